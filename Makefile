@@ -1,0 +1,48 @@
+# `make setup` builds .venv once (re-runs only when pyproject.toml or this Makefile change);
+# `make test` and `make demo` build on it.
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.robo-loaders-setup
+TORCH_PINS := torch==2.11.0 torchvision==0.26.0
+PIP := $(PY) -m pip --disable-pip-version-check -q
+DEMO_DIR ?= demo_out
+
+.PHONY: setup test unit integration demo bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml Makefile scripts/find_python312.sh
+	@set -euo pipefail; \
+	py=$$(scripts/find_python312.sh); \
+	if [ ! -x $(PY) ]; then echo "[setup] creating $(VENV) with $$py"; "$$py" -m venv $(VENV); fi; \
+	if ! ldconfig -p 2>/dev/null | grep -q 'libavcodec\.so'; then \
+	  echo "[setup] FFmpeg shared libraries missing (torchcodec needs them): apt-get install ffmpeg"; \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ffmpeg >/dev/null; \
+	  else sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ffmpeg >/dev/null; fi; \
+	fi; \
+	echo "[setup] installing torch, LeRobot, torchdata, torchcodec"; \
+	$(PIP) install -U pip setuptools wheel; \
+	$(PIP) install $(TORCH_PINS) "lerobot[dataset]==0.6.1" torchdata==0.11.0 "torchcodec>=0.11,<0.12"; \
+	echo "[setup] installing robomimic 0.3.0 (egl_probe needs CMAKE_POLICY_VERSION_MINIMUM under CMake 4)"; \
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" CMAKE_POLICY_VERSION_MINIMUM=3.5 $(PIP) install --no-build-isolation egl_probe; \
+	$(PIP) install $(TORCH_PINS) robomimic==0.3.0 six; \
+	echo "[setup] installing robo-loaders-plugin (editable, all extras)"; \
+	$(PIP) install $(TORCH_PINS) -e ".[all]"; \
+	$(PY) -c "import robomimic, lerobot, torchdata, torch, robo_loaders_plugin; print('[setup] ok: torch', torch.__version__)"; \
+	touch $(STAMP)
+
+test: setup
+	$(PY) -m pytest -ra -p no:cacheprovider tests integration_tests
+
+unit: setup
+	$(PY) -m pytest -ra -p no:cacheprovider tests
+
+integration: setup
+	$(PY) -m pytest -ra -p no:cacheprovider integration_tests
+
+demo: setup
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" bash examples/demo.sh $(DEMO_DIR)
+
+clean:
+	rm -rf $(VENV) $(DEMO_DIR)

@@ -1,0 +1,47 @@
+"""Shared helpers of the robomimic integration tests (real robomimic objects, no mocks)."""
+import os
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SHARED_HDF5 = os.path.join(HERE, "..", "..", "shared", "data", "robosuite_lift_84_20demos.hdf5")
+RGB = ["agentview_image", "robot0_eye_in_hand_image"]
+LOW_DIM = ["robot0_eef_pos", "robot0_eef_quat", "object"]
+
+
+def make_config(path, algo="bc", rgb=RGB, low_dim=LOW_DIM, backend=None, backend_kwargs=None, **train):
+    """A robomimic config with the plugin keys set; obs utils initialised as robomimic's train() does."""
+    import robomimic.algo  # noqa: F401  (registers VisualCore & co, needed by SequenceDataset)
+    import robomimic.utils.obs_utils as ObsUtils
+    from robomimic.config import config_factory
+
+    config = config_factory(algo)
+    with config.values_unlocked():
+        config.train.data = path
+        config.observation.modalities.obs.rgb = list(rgb)
+        config.observation.modalities.obs.low_dim = list(low_dim)
+        config.train.data_backend = backend
+        config.train.data_backend_kwargs = dict(backend_kwargs or {})
+        for k, v in train.items():
+            config.train[k] = v
+    ObsUtils.initialize_obs_utils_with_config(config)
+    return config
+
+
+def obs_keys(config):
+    m = config.observation.modalities.obs
+    return list(m.low_dim) + list(m.rgb)
+
+
+def assert_same_sample(ours, theirs, path="sample"):
+    """Same keys (in order), types, shapes, dtypes and bytes."""
+    if isinstance(theirs, dict):
+        assert isinstance(ours, dict), f"{path}: {type(ours).__name__} is not a dict"
+        assert list(ours.keys()) == list(theirs.keys()), f"{path}: keys {list(ours)} != {list(theirs)}"
+        for k in theirs:
+            assert_same_sample(ours[k], theirs[k], f"{path}/{k}")
+        return
+    ours, theirs = np.asarray(ours), np.asarray(theirs)
+    assert ours.dtype == theirs.dtype, f"{path}: dtype {ours.dtype} != {theirs.dtype}"
+    assert ours.shape == theirs.shape, f"{path}: shape {ours.shape} != {theirs.shape}"
+    assert ours.tobytes() == theirs.tobytes(), f"{path}: bytes differ"

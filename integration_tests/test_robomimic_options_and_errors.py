@@ -1,0 +1,166 @@
+"""compressed_cache options (cache_dir, max_memory) and clear errors on bad input, with real robomimic."""
+import glob
+import os
+import shutil
+
+import h5py
+import numpy as np
+import pytest
+
+from robomimic_helpers import assert_same_sample, make_config, obs_keys
+
+from robo_loaders_plugin.robomimic import dataset_factory
+from robo_loaders_plugin.spec import BackendOptionError, RoboLoadersError, UnknownBackendError
+
+
+def _cc(path, **kw):
+    cfg = make_config(path, backend="compressed_cache", seq_length=5, **kw)
+    return cfg
+
+
+def test_cache_dir_persists_and_is_reused(tiny_hdf5, tmp_path, capsys):
+    cfg = _cc(tiny_hdf5, backend_kwargs={"cache_dir": str(tmp_path / "cache")})
+    first = dataset_factory(cfg, obs_keys(cfg), filter_by_attribute="train")
+    files = glob.glob(str(tmp_path / "cache" / "*"))
+    assert len(files) == 1 and files[0].endswith(".rlc"), files  # no temp file left behind
+    mtime = os.path.getmtime(files[0])
+    second = dataset_factory(cfg, obs_keys(cfg), filter_by_attribute="train")
+    assert "reused" in second.build_summary and "reused" not in first.build_summary
+    assert os.path.getmtime(files[0]) == mtime
+    for i in range(0, len(first), 7):
+        assert_same_sample(second[i], first[i])
+    # other options -> another cache file; the dataset file changing -> rebuilt
+    cfg2 = _cc(tiny_hdf5, backend_kwargs={"cache_dir": str(tmp_path / "cache")}, hdf5_cache_mode=None)
+    dataset_factory(cfg2, obs_keys(cfg2), filter_by_attribute="train")
+    assert len(glob.glob(str(tmp_path / "cache" / "*.rlc"))) == 2
+    copy = str(tmp_path / "copy.hdf5")
+    shutil.copy(tiny_hdf5, copy)
+    cfg3 = _cc(copy, backend_kwargs={"cache_dir": str(tmp_path / "cache3")})
+    dataset_factory(cfg3, obs_keys(cfg3))
+    with h5py.File(copy, "r+") as f:
+        f["data/demo_0/actions"][0, 0] += 1.0
+    os.utime(copy, ns=(os.stat(copy).st_atime_ns, os.stat(copy).st_mtime_ns + 10**9))
+    again = dataset_factory(cfg3, obs_keys(cfg3))
+    assert "reused" not in again.build_summary
+    assert again[0]["actions"][0, 0] == np.float32(h5py.File(copy, "r")["data/demo_0/actions"][0, 0])
+
+
+def test_corrupt_persisted_cache_is_rebuilt(tiny_hdf5, tmp_path):
+    cfg = _cc(tiny_hdf5, backend_kwargs={"cache_dir": str(tmp_path)})
+    ds = dataset_factory(cfg, obs_keys(cfg))
+    path = ds.store.path
+    with open(path, "r+b") as f:
+        f.seek(-20, os.SEEK_END)
+        f.write(b"garbage!garbage!")
+    again = dataset_factory(cfg, obs_keys(cfg))
+    assert "reused" not in again.build_summary
+    assert_same_sample(again[3], ds[3])
+
+
+def test_ram_cache_file_is_removed_with_the_dataset(tiny_hdf5):
+    import gc
+
+    cfg = _cc(tiny_hdf5)
+    ds = dataset_factory(cfg, obs_keys(cfg))
+    path = ds.store.path
+    assert path.startswith("/dev/shm") and os.path.exists(path)
+    del ds
+    gc.collect()
+    assert not os.path.exists(path)
+
+
+def test_max_memory(tiny_hdf5):
+    cfg = _cc(tiny_hdf5, backend_kwargs={"max_memory": "10KB"})
+    with pytest.raises(RoboLoadersError, match="max_memory"):
+        dataset_factory(cfg, obs_keys(cfg))
+    assert not glob.glob("/dev/shm/robo-loaders-%d-*.tmp-*" % os.getpid())
+    cfg = _cc(tiny_hdf5, backend_kwargs={"max_memory": "1GB"})
+    assert len(dataset_factory(cfg, obs_keys(cfg))) > 0
+
+
+def test_unknown_backend_lists_registered_names(tiny_hdf5):
+    cfg = make_config(tiny_hdf5, backend="compresed_cache")
+    with pytest.raises(UnknownBackendError) as e:
+        dataset_factory(cfg, obs_keys(cfg))
+    assert "compresed_cache" in str(e.value) and "compressed_cache" in str(e.value) and "native" in str(e.value)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"codek": "lz4"}, "unknown option.*codek.*valid options.*codec"),
+    ({"level": "high"}, "level.*must be int"),
+    ({"max_memory": True}, "max_memory"),
+    ({"max_memory": "lots"}, "max_memory"),
+    ({"codec": "brotli"}, "unknown codec 'brotli'"),
+    ({"level": 42}, "level"),
+    ({"build_workers": 0}, "build_workers"),
+])
+def test_bad_backend_kwargs(tiny_hdf5, kwargs, match):
+    cfg = make_config(tiny_hdf5, backend="compressed_cache", backend_kwargs=kwargs)
+    with pytest.raises(BackendOptionError, match=match):
+        dataset_factory(cfg, obs_keys(cfg))
+
+
+def test_native_rejects_kwargs(tiny_hdf5):
+    cfg = make_config(tiny_hdf5, backend="native", backend_kwargs={"codec": "lz4"})
+    with pytest.raises(BackendOptionError, match="native"):
+        dataset_factory(cfg, obs_keys(cfg))
+
+
+def test_missing_obs_key(tiny_hdf5):
+    cfg = make_config(tiny_hdf5, backend="compressed_cache", low_dim=["robot0_eef_pos", "no_such_key"])
+    with pytest.raises(RoboLoadersError, match=r"obs/no_such_key is missing.*robot0_eef_pos"):
+        dataset_factory(cfg, obs_keys(cfg))
+
+
+def test_missing_mask_key(tiny_hdf5):
+    cfg = make_config(tiny_hdf5, backend="compressed_cache")
+    with pytest.raises(RoboLoadersError, match=r"filter key 'nope' not found.*train.*valid"):
+        dataset_factory(cfg, obs_keys(cfg), filter_by_attribute="nope")
+
+
+def test_missing_next_obs(tmp_path):
+    from robo_loaders_plugin.sample_data.robomimic_hdf5 import write_robomimic_hdf5
+
+    path = write_robomimic_hdf5(str(tmp_path / "nonext.hdf5"), demos=2, image_size=8, next_obs=False,
+                                progress=False)
+    cfg = make_config(path, backend="compressed_cache", hdf5_load_next_obs=True)
+    with pytest.raises(RoboLoadersError, match="next_obs"):
+        dataset_factory(cfg, obs_keys(cfg))
+
+
+def test_missing_dataset_key_without_cache_mode(tiny_hdf5):
+    cfg = make_config(tiny_hdf5, backend="compressed_cache", hdf5_cache_mode=None,
+                      dataset_keys=("actions", "not_in_file"))
+    with pytest.raises(RoboLoadersError, match="not_in_file"):
+        dataset_factory(cfg, obs_keys(cfg))
+
+
+def test_truncated_hdf5(tiny_hdf5, tmp_path):
+    path = str(tmp_path / "truncated.hdf5")
+    with open(tiny_hdf5, "rb") as src, open(path, "wb") as dst:
+        dst.write(src.read(os.path.getsize(tiny_hdf5) // 2))
+    cfg = make_config(path, backend="compressed_cache")
+    with pytest.raises(RoboLoadersError, match=r"truncated\.hdf5.*(truncated|corrupt)"):
+        dataset_factory(cfg, obs_keys(cfg))
+
+
+def test_corrupt_hdf5(tiny_hdf5, tmp_path):
+    path = str(tmp_path / "corrupt.hdf5")
+    shutil.copy(tiny_hdf5, path)
+    with open(path, "r+b") as f:
+        f.write(b"\0" * 64)  # superblock gone
+    cfg = make_config(path, backend="compressed_cache")
+    with pytest.raises(RoboLoadersError, match=r"corrupt\.hdf5.*truncated, corrupt"):
+        dataset_factory(cfg, obs_keys(cfg))
+
+
+def test_missing_file(tmp_path):
+    cfg = make_config(str(tmp_path / "nope.hdf5"), backend="compressed_cache")
+    with pytest.raises(RoboLoadersError, match="nope.hdf5 does not exist"):
+        dataset_factory(cfg, obs_keys(cfg))
+
+
+def test_normalize_obs_is_refused(tiny_hdf5):
+    cfg = make_config(tiny_hdf5, backend="compressed_cache", hdf5_normalize_obs=True)
+    with pytest.raises(RoboLoadersError, match="hdf5_normalize_obs"):
+        dataset_factory(cfg, obs_keys(cfg))

@@ -1,0 +1,83 @@
+"""Lazy import hook armed by ``robo_loaders_plugin_autopatch.pth`` at interpreter start-up.
+
+Why a hook: robomimic and LeRobot have no dataset plugin mechanism, and users must be able to run their
+*unmodified* training scripts. The ``.pth`` line only appends a meta-path finder (no torch, no robomimic, no
+LeRobot import); when one of the watched modules is imported later, its module code runs normally and then the
+framework adapter's ``apply_patches`` runs on it. ``ROBO_LOADERS_DISABLE=1`` disables it.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import os
+import sys
+import threading
+
+# module name -> "package.module:function" called with the freshly executed module
+WATCHED = {
+    "robomimic.config.base_config": "robo_loaders_plugin.robomimic.patches:patch_base_config",
+    "robomimic.utils.train_utils": "robo_loaders_plugin.robomimic.patches:patch_train_utils",
+}
+
+_lock = threading.RLock()
+
+
+def disabled() -> bool:
+    return os.environ.get("ROBO_LOADERS_DISABLE", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def _run_patch(target: str, module) -> None:
+    mod_name, func_name = target.split(":")
+    getattr(importlib.import_module(mod_name), func_name)(module)
+
+
+class _PatchingLoader(importlib.abc.Loader):
+    def __init__(self, wrapped, target):
+        self._wrapped = wrapped
+        self._target = target
+
+    def create_module(self, spec):
+        return self._wrapped.create_module(spec)
+
+    def exec_module(self, module):
+        self._wrapped.exec_module(module)
+        _run_patch(self._target, module)
+
+    def __getattr__(self, name):  # get_source, get_code, is_package... for tools that introspect the loader
+        return getattr(self._wrapped, name)
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    _busy = threading.local()
+
+    def find_spec(self, fullname, path, target=None):
+        target_fn = WATCHED.get(fullname)
+        if target_fn is None or getattr(self._busy, "on", False):
+            return None
+        with _lock:
+            self._busy.on = True
+            try:
+                spec = importlib.util.find_spec(fullname)
+            finally:
+                self._busy.on = False
+        if spec is None or spec.loader is None:
+            return None
+        spec.loader = _PatchingLoader(spec.loader, target_fn)
+        return spec
+
+
+_armed = False
+
+
+def arm() -> None:
+    """Install the finder once (no-op when disabled); patch modules that were imported before arming."""
+    global _armed
+    if _armed or disabled():
+        return
+    _armed = True
+    import importlib.util  # noqa: F401  (cheap, stdlib)
+
+    sys.meta_path.insert(0, _Finder())
+    for name, target in WATCHED.items():
+        if name in sys.modules:
+            _run_patch(target, sys.modules[name])

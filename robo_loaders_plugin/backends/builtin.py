@@ -1,0 +1,36 @@
+"""Built-in backends, registered through the same hook third-party plugins implement."""
+from __future__ import annotations
+
+from robo_loaders_plugin.hookspecs import hookimpl
+from robo_loaders_plugin.spec import SAMPLE, BackendSpec
+
+COMPRESSED_CACHE_OPTIONS = {
+    "codec": (str, "lz4hc", "Blosc2 codec for camera frames: lz4hc, lz4, zstd, blosclz"),
+    "level": (int, 5, "compression level 0..9"),
+    "filter": (str, "none", "Blosc2 filter: none, shuffle, bitshuffle"),
+    "max_memory": ((int, str), None, "fail if the compressed cache would exceed this size (bytes or '2GB')"),
+    "cache_dir": (str, None, "persist the built cache here and reuse it while file and options are unchanged"),
+    "build_workers": (int, None, "threads compressing frames while building (default: number of CPUs, max 8)"),
+}
+
+
+@hookimpl
+def robo_loaders_backends():
+    return [
+        BackendSpec(
+            name="native",
+            description="the framework's own loader (robomimic SequenceDataset / LeRobotDataset), unchanged",
+            frameworks=("robomimic",),
+            kind=SAMPLE,
+            factories={"robomimic": "robo_loaders_plugin.robomimic.factories:native_dataset"},
+        ),
+        BackendSpec(
+            name="compressed_cache",
+            description="each episode read once; camera frames kept lossless-compressed in one RAM file "
+                        "shared by all workers",
+            frameworks=("robomimic",),
+            kind=SAMPLE,
+            factories={"robomimic": "robo_loaders_plugin.robomimic.factories:compressed_cache_dataset"},
+            options=COMPRESSED_CACHE_OPTIONS,
+        ),
+    ]

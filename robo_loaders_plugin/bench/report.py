@@ -1,0 +1,58 @@
+"""Tables and JSON for benchmark results (ratios always against baselines measured in the same run)."""
+from __future__ import annotations
+
+import json
+import os
+import platform
+
+import psutil
+from tabulate import tabulate
+
+from robo_loaders_plugin.units import format_bytes
+
+
+def machine() -> dict:
+    import torch
+
+    return {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
+            "ram": format_bytes(psutil.virtual_memory().total), "python": platform.python_version(),
+            "torch": torch.__version__, "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
+
+
+def add_ratios(results: list[dict], baselines: list[str], fields=("samples_per_s", "peak_mem_bytes")) -> None:
+    by_name = {r["backend"]: r for r in results}
+    for r in results:
+        r["ratios"] = {}
+        for b in baselines:
+            base = by_name.get(b)
+            if not base or base.get("error") or r.get("error"):
+                continue
+            for f in fields:
+                if base.get(f):
+                    r["ratios"][f"{f}_vs_{b}"] = round(r[f] / base[f], 3)
+
+
+def table(results: list[dict], baselines: list[str]) -> str:
+    rows = []
+    for r in results:
+        if r.get("error"):
+            rows.append([r["backend"], "FAILED: " + r["error"].splitlines()[-1][:80]])
+            continue
+        row = [r["backend"], f"{r['samples_per_s']:.0f}", f"{r['first_batch_s']:.2f}",
+               f"{r['build_s']:.1f}", format_bytes(r["peak_mem_bytes"]),
+               "/".join(f"{r['batch_latency_ms'][p]:.0f}" for p in ("p50", "p95", "p99"))]
+        for b in baselines:
+            sp = r["ratios"].get(f"samples_per_s_vs_{b}")
+            mem = r["ratios"].get(f"peak_mem_bytes_vs_{b}")
+            row.append("-" if sp is None else f"{sp:.2f}x / {mem:.1%}")
+        rows.append(row)
+    headers = ["backend", "samples/s", "first batch s", "build s", "peak mem (PSS)", "batch ms p50/p95/p99"] + \
+        [f"vs {b}: speed / mem" for b in baselines]
+    return tabulate(rows, headers=headers)
+
+
+def write_json(path: str, payload: dict) -> None:
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(payload, f, indent=2)
+    os.replace(tmp, path)

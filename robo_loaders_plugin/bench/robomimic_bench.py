@@ -1,0 +1,76 @@
+"""``robo-loaders bench robomimic``: each backend in its own process, memory sampled from outside."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+from robo_loaders_plugin.bench.memory import TreeMemorySampler
+from robo_loaders_plugin.bench.report import add_ratios, machine, table, write_json
+
+BASELINES = ["native:low_dim", "native:all"]
+CACHE_MODES = {"low_dim": "low_dim", "all": "all", "none": None}
+
+
+def parse_backend(label: str):
+    """``native:all`` -> (native, all); ``compressed_cache`` -> (compressed_cache, low_dim)."""
+    name, _, mode = label.partition(":")
+    mode = mode or "low_dim"
+    if mode not in CACHE_MODES:
+        raise ValueError(f"backend {label!r}: cache mode after ':' must be one of {sorted(CACHE_MODES)}")
+    return name, CACHE_MODES[mode]
+
+
+def run_one(label: str, common: dict, kwargs: dict, log_dir: str, timeout: float) -> dict:
+    name, mode = parse_backend(label)
+    args = dict(common, label=label, backend=name, cache_mode=mode, kwargs=kwargs.get(name, {}))
+    out_path = os.path.join(log_dir, f"{label.replace(':', '_')}.json")
+    log_path = os.path.join(log_dir, f"{label.replace(':', '_')}.log")
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "robo_loaders_plugin.bench.robomimic_run", json.dumps(args),
+                                 out_path], stdout=log, stderr=subprocess.STDOUT)
+        t = time.time()
+        with TreeMemorySampler(proc.pid) as mem:
+            try:
+                rc = proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                rc = "timeout"
+    if rc != 0 or not os.path.exists(out_path):
+        with open(log_path) as f:
+            tail = f.read()[-2000:]
+        return {"backend": label, "error": f"exit {rc}; log {log_path}:\n{tail}"}
+    with open(out_path) as f:
+        res = json.load(f)
+    res.update(peak_mem_bytes=mem.peak_pss, peak_rss_sum_bytes=mem.peak_rss, shm_bytes=mem.peak_shm,
+               wall_s=time.time() - t)
+    return res
+
+
+def bench_robomimic(dataset: str, backends: list[str], seq_length: int, frame_stack: int, batch_size: int,
+                    num_workers: int, batches: int, kwargs: dict, json_out: str | None, obs_keys=None,
+                    timeout: float = 3600, echo=print) -> dict:
+    for b in backends:
+        parse_backend(b)
+    common = dict(dataset=os.path.abspath(dataset), seq_length=seq_length, frame_stack=frame_stack,
+                  batch_size=batch_size, num_workers=num_workers, batches=batches, obs_keys=obs_keys)
+    results = []
+    with tempfile.TemporaryDirectory(prefix="robo-loaders-bench-") as log_dir:
+        for label in backends:
+            echo(f"[bench] {label} ...")
+            r = run_one(label, common, kwargs, log_dir, timeout)
+            if r.get("error"):
+                echo(f"[bench] {label} FAILED\n{r['error']}")
+            results.append(r)
+    baselines = [b for b in BASELINES if b in backends]
+    add_ratios(results, baselines)
+    payload = {"framework": "robomimic", "settings": common, "machine": machine(), "results": results,
+               "memory_note": "peak_mem_bytes = peak over the run of PSS summed over the process tree, plus the "
+                              "size of the tree's RAM-only cache files in /dev/shm"}
+    echo(table(results, baselines))
+    if json_out:
+        write_json(json_out, payload)
+    return payload

@@ -1,0 +1,100 @@
+"""Child process of ``robo-loaders bench robomimic``: builds one backend the way robomimic's train() does and
+times its batches. Run alone: ``python -m robo_loaders_plugin.bench.robomimic_run '<json args>' OUT.json``."""
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import numpy as np
+
+
+def image_and_low_dim_keys(path: str):
+    import h5py
+
+    with h5py.File(path, "r") as f:
+        demo = sorted(f["data"].keys(), key=lambda n: int(n[5:]))[0]
+        obs = f[f"data/{demo}/obs"]
+        rgb = [k for k in obs if obs[k].dtype == np.uint8 and obs[k].ndim == 4]
+        low = [k for k in obs if k not in rgb]
+    return rgb, low
+
+
+def make_config(a: dict):
+    from robomimic.config import config_factory
+
+    config = config_factory("bc")
+    rgb, low = image_and_low_dim_keys(a["dataset"])
+    if a.get("obs_keys"):
+        rgb = [k for k in rgb if k in a["obs_keys"]]
+        low = [k for k in low if k in a["obs_keys"]]
+    with config.values_unlocked():
+        config.train.data = a["dataset"]
+        config.observation.modalities.obs.rgb = rgb
+        config.observation.modalities.obs.low_dim = low
+        config.train.seq_length = a["seq_length"]
+        config.train.frame_stack = a["frame_stack"]
+        config.train.batch_size = a["batch_size"]
+        config.train.num_data_workers = a["num_workers"]
+        config.train.hdf5_cache_mode = a["cache_mode"]
+        config.train.data_backend = a["backend"]
+        config.train.data_backend_kwargs = dict(a.get("kwargs") or {})
+    return config, rgb + low
+
+
+def run(a: dict) -> dict:
+    import torch
+    import robomimic.algo  # noqa: F401  (registers the observation encoders SequenceDataset relies on)
+    import robomimic.utils.obs_utils as ObsUtils
+
+    from robo_loaders_plugin.batch_dataset import is_batch_dataset
+    from robo_loaders_plugin.robomimic import dataset_factory
+
+    torch.manual_seed(0)
+    np.random.seed(0)
+    config, obs_keys = make_config(a)
+    ObsUtils.initialize_obs_utils_with_config(config)
+    t = time.perf_counter()
+    ds = dataset_factory(config, obs_keys)
+    build_s = time.perf_counter() - t
+    bs, nw = a["batch_size"], a["num_workers"]
+    if is_batch_dataset(ds):
+        loader = ds.batches(batch_size=bs, shuffle=True, drop_last=True, num_workers=nw)
+    else:  # exactly the DataLoader robomimic's train() builds
+        loader = torch.utils.data.DataLoader(ds, sampler=None, batch_size=bs, shuffle=True, num_workers=nw,
+                                             drop_last=True)
+    t = time.perf_counter()
+    it = iter(loader)
+    batch = next(it)
+    first = time.perf_counter() - t
+    lat = []
+    nbytes = 0
+    for _ in range(a["batches"]):
+        t = time.perf_counter()
+        try:
+            batch = next(it)
+        except StopIteration:  # robomimic re-iterates (and restarts workers) every pass
+            it = iter(loader)
+            batch = next(it)
+        lat.append(time.perf_counter() - t)
+    for v in batch["obs"].values():
+        nbytes += v.element_size() * v.nelement()
+    lat_ms = np.array(lat) * 1e3
+    return {
+        "backend": a["label"], "build_s": build_s, "first_batch_s": first,
+        "samples_per_s": a["batches"] * bs / float(np.sum(lat)),
+        "batch_latency_ms": {p: float(np.percentile(lat_ms, int(p[1:]))) for p in ("p50", "p95", "p99")},
+        "num_samples": len(ds), "batch_obs_bytes": nbytes,
+        "summary": getattr(ds, "build_summary", None),
+    }
+
+
+def main():
+    args = json.loads(sys.argv[1])
+    out = run(args)
+    with open(sys.argv[2], "w") as f:
+        json.dump(out, f)
+
+
+if __name__ == "__main__":
+    main()

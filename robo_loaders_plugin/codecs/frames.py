@@ -1,0 +1,78 @@
+"""Per-frame lossless compression with Blosc2.
+
+Why per frame: a training window touches a handful of frames of one episode, so each frame is its own blob and
+can be decompressed alone. Why Blosc2: it decompresses straight into a caller-provided buffer (no intermediate
+``bytes`` object and no extra copy, the cost that erased the gains of the loader this project answers), wraps
+LZ4 and Zstandard behind one API, is thread-safe and releases the GIL. The measured comparison that picked the
+default is in the README ("Choosing the codec"); ``benchmarks/codecs.py`` reproduces it.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import blosc2
+import numpy as np
+
+CODEC_CHOICES = {
+    "lz4": blosc2.Codec.LZ4,
+    "lz4hc": blosc2.Codec.LZ4HC,
+    "zstd": blosc2.Codec.ZSTD,
+    "blosclz": blosc2.Codec.BLOSCLZ,
+}
+FILTER_CHOICES = {
+    "none": blosc2.Filter.NOFILTER,
+    "shuffle": blosc2.Filter.SHUFFLE,
+    "bitshuffle": blosc2.Filter.BITSHUFFLE,
+}
+DEFAULT_CODEC = "lz4hc"
+DEFAULT_FILTER = "none"
+DEFAULT_LEVEL = 5
+
+
+class CodecError(ValueError):
+    pass
+
+
+def use_single_thread() -> None:
+    """Blosc2's internal thread pool costs ~60 us per call on small chunks; DataLoader workers are the
+    parallelism here, so each process decompresses single-threaded."""
+    if blosc2.nthreads != 1:
+        blosc2.set_nthreads(1)
+
+
+@dataclasses.dataclass(frozen=True)
+class FrameCodec:
+    codec: str = DEFAULT_CODEC
+    level: int = DEFAULT_LEVEL
+    filter: str = DEFAULT_FILTER
+
+    def __post_init__(self):
+        if self.codec not in CODEC_CHOICES:
+            raise CodecError(f"unknown codec {self.codec!r}; choose one of {sorted(CODEC_CHOICES)}")
+        if self.filter not in FILTER_CHOICES:
+            raise CodecError(f"unknown filter {self.filter!r}; choose one of {sorted(FILTER_CHOICES)}")
+        if not 0 <= int(self.level) <= 9:
+            raise CodecError(f"codec level must be 0..9, got {self.level!r}")
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def compress(self, frame: np.ndarray) -> bytes:
+        """Compress one frame (C-contiguous array) to a self-describing Blosc2 chunk."""
+        frame = np.ascontiguousarray(frame)
+        return blosc2.compress2(
+            frame,
+            codec=CODEC_CHOICES[self.codec],
+            clevel=int(self.level),
+            filters=[FILTER_CHOICES[self.filter]],
+            typesize=frame.dtype.itemsize,
+            nthreads=1,
+        )
+
+    @staticmethod
+    def decompress_into(blob, out: np.ndarray) -> None:
+        """Decompress one chunk straight into ``out`` (a writable, C-contiguous view of the right size)."""
+        n = blosc2.get_cbuffer_sizes(blob)[0]
+        if n != out.nbytes:
+            raise CodecError(f"corrupt frame: chunk holds {n} bytes, expected {out.nbytes}")
+        blosc2.decompress(blob, dst=out)

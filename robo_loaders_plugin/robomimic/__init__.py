@@ -1,0 +1,13 @@
+"""robomimic adapter: the only package (with robo_loaders_plugin.lerobot) that touches framework internals."""
+from __future__ import annotations
+
+
+def dataset_factory(config, obs_keys, filter_by_attribute=None, dataset_path=None):
+    """Same signature and contract as ``robomimic.utils.train_utils.dataset_factory``; returns the dataset of
+    the backend named by ``config.train.data_backend`` (robomimic's SequenceDataset when it is null)."""
+    from robo_loaders_plugin.robomimic.integration import dataset_factory as _factory
+
+    return _factory(config, obs_keys, filter_by_attribute=filter_by_attribute, dataset_path=dataset_path)
+
+
+__all__ = ["dataset_factory"]

@@ -1,0 +1,1 @@
+"""Offline sample datasets for tests, demos and benchmarks (no network, no simulator)."""

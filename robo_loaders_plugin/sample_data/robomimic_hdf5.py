@@ -1,0 +1,100 @@
+"""Write a robomimic-format HDF5 file exactly as robomimic 0.3.0 reads it (see notes/robomimic.md section 6)."""
+from __future__ import annotations
+
+import json
+import os
+
+import h5py
+import numpy as np
+from tqdm.auto import tqdm
+
+from robo_loaders_plugin.sample_data.scenes import SceneRenderer
+
+CAMERA_NAMES = ("agentview_image", "robot0_eye_in_hand_image")
+LOW_DIM_KEYS = {"robot0_eef_pos": 3, "robot0_eef_quat": 4, "robot0_gripper_qpos": 2, "object": 10}
+ACTION_DIM = 7
+STATE_DIM = 32
+
+
+def camera_names(n: int) -> list[str]:
+    return [CAMERA_NAMES[i] if i < len(CAMERA_NAMES) else f"camera{i}_image" for i in range(n)]
+
+
+def _smooth_path(rng, n, dim, scale=1.0):
+    """A smooth random trajectory: a few random cosine modes per dimension."""
+    t = np.linspace(0, 1, n)[:, None]
+    out = np.zeros((n, dim))
+    for k in range(1, 4):
+        out += rng.normal(0, scale / k, size=dim) * np.cos(np.pi * k * t + rng.uniform(0, np.pi, size=dim))
+    return out
+
+
+def _episode(rng, length, cams, image_size):
+    cube = 0.5 + 0.2 * np.tanh(_smooth_path(rng, length, 2, 0.6))
+    start = rng.uniform(0.2, 0.8, size=2)
+    alpha = np.clip(np.linspace(-0.2, 1.3, length), 0, 1)[:, None]
+    grip = (1 - alpha) * start + alpha * cube[-1] + 0.02 * _smooth_path(rng, length, 2)
+    grip_open = np.clip(1.2 - 1.5 * np.linspace(0, 1, length), 0, 1)
+    obs = {}
+    for c, name in enumerate(cams):
+        r = SceneRenderer(image_size, c, np.random.default_rng(rng.integers(2**32)))
+        obs[name] = np.stack([r.render(cube[i], grip[i], grip_open[i]) for i in range(length)])
+    obs["robot0_eef_pos"] = np.concatenate([grip, 0.9 + 0.1 * alpha], axis=1)
+    quat = _smooth_path(rng, length, 4, 0.2) + np.array([0.0, 1.0, 0.0, 0.0])
+    obs["robot0_eef_quat"] = quat / np.linalg.norm(quat, axis=1, keepdims=True)
+    obs["robot0_gripper_qpos"] = np.stack([0.04 * grip_open, -0.04 * grip_open], axis=1)
+    obs["object"] = np.concatenate([cube, 0.82 + 0.0 * cube[:, :1], _smooth_path(rng, length, 7, 0.1)], axis=1)
+    actions = np.concatenate([np.diff(grip, axis=0, append=grip[-1:]) * 10,
+                              _smooth_path(rng, length, 4, 0.1), (grip_open[:, None] < 0.5) * 2.0 - 1.0], axis=1)
+    states = np.concatenate([np.linspace(0, 1, length)[:, None], _smooth_path(rng, length, STATE_DIM - 1)], axis=1)
+    rewards = np.zeros(length)
+    rewards[-1] = 1.0
+    dones = np.zeros(length, dtype=np.int64)
+    dones[-1] = 1
+    return obs, actions, rewards, dones, states
+
+
+def write_robomimic_hdf5(path: str, demos: int = 10, image_size: int = 84, cameras: int = 2, seed: int = 0,
+                         min_length: int = 40, max_length: int = 60, valid_fraction: float = 0.1,
+                         next_obs: bool = True, progress: bool = True) -> str:
+    """Generate ``demos`` demos of a Lift-like task; returns ``path``. Written to a temp name, then renamed."""
+    if demos < 1 or image_size < 8 or cameras < 0 or not 1 <= min_length <= max_length:
+        raise ValueError(f"bad sample-data options: demos={demos} (>=1), image_size={image_size} (>=8), "
+                         f"cameras={cameras} (>=0), min_length={min_length} <= max_length={max_length}")
+    rng = np.random.default_rng(seed)
+    cams = camera_names(cameras)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    total = 0
+    with h5py.File(tmp, "w") as f:
+        data = f.create_group("data")
+        for i in tqdm(range(demos), desc=f"sample-data {os.path.basename(path)}", unit="demo", disable=not progress):
+            length = int(rng.integers(min_length, max_length + 1))
+            obs, actions, rewards, dones, states = _episode(rng, length, cams, image_size)
+            g = data.create_group(f"demo_{i}")
+            g.attrs["num_samples"] = length
+            g.attrs["model_file"] = ""
+            g.create_dataset("actions", data=actions)
+            g.create_dataset("rewards", data=rewards)
+            g.create_dataset("dones", data=dones)
+            g.create_dataset("states", data=states)
+            for k, v in obs.items():
+                g.create_dataset(f"obs/{k}", data=v)
+                if next_obs:
+                    g.create_dataset(f"next_obs/{k}", data=np.concatenate([v[1:], v[-1:]]))
+            total += length
+        data.attrs["total"] = total
+        data.attrs["env_args"] = json.dumps({
+            "env_name": "Lift", "type": 1,
+            "env_kwargs": {"has_renderer": False, "has_offscreen_renderer": cameras > 0, "use_camera_obs": cameras > 0,
+                           "camera_names": [c[:-len("_image")] for c in cams], "camera_heights": image_size,
+                           "camera_widths": image_size, "control_freq": 20, "robots": ["Panda"]},
+        })
+        names = [f"demo_{i}" for i in range(demos)]
+        n_valid = max(1, int(round(demos * valid_fraction))) if demos > 1 else 0
+        valid = sorted(rng.choice(demos, size=n_valid, replace=False).tolist()) if n_valid else []
+        train = [n for i, n in enumerate(names) if i not in valid]
+        f.create_dataset("mask/train", data=np.array(train, dtype="S"))
+        f.create_dataset("mask/valid", data=np.array([names[i] for i in valid], dtype="S"))
+    os.replace(tmp, path)
+    return path
