@@ -11,6 +11,8 @@ COMPRESSED_CACHE_OPTIONS = {
     "max_memory": ((int, str), None, "fail if the compressed cache would exceed this size (bytes or '2GB')"),
     "cache_dir": (str, None, "persist the built cache here and reuse it while file and options are unchanged"),
     "build_workers": (int, None, "threads compressing frames while building (default: number of CPUs, max 8)"),
+    "loader": (str, "threads", "'threads': num_data_workers threads build whole batches in the training process "
+                               "(no worker processes, no collate copy); 'dataloader': robomimic's DataLoader"),
 }
 
 

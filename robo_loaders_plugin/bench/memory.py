@@ -2,8 +2,8 @@
 
 RSS counts a page shared by N processes N times (a forked worker "has" the whole parent cache), so the
 headline figure is PSS (shared pages divided among the processes that map them), summed over the tree. RAM-only
-cache files in /dev/shm that the tree created are added in full on top, so files shared with no process mapped
-are never missed (this over-counts the pages that are mapped; it errs against the plugin, not for it).
+cache files in /dev/shm that the tree created live in RAM whether or not a page is mapped, so they are counted
+in full, once, and their mapped pages are taken out of the PSS figure.
 """
 from __future__ import annotations
 
@@ -60,7 +60,10 @@ class TreeMemorySampler:
                 info = p.memory_full_info()
                 pss += getattr(info, "pss", info.rss)
                 rss += info.rss
-            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                for m in p.memory_maps(grouped=True):
+                    if m.path.startswith("/dev/shm/robo-loaders-"):
+                        pss -= m.pss
+            except (psutil.NoSuchProcess, psutil.AccessDenied, FileNotFoundError):
                 pass
         shm = _shm_bytes([p.pid for p in procs])
         self.peak_pss = max(self.peak_pss, pss + shm)

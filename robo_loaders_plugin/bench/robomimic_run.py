@@ -7,6 +7,7 @@ import sys
 import time
 
 import numpy as np
+import psutil
 
 
 def image_and_low_dim_keys(path: str):
@@ -47,22 +48,21 @@ def run(a: dict) -> dict:
     import robomimic.algo  # noqa: F401  (registers the observation encoders SequenceDataset relies on)
     import robomimic.utils.obs_utils as ObsUtils
 
-    from robo_loaders_plugin.batch_dataset import is_batch_dataset
     from robo_loaders_plugin.robomimic import dataset_factory
+    from robo_loaders_plugin.robomimic.integration import epoch_loader
 
     torch.manual_seed(0)
     np.random.seed(0)
     config, obs_keys = make_config(a)
     ObsUtils.initialize_obs_utils_with_config(config)
+    baseline = psutil.Process().memory_full_info().pss  # interpreter + torch + robomimic, before any data
     t = time.perf_counter()
     ds = dataset_factory(config, obs_keys)
     build_s = time.perf_counter() - t
     bs, nw = a["batch_size"], a["num_workers"]
-    if is_batch_dataset(ds):
-        loader = ds.batches(batch_size=bs, shuffle=True, drop_last=True, num_workers=nw)
-    else:  # exactly the DataLoader robomimic's train() builds
-        loader = torch.utils.data.DataLoader(ds, sampler=None, batch_size=bs, shuffle=True, num_workers=nw,
-                                             drop_last=True)
+    # exactly the DataLoader robomimic's train() builds, and what the patched run_epoch iterates instead
+    loader = epoch_loader(torch.utils.data.DataLoader(ds, sampler=None, batch_size=bs, shuffle=True,
+                                                      num_workers=nw, drop_last=True))
     t = time.perf_counter()
     it = iter(loader)
     batch = next(it)
@@ -84,7 +84,7 @@ def run(a: dict) -> dict:
         "backend": a["label"], "build_s": build_s, "first_batch_s": first,
         "samples_per_s": a["batches"] * bs / float(np.sum(lat)),
         "batch_latency_ms": {p: float(np.percentile(lat_ms, int(p[1:]))) for p in ("p50", "p95", "p99")},
-        "num_samples": len(ds), "batch_obs_bytes": nbytes,
+        "num_samples": len(ds), "baseline_pss_bytes": baseline, "batch_obs_bytes": nbytes,
         "summary": getattr(ds, "build_summary", None),
     }
 

@@ -70,9 +70,21 @@ class FrameCodec:
         )
 
     @staticmethod
-    def decompress_into(blob, out: np.ndarray) -> None:
+    def check_size(blob, nbytes: int, where: str = "frame") -> None:
+        try:
+            n = blosc2.get_cbuffer_sizes(blob)[0]
+        except Exception as exc:  # blosc2 raises various types on a garbage header
+            raise CodecError(f"{where}: corrupt compressed frame ({exc})") from None
+        if n != nbytes:
+            raise CodecError(f"{where}: corrupt compressed frame: holds {n} bytes, expected {nbytes}")
+
+    @classmethod
+    def decompress_into(cls, blob, out: np.ndarray) -> None:
         """Decompress one chunk straight into ``out`` (a writable, C-contiguous view of the right size)."""
-        n = blosc2.get_cbuffer_sizes(blob)[0]
-        if n != out.nbytes:
-            raise CodecError(f"corrupt frame: chunk holds {n} bytes, expected {out.nbytes}")
+        cls.check_size(blob, out.nbytes)
+        blosc2.decompress(blob, dst=out)
+
+    @staticmethod
+    def decompress_into_unchecked(blob, out: np.ndarray) -> None:
+        """Hot path: the blob's size was checked when its table was loaded."""
         blosc2.decompress(blob, dst=out)

@@ -158,7 +158,8 @@ def build_robomimic_store(opts: dict, codec: FrameCodec, cache_dir: str | None, 
 
 
 def compressed_cache_dataset(config, obs_keys, filter_by_attribute=None, dataset_path=None, *, codec="lz4hc",
-                             level=5, filter="none", max_memory=None, cache_dir=None, build_workers=None):
+                             level=5, filter="none", max_memory=None, cache_dir=None, build_workers=None,
+                             loader="threads"):
     opts = sequence_options(config, obs_keys, filter_by_attribute, dataset_path)
     try:
         frame_codec = FrameCodec(codec, level, filter)
@@ -166,13 +167,16 @@ def compressed_cache_dataset(config, obs_keys, filter_by_attribute=None, dataset
             parse_bytes(max_memory, "train.data_backend_kwargs.max_memory")
     except (CodecError, ValueError) as exc:
         raise BackendOptionError(f"train.data_backend_kwargs: {exc}") from None
+    if loader not in ("threads", "dataloader"):
+        raise BackendOptionError(f"train.data_backend_kwargs.loader must be 'threads' or 'dataloader', got {loader!r}")
     if build_workers is not None and build_workers < 1:
         raise BackendOptionError("train.data_backend_kwargs.build_workers must be >= 1")
     split = filter_by_attribute or "all demos"
     store, owner, reused = build_robomimic_store(opts, frame_codec, cache_dir, max_memory, build_workers,
                                                  desc=f"compressed_cache [{split}]")
     ds = StoreSequenceDataset(store, **opts, demos=[e["name"] for e in store.episodes], store_owner=owner)
-    ds.build_summary = summarize(store, ds, reused)
+    ds.in_process_batches = loader == "threads"
+    ds.build_summary = summarize(store, ds, reused) + f", batches built by {loader}"
     return ds
 
 

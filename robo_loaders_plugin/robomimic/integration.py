@@ -7,6 +7,7 @@ from robo_loaders_plugin.batch_dataset import is_batch_dataset
 from robo_loaders_plugin.registry import get_backend
 from robo_loaders_plugin.robomimic.patches import original
 from robo_loaders_plugin.spec import RoboLoadersError
+from robo_loaders_plugin.threaded_batches import ThreadedBatches
 
 LOG_PREFIX = "[robo-loaders]"
 
@@ -50,12 +51,23 @@ def load_data_for_training(config, obs_keys):
     return original("load_data_for_training")(config, obs_keys)
 
 
-def run_epoch(model, data_loader, epoch, validate=False, num_steps=None, obs_normalization_stats=None):
-    """robomimic's ``run_epoch``; batch-level backends replace the DataLoader robomimic built around them."""
+def epoch_loader(data_loader):
+    """What an epoch should iterate instead of the DataLoader robomimic built: a batch-level backend's batches,
+    a sample-level backend's in-process threaded batches (same order, same RNG use), or the DataLoader itself."""
     dataset = getattr(data_loader, "dataset", None)
     if is_batch_dataset(dataset):
         shuffle = isinstance(getattr(data_loader, "sampler", None), torch.utils.data.RandomSampler)
-        data_loader = dataset.batches(batch_size=data_loader.batch_size, shuffle=shuffle,
-                                      drop_last=data_loader.drop_last, num_workers=data_loader.num_workers)
+        return dataset.batches(batch_size=data_loader.batch_size, shuffle=shuffle,
+                               drop_last=data_loader.drop_last, num_workers=data_loader.num_workers)
+    if (getattr(dataset, "in_process_batches", False) and data_loader.batch_sampler is not None
+            and data_loader.collate_fn is torch.utils.data.default_collate):
+        return ThreadedBatches(dataset.collated, data_loader.batch_sampler, data_loader.generator,
+                               data_loader.num_workers)
+    return data_loader
+
+
+def run_epoch(model, data_loader, epoch, validate=False, num_steps=None, obs_normalization_stats=None):
+    """robomimic's ``run_epoch`` over :func:`epoch_loader` (robomimic builds its DataLoader inside train())."""
+    data_loader = epoch_loader(data_loader)
     return original("run_epoch")(model, data_loader, epoch, validate=validate, num_steps=num_steps,
                                  obs_normalization_stats=obs_normalization_stats)

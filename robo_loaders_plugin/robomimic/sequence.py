@@ -65,6 +65,7 @@ class StoreSequenceDataset(torch.utils.data.Dataset):
         self.hdf5_cache_mode = hdf5_cache_mode
         self.hdf5_normalize_obs = False
         self.backend_name = backend_name
+        self.in_process_batches = False  # set by the factory (option ``loader``); read by the run_epoch patch
         names = [e["name"] for e in store.episodes]
         if names != self.demos:
             raise ValueError(f"store {store.path} holds demos {names[:3]}..., expected {self.demos[:3]}...")
@@ -79,6 +80,7 @@ class StoreSequenceDataset(torch.utils.data.Dataset):
         self._offsets = np.arange(-(self.n_frame_stack - 1), self.seq_length, dtype=np.int64)
         self._ep_start = np.concatenate([[0], np.cumsum(self._lengths)[:-1]]).astype(np.int64)
         self._flat = {}
+        self._bounds = {}
         # per key: (store field name, dtype, frame shape, compressed?) — identical for every demo
         self._fields = {}
         for name in self._field_names():
@@ -92,6 +94,11 @@ class StoreSequenceDataset(torch.utils.data.Dataset):
 
     def __len__(self):
         return self.total_num_sequences
+
+    def __getstate__(self):  # per-process lookup tables are rebuilt lazily, not shipped to workers
+        state = dict(self.__dict__)
+        state["_flat"], state["_bounds"] = {}, {}
+        return state
 
     def __repr__(self):
         return (f"{type(self).__name__} (backend={self.backend_name}\n\tpath={self.hdf5_path}\n\t"
@@ -123,18 +130,22 @@ class StoreSequenceDataset(torch.utils.data.Dataset):
         """Frames ``pos[b, t]`` of demos ``ep[b]``, decompressed straight into one (B, T, ...) array; a repeated
         (padding) frame is copied from its neighbour instead of decoded again."""
         dtype, shape, _ = self._fields[name]
+        bounds = self._bounds.get(name)
+        if bounds is None:
+            bounds = self._bounds[name] = self.store.blob_bounds(name)
         B, T = pos.shape
         out = np.empty((B, T) + shape, dtype=dtype)
-        decode = self.store.frame_decoder(name)
-        for b in range(B):
-            row, prev = out[b], -1
-            e = int(ep[b])
-            for t, p in enumerate(pos[b].tolist()):
-                if p == prev:
-                    row[t] = row[t - 1]
-                else:
-                    decode(e, p, row[t])
-                    prev = p
+        flat = out.reshape((B * T,) + shape)
+        g = (self._ep_start[ep][:, None] + pos).reshape(-1)
+        fresh = np.ones(B * T, dtype=bool)
+        fresh[1:] = g[1:] != g[:-1]
+        fresh[::T] = True  # every window decodes its first frame
+        todo = np.flatnonzero(fresh)
+        self.store.decode_frames(bounds[0][g[todo]].tolist(), bounds[1][g[todo]].tolist(), flat, todo.tolist())
+        if len(todo) < B * T:  # padding: repeat the previous frame of the window
+            src = np.maximum.accumulate(np.where(fresh, np.arange(B * T), 0))
+            rep = np.flatnonzero(~fresh)
+            flat[rep] = flat[src[rep]]
         return out
 
     def _field(self, name: str, ep: np.ndarray, pos: np.ndarray) -> np.ndarray:

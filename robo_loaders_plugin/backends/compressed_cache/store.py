@@ -236,31 +236,27 @@ class EpisodeStore:
             self._tables[(ep, key)] = t
         return t
 
-    def frames_into(self, ep: int, key: str, start: int, stop: int, out: np.ndarray) -> None:
-        """Decompress frames ``start:stop`` of a compressed field into ``out`` (leading dim ``stop-start``)."""
-        d = self.field(ep, key)
-        table = self._table(ep, key, d)
-        base = d["offset"]
+    def blob_bounds(self, key: str) -> tuple[np.ndarray, np.ndarray]:
+        """Absolute (start, end) file offsets of every frame blob of ``key``, all episodes concatenated, so a
+        batch's blobs are located with one vectorised index. Checks each blob's declared size once, here, so the
+        hot path can skip it."""
+        starts, ends = [], []
+        for ep in range(len(self.episodes)):
+            d = self.field(ep, key)
+            table = self._table(ep, key, d)
+            starts.append(d["offset"] + table[:-1])
+            ends.append(d["offset"] + table[1:])
+            frame_nbytes = int(np.prod(d["shape"][1:])) * np.dtype(d["dtype"]).itemsize
+            for s, e in zip(starts[-1].tolist(), ends[-1].tolist()):
+                FrameCodec.check_size(self._buf[s:e], frame_nbytes, where=f"{self.path}: {key}")
+        return np.concatenate(starts), np.concatenate(ends)
+
+    def decode_frames(self, starts, ends, out: np.ndarray, rows) -> None:
+        """Decompress blob ``[starts[j], ends[j])`` into ``out[rows[j]]`` (bounds from :meth:`blob_bounds`)."""
         buf = self._buf
-        decompress = FrameCodec.decompress_into
-        for j, i in enumerate(range(start, stop)):
-            decompress(buf[base + table[i]:base + table[i + 1]], out[j])
-
-    def frame_decoder(self, key: str):
-        """A fast ``decode(ep, i, out)`` for one compressed field (per-episode tables bound once)."""
-        buf = self._buf
-        decompress = FrameCodec.decompress_into
-        cache = {}
-
-        def decode(ep: int, i: int, out: np.ndarray) -> None:
-            hit = cache.get(ep)
-            if hit is None:
-                d = self.field(ep, key)
-                hit = cache[ep] = (d["offset"], self._table(ep, key, d))
-            base, table = hit
-            decompress(buf[base + int(table[i]):base + int(table[i + 1])], out)
-
-        return decode
+        decompress = FrameCodec.decompress_into_unchecked
+        for s, e, r in zip(starts, ends, rows):
+            decompress(buf[s:e], out[r])
 
     def frame_info(self, ep: int, key: str) -> tuple[np.dtype, tuple, bool]:
         d = self.field(ep, key)

@@ -1,0 +1,126 @@
+"""robomimic's unmodified training script in a subprocess, with the plugin selected from the JSON config.
+
+robomimic's train() swallows exceptions and exits 0, so these tests assert on the log and the checkpoints."""
+import glob
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from robomimic_helpers import RGB
+
+BIN = os.path.dirname(sys.executable)
+
+
+@pytest.fixture(scope="module")
+def e2e_hdf5(tmp_path_factory):
+    from robo_loaders_plugin.sample_data.robomimic_hdf5 import write_robomimic_hdf5
+
+    return write_robomimic_hdf5(str(tmp_path_factory.mktemp("e2e") / "e2e.hdf5"), demos=8, image_size=32,
+                                cameras=2, seed=11, min_length=20, max_length=30, valid_fraction=0.25,
+                                progress=False)
+
+
+def write_config(tmp_path, data, backend, name, backend_kwargs=None, workers=1):
+    from robomimic.config import config_factory
+
+    cfg = json.loads(config_factory("bc").dump())
+    cfg["experiment"].update(name=name, validate=True, epoch_every_n_steps=3, validation_epoch_every_n_steps=2,
+                             render_video=False, keep_all_videos=False)
+    cfg["experiment"]["rollout"]["enabled"] = False
+    cfg["experiment"]["save"].update(enabled=True, every_n_epochs=1)
+    cfg["experiment"]["logging"].update(terminal_output_to_txt=False, log_tb=False)
+    cfg["train"].update(data=data, output_dir=str(tmp_path / "out"), num_epochs=2, batch_size=4, seq_length=5,
+                        num_data_workers=workers, hdf5_filter_key="train", hdf5_validation_filter_key="valid",
+                        cuda=False, data_backend=backend, data_backend_kwargs=backend_kwargs or {})
+    cfg["algo"]["rnn"].update(enabled=True, horizon=5, hidden_dim=32)
+    cfg["observation"]["modalities"]["obs"].update(low_dim=["robot0_eef_pos", "object"], rgb=RGB)
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps(cfg, indent=2))
+    return str(path)
+
+
+def run(args, env_extra=None, timeout=600):
+    env = dict(os.environ, PYTHONUNBUFFERED="1", PATH=BIN + os.pathsep + os.environ.get("PATH", ""))
+    env.pop("ROBO_LOADERS_DISABLE", None)
+    env.update(env_extra or {})
+    p = subprocess.run(args, capture_output=True, text=True, env=env, timeout=timeout)
+    return p.returncode, p.stdout + p.stderr
+
+
+def assert_trained(out, tmp_path, name, backend_line):
+    assert "run failed with error" not in out, out[-3000:]
+    assert backend_line in out, out[-3000:]
+    assert "Train Epoch 2" in out and "Validation Epoch 2" in out, out[-3000:]
+    assert glob.glob(str(tmp_path / "out" / name / "*" / "models" / "model_epoch_2.pth")), out[-2000:]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_unmodified_train_script_uses_backend(e2e_hdf5, tmp_path, workers):
+    cfg = write_config(tmp_path, e2e_hdf5, "compressed_cache", f"cc{workers}", workers=workers)
+    rc, out = run([sys.executable, "-m", "robomimic.scripts.train", "--config", cfg])
+    assert rc == 0, out[-3000:]
+    assert_trained(out, tmp_path, f"cc{workers}", "[robo-loaders] robomimic data backend: compressed_cache [train]")
+    assert "robomimic data backend: compressed_cache [valid]" in out
+    for key in ("L1_Loss", "L2_Loss", "Cosine_Loss"):
+        assert f'"{key}"' in out
+
+
+def test_robomimic_train_command_with_hook_disabled(e2e_hdf5, tmp_path):
+    cfg = write_config(tmp_path, e2e_hdf5, "compressed_cache", "cli")
+    rc, out = run([os.path.join(BIN, "robo-loaders"), "robomimic-train", "--config", cfg],
+                  env_extra={"ROBO_LOADERS_DISABLE": "1"})
+    assert rc == 0, out[-3000:]
+    assert_trained(out, tmp_path, "cli", "[robo-loaders] robomimic data backend: compressed_cache [train]")
+
+
+def test_hook_disabled_means_robomimic_untouched(e2e_hdf5, tmp_path):
+    """Without the hook, stock robomimic rejects the plugin keys: proof that the hook is what makes them work."""
+    cfg = write_config(tmp_path, e2e_hdf5, "compressed_cache", "off")
+    rc, out = run([sys.executable, "-m", "robomimic.scripts.train", "--config", cfg],
+                  env_extra={"ROBO_LOADERS_DISABLE": "1"})
+    assert rc != 0 and "key-locked" in out and "data_backend" in out, out[-2000:]
+
+
+def test_null_backend_is_stock_robomimic(e2e_hdf5, tmp_path):
+    cfg = write_config(tmp_path, e2e_hdf5, None, "null")
+    rc, out = run([sys.executable, "-m", "robomimic.scripts.train", "--config", cfg])
+    assert rc == 0, out[-3000:]
+    assert "[robo-loaders]" not in out
+    assert "SequenceDataset" in out and "Train Epoch 2" in out
+    assert glob.glob(str(tmp_path / "out" / "null" / "*" / "models" / "model_epoch_2.pth"))
+
+
+def test_unknown_backend_fails_before_training(e2e_hdf5, tmp_path):
+    cfg = write_config(tmp_path, e2e_hdf5, "compresed_cache", "typo")
+    rc, out = run([sys.executable, "-m", "robomimic.scripts.train", "--config", cfg])
+    assert "unknown data backend 'compresed_cache'" in out and "compressed_cache" in out and "native" in out
+    assert "Train Epoch 1" not in out
+
+
+def test_third_party_backend_from_entry_point(e2e_hdf5, tmp_path):
+    """A distribution declaring the robo_loaders entry point is listed and selectable from a robomimic config."""
+    site = tmp_path / "site"
+    dist = site / "toy_batches_plugin-0.1.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: toy-batches-plugin\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[robo_loaders]\ntoy = toy_batches_plugin\n")
+    src = os.path.join(os.path.dirname(__file__), "thirdparty", "toy_batches_plugin.py")
+    (site / "toy_batches_plugin.py").write_text(open(src).read())
+    env = {"PYTHONPATH": str(site)}
+
+    rc, out = run([os.path.join(BIN, "robo-loaders"), "list", "--json"], env_extra=env)
+    assert rc == 0, out
+    listed = {b["name"]: b for b in json.loads(out)}
+    assert listed["toy_batches"]["kind"] == "batch" and listed["toy_batches"]["plugin"] == "toy"
+    rc, out = run([os.path.join(BIN, "robo-loaders"), "list"])
+    assert "toy_batches" not in out  # not installed there
+
+    cfg = write_config(tmp_path, e2e_hdf5, "toy_batches", "toy", backend_kwargs={"tag": "hello"})
+    rc, out = run([sys.executable, "-m", "robomimic.scripts.train", "--config", cfg], env_extra=env)
+    assert rc == 0, out[-3000:]
+    assert_trained(out, tmp_path, "toy", "robomimic data backend: toy_batches [train] toy batches over "
+                                         "SequenceDataset, tag=hello")
+    assert "[toy_batches] batch 3" in out  # the epoch loop pulled batches from the backend itself

@@ -1,0 +1,118 @@
+import os
+import pickle
+
+import numpy as np
+import pytest
+
+from robo_loaders_plugin.backends.compressed_cache.store import EpisodeStore, MemoryBudgetExceeded, StoreError, \
+    StoreWriter
+from robo_loaders_plugin.codecs import FrameCodec
+from robo_loaders_plugin.codecs.frames import CodecError
+from robo_loaders_plugin.units import format_bytes, parse_bytes
+
+
+def frames(n=5, seed=0):
+    rng = np.random.default_rng(seed)
+    base = np.add.outer(np.arange(24), np.arange(24))[..., None].repeat(3, -1)
+    return np.stack([(base + i + rng.integers(0, 3, base.shape)).astype(np.uint8) for i in range(n)])
+
+
+@pytest.mark.parametrize("codec", ["lz4", "lz4hc", "zstd", "blosclz"])
+@pytest.mark.parametrize("filt", ["none", "shuffle", "bitshuffle"])
+def test_codec_roundtrip(codec, filt):
+    c = FrameCodec(codec, 5, filt)
+    for dtype in (np.uint8, np.float32, np.int64):
+        f = frames(1)[0].astype(dtype)
+        out = np.empty_like(f)
+        c.decompress_into(c.compress(f), out)
+        assert out.tobytes() == f.tobytes()
+
+
+def test_codec_errors():
+    with pytest.raises(CodecError, match="unknown codec"):
+        FrameCodec("gzip")
+    with pytest.raises(CodecError, match="level"):
+        FrameCodec("lz4", 12)
+    c = FrameCodec()
+    blob = c.compress(frames(1)[0])
+    with pytest.raises(CodecError, match="expected"):
+        c.decompress_into(blob, np.empty(10, np.uint8))
+    with pytest.raises(CodecError, match="corrupt"):
+        c.decompress_into(b"\x00" * 40, np.empty(10, np.uint8))
+
+
+def build(path, **kw):
+    w = StoreWriter(str(path), FrameCodec(), **kw)
+    eps = []
+    for e in range(3):
+        img = frames(4 + e, seed=e)
+        low = np.arange((4 + e) * 2, dtype=np.float64).reshape(-1, 2) + e
+        w.add_episode(f"demo_{e}", {"img": img, "low": low}, compressed={"img"})
+        eps.append((img, low))
+    w.finish({"fingerprint": "abc"})
+    return eps
+
+
+def test_store_roundtrip_and_pickle(tmp_path):
+    path = tmp_path / "s.rlc"
+    eps = build(path, workers=2)
+    assert os.listdir(tmp_path) == ["s.rlc"]
+    st = EpisodeStore(str(path))
+    assert st.meta["fingerprint"] == "abc" and len(st.episodes) == 3
+    starts, ends = st.blob_bounds("img")
+    assert len(starts) == 4 + 5 + 6
+    out = np.empty((15, 24, 24, 3), np.uint8)
+    st.decode_frames(starts.tolist(), ends.tolist(), out, list(range(15)))
+    assert out.tobytes() == np.concatenate([e[0] for e in eps]).tobytes()
+    assert st.raw(2, "low").tobytes() == eps[2][1].tobytes()
+    assert not st.raw(0, "low").flags.writeable
+    st2 = pickle.loads(pickle.dumps(st))
+    assert len(pickle.dumps(st)) < 200
+    assert st2.raw(1, "low").tobytes() == eps[1][1].tobytes()
+    assert st.stats["compressed_nbytes"] > 0 and st.stats["decoded_frame_nbytes"] == out.nbytes
+
+
+def test_store_rejects_truncated_and_corrupt(tmp_path):
+    path = tmp_path / "s.rlc"
+    build(path)
+    data = path.read_bytes()
+    bad = tmp_path / "truncated.rlc"
+    bad.write_bytes(data[: len(data) // 2])
+    with pytest.raises(StoreError, match="truncated or corrupt"):
+        EpisodeStore(str(bad))
+    bad.write_bytes(b"NOTSTORE" + data[8:])
+    with pytest.raises(StoreError, match="bad magic"):
+        EpisodeStore(str(bad))
+    hdr = data.rfind(b'"episodes"')
+    bad.write_bytes(data[:hdr] + b"X" + data[hdr + 1:])
+    with pytest.raises(StoreError, match="checksum"):
+        EpisodeStore(str(bad))
+    # a frame blob damaged in the data region is caught when its table is loaded
+    st = EpisodeStore(str(path))
+    s0 = int(st.blob_bounds("img")[0][0])
+    st.close()
+    bad.write_bytes(data[:s0] + b"\xff" * 16 + data[s0 + 16:])
+    with pytest.raises(CodecError, match="corrupt compressed frame"):
+        EpisodeStore(str(bad)).blob_bounds("img")
+    with pytest.raises(StoreError, match="gone"):
+        EpisodeStore(str(tmp_path / "missing.rlc"))
+
+
+def test_budget_and_abort_leave_nothing(tmp_path):
+    path = tmp_path / "s.rlc"
+    with pytest.raises(MemoryBudgetExceeded, match="max_memory"):
+        w = StoreWriter(str(path), FrameCodec(), max_bytes=500)
+        try:
+            w.add_episode("demo_0", {"img": frames(8)}, compressed={"img"})
+        except BaseException:
+            w.abort()
+            raise
+    assert os.listdir(tmp_path) == []
+
+
+def test_units():
+    assert parse_bytes("2GB") == 2_000_000_000 and parse_bytes("512MiB") == 512 * 2**20 and parse_bytes(10) == 10
+    for bad in ("lots", True, -1, "3 parsecs"):
+        with pytest.raises(ValueError):
+            parse_bytes(bad, "max_memory")
+    assert format_bytes(1536) == "1.5 KiB"
