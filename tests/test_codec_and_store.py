@@ -116,3 +116,23 @@ def test_units():
         with pytest.raises(ValueError):
             parse_bytes(bad, "max_memory")
     assert format_bytes(1536) == "1.5 KiB"
+
+
+def test_buffer_pool_never_hands_out_a_buffer_in_use():
+    import torch
+
+    from robo_loaders_plugin.buffers import BufferPool
+
+    pool = BufferPool(max_per_shape=4)
+    a = pool.empty((4, 3), np.uint8)
+    b = pool.empty((4, 3), np.uint8)
+    assert a is not b
+    t = torch.from_numpy(a[1:])  # a tensor on a view keeps the buffer busy
+    del a
+    c = pool.empty((4, 3), np.uint8)
+    assert c is not b and c.base is None and not np.shares_memory(c, t.numpy())
+    del b, c
+    d = pool.empty((4, 3), np.uint8)  # b or c is free again: recycled, no new allocation
+    assert len(pool._free[((4, 3), np.dtype(np.uint8).str)]) == 3
+    del t, d
+    assert all(pool.empty((4, 3), np.uint8) is not None for _ in range(10))

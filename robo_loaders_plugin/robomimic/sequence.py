@@ -13,6 +13,7 @@ import torch
 import torch.utils.data
 
 from robo_loaders_plugin.backends.compressed_cache.store import EpisodeStore
+from robo_loaders_plugin.buffers import BufferPool
 
 
 def sequence_counts(lengths, frame_stack: int, seq_length: int, pad_frame_stack: bool, pad_seq_length: bool):
@@ -81,6 +82,7 @@ class StoreSequenceDataset(torch.utils.data.Dataset):
         self._ep_start = np.concatenate([[0], np.cumsum(self._lengths)[:-1]]).astype(np.int64)
         self._flat = {}
         self._bounds = {}
+        self._pool = BufferPool()
         # per key: (store field name, dtype, frame shape, compressed?) — identical for every demo
         self._fields = {}
         for name in self._field_names():
@@ -134,7 +136,7 @@ class StoreSequenceDataset(torch.utils.data.Dataset):
         if bounds is None:
             bounds = self._bounds[name] = self.store.blob_bounds(name)
         B, T = pos.shape
-        out = np.empty((B, T) + shape, dtype=dtype)
+        out = self._pool.empty((B, T) + shape, dtype)
         flat = out.reshape((B * T,) + shape)
         g = (self._ep_start[ep][:, None] + pos).reshape(-1)
         fresh = np.ones(B * T, dtype=bool)
