@@ -236,12 +236,12 @@ class EpisodeStore:
             self._tables[(ep, key)] = t
         return t
 
-    def blob_bounds(self, key: str) -> tuple[np.ndarray, np.ndarray]:
-        """Absolute (start, end) file offsets of every frame blob of ``key``, all episodes concatenated, so a
-        batch's blobs are located with one vectorised index. Checks each blob's declared size once, here, so the
-        hot path can skip it."""
+    def blob_bounds(self, key: str, episodes=None) -> tuple[np.ndarray, np.ndarray]:
+        """Absolute (start, end) file offsets of every frame blob of ``key`` in ``episodes`` (default: all), in
+        that order, so a batch's blobs are located with one vectorised index. Checks each blob's declared size
+        once, here, so the hot path can skip it."""
         starts, ends = [], []
-        for ep in range(len(self.episodes)):
+        for ep in (range(len(self.episodes)) if episodes is None else episodes):
             d = self.field(ep, key)
             table = self._table(ep, key, d)
             starts.append(d["offset"] + table[:-1])
