@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml Makefile scripts/find_python312.sh
 	fi; \
 	echo "[setup] installing torch, LeRobot, torchdata, torchcodec"; \
 	$(PIP) install -U pip "setuptools>=71,<82" wheel; \
-	$(PIP) install $(TORCH_PINS) "lerobot[dataset]==0.6.1" torchdata==0.11.0 "torchcodec>=0.11,<0.12"; \
+	$(PIP) install $(TORCH_PINS) "lerobot[dataset,training]==0.6.1" torchdata==0.11.0 "torchcodec>=0.11,<0.12"; \
 	echo "[setup] installing robomimic 0.3.0 (egl_probe needs CMAKE_POLICY_VERSION_MINIMUM under CMake 4)"; \
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" CMAKE_POLICY_VERSION_MINIMUM=3.5 $(PIP) install --no-build-isolation egl_probe; \
 	$(PIP) install $(TORCH_PINS) robomimic==0.3.0 six; \

@@ -22,3 +22,32 @@ def shared_hdf5():
     if not os.path.exists(SHARED_HDF5):
         pytest.skip(f"{SHARED_HDF5} absent (../shared is not beside this checkout)")
     return SHARED_HDF5
+
+
+# -- LeRobot datasets, written with LeRobot's own LeRobotDataset.create/add_frame/save_episode/finalize ----------
+LEROBOT_LENGTHS = (90, 130, 64, 150, 111)  # 545 frames: >= 500 distinct indices
+
+
+@pytest.fixture(scope="session")
+def lerobot_datasets(tmp_path_factory):
+    """AV1 1 camera (one mp4 per camera), H.264 3 cameras (several mp4 files, episodes packed in them), PNG images."""
+    from robo_loaders_plugin.sample_data.lerobot_v3 import write_lerobot_dataset
+
+    base = tmp_path_factory.mktemp("lerobot")
+    return {
+        "av1_1cam": write_lerobot_dataset(base / "av1_1cam", episode_lengths=LEROBOT_LENGTHS, cameras=1,
+                                          mode="av1", seed=1, progress=False),
+        "h264_3cam_multifile": write_lerobot_dataset(base / "h264_3cam", episode_lengths=LEROBOT_LENGTHS, cameras=3,
+                                                     mode="h264", seed=2, video_files_size_in_mb=0.05,
+                                                     progress=False),
+        "png_1cam": write_lerobot_dataset(base / "png_1cam", episode_lengths=LEROBOT_LENGTHS, cameras=1,
+                                          mode="png", seed=3, progress=False),
+    }
+
+
+@pytest.fixture(scope="session")
+def shared_lerobot():
+    path = os.path.join(os.path.dirname(SHARED_HDF5), "robosuite_lift_84_20demos_lerobot")
+    if not os.path.isdir(path):
+        pytest.skip(f"{path} absent (../shared is not beside this checkout)")
+    return path

@@ -22,17 +22,19 @@ def robo_loaders_backends():
         BackendSpec(
             name="native",
             description="the framework's own loader (robomimic SequenceDataset / LeRobotDataset), unchanged",
-            frameworks=("robomimic",),
+            frameworks=("robomimic", "lerobot"),
             kind=SAMPLE,
-            factories={"robomimic": "robo_loaders_plugin.robomimic.factories:native_dataset"},
+            factories={"robomimic": "robo_loaders_plugin.robomimic.factories:native_dataset",
+                       "lerobot": "robo_loaders_plugin.lerobot.factories:native_dataset"},
         ),
         BackendSpec(
             name="compressed_cache",
-            description="each episode read once; camera frames kept lossless-compressed in one RAM file "
-                        "shared by all workers",
-            frameworks=("robomimic",),
+            description="each episode read (video decoded) once; camera frames kept lossless-compressed in one "
+                        "RAM file shared by all workers",
+            frameworks=("robomimic", "lerobot"),
             kind=SAMPLE,
-            factories={"robomimic": "robo_loaders_plugin.robomimic.factories:compressed_cache_dataset"},
+            factories={"robomimic": "robo_loaders_plugin.robomimic.factories:compressed_cache_dataset",
+                       "lerobot": "robo_loaders_plugin.lerobot.factories:compressed_cache_dataset"},
             options=COMPRESSED_CACHE_OPTIONS,
         ),
     ]

@@ -54,8 +54,9 @@ def summarize(store: EpisodeStore, n_episodes: int, n_samples: int, reused: bool
     st = store.stats
     ratio = st["decoded_frame_nbytes"] / st["compressed_nbytes"] if st["compressed_nbytes"] else float("nan")
     where = f"{'reused ' if reused else ''}{store.path}"
+    codec = store.header.get("codec", {}).get("codec", "?")
     return (f"{n_episodes} episodes, {n_samples} samples, cache {format_bytes(store.file_nbytes)} "
-            f"(frames {format_bytes(st['decoded_frame_nbytes'])} -> {format_bytes(st['compressed_nbytes'])}, "
+            f"({codec}: frames {format_bytes(st['decoded_frame_nbytes'])} -> {format_bytes(st['compressed_nbytes'])}, "
             f"{ratio:.2f}x; low-dim {format_bytes(st['raw_nbytes'])}) at {where}")
 
 

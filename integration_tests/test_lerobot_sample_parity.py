@@ -1,0 +1,85 @@
+"""compressed_cache vs LeRobotDataset[i], tensor by tensor (>= 500 random indices per dataset and setting)."""
+import pickle
+import zlib
+
+import pytest
+import torch
+
+from lerobot_helpers import REPO, random_indices, same_item
+
+from robo_loaders_plugin.lerobot.dataset import StoreLeRobotDataset
+from robo_loaders_plugin.lerobot.factories import compressed_cache_dataset
+from robo_loaders_plugin.lerobot.presets import delta_timestamps
+
+SETTINGS = [("none", True), ("act", True), ("diffusion", True), ("diffusion", False), ("act", False)]
+
+
+def native(root, preset="none", return_uint8=True, repo=REPO, **kw):
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset, LeRobotDatasetMetadata
+
+    meta = LeRobotDatasetMetadata(repo, root=root)
+    return LeRobotDataset(repo, root=root, delta_timestamps=delta_timestamps(preset, meta),
+                          return_uint8=return_uint8, **kw)
+
+
+@pytest.mark.parametrize("name", ["av1_1cam", "h264_3cam_multifile", "png_1cam"])
+@pytest.mark.parametrize("preset,return_uint8", SETTINGS)
+def test_same_items_as_lerobot_dataset(lerobot_datasets, name, preset, return_uint8):
+    nat = native(lerobot_datasets[name], preset, return_uint8)
+    ours = compressed_cache_dataset(nat)
+    assert isinstance(ours, StoreLeRobotDataset)
+    assert len(ours) == len(nat) == ours.num_frames and ours.num_episodes == nat.num_episodes
+    for i in random_indices(len(nat), 500, seed=zlib.crc32(f"{name}{preset}".encode())):
+        same_item(ours[i], nat[i], f"{name}/{preset}[{i}]")
+
+
+def test_episode_filter(lerobot_datasets):
+    nat = native(lerobot_datasets["h264_3cam_multifile"], "diffusion", episodes=[1, 3, 4])
+    ours = compressed_cache_dataset(nat)
+    assert ours.episodes == [1, 3, 4] and len(ours) == len(nat) == 130 + 150 + 111
+    assert ours.absolute_to_relative_idx == nat.absolute_to_relative_idx is not None
+    for i in random_indices(len(nat), 500, seed=4):
+        same_item(ours[i], nat[i], f"episodes[{i}]")
+
+
+def test_image_transforms_applied_the_same_way(lerobot_datasets):
+    from lerobot.transforms import ImageTransforms, ImageTransformsConfig
+
+    tf = ImageTransforms(ImageTransformsConfig(enable=True, max_num_transforms=3, random_order=True))
+    nat = native(lerobot_datasets["av1_1cam"], "diffusion", image_transforms=tf)
+    ours = compressed_cache_dataset(nat)
+    for i in random_indices(len(nat), 100, seed=5):
+        torch.manual_seed(i)
+        a = ours[i]
+        torch.manual_seed(i)
+        b = nat[i]
+        same_item(a, b, f"transforms[{i}]")
+
+
+def test_real_renders(shared_lerobot):
+    """The simulator-rendered Lift dataset in ../shared (AV1, 2 cameras 84x84)."""
+    nat = native(shared_lerobot, "diffusion", repo="local/robosuite_lift")
+    ours = compressed_cache_dataset(nat)
+    for i in random_indices(len(nat), 500, seed=6):
+        same_item(ours[i], nat[i], f"shared[{i}]")
+    st = ours.store.stats
+    assert st["compressed_nbytes"] * 2 < st["decoded_frame_nbytes"]  # "below half of the raw decoded frames"
+
+
+def test_pickles_small_and_works_in_spawn_workers(lerobot_datasets):
+    from lerobot.datasets import EpisodeAwareSampler
+
+    nat = native(lerobot_datasets["av1_1cam"], "act")
+    ours = compressed_cache_dataset(nat)
+    assert len(pickle.dumps(ours)) < ours.store.file_nbytes  # a path and small arrays, not the frames
+
+    def batches(ds, workers):
+        sampler = EpisodeAwareSampler(ds.meta.episodes["dataset_from_index"], ds.meta.episodes["dataset_to_index"],
+                                      episode_indices_to_use=ds.episodes, shuffle=True, seed=11,
+                                      absolute_to_relative_idx=ds.absolute_to_relative_idx)
+        kw = dict(multiprocessing_context="spawn", persistent_workers=True) if workers else {}
+        dl = torch.utils.data.DataLoader(ds, batch_size=16, sampler=sampler, num_workers=workers, **kw)
+        return [b for _, b in zip(range(6), dl)]
+
+    for a, b in zip(batches(ours, 2), batches(nat, 0)):
+        same_item(a, b, "batch")

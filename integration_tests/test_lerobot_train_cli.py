@@ -1,0 +1,96 @@
+"""The real ``lerobot-train`` console script in a subprocess (CPU, local --dataset.root, no Hub)."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from lerobot_helpers import REPO
+
+BIN = os.path.dirname(sys.executable)
+
+
+def lerobot_train(root, out, *extra, env_extra=None, steps=3):
+    args = [os.path.join(BIN, "lerobot-train"), f"--dataset.repo_id={REPO}", f"--dataset.root={root}",
+            "--policy.type=act", "--policy.pretrained_backbone_weights=null", "--policy.device=cpu",
+            "--policy.push_to_hub=false", "--policy.dim_model=32", "--policy.n_heads=2",
+            "--policy.dim_feedforward=64", "--policy.chunk_size=10", "--policy.n_action_steps=10",
+            f"--steps={steps}", "--batch_size=4", "--num_workers=1", f"--save_freq={steps}", "--log_freq=1",
+            "--wandb.enable=false", f"--output_dir={out}", *extra]
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1",
+               PATH=BIN + os.pathsep + os.environ.get("PATH", ""))
+    env.pop("ROBO_LOADERS_DISABLE", None)
+    env.update(env_extra or {})
+    p = subprocess.run(args, capture_output=True, text=True, env=env, timeout=600)
+    return p.returncode, p.stdout + p.stderr
+
+
+def saved_dataset_config(out, step):
+    path = os.path.join(out, "checkpoints", f"{step:06d}", "pretrained_model", "train_config.json")
+    assert os.path.exists(path), f"no checkpoint at {path}"
+    with open(path) as f:
+        return json.load(f)["dataset"]
+
+
+@pytest.fixture(scope="module")
+def root(lerobot_datasets):
+    return lerobot_datasets["av1_1cam"]
+
+
+def test_backend_flag_trains_and_is_saved_then_resumes(root, tmp_path):
+    out = str(tmp_path / "run")
+    rc, log = lerobot_train(root, out, "--dataset.backend=compressed_cache",
+                            '--dataset.backend_kwargs={"codec": "zstd", "level": 3}')
+    assert rc == 0, log[-3000:]
+    assert f"[robo-loaders] lerobot data backend: compressed_cache [{REPO}]" in log and "(zstd:" in log, log[-3000:]
+    saved = saved_dataset_config(out, 3)
+    assert saved["backend"] == "compressed_cache" and saved["backend_kwargs"] == {"codec": "zstd", "level": 3}
+    # --resume from the saved config: the backend comes back with no flag
+    cfg = os.path.join(out, "checkpoints", "000003", "pretrained_model", "train_config.json")
+    rc, log = lerobot_train(root, out, f"--config_path={cfg}", "--resume=true", steps=5)
+    assert rc == 0, log[-3000:]
+    assert "lerobot data backend: compressed_cache" in log
+    assert saved_dataset_config(out, 5)["backend"] == "compressed_cache"
+
+
+def test_without_flag_lerobot_is_unchanged(root, tmp_path):
+    out = str(tmp_path / "native")
+    rc, log = lerobot_train(root, out)
+    assert rc == 0, log[-3000:]
+    assert "[robo-loaders]" not in log
+    assert saved_dataset_config(out, 3)["backend"] == "native"
+    rc, log = lerobot_train(root, str(tmp_path / "explicit"), "--dataset.backend=native")
+    assert rc == 0 and "[robo-loaders]" not in log, log[-3000:]
+
+
+def test_eval_split_serves_both_splits(root, tmp_path):
+    rc, log = lerobot_train(root, str(tmp_path / "split"), "--dataset.backend=compressed_cache",
+                            "--dataset.eval_split=0.4")
+    assert rc == 0, log[-3000:]
+    lines = [l for l in log.splitlines() if "lerobot data backend: compressed_cache" in l]
+    assert len(lines) == 2, lines  # the train and eval datasets, not the unsplit one
+
+
+def test_hook_disabled_flag_unknown_then_discover_packages_path(root, tmp_path):
+    off = {"ROBO_LOADERS_DISABLE": "1"}
+    rc, log = lerobot_train(root, str(tmp_path / "off"), "--dataset.backend=compressed_cache", env_extra=off)
+    assert rc != 0 and "backend" in log, log[-2000:]
+    rc, log = lerobot_train(root, str(tmp_path / "discover"), "--dataset.backend=compressed_cache",
+                            "--dataset.discover_packages_path=robo_loaders_plugin", env_extra=off)
+    assert rc == 0, log[-3000:]
+    assert "lerobot data backend: compressed_cache" in log
+
+
+def test_unknown_backend_fails_at_parse_time(root, tmp_path):
+    rc, log = lerobot_train(root, str(tmp_path / "typo"), "--dataset.backend=compresed_cache")
+    assert rc == 1, log[-2000:]
+    assert "unknown data backend 'compresed_cache'" in log and "compressed_cache" in log and "native" in log
+    assert "Creating dataset" not in log
+
+
+def test_bad_backend_kwargs_fail_at_parse_time(root, tmp_path):
+    rc, log = lerobot_train(root, str(tmp_path / "kw"), "--dataset.backend=compressed_cache",
+                            '--dataset.backend_kwargs={"codek": "zstd"}')
+    assert rc == 1 and "codek" in log and "valid options" in log, log[-2000:]
+    assert "Creating dataset" not in log

@@ -1,0 +1,152 @@
+"""``LeRobotDataset`` samples served from an episode store (compressed_cache for LeRobot).
+
+Reproduces LeRobot 0.6.1 ``DatasetReader.get_item``: the HF row as tensors, ``delta_timestamps`` windows clamped
+to the episode with ``<key>_is_pad`` masks, video frames for the (clamped) query rows, ``return_uint8``, image
+transforms on every non-depth camera key, and the ``task`` string, with the keys in LeRobot's order. Frames come
+from the store (decoded once at build time) instead of a video decoder per sample.
+
+The object is self-contained and picklable (LeRobot 0.6.1 starts DataLoader workers with ``spawn``): it pickles
+as the store path, small arrays and the native dataset it was built from (whose HF table pickles by file).
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.utils.data
+
+from robo_loaders_plugin.backends.compressed_cache.store import EpisodeStore
+
+
+class StoreLeRobotDataset(torch.utils.data.Dataset):
+    def __init__(self, native, store: EpisodeStore, *, columns: list[str], video_keys: list[str],
+                 image_keys: list[str], store_owner=None, backend_name: str = "compressed_cache"):
+        super().__init__()
+        self._native = native  # the LeRobotDataset this one mirrors: meta, episode selection, HF table
+        self.meta = native.meta
+        self.repo_id = native.repo_id
+        self.root = native.root
+        self.episodes = native.episodes
+        self.image_transforms = native.reader._image_transforms
+        self.delta_indices = native.reader.delta_indices
+        self.tolerance_s = native.reader._tolerance_s
+        self.return_uint8 = bool(native.reader._return_uint8)
+        self.store = store
+        self._store_owner = store_owner
+        self.backend_name = backend_name
+        self._columns = list(columns)
+        self._video_keys = list(video_keys)
+        self._image_keys = list(image_keys)
+        self._camera_keys = [k for k in self.meta.camera_keys if k not in self.meta.depth_keys]
+        self._tasks = [str(t) for t in self.meta.tasks.index]
+        self._col_unit = 0  # store unit 0 holds every tabular column; units 1.. hold each episode's frames
+        n = store.episodes[0]["length"]
+        self._num_rows = n
+        idx = store.raw(0, "index")
+        ep_index = store.raw(0, "episode_index")
+        self._abs_index = idx
+        self._episode_index = ep_index
+        ep_start, ep_end = {}, {}
+        for ep in sorted(set(ep_index.tolist())):
+            e = self.meta.episodes[ep]
+            ep_start[ep], ep_end[ep] = int(e["dataset_from_index"]), int(e["dataset_to_index"])
+        self._ep_bounds = (np.array([ep_start[e] for e in ep_index.tolist()], dtype=np.int64),
+                           np.array([ep_end[e] for e in ep_index.tolist()], dtype=np.int64))
+        self._bounds = {}
+
+    # -- what lerobot-train and EpisodeAwareSampler use ----------------------------------------------------------
+    def __len__(self):
+        return self._num_rows
+
+    @property
+    def num_frames(self) -> int:
+        return self._num_rows
+
+    @property
+    def num_episodes(self) -> int:
+        return len(self.episodes) if self.episodes is not None else self.meta.total_episodes
+
+    @property
+    def fps(self):
+        return self.meta.fps
+
+    @property
+    def features(self):
+        return self.meta.features
+
+    @property
+    def absolute_to_relative_idx(self):
+        return self._native.absolute_to_relative_idx
+
+    @property
+    def hf_dataset(self):
+        return self._native.hf_dataset
+
+    @property
+    def video_frame_keys(self):
+        return list(self._video_keys)
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_bounds"] = {}
+        return state
+
+    def __repr__(self):
+        return (f"{type(self).__name__}(backend={self.backend_name}, repo_id={self.repo_id!r}, "
+                f"episodes={self.num_episodes}, frames={self.num_frames}, store={self.store.path})")
+
+    # -- samples -----------------------------------------------------------------------------------------------
+    def _frames(self, key: str, rows: np.ndarray) -> np.ndarray:
+        bounds = self._bounds.get(key)
+        if bounds is None:
+            bounds = self._bounds[key] = self.store.blob_bounds(key, range(1, len(self.store.episodes)))
+        dtype, shape, _ = self.store.frame_info(1, key)
+        out = np.empty((len(rows),) + shape, dtype=dtype)
+        self.store.decode_frames(bounds[0][rows].tolist(), bounds[1][rows].tolist(), out, range(len(rows)))
+        return out
+
+    def _column(self, name: str, rows) -> torch.Tensor:
+        return torch.from_numpy(np.array(self.store.raw(self._col_unit, name)[rows]))
+
+    def _image(self, key: str, rows) -> torch.Tensor:
+        # what torchvision's ToTensor does to a uint8 image (LeRobot decodes PNG columns with it)
+        return torch.from_numpy(self._frames(key, np.atleast_1d(rows))).to(dtype=torch.float32).div(255)
+
+    def __getitem__(self, idx):
+        i = int(idx)
+        if not 0 <= i < self._num_rows:
+            raise IndexError(f"index {idx} out of range for {self._num_rows} frames")
+        item = {}
+        for name in self._columns:
+            item[name] = self._image(name, i)[0] if name in self._image_keys else self._column(name, i)
+        query_rows = {}
+        if self.delta_indices is not None:
+            abs_idx = int(self._abs_index[i])
+            start, end = int(self._ep_bounds[0][i]), int(self._ep_bounds[1][i])
+            padding = {}
+            for key, deltas in self.delta_indices.items():
+                d = np.asarray(deltas, dtype=np.int64)
+                q = np.clip(abs_idx + d, start, end - 1)
+                padding[f"{key}_is_pad"] = torch.BoolTensor(((abs_idx + d < start) | (abs_idx + d >= end)).tolist())
+                query_rows[key] = i + (q - abs_idx)  # an episode's rows are contiguous
+            results = {}
+            for key, rows in query_rows.items():
+                if key in self._video_keys:
+                    continue
+                results[key] = self._image(key, rows) if key in self._image_keys else self._column(key, rows)
+            item = {**item, **padding}
+            for key, val in results.items():
+                item[key] = val
+        if self._video_keys:
+            frames = {}
+            for key in self._video_keys:
+                rows = query_rows.get(key, np.array([i], dtype=np.int64))
+                t = torch.from_numpy(self._frames(key, rows))
+                if not self.return_uint8:
+                    t = t.type(torch.float32) / 255
+                frames[key] = t.squeeze(0)
+            item = {**frames, **item}
+        if self.image_transforms is not None:
+            for cam in self._camera_keys:
+                item[cam] = self.image_transforms(item[cam])
+        item["task"] = self._tasks[int(item["task_index"].item())]
+        return item
