@@ -55,6 +55,41 @@ def sample_data_robomimic(out, demos, image_size, cameras, seed, min_length, max
     click.echo(f"wrote {out}")
 
 
+@sample_data.command("lerobot")
+@click.argument("out", type=click.Path(file_okay=False))
+@click.option("--repo-id", default="local/sample", show_default=True)
+@click.option("--episodes", default=5, show_default=True, type=click.IntRange(min=1))
+@click.option("--min-length", default=40, show_default=True, type=click.IntRange(min=2))
+@click.option("--max-length", default=60, show_default=True, type=click.IntRange(min=2))
+@click.option("--cameras", default=1, show_default=True, type=click.IntRange(min=0))
+@click.option("--image-size", default="84x84", show_default=True, help="HxW")
+@click.option("--codec", type=click.Choice(["av1", "h264", "png"]), default="av1", show_default=True,
+              help="av1 (LeRobot's default) or h264 video, or png images in the parquet files")
+@click.option("--fps", default=20, show_default=True, type=click.IntRange(min=1))
+@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--overwrite", is_flag=True)
+def sample_data_lerobot(out, repo_id, episodes, min_length, max_length, cameras, image_size, codec, fps, seed,
+                        overwrite):
+    """Write a LeRobot v3 dataset to OUT with LeRobot's own writer."""
+    import numpy as np
+
+    from robo_loaders_plugin.sample_data.lerobot_v3 import write_lerobot_dataset
+
+    try:
+        h, w = (int(x) for x in image_size.lower().split("x"))
+    except ValueError:
+        raise click.BadParameter(f"--image-size must look like 84x84, got {image_size!r}") from None
+    if min_length > max_length:
+        raise click.BadParameter(f"--min-length {min_length} > --max-length {max_length}")
+    lengths = np.random.default_rng(seed).integers(min_length, max_length + 1, size=episodes).tolist()
+    try:
+        write_lerobot_dataset(out, repo_id=repo_id, episode_lengths=lengths, cameras=cameras, image_size=(h, w),
+                              mode=codec, fps=fps, seed=seed, overwrite=overwrite)
+    except FileExistsError as exc:
+        raise click.UsageError(str(exc)) from None
+    click.echo(f"wrote {out} (repo_id {repo_id}, {sum(lengths)} frames)")
+
+
 @main.command("robomimic-train", context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
 @click.pass_context
 def robomimic_train(ctx):
@@ -107,6 +142,30 @@ def bench_robomimic_cmd(dataset, backends, seq_length, frame_stack, batch_size, 
                                   json_out, obs_keys.split(",") if obs_keys else None, echo=click.echo)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
+    if any(r.get("error") for r in payload["results"]):
+        sys.exit(1)
+
+
+@bench.command("lerobot")
+@click.option("--root", required=True, type=click.Path(exists=True, file_okay=False))
+@click.option("--repo-id", default=None, help="default: read from the dataset's meta/info.json or 'local/<dir>'")
+@click.option("--backends", default="native,compressed_cache", show_default=True)
+@click.option("--batch-size", default=64, show_default=True, type=click.IntRange(min=1))
+@click.option("--num-workers", default=2, show_default=True, type=click.IntRange(min=0))
+@click.option("--batches", default=50, show_default=True, type=click.IntRange(min=1))
+@click.option("--delta-timestamps", "preset", type=click.Choice(["none", "act", "diffusion"]), default="act",
+              show_default=True, help="act: 100-step action chunk; diffusion: 2 obs frames + actions -1..14")
+@click.option("--backend-kwargs", "backend_kwargs", multiple=True, metavar="BACKEND='{json}'")
+@click.option("--json", "json_out", type=click.Path(dir_okay=False))
+def bench_lerobot_cmd(root, repo_id, backends, batch_size, num_workers, batches, preset, backend_kwargs, json_out):
+    """samples/s, decoded frames/s, first batch, memory, latency and fetch/decode split vs LeRobotDataset."""
+    import os
+
+    from robo_loaders_plugin.bench.lerobot_bench import bench_lerobot
+
+    repo_id = repo_id or f"local/{os.path.basename(os.path.abspath(root))}"
+    payload = bench_lerobot(root, repo_id, [b.strip() for b in backends.split(",") if b.strip()], batch_size,
+                            num_workers, batches, preset, _parse_kwargs(backend_kwargs), json_out, echo=click.echo)
     if any(r.get("error") for r in payload["results"]):
         sys.exit(1)
 

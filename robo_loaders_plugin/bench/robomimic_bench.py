@@ -1,14 +1,10 @@
 """``robo-loaders bench robomimic``: each backend in its own process, memory sampled from outside."""
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 import tempfile
-import time
 
-from robo_loaders_plugin.bench.memory import TreeMemorySampler
+from robo_loaders_plugin.bench.runner import run_child
 from robo_loaders_plugin.bench.report import add_ratios, machine, table, write_json
 
 BASELINES = ["native:low_dim", "native:all"]
@@ -27,29 +23,7 @@ def parse_backend(label: str):
 def run_one(label: str, common: dict, kwargs: dict, log_dir: str, timeout: float) -> dict:
     name, mode = parse_backend(label)
     args = dict(common, label=label, backend=name, cache_mode=mode, kwargs=kwargs.get(name, {}))
-    out_path = os.path.join(log_dir, f"{label.replace(':', '_')}.json")
-    log_path = os.path.join(log_dir, f"{label.replace(':', '_')}.log")
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "robo_loaders_plugin.bench.robomimic_run", json.dumps(args),
-                                 out_path], stdout=log, stderr=subprocess.STDOUT)
-        t = time.time()
-        with TreeMemorySampler(proc.pid) as mem:
-            try:
-                rc = proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                rc = "timeout"
-    if rc != 0 or not os.path.exists(out_path):
-        with open(log_path) as f:
-            tail = f.read()[-2000:]
-        return {"backend": label, "error": f"exit {rc}; log {log_path}:\n{tail}"}
-    with open(out_path) as f:
-        res = json.load(f)
-    res.update(peak_mem_bytes=mem.peak_pss, peak_rss_sum_bytes=mem.peak_rss, shm_bytes=mem.peak_shm,
-               wall_s=time.time() - t)
-    # what loading data costs on top of the interpreter, torch and robomimic (about 0.9 GB with CUDA-build torch)
-    res["data_mem_bytes"] = max(0, res["peak_mem_bytes"] - res["baseline_pss_bytes"])
-    return res
+    return run_child("robo_loaders_plugin.bench.robomimic_run", args, label, log_dir, timeout)
 
 
 def bench_robomimic(dataset: str, backends: list[str], seq_length: int, frame_stack: int, batch_size: int,

@@ -7,7 +7,8 @@ import sys
 import time
 
 import numpy as np
-import psutil
+
+from robo_loaders_plugin.bench.runner import baseline_pss, time_loader
 
 
 def image_and_low_dim_keys(path: str):
@@ -55,7 +56,7 @@ def run(a: dict) -> dict:
     np.random.seed(0)
     config, obs_keys = make_config(a)
     ObsUtils.initialize_obs_utils_with_config(config)
-    baseline = psutil.Process().memory_full_info().pss  # interpreter + torch + robomimic, before any data
+    baseline = baseline_pss()  # interpreter + torch + robomimic, before any data
     t = time.perf_counter()
     ds = dataset_factory(config, obs_keys)
     build_s = time.perf_counter() - t
@@ -63,30 +64,9 @@ def run(a: dict) -> dict:
     # exactly the DataLoader robomimic's train() builds, and what the patched run_epoch iterates instead
     loader = epoch_loader(torch.utils.data.DataLoader(ds, sampler=None, batch_size=bs, shuffle=True,
                                                       num_workers=nw, drop_last=True))
-    t = time.perf_counter()
-    it = iter(loader)
-    batch = next(it)
-    first = time.perf_counter() - t
-    lat = []
-    nbytes = 0
-    for _ in range(a["batches"]):
-        t = time.perf_counter()
-        try:
-            batch = next(it)
-        except StopIteration:  # robomimic re-iterates (and restarts workers) every pass
-            it = iter(loader)
-            batch = next(it)
-        lat.append(time.perf_counter() - t)
-    for v in batch["obs"].values():
-        nbytes += v.element_size() * v.nelement()
-    lat_ms = np.array(lat) * 1e3
-    return {
-        "backend": a["label"], "build_s": build_s, "first_batch_s": first,
-        "samples_per_s": a["batches"] * bs / float(np.sum(lat)),
-        "batch_latency_ms": {p: float(np.percentile(lat_ms, int(p[1:]))) for p in ("p50", "p95", "p99")},
-        "num_samples": len(ds), "baseline_pss_bytes": baseline, "batch_obs_bytes": nbytes,
-        "summary": getattr(ds, "build_summary", None),
-    }
+    timing = time_loader(loader, a["batches"], lambda b: len(b["actions"]))
+    return dict(timing, build_s=build_s, num_samples=len(ds), baseline_pss_bytes=baseline,
+                summary=getattr(ds, "build_summary", None))
 
 
 def main():

@@ -1,0 +1,55 @@
+"""The benchmark commands run end to end and report what the README table needs (tiny settings: this checks the
+plumbing, not speed; speed is measured by benchmarks/, never asserted in tests)."""
+import json
+import os
+import subprocess
+import sys
+
+BIN = os.path.dirname(sys.executable)
+
+
+def run(args):
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    p = subprocess.run([os.path.join(BIN, "robo-loaders"), *args], capture_output=True, text=True, env=env,
+                       timeout=900)
+    return p.returncode, p.stdout + p.stderr
+
+
+def test_bench_robomimic(tiny_hdf5, tmp_path):
+    out = tmp_path / "r.json"
+    rc, log = run(["bench", "robomimic", "--dataset", tiny_hdf5, "--seq-length", "5", "--batch-size", "8",
+                   "--num-workers", "0", "--batches", "3", "--json", str(out)])
+    assert rc == 0, log[-3000:]
+    data = json.loads(out.read_text())
+    assert [r["backend"] for r in data["results"]] == ["native:low_dim", "native:all", "compressed_cache"]
+    for r in data["results"]:
+        for k in ("samples_per_s", "first_batch_s", "peak_mem_bytes", "data_mem_bytes", "build_s"):
+            assert r[k] >= 0, (k, r)
+        assert set(r["batch_latency_ms"]) == {"p50", "p95", "p99"}
+        assert r["ratios"]["samples_per_s_vs_native:low_dim"] > 0
+    assert "vs native:all" in log
+
+
+def test_bench_lerobot(lerobot_datasets, tmp_path):
+    out = tmp_path / "l.json"
+    rc, log = run(["bench", "lerobot", "--root", str(lerobot_datasets["av1_1cam"]), "--repo-id", "local/sample",
+                   "--batch-size", "8", "--num-workers", "0", "--batches", "3", "--delta-timestamps", "diffusion",
+                   "--json", str(out)])
+    assert rc == 0, log[-3000:]
+    data = json.loads(out.read_text())
+    native, cc = data["results"]
+    assert native["backend"] == "native" and cc["backend"] == "compressed_cache"
+    assert cc["frames_per_sample"] == 2 and cc["decoded_frames_per_s"] > 0 and cc["cache_bytes"] > 0
+    assert native["decode_ms_per_sample"] > 0 and "samples_per_s_vs_native" in cc["ratios"]
+
+
+def test_sample_data_lerobot_cli(tmp_path):
+    rc, log = run(["sample-data", "lerobot", str(tmp_path / "d"), "--episodes", "2", "--min-length", "5",
+                   "--max-length", "8", "--image-size", "16x24", "--codec", "h264", "--cameras", "2"])
+    assert rc == 0, log
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    ds = LeRobotDataset("local/sample", root=tmp_path / "d")
+    assert ds.num_episodes == 2 and ds[0]["observation.images.cam1"].shape == (3, 16, 24)
+    rc, log = run(["sample-data", "lerobot", str(tmp_path / "d")])
+    assert rc != 0 and "exists" in log

@@ -1,0 +1,128 @@
+"""Clear errors on bad LeRobot input, naming the file and episode; the library entry points."""
+import glob
+import os
+import shutil
+import types
+
+import pyarrow.parquet as pq
+import pytest
+
+from lerobot_helpers import REPO, random_indices, same_item
+
+from robo_loaders_plugin.lerobot.factories import compressed_cache_dataset
+from robo_loaders_plugin.spec import BackendOptionError, RoboLoadersError, UnknownBackendError
+
+
+@pytest.fixture
+def copy_of(lerobot_datasets, tmp_path):
+    """A private copy (each test damages its own; LeRobot caches decoders per path, so paths stay unique)."""
+    def make(name):
+        dst = tmp_path / name
+        shutil.copytree(lerobot_datasets[name], dst)
+        return dst
+    return make
+
+
+def native(root, **kw):
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    return LeRobotDataset(REPO, root=root, **kw)
+
+
+def test_missing_video_file(copy_of):
+    root = copy_of("h264_3cam_multifile")
+    nat = native(root)
+    victim = sorted(glob.glob(str(root / "videos" / "observation.images.cam1" / "*" / "file-001.mp4")))[0]
+    os.remove(victim)
+    with pytest.raises(RoboLoadersError, match=r"file-001\.mp4.*episode 4.*cam1.*missing"):
+        compressed_cache_dataset(nat)
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garbage"])
+def test_corrupt_or_truncated_mp4(copy_of, damage):
+    root = copy_of("av1_1cam")
+    nat = native(root)
+    path = glob.glob(str(root / "videos" / "*" / "*" / "file-000.mp4"))[0]
+    data = open(path, "rb").read()
+    with open(path, "wb") as f:
+        f.write(data[: len(data) // 3] if damage == "truncate" else b"\x00garbage" * 100)
+    with pytest.raises(RoboLoadersError, match=r"file-000\.mp4.*episode \d+.*(truncated or corrupt)"):
+        compressed_cache_dataset(nat)
+
+
+def test_timestamps_out_of_tolerance(copy_of):
+    """A shifted timestamp: LeRobotDataset fails on that sample only; the backend fails at build time, naming
+    the video file and the episode."""
+    from lerobot.datasets.video_utils import FrameTimestampError
+
+    root = copy_of("av1_1cam")
+    data_file = glob.glob(str(root / "data" / "*" / "*.parquet"))[0]
+    table = pq.read_table(data_file)
+    ts = table.column("timestamp").to_pylist()
+    ts[100] += 0.013  # row 100 is in episode 1
+    table = table.set_column(table.schema.get_field_index("timestamp"), "timestamp",
+                             __import__("pyarrow").array(ts, type=table.schema.field("timestamp").type))
+    pq.write_table(table, data_file)
+    nat = native(root)
+    with pytest.raises(FrameTimestampError):
+        nat[100]
+    with pytest.raises(RoboLoadersError, match=r"file-000\.mp4: episode 1, observation\.images\.cam0.*tolerance"):
+        compressed_cache_dataset(nat)
+
+
+def test_bad_options(lerobot_datasets):
+    nat = native(lerobot_datasets["av1_1cam"])
+    with pytest.raises(BackendOptionError, match="unknown codec"):
+        compressed_cache_dataset(nat, codec="brotli")
+    with pytest.raises(BackendOptionError, match="robomimic only"):
+        compressed_cache_dataset(nat, loader="dataloader")
+    with pytest.raises(RoboLoadersError, match="max_memory"):
+        compressed_cache_dataset(nat, max_memory="1KB")
+
+
+def cfg_for(root, backend=None, backend_kwargs=None, eval_split=0.0):
+    """A TrainPipelineConfig as lerobot-train builds it (through draccus), for the library entry points."""
+    import draccus
+    from lerobot.configs.train import TrainPipelineConfig
+    from lerobot.policies.act.configuration_act import ACTConfig  # noqa: F401  (registers --policy.type=act)
+
+    args = [f"--dataset.repo_id={REPO}", f"--dataset.root={root}", "--policy.type=act", "--policy.device=cpu",
+            "--policy.push_to_hub=false", f"--dataset.eval_split={eval_split}"]
+    if backend:
+        args.append(f"--dataset.backend={backend}")
+    if backend_kwargs is not None:
+        args.append(f"--dataset.backend_kwargs={backend_kwargs}")
+    return draccus.parse(TrainPipelineConfig, args=args)
+
+
+def test_make_dataset_mirrors_lerobot(lerobot_datasets, tmp_path):
+    from lerobot.datasets.factory import make_dataset as patched_factory
+
+    import robo_loaders_plugin.lerobot as rl
+    from robo_loaders_plugin.lerobot.patches import original
+
+    root = lerobot_datasets["av1_1cam"]
+    ours = rl.make_dataset(cfg_for(root, "compressed_cache", '{"cache_dir": "%s"}' % (tmp_path / "c")))
+    theirs = original("make_dataset")(cfg_for(root))
+    assert type(ours).__name__ == "StoreLeRobotDataset" and type(theirs).__name__ == "LeRobotDataset"
+    assert glob.glob(str(tmp_path / "c" / "*.rlc"))
+    # ImageNet stats overwrite, as LeRobot's factory does
+    for k in theirs.meta.camera_keys:
+        assert (ours.meta.stats[k]["mean"] == theirs.meta.stats[k]["mean"]).all()
+    for i in random_indices(len(theirs), 100, seed=9):
+        same_item(ours[i], theirs[i])
+    assert type(patched_factory(cfg_for(root))).__name__ == "LeRobotDataset"  # native without the flag
+    train, evaluation = rl.make_train_eval_datasets(cfg_for(root, "compressed_cache", eval_split=0.4))
+    assert type(train).__name__ == type(evaluation).__name__ == "StoreLeRobotDataset"
+    assert sorted(train.episodes + evaluation.episodes) == list(range(5))
+
+
+def test_unknown_backend_at_parse_time(lerobot_datasets):
+    from draccus.utils import DecodingError
+
+    with pytest.raises(DecodingError, match="unknown data backend 'nope'.*compressed_cache"):
+        cfg_for(lerobot_datasets["av1_1cam"], "nope")
+    with pytest.raises(UnknownBackendError):
+        from robo_loaders_plugin.lerobot.integration import backend_choice
+
+        backend_choice(types.SimpleNamespace(backend="nope", backend_kwargs={}))

@@ -1,0 +1,55 @@
+"""``robo-loaders bench lerobot``: each backend in its own process, ratios to ``native`` (LeRobotDataset)."""
+from __future__ import annotations
+
+import os
+import tempfile
+
+from tabulate import tabulate
+
+from robo_loaders_plugin.bench.report import add_ratios, machine, write_json
+from robo_loaders_plugin.bench.runner import run_child
+from robo_loaders_plugin.units import format_bytes
+
+
+def lerobot_table(results) -> str:
+    rows = []
+    for r in results:
+        if r.get("error"):
+            rows.append([r["backend"], "FAILED: " + r["error"].strip().splitlines()[-1][:90]])
+            continue
+        rr = r["ratios"]
+        rows.append([r["backend"], f"{r['samples_per_s']:.0f}", f"{r['decoded_frames_per_s']:.0f}",
+                     f"{r['first_batch_s']:.2f}", f"{r['build_s']:.1f}", format_bytes(r["peak_mem_bytes"]),
+                     format_bytes(r["data_mem_bytes"]),
+                     f"{format_bytes(r['cache_bytes'])} ({r['cache_bytes'] / r['raw_decoded_frames_bytes']:.0%})",
+                     "/".join(f"{r['batch_latency_ms'][p]:.0f}" for p in ("p50", "p95", "p99")),
+                     f"{r['fetch_ms_per_sample']:.2f} / {r['decode_ms_per_sample']:.2f}",
+                     f"{rr.get('samples_per_s_vs_native', float('nan')):.2f}x"])
+    return tabulate(rows, headers=["backend", "samples/s", "frames/s", "first batch s", "build s", "peak mem",
+                                   "data mem", "cache (vs raw frames)", "batch ms p50/p95/p99",
+                                   "ms/sample fetch / decode", "vs native"])
+
+
+def bench_lerobot(root: str, repo_id: str, backends: list[str], batch_size: int, num_workers: int, batches: int,
+                  preset: str, kwargs: dict, json_out: str | None, timeout: float = 3600, echo=print) -> dict:
+    common = dict(root=os.path.abspath(root), repo_id=repo_id, batch_size=batch_size, num_workers=num_workers,
+                  batches=batches, preset=preset)
+    results = []
+    with tempfile.TemporaryDirectory(prefix="robo-loaders-bench-") as log_dir:
+        for name in backends:
+            echo(f"[bench] {name} ...")
+            r = run_child("robo_loaders_plugin.bench.lerobot_run",
+                          dict(common, backend=name, kwargs=kwargs.get(name, {})), name, log_dir, timeout)
+            if r.get("error"):
+                echo(f"[bench] {name} FAILED\n{r['error']}")
+            results.append(r)
+    add_ratios(results, ["native"] if "native" in backends else [],
+               fields=("samples_per_s", "peak_mem_bytes", "data_mem_bytes"))
+    payload = {"framework": "lerobot", "settings": common, "machine": machine(), "results": results,
+               "memory_note": "peak_mem_bytes: peak PSS of the process tree plus its RAM-only cache files; "
+                              "data_mem_bytes: minus the process's PSS before the dataset was built; "
+                              "raw_decoded_frames_bytes: every camera frame of the dataset decoded to uint8"}
+    echo(lerobot_table(results))
+    if json_out:
+        write_json(json_out, payload)
+    return payload

@@ -1,0 +1,96 @@
+"""Child process of ``robo-loaders bench lerobot``: builds one backend the way ``lerobot-train`` (0.6.1) does and
+times its batches; then a single-process pass splits the per-sample time into video decode and the rest."""
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import numpy as np
+
+
+def frames_per_sample(ds, delta) -> int:
+    return sum(len(delta[k]) if delta and k in delta else 1 for k in ds.meta.camera_keys)
+
+
+def decode_split(ds, native_cls_reader, samples: int = 200) -> dict:
+    """Wall time per sample spent getting camera frames vs everything else (single process, random order)."""
+    spent = [0.0]
+    if native_cls_reader is not None:  # LeRobot: time DatasetReader._query_videos (all cameras of a sample)
+        orig = native_cls_reader._query_videos
+
+        def timed(self, *a, **k):
+            t = time.perf_counter()
+            try:
+                return orig(self, *a, **k)
+            finally:
+                spent[0] += time.perf_counter() - t
+
+        native_cls_reader._query_videos = timed
+    else:  # the store: time frame decompression
+        orig_frames = type(ds)._frames
+
+        def timed_frames(self, *a, **k):
+            t = time.perf_counter()
+            try:
+                return orig_frames(self, *a, **k)
+            finally:
+                spent[0] += time.perf_counter() - t
+
+        type(ds)._frames = timed_frames
+    idx = np.random.default_rng(0).choice(len(ds), samples)
+    t = time.perf_counter()
+    for i in idx:
+        ds[int(i)]
+    total = time.perf_counter() - t
+    return {"decode_ms_per_sample": spent[0] / samples * 1e3, "fetch_ms_per_sample": (total - spent[0]) / samples * 1e3,
+            "single_process_samples_per_s": samples / total}
+
+
+def run(a: dict) -> dict:
+    import torch
+    from lerobot.datasets import EpisodeAwareSampler
+    from lerobot.datasets.dataset_reader import DatasetReader
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset, LeRobotDatasetMetadata
+
+    from robo_loaders_plugin.bench.runner import baseline_pss, time_loader
+    from robo_loaders_plugin.lerobot.presets import delta_timestamps
+    from robo_loaders_plugin.registry import get_backend
+
+    torch.manual_seed(0)
+    meta = LeRobotDatasetMetadata(a["repo_id"], root=a["root"])
+    delta = delta_timestamps(a["preset"], meta)
+    baseline = baseline_pss()
+    t = time.perf_counter()
+    ds = LeRobotDataset(a["repo_id"], root=a["root"], delta_timestamps=delta, return_uint8=True)  # as make_dataset
+    if a["backend"] != "native":
+        spec = get_backend(a["backend"])
+        ds = spec.factory_for("lerobot")(ds, **spec.validate_options(a.get("kwargs") or {}, "--backend-kwargs"))
+    build_s = time.perf_counter() - t
+    # the DataLoader lerobot-train 0.6.1 builds (CPU: no pin_memory)
+    sampler = EpisodeAwareSampler(ds.meta.episodes["dataset_from_index"], ds.meta.episodes["dataset_to_index"],
+                                  episode_indices_to_use=ds.episodes, shuffle=True, seed=1000,
+                                  absolute_to_relative_idx=ds.absolute_to_relative_idx)
+    nw = a["num_workers"]
+    extra = dict(prefetch_factor=4, persistent_workers=True, multiprocessing_context="spawn") if nw else {}
+    loader = torch.utils.data.DataLoader(ds, batch_size=a["batch_size"], sampler=sampler, num_workers=nw,
+                                         shuffle=False, drop_last=False, **extra)
+    timing = time_loader(loader, a["batches"], lambda b: len(b["index"]))
+    del loader
+    fps_ = frames_per_sample(ds, delta)
+    raw_frames = meta.total_frames * sum(int(np.prod(meta.features[k]["shape"])) for k in meta.camera_keys)
+    split = decode_split(ds, DatasetReader if a["backend"] == "native" else None, a.get("profile_samples", 200))
+    return dict(timing, build_s=build_s, num_samples=len(ds), baseline_pss_bytes=baseline,
+                frames_per_sample=fps_, decoded_frames_per_s=timing["samples_per_s"] * fps_,
+                raw_decoded_frames_bytes=raw_frames,
+                cache_bytes=ds.store.file_nbytes if hasattr(ds, "store") else 0, summary=getattr(ds, "build_summary", None), **split)
+
+
+def main():
+    out = run(json.loads(sys.argv[1]))
+    with open(sys.argv[2], "w") as f:
+        json.dump(out, f)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,68 @@
+"""Shared benchmark plumbing: one subprocess per backend (clean memory accounting), batch timing."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+from robo_loaders_plugin.bench.memory import TreeMemorySampler
+
+
+def run_child(module: str, args: dict, label: str, log_dir: str, timeout: float) -> dict:
+    """Run ``python -m module '<json args>' OUT.json`` while sampling its process tree's memory."""
+    safe = label.replace(":", "_").replace("/", "_")
+    out_path = os.path.join(log_dir, f"{safe}.json")
+    log_path = os.path.join(log_dir, f"{safe}.log")
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", module, json.dumps(args), out_path], stdout=log,
+                                stderr=subprocess.STDOUT)
+        t = time.time()
+        with TreeMemorySampler(proc.pid) as mem:
+            try:
+                rc = proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                rc = "timeout"
+    if rc != 0 or not os.path.exists(out_path):
+        with open(log_path) as f:
+            tail = f.read()[-2000:]
+        return {"backend": label, "error": f"exit {rc}:\n{tail}"}
+    with open(out_path) as f:
+        res = json.load(f)
+    res.update(backend=label, peak_mem_bytes=mem.peak_pss, peak_rss_sum_bytes=mem.peak_rss,
+               shm_bytes=mem.peak_shm, wall_s=time.time() - t)
+    # what loading data costs on top of the interpreter, torch and the framework (~0.9 GB with CUDA-build torch)
+    res["data_mem_bytes"] = max(0, res["peak_mem_bytes"] - res["baseline_pss_bytes"])
+    return res
+
+
+def baseline_pss() -> int:
+    import psutil
+
+    return psutil.Process().memory_full_info().pss
+
+
+def time_loader(loader, batches: int, batch_size_of) -> dict:
+    """First-batch latency (iterator creation included), then ``batches`` timed batches (re-iterating when an
+    epoch ends, as training loops do)."""
+    t = time.perf_counter()
+    it = iter(loader)
+    batch = next(it)
+    first = time.perf_counter() - t
+    lat, samples = [], 0
+    for _ in range(batches):
+        t = time.perf_counter()
+        try:
+            batch = next(it)
+        except StopIteration:
+            it = iter(loader)
+            batch = next(it)
+        lat.append(time.perf_counter() - t)
+        samples += batch_size_of(batch)
+    lat_ms = np.array(lat) * 1e3
+    return {"first_batch_s": first, "samples_per_s": samples / float(np.sum(lat)),
+            "batch_latency_ms": {p: float(np.percentile(lat_ms, int(p[1:]))) for p in ("p50", "p95", "p99")}}
