@@ -35,3 +35,22 @@ robo-loaders bench robomimic --dataset "$out/lift_like.hdf5" \
   --backends native:low_dim,native:all,compressed_cache --seq-length 10 --batch-size 64 \
   --num-workers 2 --batches 100 --json "$out/bench_robomimic.json"
 echo "results: $out/bench_robomimic.json"
+
+echo "== LeRobot: a v3 dataset written by LeRobot's own writer (AV1, 2 cameras), then the normal lerobot-train"
+echo "   command plus --dataset.backend=compressed_cache"
+export HF_HUB_OFFLINE=1
+[ -d "$out/lerobot_sample" ] || robo-loaders sample-data lerobot "$out/lerobot_sample" --repo-id local/sample \
+  --episodes 20 --min-length 80 --max-length 120 --cameras 2 --image-size 84x84 --codec av1
+rm -rf "$out/lerobot_run"
+lerobot-train --dataset.repo_id=local/sample --dataset.root="$out/lerobot_sample" \
+  --dataset.backend=compressed_cache --policy.type=act --policy.pretrained_backbone_weights=null \
+  --policy.device=cpu --policy.push_to_hub=false --steps=20 --batch_size=8 --log_freq=5 --num_workers=2 \
+  --wandb.enable=false --output_dir="$out/lerobot_run" 2>&1 | tee "$out/lerobot_train.log" | \
+  grep -E "robo-loaders|step:|Error|error" || true
+grep -q "lerobot data backend: compressed_cache" "$out/lerobot_train.log" && \
+  [ -f "$out/lerobot_run/checkpoints/000020/pretrained_model/train_config.json" ] || \
+  { echo "lerobot-train failed: see $out/lerobot_train.log" >&2; exit 1; }
+
+echo "== LeRobot benchmark (ACT-like 100-step action chunks)"
+robo-loaders bench lerobot --root "$out/lerobot_sample" --repo-id local/sample --backends native,compressed_cache \
+  --batch-size 64 --num-workers 2 --batches 40 --delta-timestamps act --json "$out/bench_lerobot.json"

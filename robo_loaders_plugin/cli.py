@@ -67,13 +67,26 @@ def sample_data_robomimic(out, demos, image_size, cameras, seed, min_length, max
               help="av1 (LeRobot's default) or h264 video, or png images in the parquet files")
 @click.option("--fps", default=20, show_default=True, type=click.IntRange(min=1))
 @click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--from-robomimic", "from_robomimic", type=click.Path(exists=True, dir_okay=False),
+              help="take cameras, state and actions from this robomimic HDF5 instead of drawing scenes")
+@click.option("--repeat", default=1, show_default=True, type=click.IntRange(min=1),
+              help="with --from-robomimic: write every demo this many times (benchmark-sized real pixels)")
 @click.option("--overwrite", is_flag=True)
 def sample_data_lerobot(out, repo_id, episodes, min_length, max_length, cameras, image_size, codec, fps, seed,
-                        overwrite):
+                        from_robomimic, repeat, overwrite):
     """Write a LeRobot v3 dataset to OUT with LeRobot's own writer."""
     import numpy as np
 
-    from robo_loaders_plugin.sample_data.lerobot_v3 import write_lerobot_dataset
+    from robo_loaders_plugin.sample_data.lerobot_v3 import write_lerobot_dataset, write_lerobot_from_robomimic
+
+    if from_robomimic:
+        try:
+            write_lerobot_from_robomimic(from_robomimic, out, repo_id=repo_id, repeat=repeat, mode=codec, fps=fps,
+                                         overwrite=overwrite)
+        except FileExistsError as exc:
+            raise click.UsageError(str(exc)) from None
+        click.echo(f"wrote {out} (repo_id {repo_id}) from {from_robomimic} x{repeat}")
+        return
 
     try:
         h, w = (int(x) for x in image_size.lower().split("x"))

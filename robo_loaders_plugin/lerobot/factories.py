@@ -22,6 +22,20 @@ from robo_loaders_plugin.spec import BackendOptionError
 OPTION_PREFIX = "--dataset.backend_kwargs"
 
 
+SUPPORTED_LEROBOT = "0.6."
+
+
+def check_lerobot_version() -> None:
+    """The sample assembly mirrors LeRobot 0.6's DatasetReader; 0.4.x builds items differently (float32 video
+    frames, no reader object), so refuse rather than risk different samples."""
+    from importlib.metadata import version
+
+    found = version("lerobot")
+    if not found.startswith(SUPPORTED_LEROBOT):
+        raise LeRobotSourceError(f"compressed_cache for LeRobot supports lerobot {SUPPORTED_LEROBOT}x, found {found}; "
+                                 "use --dataset.backend=native (see the README section on LeRobot 0.4.4)")
+
+
 def native_dataset(native, **_):
     return native
 
@@ -64,6 +78,7 @@ def compressed_cache_dataset(native, *, codec="lz4hc", level=5, filter="none", m
     if loader != "threads":
         raise BackendOptionError(f"{OPTION_PREFIX}: option 'loader' applies to robomimic only (LeRobot keeps its "
                                  "own DataLoader and EpisodeAwareSampler)")
+    check_lerobot_version()
     meta = native.meta
     if meta.depth_keys:
         raise LeRobotSourceError(f"depth features {meta.depth_keys} are not supported by compressed_cache yet; "

@@ -1,6 +1,6 @@
 """Write a LeRobot v3 dataset offline with LeRobot's own writer (``LeRobotDataset.create/add_frame/save_episode/
 finalize``), so tests and benchmarks read exactly what LeRobot writes: AV1 (LeRobot's default) or H.264 video,
-or PNG images stored in the parquet files."""
+or PNG images stored in the parquet files. Frames are the same procedural scenes as the robomimic sample data."""
 from __future__ import annotations
 
 import os
@@ -10,19 +10,11 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
+from robo_loaders_plugin.sample_data.robomimic_hdf5 import smooth_path
+from robo_loaders_plugin.sample_data.scenes import SceneRenderer
+
 TASKS = ("lift the red cube", "push the blue block to the left")
 MODES = {"av1": "libsvtav1", "h264": "h264", "png": None}
-
-
-def _frame(t: float, ep: int, cam: int, h: int, w: int, yy, xx) -> np.ndarray:
-    """Smooth procedural HWC uint8 image: drifting gradients and a moving soft blob."""
-    ph = 0.7 * ep + 1.3 * cam
-    r = 0.5 + 0.5 * np.sin(2 * np.pi * (xx + 0.15 * t) + ph)
-    g = 0.5 + 0.5 * np.cos(2 * np.pi * (yy - 0.10 * t) + 0.5 * ph)
-    cx, cy = 0.5 + 0.3 * np.sin(0.8 * t + ph), 0.5 + 0.3 * np.cos(0.6 * t + ph)
-    b = np.exp(-(((xx - cx) ** 2 + (yy - cy) ** 2) / 0.02))
-    img = np.stack([r, g, 0.3 * (r + g) / 2 + 0.7 * b], axis=-1)
-    return (img * 255.0 + 0.5).clip(0, 255).astype(np.uint8)
 
 
 def write_lerobot_dataset(root, *, repo_id: str = "local/sample", episode_lengths=(30, 45, 22, 50, 37),
@@ -55,20 +47,70 @@ def write_lerobot_dataset(root, *, repo_id: str = "local/sample", episode_length
     ds = LeRobotDataset.create(repo_id, fps, feats, root=root, use_videos=mode != "png", rgb_encoder=rgb,
                                video_files_size_in_mb=video_files_size_in_mb)
     rng = np.random.default_rng(seed)
-    yy, xx = np.meshgrid(np.linspace(0, 1, h, dtype=np.float32), np.linspace(0, 1, w, dtype=np.float32),
-                         indexing="ij")
     for ep, n in enumerate(tqdm(episode_lengths, desc=f"sample-data {root.name}", unit="episode",
                                 disable=not progress)):
         off = rng.normal(size=6).astype(np.float32)
+        cube = 0.5 + 0.2 * np.tanh(smooth_path(rng, n, 2, 0.6))
+        alpha = np.clip(np.linspace(-0.2, 1.3, n), 0, 1)[:, None]
+        grip = (1 - alpha) * rng.uniform(0.2, 0.8, size=2) + alpha * cube[-1]
+        grip_open = np.clip(1.2 - 1.5 * np.linspace(0, 1, n), 0, 1)
+        cams = [SceneRenderer((h, w), c, np.random.default_rng(rng.integers(2**32))) for c in range(cameras)]
         for i in range(n):
             t = i / fps
             frame = {"observation.state": (np.sin(t * np.arange(1, 7) + off)
                                            + 0.01 * rng.normal(size=6)).astype(np.float32),
                      "action": np.cos(t * np.arange(1, 5) + off[:4]).astype(np.float32),
                      "task": TASKS[ep % len(TASKS)]}
-            for c in range(cameras):
-                frame[f"observation.images.cam{c}"] = _frame(t, ep, c, h, w, yy, xx)
+            for c, cam in enumerate(cams):
+                frame[f"observation.images.cam{c}"] = cam.render(cube[i], grip[i], grip_open[i])  # HWC uint8
             ds.add_frame(frame)
         ds.save_episode()
     ds.finalize()
+    return root
+
+
+def write_lerobot_from_robomimic(hdf5_path, root, *, repo_id: str = "local/from_robomimic", repeat: int = 1,
+                                 mode: str = "av1", fps: int = 20, overwrite: bool = False,
+                                 progress: bool = True) -> Path:
+    """A LeRobot v3 dataset with the camera frames, state and actions of a robomimic HDF5 (the layout of
+    ``../shared/data/robosuite_lift_84_20demos_lerobot``), each demo written ``repeat`` times: real rendered
+    pixels at benchmark scale from a small simulator dataset."""
+    import h5py
+    from lerobot.configs import RGBEncoderConfig
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    root = Path(root)
+    if root.exists():
+        if not overwrite:
+            raise FileExistsError(f"{root} exists (pass overwrite=True to replace it)")
+        shutil.rmtree(root)
+    os.makedirs(root.parent, exist_ok=True)
+    with h5py.File(hdf5_path, "r") as f:
+        demos = sorted(f["data"].keys(), key=lambda n: int(n[5:]))
+        obs0 = f[f"data/{demos[0]}/obs"]
+        cams = [k for k in obs0 if obs0[k].dtype == np.uint8 and obs0[k].ndim == 4]
+        state_keys = [k for k in ("robot0_eef_pos", "robot0_eef_quat", "robot0_gripper_qpos") if k in obs0]
+        sdim = sum(obs0[k].shape[1] for k in state_keys)
+        adim = f[f"data/{demos[0]}/actions"].shape[1]
+        feats = {"observation.state": {"dtype": "float32", "shape": (sdim,), "names": None},
+                 "action": {"dtype": "float32", "shape": (adim,), "names": None}}
+        for c in cams:
+            feats[f"observation.images.{c.removesuffix('_image')}"] = {
+                "dtype": "image" if mode == "png" else "video", "shape": tuple(obs0[c].shape[1:]),
+                "names": ["height", "width", "channels"]}
+        rgb = RGBEncoderConfig(vcodec=MODES[mode]) if MODES[mode] else None
+        ds = LeRobotDataset.create(repo_id, fps, feats, root=root, use_videos=mode != "png", rgb_encoder=rgb)
+        work = [d for _ in range(repeat) for d in demos]
+        for demo in tqdm(work, desc=f"sample-data {root.name}", unit="episode", disable=not progress):
+            g = f[f"data/{demo}"]
+            images = {c: g[f"obs/{c}"][()] for c in cams}
+            state = np.concatenate([g[f"obs/{k}"][()] for k in state_keys], axis=1).astype(np.float32)
+            actions = g["actions"][()].astype(np.float32)
+            for i in range(len(actions)):
+                frame = {"observation.state": state[i], "action": actions[i], "task": "lift the cube"}
+                for c in cams:
+                    frame[f"observation.images.{c.removesuffix('_image')}"] = images[c][i]
+                ds.add_frame(frame)
+            ds.save_episode()
+        ds.finalize()
     return root

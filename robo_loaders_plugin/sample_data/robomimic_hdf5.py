@@ -20,7 +20,7 @@ def camera_names(n: int) -> list[str]:
     return [CAMERA_NAMES[i] if i < len(CAMERA_NAMES) else f"camera{i}_image" for i in range(n)]
 
 
-def _smooth_path(rng, n, dim, scale=1.0):
+def smooth_path(rng, n, dim, scale=1.0):
     """A smooth random trajectory: a few random cosine modes per dimension."""
     t = np.linspace(0, 1, n)[:, None]
     out = np.zeros((n, dim))
@@ -30,23 +30,23 @@ def _smooth_path(rng, n, dim, scale=1.0):
 
 
 def _episode(rng, length, cams, image_size):
-    cube = 0.5 + 0.2 * np.tanh(_smooth_path(rng, length, 2, 0.6))
+    cube = 0.5 + 0.2 * np.tanh(smooth_path(rng, length, 2, 0.6))
     start = rng.uniform(0.2, 0.8, size=2)
     alpha = np.clip(np.linspace(-0.2, 1.3, length), 0, 1)[:, None]
-    grip = (1 - alpha) * start + alpha * cube[-1] + 0.02 * _smooth_path(rng, length, 2)
+    grip = (1 - alpha) * start + alpha * cube[-1] + 0.02 * smooth_path(rng, length, 2)
     grip_open = np.clip(1.2 - 1.5 * np.linspace(0, 1, length), 0, 1)
     obs = {}
     for c, name in enumerate(cams):
         r = SceneRenderer(image_size, c, np.random.default_rng(rng.integers(2**32)))
         obs[name] = np.stack([r.render(cube[i], grip[i], grip_open[i]) for i in range(length)])
     obs["robot0_eef_pos"] = np.concatenate([grip, 0.9 + 0.1 * alpha], axis=1)
-    quat = _smooth_path(rng, length, 4, 0.2) + np.array([0.0, 1.0, 0.0, 0.0])
+    quat = smooth_path(rng, length, 4, 0.2) + np.array([0.0, 1.0, 0.0, 0.0])
     obs["robot0_eef_quat"] = quat / np.linalg.norm(quat, axis=1, keepdims=True)
     obs["robot0_gripper_qpos"] = np.stack([0.04 * grip_open, -0.04 * grip_open], axis=1)
-    obs["object"] = np.concatenate([cube, 0.82 + 0.0 * cube[:, :1], _smooth_path(rng, length, 7, 0.1)], axis=1)
+    obs["object"] = np.concatenate([cube, 0.82 + 0.0 * cube[:, :1], smooth_path(rng, length, 7, 0.1)], axis=1)
     actions = np.concatenate([np.diff(grip, axis=0, append=grip[-1:]) * 10,
-                              _smooth_path(rng, length, 4, 0.1), (grip_open[:, None] < 0.5) * 2.0 - 1.0], axis=1)
-    states = np.concatenate([np.linspace(0, 1, length)[:, None], _smooth_path(rng, length, STATE_DIM - 1)], axis=1)
+                              smooth_path(rng, length, 4, 0.1), (grip_open[:, None] < 0.5) * 2.0 - 1.0], axis=1)
+    states = np.concatenate([np.linspace(0, 1, length)[:, None], smooth_path(rng, length, STATE_DIM - 1)], axis=1)
     rewards = np.zeros(length)
     rewards[-1] = 1.0
     dones = np.zeros(length, dtype=np.int64)

@@ -10,14 +10,16 @@ import numpy as np
 
 
 class SceneRenderer:
-    def __init__(self, size: int, camera: int, rng: np.random.Generator):
-        self.size = size
-        yy, xx = np.mgrid[0:size, 0:size].astype(np.float32) / max(size - 1, 1)
+    def __init__(self, size, camera: int, rng: np.random.Generator):
+        h, w = (size, size) if np.isscalar(size) else size
+        self.size = max(h, w)
+        yy, xx = np.mgrid[0:h, 0:w].astype(np.float32)
+        yy, xx = yy / max(h - 1, 1), xx / max(w - 1, 1)
         self.yy, self.xx = yy, xx
         tint = rng.uniform(0.6, 1.0, size=3).astype(np.float32)
         light = 0.55 + 0.35 * (1 - yy) + 0.1 * np.cos(3.0 * xx + camera)
-        texture = rng.normal(0.0, 0.04, size=(size // 4 + 1, size // 4 + 1)).astype(np.float32)
-        texture = np.kron(texture, np.ones((4, 4), np.float32))[:size, :size]
+        texture = rng.normal(0.0, 0.04, size=(h // 4 + 1, w // 4 + 1)).astype(np.float32)
+        texture = np.kron(texture, np.ones((4, 4), np.float32))[:h, :w]
         base = (light + texture)[..., None] * tint[None, None, :] * 170.0
         self.background = base
         self.cube_color = np.array([200, 40, 40], np.float32) * rng.uniform(0.8, 1.0)
