@@ -38,7 +38,7 @@ def lerobot_datasets(tmp_path_factory):
         "av1_1cam": write_lerobot_dataset(base / "av1_1cam", episode_lengths=LEROBOT_LENGTHS, cameras=1,
                                           mode="av1", seed=1, progress=False),
         "h264_3cam_multifile": write_lerobot_dataset(base / "h264_3cam", episode_lengths=LEROBOT_LENGTHS, cameras=3,
-                                                     mode="h264", seed=2, video_files_size_in_mb=0.05,
+                                                     mode="h264", seed=2, video_files_size_in_mb=0.02,
                                                      progress=False),
         "png_1cam": write_lerobot_dataset(base / "png_1cam", episode_lengths=LEROBOT_LENGTHS, cameras=1,
                                           mode="png", seed=3, progress=False),

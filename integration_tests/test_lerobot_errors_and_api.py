@@ -32,9 +32,11 @@ def native(root, **kw):
 def test_missing_video_file(copy_of):
     root = copy_of("h264_3cam_multifile")
     nat = native(root)
-    victim = sorted(glob.glob(str(root / "videos" / "observation.images.cam1" / "*" / "file-001.mp4")))[0]
-    os.remove(victim)
-    with pytest.raises(RoboLoadersError, match=r"file-001\.mp4.*episode 4.*cam1.*missing"):
+    key = "observation.images.cam1"
+    victim = nat.meta.get_video_file_path(4, key)
+    first_ep = min(e for e in range(5) if nat.meta.get_video_file_path(e, key) == victim)
+    os.remove(root / victim)
+    with pytest.raises(RoboLoadersError, match=rf"{victim.name}.*episode {first_ep}.*cam1.*missing"):
         compressed_cache_dataset(nat)
 
 

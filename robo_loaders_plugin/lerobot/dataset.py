@@ -96,57 +96,59 @@ class StoreLeRobotDataset(torch.utils.data.Dataset):
 
     # -- samples -----------------------------------------------------------------------------------------------
     def _frames(self, key: str, rows: np.ndarray) -> np.ndarray:
+        """uint8 frames of relative rows ``rows`` (any shape) as an array of shape ``rows.shape + frame``."""
         bounds = self._bounds.get(key)
         if bounds is None:
             bounds = self._bounds[key] = self.store.blob_bounds(key, range(1, len(self.store.episodes)))
         dtype, shape, _ = self.store.frame_info(1, key)
-        out = np.empty((len(rows),) + shape, dtype=dtype)
-        self.store.decode_frames(bounds[0][rows].tolist(), bounds[1][rows].tolist(), out, range(len(rows)))
-        return out
+        flat_rows = rows.reshape(-1)
+        out = np.empty((flat_rows.size,) + shape, dtype=dtype)
+        self.store.decode_frames(bounds[0][flat_rows].tolist(), bounds[1][flat_rows].tolist(), out,
+                                 range(flat_rows.size))
+        return out.reshape(rows.shape + shape)
 
-    def _column(self, name: str, rows) -> torch.Tensor:
-        return torch.from_numpy(np.array(self.store.raw(self._col_unit, name)[rows]))
-
-    def _image(self, key: str, rows) -> torch.Tensor:
-        # what torchvision's ToTensor does to a uint8 image (LeRobot decodes PNG columns with it)
-        return torch.from_numpy(self._frames(key, np.atleast_1d(rows))).to(dtype=torch.float32).div(255)
+    def _values(self, key: str, rows: np.ndarray) -> torch.Tensor:
+        if key in self._image_keys:  # what torchvision's ToTensor does to the uint8 PNG LeRobot decodes
+            return torch.from_numpy(self._frames(key, rows)).to(dtype=torch.float32).div(255)
+        return torch.from_numpy(np.ascontiguousarray(self.store.raw(self._col_unit, key)[rows]))
 
     def __getitem__(self, idx):
-        i = int(idx)
-        if not 0 <= i < self._num_rows:
-            raise IndexError(f"index {idx} out of range for {self._num_rows} frames")
-        item = {}
-        for name in self._columns:
-            item[name] = self._image(name, i)[0] if name in self._image_keys else self._column(name, i)
-        query_rows = {}
+        return self.__getitems__([idx])[0]
+
+    def __getitems__(self, indices):
+        """A batch of items (torch's DataLoader passes whole batches here): columns gathered with one index per
+        key, frames decompressed into one array per camera, then split into LeRobot-shaped items."""
+        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+        bad = idx[(idx < 0) | (idx >= self._num_rows)]
+        if bad.size:
+            raise IndexError(f"index {int(bad[0])} out of range for {self._num_rows} frames")
+        row = {name: self._values(name, idx) for name in self._columns}
+        padding, query, query_rows = {}, {}, {}
         if self.delta_indices is not None:
-            abs_idx = int(self._abs_index[i])
-            start, end = int(self._ep_bounds[0][i]), int(self._ep_bounds[1][i])
-            padding = {}
+            abs_idx = self._abs_index[idx][:, None]
+            start, end = self._ep_bounds[0][idx][:, None], self._ep_bounds[1][idx][:, None]
             for key, deltas in self.delta_indices.items():
-                d = np.asarray(deltas, dtype=np.int64)
-                q = np.clip(abs_idx + d, start, end - 1)
-                padding[f"{key}_is_pad"] = torch.BoolTensor(((abs_idx + d < start) | (abs_idx + d >= end)).tolist())
-                query_rows[key] = i + (q - abs_idx)  # an episode's rows are contiguous
-            results = {}
-            for key, rows in query_rows.items():
-                if key in self._video_keys:
-                    continue
-                results[key] = self._image(key, rows) if key in self._image_keys else self._column(key, rows)
-            item = {**item, **padding}
-            for key, val in results.items():
-                item[key] = val
-        if self._video_keys:
-            frames = {}
-            for key in self._video_keys:
-                rows = query_rows.get(key, np.array([i], dtype=np.int64))
-                t = torch.from_numpy(self._frames(key, rows))
-                if not self.return_uint8:
-                    t = t.type(torch.float32) / 255
-                frames[key] = t.squeeze(0)
-            item = {**frames, **item}
-        if self.image_transforms is not None:
-            for cam in self._camera_keys:
-                item[cam] = self.image_transforms(item[cam])
-        item["task"] = self._tasks[int(item["task_index"].item())]
-        return item
+                target = abs_idx + np.asarray(deltas, dtype=np.int64)[None, :]
+                padding[f"{key}_is_pad"] = torch.from_numpy((target < start) | (target >= end))
+                query_rows[key] = idx[:, None] + (np.clip(target, start, end - 1) - abs_idx)  # rows are contiguous
+                if key not in self._video_keys:
+                    query[key] = self._values(key, query_rows[key])
+        frames = {}
+        for key in self._video_keys:
+            t = torch.from_numpy(self._frames(key, query_rows.get(key, idx[:, None])))
+            frames[key] = t if self.return_uint8 else t.type(torch.float32) / 255
+        items = []
+        for b in range(len(idx)):
+            item = {k: v[b] for k, v in row.items()}
+            if self.delta_indices is not None:
+                item = {**item, **{k: v[b] for k, v in padding.items()}}
+                for key, val in query.items():
+                    item[key] = val[b]
+            if frames:
+                item = {**{k: v[b].squeeze(0) for k, v in frames.items()}, **item}
+            if self.image_transforms is not None:
+                for cam in self._camera_keys:
+                    item[cam] = self.image_transforms(item[cam])
+            item["task"] = self._tasks[int(item["task_index"])]
+            items.append(item)
+        return items
