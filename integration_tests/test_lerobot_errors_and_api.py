@@ -128,3 +128,18 @@ def test_unknown_backend_at_parse_time(lerobot_datasets):
         from robo_loaders_plugin.lerobot.integration import backend_choice
 
         backend_choice(types.SimpleNamespace(backend="nope", backend_kwargs={}))
+
+
+def test_cache_dir_reuse_and_rebuild(copy_of, tmp_path):
+    root = copy_of("av1_1cam")
+    cache = tmp_path / "cache"
+    first = compressed_cache_dataset(native(root), cache_dir=str(cache))
+    files = glob.glob(str(cache / "*"))
+    assert len(files) == 1 and files[0].endswith(".rlc")
+    again = compressed_cache_dataset(native(root), cache_dir=str(cache))
+    assert "reused" in again.build_summary and "reused" not in first.build_summary
+    for i in random_indices(len(first), 50, seed=2):
+        same_item(again[i], first[i])
+    os.utime(glob.glob(str(root / "data" / "*" / "*.parquet"))[0])  # the dataset changed: rebuilt
+    third = compressed_cache_dataset(native(root), cache_dir=str(cache))
+    assert "reused" not in third.build_summary

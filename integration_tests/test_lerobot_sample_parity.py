@@ -66,17 +66,20 @@ def test_real_renders(shared_lerobot):
     assert st["compressed_nbytes"] * 2 < st["decoded_frame_nbytes"]  # "below half of the raw decoded frames"
 
 
-def test_pickles_small_and_works_in_spawn_workers(lerobot_datasets):
+def test_pickles_small_and_works_in_spawn_workers(lerobot_datasets, monkeypatch):
+    """Spawned workers get the dataset by pickle, with the plugin's import hook switched off in them: nothing
+    may depend on patches applied in the parent."""
     from lerobot.datasets import EpisodeAwareSampler
 
     nat = native(lerobot_datasets["av1_1cam"], "act")
     ours = compressed_cache_dataset(nat)
     assert len(pickle.dumps(ours)) < ours.store.file_nbytes  # a path and small arrays, not the frames
+    monkeypatch.setenv("ROBO_LOADERS_DISABLE", "1")  # inherited by the spawned workers
 
     def batches(ds, workers):
         sampler = EpisodeAwareSampler(ds.meta.episodes["dataset_from_index"], ds.meta.episodes["dataset_to_index"],
                                       episode_indices_to_use=ds.episodes, shuffle=True, seed=11,
-                                      absolute_to_relative_idx=ds.absolute_to_relative_idx)
+                                      drop_n_last_frames=7, absolute_to_relative_idx=ds.absolute_to_relative_idx)
         kw = dict(multiprocessing_context="spawn", persistent_workers=True) if workers else {}
         dl = torch.utils.data.DataLoader(ds, batch_size=16, sampler=sampler, num_workers=workers, **kw)
         return [b for _, b in zip(range(6), dl)]
