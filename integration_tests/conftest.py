@@ -3,6 +3,9 @@ import sys
 
 import pytest
 
+# Tests never reach the Hugging Face Hub: every LeRobot dataset here is local (subprocesses inherit this too).
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
 sys.path.insert(0, os.path.dirname(__file__))
 from robomimic_helpers import SHARED_HDF5, make_config  # noqa: E402,F401
 
