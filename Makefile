@@ -15,8 +15,10 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml Makefile scripts/find_python312.sh
 	@set -euo pipefail; \
 	py=$$(scripts/find_python312.sh); \
+	if [ -x $(PY) ] && ! $(PY) -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))'; then \
+	  echo "[setup] $(VENV) is not Python 3.12: recreating it"; rm -rf $(VENV); fi; \
 	if [ ! -x $(PY) ]; then echo "[setup] creating $(VENV) with $$py"; "$$py" -m venv $(VENV); fi; \
-	if ! ldconfig -p 2>/dev/null | grep -q 'libavcodec\.so'; then \
+	if ! (ldconfig -p 2>/dev/null | grep 'libavcodec\.so' >/dev/null); then \
 	  echo "[setup] FFmpeg shared libraries missing (torchcodec needs them): apt-get install ffmpeg"; \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ffmpeg >/dev/null; \
 	  else sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ffmpeg >/dev/null; fi; \

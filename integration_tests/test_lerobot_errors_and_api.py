@@ -143,3 +143,14 @@ def test_cache_dir_reuse_and_rebuild(copy_of, tmp_path):
     os.utime(glob.glob(str(root / "data" / "*" / "*.parquet"))[0])  # the dataset changed: rebuilt
     third = compressed_cache_dataset(native(root), cache_dir=str(cache))
     assert "reused" not in third.build_summary
+
+
+def test_negative_indices_and_other_video_backend(lerobot_datasets):
+    nat = native(lerobot_datasets["av1_1cam"])
+    ours = compressed_cache_dataset(nat)
+    same_item(ours[-1], nat[-1])
+    same_item(ours[-len(nat)], nat[0])
+    with pytest.raises(IndexError):
+        ours[len(nat)]
+    with pytest.raises(RoboLoadersError, match="video_backend='pyav'"):
+        compressed_cache_dataset(native(lerobot_datasets["av1_1cam"], video_backend="pyav"))

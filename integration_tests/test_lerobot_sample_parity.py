@@ -84,5 +84,7 @@ def test_pickles_small_and_works_in_spawn_workers(lerobot_datasets, monkeypatch)
         dl = torch.utils.data.DataLoader(ds, batch_size=16, sampler=sampler, num_workers=workers, **kw)
         return [b for _, b in zip(range(6), dl)]
 
-    for a, b in zip(batches(ours, 2), batches(nat, 0)):
+    got, ref = batches(ours, 2), batches(nat, 0)
+    assert len(got) == len(ref) == 6
+    for a, b in zip(got, ref):
         same_item(a, b, "batch")

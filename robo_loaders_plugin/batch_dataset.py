@@ -7,7 +7,7 @@ map-style dataset for those calls; the framework adapter notices it and pulls ba
 """
 from __future__ import annotations
 
-from typing import Iterable, Protocol
+from typing import Protocol
 
 import torch.utils.data
 
@@ -41,8 +41,4 @@ def is_batch_dataset(obj) -> bool:
     return isinstance(obj, BatchDataset)
 
 
-def batches_per_epoch(n_samples: int, batch_size: int, drop_last: bool) -> int:
-    return n_samples // batch_size if drop_last else -(-n_samples // batch_size)
-
-
-__all__ = ["BatchDataset", "is_batch_dataset", "batches_per_epoch", "Iterable"]
+__all__ = ["BatchDataset", "is_batch_dataset"]

@@ -161,7 +161,7 @@ def bench_robomimic_cmd(dataset, backends, seq_length, frame_stack, batch_size, 
 
 @bench.command("lerobot")
 @click.option("--root", required=True, type=click.Path(exists=True, file_okay=False))
-@click.option("--repo-id", default=None, help="default: read from the dataset's meta/info.json or 'local/<dir>'")
+@click.option("--repo-id", default=None, help="default: local/<name of the root directory>")
 @click.option("--backends", default="native,compressed_cache", show_default=True)
 @click.option("--batch-size", default=64, show_default=True, type=click.IntRange(min=1))
 @click.option("--num-workers", default=2, show_default=True, type=click.IntRange(min=0))

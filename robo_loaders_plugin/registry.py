@@ -29,9 +29,16 @@ def get_plugin_manager() -> pluggy.PluginManager:
 def _backends() -> dict[str, BackendSpec]:
     pm = get_plugin_manager()
     out: dict[str, BackendSpec] = {}
-    for impl, result in zip(reversed(pm.hook.robo_loaders_backends.get_hookimpls()),
-                            pm.hook.robo_loaders_backends()):
+    for impl in reversed(pm.hook.robo_loaders_backends.get_hookimpls()):  # pluggy's call order
         plugin_name = impl.plugin_name
+        try:
+            result = impl.function()
+        except Exception as exc:
+            if plugin_name == "builtin":
+                raise
+            warnings.warn(f"robo-loaders: plugin {plugin_name!r} failed to list its backends ({exc!r}); "
+                          "skipping it", stacklevel=2)
+            continue
         for spec in result or ():
             if not isinstance(spec, BackendSpec):
                 raise RoboLoadersError(f"plugin {plugin_name!r} returned {spec!r}, not a BackendSpec")

@@ -30,8 +30,13 @@ def disabled() -> bool:
 
 
 def _run_patch(target: str, module) -> None:
+    """Apply one patch; if it fails the framework still imports, unpatched, and the user is told why."""
     mod_name, func_name = target.split(":")
-    getattr(importlib.import_module(mod_name), func_name)(module)
+    try:
+        getattr(importlib.import_module(mod_name), func_name)(module)
+    except Exception as exc:
+        sys.stderr.write(f"[robo-loaders] could not patch {module.__name__} ({exc!r}); it runs unmodified, so "
+                         "data backends are unavailable there. Set ROBO_LOADERS_DISABLE=1 to silence this.\n")
 
 
 class _PatchingLoader(importlib.abc.Loader):

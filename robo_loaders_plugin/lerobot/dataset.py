@@ -119,9 +119,10 @@ class StoreLeRobotDataset(torch.utils.data.Dataset):
         """A batch of items (torch's DataLoader passes whole batches here): columns gathered with one index per
         key, frames decompressed into one array per camera, then split into LeRobot-shaped items."""
         idx = np.asarray(indices, dtype=np.int64).reshape(-1)
-        bad = idx[(idx < 0) | (idx >= self._num_rows)]
+        bad = idx[(idx < -self._num_rows) | (idx >= self._num_rows)]
         if bad.size:
             raise IndexError(f"index {int(bad[0])} out of range for {self._num_rows} frames")
+        idx = idx % self._num_rows  # negative indices count from the end, as on LeRobotDataset
         row = {name: self._values(name, idx) for name in self._columns}
         padding, query, query_rows = {}, {}, {}
         if self.delta_indices is not None:

@@ -80,6 +80,11 @@ def compressed_cache_dataset(native, *, codec="lz4hc", level=5, filter="none", m
                                  "own DataLoader and EpisodeAwareSampler)")
     check_lerobot_version()
     meta = native.meta
+    video_backend = native.reader._video_backend
+    if meta.video_keys and video_backend != "torchcodec":
+        raise LeRobotSourceError(f"compressed_cache decodes video with torchcodec, as LeRobot does by default; this "
+                                 f"dataset uses video_backend={video_backend!r}, whose frames can differ. Use "
+                                 "--dataset.video_backend=torchcodec or --dataset.backend=native")
     if meta.depth_keys:
         raise LeRobotSourceError(f"depth features {meta.depth_keys} are not supported by compressed_cache yet; "
                                  "use --dataset.backend=native")
@@ -100,7 +105,8 @@ def compressed_cache_dataset(native, *, codec="lz4hc", level=5, filter="none", m
     root = Path(native.root)
     fp = fingerprint({"root": os.path.realpath(root), "files": _source_fingerprint(root),
                       "episodes": native.episodes, "codec": frame_codec.as_dict(),
-                      "tolerance_s": native.reader._tolerance_s, "v": 1})
+                      "tolerance_s": native.reader._tolerance_s, "video_backend": video_backend,
+                      "v": 1})
 
     def write(writer):
         writer.add_episode("columns", arrays)

@@ -26,11 +26,17 @@ def open_hdf5(path: str) -> h5py.File:
 
 
 def sorted_demos(names) -> list[str]:
-    """Demos in robomimic's order: numeric on the part after ``demo_``."""
+    """Demos in robomimic's order: ``int(name[5:])``, the key SequenceDataset sorts by."""
     names = list(names)
-    bad = [n for n in names if not (n.startswith("demo_") and n[5:].isdigit())]
+    bad = []
+    for n in names:
+        try:
+            int(n[5:])
+        except ValueError:
+            bad.append(n)
     if bad:
-        raise DatasetFileError(f"demo names must look like demo_<int>, found {bad[:5]}")
+        raise DatasetFileError(f"demo names must look like demo_<int> (robomimic sorts by int(name[5:])), "
+                               f"found {bad[:5]}")
     return sorted(names, key=lambda n: int(n[5:]))
 
 
@@ -55,7 +61,11 @@ def demo_length(f: h5py.File, demo: str) -> int:
     g = f[f"data/{demo}"]
     if "num_samples" not in g.attrs:
         raise DatasetFileError(f"{f.filename}: data/{demo} has no 'num_samples' attribute (robomimic requires it)")
-    return int(g.attrs["num_samples"])
+    n = int(g.attrs["num_samples"])
+    if n < 1:
+        raise DatasetFileError(f"{f.filename}: data/{demo} has num_samples={n}; robomimic needs at least one "
+                               "step per demo (remove the demo or fix the attribute)")
+    return n
 
 
 def read_array(f: h5py.File, demo: str, key: str, length: int) -> np.ndarray:

@@ -60,7 +60,8 @@ def epoch_loader(data_loader):
         return dataset.batches(batch_size=data_loader.batch_size, shuffle=shuffle,
                                drop_last=data_loader.drop_last, num_workers=data_loader.num_workers)
     if (getattr(dataset, "in_process_batches", False) and data_loader.batch_sampler is not None
-            and data_loader.collate_fn is torch.utils.data.default_collate):
+            and data_loader.collate_fn is torch.utils.data.default_collate
+            and not data_loader.persistent_workers and data_loader.worker_init_fn is None):
         return ThreadedBatches(dataset.collated, data_loader.batch_sampler, data_loader.generator,
                                data_loader.num_workers)
     return data_loader

@@ -14,6 +14,11 @@ import torch.utils.data
 
 from robo_loaders_plugin.backends.compressed_cache.store import EpisodeStore
 from robo_loaders_plugin.buffers import BufferPool
+from robo_loaders_plugin.spec import RoboLoadersError
+
+
+class SequenceSetupError(RoboLoadersError, ValueError):
+    """The demos cannot give SequenceDataset's samples with these options (robomimic would assert)."""
 
 
 def sequence_counts(lengths, frame_stack: int, seq_length: int, pad_frame_stack: bool, pad_seq_length: bool):
@@ -27,11 +32,15 @@ def sequence_counts(lengths, frame_stack: int, seq_length: int, pad_frame_stack:
             n -= seq_length - 1
         if pad_seq_length:
             if L < 1:
-                raise ValueError("a demo has num_samples < 1")
+                raise SequenceSetupError("a demo has num_samples < 1")
             n = max(n, 1)
         elif n < 1:
-            raise ValueError(f"a demo of length {L} is too short for frame_stack={frame_stack}, "
+            raise SequenceSetupError(f"a demo of length {L} is too short for frame_stack={frame_stack}, "
                              f"seq_length={seq_length} without padding (enable pad_seq_length/pad_frame_stack)")
+        if not pad_frame_stack and L < frame_stack:
+            raise SequenceSetupError(f"a demo of length {L} is shorter than frame_stack={frame_stack} with "
+                             "pad_frame_stack=false; robomimic's SequenceDataset fails on it too (assert "
+                             "index_in_demo < demo_length): enable pad_frame_stack or drop short demos")
         counts.append(n)
     return counts
 
@@ -87,6 +96,11 @@ class StoreSequenceDataset(torch.utils.data.Dataset):
         self._fields = {}
         for name in self._field_names():
             self._fields[name] = store.frame_info(0, name) if self.n_demos else None
+            for ep in range(1, self.n_demos):  # one dtype and frame shape per key, or samples would differ
+                if store.frame_info(ep, name)[:2] != self._fields[name][:2]:
+                    raise SequenceSetupError(f"{hdf5_path}: data/{self.demos[ep]}/{name} is {store.frame_info(ep, name)[:2]} "
+                                     f"but data/{self.demos[0]}/{name} is {self._fields[name][:2]} (dtype, "
+                                     "shape); every demo must store a key the same way")
 
     def _field_names(self):
         names = list(self.dataset_keys) + [f"obs/{k}" for k in self.obs_keys]

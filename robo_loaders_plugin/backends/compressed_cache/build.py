@@ -30,6 +30,7 @@ def open_or_build(fp: str, prefix: str, write: Callable[[StoreWriter], None], *,
             try:
                 store = EpisodeStore(store_path)
                 if store.meta.get("fingerprint") == fp:
+                    store.verify()
                     return store, None, True
             except StoreError as exc:
                 print(f"[robo-loaders] ignoring unusable cache {store_path} ({exc}); rebuilding")

@@ -63,7 +63,8 @@ class StoreWriter:
         self._tmp = f"{path}.tmp-{os.getpid()}-{threading.get_ident()}"
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         self._f = open(self._tmp, "wb")
-        self._f.write(MAGIC)
+        self._crc = 0
+        self._emit(MAGIC)
         self._pos = len(MAGIC)
         self._episodes: list[dict] = []
         self.raw_nbytes = 0
@@ -75,18 +76,23 @@ class StoreWriter:
 
             self._pool = ThreadPoolExecutor(workers)
 
+    def _emit(self, data) -> None:
+        """Write to the data region, keeping its CRC32 (checked when a persisted cache is reused)."""
+        self._f.write(data)
+        self._crc = zlib.crc32(data, self._crc)
+
     # -- writing -----------------------------------------------------------------------------------------------
     def _align(self):
         pad = (-self._pos) % _ALIGN
         if pad:
-            self._f.write(b"\0" * pad)
+            self._emit(b"\0" * pad)
             self._pos += pad
 
     def _write(self, data) -> int:
         self._align()
         off = self._pos
         mv = memoryview(data).cast("B")
-        self._f.write(mv)
+        self._emit(mv)
         self._pos += mv.nbytes
         self._check_budget()
         return off
@@ -117,7 +123,7 @@ class StoreWriter:
                 start = self._pos
                 for i, blob in enumerate(blobs):
                     offsets[i] = self._pos - start
-                    self._f.write(blob)
+                    self._emit(blob)
                     self._pos += len(blob)
                 offsets[-1] = self._pos - start
                 self._check_budget()
@@ -131,13 +137,13 @@ class StoreWriter:
         self._episodes.append(entry)
 
     def finish(self, meta: Mapping) -> str:
+        self._align()
+        hoff = self._pos
         header = json.dumps({"format": FORMAT_VERSION, "codec": self.codec.as_dict(), "meta": dict(meta),
-                             "episodes": self._episodes,
+                             "episodes": self._episodes, "data_crc32": self._crc, "data_nbytes": hoff,
                              "stats": {"raw_nbytes": self.raw_nbytes, "compressed_nbytes": self.compressed_nbytes,
                                        "decoded_frame_nbytes": self.decoded_frame_nbytes}},
                             sort_keys=True).encode()
-        self._align()
-        hoff = self._pos
         self._f.write(header)
         self._f.write(_FOOTER.pack(hoff, len(header), zlib.crc32(header), END_MAGIC))
         self._f.flush()
@@ -214,6 +220,18 @@ class EpisodeStore:
             except BufferError:  # views still alive; the mapping goes with them
                 pass
             self._mm = None
+
+    def verify(self) -> None:
+        """Check the data region's CRC32 (one sequential read): a persisted cache is trusted only after this."""
+        crc, n = 0, int(self.header.get("data_nbytes", -1))
+        if n < 0 or "data_crc32" not in self.header:
+            raise StoreError(f"{self.path}: no data checksum in the header")
+        view = memoryview(self._mm)
+        for off in range(0, n, 1 << 24):
+            crc = zlib.crc32(view[off:min(n, off + (1 << 24))], crc)
+        view.release()
+        if crc != self.header["data_crc32"]:
+            raise StoreError(f"{self.path}: corrupt cache file (data checksum mismatch)")
 
     def field(self, ep: int, key: str) -> dict:
         try:
