@@ -17,6 +17,17 @@ TASKS = ("lift the red cube", "push the blue block to the left")
 MODES = {"av1": "libsvtav1", "h264": "h264", "png": None}
 
 
+def _fresh_root(root, overwrite: bool) -> Path:
+    """LeRobot's writer wants a directory that does not exist yet."""
+    root = Path(root)
+    if root.exists():
+        if not overwrite:
+            raise FileExistsError(f"{root} exists (pass overwrite=True to replace it)")
+        shutil.rmtree(root)
+    os.makedirs(root.parent, exist_ok=True)
+    return root
+
+
 def write_lerobot_dataset(root, *, repo_id: str = "local/sample", episode_lengths=(30, 45, 22, 50, 37),
                           cameras: int = 1, image_size=(32, 48), mode: str = "av1", fps: int = 20, seed: int = 0,
                           video_files_size_in_mb: float | None = None, overwrite: bool = False,
@@ -31,12 +42,7 @@ def write_lerobot_dataset(root, *, repo_id: str = "local/sample", episode_length
 
     if mode not in MODES:
         raise ValueError(f"mode must be one of {sorted(MODES)}, got {mode!r}")
-    root = Path(root)
-    if root.exists():
-        if not overwrite:
-            raise FileExistsError(f"{root} exists (pass overwrite=True to replace it)")
-        shutil.rmtree(root)
-    os.makedirs(root.parent, exist_ok=True)
+    root = _fresh_root(root, overwrite)
     h, w = image_size
     feats = {"observation.state": {"dtype": "float32", "shape": (6,), "names": [f"s{i}" for i in range(6)]},
              "action": {"dtype": "float32", "shape": (4,), "names": [f"a{i}" for i in range(4)]}}
@@ -79,12 +85,7 @@ def write_lerobot_from_robomimic(hdf5_path, root, *, repo_id: str = "local/from_
     from lerobot.configs import RGBEncoderConfig
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
-    root = Path(root)
-    if root.exists():
-        if not overwrite:
-            raise FileExistsError(f"{root} exists (pass overwrite=True to replace it)")
-        shutil.rmtree(root)
-    os.makedirs(root.parent, exist_ok=True)
+    root = _fresh_root(root, overwrite)
     with h5py.File(hdf5_path, "r") as f:
         demos = sorted(f["data"].keys(), key=lambda n: int(n[5:]))
         obs0 = f[f"data/{demos[0]}/obs"]
