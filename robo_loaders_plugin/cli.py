@@ -183,6 +183,49 @@ def bench_lerobot_cmd(root, repo_id, backends, batch_size, num_workers, batches,
         sys.exit(1)
 
 
+@main.group("convert")
+def convert():
+    """Convert a dataset into robo-shards (docs/robo-shards.md): parallel, resumable, atomic."""
+
+
+@convert.command("robomimic")
+@click.argument("in_path", type=click.Path(exists=True, dir_okay=False))
+@click.argument("out_dir", type=click.Path(file_okay=False))
+@click.option("--num-workers", default=1, show_default=True, type=click.IntRange(min=1))
+@click.option("--shard-size", default="256MB", show_default=True, help="target shard size")
+@click.option("--codec", default="lz4hc", show_default=True)
+@click.option("--level", default=5, show_default=True, type=click.IntRange(0, 9))
+def convert_robomimic_cmd(in_path, out_dir, num_workers, shard_size, codec, level):
+    """Convert a robomimic HDF5 file; re-running the same command resumes an interrupted conversion."""
+    from robo_loaders_plugin.codecs import FrameCodec
+    from robo_loaders_plugin.robomimic.convert import convert_robomimic
+    from robo_loaders_plugin.units import parse_bytes
+
+    try:
+        size, frame_codec = parse_bytes(shard_size, "--shard-size"), FrameCodec(codec, level)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+    res = convert_robomimic(in_path, out_dir, num_workers=num_workers, shard_bytes=size, codec=frame_codec)
+    click.echo(f"wrote {out_dir}: {res['episodes']} episodes in {res['shards']} shards")
+
+
+@main.command("verify")
+@click.argument("out_dir", type=click.Path(exists=True, file_okay=False))
+@click.option("--source", type=click.Path(exists=True, dir_okay=False),
+              help="also compare every array with this robomimic HDF5 file")
+def verify_cmd(out_dir, source):
+    """Re-check a robo-shards directory: shard sizes and SHA-256, decoding, and (with --source) the data."""
+    from robo_loaders_plugin.backends.shards import ShardReader
+    from robo_loaders_plugin.robomimic.convert import verify_robomimic
+
+    problems = verify_robomimic(out_dir, source) if source else ShardReader(out_dir).verify()
+    for p in problems:
+        click.echo(f"problem: {p}", err=True)
+    if problems:
+        sys.exit(1)
+    click.echo(f"{out_dir}: ok")
+
+
 def _run():
     from robo_loaders_plugin.spec import RoboLoadersError
 

@@ -137,13 +137,15 @@ class ShardWriter:
             members[member] = self._add(member, data)
         self.episodes.append({"name": name, "shard": self._name, "length": header["length"], "members": members})
 
-    def close(self, source: Mapping | None = None) -> None:
+    def finish_shards(self) -> tuple[list[dict], list[dict]]:
+        """Close the open shard; return (episode entries, shard entries) without publishing an index (a
+        parallel converter publishes once every work unit is done)."""
         self._close_shard()
-        _atomic_json(os.path.join(self.out_dir, "index.json"),
-                     {"format": FORMAT, "version": VERSION, "episodes": self.episodes, "shards": self.shards})
-        _atomic_json(os.path.join(self.out_dir, "dataset.json"),
-                     {"format": FORMAT, "version": VERSION, "codec": self.codec.as_dict(),
-                      "metadata": self.metadata, "source": dict(source or {})})
+        return self.episodes, self.shards
+
+    def close(self, source: Mapping | None = None) -> None:
+        episodes, shards = self.finish_shards()
+        publish(self.out_dir, episodes, shards, self.codec, self.metadata, source)
 
     def abort(self) -> None:
         if self._tar is not None:
@@ -152,6 +154,19 @@ class ShardWriter:
             if os.path.exists(self._tmp):
                 os.unlink(self._tmp)
             self._tar = None
+
+
+def publish(out_dir: str, episodes: list[dict], shards: list[dict], codec: FrameCodec, metadata: Mapping,
+            source: Mapping | None = None) -> None:
+    """Write index.json then dataset.json, atomically, once every listed shard exists."""
+    for s in shards:
+        if not os.path.exists(os.path.join(out_dir, s["name"])):
+            raise ShardError(f"{out_dir}: cannot publish, {s['name']} does not exist")
+    _atomic_json(os.path.join(out_dir, "index.json"),
+                 {"format": FORMAT, "version": VERSION, "episodes": episodes, "shards": shards})
+    _atomic_json(os.path.join(out_dir, "dataset.json"),
+                 {"format": FORMAT, "version": VERSION, "codec": codec.as_dict(), "metadata": dict(metadata),
+                  "source": dict(source or {})})
 
 
 class ShardReader:
