@@ -51,6 +51,33 @@ def sequence_options(config, obs_keys, filter_by_attribute, dataset_path) -> dic
     return opts
 
 
+def episode_fields(read, length: int, opts: dict, where: str) -> dict:
+    """One demo's arrays as SequenceDataset serves them: ``obs/<k>`` and ``next_obs/<k>`` in file dtypes, dataset
+    keys cast to float32 under ``hdf5_cache_mode`` all/low_dim (a missing key becomes zeros (L, 1), as robomimic
+    substitutes). ``read(key)`` returns the array or None when the file lacks it."""
+    cache_mode = opts["hdf5_cache_mode"]
+    out = {}
+    prefixes = ["obs"] + (["next_obs"] if opts["load_next_obs"] or opts["goal_mode"] == "last" else [])
+    for prefix in prefixes:
+        for k in opts["obs_keys"]:
+            a = read(f"{prefix}/{k}")
+            if a is None:
+                raise hdf5_source.DatasetFileError(f"{where}/{prefix}/{k} is missing; check the obs keys in "
+                                                   "observation.modalities or hdf5_load_next_obs")
+            out[f"{prefix}/{k}"] = a
+    for k in opts["dataset_keys"]:
+        a = read(k)
+        if a is not None:
+            out[k] = a.astype(np.float32) if cache_mode in ("all", "low_dim") else a
+        elif cache_mode in ("all", "low_dim"):
+            out[k] = np.zeros((length, 1), dtype=np.float32)  # what SequenceDataset substitutes
+        else:
+            raise hdf5_source.DatasetFileError(
+                f"{where}/{k} is missing; with hdf5_cache_mode=null robomimic would fail on it too. Remove {k!r} "
+                "from train.dataset_keys or add it to the file")
+    return out
+
+
 # -- building the store ---------------------------------------------------------------------------------------
 def build_robomimic_store(opts: dict, codec: FrameCodec, cache_dir: str | None, max_memory, build_workers,
                           desc: str):
@@ -73,23 +100,11 @@ def build_robomimic_store(opts: dict, codec: FrameCodec, cache_dir: str | None, 
         def write(writer):
             for demo in tqdm(demos, desc=desc, unit="demo", mininterval=0.5):
                 L = hdf5_source.demo_length(f, demo)
-                arrays, compressed = {}, set()
-                for name in fields:
-                    a = hdf5_source.read_array(f, demo, name, L)
-                    arrays[name] = a
-                    if a[0].nbytes >= FRAME_MIN_BYTES:
-                        compressed.add(name)
-                for k in opts["dataset_keys"]:
-                    if f"data/{demo}/{k}" in f:
-                        a = hdf5_source.read_array(f, demo, k, L)
-                        arrays[k] = a.astype(np.float32) if cache_mode in ("all", "low_dim") else a
-                    elif cache_mode in ("all", "low_dim"):
-                        arrays[k] = np.zeros((L, 1), dtype=np.float32)  # what SequenceDataset substitutes
-                    else:
-                        raise hdf5_source.DatasetFileError(
-                            f"{path}: data/{demo}/{k} is missing; with hdf5_cache_mode=null robomimic would fail "
-                            f"on it too. Remove {k!r} from train.dataset_keys or add it to the file")
-                writer.add_episode(demo, arrays, compressed)
+                # obs keys are read even when missing: read_array's error lists what the demo has
+                arrays = episode_fields(lambda k: hdf5_source.read_array(f, demo, k, L)
+                                        if "/" in k or f"data/{demo}/{k}" in f else None, L, opts,
+                                        f"{path}: data/{demo}")
+                writer.add_episode(demo, arrays, {n for n in fields if arrays[n][0].nbytes >= FRAME_MIN_BYTES})
 
         return open_or_build(fp, "robomimic", write, codec=codec, cache_dir=cache_dir, max_memory=max_memory,
                              build_workers=build_workers, option_prefix="train.data_backend_kwargs",
