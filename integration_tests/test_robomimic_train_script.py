@@ -124,3 +124,13 @@ def test_third_party_backend_from_entry_point(e2e_hdf5, tmp_path):
     assert_trained(out, tmp_path, "toy", "robomimic data backend: toy_batches [train] toy batches over "
                                          "SequenceDataset, tag=hello")
     assert "[toy_batches] batch 3" in out  # the epoch loop pulled batches from the backend itself
+
+
+def test_unmodified_train_script_with_datapipe(e2e_hdf5, tmp_path):
+    """A batch-level backend: robomimic's epoch loop pulls the pipeline's batches (converted on first use)."""
+    cfg = write_config(tmp_path, e2e_hdf5, "datapipe", "dp", backend_kwargs={"cache_dir": str(tmp_path / "shards")},
+                       workers=2)
+    rc, out = run([sys.executable, "-m", "robomimic.scripts.train", "--config", cfg])
+    assert rc == 0, out[-3000:]
+    assert_trained(out, tmp_path, "dp", "[robo-loaders] robomimic data backend: datapipe [train]")
+    assert "robomimic data backend: datapipe [valid]" in out

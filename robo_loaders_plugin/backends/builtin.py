@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from robo_loaders_plugin.hookspecs import hookimpl
-from robo_loaders_plugin.spec import SAMPLE, BackendSpec
+from robo_loaders_plugin.spec import BATCH, SAMPLE, BackendSpec
 
 COMPRESSED_CACHE_OPTIONS = {
     "codec": (str, "lz4hc", "Blosc2 codec for camera frames: lz4hc, lz4, zstd, blosclz"),
@@ -13,6 +13,17 @@ COMPRESSED_CACHE_OPTIONS = {
     "build_workers": (int, None, "threads compressing frames while building (default: number of CPUs, max 8)"),
     "loader": (str, "threads", "'threads': num_data_workers threads build whole batches in the training process "
                                "(no worker processes, no collate copy); 'dataloader': robomimic's DataLoader"),
+}
+
+
+DATAPIPE_OPTIONS = {
+    "shards": (str, None, "a robo-shards directory made by 'robo-loaders convert robomimic'"),
+    "cache_dir": (str, None, "convert train.data into robo-shards here on first use (resumable) and reuse it"),
+    "shuffle_buffer": (int, 16, "episodes open at once; windows are drawn at random from them"),
+    "seed": (int, None, "shuffling seed (default: train.seed); the order is a function of (seed, epoch)"),
+    "prefetch": (int, 2, "batches prefetched ahead of training"),
+    "convert_workers": (int, 1, "processes converting on first use"),
+    "cache_episodes": (int, 64, "decoded episodes kept in memory (at least 2 x shuffle_buffer)"),
 }
 
 
@@ -36,5 +47,14 @@ def robo_loaders_backends():
             factories={"robomimic": "robo_loaders_plugin.robomimic.factories:compressed_cache_dataset",
                        "lerobot": "robo_loaders_plugin.lerobot.factories:compressed_cache_dataset"},
             options=COMPRESSED_CACHE_OPTIONS,
+        ),
+        BackendSpec(
+            name="datapipe",
+            description="torchdata.nodes pipeline over robo-shards: parallel read, episode-buffer shuffle, "
+                        "whole batches, resumable state",
+            frameworks=("robomimic",),
+            kind=BATCH,
+            factories={"robomimic": "robo_loaders_plugin.robomimic.datapipe:datapipe_dataset"},
+            options=DATAPIPE_OPTIONS,
         ),
     ]

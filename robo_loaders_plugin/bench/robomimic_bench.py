@@ -22,7 +22,10 @@ def parse_backend(label: str):
 
 def run_one(label: str, common: dict, kwargs: dict, log_dir: str, timeout: float) -> dict:
     name, mode = parse_backend(label)
-    args = dict(common, label=label, backend=name, cache_mode=mode, kwargs=kwargs.get(name, {}))
+    opts = dict(kwargs.get(name, {}))
+    if name == "datapipe" and not ({"shards", "cache_dir"} & set(opts)):
+        opts["cache_dir"] = os.path.join(log_dir, "shards")  # converted inside the timed build
+    args = dict(common, label=label, backend=name, cache_mode=mode, kwargs=opts)
     return run_child("robo_loaders_plugin.bench.robomimic_run", args, label, log_dir, timeout)
 
 

@@ -1,0 +1,151 @@
+"""The ``datapipe`` backend for robomimic: SequenceDataset's windows served by the torchdata.nodes pipeline over
+robo-shards (``robo_loaders_plugin.backends.datapipe``), as whole collated batches.
+
+robomimic's training loop builds a DataLoader over whatever ``dataset_factory`` returns; this backend is a
+:class:`~robo_loaders_plugin.batch_dataset.BatchDataset`, so the ``run_epoch`` patch iterates its batches instead.
+Window contents follow exactly the same rules as the compressed cache (``episode_fields`` and the same index math),
+so a window equals SequenceDataset's sample for that (demo, start).
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import torch
+
+from robo_loaders_plugin.backends.compressed_cache.build import fingerprint
+from robo_loaders_plugin.backends.datapipe.pipeline import BatchPlanNode, EpisodeCache, build_loader
+from robo_loaders_plugin.backends.shards import ShardReader
+from robo_loaders_plugin.batch_dataset import BatchDataset
+from robo_loaders_plugin.robomimic.factories import episode_fields, sequence_options
+from robo_loaders_plugin.robomimic.sequence import sequence_counts
+from robo_loaders_plugin.spec import BackendOptionError, RoboLoadersError
+
+OPTION_PREFIX = "train.data_backend_kwargs"
+
+
+class ShardSequenceBatches(BatchDataset):
+    backend_name = "datapipe"
+
+    def __init__(self, reader: ShardReader, opts: dict, demos: list[str], *, seed: int, shuffle_buffer: int,
+                 prefetch: int, cache_episodes: int):
+        self.reader, self.opts, self.demos = reader, opts, list(demos)
+        self.obs_keys, self.dataset_keys = opts["obs_keys"], opts["dataset_keys"]
+        self.n_demos = len(self.demos)
+        self.seed, self.shuffle_buffer, self.prefetch = int(seed), int(shuffle_buffer), int(prefetch)
+        lengths = [int(reader.episodes[reader.by_name[d]]["length"]) for d in self.demos]
+        self.lengths = np.asarray(lengths, dtype=np.int64)
+        self.F, self.S = opts["frame_stack"], opts["seq_length"]
+        self.counts = sequence_counts(lengths, self.F, self.S, opts["pad_frame_stack"], opts["pad_seq_length"])
+        self.offset = 0 if opts["pad_frame_stack"] else self.F - 1
+        self.cache = EpisodeCache(self._load, capacity=max(cache_episodes, 2 * shuffle_buffer))
+        self._loader = None
+        self._loader_key = None
+        self.build_summary = (f"{self.n_demos} demos, {len(self)} windows from {len(reader.shards)} shard(s) in "
+                              f"{reader.dir}, shuffle buffer {shuffle_buffer} episodes")
+
+    def __len__(self):
+        return int(sum(self.counts))
+
+    def __repr__(self):
+        return f"ShardSequenceBatches({self.build_summary})"
+
+    def _load(self, ep: int) -> dict:
+        demo = self.demos[ep]
+        _, fields = self.reader.read_episode(self.reader.by_name[demo])
+        return episode_fields(fields.get, int(self.lengths[ep]), self.opts, f"{self.reader.dir}: {demo}")
+
+    def window_index(self, ep: int, window: int) -> int:
+        """The SequenceDataset index of window ``window`` of demo ``ep`` (for tests and tools)."""
+        return int(np.sum(self.counts[:ep])) + window
+
+    def assemble(self, windows: np.ndarray) -> dict:
+        """Collated torch batch for (demo, window) pairs, as robomimic's DataLoader would collate them."""
+        eps, w = windows[:, 0], windows[:, 1]
+        L = self.lengths[eps]
+        raw = (w + self.offset)[:, None] + np.arange(-(self.F - 1), self.S)[None, :]
+        pos = np.clip(raw, 0, L[:, None] - 1)  # SequenceDataset pads by repeating the first/last frame
+        episodes = {int(e): self.cache.get(int(e)) for e in np.unique(eps)}
+
+        def gather(name, positions):
+            first = episodes[int(eps[0])][name]
+            out = np.empty((len(eps),) + positions.shape[1:] + first.shape[1:], dtype=first.dtype)
+            for e, ep_fields in episodes.items():
+                rows = np.flatnonzero(eps == e)
+                out[rows] = ep_fields[name][positions[rows]]
+            return torch.from_numpy(out)
+
+        batch = {k: gather(k, pos) for k in self.dataset_keys}
+        prefixes = ["obs"] + (["next_obs"] if self.opts["load_next_obs"] else [])
+        for prefix in prefixes:
+            batch[prefix] = {k: gather(f"{prefix}/{k}", pos) for k in self.obs_keys}
+        if self.opts["goal_mode"] == "last":
+            g = (L - (0 if self.opts["pad_seq_length"] else self.S - 1) - 1)[:, None]
+            batch["goal_obs"] = {k: gather(f"next_obs/{k}", g)[:, 0] for k in self.obs_keys}
+        return batch
+
+    def loader(self, batch_size: int, shuffle: bool, drop_last: bool, num_workers: int):
+        """One torchdata Loader per batch configuration, kept across epochs (its state spans them)."""
+        key = (batch_size, shuffle, drop_last, num_workers)
+        if self._loader_key != key:
+            self.plan = BatchPlanNode(self.counts, batch_size, drop_last, self.seed, self.shuffle_buffer, shuffle)
+            self._loader = build_loader(self.plan, self.assemble, num_workers, self.prefetch)
+            self._loader_key = key
+        return self._loader
+
+    def batches(self, batch_size, shuffle, drop_last, num_workers):
+        loader = self.loader(batch_size, shuffle, drop_last, num_workers)
+        n = self.plan.num_batches()
+
+        class Epoch:  # what robomimic's run_epoch iterates: one pass per iter(), len() batches
+            def __len__(self):
+                return n
+
+            def __iter__(self):
+                return iter(loader)
+
+        return Epoch()
+
+    def state_dict(self) -> dict:
+        return self._loader.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self._loader.load_state_dict(state)
+
+
+def datapipe_dataset(config, obs_keys, filter_by_attribute=None, dataset_path=None, *, shards=None, cache_dir=None,
+                     shuffle_buffer=16, seed=None, prefetch=2, convert_workers=1, cache_episodes=64):
+    opts = sequence_options(config, obs_keys, filter_by_attribute, dataset_path)
+    if shuffle_buffer < 1 or prefetch < 0 or convert_workers < 1 or cache_episodes < 1:
+        raise BackendOptionError(f"{OPTION_PREFIX}: shuffle_buffer, convert_workers, cache_episodes must be >= 1 "
+                                 "and prefetch >= 0")
+    path = opts["hdf5_path"]
+    if shards is None:
+        if cache_dir is None:
+            raise BackendOptionError(f"{OPTION_PREFIX}: the datapipe backend needs 'shards' (a directory made by "
+                                     "'robo-loaders convert robomimic') or 'cache_dir' (converted there on first use)")
+        from robo_loaders_plugin.robomimic.convert import convert_robomimic
+
+        st = os.stat(path)
+        fp = fingerprint({"file": os.path.realpath(path), "size": st.st_size, "mtime_ns": st.st_mtime_ns})
+        shards = os.path.join(os.path.expanduser(cache_dir), f"robomimic-shards-{fp}")
+        if not os.path.exists(os.path.join(shards, "index.json")):
+            convert_robomimic(path, shards, num_workers=convert_workers)
+    reader = ShardReader(os.path.expanduser(shards))
+    meta = reader.dataset.get("metadata", {})
+    if meta.get("framework") != "robomimic":
+        raise RoboLoadersError(f"{shards}: converted from a {meta.get('framework')!r} dataset, not robomimic")
+    if filter_by_attribute is None:
+        demos = list(meta["demos"])
+    elif filter_by_attribute in meta.get("masks", {}):
+        demos = sorted(meta["masks"][filter_by_attribute], key=lambda n: int(n[5:]))
+    else:
+        raise RoboLoadersError(f"{shards}: filter key {filter_by_attribute!r} not found (masks in the converted "
+                               f"dataset: {sorted(meta.get('masks', {}))})")
+    missing = [d for d in demos if d not in reader.by_name]
+    if missing:
+        raise RoboLoadersError(f"{shards}: demos {missing[:5]} are not in the shards; convert the file again")
+    if seed is None:
+        seed = int(config.train.seed)
+    return ShardSequenceBatches(reader, opts, demos, seed=seed, shuffle_buffer=shuffle_buffer, prefetch=prefetch,
+                                cache_episodes=cache_episodes)
