@@ -18,7 +18,7 @@ from robo_loaders_plugin.backends.datapipe.pipeline import BatchPlanNode, Episod
 from robo_loaders_plugin.backends.shards import ShardReader
 from robo_loaders_plugin.batch_dataset import BatchDataset
 from robo_loaders_plugin.robomimic.factories import episode_fields, sequence_options
-from robo_loaders_plugin.robomimic.sequence import sequence_counts
+from robo_loaders_plugin.robomimic.sequence import goal_positions, sequence_counts, window_positions
 from robo_loaders_plugin.spec import BackendOptionError, RoboLoadersError
 
 OPTION_PREFIX = "train.data_backend_kwargs"
@@ -63,8 +63,7 @@ class ShardSequenceBatches(BatchDataset):
         """Collated torch batch for (demo, window) pairs, as robomimic's DataLoader would collate them."""
         eps, w = windows[:, 0], windows[:, 1]
         L = self.lengths[eps]
-        raw = (w + self.offset)[:, None] + np.arange(-(self.F - 1), self.S)[None, :]
-        pos = np.clip(raw, 0, L[:, None] - 1)  # SequenceDataset pads by repeating the first/last frame
+        _, pos = window_positions(w + self.offset, L, self.F, self.S)
         episodes = {int(e): self.cache.get(int(e)) for e in np.unique(eps)}
 
         def gather(name, positions):
@@ -80,7 +79,7 @@ class ShardSequenceBatches(BatchDataset):
         for prefix in prefixes:
             batch[prefix] = {k: gather(f"{prefix}/{k}", pos) for k in self.obs_keys}
         if self.opts["goal_mode"] == "last":
-            g = (L - (0 if self.opts["pad_seq_length"] else self.S - 1) - 1)[:, None]
+            g = goal_positions(L, self.S, self.opts["pad_seq_length"])
             batch["goal_obs"] = {k: gather(f"next_obs/{k}", g)[:, 0] for k in self.obs_keys}
         return batch
 

@@ -45,6 +45,18 @@ def sequence_counts(lengths, frame_stack: int, seq_length: int, pad_frame_stack:
     return counts
 
 
+def window_positions(index_in_demo: np.ndarray, lengths: np.ndarray, frame_stack: int, seq_length: int):
+    """(raw, clamped) frame positions (B, T) of SequenceDataset windows. SequenceDataset pads by repeating the
+    first/last frame of the window, which is the same as clamping positions into the demo."""
+    raw = np.asarray(index_in_demo)[:, None] + np.arange(-(frame_stack - 1), seq_length, dtype=np.int64)[None, :]
+    return raw, np.clip(raw, 0, np.asarray(lengths)[:, None] - 1)
+
+
+def goal_positions(lengths: np.ndarray, seq_length: int, pad_seq_length: bool) -> np.ndarray:
+    """(B, 1) position of ``goal_mode="last"``'s goal: the last next_obs SequenceDataset can index."""
+    return (np.asarray(lengths) - (0 if pad_seq_length else seq_length - 1) - 1)[:, None]
+
+
 class StoreSequenceDataset(torch.utils.data.Dataset):
     """Map-style dataset with SequenceDataset's samples, read from an :class:`EpisodeStore`.
 
@@ -87,7 +99,6 @@ class StoreSequenceDataset(torch.utils.data.Dataset):
         offset = 0 if self.pad_frame_stack else self.n_frame_stack - 1
         self._index_in_demo = np.arange(len(self._demo_of_index), dtype=np.int64) - starts[self._demo_of_index] + offset
         self.total_num_sequences = len(self._demo_of_index)
-        self._offsets = np.arange(-(self.n_frame_stack - 1), self.seq_length, dtype=np.int64)
         self._ep_start = np.concatenate([[0], np.cumsum(self._lengths)[:-1]]).astype(np.int64)
         self._flat = {}
         self._bounds = {}
@@ -179,9 +190,7 @@ class StoreSequenceDataset(torch.utils.data.Dataset):
         idx = idx % n if n else idx
         ep = self._demo_of_index[idx]
         L = self._lengths[ep]
-        raw_pos = self._index_in_demo[idx][:, None] + self._offsets[None, :]
-        # SequenceDataset pads by repeating the first/last frame of the window: the same as clamping
-        pos = np.clip(raw_pos, 0, L[:, None] - 1)
+        raw_pos, pos = window_positions(self._index_in_demo[idx], L, self.n_frame_stack, self.seq_length)
         pad_mask = ((raw_pos >= 0) & (raw_pos < L[:, None]))[..., None] if self.get_pad_mask else None
 
         batch = {k: self._field(k, ep, pos) for k in self.dataset_keys}
@@ -193,7 +202,7 @@ class StoreSequenceDataset(torch.utils.data.Dataset):
             if pad_mask is not None:
                 batch[prefix]["pad_mask"] = pad_mask
         if self.goal_mode == "last":
-            g = (L - (0 if self.pad_seq_length else self.seq_length - 1) - 1)[:, None]
+            g = goal_positions(L, self.seq_length, self.pad_seq_length)
             batch["goal_obs"] = {k: self._field(f"next_obs/{k}", ep, g)[:, 0] for k in self.obs_keys}
             if pad_mask is not None:
                 batch["goal_obs"]["pad_mask"] = np.ones((len(idx), 1), dtype=bool)
