@@ -13,31 +13,26 @@ def frames_per_sample(ds, delta) -> int:
     return sum(len(delta[k]) if delta and k in delta else 1 for k in ds.meta.camera_keys)
 
 
+def _time_method(cls, attr: str, spent: list) -> None:
+    """Wrap ``cls.attr`` so every call adds its wall time to ``spent[0]`` (this child process only)."""
+    orig = getattr(cls, attr)
+
+    def timed(self, *a, **k):
+        t = time.perf_counter()
+        try:
+            return orig(self, *a, **k)
+        finally:
+            spent[0] += time.perf_counter() - t
+
+    setattr(cls, attr, timed)
+
+
 def decode_split(ds, native_cls_reader, samples: int = 200) -> dict:
     """Wall time per sample spent getting camera frames vs everything else (single process, random order)."""
     spent = [0.0]
-    if native_cls_reader is not None:  # LeRobot: time DatasetReader._query_videos (all cameras of a sample)
-        orig = native_cls_reader._query_videos
-
-        def timed(self, *a, **k):
-            t = time.perf_counter()
-            try:
-                return orig(self, *a, **k)
-            finally:
-                spent[0] += time.perf_counter() - t
-
-        native_cls_reader._query_videos = timed
-    else:  # the store: time frame decompression
-        orig_frames = type(ds)._frames
-
-        def timed_frames(self, *a, **k):
-            t = time.perf_counter()
-            try:
-                return orig_frames(self, *a, **k)
-            finally:
-                spent[0] += time.perf_counter() - t
-
-        type(ds)._frames = timed_frames
+    # LeRobot: DatasetReader._query_videos (all cameras of a sample); the store: frame decompression
+    cls, attr = (native_cls_reader, "_query_videos") if native_cls_reader is not None else (type(ds), "_frames")
+    _time_method(cls, attr, spent)
     idx = np.random.default_rng(0).choice(len(ds), samples)
     t = time.perf_counter()
     for i in idx:
