@@ -87,3 +87,53 @@ def test_needs_shards_or_cache_dir(tiny_hdf5):
     cfg = make_config(tiny_hdf5, backend="datapipe")
     with pytest.raises(BackendOptionError, match="'shards'.*'cache_dir'"):
         dataset_factory(cfg, obs_keys(cfg))
+
+
+def rows(batches, bs):
+    for b, batch in enumerate(batches):
+        for r in range(len(batch["actions"])):
+            yield b * bs + r, {k: ({kk: vv[r] for kk, vv in v.items()} if isinstance(v, dict) else v[r])
+                               for k, v in batch.items()}
+
+
+def test_replacement_repeats_windows_with_native_content(tiny_hdf5, tmp_path):
+    native, ds = pair(tiny_hdf5, tmp_path, COMBOS[0], replacement=True)
+    epoch = ds.batches(batch_size=32, shuffle=True, drop_last=False, num_workers=2)
+    batches = list(epoch)
+    plan = ds.plan._plan
+    seen = [ds.window_index(int(e), int(w)) for e, w in plan]
+    assert len(seen) == len(native)  # a pass has as many windows as without replacement
+    counts = np.bincount(seen, minlength=len(native))
+    assert counts.max() > 1 and (counts == 0).any()  # drawn with replacement, so some repeat and some are missed
+    for i, row in rows(batches, 32):
+        same(row, native[seen[i]], f"row {i} (sample {seen[i]})")
+    # still served through the episode buffer: at no point are more than shuffle_buffer (3) episodes open
+    eps = np.unique(plan[:, 0])
+    first = np.array([np.flatnonzero(plan[:, 0] == e)[0] for e in eps])
+    last = np.array([np.flatnonzero(plan[:, 0] == e)[-1] for e in eps])
+    open_at = [int(np.sum((first <= i) & (i <= last))) for i in range(len(plan))]
+    assert max(open_at) == 3
+
+
+def test_replacement_reproducible_and_resumable(tiny_hdf5, tmp_path):
+    _, ds = pair(tiny_hdf5, tmp_path, COMBOS[0], replacement=True)
+    epoch = ds.batches(16, True, True, 2)
+    first = [b["actions"] for b in epoch]
+    plan0 = ds.plan._plan.copy()
+    second = [b["actions"] for b in epoch]
+    assert not all(torch.equal(a, b) for a, b in zip(first, second))  # (seed, epoch) changes the draw
+    _, again = pair(tiny_hdf5, tmp_path, COMBOS[0], replacement=True)
+    assert all(torch.equal(a, b["actions"]) for a, b in zip(first, again.batches(16, True, True, 2)))
+    assert np.array_equal(again.plan._plan, plan0)
+
+    it = iter(again.batches(16, True, True, 2))  # second pass of `again`, stopped after 3 batches
+    for _ in range(3):
+        next(it)
+    state = again.state_dict()
+    expected = next(it)
+    _, fresh = pair(tiny_hdf5, tmp_path, COMBOS[0], replacement=True)
+    fresh.loader(16, True, True, 2)
+    fresh.load_state_dict(state)
+    got = next(iter(fresh.batches(16, True, True, 2)))
+    assert torch.equal(got["actions"], expected["actions"])
+    assert torch.equal(got["obs"]["agentview_image"], expected["obs"]["agentview_image"])

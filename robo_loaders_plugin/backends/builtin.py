@@ -24,6 +24,8 @@ DATAPIPE_OPTIONS = {
     "prefetch": (int, 2, "batches prefetched ahead of training"),
     "convert_workers": (int, 1, "processes converting on first use"),
     "cache_episodes": (int, 64, "decoded episodes kept in memory (at least 2 x shuffle_buffer)"),
+    "replacement": (bool, False, "draw each pass's windows with replacement (same count per pass, repeats "
+                                 "allowed) instead of every window exactly once"),
 }
 
 
@@ -52,9 +54,10 @@ def robo_loaders_backends():
             name="datapipe",
             description="torchdata.nodes pipeline over robo-shards: parallel read, episode-buffer shuffle, "
                         "whole batches, resumable state",
-            frameworks=("robomimic",),
+            frameworks=("robomimic", "lerobot"),
             kind=BATCH,
-            factories={"robomimic": "robo_loaders_plugin.robomimic.datapipe:datapipe_dataset"},
+            factories={"robomimic": "robo_loaders_plugin.robomimic.datapipe:datapipe_dataset",
+                       "lerobot": "robo_loaders_plugin.lerobot.datapipe:datapipe_dataset"},
             options=DATAPIPE_OPTIONS,
         ),
     ]

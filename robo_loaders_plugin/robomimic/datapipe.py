@@ -28,11 +28,12 @@ class ShardSequenceBatches(BatchDataset):
     backend_name = "datapipe"
 
     def __init__(self, reader: ShardReader, opts: dict, demos: list[str], *, seed: int, shuffle_buffer: int,
-                 prefetch: int, cache_episodes: int):
+                 prefetch: int, cache_episodes: int, replacement: bool = False):
         self.reader, self.opts, self.demos = reader, opts, list(demos)
         self.obs_keys, self.dataset_keys = opts["obs_keys"], opts["dataset_keys"]
         self.n_demos = len(self.demos)
         self.seed, self.shuffle_buffer, self.prefetch = int(seed), int(shuffle_buffer), int(prefetch)
+        self.replacement = bool(replacement)
         lengths = [int(reader.episodes[reader.by_name[d]]["length"]) for d in self.demos]
         self.lengths = np.asarray(lengths, dtype=np.int64)
         self.F, self.S = opts["frame_stack"], opts["seq_length"]
@@ -42,7 +43,8 @@ class ShardSequenceBatches(BatchDataset):
         self._loader = None
         self._loader_key = None
         self.build_summary = (f"{self.n_demos} demos, {len(self)} windows from {len(reader.shards)} shard(s) in "
-                              f"{reader.dir}, shuffle buffer {shuffle_buffer} episodes")
+                              f"{reader.dir}, shuffle buffer {shuffle_buffer} episodes"
+                              + (", windows drawn with replacement" if self.replacement else ""))
 
     def __len__(self):
         return int(sum(self.counts))
@@ -87,7 +89,8 @@ class ShardSequenceBatches(BatchDataset):
         """One torchdata Loader per batch configuration, kept across epochs (its state spans them)."""
         key = (batch_size, shuffle, drop_last, num_workers)
         if self._loader_key != key:
-            self.plan = BatchPlanNode(self.counts, batch_size, drop_last, self.seed, self.shuffle_buffer, shuffle)
+            self.plan = BatchPlanNode(self.counts, batch_size, drop_last, self.seed, self.shuffle_buffer, shuffle,
+                                      self.replacement)
             self._loader = build_loader(self.plan, self.assemble, num_workers, self.prefetch)
             self._loader_key = key
         return self._loader
@@ -113,7 +116,8 @@ class ShardSequenceBatches(BatchDataset):
 
 
 def datapipe_dataset(config, obs_keys, filter_by_attribute=None, dataset_path=None, *, shards=None, cache_dir=None,
-                     shuffle_buffer=16, seed=None, prefetch=2, convert_workers=1, cache_episodes=64):
+                     shuffle_buffer=16, seed=None, prefetch=2, convert_workers=1, cache_episodes=64,
+                     replacement=False):
     opts = sequence_options(config, obs_keys, filter_by_attribute, dataset_path)
     if shuffle_buffer < 1 or prefetch < 0 or convert_workers < 1 or cache_episodes < 1:
         raise BackendOptionError(f"{OPTION_PREFIX}: shuffle_buffer, convert_workers, cache_episodes must be >= 1 "
@@ -147,4 +151,4 @@ def datapipe_dataset(config, obs_keys, filter_by_attribute=None, dataset_path=No
     if seed is None:
         seed = int(config.train.seed)
     return ShardSequenceBatches(reader, opts, demos, seed=seed, shuffle_buffer=shuffle_buffer, prefetch=prefetch,
-                                cache_episodes=cache_episodes)
+                                cache_episodes=cache_episodes, replacement=replacement)

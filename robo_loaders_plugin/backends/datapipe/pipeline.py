@@ -2,7 +2,8 @@
 
 Why the order is planned up front: which windows form which batch depends only on the episode lengths (in the
 shard index), the seed and the epoch, so the plan is computed without touching data, every window appears exactly
-once per pass, and the pipeline's whole state is (epoch, batches yielded): a stopped run resumes on the same next
+once per pass (or, with replacement, a pass is a seeded draw of as many windows), and the pipeline's whole state is
+(epoch, batches yielded): a stopped run resumes on the same next
 batch after ``load_state_dict``. Locality comes from an episode buffer: episodes enter in a shuffled order, at most
 ``buffer_episodes`` are open at once, and windows are drawn at random from the open ones, so each episode is read
 and decompressed about once per pass while batches still mix many episodes.
@@ -18,22 +19,43 @@ from torchdata.nodes import BaseNode, Loader, ParallelMapper, Prefetcher
 
 
 def plan_windows(windows_per_episode: Sequence[int], seed: int, epoch: int, buffer_episodes: int,
-                 shuffle: bool = True) -> np.ndarray:
-    """(N, 2) array of (episode, window) in the order they are served in this pass; each pair exactly once."""
+                 shuffle: bool = True, replacement: bool = False) -> np.ndarray:
+    """(N, 2) array of (episode, window) in the order they are served in this pass; each pair exactly once, or,
+    with ``replacement``, N pairs drawn uniformly with replacement (the multiset is drawn first, then served through
+    the same episode buffer, so locality is kept). Without ``shuffle`` the pass is in dataset order and
+    ``replacement`` does not apply: an ordered pass is what evaluation-style callers ask for."""
     counts = np.asarray(windows_per_episode, dtype=np.int64)
     if not shuffle:
         return np.stack([np.repeat(np.arange(len(counts)), counts),
                          np.concatenate([np.arange(c) for c in counts]) if len(counts) else np.zeros(0, int)], 1)
     rng = np.random.default_rng([int(seed), int(epoch)])
+    if replacement:
+        total = int(counts.sum())
+        # uniform over all windows (not over episodes), as torch's RandomSampler(replacement=True) draws indices
+        flat = np.sort(rng.integers(total, size=total)) if total else np.zeros(0, np.int64)
+        starts = np.concatenate([[0], np.cumsum(counts)])
+        bounds = np.searchsorted(flat, starts)
+        drawn = [flat[bounds[e]:bounds[e + 1]] - starts[e] for e in range(len(counts))]
+        served = np.array([len(d) for d in drawn], dtype=np.int64)
+
+        def windows_of(ep):
+            return rng.permutation(drawn[ep]).tolist()
+    else:
+        served = counts
+
+        def windows_of(ep):
+            return rng.permutation(counts[ep]).tolist()
     order = rng.permutation(len(counts)).tolist()
-    out = np.empty((int(counts.sum()), 2), dtype=np.int64)
+    out = np.empty((int(served.sum()), 2), dtype=np.int64)
     buffer: list[list] = []  # [episode, remaining windows (shuffled)]
     n = 0
     while order or buffer:
         while order and len(buffer) < buffer_episodes:
             ep = order.pop(0)
-            if counts[ep]:
-                buffer.append([ep, rng.permutation(counts[ep]).tolist()])
+            if served[ep]:
+                buffer.append([ep, windows_of(ep)])
+        if not buffer:  # only episodes nothing was drawn from are left
+            break
         j = int(rng.integers(len(buffer)))
         ep, remaining = buffer[j]
         out[n] = (ep, remaining.pop())
@@ -47,11 +69,11 @@ class BatchPlanNode(BaseNode):
     """Yields one batch of (episode, window) pairs at a time; state = epoch and batches already yielded."""
 
     def __init__(self, windows_per_episode, batch_size: int, drop_last: bool, seed: int, buffer_episodes: int,
-                 shuffle: bool = True):
+                 shuffle: bool = True, replacement: bool = False):
         super().__init__()
         self.counts = list(windows_per_episode)
         self.batch_size, self.drop_last, self.seed = int(batch_size), bool(drop_last), int(seed)
-        self.buffer_episodes, self.shuffle = int(buffer_episodes), bool(shuffle)
+        self.buffer_episodes, self.shuffle, self.replacement = int(buffer_episodes), bool(shuffle), bool(replacement)
         self.epoch = -1
         self._plan = None
         self._batch = 0
@@ -66,7 +88,8 @@ class BatchPlanNode(BaseNode):
             self.epoch, self._batch = int(initial_state["epoch"]), int(initial_state["batch"])
         else:
             self.epoch, self._batch = self.epoch + 1, 0
-        self._plan = plan_windows(self.counts, self.seed, self.epoch, self.buffer_episodes, self.shuffle)
+        self._plan = plan_windows(self.counts, self.seed, self.epoch, self.buffer_episodes, self.shuffle,
+                                  self.replacement)
 
     def next(self):
         if self._batch >= self.num_batches():
