@@ -94,3 +94,27 @@ def test_bad_backend_kwargs_fail_at_parse_time(root, tmp_path):
                             '--dataset.backend_kwargs={"codek": "zstd"}')
     assert rc == 1 and "codek" in log and "valid options" in log, log[-2000:]
     assert "Creating dataset" not in log
+
+
+def test_datapipe_feeds_the_training_loop_and_resumes(root, tmp_path):
+    """Converted on first use into cache_dir; the loop's batches come from the pipeline (the cycle patch), and
+    --resume continues at the sampler's offset (step 3 x batch 4 -> batch 3 of epoch 0)."""
+    out, cache = str(tmp_path / "dp"), str(tmp_path / "shards")
+    rc, log = lerobot_train(root, out, "--dataset.backend=datapipe", f'--dataset.backend_kwargs={{"cache_dir": "{cache}"}}')
+    assert rc == 0, log[-3000:]
+    assert "lerobot data backend: datapipe" in log and "starting at epoch 0 batch 0" in log, log[-3000:]
+    assert f"convert {os.path.basename(root)}" in log  # converted on first use (progress bar)
+    cfg = os.path.join(out, "checkpoints", "000003", "pretrained_model", "train_config.json")
+    rc, log = lerobot_train(root, out, f"--config_path={cfg}", "--resume=true", steps=5)
+    assert rc == 0, log[-3000:]
+    assert "starting at epoch 0 batch 3" in log, log[-3000:]
+    assert f"convert {os.path.basename(root)}" not in log  # the shards in cache_dir are reused
+
+
+def test_datapipe_through_discover_packages_path(root, tmp_path):
+    rc, log = lerobot_train(root, str(tmp_path / "dp_discover"), "--dataset.backend=datapipe",
+                            f'--dataset.backend_kwargs={{"cache_dir": "{tmp_path / "shards"}"}}',
+                            "--dataset.discover_packages_path=robo_loaders_plugin",
+                            env_extra={"ROBO_LOADERS_DISABLE": "1"})
+    assert rc == 0, log[-3000:]
+    assert "batches come from the torchdata pipeline" in log, log[-3000:]

@@ -209,16 +209,51 @@ def convert_robomimic_cmd(in_path, out_dir, num_workers, shard_size, codec, leve
     click.echo(f"wrote {out_dir}: {res['episodes']} episodes in {res['shards']} shards")
 
 
+@convert.command("lerobot")
+@click.argument("root", type=click.Path(exists=True, file_okay=False))
+@click.argument("out_dir", type=click.Path(file_okay=False))
+@click.option("--repo-id", default=None, help="repo_id to open ROOT with (default: local/<ROOT's name>)")
+@click.option("--num-workers", default=1, show_default=True, type=click.IntRange(min=1))
+@click.option("--shard-size", default="256MB", show_default=True, help="target shard size")
+@click.option("--codec", default="lz4hc", show_default=True)
+@click.option("--level", default=5, show_default=True, type=click.IntRange(0, 9))
+@click.option("--tolerance-s", default=1e-4, show_default=True, type=float,
+              help="timestamp tolerance checked on every frame, as lerobot-train's --tolerance_s")
+def convert_lerobot_cmd(root, out_dir, repo_id, num_workers, shard_size, codec, level, tolerance_s):
+    """Convert a LeRobot v3 dataset (video decoded once, frames stored losslessly); re-running the same command
+    resumes an interrupted conversion."""
+    from robo_loaders_plugin.codecs import FrameCodec
+    from robo_loaders_plugin.lerobot.convert import convert_lerobot
+    from robo_loaders_plugin.units import parse_bytes
+
+    try:
+        size, frame_codec = parse_bytes(shard_size, "--shard-size"), FrameCodec(codec, level)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+    res = convert_lerobot(root, out_dir, repo_id=repo_id, num_workers=num_workers, shard_bytes=size,
+                          codec=frame_codec, tolerance_s=tolerance_s)
+    click.echo(f"wrote {out_dir}: {res['episodes']} episodes in {res['shards']} shards")
+
+
 @main.command("verify")
 @click.argument("out_dir", type=click.Path(exists=True, file_okay=False))
-@click.option("--source", type=click.Path(exists=True, dir_okay=False),
-              help="also compare every array with this robomimic HDF5 file")
-def verify_cmd(out_dir, source):
+@click.option("--source", type=click.Path(exists=True),
+              help="also compare every array with the source: a robomimic HDF5 file or a LeRobot dataset root")
+@click.option("--repo-id", default=None, help="LeRobot only: repo_id to open the source with")
+def verify_cmd(out_dir, source, repo_id):
     """Re-check a robo-shards directory: shard sizes and SHA-256, decoding, and (with --source) the data."""
     from robo_loaders_plugin.backends.shards import ShardReader
-    from robo_loaders_plugin.robomimic.convert import verify_robomimic
 
-    problems = verify_robomimic(out_dir, source) if source else ShardReader(out_dir).verify()
+    if not source:
+        problems = ShardReader(out_dir).verify()
+    elif ShardReader(out_dir).dataset.get("metadata", {}).get("framework") == "lerobot":
+        from robo_loaders_plugin.lerobot.convert import verify_lerobot
+
+        problems = verify_lerobot(out_dir, source, repo_id)
+    else:
+        from robo_loaders_plugin.robomimic.convert import verify_robomimic
+
+        problems = verify_robomimic(out_dir, source)
     for p in problems:
         click.echo(f"problem: {p}", err=True)
     if problems:

@@ -17,9 +17,12 @@ import torch.utils.data
 from robo_loaders_plugin.backends.compressed_cache.store import EpisodeStore
 
 
-class StoreLeRobotDataset(torch.utils.data.Dataset):
-    def __init__(self, native, store: EpisodeStore, *, columns: list[str], video_keys: list[str],
-                 image_keys: list[str], store_owner=None, backend_name: str = "compressed_cache"):
+class LeRobotSamples(torch.utils.data.Dataset):
+    """The item assembly shared by the backends; a subclass says where rows' column values and frames live
+    (:meth:`_column`, :meth:`_frames`), given the ``index`` and ``episode_index`` of every row."""
+
+    def __init__(self, native, *, columns: list[str], video_keys: list[str], image_keys: list[str],
+                 abs_index: np.ndarray, episode_index: np.ndarray, backend_name: str):
         super().__init__()
         self._native = native  # the LeRobotDataset this one mirrors: meta, episode selection, HF table
         self.meta = native.meta
@@ -30,28 +33,29 @@ class StoreLeRobotDataset(torch.utils.data.Dataset):
         self.delta_indices = native.reader.delta_indices
         self.tolerance_s = native.reader._tolerance_s
         self.return_uint8 = bool(native.reader._return_uint8)
-        self.store = store
-        self._store_owner = store_owner
         self.backend_name = backend_name
         self._columns = list(columns)
         self._video_keys = list(video_keys)
         self._image_keys = list(image_keys)
         self._camera_keys = [k for k in self.meta.camera_keys if k not in self.meta.depth_keys]
         self._tasks = [str(t) for t in self.meta.tasks.index]
-        self._col_unit = 0  # store unit 0 holds every tabular column; units 1.. hold each episode's frames
-        n = store.episodes[0]["length"]
-        self._num_rows = n
-        idx = store.raw(0, "index")
-        ep_index = store.raw(0, "episode_index")
-        self._abs_index = idx
-        self._episode_index = ep_index
+        self._num_rows = len(abs_index)
+        self._abs_index = abs_index
+        self._episode_index = episode_index
         ep_start, ep_end = {}, {}
-        for ep in sorted(set(ep_index.tolist())):
+        for ep in sorted(set(episode_index.tolist())):
             e = self.meta.episodes[ep]
             ep_start[ep], ep_end[ep] = int(e["dataset_from_index"]), int(e["dataset_to_index"])
-        self._ep_bounds = (np.array([ep_start[e] for e in ep_index.tolist()], dtype=np.int64),
-                           np.array([ep_end[e] for e in ep_index.tolist()], dtype=np.int64))
-        self._bounds = {}
+        self._ep_bounds = (np.array([ep_start[e] for e in episode_index.tolist()], dtype=np.int64),
+                           np.array([ep_end[e] for e in episode_index.tolist()], dtype=np.int64))
+
+    def _column(self, key: str, rows: np.ndarray) -> np.ndarray:
+        """Values of tabular column ``key`` at relative rows ``rows`` (any shape)."""
+        raise NotImplementedError
+
+    def _frames(self, key: str, rows: np.ndarray) -> np.ndarray:
+        """uint8 frames of relative rows ``rows`` (any shape) as an array of shape ``rows.shape + frame``."""
+        raise NotImplementedError
 
     # -- what lerobot-train and EpisodeAwareSampler use ----------------------------------------------------------
     def __len__(self):
@@ -85,32 +89,15 @@ class StoreLeRobotDataset(torch.utils.data.Dataset):
     def video_frame_keys(self):
         return list(self._video_keys)
 
-    def __getstate__(self):
-        state = dict(self.__dict__)
-        state["_bounds"] = {}
-        return state
-
     def __repr__(self):
         return (f"{type(self).__name__}(backend={self.backend_name}, repo_id={self.repo_id!r}, "
-                f"episodes={self.num_episodes}, frames={self.num_frames}, store={self.store.path})")
+                f"episodes={self.num_episodes}, frames={self.num_frames})")
 
     # -- samples -----------------------------------------------------------------------------------------------
-    def _frames(self, key: str, rows: np.ndarray) -> np.ndarray:
-        """uint8 frames of relative rows ``rows`` (any shape) as an array of shape ``rows.shape + frame``."""
-        bounds = self._bounds.get(key)
-        if bounds is None:
-            bounds = self._bounds[key] = self.store.blob_bounds(key, range(1, len(self.store.episodes)))
-        dtype, shape, _ = self.store.frame_info(1, key)
-        flat_rows = rows.reshape(-1)
-        out = np.empty((flat_rows.size,) + shape, dtype=dtype)
-        self.store.decode_frames(bounds[0][flat_rows].tolist(), bounds[1][flat_rows].tolist(), out,
-                                 range(flat_rows.size))
-        return out.reshape(rows.shape + shape)
-
     def _values(self, key: str, rows: np.ndarray) -> torch.Tensor:
         if key in self._image_keys:  # what torchvision's ToTensor does to the uint8 PNG LeRobot decodes
             return torch.from_numpy(self._frames(key, rows)).to(dtype=torch.float32).div(255)
-        return torch.from_numpy(np.ascontiguousarray(self.store.raw(self._col_unit, key)[rows]))
+        return torch.from_numpy(np.ascontiguousarray(self._column(key, rows)))
 
     def __getitem__(self, idx):
         return self.__getitems__([idx])[0]
@@ -153,3 +140,43 @@ class StoreLeRobotDataset(torch.utils.data.Dataset):
             item["task"] = self._tasks[int(item["task_index"])]
             items.append(item)
         return items
+
+    def collated(self, indices) -> dict:
+        """The batch torch's DataLoader would hand ``lerobot-train`` for these indices."""
+        return torch.utils.data.default_collate(self.__getitems__(indices))
+
+
+class StoreLeRobotDataset(LeRobotSamples):
+    """Rows served from a compressed_cache episode store: unit 0 holds every tabular column, units 1.. hold
+    each episode's frames."""
+
+    def __init__(self, native, store: EpisodeStore, *, columns: list[str], video_keys: list[str],
+                 image_keys: list[str], store_owner=None, backend_name: str = "compressed_cache"):
+        super().__init__(native, columns=columns, video_keys=video_keys, image_keys=image_keys,
+                         abs_index=store.raw(0, "index"), episode_index=store.raw(0, "episode_index"),
+                         backend_name=backend_name)
+        self.store = store
+        self._store_owner = store_owner
+        self._bounds = {}
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_bounds"] = {}
+        return state
+
+    def __repr__(self):
+        return super().__repr__()[:-1] + f", store={self.store.path})"
+
+    def _column(self, key, rows):
+        return self.store.raw(0, key)[rows]
+
+    def _frames(self, key, rows):
+        bounds = self._bounds.get(key)
+        if bounds is None:
+            bounds = self._bounds[key] = self.store.blob_bounds(key, range(1, len(self.store.episodes)))
+        dtype, shape, _ = self.store.frame_info(1, key)
+        flat_rows = rows.reshape(-1)
+        out = np.empty((flat_rows.size,) + shape, dtype=dtype)
+        self.store.decode_frames(bounds[0][flat_rows].tolist(), bounds[1][flat_rows].tolist(), out,
+                                 range(flat_rows.size))
+        return out.reshape(rows.shape + shape)

@@ -32,8 +32,25 @@ def check_lerobot_version() -> None:
 
     found = version("lerobot")
     if not found.startswith(SUPPORTED_LEROBOT):
-        raise LeRobotSourceError(f"compressed_cache for LeRobot supports lerobot {SUPPORTED_LEROBOT}x, found {found}; "
+        raise LeRobotSourceError(f"robo-loaders backends for LeRobot support lerobot {SUPPORTED_LEROBOT}x, found {found}; "
                                  "use --dataset.backend=native (see the README section on LeRobot 0.4.4)")
+
+
+def check_supported(native) -> None:
+    """What the backends that decode episodes ahead of time (compressed_cache, datapipe) can reproduce."""
+    check_lerobot_version()
+    meta = native.meta
+    video_backend = native.reader._video_backend
+    if meta.video_keys and video_backend != "torchcodec":
+        raise LeRobotSourceError(f"robo-loaders decodes video with torchcodec, as LeRobot does by default; this "
+                                 f"dataset uses video_backend={video_backend!r}, whose frames can differ. Use "
+                                 "--dataset.video_backend=torchcodec or --dataset.backend=native")
+    if meta.depth_keys:
+        raise LeRobotSourceError(f"depth features {meta.depth_keys} are not supported by robo-loaders yet; "
+                                 "use --dataset.backend=native")
+    if meta.has_language_columns:
+        raise LeRobotSourceError("datasets with language columns are not supported by robo-loaders yet; "
+                                 "use --dataset.backend=native")
 
 
 def native_dataset(native, **_):
@@ -51,7 +68,7 @@ def _source_fingerprint(root: Path) -> list:
     return sorted(out)
 
 
-def _episode_runs(ep_index: np.ndarray, meta) -> list[tuple[int, int, int]]:
+def episode_runs(ep_index: np.ndarray, meta) -> list[tuple[int, int, int]]:
     """(episode, first row, end row) for contiguous runs; checks that each selected episode is one run."""
     if len(ep_index) == 0:
         raise LeRobotSourceError("the dataset selects no frames")
@@ -78,19 +95,9 @@ def compressed_cache_dataset(native, *, codec="lz4hc", level=5, filter="none", m
     if loader != "threads":
         raise BackendOptionError(f"{OPTION_PREFIX}: option 'loader' applies to robomimic only (LeRobot keeps its "
                                  "own DataLoader and EpisodeAwareSampler)")
-    check_lerobot_version()
+    check_supported(native)
     meta = native.meta
     video_backend = native.reader._video_backend
-    if meta.video_keys and video_backend != "torchcodec":
-        raise LeRobotSourceError(f"compressed_cache decodes video with torchcodec, as LeRobot does by default; this "
-                                 f"dataset uses video_backend={video_backend!r}, whose frames can differ. Use "
-                                 "--dataset.video_backend=torchcodec or --dataset.backend=native")
-    if meta.depth_keys:
-        raise LeRobotSourceError(f"depth features {meta.depth_keys} are not supported by compressed_cache yet; "
-                                 "use --dataset.backend=native")
-    if meta.has_language_columns:
-        raise LeRobotSourceError("datasets with language columns are not supported by compressed_cache yet; "
-                                 "use --dataset.backend=native")
     hf = native.hf_dataset
     columns = list(hf.features)
     image_keys = [k for k in meta.image_keys if k in columns]
@@ -101,7 +108,7 @@ def compressed_cache_dataset(native, *, codec="lz4hc", level=5, filter="none", m
     for needed in ("index", "episode_index", "timestamp", "task_index"):
         if needed not in arrays:
             raise LeRobotSourceError(f"{native.root}: column {needed!r} is missing from the data files")
-    runs = _episode_runs(arrays["episode_index"], meta)
+    runs = episode_runs(arrays["episode_index"], meta)
     root = Path(native.root)
     fp = fingerprint({"root": os.path.realpath(root), "files": _source_fingerprint(root),
                       "episodes": native.episodes, "codec": frame_codec.as_dict(),

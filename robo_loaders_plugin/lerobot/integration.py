@@ -68,3 +68,18 @@ def make_train_eval_datasets(cfg):
     finally:
         _state.raw = False
     return convert(train, cfg), convert(evaluation, cfg)
+
+
+def cycle(dataloader):
+    """``lerobot-train``'s ``cycle(dataloader)``: a dataset with its own training pipeline serves the batches
+    (it reads the sampler's frames, seed, epoch and offset off ``dataloader``); otherwise LeRobot's cycle."""
+    from robo_loaders_plugin.lerobot.patches import ORIGINALS
+
+    dataset = getattr(dataloader, "dataset", None)
+    if hasattr(dataset, "cycle"):
+        return dataset.cycle(dataloader)
+    if "cycle" in ORIGINALS:
+        return ORIGINALS["cycle"](dataloader)
+    from lerobot.utils.utils import cycle as lerobot_cycle
+
+    return lerobot_cycle(dataloader)

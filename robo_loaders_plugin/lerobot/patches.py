@@ -11,6 +11,8 @@ Each patch is idempotent and keeps the original in :data:`ORIGINALS`.
    it through the configured backend.
 3. ``lerobot.scripts.lerobot_train.make_train_eval_datasets`` (0.6.1) / ``make_dataset`` (0.4.x): the training
    script from-imports the factory; rebound when the script was imported before the factory was patched.
+4. ``lerobot.scripts.lerobot_train.cycle``: for a dataset that brings its own training pipeline (``datapipe``),
+   the loop's ``cycle(dataloader)`` yields the pipeline's batches; any other dataset goes to LeRobot's ``cycle``.
 """
 from __future__ import annotations
 
@@ -57,6 +59,17 @@ def patch_factory(module) -> None:
 
 def patch_train_script(module) -> None:
     _rebind_script(module)
+    current = getattr(module, "cycle", None)
+    if current is not None and not getattr(current, _MARK, False):
+        ORIGINALS["cycle"] = current
+        from robo_loaders_plugin.lerobot import integration
+
+        @functools.wraps(current)
+        def cycle(dataloader):
+            return integration.cycle(dataloader)
+
+        setattr(cycle, _MARK, True)
+        module.cycle = cycle
 
 
 def _rebind_script(module=None) -> None:
@@ -75,3 +88,6 @@ def apply_all() -> None:
 
     patch_train_config(train_config)
     patch_factory(factory)
+    script = sys.modules.get("lerobot.scripts.lerobot_train")
+    if script is not None:
+        patch_train_script(script)

@@ -169,6 +169,46 @@ def publish(out_dir: str, episodes: list[dict], shards: list[dict], codec: Frame
                   "source": dict(source or {})})
 
 
+class EncodedFrames:
+    """One frames member still compressed. Why: a LeRobot sample uses each camera frame about once per pass,
+    so decoding a whole episode up front would only multiply the memory of an episode buffer by the
+    compression ratio; frames are decompressed when a batch needs them, like the compressed cache does."""
+
+    def __init__(self, data: bytes, offsets: np.ndarray, dtype: np.dtype, shape: tuple, where: str):
+        self.data = np.frombuffer(data, dtype=np.uint8)
+        self.offsets, self.dtype, self.shape, self.where = offsets, dtype, shape, where
+
+    @classmethod
+    def from_member(cls, data: bytes, desc: dict, where: str) -> "EncodedFrames":
+        offsets = np.asarray(desc["offsets"], dtype=np.int64)
+        shape, dtype = tuple(desc["shape"]), np.dtype(desc["dtype"])
+        if len(offsets) != shape[0] + 1 or offsets[-1] != len(data) or np.any(np.diff(offsets) <= 0):
+            raise ShardError(f"{where}: frame table does not match its data")
+        frames = cls(data, offsets, dtype, shape, where)
+        nbytes = int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize
+        try:
+            for j in range(shape[0]):  # header checks only (cheap): the hot path then decodes unchecked
+                FrameCodec.check_size(frames.data[offsets[j]:offsets[j + 1]], nbytes, f"{where} frame {j}")
+        except CodecError as exc:
+            raise ShardError(str(exc)) from None
+        return frames
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def decode_into(self, indices, out: np.ndarray, out_rows=None) -> None:
+        """Frame ``indices[j]`` into ``out[out_rows[j]]`` (``out[j]`` by default)."""
+        data, offs = self.data, self.offsets
+        decompress = FrameCodec.decompress_into_unchecked
+        for j, i in zip(range(len(indices)) if out_rows is None else out_rows, indices):
+            decompress(data[offs[i]:offs[i + 1]], out[j])
+
+    def decode_all(self) -> np.ndarray:
+        out = np.empty(self.shape, dtype=self.dtype)
+        self.decode_into(range(self.shape[0]), out)
+        return out
+
+
 class ShardReader:
     """Random access to a robo-shards directory; validates names and offsets against hostile or damaged input."""
 
@@ -216,8 +256,9 @@ class ShardReader:
             raise ShardError(f"{self.dir}: {ep['shard']} is truncated (member {member!r})")
         return data
 
-    def read_episode(self, i: int) -> tuple[dict, dict]:
-        """(header, {field: array}) with frames fields decompressed into one (N, ...) array each."""
+    def read_episode(self, i: int, decode_frames: bool = True) -> tuple[dict, dict]:
+        """(header, {field: array}); frames fields decompressed into one (N, ...) array each, or with
+        ``decode_frames=False`` kept compressed as :class:`EncodedFrames` (checked, decoded on demand)."""
         ep = self.episodes[i]
         path = self._shard_path(ep["shard"])
         if os.path.getsize(path) != self.shards[ep["shard"]]["bytes"]:
@@ -231,17 +272,8 @@ class ShardReader:
                 if d["kind"] == "raw":
                     out[field] = np.load(io.BytesIO(data), allow_pickle=False)
                 elif d["kind"] == "frames":
-                    arr = np.empty(d["shape"], dtype=np.dtype(d["dtype"]))
-                    offs = d["offsets"]
-                    if len(offs) != arr.shape[0] + 1 or offs[-1] != len(data):
-                        raise ShardError(f"{path}: frame table of {d['member']} does not match its data")
-                    buf = np.frombuffer(data, dtype=np.uint8)
-                    try:
-                        for j in range(arr.shape[0]):
-                            FrameCodec.decompress_into(buf[offs[j]:offs[j + 1]], arr[j])
-                    except CodecError as exc:
-                        raise ShardError(f"{path}: {d['member']}: {exc}") from None
-                    out[field] = arr
+                    frames = EncodedFrames.from_member(data, d, f"{path}: {d['member']}")
+                    out[field] = frames.decode_all() if decode_frames else frames
                 else:
                     raise ShardError(f"{path}: unknown field kind {d['kind']!r} in {ep['name']}")
         return header, out
