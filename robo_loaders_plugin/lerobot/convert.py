@@ -136,7 +136,8 @@ def convert_lerobot(root, out_dir: str, *, repo_id: str | None = None, num_worke
     sizes = {f"episode_{ep}": src.frame_bytes(ep) for ep in src.runs}
     fp = fingerprint({"root": root, "files": meta["source_files"], "tolerance_s": tolerance_s})
     # decoded frames compress 3-10x; plan units on 4x the target shard size of raw frame bytes
-    plan = units.plan(out_dir, fp, units.units_by_size(names, sizes, 4 * shard_bytes),
+    per_unit = units.unit_bytes(sum(sizes.values()), 4 * shard_bytes, num_workers)
+    plan = units.plan(out_dir, fp, units.units_by_size(names, sizes, per_unit),
                       {"codec": codec.as_dict(), "shard_bytes": shard_bytes})
     total = len(plan["units"])
     args = (root, src.native.repo_id, tolerance_s, out_dir, codec.as_dict(), lease_s)

@@ -66,7 +66,8 @@ def convert_robomimic(in_path: str, out_dir: str, num_workers: int = 1, shard_by
     st = os.stat(in_path)
     fp = fingerprint({"file": os.path.realpath(in_path), "size": st.st_size, "mtime_ns": st.st_mtime_ns})
     # frames compress about 2x, so plan units on twice the target shard size of raw bytes
-    plan = units.plan(out_dir, fp, units.units_by_size(meta["demos"], sizes, 2 * shard_bytes),
+    per_unit = units.unit_bytes(sum(sizes.values()), 2 * shard_bytes, num_workers)
+    plan = units.plan(out_dir, fp, units.units_by_size(meta["demos"], sizes, per_unit),
                       {"codec": codec.as_dict(), "shard_bytes": shard_bytes})
     total = len(plan["units"])
     args = (os.path.abspath(in_path), out_dir, codec.as_dict(), lease_s)

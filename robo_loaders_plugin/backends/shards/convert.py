@@ -115,6 +115,15 @@ def finish(out_dir: str, codec: FrameCodec, metadata: Mapping, source: Mapping) 
         return True
 
 
+def unit_bytes(total_bytes: int, target_bytes: int, num_workers: int) -> int:
+    """Source bytes per work unit: about ``target_bytes`` (one shard each), but small enough that every worker
+    of a parallel conversion gets several units (a dataset smaller than ``4 x num_workers`` shards is split into
+    smaller shards rather than converted by one worker while the others wait)."""
+    if num_workers <= 1:
+        return target_bytes
+    return max(1, min(target_bytes, -(-total_bytes // (4 * num_workers))))
+
+
 def units_by_size(names: Iterable[str], sizes: Mapping[str, int], target_bytes: int) -> list[list[str]]:
     """Consecutive episodes grouped into units of about ``target_bytes`` (one shard each)."""
     units, cur, acc = [], [], 0
