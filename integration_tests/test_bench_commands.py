@@ -34,13 +34,19 @@ def test_bench_lerobot(lerobot_datasets, tmp_path):
     out = tmp_path / "l.json"
     rc, log = run(["bench", "lerobot", "--root", str(lerobot_datasets["av1_1cam"]), "--repo-id", "local/sample",
                    "--batch-size", "8", "--num-workers", "0", "--batches", "3", "--delta-timestamps", "diffusion",
-                   "--json", str(out)])
+                   "--backends", "native,compressed_cache,datapipe", "--json", str(out)])
     assert rc == 0, log[-3000:]
     data = json.loads(out.read_text())
-    native, cc = data["results"]
-    assert native["backend"] == "native" and cc["backend"] == "compressed_cache"
+    native, cc, dp = data["results"]
+    assert native["backend"] == "native" and cc["backend"] == "compressed_cache" and dp["backend"] == "datapipe"
     assert cc["frames_per_sample"] == 2 and cc["decoded_frames_per_s"] > 0 and cc["cache_bytes"] > 0
     assert native["decode_ms_per_sample"] > 0 and "samples_per_s_vs_native" in cc["ratios"]
+    assert "samples_per_s_vs_native" in dp["ratios"] and dp["cache_bytes"] > 0
+    for r in data["results"]:
+        assert 0 < r["episode_mix"] <= 1, r
+    (conv,) = data["conversion"]  # --num-workers 0: converted with 1 worker only
+    assert conv["workers"] == 1 and conv["wall_s"] > 0 and conv["source_mb_per_s"] > 0 and conv["shards_bytes"] > 0
+    assert "decoded MB/s" in log and "episode mix" in log
 
 
 def test_sample_data_lerobot_cli(tmp_path):

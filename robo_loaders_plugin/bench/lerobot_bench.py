@@ -4,8 +4,11 @@ from __future__ import annotations
 import os
 import tempfile
 
+import numpy as np
+
 from tabulate import tabulate
 
+from robo_loaders_plugin.bench.conversion import dir_bytes, time_conversions
 from robo_loaders_plugin.bench.report import add_ratios, machine, write_json
 from robo_loaders_plugin.bench.runner import run_child
 from robo_loaders_plugin.units import format_bytes
@@ -24,18 +27,42 @@ def lerobot_table(results) -> str:
                      f"{format_bytes(r['cache_bytes'])} ({r['cache_bytes'] / r['raw_decoded_frames_bytes']:.0%})",
                      "/".join(f"{r['batch_latency_ms'][p]:.0f}" for p in ("p50", "p95", "p99")),
                      f"{r['fetch_ms_per_sample']:.2f} / {r['decode_ms_per_sample']:.2f}",
+                     f"{r['episode_mix']:.2f}",
                      f"{rr.get('samples_per_s_vs_native', float('nan')):.2f}x"])
     return tabulate(rows, headers=["backend", "samples/s", "frames/s", "first batch s", "build s", "peak mem",
-                                   "data mem", "cache (vs raw frames)", "batch ms p50/p95/p99",
-                                   "ms/sample fetch / decode", "vs native"])
+                                   "data mem", "frames stored (vs raw)", "batch ms p50/p95/p99",
+                                   "ms/sample fetch / decode", "episode mix", "vs native"])
+
+
+def conversion_table(rows) -> str:
+    return tabulate([[r["workers"], f"{r['wall_s']:.1f}", f"{r['source_mb_per_s']:.2f}",
+                      f"{r['decoded_mb_per_s']:.1f}", format_bytes(r["shards_bytes"])] for r in rows],
+                    headers=["convert workers", "wall s", "source MB/s", "decoded MB/s", "shards"])
+
+
+def raw_frame_bytes(root: str) -> int:
+    """Every camera frame of the dataset decoded to uint8 (from meta/info.json: no framework import here)."""
+    import json
+
+    with open(os.path.join(root, "meta", "info.json")) as f:
+        info = json.load(f)
+    per_frame = sum(int(np.prod(ft["shape"])) for ft in info["features"].values() if ft["dtype"] in ("video", "image"))
+    return int(info["total_frames"]) * per_frame
 
 
 def bench_lerobot(root: str, repo_id: str, backends: list[str], batch_size: int, num_workers: int, batches: int,
                   preset: str, kwargs: dict, json_out: str | None, timeout: float = 3600, echo=print) -> dict:
     common = dict(root=os.path.abspath(root), repo_id=repo_id, batch_size=batch_size, num_workers=num_workers,
                   batches=batches, preset=preset)
-    results = []
+    results, conversion = [], None
     with tempfile.TemporaryDirectory(prefix="robo-loaders-bench-") as log_dir:
+        dp = kwargs.setdefault("datapipe", {})
+        if "datapipe" in backends and not dp.get("shards") and not dp.get("cache_dir"):
+            conversion = time_conversions(["lerobot", common["root"], "--repo-id", repo_id], os.path.join(log_dir, "shards"),
+                                          sorted({1, max(1, num_workers)}), dir_bytes(common["root"]),
+                                          raw_frame_bytes(common["root"]), echo)
+            echo(conversion_table(conversion))
+            dp["shards"] = conversion[-1]["out"]
         for name in backends:
             echo(f"[bench] {name} ...")
             r = run_child("robo_loaders_plugin.bench.lerobot_run",
@@ -46,6 +73,7 @@ def bench_lerobot(root: str, repo_id: str, backends: list[str], batch_size: int,
     add_ratios(results, ["native"] if "native" in backends else [],
                fields=("samples_per_s", "peak_mem_bytes", "data_mem_bytes"))
     payload = {"framework": "lerobot", "settings": common, "machine": machine(), "results": results,
+               "conversion": conversion,
                "memory_note": "peak_mem_bytes: peak PSS of the process tree plus its RAM-only cache files; "
                               "data_mem_bytes: minus the process's PSS before the dataset was built; "
                               "raw_decoded_frames_bytes: every camera frame of the dataset decoded to uint8"}

@@ -48,7 +48,9 @@ def run(a: dict) -> dict:
     from lerobot.datasets.dataset_reader import DatasetReader
     from lerobot.datasets.lerobot_dataset import LeRobotDataset, LeRobotDatasetMetadata
 
+    from robo_loaders_plugin.bench.lerobot_bench import raw_frame_bytes
     from robo_loaders_plugin.bench.runner import baseline_pss, time_loader
+    from robo_loaders_plugin.bench.shuffle_metric import episode_mix
     from robo_loaders_plugin.lerobot.presets import delta_timestamps
     from robo_loaders_plugin.registry import get_backend
 
@@ -70,15 +72,34 @@ def run(a: dict) -> dict:
     extra = dict(prefetch_factor=4, persistent_workers=True, multiprocessing_context="spawn") if nw else {}
     loader = torch.utils.data.DataLoader(ds, batch_size=a["batch_size"], sampler=sampler, num_workers=nw,
                                          shuffle=False, drop_last=False, **extra)
-    timing = time_loader(loader, a["batches"], lambda b: len(b["index"]))
-    del loader
+    episodes_per_batch = []
+
+    def count(batch):
+        episodes_per_batch.append(batch["episode_index"].numpy())
+        return len(batch["index"])
+
+    # a backend with its own training pipeline (datapipe) feeds lerobot-train's cycle(dataloader) itself
+    batches = ds.cycle(loader) if hasattr(ds, "cycle") else loader
+    timing = time_loader(batches, a["batches"], count)
+    del loader, batches
     fps_ = frames_per_sample(ds, delta)
-    raw_frames = meta.total_frames * sum(int(np.prod(meta.features[k]["shape"])) for k in meta.camera_keys)
     split = decode_split(ds, DatasetReader if a["backend"] == "native" else None, a.get("profile_samples", 200))
     return dict(timing, build_s=build_s, num_samples=len(ds), baseline_pss_bytes=baseline,
                 frames_per_sample=fps_, decoded_frames_per_s=timing["samples_per_s"] * fps_,
-                raw_decoded_frames_bytes=raw_frames,
-                cache_bytes=ds.store.file_nbytes if hasattr(ds, "store") else 0, summary=getattr(ds, "build_summary", None), **split)
+                raw_decoded_frames_bytes=raw_frame_bytes(a["root"]),
+                cache_bytes=stored_bytes(ds), episode_mix=episode_mix(episodes_per_batch),
+                summary=getattr(ds, "build_summary", None), **split)
+
+
+def stored_bytes(ds) -> int:
+    """What the backend keeps its frames in: the RAM cache file, or the shards on disk (datapipe)."""
+    if hasattr(ds, "store"):
+        return ds.store.file_nbytes
+    from robo_loaders_plugin.backends.shards import ShardReader
+
+    if isinstance(getattr(ds, "reader", None), ShardReader):
+        return sum(s["bytes"] for s in ds.reader.shards.values())
+    return 0
 
 
 def main():
