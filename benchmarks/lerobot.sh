@@ -21,7 +21,7 @@ else
     --min-length 200 --max-length 220 --cameras 2 --image-size 84x84 --codec av1
 fi
 for preset in ${PRESETS:-act diffusion none}; do
-  robo-loaders bench lerobot --root "$root" --repo-id "local/$name" --backends native,compressed_cache \
+  robo-loaders bench lerobot --root "$root" --repo-id "local/$name" --backends native,compressed_cache,datapipe \
     --batch-size 64 --num-workers "$workers" --batches "${BATCHES:-60}" --delta-timestamps "$preset" \
     --json "$here/results/${name}_${preset}_w${workers}.json"
 done

@@ -31,8 +31,11 @@ def _fresh_root(root, overwrite: bool) -> Path:
 def write_lerobot_dataset(root, *, repo_id: str = "local/sample", episode_lengths=(30, 45, 22, 50, 37),
                           cameras: int = 1, image_size=(32, 48), mode: str = "av1", fps: int = 20, seed: int = 0,
                           video_files_size_in_mb: float | None = None, overwrite: bool = False,
-                          progress: bool = True) -> Path:
+                          progress: bool = True, actions_from_state: bool = False) -> Path:
     """Create the dataset at ``root``; load it with ``LeRobotDataset(repo_id, root=root)``.
+
+    ``actions_from_state``: each action is a fixed function of the same frame's state, so that a policy learns
+    it within a few epochs (loss tests need a policy whose results depend on the data it was given).
 
     ``video_files_size_in_mb`` small (e.g. 0.01) forces several mp4 files; by default LeRobot concatenates all
     episodes of a camera into one file, each episode at its own ``from_timestamp``.
@@ -53,6 +56,7 @@ def write_lerobot_dataset(root, *, repo_id: str = "local/sample", episode_length
     ds = LeRobotDataset.create(repo_id, fps, feats, root=root, use_videos=mode != "png", rgb_encoder=rgb,
                                video_files_size_in_mb=video_files_size_in_mb)
     rng = np.random.default_rng(seed)
+    state_to_action = np.random.default_rng(0).normal(size=(4, 6)).astype(np.float32)
     for ep, n in enumerate(tqdm(episode_lengths, desc=f"sample-data {root.name}", unit="episode",
                                 disable=not progress)):
         off = rng.normal(size=6).astype(np.float32)
@@ -63,9 +67,9 @@ def write_lerobot_dataset(root, *, repo_id: str = "local/sample", episode_length
         cams = [SceneRenderer((h, w), c, np.random.default_rng(rng.integers(2**32))) for c in range(cameras)]
         for i in range(n):
             t = i / fps
-            frame = {"observation.state": (np.sin(t * np.arange(1, 7) + off)
-                                           + 0.01 * rng.normal(size=6)).astype(np.float32),
-                     "action": np.cos(t * np.arange(1, 5) + off[:4]).astype(np.float32),
+            state = (np.sin(t * np.arange(1, 7) + off) + 0.01 * rng.normal(size=6)).astype(np.float32)
+            action = np.tanh(state_to_action @ state) if actions_from_state else np.cos(t * np.arange(1, 5) + off[:4])
+            frame = {"observation.state": state, "action": action.astype(np.float32),
                      "task": TASKS[ep % len(TASKS)]}
             for c, cam in enumerate(cams):
                 frame[f"observation.images.cam{c}"] = cam.render(cube[i], grip[i], grip_open[i])  # HWC uint8
