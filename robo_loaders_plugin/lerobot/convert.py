@@ -9,9 +9,7 @@ member; ``dataset.json`` carries ``meta/info.json``, ``meta/stats.json``, the ta
 from __future__ import annotations
 
 import json
-import multiprocessing as mp
 import os
-import time
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +19,7 @@ from robo_loaders_plugin.backends.compressed_cache.build import fingerprint
 from robo_loaders_plugin.backends.shards import convert as units
 from robo_loaders_plugin.backends.shards.format import DEFAULT_SHARD_BYTES, ShardReader
 from robo_loaders_plugin.codecs import FrameCodec
+from robo_loaders_plugin.lerobot.factories import check_supported, episode_runs
 from robo_loaders_plugin.lerobot.source import EpisodeVideoReader, LeRobotSourceError, arrow_table, \
     column_arrays, decode_png_column
 
@@ -53,8 +52,6 @@ class EpisodeSource:
     """Everything needed to produce one episode's record, built once per converting process."""
 
     def __init__(self, native):
-        from robo_loaders_plugin.lerobot.factories import check_supported, episode_runs
-
         check_supported(native)
         self.native = native
         meta = native.meta
@@ -137,26 +134,11 @@ def convert_lerobot(root, out_dir: str, *, repo_id: str | None = None, num_worke
     fp = fingerprint({"root": root, "files": meta["source_files"], "tolerance_s": tolerance_s})
     # decoded frames compress 3-10x; plan units on 4x the target shard size of raw frame bytes
     per_unit = units.unit_bytes(sum(sizes.values()), 4 * shard_bytes, num_workers)
-    plan = units.plan(out_dir, fp, units.units_by_size(names, sizes, per_unit),
-                      {"codec": codec.as_dict(), "shard_bytes": shard_bytes})
-    total = len(plan["units"])
+    units.plan(out_dir, fp, units.units_by_size(names, sizes, per_unit),
+               {"codec": codec.as_dict(), "shard_bytes": shard_bytes})
     args = (root, src.native.repo_id, tolerance_s, out_dir, codec.as_dict(), lease_s)
-    bar = tqdm(total=total, desc=f"convert {os.path.basename(root)}", unit="shard", disable=not progress)
-    if num_workers <= 1:
-        _worker(args)
-    else:
-        with mp.get_context("spawn").Pool(num_workers) as pool:
-            pending = pool.map_async(_worker, [args] * num_workers)
-            while not pending.ready():
-                bar.n = sum(u["state"] == "done" for u in units._read(out_dir)["units"])
-                bar.refresh()
-                time.sleep(0.5)
-            pending.get()
-    bar.n = total
-    bar.close()
-    if not units.finish(out_dir, codec, meta, {"path": root, "fingerprint": fp}):
-        raise units.ShardError(f"{out_dir}: some units are not done yet (leased by another process, or a worker "
-                               "failed); run the same command again to finish once it ends or its lease expires")
+    total = units.run(out_dir, _worker, args, num_workers, codec, meta, {"path": root, "fingerprint": fp},
+                      f"convert {os.path.basename(root)}", progress)
     return {"episodes": len(names), "shards": total, "source_bytes": sum(s for _, s in meta["source_files"]),
             "frame_bytes": sum(sizes.values())}
 

@@ -3,13 +3,10 @@ dataset of every demo in its file dtype, camera frames compressed), with the fil
 ``total``, per-demo attributes, filter-key masks) in ``dataset.json``."""
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
-import time
 
 import h5py
 import numpy as np
-from tqdm.auto import tqdm
 
 from robo_loaders_plugin.backends.compressed_cache.build import fingerprint
 from robo_loaders_plugin.backends.shards import convert as units
@@ -67,26 +64,12 @@ def convert_robomimic(in_path: str, out_dir: str, num_workers: int = 1, shard_by
     fp = fingerprint({"file": os.path.realpath(in_path), "size": st.st_size, "mtime_ns": st.st_mtime_ns})
     # frames compress about 2x, so plan units on twice the target shard size of raw bytes
     per_unit = units.unit_bytes(sum(sizes.values()), 2 * shard_bytes, num_workers)
-    plan = units.plan(out_dir, fp, units.units_by_size(meta["demos"], sizes, per_unit),
-                      {"codec": codec.as_dict(), "shard_bytes": shard_bytes})
-    total = len(plan["units"])
+    units.plan(out_dir, fp, units.units_by_size(meta["demos"], sizes, per_unit),
+               {"codec": codec.as_dict(), "shard_bytes": shard_bytes})
     args = (os.path.abspath(in_path), out_dir, codec.as_dict(), lease_s)
-    bar = tqdm(total=total, desc=f"convert {os.path.basename(in_path)}", unit="shard", disable=not progress)
-    if num_workers <= 1:
-        _worker(args)
-    else:
-        with mp.get_context("spawn").Pool(num_workers) as pool:
-            pending = pool.map_async(_worker, [args] * num_workers)
-            while not pending.ready():
-                bar.n = sum(u["state"] == "done" for u in units._read(out_dir)["units"])
-                bar.refresh()
-                time.sleep(0.5)
-            pending.get()  # re-raise a worker's error
-    bar.n = total
-    bar.close()
-    if not units.finish(out_dir, codec, meta, {"path": os.path.realpath(in_path), "fingerprint": fp}):
-        raise units.ShardError(f"{out_dir}: some units are not done yet (leased by another process, or a worker failed); run "
-                               "the same command again to finish once it ends or its lease expires")
+    total = units.run(out_dir, _worker, args, num_workers, codec, meta,
+                      {"path": os.path.realpath(in_path), "fingerprint": fp}, f"convert {os.path.basename(in_path)}",
+                      progress)
     return {"episodes": len(meta["demos"]), "shards": total}
 
 

@@ -12,10 +12,13 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import multiprocessing as mp
 import os
 import socket
 import time
 from typing import Callable, Iterable, Mapping
+
+from tqdm.auto import tqdm
 
 from robo_loaders_plugin.backends.shards.format import ShardError, ShardWriter, _atomic_json, publish
 from robo_loaders_plugin.codecs import FrameCodec
@@ -136,3 +139,28 @@ def units_by_size(names: Iterable[str], sizes: Mapping[str, int], target_bytes: 
     if cur:
         units.append(cur)
     return units
+
+
+def run(out_dir: str, worker: Callable, args: tuple, num_workers: int, codec: FrameCodec, metadata: Mapping,
+        source: Mapping, desc: str, progress: bool = True) -> int:
+    """Convert every planned unit with ``worker(args)`` (which calls :func:`work`) in this process or in
+    ``num_workers`` spawned ones, with a progress bar over units, then publish; returns the number of units.
+    Spawned, not forked: workers open decoders and HDF5 files of their own."""
+    total = len(_read(out_dir)["units"])
+    bar = tqdm(total=total, desc=desc, unit="shard", disable=not progress)
+    if num_workers <= 1:
+        worker(args)
+    else:
+        with mp.get_context("spawn").Pool(num_workers) as pool:
+            pending = pool.map_async(worker, [args] * num_workers)
+            while not pending.ready():
+                bar.n = sum(u["state"] == "done" for u in _read(out_dir)["units"])
+                bar.refresh()
+                time.sleep(0.5)
+            pending.get()  # re-raise a worker's error
+    bar.n = total
+    bar.close()
+    if not finish(out_dir, codec, metadata, source):
+        raise ShardError(f"{out_dir}: some units are not done yet (leased by another process, or a worker failed); "
+                         "run the same command again to finish once it ends or its lease expires")
+    return total
