@@ -51,6 +51,19 @@ grep -q "lerobot data backend: compressed_cache" "$out/lerobot_train.log" && \
   [ -f "$out/lerobot_run/checkpoints/000020/pretrained_model/train_config.json" ] || \
   { echo "lerobot-train failed: see $out/lerobot_train.log" >&2; exit 1; }
 
-echo "== LeRobot benchmark (ACT-like 100-step action chunks)"
-robo-loaders bench lerobot --root "$out/lerobot_sample" --repo-id local/sample --backends native,compressed_cache \
+echo "== the same lerobot-train command with --dataset.backend=datapipe (converted into robo-shards on first use)"
+rm -rf "$out/lerobot_run_datapipe"
+lerobot-train --dataset.repo_id=local/sample --dataset.root="$out/lerobot_sample" \
+  --dataset.backend=datapipe --dataset.backend_kwargs="{\"cache_dir\": \"$out/shards\"}" \
+  --policy.type=act --policy.pretrained_backbone_weights=null \
+  --policy.device=cpu --policy.push_to_hub=false --steps=20 --batch_size=8 --log_freq=5 --num_workers=2 \
+  --wandb.enable=false --output_dir="$out/lerobot_run_datapipe" 2>&1 | tee "$out/lerobot_train_datapipe.log" | \
+  grep -E "robo-loaders|step:|Error|error" || true
+grep -q "batches come from the torchdata pipeline" "$out/lerobot_train_datapipe.log" && \
+  [ -f "$out/lerobot_run_datapipe/checkpoints/000020/pretrained_model/train_config.json" ] || \
+  { echo "lerobot-train failed: see $out/lerobot_train_datapipe.log" >&2; exit 1; }
+
+echo "== LeRobot benchmark (ACT-like 100-step action chunks; datapipe includes timing the conversion)"
+robo-loaders bench lerobot --root "$out/lerobot_sample" --repo-id local/sample \
+  --backends native,compressed_cache,datapipe \
   --batch-size 64 --num-workers 2 --batches 40 --delta-timestamps act --json "$out/bench_lerobot.json"
