@@ -28,6 +28,28 @@ def test_bench_robomimic(tiny_hdf5, tmp_path):
         assert set(r["batch_latency_ms"]) == {"p50", "p95", "p99"}
         assert r["ratios"]["samples_per_s_vs_native:low_dim"] > 0
     assert "vs native:all" in log
+    for r in data["results"]:  # robomimic's shuffle over 12 demos: most samples of a batch of 8 from distinct demos
+        assert 0.5 < r["episode_mix"] <= 1, r
+    assert data["conversion"] is None and "episode mix" in log
+
+
+def test_bench_robomimic_datapipe_and_conversion(tiny_hdf5, tmp_path):
+    out = tmp_path / "r.json"
+    rc, log = run(["bench", "robomimic", "--dataset", tiny_hdf5, "--seq-length", "5", "--batch-size", "8",
+                   "--num-workers", "1", "--batches", "3", "--backends", "native:low_dim,datapipe",
+                   "--backend-kwargs", 'datapipe={"convert_workers": 2, "shuffle_buffer": 2}', "--json", str(out)])
+    assert rc == 0, log[-3000:]
+    data = json.loads(out.read_text())
+    native, dp = data["results"]
+    assert dp["backend"] == "datapipe" and dp["samples_per_s"] > 0 and dp["ratios"]["samples_per_s_vs_native:low_dim"] > 0
+    # a buffer of 2 open demos caps a batch at ~2 demos; the native shuffle mixes far more
+    assert 0 < dp["episode_mix"] <= 3 / 8 < native["episode_mix"] <= 1
+    assert [c["workers"] for c in data["conversion"]] == [1, 2]
+    size = os.path.getsize(tiny_hdf5)
+    for c in data["conversion"]:
+        assert c["wall_s"] > 0 and c["shards_bytes"] > 0
+        assert abs(c["source_mb_per_s"] - size / c["wall_s"] / 1e6) <= 0.01 * c["source_mb_per_s"] + 0.01
+    assert "source MB/s" in log and "episode mix" in log
 
 
 def test_bench_lerobot(lerobot_datasets, tmp_path):

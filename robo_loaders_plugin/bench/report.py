@@ -40,14 +40,16 @@ def table(results: list[dict], baselines: list[str]) -> str:
             continue
         row = [r["backend"], f"{r['samples_per_s']:.0f}", f"{r['first_batch_s']:.2f}",
                f"{r['build_s']:.1f}", format_bytes(r["peak_mem_bytes"]), format_bytes(r["data_mem_bytes"]),
-               "/".join(f"{r['batch_latency_ms'][p]:.0f}" for p in ("p50", "p95", "p99"))]
+               "/".join(f"{r['batch_latency_ms'][p]:.0f}" for p in ("p50", "p95", "p99")),
+               "-" if r.get("episode_mix") is None else f"{r['episode_mix']:.2f}"]
         for b in baselines:
             sp = r["ratios"].get(f"samples_per_s_vs_{b}")
             mem = r["ratios"].get(f"peak_mem_bytes_vs_{b}")
             dmem = r["ratios"].get(f"data_mem_bytes_vs_{b}")
             row.append("-" if sp is None else f"{sp:.2f}x / {mem:.1%} / {dmem:.1%}")
         rows.append(row)
-    headers = ["backend", "samples/s", "first batch s", "build s", "peak mem", "data mem", "batch ms p50/p95/p99"] + \
+    headers = ["backend", "samples/s", "first batch s", "build s", "peak mem", "data mem", "batch ms p50/p95/p99",
+               "episode mix"] + \
         [f"vs {b}: speed / mem / data mem" for b in baselines]
     return tabulate(rows, headers=headers)
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 import os
 import tempfile
 
+from robo_loaders_plugin.bench.conversion import time_conversions
+from robo_loaders_plugin.bench.lerobot_bench import conversion_table
 from robo_loaders_plugin.bench.runner import run_child
 from robo_loaders_plugin.bench.report import add_ratios, machine, table, write_json
 
@@ -20,11 +22,25 @@ def parse_backend(label: str):
     return name, CACHE_MODES[mode]
 
 
+def array_bytes(path: str) -> int:
+    """Bytes of every array under ``data/`` of a robomimic file: what a conversion reads and stores."""
+    import h5py
+
+    total = 0
+
+    def visit(name, obj):
+        nonlocal total
+        if isinstance(obj, h5py.Dataset):
+            total += obj.nbytes
+
+    with h5py.File(path, "r") as f:
+        f["data"].visititems(visit)
+    return total
+
+
 def run_one(label: str, common: dict, kwargs: dict, log_dir: str, timeout: float) -> dict:
     name, mode = parse_backend(label)
     opts = dict(kwargs.get(name, {}))
-    if name == "datapipe" and not ({"shards", "cache_dir"} & set(opts)):
-        opts["cache_dir"] = os.path.join(log_dir, "shards")  # converted inside the timed build
     args = dict(common, label=label, backend=name, cache_mode=mode, kwargs=opts)
     return run_child("robo_loaders_plugin.bench.robomimic_run", args, label, log_dir, timeout)
 
@@ -36,8 +52,18 @@ def bench_robomimic(dataset: str, backends: list[str], seq_length: int, frame_st
         parse_backend(b)
     common = dict(dataset=os.path.abspath(dataset), seq_length=seq_length, frame_stack=frame_stack,
                   batch_size=batch_size, num_workers=num_workers, batches=batches, obs_keys=obs_keys)
-    results = []
+    results, conversion = [], None
     with tempfile.TemporaryDirectory(prefix="robo-loaders-bench-") as log_dir:
+        dp = kwargs.setdefault("datapipe", {})
+        if "datapipe" in backends and not dp.get("shards") and not dp.get("cache_dir"):
+            # conversion timed on its own (user's command, fresh process) at 1 and N workers; datapipe then reads
+            # the N-worker shards, so its build time is opening them, like a second training run
+            n = int(dp.get("convert_workers") or max(1, num_workers))
+            conversion = time_conversions(["robomimic", common["dataset"]], os.path.join(log_dir, "shards"),
+                                          sorted({1, n}), os.path.getsize(dataset), array_bytes(dataset), echo,
+                                          timeout)
+            echo(conversion_table(conversion))
+            dp["shards"] = conversion[-1]["out"]
         for label in backends:
             echo(f"[bench] {label} ...")
             r = run_one(label, common, kwargs, log_dir, timeout)
@@ -47,6 +73,9 @@ def bench_robomimic(dataset: str, backends: list[str], seq_length: int, frame_st
     baselines = [b for b in BASELINES if b in backends]
     add_ratios(results, baselines, fields=("samples_per_s", "peak_mem_bytes", "data_mem_bytes"))
     payload = {"framework": "robomimic", "settings": common, "machine": machine(), "results": results,
+               "conversion": conversion,
+               "episode_mix_note": "mean over one shuffled pass of (distinct demos in a batch / batch size), from the "
+                                   "sampler robomimic's DataLoader uses (native, compressed_cache) or datapipe's plan",
                "memory_note": "peak_mem_bytes = peak over the run of PSS summed over the process tree, plus the "
                               "size of the tree's RAM-only cache files in /dev/shm (their mapped pages not counted twice); "
                               "data_mem_bytes = peak_mem_bytes minus the benchmark process's PSS just before the "

@@ -9,6 +9,7 @@ import time
 import numpy as np
 
 from robo_loaders_plugin.bench.runner import baseline_pss, time_loader
+from robo_loaders_plugin.bench.shuffle_metric import episode_mix
 
 
 def image_and_low_dim_keys(path: str):
@@ -66,7 +67,24 @@ def run(a: dict) -> dict:
                                                       num_workers=nw, drop_last=True))
     timing = time_loader(loader, a["batches"], lambda b: len(b["actions"]))
     return dict(timing, build_s=build_s, num_samples=len(ds), baseline_pss_bytes=baseline,
-                summary=getattr(ds, "build_summary", None))
+                episode_mix=episode_mix(episode_batches(ds, bs)), summary=getattr(ds, "build_summary", None))
+
+
+def episode_batches(ds, batch_size: int) -> list:
+    """Episode of every sample, batch by batch, over one shuffled pass as the backend serves it. robomimic's
+    batches carry no demo id, so this follows the sampling instead of the data: a sample-level dataset is drawn
+    by the same sampler robomimic's DataLoader(shuffle=True, drop_last=True) uses; datapipe by its own plan."""
+    import torch
+
+    if hasattr(ds, "batch_episodes"):
+        return ds.batch_episodes(batch_size, drop_last=True)
+    if hasattr(ds, "_demo_of_index"):  # compressed_cache
+        demo_of = np.asarray(ds._demo_of_index)
+    else:  # robomimic's SequenceDataset
+        demo_of = np.array([ds._index_to_demo_id[i] for i in range(len(ds))])
+    sampler = torch.utils.data.BatchSampler(
+        torch.utils.data.RandomSampler(ds, generator=torch.Generator().manual_seed(0)), batch_size, drop_last=True)
+    return [demo_of[np.asarray(b)] for b in sampler]
 
 
 def main():

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from robo_loaders_plugin.backends.compressed_cache.build import fingerprint
-from robo_loaders_plugin.backends.datapipe.pipeline import BatchPlanNode, EpisodeCache, build_loader
+from robo_loaders_plugin.backends.datapipe.pipeline import BatchPlanNode, EpisodeCache, build_loader, plan_windows
 from robo_loaders_plugin.backends.shards import ShardReader
 from robo_loaders_plugin.batch_dataset import BatchDataset
 from robo_loaders_plugin.robomimic.factories import episode_fields, sequence_options
@@ -60,6 +60,13 @@ class ShardSequenceBatches(BatchDataset):
     def window_index(self, ep: int, window: int) -> int:
         """The SequenceDataset index of window ``window`` of demo ``ep`` (for tests and tools)."""
         return int(np.sum(self.counts[:ep])) + window
+
+    def batch_episodes(self, batch_size: int, drop_last: bool = True, epoch: int = 0) -> list[np.ndarray]:
+        """Demo index of every window, batch by batch, of shuffled pass ``epoch``: the plan is a pure function of
+        (seed, epoch), so tools can measure how batches mix episodes without reading data."""
+        plan = plan_windows(self.counts, self.seed, epoch, self.shuffle_buffer, True, self.replacement)
+        n = len(plan) // batch_size if drop_last else -(-len(plan) // batch_size)
+        return [plan[b * batch_size:(b + 1) * batch_size, 0] for b in range(n)]
 
     def assemble(self, windows: np.ndarray) -> dict:
         """Collated torch batch for (demo, window) pairs, as robomimic's DataLoader would collate them."""
