@@ -116,6 +116,15 @@ def test_passes_differ_are_seeded_and_resume_at_the_samplers_offset(lerobot_data
     assert first_batches({"epoch": 1, "start_index": 2 * 8}) == stream[per_pass + 2:per_pass + 5]
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (pinned memory)")
+def test_pinned_batches_on_cuda(lerobot_datasets, shards):
+    nat = native(lerobot_datasets["av1_1cam"], "act")
+    ds = datapipe_dataset(nat, shards=shards["av1_1cam"])
+    dl = torch.utils.data.DataLoader(ds, batch_size=8, sampler=sampler_for(nat), pin_memory=True)
+    batch = next(ds.cycle(dl))
+    assert batch["action"].is_pinned() and batch["observation.images.cam0"].is_pinned()
+
+
 def test_sampling_with_replacement(lerobot_datasets, shards):
     """A pass has as many frames as the sampler's, drawn with replacement (repeats), every item still LeRobot's."""
     nat = native(lerobot_datasets["av1_1cam"], "act")

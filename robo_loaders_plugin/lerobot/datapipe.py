@@ -63,7 +63,7 @@ class ShardLeRobotDataset(LeRobotSamples):
 
     def __getstate__(self):
         state = dict(self.__dict__)
-        state["cache"] = None  # holds a lock and decoded episodes: each process makes its own
+        state["cache"] = None  # holds a lock and episodes read from the shards: each process makes its own
         return state
 
     def __repr__(self):
@@ -117,9 +117,10 @@ class ShardLeRobotDataset(LeRobotSamples):
                                    f"{type(sampler).__name__}; this LeRobot version is not supported") from None
         rel_starts = np.array([a2r[int(s)] if a2r is not None else int(s) for s in starts], dtype=np.int64)
         batch_size = int(batch_sampler.batch_size)
+        start = {"epoch": int(state["epoch"]), "batch": int(state["start_index"]) // batch_size}
         plan = _PlanFrom(lengths, batch_size, bool(batch_sampler.drop_last),
                          self.seed if self.seed is not None else seed, self.shuffle_buffer, shuffle,
-                         replacement=self.replacement, start={"epoch": int(state["epoch"]), "batch": int(state["start_index"]) // batch_size})
+                         replacement=self.replacement, start=start)
 
         def assemble(windows: np.ndarray) -> dict:
             return self.collated(rel_starts[windows[:, 0]] + windows[:, 1])
