@@ -137,3 +137,17 @@ def test_replacement_reproducible_and_resumable(tiny_hdf5, tmp_path):
     got = next(iter(fresh.batches(16, True, True, 2)))
     assert torch.equal(got["actions"], expected["actions"])
     assert torch.equal(got["obs"]["agentview_image"], expected["obs"]["agentview_image"])
+
+
+@pytest.mark.parametrize("combo", COMBOS, ids=["bc_rnn", "framestack_nopad", "goal_all"])
+def test_reloaded_episodes_equal_native(tiny_hdf5, tmp_path, combo):
+    """A cache smaller than the dataset reloads episodes every pass (frames only, the small fields are kept):
+    the second pass must still serve native's windows."""
+    native, ds = pair(tiny_hdf5, tmp_path, combo, cache_episodes=1)
+    epoch = ds.batches(batch_size=16, shuffle=True, drop_last=False, num_workers=2)
+    for _ in range(2):
+        batches = list(epoch)
+        seen = [ds.window_index(int(e), int(w)) for e, w in ds.plan._plan]
+        for i, row in rows(batches, 16):
+            same(row, native[seen[i]], f"row {i} (sample {seen[i]})")
+    assert ds.cache.loads > 2 * ds.n_demos - ds.cache.capacity  # episodes were evicted and read again

@@ -8,6 +8,8 @@ so a window equals SequenceDataset's sample for that (demo, start).
 """
 from __future__ import annotations
 
+import io
+import json
 import os
 
 import numpy as np
@@ -16,12 +18,15 @@ import torch
 from robo_loaders_plugin.backends.compressed_cache.build import fingerprint
 from robo_loaders_plugin.backends.datapipe.pipeline import BatchPlanNode, EpisodeCache, build_loader, plan_windows
 from robo_loaders_plugin.backends.shards import ShardReader
+from robo_loaders_plugin.backends.shards.format import EncodedFrames, ShardError
 from robo_loaders_plugin.batch_dataset import BatchDataset
+from robo_loaders_plugin.buffers import BufferPool
 from robo_loaders_plugin.robomimic.factories import episode_fields, sequence_options
 from robo_loaders_plugin.robomimic.sequence import goal_positions, sequence_counts, window_positions
 from robo_loaders_plugin.spec import BackendOptionError, RoboLoadersError
 
 OPTION_PREFIX = "train.data_backend_kwargs"
+ROW_COPY_BYTES = 256  # fields with steps at least this big (camera frames) are copied window by window
 
 
 class ShardSequenceBatches(BatchDataset):
@@ -40,6 +45,10 @@ class ShardSequenceBatches(BatchDataset):
         self.counts = sequence_counts(lengths, self.F, self.S, opts["pad_frame_stack"], opts["pad_seq_length"])
         self.offset = 0 if opts["pad_frame_stack"] else self.F - 1
         self.cache = EpisodeCache(self._load, capacity=max(cache_episodes, 2 * shuffle_buffer))
+        self._pool = BufferPool()
+        prefixes = ["obs"] + (["next_obs"] if opts["load_next_obs"] or opts["goal_mode"] == "last" else [])
+        self._wanted = [f"{p}/{k}" for p in prefixes for k in self.obs_keys] + list(self.dataset_keys)
+        self._small: dict[int, tuple] = {}  # per demo: (its non-frame fields, its frame field names); see _load
         self._loader = None
         self._loader_key = None
         self.build_summary = (f"{self.n_demos} demos, {len(self)} windows from {len(reader.shards)} shard(s) in "
@@ -53,9 +62,29 @@ class ShardSequenceBatches(BatchDataset):
         return f"ShardSequenceBatches({self.build_summary})"
 
     def _load(self, ep: int) -> dict:
+        """The demo's fields the windows use, as SequenceDataset serves them.
+
+        Why not ``read_episode``: an episode is decoded again every pass (it leaves the LRU cache), and reading every
+        member (next_obs frames, states, ...) and parsing every ``.npy`` header each time was ~30% of the
+        backend's CPU time, all of it under the GIL. So only the members the windows use are read, frames are
+        decoded once per load (each frame then serves up to frame_stack + seq_length - 1 windows), and the small
+        non-frame fields are kept for the dataset's lifetime (a few bytes per step) so later passes read frames
+        only."""
         demo = self.demos[ep]
-        _, fields = self.reader.read_episode(self.reader.by_name[demo])
-        return episode_fields(fields.get, int(self.lengths[ep]), self.opts, f"{self.reader.dir}: {demo}")
+        small, frames = self._small.get(ep, (None, self._wanted))
+        fields = read_members(self.reader, self.reader.by_name[demo], frames)
+        if small is not None:
+            fields = dict(small, **fields)
+
+        def read(key):
+            value = fields.get(key)
+            return value.decode_all() if isinstance(value, EncodedFrames) else value
+
+        out = episode_fields(read, int(self.lengths[ep]), self.opts, f"{self.reader.dir}: {demo}")
+        if small is None:
+            frames = [k for k, v in fields.items() if isinstance(v, EncodedFrames)]
+            self._small[ep] = ({k: v for k, v in out.items() if k not in frames}, frames)
+        return out
 
     def window_index(self, ep: int, window: int) -> int:
         """The SequenceDataset index of window ``window`` of demo ``ep`` (for tests and tools)."""
@@ -69,27 +98,44 @@ class ShardSequenceBatches(BatchDataset):
         return [plan[b * batch_size:(b + 1) * batch_size, 0] for b in range(n)]
 
     def assemble(self, windows: np.ndarray) -> dict:
-        """Collated torch batch for (demo, window) pairs, as robomimic's DataLoader would collate them."""
+        """Collated torch batch for (demo, window) pairs, as robomimic's DataLoader would collate them.
+
+        Why per-row copies for frames: a window without padding is one contiguous slice of the decoded episode, so
+        each row is a single memcpy straight into the batch array, where a fancy index would gather into a
+        temporary and copy again; the batch arrays are recycled (BufferPool) once the training loop drops them,
+        saving the page faults of a fresh 27 MB allocation per batch."""
         eps, w = windows[:, 0], windows[:, 1]
+        B = len(eps)
         L = self.lengths[eps]
         _, pos = window_positions(w + self.offset, L, self.F, self.S)
-        episodes = {int(e): self.cache.get(int(e)) for e in np.unique(eps)}
+        uniq, inverse = np.unique(eps, return_inverse=True)
+        loaded = [self.cache.get(int(e)) for e in uniq]
+        groups = [np.flatnonzero(inverse == i) for i in range(len(uniq))]
+        row_fields = [loaded[i] for i in inverse.tolist()]
+        contiguous = (pos[:, -1] - pos[:, 0] == pos.shape[1] - 1).tolist()  # clamped windows are monotone
+        starts = pos[:, 0].tolist()
 
-        def gather(name, positions):
-            first = episodes[int(eps[0])][name]
-            out = np.empty((len(eps),) + positions.shape[1:] + first.shape[1:], dtype=first.dtype)
-            for e, ep_fields in episodes.items():
-                rows = np.flatnonzero(eps == e)
-                out[rows] = ep_fields[name][positions[rows]]
+        def gather(name, positions, starts, contiguous):
+            first = loaded[0][name]
+            T = positions.shape[1]
+            out = self._pool.empty((B, T) + first.shape[1:], first.dtype)
+            if first[0].nbytes >= ROW_COPY_BYTES:
+                for r in range(B):
+                    src = row_fields[r][name]
+                    out[r] = src[starts[r]:starts[r] + T] if contiguous[r] else src[positions[r]]
+            else:
+                for i, rows in enumerate(groups):
+                    out[rows] = loaded[i][name][positions[rows]]
             return torch.from_numpy(out)
 
-        batch = {k: gather(k, pos) for k in self.dataset_keys}
+        batch = {k: gather(k, pos, starts, contiguous) for k in self.dataset_keys}
         prefixes = ["obs"] + (["next_obs"] if self.opts["load_next_obs"] else [])
         for prefix in prefixes:
-            batch[prefix] = {k: gather(f"{prefix}/{k}", pos) for k in self.obs_keys}
+            batch[prefix] = {k: gather(f"{prefix}/{k}", pos, starts, contiguous) for k in self.obs_keys}
         if self.opts["goal_mode"] == "last":
             g = goal_positions(L, self.S, self.opts["pad_seq_length"])
-            batch["goal_obs"] = {k: gather(f"next_obs/{k}", g)[:, 0] for k in self.obs_keys}
+            one = [True] * B
+            batch["goal_obs"] = {k: gather(f"next_obs/{k}", g, g[:, 0].tolist(), one)[:, 0] for k in self.obs_keys}
         return batch
 
     def loader(self, batch_size: int, shuffle: bool, drop_last: bool, num_workers: int):
@@ -159,3 +205,29 @@ def datapipe_dataset(config, obs_keys, filter_by_attribute=None, dataset_path=No
         seed = int(config.train.seed)
     return ShardSequenceBatches(reader, opts, demos, seed=seed, shuffle_buffer=shuffle_buffer, prefetch=prefetch,
                                 cache_episodes=cache_episodes, replacement=replacement)
+
+
+def read_members(reader: ShardReader, index: int, fields) -> dict:
+    """``fields`` of one episode (those it has): ``.npy`` members as arrays, frames members as EncodedFrames.
+    Same validation as ``ShardReader.read_episode`` (shard size, member names and offsets, frame tables), minus
+    the members nobody asked for."""
+    ep = reader.episodes[index]
+    path = reader._shard_path(ep["shard"])
+    if os.path.getsize(path) != reader.shards[ep["shard"]]["bytes"]:
+        raise ShardError(f"{path}: size {os.path.getsize(path)} differs from the index "
+                         f"({reader.shards[ep['shard']]['bytes']}); truncated or replaced")
+    out = {}
+    with open(path, "rb") as f:
+        header = json.loads(reader._read(f, ep, f"{ep['name']}.header.json"))
+        for field in fields:
+            d = header["fields"].get(field)
+            if d is None:
+                continue
+            data = reader._read(f, ep, d["member"])
+            if d["kind"] == "raw":
+                out[field] = np.load(io.BytesIO(data), allow_pickle=False)
+            elif d["kind"] == "frames":
+                out[field] = EncodedFrames.from_member(data, d, f"{path}: {d['member']}")
+            else:
+                raise ShardError(f"{path}: unknown field kind {d['kind']!r} in {ep['name']}")
+    return out

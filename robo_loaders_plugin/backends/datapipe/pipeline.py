@@ -3,10 +3,10 @@
 Why the order is planned up front: which windows form which batch depends only on the episode lengths (in the
 shard index), the seed and the epoch, so the plan is computed without touching data, every window appears exactly
 once per pass (or, with replacement, a pass is a seeded draw of as many windows), and the pipeline's whole state is
-(epoch, batches yielded): a stopped run resumes on the same next
-batch after ``load_state_dict``. Locality comes from an episode buffer: episodes enter in a shuffled order, at most
-``buffer_episodes`` are open at once, and windows are drawn at random from the open ones, so each episode is read
-and decompressed about once per pass while batches still mix many episodes.
+(epoch, batches yielded): a stopped run resumes on the same next batch after ``load_state_dict``. Locality comes
+from an episode buffer: episodes enter in a shuffled order, at most ``buffer_episodes`` are open at once, and windows
+are drawn at random from the open ones, so each episode is read and decompressed about once per pass while batches
+still mix many episodes.
 """
 from __future__ import annotations
 
