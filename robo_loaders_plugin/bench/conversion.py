@@ -11,6 +11,10 @@ import subprocess
 import sys
 import time
 
+from tabulate import tabulate
+
+from robo_loaders_plugin.units import format_bytes
+
 
 def dir_bytes(path: str) -> int:
     return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files)
@@ -36,3 +40,9 @@ def time_conversions(command: list[str], out_base: str, workers: list[int], sour
                      "decoded_mb_per_s": round(decoded_bytes / wall / 1e6, 2), "shards_bytes": dir_bytes(out),
                      "out": out})
     return rows
+
+
+def conversion_table(rows) -> str:
+    return tabulate([[r["workers"], f"{r['wall_s']:.1f}", f"{r['source_mb_per_s']:.2f}",
+                      f"{r['decoded_mb_per_s']:.1f}", format_bytes(r["shards_bytes"])] for r in rows],
+                    headers=["convert workers", "wall s", "source MB/s", "decoded MB/s", "shards"])

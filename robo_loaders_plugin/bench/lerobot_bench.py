@@ -8,7 +8,7 @@ import numpy as np
 
 from tabulate import tabulate
 
-from robo_loaders_plugin.bench.conversion import dir_bytes, time_conversions
+from robo_loaders_plugin.bench.conversion import conversion_table, dir_bytes, time_conversions
 from robo_loaders_plugin.bench.report import add_ratios, machine, write_json
 from robo_loaders_plugin.bench.runner import run_child
 from robo_loaders_plugin.units import format_bytes
@@ -32,12 +32,6 @@ def lerobot_table(results) -> str:
     return tabulate(rows, headers=["backend", "samples/s", "frames/s", "first batch s", "build s", "peak mem",
                                    "data mem", "frames stored (vs raw)", "batch ms p50/p95/p99",
                                    "ms/sample fetch / decode", "episode mix", "vs native"])
-
-
-def conversion_table(rows) -> str:
-    return tabulate([[r["workers"], f"{r['wall_s']:.1f}", f"{r['source_mb_per_s']:.2f}",
-                      f"{r['decoded_mb_per_s']:.1f}", format_bytes(r["shards_bytes"])] for r in rows],
-                    headers=["convert workers", "wall s", "source MB/s", "decoded MB/s", "shards"])
 
 
 def raw_frame_bytes(root: str) -> int:

@@ -4,8 +4,7 @@ from __future__ import annotations
 import os
 import tempfile
 
-from robo_loaders_plugin.bench.conversion import time_conversions
-from robo_loaders_plugin.bench.lerobot_bench import conversion_table
+from robo_loaders_plugin.bench.conversion import conversion_table, time_conversions
 from robo_loaders_plugin.bench.runner import run_child
 from robo_loaders_plugin.bench.report import add_ratios, machine, table, write_json
 

@@ -23,7 +23,7 @@ from robo_loaders_plugin.codecs.frames import use_single_thread
 from robo_loaders_plugin.lerobot.convert import DEFAULT_TOLERANCE_S, convert_lerobot, source_files
 from robo_loaders_plugin.lerobot.dataset import LeRobotSamples
 from robo_loaders_plugin.lerobot.factories import OPTION_PREFIX, check_supported, episode_runs
-from robo_loaders_plugin.lerobot.source import LeRobotSourceError, arrow_table
+from robo_loaders_plugin.lerobot.source import arrow_table
 from robo_loaders_plugin.spec import BackendOptionError, RoboLoadersError
 
 

@@ -8,8 +8,6 @@ so a window equals SequenceDataset's sample for that (demo, start).
 """
 from __future__ import annotations
 
-import io
-import json
 import os
 
 import numpy as np
@@ -18,7 +16,7 @@ import torch
 from robo_loaders_plugin.backends.compressed_cache.build import fingerprint
 from robo_loaders_plugin.backends.datapipe.pipeline import BatchPlanNode, EpisodeCache, build_loader, plan_windows
 from robo_loaders_plugin.backends.shards import ShardReader
-from robo_loaders_plugin.backends.shards.format import EncodedFrames, ShardError
+from robo_loaders_plugin.backends.shards.format import EncodedFrames
 from robo_loaders_plugin.batch_dataset import BatchDataset
 from robo_loaders_plugin.buffers import BufferPool
 from robo_loaders_plugin.robomimic.factories import episode_fields, sequence_options
@@ -64,7 +62,7 @@ class ShardSequenceBatches(BatchDataset):
     def _load(self, ep: int) -> dict:
         """The demo's fields the windows use, as SequenceDataset serves them.
 
-        Why not ``read_episode``: an episode is decoded again every pass (it leaves the LRU cache), and reading every
+        Why only some fields: an episode is decoded again every pass (it leaves the LRU cache), and reading every
         member (next_obs frames, states, ...) and parsing every ``.npy`` header each time was ~30% of the
         backend's CPU time, all of it under the GIL. So only the members the windows use are read, frames are
         decoded once per load (each frame then serves up to frame_stack + seq_length - 1 windows), and the small
@@ -72,7 +70,7 @@ class ShardSequenceBatches(BatchDataset):
         only."""
         demo = self.demos[ep]
         small, frames = self._small.get(ep, (None, self._wanted))
-        fields = read_members(self.reader, self.reader.by_name[demo], frames)
+        _, fields = self.reader.read_episode(self.reader.by_name[demo], decode_frames=False, fields=frames)
         if small is not None:
             fields = dict(small, **fields)
 
@@ -206,28 +204,3 @@ def datapipe_dataset(config, obs_keys, filter_by_attribute=None, dataset_path=No
     return ShardSequenceBatches(reader, opts, demos, seed=seed, shuffle_buffer=shuffle_buffer, prefetch=prefetch,
                                 cache_episodes=cache_episodes, replacement=replacement)
 
-
-def read_members(reader: ShardReader, index: int, fields) -> dict:
-    """``fields`` of one episode (those it has): ``.npy`` members as arrays, frames members as EncodedFrames.
-    Same validation as ``ShardReader.read_episode`` (shard size, member names and offsets, frame tables), minus
-    the members nobody asked for."""
-    ep = reader.episodes[index]
-    path = reader._shard_path(ep["shard"])
-    if os.path.getsize(path) != reader.shards[ep["shard"]]["bytes"]:
-        raise ShardError(f"{path}: size {os.path.getsize(path)} differs from the index "
-                         f"({reader.shards[ep['shard']]['bytes']}); truncated or replaced")
-    out = {}
-    with open(path, "rb") as f:
-        header = json.loads(reader._read(f, ep, f"{ep['name']}.header.json"))
-        for field in fields:
-            d = header["fields"].get(field)
-            if d is None:
-                continue
-            data = reader._read(f, ep, d["member"])
-            if d["kind"] == "raw":
-                out[field] = np.load(io.BytesIO(data), allow_pickle=False)
-            elif d["kind"] == "frames":
-                out[field] = EncodedFrames.from_member(data, d, f"{path}: {d['member']}")
-            else:
-                raise ShardError(f"{path}: unknown field kind {d['kind']!r} in {ep['name']}")
-    return out

@@ -256,9 +256,10 @@ class ShardReader:
             raise ShardError(f"{self.dir}: {ep['shard']} is truncated (member {member!r})")
         return data
 
-    def read_episode(self, i: int, decode_frames: bool = True) -> tuple[dict, dict]:
+    def read_episode(self, i: int, decode_frames: bool = True, fields=None) -> tuple[dict, dict]:
         """(header, {field: array}); frames fields decompressed into one (N, ...) array each, or with
-        ``decode_frames=False`` kept compressed as :class:`EncodedFrames` (checked, decoded on demand)."""
+        ``decode_frames=False`` kept compressed as :class:`EncodedFrames` (checked, decoded on demand).
+        ``fields``: read only these (those the episode has), so a loader skips members no sample uses."""
         ep = self.episodes[i]
         path = self._shard_path(ep["shard"])
         if os.path.getsize(path) != self.shards[ep["shard"]]["bytes"]:
@@ -267,7 +268,9 @@ class ShardReader:
         with open(path, "rb") as f:
             header = json.loads(self._read(f, ep, f"{ep['name']}.header.json"))
             out = {}
-            for field, d in header["fields"].items():
+            wanted = header["fields"] if fields is None else [k for k in fields if k in header["fields"]]
+            for field in wanted:
+                d = header["fields"][field]
                 data = self._read(f, ep, d["member"])
                 if d["kind"] == "raw":
                     out[field] = np.load(io.BytesIO(data), allow_pickle=False)
