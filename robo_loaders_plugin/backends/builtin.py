@@ -19,11 +19,13 @@ COMPRESSED_CACHE_OPTIONS = {
 DATAPIPE_OPTIONS = {
     "shards": (str, None, "a robo-shards directory made by 'robo-loaders convert robomimic'"),
     "cache_dir": (str, None, "convert train.data into robo-shards here on first use (resumable) and reuse it"),
-    "shuffle_buffer": (int, 16, "episodes open at once; windows are drawn at random from them"),
+    "shuffle_buffer": (int, None, "episodes open at once; windows are drawn at random from them, so more mixes "
+                                  "batches better (default: 16 for robomimic, whose open episodes are held "
+                                  "decoded; 64 for LeRobot, whose stay compressed)"),
     "seed": (int, None, "shuffling seed (default: train.seed); the order is a function of (seed, epoch)"),
     "prefetch": (int, 2, "batches prefetched ahead of training"),
     "convert_workers": (int, 1, "processes converting on first use"),
-    "cache_episodes": (int, 64, "decoded episodes kept in memory (at least 2 x shuffle_buffer)"),
+    "cache_episodes": (int, 64, "episodes kept in memory (at least 2 x shuffle_buffer)"),
     "replacement": (bool, False, "draw each pass's windows with replacement (same count per pass, repeats "
                                  "allowed) instead of every window exactly once"),
 }

@@ -27,6 +27,10 @@ from robo_loaders_plugin.lerobot.source import arrow_table
 from robo_loaders_plugin.spec import BackendOptionError, RoboLoadersError
 
 
+# open episodes stay compressed (frames are decoded per batch): a wide buffer costs little memory and
+# mixes batches far better (episode mix 0.64 vs 0.26 at 16 on 200 episodes, batch 64)
+DEFAULT_SHUFFLE_BUFFER = 64
+
 class _PlanFrom(BatchPlanNode):
     """A batch plan whose first pass starts at a given (epoch, batch): where LeRobot's sampler says a resumed
     run continues."""
@@ -162,8 +166,9 @@ def _check_shards_match(reader: ShardReader, native) -> dict:
     return meta
 
 
-def datapipe_dataset(native, *, shards=None, cache_dir=None, shuffle_buffer=16, seed=None, prefetch=2,
+def datapipe_dataset(native, *, shards=None, cache_dir=None, shuffle_buffer=None, seed=None, prefetch=2,
                      convert_workers=1, cache_episodes=64, replacement=False):
+    shuffle_buffer = DEFAULT_SHUFFLE_BUFFER if shuffle_buffer is None else shuffle_buffer
     if shuffle_buffer < 1 or prefetch < 0 or convert_workers < 1 or cache_episodes < 1:
         raise BackendOptionError(f"{OPTION_PREFIX}: shuffle_buffer, convert_workers, cache_episodes must be >= 1 "
                                  "and prefetch >= 0")

@@ -27,6 +27,9 @@ OPTION_PREFIX = "train.data_backend_kwargs"
 ROW_COPY_BYTES = 256  # fields with steps at least this big (camera frames) are copied window by window
 
 
+# open episodes are held decoded (each frame then serves several windows): memory bounds the buffer
+DEFAULT_SHUFFLE_BUFFER = 16
+
 class ShardSequenceBatches(BatchDataset):
     backend_name = "datapipe"
 
@@ -167,9 +170,10 @@ class ShardSequenceBatches(BatchDataset):
 
 
 def datapipe_dataset(config, obs_keys, filter_by_attribute=None, dataset_path=None, *, shards=None, cache_dir=None,
-                     shuffle_buffer=16, seed=None, prefetch=2, convert_workers=1, cache_episodes=64,
+                     shuffle_buffer=None, seed=None, prefetch=2, convert_workers=1, cache_episodes=64,
                      replacement=False):
     opts = sequence_options(config, obs_keys, filter_by_attribute, dataset_path)
+    shuffle_buffer = DEFAULT_SHUFFLE_BUFFER if shuffle_buffer is None else shuffle_buffer
     if shuffle_buffer < 1 or prefetch < 0 or convert_workers < 1 or cache_episodes < 1:
         raise BackendOptionError(f"{OPTION_PREFIX}: shuffle_buffer, convert_workers, cache_episodes must be >= 1 "
                                  "and prefetch >= 0")
