@@ -41,27 +41,23 @@ echo "   command plus --dataset.backend=compressed_cache"
 export HF_HUB_OFFLINE=1
 [ -d "$out/lerobot_sample" ] || robo-loaders sample-data lerobot "$out/lerobot_sample" --repo-id local/sample \
   --episodes 20 --min-length 80 --max-length 120 --cameras 2 --image-size 84x84 --codec av1
-rm -rf "$out/lerobot_run"
-lerobot-train --dataset.repo_id=local/sample --dataset.root="$out/lerobot_sample" \
-  --dataset.backend=compressed_cache --policy.type=act --policy.pretrained_backbone_weights=null \
-  --policy.device=cpu --policy.push_to_hub=false --steps=20 --batch_size=8 --log_freq=5 --num_workers=2 \
-  --wandb.enable=false --output_dir="$out/lerobot_run" 2>&1 | tee "$out/lerobot_train.log" | \
-  grep -E "robo-loaders|step:|Error|error" || true
-grep -q "lerobot data backend: compressed_cache" "$out/lerobot_train.log" && \
-  [ -f "$out/lerobot_run/checkpoints/000020/pretrained_model/train_config.json" ] || \
-  { echo "lerobot-train failed: see $out/lerobot_train.log" >&2; exit 1; }
+# lerobot_train RUN_NAME EXPECTED_LOG_LINE FLAGS...: the normal lerobot-train command plus FLAGS, 20 steps on CPU
+lerobot_train() {
+  local run=$1 expect=$2
+  shift 2
+  rm -rf "$out/$run"
+  lerobot-train --dataset.repo_id=local/sample --dataset.root="$out/lerobot_sample" "$@" \
+    --policy.type=act --policy.pretrained_backbone_weights=null --policy.device=cpu --policy.push_to_hub=false \
+    --steps=20 --batch_size=8 --log_freq=5 --num_workers=2 --wandb.enable=false --output_dir="$out/$run" 2>&1 | \
+    tee "$out/$run.log" | grep -E "robo-loaders|step:|Error|error" || true
+  grep -q "$expect" "$out/$run.log" && [ -f "$out/$run/checkpoints/000020/pretrained_model/train_config.json" ] || \
+    { echo "lerobot-train failed: see $out/$run.log" >&2; exit 1; }
+}
+lerobot_train lerobot_run "lerobot data backend: compressed_cache" --dataset.backend=compressed_cache
 
 echo "== the same lerobot-train command with --dataset.backend=datapipe (converted into robo-shards on first use)"
-rm -rf "$out/lerobot_run_datapipe"
-lerobot-train --dataset.repo_id=local/sample --dataset.root="$out/lerobot_sample" \
-  --dataset.backend=datapipe --dataset.backend_kwargs="{\"cache_dir\": \"$out/shards\"}" \
-  --policy.type=act --policy.pretrained_backbone_weights=null \
-  --policy.device=cpu --policy.push_to_hub=false --steps=20 --batch_size=8 --log_freq=5 --num_workers=2 \
-  --wandb.enable=false --output_dir="$out/lerobot_run_datapipe" 2>&1 | tee "$out/lerobot_train_datapipe.log" | \
-  grep -E "robo-loaders|step:|Error|error" || true
-grep -q "batches come from the torchdata pipeline" "$out/lerobot_train_datapipe.log" && \
-  [ -f "$out/lerobot_run_datapipe/checkpoints/000020/pretrained_model/train_config.json" ] || \
-  { echo "lerobot-train failed: see $out/lerobot_train_datapipe.log" >&2; exit 1; }
+lerobot_train lerobot_run_datapipe "batches come from the torchdata pipeline" --dataset.backend=datapipe \
+  --dataset.backend_kwargs="{\"cache_dir\": \"$out/shards\"}"
 
 echo "== LeRobot benchmark (ACT-like 100-step action chunks; datapipe includes timing the conversion)"
 robo-loaders bench lerobot --root "$out/lerobot_sample" --repo-id local/sample \
