@@ -187,3 +187,23 @@ def test_real_renders(shared_lerobot, tmp_path):
     ours = datapipe_dataset(nat, cache_dir=str(tmp_path))
     for i in random_indices(len(nat), 300, seed=6):
         same_item(ours[i], nat[i], f"shared[{i}]")
+
+
+def test_conversion_resumes_after_a_killed_worker(lerobot_datasets, tmp_path, monkeypatch):
+    """A converter that leased a unit and died: the next run takes the dead lease over and finishes."""
+    import json
+
+    from robo_loaders_plugin.backends.shards import convert as units
+
+    root, out = lerobot_datasets["av1_1cam"], str(tmp_path / "shards")
+    with monkeypatch.context() as m:  # plan only: nothing converted, so nothing may be published
+        m.setattr(units, "work", lambda *a, **k: 0)
+        with pytest.raises(units.ShardError, match="not done yet"):
+            convert_lerobot(root, out, repo_id=REPO, shard_bytes=50_000, progress=False)
+    assert not os.path.exists(os.path.join(out, "index.json"))
+    code = "import os, sys; from robo_loaders_plugin.backends.shards import convert as u; u.lease(sys.argv[1]); os._exit(9)"
+    assert subprocess.run([sys.executable, "-c", code, out]).returncode == 9
+    manifest = json.load(open(os.path.join(out, "manifest.json")))
+    assert [u["state"] for u in manifest["units"]].count("leased") == 1 and len(manifest["units"]) > 1
+    convert_lerobot(root, out, repo_id=REPO, shard_bytes=50_000, progress=False)
+    assert verify_lerobot(out, root, REPO) == []
