@@ -129,11 +129,8 @@ class ShardLeRobotDataset(LeRobotSamples):
         def assemble(windows: np.ndarray) -> dict:
             return self.collated(rel_starts[windows[:, 0]] + windows[:, 1])
 
-        loader = build_loader(plan, assemble, max(1, int(dataloader.num_workers)), self.prefetch)
-        if getattr(dataloader, "pin_memory", False) and torch.cuda.is_available():
-            from torchdata.nodes import Loader, PinMemory
-
-            loader = Loader(PinMemory(loader.root), restart_on_stop_iteration=False)
+        loader = build_loader(plan, assemble, max(1, int(dataloader.num_workers)), self.prefetch,
+                              pin_memory=bool(getattr(dataloader, "pin_memory", False)) and torch.cuda.is_available())
         self.plan = plan
         return loader
 

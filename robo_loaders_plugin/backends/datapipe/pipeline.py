@@ -10,7 +10,9 @@ still mix many episodes.
 """
 from __future__ import annotations
 
+import atexit
 import threading
+import weakref
 from collections import OrderedDict
 from typing import Callable, Sequence
 
@@ -138,10 +140,47 @@ class EpisodeCache:
             event.set()
 
 
+_LIVE_LOADERS: "weakref.WeakSet[Loader]" = weakref.WeakSet()
+
+
 def build_loader(plan: BatchPlanNode, assemble: Callable[[np.ndarray], dict], num_threads: int,
-                 prefetch: int) -> Loader:
+                 prefetch: int, pin_memory: bool = False) -> Loader:
     node = ParallelMapper(plan, map_fn=assemble, num_workers=max(1, int(num_threads)), in_order=True,
                           method="thread")
     if prefetch > 0:
         node = Prefetcher(node, prefetch_factor=int(prefetch))
-    return Loader(node, restart_on_stop_iteration=False)
+    if pin_memory:
+        from torchdata.nodes import PinMemory
+
+        node = PinMemory(node)
+    loader = Loader(node, restart_on_stop_iteration=False)
+    _LIVE_LOADERS.add(loader)
+    return loader
+
+
+def shutdown(loader: Loader) -> None:
+    """Stop a pipeline's threads and wait for them.
+
+    Why: torchdata's worker threads are daemons. A training script that ends while they are still assembling
+    the next batches (a prefetching pipeline always is) lets the interpreter finalize under them, and a thread
+    inside torch or Blosc2 at that moment aborts the process ("terminate called without an active exception",
+    exit 134) after a successful run. Every loader built here is shut down at exit; call this to stop one sooner.
+    """
+    stack, seen = [loader.root], set()
+    while stack:
+        node = stack.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        it = getattr(node, "_it", None)  # the iterator a torchdata node runs its threads in
+        if it is not None:
+            if hasattr(it, "_shutdown"):
+                it._shutdown()
+            stack.append(it)
+        stack.append(getattr(node, "source", None))
+
+
+@atexit.register
+def _shutdown_live_loaders() -> None:
+    for loader in list(_LIVE_LOADERS):
+        shutdown(loader)
