@@ -31,6 +31,7 @@ from robo_loaders_plugin.spec import BackendOptionError, RoboLoadersError
 # mixes batches far better (episode mix 0.64 vs 0.26 at 16 on 200 episodes, batch 64)
 DEFAULT_SHUFFLE_BUFFER = 64
 
+
 class _PlanFrom(BatchPlanNode):
     """A batch plan whose first pass starts at a given (epoch, batch): where LeRobot's sampler says a resumed
     run continues."""

@@ -30,6 +30,7 @@ ROW_COPY_BYTES = 256  # fields with steps at least this big (camera frames) are 
 # open episodes are held decoded (each frame then serves several windows): memory bounds the buffer
 DEFAULT_SHUFFLE_BUFFER = 16
 
+
 class ShardSequenceBatches(BatchDataset):
     backend_name = "datapipe"
 
