@@ -137,7 +137,9 @@ def convert_lerobot(root, out_dir: str, *, repo_id: str | None = None, num_worke
     units.plan(out_dir, fp, units.units_by_size(names, sizes, per_unit),
                {"codec": codec.as_dict(), "shard_bytes": shard_bytes})
     args = (root, src.native.repo_id, tolerance_s, out_dir, codec.as_dict(), lease_s)
-    total = units.run(out_dir, _worker, args, num_workers, codec, meta, {"path": root, "fingerprint": fp},
+    # in this process, convert with the source already built above instead of opening the dataset again
+    worker = _worker if num_workers > 1 else lambda _: units.work(out_dir, codec, src.read, lease_s)
+    total = units.run(out_dir, worker, args, num_workers, codec, meta, {"path": root, "fingerprint": fp},
                       f"convert {os.path.basename(root)}", progress)
     return {"episodes": len(names), "shards": total, "source_bytes": sum(s for _, s in meta["source_files"]),
             "frame_bytes": sum(sizes.values())}

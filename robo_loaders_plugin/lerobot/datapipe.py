@@ -50,9 +50,8 @@ class ShardLeRobotDataset(LeRobotSamples):
     def __init__(self, native, reader: ShardReader, *, columns, video_keys, image_keys, runs, seed,
                  shuffle_buffer: int, prefetch: int, cache_episodes: int, replacement: bool = False):
         ep_index = np.concatenate([np.full(e - s, ep, dtype=np.int64) for ep, s, e in runs])
-        abs_index = np.concatenate([np.arange(int(native.meta.episodes[ep]["dataset_from_index"]),
-                                              int(native.meta.episodes[ep]["dataset_from_index"]) + e - s)
-                                    for ep, s, e in runs])
+        first = [int(native.meta.episodes[ep]["dataset_from_index"]) for ep, _, _ in runs]
+        abs_index = np.concatenate([np.arange(f, f + e - s) for f, (_, s, e) in zip(first, runs)])
         super().__init__(native, columns=columns, video_keys=video_keys, image_keys=image_keys,
                          abs_index=abs_index, episode_index=ep_index, backend_name="datapipe")
         self.reader = reader
@@ -147,12 +146,12 @@ class ShardLeRobotDataset(LeRobotSamples):
             yield from loader
 
 
-def _check_shards_match(reader: ShardReader, native) -> dict:
+def _check_shards_match(reader: ShardReader, native, files: list) -> dict:
     meta = reader.dataset.get("metadata", {})
     if meta.get("framework") != "lerobot":
         raise RoboLoadersError(f"{reader.dir}: converted from a {meta.get('framework')!r} dataset, not LeRobot")
     root = native.root
-    if meta.get("source_files") != source_files(root):
+    if meta.get("source_files") != files:
         raise RoboLoadersError(f"{reader.dir} was converted from a dataset whose files differ from {root} (a file "
                                f"was added, removed or changed size); convert it again with 'robo-loaders convert "
                                f"lerobot {root} OUT_DIR' or use 'cache_dir'")
@@ -173,17 +172,18 @@ def datapipe_dataset(native, *, shards=None, cache_dir=None, shuffle_buffer=None
     check_supported(native)
     use_single_thread()
     root = os.path.realpath(native.root)
+    files = source_files(root)
     if shards is None:
         if cache_dir is None:
             raise BackendOptionError(f"{OPTION_PREFIX}: the datapipe backend needs 'shards' (a directory made by "
                                      "'robo-loaders convert lerobot') or 'cache_dir' (converted there on first use)")
-        fp = fingerprint({"root": root, "files": source_files(root), "tolerance_s": native.reader._tolerance_s})
+        fp = fingerprint({"root": root, "files": files, "tolerance_s": native.reader._tolerance_s})
         shards = os.path.join(os.path.expanduser(cache_dir), f"lerobot-shards-{fp}")
         if not os.path.exists(os.path.join(shards, "index.json")):
             convert_lerobot(root, shards, repo_id=native.repo_id, num_workers=convert_workers,
                             tolerance_s=native.reader._tolerance_s)
     reader = ShardReader(os.path.expanduser(shards))
-    meta = _check_shards_match(reader, native)
+    meta = _check_shards_match(reader, native, files)
     ep_index = arrow_table(native.hf_dataset.select_columns(["episode_index"])).column("episode_index")
     runs = episode_runs(np.asarray(ep_index.to_numpy(zero_copy_only=False), dtype=np.int64), native.meta)
     stored = {e["episode_index"]: e for e in meta["episodes"]}
