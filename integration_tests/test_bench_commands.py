@@ -5,6 +5,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 BIN = os.path.dirname(sys.executable)
 
 
@@ -15,6 +17,17 @@ def run(args):
     return p.returncode, p.stdout + p.stderr
 
 
+def consistent(r):
+    """What every result row must satisfy if the measurement plumbing works (values that a broken run, e.g. one
+    that timed nothing or sampled no memory, cannot give)."""
+    assert r["samples_per_s"] > 0 and r["first_batch_s"] > 0 and r["build_s"] > 0, r
+    assert 0 < r["batch_latency_ms"]["p50"] <= r["batch_latency_ms"]["p95"] <= r["batch_latency_ms"]["p99"], r
+    assert r["wall_s"] > r["build_s"] + r["first_batch_s"], r  # the child's whole life includes both
+    assert r["baseline_pss_bytes"] > 100e6, r  # an interpreter with torch imported, measured before the data
+    assert r["peak_mem_bytes"] >= r["baseline_pss_bytes"], r  # the tree's peak includes that interpreter
+    assert r["data_mem_bytes"] == r["peak_mem_bytes"] - r["baseline_pss_bytes"], r
+
+
 def test_bench_robomimic(tiny_hdf5, tmp_path):
     out = tmp_path / "r.json"
     rc, log = run(["bench", "robomimic", "--dataset", tiny_hdf5, "--seq-length", "5", "--batch-size", "8",
@@ -22,11 +35,11 @@ def test_bench_robomimic(tiny_hdf5, tmp_path):
     assert rc == 0, log[-3000:]
     data = json.loads(out.read_text())
     assert [r["backend"] for r in data["results"]] == ["native:low_dim", "native:all", "compressed_cache"]
+    base = data["results"][0]
     for r in data["results"]:
-        for k in ("samples_per_s", "first_batch_s", "peak_mem_bytes", "data_mem_bytes", "build_s"):
-            assert r[k] >= 0, (k, r)
-        assert set(r["batch_latency_ms"]) == {"p50", "p95", "p99"}
-        assert r["ratios"]["samples_per_s_vs_native:low_dim"] > 0
+        consistent(r)
+        assert r["num_samples"] > 0
+        assert r["ratios"]["samples_per_s_vs_native:low_dim"] == round(r["samples_per_s"] / base["samples_per_s"], 3)
     assert "vs native:all" in log
     for r in data["results"]:  # robomimic's shuffle over 12 demos: most samples of a batch of 8 from distinct demos
         assert 0.5 < r["episode_mix"] <= 1, r
@@ -41,7 +54,9 @@ def test_bench_robomimic_datapipe_and_conversion(tiny_hdf5, tmp_path):
     assert rc == 0, log[-3000:]
     data = json.loads(out.read_text())
     native, dp = data["results"]
-    assert dp["backend"] == "datapipe" and dp["samples_per_s"] > 0 and dp["ratios"]["samples_per_s_vs_native:low_dim"] > 0
+    consistent(dp)
+    assert dp["backend"] == "datapipe"
+    assert dp["ratios"]["samples_per_s_vs_native:low_dim"] == round(dp["samples_per_s"] / native["samples_per_s"], 3)
     # a buffer of 2 open demos caps a batch at ~2 demos; the native shuffle mixes far more
     assert 0 < dp["episode_mix"] <= 3 / 8 < native["episode_mix"] <= 1
     assert [c["workers"] for c in data["conversion"]] == [1, 2]
@@ -61,9 +76,14 @@ def test_bench_lerobot(lerobot_datasets, tmp_path):
     data = json.loads(out.read_text())
     native, cc, dp = data["results"]
     assert native["backend"] == "native" and cc["backend"] == "compressed_cache" and dp["backend"] == "datapipe"
-    assert cc["frames_per_sample"] == 2 and cc["decoded_frames_per_s"] > 0 and cc["cache_bytes"] > 0
-    assert native["decode_ms_per_sample"] > 0 and "samples_per_s_vs_native" in cc["ratios"]
-    assert "samples_per_s_vs_native" in dp["ratios"] and dp["cache_bytes"] > 0
+    for r in (native, cc, dp):
+        consistent(r)
+        assert r["decoded_frames_per_s"] == pytest.approx(r["samples_per_s"] * r["frames_per_sample"])
+        assert r["decode_ms_per_sample"] > 0 and r["fetch_ms_per_sample"] > 0
+    assert cc["frames_per_sample"] == 2 and cc["cache_bytes"] > 0 and native["cache_bytes"] == 0
+    assert cc["ratios"]["samples_per_s_vs_native"] == round(cc["samples_per_s"] / native["samples_per_s"], 3)
+    assert dp["ratios"]["samples_per_s_vs_native"] == round(dp["samples_per_s"] / native["samples_per_s"], 3)
+    assert 0 < dp["cache_bytes"] < cc["raw_decoded_frames_bytes"]  # the shards' frames, compressed
     for r in data["results"]:
         assert 0 < r["episode_mix"] <= 1, r
     (conv,) = data["conversion"]  # --num-workers 0: converted with 1 worker only

@@ -11,9 +11,10 @@ import torch
 from lerobot_helpers import REPO, random_indices, same_item
 
 from robo_loaders_plugin.lerobot.convert import convert_lerobot, verify_lerobot
-from robo_loaders_plugin.lerobot.datapipe import ShardLeRobotDataset, datapipe_dataset
+from robo_loaders_plugin.lerobot.factories import LeRobotShardSamples, datapipe_dataset
+from robo_loaders_plugin.lerobot.integration import cycle, sampling_plan
 from robo_loaders_plugin.lerobot.presets import delta_timestamps
-from robo_loaders_plugin.spec import BackendOptionError, RoboLoadersError
+from robo_loaders_plugin import RoboLoadersError
 
 BIN = os.path.dirname(sys.executable)
 NAMES = ["av1_1cam", "h264_3cam_multifile", "png_1cam"]
@@ -46,8 +47,17 @@ def sampler_for(nat, drop_n_last=0, seed=3):
 
 
 def one_pass(ds, dataloader):
-    loader = ds.training_loader(dataloader)
-    return list(loader)
+    """One pass of what lerobot-train's cycle(dataloader) serves."""
+    return list(ds.batch_source(sampling_plan(dataloader)))
+
+
+def lerobot_cycle(ds, dataloader):
+    """lerobot-train's (patched) cycle(dataloader), for a dataset the datapipe backend built."""
+    from robo_loaders_plugin import get_backend
+    from robo_loaders_plugin.core.iteration import record_built
+
+    record_built(get_backend("datapipe"), ds)
+    return cycle(dataloader)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -55,19 +65,19 @@ def one_pass(ds, dataloader):
 def test_items_equal_lerobot_dataset(lerobot_datasets, shards, name, preset, return_uint8):
     nat = native(lerobot_datasets[name], preset, return_uint8)
     ours = datapipe_dataset(nat, shards=shards[name])
-    assert isinstance(ours, ShardLeRobotDataset) and len(ours) == len(nat) and ours.num_episodes == nat.num_episodes
+    assert isinstance(ours, LeRobotShardSamples) and len(ours) == len(nat) and ours.num_episodes == nat.num_episodes
     for i in random_indices(len(nat), 300, seed=zlib.crc32(f"{name}{preset}".encode())):
         same_item(ours[i], nat[i], f"{name}/{preset}[{i}]")
 
 
 def test_converted_dataset_verifies_against_its_source(lerobot_datasets, shards):
-    from robo_loaders_plugin.backends.shards import ShardReader
+    from robo_loaders_plugin.storage.shards import ShardReader
 
     reader = ShardReader(shards["h264_3cam_multifile"])
     assert len(reader.shards) > 1 and len(reader.episodes) == 5
     meta = reader.dataset["metadata"]
     assert meta["framework"] == "lerobot" and meta["info"]["fps"] and meta["tasks"] and meta["stats"]
-    assert verify_lerobot(shards["h264_3cam_multifile"], lerobot_datasets["h264_3cam_multifile"], REPO) == []
+    assert verify_lerobot(shards["h264_3cam_multifile"], lerobot_datasets["h264_3cam_multifile"]) == []
 
 
 @pytest.mark.parametrize("drop_n_last,batch_size,workers", [(0, 16, 0), (7, 10, 2)])
@@ -89,8 +99,25 @@ def test_training_pass_serves_the_samplers_frames_once_each_equal_to_native(lero
         rows = [a2r[int(i)] for i in batches[b]["index"]]
         expected = torch.utils.data.default_collate([nat[r] for r in rows])
         same_item(batches[b], expected, f"batch {b}")
-    # the episode buffer keeps locality: far fewer shard reads than frames
-    assert ds.cache.loads <= 2 * len(nat.episodes)
+
+
+
+def test_the_episode_buffer_reads_each_episode_about_once_per_pass(lerobot_datasets, shards):
+    """With fewer episodes kept in memory than the pass touches, locality is the plan's doing: a buffer of 1 reads
+    each of the 5 episodes about once; drawing from all 5 at once (the same cache) reads them again and again."""
+    nat = native(lerobot_datasets["h264_3cam_multifile"], "act")
+
+    def loads(shuffle_buffer):
+        ds = datapipe_dataset(nat, shards=shards["h264_3cam_multifile"], shuffle_buffer=shuffle_buffer)
+        ds.frames.cache.capacity = 2  # fewer than the 5 episodes
+        dl = torch.utils.data.DataLoader(ds, batch_size=8, sampler=sampler_for(nat), num_workers=1)
+        batches = one_pass(ds, dl)
+        assert sum(len(b["index"]) for b in batches) == len(nat)
+        return ds.frames.cache.loads
+
+    local, mixed = loads(1), loads(5)
+    assert local <= 2 * len(nat.meta.episodes), local
+    assert mixed > 5 * local, (local, mixed)
 
 
 def test_passes_differ_are_seeded_and_resume_at_the_samplers_offset(lerobot_datasets, shards):
@@ -101,14 +128,14 @@ def test_passes_differ_are_seeded_and_resume_at_the_samplers_offset(lerobot_data
         sampler = sampler_for(nat, seed=seed)
         if state:
             sampler.load_state_dict(state)
-        it = ds.cycle(torch.utils.data.DataLoader(ds, batch_size=8, sampler=sampler))
+        it = lerobot_cycle(ds, torch.utils.data.DataLoader(ds, batch_size=8, sampler=sampler))
         return [next(it)["index"].tolist() for _ in range(n)]
 
     a, b = first_batches(), first_batches()
     assert a == b and first_batches(seed=4) != a
     per_pass = -(-len(nat) // 8)
     sampler = sampler_for(nat)
-    it = ds.cycle(torch.utils.data.DataLoader(ds, batch_size=8, sampler=sampler))
+    it = lerobot_cycle(ds, torch.utils.data.DataLoader(ds, batch_size=8, sampler=sampler))
     stream = [next(it)["index"].tolist() for _ in range(per_pass + 5)]
     assert sorted(sum(stream[:per_pass], [])) == list(range(len(nat)))
     assert stream[per_pass:per_pass + 3] != stream[:3]  # the next pass is shuffled differently
@@ -121,7 +148,7 @@ def test_pinned_batches_on_cuda(lerobot_datasets, shards):
     nat = native(lerobot_datasets["av1_1cam"], "act")
     ds = datapipe_dataset(nat, shards=shards["av1_1cam"])
     dl = torch.utils.data.DataLoader(ds, batch_size=8, sampler=sampler_for(nat), pin_memory=True)
-    batch = next(ds.cycle(dl))
+    batch = next(lerobot_cycle(ds, dl))
     assert batch["action"].is_pinned() and batch["observation.images.cam0"].is_pinned()
 
 
@@ -145,8 +172,7 @@ def test_cli_parallel_convert_verify_and_damage(lerobot_datasets, tmp_path):
     p = subprocess.run([cli, "convert", "lerobot", root, out, "--repo-id", REPO, "--num-workers", "2",
                         "--shard-size", "100KB"], capture_output=True, text=True, env=env, timeout=600)
     assert p.returncode == 0, p.stderr[-2000:]
-    p = subprocess.run([cli, "verify", out, "--source", root, "--repo-id", REPO], capture_output=True, text=True,
-                       env=env, timeout=600)
+    p = subprocess.run([cli, "verify", out, "--source", root], capture_output=True, text=True, env=env, timeout=600)
     assert p.returncode == 0 and "ok" in p.stdout, p.stderr[-2000:]
     shard = sorted(os.listdir(os.path.join(out, "shards")))[1]
     path = os.path.join(out, "shards", shard)
@@ -159,22 +185,103 @@ def test_cli_parallel_convert_verify_and_damage(lerobot_datasets, tmp_path):
     assert p.returncode == 1 and f"{shard}: SHA-256 mismatch" in p.stderr, p.stderr[-2000:]
 
 
+def _edit_in_place(path, edit):
+    """Change a file's content, then restore its mtime (what cp -p, rsync -t or unpacking an archive do)."""
+    st = os.stat(path)
+    edit(path)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
 def test_stale_or_mismatched_shards_are_refused(lerobot_datasets, shards, tmp_path):
     import shutil
 
+    import pyarrow.parquet as pq
+    from robo_loaders_plugin import StaleSourceError
+
     nat = native(lerobot_datasets["av1_1cam"])
-    with pytest.raises(RoboLoadersError, match="converted from a dataset whose files differ"):
+    with pytest.raises(StaleSourceError, match=r"png_1cam.*does not match .*av1_1cam"):
         datapipe_dataset(nat, shards=shards["png_1cam"])
     copy = tmp_path / "copy"
     shutil.copytree(lerobot_datasets["av1_1cam"], copy)
     assert datapipe_dataset(native(copy), shards=shards["av1_1cam"]) is not None  # a copy still matches
     (copy / "meta" / "extra.txt").write_text("changed")
-    with pytest.raises(RoboLoadersError, match="files differ"):
+    with pytest.raises(StaleSourceError, match="meta/extra.txt: added"):
         datapipe_dataset(native(copy), shards=shards["av1_1cam"])
+    os.unlink(copy / "meta" / "extra.txt")
+    assert datapipe_dataset(native(copy), shards=shards["av1_1cam"]) is not None
+
+    video = next((copy / "videos").rglob("*.mp4"))  # re-encoded, same size: a few bytes differ
+
+    def flip(path):
+        with open(path, "r+b") as f:
+            f.seek(os.path.getsize(path) // 2)
+            b = f.read(1)
+            f.seek(-1, os.SEEK_CUR)
+            f.write(bytes([b[0] ^ 0x01]))
+
+    _edit_in_place(video, flip)
+    with pytest.raises(StaleSourceError, match="content digest differs"):
+        datapipe_dataset(native(copy), shards=shards["av1_1cam"])
+    _edit_in_place(video, flip)  # flipped back: the same content again
+    assert datapipe_dataset(native(copy), shards=shards["av1_1cam"]) is not None
+
+    data = next((copy / "data").rglob("*.parquet"))  # one action value changed
+
+    def change_action(path):
+        table = pq.read_table(path)
+        col = table.column("action").to_pylist()
+        col[3] = [v + 1.0 for v in col[3]]
+        pq.write_table(table.set_column(table.schema.get_field_index("action"), "action",
+                                        pa.array(col, type=table.schema.field("action").type)), path)
+
+    import pyarrow as pa
+
+    _edit_in_place(data, change_action)
+    with pytest.raises(StaleSourceError, match="does not match"):
+        datapipe_dataset(native(copy), shards=shards["av1_1cam"])
+    assert datapipe_dataset(native(copy), shards=shards["av1_1cam"], check_source=False) is not None  # opt-out
     with pytest.raises(RoboLoadersError, match="tolerance_s"):
         datapipe_dataset(native(lerobot_datasets["av1_1cam"], tolerance_s=1e-5), shards=shards["av1_1cam"])
-    with pytest.raises(BackendOptionError, match="'shards'.*'cache_dir'"):
-        datapipe_dataset(nat)
+
+
+def test_cache_dir_rebuilds_when_the_source_changes_and_retires_the_old_copy(lerobot_datasets, tmp_path,
+                                                                              monkeypatch):
+    """No options: converted into the user cache directory; a source changed in place (same size, mtime restored)
+    is converted again, the new shards serve the new values, and the old copy is removed."""
+    import shutil
+
+    monkeypatch.setenv("ROBO_LOADERS_CACHE", str(tmp_path / "home"))
+    copy = tmp_path / "copy"
+    shutil.copytree(lerobot_datasets["av1_1cam"], copy)
+    first = datapipe_dataset(native(copy, "act"))
+    dirs = [n for n in os.listdir(tmp_path / "home") if not n.startswith(".")]
+    assert len(dirs) == 1 and dirs[0].startswith("lerobot-shards-")
+    assert datapipe_dataset(native(copy, "act")).reader.dir == first.reader.dir  # reused
+    del first
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    data = next((copy / "data").rglob("*.parquet"))
+
+    def change_state(path):
+        table = pq.read_table(path)
+        col = table.column("observation.state").to_pylist()
+        col[0] = [v * 0.5 for v in col[0]]
+        field = table.schema.field("observation.state")
+        pq.write_table(table.set_column(table.schema.get_field_index(field.name), field.name,
+                                        pa.array(col, type=field.type)), path)
+
+    _edit_in_place(data, change_state)  # mtime restored: LeRobot's own HF cache still serves the old rows...
+    with pytest.raises(RoboLoadersError, match="could not reproduce LeRobot's value for row 0"):
+        datapipe_dataset(native(copy, "act"))  # ...which the row check catches instead of training on either
+    os.utime(data)  # an ordinary edit: LeRobot reads the new rows too
+    nat = native(copy, "act")
+    again = datapipe_dataset(nat)
+    assert again.reader.dir != dirs[0]
+    same_item(again[0], nat[0], "changed row 0")
+    dirs_after = [n for n in os.listdir(tmp_path / "home") if not n.startswith(".")]
+    assert dirs_after == [os.path.basename(again.reader.dir)]  # the copy of the old content is gone
 
 
 def test_real_renders(shared_lerobot, tmp_path):
@@ -193,7 +300,7 @@ def test_conversion_resumes_after_a_killed_worker(lerobot_datasets, tmp_path, mo
     """A converter that leased a unit and died: the next run takes the dead lease over and finishes."""
     import json
 
-    from robo_loaders_plugin.backends.shards import convert as units
+    from robo_loaders_plugin.storage.shards import manifest as units
 
     root, out = lerobot_datasets["av1_1cam"], str(tmp_path / "shards")
     with monkeypatch.context() as m:  # plan only: nothing converted, so nothing may be published
@@ -201,25 +308,29 @@ def test_conversion_resumes_after_a_killed_worker(lerobot_datasets, tmp_path, mo
         with pytest.raises(units.ShardError, match="not done yet"):
             convert_lerobot(root, out, repo_id=REPO, shard_bytes=50_000, progress=False)
     assert not os.path.exists(os.path.join(out, "index.json"))
-    code = "import os, sys; from robo_loaders_plugin.backends.shards import convert as u; u.lease(sys.argv[1]); os._exit(9)"
+    code = "import os, sys; from robo_loaders_plugin.storage.shards import manifest as u; u.lease(sys.argv[1]); os._exit(9)"
     assert subprocess.run([sys.executable, "-c", code, out]).returncode == 9
     manifest = json.load(open(os.path.join(out, "manifest.json")))
     assert [u["state"] for u in manifest["units"]].count("leased") == 1 and len(manifest["units"]) > 1
     convert_lerobot(root, out, repo_id=REPO, shard_bytes=50_000, progress=False)
-    assert verify_lerobot(out, root, REPO) == []
+    assert verify_lerobot(out, root) == []
 
 
 EXIT_MID_PASS = """
 import sys, torch
 from lerobot.datasets import EpisodeAwareSampler
 from lerobot.datasets.lerobot_dataset import LeRobotDataset
-from robo_loaders_plugin.lerobot.datapipe import datapipe_dataset
+from robo_loaders_plugin import get_backend
+from robo_loaders_plugin.core.iteration import record_built
+from robo_loaders_plugin.lerobot.factories import datapipe_dataset
+from robo_loaders_plugin.lerobot.integration import cycle
 nat = LeRobotDataset("local/sample", root=sys.argv[1], delta_timestamps={"action": [i / 20 for i in range(10)]},
                      return_uint8=True)
 ds = datapipe_dataset(nat, shards=sys.argv[2])
+record_built(get_backend("datapipe"), ds)
 sampler = EpisodeAwareSampler(nat.meta.episodes["dataset_from_index"], nat.meta.episodes["dataset_to_index"],
                               shuffle=True, seed=1)
-batches = ds.cycle(torch.utils.data.DataLoader(ds, batch_size=8, sampler=sampler, num_workers=2))
+batches = cycle(torch.utils.data.DataLoader(ds, batch_size=8, sampler=sampler, num_workers=2))
 for _ in range(3):
     next(batches)
 """

@@ -23,7 +23,10 @@ import torch
 
 from lerobot_helpers import REPO
 
-from robo_loaders_plugin.lerobot.datapipe import datapipe_dataset
+from robo_loaders_plugin import get_backend
+from robo_loaders_plugin.core.iteration import record_built
+from robo_loaders_plugin.lerobot.factories import datapipe_dataset
+from robo_loaders_plugin.lerobot.integration import cycle
 
 FPS = 20
 SEEDS = (11, 12, 13)
@@ -64,6 +67,12 @@ def open_native(root):
                           return_uint8=True)
 
 
+def pipeline_stream(ds, loader):
+    """lerobot-train's (patched) cycle(dataloader) for a dataset the datapipe backend built."""
+    record_built(get_backend("datapipe"), ds)
+    return cycle(loader)
+
+
 def score(setup, backend, seed, corrupt=None):
     """Per pass: mean L1, L2, cosine over all samples, and the std of the per-batch mean L1."""
     from lerobot.datasets import EpisodeAwareSampler
@@ -75,7 +84,7 @@ def score(setup, backend, seed, corrupt=None):
                                   shuffle=corrupt != "unshuffled", seed=seed)
     loader = torch.utils.data.DataLoader(ds, batch_size=BATCH, sampler=sampler, num_workers=0)
     per_pass = -(-len(sampler) // BATCH)
-    stream = ds.cycle(loader) if backend == "datapipe" else (b for _ in range(PASSES) for b in loader)
+    stream = pipeline_stream(ds, loader) if backend == "datapipe" else (b for _ in range(PASSES) for b in loader)
     out = {}
     with torch.no_grad():
         for p in range(PASSES):
@@ -142,7 +151,7 @@ def train_full_pass_steps(setup, backend, seed, corrupt=None, epochs=3):
     sampler = EpisodeAwareSampler(ds.meta.episodes["dataset_from_index"], ds.meta.episodes["dataset_to_index"],
                                   shuffle=True, seed=seed)
     loader = torch.utils.data.DataLoader(ds, batch_size=BATCH, sampler=sampler, num_workers=0)
-    stream = ds.cycle(loader) if backend == "datapipe" else (b for _ in range(epochs) for b in loader)
+    stream = pipeline_stream(ds, loader) if backend == "datapipe" else (b for _ in range(epochs) for b in loader)
     per_pass, n = -(-len(sampler) // BATCH), len(sampler)
     out = []
     for _ in range(epochs):

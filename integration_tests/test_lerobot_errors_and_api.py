@@ -10,7 +10,7 @@ import pytest
 from lerobot_helpers import REPO, random_indices, same_item
 
 from robo_loaders_plugin.lerobot.factories import compressed_cache_dataset
-from robo_loaders_plugin.spec import BackendOptionError, RoboLoadersError, UnknownBackendError
+from robo_loaders_plugin import BackendOptionError, RoboLoadersError, UnknownBackendError
 
 
 @pytest.fixture
@@ -97,16 +97,24 @@ def cfg_for(root, backend=None, backend_kwargs=None, eval_split=0.0):
     return draccus.parse(TrainPipelineConfig, args=args)
 
 
+def is_store_dataset(ds) -> bool:
+    """A LeRobot dataset served by compressed_cache (LeRobot items from a compressed episode store)."""
+    from robo_loaders_plugin.frames.store import StoreFrames
+    from robo_loaders_plugin.lerobot.dataset import LeRobotSamples
+
+    return type(ds) is LeRobotSamples and isinstance(ds.frames, StoreFrames)
+
+
 def test_make_dataset_mirrors_lerobot(lerobot_datasets, tmp_path):
     from lerobot.datasets.factory import make_dataset as patched_factory
 
     import robo_loaders_plugin.lerobot as rl
-    from robo_loaders_plugin.lerobot.patches import original
+    from robo_loaders_plugin.lerobot.compat import original
 
     root = lerobot_datasets["av1_1cam"]
     ours = rl.make_dataset(cfg_for(root, "compressed_cache", '{"cache_dir": "%s"}' % (tmp_path / "c")))
     theirs = original("make_dataset")(cfg_for(root))
-    assert type(ours).__name__ == "StoreLeRobotDataset" and type(theirs).__name__ == "LeRobotDataset"
+    assert is_store_dataset(ours) and type(theirs).__name__ == "LeRobotDataset"
     assert glob.glob(str(tmp_path / "c" / "*.rlc"))
     # ImageNet stats overwrite, as LeRobot's factory does
     for k in theirs.meta.camera_keys:
@@ -115,7 +123,7 @@ def test_make_dataset_mirrors_lerobot(lerobot_datasets, tmp_path):
         same_item(ours[i], theirs[i])
     assert type(patched_factory(cfg_for(root))).__name__ == "LeRobotDataset"  # native without the flag
     train, evaluation = rl.make_train_eval_datasets(cfg_for(root, "compressed_cache", eval_split=0.4))
-    assert type(train).__name__ == type(evaluation).__name__ == "StoreLeRobotDataset"
+    assert is_store_dataset(train) and is_store_dataset(evaluation)
     assert sorted(train.episodes + evaluation.episodes) == list(range(5))
 
 
@@ -143,6 +151,21 @@ def test_cache_dir_reuse_and_rebuild(copy_of, tmp_path):
     os.utime(glob.glob(str(root / "data" / "*" / "*.parquet"))[0])  # the dataset changed: rebuilt
     third = compressed_cache_dataset(native(root), cache_dir=str(cache))
     assert "reused" not in third.build_summary
+    # a value changed with the mtime restored: LeRobot's own reader (its HF Arrow cache) still serves the old
+    # rows; compressed_cache must neither serve the stale cache nor silently disagree with LeRobot: it refuses
+    import pyarrow as pa
+
+    data = glob.glob(str(root / "data" / "*" / "*.parquet"))[0]
+    st = os.stat(data)
+    table = pq.read_table(data)
+    col = table.column("observation.state").to_pylist()
+    col[0] = [v + 1.0 for v in col[0]]
+    field = table.schema.field("observation.state")
+    pq.write_table(table.set_column(table.schema.get_field_index(field.name), field.name,
+                                    pa.array(col, type=field.type)), data)
+    os.utime(data, ns=(st.st_atime_ns, st.st_mtime_ns))
+    with pytest.raises(RoboLoadersError, match="could not reproduce LeRobot's value for row 0"):
+        compressed_cache_dataset(native(root), cache_dir=str(cache))
 
 
 def test_negative_indices_and_other_video_backend(lerobot_datasets):

@@ -7,7 +7,8 @@ import torch
 
 from lerobot_helpers import REPO, random_indices, same_item
 
-from robo_loaders_plugin.lerobot.dataset import StoreLeRobotDataset
+from robo_loaders_plugin.frames.store import StoreFrames
+from robo_loaders_plugin.lerobot.dataset import LeRobotSamples
 from robo_loaders_plugin.lerobot.factories import compressed_cache_dataset
 from robo_loaders_plugin.lerobot.presets import delta_timestamps
 
@@ -27,7 +28,7 @@ def native(root, preset="none", return_uint8=True, repo=REPO, **kw):
 def test_same_items_as_lerobot_dataset(lerobot_datasets, name, preset, return_uint8):
     nat = native(lerobot_datasets[name], preset, return_uint8)
     ours = compressed_cache_dataset(nat)
-    assert isinstance(ours, StoreLeRobotDataset)
+    assert isinstance(ours, LeRobotSamples) and isinstance(ours.frames, StoreFrames)
     assert len(ours) == len(nat) == ours.num_frames and ours.num_episodes == nat.num_episodes
     for i in random_indices(len(nat), 500, seed=zlib.crc32(f"{name}{preset}".encode())):
         same_item(ours[i], nat[i], f"{name}/{preset}[{i}]")

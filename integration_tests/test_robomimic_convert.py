@@ -7,8 +7,8 @@ import sys
 import h5py
 import numpy as np
 
-from robo_loaders_plugin.backends.shards import ShardReader
-from robo_loaders_plugin.backends.shards import convert as units
+from robo_loaders_plugin.storage.shards import ShardReader
+from robo_loaders_plugin.storage.shards import manifest as units
 from robo_loaders_plugin.robomimic.convert import convert_robomimic, verify_robomimic
 
 BIN = os.path.dirname(sys.executable)
@@ -56,7 +56,7 @@ def test_resume_after_a_killed_worker(tiny_hdf5, tmp_path, monkeypatch):
             pass
     assert not os.path.exists(os.path.join(out, "index.json"))
     # a converter leases a unit and is killed before writing it
-    code = "import os, sys; from robo_loaders_plugin.backends.shards import convert as u; u.lease(sys.argv[1]); os._exit(9)"
+    code = "import os, sys; from robo_loaders_plugin.storage.shards import manifest as u; u.lease(sys.argv[1]); os._exit(9)"
     assert subprocess.run([sys.executable, "-c", code, out]).returncode == 9
     m = json.load(open(os.path.join(out, "manifest.json")))
     assert [u["state"] for u in m["units"]].count("leased") == 1

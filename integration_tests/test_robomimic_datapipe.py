@@ -1,11 +1,14 @@
 """datapipe backend for robomimic: every window once per pass, each equal to SequenceDataset's sample for that
 (demo, start), resumable on the same next batch, and usable from robomimic's training loop."""
+import os
+
 import numpy as np
 import pytest
 import torch
 
 from robomimic_helpers import make_config, obs_keys
 
+from robo_loaders_plugin import SamplingPlan
 from robo_loaders_plugin.robomimic import dataset_factory
 
 COMBOS = [
@@ -25,6 +28,12 @@ def pair(path, tmp_path, combo, filter_key=None, **kw):
     return native, dataset_factory(cfg, obs_keys(cfg), filter_by_attribute=filter_key)
 
 
+def passes(ds, batch_size, shuffle, drop_last, num_workers):
+    """The BatchSource robomimic's run_epoch patch iterates, for a DataLoader with these settings."""
+    return ds.batch_source(SamplingPlan(batch_size=batch_size, shuffle=shuffle, drop_last=drop_last,
+                                        num_workers=num_workers))
+
+
 def same(batch_row, sample, where):
     if isinstance(sample, dict):
         assert list(batch_row) == list(sample), where
@@ -40,32 +49,36 @@ def same(batch_row, sample, where):
 def test_each_window_once_and_equal_to_native(tiny_hdf5, tmp_path, combo, filter_key):
     native, ds = pair(tiny_hdf5, tmp_path, combo, filter_key)
     assert len(ds) == len(native)
-    epoch = ds.batches(batch_size=32, shuffle=True, drop_last=False, num_workers=2)
+    epoch = passes(ds, batch_size=32, shuffle=True, drop_last=False, num_workers=2)
     batches = list(epoch)
     assert len(batches) == len(epoch)
-    plan = ds.plan._plan
-    seen = [ds.window_index(int(e), int(w)) for e, w in plan]
+    plan = epoch.plan_of(0)
+    seen = ds.windows.index(plan[:, 0], plan[:, 1]).tolist()
     assert sorted(seen) == list(range(len(native)))  # every window exactly once
     for b, batch in enumerate(batches):
         for r in range(len(batch["actions"])):
             idx = seen[b * 32 + r]
             row = {k: ({kk: vv[r] for kk, vv in v.items()} if isinstance(v, dict) else v[r]) for k, v in batch.items()}
             same(row, native[idx], f"batch {b} row {r} (sample {idx})")
-    distinct = np.mean([len(np.unique(plan[i:i + 32, 0])) / len(plan[i:i + 32]) for i in range(0, len(plan), 32)])
-    assert distinct > 0.05  # batches mix episodes
+    # batches mix the episodes the buffer holds: 3 open at a time, so about 3 demos per batch or more where one
+    # closes and the next opens (a plan without the buffer's mixing would give about 1)
+    distinct = [len(np.unique(plan[i:i + 32, 0])) for i in range(0, len(plan), 32)]
+    assert np.mean(distinct) >= 2.5, distinct
+    assert max_open(plan) == 3
 
 
 def test_resumes_on_the_same_next_batch(tiny_hdf5, tmp_path):
     _, ds = pair(tiny_hdf5, tmp_path, COMBOS[0])
-    it = iter(ds.batches(16, True, True, 2))
+    source = passes(ds, 16, True, True, 2)
+    it = iter(source)
     for _ in range(3):
         next(it)
-    state = ds.state_dict()
+    state = source.state_dict()
     expected = next(it)
     _, fresh = pair(tiny_hdf5, tmp_path, COMBOS[0])
-    fresh.loader(16, True, True, 2)
-    fresh.load_state_dict(state)
-    got = next(iter(fresh.batches(16, True, True, 2)))
+    fresh_source = passes(fresh, 16, True, True, 2)
+    fresh_source.load_state_dict(state)
+    got = next(iter(fresh_source))
     for k in ("actions", "rewards"):
         assert torch.equal(got[k], expected[k])
     assert torch.equal(got["obs"]["agentview_image"], expected["obs"]["agentview_image"])
@@ -73,20 +86,39 @@ def test_resumes_on_the_same_next_batch(tiny_hdf5, tmp_path):
 
 def test_passes_differ_and_are_reproducible(tiny_hdf5, tmp_path):
     _, ds = pair(tiny_hdf5, tmp_path, COMBOS[0])
-    epoch = ds.batches(16, True, True, 1)
+    epoch = passes(ds, 16, True, True, 1)
     first = [b["actions"] for b in epoch]
     second = [b["actions"] for b in epoch]
     assert not all(torch.equal(a, b) for a, b in zip(first, second))
     _, again = pair(tiny_hdf5, tmp_path, COMBOS[0])
-    assert all(torch.equal(a, b["actions"]) for a, b in zip(first, again.batches(16, True, True, 2)))
+    assert all(torch.equal(a, b["actions"]) for a, b in zip(first, passes(again, 16, True, True, 2)))
 
 
-def test_needs_shards_or_cache_dir(tiny_hdf5):
-    from robo_loaders_plugin.spec import BackendOptionError
+def test_works_with_no_options_in_the_user_cache_directory(tiny_hdf5, tmp_path, monkeypatch, capsys):
+    """No 'shards' nor 'cache_dir': converted on first use into $ROBO_LOADERS_CACHE, reused by the next run."""
+    import os
 
-    cfg = make_config(tiny_hdf5, backend="datapipe")
-    with pytest.raises(BackendOptionError, match="'shards'.*'cache_dir'"):
-        dataset_factory(cfg, obs_keys(cfg))
+    monkeypatch.setenv("ROBO_LOADERS_CACHE", str(tmp_path / "home"))
+    cfg = make_config(tiny_hdf5, backend="datapipe", seq_length=5)
+    first = dataset_factory(cfg, obs_keys(cfg))
+    assert "convert tiny.hdf5" in capsys.readouterr().err  # the conversion's progress bar
+    entries = [n for n in os.listdir(tmp_path / "home") if not n.startswith(".")]
+    assert len(entries) == 1 and entries[0].startswith("robomimic-shards-"), entries
+    second = dataset_factory(cfg, obs_keys(cfg))
+    assert "convert tiny.hdf5" not in capsys.readouterr().err  # reused, not converted again
+    assert first.reader.dir == second.reader.dir
+    native = make_config(tiny_hdf5, seq_length=5)
+    native = dataset_factory(native, obs_keys(native))
+    for i in range(0, len(native), 37):
+        same(second[i], native[i], f"sample {i}")
+
+
+def max_open(plan):
+    """Most episodes open at once while the plan is served (an episode is open from its first item to its last)."""
+    eps = np.unique(plan[:, 0])
+    first = np.array([np.flatnonzero(plan[:, 0] == e)[0] for e in eps])
+    last = np.array([np.flatnonzero(plan[:, 0] == e)[-1] for e in eps])
+    return max(int(np.sum((first <= i) & (i <= last))) for i in range(len(plan)))
 
 
 def rows(batches, bs):
@@ -98,43 +130,41 @@ def rows(batches, bs):
 
 def test_replacement_repeats_windows_with_native_content(tiny_hdf5, tmp_path):
     native, ds = pair(tiny_hdf5, tmp_path, COMBOS[0], replacement=True)
-    epoch = ds.batches(batch_size=32, shuffle=True, drop_last=False, num_workers=2)
+    epoch = passes(ds, batch_size=32, shuffle=True, drop_last=False, num_workers=2)
     batches = list(epoch)
-    plan = ds.plan._plan
-    seen = [ds.window_index(int(e), int(w)) for e, w in plan]
+    plan = epoch.plan_of(0)
+    seen = ds.windows.index(plan[:, 0], plan[:, 1]).tolist()
     assert len(seen) == len(native)  # a pass has as many windows as without replacement
     counts = np.bincount(seen, minlength=len(native))
     assert counts.max() > 1 and (counts == 0).any()  # drawn with replacement, so some repeat and some are missed
     for i, row in rows(batches, 32):
         same(row, native[seen[i]], f"row {i} (sample {seen[i]})")
     # still served through the episode buffer: at no point are more than shuffle_buffer (3) episodes open
-    eps = np.unique(plan[:, 0])
-    first = np.array([np.flatnonzero(plan[:, 0] == e)[0] for e in eps])
-    last = np.array([np.flatnonzero(plan[:, 0] == e)[-1] for e in eps])
-    open_at = [int(np.sum((first <= i) & (i <= last))) for i in range(len(plan))]
-    assert max(open_at) == 3
+    assert max_open(plan) == 3
 
 
 def test_replacement_reproducible_and_resumable(tiny_hdf5, tmp_path):
     _, ds = pair(tiny_hdf5, tmp_path, COMBOS[0], replacement=True)
-    epoch = ds.batches(16, True, True, 2)
+    epoch = passes(ds, 16, True, True, 2)
     first = [b["actions"] for b in epoch]
-    plan0 = ds.plan._plan.copy()
+    plan0 = epoch.plan_of(0)
     second = [b["actions"] for b in epoch]
     assert not all(torch.equal(a, b) for a, b in zip(first, second))  # (seed, epoch) changes the draw
     _, again = pair(tiny_hdf5, tmp_path, COMBOS[0], replacement=True)
-    assert all(torch.equal(a, b["actions"]) for a, b in zip(first, again.batches(16, True, True, 2)))
-    assert np.array_equal(again.plan._plan, plan0)
+    again_source = passes(again, 16, True, True, 2)
+    assert all(torch.equal(a, b["actions"]) for a, b in zip(first, again_source))
+    assert np.array_equal(again_source.plan_of(0), plan0)
 
-    it = iter(again.batches(16, True, True, 2))  # second pass of `again`, stopped after 3 batches
+    it = iter(again_source)  # second pass of `again`, stopped after 3 batches
     for _ in range(3):
         next(it)
-    state = again.state_dict()
+    state = again_source.state_dict()
+    assert state == {"epoch": 1, "batch": 3}
     expected = next(it)
     _, fresh = pair(tiny_hdf5, tmp_path, COMBOS[0], replacement=True)
-    fresh.loader(16, True, True, 2)
-    fresh.load_state_dict(state)
-    got = next(iter(fresh.batches(16, True, True, 2)))
+    fresh_source = passes(fresh, 16, True, True, 2)
+    fresh_source.load_state_dict(state)
+    got = next(iter(fresh_source))
     assert torch.equal(got["actions"], expected["actions"])
     assert torch.equal(got["obs"]["agentview_image"], expected["obs"]["agentview_image"])
 
@@ -144,10 +174,85 @@ def test_reloaded_episodes_equal_native(tiny_hdf5, tmp_path, combo):
     """A cache smaller than the dataset reloads episodes every pass (frames only, the small fields are kept):
     the second pass must still serve native's windows."""
     native, ds = pair(tiny_hdf5, tmp_path, combo, cache_episodes=1)
-    epoch = ds.batches(batch_size=16, shuffle=True, drop_last=False, num_workers=2)
-    for _ in range(2):
+    epoch = passes(ds, batch_size=16, shuffle=True, drop_last=False, num_workers=2)
+    for p in range(2):
         batches = list(epoch)
-        seen = [ds.window_index(int(e), int(w)) for e, w in ds.plan._plan]
+        plan = epoch.plan_of(p)
+        seen = ds.windows.index(plan[:, 0], plan[:, 1]).tolist()
         for i, row in rows(batches, 16):
             same(row, native[seen[i]], f"row {i} (sample {seen[i]})")
-    assert ds.cache.loads > 2 * ds.n_demos - ds.cache.capacity  # episodes were evicted and read again
+    cache = ds.frames.cache
+    assert cache.loads > 2 * ds.n_demos - cache.capacity  # episodes were evicted and read again
+
+
+def _restore_mtime_after(path, edit):
+    st = os.stat(path)
+    edit()
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def test_shards_of_another_or_edited_file_are_refused(tiny_hdf5, tmp_path):
+    """'shards' made from another HDF5, or from this one before an in-place edit (same size, mtime restored), are
+    refused naming both files; check_source: false serves them anyway; a moved file still matches."""
+    import shutil
+
+    import h5py
+
+    from robo_loaders_plugin import StaleSourceError
+    from robo_loaders_plugin.robomimic.convert import convert_robomimic
+    from robo_loaders_plugin.sample_data.robomimic_hdf5 import write_robomimic_hdf5
+
+    other = write_robomimic_hdf5(str(tmp_path / "other.hdf5"), demos=12, image_size=16, cameras=2, seed=4,
+                                 min_length=40, max_length=50, valid_fraction=0.25, progress=False)
+    shards = str(tmp_path / "shards")
+    convert_robomimic(other, shards, progress=False)
+
+    def build(path, **kw):
+        cfg = make_config(path, backend="datapipe", backend_kwargs=dict({"shards": shards}, **kw), seq_length=5)
+        return dataset_factory(cfg, obs_keys(cfg))
+
+    with pytest.raises(StaleSourceError, match=r"shards .*shards was made from .*other\.hdf5, which does not match "
+                                               r".*tiny\.hdf5"):
+        build(tiny_hdf5)
+    moved = str(tmp_path / "moved.hdf5")
+    shutil.move(other, moved)
+    assert len(build(moved)) > 0  # same content, mtime kept: still the same source
+
+    def edit():
+        with h5py.File(moved, "r+") as f:
+            f["data/demo_0/actions"][0, 0] += 1.0  # same size
+    _restore_mtime_after(moved, edit)
+    with pytest.raises(StaleSourceError, match="content digest differs"):
+        build(moved)
+    stale = build(moved, check_source=False)  # the user's explicit opt-out
+    assert stale.datapipe.check_source is False
+
+
+def test_missing_obs_key_is_reported_when_the_dataset_is_built(tiny_hdf5, tmp_path):
+    from robo_loaders_plugin import SourceError
+
+    cfg = make_config(tiny_hdf5, backend="datapipe", backend_kwargs={"cache_dir": str(tmp_path)},
+                      low_dim=["robot0_eef_pos", "no_such_key"])
+    with pytest.raises(SourceError, match=r"demo_0/obs/no_such_key is missing .*robot0_eef_pos"):
+        dataset_factory(cfg, obs_keys(cfg))
+
+
+def test_cache_dir_converts_again_after_an_in_place_edit(tiny_hdf5, tmp_path):
+    """A demo's value changed in place (same size, mtime restored): converted again, the new value served, the
+    shards of the old content removed."""
+    import shutil
+
+    import h5py
+
+    copy = str(tmp_path / "copy.hdf5")
+    shutil.copy2(tiny_hdf5, copy)
+    cfg = make_config(copy, backend="datapipe", backend_kwargs={"cache_dir": str(tmp_path / "cache")}, seq_length=5)
+    first = dataset_factory(cfg, obs_keys(cfg)).reader.dir
+
+    def edit():
+        with h5py.File(copy, "r+") as f:
+            f["data/demo_0/actions"][0, 0] = 42.0
+    _restore_mtime_after(copy, edit)
+    again = dataset_factory(cfg, obs_keys(cfg))
+    assert again.reader.dir != first and not os.path.exists(first)
+    assert again[0]["actions"][0, 0] == np.float32(42.0)

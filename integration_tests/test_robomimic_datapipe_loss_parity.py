@@ -84,15 +84,15 @@ def train_losses(path, order_seed, backend=None, backend_kwargs=None, wrong_acti
     with contextlib.redirect_stdout(io.StringIO()):
         dataset = dataset_factory(cfg, keys)
     if wrong_actions:
-        assemble = dataset.assemble
+        collate = dataset.collate
 
-        def shuffled_actions(windows):
-            batch = assemble(windows)
-            g = torch.Generator().manual_seed(int(windows[0, 0]) * 1000 + int(windows[0, 1]))
-            batch["actions"] = batch["actions"][torch.randperm(len(windows), generator=g)]
+        def shuffled_actions(indices):
+            batch = collate(indices)
+            g = torch.Generator().manual_seed(int(indices[0]))
+            batch["actions"] = batch["actions"][torch.randperm(len(indices), generator=g)]
             return batch
 
-        dataset.assemble = shuffled_actions
+        dataset.collate = shuffled_actions
     torch.manual_seed(order_seed)  # native: RandomSampler draws its order from torch's global RNG
     # the DataLoader exactly as robomimic's train() builds it (the run_epoch patch swaps in datapipe's batches)
     if replacement_sampler:  # torch's uniform sampling with replacement, as many draws per epoch as samples

@@ -10,7 +10,7 @@ import pytest
 from robomimic_helpers import assert_same_sample, make_config, obs_keys
 
 from robo_loaders_plugin.robomimic import dataset_factory
-from robo_loaders_plugin.spec import BackendOptionError, RoboLoadersError, UnknownBackendError
+from robo_loaders_plugin import BackendOptionError, RoboLoadersError, UnknownBackendError
 
 
 def _cc(path, **kw):
@@ -47,6 +47,52 @@ def test_cache_dir_persists_and_is_reused(tiny_hdf5, tmp_path, capsys):
     again = dataset_factory(cfg3, obs_keys(cfg3))
     assert "reused" not in again.build_summary
     assert again[0]["actions"][0, 0] == np.float32(h5py.File(copy, "r")["data/demo_0/actions"][0, 0])
+    assert glob.glob(str(tmp_path / "cache3" / "*")) == [again.store.path]  # the stale copy was removed
+    # changed again, this time with its mtime restored (cp -p, rsync -t): still rebuilt, not served stale
+    st = os.stat(copy)
+    with h5py.File(copy, "r+") as f:
+        f["data/demo_1/actions"][2, 3] = 123.0
+    os.utime(copy, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert os.stat(copy).st_size == st.st_size
+    del again
+    fourth = dataset_factory(cfg3, obs_keys(cfg3))
+    assert "reused" not in fourth.build_summary
+    demo1 = fourth.windows.first[1] + 2  # demo_1's sample 2 starts at step 2
+    assert fourth[int(demo1)]["actions"][0, 3] == np.float32(123.0)
+    assert glob.glob(str(tmp_path / "cache3" / "*")) == [fourth.store.path]
+
+
+def test_cache_dir_that_is_a_file_is_refused(tiny_hdf5, tmp_path):
+    (tmp_path / "file").write_text("x")
+    cfg = _cc(tiny_hdf5, backend_kwargs={"cache_dir": str(tmp_path / "file")})
+    with pytest.raises(RoboLoadersError, match=r"train.data_backend_kwargs.cache_dir=.*file' is a file, not a "
+                                               "directory"):
+        dataset_factory(cfg, obs_keys(cfg))
+
+
+BUILD = """
+import sys, time
+sys.path.insert(0, sys.argv[3])
+from robomimic_helpers import make_config, obs_keys
+from robo_loaders_plugin.robomimic import dataset_factory
+cfg = make_config(sys.argv[1], backend="compressed_cache", backend_kwargs={"cache_dir": sys.argv[2]}, seq_length=5)
+ds = dataset_factory(cfg, obs_keys(cfg))
+print("RESULT", "reused" in ds.build_summary, ds.store.path, flush=True)
+"""
+
+
+def test_two_runs_started_together_build_once(tiny_hdf5, tmp_path):
+    """Two training runs with the same cache_dir: one builds, the other waits for it and reuses its cache."""
+    import subprocess
+    import sys
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    procs = [subprocess.Popen([sys.executable, "-c", BUILD, tiny_hdf5, str(tmp_path / "cache"), here],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=600)[0] for p in procs]
+    results = [next(line.split()[1:] for line in o.splitlines() if line.startswith("RESULT")) for o in outs]
+    assert sorted(r[0] for r in results) == ["False", "True"], outs  # one built, one reused
+    assert results[0][1] == results[1][1] and glob.glob(str(tmp_path / "cache" / "*")) == [results[0][1]]
 
 
 def test_corrupt_persisted_cache_is_rebuilt(tiny_hdf5, tmp_path):

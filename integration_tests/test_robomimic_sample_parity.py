@@ -8,7 +8,7 @@ import torch
 from robomimic_helpers import assert_same_sample, make_config, obs_keys
 
 from robo_loaders_plugin.robomimic import dataset_factory
-from robo_loaders_plugin.robomimic.sequence import StoreSequenceDataset
+from robo_loaders_plugin.robomimic.dataset import RobomimicSamples
 
 # A covering set: every option takes each of its values, in varied company.
 COMBOS = [
@@ -45,7 +45,7 @@ def _pair(path, combo, filter_key):
 def test_same_samples_as_sequence_dataset(tiny_hdf5, combo):
     for i, filter_key in enumerate(FILTERS):
         native, ours = _pair(tiny_hdf5, combo, filter_key)
-        assert isinstance(ours, StoreSequenceDataset)
+        assert isinstance(ours, RobomimicSamples)
         assert type(native).__name__ == "SequenceDataset"
         assert len(ours) == len(native)
         n = 500 if filter_key != "valid" else len(native)  # the valid split is small: check all of it

@@ -1,26 +1,39 @@
 """robo-loaders-plugin: alternative dataset backends for robomimic and LeRobot.
 
-This module is imported at every interpreter start-up (through the import hook's ``.pth`` file), so it must stay
-cheap: everything heavier than pluggy is imported lazily on first use.
+The public API, for users and for third-party backends, is what this module exports. It is imported at every
+interpreter start-up (through the import hook's ``.pth`` file), so it must stay cheap: everything heavier than
+pluggy is imported lazily on first use.
 """
 from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["hookimpl", "list_backends", "get_backend", "BackendSpec", "UnknownBackendError", "__version__"]
+_EXPORTS = {
+    "hookimpl": "robo_loaders_plugin.core.hookspecs",
+    "list_backends": "robo_loaders_plugin.core.registry",
+    "get_backend": "robo_loaders_plugin.core.registry",
+    "get_plugin_manager": "robo_loaders_plugin.core.registry",
+    "BackendSpec": "robo_loaders_plugin.core.spec",
+    "SAMPLE": "robo_loaders_plugin.core.spec",
+    "INDEXED": "robo_loaders_plugin.core.spec",
+    "BATCH": "robo_loaders_plugin.core.spec",
+    "RoboLoadersError": "robo_loaders_plugin.core.errors",
+    "UnknownBackendError": "robo_loaders_plugin.core.errors",
+    "BackendOptionError": "robo_loaders_plugin.core.errors",
+    "SourceError": "robo_loaders_plugin.core.errors",
+    "StaleSourceError": "robo_loaders_plugin.core.errors",
+    "CompatError": "robo_loaders_plugin.core.errors",
+    "SamplingPlan": "robo_loaders_plugin.core.iteration",
+    "BatchSource": "robo_loaders_plugin.core.iteration",
+    "BatchDataset": "robo_loaders_plugin.core.iteration",
+    "IndexedDataset": "robo_loaders_plugin.core.iteration",
+}
+__all__ = sorted(_EXPORTS) + ["__version__"]
 
 
 def __getattr__(name):
-    if name == "hookimpl":
-        from robo_loaders_plugin.hookspecs import hookimpl
+    if name in _EXPORTS:
+        import importlib
 
-        return hookimpl
-    if name in ("list_backends", "get_backend", "get_plugin_manager"):
-        from robo_loaders_plugin import registry
-
-        return getattr(registry, name)
-    if name in ("BackendSpec", "UnknownBackendError"):
-        from robo_loaders_plugin import spec
-
-        return getattr(spec, name)
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
     raise AttributeError(f"module 'robo_loaders_plugin' has no attribute {name!r}")

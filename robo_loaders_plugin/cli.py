@@ -19,7 +19,7 @@ def list_cmd(as_json):
     """List the registered backends (built-in and from the robo_loaders entry-point group)."""
     from tabulate import tabulate
 
-    from robo_loaders_plugin.registry import get_backend, list_backends
+    from robo_loaders_plugin.core.registry import get_backend, list_backends
 
     specs = [get_backend(n).as_dict() for n in list_backends()]
     if as_json:
@@ -197,9 +197,9 @@ def convert():
 @click.option("--level", default=5, show_default=True, type=click.IntRange(0, 9))
 def convert_robomimic_cmd(in_path, out_dir, num_workers, shard_size, codec, level):
     """Convert a robomimic HDF5 file; re-running the same command resumes an interrupted conversion."""
-    from robo_loaders_plugin.codecs import FrameCodec
+    from robo_loaders_plugin.storage.codec import FrameCodec
     from robo_loaders_plugin.robomimic.convert import convert_robomimic
-    from robo_loaders_plugin.units import parse_bytes
+    from robo_loaders_plugin.core.units import parse_bytes
 
     try:
         size, frame_codec = parse_bytes(shard_size, "--shard-size"), FrameCodec(codec, level)
@@ -212,7 +212,7 @@ def convert_robomimic_cmd(in_path, out_dir, num_workers, shard_size, codec, leve
 @convert.command("lerobot")
 @click.argument("root", type=click.Path(exists=True, file_okay=False))
 @click.argument("out_dir", type=click.Path(file_okay=False))
-@click.option("--repo-id", default=None, help="repo_id to open ROOT with (default: local/<ROOT's name>)")
+@click.option("--repo-id", default=None, help="repo_id recorded in the shards' metadata (default: local/<ROOT's name>)")
 @click.option("--num-workers", default=1, show_default=True, type=click.IntRange(min=1))
 @click.option("--shard-size", default="256MB", show_default=True, help="target shard size")
 @click.option("--codec", default="lz4hc", show_default=True)
@@ -222,9 +222,9 @@ def convert_robomimic_cmd(in_path, out_dir, num_workers, shard_size, codec, leve
 def convert_lerobot_cmd(root, out_dir, repo_id, num_workers, shard_size, codec, level, tolerance_s):
     """Convert a LeRobot v3 dataset (video decoded once, frames stored losslessly); re-running the same command
     resumes an interrupted conversion."""
-    from robo_loaders_plugin.codecs import FrameCodec
+    from robo_loaders_plugin.storage.codec import FrameCodec
     from robo_loaders_plugin.lerobot.convert import convert_lerobot
-    from robo_loaders_plugin.units import parse_bytes
+    from robo_loaders_plugin.core.units import parse_bytes
 
     try:
         size, frame_codec = parse_bytes(shard_size, "--shard-size"), FrameCodec(codec, level)
@@ -239,17 +239,25 @@ def convert_lerobot_cmd(root, out_dir, repo_id, num_workers, shard_size, codec, 
 @click.argument("out_dir", type=click.Path(exists=True, file_okay=False))
 @click.option("--source", type=click.Path(exists=True),
               help="also compare every array with the source: a robomimic HDF5 file or a LeRobot dataset root")
-@click.option("--repo-id", default=None, help="LeRobot only: repo_id to open the source with")
-def verify_cmd(out_dir, source, repo_id):
+def verify_cmd(out_dir, source):
     """Re-check a robo-shards directory: shard sizes and SHA-256, decoding, and (with --source) the data."""
-    from robo_loaders_plugin.backends.shards import ShardReader
+    import os
 
+    from robo_loaders_plugin.storage.shards import verify_dir
+
+    framework = None
+    if source:
+        try:
+            with open(os.path.join(out_dir, "dataset.json")) as f:
+                framework = json.load(f).get("metadata", {}).get("framework")
+        except (OSError, ValueError, AttributeError):
+            pass  # verify_dir reports what is wrong with it
     if not source:
-        problems = ShardReader(out_dir).verify()
-    elif ShardReader(out_dir).dataset.get("metadata", {}).get("framework") == "lerobot":
+        problems = verify_dir(out_dir)
+    elif framework == "lerobot":
         from robo_loaders_plugin.lerobot.convert import verify_lerobot
 
-        problems = verify_lerobot(out_dir, source, repo_id)
+        problems = verify_lerobot(out_dir, source)
     else:
         from robo_loaders_plugin.robomimic.convert import verify_robomimic
 
@@ -261,8 +269,80 @@ def verify_cmd(out_dir, source, repo_id):
     click.echo(f"{out_dir}: ok")
 
 
+@main.command("doctor")
+def doctor_cmd():
+    """Check the installed frameworks against every patch and private read the plugin relies on, the import hook,
+    FFmpeg/torchcodec and CUDA/NVDEC; exit 1 when the installed versions cannot work."""
+    from tabulate import tabulate
+
+    from robo_loaders_plugin.doctor import all_checks
+
+    rows = all_checks()
+    click.echo(tabulate([[r.status, r.what, r.detail] for r in rows], headers=["", "check", "detail"]))
+    failed = [r for r in rows if r.status == "FAIL"]
+    if failed:
+        click.echo(f"\n{len(failed)} required check(s) failed: the plugin cannot work with what is installed "
+                   "(see the rows marked FAIL)", err=True)
+        sys.exit(1)
+
+
+@main.group("cache")
+def cache_group():
+    """The cache directory: conversions and persisted caches, reused while their source is unchanged."""
+
+
+def _cache_root(cache_dir):
+    from robo_loaders_plugin.storage import cache
+
+    return cache.cache_root(cache_dir)
+
+
+@cache_group.command("list")
+@click.option("--cache-dir", default=None, help="default: $ROBO_LOADERS_CACHE or ~/.cache/robo-loaders")
+def cache_list(cache_dir):
+    """Entries with their size, last use and whether a process uses them now."""
+    import datetime
+
+    from tabulate import tabulate
+
+    from robo_loaders_plugin.core.units import format_bytes
+    from robo_loaders_plugin.storage import cache
+
+    root = _cache_root(cache_dir)
+    entries = cache.entries(root)
+    rows = [[e.name, format_bytes(e.nbytes()), datetime.datetime.fromtimestamp(e.last_used()).isoformat(" ", "seconds"),
+             "yes" if e.in_use() else ""] for e in entries]
+    click.echo(f"{root} (limit {cache.ENV_SIZE}={format_bytes(cache.size_limit() or 0) if cache.size_limit() else 'none'})")
+    click.echo(tabulate(rows, headers=["entry", "size", "last used", "in use"]) if rows else "(empty)")
+
+
+@cache_group.command("prune")
+@click.option("--cache-dir", default=None)
+@click.option("--max-size", default=None, help="prune to this size (default: the cache limit)")
+def cache_prune(cache_dir, max_size):
+    """Remove least recently used entries nothing uses until the cache fits its limit, and builds' leftovers."""
+    from robo_loaders_plugin.core.units import parse_bytes
+    from robo_loaders_plugin.storage import cache
+
+    root = _cache_root(cache_dir)
+    limit = parse_bytes(max_size, "--max-size") if max_size is not None else cache.size_limit()
+    for p in cache.sweep_temporary(root) + cache.prune(root, limit):
+        click.echo(f"removed {p}")
+
+
+@cache_group.command("clear")
+@click.option("--cache-dir", default=None)
+def cache_clear(cache_dir):
+    """Remove every entry nothing uses."""
+    from robo_loaders_plugin.storage import cache
+
+    root = _cache_root(cache_dir)
+    for p in cache.sweep_temporary(root) + cache.prune(root, 0):
+        click.echo(f"removed {p}")
+
+
 def _run():
-    from robo_loaders_plugin.spec import RoboLoadersError
+    from robo_loaders_plugin.core.errors import RoboLoadersError
 
     try:
         main(standalone_mode=True)

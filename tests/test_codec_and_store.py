@@ -4,11 +4,11 @@ import pickle
 import numpy as np
 import pytest
 
-from robo_loaders_plugin.backends.compressed_cache.store import EpisodeStore, MemoryBudgetExceeded, StoreError, \
+from robo_loaders_plugin.storage.store import EpisodeStore, MemoryBudgetExceeded, StoreError, \
     StoreWriter
-from robo_loaders_plugin.codecs import FrameCodec
-from robo_loaders_plugin.codecs.frames import CodecError
-from robo_loaders_plugin.units import format_bytes, parse_bytes
+from robo_loaders_plugin.storage.codec import FrameCodec
+from robo_loaders_plugin.storage.codec import CodecError
+from robo_loaders_plugin.core.units import format_bytes, parse_bytes
 
 
 def frames(n=5, seed=0):
@@ -115,6 +115,8 @@ def test_budget_and_abort_leave_nothing(tmp_path):
             w.abort()
             raise
     assert os.listdir(tmp_path) == []
+    w.abort()  # again: does nothing, raises nothing
+    assert os.listdir(tmp_path) == []
 
 
 def test_units():
@@ -128,7 +130,7 @@ def test_units():
 def test_buffer_pool_never_hands_out_a_buffer_in_use():
     import torch
 
-    from robo_loaders_plugin.buffers import BufferPool
+    from robo_loaders_plugin.storage.buffers import BufferPool
 
     pool = BufferPool(max_per_shape=4)
     a = pool.empty((4, 3), np.uint8)

@@ -5,7 +5,7 @@ import numpy as np
 from click.testing import CliRunner
 
 from robo_loaders_plugin.cli import main
-from robo_loaders_plugin.codecs import FrameCodec
+from robo_loaders_plugin.storage.codec import FrameCodec
 
 
 def test_sample_data_layout(tmp_path):

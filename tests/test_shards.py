@@ -7,8 +7,9 @@ import tarfile
 import numpy as np
 import pytest
 
-from robo_loaders_plugin.backends.shards import ShardError, ShardReader, ShardWriter
-from robo_loaders_plugin.codecs import FrameCodec
+from robo_loaders_plugin.storage.shards import ShardError, ShardReader, ShardWriter
+from robo_loaders_plugin.storage.shards.format import with_checksum
+from robo_loaders_plugin.storage.codec import FrameCodec
 
 
 def episodes(n=5, seed=0):
@@ -57,15 +58,22 @@ def test_shards_are_plain_tar_with_webdataset_names(tmp_path):
     assert arr.shape == (10, 7)
 
 
+def rewrite_index(out, index):
+    """index.json edited as a buggy or hostile writer would: with a valid checksum, so deeper checks are reached."""
+    (out / "index.json").write_text(json.dumps(with_checksum(index)))
+
+
 def test_damage_is_detected(tmp_path):
     write(tmp_path)
     shard = tmp_path / "shards" / sorted(os.listdir(tmp_path / "shards"))[0]
     data = shard.read_bytes()
+    r = ShardReader(str(tmp_path))  # opened before the damage: every read re-checks the shard's size
     shard.write_bytes(data[: len(data) // 2])
-    r = ShardReader(str(tmp_path))
     with pytest.raises(ShardError, match="truncated"):
         r.read_episode(0)
     assert any("bytes, index says" in p for p in r.verify())
+    with pytest.raises(ShardError, match=f"{shard.name}: .*bytes, index says .*truncated"):  # and when opening
+        ShardReader(str(tmp_path))
     shard.write_bytes(data[:1000] + bytes([data[1000] ^ 0xFF]) + data[1001:])
     assert any("SHA-256" in p for p in ShardReader(str(tmp_path)).verify())
 
@@ -75,13 +83,16 @@ def test_hostile_index_is_refused(tmp_path):
     index = json.loads((tmp_path / "index.json").read_text())
     index["shards"][0]["name"] = "../../etc/passwd"
     (tmp_path / "index.json").write_text(json.dumps(index))
+    with pytest.raises(ShardError, match="index.json: checksum mismatch"):  # an edited index is refused as such
+        ShardReader(str(tmp_path))
+    rewrite_index(tmp_path, index)
     with pytest.raises(ShardError, match="outside the dataset directory"):
         ShardReader(str(tmp_path))
     write(tmp_path / "b")
     index = json.loads((tmp_path / "b" / "index.json").read_text())
     ep = index["episodes"][0]
     ep["members"]["demo_0.actions.npy"]["offset"] = 10**9
-    (tmp_path / "b" / "index.json").write_text(json.dumps(index))
+    rewrite_index(tmp_path / "b", index)
     with pytest.raises(ShardError, match="outside"):
         ShardReader(str(tmp_path / "b")).read_episode(0)
 

@@ -1,11 +1,9 @@
 """A third-party backend, as an outside package would write it: registered only through the ``robo_loaders``
 entry-point group (see the test that installs it), and batch-level, so robomimic's epoch loop must pull whole
-batches from it instead of from its DataLoader."""
+batches from its BatchSource instead of from its DataLoader."""
 import torch
 
-from robo_loaders_plugin import hookimpl
-from robo_loaders_plugin.batch_dataset import BatchDataset
-from robo_loaders_plugin.spec import BATCH, BackendSpec
+from robo_loaders_plugin import BATCH, BackendSpec, BatchDataset, BatchSource, hookimpl
 
 
 class ToyBatches(BatchDataset):
@@ -21,24 +19,26 @@ class ToyBatches(BatchDataset):
     def __repr__(self):
         return f"ToyBatches({len(self)} samples)"
 
-    def batches(self, batch_size, shuffle, drop_last, num_workers):
+    def batch_source(self, plan):
         outer = self
 
-        class Epoch:
+        class Passes(BatchSource):
+            def __init__(self):
+                super().__init__(plan.start_epoch, plan.start_batch)
+                self.loader = torch.utils.data.DataLoader(outer.inner, batch_size=plan.batch_size,
+                                                          shuffle=plan.shuffle, drop_last=plan.drop_last)
+
             def __len__(self):
                 return len(self.loader)
 
-            def __init__(self):
-                self.loader = torch.utils.data.DataLoader(outer.inner, batch_size=batch_size, shuffle=shuffle,
-                                                          drop_last=drop_last, num_workers=0)
+            def batches(self, epoch, start=0):
+                for i, b in enumerate(self.loader):
+                    if i >= start:
+                        outer.batches_served += 1
+                        print(f"[toy_batches] batch {outer.batches_served}", flush=True)
+                        yield b
 
-            def __iter__(self):
-                for b in self.loader:
-                    outer.batches_served += 1
-                    print(f"[toy_batches] batch {outer.batches_served}", flush=True)
-                    yield b
-
-        return Epoch()
+        return Passes()
 
 
 def make(config, obs_keys, filter_by_attribute=None, dataset_path=None, tag="none"):

@@ -13,7 +13,7 @@ import time
 
 from tabulate import tabulate
 
-from robo_loaders_plugin.units import format_bytes
+from robo_loaders_plugin.core.units import format_bytes
 
 
 def dir_bytes(path: str) -> int:

@@ -11,7 +11,7 @@ from tabulate import tabulate
 from robo_loaders_plugin.bench.conversion import conversion_table, dir_bytes, time_conversions
 from robo_loaders_plugin.bench.report import add_ratios, machine, write_json
 from robo_loaders_plugin.bench.runner import run_child
-from robo_loaders_plugin.units import format_bytes
+from robo_loaders_plugin.core.units import format_bytes
 
 
 def lerobot_table(results) -> str:

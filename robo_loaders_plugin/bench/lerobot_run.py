@@ -13,26 +13,27 @@ def frames_per_sample(ds, delta) -> int:
     return sum(len(delta[k]) if delta and k in delta else 1 for k in ds.meta.camera_keys)
 
 
-def _time_method(cls, attr: str, spent: list) -> None:
-    """Wrap ``cls.attr`` so every call adds its wall time to ``spent[0]`` (this child process only)."""
-    orig = getattr(cls, attr)
-
-    def timed(self, *a, **k):
-        t = time.perf_counter()
-        try:
-            return orig(self, *a, **k)
-        finally:
-            spent[0] += time.perf_counter() - t
-
-    setattr(cls, attr, timed)
-
-
-def decode_split(ds, native_cls_reader, samples: int = 200) -> dict:
-    """Wall time per sample spent getting camera frames vs everything else (single process, random order)."""
+def decode_split(ds, native: bool, samples: int = 200) -> dict:
+    """Wall time per sample spent getting camera frames vs everything else (single process, random order):
+    LeRobot's video queries (all cameras of a sample) for ``native``, camera-frame gathers for the others."""
     spent = [0.0]
-    # LeRobot: DatasetReader._query_videos (all cameras of a sample); the store: frame decompression
-    cls, attr = (native_cls_reader, "_query_videos") if native_cls_reader is not None else (type(ds), "_frames")
-    _time_method(cls, attr, spent)
+    if native:
+        from robo_loaders_plugin.lerobot.compat import time_video_queries
+
+        time_video_queries(spent)
+    else:
+        take = ds.frames.take
+
+        def timed(field, *args):
+            if not ds.frames.info(field).frames:
+                return take(field, *args)
+            t = time.perf_counter()
+            try:
+                return take(field, *args)
+            finally:
+                spent[0] += time.perf_counter() - t
+
+        ds.frames.take = timed
     idx = np.random.default_rng(0).choice(len(ds), samples)
     t = time.perf_counter()
     for i in idx:
@@ -45,14 +46,15 @@ def decode_split(ds, native_cls_reader, samples: int = 200) -> dict:
 def run(a: dict) -> dict:
     import torch
     from lerobot.datasets import EpisodeAwareSampler
-    from lerobot.datasets.dataset_reader import DatasetReader
     from lerobot.datasets.lerobot_dataset import LeRobotDataset, LeRobotDatasetMetadata
 
     from robo_loaders_plugin.bench.lerobot_bench import raw_frame_bytes
     from robo_loaders_plugin.bench.runner import baseline_pss, time_loader
     from robo_loaders_plugin.bench.shuffle_metric import episode_mix
     from robo_loaders_plugin.lerobot.presets import delta_timestamps
-    from robo_loaders_plugin.registry import get_backend
+    from robo_loaders_plugin.core.iteration import record_built
+    from robo_loaders_plugin.core.registry import get_backend
+    from robo_loaders_plugin.lerobot.integration import cycle
 
     torch.manual_seed(0)
     meta = LeRobotDatasetMetadata(a["repo_id"], root=a["root"])
@@ -60,9 +62,9 @@ def run(a: dict) -> dict:
     baseline = baseline_pss()
     t = time.perf_counter()
     ds = LeRobotDataset(a["repo_id"], root=a["root"], delta_timestamps=delta, return_uint8=True)  # as make_dataset
-    if a["backend"] != "native":
-        spec = get_backend(a["backend"])
-        ds = spec.factory_for("lerobot")(ds, **spec.validate_options(a.get("kwargs") or {}, "--backend-kwargs"))
+    spec = get_backend(a["backend"])
+    ds = spec.factory_for("lerobot")(ds, **spec.validate_options(a.get("kwargs") or {}, "--backend-kwargs"))
+    record_built(spec, ds)
     build_s = time.perf_counter() - t
     # the DataLoader lerobot-train 0.6.1 builds (CPU: no pin_memory)
     sampler = EpisodeAwareSampler(ds.meta.episodes["dataset_from_index"], ds.meta.episodes["dataset_to_index"],
@@ -78,12 +80,11 @@ def run(a: dict) -> dict:
         episodes_per_batch.append(batch["episode_index"].numpy())
         return len(batch["index"])
 
-    # a backend with its own training pipeline (datapipe) feeds lerobot-train's cycle(dataloader) itself
-    batches = ds.cycle(loader) if hasattr(ds, "cycle") else loader
-    timing = time_loader(batches, a["batches"], count)
-    del loader, batches
+    # what lerobot-train's patched cycle(dataloader) yields for this backend's kind
+    timing = time_loader(cycle(loader), a["batches"], count)
+    del loader
     fps_ = frames_per_sample(ds, delta)
-    split = decode_split(ds, DatasetReader if a["backend"] == "native" else None, a.get("profile_samples", 200))
+    split = decode_split(ds, a["backend"] == "native", a.get("profile_samples", 200))
     return dict(timing, build_s=build_s, num_samples=len(ds), baseline_pss_bytes=baseline,
                 frames_per_sample=fps_, decoded_frames_per_s=timing["samples_per_s"] * fps_,
                 raw_decoded_frames_bytes=raw_frame_bytes(a["root"]),
@@ -93,13 +94,14 @@ def run(a: dict) -> dict:
 
 def stored_bytes(ds) -> int:
     """What the backend keeps its frames in: the RAM cache file, or the shards on disk (datapipe)."""
-    if hasattr(ds, "store"):
-        return ds.store.file_nbytes
-    from robo_loaders_plugin.backends.shards import ShardReader
+    from robo_loaders_plugin.frames.store import StoreFrames
+    from robo_loaders_plugin.lerobot.dataset import LeRobotSamples
 
-    if isinstance(getattr(ds, "reader", None), ShardReader):
-        return sum(s["bytes"] for s in ds.reader.shards.values())
-    return 0
+    if not isinstance(ds, LeRobotSamples):
+        return 0
+    if isinstance(ds.frames, StoreFrames):
+        return ds.frames.store.file_nbytes
+    return sum(s["bytes"] for s in ds.reader.shards.values())
 
 
 def main():

@@ -8,7 +8,7 @@ import platform
 import psutil
 from tabulate import tabulate
 
-from robo_loaders_plugin.units import format_bytes
+from robo_loaders_plugin.core.units import format_bytes
 
 
 def machine() -> dict:

@@ -47,12 +47,13 @@ def make_config(a: dict):
 
 def run(a: dict) -> dict:
     import torch
-    import robomimic.algo  # noqa: F401  (registers the observation encoders SequenceDataset relies on)
     import robomimic.utils.obs_utils as ObsUtils
 
     from robo_loaders_plugin.robomimic import dataset_factory
+    from robo_loaders_plugin.robomimic.compat import register_observation_encoders
     from robo_loaders_plugin.robomimic.integration import epoch_loader
 
+    register_observation_encoders()
     torch.manual_seed(0)
     np.random.seed(0)
     config, obs_keys = make_config(a)
@@ -76,12 +77,13 @@ def episode_batches(ds, batch_size: int) -> list:
     by the same sampler robomimic's DataLoader(shuffle=True, drop_last=True) uses; datapipe by its own plan."""
     import torch
 
-    if hasattr(ds, "batch_episodes"):
+    from robo_loaders_plugin.core.iteration import BatchDataset
+    from robo_loaders_plugin.robomimic.compat import demo_of_index
+    from robo_loaders_plugin.robomimic.dataset import RobomimicSamples
+
+    if isinstance(ds, BatchDataset):
         return ds.batch_episodes(batch_size, drop_last=True)
-    if hasattr(ds, "_demo_of_index"):  # compressed_cache
-        demo_of = np.asarray(ds._demo_of_index)
-    else:  # robomimic's SequenceDataset
-        demo_of = np.array([ds._index_to_demo_id[i] for i in range(len(ds))])
+    demo_of = ds.episode_of() if isinstance(ds, RobomimicSamples) else demo_of_index(ds)
     sampler = torch.utils.data.BatchSampler(
         torch.utils.data.RandomSampler(ds, generator=torch.Generator().manual_seed(0)), batch_size, drop_last=True)
     return [demo_of[np.asarray(b)] for b in sampler]

@@ -1,4 +1,5 @@
-"""LeRobot adapter: the only package (with robo_loaders_plugin.robomimic) that touches framework internals.
+"""LeRobot adapter: with robo_loaders_plugin.robomimic, the only package that touches a framework; every patch and
+private read is in ``compat``.
 
 Kept import-safe and light: LeRobot's ``--dataset.discover_packages_path=robo_loaders_plugin`` imports the
 plugin's direct submodules, and this one is among them.

@@ -1,6 +1,7 @@
 """``--dataset.backend`` and ``--dataset.backend_kwargs`` for LeRobot's draccus configs.
 
-Why a subclass and a re-typed field: LeRobot's ``DatasetConfig`` is a plain dataclass (no draccus choice
+The re-typing of ``TrainPipelineConfig.dataset`` itself is a patch, in ``robo_loaders_plugin.lerobot.compat``. Why a
+subclass and a re-typed field: LeRobot's ``DatasetConfig`` is a plain dataclass (no draccus choice
 registry), and draccus reads field types with ``typing.get_type_hints`` each time it builds the parser and each
 time it decodes, so pointing ``TrainPipelineConfig.dataset`` at a subclass before parsing makes the flags parse,
 appear in ``--help`` and get saved in ``train_config.json`` (so ``--resume`` works), while
@@ -8,7 +9,6 @@ appear in ``--help`` and get saved in ``train_config.json`` (so ``--resume`` wor
 """
 from __future__ import annotations
 
-import typing
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,7 +26,7 @@ class BackendDatasetConfig(DatasetConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         from robo_loaders_plugin.lerobot.integration import backend_choice
-        from robo_loaders_plugin.spec import RoboLoadersError
+        from robo_loaders_plugin.core.errors import RoboLoadersError
 
         # DecodingError, not ValueError: LeRobot's parser prints it as one "error: ..." line (exit 1)
         try:
@@ -34,16 +34,3 @@ class BackendDatasetConfig(DatasetConfig):
         except (RoboLoadersError, KeyError) as exc:
             field_name = "backend_kwargs" if "backend_kwargs" in str(exc) else "backend"
             raise DecodingError(("dataset", field_name), str(exc)) from None
-
-
-def install(cls) -> bool:
-    """Point ``cls.dataset`` (TrainPipelineConfig) at :class:`BackendDatasetConfig`. Idempotent."""
-    current = typing.get_type_hints(cls).get("dataset")
-    if isinstance(current, type) and issubclass(current, BackendDatasetConfig):
-        return False
-    if current is not DatasetConfig:
-        raise RuntimeError(f"{cls.__qualname__}.dataset is already re-typed to {current!r} by another plugin; "
-                           "robo-loaders cannot add --dataset.backend")
-    cls.__annotations__["dataset"] = BackendDatasetConfig
-    cls.__dataclass_fields__["dataset"].type = BackendDatasetConfig
-    return True

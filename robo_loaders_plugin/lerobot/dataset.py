@@ -1,69 +1,70 @@
-"""``LeRobotDataset`` samples served from an episode store (compressed_cache for LeRobot).
+"""``LeRobotDataset`` items served from a frame source (every LeRobot backend but ``native``).
 
-Reproduces LeRobot 0.6.1 ``DatasetReader.get_item``: the HF row as tensors, ``delta_timestamps`` windows clamped
-to the episode with ``<key>_is_pad`` masks, video frames for the (clamped) query rows, ``return_uint8``, image
-transforms on every non-depth camera key, and the ``task`` string, with the keys in LeRobot's order. Frames come
-from the store (decoded once at build time) instead of a video decoder per sample.
+The item rules are ``windows.lerobot``; this class is what ``lerobot-train`` and user code see: the attributes
+LeRobot's training script and policies read (``meta``, ``episodes``, ``num_frames``, ``fps``, ...), ``ds[i]``
+equal to ``LeRobotDataset[i]``, and ``collate`` for the ``indexed``/``batch`` kinds (``core.iteration``).
 
-The object is self-contained and picklable (LeRobot 0.6.1 starts DataLoader workers with ``spawn``): it pickles
-as the store path, small arrays and the native dataset it was built from (whose HF table pickles by file).
+The object is picklable (LeRobot 0.6.1 starts DataLoader workers with ``spawn``): it pickles as its frame source
+(a store path, or shard locations), small arrays and the native dataset it mirrors (whose HF table pickles by
+file).
 """
 from __future__ import annotations
 
 import numpy as np
 import torch
-import torch.utils.data
 
-from robo_loaders_plugin.backends.compressed_cache.store import EpisodeStore
+from robo_loaders_plugin.core.errors import SourceError
+from robo_loaders_plugin.core.iteration import IndexedDataset
+from robo_loaders_plugin.frames.base import FrameSource
+from robo_loaders_plugin.lerobot.compat import reader_settings
+from robo_loaders_plugin.windows import lerobot as rules
 
 
-class LeRobotSamples(torch.utils.data.Dataset):
-    """The item assembly shared by the backends; a subclass says where rows' column values and frames live
-    (:meth:`_column`, :meth:`_frames`), given the ``index`` and ``episode_index`` of every row."""
+class LeRobotSamples(IndexedDataset):
+    """Rows of ``native`` (in its row order) from ``frames``, whose units are the episode runs in that order."""
 
-    def __init__(self, native, *, columns: list[str], video_keys: list[str], image_keys: list[str],
-                 abs_index: np.ndarray, episode_index: np.ndarray, backend_name: str):
+    batches_in_process = False  # LeRobot's DataLoader (spawn workers) stays in charge; image transforms use its RNG
+
+    def __init__(self, native, frames: FrameSource, runs: list[tuple[int, int, int]], columns: list[str],
+                 video_keys: list[str], image_keys: list[str], backend_name: str):
         super().__init__()
+        settings = reader_settings(native)
         self._native = native  # the LeRobotDataset this one mirrors: meta, episode selection, HF table
         self.meta = native.meta
         self.repo_id = native.repo_id
         self.root = native.root
         self.episodes = native.episodes
-        self.image_transforms = native.reader._image_transforms
-        self.delta_indices = native.reader.delta_indices
-        self.tolerance_s = native.reader._tolerance_s
-        self.return_uint8 = bool(native.reader._return_uint8)
+        self.tolerance_s = settings.tolerance_s
+        self.frames = frames
         self.backend_name = backend_name
-        self._columns = list(columns)
-        self._video_keys = list(video_keys)
-        self._image_keys = list(image_keys)
-        self._camera_keys = [k for k in self.meta.camera_keys if k not in self.meta.depth_keys]
-        self._tasks = [str(t) for t in self.meta.tasks.index]
-        self._num_rows = len(abs_index)
-        self._abs_index = abs_index
-        self._episode_index = episode_index
-        ep_start, ep_end = {}, {}
-        for ep in sorted(set(episode_index.tolist())):
-            e = self.meta.episodes[ep]
-            ep_start[ep], ep_end[ep] = int(e["dataset_from_index"]), int(e["dataset_to_index"])
-        self._ep_bounds = (np.array([ep_start[e] for e in episode_index.tolist()], dtype=np.int64),
-                           np.array([ep_end[e] for e in episode_index.tolist()], dtype=np.int64))
-
-    def _column(self, key: str, rows: np.ndarray) -> np.ndarray:
-        """Values of tabular column ``key`` at relative rows ``rows`` (any shape)."""
-        raise NotImplementedError
-
-    def _frames(self, key: str, rows: np.ndarray) -> np.ndarray:
-        """uint8 frames of relative rows ``rows`` (any shape) as an array of shape ``rows.shape + frame``."""
-        raise NotImplementedError
+        self.build_summary = ""
+        self.rowmap = rules.RowMap([e - s for _, s, e in runs])
+        self._runs = runs
+        abs_index = np.concatenate([np.arange(int(self.meta.episodes[ep]["dataset_from_index"]),
+                                              int(self.meta.episodes[ep]["dataset_from_index"]) + e - s)
+                                    for ep, s, e in runs])
+        bounds = {ep: (int(self.meta.episodes[ep]["dataset_from_index"]), int(self.meta.episodes[ep]["dataset_to_index"]))
+                  for ep, _, _ in runs}
+        ep_of_row = np.repeat([ep for ep, _, _ in runs], [e - s for _, s, e in runs])
+        self.windows = rules.DeltaWindows(abs_index, np.array([bounds[e][0] for e in ep_of_row.tolist()]),
+                                          np.array([bounds[e][1] for e in ep_of_row.tolist()]),
+                                          settings.delta_indices)
+        self.layout = rules.ItemLayout(
+            columns=list(columns), video_keys=list(video_keys), image_keys=list(image_keys),
+            camera_keys=[k for k in self.meta.camera_keys if k not in self.meta.depth_keys],
+            tasks=[str(t) for t in self.meta.tasks.index], return_uint8=settings.return_uint8,
+            image_transforms=settings.image_transforms)
+        self.image_transforms = settings.image_transforms
+        self.delta_indices = settings.delta_indices
+        self.return_uint8 = settings.return_uint8
 
     # -- what lerobot-train and EpisodeAwareSampler use ----------------------------------------------------------
     def __len__(self):
-        return self._num_rows
+        return len(self.rowmap)
 
     @property
     def num_frames(self) -> int:
-        return self._num_rows
+        return len(self.rowmap)
 
     @property
     def num_episodes(self) -> int:
@@ -87,96 +88,68 @@ class LeRobotSamples(torch.utils.data.Dataset):
 
     @property
     def video_frame_keys(self):
-        return list(self._video_keys)
+        return list(self.layout.video_keys)
 
     def __repr__(self):
         return (f"{type(self).__name__}(backend={self.backend_name}, repo_id={self.repo_id!r}, "
                 f"episodes={self.num_episodes}, frames={self.num_frames})")
 
-    # -- samples -----------------------------------------------------------------------------------------------
-    def _values(self, key: str, rows: np.ndarray) -> torch.Tensor:
-        if key in self._image_keys:  # what torchvision's ToTensor does to the uint8 PNG LeRobot decodes
-            return torch.from_numpy(self._frames(key, rows)).to(dtype=torch.float32).div(255)
-        return torch.from_numpy(np.ascontiguousarray(self._column(key, rows)))
+    # -- items --------------------------------------------------------------------------------------------------
+    def _check(self, indices) -> np.ndarray:
+        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+        n = len(self)
+        bad = idx[(idx < -n) | (idx >= n)]
+        if bad.size:
+            raise IndexError(f"index {int(bad[0])} out of range for {n} frames")
+        return idx % n  # negative indices count from the end, as on LeRobotDataset
 
     def __getitem__(self, idx):
         return self.__getitems__([idx])[0]
 
     def __getitems__(self, indices):
-        """A batch of items (torch's DataLoader passes whole batches here): columns gathered with one index per
-        key, frames decompressed into one array per camera, then split into LeRobot-shaped items."""
-        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
-        bad = idx[(idx < -self._num_rows) | (idx >= self._num_rows)]
-        if bad.size:
-            raise IndexError(f"index {int(bad[0])} out of range for {self._num_rows} frames")
-        idx = idx % self._num_rows  # negative indices count from the end, as on LeRobotDataset
-        row = {name: self._values(name, idx) for name in self._columns}
-        padding, query, query_rows = {}, {}, {}
-        if self.delta_indices is not None:
-            abs_idx = self._abs_index[idx][:, None]
-            start, end = self._ep_bounds[0][idx][:, None], self._ep_bounds[1][idx][:, None]
-            for key, deltas in self.delta_indices.items():
-                target = abs_idx + np.asarray(deltas, dtype=np.int64)[None, :]
-                padding[f"{key}_is_pad"] = torch.from_numpy((target < start) | (target >= end))
-                query_rows[key] = idx[:, None] + (np.clip(target, start, end - 1) - abs_idx)  # rows are contiguous
-                if key not in self._video_keys:
-                    query[key] = self._values(key, query_rows[key])
-        frames = {}
-        for key in self._video_keys:
-            t = torch.from_numpy(self._frames(key, query_rows.get(key, idx[:, None])))
-            frames[key] = t if self.return_uint8 else t.type(torch.float32) / 255
-        items = []
-        for b in range(len(idx)):
-            item = {k: v[b] for k, v in row.items()}
-            if self.delta_indices is not None:
-                item = {**item, **{k: v[b] for k, v in padding.items()}}
-                for key, val in query.items():
-                    item[key] = val[b]
-            if frames:
-                item = {**{k: v[b].squeeze(0) for k, v in frames.items()}, **item}
-            if self.image_transforms is not None:
-                for cam in self._camera_keys:
-                    item[cam] = self.image_transforms(item[cam])
-            item["task"] = self._tasks[int(item["task_index"])]
-            items.append(item)
-        return items
+        """A batch of items (torch's DataLoader passes whole batches here): one gather per key, then split."""
+        return rules.items(self.layout, self.frames, self.rowmap, self.windows, self._check(indices))
 
-    def collated(self, indices) -> dict:
+    def collate(self, indices) -> dict:
         """The batch torch's DataLoader would hand ``lerobot-train`` for these indices."""
-        return torch.utils.data.default_collate(self.__getitems__(indices))
+        return rules.collate(self.layout, self.frames, self.rowmap, self.windows, self._check(indices))
+
+    def episode_of(self, indices=None) -> np.ndarray:
+        """Frame-source unit (episode run) of rows ``indices`` (default: all)."""
+        return self.rowmap.run_of_row if indices is None else self.rowmap.run_of_row[np.asarray(indices)]
 
 
-class StoreLeRobotDataset(LeRobotSamples):
-    """Rows served from a compressed_cache episode store: unit 0 holds every tabular column, units 1.. hold
-    each episode's frames."""
+def check_supported(native) -> None:
+    """What the backends that read episodes ahead of time can reproduce."""
+    settings = reader_settings(native)
+    meta = native.meta
+    if meta.video_keys and settings.video_backend != "torchcodec":
+        raise SourceError(f"robo-loaders decodes video with torchcodec, as LeRobot does by default; this dataset "
+                          f"uses video_backend={settings.video_backend!r}, whose frames can differ. Use "
+                          "--dataset.video_backend=torchcodec or --dataset.backend=native")
+    if meta.depth_keys:
+        raise SourceError(f"depth features {meta.depth_keys} are not supported by robo-loaders yet; use "
+                          "--dataset.backend=native")
+    if meta.has_language_columns:
+        raise SourceError("datasets with language columns are not supported by robo-loaders yet; use "
+                          "--dataset.backend=native")
 
-    def __init__(self, native, store: EpisodeStore, *, columns: list[str], video_keys: list[str],
-                 image_keys: list[str], store_owner=None, backend_name: str = "compressed_cache"):
-        super().__init__(native, columns=columns, video_keys=video_keys, image_keys=image_keys,
-                         abs_index=store.raw(0, "index"), episode_index=store.raw(0, "episode_index"),
-                         backend_name=backend_name)
-        self.store = store
-        self._store_owner = store_owner
-        self._bounds = {}
 
-    def __getstate__(self):
-        state = dict(self.__dict__)
-        state["_bounds"] = {}
-        return state
-
-    def __repr__(self):
-        return super().__repr__()[:-1] + f", store={self.store.path})"
-
-    def _column(self, key, rows):
-        return self.store.raw(0, key)[rows]
-
-    def _frames(self, key, rows):
-        bounds = self._bounds.get(key)
-        if bounds is None:
-            bounds = self._bounds[key] = self.store.blob_bounds(key, range(1, len(self.store.episodes)))
-        dtype, shape, _ = self.store.frame_info(1, key)
-        flat_rows = rows.reshape(-1)
-        out = np.empty((flat_rows.size,) + shape, dtype=dtype)
-        self.store.decode_frames(bounds[0][flat_rows].tolist(), bounds[1][flat_rows].tolist(), out,
-                                 range(flat_rows.size))
-        return out.reshape(rows.shape + shape)
+def check_rows_match(native, columns: list[str], index_column: np.ndarray, first_row: dict) -> None:
+    """The rows a backend serves are the native dataset's rows, in its order, with LeRobot's first-row values
+    (dtype, shape and value of every tabular column): a guard against any drift from LeRobot's own reader."""
+    native_columns = list(native.hf_dataset.features)
+    if native_columns != list(columns):
+        raise SourceError(f"{native.root}: columns {list(columns)} differ from LeRobot's {native_columns}")
+    native_index = np.asarray(native.hf_dataset.data.column("index").to_numpy(zero_copy_only=False))
+    if not np.array_equal(native_index, index_column):
+        raise SourceError(f"{native.root}: the rows robo-loaders reads are not LeRobotDataset's rows (index column "
+                          "differs); please report this dataset layout")
+    ref = native.hf_dataset[0]
+    for name, value in first_row.items():
+        if not isinstance(ref[name], torch.Tensor):
+            continue
+        mine = torch.from_numpy(np.array(value))
+        if mine.dtype != ref[name].dtype or mine.shape != ref[name].shape or not torch.equal(mine, ref[name]):
+            raise SourceError(f"{native.root}: column {name!r}: could not reproduce LeRobot's value for row 0 "
+                              f"({mine} != {ref[name]}); please report this dataset layout")

@@ -1,11 +1,16 @@
-"""LeRobot-facing entry points: what the patches install, usable directly as a library too."""
+"""LeRobot-facing entry points: what the patches install (``lerobot.compat``), usable directly as a library too."""
 from __future__ import annotations
 
 import json
 import threading
 
-from robo_loaders_plugin.registry import get_backend
-from robo_loaders_plugin.spec import RoboLoadersError
+import numpy as np
+import torch
+
+from robo_loaders_plugin.core import iteration
+from robo_loaders_plugin.core.errors import RoboLoadersError
+from robo_loaders_plugin.core.registry import get_backend
+from robo_loaders_plugin.lerobot import compat
 
 LOG_PREFIX = "[robo-loaders]"
 _state = threading.local()
@@ -39,7 +44,10 @@ def convert(dataset, cfg):
     if getattr(cfg.dataset, "streaming", False):
         raise RoboLoadersError(f"--dataset.backend={spec.name} replaces LeRobot's map-style dataset; it cannot be "
                                "combined with --dataset.streaming=true")
+    compat.check_version()
+    spec.check_device()
     out = spec.factory_for("lerobot")(dataset, **options)
+    iteration.record_built(spec, out)
     summary = getattr(out, "build_summary", None) or f"{len(out)} samples"
     print(f"{LOG_PREFIX} lerobot data backend: {spec.name} [{cfg.dataset.repo_id}] {summary}", flush=True)
     return out
@@ -47,10 +55,8 @@ def convert(dataset, cfg):
 
 def make_dataset(cfg):
     """Mirror of ``lerobot.datasets.factory.make_dataset(cfg)`` honouring ``cfg.dataset.backend``."""
-    from robo_loaders_plugin.lerobot.patches import original
-
     backend_choice(cfg.dataset)  # fail on a bad name/option before reading anything
-    native = original("make_dataset")(cfg)
+    native = compat.original("make_dataset")(cfg)
     if getattr(_state, "raw", False):  # called from make_train_eval_datasets: converted there
         return native
     return convert(native, cfg)
@@ -59,27 +65,41 @@ def make_dataset(cfg):
 def make_train_eval_datasets(cfg):
     """Mirror of 0.6.1's ``make_train_eval_datasets(cfg)``: LeRobot splits episodes, then each split is served
     by the configured backend (the full dataset is not cached when it is split)."""
-    from robo_loaders_plugin.lerobot.patches import original
-
     backend_choice(cfg.dataset)
     _state.raw = True
     try:
-        train, evaluation = original("make_train_eval_datasets")(cfg)
+        train, evaluation = compat.original("make_train_eval_datasets")(cfg)
     finally:
         _state.raw = False
     return convert(train, cfg), convert(evaluation, cfg)
 
 
+def sampling_plan(dataloader) -> iteration.SamplingPlan:
+    """``lerobot-train``'s pass, from the DataLoader it builds: the frames its EpisodeAwareSampler serves (episode
+    filter, ``drop_n_last_frames``), its seed, and the epoch/offset ``--resume`` positioned it at; batch size,
+    ``drop_last``, ``--num_workers`` and pinned memory from the DataLoader. Public sampler API only."""
+    batch_sampler = dataloader.batch_sampler
+    sampler = getattr(batch_sampler, "sampler", None)
+    try:
+        items = np.asarray(sampler.indices, dtype=np.int64)
+        state, seed, shuffle = sampler.state_dict(), int(sampler.seed), bool(sampler.shuffle)
+    except AttributeError:
+        raise RoboLoadersError(f"this backend expects lerobot-train's EpisodeAwareSampler, found "
+                               f"{type(sampler).__name__}; this LeRobot version is not supported") from None
+    batch_size = int(batch_sampler.batch_size)
+    dist = torch.distributed.is_available() and torch.distributed.is_initialized()
+    return iteration.SamplingPlan(
+        batch_size=batch_size, drop_last=bool(batch_sampler.drop_last), shuffle=shuffle, seed=seed,
+        num_workers=max(1, int(dataloader.num_workers)), items=items, start_epoch=int(state["epoch"]),
+        start_batch=int(state["start_index"]) // batch_size,
+        pin_memory=bool(getattr(dataloader, "pin_memory", False)) and torch.cuda.is_available(),
+        rank=torch.distributed.get_rank() if dist else 0, world_size=torch.distributed.get_world_size() if dist else 1)
+
+
 def cycle(dataloader):
-    """``lerobot-train``'s ``cycle(dataloader)``: a dataset with its own training pipeline serves the batches
-    (it reads the sampler's frames, seed, epoch and offset off ``dataloader``); otherwise LeRobot's cycle."""
-    from robo_loaders_plugin.lerobot.patches import ORIGINALS
-
-    dataset = getattr(dataloader, "dataset", None)
-    if hasattr(dataset, "cycle"):
-        return dataset.cycle(dataloader)
-    if "cycle" in ORIGINALS:
-        return ORIGINALS["cycle"](dataloader)
-    from lerobot.utils.utils import cycle as lerobot_cycle
-
-    return lerobot_cycle(dataloader)
+    """``lerobot-train``'s ``cycle(dataloader)``: passes of what the backend's declared kind says, forever."""
+    source = iteration.pass_batches(dataloader, sampling_plan)
+    if isinstance(source, iteration.BatchSource):
+        spec = iteration.built_by(dataloader.dataset)
+        print(f"{LOG_PREFIX} {spec.name}: lerobot-train's batches come from {source.describe()}", flush=True)
+    return iteration.batch_stream(dataloader, sampling_plan, compat.native_cycle)

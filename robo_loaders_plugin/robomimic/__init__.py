@@ -1,4 +1,5 @@
-"""robomimic adapter: the only package (with robo_loaders_plugin.lerobot) that touches framework internals."""
+"""robomimic adapter: with robo_loaders_plugin.lerobot, the only package that touches a framework; every patch and
+private read is in ``compat``."""
 from __future__ import annotations
 
 

@@ -1,127 +1,170 @@
-"""Backend factories for robomimic: ``factory(config, obs_keys, filter_by_attribute, dataset_path, **options)``."""
+"""Backend factories for robomimic: ``factory(config, obs_keys, filter_by_attribute, dataset_path, **options)``.
+
+Each reads robomimic's config the way its ``dataset_factory`` does, then composes the framework-neutral parts: the
+HDF5 source, a storage (compressed store or shards), its frame source, and SequenceDataset's window rules.
+"""
 from __future__ import annotations
 
+import dataclasses
 import os
 
-import numpy as np
 from tqdm.auto import tqdm
 
-from robo_loaders_plugin.backends.compressed_cache.build import check_codec_options, fingerprint, open_or_build, \
-    summarize
-from robo_loaders_plugin.codecs import FrameCodec
-from robo_loaders_plugin.robomimic import hdf5_source
-from robo_loaders_plugin.robomimic.sequence import StoreSequenceDataset
-from robo_loaders_plugin.spec import BackendOptionError, RoboLoadersError
+from robo_loaders_plugin.core.errors import BackendOptionError, RoboLoadersError, SourceError
+from robo_loaders_plugin.frames.base import FieldInfo
+from robo_loaders_plugin.frames.episodes import EpisodeFrames
+from robo_loaders_plugin.frames.store import StoreFrames
+from robo_loaders_plugin.pipeline.batches import PipelineDataset
+from robo_loaders_plugin.pipeline.options import DatapipeOptions, open_shards
+from robo_loaders_plugin.robomimic.dataset import RobomimicSamples
+from robo_loaders_plugin.sources.robomimic_hdf5 import FRAME_MIN_BYTES, RobomimicHdf5
+from robo_loaders_plugin.storage.shards import EncodedFrames
+from robo_loaders_plugin.storage.store_cache import check_codec_options, open_or_build, summarize
+from robo_loaders_plugin.windows.robomimic import SequenceOptions, SequenceWindows, episode_fields
 
-FRAME_MIN_BYTES = 1024  # per-step arrays at least this large (camera frames, depth maps) are compressed
+OPTION_PREFIX = "train.data_backend_kwargs"
+# open episodes are held decoded (each frame then serves several windows): memory bounds the buffer
+DEFAULT_SHUFFLE_BUFFER = 16
 
 
 def native_dataset(config, obs_keys, filter_by_attribute=None, dataset_path=None):
     """robomimic's own SequenceDataset, built by robomimic's own (unpatched) dataset_factory."""
-    from robo_loaders_plugin.robomimic.patches import original
+    from robo_loaders_plugin.robomimic.compat import original
 
     return original("dataset_factory")(config, obs_keys, filter_by_attribute=filter_by_attribute,
                                        dataset_path=dataset_path)
 
 
-def sequence_options(config, obs_keys, filter_by_attribute, dataset_path) -> dict:
-    """The SequenceDataset arguments robomimic's dataset_factory would pass, checked the way it checks them."""
+def sequence_options(config, obs_keys, dataset_path) -> tuple[SequenceOptions, str]:
+    """The SequenceDataset arguments robomimic's dataset_factory would pass, checked the way it checks them, and
+    the HDF5 path."""
     t = config.train
-    opts = dict(
-        hdf5_path=os.path.expanduser(dataset_path if dataset_path is not None else t.data),
+    opts = SequenceOptions(
         obs_keys=tuple(obs_keys), dataset_keys=tuple(t.dataset_keys), load_next_obs=bool(t.hdf5_load_next_obs),
         frame_stack=int(t.frame_stack), seq_length=int(t.seq_length), pad_frame_stack=bool(t.pad_frame_stack),
         pad_seq_length=bool(t.pad_seq_length), get_pad_mask=False, goal_mode=t.goal_mode,
-        hdf5_cache_mode=t.hdf5_cache_mode, filter_by_attribute=filter_by_attribute,
-    )
+        hdf5_cache_mode=t.hdf5_cache_mode)
     if t.hdf5_normalize_obs:
         raise RoboLoadersError("train.hdf5_normalize_obs=true is not supported by robo-loaders backends (robomimic "
                                "0.3.0 normalizes twice and fails for batch > 1); set it to false or use "
                                "train.data_backend=null")
-    if opts["hdf5_cache_mode"] not in ("all", "low_dim", None):
-        raise RoboLoadersError(f"train.hdf5_cache_mode must be 'all', 'low_dim' or null, got "
-                               f"{opts['hdf5_cache_mode']!r}")
-    if opts["frame_stack"] < 1 or opts["seq_length"] < 1:
+    if opts.hdf5_cache_mode not in ("all", "low_dim", None):
+        raise RoboLoadersError(f"train.hdf5_cache_mode must be 'all', 'low_dim' or null, got {opts.hdf5_cache_mode!r}")
+    if opts.frame_stack < 1 or opts.seq_length < 1:
         raise RoboLoadersError("train.frame_stack and train.seq_length must be >= 1")
-    if opts["goal_mode"] not in (None, "last"):
-        raise RoboLoadersError(f"train.goal_mode must be null or 'last', got {opts['goal_mode']!r}")
-    if opts["goal_mode"] == "last" and not opts["load_next_obs"]:
+    if opts.goal_mode not in (None, "last"):
+        raise RoboLoadersError(f"train.goal_mode must be null or 'last', got {opts.goal_mode!r}")
+    if opts.goal_mode == "last" and not opts.load_next_obs:
         raise RoboLoadersError("train.goal_mode='last' needs train.hdf5_load_next_obs=true (the goal is the last "
                                "next_obs)")
-    return opts
+    return opts, os.path.expanduser(dataset_path if dataset_path is not None else t.data)
 
 
-def episode_fields(read, length: int, opts: dict, where: str) -> dict:
-    """One demo's arrays as SequenceDataset serves them: ``obs/<k>`` and ``next_obs/<k>`` in file dtypes, dataset
-    keys cast to float32 under ``hdf5_cache_mode`` all/low_dim (a missing key becomes zeros (L, 1), as robomimic
-    substitutes). ``read(key)`` returns the array or None when the file lacks it."""
-    cache_mode = opts["hdf5_cache_mode"]
-    out = {}
-    prefixes = ["obs"] + (["next_obs"] if opts["load_next_obs"] or opts["goal_mode"] == "last" else [])
-    for prefix in prefixes:
-        for k in opts["obs_keys"]:
-            a = read(f"{prefix}/{k}")
-            if a is None:
-                raise hdf5_source.DatasetFileError(f"{where}/{prefix}/{k} is missing; check the obs keys in "
-                                                   "observation.modalities or hdf5_load_next_obs")
-            out[f"{prefix}/{k}"] = a
-    for k in opts["dataset_keys"]:
-        a = read(k)
-        if a is not None:
-            out[k] = a.astype(np.float32) if cache_mode in ("all", "low_dim") else a
-        elif cache_mode in ("all", "low_dim"):
-            out[k] = np.zeros((length, 1), dtype=np.float32)  # what SequenceDataset substitutes
-        else:
-            raise hdf5_source.DatasetFileError(
-                f"{where}/{k} is missing; with hdf5_cache_mode=null robomimic would fail on it too. Remove {k!r} "
-                "from train.dataset_keys or add it to the file")
-    return out
-
-
-# -- building the store ---------------------------------------------------------------------------------------
-def build_robomimic_store(opts: dict, codec: FrameCodec, cache_dir: str | None, max_memory, build_workers,
-                          desc: str):
-    """Read each selected demo once, in order, and write the store. Returns (EpisodeStore, owner, reused)."""
-    path = opts["hdf5_path"]
-    cache_mode = opts["hdf5_cache_mode"]
-    with hdf5_source.open_hdf5(path) as f:
-        demos = hdf5_source.demos_for_filter(f, opts["filter_by_attribute"])
-        if not demos:
-            raise RoboLoadersError(f"{path}: no demos selected (filter key {opts['filter_by_attribute']!r} is empty)")
-        fields = [f"obs/{k}" for k in opts["obs_keys"]]
-        if opts["load_next_obs"] or opts["goal_mode"] == "last":
-            fields += [f"next_obs/{k}" for k in opts["obs_keys"]]
-        st = os.stat(path)
-        fp = fingerprint({"file": os.path.realpath(path), "size": st.st_size, "mtime_ns": st.st_mtime_ns,
-                          "demos": demos, "fields": fields + list(opts["dataset_keys"]),
-                          "float32_dataset_keys": cache_mode in ("all", "low_dim"), "codec": codec.as_dict(),
-                          "frame_min_bytes": FRAME_MIN_BYTES, "v": 1})
-
-        def write(writer):
-            for demo in tqdm(demos, desc=desc, unit="demo", mininterval=0.5):
-                L = hdf5_source.demo_length(f, demo)
-                # obs keys are read even when missing: read_array's error lists what the demo has
-                arrays = episode_fields(lambda k: hdf5_source.read_array(f, demo, k, L)
-                                        if "/" in k or f"data/{demo}/{k}" in f else None, L, opts,
-                                        f"{path}: data/{demo}")
-                writer.add_episode(demo, arrays, {n for n in fields if arrays[n][0].nbytes >= FRAME_MIN_BYTES})
-
-        return open_or_build(fp, "robomimic", write, codec=codec, cache_dir=cache_dir, max_memory=max_memory,
-                             build_workers=build_workers, option_prefix="train.data_backend_kwargs",
-                             meta={"source": os.path.realpath(path), "framework": "robomimic"})
+def _read_demo(source: RobomimicHdf5, f, demo: str, opts: SequenceOptions, length: int) -> dict:
+    """A demo's fields as SequenceDataset serves them (obs keys are read even when missing: the error lists what
+    the demo has)."""
+    return episode_fields(lambda k: source.read(f, demo, k, length) if "/" in k or source.has(f, demo, k) else None,
+                          length, opts, f"{source.path}: data/{demo}")
 
 
 def compressed_cache_dataset(config, obs_keys, filter_by_attribute=None, dataset_path=None, *, codec="lz4hc",
                              level=5, filter="none", max_memory=None, cache_dir=None, build_workers=None,
                              loader="threads"):
-    opts = sequence_options(config, obs_keys, filter_by_attribute, dataset_path)
-    frame_codec = check_codec_options(codec, level, filter, max_memory, build_workers, "train.data_backend_kwargs")
+    opts, path = sequence_options(config, obs_keys, dataset_path)
+    frame_codec = check_codec_options(codec, level, filter, max_memory, build_workers, OPTION_PREFIX)
     if loader not in ("threads", "dataloader"):
-        raise BackendOptionError(f"train.data_backend_kwargs.loader must be 'threads' or 'dataloader', got {loader!r}")
+        raise BackendOptionError(f"{OPTION_PREFIX}.loader must be 'threads' or 'dataloader', got {loader!r}")
+    source = RobomimicHdf5(path)
+    with source.open() as f:
+        demos = source.demos(f, filter_by_attribute)
+    if not demos:
+        raise SourceError(f"{path}: no demos selected (filter key {filter_by_attribute!r} is empty)")
     split = filter_by_attribute or "all demos"
-    store, owner, reused = build_robomimic_store(opts, frame_codec, cache_dir, max_memory, build_workers,
-                                                 desc=f"compressed_cache [{split}]")
-    ds = StoreSequenceDataset(store, **opts, demos=[e["name"] for e in store.episodes], store_owner=owner)
-    ds.in_process_batches = loader == "threads"
+
+    def write(writer):
+        with source.open() as f:
+            for demo in tqdm(demos, desc=f"compressed_cache [{split}]", unit="demo", mininterval=0.5):
+                arrays = _read_demo(source, f, demo, opts, source.length(f, demo))
+                writer.add_episode(demo, arrays, {n for n in opts.field_names()[len(opts.dataset_keys):]
+                                                  if arrays[n][0].nbytes >= FRAME_MIN_BYTES})
+
+    key = {"source": os.path.realpath(path), "demos": demos, "fields": opts.field_names(),
+           "float32_dataset_keys": opts.hdf5_cache_mode in ("all", "low_dim"), "codec": frame_codec.as_dict(),
+           "frame_min_bytes": FRAME_MIN_BYTES, "v": 2}
+    store, holder, reused = open_or_build(kind="robomimic", source=source, key_desc=key, write=write, codec=frame_codec,
+                                          cache_dir=cache_dir, max_memory=max_memory, build_workers=build_workers,
+                                          option_prefix=OPTION_PREFIX, meta={"source": os.path.realpath(path),
+                                                                             "framework": "robomimic"},
+                                          description=f"compressed_cache of {path} [{split}]")
+    names = [e["name"] for e in store.episodes]
+    if names != demos:
+        raise RoboLoadersError(f"{store.path} holds demos {names[:3]}..., expected {demos[:3]}...; delete it")
+    frames = StoreFrames(store, holder)
+    ds = RobomimicSamples(frames, SequenceWindows(frames.lengths, opts), demos=demos, hdf5_path=path,
+                          filter_by_attribute=filter_by_attribute, backend_name="compressed_cache",
+                          location=f"{store.path} ({store.file_nbytes} bytes)")
+    for name in opts.field_names():
+        frames.info(name)  # one dtype and step shape per key across demos, or a clear error now
+    ds.store, ds.batches_in_process = store, loader == "threads"
     ds.build_summary = summarize(store, ds.n_demos, len(ds), reused) + f", batches built by {loader}"
+    return ds
+
+
+class RobomimicShardSamples(RobomimicSamples, PipelineDataset):
+    """SequenceDataset's samples read from robo-shards; training passes ordered by the datapipe pipeline."""
+
+
+def datapipe_dataset(config, obs_keys, filter_by_attribute=None, dataset_path=None, **options):
+    opts, path = sequence_options(config, obs_keys, dataset_path)
+    dp = DatapipeOptions.resolve(OPTION_PREFIX, DEFAULT_SHUFFLE_BUFFER, **options)
+    if dp.seed is None:
+        dp = dataclasses.replace(dp, seed=int(config.train.seed))
+    source = RobomimicHdf5(path)
+
+    def convert(out_dir, fingerprint):
+        from robo_loaders_plugin.robomimic.convert import convert_robomimic
+
+        convert_robomimic(path, out_dir, num_workers=dp.convert_workers, fingerprint=fingerprint)
+
+    reader, holder = open_shards(framework="robomimic", source=source, opts=dp,
+                                 key_desc={"source": os.path.realpath(path), "v": 2}, convert=convert, option_prefix=OPTION_PREFIX,
+                                 convert_hint=f"'robo-loaders convert robomimic {path} OUT_DIR'")
+    meta = reader.dataset.get("metadata", {})
+    if filter_by_attribute is None:
+        demos = list(meta.get("demos", []))
+    elif filter_by_attribute in meta.get("masks", {}):
+        demos = sorted(meta["masks"][filter_by_attribute], key=lambda n: int(n[5:]))
+    else:
+        raise SourceError(f"{reader.dir}: filter key {filter_by_attribute!r} not found (masks in the converted "
+                          f"dataset: {sorted(meta.get('masks', {}))})")
+    missing = [d for d in demos if d not in reader.by_name]
+    if missing:
+        raise SourceError(f"{reader.dir}: demos {missing[:5]} are not in the shards; convert the file again")
+    lengths = [int(reader.episodes[reader.by_name[d]]["length"]) for d in demos]
+    wanted = opts.field_names()
+    for d in demos:  # a missing key fails now, naming demo and key, not at the first batch inside a thread
+        members = {m[len(d) + 1:m.rindex(".")].replace("~", "/") for m in reader.episodes[reader.by_name[d]]["members"]}
+        absent = [k for k in wanted[len(opts.dataset_keys):] if k not in members]
+        if absent:
+            raise SourceError(f"{reader.dir}: {d}/{absent[0]} is missing (the demo has: {sorted(members - {'header'})}); "
+                              "check the obs keys in observation.modalities or hdf5_load_next_obs")
+
+    def read(ep: int, fields):
+        demo = demos[ep]
+        _, arrays = reader.read_episode(reader.by_name[demo], decode_frames=False, fields=fields or wanted)
+        if fields is not None:  # a reload: frames only (the small fields are kept by EpisodeFrames)
+            return arrays
+        return episode_fields(arrays.get, lengths[ep], opts, f"{reader.dir}: {demo}")
+
+    first = {k: v.decode_all() if isinstance(v, EncodedFrames) else v for k, v in read(0, None).items()}
+    infos = {k: FieldInfo(a.dtype, tuple(a.shape[1:]), a.ndim > 1 and a[0].nbytes >= FRAME_MIN_BYTES)
+             for k, a in first.items()}
+    frames = EpisodeFrames(lengths, infos, read, capacity=dp.episode_capacity, decode_on_load=True)
+    ds = RobomimicShardSamples(frames, SequenceWindows(lengths, opts), demos=demos, hdf5_path=path,
+                               filter_by_attribute=filter_by_attribute, backend_name="datapipe",
+                               location=f"robo-shards {reader.dir}")
+    ds.datapipe, ds.reader, ds._holder = dp, reader, holder
+    ds.build_summary = (f"{len(demos)} demos, {len(ds)} windows from {len(reader.shards)} shard(s) in {reader.dir}, "
+                        f"shuffle buffer {dp.shuffle_buffer} episodes"
+                        + (", windows drawn with replacement" if dp.replacement else ""))
     return ds

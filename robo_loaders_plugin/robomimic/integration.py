@@ -1,13 +1,14 @@
-"""robomimic-facing entry points: the functions the patches install, usable directly as a library too."""
+"""robomimic-facing entry points: the functions the patches install (``robomimic.compat``), usable directly as a
+library too."""
 from __future__ import annotations
 
+import torch
 import torch.utils.data
 
-from robo_loaders_plugin.batch_dataset import is_batch_dataset
-from robo_loaders_plugin.registry import get_backend
-from robo_loaders_plugin.robomimic.patches import original
-from robo_loaders_plugin.spec import RoboLoadersError
-from robo_loaders_plugin.threaded_batches import ThreadedBatches
+from robo_loaders_plugin.core import iteration
+from robo_loaders_plugin.core.errors import RoboLoadersError
+from robo_loaders_plugin.core.registry import get_backend
+from robo_loaders_plugin.robomimic import compat
 
 LOG_PREFIX = "[robo-loaders]"
 
@@ -32,13 +33,14 @@ def backend_choice(config):
 def dataset_factory(config, obs_keys, filter_by_attribute=None, dataset_path=None):
     """Drop-in for ``robomimic.utils.train_utils.dataset_factory`` that honours ``train.data_backend``."""
     spec, options = backend_choice(config)
-    explicit = config.train.get("data_backend") is not None
-    if spec.name == "native" and not explicit:
-        return original("dataset_factory")(config, obs_keys, filter_by_attribute=filter_by_attribute,
-                                           dataset_path=dataset_path)
-    factory = spec.factory_for("robomimic")
-    dataset = factory(config, obs_keys, filter_by_attribute=filter_by_attribute, dataset_path=dataset_path,
-                      **options)
+    if config.train.get("data_backend") is None:
+        return compat.original("dataset_factory")(config, obs_keys, filter_by_attribute=filter_by_attribute,
+                                                  dataset_path=dataset_path)
+    compat.check_version()
+    spec.check_device()
+    dataset = spec.factory_for("robomimic")(config, obs_keys, filter_by_attribute=filter_by_attribute,
+                                            dataset_path=dataset_path, **options)
+    iteration.record_built(spec, dataset)
     split = filter_by_attribute or "all demos"
     summary = getattr(dataset, "build_summary", None) or f"{len(dataset)} samples"
     print(f"{LOG_PREFIX} robomimic data backend: {spec.name} [{split}] {summary}", flush=True)
@@ -48,27 +50,26 @@ def dataset_factory(config, obs_keys, filter_by_attribute=None, dataset_path=Non
 def load_data_for_training(config, obs_keys):
     """robomimic's own ``load_data_for_training``, after checking the backend choice up front."""
     backend_choice(config)
-    return original("load_data_for_training")(config, obs_keys)
+    return compat.original("load_data_for_training")(config, obs_keys)
+
+
+def sampling_plan(data_loader) -> iteration.SamplingPlan:
+    """robomimic's pass, from the DataLoader its ``train()`` builds: shuffled (RandomSampler) or in order, its
+    batch size and ``drop_last``, and ``num_data_workers`` as the worker budget. robomimic has no order seed of its
+    own (the backend's ``seed`` option, default ``train.seed``, applies)."""
+    return iteration.SamplingPlan(
+        batch_size=int(data_loader.batch_size), drop_last=bool(data_loader.drop_last),
+        shuffle=isinstance(data_loader.sampler, torch.utils.data.RandomSampler),
+        num_workers=int(data_loader.num_workers),
+        pin_memory=bool(data_loader.pin_memory) and torch.cuda.is_available())
 
 
 def epoch_loader(data_loader):
-    """What an epoch should iterate instead of the DataLoader robomimic built: a batch-level backend's batches,
-    a sample-level backend's in-process threaded batches (same order, same RNG use), or the DataLoader itself."""
-    dataset = getattr(data_loader, "dataset", None)
-    if is_batch_dataset(dataset):
-        shuffle = isinstance(getattr(data_loader, "sampler", None), torch.utils.data.RandomSampler)
-        return dataset.batches(batch_size=data_loader.batch_size, shuffle=shuffle,
-                               drop_last=data_loader.drop_last, num_workers=data_loader.num_workers)
-    if (getattr(dataset, "in_process_batches", False) and data_loader.batch_sampler is not None
-            and data_loader.collate_fn is torch.utils.data.default_collate
-            and not data_loader.persistent_workers and data_loader.worker_init_fn is None):
-        return ThreadedBatches(dataset.collated, data_loader.batch_sampler, data_loader.generator,
-                               data_loader.num_workers)
-    return data_loader
+    """What an epoch iterates instead of the DataLoader robomimic built, by the backend's declared kind."""
+    return iteration.pass_batches(data_loader, sampling_plan)
 
 
 def run_epoch(model, data_loader, epoch, validate=False, num_steps=None, obs_normalization_stats=None):
     """robomimic's ``run_epoch`` over :func:`epoch_loader` (robomimic builds its DataLoader inside train())."""
-    data_loader = epoch_loader(data_loader)
-    return original("run_epoch")(model, data_loader, epoch, validate=validate, num_steps=num_steps,
-                                 obs_normalization_stats=obs_normalization_stats)
+    return compat.original("run_epoch")(model, epoch_loader(data_loader), epoch, validate=validate,
+                                        num_steps=num_steps, obs_normalization_stats=obs_normalization_stats)

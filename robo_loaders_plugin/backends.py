@@ -1,0 +1,71 @@
+"""The built-in backends, registered through the same hook third-party plugins implement (``core.hookspecs``)."""
+from __future__ import annotations
+
+from robo_loaders_plugin.core.hookspecs import hookimpl
+from robo_loaders_plugin.core.spec import BATCH, INDEXED, SAMPLE, BackendSpec
+
+COMPRESSED_CACHE_OPTIONS = {
+    "codec": (str, "lz4hc", "Blosc2 codec for camera frames: lz4hc, lz4, zstd, blosclz"),
+    "level": (int, 5, "compression level 0..9"),
+    "filter": (str, "none", "Blosc2 filter: none, shuffle, bitshuffle"),
+    "max_memory": ((int, str), None, "fail if the compressed cache would exceed this size (bytes or '2GB')"),
+    "cache_dir": (str, None, "persist the cache in this cache directory and reuse it while the source and options "
+                             "are unchanged (default: RAM only, rebuilt every run)"),
+    "build_workers": (int, None, "threads compressing frames while building (default: number of CPUs, max 8)"),
+    "loader": (str, "threads", "robomimic: 'threads': num_data_workers threads build whole batches in the training "
+                               "process (no worker processes, no collate copy); 'dataloader': robomimic's DataLoader"),
+}
+
+
+DATAPIPE_OPTIONS = {
+    "shards": (str, None, "a robo-shards directory made by 'robo-loaders convert' (default: convert into the cache "
+                          "directory on first use)"),
+    "cache_dir": (str, None, "the cache directory conversions on first use go to (default: $ROBO_LOADERS_CACHE or "
+                             "~/.cache/robo-loaders)"),
+    "check_source": (bool, True, "refuse 'shards' converted from a source whose content differs from the one "
+                                 "training reads (false: serve them anyway)"),
+    "shuffle_buffer": (int, None, "episodes open at once; windows are drawn at random from them, so more mixes "
+                                  "batches better (default: 16 for robomimic, whose open episodes are held "
+                                  "decoded; 64 for LeRobot, whose stay compressed)"),
+    "seed": (int, None, "shuffling seed (default: train.seed / lerobot-train's --seed); the order is a function "
+                        "of (seed, pass)"),
+    "prefetch": (int, 2, "batches prefetched ahead of training"),
+    "convert_workers": (int, 1, "processes converting on first use"),
+    "cache_episodes": (int, 64, "episodes kept in memory (at least 2 x shuffle_buffer)"),
+    "replacement": (bool, False, "draw each pass's windows with replacement (same count per pass, repeats "
+                                 "allowed) instead of every window exactly once"),
+}
+
+
+@hookimpl
+def robo_loaders_backends():
+    return [
+        BackendSpec(
+            name="native",
+            description="the framework's own loader (robomimic SequenceDataset / LeRobotDataset), unchanged",
+            frameworks=("robomimic", "lerobot"),
+            kind=SAMPLE,
+            factories={"robomimic": "robo_loaders_plugin.robomimic.factories:native_dataset",
+                       "lerobot": "robo_loaders_plugin.lerobot.factories:native_dataset"},
+        ),
+        BackendSpec(
+            name="compressed_cache",
+            description="each episode read (video decoded) once; camera frames kept lossless-compressed in one "
+                        "RAM file shared by all workers",
+            frameworks=("robomimic", "lerobot"),
+            kind=INDEXED,
+            factories={"robomimic": "robo_loaders_plugin.robomimic.factories:compressed_cache_dataset",
+                       "lerobot": "robo_loaders_plugin.lerobot.factories:compressed_cache_dataset"},
+            options=COMPRESSED_CACHE_OPTIONS,
+        ),
+        BackendSpec(
+            name="datapipe",
+            description="torchdata.nodes pipeline over robo-shards: parallel read, episode-buffer shuffle, "
+                        "whole batches, resumable state",
+            frameworks=("robomimic", "lerobot"),
+            kind=BATCH,
+            factories={"robomimic": "robo_loaders_plugin.robomimic.factories:datapipe_dataset",
+                       "lerobot": "robo_loaders_plugin.lerobot.factories:datapipe_dataset"},
+            options=DATAPIPE_OPTIONS,
+        ),
+    ]

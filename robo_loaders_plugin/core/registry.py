@@ -1,0 +1,81 @@
+"""The one PluginManager: built-in backends plus third-party plugins from the ``robo_loaders`` entry points.
+
+Why entry points are loaded one by one (not with ``load_setuptools_entrypoints``): pluggy stops at the first
+entry point that fails to import, which would hide every plugin after it, built-in ones included. Here a broken
+plugin is reported with a warning that names it and skipped.
+"""
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import warnings
+
+import pluggy
+
+from robo_loaders_plugin.core import hookspecs
+from robo_loaders_plugin.core.errors import RoboLoadersError, UnknownBackendError
+from robo_loaders_plugin.core.spec import BackendSpec
+
+
+@functools.lru_cache(maxsize=None)
+def get_plugin_manager() -> pluggy.PluginManager:
+    pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
+    pm.add_hookspecs(hookspecs)
+    from robo_loaders_plugin import backends
+
+    pm.register(backends, name="builtin")
+    for ep in importlib.metadata.entry_points(group=hookspecs.ENTRY_POINT_GROUP):
+        if pm.get_plugin(ep.name) is not None or pm.is_blocked(ep.name):
+            continue
+        try:
+            pm.register(ep.load(), name=ep.name)
+        except Exception as exc:  # a broken third-party plugin must not take the others down with it
+            warnings.warn(f"robo-loaders: skipping plugin {ep.name!r} ({ep.value}) from entry-point group "
+                          f"{hookspecs.ENTRY_POINT_GROUP!r}: it failed to load: {exc!r}", stacklevel=2)
+    return pm
+
+
+@functools.lru_cache(maxsize=None)
+def _backends() -> dict[str, BackendSpec]:
+    pm = get_plugin_manager()
+    out: dict[str, BackendSpec] = {}
+    for impl in reversed(pm.hook.robo_loaders_backends.get_hookimpls()):  # pluggy's call order
+        plugin_name = impl.plugin_name
+        try:
+            result = list(impl.function() or ())
+        except Exception as exc:
+            if plugin_name == "builtin":
+                raise
+            warnings.warn(f"robo-loaders: plugin {plugin_name!r} failed to list its backends ({exc!r}); "
+                          "skipping it", stacklevel=2)
+            continue
+        for spec in result:
+            if not isinstance(spec, BackendSpec):
+                raise RoboLoadersError(f"plugin {plugin_name!r} returned {spec!r}, not a BackendSpec")
+            if spec.name in out:
+                raise RoboLoadersError(f"backend name {spec.name!r} is registered twice "
+                                       f"(by {out[spec.name].plugin!r} and {plugin_name!r})")
+            if spec.plugin == "builtin" and plugin_name != "builtin":
+                spec = BackendSpec(**{**spec.__dict__, "plugin": plugin_name})
+            out[spec.name] = spec
+    return out
+
+
+def list_backends() -> list[str]:
+    """Names of all registered backends, ``native`` first."""
+    names = list(_backends())
+    return sorted(names, key=lambda n: (n != "native", n))
+
+
+def get_backend(name: str) -> BackendSpec:
+    """The spec of backend ``name``; raises :class:`UnknownBackendError` listing the registered names."""
+    specs = _backends()
+    if name not in specs:
+        raise UnknownBackendError(name, list_backends())
+    return specs[name]
+
+
+def reset_cache() -> None:
+    """Forget loaded plugins (tests that install an entry point at run time)."""
+    _backends.cache_clear()
+    get_plugin_manager.cache_clear()

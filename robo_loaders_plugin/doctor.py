@@ -1,0 +1,74 @@
+"""``robo-loaders doctor``: can the installed frameworks work with this plugin, and what is missing?
+
+Why a command: every patch and private read the plugin relies on is written against one framework version
+(``robomimic.compat``, ``lerobot.compat``, ``core.torch_compat``). After an upgrade, this names the symbol that
+moved instead of a traceback mid-training. Exit status 1 when a required check fails.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import sysconfig
+
+from robo_loaders_plugin.core.checks import Check
+
+
+def hook_checks() -> list[Check]:
+    from robo_loaders_plugin import _autopatch
+
+    pth = os.path.join(sysconfig.get_paths()["purelib"], "robo_loaders_plugin_autopatch.pth")
+    armed = any(type(f).__name__ == "_Finder" for f in sys.meta_path)
+    rows = [Check("import hook file robo_loaders_plugin_autopatch.pth", os.path.exists(pth),
+                  pth if os.path.exists(pth) else f"not in {os.path.dirname(pth)}: reinstall the package; or use "
+                  "'robo-loaders robomimic-train' / --dataset.discover_packages_path=robo_loaders_plugin",
+                  required=False)]
+    if _autopatch.disabled():
+        rows.append(Check("import hook", False, "disabled by ROBO_LOADERS_DISABLE: robomimic and LeRobot run "
+                          "unmodified unless patched explicitly", required=False))
+    else:
+        rows.append(Check("import hook armed in this interpreter", armed, "patches apply when robomimic/LeRobot "
+                          "load" if armed else "not armed: the .pth file did not run", required=False))
+    return rows
+
+
+def video_checks() -> list[Check]:
+    try:
+        import torchcodec
+        from torchcodec.decoders import VideoDecoder  # noqa: F401  (loads FFmpeg's libraries)
+
+        rows = [Check(f"torchcodec {torchcodec.__version__} with FFmpeg", True, "decodes LeRobot videos on the CPU")]
+    except Exception as exc:  # ImportError, or RuntimeError/OSError when FFmpeg's libraries are missing
+        return [Check("torchcodec with FFmpeg", False, f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}; "
+                      "LeRobot video datasets need it (apt-get install ffmpeg)", required=False)]
+    import torch
+
+    if not torch.cuda.is_available():
+        rows.append(Check("CUDA / NVDEC", False, "no CUDA device visible to torch: GPU decoding and device-resident "
+                          "backends unavailable (the CPU paths work)", required=False))
+        return rows
+    names = ", ".join(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
+    rows.append(Check(f"CUDA {torch.version.cuda}", True, names))
+    try:
+        from torchcodec.decoders import set_cuda_backend  # noqa: F401
+
+        rows.append(Check("torchcodec CUDA backend API", True, "set_cuda_backend present; NVDEC use is decided per "
+                          "stream (decoder.cpu_fallback)", required=False))
+    except ImportError as exc:
+        rows.append(Check("torchcodec CUDA backend API", False, f"{exc}: the PyPI wheel is CPU-only; install the "
+                          "CUDA build from PyTorch's index", required=False))
+    return rows
+
+
+def all_checks() -> list[Check]:
+    from robo_loaders_plugin.core import torch_compat
+    from robo_loaders_plugin.lerobot import compat as lerobot_compat
+    from robo_loaders_plugin.robomimic import compat as robomimic_compat
+
+    rows = [Check(f"Python {sys.version.split()[0]}", sys.version_info[:2] >= (3, 10),
+                  "LeRobot 0.6 needs 3.12" if sys.version_info[:2] < (3, 12) else "")]
+    rows += torch_compat.checks()
+    rows += robomimic_compat.checks()
+    rows += lerobot_compat.checks()
+    if not any(r.what.startswith(("robomimic 0", "lerobot 0")) and r.ok for r in rows):
+        rows.append(Check("a supported framework", False, "neither robomimic 0.3.0 nor LeRobot 0.6 is installed"))
+    return rows + hook_checks() + video_checks()

@@ -1,0 +1,125 @@
+"""Frames from episodes loaded whole, on demand, into a bounded cache (the ``datapipe`` backend's shard records).
+
+Why whole episodes: a shuffled pass that draws its windows from a buffer of open episodes touches each episode's
+record about once per pass, so reading (and, for robomimic, decoding) it whole is far cheaper than seeking per
+sample. Camera frames are held either decoded (each then serves every window that covers it) or still compressed
+(:class:`~robo_loaders_plugin.storage.shards.EncodedFrames`, decoded per batch: the memory of an open episode is
+then its compressed size). Fields that are not frames (a few bytes per step) are kept for the source's lifetime
+after an episode's first load, so later loads read frames only.
+"""
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Callable
+
+import numpy as np
+
+from robo_loaders_plugin.frames.base import FieldInfo, FrameSource
+from robo_loaders_plugin.storage.shards import EncodedFrames
+
+ROW_COPY_BYTES = 256  # fields whose steps are at least this big are copied window by window (a slice per row)
+
+
+class EpisodeCache:
+    """Loaded episodes shared by the assembling threads; at most ``capacity`` kept (least recently used goes).
+    An episode is loaded once even when several threads want it at the same time."""
+
+    def __init__(self, load: Callable[[int], dict], capacity: int):
+        self.load, self.capacity = load, max(1, int(capacity))
+        self._items: OrderedDict[int, dict] = OrderedDict()
+        self._lock = threading.Lock()
+        self._loading: dict[int, threading.Event] = {}
+        self.loads = 0
+
+    def get(self, ep: int) -> dict:
+        while True:
+            with self._lock:
+                if ep in self._items:
+                    self._items.move_to_end(ep)
+                    return self._items[ep]
+                event = self._loading.get(ep)
+                if event is None:
+                    event = self._loading[ep] = threading.Event()
+                    break
+            event.wait()
+        try:
+            value = self.load(ep)
+            with self._lock:
+                self.loads += 1
+                self._items[ep] = value
+                while len(self._items) > self.capacity:
+                    self._items.popitem(last=False)
+            return value
+        finally:
+            with self._lock:
+                self._loading.pop(ep, None)
+            event.set()
+
+
+class EpisodeFrames(FrameSource):
+    """``read(ep, fields)`` returns the episode's arrays (``fields=None``: all the source serves), frames possibly
+    still compressed (:class:`EncodedFrames`); ``decode_on_load`` decodes those once per load instead of per
+    batch."""
+
+    def __init__(self, lengths, infos: dict[str, FieldInfo], read: Callable[[int, list | None], dict], *,
+                 capacity: int, decode_on_load: bool):
+        self.lengths = np.asarray(lengths, dtype=np.int64)
+        self.infos = dict(infos)
+        self.read = read
+        self.decode_on_load = bool(decode_on_load)
+        self.frame_fields = [k for k, v in self.infos.items() if v.frames]
+        self.capacity = int(capacity)
+        self._small: dict[int, dict] = {}
+        self.cache = EpisodeCache(self._load, self.capacity)
+
+    def __getstate__(self):  # each process opens its own cache (it holds a lock and loaded episodes)
+        state = dict(self.__dict__)
+        state["cache"], state["_small"] = None, {}
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self.cache = EpisodeCache(self._load, self.capacity)
+
+    def _load(self, ep: int) -> dict:
+        small = self._small.get(ep)
+        fields = self.read(ep, None if small is None else self.frame_fields)
+        if self.decode_on_load:
+            fields = {k: v.decode_all() if isinstance(v, EncodedFrames) else v for k, v in fields.items()}
+        if small is None:
+            self._small[ep] = {k: v for k, v in fields.items() if k not in self.frame_fields}
+        else:
+            fields = dict(small, **fields)
+        return fields
+
+    def info(self, field: str) -> FieldInfo:
+        try:
+            return self.infos[field]
+        except KeyError:
+            raise KeyError(f"field {field!r} is not served by this source (it has: {sorted(self.infos)})") from None
+
+    def take(self, field, episodes, steps, out):
+        info = self.info(field)
+        B = len(episodes)
+        rows = steps.reshape(B, -1)
+        flat_out = out.reshape((B, rows.shape[1]) + tuple(info.shape))
+        uniq, inverse = np.unique(episodes, return_inverse=True)
+        loaded = [self.cache.get(int(e))[field] for e in uniq]
+        encoded = isinstance(loaded[0], EncodedFrames)
+        if not encoded and np.dtype(info.dtype).itemsize * int(np.prod(info.shape)) < ROW_COPY_BYTES:
+            for i, values in enumerate(loaded):  # small steps: one fancy index per episode
+                at = np.flatnonzero(inverse == i)
+                flat_out[at] = values[rows[at]]
+            return
+        T = rows.shape[1]
+        starts = rows[:, 0].tolist()
+        contiguous = (rows[:, -1] - rows[:, 0] == T - 1).tolist()  # clamped windows are monotone
+        for r, i in enumerate(inverse.tolist()):
+            values = loaded[i]
+            if encoded:
+                values.decode_into(rows[r].tolist(), flat_out[r])
+            elif contiguous[r]:
+                flat_out[r] = values[starts[r]:starts[r] + T]
+            else:
+                flat_out[r] = values[rows[r]]

@@ -1,0 +1,69 @@
+"""Frames from a compressed episode store (the ``compressed_cache`` backend): one file mapped by every process.
+
+Raw (low-dim) fields are concatenated across episodes once per process, so a whole batch of windows is one fancy
+index; camera frames are decompressed straight into the output array, and a repeated step in a window (padding
+repeats the first/last step) is copied from its neighbour instead of decoded again.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from robo_loaders_plugin.frames.base import FieldInfo, FrameSource, broadcast_episodes
+from robo_loaders_plugin.storage.store import EpisodeStore, StoreError
+
+
+class StoreFrames(FrameSource):
+    def __init__(self, store: EpisodeStore, owner=None):
+        self.store = store
+        self._owner = owner  # keeps a RAM-only store file alive as long as this source lives
+        self.lengths = np.array([e["length"] for e in store.episodes], dtype=np.int64)
+        self.starts = np.concatenate([[0], np.cumsum(self.lengths)[:-1]]).astype(np.int64)
+        self._infos: dict[str, FieldInfo] = {}
+        self._flat: dict[str, np.ndarray] = {}
+        self._bounds: dict[str, tuple] = {}
+
+    def __getstate__(self):  # per-process lookup tables are rebuilt lazily, not shipped to workers
+        return {"store": self.store, "_owner": self._owner}
+
+    def __setstate__(self, state):
+        self.__init__(state["store"], state["_owner"])
+
+    def info(self, field: str) -> FieldInfo:
+        info = self._infos.get(field)
+        if info is None:
+            first = self.store.frame_info(0, field)
+            for ep in range(1, len(self.lengths)):  # one dtype and step shape per field, or samples would differ
+                other = self.store.frame_info(ep, field)
+                if other[:2] != first[:2]:
+                    raise StoreError(f"{self.store.path}: {self.store.episodes[ep]['name']}/{field} is "
+                                     f"{other[:2]} but {self.store.episodes[0]['name']}/{field} is {first[:2]} "
+                                     "(dtype, shape); every episode must store a field the same way")
+            info = self._infos[field] = FieldInfo(*first)
+        return info
+
+    def _flat_raw(self, field: str) -> np.ndarray:
+        flat = self._flat.get(field)
+        if flat is None:
+            flat = self._flat[field] = np.concatenate([self.store.raw(ep, field) for ep in range(len(self.lengths))])
+        return flat
+
+    def take(self, field, episodes, steps, out):
+        info = self.info(field)
+        g = (self.starts[broadcast_episodes(episodes, steps)] + steps).reshape(-1)
+        flat_out = out.reshape((g.size,) + tuple(info.shape))
+        if not info.frames:
+            np.take(self._flat_raw(field), g, axis=0, out=flat_out)
+            return
+        bounds = self._bounds.get(field)
+        if bounds is None:
+            bounds = self._bounds[field] = self.store.blob_bounds(field)
+        T = steps.shape[-1] if steps.ndim > 1 else 1
+        fresh = np.ones(g.size, dtype=bool)
+        fresh[1:] = g[1:] != g[:-1]
+        fresh[::T] = True  # every row decodes its first step
+        todo = np.flatnonzero(fresh)
+        self.store.decode_frames(bounds[0][g[todo]].tolist(), bounds[1][g[todo]].tolist(), flat_out, todo.tolist())
+        if len(todo) < g.size:  # padding: repeat the previous step of the row
+            src = np.maximum.accumulate(np.where(fresh, np.arange(g.size), 0))
+            rep = np.flatnonzero(~fresh)
+            flat_out[rep] = flat_out[src[rep]]

@@ -1,0 +1,232 @@
+"""Everything this plugin changes in LeRobot, or reads from its inside: LeRobot 0.6.x, in one module.
+
+Patches (applied by the start-up import hook right after LeRobot's module code runs, or by :func:`apply_all`
+when LeRobot imports the plugin through ``--dataset.discover_packages_path=robo_loaders_plugin``; each is
+idempotent and keeps the original in :data:`ORIGINALS`):
+
+1. ``lerobot.configs.train.TrainPipelineConfig.dataset`` is re-typed to a ``DatasetConfig`` subclass with
+   ``backend`` and ``backend_kwargs`` (``robo_loaders_plugin.lerobot.config``): draccus reads field types with
+   ``typing.get_type_hints`` when it parses, so the flags parse, show in ``--help`` and are saved.
+2. ``lerobot.datasets.factory.make_dataset`` and ``make_train_eval_datasets`` build LeRobot's dataset, then serve
+   it through the configured backend.
+3. ``lerobot.scripts.lerobot_train.make_train_eval_datasets``: the script from-imports the factory; rebound when
+   the script was imported before the factory was patched.
+4. ``lerobot.scripts.lerobot_train.cycle``: the loop's ``cycle(dataloader)`` yields what the backend's kind says
+   (``core.iteration``); LeRobot's own ``cycle`` for its own datasets.
+
+Private reads (the settings of ``LeRobotDataset``'s private ``DatasetReader``, which decide what an item is):
+``reader._tolerance_s``, ``reader._video_backend``, ``reader._image_transforms``, ``reader._return_uint8``,
+``reader.delta_indices`` (:func:`reader_settings`); ``DatasetReader._query_videos`` (timed by the benchmark only).
+"""
+from __future__ import annotations
+
+from robo_loaders_plugin.core import checks as checks_module
+from robo_loaders_plugin.core.checks import Check
+
+import dataclasses
+import functools
+import inspect
+import sys
+import typing
+
+from robo_loaders_plugin.core.errors import CompatError
+
+SUPPORTED_PREFIX = "0.6."
+ORIGINALS: dict[str, object] = {}
+_MARK = "__robo_loaders_patched__"
+FACTORY_FUNCS = ("make_dataset", "make_train_eval_datasets")
+READER_ATTRS = ("_tolerance_s", "_video_backend", "_image_transforms", "_return_uint8", "delta_indices")
+PATCHED = (
+    ("lerobot.datasets.factory", "make_dataset", ("cfg",)),
+    ("lerobot.datasets.factory", "make_train_eval_datasets", ("cfg",)),
+    ("lerobot.scripts.lerobot_train", "cycle", ("iterable",)),
+)
+
+
+def installed_version() -> str | None:
+    return checks_module.installed_version("lerobot")
+
+
+def check_version() -> None:
+    """Items are built the way LeRobot 0.6's DatasetReader builds them; 0.4.x differs (float32 video frames, no
+    reader object, another training script), so refuse rather than risk other samples."""
+    found = installed_version()
+    if not (found or "").startswith(SUPPORTED_PREFIX):
+        raise CompatError(f"robo-loaders backends for LeRobot support lerobot {SUPPORTED_PREFIX}x, found "
+                          f"{found or 'none'}; use --dataset.backend=native (see the README on LeRobot 0.4.4). "
+                          "'robo-loaders doctor' lists what differs")
+
+
+@dataclasses.dataclass(frozen=True)
+class ReaderSettings:
+    tolerance_s: float
+    video_backend: str
+    image_transforms: object
+    return_uint8: bool
+    delta_indices: dict | None
+
+
+def reader_settings(native) -> ReaderSettings:
+    """What decides an item of ``native`` besides its data: read from its private DatasetReader."""
+    reader = native.reader
+    try:
+        return ReaderSettings(float(reader._tolerance_s), reader._video_backend, reader._image_transforms,
+                              bool(reader._return_uint8), reader.delta_indices)
+    except AttributeError as exc:
+        raise CompatError(f"LeRobotDataset's reader has no attribute {exc.name!r} in this LeRobot version; "
+                          "robo-loaders cannot reproduce its items (use --dataset.backend=native)") from None
+
+
+def retype_dataset_field(cls, new_type, expected) -> bool:
+    """Point ``cls.dataset`` (TrainPipelineConfig) at ``new_type``. Idempotent; refuses when another plugin
+    already re-typed it."""
+    current = typing.get_type_hints(cls).get("dataset")
+    if isinstance(current, type) and issubclass(current, new_type):
+        return False
+    if current is not expected:
+        raise RuntimeError(f"{cls.__qualname__}.dataset is already re-typed to {current!r} by another plugin; "
+                           "robo-loaders cannot add --dataset.backend")
+    cls.__annotations__["dataset"] = new_type
+    cls.__dataclass_fields__["dataset"].type = new_type
+    return True
+
+
+def original(name: str):
+    if name in ORIGINALS:
+        return ORIGINALS[name]
+    import lerobot.datasets.factory as factory
+
+    return getattr(factory, name)
+
+
+def patch_train_config(module) -> None:
+    check_version()
+    from lerobot.configs.default import DatasetConfig
+
+    from robo_loaders_plugin.lerobot.config import BackendDatasetConfig
+
+    retype_dataset_field(module.TrainPipelineConfig, BackendDatasetConfig, DatasetConfig)
+
+
+def patch_factory(module) -> None:
+    check_version()
+    from robo_loaders_plugin.lerobot import integration
+
+    for name in FACTORY_FUNCS:
+        current = getattr(module, name, None)
+        if current is None or getattr(current, _MARK, False):
+            continue
+        ORIGINALS[name] = current
+        new = getattr(integration, name)
+
+        @functools.wraps(current)
+        def wrapper(*args, __new=new, **kwargs):
+            return __new(*args, **kwargs)
+
+        setattr(wrapper, _MARK, True)
+        setattr(module, name, wrapper)
+    _rebind_script()
+
+
+def patch_train_script(module) -> None:
+    check_version()
+    _rebind_script(module)
+    current = getattr(module, "cycle", None)
+    if current is not None and not getattr(current, _MARK, False):
+        ORIGINALS["cycle"] = current
+        from robo_loaders_plugin.lerobot import integration
+
+        @functools.wraps(current)
+        def cycle(dataloader):
+            return integration.cycle(dataloader)
+
+        setattr(cycle, _MARK, True)
+        module.cycle = cycle
+
+
+def native_cycle(dataloader):
+    """LeRobot's own ``cycle`` (the script's original, or ``lerobot.utils.utils.cycle``)."""
+    if "cycle" in ORIGINALS:
+        return ORIGINALS["cycle"](dataloader)
+    from lerobot.utils.utils import cycle
+
+    return cycle(dataloader)
+
+
+def _rebind_script(module=None) -> None:
+    module = module or sys.modules.get("lerobot.scripts.lerobot_train")
+    factory = sys.modules.get("lerobot.datasets.factory")
+    if module is None or factory is None:
+        return
+    for name in FACTORY_FUNCS:
+        if hasattr(module, name) and not getattr(getattr(module, name), _MARK, False):
+            setattr(module, name, getattr(factory, name))
+
+
+def apply_all() -> None:
+    import lerobot.configs.train as train_config
+    import lerobot.datasets.factory as factory
+
+    patch_train_config(train_config)
+    patch_factory(factory)
+    script = sys.modules.get("lerobot.scripts.lerobot_train")
+    if script is not None:
+        patch_train_script(script)
+
+
+def time_video_queries(spent: list) -> None:
+    """Benchmark only: add the wall time of every ``DatasetReader._query_videos`` call (all cameras of a sample)
+    to ``spent[0]``, in this process."""
+    import time
+
+    from lerobot.datasets.dataset_reader import DatasetReader
+
+    orig = DatasetReader._query_videos
+
+    def timed(self, *a, **k):
+        t = time.perf_counter()
+        try:
+            return orig(self, *a, **k)
+        finally:
+            spent[0] += time.perf_counter() - t
+
+    DatasetReader._query_videos = timed
+
+
+def checks() -> list[Check]:
+    """Rows for ``robo-loaders doctor``."""
+    found = installed_version()
+    rows = [Check(f"lerobot {found or 'not installed'}", (found or "").startswith(SUPPORTED_PREFIX),
+                  f"supported: {SUPPORTED_PREFIX}x" + ("" if found else "; LeRobot backends unavailable"),
+                  required=found is not None)]
+    if found is None:
+        return rows
+    try:  # not a function: a dataclass field whose type draccus reads at parse time
+        from lerobot.configs.train import TrainPipelineConfig
+
+        hints = typing.get_type_hints(TrainPipelineConfig)
+        ok = "dataset" in hints and "dataset" in TrainPipelineConfig.__dataclass_fields__
+        rows.append(Check("LeRobot patch point lerobot.configs.train.TrainPipelineConfig.dataset", ok,
+                          f"typed {hints.get('dataset')!r}" if ok else "no 'dataset' field"))
+    except ImportError as exc:
+        rows.append(Check("LeRobot patch point lerobot.configs.train.TrainPipelineConfig", False, str(exc)))
+    rows += checks_module.patch_point_checks("LeRobot", PATCHED, ORIGINALS, _MARK)
+    try:
+        from lerobot.datasets.dataset_reader import DatasetReader
+
+        source = inspect.getsource(DatasetReader)
+        for attr in READER_ATTRS:
+            ok = f"self.{attr} =" in source or f"self.{attr}:" in source
+            rows.append(Check(f"LeRobot private read DatasetReader.{attr}", ok, "decides what an item is"
+                         + ("" if ok else ": gone, items cannot be reproduced")))
+        ok = hasattr(DatasetReader, "_query_videos")
+        rows.append(Check("LeRobot private read DatasetReader._query_videos", ok, "benchmark's decode split only",
+                          required=False))
+        from lerobot.datasets import EpisodeAwareSampler
+
+        public = all(hasattr(EpisodeAwareSampler, a) for a in ("indices", "state_dict", "load_state_dict"))
+        rows.append(Check("LeRobot EpisodeAwareSampler.indices/state_dict", public,
+                     "what datapipe serves per pass, and where --resume continues"))
+    except (ImportError, OSError) as exc:
+        rows.append(Check("LeRobot DatasetReader", False, str(exc)))
+    return rows

@@ -1,0 +1,1 @@
+"""The datapipe backend's torchdata.nodes pipeline: a batch plan, parallel assembly, prefetch; framework-neutral."""

@@ -1,0 +1,140 @@
+"""Everything this plugin changes in robomimic, or reads from its inside: robomimic 0.3.0, in one module.
+
+Patches (applied by the start-up import hook right after robomimic's module code runs, or by :func:`apply_all`;
+each is idempotent and keeps the original in :data:`ORIGINALS`):
+
+1. ``robomimic.config.base_config.BaseConfig.train_config`` also sets ``train.data_backend`` (null) and
+   ``train.data_backend_kwargs`` ({}), for every algorithm;
+2. ``robomimic.utils.train_utils.dataset_factory`` builds the configured backend's dataset;
+3. ``robomimic.utils.train_utils.load_data_for_training`` checks the backend choice before anything is read;
+4. ``robomimic.utils.train_utils.run_epoch`` iterates what the backend's kind says (``core.iteration``) instead of
+   the DataLoader robomimic builds inside ``train()``.
+
+Private reads: ``SequenceDataset._index_to_demo_id`` (only the benchmark's episode-mix metric for ``native``).
+Side effects relied on: ``import robomimic.algo`` registers the observation encoders SequenceDataset needs.
+
+On another robomimic version the patches are not applied (robomimic then runs unmodified and says so once) and the
+backends refuse to build, naming the version: ``robo-loaders doctor`` shows which symbol moved.
+"""
+from __future__ import annotations
+
+from robo_loaders_plugin.core import checks as checks_module
+from robo_loaders_plugin.core.checks import Check
+
+import functools
+import inspect
+
+from robo_loaders_plugin.core.errors import CompatError
+
+SUPPORTED_VERSION = "0.3.0"
+ORIGINALS: dict[str, object] = {}
+_MARK = "__robo_loaders_patched__"
+# (module, attribute, parameters the plugin relies on)
+PATCHED = (
+    ("robomimic.config.base_config", "BaseConfig.train_config", ("self",)),
+    ("robomimic.utils.train_utils", "dataset_factory", ("config", "obs_keys", "filter_by_attribute", "dataset_path")),
+    ("robomimic.utils.train_utils", "load_data_for_training", ("config", "obs_keys")),
+    ("robomimic.utils.train_utils", "run_epoch", ("model", "data_loader", "epoch", "validate", "num_steps",
+                                                  "obs_normalization_stats")),
+)
+
+
+def installed_version() -> str | None:
+    return checks_module.installed_version("robomimic")
+
+
+def check_version() -> None:
+    found = installed_version()
+    if found != SUPPORTED_VERSION:
+        raise CompatError(f"robo-loaders supports robomimic {SUPPORTED_VERSION} (its patches and sample rules are "
+                          f"written against it); found {found or 'none'}. Install robomimic=={SUPPORTED_VERSION}, or "
+                          "leave train.data_backend null (robomimic then runs unmodified). 'robo-loaders doctor' "
+                          "lists what differs")
+
+
+def original(name: str):
+    """The unpatched robomimic function ``name`` (works whether or not the patches are applied)."""
+    if name in ORIGINALS:
+        return ORIGINALS[name]
+    if name == "train_config":
+        from robomimic.config.base_config import BaseConfig
+
+        return BaseConfig.train_config
+    import robomimic.utils.train_utils as TrainUtils
+
+    return getattr(TrainUtils, name)
+
+
+def patch_base_config(module) -> None:
+    check_version()
+    BaseConfig = module.BaseConfig
+    orig = BaseConfig.train_config
+    if getattr(orig, _MARK, False):
+        return
+    ORIGINALS["train_config"] = orig
+
+    @functools.wraps(orig)
+    def train_config(self):
+        orig(self)
+        self.train.data_backend = None       # null = robomimic's own SequenceDataset
+        self.train.data_backend_kwargs = {}  # a plain dict: stays open to any key after lock()
+
+    setattr(train_config, _MARK, True)
+    BaseConfig.train_config = train_config
+
+
+def patch_train_utils(module) -> None:
+    check_version()
+    if getattr(module.dataset_factory, _MARK, False):
+        return
+    from robo_loaders_plugin.robomimic import integration
+
+    for name, new in (("dataset_factory", integration.dataset_factory),
+                      ("load_data_for_training", integration.load_data_for_training),
+                      ("run_epoch", integration.run_epoch)):
+        ORIGINALS[name] = getattr(module, name)
+        wrapper = functools.wraps(ORIGINALS[name])(functools.partial(new))
+        setattr(wrapper, _MARK, True)
+        setattr(module, name, wrapper)
+
+
+def apply_all() -> None:
+    """Import robomimic's patched modules and patch them now (for users who disabled the import hook)."""
+    import robomimic.config.base_config as base_config
+    import robomimic.utils.train_utils as train_utils
+
+    patch_base_config(base_config)
+    patch_train_utils(train_utils)
+
+
+def register_observation_encoders() -> None:
+    """SequenceDataset (and robomimic's obs processing) need the encoders ``robomimic.algo`` registers on import."""
+    import robomimic.algo  # noqa: F401
+
+
+def demo_of_index(sequence_dataset):
+    """Demo index of every sample of robomimic's own SequenceDataset (its private ``_index_to_demo_id`` map)."""
+    import numpy as np
+
+    demos = {d: i for i, d in enumerate(sequence_dataset.demos)}
+    return np.array([demos[sequence_dataset._index_to_demo_id[i]] for i in range(len(sequence_dataset))])
+
+
+def checks() -> list[Check]:
+    """Rows for ``robo-loaders doctor``."""
+    found = installed_version()
+    rows = [Check(f"robomimic {found or 'not installed'}", found == SUPPORTED_VERSION,
+                  f"supported: {SUPPORTED_VERSION}" + ("" if found else "; robomimic backends unavailable"),
+                  required=found is not None)]
+    if found is None:
+        return rows
+    rows += checks_module.patch_point_checks("robomimic", PATCHED, ORIGINALS, _MARK)
+    try:
+        from robomimic.utils.dataset import SequenceDataset
+
+        ok = "_index_to_demo_id" in inspect.getsource(SequenceDataset)
+        rows.append(Check("robomimic private read SequenceDataset._index_to_demo_id", ok,
+                          "used by the benchmark's episode-mix metric" + ("" if ok else ": gone"), required=False))
+    except (ImportError, OSError) as exc:
+        rows.append(Check("robomimic SequenceDataset", False, str(exc)))
+    return rows

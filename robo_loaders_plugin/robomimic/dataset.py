@@ -1,0 +1,86 @@
+"""robomimic's SequenceDataset samples served from a frame source (every robomimic backend but ``native``).
+
+The window rules are ``windows.robomimic``; this class is the map-style dataset robomimic's ``train()`` sees
+(``len()``, ``print()``, ``get_dataset_sampler()``, a DataLoader over it) and the ``collate`` the ``indexed`` and
+``batch`` kinds build whole batches with (``core.iteration``).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from robo_loaders_plugin.core.iteration import IndexedDataset
+from robo_loaders_plugin.frames.base import FrameSource
+from robo_loaders_plugin.storage.buffers import BufferPool
+from robo_loaders_plugin.windows import robomimic as rules
+
+
+class RobomimicSamples(IndexedDataset):
+    def __init__(self, frames: FrameSource, windows: rules.SequenceWindows, *, demos, hdf5_path: str,
+                 filter_by_attribute=None, backend_name: str, location: str):
+        super().__init__()
+        self.frames, self.windows = frames, windows
+        self.opts = windows.opts
+        self.demos = list(demos)
+        self.n_demos = len(self.demos)
+        self.hdf5_path = hdf5_path
+        self.filter_by_attribute = filter_by_attribute
+        self.backend_name = backend_name
+        self.location = location  # where the frames live (for repr and the log line)
+        self.build_summary = ""
+        self._pool = BufferPool()
+
+    # -- what robomimic's train() uses ----------------------------------------------------------------------------
+    def __len__(self):
+        return len(self.windows)
+
+    @property
+    def total_num_sequences(self) -> int:
+        return len(self.windows)
+
+    def __repr__(self):
+        o = self.opts
+        return (f"{type(self).__name__} (backend={self.backend_name}\n\tpath={self.hdf5_path}\n\t"
+                f"obs_keys={o.obs_keys}\n\tseq_length={o.seq_length}\n\t"
+                f"filter_key={self.filter_by_attribute or 'none'}\n\tframe_stack={o.frame_stack}\n\t"
+                f"pad_seq_length={o.pad_seq_length}\n\tpad_frame_stack={o.pad_frame_stack}\n\t"
+                f"goal_mode={o.goal_mode or 'none'}\n\tcache_mode={o.hdf5_cache_mode or 'none'}\n\t"
+                f"num_demos={self.n_demos}\n\tnum_sequences={len(self)}\n\tdata={self.location}\n)")
+
+    def get_dataset_sampler(self):
+        return None
+
+    @property
+    def get_pad_mask(self) -> bool:
+        """SequenceDataset's ``get_pad_mask`` (robomimic's dataset_factory passes False; settable, as there)."""
+        return self.opts.get_pad_mask
+
+    @get_pad_mask.setter
+    def get_pad_mask(self, value: bool) -> None:
+        self.opts = self.windows.opts = dataclasses.replace(self.opts, get_pad_mask=bool(value))
+
+    def get_obs_normalization_stats(self):
+        raise RuntimeError("hdf5_normalize_obs is not supported by robo-loaders backends (it is broken in "
+                           "robomimic 0.3.0); set train.hdf5_normalize_obs=false or use data_backend=null")
+
+    # -- samples ------------------------------------------------------------------------------------------------
+    def gather(self, indices) -> dict:
+        """Collated numpy arrays for sample indices (the nested dict robomimic's default_collate builds)."""
+        return rules.collate(self.frames, self.windows, indices, self._pool)
+
+    def __getitem__(self, index):
+        return rules.row(self.gather([int(index)]), 0)
+
+    def __getitems__(self, indices):
+        """Called by torch's DataLoader with a whole batch of indices: one gather, then per-sample views."""
+        batch = self.gather(indices)
+        return [rules.row(batch, b) for b in range(len(indices))]
+
+    def collate(self, indices) -> dict:
+        """A batch as torch tensors without a collate copy (the arrays are wrapped, not copied)."""
+        return rules.to_torch(self.gather(indices))
+
+    def episode_of(self, indices=None) -> np.ndarray:
+        """Demo index of samples ``indices`` (default: all)."""
+        return self.windows.episode_of if indices is None else self.windows.episode_of[np.asarray(indices)]

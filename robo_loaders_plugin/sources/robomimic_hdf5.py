@@ -1,0 +1,172 @@
+"""robomimic HDF5 files (``data/demo_<i>/{actions, obs/<k>, next_obs/<k>, ...}``, ``mask/<filter key>``), read
+with h5py, with errors that name the file, demo and key (robomimic itself asserts or raises a bare KeyError deep
+inside a DataLoader worker).
+
+Content digest (see ``storage.fingerprint``): every attribute of ``data`` and of each demo, every ``mask/`` list,
+and for each dataset of each demo its dtype and shape, all of it when a step is smaller than
+:data:`FRAME_MIN_BYTES` (actions, rewards, dones, states, low-dim observations), else its first, middle and last
+step (camera frames).
+"""
+from __future__ import annotations
+
+import os
+
+import h5py
+import numpy as np
+
+from robo_loaders_plugin.core.errors import SourceError
+from robo_loaders_plugin.storage import fingerprint as fp
+
+FRAME_MIN_BYTES = 1024  # per-step arrays at least this large (camera frames, depth maps) are frames
+
+
+def open_hdf5(path: str) -> h5py.File:
+    path = os.path.expanduser(path)
+    if not os.path.exists(path):
+        raise SourceError(f"robomimic dataset {path} does not exist (check train.data)")
+    try:
+        return h5py.File(path, "r")
+    except OSError as exc:
+        raise SourceError(f"cannot open robomimic dataset {path}: it is truncated, corrupt or not an HDF5 file "
+                          f"({exc}); re-download or regenerate it") from exc
+
+
+def sorted_demos(names) -> list[str]:
+    """Demos in robomimic's order: ``int(name[5:])``, the key SequenceDataset sorts by."""
+    names = list(names)
+    bad = []
+    for n in names:
+        try:
+            int(n[5:])
+        except ValueError:
+            bad.append(n)
+    if bad:
+        raise SourceError(f"demo names must look like demo_<int> (robomimic sorts by int(name[5:])), found {bad[:5]}")
+    return sorted(names, key=lambda n: int(n[5:]))
+
+
+def _text(v):
+    return v.decode() if isinstance(v, bytes) else v.item() if hasattr(v, "item") else v
+
+
+def datasets(group, prefix=""):
+    """(relative name, h5py dataset) of every dataset under ``group``."""
+    for k, v in group.items():
+        if isinstance(v, h5py.Dataset):
+            yield prefix + k, v
+        else:
+            yield from datasets(v, f"{prefix}{k}/")
+
+
+class RobomimicHdf5:
+    """One robomimic HDF5 file, opened per use (h5py handles must not cross a fork)."""
+
+    def __init__(self, path: str):
+        self.path = os.path.expanduser(path)
+        open_hdf5(self.path).close()  # exists and opens, or a clear error now
+
+    def open(self) -> h5py.File:
+        return open_hdf5(self.path)
+
+    # -- episodes -----------------------------------------------------------------------------------------------
+    @staticmethod
+    def demos(f: h5py.File, filter_key: str | None) -> list[str]:
+        if "data" not in f:
+            raise SourceError(f"{f.filename}: no 'data' group; this is not a robomimic dataset")
+        if filter_key is None:
+            return sorted_demos(f["data"].keys())
+        masks = sorted(f["mask"].keys()) if "mask" in f else []
+        if filter_key not in masks:
+            raise SourceError(f"{f.filename}: filter key {filter_key!r} not found under mask/ (available: "
+                              f"{masks or 'none'}); fix train.hdf5_filter_key / train.hdf5_validation_filter_key")
+        names = [_text(n) for n in np.array(f[f"mask/{filter_key}"][:])]
+        missing = [n for n in names if n not in f["data"]]
+        if missing:
+            raise SourceError(f"{f.filename}: mask/{filter_key} lists demos missing from data/: {missing[:5]}")
+        return sorted_demos(names)
+
+    @staticmethod
+    def length(f: h5py.File, demo: str) -> int:
+        g = f[f"data/{demo}"]
+        if "num_samples" not in g.attrs:
+            raise SourceError(f"{f.filename}: data/{demo} has no 'num_samples' attribute (robomimic requires it)")
+        n = int(g.attrs["num_samples"])
+        if n < 1:
+            raise SourceError(f"{f.filename}: data/{demo} has num_samples={n}; robomimic needs at least one step "
+                              "per demo (remove the demo or fix the attribute)")
+        return n
+
+    @staticmethod
+    def has(f: h5py.File, demo: str, key: str) -> bool:
+        return f"data/{demo}/{key}" in f
+
+    @staticmethod
+    def read(f: h5py.File, demo: str, key: str, length: int | None = None) -> np.ndarray:
+        """``data/<demo>/<key>`` fully read, with a clear error when missing, unreadable or of the wrong length."""
+        path = f"data/{demo}/{key}"
+        if path not in f:
+            group, _, _leaf = key.rpartition("/")
+            where = f[f"data/{demo}/{group}"] if group and f"data/{demo}/{group}" in f else f[f"data/{demo}"]
+            raise SourceError(f"{f.filename}: {path} is missing (available under {where.name}: "
+                              f"{sorted(where.keys())}); check the obs keys in observation.modalities, "
+                              "train.dataset_keys, or hdf5_load_next_obs")
+        try:
+            arr = f[path][()]
+        except (OSError, RuntimeError, ValueError) as exc:
+            raise SourceError(f"{f.filename}: cannot read {path} ({exc}); the file is truncated or corrupt") from exc
+        if length is not None and (arr.ndim == 0 or arr.shape[0] != length):
+            raise SourceError(f"{f.filename}: {path} has shape {arr.shape} but data/{demo} has num_samples={length}")
+        return arr
+
+    def read_all(self, f: h5py.File, demo: str) -> tuple[dict, set]:
+        """Every dataset of a demo in its file dtype, and the names of those that are camera frames."""
+        fields = {key: self.read(f, demo, key) for key, _ in datasets(f[f"data/{demo}"])}
+        return fields, {k for k, a in fields.items() if a.ndim > 1 and a[0].nbytes >= FRAME_MIN_BYTES}
+
+    @staticmethod
+    def nbytes(f: h5py.File, demo: str) -> int:
+        return sum(ds.nbytes for _, ds in datasets(f[f"data/{demo}"]))
+
+    @staticmethod
+    def metadata(f: h5py.File) -> dict:
+        """What converted shards keep of the file besides the arrays: attributes, masks, demo order."""
+        demos = sorted_demos(f["data"].keys())
+        masks = {k: [_text(x) if isinstance(x, bytes) else str(x) for x in f[f"mask/{k}"][:]]
+                 for k in (f["mask"].keys() if "mask" in f else [])}
+        return {"framework": "robomimic", "data_attrs": {k: _text(v) for k, v in f["data"].attrs.items()},
+                "demo_attrs": {d: {k: _text(v) for k, v in f[f"data/{d}"].attrs.items()} for d in demos},
+                "masks": masks, "demos": demos}
+
+    # -- staleness ------------------------------------------------------------------------------------------------
+    def fingerprint(self, recorded: fp.Fingerprint | None = None) -> fp.Fingerprint:
+        return fp.fingerprint(self.path, self._digest, recorded)
+
+    def _digest(self) -> str:
+        h = fp.new_digest()
+        with self.open() as f:
+            if "data" not in f:
+                raise SourceError(f"{self.path}: no 'data' group; this is not a robomimic dataset")
+
+            def attrs(obj):
+                h.update(repr(sorted((k, repr(_text(v))) for k, v in obj.attrs.items())).encode())
+
+            attrs(f["data"])
+            for k in sorted(f["mask"].keys()) if "mask" in f else []:
+                h.update(k.encode() + f[f"mask/{k}"][()].tobytes())
+            for demo in sorted(f["data"].keys()):
+                h.update(demo.encode())
+                attrs(f[f"data/{demo}"])
+                for name, ds in sorted(datasets(f[f"data/{demo}"])):
+                    h.update(f"{name}:{ds.dtype.str}:{ds.shape}".encode())
+                    n = ds.shape[0] if ds.ndim else 0
+                    step = ds.dtype.itemsize * int(np.prod(ds.shape[1:])) if ds.ndim else ds.dtype.itemsize
+                    try:
+                        if step < FRAME_MIN_BYTES or n == 0:
+                            h.update(np.ascontiguousarray(ds[()]).tobytes())
+                        else:
+                            for i in sorted({0, n // 2, n - 1}):
+                                h.update(np.ascontiguousarray(ds[i]).tobytes())
+                    except (OSError, RuntimeError, ValueError) as exc:
+                        raise SourceError(f"{self.path}: cannot read data/{demo}/{name} ({exc}); the file is "
+                                          "truncated or corrupt") from exc
+        return h.hexdigest()

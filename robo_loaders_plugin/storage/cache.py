@@ -1,0 +1,310 @@
+"""Where persisted data (compressed caches, converted shards) lives, how it is shared, and how much is kept.
+
+- **Root**: the backend's ``cache_dir`` option, else ``$ROBO_LOADERS_CACHE``, else ``$XDG_CACHE_HOME/robo-loaders``,
+  else ``~/.cache/robo-loaders``.
+- **Entries** are files or directories named ``<kind>-<source key>-<content key>[.rlc]``: the source key hashes
+  the source's path and every option the content depends on, the content key the source's content identity
+  (``storage.fingerprint``). A changed source therefore gets a new entry; the entries it replaces (same source key)
+  are removed as soon as no process uses them, so a source edited ten times does not leave ten copies behind.
+- **Locks** (``<root>/.locks/``): a builder holds ``<entry>.build`` exclusively, so two runs started together
+  build once (the second waits, then reuses); a dataset holds ``<entry>.use`` shared for its lifetime, so pruning
+  never removes data a run (or its DataLoader workers) still reads. Waiting has a timeout
+  (``$ROBO_LOADERS_LOCK_TIMEOUT`` seconds, default 7200) and says which lock it waits for.
+- **Size limit**: ``$ROBO_LOADERS_CACHE_SIZE`` (default 50GB; 0 = no limit). After an entry is built, the least
+  recently used entries not in use are removed until the root fits. ``robo-loaders cache list|prune|clear``.
+- **Leftovers**: temporary files of builds that were killed (``*.tmp-*`` whose build lock is free) are removed
+  before a new build.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import errno
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import socket
+import time
+import weakref
+
+from robo_loaders_plugin.core.errors import RoboLoadersError
+from robo_loaders_plugin.core.units import format_bytes, parse_bytes
+
+ENV_ROOT = "ROBO_LOADERS_CACHE"
+ENV_SIZE = "ROBO_LOADERS_CACHE_SIZE"
+ENV_LOCK_TIMEOUT = "ROBO_LOADERS_LOCK_TIMEOUT"
+DEFAULT_SIZE = "50GB"
+DEFAULT_LOCK_TIMEOUT_S = 7200.0
+LOCKS = ".locks"
+
+
+class CacheError(RoboLoadersError):
+    pass
+
+
+def default_root() -> str:
+    if os.environ.get(ENV_ROOT):
+        return os.path.expanduser(os.environ[ENV_ROOT])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "robo-loaders")
+
+
+def cache_root(option: str | None = None, where: str = "cache_dir") -> str:
+    """The cache root (created), from the option or the default; a clear error when it cannot be a directory."""
+    root = os.path.abspath(os.path.expanduser(option)) if option else default_root()
+    if os.path.exists(root) and not os.path.isdir(root):
+        raise CacheError(f"{where}={root!r} is a file, not a directory; point it at a directory (it is created if "
+                         "missing)")
+    try:
+        os.makedirs(os.path.join(root, LOCKS), exist_ok=True)
+    except OSError as exc:
+        raise CacheError(f"{where}={root!r}: cannot create the cache directory ({exc.strerror}); choose a writable "
+                         f"directory or set {ENV_ROOT}") from None
+    return root
+
+
+def size_limit() -> int | None:
+    value = os.environ.get(ENV_SIZE, DEFAULT_SIZE)
+    try:
+        n = parse_bytes(value, ENV_SIZE)
+    except ValueError as exc:
+        raise CacheError(str(exc)) from None
+    return n or None
+
+
+def short_hash(desc) -> str:
+    return hashlib.sha256(json.dumps(desc, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def lock_timeout() -> float:
+    """Seconds a process waits for another's lock (a build here, conversion leases in ``shards.manifest``)."""
+    try:
+        return float(os.environ.get(ENV_LOCK_TIMEOUT, DEFAULT_LOCK_TIMEOUT_S))
+    except ValueError:
+        raise CacheError(f"{ENV_LOCK_TIMEOUT} must be a number of seconds, got {os.environ[ENV_LOCK_TIMEOUT]!r}") \
+            from None
+
+
+def _try_lock(fd: int, mode: int) -> bool:
+    try:
+        fcntl.flock(fd, mode | fcntl.LOCK_NB)
+        return True
+    except OSError as exc:
+        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            return False
+        raise
+
+
+class _Held:
+    """A flock held as long as this object lives (released by :meth:`release` or garbage collection)."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+        self._finalizer = weakref.finalize(self, os.close, fd)
+
+    def release(self) -> None:
+        self._finalizer()
+
+    def __getstate__(self):  # a spawned worker gets no lock: its parent holds it for the run
+        return {}
+
+    def __setstate__(self, state):
+        self.fd, self._finalizer = -1, lambda: None
+
+
+@dataclasses.dataclass
+class Entry:
+    root: str
+    name: str
+
+    @property
+    def path(self) -> str:
+        return os.path.join(self.root, self.name)
+
+    def _lock_path(self, what: str) -> str:
+        return os.path.join(self.root, LOCKS, f"{self.name}.{what}")
+
+    def _open_lock(self, what: str) -> int:
+        return os.open(self._lock_path(what), os.O_RDWR | os.O_CREAT, 0o644)
+
+    @contextlib.contextmanager
+    def building(self, description: str):
+        """Exclusive build lock: waits (with a timeout and a message) while another process builds this entry."""
+        fd = self._open_lock("build")
+        try:
+            if not _try_lock(fd, fcntl.LOCK_EX):
+                holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process"
+                print(f"[robo-loaders] waiting for {holder} to finish building {self.path} ({description})",
+                      flush=True)
+                deadline = time.monotonic() + lock_timeout()
+                while not _try_lock(fd, fcntl.LOCK_EX):
+                    if time.monotonic() > deadline:
+                        raise CacheError(f"timed out after {lock_timeout():.0f} s waiting for {holder} to finish "
+                                         f"building {self.path} (lock {self._lock_path('build')}). If no such "
+                                         f"process runs, delete the lock file; raise {ENV_LOCK_TIMEOUT} to wait longer")
+                    time.sleep(0.5)
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}".encode(), 0)
+            yield self
+        finally:
+            os.close(fd)
+
+    def hold(self) -> _Held:
+        """Mark the entry in use (shared lock) for as long as the returned object lives, and as recently used."""
+        fd = self._open_lock("use")
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        os.utime(self._lock_path("use"))
+        return _Held(fd)
+
+    def in_use(self) -> bool:
+        if not os.path.exists(self._lock_path("use")):
+            return False
+        fd = self._open_lock("use")
+        try:
+            if _try_lock(fd, fcntl.LOCK_EX):
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                return False
+            return True
+        finally:
+            os.close(fd)
+
+    def last_used(self) -> float:
+        for p in (self._lock_path("use"), self.path):
+            if os.path.exists(p):
+                return os.path.getmtime(p)
+        return 0.0
+
+    def nbytes(self) -> int:
+        return path_bytes(self.path)
+
+    def remove(self) -> bool:
+        """Delete the entry unless a process uses or builds it; returns whether it was removed."""
+        use = self._open_lock("use")
+        build = self._open_lock("build")
+        try:
+            if not (_try_lock(use, fcntl.LOCK_EX) and _try_lock(build, fcntl.LOCK_EX)):
+                return False
+            if os.path.isdir(self.path):
+                shutil.rmtree(self.path, ignore_errors=True)
+            elif os.path.exists(self.path):
+                os.unlink(self.path)
+            for what in ("use", "build"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(self._lock_path(what))
+            return True
+        finally:
+            os.close(use)
+            os.close(build)
+
+
+def path_bytes(path: str) -> int:
+    if os.path.isdir(path):
+        return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files
+                   if os.path.exists(os.path.join(d, f)))
+    return os.path.getsize(path) if os.path.exists(path) else 0
+
+
+def entry_for(root: str, kind: str, source_key: str, content_key: str, suffix: str = "") -> Entry:
+    return Entry(root, f"{kind}-{source_key}-{content_key}{suffix}")
+
+
+def entries(root: str) -> list[Entry]:
+    """Every entry under ``root`` (temporary files and locks left out)."""
+    if not os.path.isdir(root):
+        return []
+    return [Entry(root, n) for n in sorted(os.listdir(root)) if not n.startswith(".") and ".tmp-" not in n]
+
+
+def siblings(entry: Entry) -> list[Entry]:
+    """Entries of the same kind and source key (older versions of the same source and options)."""
+    prefix = entry.name.rsplit("-", 1)[0] + "-"
+    return [e for e in entries(entry.root) if e.name.startswith(prefix) and e.name != entry.name]
+
+
+def retire_siblings(entry: Entry) -> list[str]:
+    """Remove the entries ``entry`` replaces (same source and options, older content) that nothing uses."""
+    return [e.path for e in siblings(entry) if e.remove()]
+
+
+def sweep_temporary(root: str, owned: str | None = None) -> list[str]:
+    """Remove ``*.tmp-*`` leftovers of killed builds: those whose entry's build lock is free, and those of
+    ``owned`` (an entry whose build lock this process holds, so their writer is gone)."""
+    removed = []
+    for n in os.listdir(root) if os.path.isdir(root) else []:
+        if ".tmp-" not in n or n.startswith("."):
+            continue
+        entry = Entry(root, n.split(".tmp-")[0])
+        p = os.path.join(root, n)
+        fd = entry._open_lock("build")
+        try:
+            if entry.name == owned or _try_lock(fd, fcntl.LOCK_EX):
+                shutil.rmtree(p, ignore_errors=True) if os.path.isdir(p) else os.unlink(p)
+                removed.append(p)
+        finally:
+            os.close(fd)
+    return removed
+
+
+def prune(root: str, limit: int | None, keep: tuple[str, ...] = ()) -> list[str]:
+    """Remove least recently used entries that nothing uses until ``root`` holds at most ``limit`` bytes."""
+    if limit is None:
+        return []
+    all_entries = sorted(entries(root), key=lambda e: e.last_used())
+    sizes = {e.name: e.nbytes() for e in all_entries}
+    total = sum(sizes.values())
+    removed = []
+    for e in all_entries:
+        if total <= limit:
+            break
+        if e.name in keep:
+            continue
+        if e.remove():
+            total -= sizes[e.name]
+            removed.append(e.path)
+    if total > limit:
+        print(f"[robo-loaders] the cache {root} holds {format_bytes(total)}, over its limit of {format_bytes(limit)} "
+              f"({ENV_SIZE}), with entries in use; nothing more can be removed now", flush=True)
+    return removed
+
+
+def after_build(entry: Entry) -> None:
+    """Housekeeping once ``entry`` is complete: retire what it replaces, then keep the root within its limit."""
+    for p in retire_siblings(entry):
+        print(f"[robo-loaders] removed {p} (made from an earlier version of the same source)", flush=True)
+    for p in prune(entry.root, size_limit(), keep=(entry.name,)):
+        print(f"[robo-loaders] removed {p} (least recently used; cache limit {ENV_SIZE})", flush=True)
+
+
+def content_key(fingerprint) -> str:
+    """Short hash of a source's identity (``Fingerprint.identity``: file names, sizes, mtimes, content digest)."""
+    return short_hash(fingerprint.identity())
+
+
+def obtain(root: str, kind: str, key_desc: dict, fingerprint, recorded_of, usable, build, description: str,
+           suffix: str = ""):
+    """Find or build the entry of a source: returns (entry, holder, reused, source fingerprint).
+
+    ``key_desc``: the source path and the options the content depends on; ``fingerprint(recorded)`` computes the
+    source's fingerprint (``recorded``: the one an earlier entry of the same source recorded, for the stat fast
+    path); ``recorded_of(path)`` reads the fingerprint an entry recorded (None if unreadable); ``usable(path)``
+    says whether an existing entry is complete and intact; ``build(path, fingerprint)`` (re)builds it, resuming
+    whatever partial state it finds. The returned holder keeps the entry from being pruned while it lives."""
+    prefix = f"{kind}-{short_hash(key_desc)}-"
+    recorded = None
+    for e in sorted((e for e in entries(root) if e.name.startswith(prefix)), key=lambda e: -e.last_used()):
+        recorded = recorded_of(e.path)
+        if recorded is not None:
+            break
+    fp = fingerprint(recorded)
+    entry = Entry(root, prefix + content_key(fp) + suffix)
+    with entry.building(description):
+        reused = os.path.exists(entry.path) and usable(entry.path)
+        if not reused:
+            sweep_temporary(root, owned=entry.name)
+            build(entry.path, fp)
+        holder = entry.hold()
+    if not reused:
+        after_build(entry)
+    return entry, holder, reused, fp

@@ -1,0 +1,148 @@
+"""robo-shards (docs/robo-shards.md): names, constants, checksums and the helpers shared by the writer and the reader.
+
+Why tar: any tool can list, stream or extract it, and WebDataset-style readers group ``<ep>.<field>.<ext>``
+members into records. Why an index beside it: training samples episodes at random, so a reader seeks straight to
+an episode's members instead of scanning. Frames use the compressed cache's codec so both backends decode the same
+way; everything else is JSON or ``.npy`` (never pickle).
+
+Why checksums at three levels: serving damaged data as if it were good is the worst failure a loader can have.
+Each member carries a CRC32, checked on every read (cheap next to decompression); ``index.json`` and
+``dataset.json`` carry a SHA-256 of their own canonical JSON, checked when a reader opens them (an edited or
+damaged index would otherwise point at another episode's bytes); every shard has a SHA-256, checked by ``verify``.
+
+The writer lives in ``writer.py``, the reader in ``reader.py``; the package exports both.
+"""
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import json
+import os
+import re
+import shutil
+
+from robo_loaders_plugin.core.errors import RoboLoadersError
+from robo_loaders_plugin.core.units import format_bytes
+
+FORMAT = "robo-shards"
+VERSION = 2  # 2: CRC32 per member, checksummed index.json / dataset.json
+DEFAULT_SHARD_BYTES = 256 * 2**20
+MAX_INT = 2**62  # bound on every size, offset and length in the index: no overflow in int64 arithmetic
+EP_RE = re.compile(r"^[A-Za-z0-9_-]+$")
+MEMBER_RE = re.compile(r"^([A-Za-z0-9_-]+)\.([A-Za-z0-9_~.-]+)\.(json|npy|frames)$")
+SHARD_RE = re.compile(r"^shards/[A-Za-z0-9_-]+\.tar$")
+_TOKEN_RE = re.compile(r"^[A-Za-z0-9_~.-]+$")
+
+
+class ShardError(RoboLoadersError):
+    pass
+
+
+def field_token(field: str) -> str:
+    """A field name as it appears in member names (``obs/cam`` -> ``obs~cam``)."""
+    token = field.replace("/", "~")
+    if not _TOKEN_RE.match(token) or token.startswith(".") or ".." in token:
+        raise ShardError(f"field name {field!r} cannot be stored in a shard member name")
+    return token
+
+
+
+def member_name(episode: str, field: str, kind: str) -> str:
+    return f"{episode}.{field_token(field)}.{'frames' if kind == 'frames' else 'npy'}"
+
+
+def header_member(episode: str) -> str:
+    return f"{episode}.header.json"
+
+
+def is_int(value, lo: int = 0, hi: int = MAX_INT) -> bool:
+    """A JSON integer (not a bool, not a float) in ``[lo, hi]``."""
+    return type(value) is int and lo <= value <= hi
+
+
+def json_checksum(doc: dict) -> str:
+    """SHA-256 of the canonical JSON of ``doc`` without its ``checksum`` key (sorted keys, no whitespace, ASCII)."""
+    body = {k: v for k, v in doc.items() if k != "checksum"}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=True)
+    return hashlib.sha256(text.encode("ascii")).hexdigest()
+
+
+def with_checksum(doc: dict) -> dict:
+    """``doc`` as it reads back from JSON (tuples as lists, keys as strings), plus its ``checksum``."""
+    doc = json.loads(json.dumps(doc))
+    doc["checksum"] = json_checksum(doc)
+    return doc
+
+
+def listed_episodes(metadata) -> list[str] | None:
+    """The episode names the framework metadata lists (robomimic ``demos``, LeRobot ``episodes[].name``), or None
+    when it lists none in a form we know (other frameworks): what index.json must hold, no more, no less."""
+    if not isinstance(metadata, dict):
+        return None
+    demos = metadata.get("demos")
+    if isinstance(demos, list) and all(isinstance(d, str) for d in demos):
+        return demos
+    episodes = metadata.get("episodes")
+    if isinstance(episodes, list) and all(isinstance(e, dict) and isinstance(e.get("name"), str) for e in episodes):
+        return [e["name"] for e in episodes]
+    return None
+
+
+def listing_problems(names: list[str], listed: list[str] | None, where: str) -> list[str]:
+    """Differences between the episodes an index holds and those the metadata lists."""
+    if listed is None:
+        return []
+    problems = []
+    if len(set(listed)) != len(listed):
+        problems.append(f"{where}: dataset.json metadata lists some episodes twice")
+    missing = [n for n in listed if n not in set(names)]
+    extra = sorted(set(names) - set(listed))
+    if missing:
+        problems.append(f"{where}: {len(missing)} episode(s) listed in dataset.json are not in index.json "
+                        f"(e.g. {missing[:3]})")
+    if extra:
+        problems.append(f"{where}: index.json holds {len(extra)} episode(s) dataset.json does not list "
+                        f"(e.g. {extra[:3]})")
+    return problems
+
+
+def disk_full_error(directory: str, exc: OSError, needed: str | None, doing: str) -> ShardError | None:
+    """A clear error for a full disk or quota (None for any other OSError); ``needed`` says how much space the
+    failed write needed."""
+    if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+        return None
+    try:
+        free = format_bytes(shutil.disk_usage(directory).free)
+    except OSError:
+        free = "unknown"
+    need = f"; {needed}" if needed else ""
+    return ShardError(f"{directory}: {exc.strerror or 'no space left on device'} while {doing} ({free} free{need}). "
+                      "Free some space or choose another output directory, then run the same command again "
+                      "(a conversion resumes where it stopped)")
+
+
+def _atomic_json(path: str, payload) -> None:
+    """Write JSON to a temporary file, fsync, rename: readers see the old file or the new one, never a mix."""
+    tmp = f"{path}.tmp-{os.getpid()}"
+    try:
+        with open(tmp, "w") as f:
+            json.dump(payload, f, sort_keys=True)  # no indent: json's C encoder, ~5x faster on a large index
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        if isinstance(exc, OSError) and (err := disk_full_error(os.path.dirname(path) or ".", exc, None,
+                                                                 f"writing {os.path.basename(path)}")):
+            raise err from exc
+        raise
+
+
+def _sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()

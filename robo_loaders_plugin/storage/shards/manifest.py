@@ -1,0 +1,427 @@
+"""Parallel, resumable conversion into robo-shards.
+
+Why a manifest of work units: a conversion of a large dataset can be killed, or run by several processes on a
+shared folder (two training runs started together on one cache directory). ``manifest.json`` lists units (a run
+of episodes that becomes one shard) as planned / leased / done; a process leases a unit under an ``flock`` on
+``manifest.lock``, writes its shard atomically, then records it as done with its index entries. The index is
+published only when every unit is done, and only with exactly the planned episodes.
+
+Why a lease is a lock: the process holding a lease also holds an ``flock`` on ``locks/unit-<id>.lock`` until it
+records the unit done or gives it back, and a lease is stale exactly when that lock can be taken. The kernel drops
+the lock however the process ends, so a killed conversion resumes where it stopped; unlike a PID check this holds
+across PID namespaces (containers sharing a filesystem) and with PID reuse, and it works across hosts wherever
+``flock`` does (local filesystems, NFSv4), which ``manifest.lock`` requires anyway. ``lease_s`` is therefore no
+longer an expiry: a lease whose holder is alive is never taken over, however long the unit takes (taking it over
+would only convert it twice); the parameter is kept so callers' signatures stay valid.
+
+What resuming repairs (under the manifest lock): a unit whose conversion failed is given back at once (a retry in
+the same process converts it); done units whose shard is missing or resized, or whose recorded index does not hold
+exactly their episodes, are planned again (and ``index.json`` withdrawn until they are rewritten); temporary
+files of writers that are gone (their unit's lock is free) are removed, so a killed conversion does not keep the
+disk full. :func:`run` waits (``ROBO_LOADERS_LOCK_TIMEOUT`` seconds, default 2 h) while another live process
+converts units, then publishes.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import errno
+import fcntl
+import json
+import multiprocessing as mp
+import os
+import re
+import socket
+import time
+import uuid
+from typing import Callable, Iterable, Mapping, NamedTuple
+
+from tqdm.auto import tqdm
+
+from robo_loaders_plugin.storage.cache import ENV_LOCK_TIMEOUT, lock_timeout
+from robo_loaders_plugin.storage.codec import FrameCodec
+from robo_loaders_plugin.storage.shards.format import ShardError, _atomic_json
+from robo_loaders_plugin.storage.shards.writer import ShardWriter, publish
+
+MANIFEST = "manifest.json"
+MANIFEST_VERSION = 2  # 2: leases are locks; index entries carry CRC32s (format version 2)
+POLL_S = 0.5
+_UNIT_TMP_RE = re.compile(r"^unit-(\d+)-\d+\.tar\.tmp-\d+$")
+_JSON_TMP_RE = re.compile(r"^(manifest|index|dataset)\.json\.tmp-\d+$")
+
+
+class _Lease(NamedTuple):
+    fd: int  # holds the unit's flock
+    token: str  # identifies this lease in manifest.json
+
+
+_HELD: dict[tuple[str, int], _Lease] = {}  # (realpath of out_dir, unit id) -> lease this process holds
+
+
+@dataclasses.dataclass(frozen=True)
+class Converted:
+    """What :func:`run` published: ``units`` planned (one shard each), ``shards`` and ``episodes`` in index.json."""
+    units: int
+    shards: int
+    episodes: int
+
+
+@contextlib.contextmanager
+def _locked(out_dir: str):
+    with open(os.path.join(out_dir, "manifest.lock"), "a+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _read(out_dir: str) -> dict:
+    path = os.path.join(out_dir, MANIFEST)
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except ValueError as exc:
+        raise ShardError(f"{path} is damaged ({exc}); delete it and run the conversion again") from None
+
+
+def _write(out_dir: str, m: dict) -> None:
+    _atomic_json(os.path.join(out_dir, MANIFEST), m)
+
+
+def _normalized(value):
+    """``value`` as it reads back from JSON, so a tuple and the list it was saved as compare equal."""
+    return json.loads(json.dumps(value))
+
+
+# ---- unit locks: only ever opened under the manifest lock -------------------------------------------------------
+
+def _lock_path(out_dir: str, unit_id: int) -> str:
+    return os.path.join(out_dir, "locks", f"unit-{unit_id:06d}.lock")
+
+
+def _try_lock(out_dir: str, unit_id: int) -> int | None:
+    """The unit's lock, taken (its descriptor), or None while another holder (any process, or this one through
+    another descriptor) has it."""
+    os.makedirs(os.path.join(out_dir, "locks"), exist_ok=True)
+    fd = os.open(_lock_path(out_dir, unit_id), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return fd
+    except OSError as exc:
+        os.close(fd)
+        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            return None
+        raise
+
+
+def _lease_is_live(out_dir: str, unit_id: int) -> bool:
+    fd = _try_lock(out_dir, unit_id)
+    if fd is None:
+        return True
+    os.close(fd)
+    return False
+
+
+def _available(out_dir: str, u: dict) -> bool:
+    """Whether a unit can be leased: not done, and no live process holds its lock (planned, or leased by a
+    process that is gone; the same test :func:`lease` makes)."""
+    return u["state"] != "done" and not _lease_is_live(out_dir, u["id"])
+
+
+# ---- repairs on resume ------------------------------------------------------------------------------------------
+
+def _shard_intact(out_dir: str, shard: dict) -> bool:
+    try:
+        return os.path.getsize(os.path.join(out_dir, shard["name"])) == shard["bytes"]
+    except OSError:
+        return False
+
+
+def _replan_damaged(out_dir: str, m: dict) -> list[int]:
+    """Plan again the done units whose shards are missing or resized, or whose recorded index entries are not
+    exactly their episodes; withdraw index.json meanwhile (it would list shards being rewritten)."""
+    replanned = []
+    for u in m["units"]:
+        if u["state"] != "done":
+            continue
+        names = [e.get("name") for e in u.get("index", [])]
+        if names != u["episodes"] or not all(_shard_intact(out_dir, s) for s in u.get("shards", [])):
+            u["state"] = "planned"
+            u.pop("index", None)
+            u.pop("shards", None)
+            replanned.append(u["id"])
+    if replanned:
+        print(f"[robo-loaders] {out_dir}: converting unit(s) {_ids(replanned)} again (their shard is missing or "
+              "does not match manifest.json)", flush=True)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(out_dir, "index.json"))
+    return replanned
+
+
+def _sweep_leftovers(out_dir: str, m: dict) -> list[str]:
+    """Remove temporary files of writers that are gone: shards of units whose lock is free, and JSON files (only
+    ever written under the manifest lock, which the caller holds)."""
+    units = {u["id"] for u in m["units"]}
+    removed = []
+    shards_dir = os.path.join(out_dir, "shards")
+    for name in os.listdir(shards_dir) if os.path.isdir(shards_dir) else []:
+        match = _UNIT_TMP_RE.match(name)
+        if match and (int(match.group(1)) not in units or not _lease_is_live(out_dir, int(match.group(1)))):
+            removed.append(os.path.join(shards_dir, name))
+    removed += [os.path.join(out_dir, n) for n in os.listdir(out_dir) if _JSON_TMP_RE.match(n)]
+    for path in removed:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+    return removed
+
+
+def _ids(ids: Iterable[int], limit: int = 10) -> str:
+    ids = list(ids)
+    return ", ".join(map(str, ids[:limit])) + (f" and {len(ids) - limit} more" if len(ids) > limit else "")
+
+
+# ---- the manifest's life cycle ----------------------------------------------------------------------------------
+
+def plan(out_dir: str, source_fingerprint, units: list[list[str]], options: Mapping) -> dict:
+    """Create the manifest, or check that an existing one is for the same source and options (resume) and repair
+    it (see the module docstring). ``source_fingerprint``: any JSON value, compared with ``==``."""
+    names = [n for unit in units for n in unit]
+    if len(set(names)) != len(names):
+        raise ShardError(f"{out_dir}: the planned units list some episodes twice")
+    fingerprint, options = _normalized(source_fingerprint), _normalized(dict(options))
+    os.makedirs(os.path.join(out_dir, "shards"), exist_ok=True)
+    with _locked(out_dir):
+        path = os.path.join(out_dir, MANIFEST)
+        m = _read(out_dir) if os.path.exists(path) else None
+        if m is not None and m.get("version") != MANIFEST_VERSION:
+            print(f"[robo-loaders] {out_dir}: conversion state from an earlier robo-loaders; converting again",
+                  flush=True)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(out_dir, "index.json"))
+            m = None
+        if m is not None:
+            if m["source"] != fingerprint or m["options"] != options:
+                raise ShardError(f"{out_dir} holds a conversion of another source or with other options; "
+                                 "use an empty output directory")
+            changed = bool(_replan_damaged(out_dir, m))
+        else:
+            m = {"version": MANIFEST_VERSION, "source": fingerprint, "options": options,
+                 "units": [{"id": i, "episodes": list(eps), "state": "planned"} for i, eps in enumerate(units)]}
+            changed = True
+        _sweep_leftovers(out_dir, m)
+        if changed:
+            _write(out_dir, m)
+        return m
+
+
+def lease(out_dir: str, lease_s: float = 3600.0) -> dict | None:
+    """Lease the next unit that is planned or whose holder is gone; None when there is none. The caller then
+    holds the unit's lock until :func:`complete` or :func:`release`. ``lease_s`` is unused (module docstring)."""
+    with _locked(out_dir):
+        m = _read(out_dir)
+        for u in m["units"]:
+            if u["state"] == "done":
+                continue
+            fd = _try_lock(out_dir, u["id"])
+            if fd is None:
+                continue  # leased by a live process
+            token = uuid.uuid4().hex
+            u["state"] = "leased"
+            u["lease"] = {"token": token, "pid": os.getpid(), "host": socket.gethostname(), "time": time.time()}
+            try:
+                _write(out_dir, m)
+            except BaseException:
+                os.close(fd)
+                raise
+            _HELD[(os.path.realpath(out_dir), u["id"])] = _Lease(fd, token)
+            return u
+    return None
+
+
+def _owned(u: dict, held: _Lease | None) -> bool:
+    return held is not None and u["state"] == "leased" and u.get("lease", {}).get("token") == held.token
+
+
+def complete(out_dir: str, unit_id: int, episodes: list[dict], shards: list[dict]) -> None:
+    """Record a leased unit as done with its index entries, and let go of its lock."""
+    key = (os.path.realpath(out_dir), unit_id)
+    with _locked(out_dir):
+        m = _read(out_dir)
+        u = m["units"][unit_id]
+        if not _owned(u, _HELD.get(key)):
+            raise ShardError(f"{out_dir}: unit {unit_id} is not leased by this process (taken over while it was "
+                             "written?)")
+        names = [e["name"] for e in episodes]
+        if names != u["episodes"]:
+            raise ShardError(f"{out_dir}: unit {unit_id} was written with episodes {names[:3]}... "
+                             f"({len(names)}), planned {u['episodes'][:3]}... ({len(u['episodes'])})")
+        u.update(state="done", index=episodes, shards=shards)
+        u.pop("lease", None)
+        _write(out_dir, m)
+    os.close(_HELD.pop(key).fd)
+
+
+def release(out_dir: str, unit_id: int) -> None:
+    """Give a leased unit back (planned again), e.g. after its conversion failed; the lock goes in any case, so
+    even if manifest.json cannot be updated the lease is stale and the unit is taken over."""
+    held = _HELD.pop((os.path.realpath(out_dir), unit_id), None)
+    if held is None:
+        return
+    try:
+        with _locked(out_dir):
+            m = _read(out_dir)
+            u = m["units"][unit_id]
+            if _owned(u, held):
+                u["state"] = "planned"
+                u.pop("lease", None)
+                _write(out_dir, m)
+    finally:
+        os.close(held.fd)
+
+
+def work(out_dir: str, codec: FrameCodec, read_episode: Callable[[str], tuple[dict, set]],
+         lease_s: float = 3600.0) -> int:
+    """Lease and convert units until none is left; returns how many this process converted. A unit that fails
+    is given back before the error propagates."""
+    with _locked(out_dir):
+        _sweep_leftovers(out_dir, _read(out_dir))
+    done = 0
+    while (unit := lease(out_dir)) is not None:
+        writer = None
+        try:
+            writer = ShardWriter(out_dir, codec, {}, shard_bytes=2**62, shard_prefix=f"unit-{unit['id']:06d}")
+            for name in unit["episodes"]:
+                fields, compressed = read_episode(name)
+                writer.add_episode(name, fields, compressed)
+            episodes, shards = writer.finish_shards()
+            complete(out_dir, unit["id"], episodes, shards)
+        except BaseException:
+            if writer is not None:
+                writer.abort()
+            with contextlib.suppress(Exception):  # the original error matters; the lock is gone anyway
+                release(out_dir, unit["id"])
+            raise
+        done += 1
+    return done
+
+
+def _finish(out_dir: str, codec: FrameCodec, metadata: Mapping, source: Mapping) -> tuple[int, int] | None:
+    """Publish if every unit is done and intact: (shards, episodes) published, else None."""
+    with _locked(out_dir):
+        m = _read(out_dir)
+        if _replan_damaged(out_dir, m):
+            _write(out_dir, m)
+            return None
+        if any(u["state"] != "done" for u in m["units"]):
+            return None
+        episodes = [e for u in m["units"] for e in u["index"]]
+        shards = [s for u in m["units"] for s in u["shards"]]
+        planned = [n for u in m["units"] for n in u["episodes"]]
+        if [e["name"] for e in episodes] != planned:  # _replan_damaged makes this impossible; never publish it
+            raise ShardError(f"{out_dir}: the converted episodes differ from the planned ones; delete the directory "
+                             "and convert again")
+        publish(out_dir, episodes, shards, codec, metadata, source)
+        return len(shards), len(episodes)
+
+
+def finish(out_dir: str, codec: FrameCodec, metadata: Mapping, source: Mapping) -> bool:
+    """Publish index.json/dataset.json if every unit is done; returns whether it did."""
+    return _finish(out_dir, codec, metadata, source) is not None
+
+
+def unit_bytes(total_bytes: int, target_bytes: int, num_workers: int) -> int:
+    """Source bytes per work unit: about ``target_bytes`` (one shard each), but small enough that every worker
+    of a parallel conversion gets several units (a dataset smaller than ``4 x num_workers`` shards is split into
+    smaller shards rather than converted by one worker while the others wait)."""
+    if num_workers <= 1:
+        return target_bytes
+    return max(1, min(target_bytes, -(-total_bytes // (4 * num_workers))))
+
+
+def units_by_size(names: Iterable[str], sizes: Mapping[str, int], target_bytes: int) -> list[list[str]]:
+    """Consecutive episodes grouped into units of about ``target_bytes`` (one shard each)."""
+    units, cur, acc = [], [], 0
+    for n in names:
+        if cur and acc + sizes[n] > target_bytes:
+            units.append(cur)
+            cur, acc = [], 0
+        cur.append(n)
+        acc += sizes[n]
+    if cur:
+        units.append(cur)
+    return units
+
+
+def _pending(out_dir: str) -> tuple[list[int], list[dict]]:
+    """(ids of units this process could lease now, units leased by live processes)."""
+    with _locked(out_dir):
+        m = _read(out_dir)
+        available, held = [], []
+        for u in m["units"]:
+            if _available(out_dir, u):
+                available.append(u["id"])
+            elif u["state"] != "done":
+                held.append(u)
+        return available, held
+
+
+def _holders(units: list[dict]) -> str:
+    who = sorted({f"pid {u['lease'].get('pid')} on {u['lease'].get('host')}" for u in units if "lease" in u})
+    return f"unit(s) {_ids(u['id'] for u in units)} (leased by {', '.join(who) or 'another process'})"
+
+
+def _run_workers(worker: Callable, args: tuple, num_workers: int, out_dir: str, bar) -> None:
+    if num_workers <= 1:
+        worker(args)
+    else:
+        with mp.get_context("spawn").Pool(num_workers) as pool:
+            pending = pool.map_async(worker, [args] * num_workers)
+            while not pending.ready():
+                _show_progress(out_dir, bar)
+                time.sleep(POLL_S)
+            pending.get()  # re-raise a worker's error
+    _show_progress(out_dir, bar)
+
+
+def _show_progress(out_dir: str, bar) -> None:
+    bar.n = sum(u["state"] == "done" for u in _read(out_dir)["units"])
+    bar.refresh()
+
+
+def run(out_dir: str, worker: Callable, args: tuple, num_workers: int, codec: FrameCodec, metadata: Mapping,
+        source: Mapping, desc: str, progress: bool = True, timeout_s: float | None = None) -> Converted:
+    """Convert every planned unit with ``worker(args)`` (which calls :func:`work`) in this process or in
+    ``num_workers`` spawned ones, with a progress bar over units; then, while other live processes still hold
+    leases (another run converting into the same directory), wait for them (at most ``timeout_s``, default
+    :func:`lock_timeout`), converting any unit they give back; then publish. Spawned, not forked: workers open
+    decoders and HDF5 files of their own."""
+    timeout = lock_timeout() if timeout_s is None else float(timeout_s)
+    total = len(_read(out_dir)["units"])
+    bar = tqdm(total=total, desc=desc, unit="shard", disable=not progress)
+    try:
+        _run_workers(worker, args, num_workers, out_dir, bar)
+        deadline, left_over = None, None
+        while (published := _finish(out_dir, codec, metadata, source)) is None:
+            available, held = _pending(out_dir)
+            if available:  # given back by a killed process, or planned again: convert them here
+                if set(available) == left_over:  # the workers returned without converting them
+                    raise ShardError(f"{out_dir}: some units are not done yet (unit(s) {_ids(available)} were left "
+                                     "unconverted by the workers); run the same command again")
+                left_over = set(available)
+                _run_workers(worker, args, num_workers, out_dir, bar)
+                continue
+            if deadline is None:
+                deadline = time.monotonic() + timeout
+                print(f"[robo-loaders] {out_dir}: waiting for another process converting {_holders(held)} "
+                      f"(at most {timeout:.0f} s, {ENV_LOCK_TIMEOUT})", flush=True)
+            elif time.monotonic() > deadline:
+                raise ShardError(f"{out_dir}: timed out after {timeout:.0f} s waiting for another process "
+                                 f"converting {_holders(held)}; run the same command again once it has finished, "
+                                 f"or raise {ENV_LOCK_TIMEOUT} to wait longer")
+            _show_progress(out_dir, bar)
+            time.sleep(POLL_S)
+    finally:
+        bar.close()
+    shards, episodes = published
+    return Converted(units=total, shards=shards, episodes=episodes)

@@ -1,0 +1,473 @@
+"""Reading robo-shards: :class:`ShardReader` (random access to episodes), :class:`EncodedFrames`, ``verify``.
+
+What is checked when (the rule: damaged or hostile input is an error naming the file, episode and member, never
+data and never a stray TypeError):
+
+- opening (once per process): ``index.json`` and ``dataset.json`` parse, are format version 2 and match their
+  checksum; every value of the index has the right type and range (offsets and sizes inside their shard); the
+  episodes are those the metadata lists; every shard exists with its recorded size (a ``stat`` each).
+- every read (once per episode per pass, so only cheap checks): the shard's size, each member's CRC32, the
+  header against the index, ``.npy`` headers parsed here (never ``np.load``, never pickle) and their claimed size
+  checked against the member before anything is allocated, every array's length against the episode's.
+- ``verify`` (slow, on demand): each shard's SHA-256, every tar header (names, types, no links or paths that
+  would escape on extraction, each at the offset the index records), no overlapping members, every episode
+  decoded in full.
+"""
+from __future__ import annotations
+
+import collections
+import io
+import itertools
+import json
+import math
+import os
+import re
+import tarfile
+import zlib
+
+import numpy as np
+from numpy.lib import format as npy_format
+
+from robo_loaders_plugin.storage.codec import CodecError, FrameCodec
+from robo_loaders_plugin.storage.shards.format import (EP_RE, FORMAT, MEMBER_RE, SHARD_RE, VERSION,
+                                                       ShardError, _sha256, header_member, is_int, json_checksum,
+                                                       listed_episodes, listing_problems, member_name)
+
+_NPY_HEADER_BYTES = 16384  # magic, length and a header of at most numpy's 10000-character limit
+_NPY_HEADER_READERS = {(1, 0): npy_format.read_array_header_1_0, (2, 0): npy_format.read_array_header_2_0}
+_MAX_PROBLEMS = 50
+_SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+_AGAIN = "convert the dataset again"
+_TAR_KINDS = {tarfile.SYMTYPE: "symbolic link", tarfile.LNKTYPE: "hard link", tarfile.DIRTYPE: "directory",
+              tarfile.CHRTYPE: "character device", tarfile.BLKTYPE: "block device", tarfile.FIFOTYPE: "FIFO"}
+
+
+def _short(value) -> str:
+    text = repr(value) if not isinstance(value, int) or abs(value) < 10**30 else f"<{len(str(abs(value)))}-digit int>"
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _load_document(out_dir: str, name: str) -> dict:
+    path = os.path.join(out_dir, name)
+    if not os.path.exists(path):
+        raise ShardError(f"{out_dir}: {name} is missing; not a complete robo-shards dataset "
+                         "(an interrupted conversion leaves no index)")
+    try:
+        with open(path, "rb") as f:
+            doc = json.loads(f.read())
+    except (OSError, ValueError) as exc:  # ValueError: bad JSON, bad UTF-8, integers of more than 4300 digits
+        raise ShardError(f"{path}: cannot be read as JSON ({exc}); damaged, {_AGAIN}") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise ShardError(f"{path}: not a {FORMAT} document")
+    version = doc.get("version")
+    if version == 1:
+        raise ShardError(f"{out_dir}: converted by an earlier robo-loaders ({FORMAT} version 1, without per-member "
+                         f"checksums); {_AGAIN} (the same convert command, or delete it if it is a cache entry)")
+    if version != VERSION:
+        raise ShardError(f"{path}: {FORMAT} version {_short(version)}, this robo-loaders reads version {VERSION}; "
+                         f"{_AGAIN} with this robo-loaders, or install the one that wrote it")
+    if doc.get("checksum") != json_checksum(doc):
+        raise ShardError(f"{path}: checksum mismatch: the file was edited or damaged after it was written; "
+                         f"{_AGAIN}")
+    return doc
+
+
+def _index_problems(index: dict) -> list[str]:
+    """Every type or range error in index.json (stops after a few dozen): what the reader may rely on after."""
+    problems: list[str] = []
+
+    def bad(text):
+        problems.append(f"index.json: {text}")
+        return len(problems) >= _MAX_PROBLEMS
+
+    shards, episodes = index.get("shards"), index.get("episodes")
+    if not isinstance(shards, list) or not isinstance(episodes, list):
+        bad("'shards' and 'episodes' must be lists")
+        return problems
+    sizes, declared, counted = {}, {}, {}  # per valid shard: bytes, members it declares, members its episodes have
+    for j, s in enumerate(shards):
+        name = s.get("name") if isinstance(s, dict) else None
+        if not isinstance(name, str) or not SHARD_RE.match(name):
+            if bad(f"shard {j}: refusing shard path {_short(name)} (outside the dataset directory, or not "
+                   "shards/<name>.tar)"):
+                return problems
+            continue
+        for key, ok in (("bytes", is_int(s.get("bytes"))), ("members", is_int(s.get("members"))),
+                        ("sha256", isinstance(s.get("sha256"), str) and _SHA256_RE.match(s["sha256"]))):
+            if not ok and bad(f"shard {name}: {key} {_short(s.get(key))} is not valid"):
+                return problems
+        if name in sizes and bad(f"shard {name} is listed twice"):
+            return problems
+        sizes[name] = s["bytes"] if is_int(s.get("bytes")) else -1
+        declared[name], counted[name] = s.get("members"), 0
+    names = set()
+    for i, e in enumerate(episodes):
+        name = e.get("name") if isinstance(e, dict) else None
+        if not isinstance(name, str) or not EP_RE.match(name):
+            if bad(f"episode {i}: name {_short(name)} is not [A-Za-z0-9_-]+"):
+                return problems
+            continue
+        if name in names and bad(f"episode {name} is listed twice"):
+            return problems
+        names.add(name)
+        shard = e.get("shard")
+        if not isinstance(shard, str) or sizes.get(shard, -1) < 0:
+            if bad(f"episode {name}: shard {_short(shard)} is not a valid shard of the index"):
+                return problems
+            continue
+        if not is_int(e.get("length")) and bad(f"episode {name}: length {_short(e.get('length'))} is not an integer "
+                                                f"in [0, 2**62]"):
+            return problems
+        members = e.get("members")
+        if not isinstance(members, dict) or header_member(name) not in members:
+            if bad(f"episode {name}: 'members' must map member names to locations, with {header_member(name)}"):
+                return problems
+            continue
+        for member, loc in members.items():
+            problem = _member_problem(name, member, loc, shard, sizes[shard])
+            if problem and bad(problem):
+                return problems
+        counted[shard] += len(members)
+    for name, count in counted.items():
+        if count != declared[name] and bad(f"shard {name}: lists {_short(declared[name])} members, its episodes "
+                                           f"have {count}"):
+            return problems
+    return problems
+
+
+def _member_problem(episode: str, member: str, loc, shard: str, shard_bytes: int) -> str | None:
+    """What is wrong with one member's entry in index.json, if anything."""
+    if type(loc) is dict:  # the common case first: this runs for every member of a dataset when it is opened
+        offset, size, crc = loc.get("offset"), loc.get("size"), loc.get("crc32")
+        if type(offset) is int and type(size) is int and type(crc) is int and tarfile.BLOCKSIZE <= offset \
+                and not offset % tarfile.BLOCKSIZE and 0 <= size and offset + size <= shard_bytes \
+                and 0 <= crc < 2**32 and member.startswith(episode + ".") and MEMBER_RE.match(member):
+            return None
+    m = MEMBER_RE.match(member)
+    if not m or m.group(1) != episode:
+        return f"episode {episode} has a bad member name {_short(member)}"
+    where = f"member {member!r} of episode {episode!r}"
+    if not isinstance(loc, dict):
+        return f"{where}: location {_short(loc)} is not an object"
+    offset, size, crc = loc.get("offset"), loc.get("size"), loc.get("crc32")
+    if not is_int(offset) or not is_int(size):
+        return f"{where}: offset {_short(offset)} and size {_short(size)} must be integers in [0, 2**62]"
+    if offset + size > shard_bytes:
+        return f"{where} lies outside {shard} ({shard_bytes} bytes; truncated shard or corrupt index)"
+    if offset < tarfile.BLOCKSIZE or offset % tarfile.BLOCKSIZE:
+        return f"{where}: offset {offset} is not where tar data can start (after a tar header, a multiple of 512)"
+    return f"{where}: crc32 {_short(crc)} is not a 32-bit unsigned integer"
+
+
+def _problem_summary(out_dir: str, problems: list[str], what: str) -> str:
+    more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
+    return f"{out_dir}: {what}: {'; '.join(problems[:5])}{more}; {_AGAIN}"
+
+
+def _read_exactly(f, offset: int, size: int) -> np.ndarray | None:
+    """``size`` bytes at ``offset`` into a fresh writable buffer (uint8, not zero-filled first), or None at end of
+    file."""
+    buf = np.empty(size, dtype=np.uint8)
+    view = memoryview(buf)
+    f.seek(offset)
+    got = 0
+    while got < size:  # read(2) returns at most ~2 GiB at a time
+        n = f.readinto(view[got:])
+        if not n:
+            return None
+        got += n
+    return buf
+
+
+def _dtype(text, where: str) -> np.dtype:
+    try:
+        dtype = np.dtype(text) if isinstance(text, str) else None
+    except (TypeError, ValueError, SyntaxError):
+        dtype = None
+    if dtype is None or dtype.hasobject:
+        raise ShardError(f"{where}: dtype {_short(text)} is not a plain array dtype")
+    return dtype
+
+
+def _check_header(header, ep: dict, where: str) -> dict:
+    """The header member's ``fields``, checked against the index entry (cheap: a few fields per episode)."""
+    if not isinstance(header, dict) or header.get("name") != ep["name"] or header.get("length") != ep["length"] \
+            or not isinstance(header.get("fields"), dict):
+        raise ShardError(f"{where}: header does not describe episode {ep['name']!r} of length {ep['length']} "
+                         "(index.json and the shard disagree)")
+    members = {header_member(ep["name"])}
+    for field, desc in header["fields"].items():
+        try:
+            ok = isinstance(desc, dict) and desc.get("kind") in ("raw", "frames") \
+                and desc.get("member") == member_name(ep["name"], field, desc["kind"])
+        except ShardError:  # a field name that cannot be a member name
+            ok = False
+        if not ok:
+            raise ShardError(f"{where}: header entry of field {_short(field)} is malformed")
+        shape = desc.get("shape")
+        if not isinstance(shape, list) or not shape or not all(is_int(n) for n in shape) or shape[0] != ep["length"]:
+            raise ShardError(f"{where}: field {field!r} has shape {_short(shape)}, the episode has "
+                             f"{ep['length']} steps")
+        members.add(desc["member"])
+    if members != set(ep["members"]):
+        raise ShardError(f"{where}: the header's members {sorted(members)} differ from index.json's "
+                         f"{sorted(ep['members'])}")
+    return header["fields"]
+
+
+def _npy_array(data: np.ndarray, desc: dict, where: str) -> np.ndarray:
+    """The array of a ``.npy`` member, viewing ``data`` (no copy). The header is parsed here and its claimed size
+    compared with the member's before anything is allocated (``np.load`` would trust it)."""
+    head = io.BytesIO(bytes(memoryview(data)[:_NPY_HEADER_BYTES]))
+    try:
+        version = npy_format.read_magic(head)
+        if version not in _NPY_HEADER_READERS:
+            raise ShardError(f"{where}: .npy format version {version} is not supported")
+        shape, fortran_order, dtype = _NPY_HEADER_READERS[version](head)
+    except ShardError:
+        raise
+    except Exception as exc:  # numpy parses the header with ast.literal_eval: many kinds of error
+        raise ShardError(f"{where}: not a valid .npy header ({type(exc).__name__}: {exc})") from None
+    start = head.tell()
+    if dtype.hasobject:
+        raise ShardError(f"{where}: .npy of dtype {dtype} would need pickle; refused")
+    if not all(is_int(n) for n in shape):
+        raise ShardError(f"{where}: .npy shape {_short(shape)} is invalid")
+    count = math.prod(shape)
+    if count * dtype.itemsize != len(data) - start:
+        raise ShardError(f"{where}: .npy header claims shape {_short(shape)} of {dtype} "
+                         f"({count * dtype.itemsize} bytes), the member holds {len(data) - start}")
+    if not shape or shape[0] != desc["shape"][0]:  # the header's length was checked against the index
+        raise ShardError(f"{where}: .npy holds {shape[0] if shape else 'no'} rows, the episode has "
+                         f"{desc['shape'][0]} steps (index.json points at another episode's data?)")
+    if dtype != _dtype(desc.get("dtype"), where) or list(shape) != desc["shape"]:
+        raise ShardError(f"{where}: .npy holds {shape} {dtype}, the header says {desc['shape']} {desc['dtype']}")
+    try:
+        arr = np.frombuffer(data, dtype=dtype, count=count, offset=start)
+        return arr.reshape(shape[::-1]).T if fortran_order else arr.reshape(shape)
+    except ValueError as exc:
+        raise ShardError(f"{where}: cannot view the .npy data ({exc})") from None
+
+
+class EncodedFrames:
+    """One frames member still compressed. Why: a LeRobot sample uses each camera frame about once per pass,
+    so decoding a whole episode up front would only multiply the memory of an episode buffer by the
+    compression ratio; frames are decompressed when a batch needs them, like the compressed cache does."""
+
+    def __init__(self, data: bytes, offsets: np.ndarray, dtype: np.dtype, shape: tuple, where: str):
+        self.data = np.frombuffer(data, dtype=np.uint8)
+        self.offsets, self.dtype, self.shape, self.where = offsets, dtype, shape, where
+
+    @classmethod
+    def from_member(cls, data: bytes, desc: dict, where: str) -> "EncodedFrames":
+        """Check the frame table and each frame's header (cheap); the hot path then decodes unchecked."""
+        shape, dtype = desc.get("shape"), _dtype(desc.get("dtype"), where)
+        if not isinstance(shape, list) or not shape or not all(is_int(n) for n in shape):
+            raise ShardError(f"{where}: shape {_short(shape)} is invalid")
+        shape = tuple(shape)
+        try:
+            offsets = np.asarray(desc.get("offsets"))
+        except (TypeError, ValueError, OverflowError):
+            offsets = np.zeros(0)
+        if offsets.dtype.kind not in "iu" or offsets.shape != (shape[0] + 1,) or offsets[0] != 0 \
+                or offsets[-1] != len(data) or np.any(np.diff(offsets) <= 0):
+            raise ShardError(f"{where}: frame table does not match its data")
+        offsets = offsets.astype(np.int64)
+        frames = cls(data, offsets, dtype, shape, where)
+        nbytes = math.prod(shape[1:]) * dtype.itemsize
+        try:
+            for j in range(shape[0]):
+                FrameCodec.check_size(frames.data[offsets[j]:offsets[j + 1]], nbytes, f"{where} frame {j}")
+        except CodecError as exc:
+            raise ShardError(str(exc)) from None
+        return frames
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def decode_into(self, indices, out: np.ndarray, out_rows=None) -> None:
+        """Frame ``indices[j]`` into ``out[out_rows[j]]`` (``out[j]`` by default)."""
+        data, offs = self.data, self.offsets
+        decompress = FrameCodec.decompress_into_unchecked
+        try:
+            for j, i in zip(range(len(indices)) if out_rows is None else out_rows, indices):
+                decompress(data[offs[i]:offs[i + 1]], out[j])
+        except RuntimeError as exc:  # Blosc2's "Cannot decompress"; the CRC makes this a hostile-input case
+            raise ShardError(f"{self.where}: frame {i} cannot be decompressed ({exc})") from None
+
+    def decode_all(self) -> np.ndarray:
+        out = np.empty(self.shape, dtype=self.dtype)
+        self.decode_into(range(self.shape[0]), out)
+        return out
+
+
+class ShardReader:
+    """Random access to a robo-shards directory; validates names and offsets against hostile or damaged input."""
+
+    def __init__(self, out_dir: str):
+        self.dir = out_dir
+        self.index = _load_document(out_dir, "index.json")
+        self.dataset = _load_document(out_dir, "dataset.json")
+        problems = _index_problems(self.index)
+        if problems:
+            raise ShardError(_problem_summary(out_dir, problems, "index.json is invalid"))
+        for key in ("codec", "metadata", "source"):
+            if not isinstance(self.dataset.get(key), dict):
+                raise ShardError(f"{out_dir}: dataset.json: {key!r} is not an object; {_AGAIN}")
+        self.shards = {s["name"]: s for s in self.index["shards"]}
+        self.episodes = self.index["episodes"]
+        self.by_name = {e["name"]: i for i, e in enumerate(self.episodes)}
+        self._paths = {name: os.path.join(out_dir, name) for name in self.shards}
+        problems = listing_problems(list(self.by_name), listed_episodes(self.dataset["metadata"]), out_dir)
+        if problems:
+            raise ShardError(f"{'; '.join(problems)}; {_AGAIN}")
+        problems = self._shard_file_problems()
+        if problems:
+            raise ShardError(_problem_summary(out_dir, problems, "shards changed after conversion"))
+
+    def _shard_file_problems(self) -> list[str]:
+        problems = []
+        for name, s in self.shards.items():
+            path = self._paths[name]
+            try:
+                size = os.stat(path).st_size
+            except FileNotFoundError:
+                problems.append(f"{path}: missing (deleted or moved after conversion)")
+                continue
+            except OSError as exc:
+                problems.append(f"{path}: cannot be read ({exc.strerror})")
+                continue
+            if size != s["bytes"]:
+                problems.append(f"{path}: {size} bytes, index says {s['bytes']} (truncated or replaced)")
+        return problems
+
+    def _member(self, f, path: str, ep: dict, member: str) -> np.ndarray:
+        """A member's bytes, checked against its CRC32."""
+        loc = ep["members"].get(member)
+        if loc is None:
+            raise ShardError(f"{path}: episode {ep['name']!r}: member {member!r} is not in index.json")
+        data = _read_exactly(f, loc["offset"], loc["size"])
+        if data is None:
+            raise ShardError(f"{path} is truncated (member {member!r} of episode {ep['name']!r}); {_AGAIN}")
+        if zlib.crc32(data) != loc["crc32"]:
+            raise ShardError(f"{path}: member {member!r} of episode {ep['name']!r} is damaged (CRC32 mismatch: the "
+                             f"shard changed after conversion); {_AGAIN} ('robo-loaders verify' lists every "
+                             "damaged member)")
+        return data
+
+    def read_episode(self, i: int, decode_frames: bool = True, fields=None) -> tuple[dict, dict]:
+        """(header, {field: array}); frames fields decompressed into one (N, ...) array each, or with
+        ``decode_frames=False`` kept compressed as :class:`EncodedFrames` (checked, decoded on demand).
+        ``fields``: read only these (those the episode has), so a loader skips members no sample uses."""
+        ep = self.episodes[i]
+        path = self._paths[ep["shard"]]
+        try:
+            f = open(path, "rb", buffering=0)  # unbuffered: members are read straight into their arrays
+        except FileNotFoundError:
+            raise ShardError(f"{path}: missing (deleted after the dataset was opened); {_AGAIN}") from None
+        with f:
+            size, expected = os.fstat(f.fileno()).st_size, self.shards[ep["shard"]]["bytes"]
+            if size != expected:
+                raise ShardError(f"{path}: size {size} differs from the index ({expected}); truncated or replaced; "
+                                 f"{_AGAIN}")
+            where = f"{path}: episode {ep['name']!r}"
+            try:
+                header = json.loads(self._member(f, path, ep, header_member(ep["name"])).tobytes())
+            except ValueError as exc:
+                raise ShardError(f"{where}: header is not valid JSON ({exc})") from None
+            descs = _check_header(header, ep, where)
+            out = {}
+            for field in descs if fields is None else [k for k in fields if k in descs]:
+                desc = descs[field]
+                data = self._member(f, path, ep, desc["member"])
+                member_where = f"{where}, member {desc['member']!r}"
+                if desc["kind"] == "raw":
+                    out[field] = _npy_array(data, desc, member_where)
+                else:
+                    frames = EncodedFrames.from_member(data, desc, member_where)
+                    out[field] = frames.decode_all() if decode_frames else frames
+        return header, out
+
+    def verify(self) -> list[str]:
+        """Everything the reader checks, plus each shard's SHA-256, every tar header, overlaps and a full decode
+        of every episode; returns the problems found (never raises on bad data)."""
+        problems = []
+        by_shard = collections.defaultdict(list)
+        for e in self.episodes:
+            by_shard[e["shard"]].append(e)
+        unreadable = set()
+        for name, s in self.shards.items():
+            path = self._paths[name]
+            try:
+                size = os.path.getsize(path)
+            except OSError:
+                problems.append(f"{path}: missing")
+                unreadable.add(name)
+                continue
+            if size != s["bytes"]:
+                problems.append(f"{path}: {size} bytes, index says {s['bytes']}")
+                unreadable.add(name)
+                continue
+            if _sha256(path) != s["sha256"]:
+                problems.append(f"{path}: SHA-256 mismatch (changed after conversion)")
+            problems += _tar_problems(path, by_shard[name])
+            problems += _overlap_problems(path, by_shard[name])
+        for i, e in enumerate(self.episodes):
+            if e["shard"] in unreadable:
+                continue
+            try:
+                self.read_episode(i)
+            except ShardError as exc:
+                problems.append(str(exc))
+            except Exception as exc:  # noqa: BLE001 - verify lists problems, it does not crash
+                problems.append(f"{self._paths[e['shard']]}: episode {e['name']!r}: {type(exc).__name__}: {exc}")
+        return problems
+
+
+def _tar_problems(path: str, episodes: list[dict]) -> list[str]:
+    """Every tar header of a shard: a regular file named as the index says, at the offset it says. The reader
+    never looks at headers, but anyone extracting a verified shard gets what they say."""
+    expected = {m: loc for e in episodes for m, loc in e["members"].items()}
+    problems, seen = [], set()
+    try:
+        with tarfile.open(path, "r:") as tar:
+            for info in tar:
+                what = f"{path}: tar member {_short(info.name)}"
+                parts = info.name.split("/")
+                if info.name.startswith("/") or ".." in parts or "\\" in info.name:
+                    problems.append(f"{what}: absolute or '..' path (extraction would write outside its directory)")
+                if info.type not in (tarfile.REGTYPE, tarfile.AREGTYPE):
+                    problems.append(f"{what}: a {_TAR_KINDS.get(info.type, f'member of type {info.type!r}')}, "
+                                    "not a regular file")
+                loc = expected.get(info.name)
+                if loc is None:
+                    named = "" if MEMBER_RE.match(info.name) else " and not named <episode>.<field>.<ext>"
+                    problems.append(f"{what}: not listed in index.json{named}")
+                elif info.name in seen:
+                    problems.append(f"{what}: appears twice")
+                elif (info.offset_data, info.size) != (loc["offset"], loc["size"]):
+                    problems.append(f"{what}: data at offset {info.offset_data} ({info.size} bytes), index.json "
+                                    f"says offset {loc['offset']} ({loc['size']} bytes)")
+                seen.add(info.name)
+    except (tarfile.TarError, OSError) as exc:
+        problems.append(f"{path}: cannot be read as a tar file ({exc})")
+    missing = [m for m in expected if m not in seen]
+    if missing:
+        problems.append(f"{path}: {len(missing)} member(s) of index.json have no tar header in it "
+                        f"(e.g. {missing[:3]})")
+    return problems
+
+
+def _overlap_problems(path: str, episodes: list[dict]) -> list[str]:
+    spans = sorted((loc["offset"], loc["offset"] + loc["size"], m) for e in episodes for m, loc in e["members"].items())
+    return [f"{path}: members {a[2]!r} and {b[2]!r} overlap in index.json"
+            for a, b in itertools.pairwise(spans) if b[0] < a[1]]
+
+
+def verify_dir(out_dir: str) -> list[str]:
+    """:meth:`ShardReader.verify` of ``out_dir``, with what stops a reader from opening it as a problem line."""
+    try:
+        reader = ShardReader(out_dir)
+    except ShardError as exc:
+        return [str(exc)]
+    return reader.verify()

@@ -1,0 +1,416 @@
+"""The episode store: one file holding every episode's arrays, frames compressed one by one.
+
+Why one file: a file mapped read-only is shared by every process that maps it (DataLoader workers started by
+fork *or* spawn all see the same page-cache pages), so the cache exists once in RAM however many workers run,
+and a dataset pickles as a path. Without ``cache_dir`` the file lives in ``/dev/shm`` (RAM) and is deleted when
+the process that built it exits; with ``cache_dir`` it persists and is reused when its fingerprint matches.
+
+Layout (little-endian)::
+
+    b"RLPSTORE" | data region (arrays and frame blobs, 64-byte aligned) | JSON header | u64 header offset |
+    u64 header length | u32 crc32 of header | b"RLPSTEND"
+
+The header lists, per episode and field, either a raw array (dtype, shape, offset) or a frame table (dtype,
+frame shape, offset of an int64 table of N+1 blob offsets). No pickle anywhere.
+
+Every process that builds or maps a store holds a shared ``flock`` on it (:func:`open_locked`): from the creation of
+the temporary file, through its publication, for as long as a mapping lives. That lock, not a PID, is what tells the
+``/dev/shm`` sweep (``storage.ramfile``) that a file is in use.
+"""
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import mmap
+import os
+import shutil
+import struct
+import tempfile
+import threading
+import time
+import uuid
+import zlib
+from typing import Iterable, Mapping
+
+import numpy as np
+
+from robo_loaders_plugin.storage.codec import FrameCodec
+from robo_loaders_plugin.storage.codec import use_single_thread
+from robo_loaders_plugin.core.errors import RoboLoadersError
+from robo_loaders_plugin.core.units import format_bytes
+
+MAGIC = b"RLPSTORE"
+END_MAGIC = b"RLPSTEND"
+FORMAT_VERSION = 1
+_FOOTER = struct.Struct("<QQI8s")
+_ALIGN = 64
+
+
+class StoreError(RoboLoadersError):
+    pass
+
+
+class MemoryBudgetExceeded(StoreError):
+    pass
+
+
+_LOCK_WAIT_S = 10.0
+# Locks of stores this process has just published (path -> fd), kept until it opens them: between
+# StoreWriter.finish and the EpisodeStore that takes its own lock, another process's sweep would find the file free.
+_published: dict[str, int] = {}
+
+
+def try_flock(fd: int, mode: int) -> bool:
+    """Take ``mode`` (``LOCK_SH``/``LOCK_EX``) without blocking; False when another open file holds a conflicting
+    lock."""
+    try:
+        fcntl.flock(fd, mode | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+
+
+def names_file(fd: int, path: str) -> bool:
+    """Whether ``path`` still names the file open as ``fd`` (not deleted or replaced since)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return False
+    fst = os.fstat(fd)
+    return (st.st_dev, st.st_ino) == (fst.st_dev, fst.st_ino)
+
+
+def open_locked(path: str, create: bool = False) -> int:
+    """Open ``path`` (``create``: a new file, for writing) holding a shared flock, the mark of a store in use.
+
+    The RAM sweep deletes only files it can lock exclusively, so the file is safe once this returns. A sweep can
+    delete it between our open and our lock (it was free then); checking afterwards that ``path`` still names the
+    file we hold closes that gap: a new file is created again, an existing one is reported gone."""
+    deadline = time.monotonic() + _LOCK_WAIT_S
+    while True:
+        try:
+            fd = os.open(path, (os.O_WRONLY | os.O_CREAT | os.O_EXCL) if create else os.O_RDONLY, 0o644)
+        except FileNotFoundError:
+            if create:
+                raise
+            raise StoreError(f"cache file {path} is gone (deleted while the dataset was in use?)") from None
+        except FileExistsError:  # only while a sweep removes a file of the same name; it is gone in an instant
+            fd = None
+        if fd is not None:
+            try:
+                if try_flock(fd, fcntl.LOCK_SH) and names_file(fd, path):
+                    return fd
+            except BaseException:
+                os.close(fd)
+                raise
+            os.close(fd)
+        if time.monotonic() > deadline:
+            raise StoreError(f"{path}: another process has held an exclusive lock on it for {_LOCK_WAIT_S:.0f} s "
+                             "(robo-loaders takes one only for an instant, to delete an unused RAM cache); find "
+                             f"that process with 'fuser -v {path}'")
+        time.sleep(0.01)
+
+
+def drop_publish_lock(path: str) -> None:
+    """Release the lock :meth:`StoreWriter.finish` kept on ``path``; called once the caller holds its own."""
+    fd = _published.pop(os.path.abspath(path), None)
+    if fd is not None:
+        os.close(fd)
+
+
+def _is_shm(directory: str) -> bool:
+    real = os.path.realpath(directory)
+    return real == "/dev/shm" or real.startswith("/dev/shm/")
+
+
+def default_shm_dir() -> str:
+    """RAM-backed directory for caches that do not persist (falls back to the temp dir)."""
+    if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):
+        return "/dev/shm"
+    return tempfile.gettempdir()
+
+
+class StoreWriter:
+    """Streams episodes into a temporary file and publishes it atomically with :meth:`finish`.
+
+    The temporary file is locked from its creation and the lock is handed on at publication (to the next
+    :class:`EpisodeStore` of that path in this process), so no sweep deletes a store being built or just built.
+    A write that fails (``OSError``) removes the temporary file at once, since a full ``/dev/shm`` also starves
+    every other process that uses it; a full disk is reported as a :class:`StoreError` saying what to do.
+    On any other error the caller must call :meth:`abort`."""
+
+    def __init__(self, path: str, codec: FrameCodec, max_bytes: int | None = None, workers: int = 1):
+        self.path = path
+        self.codec = codec
+        self.max_bytes = max_bytes
+        # pid and thread for humans and for the owner's SIGTERM cleanup (storage.ramfile); random so that a
+        # recycled pid (another PID namespace) never shares a temporary file
+        self._tmp = f"{path}.tmp-{os.getpid()}-{threading.get_ident()}-{uuid.uuid4().hex[:8]}"
+        self._crc = 0
+        self._pos = 0
+        self._episodes: list[dict] = []
+        self.raw_nbytes = 0
+        self.compressed_nbytes = 0
+        self.decoded_frame_nbytes = 0
+        self._fd = self._f = self._pool = None
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        with self._writing():
+            self._fd = open_locked(self._tmp, create=True)
+            self._f = open(self._fd, "wb", closefd=False)  # the fd outlives the file object: it carries the lock
+            self._emit(MAGIC)
+            self._pos = len(MAGIC)
+        if workers > 1:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._pool = ThreadPoolExecutor(workers)
+
+    @contextlib.contextmanager
+    def _writing(self):
+        """Failed I/O: remove the temporary file now; a full disk becomes a StoreError the user can act on."""
+        try:
+            yield
+        except OSError as exc:
+            written = self._pos
+            self.abort()
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            raise StoreError(self._out_of_space(exc, written)) from exc
+
+    def _out_of_space(self, exc: OSError, written: int) -> str:
+        where = os.path.dirname(os.path.abspath(self.path))
+        try:
+            usage = shutil.disk_usage(where)
+            room = f"now {format_bytes(usage.free)} free of {format_bytes(usage.total)}, the partial file removed"
+        except OSError:
+            room = "free space unknown"
+        msg = (f"{where} is full ({exc.strerror or os.strerror(exc.errno)}): writing the cache {self.path} failed "
+               f"after {format_bytes(written)} ({room}). ")
+        if _is_shm(where):
+            return msg + ("/dev/shm is RAM, and Docker gives a container only 64 MB of it by default. Set the "
+                          "backend option cache_dir to a directory on disk (robomimic: "
+                          "train.data_backend_kwargs.cache_dir; LeRobot: --dataset.backend_kwargs="
+                          "'{\"cache_dir\": ...}'), which also keeps the cache between runs, or give the container "
+                          "a larger /dev/shm (docker run --shm-size=16g; Kubernetes: a memory-backed emptyDir "
+                          "mounted on /dev/shm)")
+        return msg + ("Free space there, or set the backend option cache_dir to a directory on a disk with room "
+                      "for the cache")
+
+    def _emit(self, data) -> None:
+        """Write to the data region, keeping its CRC32 (checked when a persisted cache is reused)."""
+        self._f.write(data)
+        self._crc = zlib.crc32(data, self._crc)
+
+    # -- writing -----------------------------------------------------------------------------------------------
+    def _align(self):
+        pad = (-self._pos) % _ALIGN
+        if pad:
+            self._emit(b"\0" * pad)
+            self._pos += pad
+
+    def _write(self, data) -> int:
+        self._align()
+        off = self._pos
+        mv = memoryview(data).cast("B")
+        self._emit(mv)
+        self._pos += mv.nbytes
+        self._check_budget()
+        return off
+
+    def _check_budget(self):
+        if self.max_bytes is not None and self._pos > self.max_bytes:
+            raise MemoryBudgetExceeded(
+                f"the compressed cache needs more than max_memory={format_bytes(self.max_bytes)} "
+                f"(already {format_bytes(self._pos)} after {len(self._episodes)} episodes); raise max_memory, "
+                "select fewer obs keys or demos, or choose a stronger codec (codec='zstd')")
+
+    def add_episode(self, name: str, fields: Mapping[str, np.ndarray], compressed: Iterable[str] = ()) -> None:
+        compressed = set(compressed)
+        with self._writing():
+            entry = {"name": name, "length": None, "fields": {}}
+            for key, arr in fields.items():
+                arr = np.ascontiguousarray(arr)
+                if arr.ndim == 0:
+                    raise StoreError(f"episode {name!r}: field {key!r} is a scalar, expected one row per step")
+                if entry["length"] is None:
+                    entry["length"] = int(arr.shape[0])
+                desc = {"dtype": arr.dtype.str, "shape": list(arr.shape)}
+                if key in compressed:
+                    frames = [arr[i] for i in range(arr.shape[0])]
+                    blobs = list(self._pool.map(self.codec.compress, frames)) if self._pool else \
+                        [self.codec.compress(f) for f in frames]
+                    offsets = np.zeros(len(blobs) + 1, dtype=np.int64)
+                    self._align()
+                    start = self._pos
+                    for i, blob in enumerate(blobs):
+                        offsets[i] = self._pos - start
+                        self._emit(blob)
+                        self._pos += len(blob)
+                    offsets[-1] = self._pos - start
+                    self._check_budget()
+                    desc.update(kind="frames", offset=start, table=self._write(offsets))
+                    self.compressed_nbytes += int(offsets[-1])
+                    self.decoded_frame_nbytes += arr.nbytes
+                else:
+                    desc.update(kind="raw", offset=self._write(arr))
+                    self.raw_nbytes += arr.nbytes
+                entry["fields"][key] = desc
+            self._episodes.append(entry)
+
+    def finish(self, meta: Mapping) -> str:
+        with self._writing():
+            self._align()
+            hoff = self._pos
+            header = json.dumps({"format": FORMAT_VERSION, "codec": self.codec.as_dict(), "meta": dict(meta),
+                                 "episodes": self._episodes, "data_crc32": self._crc, "data_nbytes": hoff,
+                                 "stats": {"raw_nbytes": self.raw_nbytes, "compressed_nbytes": self.compressed_nbytes,
+                                           "decoded_frame_nbytes": self.decoded_frame_nbytes}},
+                                sort_keys=True).encode()
+            self._f.write(header)
+            self._f.write(_FOOTER.pack(hoff, len(header), zlib.crc32(header), END_MAGIC))
+            self._f.close()  # flushes
+            os.fsync(self._fd)
+            self._close_pool()
+            os.replace(self._tmp, self.path)
+        drop_publish_lock(self.path)
+        _published[os.path.abspath(self.path)], self._fd = self._fd, None
+        return self.path
+
+    def abort(self) -> None:
+        """Discard the build and its temporary file. Never raises: it runs on error paths, where a second error
+        would hide the first; calling it again (or after :meth:`finish`) does nothing."""
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            with contextlib.suppress(Exception):
+                pool.shutdown(cancel_futures=True)
+        if self._f is not None:
+            with contextlib.suppress(Exception):
+                self._f.close()  # its flush fails again on a full disk
+        with contextlib.suppress(OSError):
+            os.unlink(self._tmp)  # while still locked: a sweep never sees it free
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = None
+
+    def _close_pool(self):
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
+
+
+class EpisodeStore:
+    """Read-only view of a store file; pickles as its path and re-maps lazily in each process."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self._mm = None
+        self._buf = None
+        self._open()
+
+    def _open(self):
+        fd = open_locked(self.path)  # the mapping keeps this lock: mmap holds its own duplicate of fd
+        try:
+            size = os.fstat(fd).st_size
+            with open(fd, "rb", closefd=False) as f:
+                if size < len(MAGIC) + _FOOTER.size or f.read(len(MAGIC)) != MAGIC:
+                    raise StoreError(f"{self.path}: not a robo-loaders cache file (bad magic)")
+                f.seek(size - _FOOTER.size)
+                hoff, hlen, crc, end = _FOOTER.unpack(f.read(_FOOTER.size))
+                if end != END_MAGIC or hoff + hlen + _FOOTER.size != size:
+                    raise StoreError(f"{self.path}: truncated or corrupt cache file (bad footer)")
+                f.seek(hoff)
+                header = f.read(hlen)
+                if zlib.crc32(header) != crc:
+                    raise StoreError(f"{self.path}: corrupt cache file (header checksum mismatch)")
+                self._mm = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+        finally:
+            os.close(fd)
+        drop_publish_lock(self.path)  # ours holds the file now
+        self.header = json.loads(header)
+        if self.header.get("format") != FORMAT_VERSION:
+            raise StoreError(f"{self.path}: cache format {self.header.get('format')} is not {FORMAT_VERSION}; "
+                             "delete it and it will be rebuilt")
+        self._buf = np.frombuffer(self._mm, dtype=np.uint8)
+        self.episodes = self.header["episodes"]
+        self.meta = self.header["meta"]
+        self.stats = self.header["stats"]
+        self.file_nbytes = size
+        self._tables: dict[tuple[int, str], np.ndarray] = {}
+        use_single_thread()
+
+    def __getstate__(self):
+        return {"path": self.path}
+
+    def __setstate__(self, state):
+        self.__init__(state["path"])
+
+    def close(self):
+        self._buf = None
+        self._tables = {}
+        if self._mm is not None:
+            try:
+                self._mm.close()
+            except BufferError:  # views still alive; the mapping goes with them
+                pass
+            self._mm = None
+
+    def verify(self) -> None:
+        """Check the data region's CRC32 (one sequential read): a persisted cache is trusted only after this."""
+        crc, n = 0, int(self.header.get("data_nbytes", -1))
+        if n < 0 or "data_crc32" not in self.header:
+            raise StoreError(f"{self.path}: no data checksum in the header")
+        view = memoryview(self._mm)
+        for off in range(0, n, 1 << 24):
+            crc = zlib.crc32(view[off:min(n, off + (1 << 24))], crc)
+        view.release()
+        if crc != self.header["data_crc32"]:
+            raise StoreError(f"{self.path}: corrupt cache file (data checksum mismatch)")
+
+    def field(self, ep: int, key: str) -> dict:
+        try:
+            return self.episodes[ep]["fields"][key]
+        except KeyError:
+            raise StoreError(f"{self.path}: episode {self.episodes[ep]['name']!r} has no field {key!r}") from None
+
+    def raw(self, ep: int, key: str) -> np.ndarray:
+        """Zero-copy read-only view of a raw field."""
+        d = self.field(ep, key)
+        dt = np.dtype(d["dtype"])
+        n = int(np.prod(d["shape"])) * dt.itemsize
+        return self._buf[d["offset"]:d["offset"] + n].view(dt).reshape(d["shape"])
+
+    def _table(self, ep: int, key: str, d: dict) -> np.ndarray:
+        t = self._tables.get((ep, key))
+        if t is None:
+            n = d["shape"][0] + 1
+            t = self._buf[d["table"]:d["table"] + 8 * n].view(np.int64)
+            self._tables[(ep, key)] = t
+        return t
+
+    def blob_bounds(self, key: str, episodes=None) -> tuple[np.ndarray, np.ndarray]:
+        """Absolute (start, end) file offsets of every frame blob of ``key`` in ``episodes`` (default: all), in
+        that order, so a batch's blobs are located with one vectorised index. Checks each blob's declared size
+        once, here, so the hot path can skip it."""
+        starts, ends = [], []
+        for ep in (range(len(self.episodes)) if episodes is None else episodes):
+            d = self.field(ep, key)
+            table = self._table(ep, key, d)
+            starts.append(d["offset"] + table[:-1])
+            ends.append(d["offset"] + table[1:])
+            frame_nbytes = int(np.prod(d["shape"][1:])) * np.dtype(d["dtype"]).itemsize
+            for s, e in zip(starts[-1].tolist(), ends[-1].tolist()):
+                FrameCodec.check_size(self._buf[s:e], frame_nbytes, where=f"{self.path}: {key}")
+        return np.concatenate(starts), np.concatenate(ends)
+
+    def decode_frames(self, starts, ends, out: np.ndarray, rows) -> None:
+        """Decompress blob ``[starts[j], ends[j])`` into ``out[rows[j]]`` (bounds from :meth:`blob_bounds`)."""
+        buf = self._buf
+        decompress = FrameCodec.decompress_into_unchecked
+        for s, e, r in zip(starts, ends, rows):
+            decompress(buf[s:e], out[r])
+
+    def frame_info(self, ep: int, key: str) -> tuple[np.dtype, tuple, bool]:
+        d = self.field(ep, key)
+        return np.dtype(d["dtype"]), tuple(d["shape"][1:]), d["kind"] == "frames"

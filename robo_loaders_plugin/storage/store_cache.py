@@ -1,0 +1,93 @@
+"""Building (or reusing) an episode store: the part every framework adapter shares.
+
+The adapter supplies its source (for the fingerprint), a description of every option the content depends on, and a
+function that writes the episodes; this module decides where the file goes (a cache directory, ``storage.cache``,
+or RAM), reuses a persisted file only while its source is unchanged (``storage.fingerprint``) and its data checksum
+holds, enforces ``max_memory``, and publishes atomically or leaves nothing behind.
+"""
+from __future__ import annotations
+
+import os
+from typing import Callable
+
+from robo_loaders_plugin.core.errors import BackendOptionError, StaleSourceError
+from robo_loaders_plugin.core.units import format_bytes, parse_bytes
+from robo_loaders_plugin.storage import cache
+from robo_loaders_plugin.storage.codec import CodecError, FrameCodec
+from robo_loaders_plugin.storage.fingerprint import Fingerprint
+from robo_loaders_plugin.storage.ramfile import RamFile, new_ram_path
+from robo_loaders_plugin.storage.store import EpisodeStore, StoreError, StoreWriter
+
+SOURCE_KEY = "source_fingerprint"
+
+
+def _write(path: str, write: Callable[[StoreWriter], None], codec: FrameCodec, max_bytes, workers, meta: dict):
+    writer = StoreWriter(path, codec, max_bytes=max_bytes, workers=workers)
+    try:
+        write(writer)
+        writer.finish(meta)
+    except BaseException:
+        writer.abort()
+        raise
+
+
+def recorded_fingerprint(path: str) -> Fingerprint | None:
+    try:
+        d = EpisodeStore(path).meta.get(SOURCE_KEY)
+        return Fingerprint.from_dict(d) if d else None
+    except (StoreError, StaleSourceError):
+        return None
+
+
+def open_or_build(*, kind: str, source, key_desc: dict, write: Callable[[StoreWriter], None], codec: FrameCodec,
+                  cache_dir: str | None, max_memory, build_workers: int | None, meta: dict, option_prefix: str,
+                  description: str):
+    """Returns ``(store, holder, reused)``; ``holder`` keeps the file alive (RAM) or in use (cache) while it lives.
+
+    ``source`` has ``fingerprint(recorded=None)``; ``key_desc`` names the source and every option the content
+    depends on (one cache entry per distinct value)."""
+    max_bytes = parse_bytes(max_memory, f"{option_prefix}.max_memory") if max_memory is not None else None
+    workers = build_workers or min(8, os.cpu_count() or 1)
+    if not cache_dir:
+        path = new_ram_path(cache.short_hash(key_desc))
+        _write(path, write, codec, max_bytes, workers, dict(meta))
+        return EpisodeStore(path), RamFile(path), False
+
+    def usable(path: str) -> bool:
+        try:
+            store = EpisodeStore(path)
+            store.verify()
+            return True
+        except StoreError as exc:
+            print(f"[robo-loaders] ignoring unusable cache {path} ({exc}); rebuilding", flush=True)
+            return False
+
+    def build(path: str, fp: Fingerprint) -> None:
+        _write(path, write, codec, max_bytes, workers, dict(meta, **{SOURCE_KEY: fp.as_dict()}))
+
+    root = cache.cache_root(cache_dir, f"{option_prefix}.cache_dir")
+    entry, holder, reused, _ = cache.obtain(root, kind, key_desc, source.fingerprint, recorded_fingerprint, usable,
+                                            build, description, suffix=".rlc")
+    return EpisodeStore(entry.path), holder, reused
+
+
+def summarize(store: EpisodeStore, n_episodes: int, n_samples: int, reused: bool) -> str:
+    st = store.stats
+    ratio = st["decoded_frame_nbytes"] / st["compressed_nbytes"] if st["compressed_nbytes"] else float("nan")
+    where = f"{'reused ' if reused else ''}{store.path}"
+    codec = store.header.get("codec", {}).get("codec", "?")
+    return (f"{n_episodes} episodes, {n_samples} samples, cache {format_bytes(store.file_nbytes)} "
+            f"({codec}: frames {format_bytes(st['decoded_frame_nbytes'])} -> {format_bytes(st['compressed_nbytes'])}, "
+            f"{ratio:.2f}x; low-dim {format_bytes(st['raw_nbytes'])}) at {where}")
+
+
+def check_codec_options(codec, level, filter, max_memory, build_workers, option_prefix: str) -> FrameCodec:
+    try:
+        frame_codec = FrameCodec(codec, level, filter)
+        if max_memory is not None:
+            parse_bytes(max_memory, f"{option_prefix}.max_memory")
+    except (CodecError, ValueError) as exc:
+        raise BackendOptionError(f"{option_prefix}: {exc}") from None
+    if build_workers is not None and build_workers < 1:
+        raise BackendOptionError(f"{option_prefix}.build_workers must be >= 1")
+    return frame_codec

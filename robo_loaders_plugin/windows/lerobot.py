@@ -1,0 +1,111 @@
+"""LeRobot 0.6.1 item semantics (``DatasetReader.get_item``) as index arrays (no LeRobot import).
+
+An item of row ``i`` (a row of the possibly episode-filtered dataset) holds every tabular column at ``i``; with
+``delta_timestamps``, each delta key holds the rows ``index + delta`` clamped into the episode, with
+``<key>_is_pad`` True where the unclamped row falls outside it; each camera the frame of its (clamped) rows;
+image transforms on every non-depth camera; and the ``task`` string, keys in LeRobot's order. Rows are addressed
+in a frame source as (episode unit, step): :class:`RowMap`.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+import numpy as np
+import torch
+import torch.utils.data
+
+from robo_loaders_plugin.frames.base import FrameSource, gather
+
+
+class RowMap:
+    """Rows of the dataset as (unit, step) of a frame source whose units are episode runs in row order."""
+
+    def __init__(self, run_lengths):
+        lengths = np.asarray(run_lengths, dtype=np.int64)
+        self.run_start = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+        self.run_of_row = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
+
+    def __len__(self) -> int:
+        return len(self.run_of_row)
+
+    def locate(self, rows: np.ndarray):
+        """(units (B,), steps like ``rows``) for rows (B,) or (B, T) whose T rows lie in one episode."""
+        first = rows if rows.ndim == 1 else rows[:, 0]
+        unit = self.run_of_row[first]
+        return unit, rows - self.run_start[unit].reshape(unit.shape + (1,) * (rows.ndim - 1))
+
+
+class DeltaWindows:
+    """``delta_timestamps`` windows (as LeRobot's ``delta_indices``, steps per key) over rows."""
+
+    def __init__(self, abs_index: np.ndarray, episode_from: np.ndarray, episode_to: np.ndarray,
+                 delta_indices: dict | None):
+        self.abs_index = np.asarray(abs_index, dtype=np.int64)
+        self.start, self.end = np.asarray(episode_from, np.int64), np.asarray(episode_to, np.int64)
+        self.deltas = {k: np.asarray(v, dtype=np.int64) for k, v in (delta_indices or {}).items()}
+
+    def locate(self, idx: np.ndarray):
+        """({key: rows (B, T)}, {"<key>_is_pad": bool (B, T)}) for rows ``idx`` (B,)."""
+        rows, padding = {}, {}
+        abs_idx = self.abs_index[idx][:, None]
+        start, end = self.start[idx][:, None], self.end[idx][:, None]
+        for key, deltas in self.deltas.items():
+            target = abs_idx + deltas[None, :]
+            padding[f"{key}_is_pad"] = (target < start) | (target >= end)
+            rows[key] = idx[:, None] + (np.clip(target, start, end - 1) - abs_idx)  # an episode's rows are contiguous
+        return rows, padding
+
+
+@dataclasses.dataclass
+class ItemLayout:
+    """What a LeRobot item holds, read off the native dataset once by the adapter."""
+
+    columns: list          # tabular columns in the HF dataset's order (PNG image columns included)
+    video_keys: list
+    image_keys: list       # PNG columns: served as float32 in [0, 1], as torchvision's ToTensor does
+    camera_keys: list      # non-depth cameras: image transforms apply to these
+    tasks: list            # task string by task_index
+    return_uint8: bool
+    image_transforms: Callable | None = None
+
+
+def items(layout: ItemLayout, frames: FrameSource, rowmap: RowMap, windows: DeltaWindows, idx: np.ndarray) -> list:
+    """The items ``LeRobotDataset[i]`` returns for rows ``idx`` (checked, non-negative), built a batch at a time:
+    one gather per key, then split into items."""
+
+    def values(key, rows):
+        unit, steps = rowmap.locate(rows)
+        out = gather(frames, key, unit, steps)
+        if key in layout.image_keys:
+            return torch.from_numpy(out).to(dtype=torch.float32).div(255)
+        return torch.from_numpy(out)
+
+    row = {name: values(name, idx) for name in layout.columns}
+    query_rows, padding = windows.locate(idx)
+    query = {key: values(key, r) for key, r in query_rows.items() if key not in layout.video_keys}
+    cams = {}
+    for key in layout.video_keys:
+        t = values(key, query_rows.get(key, idx[:, None]))
+        cams[key] = t if layout.return_uint8 else t.type(torch.float32) / 255
+    padding = {k: torch.from_numpy(v) for k, v in padding.items()}
+    out = []
+    for b in range(len(idx)):
+        item = {k: v[b] for k, v in row.items()}
+        if windows.deltas:
+            item = {**item, **{k: v[b] for k, v in padding.items()}}
+            for key, val in query.items():
+                item[key] = val[b]
+        if cams:
+            item = {**{k: v[b].squeeze(0) for k, v in cams.items()}, **item}
+        if layout.image_transforms is not None:
+            for cam in layout.camera_keys:
+                item[cam] = layout.image_transforms(item[cam])
+        item["task"] = layout.tasks[int(item["task_index"])]
+        out.append(item)
+    return out
+
+
+def collate(layout: ItemLayout, frames: FrameSource, rowmap: RowMap, windows: DeltaWindows, idx: np.ndarray) -> dict:
+    """The batch torch's DataLoader would hand ``lerobot-train`` for rows ``idx``."""
+    return torch.utils.data.default_collate(items(layout, frames, rowmap, windows, idx))

@@ -1,0 +1,171 @@
+"""robomimic 0.3.0 ``SequenceDataset`` semantics as index arrays (no robomimic import).
+
+Reproduces ``SequenceDataset.get_item`` exactly: the index map over demos (``frame_stack``/``seq_length`` and both
+pads), padding by repeating the first/last step (the same as clamping positions into the demo), ``pad_mask``,
+``goal_mode="last"``, ``next_obs``, and the per-demo field and dtype rules of the cache modes. Given a batch of
+sample indices, :class:`SequenceWindows` returns (B,) demo indices and (B, T) step positions; :func:`collate` gathers
+every key through a frame source into the nested layout robomimic's DataLoader collates.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import torch
+
+from robo_loaders_plugin.core.errors import RoboLoadersError, SourceError
+from robo_loaders_plugin.frames.base import FrameSource, gather
+
+
+class SequenceSetupError(RoboLoadersError, ValueError):
+    """The demos cannot give SequenceDataset's samples with these options (robomimic would assert)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SequenceOptions:
+    """SequenceDataset's arguments, as robomimic's ``dataset_factory`` passes them."""
+
+    obs_keys: tuple
+    dataset_keys: tuple
+    frame_stack: int = 1
+    seq_length: int = 1
+    pad_frame_stack: bool = True
+    pad_seq_length: bool = True
+    get_pad_mask: bool = False
+    goal_mode: str | None = None
+    load_next_obs: bool = True
+    hdf5_cache_mode: str | None = None
+
+    @property
+    def reads_next_obs(self) -> bool:
+        return self.load_next_obs or self.goal_mode == "last"
+
+    def field_names(self) -> list[str]:
+        """Every per-demo field a sample uses: dataset keys, ``obs/<k>`` and (if used) ``next_obs/<k>``."""
+        prefixes = ["obs"] + (["next_obs"] if self.reads_next_obs else [])
+        return list(self.dataset_keys) + [f"{p}/{k}" for p in prefixes for k in self.obs_keys]
+
+
+def sequence_counts(lengths, frame_stack: int, seq_length: int, pad_frame_stack: bool, pad_seq_length: bool):
+    """Number of samples per demo, exactly as ``SequenceDataset.load_demo_info`` counts them."""
+    counts = []
+    for L in lengths:
+        n = int(L)
+        if not pad_frame_stack:
+            n -= frame_stack - 1
+        if not pad_seq_length:
+            n -= seq_length - 1
+        if pad_seq_length:
+            if L < 1:
+                raise SequenceSetupError("a demo has num_samples < 1")
+            n = max(n, 1)
+        elif n < 1:
+            raise SequenceSetupError(f"a demo of length {L} is too short for frame_stack={frame_stack}, "
+                                     f"seq_length={seq_length} without padding (enable pad_seq_length/pad_frame_stack)")
+        if not pad_frame_stack and L < frame_stack:
+            raise SequenceSetupError(f"a demo of length {L} is shorter than frame_stack={frame_stack} with "
+                                     "pad_frame_stack=false; robomimic's SequenceDataset fails on it too (assert "
+                                     "index_in_demo < demo_length): enable pad_frame_stack or drop short demos")
+        counts.append(n)
+    return counts
+
+
+class SequenceWindows:
+    """SequenceDataset's index over demos of the given lengths."""
+
+    def __init__(self, lengths, opts: SequenceOptions):
+        self.opts = opts
+        self.lengths = np.asarray(lengths, dtype=np.int64)
+        self.F, self.S = int(opts.frame_stack), int(opts.seq_length)
+        self.counts = np.asarray(sequence_counts(self.lengths, self.F, self.S, opts.pad_frame_stack,
+                                                 opts.pad_seq_length), dtype=np.int64)
+        self.episode_of = np.repeat(np.arange(len(self.lengths), dtype=np.int64), self.counts)
+        self.first = np.concatenate([[0], np.cumsum(self.counts)[:-1]]).astype(np.int64)
+        self.offset = 0 if opts.pad_frame_stack else self.F - 1
+        self._deltas = np.arange(-(self.F - 1), self.S, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self.episode_of)
+
+    def index(self, episodes, windows) -> np.ndarray:
+        """Sample index of window ``windows[j]`` of demo ``episodes[j]``."""
+        return self.first[np.asarray(episodes)] + np.asarray(windows)
+
+    def check(self, indices) -> np.ndarray:
+        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+        n = len(self)
+        if idx.size and (idx.min() < -n or idx.max() >= n):
+            raise IndexError(f"index out of range for {n} samples: {idx[(idx < -n) | (idx >= n)][:5].tolist()}")
+        return idx % n if n else idx
+
+    def locate(self, idx: np.ndarray):
+        """(demos (B,), raw positions (B, T), clamped positions (B, T)) of samples ``idx`` (already checked)."""
+        ep = self.episode_of[idx]
+        raw = (idx - self.first[ep] + self.offset)[:, None] + self._deltas[None, :]
+        return ep, raw, np.clip(raw, 0, self.lengths[ep][:, None] - 1)
+
+    def goal_positions(self, ep: np.ndarray) -> np.ndarray:
+        """(B, 1) step of ``goal_mode="last"``'s goal: the last next_obs SequenceDataset can index."""
+        return (self.lengths[ep] - (0 if self.opts.pad_seq_length else self.S - 1) - 1)[:, None]
+
+
+def episode_fields(read, length: int, opts: SequenceOptions, where: str) -> dict:
+    """One demo's arrays as SequenceDataset serves them: ``obs/<k>`` and ``next_obs/<k>`` in file dtypes, dataset
+    keys cast to float32 under ``hdf5_cache_mode`` all/low_dim (a missing key becomes zeros (L, 1), as robomimic
+    substitutes). ``read(key)`` returns the array, or None when the demo lacks it."""
+    cache_mode = opts.hdf5_cache_mode
+    out = {}
+    for name in opts.field_names()[len(opts.dataset_keys):]:
+        a = read(name)
+        if a is None:
+            raise SourceError(f"{where}/{name} is missing; check the obs keys in observation.modalities or "
+                              "hdf5_load_next_obs")
+        out[name] = a
+    for k in opts.dataset_keys:
+        a = read(k)
+        if a is not None:
+            out[k] = a.astype(np.float32) if cache_mode in ("all", "low_dim") else a
+        elif cache_mode in ("all", "low_dim"):
+            out[k] = np.zeros((length, 1), dtype=np.float32)  # what SequenceDataset substitutes
+        else:
+            raise SourceError(f"{where}/{k} is missing; with hdf5_cache_mode=null robomimic would fail on it too. "
+                              f"Remove {k!r} from train.dataset_keys or add it to the file")
+    return out
+
+
+def collate(frames: FrameSource, windows: SequenceWindows, indices, pool=None) -> dict:
+    """Collated numpy arrays (leading batch dim) for sample indices: the nested dict robomimic's
+    ``default_collate`` builds from SequenceDataset samples, before conversion to tensors."""
+    opts = windows.opts
+    idx = windows.check(indices)
+    ep, raw, pos = windows.locate(idx)
+    pad_mask = None
+    if opts.get_pad_mask:
+        pad_mask = ((raw >= 0) & (raw < windows.lengths[ep][:, None]))[..., None]
+
+    def field(name, steps):
+        return gather(frames, name, ep, steps, pool)
+
+    batch = {k: field(k, pos) for k in opts.dataset_keys}
+    if pad_mask is not None:
+        batch["pad_mask"] = pad_mask
+    for prefix in ["obs"] + (["next_obs"] if opts.load_next_obs else []):
+        batch[prefix] = {k: field(f"{prefix}/{k}", pos) for k in opts.obs_keys}
+        if pad_mask is not None:
+            batch[prefix]["pad_mask"] = pad_mask
+    if opts.goal_mode == "last":
+        g = windows.goal_positions(ep)
+        batch["goal_obs"] = {k: field(f"next_obs/{k}", g)[:, 0] for k in opts.obs_keys}
+        if pad_mask is not None:
+            batch["goal_obs"]["pad_mask"] = np.ones((len(idx), 1), dtype=bool)
+    return batch
+
+
+def row(batch: dict, b: int) -> dict:
+    """Sample ``b`` of a collated numpy batch (views)."""
+    return {k: row(v, b) if isinstance(v, dict) else v[b] for k, v in batch.items()}
+
+
+def to_torch(batch: dict) -> dict:
+    """Wrap a collated numpy batch as tensors without copying."""
+    return {k: to_torch(v) if isinstance(v, dict) else torch.from_numpy(v) for k, v in batch.items()}

@@ -1,0 +1,125 @@
+"""The window planner, the episode cache, the in-process batcher and the BatchSource position: unit tests."""
+import threading
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from robo_loaders_plugin.core.iteration import BatchSource, SamplerBatches
+from robo_loaders_plugin.frames.episodes import EpisodeCache
+from robo_loaders_plugin.pipeline.plan import BatchPlanNode, ItemGroups, plan_windows
+
+COUNTS = [7, 0, 12, 3, 9, 1, 15]
+
+
+def open_episodes(plan):
+    """Most episodes open at once while the plan is served (first to last item of each)."""
+    eps = np.unique(plan[:, 0])
+    first = {e: np.flatnonzero(plan[:, 0] == e)[0] for e in eps}
+    last = {e: np.flatnonzero(plan[:, 0] == e)[-1] for e in eps}
+    return max(sum(first[e] <= i <= last[e] for e in eps) for i in range(len(plan)))
+
+
+@pytest.mark.parametrize("buffer", [1, 2, 3, 100])
+def test_every_item_once_per_pass_within_the_buffer(buffer):
+    plan = plan_windows(COUNTS, seed=5, epoch=2, buffer_episodes=buffer)
+    assert sorted(map(tuple, plan.tolist())) == [(e, k) for e, c in enumerate(COUNTS) for k in range(c)]
+    assert min(buffer, 2) <= open_episodes(plan) <= min(buffer, sum(c > 0 for c in COUNTS))
+    assert np.array_equal(plan, plan_windows(COUNTS, seed=5, epoch=2, buffer_episodes=buffer))  # (seed, pass)
+    assert not np.array_equal(plan, plan_windows(COUNTS, seed=5, epoch=3, buffer_episodes=buffer))
+    assert not np.array_equal(plan, plan_windows(COUNTS, seed=6, epoch=2, buffer_episodes=buffer))
+
+
+def test_unshuffled_plan_is_dataset_order_and_replacement_draws_with_repeats():
+    plan = plan_windows(COUNTS, 0, 0, 3, shuffle=False)
+    assert plan.tolist() == [[e, k] for e, c in enumerate(COUNTS) for k in range(c)]
+    drawn = plan_windows(COUNTS, 1, 0, 3, replacement=True)
+    assert len(drawn) == sum(COUNTS) and open_episodes(drawn) <= 3
+    pairs = [tuple(p) for p in drawn.tolist()]
+    assert len(set(pairs)) < len(pairs) and all(k < COUNTS[e] for e, k in pairs)
+
+
+def test_plan_node_batches_seek_and_state():
+    node = BatchPlanNode(COUNTS, batch_size=10, drop_last=True, seed=3, buffer_episodes=2)
+    assert node.num_batches() == sum(COUNTS) // 10
+    node.reset()
+    first = [next(node) for _ in range(node.num_batches())]
+    with pytest.raises(StopIteration):
+        next(node)
+    assert np.array_equal(np.concatenate(first), node.plan_of(0)[:len(first) * 10])
+    node.seek(4, 2)
+    node.reset()
+    assert node.get_state() == {"epoch": 4, "batch": 2}
+    assert np.array_equal(next(node), node.plan_of(4)[20:30])
+    node.reset()  # no seek: the next pass
+    assert node.get_state() == {"epoch": 5, "batch": 0}
+
+
+def test_item_groups_map_pairs_back_to_items():
+    episode_of = np.array([0, 0, 1, 2, 2, 2, 1])
+    groups = ItemGroups(np.array([6, 2, 3, 5, 0]), episode_of, 3)
+    assert groups.counts.tolist() == [1, 2, 2]
+    served = groups.indices(np.array([[e, k] for e in range(3) for k in range(groups.counts[e])]))
+    assert sorted(served.tolist()) == [0, 2, 3, 5, 6] and all(episode_of[served[0:1]] == 0)
+
+
+def test_episode_cache_loads_once_under_concurrency_and_evicts_lru():
+    loads = []
+
+    def load(ep):
+        loads.append(ep)
+        time.sleep(0.05)
+        return {"ep": ep}
+
+    cache = EpisodeCache(load, capacity=2)
+    threads = [threading.Thread(target=cache.get, args=(1,)) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert loads == [1]  # four threads wanted it at once: one load
+    cache.get(2), cache.get(1), cache.get(3)  # 2 is now the least recently used: evicted
+    assert cache.get(1)["ep"] == 1 and loads == [1, 2, 3]
+    cache.get(2)
+    assert loads == [1, 2, 3, 2] and cache.loads == 4
+
+
+@pytest.mark.parametrize("threads", [0, 2])
+def test_sampler_batches_follow_the_dataloader_order_and_rng(threads):
+    """Same batches as the DataLoader over the same sampler, and the generator left in the same state."""
+    data = torch.arange(50)
+    g1, g2 = torch.Generator().manual_seed(9), torch.Generator().manual_seed(9)
+    dl = torch.utils.data.DataLoader(data, batch_size=8, shuffle=True, drop_last=True, generator=g1)
+    ref = [b.tolist() for b in dl]
+    dl2 = torch.utils.data.DataLoader(data, batch_size=8, shuffle=True, drop_last=True, generator=g2)
+    got = [b.tolist() for b in SamplerBatches(lambda idx: data[idx], dl2.batch_sampler, g2, threads)]
+    assert got == ref and torch.equal(g1.get_state(), g2.get_state())
+    skip_draw = torch.Generator().manual_seed(9)  # a batcher that forgot the DataLoader's base-seed draw differs
+    sampler = torch.utils.data.BatchSampler(torch.utils.data.RandomSampler(data, generator=skip_draw), 8, True)
+    assert [b.tolist() for b in (data[i] for i in sampler)] != ref
+
+
+class Counting(BatchSource):
+    def __init__(self, n, **kw):
+        super().__init__(**kw)
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+    def batches(self, epoch, start=0):
+        for b in range(start, self.n):
+            yield (epoch, b)
+
+
+def test_batch_source_position_resume_and_abandoned_passes():
+    src = Counting(4)
+    assert list(src) == [(0, b) for b in range(4)] and src.state_dict() == {"epoch": 1, "batch": 0}
+    it = iter(src)
+    assert [next(it), next(it)] == [(1, 0), (1, 1)] and src.state_dict() == {"epoch": 1, "batch": 2}
+    resumed = Counting(4)
+    resumed.load_state_dict(src.state_dict())
+    assert list(resumed) == [(1, 2), (1, 3)]
+    assert next(iter(src)) == (2, 0)  # a pass abandoned part-way is not resumed by the next iter()
+    assert list(Counting(3, start_epoch=5, start_batch=1)) == [(5, 1), (5, 2)]

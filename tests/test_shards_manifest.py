@@ -1,0 +1,288 @@
+"""Conversion state (manifest.py): failed units given back, leases as locks, waiting for another converting
+process, repairs on resume (missing shards, inconsistent done units, leftovers) and a full disk."""
+import builtins
+import errno
+import io
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from robo_loaders_plugin import RoboLoadersError
+
+from robo_loaders_plugin.storage.codec import FrameCodec
+from robo_loaders_plugin.storage.shards import ShardError, ShardReader, ShardWriter, publish
+from robo_loaders_plugin.storage.shards import manifest, writer as writer_module
+from test_shards import episodes
+
+TESTS = os.path.dirname(os.path.abspath(__file__))
+NAMES = [f"demo_{e}" for e in range(6)]
+DATA = dict(episodes(6))
+CODEC = FrameCodec()
+META = {"framework": "robomimic", "demos": NAMES}
+UNITS = [NAMES[0:2], NAMES[2:4], NAMES[4:6]]
+
+
+def read_episode(name):
+    return DATA[name], {"obs/cam"}
+
+
+def make_plan(out):
+    return manifest.plan(str(out), {"content": "abc", "size": 1}, UNITS, {"codec": CODEC.as_dict()})
+
+
+def convert(out, read=read_episode, plan=True, **kwargs):
+    if plan:
+        make_plan(out)
+    return manifest.run(str(out), lambda _: manifest.work(str(out), CODEC, read), None, 1, CODEC, META,
+                        {"path": "src"}, "test", progress=False, **kwargs)
+
+
+def units(out):
+    return json.loads((out / "manifest.json").read_text())["units"]
+
+
+def temporaries(out):
+    return [n for d in (out, out / "shards") if d.exists() for n in os.listdir(d) if ".tmp-" in n]
+
+
+def assert_complete(out):
+    r = ShardReader(str(out))
+    assert [e["name"] for e in r.episodes] == NAMES
+    for i, name in enumerate(NAMES):
+        _, fields = r.read_episode(i)
+        assert all(fields[k].tobytes() == v.tobytes() for k, v in DATA[name].items())
+    assert r.verify() == []
+
+
+HOLD_LEASE = """
+import sys, time
+sys.path.insert(0, sys.argv[3])
+from robo_loaders_plugin.storage.codec import FrameCodec
+from robo_loaders_plugin.storage.shards import manifest
+from test_shards import episodes
+data = dict(episodes(6))
+def read(name):  # holds unit 0 for a while, then converts it
+    print("leased", flush=True)
+    time.sleep(float(sys.argv[2]))
+    return data[name], {"obs/cam"}
+manifest.work(sys.argv[1], FrameCodec(), read)
+"""
+
+
+@pytest.fixture
+def other_process():
+    """Start a process converting into ``out`` that holds its first unit for ``hold_s`` (ended at teardown)."""
+    procs = []
+
+    def start(out, hold_s):
+        p = subprocess.Popen([sys.executable, "-c", HOLD_LEASE, str(out), str(hold_s), TESTS],
+                             stdout=subprocess.PIPE, text=True)
+        procs.append(p)
+        assert p.stdout.readline().strip() == "leased"
+        return p
+
+    yield start
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+        p.wait()
+
+
+def test_converts_publishes_and_reports_counts(tmp_path):
+    res = convert(tmp_path)
+    assert res == manifest.Converted(units=3, shards=3, episodes=6)
+    assert_complete(tmp_path)
+    assert all(u["state"] == "done" for u in units(tmp_path)) and not temporaries(tmp_path)
+
+
+def test_a_failed_unit_is_given_back_and_a_retry_in_the_same_process_converts_it(tmp_path):
+    make_plan(tmp_path)
+    failed = []
+
+    def flaky(name):
+        if name == "demo_3" and not failed:
+            failed.append(name)
+            raise OSError("source read failed")
+        return read_episode(name)
+
+    with pytest.raises(OSError, match="source read failed"):
+        manifest.work(str(tmp_path), CODEC, flaky)
+    assert [u["state"] for u in units(tmp_path)] == ["done", "planned", "planned"]
+    assert not temporaries(tmp_path)
+    assert convert(tmp_path, flaky).episodes == 6
+    assert_complete(tmp_path)
+
+
+def test_a_lease_whose_lock_is_free_is_stale_even_if_its_pid_is_alive(tmp_path):
+    """PID reuse, or a lease from another PID namespace whose number is a live process here."""
+    make_plan(tmp_path)
+    m = json.loads((tmp_path / "manifest.json").read_text())
+    m["units"][1].update(state="leased", lease={"pid": os.getpid(), "host": socket.gethostname(),
+                                                "time": time.time(), "token": "x"})
+    (tmp_path / "manifest.json").write_text(json.dumps(m))
+    assert convert(tmp_path).episodes == 6
+    assert_complete(tmp_path)
+
+
+def test_a_held_lease_is_never_taken_over_and_waiting_times_out(tmp_path, other_process, monkeypatch, capsys):
+    """A lease whose lock is held is live even if its pid means nothing here (another PID namespace)."""
+    make_plan(tmp_path)
+    other_process(tmp_path, 600)
+    m = json.loads((tmp_path / "manifest.json").read_text())
+    assert m["units"][0]["state"] == "leased"
+    m["units"][0]["lease"]["pid"] = 2**22 + 12345  # no such process on this host
+    (tmp_path / "manifest.json").write_text(json.dumps(m))
+    monkeypatch.setenv(manifest.ENV_LOCK_TIMEOUT, "1")
+    with pytest.raises(ShardError, match=rf"{tmp_path}: timed out after 1 s waiting for another process converting "
+                                         r"unit\(s\) 0 \(leased by pid 4206649 on .*ROBO_LOADERS_LOCK_TIMEOUT"):
+        convert(tmp_path)
+    after = units(tmp_path)
+    assert after[0]["state"] == "leased" and after[0]["lease"] == m["units"][0]["lease"]  # not taken over
+    assert [u["state"] for u in after[1:]] == ["done", "done"]
+    assert not (tmp_path / "index.json").exists()
+    assert capsys.readouterr().out.count("waiting for another process") == 1
+    monkeypatch.setenv(manifest.ENV_LOCK_TIMEOUT, "soon")
+    with pytest.raises(RoboLoadersError, match="ROBO_LOADERS_LOCK_TIMEOUT must be a number of seconds"):
+        convert(tmp_path)
+
+
+def test_two_processes_on_one_directory_the_second_waits_then_publishes(tmp_path, other_process, capsys):
+    make_plan(tmp_path)
+    other = other_process(tmp_path, 2)  # converts unit 0 slowly
+    res = convert(tmp_path, timeout_s=120)
+    assert res.episodes == 6 and res.units == 3
+    assert_complete(tmp_path)
+    out = capsys.readouterr().out
+    assert out.count("waiting for another process converting unit(s) 0 (leased by pid") == 1, out
+    assert other.wait(timeout=60) == 0
+
+
+def test_a_done_unit_whose_shard_is_gone_is_converted_again(tmp_path):
+    convert(tmp_path)
+    shard = tmp_path / units(tmp_path)[1]["shards"][0]["name"]
+    os.unlink(shard)
+    m = make_plan(tmp_path)  # resume: the unit is planned again and index.json withdrawn meanwhile
+    assert [u["state"] for u in m["units"]] == ["done", "planned", "done"]
+    assert not (tmp_path / "index.json").exists()
+    assert convert(tmp_path).episodes == 6
+    assert_complete(tmp_path)
+    shard.write_bytes(shard.read_bytes()[:-512])  # resized: the same
+    assert convert(tmp_path).episodes == 6
+    assert_complete(tmp_path)
+
+
+def test_a_done_unit_with_an_empty_index_is_converted_again_and_counts_are_published_ones(tmp_path):
+    make_plan(tmp_path)
+    manifest.work(str(tmp_path), CODEC, read_episode)
+    m = json.loads((tmp_path / "manifest.json").read_text())
+    m["units"][2]["index"] = []
+    (tmp_path / "manifest.json").write_text(json.dumps(m))
+    assert convert(tmp_path, plan=False).episodes == 6  # checked before publishing, not only when planning
+    assert_complete(tmp_path)
+
+
+def test_publish_refuses_duplicates_and_missing_shards(tmp_path):
+    make_plan(tmp_path)
+    manifest.work(str(tmp_path), CODEC, read_episode)
+    done = units(tmp_path)
+    eps = [e for u in done for e in u["index"]]
+    shards = [s for u in done for s in u["shards"]]
+    with pytest.raises(ShardError, match=r"cannot publish: episode\(s\) \['demo_0'\] would be listed twice"):
+        publish(str(tmp_path), eps + eps[:1], shards, CODEC, {})
+    with pytest.raises(ShardError, match="cannot publish: .*not in index.json.*demo_5"):
+        publish(str(tmp_path), eps[:-1], shards, CODEC, META)
+    with pytest.raises(ShardError, match="twice"):
+        manifest.plan(str(tmp_path / "b"), "fp", [["a", "b"], ["b"]], {})
+    assert not (tmp_path / "index.json").exists()
+
+
+class FullDisk(io.FileIO):
+    """A file on a disk that fills up after ``budget`` bytes."""
+    budget = 30_000
+
+    def write(self, data):
+        if self.tell() + len(data) > self.budget:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return super().write(data)
+
+
+def open_on_full_disk(path, mode="r", *args, **kwargs):
+    if mode != "wb":
+        return builtins.open(path, mode, *args, **kwargs)
+    return io.BufferedWriter(FullDisk(path, "wb"))
+
+
+def test_a_full_disk_is_a_clear_error_and_leaves_no_temporary_file(tmp_path, monkeypatch):
+    monkeypatch.setattr(writer_module, "open", open_on_full_disk, raising=False)
+    w = ShardWriter(str(tmp_path), CODEC, {}, shard_bytes=10**9)
+    with pytest.raises(ShardError, match=rf"{tmp_path}: No space left on device while writing episode demo_\d \(.* "
+                                         r"free; the shard being written needs at least .*\).*run the same command again"):
+        for name, fields in episodes():
+            w.add_episode(name, fields, {"obs/cam"})
+    assert not temporaries(tmp_path)
+    w.abort()  # never raises, also a second time
+
+
+def test_abort_never_raises_even_when_closing_fails(tmp_path, monkeypatch):
+    monkeypatch.setattr(FullDisk, "budget", 10**9)
+    monkeypatch.setattr(writer_module, "open", open_on_full_disk, raising=False)
+    w = ShardWriter(str(tmp_path), CODEC, {})
+    w.add_episode("ep", {"a": np.zeros((3, 100))})  # buffered, not yet on disk
+    monkeypatch.setattr(FullDisk, "budget", 0)  # the disk is now full: flushing on close fails
+    w.abort()
+    assert not temporaries(tmp_path)
+
+
+def test_a_full_disk_during_conversion_gives_the_unit_back(tmp_path, monkeypatch):
+    make_plan(tmp_path)
+    with monkeypatch.context() as m:
+        m.setattr(writer_module, "open", open_on_full_disk, raising=False)
+        with pytest.raises(ShardError, match="No space left on device"):
+            manifest.work(str(tmp_path), CODEC, read_episode)
+    assert not temporaries(tmp_path)
+    assert "leased" not in [u["state"] for u in units(tmp_path)]
+    assert convert(tmp_path).episodes == 6
+
+
+def test_leftovers_of_gone_writers_are_removed_on_resume(tmp_path, other_process):
+    make_plan(tmp_path)
+    other = other_process(tmp_path, 600)  # holds unit 0: its temporary file is live
+    live = tmp_path / "shards" / f"unit-000000-000000.tar.tmp-{other.pid}"
+    dead = [tmp_path / "shards" / "unit-000001-000000.tar.tmp-999999",
+            tmp_path / "shards" / "unit-000077-000000.tar.tmp-999999", tmp_path / "manifest.json.tmp-999999"]
+    for p in dead:
+        p.write_bytes(b"x" * 1000)
+    live.write_bytes(b"x")  # as if its writer had started
+    make_plan(tmp_path)
+    assert live.exists() and not any(p.exists() for p in dead)
+    other.kill()
+    other.wait()
+    make_plan(tmp_path)  # its writer is gone now
+    assert not live.exists()
+    assert convert(tmp_path).episodes == 6
+
+
+def test_workers_that_convert_nothing_are_an_error_not_a_hang(tmp_path):
+    make_plan(tmp_path)
+    calls = []
+    with pytest.raises(ShardError, match=r"some units are not done yet \(unit\(s\) 0, 1, 2 were left unconverted"):
+        manifest.run(str(tmp_path), calls.append, "args", 1, CODEC, META, {}, "test", progress=False)
+    assert calls == ["args", "args"]  # tried once more in case another process gave them back meanwhile
+    assert not (tmp_path / "index.json").exists()
+
+
+def pool_worker(out):
+    return manifest.work(out, CODEC, read_episode)
+
+
+def test_spawned_workers_convert_in_parallel(tmp_path):
+    make_plan(tmp_path)
+    res = manifest.run(str(tmp_path), pool_worker, str(tmp_path), 2, CODEC, META, {}, "test", progress=False)
+    assert res == manifest.Converted(units=3, shards=3, episodes=6)
+    assert_complete(tmp_path)
