@@ -57,3 +57,15 @@ def shared_lerobot():
     if not os.path.isdir(path):
         pytest.skip(f"{path} absent (../shared is not beside this checkout)")
     return path
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``cuda`` run only where torch sees a GPU (``pytest -m cuda`` selects them)."""
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (torch.cuda.is_available() is False)")
+    for item in items:
+        if "cuda" in item.keywords:
+            item.add_marker(skip)

@@ -41,6 +41,7 @@ def assert_same_sample(ours, theirs, path="sample"):
         for k in theirs:
             assert_same_sample(ours[k], theirs[k], f"{path}/{k}")
         return
+    assert type(ours) is type(theirs), f"{path}: {type(ours).__name__} is not {type(theirs).__name__}"
     ours, theirs = np.asarray(ours), np.asarray(theirs)
     assert ours.dtype == theirs.dtype, f"{path}: dtype {ours.dtype} != {theirs.dtype}"
     assert ours.shape == theirs.shape, f"{path}: shape {ours.shape} != {theirs.shape}"

@@ -1,11 +1,15 @@
-"""A small ACT policy trained a few steps on native vs compressed_cache batches (same seed, same
-EpisodeAwareSampler): L1, L2 and cosine distances between predicted and target actions must match."""
+"""A small ACT policy trained a few steps on native vs compressed_cache / gpu_resampler batches (same seed, same
+EpisodeAwareSampler): L1, L2 and cosine distances between predicted and target actions must match. gpu_resampler's
+batches come from lerobot-train's (patched) cycle(dataloader), built in-process over the sampler's order."""
 import pytest
 import torch
 
 from lerobot_helpers import REPO
 
-from robo_loaders_plugin.lerobot.factories import compressed_cache_dataset
+from robo_loaders_plugin import get_backend
+from robo_loaders_plugin.core.iteration import record_built
+from robo_loaders_plugin.lerobot.factories import compressed_cache_dataset, gpu_resampler_dataset
+from robo_loaders_plugin.lerobot.integration import cycle
 
 FPS = 20
 
@@ -21,6 +25,9 @@ def train(root, backend, sampler_seed=3, steps=4, workers=0):
                         return_uint8=True)
     if backend == "compressed_cache":
         ds = compressed_cache_dataset(ds)
+    elif backend == "gpu_resampler":
+        ds = gpu_resampler_dataset(ds)
+        record_built(get_backend("gpu_resampler"), ds)
     cfg = ACTConfig(device="cpu", chunk_size=10, n_action_steps=10, dim_model=32, n_heads=2, dim_feedforward=64,
                     n_encoder_layers=1, n_decoder_layers=1, use_vae=False, pretrained_backbone_weights=None,
                     push_to_hub=False)
@@ -34,7 +41,8 @@ def train(root, backend, sampler_seed=3, steps=4, workers=0):
     loader = torch.utils.data.DataLoader(ds, batch_size=8, sampler=sampler, num_workers=workers, **kw)
     initial = [p.detach().clone() for p in policy.parameters()]
     logs = []
-    for _, batch in zip(range(steps), loader):
+    batches = cycle(loader) if backend == "gpu_resampler" else loader
+    for _, batch in zip(range(steps), batches):
         for k in ds.meta.camera_keys:  # what lerobot-train does before its preprocessor
             if batch[k].dtype == torch.uint8:
                 batch[k] = batch[k].to(dtype=torch.float32) / 255.0
@@ -55,11 +63,11 @@ def train(root, backend, sampler_seed=3, steps=4, workers=0):
     return logs
 
 
-@pytest.mark.parametrize("workers", [0, 2])
-def test_same_losses(lerobot_datasets, workers):
+@pytest.mark.parametrize("backend,workers", [("compressed_cache", 0), ("compressed_cache", 2), ("gpu_resampler", 1)])
+def test_same_losses(lerobot_datasets, backend, workers):
     root = lerobot_datasets["av1_1cam"]
     ref = train(root, "native", workers=0)
-    got = train(root, "compressed_cache", workers=workers)
+    got = train(root, backend, workers=workers)
     for r, g in zip(ref, got):
         for k in r:
             assert g[k] == pytest.approx(r[k], rel=1e-6, abs=1e-9), (k, r, g)

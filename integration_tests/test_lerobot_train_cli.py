@@ -118,3 +118,16 @@ def test_datapipe_through_discover_packages_path(root, tmp_path):
                             env_extra={"ROBO_LOADERS_DISABLE": "1"})
     assert rc == 0, log[-3000:]
     assert "batches come from the torchdata pipeline" in log, log[-3000:]
+
+
+def test_gpu_resampler_trains_at_another_rate_and_resumes(root, tmp_path):
+    out = str(tmp_path / "gr")
+    rc, log = lerobot_train(root, out, "--dataset.backend=gpu_resampler",
+                            '--dataset.backend_kwargs={"target_fps": 10}')
+    assert rc == 0, log[-3000:]
+    assert "lerobot data backend: gpu_resampler" in log and "windows at 10 Hz on 20 Hz data" in log, log[-3000:]
+    cfg = os.path.join(out, "checkpoints", "000003", "pretrained_model", "train_config.json")
+    rc, log = lerobot_train(root, out, f"--config_path={cfg}", "--resume=true", steps=5)
+    assert rc == 0, log[-3000:]
+    assert "lerobot data backend: gpu_resampler" in log and saved_dataset_config(out, 5)["backend_kwargs"] == \
+        {"target_fps": 10}

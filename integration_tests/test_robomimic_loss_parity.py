@@ -1,4 +1,4 @@
-"""Training with compressed_cache logs the same robomimic losses as training with SequenceDataset.
+"""Training with compressed_cache or gpu_resampler logs the same robomimic losses as with SequenceDataset.
 
 Both runs build the same BC-RNN model from the same seed and iterate robomimic's own (patched) run_epoch over the
 DataLoader robomimic's train() would build; compressed_cache replaces it by in-process threads that draw the same
@@ -63,10 +63,12 @@ def test_same_losses_as_native(train_hdf5, num_workers):
     native = train_losses(train_hdf5, None, num_workers)
     ours = train_losses(train_hdf5, "compressed_cache", num_workers)
     via_dataloader = train_losses(train_hdf5, "compressed_cache", num_workers, backend_kwargs={"loader": "dataloader"})
-    for n, o, d in zip(native, ours, via_dataloader):
+    resampler = train_losses(train_hdf5, "gpu_resampler", num_workers)
+    for n, o, d, g in zip(native, ours, via_dataloader, resampler):
         for k in LOSSES:
             assert o[k] == pytest.approx(n[k], rel=1e-6, abs=1e-9), (k, n, o)
             assert d[k] == pytest.approx(n[k], rel=1e-6, abs=1e-9), (k, n, d)
+            assert g[k] == pytest.approx(n[k], rel=1e-6, abs=1e-9), (k, n, g)
     assert native[-1]["weights_moved"] > 1e-4  # it trained: every optimizer step changed the weights compared
 
 

@@ -32,20 +32,21 @@ COMBOS = [
 FILTERS = [None, "train", "valid"]
 
 
-def _pair(path, combo, filter_key):
+def _pair(path, combo, filter_key, backend="compressed_cache"):
     cfg = make_config(path, **combo)
     native = dataset_factory(cfg, obs_keys(cfg), filter_by_attribute=filter_key)
     with cfg.values_unlocked():
-        cfg.train.data_backend = "compressed_cache"
+        cfg.train.data_backend = backend
     ours = dataset_factory(cfg, obs_keys(cfg), filter_by_attribute=filter_key)
     return native, ours
 
 
+@pytest.mark.parametrize("backend", ["compressed_cache", "gpu_resampler"])
 @pytest.mark.parametrize("combo", COMBOS, ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()))
-def test_same_samples_as_sequence_dataset(tiny_hdf5, combo):
+def test_same_samples_as_sequence_dataset(tiny_hdf5, combo, backend):
     for i, filter_key in enumerate(FILTERS):
-        native, ours = _pair(tiny_hdf5, combo, filter_key)
-        assert isinstance(ours, RobomimicSamples)
+        native, ours = _pair(tiny_hdf5, combo, filter_key, backend)
+        assert isinstance(ours, RobomimicSamples) and ours.backend_name == backend
         assert type(native).__name__ == "SequenceDataset"
         assert len(ours) == len(native)
         n = 500 if filter_key != "valid" else len(native)  # the valid split is small: check all of it
@@ -54,6 +55,10 @@ def test_same_samples_as_sequence_dataset(tiny_hdf5, combo):
         for idx in indices:
             assert_same_sample(ours[int(idx)], native[int(idx)], f"[{filter_key}][{idx}]")
         assert ours.get_dataset_sampler() is None
+        # whole batches too, as robomimic's DataLoader collates them (what the in-process path serves)
+        batch = indices[:32].tolist()
+        assert_same_sample(ours.collate(batch), torch.utils.data.default_collate([native[j] for j in batch]),
+                           f"[{filter_key}] batch")
 
 
 def test_pad_mask_matches_sequence_dataset(tiny_hdf5):

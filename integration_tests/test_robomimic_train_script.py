@@ -134,3 +134,13 @@ def test_unmodified_train_script_with_datapipe(e2e_hdf5, tmp_path):
     assert rc == 0, out[-3000:]
     assert_trained(out, tmp_path, "dp", "[robo-loaders] robomimic data backend: datapipe [train]")
     assert "robomimic data backend: datapipe [valid]" in out
+
+
+def test_unmodified_train_script_with_gpu_resampler(e2e_hdf5, tmp_path):
+    """An indexed backend: robomimic's epoch loop gets batches built in-process over its DataLoader's sampler, at
+    half the recorded rate."""
+    cfg = write_config(tmp_path, e2e_hdf5, "gpu_resampler", "gr", backend_kwargs={"target_fps": 10}, workers=1)
+    rc, out = run([sys.executable, "-m", "robomimic.scripts.train", "--config", cfg])
+    assert rc == 0, out[-3000:]
+    assert_trained(out, tmp_path, "gr", "[robo-loaders] robomimic data backend: gpu_resampler [train]")
+    assert "resampled 20 -> 10 Hz" in out and "gpu_resampler [valid]" in out

@@ -37,6 +37,23 @@ DATAPIPE_OPTIONS = {
 }
 
 
+GPU_RESAMPLER_OPTIONS = {
+    "device": (str, "auto", "where batches are built: 'auto' (the training GPU when there is one, else the CPU), "
+                            "'cpu', 'cuda' or 'cuda:N'"),
+    "max_device_memory": ((int, str), None, "GPU memory the episodes may take (bytes or '8GB'; default: half of the "
+                                            "free memory); beyond it they stay in pinned host memory"),
+    "target_fps": ((int, float), None, "the rate windows are counted at (default: the recorded rate); robomimic: "
+                                       "seq_length and frame_stack steps at this rate; LeRobot: the policy's delta "
+                                       "steps at this rate"),
+    "source_fps": ((int, float), None, "robomimic: the rate the HDF5 was recorded at (default: its env_args' "
+                                       "control_freq)"),
+    "delta_timestamps": (dict, None, "LeRobot: offsets in seconds per key, at any offsets (not only multiples of "
+                                     "1/fps), instead of the policy's"),
+    "modes": (dict, None, "per field: 'linear' (default for float fields), 'previous' (default for integer and "
+                          "boolean fields), 'nearest' (default, and only choice with 'previous', for frames)"),
+}
+
+
 @hookimpl
 def robo_loaders_backends():
     return [
@@ -67,5 +84,15 @@ def robo_loaders_backends():
             factories={"robomimic": "robo_loaders_plugin.robomimic.factories:datapipe_dataset",
                        "lerobot": "robo_loaders_plugin.lerobot.factories:datapipe_dataset"},
             options=DATAPIPE_OPTIONS,
+        ),
+        BackendSpec(
+            name="gpu_resampler",
+            description="every episode held as tensors (on the GPU when it fits): whole batches of windows in a "
+                        "few gathers, the native sampler's order, optional rate conversion",
+            frameworks=("robomimic", "lerobot"),
+            kind=INDEXED,
+            factories={"robomimic": "robo_loaders_plugin.robomimic.factories:gpu_resampler_dataset",
+                       "lerobot": "robo_loaders_plugin.lerobot.factories:gpu_resampler_dataset"},
+            options=GPU_RESAMPLER_OPTIONS,
         ),
     ]

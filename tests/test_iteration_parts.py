@@ -123,3 +123,17 @@ def test_batch_source_position_resume_and_abandoned_passes():
     assert list(resumed) == [(1, 2), (1, 3)]
     assert next(iter(src)) == (2, 0)  # a pass abandoned part-way is not resumed by the next iter()
     assert list(Counting(3, start_epoch=5, start_batch=1)) == [(5, 1), (5, 2)]
+
+
+def test_sampler_batches_consume_the_rng_like_a_persistent_worker_dataloader():
+    """With persistent workers a DataLoader draws its base seed once for the whole run, not once per pass."""
+    data = list(range(20))
+    torch.manual_seed(3)
+    dl = torch.utils.data.DataLoader(data, batch_size=5, shuffle=True, num_workers=1, persistent_workers=True)
+    ref = [b.tolist() for _ in range(2) for b in dl]
+    state = torch.get_rng_state()
+    torch.manual_seed(3)
+    dl2 = torch.utils.data.DataLoader(data, batch_size=5, shuffle=True, num_workers=1, persistent_workers=True)
+    batches = SamplerBatches(lambda idx: torch.tensor(idx), dl2.batch_sampler, None, 0, seed_once=True)
+    got = [b.tolist() for _ in range(2) for b in batches]
+    assert got == ref and torch.equal(torch.get_rng_state(), state)

@@ -68,5 +68,5 @@ def test_lerobot_delta_windows_clamp_into_the_episode_and_mark_padding():
         clamped = np.clip(target, start[r], end[r] - 1)
         assert rows["action"][r].tolist() == (r + clamped - abs_index[r]).tolist()
         assert pad["action_is_pad"][r].tolist() == ((target < start[r]) | (target >= end[r])).tolist()
-    unit, steps = RowMap([5, 3]).locate(rows["action"])
+    unit, steps = RowMap([5, 3]).locate(rows["action"], np.arange(8))
     assert unit.tolist() == [0] * 5 + [1] * 3 and steps.min() == 0 and steps[5:].max() == 2

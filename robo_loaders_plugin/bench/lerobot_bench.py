@@ -10,7 +10,7 @@ from tabulate import tabulate
 
 from robo_loaders_plugin.bench.conversion import conversion_table, dir_bytes, time_conversions
 from robo_loaders_plugin.bench.report import add_ratios, machine, write_json
-from robo_loaders_plugin.bench.runner import run_child
+from robo_loaders_plugin.bench.runner import backend_of, options_for, run_child
 from robo_loaders_plugin.core.units import format_bytes
 
 
@@ -60,7 +60,8 @@ def bench_lerobot(root: str, repo_id: str, backends: list[str], batch_size: int,
         for name in backends:
             echo(f"[bench] {name} ...")
             r = run_child("robo_loaders_plugin.bench.lerobot_run",
-                          dict(common, backend=name, kwargs=kwargs.get(name, {})), name, log_dir, timeout)
+                          dict(common, backend=backend_of(name), kwargs=options_for(name, kwargs)), name, log_dir,
+                          timeout)
             if r.get("error"):
                 echo(f"[bench] {name} FAILED\n{r['error']}")
             results.append(r)

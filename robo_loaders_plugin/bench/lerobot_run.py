@@ -95,12 +95,15 @@ def run(a: dict) -> dict:
 def stored_bytes(ds) -> int:
     """What the backend keeps its frames in: the RAM cache file, or the shards on disk (datapipe)."""
     from robo_loaders_plugin.frames.store import StoreFrames
+    from robo_loaders_plugin.frames.tensors import TensorFrames
     from robo_loaders_plugin.lerobot.dataset import LeRobotSamples
 
     if not isinstance(ds, LeRobotSamples):
         return 0
     if isinstance(ds.frames, StoreFrames):
         return ds.frames.store.file_nbytes
+    if isinstance(ds.frames, TensorFrames):
+        return TensorFrames.nbytes(ds.frames.lengths, ds.frames.infos)
     return sum(s["bytes"] for s in ds.reader.shards.values())
 
 

@@ -5,7 +5,7 @@ import os
 import tempfile
 
 from robo_loaders_plugin.bench.conversion import conversion_table, time_conversions
-from robo_loaders_plugin.bench.runner import run_child
+from robo_loaders_plugin.bench.runner import backend_of, options_for, run_child
 from robo_loaders_plugin.bench.report import add_ratios, machine, table, write_json
 
 BASELINES = ["native:low_dim", "native:all"]
@@ -13,8 +13,9 @@ CACHE_MODES = {"low_dim": "low_dim", "all": "all", "none": None}
 
 
 def parse_backend(label: str):
-    """``native:all`` -> (native, all); ``compressed_cache`` -> (compressed_cache, low_dim)."""
-    name, _, mode = label.partition(":")
+    """``native:all`` -> (native, all); ``compressed_cache`` -> (compressed_cache, low_dim); a ``#tag`` is left out
+    (``gpu_resampler#third`` -> (gpu_resampler, low_dim))."""
+    name, _, mode = backend_of(label).partition(":")
     mode = mode or "low_dim"
     if mode not in CACHE_MODES:
         raise ValueError(f"backend {label!r}: cache mode after ':' must be one of {sorted(CACHE_MODES)}")
@@ -39,7 +40,7 @@ def array_bytes(path: str) -> int:
 
 def run_one(label: str, common: dict, kwargs: dict, log_dir: str, timeout: float) -> dict:
     name, mode = parse_backend(label)
-    opts = dict(kwargs.get(name, {}))
+    opts = options_for(label, kwargs)
     args = dict(common, label=label, backend=name, cache_mode=mode, kwargs=opts)
     return run_child("robo_loaders_plugin.bench.robomimic_run", args, label, log_dir, timeout)
 

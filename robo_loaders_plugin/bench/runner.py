@@ -12,6 +12,17 @@ import numpy as np
 from robo_loaders_plugin.bench.memory import TreeMemorySampler
 
 
+def backend_of(label: str) -> str:
+    """``gpu_resampler#third`` -> ``gpu_resampler``: a ``#tag`` runs a backend again under another label, with the
+    options given for that label (``--backend-kwargs 'gpu_resampler#third={...}'``)."""
+    return label.split("#", 1)[0]
+
+
+def options_for(label: str, kwargs: dict) -> dict:
+    """The options given for this label, else for its backend."""
+    return dict(kwargs[label] if label in kwargs else kwargs.get(backend_of(label).split(":")[0], {}))
+
+
 def run_child(module: str, args: dict, label: str, log_dir: str, timeout: float) -> dict:
     """Run ``python -m module '<json args>' OUT.json`` while sampling its process tree's memory."""
     safe = label.replace(":", "_").replace("/", "_")

@@ -103,9 +103,12 @@ class IndexedDataset(torch.utils.data.Dataset, abc.ABC):
     """A map-style dataset that also builds whole collated batches (``indexed`` kind).
 
     ``batches_in_process``: whether the adapter should build batches in the training process (False leaves the
-    framework's DataLoader in charge, e.g. robomimic's ``loader: "dataloader"`` option)."""
+    framework's DataLoader in charge, e.g. robomimic's ``loader: "dataloader"`` option). ``batch_threads``: how
+    many threads build them (None: the DataLoader's ``num_workers``; 0 for device-resident data, whose gathers are
+    queued on the GPU by the training thread)."""
 
     batches_in_process: bool = True
+    batch_threads: int | None = None
 
     @abc.abstractmethod
     def collate(self, indices) -> dict:
@@ -165,12 +168,13 @@ class SamplerBatches:
     """
 
     def __init__(self, collate: Callable[[list], dict], batch_sampler: Iterable, generator=None, num_threads: int = 0,
-                 prefetch_per_thread: int = 2):
+                 prefetch_per_thread: int = 2, seed_once: bool = False):
         self.collate = collate
         self.batch_sampler = batch_sampler
         self.generator = generator
         self.num_threads = int(num_threads)
         self.depth = max(1, self.num_threads * prefetch_per_thread)
+        self.seed_once, self._seeded = bool(seed_once), False  # persistent workers: one draw for the run
 
     def __len__(self) -> int:
         return len(self.batch_sampler)
@@ -178,7 +182,9 @@ class SamplerBatches:
     def __iter__(self):
         from robo_loaders_plugin.core.torch_compat import draw_dataloader_base_seed
 
-        draw_dataloader_base_seed(self.generator)
+        if not (self.seed_once and self._seeded):
+            draw_dataloader_base_seed(self.generator)
+            self._seeded = True
         if self.num_threads == 0:
             for indices in self.batch_sampler:
                 yield self.collate(list(indices))
@@ -198,10 +204,9 @@ class SamplerBatches:
 
 def in_process_compatible(data_loader) -> bool:
     """Whether a DataLoader's batches can be rebuilt in-process with the same result: a plain batch sampler, the
-    default collate, no worker hooks or persistent workers (robomimic 0.3.0's DataLoaders always are)."""
+    default collate, no worker hooks (robomimic 0.3.0's and lerobot-train's DataLoaders always are)."""
     return (getattr(data_loader, "batch_sampler", None) is not None
-            and data_loader.collate_fn is torch.utils.data.default_collate
-            and not data_loader.persistent_workers and data_loader.worker_init_fn is None)
+            and data_loader.collate_fn is torch.utils.data.default_collate and data_loader.worker_init_fn is None)
 
 
 def pass_batches(data_loader, plan_for: Callable[[Any], SamplingPlan]):
@@ -213,8 +218,12 @@ def pass_batches(data_loader, plan_for: Callable[[Any], SamplingPlan]):
         return data_loader
     if spec.kind == INDEXED:
         if dataset.batches_in_process and in_process_compatible(data_loader):
-            return SamplerBatches(dataset.collate, data_loader.batch_sampler, data_loader.generator,
-                                  data_loader.num_workers)
+            threads = data_loader.num_workers if dataset.batch_threads is None else dataset.batch_threads
+            return SamplerBatches(dataset.collate, data_loader.batch_sampler, data_loader.generator, threads,
+                                  seed_once=bool(data_loader.num_workers and data_loader.persistent_workers))
+        if dataset.batches_in_process:
+            print(f"[robo-loaders] {spec.name}: this DataLoader has a custom collate_fn or worker_init_fn, so its "
+                  "batches come from its worker processes, not from the backend's in-process path", flush=True)
         return data_loader
     return _source_for(data_loader, dataset, plan_for)
 

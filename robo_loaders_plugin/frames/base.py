@@ -2,8 +2,9 @@
 
 Why one protocol: the window rules (``robo_loaders_plugin.windows``) turn sample indices into ``(episode, step)``
 index arrays, the same for every backend; what differs is only where an episode's arrays live (a compressed store
-mapped from RAM, episodes read from shards, later decoded video buffers or device tensors). A frame source answers
-one question, "fill ``out`` with field F at these (episode, step) pairs", as fast as its storage allows.
+mapped from RAM, episodes read from shards, tensors on a GPU, later decoded video buffers). A frame source answers
+one question, "field F at these (episode, step) pairs", as fast as its storage allows: into a numpy array, or, for
+device-resident sources, as a tensor where the data lives.
 """
 from __future__ import annotations
 
@@ -11,6 +12,11 @@ import abc
 import dataclasses
 
 import numpy as np
+
+# how a field is read at a position between two recorded steps (rate conversion, ``windows.rates``)
+NEAREST, PREVIOUS, LINEAR = "nearest", "previous", "linear"
+MODES = (NEAREST, PREVIOUS, LINEAR)
+_EPS = 1e-6  # positions within this of a step are that step (float error of time -> step conversions)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,14 +39,52 @@ class FrameSource(abc.ABC):
     def take(self, field: str, episodes: np.ndarray, steps: np.ndarray, out: np.ndarray) -> None:
         """``out[b, ...] = field[episodes[b]][steps[b, ...]]``: ``episodes`` is (B,), ``steps`` (B,) or (B, T)."""
 
+    def gather(self, field: str, episodes: np.ndarray, steps: np.ndarray, pool=None):
+        """``field`` at (episode, step) pairs as one ``steps.shape + step shape`` array (recycled from ``pool``);
+        device-resident sources return a tensor where their data lives instead."""
+        info = self.info(field)
+        shape = tuple(steps.shape) + tuple(info.shape)
+        out = pool.empty(shape, info.dtype) if pool is not None else np.empty(shape, dtype=info.dtype)
+        self.take(field, episodes, steps, out)
+        return out
 
-def gather(source: FrameSource, field: str, episodes: np.ndarray, steps: np.ndarray, pool=None) -> np.ndarray:
-    """``field`` at (episode, step) pairs as one ``steps.shape + step shape`` array (recycled from ``pool``)."""
-    info = source.info(field)
-    shape = tuple(steps.shape) + tuple(info.shape)
-    out = pool.empty(shape, info.dtype) if pool is not None else np.empty(shape, dtype=info.dtype)
-    source.take(field, np.asarray(episodes), np.asarray(steps), out)
-    return out
+
+def gather(source: FrameSource, field: str, episodes, steps, pool=None):
+    return source.gather(field, np.asarray(episodes), np.asarray(steps), pool)
+
+
+def gather_at(source: FrameSource, field: str, episodes, positions, mode: str, pool=None):
+    """``field`` at step positions that may fall between recorded steps (already clamped into each episode):
+    ``nearest`` takes the closer step (ties: the later one), ``previous`` the step at or before (zero-order hold),
+    ``linear`` blends the two neighbours (float fields only). Integral positions read exactly the recorded steps,
+    whatever the mode, so conversion to the recorded rate is the identity."""
+    positions = np.asarray(positions)
+    episodes = np.asarray(episodes)
+    if positions.dtype.kind in "iu":
+        return gather(source, field, episodes, positions, pool)
+    lo = np.floor(positions + _EPS).astype(np.int64)
+    frac = positions - lo
+    if mode == PREVIOUS or not np.any(frac > _EPS):
+        return gather(source, field, episodes, lo, pool)
+    if mode == NEAREST:
+        return gather(source, field, episodes, np.where(frac >= 0.5 - _EPS, lo + 1, lo), pool)
+    if mode != LINEAR:
+        raise ValueError(f"unknown resampling mode {mode!r}; choose one of {MODES}")
+    last = (np.asarray(source.lengths)[episodes] - 1).reshape(episodes.shape + (1,) * (positions.ndim - 1))
+    a = gather(source, field, episodes, lo)
+    b = gather(source, field, episodes, np.minimum(lo + 1, last))
+    w = np.where(frac > _EPS, frac, 0.0)
+    return lerp(a, b, w)
+
+
+def lerp(a, b, w: np.ndarray):
+    """``a + w * (b - a)`` in ``a``'s float dtype, ``w`` broadcast over the per-step dims (numpy or torch)."""
+    w = w.reshape(w.shape + (1,) * (a.ndim - w.ndim))
+    if isinstance(a, np.ndarray):
+        return (a + (b - a) * w.astype(a.dtype)).astype(a.dtype, copy=False)
+    import torch
+
+    return torch.lerp(a, b, torch.from_numpy(w).to(device=a.device, dtype=a.dtype))
 
 
 def broadcast_episodes(episodes: np.ndarray, steps: np.ndarray) -> np.ndarray:

@@ -26,7 +26,10 @@ class LeRobotSamples(IndexedDataset):
     batches_in_process = False  # LeRobot's DataLoader (spawn workers) stays in charge; image transforms use its RNG
 
     def __init__(self, native, frames: FrameSource, runs: list[tuple[int, int, int]], columns: list[str],
-                 video_keys: list[str], image_keys: list[str], backend_name: str):
+                 video_keys: list[str], image_keys: list[str], backend_name: str, delta_steps: dict | None = None,
+                 modes: dict | None = None):
+        """``delta_steps``: each delta key's offsets in recorded steps, when they are not LeRobot's own
+        ``delta_indices`` (rate conversion; fractional offsets are read by ``modes``)."""
         super().__init__()
         settings = reader_settings(native)
         self._native = native  # the LeRobotDataset this one mirrors: meta, episode selection, HF table
@@ -48,12 +51,12 @@ class LeRobotSamples(IndexedDataset):
         ep_of_row = np.repeat([ep for ep, _, _ in runs], [e - s for _, s, e in runs])
         self.windows = rules.DeltaWindows(abs_index, np.array([bounds[e][0] for e in ep_of_row.tolist()]),
                                           np.array([bounds[e][1] for e in ep_of_row.tolist()]),
-                                          settings.delta_indices)
+                                          settings.delta_indices if delta_steps is None else delta_steps)
         self.layout = rules.ItemLayout(
             columns=list(columns), video_keys=list(video_keys), image_keys=list(image_keys),
             camera_keys=[k for k in self.meta.camera_keys if k not in self.meta.depth_keys],
             tasks=[str(t) for t in self.meta.tasks.index], return_uint8=settings.return_uint8,
-            image_transforms=settings.image_transforms)
+            image_transforms=settings.image_transforms, modes=modes)
         self.image_transforms = settings.image_transforms
         self.delta_indices = settings.delta_indices
         self.return_uint8 = settings.return_uint8

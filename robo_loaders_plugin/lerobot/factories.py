@@ -119,3 +119,64 @@ def datapipe_dataset(native, **options):
     ds.build_summary = (f"{len(runs)} episodes, {len(ds)} frames from {len(reader.shards)} shard(s) in {reader.dir}, "
                         f"shuffle buffer {dp.shuffle_buffer} episodes")
     return ds
+
+
+def gpu_resampler_dataset(native, *, device="auto", max_device_memory=None, target_fps=None, source_fps=None,
+                          modes=None, delta_timestamps=None):
+    from robo_loaders_plugin.frames.tensors import TensorFrames, placement, training_device
+    from robo_loaders_plugin.windows.rates import check_rate, resolve_modes
+
+    if source_fps is not None:
+        raise BackendOptionError(f"{OPTION_PREFIX}.source_fps applies to robomimic; a LeRobot dataset says its fps "
+                                 "in meta/info.json")
+    target_fps = check_rate("target_fps", target_fps, OPTION_PREFIX)
+    source, settings = _source(native)
+    train_device = training_device(device, OPTION_PREFIX)
+    delta_steps = _delta_steps(native, settings.delta_indices, target_fps, delta_timestamps)
+    episodes = LeRobotEpisodes(source, settings.tolerance_s, native.episodes)
+    check_rows_match(native, episodes.columns, episodes.arrays["index"], {k: a[0] for k, a in episodes.arrays.items()})
+    first_ep = episodes.runs[0][0]
+    first, cameras = episodes.read(first_ep)
+    infos = {k: FieldInfo(a.dtype, tuple(a.shape[1:]), k in cameras) for k, a in first.items()}
+    unknown = sorted(set(delta_steps or {}) - set(infos))
+    if unknown:
+        raise BackendOptionError(f"{OPTION_PREFIX}.delta_timestamps names {unknown}, which {native.repo_id} does not "
+                                 f"have; its features are {sorted(infos)}")
+    modes = resolve_modes({k: infos[k] for k in delta_steps or {}}, modes, OPTION_PREFIX)
+    lengths = [e - s for _, s, e in episodes.runs]
+    storage, pinned, where = placement(TensorFrames.nbytes(lengths, infos), train_device, max_device_memory,
+                                       OPTION_PREFIX)
+    frames = TensorFrames(lengths, infos, storage, train_device, pinned)
+    for unit, (ep, _, _) in enumerate(tqdm(episodes.runs, desc=f"gpu_resampler [{native.repo_id}]", unit="episode",
+                                           mininterval=0.5)):
+        frames.fill(unit, first if ep == first_ep else episodes.read(ep)[0])
+    ds = LeRobotSamples(native, frames, episodes.runs, episodes.columns, source.video_keys, source.image_keys,
+                        backend_name="gpu_resampler", delta_steps=delta_steps, modes=modes)
+    ds.batches_in_process = True
+    ds.batch_threads = 0 if storage.type == "cuda" else None
+    rates = f", windows at {target_fps:g} Hz on {source.fps} Hz data" if target_fps else ""
+    ds.build_summary = (f"{len(lengths)} episodes, {len(ds)} frames, episodes held {where}, batches on "
+                        f"{train_device}{rates}")
+    return ds
+
+
+def _delta_steps(native, delta_indices, target_fps, delta_timestamps) -> dict | None:
+    """Each delta key's offsets in recorded steps: LeRobot's ``delta_indices`` (the policy's steps at the recorded
+    rate), those steps at ``target_fps``, or explicit ``delta_timestamps`` in seconds, at any offsets (LeRobot
+    itself only accepts multiples of 1/fps)."""
+    fps = float(native.meta.fps)
+    if delta_timestamps is not None:
+        if target_fps is not None:
+            raise BackendOptionError(f"{OPTION_PREFIX}: give target_fps (the policy's steps at another rate) or "
+                                     "delta_timestamps (explicit offsets in seconds), not both")
+        out = {}
+        for key, offsets in delta_timestamps.items():
+            if not isinstance(offsets, (list, tuple)) or not offsets or \
+                    not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in offsets):
+                raise BackendOptionError(f"{OPTION_PREFIX}.delta_timestamps[{key!r}] must be a list of offsets in "
+                                         f"seconds, got {offsets!r}")
+            out[key] = [float(x) * fps for x in offsets]
+        return out
+    if delta_indices is None or target_fps is None:
+        return None
+    return {k: [float(i) * fps / target_fps for i in v] for k, v in delta_indices.items()}

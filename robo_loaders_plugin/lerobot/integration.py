@@ -99,7 +99,10 @@ def sampling_plan(dataloader) -> iteration.SamplingPlan:
 def cycle(dataloader):
     """``lerobot-train``'s ``cycle(dataloader)``: passes of what the backend's declared kind says, forever."""
     source = iteration.pass_batches(dataloader, sampling_plan)
+    spec = iteration.built_by(getattr(dataloader, "dataset", None))
     if isinstance(source, iteration.BatchSource):
-        spec = iteration.built_by(dataloader.dataset)
         print(f"{LOG_PREFIX} {spec.name}: lerobot-train's batches come from {source.describe()}", flush=True)
+    elif isinstance(source, iteration.SamplerBatches):
+        print(f"{LOG_PREFIX} {spec.name}: lerobot-train's batches are built in the training process "
+              f"({source.num_threads} threads) over its sampler's order", flush=True)
     return iteration.batch_stream(dataloader, sampling_plan, compat.native_cycle)

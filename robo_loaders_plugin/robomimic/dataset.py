@@ -29,6 +29,8 @@ class RobomimicSamples(IndexedDataset):
         self.backend_name = backend_name
         self.location = location  # where the frames live (for repr and the log line)
         self.build_summary = ""
+        self.modes = None  # how each field is read between recorded steps (rate conversion)
+        self.device = None  # where collated batches are put (None: where the frame source returns them)
         self._pool = BufferPool()
 
     # -- what robomimic's train() uses ----------------------------------------------------------------------------
@@ -66,8 +68,9 @@ class RobomimicSamples(IndexedDataset):
 
     # -- samples ------------------------------------------------------------------------------------------------
     def gather(self, indices) -> dict:
-        """Collated numpy arrays for sample indices (the nested dict robomimic's default_collate builds)."""
-        return rules.collate(self.frames, self.windows, indices, self._pool)
+        """Collated arrays for sample indices (the nested dict robomimic's default_collate builds): numpy, or
+        tensors for a device-resident frame source."""
+        return rules.collate(self.frames, self.windows, indices, self._pool, self.modes)
 
     def __getitem__(self, index):
         return rules.row(self.gather([int(index)]), 0)
@@ -79,7 +82,7 @@ class RobomimicSamples(IndexedDataset):
 
     def collate(self, indices) -> dict:
         """A batch as torch tensors without a collate copy (the arrays are wrapped, not copied)."""
-        return rules.to_torch(self.gather(indices))
+        return rules.to_torch(self.gather(indices), self.device)
 
     def episode_of(self, indices=None) -> np.ndarray:
         """Demo index of samples ``indices`` (default: all)."""

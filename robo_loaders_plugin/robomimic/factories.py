@@ -168,3 +168,60 @@ def datapipe_dataset(config, obs_keys, filter_by_attribute=None, dataset_path=No
                         f"shuffle buffer {dp.shuffle_buffer} episodes"
                         + (", windows drawn with replacement" if dp.replacement else ""))
     return ds
+
+
+def recorded_fps(source: RobomimicHdf5, f) -> float | None:
+    """The rate a robomimic file was recorded at, when its ``env_args`` say (robosuite's ``control_freq``)."""
+    import json
+
+    try:
+        return float(json.loads(f["data"].attrs["env_args"])["env_kwargs"]["control_freq"])
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def gpu_resampler_dataset(config, obs_keys, filter_by_attribute=None, dataset_path=None, *, device="auto",
+                          max_device_memory=None, target_fps=None, source_fps=None, modes=None,
+                          delta_timestamps=None):
+    from robo_loaders_plugin.frames.tensors import TensorFrames, placement, training_device
+    from robo_loaders_plugin.windows.rates import check_rate, resolve_modes
+
+    if delta_timestamps is not None:
+        raise BackendOptionError(f"{OPTION_PREFIX}.delta_timestamps applies to LeRobot; robomimic windows are "
+                                 "train.seq_length / train.frame_stack steps at target_fps")
+    opts, path = sequence_options(config, obs_keys, dataset_path)
+    target_fps = check_rate("target_fps", target_fps, OPTION_PREFIX)
+    source_fps = check_rate("source_fps", source_fps, OPTION_PREFIX)
+    train_device = training_device(device, OPTION_PREFIX, prefer_cuda=bool(config.train.cuda))
+    source = RobomimicHdf5(path)
+    with source.open() as f:
+        demos = source.demos(f, filter_by_attribute)
+        if not demos:
+            raise SourceError(f"{path}: no demos selected (filter key {filter_by_attribute!r} is empty)")
+        lengths = [source.length(f, d) for d in demos]
+        rate = 1.0
+        if target_fps is not None:
+            recorded = source_fps or recorded_fps(source, f)
+            if recorded is None:
+                raise BackendOptionError(f"{path} does not say the rate it was recorded at (no control_freq in its "
+                                         f"env_args): set {OPTION_PREFIX}.source_fps")
+            rate = recorded / target_fps
+        first = _read_demo(source, f, demos[0], opts, lengths[0])
+    infos = {k: FieldInfo(a.dtype, tuple(a.shape[1:]), a.ndim > 1 and a[0].nbytes >= FRAME_MIN_BYTES)
+             for k, a in first.items()}
+    modes = resolve_modes(infos, modes, OPTION_PREFIX)
+    storage, pinned, where = placement(TensorFrames.nbytes(lengths, infos), train_device, max_device_memory,
+                                       OPTION_PREFIX)
+    frames = TensorFrames(lengths, infos, storage, train_device, pinned)
+    split = filter_by_attribute or "all demos"
+    with source.open() as f:
+        for i, demo in enumerate(tqdm(demos, desc=f"gpu_resampler [{split}]", unit="demo", mininterval=0.5)):
+            frames.fill(i, _read_demo(source, f, demo, opts, lengths[i]))
+    ds = RobomimicSamples(frames, SequenceWindows(lengths, opts, rate), demos=demos, hdf5_path=path,
+                          filter_by_attribute=filter_by_attribute, backend_name="gpu_resampler",
+                          location=f"tensors {where}")
+    ds.modes, ds.device = modes, train_device
+    ds.batch_threads = 0 if storage.type == "cuda" else None
+    ds.build_summary = (f"{len(demos)} demos, {len(ds)} samples, episodes held {where}, batches on {train_device}"
+                        + (f", resampled {rate * target_fps:g} -> {target_fps:g} Hz" if rate != 1.0 else ""))
+    return ds

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 import torch.utils.data
 
-from robo_loaders_plugin.frames.base import FrameSource, gather
+from robo_loaders_plugin.frames.base import FrameSource, gather, gather_at
 
 
 class RowMap:
@@ -29,30 +29,39 @@ class RowMap:
     def __len__(self) -> int:
         return len(self.run_of_row)
 
-    def locate(self, rows: np.ndarray):
-        """(units (B,), steps like ``rows``) for rows (B,) or (B, T) whose T rows lie in one episode."""
-        first = rows if rows.ndim == 1 else rows[:, 0]
-        unit = self.run_of_row[first]
+    def locate(self, rows: np.ndarray, anchor: np.ndarray):
+        """(units (B,), steps like ``rows``) for rows (B,) or (B, T), possibly fractional, lying in the episode of
+        the integer ``anchor`` rows (B,)."""
+        unit = self.run_of_row[anchor]
         return unit, rows - self.run_start[unit].reshape(unit.shape + (1,) * (rows.ndim - 1))
 
 
 class DeltaWindows:
-    """``delta_timestamps`` windows (as LeRobot's ``delta_indices``, steps per key) over rows."""
+    """``delta_timestamps`` windows over rows, each key's offsets in recorded steps: integers as LeRobot's
+    ``delta_indices``, or fractional for offsets between recorded frames (rate conversion, ``windows.rates``)."""
 
     def __init__(self, abs_index: np.ndarray, episode_from: np.ndarray, episode_to: np.ndarray,
-                 delta_indices: dict | None):
+                 delta_steps: dict | None):
         self.abs_index = np.asarray(abs_index, dtype=np.int64)
         self.start, self.end = np.asarray(episode_from, np.int64), np.asarray(episode_to, np.int64)
-        self.deltas = {k: np.asarray(v, dtype=np.int64) for k, v in (delta_indices or {}).items()}
+        self.deltas = {}
+        for k, v in (delta_steps or {}).items():
+            d = np.asarray(v, dtype=np.float64)
+            near = np.rint(d)
+            self.deltas[k] = near.astype(np.int64) if np.all(np.abs(d - near) < 1e-6) else d
 
     def locate(self, idx: np.ndarray):
-        """({key: rows (B, T)}, {"<key>_is_pad": bool (B, T)}) for rows ``idx`` (B,)."""
+        """({key: rows (B, T)}, {"<key>_is_pad": bool (B, T)}) for rows ``idx`` (B,); rows are fractional for
+        fractional offsets, clamped into the episode either way."""
         rows, padding = {}, {}
         abs_idx = self.abs_index[idx][:, None]
         start, end = self.start[idx][:, None], self.end[idx][:, None]
         for key, deltas in self.deltas.items():
             target = abs_idx + deltas[None, :]
-            padding[f"{key}_is_pad"] = (target < start) | (target >= end)
+            if deltas.dtype.kind == "f":
+                padding[f"{key}_is_pad"] = (target < start - 1e-6) | (target > end - 1 + 1e-6)
+            else:
+                padding[f"{key}_is_pad"] = (target < start) | (target >= end)
             rows[key] = idx[:, None] + (np.clip(target, start, end - 1) - abs_idx)  # an episode's rows are contiguous
         return rows, padding
 
@@ -68,18 +77,23 @@ class ItemLayout:
     tasks: list            # task string by task_index
     return_uint8: bool
     image_transforms: Callable | None = None
+    modes: dict | None = None  # how each delta key is read between recorded frames (fractional offsets only)
 
 
-def items(layout: ItemLayout, frames: FrameSource, rowmap: RowMap, windows: DeltaWindows, idx: np.ndarray) -> list:
-    """The items ``LeRobotDataset[i]`` returns for rows ``idx`` (checked, non-negative), built a batch at a time:
-    one gather per key, then split into items."""
+def _tensor(x):
+    return x if isinstance(x, torch.Tensor) else torch.from_numpy(x)
+
+
+def _gathered(layout: ItemLayout, frames: FrameSource, rowmap: RowMap, windows: DeltaWindows, idx: np.ndarray):
+    """(columns at the rows, delta keys at their window rows, cameras, pad masks), one gather per key."""
 
     def values(key, rows):
-        unit, steps = rowmap.locate(rows)
-        out = gather(frames, key, unit, steps)
-        if key in layout.image_keys:
-            return torch.from_numpy(out).to(dtype=torch.float32).div(255)
-        return torch.from_numpy(out)
+        unit, steps = rowmap.locate(rows, idx)
+        if steps.dtype.kind == "f":
+            out = _tensor(gather_at(frames, key, unit, steps, layout.modes[key]))
+        else:
+            out = _tensor(gather(frames, key, unit, steps))
+        return out.to(dtype=torch.float32).div(255) if key in layout.image_keys else out
 
     row = {name: values(name, idx) for name in layout.columns}
     query_rows, padding = windows.locate(idx)
@@ -88,7 +102,15 @@ def items(layout: ItemLayout, frames: FrameSource, rowmap: RowMap, windows: Delt
     for key in layout.video_keys:
         t = values(key, query_rows.get(key, idx[:, None]))
         cams[key] = t if layout.return_uint8 else t.type(torch.float32) / 255
-    padding = {k: torch.from_numpy(v) for k, v in padding.items()}
+    device = next(iter(row.values())).device if row else None
+    padding = {k: torch.from_numpy(v).to(device) for k, v in padding.items()}
+    return row, query, cams, padding
+
+
+def items(layout: ItemLayout, frames: FrameSource, rowmap: RowMap, windows: DeltaWindows, idx: np.ndarray) -> list:
+    """The items ``LeRobotDataset[i]`` returns for rows ``idx`` (checked, non-negative), built a batch at a time:
+    one gather per key, then split into items."""
+    row, query, cams, padding = _gathered(layout, frames, rowmap, windows, idx)
     out = []
     for b in range(len(idx)):
         item = {k: v[b] for k, v in row.items()}
@@ -107,5 +129,16 @@ def items(layout: ItemLayout, frames: FrameSource, rowmap: RowMap, windows: Delt
 
 
 def collate(layout: ItemLayout, frames: FrameSource, rowmap: RowMap, windows: DeltaWindows, idx: np.ndarray) -> dict:
-    """The batch torch's DataLoader would hand ``lerobot-train`` for rows ``idx``."""
-    return torch.utils.data.default_collate(items(layout, frames, rowmap, windows, idx))
+    """The batch torch's DataLoader would hand ``lerobot-train`` for rows ``idx``: built from the gathered arrays
+    directly, in the keys and layout ``default_collate`` gives the items (image transforms, which apply per item,
+    go through the items)."""
+    if layout.image_transforms is not None:
+        return torch.utils.data.default_collate(items(layout, frames, rowmap, windows, idx))
+    row, query, cams, padding = _gathered(layout, frames, rowmap, windows, idx)
+    batch = {k: v.squeeze(1) if v.ndim > 1 and v.shape[1] == 1 else v for k, v in cams.items()}
+    batch.update(row)
+    if windows.deltas:
+        batch.update(padding)
+        batch.update(query)
+    batch["task"] = [layout.tasks[t] for t in row["task_index"].tolist()]
+    return batch

@@ -14,7 +14,8 @@ import numpy as np
 import torch
 
 from robo_loaders_plugin.core.errors import RoboLoadersError, SourceError
-from robo_loaders_plugin.frames.base import FrameSource, gather
+from robo_loaders_plugin.frames.base import FrameSource, gather, gather_at
+from robo_loaders_plugin.windows.rates import resampled_length, to_recorded
 
 
 class SequenceSetupError(RoboLoadersError, ValueError):
@@ -71,11 +72,15 @@ def sequence_counts(lengths, frame_stack: int, seq_length: int, pad_frame_stack:
 
 
 class SequenceWindows:
-    """SequenceDataset's index over demos of the given lengths."""
+    """SequenceDataset's index over demos of the given lengths; with ``rate`` (recorded steps per target step, e.g.
+    2.0 for a 10 Hz policy on 20 Hz data), over the demos as if recorded at the target rate."""
 
-    def __init__(self, lengths, opts: SequenceOptions):
+    def __init__(self, lengths, opts: SequenceOptions, rate: float = 1.0):
         self.opts = opts
-        self.lengths = np.asarray(lengths, dtype=np.int64)
+        self.rate = float(rate)
+        self.recorded_lengths = np.asarray(lengths, dtype=np.int64)
+        self.lengths = self.recorded_lengths if self.rate == 1.0 else np.array(
+            [resampled_length(int(L), self.rate) for L in self.recorded_lengths], dtype=np.int64)
         self.F, self.S = int(opts.frame_stack), int(opts.seq_length)
         self.counts = np.asarray(sequence_counts(self.lengths, self.F, self.S, opts.pad_frame_stack,
                                                  opts.pad_seq_length), dtype=np.int64)
@@ -108,6 +113,10 @@ class SequenceWindows:
         """(B, 1) step of ``goal_mode="last"``'s goal: the last next_obs SequenceDataset can index."""
         return (self.lengths[ep] - (0 if self.opts.pad_seq_length else self.S - 1) - 1)[:, None]
 
+    def recorded(self, steps: np.ndarray) -> np.ndarray:
+        """Steps of the (resampled) demo as positions in the recorded demo."""
+        return to_recorded(steps, self.rate)
+
 
 def episode_fields(read, length: int, opts: SequenceOptions, where: str) -> dict:
     """One demo's arrays as SequenceDataset serves them: ``obs/<k>`` and ``next_obs/<k>`` in file dtypes, dataset
@@ -133,9 +142,10 @@ def episode_fields(read, length: int, opts: SequenceOptions, where: str) -> dict
     return out
 
 
-def collate(frames: FrameSource, windows: SequenceWindows, indices, pool=None) -> dict:
-    """Collated numpy arrays (leading batch dim) for sample indices: the nested dict robomimic's
-    ``default_collate`` builds from SequenceDataset samples, before conversion to tensors."""
+def collate(frames: FrameSource, windows: SequenceWindows, indices, pool=None, modes: dict | None = None) -> dict:
+    """Collated arrays (leading batch dim; numpy, or tensors for device-resident frame sources) for sample
+    indices: the nested dict robomimic's ``default_collate`` builds from SequenceDataset samples. ``modes``: how
+    each field is read between recorded steps when ``windows`` converts the rate (``windows.rates``)."""
     opts = windows.opts
     idx = windows.check(indices)
     ep, raw, pos = windows.locate(idx)
@@ -144,7 +154,9 @@ def collate(frames: FrameSource, windows: SequenceWindows, indices, pool=None) -
         pad_mask = ((raw >= 0) & (raw < windows.lengths[ep][:, None]))[..., None]
 
     def field(name, steps):
-        return gather(frames, name, ep, steps, pool)
+        if windows.rate == 1.0:
+            return gather(frames, name, ep, steps, pool)
+        return gather_at(frames, name, ep, windows.recorded(steps), modes[name], pool)
 
     batch = {k: field(k, pos) for k in opts.dataset_keys}
     if pad_mask is not None:
@@ -162,10 +174,20 @@ def collate(frames: FrameSource, windows: SequenceWindows, indices, pool=None) -
 
 
 def row(batch: dict, b: int) -> dict:
-    """Sample ``b`` of a collated numpy batch (views)."""
-    return {k: row(v, b) if isinstance(v, dict) else v[b] for k, v in batch.items()}
+    """Sample ``b`` of a collated batch, as numpy arrays like SequenceDataset's (views of a numpy batch)."""
+    return {k: row(v, b) if isinstance(v, dict) else
+            (v[b].cpu().numpy() if isinstance(v, torch.Tensor) else v[b]) for k, v in batch.items()}
 
 
-def to_torch(batch: dict) -> dict:
-    """Wrap a collated numpy batch as tensors without copying."""
-    return {k: to_torch(v) if isinstance(v, dict) else torch.from_numpy(v) for k, v in batch.items()}
+def to_torch(batch: dict, device=None) -> dict:
+    """A collated batch as tensors: numpy arrays wrapped without copying (moved to ``device`` when given), tensors
+    as they are."""
+    out = {}
+    for k, v in batch.items():
+        if isinstance(v, dict):
+            out[k] = to_torch(v, device)
+        elif isinstance(v, torch.Tensor):
+            out[k] = v
+        else:
+            out[k] = torch.from_numpy(v) if device is None else torch.from_numpy(v).to(device, non_blocking=True)
+    return out

@@ -1,0 +1,182 @@
+"""gpu_resampler: items and batches equal the native loaders' at the recorded rate; rate conversion equals the
+native loaders on data recorded at the target rate (or a numpy reference between recorded frames); the in-process
+batches follow the native sampler, so training losses are the native ones. CPU here; the CUDA tests are skipped
+without a GPU (pytest -m cuda)."""
+import json
+
+import h5py
+import numpy as np
+import pytest
+import torch
+
+from lerobot_helpers import REPO, random_indices, same_item
+from robomimic_helpers import assert_same_sample, make_config, obs_keys
+
+from robo_loaders_plugin import BackendOptionError, get_backend
+from robo_loaders_plugin.core.iteration import record_built
+from robo_loaders_plugin.lerobot.factories import gpu_resampler_dataset
+from robo_loaders_plugin.lerobot.integration import cycle
+from robo_loaders_plugin.lerobot.presets import delta_timestamps
+from robo_loaders_plugin.robomimic import dataset_factory
+
+
+def native(root, preset="none", return_uint8=True, **kw):
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset, LeRobotDatasetMetadata
+
+    meta = LeRobotDatasetMetadata(REPO, root=root)
+    delta = kw.pop("delta", None) or delta_timestamps(preset, meta)
+    return LeRobotDataset(REPO, root=root, delta_timestamps=delta, return_uint8=return_uint8, **kw)
+
+
+@pytest.mark.parametrize("name", ["av1_1cam", "h264_3cam_multifile", "png_1cam"])
+@pytest.mark.parametrize("preset,return_uint8,episodes", [("act", True, None), ("diffusion", False, [0, 2, 3]),
+                                                           ("none", True, [1, 4])])
+def test_items_and_batches_equal_lerobot_dataset(lerobot_datasets, name, preset, return_uint8, episodes):
+    nat = native(lerobot_datasets[name], preset, return_uint8, episodes=episodes)
+    ours = gpu_resampler_dataset(nat)
+    assert len(ours) == len(nat) and ours.batches_in_process
+    for i in random_indices(len(nat), 150, seed=3):
+        same_item(ours[i], nat[i], f"{name}/{preset}[{i}]")
+    idx = random_indices(len(nat), 24, seed=4)
+    same_item(ours.collate(idx), torch.utils.data.default_collate([nat[i] for i in idx]), "batch")
+
+
+def test_lerobot_half_rate_equals_native_with_doubled_offsets(lerobot_datasets):
+    """target_fps = fps / 2: the policy's steps 0..9 are recorded steps 0, 2, .., 18, which LeRobot itself can
+    serve; the items must be equal. At 2/3 of the rate the offsets fall between frames: checked against numpy."""
+    root = lerobot_datasets["h264_3cam_multifile"]
+    fps = 20
+    policy = {"action": [i / fps for i in range(10)], "observation.state": [-1 / fps, 0.0],
+              "observation.images.cam0": [-1 / fps, 0.0]}
+    ours = gpu_resampler_dataset(native(root, delta=policy), target_fps=fps / 2)
+    doubled = native(root, delta={k: [2 * t for t in v] for k, v in policy.items()})
+    for i in random_indices(len(doubled), 150, seed=5):
+        same_item(ours[i], doubled[i], f"half rate [{i}]")
+
+    third = gpu_resampler_dataset(native(root, delta=policy), target_fps=fps / 1.5)
+    plain = native(root)  # no windows: the recorded rows
+    eps = {int(e["episode_index"]): (int(e["dataset_from_index"]), int(e["dataset_to_index"]))
+           for e in plain.meta.episodes}
+    for i in random_indices(len(plain), 40, seed=6):
+        item = third[i]
+        start, end = eps[int(item["episode_index"])]
+        for j, d in enumerate(np.arange(10) * 1.5):
+            p = float(np.clip(i + d, start, end - 1))
+            lo, hi, w = int(np.floor(p)), min(int(np.floor(p)) + 1, end - 1), p - np.floor(p)
+            want = plain[lo]["action"] + (plain[hi]["action"] - plain[lo]["action"]) * w
+            torch.testing.assert_close(item["action"][j], want, rtol=1e-6, atol=1e-6)
+            assert bool(item["action_is_pad"][j]) == (i + d > end - 1)
+        cam = item["observation.images.cam0"]  # offsets -1.5, 0 recorded steps: nearest frame, never blended
+        back = int(np.floor(max(i - 1.5, start) + 0.5))
+        assert torch.equal(cam[0], plain[back]["observation.images.cam0"]) and torch.equal(cam[1], plain[i]["observation.images.cam0"])
+
+
+def test_lerobot_delta_timestamps_between_frames_and_bad_options(lerobot_datasets):
+    root = lerobot_datasets["av1_1cam"]
+    ours = gpu_resampler_dataset(native(root), delta_timestamps={"action": [0.0, 0.025, 0.075]},
+                                 modes={"action": "previous"})
+    plain = native(root)
+    for i in random_indices(len(plain), 30, seed=7):
+        got = ours[i]["action"]  # 20 fps: 0.5 and 1.5 steps ahead, zero-order hold
+        assert torch.equal(got[0], plain[i]["action"]) and torch.equal(got[1], plain[i]["action"])
+    with pytest.raises(BackendOptionError, match="delta_timestamps names \\['no_such_key'\\]"):
+        gpu_resampler_dataset(native(root), delta_timestamps={"no_such_key": [0.0]})
+    with pytest.raises(BackendOptionError, match="never blended"):
+        gpu_resampler_dataset(native(root, "diffusion"), target_fps=10, modes={"observation.images.cam0": "linear"})
+    with pytest.raises(BackendOptionError, match="target_fps must be a positive number"):
+        gpu_resampler_dataset(native(root), target_fps=0)
+    with pytest.raises(BackendOptionError, match="source_fps applies to robomimic"):
+        gpu_resampler_dataset(native(root), source_fps=20)
+    if not torch.cuda.is_available():
+        with pytest.raises(BackendOptionError, match="no CUDA GPU"):
+            gpu_resampler_dataset(native(root), device="cuda")
+
+
+def test_lerobot_training_batches_follow_the_sampler(lerobot_datasets):
+    """lerobot-train's cycle(dataloader): batches built in-process over EpisodeAwareSampler's order, each equal
+    to what LeRobot's DataLoader yields, across passes (the sampler's epoch advances)."""
+    from lerobot.datasets import EpisodeAwareSampler
+
+    nat = native(lerobot_datasets["av1_1cam"], "act")
+    ours = gpu_resampler_dataset(nat)
+    record_built(get_backend("gpu_resampler"), ours)
+
+    def loader(ds):
+        sampler = EpisodeAwareSampler(ds.meta.episodes["dataset_from_index"], ds.meta.episodes["dataset_to_index"],
+                                      shuffle=True, seed=5)
+        return torch.utils.data.DataLoader(ds, batch_size=32, sampler=sampler, num_workers=0)
+
+    per_pass = -(-len(nat) // 32)
+    ref = iter(cycle_native(loader(nat)))
+    got = cycle(loader(ours))
+    for b in range(per_pass + 3):
+        same_item(next(got), next(ref), f"batch {b}")
+
+
+def cycle_native(dl):
+    while True:
+        yield from dl
+
+
+@pytest.fixture(scope="module")
+def half_rate_hdf5(tiny_hdf5, tmp_path_factory):
+    """The tiny file with every other step of every demo: what a 10 Hz recording of the 20 Hz one would be."""
+    out = str(tmp_path_factory.mktemp("half") / "half.hdf5")
+    with h5py.File(tiny_hdf5, "r") as src, h5py.File(out, "w") as dst:
+        src.copy("mask", dst)
+        data = dst.create_group("data")
+        for k, v in src["data"].attrs.items():
+            data.attrs[k] = v
+        for demo in src["data"]:
+            g = data.create_group(demo)
+            n = src[f"data/{demo}"].attrs["num_samples"]
+            g.attrs["num_samples"] = (n + 1) // 2
+
+            def copy(name, obj):
+                if isinstance(obj, h5py.Dataset):
+                    g.create_dataset(name, data=obj[()][::2])
+            src[f"data/{demo}"].visititems(copy)
+    return out
+
+
+@pytest.mark.parametrize("combo", [dict(seq_length=5, frame_stack=1), dict(seq_length=3, frame_stack=2,
+                                                                           pad_frame_stack=False, hdf5_cache_mode=None)])
+def test_robomimic_half_rate_equals_sequence_dataset_on_a_half_rate_file(tiny_hdf5, half_rate_hdf5, combo):
+    with h5py.File(tiny_hdf5, "r") as f:
+        fps = json.loads(f["data"].attrs["env_args"])["env_kwargs"]["control_freq"]
+    cfg = make_config(half_rate_hdf5, **combo)
+    reference = dataset_factory(cfg, obs_keys(cfg), filter_by_attribute="train")
+    cfg = make_config(tiny_hdf5, backend="gpu_resampler", backend_kwargs={"target_fps": fps / 2}, **combo)
+    ours = dataset_factory(cfg, obs_keys(cfg), filter_by_attribute="train")
+    assert len(ours) == len(reference)
+    for i in range(0, len(ours), 3):
+        assert_same_sample(ours[i], reference[i], f"[{i}]")
+    cfg = make_config(tiny_hdf5, backend="gpu_resampler", backend_kwargs={"target_fps": fps / 2, "source_fps": fps,
+                                                                          "modes": {"obs/object": "nearest"}}, **combo)
+    assert len(dataset_factory(cfg, obs_keys(cfg), filter_by_attribute="train")) == len(reference)
+
+
+def test_robomimic_options_are_checked(tiny_hdf5):
+    for kwargs, match in [({"target_fps": -1}, "target_fps must be a positive number"),
+                          ({"modes": {"obs/nope": "linear"}}, r"modes names \['obs/nope'\]"),
+                          ({"modes": {"obs/agentview_image": "linear"}}, "never blended|needs a float field"),
+                          ({"delta_timestamps": {"actions": [0.0]}}, "delta_timestamps applies to LeRobot"),
+                          ({"device": "tpu"}, "device must be")]:
+        cfg = make_config(tiny_hdf5, backend="gpu_resampler", backend_kwargs=kwargs, seq_length=5)
+        with pytest.raises(BackendOptionError, match=match):
+            dataset_factory(cfg, obs_keys(cfg))
+
+
+@pytest.mark.cuda
+def test_cuda_batches_are_on_the_gpu_and_equal_the_cpu_path(lerobot_datasets):
+    nat = native(lerobot_datasets["h264_3cam_multifile"], "diffusion", return_uint8=False)
+    cpu, gpu = gpu_resampler_dataset(nat, device="cpu"), gpu_resampler_dataset(nat, device="cuda")
+    idx = random_indices(len(nat), 32, seed=8)
+    a, b = cpu.collate(idx), gpu.collate(idx)
+    assert b["observation.images.cam0"].is_cuda and b["action"].is_cuda
+    same_item({k: v.cpu() if isinstance(v, torch.Tensor) else v for k, v in b.items()}, a, "cuda batch")
+    small = gpu_resampler_dataset(nat, device="cuda", max_device_memory=1000)  # over budget: pinned host memory
+    assert small.frames.storage.type == "cpu" and small.frames.pinned
+    c = small.collate(idx)
+    assert c["action"].is_cuda
+    same_item({k: v.cpu() if isinstance(v, torch.Tensor) else v for k, v in c.items()}, a, "pinned batch")

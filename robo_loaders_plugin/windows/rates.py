@@ -1,0 +1,70 @@
+"""Rate conversion: windows counted at a policy's rate on data recorded at another, for any window rule set.
+
+A window at the target rate asks for steps at positions between recorded steps; each field is then read by its
+mode (``frames.base.gather_at``): ``linear`` blends the two neighbouring steps (the default for float fields:
+states, actions), ``previous`` holds the last recorded value (the default for integer and boolean fields:
+grippers, flags, indices), ``nearest`` takes the closer step (the default, and the only choice, for camera frames,
+which are never blended). Edges clamp and set pad masks exactly as the recorded-rate rules do, and at the recorded
+rate every position is a recorded step, so the result is the native sample byte for byte.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from robo_loaders_plugin.core.errors import BackendOptionError
+from robo_loaders_plugin.frames.base import LINEAR, MODES, NEAREST, PREVIOUS, FieldInfo
+
+_EPS = 1e-9
+
+
+def check_rate(name: str, value, where: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise BackendOptionError(f"{where}.{name} must be a positive number of frames per second, got {value!r}")
+    return float(value)
+
+
+def default_mode(info: FieldInfo) -> str:
+    if info.frames:
+        return NEAREST
+    return LINEAR if np.dtype(info.dtype).kind == "f" else PREVIOUS
+
+
+def resolve_modes(infos: dict[str, FieldInfo], overrides: dict | None, where: str) -> dict[str, str]:
+    """Each field's mode: its default (:func:`default_mode`) unless ``overrides`` names it."""
+    overrides = dict(overrides or {})
+    unknown = sorted(set(overrides) - set(infos))
+    if unknown:
+        raise BackendOptionError(f"{where}.modes names {unknown}, which this run does not read; its fields are "
+                                 f"{sorted(infos)}")
+    modes = {}
+    for name, info in infos.items():
+        mode = overrides.get(name, default_mode(info))
+        if mode not in MODES:
+            raise BackendOptionError(f"{where}.modes[{name!r}] must be one of {MODES}, got {mode!r}")
+        if mode == LINEAR and info.frames:
+            raise BackendOptionError(f"{where}.modes[{name!r}]: camera frames are never blended; use 'nearest' or "
+                                     "'previous'")
+        if mode == LINEAR and np.dtype(info.dtype).kind != "f":
+            raise BackendOptionError(f"{where}.modes[{name!r}]: 'linear' needs a float field, {name!r} is "
+                                     f"{np.dtype(info.dtype)}; use 'previous' or 'nearest'")
+        modes[name] = mode
+    return modes
+
+
+def resampled_length(length: int, rate: float) -> int:
+    """Steps of an episode of ``length`` recorded steps at the target rate (``rate`` recorded steps per target
+    step): the target steps 0, rate, 2 rate, ... that fall within the recording."""
+    return int(math.floor((length - 1) / rate + 1e-6)) + 1
+
+
+def to_recorded(steps: np.ndarray, rate: float) -> np.ndarray:
+    """Target-rate steps as recorded-step positions (integers again at the recorded rate)."""
+    if rate == 1.0:
+        return steps
+    pos = steps * rate
+    near = np.rint(pos)
+    return np.where(np.abs(pos - near) < 1e-6, near, pos) if pos.dtype.kind == "f" else pos

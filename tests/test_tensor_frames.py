@@ -1,0 +1,48 @@
+"""Device-resident frame source (gpu_resampler): filling, gathering, placement and device choice, on the CPU."""
+import numpy as np
+import pytest
+import torch
+
+from robo_loaders_plugin.core.errors import BackendOptionError
+from robo_loaders_plugin.frames.base import FieldInfo, gather, gather_at
+from robo_loaders_plugin.frames.tensors import TensorFrames, placement, training_device
+
+
+def test_gather_equals_the_arrays_and_checks_what_it_is_filled_with():
+    rng = np.random.default_rng(0)
+    eps = [{"a": rng.normal(size=(L, 2)).astype(np.float32), "cam": rng.integers(0, 255, (L, 3, 4, 4), np.uint8)}
+           for L in (5, 3, 7)]
+    infos = {"a": FieldInfo(np.dtype(np.float32), (2,), False), "cam": FieldInfo(np.dtype(np.uint8), (3, 4, 4), True)}
+    frames = TensorFrames([5, 3, 7], infos, torch.device("cpu"), torch.device("cpu"))
+    assert TensorFrames.nbytes([5, 3, 7], infos) == 15 * (8 + 48)
+    for i, e in enumerate(eps):
+        frames.fill(i, e)
+    ep, steps = np.array([2, 0, 1]), np.array([[6, 6, 0], [0, 1, 4], [2, 1, 0]])
+    for k in infos:
+        got = gather(frames, k, ep, steps)
+        assert isinstance(got, torch.Tensor) and got.dtype == torch.from_numpy(eps[0][k]).dtype
+        want = np.stack([eps[e][k][s] for e, s in zip(ep, steps)])
+        assert np.array_equal(got.numpy(), want)
+    blended = gather_at(frames, "a", np.array([1]), np.array([[0.25, 1.5]]), "linear")
+    torch.testing.assert_close(blended[0, 1], torch.from_numpy((eps[1]["a"][1] + eps[1]["a"][2]) / 2))
+    with pytest.raises(ValueError, match="episode 0: field 'a' is float64"):
+        frames.fill(0, {"a": eps[0]["a"].astype(np.float64), "cam": eps[0]["cam"]})
+
+
+def test_device_choice_and_placement_errors(monkeypatch):
+    assert training_device("auto", "w", prefer_cuda=False).type == "cpu"
+    assert training_device("cpu", "w").type == "cpu"
+    with pytest.raises(BackendOptionError, match="w.device must be"):
+        training_device("tpu", "w")
+    if not torch.cuda.is_available():
+        assert training_device("auto", "w").type == "cpu"
+        with pytest.raises(BackendOptionError, match="w.device='cuda:1' but torch sees no CUDA GPU"):
+            training_device("cuda:1", "w")
+    storage, pinned, said = placement(1000, torch.device("cpu"), None, "w")
+    assert storage.type == "cpu" and not pinned and "on the CPU" in said
+
+    class Tiny:
+        available = 10_000
+    monkeypatch.setattr("psutil.virtual_memory", lambda: Tiny)
+    with pytest.raises(BackendOptionError, match=r"uncompressed: 1\.9 GiB here, but only 9\.8 KiB .*compressed_cache"):
+        placement(2 * 10**9, torch.device("cpu"), None, "w")
