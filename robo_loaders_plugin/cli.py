@@ -188,6 +188,41 @@ def convert():
     """Convert a dataset into robo-shards (docs/robo-shards.md): parallel, resumable, atomic."""
 
 
+def _executor_options(f):
+    """--executor and its options (docs/distributed-conversion.md), shared by every converter."""
+    options = [
+        click.option("--executor", type=click.Choice(["local", "datatrove-local", "datatrove-slurm"]), default="local",
+                     show_default=True, help="where the work units run (docs/distributed-conversion.md); "
+                                             "--num-workers is the number of tasks"),
+        click.option("--concurrent-tasks", type=click.IntRange(min=1), default=None,
+                     help="datatrove: tasks running at once (default: all of them)"),
+        click.option("--logging-dir", type=click.Path(file_okay=False), default=None,
+                     help="datatrove: logs, stats and the Slurm job's files (default: OUT_DIR/datatrove)"),
+        click.option("--slurm-partition", default=None, help="datatrove-slurm: partition (required)"),
+        click.option("--slurm-time", default=None, help="datatrove-slurm: time limit per task [24:00:00]"),
+        click.option("--slurm-cpus-per-task", type=click.IntRange(min=1), default=None, help="datatrove-slurm [1]"),
+        click.option("--slurm-mem-per-cpu-gb", type=click.IntRange(min=1), default=None, help="datatrove-slurm [4]"),
+        click.option("--slurm-job-name", default=None, help="datatrove-slurm [robo-loaders-convert]"),
+        click.option("--slurm-qos", default=None, help="datatrove-slurm [the cluster's default]"),
+        click.option("--sbatch-arg", multiple=True, metavar="KEY=VALUE",
+                     help="datatrove-slurm: an extra #SBATCH --KEY=VALUE line (repeatable; KEY alone for a flag)"),
+        click.option("--slurm-env-command", default=None,
+                     help="datatrove-slurm: run before each task [source <this virtualenv>/bin/activate]"),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+def _report_conversion(out_dir, res):
+    if "job_id" in res:
+        click.echo(f"submitted Slurm job {res['job_id']}: {res['tasks']} task(s) convert {res['pending_units']} of "
+                   f"{res['units']} unit(s) into {out_dir}; the last task publishes index.json (logs: "
+                   f"{res['logging_dir']})")
+    else:
+        click.echo(f"wrote {out_dir}: {res['episodes']} episodes in {res['shards']} shards")
+
+
 @convert.command("robomimic")
 @click.argument("in_path", type=click.Path(exists=True, dir_okay=False))
 @click.argument("out_dir", type=click.Path(file_okay=False))
@@ -195,18 +230,22 @@ def convert():
 @click.option("--shard-size", default="256MB", show_default=True, help="target shard size")
 @click.option("--codec", default="lz4hc", show_default=True)
 @click.option("--level", default=5, show_default=True, type=click.IntRange(0, 9))
-def convert_robomimic_cmd(in_path, out_dir, num_workers, shard_size, codec, level):
+@_executor_options
+def convert_robomimic_cmd(in_path, out_dir, num_workers, shard_size, codec, level, executor, **executor_cli):
     """Convert a robomimic HDF5 file; re-running the same command resumes an interrupted conversion."""
     from robo_loaders_plugin.storage.codec import FrameCodec
     from robo_loaders_plugin.robomimic.convert import convert_robomimic
     from robo_loaders_plugin.core.units import parse_bytes
 
+    from robo_loaders_plugin.storage.shards.executors import options_from_cli
+
     try:
         size, frame_codec = parse_bytes(shard_size, "--shard-size"), FrameCodec(codec, level)
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
-    res = convert_robomimic(in_path, out_dir, num_workers=num_workers, shard_bytes=size, codec=frame_codec)
-    click.echo(f"wrote {out_dir}: {res['episodes']} episodes in {res['shards']} shards")
+    res = convert_robomimic(in_path, out_dir, num_workers=num_workers, shard_bytes=size, codec=frame_codec,
+                            executor=executor, executor_options=options_from_cli(executor, **executor_cli))
+    _report_conversion(out_dir, res)
 
 
 @convert.command("lerobot")
@@ -219,20 +258,25 @@ def convert_robomimic_cmd(in_path, out_dir, num_workers, shard_size, codec, leve
 @click.option("--level", default=5, show_default=True, type=click.IntRange(0, 9))
 @click.option("--tolerance-s", default=1e-4, show_default=True, type=float,
               help="timestamp tolerance checked on every frame, as lerobot-train's --tolerance_s")
-def convert_lerobot_cmd(root, out_dir, repo_id, num_workers, shard_size, codec, level, tolerance_s):
+@_executor_options
+def convert_lerobot_cmd(root, out_dir, repo_id, num_workers, shard_size, codec, level, tolerance_s, executor,
+                        **executor_cli):
     """Convert a LeRobot v3 dataset (video decoded once, frames stored losslessly); re-running the same command
     resumes an interrupted conversion."""
     from robo_loaders_plugin.storage.codec import FrameCodec
     from robo_loaders_plugin.lerobot.convert import convert_lerobot
     from robo_loaders_plugin.core.units import parse_bytes
 
+    from robo_loaders_plugin.storage.shards.executors import options_from_cli
+
     try:
         size, frame_codec = parse_bytes(shard_size, "--shard-size"), FrameCodec(codec, level)
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
     res = convert_lerobot(root, out_dir, repo_id=repo_id, num_workers=num_workers, shard_bytes=size,
-                          codec=frame_codec, tolerance_s=tolerance_s)
-    click.echo(f"wrote {out_dir}: {res['episodes']} episodes in {res['shards']} shards")
+                          codec=frame_codec, tolerance_s=tolerance_s, executor=executor,
+                          executor_options=options_from_cli(executor, **executor_cli))
+    _report_conversion(out_dir, res)
 
 
 @main.command("verify")

@@ -9,6 +9,7 @@ source's fingerprint.
 """
 from __future__ import annotations
 
+from typing import Mapping
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -16,7 +17,7 @@ from tqdm.auto import tqdm
 from robo_loaders_plugin.sources.lerobot_v3 import LeRobotEpisodes, LeRobotV3
 from robo_loaders_plugin.storage.codec import FrameCodec, use_single_thread
 from robo_loaders_plugin.storage.fingerprint import Fingerprint
-from robo_loaders_plugin.storage.shards import manifest
+from robo_loaders_plugin.storage.shards import executors, manifest
 from robo_loaders_plugin.storage.shards import DEFAULT_SHARD_BYTES, ShardReader, verify_dir
 
 DEFAULT_TOLERANCE_S = 1e-4  # TrainPipelineConfig.tolerance_s
@@ -61,7 +62,11 @@ def _worker(args):
 def convert_lerobot(root, out_dir: str, *, repo_id: str | None = None, num_workers: int = 1,
                     shard_bytes: int = DEFAULT_SHARD_BYTES, codec: FrameCodec | None = None,
                     tolerance_s: float = DEFAULT_TOLERANCE_S, lease_s: float = 3600.0, progress: bool = True,
-                    fingerprint: Fingerprint | None = None) -> dict:
+                    fingerprint: Fingerprint | None = None, executor: str = "local",
+                    executor_options: Mapping | None = None) -> dict:
+    """``executor``/``executor_options``: where the work units run (``storage/shards/executors.py``); for
+    ``datatrove-slurm`` the result describes the submitted job instead of the published shards."""
+    executors.check_options(executor, executor_options or {})
     codec = codec or FrameCodec()
     source = LeRobotV3(root)
     fp = fingerprint or source.fingerprint()
@@ -74,10 +79,15 @@ def convert_lerobot(root, out_dir: str, *, repo_id: str | None = None, num_worke
     manifest.plan(out_dir, {"content": fp.content, "tolerance_s": tolerance_s},
                   manifest.units_by_size(names, sizes, per_unit), {"codec": codec.as_dict(), "shard_bytes": shard_bytes})
     args = (str(source.root), tolerance_s, out_dir, codec.as_dict(), lease_s)
-    # in this process, convert with the episodes already read above instead of reading the tables again
-    worker = _worker if num_workers > 1 else lambda _: manifest.work(out_dir, codec, _record_reader(episodes), lease_s)
-    res = manifest.run(out_dir, worker, args, num_workers, codec, meta, {"path": fp.path, "fingerprint": fp.as_dict()},
-                       f"convert {source.root.name}", progress)
+    # in this process, convert with the episodes already read above instead of reading the tables again (datatrove
+    # runs its tasks in other processes, or pickles them for Slurm: they need the module-level worker)
+    in_process = num_workers <= 1 and executor == "local"
+    worker = _worker if not in_process else lambda _: manifest.work(out_dir, codec, _record_reader(episodes), lease_s)
+    res = executors.execute(executor, out_dir, worker, args, num_workers, codec, meta,
+                            {"path": fp.path, "fingerprint": fp.as_dict()}, f"convert {source.root.name}", progress,
+                            **dict(executor_options or {}))
+    if isinstance(res, executors.Submitted):
+        return {**res.as_dict(), "source_bytes": sum(f[1] for f in fp.files), "frame_bytes": sum(sizes.values())}
     return {"episodes": res.episodes, "shards": res.shards, "source_bytes": sum(f[1] for f in fp.files),
             "frame_bytes": sum(sizes.values())}
 

@@ -4,13 +4,14 @@ dataset of every demo in its file dtype, camera frames compressed), with the fil
 from __future__ import annotations
 
 import os
+from typing import Mapping
 
 import numpy as np
 
 from robo_loaders_plugin.sources.robomimic_hdf5 import RobomimicHdf5, datasets
 from robo_loaders_plugin.storage.codec import FrameCodec
 from robo_loaders_plugin.storage.fingerprint import Fingerprint
-from robo_loaders_plugin.storage.shards import manifest
+from robo_loaders_plugin.storage.shards import executors, manifest
 from robo_loaders_plugin.storage.shards import DEFAULT_SHARD_BYTES, ShardReader, verify_dir
 
 
@@ -23,7 +24,11 @@ def _worker(args):
 
 def convert_robomimic(in_path: str, out_dir: str, num_workers: int = 1, shard_bytes: int = DEFAULT_SHARD_BYTES,
                       codec: FrameCodec | None = None, lease_s: float = 3600.0, progress: bool = True,
-                      fingerprint: Fingerprint | None = None) -> dict:
+                      fingerprint: Fingerprint | None = None, executor: str = "local",
+                      executor_options: Mapping | None = None) -> dict:
+    """``executor``/``executor_options``: where the work units run (``storage/shards/executors.py``); for
+    ``datatrove-slurm`` the result describes the submitted job instead of the published shards."""
+    executors.check_options(executor, executor_options or {})
     codec = codec or FrameCodec()
     source = RobomimicHdf5(in_path)
     fp = fingerprint or source.fingerprint()
@@ -35,9 +40,11 @@ def convert_robomimic(in_path: str, out_dir: str, num_workers: int = 1, shard_by
     manifest.plan(out_dir, fp.content, manifest.units_by_size(meta["demos"], sizes, per_unit),
                   {"codec": codec.as_dict(), "shard_bytes": shard_bytes})
     args = (os.path.abspath(in_path), out_dir, codec.as_dict(), lease_s)
-    res = manifest.run(out_dir, _worker, args, num_workers, codec, meta,
-                       {"path": fp.path, "fingerprint": fp.as_dict()}, f"convert {os.path.basename(in_path)}",
-                       progress)
+    res = executors.execute(executor, out_dir, _worker, args, num_workers, codec, meta,
+                            {"path": fp.path, "fingerprint": fp.as_dict()}, f"convert {os.path.basename(in_path)}",
+                            progress, **dict(executor_options or {}))
+    if isinstance(res, executors.Submitted):
+        return res.as_dict()
     return {"episodes": res.episodes, "shards": res.shards}
 
 

@@ -1,0 +1,93 @@
+"""The datatrove side of :mod:`robo_loaders_plugin.storage.shards.executors` (imported only when a datatrove
+executor is chosen: datatrove is an optional dependency).
+
+:class:`ConvertUnits` is the one pipeline step: its ``run(data, rank, world_size)`` calls the framework's
+``_worker(args)``, which leases and converts units through ``manifest.json`` until none is left. Tasks do not own
+units by rank: any task converts any unit, so a unit given back or left by a killed task is taken over by whichever
+task leases next, and a task with nothing left to lease returns at once.
+
+Why ``skip_completed=False`` on every executor built here: the manifest, not datatrove's ``completions/`` files,
+records what is done. A rank marked complete by datatrove would be skipped on a re-run even when its units must be
+converted again (a shard deleted since is planned again), and a rank that converts nothing costs a few seconds.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from typing import Callable, Mapping
+
+from datatrove.executor import LocalPipelineExecutor, SlurmPipelineExecutor
+from datatrove.pipeline.base import PipelineStep
+
+from robo_loaders_plugin.storage.shards import manifest
+
+
+def _marker(markers: str | None, kind: str, rank: int) -> None:
+    """``<markers>/<kind>-<rank>`` holding this process's pid: how the launcher of a local run tells a task that
+    died (its pid gone, no ``finished`` marker) from one still converting."""
+    if markers is None:
+        return
+    os.makedirs(markers, exist_ok=True)
+    path = os.path.join(markers, f"{kind}-{rank:05d}")
+    with open(f"{path}.tmp-{os.getpid()}", "w") as f:
+        f.write(str(os.getpid()))
+    os.replace(f"{path}.tmp-{os.getpid()}", path)
+
+
+class ConvertUnits(PipelineStep):
+    """Convert robo-shards work units with ``worker(args)`` (e.g. ``robomimic.convert._worker``).
+
+    ``publish``: ``{"codec", "metadata", "source"}`` to publish ``index.json`` when this task finds every unit
+    done after its own work (the task that completes the last unit does; :func:`manifest.finish` runs under the
+    manifest lock, so exactly one sees them all done first, and a later publish writes the same bytes), or None
+    when the launching process publishes. ``markers``: a local directory for start/finish markers (local runs)."""
+
+    name = "convert robo-shards units"
+    type = "robo-loaders"
+
+    def __init__(self, worker: Callable, args, out_dir: str, publish: Mapping | None = None,
+                 markers: str | None = None):
+        super().__init__()
+        self.worker, self.args, self.out_dir = worker, args, out_dir
+        self.publish, self.markers = (dict(publish) if publish is not None else None), markers
+
+    def run(self, data=None, rank: int = 0, world_size: int = 1):
+        _marker(self.markers, "started", rank)
+        with self.track_time("task"):
+            converted = self.worker(self.args)
+        self.stat_update("units", value=int(converted or 0), unit="task")
+        if self.publish is not None and manifest.finish(self.out_dir, **self.publish):
+            print(f"[robo-loaders] task {rank}/{world_size}: every unit is done; published {self.out_dir}/index.json",
+                  flush=True)
+        _marker(self.markers, "finished", rank)
+        return data
+
+
+def local_executor(step: ConvertUnits, tasks: int, workers: int, logging_dir: str,
+                   start_method: str = "forkserver") -> LocalPipelineExecutor:
+    return LocalPipelineExecutor(pipeline=[step], tasks=tasks, workers=workers, logging_dir=logging_dir,
+                                 skip_completed=False, start_method=start_method)
+
+
+def default_env_command() -> str | None:
+    """Activate the virtualenv this process runs in (the job needs ``launch_pickled_pipeline`` and this package)."""
+    activate = os.path.join(sys.prefix, "bin", "activate")
+    if sys.prefix != sys.base_prefix and os.path.exists(activate):
+        return f"source {activate}"
+    return None
+
+
+def slurm_executor(step: ConvertUnits, tasks: int, logging_dir: str, partition: str, time: str = "24:00:00",
+                   cpus_per_task: int = 1, mem_per_cpu_gb: int = 4, job_name: str = "robo-loaders-convert",
+                   qos: str | None = None, sbatch_args: Mapping | None = None, env_command: str | None = None,
+                   workers: int = -1, slurm_logs_folder: str | None = None,
+                   **extra) -> SlurmPipelineExecutor:
+    """A job array of ``tasks`` Slurm tasks running ``step``. ``qos`` None leaves the cluster's default (datatrove's
+    own default, ``normal``, does not exist everywhere); ``env_command`` defaults to activating this virtualenv;
+    ``workers`` caps how many array tasks run at once (-1: no cap); ``extra`` goes to ``SlurmPipelineExecutor``
+    as is (e.g. ``mail_user``, ``srun_args``, ``requeue``)."""
+    return SlurmPipelineExecutor(
+        pipeline=[step], tasks=tasks, time=time, partition=partition, cpus_per_task=cpus_per_task,
+        mem_per_cpu_gb=mem_per_cpu_gb, job_name=job_name, qos=qos, sbatch_args=dict(sbatch_args or {}),
+        env_command=env_command if env_command is not None else default_env_command(), workers=workers,
+        logging_dir=logging_dir, slurm_logs_folder=slurm_logs_folder, skip_completed=False, **extra)

@@ -1,0 +1,340 @@
+"""Running a conversion's work units on an engine: this process's pool, or datatrove's local or Slurm executors.
+
+Every converter plans its units in ``manifest.json`` (:mod:`manifest`), then calls :func:`execute` with its
+``_worker(args)``, a picklable function that leases and converts units until none is left (``manifest.work``).
+Whatever runs the workers, the manifest is what makes a conversion exactly-once and resumable: a unit is converted
+by the process holding its lease (an ``flock``), a unit whose holder died is taken over by the next process that
+leases, and ``index.json`` is published only once every planned unit is done.
+
+Executors (``--executor``):
+
+- ``local``: today's behaviour, :func:`manifest.run` (this process, or a spawned multiprocessing pool).
+- ``datatrove-local``: datatrove's ``LocalPipelineExecutor`` with ``num_workers`` tasks, each running
+  :class:`~robo_loaders_plugin.storage.shards.datatrove_step.ConvertUnits`. The launching process publishes
+  once the executor returns: it waits, so it is the one place that sees every task end. It also watches the tasks
+  (start/finish markers with their pids): a task killed outright (OOM killer, ``kill -9``) makes datatrove's pool
+  wait forever for its result, so once every task has either finished or died, the launcher stops waiting,
+  converts what the dead tasks left (their leases are free) and publishes.
+- ``datatrove-slurm``: datatrove's ``SlurmPipelineExecutor``, a job array of ``num_workers`` tasks. The launching
+  process returns once the job is submitted (:class:`Submitted`), so the tasks publish: each one, after leasing
+  found nothing left, calls :func:`manifest.finish`, which publishes exactly when every unit is done, and the task
+  that completes the last unit always does. A job that ended with units left (a task killed after the others had
+  finished) is completed by running the same command again: it submits tasks for the units not done, or publishes
+  at once if they all are.
+
+Options of each executor are keyword arguments of :func:`execute` (:data:`OPTIONS`); :func:`options_from_cli`
+maps the command line's to them.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from typing import Callable, Iterable, Mapping
+
+from tqdm.auto import tqdm
+
+from robo_loaders_plugin.core.errors import RoboLoadersError
+from robo_loaders_plugin.storage.codec import FrameCodec
+from robo_loaders_plugin.storage.shards import manifest
+from robo_loaders_plugin.storage.shards.manifest import Converted
+
+EXECUTORS = ("local", "datatrove-local", "datatrove-slurm")
+OPTIONS = {
+    "local": (),
+    "datatrove-local": ("logging_dir", "workers", "start_method"),
+    "datatrove-slurm": ("logging_dir", "partition", "time", "cpus_per_task", "mem_per_cpu_gb", "job_name", "qos",
+                        "sbatch_args", "env_command", "workers", "slurm_logs_folder", "extra"),
+}
+LOGGING_SUBDIR = "datatrove"  # default logging_dir: <out_dir>/datatrove (readers ignore it, as manifest.json)
+POLL_S = 0.5
+DEAD_TASK_GRACE_S = 2.0  # once every task has finished or died, wait this long for the executor to return itself
+
+
+class ExecutorError(RoboLoadersError, ValueError):
+    """An unknown executor, an option it does not take, or datatrove missing."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Submitted:
+    """What :func:`execute` returns for ``datatrove-slurm``: the conversion runs on as a Slurm job array."""
+    job_id: str
+    tasks: int
+    units: int
+    pending_units: int
+    logging_dir: str
+    launch_script: str
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def check_options(executor: str, options: Mapping) -> None:
+    """Raise :class:`ExecutorError` unless ``executor`` takes these options and can run here (datatrove installed);
+    converters call it before planning, so a typo fails before the source is read."""
+    if executor not in EXECUTORS:
+        raise ExecutorError(f"unknown executor {executor!r}; choose one of {', '.join(EXECUTORS)}")
+    unknown = sorted(set(options) - set(OPTIONS[executor]))
+    if unknown:
+        takes = ", ".join(OPTIONS[executor]) or "no options"
+        raise ExecutorError(f"executor {executor!r} does not take option(s) {', '.join(unknown)} (it takes {takes})")
+    if executor == "datatrove-slurm" and not options.get("partition"):
+        raise ExecutorError("executor 'datatrove-slurm' needs a Slurm partition (--slurm-partition)")
+    if executor.startswith("datatrove"):
+        try:
+            import datatrove  # noqa: F401
+        except ImportError:
+            raise ExecutorError(f"executor {executor!r} needs datatrove: pip install 'robo-loaders-plugin[datatrove]' "
+                                "(or datatrove==0.10.1)") from None
+
+
+def execute(executor: str, out_dir: str, worker: Callable, args, num_workers: int, codec: FrameCodec,
+            metadata: Mapping, source: Mapping, desc: str, progress: bool = True, timeout_s: float | None = None,
+            **options) -> Converted | Submitted:
+    """Convert the units planned in ``out_dir/manifest.json`` with ``worker(args)`` on ``executor`` (``local``,
+    ``datatrove-local``, ``datatrove-slurm``: see the module docstring), ``num_workers`` processes or tasks; publish
+    ``index.json`` when every unit is done. Returns :class:`Converted`, or :class:`Submitted` for Slurm.
+    ``worker`` must be picklable (a module-level function) for every executor but ``local`` with one worker."""
+    check_options(executor, options)
+    if executor == "local":
+        return manifest.run(out_dir, worker, args, num_workers, codec, metadata, source, desc, progress, timeout_s)
+    if executor == "datatrove-local":
+        return _datatrove_local(out_dir, worker, args, num_workers, codec, metadata, source, desc, progress,
+                                timeout_s, **options)
+    return _datatrove_slurm(out_dir, worker, args, num_workers, codec, metadata, source, desc, **options)
+
+
+def _counts(out_dir: str) -> tuple[int, int]:
+    """(units planned, units not done)."""
+    units = manifest._read(out_dir)["units"]
+    return len(units), sum(u["state"] != "done" for u in units)
+
+
+def _logging_dir(out_dir: str, logging_dir: str | None) -> str:
+    return os.path.abspath(logging_dir or os.path.join(out_dir, LOGGING_SUBDIR))
+
+
+# ---- datatrove-local --------------------------------------------------------------------------------------------
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _task_states(markers: str, tasks: int) -> tuple[list[int], list[int]]:
+    """(ranks finished, ranks that started and whose process is gone without finishing)."""
+    finished, dead = [], []
+    for rank in range(tasks):
+        if os.path.exists(os.path.join(markers, f"finished-{rank:05d}")):
+            finished.append(rank)
+            continue
+        try:
+            with open(os.path.join(markers, f"started-{rank:05d}")) as f:
+                pid = int(f.read())
+        except (OSError, ValueError):
+            continue  # not started yet
+        if not _alive(pid):
+            dead.append(rank)
+    return finished, dead
+
+
+def _datatrove_local(out_dir, worker, args, num_workers, codec, metadata, source, desc, progress, timeout_s,
+                     logging_dir=None, workers=None, start_method="forkserver") -> Converted:
+    from robo_loaders_plugin.storage.shards import datatrove_step
+
+    total, pending = _counts(out_dir)
+    tasks = max(1, min(int(num_workers), pending))
+    logging_dir = _logging_dir(out_dir, logging_dir)
+    markers = os.path.join(logging_dir, "robo-loaders-tasks", uuid.uuid4().hex[:12])  # this run's only
+    if pending:
+        step = datatrove_step.ConvertUnits(worker, args, out_dir, publish=None, markers=markers)
+        ex = datatrove_step.local_executor(step, tasks=tasks, workers=min(int(workers or tasks), tasks),
+                                           logging_dir=logging_dir, start_method=start_method)
+        outcome: dict = {}
+
+        def run():
+            try:
+                outcome["stats"] = ex.run()
+            except BaseException as exc:  # re-raised in the launching thread
+                outcome["error"] = exc
+
+        thread = threading.Thread(target=run, name="datatrove-local", daemon=True)
+        bar = tqdm(total=total, desc=desc, unit="shard", disable=not progress)
+        try:
+            thread.start()
+            gone_since = None
+            while thread.is_alive():
+                thread.join(POLL_S)
+                manifest._show_progress(out_dir, bar)
+                finished, dead = _task_states(markers, tasks)
+                if dead and len(finished) + len(dead) == tasks:
+                    gone_since = gone_since or time.monotonic()
+                    if time.monotonic() - gone_since > DEAD_TASK_GRACE_S and thread.is_alive():
+                        # datatrove's pool never returns a killed task's result: stop waiting for it
+                        print(f"[robo-loaders] {out_dir}: datatrove task(s) {manifest._ids(dead)} died without "
+                              "finishing; converting what they left here", flush=True)
+                        break
+        finally:
+            bar.close()
+        if "error" in outcome:
+            raise outcome["error"]
+        shutil.rmtree(markers, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            os.rmdir(os.path.dirname(markers))  # when no other run's markers are left
+    published = manifest._finish(out_dir, codec, metadata, source)
+    if published is None:  # units left by a killed task, or leased by another live process: as the local executor
+        return manifest.run(out_dir, worker, args, 1, codec, metadata, source, desc, progress, timeout_s)
+    return Converted(units=total, shards=published[0], episodes=published[1])
+
+
+# ---- datatrove-slurm --------------------------------------------------------------------------------------------
+
+def build_slurm(out_dir: str, worker: Callable, args, tasks: int, codec: FrameCodec, metadata: Mapping,
+                source: Mapping, logging_dir: str | None = None, **options):
+    """The ``SlurmPipelineExecutor`` :func:`execute` submits (not submitted): its tasks publish ``index.json``.
+    ``options``: those of :data:`OPTIONS` ``["datatrove-slurm"]`` but ``logging_dir``; ``extra`` (a mapping) goes to
+    ``SlurmPipelineExecutor`` as is."""
+    from robo_loaders_plugin.storage.shards import datatrove_step
+
+    check_options("datatrove-slurm", options)
+    extra = dict(options.pop("extra", None) or {})
+    step = datatrove_step.ConvertUnits(worker, args, os.path.abspath(out_dir),
+                                       publish={"codec": codec, "metadata": dict(metadata), "source": dict(source)})
+    return datatrove_step.slurm_executor(step, tasks=tasks, logging_dir=_logging_dir(out_dir, logging_dir),
+                                         **options, **extra)
+
+
+def _datatrove_slurm(out_dir, worker, args, num_workers, codec, metadata, source, desc, logging_dir=None,
+                     **options) -> Converted | Submitted:
+    published = manifest._finish(out_dir, codec, metadata, source)
+    total, pending = _counts(out_dir)  # after _finish, which plans damaged units again
+    if published is not None:  # every unit done already (a job that converted them all but did not publish)
+        return Converted(units=total, shards=published[0], episodes=published[1])
+    tasks = max(1, min(int(num_workers), pending))
+    ex = build_slurm(out_dir, worker, args, tasks, codec, metadata, source, logging_dir, **options)
+    # launch_job, not run: run() inside a Slurm array task (an interactive job) would convert instead of submitting
+    ex.launch_job()  # writes executor.pik and launch_script.slurm into logging_dir, then calls sbatch
+    print(f"[robo-loaders] {desc}: submitted Slurm job {ex.job_id} ({tasks} task(s), {pending} of {total} unit(s) "
+          f"to convert); the last task to finish publishes {os.path.join(out_dir, 'index.json')}", flush=True)
+    return Submitted(job_id=str(ex.job_id), tasks=tasks, units=total, pending_units=pending,
+                     logging_dir=ex.logging_dir.path, launch_script=ex.logging_dir.resolve_paths("launch_script.slurm"))
+
+
+# ---- the command line -------------------------------------------------------------------------------------------
+
+def parse_sbatch_args(pairs: Iterable[str]) -> dict:
+    """``["KEY=VALUE", "KEY"]`` (``--sbatch-arg`` given several times) as ``{"KEY": "VALUE", "KEY": ""}``;
+    a leading ``--`` is dropped (``--sbatch-arg --exclusive`` works too)."""
+    out = {}
+    for pair in pairs:
+        key, _, value = pair.partition("=")
+        key = key.strip().lstrip("-")
+        if not key:
+            raise ExecutorError(f"--sbatch-arg {pair!r}: expected KEY=VALUE (e.g. account=myproject)")
+        out[key] = value
+    return out
+
+
+CLI_PARAMS = ("logging_dir", "concurrent_tasks", "slurm_partition", "slurm_time", "slurm_cpus_per_task",
+              "slurm_mem_per_cpu_gb", "slurm_job_name", "slurm_qos", "sbatch_arg", "slurm_env_command")
+
+
+def options_from_cli(executor: str, logging_dir: str | None = None, concurrent_tasks: int | None = None,
+                     slurm_partition: str | None = None, slurm_time: str | None = None,
+                     slurm_cpus_per_task: int | None = None, slurm_mem_per_cpu_gb: int | None = None,
+                     slurm_job_name: str | None = None, slurm_qos: str | None = None, sbatch_arg: Iterable[str] = (),
+                     slurm_env_command: str | None = None) -> dict:
+    """The command line's executor options (click parameters named as :data:`CLI_PARAMS`) as :func:`execute`'s
+    keyword arguments; options given for another executor than the chosen one are an error (they would be silently
+    ignored)."""
+    given = {"logging_dir": logging_dir, "workers": concurrent_tasks, "partition": slurm_partition, "time": slurm_time,
+             "cpus_per_task": slurm_cpus_per_task, "mem_per_cpu_gb": slurm_mem_per_cpu_gb,
+             "job_name": slurm_job_name, "qos": slurm_qos, "env_command": slurm_env_command,
+             "sbatch_args": parse_sbatch_args(sbatch_arg) or None}
+    options = {k: v for k, v in given.items() if v is not None}
+    flags = {"logging_dir": "--logging-dir", "workers": "--concurrent-tasks", "sbatch_args": "--sbatch-arg",
+             "env_command": "--slurm-env-command"}
+    wrong = [flags.get(k, "--slurm-" + k.replace("_", "-")) for k in options if k not in OPTIONS.get(executor, ())]
+    if executor in EXECUTORS and wrong:
+        raise ExecutorError(f"{', '.join(wrong)} do(es) not apply to --executor {executor}")
+    check_options(executor, options)
+    return options
+
+
+# ---- benchmark hook ---------------------------------------------------------------------------------------------
+
+_BENCH_CHILD = """
+import json, sys, time
+framework, source, out, tasks, executor, options, shard_bytes = json.loads(sys.argv[1])
+kwargs = {"shard_bytes": shard_bytes} if shard_bytes else {}
+if framework == "robomimic":
+    from robo_loaders_plugin.robomimic.convert import convert_robomimic as convert
+else:
+    from robo_loaders_plugin.lerobot.convert import convert_lerobot as convert
+res = convert(source, out, num_workers=tasks, progress=False, executor=executor, executor_options=options, **kwargs)
+print("RESULT " + json.dumps(res))
+"""
+
+
+def _source_bytes(path: str) -> int:
+    if os.path.isfile(path):
+        return os.path.getsize(path)
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files)
+
+
+def time_executor_conversions(framework: str, source: str, out_base: str,
+                              configs: Iterable[tuple[str, int]] = (("local", 1), ("local", 2),
+                                                                    ("datatrove-local", 1), ("datatrove-local", 2)),
+                              shard_bytes: int | None = None, executor_options: Mapping | None = None,
+                              echo=print, timeout: float = 3600) -> list[dict]:
+    """Convert ``source`` (a robomimic HDF5 file or a LeRobot root) from scratch for each ``(executor, tasks)``, each
+    in a fresh Python process as ``robo-loaders convert`` would run (imports and task start-up included, see
+    ``bench/conversion.py``). Rows: wall time, source MB/s (bytes of the input files), source MB/s per task, and
+    decoded MB/s for LeRobot (frame bytes decoded). Parallel conversion pays once ``mb_per_s_per_task`` at 2 tasks
+    stays near the 1-task figure; on small datasets start-up dominates. Outputs stay at
+    ``<out_base>-<executor>-t<tasks>``; the datatrove logs are written outside them."""
+    src_bytes = _source_bytes(source)
+    rows = []
+    for executor, tasks in configs:
+        out = f"{out_base}-{executor}-t{tasks}"
+        shutil.rmtree(out, ignore_errors=True)
+        options = dict(executor_options or {}) if executor != "local" else {}
+        if executor.startswith("datatrove"):
+            options.setdefault("logging_dir", f"{out}.logs")
+            shutil.rmtree(options["logging_dir"], ignore_errors=True)
+        echo(f"[bench] convert {framework} with {executor}, {tasks} task(s) ...")
+        payload = json.dumps([framework, source, out, tasks, executor, options, shard_bytes])
+        t = time.perf_counter()
+        p = subprocess.run([sys.executable, "-c", _BENCH_CHILD, payload], capture_output=True, text=True,
+                           timeout=timeout)
+        wall = time.perf_counter() - t
+        if p.returncode != 0:
+            raise RuntimeError(f"conversion with {executor}, {tasks} task(s) failed:\n{p.stderr[-2000:]}")
+        res = json.loads(next(ln for ln in p.stdout.splitlines() if ln.startswith("RESULT "))[len("RESULT "):])
+        mb_s = src_bytes / wall / 1e6
+        rows.append({"executor": executor, "tasks": tasks, "wall_s": round(wall, 2), "source_bytes": src_bytes,
+                     "source_mb_per_s": round(mb_s, 2), "mb_per_s_per_task": round(mb_s / tasks, 2),
+                     "decoded_mb_per_s": round(res["frame_bytes"] / wall / 1e6, 2) if "frame_bytes" in res else None,
+                     "episodes": res.get("episodes"), "shards": res.get("shards"), "out": out})
+    return rows
+
+
+def executor_conversion_table(rows) -> str:
+    from tabulate import tabulate
+
+    return tabulate([[r["executor"], r["tasks"], f"{r['wall_s']:.1f}", f"{r['source_mb_per_s']:.2f}",
+                      f"{r['mb_per_s_per_task']:.2f}",
+                      "" if r["decoded_mb_per_s"] is None else f"{r['decoded_mb_per_s']:.1f}"] for r in rows],
+                    headers=["executor", "tasks", "wall s", "source MB/s", "MB/s per task", "decoded MB/s"])
