@@ -12,8 +12,8 @@ BIN = os.path.dirname(sys.executable)
 
 
 def lerobot_train(root, out, *extra, env_extra=None, steps=3):
-    args = [os.path.join(BIN, "lerobot-train"), f"--dataset.repo_id={REPO}", f"--dataset.root={root}",
-            "--policy.type=act", "--policy.pretrained_backbone_weights=null", "--policy.device=cpu",
+    args = [os.path.join(BIN, "lerobot-train"), f"--dataset.repo_id={REPO}",
+            *([f"--dataset.root={root}"] if root is not None else []), "--policy.type=act", "--policy.pretrained_backbone_weights=null", "--policy.device=cpu",
             "--policy.push_to_hub=false", "--policy.dim_model=32", "--policy.n_heads=2",
             "--policy.dim_feedforward=64", "--policy.chunk_size=10", "--policy.n_action_steps=10",
             f"--steps={steps}", "--batch_size=4", "--num_workers=1", f"--save_freq={steps}", "--log_freq=1",

@@ -54,6 +54,21 @@ GPU_RESAMPLER_OPTIONS = {
 }
 
 
+VIDEO_STREAM_OPTIONS = {
+    "source": (str, None, "where the dataset is read from: a local path or any fsspec URL (s3://, http(s)://, "
+                          "hf://); default: the dataset's root"),
+    "storage_options": (dict, None, "fsspec options for 'source' (endpoint, credentials, ...)"),
+    "decode_device": (str, "cpu", "'cpu' (byte-identical to LeRobotDataset), 'cuda' (NVDEC), 'auto'"),
+    "buffer": (str, "raw", "decoded episodes held 'raw' or compressed with 'lz4' (less memory, some CPU)"),
+    "decode_threads": (int, 1, "threads decoding the episodes a pass is about to open"),
+    "shuffle_buffer": (int, None, "episodes open at once (default 16); more mixes batches better"),
+    "seed": (int, None, "shuffling seed (default: lerobot-train's --seed); the order is a function of (seed, pass)"),
+    "prefetch": (int, 2, "batches prefetched ahead of training"),
+    "cache_episodes": (int, 32, "decoded episodes kept in memory (at least 2 x shuffle_buffer)"),
+    "replacement": (bool, False, "draw each pass's frames with replacement instead of every frame exactly once"),
+}
+
+
 @hookimpl
 def robo_loaders_backends():
     return [
@@ -94,5 +109,14 @@ def robo_loaders_backends():
             factories={"robomimic": "robo_loaders_plugin.robomimic.factories:gpu_resampler_dataset",
                        "lerobot": "robo_loaders_plugin.lerobot.factories:gpu_resampler_dataset"},
             options=GPU_RESAMPLER_OPTIONS,
+        ),
+        BackendSpec(
+            name="video_stream",
+            description="trains straight from the videos, local or remote (fsspec): each episode's segment decoded "
+                        "once per pass, in order, on the CPU or with NVDEC; every frame once per pass, resumable",
+            frameworks=("lerobot",),
+            kind=BATCH,
+            factories={"lerobot": "robo_loaders_plugin.lerobot.factories:video_stream_dataset"},
+            options=VIDEO_STREAM_OPTIONS,
         ),
     ]

@@ -1,4 +1,5 @@
 """The window planner, the episode cache, the in-process batcher and the BatchSource position: unit tests."""
+import collections
 import threading
 import time
 
@@ -38,6 +39,31 @@ def test_unshuffled_plan_is_dataset_order_and_replacement_draws_with_repeats():
     assert len(drawn) == sum(COUNTS) and open_episodes(drawn) <= 3
     pairs = [tuple(p) for p in drawn.tolist()]
     assert len(set(pairs)) < len(pairs) and all(k < COUNTS[e] for e, k in pairs)
+
+
+@pytest.mark.parametrize("world_size", [2, 3, 4])
+@pytest.mark.parametrize("shuffle,replacement", [(True, False), (False, False), (True, True)])
+def test_ranks_split_a_pass_disjointly_with_equal_batch_counts(world_size, shuffle, replacement):
+    """Every rank serves ceil(N / world) items: together the one-process pass, plus fewer than world_size repeats
+    (accelerate's even_batches rule); each rank opens only its own run of episodes."""
+    whole = plan_windows(COUNTS, 4, 1, 2, shuffle, replacement)
+    shares = [plan_windows(COUNTS, 4, 1, 2, shuffle, replacement, rank=r, world_size=world_size)
+              for r in range(world_size)]
+    per_rank = -(-sum(COUNTS) // world_size)
+    assert [len(s) for s in shares] == [per_rank] * world_size
+    served = collections.Counter(map(tuple, np.concatenate(shares).tolist()))
+    expected = collections.Counter(map(tuple, whole.tolist()))
+    assert not expected - served  # nothing of the pass is lost
+    assert sum((served - expected).values()) == world_size * per_rank - sum(COUNTS)
+    if not replacement:  # disjoint up to the completing repeats
+        firsts = [set(map(tuple, s.tolist())) for s in shares]
+        overlap = sum(len(a & b) for i, a in enumerate(firsts) for b in firsts[i + 1:])
+        assert overlap <= world_size * per_rank - sum(COUNTS)
+    again = plan_windows(COUNTS, 4, 1, 2, shuffle, replacement, rank=1, world_size=world_size)
+    assert np.array_equal(again, shares[1])  # a function of (seed, pass, rank): ranks agree without talking
+    nodes = [BatchPlanNode(COUNTS, 4, False, 4, 2, shuffle, replacement, r, world_size) for r in range(world_size)]
+    assert len({n.num_batches() for n in nodes}) == 1
+    assert nodes[0].num_batches() == -(-(-(-sum(COUNTS) // 4)) // world_size)  # LeRobot's compute_sampler_state
 
 
 def test_plan_node_batches_seek_and_state():

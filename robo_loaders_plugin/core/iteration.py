@@ -23,6 +23,7 @@ import numpy as np
 import torch.utils.data
 
 from robo_loaders_plugin.core.errors import RoboLoadersError
+from robo_loaders_plugin.core.ranks import rank_share
 from robo_loaders_plugin.core.spec import BATCH, INDEXED, SAMPLE, BackendSpec
 
 # BatchSource.state_dict() keys: the position of the next batch to serve
@@ -202,6 +203,54 @@ class SamplerBatches:
             pool.shutdown(wait=True, cancel_futures=True)
 
 
+class RankBatches(BatchSource):
+    """An ``indexed`` backend's share of each pass when the framework's loader does not split passes across
+    processes itself (robomimic 0.3.0 has no multi-GPU training; a custom loop runs one process per GPU).
+
+    The pass is a permutation of every index drawn from (seed, pass), the same on every rank, cut by
+    :func:`~robo_loaders_plugin.core.ranks.rank_share`: disjoint shares, the same batch count on every rank. Under
+    LeRobot this is not used: accelerate already hands each rank a split batch sampler."""
+
+    def __init__(self, collate: Callable[[list], dict], num_items: int, plan: SamplingPlan, seed: int,
+                 num_threads: int = 0, prefetch_per_thread: int = 2):
+        super().__init__(plan.start_epoch, plan.start_batch)
+        self.collate, self.num_items, self.plan, self.seed = collate, int(num_items), plan, int(seed)
+        share = len(rank_share(self.num_items, plan.rank, plan.world_size))
+        self._len = share // plan.batch_size if plan.drop_last else -(-share // plan.batch_size)
+        self.num_threads, self.depth = int(num_threads), max(1, int(num_threads) * prefetch_per_thread)
+
+    def __len__(self) -> int:
+        return self._len
+
+    def describe(self) -> str:
+        return (f"rank {self.plan.rank} of {self.plan.world_size}'s share of each pass ({len(self)} batches, "
+                f"{self.num_threads} threads, starting at epoch {self._epoch} batch {self._batch})")
+
+    def indices_of(self, epoch: int) -> np.ndarray:
+        """This rank's indices of pass ``epoch``, in serving order."""
+        order = (np.random.default_rng([self.seed, int(epoch)]).permutation(self.num_items) if self.plan.shuffle
+                 else np.arange(self.num_items))
+        return order[rank_share(self.num_items, self.plan.rank, self.plan.world_size)]
+
+    def batches(self, epoch, start=0):
+        mine, b = self.indices_of(epoch), self.plan.batch_size
+        chunks = (mine[i * b:(i + 1) * b].tolist() for i in range(start, len(self)))
+        if self.num_threads == 0:
+            yield from map(self.collate, chunks)
+            return
+        pool = ThreadPoolExecutor(self.num_threads, thread_name_prefix="robo-loaders-batch")
+        pending = deque()
+        try:
+            for chunk in chunks:
+                pending.append(pool.submit(self.collate, chunk))
+                if len(pending) >= self.depth:
+                    yield pending.popleft().result()
+            while pending:
+                yield pending.popleft().result()
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
 def in_process_compatible(data_loader) -> bool:
     """Whether a DataLoader's batches can be rebuilt in-process with the same result: a plain batch sampler, the
     default collate, no worker hooks (robomimic 0.3.0's and lerobot-train's DataLoaders always are)."""
@@ -217,6 +266,12 @@ def pass_batches(data_loader, plan_for: Callable[[Any], SamplingPlan]):
     if spec is None or spec.kind == SAMPLE:
         return data_loader
     if spec.kind == INDEXED:
+        if getattr(dataset, "world_size", 1) > 1:  # set by an adapter whose framework does not split passes
+            if not dataset.batches_in_process:
+                raise RoboLoadersError(f"{spec.name}: rank {dataset.rank} of {dataset.world_size}: batches must be "
+                                       "built in the training process to split passes across processes (drop the "
+                                       "backend's 'loader': 'dataloader' option)")
+            return _source_for(data_loader, dataset, plan_for, rank_split=True)
         if dataset.batches_in_process and in_process_compatible(data_loader):
             threads = data_loader.num_workers if dataset.batch_threads is None else dataset.batch_threads
             return SamplerBatches(dataset.collate, data_loader.batch_sampler, data_loader.generator, threads,
@@ -231,11 +286,18 @@ def pass_batches(data_loader, plan_for: Callable[[Any], SamplingPlan]):
 _SOURCES: "weakref.WeakKeyDictionary[Any, BatchSource]" = weakref.WeakKeyDictionary()
 
 
-def _source_for(data_loader, dataset: BatchDataset, plan_for) -> BatchSource:
-    """One BatchSource per DataLoader, kept across passes: its position spans them."""
+def _source_for(data_loader, dataset, plan_for, rank_split: bool = False) -> BatchSource:
+    """One BatchSource per DataLoader, kept across passes: its position spans them. ``rank_split``: an ``indexed``
+    backend's pass cut into this rank's share here (decided by the declared kind, not by the dataset's classes: a
+    ``batch`` backend's dataset may also be indexable)."""
     source = _SOURCES.get(data_loader)
     if source is None:
-        source = dataset.batch_source(plan_for(data_loader))
+        plan = plan_for(data_loader)
+        if rank_split:
+            threads = data_loader.num_workers if dataset.batch_threads is None else dataset.batch_threads
+            source = RankBatches(dataset.collate, len(dataset), plan, plan.seed or 0, threads)
+        else:
+            source = dataset.batch_source(plan)
         _SOURCES[data_loader] = source
     return source
 

@@ -14,6 +14,7 @@ from collections import OrderedDict
 from typing import Callable
 
 import numpy as np
+import torch
 
 from robo_loaders_plugin.frames.base import FieldInfo, FrameSource
 from robo_loaders_plugin.storage.shards import EncodedFrames
@@ -98,6 +99,22 @@ class EpisodeFrames(FrameSource):
             return self.infos[field]
         except KeyError:
             raise KeyError(f"field {field!r} is not served by this source (it has: {sorted(self.infos)})") from None
+
+    def gather(self, field, episodes, steps, pool=None):
+        """Episodes held as tensors (frames decoded on a GPU) are gathered where they are; arrays into numpy."""
+        first = self.cache.get(int(episodes[0]))[field]
+        if not isinstance(first, torch.Tensor):
+            return super().gather(field, episodes, steps, pool)
+        info = self.info(field)
+        B = len(episodes)
+        rows = steps.reshape(B, -1)
+        out = torch.empty((B, rows.shape[1]) + tuple(info.shape), dtype=first.dtype, device=first.device)
+        uniq, inverse = np.unique(episodes, return_inverse=True)
+        for i, e in enumerate(uniq.tolist()):
+            at = np.flatnonzero(inverse == i)
+            values = self.cache.get(e)[field]
+            out[torch.from_numpy(at).to(first.device)] = values[torch.from_numpy(rows[at]).to(first.device)]
+        return out.reshape(tuple(steps.shape) + tuple(info.shape))
 
     def take(self, field, episodes, steps, out):
         info = self.info(field)

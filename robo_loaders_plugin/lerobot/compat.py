@@ -14,15 +14,22 @@ idempotent and keeps the original in :data:`ORIGINALS`):
 4. ``lerobot.scripts.lerobot_train.cycle``: the loop's ``cycle(dataloader)`` yields what the backend's kind says
    (``core.iteration``); LeRobot's own ``cycle`` for its own datasets.
 
+5. ``lerobot.datasets.dataset_reader.DatasetReader._check_cached_episodes_sufficient``, only inside
+   :func:`tables_only` (the ``video_stream`` backend with a remote source): LeRobot builds its dataset object from a
+   local copy of the tables while the videos stay remote, so missing local video files must not send it to the Hub.
+
 Private reads (the settings of ``LeRobotDataset``'s private ``DatasetReader``, which decide what an item is):
 ``reader._tolerance_s``, ``reader._video_backend``, ``reader._image_transforms``, ``reader._return_uint8``,
-``reader.delta_indices`` (:func:`reader_settings`); ``DatasetReader._query_videos`` (timed by the benchmark only).
+``reader.delta_indices`` (:func:`reader_settings`); ``DatasetReader._query_videos`` (timed by the benchmark only);
+accelerate's ``BatchSamplerShard`` attributes (``batch_sampler``, ``process_index``, ``num_processes``,
+``split_batches``, ``even_batches``) on the DataLoader ``accelerator.prepare`` returns (:func:`rank_split`).
 """
 from __future__ import annotations
 
 from robo_loaders_plugin.core import checks as checks_module
 from robo_loaders_plugin.core.checks import Check
 
+import contextlib
 import dataclasses
 import functools
 import inspect
@@ -174,6 +181,62 @@ def apply_all() -> None:
         patch_train_script(script)
 
 
+@contextlib.contextmanager
+def tables_only():
+    """Let LeRobot build a dataset whose video files are not local (they are streamed from elsewhere): while this
+    is active, its "is the local copy complete" check looks at the tables only (LeRobot 0.6.1 checks the episodes
+    in the loaded table, then that every video file exists locally)."""
+    from lerobot.datasets.dataset_reader import DatasetReader
+
+    orig = DatasetReader._check_cached_episodes_sufficient
+
+    def tables_sufficient(self) -> bool:
+        if self.hf_dataset is None or len(self.hf_dataset) == 0:
+            return False
+        available = {int(e) for e in self.hf_dataset.unique("episode_index")}
+        requested = set(range(self._meta.total_episodes)) if self.episodes is None else set(self.episodes)
+        return requested.issubset(available)
+
+    DatasetReader._check_cached_episodes_sufficient = tables_sufficient
+    try:
+        yield
+    finally:
+        DatasetReader._check_cached_episodes_sufficient = orig
+
+
+@dataclasses.dataclass(frozen=True)
+class RankSplit:
+    """How accelerate split lerobot-train's DataLoader across processes: the batch sampler lerobot-train built
+    (its EpisodeAwareSampler inside) and this process's rank among ``world_size``."""
+
+    batch_sampler: object
+    rank: int
+    world_size: int
+
+
+def rank_split(dataloader) -> RankSplit:
+    """Undo accelerate's wrapping to find what lerobot-train asked for.
+
+    With several processes ``accelerator.prepare`` replaces the DataLoader's batch sampler by a
+    ``BatchSamplerShard`` serving batch ``i`` of the pass to rank ``i % world_size`` (``even_batches``: the last
+    batches completed from the start of the pass). A backend ordering its own passes reads the sampler inside and
+    splits the pass itself (``pipeline.plan.rank_share``), with the same batch count per rank; an ``indexed``
+    backend iterates the shard as the DataLoader would."""
+    batch_sampler = getattr(dataloader, "batch_sampler", None)
+    try:
+        from accelerate.data_loader import BatchSamplerShard
+    except ImportError:  # accelerate comes with lerobot[training]; without it nothing was split
+        BatchSamplerShard = ()
+    if not isinstance(batch_sampler, BatchSamplerShard):
+        return RankSplit(batch_sampler, 0, 1)
+    if batch_sampler.split_batches or not batch_sampler.even_batches:
+        raise CompatError("accelerate splits lerobot-train's batches with split_batches=True or even_batches=False; "
+                          "robo-loaders backends that order their own passes support accelerate's defaults only "
+                          "(split_batches=False, even_batches=True): use --dataset.backend=native or those defaults")
+    return RankSplit(batch_sampler.batch_sampler, int(batch_sampler.process_index),
+                     int(batch_sampler.num_processes))
+
+
 def time_video_queries(spent: list) -> None:
     """Benchmark only: add the wall time of every ``DatasetReader._query_videos`` call (all cameras of a sample)
     to ``spent[0]``, in this process."""
@@ -219,6 +282,10 @@ def checks() -> list[Check]:
             ok = f"self.{attr} =" in source or f"self.{attr}:" in source
             rows.append(Check(f"LeRobot private read DatasetReader.{attr}", ok, "decides what an item is"
                          + ("" if ok else ": gone, items cannot be reproduced")))
+        ok = hasattr(DatasetReader, "_check_cached_episodes_sufficient")
+        rows.append(Check("LeRobot private method DatasetReader._check_cached_episodes_sufficient", ok,
+                          "video_stream from a remote source replaces it while LeRobot loads the tables",
+                          required=False))
         ok = hasattr(DatasetReader, "_query_videos")
         rows.append(Check("LeRobot private read DatasetReader._query_videos", ok, "benchmark's decode split only",
                           required=False))

@@ -8,6 +8,7 @@ framework-neutral parts: the LeRobot v3 source, a storage and its frame source, 
 from __future__ import annotations
 
 
+import numpy as np
 from tqdm.auto import tqdm
 
 from robo_loaders_plugin.core.errors import BackendOptionError, SourceError
@@ -17,8 +18,8 @@ from robo_loaders_plugin.frames.store import StoreFrames
 from robo_loaders_plugin.lerobot.compat import check_version, reader_settings
 from robo_loaders_plugin.lerobot.dataset import LeRobotSamples, check_rows_match, check_supported
 from robo_loaders_plugin.pipeline.batches import PipelineDataset
-from robo_loaders_plugin.pipeline.options import DatapipeOptions, open_shards
-from robo_loaders_plugin.sources.lerobot_v3 import LeRobotEpisodes, LeRobotV3
+from robo_loaders_plugin.pipeline.options import datapipe_options, open_shards
+from robo_loaders_plugin.sources.lerobot_v3 import LeRobotEpisodes, LeRobotV3, is_remote
 from robo_loaders_plugin.storage.shards import EncodedFrames
 from robo_loaders_plugin.storage.store_cache import check_codec_options, open_or_build, summarize
 
@@ -75,16 +76,17 @@ class LeRobotShardSamples(LeRobotSamples, PipelineDataset):
 
 
 def datapipe_dataset(native, **options):
-    dp = DatapipeOptions.resolve(OPTION_PREFIX, DEFAULT_SHUFFLE_BUFFER, **options)
+    dp, store = datapipe_options(options, OPTION_PREFIX, DEFAULT_SHUFFLE_BUFFER)
     source, settings = _source(native)
 
     def convert(out_dir, fingerprint):
         from robo_loaders_plugin.lerobot.convert import convert_lerobot
 
-        convert_lerobot(source.root, out_dir, repo_id=native.repo_id, num_workers=dp.convert_workers,
+        convert_lerobot(source.root, out_dir, repo_id=native.repo_id, num_workers=store["convert_workers"],
                         tolerance_s=settings.tolerance_s, fingerprint=fingerprint)
 
-    reader, holder = open_shards(framework="lerobot", source=source, opts=dp,
+    reader, holder = open_shards(framework="lerobot", source=source, shards=store["shards"],
+                                 cache_dir=store["cache_dir"], check_source=store["check_source"],
                                  key_desc={"root": str(source.root), "tolerance_s": settings.tolerance_s, "v": 2},
                                  convert=convert, option_prefix=OPTION_PREFIX,
                                  convert_hint=f"'robo-loaders convert lerobot {source.root} OUT_DIR'")
@@ -115,7 +117,7 @@ def datapipe_dataset(native, **options):
                            decode_on_load=False)
     ds = LeRobotShardSamples(native, frames, runs, columns, meta.get("video_keys", []), meta.get("image_keys", []),
                              backend_name="datapipe")
-    ds.datapipe, ds.reader, ds._holder = dp, reader, holder
+    ds.pass_options, ds.reader, ds._holder = dp, reader, holder
     ds.build_summary = (f"{len(runs)} episodes, {len(ds)} frames from {len(reader.shards)} shard(s) in {reader.dir}, "
                         f"shuffle buffer {dp.shuffle_buffer} episodes")
     return ds
@@ -180,3 +182,83 @@ def _delta_steps(native, delta_indices, target_fps, delta_timestamps) -> dict | 
     if delta_indices is None or target_fps is None:
         return None
     return {k: [float(i) * fps / target_fps for i in v] for k, v in delta_indices.items()}
+
+
+# decoded episodes are held raw: their memory bounds the buffer (a 100-frame episode of two 84x84 cameras is 4 MB)
+STREAM_SHUFFLE_BUFFER = 16
+
+
+class LeRobotStreamSamples(LeRobotSamples, PipelineDataset):
+    """LeRobot items decoded from the dataset's videos (local or remote) as passes reach their episodes."""
+
+
+def video_stream_dataset(native, **options):
+    from robo_loaders_plugin.backends import VIDEO_STREAM_OPTIONS
+    from robo_loaders_plugin.pipeline.options import PassOptions
+    from robo_loaders_plugin.storage.codec import FrameCodec
+
+    opts, rest = PassOptions.resolve(VIDEO_STREAM_OPTIONS, OPTION_PREFIX, STREAM_SHUFFLE_BUFFER, options)
+    if rest["buffer"] not in ("raw", "lz4"):
+        raise BackendOptionError(f"{OPTION_PREFIX}.buffer must be 'raw' or 'lz4', got {rest['buffer']!r}")
+    if rest["decode_threads"] < 0:
+        raise BackendOptionError(f"{OPTION_PREFIX}.decode_threads must be >= 0")
+    check_version()
+    check_supported(native)
+    settings = reader_settings(native)
+    url = rest["source"]
+    if is_remote(url):  # tables from the local copy LeRobot built its dataset from, videos from where they are
+        source = LeRobotV3(native.root, rest["storage_options"], videos_from=url)
+        remote = LeRobotV3(url, rest["storage_options"])
+        if remote.info != source.info or sorted(remote.episodes) != sorted(source.episodes):
+            raise SourceError(f"{url} is not the dataset at {native.root} (meta/info.json or the episode table "
+                              "differ); point --dataset.root at a copy of its tables, or leave it unset")
+    else:
+        source = LeRobotV3(url or native.root)
+    device = _decode_device(rest["decode_device"], source)
+    episodes = LeRobotEpisodes(source, settings.tolerance_s, native.episodes, decode_device=device)
+    check_rows_match(native, episodes.columns, episodes.arrays["index"], {k: a[0] for k, a in episodes.arrays.items()})
+    infos = {k: FieldInfo(a.dtype, tuple(a.shape[1:]), False) for k, a in episodes.arrays.items()}
+    for key in episodes.camera_keys:  # decoded as (C, H, W) uint8 from the (H, W, C) the features state
+        h, w, c = source.features[key]["shape"]
+        infos[key] = FieldInfo(np.dtype(np.uint8), (c, h, w), True)
+    codec = FrameCodec("lz4", 1) if rest["buffer"] == "lz4" else None
+
+    def read(unit: int, fields):
+        ep = episodes.runs[unit][0]
+        arrays, cameras = episodes.read(ep, fields)
+        if codec is not None:
+            arrays = {k: EncodedFrames.encode(v, codec, f"{source.url} episode {ep} {k}") if k in cameras else v
+                      for k, v in arrays.items()}
+        return arrays
+
+    frames = EpisodeFrames([e - s for _, s, e in episodes.runs], infos, read, capacity=opts.episode_capacity,
+                           decode_on_load=False)
+    ds = LeRobotStreamSamples(native, frames, episodes.runs, episodes.columns, source.video_keys, source.image_keys,
+                              backend_name="video_stream")
+    ds.pass_options, ds.decode_threads = opts, int(rest["decode_threads"])
+    ds.build_summary = (f"{len(episodes.runs)} episodes, {len(ds)} frames streamed from {url or source.url} ({device} "
+                        f"decode, {rest['buffer']} buffer of {opts.episode_capacity} episodes, shuffle buffer "
+                        f"{opts.shuffle_buffer})")
+    return ds
+
+
+def _decode_device(option: str, source) -> str:
+    """``cpu``, or ``cuda`` for NVDEC (refused on a GPU that cannot decode the dataset's codec)."""
+    import torch
+
+    from robo_loaders_plugin.sources.lerobot_v3 import nvdec_problem
+
+    if option not in ("cpu", "cuda", "auto"):
+        raise BackendOptionError(f"{OPTION_PREFIX}.decode_device must be 'cpu', 'cuda' or 'auto', got {option!r}")
+    if option == "cpu" or (option == "auto" and not torch.cuda.is_available()):
+        return "cpu"
+    if not torch.cuda.is_available():
+        raise BackendOptionError(f"{OPTION_PREFIX}.decode_device='cuda' but torch sees no CUDA GPU; use 'cpu' or "
+                                 "'auto'")
+    problem = nvdec_problem(source, torch.cuda.get_device_name())
+    if problem:
+        if option == "auto":
+            print(f"[robo-loaders] video_stream: decoding on the CPU: {problem}", flush=True)
+            return "cpu"
+        raise BackendOptionError(f"{OPTION_PREFIX}.decode_device='cuda': {problem}")
+    return "cuda"

@@ -1,7 +1,9 @@
 """LeRobot-facing entry points: what the patches install (``lerobot.compat``), usable directly as a library too."""
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import threading
 
 import numpy as np
@@ -11,6 +13,7 @@ from robo_loaders_plugin.core import iteration
 from robo_loaders_plugin.core.errors import RoboLoadersError
 from robo_loaders_plugin.core.registry import get_backend
 from robo_loaders_plugin.lerobot import compat
+from robo_loaders_plugin.sources.lerobot_v3 import is_remote, mirror_tables
 
 LOG_PREFIX = "[robo-loaders]"
 _state = threading.local()
@@ -53,10 +56,29 @@ def convert(dataset, cfg):
     return out
 
 
+@contextlib.contextmanager
+def _streamed_source(cfg):
+    """A backend streaming from a remote ``source`` (video_stream): LeRobot builds its dataset object from a local
+    copy of the tables (``meta/`` and ``data/``, refreshed when they change), the videos stay where they are."""
+    spec, options = backend_choice(cfg.dataset)
+    url = options.get("source")
+    if spec.name != "video_stream" or not is_remote(url):
+        yield
+        return
+    from robo_loaders_plugin.storage.cache import cache_root, short_hash
+
+    local = os.path.join(cache_root(None), f"video-stream-tables-{short_hash(url)}")
+    print(f"{LOG_PREFIX} video_stream: tables of {url} copied to {local}; videos streamed from {url}", flush=True)
+    cfg.dataset.root = mirror_tables(url, local, options.get("storage_options"))
+    with compat.tables_only():
+        yield
+
+
 def make_dataset(cfg):
     """Mirror of ``lerobot.datasets.factory.make_dataset(cfg)`` honouring ``cfg.dataset.backend``."""
     backend_choice(cfg.dataset)  # fail on a bad name/option before reading anything
-    native = compat.original("make_dataset")(cfg)
+    with _streamed_source(cfg):
+        native = compat.original("make_dataset")(cfg)
     if getattr(_state, "raw", False):  # called from make_train_eval_datasets: converted there
         return native
     return convert(native, cfg)
@@ -68,7 +90,8 @@ def make_train_eval_datasets(cfg):
     backend_choice(cfg.dataset)
     _state.raw = True
     try:
-        train, evaluation = compat.original("make_train_eval_datasets")(cfg)
+        with _streamed_source(cfg):
+            train, evaluation = compat.original("make_train_eval_datasets")(cfg)
     finally:
         _state.raw = False
     return convert(train, cfg), convert(evaluation, cfg)
@@ -77,8 +100,14 @@ def make_train_eval_datasets(cfg):
 def sampling_plan(dataloader) -> iteration.SamplingPlan:
     """``lerobot-train``'s pass, from the DataLoader it builds: the frames its EpisodeAwareSampler serves (episode
     filter, ``drop_n_last_frames``), its seed, and the epoch/offset ``--resume`` positioned it at; batch size,
-    ``drop_last``, ``--num_workers`` and pinned memory from the DataLoader. Public sampler API only."""
-    batch_sampler = dataloader.batch_sampler
+    ``drop_last``, ``--num_workers`` and pinned memory from the DataLoader; this process's rank and the world size
+    from accelerate's split of it (``compat.rank_split``). Public sampler API only.
+
+    Resume under several processes: LeRobot's ``compute_sampler_state`` puts ``start_index`` at
+    ``batches_into_epoch * batch_size * world_size`` (every step consumed one batch on every rank), so every rank
+    starts at batch ``start_index // (batch_size * world_size)`` of its own share."""
+    split = compat.rank_split(dataloader)
+    batch_sampler = split.batch_sampler
     sampler = getattr(batch_sampler, "sampler", None)
     try:
         items = np.asarray(sampler.indices, dtype=np.int64)
@@ -87,13 +116,12 @@ def sampling_plan(dataloader) -> iteration.SamplingPlan:
         raise RoboLoadersError(f"this backend expects lerobot-train's EpisodeAwareSampler, found "
                                f"{type(sampler).__name__}; this LeRobot version is not supported") from None
     batch_size = int(batch_sampler.batch_size)
-    dist = torch.distributed.is_available() and torch.distributed.is_initialized()
     return iteration.SamplingPlan(
         batch_size=batch_size, drop_last=bool(batch_sampler.drop_last), shuffle=shuffle, seed=seed,
         num_workers=max(1, int(dataloader.num_workers)), items=items, start_epoch=int(state["epoch"]),
-        start_batch=int(state["start_index"]) // batch_size,
+        start_batch=int(state["start_index"]) // (batch_size * split.world_size),
         pin_memory=bool(getattr(dataloader, "pin_memory", False)) and torch.cuda.is_available(),
-        rank=torch.distributed.get_rank() if dist else 0, world_size=torch.distributed.get_world_size() if dist else 1)
+        rank=split.rank, world_size=split.world_size)
 
 
 def cycle(dataloader):

@@ -7,13 +7,13 @@ released and the batch stays in the training process, so nothing is copied throu
 from __future__ import annotations
 
 import atexit
+import threading
 import weakref
 from typing import Callable
 
 import numpy as np
 from torchdata.nodes import ParallelMapper, Prefetcher
 
-from robo_loaders_plugin.core.errors import RoboLoadersError
 from robo_loaders_plugin.core.iteration import BatchDataset, BatchSource, SamplingPlan
 from robo_loaders_plugin.core.torch_compat import shutdown_node_threads
 from robo_loaders_plugin.pipeline.plan import BatchPlanNode, ItemGroups
@@ -21,19 +21,57 @@ from robo_loaders_plugin.pipeline.plan import BatchPlanNode, ItemGroups
 _LIVE: "weakref.WeakSet[PipelineBatches]" = weakref.WeakSet()
 
 
+class DecodeAhead:
+    """Loads the episodes a pass is about to open before the batches that open them are assembled.
+
+    Why: an episode enters the shuffle buffer when its first item is drawn, and the thread assembling that batch
+    would otherwise wait for the whole episode to be read (a video decoded). The plan says in which order episodes
+    enter, so ``threads`` load them ahead, at most ``ahead`` episodes in front of the newest one the assembling
+    threads asked for (the episode cache must hold them until they are used)."""
+
+    def __init__(self, load: Callable[[int], object], threads: int, ahead: int):
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.load, self.ahead = load, max(1, int(ahead))
+        self.pool = ThreadPoolExecutor(max(1, int(threads)), thread_name_prefix="robo-loaders-decode")
+        self._lock = threading.Lock()
+        self.start_pass(np.zeros((0, 2), dtype=np.int64))
+
+    def start_pass(self, plan: np.ndarray) -> None:
+        eps, first = np.unique(plan[:, 0], return_index=True)
+        with self._lock:
+            self.order = eps[np.argsort(first)]  # episodes by the position they enter the pass
+            self.rank = {int(e): r for r, e in enumerate(self.order)}
+            self.submitted = 0
+
+    def reached(self, episodes: np.ndarray) -> None:
+        """The assembling threads need ``episodes`` now: keep loading up to ``ahead`` entries past the newest."""
+        with self._lock:
+            newest = max((self.rank.get(int(e), -1) for e in np.unique(episodes)), default=-1)
+            stop = min(len(self.order), newest + 1 + self.ahead)
+            todo, self.submitted = self.order[self.submitted:stop], max(self.submitted, stop)
+        for e in todo.tolist():
+            self.pool.submit(self.load, e)
+
+    def shutdown(self) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+
 class PipelineBatches(BatchSource):
     def __init__(self, groups: ItemGroups, collate: Callable[[np.ndarray], dict], plan: SamplingPlan, *, seed: int,
-                 shuffle_buffer: int, replacement: bool = False, prefetch: int = 2, backend: str = "datapipe"):
-        if plan.world_size > 1:
-            raise RoboLoadersError(f"backend {backend!r} runs single-process for now (the pipeline does not split "
-                                   "passes across ranks); use --dataset.backend=compressed_cache with several "
-                                   "processes")
+                 shuffle_buffer: int, replacement: bool = False, prefetch: int = 2, backend: str = "datapipe",
+                 decode_ahead: DecodeAhead | None = None):
         super().__init__(plan.start_epoch, plan.start_batch)
         self.groups = groups
+        self.rank, self.world_size = plan.rank, plan.world_size
         self.plan_node = BatchPlanNode(groups.counts, plan.batch_size, plan.drop_last, seed, shuffle_buffer,
-                                       plan.shuffle, replacement)
+                                       plan.shuffle, replacement, plan.rank, plan.world_size)
+
+        self.decode_ahead = decode_ahead
 
         def assemble(pairs: np.ndarray) -> dict:
+            if decode_ahead is not None:
+                decode_ahead.reached(pairs[:, 0])
             return collate(groups.indices(pairs))
 
         self.num_threads = max(1, int(plan.num_workers))
@@ -52,8 +90,9 @@ class PipelineBatches(BatchSource):
         return self.plan_node.num_batches()
 
     def describe(self) -> str:
-        return (f"the torchdata pipeline ({self.num_threads} threads, {len(self)} batches per pass, starting at "
-                f"epoch {self._epoch} batch {self._batch})")
+        ranks = f", rank {self.rank} of {self.world_size}" if self.world_size > 1 else ""
+        return (f"the torchdata pipeline ({self.num_threads} threads, {len(self)} batches per pass{ranks}, starting "
+                f"at epoch {self._epoch} batch {self._batch})")
 
     def plan_of(self, epoch: int) -> np.ndarray:
         """(episode, k) pairs of pass ``epoch`` in serving order (tools and tests; no data is read)."""
@@ -62,6 +101,8 @@ class PipelineBatches(BatchSource):
     def batches(self, epoch, start=0):
         self.plan_node.seek(epoch, start)
         self.root.reset()
+        if self.decode_ahead is not None:
+            self.decode_ahead.start_pass(self.plan_node.plan[start * self.plan_node.batch_size:])
         while True:
             try:
                 yield next(self.root)
@@ -76,6 +117,8 @@ class PipelineBatches(BatchSource):
         inside torch or Blosc2 at that moment aborts the process ("terminate called without an active exception",
         exit 134) after a successful run. Every pipeline is shut down at exit; call this to stop one sooner."""
         shutdown_node_threads(self.root)
+        if self.decode_ahead is not None:
+            self.decode_ahead.shutdown()
 
 
 @atexit.register
@@ -85,20 +128,26 @@ def _shutdown_live() -> None:
 
 
 class PipelineDataset(BatchDataset):
-    """What a samples dataset adds to be served by this pipeline (the ``datapipe`` kind of dataset): its frame
-    source's episode of every dataset index (``episode_of()``), a ``collate(indices)``, and the options."""
+    """What a samples dataset adds to be served by this pipeline: its frame source's episode of every dataset index
+    (``episode_of()``), a ``collate(indices)``, and the pass options."""
 
-    datapipe = None  # DatapipeOptions, set by the factory
+    pass_options = None  # PassOptions, set by the factory
     backend_name = "datapipe"
+    decode_threads = 0  # > 0: threads loading the episodes a pass is about to open (DecodeAhead)
 
     def batch_source(self, plan: SamplingPlan) -> PipelineBatches:
         items = np.arange(len(self)) if plan.items is None else np.asarray(plan.items, dtype=np.int64)
         episode_of = self.episode_of()
         groups = ItemGroups(items, episode_of, len(self.frames.lengths))
-        seed = self.datapipe.seed if self.datapipe.seed is not None else (plan.seed or 0)
-        return PipelineBatches(groups, self.collate, plan, seed=seed, shuffle_buffer=self.datapipe.shuffle_buffer,
-                               replacement=self.datapipe.replacement, prefetch=self.datapipe.prefetch,
-                               backend=self.backend_name)
+        opts = self.pass_options
+        seed = opts.seed if opts.seed is not None else (plan.seed or 0)
+        ahead = None
+        if self.decode_threads:
+            cache = self.frames.cache
+            ahead = DecodeAhead(cache.get, self.decode_threads, max(1, cache.capacity - opts.shuffle_buffer - 1))
+        return PipelineBatches(groups, self.collate, plan, seed=seed, shuffle_buffer=opts.shuffle_buffer,
+                               replacement=opts.replacement, prefetch=opts.prefetch, backend=self.backend_name,
+                               decode_ahead=ahead)
 
     def batch_episodes(self, batch_size: int, drop_last: bool = True, epoch: int = 0) -> list[np.ndarray]:
         """Episode of every item, batch by batch, of shuffled pass ``epoch`` (no data is read): how batches mix

@@ -14,6 +14,8 @@ from typing import Sequence
 import numpy as np
 from torchdata.nodes import BaseNode
 
+from robo_loaders_plugin.core.ranks import rank_share
+
 # BatchPlanNode.get_state() keys
 EPOCH_KEY = "epoch"
 BATCH_KEY = "batch"
@@ -39,15 +41,22 @@ class ItemGroups:
 
 
 def plan_windows(items_per_episode: Sequence[int], seed: int, epoch: int, buffer_episodes: int,
-                 shuffle: bool = True, replacement: bool = False) -> np.ndarray:
-    """(N, 2) array of (episode, k) in the order they are served in this pass; each pair exactly once, or, with
-    ``replacement``, N pairs drawn uniformly with replacement (the multiset is drawn first, then served through the
-    same episode buffer, so locality is kept). Without ``shuffle`` the pass is in dataset order and ``replacement``
+                 shuffle: bool = True, replacement: bool = False, rank: int = 0, world_size: int = 1) -> np.ndarray:
+    """(N, 2) array of (episode, k) in the order rank ``rank`` serves them in this pass.
+
+    One process (``world_size`` 1): each pair exactly once, or, with ``replacement``, N pairs drawn uniformly with
+    replacement (the multiset is drawn first, then served through the same episode buffer, so locality is kept).
+    Several processes: the pass's global sequence (episodes in one shuffled order, each episode's items shuffled:
+    the same on every rank, a function of (seed, pass)) is cut by :func:`rank_share`, and each rank serves its
+    piece through its own episode buffer. Without ``shuffle`` the pass is in dataset order and ``replacement``
     does not apply: an ordered pass is what evaluation-style callers ask for."""
     counts = np.asarray(items_per_episode, dtype=np.int64)
+    n_eps = len(counts)
     if not shuffle:
-        return np.stack([np.repeat(np.arange(len(counts)), counts),
-                         np.concatenate([np.arange(c) for c in counts]) if len(counts) else np.zeros(0, int)], 1)
+        eps = np.repeat(np.arange(n_eps), counts)
+        ks = np.concatenate([np.arange(c) for c in counts]) if n_eps else np.zeros(0, np.int64)
+        share = rank_share(len(eps), rank, world_size) if world_size > 1 else slice(None)
+        return np.stack([eps[share], ks[share]], 1).astype(np.int64)
     rng = np.random.default_rng([int(seed), int(epoch)])
     if replacement:
         total = int(counts.sum())
@@ -55,31 +64,43 @@ def plan_windows(items_per_episode: Sequence[int], seed: int, epoch: int, buffer
         flat = np.sort(rng.integers(total, size=total)) if total else np.zeros(0, np.int64)
         starts = np.concatenate([[0], np.cumsum(counts)])
         bounds = np.searchsorted(flat, starts)
-        drawn = [flat[bounds[e]:bounds[e + 1]] - starts[e] for e in range(len(counts))]
-        served = np.array([len(d) for d in drawn], dtype=np.int64)
-
-        def items_of(ep):
-            return rng.permutation(drawn[ep]).tolist()
+        drawn = [flat[bounds[e]:bounds[e + 1]] - starts[e] for e in range(n_eps)]
     else:
-        served = counts
+        drawn = [np.arange(c, dtype=np.int64) for c in counts]
+    order = rng.permutation(n_eps)
+    ks = [rng.permutation(drawn[e]) for e in order]
+    eps = np.repeat(order, [len(k) for k in ks]).astype(np.int64)
+    ks = np.concatenate(ks).astype(np.int64) if n_eps else np.zeros(0, np.int64)
+    if world_size > 1:
+        share = rank_share(len(eps), rank, world_size)
+        eps, ks = eps[share], ks[share]
+        rng = np.random.default_rng([int(seed), int(epoch), 1 + int(rank)])
+    return _through_buffer(eps, ks, buffer_episodes, rng)
 
-        def items_of(ep):
-            return rng.permutation(counts[ep]).tolist()
-    order = rng.permutation(len(counts)).tolist()
-    out = np.empty((int(served.sum()), 2), dtype=np.int64)
-    buffer: list[list] = []  # [episode, remaining items (shuffled)]
-    n = 0
-    while order or buffer:
-        while order and len(buffer) < buffer_episodes:
-            ep = order.pop(0)
-            if served[ep]:
-                buffer.append([ep, items_of(ep)])
-        if not buffer:  # only episodes nothing was drawn from are left
-            break
+
+def _through_buffer(eps: np.ndarray, ks: np.ndarray, buffer_episodes: int, rng) -> np.ndarray:
+    """Serve a sequence of (episode, k) through an episode buffer: episodes enter in the order they first appear,
+    at most ``buffer_episodes`` open at once, and each pair is drawn from a random open episode (its items in the
+    sequence's order)."""
+    if not len(eps):
+        return np.zeros((0, 2), dtype=np.int64)
+    by_key = np.argsort(eps, kind="stable")
+    uniq, first, n = np.unique(eps, return_index=True, return_counts=True)
+    starts = np.concatenate([[0], np.cumsum(n)[:-1]])
+    pending = {int(e): ks[by_key[s:s + c]][::-1].tolist() for e, s, c in zip(uniq, starts, n)}
+    order = uniq[np.argsort(first, kind="stable")].tolist()
+    out = np.empty((len(eps), 2), dtype=np.int64)
+    buffer: list[list] = []  # [episode, remaining items (served from the end)]
+    i = pos = 0
+    while pos < len(order) or buffer:
+        while pos < len(order) and len(buffer) < buffer_episodes:
+            ep = order[pos]
+            pos += 1
+            buffer.append([ep, pending[ep]])
         j = int(rng.integers(len(buffer)))
         ep, remaining = buffer[j]
-        out[n] = (ep, remaining.pop())
-        n += 1
+        out[i] = (ep, remaining.pop())
+        i += 1
         if not remaining:
             buffer.pop(j)
     return out
@@ -90,8 +111,9 @@ class BatchPlanNode(BaseNode):
     :meth:`seek` positions the next ``reset()`` without a state dict."""
 
     def __init__(self, items_per_episode, batch_size: int, drop_last: bool, seed: int, buffer_episodes: int,
-                 shuffle: bool = True, replacement: bool = False):
+                 shuffle: bool = True, replacement: bool = False, rank: int = 0, world_size: int = 1):
         super().__init__()
+        self.rank, self.world_size = int(rank), int(world_size)
         self.counts = np.asarray(items_per_episode, dtype=np.int64)
         self.batch_size, self.drop_last, self.seed = int(batch_size), bool(drop_last), int(seed)
         self.buffer_episodes, self.shuffle, self.replacement = int(buffer_episodes), bool(shuffle), bool(replacement)
@@ -101,10 +123,13 @@ class BatchPlanNode(BaseNode):
 
     def num_batches(self) -> int:
         n = int(self.counts.sum())
+        if self.world_size > 1:
+            n = len(rank_share(n, self.rank, self.world_size))
         return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
 
     def plan_of(self, epoch: int) -> np.ndarray:
-        return plan_windows(self.counts, self.seed, epoch, self.buffer_episodes, self.shuffle, self.replacement)
+        return plan_windows(self.counts, self.seed, epoch, self.buffer_episodes, self.shuffle, self.replacement,
+                            self.rank, self.world_size)
 
     def seek(self, epoch: int, batch: int = 0) -> None:
         self._seek = {EPOCH_KEY: int(epoch), BATCH_KEY: int(batch)}

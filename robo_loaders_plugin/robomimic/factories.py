@@ -15,7 +15,7 @@ from robo_loaders_plugin.frames.base import FieldInfo
 from robo_loaders_plugin.frames.episodes import EpisodeFrames
 from robo_loaders_plugin.frames.store import StoreFrames
 from robo_loaders_plugin.pipeline.batches import PipelineDataset
-from robo_loaders_plugin.pipeline.options import DatapipeOptions, open_shards
+from robo_loaders_plugin.pipeline.options import datapipe_options, open_shards
 from robo_loaders_plugin.robomimic.dataset import RobomimicSamples
 from robo_loaders_plugin.sources.robomimic_hdf5 import FRAME_MIN_BYTES, RobomimicHdf5
 from robo_loaders_plugin.storage.shards import EncodedFrames
@@ -116,7 +116,7 @@ class RobomimicShardSamples(RobomimicSamples, PipelineDataset):
 
 def datapipe_dataset(config, obs_keys, filter_by_attribute=None, dataset_path=None, **options):
     opts, path = sequence_options(config, obs_keys, dataset_path)
-    dp = DatapipeOptions.resolve(OPTION_PREFIX, DEFAULT_SHUFFLE_BUFFER, **options)
+    dp, store = datapipe_options(options, OPTION_PREFIX, DEFAULT_SHUFFLE_BUFFER)
     if dp.seed is None:
         dp = dataclasses.replace(dp, seed=int(config.train.seed))
     source = RobomimicHdf5(path)
@@ -124,11 +124,12 @@ def datapipe_dataset(config, obs_keys, filter_by_attribute=None, dataset_path=No
     def convert(out_dir, fingerprint):
         from robo_loaders_plugin.robomimic.convert import convert_robomimic
 
-        convert_robomimic(path, out_dir, num_workers=dp.convert_workers, fingerprint=fingerprint)
+        convert_robomimic(path, out_dir, num_workers=store["convert_workers"], fingerprint=fingerprint)
 
-    reader, holder = open_shards(framework="robomimic", source=source, opts=dp,
-                                 key_desc={"source": os.path.realpath(path), "v": 2}, convert=convert, option_prefix=OPTION_PREFIX,
-                                 convert_hint=f"'robo-loaders convert robomimic {path} OUT_DIR'")
+    reader, holder = open_shards(framework="robomimic", source=source, shards=store["shards"],
+                                 cache_dir=store["cache_dir"], check_source=store["check_source"],
+                                 key_desc={"source": os.path.realpath(path), "v": 2}, convert=convert,
+                                 option_prefix=OPTION_PREFIX, convert_hint=f"'robo-loaders convert robomimic {path} OUT_DIR'")
     meta = reader.dataset.get("metadata", {})
     if filter_by_attribute is None:
         demos = list(meta.get("demos", []))
@@ -163,7 +164,7 @@ def datapipe_dataset(config, obs_keys, filter_by_attribute=None, dataset_path=No
     ds = RobomimicShardSamples(frames, SequenceWindows(lengths, opts), demos=demos, hdf5_path=path,
                                filter_by_attribute=filter_by_attribute, backend_name="datapipe",
                                location=f"robo-shards {reader.dir}")
-    ds.datapipe, ds.reader, ds._holder = dp, reader, holder
+    ds.pass_options, ds.reader, ds._holder = dp, reader, holder
     ds.build_summary = (f"{len(demos)} demos, {len(ds)} windows from {len(reader.shards)} shard(s) in {reader.dir}, "
                         f"shuffle buffer {dp.shuffle_buffer} episodes"
                         + (", windows drawn with replacement" if dp.replacement else ""))

@@ -7,7 +7,9 @@ import torch.utils.data
 
 from robo_loaders_plugin.core import iteration
 from robo_loaders_plugin.core.errors import RoboLoadersError
+from robo_loaders_plugin.core.ranks import resolve_ranks
 from robo_loaders_plugin.core.registry import get_backend
+from robo_loaders_plugin.core.spec import SAMPLE
 from robo_loaders_plugin.robomimic import compat
 
 LOG_PREFIX = "[robo-loaders]"
@@ -30,17 +32,28 @@ def backend_choice(config):
     return spec, options
 
 
-def dataset_factory(config, obs_keys, filter_by_attribute=None, dataset_path=None):
-    """Drop-in for ``robomimic.utils.train_utils.dataset_factory`` that honours ``train.data_backend``."""
+def dataset_factory(config, obs_keys, filter_by_attribute=None, dataset_path=None, rank=None, world_size=None):
+    """Drop-in for ``robomimic.utils.train_utils.dataset_factory`` that honours ``train.data_backend``.
+
+    ``rank``/``world_size`` (default: ``torch.distributed``, else torchrun's ``RANK``/``WORLD_SIZE``): in a loop
+    running one process per GPU, each rank's passes (through robomimic's ``run_epoch``) serve its own share of
+    every pass, the same number of batches on every rank, ordered by ``train.seed`` (the same on every rank)."""
     spec, options = backend_choice(config)
     if config.train.get("data_backend") is None:
         return compat.original("dataset_factory")(config, obs_keys, filter_by_attribute=filter_by_attribute,
                                                   dataset_path=dataset_path)
+    rank, world_size = resolve_ranks(rank, world_size, "robomimic dataset_factory: ")
     compat.check_version()
     spec.check_device()
     dataset = spec.factory_for("robomimic")(config, obs_keys, filter_by_attribute=filter_by_attribute,
                                             dataset_path=dataset_path, **options)
     iteration.record_built(spec, dataset)
+    if world_size > 1:
+        if spec.kind == SAMPLE:
+            print(f"{LOG_PREFIX} {spec.name} (rank {rank} of {world_size}): this backend serves single samples "
+                  "through your DataLoader, which must split passes itself (a DistributedSampler)", flush=True)
+        else:
+            dataset.rank, dataset.world_size, dataset.order_seed = rank, world_size, int(config.train.seed)
     split = filter_by_attribute or "all demos"
     summary = getattr(dataset, "build_summary", None) or f"{len(dataset)} samples"
     print(f"{LOG_PREFIX} robomimic data backend: {spec.name} [{split}] {summary}", flush=True)
@@ -56,12 +69,15 @@ def load_data_for_training(config, obs_keys):
 def sampling_plan(data_loader) -> iteration.SamplingPlan:
     """robomimic's pass, from the DataLoader its ``train()`` builds: shuffled (RandomSampler) or in order, its
     batch size and ``drop_last``, and ``num_data_workers`` as the worker budget. robomimic has no order seed of its
-    own (the backend's ``seed`` option, default ``train.seed``, applies)."""
+    own (the backend's ``seed`` option, default ``train.seed``, applies). Rank and world size: what
+    :func:`dataset_factory` recorded on the dataset."""
+    dataset = data_loader.dataset
     return iteration.SamplingPlan(
         batch_size=int(data_loader.batch_size), drop_last=bool(data_loader.drop_last),
         shuffle=isinstance(data_loader.sampler, torch.utils.data.RandomSampler),
-        num_workers=int(data_loader.num_workers),
-        pin_memory=bool(data_loader.pin_memory) and torch.cuda.is_available())
+        num_workers=int(data_loader.num_workers), seed=getattr(dataset, "order_seed", None),
+        pin_memory=bool(data_loader.pin_memory) and torch.cuda.is_available(),
+        rank=getattr(dataset, "rank", 0), world_size=getattr(dataset, "world_size", 1))
 
 
 def epoch_loader(data_loader):

@@ -18,9 +18,11 @@ the tables), and each video file's size plus 16 evenly spaced 64 KiB blocks (who
 """
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -43,17 +45,32 @@ def _numpy_dtype(feature_dtype: str):
 
 
 class LeRobotV3:
-    """The dataset at ``root``: metadata and tables, read once; episodes decoded on request."""
+    """The dataset at ``root`` (a local path, or any fsspec URL: ``s3://``, ``http(s)://``, ``hf://``): metadata and
+    tables, read once; episodes decoded on request. ``storage_options`` go to fsspec (credentials, endpoints)."""
 
-    def __init__(self, root):
-        self.root = Path(os.path.realpath(os.path.expanduser(str(root))))
-        info_path = self.root / "meta" / "info.json"
-        if not info_path.exists():
-            raise SourceError(f"{self.root}: meta/info.json not found; not a LeRobot v3 dataset root")
+    def __init__(self, root, storage_options: dict | None = None, videos_from: str | None = None):
+        """``videos_from``: read the video files from this URL instead of ``root`` (a local mirror of a remote
+        dataset's tables, ``mirror_tables``, streaming the videos from where they are)."""
+        import fsspec
+        from fsspec.implementations.local import LocalFileSystem
+
+        url = str(root)
+        if "://" not in url:
+            url = os.path.realpath(os.path.expanduser(url))
+        self.url = url
+        self.fs, base = fsspec.core.url_to_fs(url, **(storage_options or {}))
+        self.local = isinstance(self.fs, LocalFileSystem)
+        self.root = Path(base) if self.local else base.rstrip("/")  # a URL path keeps its "//"
+        self.video_fs, self.video_root = self.fs, str(self.root)
+        self._blocks = None
+        if videos_from:
+            self.video_fs, self.video_root = fsspec.core.url_to_fs(videos_from, **(storage_options or {}))
+        if not self.exists("meta/info.json"):
+            raise SourceError(f"{self.url}: meta/info.json not found; not a LeRobot v3 dataset root")
         try:
-            self.info = json.loads(info_path.read_text())
+            self.info = json.loads(self.read_bytes("meta/info.json"))
         except json.JSONDecodeError as exc:
-            raise SourceError(f"{info_path}: not valid JSON ({exc})") from None
+            raise SourceError(f"{self.url}/meta/info.json: not valid JSON ({exc})") from None
         self.fps = self.info["fps"]
         self.features = self.info["features"]
         self.video_keys = [k for k, f in self.features.items() if f["dtype"] == "video"]
@@ -64,7 +81,48 @@ class LeRobotV3:
 
     @property
     def path(self) -> str:
-        return str(self.root)
+        return self.url
+
+    # -- files ---------------------------------------------------------------------------------------------------
+    def full(self, rel: str) -> str:
+        return f"{self.root}/{rel}"
+
+    def exists(self, rel: str) -> bool:
+        return self.fs.exists(self.full(rel))
+
+    def read_bytes(self, rel: str) -> bytes:
+        with self.fs.open(self.full(rel), "rb") as f:
+            return f.read()
+
+    def glob(self, pattern: str) -> list[str]:
+        """Full paths matching ``pattern`` (relative to the root), sorted as LeRobot sorts them."""
+        return sorted(self.fs.glob(self.full(pattern)))
+
+    def open_video(self, path: str):
+        """A local path as it is (torchcodec opens it, as LeRobot does); a remote one as a file reading through a
+        block cache shared by every decoder of this source (``sources.remote_blocks``)."""
+        from fsspec.implementations.local import LocalFileSystem
+
+        if isinstance(self.video_fs, LocalFileSystem):
+            return path
+        if self._blocks is None:
+            from robo_loaders_plugin.sources.remote_blocks import BlockCache
+
+            self._blocks = BlockCache(self.video_fs)
+        return self._blocks.open(path)
+
+    @property
+    def remote_bytes_read(self) -> int:
+        """Bytes of video fetched from the remote store so far (0 for a local dataset)."""
+        return self._blocks.fetched if self._blocks is not None else 0
+
+    def video_exists(self, path: str) -> bool:
+        """Locally a stat; remotely a HEAD request (fsspec's HTTP ``exists`` would GET the whole file)."""
+        try:
+            self.video_fs.info(path)
+            return True
+        except FileNotFoundError:
+            return False
 
     # -- metadata ------------------------------------------------------------------------------------------------
     @property
@@ -73,12 +131,13 @@ class LeRobotV3:
         if self._episodes is None:
             import pyarrow.parquet as pq
 
-            paths = sorted((self.root / "meta" / "episodes").glob("*/*.parquet"))
+            paths = self.glob("meta/episodes/*/*.parquet")
             if not paths:
-                raise SourceError(f"{self.root}: no meta/episodes/*/*.parquet; the dataset is incomplete")
+                raise SourceError(f"{self.url}: no meta/episodes/*/*.parquet; the dataset is incomplete")
             rows = {}
             for p in paths:
-                t = pq.read_table(p, columns=[c for c in pq.read_schema(p).names if not c.startswith("stats/")])
+                names = pq.read_schema(p, filesystem=self.fs).names
+                t = pq.read_table(p, columns=[c for c in names if not c.startswith("stats/")], filesystem=self.fs)
                 for r in t.to_pylist():
                     rows[int(r["episode_index"])] = r
             self._episodes = rows
@@ -88,28 +147,32 @@ class LeRobotV3:
     def tasks(self) -> list[str]:
         """Task strings by position, as LeRobot looks them up (``meta.tasks.iloc[task_index].name``)."""
         if self._tasks is None:
-            path = self.root / "meta" / "tasks.parquet"
-            if not path.exists():
+            if not self.exists("meta/tasks.parquet"):
                 self._tasks = []
             else:
                 import pandas as pd
 
-                self._tasks = [str(t) for t in pd.read_parquet(path).index]
+                with self.fs.open(self.full("meta/tasks.parquet"), "rb") as f:
+                    self._tasks = [str(t) for t in pd.read_parquet(f).index]
         return self._tasks
 
     def stats(self) -> dict | None:
-        path = self.root / "meta" / "stats.json"
-        return json.loads(path.read_text()) if path.exists() else None
+        return json.loads(self.read_bytes("meta/stats.json")) if self.exists("meta/stats.json") else None
 
-    def video_path(self, ep: int, key: str) -> Path:
+    def video_path(self, ep: int, key: str) -> str:
         row = self.episodes[ep]
-        return self.root / self.info["video_path"].format(video_key=key, chunk_index=row[f"videos/{key}/chunk_index"],
-                                                          file_index=row[f"videos/{key}/file_index"])
+        rel = self.info["video_path"].format(video_key=key, chunk_index=row[f"videos/{key}/chunk_index"],
+                                             file_index=row[f"videos/{key}/file_index"])
+        return f"{self.video_root}/{rel}"
 
-    def data_files(self) -> list[Path]:
-        paths = sorted((self.root / "data").glob("*/*.parquet"))
+    def video_files(self) -> list[str]:
+        """Every video file the episodes use."""
+        return sorted({self.video_path(ep, k) for ep in self.episodes for k in self.video_keys})
+
+    def data_files(self) -> list[str]:
+        paths = self.glob("data/*/*.parquet")
         if not paths:
-            raise SourceError(f"{self.root}: no data/*/*.parquet files; the dataset is incomplete")
+            raise SourceError(f"{self.url}: no data/*/*.parquet files; the dataset is incomplete")
         return paths
 
     def column_spec(self, name: str) -> tuple[np.dtype, tuple]:
@@ -131,7 +194,7 @@ class LeRobotV3:
         if missing:
             raise SourceError(f"{self.root}: columns {missing} are missing from meta/info.json's features")
         try:
-            dataset = pa_ds.dataset([str(p) for p in self.data_files()], format="parquet")
+            dataset = pa_ds.dataset(self.data_files(), format="parquet", filesystem=self.fs)
             flt = pa_ds.field("episode_index").isin(list(episodes)) if episodes is not None else None
             return dataset.to_table(columns=list(columns), filter=flt)
         except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
@@ -203,6 +266,9 @@ class LeRobotV3:
 
     # -- staleness ------------------------------------------------------------------------------------------------
     def fingerprint(self, recorded: fp.Fingerprint | None = None) -> fp.Fingerprint:
+        if not self.local:
+            raise SourceError(f"{self.url}: persisted caches and shards are made from local datasets only; stream a "
+                              "remote dataset with the video_stream backend, or download it first")
         return fp.fingerprint(str(self.root), self._digest, recorded)
 
     def _digest(self) -> str:
@@ -219,24 +285,67 @@ class LeRobotV3:
         return h.hexdigest()
 
 
-class VideoFrames:
-    """One torchcodec decoder per video file, opened lazily and reused for every episode stored in that file."""
+# GPUs whose NVDEC cannot decode AV1 (NVIDIA's NVDEC support matrix): Pascal, Volta, Turing, GA100 and Hopper.
+# Ampere GA10x (A10, A40, RTX 30xx), Ada (L4, L40, RTX 40xx) and Blackwell can.
+NO_AV1_NVDEC = ("A100", "A800", "A30", "H100", "H200", "H800", "H20", "GH200", "V100", "T4", "P100", "P40", "P4",
+                "TITAN V", "TITAN RTX", "RTX 20", "GTX 16", "Quadro RTX")
+AV1_CODECS = ("av1", "libsvtav1", "libaom-av1", "libdav1d")
 
-    def __init__(self, source: LeRobotV3, tolerance_s: float):
+
+def nvdec_problem(source: LeRobotV3, gpu_name: str) -> str | None:
+    """Why NVDEC on ``gpu_name`` cannot decode this dataset's videos, or None."""
+    av1 = [k for k in source.video_keys
+           if str((source.features[k].get("info") or {}).get("video.codec", "")).lower() in AV1_CODECS]
+    if av1 and any(tag in gpu_name for tag in NO_AV1_NVDEC):
+        return (f"NVDEC on {gpu_name} cannot decode AV1, and {', '.join(av1)} are AV1 (LeRobot's default encoding). "
+                "Re-encode them once with 'robo-loaders transcode ROOT OUT --codec h264' (docs/transcode.md), or "
+                "decode on the CPU (decode_device: cpu)")
+    return None
+
+
+class VideoFrames:
+    """One torchcodec decoder per video file and thread, opened lazily and reused for every episode stored in that
+    file.
+    ``device="cuda"`` decodes with NVDEC (frames then come back as CUDA tensors); torchcodec silently falls back to
+    a CPU decoder when NVDEC cannot take a stream, which is said once, with the reason."""
+
+    def __init__(self, source: LeRobotV3, tolerance_s: float, device: str = "cpu"):
         self.source = source
         self.tolerance_s = float(tolerance_s)
-        self._decoders: dict[str, object] = {}
+        self.device = device
+        self._local = threading.local()  # decoders (and remote file objects) are not thread-safe: one set per thread
+        self._fallbacks: set[str] = set()
 
-    def _decoder(self, path: Path, ep: int, key: str):
+    @property
+    def _decoders(self) -> dict:
+        if not hasattr(self._local, "decoders"):
+            self._local.decoders = {}
+        return self._local.decoders
+
+    def _open(self, p: str):
         from torchcodec.decoders import VideoDecoder
 
+        if self.device == "cpu":
+            return VideoDecoder(self.source.open_video(p), seek_mode="approximate")
+        from torchcodec.decoders import set_cuda_backend
+
+        with set_cuda_backend("beta"):
+            dec = VideoDecoder(self.source.open_video(p), seek_mode="approximate", device=self.device)
+        if bool(dec.cpu_fallback) and p not in self._fallbacks:
+            self._fallbacks.add(p)
+            print(f"[robo-loaders] NVDEC could not decode {p}; torchcodec decodes it on the CPU instead "
+                  f"({dec.cpu_fallback})", flush=True)
+        return dec
+
+    def _decoder(self, path: str, ep: int, key: str):
         p = str(path)
         if p not in self._decoders:
-            if not path.exists():
+            if not self.source.video_exists(p):
                 raise SourceError(f"video file {path} (episode {ep}, {key}) is missing")
-            self._decoders.clear()  # episodes are read in file order: one open decoder at a time is enough
+            if len(self._decoders) >= max(1, len(self.source.video_keys)):  # one open file per camera is enough
+                self._decoders.pop(next(iter(self._decoders)))
             try:
-                self._decoders[p] = VideoDecoder(p, seek_mode="approximate")
+                self._decoders[p] = self._open(p)
             except Exception as exc:
                 raise SourceError(f"cannot open video {path} (episode {ep}, {key}): {exc}; the file is truncated or "
                                   "corrupt") from exc
@@ -255,7 +364,7 @@ class VideoFrames:
         except Exception as exc:
             raise SourceError(f"decoding {path} (episode {ep}, {key}, frames {indices[0]}..{indices[-1]}) failed: "
                               f"{exc}; the file is truncated or corrupt") from exc
-        pts = batch.pts_seconds.numpy()
+        pts = batch.pts_seconds.cpu().numpy()
         dist = np.abs(pts - np.asarray(query))
         bad = np.flatnonzero(~(dist < self.tolerance_s))
         if bad.size:
@@ -265,7 +374,7 @@ class VideoFrames:
                 f"(tolerance_s={self.tolerance_s}); first: row {i} queries t={query[i]:.6f}s, nearest frame at "
                 f"{pts[i]:.6f}s. LeRobotDataset would raise FrameTimestampError on these samples; fix the "
                 "episode's timestamps or raise --tolerance_s")
-        return batch.data.numpy()
+        return batch.data.numpy() if self.device == "cpu" else batch.data
 
 
 class LeRobotEpisodes:
@@ -273,7 +382,8 @@ class LeRobotEpisodes:
 
     Built once per process; the compressed cache and the shard converter both read episodes through it."""
 
-    def __init__(self, source: LeRobotV3, tolerance_s: float, episodes: list[int] | None = None):
+    def __init__(self, source: LeRobotV3, tolerance_s: float, episodes: list[int] | None = None,
+                 decode_device: str = "cpu"):
         self.source = source
         self.tolerance_s = float(tolerance_s)
         self.columns = list(source.columns)
@@ -287,7 +397,7 @@ class LeRobotEpisodes:
                 raise SourceError(f"{source.root}: episode {ep}: the 'index' column is not {first}..{first + e - s - 1}; "
                                   "the dataset is inconsistent")
         self._rows = {ep: (s, e) for ep, s, e in self.runs}
-        self.videos = VideoFrames(source, tolerance_s)
+        self.videos = VideoFrames(source, tolerance_s, decode_device)
 
     @property
     def camera_keys(self) -> list[str]:
@@ -298,12 +408,62 @@ class LeRobotEpisodes:
         per_frame = sum(int(np.prod(self.source.features[k]["shape"])) for k in self.camera_keys)
         return (e - s) * per_frame
 
-    def read(self, ep: int) -> tuple[dict, set]:
-        """(fields, names of the camera fields) of episode ``ep``."""
+    def read(self, ep: int, keys=None) -> tuple[dict, set]:
+        """(fields, names of the camera fields) of episode ``ep``: every field, or only ``keys``."""
         s, e = self._rows[ep]
-        fields = {k: a[s:e] for k, a in self.arrays.items()}
+        wanted = (lambda k: True) if keys is None else set(keys).__contains__
+        fields = {k: a[s:e] for k, a in self.arrays.items() if wanted(k)}
         for key in self.source.video_keys:
-            fields[key] = self.videos.episode(ep, key, self.arrays["timestamp"][s:e])
+            if wanted(key):
+                fields[key] = self.videos.episode(ep, key, self.arrays["timestamp"][s:e])
         for key in self.source.image_keys:
-            fields[key] = self.source.png_frames(self.table, key, slice(s, e))
+            if wanted(key):
+                fields[key] = self.source.png_frames(self.table, key, slice(s, e))
         return fields, set(self.camera_keys)
+
+
+def mirror_tables(url: str, local_dir: str, storage_options: dict | None = None) -> str:
+    """Copy a (remote) dataset's ``meta/`` and ``data/`` files into ``local_dir``, videos left where they are, so
+    that LeRobot can build its dataset object locally while the videos stream. A file is downloaded again when its
+    size or version (ETag / mtime) changed since the last copy; copies are written atomically."""
+    import fsspec
+
+    fs, base = fsspec.core.url_to_fs(url, **(storage_options or {}))
+    base = base.rstrip("/")
+    stamps_path = os.path.join(local_dir, ".robo-loaders-mirror.json")
+    try:
+        with open(stamps_path) as f:
+            stamps = json.load(f)
+    except (OSError, ValueError):
+        stamps = {}
+    files = [p for pattern in ("meta/*.json", "meta/*.parquet", "meta/*/*/*.parquet", "data/*/*.parquet")
+             for p in fs.glob(f"{base}/{pattern}")]
+    if not any(p.endswith("meta/info.json") for p in files):
+        raise SourceError(f"{url}: meta/info.json not found; not a LeRobot v3 dataset root")
+    wanted = {p[len(base) + 1:] for p in files}
+    for rel in [r for r in stamps if r not in wanted]:  # gone from the source: gone from the mirror
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(local_dir, rel))
+        del stamps[rel]
+    for p in files:
+        info = fs.info(p)
+        rel = p[len(base) + 1:]
+        stamp = [info.get("size"), str(info.get("ETag") or info.get("etag") or info.get("mtime") or
+                                       info.get("LastModified") or "")]
+        dst = os.path.join(local_dir, rel)
+        if stamps.get(rel) == stamp and os.path.exists(dst) and os.path.getsize(dst) == stamp[0]:
+            continue
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        tmp = f"{dst}.tmp-{os.getpid()}"
+        fs.get_file(p, tmp)
+        os.replace(tmp, dst)
+        stamps[rel] = stamp
+    tmp = f"{stamps_path}.tmp-{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(stamps, f)
+    os.replace(tmp, stamps_path)
+    return local_dir
+
+
+def is_remote(url: str | None) -> bool:
+    return bool(url) and "://" in url and not url.startswith("file://")

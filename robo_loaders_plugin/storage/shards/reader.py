@@ -282,6 +282,13 @@ class EncodedFrames:
             raise ShardError(str(exc)) from None
         return frames
 
+    @classmethod
+    def encode(cls, frames: np.ndarray, codec: FrameCodec, where: str) -> "EncodedFrames":
+        """Compress (N, ...) frames one by one (a buffer of decoded episodes kept compressed in RAM)."""
+        blobs = [codec.compress(f) for f in frames]
+        offsets = np.concatenate([[0], np.cumsum([len(b) for b in blobs])]).astype(np.int64)
+        return cls(b"".join(blobs), offsets, frames.dtype, tuple(frames.shape), where)
+
     def __len__(self) -> int:
         return self.shape[0]
 

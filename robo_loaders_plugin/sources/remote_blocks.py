@@ -1,0 +1,100 @@
+"""Remote video files read through one shared block cache.
+
+Why: a pass decodes each episode's segment of a (multi-episode) video file once, in shuffled episode order, from
+several threads, each with its own decoder. Read directly, every decoder re-reads the file's header, and
+neighbouring segments overlap by the decoder's read size, so a pass reads the videos several times over when
+segments are small. Through a cache of fixed blocks shared by all threads, each block is fetched once (while it
+stays cached) and every read is served from memory: a pass reads about the videos' size. Only blocks a decode
+touches are fetched; nothing is downloaded whole.
+"""
+from __future__ import annotations
+
+import io
+import threading
+from collections import OrderedDict
+
+BLOCK = 256 * 1024
+DEFAULT_CACHE_BYTES = 512 << 20
+
+
+class BlockCache:
+    """Blocks of remote files, least recently used evicted beyond ``max_bytes``; each block is fetched once even
+    when several threads want it at the same time. ``fetched`` counts the bytes read from the remote store."""
+
+    def __init__(self, fs, block: int = BLOCK, max_bytes: int = DEFAULT_CACHE_BYTES):
+        self.fs, self.block, self.max_blocks = fs, int(block), max(2, int(max_bytes) // int(block))
+        self._blocks: OrderedDict[tuple, bytes] = OrderedDict()
+        self._loading: dict[tuple, threading.Event] = {}
+        self._lock = threading.Lock()
+        self._sizes: dict[str, int] = {}
+        self.fetched = 0
+
+    def size(self, path: str) -> int:
+        if path not in self._sizes:
+            self._sizes[path] = int(self.fs.size(path))
+        return self._sizes[path]
+
+    def get(self, path: str, i: int) -> bytes:
+        key = (path, i)
+        while True:
+            with self._lock:
+                if key in self._blocks:
+                    self._blocks.move_to_end(key)
+                    return self._blocks[key]
+                event = self._loading.get(key)
+                if event is None:
+                    event = self._loading[key] = threading.Event()
+                    break
+            event.wait()
+        try:
+            start = i * self.block
+            data = self.fs.cat_file(path, start=start, end=min(start + self.block, self.size(path)))
+            with self._lock:
+                self.fetched += len(data)
+                self._blocks[key] = data
+                while len(self._blocks) > self.max_blocks:
+                    self._blocks.popitem(last=False)
+            return data
+        finally:
+            with self._lock:
+                self._loading.pop(key, None)
+            event.set()
+
+    def open(self, path: str) -> "BlockFile":
+        return BlockFile(self, path)
+
+
+class BlockFile(io.RawIOBase):
+    """A seekable, read-only file whose bytes come from a :class:`BlockCache` (one per decoder and thread)."""
+
+    def __init__(self, cache: BlockCache, path: str):
+        super().__init__()
+        self.cache, self.path, self.pos = cache, path, 0
+        self.length = cache.size(path)
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.pos, io.SEEK_END: self.length}[whence]
+        self.pos = max(0, base + offset)
+        return self.pos
+
+    def readinto(self, buffer) -> int:
+        view = memoryview(buffer).cast("B")
+        n = min(len(view), max(0, self.length - self.pos))
+        done = 0
+        while done < n:
+            i, off = divmod(self.pos + done, self.cache.block)
+            data = self.cache.get(self.path, i)
+            take = min(n - done, len(data) - off)
+            view[done:done + take] = data[off:off + take]
+            done += take
+        self.pos += done
+        return done
