@@ -7,6 +7,7 @@ import torch
 from lerobot_helpers import REPO
 
 from robo_loaders_plugin import get_backend
+from robo_loaders_plugin.bench.loss_curves import loss_curves_path, loss_run, write_loss_curves
 from robo_loaders_plugin.core.iteration import record_built
 from robo_loaders_plugin.lerobot.factories import compressed_cache_dataset, gpu_resampler_dataset
 from robo_loaders_plugin.lerobot.integration import cycle
@@ -68,6 +69,10 @@ def test_same_losses(lerobot_datasets, backend, workers):
     root = lerobot_datasets["av1_1cam"]
     ref = train(root, "native", workers=0)
     got = train(root, backend, workers=workers)
+    # the curves for `robo-loaders report` (one point per step), written before the comparison so a failure is plotted
+    write_loss_curves(loss_curves_path("lerobot_act"), "lerobot",
+                      [loss_run("native", 3, ref), loss_run(backend, 3, got, label=f"{backend} (workers {workers})")],
+                      metrics=["L1", "L2", "cosine"], settings={"policy": "act", "batch_size": 8, "steps": 4})
     for r, g in zip(ref, got):
         for k in r:
             assert g[k] == pytest.approx(r[k], rel=1e-6, abs=1e-9), (k, r, g)

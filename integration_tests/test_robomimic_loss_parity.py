@@ -10,6 +10,7 @@ import torch
 
 from robomimic_helpers import make_config, obs_keys
 
+from robo_loaders_plugin.bench.loss_curves import loss_curves_path, loss_run, write_loss_curves
 from robo_loaders_plugin.robomimic import dataset_factory
 
 LOSSES = ("L1_Loss", "L2_Loss", "Cosine_Loss", "Loss")
@@ -64,6 +65,14 @@ def test_same_losses_as_native(train_hdf5, num_workers):
     ours = train_losses(train_hdf5, "compressed_cache", num_workers)
     via_dataloader = train_losses(train_hdf5, "compressed_cache", num_workers, backend_kwargs={"loader": "dataloader"})
     resampler = train_losses(train_hdf5, "gpu_resampler", num_workers)
+    # the curves for `robo-loaders report` (docs/benchmarks.md), written before the comparison so a failure is plotted
+    runs = [loss_run("native", 1, native), loss_run("compressed_cache", 1, ours),
+            loss_run("compressed_cache", 1, via_dataloader, label="compressed_cache (DataLoader workers)"),
+            loss_run("gpu_resampler", 1, resampler)]
+    write_loss_curves(loss_curves_path(f"robomimic_bc_rnn_w{num_workers}"), "robomimic", runs,
+                      metrics=["L1_Loss", "L2_Loss", "Cosine_Loss"],
+                      settings={"algo": "bc_rnn", "seq_length": 5, "batch_size": 8, "steps_per_epoch": 4,
+                                "num_workers": num_workers})
     for n, o, d, g in zip(native, ours, via_dataloader, resampler):
         for k in LOSSES:
             assert o[k] == pytest.approx(n[k], rel=1e-6, abs=1e-9), (k, n, o)

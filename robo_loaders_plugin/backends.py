@@ -56,8 +56,15 @@ GPU_RESAMPLER_OPTIONS = {
 
 VIDEO_STREAM_OPTIONS = {
     "source": (str, None, "where the dataset is read from: a local path or any fsspec URL (s3://, http(s)://, "
-                          "hf://); default: the dataset's root"),
+                          "hf://); default: the dataset's root. robomimic: a directory made by 'robo-loaders "
+                          "convert robomimic IN OUT --frames h264' (default: converted on first use into the cache "
+                          "directory)"),
     "storage_options": (dict, None, "fsspec options for 'source' (endpoint, credentials, ...)"),
+    "local_cache_dir": (str, None, "remote source: copy each video whole into this directory on first use and "
+                                   "decode the local copy from then on (default: stream byte ranges, nothing "
+                                   "downloaded whole). Each process checks a copy once against the remote file's "
+                                   "size and ETag/mtime and its own SHA-256, and downloads it again (saying why) "
+                                   "when the remote file changed or the copy is damaged"),
     "decode_device": (str, "cpu", "'cpu' (byte-identical to LeRobotDataset), 'cuda' (NVDEC), 'auto'"),
     "buffer": (str, "raw", "decoded episodes held 'raw' or compressed with 'lz4' (less memory, some CPU)"),
     "decode_threads": (int, 1, "threads decoding the episodes a pass is about to open"),
@@ -114,9 +121,12 @@ def robo_loaders_backends():
             name="video_stream",
             description="trains straight from the videos, local or remote (fsspec): each episode's segment decoded "
                         "once per pass, in order, on the CPU or with NVDEC; every frame once per pass, resumable",
-            frameworks=("lerobot",),
+            frameworks=("lerobot", "robomimic"),
             kind=BATCH,
-            factories={"lerobot": "robo_loaders_plugin.lerobot.factories:video_stream_dataset"},
+            factories={"lerobot": "robo_loaders_plugin.lerobot.factories:video_stream_dataset",
+                       # robomimic: from video robo-shards ('robo-loaders convert robomimic ... --frames h264'),
+                       # lossy frames, everything else byte-identical
+                       "robomimic": "robo_loaders_plugin.robomimic.factories:video_stream_dataset"},
             options=VIDEO_STREAM_OPTIONS,
         ),
     ]

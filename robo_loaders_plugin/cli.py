@@ -183,6 +183,20 @@ def bench_lerobot_cmd(root, repo_id, backends, batch_size, num_workers, batches,
         sys.exit(1)
 
 
+from robo_loaders_plugin.bench.matrix import bench_matrix  # noqa: E402  (subcommands in their own modules)
+from robo_loaders_plugin.bench.plots import report_cmd  # noqa: E402
+from robo_loaders_plugin.bench.train.commands import (  # noqa: E402
+    lerobot_train_command,
+    robomimic_train_command,
+    with_train_mode,
+)
+
+bench.add_command(bench_matrix)
+bench.add_command(with_train_mode(bench_robomimic_cmd, robomimic_train_command))
+bench.add_command(with_train_mode(bench_lerobot_cmd, lerobot_train_command))
+main.add_command(report_cmd)
+
+
 @main.group("convert")
 def convert():
     """Convert a dataset into robo-shards (docs/robo-shards.md): parallel, resumable, atomic."""
@@ -230,22 +244,39 @@ def _report_conversion(out_dir, res):
 @click.option("--shard-size", default="256MB", show_default=True, help="target shard size")
 @click.option("--codec", default="lz4hc", show_default=True)
 @click.option("--level", default=5, show_default=True, type=click.IntRange(0, 9))
+@click.option("--frames", type=click.Choice(["lossless", "h264", "hevc", "av1"]), default="lossless",
+              show_default=True, help="RGB cameras: lossless Blosc2 frames, or one lossy video segment per demo and "
+                                      "camera (trained from with data_backend 'video_stream')")
+@click.option("--crf", type=click.IntRange(0, 63), default=None,
+              help="video quality, lower is better [h264 18, hevc 20, av1 30]")
+@click.option("--gop", type=click.IntRange(min=1), default=32, show_default=True,
+              help="video: frames between keyframes (each demo starts with one)")
+@click.option("--pix-fmt", type=click.Choice(["yuv444p", "yuv420p"]), default="yuv444p", show_default=True,
+              help="video: yuv420p halves colour resolution (smaller files; costs 1-4 dB on small images)")
 @_executor_options
-def convert_robomimic_cmd(in_path, out_dir, num_workers, shard_size, codec, level, executor, **executor_cli):
+def convert_robomimic_cmd(in_path, out_dir, num_workers, shard_size, codec, level, frames, crf, gop, pix_fmt, executor,
+                          **executor_cli):
     """Convert a robomimic HDF5 file; re-running the same command resumes an interrupted conversion."""
     from robo_loaders_plugin.storage.codec import FrameCodec
-    from robo_loaders_plugin.robomimic.convert import convert_robomimic
+    from robo_loaders_plugin.robomimic.convert import convert_robomimic, format_video_report
     from robo_loaders_plugin.core.units import parse_bytes
+    from robo_loaders_plugin.storage.video import VideoError, VideoSettings
 
     from robo_loaders_plugin.storage.shards.executors import options_from_cli
 
+    if frames == "lossless" and (crf is not None or gop != 32 or pix_fmt != "yuv444p"):
+        raise click.BadParameter("--crf, --gop and --pix-fmt apply to video frames; add --frames h264|hevc|av1")
     try:
         size, frame_codec = parse_bytes(shard_size, "--shard-size"), FrameCodec(codec, level)
-    except ValueError as exc:
+        video = None if frames == "lossless" else VideoSettings(frames, crf, gop, pix_fmt)
+    except (ValueError, VideoError) as exc:
         raise click.BadParameter(str(exc)) from None
     res = convert_robomimic(in_path, out_dir, num_workers=num_workers, shard_bytes=size, codec=frame_codec,
-                            executor=executor, executor_options=options_from_cli(executor, **executor_cli))
+                            executor=executor, executor_options=options_from_cli(executor, **executor_cli),
+                            video=video)
     _report_conversion(out_dir, res)
+    if "video" in res:
+        click.echo(format_video_report(res["video"]))
 
 
 @convert.command("lerobot")

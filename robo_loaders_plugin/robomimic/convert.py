@@ -1,8 +1,16 @@
 """``robo-loaders convert robomimic IN.hdf5 OUT_DIR``: a robomimic HDF5 file as robo-shards, losslessly (every
 dataset of every demo in its file dtype, camera frames compressed), with the file's metadata (``env_args``,
-``total``, per-demo attributes, filter-key masks) and its source fingerprint in ``dataset.json``."""
+``total``, per-demo attributes, filter-key masks) and its source fingerprint in ``dataset.json``.
+
+With ``--frames h264|hevc|av1`` the RGB cameras (uint8 (N, H, W, 3) datasets, ``obs/`` and ``next_obs/``) are
+stored lossily instead, one video segment per demo and camera (``storage/video.py``), for image datasets that do
+not fit in RAM; everything else stays byte-identical. Each segment's loss is measured while converting and
+reported per camera with the size against the HDF5 (:func:`video_report`)."""
 from __future__ import annotations
 
+import dataclasses
+import json
+import math
 import os
 from typing import Mapping
 
@@ -13,21 +21,50 @@ from robo_loaders_plugin.storage.codec import FrameCodec
 from robo_loaders_plugin.storage.fingerprint import Fingerprint
 from robo_loaders_plugin.storage.shards import executors, manifest
 from robo_loaders_plugin.storage.shards import DEFAULT_SHARD_BYTES, ShardReader, verify_dir
+from robo_loaders_plugin.storage.video import DEFAULT_FPS, VideoSettings, encode_segment, psnr_from_mse, squared_error
+from robo_loaders_plugin.core.units import format_bytes
+
+
+def is_camera(arr: np.ndarray) -> bool:
+    """What ``--frames`` stores as video: RGB frames (depth maps and other arrays stay lossless)."""
+    return arr.dtype == np.uint8 and arr.ndim == 4 and arr.shape[-1] == 3
 
 
 def _worker(args):
-    in_path, out_dir, codec_dict, lease_s = args
+    in_path, out_dir, codec_dict, lease_s = args[:4]
+    video = VideoSettings.from_dict(args[4]) if len(args) > 4 and args[4] else None
     source = RobomimicHdf5(in_path)
+
+    def read(f, demo):
+        fields, compressed = source.read_all(f, demo)
+        if video is not None:
+            for k in sorted(fields):
+                if is_camera(fields[k]):
+                    fields[k] = encode_segment(fields[k], video, f"{in_path}: data/{demo}/{k}")
+                    compressed.discard(k)
+        return fields, compressed
+
     with source.open() as f:
-        return manifest.work(out_dir, FrameCodec(**codec_dict), lambda demo: source.read_all(f, demo), lease_s)
+        return manifest.work(out_dir, FrameCodec(**codec_dict), lambda demo: read(f, demo), lease_s)
+
+
+def _recorded_fps(meta: dict) -> int:
+    """robosuite's ``control_freq`` from ``env_args`` (the video's frame rate; only its time base depends on it)."""
+    try:
+        fps = json.loads(meta["data_attrs"]["env_args"])["env_kwargs"]["control_freq"]
+        return int(fps) if float(fps) == int(fps) and int(fps) >= 1 else DEFAULT_FPS
+    except (KeyError, TypeError, ValueError):
+        return DEFAULT_FPS
 
 
 def convert_robomimic(in_path: str, out_dir: str, num_workers: int = 1, shard_bytes: int = DEFAULT_SHARD_BYTES,
                       codec: FrameCodec | None = None, lease_s: float = 3600.0, progress: bool = True,
                       fingerprint: Fingerprint | None = None, executor: str = "local",
-                      executor_options: Mapping | None = None) -> dict:
+                      executor_options: Mapping | None = None, video: VideoSettings | None = None) -> dict:
     """``executor``/``executor_options``: where the work units run (``storage/shards/executors.py``); for
-    ``datatrove-slurm`` the result describes the submitted job instead of the published shards."""
+    ``datatrove-slurm`` the result describes the submitted job instead of the published shards. ``video``: store
+    RGB cameras as video segments with these settings (lossy; ``fps`` is taken from the file when it says), and
+    add the :func:`video_report` to the result."""
     executors.check_options(executor, executor_options or {})
     codec = codec or FrameCodec()
     source = RobomimicHdf5(in_path)
@@ -35,17 +72,67 @@ def convert_robomimic(in_path: str, out_dir: str, num_workers: int = 1, shard_by
     with source.open() as f:
         meta = source.metadata(f)
         sizes = {d: source.nbytes(f, d) for d in meta["demos"]}
-    # frames compress about 2x, so plan units on twice the target shard size of raw bytes
-    per_unit = manifest.unit_bytes(sum(sizes.values()), 2 * shard_bytes, num_workers)
-    manifest.plan(out_dir, fp.content, manifest.units_by_size(meta["demos"], sizes, per_unit),
-                  {"codec": codec.as_dict(), "shard_bytes": shard_bytes})
-    args = (os.path.abspath(in_path), out_dir, codec.as_dict(), lease_s)
+    options = {"codec": codec.as_dict(), "shard_bytes": shard_bytes}
+    # frames compress about 2x (video 20x or more), so plan units on that many times the target shard size
+    ratio = 2
+    if video is not None:
+        video.check_available()
+        if video.fps == DEFAULT_FPS:
+            video = dataclasses.replace(video, fps=_recorded_fps(meta))
+        meta["video"] = options["video"] = video.as_dict()  # resuming with other settings is refused
+        ratio = 20
+    per_unit = manifest.unit_bytes(sum(sizes.values()), ratio * shard_bytes, num_workers)
+    manifest.plan(out_dir, fp.content, manifest.units_by_size(meta["demos"], sizes, per_unit), options)
+    args = (os.path.abspath(in_path), out_dir, codec.as_dict(), lease_s) + ((video.as_dict(),) if video else ())
     res = executors.execute(executor, out_dir, _worker, args, num_workers, codec, meta,
                             {"path": fp.path, "fingerprint": fp.as_dict()}, f"convert {os.path.basename(in_path)}",
                             progress, **dict(executor_options or {}))
     if isinstance(res, executors.Submitted):
         return res.as_dict()
-    return {"episodes": res.episodes, "shards": res.shards}
+    out = {"episodes": res.episodes, "shards": res.shards}
+    if video is not None:
+        out["video"] = video_report(out_dir, in_path)
+    return out
+
+
+def video_report(out_dir: str, in_path: str | None = None) -> dict:
+    """Sizes and PSNR of converted shards: per video field (camera), its bytes against the raw frames and its PSNR
+    over all its frames (from the loss each segment recorded when encoded: nothing is decoded); overall, the
+    shards' bytes against the HDF5 file's."""
+    reader = ShardReader(out_dir)
+    fields: dict[str, dict] = {}
+    for i, ep in enumerate(reader.episodes):
+        header, _ = reader.read_episode(i, fields=[])  # the header only
+        for field, desc in header["fields"].items():
+            if desc.get("kind") != "video":
+                continue
+            row = fields.setdefault(field, {"sse": 0.0, "values": 0, "video_bytes": 0, "raw_bytes": 0})
+            values = int(np.prod(desc["shape"]))
+            row["sse"] += float(desc.get("mse") or 0.0) * values
+            row["values"] += values
+            row["raw_bytes"] += values
+            row["video_bytes"] += ep["members"][desc["member"]]["size"]
+    cameras = {k: {"psnr_db": round(psnr_from_mse(r["sse"] / max(1, r["values"])), 2), "video_bytes": r["video_bytes"],
+                   "raw_bytes": r["raw_bytes"], "ratio": round(r["raw_bytes"] / max(1, r["video_bytes"]), 1)}
+               for k, r in sorted(fields.items())}
+    shard_bytes = sum(s["bytes"] for s in reader.shards.values())
+    out = {"settings": reader.dataset["metadata"].get("video"), "shards_bytes": shard_bytes, "cameras": cameras}
+    if in_path is not None:
+        out["hdf5_bytes"] = os.path.getsize(in_path)
+        out["ratio"] = round(out["hdf5_bytes"] / max(1, shard_bytes), 2)
+    return out
+
+
+def format_video_report(report: dict) -> str:
+    s = report.get("settings") or {}
+    lines = [f"frames: {s.get('codec')} (crf {s.get('crf')}, gop {s.get('gop')}, {s.get('pix_fmt')})"]
+    if "hdf5_bytes" in report:
+        lines.append(f"size: {format_bytes(report['shards_bytes'])} of shards for {format_bytes(report['hdf5_bytes'])} "
+                     f"of HDF5 ({report['ratio']}x smaller)")
+    for k, c in report["cameras"].items():
+        lines.append(f"  {k}: PSNR {c['psnr_db']:.2f} dB, {format_bytes(c['video_bytes'])} of video for "
+                     f"{format_bytes(c['raw_bytes'])} of frames ({c['ratio']}x)")
+    return "\n".join(lines)
 
 
 def verify_robomimic(out_dir: str, in_path: str) -> list[str]:
@@ -60,13 +147,22 @@ def verify_robomimic(out_dir: str, in_path: str) -> list[str]:
         if [e["name"] for e in reader.episodes] != demos:
             return [f"{out_dir}: holds {len(reader.episodes)} episodes, {in_path} has {len(demos)} demos"]
         for i, d in enumerate(demos):
-            _, fields = reader.read_episode(i)
+            header, fields = reader.read_episode(i)
             src = dict(datasets(f[f"data/{d}"]))
             if set(fields) != set(src):
                 problems.append(f"{d}: fields {sorted(fields)} != source {sorted(src)}")
                 continue
             for k, ds in src.items():
                 a = ds[()]
-                if fields[k].dtype != a.dtype or fields[k].shape != a.shape or not np.array_equal(fields[k], a):
+                if fields[k].dtype != a.dtype or fields[k].shape != a.shape:
+                    problems.append(f"{d}/{k}: differs from the source")
+                elif header["fields"][k]["kind"] == "video":
+                    # lossy: the frames must be those measured when converting (within 1%: another FFmpeg's
+                    # colour conversion may round a few pixels differently; another demo's frames are far off)
+                    recorded, mse = header["fields"][k].get("mse"), squared_error(fields[k], a) / max(1, a.size)
+                    if not isinstance(recorded, float) or not math.isclose(mse, recorded, rel_tol=1e-2, abs_tol=1e-6):
+                        problems.append(f"{d}/{k}: decodes to frames of MSE {mse:.6g} against the source, "
+                                        f"{recorded!r} when it was converted")
+                elif not np.array_equal(fields[k], a):
                     problems.append(f"{d}/{k}: differs from the source")
     return problems

@@ -117,8 +117,6 @@ class RobomimicShardSamples(RobomimicSamples, PipelineDataset):
 def datapipe_dataset(config, obs_keys, filter_by_attribute=None, dataset_path=None, **options):
     opts, path = sequence_options(config, obs_keys, dataset_path)
     dp, store = datapipe_options(options, OPTION_PREFIX, DEFAULT_SHUFFLE_BUFFER)
-    if dp.seed is None:
-        dp = dataclasses.replace(dp, seed=int(config.train.seed))
     source = RobomimicHdf5(path)
 
     def convert(out_dir, fingerprint):
@@ -130,6 +128,20 @@ def datapipe_dataset(config, obs_keys, filter_by_attribute=None, dataset_path=No
                                  cache_dir=store["cache_dir"], check_source=store["check_source"],
                                  key_desc={"source": os.path.realpath(path), "v": 2}, convert=convert,
                                  option_prefix=OPTION_PREFIX, convert_hint=f"'robo-loaders convert robomimic {path} OUT_DIR'")
+    if reader.dataset["metadata"].get("video"):
+        raise BackendOptionError(f"{reader.dir} holds camera frames as lossy video (converted with --frames); "
+                                 "datapipe serves lossless shards only: train from these with "
+                                 "train.data_backend='video_stream' (source: this directory)")
+    return _shard_samples(config, opts, path, filter_by_attribute, reader, holder, dp, "datapipe")
+
+
+def _shard_samples(config, opts: SequenceOptions, path: str, filter_by_attribute, reader, holder, dp, backend: str,
+                   transform=None, decode_on_load: bool = True) -> "RobomimicShardSamples":
+    """SequenceDataset's samples from robo-shards, for every backend reading them (``datapipe``, ``video_stream``):
+    they differ only in the shards (lossless frames or video segments) and ``transform(arrays)`` applied to each
+    episode read (e.g. decoded video kept LZ4-compressed)."""
+    if dp.seed is None:
+        dp = dataclasses.replace(dp, seed=int(config.train.seed))
     meta = reader.dataset.get("metadata", {})
     if filter_by_attribute is None:
         demos = list(meta.get("demos", []))
@@ -153,21 +165,82 @@ def datapipe_dataset(config, obs_keys, filter_by_attribute=None, dataset_path=No
     def read(ep: int, fields):
         demo = demos[ep]
         _, arrays = reader.read_episode(reader.by_name[demo], decode_frames=False, fields=fields or wanted)
+        if transform is not None:
+            arrays = transform(arrays)
         if fields is not None:  # a reload: frames only (the small fields are kept by EpisodeFrames)
             return arrays
         return episode_fields(arrays.get, lengths[ep], opts, f"{reader.dir}: {demo}")
 
-    first = {k: v.decode_all() if isinstance(v, EncodedFrames) else v for k, v in read(0, None).items()}
-    infos = {k: FieldInfo(a.dtype, tuple(a.shape[1:]), a.ndim > 1 and a[0].nbytes >= FRAME_MIN_BYTES)
-             for k, a in first.items()}
-    frames = EpisodeFrames(lengths, infos, read, capacity=dp.episode_capacity, decode_on_load=True)
+    stored = read(0, None)
+    first = {k: v.decode_all() if isinstance(v, EncodedFrames) else v for k, v in stored.items()}
+    # frames: what is reloaded when an episode comes back (video segments of any size among them)
+    infos = {k: FieldInfo(a.dtype, tuple(a.shape[1:]), isinstance(stored[k], EncodedFrames)
+                          or a.ndim > 1 and a[0].nbytes >= FRAME_MIN_BYTES) for k, a in first.items()}
+    frames = EpisodeFrames(lengths, infos, read, capacity=dp.episode_capacity, decode_on_load=decode_on_load)
     ds = RobomimicShardSamples(frames, SequenceWindows(lengths, opts), demos=demos, hdf5_path=path,
-                               filter_by_attribute=filter_by_attribute, backend_name="datapipe",
+                               filter_by_attribute=filter_by_attribute, backend_name=backend,
                                location=f"robo-shards {reader.dir}")
     ds.pass_options, ds.reader, ds._holder = dp, reader, holder
     ds.build_summary = (f"{len(demos)} demos, {len(ds)} windows from {len(reader.shards)} shard(s) in {reader.dir}, "
                         f"shuffle buffer {dp.shuffle_buffer} episodes"
                         + (", windows drawn with replacement" if dp.replacement else ""))
+    return ds
+
+
+def video_stream_dataset(config, obs_keys, filter_by_attribute=None, dataset_path=None, **options):
+    """robomimic from video shards (``robo-loaders convert robomimic IN OUT --frames h264``): datapipe's samples
+    with each episode's camera segments decoded once per load, in order (lossy frames, everything else
+    byte-identical). ``source``: the shards (default: converted on first use into the cache directory, H.264 at
+    its default crf)."""
+    from robo_loaders_plugin.backends import VIDEO_STREAM_OPTIONS
+    from robo_loaders_plugin.pipeline.options import PassOptions
+    from robo_loaders_plugin.storage.codec import FrameCodec
+    from robo_loaders_plugin.storage.shards.reader import VideoFrames
+    from robo_loaders_plugin.storage.video import VideoSettings
+
+    opts, path = sequence_options(config, obs_keys, dataset_path)
+    dp, rest = PassOptions.resolve(VIDEO_STREAM_OPTIONS, OPTION_PREFIX, DEFAULT_SHUFFLE_BUFFER, options)
+    if rest["decode_device"] not in ("cpu", "auto"):
+        raise BackendOptionError(f"{OPTION_PREFIX}.decode_device: robomimic video shards are decoded on the CPU "
+                                 f"(PyAV); {rest['decode_device']!r} applies to LeRobot datasets. Use 'cpu' or 'auto'")
+    for key in ("storage_options", "local_cache_dir"):
+        if rest.get(key):
+            raise BackendOptionError(f"{OPTION_PREFIX}.{key}: robomimic video shards are read from a local "
+                                     "directory ('source'); remote sources apply to LeRobot datasets")
+    if rest["buffer"] not in ("raw", "lz4"):
+        raise BackendOptionError(f"{OPTION_PREFIX}.buffer must be 'raw' or 'lz4', got {rest['buffer']!r}")
+    if rest["decode_threads"] < 0:
+        raise BackendOptionError(f"{OPTION_PREFIX}.decode_threads must be >= 0")
+    source = RobomimicHdf5(path)
+    settings = VideoSettings()
+
+    def convert(out_dir, fingerprint):
+        from robo_loaders_plugin.robomimic.convert import convert_robomimic
+
+        convert_robomimic(path, out_dir, fingerprint=fingerprint, video=settings)
+
+    reader, holder = open_shards(framework="robomimic", source=source, shards=rest["source"], cache_dir=None,
+                                 check_source=True, convert=convert, option_prefix=OPTION_PREFIX,
+                                 key_desc={"source": os.path.realpath(path), "v": 2, "video": settings.as_dict()},
+                                 convert_hint=f"'robo-loaders convert robomimic {path} OUT_DIR --frames h264'")
+    video = reader.dataset["metadata"].get("video")
+    if not video:
+        raise BackendOptionError(f"{reader.dir} holds no video (converted without --frames): train from it with "
+                                 "train.data_backend='datapipe', or convert with 'robo-loaders convert robomimic "
+                                 f"{path} OUT_DIR --frames h264' for video_stream")
+    transform = None
+    if rest["buffer"] == "lz4":  # decoded once per load, then held LZ4-compressed (decoded again per batch)
+        codec = FrameCodec("lz4", 1)
+
+        def transform(arrays):
+            return {k: EncodedFrames.encode(v.decode_all(), codec, v.where) if isinstance(v, VideoFrames) else v
+                    for k, v in arrays.items()}
+
+    ds = _shard_samples(config, opts, path, filter_by_attribute, reader, holder, dp, "video_stream", transform,
+                        decode_on_load=rest["buffer"] == "raw")
+    ds.decode_threads = int(rest["decode_threads"])
+    ds.build_summary += (f"; camera frames from {video.get('codec')} video (crf {video.get('crf')}), decoded on the "
+                         f"CPU, {rest['buffer']} buffer of {dp.episode_capacity} episodes")
     return ds
 
 

@@ -3,7 +3,8 @@
 Why tar: any tool can list, stream or extract it, and WebDataset-style readers group ``<ep>.<field>.<ext>``
 members into records. Why an index beside it: training samples episodes at random, so a reader seeks straight to
 an episode's members instead of scanning. Frames use the compressed cache's codec so both backends decode the same
-way; everything else is JSON or ``.npy`` (never pickle).
+way; everything else is JSON or ``.npy`` (never pickle). A converter may store camera frames lossily instead, as
+one video segment per episode and camera (``.mp4``, ``storage/video.py``): same record, same checks.
 
 Why checksums at three levels: serving damaged data as if it were good is the worst failure a loader can have.
 Each member carries a CRC32, checked on every read (cheap next to decompression); ``index.json`` and
@@ -30,7 +31,9 @@ VERSION = 2  # 2: CRC32 per member, checksummed index.json / dataset.json
 DEFAULT_SHARD_BYTES = 256 * 2**20
 MAX_INT = 2**62  # bound on every size, offset and length in the index: no overflow in int64 arithmetic
 EP_RE = re.compile(r"^[A-Za-z0-9_-]+$")
-MEMBER_RE = re.compile(r"^([A-Za-z0-9_-]+)\.([A-Za-z0-9_~.-]+)\.(json|npy|frames)$")
+MEMBER_RE = re.compile(r"^([A-Za-z0-9_-]+)\.([A-Za-z0-9_~.-]+)\.(json|npy|frames|mp4)$")
+# field kind -> member extension: raw arrays as .npy, lossless Blosc2 frames, lossy video segments (storage/video.py)
+KIND_EXT = {"raw": "npy", "frames": "frames", "video": "mp4"}
 SHARD_RE = re.compile(r"^shards/[A-Za-z0-9_-]+\.tar$")
 _TOKEN_RE = re.compile(r"^[A-Za-z0-9_~.-]+$")
 
@@ -49,7 +52,7 @@ def field_token(field: str) -> str:
 
 
 def member_name(episode: str, field: str, kind: str) -> str:
-    return f"{episode}.{field_token(field)}.{'frames' if kind == 'frames' else 'npy'}"
+    return f"{episode}.{field_token(field)}.{KIND_EXT.get(kind, 'npy')}"
 
 
 def header_member(episode: str) -> str:

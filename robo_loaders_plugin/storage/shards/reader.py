@@ -1,4 +1,5 @@
-"""Reading robo-shards: :class:`ShardReader` (random access to episodes), :class:`EncodedFrames`, ``verify``.
+"""Reading robo-shards: :class:`ShardReader` (random access to episodes), :class:`EncodedFrames` (and
+:class:`VideoFrames`, lossy video members), ``verify``.
 
 What is checked when (the rule: damaged or hostile input is an error naming the file, episode and member, never
 data and never a stray TypeError):
@@ -198,7 +199,7 @@ def _check_header(header, ep: dict, where: str) -> dict:
     members = {header_member(ep["name"])}
     for field, desc in header["fields"].items():
         try:
-            ok = isinstance(desc, dict) and desc.get("kind") in ("raw", "frames") \
+            ok = isinstance(desc, dict) and desc.get("kind") in ("raw", "frames", "video") \
                 and desc.get("member") == member_name(ep["name"], field, desc["kind"])
         except ShardError:  # a field name that cannot be a member name
             ok = False
@@ -308,6 +309,51 @@ class EncodedFrames:
         return out
 
 
+class VideoFrames(EncodedFrames):
+    """One video member (an episode's frames of one camera as a video segment), still encoded.
+
+    Why an :class:`EncodedFrames`: whatever holds compressed frames (an episode buffer) holds these the same way.
+    A segment decodes in order from its keyframe, so it is meant to be decoded whole, once per load
+    (``decode_all``); ``decode_into`` decodes it whole too, then copies the frames asked for."""
+
+    def __init__(self, data, settings: dict, shape: tuple, where: str, threads: int = 1):
+        self.data = np.frombuffer(data, dtype=np.uint8)
+        self.offsets, self.dtype, self.shape, self.where = None, np.dtype(np.uint8), shape, where
+        self.settings, self.threads, self.mse = settings, threads, None
+
+    @classmethod
+    def from_member(cls, data, desc: dict, where: str) -> "VideoFrames":
+        """Check what is cheap to check (shape, dtype, codec, the MP4's first box); decoding checks the rest."""
+        from robo_loaders_plugin.storage.video import ENCODERS
+
+        shape, settings = desc.get("shape"), desc.get("video")
+        if not isinstance(shape, list) or len(shape) != 4 or not all(is_int(n) for n in shape) or shape[3] != 3 \
+                or min(shape) < 1:
+            raise ShardError(f"{where}: video shape {_short(shape)} is not (N, H, W, 3)")
+        if _dtype(desc.get("dtype"), where) != np.uint8:
+            raise ShardError(f"{where}: video frames must be uint8, the header says {_short(desc.get('dtype'))}")
+        if not isinstance(settings, dict) or settings.get("codec") not in ENCODERS:
+            raise ShardError(f"{where}: video settings {_short(settings)} name no known codec ({', '.join(ENCODERS)})")
+        if len(data) < 12 or bytes(memoryview(data)[4:8]) != b"ftyp":
+            raise ShardError(f"{where}: not an MP4 file (no 'ftyp' box at its start)")
+        frames = cls(data, settings, tuple(shape), where)
+        frames.mse = desc.get("mse") if isinstance(desc.get("mse"), float) else None
+        return frames
+
+    def decode_all(self) -> np.ndarray:
+        from robo_loaders_plugin.storage.video import VideoError, decode
+
+        try:
+            return decode(self.data, self.shape[0], self.shape[1:], self.where, self.threads)
+        except VideoError as exc:  # the CRC matched, so a writer or a hostile input made it: convert again
+            raise ShardError(f"{exc}; {_AGAIN}") from None
+
+    def decode_into(self, indices, out: np.ndarray, out_rows=None) -> None:
+        frames = self.decode_all()
+        for j, i in zip(range(len(indices)) if out_rows is None else out_rows, indices):
+            out[j] = frames[i]
+
+
 class ShardReader:
     """Random access to a robo-shards directory; validates names and offsets against hostile or damaged input."""
 
@@ -363,8 +409,9 @@ class ShardReader:
         return data
 
     def read_episode(self, i: int, decode_frames: bool = True, fields=None) -> tuple[dict, dict]:
-        """(header, {field: array}); frames fields decompressed into one (N, ...) array each, or with
-        ``decode_frames=False`` kept compressed as :class:`EncodedFrames` (checked, decoded on demand).
+        """(header, {field: array}); frames and video fields decompressed into one (N, ...) array each, or with
+        ``decode_frames=False`` kept compressed as :class:`EncodedFrames` / :class:`VideoFrames` (checked, decoded
+        on demand).
         ``fields``: read only these (those the episode has), so a loader skips members no sample uses."""
         ep = self.episodes[i]
         path = self._paths[ep["shard"]]
@@ -390,6 +437,9 @@ class ShardReader:
                 member_where = f"{where}, member {desc['member']!r}"
                 if desc["kind"] == "raw":
                     out[field] = _npy_array(data, desc, member_where)
+                elif desc["kind"] == "video":
+                    frames = VideoFrames.from_member(data, desc, member_where)
+                    out[field] = frames.decode_all() if decode_frames else frames
                 else:
                     frames = EncodedFrames.from_member(data, desc, member_where)
                     out[field] = frames.decode_all() if decode_frames else frames

@@ -21,6 +21,7 @@ import numpy as np
 
 from robo_loaders_plugin.core.units import format_bytes
 from robo_loaders_plugin.storage.codec import FrameCodec
+from robo_loaders_plugin.storage.video import VideoSegment
 from robo_loaders_plugin.storage.shards.format import (DEFAULT_SHARD_BYTES, EP_RE, FORMAT, VERSION, ShardError,
                                                        _atomic_json, _sha256, disk_full_error, header_member,
                                                        listed_episodes, listing_problems, member_name,
@@ -92,6 +93,8 @@ class ShardWriter:
             raise (err or ShardError(f"{where}: cannot write ({exc}) while {doing}")) from exc
 
     def add_episode(self, name: str, fields: Mapping[str, np.ndarray], compressed: Iterable[str] = ()) -> None:
+        """``fields``: arrays (``compressed`` names those stored as lossless frames) or already encoded
+        :class:`~robo_loaders_plugin.storage.video.VideoSegment` s, stored as ``.mp4`` video members."""
         if not isinstance(name, str) or not EP_RE.match(name):
             raise ShardError(f"episode name {name!r} must match [A-Za-z0-9_-]+")
         if not fields:
@@ -99,6 +102,16 @@ class ShardWriter:
         compressed = set(compressed)
         payloads, header = {}, {"name": name, "length": None, "fields": {}}
         for field, arr in fields.items():
+            if isinstance(arr, VideoSegment):  # encoded by the converter (it knows the codec settings)
+                desc = video_desc(name, field, arr)
+                if header["length"] is None:
+                    header["length"] = desc["shape"][0]
+                elif desc["shape"][0] != header["length"]:
+                    raise ShardError(f"episode {name}: video field {field!r} has {desc['shape'][0]} frames, the "
+                                     f"episode has {header['length']} steps")
+                payloads[desc["member"]] = arr.data
+                header["fields"][field] = desc
+                continue
             arr = np.asarray(arr)
             if arr.dtype.hasobject:
                 raise ShardError(f"episode {name}: field {field!r} has an object dtype (it would need pickle)")
@@ -163,6 +176,14 @@ class ShardWriter:
         if tmp is not None:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
+
+
+def video_desc(episode: str, field: str, segment: VideoSegment) -> dict:
+    """A video field's header entry: what the reader needs to decode and check it, and the loss measured when it
+    was encoded (``mse`` against the source, so reports need not decode anything)."""
+    return {"kind": "video", "dtype": np.dtype(np.uint8).str, "shape": list(segment.shape),
+            "member": member_name(episode, field, "video"), "video": segment.settings.as_dict(),
+            "mse": segment.sse / max(1, segment.values)}
 
 
 def publish(out_dir: str, episodes: list[dict], shards: list[dict], codec: FrameCodec, metadata: Mapping,

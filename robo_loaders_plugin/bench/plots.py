@@ -1,0 +1,535 @@
+"""``robo-loaders report``: result files -> PNG plots and one markdown page; ``--readme`` regenerates the README's
+tables (``bench/tables.py``).
+
+Inputs are any mix of ``robo-loaders bench`` results, matrix results (``bench/matrix.py``) and loss-curve files
+(``bench/loss_curves.py``). Every figure names its source file, the machine and the settings in its caption.
+matplotlib is used through its object API on the Agg canvas (``Figure.savefig``): no pyplot, no global backend
+switch, nothing shown on screen.
+"""
+from __future__ import annotations
+
+import math
+import os
+import textwrap
+
+import click
+
+from robo_loaders_plugin.bench import tables
+from robo_loaders_plugin.core.units import format_bytes
+from robo_loaders_plugin.bench.tables import (AXIS_LABEL, TableError, conversion_for, load_result, machine_caption,
+                                              settings_caption)
+
+KNOWN_COLORS = {"native": "#3b3b3b", "native:low_dim": "#3b3b3b", "native:all": "#9a9a9a", "native:none": "#c7c7c7",
+                "compressed_cache": "#1f77b4", "datapipe": "#ff7f0e", "gpu_resampler": "#2ca02c"}
+OTHER_COLORS = ["#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#d62728", "#7f7f7f", "#aec7e8", "#ffbb78"]
+DPI = 110
+
+
+class Palette:
+    """One colour per backend label, the same in every figure of a report."""
+
+    def __init__(self):
+        self.assigned = {}
+
+    def __call__(self, label: str) -> str:
+        if label not in self.assigned:
+            if label in KNOWN_COLORS:  # native and native:low_dim share one: they never meet in one file
+                self.assigned[label] = KNOWN_COLORS[label]
+            else:
+                free = [c for c in OTHER_COLORS if c not in self.assigned.values()]
+                self.assigned[label] = free[0] if free else OTHER_COLORS[len(self.assigned) % len(OTHER_COLORS)]
+        return self.assigned[label]
+
+
+def _figure(width: float, height: float):
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=(width, height), layout="constrained")
+
+
+def _caption(fig, payload: dict, extra: str = "") -> None:
+    src = os.path.basename(payload["_path"])
+    parts = [f"Source: {src}", f"machine: {machine_caption(payload.get('machine'))}"]
+    s = settings_caption(payload) if payload["_kind"] != "loss_curves" else ""
+    if s:
+        parts.append(f"settings: {s}")
+    if extra:
+        parts.append(extra)
+    width = int(fig.get_figwidth() * 15)
+    fig.supxlabel(textwrap.fill(" | ".join(parts), width), fontsize=8, color="#444444")
+
+
+def _save(fig, path: str) -> str:
+    fig.savefig(path, dpi=DPI)
+    return path
+
+
+def _ok(rows):
+    return [r for r in rows if not r.get("error")]
+
+
+def _mem_unit(values):
+    top = max(values) if values else 0
+    return ("GiB", 1024 ** 3) if top >= 2 * 1024 ** 3 else ("MiB", 1024 ** 2)
+
+
+# -- one benchmark result --------------------------------------------------------------------------------------------
+def _training(payload: dict) -> bool:
+    return payload["_kind"] == "training"
+
+
+def plot_throughput(payload: dict, path: str, color: Palette) -> str | None:
+    rows = [r for r in _ok(tables.rows_of(payload)) if r.get("samples_per_s")]
+    if not rows:
+        return None
+    base = tables.baselines_in(rows, payload)
+    field = "steps_per_s" if _training(payload) else "samples_per_s"
+    fig = _figure(9, 0.55 * len(rows) + 1.8)
+    ax = fig.add_subplot()
+    labels = [r["backend"] for r in rows][::-1]
+    vals = [r["samples_per_s"] for r in rows][::-1]
+    ax.barh(labels, vals, color=[color(b) for b in labels])
+    for y, r in enumerate(rows[::-1]):
+        ratio = (r.get("ratios") or {}).get(f"{field}_vs_{base[0]}") if base else None
+        note = f"{r['samples_per_s']:,.0f}" + (f"  ({ratio:.2f}x {base[0]})" if ratio is not None else "")
+        if _training(payload) and r.get("stall_fraction") is not None:
+            note += f"  data stall {r['stall_fraction']:.0%}"
+        ax.text(r["samples_per_s"], y, "  " + note, va="center", fontsize=9)
+    ax.set_xlim(0, max(vals) * (1.6 if _training(payload) else 1.35))
+    ax.grid(axis="x", alpha=0.3)
+    if _training(payload):
+        ax.set_xlabel("training samples/s (steps/s x batch size, epochs 2..N; higher is better)")
+        ax.set_title(f"{payload['framework']}: training throughput per backend (real training loop)", fontsize=12)
+    else:
+        ax.set_xlabel("samples/s (higher is better)")
+        ax.set_title(f"{payload['framework']}: data-loader throughput per backend (no model)", fontsize=12)
+    _caption(fig, payload)
+    return _save(fig, path)
+
+
+def plot_memory(payload: dict, path: str, color: Palette) -> str | None:
+    rows = [r for r in _ok(tables.rows_of(payload)) if r.get("peak_mem_bytes")]
+    if not rows:
+        return None
+    with_data = all(r.get("data_mem_bytes") is not None for r in rows)
+    unit, div = _mem_unit([r["peak_mem_bytes"] for r in rows])
+    fig = _figure(9, (0.75 if with_data else 0.5) * len(rows) + 1.9)
+    ax = fig.add_subplot()
+    n = len(rows)
+    h = 0.38 if with_data else 0.7
+    for i, r in enumerate(rows[::-1]):
+        c = color(r["backend"])
+        bars = [(i + h / 2 if with_data else i, r["peak_mem_bytes"], 0.45)]
+        if with_data:
+            bars.append((i - h / 2, r["data_mem_bytes"], 1.0))
+        for y, v, alpha in bars:
+            ax.barh(y, v / div, h, color=c, alpha=alpha, edgecolor=c)
+            ax.text(v / div, y, "  " + format_bytes(v), va="center", fontsize=8)
+    ax.set_yticks(range(n), [r["backend"] for r in rows][::-1])
+    ax.set_xlim(0, max(r["peak_mem_bytes"] for r in rows) / div * 1.2)
+    ax.set_xlabel(f"memory ({unit}, lower is better)")
+    ax.grid(axis="x", alpha=0.3)
+    from matplotlib.patches import Patch
+
+    handles = [Patch(facecolor="#777777", alpha=0.45, edgecolor="#777777",
+                     label="peak memory\n(process tree PSS\n+ /dev/shm caches)")]
+    if with_data:
+        handles.append(Patch(facecolor="#777777",
+                             label="data memory\n(peak minus the process\nbefore the dataset was built)"))
+    fig.legend(handles=handles, loc="outside right upper", fontsize=8, frameon=False)
+    what = "peak and data memory" if with_data else "peak memory"
+    fig.suptitle(f"{payload['framework']}: {what} per backend" + (" (training)" if _training(payload) else ""),
+                 fontsize=12)
+    _caption(fig, payload)
+    return _save(fig, path)
+
+
+def startup_parts(row: dict, payload: dict) -> list[float] | None:
+    """Loader-only: [conversion (datapipe, when the benchmark converted), build, first batch]; training: [dataset
+    build (a conversion on first use included), the rest of the launch (imports, model), first epoch]."""
+    if _training(payload):
+        total, first, build = row.get("time_to_first_epoch_end_s"), row.get("first_epoch_s"), row.get("dataset_build_s")
+        if total is None or first is None:
+            return None
+        build = build or 0.0
+        return [build, max(0.0, total - first - build), first]
+    if row.get("build_s") is None or row.get("first_batch_s") is None:
+        return None
+    return [(conversion_for(row, payload) or {}).get("wall_s", 0.0), row["build_s"], row["first_batch_s"]]
+
+
+def plot_startup(payload: dict, path: str, color: Palette) -> str | None:
+    rows = [r for r in _ok(tables.rows_of(payload)) if startup_parts(r, payload)]
+    if not rows:
+        return None
+    from matplotlib.patches import Patch
+
+    fig = _figure(9, 0.55 * len(rows) + 2.0)
+    ax = fig.add_subplot()
+    labels = [r["backend"] for r in rows][::-1]
+    parts = [startup_parts(r, payload) for r in rows][::-1]
+    colors = [color(b) for b in labels]
+    left = [0.0] * len(rows)
+    if _training(payload):
+        styles = [dict(color=colors, alpha=0.5), dict(color="#d9d9d9", edgecolor="#888888"), dict(color=colors)]
+        names = ["dataset build\n(conversion on first use\nincluded)", "rest of the launch\n(imports, model)",
+                 "first epoch\n(warm-up)"]
+        legend = [Patch(facecolor="#777777", alpha=0.5), Patch(facecolor="#d9d9d9", edgecolor="#888888"),
+                  Patch(facecolor="#777777")]
+        xlabel = "seconds from process launch to the end of epoch 1 (lower is better)"
+        title, extra = "launch to the end of the first epoch", ""
+    else:
+        styles = [dict(color="#d9d9d9", hatch="//", edgecolor="#888888"), dict(color=colors, alpha=0.5),
+                  dict(color=colors)]
+        names = ["conversion\n(robo-loaders convert)", "dataset build", "first batch\n(iterator creation included)"]
+        legend = [Patch(facecolor="#d9d9d9", hatch="//", edgecolor="#888888"), Patch(facecolor="#777777", alpha=0.5),
+                  Patch(facecolor="#777777")]
+        xlabel = "seconds before the first training batch (lower is better)"
+        title, extra = "start-up cost", "conversion counted for datapipe when the benchmark converted the data itself"
+    for k, style in enumerate(styles):
+        widths = [p[k] for p in parts]
+        ax.barh(labels, widths, left=left, **style)
+        left = [a + b for a, b in zip(left, widths)]
+    for y, total in enumerate(left):
+        ax.text(total, y, f"  {total:.1f} s", va="center", fontsize=9)
+    ax.set_xlim(0, max(left) * 1.2 + 1e-9)
+    ax.set_xlabel(xlabel)
+    ax.grid(axis="x", alpha=0.3)
+    for handle, name in zip(legend, names):
+        handle.set_label(name)
+    fig.legend(handles=legend, loc="outside right upper", fontsize=8, frameon=False)
+    fig.suptitle(f"{payload['framework']}: {title} per backend", fontsize=12)
+    _caption(fig, payload, extra)
+    return _save(fig, path)
+
+
+def epoch_series(row: dict, payload: dict) -> tuple[float, list[float]] | None:
+    """(seconds before epoch 1, seconds of each epoch), or None. Loader-only rows (``epoch_times_s``): conversion
+    (datapipe, when the benchmark converted) + build. Training rows (``epochs[].step_s``): process launch to the
+    start of epoch 1 (``time_to_first_epoch_end_s`` minus the first epoch)."""
+    times = tables.epoch_times(row)
+    if not times:
+        return None
+    if _training(payload):
+        end1 = row.get("time_to_first_epoch_end_s")
+        setup = max(0.0, end1 - times[0]) if end1 is not None else (row.get("dataset_build_s") or 0.0)
+    else:
+        setup = (conversion_for(row, payload) or {}).get("wall_s", 0.0) + (row.get("build_s") or 0.0)
+    return setup, times
+
+
+def plot_epochs(payload: dict, path: str, color: Palette) -> str | None:
+    series = [(r, epoch_series(r, payload)) for r in _ok(tables.rows_of(payload))]
+    series = [(r, s) for r, s in series if s]
+    if not series:
+        return None
+    fig = _figure(12, 4.6)
+    left, right = fig.subplots(1, 2)
+    n_max = max(len(times) for _, (_, times) in series)
+    for r, (setup, times) in series:
+        c = color(r["backend"])
+        left.plot(range(1, len(times) + 1), times, marker="o", color=c, label=r["backend"])
+        cum = [setup]
+        for t in times:
+            cum.append(cum[-1] + t)
+        right.plot(range(0, len(times) + 1), cum, marker="o", color=c, label=r["backend"])
+    for ax in (left, right):
+        ax.set_xticks(range(0 if ax is right else 1, n_max + 1))
+        ax.grid(alpha=0.3)
+        ax.set_ylim(bottom=0)
+    training = _training(payload)
+    left.set_title("time per epoch" + (" of training (epoch 1 = warm-up)" if training else
+                                       " (epoch 1 includes worker start-up)"), fontsize=10)
+    left.set_xlabel("epoch")
+    left.set_ylabel("seconds per epoch")
+    right.set_title("cumulative wall time; epoch 0 = " + ("process launch to the start of epoch 1" if training else
+                                                          "set-up (conversion + build)"), fontsize=10)
+    right.set_xlabel("epochs completed")
+    right.set_ylabel("seconds since " + ("launch" if training else "start"))
+    right.legend(fontsize=8)
+    fig.suptitle(f"{payload['framework']}: time per epoch over successive epochs"
+                 + (" (real training loop)" if training else " (data loader, no model)"), fontsize=12)
+    _caption(fig, payload)
+    return _save(fig, path)
+
+
+# -- matrix ---------------------------------------------------------------------------------------------------------
+def _matrix_grid(payload: dict, x_axis: str, color: Palette, path: str) -> str | None:
+    axes = payload["axes"]
+    order = list(payload["axes"])  # batch_size, seq_length|preset, num_workers
+    if len(axes.get(x_axis, [])) < 2:
+        return None
+    panel_axis = [a for a in order if a not in (x_axis, "num_workers")][0]
+    workers, panels = axes["num_workers"], axes[panel_axis]
+    rows = _ok(payload["rows"])
+    categorical = x_axis == "preset"
+    xs = list(axes[x_axis]) if categorical else sorted(axes[x_axis])
+    fig = _figure(3.6 * len(panels) + 1.0, 3.0 * len(workers) + 1.6)
+    grid = fig.subplots(len(workers), len(panels), sharex=True, sharey=True, squeeze=False)
+    seen = {}
+    for i, w in enumerate(workers):
+        for j, pv in enumerate(panels):
+            ax = grid[i][j]
+            for b in payload["backends"]:
+                pts = sorted(((xs.index(r[x_axis]), r["samples_per_s"]) for r in rows
+                              if r["backend"] == b and r["num_workers"] == w and r[panel_axis] == pv
+                              and r[x_axis] in xs))
+                if not pts:
+                    continue
+                px = [p for p, _ in pts] if categorical else [xs[p] for p, _ in pts]
+                (line,) = ax.plot(px, [v for _, v in pts], marker="o", color=color(b), label=b)
+                seen.setdefault(b, line)
+            ax.set_title(f"{AXIS_LABEL[panel_axis]} {pv}, {w} workers", fontsize=10)
+            ax.grid(alpha=0.3)
+            if j == 0:
+                ax.set_ylabel("samples/s")
+            if i == len(workers) - 1:
+                ax.set_xlabel({"batch_size": "batch size (samples)", "seq_length": "seq_length (steps per window)",
+                               "preset": "delta_timestamps preset"}[x_axis])
+    ax0 = grid[0][0]
+    ax0.set_ylim(bottom=0)  # once, after every panel's data: the panels share this axis
+    if categorical:
+        ax0.set_xticks(range(len(xs)), xs)
+    elif x_axis == "batch_size":
+        ax0.set_xscale("log", base=2)
+        ax0.set_xticks(xs, [str(x) for x in xs])
+        ax0.minorticks_off()
+    else:
+        ax0.set_xticks(xs, [str(x) for x in xs])
+    fig.legend(list(seen.values()), list(seen), loc="outside upper right", fontsize=9, title="backend")
+    what = {"batch_size": "batch size", "seq_length": "sequence length", "preset": "delta_timestamps preset"}[x_axis]
+    fig.suptitle(f"{payload['framework']}: samples/s against {what}, per backend", fontsize=12)
+    failed = [r for r in payload["rows"] if r.get("error")]
+    _caption(fig, payload, f"{len(failed)} failed cell(s) not drawn" if failed else "")
+    return _save(fig, path)
+
+
+# -- loss curves ----------------------------------------------------------------------------------------------------
+def loss_groups(payload: dict) -> dict:
+    """label -> list of runs (file order)."""
+    groups = {}
+    for r in payload["runs"]:
+        groups.setdefault(r.get("label") or r["backend"], []).append(r)
+    return groups
+
+
+def _stats(runs, metric):
+    n = max(len(r["epochs"]) for r in runs)
+    mean, lo, hi, sd = [], [], [], []
+    for e in range(n):
+        v = [r["epochs"][e][metric] for r in runs if e < len(r["epochs"]) and metric in r["epochs"][e]]
+        m = sum(v) / len(v) if v else math.nan
+        mean.append(m)
+        lo.append(min(v) if v else math.nan)
+        hi.append(max(v) if v else math.nan)
+        sd.append(math.sqrt(sum((x - m) ** 2 for x in v) / (len(v) - 1)) if len(v) > 1 else math.nan)
+    return mean, lo, hi, sd
+
+
+def reference_label(payload: dict, groups: dict) -> str | None:
+    ref = payload.get("reference", "native")
+    if ref in groups:
+        return ref
+    return next((g for g, runs in groups.items() if runs[0]["backend"] == ref), None)
+
+
+def plot_loss_curves(payload: dict, path: str, color: Palette) -> str | None:
+    groups = loss_groups(payload)
+    metrics = payload.get("metrics") or []
+    if not groups or not metrics:
+        return None
+    ref = reference_label(payload, groups)
+    fig = _figure(4.0 * len(metrics) + 2.6, 4.4)
+    axes = fig.subplots(1, len(metrics), squeeze=False)[0]
+    handles = {}
+    for ax, metric in zip(axes, metrics):
+        for label, runs in groups.items():
+            mean, lo, hi, _ = _stats(runs, metric)
+            x = list(range(1, len(mean) + 1))
+            c = "#3b3b3b" if label == ref else color(label)
+            style = "--" if "control" in label else "-"
+            ax.fill_between(x, lo, hi, color=c, alpha=0.15 if label == ref else 0.12, linewidth=0)
+            (line,) = ax.plot(x, mean, style, color=c, marker="o" if label != ref else None, markersize=4,
+                              linewidth=2.2 if label == ref else 1.5)
+            handles.setdefault(label, (line, len(runs)))
+        ax.set_title(metric.replace("_", " "), fontsize=10)
+        ax.set_xlabel("epoch")
+        ax.set_ylabel("loss (mean over the epoch)")
+        ax.grid(alpha=0.3)
+        n = max(len(r["epochs"]) for runs in groups.values() for r in runs)
+        ax.set_xticks(range(1, n + 1))
+    fig.legend([h for h, _ in handles.values()],
+               [textwrap.fill(g, 28) + ("\n1 seed" if k == 1 else f"\n{k} seeds: mean, band = min-max")
+                for g, (_, k) in handles.items()],
+               loc="outside right upper", fontsize=8, labelspacing=1.0)
+    name = payload.get("name") or os.path.splitext(os.path.basename(payload["_path"]))[0]
+    fig.suptitle(f"{payload['framework']}: training losses, {ref or 'native'} against each backend ({name})",
+                 fontsize=12)
+    _caption(fig, payload)
+    return _save(fig, path)
+
+
+def loss_summary(payload: dict) -> str:
+    """Markdown: per run group, its seeds, last-epoch mean per metric, and its largest distance from the reference
+    mean over all epochs in reference standard deviations."""
+    groups, metrics = loss_groups(payload), payload.get("metrics") or []
+    ref = reference_label(payload, groups)
+    ref_stats = {m: _stats(groups[ref], m) for m in metrics} if ref else {}
+    headers = ["runs", "seeds"] + [f"last epoch {m}" for m in metrics] + \
+        ([f"largest abs(mean - {ref} mean) / {ref} std"] if ref else [])
+    body = []
+    for label, runs in groups.items():
+        row = [f"`{label}`", str(len(runs))]
+        worst = None
+        for m in metrics:
+            mean, _, _, _ = _stats(runs, m)
+            row.append(f"{mean[-1]:.4g}")
+            if ref and label != ref:
+                rm, _, _, rsd = ref_stats[m]
+                for a, b, s in zip(mean, rm, rsd):
+                    if s and not math.isnan(s) and not math.isnan(a):
+                        z = abs(a - b) / s
+                        worst = z if worst is None else max(worst, z)
+        if ref:
+            row.append("(reference)" if label == ref else ("-" if worst is None else f"{worst:.2f}"))
+        body.append(row)
+    return tables.markdown_table(headers, body, [False] + [True] * (len(headers) - 1))
+
+
+# -- the report -----------------------------------------------------------------------------------------------------
+def _stem(path: str, used: set) -> str:
+    stem = os.path.splitext(os.path.basename(path))[0]
+    out, k = stem, 2
+    while out in used:
+        out, k = f"{stem}_{k}", k + 1
+    used.add(out)
+    return out
+
+
+def _img(md, title, path, out_dir):
+    if path:
+        md.append(f"![{title}]({os.path.relpath(path, out_dir).replace(os.sep, '/')})\n")
+
+
+def report(result_paths, out_dir: str) -> str:
+    """Plots (PNG) and ``report.md`` in ``out_dir`` for every result file given (loader-only and training benchmark
+    results, matrix results, loss curves); returns the markdown's path."""
+    payloads = [load_result(p) for p in result_paths]
+    if not payloads:
+        raise TableError("no result files given")
+    os.makedirs(out_dir, exist_ok=True)
+    color = Palette()
+    for p in payloads:  # colours in the order backends first appear, the same in every figure
+        for r in tables.rows_of(p):
+            color(r["backend"])
+    used = set()
+    md = ["# Benchmark report\n",
+          f"Generated by `robo-loaders report` from {len(payloads)} result file(s). How every number is measured: "
+          "`docs/benchmarks.md` in the robo-loaders-plugin repository. Ratios are always against baselines measured "
+          "in the same run (same file, same cell).\n"]
+    epochs_seen = False
+    for p in payloads:
+        stem = _stem(p["_path"], used)
+        png = lambda what: os.path.join(out_dir, f"{stem}_{what}.png")  # noqa: E731
+        md.append(f"## {p['framework']}: `{os.path.basename(p['_path'])}` ({p['_kind']})\n")
+        md.append(f"Machine: {machine_caption(p.get('machine'))}.")
+        s = settings_caption(p) if p["_kind"] != "loss_curves" else ""
+        ds = (p.get("settings") or {}).get("dataset") or (p.get("settings") or {}).get("root")
+        if ds and p["_kind"] in ("bench", "training"):
+            s += f"; dataset `{os.path.basename(ds)}`"
+        md.append(f"Settings: {s}.\n" if s else "")
+        if p["_kind"] in ("bench", "training"):
+            if p["_kind"] == "training":
+                md.append("Training benchmark (the frameworks' real training loops; `docs/training-benchmark.md`).\n")
+            md.append(tables.results_table([p]) + "\n")
+            if p.get("conversion"):
+                md.append("Conversion (`robo-loaders convert`, a fresh process each):\n")
+                md.append(tables.results_table([p], {"table": "conversion"}) + "\n")
+            failed = [r["backend"] for r in p["results"] if r.get("error")]
+            if failed:
+                md.append(f"Failed (not plotted): {', '.join(f'`{b}`' for b in failed)}.\n")
+            _img(md, "throughput", plot_throughput(p, png("throughput"), color), out_dir)
+            _img(md, "memory", plot_memory(p, png("memory"), color), out_dir)
+            _img(md, "start-up", plot_startup(p, png("startup"), color), out_dir)
+            ep = plot_epochs(p, png("epochs"), color)
+            epochs_seen |= bool(ep)
+            _img(md, "epochs", ep, out_dir)
+        elif p["_kind"] == "matrix":
+            ax2 = list(p["axes"])[1]
+            for w in p["axes"]["num_workers"]:
+                for v in p["axes"][ax2]:
+                    opts = {"table": "pivot", "by": "batch_size", ax2: str(v), "num_workers": str(w)}
+                    try:
+                        t = tables.results_table([p], opts)
+                    except TableError:
+                        continue
+                    md.append(f"samples/s, {AXIS_LABEL[ax2]} {v}, {w} workers:\n\n{t}\n")
+            _img(md, "samples/s against batch size", _matrix_grid(p, "batch_size", color, png("vs_batch_size")),
+                 out_dir)
+            _img(md, f"samples/s against {ax2}", _matrix_grid(p, ax2, color, png(f"vs_{ax2}")), out_dir)
+            failed = {}
+            for r in p["rows"]:
+                if r.get("error"):
+                    failed.setdefault(r["backend"], []).append(r)
+            if failed:
+                def example(rs):
+                    where = ", ".join(f"{a}={rs[0][a]}" for a in p["axes"])
+                    return f"e.g. {where}: {rs[0]['error'].strip().splitlines()[-1][:120]}"
+
+                md.append(f"{sum(map(len, failed.values()))} failed cell(s), not plotted: " + "; ".join(
+                    f"`{b}` in {len(rs)} cell(s) ({example(rs)})" for b, rs in failed.items()) + ".\n")
+            if any(tables.epoch_times(r) for r in p["rows"]):
+                md.append("Per-cell epoch times are in the table below (`epoch times (s)`).\n")
+                md.append(tables.results_table([p], {"columns": ",".join(list(p["axes"]) + [
+                    "backend", "build_s", "epoch_times_s"])}) + "\n")
+                epochs_seen = True
+        else:
+            if p.get("notes"):
+                md.append(f"{p['notes']}\n")
+            _img(md, "loss curves", plot_loss_curves(p, png("loss_curves"), color), out_dir)
+            md.append(loss_summary(p) + "\n")
+    if not epochs_seen:
+        md.append("No result here has per-epoch times (`epoch_times_s` in a loader-only result row, format in "
+                  "`docs/benchmarks.md`; or a training-benchmark result's `epochs`), so there is no time-per-epoch "
+                  "plot; the start-up plots show conversion, build and first batch.\n")
+    path = os.path.join(out_dir, "report.md")
+    with open(path, "w") as f:
+        f.write("\n".join(line for line in md if line) + "\n")
+    return path
+
+
+@click.command("report")
+@click.argument("results", nargs=-1, type=click.Path(exists=True, dir_okay=False))
+@click.option("--out", "out_dir", type=click.Path(file_okay=False),
+              help="write PNG plots and report.md for RESULTS here")
+@click.option("--readme", type=click.Path(exists=True, dir_okay=False),
+              help="regenerate the tables between <!-- robo-loaders:table NAME ... --> markers in this file")
+@click.option("--results-dir", type=click.Path(exists=True, file_okay=False),
+              help="where --readme markers' names are looked up (default: benchmarks/results beside the README)")
+@click.option("--check", is_flag=True, help="with --readme: change nothing, exit 1 if a table is out of date")
+def report_cmd(results, out_dir, readme, results_dir, check):
+    """Plots and a markdown page from benchmark, matrix and loss-curve results (--out), and/or the README's tables
+    regenerated from committed results (--readme)."""
+    import sys
+
+    if not out_dir and not readme:
+        raise click.UsageError("nothing to do: give --out DIR (plots and report.md for RESULTS) and/or --readme FILE")
+    if results and not out_dir:
+        raise click.UsageError("RESULTS are plotted into --out DIR (the --readme markers name their own files)")
+    if out_dir and not results:
+        raise click.UsageError("--out needs RESULTS (result JSON files)")
+    if check and not readme:
+        raise click.UsageError("--check applies to --readme")
+    try:
+        if readme:
+            changed = tables.update_readme(readme, results_dir, check=check)
+            for spec in changed:
+                click.echo(f"{'out of date' if check else 'updated'}: table {spec}")
+            if not changed:
+                click.echo(f"{readme}: every table is up to date")
+            if check and changed:
+                sys.exit(1)
+        if out_dir:
+            click.echo(f"wrote {report(results, out_dir)}")
+    except TableError as exc:
+        raise click.ClickException(str(exc)) from None

@@ -1,0 +1,514 @@
+"""Markdown tables from committed benchmark results, and the README's tables regenerated between markers.
+
+A README table is written between two HTML comments (invisible once rendered)::
+
+    <!-- robo-loaders:table robomimic_lift_w2 columns=backend,samples_per_s,vs:native:low_dim,peak_mem -->
+    (generated: replaced on every run)
+    <!-- /robo-loaders:table -->
+
+The first word names one result file, or several joined by commas (rows concatenated in that order): a name is
+``<results dir>/<name>.json`` (``benchmarks/results`` beside the README unless told otherwise), or a path relative
+to the README when it contains ``/`` or ends in ``.json``. Options, ``key=value`` separated by spaces:
+
+- ``columns=a,b,...``: columns by name (``COLUMNS`` below; ``vs:<baseline>`` and ``mem_vs:<baseline>`` for ratios);
+  default: the columns of ``robo-loaders bench``'s own table for that framework.
+- ``table=results`` (default), ``table=conversion`` (the conversion rows), ``table=pivot`` (matrix results: one row
+  per backend, one column per value of ``by=<axis>``, cells ``value=<column>``, default ``samples_per_s``).
+- ``backends=a,b``: only these rows, in this order; ``batch_size=64``, ``seq_length=10``, ``preset=act``,
+  ``num_workers=2``: only rows with these values (what a matrix needs to pick one cell).
+- ``source=no``: leave out the line under the table naming the file(s), the machine and the settings.
+
+Markers inside fenced code blocks are left alone (so documentation can show them). Regeneration is idempotent, and
+a marker naming a missing file, an unknown column or option, or an unclosed marker fails before anything is written.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+
+from robo_loaders_plugin.core.units import format_bytes
+
+OPEN = re.compile(r"^\s*<!--\s*robo-loaders:table\s+(?P<spec>.*?)\s*-->\s*$")
+CLOSE = re.compile(r"^\s*<!--\s*/robo-loaders:table\s*-->\s*$")
+ANY_MARKER = re.compile(r"<!--\s*/?\s*robo-loaders:table")
+FENCE = re.compile(r"^\s*(```|~~~)")
+AXIS_KEYS = ("batch_size", "seq_length", "preset", "num_workers")
+AXIS_LABEL = {"batch_size": "batch", "seq_length": "seq_length", "preset": "delta_timestamps",
+              "num_workers": "workers", "frame_stack": "frame_stack"}
+OPTIONS = {"columns", "table", "backends", "by", "value", "source"} | set(AXIS_KEYS)
+
+
+class TableError(ValueError):
+    """A result file or a README marker that cannot give a table (the message says where and why)."""
+
+
+# -- result files ---------------------------------------------------------------------------------------------------
+def kind_of(payload: dict) -> str:
+    if not isinstance(payload, dict):
+        return "unknown"
+    if payload.get("kind") in ("matrix", "loss_curves"):
+        return payload["kind"]
+    if payload.get("benchmark") == "training" and "results" in payload:
+        return "training"  # robo-loaders bench robomimic|lerobot --train (bench/train/)
+    return "bench" if "results" in payload and "framework" in payload else "unknown"
+
+
+def load_result(path: str) -> dict:
+    """A result file as a dict, its kind (``bench``, ``training``, ``matrix``, ``loss_curves``) under ``_kind`` and
+    its path under ``_path``; a file that is none of these (e.g. ``codecs.json``) fails naming it."""
+    try:
+        with open(path) as f:
+            payload = json.load(f)
+    except FileNotFoundError:
+        raise TableError(f"{path}: no such result file") from None
+    except (OSError, ValueError) as exc:
+        raise TableError(f"{path}: not a readable JSON result ({exc})") from None
+    kind = kind_of(payload)
+    if kind == "unknown":
+        raise TableError(f"{path}: not a benchmark, matrix or loss-curves result (no 'framework'/'results' or 'kind')")
+    payload["_kind"], payload["_path"] = kind, path
+    return payload
+
+
+def rows_of(payload: dict) -> list[dict]:
+    """Result rows with the file's settings folded in (bench files keep batch size etc. in ``settings``)."""
+    if payload["_kind"] == "matrix":
+        return [dict(r) for r in payload["rows"]]
+    if payload["_kind"] not in ("bench", "training"):
+        return []
+    s = payload.get("settings") or {}
+    fixed = {k: s[k] for k in AXIS_KEYS + ("frame_stack",) if k in s}
+    return [dict(fixed, **r) for r in payload["results"]]
+
+
+def machine_caption(m: dict | None) -> str:
+    if not m:
+        return "machine not recorded"
+    return (f"{m.get('cpu') or '?'}, {m.get('cores')} cores, {m.get('ram')} RAM, {m.get('gpu') or 'no GPU'}, "
+            f"Python {m.get('python')}, torch {m.get('torch')}")
+
+
+def settings_parts(payload: dict) -> list[str]:
+    s = payload.get("settings") or {}
+    if payload["_kind"] == "matrix":
+        parts = [f"dataset {os.path.basename(str(s.get('dataset')))}"] if s.get("dataset") else []
+        if s.get("frame_stack", 1) != 1:
+            parts.append(f"frame_stack {s['frame_stack']}")
+        return parts + [f"{s.get('batches')} timed batches per cell"]
+    parts = [f"batch {s['batch_size']}"] if "batch_size" in s else []
+    if "seq_length" in s:
+        parts.append(f"seq_length {s['seq_length']}")
+    if s.get("frame_stack", 1) != 1:
+        parts.append(f"frame_stack {s['frame_stack']}")
+    if "preset" in s:
+        parts.append(f"delta_timestamps {s['preset']}")
+    if "num_workers" in s:
+        parts.append(f"{s['num_workers']} workers")
+    if "batches" in s:
+        parts.append(f"{s['batches']} timed batches")
+    if payload["_kind"] == "training" and s.get("epochs"):
+        parts.append(f"{s['epochs']} epochs x {s.get('steps_per_epoch')} training steps")
+        if s.get("policy") or s.get("algo"):
+            parts.append(str(s.get("policy") or s.get("algo")))
+    return parts
+
+
+def settings_caption(payload: dict) -> str:
+    return ", ".join(settings_parts(payload))
+
+
+def baselines_in(rows, payload: dict | None = None) -> list[str]:
+    if payload and payload.get("_kind") == "training":  # its ratios are against one baseline
+        return [payload["baseline"]] if payload.get("baseline") else []
+    names = [r["backend"] for r in rows]
+    return [b for b in ("native:low_dim", "native:all", "native") if b in names]
+
+
+# -- columns --------------------------------------------------------------------------------------------------------
+def _num(fmt):
+    def f(v):
+        return "-" if v is None else format(v, fmt)
+    return f
+
+
+def _get(key, fmt=None):
+    fmt = fmt or (lambda v: "-" if v is None else str(v))
+    return lambda r, ctx: fmt(r.get(key))
+
+
+def _mem(key):
+    return lambda r, ctx: "-" if r.get(key) is None else format_bytes(r[key])
+
+
+def _latency(r, ctx):
+    lat = r.get("batch_latency_ms")
+    return "-" if not lat else "/".join(f"{lat[p]:.0f}" for p in ("p50", "p95", "p99"))
+
+
+def _stored(r, ctx):
+    if not r.get("cache_bytes"):
+        return "-"
+    raw = r.get("raw_decoded_frames_bytes")
+    return format_bytes(r["cache_bytes"]) + (f" ({r['cache_bytes'] / raw:.0%})" if raw else "")
+
+
+def _fetch_decode(r, ctx):
+    if r.get("fetch_ms_per_sample") is None:
+        return "-"
+    return f"{r['fetch_ms_per_sample']:.2f} / {r['decode_ms_per_sample']:.2f}"
+
+
+def conversion_for(row: dict, payload: dict) -> dict | None:
+    """The conversion this row's backend read (datapipe, when the benchmark converted itself: the last row)."""
+    conv = payload.get("conversion")
+    if not conv or row.get("backend", "").split("#", 1)[0] != "datapipe":
+        return None
+    opts = (payload.get("settings") or {}).get("backend_kwargs") or {}
+    dp = opts.get(row["backend"], opts.get("datapipe")) or {}
+    return None if dp.get("shards") or dp.get("cache_dir") else conv[-1]
+
+
+def _startup(r, ctx):
+    if r.get("build_s") is None:
+        return "-"
+    conv = conversion_for(r, ctx["payload"])
+    return f"{(conv['wall_s'] if conv else 0) + r['build_s'] + r['first_batch_s']:.1f}"
+
+
+def _ratio(field, baseline):
+    def f(r, ctx):
+        v = (r.get("ratios") or {}).get(f"{field}_vs_{baseline}")
+        return "-" if v is None else f"{v:.2f}x"
+    return f
+
+
+def _mem_ratio(baseline):
+    def f(r, ctx):
+        rr = r.get("ratios") or {}
+        p, d = rr.get(f"peak_mem_bytes_vs_{baseline}"), rr.get(f"data_mem_bytes_vs_{baseline}")
+        return "-" if p is None else f"{p:.1%} / " + ("-" if d is None else f"{d:.1%}")
+    return f
+
+
+def epoch_times(row: dict) -> list[float] | None:
+    """Seconds per successive epoch: loader rows' ``epoch_times_s``, or a training row's ``epochs[].step_s``."""
+    if row.get("epoch_times_s"):
+        return list(row["epoch_times_s"])
+    eps = row.get("epochs")
+    if isinstance(eps, list) and eps and all(isinstance(e, dict) and e.get("step_s") is not None for e in eps):
+        return [e["step_s"] for e in eps]
+    return None
+
+
+def _epochs(r, ctx):
+    t = epoch_times(r)
+    return "-" if not t else " / ".join(f"{x:.1f}" for x in t)
+
+
+@dataclass(frozen=True)
+class Column:
+    header: str
+    cell: object  # (row, ctx) -> str
+    numeric: bool = True
+
+
+COLUMNS = {
+    "backend": Column("backend", lambda r, ctx: f"`{r['backend']}`", numeric=False),
+    "batch_size": Column("batch", _get("batch_size")),
+    "seq_length": Column("seq_length", _get("seq_length")),
+    "frame_stack": Column("frame_stack", _get("frame_stack")),
+    "preset": Column("delta_timestamps", _get("preset"), numeric=False),
+    "num_workers": Column("workers", _get("num_workers")),
+    "samples_per_s": Column("samples/s", _get("samples_per_s", _num(".0f"))),
+    "frames_per_s": Column("frames/s", _get("decoded_frames_per_s", _num(".0f"))),
+    "first_batch_s": Column("first batch (s)", _get("first_batch_s", _num(".2f"))),
+    "build_s": Column("build (s)", _get("build_s", _num(".1f"))),
+    "startup_s": Column("conversion + build + first batch (s)", _startup),
+    "peak_mem": Column("peak mem", _mem("peak_mem_bytes")),
+    "data_mem": Column("data mem", _mem("data_mem_bytes")),
+    "frames_stored": Column("frames stored (vs raw)", _stored),
+    "latency": Column("batch ms p50/p95/p99", _latency),
+    "fetch_decode": Column("ms/sample fetch / decode", _fetch_decode),
+    "episode_mix": Column("episode mix", _get("episode_mix", _num(".2f"))),
+    "num_samples": Column("samples", _get("num_samples")),
+    "epoch_times_s": Column("epoch times (s)", _epochs),
+    # training benchmark (bench/train/)
+    "steps_per_s": Column("steps/s", _get("steps_per_s", _num(".3f"))),
+    "stall_fraction": Column("data stall", _get("stall_fraction", _num(".1%"))),
+    "first_epoch_s": Column("1st epoch (s)", _get("first_epoch_s", _num(".1f"))),
+    "dataset_build_s": Column("data build (s)", _get("dataset_build_s", _num(".1f"))),
+    "launch_to_epoch1_s": Column("launch to end of epoch 1 (s)", _get("time_to_first_epoch_end_s", _num(".1f"))),
+}
+def _rate(v: float) -> str:
+    return f"{v:.2f}" if v < 10 else f"{v:.1f}" if v < 100 else f"{v:.0f}"
+
+
+CONVERSION_COLUMNS = {
+    "workers": Column("convert workers", lambda r, ctx: str(r["workers"])),
+    "wall_s": Column("wall (s)", lambda r, ctx: f"{r['wall_s']:.1f}"),
+    "source_mb_per_s": Column("source MB/s", lambda r, ctx: _rate(r["source_mb_per_s"])),
+    "decoded_mb_per_s": Column("decoded MB/s", lambda r, ctx: _rate(r["decoded_mb_per_s"])),
+    "shards": Column("shards", lambda r, ctx: format_bytes(r["shards_bytes"])),
+}
+
+
+def column(name: str) -> Column:
+    if name in COLUMNS:
+        return COLUMNS[name]
+    kind, _, baseline = name.partition(":")
+    if baseline and kind == "vs":
+        return Column(f"vs {baseline}", _ratio("samples_per_s", baseline))
+    if baseline and kind == "mem_vs":
+        return Column(f"mem vs {baseline} (peak / data)", _mem_ratio(baseline))
+    if baseline and kind == "data_mem_vs":
+        return Column(f"data mem vs {baseline}", _ratio("data_mem_bytes", baseline))
+    if baseline and kind == "steps_vs":
+        return Column(f"steps/s vs {baseline}", _ratio("steps_per_s", baseline))
+    if baseline and kind == "launch_vs":
+        return Column(f"launch to epoch 1 vs {baseline}", _ratio("time_to_first_epoch_end_s", baseline))
+    raise TableError(f"unknown column {name!r}; columns: {', '.join(COLUMNS)}, vs:<baseline>, mem_vs:<baseline>, "
+                     "data_mem_vs:<baseline>, steps_vs:<baseline>, launch_vs:<baseline>")
+
+
+def default_columns(framework: str, rows: list[dict], varying: list[str], kind: str = "bench",
+                    base: list[str] | None = None) -> list[str]:
+    base = baselines_in(rows) if base is None else base
+    if kind == "training":
+        return varying + ["backend", "steps_per_s", "samples_per_s", "stall_fraction", "first_epoch_s",
+                          "dataset_build_s", "launch_to_epoch1_s", "peak_mem"] + \
+            [c for b in base for c in (f"steps_vs:{b}", f"launch_vs:{b}")]
+    if framework == "lerobot":
+        cols = ["backend", "samples_per_s", "frames_per_s"] + [f"vs:{b}" for b in base] + \
+            ["first_batch_s", "build_s", "frames_stored", "peak_mem", "data_mem", "latency", "fetch_decode",
+             "episode_mix"]
+    else:
+        cols = ["backend", "samples_per_s"] + [f"vs:{b}" for b in base] + ["first_batch_s", "build_s", "peak_mem",
+                                                                          "data_mem"] + \
+            [f"mem_vs:{b}" for b in base[-1:]] + ["latency", "episode_mix"]
+    if any(epoch_times(r) for r in rows):
+        cols.append("epoch_times_s")
+    return varying + cols
+
+
+def markdown_table(headers: list[str], rows: list[list[str]], numeric: list[bool]) -> str:
+    def esc(s):
+        return str(s).replace("|", "\\|").replace("\n", " ")
+
+    lines = ["| " + " | ".join(esc(h) for h in headers) + " |",
+             "|" + "|".join("---:" if n else "---" for n in numeric) + "|"]
+    lines += ["| " + " | ".join(esc(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _filter(rows: list[dict], opts: dict) -> list[dict]:
+    for k in AXIS_KEYS:
+        if k in opts:
+            rows = [r for r in rows if str(r.get(k)) == opts[k]]
+    if "backends" in opts:
+        wanted = [b for b in opts["backends"].split(",") if b]
+        rows = sorted((r for r in rows if r["backend"] in wanted), key=lambda r: wanted.index(r["backend"]))
+    return rows
+
+
+def results_table(payloads: list[dict], opts: dict | None = None) -> str:
+    """A markdown table of the rows of one or more result files (``opts`` as the README marker's options)."""
+    opts = dict(opts or {})
+    table = opts.get("table", "results")
+    frameworks = {p.get("framework") for p in payloads}
+    if len(frameworks) > 1:
+        raise TableError(f"one table cannot mix frameworks ({sorted(frameworks)})")
+    framework = frameworks.pop()
+    if table == "conversion":
+        rows, ctx_rows = [], []
+        for p in payloads:
+            for c in p.get("conversion") or []:
+                rows.append(c)
+                ctx_rows.append(p)
+        if not rows:
+            raise TableError(f"{', '.join(p['_path'] for p in payloads)}: no conversion rows")
+        names = opts["columns"].split(",") if "columns" in opts else list(CONVERSION_COLUMNS)
+        cols = []
+        for n in names:
+            if n not in CONVERSION_COLUMNS:
+                raise TableError(f"unknown conversion column {n!r}; columns: {', '.join(CONVERSION_COLUMNS)}")
+            cols.append(CONVERSION_COLUMNS[n])
+        body = [[c.cell(r, {"payload": p}) for c in cols] for r, p in zip(rows, ctx_rows)]
+        return markdown_table([c.header for c in cols], body, [c.numeric for c in cols])
+    pairs = [(r, p) for p in payloads for r in _filter(rows_of(p), opts)]
+    if not pairs:
+        raise TableError(f"{', '.join(p['_path'] for p in payloads)}: no rows match {opts}")
+    rows = [r for r, _ in pairs]
+    if table == "pivot":
+        return _pivot(pairs, opts)
+    if table != "results":
+        raise TableError(f"table={table!r}: expected results, conversion or pivot")
+    varying = [k for k in AXIS_KEYS if len({json.dumps(r.get(k)) for r in rows}) > 1]
+    kinds = {p["_kind"] for p in payloads}
+    if "training" in kinds and len(kinds) > 1:
+        raise TableError("one table cannot mix training and loader-only results (report both, labelled)")
+    kind = kinds.pop()
+    base = _unique([b for p in payloads for b in baselines_in(rows_of(p), p)]) if kind == "training" else None
+    names = opts["columns"].split(",") if "columns" in opts else default_columns(framework, rows, varying, kind, base)
+    cols = [column(n) for n in names]
+    body = []
+    keys = AXIS_KEYS + ("backend", "frame_stack")
+    first_metric = next((i for i, n in enumerate(names) if n not in keys), None)
+    for r, p in pairs:
+        ctx = {"payload": p}
+        if r.get("error"):
+            err = "FAILED: " + r["error"].strip().splitlines()[-1][:80]
+            body.append([c.cell(r, ctx) if names[i] in keys else (err if i == first_metric else "-")
+                         for i, c in enumerate(cols)])
+        else:
+            body.append([c.cell(r, ctx) for c in cols])
+    return markdown_table([c.header for c in cols], body, [c.numeric for c in cols])
+
+
+def _pivot(pairs, opts) -> str:
+    by = opts.get("by")
+    if by not in AXIS_KEYS:
+        raise TableError(f"table=pivot needs by=<axis>, one of {', '.join(AXIS_KEYS)}")
+    value = column(opts.get("value", "samples_per_s"))
+    backends, values, cells = [], [], {}
+    for r, p in pairs:
+        if r["backend"] not in backends:
+            backends.append(r["backend"])
+        if r.get(by) not in values:
+            values.append(r.get(by))
+        key = (r["backend"], r.get(by))
+        if key in cells:
+            raise TableError(f"table=pivot by={by}: several rows for backend {r['backend']} at {by}={r.get(by)}; "
+                             f"fix the other axes ({', '.join(k for k in AXIS_KEYS if k != by)}=...)")
+        cells[key] = "FAILED" if r.get("error") else value.cell(r, {"payload": p})
+    if isinstance(values[0], (int, float)):
+        values.sort()
+    headers = ["backend"] + [f"{AXIS_LABEL[by]} {v}" for v in values]
+    body = [[f"`{b}`"] + [cells.get((b, v), "-") for v in values] for b in backends]
+    return markdown_table(headers, body, [False] + [True] * len(values))
+
+
+def source_note(payloads: list[dict], base_dir: str) -> str:
+    """One line naming the file(s), the machine(s) and the settings behind a table."""
+    def rel(p):
+        return os.path.relpath(p["_path"], base_dir).replace(os.sep, "/")
+
+    files = ", ".join(f"`{rel(p)}`" for p in payloads)
+    machines = _unique([machine_caption(p.get("machine")) for p in payloads])
+    if len(machines) == 1:
+        machine = f"Machine: {machines[0]}."
+    else:
+        machine = "Machines: " + "; ".join(f"`{rel(p)}`: {machine_caption(p.get('machine'))}" for p in payloads) + "."
+    parts = [settings_parts(p) for p in payloads]
+    common = [x for x in parts[0] if all(x in q for q in parts)]
+    rest = [(p, [x for x in q if x not in common]) for p, q in zip(payloads, parts)]
+    settings = ", ".join(common)
+    if any(r for _, r in rest):
+        settings += ("; " if settings else "") + "; ".join(f"`{rel(p)}`: {', '.join(r)}" for p, r in rest if r)
+    return f"<sub>From {files}. {machine} Settings: {settings}.</sub>"
+
+
+def _unique(values):
+    out = []
+    for v in values:
+        if v not in out:
+            out.append(v)
+    return out
+
+
+# -- README markers -------------------------------------------------------------------------------------------------
+def parse_spec(spec: str, where: str) -> tuple[list[str], dict]:
+    words = spec.split()
+    if not words or "=" in words[0]:
+        raise TableError(f"{where}: the marker must start with the result file name(s): "
+                         "<!-- robo-loaders:table NAME[,NAME...] [key=value ...] -->")
+    opts = {}
+    for w in words[1:]:
+        k, sep, v = w.partition("=")
+        if not sep or k not in OPTIONS:
+            raise TableError(f"{where}: unknown marker option {w!r}; options: {', '.join(sorted(OPTIONS))}")
+        opts[k] = v
+    return [n for n in words[0].split(",") if n], opts
+
+
+def resolve(name: str, results_dir: str, base_dir: str) -> str:
+    if "/" in name or name.endswith(".json"):
+        return os.path.normpath(os.path.join(base_dir, name))
+    return os.path.join(results_dir, f"{name}.json")
+
+
+def render_block(spec: str, results_dir: str, base_dir: str, where: str) -> str:
+    names, opts = parse_spec(spec, where)
+    payloads = []
+    for n in names:
+        path = resolve(n, results_dir, base_dir)
+        if not os.path.exists(path):
+            raise TableError(f"{where}: the marker names result {n!r}, but {path} does not exist "
+                             f"(results directory: {results_dir})")
+        try:
+            payloads.append(load_result(path))
+        except TableError as exc:
+            raise TableError(f"{where}: {exc}") from None
+    if any(p["_kind"] == "loss_curves" for p in payloads):
+        raise TableError(f"{where}: loss-curve files have no README table (plot them with robo-loaders report)")
+    try:
+        table = results_table(payloads, opts)
+    except TableError as exc:
+        raise TableError(f"{where}: {exc}") from None
+    if opts.get("source", "yes") not in ("yes", "no"):
+        raise TableError(f"{where}: source= takes yes or no")
+    note = "" if opts.get("source") == "no" else "\n\n" + source_note(payloads, base_dir)
+    return f"\n{table}{note}\n\n"
+
+
+def regenerate(text: str, results_dir: str, base_dir: str, filename: str = "README.md") -> tuple[str, list[str]]:
+    """``text`` with every marked table regenerated, and the specs of the tables whose content changed."""
+    lines = text.splitlines(keepends=True)
+    out, changed, i, fence = [], [], 0, None
+    while i < len(lines):
+        line = lines[i]
+        f = FENCE.match(line)
+        if f:
+            fence = None if fence == f.group(1) else (fence or f.group(1))
+        m = OPEN.match(line) if fence is None else None
+        if fence is None and not m and CLOSE.match(line):
+            raise TableError(f"{filename}:{i + 1}: closing <!-- /robo-loaders:table --> without an opening marker")
+        if fence is None and not m and not CLOSE.match(line) and ANY_MARKER.search(line):
+            raise TableError(f"{filename}:{i + 1}: malformed robo-loaders:table marker (it must be alone on its "
+                             f"line: <!-- robo-loaders:table NAME [key=value ...] -->): {line.strip()}")
+        out.append(line)
+        i += 1
+        if not m:
+            continue
+        where = f"{filename}:{i}"
+        j = i
+        while j < len(lines) and not CLOSE.match(lines[j]):
+            if OPEN.match(lines[j]):
+                raise TableError(f"{where}: marker not closed before the next one at line {j + 1} "
+                                 "(add <!-- /robo-loaders:table -->)")
+            j += 1
+        if j == len(lines):
+            raise TableError(f"{where}: marker not closed (add <!-- /robo-loaders:table --> after it)")
+        block = render_block(m.group("spec"), results_dir, base_dir, where)
+        if "".join(lines[i:j]) != block:
+            changed.append(m.group("spec"))
+        out += [block, lines[j]]
+        i = j + 1
+    return "".join(out), changed
+
+
+def update_readme(readme: str, results_dir: str | None = None, check: bool = False) -> list[str]:
+    """Regenerate the marked tables of ``readme`` in place (unless ``check``); returns the specs of the tables that
+    changed (were out of date). ``results_dir`` defaults to ``benchmarks/results`` beside the README."""
+    base_dir = os.path.dirname(os.path.abspath(readme))
+    results_dir = os.path.abspath(results_dir) if results_dir else os.path.join(base_dir, "benchmarks", "results")
+    with open(readme) as f:
+        text = f.read()
+    new, changed = regenerate(text, results_dir, base_dir, os.path.basename(readme))
+    if changed and not check:
+        tmp = f"{readme}.tmp-{os.getpid()}"
+        with open(tmp, "w") as f:
+            f.write(new)
+        os.replace(tmp, readme)
+    return changed
