@@ -26,12 +26,12 @@ window content, images included, is checked byte for byte in test_robomimic_data
 """
 import contextlib
 import io
-import math
 
 import numpy as np
 import pytest
 import torch
 
+from loss_stats import t_quantile, t_violations
 from robomimic_helpers import LOW_DIM, make_config, obs_keys
 
 from robo_loaders_plugin.robomimic import dataset_factory
@@ -42,22 +42,6 @@ M_DATAPIPE = 3
 EPOCHS = 8
 FAMILY_ERROR = 0.01
 BATCH = 16
-
-
-def t_quantile(p: float, dof: int) -> float:
-    """Student-t quantile by bisection on the numerically integrated density (no scipy in the environment)."""
-    log_norm = math.lgamma((dof + 1) / 2) - math.lgamma(dof / 2) - 0.5 * math.log(dof * math.pi)
-
-    def cdf(x):
-        t = np.linspace(0.0, x, 20001)
-        pdf = np.exp(log_norm - (dof + 1) / 2 * np.log1p(t * t / dof))
-        return 0.5 + float(np.sum((pdf[1:] + pdf[:-1]) * np.diff(t)) / 2)
-
-    lo, hi = 0.0, 100.0
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if cdf(mid) < p else (lo, mid)
-    return (lo + hi) / 2
 
 
 def train_losses(path, order_seed, backend=None, backend_kwargs=None, wrong_actions=False, replacement_sampler=False):
@@ -116,13 +100,7 @@ def train_losses(path, order_seed, backend=None, backend_kwargs=None, wrong_acti
 
 
 def violations(native: np.ndarray, runs: np.ndarray):
-    """(epoch, loss, t statistic, critical value) wherever the runs' mean lies outside native's interval."""
-    K, M = len(native), len(runs)
-    crit = t_quantile(1 - FAMILY_ERROR / (2 * EPOCHS * len(LOSSES)), K - 1)
-    m, s = native.mean(0), native.std(0, ddof=1)
-    t = (runs.mean(0) - m) / (s * math.sqrt(1 / M + 1 / K))
-    return [(e + 1, LOSSES[j], round(float(t[e, j]), 2), round(crit, 2))
-            for e, j in zip(*np.nonzero(np.abs(t) > crit))], t, crit
+    return t_violations(native, runs, LOSSES, FAMILY_ERROR)
 
 
 @pytest.fixture(scope="module")

@@ -159,3 +159,131 @@ def test_lerobot_train_local_with_no_options_and_from_s3(lerobot_datasets, tmp_p
     assert rc == 0, log[-3000:]
     assert f"tables of {s3.url} copied to" in log and f"streamed from {s3.url}" in log, log[-3000:]
     assert saved_dataset_config(out, 3)["backend"] == "video_stream"
+
+
+# -- local_cache_dir: whole copies of remote videos, checked against the remote file and their own SHA-256 --------
+CACHE_LENGTHS = (30, 41, 26)
+
+
+@pytest.fixture(scope="module")
+def twin_datasets(tmp_path_factory):
+    """Two small AV1 datasets with the same episodes and file layout but other pixels (seeds): replacing one's
+    video with the other's is a remote file that changed."""
+    from robo_loaders_plugin.sample_data.lerobot_v3 import write_lerobot_dataset
+
+    base = tmp_path_factory.mktemp("twins")
+    return [write_lerobot_dataset(base / name, episode_lengths=CACHE_LENGTHS, cameras=1, image_size=(24, 32),
+                                  mode="av1", seed=seed, progress=False) for name, seed in (("a", 11), ("b", 12))]
+
+
+def cached_copies(cache_dir) -> dict:
+    paths = glob.glob(os.path.join(str(cache_dir), "**", "*.mp4"), recursive=True)
+    return {p: (os.stat(p).st_ino, os.stat(p).st_mtime_ns) for p in paths}
+
+
+def test_local_cache_dir_from_s3_items_equal_and_a_second_run_reads_no_video_bytes(lerobot_datasets, tmp_path):
+    root = lerobot_datasets["h264_3cam_multifile"]
+    nat = native(root, "diffusion")
+    cache = tmp_path / "cache"
+    with S3Server(root) as s3:
+        first = video_stream_dataset(nat, source=s3.url, storage_options=s3.storage_options, local_cache_dir=str(cache))
+        assert "videos copied whole into" in first.build_summary
+        batches = one_pass(first, nat)
+        assert sum(len(b["index"]) for b in batches) == len(nat)
+        for b in batches[:2] + batches[-1:]:
+            same_item(b, torch.utils.data.default_collate([nat[int(i)] for i in b["index"]]), "cached s3 batch")
+        n_files = len(first.source.video_files())
+        assert first.source.file_cache.downloads == n_files and len(cached_copies(cache)) == n_files
+        assert first.source.remote_bytes_read == video_bytes(root)  # each file whole, once
+        copies = cached_copies(cache)
+        second = video_stream_dataset(nat, source=s3.url, storage_options=s3.storage_options,
+                                      local_cache_dir=str(cache))
+        batches = one_pass(second, nat)
+        for i in random_indices(len(nat), 30, seed=4):
+            same_item(second[i], nat[i], f"second run [{i}]")
+    assert sum(len(b["index"]) for b in batches) == len(nat)
+    assert second.source.remote_bytes_read == 0 and second.source.file_cache.downloads == 0
+    assert cached_copies(cache) == copies  # the same files, not rewritten
+
+
+def test_local_cache_dir_over_http_second_run_served_zero_video_bytes(lerobot_datasets, tmp_path):
+    """Counted by the server: the first run fetches each video once, whole; the second only asks for headers."""
+    root = lerobot_datasets["av1_1cam"]
+    nat = native(root)
+    with HttpServer(root) as server:
+        one_pass(video_stream_dataset(nat, source=server.url, local_cache_dir=str(tmp_path)), nat)
+        first = sum(v for k, v in server.served.items() if k.endswith(".mp4"))
+        again = video_stream_dataset(nat, source=server.url, local_cache_dir=str(tmp_path))
+        for i in random_indices(len(nat), 20, seed=5):
+            same_item(again[i], nat[i], f"http cached [{i}]")
+        one_pass(again, nat)
+        second = sum(v for k, v in server.served.items() if k.endswith(".mp4")) - first
+    # (the server's count includes its response headers)
+    assert video_bytes(root) <= first <= video_bytes(root) + 2048 and second == 0, (first, second)
+
+
+def test_local_cache_dir_refreshes_a_replaced_remote_file_and_damaged_copies(twin_datasets, tmp_path, capsys):
+    import s3fs
+
+    a, b = twin_datasets
+    nat_a, nat_b = native(a), native(b)
+    cache = str(tmp_path / "cache")
+    cam = "observation.images.cam0"
+    rows = [0, 35, len(nat_a) - 1]  # one per episode: every episode reads the (single) video file
+
+    def open_cached():
+        ds = video_stream_dataset(nat_a, source=s3.url, storage_options=s3.storage_options, local_cache_dir=cache)
+        return ds, {i: ds[i][cam] for i in rows}
+
+    with S3Server(a) as s3:
+        ds, frames = open_cached()
+        for i in rows:
+            assert torch.equal(frames[i], nat_a[i][cam])
+            assert not torch.equal(nat_a[i][cam], nat_b[i][cam])  # negative control: the twins differ
+        (copy,) = cached_copies(cache)
+        rel = os.path.relpath(ds.source.video_files()[0], ds.source.video_root)
+        assert "downloading it again" not in capsys.readouterr().out  # the first copy is no news
+
+        fs = s3fs.S3FileSystem(**s3.storage_options)  # the remote file is replaced by other content
+        fs.put_file(os.path.join(b, rel), f"{s3.bucket}/{s3.prefix}/{rel}")
+        ds, frames = open_cached()
+        assert "the remote file changed since it was copied" in capsys.readouterr().out
+        assert ds.source.file_cache.downloads == 1
+        for i in rows:
+            assert torch.equal(frames[i], nat_b[i][cam]), f"row {i}: the stale copy was served"
+
+        size = os.path.getsize(copy)  # truncated copy
+        with open(copy, "r+b") as f:
+            f.truncate(size // 2)
+        ds, frames = open_cached()
+        assert "the local copy is truncated" in capsys.readouterr().out and ds.source.file_cache.downloads == 1
+        assert os.path.getsize(copy) == size and all(torch.equal(frames[i], nat_b[i][cam]) for i in rows)
+
+        with open(copy, "r+b") as f:  # one flipped bit, same size
+            f.seek(size // 2)
+            byte = f.read(1)[0]
+            f.seek(size // 2)
+            f.write(bytes([byte ^ 0x10]))
+        ds, frames = open_cached()
+        assert "SHA-256 differs" in capsys.readouterr().out and ds.source.file_cache.downloads == 1
+        assert all(torch.equal(frames[i], nat_b[i][cam]) for i in rows)
+
+        ds, frames = open_cached()  # intact and unchanged: served without a download or a word
+        assert ds.source.file_cache.downloads == 0 and "downloading it again" not in capsys.readouterr().out
+
+
+def test_bench_lerobot_streaming_baseline_entry(lerobot_datasets, tmp_path):
+    """``robo-loaders bench lerobot --backends streaming,...`` times LeRobot's StreamingLeRobotDataset (its own child
+    process, offline on the local root) and reports every backend's ratio to it."""
+    from robo_loaders_plugin.bench.lerobot_bench import bench_lerobot
+
+    out = tmp_path / "bench.json"
+    payload = bench_lerobot(str(lerobot_datasets["av1_1cam"]), REPO, ["streaming", "video_stream"], batch_size=8,
+                            num_workers=0, batches=2, preset="diffusion",
+                            kwargs={"streaming": {"buffer_size": 32}}, json_out=str(out), echo=lambda *_: None)
+    by = {r["backend"]: r for r in payload["results"]}
+    assert not any(r.get("error") for r in by.values()), [r.get("error") for r in by.values()]
+    assert by["streaming"]["samples_per_s"] > 0 and "StreamingLeRobotDataset(" in by["streaming"]["summary"]
+    assert by["streaming"]["frames_per_sample"] == 2  # diffusion: 2 observation frames of the one camera
+    assert by["video_stream"]["ratios"]["samples_per_s_vs_streaming"] > 0
+    assert json.loads(out.read_text())["results"][0]["backend"] == "streaming"

@@ -1,4 +1,5 @@
-"""``robo-loaders bench lerobot``: each backend in its own process, ratios to ``native`` (LeRobotDataset)."""
+"""``robo-loaders bench lerobot``: each backend in its own process, ratios to ``native`` (LeRobotDataset) and,
+when selected, to ``streaming`` (LeRobot's StreamingLeRobotDataset, as ``--dataset.streaming=true`` builds it)."""
 from __future__ import annotations
 
 import os
@@ -14,8 +15,16 @@ from robo_loaders_plugin.bench.runner import backend_of, options_for, run_child
 from robo_loaders_plugin.core.units import format_bytes
 
 
+STREAMING = "streaming"  # not a backend: LeRobot's own StreamingLeRobotDataset, timed by its own child
+
+
+def _ms(value) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
 def lerobot_table(results) -> str:
     rows = []
+    streaming = any(r["backend"] == STREAMING for r in results)
     for r in results:
         if r.get("error"):
             rows.append([r["backend"], "FAILED: " + r["error"].strip().splitlines()[-1][:90]])
@@ -26,12 +35,14 @@ def lerobot_table(results) -> str:
                      format_bytes(r["data_mem_bytes"]),
                      f"{format_bytes(r['cache_bytes'])} ({r['cache_bytes'] / r['raw_decoded_frames_bytes']:.0%})",
                      "/".join(f"{r['batch_latency_ms'][p]:.0f}" for p in ("p50", "p95", "p99")),
-                     f"{r['fetch_ms_per_sample']:.2f} / {r['decode_ms_per_sample']:.2f}",
+                     f"{_ms(r['fetch_ms_per_sample'])} / {_ms(r['decode_ms_per_sample'])}",
                      f"{r['episode_mix']:.2f}",
-                     f"{rr.get('samples_per_s_vs_native', float('nan')):.2f}x"])
+                     f"{rr.get('samples_per_s_vs_native', float('nan')):.2f}x"] +
+                    ([f"{rr.get('samples_per_s_vs_streaming', float('nan')):.2f}x"] if streaming else []))
     return tabulate(rows, headers=["backend", "samples/s", "frames/s", "first batch s", "build s", "peak mem",
                                    "data mem", "frames stored (vs raw)", "batch ms p50/p95/p99",
-                                   "ms/sample fetch / decode", "episode mix", "vs native"])
+                                   "ms/sample fetch / decode", "episode mix", "vs native"] +
+                    (["vs streaming"] if streaming else []))
 
 
 def raw_frame_bytes(root: str) -> int:
@@ -59,14 +70,15 @@ def bench_lerobot(root: str, repo_id: str, backends: list[str], batch_size: int,
             dp["shards"] = conversion[-1]["out"]
         for name in backends:
             echo(f"[bench] {name} ...")
-            r = run_child("robo_loaders_plugin.bench.lerobot_run",
+            child = "lerobot_streaming_run" if backend_of(name) == STREAMING else "lerobot_run"
+            r = run_child(f"robo_loaders_plugin.bench.{child}",
                           dict(common, backend=backend_of(name), kwargs=options_for(name, kwargs)), name, log_dir,
                           timeout)
             if r.get("error"):
                 echo(f"[bench] {name} FAILED\n{r['error']}")
             results.append(r)
-    add_ratios(results, ["native"] if "native" in backends else [],
-               fields=("samples_per_s", "peak_mem_bytes", "data_mem_bytes"))
+    add_ratios(results, [b for b in ("native", STREAMING) if b in backends],
+               fields=("samples_per_s", "peak_mem_bytes", "data_mem_bytes", "first_batch_s"))
     payload = {"framework": "lerobot", "settings": common, "machine": machine(), "results": results,
                "conversion": conversion,
                "memory_note": "peak_mem_bytes: peak PSS of the process tree plus its RAM-only cache files; "

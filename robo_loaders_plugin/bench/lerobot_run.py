@@ -104,6 +104,8 @@ def stored_bytes(ds) -> int:
         return ds.frames.store.file_nbytes
     if isinstance(ds.frames, TensorFrames):
         return TensorFrames.nbytes(ds.frames.lengths, ds.frames.infos)
+    if getattr(ds, "reader", None) is None:  # video_stream: decodes the dataset's own videos, stores nothing
+        return 0
     return sum(s["bytes"] for s in ds.reader.shards.values())
 
 

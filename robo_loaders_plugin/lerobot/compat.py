@@ -60,7 +60,7 @@ def check_version() -> None:
     found = installed_version()
     if not (found or "").startswith(SUPPORTED_PREFIX):
         raise CompatError(f"robo-loaders backends for LeRobot support lerobot {SUPPORTED_PREFIX}x, found "
-                          f"{found or 'none'}; use --dataset.backend=native (see the README on LeRobot 0.4.4). "
+                          f"{found or 'none'}; use --dataset.backend=native (see docs/lerobot.md, 'LeRobot 0.4.4'). "
                           "'robo-loaders doctor' lists what differs")
 
 

@@ -207,13 +207,17 @@ def video_stream_dataset(native, **options):
     settings = reader_settings(native)
     url = rest["source"]
     if is_remote(url):  # tables from the local copy LeRobot built its dataset from, videos from where they are
-        source = LeRobotV3(native.root, rest["storage_options"], videos_from=url)
+        source = LeRobotV3(native.root, rest["storage_options"], videos_from=url,
+                           local_cache_dir=rest["local_cache_dir"])
         remote = LeRobotV3(url, rest["storage_options"])
         if remote.info != source.info or sorted(remote.episodes) != sorted(source.episodes):
             raise SourceError(f"{url} is not the dataset at {native.root} (meta/info.json or the episode table "
                               "differ); point --dataset.root at a copy of its tables, or leave it unset")
     else:
         source = LeRobotV3(url or native.root)
+        if rest["local_cache_dir"]:
+            print(f"[robo-loaders] video_stream: local_cache_dir ignored: the videos of {url or native.root} are "
+                  "local already", flush=True)
     device = _decode_device(rest["decode_device"], source)
     episodes = LeRobotEpisodes(source, settings.tolerance_s, native.episodes, decode_device=device)
     check_rows_match(native, episodes.columns, episodes.arrays["index"], {k: a[0] for k, a in episodes.arrays.items()})
@@ -235,10 +239,11 @@ def video_stream_dataset(native, **options):
                            decode_on_load=False)
     ds = LeRobotStreamSamples(native, frames, episodes.runs, episodes.columns, source.video_keys, source.image_keys,
                               backend_name="video_stream")
-    ds.pass_options, ds.decode_threads = opts, int(rest["decode_threads"])
+    ds.pass_options, ds.decode_threads, ds.source = opts, int(rest["decode_threads"]), source
+    cached = f", videos copied whole into {source.file_cache.directory}" if source.file_cache else ""
     ds.build_summary = (f"{len(episodes.runs)} episodes, {len(ds)} frames streamed from {url or source.url} ({device} "
                         f"decode, {rest['buffer']} buffer of {opts.episode_capacity} episodes, shuffle buffer "
-                        f"{opts.shuffle_buffer})")
+                        f"{opts.shuffle_buffer}{cached})")
     return ds
 
 

@@ -48,9 +48,12 @@ class LeRobotV3:
     """The dataset at ``root`` (a local path, or any fsspec URL: ``s3://``, ``http(s)://``, ``hf://``): metadata and
     tables, read once; episodes decoded on request. ``storage_options`` go to fsspec (credentials, endpoints)."""
 
-    def __init__(self, root, storage_options: dict | None = None, videos_from: str | None = None):
+    def __init__(self, root, storage_options: dict | None = None, videos_from: str | None = None,
+                 local_cache_dir: str | None = None):
         """``videos_from``: read the video files from this URL instead of ``root`` (a local mirror of a remote
-        dataset's tables, ``mirror_tables``, streaming the videos from where they are)."""
+        dataset's tables, ``mirror_tables``, streaming the videos from where they are). ``local_cache_dir``: copy
+        each remote video whole into this directory on first use and decode the copy (``sources.file_cache``);
+        ignored for local videos."""
         import fsspec
         from fsspec.implementations.local import LocalFileSystem
 
@@ -65,6 +68,13 @@ class LeRobotV3:
         self._blocks = None
         if videos_from:
             self.video_fs, self.video_root = fsspec.core.url_to_fs(videos_from, **(storage_options or {}))
+        self.file_cache = None
+        if local_cache_dir and not isinstance(self.video_fs, LocalFileSystem):
+            from robo_loaders_plugin.sources.file_cache import FileCache
+
+            client = (storage_options or {}).get("client_kwargs") or {}
+            endpoint = (storage_options or {}).get("endpoint_url") or client.get("endpoint_url")
+            self.file_cache = FileCache(self.video_fs, local_cache_dir, endpoint)
         if not self.exists("meta/info.json"):
             raise SourceError(f"{self.url}: meta/info.json not found; not a LeRobot v3 dataset root")
         try:
@@ -99,12 +109,15 @@ class LeRobotV3:
         return sorted(self.fs.glob(self.full(pattern)))
 
     def open_video(self, path: str):
-        """A local path as it is (torchcodec opens it, as LeRobot does); a remote one as a file reading through a
-        block cache shared by every decoder of this source (``sources.remote_blocks``)."""
+        """A local path as it is (torchcodec opens it, as LeRobot does); a remote one as its verified local copy
+        with ``local_cache_dir``, else as a file reading through a block cache shared by every decoder of this
+        source (``sources.remote_blocks``)."""
         from fsspec.implementations.local import LocalFileSystem
 
         if isinstance(self.video_fs, LocalFileSystem):
             return path
+        if self.file_cache is not None:
+            return self.file_cache.get(path)
         if self._blocks is None:
             from robo_loaders_plugin.sources.remote_blocks import BlockCache
 
@@ -114,10 +127,14 @@ class LeRobotV3:
     @property
     def remote_bytes_read(self) -> int:
         """Bytes of video fetched from the remote store so far (0 for a local dataset)."""
-        return self._blocks.fetched if self._blocks is not None else 0
+        return (self._blocks.fetched if self._blocks is not None else 0) + \
+            (self.file_cache.downloaded if self.file_cache is not None else 0)
 
     def video_exists(self, path: str) -> bool:
-        """Locally a stat; remotely a HEAD request (fsspec's HTTP ``exists`` would GET the whole file)."""
+        """Locally a stat; remotely a HEAD request (fsspec's HTTP ``exists`` would GET the whole file), none for
+        a copy ``local_cache_dir`` already checked against the remote file in this process."""
+        if self.file_cache is not None and self.file_cache.checked(path):
+            return True
         try:
             self.video_fs.info(path)
             return True

@@ -4,7 +4,7 @@ Why per frame: a training window touches a handful of frames of one episode, so 
 can be decompressed alone. Why Blosc2: it decompresses straight into a caller-provided buffer (no intermediate
 ``bytes`` object and no extra copy, the cost that erased the gains of the loader this project answers), wraps
 LZ4 and Zstandard behind one API, is thread-safe and releases the GIL. The measured comparison that picked the
-default is in the README ("Choosing the codec"); ``benchmarks/codecs.py`` reproduces it.
+default is in docs/codecs.md; ``benchmarks/codecs.py`` reproduces it.
 """
 from __future__ import annotations
 
