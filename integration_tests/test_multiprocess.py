@@ -1,0 +1,117 @@
+"""Every backend under 2 processes (torchrun, gloo on CPU): each rank gets a disjoint share of every pass (together
+the whole pass, up to the wrap padding that keeps batch counts equal), the same number of batches per rank, seeds
+that agree across ranks, and for the backends that keep the sampler's order exactly native's share per rank.
+
+integration_tests/ranks_script.py runs inside torchrun: LeRobot through a real accelerate.Accelerator and the
+plugin's cycle() as lerobot-train uses them; robomimic through the patched dataset_factory (rank from torchrun's
+environment) and the pass robomimic's run_epoch iterates. Then the real lerobot-train under torchrun."""
+import json
+import os
+import socket
+import subprocess
+import sys
+from collections import Counter
+
+import pytest
+
+from lerobot_helpers import REPO
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BIN = os.path.dirname(sys.executable)
+BATCH, WORLD = 8, 2  # ranks_script.py's batch size; processes
+LEROBOT_BACKENDS = ("native", "compressed_cache", "datapipe", "gpu_resampler", "video_stream")
+SAMPLER_ORDER = ("native", "compressed_cache", "gpu_resampler")  # indexed backends: the sampler's order
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def env():
+    e = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1",
+             PATH=BIN + os.pathsep + os.environ.get("PATH", ""))
+    e.pop("ROBO_LOADERS_DISABLE", None)
+    return e
+
+
+def torchrun(*args, timeout=900):
+    cmd = [os.path.join(BIN, "torchrun"), "--nproc_per_node", str(WORLD), "--master_addr", "127.0.0.1",
+           "--master_port", str(free_port()), *args]
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env(), timeout=timeout, cwd=HERE)
+    assert p.returncode == 0, (p.stdout + p.stderr)[-6000:]
+    return p.stdout + p.stderr
+
+
+def load(out, framework, ranks):
+    return [json.load(open(os.path.join(out, f"{framework}-rank{r}.json"))) for r in range(ranks)]
+
+
+@pytest.fixture(scope="module")
+def lerobot_ranks(lerobot_datasets, tmp_path_factory):
+    root = lerobot_datasets["av1_1cam"]
+    out = str(tmp_path_factory.mktemp("ranks"))
+    torchrun(os.path.join(HERE, "ranks_script.py"), "lerobot", str(root), out, *LEROBOT_BACKENDS)
+    from lerobot.datasets import LeRobotDataset
+
+    return load(out, "lerobot", WORLD), LeRobotDataset(REPO, root=root).num_frames
+
+
+@pytest.mark.parametrize("backend", LEROBOT_BACKENDS)
+def test_lerobot_ranks_split_every_pass(lerobot_ranks, backend):
+    ranks, frames = lerobot_ranks
+    for p in range(2):
+        shares = [r[backend][p] for r in ranks]
+        assert len(shares[0]) == len(shares[1]), f"pass {p}: batch counts per rank differ"  # nobody waits at the end
+        served = Counter(i for share in shares for batch in share for i in batch)
+        assert set(served) == set(range(frames)), f"pass {p}: the ranks together miss frames"
+        assert sum(served.values()) - frames < BATCH * WORLD, "more repeats than the padding of the last batches"
+    assert ranks[0][backend][0] != ranks[0][backend][1], "two passes in the same order: the epoch seeds are unused"
+    if backend in SAMPLER_ORDER:  # the sampler's order: exactly the native share of each rank
+        for r in ranks:
+            assert r[backend] == r["native"]
+
+
+@pytest.fixture(scope="module")
+def robomimic_ranks(tiny_hdf5, tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("rm_ranks"))
+    backends = ("compressed_cache", "datapipe", "gpu_resampler")
+    torchrun(os.path.join(HERE, "ranks_script.py"), "robomimic", tiny_hdf5, out, *backends)
+    one = str(tmp_path_factory.mktemp("rm_one"))
+    p = subprocess.run([sys.executable, os.path.join(HERE, "ranks_script.py"), "robomimic", tiny_hdf5, one, *backends],
+                       capture_output=True, text=True, env=env(), timeout=600, cwd=HERE)
+    assert p.returncode == 0, p.stderr[-4000:]
+    return load(out, "robomimic", WORLD), load(one, "robomimic", 1)[0], backends
+
+
+def test_robomimic_custom_loop_ranks_split_every_pass(robomimic_ranks):
+    """robomimic has no multi-process training of its own: dataset_factory reads the rank from torchrun's
+    environment, and the two ranks' windows are the single-process pass's, split."""
+    ranks, single, backends = robomimic_ranks
+    for backend in backends:
+        every = Counter(w for p in single[backend] for batch in p for w in batch)
+        for p in range(2):
+            shares = [r[backend][p] for r in ranks]
+            assert len(shares[0]) == len(shares[1]) > 0, (backend, p)
+            served = Counter(w for share in shares for batch in share for w in batch)
+            assert set(served) <= set(every), f"{backend}: windows no single-process pass serves"
+            repeats = sum(served.values()) - len(served)
+            assert repeats < BATCH * WORLD, (backend, repeats)
+            # drop_last may leave out less than a batch per rank; nothing else is missing
+            assert len(set(every)) - len(served) < BATCH * WORLD, (backend, len(set(every)), len(served))
+
+
+@pytest.mark.parametrize("backend", ["datapipe", "compressed_cache"])
+def test_lerobot_train_with_two_processes(lerobot_datasets, tmp_path, backend):
+    """The real lerobot-train under torchrun: both ranks train on the backend and finish."""
+    root = lerobot_datasets["av1_1cam"]
+    log = torchrun(os.path.join(BIN, "lerobot-train"), f"--dataset.repo_id={REPO}", f"--dataset.root={root}",
+                   "--policy.type=act", "--policy.pretrained_backbone_weights=null", "--policy.device=cpu",
+                   "--policy.push_to_hub=false", "--policy.dim_model=32", "--policy.n_heads=2",
+                   "--policy.dim_feedforward=64", "--policy.chunk_size=10", "--policy.n_action_steps=10",
+                   "--steps=3", "--batch_size=4", "--num_workers=1", "--save_freq=3", "--log_freq=1",
+                   "--wandb.enable=false", f"--output_dir={tmp_path / 'out'}", f"--dataset.backend={backend}")
+    assert f"lerobot data backend: {backend}" in log or f"{backend}:" in log, log[-3000:]
+    if backend == "datapipe":  # it splits each pass itself (compressed_cache: accelerate's sharded sampler does)
+        assert "rank 0 of 2" in log and "rank 1 of 2" in log, log[-3000:]
