@@ -4,6 +4,7 @@ test_robomimic_datapipe_loss_parity.py for the reasoning and docs/parity-tests.m
 import math
 
 import numpy as np
+import torch
 
 
 def t_quantile(p: float, dof: int) -> float:
@@ -33,3 +34,18 @@ def t_violations(native: np.ndarray, runs: np.ndarray, losses, family_error: flo
     t = (runs.mean(0) - m) / (s * math.sqrt(1 / M + 1 / K))
     return [(e + 1, losses[j], round(float(t[e, j]), 2), round(crit, 2))
             for e, j in zip(*np.nonzero(np.abs(t) > crit))], t, crit
+
+
+def pair_actions_wrongly(dataset) -> None:
+    """The negative control of the statistical tests: a backend dataset whose batches have their actions shuffled
+    between rows (seeded by the batch's first index), every window's content right but its pairing with the actions
+    wrong. Wraps the dataset's ``collate``, which builds every batch of the in-process backends."""
+    collate = dataset.collate
+
+    def shuffled_actions(indices):
+        batch = collate(indices)
+        g = torch.Generator().manual_seed(int(indices[0]))
+        batch["actions"] = batch["actions"][torch.randperm(len(indices), generator=g)]
+        return batch
+
+    dataset.collate = shuffled_actions

@@ -31,7 +31,7 @@ import numpy as np
 import pytest
 import torch
 
-from loss_stats import t_quantile, t_violations
+from loss_stats import pair_actions_wrongly, t_quantile, t_violations
 from robomimic_helpers import LOW_DIM, make_config, obs_keys
 
 from robo_loaders_plugin.robomimic import dataset_factory
@@ -68,15 +68,7 @@ def train_losses(path, order_seed, backend=None, backend_kwargs=None, wrong_acti
     with contextlib.redirect_stdout(io.StringIO()):
         dataset = dataset_factory(cfg, keys)
     if wrong_actions:
-        collate = dataset.collate
-
-        def shuffled_actions(indices):
-            batch = collate(indices)
-            g = torch.Generator().manual_seed(int(indices[0]))
-            batch["actions"] = batch["actions"][torch.randperm(len(indices), generator=g)]
-            return batch
-
-        dataset.collate = shuffled_actions
+        pair_actions_wrongly(dataset)
     torch.manual_seed(order_seed)  # native: RandomSampler draws its order from torch's global RNG
     # the DataLoader exactly as robomimic's train() builds it (the run_epoch patch swaps in datapipe's batches)
     if replacement_sampler:  # torch's uniform sampling with replacement, as many draws per epoch as samples

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import torch
 
-from loss_stats import t_violations
+from loss_stats import pair_actions_wrongly, t_violations
 from robomimic_helpers import LOW_DIM, RGB, make_config, obs_keys
 
 from robo_loaders_plugin.robomimic import dataset_factory
@@ -60,15 +60,7 @@ def train_losses(path, order_seed, backend=None, backend_kwargs=None, wrong_acti
                              ac_dim=meta["ac_dim"], device=torch.device("cpu"))
         dataset = dataset_factory(cfg, keys)
     if wrong_actions:
-        collate = dataset.collate
-
-        def shuffled_actions(indices):
-            batch = collate(indices)
-            g = torch.Generator().manual_seed(int(indices[0]))
-            batch["actions"] = batch["actions"][torch.randperm(len(indices), generator=g)]
-            return batch
-
-        dataset.collate = shuffled_actions
+        pair_actions_wrongly(dataset)
     torch.manual_seed(order_seed)  # native: RandomSampler draws its order from torch's global RNG
     loader = torch.utils.data.DataLoader(dataset, sampler=dataset.get_dataset_sampler(), batch_size=BATCH,
                                          shuffle=True, num_workers=0, drop_last=True)
