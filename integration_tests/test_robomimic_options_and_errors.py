@@ -11,6 +11,7 @@ from robomimic_helpers import assert_same_sample, make_config, obs_keys
 
 from robo_loaders_plugin.robomimic import dataset_factory
 from robo_loaders_plugin import BackendOptionError, RoboLoadersError, UnknownBackendError
+from robo_loaders_plugin.storage import ramfile
 
 
 def _cc(path, **kw):
@@ -123,7 +124,7 @@ def test_max_memory(tiny_hdf5):
     cfg = _cc(tiny_hdf5, backend_kwargs={"max_memory": "10KB"})
     with pytest.raises(RoboLoadersError, match="max_memory"):
         dataset_factory(cfg, obs_keys(cfg))
-    assert not glob.glob("/dev/shm/robo-loaders-%d-*.tmp-*" % os.getpid())
+    assert not glob.glob(os.path.join(ramfile.ram_root(), "*.tmp-*"))
     cfg = _cc(tiny_hdf5, backend_kwargs={"max_memory": "1GB"})
     assert len(dataset_factory(cfg, obs_keys(cfg))) > 0
 

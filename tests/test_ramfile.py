@@ -1,9 +1,11 @@
-"""RAM-only stores: ownership by flock (not by pid), cleanup on SIGTERM, killed builds, full disks."""
+"""RAM caches: one per host and content, shared by the processes that use it (ranks of a host), built once, gone
+with the last user; ownership by flock (not by pid), cleanup on SIGTERM, killed builds, full disks. The processes
+are real (tests/ram_users.py), each with its own locks, as the ranks of a torchrun job are."""
 import errno
 import fcntl
-import gc
 import os
 import pickle
+import selectors
 import signal
 import subprocess
 import sys
@@ -14,26 +16,74 @@ import uuid
 import numpy as np
 import pytest
 
-from robo_loaders_plugin.storage import ramfile, store
+from robo_loaders_plugin.storage import cache, ramfile
 from robo_loaders_plugin.storage.codec import FrameCodec
-from robo_loaders_plugin.storage.ramfile import RamFile, new_ram_path, sweep_stale
-from robo_loaders_plugin.storage.store import EpisodeStore, StoreError, StoreWriter, default_shm_dir
+from robo_loaders_plugin.storage.store import ENV_RAM_DIR, EpisodeStore, StoreError, StoreWriter, default_shm_dir
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+USER = os.path.join(REPO, "tests", "ram_users.py")
+sys.path.insert(0, os.path.join(REPO, "tests"))
+from ram_users import open_ram  # noqa: E402
 
 
-def dead_pid() -> int:
-    """A pid with no /proc entry: what a live process in another PID namespace (or behind hidepid) looks like."""
-    pid = 4_000_000
-    while os.path.exists(f"/proc/{pid}"):
-        pid += 1
-    return pid
+@pytest.fixture
+def ram(tmp_path, monkeypatch):
+    """A private RAM directory (``$ROBO_LOADERS_RAM_DIR``) for this test and its processes; a source file."""
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    monkeypatch.setenv(ENV_RAM_DIR, str(shm))
+    src = tmp_path / "source.bin"
+    src.write_bytes(os.urandom(5000))
+    return shm, src
 
 
-def after_sweep(d) -> list[str]:
-    """What is left in ``d`` after a sweep (checked on disk, not on what the sweep says it did)."""
-    sweep_stale(str(d))
-    return sorted(os.listdir(d))
+def root_of(shm) -> str:
+    return os.path.join(shm, f"robo-loaders-{os.getuid()}")
+
+
+def files(shm) -> list[str]:
+    """What the RAM directory holds besides its locks."""
+    root = root_of(shm)
+    return sorted(n for n in os.listdir(root) if n != cache.LOCKS) if os.path.isdir(root) else []
+
+
+def spawn(code: str, *args) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code), *map(str, args)], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def user(mode, src, log="") -> subprocess.Popen:
+    """One process of the host opening the RAM cache of ``src`` (tests/ram_users.py)."""
+    return subprocess.Popen([sys.executable, USER, mode, str(src), str(log)], cwd=REPO, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def line(proc: subprocess.Popen, timeout: float = 60, logs: bool = False) -> str | None:
+    """The next line ``proc`` prints (``logs``: including robo-loaders' own messages), or None if it prints nothing
+    within ``timeout`` seconds."""
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stdout, selectors.EVENT_READ)
+    while True:
+        if not sel.select(timeout):
+            return None
+        out = proc.stdout.readline().strip()
+        if not out:
+            proc.kill()
+            raise AssertionError(f"the process ended: {proc.communicate()[1][-3000:]}")
+        if logs or not out.startswith("[robo-loaders]"):
+            return out
+
+
+def tell(proc: subprocess.Popen, what: str) -> None:
+    proc.stdin.write(what + "\n")
+    proc.stdin.flush()
+
+
+def finish(*procs) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+        p.communicate()
 
 
 def small_store(path, n=3):
@@ -41,20 +91,6 @@ def small_store(path, n=3):
     w.add_episode("demo_0", {"img": np.arange(n * 300, dtype=np.uint8).reshape(n, 10, 10, 3),
                              "low": np.arange(n * 2, dtype=np.float64).reshape(n, 2)}, compressed={"img"})
     return w
-
-
-def spawn(code: str, *args) -> subprocess.Popen:
-    """A Python child running ``code``; it prints one line when ready (read it with ``ready``)."""
-    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code), *map(str, args)], cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def ready(proc: subprocess.Popen) -> str:
-    line = proc.stdout.readline().strip()
-    if not line:
-        proc.kill()
-        raise AssertionError(f"child failed: {proc.communicate()[1]}")
-    return line
 
 
 HOLD_LOCK = """
@@ -66,214 +102,238 @@ HOLD_LOCK = """
 """
 
 
-@pytest.mark.parametrize("mode", ["LOCK_SH", "LOCK_EX"])
-def test_sweep_keeps_files_another_live_process_holds_and_never_blocks(tmp_path, mode):
-    # the owner's pid is not in our /proc (another PID namespace sharing /dev/shm, or hidepid): still in use
-    stores = [tmp_path / f"robo-loaders-{dead_pid()}-fp-1234abcd.rlc",
-              tmp_path / f"robo-loaders-{dead_pid()}-fp-1234abcd.rlc.tmp-{dead_pid()}-77-0000beef"]
-    holders = []
-    for p in stores:
-        p.write_bytes(b"x" * 100)
-        holders.append(spawn(HOLD_LOCK, p, mode))
+# -- one copy per host ------------------------------------------------------------------------------------------
+def test_the_processes_of_a_host_build_once_share_one_file_and_the_last_removes_it(ram, tmp_path):
+    shm, src = ram
+    log = tmp_path / "builds.log"
+    procs = [user("plain", src, log) for _ in range(3)]  # started together, like the ranks of a torchrun job
     try:
-        for h in holders:
-            assert ready(h) == "locked"
-        t = time.monotonic()
-        assert after_sweep(tmp_path) == sorted(p.name for p in stores)
-        assert time.monotonic() - t < 2  # an exclusive holder (another sweep, say) does not make it wait
+        out = [line(p).split() for p in procs]
+        assert sorted(o[1] for o in out) == ["built", "reused", "reused"]
+        assert len(log.read_text().split()) == 1  # built once
+        assert len({o[0] for o in out}) == 1 and files(shm) == [os.path.basename(out[0][0])]
+        inodes = {os.stat(f"/proc/{p.pid}/fd/{fd}").st_ino for p in procs for fd in os.listdir(f"/proc/{p.pid}/fd")
+                  if os.path.realpath(f"/proc/{p.pid}/fd/{fd}") == out[0][0]}
+        assert len(inodes) == 1  # one file mapped by all: one copy in RAM
+        for p in procs[:2]:
+            tell(p, "release")
+            assert line(p) == "released"
+        assert files(shm) == [os.path.basename(out[0][0])]  # the third still uses it
+        tell(procs[2], "release")
+        assert line(procs[2]) == "released"
+        assert files(shm) == []  # the last user removed it
     finally:
-        for h in holders:
-            h.kill()
-            h.communicate()
-    assert after_sweep(tmp_path) == []  # holders gone: now stale
+        finish(*procs)
 
 
-def test_sweep_removes_files_nobody_holds_even_if_the_pid_in_their_name_lives(tmp_path):
-    me = os.getpid()  # alive, but holds no lock on them (or a recycled pid): leftovers
-    stale = [tmp_path / f"robo-loaders-{me}-fp-1234abcd.rlc", tmp_path / f"robo-loaders-{me}-fp-0.rlc.tmp-{me}-1-2"]
-    other = tmp_path / "someone-else.rlc"
-    for p in stale + [other]:
-        p.write_bytes(b"x")
-    assert after_sweep(tmp_path) == [other.name]
+def test_a_builder_killed_mid_build_is_replaced_by_a_waiting_process(ram, tmp_path):
+    shm, src = ram
+    log = tmp_path / "builds.log"
+    builder = user("mid-build", src, log)
+    waiter = None
+    try:
+        assert line(builder) == "building"
+        waiter = user("plain", src, log)
+        assert line(waiter, logs=True).startswith(f"[robo-loaders] waiting for pid {builder.pid} on ")  # says whom it waits for
+        assert line(waiter, timeout=2) is None  # waits for the build, does not build a second copy
+        assert any(".tmp-" in n for n in files(shm))
+        builder.send_signal(signal.SIGKILL)
+        builder.communicate()
+        path, how = line(waiter).split()
+        assert how == "built" and len(log.read_text().split()) == 2
+        assert files(shm) == [os.path.basename(path)]  # the killed build's temporary file is gone
+        tell(waiter, "release")
+        assert line(waiter) == "released" and files(shm) == []
+    finally:
+        finish(builder, *([waiter] if waiter else []))
 
 
-def test_builder_then_readers_then_owner_hold_the_file(tmp_path):
-    path = tmp_path / f"robo-loaders-{dead_pid()}-fp-1234abcd.rlc"
-    w = small_store(path)
-    tmp = [p for p in os.listdir(tmp_path) if ".tmp-" in p]
-    assert len(tmp) == 1
-    assert after_sweep(tmp_path) == tmp  # being built: locked from its creation
-    w.finish({})
-    assert after_sweep(tmp_path) == [path.name]  # published, not yet opened: still locked
-    st = EpisodeStore(str(path))
-    assert store._published == {}  # the writer's lock was handed over to the store, not leaked
-    worker = pickle.loads(pickle.dumps(st))  # what a spawned DataLoader worker does
-    owner = RamFile(str(path))
-    st.close()
-    assert after_sweep(tmp_path) == [path.name]
-    worker.close()
-    assert after_sweep(tmp_path) == [path.name]  # the owner still holds it
-    assert worker._mm is None
-    del owner
-    gc.collect()
-    assert not path.exists()
+def test_waiting_for_a_build_times_out_with_a_clear_error(ram, monkeypatch):
+    shm, src = ram
+    builder = user("mid-build", src)
+    try:
+        assert line(builder) == "building"
+        monkeypatch.setenv(cache.ENV_LOCK_TIMEOUT, "1")
+        with pytest.raises(cache.CacheError) as e:
+            open_ram(src)
+        msg = str(e.value)
+        assert f"pid {builder.pid}" in msg and "timed out after 1 s" in msg and cache.ENV_LOCK_TIMEOUT in msg
+        assert ".build" in msg  # names the lock
+    finally:
+        finish(builder)
+
+
+def test_an_edited_source_gets_a_new_cache_never_the_old_one(ram):
+    shm, src = ram
+    st = os.stat(src)
+    old_store, old_hold, _ = open_ram(src)
+    edited = os.urandom(st.st_size)
+    src.write_bytes(edited)
+    os.utime(src, ns=(st.st_atime_ns, st.st_mtime_ns))  # same size and mtime: only the content digest differs
+    store, hold, reused = open_ram(src)
+    assert not reused and store.path != old_store.path
+    assert bytes(store.raw(0, "low")[:, 0]) == edited
+    assert bytes(old_store.raw(0, "low")[:, 0]) != edited  # the run that opened it before keeps its data
+    for s, h in ((old_store, old_hold), (store, hold)):
+        s.close()
+        h.release()
+    assert files(shm) == []
+
+
+def test_a_damaged_shared_copy_is_rebuilt_not_served(ram):
+    shm, src = ram
+    first = user("plain", src)
+    try:
+        path = line(first).split()[0]
+        with open(path, "r+b") as f:  # a bit flipped in RAM (or a concurrent writer gone wrong)
+            f.seek(100)
+            b = f.read(1)
+            f.seek(100)
+            f.write(bytes([b[0] ^ 1]))
+        store, hold, reused = open_ram(src)
+        assert not reused and bytes(store.raw(0, "low")[:, 0]) == src.read_bytes()
+        store.close()
+        hold.release()
+    finally:
+        finish(first)
+
+
+@pytest.mark.parametrize("holder", ["a process using it", "a process rebuilding or removing it"])
+def test_sweep_keeps_entries_another_live_process_holds_and_never_blocks(ram, holder):
+    shm, src = ram
+    store, hold, _ = open_ram(src)
+    entry = cache.Entry(root_of(shm), os.path.basename(store.path))
+    store.close()
+    # a lock is seen across PID namespaces (containers sharing /dev/shm), a pid is not
+    using = holder == "a process using it"
+    other = spawn(HOLD_LOCK, entry._lock_path("use" if using else "build"), "LOCK_SH" if using else "LOCK_EX")
+    try:
+        assert line(other) == "locked"
+        hold.release()  # we were not the last user
+        t = time.monotonic()
+        assert ramfile.sweep_stale(root_of(shm)) == []
+        assert time.monotonic() - t < 2 and files(shm) == [entry.name]
+    finally:
+        finish(other)
+    assert ramfile.sweep_stale(root_of(shm)) == [entry.path] and files(shm) == []
+
+
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded")  # a DataLoader worker is forked the same way
+def test_forked_and_spawned_copies_of_a_hold_never_remove(ram):
+    shm, src = ram
+    store, hold, _ = open_ram(src)
+    handle = pickle.loads(pickle.dumps(hold))  # a spawned worker's copy
+    assert len(pickle.dumps(hold)) < 300
+    del handle
+    pid = os.fork()
+    if pid == 0:  # a forked worker ends its inherited hold and runs the exit cleanup: neither may remove
+        code = 3
+        try:
+            hold.release()
+            ramfile._remove_owned_files()
+            code = 0 if os.path.exists(store.path) else 4
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert ramfile.sweep_stale(root_of(shm)) == []  # the parent's lock survived the child's close
+    store.close()
+    hold.release()
+    assert files(shm) == []
+
+
+def test_a_ram_directory_not_private_to_the_user_is_refused(ram):
+    shm, src = ram
+    os.mkdir(root_of(shm), 0o755)
+    os.chmod(root_of(shm), 0o755)
+    with pytest.raises(StoreError, match="mode 0700.*cache_dir"):
+        open_ram(src)
 
 
 def test_a_store_locks_its_file_while_mapped_in_any_process(tmp_path):
-    path = tmp_path / f"robo-loaders-{dead_pid()}-fp-1234abcd.rlc"
+    path = tmp_path / "s.rlc"
     small_store(path).finish({})
     st = EpisodeStore(str(path))
-    worker = pickle.loads(pickle.dumps(st))
+    worker = pickle.loads(pickle.dumps(st))  # what a spawned DataLoader worker does
     st.close()
     probe = os.open(path, os.O_RDONLY)
     try:
         with pytest.raises(BlockingIOError):
             fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        assert after_sweep(tmp_path) == [path.name]
         worker.close()
         fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)  # nobody holds it any more
         fcntl.flock(probe, fcntl.LOCK_UN)
     finally:
         os.close(probe)
-    assert after_sweep(tmp_path) == []
+    os.unlink(path)
     with pytest.raises(StoreError, match="gone"):
         pickle.loads(pickle.dumps(worker))
 
 
-@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded")  # a DataLoader worker is forked the same way
-def test_ramfile_handles_and_forked_copies_never_delete(tmp_path):
-    path = tmp_path / f"robo-loaders-{os.getpid()}-fp-1234abcd.rlc"
-    small_store(path).finish({})
-    owner = RamFile(str(path))
-    assert store._published == {}  # the owner took over the writer's lock
-    EpisodeStore(str(path)).close()
-    handle = pickle.loads(pickle.dumps(owner))  # a spawned worker's copy
-    assert len(pickle.dumps(owner)) < 300
-    del handle
-    gc.collect()
-    assert path.exists()
-    pid = os.fork()
-    if pid == 0:  # a forked worker collects its inherited owner and runs the exit cleanup: neither may delete
-        code = 3
-        try:
-            owner._finalizer()
-            ramfile._remove_owned_files()
-            code = 0 if path.exists() else 4
-        finally:
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
-    assert after_sweep(tmp_path) == [path.name]  # the parent's lock survived the child's close
-    del owner
-    gc.collect()
-    assert not path.exists()
+# -- SIGTERM and SIGKILL ----------------------------------------------------------------------------------------
+def test_sigterm_removes_the_ram_cache_of_its_last_user_and_still_kills(ram):
+    shm, src = ram
+    a, b = user("plain", src), None
+    try:
+        path = line(a).split()[0]
+        b = user("plain", src)
+        assert line(b).split() == [path, "reused"]
+        a.send_signal(signal.SIGTERM)
+        _, err = a.communicate(timeout=30)
+        assert a.returncode == -signal.SIGTERM, err
+        assert files(shm) == [os.path.basename(path)]  # b still uses it
+        b.send_signal(signal.SIGTERM)
+        b.communicate(timeout=30)
+        assert b.returncode == -signal.SIGTERM and files(shm) == []
+    finally:
+        finish(a, *([b] if b else []))
 
 
-def test_sweep_removes_what_a_killed_build_left(tmp_path):
-    child = spawn("""
-        import sys, time
-        import numpy as np
-        from robo_loaders_plugin.storage.codec import FrameCodec
-        from robo_loaders_plugin.storage.store import StoreWriter
-        w = StoreWriter(sys.argv[1], FrameCodec())
-        w.add_episode("demo_0", {"low": np.zeros((4, 2))})
-        print("building", flush=True)
-        time.sleep(120)
-    """, tmp_path / "robo-loaders-1-fp-1234abcd.rlc")
-    assert ready(child) == "building"
-    (tmp,) = os.listdir(tmp_path)  # the pid in the store's name (1) is alive: a pid check would keep it forever
-    assert ".tmp-" in tmp and after_sweep(tmp_path) == [tmp]
-    child.send_signal(signal.SIGKILL)
-    child.communicate()
-    assert after_sweep(tmp_path) == []
+def test_sigterm_during_a_build_removes_its_temporary_file(ram):
+    shm, src = ram
+    p = user("mid-build", src)
+    assert line(p) == "building"
+    assert any(".tmp-" in n for n in files(shm))
+    p.send_signal(signal.SIGTERM)
+    p.communicate(timeout=30)
+    assert p.returncode == -signal.SIGTERM and files(shm) == []
 
 
-# -- SIGTERM ---------------------------------------------------------------------------------------------------
-OWNER = """
-    import os, signal, sys, time
-    import numpy as np
-    from robo_loaders_plugin.storage.codec import FrameCodec
-    from robo_loaders_plugin.storage.ramfile import RamFile, new_ram_path
-    from robo_loaders_plugin.storage.store import EpisodeStore, StoreWriter
-    where, previous = sys.argv[1], sys.argv[2]
-    stop = []
-    if previous == "exit3":
-        signal.signal(signal.SIGTERM, lambda *a: sys.exit(3))
-    elif previous == "graceful":
-        signal.signal(signal.SIGTERM, lambda *a: stop.append(1))
-    elif previous == "ignore":
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    path = new_ram_path("test" + os.urandom(4).hex(), shm_dir=where)
-    w = StoreWriter(path, FrameCodec())
-    w.add_episode("demo_0", {"low": np.arange(8.0).reshape(4, 2)})
-    if previous == "mid-build":
-        print(path, flush=True)
-        time.sleep(120)
-    w.finish({})
-    store, owner = EpisodeStore(path), RamFile(path)
-    print(path, flush=True)
-    for _ in range(1200):
-        time.sleep(0.1)
-        if stop:
-            assert os.path.exists(path) and EpisodeStore(path).raw(0, "low")[3, 1] == 7.0
-            print("graceful stop, cache still there", flush=True)
-            break
-"""
+def test_sigterm_chains_to_a_previous_handler_that_exits(ram):
+    shm, src = ram
+    p = user("exit3", src)
+    line(p)
+    p.send_signal(signal.SIGTERM)
+    p.communicate(timeout=30)
+    assert p.returncode == 3 and files(shm) == []  # the previous handler decided; the files went at exit
 
 
-def run_owner(where, previous="none"):
-    child = spawn(OWNER, where, previous)
-    path = ready(child)
-    assert path.startswith(str(where))
-    return child, path
-
-
-def test_sigterm_removes_the_ram_store_and_still_kills(tmp_path):
-    shm = default_shm_dir()  # /dev/shm where there is one: the real thing
-    child, path = run_owner(shm)
-    assert os.path.exists(path)
-    child.send_signal(signal.SIGTERM)
-    _, err = child.communicate(timeout=30)
-    assert child.returncode == -signal.SIGTERM, err
-    assert not os.path.exists(path)
-    assert not [p for p in os.listdir(shm) if p.startswith(os.path.basename(path))]
-
-
-def test_sigterm_during_a_build_removes_its_temporary_file(tmp_path):
-    child, path = run_owner(tmp_path, "mid-build")
-    assert [p for p in os.listdir(tmp_path) if ".tmp-" in p]
-    child.send_signal(signal.SIGTERM)
-    child.communicate(timeout=30)
-    assert child.returncode == -signal.SIGTERM
-    assert os.listdir(tmp_path) == []
-
-
-def test_sigterm_chains_to_a_previous_handler_that_exits(tmp_path):
-    child, path = run_owner(tmp_path, "exit3")
-    child.send_signal(signal.SIGTERM)
-    child.communicate(timeout=30)
-    assert child.returncode == 3  # the previous handler decided; the files went at exit
-    assert os.listdir(tmp_path) == []
-
-
-def test_sigterm_keeps_the_files_while_a_previous_handler_lets_the_process_run_on(tmp_path):
-    child, path = run_owner(tmp_path, "graceful")
-    child.send_signal(signal.SIGTERM)
-    out, err = child.communicate(timeout=30)
+def test_sigterm_keeps_the_files_while_a_previous_handler_lets_the_process_run_on(ram):
+    shm, src = ram
+    p = user("graceful", src)
+    line(p)
+    p.send_signal(signal.SIGTERM)
+    out, err = p.communicate(timeout=30)
     assert "cache still there" in out, err
-    assert child.returncode == 0 and os.listdir(tmp_path) == []  # removed at the normal exit
+    assert p.returncode == 0 and files(shm) == []  # removed at the normal exit
 
 
-def test_ignored_sigterm_is_left_alone_and_sigkill_leftovers_are_swept(tmp_path):
-    child, path = run_owner(tmp_path, "ignore")
-    child.send_signal(signal.SIGTERM)
+def test_ignored_sigterm_is_left_alone_and_sigkill_leftovers_are_swept(ram, tmp_path):
+    shm, src = ram
+    p = user("ignore", src)
+    path = line(p).split()[0]
+    p.send_signal(signal.SIGTERM)
     time.sleep(0.5)
-    assert child.poll() is None and os.path.exists(path)
-    child.send_signal(signal.SIGKILL)
-    child.communicate(timeout=30)
+    assert p.poll() is None and os.path.exists(path)
+    p.send_signal(signal.SIGKILL)
+    p.communicate(timeout=30)
     assert os.path.exists(path)  # nobody could clean up...
-    new_ram_path("other", shm_dir=str(tmp_path))  # ...so the next build's sweep does
-    assert os.listdir(tmp_path) == []
+    other = tmp_path / "other.bin"
+    other.write_bytes(b"x" * 10)
+    store, hold, _ = open_ram(other)  # ...so the next process opening a RAM cache does
+    assert files(shm) == [os.path.basename(store.path)]
+    store.close()
+    hold.release()
 
 
 # -- failing writes ---------------------------------------------------------------------------------------------
@@ -313,12 +373,13 @@ def test_full_disk_is_a_clear_error_and_leaves_nothing(tmp_path, monkeypatch):
 @pytest.mark.skipif(default_shm_dir() != "/dev/shm", reason="no /dev/shm")
 def test_full_dev_shm_points_at_cache_dir_and_shm_size(monkeypatch):
     fill_up_after(monkeypatch, 500)
-    path = new_ram_path("full-" + uuid.uuid4().hex[:6])
+    root = ramfile.ram_root()
+    path = os.path.join(root, "full-" + uuid.uuid4().hex[:6] + ".rlc")
     with pytest.raises(StoreError) as e:
         small_store(path, n=20)  # the writer removes its own partial file, whatever its caller does
     msg = str(e.value)
-    assert "/dev/shm is full" in msg and "64 MB" in msg and "--shm-size" in msg and "cache_dir" in msg
-    assert not [p for p in os.listdir("/dev/shm") if p.startswith(os.path.basename(path))]
+    assert f"{root} is full" in msg and "/dev/shm is RAM" in msg and "64 MB" in msg and "--shm-size" in msg and "cache_dir" in msg
+    assert not [p for p in os.listdir(root) if p.startswith(os.path.basename(path))]
 
 
 def test_full_disk_while_finishing(tmp_path, monkeypatch):

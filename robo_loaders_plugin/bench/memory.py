@@ -7,7 +7,6 @@ in full, once, and their mapped pages are taken out of the PSS figure.
 """
 from __future__ import annotations
 
-import glob
 import os
 import threading
 import time
@@ -23,14 +22,17 @@ def _tree(pid: int):
         return []
 
 
-def _shm_bytes(pids) -> int:
+RAM_PREFIX = "/dev/shm/robo-loaders-"  # storage.ramfile's per-user directory of RAM caches
+
+
+def _shm_bytes(paths) -> int:
+    """Size of the RAM cache files the tree maps or has open (each counted once: ranks of a host share one)."""
     total = 0
-    for pid in pids:
-        for p in glob.glob(f"/dev/shm/robo-loaders-{pid}-*"):
-            try:
-                total += os.path.getsize(p)
-            except OSError:
-                pass
+    for p in set(paths):
+        try:
+            total += os.path.getsize(p)
+        except OSError:
+            pass
     return total
 
 
@@ -55,17 +57,20 @@ class TreeMemorySampler:
     def sample(self) -> None:
         pss = rss = 0
         procs = _tree(self.pid)
+        ram_files = []
         for p in procs:
             try:
                 info = p.memory_full_info()
                 pss += getattr(info, "pss", info.rss)
                 rss += info.rss
                 for m in p.memory_maps(grouped=True):
-                    if m.path.startswith("/dev/shm/robo-loaders-"):
+                    if m.path.startswith(RAM_PREFIX):
                         pss -= m.pss
+                        ram_files.append(m.path)
+                ram_files += [f.path for f in p.open_files() if f.path.startswith(RAM_PREFIX)]  # builds too
             except (psutil.NoSuchProcess, psutil.AccessDenied, FileNotFoundError):
                 pass
-        shm = _shm_bytes([p.pid for p in procs])
+        shm = _shm_bytes(ram_files)
         self.peak_pss = max(self.peak_pss, pss + shm)
         self.peak_rss = max(self.peak_rss, rss)
         self.peak_shm = max(self.peak_shm, shm)

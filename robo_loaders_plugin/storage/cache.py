@@ -129,22 +129,38 @@ class Entry:
     def _open_lock(self, what: str) -> int:
         return os.open(self._lock_path(what), os.O_RDWR | os.O_CREAT, 0o644)
 
+    def _locked_current(self, fd: int, what: str) -> bool:
+        """Whether the lock file ``fd`` (locked by the caller) is still the one named ``<entry>.<what>``. :meth:`remove`
+        unlinks the lock files it held: a process that opened one just before and locked it just after holds a lock
+        on a file nobody else will ever open again, so it must open the new one and lock again."""
+        try:
+            st = os.stat(self._lock_path(what))
+        except FileNotFoundError:
+            return False
+        fst = os.fstat(fd)
+        return (st.st_dev, st.st_ino) == (fst.st_dev, fst.st_ino)
+
     @contextlib.contextmanager
     def building(self, description: str):
         """Exclusive build lock: waits (with a timeout and a message) while another process builds this entry."""
         fd = self._open_lock("build")
         try:
-            if not _try_lock(fd, fcntl.LOCK_EX):
-                holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process"
-                print(f"[robo-loaders] waiting for {holder} to finish building {self.path} ({description})",
-                      flush=True)
-                deadline = time.monotonic() + lock_timeout()
-                while not _try_lock(fd, fcntl.LOCK_EX):
-                    if time.monotonic() > deadline:
-                        raise CacheError(f"timed out after {lock_timeout():.0f} s waiting for {holder} to finish "
-                                         f"building {self.path} (lock {self._lock_path('build')}). If no such "
-                                         f"process runs, delete the lock file; raise {ENV_LOCK_TIMEOUT} to wait longer")
-                    time.sleep(0.5)
+            deadline, holder = None, "another process"
+            while not (_try_lock(fd, fcntl.LOCK_EX) and self._locked_current(fd, "build")):
+                if not self._locked_current(fd, "build"):  # removed meanwhile: lock the file that now has its name
+                    os.close(fd)
+                    fd = self._open_lock("build")
+                    continue
+                if deadline is None:
+                    holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or holder
+                    print(f"[robo-loaders] waiting for {holder} to finish building {self.path} ({description})",
+                          flush=True)
+                    deadline = time.monotonic() + lock_timeout()
+                if time.monotonic() > deadline:
+                    raise CacheError(f"timed out after {lock_timeout():.0f} s waiting for {holder} to finish "
+                                     f"building {self.path} (lock {self._lock_path('build')}). If no such "
+                                     f"process runs, delete the lock file; raise {ENV_LOCK_TIMEOUT} to wait longer")
+                time.sleep(0.2)
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}".encode(), 0)
             yield self
@@ -153,8 +169,12 @@ class Entry:
 
     def hold(self) -> _Held:
         """Mark the entry in use (shared lock) for as long as the returned object lives, and as recently used."""
-        fd = self._open_lock("use")
-        fcntl.flock(fd, fcntl.LOCK_SH)
+        while True:
+            fd = self._open_lock("use")
+            fcntl.flock(fd, fcntl.LOCK_SH)
+            if self._locked_current(fd, "use"):
+                break
+            os.close(fd)
         os.utime(self._lock_path("use"))
         return _Held(fd)
 
@@ -283,14 +303,16 @@ def content_key(fingerprint) -> str:
 
 
 def obtain(root: str, kind: str, key_desc: dict, fingerprint, recorded_of, usable, build, description: str,
-           suffix: str = ""):
+           suffix: str = "", housekeeping: bool = True):
     """Find or build the entry of a source: returns (entry, holder, reused, source fingerprint).
 
     ``key_desc``: the source path and the options the content depends on; ``fingerprint(recorded)`` computes the
     source's fingerprint (``recorded``: the one an earlier entry of the same source recorded, for the stat fast
     path); ``recorded_of(path)`` reads the fingerprint an entry recorded (None if unreadable); ``usable(path)``
     says whether an existing entry is complete and intact; ``build(path, fingerprint)`` (re)builds it, resuming
-    whatever partial state it finds. The returned holder keeps the entry from being pruned while it lives."""
+    whatever partial state it finds. The returned holder keeps the entry from being pruned while it lives.
+    ``housekeeping``: after a build, retire older versions and prune to the size limit (not for RAM entries,
+    ``storage.ramfile``, which go when their last user does)."""
     prefix = f"{kind}-{short_hash(key_desc)}-"
     recorded = None
     for e in sorted((e for e in entries(root) if e.name.startswith(prefix)), key=lambda e: -e.last_used()):
@@ -305,6 +327,6 @@ def obtain(root: str, kind: str, key_desc: dict, fingerprint, recorded_of, usabl
             sweep_temporary(root, owned=entry.name)
             build(entry.path, fp)
         holder = entry.hold()
-    if not reused:
+    if not reused and housekeeping:
         after_build(entry)
     return entry, holder, reused, fp

@@ -1,113 +1,124 @@
-"""Where a non-persistent store lives and who deletes it.
+"""RAM caches (a backend without ``cache_dir``): one per host and content, shared by every process that uses it,
+gone with the last of them.
 
-A RAM-only store (``/dev/shm/robo-loaders-<pid>-<fingerprint>-<random>.rlc``) belongs to the process that built
-it. Its ownership is a shared ``flock`` held on the file for its whole life: by the builder from the creation of the
-temporary file (``StoreWriter``), then by the owner's :class:`RamFile` and by every process mapping it
-(``EpisodeStore``; forked workers inherit both). A process that ends in any way, even SIGKILL, drops its locks, so
-:func:`sweep_stale` removes exactly the files nobody holds. The pid in the name is only for humans: ``/proc/<pid>``
-cannot tell whether a process lives (one in another PID namespace sharing ``/dev/shm``, as with Docker
-``--ipc=host`` or pods, or behind a ``hidepid`` ``/proc``, looks dead; a recycled pid looks alive), a lock on the
-file itself is seen across namespaces.
+Why shared: ``lerobot-train`` under accelerate or torchrun starts one process per GPU, each building the same
+dataset; one copy per rank would multiply the RAM by the number of GPUs, and build it that many times. A file in
+``/dev/shm`` mapped read-only is shared by every process that maps it, so the ranks of a host (and any other run
+of the same user on the same source and options) build it once and map the same pages.
 
-The owner deletes its files when its :class:`RamFile` is collected, at exit, and on SIGTERM (how schedulers and
-``kill`` stop jobs), after which the process still dies of SIGTERM.
+- **Where**: ``<shm>/robo-loaders-<uid>/`` (``/dev/shm`` when writable, else the temp dir; a directory of our own,
+  mode 0700: the sticky, world-writable ``/dev/shm`` cannot be used to hand us someone else's file), entries named
+  like the cache directory's (``storage.cache``): ``<kind>-<source key>-<content key>.rlc``. The content key is the
+  source's fingerprint (``storage.fingerprint``), so an edited source gets a new entry and never the old data.
+- **Built once**: ``storage.cache.obtain``'s build lock; the other processes wait for it (``ROBO_LOADERS_LOCK_TIMEOUT``
+  seconds, default 2 h, then a clear error) and then check the finished file's checksums before they map it. A
+  builder that dies, even by SIGKILL, drops its lock: the next waiter removes its temporary file and builds.
+- **Lifetime**: each user holds the entry's ``use`` lock (shared) through a :class:`RamHold`; forked DataLoader
+  workers inherit it. When a hold ends (its dataset is collected, the process exits, or gets SIGTERM, after which it
+  still dies of SIGTERM) it removes the entry if no other process uses or builds it (exclusive locks taken without
+  waiting). A process killed by SIGKILL cannot; the next process opening a RAM cache on the host removes every
+  entry that nobody holds (:func:`sweep_stale`). Locks, not pids, decide: a pid cannot tell whether a process in
+  another PID namespace sharing ``/dev/shm`` lives, a lock on the file is seen across namespaces.
 """
 from __future__ import annotations
 
 import atexit
 import contextlib
-import fcntl
 import glob
 import os
 import signal
+import stat
 import threading
-import uuid
 import weakref
 
-from robo_loaders_plugin.storage.store import default_shm_dir, drop_publish_lock, names_file, open_locked, try_flock
+from robo_loaders_plugin.storage import cache
+from robo_loaders_plugin.storage.store import StoreError, default_shm_dir
 
-_PATTERN = "robo-loaders-*.rlc*"  # stores and their temporary files (<store>.tmp-<pid>-...)
-
-# RAM stores of this process, built or being built: path -> pid of the owner (forked children inherit the dict,
-# and must not delete what their parent owns)
-_owned: dict[str, int] = {}
+# builds in progress in this process: entry path -> pid (forked children inherit the dict and must not touch them)
+_building: dict[str, int] = {}
+# finalizers of this process's live holds (SIGTERM runs them; at exit weakref.finalize does)
+_holds: set = set()
 _cleanup_pid: int | None = None  # the process whose SIGTERM handler is installed
 _previous_handler = None
 
 
-def sweep_stale(shm_dir: str) -> list[str]:
-    """Remove RAM stores and temporary files that no process holds (their owner died without cleaning up);
-    returns their paths. Never blocks: a file whose lock cannot be taken at once is in use (or being removed by
-    another sweep)."""
-    removed = []
-    for p in glob.glob(os.path.join(glob.escape(shm_dir), _PATTERN)):
-        try:  # O_NONBLOCK: even a FIFO someone named like a store cannot make this wait
-            fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        except OSError:
-            continue  # gone already, or not ours to read
-        try:
-            if try_flock(fd, fcntl.LOCK_EX) and names_file(fd, p):
-                os.unlink(p)
-                removed.append(p)
-        except OSError:
-            pass  # e.g. another user's file in the sticky /dev/shm
-        finally:
-            os.close(fd)
-    return removed
+def ram_root(shm_dir: str | None = None) -> str:
+    """This user's directory of RAM caches (created), refused when it is not a private directory of ours."""
+    root = os.path.join(shm_dir or default_shm_dir(), f"robo-loaders-{os.getuid()}")
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(root, 0o700)
+    st = os.lstat(root)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        raise StoreError(f"{root} must be a directory owned by you (uid {os.getuid()}) with mode 0700, to hold the "
+                         "RAM caches of your runs; it is not (made by another user?). Remove it, or set the backend "
+                         "option cache_dir to keep the cache on disk instead")
+    return cache.cache_root(root, "the RAM cache directory")
 
 
-def new_ram_path(fingerprint: str, shm_dir: str | None = None) -> str:
-    """A fresh path for a RAM-only store, owned by this process from now on (its temporary files too)."""
-    shm = shm_dir or default_shm_dir()
-    sweep_stale(shm)
-    path = os.path.join(shm, f"robo-loaders-{os.getpid()}-{fingerprint}-{uuid.uuid4().hex[:8]}.rlc")
-    _own(path)
-    return path
+def remove_if_unused(entry: cache.Entry) -> bool:
+    """Delete a RAM entry unless a process uses or builds it (never waits); returns whether it is gone."""
+    return entry.remove()
 
 
-class RamFile:
-    """Owns a non-persistent store file: holds its lock and deletes it when the dataset is collected, the owner
-    exits or gets SIGTERM. Forked DataLoader workers inherit this object; only the owning process deletes the
-    file. Spawned workers get a handle that neither locks nor deletes (their ``EpisodeStore`` locks the file)."""
+def sweep_stale(root: str) -> list[str]:
+    """Remove the RAM entries nobody holds and the temporary files of builds nobody runs (their processes died);
+    returns their paths. Never blocks."""
+    removed = [e.path for e in cache.entries(root) if remove_if_unused(e)]
+    return removed + cache.sweep_temporary(root)
 
-    def __init__(self, path):
-        self.path = path
-        fd = open_locked(path)
-        drop_publish_lock(path)
-        self._pid = os.getpid()
-        _own(path)
-        self._finalizer = weakref.finalize(self, _release, path, fd, self._pid)
 
-    def __getstate__(self):  # spawn workers get a harmless handle that never deletes
+@contextlib.contextmanager
+def building(path: str):
+    """Mark a build of ``path`` in progress in this process: SIGTERM removes its temporary files."""
+    _building[path] = os.getpid()
+    _install_sigterm_cleanup()
+    try:
+        yield
+    finally:
+        _building.pop(path, None)
+
+
+class RamHold:
+    """One process's use of a RAM entry: holds its ``use`` lock, and removes the entry if it was the last user when
+    the dataset is collected, the process exits or gets SIGTERM. Forked DataLoader workers inherit this object and
+    never remove anything; spawned workers get a handle that neither locks nor removes (their parent holds the lock
+    for the run)."""
+
+    def __init__(self, entry: cache.Entry, held):
+        self.path = entry.path
+        self._finalizer = weakref.finalize(self, _release, entry, held, os.getpid())
+        _holds.add(self._finalizer)
+        _install_sigterm_cleanup()
+
+    def release(self) -> None:
+        self._finalizer()
+
+    def __getstate__(self):
         return {"path": self.path}
 
     def __setstate__(self, state):
-        self.path, self._pid, self._finalizer = state["path"], None, None
+        self.path, self._finalizer = state["path"], None
 
 
-def _release(path, fd, pid):
+def _release(entry: cache.Entry, held, pid: int) -> None:
+    held.release()  # in a forked child this closes only its copy: the parent's lock stays
     if os.getpid() == pid:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)  # while still locked: a sweep never sees it free
-        _owned.pop(path, None)
-    with contextlib.suppress(OSError):
-        os.close(fd)  # a forked child closes only its copy; the lock stays with the parent's
-
-
-def _own(path: str) -> None:
-    _owned[path] = os.getpid()
-    _install_sigterm_cleanup()
+        remove_if_unused(entry)
 
 
 def _remove_owned_files() -> None:
-    """Delete this process's RAM stores and the temporary files of its unfinished builds."""
+    """End this process's holds (removing entries nobody else uses) and remove its unfinished builds' files."""
     pid = os.getpid()
-    for path, owner in list(_owned.items()):
+    for fin in list(_holds):
+        if fin.alive:
+            fin()
+    _holds.clear()
+    for path, owner in list(_building.items()):
         if owner == pid:
-            for p in [path, *glob.glob(glob.escape(path) + f".tmp-{pid}-*")]:
+            for p in glob.glob(glob.escape(path) + f".tmp-{pid}-*"):
                 with contextlib.suppress(OSError):
                     os.unlink(p)
-            _owned.pop(path, None)
+            _building.pop(path, None)
 
 
 atexit.register(_remove_owned_files)  # also covers builds still running in other threads at exit
@@ -128,10 +139,10 @@ def _install_sigterm_cleanup() -> None:
 
 
 def _on_sigterm(signum, frame):
-    """Remove this process's RAM stores, then die of SIGTERM as if no handler were installed.
+    """End this process's holds and builds, then die of SIGTERM as if no handler were installed.
 
     A Python handler that was installed before ours decides alone: many stop training gracefully or requeue the job
-    and let the process end normally (atexit then removes the files), and while it runs on its files must stay.
+    and let the process end normally (atexit then cleans up), and while it runs on its files must stay.
     When a handler installed after ours calls ours (chaining to what it replaced), ours does nothing either: without
     us it would have found SIG_DFL, which it cannot call, and would have decided alone."""
     if _previous_handler is not signal.SIG_DFL:

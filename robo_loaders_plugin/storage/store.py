@@ -2,8 +2,8 @@
 
 Why one file: a file mapped read-only is shared by every process that maps it (DataLoader workers started by
 fork *or* spawn all see the same page-cache pages), so the cache exists once in RAM however many workers run,
-and a dataset pickles as a path. Without ``cache_dir`` the file lives in ``/dev/shm`` (RAM) and is deleted when
-the process that built it exits; with ``cache_dir`` it persists and is reused when its fingerprint matches.
+and a dataset pickles as a path. Without ``cache_dir`` the file lives in ``/dev/shm`` (RAM), shared by the
+processes of the host, and is deleted when the last of them is done with it (``storage.ramfile``); with ``cache_dir`` it persists and is reused when its fingerprint matches.
 
 Layout (little-endian)::
 
@@ -14,8 +14,9 @@ The header lists, per episode and field, either a raw array (dtype, shape, offse
 frame shape, offset of an int64 table of N+1 blob offsets). No pickle anywhere.
 
 Every process that builds or maps a store holds a shared ``flock`` on it (:func:`open_locked`): from the creation of
-the temporary file, through its publication, for as long as a mapping lives. That lock, not a PID, is what tells the
-``/dev/shm`` sweep (``storage.ramfile``) that a file is in use.
+the temporary file, through its publication, for as long as a mapping lives, so ``lslocks``/``fuser`` show who
+uses a cache file. Whether a cache may be deleted is decided by its entry's ``use``/``build`` locks
+(``storage.cache``, ``storage.ramfile``), which a process takes before it opens the file.
 """
 from __future__ import annotations
 
@@ -125,8 +126,14 @@ def _is_shm(directory: str) -> bool:
     return real == "/dev/shm" or real.startswith("/dev/shm/")
 
 
+ENV_RAM_DIR = "ROBO_LOADERS_RAM_DIR"
+
+
 def default_shm_dir() -> str:
-    """RAM-backed directory for caches that do not persist (falls back to the temp dir)."""
+    """RAM-backed directory for caches that do not persist: ``$ROBO_LOADERS_RAM_DIR`` (another tmpfs, say), else
+    ``/dev/shm``, else the temp dir."""
+    if os.environ.get(ENV_RAM_DIR):
+        return os.path.expanduser(os.environ[ENV_RAM_DIR])
     if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):
         return "/dev/shm"
     return tempfile.gettempdir()
@@ -145,7 +152,7 @@ class StoreWriter:
         self.path = path
         self.codec = codec
         self.max_bytes = max_bytes
-        # pid and thread for humans and for the owner's SIGTERM cleanup (storage.ramfile); random so that a
+        # pid and thread for humans and for the builder's SIGTERM cleanup (storage.ramfile); random so that a
         # recycled pid (another PID namespace) never shares a temporary file
         self._tmp = f"{path}.tmp-{os.getpid()}-{threading.get_ident()}-{uuid.uuid4().hex[:8]}"
         self._crc = 0

@@ -2,11 +2,13 @@
 
 The adapter supplies its source (for the fingerprint), a description of every option the content depends on, and a
 function that writes the episodes; this module decides where the file goes (a cache directory, ``storage.cache``,
-or RAM), reuses a persisted file only while its source is unchanged (``storage.fingerprint``) and its data checksum
-holds, enforces ``max_memory``, and publishes atomically or leaves nothing behind.
+or RAM shared by the processes of the host, ``storage.ramfile``), reuses a file only while its source is unchanged
+(``storage.fingerprint``) and its data checksum holds, enforces ``max_memory``, and publishes atomically or leaves
+nothing behind.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Callable
 
@@ -15,7 +17,7 @@ from robo_loaders_plugin.core.units import format_bytes, parse_bytes
 from robo_loaders_plugin.storage import cache
 from robo_loaders_plugin.storage.codec import CodecError, FrameCodec
 from robo_loaders_plugin.storage.fingerprint import Fingerprint
-from robo_loaders_plugin.storage.ramfile import RamFile, new_ram_path
+from robo_loaders_plugin.storage import ramfile
 from robo_loaders_plugin.storage.store import EpisodeStore, StoreError, StoreWriter
 
 SOURCE_KEY = "source_fingerprint"
@@ -48,11 +50,6 @@ def open_or_build(*, kind: str, source, key_desc: dict, write: Callable[[StoreWr
     depends on (one cache entry per distinct value)."""
     max_bytes = parse_bytes(max_memory, f"{option_prefix}.max_memory") if max_memory is not None else None
     workers = build_workers or min(8, os.cpu_count() or 1)
-    if not cache_dir:
-        path = new_ram_path(cache.short_hash(key_desc))
-        _write(path, write, codec, max_bytes, workers, dict(meta))
-        return EpisodeStore(path), RamFile(path), False
-
     def usable(path: str) -> bool:
         try:
             store = EpisodeStore(path)
@@ -63,8 +60,15 @@ def open_or_build(*, kind: str, source, key_desc: dict, write: Callable[[StoreWr
             return False
 
     def build(path: str, fp: Fingerprint) -> None:
-        _write(path, write, codec, max_bytes, workers, dict(meta, **{SOURCE_KEY: fp.as_dict()}))
+        with ramfile.building(path) if not cache_dir else contextlib.nullcontext():
+            _write(path, write, codec, max_bytes, workers, dict(meta, **{SOURCE_KEY: fp.as_dict()}))
 
+    if not cache_dir:  # RAM, one copy per host shared by every rank and run that needs it (storage.ramfile)
+        root = ramfile.ram_root()
+        ramfile.sweep_stale(root)
+        entry, held, reused, _ = cache.obtain(root, kind, key_desc, source.fingerprint, recorded_fingerprint, usable,
+                                              build, description, suffix=".rlc", housekeeping=False)
+        return EpisodeStore(entry.path), ramfile.RamHold(entry, held), reused
     root = cache.cache_root(cache_dir, f"{option_prefix}.cache_dir")
     entry, holder, reused, _ = cache.obtain(root, kind, key_desc, source.fingerprint, recorded_fingerprint, usable,
                                             build, description, suffix=".rlc")
