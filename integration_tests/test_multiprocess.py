@@ -103,13 +103,13 @@ def test_robomimic_custom_loop_ranks_split_every_pass(robomimic_ranks):
             assert len(set(every)) - len(served) < BATCH * WORLD, (backend, len(set(every)), len(served))
 
 
-def lerobot_train_2proc(root, out, backend):
+def lerobot_train_2proc(root, out, backend, *extra):
     return torchrun(os.path.join(BIN, "lerobot-train"), f"--dataset.repo_id={REPO}", f"--dataset.root={root}",
                     "--policy.type=act", "--policy.pretrained_backbone_weights=null", "--policy.device=cpu",
                     "--policy.push_to_hub=false", "--policy.dim_model=32", "--policy.n_heads=2",
                     "--policy.dim_feedforward=64", "--policy.chunk_size=10", "--policy.n_action_steps=10",
                     "--steps=4", "--batch_size=4", "--num_workers=1", "--save_freq=4", "--log_freq=1", "--seed=7",
-                    "--wandb.enable=false", f"--output_dir={out}", f"--dataset.backend={backend}")
+                    "--wandb.enable=false", f"--output_dir={out}", f"--dataset.backend={backend}", *extra)
 
 
 def logged_losses(log: str) -> list[str]:
@@ -117,12 +117,20 @@ def logged_losses(log: str) -> list[str]:
     return re.findall(r"step:\S+ .*?loss:(\S+)", log)
 
 
-def test_lerobot_train_datapipe_with_two_processes(lerobot_datasets, tmp_path):
-    """The real lerobot-train under torchrun: both ranks train on datapipe, which splits each pass itself."""
-    log = lerobot_train_2proc(lerobot_datasets["av1_1cam"], tmp_path / "out", "datapipe")
-    assert "lerobot data backend: datapipe" in log, log[-3000:]
-    assert "rank 0 of 2" in log and "rank 1 of 2" in log, log[-3000:]
+@pytest.mark.parametrize("backend", ["datapipe", "video_stream"])
+def test_lerobot_train_two_processes_then_resume(lerobot_datasets, tmp_path, backend):
+    """The real lerobot-train under torchrun on the batch backends, which split each pass themselves: both ranks
+    train, and --resume from the step-2 checkpoint continues both ranks at batch 2 of the pass."""
+    root, out = lerobot_datasets["av1_1cam"], tmp_path / "out"
+    log = lerobot_train_2proc(root, out, backend, "--save_freq=2")
+    assert f"lerobot data backend: {backend}" in log, log[-3000:]
+    assert sorted(re.findall(r"rank (\d) of 2, starting at epoch 0 batch 0", log)) == ["0", "1"], log[-3000:]
     assert len(logged_losses(log)) == 4, log[-3000:]
+    cfg = out / "checkpoints" / "000002" / "pretrained_model" / "train_config.json"
+    log = torchrun(os.path.join(BIN, "lerobot-train"), f"--config_path={cfg}", "--resume=true", "--steps=4")
+    assert f"lerobot data backend: {backend}" in log, log[-3000:]
+    starts = sorted(re.findall(r"rank (\d) of 2, starting at epoch (\d+) batch (\d+)", log))
+    assert starts == [("0", "0", "2"), ("1", "0", "2")], log[-3000:]  # every rank where it stopped
 
 
 @pytest.fixture(scope="module")
