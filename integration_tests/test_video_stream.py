@@ -126,6 +126,7 @@ def test_bad_options_and_nvdec_codec_check(lerobot_datasets):
     av1, h264 = LeRobotV3(lerobot_datasets["av1_1cam"]), LeRobotV3(lerobot_datasets["h264_3cam_multifile"])
     problem = nvdec_problem(av1, "NVIDIA A100-SXM4-80GB")
     assert "cannot decode AV1" in problem and "decode_device: cpu" in problem and "H.264" in problem
+    assert f"robo-loaders transcode {av1.root} <OUT> --codec h264" in problem
     assert nvdec_problem(av1, "NVIDIA H100 80GB HBM3") and nvdec_problem(av1, "Tesla T4")
     assert nvdec_problem(av1, "NVIDIA L4") is None and nvdec_problem(av1, "NVIDIA GeForce RTX 4090") is None
     assert nvdec_problem(h264, "NVIDIA A100-SXM4-80GB") is None

@@ -190,11 +190,13 @@ from robo_loaders_plugin.bench.train.commands import (  # noqa: E402
     robomimic_train_command,
     with_train_mode,
 )
+from robo_loaders_plugin.sources.transcode import transcode_cmd  # noqa: E402
 
 bench.add_command(bench_matrix)
 bench.add_command(with_train_mode(bench_robomimic_cmd, robomimic_train_command))
 bench.add_command(with_train_mode(bench_lerobot_cmd, lerobot_train_command))
 main.add_command(report_cmd)
+main.add_command(transcode_cmd)
 
 
 @main.group("convert")

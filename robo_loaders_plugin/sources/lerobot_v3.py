@@ -315,8 +315,9 @@ def nvdec_problem(source: LeRobotV3, gpu_name: str) -> str | None:
            if str((source.features[k].get("info") or {}).get("video.codec", "")).lower() in AV1_CODECS]
     if av1 and any(tag in gpu_name for tag in NO_AV1_NVDEC):
         return (f"NVDEC on {gpu_name} cannot decode AV1, and {', '.join(av1)} are AV1 (LeRobot's default encoding). "
-                "Decode on the CPU (decode_device: cpu), or train from a copy whose videos are re-encoded as H.264 or "
-                "HEVC with the same frames and timestamps (docs/video-stream.md, 'AV1 and data-centre GPUs')")
+                "Decode on the CPU (decode_device: cpu), or train from an H.264 copy of the dataset (same tables, "
+                f"frames and timestamps): robo-loaders transcode {source.root} <OUT> --codec h264 "
+                "(docs/transcode.md)")
     return None
 
 

@@ -33,6 +33,7 @@ DEFAULT_FPS = 20  # the stream's time base only (robomimic files rarely say thei
 # libaom's slowest presets gain little on small frames; x265 is silenced (it logs to stderr on its own)
 _ENCODER_OPTIONS = {"libaom-av1": {"cpu-used": "8", "row-mt": "1"}, "libx265": {"x265-params": "log-level=error"}}
 PSNR_CAP = 100.0  # dB reported for identical frames (MSE 0)
+MIN_HEVC_WIDTH = 64  # libx265 (as PyAV 15 bundles it) corrupts its heap on narrower frames and aborts the process
 
 
 class VideoError(RoboLoadersError):
@@ -102,6 +103,9 @@ def check_frames(frames: np.ndarray, settings: VideoSettings, where: str) -> Non
     if frames.dtype != np.uint8 or frames.ndim != 4 or frames.shape[-1] != 3 or frames.shape[0] < 1:
         raise VideoError(f"{where}: video segments hold (N, H, W, 3) uint8 frames, got {frames.shape} {frames.dtype}")
     h, w = frames.shape[1:3]
+    if settings.codec == "hevc" and w < MIN_HEVC_WIDTH:
+        raise VideoError(f"{where}: frames {w} pixels wide; libx265 crashes on frames narrower than "
+                         f"{MIN_HEVC_WIDTH} pixels (the whole process aborts), so use --frames h264 or av1")
     if settings.pix_fmt == "yuv420p" and (h % 2 or w % 2):
         raise VideoError(f"{where}: frames of {h}x{w} cannot be stored as yuv420p (odd size); use pixel format "
                          "yuv444p or keep this field lossless")

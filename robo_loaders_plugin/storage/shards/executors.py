@@ -171,7 +171,7 @@ def _datatrove_local(out_dir, worker, args, num_workers, codec, metadata, source
                 outcome["error"] = exc
 
         thread = threading.Thread(target=run, name="datatrove-local", daemon=True)
-        bar = tqdm(total=total, desc=desc, unit="shard", disable=not progress)
+        bar = tqdm(total=total, desc=desc, unit=getattr(codec, "unit", "shard"), disable=not progress)
         try:
             thread.start()
             gone_since = None

@@ -20,6 +20,12 @@ exactly their episodes, are planned again (and ``index.json`` withdrawn until th
 files of writers that are gone (their unit's lock is free) are removed, so a killed conversion does not keep the
 disk full. :func:`run` waits (``ROBO_LOADERS_LOCK_TIMEOUT`` seconds, default 2 h) while another live process
 converts units, then publishes.
+
+Units whose output is a plain file (``robo-loaders transcode``: one re-encoded video per unit) use the same
+planning, leasing, resuming and executors: their worker calls :func:`lease` / :func:`complete` / :func:`release`
+itself, records each output (a path relative to ``out_dir``, and its size) where a shard is recorded, so a missing
+or resized output is planned again like a shard, and passes a :class:`Publisher` where a :class:`FrameCodec` is
+expected (:func:`run`, :func:`finish`, ``executors.execute``): publishing is then its ``publish``, not index.json.
 """
 from __future__ import annotations
 
@@ -64,6 +70,19 @@ class Converted:
     units: int
     shards: int
     episodes: int
+
+
+class Publisher:
+    """Publishes a conversion whose units are not robo-shards. Passed in place of the shards' :class:`FrameCodec`
+    (and pickled with it for Slurm tasks), its :meth:`publish` runs under the manifest lock once every unit is done
+    and intact, with every unit's recorded index entries and outputs in plan order, and the ``metadata`` and
+    ``source`` given to :func:`run`; it must be idempotent (a later :func:`finish` publishes again)."""
+
+    unit = "unit"  # what the progress bar counts
+
+    def publish(self, out_dir: str, entries: list[dict], outputs: list[dict], metadata: Mapping,
+                source: Mapping) -> None:
+        raise NotImplementedError
 
 
 @contextlib.contextmanager
@@ -306,8 +325,10 @@ def work(out_dir: str, codec: FrameCodec, read_episode: Callable[[str], tuple[di
     return done
 
 
-def _finish(out_dir: str, codec: FrameCodec, metadata: Mapping, source: Mapping) -> tuple[int, int] | None:
-    """Publish if every unit is done and intact: (shards, episodes) published, else None."""
+def _finish(out_dir: str, codec: FrameCodec | Publisher, metadata: Mapping,
+            source: Mapping) -> tuple[int, int] | None:
+    """Publish if every unit is done and intact: (shards, episodes) published, else None. ``codec`` a
+    :class:`Publisher`: it publishes instead of index.json/dataset.json."""
     with _locked(out_dir):
         m = _read(out_dir)
         if _replan_damaged(out_dir, m):
@@ -321,7 +342,10 @@ def _finish(out_dir: str, codec: FrameCodec, metadata: Mapping, source: Mapping)
         if [e["name"] for e in episodes] != planned:  # _replan_damaged makes this impossible; never publish it
             raise ShardError(f"{out_dir}: the converted episodes differ from the planned ones; delete the directory "
                              "and convert again")
-        publish(out_dir, episodes, shards, codec, metadata, source)
+        if isinstance(codec, Publisher):
+            codec.publish(out_dir, episodes, shards, metadata, source)
+        else:
+            publish(out_dir, episodes, shards, codec, metadata, source)
         return len(shards), len(episodes)
 
 
@@ -398,7 +422,7 @@ def run(out_dir: str, worker: Callable, args: tuple, num_workers: int, codec: Fr
     decoders and HDF5 files of their own."""
     timeout = lock_timeout() if timeout_s is None else float(timeout_s)
     total = len(_read(out_dir)["units"])
-    bar = tqdm(total=total, desc=desc, unit="shard", disable=not progress)
+    bar = tqdm(total=total, desc=desc, unit=getattr(codec, "unit", "shard"), disable=not progress)
     try:
         _run_workers(worker, args, num_workers, out_dir, bar)
         deadline, left_over = None, None
