@@ -270,6 +270,31 @@ def test_a_store_locks_its_file_while_mapped_in_any_process(tmp_path):
         pickle.loads(pickle.dumps(worker))
 
 
+def test_the_benchmarks_memory_sampler_counts_a_shared_ram_cache_once(ram):
+    from robo_loaders_plugin.bench.memory import TreeMemorySampler
+
+    shm, src = ram
+    src.write_bytes(os.urandom(3 << 20))
+    a = user("plain", src)
+    b = None
+    try:
+        path = line(a).split()[0]
+        b = user("plain", src)
+        assert line(b).split() == [path, "reused"]
+        for p in (a, b):  # one process, or the two ranks of a host mapping the same file
+            s = TreeMemorySampler(p.pid)
+            s.sample()
+            assert s.peak_shm == os.path.getsize(path) > 3 << 20
+        for p in (a, b):
+            tell(p, "release")
+            assert line(p) == "released"
+        s = TreeMemorySampler(a.pid)
+        s.sample()
+        assert s.peak_shm == 0 and s.peak_pss > 0 and files(shm) == []
+    finally:
+        finish(a, *([b] if b else []))
+
+
 # -- SIGTERM and SIGKILL ----------------------------------------------------------------------------------------
 def test_sigterm_removes_the_ram_cache_of_its_last_user_and_still_kills(ram):
     shm, src = ram

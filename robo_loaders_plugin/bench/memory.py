@@ -7,11 +7,14 @@ in full, once, and their mapped pages are taken out of the PSS figure.
 """
 from __future__ import annotations
 
+import glob
 import os
 import threading
 import time
 
 import psutil
+
+from robo_loaders_plugin.storage.store import default_shm_dir
 
 
 def _tree(pid: int):
@@ -20,9 +23,6 @@ def _tree(pid: int):
         return [root] + root.children(recursive=True)
     except psutil.NoSuchProcess:
         return []
-
-
-RAM_PREFIX = "/dev/shm/robo-loaders-"  # storage.ramfile's per-user directory of RAM caches
 
 
 def _shm_bytes(paths) -> int:
@@ -43,6 +43,7 @@ class TreeMemorySampler:
         self.peak_pss = 0
         self.peak_rss = 0
         self.peak_shm = 0
+        self.ram_prefix = os.path.join(default_shm_dir(), "robo-loaders-")  # storage.ramfile's per-user directories
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -58,16 +59,21 @@ class TreeMemorySampler:
         pss = rss = 0
         procs = _tree(self.pid)
         ram_files = []
+        # parsing every mapping (smaps) of a torch process costs CPU the measured loader competes for on a small
+        # machine: only when a RAM cache exists at all
+        scan_maps = bool(glob.glob(glob.escape(self.ram_prefix) + "*/*.rlc*"))
         for p in procs:
             try:
                 info = p.memory_full_info()
                 pss += getattr(info, "pss", info.rss)
                 rss += info.rss
+                if not scan_maps:
+                    continue
                 for m in p.memory_maps(grouped=True):
-                    if m.path.startswith(RAM_PREFIX):
+                    if m.path.startswith(self.ram_prefix):
                         pss -= m.pss
                         ram_files.append(m.path)
-                ram_files += [f.path for f in p.open_files() if f.path.startswith(RAM_PREFIX)]  # builds too
+                ram_files += [f.path for f in p.open_files() if f.path.startswith(self.ram_prefix)]  # builds too
             except (psutil.NoSuchProcess, psutil.AccessDenied, FileNotFoundError):
                 pass
         shm = _shm_bytes(ram_files)
