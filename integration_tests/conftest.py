@@ -1,4 +1,6 @@
+import atexit
 import os
+import shutil
 import sys
 import tempfile
 
@@ -7,7 +9,9 @@ import pytest
 # Tests never reach the Hugging Face Hub: every LeRobot dataset here is local (subprocesses inherit this too).
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # ... nor write into the user's cache directory (backends convert there when given no cache_dir)
-os.environ.setdefault("ROBO_LOADERS_CACHE", tempfile.mkdtemp(prefix="robo-loaders-test-cache-"))
+if "ROBO_LOADERS_CACHE" not in os.environ:  # removed when the session ends (it holds conversions: megabytes)
+    os.environ["ROBO_LOADERS_CACHE"] = tempfile.mkdtemp(prefix="robo-loaders-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["ROBO_LOADERS_CACHE"], True)
 
 sys.path.insert(0, os.path.dirname(__file__))
 from robomimic_helpers import SHARED_HDF5, make_config  # noqa: E402,F401
