@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import time
 
 import av
 import numpy as np
@@ -201,6 +202,50 @@ def test_a_killed_transcode_is_resumed_redoing_only_the_unfinished_files(source,
     info = open(os.path.join(out, "meta", "info.json"), "rb").read()
     assert tc.transcode(source, out, progress=False)["cameras"] == report["cameras"]
     assert encoded == [] and open(os.path.join(out, "meta", "info.json"), "rb").read() == info
+
+
+@pytest.mark.timeout(120)
+def test_a_worker_process_killed_by_a_signal_fails_the_run_instead_of_hanging_and_a_rerun_resumes(source, tmp_path):
+    """A worker that dies without returning (the OOM killer, or libx265 aborting the process on frames under 64 px
+    wide, as it did before those were refused) used to leave multiprocessing.Pool waiting forever for its result."""
+    import multiprocessing
+    import signal
+    import threading
+
+    from robo_loaders_plugin.storage.shards.format import ShardError
+
+    out = str(tmp_path / "out")
+    killed, stop = [], threading.Event()
+    before = {p.pid for p in multiprocessing.active_children()}
+
+    def kill_a_worker():  # the first worker process of this run seen holding a unit (a video file) it works on
+        manifest_json = os.path.join(out, tc.STATE_DIR, "manifest.json")
+        while not stop.is_set() and not killed:
+            children = {p.pid for p in multiprocessing.active_children()} - before
+            with contextlib.suppress(OSError, ValueError):  # not written yet, or being replaced
+                with open(manifest_json) as f:
+                    holders = {u["lease"]["pid"] for u in json.load(f)["units"] if u["state"] == "leased"}
+                for pid in holders & children:
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append(pid)
+                    break
+            time.sleep(0.01)
+
+    killer = threading.Thread(target=kill_a_worker, daemon=True)
+    killer.start()
+    try:
+        with pytest.raises(ShardError, match=r"a worker process \(pid \d+\) was killed by signal SIGKILL; the units "
+                                             "it held are free again: run the same command again to resume"):
+            tc.transcode(source, out, num_workers=2, progress=False)
+    finally:
+        stop.set()
+        killer.join()
+    assert len(killed) == 1 and {p.pid for p in multiprocessing.active_children()} <= before  # none left running
+    with open(os.path.join(out, tc.STATE_DIR, "manifest.json")) as f:
+        assert {u["state"] for u in json.load(f)["units"]} <= {"planned", "leased", "done"}
+    report = tc.transcode(source, out, progress=False)  # the same command again: finishes what was left
+    assert len(report["files"]) == 4 and all(f["psnr_min"] >= tc.DEFAULT_MIN_PSNR for f in report["files"])
+    assert len(lerobot(out)) == sum(LENGTHS)
 
 
 def test_hevc_with_sampled_psnr_on_the_datatrove_executor(source, tmp_path):

@@ -37,6 +37,7 @@ import json
 import multiprocessing as mp
 import os
 import re
+import signal
 import socket
 import time
 import uuid
@@ -395,16 +396,87 @@ def _holders(units: list[dict]) -> str:
     return f"unit(s) {_ids(u['id'] for u in units)} (leased by {', '.join(who) or 'another process'})"
 
 
+class _RemoteTraceback(Exception):
+    """A worker process's traceback, chained to the error it raised (as multiprocessing.Pool chains it)."""
+
+    def __str__(self) -> str:
+        return self.args[0]
+
+
+def _worker_process(worker: Callable, args, conn) -> None:
+    """Body of one spawned worker: runs ``worker(args)`` and sends back None or (error, its traceback)."""
+    import pickle
+    import traceback
+
+    try:
+        worker(args)
+        conn.send(None)
+    except BaseException as exc:
+        tb = "".join(traceback.format_exception(exc))
+        try:
+            pickle.loads(pickle.dumps(exc))  # an error that does not survive the trip is sent as text
+        except Exception:
+            exc = ShardError(f"{type(exc).__name__}: {exc}")
+        conn.send((exc, tb))
+    finally:
+        conn.close()
+
+
+def _died(process) -> str:
+    code = process.exitcode
+    if code is not None and code < 0:
+        with contextlib.suppress(ValueError):
+            return f"was killed by signal {signal.Signals(-code).name}"
+        return f"was killed by signal {-code}"
+    return f"exited with status {code} without reporting"
+
+
 def _run_workers(worker: Callable, args: tuple, num_workers: int, out_dir: str, bar) -> None:
+    """``worker(args)`` here, or in ``num_workers`` spawned processes until each returns. The first error a worker
+    raises is raised here (its traceback chained) and stops the others; so does a worker that dies without
+    returning (killed by a signal, or aborted inside a native library such as an encoder): a ShardError naming the
+    signal, not a wait for a result that never comes (what multiprocessing.Pool does). Units a dead worker leased
+    are free again (its locks went with it): running the same command again resumes them."""
     if num_workers <= 1:
         worker(args)
-    else:
-        with mp.get_context("spawn").Pool(num_workers) as pool:
-            pending = pool.map_async(worker, [args] * num_workers)
-            while not pending.ready():
-                _show_progress(out_dir, bar)
-                time.sleep(POLL_S)
-            pending.get()  # re-raise a worker's error
+        _show_progress(out_dir, bar)
+        return
+    from multiprocessing.connection import wait
+
+    ctx = mp.get_context("spawn")
+    procs = []
+    try:
+        for _ in range(num_workers):
+            recv, send = ctx.Pipe(duplex=False)
+            p = ctx.Process(target=_worker_process, args=(worker, args, send), daemon=True,
+                            name="robo-loaders-worker")
+            p.start()
+            send.close()  # the child's copy only: its end-of-file then says the child is gone
+            procs.append((p, recv))
+        live = dict(procs)
+        while live:
+            wait(list(live.values()), timeout=POLL_S)
+            _show_progress(out_dir, bar)
+            for p, conn in list(live.items()):
+                if not conn.poll():
+                    continue
+                try:
+                    outcome = conn.recv()
+                except EOFError:  # nothing sent: the process is gone
+                    p.join()
+                    raise ShardError(f"{out_dir}: a worker process (pid {p.pid}) {_died(p)}; the units it held "
+                                     "are free again: run the same command again to resume") from None
+                del live[p]
+                p.join()
+                if outcome is not None:
+                    exc, tb = outcome
+                    raise exc from _RemoteTraceback(tb)
+    finally:
+        for p, conn in procs:
+            if p.is_alive():
+                p.terminate()
+            p.join()
+            conn.close()
     _show_progress(out_dir, bar)
 
 
