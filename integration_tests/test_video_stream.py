@@ -82,6 +82,26 @@ def one_pass(ds, nat, batch_size=16):
     return list(ds.batch_source(sampling_plan(dl)))
 
 
+def test_batches_held_are_never_overwritten_and_dropped_ones_are_recycled(lerobot_datasets):
+    """Batch arrays come from a pool (fresh ones cost a page fault per 4 KiB): a batch the training loop still
+    holds must keep its values while the threads assemble the next ones; a dropped one is written again."""
+    nat = native(lerobot_datasets["h264_3cam_multifile"], "diffusion")
+    ds = video_stream_dataset(nat, shuffle_buffer=2, decode_threads=1)
+    cam = nat.meta.video_keys[0]
+    held = one_pass(ds, nat)  # every batch of a pass alive at once
+    copies = [{k: v.clone() for k, v in b.items() if isinstance(v, torch.Tensor)} for b in held]
+    assert len(one_pass(ds, nat)) == len(held)  # a second pass assembled while the first is still held
+    for n, (batch, copy) in enumerate(zip(held, copies)):
+        for k, v in copy.items():
+            assert torch.equal(batch[k], v), f"batch {n} {k} was overwritten"
+    same_item(held[3], torch.utils.data.default_collate([nat[int(i)] for i in held[3]["index"]]), "held batch 3")
+    del held, copies, batch
+    dl = torch.utils.data.DataLoader(ds, batch_size=16, sampler=sampler_for(nat), num_workers=2)
+    ptrs = [batch[cam].data_ptr() for batch in ds.batch_source(sampling_plan(dl))]  # each dropped at once
+    pooled = {buf.ctypes.data for bufs in ds._pool._free.values() for buf in bufs}
+    assert set(ptrs) <= pooled and len(set(ptrs)) <= 3 * 8 < len(ptrs), "dropped batches' arrays are not recycled"
+
+
 def test_over_http_only_the_videos_bytes_are_read_once_per_pass(lerobot_datasets):
     root = lerobot_datasets["h264_3cam_multifile"]
     nat = native(root, "act")

@@ -17,6 +17,7 @@ from robo_loaders_plugin.core.errors import SourceError
 from robo_loaders_plugin.core.iteration import IndexedDataset
 from robo_loaders_plugin.frames.base import FrameSource
 from robo_loaders_plugin.lerobot.compat import reader_settings
+from robo_loaders_plugin.storage.buffers import BufferPool
 from robo_loaders_plugin.windows import lerobot as rules
 
 
@@ -60,6 +61,9 @@ class LeRobotSamples(IndexedDataset):
         self.image_transforms = settings.image_transforms
         self.delta_indices = settings.delta_indices
         self.return_uint8 = settings.return_uint8
+        # batch arrays reused once nothing references them (fresh ones page-fault): cameras of one shape share a
+        # key, and about 8 batches are in flight (assembling, prefetched, in the training step)
+        self._pool = BufferPool(max_per_shape=8 * max(1, len(self.layout.camera_keys)))
 
     # -- what lerobot-train and EpisodeAwareSampler use ----------------------------------------------------------
     def __len__(self):
@@ -115,7 +119,7 @@ class LeRobotSamples(IndexedDataset):
 
     def collate(self, indices) -> dict:
         """The batch torch's DataLoader would hand ``lerobot-train`` for these indices."""
-        return rules.collate(self.layout, self.frames, self.rowmap, self.windows, self._check(indices))
+        return rules.collate(self.layout, self.frames, self.rowmap, self.windows, self._check(indices), self._pool)
 
     def episode_of(self, indices=None) -> np.ndarray:
         """Frame-source unit (episode run) of rows ``indices`` (default: all)."""

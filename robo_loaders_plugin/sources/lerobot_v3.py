@@ -392,7 +392,9 @@ class VideoFrames:
                 f"(tolerance_s={self.tolerance_s}); first: row {i} queries t={query[i]:.6f}s, nearest frame at "
                 f"{pts[i]:.6f}s. LeRobotDataset would raise FrameTimestampError on these samples; fix the "
                 "episode's timestamps or raise --tolerance_s")
-        return batch.data.numpy() if self.device == "cpu" else batch.data
+        # torchcodec decodes to (N, H, W, C) and hands back a channels-first *view*: copied into (N, C, H, W) order
+        # once here, every window that covers a frame is then a plain copy (not a strided transpose per use)
+        return np.ascontiguousarray(batch.data.numpy()) if self.device == "cpu" else batch.data.contiguous()
 
 
 class LeRobotEpisodes:

@@ -84,15 +84,17 @@ def _tensor(x):
     return x if isinstance(x, torch.Tensor) else torch.from_numpy(x)
 
 
-def _gathered(layout: ItemLayout, frames: FrameSource, rowmap: RowMap, windows: DeltaWindows, idx: np.ndarray):
-    """(columns at the rows, delta keys at their window rows, cameras, pad masks), one gather per key."""
+def _gathered(layout: ItemLayout, frames: FrameSource, rowmap: RowMap, windows: DeltaWindows, idx: np.ndarray,
+              pool=None):
+    """(columns at the rows, delta keys at their window rows, cameras, pad masks), one gather per key; arrays
+    recycled from ``pool`` (a ``storage.buffers.BufferPool``) when given."""
 
     def values(key, rows):
         unit, steps = rowmap.locate(rows, idx)
         if steps.dtype.kind == "f":
-            out = _tensor(gather_at(frames, key, unit, steps, layout.modes[key]))
+            out = _tensor(gather_at(frames, key, unit, steps, layout.modes[key], pool))
         else:
-            out = _tensor(gather(frames, key, unit, steps))
+            out = _tensor(gather(frames, key, unit, steps, pool))
         return out.to(dtype=torch.float32).div(255) if key in layout.image_keys else out
 
     row = {name: values(name, idx) for name in layout.columns}
@@ -128,13 +130,14 @@ def items(layout: ItemLayout, frames: FrameSource, rowmap: RowMap, windows: Delt
     return out
 
 
-def collate(layout: ItemLayout, frames: FrameSource, rowmap: RowMap, windows: DeltaWindows, idx: np.ndarray) -> dict:
+def collate(layout: ItemLayout, frames: FrameSource, rowmap: RowMap, windows: DeltaWindows, idx: np.ndarray,
+            pool=None) -> dict:
     """The batch torch's DataLoader would hand ``lerobot-train`` for rows ``idx``: built from the gathered arrays
     directly, in the keys and layout ``default_collate`` gives the items (image transforms, which apply per item,
     go through the items)."""
     if layout.image_transforms is not None:
         return torch.utils.data.default_collate(items(layout, frames, rowmap, windows, idx))
-    row, query, cams, padding = _gathered(layout, frames, rowmap, windows, idx)
+    row, query, cams, padding = _gathered(layout, frames, rowmap, windows, idx, pool)
     batch = {k: v.squeeze(1) if v.ndim > 1 and v.shape[1] == 1 else v for k, v in cams.items()}
     batch.update(row)
     if windows.deltas:
