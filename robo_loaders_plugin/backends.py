@@ -67,7 +67,7 @@ VIDEO_STREAM_OPTIONS = {
                                    "when the remote file changed or the copy is damaged"),
     "decode_device": (str, "cpu", "'cpu' (byte-identical to LeRobotDataset), 'cuda' (NVDEC), 'auto'"),
     "buffer": (str, "raw", "decoded episodes held 'raw' or compressed with 'lz4' (less memory, some CPU)"),
-    "decode_threads": (int, 1, "threads decoding the episodes a pass is about to open"),
+    "decode_threads": (int, 2, "threads decoding the episodes a pass is about to open"),
     "shuffle_buffer": (int, None, "episodes open at once (default 16); more mixes batches better"),
     "seed": (int, None, "shuffling seed (default: lerobot-train's --seed); the order is a function of (seed, pass)"),
     "prefetch": (int, 2, "batches prefetched ahead of training"),

@@ -111,6 +111,42 @@ def test_episode_cache_loads_once_under_concurrency_and_evicts_lru():
     assert loads == [1, 2, 3, 2] and cache.loads == 4
 
 
+def test_decode_ahead_opens_the_next_pass_before_it_starts():
+    """At the end of a pass its spare room loads the next pass's first episodes, so a pass does not begin with the
+    whole shuffle buffer to decode; the next pass then does not load them again."""
+    from robo_loaders_plugin.pipeline.batches import DecodeAhead, _entry_order
+
+    counts, buffer, ahead = [5] * 12, 2, 3
+    loads = []
+    # room for a batch's episodes (the buffer's, and those entering within the batch) and those loaded ahead
+    cache = EpisodeCache(lambda ep: loads.append(ep) or {"ep": ep}, capacity=buffer + 2 + ahead)
+    node = BatchPlanNode(counts, batch_size=4, drop_last=False, seed=1, buffer_episodes=buffer)
+    decode = DecodeAhead(cache.load_ahead, threads=1, ahead=ahead)
+
+    def serve(epoch, upcoming):
+        node.seek(epoch)
+        node.reset()
+        decode.start_pass(node.plan, upcoming=upcoming)
+        start = len(loads)
+        for _ in range(node.num_batches()):
+            pairs = next(node)
+            decode.reached(pairs[:, 0])
+            decode.pool.submit(lambda: None).result()  # one decode thread: what it was given has run
+            for e in np.unique(pairs[:, 0]):
+                cache.get(int(e))
+        return loads[start:]
+
+    try:
+        first = serve(0, upcoming=lambda: node.plan_of(1))
+        opening = _entry_order(node.plan_of(1))[:ahead].tolist()
+        assert sorted(first[:12]) == list(range(12)) and len(first) <= 12 + ahead  # each once, then the next's
+        assert all(e in cache._items for e in opening)  # loaded before pass 1 starts
+        second = serve(1, upcoming=None)
+    finally:
+        decode.shutdown()
+    assert sorted(second + opening) == list(range(12))  # pass 1 loaded only what was not opened ahead
+
+
 @pytest.mark.parametrize("threads", [0, 2])
 def test_sampler_batches_follow_the_dataloader_order_and_rng(threads):
     """Same batches as the DataLoader over the same sampler, and the generator left in the same state."""

@@ -24,20 +24,27 @@ ROW_COPY_BYTES = 256  # fields whose steps are at least this big are copied wind
 
 class EpisodeCache:
     """Loaded episodes shared by the assembling threads; at most ``capacity`` kept (least recently used goes).
-    An episode is loaded once even when several threads want it at the same time."""
+    An episode is loaded once even when several threads want it at the same time.
+
+    Episodes loaded *ahead* (``get(ep, ahead=True)``: DecodeAhead) and not asked for yet are evicted last: by
+    recency alone they would be the first to go (loaded before the episodes that training used since) and be
+    decoded a second time when their turn comes."""
 
     def __init__(self, load: Callable[[int], dict], capacity: int):
         self.load, self.capacity = load, max(1, int(capacity))
         self._items: OrderedDict[int, dict] = OrderedDict()
+        self._unused: set[int] = set()  # loaded ahead, not asked for yet
         self._lock = threading.Lock()
         self._loading: dict[int, threading.Event] = {}
         self.loads = 0
 
-    def get(self, ep: int) -> dict:
+    def get(self, ep: int, ahead: bool = False) -> dict:
         while True:
             with self._lock:
                 if ep in self._items:
-                    self._items.move_to_end(ep)
+                    if not ahead:
+                        self._items.move_to_end(ep)
+                        self._unused.discard(ep)
                     return self._items[ep]
                 event = self._loading.get(ep)
                 if event is None:
@@ -49,13 +56,22 @@ class EpisodeCache:
             with self._lock:
                 self.loads += 1
                 self._items[ep] = value
+                if ahead:
+                    self._unused.add(ep)
                 while len(self._items) > self.capacity:
-                    self._items.popitem(last=False)
+                    victim = next((e for e in self._items if e not in self._unused), None)
+                    if victim is None:
+                        victim = next(iter(self._items))
+                    del self._items[victim]
+                    self._unused.discard(victim)
             return value
         finally:
             with self._lock:
                 self._loading.pop(ep, None)
             event.set()
+
+    def load_ahead(self, ep: int) -> None:
+        self.get(ep, ahead=True)
 
 
 class EpisodeFrames(FrameSource):

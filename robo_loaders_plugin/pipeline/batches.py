@@ -21,13 +21,22 @@ from robo_loaders_plugin.pipeline.plan import BatchPlanNode, ItemGroups
 _LIVE: "weakref.WeakSet[PipelineBatches]" = weakref.WeakSet()
 
 
+def _entry_order(plan: np.ndarray) -> np.ndarray:
+    """Episodes of a plan by the position they enter it."""
+    eps, first = np.unique(plan[:, 0], return_index=True)
+    return eps[np.argsort(first)]
+
+
 class DecodeAhead:
     """Loads the episodes a pass is about to open before the batches that open them are assembled.
 
     Why: an episode enters the shuffle buffer when its first item is drawn, and the thread assembling that batch
     would otherwise wait for the whole episode to be read (a video decoded). The plan says in which order episodes
     enter, so ``threads`` load them ahead, at most ``ahead`` episodes in front of the newest one the assembling
-    threads asked for (the episode cache must hold them until they are used)."""
+    threads asked for (the episode cache must hold them until they are used). Once the pass has opened its last
+    episode, the same room is used for the *next* pass's first episodes (its plan is a function of the seed and
+    the pass number): without that, every pass began with the whole shuffle buffer decoded while training waited
+    (~0.2 s per pass on the benchmark's dataset, an eighth of a pass)."""
 
     def __init__(self, load: Callable[[int], object], threads: int, ahead: int):
         from concurrent.futures import ThreadPoolExecutor
@@ -35,22 +44,34 @@ class DecodeAhead:
         self.load, self.ahead = load, max(1, int(ahead))
         self.pool = ThreadPoolExecutor(max(1, int(threads)), thread_name_prefix="robo-loaders-decode")
         self._lock = threading.Lock()
+        self._next_order, self._next_submitted = None, 0
         self.start_pass(np.zeros((0, 2), dtype=np.int64))
 
-    def start_pass(self, plan: np.ndarray) -> None:
-        eps, first = np.unique(plan[:, 0], return_index=True)
+    def start_pass(self, plan: np.ndarray, upcoming: Callable[[], np.ndarray] | None = None) -> None:
+        """``plan``: the (episode, k) pairs still to serve this pass; ``upcoming()``: the next pass's plan."""
+        order = _entry_order(plan)
         with self._lock:
-            self.order = eps[np.argsort(first)]  # episodes by the position they enter the pass
+            carried = self._next_order is not None and np.array_equal(order, self._next_order)
+            self.order = order
             self.rank = {int(e): r for r, e in enumerate(self.order)}
-            self.submitted = 0
+            self.submitted = self._next_submitted if carried else 0  # already loading since the last pass's end
+            self.upcoming = upcoming
+            self._next_order, self._next_submitted = None, 0
 
     def reached(self, episodes: np.ndarray) -> None:
         """The assembling threads need ``episodes`` now: keep loading up to ``ahead`` entries past the newest."""
         with self._lock:
             newest = max((self.rank.get(int(e), -1) for e in np.unique(episodes)), default=-1)
-            stop = min(len(self.order), newest + 1 + self.ahead)
-            todo, self.submitted = self.order[self.submitted:stop], max(self.submitted, stop)
-        for e in todo.tolist():
+            want = newest + 1 + self.ahead
+            stop = min(len(self.order), want)
+            todo, self.submitted = self.order[self.submitted:stop].tolist(), max(self.submitted, stop)
+            if want > len(self.order) and self.upcoming is not None:
+                if self._next_order is None:  # once per pass
+                    self._next_order = _entry_order(self.upcoming())
+                stop = min(len(self._next_order), want - len(self.order))
+                todo += self._next_order[self._next_submitted:stop].tolist()
+                self._next_submitted = max(self._next_submitted, stop)
+        for e in todo:
             self.pool.submit(self.load, e)
 
     def shutdown(self) -> None:
@@ -102,7 +123,8 @@ class PipelineBatches(BatchSource):
         self.plan_node.seek(epoch, start)
         self.root.reset()
         if self.decode_ahead is not None:
-            self.decode_ahead.start_pass(self.plan_node.plan[start * self.plan_node.batch_size:])
+            self.decode_ahead.start_pass(self.plan_node.plan[start * self.plan_node.batch_size:],
+                                         upcoming=lambda: self.plan_node.plan_of(epoch + 1))
         while True:
             try:
                 yield next(self.root)
@@ -144,7 +166,8 @@ class PipelineDataset(BatchDataset):
         ahead = None
         if self.decode_threads:
             cache = self.frames.cache
-            ahead = DecodeAhead(cache.get, self.decode_threads, max(1, cache.capacity - opts.shuffle_buffer - 1))
+            room = max(1, cache.capacity - opts.shuffle_buffer - 1)
+            ahead = DecodeAhead(cache.load_ahead, self.decode_threads, room)
         return PipelineBatches(groups, self.collate, plan, seed=seed, shuffle_buffer=opts.shuffle_buffer,
                                replacement=opts.replacement, prefetch=opts.prefetch, backend=self.backend_name,
                                decode_ahead=ahead)
