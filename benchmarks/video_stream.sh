@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The video_stream backend against LeRobotDataset (native) and LeRobot's StreamingLeRobotDataset (streaming, as
 # `lerobot-train --dataset.streaming=true` builds it) on one >= 10k-frame AV1 dataset, diffusion-like windows
-# (2 observation frames, actions -1..14), the same DataLoader workers (equal CPU budget), one run; then the same
-# video_stream reading the dataset from a local S3 endpoint (moto's server, started here on 127.0.0.1), streaming
-# byte ranges (video_stream#s3) and through a fresh local_cache_dir (video_stream#s3_cache: the first pass copies
-# each video whole, so its first batch includes a download).
+# (2 observation frames, actions -1..14), the same DataLoader workers (equal CPU budget), 300 batches (more than a
+# pass of video_stream: 165 batches), REPEATS (3) rounds of every loader, each reported by its median run; then the
+# same video_stream reading the dataset from a local S3 endpoint (moto's server, started here on 127.0.0.1),
+# streaming byte ranges (video_stream#s3) and through a local_cache_dir (video_stream#s3_cache: the first round
+# copies each video whole, so its first batch includes a download; the later rounds reuse the copies).
 # The dataset: the 20 real robosuite Lift demos of ../shared (2 cameras 84x84) written 10 times (10,540 frames)
 # when ../shared is present, else 50 generated episodes x 200-220 frames. Needs the venv on PATH (robo-loaders,
 # python with moto and s3fs).
@@ -50,5 +51,5 @@ robo-loaders bench lerobot --root "$root" --repo-id "local/$name" \
   --backends native,streaming,video_stream,video_stream#s3,video_stream#s3_cache \
   --backend-kwargs "video_stream#s3={\"source\": \"$s3\", \"storage_options\": $storage}" \
   --backend-kwargs "video_stream#s3_cache={\"source\": \"$s3\", \"storage_options\": $storage, \"local_cache_dir\": \"$scratch/cache\"}" \
-  --batch-size 64 --num-workers "$workers" --batches "${BATCHES:-100}" --delta-timestamps diffusion \
+  --batch-size 64 --num-workers "$workers" --batches "${BATCHES:-300}" --repeats "${REPEATS:-3}" --delta-timestamps diffusion \
   --json "$here/results/lerobot_video_stream.json"

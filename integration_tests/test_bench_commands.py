@@ -76,6 +76,7 @@ def test_bench_lerobot(lerobot_datasets, tmp_path):
     data = json.loads(out.read_text())
     native, cc, dp = data["results"]
     assert native["backend"] == "native" and cc["backend"] == "compressed_cache" and dp["backend"] == "datapipe"
+    assert data["settings"]["repeats"] == 1 and "samples_per_s_runs" not in native  # one run each by default
     for r in (native, cc, dp):
         consistent(r)
         assert r["decoded_frames_per_s"] == pytest.approx(r["samples_per_s"] * r["frames_per_sample"])

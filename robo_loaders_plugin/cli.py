@@ -169,8 +169,11 @@ def bench_robomimic_cmd(dataset, backends, seq_length, frame_stack, batch_size, 
 @click.option("--delta-timestamps", "preset", type=click.Choice(["none", "act", "diffusion"]), default="act",
               show_default=True, help="act: 100-step action chunk; diffusion: 2 obs frames + actions -1..14")
 @click.option("--backend-kwargs", "backend_kwargs", multiple=True, metavar="BACKEND='{json}'")
+@click.option("--repeats", default=1, show_default=True, type=click.IntRange(min=1),
+              help="run every backend this many times (in rounds) and report each by its median run")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False))
-def bench_lerobot_cmd(root, repo_id, backends, batch_size, num_workers, batches, preset, backend_kwargs, json_out):
+def bench_lerobot_cmd(root, repo_id, backends, batch_size, num_workers, batches, preset, backend_kwargs, repeats,
+                      json_out):
     """samples/s, decoded frames/s, first batch, memory, latency and fetch/decode split vs LeRobotDataset."""
     import os
 
@@ -178,7 +181,8 @@ def bench_lerobot_cmd(root, repo_id, backends, batch_size, num_workers, batches,
 
     repo_id = repo_id or f"local/{os.path.basename(os.path.abspath(root))}"
     payload = bench_lerobot(root, repo_id, [b.strip() for b in backends.split(",") if b.strip()], batch_size,
-                            num_workers, batches, preset, _parse_kwargs(backend_kwargs), json_out, echo=click.echo)
+                            num_workers, batches, preset, _parse_kwargs(backend_kwargs), json_out, echo=click.echo,
+                            repeats=repeats)
     if any(r.get("error") for r in payload["results"]):
         sys.exit(1)
 

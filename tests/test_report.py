@@ -446,3 +446,14 @@ def test_report_cmd_readme(readme_dir):
     (readme_dir / "benchmarks" / "results" / "lift_w2.json").unlink()
     r = CliRunner().invoke(report_cmd, ["--readme", readme])
     assert r.exit_code == 1 and "lift_w2.json does not exist" in r.output
+
+
+def test_repeated_benchmark_runs_reported_by_their_median_and_a_failure_is_never_hidden():
+    from robo_loaders_plugin.bench.lerobot_bench import median_run
+
+    runs = [{"samples_per_s": v, "run": i} for i, v in enumerate([300.0, 100.0, 200.0, 400.0])]
+    assert median_run(runs[:3]) == dict(runs[2], samples_per_s_runs=[300.0, 100.0, 200.0])
+    assert median_run(runs)["run"] == 2  # even count: the lower middle run, not a better one
+    assert median_run([runs[0]]) == runs[0]
+    failed = {"error": "Traceback ...\nRuntimeError: boom"}
+    assert median_run([runs[0], failed, runs[3]]) is failed
