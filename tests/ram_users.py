@@ -33,7 +33,7 @@ class FileSource:
                                   recorded)
 
 
-def open_ram(src, log=None, hang_in_build=False):
+def open_ram(src, log=None, hang_in_build=False, max_memory=None):
     """``(store, hold, reused)`` of the RAM cache of ``src``."""
     def write(w):
         if log:
@@ -46,7 +46,7 @@ def open_ram(src, log=None, hang_in_build=False):
             time.sleep(600)
 
     return open_or_build(kind="test", source=FileSource(src), key_desc={"source": str(src)}, write=write,
-                         codec=FrameCodec(), cache_dir=None, max_memory=None, build_workers=1, meta={},
+                         codec=FrameCodec(), cache_dir=None, max_memory=max_memory, build_workers=1, meta={},
                          option_prefix="test", description="a test cache")
 
 

@@ -18,7 +18,8 @@ import pytest
 
 from robo_loaders_plugin.storage import cache, ramfile
 from robo_loaders_plugin.storage.codec import FrameCodec
-from robo_loaders_plugin.storage.store import ENV_RAM_DIR, EpisodeStore, StoreError, StoreWriter, default_shm_dir
+from robo_loaders_plugin.storage.store import (ENV_RAM_DIR, EpisodeStore, MemoryBudgetExceeded, StoreError, StoreWriter,
+                                              default_shm_dir)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 USER = os.path.join(REPO, "tests", "ram_users.py")
@@ -178,6 +179,23 @@ def test_an_edited_source_gets_a_new_cache_never_the_old_one(ram):
         s.close()
         h.release()
     assert files(shm) == []
+
+
+def test_a_shared_cache_larger_than_a_second_runs_max_memory_is_refused_not_used(ram):
+    """max_memory is no part of the cache key (it does not change the content): a run with a smaller budget finds
+    the cache a run with a larger one built, and its own budget still holds."""
+    shm, src = ram
+    store, hold, reused = open_ram(src)  # 5000 bytes of data
+    assert not reused
+    refusal = r"test\.max_memory=4\.9 KiB, .*holds 5\.0 KiB \(.*\.rlc\); raise max_memory"
+    with pytest.raises(MemoryBudgetExceeded, match=refusal):
+        open_ram(src, max_memory=4999)
+    fitting, fitting_hold, reused = open_ram(src, max_memory=store.header["data_nbytes"])
+    assert reused and fitting.path == store.path
+    for s, h in ((store, hold), (fitting, fitting_hold)):
+        s.close()
+        h.release()
+    assert files(shm) == []  # the refused run dropped its hold: the last user removed the entry
 
 
 def test_a_damaged_shared_copy_is_rebuilt_not_served(ram):

@@ -268,6 +268,7 @@ class StoreWriter:
     def finish(self, meta: Mapping) -> str:
         with self._writing():
             self._align()
+            self._check_budget()  # the budget covers the whole data region (what a reusing run compares it to)
             hoff = self._pos
             header = json.dumps({"format": FORMAT_VERSION, "codec": self.codec.as_dict(), "meta": dict(meta),
                                  "episodes": self._episodes, "data_crc32": self._crc, "data_nbytes": hoff,

@@ -18,7 +18,7 @@ from robo_loaders_plugin.storage import cache
 from robo_loaders_plugin.storage.codec import CodecError, FrameCodec
 from robo_loaders_plugin.storage.fingerprint import Fingerprint
 from robo_loaders_plugin.storage import ramfile
-from robo_loaders_plugin.storage.store import EpisodeStore, StoreError, StoreWriter
+from robo_loaders_plugin.storage.store import EpisodeStore, MemoryBudgetExceeded, StoreError, StoreWriter
 
 SOURCE_KEY = "source_fingerprint"
 
@@ -68,11 +68,23 @@ def open_or_build(*, kind: str, source, key_desc: dict, write: Callable[[StoreWr
         ramfile.sweep_stale(root)
         entry, held, reused, _ = cache.obtain(root, kind, key_desc, source.fingerprint, recorded_fingerprint, usable,
                                               build, description, suffix=".rlc", housekeeping=False)
-        return EpisodeStore(entry.path), ramfile.RamHold(entry, held), reused
-    root = cache.cache_root(cache_dir, f"{option_prefix}.cache_dir")
-    entry, holder, reused, _ = cache.obtain(root, kind, key_desc, source.fingerprint, recorded_fingerprint, usable,
-                                            build, description, suffix=".rlc")
-    return EpisodeStore(entry.path), holder, reused
+        holder = ramfile.RamHold(entry, held)
+    else:
+        root = cache.cache_root(cache_dir, f"{option_prefix}.cache_dir")
+        entry, holder, reused, _ = cache.obtain(root, kind, key_desc, source.fingerprint, recorded_fingerprint,
+                                                usable, build, description, suffix=".rlc")
+    store = EpisodeStore(entry.path)
+    data_nbytes = store.header["data_nbytes"]
+    if reused and max_bytes is not None and data_nbytes > max_bytes:
+        # max_memory is not part of the cache key (it does not change the content), so a cache built by a run with a
+        # larger budget is found here: this run's budget still holds
+        holder.release()
+        raise MemoryBudgetExceeded(
+            f"{option_prefix}.max_memory={format_bytes(max_bytes)}, but the cache of this source and these options, "
+            f"built by an earlier or concurrent run, holds {format_bytes(data_nbytes)} ({entry.path}); raise "
+            "max_memory (the cache is shared, not copied), or build a smaller one of its own: fewer obs keys or "
+            "demos, or a stronger codec (codec='zstd')")
+    return store, holder, reused
 
 
 def summarize(store: EpisodeStore, n_episodes: int, n_samples: int, reused: bool) -> str:
