@@ -17,7 +17,8 @@ from robo_loaders_plugin.core.iteration import record_built
 from robo_loaders_plugin.lerobot.factories import LeRobotStreamSamples, video_stream_dataset
 from robo_loaders_plugin.lerobot.integration import cycle, sampling_plan
 from robo_loaders_plugin.lerobot.presets import delta_timestamps
-from robo_loaders_plugin.sources.lerobot_v3 import LeRobotV3, nvdec_problem
+from robo_loaders_plugin.sources.lerobot_v3 import LeRobotV3
+from robo_loaders_plugin.sources.nvdec import nvdec_problem
 
 NAMES = ["av1_1cam", "h264_3cam_multifile", "png_1cam"]
 
@@ -150,6 +151,28 @@ def test_bad_options_and_nvdec_codec_check(lerobot_datasets):
     assert nvdec_problem(av1, "NVIDIA H100 80GB HBM3") and nvdec_problem(av1, "Tesla T4")
     assert nvdec_problem(av1, "NVIDIA L4") is None and nvdec_problem(av1, "NVIDIA GeForce RTX 4090") is None
     assert nvdec_problem(h264, "NVIDIA A100-SXM4-80GB") is None
+
+
+def test_a_torchcodec_without_cuda_is_refused_before_training_not_mid_run(lerobot_datasets, monkeypatch, capsys):
+    """On a GPU machine with the CPU-only torchcodec wheel (what `pip install lerobot` gives), decode_device='cuda'
+    fails at start-up naming the build to install (it failed at the first decode as a "corrupt file"), and 'auto'
+    decodes on the CPU and says why. The GPU is simulated (torch.cuda's answers); the refusal is torchcodec's own."""
+    import torchcodec
+
+    if "+cpu" not in torchcodec.__version__:
+        pytest.skip(f"torchcodec {torchcodec.__version__} is a CUDA build")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA A100-SXM4-80GB")
+    for name in ("h264_3cam_multifile", "av1_1cam"):  # on an A100 the build is reported first, then AV1
+        nat = native(lerobot_datasets[name])
+        with pytest.raises(BackendOptionError, match=r"decode_device='cuda': NVDEC cannot be used here: the "
+                           r"installed torchcodec is a CPU-only build .*--index-url"):
+            video_stream_dataset(nat, decode_device="cuda")
+        capsys.readouterr()
+        ds = video_stream_dataset(nat, decode_device="auto")
+        assert "(cpu decode" in ds.build_summary
+        assert "video_stream: decoding on the CPU: NVDEC cannot be used here: the installed torchcodec is a " \
+            "CPU-only build" in capsys.readouterr().out
 
 
 @pytest.mark.cuda

@@ -48,15 +48,24 @@ def video_checks() -> list[Check]:
         return rows
     names = ", ".join(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
     rows.append(Check(f"CUDA {torch.version.cuda}", True, names))
-    try:
-        from torchcodec.decoders import set_cuda_backend  # noqa: F401
+    return rows + nvdec_checks(torch.cuda.get_device_name())
 
-        rows.append(Check("torchcodec CUDA backend API", True, "set_cuda_backend present; NVDEC use is decided per "
-                          "stream (decoder.cpu_fallback)", required=False))
-    except ImportError as exc:
-        rows.append(Check("torchcodec CUDA backend API", False, f"{exc}: the PyPI wheel is CPU-only; install the "
-                          "CUDA build from PyTorch's index", required=False))
-    return rows
+
+def nvdec_checks(gpu_name: str) -> list[Check]:
+    """NVDEC as video_stream would use it, proven by decoding (sources.nvdec.probe): H.264 (what `robo-loaders
+    transcode` writes) and AV1 (LeRobot's default), against what NVIDIA's table says of this GPU."""
+    from robo_loaders_plugin.sources.nvdec import CUDA_BUILD_HINT, NO_AV1_NVDEC, probe
+
+    h264 = probe("h264", "cuda")
+    if h264.detail == CUDA_BUILD_HINT:
+        return [Check("torchcodec CUDA build (NVDEC)", False, CUDA_BUILD_HINT, required=False)]
+    rows = [Check("NVDEC decodes h264", h264.ok, h264.detail, required=False)]
+    av1 = probe("av1", "cuda")
+    detail = av1.detail
+    if not av1.ok and any(tag in gpu_name for tag in NO_AV1_NVDEC):
+        detail += (f"; as expected: NVDEC on {gpu_name} has no AV1. Train AV1 datasets with decode_device: cpu, or "
+                   "from an H.264 copy (robo-loaders transcode ROOT OUT --codec h264)")
+    return rows + [Check("NVDEC decodes av1", av1.ok, detail, required=False)]
 
 
 def all_checks() -> list[Check]:

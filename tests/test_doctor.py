@@ -34,3 +34,27 @@ def test_doctor_fails_on_a_changed_signature(monkeypatch):
     assert r.exit_code == 1
     line = next(x for x in r.output.splitlines() if "factory.make_dataset" in x)
     assert line.startswith("FAIL") and "expected ('cfg',)" in line
+
+
+def test_doctor_proves_nvdec_by_decoding_and_names_a_cpu_only_torchcodec(monkeypatch):
+    """Where torch sees a GPU, doctor decodes a clip with NVDEC instead of trusting the GPU's presence. With the
+    CPU-only torchcodec installed here that decode is refused, and doctor says which build to install (a warning:
+    the CPU paths still work). The probe itself is the same code on the CPU, and decodes every codec there."""
+    import torch
+    import torchcodec
+
+    from robo_loaders_plugin.sources.nvdec import probe
+
+    for codec in ("h264", "hevc", "av1"):
+        p = probe(codec, "cpu")
+        assert p.ok and p.detail.startswith(f"decodes {codec} (") and "dB" in p.detail, p
+    if "+cpu" not in torchcodec.__version__:
+        return  # a CUDA build: the refusal below cannot happen here (tests marked cuda check NVDEC itself)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA A100-SXM4-80GB")
+    r = CliRunner().invoke(main, ["doctor"])
+    assert r.exit_code == 0, r.output  # a warning, not a failure
+    line = next(x for x in r.output.splitlines() if "torchcodec CUDA build" in x)
+    assert line.startswith("warn") and "CPU-only build" in line and "--index-url" in line, line
+    assert "NVDEC decodes av1" not in r.output  # the build is the problem to report, not the GPU's AV1 support

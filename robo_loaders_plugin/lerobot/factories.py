@@ -248,10 +248,10 @@ def video_stream_dataset(native, **options):
 
 
 def _decode_device(option: str, source) -> str:
-    """``cpu``, or ``cuda`` for NVDEC (refused on a GPU that cannot decode the dataset's codec)."""
+    """``cpu``, or ``cuda`` for NVDEC once it is known to decode the dataset's codecs here (sources.nvdec)."""
     import torch
 
-    from robo_loaders_plugin.sources.lerobot_v3 import nvdec_problem
+    from robo_loaders_plugin.sources.nvdec import nvdec_unusable
 
     if option not in ("cpu", "cuda", "auto"):
         raise BackendOptionError(f"{OPTION_PREFIX}.decode_device must be 'cpu', 'cuda' or 'auto', got {option!r}")
@@ -260,7 +260,7 @@ def _decode_device(option: str, source) -> str:
     if not torch.cuda.is_available():
         raise BackendOptionError(f"{OPTION_PREFIX}.decode_device='cuda' but torch sees no CUDA GPU; use 'cpu' or "
                                  "'auto'")
-    problem = nvdec_problem(source, torch.cuda.get_device_name())
+    problem = nvdec_unusable(source)
     if problem:
         if option == "auto":
             print(f"[robo-loaders] video_stream: decoding on the CPU: {problem}", flush=True)

@@ -302,25 +302,6 @@ class LeRobotV3:
         return h.hexdigest()
 
 
-# GPUs whose NVDEC cannot decode AV1 (NVIDIA's NVDEC support matrix): Pascal, Volta, Turing, GA100 and Hopper.
-# Ampere GA10x (A10, A40, RTX 30xx), Ada (L4, L40, RTX 40xx) and Blackwell can.
-NO_AV1_NVDEC = ("A100", "A800", "A30", "H100", "H200", "H800", "H20", "GH200", "V100", "T4", "P100", "P40", "P4",
-                "TITAN V", "TITAN RTX", "RTX 20", "GTX 16", "Quadro RTX")
-AV1_CODECS = ("av1", "libsvtav1", "libaom-av1", "libdav1d")
-
-
-def nvdec_problem(source: LeRobotV3, gpu_name: str) -> str | None:
-    """Why NVDEC on ``gpu_name`` cannot decode this dataset's videos, or None."""
-    av1 = [k for k in source.video_keys
-           if str((source.features[k].get("info") or {}).get("video.codec", "")).lower() in AV1_CODECS]
-    if av1 and any(tag in gpu_name for tag in NO_AV1_NVDEC):
-        return (f"NVDEC on {gpu_name} cannot decode AV1, and {', '.join(av1)} are AV1 (LeRobot's default encoding). "
-                "Decode on the CPU (decode_device: cpu), or train from an H.264 copy of the dataset (same tables, "
-                f"frames and timestamps): robo-loaders transcode {source.root} <OUT> --codec h264 "
-                "(docs/transcode.md)")
-    return None
-
-
 class VideoFrames:
     """One torchcodec decoder per video file and thread, opened lazily and reused for every episode stored in that
     file.
@@ -333,6 +314,11 @@ class VideoFrames:
         self.device = device
         self._local = threading.local()  # decoders (and remote file objects) are not thread-safe: one set per thread
         self._fallbacks: set[str] = set()
+
+    @property
+    def fallbacks(self) -> set[str]:
+        """Video files NVDEC could not take, which torchcodec decoded on the CPU instead."""
+        return set(self._fallbacks)
 
     @property
     def _decoders(self) -> dict:
