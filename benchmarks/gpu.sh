@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# On a machine with a CUDA GPU: the CUDA tests (pytest -m cuda) and the GPU benchmark, gpu_resampler with its
-# episodes on the device against the same backend's CPU path and the native loaders, measured in one run. Prints a
-# notice and exits 0 where torch sees no GPU (these machines): no GPU number is claimed without one.
+# On a machine with a CUDA GPU: the CUDA tests (pytest -m cuda), video_stream's NVDEC against CPU decode (nvdec.sh),
+# and the GPU benchmark, gpu_resampler with its episodes on the device against the same backend's CPU path and the
+# native loaders, measured in one run. Prints a notice and exits 0 where torch sees no GPU (these machines): no GPU
+# number is claimed without one.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 if ! python -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
@@ -9,6 +10,7 @@ if ! python -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 
 fi
 workers=${WORKERS:-2}
 python -m pytest -q -m cuda "$here/../tests" "$here/../integration_tests"
+bash "$here/nvdec.sh"
 data=${DATA:-$here/../bench_out/lift_like.hdf5}
 [ -f "$data" ] || robo-loaders sample-data robomimic "$data" --demos 200 --min-length 45 --max-length 55 --seed 0
 robo-loaders bench robomimic --dataset "$data" --backends native:low_dim,gpu_resampler,gpu_resampler#cpu \
