@@ -238,3 +238,28 @@ def test_inconsistent_dtype_across_demos(tiny_hdf5, tmp_path):
     cfg = make_config(path, backend="compressed_cache", low_dim=["object"])
     with pytest.raises(RoboLoadersError, match="demo_2/obs/object"):
         dataset_factory(cfg, obs_keys(cfg))
+
+
+def test_batch_arrays_are_recycled_for_every_field_of_a_shape(tiny_hdf5):
+    """Two cameras of one size: two same-shape arrays per batch share a pool key. Ten batches held at once (20 such
+    arrays, as prefetching workers and a training step can hold) and then dropped are all kept for reuse, so the next
+    ten are assembled into them (a pool of 12 per shape page-faulted fresh arrays for the rest)."""
+    cfg = _cc(tiny_hdf5)
+    ds = dataset_factory(cfg, obs_keys(cfg))
+    cams = ("agentview_image", "robot0_eye_in_hand_image")
+    batches = [list(range(b * 4, b * 4 + 4)) for b in range(10)]
+
+    def pointers(held):
+        return {b["obs"][k].data_ptr() for b in held for k in cams}
+
+    held = [ds.collate(ix) for ix in batches]
+    assert len(pointers(held)) == 20 and ds[0]["obs"][cams[0]].shape == ds[0]["obs"][cams[1]].shape
+    del held
+    again = [ds.collate(ix) for ix in batches]
+    pooled = {buf.ctypes.data for bufs in ds._pool._free.values() for buf in bufs}
+    assert len(pointers(again)) == 20 and pointers(again) <= pooled, \
+        f"{len(pointers(again) - pooled)} of 20 image arrays are not the pool's (allocated fresh, never reused)"
+    for b in (0, 9):  # and written again with the right samples
+        for j, i in enumerate(batches[b]):
+            for k in cams:
+                assert np.array_equal(again[b]["obs"][k][j].numpy(), ds[i]["obs"][k])

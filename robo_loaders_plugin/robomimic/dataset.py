@@ -31,7 +31,11 @@ class RobomimicSamples(IndexedDataset):
         self.build_summary = ""
         self.modes = None  # how each field is read between recorded steps (rate conversion)
         self.device = None  # where collated batches are put (None: where the frame source returns them)
-        self._pool = BufferPool()
+        # batch arrays reused once nothing references them (fresh ones page-fault): fields of one shape (obs and
+        # next_obs of a camera, cameras of one size) share a key, and about 8 batches are in flight
+        o = windows.opts
+        fields = len(o.dataset_keys) + len(o.obs_keys) * (1 + bool(o.load_next_obs) + (o.goal_mode == "last"))
+        self._pool = BufferPool(max_per_shape=8 * max(1, fields))
 
     # -- what robomimic's train() uses ----------------------------------------------------------------------------
     def __len__(self):
