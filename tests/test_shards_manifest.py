@@ -101,6 +101,29 @@ def test_converts_publishes_and_reports_counts(tmp_path):
     assert all(u["state"] == "done" for u in units(tmp_path)) and not temporaries(tmp_path)
 
 
+def test_one_worker_moves_the_progress_bar_as_units_finish(tmp_path, monkeypatch):
+    """One worker runs in this process (no interpreter to spawn), yet the bar follows the units as they finish: it
+    sat at 0 until the whole conversion was done (a transcode's default is one worker)."""
+    seen = []
+    show = manifest._show_progress
+
+    def recording(out_dir, bar):
+        show(out_dir, bar)
+        seen.append(bar.n)
+
+    def slow(name):
+        time.sleep(0.15)
+        return read_episode(name)
+
+    monkeypatch.setattr(manifest, "_show_progress", recording)
+    monkeypatch.setattr(manifest, "POLL_S", 0.05)
+    assert convert(tmp_path, slow).episodes == 6
+    assert {1, 2} <= set(seen) and seen[-1] == 3, seen
+    make_plan(tmp_path / "failing")
+    with pytest.raises(OSError, match="source read failed"):  # the thread's error, raised in the caller
+        convert(tmp_path / "failing", lambda name: (_ for _ in ()).throw(OSError("source read failed")), plan=False)
+
+
 def test_a_failed_unit_is_given_back_and_a_retry_in_the_same_process_converts_it(tmp_path):
     make_plan(tmp_path)
     failed = []

@@ -39,6 +39,7 @@ import os
 import re
 import signal
 import socket
+import threading
 import time
 import uuid
 from typing import Callable, Iterable, Mapping, NamedTuple
@@ -438,8 +439,7 @@ def _run_workers(worker: Callable, args: tuple, num_workers: int, out_dir: str, 
     signal, not a wait for a result that never comes (what multiprocessing.Pool does). Units a dead worker leased
     are free again (its locks went with it): running the same command again resumes them."""
     if num_workers <= 1:
-        worker(args)
-        _show_progress(out_dir, bar)
+        _run_here(worker, args, out_dir, bar)
         return
     from multiprocessing.connection import wait
 
@@ -478,6 +478,28 @@ def _run_workers(worker: Callable, args: tuple, num_workers: int, out_dir: str, 
             p.join()
             conn.close()
     _show_progress(out_dir, bar)
+
+
+def _run_here(worker: Callable, args: tuple, out_dir: str, bar) -> None:
+    """``worker(args)`` in this process (no spawned interpreter to start for one worker), in a thread, so that the
+    progress bar follows the units as they finish instead of jumping at the end. Its error is raised here. Daemon:
+    an interrupted run exits without waiting for the unit in progress (its lease goes with the process, and its
+    partial files are swept when the command is run again)."""
+    failure: list[BaseException] = []
+
+    def body():
+        try:
+            worker(args)
+        except BaseException as exc:
+            failure.append(exc)
+
+    thread = threading.Thread(target=body, name="robo-loaders-convert", daemon=True)
+    thread.start()
+    while thread.is_alive():
+        thread.join(POLL_S)
+        _show_progress(out_dir, bar)
+    if failure:
+        raise failure[0]
 
 
 def _show_progress(out_dir: str, bar) -> None:
