@@ -54,7 +54,7 @@ def video_checks() -> list[Check]:
 def nvdec_checks(gpu_name: str) -> list[Check]:
     """NVDEC as video_stream would use it, proven by decoding (sources.nvdec.probe): H.264 (what `robo-loaders
     transcode` writes) and AV1 (LeRobot's default), against what NVIDIA's table says of this GPU."""
-    from robo_loaders_plugin.sources.nvdec import CUDA_BUILD_HINT, NO_AV1_NVDEC, probe
+    from robo_loaders_plugin.sources.nvdec import CUDA_BUILD_HINT, lacks_av1, probe
 
     h264 = probe("h264", "cuda")
     if h264.detail == CUDA_BUILD_HINT:
@@ -62,7 +62,7 @@ def nvdec_checks(gpu_name: str) -> list[Check]:
     rows = [Check("NVDEC decodes h264", h264.ok, h264.detail, required=False)]
     av1 = probe("av1", "cuda")
     detail = av1.detail
-    if not av1.ok and any(tag in gpu_name for tag in NO_AV1_NVDEC):
+    if not av1.ok and lacks_av1(gpu_name):
         detail += (f"; as expected: NVDEC on {gpu_name} has no AV1. Train AV1 datasets with decode_device: cpu, or "
                    "from an H.264 copy (robo-loaders transcode ROOT OUT --codec h264)")
     return rows + [Check("NVDEC decodes av1", av1.ok, detail, required=False)]

@@ -24,13 +24,6 @@ DEVICES = ("cpu", "cuda")
 PSNR_EPISODES = 5  # episodes whose NVDEC frames are compared with the CPU decode
 
 
-def _unavailable(device: str, source) -> str | None:
-    """Why ``device`` cannot decode this dataset here (video_stream's own reason), or None."""
-    from robo_loaders_plugin.sources.nvdec import nvdec_unusable
-
-    return None if device == "cpu" else nvdec_unusable(source)
-
-
 def _decode_all(episodes, device: str, threads: int, keep: set[int]) -> tuple[dict, float, int, list]:
     """Decode every episode of every camera on ``device``: (frames kept for ``keep``, seconds, frames, fallbacks)."""
     import torch
@@ -64,6 +57,7 @@ def _decode_all(episodes, device: str, threads: int, keep: set[int]) -> tuple[di
 def bench_decode(root: str, devices: list[str], threads: int, max_episodes: int | None, json_out: str | None,
                  echo=print) -> dict:
     from robo_loaders_plugin.sources.lerobot_v3 import LeRobotEpisodes, LeRobotV3
+    from robo_loaders_plugin.sources.nvdec import nvdec_unusable, video_codecs
     from robo_loaders_plugin.storage.video import psnr
 
     source = LeRobotV3(root)
@@ -71,11 +65,11 @@ def bench_decode(root: str, devices: list[str], threads: int, max_episodes: int 
         raise click.UsageError(f"{root} has no video features: nothing to decode")
     chosen = sorted(source.episodes)[:max_episodes] if max_episodes else None
     episodes = LeRobotEpisodes(source, DEFAULT_TOLERANCE_S, chosen)
-    codecs = {k: (source.features[k].get("info") or {}).get("video.codec") for k in source.video_keys}
+    codecs = video_codecs(source)
     keep = {ep for ep, _, _ in episodes.runs[:PSNR_EPISODES]}
     rows, reference = [], None
     for device in devices:
-        why = _unavailable(device, source)
+        why = None if device == "cpu" else nvdec_unusable(source)  # video_stream's own reason
         if why:
             echo(f"[bench] {device}: not measured: {why}")
             rows.append({"device": device, "not_measured": why})

@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 
 import numpy as np
 
-# GPUs whose NVDEC cannot decode AV1 (NVIDIA's NVDEC support matrix): Pascal, Volta, Turing, GA100 and Hopper.
-# Ampere GA10x (A10, A40, RTX 30xx), Ada (L4, L40, RTX 40xx) and Blackwell can.
-NO_AV1_NVDEC = ("A100", "A800", "A30", "H100", "H200", "H800", "H20", "GH200", "V100", "T4", "P100", "P40", "P4",
-                "TITAN V", "TITAN RTX", "RTX 20", "GTX 16", "Quadro RTX")
+# GPUs whose NVDEC cannot decode AV1 (NVIDIA's NVDEC support matrix): Pascal, Volta, Turing, GA100 and Hopper,
+# matched as whole model names in torch.cuda.get_device_name() ("RTX A3000" and "RTX 2000 Ada" are Ampere GA10x and
+# Ada, which can, like A10, A40, L4, L40, RTX 30xx/40xx and Blackwell).
+NO_AV1_NVDEC = (r"\bA100\b", r"\bA800\b", r"\bA30\b", r"\bH100\b", r"\bH200\b", r"\bH800\b", r"\bH20\b",
+                r"\bGH200\b", r"\bV100\b", r"\bP100\b", r"\bP40\b", r"\bP4\b", r"\bT4\b",
+                r"\bT(400|600|1000|1200)\b", r"TITAN (V|RTX)\b", r"RTX 20[5-8]0", r"GTX 16[5-6]0", r"Quadro RTX")
 AV1_CODECS = ("av1", "libsvtav1", "libaom-av1", "libdav1d")
 _PROBE_CODECS = {"h264": "h264", "libx264": "h264", "avc": "h264", "hevc": "hevc", "h265": "hevc",
                  "libx265": "hevc", **{c: "av1" for c in AV1_CODECS}}
@@ -32,10 +35,15 @@ def video_codecs(source) -> dict[str, str]:
     return {k: str((source.features[k].get("info") or {}).get("video.codec", "")).lower() for k in source.video_keys}
 
 
+def lacks_av1(gpu_name: str) -> bool:
+    """Whether NVIDIA's table says NVDEC on ``gpu_name`` (``torch.cuda.get_device_name()``) has no AV1."""
+    return any(re.search(pattern, gpu_name) for pattern in NO_AV1_NVDEC)
+
+
 def nvdec_problem(source, gpu_name: str) -> str | None:
     """Why NVDEC on ``gpu_name`` cannot decode this dataset's videos by NVIDIA's table, or None."""
     av1 = [k for k, codec in video_codecs(source).items() if codec in AV1_CODECS]
-    if av1 and any(tag in gpu_name for tag in NO_AV1_NVDEC):
+    if av1 and lacks_av1(gpu_name):
         return (f"NVDEC on {gpu_name} cannot decode AV1, and {', '.join(av1)} are AV1 (LeRobot's default encoding). "
                 "Decode on the CPU (decode_device: cpu), or train from an H.264 copy of the dataset (same tables, "
                 f"frames and timestamps): robo-loaders transcode {source.root} <OUT> --codec h264 "
