@@ -4,6 +4,7 @@
 # times (10,540 frames) when ../shared is present, else 50 generated episodes x 200-220 frames. LeRobotDataset vs
 # the backends with lerobot-train's DataLoader (EpisodeAwareSampler, spawn workers, prefetch 4) or what its patched
 # cycle() yields, one run per delta-timestamps preset; gpu_resampler#third counts the windows at a third of 20 fps.
+# REPEATS rounds of every loader, each reported by its median run (default 1).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 workers=${WORKERS:-2}
@@ -22,8 +23,9 @@ else
 fi
 for preset in ${PRESETS:-act diffusion none}; do
   robo-loaders bench lerobot --root "$root" --repo-id "local/$name" \
-    --backends native,compressed_cache,datapipe,gpu_resampler,gpu_resampler#third \
+    --backends native,compressed_cache,datapipe,gpu_resampler,gpu_resampler#third,video_stream \
     --backend-kwargs 'gpu_resampler#third={"target_fps": 6.666666666666667}' \
-    --batch-size 64 --num-workers "$workers" --batches "${BATCHES:-60}" --delta-timestamps "$preset" \
+    --batch-size 64 --num-workers "$workers" --batches "${BATCHES:-60}" --repeats "${REPEATS:-1}" \
+    --delta-timestamps "$preset" \
     --json "$here/results/${name}_${preset}_w${workers}.json"
 done

@@ -457,3 +457,11 @@ def test_repeated_benchmark_runs_reported_by_their_median_and_a_failure_is_never
     assert median_run([runs[0]]) == runs[0]
     failed = {"error": "Traceback ...\nRuntimeError: boom"}
     assert median_run([runs[0], failed, runs[3]]) is failed
+
+
+def test_the_caption_says_when_each_row_is_the_median_of_several_runs():
+    settings = {"batch_size": 64, "preset": "diffusion", "num_workers": 2, "batches": 200}
+    one = tables.settings_caption({"_kind": "bench", "settings": dict(settings, repeats=1)})
+    assert one == "batch 64, delta_timestamps diffusion, 2 workers, 200 timed batches"
+    three = tables.settings_caption({"_kind": "bench", "settings": dict(settings, repeats=3)})
+    assert three == one + ", median of 3 runs per backend"

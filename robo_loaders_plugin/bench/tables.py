@@ -108,6 +108,8 @@ def settings_parts(payload: dict) -> list[str]:
         parts.append(f"{s['num_workers']} workers")
     if "batches" in s:
         parts.append(f"{s['batches']} timed batches")
+    if s.get("repeats", 1) > 1:
+        parts.append(f"median of {s['repeats']} runs per backend")
     if payload["_kind"] == "training" and s.get("epochs"):
         parts.append(f"{s['epochs']} epochs x {s.get('steps_per_epoch')} training steps")
         if s.get("policy") or s.get("algo"):
