@@ -78,6 +78,7 @@ def open_or_build(*, kind: str, source, key_desc: dict, write: Callable[[StoreWr
     if reused and max_bytes is not None and data_nbytes > max_bytes:
         # max_memory is not part of the cache key (it does not change the content), so a cache built by a run with a
         # larger budget is found here: this run's budget still holds
+        store.close()
         holder.release()
         raise MemoryBudgetExceeded(
             f"{option_prefix}.max_memory={format_bytes(max_bytes)}, but the cache of this source and these options, "
