@@ -50,11 +50,15 @@ def test_bench_robomimic_datapipe_and_conversion(tiny_hdf5, tmp_path):
     out = tmp_path / "r.json"
     rc, log = run(["bench", "robomimic", "--dataset", tiny_hdf5, "--seq-length", "5", "--batch-size", "8",
                    "--num-workers", "1", "--batches", "3", "--backends", "native:low_dim,datapipe",
-                   "--backend-kwargs", 'datapipe={"convert_workers": 2, "shuffle_buffer": 2}', "--json", str(out)])
+                   "--backend-kwargs", 'datapipe={"convert_workers": 2, "shuffle_buffer": 2}', "--repeats", "2",
+                   "--json", str(out)])
     assert rc == 0, log[-3000:]
     data = json.loads(out.read_text())
     native, dp = data["results"]
     consistent(dp)
+    assert data["settings"]["repeats"] == 2 and "(run 2 of 2)" in log  # rounds; each row its median run
+    for r in (native, dp):
+        assert len(r["samples_per_s_runs"]) == 2 and r["samples_per_s"] == min(r["samples_per_s_runs"]), r
     assert dp["backend"] == "datapipe"
     assert dp["ratios"]["samples_per_s_vs_native:low_dim"] == round(dp["samples_per_s"] / native["samples_per_s"], 3)
     # a buffer of 2 open demos caps a batch at ~2 demos; the native shuffle mixes far more

@@ -143,16 +143,19 @@ def _parse_kwargs(values):
 @click.option("--obs-keys", default=None, help="comma-separated obs keys (default: every obs key in the file)")
 @click.option("--backend-kwargs", "backend_kwargs", multiple=True, metavar="BACKEND='{json}'",
               help="options for one backend, e.g. compressed_cache='{\"codec\": \"zstd\"}'")
+@click.option("--repeats", default=1, show_default=True, type=click.IntRange(min=1),
+              help="run every backend this many times (in rounds) and report each by its median run")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False), help="also write results here")
 def bench_robomimic_cmd(dataset, backends, seq_length, frame_stack, batch_size, num_workers, batches, obs_keys,
-                        backend_kwargs, json_out):
+                        backend_kwargs, repeats, json_out):
     """samples/s, first-batch latency, peak memory and batch latency percentiles of robomimic backends."""
     from robo_loaders_plugin.bench.robomimic_bench import bench_robomimic
 
     try:
         payload = bench_robomimic(dataset, [b.strip() for b in backends.split(",") if b.strip()], seq_length,
                                   frame_stack, batch_size, num_workers, batches, _parse_kwargs(backend_kwargs),
-                                  json_out, obs_keys.split(",") if obs_keys else None, echo=click.echo)
+                                  json_out, obs_keys.split(",") if obs_keys else None, echo=click.echo,
+                                  repeats=repeats)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     if any(r.get("error") for r in payload["results"]):

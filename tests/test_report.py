@@ -449,7 +449,7 @@ def test_report_cmd_readme(readme_dir):
 
 
 def test_repeated_benchmark_runs_reported_by_their_median_and_a_failure_is_never_hidden():
-    from robo_loaders_plugin.bench.lerobot_bench import median_run
+    from robo_loaders_plugin.bench.runner import median_run
 
     runs = [{"samples_per_s": v, "run": i} for i, v in enumerate([300.0, 100.0, 200.0, 400.0])]
     assert median_run(runs[:3]) == dict(runs[2], samples_per_s_runs=[300.0, 100.0, 200.0])

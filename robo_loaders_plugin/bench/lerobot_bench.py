@@ -11,7 +11,7 @@ from tabulate import tabulate
 
 from robo_loaders_plugin.bench.conversion import conversion_table, dir_bytes, time_conversions
 from robo_loaders_plugin.bench.report import add_ratios, machine, write_json
-from robo_loaders_plugin.bench.runner import backend_of, options_for, run_child
+from robo_loaders_plugin.bench.runner import backend_of, in_rounds, options_for, run_child
 from robo_loaders_plugin.core.units import format_bytes
 
 
@@ -55,21 +55,10 @@ def raw_frame_bytes(root: str) -> int:
     return int(info["total_frames"]) * per_frame
 
 
-def median_run(runs: list[dict]) -> dict:
-    """The run with the median samples/s (the lower middle one of an even count), with every run's samples/s
-    beside it; a failed run is returned as the result, so that a failure is never hidden by the others."""
-    failed = [r for r in runs if r.get("error")]
-    if failed or len(runs) == 1:
-        return failed[0] if failed else runs[0]
-    ordered = sorted(runs, key=lambda r: r["samples_per_s"])
-    return dict(ordered[(len(ordered) - 1) // 2], samples_per_s_runs=[r["samples_per_s"] for r in runs])
-
-
 def bench_lerobot(root: str, repo_id: str, backends: list[str], batch_size: int, num_workers: int, batches: int,
                   preset: str, kwargs: dict, json_out: str | None, timeout: float = 3600, echo=print,
                   repeats: int = 1) -> dict:
-    """``repeats`` > 1: every backend that many times, in rounds (all backends, then all again), each reported by
-    its median run: on a shared 2-core machine one run of a fast loader varies by +-15%."""
+    """``repeats`` > 1: every backend that many times, each reported by its median run (``runner.in_rounds``)."""
     common = dict(root=os.path.abspath(root), repo_id=repo_id, batch_size=batch_size, num_workers=num_workers,
                   batches=batches, preset=preset, repeats=repeats)
     results, conversion = [], None
@@ -81,19 +70,15 @@ def bench_lerobot(root: str, repo_id: str, backends: list[str], batch_size: int,
                                           raw_frame_bytes(common["root"]), echo)
             echo(conversion_table(conversion))
             dp["shards"] = conversion[-1]["out"]
-        runs: dict[str, list[dict]] = {name: [] for name in backends}
         args = {k: v for k, v in common.items() if k != "repeats"}
-        for round_ in range(repeats):
-            for name in backends:
-                echo(f"[bench] {name} ..." + (f" (run {round_ + 1} of {repeats})" if repeats > 1 else ""))
-                child = "lerobot_streaming_run" if backend_of(name) == STREAMING else "lerobot_run"
-                r = run_child(f"robo_loaders_plugin.bench.{child}",
-                              dict(args, backend=backend_of(name), kwargs=options_for(name, kwargs)), name, log_dir,
-                              timeout)
-                if r.get("error"):
-                    echo(f"[bench] {name} FAILED\n{r['error']}")
-                runs[name].append(r)
-        results = [median_run(runs[name]) for name in backends]
+
+        def run_one(name):
+            child = "lerobot_streaming_run" if backend_of(name) == STREAMING else "lerobot_run"
+            return run_child(f"robo_loaders_plugin.bench.{child}",
+                             dict(args, backend=backend_of(name), kwargs=options_for(name, kwargs)), name, log_dir,
+                             timeout)
+
+        results = in_rounds(backends, repeats, run_one, echo)
     add_ratios(results, [b for b in ("native", STREAMING) if b in backends],
                fields=("samples_per_s", "peak_mem_bytes", "data_mem_bytes", "first_batch_s"))
     payload = {"framework": "lerobot", "settings": common, "machine": machine(), "results": results,

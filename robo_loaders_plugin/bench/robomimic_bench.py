@@ -5,7 +5,7 @@ import os
 import tempfile
 
 from robo_loaders_plugin.bench.conversion import conversion_table, time_conversions
-from robo_loaders_plugin.bench.runner import backend_of, options_for, run_child
+from robo_loaders_plugin.bench.runner import backend_of, in_rounds, options_for, run_child
 from robo_loaders_plugin.bench.report import add_ratios, machine, table, write_json
 
 BASELINES = ["native:low_dim", "native:all"]
@@ -47,12 +47,13 @@ def run_one(label: str, common: dict, kwargs: dict, log_dir: str, timeout: float
 
 def bench_robomimic(dataset: str, backends: list[str], seq_length: int, frame_stack: int, batch_size: int,
                     num_workers: int, batches: int, kwargs: dict, json_out: str | None, obs_keys=None,
-                    timeout: float = 3600, echo=print) -> dict:
+                    timeout: float = 3600, echo=print, repeats: int = 1) -> dict:
+    """``repeats`` > 1: every backend that many times, each reported by its median run (``runner.in_rounds``)."""
     for b in backends:
         parse_backend(b)
     common = dict(dataset=os.path.abspath(dataset), seq_length=seq_length, frame_stack=frame_stack,
                   batch_size=batch_size, num_workers=num_workers, batches=batches, obs_keys=obs_keys)
-    results, conversion = [], None
+    conversion = None
     with tempfile.TemporaryDirectory(prefix="robo-loaders-bench-") as log_dir:
         dp = kwargs.setdefault("datapipe", {})
         if "datapipe" in backends and not dp.get("shards") and not dp.get("cache_dir"):
@@ -64,15 +65,11 @@ def bench_robomimic(dataset: str, backends: list[str], seq_length: int, frame_st
                                           timeout)
             echo(conversion_table(conversion))
             dp["shards"] = conversion[-1]["out"]
-        for label in backends:
-            echo(f"[bench] {label} ...")
-            r = run_one(label, common, kwargs, log_dir, timeout)
-            if r.get("error"):
-                echo(f"[bench] {label} FAILED\n{r['error']}")
-            results.append(r)
+        results = in_rounds(backends, repeats, lambda label: run_one(label, common, kwargs, log_dir, timeout), echo)
     baselines = [b for b in BASELINES if b in backends]
     add_ratios(results, baselines, fields=("samples_per_s", "peak_mem_bytes", "data_mem_bytes"))
-    payload = {"framework": "robomimic", "settings": common, "machine": machine(), "results": results,
+    payload = {"framework": "robomimic", "settings": dict(common, repeats=repeats), "machine": machine(),
+               "results": results,
                "conversion": conversion,
                "episode_mix_note": "mean over one shuffled pass of (distinct demos in a batch / batch size), from the "
                                    "sampler robomimic's DataLoader uses (native, compressed_cache) or datapipe's plan",

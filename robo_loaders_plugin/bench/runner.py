@@ -23,6 +23,31 @@ def options_for(label: str, kwargs: dict) -> dict:
     return dict(kwargs[label] if label in kwargs else kwargs.get(backend_of(label).split(":")[0], {}))
 
 
+def median_run(runs: list[dict]) -> dict:
+    """The run with the median samples/s (the lower middle one of an even count), with every run's samples/s
+    beside it; a failed run is returned as the result, so that a failure is never hidden by the others."""
+    failed = [r for r in runs if r.get("error")]
+    if failed or len(runs) == 1:
+        return failed[0] if failed else runs[0]
+    ordered = sorted(runs, key=lambda r: r["samples_per_s"])
+    return dict(ordered[(len(ordered) - 1) // 2], samples_per_s_runs=[r["samples_per_s"] for r in runs])
+
+
+def in_rounds(labels: list[str], repeats: int, run_one, echo=print) -> list[dict]:
+    """``run_one(label)`` for every label, ``repeats`` times in rounds (all labels, then all again), each label
+    reported by its median run: on a shared 2-core machine one run of a fast loader varies by +-15%, and rounds
+    spread a slow spell of the machine over every loader instead of one."""
+    runs: dict[str, list[dict]] = {label: [] for label in labels}
+    for round_ in range(repeats):
+        for label in labels:
+            echo(f"[bench] {label} ..." + (f" (run {round_ + 1} of {repeats})" if repeats > 1 else ""))
+            r = run_one(label)
+            if r.get("error"):
+                echo(f"[bench] {label} FAILED\n{r['error']}")
+            runs[label].append(r)
+    return [median_run(runs[label]) for label in labels]
+
+
 def run_child(module: str, args: dict, label: str, log_dir: str, timeout: float) -> dict:
     """Run ``python -m module '<json args>' OUT.json`` while sampling its process tree's memory."""
     safe = label.replace(":", "_").replace("/", "_")
