@@ -61,7 +61,7 @@ def bench_lerobot(root: str, repo_id: str, backends: list[str], batch_size: int,
     """``repeats`` > 1: every backend that many times, each reported by its median run (``runner.in_rounds``)."""
     common = dict(root=os.path.abspath(root), repo_id=repo_id, batch_size=batch_size, num_workers=num_workers,
                   batches=batches, preset=preset, repeats=repeats)
-    results, conversion = [], None
+    conversion = None
     with tempfile.TemporaryDirectory(prefix="robo-loaders-bench-") as log_dir:
         dp = kwargs.setdefault("datapipe", {})
         if "datapipe" in backends and not dp.get("shards") and not dp.get("cache_dir"):
