@@ -327,15 +327,10 @@ class VideoFrames:
         return self._local.decoders
 
     def _open(self, p: str):
-        from torchcodec.decoders import VideoDecoder
+        from robo_loaders_plugin.sources.nvdec import open_decoder
 
-        if self.device == "cpu":
-            return VideoDecoder(self.source.open_video(p), seek_mode="approximate")
-        from torchcodec.decoders import set_cuda_backend
-
-        with set_cuda_backend("beta"):
-            dec = VideoDecoder(self.source.open_video(p), seek_mode="approximate", device=self.device)
-        if bool(dec.cpu_fallback) and p not in self._fallbacks:
+        dec = open_decoder(self.source.open_video(p), self.device)
+        if self.device != "cpu" and bool(dec.cpu_fallback) and p not in self._fallbacks:
             self._fallbacks.add(p)
             print(f"[robo-loaders] NVDEC could not decode {p}; torchcodec decodes it on the CPU instead "
                   f"({dec.cpu_fallback})", flush=True)

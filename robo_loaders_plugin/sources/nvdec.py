@@ -51,6 +51,17 @@ def nvdec_problem(source, gpu_name: str) -> str | None:
     return None
 
 
+def open_decoder(src, device: str):
+    """A torchcodec ``VideoDecoder`` opened the way video_stream opens every one (LeRobot's approximate seek mode;
+    NVDEC under the beta CUDA backend), so that the probe tests exactly what training will use."""
+    from torchcodec.decoders import VideoDecoder, set_cuda_backend
+
+    if device == "cpu":
+        return VideoDecoder(src, seek_mode="approximate")
+    with set_cuda_backend("beta"):
+        return VideoDecoder(src, seek_mode="approximate", device=device)
+
+
 @dataclasses.dataclass(frozen=True)
 class Probe:
     codec: str
@@ -63,8 +74,6 @@ class Probe:
 def probe(codec: str = "h264", device: str = "cuda") -> Probe:
     """Decode an 8-frame 64x64 yuv420p clip (LeRobot's pixel format) of ``codec`` on ``device`` as video_stream
     opens its decoders, and compare it with the frames encoded. Once per process and (codec, device)."""
-    from torchcodec.decoders import VideoDecoder, set_cuda_backend
-
     from robo_loaders_plugin.storage.video import VideoSettings, encode, psnr
 
     yy, xx = np.mgrid[0:64, 0:64]
@@ -72,11 +81,7 @@ def probe(codec: str = "h264", device: str = "cuda") -> Probe:
                        for t in range(8)]).astype(np.uint8)  # smooth: yuv420p's halved chroma loses little
     data = encode(frames, VideoSettings(codec=codec, pix_fmt="yuv420p", gop=4), f"the {codec} probe clip")
     try:
-        if device == "cpu":
-            dec = VideoDecoder(data, device="cpu")
-        else:
-            with set_cuda_backend("beta"):
-                dec = VideoDecoder(data, device=device)
+        dec = open_decoder(data, device)
         out = dec.get_frames_at(indices=list(range(len(frames)))).data
     except Exception as exc:  # RuntimeError from torchcodec's C++ core: no other type to catch
         text = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
