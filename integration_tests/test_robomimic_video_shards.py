@@ -13,6 +13,7 @@ What is held to what:
   one that checks the windows; the PSNR floor is shown to fail on another demo's frames and on a crf-51 encoding.
 """
 import json
+import re
 import os
 import shutil
 import subprocess
@@ -163,15 +164,33 @@ def test_damaged_video_member_is_an_error_naming_shard_demo_and_member(converted
     problems = verify_dir(out)
     assert any(member in p and "CRC32" in p for p in problems), problems
 
-    # the same damage with a matching CRC (a hostile or buggy writer): decoding refuses it, naming the member
-    with open(shard, "rb") as f:
-        f.seek(loc["offset"])
-        data = f.read(loc["size"])
-    loc["crc32"] = zlib.crc32(data)
-    with open(os.path.join(out, "index.json"), "w") as f:
-        json.dump(with_checksum(index), f)
-    with pytest.raises(ShardError, match=rf"{ep['shard']}: episode '{ep['name']}', member '{member}'.*convert"):
-        ShardReader(out).read_episode(3)
+    # damage with a matching CRC (a hostile or buggy writer): what the decoder detects is refused, naming the
+    # member. The decoder conceals most single flips (FFmpeg hides them as "concealed errors"; measured: 147 of 150
+    # flips in an H.264 stream decode silently), which is why every member carries a CRC: the flip is chosen
+    # among those the decoder reports, so that this part tests the naming, not the encoder's output of the day
+    _flip(shard, loc["offset"] + loc["size"] // 2)  # undo the first flip
+
+    def damaged_with_matching_crc(offset):
+        _flip(shard, offset)
+        with open(shard, "rb") as f:
+            f.seek(loc["offset"])
+            loc["crc32"] = zlib.crc32(f.read(loc["size"]))
+        with open(os.path.join(out, "index.json"), "w") as f:
+            json.dump(with_checksum(index), f)
+
+    original_crc = loc["crc32"]
+    for offset in range(loc["offset"] + loc["size"] // 4, loc["offset"] + loc["size"] - 16, 7):
+        damaged_with_matching_crc(offset)
+        try:
+            ShardReader(out).read_episode(3)
+        except ShardError as exc:
+            assert re.search(rf"{ep['shard']}: episode '{ep['name']}', member '{member}'.*convert", str(exc)), exc
+            _flip(shard, offset)  # undone, for the next part
+            break
+        _flip(shard, offset)
+    else:
+        pytest.fail("no flipped byte of the member made its decoding fail")
+    loc["crc32"] = original_crc
 
     # not a video at all: refused before decoding
     _flip(shard, loc["offset"] + 5)  # inside the 'ftyp' box name
