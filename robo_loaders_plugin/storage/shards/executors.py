@@ -8,7 +8,7 @@ leases, and ``index.json`` is published only once every planned unit is done.
 
 Executors (``--executor``):
 
-- ``local``: today's behaviour, :func:`manifest.run` (this process, or a spawned multiprocessing pool).
+- ``local``: today's behaviour, :func:`manifest.run` (this process, or processes spawned by :mod:`worker_pool`).
 - ``datatrove-local``: datatrove's ``LocalPipelineExecutor`` with ``num_workers`` tasks, each running
   :class:`~robo_loaders_plugin.storage.shards.datatrove_step.ConvertUnits`. The launching process publishes
   once the executor returns: it waits, so it is the one place that sees every task end. It also watches the tasks

@@ -34,12 +34,9 @@ import dataclasses
 import errno
 import fcntl
 import json
-import multiprocessing as mp
 import os
 import re
-import signal
 import socket
-import threading
 import time
 import uuid
 from typing import Callable, Iterable, Mapping, NamedTuple
@@ -49,6 +46,7 @@ from tqdm.auto import tqdm
 from robo_loaders_plugin.storage.cache import ENV_LOCK_TIMEOUT, lock_timeout
 from robo_loaders_plugin.storage.codec import FrameCodec
 from robo_loaders_plugin.storage.shards.format import ShardError, _atomic_json
+from robo_loaders_plugin.storage.shards.worker_pool import run_workers
 from robo_loaders_plugin.storage.shards.writer import ShardWriter, publish
 
 MANIFEST = "manifest.json"
@@ -397,111 +395,6 @@ def _holders(units: list[dict]) -> str:
     return f"unit(s) {_ids(u['id'] for u in units)} (leased by {', '.join(who) or 'another process'})"
 
 
-class _RemoteTraceback(Exception):
-    """A worker process's traceback, chained to the error it raised (as multiprocessing.Pool chains it)."""
-
-    def __str__(self) -> str:
-        return self.args[0]
-
-
-def _worker_process(worker: Callable, args, conn) -> None:
-    """Body of one spawned worker: runs ``worker(args)`` and sends back None or (error, its traceback)."""
-    import pickle
-    import traceback
-
-    try:
-        worker(args)
-        conn.send(None)
-    except BaseException as exc:
-        tb = "".join(traceback.format_exception(exc))
-        try:
-            pickle.loads(pickle.dumps(exc))  # an error that does not survive the trip is sent as text
-        except Exception:
-            exc = ShardError(f"{type(exc).__name__}: {exc}")
-        conn.send((exc, tb))
-    finally:
-        conn.close()
-
-
-def _died(process) -> str:
-    code = process.exitcode
-    if code is not None and code < 0:
-        with contextlib.suppress(ValueError):
-            return f"was killed by signal {signal.Signals(-code).name}"
-        return f"was killed by signal {-code}"
-    return f"exited with status {code} without reporting"
-
-
-def _run_workers(worker: Callable, args: tuple, num_workers: int, out_dir: str, bar) -> None:
-    """``worker(args)`` here, or in ``num_workers`` spawned processes until each returns. The first error a worker
-    raises is raised here (its traceback chained) and stops the others; so does a worker that dies without
-    returning (killed by a signal, or aborted inside a native library such as an encoder): a ShardError naming the
-    signal, not a wait for a result that never comes (what multiprocessing.Pool does). Units a dead worker leased
-    are free again (its locks went with it): running the same command again resumes them."""
-    if num_workers <= 1:
-        _run_here(worker, args, out_dir, bar)
-        return
-    from multiprocessing.connection import wait
-
-    ctx = mp.get_context("spawn")
-    procs = []
-    try:
-        for _ in range(num_workers):
-            recv, send = ctx.Pipe(duplex=False)
-            p = ctx.Process(target=_worker_process, args=(worker, args, send), daemon=True,
-                            name="robo-loaders-worker")
-            p.start()
-            send.close()  # the child's copy only: its end-of-file then says the child is gone
-            procs.append((p, recv))
-        live = dict(procs)
-        while live:
-            wait(list(live.values()), timeout=POLL_S)
-            _show_progress(out_dir, bar)
-            for p, conn in list(live.items()):
-                if not conn.poll():
-                    continue
-                try:
-                    outcome = conn.recv()
-                except EOFError:  # nothing sent: the process is gone
-                    p.join()
-                    raise ShardError(f"{out_dir}: a worker process (pid {p.pid}) {_died(p)}; the units it held "
-                                     "are free again: run the same command again to resume") from None
-                del live[p]
-                p.join()
-                if outcome is not None:
-                    exc, tb = outcome
-                    raise exc from _RemoteTraceback(tb)
-    finally:
-        for p, conn in procs:
-            if p.is_alive():
-                p.terminate()
-            p.join()
-            conn.close()
-    _show_progress(out_dir, bar)
-
-
-def _run_here(worker: Callable, args: tuple, out_dir: str, bar) -> None:
-    """``worker(args)`` in this process (no spawned interpreter to start for one worker), in a thread, so that the
-    progress bar follows the units as they finish instead of jumping at the end. Its error is raised here. Daemon:
-    an interrupted run exits without waiting for the unit in progress (its lease goes with the process, and its
-    partial files are swept when the command is run again)."""
-    failure: list[BaseException] = []
-
-    def body():
-        try:
-            worker(args)
-        except BaseException as exc:
-            failure.append(exc)
-
-    thread = threading.Thread(target=body, name="robo-loaders-convert", daemon=True)
-    thread.start()
-    while thread.is_alive():
-        thread.join(POLL_S)
-        _show_progress(out_dir, bar)
-    if failure:
-        raise failure[0]
-
-
 def _show_progress(out_dir: str, bar) -> None:
     bar.n = sum(u["state"] == "done" for u in _read(out_dir)["units"])
     bar.refresh()
@@ -517,8 +410,12 @@ def run(out_dir: str, worker: Callable, args: tuple, num_workers: int, codec: Fr
     timeout = lock_timeout() if timeout_s is None else float(timeout_s)
     total = len(_read(out_dir)["units"])
     bar = tqdm(total=total, desc=desc, unit=getattr(codec, "unit", "shard"), disable=not progress)
+
+    def show_progress():
+        _show_progress(out_dir, bar)
+
     try:
-        _run_workers(worker, args, num_workers, out_dir, bar)
+        run_workers(worker, args, num_workers, out_dir, show_progress, POLL_S)
         deadline, left_over = None, None
         while (published := _finish(out_dir, codec, metadata, source)) is None:
             available, held = _pending(out_dir)
@@ -527,7 +424,7 @@ def run(out_dir: str, worker: Callable, args: tuple, num_workers: int, codec: Fr
                     raise ShardError(f"{out_dir}: some units are not done yet (unit(s) {_ids(available)} were left "
                                      "unconverted by the workers); run the same command again")
                 left_over = set(available)
-                _run_workers(worker, args, num_workers, out_dir, bar)
+                run_workers(worker, args, num_workers, out_dir, show_progress, POLL_S)
                 continue
             if deadline is None:
                 deadline = time.monotonic() + timeout
