@@ -2,7 +2,7 @@
 
 Why apart from ``bench lerobot``: there decoding runs ahead in threads and is hidden as long as it keeps up with
 training, so a faster decoder shows up only when decoding is the bottleneck. Here every episode's segment of every
-camera is decoded the way video_stream decodes it (``sources.lerobot_v3.VideoFrames``: one sequential
+camera is decoded the way video_stream decodes it (``sources.lerobot_v3.EpisodeVideoDecoder``: one sequential
 ``get_frames_at`` per episode, ``threads`` episodes at a time, each thread with its own decoders), and the result is
 frames/s per device, the ratio to the CPU measured in the same run, and how far NVDEC frames are from CPU ones
 (PSNR). A device that cannot run is a row that says why (no GPU; NVDEC of this GPU cannot decode the codec, the
@@ -28,9 +28,9 @@ def _decode_all(episodes, device: str, threads: int, keep: set[int]) -> tuple[di
     """Decode every episode of every camera on ``device``: (frames kept for ``keep``, seconds, frames, fallbacks)."""
     import torch
 
-    from robo_loaders_plugin.sources.lerobot_v3 import VideoFrames
+    from robo_loaders_plugin.sources.lerobot_v3 import EpisodeVideoDecoder
 
-    frames = VideoFrames(episodes.source, episodes.tolerance_s, device)
+    frames = EpisodeVideoDecoder(episodes.source, episodes.tolerance_s, device)
     keys = list(episodes.source.video_keys)
 
     def one(ep_rows):

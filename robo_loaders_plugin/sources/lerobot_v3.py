@@ -302,7 +302,7 @@ class LeRobotV3:
         return h.hexdigest()
 
 
-class VideoFrames:
+class EpisodeVideoDecoder:
     """One torchcodec decoder per video file and thread, opened lazily and reused for every episode stored in that
     file.
     ``device="cuda"`` decodes with NVDEC (frames then come back as CUDA tensors); torchcodec silently falls back to
@@ -398,7 +398,7 @@ class LeRobotEpisodes:
                 raise SourceError(f"{source.root}: episode {ep}: the 'index' column is not {first}..{first + e - s - 1}; "
                                   "the dataset is inconsistent")
         self._rows = {ep: (s, e) for ep, s, e in self.runs}
-        self.videos = VideoFrames(source, tolerance_s, decode_device)
+        self.videos = EpisodeVideoDecoder(source, tolerance_s, decode_device)
 
     @property
     def camera_keys(self) -> list[str]:

@@ -23,6 +23,8 @@ import os
 import re
 import shutil
 
+import numpy as np
+
 from robo_loaders_plugin.core.errors import RoboLoadersError
 from robo_loaders_plugin.core.units import format_bytes
 
@@ -36,6 +38,7 @@ MEMBER_RE = re.compile(r"^([A-Za-z0-9_-]+)\.([A-Za-z0-9_~.-]+)\.(json|npy|frames
 KIND_EXT = {"raw": "npy", "frames": "frames", "video": "mp4"}
 SHARD_RE = re.compile(r"^shards/[A-Za-z0-9_-]+\.tar$")
 _TOKEN_RE = re.compile(r"^[A-Za-z0-9_~.-]+$")
+_AGAIN = "convert the dataset again"  # what every error about a damaged shard tells the user to do
 
 
 class ShardError(RoboLoadersError):
@@ -62,6 +65,23 @@ def header_member(episode: str) -> str:
 def is_int(value, lo: int = 0, hi: int = MAX_INT) -> bool:
     """A JSON integer (not a bool, not a float) in ``[lo, hi]``."""
     return type(value) is int and lo <= value <= hi
+
+
+def _short(value) -> str:
+    """``value`` for an error message: a hostile header's 4300-digit integer or megabyte string cut short."""
+    text = repr(value) if not isinstance(value, int) or abs(value) < 10**30 else f"<{len(str(abs(value)))}-digit int>"
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _dtype(text, where: str) -> np.dtype:
+    """A header's dtype string as a plain numpy dtype (never an object dtype, which could hold pickles)."""
+    try:
+        dtype = np.dtype(text) if isinstance(text, str) else None
+    except (TypeError, ValueError, SyntaxError):
+        dtype = None
+    if dtype is None or dtype.hasobject:
+        raise ShardError(f"{where}: dtype {_short(text)} is not a plain array dtype")
+    return dtype
 
 
 def json_checksum(doc: dict) -> str:

@@ -1,5 +1,5 @@
-"""Reading robo-shards: :class:`ShardReader` (random access to episodes), :class:`EncodedFrames` (and
-:class:`VideoFrames`, lossy video members), ``verify``.
+"""Reading robo-shards: :class:`ShardReader` (random access to episodes; frames members kept encoded come back as
+:mod:`robo_loaders_plugin.frames.encoded` objects), ``verify``.
 
 What is checked when (the rule: damaged or hostile input is an error naming the file, episode and member, never
 data and never a stray TypeError):
@@ -29,23 +29,17 @@ import zlib
 import numpy as np
 from numpy.lib import format as npy_format
 
-from robo_loaders_plugin.storage.codec import CodecError, FrameCodec
-from robo_loaders_plugin.storage.shards.format import (EP_RE, FORMAT, MEMBER_RE, SHARD_RE, VERSION,
-                                                       ShardError, _sha256, header_member, is_int, json_checksum,
-                                                       listed_episodes, listing_problems, member_name)
+from robo_loaders_plugin.frames import encoded  # the module, not its names: encoded.py imports this package
+from robo_loaders_plugin.storage.shards.format import (_AGAIN, EP_RE, FORMAT, MEMBER_RE, SHARD_RE, VERSION,
+                                                       ShardError, _dtype, _sha256, _short, header_member, is_int,
+                                                       json_checksum, listed_episodes, listing_problems, member_name)
 
 _NPY_HEADER_BYTES = 16384  # magic, length and a header of at most numpy's 10000-character limit
 _NPY_HEADER_READERS = {(1, 0): npy_format.read_array_header_1_0, (2, 0): npy_format.read_array_header_2_0}
 _MAX_PROBLEMS = 50
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
-_AGAIN = "convert the dataset again"
 _TAR_KINDS = {tarfile.SYMTYPE: "symbolic link", tarfile.LNKTYPE: "hard link", tarfile.DIRTYPE: "directory",
               tarfile.CHRTYPE: "character device", tarfile.BLKTYPE: "block device", tarfile.FIFOTYPE: "FIFO"}
-
-
-def _short(value) -> str:
-    text = repr(value) if not isinstance(value, int) or abs(value) < 10**30 else f"<{len(str(abs(value)))}-digit int>"
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _load_document(out_dir: str, name: str) -> dict:
@@ -180,16 +174,6 @@ def _read_exactly(f, offset: int, size: int) -> np.ndarray | None:
     return buf
 
 
-def _dtype(text, where: str) -> np.dtype:
-    try:
-        dtype = np.dtype(text) if isinstance(text, str) else None
-    except (TypeError, ValueError, SyntaxError):
-        dtype = None
-    if dtype is None or dtype.hasobject:
-        raise ShardError(f"{where}: dtype {_short(text)} is not a plain array dtype")
-    return dtype
-
-
 def _check_header(header, ep: dict, where: str) -> dict:
     """The header member's ``fields``, checked against the index entry (cheap: a few fields per episode)."""
     if not isinstance(header, dict) or header.get("name") != ep["name"] or header.get("length") != ep["length"] \
@@ -250,110 +234,6 @@ def _npy_array(data: np.ndarray, desc: dict, where: str) -> np.ndarray:
         raise ShardError(f"{where}: cannot view the .npy data ({exc})") from None
 
 
-class EncodedFrames:
-    """One frames member still compressed. Why: a LeRobot sample uses each camera frame about once per pass,
-    so decoding a whole episode up front would only multiply the memory of an episode buffer by the
-    compression ratio; frames are decompressed when a batch needs them, like the compressed cache does."""
-
-    def __init__(self, data: bytes, offsets: np.ndarray, dtype: np.dtype, shape: tuple, where: str):
-        self.data = np.frombuffer(data, dtype=np.uint8)
-        self.offsets, self.dtype, self.shape, self.where = offsets, dtype, shape, where
-
-    @classmethod
-    def from_member(cls, data: bytes, desc: dict, where: str) -> "EncodedFrames":
-        """Check the frame table and each frame's header (cheap); the hot path then decodes unchecked."""
-        shape, dtype = desc.get("shape"), _dtype(desc.get("dtype"), where)
-        if not isinstance(shape, list) or not shape or not all(is_int(n) for n in shape):
-            raise ShardError(f"{where}: shape {_short(shape)} is invalid")
-        shape = tuple(shape)
-        try:
-            offsets = np.asarray(desc.get("offsets"))
-        except (TypeError, ValueError, OverflowError):
-            offsets = np.zeros(0)
-        if offsets.dtype.kind not in "iu" or offsets.shape != (shape[0] + 1,) or offsets[0] != 0 \
-                or offsets[-1] != len(data) or np.any(np.diff(offsets) <= 0):
-            raise ShardError(f"{where}: frame table does not match its data")
-        offsets = offsets.astype(np.int64)
-        frames = cls(data, offsets, dtype, shape, where)
-        nbytes = math.prod(shape[1:]) * dtype.itemsize
-        try:
-            for j in range(shape[0]):
-                FrameCodec.check_size(frames.data[offsets[j]:offsets[j + 1]], nbytes, f"{where} frame {j}")
-        except CodecError as exc:
-            raise ShardError(str(exc)) from None
-        return frames
-
-    @classmethod
-    def encode(cls, frames: np.ndarray, codec: FrameCodec, where: str) -> "EncodedFrames":
-        """Compress (N, ...) frames one by one (a buffer of decoded episodes kept compressed in RAM)."""
-        blobs = [codec.compress(f) for f in frames]
-        offsets = np.concatenate([[0], np.cumsum([len(b) for b in blobs])]).astype(np.int64)
-        return cls(b"".join(blobs), offsets, frames.dtype, tuple(frames.shape), where)
-
-    def __len__(self) -> int:
-        return self.shape[0]
-
-    def decode_into(self, indices, out: np.ndarray, out_rows=None) -> None:
-        """Frame ``indices[j]`` into ``out[out_rows[j]]`` (``out[j]`` by default)."""
-        data, offs = self.data, self.offsets
-        decompress = FrameCodec.decompress_into_unchecked
-        try:
-            for j, i in zip(range(len(indices)) if out_rows is None else out_rows, indices):
-                decompress(data[offs[i]:offs[i + 1]], out[j])
-        except RuntimeError as exc:  # Blosc2's "Cannot decompress"; the CRC makes this a hostile-input case
-            raise ShardError(f"{self.where}: frame {i} cannot be decompressed ({exc})") from None
-
-    def decode_all(self) -> np.ndarray:
-        out = np.empty(self.shape, dtype=self.dtype)
-        self.decode_into(range(self.shape[0]), out)
-        return out
-
-
-class VideoFrames(EncodedFrames):
-    """One video member (an episode's frames of one camera as a video segment), still encoded.
-
-    Why an :class:`EncodedFrames`: whatever holds compressed frames (an episode buffer) holds these the same way.
-    A segment decodes in order from its keyframe, so it is meant to be decoded whole, once per load
-    (``decode_all``); ``decode_into`` decodes it whole too, then copies the frames asked for."""
-
-    def __init__(self, data, settings: dict, shape: tuple, where: str, threads: int = 1):
-        self.data = np.frombuffer(data, dtype=np.uint8)
-        self.offsets, self.dtype, self.shape, self.where = None, np.dtype(np.uint8), shape, where
-        self.settings, self.threads, self.mse = settings, threads, None
-
-    @classmethod
-    def from_member(cls, data, desc: dict, where: str) -> "VideoFrames":
-        """Check what is cheap to check (shape, dtype, codec, the MP4's first box); decoding checks the rest."""
-        from robo_loaders_plugin.storage.video import ENCODERS
-
-        shape, settings = desc.get("shape"), desc.get("video")
-        if not isinstance(shape, list) or len(shape) != 4 or not all(is_int(n) for n in shape) or shape[3] != 3 \
-                or min(shape) < 1:
-            raise ShardError(f"{where}: video shape {_short(shape)} is not (N, H, W, 3)")
-        if _dtype(desc.get("dtype"), where) != np.uint8:
-            raise ShardError(f"{where}: video frames must be uint8, the header says {_short(desc.get('dtype'))}")
-        if not isinstance(settings, dict) or settings.get("codec") not in ENCODERS:
-            raise ShardError(f"{where}: video settings {_short(settings)} name no known codec ({', '.join(ENCODERS)})")
-        if len(data) < 12 or bytes(memoryview(data)[4:8]) != b"ftyp":
-            raise ShardError(f"{where}: not an MP4 file (no 'ftyp' box at its start)")
-        frames = cls(data, settings, tuple(shape), where)
-        frames.mse = desc.get("mse") if isinstance(desc.get("mse"), float) else None
-        return frames
-
-    def decode_all(self) -> np.ndarray:
-        from robo_loaders_plugin.storage.video import VideoError, decode
-
-        try:
-            return decode(self.data, self.shape[0], self.shape[1:], self.where, self.threads)
-        except VideoError as exc:  # the CRC matched, so a writer or a hostile input made it: convert again
-            raise ShardError(f"{exc}; {_AGAIN}") from None
-
-    def decode_into(self, indices, out: np.ndarray, out_rows=None) -> None:
-        frames = self.decode_all()
-        for j, i in zip(range(len(indices)) if out_rows is None else out_rows, indices):
-            out[j] = frames[i]
-
-
 class ShardReader:
     """Random access to a robo-shards directory; validates names and offsets against hostile or damaged input."""
 
@@ -410,8 +290,8 @@ class ShardReader:
 
     def read_episode(self, i: int, decode_frames: bool = True, fields=None) -> tuple[dict, dict]:
         """(header, {field: array}); frames and video fields decompressed into one (N, ...) array each, or with
-        ``decode_frames=False`` kept compressed as :class:`EncodedFrames` / :class:`VideoFrames` (checked, decoded
-        on demand).
+        ``decode_frames=False`` kept compressed as :class:`~robo_loaders_plugin.frames.encoded.EncodedFrames` /
+        :class:`~robo_loaders_plugin.frames.encoded.VideoSegmentFrames` (checked, decoded on demand).
         ``fields``: read only these (those the episode has), so a loader skips members no sample uses."""
         ep = self.episodes[i]
         path = self._paths[ep["shard"]]
@@ -438,10 +318,10 @@ class ShardReader:
                 if desc["kind"] == "raw":
                     out[field] = _npy_array(data, desc, member_where)
                 elif desc["kind"] == "video":
-                    frames = VideoFrames.from_member(data, desc, member_where)
+                    frames = encoded.VideoSegmentFrames.from_member(data, desc, member_where)
                     out[field] = frames.decode_all() if decode_frames else frames
                 else:
-                    frames = EncodedFrames.from_member(data, desc, member_where)
+                    frames = encoded.EncodedFrames.from_member(data, desc, member_where)
                     out[field] = frames.decode_all() if decode_frames else frames
         return header, out
 
