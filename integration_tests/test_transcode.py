@@ -1,4 +1,4 @@
-"""robo-loaders transcode (robo_loaders_plugin/sources/transcode.py) on a tiny AV1 dataset written by LeRobot's own
+"""robo-loaders transcode (robo_loaders_plugin/tools/transcode.py) on a tiny AV1 dataset written by LeRobot's own
 writer (2 cameras, 5 episodes packed two or three per mp4, laid out differently per camera): the H.264 output loads
 in plain LeRobotDataset with every camera frame within the PSNR floor of the source's and every other value
 byte-identical, tables copied byte for byte, info.json telling the truth; a killed transcode re-run redoes only the
@@ -19,7 +19,7 @@ import torch
 from click.testing import CliRunner
 
 from robo_loaders_plugin.core.errors import SourceError
-from robo_loaders_plugin.sources import transcode as tc
+from robo_loaders_plugin.tools import transcode as tc
 from robo_loaders_plugin.sources.lerobot_v3 import LeRobotV3
 
 REPO = "local/sample"
@@ -153,7 +153,7 @@ def test_video_stream_trains_from_the_transcode_byte_identical_to_lerobot_datase
 
 KILLED_RUN = textwrap.dedent("""
     import os, sys
-    from robo_loaders_plugin.sources import transcode as tc
+    from robo_loaders_plugin.tools import transcode as tc
 
     src, out = sys.argv[1:3]
     calls = []

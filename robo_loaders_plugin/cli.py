@@ -198,7 +198,7 @@ from robo_loaders_plugin.bench.train.commands import (  # noqa: E402
     robomimic_train_command,
     with_train_mode,
 )
-from robo_loaders_plugin.sources.transcode import transcode_cmd  # noqa: E402
+from robo_loaders_plugin.tools.transcode import transcode_cmd  # noqa: E402
 
 bench.add_command(bench_matrix)
 bench.add_command(bench_decode_cmd)
