@@ -1,30 +1,12 @@
-import atexit
+"""The integration tests' own helpers and the datasets of ../shared (the generated datasets, the test environment and
+the cuda skip hook are the root conftest.py's, shared by every test directory)."""
 import os
-import shutil
 import sys
-import tempfile
 
 import pytest
 
-# Tests never reach the Hugging Face Hub: every LeRobot dataset here is local (subprocesses inherit this too).
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-# ... nor write into the user's cache directory (backends convert there when given no cache_dir)
-if "ROBO_LOADERS_CACHE" not in os.environ:  # removed when the session ends (it holds conversions: megabytes)
-    os.environ["ROBO_LOADERS_CACHE"] = tempfile.mkdtemp(prefix="robo-loaders-test-cache-")
-    atexit.register(shutil.rmtree, os.environ["ROBO_LOADERS_CACHE"], True)
-
 sys.path.insert(0, os.path.dirname(__file__))
 from robomimic_helpers import SHARED_HDF5, make_config  # noqa: E402,F401
-
-
-@pytest.fixture(scope="session")
-def tiny_hdf5(tmp_path_factory):
-    """12 demos of 40-50 steps (540+ samples), 2 cameras of 16x16: enough for 500-index parity checks."""
-    from robo_loaders_plugin.sample_data.robomimic_hdf5 import write_robomimic_hdf5
-
-    path = str(tmp_path_factory.mktemp("data") / "tiny.hdf5")
-    return write_robomimic_hdf5(path, demos=12, image_size=16, cameras=2, seed=3, min_length=40, max_length=50,
-                                valid_fraction=0.25, progress=False)
 
 
 @pytest.fixture(scope="session")
@@ -34,42 +16,9 @@ def shared_hdf5():
     return SHARED_HDF5
 
 
-# -- LeRobot datasets, written with LeRobot's own LeRobotDataset.create/add_frame/save_episode/finalize ----------
-LEROBOT_LENGTHS = (90, 130, 64, 150, 111)  # 545 frames: >= 500 distinct indices
-
-
-@pytest.fixture(scope="session")
-def lerobot_datasets(tmp_path_factory):
-    """AV1 1 camera (one mp4 per camera), H.264 3 cameras (several mp4 files, episodes packed in them), PNG images."""
-    from robo_loaders_plugin.sample_data.lerobot_v3 import write_lerobot_dataset
-
-    base = tmp_path_factory.mktemp("lerobot")
-    return {
-        "av1_1cam": write_lerobot_dataset(base / "av1_1cam", episode_lengths=LEROBOT_LENGTHS, cameras=1,
-                                          mode="av1", seed=1, progress=False),
-        "h264_3cam_multifile": write_lerobot_dataset(base / "h264_3cam", episode_lengths=LEROBOT_LENGTHS, cameras=3,
-                                                     mode="h264", seed=2, video_files_size_in_mb=0.02,
-                                                     progress=False),
-        "png_1cam": write_lerobot_dataset(base / "png_1cam", episode_lengths=LEROBOT_LENGTHS, cameras=1,
-                                          mode="png", seed=3, progress=False),
-    }
-
-
 @pytest.fixture(scope="session")
 def shared_lerobot():
     path = os.path.join(os.path.dirname(SHARED_HDF5), "robosuite_lift_84_20demos_lerobot")
     if not os.path.isdir(path):
         pytest.skip(f"{path} absent (../shared is not beside this checkout)")
     return path
-
-
-def pytest_collection_modifyitems(config, items):
-    """Tests marked ``cuda`` run only where torch sees a GPU (``pytest -m cuda`` selects them)."""
-    import torch
-
-    if torch.cuda.is_available():
-        return
-    skip = pytest.mark.skip(reason="needs a CUDA GPU (torch.cuda.is_available() is False)")
-    for item in items:
-        if "cuda" in item.keywords:
-            item.add_marker(skip)

@@ -29,8 +29,8 @@ def native(root, preset="none", return_uint8=True, **kw):
 
 
 @pytest.mark.parametrize("name", ["av1_1cam", "h264_3cam_multifile", "png_1cam"])
-@pytest.mark.parametrize("preset,return_uint8,episodes", [("act", True, None), ("diffusion", False, [0, 2, 3]),
-                                                           ("none", True, [1, 4])])
+@pytest.mark.parametrize("preset,return_uint8,episodes", [  # fast: a quick parity check of `make test-fast`
+    pytest.param("act", True, None, marks=pytest.mark.fast), ("diffusion", False, [0, 2, 3]), ("none", True, [1, 4])])
 def test_items_and_batches_equal_lerobot_dataset(lerobot_datasets, name, preset, return_uint8, episodes):
     nat = native(lerobot_datasets[name], preset, return_uint8, episodes=episodes)
     ours = gpu_resampler_dataset(nat)

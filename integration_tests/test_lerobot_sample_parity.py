@@ -12,7 +12,9 @@ from robo_loaders_plugin.lerobot.dataset import LeRobotSamples
 from robo_loaders_plugin.lerobot.factories import compressed_cache_dataset
 from robo_loaders_plugin.lerobot.presets import delta_timestamps
 
-SETTINGS = [("none", True), ("act", True), ("diffusion", True), ("diffusion", False), ("act", False)]
+# ("diffusion", False): float frames, 2 observation steps, action chunks; the quick parity check of `make test-fast`
+SETTINGS = [("none", True), ("act", True), ("diffusion", True),
+            pytest.param("diffusion", False, marks=pytest.mark.fast), ("act", False)]
 
 
 def native(root, preset="none", return_uint8=True, repo=REPO, **kw):

@@ -44,6 +44,7 @@ def same(batch_row, sample, where):
     assert a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes(), where
 
 
+@pytest.mark.fast  # one of the quick parity checks of `make test-fast`
 @pytest.mark.parametrize("combo", COMBOS, ids=["bc_rnn", "framestack_nopad", "goal_all"])
 @pytest.mark.parametrize("filter_key", [None, "train"])
 def test_each_window_once_and_equal_to_native(tiny_hdf5, tmp_path, combo, filter_key):

@@ -11,8 +11,9 @@ from robo_loaders_plugin.robomimic import dataset_factory
 from robo_loaders_plugin.robomimic.dataset import RobomimicSamples
 
 # A covering set: every option takes each of its values, in varied company.
+# Two of them (pytest.mark.fast) are the robomimic parity checks of `make test-fast`.
 COMBOS = [
-    dict(hdf5_cache_mode="low_dim", seq_length=10, frame_stack=1),
+    pytest.param(dict(hdf5_cache_mode="low_dim", seq_length=10, frame_stack=1), marks=pytest.mark.fast),
     dict(hdf5_cache_mode="all", seq_length=10, frame_stack=1),
     dict(hdf5_cache_mode=None, seq_length=10, frame_stack=1),
     dict(hdf5_cache_mode="low_dim", seq_length=1, frame_stack=1),
@@ -20,7 +21,8 @@ COMBOS = [
     dict(hdf5_cache_mode="all", seq_length=5, frame_stack=3, pad_seq_length=False),
     dict(hdf5_cache_mode=None, seq_length=5, frame_stack=3, pad_frame_stack=False),
     dict(hdf5_cache_mode="low_dim", seq_length=8, frame_stack=4, pad_seq_length=False, pad_frame_stack=False),
-    dict(hdf5_cache_mode="low_dim", seq_length=10, frame_stack=2, goal_mode="last", hdf5_load_next_obs=True),
+    pytest.param(dict(hdf5_cache_mode="low_dim", seq_length=10, frame_stack=2, goal_mode="last",
+                      hdf5_load_next_obs=True), marks=pytest.mark.fast),
     dict(hdf5_cache_mode="all", seq_length=3, frame_stack=1, goal_mode="last", hdf5_load_next_obs=True,
          pad_seq_length=False),
     dict(hdf5_cache_mode=None, seq_length=4, frame_stack=2, hdf5_load_next_obs=True),

@@ -44,8 +44,8 @@ def video_bytes(root) -> int:
 
 
 @pytest.mark.parametrize("name", NAMES)
-@pytest.mark.parametrize("preset,return_uint8,buffer", [("act", True, "raw"), ("diffusion", False, "lz4"),
-                                                         ("none", True, "raw")])
+@pytest.mark.parametrize("preset,return_uint8,buffer", [  # fast: a quick parity check of `make test-fast`
+    ("act", True, "raw"), pytest.param("diffusion", False, "lz4", marks=pytest.mark.fast), ("none", True, "raw")])
 def test_items_equal_lerobot_dataset(lerobot_datasets, name, preset, return_uint8, buffer):
     nat = native(lerobot_datasets[name], preset, return_uint8)
     ours = video_stream_dataset(nat, buffer=buffer)

@@ -1,4 +1,5 @@
 """robo-loaders doctor: passes with the installed (pinned) frameworks, fails naming a patch point that moved."""
+import pytest
 from click.testing import CliRunner
 
 from robo_loaders_plugin.cli import main
@@ -44,7 +45,8 @@ def test_doctor_proves_nvdec_by_decoding_and_names_a_cpu_only_torchcodec(monkeyp
     import torchcodec
 
     if "+cpu" not in torchcodec.__version__:
-        return  # a CUDA build: the refusal below cannot happen here (tests marked cuda check NVDEC itself)
+        pytest.skip(f"torchcodec {torchcodec.__version__} is a CUDA build: the refusal checked here cannot happen "
+                    "(tests marked cuda check NVDEC itself)")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA A100-SXM4-80GB")

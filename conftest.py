@@ -1,0 +1,71 @@
+"""What every test directory shares (``tests/``, ``integration_tests/``, ``benchmarks/tests/``): the test
+environment, the generated datasets, the ``cuda`` skip hook and the test tiers.
+
+Tiers (``make test`` runs everything; ``make test-fast`` runs ``-m fast``): every test under ``tests/`` is a unit
+test and marked ``fast`` here; elsewhere a test joins the fast tier by its own ``@pytest.mark.fast`` (the quick
+parity checks against the native loaders).
+"""
+import atexit
+import os
+import shutil
+import tempfile
+
+import pytest
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+UNIT_DIR = os.path.join(ROOT, "tests")
+
+# Tests never reach the Hugging Face Hub: every LeRobot dataset here is local (subprocesses inherit this too).
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# ... nor write into the user's cache directory (backends convert there when given no cache_dir)
+if "ROBO_LOADERS_CACHE" not in os.environ:  # removed when the session ends (it holds conversions: megabytes)
+    os.environ["ROBO_LOADERS_CACHE"] = tempfile.mkdtemp(prefix="robo-loaders-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["ROBO_LOADERS_CACHE"], True)
+
+
+@pytest.fixture(scope="session")
+def tiny_hdf5(tmp_path_factory):
+    """12 demos of 40-50 steps (540+ samples), 2 cameras of 16x16: enough for 500-index parity checks."""
+    from robo_loaders_plugin.sample_data.robomimic_hdf5 import write_robomimic_hdf5
+
+    path = str(tmp_path_factory.mktemp("data") / "tiny.hdf5")
+    return write_robomimic_hdf5(path, demos=12, image_size=16, cameras=2, seed=3, min_length=40, max_length=50,
+                                valid_fraction=0.25, progress=False)
+
+
+# -- LeRobot datasets, written with LeRobot's own LeRobotDataset.create/add_frame/save_episode/finalize ----------
+LEROBOT_LENGTHS = (90, 130, 64, 150, 111)  # 545 frames: >= 500 distinct indices
+
+
+@pytest.fixture(scope="session")
+def lerobot_datasets(tmp_path_factory):
+    """AV1 1 camera (one mp4 per camera), H.264 3 cameras (several mp4 files, episodes packed in them), PNG images."""
+    from robo_loaders_plugin.sample_data.lerobot_v3 import write_lerobot_dataset
+
+    base = tmp_path_factory.mktemp("lerobot")
+    return {
+        "av1_1cam": write_lerobot_dataset(base / "av1_1cam", episode_lengths=LEROBOT_LENGTHS, cameras=1,
+                                          mode="av1", seed=1, progress=False),
+        "h264_3cam_multifile": write_lerobot_dataset(base / "h264_3cam", episode_lengths=LEROBOT_LENGTHS, cameras=3,
+                                                     mode="h264", seed=2, video_files_size_in_mb=0.02,
+                                                     progress=False),
+        "png_1cam": write_lerobot_dataset(base / "png_1cam", episode_lengths=LEROBOT_LENGTHS, cameras=1,
+                                          mode="png", seed=3, progress=False),
+    }
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest's own -m selection, which must see the fast marks added here
+def pytest_collection_modifyitems(config, items):
+    """Tests under ``tests/`` are the unit tier (``fast``). Tests marked ``cuda`` run only where torch sees a GPU
+    (``pytest -m cuda`` selects them)."""
+    for item in items:
+        if str(item.path).startswith(UNIT_DIR + os.sep):
+            item.add_marker(pytest.mark.fast)
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (torch.cuda.is_available() is False)")
+    for item in items:
+        if "cuda" in item.keywords:
+            item.add_marker(skip)
