@@ -34,14 +34,16 @@ $(STAMP): pyproject.toml Makefile scripts/find_python312.sh
 	$(PY) -c "import robomimic, lerobot, torchdata, torch, robo_loaders_plugin; print('[setup] ok: torch', torch.__version__)"; \
 	touch $(STAMP)
 
-# every test (the README's and CI's command): ~20 min on a 2-core machine
+# every test (the README's and CI's command): the package's unit and integration tests and the benchmark harness's
+# (benchmarks/tests); ~20 min on a 2-core machine
 test: setup
-	$(PY) -m pytest -ra -p no:cacheprovider tests integration_tests
+	$(PY) -m pytest -ra -p no:cacheprovider tests integration_tests benchmarks/tests
 
-# the inner loop, -m fast: every unit test (tests/) and the quick parity checks marked fast in integration_tests/
-# (one per backend and framework, against the native loaders): 1 min 14 s on this shared 2-core machine (limit: 3 min)
+# the inner loop, -m fast: every unit test (tests/), the quick parity checks marked fast in integration_tests/ (one
+# per backend and framework, against the native loaders) and the harness's fake-row tests: TIME on this shared
+# 2-core machine (limit: 3 min)
 test-fast: setup
-	$(PY) -m pytest -ra -p no:cacheprovider -m fast tests integration_tests
+	$(PY) -m pytest -ra -p no:cacheprovider -m fast tests integration_tests benchmarks/tests
 
 unit: setup
 	$(PY) -m pytest -ra -p no:cacheprovider tests

@@ -6,6 +6,7 @@
 # prints the tables (docs/distributed-conversion.md quotes them). Needs the venv on PATH.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
+export PYTHONPATH="$here/..${PYTHONPATH:+:$PYTHONPATH}"  # the harness (benchmarks/harness) beside the package
 out=$here/../bench_out
 shared=$here/../../shared/data/robosuite_lift_84_20demos.hdf5
 lift=$out/lift_like.hdf5
@@ -17,8 +18,8 @@ fi
 python - "$here/results/convert_executors.json" "$out/convert_bench" "$shared" "$lift" "$lerobot" <<'PY'
 import json, os, shutil, sys
 
+from benchmarks.harness.executor_timing import executor_conversion_table, time_executor_conversions
 from robo_loaders_plugin.bench.report import machine
-from robo_loaders_plugin.storage.shards.executors import executor_conversion_table, time_executor_conversions
 
 dest, scratch, shared, lift, lerobot = sys.argv[1:6]
 datasets = [(name, fw, path) for name, fw, path in (("robomimic real renders", "robomimic", shared),

@@ -9,7 +9,7 @@ if ! python -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 
   echo "benchmarks/gpu.sh: torch sees no CUDA GPU here; nothing to run"; exit 0
 fi
 workers=${WORKERS:-2}
-python -m pytest -q -m cuda "$here/../tests" "$here/../integration_tests"
+python -m pytest -q -m cuda "$here/../tests" "$here/../integration_tests" "$here/tests"
 bash "$here/nvdec.sh"
 data=${DATA:-$here/../bench_out/lift_like.hdf5}
 [ -f "$data" ] || robo-loaders sample-data robomimic "$data" --demos 200 --min-length 45 --max-length 55 --seed 0

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# video_stream's decoder alone (`robo-loaders bench decode`): frames/s on the CPU and with NVDEC (cuda) on the same
+# video_stream's decoder alone (`python -m benchmarks.harness decode`): frames/s on the CPU and with NVDEC (cuda) on the same
 # files in one run, and NVDEC's PSNR against the CPU decode; each dataset as AV1 (LeRobot's default) and as an H.264
 # copy written by `robo-loaders transcode` (CRF 18, GOP 10). Datasets: a generated 480x640 one (1 camera, 20 episodes x
 # 100 frames: a real LeRobot camera's size, where NVDEC matters) and, when ../shared is present, its 20 real robosuite
@@ -9,6 +9,7 @@
 # video_stream's decode_threads). Needs the venv on PATH.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
+export PYTHONPATH="$here/..${PYTHONPATH:+:$PYTHONPATH}"  # the harness (benchmarks/harness) beside the package
 out=$here/../bench_out
 threads=${THREADS:-2}
 export HF_HUB_OFFLINE=1
@@ -23,7 +24,7 @@ if [ -f "$shared" ]; then
 fi
 for name in "${names[@]}"; do
   [ -d "$out/${name}_h264" ] || robo-loaders transcode "$out/$name" "$out/${name}_h264" --codec h264 --num-workers 2
-  robo-loaders bench decode --root "$out/$name" --threads "$threads" --json "$here/results/decode_${name}_av1.json"
-  robo-loaders bench decode --root "$out/${name}_h264" --threads "$threads" \
+  python -m benchmarks.harness decode --root "$out/$name" --threads "$threads" --json "$here/results/decode_${name}_av1.json"
+  python -m benchmarks.harness decode --root "$out/${name}_h264" --threads "$threads" \
     --json "$here/results/decode_${name}_h264.json"
 done

@@ -283,15 +283,3 @@ def test_executor_options_are_checked_before_the_source_is_read(tmp_path):
         executors.options_from_cli("local", logging_dir="L", concurrent_tasks=2)
     with pytest.raises(executors.ExecutorError, match="expected KEY=VALUE"):
         executors.parse_sbatch_args(["=x"])
-
-
-def test_benchmark_hook_times_a_conversion_per_executor_and_task_count(tiny_hdf5, reference, tmp_path):
-    rows = executors.time_executor_conversions("robomimic", tiny_hdf5, str(tmp_path / "bench"),
-                                               configs=[("datatrove-local", 1)], shard_bytes=SHARD_BYTES,
-                                               echo=lambda *_: None)
-    (row,) = rows
-    assert row["executor"] == "datatrove-local" and row["tasks"] == 1 and row["episodes"] == 12
-    assert row["source_bytes"] == os.path.getsize(tiny_hdf5) and row["wall_s"] > 0
-    assert row["mb_per_s_per_task"] == row["source_mb_per_s"] > 0
-    assert_same_bytes(row["out"], reference)
-    assert "MB/s per task" in executors.executor_conversion_table(rows)

@@ -6,8 +6,8 @@ import torch
 
 from lerobot_helpers import REPO
 
+from benchmarks.harness.loss_curves import loss_curves_path, loss_run, write_loss_curves
 from robo_loaders_plugin import get_backend
-from robo_loaders_plugin.bench.loss_curves import loss_curves_path, loss_run, write_loss_curves
 from robo_loaders_plugin.core.iteration import record_built
 from robo_loaders_plugin.lerobot.factories import compressed_cache_dataset, gpu_resampler_dataset
 from robo_loaders_plugin.lerobot.integration import cycle

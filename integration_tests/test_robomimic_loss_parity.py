@@ -10,7 +10,7 @@ import torch
 
 from robomimic_helpers import make_config, obs_keys
 
-from robo_loaders_plugin.bench.loss_curves import loss_curves_path, loss_run, write_loss_curves
+from benchmarks.harness.loss_curves import loss_curves_path, loss_run, write_loss_curves
 from robo_loaders_plugin.robomimic import dataset_factory
 
 LOSSES = ("L1_Loss", "L2_Loss", "Cosine_Loss", "Loss")

@@ -190,20 +190,11 @@ def bench_lerobot_cmd(root, repo_id, backends, batch_size, num_workers, batches,
         sys.exit(1)
 
 
-from robo_loaders_plugin.bench.decode_bench import bench_decode_cmd  # noqa: E402  (subcommands in their own modules)
-from robo_loaders_plugin.bench.matrix import bench_matrix  # noqa: E402
-from robo_loaders_plugin.bench.plots import report_cmd  # noqa: E402
-from robo_loaders_plugin.bench.train.commands import (  # noqa: E402
-    lerobot_train_command,
-    robomimic_train_command,
-    with_train_mode,
-)
+# The project's own benchmark tooling (matrix, decoder alone, training benchmark, README tables) is not a user
+# command: it lives beside the package in benchmarks/harness (docs/architecture.md says why).
+from robo_loaders_plugin.bench.plots import report_cmd  # noqa: E402  (subcommands in their own modules)
 from robo_loaders_plugin.tools.transcode import transcode_cmd  # noqa: E402
 
-bench.add_command(bench_matrix)
-bench.add_command(bench_decode_cmd)
-bench.add_command(with_train_mode(bench_robomimic_cmd, robomimic_train_command))
-bench.add_command(with_train_mode(bench_lerobot_cmd, lerobot_train_command))
 main.add_command(report_cmd)
 main.add_command(transcode_cmd)
 

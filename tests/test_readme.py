@@ -1,8 +1,8 @@
 """The README and docs stay true to the committed results and to the repository.
 
 Why: every figure in README.md and docs/benchmarks.md is generated from ``benchmarks/results/*.json`` between
-``robo-loaders:table`` markers (``bench/tables.py``); a result re-run without regenerating the tables, or a table
-edited by hand, would make the documents claim numbers no committed file holds. Docs also move and get renamed, so
+``robo-loaders:table`` markers (``benchmarks/harness/readme_tables.py``); a result re-run without regenerating the
+tables, or a table edited by hand, would make the documents claim numbers no committed file holds. Docs also move and get renamed, so
 every relative link must still lead to a file (and the README's own anchors to a heading). The README is the front
 door: it stays short, with the rest in docs/.
 """
@@ -13,7 +13,7 @@ import shutil
 
 import pytest
 
-from robo_loaders_plugin.bench import tables
+from benchmarks.harness import readme_tables
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 README = os.path.join(ROOT, "README.md")
@@ -78,14 +78,14 @@ def broken_links(path: str, check_anchors: bool = False) -> list[str]:
 
 @pytest.mark.parametrize("doc", ["README.md", "docs/benchmarks.md"])
 def test_generated_tables_are_up_to_date(doc):
-    stale = tables.update_readme(os.path.join(ROOT, doc), check=True)
+    stale = readme_tables.update_readme(os.path.join(ROOT, doc), check=True)
     assert not stale, (f"{doc}: tables out of date with benchmarks/results: {stale}; "
-                       f"run: robo-loaders report --readme {doc}")
+                       f"run: python -m benchmarks.harness readme {doc}")
 
 
 def test_readme_has_generated_tables_from_both_frameworks():
     with open(README) as f:
-        specs = [m.group("spec") for m in map(tables.OPEN.match, f.read().splitlines()) if m]
+        specs = [m.group("spec") for m in map(readme_tables.OPEN.match, f.read().splitlines()) if m]
     assert any(s.startswith("robomimic_") for s in specs), specs
     assert any(s.startswith("lerobot_") for s in specs), specs
 
@@ -99,7 +99,7 @@ def test_a_stale_table_is_detected(tmp_path):
     assert block and "| `datapipe` | " in block.group(0)
     edited = block.group(0).replace("| `datapipe` | ", "| `datapipe` | 1", 1)
     (tmp_path / "README.md").write_text(text.replace(block.group(0), edited))
-    assert tables.update_readme(str(tmp_path / "README.md"), check=True)
+    assert readme_tables.update_readme(str(tmp_path / "README.md"), check=True)
 
 
 def test_readme_is_short():

@@ -1,8 +1,8 @@
-"""``robo-loaders report``: result files -> PNG plots and one markdown page; ``--readme`` regenerates the README's
-tables (``bench/tables.py``).
+"""``robo-loaders report``: result files -> PNG plots and one markdown page (its tables: ``bench/tables.py``).
 
-Inputs are any mix of ``robo-loaders bench`` results, matrix results (``bench/matrix.py``) and loss-curve files
-(``bench/loss_curves.py``). Every figure names its source file, the machine and the settings in its caption.
+Inputs are any mix of ``robo-loaders bench`` results, and the project harness's matrix results, training-benchmark
+results and loss-curve files (``benchmarks/harness/``: ``matrix.py``, ``train/``, ``loss_curves.py``; their formats
+in docs/benchmarks.md). Every figure names its source file, the machine and the settings in its caption.
 matplotlib is used through its object API on the Agg canvas (``Figure.savefig``): no pyplot, no global backend
 switch, nothing shown on screen.
 """
@@ -502,34 +502,13 @@ def report(result_paths, out_dir: str) -> str:
 @click.argument("results", nargs=-1, type=click.Path(exists=True, dir_okay=False))
 @click.option("--out", "out_dir", type=click.Path(file_okay=False),
               help="write PNG plots and report.md for RESULTS here")
-@click.option("--readme", type=click.Path(exists=True, dir_okay=False),
-              help="regenerate the tables between <!-- robo-loaders:table NAME ... --> markers in this file")
-@click.option("--results-dir", type=click.Path(exists=True, file_okay=False),
-              help="where --readme markers' names are looked up (default: benchmarks/results beside the README)")
-@click.option("--check", is_flag=True, help="with --readme: change nothing, exit 1 if a table is out of date")
-def report_cmd(results, out_dir, readme, results_dir, check):
-    """Plots and a markdown page from benchmark, matrix and loss-curve results (--out), and/or the README's tables
-    regenerated from committed results (--readme)."""
-    import sys
-
-    if not out_dir and not readme:
-        raise click.UsageError("nothing to do: give --out DIR (plots and report.md for RESULTS) and/or --readme FILE")
-    if results and not out_dir:
-        raise click.UsageError("RESULTS are plotted into --out DIR (the --readme markers name their own files)")
-    if out_dir and not results:
+def report_cmd(results, out_dir):
+    """Plots and a markdown page from benchmark, matrix, training-benchmark and loss-curve results."""
+    if not out_dir:
+        raise click.UsageError("nothing to do: give --out DIR (plots and report.md for RESULTS)")
+    if not results:
         raise click.UsageError("--out needs RESULTS (result JSON files)")
-    if check and not readme:
-        raise click.UsageError("--check applies to --readme")
     try:
-        if readme:
-            changed = tables.update_readme(readme, results_dir, check=check)
-            for spec in changed:
-                click.echo(f"{'out of date' if check else 'updated'}: table {spec}")
-            if not changed:
-                click.echo(f"{readme}: every table is up to date")
-            if check and changed:
-                sys.exit(1)
-        if out_dir:
-            click.echo(f"wrote {report(results, out_dir)}")
+        click.echo(f"wrote {report(results, out_dir)}")
     except TableError as exc:
         raise click.ClickException(str(exc)) from None

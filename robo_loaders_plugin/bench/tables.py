@@ -1,14 +1,7 @@
-"""Markdown tables from committed benchmark results, and the README's tables regenerated between markers.
+"""Markdown tables from benchmark result files: what ``robo-loaders report`` puts in its ``report.md``, and what the
+project's README tables are generated from (``benchmarks/harness/readme_tables.py``, between markers).
 
-A README table is written between two HTML comments (invisible once rendered)::
-
-    <!-- robo-loaders:table robomimic_lift_w2 columns=backend,samples_per_s,vs:native:low_dim,peak_mem -->
-    (generated: replaced on every run)
-    <!-- /robo-loaders:table -->
-
-The first word names one result file, or several joined by commas (rows concatenated in that order): a name is
-``<results dir>/<name>.json`` (``benchmarks/results`` beside the README unless told otherwise), or a path relative
-to the README when it contains ``/`` or ends in ``.json``. Options, ``key=value`` separated by spaces:
+``results_table(payloads, opts)`` takes the options a README marker takes (``opts``, a dict):
 
 - ``columns=a,b,...``: columns by name (``COLUMNS`` below; ``vs:<baseline>`` and ``mem_vs:<baseline>`` for ratios);
   default: the columns of ``robo-loaders bench``'s own table for that framework.
@@ -16,28 +9,18 @@ to the README when it contains ``/`` or ends in ``.json``. Options, ``key=value`
   per backend, one column per value of ``by=<axis>``, cells ``value=<column>``, default ``samples_per_s``).
 - ``backends=a,b``: only these rows, in this order; ``batch_size=64``, ``seq_length=10``, ``preset=act``,
   ``num_workers=2``: only rows with these values (what a matrix needs to pick one cell).
-- ``source=no``: leave out the line under the table naming the file(s), the machine and the settings.
-
-Markers inside fenced code blocks are left alone (so documentation can show them). Regeneration is idempotent, and
-a marker naming a missing file, an unknown column or option, or an unclosed marker fails before anything is written.
 """
 from __future__ import annotations
 
 import json
 import os
-import re
 from dataclasses import dataclass
 
 from robo_loaders_plugin.core.units import format_bytes
 
-OPEN = re.compile(r"^\s*<!--\s*robo-loaders:table\s+(?P<spec>.*?)\s*-->\s*$")
-CLOSE = re.compile(r"^\s*<!--\s*/robo-loaders:table\s*-->\s*$")
-ANY_MARKER = re.compile(r"<!--\s*/?\s*robo-loaders:table")
-FENCE = re.compile(r"^\s*(```|~~~)")
 AXIS_KEYS = ("batch_size", "seq_length", "preset", "num_workers")
 AXIS_LABEL = {"batch_size": "batch", "seq_length": "seq_length", "preset": "delta_timestamps",
               "num_workers": "workers", "frame_stack": "frame_stack"}
-OPTIONS = {"columns", "table", "backends", "by", "value", "source"} | set(AXIS_KEYS)
 
 
 class TableError(ValueError):
@@ -51,7 +34,7 @@ def kind_of(payload: dict) -> str:
     if payload.get("kind") in ("matrix", "loss_curves"):
         return payload["kind"]
     if payload.get("benchmark") == "training" and "results" in payload:
-        return "training"  # robo-loaders bench robomimic|lerobot --train (bench/train/)
+        return "training"  # the training benchmark (benchmarks/harness/train/)
     return "bench" if "results" in payload and "framework" in payload else "unknown"
 
 
@@ -236,7 +219,7 @@ COLUMNS = {
     "episode_mix": Column("episode mix", _get("episode_mix", _num(".2f"))),
     "num_samples": Column("samples", _get("num_samples")),
     "epoch_times_s": Column("epoch times (s)", _epochs),
-    # training benchmark (bench/train/)
+    # training benchmark (benchmarks/harness/train/)
     "steps_per_s": Column("steps/s", _get("steps_per_s", _num(".3f"))),
     "stall_fraction": Column("data stall", _get("stall_fraction", _num(".1%"))),
     "first_epoch_s": Column("1st epoch (s)", _get("first_epoch_s", _num(".1f"))),
@@ -351,7 +334,7 @@ def results_table(payloads: list[dict], opts: dict | None = None) -> str:
     if "training" in kinds and len(kinds) > 1:
         raise TableError("one table cannot mix training and loader-only results (report both, labelled)")
     kind = kinds.pop()
-    base = _unique([b for p in payloads for b in baselines_in(rows_of(p), p)]) if kind == "training" else None
+    base = unique_in_order([b for p in payloads for b in baselines_in(rows_of(p), p)]) if kind == "training" else None
     names = opts["columns"].split(",") if "columns" in opts else default_columns(framework, rows, varying, kind, base)
     cols = [column(n) for n in names]
     body = []
@@ -391,126 +374,10 @@ def _pivot(pairs, opts) -> str:
     return markdown_table(headers, body, [False] + [True] * len(values))
 
 
-def source_note(payloads: list[dict], base_dir: str) -> str:
-    """One line naming the file(s), the machine(s) and the settings behind a table."""
-    def rel(p):
-        return os.path.relpath(p["_path"], base_dir).replace(os.sep, "/")
-
-    files = ", ".join(f"`{rel(p)}`" for p in payloads)
-    machines = _unique([machine_caption(p.get("machine")) for p in payloads])
-    if len(machines) == 1:
-        machine = f"Machine: {machines[0]}."
-    else:
-        machine = "Machines: " + "; ".join(f"`{rel(p)}`: {machine_caption(p.get('machine'))}" for p in payloads) + "."
-    parts = [settings_parts(p) for p in payloads]
-    common = [x for x in parts[0] if all(x in q for q in parts)]
-    rest = [(p, [x for x in q if x not in common]) for p, q in zip(payloads, parts)]
-    settings = ", ".join(common)
-    if any(r for _, r in rest):
-        settings += ("; " if settings else "") + "; ".join(f"`{rel(p)}`: {', '.join(r)}" for p, r in rest if r)
-    return f"<sub>From {files}. {machine} Settings: {settings}.</sub>"
-
-
-def _unique(values):
+def unique_in_order(values):
+    """``values`` without repeats, in first-seen order."""
     out = []
     for v in values:
         if v not in out:
             out.append(v)
     return out
-
-
-# -- README markers -------------------------------------------------------------------------------------------------
-def parse_spec(spec: str, where: str) -> tuple[list[str], dict]:
-    words = spec.split()
-    if not words or "=" in words[0]:
-        raise TableError(f"{where}: the marker must start with the result file name(s): "
-                         "<!-- robo-loaders:table NAME[,NAME...] [key=value ...] -->")
-    opts = {}
-    for w in words[1:]:
-        k, sep, v = w.partition("=")
-        if not sep or k not in OPTIONS:
-            raise TableError(f"{where}: unknown marker option {w!r}; options: {', '.join(sorted(OPTIONS))}")
-        opts[k] = v
-    return [n for n in words[0].split(",") if n], opts
-
-
-def resolve(name: str, results_dir: str, base_dir: str) -> str:
-    if "/" in name or name.endswith(".json"):
-        return os.path.normpath(os.path.join(base_dir, name))
-    return os.path.join(results_dir, f"{name}.json")
-
-
-def render_block(spec: str, results_dir: str, base_dir: str, where: str) -> str:
-    names, opts = parse_spec(spec, where)
-    payloads = []
-    for n in names:
-        path = resolve(n, results_dir, base_dir)
-        if not os.path.exists(path):
-            raise TableError(f"{where}: the marker names result {n!r}, but {path} does not exist "
-                             f"(results directory: {results_dir})")
-        try:
-            payloads.append(load_result(path))
-        except TableError as exc:
-            raise TableError(f"{where}: {exc}") from None
-    if any(p["_kind"] == "loss_curves" for p in payloads):
-        raise TableError(f"{where}: loss-curve files have no README table (plot them with robo-loaders report)")
-    try:
-        table = results_table(payloads, opts)
-    except TableError as exc:
-        raise TableError(f"{where}: {exc}") from None
-    if opts.get("source", "yes") not in ("yes", "no"):
-        raise TableError(f"{where}: source= takes yes or no")
-    note = "" if opts.get("source") == "no" else "\n\n" + source_note(payloads, base_dir)
-    return f"\n{table}{note}\n\n"
-
-
-def regenerate(text: str, results_dir: str, base_dir: str, filename: str = "README.md") -> tuple[str, list[str]]:
-    """``text`` with every marked table regenerated, and the specs of the tables whose content changed."""
-    lines = text.splitlines(keepends=True)
-    out, changed, i, fence = [], [], 0, None
-    while i < len(lines):
-        line = lines[i]
-        f = FENCE.match(line)
-        if f:
-            fence = None if fence == f.group(1) else (fence or f.group(1))
-        m = OPEN.match(line) if fence is None else None
-        if fence is None and not m and CLOSE.match(line):
-            raise TableError(f"{filename}:{i + 1}: closing <!-- /robo-loaders:table --> without an opening marker")
-        if fence is None and not m and not CLOSE.match(line) and ANY_MARKER.search(line):
-            raise TableError(f"{filename}:{i + 1}: malformed robo-loaders:table marker (it must be alone on its "
-                             f"line: <!-- robo-loaders:table NAME [key=value ...] -->): {line.strip()}")
-        out.append(line)
-        i += 1
-        if not m:
-            continue
-        where = f"{filename}:{i}"
-        j = i
-        while j < len(lines) and not CLOSE.match(lines[j]):
-            if OPEN.match(lines[j]):
-                raise TableError(f"{where}: marker not closed before the next one at line {j + 1} "
-                                 "(add <!-- /robo-loaders:table -->)")
-            j += 1
-        if j == len(lines):
-            raise TableError(f"{where}: marker not closed (add <!-- /robo-loaders:table --> after it)")
-        block = render_block(m.group("spec"), results_dir, base_dir, where)
-        if "".join(lines[i:j]) != block:
-            changed.append(m.group("spec"))
-        out += [block, lines[j]]
-        i = j + 1
-    return "".join(out), changed
-
-
-def update_readme(readme: str, results_dir: str | None = None, check: bool = False) -> list[str]:
-    """Regenerate the marked tables of ``readme`` in place (unless ``check``); returns the specs of the tables that
-    changed (were out of date). ``results_dir`` defaults to ``benchmarks/results`` beside the README."""
-    base_dir = os.path.dirname(os.path.abspath(readme))
-    results_dir = os.path.abspath(results_dir) if results_dir else os.path.join(base_dir, "benchmarks", "results")
-    with open(readme) as f:
-        text = f.read()
-    new, changed = regenerate(text, results_dir, base_dir, os.path.basename(readme))
-    if changed and not check:
-        tmp = f"{readme}.tmp-{os.getpid()}"
-        with open(tmp, "w") as f:
-            f.write(new)
-        os.replace(tmp, readme)
-    return changed

@@ -1,15 +1,15 @@
-"""``robo-loaders bench matrix`` end to end on the tiny robomimic file: two cells (seq_length 1 and 5) of datapipe, each
+"""``python -m benchmarks.harness matrix`` end to end on the tiny robomimic file: two cells (seq_length 1 and 5) of datapipe, each
 in its own subprocess through the ordinary bench, reading shards converted once for the whole matrix; a second run
 measures nothing; the report plots the result. Tiny settings: this checks the plumbing, never speed (two children,
 ~15 s each on a loaded 2-CPU machine: torch and robomimic imports). Ratios, failures and extension are covered with
-fake rows in tests/test_report.py."""
+fake rows in benchmarks/tests/test_report_inputs.py."""
 import csv
 import json
 import os
 
 from click.testing import CliRunner
 
-from robo_loaders_plugin.bench import matrix as mx
+from benchmarks.harness import matrix as mx
 
 
 def test_two_cell_matrix_resumes_and_reports(tiny_hdf5, tmp_path):
@@ -17,7 +17,7 @@ def test_two_cell_matrix_resumes_and_reports(tiny_hdf5, tmp_path):
     args = ["robomimic", "--dataset", tiny_hdf5, "--backends", "datapipe", "--batch-sizes", "8",
             "--seq-lengths", "1,5", "--workers", "0", "--batches", "3", "--out", out,
             "--backend-kwargs", 'datapipe={"shuffle_buffer": 4}']
-    res = CliRunner().invoke(mx.bench_matrix, args)
+    res = CliRunner().invoke(mx.matrix_group, args)
     assert res.exit_code == 0, res.output[-3000:]
     json_path, csv_path = mx.paths(out, "matrix_robomimic")
     data = json.load(open(json_path))
@@ -34,7 +34,7 @@ def test_two_cell_matrix_resumes_and_reports(tiny_hdf5, tmp_path):
         rows = list(csv.DictReader(f))
     assert len(rows) == 2 and all(r["machine_cores"] == str(os.cpu_count()) for r in rows)
 
-    res = CliRunner().invoke(mx.bench_matrix, args)  # resumed: every cell exists
+    res = CliRunner().invoke(mx.matrix_group, args)  # resumed: every cell exists
     assert res.exit_code == 0 and "2 cells requested, 0 to measure" in res.output, res.output[-3000:]
     assert json.load(open(json_path))["rows"] == data["rows"]
 

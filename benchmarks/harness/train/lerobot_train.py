@@ -1,4 +1,4 @@
-"""``robo-loaders bench lerobot --train``: the real ``lerobot-train`` console script per backend.
+"""``python -m benchmarks.harness train lerobot``: the real ``lerobot-train`` console script per backend.
 
 A small Diffusion Policy (2 observation frames per camera, the windows that stall a video loader most) when
 ``diffusers`` is installed, else a small ACT; reduced dimensions so that a CPU can run it. ``lerobot-train`` times
@@ -16,9 +16,9 @@ import re
 import shutil
 import tempfile
 
+from benchmarks.harness.train.common import (BIN, child_env, epoch_summary, error_result, finish, run_logged,
+                                             summarise)
 from robo_loaders_plugin.bench.runner import backend_of, options_for
-from robo_loaders_plugin.bench.train.common import (BIN, child_env, epoch_summary, error_result, finish, run_logged,
-                                                    summarise)
 
 # MetricsTracker.__str__ (0.6.1): "step:12 smpl:48 ep:1 epch:0.34 loss:... updt_s:0.123 data_s:0.004 smp/s:..."
 # step and smpl go through format_big_number ("step:1K" from step 1000 on): steps are counted, not read

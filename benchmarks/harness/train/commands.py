@@ -1,11 +1,5 @@
-"""Click commands of the training benchmark, and :func:`with_train_mode`, which puts them behind ``--train`` on the
-loader-only ``robo-loaders bench robomimic`` / ``bench lerobot`` commands:
-
-    from robo_loaders_plugin.bench.train.commands import (lerobot_train_command, robomimic_train_command,
-                                                          with_train_mode)
-    bench.add_command(with_train_mode(bench.commands["robomimic"], robomimic_train_command))
-    bench.add_command(with_train_mode(bench.commands["lerobot"], lerobot_train_command))
-"""
+"""Click commands of the training benchmark: ``python -m benchmarks.harness train robomimic|lerobot`` (registered in
+``benchmarks/harness/cli.py``)."""
 from __future__ import annotations
 
 import json
@@ -13,8 +7,6 @@ import os
 import sys
 
 import click
-
-TRAIN_FLAG = "--train"
 
 
 def parse_backend_kwargs(values) -> dict:
@@ -72,7 +64,6 @@ def _common(f):
                      help="keep the configs and training logs here (default: a temporary directory, removed)"),
         click.option("--timeout", default=7200.0, show_default=True, type=float, help="seconds per backend"),
         click.option("--json", "json_out", type=click.Path(dir_okay=False), help="also write the results here"),
-        click.option(TRAIN_FLAG, "train_flag", is_flag=True, hidden=True),
     ]):
         f = opt(f)
     return f
@@ -97,11 +88,11 @@ def _exit_on_failure(payload):
 @click.option("--config-set", "config_set", multiple=True, metavar="KEY=JSON",
               help="override one key of the generated robomimic config, e.g. algo.gmm.enabled=false")
 def robomimic_train_command(dataset, backends, epochs, steps_per_epoch, batch_size, num_workers, backend_kwargs,
-                            device, torch_threads, work_dir, timeout, json_out, train_flag, seq_length,
+                            device, torch_threads, work_dir, timeout, json_out, seq_length,
                             rnn_hidden_dim, obs_keys, config_set):
     """Training-time benchmark: robomimic's own train script (BC-RNN, image observations) for EPOCHS x
     STEPS-PER-EPOCH steps per backend; steps/s, data-stall fraction, first epoch and ratios to native."""
-    from robo_loaders_plugin.bench.train.robomimic_train import bench_robomimic_train
+    from benchmarks.harness.train.robomimic_train import bench_robomimic_train
 
     try:
         payload = bench_robomimic_train(dataset, _split(backends), epochs, steps_per_epoch, batch_size, num_workers,
@@ -124,10 +115,10 @@ def robomimic_train_command(dataset, backends, epochs, steps_per_epoch, batch_si
               help="extra lerobot-train flag, replacing the benchmark's own with the same key, e.g. "
                    "--train-arg=--policy.down_dims=[512,1024,2048]")
 def lerobot_train_command(root, repo_id, backends, epochs, steps_per_epoch, batch_size, num_workers, backend_kwargs,
-                          device, torch_threads, work_dir, timeout, json_out, train_flag, policy, train_args):
+                          device, torch_threads, work_dir, timeout, json_out, policy, train_args):
     """Training-time benchmark: the real lerobot-train for EPOCHS x STEPS-PER-EPOCH steps per backend; steps/s,
     data-stall fraction (data_s / (data_s + updt_s)), first block of steps and ratios to native."""
-    from robo_loaders_plugin.bench.train.lerobot_train import bench_lerobot_train
+    from benchmarks.harness.train.lerobot_train import bench_lerobot_train
 
     repo_id = repo_id or f"local/{os.path.basename(os.path.abspath(root))}"
     try:
@@ -137,24 +128,3 @@ def lerobot_train_command(root, repo_id, backends, epochs, steps_per_epoch, batc
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     _exit_on_failure(payload)
-
-
-class TrainSwitch(click.Command):
-    """One command name, two commands: ``--train`` among the arguments selects the training benchmark, otherwise
-    the loader-only one runs unchanged (``--train --help`` shows the training options)."""
-
-    def __init__(self, loader: click.Command, train: click.Command):
-        train_opt = click.Option([TRAIN_FLAG], is_flag=True, expose_value=False,
-                                 help=f"run the training-time benchmark instead (options: '{TRAIN_FLAG} --help')")
-        super().__init__(name=loader.name, help=loader.help, short_help=loader.short_help, epilog=loader.epilog,
-                         params=[*loader.params, train_opt], callback=loader.callback)
-        self.loader, self.train = loader, train
-
-    def make_context(self, info_name, args, parent=None, **extra):
-        if TRAIN_FLAG in args:
-            return self.train.make_context(info_name, list(args), parent=parent, **extra)
-        return super().make_context(info_name, args, parent=parent, **extra)
-
-
-def with_train_mode(loader: click.Command, train: click.Command) -> click.Command:
-    return TrainSwitch(loader, train)

@@ -1,4 +1,4 @@
-"""``robo-loaders bench decode``: video_stream's decoder alone, on the CPU and with NVDEC, in one run.
+"""``python -m benchmarks.harness decode``: video_stream's decoder alone, on the CPU and with NVDEC, in one run.
 
 Why apart from ``bench lerobot``: there decoding runs ahead in threads and is hidden as long as it keeps up with
 training, so a faster decoder shows up only when decoding is the bottleneck. Here every episode's segment of every
@@ -112,7 +112,7 @@ def bench_decode(root: str, devices: list[str], threads: int, max_episodes: int 
 @click.option("--episodes", "max_episodes", default=None, type=click.IntRange(min=1),
               help="decode only the first N episodes (default: all)")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False))
-def bench_decode_cmd(root, devices, threads, max_episodes, json_out):
+def decode_cmd(root, devices, threads, max_episodes, json_out):
     """Decode frames/s of video_stream's decoder on the CPU and with NVDEC, and NVDEC's PSNR against the CPU."""
     chosen = [d.strip() for d in devices.split(",") if d.strip()]
     unknown = sorted(set(chosen) - set(DEVICES))

@@ -8,11 +8,10 @@ import os
 import pytest
 from click.testing import CliRunner
 
-from robo_loaders_plugin.bench.train import lerobot_train as lt
-from robo_loaders_plugin.bench.train import robomimic_train as rt
-from robo_loaders_plugin.bench.train.commands import (lerobot_train_command, robomimic_train_command,
-                                                      with_train_mode)
-from robo_loaders_plugin.bench.train.common import LoggedRun
+from benchmarks.harness.cli import main
+from benchmarks.harness.train import lerobot_train as lt
+from benchmarks.harness.train import robomimic_train as rt
+from benchmarks.harness.train.common import LoggedRun
 
 
 @pytest.fixture(autouse=True)
@@ -75,8 +74,8 @@ def ratios_to(base, results):
 
 def test_robomimic_train_bench(rm_hdf5, tmp_path):
     out, work = tmp_path / "r.json", tmp_path / "work"
-    res = CliRunner().invoke(robomimic_train_command, [
-        "--dataset", rm_hdf5, "--backends", "native:low_dim,compressed_cache", "--epochs", "2",
+    res = CliRunner().invoke(main, [
+        "train", "robomimic", "--dataset", rm_hdf5, "--backends", "native:low_dim,compressed_cache", "--epochs", "2",
         "--steps-per-epoch", "2", "--batch-size", "2", "--num-workers", "0", "--rnn-hidden-dim", "16",
         # robomimic's small conv encoder instead of the paper's ResNet18: the test checks plumbing, not a model
         "--config-set", "observation.encoder.rgb.core_kwargs.backbone_class=ShallowConv",
@@ -109,8 +108,8 @@ def test_robomimic_train_bench(rm_hdf5, tmp_path):
 
 def test_lerobot_train_bench(le_root, tmp_path):
     out, work = tmp_path / "l.json", tmp_path / "work"
-    res = CliRunner().invoke(lerobot_train_command, [
-        "--root", le_root, "--repo-id", "local/sample", "--backends", "native,compressed_cache", "--epochs", "2",
+    res = CliRunner().invoke(main, [
+        "train", "lerobot", "--root", le_root, "--repo-id", "local/sample", "--backends", "native,compressed_cache", "--epochs", "2",
         "--steps-per-epoch", "2", "--batch-size", "4", "--num-workers", "0", "--device", "cpu",
         "--work-dir", str(work), "--json", str(out)])
     assert res.exit_code == 0, res.output[-4000:]
@@ -164,19 +163,15 @@ def test_broken_runs_are_failures_not_numbers():
     assert "exited with 1" in lt.result_from_run("x", fake_run(lines, rc=1), 2, 2, 4)["error"]
 
 
-def test_train_flag_selects_the_training_benchmark():
-    import click
+def test_the_training_benchmark_is_the_harness_train_command():
+    """``python -m benchmarks.harness train robomimic|lerobot`` (the project's tooling, no longer behind ``--train``
+    on the user's ``robo-loaders bench``): its own options, and an epoch count with no measured epoch refused."""
+    from robo_loaders_plugin.cli import main as robo_loaders
 
-    @click.command("robomimic")
-    @click.option("--batches", default=1)
-    def loader(batches):
-        click.echo(f"loader-only {batches}")
-
-    cmd = with_train_mode(loader, robomimic_train_command)
     runner = CliRunner()
-    assert runner.invoke(cmd, ["--batches", "3"]).output == "loader-only 3\n"
-    assert "--train" in runner.invoke(cmd, ["--help"]).output
-    helped = runner.invoke(cmd, ["--train", "--help"]).output
+    helped = runner.invoke(main, ["train", "robomimic", "--help"]).output
     assert "--steps-per-epoch" in helped and "--batches" not in helped
-    bad = runner.invoke(cmd, ["--train", "--dataset", os.devnull, "--epochs", "1"])
+    assert "--policy" in runner.invoke(main, ["train", "lerobot", "--help"]).output
+    bad = runner.invoke(main, ["train", "robomimic", "--dataset", os.devnull, "--epochs", "1"])
     assert bad.exit_code == 2 and "--epochs" in bad.output
+    assert "--train" not in runner.invoke(robo_loaders, ["bench", "robomimic", "--help"]).output

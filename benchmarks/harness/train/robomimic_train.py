@@ -1,4 +1,4 @@
-"""``robo-loaders bench robomimic --train``: robomimic's unmodified ``python -m robomimic.scripts.train`` per backend.
+"""``python -m benchmarks.harness train robomimic``: robomimic's unmodified ``python -m robomimic.scripts.train`` per backend.
 
 The config is robomimic's own BC-RNN image setting (``generate_paper_configs``: default image experiment + BC-RNN
 for a PH image dataset: ResNet18 + spatial softmax encoders with crop randomization, GMM, RNN horizon 10), with
@@ -19,10 +19,10 @@ import tempfile
 
 import numpy as np
 
+from benchmarks.harness.train.common import (child_env, epoch_summary, error_result, finish, run_logged,
+                                             summarise)
 from robo_loaders_plugin.bench.robomimic_bench import parse_backend
 from robo_loaders_plugin.bench.runner import options_for
-from robo_loaders_plugin.bench.train.common import (child_env, epoch_summary, error_result, finish, run_logged,
-                                                    summarise)
 
 PAPER_LOW_DIM = ("robot0_eef_pos", "robot0_eef_quat", "robot0_gripper_qpos")
 TIME_KEYS = ("Data_Loading", "Process_Batch", "Train_Batch", "Log_Info")

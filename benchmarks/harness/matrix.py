@@ -1,4 +1,4 @@
-"""``robo-loaders bench matrix robomimic|lerobot``: the benchmark over batch size x window x workers x backend.
+"""``python -m benchmarks.harness matrix robomimic|lerobot``: the benchmark over batch size x window x workers x backend.
 
 Every cell is one ordinary benchmark row (``bench_robomimic`` / ``bench_lerobot`` with a single backend, so one
 subprocess per backend and cell, measured exactly as ``robo-loaders bench``). The second axis is ``seq_length``
@@ -27,6 +27,7 @@ import click
 
 from robo_loaders_plugin.bench.report import add_ratios, machine, write_json
 from robo_loaders_plugin.bench.runner import backend_of
+from robo_loaders_plugin.bench.tables import unique_in_order
 
 KIND = "matrix"
 VERSION = 1
@@ -47,14 +48,6 @@ class MatrixError(ValueError):
 
 def paths(out_dir: str, name: str) -> tuple[str, str]:
     return os.path.join(out_dir, f"{name}.json"), os.path.join(out_dir, f"{name}.csv")
-
-
-def _unique(values):
-    out = []
-    for v in values:
-        if v not in out:
-            out.append(v)
-    return out
 
 
 def cell_key(row: dict, framework: str) -> tuple:
@@ -186,8 +179,8 @@ def run_matrix(framework: str, dataset: str, backends, batch_sizes, seq_lengths_
                keep_shards: bool = False, allow_other_machine: bool = False, echo=print) -> dict:
     """Measure every (batch size, seq length or preset, workers, backend) cell not measured yet in
     ``out_dir/<name>.json`` (default name ``matrix_<framework>``); returns the whole matrix payload."""
-    backends, batch_sizes = _unique(backends), _unique(batch_sizes)
-    second, workers = _unique(seq_lengths_or_presets), _unique(workers)
+    backends, batch_sizes = unique_in_order(backends), unique_in_order(batch_sizes)
+    second, workers = unique_in_order(seq_lengths_or_presets), unique_in_order(workers)
     _check_axes(framework, backends, batch_sizes, second, workers)
     if framework == "lerobot" and not repo_id:
         repo_id = f"local/{os.path.basename(os.path.abspath(dataset))}"
@@ -219,8 +212,8 @@ def run_matrix(framework: str, dataset: str, backends, batch_sizes, seq_lengths_
                               f"one: {json.dumps(here, sort_keys=True)}): use another output directory, or allow it "
                               "explicitly (--allow-other-machine)")
     for axis, values in zip(AXES[framework], (batch_sizes, second, workers)):
-        payload["axes"][axis] = _unique(payload["axes"].get(axis, []) + list(values))
-    payload["backends"] = _unique(payload["backends"] + list(backends))
+        payload["axes"][axis] = unique_in_order(payload["axes"].get(axis, []) + list(values))
+    payload["backends"] = unique_in_order(payload["backends"] + list(backends))
     done = {cell_key(r, framework): r for r in payload["rows"] if retry_failed is False or not r.get("error")}
     cells = [dict(zip(AXES[framework], c)) for c in itertools.product(batch_sizes, second, workers)]
     todo = [(c, b) for c in cells for b in backends if (b,) + tuple(c[a] for a in AXES[framework]) not in done]
@@ -334,12 +327,12 @@ def _run_cli(framework, dataset, backends, batch_sizes, second, workers, batches
 
 
 @click.group("matrix")
-def bench_matrix():
+def matrix_group():
     """The benchmark over batch size x seq length (LeRobot: delta-timestamps preset) x workers x backend;
     JSON + CSV, resumable (cells already measured are skipped)."""
 
 
-@bench_matrix.command("robomimic")
+@matrix_group.command("robomimic")
 @click.option("--dataset", required=True, type=click.Path(exists=True, dir_okay=False))
 @click.option("--backends", default="native:low_dim,compressed_cache,datapipe", show_default=True, callback=_names)
 @click.option("--seq-lengths", default="1,10,20", show_default=True, callback=_ints("--seq-lengths"))
@@ -352,7 +345,7 @@ def matrix_robomimic_cmd(dataset, backends, seq_lengths, frame_stack, obs_keys, 
              frame_stack=frame_stack, obs_keys=obs_keys.split(",") if obs_keys else None, **common)
 
 
-@bench_matrix.command("lerobot")
+@matrix_group.command("lerobot")
 @click.option("--root", required=True, type=click.Path(exists=True, file_okay=False))
 @click.option("--repo-id", default=None, help="default: local/<name of the root directory>")
 @click.option("--backends", default="native,compressed_cache,datapipe", show_default=True, callback=_names)

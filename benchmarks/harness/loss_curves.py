@@ -5,7 +5,7 @@ Format (``kind: "loss_curves"``, one file per comparison)::
     {"kind": "loss_curves", "version": 1, "framework": "robomimic", "name": "robomimic_datapipe",
      "metrics": ["L1_Loss", "L2_Loss", "Cosine_Loss"],     # what the report plots, in this order
      "reference": "native",                                 # label the other runs are compared with
-     "settings": {...}, "notes": "...", "machine": {...},   # free-form; machine as bench/report.py:machine()
+     "settings": {...}, "notes": "...", "machine": {...},   # free-form; machine as robo_loaders_plugin/bench/report.py:machine()
      "runs": [{"label": "native", "backend": "native", "seed": 100,
                "epochs": [{"L1_Loss": 0.41, "L2_Loss": 0.30, "Cosine_Loss": 0.12}, ...]}, ...]}
 
