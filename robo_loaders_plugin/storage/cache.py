@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import errno
 import fcntl
 import hashlib
 import json
@@ -30,6 +29,7 @@ import time
 import weakref
 
 from robo_loaders_plugin.core.errors import RoboLoadersError
+from robo_loaders_plugin.core.files import try_flock
 from robo_loaders_plugin.core.units import format_bytes, parse_bytes
 
 ENV_ROOT = "ROBO_LOADERS_CACHE"
@@ -87,16 +87,6 @@ def lock_timeout() -> float:
             from None
 
 
-def _try_lock(fd: int, mode: int) -> bool:
-    try:
-        fcntl.flock(fd, mode | fcntl.LOCK_NB)
-        return True
-    except OSError as exc:
-        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-            return False
-        raise
-
-
 class _Held:
     """A flock held as long as this object lives (released by :meth:`release` or garbage collection)."""
 
@@ -146,7 +136,7 @@ class Entry:
         fd = self._open_lock("build")
         try:
             deadline, holder = None, "another process"
-            while not (_try_lock(fd, fcntl.LOCK_EX) and self._locked_current(fd, "build")):
+            while not (try_flock(fd, fcntl.LOCK_EX) and self._locked_current(fd, "build")):
                 if not self._locked_current(fd, "build"):  # removed meanwhile: lock the file that now has its name
                     os.close(fd)
                     fd = self._open_lock("build")
@@ -183,7 +173,7 @@ class Entry:
             return False
         fd = self._open_lock("use")
         try:
-            if _try_lock(fd, fcntl.LOCK_EX):
+            if try_flock(fd, fcntl.LOCK_EX):
                 fcntl.flock(fd, fcntl.LOCK_UN)
                 return False
             return True
@@ -204,7 +194,7 @@ class Entry:
         use = self._open_lock("use")
         build = self._open_lock("build")
         try:
-            if not (_try_lock(use, fcntl.LOCK_EX) and _try_lock(build, fcntl.LOCK_EX)):
+            if not (try_flock(use, fcntl.LOCK_EX) and try_flock(build, fcntl.LOCK_EX)):
                 return False
             if os.path.isdir(self.path):
                 shutil.rmtree(self.path, ignore_errors=True)
@@ -259,7 +249,7 @@ def sweep_temporary(root: str, owned: str | None = None) -> list[str]:
         p = os.path.join(root, n)
         fd = entry._open_lock("build")
         try:
-            if entry.name == owned or _try_lock(fd, fcntl.LOCK_EX):
+            if entry.name == owned or try_flock(fd, fcntl.LOCK_EX):
                 shutil.rmtree(p, ignore_errors=True) if os.path.isdir(p) else os.unlink(p)
                 removed.append(p)
         finally:

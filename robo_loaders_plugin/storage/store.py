@@ -40,6 +40,7 @@ import numpy as np
 from robo_loaders_plugin.storage.codec import FrameCodec
 from robo_loaders_plugin.storage.codec import use_single_thread
 from robo_loaders_plugin.core.errors import RoboLoadersError
+from robo_loaders_plugin.core.files import try_flock
 from robo_loaders_plugin.core.units import format_bytes
 
 MAGIC = b"RLPSTORE"
@@ -61,16 +62,6 @@ _LOCK_WAIT_S = 10.0
 # Locks of stores this process has just published (path -> fd), kept until it opens them: between
 # StoreWriter.finish and the EpisodeStore that takes its own lock, another process's sweep would find the file free.
 _published: dict[str, int] = {}
-
-
-def try_flock(fd: int, mode: int) -> bool:
-    """Take ``mode`` (``LOCK_SH``/``LOCK_EX``) without blocking; False when another open file holds a conflicting
-    lock."""
-    try:
-        fcntl.flock(fd, mode | fcntl.LOCK_NB)
-        return True
-    except BlockingIOError:
-        return False
 
 
 def names_file(fd: int, path: str) -> bool:

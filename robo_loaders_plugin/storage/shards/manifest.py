@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import errno
 import fcntl
 import json
 import os
@@ -43,6 +42,7 @@ from typing import Callable, Iterable, Mapping, NamedTuple
 
 from tqdm.auto import tqdm
 
+from robo_loaders_plugin.core.files import try_flock
 from robo_loaders_plugin.storage.cache import ENV_LOCK_TIMEOUT, lock_timeout
 from robo_loaders_plugin.storage.codec import FrameCodec
 from robo_loaders_plugin.storage.shards.format import ShardError, _atomic_json
@@ -125,13 +125,13 @@ def _try_lock(out_dir: str, unit_id: int) -> int | None:
     os.makedirs(os.path.join(out_dir, "locks"), exist_ok=True)
     fd = os.open(_lock_path(out_dir, unit_id), os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return fd
-    except OSError as exc:
+        if try_flock(fd, fcntl.LOCK_EX):
+            return fd
+    except OSError:
         os.close(fd)
-        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-            return None
         raise
+    os.close(fd)
+    return None
 
 
 def _lease_is_live(out_dir: str, unit_id: int) -> bool:
