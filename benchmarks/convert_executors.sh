@@ -16,10 +16,11 @@ if [ ! -d "$lerobot" ] && [ -f "$shared" ]; then
   robo-loaders sample-data lerobot "$lerobot" --repo-id local/lerobot_lift_x10 --from-robomimic "$shared" --repeat 10
 fi
 python - "$here/results/convert_executors.json" "$out/convert_bench" "$shared" "$lift" "$lerobot" <<'PY'
-import json, os, shutil, sys
+import os, shutil, sys
 
 from benchmarks.harness.executor_timing import executor_conversion_table, time_executor_conversions
 from robo_loaders_plugin.bench.report import machine
+from robo_loaders_plugin.core.files import atomic_write_json
 
 dest, scratch, shared, lift, lerobot = sys.argv[1:6]
 datasets = [(name, fw, path) for name, fw, path in (("robomimic real renders", "robomimic", shared),
@@ -33,8 +34,6 @@ for name, framework, path in datasets:
         shutil.rmtree(r.pop("out"), ignore_errors=True)
     print(f"\n{name} ({rows[0]['source_bytes'] / 2**20:.0f} MiB)\n{executor_conversion_table(rows)}\n", flush=True)
     results.append({"dataset": name, "framework": framework, "rows": rows})
-with open(dest + ".tmp", "w") as f:
-    json.dump({"machine": machine(), "results": results}, f, indent=1)
-os.replace(dest + ".tmp", dest)
+atomic_write_json(dest, {"machine": machine(), "results": results}, indent=1)
 print(f"wrote {dest}")
 PY

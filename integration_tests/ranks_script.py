@@ -18,6 +18,8 @@ from types import SimpleNamespace
 
 import torch
 
+from robo_loaders_plugin.core.files import atomic_write_json
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 PASSES = 2
@@ -81,9 +83,7 @@ def main(framework, data, out, *specs):
     rank, served = (lerobot if framework == "lerobot" else robomimic)(data, specs)
     os.makedirs(out, exist_ok=True)
     path = os.path.join(out, f"{framework}-rank{rank}.json")
-    with open(path + ".tmp", "w") as f:
-        json.dump(served, f)
-    os.replace(path + ".tmp", path)
+    atomic_write_json(path, served)
     print(f"rank {rank}: wrote {path}", flush=True)
 
 

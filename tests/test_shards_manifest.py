@@ -252,6 +252,19 @@ def test_a_full_disk_is_a_clear_error_and_leaves_no_temporary_file(tmp_path, mon
     w.abort()  # never raises, also a second time
 
 
+def test_a_full_disk_while_writing_a_json_document_is_a_shard_error_and_keeps_the_old_one(tmp_path, monkeypatch):
+    from robo_loaders_plugin.core import files as files_module
+    from robo_loaders_plugin.storage.shards.format import _atomic_json
+
+    path = tmp_path / "manifest.json"
+    _atomic_json(str(path), {"units": []})
+    monkeypatch.setattr(FullDisk, "budget", 10)
+    monkeypatch.setattr(files_module, "open", open_on_full_disk, raising=False)
+    with pytest.raises(ShardError, match=rf"{tmp_path}: No space left on device while writing manifest.json"):
+        _atomic_json(str(path), {"units": list(range(100))})
+    assert json.loads(path.read_text()) == {"units": []} and os.listdir(tmp_path) == ["manifest.json"]
+
+
 def test_abort_never_raises_even_when_closing_fails(tmp_path, monkeypatch):
     monkeypatch.setattr(FullDisk, "budget", 10**9)
     monkeypatch.setattr(writer_module, "open", open_on_full_disk, raising=False)
@@ -278,7 +291,8 @@ def test_leftovers_of_gone_writers_are_removed_on_resume(tmp_path, other_process
     other = other_process(tmp_path, 600)  # holds unit 0: its temporary file is live
     live = tmp_path / "shards" / f"unit-000000-000000.tar.tmp-{other.pid}"
     dead = [tmp_path / "shards" / "unit-000001-000000.tar.tmp-999999",
-            tmp_path / "shards" / "unit-000077-000000.tar.tmp-999999", tmp_path / "manifest.json.tmp-999999"]
+            tmp_path / "shards" / "unit-000077-000000.tar.tmp-999999", tmp_path / "manifest.json.tmp-999999",
+            tmp_path / "index.json.tmp-999999-0a1b2c3d"]  # core.files' temporaries carry a random part
     for p in dead:
         p.write_bytes(b"x" * 1000)
     live.write_bytes(b"x")  # as if its writer had started

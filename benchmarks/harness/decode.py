@@ -17,7 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 import click
 from tabulate import tabulate
 
-from robo_loaders_plugin.bench.report import machine, write_json
+from robo_loaders_plugin.bench.report import machine
+from robo_loaders_plugin.core.files import atomic_write_json
 from robo_loaders_plugin.lerobot.convert import DEFAULT_TOLERANCE_S
 
 DEVICES = ("cpu", "cuda")
@@ -98,7 +99,7 @@ def bench_decode(root: str, devices: list[str], threads: int, max_episodes: int 
                                               if r["cpu_fallback"] else "")] for r in rows],
                   headers=["device", "frames", "frames/s", "vs cpu", "PSNR vs cpu (dB, worst episode)", "note"]))
     if json_out:
-        write_json(json_out, payload)
+        atomic_write_json(json_out, payload, indent=2)
         echo(f"[bench] wrote {json_out}")
     return payload
 

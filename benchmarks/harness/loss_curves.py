@@ -22,7 +22,7 @@ import math
 import os
 from typing import Iterable, Mapping, Sequence
 
-from robo_loaders_plugin.bench.report import write_json
+from robo_loaders_plugin.core.files import atomic_write_json
 
 KIND = "loss_curves"
 VERSION = 1
@@ -117,5 +117,5 @@ def write_loss_curves(path: str, framework: str, runs: Sequence[dict], metrics: 
 
         payload["machine"] = machine()
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    write_json(path, payload)
+    atomic_write_json(path, payload, indent=2)
     return path

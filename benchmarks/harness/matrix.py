@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy
 import csv
 import datetime
+import io
 import itertools
 import json
 import os
@@ -25,9 +26,10 @@ import shutil
 
 import click
 
-from robo_loaders_plugin.bench.report import add_ratios, machine, write_json
+from robo_loaders_plugin.bench.report import add_ratios, machine
 from robo_loaders_plugin.bench.runner import backend_of
 from robo_loaders_plugin.bench.tables import unique_in_order
+from robo_loaders_plugin.core.files import atomic_write_bytes, atomic_write_json
 
 KIND = "matrix"
 VERSION = 1
@@ -159,17 +161,16 @@ def csv_row(row: dict, framework: str, dataset: str) -> dict:
 def write_csv(path: str, payload: dict) -> None:
     rows = [csv_row(r, payload["framework"], payload["settings"]["dataset"]) for r in payload["rows"]]
     ratio_cols = sorted({k for r in rows for k in r if k.startswith("ratio_")})
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=CSV_FIELDS + ratio_cols, restval="")
-        w.writeheader()
-        w.writerows(rows)
-    os.replace(tmp, path)
+    text = io.StringIO(newline="")
+    w = csv.DictWriter(text, fieldnames=CSV_FIELDS + ratio_cols, restval="")
+    w.writeheader()
+    w.writerows(rows)
+    atomic_write_bytes(path, text.getvalue().encode("utf-8"))
 
 
 def _save(json_path: str, csv_path: str, payload: dict) -> None:
     _recompute_ratios(payload["rows"], payload["framework"], payload["baselines"])
-    write_json(json_path, payload)
+    atomic_write_json(json_path, payload, indent=2)
     write_csv(csv_path, payload)
 
 

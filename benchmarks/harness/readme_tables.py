@@ -24,6 +24,7 @@ import re
 
 from robo_loaders_plugin.bench.tables import (AXIS_KEYS, TableError, load_result, machine_caption, results_table,
                                               settings_parts, unique_in_order)
+from robo_loaders_plugin.core.files import atomic_write_bytes
 
 OPEN = re.compile(r"^\s*<!--\s*robo-loaders:table\s+(?P<spec>.*?)\s*-->\s*$")
 CLOSE = re.compile(r"^\s*<!--\s*/robo-loaders:table\s*-->\s*$")
@@ -141,8 +142,5 @@ def update_readme(readme: str, results_dir: str | None = None, check: bool = Fal
         text = f.read()
     new, changed = regenerate(text, results_dir, base_dir, os.path.basename(readme))
     if changed and not check:
-        tmp = f"{readme}.tmp-{os.getpid()}"
-        with open(tmp, "w") as f:
-            f.write(new)
-        os.replace(tmp, readme)
+        atomic_write_bytes(readme, new.encode("utf-8"))
     return changed

@@ -10,8 +10,9 @@ import numpy as np
 from tabulate import tabulate
 
 from robo_loaders_plugin.bench.conversion import conversion_table, dir_bytes, time_conversions
-from robo_loaders_plugin.bench.report import add_ratios, machine, write_json
+from robo_loaders_plugin.bench.report import add_ratios, machine
 from robo_loaders_plugin.bench.runner import backend_of, in_rounds, options_for, run_child
+from robo_loaders_plugin.core.files import atomic_write_json
 from robo_loaders_plugin.core.units import format_bytes
 
 
@@ -88,5 +89,5 @@ def bench_lerobot(root: str, repo_id: str, backends: list[str], batch_size: int,
                               "raw_decoded_frames_bytes: every camera frame of the dataset decoded to uint8"}
     echo(lerobot_table(results))
     if json_out:
-        write_json(json_out, payload)
+        atomic_write_json(json_out, payload, indent=2)
     return payload

@@ -1,7 +1,6 @@
 """Tables and JSON for benchmark results (ratios always against baselines measured in the same run)."""
 from __future__ import annotations
 
-import json
 import os
 import platform
 
@@ -53,9 +52,3 @@ def table(results: list[dict], baselines: list[str]) -> str:
         [f"vs {b}: speed / mem / data mem" for b in baselines]
     return tabulate(rows, headers=headers)
 
-
-def write_json(path: str, payload: dict) -> None:
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w") as f:
-        json.dump(payload, f, indent=2)
-    os.replace(tmp, path)

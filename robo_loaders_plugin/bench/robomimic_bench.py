@@ -6,7 +6,8 @@ import tempfile
 
 from robo_loaders_plugin.bench.conversion import conversion_table, time_conversions
 from robo_loaders_plugin.bench.runner import backend_of, in_rounds, options_for, run_child
-from robo_loaders_plugin.bench.report import add_ratios, machine, table, write_json
+from robo_loaders_plugin.bench.report import add_ratios, machine, table
+from robo_loaders_plugin.core.files import atomic_write_json
 
 BASELINES = ["native:low_dim", "native:all"]
 CACHE_MODES = {"low_dim": "low_dim", "all": "all", "none": None}
@@ -79,5 +80,5 @@ def bench_robomimic(dataset: str, backends: list[str], seq_length: int, frame_st
                               "dataset was built (interpreter, torch, robomimic)"}
     echo(table(results, baselines))
     if json_out:
-        write_json(json_out, payload)
+        atomic_write_json(json_out, payload, indent=2)
     return payload

@@ -24,6 +24,7 @@ import threading
 import uuid
 
 from robo_loaders_plugin.core.errors import SourceError
+from robo_loaders_plugin.core.files import atomic_write_json
 
 SIDECAR = ".robo-loaders.json"
 LOG_PREFIX = "[robo-loaders]"
@@ -44,13 +45,6 @@ def remote_identity(fs, path: str, endpoint: str | None) -> dict:
 def sha256_of(path: str) -> str:
     with open(path, "rb") as f:
         return hashlib.file_digest(f, "sha256").hexdigest()
-
-
-def _write_json(path: str, payload: dict) -> None:
-    tmp = f"{path}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    with open(tmp, "w") as f:
-        json.dump(payload, f, indent=1)
-    os.replace(tmp, path)
 
 
 class FileCache:
@@ -150,7 +144,7 @@ class FileCache:
             finally:
                 if os.path.exists(tmp):
                     os.unlink(tmp)
-            _write_json(local + SIDECAR, {"remote": ident, "sha256": digest, "bytes": size})
+            atomic_write_json(local + SIDECAR, {"remote": ident, "sha256": digest, "bytes": size}, indent=1)
             return
         raise SourceError(f"{ident['url']} kept changing while it was copied into {local}; retry when the remote "
                           "dataset is no longer being written")

@@ -51,6 +51,7 @@ from typing import Mapping
 import click
 
 from robo_loaders_plugin.core.errors import RoboLoadersError, SourceError
+from robo_loaders_plugin.core.files import atomic_write_json
 from robo_loaders_plugin.sources.lerobot_v3 import LeRobotV3
 from robo_loaders_plugin.storage.shards import executors, manifest
 from robo_loaders_plugin.storage.shards.format import ShardError, _atomic_json
@@ -480,13 +481,8 @@ class TranscodePublisher(manifest.Publisher):
                   "psnr_frames": metadata.get("psnr_frames") or "all", "cameras": _camera_rows(entries),
                   "files": entries}
         _atomic_json(os.path.join(out_dir, REPORT), report)
-        path = os.path.join(out, "meta", "info.json")
-        tmp = f"{path}.tmp-{os.getpid()}"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(info, f, indent=4, ensure_ascii=False)  # as LeRobot's write_info
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        # laid out as LeRobot's write_info writes it
+        atomic_write_json(os.path.join(out, "meta", "info.json"), info, indent=4, ensure_ascii=False)
 
 
 # ---- the whole run -----------------------------------------------------------------------------------------------

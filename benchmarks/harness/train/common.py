@@ -13,6 +13,7 @@ from tabulate import tabulate
 
 from robo_loaders_plugin.bench.memory import TreeMemorySampler
 from robo_loaders_plugin.bench.report import add_ratios, machine
+from robo_loaders_plugin.core.files import atomic_write_json
 from robo_loaders_plugin.core.units import format_bytes
 
 BIN = os.path.dirname(sys.executable)
@@ -112,8 +113,6 @@ def summarise(epochs: list[dict], batch_size: int) -> dict:
 
 
 def finish(framework: str, settings: dict, results: list[dict], method: dict, json_out: str | None, echo) -> dict:
-    from robo_loaders_plugin.bench.report import write_json
-
     baselines = [b for b in ("native", "native:low_dim", "native:all", "native:none")
                  if any(r["backend"] == b for r in results)][:1]
     add_ratios(results, baselines, fields=RATIO_FIELDS)
@@ -123,7 +122,7 @@ def finish(framework: str, settings: dict, results: list[dict], method: dict, js
     echo(train_table(results, payload["baseline"]))
     echo(f"(steps/s and data stall over epochs 2..{settings['epochs']}: the first epoch is warm-up, shown alone)")
     if json_out:
-        write_json(json_out, payload)
+        atomic_write_json(json_out, payload, indent=2)
     return payload
 
 

@@ -19,6 +19,7 @@ from typing import Callable, Mapping
 from datatrove.executor import LocalPipelineExecutor, SlurmPipelineExecutor
 from datatrove.pipeline.base import PipelineStep
 
+from robo_loaders_plugin.core.files import atomic_write_bytes
 from robo_loaders_plugin.storage.shards import manifest
 
 
@@ -28,10 +29,7 @@ def _marker(markers: str | None, kind: str, rank: int) -> None:
     if markers is None:
         return
     os.makedirs(markers, exist_ok=True)
-    path = os.path.join(markers, f"{kind}-{rank:05d}")
-    with open(f"{path}.tmp-{os.getpid()}", "w") as f:
-        f.write(str(os.getpid()))
-    os.replace(f"{path}.tmp-{os.getpid()}", path)
+    atomic_write_bytes(os.path.join(markers, f"{kind}-{rank:05d}"), str(os.getpid()).encode())
 
 
 class ConvertUnits(PipelineStep):

@@ -15,7 +15,6 @@ The writer lives in ``writer.py``, the reader in ``reader.py``; the package expo
 """
 from __future__ import annotations
 
-import contextlib
 import errno
 import hashlib
 import json
@@ -26,6 +25,7 @@ import shutil
 import numpy as np
 
 from robo_loaders_plugin.core.errors import RoboLoadersError
+from robo_loaders_plugin.core.files import atomic_write_json
 from robo_loaders_plugin.core.units import format_bytes
 
 FORMAT = "robo-shards"
@@ -146,19 +146,12 @@ def disk_full_error(directory: str, exc: OSError, needed: str | None, doing: str
 
 
 def _atomic_json(path: str, payload) -> None:
-    """Write JSON to a temporary file, fsync, rename: readers see the old file or the new one, never a mix."""
-    tmp = f"{path}.tmp-{os.getpid()}"
+    """A robo-shards JSON document (index, dataset, manifest) written atomically (``core.files``): readers see the
+    old file or the new one, never a mix; a full disk is a :class:`ShardError` saying how much space is left."""
     try:
-        with open(tmp, "w") as f:
-            json.dump(payload, f, sort_keys=True)  # no indent: json's C encoder, ~5x faster on a large index
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        if isinstance(exc, OSError) and (err := disk_full_error(os.path.dirname(path) or ".", exc, None,
-                                                                 f"writing {os.path.basename(path)}")):
+        atomic_write_json(path, payload, sort_keys=True)  # no indent: json's C encoder, ~5x faster on a large index
+    except OSError as exc:
+        if err := disk_full_error(os.path.dirname(path) or ".", exc, None, f"writing {os.path.basename(path)}"):
             raise err from exc
         raise
 

@@ -53,7 +53,7 @@ MANIFEST = "manifest.json"
 MANIFEST_VERSION = 2  # 2: leases are locks; index entries carry CRC32s (format version 2)
 POLL_S = 0.5
 _UNIT_TMP_RE = re.compile(r"^unit-(\d+)-\d+\.tar\.tmp-\d+$")
-_JSON_TMP_RE = re.compile(r"^(manifest|index|dataset)\.json\.tmp-\d+$")
+_JSON_TMP_RE = re.compile(r"^(manifest|index|dataset)\.json\.tmp-\d+(-[0-9a-f]+)?$")  # core.files temporaries
 
 
 class _Lease(NamedTuple):
