@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from robo_loaders_plugin.core.errors import SourceError
+from robo_loaders_plugin.core.files import atomic_write_json
 from robo_loaders_plugin.storage import fingerprint as fp
 
 REQUIRED_COLUMNS = ("index", "episode_index", "timestamp", "task_index")
@@ -459,10 +460,7 @@ def mirror_tables(url: str, local_dir: str, storage_options: dict | None = None)
         fs.get_file(p, tmp)
         os.replace(tmp, dst)
         stamps[rel] = stamp
-    tmp = f"{stamps_path}.tmp-{os.getpid()}"
-    with open(tmp, "w") as f:
-        json.dump(stamps, f)
-    os.replace(tmp, stamps_path)
+    atomic_write_json(stamps_path, stamps)
     return local_dir
 
 
