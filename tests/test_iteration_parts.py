@@ -1,14 +1,13 @@
-"""The window planner, the episode cache, the in-process batcher and the BatchSource position: unit tests."""
+"""The window planner, the in-process batcher, decoding ahead and the BatchSource position: unit tests (the episode
+cache itself: tests/test_lru.py)."""
 import collections
-import threading
-import time
 
 import numpy as np
 import pytest
 import torch
 
 from robo_loaders_plugin.core.iteration import BatchSource, SamplerBatches
-from robo_loaders_plugin.frames.episodes import EpisodeCache
+from robo_loaders_plugin.core.lru import LoadOnceLRU
 from robo_loaders_plugin.pipeline.plan import BatchPlanNode, ItemGroups, plan_windows
 
 COUNTS = [7, 0, 12, 3, 9, 1, 15]
@@ -90,27 +89,6 @@ def test_item_groups_map_pairs_back_to_items():
     assert sorted(served.tolist()) == [0, 2, 3, 5, 6] and all(episode_of[served[0:1]] == 0)
 
 
-def test_episode_cache_loads_once_under_concurrency_and_evicts_lru():
-    loads = []
-
-    def load(ep):
-        loads.append(ep)
-        time.sleep(0.05)
-        return {"ep": ep}
-
-    cache = EpisodeCache(load, capacity=2)
-    threads = [threading.Thread(target=cache.get, args=(1,)) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert loads == [1]  # four threads wanted it at once: one load
-    cache.get(2), cache.get(1), cache.get(3)  # 2 is now the least recently used: evicted
-    assert cache.get(1)["ep"] == 1 and loads == [1, 2, 3]
-    cache.get(2)
-    assert loads == [1, 2, 3, 2] and cache.loads == 4
-
-
 def test_decode_ahead_opens_the_next_pass_before_it_starts():
     """At the end of a pass its spare room loads the next pass's first episodes, so a pass does not begin with the
     whole shuffle buffer to decode; the next pass then does not load them again."""
@@ -119,7 +97,7 @@ def test_decode_ahead_opens_the_next_pass_before_it_starts():
     counts, buffer, ahead = [5] * 12, 2, 3
     loads = []
     # room for a batch's episodes (the buffer's, and those entering within the batch) and those loaded ahead
-    cache = EpisodeCache(lambda ep: loads.append(ep) or {"ep": ep}, capacity=buffer + 2 + ahead)
+    cache = LoadOnceLRU(lambda ep: loads.append(ep) or {"ep": ep}, capacity=buffer + 2 + ahead)
     node = BatchPlanNode(counts, batch_size=4, drop_last=False, seed=1, buffer_episodes=buffer)
     decode = DecodeAhead(cache.load_ahead, threads=1, ahead=ahead)
 

@@ -9,69 +9,16 @@ after an episode's first load, so later loads read frames only.
 """
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from typing import Callable
 
 import numpy as np
 import torch
 
+from robo_loaders_plugin.core.lru import LoadOnceLRU
 from robo_loaders_plugin.frames.base import FieldInfo, FrameSource
 from robo_loaders_plugin.frames.encoded import EncodedFrames
 
 ROW_COPY_BYTES = 256  # fields whose steps are at least this big are copied window by window (a slice per row)
-
-
-class EpisodeCache:
-    """Loaded episodes shared by the assembling threads; at most ``capacity`` kept (least recently used goes).
-    An episode is loaded once even when several threads want it at the same time.
-
-    Episodes loaded *ahead* (``get(ep, ahead=True)``: DecodeAhead) and not asked for yet are evicted last: by
-    recency alone they would be the first to go (loaded before the episodes that training used since) and be
-    decoded a second time when their turn comes."""
-
-    def __init__(self, load: Callable[[int], dict], capacity: int):
-        self.load, self.capacity = load, max(1, int(capacity))
-        self._items: OrderedDict[int, dict] = OrderedDict()
-        self._unused: set[int] = set()  # loaded ahead, not asked for yet
-        self._lock = threading.Lock()
-        self._loading: dict[int, threading.Event] = {}
-        self.loads = 0
-
-    def get(self, ep: int, ahead: bool = False) -> dict:
-        while True:
-            with self._lock:
-                if ep in self._items:
-                    if not ahead:
-                        self._items.move_to_end(ep)
-                        self._unused.discard(ep)
-                    return self._items[ep]
-                event = self._loading.get(ep)
-                if event is None:
-                    event = self._loading[ep] = threading.Event()
-                    break
-            event.wait()
-        try:
-            value = self.load(ep)
-            with self._lock:
-                self.loads += 1
-                self._items[ep] = value
-                if ahead:
-                    self._unused.add(ep)
-                while len(self._items) > self.capacity:
-                    victim = next((e for e in self._items if e not in self._unused), None)
-                    if victim is None:
-                        victim = next(iter(self._items))
-                    del self._items[victim]
-                    self._unused.discard(victim)
-            return value
-        finally:
-            with self._lock:
-                self._loading.pop(ep, None)
-            event.set()
-
-    def load_ahead(self, ep: int) -> None:
-        self.get(ep, ahead=True)
 
 
 class EpisodeFrames(FrameSource):
@@ -88,7 +35,7 @@ class EpisodeFrames(FrameSource):
         self.frame_fields = [k for k, v in self.infos.items() if v.frames]
         self.capacity = int(capacity)
         self._small: dict[int, dict] = {}
-        self.cache = EpisodeCache(self._load, self.capacity)
+        self.cache = LoadOnceLRU(self._load, self.capacity)
 
     def __getstate__(self):  # each process opens its own cache (it holds a lock and loaded episodes)
         state = dict(self.__dict__)
@@ -97,7 +44,7 @@ class EpisodeFrames(FrameSource):
 
     def __setstate__(self, state):
         self.__dict__.update(state)
-        self.cache = EpisodeCache(self._load, self.capacity)
+        self.cache = LoadOnceLRU(self._load, self.capacity)
 
     def _load(self, ep: int) -> dict:
         small = self._small.get(ep)

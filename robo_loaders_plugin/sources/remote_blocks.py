@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import io
 import threading
-from collections import OrderedDict
+
+from robo_loaders_plugin.core.lru import LoadOnceLRU
 
 BLOCK = 256 * 1024
 DEFAULT_CACHE_BYTES = 512 << 20
@@ -19,13 +20,13 @@ DEFAULT_CACHE_BYTES = 512 << 20
 
 class BlockCache:
     """Blocks of remote files, least recently used evicted beyond ``max_bytes``; each block is fetched once even
-    when several threads want it at the same time. ``fetched`` counts the bytes read from the remote store."""
+    when several threads want it at the same time (:class:`~robo_loaders_plugin.core.lru.LoadOnceLRU`).
+    ``fetched`` counts the bytes read from the remote store."""
 
     def __init__(self, fs, block: int = BLOCK, max_bytes: int = DEFAULT_CACHE_BYTES):
         self.fs, self.block, self.max_blocks = fs, int(block), max(2, int(max_bytes) // int(block))
-        self._blocks: OrderedDict[tuple, bytes] = OrderedDict()
-        self._loading: dict[tuple, threading.Event] = {}
-        self._lock = threading.Lock()
+        self._blocks = LoadOnceLRU(self._fetch, self.max_blocks)
+        self._count = threading.Lock()
         self._sizes: dict[str, int] = {}
         self.fetched = 0
 
@@ -35,30 +36,15 @@ class BlockCache:
         return self._sizes[path]
 
     def get(self, path: str, i: int) -> bytes:
-        key = (path, i)
-        while True:
-            with self._lock:
-                if key in self._blocks:
-                    self._blocks.move_to_end(key)
-                    return self._blocks[key]
-                event = self._loading.get(key)
-                if event is None:
-                    event = self._loading[key] = threading.Event()
-                    break
-            event.wait()
-        try:
-            start = i * self.block
-            data = self.fs.cat_file(path, start=start, end=min(start + self.block, self.size(path)))
-            with self._lock:
-                self.fetched += len(data)
-                self._blocks[key] = data
-                while len(self._blocks) > self.max_blocks:
-                    self._blocks.popitem(last=False)
-            return data
-        finally:
-            with self._lock:
-                self._loading.pop(key, None)
-            event.set()
+        return self._blocks.get((path, i))
+
+    def _fetch(self, key: tuple) -> bytes:
+        path, i = key
+        start = i * self.block
+        data = self.fs.cat_file(path, start=start, end=min(start + self.block, self.size(path)))
+        with self._count:
+            self.fetched += len(data)
+        return data
 
     def open(self, path: str) -> "BlockFile":
         return BlockFile(self, path)

@@ -1,0 +1,88 @@
+"""One bounded cache of values loaded on demand, shared by threads: loaded episodes (``frames/episodes.py``) and
+blocks of remote video files (``sources/remote_blocks.py``).
+
+Why load-once: several threads often want the same key at the same moment (the assembling threads of a batch
+want the same episode; the decoders of neighbouring episodes want the same block of a file). Loading it in each
+of them would multiply the slowest part (a decode, a remote read), so the first thread loads it and the others
+wait for that load; the cache's lock is never held while loading, so other keys load at the same time.
+"""
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Callable, Generic, Hashable, TypeVar
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+
+class LoadOnceLRU(Generic[K, V]):
+    """Values by key, ``load(key)`` called once per key while it stays cached; at most ``capacity`` kept, the least
+    recently used evicted first.
+
+    A key loaded *ahead* (``get(key, ahead=True)``, e.g. by DecodeAhead) and not asked for since is evicted last:
+    by recency alone it would be the first to go (loaded before the keys used since) and be loaded a second time
+    when its turn comes.
+
+    Args:
+        load: the loader, called outside the cache's lock; an error it raises reaches the caller that loaded, and
+            the threads that waited try again.
+        capacity: how many values are kept (at least 1).
+
+    Attributes:
+        loads: how many times ``load`` has returned (a key evicted and asked for again counts twice).
+    """
+
+    def __init__(self, load: Callable[[K], V], capacity: int):
+        self.load, self.capacity = load, max(1, int(capacity))
+        self._items: OrderedDict[K, V] = OrderedDict()
+        self._unused: set[K] = set()  # loaded ahead, not asked for yet
+        self._lock = threading.Lock()
+        self._loading: dict[K, threading.Event] = {}
+        self.loads = 0
+
+    def get(self, key: K, ahead: bool = False) -> V:
+        """The value of ``key``, loaded now (or by the thread already loading it) unless cached.
+
+        Args:
+            key: what to look up.
+            ahead: a load for later, not a use: the value does not move up the recency order and is kept until
+                asked for without ``ahead``.
+
+        Returns:
+            The cached or newly loaded value.
+        """
+        while True:
+            with self._lock:
+                if key in self._items:
+                    if not ahead:
+                        self._items.move_to_end(key)
+                        self._unused.discard(key)
+                    return self._items[key]
+                event = self._loading.get(key)
+                if event is None:
+                    event = self._loading[key] = threading.Event()
+                    break
+            event.wait()
+        try:
+            value = self.load(key)
+            with self._lock:
+                self.loads += 1
+                self._items[key] = value
+                if ahead:
+                    self._unused.add(key)
+                while len(self._items) > self.capacity:
+                    victim = next((k for k in self._items if k not in self._unused), None)
+                    if victim is None:
+                        victim = next(iter(self._items))
+                    del self._items[victim]
+                    self._unused.discard(victim)
+            return value
+        finally:
+            with self._lock:
+                self._loading.pop(key, None)
+            event.set()
+
+    def load_ahead(self, key: K) -> None:
+        """Load ``key`` for later (``get(key, ahead=True)``), e.g. from a decode-ahead thread."""
+        self.get(key, ahead=True)

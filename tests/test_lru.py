@@ -1,0 +1,85 @@
+"""core/lru.py: the one load-once LRU, behind the episode buffer (frames/episodes.py) and the remote block cache
+(sources/remote_blocks.py)."""
+import threading
+import time
+
+import pytest
+
+from robo_loaders_plugin.core.lru import LoadOnceLRU
+
+
+def test_loads_once_under_concurrency_and_evicts_lru():
+    loads = []
+
+    def load(ep):
+        loads.append(ep)
+        time.sleep(0.05)
+        return {"ep": ep}
+
+    cache = LoadOnceLRU(load, capacity=2)
+    threads = [threading.Thread(target=cache.get, args=(1,)) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert loads == [1]  # four threads wanted it at once: one load
+    cache.get(2), cache.get(1), cache.get(3)  # 2 is now the least recently used: evicted
+    assert cache.get(1)["ep"] == 1 and loads == [1, 2, 3]
+    cache.get(2)
+    assert loads == [1, 2, 3, 2] and cache.loads == 4
+
+
+def test_keys_loaded_ahead_are_evicted_last_until_used():
+    cache = LoadOnceLRU(lambda k: k * 10, capacity=2)
+    cache.load_ahead("a")  # loaded for later: oldest by recency, yet kept
+    cache.get("b"), cache.get("c")  # over capacity: b (used, least recent) goes, not a
+    assert set(cache._items) == {"a", "c"} and cache.loads == 3
+    assert cache.get("a") == "aa" * 5 and cache.loads == 3  # used now, without a second load
+    cache.get("d")  # a is an ordinary entry again: c, the least recently used, goes
+    assert set(cache._items) == {"a", "d"}
+
+
+def test_a_failed_load_reaches_its_caller_and_a_waiting_thread_loads_again():
+    calls, started = [], threading.Event()
+
+    def load(key):
+        calls.append(key)
+        if len(calls) == 1:
+            started.set()
+            time.sleep(0.1)
+            raise OSError("remote read failed")
+        return "ok"
+
+    cache = LoadOnceLRU(load, capacity=4)
+    waiter_got = []
+    first = threading.Thread(target=lambda: pytest.raises(OSError, cache.get, ("file", 0)))
+    first.start()
+    started.wait()
+    waiter = threading.Thread(target=lambda: waiter_got.append(cache.get(("file", 0))))
+    waiter.start()  # waits for the failing load, then loads itself
+    first.join()
+    waiter.join()
+    assert waiter_got == ["ok"] and calls == [("file", 0), ("file", 0)] and cache.loads == 1
+
+
+def test_the_remote_block_cache_fetches_each_block_once_and_counts_its_bytes():
+    from robo_loaders_plugin.sources.remote_blocks import BlockCache
+
+    class FS:
+        reads = []
+
+        def size(self, path):
+            return 10
+
+        def cat_file(self, path, start, end):
+            self.reads.append((start, end))
+            return bytes(range(start, end))
+
+    cache = BlockCache(FS(), block=4, max_bytes=8)  # two blocks kept
+    with cache.open("f") as f:
+        assert f.read() == bytes(range(10)) and FS.reads == [(0, 4), (4, 8), (8, 10)] and cache.fetched == 10
+        f.seek(4)
+        assert f.read(4) == bytes(range(4, 8)) and len(FS.reads) == 3  # block 1: still cached
+        f.seek(1)
+        assert f.read(2) == bytes([1, 2])  # block 0 was evicted by block 2: fetched again
+    assert FS.reads[3:] == [(0, 4)] and cache.fetched == 14
