@@ -3,7 +3,7 @@
 Why whole episodes: a shuffled pass that draws its windows from a buffer of open episodes touches each episode's
 record about once per pass, so reading (and, for robomimic, decoding) it whole is far cheaper than seeking per
 sample. Camera frames are held either decoded (each then serves every window that covers it) or still compressed
-(:class:`~robo_loaders_plugin.frames.encoded.EncodedFrames`, decoded per batch: the memory of an open episode is
+(:class:`~robo_loaders_plugin.storage.encoded_frames.EncodedFrames`, decoded per batch: the memory of an open episode is
 then its compressed size). Fields that are not frames (a few bytes per step) are kept for the source's lifetime
 after an episode's first load, so later loads read frames only.
 """
@@ -16,7 +16,7 @@ import torch
 
 from robo_loaders_plugin.core.lru import LoadOnceLRU
 from robo_loaders_plugin.frames.base import FieldInfo, FrameSource
-from robo_loaders_plugin.frames.encoded import EncodedFrames
+from robo_loaders_plugin.storage.encoded_frames import EncodedFrames
 
 ROW_COPY_BYTES = 256  # fields whose steps are at least this big are copied window by window (a slice per row)
 

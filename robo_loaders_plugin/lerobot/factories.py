@@ -20,7 +20,7 @@ from robo_loaders_plugin.lerobot.dataset import LeRobotSamples, check_rows_match
 from robo_loaders_plugin.pipeline.batches import PipelineDataset
 from robo_loaders_plugin.pipeline.options import datapipe_options, open_shards
 from robo_loaders_plugin.sources.lerobot_v3 import LeRobotEpisodes, LeRobotV3, is_remote
-from robo_loaders_plugin.frames.encoded import EncodedFrames
+from robo_loaders_plugin.storage.encoded_frames import EncodedFrames
 from robo_loaders_plugin.storage.store_cache import check_codec_options, open_or_build, summarize
 
 OPTION_PREFIX = "--dataset.backend_kwargs"

@@ -18,7 +18,7 @@ from robo_loaders_plugin.pipeline.batches import PipelineDataset
 from robo_loaders_plugin.pipeline.options import datapipe_options, open_shards
 from robo_loaders_plugin.robomimic.dataset import RobomimicSamples
 from robo_loaders_plugin.sources.robomimic_hdf5 import FRAME_MIN_BYTES, RobomimicHdf5
-from robo_loaders_plugin.frames.encoded import EncodedFrames
+from robo_loaders_plugin.storage.encoded_frames import EncodedFrames
 from robo_loaders_plugin.storage.store_cache import check_codec_options, open_or_build, summarize
 from robo_loaders_plugin.windows.robomimic import SequenceOptions, SequenceWindows, episode_fields
 
@@ -195,7 +195,7 @@ def video_stream_dataset(config, obs_keys, filter_by_attribute=None, dataset_pat
     from robo_loaders_plugin.backends import VIDEO_STREAM_OPTIONS
     from robo_loaders_plugin.pipeline.options import PassOptions
     from robo_loaders_plugin.storage.codec import FrameCodec
-    from robo_loaders_plugin.frames.encoded import VideoSegmentFrames
+    from robo_loaders_plugin.storage.encoded_frames import VideoSegmentFrames
     from robo_loaders_plugin.storage.video import VideoSettings
 
     opts, path = sequence_options(config, obs_keys, dataset_path)

@@ -1,5 +1,5 @@
 """Reading robo-shards: :class:`ShardReader` (random access to episodes; frames members kept encoded come back as
-:mod:`robo_loaders_plugin.frames.encoded` objects), ``verify``.
+:mod:`robo_loaders_plugin.storage.encoded_frames` objects), ``verify``.
 
 What is checked when (the rule: damaged or hostile input is an error naming the file, episode and member, never
 data and never a stray TypeError):
@@ -29,7 +29,7 @@ import zlib
 import numpy as np
 from numpy.lib import format as npy_format
 
-from robo_loaders_plugin.frames import encoded  # the module, not its names: encoded.py imports this package
+from robo_loaders_plugin.storage import encoded_frames  # the module, not its names: it imports this package
 from robo_loaders_plugin.storage.shards.format import (_AGAIN, EP_RE, FORMAT, MEMBER_RE, SHARD_RE, VERSION,
                                                        ShardError, _dtype, _sha256, _short, header_member, is_int,
                                                        json_checksum, listed_episodes, listing_problems, member_name)
@@ -290,8 +290,8 @@ class ShardReader:
 
     def read_episode(self, i: int, decode_frames: bool = True, fields=None) -> tuple[dict, dict]:
         """(header, {field: array}); frames and video fields decompressed into one (N, ...) array each, or with
-        ``decode_frames=False`` kept compressed as :class:`~robo_loaders_plugin.frames.encoded.EncodedFrames` /
-        :class:`~robo_loaders_plugin.frames.encoded.VideoSegmentFrames` (checked, decoded on demand).
+        ``decode_frames=False`` kept compressed as :class:`~robo_loaders_plugin.storage.encoded_frames.EncodedFrames` /
+        :class:`~robo_loaders_plugin.storage.encoded_frames.VideoSegmentFrames` (checked, decoded on demand).
         ``fields``: read only these (those the episode has), so a loader skips members no sample uses."""
         ep = self.episodes[i]
         path = self._paths[ep["shard"]]
@@ -318,10 +318,10 @@ class ShardReader:
                 if desc["kind"] == "raw":
                     out[field] = _npy_array(data, desc, member_where)
                 elif desc["kind"] == "video":
-                    frames = encoded.VideoSegmentFrames.from_member(data, desc, member_where)
+                    frames = encoded_frames.VideoSegmentFrames.from_member(data, desc, member_where)
                     out[field] = frames.decode_all() if decode_frames else frames
                 else:
-                    frames = encoded.EncodedFrames.from_member(data, desc, member_where)
+                    frames = encoded_frames.EncodedFrames.from_member(data, desc, member_where)
                     out[field] = frames.decode_all() if decode_frames else frames
         return header, out
 
