@@ -26,7 +26,7 @@ def test_cache_dir_persists_and_is_reused(tiny_hdf5, tmp_path, capsys):
     assert len(files) == 1 and files[0].endswith(".rlc"), files  # no temp file left behind
     mtime = os.path.getmtime(files[0])
     second = dataset_factory(cfg, obs_keys(cfg), filter_by_attribute="train")
-    assert "reused" in second.build_summary and "reused" not in first.build_summary
+    assert "reused" in second.serving.summary and "reused" not in first.serving.summary
     assert os.path.getmtime(files[0]) == mtime
     with cfg.values_unlocked():
         cfg.train.data_backend = None
@@ -46,9 +46,9 @@ def test_cache_dir_persists_and_is_reused(tiny_hdf5, tmp_path, capsys):
         f["data/demo_0/actions"][0, 0] += 1.0
     os.utime(copy, ns=(os.stat(copy).st_atime_ns, os.stat(copy).st_mtime_ns + 10**9))
     again = dataset_factory(cfg3, obs_keys(cfg3))
-    assert "reused" not in again.build_summary
+    assert "reused" not in again.serving.summary
     assert again[0]["actions"][0, 0] == np.float32(h5py.File(copy, "r")["data/demo_0/actions"][0, 0])
-    assert glob.glob(str(tmp_path / "cache3" / "*")) == [again.store.path]  # the stale copy was removed
+    assert glob.glob(str(tmp_path / "cache3" / "*")) == [again.frames.store.path]  # the stale copy was removed
     # changed again, this time with its mtime restored (cp -p, rsync -t): still rebuilt, not served stale
     st = os.stat(copy)
     with h5py.File(copy, "r+") as f:
@@ -57,10 +57,10 @@ def test_cache_dir_persists_and_is_reused(tiny_hdf5, tmp_path, capsys):
     assert os.stat(copy).st_size == st.st_size
     del again
     fourth = dataset_factory(cfg3, obs_keys(cfg3))
-    assert "reused" not in fourth.build_summary
+    assert "reused" not in fourth.serving.summary
     demo1 = fourth.windows.first[1] + 2  # demo_1's sample 2 starts at step 2
     assert fourth[int(demo1)]["actions"][0, 3] == np.float32(123.0)
-    assert glob.glob(str(tmp_path / "cache3" / "*")) == [fourth.store.path]
+    assert glob.glob(str(tmp_path / "cache3" / "*")) == [fourth.frames.store.path]
 
 
 def test_cache_dir_that_is_a_file_is_refused(tiny_hdf5, tmp_path):
@@ -78,7 +78,7 @@ from robomimic_helpers import make_config, obs_keys
 from robo_loaders_plugin.robomimic import dataset_factory
 cfg = make_config(sys.argv[1], backend="compressed_cache", backend_kwargs={"cache_dir": sys.argv[2]}, seq_length=5)
 ds = dataset_factory(cfg, obs_keys(cfg))
-print("RESULT", "reused" in ds.build_summary, ds.store.path, flush=True)
+print("RESULT", "reused" in ds.serving.summary, ds.frames.store.path, flush=True)
 """
 
 
@@ -99,12 +99,12 @@ def test_two_runs_started_together_build_once(tiny_hdf5, tmp_path):
 def test_corrupt_persisted_cache_is_rebuilt(tiny_hdf5, tmp_path):
     cfg = _cc(tiny_hdf5, backend_kwargs={"cache_dir": str(tmp_path)})
     ds = dataset_factory(cfg, obs_keys(cfg))
-    path = ds.store.path
+    path = ds.frames.store.path
     with open(path, "r+b") as f:
         f.seek(-20, os.SEEK_END)
         f.write(b"garbage!garbage!")
     again = dataset_factory(cfg, obs_keys(cfg))
-    assert "reused" not in again.build_summary
+    assert "reused" not in again.serving.summary
     assert_same_sample(again[3], ds[3])
 
 
@@ -113,7 +113,7 @@ def test_ram_cache_file_is_removed_with_the_dataset(tiny_hdf5):
 
     cfg = _cc(tiny_hdf5)
     ds = dataset_factory(cfg, obs_keys(cfg))
-    path = ds.store.path
+    path = ds.frames.store.path
     assert path.startswith("/dev/shm") and os.path.exists(path)
     del ds
     gc.collect()
@@ -133,19 +133,28 @@ def test_unknown_backend_lists_registered_names(tiny_hdf5):
     cfg = make_config(tiny_hdf5, backend="compresed_cache")
     with pytest.raises(UnknownBackendError) as e:
         dataset_factory(cfg, obs_keys(cfg))
-    assert "compresed_cache" in str(e.value) and "compressed_cache" in str(e.value) and "native" in str(e.value)
+    assert str(e.value).startswith("train.data_backend: unknown data backend 'compresed_cache' (did you mean "
+                                   "'compressed_cache'?)") and "native" in str(e.value)
 
 
 @pytest.mark.parametrize("kwargs, match", [
     ({"codek": "lz4"}, "unknown option.*codek.*valid options.*codec"),
-    ({"level": "high"}, "level.*must be int"),
+    ({"level": "high"}, r"train.data_backend_kwargs.level must be an integer, got str 'high' \(backend 'compressed_cache'\)"),
     ({"max_memory": True}, "max_memory"),
     ({"max_memory": "lots"}, "max_memory"),
-    ({"codec": "brotli"}, "unknown codec 'brotli'"),
-    ({"level": 42}, "level"),
-    ({"build_workers": 0}, "build_workers"),
+    ({"codec": "brotli"}, "codec must be one of 'lz4hc', 'lz4', 'zstd', 'blosclz', got 'brotli'"),
+    ({"level": 42}, r"level must be 0\.\.9, got 42"),
+    ({"build_workers": 0}, "build_workers must be 1..256, got 0"),
+    ({"loader": "processes"}, "loader must be one of 'threads', 'dataloader'"),
 ])
-def test_bad_backend_kwargs(tiny_hdf5, kwargs, match):
+def test_bad_backend_kwargs(tiny_hdf5, kwargs, match, monkeypatch):
+    """Refused before any data is read: the HDF5 is never opened."""
+    from robo_loaders_plugin.sources import robomimic_hdf5
+
+    def no_reads(*a, **k):
+        raise AssertionError("the source was opened before the options were checked")
+
+    monkeypatch.setattr(robomimic_hdf5, "open_hdf5", no_reads)
     cfg = make_config(tiny_hdf5, backend="compressed_cache", backend_kwargs=kwargs)
     with pytest.raises(BackendOptionError, match=match):
         dataset_factory(cfg, obs_keys(cfg))

@@ -114,7 +114,7 @@ def test_third_party_backend_from_entry_point(e2e_hdf5, tmp_path):
     rc, out = run([os.path.join(BIN, "robo-loaders"), "list", "--json"], env_extra=env)
     assert rc == 0, out
     listed = {b["name"]: b for b in json.loads(out)}
-    assert listed["toy_batches"]["kind"] == "batch" and listed["toy_batches"]["plugin"] == "toy"
+    assert listed["toy_batches"]["kind"] == {"robomimic": "batch"} and listed["toy_batches"]["plugin"] == "toy"
     rc, out = run([os.path.join(BIN, "robo-loaders"), "list"])
     assert "toy_batches" not in out  # not installed there
 

@@ -14,20 +14,33 @@ def main():
 
 
 @main.command("list")
-@click.option("--json", "as_json", is_flag=True, help="print a JSON list instead of a table")
+@click.option("--json", "as_json", is_flag=True,
+              help="print every backend with its per-framework kind, lossless promise, GPU use and options as JSON")
 def list_cmd(as_json):
-    """List the registered backends (built-in and from the robo_loaders entry-point group)."""
+    """List the registered backends (built-in and from the robo_loaders entry-point group): one row per backend
+    and framework, then what each backend does."""
+    import shutil
+    import textwrap
+
     from tabulate import tabulate
 
     from robo_loaders_plugin.core.registry import get_backend, list_backends
 
     specs = [get_backend(n).as_dict() for n in list_backends()]
     if as_json:
-        click.echo(json.dumps(specs, indent=2))
+        click.echo(json.dumps(specs, indent=2, default=str))
         return
-    rows = [[s["name"], s["kind"], ",".join(s["frameworks"]), "yes" if s["needs_gpu"] else "no",
-             "yes" if s["lossless"] else "no", s["plugin"], s["description"]] for s in specs]
-    click.echo(tabulate(rows, headers=["name", "kind", "frameworks", "GPU", "lossless", "plugin", "description"]))
+    rows = [[s["name"], fw, s["kind"][fw], s["gpu"][fw], SHORT_LOSSLESS.get(s["lossless"][fw], s["lossless"][fw]),
+             s["plugin"]] for s in specs for fw in s["frameworks"]]
+    click.echo(tabulate(rows, headers=["backend", "framework", "kind", "GPU", "lossless", "plugin"]))
+    width = min(100, shutil.get_terminal_size((80, 24)).columns)
+    click.echo("")
+    for s in specs:
+        click.echo(textwrap.fill(f"{s['name']}: {s['description']}", width=width, subsequent_indent="  "))
+    click.echo(textwrap.fill("Options: 'robo-loaders list --json', or docs/backends.md.", width=width))
+
+
+SHORT_LOSSLESS = {"yes on the CPU; not bit-identical with NVDEC": "CPU: yes, NVDEC: no"}
 
 
 @main.group("sample-data")
@@ -119,16 +132,13 @@ def bench():
 
 
 def _parse_kwargs(values):
-    out = {}
-    for v in values:
-        name, sep, payload = v.partition("=")
-        if not sep:
-            raise click.BadParameter(f"{v!r}: expected BACKEND='{{json}}'")
-        try:
-            out[name] = json.loads(payload)
-        except json.JSONDecodeError as exc:
-            raise click.BadParameter(f"{v!r}: {exc}") from None
-    return out
+    from robo_loaders_plugin.core.backend_json import parse_backend_pairs
+    from robo_loaders_plugin.core.errors import BackendOptionError
+
+    try:
+        return parse_backend_pairs(values, "--backend-kwargs")
+    except BackendOptionError as exc:
+        raise click.BadParameter(str(exc)) from None
 
 
 @bench.command("robomimic")

@@ -15,11 +15,11 @@ import threading
 
 # module name -> "package.module:function" called with the freshly executed module
 WATCHED = {
-    "robomimic.config.base_config": "robo_loaders_plugin.robomimic.compat:patch_base_config",
-    "robomimic.utils.train_utils": "robo_loaders_plugin.robomimic.compat:patch_train_utils",
-    "lerobot.configs.train": "robo_loaders_plugin.lerobot.compat:patch_train_config",
-    "lerobot.datasets.factory": "robo_loaders_plugin.lerobot.compat:patch_factory",
-    "lerobot.scripts.lerobot_train": "robo_loaders_plugin.lerobot.compat:patch_train_script",
+    "robomimic.config.base_config": "robo_loaders_plugin.robomimic.patches:patch_base_config",
+    "robomimic.utils.train_utils": "robo_loaders_plugin.robomimic.patches:patch_train_utils",
+    "lerobot.configs.train": "robo_loaders_plugin.lerobot.patches:patch_train_config",
+    "lerobot.datasets.factory": "robo_loaders_plugin.lerobot.patches:patch_factory",
+    "lerobot.scripts.lerobot_train": "robo_loaders_plugin.lerobot.patches:patch_train_script",
 }
 
 _lock = threading.RLock()

@@ -22,16 +22,32 @@ from robo_loaders_plugin.windows import lerobot as rules
 
 
 class LeRobotSamples(IndexedDataset):
-    """Rows of ``native`` (in its row order) from ``frames``, whose units are the episode runs in that order."""
+    """Rows of ``native`` (in its row order) from ``frames``, whose units are the episode runs in that order.
 
-    batches_in_process = False  # LeRobot's DataLoader (spawn workers) stays in charge; image transforms use its RNG
+    Who drives its passes is the backend choice's kind (``core.spec``): LeRobot's DataLoader for a ``sample``
+    backend (its spawned workers call ``__getitems__``; image transforms draw from their RNG), the training
+    process's threads for an ``indexed`` one (``collate``), the pipeline for a ``batch`` one.
+
+    Args:
+        native: The ``LeRobotDataset`` LeRobot's factory built (episode selection, delta timestamps, transforms).
+        frames: Where every episode run's fields are read from.
+        runs: ``(episode, start row, end row)`` of each run, in ``native``'s row order.
+        columns: The tabular columns served, in LeRobot's order.
+        video_keys: Camera keys stored as video.
+        image_keys: Camera keys stored as images.
+        backend_name: Shown in ``repr``.
+        location: Where the frames live (a cache file, a shards directory, tensors on a device, a video URL).
+        delta_steps: Each delta key's offsets in recorded steps, when they are not LeRobot's own
+            ``delta_indices`` (rate conversion; fractional offsets are read by ``modes``).
+        modes: How each delta key is read between recorded steps.
+        **kwargs: ``serving`` (``core.iteration.Serving``) and, for subclasses, their bases' arguments.
+    """
 
     def __init__(self, native, frames: FrameSource, runs: list[tuple[int, int, int]], columns: list[str],
-                 video_keys: list[str], image_keys: list[str], backend_name: str, delta_steps: dict | None = None,
-                 modes: dict | None = None):
-        """``delta_steps``: each delta key's offsets in recorded steps, when they are not LeRobot's own
-        ``delta_indices`` (rate conversion; fractional offsets are read by ``modes``)."""
-        super().__init__()
+                 video_keys: list[str], image_keys: list[str], backend_name: str, location: str = "",
+                 delta_steps: dict | None = None, modes: dict | None = None, **kwargs):
+        super().__init__(**kwargs)
+        self.location = location
         settings = reader_settings(native)
         self._native = native  # the LeRobotDataset this one mirrors: meta, episode selection, HF table
         self.meta = native.meta
@@ -41,7 +57,6 @@ class LeRobotSamples(IndexedDataset):
         self.tolerance_s = settings.tolerance_s
         self.frames = frames
         self.backend_name = backend_name
-        self.build_summary = ""
         self.rowmap = rules.RowMap([e - s for _, s, e in runs])
         self._runs = runs
         abs_index = np.concatenate([np.arange(int(self.meta.episodes[ep]["dataset_from_index"]),
@@ -99,7 +114,7 @@ class LeRobotSamples(IndexedDataset):
 
     def __repr__(self):
         return (f"{type(self).__name__}(backend={self.backend_name}, repo_id={self.repo_id!r}, "
-                f"episodes={self.num_episodes}, frames={self.num_frames})")
+                f"episodes={self.num_episodes}, frames={self.num_frames}, data={self.location})")
 
     # -- items --------------------------------------------------------------------------------------------------
     def _check(self, indices) -> np.ndarray:

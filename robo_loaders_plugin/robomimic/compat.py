@@ -1,7 +1,9 @@
 """Everything this plugin changes in robomimic, or reads from its inside: robomimic 0.3.0, in one module.
 
-Patches (applied by the start-up import hook right after robomimic's module code runs, or by :func:`apply_all`;
-each is idempotent and keeps the original in :data:`ORIGINALS`):
+Patches (the mechanics are here; which adapter function each patch point gets is ``robomimic.patches``, applied by
+the start-up import hook right after robomimic's module code runs, or by ``robomimic.patches.apply_all``; each is
+idempotent and keeps the original in :data:`ORIGINALS`). This module imports nothing from the adapter: it is a
+leaf, so what touches robomimic's inside can be read (and audited against a new robomimic) alone.
 
 1. ``robomimic.config.base_config.BaseConfig.train_config`` also sets ``train.data_backend`` (null) and
    ``train.data_backend_kwargs`` ({}), for every algorithm;
@@ -83,28 +85,21 @@ def patch_base_config(module) -> None:
     BaseConfig.train_config = train_config
 
 
-def patch_train_utils(module) -> None:
+def patch_train_utils(module, replacements) -> None:
+    """Replace ``dataset_factory``, ``load_data_for_training`` and ``run_epoch`` of ``robomimic.utils.train_utils``.
+
+    Args:
+        module: ``robomimic.utils.train_utils``, freshly imported.
+        replacements: ``{name: function}`` for those three names, called with the original's arguments.
+    """
     check_version()
     if getattr(module.dataset_factory, _MARK, False):
         return
-    from robo_loaders_plugin.robomimic import integration
-
-    for name, new in (("dataset_factory", integration.dataset_factory),
-                      ("load_data_for_training", integration.load_data_for_training),
-                      ("run_epoch", integration.run_epoch)):
+    for name, new in replacements.items():
         ORIGINALS[name] = getattr(module, name)
         wrapper = functools.wraps(ORIGINALS[name])(functools.partial(new))
         setattr(wrapper, _MARK, True)
         setattr(module, name, wrapper)
-
-
-def apply_all() -> None:
-    """Import robomimic's patched modules and patch them now (for users who disabled the import hook)."""
-    import robomimic.config.base_config as base_config
-    import robomimic.utils.train_utils as train_utils
-
-    patch_base_config(base_config)
-    patch_train_utils(train_utils)
 
 
 def register_observation_encoders() -> None:

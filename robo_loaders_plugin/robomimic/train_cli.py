@@ -6,7 +6,7 @@ import sys
 
 
 def run_robomimic_train(argv: list[str]) -> None:
-    from robo_loaders_plugin.robomimic.compat import apply_all
+    from robo_loaders_plugin.robomimic.patches import apply_all
 
     apply_all()
     sys.argv = ["robomimic.scripts.train"] + list(argv)
