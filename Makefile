@@ -35,7 +35,7 @@ $(STAMP): pyproject.toml Makefile scripts/find_python312.sh
 	touch $(STAMP)
 
 test: setup
-	$(PY) -m pytest -ra -p no:cacheprovider tests integration_tests
+	$(PY) -m pytest -ra -p no:cacheprovider tests integration_tests examples/jpeg_backend/tests
 
 unit: setup
 	$(PY) -m pytest -ra -p no:cacheprovider tests
