@@ -85,7 +85,7 @@ COMPRESSED_CACHE_OPTIONS = {
                                                  "is larger than this budget",
                          check=check_size),
     "cache_dir": Option(str, None, "persist the cache in this cache directory and reuse it while the source and "
-                                   "options are unchanged (default: RAM only, rebuilt every run)"),
+                                   "options are unchanged (default: RAM only, rebuilt every run)", per_host=True),
     "build_workers": Option(int, None, "threads compressing frames while building (default: number of CPUs, max 8)",
                             min=1, max=256),
     "loader": Option(str, "threads", "'threads': num_data_workers threads build whole batches in the training "
@@ -97,9 +97,9 @@ COMPRESSED_CACHE_OPTIONS = {
 
 DATAPIPE_OPTIONS = {
     "shards": Option(str, None, "a robo-shards directory made by 'robo-loaders convert' (default: convert into the "
-                                "cache directory on first use)"),
+                                "cache directory on first use)", per_host=True),
     "cache_dir": Option(str, None, "the cache directory conversions on first use go to (default: "
-                                   "$ROBO_LOADERS_CACHE or ~/.cache/robo-loaders)"),
+                                   "$ROBO_LOADERS_CACHE or ~/.cache/robo-loaders)", per_host=True),
     "check_source": Option(bool, True, "refuse 'shards' converted from a source whose content differs from the one "
                                        "training reads (false: serve them anyway)"),
     "convert_workers": Option(int, 1, "processes converting on first use", min=1, max=256),
@@ -140,14 +140,14 @@ VIDEO_STREAM_OPTIONS = {
     "source": Option(str, None, "where the dataset is read from. LeRobot: a local path or any fsspec URL (s3://, "
                                 "http(s)://, hf://; default: the dataset's root). robomimic: a directory made by "
                                 "'robo-loaders convert robomimic IN OUT --frames h264' (default: converted on "
-                                "first use into the cache directory)"),
+                                "first use into the cache directory)", per_host=True),
     "storage_options": Option(dict, None, "fsspec options for 'source' (endpoint, credentials, ...)",
                               check=check_storage_options, frameworks=LEROBOT),
     "local_cache_dir": Option(str, None, "remote source: copy each video whole into this directory on first use and "
                                          "decode the local copy from then on (default: stream byte ranges). Each "
                                          "copy is checked against the remote file's size and ETag/mtime and its own "
                                          "SHA-256, and downloaded again (saying why) when either changed",
-                              frameworks=LEROBOT),
+                              frameworks=LEROBOT, per_host=True),
     "decode_device": Option(str, "cpu", "'cpu' (byte-identical to LeRobotDataset), 'cuda' (NVDEC), 'auto'; "
                                         "robomimic video shards are decoded on the CPU",
                             choices=("cpu", "cuda", "auto"), framework_choices={"robomimic": ("cpu", "auto")}),

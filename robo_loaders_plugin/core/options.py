@@ -40,6 +40,8 @@ class Option:
             nothing. Must be cheap and import nothing heavy (it runs at argument parsing).
         kinds: Value -> the backend kind (``core.spec``) this value makes the backend, for an option that decides
             who drives a pass (e.g. building batches in threads or with the framework's DataLoader).
+        per_host: The value may differ between the processes of a multi-process run (a local path: each host has
+            its own cache directory); every other option must be the same on every rank, or the run is refused.
     """
 
     type: type | tuple[type, ...]
@@ -53,6 +55,7 @@ class Option:
     framework_choices: Mapping[str, tuple] = dataclasses.field(default_factory=dict)
     check: Callable[[Any], None] | None = dataclasses.field(default=None, compare=False)
     kinds: Mapping[Any, str] = dataclasses.field(default_factory=dict)
+    per_host: bool = False
 
     @property
     def types(self) -> tuple[type, ...]:
@@ -177,7 +180,12 @@ class Options:
         """Only the options whose value differs from the default (what a log line or cache key needs)."""
         return {k: v for k, v in self.as_dict().items() if v != self._defaults.get(k)}
 
+    def shared(self) -> dict:
+        """The options every rank of a multi-process run must agree on (those not declared ``per_host``)."""
+        return {k: v for k, v in self.as_dict().items() if k not in self._per_host}
+
     _defaults: dict = {}
+    _per_host: frozenset = frozenset()
 
 
 _CLASSES: dict[tuple, tuple] = {}
@@ -195,6 +203,7 @@ def options_class(backend: str, framework: str, declared: Mapping[str, Option]) 
         cls.backend, cls.framework = backend, framework
         cls._defaults = {name: opt.default_for(framework) for name, opt in declared.items()
                          if opt.applies_to(framework)}
+        cls._per_host = frozenset(name for name, opt in declared.items() if opt.per_host)
         _CLASSES[key] = (cls, declared)  # the declarations are kept so that their id is not reused
     return cls
 

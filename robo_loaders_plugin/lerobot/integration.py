@@ -11,6 +11,7 @@ import torch
 from robo_loaders_plugin.core import iteration
 from robo_loaders_plugin.core.backend_json import parse_backend_kwargs
 from robo_loaders_plugin.core.errors import RoboLoadersError
+from robo_loaders_plugin.core.ranks import check_ranks_agree, source_identity
 from robo_loaders_plugin.core.registry import choose_backend
 from robo_loaders_plugin.core.spec import BackendChoice
 from robo_loaders_plugin.lerobot import compat
@@ -56,16 +57,17 @@ def convert(dataset, cfg):
     if getattr(cfg.dataset, "streaming", False):
         raise RoboLoadersError(f"--dataset.backend={choice.name} replaces LeRobot's map-style dataset; it cannot be "
                                "combined with --dataset.streaming=true")
-    return build_dataset(dataset, choice, repo_id=cfg.dataset.repo_id)
+    return build_dataset(dataset, choice, repo_id=cfg.dataset.repo_id, seed=getattr(cfg, "seed", None))
 
 
-def build_dataset(native, choice: BackendChoice, repo_id: str | None = None):
+def build_dataset(native, choice: BackendChoice, repo_id: str | None = None, seed: int | None = None):
     """Serve a ``LeRobotDataset`` through a backend, as ``lerobot-train --dataset.backend`` does.
 
     Args:
         native: The ``LeRobotDataset`` LeRobot's factory (or user code) built.
         choice: The backend choice (:func:`backend_choice`, or ``choose("video_stream", buffer="lz4")``).
         repo_id: Shown in the log line (default: ``native.repo_id``).
+        seed: lerobot-train's ``--seed`` (its sampler's order seed), checked to be the same on every rank.
 
     Returns:
         The backend's dataset, recorded for the adapter's dispatch (``lerobot-train``'s ``cycle``).
@@ -78,6 +80,10 @@ def build_dataset(native, choice: BackendChoice, repo_id: str | None = None):
     compat.check_version()
     choice.check_device()
     out = choice.build(native)
+    check_ranks_agree(lambda: {"--seed": seed, "--dataset.backend": choice.name,
+                       "--dataset.backend_kwargs": choice.options.shared(), "frames": len(out),
+                       "source (file sizes)": source_identity(str(native.root))},
+                      f"LeRobot data backend {choice.name}")
     iteration.record_built(out, choice)
     print(f"{LOG_PREFIX} lerobot data backend: {choice.name} [{repo_id or native.repo_id}] "
           f"{iteration.summary_of(out)}", flush=True)

@@ -2,12 +2,14 @@
 library too."""
 from __future__ import annotations
 
+import os
+
 import torch
 import torch.utils.data
 
 from robo_loaders_plugin.core import iteration
 from robo_loaders_plugin.core.errors import RoboLoadersError
-from robo_loaders_plugin.core.ranks import resolve_ranks
+from robo_loaders_plugin.core.ranks import check_ranks_agree, resolve_ranks, source_identity
 from robo_loaders_plugin.core.registry import choose_backend
 from robo_loaders_plugin.core.spec import SAMPLE, BackendChoice
 from robo_loaders_plugin.robomimic import compat
@@ -90,7 +92,11 @@ def build_dataset(config, obs_keys, choice: BackendChoice, filter_by_attribute=N
     rank, world_size = resolve_ranks(rank, world_size, "robomimic dataset_factory: ")
     compat.check_version()
     choice.check_device()
+    path = os.path.expanduser(dataset_path if dataset_path is not None else config.train.data)
     dataset = choice.build(config, obs_keys, filter_by_attribute=filter_by_attribute, dataset_path=dataset_path)
+    check_ranks_agree(lambda: {"train.seed": int(config.train.seed), "backend": choice.name,
+                       "train.data_backend_kwargs": choice.options.shared(), "samples": len(dataset),
+                       "source (file sizes)": source_identity(path)}, f"robomimic data backend {choice.name}")
     iteration.record_built(dataset, choice, rank, world_size, int(config.train.seed))
     if world_size > 1 and choice.kind == SAMPLE:
         print(f"{LOG_PREFIX} {choice.name} (rank {rank} of {world_size}): this backend serves single samples "
