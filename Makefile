@@ -29,8 +29,8 @@ $(STAMP): pyproject.toml Makefile scripts/find_python312.sh
 	echo "[setup] installing robomimic 0.3.0 (egl_probe needs CMAKE_POLICY_VERSION_MINIMUM under CMake 4)"; \
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" CMAKE_POLICY_VERSION_MINIMUM=3.5 $(PIP) install --no-build-isolation egl_probe; \
 	$(PIP) install $(TORCH_PINS) robomimic==0.3.0 six; \
-	echo "[setup] installing robo-loaders-plugin (editable, all extras)"; \
-	$(PIP) install $(TORCH_PINS) -e ".[all]"; \
+	echo "[setup] installing robo-loaders-plugin (editable, all extras and the test extra)"; \
+	$(PIP) install $(TORCH_PINS) -e ".[all,test]"; \
 	$(PY) -c "import robomimic, lerobot, torchdata, torch, robo_loaders_plugin; print('[setup] ok: torch', torch.__version__)"; \
 	touch $(STAMP)
 

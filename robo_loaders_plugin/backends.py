@@ -14,6 +14,16 @@ from robo_loaders_plugin.core.spec import (BATCH, GPU_NO, GPU_OPTIONAL, INDEXED,
 
 ROBOMIMIC, LEROBOT = ("robomimic",), ("lerobot",)
 
+
+def _extra(name: str) -> str:
+    return f"pip install 'robo-loaders-plugin[{name}]'"
+
+
+# what each backend imports beyond the base install, and the extra that installs it
+TORCHDATA = ("torchdata", _extra("datapipe"))
+TORCHCODEC = ("torchcodec", _extra("video"))
+PYAV = ("av", _extra("video"))
+
 # Blosc2 codecs and filters (storage.codec checks they match what it supports)
 CODECS = ("lz4hc", "lz4", "zstd", "blosclz")
 FILTERS = ("none", "shuffle", "bitshuffle")
@@ -190,6 +200,7 @@ def robo_loaders_backends():
             factories={"robomimic": "robo_loaders_plugin.robomimic.factories:datapipe_dataset",
                        "lerobot": "robo_loaders_plugin.lerobot.factories:datapipe_dataset"},
             options=DATAPIPE_OPTIONS,
+            requires={"robomimic": (TORCHDATA,), "lerobot": (TORCHDATA, TORCHCODEC)},
         ),
         BackendSpec(
             name="gpu_resampler",
@@ -216,6 +227,7 @@ def robo_loaders_backends():
             factories={"lerobot": "robo_loaders_plugin.lerobot.factories:video_stream_dataset",
                        "robomimic": "robo_loaders_plugin.robomimic.factories:video_stream_dataset"},
             options=VIDEO_STREAM_OPTIONS,
+            requires={"robomimic": (TORCHDATA, PYAV), "lerobot": (TORCHDATA, TORCHCODEC)},
             remote_source_option="source",
             remote_storage_option="storage_options",
         ),

@@ -119,11 +119,13 @@ def sample_data_lerobot(out, repo_id, episodes, min_length, max_length, cameras,
 @main.command("robomimic-train", context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
 @click.pass_context
 def robomimic_train(ctx):
-    """Run robomimic's unmodified training script with the plugin's patches applied (for users who disabled
-    the import hook with ROBO_LOADERS_DISABLE=1). All arguments go to robomimic.scripts.train."""
+    """Run robomimic's unmodified training script with the plugin's patches applied (also when the import hook is
+    disabled with ROBO_LOADERS_DISABLE=1). All arguments go to robomimic.scripts.train. Exits 1 when the run
+    failed (robomimic's script itself exits 0); without a terminal, an existing run folder of the same name is
+    kept and the run written beside it instead of waiting on robomimic's overwrite prompt."""
     from robo_loaders_plugin.robomimic.train_cli import run_robomimic_train
 
-    run_robomimic_train(list(ctx.args))
+    sys.exit(run_robomimic_train(list(ctx.args)))
 
 
 @main.group("bench")

@@ -127,3 +127,20 @@ def test_a_broken_entry_point_is_skipped(tmp_path, monkeypatch):
         monkeypatch.undo()
         sys.modules.pop("good_plugin", None)
         registry.reset_cache()
+
+
+def test_a_missing_dependency_names_the_extra_to_install(monkeypatch):
+    """Choosing datapipe without torchdata (the [robomimic] extra alone) is one line naming the extra, before any
+    data is read; a backend whose modules are present is chosen as before."""
+    import importlib.util
+
+    from robo_loaders_plugin import RoboLoadersError
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torchdata" else real(name, *a))
+    with pytest.raises(RoboLoadersError, match=r"backend 'datapipe' needs torchdata, which is not installed: pip "
+                                               r"install 'robo-loaders-plugin\[datapipe\]'"):
+        rlp.get_backend("datapipe").choose("robomimic", {}, "w")
+    with pytest.raises(RoboLoadersError, match=r"video_stream' needs torchdata"):
+        rlp.get_backend("video_stream").choose("lerobot", {}, "w")
+    assert rlp.get_backend("gpu_resampler").choose("robomimic", {}, "w").name == "gpu_resampler"

@@ -71,6 +71,9 @@ class BackendSpec:
             reads a LeRobot dataset from: LeRobot then builds its dataset object from a local mirror of that URL's
             tables (``meta/``, ``data/``) while the backend reads the rest remotely. ``None``: local data only.
         remote_storage_option: The option holding the fsspec options (endpoint, credentials) for that URL.
+        requires: ``{framework: ((module, install hint), ...)}``: importable modules the backend needs there, checked
+            when it is chosen (before any data is read), so a missing one is one line naming what to install
+            (e.g. ``("torchdata", "pip install 'robo-loaders-plugin[datapipe]'")``).
         plugin: The plugin that registered it (set by the registry).
     """
 
@@ -86,6 +89,7 @@ class BackendSpec:
     gpu: str | Mapping[str, str] = GPU_NO
     remote_source_option: str | None = None
     remote_storage_option: str | None = None
+    requires: Mapping[str, tuple] = dataclasses.field(default_factory=dict, compare=False, repr=False)
     plugin: str = "builtin"
 
     def __post_init__(self):
@@ -146,8 +150,26 @@ class BackendSpec:
         if framework not in self.frameworks:
             raise RoboLoadersError(f"backend {self.name!r} does not support {framework}; it supports: "
                                    f"{', '.join(self.frameworks)}")
+        self.check_requirements(framework)
         options = resolve_options(self.name, framework, self.options, given, where, self.constraints)
         return BackendChoice(self, framework, options)
+
+    def check_requirements(self, framework: str) -> None:
+        """Raise naming what to install when a module the backend needs under ``framework`` is missing (found
+        without importing it).
+
+        Raises:
+            RoboLoadersError: ``backend 'X' needs MODULE, which is not installed: pip install ...``.
+        """
+        import importlib.util
+
+        for module, hint in self.requires.get(framework, ()):
+            try:
+                found = importlib.util.find_spec(module) is not None
+            except (ImportError, ValueError):
+                found = False
+            if not found:
+                raise RoboLoadersError(f"backend {self.name!r} needs {module}, which is not installed: {hint}")
 
     def factory_for(self, framework: str) -> Callable[..., Any]:
         """The factory building this backend's dataset under ``framework`` (imported on first use)."""

@@ -12,7 +12,10 @@ leaf, so what touches robomimic's inside can be read (and audited against a new 
 4. ``robomimic.utils.train_utils.run_epoch`` iterates what the backend's kind says (``core.iteration``) instead of
    the DataLoader robomimic builds inside ``train()``.
 
-Private reads: ``SequenceDataset._index_to_demo_id`` (only the benchmark's episode-mix metric for ``native``).
+Private reads: ``SequenceDataset._index_to_demo_id`` (only the benchmark's episode-mix metric for ``native``);
+the line ``robomimic.scripts.train`` prints when a run fails (:data:`TRAIN_FAILED`: its ``main`` catches every error
+and exits 0, so ``robo-loaders robomimic-train`` watches for it); the ``input()`` of ``train_utils.get_exp_dir``
+(answered by :func:`keep_existing_runs` when there is no terminal).
 Side effects relied on: ``import robomimic.algo`` registers the observation encoders SequenceDataset needs.
 
 On another robomimic version the patches are not applied (robomimic then runs unmodified and says so once) and the
@@ -100,6 +103,24 @@ def patch_train_utils(module, replacements) -> None:
         wrapper = functools.wraps(ORIGINALS[name])(functools.partial(new))
         setattr(wrapper, _MARK, True)
         setattr(module, name, wrapper)
+
+
+# what robomimic.scripts.train's main prints (and then exits 0) when train() raised
+TRAIN_FAILED = "run failed with error:"
+
+
+def keep_existing_runs(train_utils_module) -> None:
+    """Answer "n" to ``get_exp_dir``'s "model directory already exists! overwrite?" prompt, for runs without a
+    terminal: robomimic then keeps the earlier run and writes this one to a new timestamped folder beside it,
+    instead of dying on ``EOFError`` (the prompt reads stdin). The answer shadows the builtin ``input`` in that
+    module only."""
+
+    def answer_no(prompt: str = "") -> str:
+        print(f"{prompt.strip()}\n[robo-loaders] no terminal to answer: keeping the existing runs; this run goes to a "
+              "new timestamped folder beside them (set experiment.name to start a fresh one)", flush=True)
+        return "n"
+
+    train_utils_module.input = answer_no
 
 
 def register_observation_encoders() -> None:
