@@ -158,8 +158,11 @@ def _parse_kwargs(values):
 @click.option("--repeats", default=1, show_default=True, type=click.IntRange(min=1),
               help="run every backend this many times (in rounds) and report each by its median run")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False), help="also write results here")
+@click.option("--reuse-cache", is_flag=True,
+              help="let backends reuse what your cache directory holds (default: every run starts from an empty "
+                   "cache, so every backend pays its first-run cost the same way)")
 def bench_robomimic_cmd(dataset, backends, seq_length, frame_stack, batch_size, num_workers, batches, obs_keys,
-                        backend_kwargs, repeats, json_out):
+                        backend_kwargs, repeats, json_out, reuse_cache):
     """samples/s, first-batch latency, peak memory and batch latency percentiles of robomimic backends."""
     from robo_loaders_plugin.bench.robomimic_bench import bench_robomimic
 
@@ -167,7 +170,7 @@ def bench_robomimic_cmd(dataset, backends, seq_length, frame_stack, batch_size, 
         payload = bench_robomimic(dataset, [b.strip() for b in backends.split(",") if b.strip()], seq_length,
                                   frame_stack, batch_size, num_workers, batches, _parse_kwargs(backend_kwargs),
                                   json_out, obs_keys.split(",") if obs_keys else None, echo=click.echo,
-                                  repeats=repeats)
+                                  repeats=repeats, fresh_cache=not reuse_cache)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     if any(r.get("error") for r in payload["results"]):
@@ -187,8 +190,11 @@ def bench_robomimic_cmd(dataset, backends, seq_length, frame_stack, batch_size, 
 @click.option("--repeats", default=1, show_default=True, type=click.IntRange(min=1),
               help="run every backend this many times (in rounds) and report each by its median run")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False))
+@click.option("--reuse-cache", is_flag=True,
+              help="let backends reuse what your cache directory holds (default: every run starts from an empty "
+                   "cache)")
 def bench_lerobot_cmd(root, repo_id, backends, batch_size, num_workers, batches, preset, backend_kwargs, repeats,
-                      json_out):
+                      json_out, reuse_cache):
     """samples/s, decoded frames/s, first batch, memory, latency and fetch/decode split vs LeRobotDataset."""
     import os
 
@@ -197,7 +203,7 @@ def bench_lerobot_cmd(root, repo_id, backends, batch_size, num_workers, batches,
     repo_id = repo_id or f"local/{os.path.basename(os.path.abspath(root))}"
     payload = bench_lerobot(root, repo_id, [b.strip() for b in backends.split(",") if b.strip()], batch_size,
                             num_workers, batches, preset, _parse_kwargs(backend_kwargs), json_out, echo=click.echo,
-                            repeats=repeats)
+                            repeats=repeats, fresh_cache=not reuse_cache)
     if any(r.get("error") for r in payload["results"]):
         sys.exit(1)
 
