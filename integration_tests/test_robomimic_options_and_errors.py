@@ -63,6 +63,37 @@ def test_cache_dir_persists_and_is_reused(tiny_hdf5, tmp_path, capsys):
     assert glob.glob(str(tmp_path / "cache3" / "*")) == [fourth.frames.store.path]
 
 
+def test_a_frame_the_old_digest_did_not_sample_edited_with_the_mtime_restored_rebuilds(tmp_path):
+    """Issue 23 A5: the digest sampled the first, middle and last frame of each camera; one pixel of another frame
+    changed with the mtime restored (cp -p, rsync -t) reused the cache and served the old frame. Now the stat
+    differs (ctime), the whole file is hashed, the cache is rebuilt and the new pixel served."""
+    from robo_loaders_plugin.sample_data.robomimic_hdf5 import write_robomimic_hdf5
+
+    path = write_robomimic_hdf5(str(tmp_path / "frames.hdf5"), demos=3, image_size=32, cameras=1, seed=5,
+                                min_length=20, max_length=20, valid_fraction=0.34, next_obs=False, progress=False)
+    cfg = make_config(path, backend="compressed_cache", rgb=["agentview_image"], seq_length=1,
+                      backend_kwargs={"cache_dir": str(tmp_path / "cache")}, hdf5_load_next_obs=False)
+    first = dataset_factory(cfg, obs_keys(cfg))
+    assert "reused" in dataset_factory(cfg, obs_keys(cfg)).serving.summary  # negative control: unchanged, reused
+    step = 7  # not frame 0, 10 or 19 of demo_0 (20 steps): bytes the sampled digest never read
+    old = first[step]["obs"]["agentview_image"].copy()
+    st = os.stat(path)
+    with h5py.File(path, "r+") as f:
+        f["data/demo_0/obs/agentview_image"][step, 5, 5, 0] ^= 0xFF
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert os.stat(path).st_size == st.st_size and os.stat(path).st_mtime_ns == st.st_mtime_ns
+    del first
+    again = dataset_factory(cfg, obs_keys(cfg))
+    assert "reused" not in again.serving.summary
+    new = again[step]["obs"]["agentview_image"]
+    assert not np.array_equal(new, old)  # the edited frame, not the cached one
+    with cfg.values_unlocked():
+        cfg.train.data_backend = None
+        cfg.train.data_backend_kwargs = {}
+    assert_same_sample(again[step], dataset_factory(cfg, obs_keys(cfg))[step])
+    assert glob.glob(str(tmp_path / "cache" / "*")) == [again.frames.store.path]  # the stale copy was removed
+
+
 def test_cache_dir_that_is_a_file_is_refused(tiny_hdf5, tmp_path):
     (tmp_path / "file").write_text("x")
     cfg = _cc(tiny_hdf5, backend_kwargs={"cache_dir": str(tmp_path / "file")})

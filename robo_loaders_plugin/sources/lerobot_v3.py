@@ -13,8 +13,8 @@ Why it mirrors LeRobot 0.6.1 so closely: items must be byte-identical to ``LeRob
   timestamp fails naming the file and episode. PNG image columns are decoded with PIL as the HF ``Image``
   feature does.
 
-Content digest (see ``storage.fingerprint``): every file under ``meta/`` and ``data/`` in full (JSON and parquet:
-the tables), and each video file's size plus 16 evenly spaced 64 KiB blocks (whole when under 1 MiB).
+Content digest (see ``storage.fingerprint``): every file of the dataset (``meta/``, ``data/``, ``videos/``), its
+relative name, size and every byte.
 """
 from __future__ import annotations
 
@@ -291,14 +291,8 @@ class LeRobotV3:
     def _digest(self) -> str:
         h = fp.new_digest()
         for name, size, *_ in fp.stat_files(str(self.root)):
-            h.update(f"{name}:{size}".encode())
-            path = str(self.root / name)
-            if name.startswith(("meta/", "data/")):
-                with open(path, "rb") as f:
-                    for block in iter(lambda: f.read(1 << 20), b""):
-                        h.update(block)
-            else:
-                fp.hash_file(h, path, size)
+            h.update(f"{name}:".encode())
+            fp.hash_file(h, str(self.root / name), size)
         return h.hexdigest()
 
 
