@@ -280,6 +280,36 @@ def test_inconsistent_dtype_across_demos(tiny_hdf5, tmp_path):
         dataset_factory(cfg, obs_keys(cfg))
 
 
+@pytest.mark.parametrize("extra", [30, -5])
+def test_num_samples_that_disagree_with_the_arrays_are_refused_by_every_backend(tiny_hdf5, tmp_path, extra):
+    """Issue 23 A6: robomimic indexes a demo by its num_samples attribute, the shards by its arrays, so a file where
+    they disagree was served as two datasets (datapipe 148 windows, native 1124); compressed_cache alone refused
+    it. One validation of the source (RobomimicHdf5) now refuses it for every backend and for convert."""
+    path = str(tmp_path / "lying.hdf5")
+    shutil.copy(tiny_hdf5, path)
+    with h5py.File(path, "r+") as f:
+        rows = f["data/demo_3/actions"].shape[0]
+        f["data/demo_3"].attrs["num_samples"] = rows + extra
+    native_cfg = make_config(path, seq_length=5, hdf5_cache_mode=None)  # "all" would crash caching the windows
+    arrays_cfg = make_config(tiny_hdf5, seq_length=5, hdf5_cache_mode=None)
+    if extra > 0:  # the attack is real: native robomimic serves windows the arrays do not have
+        assert len(dataset_factory(native_cfg, obs_keys(native_cfg))) == \
+            len(dataset_factory(arrays_cfg, obs_keys(arrays_cfg))) + extra
+    message = (rf"lying\.hdf5: data/demo_3/actions has {rows} rows \(shape \({rows}, 7\)\) but data/demo_3 has "
+               rf"num_samples={rows + extra}; .*fix the attribute or the arrays")
+    for backend in ("compressed_cache", "datapipe", "gpu_resampler", "video_stream"):
+        cfg = make_config(path, backend=backend, seq_length=5)
+        with pytest.raises(RoboLoadersError, match=message):
+            dataset_factory(cfg, obs_keys(cfg))
+    from robo_loaders_plugin.robomimic.convert import convert_robomimic
+
+    with pytest.raises(RoboLoadersError, match=message):
+        convert_robomimic(path, str(tmp_path / "shards"), progress=False)
+    assert not os.path.exists(tmp_path / "shards" / "index.json")
+    cfg = make_config(tiny_hdf5, backend="datapipe", seq_length=5)  # negative control: the intact file serves
+    assert len(dataset_factory(cfg, obs_keys(cfg))) == len(dataset_factory(arrays_cfg, obs_keys(arrays_cfg)))
+
+
 def test_batch_arrays_are_recycled_for_every_field_of_a_shape(tiny_hdf5):
     """Two cameras of one size: two same-shape arrays per batch share a pool key. Ten batches held at once (20 such
     arrays, as prefetching workers and a training step can hold) and then dropped are all kept for reuse, so the next
