@@ -314,6 +314,89 @@ def test_local_cache_dir_refreshes_a_replaced_remote_file_and_damaged_copies(twi
         assert ds.source.file_cache.downloads == 0 and "downloading it again" not in capsys.readouterr().out
 
 
+def flip_a_bit_that_changes_a_value(path, column="action"):
+    """Flip one bit of a parquet file (same size) inside ``column``'s data so that the file still reads and a value
+    of the column differs: the damage a disk or a copy does silently. Returns (offset, values before, after)."""
+    import pyarrow.parquet as pq
+
+    before = pq.read_table(path).column(column).to_pylist()
+    meta = pq.ParquetFile(path).metadata
+    chunk = next(meta.row_group(0).column(i) for i in range(meta.num_columns)
+                 if meta.row_group(0).column(i).path_in_schema.split(".")[0] == column)
+    data = bytearray(open(path, "rb").read())
+    start = chunk.dictionary_page_offset or chunk.data_page_offset  # dictionary-encoded: the values are there
+    for offset in range(start + 32, start + chunk.total_compressed_size):
+        for bit in (0x01, 0x10):
+            data[offset] ^= bit
+            with open(path, "wb") as f:
+                f.write(data)
+            try:
+                after = pq.read_table(path).column(column).to_pylist()
+                if after != before:
+                    return offset, before, after
+            except Exception:  # noqa: BLE001 - this flip broke the file: try another one
+                pass
+            data[offset] ^= bit
+    raise AssertionError(f"no single bit flip in {path} changes {column} and keeps the file readable")
+
+
+def test_mirrored_tables_are_checked_by_their_own_sha256_and_downloaded_again(twin_datasets, tmp_path):
+    """Issue 23 A1: the local mirror of a remote dataset's tables was trusted by size and ETag alone, so one flipped
+    bit in a mirrored parquet file (same size) was reused and a wrong action served. Each copy's SHA-256, recorded
+    when it was downloaded, is now checked on every mirror_tables (the local_cache_dir code): a damaged copy is
+    downloaded again, with a log line, and the remote values are served."""
+    import pyarrow.parquet as pq
+
+    from robo_loaders_plugin.sources.lerobot_v3 import mirror_tables
+
+    root = twin_datasets[0]
+    local, logs = str(tmp_path / "mirror"), []
+    with S3Server(root) as s3:
+        def mirrored():
+            return mirror_tables(s3.url, local, s3.storage_options, log=logs.append)
+
+        assert mirrored() == local and not logs  # a first copy is no news
+        rel = os.path.relpath(sorted(glob.glob(os.path.join(root, "data", "*", "*.parquet")))[0], root)
+        copy, original = os.path.join(local, rel), os.path.join(root, rel)
+        stat = os.stat(copy)
+        mirrored()  # negative control: intact copies are verified, neither rewritten nor reported
+        assert not logs and os.stat(copy).st_ino == stat.st_ino and os.stat(copy).st_mtime_ns == stat.st_mtime_ns
+        assert not os.path.exists(os.path.join(local, "data", "chunk-000", "file-000.parquet.lock"))  # records apart
+
+        offset, good, bad = flip_a_bit_that_changes_a_value(copy)
+        assert os.path.getsize(copy) == os.path.getsize(original) and good != bad  # the attack: readable, wrong
+        mirrored()
+        assert len(logs) == 1 and f"{s3.url}/{rel}: the local copy's SHA-256 differs from the one recorded" in logs[0] \
+            and "downloading it again" in logs[0], logs
+        assert open(copy, "rb").read() == open(original, "rb").read()
+        assert pq.read_table(copy).column("action").to_pylist() == good
+        from robo_loaders_plugin.lerobot.compat import tables_only
+
+        with tables_only():  # as lerobot-train builds it (integration._streamed_source): videos are remote
+            nat = native(local)
+        truth = native(root)  # LeRobot on the mirror, and the streamed items, are the source's
+        ours = serve("video_stream", nat, source=s3.url, storage_options=s3.storage_options)
+        for i in (0, 35, len(truth) - 1):
+            same_item(ours[i], truth[i], f"after the repair [{i}]")
+            assert torch.equal(nat.hf_dataset[i]["action"], truth[i]["action"])  # (its videos are not local)
+
+        os.unlink(os.path.join(local, "meta", "info.json"))  # a missing copy: downloaded again, said
+        logs.clear()
+        mirrored()
+        assert len(logs) == 1 and "meta/info.json: the local copy is missing" in logs[0], logs
+
+        gone = os.path.join(local, "data", "chunk-009", "file-009.parquet")  # a mirror an earlier version wrote
+        os.makedirs(os.path.dirname(gone))
+        open(gone, "wb").close()
+        with open(os.path.join(local, ".robo-loaders-mirror.json"), "w") as f:
+            json.dump({"data/chunk-009/file-009.parquet": [0, ""], rel: [1, "x"]}, f)
+        logs.clear()
+        mirrored()
+        assert len(logs) == 1 and "mirrored by an earlier robo-loaders" in logs[0], logs
+        assert not os.path.exists(gone) and not os.path.exists(os.path.join(local, ".robo-loaders-mirror.json"))
+        assert open(copy, "rb").read() == open(original, "rb").read()
+
+
 def test_bench_lerobot_streaming_baseline_entry(lerobot_datasets, tmp_path):
     """``robo-loaders bench lerobot --backends streaming,...`` times LeRobot's StreamingLeRobotDataset (its own child
     process, offline on the local root) and reports every backend's ratio to it."""

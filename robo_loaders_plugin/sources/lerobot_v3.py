@@ -70,11 +70,9 @@ class LeRobotV3:
             self.video_fs, self.video_root = fsspec.core.url_to_fs(videos_from, **(storage_options or {}))
         self.file_cache = None
         if local_cache_dir and not isinstance(self.video_fs, LocalFileSystem):
-            from robo_loaders_plugin.sources.file_cache import FileCache
+            from robo_loaders_plugin.sources.file_cache import FileCache, endpoint_of
 
-            client = (storage_options or {}).get("client_kwargs") or {}
-            endpoint = (storage_options or {}).get("endpoint_url") or client.get("endpoint_url")
-            self.file_cache = FileCache(self.video_fs, local_cache_dir, endpoint)
+            self.file_cache = FileCache(self.video_fs, local_cache_dir, endpoint_of(storage_options))
         if not self.exists("meta/info.json"):
             raise SourceError(f"{self.url}: meta/info.json not found; not a LeRobot v3 dataset root")
         try:
@@ -417,46 +415,45 @@ class LeRobotEpisodes:
         return fields, set(self.camera_keys)
 
 
-def mirror_tables(url: str, local_dir: str, storage_options: dict | None = None) -> str:
+def mirror_tables(url: str, local_dir: str, storage_options: dict | None = None, log=print) -> str:
     """Copy a (remote) dataset's ``meta/`` and ``data/`` files into ``local_dir``, videos left where they are, so
-    that LeRobot can build its dataset object locally while the videos stream. A file is downloaded again when its
-    size or version (ETag / mtime) changed since the last copy; copies are written atomically."""
+    that LeRobot can build its dataset object locally while the videos stream. Each copy is checked the way
+    ``local_cache_dir`` checks videos (``sources.file_cache``, the same code): against the remote file's size and
+    version (ETag / mtime) and against the SHA-256 of the copy recorded when it was downloaded (the local copy is
+    hashed on every call), and downloaded again, with a log line, when either differs; a flipped bit in a mirrored
+    parquet file is not served. Copies are written atomically; files gone from the source are removed."""
     import fsspec
+    from filelock import FileLock
+
+    from robo_loaders_plugin.sources.file_cache import LOG_PREFIX, RECORDS, FileCache, endpoint_of
 
     fs, base = fsspec.core.url_to_fs(url, **(storage_options or {}))
     base = base.rstrip("/")
-    stamps_path = os.path.join(local_dir, ".robo-loaders-mirror.json")
-    try:
-        with open(stamps_path) as f:
-            stamps = json.load(f)
-    except (OSError, ValueError):
-        stamps = {}
     files = [p for pattern in ("meta/*.json", "meta/*.parquet", "meta/*/*/*.parquet", "data/*/*.parquet")
              for p in fs.glob(f"{base}/{pattern}")]
     if not any(p.endswith("meta/info.json") for p in files):
         raise SourceError(f"{url}: meta/info.json not found; not a LeRobot v3 dataset root")
-    wanted = {p[len(base) + 1:] for p in files}
-    for rel in [r for r in stamps if r not in wanted]:  # gone from the source: gone from the mirror
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(os.path.join(local_dir, rel))
-        del stamps[rel]
-    for p in files:
-        info = fs.info(p)
-        rel = p[len(base) + 1:]
-        stamp = [info.get("size"), str(info.get("ETag") or info.get("etag") or info.get("mtime") or
-                                       info.get("LastModified") or "")]
-        dst = os.path.join(local_dir, rel)
-        if stamps.get(rel) == stamp and os.path.exists(dst) and os.path.getsize(dst) == stamp[0]:
-            continue
-        os.makedirs(os.path.dirname(dst), exist_ok=True)
-        tmp = f"{dst}.tmp-{os.getpid()}"
-        fs.get_file(p, tmp)
-        os.replace(tmp, dst)
-        stamps[rel] = stamp
-    tmp = f"{stamps_path}.tmp-{os.getpid()}"
-    with open(tmp, "w") as f:
-        json.dump(stamps, f)
-    os.replace(tmp, stamps_path)
+    cache = FileCache(fs, local_dir, endpoint_of(storage_options), log, base=base, label="video_stream tables")
+    os.makedirs(os.path.join(cache.directory, RECORDS), exist_ok=True)
+    with FileLock(os.path.join(cache.directory, RECORDS, "mirror.lock")):  # ranks mirroring at once: one at a time
+        legacy = os.path.join(cache.directory, ".robo-loaders-mirror.json")  # written before copies had records
+        if os.path.exists(legacy):
+            log(f"{LOG_PREFIX} video_stream tables: {cache.directory} was mirrored by an earlier robo-loaders "
+                "(without the copies' SHA-256); copying the tables again")
+            try:
+                with open(legacy) as f:
+                    stale = list(json.load(f))
+            except (OSError, ValueError):
+                stale = []
+            for rel in stale:
+                cache.forget(os.path.join(cache.directory, rel))
+            os.unlink(legacy)
+        wanted = {cache.local_path(p) for p in files}
+        for local in cache.recorded_copies():
+            if local not in wanted:  # gone from the source: gone from the mirror
+                cache.forget(local)
+        for p in files:
+            cache.get(p)
     return local_dir
 
 
