@@ -6,7 +6,8 @@ Why it mirrors LeRobot 0.6.1 so closely: items must be byte-identical to ``LeRob
 
 - Tabular columns are served as LeRobot's ``hf_transform_to_torch`` serves them (``torch.tensor`` of the Python
   values): floats as float32, integers as int64, booleans as bool, a feature of shape (1,) as a scalar, in the order
-  of ``info.json``'s features (video features have no column). The adapter checks the first row against LeRobot's.
+  of ``info.json``'s features (video features have no column). The adapter checks every value of every such
+  column against LeRobot's dataset object (``lerobot.dataset.check_rows_match``).
 - Video frames are decoded with torchcodec exactly as LeRobot does (``VideoDecoder(path, seek_mode="approximate")``,
   frame index ``round((from_timestamp + timestamp) * average_fps)``, ``get_frames_at``), once per episode and
   camera, in file order; the timestamp-tolerance check LeRobot runs per sample runs here once per frame, so a bad
