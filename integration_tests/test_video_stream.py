@@ -397,6 +397,58 @@ def test_mirrored_tables_are_checked_by_their_own_sha256_and_downloaded_again(tw
         assert open(copy, "rb").read() == open(original, "rb").read()
 
 
+def test_a_dropped_s3_connection_is_named_with_the_url_not_called_a_corrupt_file(tmp_path, monkeypatch):
+    """Issue 23 B10: the S3 server stopped mid-run ended in "the file is truncated or corrupt". A read the store
+    fails is now reported as such, with the store's exception and the file's URL: when the decoder is first
+    opened, mid-decode (blocks no longer cached), and when local_cache_dir copies the file; a file that really is
+    corrupt still says so (negative control)."""
+    import s3fs
+
+    from robo_loaders_plugin.sample_data.lerobot_v3 import write_lerobot_dataset
+    from robo_loaders_plugin.sources.remote_blocks import BlockCache
+
+    root = write_lerobot_dataset(tmp_path / "ds", episode_lengths=(150, 150, 150), cameras=1, image_size=(96, 128),
+                                 mode="h264", seed=4, progress=False)  # a 100 KB video: more than one read of it
+    nat = native(root)
+    rel = os.path.relpath(glob.glob(os.path.join(root, "videos", "*", "*", "*.mp4"))[0], root)
+    connection = r"reading s3://{}/{} from the remote store failed \(EndpointConnectionError: Could not connect to " \
+                 r"the endpoint URL.*\); the connection broke, the file is not known to be damaged"
+    with S3Server(root) as s3:
+        options = dict(s3.storage_options, config_kwargs={"retries": {"max_attempts": 1}})  # fail fast
+        url = f"s3://{s3.bucket}/{s3.prefix}/{rel}"
+        streaming = serve("video_stream", nat, source=s3.url, storage_options=options)
+        # a block cache of two 4 KiB blocks: the blocks a later episode needs are read again, as in a long pass
+        streaming.source._blocks = BlockCache(streaming.source.video_fs, block=4096, max_bytes=8192)
+        same_item(streaming[0], nat[0], "before the connection drops")
+        unopened = serve("video_stream", nat, source=s3.url, storage_options=options)
+        copying = serve("video_stream", nat, source=s3.url, storage_options=options,
+                                       local_cache_dir=str(tmp_path / "copies"))
+
+        def dropped(*args, **kwargs):  # the connection drops while local_cache_dir downloads the file
+            from botocore.exceptions import EndpointConnectionError
+
+            raise EndpointConnectionError(endpoint_url=s3.storage_options["client_kwargs"]["endpoint_url"])
+
+        monkeypatch.setattr(copying.source.file_cache.fs, "get_file", dropped)
+        with pytest.raises(SourceError, match=rf"local_cache_dir: copying {url} into .* failed "
+                                              r"\(EndpointConnectionError: Could not connect"):
+            copying[0]
+        monkeypatch.undo()
+        s3.server.stop()
+        with pytest.raises(SourceError, match=r"decoding .* \(episode 2, observation.images.cam0, frames 300..449\) "
+                                              r"failed: " + connection.format(s3.bucket, f"{s3.prefix}/{rel}")):
+            streaming[len(nat) - 1]
+        with pytest.raises(SourceError, match=rf"video {url} \(episode 0, observation.images.cam0\): asking the "
+                                              r"remote store for it failed \(EndpointConnectionError"):
+            unopened[0]
+        s3.server.start()
+        fs = s3fs.S3FileSystem(**s3.storage_options)  # negative control: a corrupt remote file is called corrupt
+        fs.pipe_file(f"{s3.bucket}/{s3.prefix}/{rel}", b"\x00garbage" * 2000)
+        with pytest.raises(SourceError, match=r"cannot open video .*: .*; the file is truncated or corrupt") as err:
+            serve("video_stream", nat, source=s3.url, storage_options=options)[0]
+        assert "remote store" not in str(err.value)
+
+
 def test_bench_lerobot_streaming_baseline_entry(lerobot_datasets, tmp_path):
     """``robo-loaders bench lerobot --backends streaming,...`` times LeRobot's StreamingLeRobotDataset (its own child
     process, offline on the local root) and reports every backend's ratio to it."""

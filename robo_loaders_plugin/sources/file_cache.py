@@ -147,13 +147,20 @@ class FileCache:
             from filelock import FileLock
 
             with FileLock(self._lock_path(local)):
-                ident = remote_identity(self.fs, path, self.endpoint)
-                reason = self._stale(local, ident)
-                if reason:
-                    if reason != "not cached yet":
-                        self.log(f"{LOG_PREFIX} {self.label}: {ident['url']}: {reason}; downloading it again "
-                                 f"into {local}")
-                    self._download(path, local, ident)
+                try:
+                    ident = remote_identity(self.fs, path, self.endpoint)
+                    reason = self._stale(local, ident)
+                    if reason:
+                        if reason != "not cached yet":
+                            self.log(f"{LOG_PREFIX} {self.label}: {ident['url']}: {reason}; downloading it again "
+                                     f"into {local}")
+                        self._download(path, local, ident)
+                except SourceError:
+                    raise
+                except Exception as exc:  # the store's error (a dropped connection), or the local disk's
+                    raise SourceError(f"{self.label}: copying {self.fs.unstrip_protocol(path)} into {local} failed "
+                                      f"({type(exc).__name__}: {exc}); check the network, the endpoint and the "
+                                      "credentials (or the space left on the local disk), then run again") from exc
             self._checked[path] = local
             return local
 

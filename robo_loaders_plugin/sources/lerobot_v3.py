@@ -117,11 +117,25 @@ class LeRobotV3:
             return path
         if self.file_cache is not None:
             return self.file_cache.get(path)
-        if self._blocks is None:
-            from robo_loaders_plugin.sources.remote_blocks import BlockCache
+        from robo_loaders_plugin.sources.remote_blocks import BlockCache, BlockFile
 
+        if self._blocks is None:
             self._blocks = BlockCache(self.video_fs)
-        return self._blocks.open(path)
+        return BlockFile(self._blocks, path, self.read_failures)
+
+    @property
+    def read_failures(self):
+        """Reads of remote videos the store failed in this process (``sources.remote_blocks.ReadFailures``), for
+        errors that must say "the connection failed" rather than "the file is corrupt"."""
+        if getattr(self, "_read_failures", None) is None:
+            from robo_loaders_plugin.sources.remote_blocks import ReadFailures
+
+            self._read_failures = ReadFailures()
+        return self._read_failures
+
+    def remote_failures(self, path: str) -> tuple[int, BaseException | None]:
+        """(how many reads of video ``path`` the remote store failed in this process, the last exception)."""
+        return self.read_failures.of(path)
 
     @property
     def remote_bytes_read(self) -> int:
@@ -329,18 +343,41 @@ class VideoFrames:
                   f"({dec.cpu_fallback})", flush=True)
         return dec
 
+    def _read_error(self, p: str, seen: int, what: str, exc: Exception) -> SourceError:
+        """The error of a failed open or decode: the remote store's own exception, with the file's URL, when a read
+        of the file failed meanwhile (a dropped connection is not a corrupt file), else "truncated or corrupt"."""
+        count, failure = self.source.remote_failures(p)
+        if count > seen:
+            url = self.source.video_fs.unstrip_protocol(p)
+            return SourceError(f"{what}: reading {url} from the remote store failed ({type(failure).__name__}: "
+                               f"{failure}); the connection broke, the file is not known to be damaged: check the "
+                               "network, the endpoint and the credentials, then run again")
+        return SourceError(f"{what}: {exc}; the file is truncated or corrupt")
+
     def _decoder(self, path: str, ep: int, key: str):
         p = str(path)
         if p not in self._decoders:
-            if not self.source.video_exists(p):
+            try:
+                exists = self.source.video_exists(p)
+            except Exception as exc:
+                from fsspec.implementations.local import LocalFileSystem
+
+                if isinstance(self.source.video_fs, LocalFileSystem):
+                    raise
+                raise SourceError(f"video {self.source.video_fs.unstrip_protocol(p)} (episode {ep}, {key}): asking "
+                                  f"the remote store for it failed ({type(exc).__name__}: {exc}); check the network, "
+                                  "the endpoint and the credentials, then run again") from exc
+            if not exists:
                 raise SourceError(f"video file {path} (episode {ep}, {key}) is missing")
             if len(self._decoders) >= max(1, len(self.source.video_keys)):  # one open file per camera is enough
                 self._decoders.pop(next(iter(self._decoders)))
+            seen = self.source.remote_failures(p)[0]
             try:
                 self._decoders[p] = self._open(p)
+            except SourceError:  # local_cache_dir's copy could not be made: it says why
+                raise
             except Exception as exc:
-                raise SourceError(f"cannot open video {path} (episode {ep}, {key}): {exc}; the file is truncated or "
-                                  "corrupt") from exc
+                raise self._read_error(p, seen, f"cannot open video {path} (episode {ep}, {key})", exc) from exc
         return self._decoders[p]
 
     def episode(self, ep: int, key: str, timestamps: np.ndarray) -> np.ndarray:
@@ -351,11 +388,12 @@ class VideoFrames:
         query = [start + float(ts) for ts in timestamps.tolist()]
         fps = dec.metadata.average_fps
         indices = [round(ts * fps) for ts in query]
+        seen = self.source.remote_failures(str(path))[0]
         try:
             batch = dec.get_frames_at(indices=indices)
         except Exception as exc:
-            raise SourceError(f"decoding {path} (episode {ep}, {key}, frames {indices[0]}..{indices[-1]}) failed: "
-                              f"{exc}; the file is truncated or corrupt") from exc
+            raise self._read_error(str(path), seen, f"decoding {path} (episode {ep}, {key}, frames "
+                                   f"{indices[0]}..{indices[-1]}) failed", exc) from exc
         pts = batch.pts_seconds.cpu().numpy()
         dist = np.abs(pts - np.asarray(query))
         bad = np.flatnonzero(~(dist < self.tolerance_s))
