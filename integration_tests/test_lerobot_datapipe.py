@@ -269,7 +269,7 @@ def test_cache_dir_rebuilds_when_the_source_changes_and_retires_the_old_copy(ler
                                         pa.array(col, type=field.type)), path)
 
     _edit_in_place(data, change_state)  # mtime restored: LeRobot's own HF cache still serves the old rows...
-    with pytest.raises(RoboLoadersError, match="could not reproduce LeRobot's value for row 0"):
+    with pytest.raises(RoboLoadersError, match=r"column 'observation.state' differs at 1 of \d+ rows \(first: row 0"):
         serve("datapipe", native(copy, "act"))  # ...which the row check catches instead of training on either
     os.utime(data)  # an ordinary edit: LeRobot reads the new rows too
     nat = native(copy, "act")

@@ -163,8 +163,59 @@ def test_cache_dir_reuse_and_rebuild(copy_of, tmp_path):
     pq.write_table(table.set_column(table.schema.get_field_index(field.name), field.name,
                                     pa.array(col, type=field.type)), data)
     os.utime(data, ns=(st.st_atime_ns, st.st_mtime_ns))
-    with pytest.raises(RoboLoadersError, match="could not reproduce LeRobot's value for row 0"):
+    with pytest.raises(RoboLoadersError, match=r"column 'observation.state' differs at 1 of \d+ rows \(first: row 0"):
         serve("compressed_cache", native(root), cache_dir=str(cache))
+
+
+def edit_a_row_keeping_the_mtime(data_file, row, column="action"):
+    """Add 0.5 to ``column`` in one row of a data parquet file and restore its mtime (cp -p, rsync -t): LeRobot's
+    datasets cache, keyed by the files' mtimes, keeps serving the old table. Returns (old, new) values."""
+    import pyarrow as pa
+
+    st = os.stat(data_file)
+    table = pq.read_table(data_file)
+    values = table.column(column).to_pylist()
+    old = values[row]
+    values[row] = [v + 0.5 for v in old]
+    field = table.schema.field(column)
+    pq.write_table(table.set_column(table.schema.get_field_index(column), column, pa.array(values, type=field.type)),
+                   data_file)
+    os.utime(data_file, ns=(st.st_atime_ns, st.st_mtime_ns))
+    return old, values[row]
+
+
+def test_a_value_edited_in_any_row_with_the_mtime_kept_is_refused_by_every_backend(copy_of, tmp_path):
+    """Issue 23 A2: the row check compared row 0 only. A parquet value edited in another row (mtime kept) while
+    LeRobot's datasets cache holds the old table: the backends read the file's new values, LeRobotDataset serves the
+    old ones. Every served column is now compared whole (a digest of each side): refused, naming both places."""
+    import torch
+
+    root = copy_of("av1_1cam")
+    assert native(root).hf_dataset.cache_files  # LeRobot's cached copy of the table exists
+    data_file = sorted(glob.glob(str(root / "data" / "*" / "*.parquet")))[0]
+    row = 200  # episode 2: far from row 0
+    old, new = edit_a_row_keeping_the_mtime(data_file, row)
+    nat = native(root)
+    assert torch.allclose(nat[row]["action"], torch.tensor(old)) and not torch.allclose(nat[row]["action"],
+                                                                                        torch.tensor(new))
+    cache_dir = os.path.dirname(nat.hf_dataset.cache_files[0]["filename"])
+    backends = ("compressed_cache", "gpu_resampler", "video_stream", "datapipe")
+    for backend in backends:
+        where = "the shards in" if backend == "datapipe" else "the data parquet files"
+        with pytest.raises(RoboLoadersError) as err:
+            serve(backend, nat)
+        text = str(err.value)
+        assert f"column 'action' differs at 1 of {len(nat)} rows (first: row {row}, index {row}" in text, text
+        assert where in text and f"LeRobot's dataset object, read from its datasets cache ({cache_dir})" in text
+        assert f"delete {cache_dir}" in text and "mtime" in text
+    # negative control: once LeRobot reads the files again (its stale cache removed), both serve the new values
+    shutil.rmtree(cache_dir)
+    nat = native(root)
+    assert torch.allclose(nat[row]["action"], torch.tensor(new))
+    for backend in backends:
+        ours = serve(backend, nat)
+        for i in (0, row, len(nat) - 1):
+            same_item(ours[i], nat[i], f"{backend}[{i}]")
 
 
 def test_negative_indices_and_other_video_backend(lerobot_datasets):

@@ -63,6 +63,37 @@ def test_cache_dir_persists_and_is_reused(tiny_hdf5, tmp_path, capsys):
     assert glob.glob(str(tmp_path / "cache3" / "*")) == [fourth.frames.store.path]
 
 
+def test_a_frame_the_old_digest_did_not_sample_edited_with_the_mtime_restored_rebuilds(tmp_path):
+    """Issue 23 A5: the digest sampled the first, middle and last frame of each camera; one pixel of another frame
+    changed with the mtime restored (cp -p, rsync -t) reused the cache and served the old frame. Now the stat
+    differs (ctime), the whole file is hashed, the cache is rebuilt and the new pixel served."""
+    from robo_loaders_plugin.sample_data.robomimic_hdf5 import write_robomimic_hdf5
+
+    path = write_robomimic_hdf5(str(tmp_path / "frames.hdf5"), demos=3, image_size=32, cameras=1, seed=5,
+                                min_length=20, max_length=20, valid_fraction=0.34, next_obs=False, progress=False)
+    cfg = make_config(path, backend="compressed_cache", rgb=["agentview_image"], seq_length=1,
+                      backend_kwargs={"cache_dir": str(tmp_path / "cache")}, hdf5_load_next_obs=False)
+    first = dataset_factory(cfg, obs_keys(cfg))
+    assert "reused" in dataset_factory(cfg, obs_keys(cfg)).serving.summary  # negative control: unchanged, reused
+    step = 7  # not frame 0, 10 or 19 of demo_0 (20 steps): bytes the sampled digest never read
+    old = first[step]["obs"]["agentview_image"].copy()
+    st = os.stat(path)
+    with h5py.File(path, "r+") as f:
+        f["data/demo_0/obs/agentview_image"][step, 5, 5, 0] ^= 0xFF
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert os.stat(path).st_size == st.st_size and os.stat(path).st_mtime_ns == st.st_mtime_ns
+    del first
+    again = dataset_factory(cfg, obs_keys(cfg))
+    assert "reused" not in again.serving.summary
+    new = again[step]["obs"]["agentview_image"]
+    assert not np.array_equal(new, old)  # the edited frame, not the cached one
+    with cfg.values_unlocked():
+        cfg.train.data_backend = None
+        cfg.train.data_backend_kwargs = {}
+    assert_same_sample(again[step], dataset_factory(cfg, obs_keys(cfg))[step])
+    assert glob.glob(str(tmp_path / "cache" / "*")) == [again.frames.store.path]  # the stale copy was removed
+
+
 def test_cache_dir_that_is_a_file_is_refused(tiny_hdf5, tmp_path):
     (tmp_path / "file").write_text("x")
     cfg = _cc(tiny_hdf5, backend_kwargs={"cache_dir": str(tmp_path / "file")})
@@ -247,6 +278,36 @@ def test_inconsistent_dtype_across_demos(tiny_hdf5, tmp_path):
     cfg = make_config(path, backend="compressed_cache", low_dim=["object"])
     with pytest.raises(RoboLoadersError, match="demo_2/obs/object"):
         dataset_factory(cfg, obs_keys(cfg))
+
+
+@pytest.mark.parametrize("extra", [30, -5])
+def test_num_samples_that_disagree_with_the_arrays_are_refused_by_every_backend(tiny_hdf5, tmp_path, extra):
+    """Issue 23 A6: robomimic indexes a demo by its num_samples attribute, the shards by its arrays, so a file where
+    they disagree was served as two datasets (datapipe 148 windows, native 1124); compressed_cache alone refused
+    it. One validation of the source (RobomimicHdf5) now refuses it for every backend and for convert."""
+    path = str(tmp_path / "lying.hdf5")
+    shutil.copy(tiny_hdf5, path)
+    with h5py.File(path, "r+") as f:
+        rows = f["data/demo_3/actions"].shape[0]
+        f["data/demo_3"].attrs["num_samples"] = rows + extra
+    native_cfg = make_config(path, seq_length=5, hdf5_cache_mode=None)  # "all" would crash caching the windows
+    arrays_cfg = make_config(tiny_hdf5, seq_length=5, hdf5_cache_mode=None)
+    if extra > 0:  # the attack is real: native robomimic serves windows the arrays do not have
+        assert len(dataset_factory(native_cfg, obs_keys(native_cfg))) == \
+            len(dataset_factory(arrays_cfg, obs_keys(arrays_cfg))) + extra
+    message = (rf"lying\.hdf5: data/demo_3/actions has {rows} rows \(shape \({rows}, 7\)\) but data/demo_3 has "
+               rf"num_samples={rows + extra}; .*fix the attribute or the arrays")
+    for backend in ("compressed_cache", "datapipe", "gpu_resampler", "video_stream"):
+        cfg = make_config(path, backend=backend, seq_length=5)
+        with pytest.raises(RoboLoadersError, match=message):
+            dataset_factory(cfg, obs_keys(cfg))
+    from robo_loaders_plugin.robomimic.convert import convert_robomimic
+
+    with pytest.raises(RoboLoadersError, match=message):
+        convert_robomimic(path, str(tmp_path / "shards"), progress=False)
+    assert not os.path.exists(tmp_path / "shards" / "index.json")
+    cfg = make_config(tiny_hdf5, backend="datapipe", seq_length=5)  # negative control: the intact file serves
+    assert len(dataset_factory(cfg, obs_keys(cfg))) == len(dataset_factory(arrays_cfg, obs_keys(arrays_cfg)))
 
 
 def test_batch_arrays_are_recycled_for_every_field_of_a_shape(tiny_hdf5):

@@ -314,6 +314,141 @@ def test_local_cache_dir_refreshes_a_replaced_remote_file_and_damaged_copies(twi
         assert ds.source.file_cache.downloads == 0 and "downloading it again" not in capsys.readouterr().out
 
 
+def flip_a_bit_that_changes_a_value(path, column="action"):
+    """Flip one bit of a parquet file (same size) inside ``column``'s data so that the file still reads and a value
+    of the column differs: the damage a disk or a copy does silently. Returns (offset, values before, after)."""
+    import pyarrow.parquet as pq
+
+    before = pq.read_table(path).column(column).to_pylist()
+    meta = pq.ParquetFile(path).metadata
+    chunk = next(meta.row_group(0).column(i) for i in range(meta.num_columns)
+                 if meta.row_group(0).column(i).path_in_schema.split(".")[0] == column)
+    data = bytearray(open(path, "rb").read())
+    start = chunk.dictionary_page_offset or chunk.data_page_offset  # dictionary-encoded: the values are there
+    for offset in range(start + 32, start + chunk.total_compressed_size):
+        for bit in (0x01, 0x10):
+            data[offset] ^= bit
+            with open(path, "wb") as f:
+                f.write(data)
+            try:
+                after = pq.read_table(path).column(column).to_pylist()
+                if after != before:
+                    return offset, before, after
+            except Exception:  # noqa: BLE001 - this flip broke the file: try another one
+                pass
+            data[offset] ^= bit
+    raise AssertionError(f"no single bit flip in {path} changes {column} and keeps the file readable")
+
+
+def test_mirrored_tables_are_checked_by_their_own_sha256_and_downloaded_again(twin_datasets, tmp_path):
+    """Issue 23 A1: the local mirror of a remote dataset's tables was trusted by size and ETag alone, so one flipped
+    bit in a mirrored parquet file (same size) was reused and a wrong action served. Each copy's SHA-256, recorded
+    when it was downloaded, is now checked on every mirror_tables (the local_cache_dir code): a damaged copy is
+    downloaded again, with a log line, and the remote values are served."""
+    import pyarrow.parquet as pq
+
+    from robo_loaders_plugin.sources.lerobot_v3 import mirror_tables
+
+    root = twin_datasets[0]
+    local, logs = str(tmp_path / "mirror"), []
+    with S3Server(root) as s3:
+        def mirrored():
+            return mirror_tables(s3.url, local, s3.storage_options, log=logs.append)
+
+        assert mirrored() == local and not logs  # a first copy is no news
+        rel = os.path.relpath(sorted(glob.glob(os.path.join(root, "data", "*", "*.parquet")))[0], root)
+        copy, original = os.path.join(local, rel), os.path.join(root, rel)
+        stat = os.stat(copy)
+        mirrored()  # negative control: intact copies are verified, neither rewritten nor reported
+        assert not logs and os.stat(copy).st_ino == stat.st_ino and os.stat(copy).st_mtime_ns == stat.st_mtime_ns
+        assert not os.path.exists(os.path.join(local, "data", "chunk-000", "file-000.parquet.lock"))  # records apart
+
+        offset, good, bad = flip_a_bit_that_changes_a_value(copy)
+        assert os.path.getsize(copy) == os.path.getsize(original) and good != bad  # the attack: readable, wrong
+        mirrored()
+        assert len(logs) == 1 and f"{s3.url}/{rel}: the local copy's SHA-256 differs from the one recorded" in logs[0] \
+            and "downloading it again" in logs[0], logs
+        assert open(copy, "rb").read() == open(original, "rb").read()
+        assert pq.read_table(copy).column("action").to_pylist() == good
+        from robo_loaders_plugin.lerobot.compat import tables_only
+
+        with tables_only():  # as lerobot-train builds it (integration._streamed_source): videos are remote
+            nat = native(local)
+        truth = native(root)  # LeRobot on the mirror, and the streamed items, are the source's
+        ours = serve("video_stream", nat, source=s3.url, storage_options=s3.storage_options)
+        for i in (0, 35, len(truth) - 1):
+            same_item(ours[i], truth[i], f"after the repair [{i}]")
+            assert torch.equal(nat.hf_dataset[i]["action"], truth[i]["action"])  # (its videos are not local)
+
+        os.unlink(os.path.join(local, "meta", "info.json"))  # a missing copy: downloaded again, said
+        logs.clear()
+        mirrored()
+        assert len(logs) == 1 and "meta/info.json: the local copy is missing" in logs[0], logs
+
+        gone = os.path.join(local, "data", "chunk-009", "file-009.parquet")  # a mirror an earlier version wrote
+        os.makedirs(os.path.dirname(gone))
+        open(gone, "wb").close()
+        with open(os.path.join(local, ".robo-loaders-mirror.json"), "w") as f:
+            json.dump({"data/chunk-009/file-009.parquet": [0, ""], rel: [1, "x"]}, f)
+        logs.clear()
+        mirrored()
+        assert len(logs) == 1 and "mirrored by an earlier robo-loaders" in logs[0], logs
+        assert not os.path.exists(gone) and not os.path.exists(os.path.join(local, ".robo-loaders-mirror.json"))
+        assert open(copy, "rb").read() == open(original, "rb").read()
+
+
+def test_a_dropped_s3_connection_is_named_with_the_url_not_called_a_corrupt_file(tmp_path, monkeypatch):
+    """Issue 23 B10: the S3 server stopped mid-run ended in "the file is truncated or corrupt". A read the store
+    fails is now reported as such, with the store's exception and the file's URL: when the decoder is first
+    opened, mid-decode (blocks no longer cached), and when local_cache_dir copies the file; a file that really is
+    corrupt still says so (negative control)."""
+    import s3fs
+
+    from robo_loaders_plugin.sample_data.lerobot_v3 import write_lerobot_dataset
+    from robo_loaders_plugin.sources.remote_blocks import BlockCache
+
+    root = write_lerobot_dataset(tmp_path / "ds", episode_lengths=(150, 150, 150), cameras=1, image_size=(96, 128),
+                                 mode="h264", seed=4, progress=False)  # a 100 KB video: more than one read of it
+    nat = native(root)
+    rel = os.path.relpath(glob.glob(os.path.join(root, "videos", "*", "*", "*.mp4"))[0], root)
+    connection = r"reading s3://{}/{} from the remote store failed \(EndpointConnectionError: Could not connect to " \
+                 r"the endpoint URL.*\); the connection broke, the file is not known to be damaged"
+    with S3Server(root) as s3:
+        options = dict(s3.storage_options, config_kwargs={"retries": {"max_attempts": 1}})  # fail fast
+        url = f"s3://{s3.bucket}/{s3.prefix}/{rel}"
+        streaming = serve("video_stream", nat, source=s3.url, storage_options=options)
+        # a block cache of two 4 KiB blocks: the blocks a later episode needs are read again, as in a long pass
+        streaming.source._blocks = BlockCache(streaming.source.video_fs, block=4096, max_bytes=8192)
+        same_item(streaming[0], nat[0], "before the connection drops")
+        unopened = serve("video_stream", nat, source=s3.url, storage_options=options)
+        copying = serve("video_stream", nat, source=s3.url, storage_options=options,
+                                       local_cache_dir=str(tmp_path / "copies"))
+
+        def dropped(*args, **kwargs):  # the connection drops while local_cache_dir downloads the file
+            from botocore.exceptions import EndpointConnectionError
+
+            raise EndpointConnectionError(endpoint_url=s3.storage_options["client_kwargs"]["endpoint_url"])
+
+        monkeypatch.setattr(copying.source.file_cache.fs, "get_file", dropped)
+        with pytest.raises(SourceError, match=rf"local_cache_dir: copying {url} into .* failed "
+                                              r"\(EndpointConnectionError: Could not connect"):
+            copying[0]
+        monkeypatch.undo()
+        s3.server.stop()
+        with pytest.raises(SourceError, match=r"decoding .* \(episode 2, observation.images.cam0, frames 300..449\) "
+                                              r"failed: " + connection.format(s3.bucket, f"{s3.prefix}/{rel}")):
+            streaming[len(nat) - 1]
+        with pytest.raises(SourceError, match=rf"video {url} \(episode 0, observation.images.cam0\): asking the "
+                                              r"remote store for it failed \(EndpointConnectionError"):
+            unopened[0]
+        s3.server.start()
+        fs = s3fs.S3FileSystem(**s3.storage_options)  # negative control: a corrupt remote file is called corrupt
+        fs.pipe_file(f"{s3.bucket}/{s3.prefix}/{rel}", b"\x00garbage" * 2000)
+        with pytest.raises(SourceError, match=r"cannot open video .*: .*; the file is truncated or corrupt") as err:
+            serve("video_stream", nat, source=s3.url, storage_options=options)[0]
+        assert "remote store" not in str(err.value)
+
+
 def test_bench_lerobot_streaming_baseline_entry(lerobot_datasets, tmp_path):
     """``robo-loaders bench lerobot --backends streaming,...`` times LeRobot's StreamingLeRobotDataset (its own child
     process, offline on the local root) and reports every backend's ratio to it."""

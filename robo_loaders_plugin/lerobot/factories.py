@@ -46,7 +46,7 @@ def compressed_cache_dataset(native, *, options):
     frame_codec = FrameCodec(options.codec, options.level, options.filter)
     source, settings = _source(native)
     episodes = LeRobotEpisodes(source, settings.tolerance_s, native.episodes)
-    check_rows_match(native, episodes.columns, episodes.arrays["index"], {k: a[0] for k, a in episodes.arrays.items()})
+    check_rows_match(native, episodes.columns, episodes.arrays["index"], episodes.arrays)
 
     def write(writer):
         for ep, _, _ in tqdm(episodes.runs, desc=f"compressed_cache [{native.repo_id}]", unit="episode",
@@ -110,8 +110,10 @@ def datapipe_dataset(native, *, options):
         return reader.read_episode(records[unit], decode_frames=False, fields=fields)[1]
 
     first = read(0, None)
-    check_rows_match(native, columns, arrays["index"], {k: v[0] for k, v in first.items() if k in columns and
-                                                        not isinstance(v, EncodedFrames)})
+    numeric = [k for k, v in first.items() if k in columns and not isinstance(v, EncodedFrames)]
+    served = [first] + [read(u, numeric) for u in range(1, len(runs))]  # every row LeRobot's object holds
+    check_rows_match(native, columns, arrays["index"], {k: np.concatenate([e[k] for e in served]) for k in numeric},
+                     read_from=f"the shards in {reader.dir}")
     infos = {k: FieldInfo(v.dtype, tuple(v.shape[1:]), isinstance(v, EncodedFrames)) for k, v in first.items()}
     frames = EpisodeFrames([e - s for _, s, e in runs], infos, read, capacity=passes.episode_capacity,
                            decode_on_load=False)
@@ -133,7 +135,7 @@ def gpu_resampler_dataset(native, *, options):
     train_device = training_device(options.device, OPTION_PREFIX)
     delta_steps = _delta_steps(native, settings.delta_indices, target_fps, options.delta_timestamps)
     episodes = LeRobotEpisodes(source, settings.tolerance_s, native.episodes)
-    check_rows_match(native, episodes.columns, episodes.arrays["index"], {k: a[0] for k, a in episodes.arrays.items()})
+    check_rows_match(native, episodes.columns, episodes.arrays["index"], episodes.arrays)
     first_ep = episodes.runs[0][0]
     first, cameras = episodes.read(first_ep)
     infos = {k: FieldInfo(a.dtype, tuple(a.shape[1:]), k in cameras) for k, a in first.items()}
@@ -205,7 +207,7 @@ def video_stream_dataset(native, *, options):
                   "local already", flush=True)
     device = _decode_device(options.decode_device, source)
     episodes = LeRobotEpisodes(source, settings.tolerance_s, native.episodes, decode_device=device)
-    check_rows_match(native, episodes.columns, episodes.arrays["index"], {k: a[0] for k, a in episodes.arrays.items()})
+    check_rows_match(native, episodes.columns, episodes.arrays["index"], episodes.arrays)
     infos = {k: FieldInfo(a.dtype, tuple(a.shape[1:]), False) for k, a in episodes.arrays.items()}
     for key in episodes.camera_keys:  # decoded as (C, H, W) uint8 from the (H, W, C) the features state
         h, w, c = source.features[key]["shape"]
