@@ -183,7 +183,7 @@ def lerobot_episodes(native, decode_device: str = "cpu") -> "LeRobotEpisodes":
 
     source, settings = _source(native)
     episodes = LeRobotEpisodes(source, settings.tolerance_s, native.episodes, decode_device=decode_device)
-    check_rows_match(native, episodes.columns, episodes.arrays["index"], {k: a[0] for k, a in episodes.arrays.items()})
+    check_rows_match(native, episodes.columns, episodes.arrays["index"], episodes.arrays)
     return episodes
 
 
