@@ -29,15 +29,15 @@ $(STAMP): pyproject.toml Makefile scripts/find_python312.sh
 	echo "[setup] installing robomimic 0.3.0 (egl_probe needs CMAKE_POLICY_VERSION_MINIMUM under CMake 4)"; \
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" CMAKE_POLICY_VERSION_MINIMUM=3.5 $(PIP) install --no-build-isolation egl_probe; \
 	$(PIP) install $(TORCH_PINS) robomimic==0.3.0 six; \
-	echo "[setup] installing robo-loaders-plugin (editable, all extras)"; \
-	$(PIP) install $(TORCH_PINS) -e ".[all]"; \
+	echo "[setup] installing robo-loaders-plugin (editable, all extras and the test extra)"; \
+	$(PIP) install $(TORCH_PINS) -e ".[all,test]"; \
 	$(PY) -c "import robomimic, lerobot, torchdata, torch, robo_loaders_plugin; print('[setup] ok: torch', torch.__version__)"; \
 	touch $(STAMP)
 
-# every test (the README's and CI's command): the package's unit and integration tests and the benchmark harness's
-# (benchmarks/tests); ~20 min on a 2-core machine
+# every test (the README's and CI's command): the package's unit and integration tests, the benchmark harness's
+# (benchmarks/tests) and the example third-party backend's; ~20 min on a 2-core machine
 test: setup
-	$(PY) -m pytest -ra -p no:cacheprovider tests integration_tests benchmarks/tests
+	$(PY) -m pytest -ra -p no:cacheprovider tests integration_tests benchmarks/tests examples/jpeg_backend/tests
 
 # the inner loop, -m fast: every unit test (tests/), the quick parity checks marked fast in integration_tests/ (one
 # per backend and framework, against the native loaders) and the harness's fake-row tests: 1 min 9 s on this shared

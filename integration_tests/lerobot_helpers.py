@@ -20,3 +20,11 @@ def same_item(ours: dict, theirs: dict, where=""):
 
 def random_indices(n, count=500, seed=0):
     return np.random.default_rng(seed).choice(n, size=count, replace=count > n).tolist()
+
+
+def serve(backend: str, native, **options):
+    """``native`` served through ``backend`` with ``options``, as ``lerobot-train --dataset.backend=BACKEND
+    --dataset.backend_kwargs=JSON`` does: options checked, dataset built and recorded for the adapter."""
+    from robo_loaders_plugin.lerobot.integration import build_dataset, choose
+
+    return build_dataset(native, choose(backend, **options))

@@ -9,12 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from lerobot_helpers import REPO, random_indices, same_item
+from lerobot_helpers import REPO, random_indices, same_item, serve
 from robomimic_helpers import assert_same_sample, make_config, obs_keys
 
-from robo_loaders_plugin import BackendOptionError, get_backend
-from robo_loaders_plugin.core.iteration import record_built
-from robo_loaders_plugin.lerobot.factories import gpu_resampler_dataset
+from robo_loaders_plugin import BackendOptionError
+from robo_loaders_plugin.core.iteration import built_by
 from robo_loaders_plugin.lerobot.integration import cycle
 from robo_loaders_plugin.lerobot.presets import delta_timestamps
 from robo_loaders_plugin.robomimic import dataset_factory
@@ -33,8 +32,8 @@ def native(root, preset="none", return_uint8=True, **kw):
     pytest.param("act", True, None, marks=pytest.mark.fast), ("diffusion", False, [0, 2, 3]), ("none", True, [1, 4])])
 def test_items_and_batches_equal_lerobot_dataset(lerobot_datasets, name, preset, return_uint8, episodes):
     nat = native(lerobot_datasets[name], preset, return_uint8, episodes=episodes)
-    ours = gpu_resampler_dataset(nat)
-    assert len(ours) == len(nat) and ours.batches_in_process
+    ours = serve("gpu_resampler", nat)
+    assert len(ours) == len(nat) and built_by(ours).kind == "indexed"  # batches built in-process
     for i in random_indices(len(nat), 150, seed=3):
         same_item(ours[i], nat[i], f"{name}/{preset}[{i}]")
     idx = random_indices(len(nat), 24, seed=4)
@@ -48,12 +47,12 @@ def test_lerobot_half_rate_equals_native_with_doubled_offsets(lerobot_datasets):
     fps = 20
     policy = {"action": [i / fps for i in range(10)], "observation.state": [-1 / fps, 0.0],
               "observation.images.cam0": [-1 / fps, 0.0]}
-    ours = gpu_resampler_dataset(native(root, delta=policy), target_fps=fps / 2)
+    ours = serve("gpu_resampler", native(root, delta=policy), target_fps=fps / 2)
     doubled = native(root, delta={k: [2 * t for t in v] for k, v in policy.items()})
     for i in random_indices(len(doubled), 150, seed=5):
         same_item(ours[i], doubled[i], f"half rate [{i}]")
 
-    third = gpu_resampler_dataset(native(root, delta=policy), target_fps=fps / 1.5)
+    third = serve("gpu_resampler", native(root, delta=policy), target_fps=fps / 1.5)
     plain = native(root)  # no windows: the recorded rows
     eps = {int(e["episode_index"]): (int(e["dataset_from_index"]), int(e["dataset_to_index"]))
            for e in plain.meta.episodes}
@@ -73,23 +72,23 @@ def test_lerobot_half_rate_equals_native_with_doubled_offsets(lerobot_datasets):
 
 def test_lerobot_delta_timestamps_between_frames_and_bad_options(lerobot_datasets):
     root = lerobot_datasets["av1_1cam"]
-    ours = gpu_resampler_dataset(native(root), delta_timestamps={"action": [0.0, 0.025, 0.075]},
+    ours = serve("gpu_resampler", native(root), delta_timestamps={"action": [0.0, 0.025, 0.075]},
                                  modes={"action": "previous"})
     plain = native(root)
     for i in random_indices(len(plain), 30, seed=7):
         got = ours[i]["action"]  # 20 fps: 0.5 and 1.5 steps ahead, zero-order hold
         assert torch.equal(got[0], plain[i]["action"]) and torch.equal(got[1], plain[i]["action"])
     with pytest.raises(BackendOptionError, match="delta_timestamps names \\['no_such_key'\\]"):
-        gpu_resampler_dataset(native(root), delta_timestamps={"no_such_key": [0.0]})
+        serve("gpu_resampler", native(root), delta_timestamps={"no_such_key": [0.0]})
     with pytest.raises(BackendOptionError, match="never blended"):
-        gpu_resampler_dataset(native(root, "diffusion"), target_fps=10, modes={"observation.images.cam0": "linear"})
-    with pytest.raises(BackendOptionError, match="target_fps must be a positive number"):
-        gpu_resampler_dataset(native(root), target_fps=0)
-    with pytest.raises(BackendOptionError, match="source_fps applies to robomimic"):
-        gpu_resampler_dataset(native(root), source_fps=20)
+        serve("gpu_resampler", native(root, "diffusion"), target_fps=10, modes={"observation.images.cam0": "linear"})
+    with pytest.raises(BackendOptionError, match="target_fps must be a rate in frames per second"):
+        serve("gpu_resampler", native(root), target_fps=0)
+    with pytest.raises(BackendOptionError, match="source_fps: applies to robomimic only"):
+        serve("gpu_resampler", native(root), source_fps=20)
     if not torch.cuda.is_available():
         with pytest.raises(BackendOptionError, match="no CUDA GPU"):
-            gpu_resampler_dataset(native(root), device="cuda")
+            serve("gpu_resampler", native(root), device="cuda")
 
 
 def test_lerobot_training_batches_follow_the_sampler(lerobot_datasets):
@@ -98,8 +97,7 @@ def test_lerobot_training_batches_follow_the_sampler(lerobot_datasets):
     from lerobot.datasets import EpisodeAwareSampler
 
     nat = native(lerobot_datasets["av1_1cam"], "act")
-    ours = gpu_resampler_dataset(nat)
-    record_built(get_backend("gpu_resampler"), ours)
+    ours = serve("gpu_resampler", nat)
 
     def loader(ds):
         sampler = EpisodeAwareSampler(ds.meta.episodes["dataset_from_index"], ds.meta.episodes["dataset_to_index"],
@@ -157,10 +155,12 @@ def test_robomimic_half_rate_equals_sequence_dataset_on_a_half_rate_file(tiny_hd
 
 
 def test_robomimic_options_are_checked(tiny_hdf5):
-    for kwargs, match in [({"target_fps": -1}, "target_fps must be a positive number"),
+    for kwargs, match in [({"target_fps": -1}, "target_fps must be a rate in frames per second"),
+                          ({"target_fps": 1e9}, "target_fps must be a rate in frames per second in \\(0, 10000\\]"),
+                          ({"target_fps": 5000, "source_fps": 20}, "target_fps=5000 is more than 100x the rate"),
                           ({"modes": {"obs/nope": "linear"}}, r"modes names \['obs/nope'\]"),
                           ({"modes": {"obs/agentview_image": "linear"}}, "never blended|needs a float field"),
-                          ({"delta_timestamps": {"actions": [0.0]}}, "delta_timestamps applies to LeRobot"),
+                          ({"delta_timestamps": {"actions": [0.0]}}, "delta_timestamps: applies to lerobot only"),
                           ({"device": "tpu"}, "device must be")]:
         cfg = make_config(tiny_hdf5, backend="gpu_resampler", backend_kwargs=kwargs, seq_length=5)
         with pytest.raises(BackendOptionError, match=match):
@@ -170,12 +170,12 @@ def test_robomimic_options_are_checked(tiny_hdf5):
 @pytest.mark.cuda
 def test_cuda_batches_are_on_the_gpu_and_equal_the_cpu_path(lerobot_datasets):
     nat = native(lerobot_datasets["h264_3cam_multifile"], "diffusion", return_uint8=False)
-    cpu, gpu = gpu_resampler_dataset(nat, device="cpu"), gpu_resampler_dataset(nat, device="cuda")
+    cpu, gpu = serve("gpu_resampler", nat, device="cpu"), serve("gpu_resampler", nat, device="cuda")
     idx = random_indices(len(nat), 32, seed=8)
     a, b = cpu.collate(idx), gpu.collate(idx)
     assert b["observation.images.cam0"].is_cuda and b["action"].is_cuda
     same_item({k: v.cpu() if isinstance(v, torch.Tensor) else v for k, v in b.items()}, a, "cuda batch")
-    small = gpu_resampler_dataset(nat, device="cuda", max_device_memory=1000)  # over budget: pinned host memory
+    small = serve("gpu_resampler", nat, device="cuda", max_device_memory=1000)  # over budget: pinned host memory
     assert small.frames.storage.type == "cpu" and small.frames.pinned
     c = small.collate(idx)
     assert c["action"].is_cuda

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from lerobot_helpers import REPO, random_indices, same_item
+from lerobot_helpers import REPO, random_indices, same_item, serve
 
 from robo_loaders_plugin.lerobot.convert import convert_lerobot, verify_lerobot
-from robo_loaders_plugin.lerobot.factories import LeRobotShardSamples, datapipe_dataset
+from robo_loaders_plugin.lerobot.factories import LeRobotShardSamples
 from robo_loaders_plugin.lerobot.integration import cycle, sampling_plan
 from robo_loaders_plugin.lerobot.presets import delta_timestamps
 from robo_loaders_plugin import RoboLoadersError
@@ -53,10 +53,6 @@ def one_pass(ds, dataloader):
 
 def lerobot_cycle(ds, dataloader):
     """lerobot-train's (patched) cycle(dataloader), for a dataset the datapipe backend built."""
-    from robo_loaders_plugin import get_backend
-    from robo_loaders_plugin.core.iteration import record_built
-
-    record_built(get_backend("datapipe"), ds)
     return cycle(dataloader)
 
 
@@ -65,7 +61,7 @@ def lerobot_cycle(ds, dataloader):
     ("act", True), pytest.param("diffusion", False, marks=pytest.mark.fast), ("none", True)])
 def test_items_equal_lerobot_dataset(lerobot_datasets, shards, name, preset, return_uint8):
     nat = native(lerobot_datasets[name], preset, return_uint8)
-    ours = datapipe_dataset(nat, shards=shards[name])
+    ours = serve("datapipe", nat, shards=shards[name])
     assert isinstance(ours, LeRobotShardSamples) and len(ours) == len(nat) and ours.num_episodes == nat.num_episodes
     for i in random_indices(len(nat), 300, seed=zlib.crc32(f"{name}{preset}".encode())):
         same_item(ours[i], nat[i], f"{name}/{preset}[{i}]")
@@ -87,7 +83,7 @@ def test_training_pass_serves_the_samplers_frames_once_each_equal_to_native(lero
     """Every frame EpisodeAwareSampler would serve (drop_n_last_frames, episode filter) appears exactly once per
     pass, and each item of each pipeline batch equals LeRobotDataset's item for that frame."""
     nat = native(lerobot_datasets["h264_3cam_multifile"], "diffusion", episodes=[0, 2, 3, 4])
-    ds = datapipe_dataset(nat, shards=shards["h264_3cam_multifile"], shuffle_buffer=2)
+    ds = serve("datapipe", nat, shards=shards["h264_3cam_multifile"], shuffle_buffer=2)
     sampler = sampler_for(nat, drop_n_last)
     dl = torch.utils.data.DataLoader(ds, batch_size=batch_size, sampler=sampler, num_workers=workers)
     batches = one_pass(ds, dl)
@@ -109,7 +105,7 @@ def test_the_episode_buffer_reads_each_episode_about_once_per_pass(lerobot_datas
     nat = native(lerobot_datasets["h264_3cam_multifile"], "act")
 
     def loads(shuffle_buffer):
-        ds = datapipe_dataset(nat, shards=shards["h264_3cam_multifile"], shuffle_buffer=shuffle_buffer)
+        ds = serve("datapipe", nat, shards=shards["h264_3cam_multifile"], shuffle_buffer=shuffle_buffer)
         ds.frames.cache.capacity = 2  # fewer than the 5 episodes
         dl = torch.utils.data.DataLoader(ds, batch_size=8, sampler=sampler_for(nat), num_workers=1)
         batches = one_pass(ds, dl)
@@ -123,7 +119,7 @@ def test_the_episode_buffer_reads_each_episode_about_once_per_pass(lerobot_datas
 
 def test_passes_differ_are_seeded_and_resume_at_the_samplers_offset(lerobot_datasets, shards):
     nat = native(lerobot_datasets["av1_1cam"], "act")
-    ds = datapipe_dataset(nat, shards=shards["av1_1cam"])
+    ds = serve("datapipe", nat, shards=shards["av1_1cam"])
 
     def first_batches(state=None, seed=3, n=3):
         sampler = sampler_for(nat, seed=seed)
@@ -147,7 +143,7 @@ def test_passes_differ_are_seeded_and_resume_at_the_samplers_offset(lerobot_data
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (pinned memory)")
 def test_pinned_batches_on_cuda(lerobot_datasets, shards):
     nat = native(lerobot_datasets["av1_1cam"], "act")
-    ds = datapipe_dataset(nat, shards=shards["av1_1cam"])
+    ds = serve("datapipe", nat, shards=shards["av1_1cam"])
     dl = torch.utils.data.DataLoader(ds, batch_size=8, sampler=sampler_for(nat), pin_memory=True)
     batch = next(lerobot_cycle(ds, dl))
     assert batch["action"].is_pinned() and batch["observation.images.cam0"].is_pinned()
@@ -156,7 +152,7 @@ def test_pinned_batches_on_cuda(lerobot_datasets, shards):
 def test_sampling_with_replacement(lerobot_datasets, shards):
     """A pass has as many frames as the sampler's, drawn with replacement (repeats), every item still LeRobot's."""
     nat = native(lerobot_datasets["av1_1cam"], "act")
-    ds = datapipe_dataset(nat, shards=shards["av1_1cam"], replacement=True)
+    ds = serve("datapipe", nat, shards=shards["av1_1cam"], replacement=True)
     sampler = sampler_for(nat)
     batches = one_pass(ds, torch.utils.data.DataLoader(ds, batch_size=32, sampler=sampler))
     seen = np.concatenate([b["index"].numpy() for b in batches])
@@ -208,15 +204,15 @@ def test_stale_or_mismatched_shards_are_refused(lerobot_datasets, shards, tmp_pa
             same_item(ds[i], nat[i], f"{where}[{i}]")
 
     with pytest.raises(StaleSourceError, match=r"png_1cam.*does not match .*av1_1cam"):
-        datapipe_dataset(nat, shards=shards["png_1cam"])
+        serve("datapipe", nat, shards=shards["png_1cam"])
     copy = tmp_path / "copy"
     shutil.copytree(lerobot_datasets["av1_1cam"], copy)
-    serves_the_converted_items(datapipe_dataset(native(copy), shards=shards["av1_1cam"]), "copy")  # still matches
+    serves_the_converted_items(serve("datapipe", native(copy), shards=shards["av1_1cam"]), "copy")  # still matches
     (copy / "meta" / "extra.txt").write_text("changed")
     with pytest.raises(StaleSourceError, match="meta/extra.txt: added"):
-        datapipe_dataset(native(copy), shards=shards["av1_1cam"])
+        serve("datapipe", native(copy), shards=shards["av1_1cam"])
     os.unlink(copy / "meta" / "extra.txt")
-    serves_the_converted_items(datapipe_dataset(native(copy), shards=shards["av1_1cam"]), "extra file removed")
+    serves_the_converted_items(serve("datapipe", native(copy), shards=shards["av1_1cam"]), "extra file removed")
 
     video = next((copy / "videos").rglob("*.mp4"))  # re-encoded, same size: a few bytes differ
 
@@ -229,9 +225,9 @@ def test_stale_or_mismatched_shards_are_refused(lerobot_datasets, shards, tmp_pa
 
     _edit_in_place(video, flip)
     with pytest.raises(StaleSourceError, match="content digest differs"):
-        datapipe_dataset(native(copy), shards=shards["av1_1cam"])
+        serve("datapipe", native(copy), shards=shards["av1_1cam"])
     _edit_in_place(video, flip)  # flipped back: the same content again
-    serves_the_converted_items(datapipe_dataset(native(copy), shards=shards["av1_1cam"]), "flipped back")
+    serves_the_converted_items(serve("datapipe", native(copy), shards=shards["av1_1cam"]), "flipped back")
 
     data = next((copy / "data").rglob("*.parquet"))  # one action value changed
 
@@ -246,12 +242,12 @@ def test_stale_or_mismatched_shards_are_refused(lerobot_datasets, shards, tmp_pa
 
     _edit_in_place(data, change_action)
     with pytest.raises(StaleSourceError, match="does not match"):
-        datapipe_dataset(native(copy), shards=shards["av1_1cam"])
+        serve("datapipe", native(copy), shards=shards["av1_1cam"])
     # opt-out: the shards are served as converted (row 3's old action), unchecked against the edited source
-    serves_the_converted_items(datapipe_dataset(native(copy), shards=shards["av1_1cam"], check_source=False),
+    serves_the_converted_items(serve("datapipe", native(copy), shards=shards["av1_1cam"], check_source=False),
                                "check_source=False")
     with pytest.raises(RoboLoadersError, match="tolerance_s"):
-        datapipe_dataset(native(lerobot_datasets["av1_1cam"], tolerance_s=1e-5), shards=shards["av1_1cam"])
+        serve("datapipe", native(lerobot_datasets["av1_1cam"], tolerance_s=1e-5), shards=shards["av1_1cam"])
 
 
 def test_cache_dir_rebuilds_when_the_source_changes_and_retires_the_old_copy(lerobot_datasets, tmp_path,
@@ -263,10 +259,10 @@ def test_cache_dir_rebuilds_when_the_source_changes_and_retires_the_old_copy(ler
     monkeypatch.setenv("ROBO_LOADERS_CACHE", str(tmp_path / "home"))
     copy = tmp_path / "copy"
     shutil.copytree(lerobot_datasets["av1_1cam"], copy)
-    first = datapipe_dataset(native(copy, "act"))
+    first = serve("datapipe", native(copy, "act"))
     dirs = [n for n in os.listdir(tmp_path / "home") if not n.startswith(".")]
     assert len(dirs) == 1 and dirs[0].startswith("lerobot-shards-")
-    assert datapipe_dataset(native(copy, "act")).reader.dir == first.reader.dir  # reused
+    assert serve("datapipe", native(copy, "act")).location == first.location  # reused
     del first
 
     import pyarrow as pa
@@ -283,15 +279,15 @@ def test_cache_dir_rebuilds_when_the_source_changes_and_retires_the_old_copy(ler
                                         pa.array(col, type=field.type)), path)
 
     _edit_in_place(data, change_state)  # mtime restored: LeRobot's own HF cache still serves the old rows...
-    with pytest.raises(RoboLoadersError, match="could not reproduce LeRobot's value for row 0"):
-        datapipe_dataset(native(copy, "act"))  # ...which the row check catches instead of training on either
+    with pytest.raises(RoboLoadersError, match=r"column 'observation.state' differs at 1 of \d+ rows \(first: row 0"):
+        serve("datapipe", native(copy, "act"))  # ...which the row check catches instead of training on either
     os.utime(data)  # an ordinary edit: LeRobot reads the new rows too
     nat = native(copy, "act")
-    again = datapipe_dataset(nat)
-    assert again.reader.dir != dirs[0]
+    again = serve("datapipe", nat)
+    assert os.path.basename(again.location) != dirs[0] and os.path.dirname(again.location) == str(tmp_path / "home")
     same_item(again[0], nat[0], "changed row 0")
     dirs_after = [n for n in os.listdir(tmp_path / "home") if not n.startswith(".")]
-    assert dirs_after == [os.path.basename(again.reader.dir)]  # the copy of the old content is gone
+    assert dirs_after == [os.path.basename(again.location)]  # the copy of the old content is gone
 
 
 def test_real_renders(shared_lerobot, tmp_path):
@@ -301,7 +297,7 @@ def test_real_renders(shared_lerobot, tmp_path):
     repo = "local/robosuite_lift"
     meta = LeRobotDatasetMetadata(repo, root=shared_lerobot)
     nat = LeRobotDataset(repo, root=shared_lerobot, delta_timestamps=delta_timestamps("diffusion", meta))
-    ours = datapipe_dataset(nat, cache_dir=str(tmp_path))
+    ours = serve("datapipe", nat, cache_dir=str(tmp_path))
     for i in random_indices(len(nat), 300, seed=6):
         same_item(ours[i], nat[i], f"shared[{i}]")
 
@@ -330,14 +326,10 @@ EXIT_MID_PASS = """
 import sys, torch
 from lerobot.datasets import EpisodeAwareSampler
 from lerobot.datasets.lerobot_dataset import LeRobotDataset
-from robo_loaders_plugin import get_backend
-from robo_loaders_plugin.core.iteration import record_built
-from robo_loaders_plugin.lerobot.factories import datapipe_dataset
-from robo_loaders_plugin.lerobot.integration import cycle
+from robo_loaders_plugin.lerobot.integration import build_dataset, choose, cycle
 nat = LeRobotDataset("local/sample", root=sys.argv[1], delta_timestamps={"action": [i / 20 for i in range(10)]},
                      return_uint8=True)
-ds = datapipe_dataset(nat, shards=sys.argv[2])
-record_built(get_backend("datapipe"), ds)
+ds = build_dataset(nat, choose("datapipe", shards=sys.argv[2]))
 sampler = EpisodeAwareSampler(nat.meta.episodes["dataset_from_index"], nat.meta.episodes["dataset_to_index"],
                               shuffle=True, seed=1)
 batches = cycle(torch.utils.data.DataLoader(ds, batch_size=8, sampler=sampler, num_workers=2))

@@ -21,11 +21,8 @@ import numpy as np
 import pytest
 import torch
 
-from lerobot_helpers import REPO
+from lerobot_helpers import REPO, serve
 
-from robo_loaders_plugin import get_backend
-from robo_loaders_plugin.core.iteration import record_built
-from robo_loaders_plugin.lerobot.factories import datapipe_dataset
 from robo_loaders_plugin.lerobot.integration import cycle
 
 FPS = 20
@@ -69,7 +66,6 @@ def open_native(root):
 
 def pipeline_stream(ds, loader):
     """lerobot-train's (patched) cycle(dataloader) for a dataset the datapipe backend built."""
-    record_built(get_backend("datapipe"), ds)
     return cycle(loader)
 
 
@@ -79,7 +75,7 @@ def score(setup, backend, seed, corrupt=None):
 
     root, shards, policy, pre = setup
     native = open_native(root)
-    ds = native if backend == "native" else datapipe_dataset(native, shards=shards, seed=seed)
+    ds = native if backend == "native" else serve("datapipe", native, shards=shards, seed=seed)
     sampler = EpisodeAwareSampler(ds.meta.episodes["dataset_from_index"], ds.meta.episodes["dataset_to_index"],
                                   shuffle=corrupt != "unshuffled", seed=seed)
     loader = torch.utils.data.DataLoader(ds, batch_size=BATCH, sampler=sampler, num_workers=0)
@@ -147,7 +143,7 @@ def train_full_pass_steps(setup, backend, seed, corrupt=None, epochs=3):
     policy = copy.deepcopy(policy).train()  # ACT without VAE, dropout 0, frozen batch norm: no RNG, no batch stats
     opt = torch.optim.SGD(policy.parameters(), lr=1e-5)
     native = open_native(root)
-    ds = native if backend == "native" else datapipe_dataset(native, shards=shards, seed=seed)
+    ds = native if backend == "native" else serve("datapipe", native, shards=shards, seed=seed)
     sampler = EpisodeAwareSampler(ds.meta.episodes["dataset_from_index"], ds.meta.episodes["dataset_to_index"],
                                   shuffle=True, seed=seed)
     loader = torch.utils.data.DataLoader(ds, batch_size=BATCH, sampler=sampler, num_workers=0)

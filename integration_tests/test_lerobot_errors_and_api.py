@@ -7,9 +7,8 @@ import types
 import pyarrow.parquet as pq
 import pytest
 
-from lerobot_helpers import REPO, random_indices, same_item
+from lerobot_helpers import REPO, random_indices, same_item, serve
 
-from robo_loaders_plugin.lerobot.factories import compressed_cache_dataset
 from robo_loaders_plugin import BackendOptionError, RoboLoadersError, UnknownBackendError
 
 
@@ -37,7 +36,7 @@ def test_missing_video_file(copy_of):
     first_ep = min(e for e in range(5) if nat.meta.get_video_file_path(e, key) == victim)
     os.remove(root / victim)
     with pytest.raises(RoboLoadersError, match=rf"{victim.name}.*episode {first_ep}.*cam1.*missing"):
-        compressed_cache_dataset(nat)
+        serve("compressed_cache", nat)
 
 
 @pytest.mark.parametrize("damage", ["truncate", "garbage"])
@@ -49,7 +48,7 @@ def test_corrupt_or_truncated_mp4(copy_of, damage):
     with open(path, "wb") as f:
         f.write(data[: len(data) // 3] if damage == "truncate" else b"\x00garbage" * 100)
     with pytest.raises(RoboLoadersError, match=r"file-000\.mp4.*episode \d+.*(truncated or corrupt)"):
-        compressed_cache_dataset(nat)
+        serve("compressed_cache", nat)
 
 
 def test_timestamps_out_of_tolerance(copy_of):
@@ -69,17 +68,17 @@ def test_timestamps_out_of_tolerance(copy_of):
     with pytest.raises(FrameTimestampError):
         nat[100]
     with pytest.raises(RoboLoadersError, match=r"file-000\.mp4: episode 1, observation\.images\.cam0.*tolerance"):
-        compressed_cache_dataset(nat)
+        serve("compressed_cache", nat)
 
 
 def test_bad_options(lerobot_datasets):
     nat = native(lerobot_datasets["av1_1cam"])
-    with pytest.raises(BackendOptionError, match="unknown codec"):
-        compressed_cache_dataset(nat, codec="brotli")
+    with pytest.raises(BackendOptionError, match="codec must be one of .*got 'brotli'"):
+        serve("compressed_cache", nat, codec="brotli")
     with pytest.raises(BackendOptionError, match="robomimic only"):
-        compressed_cache_dataset(nat, loader="dataloader")
+        serve("compressed_cache", nat, loader="dataloader")
     with pytest.raises(RoboLoadersError, match="max_memory"):
-        compressed_cache_dataset(nat, max_memory="1KB")
+        serve("compressed_cache", nat, max_memory="1KB")
 
 
 def cfg_for(root, backend=None, backend_kwargs=None, eval_split=0.0):
@@ -141,16 +140,16 @@ def test_unknown_backend_at_parse_time(lerobot_datasets):
 def test_cache_dir_reuse_and_rebuild(copy_of, tmp_path):
     root = copy_of("av1_1cam")
     cache = tmp_path / "cache"
-    first = compressed_cache_dataset(native(root), cache_dir=str(cache))
+    first = serve("compressed_cache", native(root), cache_dir=str(cache))
     files = glob.glob(str(cache / "*"))
     assert len(files) == 1 and files[0].endswith(".rlc")
-    again = compressed_cache_dataset(native(root), cache_dir=str(cache))
-    assert "reused" in again.build_summary and "reused" not in first.build_summary
+    again = serve("compressed_cache", native(root), cache_dir=str(cache))
+    assert "reused" in again.serving.summary and "reused" not in first.serving.summary
     for i in random_indices(len(first), 50, seed=2):
         same_item(again[i], first[i])
     os.utime(glob.glob(str(root / "data" / "*" / "*.parquet"))[0])  # the dataset changed: rebuilt
-    third = compressed_cache_dataset(native(root), cache_dir=str(cache))
-    assert "reused" not in third.build_summary
+    third = serve("compressed_cache", native(root), cache_dir=str(cache))
+    assert "reused" not in third.serving.summary
     # a value changed with the mtime restored: LeRobot's own reader (its HF Arrow cache) still serves the old
     # rows; compressed_cache must neither serve the stale cache nor silently disagree with LeRobot: it refuses
     import pyarrow as pa
@@ -164,16 +163,67 @@ def test_cache_dir_reuse_and_rebuild(copy_of, tmp_path):
     pq.write_table(table.set_column(table.schema.get_field_index(field.name), field.name,
                                     pa.array(col, type=field.type)), data)
     os.utime(data, ns=(st.st_atime_ns, st.st_mtime_ns))
-    with pytest.raises(RoboLoadersError, match="could not reproduce LeRobot's value for row 0"):
-        compressed_cache_dataset(native(root), cache_dir=str(cache))
+    with pytest.raises(RoboLoadersError, match=r"column 'observation.state' differs at 1 of \d+ rows \(first: row 0"):
+        serve("compressed_cache", native(root), cache_dir=str(cache))
+
+
+def edit_a_row_keeping_the_mtime(data_file, row, column="action"):
+    """Add 0.5 to ``column`` in one row of a data parquet file and restore its mtime (cp -p, rsync -t): LeRobot's
+    datasets cache, keyed by the files' mtimes, keeps serving the old table. Returns (old, new) values."""
+    import pyarrow as pa
+
+    st = os.stat(data_file)
+    table = pq.read_table(data_file)
+    values = table.column(column).to_pylist()
+    old = values[row]
+    values[row] = [v + 0.5 for v in old]
+    field = table.schema.field(column)
+    pq.write_table(table.set_column(table.schema.get_field_index(column), column, pa.array(values, type=field.type)),
+                   data_file)
+    os.utime(data_file, ns=(st.st_atime_ns, st.st_mtime_ns))
+    return old, values[row]
+
+
+def test_a_value_edited_in_any_row_with_the_mtime_kept_is_refused_by_every_backend(copy_of, tmp_path):
+    """Issue 23 A2: the row check compared row 0 only. A parquet value edited in another row (mtime kept) while
+    LeRobot's datasets cache holds the old table: the backends read the file's new values, LeRobotDataset serves the
+    old ones. Every served column is now compared whole (a digest of each side): refused, naming both places."""
+    import torch
+
+    root = copy_of("av1_1cam")
+    assert native(root).hf_dataset.cache_files  # LeRobot's cached copy of the table exists
+    data_file = sorted(glob.glob(str(root / "data" / "*" / "*.parquet")))[0]
+    row = 200  # episode 2: far from row 0
+    old, new = edit_a_row_keeping_the_mtime(data_file, row)
+    nat = native(root)
+    assert torch.allclose(nat[row]["action"], torch.tensor(old)) and not torch.allclose(nat[row]["action"],
+                                                                                        torch.tensor(new))
+    cache_dir = os.path.dirname(nat.hf_dataset.cache_files[0]["filename"])
+    backends = ("compressed_cache", "gpu_resampler", "video_stream", "datapipe")
+    for backend in backends:
+        where = "the shards in" if backend == "datapipe" else "the data parquet files"
+        with pytest.raises(RoboLoadersError) as err:
+            serve(backend, nat)
+        text = str(err.value)
+        assert f"column 'action' differs at 1 of {len(nat)} rows (first: row {row}, index {row}" in text, text
+        assert where in text and f"LeRobot's dataset object, read from its datasets cache ({cache_dir})" in text
+        assert f"delete {cache_dir}" in text and "mtime" in text
+    # negative control: once LeRobot reads the files again (its stale cache removed), both serve the new values
+    shutil.rmtree(cache_dir)
+    nat = native(root)
+    assert torch.allclose(nat[row]["action"], torch.tensor(new))
+    for backend in backends:
+        ours = serve(backend, nat)
+        for i in (0, row, len(nat) - 1):
+            same_item(ours[i], nat[i], f"{backend}[{i}]")
 
 
 def test_negative_indices_and_other_video_backend(lerobot_datasets):
     nat = native(lerobot_datasets["av1_1cam"])
-    ours = compressed_cache_dataset(nat)
+    ours = serve("compressed_cache", nat)
     same_item(ours[-1], nat[-1])
     same_item(ours[-len(nat)], nat[0])
     with pytest.raises(IndexError):
         ours[len(nat)]
     with pytest.raises(RoboLoadersError, match="video_backend='pyav'"):
-        compressed_cache_dataset(native(lerobot_datasets["av1_1cam"], video_backend="pyav"))
+        serve("compressed_cache", native(lerobot_datasets["av1_1cam"], video_backend="pyav"))

@@ -4,12 +4,9 @@ batches come from lerobot-train's (patched) cycle(dataloader), built in-process 
 import pytest
 import torch
 
-from lerobot_helpers import REPO
+from lerobot_helpers import REPO, serve
 
 from benchmarks.harness.loss_curves import loss_curves_path, loss_run, write_loss_curves
-from robo_loaders_plugin import get_backend
-from robo_loaders_plugin.core.iteration import record_built
-from robo_loaders_plugin.lerobot.factories import compressed_cache_dataset, gpu_resampler_dataset
 from robo_loaders_plugin.lerobot.integration import cycle
 
 FPS = 20
@@ -25,10 +22,9 @@ def train(root, backend, sampler_seed=3, steps=4, workers=0):
     ds = LeRobotDataset(REPO, root=root, delta_timestamps={"action": [i / FPS for i in range(10)]},
                         return_uint8=True)
     if backend == "compressed_cache":
-        ds = compressed_cache_dataset(ds)
+        ds = serve("compressed_cache", ds)
     elif backend == "gpu_resampler":
-        ds = gpu_resampler_dataset(ds)
-        record_built(get_backend("gpu_resampler"), ds)
+        ds = serve("gpu_resampler", ds)
     cfg = ACTConfig(device="cpu", chunk_size=10, n_action_steps=10, dim_model=32, n_heads=2, dim_feedforward=64,
                     n_encoder_layers=1, n_decoder_layers=1, use_vae=False, pretrained_backbone_weights=None,
                     push_to_hub=False)

@@ -5,11 +5,10 @@ import zlib
 import pytest
 import torch
 
-from lerobot_helpers import REPO, random_indices, same_item
+from lerobot_helpers import REPO, random_indices, same_item, serve
 
 from robo_loaders_plugin.frames.store import StoreFrames
 from robo_loaders_plugin.lerobot.dataset import LeRobotSamples
-from robo_loaders_plugin.lerobot.factories import compressed_cache_dataset
 from robo_loaders_plugin.lerobot.presets import delta_timestamps
 
 # ("diffusion", False): float frames, 2 observation steps, action chunks; the quick parity check of `make test-fast`
@@ -29,7 +28,7 @@ def native(root, preset="none", return_uint8=True, repo=REPO, **kw):
 @pytest.mark.parametrize("preset,return_uint8", SETTINGS)
 def test_same_items_as_lerobot_dataset(lerobot_datasets, name, preset, return_uint8):
     nat = native(lerobot_datasets[name], preset, return_uint8)
-    ours = compressed_cache_dataset(nat)
+    ours = serve("compressed_cache", nat)
     assert isinstance(ours, LeRobotSamples) and isinstance(ours.frames, StoreFrames)
     assert len(ours) == len(nat) == ours.num_frames and ours.num_episodes == nat.num_episodes
     for i in random_indices(len(nat), 500, seed=zlib.crc32(f"{name}{preset}".encode())):
@@ -38,7 +37,7 @@ def test_same_items_as_lerobot_dataset(lerobot_datasets, name, preset, return_ui
 
 def test_episode_filter(lerobot_datasets):
     nat = native(lerobot_datasets["h264_3cam_multifile"], "diffusion", episodes=[1, 3, 4])
-    ours = compressed_cache_dataset(nat)
+    ours = serve("compressed_cache", nat)
     assert ours.episodes == [1, 3, 4] and len(ours) == len(nat) == 130 + 150 + 111
     assert ours.absolute_to_relative_idx == nat.absolute_to_relative_idx is not None
     for i in random_indices(len(nat), 500, seed=4):
@@ -50,7 +49,7 @@ def test_image_transforms_applied_the_same_way(lerobot_datasets):
 
     tf = ImageTransforms(ImageTransformsConfig(enable=True, max_num_transforms=3, random_order=True))
     nat = native(lerobot_datasets["av1_1cam"], "diffusion", image_transforms=tf)
-    ours = compressed_cache_dataset(nat)
+    ours = serve("compressed_cache", nat)
     for i in random_indices(len(nat), 100, seed=5):
         torch.manual_seed(i)
         a = ours[i]
@@ -62,10 +61,10 @@ def test_image_transforms_applied_the_same_way(lerobot_datasets):
 def test_real_renders(shared_lerobot):
     """The simulator-rendered Lift dataset in ../shared (AV1, 2 cameras 84x84)."""
     nat = native(shared_lerobot, "diffusion", repo="local/robosuite_lift")
-    ours = compressed_cache_dataset(nat)
+    ours = serve("compressed_cache", nat)
     for i in random_indices(len(nat), 500, seed=6):
         same_item(ours[i], nat[i], f"shared[{i}]")
-    st = ours.store.stats
+    st = ours.frames.store.stats
     assert st["compressed_nbytes"] * 2 < st["decoded_frame_nbytes"]  # "below half of the raw decoded frames"
 
 
@@ -75,8 +74,8 @@ def test_pickles_small_and_works_in_spawn_workers(lerobot_datasets, monkeypatch)
     from lerobot.datasets import EpisodeAwareSampler
 
     nat = native(lerobot_datasets["av1_1cam"], "act")
-    ours = compressed_cache_dataset(nat)
-    assert len(pickle.dumps(ours)) < ours.store.file_nbytes  # a path and small arrays, not the frames
+    ours = serve("compressed_cache", nat)
+    assert len(pickle.dumps(ours)) < ours.frames.store.file_nbytes  # a path and small arrays, not the frames
     monkeypatch.setenv("ROBO_LOADERS_DISABLE", "1")  # inherited by the spawned workers
 
     def batches(ds, workers):

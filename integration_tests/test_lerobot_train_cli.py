@@ -89,11 +89,23 @@ def test_unknown_backend_fails_at_parse_time(root, tmp_path):
     assert "Creating dataset" not in log
 
 
-def test_bad_backend_kwargs_fail_at_parse_time(root, tmp_path):
+@pytest.mark.parametrize("kwargs, message", [
+    ('{"codek": "zstd"}', "--dataset.backend_kwargs: unknown option 'codek' for backend 'compressed_cache' (did you "
+                          "mean 'codec'?)"),
+    ('{"level": 42}', "--dataset.backend_kwargs.level must be 0..9, got 42 (backend 'compressed_cache')"),
+    ("{codec: zstd}", "--dataset.backend_kwargs must be a JSON object, e.g. --dataset.backend_kwargs="),  # YAML
+    ('{"codec": "zstd"', "--dataset.backend_kwargs must be a JSON object"),  # malformed
+    ("zstd", "--dataset.backend_kwargs must be a JSON object"),  # a plain string
+])
+def test_bad_backend_kwargs_fail_at_parse_time(root, tmp_path, kwargs, message):
+    """Every bad option name or value, and anything but a JSON object, is one line naming the flag (once), before
+    LeRobot reads any data; no traceback."""
     rc, log = lerobot_train(root, str(tmp_path / "kw"), "--dataset.backend=compressed_cache",
-                            '--dataset.backend_kwargs={"codek": "zstd"}')
-    assert rc == 1 and "codek" in log and "valid options" in log, log[-2000:]
-    assert "Creating dataset" not in log
+                            f"--dataset.backend_kwargs={kwargs}")
+    assert rc == 1 and message in log, log[-2000:]
+    assert "Creating dataset" not in log and "Traceback" not in log, log[-3000:]
+    error_lines = [ln for ln in log.splitlines() if "--dataset.backend_kwargs" in ln]
+    assert len(error_lines) == 1 and "`dataset.backend_kwargs`" not in error_lines[0], error_lines  # named once
 
 
 def test_datapipe_feeds_the_training_loop_and_resumes(root, tmp_path):

@@ -176,3 +176,20 @@ def test_robomimic_ddp_example_keeps_the_ranks_in_sync(tiny_hdf5, tmp_path, back
     assert ranks[0]["weights"] == ranks[1]["weights"], "the ranks' weights diverged: gradients not averaged"
     assert ranks[0]["initial_weights"] != ranks[0]["weights"], "training did not move the weights"
     assert ranks[0]["losses"] != ranks[1]["losses"], "both ranks trained on the same batches"
+
+
+def test_ranks_set_up_differently_are_refused(tiny_hdf5, lerobot_datasets, tmp_path):
+    """A per-rank seed (the seed + rank idiom) or per-rank options would make the ranks cut different pass orders
+    and serve some samples twice and others never: refused on every rank at build time, naming the value and the
+    ranks. The same setup (per-host cache directories allowed) builds."""
+    log = torchrun(os.path.join(HERE, "rank_agreement_script.py"), tiny_hdf5, str(lerobot_datasets["av1_1cam"]),
+                   str(tmp_path))
+    cases = Counter(line.split(": ", 1)[0] + ": " + line.split(": ", 2)[1].split(" ")[0]
+                    for line in log.splitlines() if line.startswith("CASE "))
+    for name in ("robomimic seed + rank", "robomimic per-rank option", "lerobot seed + rank"):
+        assert cases[f"CASE {name}: REFUSED"] == WORLD, (name, log[-4000:])
+    for name in ("robomimic same setup, per-host cache_dir", "lerobot same setup"):
+        assert cases[f"CASE {name}: BUILT"] == WORLD, (name, log[-4000:])
+    assert "disagree on train.seed (rank 0: 11; rank 1: 12)" in log
+    assert "disagree on train.data_backend_kwargs" in log and "'shuffle_buffer': 2" in log
+    assert "disagree on --seed (rank 0: 1000; rank 1: 1001)" in log

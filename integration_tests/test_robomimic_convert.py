@@ -93,3 +93,52 @@ def test_verify_finds_differences_from_the_source(tiny_hdf5, tmp_path):
     assert any("demo_1/actions" in p for p in verify_robomimic(out, src))
     rc, log = cli("verify", out, "--source", src)
     assert rc == 1 and "demo_1/actions" in log
+
+
+def test_a_file_with_no_demos_is_refused_at_convert(tiny_hdf5, tmp_path):
+    """Issue 23 B7: 0 demos converted with rc 0 ("0 episodes in 0 shards"), then datapipe raised IndexError."""
+    path = str(tmp_path / "empty.hdf5")
+    with h5py.File(path, "w") as f:
+        f.create_group("data").attrs["total"] = 0
+    out = str(tmp_path / "shards")
+    rc, log = cli("convert", "robomimic", path, out)
+    assert rc == 2 and "Traceback" not in log, log
+    assert log.strip().splitlines() == [f"error: {path}: data/ holds no demos (no demo_<i> group), so there is "
+                                        "nothing to convert or train on; check that this is the file you meant "
+                                        "(train.data)"], log
+    assert not os.path.exists(os.path.join(out, "index.json"))
+
+
+def read_only_dir(tmp_path):
+    """(directory, command prefix): a directory this process cannot write, as a user would meet it (as root a
+    read-only tmpfs in a private mount namespace: root writes through permission bits)."""
+    import pytest
+
+    ro = tmp_path / "read-only"
+    ro.mkdir()
+    if os.geteuid() != 0:
+        ro.chmod(0o555)
+        return ro, []
+    probe = subprocess.run(["unshare", "-m", "sh", "-c", f"mount -t tmpfs -o ro none {ro} && ! touch {ro}/x"],
+                           capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip("running as root without a way to make a read-only directory (unshare -m + mount)")
+    return ro, ["unshare", "-m", "sh", "-c", f'mount -t tmpfs -o ro none {ro} && exec "$@"', "sh"]
+
+
+def test_a_read_only_output_directory_is_one_line_naming_it(tiny_hdf5, tmp_path):
+    """Issue 23 B7: a raw OSError traceback before; both converters now say which directory cannot be written."""
+    ro, prefix = read_only_dir(tmp_path)
+    lerobot_root = tmp_path / "lerobot"  # what convert lerobot opens before it writes anything
+    (lerobot_root / "meta").mkdir(parents=True)
+    (lerobot_root / "meta" / "info.json").write_text(json.dumps({"fps": 10, "features": {}}))
+    for args in (["robomimic", tiny_hdf5], ["lerobot", str(lerobot_root)]):
+        for out in (ro, ro / "sub"):
+            p = subprocess.run(prefix + [os.path.join(BIN, "robo-loaders"), "convert", *args, str(out)],
+                               capture_output=True, text=True, timeout=600)
+            log = p.stdout + p.stderr
+            assert p.returncode == 2 and "Traceback" not in log, log
+            assert log.strip().splitlines() == [f"error: {out}: cannot write the output directory (Read-only file "
+                                                "system); choose a directory you can write to, or fix its "
+                                                "permissions"] or \
+                "Permission denied" in log and f"error: {out}: cannot write the output directory" in log, log

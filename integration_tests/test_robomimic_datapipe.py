@@ -107,7 +107,7 @@ def test_works_with_no_options_in_the_user_cache_directory(tiny_hdf5, tmp_path, 
     assert len(entries) == 1 and entries[0].startswith("robomimic-shards-"), entries
     second = dataset_factory(cfg, obs_keys(cfg))
     assert "convert tiny.hdf5" not in capsys.readouterr().err  # reused, not converted again
-    assert first.reader.dir == second.reader.dir
+    assert first.location == second.location
     native = make_config(tiny_hdf5, seq_length=5)
     native = dataset_factory(native, obs_keys(native))
     for i in range(0, len(native), 37):
@@ -251,12 +251,12 @@ def test_cache_dir_converts_again_after_an_in_place_edit(tiny_hdf5, tmp_path):
     copy = str(tmp_path / "copy.hdf5")
     shutil.copy2(tiny_hdf5, copy)
     cfg = make_config(copy, backend="datapipe", backend_kwargs={"cache_dir": str(tmp_path / "cache")}, seq_length=5)
-    first = dataset_factory(cfg, obs_keys(cfg)).reader.dir
+    first = dataset_factory(cfg, obs_keys(cfg)).location
 
     def edit():
         with h5py.File(copy, "r+") as f:
             f["data/demo_0/actions"][0, 0] = 42.0
     _restore_mtime_after(copy, edit)
     again = dataset_factory(cfg, obs_keys(cfg))
-    assert again.reader.dir != first and not os.path.exists(first)
+    assert again.location != first and not os.path.exists(first)
     assert again[0]["actions"][0, 0] == np.float32(42.0)

@@ -26,7 +26,7 @@ def test_cache_dir_persists_and_is_reused(tiny_hdf5, tmp_path, capsys):
     assert len(files) == 1 and files[0].endswith(".rlc"), files  # no temp file left behind
     mtime = os.path.getmtime(files[0])
     second = dataset_factory(cfg, obs_keys(cfg), filter_by_attribute="train")
-    assert "reused" in second.build_summary and "reused" not in first.build_summary
+    assert "reused" in second.serving.summary and "reused" not in first.serving.summary
     assert os.path.getmtime(files[0]) == mtime
     with cfg.values_unlocked():
         cfg.train.data_backend = None
@@ -46,9 +46,9 @@ def test_cache_dir_persists_and_is_reused(tiny_hdf5, tmp_path, capsys):
         f["data/demo_0/actions"][0, 0] += 1.0
     os.utime(copy, ns=(os.stat(copy).st_atime_ns, os.stat(copy).st_mtime_ns + 10**9))
     again = dataset_factory(cfg3, obs_keys(cfg3))
-    assert "reused" not in again.build_summary
+    assert "reused" not in again.serving.summary
     assert again[0]["actions"][0, 0] == np.float32(h5py.File(copy, "r")["data/demo_0/actions"][0, 0])
-    assert glob.glob(str(tmp_path / "cache3" / "*")) == [again.store.path]  # the stale copy was removed
+    assert glob.glob(str(tmp_path / "cache3" / "*")) == [again.frames.store.path]  # the stale copy was removed
     # changed again, this time with its mtime restored (cp -p, rsync -t): still rebuilt, not served stale
     st = os.stat(copy)
     with h5py.File(copy, "r+") as f:
@@ -57,10 +57,41 @@ def test_cache_dir_persists_and_is_reused(tiny_hdf5, tmp_path, capsys):
     assert os.stat(copy).st_size == st.st_size
     del again
     fourth = dataset_factory(cfg3, obs_keys(cfg3))
-    assert "reused" not in fourth.build_summary
+    assert "reused" not in fourth.serving.summary
     demo1 = fourth.windows.first[1] + 2  # demo_1's sample 2 starts at step 2
     assert fourth[int(demo1)]["actions"][0, 3] == np.float32(123.0)
-    assert glob.glob(str(tmp_path / "cache3" / "*")) == [fourth.store.path]
+    assert glob.glob(str(tmp_path / "cache3" / "*")) == [fourth.frames.store.path]
+
+
+def test_a_frame_the_old_digest_did_not_sample_edited_with_the_mtime_restored_rebuilds(tmp_path):
+    """Issue 23 A5: the digest sampled the first, middle and last frame of each camera; one pixel of another frame
+    changed with the mtime restored (cp -p, rsync -t) reused the cache and served the old frame. Now the stat
+    differs (ctime), the whole file is hashed, the cache is rebuilt and the new pixel served."""
+    from robo_loaders_plugin.sample_data.robomimic_hdf5 import write_robomimic_hdf5
+
+    path = write_robomimic_hdf5(str(tmp_path / "frames.hdf5"), demos=3, image_size=32, cameras=1, seed=5,
+                                min_length=20, max_length=20, valid_fraction=0.34, next_obs=False, progress=False)
+    cfg = make_config(path, backend="compressed_cache", rgb=["agentview_image"], seq_length=1,
+                      backend_kwargs={"cache_dir": str(tmp_path / "cache")}, hdf5_load_next_obs=False)
+    first = dataset_factory(cfg, obs_keys(cfg))
+    assert "reused" in dataset_factory(cfg, obs_keys(cfg)).serving.summary  # negative control: unchanged, reused
+    step = 7  # not frame 0, 10 or 19 of demo_0 (20 steps): bytes the sampled digest never read
+    old = first[step]["obs"]["agentview_image"].copy()
+    st = os.stat(path)
+    with h5py.File(path, "r+") as f:
+        f["data/demo_0/obs/agentview_image"][step, 5, 5, 0] ^= 0xFF
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert os.stat(path).st_size == st.st_size and os.stat(path).st_mtime_ns == st.st_mtime_ns
+    del first
+    again = dataset_factory(cfg, obs_keys(cfg))
+    assert "reused" not in again.serving.summary
+    new = again[step]["obs"]["agentview_image"]
+    assert not np.array_equal(new, old)  # the edited frame, not the cached one
+    with cfg.values_unlocked():
+        cfg.train.data_backend = None
+        cfg.train.data_backend_kwargs = {}
+    assert_same_sample(again[step], dataset_factory(cfg, obs_keys(cfg))[step])
+    assert glob.glob(str(tmp_path / "cache" / "*")) == [again.frames.store.path]  # the stale copy was removed
 
 
 def test_cache_dir_that_is_a_file_is_refused(tiny_hdf5, tmp_path):
@@ -78,7 +109,7 @@ from robomimic_helpers import make_config, obs_keys
 from robo_loaders_plugin.robomimic import dataset_factory
 cfg = make_config(sys.argv[1], backend="compressed_cache", backend_kwargs={"cache_dir": sys.argv[2]}, seq_length=5)
 ds = dataset_factory(cfg, obs_keys(cfg))
-print("RESULT", "reused" in ds.build_summary, ds.store.path, flush=True)
+print("RESULT", "reused" in ds.serving.summary, ds.frames.store.path, flush=True)
 """
 
 
@@ -99,12 +130,12 @@ def test_two_runs_started_together_build_once(tiny_hdf5, tmp_path):
 def test_corrupt_persisted_cache_is_rebuilt(tiny_hdf5, tmp_path):
     cfg = _cc(tiny_hdf5, backend_kwargs={"cache_dir": str(tmp_path)})
     ds = dataset_factory(cfg, obs_keys(cfg))
-    path = ds.store.path
+    path = ds.frames.store.path
     with open(path, "r+b") as f:
         f.seek(-20, os.SEEK_END)
         f.write(b"garbage!garbage!")
     again = dataset_factory(cfg, obs_keys(cfg))
-    assert "reused" not in again.build_summary
+    assert "reused" not in again.serving.summary
     assert_same_sample(again[3], ds[3])
 
 
@@ -113,7 +144,7 @@ def test_ram_cache_file_is_removed_with_the_dataset(tiny_hdf5):
 
     cfg = _cc(tiny_hdf5)
     ds = dataset_factory(cfg, obs_keys(cfg))
-    path = ds.store.path
+    path = ds.frames.store.path
     assert path.startswith("/dev/shm") and os.path.exists(path)
     del ds
     gc.collect()
@@ -133,19 +164,28 @@ def test_unknown_backend_lists_registered_names(tiny_hdf5):
     cfg = make_config(tiny_hdf5, backend="compresed_cache")
     with pytest.raises(UnknownBackendError) as e:
         dataset_factory(cfg, obs_keys(cfg))
-    assert "compresed_cache" in str(e.value) and "compressed_cache" in str(e.value) and "native" in str(e.value)
+    assert str(e.value).startswith("train.data_backend: unknown data backend 'compresed_cache' (did you mean "
+                                   "'compressed_cache'?)") and "native" in str(e.value)
 
 
 @pytest.mark.parametrize("kwargs, match", [
     ({"codek": "lz4"}, "unknown option.*codek.*valid options.*codec"),
-    ({"level": "high"}, "level.*must be int"),
+    ({"level": "high"}, r"train.data_backend_kwargs.level must be an integer, got str 'high' \(backend 'compressed_cache'\)"),
     ({"max_memory": True}, "max_memory"),
     ({"max_memory": "lots"}, "max_memory"),
-    ({"codec": "brotli"}, "unknown codec 'brotli'"),
-    ({"level": 42}, "level"),
-    ({"build_workers": 0}, "build_workers"),
+    ({"codec": "brotli"}, "codec must be one of 'lz4hc', 'lz4', 'zstd', 'blosclz', got 'brotli'"),
+    ({"level": 42}, r"level must be 0\.\.9, got 42"),
+    ({"build_workers": 0}, "build_workers must be 1..256, got 0"),
+    ({"loader": "processes"}, "loader must be one of 'threads', 'dataloader'"),
 ])
-def test_bad_backend_kwargs(tiny_hdf5, kwargs, match):
+def test_bad_backend_kwargs(tiny_hdf5, kwargs, match, monkeypatch):
+    """Refused before any data is read: the HDF5 is never opened."""
+    from robo_loaders_plugin.sources import robomimic_hdf5
+
+    def no_reads(*a, **k):
+        raise AssertionError("the source was opened before the options were checked")
+
+    monkeypatch.setattr(robomimic_hdf5, "open_hdf5", no_reads)
     cfg = make_config(tiny_hdf5, backend="compressed_cache", backend_kwargs=kwargs)
     with pytest.raises(BackendOptionError, match=match):
         dataset_factory(cfg, obs_keys(cfg))
@@ -238,6 +278,36 @@ def test_inconsistent_dtype_across_demos(tiny_hdf5, tmp_path):
     cfg = make_config(path, backend="compressed_cache", low_dim=["object"])
     with pytest.raises(RoboLoadersError, match="demo_2/obs/object"):
         dataset_factory(cfg, obs_keys(cfg))
+
+
+@pytest.mark.parametrize("extra", [30, -5])
+def test_num_samples_that_disagree_with_the_arrays_are_refused_by_every_backend(tiny_hdf5, tmp_path, extra):
+    """Issue 23 A6: robomimic indexes a demo by its num_samples attribute, the shards by its arrays, so a file where
+    they disagree was served as two datasets (datapipe 148 windows, native 1124); compressed_cache alone refused
+    it. One validation of the source (RobomimicHdf5) now refuses it for every backend and for convert."""
+    path = str(tmp_path / "lying.hdf5")
+    shutil.copy(tiny_hdf5, path)
+    with h5py.File(path, "r+") as f:
+        rows = f["data/demo_3/actions"].shape[0]
+        f["data/demo_3"].attrs["num_samples"] = rows + extra
+    native_cfg = make_config(path, seq_length=5, hdf5_cache_mode=None)  # "all" would crash caching the windows
+    arrays_cfg = make_config(tiny_hdf5, seq_length=5, hdf5_cache_mode=None)
+    if extra > 0:  # the attack is real: native robomimic serves windows the arrays do not have
+        assert len(dataset_factory(native_cfg, obs_keys(native_cfg))) == \
+            len(dataset_factory(arrays_cfg, obs_keys(arrays_cfg))) + extra
+    message = (rf"lying\.hdf5: data/demo_3/actions has {rows} rows \(shape \({rows}, 7\)\) but data/demo_3 has "
+               rf"num_samples={rows + extra}; .*fix the attribute or the arrays")
+    for backend in ("compressed_cache", "datapipe", "gpu_resampler", "video_stream"):
+        cfg = make_config(path, backend=backend, seq_length=5)
+        with pytest.raises(RoboLoadersError, match=message):
+            dataset_factory(cfg, obs_keys(cfg))
+    from robo_loaders_plugin.robomimic.convert import convert_robomimic
+
+    with pytest.raises(RoboLoadersError, match=message):
+        convert_robomimic(path, str(tmp_path / "shards"), progress=False)
+    assert not os.path.exists(tmp_path / "shards" / "index.json")
+    cfg = make_config(tiny_hdf5, backend="datapipe", seq_length=5)  # negative control: the intact file serves
+    assert len(dataset_factory(cfg, obs_keys(cfg))) == len(dataset_factory(arrays_cfg, obs_keys(arrays_cfg)))
 
 
 def test_batch_arrays_are_recycled_for_every_field_of_a_shape(tiny_hdf5):

@@ -76,6 +76,26 @@ def test_robomimic_train_command_with_hook_disabled(e2e_hdf5, tmp_path):
     assert_trained(out, tmp_path, "cli", "[robo-loaders] robomimic data backend: compressed_cache [train]")
 
 
+def test_robomimic_train_command_exit_status_and_retry_without_a_terminal(e2e_hdf5, tmp_path):
+    """robomimic's script exits 0 after a failed run; the wrapper exits 1. A failed run leaves its folder, and the
+    retry, without a terminal, is not stopped by robomimic's overwrite prompt (EOFError): the old folder is kept and
+    the run goes beside it."""
+    bad = write_config(tmp_path, e2e_hdf5, "compressed_cache", "retry", backend_kwargs={"cache_dir": "/proc/nope"})
+    cmd = [os.path.join(BIN, "robo-loaders"), "robomimic-train", "--config", bad]
+    env = dict(os.environ, PYTHONUNBUFFERED="1", PATH=BIN + os.pathsep + os.environ.get("PATH", ""))
+    first = subprocess.run(cmd, capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL, timeout=600)
+    assert first.returncode == 1 and "run failed with error" in first.stdout, (first.stdout + first.stderr)[-3000:]
+    assert "exit status 1" in first.stderr
+    again = subprocess.run(cmd, capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL, timeout=600)
+    out = again.stdout + again.stderr
+    assert again.returncode == 1 and "EOFError" not in out and "keeping the existing runs" in out, out[-3000:]
+    good = write_config(tmp_path, e2e_hdf5, "compressed_cache", "retry")
+    ok = subprocess.run(cmd[:-1] + [good], capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL,
+                        timeout=600)
+    assert ok.returncode == 0, (ok.stdout + ok.stderr)[-3000:]
+    assert len(glob.glob(str(tmp_path / "out" / "retry" / "*"))) == 3  # every attempt kept, in its own folder
+
+
 def test_hook_disabled_means_robomimic_untouched(e2e_hdf5, tmp_path):
     """Without the hook, stock robomimic rejects the plugin keys: proof that the hook is what makes them work."""
     cfg = write_config(tmp_path, e2e_hdf5, "compressed_cache", "off")
@@ -114,7 +134,7 @@ def test_third_party_backend_from_entry_point(e2e_hdf5, tmp_path):
     rc, out = run([os.path.join(BIN, "robo-loaders"), "list", "--json"], env_extra=env)
     assert rc == 0, out
     listed = {b["name"]: b for b in json.loads(out)}
-    assert listed["toy_batches"]["kind"] == "batch" and listed["toy_batches"]["plugin"] == "toy"
+    assert listed["toy_batches"]["kind"] == {"robomimic": "batch"} and listed["toy_batches"]["plugin"] == "toy"
     rc, out = run([os.path.join(BIN, "robo-loaders"), "list"])
     assert "toy_batches" not in out  # not installed there
 

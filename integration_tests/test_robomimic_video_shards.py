@@ -217,8 +217,8 @@ def test_backends_refuse_the_other_kind_of_shards(tiny_hdf5, converted, tmp_path
     cfg = make_config(tiny_hdf5, backend="video_stream", backend_kwargs={"source": lossless}, seq_length=5)
     with pytest.raises(BackendOptionError, match="holds no video.*--frames h264"):
         dataset_factory(cfg, obs_keys(cfg))
-    for kw, match in (({"decode_device": "cuda"}, "decoded on the CPU"),
-                      ({"storage_options": {"anon": True}}, "read from a local directory")):
+    for kw, match in (({"decode_device": "cuda"}, "got 'cuda', which applies to lerobot only"),
+                      ({"storage_options": {"anon": True}}, "storage_options: applies to lerobot only, not robomimic")):
         cfg = make_config(tiny_hdf5, backend="video_stream", backend_kwargs=dict(kw, source=converted[0]))
         with pytest.raises(BackendOptionError, match=match):
             dataset_factory(cfg, obs_keys(cfg))
@@ -303,8 +303,8 @@ def test_no_options_converts_on_first_use(two_demos, tmp_path, monkeypatch, caps
     first = dataset_factory(cfg, obs_keys(cfg))
     assert "convert two.hdf5" in capsys.readouterr().err
     again = dataset_factory(cfg, obs_keys(cfg))
-    assert "convert two.hdf5" not in capsys.readouterr().err and again.reader.dir == first.reader.dir
-    assert first.reader.dataset["metadata"]["video"]["codec"] == "h264"
+    assert "convert two.hdf5" not in capsys.readouterr().err and again.location == first.location
+    assert json.load(open(os.path.join(first.location, "dataset.json")))["metadata"]["video"]["codec"] == "h264"
     native = build(two_demos, combo)
     for i in range(0, len(native), 5):
         for k, v in leaves(native[i]):

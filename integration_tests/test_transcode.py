@@ -138,15 +138,14 @@ def test_video_stream_trains_from_the_transcode_byte_identical_to_lerobot_datase
     """What the transcode is for: the H.264 copy is what video_stream (and NVDEC) decode; its CPU-decoded items
     equal LeRobotDataset's on the same copy, byte for byte, including windows across episode starts."""
     from lerobot.datasets.lerobot_dataset import LeRobotDataset, LeRobotDatasetMetadata
-    from lerobot_helpers import same_item
+    from lerobot_helpers import same_item, serve
 
-    from robo_loaders_plugin.lerobot.factories import video_stream_dataset
     from robo_loaders_plugin.lerobot.presets import delta_timestamps
 
     meta = LeRobotDatasetMetadata(REPO, root=transcoded)
     nat = LeRobotDataset(REPO, root=transcoded, delta_timestamps=delta_timestamps("diffusion", meta),
                          return_uint8=True)
-    ours = video_stream_dataset(nat)
+    ours = serve("video_stream", nat)
     for i in (0, 1, 23, 24, 25, 54, 55, 80, len(nat) - 1):  # episode starts and ends, inside, the last frame
         same_item(ours[i], nat[i], f"transcode[{i}]")
 

@@ -9,12 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from lerobot_helpers import REPO, random_indices, same_item
+from lerobot_helpers import REPO, random_indices, same_item, serve
 from remote_servers import HttpServer, S3Server
 
-from robo_loaders_plugin import BackendOptionError, SourceError, get_backend
-from robo_loaders_plugin.core.iteration import record_built
-from robo_loaders_plugin.lerobot.factories import LeRobotStreamSamples, video_stream_dataset
+from robo_loaders_plugin import BackendOptionError, SourceError
+from robo_loaders_plugin.lerobot.factories import LeRobotStreamSamples
 from robo_loaders_plugin.lerobot.integration import cycle, sampling_plan
 from robo_loaders_plugin.lerobot.presets import delta_timestamps
 from robo_loaders_plugin.sources.lerobot_v3 import LeRobotV3
@@ -48,7 +47,7 @@ def video_bytes(root) -> int:
     ("act", True, "raw"), pytest.param("diffusion", False, "lz4", marks=pytest.mark.fast), ("none", True, "raw")])
 def test_items_equal_lerobot_dataset(lerobot_datasets, name, preset, return_uint8, buffer):
     nat = native(lerobot_datasets[name], preset, return_uint8)
-    ours = video_stream_dataset(nat, buffer=buffer)
+    ours = serve("video_stream", nat, buffer=buffer)
     assert isinstance(ours, LeRobotStreamSamples) and len(ours) == len(nat)
     for i in random_indices(len(nat), 120, seed=len(name) + len(preset)):
         same_item(ours[i], nat[i], f"{name}/{preset}[{i}]")
@@ -56,8 +55,7 @@ def test_items_equal_lerobot_dataset(lerobot_datasets, name, preset, return_uint
 
 def test_a_pass_serves_every_frame_once_in_a_seeded_order_and_resumes(lerobot_datasets):
     nat = native(lerobot_datasets["h264_3cam_multifile"], "diffusion", episodes=[0, 2, 3, 4])
-    ds = video_stream_dataset(nat, shuffle_buffer=2, cache_episodes=2, decode_threads=1)
-    record_built(get_backend("video_stream"), ds)
+    ds = serve("video_stream", nat, shuffle_buffer=2, cache_episodes=2, decode_threads=1)
     dl = torch.utils.data.DataLoader(ds, batch_size=10, sampler=sampler_for(nat), num_workers=2)
     per_pass = -(-len(nat) // 10)
     stream = cycle(dl)
@@ -87,7 +85,7 @@ def test_batches_held_are_never_overwritten_and_dropped_ones_are_recycled(lerobo
     """Batch arrays come from a pool (fresh ones cost a page fault per 4 KiB): a batch the training loop still
     holds must keep its values while the threads assemble the next ones; a dropped one is written again."""
     nat = native(lerobot_datasets["h264_3cam_multifile"], "diffusion")
-    ds = video_stream_dataset(nat, shuffle_buffer=2, decode_threads=1)
+    ds = serve("video_stream", nat, shuffle_buffer=2, decode_threads=1)
     cam = nat.meta.video_keys[0]
     held = one_pass(ds, nat)  # every batch of a pass alive at once
     copies = [{k: v.clone() for k, v in b.items() if isinstance(v, torch.Tensor)} for b in held]
@@ -107,10 +105,10 @@ def test_over_http_only_the_videos_bytes_are_read_once_per_pass(lerobot_datasets
     root = lerobot_datasets["h264_3cam_multifile"]
     nat = native(root, "act")
     with HttpServer(root) as server:
-        ours = video_stream_dataset(nat, source=server.url)
+        ours = serve("video_stream", nat, source=server.url)
         for i in random_indices(len(nat), 40, seed=1):
             same_item(ours[i], nat[i], f"http[{i}]")
-        fresh = video_stream_dataset(nat, source=server.url)
+        fresh = serve("video_stream", nat, source=server.url)
         before = sum(v for k, v in server.served.items() if k.endswith(".mp4"))
         batches = one_pass(fresh, nat)
         served = sum(v for k, v in server.served.items() if k.endswith(".mp4")) - before
@@ -123,7 +121,7 @@ def test_from_s3_items_equal_and_remote_mismatch_refused(lerobot_datasets):
     root = lerobot_datasets["av1_1cam"]
     nat = native(root, "diffusion")
     with S3Server(root) as s3:
-        ours = video_stream_dataset(nat, source=s3.url, storage_options=s3.storage_options)
+        ours = serve("video_stream", nat, source=s3.url, storage_options=s3.storage_options)
         batches = one_pass(ours, nat)
         for b in batches[:3]:
             same_item(b, torch.utils.data.default_collate([nat[int(i)] for i in b["index"]]), "s3 batch")
@@ -131,19 +129,19 @@ def test_from_s3_items_equal_and_remote_mismatch_refused(lerobot_datasets):
         assert source.remote_bytes_read == 0
         other = native(lerobot_datasets["h264_3cam_multifile"])
         with pytest.raises(SourceError, match="is not the dataset at"):
-            video_stream_dataset(other, source=s3.url, storage_options=s3.storage_options)
+            serve("video_stream", other, source=s3.url, storage_options=s3.storage_options)
 
 
 def test_bad_options_and_nvdec_codec_check(lerobot_datasets):
     nat = native(lerobot_datasets["av1_1cam"])
-    with pytest.raises(BackendOptionError, match="buffer must be 'raw' or 'lz4'"):
-        video_stream_dataset(nat, buffer="zip")
+    with pytest.raises(BackendOptionError, match="buffer must be one of 'raw', 'lz4', got 'zip'"):
+        serve("video_stream", nat, buffer="zip")
     with pytest.raises(BackendOptionError, match="decode_device must be"):
-        video_stream_dataset(nat, decode_device="gpu")
+        serve("video_stream", nat, decode_device="gpu")
     if not torch.cuda.is_available():
         with pytest.raises(BackendOptionError, match="decode_device='cuda' but torch sees no CUDA GPU"):
-            video_stream_dataset(nat, decode_device="cuda")
-        assert video_stream_dataset(nat, decode_device="auto").build_summary.count("(cpu decode") == 1
+            serve("video_stream", nat, decode_device="cuda")
+        assert serve("video_stream", nat, decode_device="auto").serving.summary.count("(cpu decode") == 1
     av1, h264 = LeRobotV3(lerobot_datasets["av1_1cam"]), LeRobotV3(lerobot_datasets["h264_3cam_multifile"])
     problem = nvdec_problem(av1, "NVIDIA A100-SXM4-80GB")
     assert "cannot decode AV1" in problem and "decode_device: cpu" in problem and "H.264" in problem
@@ -167,10 +165,10 @@ def test_a_torchcodec_without_cuda_is_refused_before_training_not_mid_run(lerobo
         nat = native(lerobot_datasets[name])
         with pytest.raises(BackendOptionError, match=r"decode_device='cuda': NVDEC cannot be used here: the "
                            r"installed torchcodec is a CPU-only build .*--index-url"):
-            video_stream_dataset(nat, decode_device="cuda")
+            serve("video_stream", nat, decode_device="cuda")
         capsys.readouterr()
-        ds = video_stream_dataset(nat, decode_device="auto")
-        assert "(cpu decode" in ds.build_summary
+        ds = serve("video_stream", nat, decode_device="auto")
+        assert "(cpu decode" in ds.serving.summary
         assert "video_stream: decoding on the CPU: NVDEC cannot be used here: the installed torchcodec is a " \
             "CPU-only build" in capsys.readouterr().out
 
@@ -179,7 +177,7 @@ def test_a_torchcodec_without_cuda_is_refused_before_training_not_mid_run(lerobo
 def test_nvdec_frames_within_the_stated_psnr_of_cpu_decode(lerobot_datasets):
     """NVDEC decodes H.264 within PSNR >= 40 dB of the CPU decode (torchcodec's CUDA build needed)."""
     nat = native(lerobot_datasets["h264_3cam_multifile"])
-    cpu, gpu = video_stream_dataset(nat), video_stream_dataset(nat, decode_device="cuda")
+    cpu, gpu = serve("video_stream", nat), serve("video_stream", nat, decode_device="cuda")
     for i in random_indices(len(nat), 20, seed=2):
         a = cpu[i]["observation.images.cam0"].double()
         b = gpu[i]["observation.images.cam0"].cpu().double()
@@ -230,8 +228,8 @@ def test_local_cache_dir_from_s3_items_equal_and_a_second_run_reads_no_video_byt
     nat = native(root, "diffusion")
     cache = tmp_path / "cache"
     with S3Server(root) as s3:
-        first = video_stream_dataset(nat, source=s3.url, storage_options=s3.storage_options, local_cache_dir=str(cache))
-        assert "videos copied whole into" in first.build_summary
+        first = serve("video_stream", nat, source=s3.url, storage_options=s3.storage_options, local_cache_dir=str(cache))
+        assert "videos copied whole into" in first.serving.summary
         batches = one_pass(first, nat)
         assert sum(len(b["index"]) for b in batches) == len(nat)
         for b in batches[:2] + batches[-1:]:
@@ -240,7 +238,7 @@ def test_local_cache_dir_from_s3_items_equal_and_a_second_run_reads_no_video_byt
         assert first.source.file_cache.downloads == n_files and len(cached_copies(cache)) == n_files
         assert first.source.remote_bytes_read == video_bytes(root)  # each file whole, once
         copies = cached_copies(cache)
-        second = video_stream_dataset(nat, source=s3.url, storage_options=s3.storage_options,
+        second = serve("video_stream", nat, source=s3.url, storage_options=s3.storage_options,
                                       local_cache_dir=str(cache))
         batches = one_pass(second, nat)
         for i in random_indices(len(nat), 30, seed=4):
@@ -255,9 +253,9 @@ def test_local_cache_dir_over_http_second_run_served_zero_video_bytes(lerobot_da
     root = lerobot_datasets["av1_1cam"]
     nat = native(root)
     with HttpServer(root) as server:
-        one_pass(video_stream_dataset(nat, source=server.url, local_cache_dir=str(tmp_path)), nat)
+        one_pass(serve("video_stream", nat, source=server.url, local_cache_dir=str(tmp_path)), nat)
         first = sum(v for k, v in server.served.items() if k.endswith(".mp4"))
-        again = video_stream_dataset(nat, source=server.url, local_cache_dir=str(tmp_path))
+        again = serve("video_stream", nat, source=server.url, local_cache_dir=str(tmp_path))
         for i in random_indices(len(nat), 20, seed=5):
             same_item(again[i], nat[i], f"http cached [{i}]")
         one_pass(again, nat)
@@ -276,7 +274,7 @@ def test_local_cache_dir_refreshes_a_replaced_remote_file_and_damaged_copies(twi
     rows = [0, 35, len(nat_a) - 1]  # one per episode: every episode reads the (single) video file
 
     def open_cached():
-        ds = video_stream_dataset(nat_a, source=s3.url, storage_options=s3.storage_options, local_cache_dir=cache)
+        ds = serve("video_stream", nat_a, source=s3.url, storage_options=s3.storage_options, local_cache_dir=cache)
         return ds, {i: ds[i][cam] for i in rows}
 
     with S3Server(a) as s3:
@@ -314,6 +312,141 @@ def test_local_cache_dir_refreshes_a_replaced_remote_file_and_damaged_copies(twi
 
         ds, frames = open_cached()  # intact and unchanged: served without a download or a word
         assert ds.source.file_cache.downloads == 0 and "downloading it again" not in capsys.readouterr().out
+
+
+def flip_a_bit_that_changes_a_value(path, column="action"):
+    """Flip one bit of a parquet file (same size) inside ``column``'s data so that the file still reads and a value
+    of the column differs: the damage a disk or a copy does silently. Returns (offset, values before, after)."""
+    import pyarrow.parquet as pq
+
+    before = pq.read_table(path).column(column).to_pylist()
+    meta = pq.ParquetFile(path).metadata
+    chunk = next(meta.row_group(0).column(i) for i in range(meta.num_columns)
+                 if meta.row_group(0).column(i).path_in_schema.split(".")[0] == column)
+    data = bytearray(open(path, "rb").read())
+    start = chunk.dictionary_page_offset or chunk.data_page_offset  # dictionary-encoded: the values are there
+    for offset in range(start + 32, start + chunk.total_compressed_size):
+        for bit in (0x01, 0x10):
+            data[offset] ^= bit
+            with open(path, "wb") as f:
+                f.write(data)
+            try:
+                after = pq.read_table(path).column(column).to_pylist()
+                if after != before:
+                    return offset, before, after
+            except Exception:  # noqa: BLE001 - this flip broke the file: try another one
+                pass
+            data[offset] ^= bit
+    raise AssertionError(f"no single bit flip in {path} changes {column} and keeps the file readable")
+
+
+def test_mirrored_tables_are_checked_by_their_own_sha256_and_downloaded_again(twin_datasets, tmp_path):
+    """Issue 23 A1: the local mirror of a remote dataset's tables was trusted by size and ETag alone, so one flipped
+    bit in a mirrored parquet file (same size) was reused and a wrong action served. Each copy's SHA-256, recorded
+    when it was downloaded, is now checked on every mirror_tables (the local_cache_dir code): a damaged copy is
+    downloaded again, with a log line, and the remote values are served."""
+    import pyarrow.parquet as pq
+
+    from robo_loaders_plugin.sources.lerobot_v3 import mirror_tables
+
+    root = twin_datasets[0]
+    local, logs = str(tmp_path / "mirror"), []
+    with S3Server(root) as s3:
+        def mirrored():
+            return mirror_tables(s3.url, local, s3.storage_options, log=logs.append)
+
+        assert mirrored() == local and not logs  # a first copy is no news
+        rel = os.path.relpath(sorted(glob.glob(os.path.join(root, "data", "*", "*.parquet")))[0], root)
+        copy, original = os.path.join(local, rel), os.path.join(root, rel)
+        stat = os.stat(copy)
+        mirrored()  # negative control: intact copies are verified, neither rewritten nor reported
+        assert not logs and os.stat(copy).st_ino == stat.st_ino and os.stat(copy).st_mtime_ns == stat.st_mtime_ns
+        assert not os.path.exists(os.path.join(local, "data", "chunk-000", "file-000.parquet.lock"))  # records apart
+
+        offset, good, bad = flip_a_bit_that_changes_a_value(copy)
+        assert os.path.getsize(copy) == os.path.getsize(original) and good != bad  # the attack: readable, wrong
+        mirrored()
+        assert len(logs) == 1 and f"{s3.url}/{rel}: the local copy's SHA-256 differs from the one recorded" in logs[0] \
+            and "downloading it again" in logs[0], logs
+        assert open(copy, "rb").read() == open(original, "rb").read()
+        assert pq.read_table(copy).column("action").to_pylist() == good
+        from robo_loaders_plugin.lerobot.compat import tables_only
+
+        with tables_only():  # as lerobot-train builds it (integration._streamed_source): videos are remote
+            nat = native(local)
+        truth = native(root)  # LeRobot on the mirror, and the streamed items, are the source's
+        ours = serve("video_stream", nat, source=s3.url, storage_options=s3.storage_options)
+        for i in (0, 35, len(truth) - 1):
+            same_item(ours[i], truth[i], f"after the repair [{i}]")
+            assert torch.equal(nat.hf_dataset[i]["action"], truth[i]["action"])  # (its videos are not local)
+
+        os.unlink(os.path.join(local, "meta", "info.json"))  # a missing copy: downloaded again, said
+        logs.clear()
+        mirrored()
+        assert len(logs) == 1 and "meta/info.json: the local copy is missing" in logs[0], logs
+
+        gone = os.path.join(local, "data", "chunk-009", "file-009.parquet")  # a mirror an earlier version wrote
+        os.makedirs(os.path.dirname(gone))
+        open(gone, "wb").close()
+        with open(os.path.join(local, ".robo-loaders-mirror.json"), "w") as f:
+            json.dump({"data/chunk-009/file-009.parquet": [0, ""], rel: [1, "x"]}, f)
+        logs.clear()
+        mirrored()
+        assert len(logs) == 1 and "mirrored by an earlier robo-loaders" in logs[0], logs
+        assert not os.path.exists(gone) and not os.path.exists(os.path.join(local, ".robo-loaders-mirror.json"))
+        assert open(copy, "rb").read() == open(original, "rb").read()
+
+
+def test_a_dropped_s3_connection_is_named_with_the_url_not_called_a_corrupt_file(tmp_path, monkeypatch):
+    """Issue 23 B10: the S3 server stopped mid-run ended in "the file is truncated or corrupt". A read the store
+    fails is now reported as such, with the store's exception and the file's URL: when the decoder is first
+    opened, mid-decode (blocks no longer cached), and when local_cache_dir copies the file; a file that really is
+    corrupt still says so (negative control)."""
+    import s3fs
+
+    from robo_loaders_plugin.sample_data.lerobot_v3 import write_lerobot_dataset
+    from robo_loaders_plugin.sources.remote_blocks import BlockCache
+
+    root = write_lerobot_dataset(tmp_path / "ds", episode_lengths=(150, 150, 150), cameras=1, image_size=(96, 128),
+                                 mode="h264", seed=4, progress=False)  # a 100 KB video: more than one read of it
+    nat = native(root)
+    rel = os.path.relpath(glob.glob(os.path.join(root, "videos", "*", "*", "*.mp4"))[0], root)
+    connection = r"reading s3://{}/{} from the remote store failed \(EndpointConnectionError: Could not connect to " \
+                 r"the endpoint URL.*\); the connection broke, the file is not known to be damaged"
+    with S3Server(root) as s3:
+        options = dict(s3.storage_options, config_kwargs={"retries": {"max_attempts": 1}})  # fail fast
+        url = f"s3://{s3.bucket}/{s3.prefix}/{rel}"
+        streaming = serve("video_stream", nat, source=s3.url, storage_options=options)
+        # a block cache of two 4 KiB blocks: the blocks a later episode needs are read again, as in a long pass
+        streaming.source._blocks = BlockCache(streaming.source.video_fs, block=4096, max_bytes=8192)
+        same_item(streaming[0], nat[0], "before the connection drops")
+        unopened = serve("video_stream", nat, source=s3.url, storage_options=options)
+        copying = serve("video_stream", nat, source=s3.url, storage_options=options,
+                                       local_cache_dir=str(tmp_path / "copies"))
+
+        def dropped(*args, **kwargs):  # the connection drops while local_cache_dir downloads the file
+            from botocore.exceptions import EndpointConnectionError
+
+            raise EndpointConnectionError(endpoint_url=s3.storage_options["client_kwargs"]["endpoint_url"])
+
+        monkeypatch.setattr(copying.source.file_cache.fs, "get_file", dropped)
+        with pytest.raises(SourceError, match=rf"local_cache_dir: copying {url} into .* failed "
+                                              r"\(EndpointConnectionError: Could not connect"):
+            copying[0]
+        monkeypatch.undo()
+        s3.server.stop()
+        with pytest.raises(SourceError, match=r"decoding .* \(episode 2, observation.images.cam0, frames 300..449\) "
+                                              r"failed: " + connection.format(s3.bucket, f"{s3.prefix}/{rel}")):
+            streaming[len(nat) - 1]
+        with pytest.raises(SourceError, match=rf"video {url} \(episode 0, observation.images.cam0\): asking the "
+                                              r"remote store for it failed \(EndpointConnectionError"):
+            unopened[0]
+        s3.server.start()
+        fs = s3fs.S3FileSystem(**s3.storage_options)  # negative control: a corrupt remote file is called corrupt
+        fs.pipe_file(f"{s3.bucket}/{s3.prefix}/{rel}", b"\x00garbage" * 2000)
+        with pytest.raises(SourceError, match=r"cannot open video .*: .*; the file is truncated or corrupt") as err:
+            serve("video_stream", nat, source=s3.url, storage_options=options)[0]
+        assert "remote store" not in str(err.value)
 
 
 def test_bench_lerobot_streaming_baseline_entry(lerobot_datasets, tmp_path):

@@ -14,9 +14,18 @@ _EXPORTS = {
     "get_backend": "robo_loaders_plugin.core.registry",
     "get_plugin_manager": "robo_loaders_plugin.core.registry",
     "BackendSpec": "robo_loaders_plugin.core.spec",
+    "BackendChoice": "robo_loaders_plugin.core.spec",
     "SAMPLE": "robo_loaders_plugin.core.spec",
     "INDEXED": "robo_loaders_plugin.core.spec",
     "BATCH": "robo_loaders_plugin.core.spec",
+    "LOSSLESS": "robo_loaders_plugin.core.spec",
+    "LOSSY_FRAMES": "robo_loaders_plugin.core.spec",
+    "NOT_BIT_IDENTICAL_ON_NVDEC": "robo_loaders_plugin.core.spec",
+    "GPU_NO": "robo_loaders_plugin.core.spec",
+    "GPU_OPTIONAL": "robo_loaders_plugin.core.spec",
+    "GPU_REQUIRED": "robo_loaders_plugin.core.spec",
+    "Option": "robo_loaders_plugin.core.options",
+    "Options": "robo_loaders_plugin.core.options",
     "RoboLoadersError": "robo_loaders_plugin.core.errors",
     "UnknownBackendError": "robo_loaders_plugin.core.errors",
     "BackendOptionError": "robo_loaders_plugin.core.errors",
@@ -27,6 +36,7 @@ _EXPORTS = {
     "BatchSource": "robo_loaders_plugin.core.iteration",
     "BatchDataset": "robo_loaders_plugin.core.iteration",
     "IndexedDataset": "robo_loaders_plugin.core.iteration",
+    "Serving": "robo_loaders_plugin.core.iteration",
 }
 __all__ = sorted(_EXPORTS) + ["__version__"]
 

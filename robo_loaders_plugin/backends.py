@@ -1,78 +1,171 @@
-"""The built-in backends, registered through the same hook third-party plugins implement (``core.hookspecs``)."""
+"""The built-in backends, registered through the same hook third-party plugins implement (``core.hookspecs``).
+
+Every option is declared here once (``core.options.Option``): its type, default, allowed values and the frameworks
+it applies to. The factories receive the checked, typed options object; ``robo-loaders list --json``, the README's
+backend table and the option tables of docs/backends.md are generated from these declarations. This module is
+imported whenever a backend is looked up, so it imports nothing heavy (no torch, no Blosc2, no framework).
+"""
 from __future__ import annotations
 
 from robo_loaders_plugin.core.hookspecs import hookimpl
-from robo_loaders_plugin.core.spec import BATCH, INDEXED, SAMPLE, BackendSpec
+from robo_loaders_plugin.core.options import MAX_FPS, Option, check_positive_rate, check_size
+from robo_loaders_plugin.core.spec import (BATCH, GPU_NO, GPU_OPTIONAL, INDEXED, LOSSY_FRAMES, NOT_BIT_IDENTICAL_ON_NVDEC,
+                                           SAMPLE, BackendSpec)
+
+ROBOMIMIC, LEROBOT = ("robomimic",), ("lerobot",)
+
+
+def _extra(name: str) -> str:
+    return f"pip install 'robo-loaders-plugin[{name}]'"
+
+
+# what each backend imports beyond the base install, and the extra that installs it
+TORCHDATA = ("torchdata", _extra("datapipe"))
+TORCHCODEC = ("torchcodec", _extra("video"))
+PYAV = ("av", _extra("video"))
+
+# Blosc2 codecs and filters (storage.codec checks they match what it supports)
+CODECS = ("lz4hc", "lz4", "zstd", "blosclz")
+FILTERS = ("none", "shuffle", "bitshuffle")
+
+
+def check_device(value: str) -> None:
+    """``auto``, ``cpu``, ``cuda`` or ``cuda:N`` (whether a GPU is there is checked when the dataset is built)."""
+    if value in ("auto", "cpu", "cuda"):
+        return
+    head, _, index = value.partition(":")
+    if head != "cuda" or not index.isdigit():
+        raise ValueError(f"must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {value!r}")
+
+
+def check_offsets(value: dict) -> None:
+    """``{key: [offset in seconds, ...]}``, finite offsets, at most ``MAX_WINDOW`` per key."""
+    for key, offsets in value.items():
+        if not isinstance(offsets, (list, tuple)) or not offsets:
+            raise ValueError(f"[{key!r}] must be a non-empty list of offsets in seconds, got {offsets!r}")
+        for x in offsets:
+            if isinstance(x, bool) or not isinstance(x, (int, float)) or x != x or x in (float("inf"), float("-inf")):
+                raise ValueError(f"[{key!r}] must hold finite numbers of seconds, got {x!r}")
+            if abs(x) > MAX_OFFSET_S:
+                raise ValueError(f"[{key!r}] offset {x!r} s is beyond +-{MAX_OFFSET_S:g} s")
+        if len(offsets) > MAX_WINDOW:
+            raise ValueError(f"[{key!r}] has {len(offsets)} offsets, more than {MAX_WINDOW}")
+
+
+def check_modes(value: dict) -> None:
+    """``{field: mode}`` with a known mode (which fields exist is checked against the dataset)."""
+    for key, mode in value.items():
+        if mode not in ("nearest", "previous", "linear"):
+            raise ValueError(f"[{key!r}] must be 'nearest', 'previous' or 'linear', got {mode!r}")
+
+
+MAX_WINDOW = 10_000      # steps or offsets in one window
+MAX_OFFSET_S = 3_600.0   # one hour either side of a frame
+
+
+def check_storage_options(value: dict) -> None:
+    if not all(isinstance(k, str) for k in value):
+        raise ValueError("must be a JSON object of fsspec options")
+
+
+# the options of every pipeline-served backend (pipeline.options.PassOptions), the same declaration for each
+def pass_options(shuffle_default: dict, cache_default: int, items: str) -> dict:
+    """Declarations of the pass options (``shuffle_buffer``, ``seed``, ``prefetch``, ``cache_episodes``,
+    ``replacement``) with these defaults; ``items``: what a pass draws ("windows", "frames"), for the help."""
+    return {
+        "shuffle_buffer": Option(int, None, f"episodes open at once; {items} are drawn at random from them, so more "
+                                            "mixes batches better (default: "
+                                            + "; ".join(f"{v} for {fw}" for fw, v in shuffle_default.items()) + ")",
+                                 min=1, framework_defaults=shuffle_default),
+        "seed": Option(int, None, "shuffling seed (default: train.seed / lerobot-train's --seed); the order is a "
+                                  "function of (seed, pass), so a resumed run continues on the same next batch"),
+        "prefetch": Option(int, 2, "batches prefetched ahead of training", min=0, max=1024),
+        "cache_episodes": Option(int, cache_default, "episodes kept in memory (at least 2 x shuffle_buffer)", min=1),
+        "replacement": Option(bool, False, f"draw each pass's {items} with replacement (same count per pass, repeats "
+                                           "allowed) instead of every one exactly once"),
+    }
+
 
 COMPRESSED_CACHE_OPTIONS = {
-    "codec": (str, "lz4hc", "Blosc2 codec for camera frames: lz4hc, lz4, zstd, blosclz"),
-    "level": (int, 5, "compression level 0..9"),
-    "filter": (str, "none", "Blosc2 filter: none, shuffle, bitshuffle"),
-    "max_memory": ((int, str), None, "fail if the compressed cache would exceed this size (bytes or '2GB')"),
-    "cache_dir": (str, None, "persist the cache in this cache directory and reuse it while the source and options "
-                             "are unchanged (default: RAM only, rebuilt every run)"),
-    "build_workers": (int, None, "threads compressing frames while building (default: number of CPUs, max 8)"),
-    "loader": (str, "threads", "robomimic: 'threads': num_data_workers threads build whole batches in the training "
-                               "process (no worker processes, no collate copy); 'dataloader': robomimic's DataLoader"),
+    "codec": Option(str, "lz4hc", "Blosc2 codec for camera frames (docs/codecs.md)", choices=CODECS),
+    "level": Option(int, 5, "compression level", min=0, max=9),
+    "filter": Option(str, "none", "Blosc2 filter", choices=FILTERS),
+    "max_memory": Option((int, str), None, "fail with a clear error if the cache would exceed this size (bytes, '2GB', '512MiB'); not part "
+                                                 "of the cache key, so a cache another run built is refused, not used, when it "
+                                                 "is larger than this budget",
+                         check=check_size),
+    "cache_dir": Option(str, None, "persist the cache in this cache directory and reuse it while the source and "
+                                   "options are unchanged (default: RAM only, rebuilt every run)", per_host=True),
+    "build_workers": Option(int, None, "threads compressing frames while building (default: number of CPUs, max 8)",
+                            min=1, max=256),
+    "loader": Option(str, "threads", "'threads': num_data_workers threads build whole batches in the training "
+                                     "process (no worker processes, no collate copy); 'dataloader': robomimic's "
+                                     "DataLoader", choices=("threads", "dataloader"), frameworks=ROBOMIMIC,
+                     kinds={"threads": INDEXED, "dataloader": SAMPLE}),
 }
 
 
 DATAPIPE_OPTIONS = {
-    "shards": (str, None, "a robo-shards directory made by 'robo-loaders convert' (default: convert into the cache "
-                          "directory on first use)"),
-    "cache_dir": (str, None, "the cache directory conversions on first use go to (default: $ROBO_LOADERS_CACHE or "
-                             "~/.cache/robo-loaders)"),
-    "check_source": (bool, True, "refuse 'shards' converted from a source whose content differs from the one "
-                                 "training reads (false: serve them anyway)"),
-    "shuffle_buffer": (int, None, "episodes open at once; windows are drawn at random from them, so more mixes "
-                                  "batches better (default: 16 for robomimic, whose open episodes are held "
-                                  "decoded; 64 for LeRobot, whose stay compressed)"),
-    "seed": (int, None, "shuffling seed (default: train.seed / lerobot-train's --seed); the order is a function "
-                        "of (seed, pass)"),
-    "prefetch": (int, 2, "batches prefetched ahead of training"),
-    "convert_workers": (int, 1, "processes converting on first use"),
-    "cache_episodes": (int, 64, "episodes kept in memory (at least 2 x shuffle_buffer)"),
-    "replacement": (bool, False, "draw each pass's windows with replacement (same count per pass, repeats "
-                                 "allowed) instead of every window exactly once"),
+    "shards": Option(str, None, "a robo-shards directory made by 'robo-loaders convert' (default: convert into the "
+                                "cache directory on first use)", per_host=True),
+    "cache_dir": Option(str, None, "the cache directory conversions on first use go to (default: "
+                                   "$ROBO_LOADERS_CACHE or ~/.cache/robo-loaders)", per_host=True),
+    "check_source": Option(bool, True, "refuse 'shards' converted from a source whose content differs from the one "
+                                       "training reads (false: serve them anyway)"),
+    "convert_workers": Option(int, 1, "processes converting on first use", min=1, max=256),
+    # robomimic holds open episodes decoded (each frame then serves several windows): memory bounds the buffer.
+    # LeRobot keeps them compressed (frames decoded per batch): a wide buffer costs little and mixes batches far
+    # better (episode mix 0.64 vs 0.26 at 16 on 200 episodes, batch 64)
+    **pass_options({"robomimic": 16, "lerobot": 64}, 64, "windows"),
 }
 
 
+def _gpu_resampler_constraints(options) -> None:
+    if getattr(options, "delta_timestamps", None) is not None and options.target_fps is not None:
+        raise ValueError("give target_fps (the policy's steps at another rate) or delta_timestamps (explicit "
+                         "offsets in seconds), not both")
+
+
 GPU_RESAMPLER_OPTIONS = {
-    "device": (str, "auto", "where batches are built: 'auto' (the training GPU when there is one, else the CPU), "
-                            "'cpu', 'cuda' or 'cuda:N'"),
-    "max_device_memory": ((int, str), None, "GPU memory the episodes may take (bytes or '8GB'; default: half of the "
-                                            "free memory); beyond it they stay in pinned host memory"),
-    "target_fps": ((int, float), None, "the rate windows are counted at (default: the recorded rate); robomimic: "
-                                       "seq_length and frame_stack steps at this rate; LeRobot: the policy's delta "
-                                       "steps at this rate"),
-    "source_fps": ((int, float), None, "robomimic: the rate the HDF5 was recorded at (default: its env_args' "
-                                       "control_freq)"),
-    "delta_timestamps": (dict, None, "LeRobot: offsets in seconds per key, at any offsets (not only multiples of "
-                                     "1/fps), instead of the policy's"),
-    "modes": (dict, None, "per field: 'linear' (default for float fields), 'previous' (default for integer and "
-                          "boolean fields), 'nearest' (default, and only choice with 'previous', for frames)"),
+    "device": Option(str, "auto", "where batches are built: 'auto' (the training GPU when there is one, else the "
+                                  "CPU), 'cpu', 'cuda' or 'cuda:N'", check=check_device),
+    "max_device_memory": Option((int, str), None, "GPU memory the episodes may take (bytes or '8GB'; default: half "
+                                                  "of the free memory); beyond it they stay in pinned host memory",
+                                check=check_size),
+    "target_fps": Option(float, None, "the rate windows are counted at (default: the recorded rate); robomimic: "
+                                      "seq_length and frame_stack steps at this rate; LeRobot: the policy's delta "
+                                      f"steps at this rate (at most {MAX_FPS:g})", check=check_positive_rate),
+    "source_fps": Option(float, None, "the rate the HDF5 was recorded at (default: its env_args' control_freq)",
+                         check=check_positive_rate, frameworks=ROBOMIMIC),
+    "delta_timestamps": Option(dict, None, "offsets in seconds per key, at any offsets (not only multiples of "
+                                           "1/fps), instead of the policy's", check=check_offsets,
+                               frameworks=LEROBOT),
+    "modes": Option(dict, None, "per field: 'linear' (default for float fields), 'previous' (default for integer "
+                                "and boolean fields), 'nearest' (default, and only choice with 'previous', for "
+                                "frames)", check=check_modes),
 }
 
 
 VIDEO_STREAM_OPTIONS = {
-    "source": (str, None, "where the dataset is read from: a local path or any fsspec URL (s3://, http(s)://, "
-                          "hf://); default: the dataset's root. robomimic: a directory made by 'robo-loaders "
-                          "convert robomimic IN OUT --frames h264' (default: converted on first use into the cache "
-                          "directory)"),
-    "storage_options": (dict, None, "fsspec options for 'source' (endpoint, credentials, ...)"),
-    "local_cache_dir": (str, None, "remote source: copy each video whole into this directory on first use and "
-                                   "decode the local copy from then on (default: stream byte ranges, nothing "
-                                   "downloaded whole). Each process checks a copy once against the remote file's "
-                                   "size and ETag/mtime and its own SHA-256, and downloads it again (saying why) "
-                                   "when the remote file changed or the copy is damaged"),
-    "decode_device": (str, "cpu", "'cpu' (byte-identical to LeRobotDataset), 'cuda' (NVDEC), 'auto'"),
-    "buffer": (str, "raw", "decoded episodes held 'raw' or compressed with 'lz4' (less memory, some CPU)"),
-    "decode_threads": (int, 2, "threads decoding the episodes a pass is about to open"),
-    "shuffle_buffer": (int, None, "episodes open at once (default 16); more mixes batches better"),
-    "seed": (int, None, "shuffling seed (default: lerobot-train's --seed); the order is a function of (seed, pass)"),
-    "prefetch": (int, 2, "batches prefetched ahead of training"),
-    "cache_episodes": (int, 32, "decoded episodes kept in memory (at least 2 x shuffle_buffer)"),
-    "replacement": (bool, False, "draw each pass's frames with replacement instead of every frame exactly once"),
+    "source": Option(str, None, "where the dataset is read from. LeRobot: a local path or any fsspec URL (s3://, "
+                                "http(s)://, hf://; default: the dataset's root). robomimic: a directory made by "
+                                "'robo-loaders convert robomimic IN OUT --frames h264' (default: converted on "
+                                "first use into the cache directory)", per_host=True),
+    "storage_options": Option(dict, None, "fsspec options for 'source' (endpoint, credentials, ...)",
+                              check=check_storage_options, frameworks=LEROBOT),
+    "local_cache_dir": Option(str, None, "remote source: copy each video whole into this directory on first use and "
+                                         "decode the local copy from then on (default: stream byte ranges). Each "
+                                         "copy is checked against the remote file's size and ETag/mtime and its own "
+                                         "SHA-256, and downloaded again (saying why) when either changed",
+                              frameworks=LEROBOT, per_host=True),
+    "decode_device": Option(str, "cpu", "'cpu' (byte-identical to LeRobotDataset), 'cuda' (NVDEC), 'auto'; "
+                                        "robomimic video shards are decoded on the CPU",
+                            choices=("cpu", "cuda", "auto"), framework_choices={"robomimic": ("cpu", "auto")}),
+    "buffer": Option(str, "raw", "decoded episodes held 'raw' or compressed with 'lz4' (less memory, some CPU)",
+                     choices=("raw", "lz4")),
+    "decode_threads": Option(int, 2, "threads decoding the episodes a pass is about to open", min=0, max=64),
+    # decoded episodes are held raw: their memory bounds the buffer (a 100-frame episode of two 84x84 cameras is 4 MB)
+    **pass_options({"robomimic": 16, "lerobot": 16}, 32, "frames"),
 }
 
 
@@ -92,7 +185,8 @@ def robo_loaders_backends():
             description="each episode read (video decoded) once; camera frames kept lossless-compressed in one "
                         "RAM file shared by all workers",
             frameworks=("robomimic", "lerobot"),
-            kind=INDEXED,
+            # LeRobot: its DataLoader's workers stay in charge (image transforms draw from their RNG)
+            kind={"robomimic": INDEXED, "lerobot": SAMPLE},
             factories={"robomimic": "robo_loaders_plugin.robomimic.factories:compressed_cache_dataset",
                        "lerobot": "robo_loaders_plugin.lerobot.factories:compressed_cache_dataset"},
             options=COMPRESSED_CACHE_OPTIONS,
@@ -106,6 +200,7 @@ def robo_loaders_backends():
             factories={"robomimic": "robo_loaders_plugin.robomimic.factories:datapipe_dataset",
                        "lerobot": "robo_loaders_plugin.lerobot.factories:datapipe_dataset"},
             options=DATAPIPE_OPTIONS,
+            requires={"robomimic": (TORCHDATA,), "lerobot": (TORCHDATA, TORCHCODEC)},
         ),
         BackendSpec(
             name="gpu_resampler",
@@ -113,9 +208,11 @@ def robo_loaders_backends():
                         "few gathers, the native sampler's order, optional rate conversion",
             frameworks=("robomimic", "lerobot"),
             kind=INDEXED,
+            gpu=GPU_OPTIONAL,
             factories={"robomimic": "robo_loaders_plugin.robomimic.factories:gpu_resampler_dataset",
                        "lerobot": "robo_loaders_plugin.lerobot.factories:gpu_resampler_dataset"},
             options=GPU_RESAMPLER_OPTIONS,
+            constraints=_gpu_resampler_constraints,
         ),
         BackendSpec(
             name="video_stream",
@@ -123,10 +220,16 @@ def robo_loaders_backends():
                         "once per pass, in order, on the CPU or with NVDEC; every frame once per pass, resumable",
             frameworks=("lerobot", "robomimic"),
             kind=BATCH,
+            # robomimic: from video robo-shards ('robo-loaders convert robomimic ... --frames h264'), lossy frames,
+            # everything else byte-identical; LeRobot: LeRobot's own videos, decoded as LeRobotDataset decodes them
+            lossless={"lerobot": NOT_BIT_IDENTICAL_ON_NVDEC, "robomimic": LOSSY_FRAMES},
+            gpu={"lerobot": GPU_OPTIONAL, "robomimic": GPU_NO},
             factories={"lerobot": "robo_loaders_plugin.lerobot.factories:video_stream_dataset",
-                       # robomimic: from video robo-shards ('robo-loaders convert robomimic ... --frames h264'),
-                       # lossy frames, everything else byte-identical
                        "robomimic": "robo_loaders_plugin.robomimic.factories:video_stream_dataset"},
             options=VIDEO_STREAM_OPTIONS,
+            requires={"robomimic": (TORCHDATA, PYAV), "lerobot": (TORCHDATA, TORCHCODEC)},
+            remote_source_option="source",
+            remote_storage_option="storage_options",
         ),
     ]
+

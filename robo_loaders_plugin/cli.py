@@ -14,20 +14,33 @@ def main():
 
 
 @main.command("list")
-@click.option("--json", "as_json", is_flag=True, help="print a JSON list instead of a table")
+@click.option("--json", "as_json", is_flag=True,
+              help="print every backend with its per-framework kind, lossless promise, GPU use and options as JSON")
 def list_cmd(as_json):
-    """List the registered backends (built-in and from the robo_loaders entry-point group)."""
+    """List the registered backends (built-in and from the robo_loaders entry-point group): one row per backend
+    and framework, then what each backend does."""
+    import shutil
+    import textwrap
+
     from tabulate import tabulate
 
     from robo_loaders_plugin.core.registry import get_backend, list_backends
 
     specs = [get_backend(n).as_dict() for n in list_backends()]
     if as_json:
-        click.echo(json.dumps(specs, indent=2))
+        click.echo(json.dumps(specs, indent=2, default=str))
         return
-    rows = [[s["name"], s["kind"], ",".join(s["frameworks"]), "yes" if s["needs_gpu"] else "no",
-             "yes" if s["lossless"] else "no", s["plugin"], s["description"]] for s in specs]
-    click.echo(tabulate(rows, headers=["name", "kind", "frameworks", "GPU", "lossless", "plugin", "description"]))
+    rows = [[s["name"], fw, s["kind"][fw], s["gpu"][fw], SHORT_LOSSLESS.get(s["lossless"][fw], s["lossless"][fw]),
+             s["plugin"]] for s in specs for fw in s["frameworks"]]
+    click.echo(tabulate(rows, headers=["backend", "framework", "kind", "GPU", "lossless", "plugin"]))
+    width = min(100, shutil.get_terminal_size((80, 24)).columns)
+    click.echo("")
+    for s in specs:
+        click.echo(textwrap.fill(f"{s['name']}: {s['description']}", width=width, subsequent_indent="  "))
+    click.echo(textwrap.fill("Options: 'robo-loaders list --json', or docs/backends.md.", width=width))
+
+
+SHORT_LOSSLESS = {"yes on the CPU; not bit-identical with NVDEC": "CPU: yes, NVDEC: no"}
 
 
 @main.group("sample-data")
@@ -106,11 +119,13 @@ def sample_data_lerobot(out, repo_id, episodes, min_length, max_length, cameras,
 @main.command("robomimic-train", context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
 @click.pass_context
 def robomimic_train(ctx):
-    """Run robomimic's unmodified training script with the plugin's patches applied (for users who disabled
-    the import hook with ROBO_LOADERS_DISABLE=1). All arguments go to robomimic.scripts.train."""
+    """Run robomimic's unmodified training script with the plugin's patches applied (also when the import hook is
+    disabled with ROBO_LOADERS_DISABLE=1). All arguments go to robomimic.scripts.train. Exits 1 when the run
+    failed (robomimic's script itself exits 0); without a terminal, an existing run folder of the same name is
+    kept and the run written beside it instead of waiting on robomimic's overwrite prompt."""
     from robo_loaders_plugin.robomimic.train_cli import run_robomimic_train
 
-    run_robomimic_train(list(ctx.args))
+    sys.exit(run_robomimic_train(list(ctx.args)))
 
 
 @main.group("bench")
@@ -119,16 +134,13 @@ def bench():
 
 
 def _parse_kwargs(values):
-    out = {}
-    for v in values:
-        name, sep, payload = v.partition("=")
-        if not sep:
-            raise click.BadParameter(f"{v!r}: expected BACKEND='{{json}}'")
-        try:
-            out[name] = json.loads(payload)
-        except json.JSONDecodeError as exc:
-            raise click.BadParameter(f"{v!r}: {exc}") from None
-    return out
+    from robo_loaders_plugin.core.backend_json import parse_backend_pairs
+    from robo_loaders_plugin.core.errors import BackendOptionError
+
+    try:
+        return parse_backend_pairs(values, "--backend-kwargs")
+    except BackendOptionError as exc:
+        raise click.BadParameter(str(exc)) from None
 
 
 @bench.command("robomimic")
@@ -146,8 +158,11 @@ def _parse_kwargs(values):
 @click.option("--repeats", default=1, show_default=True, type=click.IntRange(min=1),
               help="run every backend this many times (in rounds) and report each by its median run")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False), help="also write results here")
+@click.option("--reuse-cache", is_flag=True,
+              help="let backends reuse what your cache directory holds (default: every run starts from an empty "
+                   "cache, so every backend pays its first-run cost the same way)")
 def bench_robomimic_cmd(dataset, backends, seq_length, frame_stack, batch_size, num_workers, batches, obs_keys,
-                        backend_kwargs, repeats, json_out):
+                        backend_kwargs, repeats, json_out, reuse_cache):
     """samples/s, first-batch latency, peak memory and batch latency percentiles of robomimic backends."""
     from robo_loaders_plugin.bench.robomimic_bench import bench_robomimic
 
@@ -155,7 +170,7 @@ def bench_robomimic_cmd(dataset, backends, seq_length, frame_stack, batch_size, 
         payload = bench_robomimic(dataset, [b.strip() for b in backends.split(",") if b.strip()], seq_length,
                                   frame_stack, batch_size, num_workers, batches, _parse_kwargs(backend_kwargs),
                                   json_out, obs_keys.split(",") if obs_keys else None, echo=click.echo,
-                                  repeats=repeats)
+                                  repeats=repeats, fresh_cache=not reuse_cache)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     if any(r.get("error") for r in payload["results"]):
@@ -175,8 +190,11 @@ def bench_robomimic_cmd(dataset, backends, seq_length, frame_stack, batch_size, 
 @click.option("--repeats", default=1, show_default=True, type=click.IntRange(min=1),
               help="run every backend this many times (in rounds) and report each by its median run")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False))
+@click.option("--reuse-cache", is_flag=True,
+              help="let backends reuse what your cache directory holds (default: every run starts from an empty "
+                   "cache)")
 def bench_lerobot_cmd(root, repo_id, backends, batch_size, num_workers, batches, preset, backend_kwargs, repeats,
-                      json_out):
+                      json_out, reuse_cache):
     """samples/s, decoded frames/s, first batch, memory, latency and fetch/decode split vs LeRobotDataset."""
     import os
 
@@ -185,7 +203,7 @@ def bench_lerobot_cmd(root, repo_id, backends, batch_size, num_workers, batches,
     repo_id = repo_id or f"local/{os.path.basename(os.path.abspath(root))}"
     payload = bench_lerobot(root, repo_id, [b.strip() for b in backends.split(",") if b.strip()], batch_size,
                             num_workers, batches, preset, _parse_kwargs(backend_kwargs), json_out, echo=click.echo,
-                            repeats=repeats)
+                            repeats=repeats, fresh_cache=not reuse_cache)
     if any(r.get("error") for r in payload["results"]):
         sys.exit(1)
 

@@ -4,6 +4,6 @@ LeRobot patches so ``--dataset.backend`` parses even with the import hook disabl
 import sys
 
 if "lerobot" in sys.modules:  # only inside a LeRobot process; importing the plugin elsewhere patches nothing
-    from robo_loaders_plugin.lerobot.compat import apply_all
+    from robo_loaders_plugin.lerobot.patches import apply_all
 
     apply_all()

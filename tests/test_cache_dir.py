@@ -5,11 +5,13 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 
 from robo_loaders_plugin import StaleSourceError
 from robo_loaders_plugin.storage import cache
-from robo_loaders_plugin.storage.fingerprint import Fingerprint, check_same_source, fingerprint, hash_file, new_digest
+from robo_loaders_plugin.storage.fingerprint import (DIGEST_METHOD, LEGACY_METHOD, Fingerprint, check_same_source,
+                                                     fingerprint, hash_file, new_digest)
 
 
 def digest_of(path):
@@ -56,6 +58,75 @@ def test_fingerprint_fast_path_trusts_only_an_identical_stat(tmp_path):
     src.write_bytes(b"y" * 100)
     os.utime(src, ns=(st.st_atime_ns, st.st_mtime_ns))  # mtime restored, but ctime moved on
     assert fingerprint(str(src), digest, recorded=first).content != first.content and len(calls) == 2
+
+
+def legacy_sampled_digest(path):
+    """The digest before issue 23 (A5): a file under 1 MiB whole, a larger one as its size and 16 evenly spaced
+    64 KiB blocks."""
+    import hashlib
+
+    h, size = hashlib.sha256(), os.path.getsize(path)
+    with open(path, "rb") as f:
+        if size < 1 << 20:
+            h.update(f.read())
+            return h.hexdigest()
+        h.update(str(size).encode())
+        step = (size - 65536) / 15
+        for i in range(16):
+            f.seek(int(i * step))
+            h.update(f.read(65536))
+    return h.hexdigest()
+
+
+def test_an_edit_in_bytes_a_sample_would_skip_with_the_mtime_restored_is_seen(tmp_path):
+    """A large file (a video, an HDF5 of frames) edited between the blocks the old digest sampled, mtime restored:
+    the stat differs (ctime), so the whole file is hashed and the edit is seen; the sampled digest missed it."""
+    src = tmp_path / "video.mp4"
+    src.write_bytes(np.random.default_rng(0).integers(0, 256, 3 << 20, dtype=np.uint8).tobytes())
+    first = fingerprint(str(src), digest_of(str(src)))
+    before = legacy_sampled_digest(src)
+    st = os.stat(src)
+    with open(src, "r+b") as f:  # 100 KiB in: between the first two sampled blocks (0 and ~205 KiB)
+        f.seek(100 << 10)
+        byte = f.read(1)[0]
+        f.seek(100 << 10)
+        f.write(bytes([byte ^ 0x01]))
+    os.utime(src, ns=(st.st_atime_ns, st.st_mtime_ns))  # cp -p / rsync -t
+    assert legacy_sampled_digest(src) == before  # negative control: the sample cannot see this edit
+    changed = fingerprint(str(src), digest_of(str(src)), recorded=first)
+    assert changed.method == DIGEST_METHOD and changed.content != first.content
+    assert cache.content_key(changed) != cache.content_key(first)  # another cache entry: rebuilt, not reused
+    with pytest.raises(StaleSourceError, match="content digest differs"):
+        check_same_source(first, changed, "shards", "convert again")
+
+
+def test_a_fingerprint_of_the_sampled_method_is_never_compared_with_a_full_digest(tmp_path):
+    """Fingerprints recorded by earlier versions (no 'method': sampled): an identical stat still reuses what they
+    describe (same cache key as before); any other stat cannot be compared with a full digest, so it is a
+    difference, never equal or unequal by accident; a new digest never equals an old one."""
+    src = tmp_path / "data.bin"
+    src.write_bytes(b"x" * 5000)
+    files = fingerprint(str(src), digest_of(str(src))).files
+    old = Fingerprint.from_dict({"path": str(src.resolve()), "files": [list(f) for f in files],
+                                 "content": legacy_sampled_digest(src)})
+    assert old.method == LEGACY_METHOD and old.identity() == [[f[0], f[1], f[2]] for f in files] + [old.content]
+    calls = []
+
+    def digest():
+        calls.append(1)
+        return digest_of(str(src))()
+
+    assert fingerprint(str(src), digest, recorded=old) is old and not calls  # identical stat: the fast path
+    os.utime(src, ns=(os.stat(src).st_atime_ns, os.stat(src).st_mtime_ns))  # ctime moves, the bytes do not
+    current = fingerprint(str(src), digest, recorded=old)
+    assert len(calls) == 1 and current.method == DIGEST_METHOD and current.content != old.content
+    assert cache.content_key(current) != cache.content_key(old)  # caches: rebuilt once
+    with pytest.raises(StaleSourceError, match=rf"computed by another robo-loaders \({LEGACY_METHOD}; this one "
+                                               rf"computes {DIGEST_METHOD}\).*convert again"):
+        check_same_source(old, current, "shards", "convert again")  # given shards: refused, not guessed
+    assert not current.differences(Fingerprint.from_dict(current.as_dict()))
+    h = new_digest()
+    assert h.hexdigest() != __import__("hashlib").sha256().hexdigest()  # new digests carry their method
 
 
 def test_cache_root_default_env_and_a_file_is_refused(tmp_path, monkeypatch):

@@ -5,7 +5,7 @@ from click.testing import CliRunner
 
 import robo_loaders_plugin as rlp
 from robo_loaders_plugin.cli import main
-from robo_loaders_plugin import BATCH, BackendOptionError, BackendSpec, UnknownBackendError
+from robo_loaders_plugin import BATCH, BackendOptionError, BackendSpec, Option, UnknownBackendError
 
 
 def test_builtin_backends_listed_native_first():
@@ -17,8 +17,25 @@ def test_builtin_backends_listed_native_first():
 def test_get_backend_spec_fields():
     spec = rlp.get_backend("compressed_cache")
     assert isinstance(spec, rlp.BackendSpec)
-    assert spec.lossless and not spec.needs_gpu and "robomimic" in spec.frameworks and spec.kind == "indexed"
+    assert spec.lossless_for("robomimic") == rlp.LOSSLESS and spec.gpu_for("robomimic") == rlp.GPU_NO
+    assert "robomimic" in spec.frameworks and spec.kind_for("robomimic") == "indexed"
     assert spec.description
+
+
+def test_spec_metadata_is_true_per_framework():
+    """What `list --json` promises: video_stream is lossy on robomimic (video shards) and not bit-identical with
+    NVDEC on LeRobot; the GPU backends say "optional"; LeRobot's compressed_cache is driven by LeRobot's
+    DataLoader (a sample backend there), robomimic's by in-process threads unless loader=dataloader."""
+    vs, gr, cc = (rlp.get_backend(n) for n in ("video_stream", "gpu_resampler", "compressed_cache"))
+    assert vs.lossless_for("robomimic") == rlp.LOSSY_FRAMES
+    assert vs.lossless_for("lerobot") == rlp.NOT_BIT_IDENTICAL_ON_NVDEC
+    assert vs.gpu_for("lerobot") == rlp.GPU_OPTIONAL and vs.gpu_for("robomimic") == rlp.GPU_NO
+    assert gr.gpu_for("robomimic") == gr.gpu_for("lerobot") == rlp.GPU_OPTIONAL
+    assert cc.kind_for("lerobot") == "sample" and cc.kind_for("robomimic") == "indexed"
+    assert rlp.get_backend("datapipe").lossless_for("lerobot") == rlp.LOSSLESS
+    threads = cc.choose("robomimic", {}, "w")
+    dataloader = cc.choose("robomimic", {"loader": "dataloader"}, "w")
+    assert threads.kind == "indexed" and dataloader.kind == "sample"  # the choice's kind is what drives passes
 
 
 def test_unknown_backend_lists_names():
@@ -26,6 +43,12 @@ def test_unknown_backend_lists_names():
         rlp.get_backend("nope")
     assert "native" in str(e.value) and "compressed_cache" in str(e.value)
     assert isinstance(e.value, KeyError)
+    with pytest.raises(UnknownBackendError) as e:
+        rlp.get_backend("datapipes", "train.data_backend")
+    assert str(e.value).startswith("train.data_backend: unknown data backend 'datapipes' (did you mean 'datapipe'?)")
+    with pytest.raises(UnknownBackendError) as e:
+        rlp.get_backend("zzz", "train.data_backend")
+    assert "did you mean" not in str(e.value)
 
 
 def test_hookimpl_exported():
@@ -36,28 +59,37 @@ def test_hookimpl_exported():
 
 def test_option_validation():
     spec = BackendSpec(name="x", description="d", frameworks=("robomimic",), kind=BATCH,
-                       options={"n": (int, 1, ""), "s": ((int, str), None, "")})
-    assert spec.validate_options({}, "w") == {"n": 1, "s": None}
-    assert spec.validate_options({"n": 3, "s": "2GB"}, "w") == {"n": 3, "s": "2GB"}
-    with pytest.raises(BackendOptionError, match="unknown option.*'m'.*valid options: n, s"):
-        spec.validate_options({"m": 1}, "w")
-    with pytest.raises(BackendOptionError, match="'n' of backend 'x' must be int"):
-        spec.validate_options({"n": "3"}, "w")
-    with pytest.raises(BackendOptionError, match="must be int"):
-        spec.validate_options({"n": True}, "w")
+                       options={"n": Option(int, 1, "", min=0), "s": Option((int, str), None, "")})
+    assert spec.choose("robomimic", {}, "w").options.as_dict() == {"n": 1, "s": None}
+    assert spec.choose("robomimic", {"n": 3, "s": "2GB"}, "w").options.as_dict() == {"n": 3, "s": "2GB"}
+    with pytest.raises(BackendOptionError, match="w: unknown option 'm' for backend 'x'; valid options: n, s"):
+        spec.choose("robomimic", {"m": 1}, "w")
+    with pytest.raises(BackendOptionError, match=r"w.n must be an integer, got str '3' \(backend 'x'\)"):
+        spec.choose("robomimic", {"n": "3"}, "w")
+    with pytest.raises(BackendOptionError, match="must be an integer"):
+        spec.choose("robomimic", {"n": True}, "w")
+    with pytest.raises(BackendOptionError, match="w.n must be >= 0, got -1"):
+        spec.choose("robomimic", {"n": -1}, "w")
     with pytest.raises(ValueError, match="kind"):
         BackendSpec(name="y", description="d", frameworks=("robomimic",), kind="weird")
     with pytest.raises(ValueError, match="unknown frameworks"):
         BackendSpec(name="y", description="d", frameworks=("tensorflow",))
+    with pytest.raises(ValueError, match="must be declared as an Option"):
+        BackendSpec(name="y", description="d", frameworks=("robomimic",), options={"n": (int, 1, "")})
 
 
 def test_cli_list_table_and_json():
     r = CliRunner().invoke(main, ["list"])
     assert r.exit_code == 0 and "compressed_cache" in r.output and "lossless" in r.output
+    assert max(len(line) for line in r.output.splitlines()) <= 80, r.output
     r = CliRunner().invoke(main, ["list", "--json"])
     data = json.loads(r.output)
-    assert {"name", "description", "frameworks", "needs_gpu", "lossless"} <= set(data[0])
+    assert {"name", "description", "frameworks", "gpu", "lossless", "kind", "options"} <= set(data[0])
     assert [d["name"] for d in data][0] == "native"
+    vs = next(d for d in data if d["name"] == "video_stream")
+    assert vs["lossless"] == {"lerobot": rlp.NOT_BIT_IDENTICAL_ON_NVDEC, "robomimic": rlp.LOSSY_FRAMES}
+    assert vs["options"]["buffer"]["values"] == "one of 'raw', 'lz4'"
+    assert vs["options"]["storage_options"]["frameworks"] == ["lerobot"]
 
 
 PLUGIN = '''
@@ -95,3 +127,20 @@ def test_a_broken_entry_point_is_skipped(tmp_path, monkeypatch):
         monkeypatch.undo()
         sys.modules.pop("good_plugin", None)
         registry.reset_cache()
+
+
+def test_a_missing_dependency_names_the_extra_to_install(monkeypatch):
+    """Choosing datapipe without torchdata (the [robomimic] extra alone) is one line naming the extra, before any
+    data is read; a backend whose modules are present is chosen as before."""
+    import importlib.util
+
+    from robo_loaders_plugin import RoboLoadersError
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torchdata" else real(name, *a))
+    with pytest.raises(RoboLoadersError, match=r"backend 'datapipe' needs torchdata, which is not installed: pip "
+                                               r"install 'robo-loaders-plugin\[datapipe\]'"):
+        rlp.get_backend("datapipe").choose("robomimic", {}, "w")
+    with pytest.raises(RoboLoadersError, match=r"video_stream' needs torchdata"):
+        rlp.get_backend("video_stream").choose("lerobot", {}, "w")
+    assert rlp.get_backend("gpu_resampler").choose("robomimic", {}, "w").name == "gpu_resampler"

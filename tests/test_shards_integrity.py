@@ -75,20 +75,77 @@ def test_edited_index_or_dataset_json_is_refused(tmp_path):
 
 def test_swapped_member_offsets_serve_no_other_episode(tmp_path):
     """Even with a valid checksum (a buggy writer), an entry pointing at another episode's bytes is caught by the
-    length checks on read and by the tar headers in verify."""
+    tar header read with the member (before the length checks) and by the tar headers in verify."""
     data = write(tmp_path, shard_bytes=10**9)  # one shard
     index = json.loads((tmp_path / "index.json").read_text())
     a, b = index["episodes"][0]["members"], index["episodes"][1]["members"]
     a["demo_0.actions.npy"], b["demo_1.actions.npy"] = b["demo_1.actions.npy"], a["demo_0.actions.npy"]
     rewrite_index(tmp_path, index)
     r = ShardReader(str(tmp_path))
-    with pytest.raises(ShardError, match=r"episode 'demo_0'.*actions.npy.*13 rows, the episode has 10 steps"):
+    with pytest.raises(ShardError, match=r"'demo_0.actions.npy' of episode 'demo_0': the tar header before its data "
+                                         r"names 'demo_1.actions.npy'"):
         r.read_episode(0)
     _, fields = r.read_episode(0, fields=["obs/cam"])  # the untouched members still read
     assert fields["obs/cam"].tobytes() == data["demo_0"]["obs/cam"].tobytes()
     problems = r.verify()
     assert any("tar member 'demo_0.actions.npy': data at offset" in p for p in problems), problems
     assert not any("SHA-256" in p for p in problems)  # the shards themselves are intact
+
+
+def test_members_swapped_with_a_recomputed_checksum_are_refused_by_their_tar_headers(tmp_path):
+    """Two episodes of the same length and fields: an index whose entries for their actions are swapped (offsets,
+    sizes and CRCs, checksum recomputed) passes every length and CRC check, so only the tar header read with each
+    member tells that demo_0's entry points at demo_1's bytes; the reader refuses instead of serving them."""
+    rng = np.random.default_rng(7)
+    data = {f"demo_{e}": {"actions": rng.normal(size=(12, 7)), "dones": np.arange(12) == 11} for e in range(3)}
+    w = ShardWriter(str(tmp_path), FrameCodec(), {"framework": "test"}, shard_bytes=10**9)
+    for name, fields in data.items():
+        w.add_episode(name, fields, compressed=set())
+    w.close(source={"path": "x"})
+    r = ShardReader(str(tmp_path))  # negative control: the intact index serves each episode its own arrays
+    for i, name in enumerate(data):
+        assert r.read_episode(i)[1]["actions"].tobytes() == data[name]["actions"].tobytes()
+    index = json.loads((tmp_path / "index.json").read_text())
+    a, b = index["episodes"][0]["members"], index["episodes"][1]["members"]
+    a["demo_0.actions.npy"], b["demo_1.actions.npy"] = b["demo_1.actions.npy"], a["demo_0.actions.npy"]
+    rewrite_index(tmp_path, index)
+    r = ShardReader(str(tmp_path))  # the index itself is valid
+    pattern = (r"member 'demo_0.actions.npy' of episode 'demo_0': the tar header before its data names "
+               r"'demo_1.actions.npy', so index.json points at bytes that are not this member's.*convert")
+    for decode in (True, False):
+        with pytest.raises(ShardError, match=pattern):
+            r.read_episode(0, decode_frames=decode)
+    with pytest.raises(ShardError, match="'demo_1.actions.npy' of episode 'demo_1': the tar header before its data "
+                                         "names 'demo_0.actions.npy'"):
+        r.read_episode(1, fields=["actions"])
+    assert r.read_episode(0, fields=["dones"])[1]["dones"].tobytes() == data["demo_0"]["dones"].tobytes()
+    assert r.read_episode(2)[1]["actions"].tobytes() == data["demo_2"]["actions"].tobytes()
+    problems = r.verify()
+    assert any("demo_0.actions.npy" in p and "names 'demo_1.actions.npy'" in p for p in problems), problems
+    # the same swap inside one episode (two members of one shape): refused the same way
+    index = json.loads((tmp_path / "index.json").read_text())
+    a = index["episodes"][2]["members"]
+    a["demo_2.actions.npy"], a["demo_2.dones.npy"] = a["demo_2.dones.npy"], a["demo_2.actions.npy"]
+    rewrite_index(tmp_path, index)
+    with pytest.raises(ShardError, match="names 'demo_2.dones.npy'"):
+        ShardReader(str(tmp_path)).read_episode(2)
+
+
+def test_a_damaged_tar_header_or_a_long_member_name(tmp_path):
+    """A flipped bit in a member's tar header fails its checksum; a member name over the ustar field's 100
+    characters (the full name is in the PAX header) still reads."""
+    write(tmp_path)
+    shard, member, loc = location(tmp_path, "demo_1", "actions.npy")
+    flip_bits(shard, loc["offset"] - 512 + 130)  # inside the header's size field
+    with pytest.raises(ShardError, match=r"'demo_1.actions.npy' of episode 'demo_1': the 512 bytes before its "
+                                         r"data are not a valid tar header \(checksum\)"):
+        ShardReader(str(tmp_path)).read_episode(1)
+    field = "obs/" + "k" * 110
+    w = ShardWriter(str(tmp_path / "long"), FrameCodec(), {"framework": "test"}, shard_bytes=10**9)
+    w.add_episode("demo_0", {field: np.arange(6.0), "actions": np.ones((6, 2))}, compressed=set())
+    w.close(source={"path": "x"})
+    _, fields = ShardReader(str(tmp_path / "long")).read_episode(0)
+    assert fields[field].tolist() == list(range(6)) and verify_dir(str(tmp_path / "long")) == []
 
 
 def test_overlapping_members_are_reported(tmp_path):

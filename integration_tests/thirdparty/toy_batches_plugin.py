@@ -3,13 +3,12 @@ entry-point group (see the test that installs it), and batch-level, so robomimic
 batches from its BatchSource instead of from its DataLoader."""
 import torch
 
-from robo_loaders_plugin import BATCH, BackendSpec, BatchDataset, BatchSource, hookimpl
+from robo_loaders_plugin import BATCH, BackendSpec, BatchDataset, BatchSource, Option, Serving, hookimpl
 
 
 class ToyBatches(BatchDataset):
-    backend_name = "toy_batches"
-
-    def __init__(self, inner):
+    def __init__(self, inner, tag):
+        super().__init__(serving=Serving(f"toy batches over SequenceDataset, tag={tag}"))
         self.inner = inner  # robomimic's own SequenceDataset
         self.batches_served = 0
 
@@ -41,15 +40,13 @@ class ToyBatches(BatchDataset):
         return Passes()
 
 
-def make(config, obs_keys, filter_by_attribute=None, dataset_path=None, tag="none"):
-    from robo_loaders_plugin.robomimic.factories import native_dataset
+def make(config, obs_keys, filter_by_attribute=None, dataset_path=None, *, options):
+    from robo_loaders_plugin.extend import robomimic_sequence_dataset
 
-    ds = ToyBatches(native_dataset(config, obs_keys, filter_by_attribute, dataset_path))
-    ds.build_summary = f"toy batches over SequenceDataset, tag={tag}"
-    return ds
+    return ToyBatches(robomimic_sequence_dataset(config, obs_keys, filter_by_attribute, dataset_path), options.tag)
 
 
 @hookimpl
 def robo_loaders_backends():
     return [BackendSpec(name="toy_batches", description="test-only batch-level backend", frameworks=("robomimic",),
-                        kind=BATCH, factories={"robomimic": make}, options={"tag": (str, "none", "a label")})]
+                        kind=BATCH, factories={"robomimic": make}, options={"tag": Option(str, "none", "a label")})]

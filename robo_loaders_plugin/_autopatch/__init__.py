@@ -15,12 +15,18 @@ import threading
 
 # module name -> "package.module:function" called with the freshly executed module
 WATCHED = {
-    "robomimic.config.base_config": "robo_loaders_plugin.robomimic.compat:patch_base_config",
-    "robomimic.utils.train_utils": "robo_loaders_plugin.robomimic.compat:patch_train_utils",
-    "lerobot.configs.train": "robo_loaders_plugin.lerobot.compat:patch_train_config",
-    "lerobot.datasets.factory": "robo_loaders_plugin.lerobot.compat:patch_factory",
-    "lerobot.scripts.lerobot_train": "robo_loaders_plugin.lerobot.compat:patch_train_script",
+    "robomimic.config.base_config": "robo_loaders_plugin.robomimic.patches:patch_base_config",
+    "robomimic.utils.train_utils": "robo_loaders_plugin.robomimic.patches:patch_train_utils",
+    "lerobot.configs.train": "robo_loaders_plugin.lerobot.patches:patch_train_config",
+    "lerobot.datasets.factory": "robo_loaders_plugin.lerobot.patches:patch_factory",
+    "lerobot.scripts.lerobot_train": "robo_loaders_plugin.lerobot.patches:patch_train_script",
 }
+
+# robomimic.macros imports robomimic.macros_private and, when there is none, prints a five-line "No private macro
+# file found!" block in every process that imports robomimic (each training run, each DataLoader worker, doctor).
+# Where the user has no private macro file, an empty one is provided: robomimic.macros' defaults stay as they are,
+# only the warning goes. A user's own macros_private is imported as usual.
+EMPTY_IF_MISSING = ("robomimic.macros_private",)
 
 _lock = threading.RLock()
 
@@ -55,10 +61,26 @@ class _PatchingLoader(importlib.abc.Loader):
         return getattr(self._wrapped, name)
 
 
+class _EmptyModule(importlib.abc.Loader):
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module):
+        module.__doc__ = "Provided empty by robo-loaders-plugin: no private macro file (robomimic's defaults apply)."
+
+
 class _Finder(importlib.abc.MetaPathFinder):
     _busy = threading.local()
 
     def find_spec(self, fullname, path, target=None):
+        if fullname in EMPTY_IF_MISSING and not getattr(self._busy, "on", False):
+            with _lock:
+                self._busy.on = True
+                try:
+                    real = importlib.util.find_spec(fullname)
+                finally:
+                    self._busy.on = False
+            return real if real is not None else importlib.util.spec_from_loader(fullname, _EmptyModule())
         target_fn = WATCHED.get(fullname)
         if target_fn is None or getattr(self._busy, "on", False):
             return None

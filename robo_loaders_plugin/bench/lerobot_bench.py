@@ -11,7 +11,7 @@ from tabulate import tabulate
 
 from robo_loaders_plugin.bench.conversion import conversion_table, dir_bytes, time_conversions
 from robo_loaders_plugin.bench.report import add_ratios, machine
-from robo_loaders_plugin.bench.runner import backend_of, in_rounds, options_for, run_child
+from robo_loaders_plugin.bench.runner import FRESH_CACHE, USER_CACHE, backend_of, in_rounds, options_for, run_child
 from robo_loaders_plugin.core.files import atomic_write_json
 from robo_loaders_plugin.core.units import format_bytes
 
@@ -58,10 +58,11 @@ def raw_frame_bytes(root: str) -> int:
 
 def bench_lerobot(root: str, repo_id: str, backends: list[str], batch_size: int, num_workers: int, batches: int,
                   preset: str, kwargs: dict, json_out: str | None, timeout: float = 3600, echo=print,
-                  repeats: int = 1) -> dict:
-    """``repeats`` > 1: every backend that many times, each reported by its median run (``runner.in_rounds``)."""
+                  repeats: int = 1, fresh_cache: bool = True) -> dict:
+    """``repeats`` > 1: every backend that many times, each reported by its median run (``runner.in_rounds``).
+    ``fresh_cache``: every run starts from an empty cache directory (``runner.run_child``)."""
     common = dict(root=os.path.abspath(root), repo_id=repo_id, batch_size=batch_size, num_workers=num_workers,
-                  batches=batches, preset=preset, repeats=repeats)
+                  batches=batches, preset=preset, repeats=repeats, cache=FRESH_CACHE if fresh_cache else USER_CACHE)
     conversion = None
     with tempfile.TemporaryDirectory(prefix="robo-loaders-bench-") as log_dir:
         dp = kwargs.setdefault("datapipe", {})
@@ -71,13 +72,13 @@ def bench_lerobot(root: str, repo_id: str, backends: list[str], batch_size: int,
                                           raw_frame_bytes(common["root"]), echo)
             echo(conversion_table(conversion))
             dp["shards"] = conversion[-1]["out"]
-        args = {k: v for k, v in common.items() if k != "repeats"}
+        args = {k: v for k, v in common.items() if k not in ("repeats", "cache")}
 
         def run_one(name):
             child = "lerobot_streaming_run" if backend_of(name) == STREAMING else "lerobot_run"
             return run_child(f"robo_loaders_plugin.bench.{child}",
                              dict(args, backend=backend_of(name), kwargs=options_for(name, kwargs)), name, log_dir,
-                             timeout)
+                             timeout, fresh_cache)
 
         results = in_rounds(backends, repeats, run_one, echo)
     add_ratios(results, [b for b in ("native", STREAMING) if b in backends],

@@ -52,9 +52,8 @@ def run(a: dict) -> dict:
     from robo_loaders_plugin.bench.runner import baseline_pss, time_loader
     from robo_loaders_plugin.bench.shuffle_metric import episode_mix
     from robo_loaders_plugin.lerobot.presets import delta_timestamps
-    from robo_loaders_plugin.core.iteration import record_built
-    from robo_loaders_plugin.core.registry import get_backend
-    from robo_loaders_plugin.lerobot.integration import cycle
+    from robo_loaders_plugin.core.iteration import summary_of
+    from robo_loaders_plugin.lerobot.integration import build_dataset, choose, cycle
 
     torch.manual_seed(0)
     meta = LeRobotDatasetMetadata(a["repo_id"], root=a["root"])
@@ -62,9 +61,8 @@ def run(a: dict) -> dict:
     baseline = baseline_pss()
     t = time.perf_counter()
     ds = LeRobotDataset(a["repo_id"], root=a["root"], delta_timestamps=delta, return_uint8=True)  # as make_dataset
-    spec = get_backend(a["backend"])
-    ds = spec.factory_for("lerobot")(ds, **spec.validate_options(a.get("kwargs") or {}, "--backend-kwargs"))
-    record_built(spec, ds)
+    if a["backend"] != "native":
+        ds = build_dataset(ds, choose(a["backend"], **(a.get("kwargs") or {})))
     build_s = time.perf_counter() - t
     # the DataLoader lerobot-train 0.6.1 builds (CPU: no pin_memory)
     sampler = EpisodeAwareSampler(ds.meta.episodes["dataset_from_index"], ds.meta.episodes["dataset_to_index"],
@@ -89,7 +87,7 @@ def run(a: dict) -> dict:
                 frames_per_sample=fps_, decoded_frames_per_s=timing["samples_per_s"] * fps_,
                 raw_decoded_frames_bytes=raw_frame_bytes(a["root"]),
                 cache_bytes=stored_bytes(ds), episode_mix=episode_mix(episodes_per_batch),
-                summary=getattr(ds, "build_summary", None), **split)
+                summary=summary_of(ds), **split)
 
 
 def stored_bytes(ds) -> int:
@@ -104,9 +102,13 @@ def stored_bytes(ds) -> int:
         return ds.frames.store.file_nbytes
     if isinstance(ds.frames, TensorFrames):
         return TensorFrames.nbytes(ds.frames.lengths, ds.frames.infos)
-    if getattr(ds, "reader", None) is None:  # video_stream: decodes the dataset's own videos, stores nothing
+    from robo_loaders_plugin.lerobot.factories import LeRobotShardSamples
+
+    if not isinstance(ds, LeRobotShardSamples):  # video_stream: decodes the dataset's own videos, stores nothing
         return 0
-    return sum(s["bytes"] for s in ds.reader.shards.values())
+    from robo_loaders_plugin.storage.shards import ShardReader
+
+    return sum(s["bytes"] for s in ShardReader(ds.location).shards.values())
 
 
 def main():

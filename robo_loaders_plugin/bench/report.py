@@ -45,7 +45,9 @@ def table(results: list[dict], baselines: list[str]) -> str:
             sp = r["ratios"].get(f"samples_per_s_vs_{b}")
             mem = r["ratios"].get(f"peak_mem_bytes_vs_{b}")
             dmem = r["ratios"].get(f"data_mem_bytes_vs_{b}")
-            row.append("-" if sp is None else f"{sp:.2f}x / {mem:.1%} / {dmem:.1%}")
+            # a ratio is missing where the baseline's value is 0 (a data memory below the sampler's resolution)
+            row.append("-" if sp is None else " / ".join(["-" if v is None else fmt.format(v) for v, fmt in
+                                                          ((sp, "{:.2f}x"), (mem, "{:.1%}"), (dmem, "{:.1%}"))]))
         rows.append(row)
     headers = ["backend", "samples/s", "first batch s", "build s", "peak mem", "data mem", "batch ms p50/p95/p99",
                "episode mix"] + \

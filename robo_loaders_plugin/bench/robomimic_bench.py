@@ -5,7 +5,7 @@ import os
 import tempfile
 
 from robo_loaders_plugin.bench.conversion import conversion_table, time_conversions
-from robo_loaders_plugin.bench.runner import backend_of, in_rounds, options_for, run_child
+from robo_loaders_plugin.bench.runner import FRESH_CACHE, USER_CACHE, backend_of, in_rounds, options_for, run_child
 from robo_loaders_plugin.bench.report import add_ratios, machine, table
 from robo_loaders_plugin.core.files import atomic_write_json
 
@@ -39,17 +39,20 @@ def array_bytes(path: str) -> int:
     return total
 
 
-def run_one(label: str, common: dict, kwargs: dict, log_dir: str, timeout: float) -> dict:
+def run_one(label: str, common: dict, kwargs: dict, log_dir: str, timeout: float, fresh_cache: bool = True) -> dict:
     name, mode = parse_backend(label)
     opts = options_for(label, kwargs)
     args = dict(common, label=label, backend=name, cache_mode=mode, kwargs=opts)
-    return run_child("robo_loaders_plugin.bench.robomimic_run", args, label, log_dir, timeout)
+    return run_child("robo_loaders_plugin.bench.robomimic_run", args, label, log_dir, timeout, fresh_cache)
 
 
 def bench_robomimic(dataset: str, backends: list[str], seq_length: int, frame_stack: int, batch_size: int,
                     num_workers: int, batches: int, kwargs: dict, json_out: str | None, obs_keys=None,
-                    timeout: float = 3600, echo=print, repeats: int = 1) -> dict:
-    """``repeats`` > 1: every backend that many times, each reported by its median run (``runner.in_rounds``)."""
+                    timeout: float = 3600, echo=print, repeats: int = 1, fresh_cache: bool = True) -> dict:
+    """``repeats`` > 1: every backend that many times, each reported by its median run (``runner.in_rounds``).
+    ``fresh_cache``: every run starts from an empty cache directory (``runner.run_child``), so no backend reuses
+    what an earlier run or the user's cache holds (a conversion on first use is then paid by every backend that
+    has one, as in a first training run); false: the user's cache directory."""
     for b in backends:
         parse_backend(b)
     common = dict(dataset=os.path.abspath(dataset), seq_length=seq_length, frame_stack=frame_stack,
@@ -66,10 +69,13 @@ def bench_robomimic(dataset: str, backends: list[str], seq_length: int, frame_st
                                           timeout)
             echo(conversion_table(conversion))
             dp["shards"] = conversion[-1]["out"]
-        results = in_rounds(backends, repeats, lambda label: run_one(label, common, kwargs, log_dir, timeout), echo)
+        results = in_rounds(backends, repeats,
+                            lambda label: run_one(label, common, kwargs, log_dir, timeout, fresh_cache), echo)
     baselines = [b for b in BASELINES if b in backends]
     add_ratios(results, baselines, fields=("samples_per_s", "peak_mem_bytes", "data_mem_bytes"))
-    payload = {"framework": "robomimic", "settings": dict(common, repeats=repeats), "machine": machine(),
+    payload = {"framework": "robomimic",
+               "settings": dict(common, repeats=repeats, cache=FRESH_CACHE if fresh_cache else USER_CACHE),
+               "machine": machine(),
                "results": results,
                "conversion": conversion,
                "episode_mix_note": "mean over one shuffled pass of (distinct demos in a batch / batch size), from the "

@@ -51,6 +51,7 @@ def run(a: dict) -> dict:
 
     from robo_loaders_plugin.robomimic import dataset_factory
     from robo_loaders_plugin.robomimic.compat import register_observation_encoders
+    from robo_loaders_plugin.core.iteration import summary_of
     from robo_loaders_plugin.robomimic.integration import epoch_loader
 
     register_observation_encoders()
@@ -68,7 +69,7 @@ def run(a: dict) -> dict:
                                                       num_workers=nw, drop_last=True))
     timing = time_loader(loader, a["batches"], lambda b: len(b["actions"]))
     return dict(timing, build_s=build_s, num_samples=len(ds), baseline_pss_bytes=baseline,
-                episode_mix=episode_mix(episode_batches(ds, bs)), summary=getattr(ds, "build_summary", None))
+                episode_mix=episode_mix(episode_batches(ds, bs)), summary=summary_of(ds))
 
 
 def episode_batches(ds, batch_size: int) -> list:

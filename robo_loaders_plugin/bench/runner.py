@@ -48,14 +48,29 @@ def in_rounds(labels: list[str], repeats: int, run_one, echo=print) -> list[dict
     return [median_run(runs[label]) for label in labels]
 
 
-def run_child(module: str, args: dict, label: str, log_dir: str, timeout: float) -> dict:
-    """Run ``python -m module '<json args>' OUT.json`` while sampling its process tree's memory."""
+FRESH_CACHE = "fresh per run"
+USER_CACHE = "the user's cache directory (reused)"
+
+
+def run_child(module: str, args: dict, label: str, log_dir: str, timeout: float, fresh_cache: bool = True) -> dict:
+    """Run ``python -m module '<json args>' OUT.json`` while sampling its process tree's memory.
+
+    ``fresh_cache``: the run gets an empty cache directory of its own (``ROBO_LOADERS_CACHE``), removed after it,
+    so every backend pays its first-run cost (a conversion on first use, a persisted cache) the same way, whatever
+    an earlier run or the user's cache holds; false: the user's cache directory, reused as in training."""
+    import shutil
+    import tempfile
+
     safe = label.replace(":", "_").replace("/", "_")
     out_path = os.path.join(log_dir, f"{safe}.json")
     log_path = os.path.join(log_dir, f"{safe}.log")
+    env = dict(os.environ)
+    cache = tempfile.mkdtemp(prefix=f"cache-{safe}-", dir=log_dir) if fresh_cache else None
+    if cache:
+        env["ROBO_LOADERS_CACHE"] = cache
     with open(log_path, "w") as log:
         proc = subprocess.Popen([sys.executable, "-m", module, json.dumps(args), out_path], stdout=log,
-                                stderr=subprocess.STDOUT)
+                                stderr=subprocess.STDOUT, env=env)
         t = time.time()
         with TreeMemorySampler(proc.pid) as mem:
             try:
@@ -63,6 +78,8 @@ def run_child(module: str, args: dict, label: str, log_dir: str, timeout: float)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 rc = "timeout"
+    if cache:
+        shutil.rmtree(cache, ignore_errors=True)
     if rc != 0 or not os.path.exists(out_path):
         with open(log_path) as f:
             tail = f.read()[-2000:]

@@ -7,12 +7,20 @@ class RoboLoadersError(Exception):
 
 
 class UnknownBackendError(RoboLoadersError, KeyError):
-    def __init__(self, name: str, known: list[str]):
-        self.name, self.known = name, known
+    """A backend name no plugin registered; the message names the setting (``where``), the closest registered
+    name and every registered one."""
+
+    def __init__(self, name: str, known: list[str], where: str = ""):
+        self.name, self.known, self.where = name, known, where
         super().__init__(name)
 
     def __str__(self) -> str:
-        return (f"unknown data backend {self.name!r}; registered backends: {', '.join(self.known)}. "
+        import difflib
+
+        close = difflib.get_close_matches(str(self.name), self.known, n=1, cutoff=0.6)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        where = f"{self.where}: " if self.where else ""
+        return (f"{where}unknown data backend {self.name!r}{hint}; registered backends: {', '.join(self.known)}. "
                 "Run 'robo-loaders list' to see them with descriptions.")
 
 

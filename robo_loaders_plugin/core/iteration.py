@@ -2,7 +2,7 @@
 
 Both framework adapters drive backends through this module only: robomimic's ``run_epoch`` patch and LeRobot's
 ``cycle`` patch call :func:`pass_batches` / :func:`batch_stream` with the DataLoader the framework built, and the
-*declared kind* of the backend that built its dataset (recorded by :func:`record_built`) decides what runs:
+kind of the backend choice that built its dataset (recorded by :func:`record_built`) decides what runs:
 
 - ``sample``: the framework's DataLoader, untouched.
 - ``indexed``: :class:`SamplerBatches`: indices from exactly the framework's batch sampler, batches built by
@@ -15,8 +15,6 @@ from __future__ import annotations
 import abc
 import dataclasses
 import weakref
-from collections import deque
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
@@ -24,7 +22,8 @@ import torch.utils.data
 
 from robo_loaders_plugin.core.errors import RoboLoadersError
 from robo_loaders_plugin.core.ranks import rank_share
-from robo_loaders_plugin.core.spec import BATCH, INDEXED, SAMPLE, BackendSpec
+from robo_loaders_plugin.core.spec import BATCH, INDEXED, SAMPLE, BackendChoice
+from robo_loaders_plugin.core.threads import ordered_map
 
 # BatchSource.state_dict() keys: the position of the next batch to serve
 STATE_EPOCH = "epoch"
@@ -35,11 +34,20 @@ STATE_BATCH = "batch"
 class SamplingPlan:
     """What the framework's native loop would serve, handed to a ``batch`` backend.
 
-    ``items`` are the dataset indices one pass covers, in the native sampler's unshuffled order (``None``: every
-    index of the dataset); a pass starts at (``start_epoch``, ``start_batch``) (LeRobot's ``--resume``).
-    ``seed`` is the framework's order seed when it has one (LeRobot's sampler seed), else ``None`` and the backend
-    uses its own option. ``num_workers`` is the loop's worker budget: in-process backends use it as threads.
-    ``rank``/``world_size``: this process's share of a multi-process run (one process: 0/1).
+    Attributes:
+        batch_size: Items per batch.
+        drop_last: Whether a last, incomplete batch is dropped.
+        shuffle: Whether the native sampler shuffles.
+        seed: The framework's order seed when it has one (LeRobot's sampler seed, robomimic's ``train.seed`` in
+            a multi-process run), else ``None`` and the backend uses its own option.
+        num_workers: The loop's worker budget: in-process backends use it as threads.
+        items: The dataset indices one pass covers, in the native sampler's unshuffled order (``None``: every
+            index of the dataset).
+        start_epoch: The pass a resumed run starts in (LeRobot's ``--resume``).
+        start_batch: The batch of that pass it starts at.
+        pin_memory: Whether batches go to pinned memory (CUDA training with ``pin_memory``).
+        rank: This process's share of a multi-process run (one process: 0).
+        world_size: Processes sharing each pass (one process: 1).
     """
 
     batch_size: int
@@ -100,61 +108,142 @@ class BatchSource(abc.ABC):
         self._epoch, self._batch, self._positioned = int(state[STATE_EPOCH]), int(state[STATE_BATCH]), True
 
 
-class IndexedDataset(torch.utils.data.Dataset, abc.ABC):
-    """A map-style dataset that also builds whole collated batches (``indexed`` kind).
+@dataclasses.dataclass(frozen=True)
+class Serving:
+    """What the framework adapters need from a built ``indexed`` or ``batch`` dataset, declared by its factory when
+    it constructs the dataset (never set afterwards).
 
-    ``batches_in_process``: whether the adapter should build batches in the training process (False leaves the
-    framework's DataLoader in charge, e.g. robomimic's ``loader: "dataloader"`` option). ``batch_threads``: how
-    many threads build them (None: the DataLoader's ``num_workers``; 0 for device-resident data, whose gathers are
-    queued on the GPU by the training thread)."""
+    Attributes:
+        summary: The line the adapter logs once the dataset is built (what is served, from where, at what cost).
+        batch_threads: ``indexed`` kind: threads building batches in the training process (``None``: the
+            DataLoader's ``num_workers``; ``0``: the training thread itself, e.g. for GPU-resident data whose
+            gathers the training thread queues on the device).
+        hold: Keeps the dataset's storage alive and in use while the dataset lives (a cache entry's use lock, a
+            RAM file); ``None`` when there is nothing to hold.
+    """
 
-    batches_in_process: bool = True
+    summary: str = ""
     batch_threads: int | None = None
+    hold: Any = None
+
+
+class ServedDataset(torch.utils.data.Dataset):
+    """Base of the datasets a backend's factory returns for the ``indexed`` and ``batch`` kinds: a map-style
+    dataset the framework sees (``len()``, ``print()``, a DataLoader over it) with its :class:`Serving`."""
+
+    def __init__(self, *, serving: Serving, **kwargs):
+        super().__init__(**kwargs)
+        self.serving = serving
+
+
+class IndexedDataset(ServedDataset, abc.ABC):
+    """A map-style dataset that also builds whole collated batches (``indexed`` kind): the adapter draws indices
+    from the framework's own sampler and calls :meth:`collate` from ``serving.batch_threads`` threads."""
 
     @abc.abstractmethod
     def collate(self, indices) -> dict:
-        """The collated batch the framework's DataLoader would build from ``[self[i] for i in indices]``."""
+        """The collated batch the framework's DataLoader would build from ``[self[i] for i in indices]``.
+
+        Args:
+            indices: Dataset indices, in batch order.
+
+        Returns:
+            The batch, as the framework's ``default_collate`` would build it.
+        """
 
 
-class BatchDataset(torch.utils.data.Dataset, abc.ABC):
+class BatchDataset(ServedDataset, abc.ABC):
     """A dataset whose training passes the backend orders itself (``batch`` kind). Frameworks still see a dataset
     (robomimic calls ``len()`` and ``print()`` and builds a DataLoader over it); the adapter then asks it for a
     :class:`BatchSource` instead of iterating that DataLoader."""
 
     @abc.abstractmethod
     def batch_source(self, plan: SamplingPlan) -> BatchSource:
-        """A source serving the passes ``plan`` describes (called once per DataLoader)."""
+        """A source serving the passes ``plan`` describes (called once per DataLoader).
+
+        Args:
+            plan: What the native loop would serve (batch size, items, seed, resume position, rank).
+
+        Returns:
+            The :class:`BatchSource` the adapter iterates instead of the DataLoader.
+        """
 
     def __getitem__(self, index):
-        raise TypeError(f"backend {getattr(self, 'backend_name', type(self).__name__)!r} yields whole batches, not "
-                        "single samples; it must be driven by a robo-loaders framework adapter (is the plugin's "
-                        "robomimic/LeRobot patch disabled? ROBO_LOADERS_DISABLE is set or the import hook did not run)")
+        raise TypeError(f"{type(self).__name__} yields whole batches, not single samples; it must be driven by a "
+                        "robo-loaders framework adapter (is the plugin's robomimic/LeRobot patch disabled? "
+                        "ROBO_LOADERS_DISABLE is set or the import hook did not run)")
 
     def get_dataset_sampler(self):
         return None
 
 
+@dataclasses.dataclass(frozen=True)
+class Built:
+    """How a dataset was built: the resolved backend choice and, for a framework that does not split passes across
+    processes itself (robomimic), this process's rank, the world size and the order seed every rank shares.
+
+    Attributes:
+        choice: The backend choice (its ``kind`` decides who drives passes).
+        rank: This process's rank (0 in a one-process run).
+        world_size: Processes sharing each pass (1: this one alone, or the framework splits passes itself).
+        seed: The order seed every rank shares, when the adapter knows it (robomimic's ``train.seed``).
+    """
+
+    choice: BackendChoice
+    rank: int = 0
+    world_size: int = 1
+    seed: int | None = None
+
+    @property
+    def kind(self) -> str:
+        return self.choice.kind
+
+
 _KIND_BASES = {INDEXED: IndexedDataset, BATCH: BatchDataset}
-_BUILT: "weakref.WeakKeyDictionary[Any, BackendSpec]" = weakref.WeakKeyDictionary()
+_BUILT: "weakref.WeakKeyDictionary[Any, Built]" = weakref.WeakKeyDictionary()
 
 
-def record_built(spec: BackendSpec, dataset) -> None:
-    """Remember which backend built ``dataset`` (checked against its declared kind), for the adapters' dispatch."""
-    base = _KIND_BASES.get(spec.kind)
+def record_built(dataset, choice: BackendChoice, rank: int = 0, world_size: int = 1, seed: int | None = None) -> Built:
+    """Remember how ``dataset`` was built, for the adapters' dispatch (:func:`pass_batches`).
+
+    Args:
+        dataset: What the backend's factory returned.
+        choice: The resolved backend choice that built it.
+        rank: This process's rank, when the adapter splits passes across processes itself.
+        world_size: The number of such processes.
+        seed: The order seed they share.
+
+    Returns:
+        The :class:`Built` record.
+
+    Raises:
+        RoboLoadersError: the dataset is not of the base class the choice's kind requires, naming the backend.
+    """
+    base = _KIND_BASES.get(choice.kind)
     if base is not None and not isinstance(dataset, base):
-        raise RoboLoadersError(f"backend {spec.name!r} (plugin {spec.plugin!r}) declares kind {spec.kind!r} but its "
-                               f"factory returned a {type(dataset).__name__}, not a {base.__name__}")
+        raise RoboLoadersError(f"backend {choice.name!r} (plugin {choice.spec.plugin!r}) declares kind {choice.kind!r} "
+                               f"but its factory returned a {type(dataset).__name__}, not a {base.__name__}")
+    built = Built(choice, int(rank), int(world_size), seed)
     try:
-        _BUILT[dataset] = spec
+        _BUILT[dataset] = built
     except TypeError:  # not weak-referenceable: treated as a plain sample dataset
         pass
+    return built
 
 
-def built_by(dataset) -> BackendSpec | None:
+def built_by(dataset) -> Built | None:
+    """The :class:`Built` record of ``dataset`` (``None``: not built by a backend, e.g. robomimic's own)."""
     try:
         return _BUILT.get(dataset)
     except TypeError:
         return None
+
+
+def summary_of(dataset) -> str:
+    """The build summary a backend declared for ``dataset``, or its length for a plain sample dataset."""
+    if isinstance(dataset, ServedDataset) and dataset.serving.summary:
+        return dataset.serving.summary
+    return f"{len(dataset)} samples"
 
 
 class SamplerBatches:
@@ -186,21 +275,8 @@ class SamplerBatches:
         if not (self.seed_once and self._seeded):
             draw_dataloader_base_seed(self.generator)
             self._seeded = True
-        if self.num_threads == 0:
-            for indices in self.batch_sampler:
-                yield self.collate(list(indices))
-            return
-        pool = ThreadPoolExecutor(self.num_threads, thread_name_prefix="robo-loaders-batch")
-        pending = deque()
-        try:
-            for indices in self.batch_sampler:
-                pending.append(pool.submit(self.collate, list(indices)))
-                if len(pending) >= self.depth:
-                    yield pending.popleft().result()
-            while pending:
-                yield pending.popleft().result()
-        finally:  # also when the consumer stops early (robomimic stops after epoch_every_n_steps)
-            pool.shutdown(wait=True, cancel_futures=True)
+        yield from ordered_map(self.collate, (list(indices) for indices in self.batch_sampler), self.num_threads,
+                               self.depth)
 
 
 class RankBatches(BatchSource):
@@ -235,20 +311,7 @@ class RankBatches(BatchSource):
     def batches(self, epoch, start=0):
         mine, b = self.indices_of(epoch), self.plan.batch_size
         chunks = (mine[i * b:(i + 1) * b].tolist() for i in range(start, len(self)))
-        if self.num_threads == 0:
-            yield from map(self.collate, chunks)
-            return
-        pool = ThreadPoolExecutor(self.num_threads, thread_name_prefix="robo-loaders-batch")
-        pending = deque()
-        try:
-            for chunk in chunks:
-                pending.append(pool.submit(self.collate, chunk))
-                if len(pending) >= self.depth:
-                    yield pending.popleft().result()
-            while pending:
-                yield pending.popleft().result()
-        finally:
-            pool.shutdown(wait=True, cancel_futures=True)
+        yield from ordered_map(self.collate, chunks, self.num_threads, self.depth)
 
 
 def in_process_compatible(data_loader) -> bool:
@@ -258,52 +321,63 @@ def in_process_compatible(data_loader) -> bool:
             and data_loader.collate_fn is torch.utils.data.default_collate and data_loader.worker_init_fn is None)
 
 
-def pass_batches(data_loader, plan_for: Callable[[Any], SamplingPlan]):
-    """What one pass should iterate instead of ``data_loader``, by the declared kind of the backend that built its
-    dataset. ``plan_for(data_loader)`` describes the native pass for a ``batch`` backend (framework-specific)."""
+def pass_batches(data_loader, plan_for: Callable[[Any, Built], SamplingPlan]):
+    """What one pass should iterate instead of ``data_loader``, by the kind of the backend choice that built its
+    dataset.
+
+    Args:
+        data_loader: The DataLoader the framework built.
+        plan_for: ``plan_for(data_loader, built)`` describes the native pass (framework-specific), for a ``batch``
+            backend, or an ``indexed`` one whose passes this process shares with others.
+
+    Returns:
+        ``data_loader`` itself (``sample`` kind, or a DataLoader whose batches cannot be rebuilt in-process), a
+        :class:`SamplerBatches` (``indexed``), or the dataset's :class:`BatchSource` (``batch``).
+    """
     dataset = getattr(data_loader, "dataset", None)
-    spec = built_by(dataset)
-    if spec is None or spec.kind == SAMPLE:
+    built = built_by(dataset)
+    if built is None or built.kind == SAMPLE:
         return data_loader
-    if spec.kind == INDEXED:
-        if getattr(dataset, "world_size", 1) > 1:  # set by an adapter whose framework does not split passes
-            if not dataset.batches_in_process:
-                raise RoboLoadersError(f"{spec.name}: rank {dataset.rank} of {dataset.world_size}: batches must be "
-                                       "built in the training process to split passes across processes (drop the "
-                                       "backend's 'loader': 'dataloader' option)")
-            return _source_for(data_loader, dataset, plan_for, rank_split=True)
-        if dataset.batches_in_process and in_process_compatible(data_loader):
-            threads = data_loader.num_workers if dataset.batch_threads is None else dataset.batch_threads
-            return SamplerBatches(dataset.collate, data_loader.batch_sampler, data_loader.generator, threads,
+    if built.kind == INDEXED:
+        if built.world_size > 1:  # the framework does not split passes: this rank's share, cut here
+            return _source_for(data_loader, built, plan_for, rank_split=True)
+        if in_process_compatible(data_loader):
+            return SamplerBatches(dataset.collate, data_loader.batch_sampler, data_loader.generator,
+                                  _batch_threads(dataset, data_loader),
                                   seed_once=bool(data_loader.num_workers and data_loader.persistent_workers))
-        if dataset.batches_in_process:
-            print(f"[robo-loaders] {spec.name}: this DataLoader has a custom collate_fn or worker_init_fn, so its "
-                  "batches come from its worker processes, not from the backend's in-process path", flush=True)
+        print(f"[robo-loaders] {built.choice.name}: this DataLoader has a custom collate_fn or worker_init_fn, so its "
+              "batches come from its worker processes, not from the backend's in-process path", flush=True)
         return data_loader
-    return _source_for(data_loader, dataset, plan_for)
+    return _source_for(data_loader, built, plan_for)
+
+
+def _batch_threads(dataset: IndexedDataset, data_loader) -> int:
+    threads = dataset.serving.batch_threads
+    return data_loader.num_workers if threads is None else threads
 
 
 _SOURCES: "weakref.WeakKeyDictionary[Any, BatchSource]" = weakref.WeakKeyDictionary()
 
 
-def _source_for(data_loader, dataset, plan_for, rank_split: bool = False) -> BatchSource:
+def _source_for(data_loader, built: Built, plan_for, rank_split: bool = False) -> BatchSource:
     """One BatchSource per DataLoader, kept across passes: its position spans them. ``rank_split``: an ``indexed``
-    backend's pass cut into this rank's share here (decided by the declared kind, not by the dataset's classes: a
+    backend's pass cut into this rank's share here (decided by the choice's kind, not by the dataset's classes: a
     ``batch`` backend's dataset may also be indexable)."""
     source = _SOURCES.get(data_loader)
     if source is None:
-        plan = plan_for(data_loader)
+        dataset = data_loader.dataset
+        plan = plan_for(data_loader, built)
         if rank_split:
-            threads = data_loader.num_workers if dataset.batch_threads is None else dataset.batch_threads
-            source = RankBatches(dataset.collate, len(dataset), plan, plan.seed or 0, threads)
+            source = RankBatches(dataset.collate, len(dataset), plan, plan.seed or 0,
+                                 _batch_threads(dataset, data_loader))
         else:
             source = dataset.batch_source(plan)
         _SOURCES[data_loader] = source
     return source
 
 
-def batch_stream(data_loader, plan_for: Callable[[Any], SamplingPlan], native_cycle: Callable):
-    """An endless stream of batches (LeRobot's ``cycle(dataloader)``) by the declared kind: a ``batch`` backend's
+def batch_stream(data_loader, plan_for: Callable[[Any, Built], SamplingPlan], native_cycle: Callable):
+    """An endless stream of batches (LeRobot's ``cycle(dataloader)``) by the choice's kind: a ``batch`` backend's
     passes one after another, an ``indexed`` backend's in-process batches over the sampler's passes, or
     ``native_cycle(data_loader)``."""
     source = pass_batches(data_loader, plan_for)

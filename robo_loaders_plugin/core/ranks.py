@@ -55,3 +55,55 @@ def resolve_ranks(rank: int | None = None, world_size: int | None = None, where:
         raise RoboLoadersError(f"{where}rank {rank!r} of world size {world_size!r} (from {origin}) is not valid: "
                                "need integers with 0 <= rank < world_size")
     return rank, world_size
+
+
+def source_identity(path: str) -> str:
+    """What identifies a source across hosts: a digest of its files' relative names and sizes (not their mtimes or
+    inodes, which differ between copies of the same data on two hosts)."""
+    import hashlib
+
+    from robo_loaders_plugin.storage.fingerprint import stat_files
+
+    h = hashlib.sha256()
+    for name, size, *_ in stat_files(path):
+        h.update(f"{name}\0{size}\n".encode())
+    return h.hexdigest()[:16]
+
+
+def check_ranks_agree(values, where: str) -> None:
+    """Refuse a multi-process run whose ranks were set up differently: one ``all_gather`` of ``values``.
+
+    Why: every rank computes a pass's global order from (seed, options, data) alone and keeps its own share of it
+    (:func:`rank_share`), so ranks that disagree on any of them cut different orders, and the shares overlap
+    silently (with the common ``seed + rank`` idiom, datapipe served 48 of 148 windows twice and 48 never).
+
+    Args:
+        values: ``{name: value}`` that must be equal on every rank (the seed, the backend's options, the source's
+            identity), picklable; or a function returning it (called only in a multi-process run).
+        where: Names the run for the message (the backend and setting).
+
+    Raises:
+        RoboLoadersError: naming the first value that differs, and which ranks hold which value.
+
+    Does nothing unless ``torch.distributed`` is initialised with more than one process (a custom loop without a
+    process group cannot be checked: nothing connects its ranks).
+    """
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
+        return
+    values = dict(values() if callable(values) else values)
+    gathered: list = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, values)
+    for key in values:
+        by_value: dict[str, list[int]] = {}
+        for rank, got in enumerate(gathered):
+            by_value.setdefault(repr(got.get(key)), []).append(rank)
+        if len(by_value) > 1:
+            held = "; ".join(f"rank{'s' if len(r) > 1 else ''} {','.join(map(str, r))}: {v}"
+                             for v, r in by_value.items())
+            raise RoboLoadersError(f"{where}: the {len(gathered)} ranks disagree on {key} ({held}). "
+                                   "Every rank must use the same seed, options and data: the plugin splits each "
+                                   "pass across ranks itself, so a per-rank seed (seed + rank) or per-rank options "
+                                   "would serve some samples twice and others never")
+

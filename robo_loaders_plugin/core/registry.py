@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import functools
 import importlib.metadata
+import json
 import warnings
+from typing import Any, Mapping
 
 import pluggy
 
 from robo_loaders_plugin.core import hookspecs
 from robo_loaders_plugin.core.errors import RoboLoadersError, UnknownBackendError
-from robo_loaders_plugin.core.spec import BackendSpec
+from robo_loaders_plugin.core.spec import BackendChoice, BackendSpec
 
 
 @functools.lru_cache(maxsize=None)
@@ -67,15 +69,66 @@ def list_backends() -> list[str]:
     return sorted(names, key=lambda n: (n != "native", n))
 
 
-def get_backend(name: str) -> BackendSpec:
-    """The spec of backend ``name``; raises :class:`UnknownBackendError` listing the registered names."""
+def get_backend(name: str, where: str = "") -> BackendSpec:
+    """The spec of a registered backend.
+
+    Args:
+        name: The backend's name.
+        where: The setting the name came from (``train.data_backend``, ``--dataset.backend``), for the error.
+
+    Returns:
+        Its :class:`BackendSpec`.
+
+    Raises:
+        UnknownBackendError: naming ``where``, the closest registered name and every registered one.
+    """
     specs = _backends()
-    if name not in specs:
-        raise UnknownBackendError(name, list_backends())
+    if not isinstance(name, str) or name not in specs:
+        raise UnknownBackendError(name, list_backends(), where)
     return specs[name]
 
 
+def choose_backend(framework: str, name: str, given: Mapping[str, Any] | None, *, name_where: str,
+                   options_where: str) -> BackendChoice:
+    """A user's backend choice under ``framework``, resolved once: the same (name, options) is checked the first
+    time and reused after (the adapters ask at parse time, at build time and per split).
+
+    Args:
+        framework: ``robomimic`` or ``lerobot``.
+        name: The backend's name.
+        given: Its options as the user gave them (a JSON object's content).
+        name_where: The setting holding the name, for errors (``train.data_backend``).
+        options_where: The setting holding the options, for errors (``train.data_backend_kwargs``).
+
+    Returns:
+        The :class:`BackendChoice`.
+
+    Raises:
+        UnknownBackendError: no backend of that name.
+        RoboLoadersError: the backend does not serve ``framework``.
+        BackendOptionError: an option is unknown or has a bad value.
+    """
+    try:
+        key = json.dumps([framework, name, given or {}, name_where, options_where], sort_keys=True)
+    except (TypeError, ValueError):  # not JSON-able: resolved every time (and refused by the option checks)
+        key = None
+    if key is not None and key in _CHOICES:
+        return _CHOICES[key]
+    spec = get_backend(name, name_where)
+    if framework not in spec.frameworks:
+        raise RoboLoadersError(f"{name_where}: backend {name!r} does not support {framework} (it supports "
+                               f"{', '.join(spec.frameworks)})")
+    choice = spec.choose(framework, given, options_where)
+    if key is not None:
+        _CHOICES[key] = choice
+    return choice
+
+
+_CHOICES: dict[str, BackendChoice] = {}
+
+
 def reset_cache() -> None:
-    """Forget loaded plugins (tests that install an entry point at run time)."""
+    """Forget loaded plugins and resolved choices (tests that install an entry point at run time)."""
     _backends.cache_clear()
     get_plugin_manager.cache_clear()
+    _CHOICES.clear()

@@ -1,4 +1,5 @@
-"""What a backend is, independent of any framework: its name, the frameworks it serves, its kind, its options.
+"""What a backend is, independent of any framework: :class:`BackendSpec` (name, frameworks, kind, options, what it
+promises about its samples and the GPU), and :class:`BackendChoice`, a user's choice of a backend resolved once.
 
 The *kind* says who drives a training pass, and the framework adapters dispatch on it (``core.iteration``):
 
@@ -9,13 +10,18 @@ The *kind* says who drives a training pass, and the framework adapters dispatch 
   the native ones.
 - ``batch``: the backend orders each pass itself and yields collated batches
   (:class:`~robo_loaders_plugin.core.iteration.BatchDataset` -> :class:`~robo_loaders_plugin.core.iteration.BatchSource`).
+
+A kind may differ by framework (LeRobot's DataLoader stays in charge where image transforms draw from its workers'
+RNG) and by an option's value (:attr:`Option.kinds <robo_loaders_plugin.core.options.Option.kinds>`): the kind of
+a :class:`BackendChoice` is the one that drives its passes.
 """
 from __future__ import annotations
 
 import dataclasses
 from typing import Any, Callable, Mapping
 
-from robo_loaders_plugin.core.errors import BackendOptionError, RoboLoadersError
+from robo_loaders_plugin.core.errors import RoboLoadersError
+from robo_loaders_plugin.core.options import Option, Options, resolve_options
 
 SAMPLE = "sample"
 INDEXED = "indexed"
@@ -23,75 +29,150 @@ BATCH = "batch"
 KINDS = (SAMPLE, INDEXED, BATCH)
 FRAMEWORKS = ("robomimic", "lerobot")
 
+# what a backend promises about the samples it serves (BackendSpec.lossless)
+LOSSLESS = "yes"                        # byte-identical to the native loader (the parity suites hold it to that)
+LOSSY_FRAMES = "lossy frames"           # camera frames differ within a stated tolerance; everything else identical
+NOT_BIT_IDENTICAL_ON_NVDEC = "yes on the CPU; not bit-identical with NVDEC"
+# whether it uses a GPU (BackendSpec.gpu)
+GPU_NO, GPU_OPTIONAL, GPU_REQUIRED = "no", "optional", "required"
+
+
+def _per_framework(value, frameworks, name: str, allowed: tuple | None, backend: str) -> dict:
+    out = dict(value) if isinstance(value, Mapping) else {fw: value for fw in frameworks}
+    missing = [fw for fw in frameworks if fw not in out]
+    if missing:
+        raise ValueError(f"backend {backend!r}: {name} gives no value for {missing}")
+    if allowed is not None:
+        bad = {fw: v for fw, v in out.items() if v not in allowed}
+        if bad:
+            raise ValueError(f"backend {backend!r}: {name} must be one of {allowed}, got {bad}")
+    return out
+
 
 @dataclasses.dataclass(frozen=True)
 class BackendSpec:
+    """A backend, as its plugin declares it (``robo_loaders_backends`` hook, ``core.hookspecs``).
+
+    Attributes:
+        name: Unique across plugins; what users write (``train.data_backend``, ``--dataset.backend``).
+        description: One sentence for ``robo-loaders list``.
+        frameworks: The frameworks it serves (``robomimic``, ``lerobot``).
+        kind: Who drives a pass (``SAMPLE``, ``INDEXED``, ``BATCH``), or ``{framework: kind}``.
+        factories: ``{framework: "module:function"}`` (imported on first use, so listing backends imports neither
+            the backend nor a framework) or the callable itself. robomimic:
+            ``factory(config, obs_keys, filter_by_attribute, dataset_path, *, options)``; LeRobot:
+            ``factory(lerobot_dataset, *, options)``; ``options`` is the typed object of :attr:`options`.
+        options: ``{name: Option}``, every option the backend takes (``core.options``).
+        constraints: Checks across options, called with the resolved options object (raise ``ValueError``).
+        lossless: ``LOSSLESS``, ``LOSSY_FRAMES`` or ``NOT_BIT_IDENTICAL_ON_NVDEC``, or ``{framework: value}``.
+        gpu: ``GPU_NO``, ``GPU_OPTIONAL`` or ``GPU_REQUIRED`` (refused before reading data on a machine without
+            CUDA), or ``{framework: value}``.
+        remote_source_option: The option naming a remote URL (``s3://``, ``http(s)://``, ``hf://``) the backend
+            reads a LeRobot dataset from: LeRobot then builds its dataset object from a local mirror of that URL's
+            tables (``meta/``, ``data/``) while the backend reads the rest remotely. ``None``: local data only.
+        remote_storage_option: The option holding the fsspec options (endpoint, credentials) for that URL.
+        requires: ``{framework: ((module, install hint), ...)}``: importable modules the backend needs there, checked
+            when it is chosen (before any data is read), so a missing one is one line naming what to install
+            (e.g. ``("torchdata", "pip install 'robo-loaders-plugin[datapipe]'")``).
+        plugin: The plugin that registered it (set by the registry).
+    """
+
     name: str
     description: str
     frameworks: tuple[str, ...]
-    # the adapter refuses a GPU backend on a machine without CUDA before reading any data
-    needs_gpu: bool = False
-    # lossless backends serve byte-identical samples (the parity suites hold them to it); lossy ones state a tolerance
-    lossless: bool = True
-    kind: str = SAMPLE
-    # framework name -> factory, or "module:function" imported on first use (listing backends must not import
-    # robomimic or LeRobot). robomimic: factory(config, obs_keys, filter_by_attribute, dataset_path, **options);
-    # LeRobot: factory(native_lerobot_dataset, **options).
-    factories: Mapping[str, Callable[..., Any] | str] = dataclasses.field(default_factory=dict, compare=False, repr=False)
-    # option name -> (type or tuple of types, default, help). Used to reject unknown/ill-typed kwargs early.
-    options: Mapping[str, tuple] = dataclasses.field(default_factory=dict, compare=False, repr=False)
+    kind: str | Mapping[str, str] = SAMPLE
+    factories: Mapping[str, Callable[..., Any] | str] = dataclasses.field(default_factory=dict, compare=False,
+                                                                         repr=False)
+    options: Mapping[str, Option] = dataclasses.field(default_factory=dict, compare=False, repr=False)
+    constraints: Callable[[Options], None] | None = dataclasses.field(default=None, compare=False, repr=False)
+    lossless: str | Mapping[str, str] = LOSSLESS
+    gpu: str | Mapping[str, str] = GPU_NO
+    remote_source_option: str | None = None
+    remote_storage_option: str | None = None
+    requires: Mapping[str, tuple] = dataclasses.field(default_factory=dict, compare=False, repr=False)
     plugin: str = "builtin"
 
     def __post_init__(self):
-        if self.kind not in KINDS:
-            raise ValueError(f"backend {self.name!r}: kind must be one of {KINDS}, not {self.kind!r}")
         unknown = set(self.frameworks) - set(FRAMEWORKS)
         if unknown:
             raise ValueError(f"backend {self.name!r}: unknown frameworks {sorted(unknown)}; known: {FRAMEWORKS}")
+        _per_framework(self.kind, self.frameworks, "kind", KINDS, self.name)
+        _per_framework(self.lossless, self.frameworks, "lossless",
+                       (LOSSLESS, LOSSY_FRAMES, NOT_BIT_IDENTICAL_ON_NVDEC), self.name)
+        _per_framework(self.gpu, self.frameworks, "gpu", (GPU_NO, GPU_OPTIONAL, GPU_REQUIRED), self.name)
+        for key, opt in self.options.items():
+            if not isinstance(opt, Option):
+                raise ValueError(f"backend {self.name!r}: option {key!r} must be declared as an Option, got "
+                                 f"{type(opt).__name__}")
+            for value, kind in opt.kinds.items():
+                if kind not in KINDS:
+                    raise ValueError(f"backend {self.name!r}: option {key!r} maps {value!r} to unknown kind {kind!r}")
+
+    def kind_for(self, framework: str) -> str:
+        """The kind declared for ``framework`` (an option may still change it: :meth:`BackendChoice.kind`)."""
+        return _per_framework(self.kind, self.frameworks, "kind", None, self.name)[framework]
+
+    def lossless_for(self, framework: str) -> str:
+        return _per_framework(self.lossless, self.frameworks, "lossless", None, self.name)[framework]
+
+    def gpu_for(self, framework: str) -> str:
+        return _per_framework(self.gpu, self.frameworks, "gpu", None, self.name)[framework]
 
     def as_dict(self) -> dict:
+        """JSON-ready description (``robo-loaders list --json``): per framework, the kind, the lossless promise,
+        the GPU use and every option with its type, default, allowed values and help."""
         return {
             "name": self.name,
             "description": self.description,
             "frameworks": list(self.frameworks),
-            "needs_gpu": self.needs_gpu,
-            "lossless": self.lossless,
-            "kind": self.kind,
+            "kind": {fw: self.kind_for(fw) for fw in self.frameworks},
+            "lossless": {fw: self.lossless_for(fw) for fw in self.frameworks},
+            "gpu": {fw: self.gpu_for(fw) for fw in self.frameworks},
             "plugin": self.plugin,
+            "options": {name: opt.as_dict() for name, opt in self.options.items()},
         }
 
-    def validate_options(self, kwargs: Mapping[str, Any] | None, where: str) -> dict:
-        """Check ``kwargs`` against ``options``; return them merged over the defaults."""
-        kwargs = dict(kwargs or {})
-        unknown = sorted(set(kwargs) - set(self.options))
-        if unknown:
-            known = ", ".join(sorted(self.options)) or "(none)"
-            raise BackendOptionError(
-                f"{where}: unknown option(s) {unknown} for backend {self.name!r}; valid options: {known}")
-        out = {}
-        for key, (types, default, _help) in self.options.items():
-            if key not in kwargs:
-                out[key] = default
-                continue
-            value = kwargs[key]
-            if value is not None and not isinstance(value, types) or isinstance(value, bool) and bool not in _as_tuple(types):
-                names = "/".join(t.__name__ for t in _as_tuple(types))
-                raise BackendOptionError(
-                    f"{where}: option {key!r} of backend {self.name!r} must be {names} (or null), "
-                    f"got {type(value).__name__} {value!r}")
-            out[key] = value
-        return out
+    def choose(self, framework: str, given: Mapping[str, Any] | None, where: str) -> "BackendChoice":
+        """Resolve a user's options for this backend under ``framework``, before any data is read.
 
-    def check_device(self) -> None:
-        """A ``needs_gpu`` backend fails here, before any data is read, on a machine without CUDA."""
-        if self.needs_gpu:
-            import torch
+        Args:
+            framework: ``robomimic`` or ``lerobot``.
+            given: The options the user gave (``None``: none).
+            where: How the user gave them (``train.data_backend_kwargs``, ``--dataset.backend_kwargs``).
 
-            if not torch.cuda.is_available():
-                raise RoboLoadersError(f"backend {self.name!r} needs a CUDA GPU and torch sees none "
-                                       "(torch.cuda.is_available() is False); choose another backend")
+        Returns:
+            The resolved :class:`BackendChoice`.
+
+        Raises:
+            RoboLoadersError: the backend does not serve ``framework``.
+            BackendOptionError: an option is unknown, of another framework, or has a bad value.
+        """
+        if framework not in self.frameworks:
+            raise RoboLoadersError(f"backend {self.name!r} does not support {framework}; it supports: "
+                                   f"{', '.join(self.frameworks)}")
+        self.check_requirements(framework)
+        options = resolve_options(self.name, framework, self.options, given, where, self.constraints)
+        return BackendChoice(self, framework, options)
+
+    def check_requirements(self, framework: str) -> None:
+        """Raise naming what to install when a module the backend needs under ``framework`` is missing (found
+        without importing it).
+
+        Raises:
+            RoboLoadersError: ``backend 'X' needs MODULE, which is not installed: pip install ...``.
+        """
+        import importlib.util
+
+        for module, hint in self.requires.get(framework, ()):
+            try:
+                found = importlib.util.find_spec(module) is not None
+            except (ImportError, ValueError):
+                found = False
+            if not found:
+                raise RoboLoadersError(f"backend {self.name!r} needs {module}, which is not installed: {hint}")
 
     def factory_for(self, framework: str) -> Callable[..., Any]:
+        """The factory building this backend's dataset under ``framework`` (imported on first use)."""
         if framework not in self.factories:
             raise RoboLoadersError(
                 f"backend {self.name!r} does not support {framework}; it supports: {', '.join(self.frameworks)}")
@@ -104,5 +185,52 @@ class BackendSpec:
         return factory
 
 
-def _as_tuple(types):
-    return types if isinstance(types, tuple) else (types,)
+@dataclasses.dataclass(frozen=True)
+class BackendChoice:
+    """A backend chosen for one framework, with its options checked: resolved once per run and carried with the
+    dataset it builds (``core.iteration.built_by``).
+
+    Attributes:
+        spec: The backend.
+        framework: ``robomimic`` or ``lerobot``.
+        options: The typed options object the factory receives.
+    """
+
+    spec: BackendSpec
+    framework: str
+    options: Options
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def kind(self) -> str:
+        """Who drives this choice's passes: the framework's declared kind, unless an option's value decides it."""
+        for key, opt in self.spec.options.items():
+            if opt.kinds and opt.applies_to(self.framework):
+                kind = opt.kinds.get(getattr(self.options, key))
+                if kind is not None:
+                    return kind
+        return self.spec.kind_for(self.framework)
+
+    @property
+    def gpu(self) -> str:
+        return self.spec.gpu_for(self.framework)
+
+    def check_device(self) -> None:
+        """A backend that requires a GPU fails here, before any data is read, on a machine without CUDA.
+
+        Raises:
+            RoboLoadersError: naming the backend, when it requires CUDA and torch sees no GPU.
+        """
+        if self.gpu == GPU_REQUIRED:
+            import torch
+
+            if not torch.cuda.is_available():
+                raise RoboLoadersError(f"backend {self.name!r} needs a CUDA GPU and torch sees none "
+                                       "(torch.cuda.is_available() is False); choose another backend")
+
+    def build(self, *args, **kwargs):
+        """Call the backend's factory for this framework with the resolved options (``options=``)."""
+        return self.spec.factory_for(self.framework)(*args, options=self.options, **kwargs)

@@ -1,8 +1,9 @@
 """Everything this plugin changes in LeRobot, or reads from its inside: LeRobot 0.6.x, in one module.
 
-Patches (applied by the start-up import hook right after LeRobot's module code runs, or by :func:`apply_all`
-when LeRobot imports the plugin through ``--dataset.discover_packages_path=robo_loaders_plugin``; each is
-idempotent and keeps the original in :data:`ORIGINALS`):
+Patches (the mechanics are here; which adapter function each patch point gets is ``lerobot.patches``, applied by
+the start-up import hook right after LeRobot's module code runs, or by ``lerobot.patches.apply_all`` when LeRobot
+imports the plugin through ``--dataset.discover_packages_path=robo_loaders_plugin``; each is idempotent and keeps
+the original in :data:`ORIGINALS`). This module imports nothing from the adapter: it is a leaf.
 
 1. ``lerobot.configs.train.TrainPipelineConfig.dataset`` is re-typed to a ``DatasetConfig`` subclass with
    ``backend`` and ``backend_kwargs`` (``robo_loaders_plugin.lerobot.config``): draccus reads field types with
@@ -13,6 +14,8 @@ idempotent and keeps the original in :data:`ORIGINALS`):
    the script was imported before the factory was patched.
 4. ``lerobot.scripts.lerobot_train.cycle``: the loop's ``cycle(dataloader)`` yields what the backend's kind says
    (``core.iteration``); LeRobot's own ``cycle`` for its own datasets.
+   ``lerobot.scripts.lerobot_train.train``: the command line is checked first (``--dataset.backend_kwargs`` must
+   be a JSON object; LeRobot's parser would read it as YAML), then the script's own ``train`` runs.
 
 5. ``lerobot.datasets.dataset_reader.DatasetReader._check_cached_episodes_sufficient``, only inside
    :func:`tables_only` (the ``video_stream`` backend with a remote source): LeRobot builds its dataset object from a
@@ -106,25 +109,29 @@ def original(name: str):
     return getattr(factory, name)
 
 
-def patch_train_config(module) -> None:
+def patch_train_config(module, new_type) -> None:
+    """Re-type ``TrainPipelineConfig.dataset`` (``lerobot.configs.train``) to ``new_type``, a ``DatasetConfig``
+    subclass adding the plugin's flags."""
     check_version()
     from lerobot.configs.default import DatasetConfig
 
-    from robo_loaders_plugin.lerobot.config import BackendDatasetConfig
-
-    retype_dataset_field(module.TrainPipelineConfig, BackendDatasetConfig, DatasetConfig)
+    retype_dataset_field(module.TrainPipelineConfig, new_type, DatasetConfig)
 
 
-def patch_factory(module) -> None:
+def patch_factory(module, replacements) -> None:
+    """Replace ``make_dataset`` and ``make_train_eval_datasets`` of ``lerobot.datasets.factory``.
+
+    Args:
+        module: ``lerobot.datasets.factory``, freshly imported.
+        replacements: ``{name: function}`` for the names in :data:`FACTORY_FUNCS`.
+    """
     check_version()
-    from robo_loaders_plugin.lerobot import integration
-
     for name in FACTORY_FUNCS:
         current = getattr(module, name, None)
         if current is None or getattr(current, _MARK, False):
             continue
         ORIGINALS[name] = current
-        new = getattr(integration, name)
+        new = replacements[name]
 
         @functools.wraps(current)
         def wrapper(*args, __new=new, **kwargs):
@@ -135,20 +142,39 @@ def patch_factory(module) -> None:
     _rebind_script()
 
 
-def patch_train_script(module) -> None:
+def patch_train_script(module, cycle, check_command_line) -> None:
+    """Replace the training script's ``cycle`` and check its command line before its ``train`` parses it.
+
+    Args:
+        module: ``lerobot.scripts.lerobot_train``, freshly imported.
+        cycle: Replaces ``cycle(dataloader)``.
+        check_command_line: Called with ``sys.argv[1:]`` when ``train()`` is called without a config (the
+            command-line entry point), before LeRobot's parser reads it.
+    """
     check_version()
     _rebind_script(module)
     current = getattr(module, "cycle", None)
     if current is not None and not getattr(current, _MARK, False):
         ORIGINALS["cycle"] = current
-        from robo_loaders_plugin.lerobot import integration
 
         @functools.wraps(current)
-        def cycle(dataloader):
-            return integration.cycle(dataloader)
+        def patched_cycle(dataloader):
+            return cycle(dataloader)
 
-        setattr(cycle, _MARK, True)
-        module.cycle = cycle
+        setattr(patched_cycle, _MARK, True)
+        module.cycle = patched_cycle
+    train = getattr(module, "train", None)
+    if train is not None and not getattr(train, _MARK, False):
+        ORIGINALS["train"] = train
+
+        @functools.wraps(train)
+        def checked_train(*args, **kwargs):
+            if not args and "cfg" not in kwargs:  # the command line: LeRobot's parser.wrap reads sys.argv
+                check_command_line(sys.argv[1:])
+            return train(*args, **kwargs)
+
+        setattr(checked_train, _MARK, True)
+        module.train = checked_train
 
 
 def native_cycle(dataloader):
@@ -168,17 +194,6 @@ def _rebind_script(module=None) -> None:
     for name in FACTORY_FUNCS:
         if hasattr(module, name) and not getattr(getattr(module, name), _MARK, False):
             setattr(module, name, getattr(factory, name))
-
-
-def apply_all() -> None:
-    import lerobot.configs.train as train_config
-    import lerobot.datasets.factory as factory
-
-    patch_train_config(train_config)
-    patch_factory(factory)
-    script = sys.modules.get("lerobot.scripts.lerobot_train")
-    if script is not None:
-        patch_train_script(script)
 
 
 @contextlib.contextmanager

@@ -6,6 +6,9 @@ registry), and draccus reads field types with ``typing.get_type_hints`` each tim
 time it decodes, so pointing ``TrainPipelineConfig.dataset`` at a subclass before parsing makes the flags parse,
 appear in ``--help`` and get saved in ``train_config.json`` (so ``--resume`` works), while
 ``isinstance(cfg.dataset, DatasetConfig)`` still holds for LeRobot's code.
+
+Every bad backend name or option (name or value) fails here, at parsing, before LeRobot reads any data: the
+choice is resolved once (``core.registry.choose_backend``) and reused when the dataset is built.
 """
 from __future__ import annotations
 
@@ -20,17 +23,18 @@ from lerobot.configs.default import DatasetConfig
 class BackendDatasetConfig(DatasetConfig):
     # Dataset backend from robo-loaders-plugin ('robo-loaders list'); "native" = LeRobot's own LeRobotDataset.
     backend: str = "native"
-    # Backend options as a JSON object, e.g. --dataset.backend_kwargs='{"codec": "zstd"}'.
+    # Backend options as a JSON object (double quotes), e.g. --dataset.backend_kwargs='{"codec": "zstd"}';
+    # 'robo-loaders list --json' lists each backend's options.
     backend_kwargs: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        from robo_loaders_plugin.lerobot.integration import backend_choice
         from robo_loaders_plugin.core.errors import RoboLoadersError
+        from robo_loaders_plugin.lerobot.integration import backend_choice
 
-        # DecodingError, not ValueError: LeRobot's parser prints it as one "error: ..." line (exit 1)
+        # DecodingError, not ValueError: LeRobot's parser prints it as one "error: ..." line (exit 1); an empty key
+        # path, because the message already names the flag as the user typed it
         try:
             backend_choice(self)
-        except (RoboLoadersError, KeyError) as exc:
-            field_name = "backend_kwargs" if "backend_kwargs" in str(exc) else "backend"
-            raise DecodingError(("dataset", field_name), str(exc)) from None
+        except RoboLoadersError as exc:
+            raise DecodingError((), str(exc)) from None

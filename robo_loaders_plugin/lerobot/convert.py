@@ -19,6 +19,7 @@ from robo_loaders_plugin.storage.codec import FrameCodec, use_single_thread
 from robo_loaders_plugin.storage.fingerprint import Fingerprint
 from robo_loaders_plugin.storage.shards import executors, manifest
 from robo_loaders_plugin.storage.shards import DEFAULT_SHARD_BYTES, ShardReader, verify_dir
+from robo_loaders_plugin.storage.shards.format import check_output_dir
 
 DEFAULT_TOLERANCE_S = 1e-4  # TrainPipelineConfig.tolerance_s
 
@@ -69,6 +70,7 @@ def convert_lerobot(root, out_dir: str, *, repo_id: str | None = None, num_worke
     executors.check_options(executor, executor_options or {})
     codec = codec or FrameCodec()
     source = LeRobotV3(root)
+    check_output_dir(out_dir)
     fp = fingerprint or source.fingerprint()
     episodes = LeRobotEpisodes(source, tolerance_s)
     meta = _metadata(episodes, repo_id)

@@ -22,16 +22,32 @@ from robo_loaders_plugin.windows import lerobot as rules
 
 
 class LeRobotSamples(IndexedDataset):
-    """Rows of ``native`` (in its row order) from ``frames``, whose units are the episode runs in that order."""
+    """Rows of ``native`` (in its row order) from ``frames``, whose units are the episode runs in that order.
 
-    batches_in_process = False  # LeRobot's DataLoader (spawn workers) stays in charge; image transforms use its RNG
+    Who drives its passes is the backend choice's kind (``core.spec``): LeRobot's DataLoader for a ``sample``
+    backend (its spawned workers call ``__getitems__``; image transforms draw from their RNG), the training
+    process's threads for an ``indexed`` one (``collate``), the pipeline for a ``batch`` one.
+
+    Args:
+        native: The ``LeRobotDataset`` LeRobot's factory built (episode selection, delta timestamps, transforms).
+        frames: Where every episode run's fields are read from.
+        runs: ``(episode, start row, end row)`` of each run, in ``native``'s row order.
+        columns: The tabular columns served, in LeRobot's order.
+        video_keys: Camera keys stored as video.
+        image_keys: Camera keys stored as images.
+        backend_name: Shown in ``repr``.
+        location: Where the frames live (a cache file, a shards directory, tensors on a device, a video URL).
+        delta_steps: Each delta key's offsets in recorded steps, when they are not LeRobot's own
+            ``delta_indices`` (rate conversion; fractional offsets are read by ``modes``).
+        modes: How each delta key is read between recorded steps.
+        **kwargs: ``serving`` (``core.iteration.Serving``) and, for subclasses, their bases' arguments.
+    """
 
     def __init__(self, native, frames: FrameSource, runs: list[tuple[int, int, int]], columns: list[str],
-                 video_keys: list[str], image_keys: list[str], backend_name: str, delta_steps: dict | None = None,
-                 modes: dict | None = None):
-        """``delta_steps``: each delta key's offsets in recorded steps, when they are not LeRobot's own
-        ``delta_indices`` (rate conversion; fractional offsets are read by ``modes``)."""
-        super().__init__()
+                 video_keys: list[str], image_keys: list[str], backend_name: str, location: str = "",
+                 delta_steps: dict | None = None, modes: dict | None = None, **kwargs):
+        super().__init__(**kwargs)
+        self.location = location
         settings = reader_settings(native)
         self._native = native  # the LeRobotDataset this one mirrors: meta, episode selection, HF table
         self.meta = native.meta
@@ -41,7 +57,6 @@ class LeRobotSamples(IndexedDataset):
         self.tolerance_s = settings.tolerance_s
         self.frames = frames
         self.backend_name = backend_name
-        self.build_summary = ""
         self.rowmap = rules.RowMap([e - s for _, s, e in runs])
         self._runs = runs
         abs_index = np.concatenate([np.arange(int(self.meta.episodes[ep]["dataset_from_index"]),
@@ -99,7 +114,7 @@ class LeRobotSamples(IndexedDataset):
 
     def __repr__(self):
         return (f"{type(self).__name__}(backend={self.backend_name}, repo_id={self.repo_id!r}, "
-                f"episodes={self.num_episodes}, frames={self.num_frames})")
+                f"episodes={self.num_episodes}, frames={self.num_frames}, data={self.location})")
 
     # -- items --------------------------------------------------------------------------------------------------
     def _check(self, indices) -> np.ndarray:
@@ -142,21 +157,89 @@ def check_supported(native) -> None:
                           "--dataset.backend=native")
 
 
-def check_rows_match(native, columns: list[str], index_column: np.ndarray, first_row: dict) -> None:
-    """The rows a backend serves are the native dataset's rows, in its order, with LeRobot's first-row values
-    (dtype, shape and value of every tabular column): a guard against any drift from LeRobot's own reader."""
-    native_columns = list(native.hf_dataset.features)
+def check_rows_match(native, columns: list[str], index_column: np.ndarray, served: dict,
+                     read_from: str | None = None) -> None:
+    """The rows a backend serves are the native dataset's rows, in its order, with LeRobot's values: every tabular
+    column's dtype and shape against LeRobot's first row, and **every value** of every served tabular column against
+    what LeRobot's dataset object holds (``native.hf_dataset``'s Arrow table), compared as a SHA-256 of each
+    column's bytes in the dtype LeRobot serves it (vectorised: no per-row Python).
+
+    Why every row: LeRobot reads the parquet files through its datasets cache (Arrow files under
+    ``HF_DATASETS_CACHE``), which is keyed by the files' mtimes, so a data file edited with its mtime kept leaves
+    LeRobot serving the old values while a backend reads the new ones; a guard against any drift from LeRobot's
+    own reader too. ``served``: {column: array of every row, in the native dataset's order} for the numeric
+    columns the backend serves; ``read_from``: where the backend read them (default: the data parquet files)."""
+    import hashlib
+    import os
+
+    hf = native.hf_dataset
+    native_columns = list(hf.features)
     if native_columns != list(columns):
         raise SourceError(f"{native.root}: columns {list(columns)} differ from LeRobot's {native_columns}")
-    native_index = np.asarray(native.hf_dataset.data.column("index").to_numpy(zero_copy_only=False))
+    indices = hf._indices.column(0) if getattr(hf, "_indices", None) is not None else None
+
+    def native_column(name):
+        col = hf.data.column(name)
+        return col.take(indices) if indices is not None else col
+
+    native_index = np.asarray(native_column("index").to_numpy(zero_copy_only=False))
     if not np.array_equal(native_index, index_column):
         raise SourceError(f"{native.root}: the rows robo-loaders reads are not LeRobotDataset's rows (index column "
                           "differs); please report this dataset layout")
-    ref = native.hf_dataset[0]
-    for name, value in first_row.items():
+    ref = hf[0]
+    mine_from = read_from or f"the data parquet files under {native.root}/data"
+    cache_files = sorted({os.path.dirname(c["filename"]) for c in getattr(hf, "cache_files", None) or []})
+    theirs_from = (f"LeRobot's dataset object, read from its datasets cache ({', '.join(cache_files)})" if cache_files
+                   else "LeRobot's dataset object (held in memory)")
+
+    def digest(a: np.ndarray) -> str:
+        return hashlib.sha256(np.ascontiguousarray(a).view(np.uint8).reshape(-1)).hexdigest()
+
+    for name, values in served.items():
         if not isinstance(ref[name], torch.Tensor):
             continue
-        mine = torch.from_numpy(np.array(value))
-        if mine.dtype != ref[name].dtype or mine.shape != ref[name].shape or not torch.equal(mine, ref[name]):
-            raise SourceError(f"{native.root}: column {name!r}: could not reproduce LeRobot's value for row 0 "
-                              f"({mine} != {ref[name]}); please report this dataset layout")
+        values = np.asarray(values)
+        mine = torch.from_numpy(np.array(values[0]))
+        if mine.dtype != ref[name].dtype or mine.shape != ref[name].shape:
+            raise SourceError(f"{native.root}: column {name!r}: LeRobot serves {ref[name].dtype} of shape "
+                              f"{tuple(ref[name].shape)}, robo-loaders read {mine.dtype} of shape {tuple(mine.shape)}; "
+                              "please report this dataset layout")
+        theirs = _as_served(native_column(name), values.dtype, values.shape)
+        if theirs is None:
+            raise SourceError(f"{native.root}: column {name!r}: {theirs_from} does not hold {values.shape} values "
+                              f"of it as {mine_from} do; please report this dataset layout")
+        if digest(values) != digest(theirs):
+            n = len(values)
+            differs = np.flatnonzero((np.ascontiguousarray(values).reshape(n, -1).view(np.uint8) !=
+                                      np.ascontiguousarray(theirs).reshape(n, -1).view(np.uint8)).any(axis=1))
+            r = int(differs[0])
+            raise SourceError(
+                f"{native.root}: column {name!r} differs at {len(differs)} of {n} rows (first: row {r}, index "
+                f"{int(native_index[r])}: {_shown(values[r])} in {mine_from}, {_shown(theirs[r])} in {theirs_from}). "
+                "LeRobot's datasets cache is keyed by the files' mtimes, so a data file changed with its mtime kept "
+                "(cp -p, rsync -t, an edit with the mtime restored) leaves it serving the old values: delete "
+                f"{' and '.join(cache_files) or 'the cache'} (or point HF_DATASETS_CACHE at an empty directory) so "
+                "that LeRobot reads the files again, then run again")
+
+
+def _shown(row: np.ndarray) -> str:
+    return np.array2string(np.asarray(row), threshold=8, edgeitems=3, precision=6, separator=", ")
+
+
+def _as_served(col, dtype: np.dtype, shape: tuple) -> np.ndarray | None:
+    """An Arrow column of LeRobot's table as the (rows, ...) array of ``dtype`` a backend serves (lists
+    flattened), or None when it does not hold that many values."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    try:
+        values = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+        while pa.types.is_list(values.type) or pa.types.is_large_list(values.type) or \
+                pa.types.is_fixed_size_list(values.type):
+            values = pc.list_flatten(values)
+        arr = np.asarray(values.to_numpy(zero_copy_only=False))
+        if arr.size != int(np.prod(shape, dtype=np.int64)) or arr.dtype.hasobject:
+            return None
+        return arr.reshape(shape).astype(dtype, copy=False)
+    except (pa.ArrowException, ValueError, TypeError):
+        return None

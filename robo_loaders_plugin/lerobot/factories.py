@@ -1,4 +1,5 @@
-"""Backend factories for LeRobot: ``factory(native_dataset, **options)``.
+"""Backend factories for LeRobot: ``factory(native_dataset, *, options)``, ``options`` being the backend's resolved
+options object (``core.options``; declared in ``backends``).
 
 LeRobot's own factory first builds its ``LeRobotDataset`` (cheap: parquet metadata, no video decoding), which
 settles episode selection, ``delta_timestamps``, image transforms, tolerance and ImageNet stats exactly as
@@ -12,24 +13,24 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from robo_loaders_plugin.core.errors import BackendOptionError, SourceError
+from robo_loaders_plugin.core.iteration import Serving
 from robo_loaders_plugin.frames.base import FieldInfo
 from robo_loaders_plugin.frames.episodes import EpisodeFrames
 from robo_loaders_plugin.frames.store import StoreFrames
 from robo_loaders_plugin.lerobot.compat import check_version, reader_settings
 from robo_loaders_plugin.lerobot.dataset import LeRobotSamples, check_rows_match, check_supported
 from robo_loaders_plugin.pipeline.batches import PipelineDataset
-from robo_loaders_plugin.pipeline.options import datapipe_options, open_shards
+from robo_loaders_plugin.pipeline.options import PassOptions, open_shards
 from robo_loaders_plugin.sources.lerobot_v3 import LeRobotEpisodes, LeRobotV3, is_remote
+from robo_loaders_plugin.storage.codec import FrameCodec
 from robo_loaders_plugin.storage.encoded_frames import EncodedFrames
-from robo_loaders_plugin.storage.store_cache import check_codec_options, open_or_build, summarize
+from robo_loaders_plugin.storage.store_cache import open_or_build, summarize
 
 OPTION_PREFIX = "--dataset.backend_kwargs"
-# open episodes stay compressed (frames are decoded per batch): a wide buffer costs little memory and
-# mixes batches far better (episode mix 0.64 vs 0.26 at 16 on 200 episodes, batch 64)
-DEFAULT_SHUFFLE_BUFFER = 64
 
 
-def native_dataset(native, **_):
+def native_dataset(native, *, options=None):
+    """LeRobot's own ``LeRobotDataset``, unchanged."""
     return native
 
 
@@ -39,15 +40,13 @@ def _source(native) -> tuple[LeRobotV3, object]:
     return LeRobotV3(native.root), reader_settings(native)
 
 
-def compressed_cache_dataset(native, *, codec="lz4hc", level=5, filter="none", max_memory=None, cache_dir=None,
-                             build_workers=None, loader="threads"):
-    frame_codec = check_codec_options(codec, level, filter, max_memory, build_workers, OPTION_PREFIX)
-    if loader != "threads":
-        raise BackendOptionError(f"{OPTION_PREFIX}: option 'loader' applies to robomimic only (LeRobot keeps its "
-                                 "own DataLoader and EpisodeAwareSampler)")
+def compressed_cache_dataset(native, *, options):
+    """Every episode read (video decoded) once into a compressed episode store shared by the host's processes;
+    LeRobot's DataLoader workers serve its items (``compressed_cache``)."""
+    frame_codec = FrameCodec(options.codec, options.level, options.filter)
     source, settings = _source(native)
     episodes = LeRobotEpisodes(source, settings.tolerance_s, native.episodes)
-    check_rows_match(native, episodes.columns, episodes.arrays["index"], {k: a[0] for k, a in episodes.arrays.items()})
+    check_rows_match(native, episodes.columns, episodes.arrays["index"], episodes.arrays)
 
     def write(writer):
         for ep, _, _ in tqdm(episodes.runs, desc=f"compressed_cache [{native.repo_id}]", unit="episode",
@@ -56,18 +55,17 @@ def compressed_cache_dataset(native, *, codec="lz4hc", level=5, filter="none", m
 
     key = {"root": str(source.root), "episodes": native.episodes, "codec": frame_codec.as_dict(),
            "tolerance_s": settings.tolerance_s, "video_backend": settings.video_backend, "v": 2}
-    store, holder, reused = open_or_build(kind="lerobot", source=source, key_desc=key, write=write, codec=frame_codec,
-                                          cache_dir=cache_dir, max_memory=max_memory, build_workers=build_workers,
-                                          option_prefix=OPTION_PREFIX,
-                                          meta={"source": str(source.root), "framework": "lerobot"},
-                                          description=f"compressed_cache of {source.root}")
+    store, hold, reused = open_or_build(kind="lerobot", source=source, key_desc=key, write=write, codec=frame_codec,
+                                        cache_dir=options.cache_dir, max_memory=options.max_memory,
+                                        build_workers=options.build_workers, option_prefix=OPTION_PREFIX,
+                                        meta={"source": str(source.root), "framework": "lerobot"},
+                                        description=f"compressed_cache of {source.root}")
     if [e["name"] for e in store.episodes] != [f"episode_{ep}" for ep, _, _ in episodes.runs]:
         raise SourceError(f"{store.path} does not hold the episodes {native.repo_id} selects; delete it")
-    ds = LeRobotSamples(native, StoreFrames(store, holder), episodes.runs, episodes.columns, source.video_keys,
-                        source.image_keys, backend_name="compressed_cache")
-    ds.store = store
-    ds.build_summary = summarize(store, len(episodes.runs), len(ds), reused)
-    return ds
+    summary = summarize(store, len(episodes.runs), sum(e - s for _, s, e in episodes.runs), reused)
+    return LeRobotSamples(native, StoreFrames(store, hold), episodes.runs, episodes.columns, source.video_keys,
+                          source.image_keys, backend_name="compressed_cache", location=store.path,
+                          serving=Serving(summary, hold=hold))
 
 
 class LeRobotShardSamples(LeRobotSamples, PipelineDataset):
@@ -75,21 +73,23 @@ class LeRobotShardSamples(LeRobotSamples, PipelineDataset):
     frames its EpisodeAwareSampler would serve."""
 
 
-def datapipe_dataset(native, **options):
-    dp, store = datapipe_options(options, OPTION_PREFIX, DEFAULT_SHUFFLE_BUFFER)
+def datapipe_dataset(native, *, options):
+    """LeRobot items from lossless robo-shards (converted on first use), passes ordered by the torchdata pipeline
+    over the frames lerobot-train's sampler would serve (``datapipe``)."""
+    passes = PassOptions.of(options)
     source, settings = _source(native)
 
     def convert(out_dir, fingerprint):
         from robo_loaders_plugin.lerobot.convert import convert_lerobot
 
-        convert_lerobot(source.root, out_dir, repo_id=native.repo_id, num_workers=store["convert_workers"],
+        convert_lerobot(source.root, out_dir, repo_id=native.repo_id, num_workers=options.convert_workers,
                         tolerance_s=settings.tolerance_s, fingerprint=fingerprint)
 
-    reader, holder = open_shards(framework="lerobot", source=source, shards=store["shards"],
-                                 cache_dir=store["cache_dir"], check_source=store["check_source"],
-                                 key_desc={"root": str(source.root), "tolerance_s": settings.tolerance_s, "v": 2},
-                                 convert=convert, option_prefix=OPTION_PREFIX,
-                                 convert_hint=f"'robo-loaders convert lerobot {source.root} OUT_DIR'")
+    reader, hold = open_shards(framework="lerobot", source=source, shards=options.shards,
+                               cache_dir=options.cache_dir, check_source=options.check_source,
+                               key_desc={"root": str(source.root), "tolerance_s": settings.tolerance_s, "v": 2},
+                               convert=convert, option_prefix=OPTION_PREFIX,
+                               convert_hint=f"'robo-loaders convert lerobot {source.root} OUT_DIR'")
     meta = reader.dataset.get("metadata", {})
     if settings.tolerance_s < float(meta.get("tolerance_s", 0.0)):
         raise SourceError(f"{reader.dir}: frames were checked with tolerance_s={meta['tolerance_s']} at conversion, "
@@ -110,33 +110,32 @@ def datapipe_dataset(native, **options):
         return reader.read_episode(records[unit], decode_frames=False, fields=fields)[1]
 
     first = read(0, None)
-    check_rows_match(native, columns, arrays["index"], {k: v[0] for k, v in first.items() if k in columns and
-                                                        not isinstance(v, EncodedFrames)})
+    numeric = [k for k, v in first.items() if k in columns and not isinstance(v, EncodedFrames)]
+    served = [first] + [read(u, numeric) for u in range(1, len(runs))]  # every row LeRobot's object holds
+    check_rows_match(native, columns, arrays["index"], {k: np.concatenate([e[k] for e in served]) for k in numeric},
+                     read_from=f"the shards in {reader.dir}")
     infos = {k: FieldInfo(v.dtype, tuple(v.shape[1:]), isinstance(v, EncodedFrames)) for k, v in first.items()}
-    frames = EpisodeFrames([e - s for _, s, e in runs], infos, read, capacity=dp.episode_capacity,
+    frames = EpisodeFrames([e - s for _, s, e in runs], infos, read, capacity=passes.episode_capacity,
                            decode_on_load=False)
-    ds = LeRobotShardSamples(native, frames, runs, columns, meta.get("video_keys", []), meta.get("image_keys", []),
-                             backend_name="datapipe")
-    ds.pass_options, ds.reader, ds._holder = dp, reader, holder
-    ds.build_summary = (f"{len(runs)} episodes, {len(ds)} frames from {len(reader.shards)} shard(s) in {reader.dir}, "
-                        f"shuffle buffer {dp.shuffle_buffer} episodes")
-    return ds
+    summary = (f"{len(runs)} episodes, {sum(e - s for _, s, e in runs)} frames from {len(reader.shards)} shard(s) "
+               f"in {reader.dir}, shuffle buffer {passes.shuffle_buffer} episodes")
+    return LeRobotShardSamples(native, frames, runs, columns, meta.get("video_keys", []), meta.get("image_keys", []),
+                               backend_name="datapipe", location=reader.dir, passes=passes,
+                               serving=Serving(summary, hold=hold))
 
 
-def gpu_resampler_dataset(native, *, device="auto", max_device_memory=None, target_fps=None, source_fps=None,
-                          modes=None, delta_timestamps=None):
+def gpu_resampler_dataset(native, *, options):
+    """Every episode's fields held as tensors (on the training GPU when they fit), batches gathered in a few index
+    operations over lerobot-train's sampler order, delta steps optionally at another rate (``gpu_resampler``)."""
     from robo_loaders_plugin.frames.tensors import TensorFrames, placement, training_device
-    from robo_loaders_plugin.windows.rates import check_rate, resolve_modes
+    from robo_loaders_plugin.windows.rates import resolve_modes
 
-    if source_fps is not None:
-        raise BackendOptionError(f"{OPTION_PREFIX}.source_fps applies to robomimic; a LeRobot dataset says its fps "
-                                 "in meta/info.json")
-    target_fps = check_rate("target_fps", target_fps, OPTION_PREFIX)
+    target_fps = options.target_fps
     source, settings = _source(native)
-    train_device = training_device(device, OPTION_PREFIX)
-    delta_steps = _delta_steps(native, settings.delta_indices, target_fps, delta_timestamps)
+    train_device = training_device(options.device, OPTION_PREFIX)
+    delta_steps = _delta_steps(native, settings.delta_indices, target_fps, options.delta_timestamps)
     episodes = LeRobotEpisodes(source, settings.tolerance_s, native.episodes)
-    check_rows_match(native, episodes.columns, episodes.arrays["index"], {k: a[0] for k, a in episodes.arrays.items()})
+    check_rows_match(native, episodes.columns, episodes.arrays["index"], episodes.arrays)
     first_ep = episodes.runs[0][0]
     first, cameras = episodes.read(first_ep)
     infos = {k: FieldInfo(a.dtype, tuple(a.shape[1:]), k in cameras) for k, a in first.items()}
@@ -144,22 +143,21 @@ def gpu_resampler_dataset(native, *, device="auto", max_device_memory=None, targ
     if unknown:
         raise BackendOptionError(f"{OPTION_PREFIX}.delta_timestamps names {unknown}, which {native.repo_id} does not "
                                  f"have; its features are {sorted(infos)}")
-    modes = resolve_modes({k: infos[k] for k in delta_steps or {}}, modes, OPTION_PREFIX)
+    modes = resolve_modes({k: infos[k] for k in delta_steps or {}}, options.modes, OPTION_PREFIX)
     lengths = [e - s for _, s, e in episodes.runs]
-    storage, pinned, where = placement(TensorFrames.nbytes(lengths, infos), train_device, max_device_memory,
+    storage, pinned, where = placement(TensorFrames.nbytes(lengths, infos), train_device, options.max_device_memory,
                                        OPTION_PREFIX)
     frames = TensorFrames(lengths, infos, storage, train_device, pinned)
     for unit, (ep, _, _) in enumerate(tqdm(episodes.runs, desc=f"gpu_resampler [{native.repo_id}]", unit="episode",
                                            mininterval=0.5)):
         frames.fill(unit, first if ep == first_ep else episodes.read(ep)[0])
-    ds = LeRobotSamples(native, frames, episodes.runs, episodes.columns, source.video_keys, source.image_keys,
-                        backend_name="gpu_resampler", delta_steps=delta_steps, modes=modes)
-    ds.batches_in_process = True
-    ds.batch_threads = 0 if storage.type == "cuda" else None
     rates = f", windows at {target_fps:g} Hz on {source.fps} Hz data" if target_fps else ""
-    ds.build_summary = (f"{len(lengths)} episodes, {len(ds)} frames, episodes held {where}, batches on "
-                        f"{train_device}{rates}")
-    return ds
+    summary = (f"{len(lengths)} episodes, {sum(lengths)} frames, episodes held {where}, batches on {train_device}"
+               f"{rates}")
+    return LeRobotSamples(native, frames, episodes.runs, episodes.columns, source.video_keys, source.image_keys,
+                          backend_name="gpu_resampler", location=f"tensors {where}", delta_steps=delta_steps,
+                          modes=modes,
+                          serving=Serving(summary, batch_threads=0 if storage.type == "cuda" else None))
 
 
 def _delta_steps(native, delta_indices, target_fps, delta_timestamps) -> dict | None:
@@ -167,65 +165,54 @@ def _delta_steps(native, delta_indices, target_fps, delta_timestamps) -> dict | 
     rate), those steps at ``target_fps``, or explicit ``delta_timestamps`` in seconds, at any offsets (LeRobot
     itself only accepts multiples of 1/fps)."""
     fps = float(native.meta.fps)
-    if delta_timestamps is not None:
-        if target_fps is not None:
-            raise BackendOptionError(f"{OPTION_PREFIX}: give target_fps (the policy's steps at another rate) or "
-                                     "delta_timestamps (explicit offsets in seconds), not both")
-        out = {}
-        for key, offsets in delta_timestamps.items():
-            if not isinstance(offsets, (list, tuple)) or not offsets or \
-                    not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in offsets):
-                raise BackendOptionError(f"{OPTION_PREFIX}.delta_timestamps[{key!r}] must be a list of offsets in "
-                                         f"seconds, got {offsets!r}")
-            out[key] = [float(x) * fps for x in offsets]
-        return out
+    if delta_timestamps is not None:  # checked (finite, bounded, not with target_fps) by the option declarations
+        return {key: [float(x) * fps for x in offsets] for key, offsets in delta_timestamps.items()}
     if delta_indices is None or target_fps is None:
         return None
     return {k: [float(i) * fps / target_fps for i in v] for k, v in delta_indices.items()}
 
 
-# decoded episodes are held raw: their memory bounds the buffer (a 100-frame episode of two 84x84 cameras is 4 MB)
-STREAM_SHUFFLE_BUFFER = 16
-
-
 class LeRobotStreamSamples(LeRobotSamples, PipelineDataset):
-    """LeRobot items decoded from the dataset's videos (local or remote) as passes reach their episodes."""
+    """LeRobot items decoded from the dataset's videos (local or remote) as passes reach their episodes.
+
+    Args:
+        source: The LeRobot v3 source the videos are read from (its file cache, for a remote source).
+        *args, **kwargs: :class:`LeRobotSamples`' and :class:`PipelineDataset`'s arguments.
+    """
+
+    def __init__(self, *args, source: LeRobotV3, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.source = source
 
 
-def video_stream_dataset(native, **options):
-    from robo_loaders_plugin.backends import VIDEO_STREAM_OPTIONS
-    from robo_loaders_plugin.pipeline.options import PassOptions
-    from robo_loaders_plugin.storage.codec import FrameCodec
-
-    opts, rest = PassOptions.resolve(VIDEO_STREAM_OPTIONS, OPTION_PREFIX, STREAM_SHUFFLE_BUFFER, options)
-    if rest["buffer"] not in ("raw", "lz4"):
-        raise BackendOptionError(f"{OPTION_PREFIX}.buffer must be 'raw' or 'lz4', got {rest['buffer']!r}")
-    if rest["decode_threads"] < 0:
-        raise BackendOptionError(f"{OPTION_PREFIX}.decode_threads must be >= 0")
+def video_stream_dataset(native, *, options):
+    """LeRobot items decoded straight from the dataset's videos, local or remote, each episode's segment once per
+    pass, passes ordered by the torchdata pipeline (``video_stream``)."""
+    passes = PassOptions.of(options)
     check_version()
     check_supported(native)
     settings = reader_settings(native)
-    url = rest["source"]
+    url = options.source
     if is_remote(url):  # tables from the local copy LeRobot built its dataset from, videos from where they are
-        source = LeRobotV3(native.root, rest["storage_options"], videos_from=url,
-                           local_cache_dir=rest["local_cache_dir"])
-        remote = LeRobotV3(url, rest["storage_options"])
+        source = LeRobotV3(native.root, options.storage_options, videos_from=url,
+                           local_cache_dir=options.local_cache_dir)
+        remote = LeRobotV3(url, options.storage_options)
         if remote.info != source.info or sorted(remote.episodes) != sorted(source.episodes):
             raise SourceError(f"{url} is not the dataset at {native.root} (meta/info.json or the episode table "
                               "differ); point --dataset.root at a copy of its tables, or leave it unset")
     else:
         source = LeRobotV3(url or native.root)
-        if rest["local_cache_dir"]:
+        if options.local_cache_dir:
             print(f"[robo-loaders] video_stream: local_cache_dir ignored: the videos of {url or native.root} are "
                   "local already", flush=True)
-    device = _decode_device(rest["decode_device"], source)
+    device = _decode_device(options.decode_device, source)
     episodes = LeRobotEpisodes(source, settings.tolerance_s, native.episodes, decode_device=device)
-    check_rows_match(native, episodes.columns, episodes.arrays["index"], {k: a[0] for k, a in episodes.arrays.items()})
+    check_rows_match(native, episodes.columns, episodes.arrays["index"], episodes.arrays)
     infos = {k: FieldInfo(a.dtype, tuple(a.shape[1:]), False) for k, a in episodes.arrays.items()}
     for key in episodes.camera_keys:  # decoded as (C, H, W) uint8 from the (H, W, C) the features state
         h, w, c = source.features[key]["shape"]
         infos[key] = FieldInfo(np.dtype(np.uint8), (c, h, w), True)
-    codec = FrameCodec("lz4", 1) if rest["buffer"] == "lz4" else None
+    codec = FrameCodec("lz4", 1) if options.buffer == "lz4" else None
 
     def read(unit: int, fields):
         ep = episodes.runs[unit][0]
@@ -235,16 +222,16 @@ def video_stream_dataset(native, **options):
                       for k, v in arrays.items()}
         return arrays
 
-    frames = EpisodeFrames([e - s for _, s, e in episodes.runs], infos, read, capacity=opts.episode_capacity,
+    frames = EpisodeFrames([e - s for _, s, e in episodes.runs], infos, read, capacity=passes.episode_capacity,
                            decode_on_load=False)
-    ds = LeRobotStreamSamples(native, frames, episodes.runs, episodes.columns, source.video_keys, source.image_keys,
-                              backend_name="video_stream")
-    ds.pass_options, ds.decode_threads, ds.source = opts, int(rest["decode_threads"]), source
     cached = f", videos copied whole into {source.file_cache.directory}" if source.file_cache else ""
-    ds.build_summary = (f"{len(episodes.runs)} episodes, {len(ds)} frames streamed from {url or source.url} ({device} "
-                        f"decode, {rest['buffer']} buffer of {opts.episode_capacity} episodes, shuffle buffer "
-                        f"{opts.shuffle_buffer}{cached})")
-    return ds
+    summary = (f"{len(episodes.runs)} episodes, {sum(e - s for _, s, e in episodes.runs)} frames streamed from "
+               f"{url or source.url} ({device} decode, {options.buffer} buffer of {passes.episode_capacity} episodes, "
+               f"shuffle buffer {passes.shuffle_buffer}{cached})")
+    return LeRobotStreamSamples(native, frames, episodes.runs, episodes.columns, source.video_keys, source.image_keys,
+                                backend_name="video_stream", location=url or source.url, source=source,
+                                passes=passes,
+                                decode_threads=options.decode_threads, serving=Serving(summary))
 
 
 def _decode_device(option: str, source) -> str:
@@ -253,8 +240,6 @@ def _decode_device(option: str, source) -> str:
 
     from robo_loaders_plugin.sources.nvdec import nvdec_unusable
 
-    if option not in ("cpu", "cuda", "auto"):
-        raise BackendOptionError(f"{OPTION_PREFIX}.decode_device must be 'cpu', 'cuda' or 'auto', got {option!r}")
     if option == "cpu" or (option == "auto" and not torch.cuda.is_available()):
         return "cpu"
     if not torch.cuda.is_available():

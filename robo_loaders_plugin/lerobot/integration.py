@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import threading
 
@@ -10,8 +9,11 @@ import numpy as np
 import torch
 
 from robo_loaders_plugin.core import iteration
+from robo_loaders_plugin.core.backend_json import parse_backend_kwargs
 from robo_loaders_plugin.core.errors import RoboLoadersError
-from robo_loaders_plugin.core.registry import get_backend
+from robo_loaders_plugin.core.ranks import check_ranks_agree, source_identity
+from robo_loaders_plugin.core.registry import choose_backend
+from robo_loaders_plugin.core.spec import BackendChoice
 from robo_loaders_plugin.lerobot import compat
 from robo_loaders_plugin.sources.lerobot_v3 import is_remote, mirror_tables
 
@@ -19,57 +21,101 @@ LOG_PREFIX = "[robo-loaders]"
 _state = threading.local()
 
 
-def backend_choice(dataset_cfg):
-    """(spec, validated options) for ``cfg.dataset``; ``backend`` missing or "native" means LeRobot's own."""
-    name = getattr(dataset_cfg, "backend", None) or "native"
+NAME_FLAG, OPTIONS_FLAG = "--dataset.backend", "--dataset.backend_kwargs"
+
+
+def backend_choice(dataset_cfg) -> BackendChoice:
+    """The backend choice of ``cfg.dataset`` (``backend`` missing or "native": LeRobot's own), resolved once per
+    distinct (name, options) (``core.registry.choose_backend``): at argument parsing, then reused.
+
+    Args:
+        dataset_cfg: ``cfg.dataset`` (a ``BackendDatasetConfig``, or LeRobot's own ``DatasetConfig``).
+
+    Returns:
+        The :class:`~robo_loaders_plugin.core.spec.BackendChoice`.
+
+    Raises:
+        RoboLoadersError: naming ``--dataset.backend`` / ``--dataset.backend_kwargs`` and what is wrong.
+    """
+    name = getattr(dataset_cfg, "backend", None) or "native"  # LeRobot's own DatasetConfig has no such field
     kwargs = getattr(dataset_cfg, "backend_kwargs", None) or {}
     if name == "native":  # a resumed config may carry options of a backend used before: ignore them
-        return get_backend("native"), {}
+        kwargs = {}
     if isinstance(kwargs, str):
-        try:
-            kwargs = json.loads(kwargs) if kwargs.strip() else {}
-        except json.JSONDecodeError as exc:
-            raise RoboLoadersError(f"--dataset.backend_kwargs must be a JSON object, e.g. "
-                                   f"'{{\"codec\": \"zstd\"}}': {exc}") from None
+        kwargs = parse_backend_kwargs(kwargs, OPTIONS_FLAG)
     if not isinstance(kwargs, dict):
-        raise RoboLoadersError(f"--dataset.backend_kwargs must be a JSON object, got {type(kwargs).__name__}")
-    spec = get_backend(name)
-    if "lerobot" not in spec.frameworks:
-        raise RoboLoadersError(f"backend {name!r} does not support LeRobot (it supports {list(spec.frameworks)})")
-    return spec, spec.validate_options(kwargs, where="--dataset.backend_kwargs")
+        raise RoboLoadersError(f"{OPTIONS_FLAG} must be a JSON object, e.g. '{{\"codec\": \"zstd\"}}', got "
+                               f"{type(kwargs).__name__}")
+    return choose_backend("lerobot", name, kwargs, name_where=NAME_FLAG, options_where=OPTIONS_FLAG)
 
 
 def convert(dataset, cfg):
     """Serve ``dataset`` (a LeRobotDataset built by LeRobot's factory) through the configured backend."""
-    spec, options = backend_choice(cfg.dataset)
-    if spec.name == "native" or dataset is None:
+    choice = backend_choice(cfg.dataset)
+    if choice.name == "native" or dataset is None:
         return dataset
     if getattr(cfg.dataset, "streaming", False):
-        raise RoboLoadersError(f"--dataset.backend={spec.name} replaces LeRobot's map-style dataset; it cannot be "
+        raise RoboLoadersError(f"--dataset.backend={choice.name} replaces LeRobot's map-style dataset; it cannot be "
                                "combined with --dataset.streaming=true")
+    return build_dataset(dataset, choice, repo_id=cfg.dataset.repo_id, seed=getattr(cfg, "seed", None))
+
+
+def build_dataset(native, choice: BackendChoice, repo_id: str | None = None, seed: int | None = None):
+    """Serve a ``LeRobotDataset`` through a backend, as ``lerobot-train --dataset.backend`` does.
+
+    Args:
+        native: The ``LeRobotDataset`` LeRobot's factory (or user code) built.
+        choice: The backend choice (:func:`backend_choice`, or ``choose("video_stream", buffer="lz4")``).
+        repo_id: Shown in the log line (default: ``native.repo_id``).
+        seed: lerobot-train's ``--seed`` (its sampler's order seed), checked to be the same on every rank.
+
+    Returns:
+        The backend's dataset, recorded for the adapter's dispatch (``lerobot-train``'s ``cycle``).
+
+    Raises:
+        RoboLoadersError: the choice is not for LeRobot, needs a GPU torch does not see, or its source is wrong.
+    """
+    if choice.framework != "lerobot":
+        raise RoboLoadersError(f"backend choice {choice.name!r} was resolved for {choice.framework}, not LeRobot")
     compat.check_version()
-    spec.check_device()
-    out = spec.factory_for("lerobot")(dataset, **options)
-    iteration.record_built(spec, out)
-    summary = getattr(out, "build_summary", None) or f"{len(out)} samples"
-    print(f"{LOG_PREFIX} lerobot data backend: {spec.name} [{cfg.dataset.repo_id}] {summary}", flush=True)
+    choice.check_device()
+    out = choice.build(native)
+    check_ranks_agree(lambda: {"--seed": seed, "--dataset.backend": choice.name,
+                       "--dataset.backend_kwargs": choice.options.shared(), "frames": len(out),
+                       "source (file sizes)": source_identity(str(native.root))},
+                      f"LeRobot data backend {choice.name}")
+    iteration.record_built(out, choice)
+    print(f"{LOG_PREFIX} lerobot data backend: {choice.name} [{repo_id or native.repo_id}] "
+          f"{iteration.summary_of(out)}", flush=True)
     return out
+
+
+def choose(backend: str, **options) -> BackendChoice:
+    """A LeRobot backend choice from Python (what ``--dataset.backend=NAME --dataset.backend_kwargs=JSON`` give).
+
+    Raises:
+        RoboLoadersError: an unknown backend, or a bad option, named.
+    """
+    return choose_backend("lerobot", backend, options, name_where=NAME_FLAG, options_where=OPTIONS_FLAG)
 
 
 @contextlib.contextmanager
 def _streamed_source(cfg):
-    """A backend streaming from a remote ``source`` (video_stream): LeRobot builds its dataset object from a local
-    copy of the tables (``meta/`` and ``data/``, refreshed when they change), the videos stay where they are."""
-    spec, options = backend_choice(cfg.dataset)
-    url = options.get("source")
-    if spec.name != "video_stream" or not is_remote(url):
+    """A backend reading a remote source (``BackendSpec.remote_source_option``): LeRobot builds its dataset object
+    from a local copy of the tables (``meta/`` and ``data/``, refreshed when they change), the rest stays where it
+    is."""
+    choice = backend_choice(cfg.dataset)
+    spec = choice.spec
+    url = getattr(choice.options, spec.remote_source_option) if spec.remote_source_option else None
+    if not is_remote(url):
         yield
         return
     from robo_loaders_plugin.storage.cache import cache_root, short_hash
 
-    local = os.path.join(cache_root(None), f"video-stream-tables-{short_hash(url)}")
-    print(f"{LOG_PREFIX} video_stream: tables of {url} copied to {local}; videos streamed from {url}", flush=True)
-    cfg.dataset.root = mirror_tables(url, local, options.get("storage_options"))
+    local = os.path.join(cache_root(None), f"remote-tables-{short_hash(url)}")
+    print(f"{LOG_PREFIX} {choice.name}: tables of {url} copied to {local}; videos streamed from {url}", flush=True)
+    storage = getattr(choice.options, spec.remote_storage_option) if spec.remote_storage_option else None
+    cfg.dataset.root = mirror_tables(url, local, storage)
     with compat.tables_only():
         yield
 
@@ -97,7 +143,7 @@ def make_train_eval_datasets(cfg):
     return convert(train, cfg), convert(evaluation, cfg)
 
 
-def sampling_plan(dataloader) -> iteration.SamplingPlan:
+def sampling_plan(dataloader, built: iteration.Built | None = None) -> iteration.SamplingPlan:
     """``lerobot-train``'s pass, from the DataLoader it builds: the frames its EpisodeAwareSampler serves (episode
     filter, ``drop_n_last_frames``), its seed, and the epoch/offset ``--resume`` positioned it at; batch size,
     ``drop_last``, ``--num_workers`` and pinned memory from the DataLoader; this process's rank and the world size
@@ -127,10 +173,30 @@ def sampling_plan(dataloader) -> iteration.SamplingPlan:
 def cycle(dataloader):
     """``lerobot-train``'s ``cycle(dataloader)``: passes of what the backend's declared kind says, forever."""
     source = iteration.pass_batches(dataloader, sampling_plan)
-    spec = iteration.built_by(getattr(dataloader, "dataset", None))
+    built = iteration.built_by(getattr(dataloader, "dataset", None))
     if isinstance(source, iteration.BatchSource):
-        print(f"{LOG_PREFIX} {spec.name}: lerobot-train's batches come from {source.describe()}", flush=True)
+        print(f"{LOG_PREFIX} {built.choice.name}: lerobot-train's batches come from {source.describe()}", flush=True)
     elif isinstance(source, iteration.SamplerBatches):
-        print(f"{LOG_PREFIX} {spec.name}: lerobot-train's batches are built in the training process "
+        print(f"{LOG_PREFIX} {built.choice.name}: lerobot-train's batches are built in the training process "
               f"({source.num_threads} threads) over its sampler's order", flush=True)
     return iteration.batch_stream(dataloader, sampling_plan, compat.native_cycle)
+
+
+def check_command_line(argv: list[str]) -> None:
+    """``--dataset.backend_kwargs`` on lerobot-train's command line must be a JSON object (its ``--help`` says so):
+    LeRobot's parser would read it as YAML, accept ``{codec: zstd}`` and answer a malformed object with a long
+    traceback. Exits with one line naming the flag, as LeRobot's parser does for a bad value."""
+    import sys
+
+    for i, arg in enumerate(argv):
+        if arg == OPTIONS_FLAG and i + 1 < len(argv):
+            text = argv[i + 1]
+        elif arg.startswith(OPTIONS_FLAG + "="):
+            text = arg[len(OPTIONS_FLAG) + 1:]
+        else:
+            continue
+        try:
+            parse_backend_kwargs(text, OPTIONS_FLAG)
+        except RoboLoadersError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            sys.exit(1)

@@ -16,6 +16,7 @@ from torchdata.nodes import ParallelMapper, Prefetcher
 
 from robo_loaders_plugin.core.iteration import BatchDataset, BatchSource, SamplingPlan
 from robo_loaders_plugin.core.torch_compat import shutdown_node_threads
+from robo_loaders_plugin.pipeline.options import PassOptions
 from robo_loaders_plugin.pipeline.plan import BatchPlanNode, ItemGroups
 
 _LIVE: "weakref.WeakSet[PipelineBatches]" = weakref.WeakSet()
@@ -80,7 +81,7 @@ class DecodeAhead:
 
 class PipelineBatches(BatchSource):
     def __init__(self, groups: ItemGroups, collate: Callable[[np.ndarray], dict], plan: SamplingPlan, *, seed: int,
-                 shuffle_buffer: int, replacement: bool = False, prefetch: int = 2, backend: str = "datapipe",
+                 shuffle_buffer: int, replacement: bool = False, prefetch: int = 2,
                  decode_ahead: DecodeAhead | None = None):
         super().__init__(plan.start_epoch, plan.start_batch)
         self.groups = groups
@@ -150,18 +151,26 @@ def _shutdown_live() -> None:
 
 
 class PipelineDataset(BatchDataset):
-    """What a samples dataset adds to be served by this pipeline: its frame source's episode of every dataset index
-    (``episode_of()``), a ``collate(indices)``, and the pass options."""
+    """A samples dataset served by this pipeline (the ``batch`` kind): subclasses mix it into a dataset with a
+    frame source of loaded episodes (``self.frames``: ``frames.episodes.EpisodeFrames``), ``episode_of()`` (the
+    frame-source episode of every dataset index) and ``collate(indices)``.
 
-    pass_options = None  # PassOptions, set by the factory
-    backend_name = "datapipe"
-    decode_threads = 0  # > 0: threads loading the episodes a pass is about to open (DecodeAhead)
+    Args:
+        passes: How passes are ordered and fed (shuffle buffer, seed, prefetch, cache, replacement).
+        decode_threads: Threads loading the episodes a pass is about to open before the batches that need them are
+            assembled (:class:`DecodeAhead`); 0: episodes are loaded by the assembling threads when needed.
+        **kwargs: The rest of the dataset's constructor arguments (``serving``, ...).
+    """
+
+    def __init__(self, *, passes: PassOptions, decode_threads: int = 0, **kwargs):
+        super().__init__(**kwargs)
+        self.passes = passes
+        self.decode_threads = int(decode_threads)
 
     def batch_source(self, plan: SamplingPlan) -> PipelineBatches:
         items = np.arange(len(self)) if plan.items is None else np.asarray(plan.items, dtype=np.int64)
-        episode_of = self.episode_of()
-        groups = ItemGroups(items, episode_of, len(self.frames.lengths))
-        opts = self.pass_options
+        groups = ItemGroups(items, self.episode_of(), len(self.frames.lengths))
+        opts = self.passes
         seed = opts.seed if opts.seed is not None else (plan.seed or 0)
         ahead = None
         if self.decode_threads:
@@ -169,8 +178,7 @@ class PipelineDataset(BatchDataset):
             room = max(1, cache.capacity - opts.shuffle_buffer - 1)
             ahead = DecodeAhead(cache.load_ahead, self.decode_threads, room)
         return PipelineBatches(groups, self.collate, plan, seed=seed, shuffle_buffer=opts.shuffle_buffer,
-                               replacement=opts.replacement, prefetch=opts.prefetch, backend=self.backend_name,
-                               decode_ahead=ahead)
+                               replacement=opts.replacement, prefetch=opts.prefetch, decode_ahead=ahead)
 
     def batch_episodes(self, batch_size: int, drop_last: bool = True, epoch: int = 0) -> list[np.ndarray]:
         """Episode of every item, batch by batch, of shuffled pass ``epoch`` (no data is read): how batches mix

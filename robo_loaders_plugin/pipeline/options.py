@@ -7,52 +7,41 @@ import json
 import os
 from typing import Callable
 
-from robo_loaders_plugin.core.errors import BackendOptionError, RoboLoadersError, StaleSourceError
+from robo_loaders_plugin.core.errors import RoboLoadersError, StaleSourceError
 from robo_loaders_plugin.storage import cache
 from robo_loaders_plugin.storage.fingerprint import Fingerprint, check_same_source
 from robo_loaders_plugin.storage.shards import ShardError, ShardReader
 
 
-PASS_FIELDS = ("shuffle_buffer", "seed", "prefetch", "cache_episodes", "replacement")
-
-
 @dataclasses.dataclass(frozen=True)
 class PassOptions:
-    """How the pipeline orders and feeds a pass (the options every pipeline-served backend shares)."""
+    """How the pipeline orders and feeds a pass: the options every pipeline-served backend declares the same way
+    (``backends.pass_options``) and the pipeline reads (:class:`~robo_loaders_plugin.pipeline.batches.PipelineDataset`).
+
+    Attributes:
+        shuffle_buffer: Episodes open at once; items are drawn at random from them.
+        seed: The backend's own order seed (``None``: the framework's).
+        prefetch: Batches prefetched ahead of training.
+        cache_episodes: Episodes kept loaded (at least ``2 * shuffle_buffer`` are, see :attr:`episode_capacity`).
+        replacement: Draw each pass's items with replacement instead of each exactly once.
+    """
 
     shuffle_buffer: int
-    seed: int | None
-    prefetch: int
-    cache_episodes: int
-    replacement: bool
+    seed: int | None = None
+    prefetch: int = 2
+    cache_episodes: int = 64
+    replacement: bool = False
 
     @classmethod
-    def resolve(cls, table: dict, option_prefix: str, default_shuffle_buffer: int, kwargs: dict):
-        """(pass options, the backend's other options), both over the defaults of its option ``table``."""
-        values = {k: default for k, (_types, default, _help) in table.items()}
-        values.update(kwargs)
-        opts = cls(**{k: values.pop(k) for k in PASS_FIELDS})
-        if opts.shuffle_buffer is None:
-            opts = dataclasses.replace(opts, shuffle_buffer=default_shuffle_buffer)
-        if opts.shuffle_buffer < 1 or opts.prefetch < 0 or opts.cache_episodes < 1:
-            raise BackendOptionError(f"{option_prefix}: shuffle_buffer and cache_episodes must be >= 1 and "
-                                     "prefetch >= 0")
-        return opts, values
+    def of(cls, options) -> "PassOptions":
+        """The pass options of a backend's resolved options object (``core.options``)."""
+        return cls(**{f.name: getattr(options, f.name) for f in dataclasses.fields(cls)})
 
     @property
     def episode_capacity(self) -> int:
+        """Episodes the cache keeps: ``cache_episodes``, and never fewer than two shuffle buffers (the open ones
+        and the ones loaded ahead)."""
         return max(self.cache_episodes, 2 * self.shuffle_buffer)
-
-
-def datapipe_options(kwargs: dict, option_prefix: str, default_shuffle_buffer: int) -> tuple[PassOptions, dict]:
-    """The datapipe backend's pass options, and its storage options (shards, cache_dir, check_source,
-    convert_workers)."""
-    from robo_loaders_plugin.backends import DATAPIPE_OPTIONS
-
-    opts, storage = PassOptions.resolve(DATAPIPE_OPTIONS, option_prefix, default_shuffle_buffer, kwargs)
-    if storage["convert_workers"] < 1:
-        raise BackendOptionError(f"{option_prefix}.convert_workers must be >= 1")
-    return opts, storage
 
 
 def recorded_source(reader_or_dir) -> Fingerprint | None:

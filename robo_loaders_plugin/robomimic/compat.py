@@ -1,7 +1,9 @@
 """Everything this plugin changes in robomimic, or reads from its inside: robomimic 0.3.0, in one module.
 
-Patches (applied by the start-up import hook right after robomimic's module code runs, or by :func:`apply_all`;
-each is idempotent and keeps the original in :data:`ORIGINALS`):
+Patches (the mechanics are here; which adapter function each patch point gets is ``robomimic.patches``, applied by
+the start-up import hook right after robomimic's module code runs, or by ``robomimic.patches.apply_all``; each is
+idempotent and keeps the original in :data:`ORIGINALS`). This module imports nothing from the adapter: it is a
+leaf, so what touches robomimic's inside can be read (and audited against a new robomimic) alone.
 
 1. ``robomimic.config.base_config.BaseConfig.train_config`` also sets ``train.data_backend`` (null) and
    ``train.data_backend_kwargs`` ({}), for every algorithm;
@@ -10,7 +12,10 @@ each is idempotent and keeps the original in :data:`ORIGINALS`):
 4. ``robomimic.utils.train_utils.run_epoch`` iterates what the backend's kind says (``core.iteration``) instead of
    the DataLoader robomimic builds inside ``train()``.
 
-Private reads: ``SequenceDataset._index_to_demo_id`` (only the benchmark's episode-mix metric for ``native``).
+Private reads: ``SequenceDataset._index_to_demo_id`` (only the benchmark's episode-mix metric for ``native``);
+the line ``robomimic.scripts.train`` prints when a run fails (:data:`TRAIN_FAILED`: its ``main`` catches every error
+and exits 0, so ``robo-loaders robomimic-train`` watches for it); the ``input()`` of ``train_utils.get_exp_dir``
+(answered by :func:`keep_existing_runs` when there is no terminal).
 Side effects relied on: ``import robomimic.algo`` registers the observation encoders SequenceDataset needs.
 
 On another robomimic version the patches are not applied (robomimic then runs unmodified and says so once) and the
@@ -83,28 +88,39 @@ def patch_base_config(module) -> None:
     BaseConfig.train_config = train_config
 
 
-def patch_train_utils(module) -> None:
+def patch_train_utils(module, replacements) -> None:
+    """Replace ``dataset_factory``, ``load_data_for_training`` and ``run_epoch`` of ``robomimic.utils.train_utils``.
+
+    Args:
+        module: ``robomimic.utils.train_utils``, freshly imported.
+        replacements: ``{name: function}`` for those three names, called with the original's arguments.
+    """
     check_version()
     if getattr(module.dataset_factory, _MARK, False):
         return
-    from robo_loaders_plugin.robomimic import integration
-
-    for name, new in (("dataset_factory", integration.dataset_factory),
-                      ("load_data_for_training", integration.load_data_for_training),
-                      ("run_epoch", integration.run_epoch)):
+    for name, new in replacements.items():
         ORIGINALS[name] = getattr(module, name)
         wrapper = functools.wraps(ORIGINALS[name])(functools.partial(new))
         setattr(wrapper, _MARK, True)
         setattr(module, name, wrapper)
 
 
-def apply_all() -> None:
-    """Import robomimic's patched modules and patch them now (for users who disabled the import hook)."""
-    import robomimic.config.base_config as base_config
-    import robomimic.utils.train_utils as train_utils
+# what robomimic.scripts.train's main prints (and then exits 0) when train() raised
+TRAIN_FAILED = "run failed with error:"
 
-    patch_base_config(base_config)
-    patch_train_utils(train_utils)
+
+def keep_existing_runs(train_utils_module) -> None:
+    """Answer "n" to ``get_exp_dir``'s "model directory already exists! overwrite?" prompt, for runs without a
+    terminal: robomimic then keeps the earlier run and writes this one to a new timestamped folder beside it,
+    instead of dying on ``EOFError`` (the prompt reads stdin). The answer shadows the builtin ``input`` in that
+    module only."""
+
+    def answer_no(prompt: str = "") -> str:
+        print(f"{prompt.strip()}\n[robo-loaders] no terminal to answer: keeping the existing runs; this run goes to a "
+              "new timestamped folder beside them (set experiment.name to start a fresh one)", flush=True)
+        return "n"
+
+    train_utils_module.input = answer_no
 
 
 def register_observation_encoders() -> None:

@@ -21,6 +21,7 @@ from robo_loaders_plugin.storage.codec import FrameCodec
 from robo_loaders_plugin.storage.fingerprint import Fingerprint
 from robo_loaders_plugin.storage.shards import executors, manifest
 from robo_loaders_plugin.storage.shards import DEFAULT_SHARD_BYTES, ShardReader, verify_dir
+from robo_loaders_plugin.storage.shards.format import check_output_dir
 from robo_loaders_plugin.storage.video import DEFAULT_FPS, VideoSettings, encode_segment, psnr_from_mse, squared_error
 from robo_loaders_plugin.core.units import format_bytes
 
@@ -33,7 +34,7 @@ def is_camera(arr: np.ndarray) -> bool:
 def _worker(args):
     in_path, out_dir, codec_dict, lease_s = args[:4]
     video = VideoSettings.from_dict(args[4]) if len(args) > 4 and args[4] else None
-    source = RobomimicHdf5(in_path)
+    source = RobomimicHdf5(in_path, check=False)  # validated by convert_robomimic before it planned the units
 
     def read(f, demo):
         fields, compressed = source.read_all(f, demo)
@@ -67,7 +68,8 @@ def convert_robomimic(in_path: str, out_dir: str, num_workers: int = 1, shard_by
     add the :func:`video_report` to the result."""
     executors.check_options(executor, executor_options or {})
     codec = codec or FrameCodec()
-    source = RobomimicHdf5(in_path)
+    source = RobomimicHdf5(in_path)  # validated: demos, num_samples against every array
+    check_output_dir(out_dir)
     fp = fingerprint or source.fingerprint()
     with source.open() as f:
         meta = source.metadata(f)

@@ -17,9 +17,25 @@ from robo_loaders_plugin.windows import robomimic as rules
 
 
 class RobomimicSamples(IndexedDataset):
+    """SequenceDataset's samples from a frame source.
+
+    Args:
+        frames: Where every demo's fields are read from (one frame-source episode per demo, in ``demos`` order).
+        windows: SequenceDataset's window rules over those demos.
+        demos: The demo names, in robomimic's order.
+        hdf5_path: The source file (robomimic prints it).
+        filter_by_attribute: The filter key the demos were selected by (``None``: all demos).
+        backend_name: Shown in ``repr`` (robomimic prints the dataset).
+        location: Where the frames live, for ``repr`` (a cache file, shards, tensors on a device).
+        modes: How each field is read between recorded steps (rate conversion; ``None``: recorded steps only).
+        device: Where collated batches are put (``None``: where the frame source returns them).
+        **kwargs: ``serving`` (``core.iteration.Serving``) and, for subclasses, their bases' arguments.
+    """
+
     def __init__(self, frames: FrameSource, windows: rules.SequenceWindows, *, demos, hdf5_path: str,
-                 filter_by_attribute=None, backend_name: str, location: str):
-        super().__init__()
+                 filter_by_attribute=None, backend_name: str, location: str, modes: dict | None = None,
+                 device=None, **kwargs):
+        super().__init__(**kwargs)
         self.frames, self.windows = frames, windows
         self.opts = windows.opts
         self.demos = list(demos)
@@ -27,10 +43,9 @@ class RobomimicSamples(IndexedDataset):
         self.hdf5_path = hdf5_path
         self.filter_by_attribute = filter_by_attribute
         self.backend_name = backend_name
-        self.location = location  # where the frames live (for repr and the log line)
-        self.build_summary = ""
-        self.modes = None  # how each field is read between recorded steps (rate conversion)
-        self.device = None  # where collated batches are put (None: where the frame source returns them)
+        self.location = location
+        self.modes = modes
+        self.device = device
         # batch arrays reused once nothing references them (fresh ones page-fault): fields of one shape (obs and
         # next_obs of a camera, cameras of one size) share a key, and about 8 batches are in flight
         o = windows.opts

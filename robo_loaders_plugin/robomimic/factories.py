@@ -1,7 +1,9 @@
-"""Backend factories for robomimic: ``factory(config, obs_keys, filter_by_attribute, dataset_path, **options)``.
+"""Backend factories for robomimic: ``factory(config, obs_keys, filter_by_attribute, dataset_path, *, options)``,
+``options`` being the backend's resolved options object (``core.options``; declared in ``backends``).
 
 Each reads robomimic's config the way its ``dataset_factory`` does, then composes the framework-neutral parts: the
-HDF5 source, a storage (compressed store or shards), its frame source, and SequenceDataset's window rules.
+HDF5 source, a storage (compressed store or shards), its frame source, and SequenceDataset's window rules. Each
+declares what the adapter needs (``core.iteration.Serving``) when it constructs the dataset.
 """
 from __future__ import annotations
 
@@ -11,23 +13,23 @@ import os
 from tqdm.auto import tqdm
 
 from robo_loaders_plugin.core.errors import BackendOptionError, RoboLoadersError, SourceError
+from robo_loaders_plugin.core.iteration import Serving
 from robo_loaders_plugin.frames.base import FieldInfo
 from robo_loaders_plugin.frames.episodes import EpisodeFrames
 from robo_loaders_plugin.frames.store import StoreFrames
 from robo_loaders_plugin.pipeline.batches import PipelineDataset
-from robo_loaders_plugin.pipeline.options import datapipe_options, open_shards
+from robo_loaders_plugin.pipeline.options import PassOptions, open_shards
 from robo_loaders_plugin.robomimic.dataset import RobomimicSamples
 from robo_loaders_plugin.sources.robomimic_hdf5 import FRAME_MIN_BYTES, RobomimicHdf5
+from robo_loaders_plugin.storage.codec import FrameCodec
 from robo_loaders_plugin.storage.encoded_frames import EncodedFrames
-from robo_loaders_plugin.storage.store_cache import check_codec_options, open_or_build, summarize
+from robo_loaders_plugin.storage.store_cache import open_or_build, summarize
 from robo_loaders_plugin.windows.robomimic import SequenceOptions, SequenceWindows, episode_fields
 
 OPTION_PREFIX = "train.data_backend_kwargs"
-# open episodes are held decoded (each frame then serves several windows): memory bounds the buffer
-DEFAULT_SHUFFLE_BUFFER = 16
 
 
-def native_dataset(config, obs_keys, filter_by_attribute=None, dataset_path=None):
+def native_dataset(config, obs_keys, filter_by_attribute=None, dataset_path=None, *, options=None):
     """robomimic's own SequenceDataset, built by robomimic's own (unpatched) dataset_factory."""
     from robo_loaders_plugin.robomimic.compat import original
 
@@ -67,13 +69,10 @@ def _read_demo(source: RobomimicHdf5, f, demo: str, opts: SequenceOptions, lengt
                           length, opts, f"{source.path}: data/{demo}")
 
 
-def compressed_cache_dataset(config, obs_keys, filter_by_attribute=None, dataset_path=None, *, codec="lz4hc",
-                             level=5, filter="none", max_memory=None, cache_dir=None, build_workers=None,
-                             loader="threads"):
+def compressed_cache_dataset(config, obs_keys, filter_by_attribute=None, dataset_path=None, *, options):
+    """Every demo read once into a compressed episode store shared by the host's processes (``compressed_cache``)."""
     opts, path = sequence_options(config, obs_keys, dataset_path)
-    frame_codec = check_codec_options(codec, level, filter, max_memory, build_workers, OPTION_PREFIX)
-    if loader not in ("threads", "dataloader"):
-        raise BackendOptionError(f"{OPTION_PREFIX}.loader must be 'threads' or 'dataloader', got {loader!r}")
+    frame_codec = FrameCodec(options.codec, options.level, options.filter)
     source = RobomimicHdf5(path)
     with source.open() as f:
         demos = source.demos(f, filter_by_attribute)
@@ -91,57 +90,59 @@ def compressed_cache_dataset(config, obs_keys, filter_by_attribute=None, dataset
     key = {"source": os.path.realpath(path), "demos": demos, "fields": opts.field_names(),
            "float32_dataset_keys": opts.hdf5_cache_mode in ("all", "low_dim"), "codec": frame_codec.as_dict(),
            "frame_min_bytes": FRAME_MIN_BYTES, "v": 2}
-    store, holder, reused = open_or_build(kind="robomimic", source=source, key_desc=key, write=write, codec=frame_codec,
-                                          cache_dir=cache_dir, max_memory=max_memory, build_workers=build_workers,
-                                          option_prefix=OPTION_PREFIX, meta={"source": os.path.realpath(path),
-                                                                             "framework": "robomimic"},
-                                          description=f"compressed_cache of {path} [{split}]")
+    store, hold, reused = open_or_build(kind="robomimic", source=source, key_desc=key, write=write, codec=frame_codec,
+                                        cache_dir=options.cache_dir, max_memory=options.max_memory,
+                                        build_workers=options.build_workers, option_prefix=OPTION_PREFIX,
+                                        meta={"source": os.path.realpath(path), "framework": "robomimic"},
+                                        description=f"compressed_cache of {path} [{split}]")
     names = [e["name"] for e in store.episodes]
     if names != demos:
         raise RoboLoadersError(f"{store.path} holds demos {names[:3]}..., expected {demos[:3]}...; delete it")
-    frames = StoreFrames(store, holder)
-    ds = RobomimicSamples(frames, SequenceWindows(frames.lengths, opts), demos=demos, hdf5_path=path,
-                          filter_by_attribute=filter_by_attribute, backend_name="compressed_cache",
-                          location=f"{store.path} ({store.file_nbytes} bytes)")
+    frames = StoreFrames(store, hold)
     for name in opts.field_names():
         frames.info(name)  # one dtype and step shape per key across demos, or a clear error now
-    ds.store, ds.batches_in_process = store, loader == "threads"
-    ds.build_summary = summarize(store, ds.n_demos, len(ds), reused) + f", batches built by {loader}"
-    return ds
+    windows = SequenceWindows(frames.lengths, opts)
+    summary = summarize(store, len(demos), len(windows), reused) + f", batches built by {options.loader}"
+    return RobomimicSamples(frames, windows, demos=demos, hdf5_path=path, filter_by_attribute=filter_by_attribute,
+                            backend_name="compressed_cache", location=f"{store.path} ({store.file_nbytes} bytes)",
+                            serving=Serving(summary, hold=hold))
 
 
 class RobomimicShardSamples(RobomimicSamples, PipelineDataset):
     """SequenceDataset's samples read from robo-shards; training passes ordered by the datapipe pipeline."""
 
 
-def datapipe_dataset(config, obs_keys, filter_by_attribute=None, dataset_path=None, **options):
+def datapipe_dataset(config, obs_keys, filter_by_attribute=None, dataset_path=None, *, options):
+    """SequenceDataset's samples from lossless robo-shards (converted on first use), passes ordered by the
+    torchdata pipeline (``datapipe``)."""
     opts, path = sequence_options(config, obs_keys, dataset_path)
-    dp, store = datapipe_options(options, OPTION_PREFIX, DEFAULT_SHUFFLE_BUFFER)
     source = RobomimicHdf5(path)
 
     def convert(out_dir, fingerprint):
         from robo_loaders_plugin.robomimic.convert import convert_robomimic
 
-        convert_robomimic(path, out_dir, num_workers=store["convert_workers"], fingerprint=fingerprint)
+        convert_robomimic(path, out_dir, num_workers=options.convert_workers, fingerprint=fingerprint)
 
-    reader, holder = open_shards(framework="robomimic", source=source, shards=store["shards"],
-                                 cache_dir=store["cache_dir"], check_source=store["check_source"],
-                                 key_desc={"source": os.path.realpath(path), "v": 2}, convert=convert,
-                                 option_prefix=OPTION_PREFIX, convert_hint=f"'robo-loaders convert robomimic {path} OUT_DIR'")
+    reader, hold = open_shards(framework="robomimic", source=source, shards=options.shards,
+                               cache_dir=options.cache_dir, check_source=options.check_source,
+                               key_desc={"source": os.path.realpath(path), "v": 2}, convert=convert,
+                               option_prefix=OPTION_PREFIX,
+                               convert_hint=f"'robo-loaders convert robomimic {path} OUT_DIR'")
     if reader.dataset["metadata"].get("video"):
         raise BackendOptionError(f"{reader.dir} holds camera frames as lossy video (converted with --frames); "
                                  "datapipe serves lossless shards only: train from these with "
                                  "train.data_backend='video_stream' (source: this directory)")
-    return _shard_samples(config, opts, path, filter_by_attribute, reader, holder, dp, "datapipe")
+    return _shard_samples(config, opts, path, filter_by_attribute, reader, hold, PassOptions.of(options))
 
 
-def _shard_samples(config, opts: SequenceOptions, path: str, filter_by_attribute, reader, holder, dp, backend: str,
-                   transform=None, decode_on_load: bool = True) -> "RobomimicShardSamples":
+def _shard_samples(config, opts: SequenceOptions, path: str, filter_by_attribute, reader, hold, passes: PassOptions,
+                   backend: str = "datapipe", transform=None, decode_on_load: bool = True, decode_threads: int = 0,
+                   describe_frames: str = "") -> "RobomimicShardSamples":
     """SequenceDataset's samples from robo-shards, for every backend reading them (``datapipe``, ``video_stream``):
     they differ only in the shards (lossless frames or video segments) and ``transform(arrays)`` applied to each
-    episode read (e.g. decoded video kept LZ4-compressed)."""
-    if dp.seed is None:
-        dp = dataclasses.replace(dp, seed=int(config.train.seed))
+    episode read (e.g. decoded video kept LZ4-compressed). ``describe_frames`` ends the summary line."""
+    if passes.seed is None:
+        passes = dataclasses.replace(passes, seed=int(config.train.seed))
     meta = reader.dataset.get("metadata", {})
     if filter_by_attribute is None:
         demos = list(meta.get("demos", []))
@@ -176,41 +177,26 @@ def _shard_samples(config, opts: SequenceOptions, path: str, filter_by_attribute
     # frames: what is reloaded when an episode comes back (video segments of any size among them)
     infos = {k: FieldInfo(a.dtype, tuple(a.shape[1:]), isinstance(stored[k], EncodedFrames)
                           or a.ndim > 1 and a[0].nbytes >= FRAME_MIN_BYTES) for k, a in first.items()}
-    frames = EpisodeFrames(lengths, infos, read, capacity=dp.episode_capacity, decode_on_load=decode_on_load)
-    ds = RobomimicShardSamples(frames, SequenceWindows(lengths, opts), demos=demos, hdf5_path=path,
-                               filter_by_attribute=filter_by_attribute, backend_name=backend,
-                               location=f"robo-shards {reader.dir}")
-    ds.pass_options, ds.reader, ds._holder = dp, reader, holder
-    ds.build_summary = (f"{len(demos)} demos, {len(ds)} windows from {len(reader.shards)} shard(s) in {reader.dir}, "
-                        f"shuffle buffer {dp.shuffle_buffer} episodes"
-                        + (", windows drawn with replacement" if dp.replacement else ""))
-    return ds
+    frames = EpisodeFrames(lengths, infos, read, capacity=passes.episode_capacity, decode_on_load=decode_on_load)
+    windows = SequenceWindows(lengths, opts)
+    summary = (f"{len(demos)} demos, {len(windows)} windows from {len(reader.shards)} shard(s) in {reader.dir}, "
+               f"shuffle buffer {passes.shuffle_buffer} episodes"
+               + (", windows drawn with replacement" if passes.replacement else "") + describe_frames)
+    return RobomimicShardSamples(frames, windows, demos=demos, hdf5_path=path,
+                                 filter_by_attribute=filter_by_attribute, backend_name=backend,
+                                 location=reader.dir, passes=passes, decode_threads=decode_threads,
+                                 serving=Serving(summary, hold=hold))
 
 
-def video_stream_dataset(config, obs_keys, filter_by_attribute=None, dataset_path=None, **options):
+def video_stream_dataset(config, obs_keys, filter_by_attribute=None, dataset_path=None, *, options):
     """robomimic from video shards (``robo-loaders convert robomimic IN OUT --frames h264``): datapipe's samples
     with each episode's camera segments decoded once per load, in order (lossy frames, everything else
-    byte-identical). ``source``: the shards (default: converted on first use into the cache directory, H.264 at
-    its default crf)."""
-    from robo_loaders_plugin.backends import VIDEO_STREAM_OPTIONS
-    from robo_loaders_plugin.pipeline.options import PassOptions
-    from robo_loaders_plugin.storage.codec import FrameCodec
+    byte-identical). ``options.source``: the shards (default: converted on first use into the cache directory,
+    H.264 at its default crf)."""
     from robo_loaders_plugin.storage.encoded_frames import VideoSegmentFrames
     from robo_loaders_plugin.storage.video import VideoSettings
 
     opts, path = sequence_options(config, obs_keys, dataset_path)
-    dp, rest = PassOptions.resolve(VIDEO_STREAM_OPTIONS, OPTION_PREFIX, DEFAULT_SHUFFLE_BUFFER, options)
-    if rest["decode_device"] not in ("cpu", "auto"):
-        raise BackendOptionError(f"{OPTION_PREFIX}.decode_device: robomimic video shards are decoded on the CPU "
-                                 f"(PyAV); {rest['decode_device']!r} applies to LeRobot datasets. Use 'cpu' or 'auto'")
-    for key in ("storage_options", "local_cache_dir"):
-        if rest.get(key):
-            raise BackendOptionError(f"{OPTION_PREFIX}.{key}: robomimic video shards are read from a local "
-                                     "directory ('source'); remote sources apply to LeRobot datasets")
-    if rest["buffer"] not in ("raw", "lz4"):
-        raise BackendOptionError(f"{OPTION_PREFIX}.buffer must be 'raw' or 'lz4', got {rest['buffer']!r}")
-    if rest["decode_threads"] < 0:
-        raise BackendOptionError(f"{OPTION_PREFIX}.decode_threads must be >= 0")
     source = RobomimicHdf5(path)
     settings = VideoSettings()
 
@@ -219,29 +205,29 @@ def video_stream_dataset(config, obs_keys, filter_by_attribute=None, dataset_pat
 
         convert_robomimic(path, out_dir, fingerprint=fingerprint, video=settings)
 
-    reader, holder = open_shards(framework="robomimic", source=source, shards=rest["source"], cache_dir=None,
-                                 check_source=True, convert=convert, option_prefix=OPTION_PREFIX,
-                                 key_desc={"source": os.path.realpath(path), "v": 2, "video": settings.as_dict()},
-                                 convert_hint=f"'robo-loaders convert robomimic {path} OUT_DIR --frames h264'")
+    reader, hold = open_shards(framework="robomimic", source=source, shards=options.source, cache_dir=None,
+                               check_source=True, convert=convert, option_prefix=OPTION_PREFIX,
+                               key_desc={"source": os.path.realpath(path), "v": 2, "video": settings.as_dict()},
+                               convert_hint=f"'robo-loaders convert robomimic {path} OUT_DIR --frames h264'")
     video = reader.dataset["metadata"].get("video")
     if not video:
         raise BackendOptionError(f"{reader.dir} holds no video (converted without --frames): train from it with "
                                  "train.data_backend='datapipe', or convert with 'robo-loaders convert robomimic "
                                  f"{path} OUT_DIR --frames h264' for video_stream")
     transform = None
-    if rest["buffer"] == "lz4":  # decoded once per load, then held LZ4-compressed (decoded again per batch)
+    if options.buffer == "lz4":  # decoded once per load, then held LZ4-compressed (decoded again per batch)
         codec = FrameCodec("lz4", 1)
 
         def transform(arrays):
             return {k: EncodedFrames.encode(v.decode_all(), codec, v.where) if isinstance(v, VideoSegmentFrames) else v
                     for k, v in arrays.items()}
 
-    ds = _shard_samples(config, opts, path, filter_by_attribute, reader, holder, dp, "video_stream", transform,
-                        decode_on_load=rest["buffer"] == "raw")
-    ds.decode_threads = int(rest["decode_threads"])
-    ds.build_summary += (f"; camera frames from {video.get('codec')} video (crf {video.get('crf')}), decoded on the "
-                         f"CPU, {rest['buffer']} buffer of {dp.episode_capacity} episodes")
-    return ds
+    passes = PassOptions.of(options)
+    return _shard_samples(config, opts, path, filter_by_attribute, reader, hold, passes, "video_stream", transform,
+                          decode_on_load=options.buffer == "raw", decode_threads=options.decode_threads,
+                          describe_frames=(f"; camera frames from {video.get('codec')} video (crf {video.get('crf')}), "
+                                           f"decoded on the CPU, {options.buffer} buffer of "
+                                           f"{passes.episode_capacity} episodes"))
 
 
 def recorded_fps(source: RobomimicHdf5, f) -> float | None:
@@ -254,19 +240,20 @@ def recorded_fps(source: RobomimicHdf5, f) -> float | None:
         return None
 
 
-def gpu_resampler_dataset(config, obs_keys, filter_by_attribute=None, dataset_path=None, *, device="auto",
-                          max_device_memory=None, target_fps=None, source_fps=None, modes=None,
-                          delta_timestamps=None):
-    from robo_loaders_plugin.frames.tensors import TensorFrames, placement, training_device
-    from robo_loaders_plugin.windows.rates import check_rate, resolve_modes
+# target_fps may ask for at most this many windows per recorded step: beyond it the windows no longer fit in memory
+# (1e9 Hz on 20 Hz data asked for 52.9 GiB of window index) and no policy runs that much faster than its data
+MAX_UPSAMPLING = 100.0
 
-    if delta_timestamps is not None:
-        raise BackendOptionError(f"{OPTION_PREFIX}.delta_timestamps applies to LeRobot; robomimic windows are "
-                                 "train.seq_length / train.frame_stack steps at target_fps")
+
+def gpu_resampler_dataset(config, obs_keys, filter_by_attribute=None, dataset_path=None, *, options):
+    """Every demo's fields held as tensors (on the training GPU when they fit), batches gathered in a few index
+    operations, windows optionally at another rate (``gpu_resampler``)."""
+    from robo_loaders_plugin.frames.tensors import TensorFrames, placement, training_device
+    from robo_loaders_plugin.windows.rates import resolve_modes
+
     opts, path = sequence_options(config, obs_keys, dataset_path)
-    target_fps = check_rate("target_fps", target_fps, OPTION_PREFIX)
-    source_fps = check_rate("source_fps", source_fps, OPTION_PREFIX)
-    train_device = training_device(device, OPTION_PREFIX, prefer_cuda=bool(config.train.cuda))
+    target_fps, source_fps = options.target_fps, options.source_fps
+    train_device = training_device(options.device, OPTION_PREFIX, prefer_cuda=bool(config.train.cuda))
     source = RobomimicHdf5(path)
     with source.open() as f:
         demos = source.demos(f, filter_by_attribute)
@@ -279,23 +266,26 @@ def gpu_resampler_dataset(config, obs_keys, filter_by_attribute=None, dataset_pa
             if recorded is None:
                 raise BackendOptionError(f"{path} does not say the rate it was recorded at (no control_freq in its "
                                          f"env_args): set {OPTION_PREFIX}.source_fps")
+            if target_fps > MAX_UPSAMPLING * recorded:
+                raise BackendOptionError(f"{OPTION_PREFIX}.target_fps={target_fps:g} is more than {MAX_UPSAMPLING:g}x "
+                                         f"the rate {path} was recorded at ({recorded:g} Hz); choose a target_fps "
+                                         f"<= {MAX_UPSAMPLING * recorded:g}")
             rate = recorded / target_fps
         first = _read_demo(source, f, demos[0], opts, lengths[0])
     infos = {k: FieldInfo(a.dtype, tuple(a.shape[1:]), a.ndim > 1 and a[0].nbytes >= FRAME_MIN_BYTES)
              for k, a in first.items()}
-    modes = resolve_modes(infos, modes, OPTION_PREFIX)
-    storage, pinned, where = placement(TensorFrames.nbytes(lengths, infos), train_device, max_device_memory,
+    modes = resolve_modes(infos, options.modes, OPTION_PREFIX)
+    storage, pinned, where = placement(TensorFrames.nbytes(lengths, infos), train_device, options.max_device_memory,
                                        OPTION_PREFIX)
     frames = TensorFrames(lengths, infos, storage, train_device, pinned)
     split = filter_by_attribute or "all demos"
     with source.open() as f:
         for i, demo in enumerate(tqdm(demos, desc=f"gpu_resampler [{split}]", unit="demo", mininterval=0.5)):
             frames.fill(i, _read_demo(source, f, demo, opts, lengths[i]))
-    ds = RobomimicSamples(frames, SequenceWindows(lengths, opts, rate), demos=demos, hdf5_path=path,
-                          filter_by_attribute=filter_by_attribute, backend_name="gpu_resampler",
-                          location=f"tensors {where}")
-    ds.modes, ds.device = modes, train_device
-    ds.batch_threads = 0 if storage.type == "cuda" else None
-    ds.build_summary = (f"{len(demos)} demos, {len(ds)} samples, episodes held {where}, batches on {train_device}"
-                        + (f", resampled {rate * target_fps:g} -> {target_fps:g} Hz" if rate != 1.0 else ""))
-    return ds
+    windows = SequenceWindows(lengths, opts, rate)
+    summary = (f"{len(demos)} demos, {len(windows)} samples, episodes held {where}, batches on {train_device}"
+               + (f", resampled {rate * target_fps:g} -> {target_fps:g} Hz" if rate != 1.0 else ""))
+    return RobomimicSamples(frames, windows, demos=demos, hdf5_path=path, filter_by_attribute=filter_by_attribute,
+                            backend_name="gpu_resampler", location=f"tensors {where}", modes=modes,
+                            device=train_device,
+                            serving=Serving(summary, batch_threads=0 if storage.type == "cuda" else None))

@@ -2,21 +2,34 @@
 library too."""
 from __future__ import annotations
 
+import os
+
 import torch
 import torch.utils.data
 
 from robo_loaders_plugin.core import iteration
 from robo_loaders_plugin.core.errors import RoboLoadersError
-from robo_loaders_plugin.core.ranks import resolve_ranks
-from robo_loaders_plugin.core.registry import get_backend
-from robo_loaders_plugin.core.spec import SAMPLE
+from robo_loaders_plugin.core.ranks import check_ranks_agree, resolve_ranks, source_identity
+from robo_loaders_plugin.core.registry import choose_backend
+from robo_loaders_plugin.core.spec import SAMPLE, BackendChoice
 from robo_loaders_plugin.robomimic import compat
 
 LOG_PREFIX = "[robo-loaders]"
 
 
-def backend_choice(config):
-    """(spec, validated options) of ``config.train.data_backend``; raises listing registered backends."""
+def backend_choice(config) -> BackendChoice:
+    """The backend choice of ``config.train.data_backend`` / ``data_backend_kwargs``, resolved once per distinct
+    (name, options) (``core.registry.choose_backend``).
+
+    Args:
+        config: robomimic's config (one built without the plugin's config patch lacks the keys: native).
+
+    Returns:
+        The :class:`~robo_loaders_plugin.core.spec.BackendChoice` (``native`` when ``data_backend`` is null).
+
+    Raises:
+        RoboLoadersError: naming ``train.data_backend`` / ``train.data_backend_kwargs`` and what is wrong with it.
+    """
     name = config.train.get("data_backend")  # dict.get: configs built without the patch lack the key
     kwargs = config.train.get("data_backend_kwargs") or {}
     if name is None:
@@ -25,39 +38,82 @@ def backend_choice(config):
         raise RoboLoadersError(f"train.data_backend must be a backend name (string) or null, got {name!r}")
     if not isinstance(kwargs, dict):
         raise RoboLoadersError(f"train.data_backend_kwargs must be a JSON object, got {type(kwargs).__name__}")
-    spec = get_backend(name)
-    if "robomimic" not in spec.frameworks:
-        raise RoboLoadersError(f"backend {name!r} does not support robomimic (it supports {list(spec.frameworks)})")
-    options = spec.validate_options(dict(kwargs), where="train.data_backend_kwargs")
-    return spec, options
+    return choose_backend("robomimic", name, dict(kwargs), name_where="train.data_backend",
+                          options_where="train.data_backend_kwargs")
 
 
 def dataset_factory(config, obs_keys, filter_by_attribute=None, dataset_path=None, rank=None, world_size=None):
     """Drop-in for ``robomimic.utils.train_utils.dataset_factory`` that honours ``train.data_backend``.
 
-    ``rank``/``world_size`` (default: ``torch.distributed``, else torchrun's ``RANK``/``WORLD_SIZE``): in a loop
-    running one process per GPU, each rank's passes (through robomimic's ``run_epoch``) serve its own share of
-    every pass, the same number of batches on every rank, ordered by ``train.seed`` (the same on every rank)."""
-    spec, options = backend_choice(config)
+    Args:
+        config: robomimic's config.
+        obs_keys: The observation keys to load.
+        filter_by_attribute: A filter key of the HDF5's masks (``None``: every demo).
+        dataset_path: The HDF5 (default: ``config.train.data``).
+        rank: This process's rank in a loop running one process per GPU (default: ``torch.distributed``, else
+            torchrun's ``RANK``), whose passes (through robomimic's ``run_epoch``) then serve its own share of
+            every pass, the same number of batches on every rank, ordered by ``train.seed``.
+        world_size: The number of such processes (default as for ``rank``).
+
+    Returns:
+        The dataset robomimic's ``train()`` builds its DataLoader over.
+
+    Raises:
+        RoboLoadersError: a bad backend choice, option or source, named.
+    """
+    choice = backend_choice(config)
     if config.train.get("data_backend") is None:
         return compat.original("dataset_factory")(config, obs_keys, filter_by_attribute=filter_by_attribute,
                                                   dataset_path=dataset_path)
+    return build_dataset(config, obs_keys, choice, filter_by_attribute, dataset_path, rank, world_size)
+
+
+def build_dataset(config, obs_keys, choice: BackendChoice, filter_by_attribute=None, dataset_path=None, rank=None,
+                  world_size=None):
+    """Build a backend's dataset for robomimic, as ``train.data_backend`` does (whatever the config says).
+
+    Args:
+        config: robomimic's config (``train.*`` decides the windows).
+        obs_keys: The observation keys to load.
+        choice: The backend choice (:func:`backend_choice`, or :func:`choose`).
+        filter_by_attribute: A filter key of the HDF5's masks (``None``: every demo).
+        dataset_path: The HDF5 (default: ``config.train.data``).
+        rank: See :func:`dataset_factory`.
+        world_size: See :func:`dataset_factory`.
+
+    Returns:
+        The backend's dataset, recorded for the adapter's dispatch (``run_epoch``).
+
+    Raises:
+        RoboLoadersError: the choice is not for robomimic, needs a GPU torch does not see, or its source is wrong.
+    """
+    if choice.framework != "robomimic":
+        raise RoboLoadersError(f"backend choice {choice.name!r} was resolved for {choice.framework}, not robomimic")
     rank, world_size = resolve_ranks(rank, world_size, "robomimic dataset_factory: ")
     compat.check_version()
-    spec.check_device()
-    dataset = spec.factory_for("robomimic")(config, obs_keys, filter_by_attribute=filter_by_attribute,
-                                            dataset_path=dataset_path, **options)
-    iteration.record_built(spec, dataset)
-    if world_size > 1:
-        if spec.kind == SAMPLE:
-            print(f"{LOG_PREFIX} {spec.name} (rank {rank} of {world_size}): this backend serves single samples "
-                  "through your DataLoader, which must split passes itself (a DistributedSampler)", flush=True)
-        else:
-            dataset.rank, dataset.world_size, dataset.order_seed = rank, world_size, int(config.train.seed)
+    choice.check_device()
+    path = os.path.expanduser(dataset_path if dataset_path is not None else config.train.data)
+    dataset = choice.build(config, obs_keys, filter_by_attribute=filter_by_attribute, dataset_path=dataset_path)
+    check_ranks_agree(lambda: {"train.seed": int(config.train.seed), "backend": choice.name,
+                       "train.data_backend_kwargs": choice.options.shared(), "samples": len(dataset),
+                       "source (file sizes)": source_identity(path)}, f"robomimic data backend {choice.name}")
+    iteration.record_built(dataset, choice, rank, world_size, int(config.train.seed))
+    if world_size > 1 and choice.kind == SAMPLE:
+        print(f"{LOG_PREFIX} {choice.name} (rank {rank} of {world_size}): this backend serves single samples "
+              "through your DataLoader, which must split passes itself (a DistributedSampler)", flush=True)
     split = filter_by_attribute or "all demos"
-    summary = getattr(dataset, "build_summary", None) or f"{len(dataset)} samples"
-    print(f"{LOG_PREFIX} robomimic data backend: {spec.name} [{split}] {summary}", flush=True)
+    print(f"{LOG_PREFIX} robomimic data backend: {choice.name} [{split}] {iteration.summary_of(dataset)}", flush=True)
     return dataset
+
+
+def choose(backend: str, **options) -> BackendChoice:
+    """A robomimic backend choice from Python (what ``train.data_backend`` and ``train.data_backend_kwargs`` give).
+
+    Raises:
+        RoboLoadersError: an unknown backend, or a bad option, named.
+    """
+    return choose_backend("robomimic", backend, options, name_where="train.data_backend",
+                          options_where="train.data_backend_kwargs")
 
 
 def load_data_for_training(config, obs_keys):
@@ -66,22 +122,21 @@ def load_data_for_training(config, obs_keys):
     return compat.original("load_data_for_training")(config, obs_keys)
 
 
-def sampling_plan(data_loader) -> iteration.SamplingPlan:
+def sampling_plan(data_loader, built: iteration.Built) -> iteration.SamplingPlan:
     """robomimic's pass, from the DataLoader its ``train()`` builds: shuffled (RandomSampler) or in order, its
-    batch size and ``drop_last``, and ``num_data_workers`` as the worker budget. robomimic has no order seed of its
-    own (the backend's ``seed`` option, default ``train.seed``, applies). Rank and world size: what
-    :func:`dataset_factory` recorded on the dataset."""
-    dataset = data_loader.dataset
+    batch size and ``drop_last``, and ``num_data_workers`` as the worker budget; rank, world size and the shared
+    order seed (``train.seed``) as :func:`dataset_factory` recorded them. In a one-process run robomimic has no
+    order seed of its own (the backend's ``seed`` option, default ``train.seed``, applies)."""
     return iteration.SamplingPlan(
         batch_size=int(data_loader.batch_size), drop_last=bool(data_loader.drop_last),
         shuffle=isinstance(data_loader.sampler, torch.utils.data.RandomSampler),
-        num_workers=int(data_loader.num_workers), seed=getattr(dataset, "order_seed", None),
+        num_workers=int(data_loader.num_workers), seed=built.seed if built.world_size > 1 else None,
         pin_memory=bool(data_loader.pin_memory) and torch.cuda.is_available(),
-        rank=getattr(dataset, "rank", 0), world_size=getattr(dataset, "world_size", 1))
+        rank=built.rank, world_size=built.world_size)
 
 
 def epoch_loader(data_loader):
-    """What an epoch iterates instead of the DataLoader robomimic built, by the backend's declared kind."""
+    """What an epoch iterates instead of the DataLoader robomimic built, by the backend choice's kind."""
     return iteration.pass_batches(data_loader, sampling_plan)
 
 

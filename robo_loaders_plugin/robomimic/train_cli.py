@@ -1,13 +1,58 @@
-"""``robo-loaders robomimic-train``: robomimic's own training script, run as ``__main__`` after patching."""
+"""``robo-loaders robomimic-train``: robomimic's own training script, run as ``__main__`` after patching, with an
+exit status that says whether the run failed.
+
+Why a wrapper may do more than the script: robomimic's ``main`` catches every error of a run, prints it and exits 0,
+so a scheduler or CI job cannot tell a failed run from a finished one; and a retry of a failed run without a
+terminal dies on robomimic's "overwrite?" prompt with ``EOFError``. The wrapper exits 1 when robomimic printed its
+failure line, and, without a terminal, keeps the earlier run's folder and writes the retry beside it.
+"""
 from __future__ import annotations
 
+import io
 import runpy
 import sys
 
 
-def run_robomimic_train(argv: list[str]) -> None:
-    from robo_loaders_plugin.robomimic.compat import apply_all
+class _Watch(io.TextIOBase):
+    """stdout passed through unchanged, noting whether robomimic printed its failure line."""
+
+    def __init__(self, inner, marker: str):
+        self.inner, self.marker, self.failed = inner, marker, False
+
+    def write(self, text: str) -> int:
+        if self.marker in text:
+            self.failed = True
+        return self.inner.write(text)
+
+    def flush(self) -> None:
+        self.inner.flush()
+
+    def fileno(self) -> int:
+        return self.inner.fileno()
+
+    def isatty(self) -> bool:
+        return self.inner.isatty()
+
+
+def run_robomimic_train(argv: list[str]) -> int:
+    """Run ``robomimic.scripts.train`` with ``argv``; returns 1 when the run failed, else 0."""
+    import robomimic.utils.train_utils as train_utils
+
+    from robo_loaders_plugin.robomimic import compat
+    from robo_loaders_plugin.robomimic.patches import apply_all
 
     apply_all()
+    if not sys.stdin or not sys.stdin.isatty():
+        compat.keep_existing_runs(train_utils)
+    watch = _Watch(sys.stdout, compat.TRAIN_FAILED)
     sys.argv = ["robomimic.scripts.train"] + list(argv)
-    runpy.run_module("robomimic.scripts.train", run_name="__main__", alter_sys=True)
+    stdout, sys.stdout = sys.stdout, watch
+    try:
+        runpy.run_module("robomimic.scripts.train", run_name="__main__", alter_sys=True)
+    finally:
+        sys.stdout = stdout
+    if watch.failed:
+        print("[robo-loaders] robomimic's training run failed (its error is above); exit status 1", file=sys.stderr,
+              flush=True)
+        return 1
+    return 0

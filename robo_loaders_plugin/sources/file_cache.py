@@ -14,9 +14,14 @@ opens in the same process trust that check.
 Why it is safe under several processes (ranks, DataLoader workers) and threads: a download goes to a temporary
 name unique to the process and thread and is renamed over the copy (atomic on POSIX), under a file lock per copy
 (``filelock``), so readers see the old or the new file, never a partial one, and a file is downloaded once.
+
+The same checks keep the local mirror of a remote dataset's tables (``sources.lerobot_v3.mirror_tables``): there
+the copies keep their paths relative to the dataset's root (``base``), so the mirror is a dataset root LeRobot can
+open, and their records live apart, under ``.robo-loaders/``.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -27,7 +32,14 @@ from robo_loaders_plugin.core.errors import SourceError
 from robo_loaders_plugin.core.files import atomic_write_json
 
 SIDECAR = ".robo-loaders.json"
+RECORDS = ".robo-loaders"  # with ``base``: the records (and locks) of the copies, apart from them
 LOG_PREFIX = "[robo-loaders]"
+
+
+def endpoint_of(storage_options: dict | None) -> str | None:
+    """The endpoint URL fsspec's ``storage_options`` point at (S3-compatible stores), part of a copy's identity."""
+    client = (storage_options or {}).get("client_kwargs") or {}
+    return (storage_options or {}).get("endpoint_url") or client.get("endpoint_url")
 
 
 def remote_identity(fs, path: str, endpoint: str | None) -> dict:
@@ -51,8 +63,13 @@ class FileCache:
     """Local copies of files of one fsspec filesystem under ``directory`` (``<scheme>/<path of the URL>``).
     ``downloaded`` counts the bytes fetched from the remote store by this object."""
 
-    def __init__(self, fs, directory: str, endpoint: str | None = None, log=print):
-        self.fs, self.endpoint, self.log = fs, endpoint, log
+    def __init__(self, fs, directory: str, endpoint: str | None = None, log=print, *, base: str | None = None,
+                 label: str = "local_cache_dir"):
+        """``base``: a remote directory whose files are copied to the same relative paths under ``directory``
+        (records under ``directory/.robo-loaders/``); without it, ``<scheme>/<path of the URL>`` with each record
+        beside its copy. ``label`` starts the log lines (the option or feature the copies serve)."""
+        self.fs, self.endpoint, self.log, self.label = fs, endpoint, log, label
+        self.base = base.rstrip("/") if base is not None else None
         self.directory = os.path.abspath(os.path.expanduser(str(directory)))
         self.downloaded = 0
         self.downloads = 0
@@ -70,11 +87,39 @@ class FileCache:
 
     def local_path(self, path: str) -> str:
         url = self.fs.unstrip_protocol(path)
+        if self.base is not None:
+            if not path.startswith(self.base + "/"):
+                raise SourceError(f"{url}: not under {self.fs.unstrip_protocol(self.base)}, cannot be mirrored")
+            parts = [p.replace(":", "_") for p in path[len(self.base) + 1:].split("/") if p not in ("", ".", "..")]
+            if not parts or parts[0] == RECORDS:
+                raise SourceError(f"{url}: cannot be mirrored (no file name, or the name of the mirror's records)")
+            return os.path.join(self.directory, *parts)
         scheme, _, rest = url.partition("://")
         parts = [p.replace(":", "_") for p in rest.split("/") if p not in ("", ".", "..")]
         if not parts:
-            raise SourceError(f"{url}: cannot be cached in local_cache_dir (no file name)")
+            raise SourceError(f"{url}: cannot be cached in {self.label} (no file name)")
         return os.path.join(self.directory, scheme or "file", *parts)
+
+    def record_path(self, local: str) -> str:
+        """Where the record (identity and SHA-256) of the copy ``local`` is kept; its lock is beside it."""
+        if self.base is None:
+            return local + SIDECAR
+        return os.path.join(self.directory, RECORDS, os.path.relpath(local, self.directory) + ".json")
+
+    def _lock_path(self, local: str) -> str:
+        return local + ".lock" if self.base is None else self.record_path(local)[:-len(".json")] + ".lock"
+
+    def recorded_copies(self) -> list[str]:
+        """With ``base``: every copy that has a record (what an earlier run mirrored)."""
+        records = os.path.join(self.directory, RECORDS)
+        return sorted(os.path.join(self.directory, os.path.relpath(os.path.join(d, f), records)[:-len(".json")])
+                      for d, _, files in os.walk(records) for f in files if f.endswith(".json"))
+
+    def forget(self, local: str) -> None:
+        """Remove a copy and its record (its file is gone from the remote store)."""
+        for p in (local, self.record_path(local)):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(p)
 
     def checked(self, path: str) -> bool:
         return path in self._checked
@@ -90,24 +135,33 @@ class FileCache:
             if path in self._checked:
                 return self._checked[path]
             local = self.local_path(path)
+            record = self.record_path(local)
             os.makedirs(os.path.dirname(local), exist_ok=True)
+            os.makedirs(os.path.dirname(record), exist_ok=True)
             from filelock import FileLock
 
-            with FileLock(local + ".lock"):
-                ident = remote_identity(self.fs, path, self.endpoint)
-                reason = self._stale(local, ident)
-                if reason:
-                    if reason != "not cached yet":
-                        self.log(f"{LOG_PREFIX} local_cache_dir: {ident['url']}: {reason}; downloading it again "
-                                 f"into {local}")
-                    self._download(path, local, ident)
+            with FileLock(self._lock_path(local)):
+                try:
+                    ident = remote_identity(self.fs, path, self.endpoint)
+                    reason = self._stale(local, ident)
+                    if reason:
+                        if reason != "not cached yet":
+                            self.log(f"{LOG_PREFIX} {self.label}: {ident['url']}: {reason}; downloading it again "
+                                     f"into {local}")
+                        self._download(path, local, ident)
+                except SourceError:
+                    raise
+                except Exception as exc:  # the store's error (a dropped connection), or the local disk's
+                    raise SourceError(f"{self.label}: copying {self.fs.unstrip_protocol(path)} into {local} failed "
+                                      f"({type(exc).__name__}: {exc}); check the network, the endpoint and the "
+                                      "credentials (or the space left on the local disk), then run again") from exc
             self._checked[path] = local
             return local
 
     def _stale(self, local: str, ident: dict) -> str | None:
         """Why the local copy cannot be served (None: it is the remote file, byte for byte as copied)."""
         try:
-            with open(local + SIDECAR) as f:
+            with open(self.record_path(local)) as f:
                 meta = json.load(f)
         except FileNotFoundError:
             return "not cached yet" if not os.path.exists(local) else "the copy has no record of its source"
@@ -144,7 +198,8 @@ class FileCache:
             finally:
                 if os.path.exists(tmp):
                     os.unlink(tmp)
-            atomic_write_json(local + SIDECAR, {"remote": ident, "sha256": digest, "bytes": size}, indent=1)
+            atomic_write_json(self.record_path(local), {"remote": ident, "sha256": digest, "bytes": size},
+                              indent=1)
             return
         raise SourceError(f"{ident['url']} kept changing while it was copied into {local}; retry when the remote "
                           "dataset is no longer being written")

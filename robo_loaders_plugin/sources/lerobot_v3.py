@@ -6,15 +6,16 @@ Why it mirrors LeRobot 0.6.1 so closely: items must be byte-identical to ``LeRob
 
 - Tabular columns are served as LeRobot's ``hf_transform_to_torch`` serves them (``torch.tensor`` of the Python
   values): floats as float32, integers as int64, booleans as bool, a feature of shape (1,) as a scalar, in the order
-  of ``info.json``'s features (video features have no column). The adapter checks the first row against LeRobot's.
+  of ``info.json``'s features (video features have no column). The adapter checks every value of every such
+  column against LeRobot's dataset object (``lerobot.dataset.check_rows_match``).
 - Video frames are decoded with torchcodec exactly as LeRobot does (``VideoDecoder(path, seek_mode="approximate")``,
   frame index ``round((from_timestamp + timestamp) * average_fps)``, ``get_frames_at``), once per episode and
   camera, in file order; the timestamp-tolerance check LeRobot runs per sample runs here once per frame, so a bad
   timestamp fails naming the file and episode. PNG image columns are decoded with PIL as the HF ``Image``
   feature does.
 
-Content digest (see ``storage.fingerprint``): every file under ``meta/`` and ``data/`` in full (JSON and parquet:
-the tables), and each video file's size plus 16 evenly spaced 64 KiB blocks (whole when under 1 MiB).
+Content digest (see ``storage.fingerprint``): every file of the dataset (``meta/``, ``data/``, ``videos/``), its
+relative name, size and every byte.
 """
 from __future__ import annotations
 
@@ -28,7 +29,6 @@ from pathlib import Path
 import numpy as np
 
 from robo_loaders_plugin.core.errors import SourceError
-from robo_loaders_plugin.core.files import atomic_write_json
 from robo_loaders_plugin.storage import fingerprint as fp
 
 REQUIRED_COLUMNS = ("index", "episode_index", "timestamp", "task_index")
@@ -71,11 +71,9 @@ class LeRobotV3:
             self.video_fs, self.video_root = fsspec.core.url_to_fs(videos_from, **(storage_options or {}))
         self.file_cache = None
         if local_cache_dir and not isinstance(self.video_fs, LocalFileSystem):
-            from robo_loaders_plugin.sources.file_cache import FileCache
+            from robo_loaders_plugin.sources.file_cache import FileCache, endpoint_of
 
-            client = (storage_options or {}).get("client_kwargs") or {}
-            endpoint = (storage_options or {}).get("endpoint_url") or client.get("endpoint_url")
-            self.file_cache = FileCache(self.video_fs, local_cache_dir, endpoint)
+            self.file_cache = FileCache(self.video_fs, local_cache_dir, endpoint_of(storage_options))
         if not self.exists("meta/info.json"):
             raise SourceError(f"{self.url}: meta/info.json not found; not a LeRobot v3 dataset root")
         try:
@@ -119,11 +117,25 @@ class LeRobotV3:
             return path
         if self.file_cache is not None:
             return self.file_cache.get(path)
-        if self._blocks is None:
-            from robo_loaders_plugin.sources.remote_blocks import BlockCache
+        from robo_loaders_plugin.sources.remote_blocks import BlockCache, BlockFile
 
+        if self._blocks is None:
             self._blocks = BlockCache(self.video_fs)
-        return self._blocks.open(path)
+        return BlockFile(self._blocks, path, self.read_failures)
+
+    @property
+    def read_failures(self):
+        """Reads of remote videos the store failed in this process (``sources.remote_blocks.ReadFailures``), for
+        errors that must say "the connection failed" rather than "the file is corrupt"."""
+        if getattr(self, "_read_failures", None) is None:
+            from robo_loaders_plugin.sources.remote_blocks import ReadFailures
+
+            self._read_failures = ReadFailures()
+        return self._read_failures
+
+    def remote_failures(self, path: str) -> tuple[int, BaseException | None]:
+        """(how many reads of video ``path`` the remote store failed in this process, the last exception)."""
+        return self.read_failures.of(path)
 
     @property
     def remote_bytes_read(self) -> int:
@@ -292,14 +304,8 @@ class LeRobotV3:
     def _digest(self) -> str:
         h = fp.new_digest()
         for name, size, *_ in fp.stat_files(str(self.root)):
-            h.update(f"{name}:{size}".encode())
-            path = str(self.root / name)
-            if name.startswith(("meta/", "data/")):
-                with open(path, "rb") as f:
-                    for block in iter(lambda: f.read(1 << 20), b""):
-                        h.update(block)
-            else:
-                fp.hash_file(h, path, size)
+            h.update(f"{name}:".encode())
+            fp.hash_file(h, str(self.root / name), size)
         return h.hexdigest()
 
 
@@ -337,18 +343,41 @@ class EpisodeVideoDecoder:
                   f"({dec.cpu_fallback})", flush=True)
         return dec
 
+    def _read_error(self, p: str, seen: int, what: str, exc: Exception) -> SourceError:
+        """The error of a failed open or decode: the remote store's own exception, with the file's URL, when a read
+        of the file failed meanwhile (a dropped connection is not a corrupt file), else "truncated or corrupt"."""
+        count, failure = self.source.remote_failures(p)
+        if count > seen:
+            url = self.source.video_fs.unstrip_protocol(p)
+            return SourceError(f"{what}: reading {url} from the remote store failed ({type(failure).__name__}: "
+                               f"{failure}); the connection broke, the file is not known to be damaged: check the "
+                               "network, the endpoint and the credentials, then run again")
+        return SourceError(f"{what}: {exc}; the file is truncated or corrupt")
+
     def _decoder(self, path: str, ep: int, key: str):
         p = str(path)
         if p not in self._decoders:
-            if not self.source.video_exists(p):
+            try:
+                exists = self.source.video_exists(p)
+            except Exception as exc:
+                from fsspec.implementations.local import LocalFileSystem
+
+                if isinstance(self.source.video_fs, LocalFileSystem):
+                    raise
+                raise SourceError(f"video {self.source.video_fs.unstrip_protocol(p)} (episode {ep}, {key}): asking "
+                                  f"the remote store for it failed ({type(exc).__name__}: {exc}); check the network, "
+                                  "the endpoint and the credentials, then run again") from exc
+            if not exists:
                 raise SourceError(f"video file {path} (episode {ep}, {key}) is missing")
             if len(self._decoders) >= max(1, len(self.source.video_keys)):  # one open file per camera is enough
                 self._decoders.pop(next(iter(self._decoders)))
+            seen = self.source.remote_failures(p)[0]
             try:
                 self._decoders[p] = self._open(p)
+            except SourceError:  # local_cache_dir's copy could not be made: it says why
+                raise
             except Exception as exc:
-                raise SourceError(f"cannot open video {path} (episode {ep}, {key}): {exc}; the file is truncated or "
-                                  "corrupt") from exc
+                raise self._read_error(p, seen, f"cannot open video {path} (episode {ep}, {key})", exc) from exc
         return self._decoders[p]
 
     def episode(self, ep: int, key: str, timestamps: np.ndarray) -> np.ndarray:
@@ -359,11 +388,12 @@ class EpisodeVideoDecoder:
         query = [start + float(ts) for ts in timestamps.tolist()]
         fps = dec.metadata.average_fps
         indices = [round(ts * fps) for ts in query]
+        seen = self.source.remote_failures(str(path))[0]
         try:
             batch = dec.get_frames_at(indices=indices)
         except Exception as exc:
-            raise SourceError(f"decoding {path} (episode {ep}, {key}, frames {indices[0]}..{indices[-1]}) failed: "
-                              f"{exc}; the file is truncated or corrupt") from exc
+            raise self._read_error(str(path), seen, f"decoding {path} (episode {ep}, {key}, frames "
+                                   f"{indices[0]}..{indices[-1]}) failed", exc) from exc
         pts = batch.pts_seconds.cpu().numpy()
         dist = np.abs(pts - np.asarray(query))
         bad = np.flatnonzero(~(dist < self.tolerance_s))
@@ -424,43 +454,45 @@ class LeRobotEpisodes:
         return fields, set(self.camera_keys)
 
 
-def mirror_tables(url: str, local_dir: str, storage_options: dict | None = None) -> str:
+def mirror_tables(url: str, local_dir: str, storage_options: dict | None = None, log=print) -> str:
     """Copy a (remote) dataset's ``meta/`` and ``data/`` files into ``local_dir``, videos left where they are, so
-    that LeRobot can build its dataset object locally while the videos stream. A file is downloaded again when its
-    size or version (ETag / mtime) changed since the last copy; copies are written atomically."""
+    that LeRobot can build its dataset object locally while the videos stream. Each copy is checked the way
+    ``local_cache_dir`` checks videos (``sources.file_cache``, the same code): against the remote file's size and
+    version (ETag / mtime) and against the SHA-256 of the copy recorded when it was downloaded (the local copy is
+    hashed on every call), and downloaded again, with a log line, when either differs; a flipped bit in a mirrored
+    parquet file is not served. Copies are written atomically; files gone from the source are removed."""
     import fsspec
+    from filelock import FileLock
+
+    from robo_loaders_plugin.sources.file_cache import LOG_PREFIX, RECORDS, FileCache, endpoint_of
 
     fs, base = fsspec.core.url_to_fs(url, **(storage_options or {}))
     base = base.rstrip("/")
-    stamps_path = os.path.join(local_dir, ".robo-loaders-mirror.json")
-    try:
-        with open(stamps_path) as f:
-            stamps = json.load(f)
-    except (OSError, ValueError):
-        stamps = {}
     files = [p for pattern in ("meta/*.json", "meta/*.parquet", "meta/*/*/*.parquet", "data/*/*.parquet")
              for p in fs.glob(f"{base}/{pattern}")]
     if not any(p.endswith("meta/info.json") for p in files):
         raise SourceError(f"{url}: meta/info.json not found; not a LeRobot v3 dataset root")
-    wanted = {p[len(base) + 1:] for p in files}
-    for rel in [r for r in stamps if r not in wanted]:  # gone from the source: gone from the mirror
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(os.path.join(local_dir, rel))
-        del stamps[rel]
-    for p in files:
-        info = fs.info(p)
-        rel = p[len(base) + 1:]
-        stamp = [info.get("size"), str(info.get("ETag") or info.get("etag") or info.get("mtime") or
-                                       info.get("LastModified") or "")]
-        dst = os.path.join(local_dir, rel)
-        if stamps.get(rel) == stamp and os.path.exists(dst) and os.path.getsize(dst) == stamp[0]:
-            continue
-        os.makedirs(os.path.dirname(dst), exist_ok=True)
-        tmp = f"{dst}.tmp-{os.getpid()}"
-        fs.get_file(p, tmp)
-        os.replace(tmp, dst)
-        stamps[rel] = stamp
-    atomic_write_json(stamps_path, stamps)
+    cache = FileCache(fs, local_dir, endpoint_of(storage_options), log, base=base, label="video_stream tables")
+    os.makedirs(os.path.join(cache.directory, RECORDS), exist_ok=True)
+    with FileLock(os.path.join(cache.directory, RECORDS, "mirror.lock")):  # ranks mirroring at once: one at a time
+        legacy = os.path.join(cache.directory, ".robo-loaders-mirror.json")  # written before copies had records
+        if os.path.exists(legacy):
+            log(f"{LOG_PREFIX} video_stream tables: {cache.directory} was mirrored by an earlier robo-loaders "
+                "(without the copies' SHA-256); copying the tables again")
+            try:
+                with open(legacy) as f:
+                    stale = list(json.load(f))
+            except (OSError, ValueError):
+                stale = []
+            for rel in stale:
+                cache.forget(os.path.join(cache.directory, rel))
+            os.unlink(legacy)
+        wanted = {cache.local_path(p) for p in files}
+        for local in cache.recorded_copies():
+            if local not in wanted:  # gone from the source: gone from the mirror
+                cache.forget(local)
+        for p in files:
+            cache.get(p)
     return local_dir
 
 

@@ -6,6 +6,11 @@ neighbouring segments overlap by the decoder's read size, so a pass reads the vi
 segments are small. Through a cache of fixed blocks shared by all threads, each block is fetched once (while it
 stays cached) and every read is served from memory: a pass reads about the videos' size. Only blocks a decode
 touches are fetched; nothing is downloaded whole.
+
+A read the remote store fails (a dropped connection, an endpoint gone) raises inside the decoder, which reports
+only that it could not read its input; a :class:`BlockFile` therefore counts each failure of its file with the
+store's exception (:class:`ReadFailures`), so that the caller says "the connection failed" with the URL instead of
+calling an intact file corrupt.
 """
 from __future__ import annotations
 
@@ -50,13 +55,45 @@ class BlockCache:
         return BlockFile(self, path)
 
 
-class BlockFile(io.RawIOBase):
-    """A seekable, read-only file whose bytes come from a :class:`BlockCache` (one per decoder and thread)."""
+class ReadFailures:
+    """Reads of remote files the store failed, per file: (how many, the last exception). Shared by the
+    :class:`BlockFile` objects of a source (its decoders' files, in any thread)."""
 
-    def __init__(self, cache: BlockCache, path: str):
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._by_path: dict[str, tuple[int, BaseException]] = {}
+
+    def __getstate__(self):  # a copy in another process counts its own reads
+        return {}
+
+    def __setstate__(self, state):
+        self.__init__()
+
+    def record(self, path: str, exc: BaseException) -> None:
+        with self._lock:
+            self._by_path[path] = (self._by_path.get(path, (0, None))[0] + 1, exc)
+
+    def of(self, path: str) -> tuple[int, BaseException | None]:
+        with self._lock:
+            return self._by_path.get(path, (0, None))
+
+
+class BlockFile(io.RawIOBase):
+    """A seekable, read-only file whose bytes come from a :class:`BlockCache` (one per decoder and thread);
+    ``failures``: where reads the remote store fails are counted."""
+
+    def __init__(self, cache: BlockCache, path: str, failures: ReadFailures | None = None):
         super().__init__()
-        self.cache, self.path, self.pos = cache, path, 0
-        self.length = cache.size(path)
+        self.cache, self.path, self.pos, self.failures = cache, path, 0, failures
+        self.length = self._remote(lambda: cache.size(path))
+
+    def _remote(self, call):
+        try:
+            return call()
+        except Exception as exc:
+            if self.failures is not None:
+                self.failures.record(self.path, exc)
+            raise
 
     def readable(self) -> bool:
         return True
@@ -78,7 +115,7 @@ class BlockFile(io.RawIOBase):
         done = 0
         while done < n:
             i, off = divmod(self.pos + done, self.cache.block)
-            data = self.cache.get(self.path, i)
+            data = self._remote(lambda: self.cache.get(self.path, i))
             take = min(n - done, len(data) - off)
             view[done:done + take] = data[off:off + take]
             done += take

@@ -2,10 +2,8 @@
 with h5py, with errors that name the file, demo and key (robomimic itself asserts or raises a bare KeyError deep
 inside a DataLoader worker).
 
-Content digest (see ``storage.fingerprint``): every attribute of ``data`` and of each demo, every ``mask/`` list,
-and for each dataset of each demo its dtype and shape, all of it when a step is smaller than
-:data:`FRAME_MIN_BYTES` (actions, rewards, dones, states, low-dim observations), else its first, middle and last
-step (camera frames).
+Content digest (see ``storage.fingerprint``): every byte of the file (attributes, masks, every dataset of every
+demo, and whatever else it holds: a change anywhere in it counts).
 """
 from __future__ import annotations
 
@@ -61,9 +59,39 @@ def datasets(group, prefix=""):
 class RobomimicHdf5:
     """One robomimic HDF5 file, opened per use (h5py handles must not cross a fork)."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, check: bool = True):
+        """``check``: :meth:`validate` the file now (every backend and ``convert`` do; a conversion's worker
+        processes skip it, their parent has)."""
         self.path = os.path.expanduser(path)
-        open_hdf5(self.path).close()  # exists and opens, or a clear error now
+        with open_hdf5(self.path) as f:  # exists and opens, or a clear error now
+            if check:
+                self.validate(f)
+
+    def validate(self, f: h5py.File) -> None:
+        """The one validation of a robomimic file, for every backend and ``convert`` (shapes and attributes only,
+        nothing is read): a ``data`` group of at least one ``demo_<int>`` group, each with ``num_samples >= 1`` and
+        every dataset under it (``actions``, ``obs/<key>``, ...) holding one row per step, ``num_samples`` rows.
+        Why: robomimic indexes a demo by its ``num_samples`` and reads the arrays at those steps, the converted
+        shards by the arrays' length; a file where they disagree would be served as two different datasets."""
+        if "data" not in f or not isinstance(f["data"], h5py.Group):
+            raise SourceError(f"{self.path}: no 'data' group; this is not a robomimic dataset")
+        demos = sorted_demos(f["data"].keys())
+        if not demos:
+            raise SourceError(f"{self.path}: data/ holds no demos (no demo_<i> group), so there is nothing to convert "
+                              "or train on; check that this is the file you meant (train.data)")
+        for demo in demos:
+            if not isinstance(f[f"data/{demo}"], h5py.Group):
+                raise SourceError(f"{self.path}: data/{demo} is not a group of datasets; this is not a robomimic "
+                                  "dataset")
+            n = self.length(f, demo)
+            for name, ds in datasets(f[f"data/{demo}"]):
+                rows = ds.shape[0] if ds.ndim else None
+                if rows != n:
+                    raise SourceError(
+                        f"{self.path}: data/{demo}/{name} has {rows if rows is not None else 'no'} rows (shape "
+                        f"{ds.shape}) but data/{demo} has num_samples={n}; robomimic indexes the demo by "
+                        "num_samples, so the file is inconsistent: fix the attribute or the arrays (or regenerate "
+                        "the file)")
 
     def open(self) -> h5py.File:
         return open_hdf5(self.path)
@@ -143,30 +171,5 @@ class RobomimicHdf5:
 
     def _digest(self) -> str:
         h = fp.new_digest()
-        with self.open() as f:
-            if "data" not in f:
-                raise SourceError(f"{self.path}: no 'data' group; this is not a robomimic dataset")
-
-            def attrs(obj):
-                h.update(repr(sorted((k, repr(_text(v))) for k, v in obj.attrs.items())).encode())
-
-            attrs(f["data"])
-            for k in sorted(f["mask"].keys()) if "mask" in f else []:
-                h.update(k.encode() + f[f"mask/{k}"][()].tobytes())
-            for demo in sorted(f["data"].keys()):
-                h.update(demo.encode())
-                attrs(f[f"data/{demo}"])
-                for name, ds in sorted(datasets(f[f"data/{demo}"])):
-                    h.update(f"{name}:{ds.dtype.str}:{ds.shape}".encode())
-                    n = ds.shape[0] if ds.ndim else 0
-                    step = ds.dtype.itemsize * int(np.prod(ds.shape[1:])) if ds.ndim else ds.dtype.itemsize
-                    try:
-                        if step < FRAME_MIN_BYTES or n == 0:
-                            h.update(np.ascontiguousarray(ds[()]).tobytes())
-                        else:
-                            for i in sorted({0, n // 2, n - 1}):
-                                h.update(np.ascontiguousarray(ds[i]).tobytes())
-                    except (OSError, RuntimeError, ValueError) as exc:
-                        raise SourceError(f"{self.path}: cannot read data/{demo}/{name} ({exc}); the file is "
-                                          "truncated or corrupt") from exc
+        fp.hash_file(h, os.path.realpath(self.path))
         return h.hexdigest()

@@ -2,23 +2,28 @@
 source (a robomimic HDF5 file, a LeRobot v3 directory).
 
 A source's :class:`Fingerprint` records its path, every file's relative name, size, mtime, inode and ctime, and a
-*content digest*: a SHA-256 over the parts of the source that are cheap to read in full and a sample of the rest
-(each source format says which: ``robo_loaders_plugin.sources``). Persisted data records the fingerprint of the
-source it was made from, and is served only while the source still has the **same file names, sizes, mtimes and
-content digest**:
+*content digest*: a SHA-256 over every byte of the source (each source format says how its files are fed in:
+``robo_loaders_plugin.sources``). Persisted data records the fingerprint of the source it was made from, and is
+served only while the source still has the **same file names, sizes, mtimes and content digest**:
 
 - the content digest catches what mtime cannot: ``cp -p``, ``rsync -t`` and archive extraction restore the mtime
-  of a changed file; the mtime catches changes in bytes the digest does not sample, and is conservative: a ``touch``
-  or a copy that does not keep mtimes counts as a change (rebuild, or for explicitly given shards the
-  ``check_source: false`` opt-out);
+  of a changed file; the mtime is conservative on top: a ``touch`` or a copy that does not keep mtimes counts as a
+  change (rebuild, or for explicitly given shards the ``check_source: false`` opt-out);
 - the path is not compared, so a dataset moved, or copied with its mtimes kept (``cp -p``, ``rsync -a``), still
   matches its shards; a cache directory keys its entries by path, so it never mixes two sources;
-- fast path: when every file still has the recorded (size, mtime, inode, ctime), the digest is not recomputed. The
-  kernel sets ctime on every write and no user tool can set it back, so an equal ctime means unchanged bytes.
+- fast path: when every file still has the recorded (size, mtime, inode, ctime), the digest is not recomputed and
+  the recorded fingerprint is returned. The kernel sets ctime on every write and no user tool can set it back, so
+  an equal ctime means unchanged bytes. Otherwise the whole source is read once: the digest is only ever computed
+  when something about the files changed (or on a first build, which reads the source in full anyway), and one
+  read of the source costs less than training on stale data. (Before :data:`DIGEST_METHOD`, the digest read a
+  sample of large files, so an edit confined to unsampled bytes with the mtime restored was served.)
 
-What the digest samples is documented beside each source; a change confined to bytes it does not read (say, one
-pixel of one frame of a large video) is not seen by this check; ``robo-loaders verify --source`` compares every
-byte of converted shards with their source.
+Why a fingerprint records its digest's ``method``: fingerprints recorded by earlier versions hold a sampled digest.
+Two digests of different methods are never compared: an identical stat still takes the fast path (the source is
+unchanged since it was recorded, whatever the method), any other stat is a difference ("computed by another
+method"), so caches are rebuilt and explicitly given shards are refused until converted again. New digests also
+start with the method's name, so they never equal an old one where only ``content`` is compared (a conversion's
+resume state).
 """
 from __future__ import annotations
 
@@ -29,9 +34,8 @@ from typing import Callable, Iterable
 
 from robo_loaders_plugin.core.errors import StaleSourceError
 
-BLOCK = 64 * 1024
-SAMPLED_BLOCKS = 16          # a large file's digest reads this many evenly spaced blocks (first and last included)
-FULL_HASH_BELOW = 1 << 20    # files smaller than this are hashed whole
+DIGEST_METHOD = "sha256-all-bytes-v2"  # the content digest reads every byte of the source
+LEGACY_METHOD = "sha256-sampled-v1"    # recorded without a method: large files were sampled (16 blocks, 3 frames)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,21 +43,26 @@ class Fingerprint:
     path: str
     files: tuple            # ((relative name, size, mtime_ns, inode, ctime_ns), ...), sorted by name
     content: str            # SHA-256 hex of the content check
+    method: str = DIGEST_METHOD  # how ``content`` was computed: digests of different methods are never compared
 
     def as_dict(self) -> dict:
-        return {"path": self.path, "files": [list(f) for f in self.files], "content": self.content}
+        return {"path": self.path, "files": [list(f) for f in self.files], "content": self.content,
+                "method": self.method}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Fingerprint":
         try:
-            return cls(str(d["path"]), tuple(tuple(f) for f in d["files"]), str(d["content"]))
-        except (KeyError, TypeError) as exc:
+            return cls(str(d["path"]), tuple(tuple(f) for f in d["files"]), str(d["content"]),
+                       str(d.get("method", LEGACY_METHOD)))
+        except (KeyError, TypeError, AttributeError) as exc:
             raise StaleSourceError(f"malformed source fingerprint ({exc!r}); the data was written by another "
                                    "version of robo-loaders and must be rebuilt") from None
 
     def identity(self) -> list:
-        """What must stay equal for data made from this source to be served: names, sizes, mtimes, digest."""
-        return [[f[0], f[1], f[2]] for f in self.files] + [self.content]
+        """What must stay equal for data made from this source to be served: names, sizes, mtimes, digest (and the
+        digest's method, left out for the legacy one so that entries recorded before it keep their names)."""
+        base = [[f[0], f[1], f[2]] for f in self.files] + [self.content]
+        return base if self.method == LEGACY_METHOD else base + [self.method]
 
     def differences(self, current: "Fingerprint") -> list[str]:
         """What makes data made from ``self`` unusable for ``current`` (empty: the same source)."""
@@ -65,7 +74,12 @@ class Fingerprint:
         out += [f"{n or 'the file'}: size {mine[n][1]} -> {theirs[n][1]}" for n in both if mine[n][1] != theirs[n][1]]
         out += [f"{n or 'the file'}: modified (mtime changed)" for n in both
                 if mine[n][1] == theirs[n][1] and mine[n][2] != theirs[n][2]]
-        if not out and self.content != current.content:
+        if not out and self.method != current.method:
+            out.append(f"the files are not the ones recorded (another path, inode or ctime: moved, copied or "
+                       f"rewritten) and the recorded content digest was computed by another robo-loaders "
+                       f"({self.method}; this one computes {current.method}), so the content cannot be shown to be "
+                       "the same")
+        elif not out and self.content != current.content:
             out.append("same files, sizes and mtimes, but the content digest differs (data changed in place)")
         return out
 
@@ -87,13 +101,14 @@ def stat_files(path: str, names: Iterable[str] | None = None) -> tuple:
 
 def fingerprint(path: str, digest: Callable[[], str], recorded: Fingerprint | None = None,
                 names: Iterable[str] | None = None) -> Fingerprint:
-    """The fingerprint of the source at ``path``; ``digest()`` computes its content digest, skipped when
-    ``recorded`` has the same stat of every file (see the module docstring)."""
+    """The fingerprint of the source at ``path``; ``digest()`` computes its content digest (every byte, as
+    :data:`DIGEST_METHOD` says), skipped when ``recorded`` has the same stat of every file: then ``recorded`` itself
+    is returned, whatever its method (see the module docstring)."""
     real = os.path.realpath(path)
     files = stat_files(real, names)
     if recorded is not None and recorded.path == real and recorded.files == files:
         return recorded
-    return Fingerprint(real, files, digest())
+    return Fingerprint(real, files, digest(), DIGEST_METHOD)
 
 
 def check_same_source(recorded: Fingerprint, current: Fingerprint, what: str, fix: str) -> None:
@@ -106,18 +121,18 @@ def check_same_source(recorded: Fingerprint, current: Fingerprint, what: str, fi
 
 
 def hash_file(h, path: str, size: int | None = None) -> None:
-    """Feed a file to ``h``: whole when small, else ``SAMPLED_BLOCKS`` evenly spaced blocks and the size."""
+    """Feed a whole file to ``h`` (its size first), in 1 MiB reads. ``size``: the size already known from a stat
+    (a file that is no longer that size changed meanwhile: refused by the caller's stat check later)."""
     size = os.path.getsize(path) if size is None else size
+    h.update(f"{size}:".encode())
     with open(path, "rb") as f:
-        if size < FULL_HASH_BELOW:
-            h.update(f.read())
-            return
-        h.update(str(size).encode())
-        step = (size - BLOCK) / (SAMPLED_BLOCKS - 1)
-        for i in range(SAMPLED_BLOCKS):
-            f.seek(int(i * step))
-            h.update(f.read(BLOCK))
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
 
 
 def new_digest():
-    return hashlib.sha256()
+    """A SHA-256 for a content digest, started with :data:`DIGEST_METHOD` (so no digest of another method can
+    equal it)."""
+    h = hashlib.sha256()
+    h.update(DIGEST_METHOD.encode() + b"\n")
+    return h

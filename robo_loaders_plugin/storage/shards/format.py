@@ -145,6 +145,21 @@ def disk_full_error(directory: str, exc: OSError, needed: str | None, doing: str
                       "(a conversion resumes where it stopped)")
 
 
+def check_output_dir(out_dir: str) -> None:
+    """``out_dir`` exists (created) and this process can create files in it, or one clear error naming it (not an
+    OSError traceback from deep inside a conversion)."""
+    import tempfile
+
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".robo-loaders-write-test-", dir=out_dir)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise ShardError(f"{out_dir}: cannot write the output directory ({exc.strerror or exc}); choose a "
+                         "directory you can write to, or fix its permissions") from None
+
+
 def _atomic_json(path: str, payload) -> None:
     """A robo-shards JSON document (index, dataset, manifest) written atomically (``core.files``): readers see the
     old file or the new one, never a mix; a full disk is a :class:`ShardError` saying how much space is left."""

@@ -7,8 +7,9 @@ data and never a stray TypeError):
 - opening (once per process): ``index.json`` and ``dataset.json`` parse, are format version 2 and match their
   checksum; every value of the index has the right type and range (offsets and sizes inside their shard); the
   episodes are those the metadata lists; every shard exists with its recorded size (a ``stat`` each).
-- every read (once per episode per pass, so only cheap checks): the shard's size, each member's CRC32, the
-  header against the index, ``.npy`` headers parsed here (never ``np.load``, never pickle) and their claimed size
+- every read (once per episode per pass, so only cheap checks): the shard's size, the tar header before each
+  member (read with it: a valid header naming that member, of its size), each member's CRC32, the header against
+  the index, ``.npy`` headers parsed here (never ``np.load``, never pickle) and their claimed size
   checked against the member before anything is allocated, every array's length against the episode's.
 - ``verify`` (slow, on demand): each shard's SHA-256, every tar header (names, types, no links or paths that
   would escape on extraction, each at the offset the index records), no overlapping members, every episode
@@ -159,6 +160,37 @@ def _problem_summary(out_dir: str, problems: list[str], what: str) -> str:
     return f"{out_dir}: {what}: {'; '.join(problems[:5])}{more}; {_AGAIN}"
 
 
+_TAR_SIZE_LIMIT = 8**11  # sizes from here on are in the PAX extended header, the ustar field cannot hold them
+
+
+def _tar_octal(field: bytes) -> int | None:
+    text = field.split(b"\0", 1)[0].strip()
+    try:
+        return int(text, 8) if text else None
+    except ValueError:
+        return None
+
+
+def _tar_header_problem(block: np.ndarray, member: str, size: int) -> str | None:
+    """What is wrong with the 512-byte tar header just before a member's data, if anything: it must be a valid
+    header (checksum) naming ``member`` (its first 100 characters: the ustar name field; a longer name is in the PAX
+    header before it) with ``size`` bytes. Why on every read: index.json's checksum proves the index is the one
+    written, not that its offsets point at the members it names; this costs one more block in the same read."""
+    head = block.tobytes()
+    recorded = _tar_octal(head[148:156])
+    rest = np.concatenate([block[:148], block[156:]])  # the checksum field counts as 8 spaces (256)
+    sums = (256 + int(rest.sum(dtype=np.int64)), 256 + int(rest.view(np.int8).sum(dtype=np.int64)))  # (un)signed
+    if recorded is None or recorded not in sums:
+        return f"the {tarfile.BLOCKSIZE} bytes before its data are not a valid tar header (checksum)"
+    name = head[:100].split(b"\0", 1)[0]
+    if name != member.encode()[:100]:
+        return f"the tar header before its data names {_short(name.decode('utf-8', 'replace'))}"
+    stored = _tar_octal(head[124:136])
+    if size < _TAR_SIZE_LIMIT and stored != size:
+        return f"the tar header before its data gives {_short(stored)} bytes, index.json {size}"
+    return None
+
+
 def _read_exactly(f, offset: int, size: int) -> np.ndarray | None:
     """``size`` bytes at ``offset`` into a fresh writable buffer (uint8, not zero-filled first), or None at end of
     file."""
@@ -275,13 +307,20 @@ class ShardReader:
         return problems
 
     def _member(self, f, path: str, ep: dict, member: str) -> np.ndarray:
-        """A member's bytes, checked against its CRC32."""
+        """A member's bytes, checked against the tar header before them (read in the same call: is this the member
+        the index says?) and against its CRC32."""
         loc = ep["members"].get(member)
         if loc is None:
             raise ShardError(f"{path}: episode {ep['name']!r}: member {member!r} is not in index.json")
-        data = _read_exactly(f, loc["offset"], loc["size"])
-        if data is None:
+        raw = _read_exactly(f, loc["offset"] - tarfile.BLOCKSIZE, loc["size"] + tarfile.BLOCKSIZE)
+        if raw is None:
             raise ShardError(f"{path} is truncated (member {member!r} of episode {ep['name']!r}); {_AGAIN}")
+        problem = _tar_header_problem(raw[:tarfile.BLOCKSIZE], member, loc["size"])
+        if problem:
+            raise ShardError(f"{path}: member {member!r} of episode {ep['name']!r}: {problem}, so index.json points at "
+                             f"bytes that are not this member's (edited or damaged); {_AGAIN} ('robo-loaders verify' "
+                             "lists every misplaced member)")
+        data = raw[tarfile.BLOCKSIZE:]
         if zlib.crc32(data) != loc["crc32"]:
             raise ShardError(f"{path}: member {member!r} of episode {ep['name']!r} is damaged (CRC32 mismatch: the "
                              f"shard changed after conversion); {_AGAIN} ('robo-loaders verify' lists every "

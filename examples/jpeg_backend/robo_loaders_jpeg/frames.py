@@ -1,0 +1,149 @@
+"""JPEG frame storage: the writer that builds a store directory, and the frame source that reads it.
+
+A store directory holds ``frames.bin`` (every camera frame's JPEG, end to end), ``index.npz`` (the JPEG offsets
+per camera field, and every other field's arrays, episodes end to end) and ``meta.json`` (fields, their dtype and
+step shape, episode lengths, and the SHA-256 of the two data files). ``index.npz`` is read with
+``allow_pickle=False``: a data file never runs code.
+
+What a damaged or edited copy does: the store is built in a temporary directory renamed into place when complete
+(``extend.build_or_reuse``), so a killed build is never reused; on reuse both files are hashed against
+``meta.json`` (:func:`verify`) and a mismatch rebuilds the store; every open checks ``frames.bin``'s size against
+the index, so a truncated file is an error naming it, never frames from the wrong offsets.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+
+import numpy as np
+import torch
+from torchvision.io import ImageReadMode, decode_jpeg, encode_jpeg
+
+from robo_loaders_plugin.extend import FieldInfo, FrameSource, SourceError, atomic_write_bytes
+
+FORMAT = "robo-loaders-jpeg/1"
+
+
+def _sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def is_camera(array: np.ndarray) -> bool:
+    """uint8 frames of 1 or 3 channels, channels first (C, H, W) or last (H, W, C), per step."""
+    return array.dtype == np.uint8 and array.ndim == 4 and (array.shape[-1] in (1, 3) or array.shape[1] in (1, 3))
+
+
+def write_store(directory: str, episodes, quality: int, cameras: set[str]) -> dict:
+    """Write a store of ``episodes`` (``(name, {field: array})`` in order) into ``directory``; ``cameras`` are
+    stored as JPEG, everything else raw. Returns the statistics written to ``meta.json``."""
+    positions: dict[str, list[tuple[int, int]]] = {k: [] for k in cameras}  # (start, end) in frames.bin
+    raw: dict[str, list[np.ndarray]] = {}
+    fields: dict[str, dict] = {}
+    lengths, names = [], []
+    raw_bytes = jpeg_bytes = 0
+    with open(os.path.join(directory, "frames.bin"), "wb") as out:
+        for name, arrays in episodes:
+            names.append(name)
+            lengths.append(len(next(iter(arrays.values()))))
+            for key, a in arrays.items():
+                a = np.ascontiguousarray(a)
+                chw = key in cameras and a.shape[1] in (1, 3) and a.shape[-1] not in (1, 3)
+                info = {"dtype": a.dtype.str, "shape": list(a.shape[1:]), "camera": key in cameras,
+                        "layout": ("chw" if chw else "hwc") if key in cameras else None}
+                if fields.setdefault(key, info) != info:
+                    raise SourceError(f"episode {name}: field {key!r} is {a.dtype}{a.shape[1:]}, other episodes "
+                                      f"store {fields[key]}; every episode must store a field the same way")
+                if key not in cameras:
+                    raw.setdefault(key, []).append(a)
+                    continue
+                for frame in a:
+                    t = torch.from_numpy(frame if chw else frame.transpose(2, 0, 1).copy())
+                    blob = encode_jpeg(t, quality=quality).numpy().tobytes()
+                    start = out.tell()
+                    out.write(blob)
+                    positions[key].append((start, start + len(blob)))
+                    raw_bytes += frame.nbytes
+                    jpeg_bytes += len(blob)
+        out.flush()
+        os.fsync(out.fileno())
+    arrays = {f"raw{i}": np.concatenate(raw[k]) for i, k in enumerate(sorted(raw))}
+    arrays.update({f"cam{i}": np.asarray(positions[k], dtype=np.int64).reshape(-1, 2)
+                   for i, k in enumerate(sorted(cameras))})
+    with open(os.path.join(directory, "index.npz"), "wb") as f:
+        np.savez(f, **arrays)
+    meta = {"format": FORMAT, "quality": int(quality), "episodes": names, "lengths": lengths, "fields": fields,
+            "raw": sorted(raw), "cameras": sorted(cameras), "raw_frame_bytes": raw_bytes, "jpeg_bytes": jpeg_bytes,
+            "sha256": {n: _sha256(os.path.join(directory, n)) for n in ("frames.bin", "index.npz")}}
+    atomic_write_bytes(os.path.join(directory, "meta.json"), json.dumps(meta, indent=1).encode())
+    return meta
+
+
+def verify(directory: str) -> bool:
+    """Whether a complete store is intact: its two data files hash to what ``meta.json`` recorded."""
+    try:
+        with open(os.path.join(directory, "meta.json")) as f:
+            meta = json.load(f)
+        return meta.get("format") == FORMAT and all(
+            _sha256(os.path.join(directory, n)) == digest for n, digest in meta["sha256"].items())
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
+class JpegFrames(FrameSource):
+    """The frame source over a store directory: raw fields by one fancy index, camera frames decoded from JPEG
+    (a repeated step in a window, as padding makes, is decoded once)."""
+
+    def __init__(self, directory: str):
+        self.directory = directory
+        with open(os.path.join(directory, "meta.json")) as f:
+            self.meta = json.load(f)
+        self.lengths = np.asarray(self.meta["lengths"], dtype=np.int64)
+        self.starts = np.concatenate([[0], np.cumsum(self.lengths)[:-1]]).astype(np.int64)
+        with np.load(os.path.join(directory, "index.npz"), allow_pickle=False) as index:
+            self._raw = {k: index[f"raw{i}"] for i, k in enumerate(self.meta["raw"])}
+            self._pos = {k: index[f"cam{i}"] for i, k in enumerate(self.meta["cameras"])}
+        path = os.path.join(directory, "frames.bin")
+        size = os.path.getsize(path)
+        end = max((int(p[-1, 1]) for p in self._pos.values() if len(p)), default=0)
+        if size != end:
+            raise SourceError(f"{path} is {size} bytes, its index says {end}: truncated or replaced; delete "
+                              f"{directory} to rebuild it")
+        self._blobs = np.memmap(path, dtype=np.uint8, mode="r") if size else np.zeros(0, np.uint8)
+        self._infos = {k: FieldInfo(np.dtype(v["dtype"]), tuple(v["shape"]), v["camera"])
+                       for k, v in self.meta["fields"].items()}
+
+    def __getstate__(self):  # DataLoader workers (spawn) reopen the store by path
+        return {"directory": self.directory}
+
+    def __setstate__(self, state):
+        self.__init__(state["directory"])
+
+    def info(self, field: str) -> FieldInfo:
+        try:
+            return self._infos[field]
+        except KeyError:
+            raise KeyError(f"field {field!r} is not in {self.directory} (it has {sorted(self._infos)})") from None
+
+    def take(self, field, episodes, steps, out):
+        info = self.info(field)
+        g = (self.starts[np.broadcast_to(episodes.reshape(episodes.shape + (1,) * (steps.ndim - 1)), steps.shape)]
+             + steps).reshape(-1)
+        flat = out.reshape((g.size,) + tuple(info.shape))
+        if not info.frames:
+            np.take(self._raw[field], g, axis=0, out=flat)
+            return
+        unique, inverse = np.unique(g, return_inverse=True)
+        pos = self._pos[field][unique]
+        blobs = [torch.from_numpy(np.array(self._blobs[s:e])) for s, e in pos.tolist()]  # copies: a few KB each
+        mode = ImageReadMode.GRAY if (info.shape[0] if self.meta["fields"][field]["layout"] == "chw"
+                                      else info.shape[-1]) == 1 else ImageReadMode.RGB
+        decoded = decode_jpeg(blobs, mode=mode)
+        frames = torch.stack(decoded).numpy()
+        if self.meta["fields"][field]["layout"] == "hwc":
+            frames = frames.transpose(0, 2, 3, 1)
+        flat[...] = frames[inverse]

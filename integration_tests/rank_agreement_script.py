@@ -1,0 +1,59 @@
+"""Run by ``test_multiprocess.py`` under ``torchrun --nproc_per_node 2``: ranks set up differently (a per-rank seed,
+per-rank options) must be refused when the dataset is built, and ranks set up the same must build. Prints one
+``CASE <name>: REFUSED <message>`` or ``CASE <name>: BUILT`` line per case.
+
+Usage: rank_agreement_script.py HDF5 LEROBOT_ROOT CACHE_DIR
+"""
+import os
+import sys
+from types import SimpleNamespace
+
+import torch.distributed as dist
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+
+def attempt(name, build):
+    from robo_loaders_plugin import RoboLoadersError
+
+    try:
+        build()
+        print(f"CASE {name}: BUILT", flush=True)
+    except RoboLoadersError as exc:
+        print(f"CASE {name}: REFUSED {exc}", flush=True)
+
+
+def main(hdf5, root, cache):
+    from accelerate import Accelerator  # initialises the gloo process group, as lerobot-train's does
+
+    accelerator = Accelerator(cpu=True)
+    assert dist.is_initialized()
+    rank = accelerator.process_index
+    import robomimic.utils.train_utils as TrainUtils
+    from lerobot.datasets import LeRobotDataset
+
+    from lerobot_helpers import REPO
+    from robo_loaders_plugin.lerobot import integration
+    from robomimic_helpers import RGB, make_config, obs_keys
+
+    def robomimic(seed, **kwargs):
+        config = make_config(hdf5, rgb=RGB, low_dim=["robot0_eef_pos"], backend="datapipe", seq_length=3, seed=seed,
+                             backend_kwargs=dict({"cache_dir": os.path.join(cache, f"host{rank}")}, **kwargs))
+        return lambda: TrainUtils.dataset_factory(config, obs_keys(config))
+
+    def lerobot(seed, **kwargs):
+        native = LeRobotDataset(REPO, root=root, delta_timestamps={"action": [0.0, 0.05]})
+        cfg = SimpleNamespace(seed=seed, dataset=SimpleNamespace(backend="compressed_cache", backend_kwargs=kwargs,
+                                                                 repo_id=REPO, streaming=False))
+        return lambda: integration.convert(native, cfg)
+
+    attempt("robomimic seed + rank", robomimic(11 + rank))
+    attempt("robomimic per-rank option", robomimic(11, shuffle_buffer=2 + rank))
+    attempt("robomimic same setup, per-host cache_dir", robomimic(11))
+    attempt("lerobot seed + rank", lerobot(1000 + rank))
+    attempt("lerobot same setup", lerobot(1000))
+    accelerator.wait_for_everyone()
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])

@@ -1,0 +1,283 @@
+"""Backend options, declared once: :class:`Option` says an option's type, default, help, allowed values and
+frameworks; :func:`resolve_options` checks what a user gave against the declarations and returns a typed, frozen
+options object.
+
+Why one declaration: the option's type, default, range and help used to live in three places (the spec table, the
+factory's signature, checks inside the factory), and they drifted: a bad *value* then failed after data had been
+read, as a traceback. Now everything a user can get wrong about an option's value is checked here, before any data
+is read (on LeRobot, at argument parsing), and ``robo-loaders list --json``, the README table and the option
+tables of docs/backends.md are generated from the same declarations.
+
+What cannot be checked from the value alone (an option naming a key the dataset does not have, a rate the source
+cannot be converted to) is checked by the factory from the source's metadata, still before reading data.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Callable, Mapping
+
+from robo_loaders_plugin.core.errors import BackendOptionError
+
+
+@dataclasses.dataclass(frozen=True)
+class Option:
+    """One option of a backend.
+
+    Attributes:
+        type: The accepted Python type(s) of a given value (``bool`` is never taken for ``int``; an ``int`` is
+            accepted where ``float`` is declared). ``None`` is accepted only when the default is ``None``.
+        default: The value when the option is not given (``None``: "the backend decides", documented in ``help``).
+        help: One sentence for users: what the option changes and what its default does.
+        choices: The allowed values, when they are a fixed set.
+        min: Smallest allowed value (numbers), inclusive.
+        max: Largest allowed value (numbers), inclusive.
+        frameworks: The frameworks the option applies to (``None``: every framework the backend serves). Given
+            under another framework it is refused, naming the frameworks it applies to.
+        framework_defaults: Per-framework defaults that replace ``default``.
+        framework_choices: Per-framework allowed values that replace ``choices``.
+        check: Extra check of a given (non-``None``) value: raises ``ValueError`` with the reason, or returns
+            nothing. Must be cheap and import nothing heavy (it runs at argument parsing).
+        kinds: Value -> the backend kind (``core.spec``) this value makes the backend, for an option that decides
+            who drives a pass (e.g. building batches in threads or with the framework's DataLoader).
+        per_host: The value may differ between the processes of a multi-process run (a local path: each host has
+            its own cache directory); every other option must be the same on every rank, or the run is refused.
+    """
+
+    type: type | tuple[type, ...]
+    default: Any = None
+    help: str = ""
+    choices: tuple | None = None
+    min: float | None = None
+    max: float | None = None
+    frameworks: tuple[str, ...] | None = None
+    framework_defaults: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    framework_choices: Mapping[str, tuple] = dataclasses.field(default_factory=dict)
+    check: Callable[[Any], None] | None = dataclasses.field(default=None, compare=False)
+    kinds: Mapping[Any, str] = dataclasses.field(default_factory=dict)
+    per_host: bool = False
+
+    @property
+    def types(self) -> tuple[type, ...]:
+        return self.type if isinstance(self.type, tuple) else (self.type,)
+
+    def applies_to(self, framework: str) -> bool:
+        """Whether the option may be given under ``framework``."""
+        return self.frameworks is None or framework in self.frameworks
+
+    def default_for(self, framework: str) -> Any:
+        """The default under ``framework``."""
+        return self.framework_defaults.get(framework, self.default)
+
+    def choices_for(self, framework: str) -> tuple | None:
+        """The allowed values under ``framework`` (``None``: not a fixed set)."""
+        return self.framework_choices.get(framework, self.choices)
+
+    def type_name(self) -> str:
+        """The accepted types in words, for errors and docs (``int``, ``int or string``, ...)."""
+        return " or ".join(_TYPE_WORDS.get(t, t.__name__) for t in self.types)
+
+    def describe_values(self, framework: str | None = None) -> str:
+        """The allowed values in words (choices or range), for errors and docs; empty when any value is allowed."""
+        choices = self.choices_for(framework) if framework else self.choices
+        if choices is not None:
+            return "one of " + ", ".join(repr(c) for c in choices)
+        if self.min is not None and self.max is not None:
+            return f"{_num(self.min)}..{_num(self.max)}"
+        if self.min is not None:
+            return f">= {_num(self.min)}"
+        if self.max is not None:
+            return f"<= {_num(self.max)}"
+        return ""
+
+    def validate(self, value: Any, framework: str) -> str | None:
+        """Why ``value`` is not acceptable under ``framework`` (``None``: it is).
+
+        Args:
+            value: What the user gave.
+            framework: ``robomimic`` or ``lerobot``.
+
+        Returns:
+            ``None`` when the value is acceptable, else one sentence (without the option's name) saying what is
+            expected and what was given.
+        """
+        if value is None:
+            if self.default_for(framework) is None:
+                return None
+            return f"must be {self.type_name()}, got null"
+        ok_type = any(_is_instance(value, t) for t in self.types)
+        if not ok_type:
+            return f"must be {self.type_name()}, got {type(value).__name__} {_short(value)}"
+        if isinstance(value, float) and not math.isfinite(value):
+            return f"must be a finite number, got {value!r}"
+        choices = self.choices_for(framework)
+        if choices is not None and value not in choices:
+            elsewhere = [fw for fw in ("robomimic", "lerobot") if fw != framework
+                         and value in (self.choices_for(fw) or ())]
+            if elsewhere:
+                return (f"must be {self.describe_values(framework)} under {framework}, got {_short(value)}, which "
+                        f"applies to {' and '.join(elsewhere)} only")
+            return f"must be {self.describe_values(framework)}, got {_short(value)}"
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if (self.min is not None and value < self.min) or (self.max is not None and value > self.max):
+                return f"must be {self.describe_values(framework)}, got {_short(value)}"
+        if self.check is not None:
+            try:
+                self.check(value)
+            except ValueError as exc:
+                return str(exc)
+        return None
+
+    def as_dict(self, framework: str | None = None) -> dict:
+        """JSON-ready description (``robo-loaders list --json``, generated docs)."""
+        out = {"type": self.type_name(), "default": self.default, "help": self.help}
+        if self.framework_defaults:
+            out["framework_defaults"] = dict(self.framework_defaults)
+        values = self.describe_values(framework)
+        if values:
+            out["values"] = values
+        if self.framework_choices:
+            out["framework_values"] = {fw: self.describe_values(fw) for fw in self.framework_choices}
+        if self.frameworks is not None:
+            out["frameworks"] = list(self.frameworks)
+        return out
+
+
+_TYPE_WORDS = {int: "an integer", float: "a number", str: "a string", bool: "true/false", dict: "a JSON object",
+               list: "a list"}
+
+
+def _is_instance(value, t: type) -> bool:
+    if t is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if t is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return isinstance(value, t)
+
+
+def _num(x) -> str:
+    return f"{x:g}" if isinstance(x, float) else str(x)
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+class Options:
+    """Base of the typed, frozen options object a factory receives (one generated class per backend and
+    framework, :func:`options_class`): every declared option is an attribute holding the given value or its
+    default."""
+
+    backend: str = ""
+    framework: str = ""
+
+    def as_dict(self) -> dict:
+        """``{name: value}`` of every option (given or default)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    def given(self) -> dict:
+        """Only the options whose value differs from the default (what a log line or cache key needs)."""
+        return {k: v for k, v in self.as_dict().items() if v != self._defaults.get(k)}
+
+    def shared(self) -> dict:
+        """The options every rank of a multi-process run must agree on (those not declared ``per_host``)."""
+        return {k: v for k, v in self.as_dict().items() if k not in self._per_host}
+
+    _defaults: dict = {}
+    _per_host: frozenset = frozenset()
+
+
+_CLASSES: dict[tuple, tuple] = {}
+
+
+def options_class(backend: str, framework: str, declared: Mapping[str, Option]) -> type:
+    """The frozen dataclass of ``backend``'s options under ``framework`` (options of other frameworks left out)."""
+    key = (backend, framework, id(declared))
+    cls = _CLASSES.get(key, (None, None))[0]
+    if cls is None:
+        fields = [(name, Any, dataclasses.field(default=opt.default_for(framework)))
+                  for name, opt in declared.items() if opt.applies_to(framework)]
+        cls = dataclasses.make_dataclass(f"{_camel(backend)}{_camel(framework)}Options", fields, bases=(Options,),
+                                         frozen=True)
+        cls.backend, cls.framework = backend, framework
+        cls._defaults = {name: opt.default_for(framework) for name, opt in declared.items()
+                         if opt.applies_to(framework)}
+        cls._per_host = frozenset(name for name, opt in declared.items() if opt.per_host)
+        _CLASSES[key] = (cls, declared)  # the declarations are kept so that their id is not reused
+    return cls
+
+
+def _camel(name: str) -> str:
+    return "".join(part.capitalize() for part in name.replace("-", "_").split("_"))
+
+
+def resolve_options(backend: str, framework: str, declared: Mapping[str, Option], given: Mapping[str, Any] | None,
+                    where: str, constraints: Callable[[Options], None] | None = None) -> Options:
+    """Check ``given`` against ``declared`` and return the typed options object.
+
+    Args:
+        backend: The backend's name (for messages).
+        framework: ``robomimic`` or ``lerobot``.
+        declared: The backend's option declarations.
+        given: What the user gave (``None``: nothing).
+        where: How the user gave it, as they would type it (``train.data_backend_kwargs``,
+            ``--dataset.backend_kwargs``): every message starts with it.
+        constraints: Checks across options (e.g. two options that exclude each other), called with the resolved
+            object; raises ``ValueError`` with the reason.
+
+    Returns:
+        An instance of :func:`options_class` ``(backend, framework, declared)``.
+
+    Raises:
+        BackendOptionError: one line naming ``where``, the option and what is expected: an unknown name (with the
+            valid ones), an option of another framework, a value of the wrong type or out of its range/choices.
+    """
+    given = dict(given or {})
+    known = {n for n, o in declared.items() if o.applies_to(framework)}
+    unknown = sorted(set(given) - set(declared))
+    if unknown:
+        hint = _did_you_mean(unknown[0], sorted(known))
+        raise BackendOptionError(f"{where}: unknown option{'s' if len(unknown) > 1 else ''} "
+                                 f"{', '.join(map(repr, unknown))} for backend {backend!r}{hint}; valid options: "
+                                 f"{', '.join(sorted(known)) or '(none)'}")
+    for name in sorted(set(given) - known):
+        fws = " and ".join(declared[name].frameworks or ())
+        raise BackendOptionError(f"{where}.{name}: applies to {fws} only, not {framework} (backend {backend!r})")
+    for name in sorted(given):
+        problem = declared[name].validate(given[name], framework)
+        if problem:
+            sep = "" if problem.startswith("[") else " "  # an entry of a dict-valued option: delta_timestamps['a']
+            raise BackendOptionError(f"{where}.{name}{sep}{problem} (backend {backend!r})")
+    resolved = options_class(backend, framework, declared)(**{k: v for k, v in given.items()})
+    if constraints is not None:
+        try:
+            constraints(resolved)
+        except ValueError as exc:
+            raise BackendOptionError(f"{where}: {exc} (backend {backend!r})") from None
+    return resolved
+
+
+def _did_you_mean(name: str, candidates: list[str]) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(name, candidates, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+# -- checks shared by several declarations (cheap: run at argument parsing) -------------------------------------
+def check_size(value) -> None:
+    """A byte size: a non-negative integer or a string like ``2GB``/``512MiB``."""
+    from robo_loaders_plugin.core.units import parse_bytes
+
+    parse_bytes(value, "a size")
+
+
+def check_positive_rate(value) -> None:
+    """A rate in frames per second: positive and at most 10 kHz (beyond that no recording exists and the windows
+    it implies would not fit in memory)."""
+    if value <= 0 or value > MAX_FPS:
+        raise ValueError(f"must be a rate in frames per second in (0, {MAX_FPS:g}], got {value!r}")
+
+
+MAX_FPS = 10_000.0

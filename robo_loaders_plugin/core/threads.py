@@ -1,0 +1,48 @@
+"""An ordered map over threads: the one way the plugin builds batches ahead of the training loop in threads.
+
+Why threads: batch building decompresses or gathers with the GIL released, and the batch stays in the training
+process (no worker processes, no copy through shared memory). Why in order: the batches must come out in the
+sampler's order, so training sees exactly the native sequence.
+"""
+from __future__ import annotations
+
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Iterable, Iterator, TypeVar
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def ordered_map(fn: Callable[[T], R], items: Iterable[T], threads: int, depth: int,
+                name: str = "robo-loaders-batch") -> Iterator[R]:
+    """``fn(item)`` for every item, computed by ``threads`` threads, yielded in the items' order.
+
+    Args:
+        fn: The work for one item.
+        items: Consumed lazily, at most ``depth`` items ahead of what has been yielded.
+        threads: Worker threads; ``0`` runs ``fn`` in the caller's thread, one item at a time.
+        depth: Items in flight (submitted, not yet yielded); at least 1.
+        name: Prefix of the worker threads' names (seen in py-spy and tracebacks).
+
+    Yields:
+        ``fn(item)``, in order. An exception raised by ``fn`` is raised here, at its item's turn.
+
+    When the consumer stops early (robomimic stops an epoch after ``epoch_every_n_steps``) or the generator is
+    closed, queued items are cancelled and the running ones waited for, so no thread outlives the pass.
+    """
+    if threads <= 0:
+        yield from map(fn, items)
+        return
+    pool = ThreadPoolExecutor(int(threads), thread_name_prefix=name)
+    pending: deque = deque()
+    depth = max(1, int(depth))
+    try:
+        for item in items:
+            pending.append(pool.submit(fn, item))
+            if len(pending) >= depth:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)

@@ -1,0 +1,226 @@
+"""The public API for writing a backend: everything a third-party backend needs, and nothing it must not touch.
+
+This module *is* the reference (as pytest's ``hookspec.py`` is for pytest plugins): every name below is stable,
+typed and documented; anything imported from elsewhere in ``robo_loaders_plugin`` is private and may change.
+docs/writing-a-backend.md walks through a complete backend (``examples/jpeg_backend``) built from these names only,
+and ``robo_loaders_plugin.testing`` proves a backend serves the native loader's samples.
+
+How a backend is put together (the built-in ones are built the same way):
+
+1. **Registration** (``robo_loaders_plugin``): a ``@hookimpl`` function ``robo_loaders_backends()`` returning
+   :class:`BackendSpec` objects, exposed through the ``robo_loaders`` entry-point group; every option declared once
+   as an :class:`Option`.
+2. **A source reader**: :class:`RobomimicHdf5` (robomimic's HDF5) or :func:`lerobot_episodes` (a LeRobot v3
+   dataset, its videos decoded exactly as ``LeRobotDataset`` decodes them), each with a ``fingerprint()`` for the
+   staleness rules.
+3. **Storage**: whatever the backend is about; :func:`build_or_reuse` gives it a directory in the cache, built once
+   per source and options, atomically, locked, reused only while the source is unchanged.
+4. **A frame source** (:class:`FrameSource`): answers "field F at these (episode, step) pairs"; the window rules
+   turn sample indices into such pairs.
+5. **A dataset**: :class:`RobomimicSamples` (robomimic's ``SequenceDataset`` samples) or :class:`LeRobotSamples`
+   (``LeRobotDataset`` items) over the frame source, with its :class:`Serving`; the declared kind says who drives a
+   pass (``sample``/``indexed``: the framework's sampler; ``batch``: :class:`PipelineDataset` or your own
+   :class:`BatchSource`).
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable
+
+# -- registration and the serving contract (also exported by robo_loaders_plugin) -------------------------------
+from robo_loaders_plugin.core.errors import (BackendOptionError, RoboLoadersError, SourceError,  # noqa: F401
+                                             StaleSourceError)
+from robo_loaders_plugin.core.files import atomic_write_bytes  # noqa: F401  (a backend's own files, atomically)
+from robo_loaders_plugin.core.hookspecs import hookimpl  # noqa: F401
+from robo_loaders_plugin.core.options import Option, Options  # noqa: F401
+from robo_loaders_plugin.core.spec import (BATCH, GPU_NO, GPU_OPTIONAL, GPU_REQUIRED, INDEXED, LOSSLESS,  # noqa: F401
+                                           LOSSY_FRAMES, NOT_BIT_IDENTICAL_ON_NVDEC, SAMPLE, BackendChoice,
+                                           BackendSpec)
+
+if TYPE_CHECKING:  # the rest is imported on first use: listing backends must not import torch or a framework
+    from robo_loaders_plugin.core.iteration import (BatchDataset, BatchSource, IndexedDataset,  # noqa: F401
+                                                    SamplingPlan, Serving)
+    from robo_loaders_plugin.frames.base import FieldInfo, FrameSource  # noqa: F401
+    from robo_loaders_plugin.lerobot.dataset import LeRobotSamples  # noqa: F401
+    from robo_loaders_plugin.pipeline.batches import PipelineDataset  # noqa: F401
+    from robo_loaders_plugin.pipeline.options import PassOptions  # noqa: F401
+    from robo_loaders_plugin.robomimic.dataset import RobomimicSamples  # noqa: F401
+    from robo_loaders_plugin.sources.lerobot_v3 import LeRobotEpisodes  # noqa: F401
+    from robo_loaders_plugin.sources.robomimic_hdf5 import RobomimicHdf5  # noqa: F401
+    from robo_loaders_plugin.windows.robomimic import SequenceOptions, SequenceWindows  # noqa: F401
+
+_LAZY = {
+    # the serving contract (core.iteration): what a factory returns and what the adapters read from it
+    "Serving": "robo_loaders_plugin.core.iteration",
+    "IndexedDataset": "robo_loaders_plugin.core.iteration",
+    "BatchDataset": "robo_loaders_plugin.core.iteration",
+    "BatchSource": "robo_loaders_plugin.core.iteration",
+    "SamplingPlan": "robo_loaders_plugin.core.iteration",
+    # frame sources (frames.base): the one question every storage answers
+    "FrameSource": "robo_loaders_plugin.frames.base",
+    "FieldInfo": "robo_loaders_plugin.frames.base",
+    # robomimic: its HDF5, SequenceDataset's window rules, the dataset serving them
+    "RobomimicHdf5": "robo_loaders_plugin.sources.robomimic_hdf5",
+    "SequenceOptions": "robo_loaders_plugin.windows.robomimic",
+    "SequenceWindows": "robo_loaders_plugin.windows.robomimic",
+    "RobomimicSamples": "robo_loaders_plugin.robomimic.dataset",
+    # LeRobot: its v3 episodes (tables and decoded videos), the dataset serving LeRobotDataset's items
+    "LeRobotEpisodes": "robo_loaders_plugin.sources.lerobot_v3",
+    "LeRobotSamples": "robo_loaders_plugin.lerobot.dataset",
+    # batch-kind backends: the torchdata pipeline and its pass options
+    "PipelineDataset": "robo_loaders_plugin.pipeline.batches",
+    "PassOptions": "robo_loaders_plugin.pipeline.options",
+}
+
+# robomimic's and LeRobot's option settings, as users type them (for messages that name an option)
+ROBOMIMIC_OPTIONS = "train.data_backend_kwargs"
+LEROBOT_OPTIONS = "--dataset.backend_kwargs"
+# a field whose steps are at least this many bytes is treated as camera frames (FieldInfo.frames)
+FRAME_MIN_BYTES = 1024
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'robo_loaders_plugin.extend' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))
+
+
+# -- option declarations ----------------------------------------------------------------------------------------
+def pass_options(shuffle_buffer: int | dict, cache_episodes: int = 64, items: str = "windows") -> dict[str, Option]:
+    """The declarations of the options every pipeline-served (``batch`` kind) backend takes, the same way the
+    built-in ones declare them: ``shuffle_buffer``, ``seed``, ``prefetch``, ``cache_episodes``, ``replacement``
+    (read back with :meth:`PassOptions.of`).
+
+    Args:
+        shuffle_buffer: The default number of episodes open at once, or ``{framework: default}``.
+        cache_episodes: The default number of episodes kept loaded.
+        items: What a pass draws, for the help text ("windows", "frames").
+
+    Returns:
+        ``{name: Option}``, to merge into a :class:`BackendSpec`'s ``options``.
+    """
+    from robo_loaders_plugin.backends import pass_options as declare
+
+    defaults = shuffle_buffer if isinstance(shuffle_buffer, dict) else {"robomimic": shuffle_buffer,
+                                                                        "lerobot": shuffle_buffer}
+    return declare(defaults, cache_episodes, items)
+
+
+# -- robomimic ---------------------------------------------------------------------------------------------------
+def robomimic_sequence(config, obs_keys, dataset_path=None) -> tuple["SequenceOptions", str]:
+    """The ``SequenceDataset`` arguments robomimic's ``dataset_factory`` would pass, checked the way it checks them.
+
+    Args:
+        config: robomimic's config (``train.seq_length``, ``frame_stack``, pads, ``goal_mode``, ...).
+        obs_keys: The observation keys to load.
+        dataset_path: The HDF5 (default: ``config.train.data``).
+
+    Returns:
+        ``(SequenceOptions, path of the HDF5)``.
+
+    Raises:
+        RoboLoadersError: a setting robomimic's SequenceDataset would reject, or the plugin cannot reproduce.
+    """
+    from robo_loaders_plugin.robomimic.factories import sequence_options
+
+    return sequence_options(config, obs_keys, dataset_path)
+
+
+def robomimic_demo_fields(source: "RobomimicHdf5", f, demo: str, opts: "SequenceOptions") -> dict:
+    """One demo's fields exactly as ``SequenceDataset`` serves them (dtype rules of the cache modes included).
+
+    Args:
+        source: The HDF5 source.
+        f: An open handle (``with source.open() as f``).
+        demo: The demo's name (``demo_0``).
+        opts: From :func:`robomimic_sequence`.
+
+    Returns:
+        ``{field: array}`` for every field of :meth:`SequenceOptions.field_names`, each ``num_samples`` long.
+
+    Raises:
+        SourceError: a key is missing (naming the demo and what it has), unreadable, or of another length.
+    """
+    from robo_loaders_plugin.robomimic.factories import _read_demo
+
+    return _read_demo(source, f, demo, opts, source.length(f, demo))
+
+
+def robomimic_sequence_dataset(config, obs_keys, filter_by_attribute=None, dataset_path=None):
+    """robomimic's own ``SequenceDataset``, built by robomimic's own (unpatched) ``dataset_factory``: for a backend
+    that wraps the native dataset, and for parity tests."""
+    from robo_loaders_plugin.robomimic.factories import native_dataset
+
+    return native_dataset(config, obs_keys, filter_by_attribute, dataset_path)
+
+
+# -- LeRobot -----------------------------------------------------------------------------------------------------
+def lerobot_episodes(native, decode_device: str = "cpu") -> "LeRobotEpisodes":
+    """The episodes a ``LeRobotDataset`` selects, read the way it reads them (tables, and videos decoded with
+    torchcodec at its tolerance), after checking that robo-loaders reproduces its items exactly.
+
+    Args:
+        native: The ``LeRobotDataset`` LeRobot's factory built (the factory's first argument).
+        decode_device: ``"cpu"`` (byte-identical to LeRobotDataset) or ``"cuda"`` (NVDEC).
+
+    Returns:
+        A :class:`LeRobotEpisodes`: ``runs`` (``(episode, start row, end row)`` in the dataset's row order),
+        ``columns``, ``arrays`` (tabular columns), ``camera_keys``, ``source`` (its ``LeRobotV3``, with
+        ``fingerprint()``, ``video_keys``, ``image_keys``, ``root``) and ``read(episode) -> (fields, camera keys)``.
+
+    Raises:
+        CompatError: not LeRobot 0.6.x.
+        SourceError: a layout robo-loaders does not reproduce (another video backend, depth or language
+            features), or rows that differ from what the ``LeRobotDataset`` object holds.
+    """
+    from robo_loaders_plugin.lerobot.dataset import check_rows_match
+    from robo_loaders_plugin.lerobot.factories import _source
+    from robo_loaders_plugin.sources.lerobot_v3 import LeRobotEpisodes
+
+    source, settings = _source(native)
+    episodes = LeRobotEpisodes(source, settings.tolerance_s, native.episodes, decode_device=decode_device)
+    check_rows_match(native, episodes.columns, episodes.arrays["index"], episodes.arrays)
+    return episodes
+
+
+# -- storage -------------------------------------------------------------------------------------------------------
+def build_or_reuse(*, kind: str, source, key: dict, build: Callable[[str], None], cache_dir: str | None = None,
+                   check: Callable[[str], bool] | None = None, description: str = "",
+                   option_prefix: str = "cache_dir") -> tuple[str, Any, bool]:
+    """A directory in the cache, built once per source and options and reused while the source is unchanged.
+
+    The build writes into a temporary directory renamed into place when complete (a killed build leaves nothing
+    that looks finished); concurrent runs build once (the others wait); the entry is never pruned while the
+    returned hold lives; a source edited since (size, mtime or content digest) gets a new entry and the old one is
+    removed once unused.
+
+    Args:
+        kind: Names the backend and format (``"jpeg-frames"``): the entry's name starts with it.
+        source: ``RobomimicHdf5``, ``lerobot_episodes(...).source``, or anything with ``fingerprint(recorded)``.
+        key: The source's path and every option the content depends on.
+        build: ``build(directory)`` writes the entry's files into an empty directory.
+        cache_dir: The cache root (default: ``$ROBO_LOADERS_CACHE`` or ``~/.cache/robo-loaders``).
+        check: ``check(path) -> bool`` whether a complete entry is intact (checksums); else it is rebuilt.
+        description: For log lines.
+        option_prefix: How the user set ``cache_dir`` (for errors), e.g. :data:`ROBOMIMIC_OPTIONS`.
+
+    Returns:
+        ``(path, hold, reused)``: pass ``hold`` to :class:`Serving` so the entry stays in use while the dataset
+        lives.
+
+    Raises:
+        RoboLoadersError: the cache root cannot be created, or another process's build did not finish in time.
+    """
+    from robo_loaders_plugin.storage.cached_dir import build_or_reuse as build_dir
+
+    return build_dir(kind=kind, source=source, key=key, build=build, cache_dir=cache_dir, check=check,
+                     description=description, option_prefix=option_prefix)
+
+
+__all__ = sorted([n for n in globals() if not n.startswith("_") and n not in ("annotations", "TYPE_CHECKING", "Any",
+                                                                              "Callable")] + list(_LAZY))

@@ -1,0 +1,44 @@
+"""The option tables in the README and docs/backends.md are what the declarations give (no drift), and the
+declarations are what the factories and the codec accept."""
+import dataclasses
+import os
+
+from robo_loaders_plugin.core import option_docs
+from robo_loaders_plugin.core.options import Option
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_committed_documents_match_the_declarations():
+    for name in ("README.md", os.path.join("docs", "backends.md")):
+        with open(os.path.join(ROOT, name)) as f:
+            text = f.read()
+        assert "<!-- robo-loaders:" in text, f"{name} has no generated block"
+        assert option_docs.render(text, option_docs.builtin_specs()) == text, (
+            f"{name} is out of date with robo_loaders_plugin/backends.py: run "
+            "'python -m robo_loaders_plugin.core.option_docs README.md docs/backends.md'")
+
+
+def test_a_changed_declaration_changes_the_documents():
+    """Negative control: the drift check sees a changed default."""
+    with open(os.path.join(ROOT, "docs", "backends.md")) as f:
+        text = f.read()
+    specs = option_docs.builtin_specs()
+    cc = next(s for s in specs if s.name == "compressed_cache")
+    changed = dict(cc.options, level=dataclasses.replace(cc.options["level"], default=7))
+    specs = [dataclasses.replace(s, options=changed) if s.name == "compressed_cache" else s for s in specs]
+    assert option_docs.render(text, specs) != text
+
+
+def test_codec_choices_are_what_the_codec_supports():
+    from robo_loaders_plugin.backends import CODECS, FILTERS
+    from robo_loaders_plugin.storage.codec import CODEC_CHOICES, FILTER_CHOICES
+
+    assert set(CODECS) == set(CODEC_CHOICES) and set(FILTERS) == set(FILTER_CHOICES)
+
+
+def test_option_describes_itself():
+    opt = Option(int, 5, "h", min=0, max=9)
+    assert opt.as_dict() == {"type": "an integer", "default": 5, "help": "h", "values": "0..9"}
+    assert opt.validate(3, "robomimic") is None and "got 10" in opt.validate(10, "robomimic")
+    assert "got true" not in (opt.validate(True, "robomimic") or "") and opt.validate(True, "robomimic")
