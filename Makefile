@@ -40,7 +40,7 @@ test: setup
 	$(PY) -m pytest -ra -p no:cacheprovider tests integration_tests benchmarks/tests examples/jpeg_backend/tests
 
 # the inner loop, -m fast: every unit test (tests/), the quick parity checks marked fast in integration_tests/ (one
-# per backend and framework, against the native loaders) and the harness's fake-row tests: 1 min 9 s on this shared
+# per backend and framework, against the native loaders) and the harness's fake-row tests: 1 min 8 s on this shared
 # 2-core machine (limit: 3 min)
 test-fast: setup
 	$(PY) -m pytest -ra -p no:cacheprovider -m fast tests integration_tests benchmarks/tests
