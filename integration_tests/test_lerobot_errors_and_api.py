@@ -77,8 +77,8 @@ def test_bad_options(lerobot_datasets):
         serve("compressed_cache", nat, codec="brotli")
     with pytest.raises(BackendOptionError, match="robomimic only"):
         serve("compressed_cache", nat, loader="dataloader")
-    with pytest.raises(RoboLoadersError, match="max_memory"):
-        serve("compressed_cache", nat, max_memory="1KB")
+    with pytest.raises(BackendOptionError, match="max_memory.*expected a size like 2GB"):
+        serve("compressed_cache", nat, max_memory="lots")
 
 
 def cfg_for(root, backend=None, backend_kwargs=None, eval_split=0.0):

@@ -80,7 +80,14 @@ def pass_options(shuffle_default: dict, cache_default: int, items: str) -> dict:
         "seed": Option(int, None, "shuffling seed (default: train.seed / lerobot-train's --seed); the order is a "
                                   "function of (seed, pass), so a resumed run continues on the same next batch"),
         "prefetch": Option(int, 2, "batches prefetched ahead of training", min=0, max=1024),
-        "cache_episodes": Option(int, cache_default, "episodes kept in memory (at least 2 x shuffle_buffer)", min=1),
+        "cache_episodes": Option(int, cache_default, "episodes kept in memory (at least 2 x shuffle_buffer)"
+                                 + ("; default: as many as cache_memory holds" if cache_default is None else ""),
+                                 min=1),
+        "cache_memory": Option((int, str), None, "memory the episode buffer may take (bytes, '2GB', '512MiB'; "
+                                                 "default 2GB): as many episodes (parts of long ones for "
+                                                 "video_stream on LeRobot) are kept as fit, and the shuffle buffer "
+                                                 "is at most half of them unless given; cache_episodes, when "
+                                                 "given, decides instead", check=check_size),
         "replacement": Option(bool, False, f"draw each pass's {items} with replacement (same count per pass, repeats "
                                            "allowed) instead of every one exactly once"),
     }
@@ -90,9 +97,9 @@ COMPRESSED_CACHE_OPTIONS = {
     "codec": Option(str, "lz4hc", "Blosc2 codec for camera frames (docs/codecs.md)", choices=CODECS),
     "level": Option(int, 5, "compression level", min=0, max=9),
     "filter": Option(str, "none", "Blosc2 filter", choices=FILTERS),
-    "max_memory": Option((int, str), None, "fail with a clear error if the cache would exceed this size (bytes, '2GB', '512MiB'); not part "
-                                                 "of the cache key, so a cache another run built is refused, not used, when it "
-                                                 "is larger than this budget",
+    "max_memory": Option((int, str), None, "RAM the cache may take (bytes, '2GB', '512MiB'); a cache that may not "
+                                           "fit it, or /dev/shm, is kept file-backed in the cache directory on "
+                                           "disk instead (mapped, byte-identical; the log says so)",
                          check=check_size),
     "cache_dir": Option(str, None, "persist the cache in this cache directory and reuse it while the source and "
                                    "options are unchanged (default: RAM only, rebuilt every run)", per_host=True),
@@ -116,7 +123,7 @@ DATAPIPE_OPTIONS = {
     # robomimic holds open episodes decoded (each frame then serves several windows): memory bounds the buffer.
     # LeRobot keeps them compressed (frames decoded per batch): a wide buffer costs little and mixes batches far
     # better (episode mix 0.64 vs 0.26 at 16 on 200 episodes, batch 64)
-    **pass_options({"robomimic": 16, "lerobot": 64}, 64, "windows"),
+    **pass_options({"robomimic": 16, "lerobot": 64}, None, "windows"),
 }
 
 
@@ -132,6 +139,10 @@ GPU_RESAMPLER_OPTIONS = {
     "max_device_memory": Option((int, str), None, "GPU memory the episodes may take (bytes or '8GB'; default: half "
                                                   "of the free memory); beyond it they stay in pinned host memory",
                                 check=check_size),
+    "max_memory": Option((int, str), None, "host memory the episodes beyond the GPU may take (bytes or '8GB'; "
+                                           "default: 90% of the available memory): held raw while they fit, then "
+                                           "with camera frames compressed (decompressed per batch); refused up "
+                                           "front when even that does not fit", check=check_size),
     "target_fps": Option(float, None, "the rate windows are counted at (default: the recorded rate); robomimic: "
                                       "seq_length and frame_stack steps at this rate; LeRobot: the policy's delta "
                                       f"steps at this rate (at most {MAX_FPS:g})", check=check_positive_rate),
@@ -164,8 +175,9 @@ VIDEO_STREAM_OPTIONS = {
     "buffer": Option(str, "raw", "decoded episodes held 'raw' or compressed with 'lz4' (less memory, some CPU)",
                      choices=("raw", "lz4")),
     "decode_threads": Option(int, 2, "threads decoding the episodes a pass is about to open", min=0, max=64),
-    # decoded episodes are held raw: their memory bounds the buffer (a 100-frame episode of two 84x84 cameras is 4 MB)
-    **pass_options({"robomimic": 16, "lerobot": 16}, 32, "frames"),
+    # decoded episodes are held raw: their memory bounds the buffer (a 100-frame episode of two 84x84 cameras is 4 MB,
+    # a 20-s one of three 480p cameras 1.7 GB: sized in bytes, cache_memory)
+    **pass_options({"robomimic": 16, "lerobot": 16}, None, "frames"),
 }
 
 
@@ -183,7 +195,7 @@ def robo_loaders_backends():
         BackendSpec(
             name="compressed_cache",
             description="each episode read (video decoded) once; camera frames kept lossless-compressed in one "
-                        "RAM file shared by all workers",
+                        "RAM file shared by all workers (file-backed on local disk when RAM cannot hold it)",
             frameworks=("robomimic", "lerobot"),
             # LeRobot: its DataLoader's workers stay in charge (image transforms draw from their RNG)
             kind={"robomimic": INDEXED, "lerobot": SAMPLE},
@@ -204,8 +216,9 @@ def robo_loaders_backends():
         ),
         BackendSpec(
             name="gpu_resampler",
-            description="every episode held as tensors (on the GPU when it fits): whole batches of windows in a "
-                        "few gathers, the native sampler's order, optional rate conversion",
+            description="every episode held as tensors in tiers (on the GPU while it fits, then host memory raw, "
+                        "then compressed): whole batches of windows in a few gathers, the native sampler's order, "
+                        "optional rate conversion",
             frameworks=("robomimic", "lerobot"),
             kind=INDEXED,
             gpu=GPU_OPTIONAL,

@@ -57,14 +57,20 @@ def sample_data():
 @click.option("--min-length", default=40, show_default=True, type=click.IntRange(min=1))
 @click.option("--max-length", default=60, show_default=True, type=click.IntRange(min=1))
 @click.option("--no-next-obs", is_flag=True, help="omit next_obs/ (like dataset_states_to_obs --exclude-next-obs)")
-def sample_data_robomimic(out, demos, image_size, cameras, seed, min_length, max_length, no_next_obs):
-    """Write a robomimic-format HDF5 file to OUT."""
+@click.option("--content", type=click.Choice(["renders", "camera"]), default="renders", show_default=True,
+              help="renders: simulator-like frames; camera: like a real camera (texture, shake, sensor noise)")
+@click.option("--noise", default=0.5, show_default=True, type=click.FloatRange(min=0),
+              help="--content camera: sensor noise, sigma in grey levels")
+def sample_data_robomimic(out, demos, image_size, cameras, seed, min_length, max_length, no_next_obs, content,
+                          noise):
+    """Write a robomimic-format HDF5 file to OUT (docs/scale.md: the large workloads, their time and disk)."""
     from robo_loaders_plugin.sample_data.robomimic_hdf5 import write_robomimic_hdf5
 
     if min_length > max_length:
         raise click.BadParameter(f"--min-length {min_length} > --max-length {max_length}")
     write_robomimic_hdf5(out, demos=demos, image_size=image_size, cameras=cameras, seed=seed,
-                         min_length=min_length, max_length=max_length, next_obs=not no_next_obs)
+                         min_length=min_length, max_length=max_length, next_obs=not no_next_obs, content=content,
+                         noise=noise)
     click.echo(f"wrote {out}")
 
 
@@ -85,9 +91,17 @@ def sample_data_robomimic(out, demos, image_size, cameras, seed, min_length, max
 @click.option("--repeat", default=1, show_default=True, type=click.IntRange(min=1),
               help="with --from-robomimic: write every demo this many times (benchmark-sized real pixels)")
 @click.option("--overwrite", is_flag=True)
+@click.option("--content", type=click.Choice(["renders", "camera"]), default="renders", show_default=True,
+              help="renders: simulator-like frames; camera: like a real camera (texture, shake, sensor noise)")
+@click.option("--noise", default=0.5, show_default=True, type=click.FloatRange(min=0),
+              help="--content camera: sensor noise, sigma in grey levels")
+@click.option("--stream-encode", is_flag=True,
+              help="encode each frame as it is added (LeRobot's streaming_encoding: the same encoder, no PNG files "
+                   "in between; for large datasets)")
 def sample_data_lerobot(out, repo_id, episodes, min_length, max_length, cameras, image_size, codec, fps, seed,
-                        from_robomimic, repeat, overwrite):
-    """Write a LeRobot v3 dataset to OUT with LeRobot's own writer."""
+                        from_robomimic, repeat, overwrite, content, noise, stream_encode):
+    """Write a LeRobot v3 dataset to OUT with LeRobot's own writer (docs/scale.md: the large workloads, their time
+    and disk)."""
     import numpy as np
 
     from robo_loaders_plugin.sample_data.lerobot_v3 import write_lerobot_dataset, write_lerobot_from_robomimic
@@ -110,7 +124,8 @@ def sample_data_lerobot(out, repo_id, episodes, min_length, max_length, cameras,
     lengths = np.random.default_rng(seed).integers(min_length, max_length + 1, size=episodes).tolist()
     try:
         write_lerobot_dataset(out, repo_id=repo_id, episode_lengths=lengths, cameras=cameras, image_size=(h, w),
-                              mode=codec, fps=fps, seed=seed, overwrite=overwrite)
+                              mode=codec, fps=fps, seed=seed, overwrite=overwrite, content=content, noise=noise,
+                              streaming_encoding=stream_encode)
     except FileExistsError as exc:
         raise click.UsageError(str(exc)) from None
     click.echo(f"wrote {out} (repo_id {repo_id}, {sum(lengths)} frames)")

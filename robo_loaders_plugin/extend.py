@@ -14,7 +14,11 @@ How a backend is put together (the built-in ones are built the same way):
    dataset, its videos decoded exactly as ``LeRobotDataset`` decodes them), each with a ``fingerprint()`` for the
    staleness rules.
 3. **Storage**: whatever the backend is about; :func:`build_or_reuse` gives it a directory in the cache, built once
-   per source and options, atomically, locked, reused only while the source is unchanged.
+   per source and options, atomically, locked, reused only while the source is unchanged. Before it builds
+   anything the factory states its :class:`Footprint` (RAM, ``/dev/shm``, GPU, disk, build time, from the source's
+   metadata: ``RobomimicHdf5.data_size``, ``LeRobotEpisodes.source.data_size``) and calls :func:`check_fits` against
+   :meth:`Available.measure`: it serves within the bound it states or refuses, before reading any data, with the
+   numbers (:class:`ResourceRefused`); a writer checks the disk as it writes (:class:`DiskGuard`).
 4. **A frame source** (:class:`FrameSource`): answers "field F at these (episode, step) pairs"; the window rules
    turn sample indices into such pairs.
 5. **A dataset**: :class:`RobomimicSamples` (robomimic's ``SequenceDataset`` samples) or :class:`LeRobotSamples`
@@ -30,6 +34,9 @@ from typing import TYPE_CHECKING, Any, Callable
 from robo_loaders_plugin.core.errors import (BackendOptionError, RoboLoadersError, SourceError,  # noqa: F401
                                              StaleSourceError)
 from robo_loaders_plugin.core.files import atomic_write_bytes  # noqa: F401  (a backend's own files, atomically)
+# the footprint contract: what a backend will need, estimated from metadata, checked before any data is read
+from robo_loaders_plugin.core.footprint import (HEADROOM, Available, DiskGuard, Footprint,  # noqa: F401
+                                                ResourceRefused, check_fits)
 from robo_loaders_plugin.core.hookspecs import hookimpl  # noqa: F401
 from robo_loaders_plugin.core.options import Option, Options  # noqa: F401
 from robo_loaders_plugin.core.spec import (BATCH, GPU_NO, GPU_OPTIONAL, GPU_REQUIRED, INDEXED, LOSSLESS,  # noqa: F401

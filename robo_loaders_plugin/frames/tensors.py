@@ -129,3 +129,341 @@ class TensorFrames(FrameSource):
 
     def take(self, field, episodes, steps, out):
         out[...] = self.gather(field, episodes, steps).cpu().numpy()
+
+
+class CompressedRows:
+    """Camera frames of a run of rows kept compressed, one Blosc2 blob per frame (the last ``gpu_resampler``
+    tier): in host memory, or, when even compressed they exceed the memory budget, in a file on local disk
+    (``spill_dir``; unlinked at once, so nothing is left behind, and mapped: the page cache keeps the hot part).
+    Episodes are appended in row order; a row is found by (buffer, offsets)."""
+
+    def __init__(self, first_row: int, frame_shape: tuple, dtype, codec, spill_dir: str | None = None,
+                 guard=None):
+        import threading
+
+        self.first_row, self.frame_shape, self.dtype, self.codec = int(first_row), tuple(frame_shape), dtype, codec
+        self.buffers: list[np.ndarray] = []   # in memory: one uint8 array per episode, its frames' blobs end to end
+        self.buf_of_row: list[np.ndarray] = []
+        self.starts: list[np.ndarray] = []
+        self.nbytes = 0
+        self._index = None
+        self._file = self._map = None
+        self.guard = guard
+        self._lock = threading.Lock()
+        if spill_dir is not None:
+            import os
+            import tempfile
+
+            os.makedirs(spill_dir, exist_ok=True)
+            self._file = tempfile.TemporaryFile(dir=spill_dir, prefix="gpu_resampler-compressed-")
+
+    @property
+    def on_disk(self) -> bool:
+        return self._file is not None
+
+    def to_disk(self, spill_dir: str, guard=None) -> None:
+        """Move the blobs held in memory into a file in ``spill_dir`` (the same rows, the same bytes) and keep
+        appending there: the frames compress worse than planned and host memory would exceed its budget."""
+        import os
+        import tempfile
+
+        if self._file is not None:
+            return
+        os.makedirs(spill_dir, exist_ok=True)
+        if guard is not None:
+            guard.check(self.nbytes)
+        self._file = tempfile.TemporaryFile(dir=spill_dir, prefix="gpu_resampler-compressed-")
+        self.guard = guard
+        pos = 0
+        for i, buf in enumerate(self.buffers):
+            self._file.write(buf.tobytes())
+            self.starts[i] = self.starts[i] + pos
+            self.buf_of_row[i] = np.zeros_like(self.buf_of_row[i])
+            pos += len(buf)
+        self.buffers = []
+        self._index = self._map = None
+
+    def append(self, frames: np.ndarray) -> int:
+        """Compress an episode's frames; returns their compressed bytes."""
+        blobs = [self.codec.compress(f) for f in frames]
+        offsets = np.concatenate([[0], np.cumsum([len(b) for b in blobs])]).astype(np.int64)
+        if self._file is not None:
+            if self.guard is not None:
+                self.guard.check(int(offsets[-1]), self.nbytes)
+            self._file.write(b"".join(blobs))
+            self.buf_of_row.append(np.zeros(len(blobs), dtype=np.int64))
+            self.starts.append(offsets + self.nbytes)
+            self._map = None
+        else:
+            self.buffers.append(np.frombuffer(b"".join(blobs), dtype=np.uint8))
+            self.buf_of_row.append(np.full(len(blobs), len(self.buffers) - 1, dtype=np.int64))
+            self.starts.append(offsets)
+        self.nbytes += int(offsets[-1])
+        self._index = None
+        return int(offsets[-1])
+
+    def _rows(self):
+        with self._lock:
+            if self._index is None:
+                bufs = np.concatenate(self.buf_of_row) if self.buf_of_row else np.zeros(0, np.int64)
+                begin = np.concatenate([o[:-1] for o in self.starts]) if self.starts else np.zeros(0, np.int64)
+                end = np.concatenate([o[1:] for o in self.starts]) if self.starts else np.zeros(0, np.int64)
+                self._index = (bufs, begin, end)
+            if self._file is not None and self._map is None:
+                import mmap
+
+                self._file.flush()
+                self._map = np.frombuffer(mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ), np.uint8)
+            return self._index, ([self._map] if self._file is not None else self.buffers)
+
+    def decode_into(self, rows: np.ndarray, out: np.ndarray) -> None:
+        """Frame of global row ``rows[j]`` into ``out[j]`` (a numpy view, C-contiguous per frame)."""
+        from robo_loaders_plugin.storage.codec import FrameCodec
+
+        (bufs, begin, end), buffers = self._rows()
+        local = np.asarray(rows, dtype=np.int64) - self.first_row
+        decompress = FrameCodec.decompress_into_unchecked
+        for j, (b, s, e) in enumerate(zip(bufs[local].tolist(), begin[local].tolist(), end[local].tolist())):
+            decompress(buffers[b][s:e], out[j])
+
+
+class TieredFrames(TensorFrames):
+    """Every episode's fields held in tiers (``footprints.TierPlan``): camera frames of episodes ``[0, device)``
+    on the training GPU, ``[device, raw)`` in host memory uncompressed (pinned when the GPU trains), ``[raw, N)``
+    compressed in host memory; the other fields whole in the first tier. A gather reads each row from its tier
+    and keeps the native order: rows in host memory are gathered into a (pinned) staging buffer and uploaded with
+    one copy, compressed rows are decompressed into it (by the threads building batches, ahead of training).
+
+    Args:
+        lengths: Steps per episode, in row order.
+        infos: Every field's dtype and step shape (``frames``: camera frames, the tiered ones).
+        plan: The tier plan (episode boundaries).
+        output_device: Where batches are wanted (a CUDA device enables the device tier).
+        codec: The compressed tier's ``storage.codec.FrameCodec``.
+        host_limit: Host bytes the compressed tier may not push the total beyond (checked while filling:
+            frames that compress worse than the plan assumed stop with both sizes).
+        spill_dir: Keep the compressed tier in a file there (on local disk, mapped) instead of in host memory:
+            the plan's last resort when even compressed the frames exceed the memory budget.
+        overflow_dir: Where the compressed tier moves when, while filling, it outgrows ``host_limit`` (frames
+            that compress worse than the plan assumed); ``None``: the fill stops with both sizes instead.
+    """
+
+    def __init__(self, lengths, infos: dict[str, FieldInfo], plan, output_device: torch.device, codec=None,
+                 host_limit: int | None = None, spill_dir: str | None = None, overflow_dir: str | None = None):
+        from robo_loaders_plugin.storage.codec import FrameCodec
+
+        self.lengths = np.asarray(lengths, dtype=np.int64)
+        self.infos = dict(infos)
+        self.starts = np.concatenate([[0], np.cumsum(self.lengths)[:-1]]).astype(np.int64)
+        self.output_device = output_device
+        self.plan = plan
+        total = int(self.lengths.sum())
+        cuda = output_device.type == "cuda"
+        bound = np.concatenate([self.starts, [total]])
+        self.dev_rows, self.raw_rows = int(bound[plan.device]), int(bound[plan.raw])
+        first = output_device if plan.device and cuda else torch.device("cpu")
+        self.storage = first
+        self.pinned = cuda and first.type == "cpu"  # the untiered fields: gathered as TensorFrames does
+        self.codec = codec or FrameCodec("lz4hc", 5)
+        self.host_limit = host_limit
+        self.overflow_dir = overflow_dir
+        self.spilled_while_filling = ""
+        self.tensors, self.parts = {}, {}
+        for k, v in self.infos.items():
+            dt = _torch_dtype(v.dtype)
+            if not v.frames:
+                self.tensors[k] = torch.empty((total,) + tuple(v.shape), dtype=dt, device=first,
+                                              pin_memory=cuda and first.type == "cpu")
+                continue
+            dev = torch.empty((self.dev_rows,) + tuple(v.shape), dtype=dt, device=output_device) \
+                if self.dev_rows else None
+            raw = torch.empty((self.raw_rows - self.dev_rows,) + tuple(v.shape), dtype=dt, pin_memory=cuda) \
+                if self.raw_rows > self.dev_rows else None
+            comp = None
+            if total > self.raw_rows:
+                guard = None
+                if spill_dir is not None:
+                    from robo_loaders_plugin.core.footprint import DiskGuard
+
+                    guard = DiskGuard(spill_dir, f"gpu_resampler's compressed frames in {spill_dir}")
+                comp = CompressedRows(self.raw_rows, v.shape, v.dtype, self.codec, spill_dir, guard)
+            self.parts[k] = (dev, raw, comp)
+        self.host_bytes = sum(t.numel() * t.element_size() for t in self.tensors.values() if t.device.type == "cpu")
+        self.host_bytes += sum(p[1].numel() * p[1].element_size() for p in self.parts.values() if p[1] is not None)
+        self.filled = np.zeros(len(self.lengths), dtype=bool)
+
+    def fill(self, ep: int, arrays: dict) -> None:
+        s, n = int(self.starts[ep]), int(self.lengths[ep])
+        for k, info in self.infos.items():
+            a = np.ascontiguousarray(arrays[k])
+            if a.shape != (n,) + tuple(info.shape) or a.dtype != info.dtype:
+                raise ValueError(f"episode {ep}: field {k!r} is {a.dtype}{a.shape}, expected {info.dtype}"
+                                 f"{(n,) + tuple(info.shape)}")
+            with warnings.catch_warnings():  # read-only source arrays (a mapped file) are only read here
+                warnings.simplefilter("ignore", UserWarning)
+                if k in self.tensors:
+                    self.tensors[k][s:s + n].copy_(torch.from_numpy(a))
+                    continue
+                dev, raw, comp = self.parts[k]
+                if s < self.dev_rows:
+                    dev[s:s + n].copy_(torch.from_numpy(a))
+                elif s < self.raw_rows:
+                    raw[s - self.dev_rows:s - self.dev_rows + n].copy_(torch.from_numpy(a))
+                else:
+                    comp.append(a)
+                    self._check_host(ep)
+        self.filled[ep] = True
+
+    @property
+    def compressed_bytes(self) -> int:
+        return sum(p[2].nbytes for p in self.parts.values() if p[2] is not None)
+
+    def _check_host(self, ep: int) -> None:
+        """Frames that compress worse than the plan assumed would take host memory beyond its budget: the
+        compressed tier moves to a file on local disk (mapped; the same bytes) and the fill goes on there, said in
+        the log; without a directory to spill to, the fill stops with both sizes."""
+        if self.host_limit is None or any(p[2] is not None and p[2].on_disk for p in self.parts.values()):
+            return
+        used = self.host_bytes + self.compressed_bytes
+        if used <= self.host_limit:
+            return
+        raw = sum(int(self.lengths[e]) for e in range(self.plan.raw, ep + 1)) * \
+            sum(int(np.prod(i.shape)) * np.dtype(i.dtype).itemsize for i in self.infos.values() if i.frames)
+        ratio = raw / max(1, self.compressed_bytes)
+        if self.overflow_dir is None:
+            from robo_loaders_plugin.core.footprint import ResourceRefused
+
+            raise ResourceRefused(
+                f"gpu_resampler: the compressed tier outgrew its budget while filling episode {ep}: host memory "
+                f"{format_bytes(used)} > {format_bytes(self.host_limit)} (the frames compress {ratio:.2f}:1, worse "
+                f"than the plan's estimate); raise max_memory, or use compressed_cache (it spills to disk)",
+                [("host RAM", used, self.host_limit)])
+        from robo_loaders_plugin.core.footprint import DiskGuard
+
+        for p in self.parts.values():
+            if p[2] is not None:
+                p[2].to_disk(self.overflow_dir, DiskGuard(self.overflow_dir, "gpu_resampler's compressed frames in "
+                                                                            f"{self.overflow_dir}"))
+        self.spilled_while_filling = (f"the frames compress {ratio:.2f}:1, worse than planned: host memory would "
+                                      f"reach {format_bytes(used)} > {format_bytes(self.host_limit)}, so the "
+                                      f"compressed tier moved to a file on local disk in {self.overflow_dir}")
+        print(f"[robo-loaders] gpu_resampler: spilled while filling episode {ep}: {self.spilled_while_filling}",
+              flush=True)
+
+    def gather(self, field, episodes, steps, pool=None) -> torch.Tensor:
+        if field not in self.parts:
+            return super().gather(field, episodes, steps, pool)
+        info = self.infos[field]
+        dev, raw, comp = self.parts[field]
+        g = (self.starts[broadcast_episodes(np.asarray(episodes), np.asarray(steps))] + np.asarray(steps)).reshape(-1)
+        shape = (g.size,) + tuple(info.shape)
+        cuda = self.output_device.type == "cuda"
+        in_dev = g < self.dev_rows
+        host = ~in_dev
+        if not host.any():  # every row on the GPU
+            idx = torch.from_numpy(g).to(self.output_device, non_blocking=True)
+            out = torch.index_select(dev, 0, idx)
+            return out.reshape(tuple(np.shape(steps)) + tuple(info.shape))
+        # host rows into a staging buffer (pinned for the upload; the batch itself on the CPU)
+        at = np.flatnonzero(host)
+        if pool is not None and not cuda and at.size == g.size:  # the batch array itself, recycled (no page faults)
+            staged = torch.from_numpy(pool.empty((at.size,) + tuple(info.shape), info.dtype))
+        else:
+            staged = torch.empty((at.size,) + tuple(info.shape), dtype=_torch_dtype(info.dtype), pin_memory=cuda)
+        rows = g[at]
+        in_raw = rows < self.raw_rows
+        if in_raw.all():
+            torch.index_select(raw, 0, torch.from_numpy(rows - self.dev_rows), out=staged)
+        else:
+            r = np.flatnonzero(in_raw)
+            if r.size:
+                staged[torch.from_numpy(r)] = torch.index_select(raw, 0, torch.from_numpy(rows[r] - self.dev_rows))
+            c = np.flatnonzero(~in_raw)
+            view = staged.numpy()
+            if c.size == at.size:
+                comp.decode_into(rows, view)
+            else:
+                tmp = np.empty((c.size,) + tuple(info.shape), dtype=info.dtype)
+                comp.decode_into(rows[c], tmp)
+                view[c] = tmp
+        if not cuda:
+            if at.size == g.size:
+                return staged.reshape(tuple(np.shape(steps)) + tuple(info.shape))
+            out = torch.empty(shape, dtype=staged.dtype)
+            out[torch.from_numpy(at)] = staged
+            return out.reshape(tuple(np.shape(steps)) + tuple(info.shape))
+        out = torch.empty(shape, dtype=staged.dtype, device=self.output_device)
+        out[torch.from_numpy(at).to(self.output_device)] = staged.to(self.output_device, non_blocking=True)
+        d = np.flatnonzero(in_dev)
+        if d.size:
+            out[torch.from_numpy(d).to(self.output_device)] = torch.index_select(
+                dev, 0, torch.from_numpy(g[d]).to(self.output_device))
+        return out.reshape(tuple(np.shape(steps)) + tuple(info.shape))
+
+
+def plan_tiers_checked(size, device: torch.device, options, where: str, alternatives=(), quiet: bool = False):
+    """``gpu_resampler``'s tiers for a dataset (``footprints.plan_tiers``) under its budgets, checked against the
+    machine before any data is read: the GPU holds episodes up to ``max_device_memory`` (default: half of its free
+    memory), host memory the rest up to ``max_memory`` (default: what the machine has available, with headroom),
+    raw first, then with frames compressed.
+
+    Args:
+        size: The dataset's ``footprints.DataSize`` (from metadata).
+        device: The training device (a CUDA device enables the GPU tier).
+        options: The backend's options (``max_device_memory``, ``max_memory``).
+        where: How the user sets options (``train.data_backend_kwargs``, ...).
+        alternatives: What would fit instead, for a refusal.
+        quiet: Do not log a spill (a first check before the plan is made again in the rows' order).
+
+    Returns:
+        ``(plan, host_limit)``: the ``footprints.TierPlan`` (its footprint's ``bound`` says how it is bounded) and
+        the host bytes filling must stay within.
+
+    Raises:
+        core.footprint.ResourceRefused: even with every frame compressed the data does not fit ``max_memory`` or
+            the machine, naming both sizes and what would fit.
+    """
+    import dataclasses
+
+    from robo_loaders_plugin.core.footprint import HEADROOM, Available, ResourceRefused, check_fits
+    from robo_loaders_plugin.footprints import budget, plan_tiers
+
+    available = Available.measure(device=device if device.type == "cuda" else None)
+    device_budget = None
+    if device.type == "cuda":
+        device_budget = budget(options.max_device_memory, f"{where}.max_device_memory")
+        if device_budget is None:
+            device_budget = int(DEFAULT_VRAM_FRACTION * (available.device_bytes or 0))
+    given = budget(getattr(options, "max_memory", None), f"{where}.max_memory")
+    host_limit = given if given is not None else int(HEADROOM * available.host_bytes)
+    plan = plan_tiers(size, device_budget=device_budget, host_budget=host_limit)
+    said = f"{where}.max_memory={format_bytes(given)}" if given is not None else \
+        f"{HEADROOM:.0%} of the available memory ({format_bytes(host_limit)})"
+    spilled = ""
+    if plan.footprint.host_bytes > host_limit:  # even compressed they do not fit: the compressed tier on disk
+        from robo_loaders_plugin.storage.cache import default_root
+
+        root = default_root()
+        available = Available.measure(disk_dir=root, device=device if device.type == "cuda" else None)
+        plan = plan_tiers(size, device_budget=device_budget, host_budget=host_limit, spill_dir=root)
+        spilled = (f"even compressed (~{format_bytes(plan.compressed_bytes)}, estimated) the frames exceed {said}: "
+                   f"the compressed tier is a file on local disk in {root}, mapped")
+    if plan.raw < plan.episodes:
+        bound = (f"frames of {plan.episodes - plan.raw} of {plan.episodes} episodes compressed"
+                 + (" in a mapped file on disk" if plan.spill_dir else "") + f", host memory within {said}")
+    else:
+        bound = f"every episode held uncompressed within {said}"
+    if device_budget is not None:
+        bound += f", at most {format_bytes(device_budget)} on {device}"
+    plan = dataclasses.replace(plan, footprint=dataclasses.replace(plan.footprint, bound=bound))
+    fp = plan.footprint
+    if given is not None and fp.host_bytes > given:
+        raise ResourceRefused(
+            f"backend 'gpu_resampler' cannot hold this dataset within {where}.max_memory={format_bytes(given)}: "
+            f"{size.describe()}; the fields that are not frames alone take {format_bytes(fp.host_bytes)}. Would "
+            f"fit: {'; '.join(list(alternatives))}. Estimated from the dataset's metadata before reading any data.",
+            [("host RAM (max_memory)", fp.host_bytes, given)])
+    check_fits(fp, available, backend="gpu_resampler", option_prefix=where, alternatives=list(alternatives))
+    if spilled and not quiet:
+        print(f"[robo-loaders] gpu_resampler: spilled: {spilled}", flush=True)
+    return plan, host_limit

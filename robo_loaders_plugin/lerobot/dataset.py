@@ -40,12 +40,15 @@ class LeRobotSamples(IndexedDataset):
         delta_steps: Each delta key's offsets in recorded steps, when they are not LeRobot's own
             ``delta_indices`` (rate conversion; fractional offsets are read by ``modes``).
         modes: How each delta key is read between recorded steps.
+        units: The frame source's units when they are not the episode runs (parts of episodes, in row order:
+            ``frames.chunks``); ``None``: the runs.
         **kwargs: ``serving`` (``core.iteration.Serving``) and, for subclasses, their bases' arguments.
     """
 
     def __init__(self, native, frames: FrameSource, runs: list[tuple[int, int, int]], columns: list[str],
                  video_keys: list[str], image_keys: list[str], backend_name: str, location: str = "",
-                 delta_steps: dict | None = None, modes: dict | None = None, **kwargs):
+                 delta_steps: dict | None = None, modes: dict | None = None,
+                 units: list[tuple[int, int, int]] | None = None, **kwargs):
         super().__init__(**kwargs)
         self.location = location
         settings = reader_settings(native)
@@ -57,7 +60,7 @@ class LeRobotSamples(IndexedDataset):
         self.tolerance_s = settings.tolerance_s
         self.frames = frames
         self.backend_name = backend_name
-        self.rowmap = rules.RowMap([e - s for _, s, e in runs])
+        self.rowmap = rules.RowMap([e - s for _, s, e in (units if units is not None else runs)])
         self._runs = runs
         abs_index = np.concatenate([np.arange(int(self.meta.episodes[ep]["dataset_from_index"]),
                                               int(self.meta.episodes[ep]["dataset_from_index"]) + e - s)
@@ -137,7 +140,7 @@ class LeRobotSamples(IndexedDataset):
         return rules.collate(self.layout, self.frames, self.rowmap, self.windows, self._check(indices), self._pool)
 
     def episode_of(self, indices=None) -> np.ndarray:
-        """Frame-source unit (episode run) of rows ``indices`` (default: all)."""
+        """Frame-source unit (episode run, or part of one) of rows ``indices`` (default: all)."""
         return self.rowmap.run_of_row if indices is None else self.rowmap.run_of_row[np.asarray(indices)]
 
 

@@ -8,14 +8,18 @@ framework-neutral parts: the LeRobot v3 source, a storage and its frame source, 
 """
 from __future__ import annotations
 
+import dataclasses
 
 import numpy as np
 from tqdm.auto import tqdm
 
 from robo_loaders_plugin.core.errors import BackendOptionError, SourceError
+from robo_loaders_plugin.core.footprint import Available, check_fits
 from robo_loaders_plugin.core.iteration import Serving
 from robo_loaders_plugin.frames.base import FieldInfo
+from robo_loaders_plugin.frames.chunks import ChunkFrames, split_runs
 from robo_loaders_plugin.frames.episodes import EpisodeFrames
+from robo_loaders_plugin.footprints import EXPECTED_LOSSLESS_RATIO
 from robo_loaders_plugin.frames.store import StoreFrames
 from robo_loaders_plugin.lerobot.compat import check_version, reader_settings
 from robo_loaders_plugin.lerobot.dataset import LeRobotSamples, check_rows_match, check_supported
@@ -24,9 +28,14 @@ from robo_loaders_plugin.pipeline.options import PassOptions, open_shards
 from robo_loaders_plugin.sources.lerobot_v3 import LeRobotEpisodes, LeRobotV3, is_remote
 from robo_loaders_plugin.storage.codec import FrameCodec
 from robo_loaders_plugin.storage.encoded_frames import EncodedFrames
-from robo_loaders_plugin.storage.store_cache import open_or_build, summarize
+from robo_loaders_plugin.storage.store_cache import open_or_build, plan_store, summarize
 
 OPTION_PREFIX = "--dataset.backend_kwargs"
+# what fits when a backend does not (its refusal names these)
+_ALTERNATIVES = ("backend 'video_stream' (decodes the dataset's own videos, writes nothing, a bounded buffer)",
+                 "backend 'datapipe' with its shards on a disk with room (option shards or cache_dir)")
+_GPU_ALTERNATIVES = ("backend 'compressed_cache' (compressed frames, spilled to a file-backed cache on disk when RAM "
+                     "cannot hold them)", _ALTERNATIVES[0])
 
 
 def native_dataset(native, *, options=None):
@@ -45,6 +54,11 @@ def compressed_cache_dataset(native, *, options):
     LeRobot's DataLoader workers serve its items (``compressed_cache``)."""
     frame_codec = FrameCodec(options.codec, options.level, options.filter)
     source, settings = _source(native)
+    key = {"root": str(source.root), "episodes": native.episodes, "codec": frame_codec.as_dict(),
+           "tolerance_s": settings.tolerance_s, "video_backend": settings.video_backend, "v": 2}
+    plan, cache_dir = plan_store(source.data_size(native.episodes), kind="lerobot", key_desc=key,
+                                 source_path=str(source.root), options=options, option_prefix=OPTION_PREFIX,
+                                 alternatives=_ALTERNATIVES)
     episodes = LeRobotEpisodes(source, settings.tolerance_s, native.episodes)
     check_rows_match(native, episodes.columns, episodes.arrays["index"], episodes.arrays)
 
@@ -53,16 +67,16 @@ def compressed_cache_dataset(native, *, options):
                              mininterval=0.5):
             writer.add_episode(f"episode_{ep}", *episodes.read(ep))
 
-    key = {"root": str(source.root), "episodes": native.episodes, "codec": frame_codec.as_dict(),
-           "tolerance_s": settings.tolerance_s, "video_backend": settings.video_backend, "v": 2}
     store, hold, reused = open_or_build(kind="lerobot", source=source, key_desc=key, write=write, codec=frame_codec,
-                                        cache_dir=options.cache_dir, max_memory=options.max_memory,
+                                        cache_dir=cache_dir, max_memory=options.max_memory if plan.in_ram else None,
                                         build_workers=options.build_workers, option_prefix=OPTION_PREFIX,
                                         meta={"source": str(source.root), "framework": "lerobot"},
-                                        description=f"compressed_cache of {source.root}")
+                                        description=f"compressed_cache of {source.root}",
+                                        disk_estimate=plan.footprint.disk_bytes or None)
     if [e["name"] for e in store.episodes] != [f"episode_{ep}" for ep, _, _ in episodes.runs]:
         raise SourceError(f"{store.path} does not hold the episodes {native.repo_id} selects; delete it")
-    summary = summarize(store, len(episodes.runs), sum(e - s for _, s, e in episodes.runs), reused)
+    summary = (summarize(store, len(episodes.runs), sum(e - s for _, s, e in episodes.runs), reused)
+               + f"; bounded: {plan.footprint.bound}")
     return LeRobotSamples(native, StoreFrames(store, hold), episodes.runs, episodes.columns, source.video_keys,
                           source.image_keys, backend_name="compressed_cache", location=store.path,
                           serving=Serving(summary, hold=hold))
@@ -78,6 +92,15 @@ def datapipe_dataset(native, *, options):
     over the frames lerobot-train's sampler would serve (``datapipe``)."""
     passes = PassOptions.of(options)
     source, settings = _source(native)
+    # the buffer holds whole episodes with their frames compressed (decoded per batch): sized in bytes, from
+    # metadata, before anything is read or converted
+    size = source.data_size(native.episodes)
+    held = (size.lengths * (sum(size.frame_step_bytes.values()) / EXPECTED_LOSSLESS_RATIO
+                            + size.other_step_bytes)).astype(np.int64)
+    passes, buffer = passes.sized(held, 0, OPTION_PREFIX, shuffle_default=64)
+    check_fits(buffer.footprint, Available.measure(), backend="datapipe", option_prefix=OPTION_PREFIX,
+               alternatives=[f"{OPTION_PREFIX}.cache_memory (bytes) smaller, or cache_episodes unset",
+                             "backend 'video_stream' (parts of long episodes, a bounded buffer)"])
 
     def convert(out_dir, fingerprint):
         from robo_loaders_plugin.lerobot.convert import convert_lerobot
@@ -89,7 +112,10 @@ def datapipe_dataset(native, *, options):
                                cache_dir=options.cache_dir, check_source=options.check_source,
                                key_desc={"root": str(source.root), "tolerance_s": settings.tolerance_s, "v": 2},
                                convert=convert, option_prefix=OPTION_PREFIX,
-                               convert_hint=f"'robo-loaders convert lerobot {source.root} OUT_DIR'")
+                               convert_hint=f"'robo-loaders convert lerobot {source.root} OUT_DIR'",
+                               size=source.data_size(), backend="datapipe",
+                               alternatives=["backend 'video_stream' (trains from the videos, writes nothing)",
+                                             f"{OPTION_PREFIX}.cache_dir on a disk with room"])
     meta = reader.dataset.get("metadata", {})
     if settings.tolerance_s < float(meta.get("tolerance_s", 0.0)):
         raise SourceError(f"{reader.dir}: frames were checked with tolerance_s={meta['tolerance_s']} at conversion, "
@@ -118,7 +144,7 @@ def datapipe_dataset(native, *, options):
     frames = EpisodeFrames([e - s for _, s, e in runs], infos, read, capacity=passes.episode_capacity,
                            decode_on_load=False)
     summary = (f"{len(runs)} episodes, {sum(e - s for _, s, e in runs)} frames from {len(reader.shards)} shard(s) "
-               f"in {reader.dir}, shuffle buffer {passes.shuffle_buffer} episodes")
+               f"in {reader.dir}, shuffle buffer {passes.shuffle_buffer} episodes; bounded: {buffer.footprint.bound}")
     return LeRobotShardSamples(native, frames, runs, columns, meta.get("video_keys", []), meta.get("image_keys", []),
                                backend_name="datapipe", location=reader.dir, passes=passes,
                                serving=Serving(summary, hold=hold))
@@ -127,13 +153,16 @@ def datapipe_dataset(native, *, options):
 def gpu_resampler_dataset(native, *, options):
     """Every episode's fields held as tensors (on the training GPU when they fit), batches gathered in a few index
     operations over lerobot-train's sampler order, delta steps optionally at another rate (``gpu_resampler``)."""
-    from robo_loaders_plugin.frames.tensors import TensorFrames, placement, training_device
+    from robo_loaders_plugin.frames.tensors import TieredFrames, plan_tiers_checked, training_device
+    from robo_loaders_plugin.storage.cache import default_root
     from robo_loaders_plugin.windows.rates import resolve_modes
 
     target_fps = options.target_fps
     source, settings = _source(native)
     train_device = training_device(options.device, OPTION_PREFIX)
     delta_steps = _delta_steps(native, settings.delta_indices, target_fps, options.delta_timestamps)
+    plan_tiers_checked(source.data_size(native.episodes), train_device, options, OPTION_PREFIX, _GPU_ALTERNATIVES,
+                       quiet=True)  # before reading any data; made again below in the rows' order
     episodes = LeRobotEpisodes(source, settings.tolerance_s, native.episodes)
     check_rows_match(native, episodes.columns, episodes.arrays["index"], episodes.arrays)
     first_ep = episodes.runs[0][0]
@@ -145,19 +174,24 @@ def gpu_resampler_dataset(native, *, options):
                                  f"have; its features are {sorted(infos)}")
     modes = resolve_modes({k: infos[k] for k in delta_steps or {}}, options.modes, OPTION_PREFIX)
     lengths = [e - s for _, s, e in episodes.runs]
-    storage, pinned, where = placement(TensorFrames.nbytes(lengths, infos), train_device, options.max_device_memory,
-                                       OPTION_PREFIX)
-    frames = TensorFrames(lengths, infos, storage, train_device, pinned)
+    # the tiers again in the rows' order (the check above summed the episodes in index order: the same bytes)
+    size = dataclasses.replace(source.data_size(native.episodes), lengths=np.asarray(lengths, dtype=np.int64))
+    plan, host_limit = plan_tiers_checked(size, train_device, options, OPTION_PREFIX, _GPU_ALTERNATIVES)
+    frames = TieredFrames(lengths, infos, plan, train_device, host_limit=host_limit, spill_dir=plan.spill_dir,
+                          overflow_dir=default_root())
     for unit, (ep, _, _) in enumerate(tqdm(episodes.runs, desc=f"gpu_resampler [{native.repo_id}]", unit="episode",
                                            mininterval=0.5)):
         frames.fill(unit, first if ep == first_ep else episodes.read(ep)[0])
     rates = f", windows at {target_fps:g} Hz on {source.fps} Hz data" if target_fps else ""
-    summary = (f"{len(lengths)} episodes, {sum(lengths)} frames, episodes held {where}, batches on {train_device}"
-               f"{rates}")
+    where = plan.describe(str(train_device))
+    if frames.spilled_while_filling:
+        where += f" (then {frames.spilled_while_filling})"
+    summary = (f"{len(lengths)} episodes, {sum(lengths)} frames, {where}, batches on {train_device}{rates}; "
+               f"bounded: {plan.footprint.bound}")
+    on_device = plan.device == len(lengths) and train_device.type == "cuda"
     return LeRobotSamples(native, frames, episodes.runs, episodes.columns, source.video_keys, source.image_keys,
-                          backend_name="gpu_resampler", location=f"tensors {where}", delta_steps=delta_steps,
-                          modes=modes,
-                          serving=Serving(summary, batch_threads=0 if storage.type == "cuda" else None))
+                          backend_name="gpu_resampler", location=f"tensors: {where}", delta_steps=delta_steps,
+                          modes=modes, serving=Serving(summary, batch_threads=0 if on_device else None))
 
 
 def _delta_steps(native, delta_indices, target_fps, delta_timestamps) -> dict | None:
@@ -206,6 +240,19 @@ def video_stream_dataset(native, *, options):
             print(f"[robo-loaders] video_stream: local_cache_dir ignored: the videos of {url or native.root} are "
                   "local already", flush=True)
     device = _decode_device(options.decode_device, source)
+    # the buffer, sized in bytes from metadata before anything is read: long episodes are cut into units of
+    # ~64 MB decoded (frames.chunks), each loaded with the frames its windows reach outside it
+    size = source.data_size(native.episodes)
+    step = sum(size.frame_step_bytes.values())
+    margin = _camera_reach(settings.delta_indices, source.video_keys + source.image_keys)
+    held_per_step = step / EXPECTED_LOSSLESS_RATIO if options.buffer == "lz4" else step
+    starts = np.concatenate([[0], np.cumsum(size.lengths)])
+    meta_units = split_runs([(i, int(a), int(b)) for i, (a, b) in enumerate(zip(starts[:-1], starts[1:]))], step)
+    unit_held = np.array([(e - s + sum(margin)) * held_per_step for _, s, e in meta_units], dtype=np.int64)
+    passes, buffer = passes.sized(unit_held, 0, OPTION_PREFIX, shuffle_default=16)
+    check_fits(buffer.footprint, Available.measure(), backend="video_stream", option_prefix=OPTION_PREFIX,
+               alternatives=[f"{OPTION_PREFIX}.cache_memory (bytes) smaller, or cache_episodes unset",
+                             f"{OPTION_PREFIX}.buffer='lz4' (units held compressed)"])
     episodes = LeRobotEpisodes(source, settings.tolerance_s, native.episodes, decode_device=device)
     check_rows_match(native, episodes.columns, episodes.arrays["index"], episodes.arrays)
     infos = {k: FieldInfo(a.dtype, tuple(a.shape[1:]), False) for k, a in episodes.arrays.items()}
@@ -214,24 +261,33 @@ def video_stream_dataset(native, *, options):
         infos[key] = FieldInfo(np.dtype(np.uint8), (c, h, w), True)
     codec = FrameCodec("lz4", 1) if options.buffer == "lz4" else None
 
-    def read(unit: int, fields):
-        ep = episodes.runs[unit][0]
-        arrays, cameras = episodes.read(ep, fields)
+    def load(ep: int, lo: int, hi: int) -> dict:
+        arrays = episodes.read_frames(ep, lo, hi)
         if codec is not None:
-            arrays = {k: EncodedFrames.encode(v, codec, f"{source.url} episode {ep} {k}") if k in cameras else v
+            arrays = {k: EncodedFrames.encode(v, codec, f"{source.url} episode {ep} {k} rows {lo}..{hi - 1}")
                       for k, v in arrays.items()}
         return arrays
 
-    frames = EpisodeFrames([e - s for _, s, e in episodes.runs], infos, read, capacity=passes.episode_capacity,
-                           decode_on_load=False)
+    units = split_runs(episodes.runs, step)
+    frames = ChunkFrames(units, episodes.rows, infos, episodes.arrays, load, margin, passes.episode_capacity)
     cached = f", videos copied whole into {source.file_cache.directory}" if source.file_cache else ""
-    summary = (f"{len(episodes.runs)} episodes, {sum(e - s for _, s, e in episodes.runs)} frames streamed from "
-               f"{url or source.url} ({device} decode, {options.buffer} buffer of {passes.episode_capacity} episodes, "
-               f"shuffle buffer {passes.shuffle_buffer}{cached})")
+    parts = f" in {len(units)} units of up to {int(frames.lengths.max())} frames" if len(units) > len(episodes.runs) \
+        else ""
+    summary = (f"{len(episodes.runs)} episodes{parts}, {sum(e - s for _, s, e in episodes.runs)} frames streamed "
+               f"from {url or source.url} ({device} decode, {options.buffer} buffer of {passes.episode_capacity} "
+               f"units, shuffle buffer {passes.shuffle_buffer}{cached}); bounded: {buffer.footprint.bound}")
     return LeRobotStreamSamples(native, frames, episodes.runs, episodes.columns, source.video_keys, source.image_keys,
                                 backend_name="video_stream", location=url or source.url, source=source,
-                                passes=passes,
+                                passes=passes, units=units,
                                 decode_threads=options.decode_threads, serving=Serving(summary))
+
+
+def _camera_reach(delta_indices: dict | None, cameras) -> tuple[int, int]:
+    """Rows a camera window reaches before and after its item (LeRobot's ``delta_indices`` of the cameras)."""
+    deltas = [d for k, v in (delta_indices or {}).items() if k in cameras for d in v]
+    if not deltas:
+        return 0, 0
+    return max(0, -int(np.floor(min(deltas)))), max(0, int(np.ceil(max(deltas))))
 
 
 def _decode_device(option: str, source) -> str:

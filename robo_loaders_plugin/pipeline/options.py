@@ -22,26 +22,48 @@ class PassOptions:
         shuffle_buffer: Episodes open at once; items are drawn at random from them.
         seed: The backend's own order seed (``None``: the framework's).
         prefetch: Batches prefetched ahead of training.
-        cache_episodes: Episodes kept loaded (at least ``2 * shuffle_buffer`` are, see :attr:`episode_capacity`).
+        cache_episodes: Episodes kept loaded (at least ``2 * shuffle_buffer`` are, see :attr:`episode_capacity`);
+            ``None``: as many as ``cache_memory`` holds (``footprints.buffer_plan``, which the factory resolves
+            into this field before building).
         replacement: Draw each pass's items with replacement instead of each exactly once.
+        cache_memory: The buffer's byte budget (bytes or a string; ``None``: the default, 2GB).
     """
 
     shuffle_buffer: int
     seed: int | None = None
     prefetch: int = 2
-    cache_episodes: int = 64
+    cache_episodes: int | None = 64
     replacement: bool = False
+    cache_memory: object = None
 
     @classmethod
     def of(cls, options) -> "PassOptions":
         """The pass options of a backend's resolved options object (``core.options``)."""
-        return cls(**{f.name: getattr(options, f.name) for f in dataclasses.fields(cls)})
+        return cls(**{f.name: getattr(options, f.name) for f in dataclasses.fields(cls) if hasattr(options, f.name)})
 
     @property
     def episode_capacity(self) -> int:
         """Episodes the cache keeps: ``cache_episodes``, and never fewer than two shuffle buffers (the open ones
         and the ones loaded ahead)."""
-        return max(self.cache_episodes, 2 * self.shuffle_buffer)
+        return max(self.cache_episodes or 0, 2 * self.shuffle_buffer)
+
+    def sized(self, unit_bytes, batch_bytes: int, option_prefix: str, shuffle_default: int | None = None):
+        """These options with the buffer sized for units of ``unit_bytes`` (``footprints.buffer_plan``): returns
+        ``(options, plan)``; the plan's footprint says what the buffer holds and how it is bounded.
+
+        Args:
+            unit_bytes: Bytes of each unit (episode or part of one) as the cache holds it.
+            batch_bytes: Bytes of one batch.
+            option_prefix: How the user sets options (for messages).
+            shuffle_default: The shuffle buffer's declared default (a value equal to it counts as not given).
+        """
+        from robo_loaders_plugin.footprints import buffer_plan
+
+        plan = buffer_plan(unit_bytes, cache_memory=self.cache_memory, cache_episodes=self.cache_episodes,
+                           shuffle_buffer=self.shuffle_buffer,
+                           shuffle_given=shuffle_default is not None and self.shuffle_buffer != shuffle_default,
+                           batch_bytes=batch_bytes, prefetch=self.prefetch, option_prefix=option_prefix)
+        return dataclasses.replace(self, cache_episodes=plan.capacity, shuffle_buffer=plan.shuffle_buffer), plan
 
 
 def recorded_source(reader_or_dir) -> Fingerprint | None:
@@ -58,11 +80,34 @@ def recorded_source(reader_or_dir) -> Fingerprint | None:
         return None
 
 
+def _likely_reused(root: str, kind: str, key_desc: dict, source_path: str) -> bool:
+    """Whether ``root`` holds converted shards of this source and key whose recorded source has the source's
+    current file stats (a stat-only check: nothing is read)."""
+    from robo_loaders_plugin.storage.fingerprint import stat_files
+
+    prefix = f"{kind}-{cache.short_hash(key_desc)}-"
+    try:
+        files = stat_files(os.path.realpath(source_path))
+    except OSError:
+        return False
+    for e in cache.entries(root):
+        if e.name.startswith(prefix):
+            recorded = recorded_source(e.path)
+            if recorded is not None and recorded.files == files:
+                return True
+    return False
+
+
 def open_shards(*, framework: str, source, shards: str | None, cache_dir: str | None, check_source: bool,
-                key_desc: dict, convert: Callable[[str, Fingerprint], None], option_prefix: str, convert_hint: str):
+                key_desc: dict, convert: Callable[[str, Fingerprint], None], option_prefix: str, convert_hint: str,
+                size=None, video: bool = False, backend: str = "datapipe", alternatives=()):
     """(reader, holder) of the shards a run reads: ``shards``, checked against ``source`` (unless
     ``check_source`` is false), or an entry of the cache directory converted on first use and reused while
-    ``source`` is unchanged. ``holder`` keeps a cache entry in use while it lives."""
+    ``source`` is unchanged. ``holder`` keeps a cache entry in use while it lives.
+
+    ``size`` (the source's ``footprints.DataSize``): a conversion on first use is refused before any data is read
+    when its estimated output (``video``: video members) does not fit the cache directory's disk; an entry whose
+    recorded source still has the same file stats is reused without the check."""
     if shards:
         reader = ShardReader(os.path.expanduser(shards))
         meta = reader.dataset.get("metadata", {})
@@ -91,6 +136,11 @@ def open_shards(*, framework: str, source, shards: str | None, cache_dir: str | 
             return False
 
     root = cache.cache_root(cache_dir, f"{option_prefix}.cache_dir")
+    if size is not None and not _likely_reused(root, f"{framework}-shards", key_desc, source.path):
+        from robo_loaders_plugin.footprints import check_conversion_disk
+
+        check_conversion_disk(size, root, video=video, command=f"backend {backend!r} (converting on first use)",
+                              alternatives=alternatives, option_prefix=option_prefix)
     entry, holder, _, _ = cache.obtain(root, f"{framework}-shards", key_desc, source.fingerprint, recorded_source,
                                        usable, convert, f"conversion into robo-shards for {framework}")
     return opened.get(entry.path) or ShardReader(entry.path), holder

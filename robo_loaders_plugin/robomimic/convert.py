@@ -24,6 +24,7 @@ from robo_loaders_plugin.storage.shards import DEFAULT_SHARD_BYTES, ShardReader,
 from robo_loaders_plugin.storage.shards.format import check_output_dir
 from robo_loaders_plugin.storage.video import DEFAULT_FPS, VideoSettings, encode_segment, psnr_from_mse, squared_error
 from robo_loaders_plugin.core.units import format_bytes
+from robo_loaders_plugin.footprints import check_conversion_disk
 
 
 def is_camera(arr: np.ndarray) -> bool:
@@ -70,6 +71,11 @@ def convert_robomimic(in_path: str, out_dir: str, num_workers: int = 1, shard_by
     codec = codec or FrameCodec()
     source = RobomimicHdf5(in_path)  # validated: demos, num_samples against every array
     check_output_dir(out_dir)
+    with source.open() as f:  # the output must fit the disk: estimated from shapes before any array is read
+        demos = source.demos(f, None)
+        size = source.data_size(f, demos, [name for name, _ in datasets(f[f"data/{demos[0]}"])])
+    check_conversion_disk(size, out_dir, video=video is not None, command="robo-loaders convert robomimic",
+                          alternatives=["--frames h264 (video members, ~20x smaller)"] if video is None else ())
     fp = fingerprint or source.fingerprint()
     with source.open() as f:
         meta = source.metadata(f)

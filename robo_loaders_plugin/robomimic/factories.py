@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
+import numpy as np
 from tqdm.auto import tqdm
 
 from robo_loaders_plugin.core.errors import BackendOptionError, RoboLoadersError, SourceError
@@ -23,7 +24,7 @@ from robo_loaders_plugin.robomimic.dataset import RobomimicSamples
 from robo_loaders_plugin.sources.robomimic_hdf5 import FRAME_MIN_BYTES, RobomimicHdf5
 from robo_loaders_plugin.storage.codec import FrameCodec
 from robo_loaders_plugin.storage.encoded_frames import EncodedFrames
-from robo_loaders_plugin.storage.store_cache import open_or_build, summarize
+from robo_loaders_plugin.storage.store_cache import open_or_build, plan_store, summarize
 from robo_loaders_plugin.windows.robomimic import SequenceOptions, SequenceWindows, episode_fields
 
 OPTION_PREFIX = "train.data_backend_kwargs"
@@ -69,6 +70,20 @@ def _read_demo(source: RobomimicHdf5, f, demo: str, opts: SequenceOptions, lengt
                           length, opts, f"{source.path}: data/{demo}")
 
 
+# what fits when a backend does not (its refusal names these)
+_ALTERNATIVES = ("backend 'datapipe' (robo-shards on disk, a bounded episode buffer)",
+                 "backend 'video_stream' (video shards, ~20x smaller on disk, a bounded buffer)",
+                 f"{OPTION_PREFIX}.cache_dir on a disk with room")
+_GPU_ALTERNATIVES = ("backend 'compressed_cache' (compressed frames, spilled to a file-backed cache on disk when RAM "
+                     "cannot hold them)", _ALTERNATIVES[0])
+
+
+def _data_size(source: RobomimicHdf5, f, demos: list[str], opts: SequenceOptions):
+    """The sizes of what SequenceDataset serves from ``demos`` (``footprints.DataSize``), from metadata only."""
+    float32 = opts.dataset_keys if opts.hdf5_cache_mode in ("all", "low_dim") else ()
+    return source.data_size(f, demos, opts.field_names(), float32)
+
+
 def compressed_cache_dataset(config, obs_keys, filter_by_attribute=None, dataset_path=None, *, options):
     """Every demo read once into a compressed episode store shared by the host's processes (``compressed_cache``)."""
     opts, path = sequence_options(config, obs_keys, dataset_path)
@@ -76,8 +91,9 @@ def compressed_cache_dataset(config, obs_keys, filter_by_attribute=None, dataset
     source = RobomimicHdf5(path)
     with source.open() as f:
         demos = source.demos(f, filter_by_attribute)
-    if not demos:
-        raise SourceError(f"{path}: no demos selected (filter key {filter_by_attribute!r} is empty)")
+        if not demos:
+            raise SourceError(f"{path}: no demos selected (filter key {filter_by_attribute!r} is empty)")
+        size = _data_size(source, f, demos, opts)
     split = filter_by_attribute or "all demos"
 
     def write(writer):
@@ -90,11 +106,14 @@ def compressed_cache_dataset(config, obs_keys, filter_by_attribute=None, dataset
     key = {"source": os.path.realpath(path), "demos": demos, "fields": opts.field_names(),
            "float32_dataset_keys": opts.hdf5_cache_mode in ("all", "low_dim"), "codec": frame_codec.as_dict(),
            "frame_min_bytes": FRAME_MIN_BYTES, "v": 2}
+    plan, cache_dir = plan_store(size, kind="robomimic", key_desc=key, source_path=path, options=options,
+                                 option_prefix=OPTION_PREFIX, alternatives=_ALTERNATIVES)
     store, hold, reused = open_or_build(kind="robomimic", source=source, key_desc=key, write=write, codec=frame_codec,
-                                        cache_dir=options.cache_dir, max_memory=options.max_memory,
+                                        cache_dir=cache_dir, max_memory=options.max_memory if plan.in_ram else None,
                                         build_workers=options.build_workers, option_prefix=OPTION_PREFIX,
                                         meta={"source": os.path.realpath(path), "framework": "robomimic"},
-                                        description=f"compressed_cache of {path} [{split}]")
+                                        description=f"compressed_cache of {path} [{split}]",
+                                        disk_estimate=plan.footprint.disk_bytes or None)
     names = [e["name"] for e in store.episodes]
     if names != demos:
         raise RoboLoadersError(f"{store.path} holds demos {names[:3]}..., expected {demos[:3]}...; delete it")
@@ -102,7 +121,8 @@ def compressed_cache_dataset(config, obs_keys, filter_by_attribute=None, dataset
     for name in opts.field_names():
         frames.info(name)  # one dtype and step shape per key across demos, or a clear error now
     windows = SequenceWindows(frames.lengths, opts)
-    summary = summarize(store, len(demos), len(windows), reused) + f", batches built by {options.loader}"
+    summary = (summarize(store, len(demos), len(windows), reused) + f", batches built by {options.loader}; "
+               f"bounded: {plan.footprint.bound}")
     return RobomimicSamples(frames, windows, demos=demos, hdf5_path=path, filter_by_attribute=filter_by_attribute,
                             backend_name="compressed_cache", location=f"{store.path} ({store.file_nbytes} bytes)",
                             serving=Serving(summary, hold=hold))
@@ -117,6 +137,8 @@ def datapipe_dataset(config, obs_keys, filter_by_attribute=None, dataset_path=No
     torchdata pipeline (``datapipe``)."""
     opts, path = sequence_options(config, obs_keys, dataset_path)
     source = RobomimicHdf5(path)
+    passes, bound, whole = _sized_passes(config, source, opts, filter_by_attribute, PassOptions.of(options),
+                                         "datapipe", held_ratio=1.0)
 
     def convert(out_dir, fingerprint):
         from robo_loaders_plugin.robomimic.convert import convert_robomimic
@@ -127,12 +149,39 @@ def datapipe_dataset(config, obs_keys, filter_by_attribute=None, dataset_path=No
                                cache_dir=options.cache_dir, check_source=options.check_source,
                                key_desc={"source": os.path.realpath(path), "v": 2}, convert=convert,
                                option_prefix=OPTION_PREFIX,
-                               convert_hint=f"'robo-loaders convert robomimic {path} OUT_DIR'")
+                               convert_hint=f"'robo-loaders convert robomimic {path} OUT_DIR'",
+                               size=whole, backend="datapipe", alternatives=_ALTERNATIVES[1:])
     if reader.dataset["metadata"].get("video"):
         raise BackendOptionError(f"{reader.dir} holds camera frames as lossy video (converted with --frames); "
                                  "datapipe serves lossless shards only: train from these with "
                                  "train.data_backend='video_stream' (source: this directory)")
-    return _shard_samples(config, opts, path, filter_by_attribute, reader, hold, PassOptions.of(options))
+    return _shard_samples(config, opts, path, filter_by_attribute, reader, hold, passes,
+                          describe_frames=f"; bounded: {bound}")
+
+
+def _sized_passes(config, source: RobomimicHdf5, opts: SequenceOptions, filter_by_attribute, passes: PassOptions,
+                  backend: str, held_ratio: float):
+    """The pass options with the episode buffer sized in bytes (``footprints.buffer_plan``; demos held decoded,
+    or compressed at ``held_ratio``), checked against the machine before any data is read. Returns ``(passes,
+    bound, whole)``: ``whole`` is the size of everything a conversion stores (every dataset of every demo)."""
+    from robo_loaders_plugin.core.footprint import Available, check_fits
+    from robo_loaders_plugin.sources.robomimic_hdf5 import datasets
+
+    with source.open() as f:
+        demos = source.demos(f, filter_by_attribute)
+        if not demos:
+            raise SourceError(f"{source.path}: no demos selected (filter key {filter_by_attribute!r} is empty)")
+        size = _data_size(source, f, demos, opts)
+        every = source.demos(f, None)
+        whole = source.data_size(f, every, [name for name, _ in datasets(f[f"data/{every[0]}"])])
+    frames = sum(size.frame_step_bytes.values())
+    held = (size.lengths * (frames / held_ratio + size.other_step_bytes)).astype(np.int64)
+    window = opts.frame_stack + opts.seq_length - 1
+    batch = int(config.train.batch_size) * window * (frames + size.other_step_bytes)
+    passes, buffer = passes.sized(held, batch, OPTION_PREFIX, shuffle_default=16)
+    check_fits(buffer.footprint, Available.measure(), backend=backend, option_prefix=OPTION_PREFIX,
+               alternatives=[f"{OPTION_PREFIX}.cache_memory (bytes) smaller, or cache_episodes unset"])
+    return passes, buffer.footprint.bound, whole
 
 
 def _shard_samples(config, opts: SequenceOptions, path: str, filter_by_attribute, reader, hold, passes: PassOptions,
@@ -199,6 +248,8 @@ def video_stream_dataset(config, obs_keys, filter_by_attribute=None, dataset_pat
     opts, path = sequence_options(config, obs_keys, dataset_path)
     source = RobomimicHdf5(path)
     settings = VideoSettings()
+    passes, bound, whole = _sized_passes(config, source, opts, filter_by_attribute, PassOptions.of(options),
+                                         "video_stream", held_ratio=1.0 if options.buffer == "raw" else 1.5)
 
     def convert(out_dir, fingerprint):
         from robo_loaders_plugin.robomimic.convert import convert_robomimic
@@ -208,7 +259,8 @@ def video_stream_dataset(config, obs_keys, filter_by_attribute=None, dataset_pat
     reader, hold = open_shards(framework="robomimic", source=source, shards=options.source, cache_dir=None,
                                check_source=True, convert=convert, option_prefix=OPTION_PREFIX,
                                key_desc={"source": os.path.realpath(path), "v": 2, "video": settings.as_dict()},
-                               convert_hint=f"'robo-loaders convert robomimic {path} OUT_DIR --frames h264'")
+                               convert_hint=f"'robo-loaders convert robomimic {path} OUT_DIR --frames h264'",
+                               size=whole, video=True, backend="video_stream")
     video = reader.dataset["metadata"].get("video")
     if not video:
         raise BackendOptionError(f"{reader.dir} holds no video (converted without --frames): train from it with "
@@ -222,12 +274,11 @@ def video_stream_dataset(config, obs_keys, filter_by_attribute=None, dataset_pat
             return {k: EncodedFrames.encode(v.decode_all(), codec, v.where) if isinstance(v, VideoSegmentFrames) else v
                     for k, v in arrays.items()}
 
-    passes = PassOptions.of(options)
     return _shard_samples(config, opts, path, filter_by_attribute, reader, hold, passes, "video_stream", transform,
                           decode_on_load=options.buffer == "raw", decode_threads=options.decode_threads,
                           describe_frames=(f"; camera frames from {video.get('codec')} video (crf {video.get('crf')}), "
                                            f"decoded on the CPU, {options.buffer} buffer of "
-                                           f"{passes.episode_capacity} episodes"))
+                                           f"{passes.episode_capacity} episodes; bounded: {bound}"))
 
 
 def recorded_fps(source: RobomimicHdf5, f) -> float | None:
@@ -248,7 +299,8 @@ MAX_UPSAMPLING = 100.0
 def gpu_resampler_dataset(config, obs_keys, filter_by_attribute=None, dataset_path=None, *, options):
     """Every demo's fields held as tensors (on the training GPU when they fit), batches gathered in a few index
     operations, windows optionally at another rate (``gpu_resampler``)."""
-    from robo_loaders_plugin.frames.tensors import TensorFrames, placement, training_device
+    from robo_loaders_plugin.frames.tensors import TieredFrames, plan_tiers_checked, training_device
+    from robo_loaders_plugin.storage.cache import default_root
     from robo_loaders_plugin.windows.rates import resolve_modes
 
     opts, path = sequence_options(config, obs_keys, dataset_path)
@@ -271,21 +323,26 @@ def gpu_resampler_dataset(config, obs_keys, filter_by_attribute=None, dataset_pa
                                          f"the rate {path} was recorded at ({recorded:g} Hz); choose a target_fps "
                                          f"<= {MAX_UPSAMPLING * recorded:g}")
             rate = recorded / target_fps
+        plan, host_limit = plan_tiers_checked(_data_size(source, f, demos, opts), train_device, options,
+                                              OPTION_PREFIX, _GPU_ALTERNATIVES)
         first = _read_demo(source, f, demos[0], opts, lengths[0])
     infos = {k: FieldInfo(a.dtype, tuple(a.shape[1:]), a.ndim > 1 and a[0].nbytes >= FRAME_MIN_BYTES)
              for k, a in first.items()}
     modes = resolve_modes(infos, options.modes, OPTION_PREFIX)
-    storage, pinned, where = placement(TensorFrames.nbytes(lengths, infos), train_device, options.max_device_memory,
-                                       OPTION_PREFIX)
-    frames = TensorFrames(lengths, infos, storage, train_device, pinned)
+    frames = TieredFrames(lengths, infos, plan, train_device, host_limit=host_limit, spill_dir=plan.spill_dir,
+                          overflow_dir=default_root())
     split = filter_by_attribute or "all demos"
     with source.open() as f:
         for i, demo in enumerate(tqdm(demos, desc=f"gpu_resampler [{split}]", unit="demo", mininterval=0.5)):
-            frames.fill(i, _read_demo(source, f, demo, opts, lengths[i]))
+            frames.fill(i, first if i == 0 else _read_demo(source, f, demo, opts, lengths[i]))
     windows = SequenceWindows(lengths, opts, rate)
-    summary = (f"{len(demos)} demos, {len(windows)} samples, episodes held {where}, batches on {train_device}"
-               + (f", resampled {rate * target_fps:g} -> {target_fps:g} Hz" if rate != 1.0 else ""))
+    where = plan.describe(str(train_device))
+    if frames.spilled_while_filling:
+        where += f" (then {frames.spilled_while_filling})"
+    summary = (f"{len(demos)} demos, {len(windows)} samples, {where}, batches on {train_device}"
+               + (f", resampled {rate * target_fps:g} -> {target_fps:g} Hz" if rate != 1.0 else "")
+               + f"; bounded: {plan.footprint.bound}")
+    on_device = plan.device == len(lengths) and train_device.type == "cuda"
     return RobomimicSamples(frames, windows, demos=demos, hdf5_path=path, filter_by_attribute=filter_by_attribute,
-                            backend_name="gpu_resampler", location=f"tensors {where}", modes=modes,
-                            device=train_device,
-                            serving=Serving(summary, batch_threads=0 if storage.type == "cuda" else None))
+                            backend_name="gpu_resampler", location=f"tensors: {where}", modes=modes,
+                            device=train_device, serving=Serving(summary, batch_threads=0 if on_device else None))

@@ -10,8 +10,7 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from robo_loaders_plugin.sample_data.robomimic_hdf5 import smooth_path
-from robo_loaders_plugin.sample_data.scenes import SceneRenderer
+from robo_loaders_plugin.sample_data.robomimic_hdf5 import CONTENTS, renderer, smooth_path
 
 TASKS = ("lift the red cube", "push the blue block to the left")
 MODES = {"av1": "libsvtav1", "h264": "h264", "png": None}
@@ -31,7 +30,8 @@ def _fresh_root(root, overwrite: bool) -> Path:
 def write_lerobot_dataset(root, *, repo_id: str = "local/sample", episode_lengths=(30, 45, 22, 50, 37),
                           cameras: int = 1, image_size=(32, 48), mode: str = "av1", fps: int = 20, seed: int = 0,
                           video_files_size_in_mb: float | None = None, overwrite: bool = False,
-                          progress: bool = True, actions_from_state: bool = False) -> Path:
+                          progress: bool = True, actions_from_state: bool = False, content: str = "renders",
+                          noise: float = 0.5, streaming_encoding: bool = False) -> Path:
     """Create the dataset at ``root``; load it with ``LeRobotDataset(repo_id, root=root)``.
 
     ``actions_from_state``: each action is a fixed function of the same frame's state, so that a policy learns
@@ -39,12 +39,20 @@ def write_lerobot_dataset(root, *, repo_id: str = "local/sample", episode_length
 
     ``video_files_size_in_mb`` small (e.g. 0.01) forces several mp4 files; by default LeRobot concatenates all
     episodes of a camera into one file, each episode at its own ``from_timestamp``.
+
+    ``content``: ``renders`` (simulator-like frames) or ``camera`` (camera-like: texture, shake, sensor noise of
+    ``noise`` grey levels; ``sample_data.camera``). ``streaming_encoding``: LeRobot encodes each frame as it is
+    added (its ``streaming_encoding``) instead of writing PNG files first and encoding them at ``save_episode``:
+    the same encoder and settings, without 1 MB of PNG per 480p frame on disk (what makes large datasets
+    practical to generate).
     """
     from lerobot.configs import RGBEncoderConfig
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
     if mode not in MODES:
         raise ValueError(f"mode must be one of {sorted(MODES)}, got {mode!r}")
+    if content not in CONTENTS:
+        raise ValueError(f"content must be one of {CONTENTS}, got {content!r}")
     root = _fresh_root(root, overwrite)
     h, w = image_size
     feats = {"observation.state": {"dtype": "float32", "shape": (6,), "names": [f"s{i}" for i in range(6)]},
@@ -54,7 +62,8 @@ def write_lerobot_dataset(root, *, repo_id: str = "local/sample", episode_length
                                                "names": ["height", "width", "channels"]}
     rgb = RGBEncoderConfig(vcodec=MODES[mode]) if MODES[mode] else None
     ds = LeRobotDataset.create(repo_id, fps, feats, root=root, use_videos=mode != "png", rgb_encoder=rgb,
-                               video_files_size_in_mb=video_files_size_in_mb)
+                               video_files_size_in_mb=video_files_size_in_mb,
+                               streaming_encoding=streaming_encoding and mode != "png")
     rng = np.random.default_rng(seed)
     state_to_action = np.random.default_rng(0).normal(size=(4, 6)).astype(np.float32)
     for ep, n in enumerate(tqdm(episode_lengths, desc=f"sample-data {root.name}", unit="episode",
@@ -64,7 +73,8 @@ def write_lerobot_dataset(root, *, repo_id: str = "local/sample", episode_length
         alpha = np.clip(np.linspace(-0.2, 1.3, n), 0, 1)[:, None]
         grip = (1 - alpha) * rng.uniform(0.2, 0.8, size=2) + alpha * cube[-1]
         grip_open = np.clip(1.2 - 1.5 * np.linspace(0, 1, n), 0, 1)
-        cams = [SceneRenderer((h, w), c, np.random.default_rng(rng.integers(2**32))) for c in range(cameras)]
+        cams = [renderer(content, (h, w), c, np.random.default_rng(rng.integers(2**32)), noise, fps)
+                for c in range(cameras)]
         for i in range(n):
             t = i / fps
             state = (np.sin(t * np.arange(1, 7) + off) + 0.01 * rng.normal(size=6)).astype(np.float32)
@@ -72,7 +82,7 @@ def write_lerobot_dataset(root, *, repo_id: str = "local/sample", episode_length
             frame = {"observation.state": state, "action": action.astype(np.float32),
                      "task": TASKS[ep % len(TASKS)]}
             for c, cam in enumerate(cams):
-                frame[f"observation.images.cam{c}"] = cam.render(cube[i], grip[i], grip_open[i])  # HWC uint8
+                frame[f"observation.images.cam{c}"] = cam(i, cube[i], grip[i], grip_open[i])  # HWC uint8
             ds.add_frame(frame)
         ds.save_episode()
     ds.finalize()

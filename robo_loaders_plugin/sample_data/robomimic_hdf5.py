@@ -10,6 +10,8 @@ from tqdm.auto import tqdm
 
 from robo_loaders_plugin.sample_data.scenes import SceneRenderer
 
+CONTENTS = ("renders", "camera")  # SceneRenderer's simulator-like frames, or camera-like ones (sample_data.camera)
+
 CAMERA_NAMES = ("agentview_image", "robot0_eye_in_hand_image")
 LOW_DIM_KEYS = {"robot0_eef_pos": 3, "robot0_eef_quat": 4, "robot0_gripper_qpos": 2, "object": 10}
 ACTION_DIM = 7
@@ -29,7 +31,22 @@ def smooth_path(rng, n, dim, scale=1.0):
     return out
 
 
-def _episode(rng, length, cams, image_size):
+def renderer(content: str, size, camera: int, rng, noise: float = 0.5, fps: float = 20.0):
+    """``render(i, cube_xy, grip_xy, grip_open)`` for frame ``i`` of one camera: ``renders`` draws like a
+    simulator (``scenes.SceneRenderer``), ``camera`` like a real camera (``camera.CameraScene``: texture, shake,
+    sensor noise of ``noise`` grey levels)."""
+    if content == "renders":
+        r = SceneRenderer(size, camera, rng)
+        return lambda i, cube, grip, grip_open: r.render(cube, grip, grip_open)
+    if content == "camera":
+        from robo_loaders_plugin.sample_data.camera import CameraScene
+
+        c = CameraScene(size, camera, rng, noise)
+        return lambda i, cube, grip, grip_open: c.render(cube, grip, grip_open, i / fps)
+    raise ValueError(f"content must be one of {CONTENTS}, got {content!r}")
+
+
+def _episode(rng, length, cams, image_size, content="renders", noise=0.5):
     cube = 0.5 + 0.2 * np.tanh(smooth_path(rng, length, 2, 0.6))
     start = rng.uniform(0.2, 0.8, size=2)
     alpha = np.clip(np.linspace(-0.2, 1.3, length), 0, 1)[:, None]
@@ -37,8 +54,8 @@ def _episode(rng, length, cams, image_size):
     grip_open = np.clip(1.2 - 1.5 * np.linspace(0, 1, length), 0, 1)
     obs = {}
     for c, name in enumerate(cams):
-        r = SceneRenderer(image_size, c, np.random.default_rng(rng.integers(2**32)))
-        obs[name] = np.stack([r.render(cube[i], grip[i], grip_open[i]) for i in range(length)])
+        render = renderer(content, image_size, c, np.random.default_rng(rng.integers(2**32)), noise)
+        obs[name] = np.stack([render(i, cube[i], grip[i], grip_open[i]) for i in range(length)])
     obs["robot0_eef_pos"] = np.concatenate([grip, 0.9 + 0.1 * alpha], axis=1)
     quat = smooth_path(rng, length, 4, 0.2) + np.array([0.0, 1.0, 0.0, 0.0])
     obs["robot0_eef_quat"] = quat / np.linalg.norm(quat, axis=1, keepdims=True)
@@ -56,8 +73,15 @@ def _episode(rng, length, cams, image_size):
 
 def write_robomimic_hdf5(path: str, demos: int = 10, image_size: int = 84, cameras: int = 2, seed: int = 0,
                          min_length: int = 40, max_length: int = 60, valid_fraction: float = 0.1,
-                         next_obs: bool = True, progress: bool = True) -> str:
-    """Generate ``demos`` demos of a Lift-like task; returns ``path``. Written to a temp name, then renamed."""
+                         next_obs: bool = True, progress: bool = True, content: str = "renders",
+                         noise: float = 0.5) -> str:
+    """Generate ``demos`` demos of a Lift-like task; returns ``path``. Written to a temp name, then renamed.
+
+    ``content``: ``renders`` (simulator-like frames) or ``camera`` (camera-like: texture, shake, sensor noise of
+    ``noise`` grey levels; ``sample_data.camera``). ``next_obs=False`` leaves out ``next_obs/`` (BC-RNN image
+    configs do not load it), halving the file."""
+    if content not in CONTENTS:
+        raise ValueError(f"content must be one of {CONTENTS}, got {content!r}")
     if demos < 1 or image_size < 8 or cameras < 0 or not 1 <= min_length <= max_length:
         raise ValueError(f"bad sample-data options: demos={demos} (>=1), image_size={image_size} (>=8), "
                          f"cameras={cameras} (>=0), min_length={min_length} <= max_length={max_length}")
@@ -70,7 +94,7 @@ def write_robomimic_hdf5(path: str, demos: int = 10, image_size: int = 84, camer
         data = f.create_group("data")
         for i in tqdm(range(demos), desc=f"sample-data {os.path.basename(path)}", unit="demo", disable=not progress):
             length = int(rng.integers(min_length, max_length + 1))
-            obs, actions, rewards, dones, states = _episode(rng, length, cams, image_size)
+            obs, actions, rewards, dones, states = _episode(rng, length, cams, image_size, content, noise)
             g = data.create_group(f"demo_{i}")
             g.attrs["num_samples"] = length
             g.attrs["model_file"] = ""

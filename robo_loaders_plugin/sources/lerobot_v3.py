@@ -195,6 +195,35 @@ class LeRobotV3:
                                              file_index=row[f"videos/{key}/file_index"])
         return f"{self.video_root}/{rel}"
 
+    def data_size(self, episodes: list[int] | None = None, cameras=None):
+        """The :class:`~robo_loaders_plugin.footprints.DataSize` of ``episodes`` (``None``: all), from
+        ``meta/info.json``'s features and ``meta/episodes``' lengths only (no table row or video frame is read):
+        every camera decoded to uint8 (``cameras``: only these), every numeric column as LeRobot serves it.
+
+        Returns:
+            A ``DataSize`` in episode-index order.
+        """
+        from robo_loaders_plugin.footprints import DataSize
+
+        eps = sorted(self.episodes) if episodes is None else sorted(int(e) for e in episodes)
+        missing = [e for e in eps if e not in self.episodes]
+        if missing:
+            raise SourceError(f"{self.url}: episodes {missing[:5]} are not in meta/episodes")
+        lengths = np.array([int(self.episodes[e]["length"]) for e in eps], dtype=np.int64)
+        cams = [k for k in self.video_keys + self.image_keys if cameras is None or k in cameras]
+        frames = {k: int(np.prod(self.features[k]["shape"], dtype=np.int64)) for k in cams}
+        other = 0
+        for k in self.columns:
+            dtype = _numpy_dtype(self.features[k]["dtype"])
+            if k not in self.image_keys and dtype is not None:
+                other += int(np.prod(self.features[k]["shape"], dtype=np.int64)) * dtype.itemsize
+        pixels = sum(int(np.prod(self.features[k]["shape"][:2], dtype=np.int64)) for k in self.video_keys
+                     if k in cams)
+        size = 0
+        if self.local:
+            size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(self.root) for f in fs)
+        return DataSize(lengths, frames, other, video_pixels_per_step=pixels, source_bytes=size)
+
     def video_files(self) -> list[str]:
         """Every video file the episodes use."""
         return sorted({self.video_path(ep, k) for ep in self.episodes for k in self.video_keys})
@@ -439,6 +468,27 @@ class LeRobotEpisodes:
         s, e = self._rows[ep]
         per_frame = sum(int(np.prod(self.source.features[k]["shape"])) for k in self.camera_keys)
         return (e - s) * per_frame
+
+    @property
+    def rows(self) -> dict[int, tuple[int, int]]:
+        """``{episode: (first row, end row)}`` in the table this object read."""
+        return dict(self._rows)
+
+    def read_frames(self, ep: int, lo: int, hi: int, keys=None) -> dict:
+        """Camera frames of rows ``lo..hi-1`` (rows of this object's table, within episode ``ep``), decoded as
+        :meth:`read` decodes them (a part of an episode: ``video_stream`` cuts long ones into units)."""
+        s, e = self._rows[ep]
+        if not s <= lo < hi <= e:
+            raise ValueError(f"rows {lo}..{hi - 1} are not within episode {ep} (rows {s}..{e - 1})")
+        wanted = (lambda k: True) if keys is None else set(keys).__contains__
+        fields = {}
+        for key in self.source.video_keys:
+            if wanted(key):
+                fields[key] = self.videos.episode(ep, key, self.arrays["timestamp"][lo:hi])
+        for key in self.source.image_keys:
+            if wanted(key):
+                fields[key] = self.source.png_frames(self.table, key, slice(lo, hi))
+        return fields
 
     def read(self, ep: int, keys=None) -> tuple[dict, set]:
         """(fields, names of the camera fields) of episode ``ep``: every field, or only ``keys``."""

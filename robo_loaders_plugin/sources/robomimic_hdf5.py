@@ -151,6 +151,32 @@ class RobomimicHdf5:
         fields = {key: self.read(f, demo, key) for key, _ in datasets(f[f"data/{demo}"])}
         return fields, {k for k, a in fields.items() if a.ndim > 1 and a[0].nbytes >= FRAME_MIN_BYTES}
 
+    def data_size(self, f: h5py.File, demos: list[str], fields: list[str], float32_fields=()):
+        """The :class:`~robo_loaders_plugin.footprints.DataSize` of ``fields`` over ``demos``, from the datasets'
+        shapes, dtypes and ``num_samples`` attributes only (no array is read). Fields of the first demo (every demo
+        has the same, checked when read); ``float32_fields`` are held as float32 (robomimic's cache modes).
+
+        Returns:
+            A ``DataSize``: per-demo lengths, camera-frame bytes per step (per-step arrays of at least
+            ``FRAME_MIN_BYTES``) and the other fields' bytes per step.
+        """
+        from robo_loaders_plugin.footprints import DataSize
+
+        frames, other = {}, 0
+        g = f[f"data/{demos[0]}"]
+        for key in fields:
+            if key not in g or not isinstance(g[key], h5py.Dataset):
+                continue
+            ds = g[key]
+            itemsize = 4 if key in float32_fields and ds.dtype.kind == "f" else ds.dtype.itemsize
+            per_step = int(np.prod(ds.shape[1:], dtype=np.int64)) * itemsize
+            if ds.ndim > 1 and per_step >= FRAME_MIN_BYTES:
+                frames[key] = per_step
+            else:
+                other += per_step
+        lengths = np.array([self.length(f, d) for d in demos], dtype=np.int64)
+        return DataSize(lengths, frames, other, source_bytes=os.path.getsize(self.path))
+
     @staticmethod
     def nbytes(f: h5py.File, demo: str) -> int:
         return sum(ds.nbytes for _, ds in datasets(f[f"data/{demo}"]))

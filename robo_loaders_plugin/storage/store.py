@@ -139,10 +139,14 @@ class StoreWriter:
     every other process that uses it; a full disk is reported as a :class:`StoreError` saying what to do.
     On any other error the caller must call :meth:`abort`."""
 
-    def __init__(self, path: str, codec: FrameCodec, max_bytes: int | None = None, workers: int = 1):
+    def __init__(self, path: str, codec: FrameCodec, max_bytes: int | None = None, workers: int = 1,
+                 guard=None):
+        """``guard``: a ``core.footprint.DiskGuard`` checked before each episode is written (a store on disk
+        stops, removing its partial file, before the disk falls below its reserve)."""
         self.path = path
         self.codec = codec
         self.max_bytes = max_bytes
+        self.guard = guard
         # pid and thread for humans and for the builder's SIGTERM cleanup (storage.ramfile); random so that a
         # recycled pid (another PID namespace) never shares a temporary file
         self._tmp = f"{path}.tmp-{os.getpid()}-{threading.get_ident()}-{uuid.uuid4().hex[:8]}"
@@ -225,6 +229,12 @@ class StoreWriter:
 
     def add_episode(self, name: str, fields: Mapping[str, np.ndarray], compressed: Iterable[str] = ()) -> None:
         compressed = set(compressed)
+        if self.guard is not None:  # compressed sizes are not known yet: the raw size bounds them
+            try:
+                self.guard.check(sum(np.asarray(a).nbytes for a in fields.values()), self._pos)
+            except BaseException:
+                self.abort()
+                raise
         with self._writing():
             entry = {"name": name, "length": None, "fields": {}}
             for key, arr in fields.items():

@@ -23,8 +23,9 @@ from robo_loaders_plugin.storage.store import EpisodeStore, MemoryBudgetExceeded
 SOURCE_KEY = "source_fingerprint"
 
 
-def _write(path: str, write: Callable[[StoreWriter], None], codec: FrameCodec, max_bytes, workers, meta: dict):
-    writer = StoreWriter(path, codec, max_bytes=max_bytes, workers=workers)
+def _write(path: str, write: Callable[[StoreWriter], None], codec: FrameCodec, max_bytes, workers, meta: dict,
+           guard=None):
+    writer = StoreWriter(path, codec, max_bytes=max_bytes, workers=workers, guard=guard)
     try:
         write(writer)
         writer.finish(meta)
@@ -43,11 +44,12 @@ def recorded_fingerprint(path: str) -> Fingerprint | None:
 
 def open_or_build(*, kind: str, source, key_desc: dict, write: Callable[[StoreWriter], None], codec: FrameCodec,
                   cache_dir: str | None, max_memory, build_workers: int | None, meta: dict, option_prefix: str,
-                  description: str):
+                  description: str, disk_estimate: int | None = None):
     """Returns ``(store, holder, reused)``; ``holder`` keeps the file alive (RAM) or in use (cache) while it lives.
 
     ``source`` has ``fingerprint(recorded=None)``; ``key_desc`` names the source and every option the content
-    depends on (one cache entry per distinct value)."""
+    depends on (one cache entry per distinct value). A store built on disk stops before the disk falls below its
+    reserve (``core.footprint.DiskGuard``; ``disk_estimate``: the footprint's estimate, for its message)."""
     max_bytes = parse_bytes(max_memory, f"{option_prefix}.max_memory") if max_memory is not None else None
     workers = build_workers or min(8, os.cpu_count() or 1)
     def usable(path: str) -> bool:
@@ -60,8 +62,13 @@ def open_or_build(*, kind: str, source, key_desc: dict, write: Callable[[StoreWr
             return False
 
     def build(path: str, fp: Fingerprint) -> None:
+        guard = None
+        if cache_dir:
+            from robo_loaders_plugin.core.footprint import DiskGuard
+
+            guard = DiskGuard(path, f"building the compressed cache {path}", disk_estimate)
         with ramfile.building(path) if not cache_dir else contextlib.nullcontext():
-            _write(path, write, codec, max_bytes, workers, dict(meta, **{SOURCE_KEY: fp.as_dict()}))
+            _write(path, write, codec, max_bytes, workers, dict(meta, **{SOURCE_KEY: fp.as_dict()}), guard)
 
     if not cache_dir:  # RAM, one copy per host shared by every rank and run that needs it (storage.ramfile)
         root = ramfile.ram_root()
@@ -86,6 +93,70 @@ def open_or_build(*, kind: str, source, key_desc: dict, write: Callable[[StoreWr
             "max_memory (the cache is shared, not copied), or build a smaller one of its own: fewer obs keys or "
             "demos, or a stronger codec (codec='zstd')")
     return store, holder, reused
+
+
+def likely_reusable(root: str, kind: str, key_desc: dict, source_path: str, suffix: str = ".rlc") -> bool:
+    """Whether ``root`` holds an entry of this source and these options that recorded the source's current file
+    stats (so it will be reused and nothing new written): a stat-only check, no byte of the source is read."""
+    from robo_loaders_plugin.storage.fingerprint import stat_files
+
+    prefix = f"{kind}-{cache.short_hash(key_desc)}-"
+    try:
+        files = stat_files(os.path.realpath(source_path))
+    except OSError:
+        return False
+    for e in cache.entries(root):
+        if e.name.startswith(prefix) and e.name.endswith(suffix):
+            recorded = recorded_fingerprint(e.path) if suffix == ".rlc" else None
+            if recorded is not None and recorded.files == files:
+                return True
+    return False
+
+
+def plan_store(size, *, kind: str, key_desc: dict, source_path: str, options, option_prefix: str,
+               alternatives):
+    """Where ``compressed_cache`` keeps its store (``footprints.compressed_cache_plan``), checked against what the
+    machine has before any data is read; a store spilled to disk is said in the log.
+
+    Args:
+        size: The dataset's ``footprints.DataSize`` (from metadata).
+        kind: The cache entry kind (``robomimic``, ``lerobot``).
+        key_desc: The cache key (as :func:`open_or_build` gets it).
+        source_path: The source file or directory (for the stat-only reuse check).
+        options: The backend's options (``cache_dir``, ``max_memory``, ``codec``, ``build_workers``).
+        option_prefix: How the user sets options.
+        alternatives: What would fit instead, for the refusal.
+
+    Returns:
+        ``(plan, cache_dir)``: the ``footprints.StorePlan`` and the ``cache_dir`` to pass to :func:`open_or_build`
+        (``None`` for a RAM store; the default cache directory for a spilled one).
+
+    Raises:
+        core.footprint.ResourceRefused: the store fits neither RAM nor the disk.
+    """
+    from robo_loaders_plugin.core.footprint import Available, check_fits
+    from robo_loaders_plugin.footprints import compressed_cache_plan
+
+    root = cache.cache_root(options.cache_dir, f"{option_prefix}.cache_dir") if options.cache_dir else \
+        cache.default_root()
+    available = Available.measure(disk_dir=root)
+    workers = options.build_workers or min(8, os.cpu_count() or 1)
+    plan = compressed_cache_plan(size, cache_dir=options.cache_dir, max_memory=options.max_memory,
+                                 codec=options.codec, workers=workers, option_prefix=option_prefix,
+                                 available=available)
+    if not plan.in_ram and os.path.isdir(root) and likely_reusable(root, kind, key_desc, source_path):
+        plan = compressed_cache_plan(size, cache_dir=options.cache_dir, max_memory=options.max_memory,
+                                     codec=options.codec, workers=workers, option_prefix=option_prefix,
+                                     available=available, reusable=True)
+    check_fits(plan.footprint, available, backend="compressed_cache", option_prefix=option_prefix,
+               alternatives=alternatives)
+    if plan.in_ram:
+        return plan, None
+    if plan.spilled:
+        print(f"[robo-loaders] compressed_cache: spilled to disk: {plan.spilled}; the cache is a file-backed store "
+              f"in {root} (mapped; the page cache keeps the frames training touches), byte-identical to a RAM one",
+              flush=True)
+    return plan, root
 
 
 def summarize(store: EpisodeStore, n_episodes: int, n_samples: int, reused: bool) -> str:

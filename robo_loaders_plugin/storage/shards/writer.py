@@ -46,6 +46,12 @@ class ShardWriter:
         self._tmp = None
         self._name = None
         self._count = 0
+        from robo_loaders_plugin.core.footprint import DiskGuard
+
+        # a conversion stops before the disk falls below its reserve (the estimate assumed a compression ratio)
+        self.guard = DiskGuard(out_dir, f"converting into {out_dir}",
+                               leftover="The shard being written is removed; completed work units are kept, so "
+                                        "the same command resumes once there is room.")
 
     def _open_shard(self):
         self._name = f"shards/{self.prefix}-{len(self.shards):06d}.tar"
@@ -140,6 +146,7 @@ class ShardWriter:
             header["fields"][field] = desc
         hdr = json.dumps(header, sort_keys=True).encode()
         size = len(hdr) + sum(len(p) for p in payloads.values())
+        self.guard.check(size + 2 * tarfile.BLOCKSIZE * (len(payloads) + 1), self._written())
         with self._writing(f"writing episode {name}", size):
             if self._tar is not None and self._count and self._file.tell() + size > self.shard_bytes:
                 self._close_shard()
@@ -149,6 +156,13 @@ class ShardWriter:
             for member, data in payloads.items():
                 members[member] = self._add(member, data)
         self.episodes.append({"name": name, "shard": self._name, "length": header["length"], "members": members})
+
+    def _written(self) -> int:
+        """Bytes this writer has put on disk so far (closed shards and the open one)."""
+        now = 0
+        with contextlib.suppress(Exception):
+            now = self._file.tell() if self._file is not None else 0
+        return sum(s["bytes"] for s in self.shards) + now
 
     def finish_shards(self) -> tuple[list[dict], list[dict]]:
         """Close the open shard; return (episode entries, shard entries) without publishing an index (a

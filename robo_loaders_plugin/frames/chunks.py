@@ -1,0 +1,138 @@
+"""Camera frames of parts of episodes, decoded on demand into a bounded cache (``video_stream`` on LeRobot).
+
+Why parts of episodes: the pipeline opens a few *units* at a time and draws items from them (``pipeline.plan``),
+decoding each unit once per pass. A unit that is a whole episode is fine at 84x84 (a 100-frame episode of two
+cameras is 4 MB), but a 20-s episode of three 480p cameras is 1.7 GB decoded: a shuffle buffer of them does not fit
+in memory, and the first batch waits for several of them to decode (9.6 s measured). So long episodes are cut
+into units of about :data:`UNIT_BYTES` decoded, and each unit is decoded with the frames its items' windows reach
+outside it (``margin``: a diffusion policy's previous frame), so an item never needs a second unit. Fields that are
+not camera frames (a few bytes per row) are held whole for every row.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+import torch
+
+from robo_loaders_plugin.core.lru import LoadOnceLRU
+from robo_loaders_plugin.frames.base import FieldInfo, FrameSource, broadcast_episodes
+from robo_loaders_plugin.storage.encoded_frames import EncodedFrames
+
+UNIT_BYTES = 64 << 20  # decoded camera bytes of one unit: ~23 frames of three 480p cameras, whole 84x84 episodes
+
+
+def split_runs(runs: list[tuple[int, int, int]], step_bytes: int, unit_bytes: int | None = None
+               ) -> list[tuple[int, int, int]]:
+    """Cut episode runs ``(episode, first row, end row)`` into units of about ``unit_bytes`` (default
+    :data:`UNIT_BYTES`; ``step_bytes`` per row): an episode of up to 1.5 units stays whole, a longer one is cut into
+    near-equal parts, in row order."""
+    per = max(1, int(unit_bytes or UNIT_BYTES) // max(1, int(step_bytes)))
+    out = []
+    for ep, s, e in runs:
+        n = e - s
+        if n <= 1.5 * per:
+            out.append((ep, s, e))
+            continue
+        parts = -(-n // per)
+        cuts = s + (np.arange(parts + 1) * n) // parts
+        out += [(ep, int(a), int(b)) for a, b in zip(cuts[:-1], cuts[1:])]
+    return out
+
+
+class ChunkFrames(FrameSource):
+    """Units (parts of episodes, in row order) whose camera frames are loaded whole, with margins, on demand.
+
+    Args:
+        units: ``(episode, first row, end row)`` of each unit; rows are the dataset's, contiguous per episode.
+        episode_rows: ``{episode: (first row, end row)}``: margins never cross these.
+        infos: Every field's dtype and step shape (``frames``: the ones loaded per unit).
+        small: ``{field: array of every row}`` for the fields that are not frames.
+        load: ``load(episode, lo, hi)`` -> ``{frame field: rows lo..hi-1}`` (decoded arrays, or
+            :class:`EncodedFrames` decoded per batch).
+        margin: ``(before, after)`` rows each unit is loaded with beyond its own (the windows' reach).
+        capacity: Units kept loaded.
+    """
+
+    def __init__(self, units, episode_rows: dict, infos: dict[str, FieldInfo], small: dict,
+                 load: Callable[[int, int, int], dict], margin: tuple[int, int], capacity: int):
+        self.units = [tuple(int(x) for x in u) for u in units]
+        self.lengths = np.array([e - s for _, s, e in self.units], dtype=np.int64)
+        self.unit_start = np.array([s for _, s, _ in self.units], dtype=np.int64)
+        before, after = (max(0, int(m)) for m in margin)
+        self.lo = np.array([max(episode_rows[ep][0], s - before) for ep, s, _ in self.units], dtype=np.int64)
+        self.hi = np.array([min(episode_rows[ep][1], e + after) for ep, _, e in self.units], dtype=np.int64)
+        self.infos, self.small, self.load = dict(infos), small, load
+        self.frame_fields = [k for k, v in self.infos.items() if v.frames]
+        self.capacity = int(capacity)
+        self.cache = LoadOnceLRU(self._load, self.capacity)
+
+    def __getstate__(self):  # each process has its own cache
+        state = dict(self.__dict__)
+        state["cache"] = None
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self.cache = LoadOnceLRU(self._load, self.capacity)
+
+    def _load(self, unit: int) -> dict:
+        ep = self.units[unit][0]
+        return self.load(ep, int(self.lo[unit]), int(self.hi[unit]))
+
+    def unit_rows(self, unit: int) -> tuple[int, int]:
+        """The rows unit ``unit`` is loaded with (its own and its margins)."""
+        return int(self.lo[unit]), int(self.hi[unit])
+
+    def info(self, field: str) -> FieldInfo:
+        try:
+            return self.infos[field]
+        except KeyError:
+            raise KeyError(f"field {field!r} is not served by this source (it has: {sorted(self.infos)})") from None
+
+    def _local(self, field: str, u: int, rows: np.ndarray) -> np.ndarray:
+        local = rows - self.lo[u]
+        if local.min() < 0 or local.max() >= self.hi[u] - self.lo[u]:  # the margins cover every window
+            raise IndexError(f"{field}: rows {int(rows.min())}..{int(rows.max())} reach outside unit {u} (rows "
+                             f"{int(self.lo[u])}..{int(self.hi[u]) - 1} loaded)")
+        return local
+
+    def gather(self, field, episodes, steps, pool=None):
+        """Frames decoded on a GPU (NVDEC) are gathered where they are; everything else into numpy."""
+        info = self.info(field)
+        units = np.asarray(episodes)
+        if not info.frames or not len(units):
+            return super().gather(field, episodes, steps, pool)
+        first = self.cache.get(int(units[0]))[field]
+        if not isinstance(first, torch.Tensor):
+            return super().gather(field, episodes, steps, pool)
+        rows = (self.unit_start[broadcast_episodes(units, steps)] + steps).reshape(len(units), -1)
+        out = torch.empty(rows.shape + tuple(info.shape), dtype=first.dtype, device=first.device)
+        uniq, inverse = np.unique(units, return_inverse=True)
+        for i, u in enumerate(uniq.tolist()):
+            at = np.flatnonzero(inverse == i)
+            values = self.cache.get(u)[field]
+            local = torch.from_numpy(self._local(field, u, rows[at])).to(first.device)
+            out[torch.from_numpy(at).to(first.device)] = values[local]
+        return out.reshape(tuple(np.shape(steps)) + tuple(info.shape))
+
+    def take(self, field, episodes, steps, out):
+        info = self.info(field)
+        units = np.asarray(episodes)
+        g = self.unit_start[broadcast_episodes(units, steps)] + steps  # the dataset's rows
+        if not info.frames:
+            np.take(self.small[field], g.reshape(-1), axis=0, out=out.reshape((-1,) + tuple(info.shape)))
+            return
+        B = len(units)
+        rows = g.reshape(B, -1)
+        flat_out = out.reshape((B, rows.shape[1]) + tuple(info.shape))
+        uniq, inverse = np.unique(units, return_inverse=True)
+        for i, u in enumerate(uniq.tolist()):
+            at = np.flatnonzero(inverse == i)
+            local = self._local(field, u, rows[at])
+            values = self.cache.get(u)[field]
+            if isinstance(values, EncodedFrames):
+                for j, r in enumerate(at.tolist()):
+                    values.decode_into(local[j].tolist(), flat_out[r])
+            else:
+                flat_out[at] = values[local]

@@ -1,0 +1,177 @@
+"""The footprint contract (core.footprint) and the built-in backends' plans (footprints): every refusal message,
+the headroom boundary, each placement decision, and the writers' disk guard, on synthetic sizes."""
+import os
+
+import numpy as np
+import pytest
+
+from robo_loaders_plugin.core.footprint import (HEADROOM, Available, DiskGuard, Footprint, ResourceRefused,
+                                                check_fits)
+from robo_loaders_plugin.footprints import (DataSize, buffer_plan, compressed_cache_plan, conversion_estimate,
+                                            plan_tiers)
+
+GB = 10**9
+
+
+def machine(host=20 * GB, shm=20 * GB, disk=50 * GB, device=None, shm_is_ram=True):
+    return Available(host_bytes=host, shm_bytes=shm, shm_dir="/dev/shm", shm_is_ram=shm_is_ram, disk_bytes=disk,
+                     disk_dir="/data/cache", device_bytes=device, device=None if device is None else "cuda:0")
+
+
+def size(episodes=10, length=100, frame=1_000_000, other=100):
+    return DataSize(np.full(episodes, length, np.int64), {"cam": frame}, other)
+
+
+def test_a_footprint_that_fits_passes_and_each_resource_that_does_not_is_named_with_both_sizes():
+    check_fits(Footprint(host_bytes=GB, shm_bytes=GB, disk_bytes=GB, disk_dir="/d"), machine(), backend="b",
+               option_prefix="p")
+    cases = [
+        (Footprint(host_bytes=19 * GB), {}, r"host RAM: needs 17\.7 GiB, 18\.6 GiB available \(at most 90% = 16\.8 GiB"),
+        (Footprint(shm_bytes=19 * GB), {"host": 50 * GB}, r"RAM files \(/dev/shm\): needs 17\.7 GiB, 18\.6 GiB available"),
+        (Footprint(disk_bytes=46 * GB, disk_dir="/data/cache"), {}, r"disk \(/data/cache\): needs 42\.8 GiB, 46\.6 GiB"),
+        (Footprint(device_bytes=GB), {}, r"GPU memory \(no CUDA device\): needs 953\.7 MiB, 0 B available"),
+    ]
+    for fp, where, message in cases:
+        with pytest.raises(ResourceRefused, match=message) as exc:
+            check_fits(fp, machine(**where), backend="gpu_resampler", option_prefix="--dataset.backend_kwargs",
+                       alternatives=["backend 'video_stream'"])
+        text = str(exc.value)
+        assert text.startswith("backend 'gpu_resampler' cannot serve this dataset on this machine")
+        assert "Would fit: backend 'video_stream'." in text and "before reading any data" in text
+        assert "\n" not in text and len(exc.value.shortfalls) == 1
+
+
+def test_every_shortfall_is_in_one_line_and_shm_counts_against_the_hosts_ram():
+    fp = Footprint(host_bytes=10 * GB, shm_bytes=10 * GB, disk_bytes=60 * GB, disk_dir="/x")
+    with pytest.raises(ResourceRefused) as exc:
+        check_fits(fp, machine(), backend="b", option_prefix="p")
+    assert [s[0] for s in exc.value.shortfalls] == ["host RAM (incl. /dev/shm)", "disk (/x)"]
+    # a RAM-file directory that is not RAM (another disk): only its own free space counts
+    check_fits(Footprint(host_bytes=10 * GB, shm_bytes=10 * GB), machine(shm_is_ram=False), backend="b",
+               option_prefix="p")
+
+
+def test_headroom_boundary():
+    """Negative control of the 90% rule: just under fits, just over is refused."""
+    check_fits(Footprint(host_bytes=int(HEADROOM * 20 * GB)), machine(), backend="b", option_prefix="p")
+    with pytest.raises(ResourceRefused):
+        check_fits(Footprint(host_bytes=int(HEADROOM * 20 * GB) + 1), machine(), backend="b", option_prefix="p")
+
+
+def test_available_is_measured_from_this_machine(tmp_path):
+    a = Available.measure(disk_dir=str(tmp_path / "not" / "yet"))
+    assert a.host_bytes > 0 and a.disk_bytes > 0 and a.shm_bytes is not None and a.device_bytes is None
+
+
+# -- compressed_cache ----------------------------------------------------------------------------------------------
+def test_compressed_cache_goes_to_ram_when_its_worst_case_fits_else_to_disk_saying_why():
+    s = size()  # 1 GB of frames
+    ram = compressed_cache_plan(s, cache_dir=None, max_memory=None, codec="lz4hc", workers=2, option_prefix="p",
+                                available=machine())
+    assert ram.in_ram and ram.footprint.shm_bytes >= s.frame_bytes and not ram.footprint.disk_bytes
+    assert "RAM file of at most" in ram.footprint.bound
+    budget = compressed_cache_plan(s, cache_dir=None, max_memory="250MB", codec="lz4hc", workers=2,
+                                   option_prefix="p", available=machine())
+    assert not budget.in_ram and "p.max_memory=238.4 MiB cannot hold up to" in budget.spilled
+    assert budget.footprint.disk_bytes == s.store_expected_bytes() and not budget.footprint.shm_bytes
+    assert "file-backed cache on local disk" in budget.footprint.bound
+    small_shm = compressed_cache_plan(s, cache_dir=None, max_memory=None, codec="lz4hc", workers=2,
+                                      option_prefix="p", available=machine(shm=GB // 2))
+    assert not small_shm.in_ram and "/dev/shm (476.8 MiB free)" in small_shm.spilled
+    given = compressed_cache_plan(s, cache_dir="/c", max_memory=None, codec="lz4hc", workers=2, option_prefix="p",
+                                  available=machine())
+    assert not given.in_ram and not given.spilled
+    reused = compressed_cache_plan(s, cache_dir="/c", max_memory=None, codec="lz4hc", workers=2, option_prefix="p",
+                                   available=machine(), reusable=True)
+    assert reused.footprint.disk_bytes == 0
+
+
+# -- gpu_resampler tiers -------------------------------------------------------------------------------------------
+def test_tiers_fill_the_gpu_then_host_raw_then_compressed_within_the_budgets():
+    s = size(episodes=10, length=100, frame=10_000, other=10)  # 1 MB of frames per episode
+    everything = plan_tiers(s, device_budget=None, host_budget=None)
+    assert (everything.device, everything.raw, everything.episodes) == (0, 10, 10)
+    device = plan_tiers(s, device_budget=3_500_000, host_budget=None)
+    assert device.device == 3 and device.raw == 10 and device.footprint.device_bytes == 10 * 100 * 10 + 3_000_000
+    split = plan_tiers(s, device_budget=None, host_budget=8_500_000)
+    assert split.raw == 5 and split.footprint.host_bytes <= 8_500_000
+    assert split.compressed_bytes > 5 * 1_000_000 / 1.5
+    assert "episodes 5-9 with frames compressed in host memory" in split.describe("cpu")
+    all_compressed = plan_tiers(s, device_budget=None, host_budget=1_000_000)  # does not fit even compressed
+    assert all_compressed.raw == 0 and all_compressed.footprint.host_bytes > 1_000_000
+    three = plan_tiers(s, device_budget=2_500_000, host_budget=7_000_000)
+    assert (three.device, three.raw) == (2, 6)
+    text = three.describe("cuda:0")
+    assert "episodes 0-1 on cuda:0" in text and "episodes 2-5 in host memory (pinned)" in text
+    assert "episodes 6-9 with frames compressed" in text
+
+
+def test_tier_budgets_move_the_boundaries_monotonically():
+    s = size(episodes=20, length=50, frame=2000, other=0)
+    raws = [plan_tiers(s, device_budget=None, host_budget=b).raw for b in range(800_000, 2_100_000, 100_000)]
+    assert raws == sorted(raws) and raws[0] < raws[-1] == 20
+
+
+# -- buffers -------------------------------------------------------------------------------------------------------
+def test_buffers_are_sized_in_bytes_unless_cache_episodes_is_given():
+    units = np.full(50, 100 * 2**20, np.int64)  # 100 MiB per unit
+    plan = buffer_plan(units, cache_memory="1GiB", cache_episodes=None, shuffle_buffer=16, shuffle_given=False,
+                       batch_bytes=0, prefetch=2, option_prefix="p")
+    assert plan.capacity == 10 and plan.shuffle_buffer == 5 and plan.footprint.host_bytes == 10 * 100 * 2**20
+    assert "cache_memory=1.0 GiB" in plan.footprint.bound
+    kept = buffer_plan(units, cache_memory=None, cache_episodes=40, shuffle_buffer=16, shuffle_given=False,
+                       batch_bytes=0, prefetch=2, option_prefix="p")
+    assert kept.capacity == 40 and kept.shuffle_buffer == 16 and kept.footprint.host_bytes == 40 * 100 * 2**20
+    small = buffer_plan(np.full(5, 10**6), cache_memory=None, cache_episodes=None, shuffle_buffer=16,
+                        shuffle_given=False, batch_bytes=10, prefetch=2, option_prefix="p")
+    assert small.capacity == 5 and small.shuffle_buffer == 16  # small episodes: the defaults as before
+    given = buffer_plan(units, cache_memory="1GiB", cache_episodes=None, shuffle_buffer=8, shuffle_given=True,
+                        batch_bytes=0, prefetch=2, option_prefix="p")
+    assert given.shuffle_buffer == 8 and given.capacity == 16
+
+
+def test_conversion_estimate_is_lossless_at_the_expected_ratio_or_video():
+    s = size()
+    assert conversion_estimate(s, video=False) > s.frame_bytes / 1.5
+    assert conversion_estimate(s, video=True) < s.frame_bytes / 10
+
+
+# -- the writers' disk guard ---------------------------------------------------------------------------------------
+class _Usage:
+    def __init__(self, free, total=100 * GB):
+        self.free, self.total, self.used = free, total, total - free
+
+
+def test_disk_guard_stops_before_the_reserve(tmp_path, monkeypatch):
+    monkeypatch.setattr("shutil.disk_usage", lambda p: _Usage(5 * GB))
+    guard = DiskGuard(str(tmp_path / "out.rlc"), "building X", estimate=3 * GB)
+    assert guard.reserve == 2 * GB
+    guard.check(2 * GB, 0)  # leaves 3 GB: fine
+    with pytest.raises(ResourceRefused, match=r"building X: stopped after 1\.0 KiB \(estimated 2\.8 GiB in all\): "
+                                              r".* has 4\.7 GiB free and robo-loaders leaves 1\.9 GiB free"):
+        guard.check(4 * GB, 1024)
+
+
+def test_a_store_on_a_full_disk_stops_and_leaves_no_file(tmp_path, monkeypatch):
+    from robo_loaders_plugin.storage.codec import FrameCodec
+    from robo_loaders_plugin.storage.store import StoreWriter
+
+    monkeypatch.setattr("shutil.disk_usage", lambda p: _Usage(GB + 1000))
+    path = str(tmp_path / "s.rlc")
+    writer = StoreWriter(path, FrameCodec(), guard=DiskGuard(path, "building s"))
+    with pytest.raises(ResourceRefused, match="building s: stopped"):
+        writer.add_episode("e0", {"cam": np.zeros((4, 32, 32, 3), np.uint8)}, {"cam"})
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_conversion_on_a_full_disk_stops_and_keeps_nothing_half_written(tmp_path, monkeypatch):
+    from robo_loaders_plugin.storage.codec import FrameCodec
+    from robo_loaders_plugin.storage.shards.writer import ShardWriter
+
+    writer = ShardWriter(str(tmp_path), FrameCodec(), {})
+    writer.add_episode("e0", {"a": np.zeros((3, 2))})  # room: written
+    monkeypatch.setattr("shutil.disk_usage", lambda p: _Usage(GB))
+    with pytest.raises(ResourceRefused, match="completed work units are kept"):
+        writer.add_episode("e1", {"a": np.zeros((3, 2))})
+    writer.abort()
+    assert not [n for n in os.listdir(tmp_path / "shards") if ".tmp-" in n]

@@ -1,0 +1,170 @@
+"""Spill paths on the CPU with small budgets: gpu_resampler's tiers (TieredFrames: host raw, host compressed, and
+the GPU tier where there is one) serve the same bytes as the arrays they were filled with, whichever tier holds a
+row; video_stream's units (ChunkFrames) serve every window across unit edges from their margins."""
+import numpy as np
+import pytest
+import torch
+
+from robo_loaders_plugin.core.footprint import ResourceRefused
+from robo_loaders_plugin.frames.base import FieldInfo, gather
+from robo_loaders_plugin.frames.chunks import ChunkFrames, split_runs
+from robo_loaders_plugin.frames.tensors import TieredFrames
+from robo_loaders_plugin.footprints import DataSize, plan_tiers
+from robo_loaders_plugin.storage.buffers import BufferPool
+
+LENGTHS = (5, 3, 7, 4, 6)
+
+
+def _episodes(seed=0, noise=False):
+    """Camera frames that compress (smooth gradients), or noise that does not."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for L in LENGTHS:
+        if noise:
+            cam = rng.integers(0, 255, (L, 3, 32, 32)).astype(np.uint8)
+        else:
+            ramp = np.arange(32)[None, None, None, :] * 4 + np.arange(3)[None, :, None, None] * 10
+            cam = (ramp + np.arange(L)[:, None, None, None] + rng.integers(0, 50)).astype(np.uint8)
+            cam = np.ascontiguousarray(np.broadcast_to(cam, (L, 3, 32, 32)))
+        out.append({"a": rng.normal(size=(L, 2)).astype(np.float32), "cam": cam})
+    return out
+
+
+INFOS = {"a": FieldInfo(np.dtype(np.float32), (2,), False), "cam": FieldInfo(np.dtype(np.uint8), (3, 32, 32), True)}
+
+
+def _size():
+    return DataSize(np.array(LENGTHS), {"cam": 3 * 32 * 32}, 8)
+
+
+def _tiered(plan, device=torch.device("cpu"), eps=None, host_limit=None):
+    frames = TieredFrames(LENGTHS, INFOS, plan, device, host_limit=host_limit)
+    for i, e in enumerate(eps or _episodes()):
+        frames.fill(i, e)
+    return frames
+
+
+def _check_parity(frames, eps, pool=None):
+    rng = np.random.default_rng(1)
+    ep = rng.integers(0, len(LENGTHS), 64)
+    steps = np.stack([np.clip(rng.integers(-1, LENGTHS[e] + 1, 3), 0, LENGTHS[e] - 1) for e in ep])
+    for k in INFOS:
+        got = gather(frames, k, ep, steps, pool)
+        want = np.stack([eps[e][k][s] for e, s in zip(ep, steps)])
+        assert got.shape == want.shape and got.numpy().tobytes() == want.tobytes(), k
+
+
+@pytest.mark.parametrize("host_budget,tiers", [(None, "raw"), (65_000, "raw+compressed"), (10, "compressed")])
+def test_every_host_tier_serves_the_same_bytes(host_budget, tiers):
+    plan = plan_tiers(_size(), device_budget=None, host_budget=host_budget)
+    has_raw, has_comp = plan.raw > plan.device, plan.raw < plan.episodes
+    assert (has_raw, has_comp) == {"raw": (True, False), "raw+compressed": (True, True),
+                                   "compressed": (False, True)}[tiers]
+    eps = _episodes()
+    frames = _tiered(plan, eps=eps)
+    _check_parity(frames, eps)
+    _check_parity(frames, eps, BufferPool())  # batch arrays recycled from the pool: the same bytes
+    if has_comp:
+        assert frames.compressed_bytes > 0
+
+
+def test_a_gather_across_tiers_keeps_the_order():
+    plan = plan_tiers(_size(), device_budget=None, host_budget=65_000)
+    assert 0 < plan.raw < plan.episodes
+    eps = _episodes()
+    frames = _tiered(plan, eps=eps)
+    ep = np.array([plan.episodes - 1, 0, plan.raw, plan.raw - 1])  # compressed, raw, compressed, raw
+    steps = np.zeros((4, 2), np.int64)
+    got = gather(frames, "cam", ep, steps).numpy()
+    for b, e in enumerate(ep):
+        assert got[b].tobytes() == eps[e]["cam"][[0, 0]].tobytes()
+
+
+def test_frames_that_compress_worse_than_planned_stop_the_fill_with_both_sizes():
+    """Negative control of the runtime guard: noise does not compress, so the compressed tier outgrows it."""
+    plan = plan_tiers(_size(), device_budget=None, host_budget=10)
+    _tiered(plan, eps=_episodes(), host_limit=plan.footprint.host_bytes)  # frames that compress: within the plan
+    with pytest.raises(ResourceRefused, match=r"compressed tier outgrew its budget .* compress 0\.\d+:1"):
+        _tiered(plan, eps=_episodes(noise=True), host_limit=plan.footprint.host_bytes)
+
+
+def test_frames_that_compress_worse_than_planned_move_the_compressed_tier_to_disk(tmp_path, capsys):
+    plan = plan_tiers(_size(), device_budget=None, host_budget=10)
+    eps = _episodes(noise=True)
+    frames = TieredFrames(LENGTHS, INFOS, plan, torch.device("cpu"), host_limit=plan.footprint.host_bytes,
+                          overflow_dir=str(tmp_path))
+    for i, e in enumerate(eps):
+        frames.fill(i, e)
+    assert "worse than planned" in frames.spilled_while_filling and frames.parts["cam"][2].on_disk
+    assert "spilled while filling episode" in capsys.readouterr().out
+    _check_parity(frames, eps)
+    assert list(tmp_path.iterdir()) == []  # the file is unlinked: nothing is left behind
+
+
+@pytest.mark.cuda
+def test_the_gpu_tier_and_pinned_host_tiers_serve_the_same_bytes():
+    device = torch.device("cuda")
+    plan = plan_tiers(_size(), device_budget=20_000, host_budget=50_000)
+    assert plan.device >= 1 and plan.device < plan.raw < plan.episodes
+    eps = _episodes()
+    frames = _tiered(plan, device=device, eps=eps)
+    rng = np.random.default_rng(2)
+    ep = rng.integers(0, len(LENGTHS), 32)
+    steps = np.stack([rng.integers(0, LENGTHS[e], 2) for e in ep])
+    for k in INFOS:
+        got = gather(frames, k, ep, steps)
+        assert got.device.type == "cuda"
+        want = np.stack([eps[e][k][s] for e, s in zip(ep, steps)])
+        assert got.cpu().numpy().tobytes() == want.tobytes()
+
+
+# -- video_stream units -------------------------------------------------------------------------------------------
+def test_long_episodes_are_cut_into_units_short_ones_kept_whole():
+    runs = [(0, 0, 10), (1, 10, 100), (2, 100, 114)]
+    units = split_runs(runs, step_bytes=10, unit_bytes=100)  # 10 rows per unit
+    assert units[0] == (0, 0, 10) and units[-1] == (2, 100, 114)  # 14 <= 1.5 units: whole
+    middle = [u for u in units if u[0] == 1]
+    assert middle[0][1] == 10 and middle[-1][2] == 100 and len(middle) == 9
+    assert all(b == c for (_, _, b), (_, c, _) in zip(middle, middle[1:]))  # contiguous, in order
+
+
+def _chunked(margin, capacity=3):
+    rng = np.random.default_rng(0)
+    total = 60
+    cam = rng.integers(0, 255, (total, 2, 4, 4), np.uint8)
+    small = {"a": rng.normal(size=(total, 3)).astype(np.float32)}
+    runs = [(7, 0, 25), (3, 25, 60)]
+    units = split_runs(runs, step_bytes=1, unit_bytes=8)
+    loads = []
+
+    def load(ep, lo, hi):
+        loads.append((ep, lo, hi))
+        return {"cam": cam[lo:hi].copy()}
+
+    infos = {"a": FieldInfo(np.dtype(np.float32), (3,), False), "cam": FieldInfo(np.dtype(np.uint8), (2, 4, 4), True)}
+    frames = ChunkFrames(units, {7: (0, 25), 3: (25, 60)}, infos, small, load, margin, capacity)
+    return frames, units, cam, small, loads
+
+
+def test_units_serve_windows_that_reach_into_their_neighbours_from_their_margins():
+    frames, units, cam, small, loads = _chunked(margin=(1, 2))
+    unit_start = np.array([s for _, s, _ in units])
+    bounds = {0: (0, 25), 1: (25, 60)}
+    for u, (ep, s, e) in enumerate(units):
+        first, end = bounds[0] if ep == 7 else bounds[1]
+        rows = np.arange(s, e)[:, None] + np.array([-1, 0, 2])[None, :]
+        rows = np.clip(rows, first, end - 1)  # windows are clamped into their episode (DeltaWindows)
+        steps = rows - unit_start[u]
+        got = gather(frames, "cam", np.full(len(rows), u), steps)
+        assert got.tobytes() == cam[rows].tobytes()
+        assert gather(frames, "a", np.full(len(rows), u), steps).tobytes() == small["a"][rows].tobytes()
+    assert all(lo >= (0 if ep == 7 else 25) and hi <= (25 if ep == 7 else 60) for ep, lo, hi in loads)
+    assert frames.cache.loads == len(units) and frames.capacity == 3
+
+
+def test_a_window_beyond_the_margins_is_an_error_not_another_units_frames():
+    """Negative control: without margins, the previous frame of a unit's first row is not loaded."""
+    frames, units, cam, small, loads = _chunked(margin=(0, 0))
+    u = 1
+    with pytest.raises(IndexError, match="reach outside unit 1"):
+        gather(frames, "cam", np.array([u]), np.array([[-1, 0]]))
