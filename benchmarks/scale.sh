@@ -8,7 +8,7 @@
 #   R240     robomimic HDF5, 2 cameras 240x240, 200 demos x 150 steps (30,000 steps, 10.4 GB of observation frames),
 #            render-like frames, next_obs images omitted (BC-RNN image configs do not load them)
 # Usage: benchmarks/scale.sh STAGE...  (generate-r240 generate-l480 generate-l480-h264 generate-l480-5g content
-#        r240 r240-native-all l480-video l480-datapipe l480-cache l480-gpu l480-5g clean-conversions)
+#        r240 r240-native-all l480-video l480-gpu l480-datapipe l480-cache l480-5g clean-conversions)
 # Every benchmark runs under `flock /work/bench.lock` so that it never overlaps another engineer's; results go to
 # benchmarks/results/scale_*.json (ratios against the native loader measured in the same run).
 set -euo pipefail
@@ -61,32 +61,41 @@ for stage in "$@"; do
         --fps 30 --codec av1 --content camera --stream-encode --seed 1 ;;
     content)  # LZ4 and AV1 ratios of the workloads' frames beside the 84x84 renders of ../shared upscaled
       locked python "$here/scale_content.py" "$W" "$results/scale_content.json" ;;
-    r240)
+    r240)  # BC-RNN windows (seq_length 10, batch 16); datapipe reads shards converted (and timed) here
+      t0=$SECONDS
       locked robo-loaders convert robomimic "$W/R240.hdf5" "$W/R240_shards" --num-workers "$workers" \
         | tee "$results/scale_r240_convert.txt"
-      record convert-R240-lossless 0 "$W/R240_shards"
+      record convert-R240-lossless $((SECONDS - t0)) "$W/R240_shards"
       # 25% of the observation frames (10.4 GB): 2.6 GB
       locked robo-loaders bench robomimic --dataset "$W/R240.hdf5" \
         --backends native:low_dim,compressed_cache,compressed_cache#25pct,datapipe,gpu_resampler,gpu_resampler#25pct,video_stream \
         --backend-kwargs "datapipe={\"shards\": \"$W/R240_shards\"}" \
         --backend-kwargs 'compressed_cache#25pct={"max_memory": "2.6GB"}' \
         --backend-kwargs 'gpu_resampler#25pct={"max_memory": "2.6GB"}' \
-        --seq-length 10 --batch-size 16 --num-workers "$workers" --batches "$batches" \
+        --seq-length 10 --batch-size 16 --num-workers "$workers" --batches "${R240_BATCHES:-300}" \
         --json "$results/scale_r240_bc_rnn_w${workers}.json" || true
       rm -rf "$W/R240_shards" ;;
     r240-native-all)  # robomimic's hdf5_cache_mode "all" holds every window: run alone, its address space capped
       # at 14 GiB (prlimit) so that it fails with a MemoryError instead of pushing the machine into the OOM killer
       locked prlimit --as=$((14 * 1024 * 1024 * 1024)) robo-loaders bench robomimic --dataset "$W/R240.hdf5" \
-        --backends native:all --seq-length 10 --batch-size 16 --num-workers "$workers" --batches "$batches" \
+        --backends native:all --seq-length 10 --batch-size 16 --num-workers "$workers" --batches "${R240_BATCHES:-300}" \
         --json "$results/scale_r240_native_all_w${workers}.json" || true ;;
-    l480-video)
+    l480-video)  # video_stream from the AV1 original and from the H.264 copy (LeRobotDataset on each, same run)
       for preset in act diffusion; do
-        locked robo-loaders bench lerobot --root "$W/L480" --repo-id local/L480 --backends native,video_stream,gpu_resampler \
-          --batch-size 64 --num-workers "$workers" --batches "$batches" --delta-timestamps "$preset" \
+        locked robo-loaders bench lerobot --root "$W/L480" --repo-id local/L480 --backends native,video_stream \
+          --batch-size 64 --num-workers "$workers" --batches "$batches" --delta-timestamps "$preset" --profile-samples 20 \
           --json "$results/scale_l480_${preset}_video_w${workers}.json" || true
         locked robo-loaders bench lerobot --root "$W/L480_h264" --repo-id local/L480 --backends native,video_stream \
-          --batch-size 64 --num-workers "$workers" --batches "$batches" --delta-timestamps "$preset" \
+          --batch-size 64 --num-workers "$workers" --batches "$batches" --delta-timestamps "$preset" --profile-samples 20 \
           --json "$results/scale_l480_h264_${preset}_video_w${workers}.json" || true
+      done ;;
+    l480-gpu)  # gpu_resampler: 66 GB of frames, more than RAM even compressed: its compressed tier spills to disk;
+      # max_memory 8GB (not the default 90% of what is available) leaves the other users of this machine their RAM
+      for preset in ${PRESETS:-diffusion act}; do
+        locked robo-loaders bench lerobot --root "$W/L480" --repo-id local/L480 --backends native,gpu_resampler \
+          --backend-kwargs 'gpu_resampler={"max_memory": "8GB"}' \
+          --batch-size 64 --num-workers "$workers" --batches "$batches" --delta-timestamps "$preset" --profile-samples 20 \
+          --json "$results/scale_l480_${preset}_gpu_w${workers}.json" || true
       done ;;
     l480-datapipe)
       t0=$SECONDS
@@ -96,7 +105,7 @@ for stage in "$@"; do
       for preset in act diffusion; do
         locked robo-loaders bench lerobot --root "$W/L480" --repo-id local/L480 --backends native,datapipe \
           --backend-kwargs "datapipe={\"shards\": \"$W/L480_shards\"}" \
-          --batch-size 64 --num-workers "$workers" --batches "$batches" --delta-timestamps "$preset" \
+          --batch-size 64 --num-workers "$workers" --batches "$batches" --delta-timestamps "$preset" --profile-samples 10 \
           --json "$results/scale_l480_${preset}_datapipe_w${workers}.json" || true
       done
       rm -rf "$W/L480_shards" ;;
@@ -104,14 +113,14 @@ for stage in "$@"; do
       for preset in act diffusion; do
         locked robo-loaders bench lerobot --root "$W/L480" --repo-id local/L480 --backends native,compressed_cache \
           --backend-kwargs 'compressed_cache={"build_workers": 2}' \
-          --batch-size 64 --num-workers "$workers" --batches "$batches" --delta-timestamps "$preset" \
+          --batch-size 64 --num-workers "$workers" --batches "$batches" --delta-timestamps "$preset" --profile-samples 20 \
           --json "$results/scale_l480_${preset}_cache_w${workers}.json" || true
       done ;;
     l480-5g)
       for preset in act diffusion; do
         locked robo-loaders bench lerobot --root "$W/L480_5G" --repo-id local/L480_5G \
           --backends native,gpu_resampler,compressed_cache,video_stream \
-          --batch-size 64 --num-workers "$workers" --batches "$batches" --delta-timestamps "$preset" \
+          --batch-size 64 --num-workers "$workers" --batches "$batches" --delta-timestamps "$preset" --profile-samples 50 \
           --json "$results/scale_l480_5g_${preset}_w${workers}.json" || true
       done ;;
     clean-conversions)

@@ -208,8 +208,10 @@ def bench_robomimic_cmd(dataset, backends, seq_length, frame_stack, batch_size, 
 @click.option("--reuse-cache", is_flag=True,
               help="let backends reuse what your cache directory holds (default: every run starts from an empty "
                    "cache)")
+@click.option("--profile-samples", default=200, show_default=True, type=click.IntRange(min=1),
+              help="random single items timed after the batches for the fetch/decode split (fewer on large data)")
 def bench_lerobot_cmd(root, repo_id, backends, batch_size, num_workers, batches, preset, backend_kwargs, repeats,
-                      json_out, reuse_cache):
+                      json_out, reuse_cache, profile_samples):
     """samples/s, decoded frames/s, first batch, memory, latency and fetch/decode split vs LeRobotDataset."""
     import os
 
@@ -218,7 +220,7 @@ def bench_lerobot_cmd(root, repo_id, backends, batch_size, num_workers, batches,
     repo_id = repo_id or f"local/{os.path.basename(os.path.abspath(root))}"
     payload = bench_lerobot(root, repo_id, [b.strip() for b in backends.split(",") if b.strip()], batch_size,
                             num_workers, batches, preset, _parse_kwargs(backend_kwargs), json_out, echo=click.echo,
-                            repeats=repeats, fresh_cache=not reuse_cache)
+                            repeats=repeats, fresh_cache=not reuse_cache, profile_samples=profile_samples)
     if any(r.get("error") for r in payload["results"]):
         sys.exit(1)
 

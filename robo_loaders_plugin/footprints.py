@@ -24,7 +24,7 @@ from robo_loaders_plugin.core.units import format_bytes, parse_bytes
 
 EXPECTED_LOSSLESS_RATIO = 1.5  # LZ4 on camera-like 480p frames measured 1.6-1.7:1 (docs/scale.md); renders compress more
 BLOB_OVERHEAD = 32 + 64        # Blosc2 chunk header and alignment, per compressed frame
-DEFAULT_CACHE_MEMORY = "2GB"   # the datapipe/video_stream episode buffers, when cache_episodes is not given
+DEFAULT_CACHE_MEMORY = "1GB"   # the datapipe/video_stream episode buffers, when cache_episodes is not given
 
 
 @dataclasses.dataclass(frozen=True)

@@ -58,11 +58,14 @@ def raw_frame_bytes(root: str) -> int:
 
 def bench_lerobot(root: str, repo_id: str, backends: list[str], batch_size: int, num_workers: int, batches: int,
                   preset: str, kwargs: dict, json_out: str | None, timeout: float = 3600, echo=print,
-                  repeats: int = 1, fresh_cache: bool = True) -> dict:
+                  repeats: int = 1, fresh_cache: bool = True, profile_samples: int = 200) -> dict:
     """``repeats`` > 1: every backend that many times, each reported by its median run (``runner.in_rounds``).
-    ``fresh_cache``: every run starts from an empty cache directory (``runner.run_child``)."""
+    ``fresh_cache``: every run starts from an empty cache directory (``runner.run_child``). ``profile_samples``:
+    random single items of the fetch/decode split after the timed batches (each may load a whole episode: fewer
+    on large datasets)."""
     common = dict(root=os.path.abspath(root), repo_id=repo_id, batch_size=batch_size, num_workers=num_workers,
-                  batches=batches, preset=preset, repeats=repeats, cache=FRESH_CACHE if fresh_cache else USER_CACHE)
+                  batches=batches, preset=preset, repeats=repeats, cache=FRESH_CACHE if fresh_cache else USER_CACHE,
+                  profile_samples=profile_samples)
     conversion = None
     with tempfile.TemporaryDirectory(prefix="robo-loaders-bench-") as log_dir:
         dp = kwargs.setdefault("datapipe", {})

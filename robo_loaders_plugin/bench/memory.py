@@ -25,6 +25,20 @@ def _tree(pid: int):
         return []
 
 
+def _pss_anon(pid: int) -> int:
+    """Proportional anonymous memory of a process (``Pss_Anon`` of ``/proc/<pid>/smaps_rollup``): what it holds
+    that the kernel cannot take back without swap, unlike the pages of files it maps (``Pss_File``: a cache file on
+    disk kept by the page cache, given back under memory pressure). 0 when the kernel does not say."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss_Anon:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
 def _shm_bytes(paths) -> int:
     """Size of the RAM cache files the tree maps or has open (each counted once: ranks of a host share one)."""
     total = 0
@@ -41,12 +55,17 @@ class TreeMemorySampler:
     every process (``smaps_rollup``: ~18 ms of CPU for a torch process with ~3,000 mappings), taken from the same
     cores the measured loader runs on; at 0.1 s that was ~15% of a core per process of the tree."""
 
-    def __init__(self, pid: int, interval: float = 0.5):
+    def __init__(self, pid: int, interval: float = 0.5, disk_dir: str | None = None):
+        """``disk_dir``: also record the peak of the space used on its filesystem since the start (``peak_disk``:
+        what the run wrote there, a cache file or shards, deleted or not; other writers on it count too)."""
         self.pid = pid
         self.interval = interval
         self.peak_pss = 0
         self.peak_rss = 0
         self.peak_shm = 0
+        self.peak_anon = 0  # Pss_Anon of the tree plus its RAM files: held memory, page cache of mapped files left out
+        self.disk_dir, self.peak_disk = disk_dir, 0
+        self._free0 = self._free() if disk_dir else 0
         self.ram_prefix = os.path.join(default_shm_dir(), "robo-loaders-")  # storage.ramfile's per-user directories
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -59,8 +78,16 @@ class TreeMemorySampler:
         self._stop.set()
         self._thread.join()
 
+    def _free(self) -> int:
+        import shutil
+
+        try:
+            return shutil.disk_usage(self.disk_dir).free
+        except OSError:
+            return 0
+
     def sample(self) -> None:
-        pss = rss = 0
+        pss = rss = anon = 0
         procs = _tree(self.pid)
         ram_files = []
         # parsing every mapping (smaps) of a torch process costs CPU the measured loader competes for on a small
@@ -71,6 +98,7 @@ class TreeMemorySampler:
                 info = p.memory_full_info()
                 pss += getattr(info, "pss", info.rss)
                 rss += info.rss
+                anon += _pss_anon(p.pid)
                 if not scan_maps:
                     continue
                 for m in p.memory_maps(grouped=True):
@@ -84,6 +112,9 @@ class TreeMemorySampler:
         self.peak_pss = max(self.peak_pss, pss + shm)
         self.peak_rss = max(self.peak_rss, rss)
         self.peak_shm = max(self.peak_shm, shm)
+        self.peak_anon = max(self.peak_anon, anon + shm)
+        if self.disk_dir:
+            self.peak_disk = max(self.peak_disk, self._free0 - self._free())
 
     def _run(self):
         while not self._stop.is_set():

@@ -72,13 +72,17 @@ def run_child(module: str, args: dict, label: str, log_dir: str, timeout: float,
         proc = subprocess.Popen([sys.executable, "-m", module, json.dumps(args), out_path], stdout=log,
                                 stderr=subprocess.STDOUT, env=env)
         t = time.time()
-        with TreeMemorySampler(proc.pid) as mem:
+        with TreeMemorySampler(proc.pid, disk_dir=cache or log_dir) as mem:
             try:
                 rc = proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 rc = "timeout"
+    cache_dir_bytes = 0
     if cache:
+        from robo_loaders_plugin.bench.conversion import dir_bytes
+
+        cache_dir_bytes = dir_bytes(cache)
         shutil.rmtree(cache, ignore_errors=True)
     if rc != 0 or not os.path.exists(out_path):
         with open(log_path) as f:
@@ -87,7 +91,8 @@ def run_child(module: str, args: dict, label: str, log_dir: str, timeout: float,
     with open(out_path) as f:
         res = json.load(f)
     res.update(backend=label, peak_mem_bytes=mem.peak_pss, peak_rss_sum_bytes=mem.peak_rss,
-               shm_bytes=mem.peak_shm, wall_s=time.time() - t)
+               shm_bytes=mem.peak_shm, peak_anon_bytes=mem.peak_anon, peak_disk_bytes=mem.peak_disk,
+               cache_dir_bytes=cache_dir_bytes, wall_s=time.time() - t)
     # what loading data costs on top of the interpreter, torch and the framework (~0.9 GB with CUDA-build torch)
     res["data_mem_bytes"] = max(0, res["peak_mem_bytes"] - res["baseline_pss_bytes"])
     return res

@@ -19,7 +19,7 @@ from robo_loaders_plugin.core.lru import LoadOnceLRU
 from robo_loaders_plugin.frames.base import FieldInfo, FrameSource, broadcast_episodes
 from robo_loaders_plugin.storage.encoded_frames import EncodedFrames
 
-UNIT_BYTES = 64 << 20  # decoded camera bytes of one unit: ~23 frames of three 480p cameras, whole 84x84 episodes
+UNIT_BYTES = 32 << 20  # decoded camera bytes of one unit: 12 frames of three 480p cameras, whole 84x84 episodes
 
 
 def split_runs(runs: list[tuple[int, int, int]], step_bytes: int, unit_bytes: int | None = None

@@ -241,7 +241,7 @@ def video_stream_dataset(native, *, options):
                   "local already", flush=True)
     device = _decode_device(options.decode_device, source)
     # the buffer, sized in bytes from metadata before anything is read: long episodes are cut into units of
-    # ~64 MB decoded (frames.chunks), each loaded with the frames its windows reach outside it
+    # ~32 MB decoded (frames.chunks), each loaded with the frames its windows reach outside it
     size = source.data_size(native.episodes)
     step = sum(size.frame_step_bytes.values())
     margin = _camera_reach(settings.delta_indices, source.video_keys + source.image_keys)

@@ -26,7 +26,7 @@ class PassOptions:
             ``None``: as many as ``cache_memory`` holds (``footprints.buffer_plan``, which the factory resolves
             into this field before building).
         replacement: Draw each pass's items with replacement instead of each exactly once.
-        cache_memory: The buffer's byte budget (bytes or a string; ``None``: the default, 2GB).
+        cache_memory: The buffer's byte budget (bytes or a string; ``None``: the default, 1GB).
     """
 
     shuffle_buffer: int
