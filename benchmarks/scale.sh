@@ -85,7 +85,7 @@ for stage in "$@"; do
         locked robo-loaders bench lerobot --root "$W/L480" --repo-id local/L480 --backends native,video_stream \
           --batch-size 64 --num-workers "$workers" --batches "$batches" --delta-timestamps "$preset" --profile-samples 20 \
           --json "$results/scale_l480_${preset}_video_w${workers}.json" || true
-        locked robo-loaders bench lerobot --root "$W/L480_h264" --repo-id local/L480 --backends native,video_stream \
+        locked robo-loaders bench lerobot --root "$W/L480_h264" --repo-id local/L480 --backends native,video_stream#h264 \
           --batch-size 64 --num-workers "$workers" --batches "$batches" --delta-timestamps "$preset" --profile-samples 20 \
           --json "$results/scale_l480_h264_${preset}_video_w${workers}.json" || true
       done ;;
@@ -109,13 +109,15 @@ for stage in "$@"; do
           --json "$results/scale_l480_${preset}_datapipe_w${workers}.json" || true
       done
       rm -rf "$W/L480_shards" ;;
-    l480-cache)  # compressed_cache spills to a file-backed cache on disk (the run's own cache directory)
+    l480-cache)  # compressed_cache spills to a file-backed cache on disk: built by the first preset's run (its build
+      # time measured) in a cache directory of the workloads, reused by the second (--reuse-cache), then deleted
       for preset in act diffusion; do
-        locked robo-loaders bench lerobot --root "$W/L480" --repo-id local/L480 --backends native,compressed_cache \
-          --backend-kwargs 'compressed_cache={"build_workers": 2}' \
+        ROBO_LOADERS_CACHE="$W/cache" locked robo-loaders bench lerobot --root "$W/L480" --repo-id local/L480 \
+          --backends native,compressed_cache --backend-kwargs 'compressed_cache={"build_workers": 2}' --reuse-cache \
           --batch-size 64 --num-workers "$workers" --batches "$batches" --delta-timestamps "$preset" --profile-samples 20 \
           --json "$results/scale_l480_${preset}_cache_w${workers}.json" || true
-      done ;;
+      done
+      rm -rf "$W/cache" ;;
     l480-5g)
       for preset in act diffusion; do
         locked robo-loaders bench lerobot --root "$W/L480_5G" --repo-id local/L480_5G \

@@ -242,3 +242,56 @@ def test_video_stream_buffer_is_sized_in_bytes(lerobot_datasets):
     assert small.frames.capacity < len(nat.meta.episodes) and "cache_memory=293.0 KiB" in small.serving.summary
     kept = serve("video_stream", nat, cache_episodes=3, shuffle_buffer=1)
     assert kept.frames.capacity == 3 and "cache_episodes=3" in kept.serving.summary
+
+
+# -- the small siblings of the scale workloads (docs/scale.md): their layout and resolution, a few hundred frames --
+@pytest.fixture(scope="module")
+def r240_sibling(tmp_path_factory):
+    """R240's layout: 2 cameras 240x240, render-like, no next_obs images; 3 demos x 100 steps (104 MB of frames)."""
+    from robo_loaders_plugin.sample_data.robomimic_hdf5 import write_robomimic_hdf5
+
+    return write_robomimic_hdf5(str(tmp_path_factory.mktemp("r240") / "r240_small.hdf5"), demos=3, image_size=240,
+                                cameras=2, seed=2, min_length=100, max_length=100, next_obs=False, progress=False)
+
+
+@pytest.fixture(scope="module")
+def l480_sibling(tmp_path_factory):
+    """L480's layout: 3 cameras 480x640 at 30 fps, camera-like frames, AV1 with LeRobot's defaults (streaming
+    encoding); 2 episodes x 150 frames (830 MB decoded)."""
+    from robo_loaders_plugin.sample_data.lerobot_v3 import write_lerobot_dataset
+
+    return write_lerobot_dataset(tmp_path_factory.mktemp("l480") / "l480_small", episode_lengths=(150, 150),
+                                 cameras=3, image_size=(480, 640), fps=30, mode="av1", content="camera", seed=4,
+                                 streaming_encoding=True, progress=False)
+
+
+def test_r240_sibling_spills_under_a_quarter_of_its_frames_byte_identical(r240_sibling, capsys):
+    """25% of the frames (26 MB) as max_memory: compressed_cache goes file-backed to disk, gpu_resampler keeps what
+    fits raw and the rest compressed (on disk when even that does not fit); both serve native's bytes."""
+    frames = 3 * 100 * 2 * 240 * 240 * 3
+    nat = _native_rm(r240_sibling, hdf5_load_next_obs=False)
+    cache = _rm(r240_sibling, "compressed_cache", max_memory=frames // 4)()
+    gpu = _rm(r240_sibling, "gpu_resampler", max_memory=frames // 4)()
+    out = capsys.readouterr().out
+    assert "compressed_cache: spilled to disk" in out and "file-backed cache on local disk" in cache.serving.summary
+    assert gpu.frames.plan.raw < gpu.frames.plan.episodes and "compressed" in gpu.serving.summary
+    for i in random_indices(len(nat), 60, seed=7):
+        assert_same_sample(cache[i], nat[i], f"cache[{i}]")
+        assert_same_sample(gpu[i], nat[i], f"gpu[{i}]")
+
+
+def test_l480_sibling_video_stream_units_and_gpu_tiers_equal_lerobot_dataset(l480_sibling):
+    """At 480p a 150-frame episode is cut into units of 12 frames (3 cameras, 32 MB), the diffusion window's
+    previous frame comes from each unit's margin; gpu_resampler under a budget below its frames holds some episodes
+    compressed. Items equal LeRobotDataset's."""
+    nat = _native_lr(l480_sibling, "diffusion")
+    ds = serve("video_stream", nat)
+    assert len(ds.frames.lengths) == 2 * 13 and "26 units of up to 12 frames" in ds.serving.summary
+    edges = np.flatnonzero(np.diff(ds.episode_of()))
+    picks = sorted(set(np.concatenate([edges[:6], edges[:6] + 1]).tolist())) + random_indices(len(nat), 10, seed=8)
+    for i in picks:
+        same_item(ds[i], nat[i], f"video_stream[{i}]")
+    gpu = serve("gpu_resampler", nat, max_memory="700MB")
+    assert gpu.frames.plan.raw < gpu.frames.plan.episodes
+    for i in random_indices(len(nat), 12, seed=9):
+        same_item(gpu[i], nat[i], f"gpu[{i}]")

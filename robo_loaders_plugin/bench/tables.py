@@ -212,6 +212,10 @@ COLUMNS = {
     "build_s": Column("build (s)", _get("build_s", _num(".1f"))),
     "startup_s": Column("conversion + build + first batch (s)", _startup),
     "peak_mem": Column("peak mem", _mem("peak_mem_bytes")),
+    # memory the run held (PSS of its anonymous pages, plus its RAM files), the page cache of files it maps left out
+    "held_mem": Column("RAM held", _mem("peak_anon_bytes")),
+    "shm": Column("/dev/shm", _mem("shm_bytes")),
+    "disk": Column("disk used", _mem("peak_disk_bytes")),
     "data_mem": Column("data mem", _mem("data_mem_bytes")),
     "frames_stored": Column("frames stored (vs raw)", _stored),
     "latency": Column("batch ms p50/p95/p99", _latency),
