@@ -18,8 +18,8 @@ LOCK=${BENCH_LOCK:-/work/bench.lock}
 workers=${WORKERS:-2}
 batches=${BATCHES:-50}
 export HF_HUB_OFFLINE=1
-mkdir -p "$W" "$here/results"
-results=$here/results
+results=${RESULTS:-$here/results}  # where the result files go (a snapshot of the code may run elsewhere)
+mkdir -p "$W" "$results"
 locked() { flock "$LOCK" "$@"; }
 
 # one line of JSON per generation/conversion step: what, seconds, bytes on disk (benchmarks/results/scale_steps.jsonl)
