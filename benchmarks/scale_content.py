@@ -100,7 +100,7 @@ def main(workloads: str, out: str) -> None:
     if os.path.isdir(l480):
         sample, run, files = lerobot_frames(l480)
         result["L480"] = {"content": "camera-like (sample_data/camera.py: textured background, camera shake and pan, "
-                                     "moving textured objects, sensor noise sigma 0.5)",
+                                     "moving textured objects, sensor noise sigma 1)",
                           **lossless(sample), "av1_lerobot": av1_lerobot(run), "av1_dataset_files": files}
     r240 = os.path.join(workloads, "R240.hdf5")
     if os.path.isfile(r240):

@@ -59,7 +59,7 @@ def sample_data():
 @click.option("--no-next-obs", is_flag=True, help="omit next_obs/ (like dataset_states_to_obs --exclude-next-obs)")
 @click.option("--content", type=click.Choice(["renders", "camera"]), default="renders", show_default=True,
               help="renders: simulator-like frames; camera: like a real camera (texture, shake, sensor noise)")
-@click.option("--noise", default=0.5, show_default=True, type=click.FloatRange(min=0),
+@click.option("--noise", default=1.0, show_default=True, type=click.FloatRange(min=0),
               help="--content camera: sensor noise, sigma in grey levels")
 def sample_data_robomimic(out, demos, image_size, cameras, seed, min_length, max_length, no_next_obs, content,
                           noise):
@@ -93,7 +93,7 @@ def sample_data_robomimic(out, demos, image_size, cameras, seed, min_length, max
 @click.option("--overwrite", is_flag=True)
 @click.option("--content", type=click.Choice(["renders", "camera"]), default="renders", show_default=True,
               help="renders: simulator-like frames; camera: like a real camera (texture, shake, sensor noise)")
-@click.option("--noise", default=0.5, show_default=True, type=click.FloatRange(min=0),
+@click.option("--noise", default=1.0, show_default=True, type=click.FloatRange(min=0),
               help="--content camera: sensor noise, sigma in grey levels")
 @click.option("--stream-encode", is_flag=True,
               help="encode each frame as it is added (LeRobot's streaming_encoding: the same encoder, no PNG files "

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
-GRAIN = 0.02  # per-pixel texture of the clutter (relative)
+GRAIN = 0.03  # per-pixel texture of the clutter (relative)
+FINE = 4.0  # amplitude of the background's finest texture (4- and 2-pixel octaves), relative
 MARGIN = 24  # pixels of background around the view, so the camera can shake and pan without running off it
 
 
@@ -49,12 +50,13 @@ class CameraScene:
         clutter: Sharp-edged objects scattered over the scene (what makes video codecs spend bits).
     """
 
-    def __init__(self, size, camera: int, rng: np.random.Generator, noise: float = 0.5, clutter: int = 40):
+    def __init__(self, size, camera: int, rng: np.random.Generator, noise: float = 1.0, clutter: int = 40):
         self.h, self.w = (size, size) if np.isscalar(size) else tuple(size)
         h, w = self.h + 2 * MARGIN, self.w + 2 * MARGIN
         scale = max(self.h, self.w)
         tex = np.zeros((h, w), np.float32)
-        for octave, amp in ((scale // 3, 1.0), (scale // 10, 0.55), (scale // 30, 0.3), (4, 0.18), (2, 0.1)):
+        for octave, amp in ((scale // 3, 1.0), (scale // 10, 0.55), (scale // 30, 0.3), (4, 0.18 * FINE),
+                            (2, 0.1 * FINE)):
             tex += amp * _smooth_noise(rng, h, w, max(2, int(octave)))
         yy, xx = np.mgrid[0:h, 0:w].astype(np.float32)
         yy, xx = yy / h, xx / w

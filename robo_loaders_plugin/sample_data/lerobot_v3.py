@@ -31,7 +31,7 @@ def write_lerobot_dataset(root, *, repo_id: str = "local/sample", episode_length
                           cameras: int = 1, image_size=(32, 48), mode: str = "av1", fps: int = 20, seed: int = 0,
                           video_files_size_in_mb: float | None = None, overwrite: bool = False,
                           progress: bool = True, actions_from_state: bool = False, content: str = "renders",
-                          noise: float = 0.5, streaming_encoding: bool = False) -> Path:
+                          noise: float = 1.0, streaming_encoding: bool = False) -> Path:
     """Create the dataset at ``root``; load it with ``LeRobotDataset(repo_id, root=root)``.
 
     ``actions_from_state``: each action is a fixed function of the same frame's state, so that a policy learns

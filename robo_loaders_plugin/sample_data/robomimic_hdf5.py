@@ -31,7 +31,7 @@ def smooth_path(rng, n, dim, scale=1.0):
     return out
 
 
-def renderer(content: str, size, camera: int, rng, noise: float = 0.5, fps: float = 20.0):
+def renderer(content: str, size, camera: int, rng, noise: float = 1.0, fps: float = 20.0):
     """``render(i, cube_xy, grip_xy, grip_open)`` for frame ``i`` of one camera: ``renders`` draws like a
     simulator (``scenes.SceneRenderer``), ``camera`` like a real camera (``camera.CameraScene``: texture, shake,
     sensor noise of ``noise`` grey levels)."""
@@ -46,7 +46,7 @@ def renderer(content: str, size, camera: int, rng, noise: float = 0.5, fps: floa
     raise ValueError(f"content must be one of {CONTENTS}, got {content!r}")
 
 
-def _episode(rng, length, cams, image_size, content="renders", noise=0.5):
+def _episode(rng, length, cams, image_size, content="renders", noise=1.0):
     cube = 0.5 + 0.2 * np.tanh(smooth_path(rng, length, 2, 0.6))
     start = rng.uniform(0.2, 0.8, size=2)
     alpha = np.clip(np.linspace(-0.2, 1.3, length), 0, 1)[:, None]
@@ -74,7 +74,7 @@ def _episode(rng, length, cams, image_size, content="renders", noise=0.5):
 def write_robomimic_hdf5(path: str, demos: int = 10, image_size: int = 84, cameras: int = 2, seed: int = 0,
                          min_length: int = 40, max_length: int = 60, valid_fraction: float = 0.1,
                          next_obs: bool = True, progress: bool = True, content: str = "renders",
-                         noise: float = 0.5) -> str:
+                         noise: float = 1.0) -> str:
     """Generate ``demos`` demos of a Lift-like task; returns ``path``. Written to a temp name, then renamed.
 
     ``content``: ``renders`` (simulator-like frames) or ``camera`` (camera-like: texture, shake, sensor noise of
