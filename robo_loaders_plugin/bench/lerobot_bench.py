@@ -11,6 +11,7 @@ from tabulate import tabulate
 
 from robo_loaders_plugin.bench.conversion import conversion_table, dir_bytes, time_conversions
 from robo_loaders_plugin.bench.report import add_ratios, machine
+from robo_loaders_plugin.bench.tables import error_cell
 from robo_loaders_plugin.bench.runner import FRESH_CACHE, USER_CACHE, backend_of, in_rounds, options_for, run_child
 from robo_loaders_plugin.core.files import atomic_write_json
 from robo_loaders_plugin.core.units import format_bytes
@@ -28,7 +29,7 @@ def lerobot_table(results) -> str:
     streaming = any(r["backend"] == STREAMING for r in results)
     for r in results:
         if r.get("error"):
-            rows.append([r["backend"], "FAILED: " + r["error"].strip().splitlines()[-1][:90]])
+            rows.append([r["backend"], error_cell(r, 90)])
             continue
         rr = r["ratios"]
         rows.append([r["backend"], f"{r['samples_per_s']:.0f}", f"{r['decoded_frames_per_s']:.0f}",

@@ -7,6 +7,7 @@ import platform
 import psutil
 from tabulate import tabulate
 
+from robo_loaders_plugin.bench.tables import error_cell
 from robo_loaders_plugin.core.units import format_bytes
 
 
@@ -35,7 +36,7 @@ def table(results: list[dict], baselines: list[str]) -> str:
     rows = []
     for r in results:
         if r.get("error"):
-            rows.append([r["backend"], "FAILED: " + r["error"].splitlines()[-1][:80]])
+            rows.append([r["backend"], error_cell(r)])
             continue
         row = [r["backend"], f"{r['samples_per_s']:.0f}", f"{r['first_batch_s']:.2f}",
                f"{r['build_s']:.1f}", format_bytes(r["peak_mem_bytes"]), format_bytes(r["data_mem_bytes"]),

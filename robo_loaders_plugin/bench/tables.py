@@ -169,6 +169,15 @@ def _ratio(field, baseline):
     return f
 
 
+def error_cell(r: dict, width: int = 80) -> str:
+    """A failed run in one cell: ``REFUSED: <why>`` when the backend refused before reading data (the footprint
+    contract, ``core.footprint.ResourceRefused``), else ``FAILED: <last line>``."""
+    last = r["error"].strip().splitlines()[-1]
+    if "ResourceRefused: " in last:
+        return "REFUSED: " + last.split("ResourceRefused: ", 1)[1][:width + 20]
+    return "FAILED: " + last[:width]
+
+
 def _mem_ratio(baseline):
     def f(r, ctx):
         rr = r.get("ratios") or {}
@@ -347,7 +356,7 @@ def results_table(payloads: list[dict], opts: dict | None = None) -> str:
     for r, p in pairs:
         ctx = {"payload": p}
         if r.get("error"):
-            err = "FAILED: " + r["error"].strip().splitlines()[-1][:80]
+            err = error_cell(r)
             body.append([c.cell(r, ctx) if names[i] in keys else (err if i == first_metric else "-")
                          for i, c in enumerate(cols)])
         else:
