@@ -73,8 +73,19 @@ def parse_backend_pairs(values, flag: str) -> dict[str, dict]:
 
 
 def click_backend_pairs(ctx, param, values) -> dict[str, dict]:
-    """A click callback (or a plain call with ``ctx=param=None``) for a repeatable ``BACKEND='{json}'`` option: the
-    pairs parsed by :func:`parse_backend_pairs`, a bad one reported as click's usage error naming the option."""
+    """A click callback (or a plain call with ``ctx=param=None``) for a repeatable ``BACKEND='{json}'`` option.
+
+    Args:
+        ctx: click's context (unused).
+        param: The option (its name is the flag in messages; ``None``: ``--backend-kwargs``).
+        values: The pairs as typed.
+
+    Returns:
+        ``{backend: options}`` (:func:`parse_backend_pairs`).
+
+    Raises:
+        click.BadParameter: a bad pair, as click's usage error naming the option.
+    """
     import click
 
     flag = "--" + param.name.replace("_", "-") if param is not None and param.name else "--backend-kwargs"
