@@ -1,6 +1,7 @@
 """Run by ``test_multiprocess.py`` under ``torchrun --nproc_per_node 2``: ranks set up differently (a per-rank seed,
-per-rank options) must be refused when the dataset is built, and ranks set up the same must build. Prints one
-``CASE <name>: REFUSED <message>`` or ``CASE <name>: BUILT`` line per case.
+per-rank options) must be refused when the dataset is built, and ranks set up the same must build. Writes one
+``CASE <name>: REFUSED <message>`` or ``CASE <name>: BUILT`` line per case to ``CACHE_DIR/rank<r>.txt`` (a file per
+rank: the ranks' stdout lines interleave, progress bars included).
 
 Usage: rank_agreement_script.py HDF5 LEROBOT_ROOT CACHE_DIR
 """
@@ -13,14 +14,17 @@ import torch.distributed as dist
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 
+RESULTS = []
+
+
 def attempt(name, build):
     from robo_loaders_plugin import RoboLoadersError
 
     try:
         build()
-        print(f"CASE {name}: BUILT", flush=True)
+        RESULTS.append(f"CASE {name}: BUILT")
     except RoboLoadersError as exc:
-        print(f"CASE {name}: REFUSED {exc}", flush=True)
+        RESULTS.append(f"CASE {name}: REFUSED {exc}")
 
 
 def main(hdf5, root, cache):
@@ -69,6 +73,8 @@ def main(hdf5, root, cache):
     attempt("robomimic same setup, per-host cache_dir", robomimic(11))
     attempt("lerobot seed + rank", lerobot(1000 + rank))
     attempt("lerobot same setup", lerobot(1000))
+    with open(os.path.join(cache, f"rank{rank}.txt"), "w") as f:
+        f.write("\n".join(RESULTS) + "\n")
     accelerator.wait_for_everyone()
 
 

@@ -185,12 +185,13 @@ def test_ranks_set_up_differently_are_refused(tiny_hdf5, lerobot_datasets, tmp_p
     the value and the ranks. The same setup (per-host cache directories allowed) builds."""
     log = torchrun(os.path.join(HERE, "rank_agreement_script.py"), tiny_hdf5, str(lerobot_datasets["av1_1cam"]),
                    str(tmp_path))
-    cases = Counter(line.split(": ", 1)[0] + ": " + line.split(": ", 2)[1].split(" ")[0]
-                    for line in log.splitlines() if line.startswith("CASE "))
+    lines = [line for r in range(WORLD) for line in (tmp_path / f"rank{r}.txt").read_text().splitlines()]
+    log = "\n".join(lines)
+    cases = Counter(line.split(": ", 1)[0] + ": " + line.split(": ", 2)[1].split(" ")[0] for line in lines)
     for name in ("robomimic seed + rank", "robomimic per-rank option", "lerobot seed + rank"):
-        assert cases[f"CASE {name}: REFUSED"] == WORLD, (name, log[-4000:])
+        assert cases[f"CASE {name}: REFUSED"] == WORLD, (name, lines)
     for name in ("robomimic same setup, per-host cache_dir", "lerobot same setup"):
-        assert cases[f"CASE {name}: BUILT"] == WORLD, (name, log[-4000:])
+        assert cases[f"CASE {name}: BUILT"] == WORLD, (name, lines)
     assert "disagree on train.seed (rank 0: 11; rank 1: 12)" in log
     assert "disagree on train.data_backend_kwargs" in log and "'shuffle_buffer': 2" in log
     assert "disagree on --seed (the sampler's) (rank 0: 1000; rank 1: 1001)" in log

@@ -220,28 +220,9 @@ def convert():
 
 def _executor_options(f):
     """--executor and its options (docs/distributed-conversion.md), shared by every converter."""
-    options = [
-        click.option("--executor", type=click.Choice(["local", "datatrove-local", "datatrove-slurm"]), default="local",
-                     show_default=True, help="where the work units run (docs/distributed-conversion.md); "
-                                             "--num-workers is the number of tasks"),
-        click.option("--concurrent-tasks", type=click.IntRange(min=1), default=None,
-                     help="datatrove: tasks running at once (default: all of them)"),
-        click.option("--logging-dir", type=click.Path(file_okay=False), default=None,
-                     help="datatrove: logs, stats and the Slurm job's files (default: OUT_DIR/datatrove)"),
-        click.option("--slurm-partition", default=None, help="datatrove-slurm: partition (required)"),
-        click.option("--slurm-time", default=None, help="datatrove-slurm: time limit per task [24:00:00]"),
-        click.option("--slurm-cpus-per-task", type=click.IntRange(min=1), default=None, help="datatrove-slurm [1]"),
-        click.option("--slurm-mem-per-cpu-gb", type=click.IntRange(min=1), default=None, help="datatrove-slurm [4]"),
-        click.option("--slurm-job-name", default=None, help="datatrove-slurm [robo-loaders-convert]"),
-        click.option("--slurm-qos", default=None, help="datatrove-slurm [the cluster's default]"),
-        click.option("--sbatch-arg", multiple=True, metavar="KEY=VALUE",
-                     help="datatrove-slurm: an extra #SBATCH --KEY=VALUE line (repeatable; KEY alone for a flag)"),
-        click.option("--slurm-env-command", default=None,
-                     help="datatrove-slurm: run before each task [source <this virtualenv>/bin/activate]"),
-    ]
-    for option in reversed(options):
-        f = option(f)
-    return f
+    from robo_loaders_plugin.storage.shards.executors import click_options
+
+    return click_options("OUT_DIR/datatrove")(f)
 
 
 def _report_conversion(out_dir, res):

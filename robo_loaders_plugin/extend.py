@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Callable
 # -- registration and the serving contract (also exported by robo_loaders_plugin) -------------------------------
 from robo_loaders_plugin.core.errors import (BackendOptionError, RoboLoadersError, SourceError,  # noqa: F401
                                              StaleSourceError)
-from robo_loaders_plugin.core.files import atomic_write_bytes  # noqa: F401  (a backend's own files, atomically)
+from robo_loaders_plugin.core.files import atomic_write_bytes, sha256_file  # noqa: F401  (a backend's own files)
 from robo_loaders_plugin.core.hookspecs import hookimpl  # noqa: F401
 from robo_loaders_plugin.core.options import Option, Options  # noqa: F401
 from robo_loaders_plugin.core.spec import (BATCH, GPU_NO, GPU_OPTIONAL, GPU_REQUIRED, INDEXED, LOSSLESS,  # noqa: F401

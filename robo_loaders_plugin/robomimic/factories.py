@@ -151,6 +151,8 @@ def _shard_samples(config, opts: SequenceOptions, path: str, filter_by_attribute
     else:
         raise SourceError(f"{reader.dir}: filter key {filter_by_attribute!r} not found (masks in the converted "
                           f"dataset: {sorted(meta.get('masks', {}))})")
+    if not demos:
+        raise SourceError(f"{reader.dir}: no demos selected (filter key {filter_by_attribute!r} is empty)")
     missing = [d for d in demos if d not in reader.by_name]
     if missing:
         raise SourceError(f"{reader.dir}: demos {missing[:5]} are not in the shards; convert the file again")

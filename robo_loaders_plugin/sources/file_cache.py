@@ -22,14 +22,13 @@ open, and their records live apart, under ``.robo-loaders/``.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import threading
 import uuid
 
 from robo_loaders_plugin.core.errors import SourceError
-from robo_loaders_plugin.core.files import atomic_write_json
+from robo_loaders_plugin.core.files import atomic_write_json, sha256_file
 
 SIDECAR = ".robo-loaders.json"
 RECORDS = ".robo-loaders"  # with ``base``: the records (and locks) of the copies, apart from them
@@ -54,9 +53,7 @@ def remote_identity(fs, path: str, endpoint: str | None) -> dict:
     return {"url": fs.unstrip_protocol(path), "endpoint": endpoint, "size": info.get("size"), "version": version}
 
 
-def sha256_of(path: str) -> str:
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
+sha256_of = sha256_file  # a copy's own digest (core.files)
 
 
 class FileCache:

@@ -560,31 +560,7 @@ def _psnr_frames(ctx, param, value):
     return n
 
 
-_EXECUTOR_OPTIONS = [  # as the converters' (cli._executor_options; not imported: cli imports this module)
-    click.option("--executor", type=click.Choice(list(executors.EXECUTORS)), default="local", show_default=True,
-                 help="where the work units run (docs/distributed-conversion.md); --num-workers is the number of "
-                      "tasks"),
-    click.option("--concurrent-tasks", type=click.IntRange(min=1), default=None,
-                 help="datatrove: tasks running at once (default: all of them)"),
-    click.option("--logging-dir", type=click.Path(file_okay=False), default=None,
-                 help=f"datatrove: logs, stats and the Slurm job's files (default: OUT/{STATE_DIR}/datatrove)"),
-    click.option("--slurm-partition", default=None, help="datatrove-slurm: partition (required)"),
-    click.option("--slurm-time", default=None, help="datatrove-slurm: time limit per task [24:00:00]"),
-    click.option("--slurm-cpus-per-task", type=click.IntRange(min=1), default=None, help="datatrove-slurm [1]"),
-    click.option("--slurm-mem-per-cpu-gb", type=click.IntRange(min=1), default=None, help="datatrove-slurm [4]"),
-    click.option("--slurm-job-name", default=None, help="datatrove-slurm [robo-loaders-convert]"),
-    click.option("--slurm-qos", default=None, help="datatrove-slurm [the cluster's default]"),
-    click.option("--sbatch-arg", multiple=True, metavar="KEY=VALUE",
-                 help="datatrove-slurm: an extra #SBATCH --KEY=VALUE line (repeatable; KEY alone for a flag)"),
-    click.option("--slurm-env-command", default=None,
-                 help="datatrove-slurm: run before each task [source <this virtualenv>/bin/activate]"),
-]
-
-
-def _with_executor_options(f):
-    for option in reversed(_EXECUTOR_OPTIONS):
-        f = option(f)
-    return f
+_with_executor_options = executors.click_options(f"OUT/{STATE_DIR}/datatrove")
 
 
 @click.command("transcode")

@@ -268,3 +268,44 @@ def options_from_cli(executor: str, logging_dir: str | None = None, concurrent_t
         raise ExecutorError(f"{', '.join(wrong)} do(es) not apply to --executor {executor}")
     check_options(executor, options)
     return options
+
+
+def click_options(logging_dir_default: str):
+    """The ``--executor`` option and its datatrove/Slurm options, as every command that converts takes them
+    (``robo-loaders convert robomimic|lerobot``, ``robo-loaders transcode``): one declaration, so the commands
+    cannot drift apart.
+
+    Args:
+        logging_dir_default: What ``--logging-dir`` defaults to, for its help text.
+
+    Returns:
+        A decorator adding the options to a click command.
+    """
+    import click
+
+    options = [
+        click.option("--executor", type=click.Choice(list(EXECUTORS)), default="local", show_default=True,
+                     help="where the work units run (docs/distributed-conversion.md); --num-workers is the number "
+                          "of tasks"),
+        click.option("--concurrent-tasks", type=click.IntRange(min=1), default=None,
+                     help="datatrove: tasks running at once (default: all of them)"),
+        click.option("--logging-dir", type=click.Path(file_okay=False), default=None,
+                     help=f"datatrove: logs, stats and the Slurm job's files (default: {logging_dir_default})"),
+        click.option("--slurm-partition", default=None, help="datatrove-slurm: partition (required)"),
+        click.option("--slurm-time", default=None, help="datatrove-slurm: time limit per task [24:00:00]"),
+        click.option("--slurm-cpus-per-task", type=click.IntRange(min=1), default=None, help="datatrove-slurm [1]"),
+        click.option("--slurm-mem-per-cpu-gb", type=click.IntRange(min=1), default=None, help="datatrove-slurm [4]"),
+        click.option("--slurm-job-name", default=None, help="datatrove-slurm [robo-loaders-convert]"),
+        click.option("--slurm-qos", default=None, help="datatrove-slurm [the cluster's default]"),
+        click.option("--sbatch-arg", multiple=True, metavar="KEY=VALUE",
+                     help="datatrove-slurm: an extra #SBATCH --KEY=VALUE line (repeatable; KEY alone for a flag)"),
+        click.option("--slurm-env-command", default=None,
+                     help="datatrove-slurm: run before each task [source <this virtualenv>/bin/activate]"),
+    ]
+
+    def decorate(f):
+        for option in reversed(options):
+            f = option(f)
+        return f
+
+    return decorate

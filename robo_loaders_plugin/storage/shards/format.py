@@ -25,7 +25,7 @@ import shutil
 import numpy as np
 
 from robo_loaders_plugin.core.errors import RoboLoadersError
-from robo_loaders_plugin.core.files import atomic_write_json
+from robo_loaders_plugin.core.files import atomic_write_json, sha256_file
 from robo_loaders_plugin.core.units import format_bytes
 
 FORMAT = "robo-shards"
@@ -171,9 +171,4 @@ def _atomic_json(path: str, payload) -> None:
         raise
 
 
-def _sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+_sha256 = sha256_file  # the shards' checksum (core.files)
