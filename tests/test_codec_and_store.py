@@ -124,7 +124,11 @@ def test_units():
     for bad in ("lots", True, -1, "3 parsecs"):
         with pytest.raises(ValueError):
             parse_bytes(bad, "max_memory")
-    assert format_bytes(1536) == "1.5 KiB"
+    assert format_bytes(1536) == "1.5 kB" and format_bytes(999) == "999 B" and format_bytes(999_960) == "1.0 MB"
+    # what users type is printed back as they typed it (issue 23: max_memory "1MB" was shown as "976.6 KiB",
+    # the 50GB cache limit as "46.6 GiB")
+    assert format_bytes(parse_bytes("1MB")) == "1.0 MB" and format_bytes(parse_bytes("50GB")) == "50.0 GB"
+    assert format_bytes(parse_bytes("512MiB")) == "536.9 MB" and format_bytes(3.2e12) == "3.2 TB"
 
 
 def test_buffer_pool_never_hands_out_a_buffer_in_use():

@@ -70,7 +70,7 @@ def _ok(rows):
 
 def _mem_unit(values):
     top = max(values) if values else 0
-    return ("GiB", 1024 ** 3) if top >= 2 * 1024 ** 3 else ("MiB", 1024 ** 2)
+    return ("GB", 1e9) if top >= 2e9 else ("MB", 1e6)  # core.units' decimal units, as the bar labels
 
 
 # -- one benchmark result --------------------------------------------------------------------------------------------

@@ -80,9 +80,12 @@ def open_or_build(*, kind: str, source, key_desc: dict, write: Callable[[StoreWr
         # larger budget is found here: this run's budget still holds
         store.close()
         holder.release()
+        budget, held = format_bytes(max_bytes), format_bytes(data_nbytes)
+        if budget == held:  # rounded alike: the exact counts say which is larger
+            budget, held = f"{budget} ({max_bytes} bytes)", f"{held} ({data_nbytes} bytes)"
         raise MemoryBudgetExceeded(
-            f"{option_prefix}.max_memory={format_bytes(max_bytes)}, but the cache of this source and these options, "
-            f"built by an earlier or concurrent run, holds {format_bytes(data_nbytes)} ({entry.path}); raise "
+            f"{option_prefix}.max_memory={budget}, but the cache of this source and these options, "
+            f"built by an earlier or concurrent run, holds {held} ({entry.path}); raise "
             "max_memory (the cache is shared, not copied), or build a smaller one of its own: fewer obs keys or "
             "demos, or a stronger codec (codec='zstd')")
     return store, holder, reused
