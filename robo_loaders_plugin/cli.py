@@ -248,13 +248,15 @@ def _executor_options(f):
     return f
 
 
-def _report_conversion(out_dir, res):
+def _report_conversion(out_dir, res, episode: str = "episode"):
     if "job_id" in res:
         click.echo(f"submitted Slurm job {res['job_id']}: {res['tasks']} task(s) convert {res['pending_units']} of "
                    f"{res['units']} unit(s) into {out_dir}; the last task publishes index.json (logs: "
                    f"{res['logging_dir']})")
     else:
-        click.echo(f"wrote {out_dir}: {res['episodes']} episodes in {res['shards']} shards")
+        from robo_loaders_plugin.core.units import plural
+
+        click.echo(f"wrote {out_dir}: {plural(res['episodes'], episode)} in {plural(res['shards'], 'shard')}")
 
 
 @convert.command("robomimic")
@@ -294,7 +296,7 @@ def convert_robomimic_cmd(in_path, out_dir, num_workers, shard_size, codec, leve
     res = convert_robomimic(in_path, out_dir, num_workers=num_workers, shard_bytes=size, codec=frame_codec,
                             executor=executor, executor_options=options_from_cli(executor, **executor_cli),
                             video=video)
-    _report_conversion(out_dir, res)
+    _report_conversion(out_dir, res, "demo")
     if "video" in res:
         click.echo(format_video_report(res["video"]))
 

@@ -144,3 +144,20 @@ def test_a_missing_dependency_names_the_extra_to_install(monkeypatch):
     with pytest.raises(RoboLoadersError, match=r"video_stream' needs torchdata"):
         rlp.get_backend("video_stream").choose("lerobot", {}, "w")
     assert rlp.get_backend("gpu_resampler").choose("robomimic", {}, "w").name == "gpu_resampler"
+
+
+def test_modes_without_rate_conversion_are_refused_naming_the_options():
+    """Issue 23 B12: gpu_resampler's ``modes`` say how a field is read between two recorded steps, which only rate
+    conversion asks for; given alone, LeRobot said "modes names ['action'] ... its fields are []" (and robomimic
+    ignored them). Refused when the options are resolved, before any data is read, naming what to set."""
+    spec = rlp.get_backend("gpu_resampler")
+    with pytest.raises(BackendOptionError, match=r"^--dataset.backend_kwargs: modes apply to rate conversion .*none "
+                                                 r"is set: give target_fps or delta_timestamps too, or leave modes "
+                                                 r"out \(backend 'gpu_resampler'\)$"):
+        spec.choose("lerobot", {"modes": {"action": "previous"}}, "--dataset.backend_kwargs")
+    with pytest.raises(BackendOptionError, match=r"^train.data_backend_kwargs: modes apply to rate conversion .*give "
+                                                 r"target_fps too, or leave modes out"):
+        spec.choose("robomimic", {"modes": {"actions": "previous"}}, "train.data_backend_kwargs")
+    assert spec.choose("lerobot", {"modes": {"action": "previous"}, "target_fps": 10}, "w").options.modes
+    assert spec.choose("lerobot", {"modes": {"action": "previous"}, "delta_timestamps": {"action": [0.0]}}, "w")
+    assert spec.choose("robomimic", {"modes": {"actions": "previous"}, "target_fps": 10}, "w").options.modes
