@@ -370,12 +370,13 @@ def verify_cmd(out_dir, source):
 def doctor_cmd():
     """Check the installed frameworks against every patch and private read the plugin relies on, the import hook,
     FFmpeg/torchcodec and CUDA/NVDEC; exit 1 when the installed versions cannot work."""
-    from tabulate import tabulate
+    import shutil
 
-    from robo_loaders_plugin.doctor import all_checks
+    from robo_loaders_plugin.doctor import all_checks, render
 
     rows = all_checks()
-    click.echo(tabulate([[r.status, r.what, r.detail] for r in rows], headers=["", "check", "detail"]))
+    for line in render(rows, min(100, shutil.get_terminal_size((80, 24)).columns)):
+        click.echo(line)
     failed = [r for r in rows if r.status == "FAIL"]
     if failed:
         click.echo(f"\n{len(failed)} required check(s) failed: the plugin cannot work with what is installed "
