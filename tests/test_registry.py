@@ -161,3 +161,20 @@ def test_modes_without_rate_conversion_are_refused_naming_the_options():
     assert spec.choose("lerobot", {"modes": {"action": "previous"}, "target_fps": 10}, "w").options.modes
     assert spec.choose("lerobot", {"modes": {"action": "previous"}, "delta_timestamps": {"action": [0.0]}}, "w")
     assert spec.choose("robomimic", {"modes": {"actions": "previous"}, "target_fps": 10}, "w").options.modes
+
+
+def test_non_finite_offsets_and_runaway_rates_are_refused_naming_the_option():
+    """Issue 23 B7: ``delta_timestamps`` with NaN ended in ``IndexError: index out of range in self`` (the option not
+    named); robomimic ``target_fps=1e9`` in a ``MemoryError`` allocating 52.9 GiB. Both are refused by the option
+    declarations when the options are resolved, naming the option, before any data is read."""
+    spec = rlp.get_backend("gpu_resampler")
+    for bad in (float("nan"), float("inf")):
+        with pytest.raises(BackendOptionError, match=r"^--dataset.backend_kwargs.delta_timestamps\['action'\] must "
+                                                     r"hold finite numbers of seconds"):
+            spec.choose("lerobot", {"delta_timestamps": {"action": [0.0, bad]}}, "--dataset.backend_kwargs")
+    for framework, where in (("robomimic", "train.data_backend_kwargs"), ("lerobot", "--dataset.backend_kwargs")):
+        with pytest.raises(BackendOptionError, match=rf"^{where}.target_fps must be a rate in frames per second in "
+                                                     r"\(0, 10000\], got 1000000000"):
+            spec.choose(framework, {"target_fps": 1e9}, where)
+        with pytest.raises(BackendOptionError, match=rf"^{where}.target_fps must be a finite number, got nan"):
+            spec.choose(framework, {"target_fps": float("nan")}, where)
