@@ -42,10 +42,27 @@ def main(hdf5, root, cache):
         return lambda: TrainUtils.dataset_factory(config, obs_keys(config))
 
     def lerobot(seed, **kwargs):
-        native = LeRobotDataset(REPO, root=root, delta_timestamps={"action": [0.0, 0.05]})
-        cfg = SimpleNamespace(seed=seed, dataset=SimpleNamespace(backend="compressed_cache", backend_kwargs=kwargs,
-                                                                 repo_id=REPO, streaming=False))
-        return lambda: integration.convert(native, cfg)
+        """As lerobot-train: the dataset (rank 0 first, then the others after a barrier), its DataLoader over an
+        EpisodeAwareSampler seeded with --seed, prepared by accelerate, then cycle() on every rank."""
+        import torch
+        from lerobot.datasets import EpisodeAwareSampler
+
+        def run():
+            native = LeRobotDataset(REPO, root=root, delta_timestamps={"action": [0.0, 0.05]})
+            cfg = SimpleNamespace(seed=seed, dataset=SimpleNamespace(backend="compressed_cache",
+                                                                     backend_kwargs=kwargs, repo_id=REPO,
+                                                                     streaming=False))
+            if accelerator.is_main_process:
+                dataset = integration.convert(native, cfg)
+            accelerator.wait_for_everyone()
+            if not accelerator.is_main_process:
+                dataset = integration.convert(native, cfg)
+            sampler = EpisodeAwareSampler(native.meta.episodes["dataset_from_index"],
+                                          native.meta.episodes["dataset_to_index"], shuffle=True, seed=seed)
+            loader = accelerator.prepare(torch.utils.data.DataLoader(dataset, batch_size=8, sampler=sampler))
+            next(integration.cycle(loader))
+
+        return run
 
     attempt("robomimic seed + rank", robomimic(11 + rank))
     attempt("robomimic per-rank option", robomimic(11, shuffle_buffer=2 + rank))

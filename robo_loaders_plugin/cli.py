@@ -134,13 +134,9 @@ def bench():
 
 
 def _parse_kwargs(values):
-    from robo_loaders_plugin.core.backend_json import parse_backend_pairs
-    from robo_loaders_plugin.core.errors import BackendOptionError
+    from robo_loaders_plugin.core.backend_json import click_backend_pairs
 
-    try:
-        return parse_backend_pairs(values, "--backend-kwargs")
-    except BackendOptionError as exc:
-        raise click.BadParameter(str(exc)) from None
+    return click_backend_pairs(None, None, values)
 
 
 @bench.command("robomimic")

@@ -153,7 +153,17 @@ def robomimic_demo_fields(source: "RobomimicHdf5", f, demo: str, opts: "Sequence
 
 def robomimic_sequence_dataset(config, obs_keys, filter_by_attribute=None, dataset_path=None):
     """robomimic's own ``SequenceDataset``, built by robomimic's own (unpatched) ``dataset_factory``: for a backend
-    that wraps the native dataset, and for parity tests."""
+    that wraps the native dataset, and for parity tests.
+
+    Args:
+        config: robomimic's config.
+        obs_keys: The observation keys to load.
+        filter_by_attribute: A filter key of the HDF5's masks (``None``: every demo).
+        dataset_path: The HDF5 (default: ``config.train.data``).
+
+    Returns:
+        The ``SequenceDataset``.
+    """
     from robo_loaders_plugin.robomimic.factories import native_dataset
 
     return native_dataset(config, obs_keys, filter_by_attribute, dataset_path)

@@ -68,7 +68,8 @@ def build_dataset(native, choice: BackendChoice, repo_id: str | None = None, see
         native: The ``LeRobotDataset`` LeRobot's factory (or user code) built.
         choice: The backend choice (:func:`backend_choice`, or ``choose("video_stream", buffer="lz4")``).
         repo_id: Shown in the log line (default: ``native.repo_id``).
-        seed: lerobot-train's ``--seed`` (its sampler's order seed), checked to be the same on every rank.
+        seed: lerobot-train's ``--seed`` (recorded; the sampler's own seed is what :func:`cycle` checks across
+            ranks).
 
     Returns:
         The backend's dataset, recorded for the adapter's dispatch (``lerobot-train``'s ``cycle``).
@@ -81,11 +82,7 @@ def build_dataset(native, choice: BackendChoice, repo_id: str | None = None, see
     compat.check_version()
     choice.check_device()
     out = choice.build(native)
-    check_ranks_agree(lambda: {"--seed": seed, "--dataset.backend": choice.name,
-                       "--dataset.backend_kwargs": choice.options.shared(), "frames": len(out),
-                       "source (file sizes)": source_identity(str(native.root))},
-                      f"LeRobot data backend {choice.name}")
-    iteration.record_built(out, choice)
+    iteration.record_built(out, choice, seed=seed)
     print(f"{LOG_PREFIX} lerobot data backend: {choice.name} [{repo_id or native.repo_id}] "
           f"{iteration.summary_of(out)}", flush=True)
     return out
@@ -173,14 +170,33 @@ def sampling_plan(dataloader, built: iteration.Built | None = None) -> iteration
 
 def cycle(dataloader):
     """``lerobot-train``'s ``cycle(dataloader)``: passes of what the backend's declared kind says, forever."""
-    source = iteration.pass_batches(dataloader, sampling_plan)
     built = iteration.built_by(getattr(dataloader, "dataset", None))
+    if built is not None:
+        check_same_setup(dataloader, built)
+    source = iteration.pass_batches(dataloader, sampling_plan)
     if isinstance(source, iteration.BatchSource):
         print(f"{LOG_PREFIX} {built.choice.name}: lerobot-train's batches come from {source.describe()}", flush=True)
     elif isinstance(source, iteration.SamplerBatches):
         print(f"{LOG_PREFIX} {built.choice.name}: lerobot-train's batches are built in the training process "
               f"({plural(source.num_threads, 'thread')}) over its sampler's order", flush=True)
     return iteration.batch_stream(dataloader, sampling_plan, compat.native_cycle)
+
+
+def check_same_setup(dataloader, built: iteration.Built) -> None:
+    """Refuse ranks set up differently (``core.ranks.check_ranks_agree``): the sampler's seed, the backend, its
+    options, the frame count and the source.
+
+    Why here and not when the dataset is built: lerobot-train builds the dataset on rank 0 first and on the other
+    ranks after a barrier, so a collective at build time would wait forever; every rank calls ``cycle`` on its
+    training DataLoader at the same point."""
+    dataset = dataloader.dataset
+    sampler = getattr(getattr(dataloader, "batch_sampler", None), "sampler", None)
+    split = compat.rank_split(dataloader)
+    seed = getattr(getattr(split.batch_sampler, "sampler", sampler), "seed", None)
+    check_ranks_agree(lambda: {"--seed (the sampler's)": seed, "--dataset.backend": built.choice.name,
+                               "--dataset.backend_kwargs": built.choice.options.shared(), "frames": len(dataset),
+                               "source (file sizes)": source_identity(str(dataset.root))},
+                      f"LeRobot data backend {built.choice.name}")
 
 
 def check_command_line(argv: list[str]) -> None:
