@@ -225,13 +225,15 @@ def _executor_options(f):
     return click_options("OUT_DIR/datatrove")(f)
 
 
-def _report_conversion(out_dir, res):
+def _report_conversion(out_dir, res, episode: str = "episode"):
     if "job_id" in res:
         click.echo(f"submitted Slurm job {res['job_id']}: {res['tasks']} task(s) convert {res['pending_units']} of "
                    f"{res['units']} unit(s) into {out_dir}; the last task publishes index.json (logs: "
                    f"{res['logging_dir']})")
     else:
-        click.echo(f"wrote {out_dir}: {res['episodes']} episodes in {res['shards']} shards")
+        from robo_loaders_plugin.core.units import plural
+
+        click.echo(f"wrote {out_dir}: {plural(res['episodes'], episode)} in {plural(res['shards'], 'shard')}")
 
 
 @convert.command("robomimic")
@@ -271,7 +273,7 @@ def convert_robomimic_cmd(in_path, out_dir, num_workers, shard_size, codec, leve
     res = convert_robomimic(in_path, out_dir, num_workers=num_workers, shard_bytes=size, codec=frame_codec,
                             executor=executor, executor_options=options_from_cli(executor, **executor_cli),
                             video=video)
-    _report_conversion(out_dir, res)
+    _report_conversion(out_dir, res, "demo")
     if "video" in res:
         click.echo(format_video_report(res["video"]))
 
@@ -345,12 +347,13 @@ def verify_cmd(out_dir, source):
 def doctor_cmd():
     """Check the installed frameworks against every patch and private read the plugin relies on, the import hook,
     FFmpeg/torchcodec and CUDA/NVDEC; exit 1 when the installed versions cannot work."""
-    from tabulate import tabulate
+    import shutil
 
-    from robo_loaders_plugin.doctor import all_checks
+    from robo_loaders_plugin.doctor import all_checks, render
 
     rows = all_checks()
-    click.echo(tabulate([[r.status, r.what, r.detail] for r in rows], headers=["", "check", "detail"]))
+    for line in render(rows, min(100, shutil.get_terminal_size((80, 24)).columns)):
+        click.echo(line)
     failed = [r for r in rows if r.status == "FAIL"]
     if failed:
         click.echo(f"\n{len(failed)} required check(s) failed: the plugin cannot work with what is installed "

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import sys
 import sysconfig
+import textwrap
 
 from robo_loaders_plugin.core.checks import Check
 
@@ -81,3 +82,22 @@ def all_checks() -> list[Check]:
     if not any(r.what.startswith(("robomimic 0", "lerobot 0")) and r.ok for r in rows):
         rows.append(Check("a supported framework", False, "neither robomimic 0.3.0 nor LeRobot 0.6 is installed"))
     return rows + hook_checks() + video_checks()
+
+
+STATUS_WIDTH = 6  # "FAIL  "
+
+
+def render(rows: list[Check], width: int) -> list[str]:
+    """The checks as lines of at most ``width`` characters (a word longer than a line aside): the status and the
+    check on one line, the detail wrapped and indented under it. A row is its first line (it starts with its
+    status) and the indented lines that follow it."""
+    width = max(width, 40)
+    out = []
+    for r in rows:
+        out += textwrap.wrap(r.what, width, initial_indent=f"{r.status:<{STATUS_WIDTH}}",
+                             subsequent_indent=" " * STATUS_WIDTH, break_long_words=False, break_on_hyphens=False)
+        if r.detail:
+            out += textwrap.wrap(r.detail, width, initial_indent=" " * (STATUS_WIDTH + 2),
+                                 subsequent_indent=" " * (STATUS_WIDTH + 2), break_long_words=False,
+                                 break_on_hyphens=False)
+    return out

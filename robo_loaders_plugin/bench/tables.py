@@ -16,7 +16,7 @@ import json
 import os
 from dataclasses import dataclass
 
-from robo_loaders_plugin.core.units import format_bytes
+from robo_loaders_plugin.core.units import format_bytes, format_size_text, plural
 
 AXIS_KEYS = ("batch_size", "seq_length", "preset", "num_workers")
 AXIS_LABEL = {"batch_size": "batch", "seq_length": "seq_length", "preset": "delta_timestamps",
@@ -69,7 +69,8 @@ def rows_of(payload: dict) -> list[dict]:
 def machine_caption(m: dict | None) -> str:
     if not m:
         return "machine not recorded"
-    return (f"{m.get('cpu') or '?'}, {m.get('cores')} cores, {m.get('ram')} RAM, {m.get('gpu') or 'no GPU'}, "
+    ram = format_size_text(m.get("ram"))  # files written before the decimal units recorded "23.5 GiB"
+    return (f"{m.get('cpu') or '?'}, {m.get('cores')} cores, {ram} RAM, {m.get('gpu') or 'no GPU'}, "
             f"Python {m.get('python')}, torch {m.get('torch')}")
 
 

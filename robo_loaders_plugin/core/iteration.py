@@ -24,6 +24,7 @@ from robo_loaders_plugin.core.errors import RoboLoadersError
 from robo_loaders_plugin.core.ranks import rank_share
 from robo_loaders_plugin.core.spec import BATCH, INDEXED, SAMPLE, BackendChoice
 from robo_loaders_plugin.core.threads import ordered_map
+from robo_loaders_plugin.core.units import plural
 
 # BatchSource.state_dict() keys: the position of the next batch to serve
 STATE_EPOCH = "epoch"
@@ -331,7 +332,7 @@ class RankBatches(BatchSource):
     def describe(self) -> str:
         """One line for the training log: this rank's share, threads and start position."""
         return (f"rank {self.plan.rank} of {self.plan.world_size}'s share of each pass ({len(self)} batches, "
-                f"{self.num_threads} threads, starting at epoch {self._epoch} batch {self._batch})")
+                f"{plural(self.num_threads, 'thread')}, starting at epoch {self._epoch} batch {self._batch})")
 
     def indices_of(self, epoch: int) -> np.ndarray:
         """This rank's indices of a pass, in serving order.

@@ -1,10 +1,16 @@
-"""Human-readable byte sizes for options like ``max_memory`` and for log lines."""
+"""Human-readable byte sizes and counts for options like ``max_memory`` and for log lines.
+
+One convention everywhere the program prints a size: decimal SI units (``kB``, ``MB``, ``GB``, ``TB``; 1 MB =
+1,000,000 bytes), the units users type (``max_memory: "2GB"``, ``ROBO_LOADERS_CACHE_SIZE=50GB``), so a limit is
+printed as it was given. Binary units (``512MiB``) are still accepted as input.
+"""
 from __future__ import annotations
 
 import re
 
 _UNITS = {"": 1, "b": 1, "k": 1e3, "kb": 1e3, "m": 1e6, "mb": 1e6, "g": 1e9, "gb": 1e9, "t": 1e12, "tb": 1e12,
           "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4}
+_DECIMAL = (("B", 1), ("kB", 1e3), ("MB", 1e6), ("GB", 1e9), ("TB", 1e12))
 
 
 def parse_bytes(value, option: str = "size") -> int:
@@ -22,8 +28,24 @@ def parse_bytes(value, option: str = "size") -> int:
 
 
 def format_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} GiB"
+    """``1536`` -> ``"1.5 kB"``, ``50e9`` -> ``"50.0 GB"``: decimal SI units, one decimal (bytes: none)."""
+    for unit, size in _DECIMAL:
+        if unit == "B" and abs(n) < 1000:
+            return f"{n:.0f} B"
+        if unit != "B" and (round(abs(n) / size, 1) < 1000 or unit == "TB"):
+            return f"{n / size:.1f} {unit}"
+    raise AssertionError("unreachable")
+
+
+def format_size_text(text: str) -> str:
+    """A size written as text (``"23.5 GiB"``, as older result files record the machine's RAM) in this module's
+    convention; anything that is not a size is returned unchanged."""
+    try:
+        return format_bytes(parse_bytes(text))
+    except (TypeError, ValueError):
+        return text
+
+
+def plural(n: int, noun: str, nouns: str | None = None) -> str:
+    """``plural(1, "worker")`` -> ``"1 worker"``, ``plural(2, "worker")`` -> ``"2 workers"``."""
+    return f"{n} {noun if n == 1 else (nouns or noun + 's')}"

@@ -14,6 +14,7 @@ from robo_loaders_plugin.core.errors import RoboLoadersError
 from robo_loaders_plugin.core.ranks import check_ranks_agree, source_identity
 from robo_loaders_plugin.core.registry import choose_backend
 from robo_loaders_plugin.core.spec import BackendChoice
+from robo_loaders_plugin.core.units import plural
 from robo_loaders_plugin.lerobot import compat
 from robo_loaders_plugin.sources.lerobot_v3 import is_remote, mirror_tables
 
@@ -177,7 +178,7 @@ def cycle(dataloader):
         print(f"{LOG_PREFIX} {built.choice.name}: lerobot-train's batches come from {source.describe()}", flush=True)
     elif isinstance(source, iteration.SamplerBatches):
         print(f"{LOG_PREFIX} {built.choice.name}: lerobot-train's batches are built in the training process "
-              f"({source.num_threads} threads) over its sampler's order", flush=True)
+              f"({plural(source.num_threads, 'thread')}) over its sampler's order", flush=True)
     return iteration.batch_stream(dataloader, sampling_plan, compat.native_cycle)
 
 

@@ -16,6 +16,7 @@ from torchdata.nodes import ParallelMapper, Prefetcher
 
 from robo_loaders_plugin.core.iteration import BatchDataset, BatchSource, SamplingPlan
 from robo_loaders_plugin.core.torch_compat import shutdown_node_threads
+from robo_loaders_plugin.core.units import plural
 from robo_loaders_plugin.pipeline.options import PassOptions
 from robo_loaders_plugin.pipeline.plan import BatchPlanNode, ItemGroups
 
@@ -113,8 +114,8 @@ class PipelineBatches(BatchSource):
 
     def describe(self) -> str:
         ranks = f", rank {self.rank} of {self.world_size}" if self.world_size > 1 else ""
-        return (f"the torchdata pipeline ({self.num_threads} threads, {len(self)} batches per pass{ranks}, starting "
-                f"at epoch {self._epoch} batch {self._batch})")
+        return (f"the torchdata pipeline ({plural(self.num_threads, 'thread')}, {len(self)} batches per pass{ranks}, "
+                f"starting at epoch {self._epoch} batch {self._batch})")
 
     def plan_of(self, epoch: int) -> np.ndarray:
         """(episode, k) pairs of pass ``epoch`` in serving order (tools and tests; no data is read)."""

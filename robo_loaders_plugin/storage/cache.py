@@ -12,8 +12,8 @@
   (``$ROBO_LOADERS_LOCK_TIMEOUT`` seconds, default 7200) and says which lock it waits for.
 - **Size limit**: ``$ROBO_LOADERS_CACHE_SIZE`` (default 50GB; 0 = no limit). After an entry is built, the least
   recently used entries not in use are removed until the root fits. ``robo-loaders cache list|prune|clear``.
-- **Leftovers**: temporary files of builds that were killed (``*.tmp-*`` whose build lock is free) are removed
-  before a new build.
+- **Leftovers**: temporary files of builds that were killed (``*.tmp-*`` whose build lock is free) are removed,
+  with their lock files, before a new build; a build that fails removes its own lock file (``Entry.building``).
 """
 from __future__ import annotations
 
@@ -132,7 +132,12 @@ class Entry:
 
     @contextlib.contextmanager
     def building(self, description: str):
-        """Exclusive build lock: waits (with a timeout and a message) while another process builds this entry."""
+        """Exclusive build lock: waits (with a timeout and a message) while another process builds this entry.
+
+        A build that fails (raises) and leaves no entry removes its lock file while still holding the lock, so
+        failed builds leave nothing in ``.locks/``. Safe with other processes: whoever waits on the removed file
+        finds, once it gets the lock, that the file is no longer the one named ``<entry>.build``
+        (:meth:`_locked_current`) and locks the file that now has its name, as after :meth:`remove`."""
         fd = self._open_lock("build")
         try:
             deadline, holder = None, "another process"
@@ -153,7 +158,13 @@ class Entry:
                 time.sleep(0.2)
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}".encode(), 0)
-            yield self
+            try:
+                yield self
+            except BaseException:
+                if not os.path.exists(self.path) and self._locked_current(fd, "build"):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(self._lock_path("build"))
+                raise
         finally:
             os.close(fd)
 
@@ -196,6 +207,8 @@ class Entry:
         try:
             if not (try_flock(use, fcntl.LOCK_EX) and try_flock(build, fcntl.LOCK_EX)):
                 return False
+            if not (self._locked_current(use, "use") and self._locked_current(build, "build")):
+                return False  # a lock file removed meanwhile: the one named now may be held (try again later)
             if os.path.isdir(self.path):
                 shutil.rmtree(self.path, ignore_errors=True)
             elif os.path.exists(self.path):
@@ -249,9 +262,14 @@ def sweep_temporary(root: str, owned: str | None = None) -> list[str]:
         p = os.path.join(root, n)
         fd = entry._open_lock("build")
         try:
-            if entry.name == owned or try_flock(fd, fcntl.LOCK_EX):
+            # a file that lost its name (a failed build removes its lock) locks nothing: the builder, if any, holds
+            # the one named now
+            if entry.name == owned or (try_flock(fd, fcntl.LOCK_EX) and entry._locked_current(fd, "build")):
                 shutil.rmtree(p, ignore_errors=True) if os.path.isdir(p) else os.unlink(p)
                 removed.append(p)
+                if entry.name != owned and not os.path.exists(entry.path):  # the killed build's lock file too
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(entry._lock_path("build"))
         finally:
             os.close(fd)
     return removed

@@ -13,7 +13,7 @@ import os
 from typing import Callable
 
 from robo_loaders_plugin.core.errors import BackendOptionError, StaleSourceError
-from robo_loaders_plugin.core.units import format_bytes, parse_bytes
+from robo_loaders_plugin.core.units import format_bytes, parse_bytes, plural
 from robo_loaders_plugin.storage import cache
 from robo_loaders_plugin.storage.codec import CodecError, FrameCodec
 from robo_loaders_plugin.storage.fingerprint import Fingerprint
@@ -80,22 +80,29 @@ def open_or_build(*, kind: str, source, key_desc: dict, write: Callable[[StoreWr
         # larger budget is found here: this run's budget still holds
         store.close()
         holder.release()
+        budget, held = format_bytes(max_bytes), format_bytes(data_nbytes)
+        if budget == held:  # rounded alike: the exact counts say which is larger
+            budget, held = f"{budget} ({max_bytes} bytes)", f"{held} ({data_nbytes} bytes)"
         raise MemoryBudgetExceeded(
-            f"{option_prefix}.max_memory={format_bytes(max_bytes)}, but the cache of this source and these options, "
-            f"built by an earlier or concurrent run, holds {format_bytes(data_nbytes)} ({entry.path}); raise "
+            f"{option_prefix}.max_memory={budget}, but the cache of this source and these options, "
+            f"built by an earlier or concurrent run, holds {held} ({entry.path}); raise "
             "max_memory (the cache is shared, not copied), or build a smaller one of its own: fewer obs keys or "
             "demos, or a stronger codec (codec='zstd')")
     return store, holder, reused
 
 
-def summarize(store: EpisodeStore, n_episodes: int, n_samples: int, reused: bool) -> str:
+def summarize(store: EpisodeStore, n_episodes: int, n_samples: int, reused: bool, episode: str = "episode") -> str:
+    """The build summary of a compressed store; ``episode``: what the framework calls one (robomimic: demo)."""
     st = store.stats
-    ratio = st["decoded_frame_nbytes"] / st["compressed_nbytes"] if st["compressed_nbytes"] else float("nan")
     where = f"{'reused ' if reused else ''}{store.path}"
     codec = store.header.get("codec", {}).get("codec", "?")
-    return (f"{n_episodes} episodes, {n_samples} samples, cache {format_bytes(store.file_nbytes)} "
-            f"({codec}: frames {format_bytes(st['decoded_frame_nbytes'])} -> {format_bytes(st['compressed_nbytes'])}, "
-            f"{ratio:.2f}x; low-dim {format_bytes(st['raw_nbytes'])}) at {where}")
+    if st["decoded_frame_nbytes"]:
+        frames = (f"{codec}: frames {format_bytes(st['decoded_frame_nbytes'])} -> "
+                  f"{format_bytes(st['compressed_nbytes'])}, {st['decoded_frame_nbytes'] / st['compressed_nbytes']:.2f}x")
+    else:  # every field under FRAME_MIN_BYTES a step: nothing was compressed as frames
+        frames = "no camera frames"
+    return (f"{plural(n_episodes, episode)}, {plural(n_samples, 'sample')}, cache {format_bytes(store.file_nbytes)} "
+            f"({frames}; low-dim {format_bytes(st['raw_nbytes'])}) at {where}")
 
 
 def check_codec_options(codec, level, filter, max_memory, build_workers, option_prefix: str) -> FrameCodec:

@@ -37,6 +37,10 @@ def resolve_modes(infos: dict[str, FieldInfo], overrides: dict | None, where: st
     """Each field's mode: its default (:func:`default_mode`) unless ``overrides`` names it."""
     overrides = dict(overrides or {})
     unknown = sorted(set(overrides) - set(infos))
+    if unknown and not infos:
+        raise BackendOptionError(f"{where}.modes names {unknown}, but this run reads no field between recorded "
+                                 "steps: modes apply to rate conversion (target_fps, delta_timestamps), and here it "
+                                 "converts none (e.g. target_fps with a policy that has no delta_timestamps)")
     if unknown:
         raise BackendOptionError(f"{where}.modes names {unknown}, which this run does not read; its fields are "
                                  f"{sorted(infos)}")
