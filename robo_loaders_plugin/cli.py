@@ -30,13 +30,14 @@ def list_cmd(as_json):
     if as_json:
         click.echo(json.dumps(specs, indent=2, default=str))
         return
-    rows = [[s["name"], fw, s["kind"][fw], s["gpu"][fw], SHORT_LOSSLESS.get(s["lossless"][fw], s["lossless"][fw]),
-             s["plugin"]] for s in specs for fw in s["frameworks"]]
-    click.echo(tabulate(rows, headers=["backend", "framework", "kind", "GPU", "lossless", "plugin"]))
+    rows = [[s["name"], fw, s["kind"][fw], s["gpu"][fw], SHORT_LOSSLESS.get(s["lossless"][fw], s["lossless"][fw])]
+            for s in specs for fw in s["frameworks"]]
+    click.echo(tabulate(rows, headers=["backend", "framework", "kind", "GPU", "lossless"]))
     width = min(100, shutil.get_terminal_size((80, 24)).columns)
     click.echo("")
     for s in specs:
-        click.echo(textwrap.fill(f"{s['name']}: {s['description']}", width=width, subsequent_indent="  "))
+        plugin = "" if s["plugin"] == "builtin" else f" (plugin {s['plugin']})"
+        click.echo(textwrap.fill(f"{s['name']}{plugin}: {s['description']}", width=width, subsequent_indent="  "))
     click.echo(textwrap.fill("Options: 'robo-loaders list --json', or docs/backends.md.", width=width))
 
 
