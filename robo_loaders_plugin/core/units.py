@@ -14,7 +14,19 @@ _DECIMAL = (("B", 1), ("kB", 1e3), ("MB", 1e6), ("GB", 1e9), ("TB", 1e12))
 
 
 def parse_bytes(value, option: str = "size") -> int:
-    """``1500000``, ``"1.5GB"``, ``"512MiB"`` -> bytes."""
+    """A size as a number of bytes: ``1500000``, ``"1.5GB"``, ``"512MiB"`` -> bytes.
+
+    Args:
+        value: A non-negative number of bytes, or text: a number and an optional unit (``B``, ``k``/``kB``,
+            ``M``/``MB``, ``G``/``GB``, ``T``/``TB``, decimal; ``KiB``, ``MiB``, ``GiB``, ``TiB``, binary; any case).
+        option: The option's name, for the error.
+
+    Returns:
+        The bytes, rounded down to an integer.
+
+    Raises:
+        ValueError: ``value`` is a bool, negative, or text that is not a size.
+    """
     if isinstance(value, bool):
         raise ValueError(f"{option}: expected a size like 2GB or 512MiB, got {value!r}")
     if isinstance(value, (int, float)):
@@ -28,7 +40,14 @@ def parse_bytes(value, option: str = "size") -> int:
 
 
 def format_bytes(n: float) -> str:
-    """``1536`` -> ``"1.5 kB"``, ``50e9`` -> ``"50.0 GB"``: decimal SI units, one decimal (bytes: none)."""
+    """``1536`` -> ``"1.5 kB"``, ``50e9`` -> ``"50.0 GB"``: decimal SI units, one decimal (bytes: none).
+
+    Args:
+        n: The bytes.
+
+    Returns:
+        The size as text, in the smallest unit that keeps it below 1000 (``TB`` at most).
+    """
     for unit, size in _DECIMAL:
         if unit == "B" and abs(n) < 1000:
             return f"{n:.0f} B"
@@ -38,8 +57,16 @@ def format_bytes(n: float) -> str:
 
 
 def format_size_text(text: str) -> str:
-    """A size written as text (``"23.5 GiB"``, as older result files record the machine's RAM) in this module's
-    convention; anything that is not a size is returned unchanged."""
+    """A size written as text in this module's convention.
+
+    Why: older result files record the machine's RAM as text (``"23.5 GiB"``); tables print it like every other size.
+
+    Args:
+        text: A size as text (or anything :func:`parse_bytes` takes).
+
+    Returns:
+        The size formatted by :func:`format_bytes`, or ``text`` unchanged when it is not a size.
+    """
     try:
         return format_bytes(parse_bytes(text))
     except (TypeError, ValueError):
@@ -47,5 +74,14 @@ def format_size_text(text: str) -> str:
 
 
 def plural(n: int, noun: str, nouns: str | None = None) -> str:
-    """``plural(1, "worker")`` -> ``"1 worker"``, ``plural(2, "worker")`` -> ``"2 workers"``."""
+    """``plural(1, "worker")`` -> ``"1 worker"``, ``plural(2, "worker")`` -> ``"2 workers"``.
+
+    Args:
+        n: The count.
+        noun: The singular.
+        nouns: The plural, when it is not ``noun + "s"``.
+
+    Returns:
+        The count and the noun.
+    """
     return f"{n} {noun if n == 1 else (nouns or noun + 's')}"
