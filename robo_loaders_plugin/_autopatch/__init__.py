@@ -32,6 +32,9 @@ _lock = threading.RLock()
 
 
 def disabled() -> bool:
+    """Whether ``ROBO_LOADERS_DISABLE`` turns the import hook off (any value but empty, ``0``, ``false`` or ``no``,
+    in any case).
+    """
     return os.environ.get("ROBO_LOADERS_DISABLE", "").strip().lower() not in ("", "0", "false", "no")
 
 
