@@ -28,14 +28,29 @@ DPI = 110
 
 
 def base_backend(label: str) -> str:
-    """``gpu_resampler#third`` -> ``gpu_resampler``: a ``#tag`` runs a backend under another label's options."""
+    """``gpu_resampler#third`` -> ``gpu_resampler``: a ``#tag`` runs a backend under another label's options.
+
+    Args:
+        label: A result row's backend label.
+
+    Returns:
+        The backend's name.
+    """
     return label.split("#", 1)[0]
 
 
 def color_of(label: str) -> str:
-    """The colour of a backend, the same in every figure of every report: the built-in backends' are fixed
-    (``KNOWN_COLORS``; native and native:low_dim share one: they never meet in one file), another backend's is
-    chosen by its name. A ``#tag`` run has its backend's colour."""
+    """The colour of a backend, the same in every figure of every report.
+
+    The built-in backends' are fixed (``KNOWN_COLORS``; native and native:low_dim share one: they never meet in one
+    file), another backend's is chosen by its name. A ``#tag`` run has its backend's colour.
+
+    Args:
+        label: A result row's backend label.
+
+    Returns:
+        A hex colour.
+    """
     name = base_backend(label)
     if name in KNOWN_COLORS:
         return KNOWN_COLORS[name]
@@ -50,11 +65,24 @@ class Palette:
 
 
 def tagged(label: str) -> bool:
+    """Whether ``label`` is a ``#tag`` run (a backend again under other options).
+
+    Args:
+        label: A result row's backend label.
+    """
     return "#" in label
 
 
 def significant(v: float, digits: int = 3) -> str:
-    """``2.27``, ``14.6``, ``1,292``: ``digits`` significant digits, never rounded to an integer below 100."""
+    """``2.27``, ``14.6``, ``1,292``: ``digits`` significant digits, never rounded to an integer below 100.
+
+    Args:
+        v: The value.
+        digits: Significant digits.
+
+    Returns:
+        The value as text (``0``, infinities and NaN as ``format(v, "g")``).
+    """
     if v == 0 or not math.isfinite(v):
         return f"{v:g}"
     decimals = max(0, digits - 1 - int(math.floor(math.log10(abs(v)))))
@@ -108,6 +136,17 @@ LOG_SPREAD = 10.0  # a throughput plot whose fastest bar is this many times its 
 
 
 def plot_throughput(payload: dict, path: str, color: Palette) -> str | None:
+    """Samples/s per backend as horizontal bars, with the ratio to the first baseline (a log axis when the fastest
+    is 10 times the slowest or more).
+
+    Args:
+        payload: A loaded bench or training result (``tables.load_result``).
+        path: The PNG to write.
+        color: The backend colours.
+
+    Returns:
+        ``path``, or ``None`` when no row has a throughput (nothing written).
+    """
     rows = [r for r in _plotted(tables.rows_of(payload)) if r.get("samples_per_s")]
     if not rows:
         return None
@@ -145,6 +184,16 @@ def plot_throughput(payload: dict, path: str, color: Palette) -> str | None:
 
 
 def plot_memory(payload: dict, path: str, color: Palette) -> str | None:
+    """Peak memory (and data memory, when every row has it) per backend as horizontal bars.
+
+    Args:
+        payload: A loaded bench or training result.
+        path: The PNG to write.
+        color: The backend colours.
+
+    Returns:
+        ``path``, or ``None`` when no row has a peak memory.
+    """
     rows = [r for r in _plotted(tables.rows_of(payload)) if r.get("peak_mem_bytes")]
     if not rows:
         return None
@@ -182,8 +231,18 @@ def plot_memory(payload: dict, path: str, color: Palette) -> str | None:
 
 
 def startup_parts(row: dict, payload: dict) -> list[float] | None:
-    """Loader-only: [conversion (datapipe, when the benchmark converted), build, first batch]; training: [dataset
-    build (a conversion on first use included), the rest of the launch (imports, model), first epoch]."""
+    """The start-up of one row, in seconds, as the parts stacked in :func:`plot_startup`.
+
+    Loader-only: [conversion (datapipe, when the benchmark converted), build, first batch]; training: [dataset
+    build (a conversion on first use included), the rest of the launch (imports, model), first epoch].
+
+    Args:
+        row: A result row.
+        payload: Its result file.
+
+    Returns:
+        The three parts, or ``None`` when the row lacks the times.
+    """
     if _training(payload):
         total, first, build = row.get("time_to_first_epoch_end_s"), row.get("first_epoch_s"), row.get("dataset_build_s")
         if total is None or first is None:
@@ -196,6 +255,16 @@ def startup_parts(row: dict, payload: dict) -> list[float] | None:
 
 
 def plot_startup(payload: dict, path: str, color: Palette) -> str | None:
+    """Start-up cost per backend as stacked bars (:func:`startup_parts`).
+
+    Args:
+        payload: A loaded bench or training result.
+        path: The PNG to write.
+        color: The backend colours.
+
+    Returns:
+        ``path``, or ``None`` when no row has start-up times.
+    """
     rows = [r for r in _plotted(tables.rows_of(payload)) if startup_parts(r, payload)]
     if not rows:
         return None
@@ -241,9 +310,19 @@ def plot_startup(payload: dict, path: str, color: Palette) -> str | None:
 
 
 def epoch_series(row: dict, payload: dict) -> tuple[float, list[float]] | None:
-    """(seconds before epoch 1, seconds of each epoch), or None. Loader-only rows (``epoch_times_s``): conversion
-    (datapipe, when the benchmark converted) + build. Training rows (``epochs[].step_s``): process launch to the
-    start of epoch 1 (``time_to_first_epoch_end_s`` minus the first epoch)."""
+    """(seconds before epoch 1, seconds of each epoch) of one row.
+
+    Loader-only rows (``epoch_times_s``): conversion (datapipe, when the benchmark converted) + build. Training
+    rows (``epochs[].step_s``): process launch to the start of epoch 1 (``time_to_first_epoch_end_s`` minus the
+    first epoch).
+
+    Args:
+        row: A result row.
+        payload: Its result file.
+
+    Returns:
+        The series, or ``None`` when the row has no per-epoch times.
+    """
     times = tables.epoch_times(row)
     if not times:
         return None
@@ -256,6 +335,16 @@ def epoch_series(row: dict, payload: dict) -> tuple[float, list[float]] | None:
 
 
 def plot_epochs(payload: dict, path: str, color: Palette) -> str | None:
+    """Time per epoch, and cumulative wall time from set-up on, per backend (two panels).
+
+    Args:
+        payload: A loaded bench or training result.
+        path: The PNG to write.
+        color: The backend colours.
+
+    Returns:
+        ``path``, or ``None`` when no row has per-epoch times.
+    """
     series = [(r, epoch_series(r, payload)) for r in _plotted(tables.rows_of(payload))]
     series = [(r, s) for r, s in series if s]
     if not series:
@@ -344,7 +433,14 @@ def _matrix_grid(payload: dict, x_axis: str, color: Palette, path: str) -> str |
 
 # -- loss curves ----------------------------------------------------------------------------------------------------
 def loss_groups(payload: dict) -> dict:
-    """label -> list of runs (file order)."""
+    """A loss-curves file's runs grouped by label (else backend).
+
+    Args:
+        payload: A loaded loss-curves result.
+
+    Returns:
+        ``{label: [runs, in file order]}``.
+    """
     groups = {}
     for r in payload["runs"]:
         groups.setdefault(r.get("label") or r["backend"], []).append(r)
@@ -365,6 +461,16 @@ def _stats(runs, metric):
 
 
 def reference_label(payload: dict, groups: dict) -> str | None:
+    """The group the others are compared with: the file's ``reference`` (default ``native``) as a label, else the
+    first group whose backend it names.
+
+    Args:
+        payload: A loaded loss-curves result.
+        groups: Its groups (:func:`loss_groups`).
+
+    Returns:
+        The label, or ``None`` when no group matches.
+    """
     ref = payload.get("reference", "native")
     if ref in groups:
         return ref
@@ -376,18 +482,39 @@ MARKERS = ["o", "s", "^", "D", "v", "P", "X", "<", ">"]
 
 def loss_points(payload: dict) -> str:
     """What a point of a loss-curves file is: ``epoch`` (default) or ``step`` (its ``x``; e.g. lerobot-train's loop,
-    one point per training step)."""
+    one point per training step).
+
+    Args:
+        payload: A loaded loss-curves result.
+    """
     return "step" if payload.get("x") == "step" else "epoch"
 
 
 def identical_series(a: list, b: list) -> bool:
-    """The same number of points, each equal (the exact-parity backends' losses are bit-identical)."""
+    """The same number of points, each equal, NaN equal to NaN (the exact-parity backends' losses are
+    bit-identical).
+
+    Args:
+        a: One series.
+        b: The other.
+    """
     return len(a) == len(b) and all(x == y or (math.isnan(x) and math.isnan(y)) for x, y in zip(a, b))
 
 
 def plot_loss_curves(payload: dict, path: str, color: Palette) -> str | None:
-    """The reference drawn first, thick and pale, under every other group (thin lines, one marker each): groups
-    whose curves equal the reference's exactly lie on it and stay visible, and the legend says "identical"."""
+    """Loss curves per run group, one panel per metric: the mean over seeds, and a min-max band.
+
+    The reference is drawn first, thick and pale, under every other group (thin lines, one marker each): groups
+    whose curves equal the reference's exactly lie on it and stay visible, and the legend says "identical".
+
+    Args:
+        payload: A loaded loss-curves result.
+        path: The PNG to write.
+        color: The backend colours.
+
+    Returns:
+        ``path``, or ``None`` when the file has no runs or no metrics.
+    """
     groups = loss_groups(payload)
     metrics = payload.get("metrics") or []
     if not groups or not metrics:
@@ -439,9 +566,16 @@ def plot_loss_curves(payload: dict, path: str, color: Palette) -> str | None:
 
 
 def loss_summary(payload: dict) -> str:
-    """Markdown: per run group, its seeds, last-point (epoch or step) mean per metric, and its largest distance from
-    the reference mean over all points in reference standard deviations ("identical" when every point equals the
-    reference's)."""
+    """A markdown table: per run group, its seeds, last-point (epoch or step) mean per metric, and its largest
+    distance from the reference mean over all points in reference standard deviations ("identical" when every point
+    equals the reference's).
+
+    Args:
+        payload: A loaded loss-curves result.
+
+    Returns:
+        The table.
+    """
     groups, metrics = loss_groups(payload), payload.get("metrics") or []
     ref = reference_label(payload, groups)
     ref_stats = {m: _stats(groups[ref], m) for m in metrics} if ref else {}
@@ -485,12 +619,22 @@ def _img(md, title, path, out_dir):
 
 
 def report(result_paths, out_dir: str, skipped: list | None = None) -> str:
-    """Plots (PNG) and ``report.md`` in ``out_dir`` for every result file given (loader-only and training benchmark
-    results, matrix results, loss curves); returns the markdown's path.
+    """Plots (PNG) and ``report.md`` in ``out_dir`` for every result file given (loader-only and training
+    benchmark results, matrix results, loss curves).
 
-    ``skipped``: a list to which a file that is none of these (e.g. ``benchmarks/results/codecs.json``, met when
-    given ``benchmarks/results/*.json``) adds one line saying why, instead of failing; without it such a file fails
-    (``TableError``). Nothing left to report fails either way."""
+    Args:
+        result_paths: The result files.
+        out_dir: Where the plots and ``report.md`` go (created).
+        skipped: A list to which a file that is none of these (e.g. ``benchmarks/results/codecs.json``, met when
+            given ``benchmarks/results/*.json``) adds one line saying why, instead of failing; without it such a
+            file fails.
+
+    Returns:
+        The path of ``report.md``.
+
+    Raises:
+        TableError: a file that is not a result (without ``skipped``), or nothing left to report either way.
+    """
     payloads, passed_over = [], []
     for path in result_paths:
         try:
@@ -598,7 +742,15 @@ def report(result_paths, out_dir: str, skipped: list | None = None) -> str:
               help="write PNG plots and report.md for RESULTS here")
 def report_cmd(results, out_dir):
     """Plots and a markdown page from benchmark, matrix, training-benchmark and loss-curve results (other files
-    given, e.g. benchmarks/results/codecs.json, are skipped with one line each)."""
+    given, e.g. benchmarks/results/codecs.json, are skipped with one line each).
+
+    \f
+    (click shows the text above as the command's help; what follows is for readers of the code.)
+
+    Args:
+        results: RESULTS, the result JSON files.
+        out_dir: ``--out``, where the plots and report.md go.
+    """
     if not out_dir:
         raise click.UsageError("nothing to do: give --out DIR (plots and report.md for RESULTS)")
     if not results:
