@@ -167,3 +167,26 @@ def test_the_store_summary_counts_in_the_frameworks_word_and_says_when_there_are
     low = summarize(EpisodeStore(str(tmp_path / "low.rlc")), 1, 5, True)
     assert low.startswith("1 episode, 5 samples, cache ") and "(no camera frames; low-dim 80 B) at reused " in low
     assert "nan" not in low and "0 B ->" not in low
+
+
+def test_squared_error_does_not_wrap_on_large_frames():
+    """16 frames of 640x480x3 differing by 30 everywhere: 1.33e9 squared differences summed per chunk overflowed
+    int32 (np.dot sums in the arrays' dtype) and came back negative, so the PSNR of 480p video was wrong."""
+    import numpy as np
+
+    from robo_loaders_plugin.storage.video import psnr, squared_error
+
+    a = np.zeros((16, 480, 640, 3), np.uint8)
+    b = np.full_like(a, 30)
+    assert squared_error(a, b) == 30 * 30 * a.size
+    assert abs(psnr(a, b) - 10 * np.log10(255 ** 2 / 900)) < 1e-9
+
+
+def test_sizes_that_are_not_finite_are_refused_naming_the_option():
+    import pytest
+
+    from robo_loaders_plugin.core.units import parse_bytes
+
+    for bad in (float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="max_memory: expected a finite size"):
+            parse_bytes(bad, "max_memory")

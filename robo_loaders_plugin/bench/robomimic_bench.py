@@ -116,6 +116,7 @@ def bench_robomimic(dataset: str, backends: list[str], seq_length: int, frame_st
                   batch_size=batch_size, num_workers=num_workers, batches=batches, obs_keys=obs_keys)
     conversion = None
     with tempfile.TemporaryDirectory(prefix="robo-loaders-bench-") as log_dir:
+        kwargs = {label: dict(options) for label, options in kwargs.items()}  # the caller's stay as given
         dp = kwargs.setdefault("datapipe", {})
         if "datapipe" in backends and not dp.get("shards") and not dp.get("cache_dir"):
             # conversion timed on its own (user's command, fresh process) at 1 and N workers; datapipe then reads

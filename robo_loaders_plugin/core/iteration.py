@@ -425,14 +425,15 @@ def _source_for(data_loader, built: Built, plan_for, rank_split: bool = False) -
     return source
 
 
-def batch_stream(data_loader, plan_for: Callable[[Any, Built], SamplingPlan], native_cycle: Callable):
+def batch_stream(data_loader, source, native_cycle: Callable):
     """An endless stream of batches (LeRobot's ``cycle(dataloader)``) by the choice's kind: a ``batch`` backend's
     passes one after another, an ``indexed`` backend's in-process batches over the sampler's passes, or
     ``native_cycle(data_loader)``.
 
     Args:
         data_loader: The DataLoader the framework built.
-        plan_for: ``plan_for(data_loader, built)``: the native pass (framework-specific).
+        source: What one pass iterates, :func:`pass_batches`' answer for ``data_loader`` (asked once by the
+            caller, which also logs it).
         native_cycle: The framework's own cycle, for datasets no backend built.
 
     Yields:
@@ -441,7 +442,6 @@ def batch_stream(data_loader, plan_for: Callable[[Any, Built], SamplingPlan], na
     Raises:
         RoboLoadersError: the backend served an empty pass.
     """
-    source = pass_batches(data_loader, plan_for)
     if source is data_loader:
         yield from native_cycle(data_loader)
         return

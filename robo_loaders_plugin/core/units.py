@@ -25,11 +25,13 @@ def parse_bytes(value, option: str = "size") -> int:
         The bytes, rounded down to an integer.
 
     Raises:
-        ValueError: ``value`` is a bool, negative, or text that is not a size.
+        ValueError: ``value`` is a bool, negative, not finite, or text that is not a size.
     """
     if isinstance(value, bool):
         raise ValueError(f"{option}: expected a size like 2GB or 512MiB, got {value!r}")
     if isinstance(value, (int, float)):
+        if value != value or value in (float("inf"), float("-inf")):  # NaN, JSON's Infinity
+            raise ValueError(f"{option}: expected a finite size like 2GB or 512MiB, got {value!r}")
         if value < 0:
             raise ValueError(f"{option}: must be >= 0, got {value!r}")
         return int(value)

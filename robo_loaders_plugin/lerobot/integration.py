@@ -248,7 +248,7 @@ def cycle(dataloader):
     elif isinstance(source, iteration.SamplerBatches):
         print(f"{LOG_PREFIX} {built.choice.name}: lerobot-train's batches are built in the training process "
               f"({plural(source.num_threads, 'thread')}) over its sampler's order", flush=True)
-    return iteration.batch_stream(dataloader, sampling_plan, compat.native_cycle)
+    return iteration.batch_stream(dataloader, source, compat.native_cycle)
 
 
 def check_same_setup(dataloader, built: iteration.Built) -> None:

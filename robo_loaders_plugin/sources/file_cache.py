@@ -245,8 +245,10 @@ class FileCache:
             if recorded.get(key) != ident[key]:
                 return f"the remote file changed since it was copied ({what} {recorded.get(key)} -> {ident[key]})"
         size = os.path.getsize(local)
-        if size != ident["size"]:
-            return f"the local copy is truncated or damaged ({size} bytes, the remote file has {ident['size']})"
+        # a server that does not say the size (no Content-Length): the copy must have the size it had when copied
+        expected = ident["size"] if ident["size"] is not None else meta.get("bytes")
+        if size != expected:
+            return f"the local copy is truncated or damaged ({size} bytes, the remote file has {expected})"
         if sha256_of(local) != meta.get("sha256"):
             return "the local copy's SHA-256 differs from the one recorded when it was copied (it is corrupt)"
         return None
@@ -261,7 +263,7 @@ class FileCache:
                     self.downloaded += size
                     self.downloads += 1
                 after = remote_identity(self.fs, path, self.endpoint)
-                if after != ident or size != ident["size"]:  # replaced while we copied it: copy it again
+                if after != ident or (ident["size"] is not None and size != ident["size"]):  # replaced meanwhile
                     ident = after
                     continue
                 digest = sha256_of(tmp)

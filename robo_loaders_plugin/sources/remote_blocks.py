@@ -186,6 +186,9 @@ class BlockFile(io.RawIOBase):
             i, off = divmod(self.pos + done, self.cache.block)
             data = self._remote(lambda: self.cache.get(self.path, i))
             take = min(n - done, len(data) - off)
+            if take <= 0:  # the remote file is shorter than when it was opened: no progress is possible
+                raise OSError(f"{self.path}: block {i} ends at byte {i * self.cache.block + len(data)}, before the "
+                              f"{self.length} bytes the file had when it was opened (it changed while being read)")
             view[done:done + take] = data[off:off + take]
             done += take
         self.pos += done

@@ -373,7 +373,11 @@ def sweep_temporary(root: str, owned: str | None = None) -> list[str]:
             # a file that lost its name (a failed build removes its lock) locks nothing: the builder, if any, holds
             # the one named now
             if entry.name == owned or (try_flock(fd, fcntl.LOCK_EX) and entry._locked_current(fd, "build")):
-                shutil.rmtree(p, ignore_errors=True) if os.path.isdir(p) else os.unlink(p)
+                if os.path.isdir(p):
+                    shutil.rmtree(p, ignore_errors=True)
+                else:
+                    with contextlib.suppress(FileNotFoundError):  # another process swept it first
+                        os.unlink(p)
                 removed.append(p)
                 if entry.name != owned and not os.path.exists(entry.path):  # the killed build's lock file too
                     with contextlib.suppress(FileNotFoundError):

@@ -132,7 +132,8 @@ class RamHold:
         """End the hold now: release the ``use`` lock and remove the entry if no other process uses it. Idempotent;
         for the process that made the hold (an unpickled copy has nothing to release).
         """
-        self._finalizer()
+        if self._finalizer is not None:
+            self._finalizer()
 
     def __getstate__(self):
         return {"path": self.path}

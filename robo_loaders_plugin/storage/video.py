@@ -239,7 +239,8 @@ def squared_error(a: np.ndarray, b: np.ndarray) -> float:
     """
     total = 0.0
     for i in range(0, len(a), 16):
-        d = (a[i:i + 16].astype(np.int32) - b[i:i + 16]).ravel()
+        # int64: np.dot sums in the arrays' dtype, and 16 frames of 640x480x3 differing by 30 overflow int32
+        d = (a[i:i + 16].astype(np.int64) - b[i:i + 16]).ravel()
         total += float(np.dot(d, d))
     return total
 
