@@ -15,16 +15,17 @@ from robo_loaders_plugin.storage.store import EpisodeStore, StoreError
 class StoreFrames(FrameSource):
     """A frame source over a compressed episode store (see the module's docstring).
 
-    Pickled (DataLoader workers), it keeps the store and its owner; the lookup tables are rebuilt lazily in each
+    Pickled (DataLoader workers), it keeps the store and its hold; the lookup tables are rebuilt lazily in each
     process.
 
     Args:
         store: The opened store.
-        owner: Keeps a RAM-only store file alive as long as this source lives (``None``: nothing to keep).
+        hold: Keeps a RAM-only store file alive (a cache entry in use) as long as this source lives (``None``:
+            nothing to keep).
     """
-    def __init__(self, store: EpisodeStore, owner=None):
+    def __init__(self, store: EpisodeStore, hold=None):
         self.store = store
-        self._owner = owner  # keeps a RAM-only store file alive as long as this source lives
+        self.hold = hold  # keeps a RAM-only store file alive (and a cache entry in use) as long as this source lives
         self.lengths = np.array([e["length"] for e in store.episodes], dtype=np.int64)
         self.starts = np.concatenate([[0], np.cumsum(self.lengths)[:-1]]).astype(np.int64)
         self._infos: dict[str, FieldInfo] = {}
@@ -32,10 +33,10 @@ class StoreFrames(FrameSource):
         self._bounds: dict[str, tuple] = {}
 
     def __getstate__(self):  # per-process lookup tables are rebuilt lazily, not shipped to workers
-        return {"store": self.store, "_owner": self._owner}
+        return {"store": self.store, "hold": self.hold}
 
     def __setstate__(self, state):
-        self.__init__(state["store"], state["_owner"])
+        self.__init__(state["store"], state["hold"])
 
     def info(self, field: str) -> FieldInfo:
         """dtype and per-step shape of ``field``, checked the same in every episode (first call per field).

@@ -68,9 +68,9 @@ def recorded_source(reader_or_dir) -> Fingerprint | None:
 
 def open_shards(*, framework: str, source, shards: str | None, cache_dir: str | None, check_source: bool,
                 key_desc: dict, convert: Callable[[str, Fingerprint], None], option_prefix: str, convert_hint: str):
-    """(reader, holder) of the shards a run reads: ``shards``, checked against ``source`` (unless
+    """(reader, hold) of the shards a run reads: ``shards``, checked against ``source`` (unless
     ``check_source`` is false), or an entry of the cache directory converted on first use and reused while
-    ``source`` is unchanged. ``holder`` keeps a cache entry in use while it lives."""
+    ``source`` is unchanged. ``hold`` keeps a cache entry in use while it lives."""
     if shards:
         reader = ShardReader(os.path.expanduser(shards))
         meta = reader.dataset.get("metadata", {})
@@ -99,6 +99,6 @@ def open_shards(*, framework: str, source, shards: str | None, cache_dir: str | 
             return False
 
     root = cache.cache_root(cache_dir, f"{option_prefix}.cache_dir")
-    entry, holder, _, _ = cache.obtain(root, f"{framework}-shards", key_desc, source.fingerprint, recorded_source,
+    entry, hold, _, _ = cache.obtain(root, f"{framework}-shards", key_desc, source.fingerprint, recorded_source,
                                        usable, convert, f"conversion into robo-shards for {framework}")
-    return opened.get(entry.path) or ShardReader(entry.path), holder
+    return opened.get(entry.path) or ShardReader(entry.path), hold

@@ -120,7 +120,7 @@ def lock_timeout() -> float:
             from None
 
 
-class _Held:
+class EntryHold:
     """A flock held as long as this object lives (released by :meth:`release` or garbage collection)."""
 
     def __init__(self, fd: int):
@@ -192,19 +192,19 @@ class Entry:
         """
         fd = self._open_lock("build")
         try:
-            deadline, holder = None, "another process"
+            deadline, builder = None, "another process"
             while not (try_flock(fd, fcntl.LOCK_EX) and self._locked_current(fd, "build")):
                 if not self._locked_current(fd, "build"):  # removed meanwhile: lock the file that now has its name
                     os.close(fd)
                     fd = self._open_lock("build")
                     continue
                 if deadline is None:
-                    holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or holder
-                    print(f"[robo-loaders] waiting for {holder} to finish building {self.path} ({description})",
+                    builder = os.pread(fd, 200, 0).decode(errors="replace").strip() or builder
+                    print(f"[robo-loaders] waiting for {builder} to finish building {self.path} ({description})",
                           flush=True)
                     deadline = time.monotonic() + lock_timeout()
                 if time.monotonic() > deadline:
-                    raise CacheError(f"timed out after {lock_timeout():.0f} s waiting for {holder} to finish "
+                    raise CacheError(f"timed out after {lock_timeout():.0f} s waiting for {builder} to finish "
                                      f"building {self.path} (lock {self._lock_path('build')}). If no such "
                                      f"process runs, delete the lock file; raise {ENV_LOCK_TIMEOUT} to wait longer")
                 time.sleep(0.2)
@@ -220,7 +220,7 @@ class Entry:
         finally:
             os.close(fd)
 
-    def hold(self) -> _Held:
+    def hold(self) -> EntryHold:
         """Mark the entry in use (shared lock) for as long as the returned object lives, and as recently used."""
         while True:
             fd = self._open_lock("use")
@@ -229,7 +229,7 @@ class Entry:
                 break
             os.close(fd)
         os.utime(self._lock_path("use"))
-        return _Held(fd)
+        return EntryHold(fd)
 
     def in_use(self) -> bool:
         """Whether some process holds the entry's ``use`` lock (takes no lock of its own beyond a test)."""
@@ -471,7 +471,7 @@ def obtain(root: str, kind: str, key_desc: dict, fingerprint, recorded_of, usabl
             ``storage.ramfile``, which go when their last user does).
 
     Returns:
-        ``(entry, holder, reused, fingerprint)``: the :class:`Entry`; an object holding its ``use`` lock, which keeps
+        ``(entry, hold, reused, fingerprint)``: the :class:`Entry`; an object holding its ``use`` lock, which keeps
         it from being pruned while it lives; whether it was reused rather than built; the source's fingerprint.
 
     Raises:
@@ -490,7 +490,7 @@ def obtain(root: str, kind: str, key_desc: dict, fingerprint, recorded_of, usabl
         if not reused:
             sweep_temporary(root, owned=entry.name)
             build(entry.path, fp)
-        holder = entry.hold()
+        hold = entry.hold()
     if not reused and housekeeping:
         after_build(entry)
-    return entry, holder, reused, fp
+    return entry, hold, reused, fp

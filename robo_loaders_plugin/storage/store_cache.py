@@ -44,7 +44,7 @@ def recorded_fingerprint(path: str) -> Fingerprint | None:
 def open_or_build(*, kind: str, source, key_desc: dict, write: Callable[[StoreWriter], None], codec: FrameCodec,
                   cache_dir: str | None, max_memory, build_workers: int | None, meta: dict, option_prefix: str,
                   description: str):
-    """Returns ``(store, holder, reused)``; ``holder`` keeps the file alive (RAM) or in use (cache) while it lives.
+    """Returns ``(store, hold, reused)``; ``hold`` keeps the file alive (RAM) or in use (cache) while it lives.
 
     ``source`` has ``fingerprint(recorded=None)``; ``key_desc`` names the source and every option the content
     depends on (one cache entry per distinct value)."""
@@ -66,12 +66,12 @@ def open_or_build(*, kind: str, source, key_desc: dict, write: Callable[[StoreWr
     if not cache_dir:  # RAM, one copy per host shared by every rank and run that needs it (storage.ramfile)
         root = ramfile.ram_root()
         ramfile.sweep_stale(root)
-        entry, held, reused, _ = cache.obtain(root, kind, key_desc, source.fingerprint, recorded_fingerprint, usable,
+        entry, use, reused, _ = cache.obtain(root, kind, key_desc, source.fingerprint, recorded_fingerprint, usable,
                                               build, description, suffix=".rlc", housekeeping=False)
-        holder = ramfile.RamHold(entry, held)
+        hold = ramfile.RamHold(entry, use)
     else:
         root = cache.cache_root(cache_dir, f"{option_prefix}.cache_dir")
-        entry, holder, reused, _ = cache.obtain(root, kind, key_desc, source.fingerprint, recorded_fingerprint,
+        entry, hold, reused, _ = cache.obtain(root, kind, key_desc, source.fingerprint, recorded_fingerprint,
                                                 usable, build, description, suffix=".rlc")
     store = EpisodeStore(entry.path)
     data_nbytes = store.header["data_nbytes"]
@@ -79,7 +79,7 @@ def open_or_build(*, kind: str, source, key_desc: dict, write: Callable[[StoreWr
         # max_memory is not part of the cache key (it does not change the content), so a cache built by a run with a
         # larger budget is found here: this run's budget still holds
         store.close()
-        holder.release()
+        hold.release()
         budget, held = format_bytes(max_bytes), format_bytes(data_nbytes)
         if budget == held:  # rounded alike: the exact counts say which is larger
             budget, held = f"{budget} ({max_bytes} bytes)", f"{held} ({data_nbytes} bytes)"
@@ -88,7 +88,7 @@ def open_or_build(*, kind: str, source, key_desc: dict, write: Callable[[StoreWr
             f"built by an earlier or concurrent run, holds {held} ({entry.path}); raise "
             "max_memory (the cache is shared, not copied), or build a smaller one of its own: fewer obs keys or "
             "demos, or a stronger codec (codec='zstd')")
-    return store, holder, reused
+    return store, hold, reused
 
 
 def summarize(store: EpisodeStore, n_episodes: int, n_samples: int, reused: bool, episode: str = "episode") -> str:
