@@ -121,13 +121,19 @@ def lock_timeout() -> float:
 
 
 class EntryHold:
-    """A flock held as long as this object lives (released by :meth:`release` or garbage collection)."""
+    """A cache entry's shared ``use`` lock (an flock), held as long as this object lives: while any process holds
+    one, pruning never removes the entry. Released by :meth:`release` or garbage collection.
+
+    Args:
+        fd: The locked lock file's descriptor (closed on release).
+    """
 
     def __init__(self, fd: int):
         self.fd = fd
         self._finalizer = weakref.finalize(self, os.close, fd)
 
     def release(self) -> None:
+        """Release the lock now (idempotent)."""
         self._finalizer()
 
     def __getstate__(self):  # a spawned worker gets no lock: its parent holds it for the run
