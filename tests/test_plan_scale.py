@@ -86,7 +86,7 @@ def random_cases(n_cases, seed=0):
 def test_same_order_as_the_loop_it_replaces():
     """Every (episode, k) in the same position as the reference loop's, over counts with empty episodes, buffers
     of 1 to more than the episodes, replacement, ordered passes and rank shares."""
-    for case in random_cases(300):
+    for case in random_cases(150):
         assert np.array_equal(plan_windows(**case), reference_plan(**case)), case
 
 
@@ -202,3 +202,41 @@ def test_guard_index_builders_run_no_python_per_item():
         assert python_lines(build) < GUARD_ITEMS // 10
     # negative control: an index built with a loop per item is caught
     assert python_lines(lambda: np.array([int(x) for x in range(GUARD_ITEMS // 5)])) > GUARD_ITEMS // 10
+
+
+def test_delta_windows_of_runs_equal_the_per_row_windows():
+    """The per-run windows LeRobotSamples builds (8 bytes per row) locate exactly what the per-row ones do."""
+    from robo_loaders_plugin.windows.lerobot import DeltaWindows, RowMap
+
+    rng = np.random.default_rng(4)
+    lengths = rng.integers(1, 30, size=40)
+    first = np.cumsum(rng.integers(0, 50, size=40)) + np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    rowmap = RowMap(lengths)
+    per_row = DeltaWindows(np.repeat(first, lengths) + np.arange(lengths.sum()) - np.repeat(rowmap.run_start, lengths),
+                           np.repeat(first, lengths), np.repeat(first + lengths, lengths),
+                           {"action": [-3, 0, 1, 5], "observation.state": [-0.5, 0.0]})
+    per_run = DeltaWindows.of_runs(rowmap, first, first, first + lengths,
+                                   {"action": [-3, 0, 1, 5], "observation.state": [-0.5, 0.0]})
+    idx = rng.integers(0, lengths.sum(), size=300)
+    (rows_a, pad_a), (rows_b, pad_b) = per_row.locate(idx), per_run.locate(idx)
+    assert rows_a.keys() == rows_b.keys() and pad_a.keys() == pad_b.keys()
+    assert all(np.array_equal(rows_a[k], rows_b[k]) for k in rows_a)
+    assert all(np.array_equal(pad_a[k], pad_b[k]) for k in pad_a)
+    # negative control: runs given the wrong first index are seen
+    shifted = DeltaWindows.of_runs(rowmap, first + 1, first, first + lengths, {"action": [-3, 0, 1, 5]})
+    assert not np.array_equal(shifted.locate(idx)[0]["action"], rows_a["action"])
+
+
+def test_guard_store_blob_bounds_run_no_python_per_frame(tmp_path):
+    """Locating every frame blob of a store (each process opening a compressed_cache) is numpy per frame."""
+    from robo_loaders_plugin.storage.codec import FrameCodec
+    from robo_loaders_plugin.storage.store import EpisodeStore, StoreWriter
+
+    frames, episodes = 20_000, 40
+    writer = StoreWriter(str(tmp_path / "s.store"), FrameCodec("lz4", 1))
+    per = frames // episodes
+    for e in range(episodes):
+        writer.add_episode(f"e{e}", {"img": np.full((per, 4, 4, 3), e, np.uint8)}, compressed={"img"})
+    store = EpisodeStore(writer.finish({}))
+    starts, ends = store.blob_bounds("img")
+    assert len(starts) == frames and python_lines(store.blob_bounds, "img") < frames // 10
