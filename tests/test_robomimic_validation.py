@@ -61,6 +61,23 @@ def test_the_low_level_walk_raises_what_the_object_api_walk_raised(tmp_path, mon
     assert str(err.value) == expected
 
 
+def test_an_intact_file_is_checked_without_the_object_api(tmp_path, monkeypatch):
+    """The low-level walk handles an ordinary file alone (the object-API walk is only for what it does not expect);
+    negative control: a demo whose num_samples is a string ("6", which robomimic's int() accepts) goes to the object
+    API."""
+    monkeypatch.setenv("ROBO_LOADERS_CACHE", str(tmp_path / "cache"))
+    path = write(tmp_path / "f.hdf5")
+    slow = []
+    check = RobomimicHdf5._check_demo_slowly
+    monkeypatch.setattr(RobomimicHdf5, "_check_demo_slowly", lambda self, f, d: slow.append(d) or check(self, f, d))
+    RobomimicHdf5(path)
+    assert slow == []
+    with h5py.File(path, "r+") as f:
+        f["data/demo_2"].attrs["num_samples"] = "6"
+    RobomimicHdf5(path)
+    assert slow == ["demo_2"]
+
+
 def test_a_file_that_passed_is_not_walked_again_until_it_changes(tmp_path, monkeypatch):
     monkeypatch.setenv("ROBO_LOADERS_CACHE", str(tmp_path / "cache"))
     path = write(tmp_path / "f.hdf5")
