@@ -86,7 +86,7 @@ def test_a_file_that_passed_is_not_walked_again_until_it_changes(tmp_path, monke
     monkeypatch.setattr(RobomimicHdf5, "_check_demos", lambda self, f, d: walks.append(1) or check(self, f, d))
     RobomimicHdf5(path)
     RobomimicHdf5(path)
-    assert len(walks) == 1 and os.listdir(tmp_path / "cache" / "validated")
+    assert len(walks) == 1 and os.listdir(tmp_path / "cache" / ".validated")
     # negative control: the file changed (an array resized, as issue 23 A6's attack): walked again, and refused
     with h5py.File(path, "r+") as f:
         del f["data/demo_1/actions"]

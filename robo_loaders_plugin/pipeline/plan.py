@@ -23,7 +23,10 @@ BATCH_KEY = "batch"
 
 
 class ItemGroups:
-    """Dataset indices grouped by the episode (frame-source unit) they belong to: item ``k`` of group ``e``."""
+    """Dataset indices grouped by the episode (frame-source unit) they belong to: item ``k`` of group ``e``.
+
+    Every item of a dataset in its own order (the usual pass) is held as nothing but the groups' starts: item ``k``
+    of group ``e`` is then dataset index ``first[e] + k`` (8 bytes per item saved at a million items)."""
 
     def __init__(self, items: np.ndarray, episode_of_item: np.ndarray, num_episodes: int):
         items = np.asarray(items, dtype=np.int64)
@@ -31,16 +34,20 @@ class ItemGroups:
         if np.any(eps[1:] < eps[:-1]):  # already grouped in the usual case (every item, in dataset order): no sort
             order = np.argsort(eps, kind="stable")
             items, eps = items[order], eps[order]
-        self.items = items
+        self.n = len(items)
+        identity = self.n == 0 or (int(items[0]) == 0 and int(items[-1]) == self.n - 1 and
+                                   bool(np.all(np.diff(items) == 1)))
+        self.items = None if identity else items
         self.counts = np.bincount(eps, minlength=num_episodes).astype(np.int64)
         self.first = np.concatenate([[0], np.cumsum(self.counts)[:-1]]).astype(np.int64)
 
     def __len__(self) -> int:
-        return len(self.items)
+        return self.n
 
     def indices(self, pairs: np.ndarray) -> np.ndarray:
         """Dataset index of each (episode, k) pair."""
-        return self.items[self.first[pairs[:, 0]] + pairs[:, 1]]
+        flat = self.first[pairs[:, 0]] + pairs[:, 1]
+        return flat if self.items is None else self.items[flat]
 
 
 def plan_windows(items_per_episode: Sequence[int], seed: int, epoch: int, buffer_episodes: int,

@@ -116,7 +116,7 @@ def _num_samples(gid, demo: bytes) -> int | None:
 
 class _ValidationRecord:
     """That a file passed :meth:`RobomimicHdf5.validate` as it is now: its path and stat (size, mtime, inode,
-    ctime), in ``<cache root>/validated/``. Never an error: a record that cannot be read or written only means
+    ctime), in ``<cache root>/.validated/``. Never an error: a record that cannot be read or written only means
     the file is walked again."""
 
     def __init__(self, real: str, path: str):
@@ -150,7 +150,7 @@ def _validation_record(path: str) -> _ValidationRecord | None:
     try:
         real = os.path.realpath(path)
         name = hashlib.sha256(real.encode()).hexdigest()[:32] + ".json"
-        return _ValidationRecord(real, os.path.join(default_root(), "validated", name))
+        return _ValidationRecord(real, os.path.join(default_root(), ".validated", name))  # hidden: not an entry
     except OSError:
         return None
 

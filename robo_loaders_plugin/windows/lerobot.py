@@ -24,7 +24,8 @@ class RowMap:
     def __init__(self, run_lengths):
         lengths = np.asarray(run_lengths, dtype=np.int64)
         self.run_start = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
-        self.run_of_row = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
+        # int32: a million rows' run in 4 MB, not 8 (runs are far fewer than 2**31)
+        self.run_of_row = np.repeat(np.arange(len(lengths), dtype=np.int32), lengths)
 
     def __len__(self) -> int:
         return len(self.run_of_row)

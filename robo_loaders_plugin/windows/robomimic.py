@@ -92,7 +92,8 @@ class SequenceWindows:
         self.F, self.S = int(opts.frame_stack), int(opts.seq_length)
         self.counts = np.asarray(sequence_counts(self.lengths, self.F, self.S, opts.pad_frame_stack,
                                                  opts.pad_seq_length), dtype=np.int64)
-        self.episode_of = np.repeat(np.arange(len(self.lengths), dtype=np.int64), self.counts)
+        # int32: a million windows' demo index in 4 MB, not 8 (demos are far fewer than 2**31)
+        self.episode_of = np.repeat(np.arange(len(self.lengths), dtype=np.int32), self.counts)
         self.first = np.concatenate([[0], np.cumsum(self.counts)[:-1]]).astype(np.int64)
         self.offset = 0 if opts.pad_frame_stack else self.F - 1
         self._deltas = np.arange(-(self.F - 1), self.S, dtype=np.int64)
