@@ -31,7 +31,7 @@ class TableError(ValueError):
 def kind_of(payload: dict) -> str:
     if not isinstance(payload, dict):
         return "unknown"
-    if payload.get("kind") in ("matrix", "loss_curves"):
+    if payload.get("kind") in ("matrix", "loss_curves", "growth"):
         return payload["kind"]
     if payload.get("benchmark") == "training" and "results" in payload:
         return "training"  # the training benchmark (benchmarks/harness/train/)
@@ -57,7 +57,7 @@ def load_result(path: str) -> dict:
 
 def rows_of(payload: dict) -> list[dict]:
     """Result rows with the file's settings folded in (bench files keep batch size etc. in ``settings``)."""
-    if payload["_kind"] == "matrix":
+    if payload["_kind"] in ("matrix", "growth"):
         return [dict(r) for r in payload["rows"]]
     if payload["_kind"] not in ("bench", "training"):
         return []
