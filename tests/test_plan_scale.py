@@ -240,3 +240,47 @@ def test_guard_store_blob_bounds_run_no_python_per_frame(tmp_path):
     store = EpisodeStore(writer.finish({}))
     starts, ends = store.blob_bounds("img")
     assert len(starts) == frames and python_lines(store.blob_bounds, "img") < frames // 10
+
+
+def test_a_verified_cache_is_not_read_again_until_it_changes(tmp_path, monkeypatch, capsys):
+    """A persisted compressed_cache is checked (its data CRC, a read of the whole file) once per version of the
+    file, not at every start; a file changed since (here: a byte flipped in place) is checked again and rebuilt."""
+    import os
+    import sys
+
+    sys.path.insert(0, os.path.dirname(__file__))
+    from ram_users import FileSource
+
+    from robo_loaders_plugin.storage import store as store_mod
+    from robo_loaders_plugin.storage.codec import FrameCodec
+    from robo_loaders_plugin.storage.store_cache import open_or_build
+
+    src = tmp_path / "src.bin"
+    src.write_bytes(bytes(range(256)) * 64)
+    checks = []
+    verify = store_mod.EpisodeStore.verify
+    monkeypatch.setattr(store_mod.EpisodeStore, "verify", lambda self: checks.append(1) or verify(self))
+
+    def opened():
+        def write(w):
+            w.add_episode("demo_0", {"low": np.frombuffer(src.read_bytes(), np.uint8).reshape(-1, 1)})
+
+        store, hold, reused = open_or_build(kind="test", source=FileSource(src), key_desc={"source": str(src)},
+                                            write=write, codec=FrameCodec(), cache_dir=str(tmp_path / "cache"),
+                                            max_memory=None, build_workers=1, meta={}, option_prefix="test",
+                                            description="a test cache")
+        path = store.path
+        store.close()
+        hold.release()
+        return path, reused
+
+    path, reused = opened()
+    assert not reused and checks == []
+    assert opened()[1] and checks == [1]   # first reuse: checked
+    assert opened()[1] and checks == [1]   # unchanged since: not read again
+    data = bytearray(open(path, "rb").read())  # negative control: a byte of the data region flipped in place
+    data[100] ^= 0xFF
+    with open(path, "r+b") as f:
+        f.write(data)
+    assert not opened()[1] and checks == [1, 1]
+    assert "ignoring unusable cache" in capsys.readouterr().out
