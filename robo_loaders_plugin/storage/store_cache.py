@@ -119,6 +119,8 @@ def open_or_build(*, kind: str, source, key_desc: dict, write: Callable[[StoreWr
         entry, holder, reused, _ = cache.obtain(root, kind, key_desc, source.fingerprint, recorded_fingerprint,
                                                 usable, build, description, suffix=".rlc")
     store = EpisodeStore(entry.path)
+    if cache_dir and not reused:  # just written (its CRC computed as it was): the next run need not read it back
+        mark_verified(entry.path)
     data_nbytes = store.header["data_nbytes"]
     if reused and max_bytes is not None and data_nbytes > max_bytes:
         # max_memory is not part of the cache key (it does not change the content), so a cache built by a run with a
