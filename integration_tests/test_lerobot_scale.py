@@ -1,5 +1,7 @@
 """LeRobot adapter at scale (issue 22): the frames of a pass read off lerobot-train's EpisodeAwareSampler with
 numpy, equal to its public ``indices`` (a Python call per frame)."""
+import os
+
 import numpy as np
 import pytest
 from lerobot.datasets import EpisodeAwareSampler
@@ -33,3 +35,33 @@ def test_negative_control_a_changed_episode_table_is_seen():
     expected = list(s.indices)
     s._starts = s._starts + 1
     assert compat.sampler_indices(s).tolist() != expected
+
+
+def test_datapipe_checks_its_rows_once_per_version_of_the_shards_and_lerobots_table(lerobot_datasets, tmp_path,
+                                                                                   monkeypatch):
+    """datapipe compares every row it serves with LeRobot's dataset object (issue 23 A2), a read of every episode
+    from the shards; it does so once while neither side changes (issue 22), and again when LeRobot's cached
+    table changes (negative control: its cache files rebuilt)."""
+    import shutil
+
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    from lerobot_helpers import serve
+    from robo_loaders_plugin.lerobot import factories
+
+    monkeypatch.setenv("ROBO_LOADERS_CACHE", str(tmp_path / "cache"))
+    root = lerobot_datasets["h264_3cam_multifile"]
+    checks = []
+    real = factories.check_rows_match
+    monkeypatch.setattr(factories, "check_rows_match", lambda *a, **k: checks.append(1) or real(*a, **k))
+
+    def build():
+        return serve("datapipe", LeRobotDataset("local/sample", root=root), cache_dir=str(tmp_path / "shards"))
+
+    build()
+    build()
+    assert checks == [1]
+    cache_dir = LeRobotDataset("local/sample", root=root).hf_dataset.cache_files[0]["filename"]
+    shutil.rmtree(os.path.dirname(cache_dir))  # LeRobot builds its datasets cache again: other files
+    build()
+    assert checks == [1, 1]
