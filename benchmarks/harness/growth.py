@@ -6,7 +6,9 @@ a few GB, never committed) by ``robo-loaders sample-data`` (:func:`generate`), w
 its size in ``workloads.json`` there. ``growth run`` then runs every backend on every size of one workload, each in
 its own process (``growth_child``), with the one-time work done first and timed apart: ``datapipe``'s conversion
 (2 workers), robomimic ``video_stream``'s video shards, and ``compressed_cache`` built once into a cache directory
-and reused by the measured run (its build is the "build/convert" time; its start-up is a second run's). Results
+and reused by the measured run (its build is the "build/convert" time; its start-up is a second run's); the runs
+of a workload share one cache root (what is checked once per version of a file is checked by the first run that
+needs it; datapipe's first start is run, and recorded, before the measured one). Results
 (``kind: growth``) are what ``robo-loaders report`` plots on log-log axes; docs/benchmarks.md says how to read them.
 """
 from __future__ import annotations
@@ -180,7 +182,7 @@ def run_workload(w: Workload, backends, s: Settings, scratch: str, log_dir: str,
     if w.framework == "lerobot":  # LeRobot's datasets cache (Arrow) made before any timed run, not by the first
         echo(f"[growth]   warming LeRobot's datasets cache for {w.name} ...")
         run_child("benchmarks.harness.growth_child", child_args(w, "native", {}, s, batches=1), f"{w.name}-warm",
-                  log_dir, s.timeout)
+                  log_dir, s.timeout, fresh_cache=False)
     for backend in backends:
         kwargs, once = {}, None
         if backend == "datapipe":
@@ -198,7 +200,7 @@ def run_workload(w: Workload, backends, s: Settings, scratch: str, log_dir: str,
             kwargs = {"cache_dir": cache_dir}
             echo(f"[growth]   {backend}: building its cache once ...")
             built = run_child("benchmarks.harness.growth_child", child_args(w, backend, kwargs, s, batches=1),
-                              f"{w.name}-{backend}-build", log_dir, s.timeout)
+                              f"{w.name}-{backend}-build", log_dir, s.timeout, fresh_cache=False)
             once = {"what": "compressed_cache built into cache_dir (its first run)", "error": built.get("error"),
                     "wall_s": built.get("build_s"), "out_bytes": _bytes(cache_dir) if os.path.exists(cache_dir)
                     else None}
@@ -209,9 +211,17 @@ def run_workload(w: Workload, backends, s: Settings, scratch: str, log_dir: str,
             rows.append({"backend": backend, "workload": w.name, "size": w.size, "frames": frames,
                          "error": f"one-time step failed: {once['error']}", "once": once})
             continue
+        first_open = None
+        if backend == "datapipe":  # its first start checks the shards against the source once (recorded): apart
+            echo(f"[growth]   {backend}: first start (checks recorded once per version of the data) ...")
+            warm = run_child("benchmarks.harness.growth_child", child_args(w, backend, kwargs, s, batches=1),
+                             f"{w.name}-{backend}-first", log_dir, s.timeout, fresh_cache=False)
+            first_open = warm.get("build_s")
         echo(f"[growth]   {backend} on {w.name} ...")
         r = run_child("benchmarks.harness.growth_child", child_args(w, backend, kwargs, s), f"{w.name}-{backend}",
-                      log_dir, s.timeout)
+                      log_dir, s.timeout, fresh_cache=False)
+        if first_open is not None:
+            r["first_start_build_s"] = first_open
         r.update(backend=backend, workload=w.name, size=w.size, frames=frames, source_bytes=source_bytes, once=once)
         if not r.get("error"):
             r["startup_s"] = r["build_s"] + r["first_batch_s"]
@@ -239,10 +249,18 @@ def run_growth(kind: str, sizes, backends, s: Settings, json_out: str, echo=prin
                "settings": dataclasses.asdict(s), "workloads": records, "rows": []}
     for w in workloads:
         scratch = tempfile.mkdtemp(prefix=f".growth-{w.name}-", dir=workloads_root())  # big: beside the data
+        # one cache root for the runs of a workload, as a user's: what is recorded once per version of a file
+        # (validation, row checks) is recorded by the first run that needs it; conversions are given explicitly
+        before = os.environ.get("ROBO_LOADERS_CACHE")
+        os.environ["ROBO_LOADERS_CACHE"] = os.path.join(scratch, "cache-root")
         try:
             with tempfile.TemporaryDirectory(prefix="growth-logs-") as log_dir:
                 payload["rows"] += run_workload(w, backends, s, scratch, log_dir, echo)
         finally:
+            if before is None:
+                os.environ.pop("ROBO_LOADERS_CACHE", None)
+            else:
+                os.environ["ROBO_LOADERS_CACHE"] = before
             shutil.rmtree(scratch, ignore_errors=True)
         atomic_write_json(json_out, payload, indent=1)
         echo(f"[growth] wrote {json_out} ({w.name} done)")
