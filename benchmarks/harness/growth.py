@@ -171,6 +171,24 @@ def _convert(command: list[str], out: str, timeout: float, echo) -> dict:
     return {"wall_s": round(wall, 2), "workers": CONVERT_WORKERS, "out_bytes": _bytes(out)}
 
 
+def _available_memory() -> int:
+    import psutil
+
+    return int(psutil.virtual_memory().available)
+
+
+def _resampler_bytes(w: Workload, path: str, frames: int) -> int:
+    """What gpu_resampler holds: every frame of every field uncompressed (camera frames dominate)."""
+    if w.framework == "lerobot":
+        with open(os.path.join(path, "meta", "info.json")) as f:
+            feats = json.load(f)["features"]
+        import numpy as np
+
+        per = sum(int(np.prod(ft["shape"])) * (1 if ft["dtype"] in ("video", "image") else 4) for ft in feats.values())
+        return frames * per
+    return _bytes(path)  # robomimic: the file's arrays (float32/uint8 as stored)
+
+
 def run_workload(w: Workload, backends, s: Settings, scratch: str, log_dir: str, echo=print) -> list[dict]:
     """Every backend on one workload: the one-time work first (timed apart), then the measured run."""
     from robo_loaders_plugin.bench.runner import run_child
@@ -185,6 +203,14 @@ def run_workload(w: Workload, backends, s: Settings, scratch: str, log_dir: str,
                   log_dir, s.timeout, fresh_cache=False)
     for backend in backends:
         kwargs, once = {}, None
+        if backend == "gpu_resampler":  # every frame uncompressed in RAM (no GPU here): refused when it cannot fit
+            need, free = _resampler_bytes(w, path, frames), _available_memory()
+            if need > 0.6 * free:
+                rows.append({"backend": backend, "workload": w.name, "size": w.size, "frames": frames,
+                             "error": f"not run: holds every frame decoded, {need / 2**30:.1f} GiB, and this shared "
+                                      f"machine has {free / 2**30:.1f} GiB available (run only below 60% of it)"})
+                echo(f"[growth]   {backend}: {rows[-1]['error']}")
+                continue
         if backend == "datapipe":
             out = os.path.join(scratch, "shards")
             cmd = [w.framework, path] + (["--repo-id", w.repo_id] if w.framework == "lerobot" else [])
