@@ -101,6 +101,15 @@ def growth_profile_cmd(kind, size, backend, kwargs_json, out_path):
     click.echo(text)
 
 
+@growth_group.command("findings")
+@click.option("--json", "json_out", default="benchmarks/results/growth/profiling_findings.json", show_default=True)
+def growth_findings_cmd(json_out):
+    """The O(dataset) costs profiling found, each timed before and after on the million-frame workloads."""
+    from benchmarks.harness.growth_findings import findings
+
+    findings(json_out, echo=click.echo)
+
+
 @growth_group.command("convert")
 @click.option("--kinds", default="lerobot,robomimic", show_default=True)
 @click.option("--size", default="1m", show_default=True)
