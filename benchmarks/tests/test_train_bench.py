@@ -24,7 +24,7 @@ def passive_threads(monkeypatch):
 def rm_hdf5(tmp_path_factory):
     from robo_loaders_plugin.sample_data.robomimic_hdf5 import write_robomimic_hdf5
 
-    # 24x24 frames: large enough (>= 1 KiB) for compressed_cache to store them as compressed frames
+    # 24x24 frames: large enough (>= 1024 bytes a frame) for compressed_cache to store them as compressed frames
     return write_robomimic_hdf5(str(tmp_path_factory.mktemp("train_bench") / "rm.hdf5"), demos=6, image_size=24,
                                 cameras=2, seed=5, min_length=20, max_length=30, progress=False)
 

@@ -22,7 +22,14 @@ def _ok(rows):
 
 
 def series(payload: dict) -> dict:
-    """{backend: rows sorted by frames} of the successful rows."""
+    """The successful rows of a growth result by backend.
+
+    Args:
+        payload: A growth result (``kind: growth``).
+
+    Returns:
+        ``{backend: rows sorted by frames}``.
+    """
     out: dict = {}
     for r in _ok(payload["rows"]):
         out.setdefault(r["backend"], []).append(r)
@@ -40,7 +47,17 @@ PANELS = [
 
 def plot_growth(payload: dict, path: str, color, caption) -> str | None:
     """One figure, four log-log panels against frames (time to first batch, build/convert, samples/s, peak
-    memory), a line per backend; returns ``path`` (None when nothing succeeded)."""
+    memory), a line per backend.
+
+    Args:
+        payload: A loaded growth result (``bench.tables.load_result``).
+        path: Where the PNG goes.
+        color: The report's palette (one colour per backend).
+        caption: Writes the figure's caption (source, machine, settings) from the payload.
+
+    Returns:
+        ``path``, or None when no row succeeded.
+    """
     from matplotlib.figure import Figure
 
     lines = series(payload)
@@ -73,7 +90,14 @@ def plot_growth(payload: dict, path: str, color, caption) -> str | None:
 
 def goals(payload: dict) -> list[dict]:
     """Issue 22's goals per backend at the largest size measured: start-up against native's plus 2 s, planning
-    CPU time per million items, bytes held per frame beyond frame data, samples/s kept from the smallest size."""
+    CPU time per million items, bytes held per frame beyond frame data, samples/s kept from the smallest size.
+
+    Args:
+        payload: A growth result.
+
+    Returns:
+        One dict per backend: the measures and ``*_ok`` (True, False, or None when it does not apply).
+    """
     lines = series(payload)
     native = lines.get("native") or lines.get("native:low_dim")
     out = []
@@ -105,7 +129,14 @@ def _mark(ok):
 
 
 def growth_tables(payload: dict) -> str:
-    """Markdown: every row (size x backend), then the goals at the largest size."""
+    """Markdown: every row (size x backend), then the goals at the largest size.
+
+    Args:
+        payload: A growth result.
+
+    Returns:
+        The tables, failed rows named under them.
+    """
     head = ["backend", "frames", "start-up s", "one-time s", "MB/s per worker", "samples/s", "peak MiB",
             "held B/frame", "plan s/M items"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -137,7 +168,18 @@ def growth_tables(payload: dict) -> str:
 
 
 def growth_section(payload: dict, out_dir: str, stem: str, color, caption) -> list[str]:
-    """The report's markdown lines for one growth result (tables and its plot)."""
+    """The report's markdown lines for one growth result (tables and its plot).
+
+    Args:
+        payload: A loaded growth result.
+        out_dir: The report's directory (the plot is written there).
+        stem: The plot's file name stem.
+        color: The report's palette.
+        caption: Writes a figure's caption.
+
+    Returns:
+        Markdown lines.
+    """
     md = [growth_tables(payload)]
     png = plot_growth(payload, os.path.join(out_dir, f"{stem}_growth.png"), color, caption)
     if png:

@@ -13,6 +13,15 @@ from robo_loaders_plugin.storage.store import EpisodeStore, StoreError
 
 
 class StoreFrames(FrameSource):
+    """A frame source over a compressed episode store (see the module's docstring).
+
+    Pickled (DataLoader workers), it keeps the store and its owner; the lookup tables are rebuilt lazily in each
+    process.
+
+    Args:
+        store: The opened store.
+        owner: Keeps a RAM-only store file alive as long as this source lives (``None``: nothing to keep).
+    """
     def __init__(self, store: EpisodeStore, owner=None):
         self.store = store
         self._owner = owner  # keeps a RAM-only store file alive as long as this source lives
@@ -29,6 +38,17 @@ class StoreFrames(FrameSource):
         self.__init__(state["store"], state["_owner"])
 
     def info(self, field: str) -> FieldInfo:
+        """dtype and per-step shape of ``field``, checked the same in every episode (first call per field).
+
+        Args:
+            field: The field's name.
+
+        Returns:
+            Its :class:`FieldInfo`.
+
+        Raises:
+            StoreError: two episodes store the field with another dtype or step shape.
+        """
         info = self._infos.get(field)
         if info is None:
             first = self.store.frame_info(0, field)
@@ -58,6 +78,17 @@ class StoreFrames(FrameSource):
         return flat
 
     def take(self, field, episodes, steps, out):
+        """``out[b, ...] = field[episodes[b]][steps[b, ...]]``.
+
+        Raw fields: one ``np.take`` from the field concatenated across episodes. Frames: decompressed straight into
+        ``out``, each step once per row; a step repeating the one before it in the row (padding) is copied instead.
+
+        Args:
+            field: The field's name.
+            episodes: (B,) episode indices.
+            steps: (B,) or (B, T) step indices.
+            out: The destination, ``steps.shape + step shape``, C-contiguous.
+        """
         info = self.info(field)
         g = (self.starts[broadcast_episodes(episodes, steps)] + steps).reshape(-1)
         flat_out = out.reshape((g.size,) + tuple(info.shape))

@@ -56,6 +56,7 @@ PATCHED = (
 
 
 def installed_version() -> str | None:
+    """The installed LeRobot version (``None`` when LeRobot is not installed)."""
     return checks_module.installed_version("lerobot")
 
 
@@ -71,6 +72,15 @@ def check_version() -> None:
 
 @dataclasses.dataclass(frozen=True)
 class ReaderSettings:
+    """What decides an item of a ``LeRobotDataset`` besides its data: its private DatasetReader's settings.
+
+    Attributes:
+        tolerance_s: How far a requested timestamp may be from a frame's (``reader._tolerance_s``).
+        video_backend: The video decoder LeRobot uses (``reader._video_backend``).
+        image_transforms: The transforms applied to camera frames (``reader._image_transforms``).
+        return_uint8: Whether camera frames are returned as uint8 (``reader._return_uint8``).
+        delta_indices: ``{key: frame offsets}`` from ``delta_timestamps``, or ``None``.
+    """
     tolerance_s: float
     video_backend: str
     image_transforms: object
@@ -79,7 +89,17 @@ class ReaderSettings:
 
 
 def reader_settings(native) -> ReaderSettings:
-    """What decides an item of ``native`` besides its data: read from its private DatasetReader."""
+    """What decides an item of ``native`` besides its data: read from its private DatasetReader.
+
+    Args:
+        native: A ``LeRobotDataset`` (0.6.x).
+
+    Returns:
+        The :class:`ReaderSettings`.
+
+    Raises:
+        CompatError: the reader lacks one of the attributes (another LeRobot version).
+    """
     reader = native.reader
     try:
         return ReaderSettings(float(reader._tolerance_s), reader._video_backend, reader._image_transforms,
@@ -90,8 +110,19 @@ def reader_settings(native) -> ReaderSettings:
 
 
 def retype_dataset_field(cls, new_type, expected) -> bool:
-    """Point ``cls.dataset`` (TrainPipelineConfig) at ``new_type``. Idempotent; refuses when another plugin
-    already re-typed it."""
+    """Point ``cls.dataset`` (TrainPipelineConfig) at ``new_type``. Idempotent.
+
+    Args:
+        cls: ``TrainPipelineConfig``.
+        new_type: The ``DatasetConfig`` subclass adding the plugin's flags.
+        expected: The type the field must have before (``DatasetConfig``): anything else was re-typed by someone else.
+
+    Returns:
+        Whether it re-typed the field (``False``: it already was ``new_type`` or a subclass).
+
+    Raises:
+        RuntimeError: another plugin already re-typed it.
+    """
     current = typing.get_type_hints(cls).get("dataset")
     if isinstance(current, type) and issubclass(current, new_type):
         return False
@@ -104,6 +135,12 @@ def retype_dataset_field(cls, new_type, expected) -> bool:
 
 
 def original(name: str):
+    """LeRobot's own dataset factory ``name``, unpatched (whether or not the patches are applied).
+
+    Args:
+        name: ``make_dataset`` or ``make_train_eval_datasets`` (any name :data:`ORIGINALS` holds, else an attribute of
+            ``lerobot.datasets.factory``).
+    """
     if name in ORIGINALS:
         return ORIGINALS[name]
     import lerobot.datasets.factory as factory
@@ -112,8 +149,16 @@ def original(name: str):
 
 
 def patch_train_config(module, new_type) -> None:
-    """Re-type ``TrainPipelineConfig.dataset`` (``lerobot.configs.train``) to ``new_type``, a ``DatasetConfig``
-    subclass adding the plugin's flags."""
+    """Re-type ``TrainPipelineConfig.dataset`` (``lerobot.configs.train``) to ``new_type``.
+
+    Args:
+        module: ``lerobot.configs.train``, freshly imported.
+        new_type: A ``DatasetConfig`` subclass adding the plugin's flags.
+
+    Raises:
+        CompatError: the installed LeRobot is not 0.6.x.
+        RuntimeError: another plugin already re-typed the field.
+    """
     check_version()
     from lerobot.configs.default import DatasetConfig
 
@@ -180,7 +225,14 @@ def patch_train_script(module, cycle, check_command_line) -> None:
 
 
 def native_cycle(dataloader):
-    """LeRobot's own ``cycle`` (the script's original, or ``lerobot.utils.utils.cycle``)."""
+    """LeRobot's own ``cycle`` (the script's original, or ``lerobot.utils.utils.cycle``).
+
+    Args:
+        dataloader: What to cycle over.
+
+    Returns:
+        LeRobot's endless iterator over ``dataloader``.
+    """
     if "cycle" in ORIGINALS:
         return ORIGINALS["cycle"](dataloader)
     from lerobot.utils.utils import cycle
@@ -237,8 +289,18 @@ def rank_split(dataloader) -> RankSplit:
     With several processes ``accelerator.prepare`` replaces the DataLoader's batch sampler by a
     ``BatchSamplerShard`` serving batch ``i`` of the pass to rank ``i % world_size`` (``even_batches``: the last
     batches completed from the start of the pass). A backend ordering its own passes reads the sampler inside and
-    splits the pass itself (``pipeline.plan.rank_share``), with the same batch count per rank; an ``indexed``
-    backend iterates the shard as the DataLoader would."""
+    splits the pass itself (``core.ranks.rank_share``), with the same batch count per rank; an ``indexed``
+    backend iterates the shard as the DataLoader would.
+
+    Args:
+        dataloader: The DataLoader lerobot-train iterates (prepared by accelerate or not).
+
+    Returns:
+        The :class:`RankSplit`; rank 0 of 1 when accelerate did not split it.
+
+    Raises:
+        CompatError: accelerate splits with ``split_batches=True`` or ``even_batches=False``.
+    """
     batch_sampler = getattr(dataloader, "batch_sampler", None)
     try:
         from accelerate.data_loader import BatchSamplerShard
@@ -262,7 +324,14 @@ def sampler_indices(sampler) -> np.ndarray:
     from the sampler's episode table: the public property calls a Python method per frame (~7 s for a million
     frames, at every start of a batch-kind backend). Private reads of LeRobot 0.6's sampler
     (``_starts``, ``_cum_lengths``, ``_absolute_to_relative``), exactly what its ``_frame_index`` computes; any
-    other sampler, or another version, goes through the public property."""
+    other sampler, or another version, goes through the public property.
+
+    Args:
+        sampler: lerobot-train's ``EpisodeAwareSampler`` (or any sampler with an ``indices`` property).
+
+    Returns:
+        The frame indices of a pass, in the sampler's unshuffled order.
+    """
     if not (installed_version() or "").startswith(SUPPORTED_PREFIX) or \
             not all(hasattr(sampler, a) for a in _SAMPLER_ATTRS):
         return np.asarray(sampler.indices, dtype=np.int64)
@@ -286,7 +355,11 @@ def sampler_indices(sampler) -> np.ndarray:
 
 def time_video_queries(spent: list) -> None:
     """Benchmark only: add the wall time of every ``DatasetReader._query_videos`` call (all cameras of a sample)
-    to ``spent[0]``, in this process."""
+    to ``spent[0]``, in this process. Not undone.
+
+    Args:
+        spent: A one-element list, added to in place.
+    """
     import time
 
     from lerobot.datasets.dataset_reader import DatasetReader

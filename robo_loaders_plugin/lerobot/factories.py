@@ -122,7 +122,7 @@ def datapipe_dataset(native, *, options):
     frames = EpisodeFrames([e - s for _, s, e in runs], infos, read, capacity=passes.episode_capacity,
                            decode_on_load=False)
     summary = (f"{len(runs)} episodes, {sum(e - s for _, s, e in runs)} frames from {len(reader.shards)} shard(s) "
-               f"in {reader.dir}, shuffle buffer {passes.shuffle_buffer} episodes")
+               f"in {reader.dir}, {passes.describe_shuffle(len(runs))}")
     return LeRobotShardSamples(native, frames, runs, columns, meta.get("video_keys", []), meta.get("image_keys", []),
                                backend_name="datapipe", location=reader.dir, passes=passes,
                                serving=Serving(summary, hold=hold))
@@ -292,8 +292,9 @@ def video_stream_dataset(native, *, options):
                            decode_on_load=False)
     cached = f", videos copied whole into {source.file_cache.directory}" if source.file_cache else ""
     summary = (f"{len(episodes.runs)} episodes, {sum(e - s for _, s, e in episodes.runs)} frames streamed from "
-               f"{url or source.url} ({device} decode, {options.buffer} buffer of {passes.episode_capacity} episodes, "
-               f"shuffle buffer {passes.shuffle_buffer}{cached})")
+               f"{url or source.url} ({device} decode, {options.buffer} buffer of "
+               f"{min(passes.episode_capacity, len(episodes.runs))} episodes, "
+               f"{passes.describe_shuffle(len(episodes.runs))}{cached})")
     return LeRobotStreamSamples(native, frames, episodes.runs, episodes.columns, source.video_keys, source.image_keys,
                                 backend_name="video_stream", location=url or source.url, source=source,
                                 passes=passes,

@@ -43,6 +43,14 @@ class PassOptions:
         and the ones loaded ahead)."""
         return max(self.cache_episodes, 2 * self.shuffle_buffer)
 
+    def describe_shuffle(self, n_episodes: int, episodes: str = "episodes") -> str:
+        """``shuffle buffer N <episodes>`` as it acts on a dataset of ``n_episodes``: never more than there are
+        (a buffer of 64 on 20 episodes holds all 20; the option is named then)."""
+        effective = min(self.shuffle_buffer, n_episodes)
+        if effective < self.shuffle_buffer:
+            return f"shuffle buffer {effective} {episodes} (all of them; shuffle_buffer={self.shuffle_buffer})"
+        return f"shuffle buffer {effective} {episodes}"
+
 
 def recorded_source(reader_or_dir) -> Fingerprint | None:
     """The source fingerprint a converted dataset recorded (None when it has none or is incomplete)."""

@@ -45,7 +45,14 @@ class ItemGroups:
         return self.n
 
     def indices(self, pairs: np.ndarray) -> np.ndarray:
-        """Dataset index of each (episode, k) pair."""
+        """Dataset index of each (episode, k) pair.
+
+        Args:
+            pairs: (N, 2) episode and position within it.
+
+        Returns:
+            (N,) dataset indices.
+        """
         flat = self.first[pairs[:, 0]] + pairs[:, 1]
         return flat if self.items is None else self.items[flat]
 
@@ -62,7 +69,19 @@ def plan_windows(items_per_episode: Sequence[int], seed: int, epoch: int, buffer
     does not apply: an ordered pass is what evaluation-style callers ask for.
 
     Cost: numpy work per item, and one small step per episode (the permutation of its items, and its entry into
-    the episode buffer: :func:`_serving_order`); no Python per item (``tests/test_plan_scale.py`` guards it)."""
+    the episode buffer: :func:`_serving_order`); no Python per item (``tests/test_plan_scale.py`` guards it).
+
+    Args:
+        items_per_episode: Items of each episode (0 allowed).
+        seed, epoch: The pass's order is a function of both.
+        buffer_episodes: Episodes open at once.
+        shuffle: False: dataset order.
+        replacement: Draw as many items with replacement.
+        rank, world_size: This process's share of the pass.
+
+    Returns:
+        (N, 2) int64 (episode, k) pairs in serving order.
+    """
     counts = np.asarray(items_per_episode, dtype=np.int64)
     n_eps = len(counts)
     starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
@@ -295,7 +314,14 @@ class BatchPlanNode(BaseNode):
     def plan_of(self, epoch: int) -> np.ndarray:
         """The pass's plan; computed once (~0.2 s per million items, numpy), so that a plan made ahead
         (:meth:`plan_ahead`, or ``DecodeAhead`` opening the next pass early) is not made again when the pass
-        starts."""
+        starts.
+
+        Args:
+            epoch: The pass.
+
+        Returns:
+            (N, 2) (episode, k) pairs in serving order (int32 when they fit).
+        """
         epoch = int(epoch)
         with self._lock:
             plan, pending = self._plans.get(epoch), self._planning.get(epoch)
@@ -310,7 +336,11 @@ class BatchPlanNode(BaseNode):
 
     def plan_ahead(self, epoch: int) -> None:
         """Plan pass ``epoch`` in a background thread, unless it is planned or being planned. Not a daemon: an
-        interpreter exiting meanwhile waits for it (under a second), instead of finalizing under numpy."""
+        interpreter exiting meanwhile waits for it (under a second), instead of finalizing under numpy.
+
+        Args:
+            epoch: The pass to plan.
+        """
         epoch = int(epoch)
         with self._lock:
             if epoch in self._plans or epoch in self._planning:

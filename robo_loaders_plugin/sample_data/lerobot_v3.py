@@ -93,7 +93,16 @@ def episode_contents(episode_lengths, *, cameras: int, image_size, fps: int, see
     ``scenes``: render only this many distinct scenes (episode ``e`` shows scene ``e % scenes``, its first ``n``
     frames) instead of one per episode. Why: rendering costs ~0.4 ms per 64x64 frame, minutes for a million
     frames, and a loader benchmark needs frames that decode like real ones, not a million distinct ones; states
-    and actions stay distinct per episode either way (drawn exactly as without ``scenes``)."""
+    and actions stay distinct per episode either way (drawn exactly as without ``scenes``).
+
+    Args:
+        episode_lengths: Frames of each episode.
+        cameras, image_size, fps, seed, actions_from_state: As ``write_lerobot_dataset``'s.
+        scenes: Distinct rendered scenes (None: one per episode).
+
+    Yields:
+        One :class:`EpisodeContent` per episode, in order.
+    """
     h, w = image_size
     rng = np.random.default_rng(seed)
     state_to_action = np.random.default_rng(0).normal(size=(4, 6)).astype(np.float32)

@@ -13,7 +13,7 @@ import os
 from typing import Callable
 
 from robo_loaders_plugin.core.errors import BackendOptionError, StaleSourceError
-from robo_loaders_plugin.core.units import format_bytes, parse_bytes
+from robo_loaders_plugin.core.units import format_bytes, parse_bytes, plural
 from robo_loaders_plugin.storage import cache
 from robo_loaders_plugin.storage.codec import CodecError, FrameCodec
 from robo_loaders_plugin.storage.fingerprint import Fingerprint
@@ -53,7 +53,14 @@ def verified_before(path: str) -> bool:
 
     Why: the check reads the whole file (a million 64x64 frames: gigabytes) at every start that reuses a cache;
     a file whose stat is unchanged since it passed holds the same bytes, as a source with an unchanged stat is not
-    digested again."""
+    digested again.
+
+    Args:
+        path: The store file.
+
+    Returns:
+        True when a stamp records this very version of the file.
+    """
     import json
 
     try:
@@ -65,7 +72,11 @@ def verified_before(path: str) -> bool:
 
 def mark_verified(path: str) -> None:
     """Record that the store at ``path`` passed its data check; never an error (a missing stamp only means the
-    next reuse checks again)."""
+    next reuse checks again).
+
+    Args:
+        path: The store file, as it is now.
+    """
     from robo_loaders_plugin.core.files import atomic_write_json
 
     try:
@@ -127,22 +138,29 @@ def open_or_build(*, kind: str, source, key_desc: dict, write: Callable[[StoreWr
         # larger budget is found here: this run's budget still holds
         store.close()
         holder.release()
+        budget, held = format_bytes(max_bytes), format_bytes(data_nbytes)
+        if budget == held:  # rounded alike: the exact counts say which is larger
+            budget, held = f"{budget} ({max_bytes} bytes)", f"{held} ({data_nbytes} bytes)"
         raise MemoryBudgetExceeded(
-            f"{option_prefix}.max_memory={format_bytes(max_bytes)}, but the cache of this source and these options, "
-            f"built by an earlier or concurrent run, holds {format_bytes(data_nbytes)} ({entry.path}); raise "
+            f"{option_prefix}.max_memory={budget}, but the cache of this source and these options, "
+            f"built by an earlier or concurrent run, holds {held} ({entry.path}); raise "
             "max_memory (the cache is shared, not copied), or build a smaller one of its own: fewer obs keys or "
             "demos, or a stronger codec (codec='zstd')")
     return store, holder, reused
 
 
-def summarize(store: EpisodeStore, n_episodes: int, n_samples: int, reused: bool) -> str:
+def summarize(store: EpisodeStore, n_episodes: int, n_samples: int, reused: bool, episode: str = "episode") -> str:
+    """The build summary of a compressed store; ``episode``: what the framework calls one (robomimic: demo)."""
     st = store.stats
-    ratio = st["decoded_frame_nbytes"] / st["compressed_nbytes"] if st["compressed_nbytes"] else float("nan")
     where = f"{'reused ' if reused else ''}{store.path}"
     codec = store.header.get("codec", {}).get("codec", "?")
-    return (f"{n_episodes} episodes, {n_samples} samples, cache {format_bytes(store.file_nbytes)} "
-            f"({codec}: frames {format_bytes(st['decoded_frame_nbytes'])} -> {format_bytes(st['compressed_nbytes'])}, "
-            f"{ratio:.2f}x; low-dim {format_bytes(st['raw_nbytes'])}) at {where}")
+    if st["decoded_frame_nbytes"]:
+        frames = (f"{codec}: frames {format_bytes(st['decoded_frame_nbytes'])} -> "
+                  f"{format_bytes(st['compressed_nbytes'])}, {st['decoded_frame_nbytes'] / st['compressed_nbytes']:.2f}x")
+    else:  # every field under FRAME_MIN_BYTES a step: nothing was compressed as frames
+        frames = "no camera frames"
+    return (f"{plural(n_episodes, episode)}, {plural(n_samples, 'sample')}, cache {format_bytes(store.file_nbytes)} "
+            f"({frames}; low-dim {format_bytes(st['raw_nbytes'])}) at {where}")
 
 
 def check_codec_options(codec, level, filter, max_memory, build_workers, option_prefix: str) -> FrameCodec:
