@@ -102,15 +102,17 @@ def plan_windows(items_per_episode: Sequence[int], seed: int, epoch: int, buffer
     else:
         drawn_counts, drawn, drawn_starts = counts, np.arange(total, dtype=np.int64) - np.repeat(starts[:-1], counts), starts[:-1]
     order = rng.permutation(n_eps)
-    # each episode's items shuffled, episodes in ``order``: the generator is called once per episode, in that
-    # order, exactly as the reference loop does (the draws decide the pass, so they must not change)
-    ks = np.empty(total, dtype=np.int64)
-    pos = 0
-    for e in order.tolist():
-        c = int(drawn_counts[e])
-        ks[pos:pos + c] = rng.permutation(drawn[drawn_starts[e]:drawn_starts[e] + c])
-        pos += c
+    # each episode's items shuffled, episodes in ``order``: the generator shuffles one episode at a time, in that
+    # order, exactly as the reference loop's rng.permutation did (a shuffle of a copy: the same draws), in place
     eps = np.repeat(order, drawn_counts[order]).astype(np.int64)
+    in_order = drawn_starts[order]
+    ks = drawn[np.repeat(in_order - (np.cumsum(drawn_counts[order]) - drawn_counts[order]), drawn_counts[order])
+               + np.arange(len(eps), dtype=np.int64)] if len(eps) else np.zeros(0, np.int64)
+    shuffle, pos = rng.shuffle, 0
+    for c in drawn_counts[order].tolist():
+        if c > 1:  # a shuffle of fewer than two draws nothing
+            shuffle(ks[pos:pos + c])
+        pos += c
     if world_size > 1:
         share = rank_share(len(eps), rank, world_size)
         eps, ks = eps[share], ks[share]
@@ -201,37 +203,42 @@ def _while_entering(count: np.ndarray, size: int, rng, out: np.ndarray):
     state = rng.bit_generator.state
     draws = rng.integers(size, size=horizon)
     at, lo, hi = _slots(draws, size)
-    # each slot's draws in time order, then a "never" (time ``horizon``); keys: (slot, time), sorted
+    # each slot's draws in time order, then a "never" (time ``horizon``)
     slot = np.arange(size, dtype=np.int64)
-    keys = np.insert(draws[at] * (horizon + 1) + at, hi, slot * (horizon + 1) + horizon)
     at = np.insert(at, hi, horizon)
     never = hi + slot                                   # index of each slot's "never"
-    first_of_slot = slot * (horizon + 1)
-    buf = slot.copy()
-    z = lo + slot + count[:size] - 1                    # index (in ``at``) of each buffered episode's last draw
-
+    # row 0: index (in ``at``) of each buffered episode's last draw if it stays in its slot; row 1: the episode
+    zb = np.stack([lo + slot + count[:size] - 1, slot])
+    z, buf = zb[0], zb[1]
+    nxt_draw = lo + slot                                # index of each slot's first draw not yet made
     fin = at[np.minimum(z, never)]                     # when each one's last draw comes if it stays in its slot
     nxt, used = size, 0
-    after, take, minimum = keys.searchsorted, np.take, np.minimum  # (bound once: this loop runs per episode)
+    take, minimum, subtract, bincount = np.take, np.minimum, np.subtract, np.bincount  # (this loop: per episode)
+    step = np.empty(size, dtype=np.int64)
     while True:
         k = int(fin.argmin())
         t = int(fin[k])
         if t >= horizon:  # cannot happen: the items left always cover the draws left
             raise AssertionError("episode buffer plan: an episode's draws were not found")
-        take(buf, draws[used:t + 1], out=out[used:t + 1])  # the draws up to this event map through this buffer
+        made = draws[used:t + 1]                        # the draws up to this event map through this buffer
+        take(buf, made, out=out[used:t + 1])
+        nxt_draw += bincount(made, minlength=size)      # each slot's first draw after t (a count, no search)
         used = t + 1
-        q = after(first_of_slot + used)                 # each slot's first draw after t
         if nxt == n:  # the last episode has entered: this event shrinks the buffer
-            rem = z + 1 - q
+            rem = z + 1 - nxt_draw                      # what each has left: its last draw past the slot's next
             break
+        q = nxt_draw[k:]
         # the episodes above slot k move down one slot: their last draw is as far past the lower slot's first
         # draw after t as it was past their own slot's
-        z[k:-1] = z[k + 1:] + (q[k:-1] - q[k + 1:])
-        buf[k:-1] = buf[k + 1:]
-        buf[-1] = nxt
+        if k < size - 1:
+            zb[:, k:-1] = zb[:, k + 1:]
+            d = step[:size - 1 - k]
+            subtract(q[:-1], q[1:], out=d)
+            z[k:-1] += d
         z[-1] = q[-1] + count[nxt] - 1
+        buf[-1] = nxt
         nxt += 1
-        fin[k:] = take(at, minimum(z[k:], never[k:]))
+        take(at, minimum(z[k:], never[k:]), out=fin[k:])
     rng.bit_generator.state = state
     rng.integers(size, size=used)                       # the generator as the loop leaves it
     keep = np.arange(size) != k
