@@ -44,3 +44,38 @@ def test_goals_are_judged_against_native_at_the_largest_size():
     # negative control: a planner slower than 0.2 s per million items is marked as missing its goal
     slow = {g["backend"]: g for g in growth_plots.goals(growth_payload(slow_plan=True))}
     assert slow["datapipe"]["plan_ok"] is False
+
+
+FINDINGS = {"kind": "growth_findings", "framework": "both", "machine": MACHINE, "results": {
+    "planner": {"what": "planning a pass", "before_s": 1.6, "after_s": 0.17},
+    "robomimic_validation": {"what": "robomimic file validation, 10,000 demos", "before_s": 40.0, "after_s": 12.0,
+                             "recorded_s": 0.0002, "read_us_per_dataset_before": 900.0,
+                             "read_us_per_dataset_after": 200.0},
+    "store": {"what": "compressed store", "blob_bounds_before_s": 2.0, "blob_bounds_after_s": 0.2,
+              "raw_concat_before_s": 0.3, "raw_concat_after_s": 0.02, "crc_s": 1.0, "crc_bytes": 2_000_000_000},
+    "digests": [{"source": "x.hdf5", "bytes": 700_000_000, "digest_s": 1.4, "mb_per_s": 500.0}]}}
+CONVERSION = {"kind": "growth_conversion", "framework": "both", "machine": MACHINE, "results": [{
+    "workload": "robomimic_lowdim_1m", "frames": 1_025_354, "source_bytes": 717_000_000, "runs": [
+        {"executor": "local", "workers": 2, "wall_s": 60.0, "source_mb_per_s": 11.9, "mb_per_s_per_worker": 5.97,
+         "units": 12},
+        {"executor": "datatrove-local", "workers": 2, "wall_s": 70.0, "error": "boom"}],
+    "killed": {"killed_after_s": 25.0, "shards_done_at_kill": 4, "shards_kept": 4, "shards_written_by_rerun": 8,
+               "shards_total": 12, "rerun_s": 41.0, "rerun_ok": True, "full_run_s": 60.0}}]}
+
+
+def test_findings_and_conversion_results_are_tables_in_the_report_and_the_readme(tmp_path):
+    from benchmarks.harness.readme_tables import update_readme
+
+    for name, payload in (("findings.json", FINDINGS), ("conversion.json", CONVERSION),
+                          ("growth.json", growth_payload())):
+        (tmp_path / name).write_text(json.dumps(payload))
+    r = CliRunner().invoke(main, ["report", str(tmp_path / "findings.json"), str(tmp_path / "conversion.json"),
+                                  "--out", str(tmp_path / "out")])
+    assert r.exit_code == 0, r.output
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "| planning a pass | 1.6 s | 0.17 s |" in md and "| `x.hdf5` | 700 | 1.4 | 500 |" in md
+    assert "| local | 2 | 60 | 11.90 | 5.97 | 12 |" in md and "FAILED" in md and "| 4 of 12 | 4 | 8 | 41 (60) | yes |" in md
+    readme = tmp_path / "README.md"
+    readme.write_text("<!-- robo-loaders:table growth.json table=goals source=no -->\n<!-- /robo-loaders:table -->\n")
+    update_readme(str(readme), str(tmp_path))
+    assert "Goals at 1,025,000 frames" in readme.read_text() and "| `datapipe` |" in readme.read_text()

@@ -133,7 +133,8 @@ def growth_convert_cmd(kinds, size, json_out):
             import shutil
 
             shutil.rmtree(scratch, ignore_errors=True)
-        atomic_write_json(json_out, {"kind": "growth_conversion", "machine": machine(), "results": results}, indent=1)
+        atomic_write_json(json_out, {"kind": "growth_conversion", "framework": "robomimic and LeRobot",
+                                     "machine": machine(), "results": results}, indent=1)
     click.echo(f"wrote {json_out}")
 
 

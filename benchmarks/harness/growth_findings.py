@@ -200,7 +200,7 @@ def findings(json_out: str, echo=print) -> dict:
 
     os.environ["ROBO_LOADERS_CACHE"] = tempfile.mkdtemp(prefix="findings-cache-")  # records of this run only
     lr, rm = Workload("lerobot", "1m"), Workload("robomimic", "1m")
-    out = {"kind": "growth_findings", "machine": machine(), "results": {}}
+    out = {"kind": "growth_findings", "framework": "robomimic and LeRobot", "machine": machine(), "results": {}}
     res = out["results"]
     res["planner"] = planner(echo)
     res["lerobot_index"] = lerobot_index(lr.path(), lr.repo_id, echo)

@@ -185,3 +185,107 @@ def growth_section(payload: dict, out_dir: str, stem: str, color, caption) -> li
     if png:
         md.append(f"![cost growth]({os.path.relpath(png, out_dir).replace(os.sep, '/')})\n")
     return md
+
+
+def findings_table(payload: dict) -> str:
+    """Markdown: each O(dataset) cost profiling found, before and after (``growth findings``).
+
+    Args:
+        payload: A ``growth_findings`` result.
+
+    Returns:
+        The table.
+    """
+    r = payload["results"]
+    rows = []
+
+    def add(what, before, after, unit="s"):
+        rows.append(f"| {what} | {_fmt(before, '.3g')} {unit} | {_fmt(after, '.3g')} {unit} |")
+
+    if "planner" in r:
+        add(r["planner"]["what"], r["planner"]["before_s"], r["planner"]["after_s"])
+    for key in ("lerobot_index", "lerobot_sampler"):
+        if key in r:
+            add(r[key]["what"], r[key]["before_s"], r[key]["after_s"])
+    if "robomimic_validation" in r:
+        v = r["robomimic_validation"]
+        add(v["what"] + " (first run)", v["before_s"], v["after_s"])
+        add(v["what"] + " (file unchanged since it passed)", v["before_s"], v["recorded_s"])
+        add("robomimic read of one dataset", v["read_us_per_dataset_before"], v["read_us_per_dataset_after"], "us")
+    if "store" in r:
+        st = r["store"]
+        add(st["what"] + ": locating and checking every frame blob", st["blob_bounds_before_s"],
+            st["blob_bounds_after_s"])
+        add(st["what"] + ": a raw field concatenated", st["raw_concat_before_s"], st["raw_concat_after_s"])
+    out = "| cost (each process, at start) | before | after |\n|---|---|---|\n" + "\n".join(rows) + "\n"
+    if "store" in r:
+        st = r["store"]
+        out += (f"\nA persisted cache's data CRC reads the whole file: {st['crc_s']:.2f} s for "
+                f"{st['crc_bytes'] / 1e6:.0f} MB ({st['crc_bytes'] / st['crc_s'] / 1e6:.0f} MB/s), now once per "
+                "version of the file.\n")
+    if r.get("digests"):
+        out += "\nContent digest of a source whose stat changed (SHA-256 of every byte):\n\n| source | MB | s | MB/s |\n"
+        out += "|---|---|---|---|\n" + "\n".join(
+            f"| `{d['source']}` | {d['bytes'] / 1e6:.0f} | {d['digest_s']:.1f} | {d['mb_per_s']:.0f} |"
+            for d in r["digests"]) + "\n"
+    return out
+
+
+def conversion_table(payload: dict) -> str:
+    """Markdown: conversions at size per executor, and the killed-and-resumed run (``growth convert``).
+
+    Args:
+        payload: A ``growth_conversion`` result.
+
+    Returns:
+        The tables.
+    """
+    out = ["| workload | frames | executor | workers | wall s | source MB/s | MB/s per worker | units |",
+           "|---|---|---|---|---|---|---|---|"]
+    killed = []
+    for res in payload["results"]:
+        for run in res["runs"]:
+            out.append(f"| `{res['workload']}` | {res['frames']:,} | {run['executor']} | {run['workers']} | "
+                       f"{run['wall_s']:.0f} | {_fmt(run.get('source_mb_per_s'), '.2f')} | "
+                       f"{_fmt(run.get('mb_per_s_per_worker'), '.2f')} | {run.get('units', '-')} |"
+                       + (" FAILED" if run.get("error") else ""))
+        k = res.get("killed")
+        if k:
+            killed.append(f"| `{res['workload']}` | {k['killed_after_s']:.0f} | {k['shards_done_at_kill']} of "
+                          f"{k['shards_total']} | {k['shards_kept']} | {k['shards_written_by_rerun']} | "
+                          f"{k['rerun_s']:.0f} ({k['full_run_s']:.0f}) | {'yes' if k['rerun_ok'] else 'no'} |")
+    text = "\n".join(out) + "\n"
+    if killed:
+        text += ("\nKilled (SIGKILL to the process group) once a third of the units were done, then the same "
+                 "command again:\n\n| workload | killed after s | shards done at kill | kept (same inode and mtime) "
+                 "| written by the rerun | rerun s (full run s) | completed |\n|---|---|---|---|---|---|---|\n"
+                 + "\n".join(killed) + "\n")
+    return text
+
+
+def growth_table(payload: dict, table: str = "results") -> str:
+    """The markdown of any cost-growth result, for ``robo-loaders report`` and README markers.
+
+    Args:
+        payload: A loaded ``growth``, ``growth_findings`` or ``growth_conversion`` result.
+        table: ``results`` (everything), or for a growth result ``goals`` (the goals table only).
+
+    Returns:
+        Markdown.
+
+    Raises:
+        TableError: an unknown table for this result.
+    """
+    from robo_loaders_plugin.bench.tables import TableError
+
+    kind = payload.get("_kind") or payload.get("kind")
+    if kind == "growth_findings":
+        return findings_table(payload)
+    if kind == "growth_conversion":
+        return conversion_table(payload)
+    if table == "goals":
+        text = growth_tables(payload)
+        return text[text.index("Goals at"):] if "Goals at" in text else text
+    if table != "results":
+        raise TableError(f"table={table!r}: a growth result has the tables 'results' and 'goals'")
+    return growth_tables(payload)

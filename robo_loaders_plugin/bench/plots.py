@@ -727,6 +727,10 @@ def report(result_paths, out_dir: str, skipped: list | None = None) -> str:
             md.append("Cost growth with the number of frames (`python -m benchmarks.harness growth run`; "
                       "`docs/benchmarks.md`):\n")
             md += growth_section(p, out_dir, stem, color, _caption)
+        elif p["_kind"].startswith("growth_"):
+            from robo_loaders_plugin.bench.growth_plots import growth_table
+
+            md.append(growth_table(p, "results") + "\n")
         else:
             if p.get("notes"):
                 md.append(f"{p['notes']}\n")
