@@ -721,6 +721,16 @@ def report(result_paths, out_dir: str, skipped: list | None = None) -> str:
                 md.append(tables.results_table([p], {"columns": ",".join(list(p["axes"]) + [
                     "backend", "build_s", "epoch_times_s"])}) + "\n")
                 epochs_seen = True
+        elif p["_kind"] == "growth":
+            from robo_loaders_plugin.bench.growth_plots import growth_section
+
+            md.append("Cost growth with the number of frames (`python -m benchmarks.harness growth run`; "
+                      "`docs/benchmarks.md`):\n")
+            md += growth_section(p, out_dir, stem, color, _caption)
+        elif p["_kind"].startswith("growth_"):
+            from robo_loaders_plugin.bench.growth_plots import growth_table
+
+            md.append(growth_table(p, "results") + "\n")
         else:
             if p.get("notes"):
                 md.append(f"{p['notes']}\n")

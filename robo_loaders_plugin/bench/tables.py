@@ -29,14 +29,15 @@ class TableError(ValueError):
 
 # -- result files ---------------------------------------------------------------------------------------------------
 def kind_of(payload: dict) -> str:
-    """What a result file is: ``bench``, ``training``, ``matrix``, ``loss_curves``, or ``unknown``.
+    """What a result file is: ``bench``, ``training``, ``matrix``, ``loss_curves``, ``growth`` (with
+    ``growth_findings`` and ``growth_conversion``: ``bench/growth_plots.py``), or ``unknown``.
 
     Args:
         payload: The file's JSON content.
     """
     if not isinstance(payload, dict):
         return "unknown"
-    if payload.get("kind") in ("matrix", "loss_curves"):
+    if payload.get("kind") in ("matrix", "loss_curves", "growth", "growth_findings", "growth_conversion"):
         return payload["kind"]
     if payload.get("benchmark") == "training" and "results" in payload:
         return "training"  # the training benchmark (benchmarks/harness/train/)
@@ -78,7 +79,7 @@ def rows_of(payload: dict) -> list[dict]:
     Returns:
         New dicts, one per row; none for loss curves.
     """
-    if payload["_kind"] == "matrix":
+    if payload["_kind"] in ("matrix", "growth"):
         return [dict(r) for r in payload["rows"]]
     if payload["_kind"] not in ("bench", "training"):
         return []
@@ -416,6 +417,11 @@ def results_table(payloads: list[dict], opts: dict | None = None) -> str:
     """
     opts = dict(opts or {})
     table = opts.get("table", "results")
+    growth = [p for p in payloads if p["_kind"].startswith("growth")]
+    if growth:  # issue 22's cost-growth results: their own tables (bench/growth_plots.py)
+        from robo_loaders_plugin.bench.growth_plots import growth_table
+
+        return "\n".join(growth_table(p, table) for p in growth)
     frameworks = {p.get("framework") for p in payloads}
     if len(frameworks) > 1:
         raise TableError(f"one table cannot mix frameworks ({sorted(frameworks)})")

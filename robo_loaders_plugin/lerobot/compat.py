@@ -39,6 +39,8 @@ import inspect
 import sys
 import typing
 
+import numpy as np
+
 from robo_loaders_plugin.core.errors import CompatError
 
 SUPPORTED_PREFIX = "0.6."
@@ -312,6 +314,43 @@ def rank_split(dataloader) -> RankSplit:
                           "(split_batches=False, even_batches=True): use --dataset.backend=native or those defaults")
     return RankSplit(batch_sampler.batch_sampler, int(batch_sampler.process_index),
                      int(batch_sampler.num_processes))
+
+
+_SAMPLER_ATTRS = ("_starts", "_cum_lengths", "_absolute_to_relative")
+
+
+def sampler_indices(sampler) -> np.ndarray:
+    """``EpisodeAwareSampler.indices`` (the frames of a pass, unshuffled) as an int64 array, computed with numpy
+    from the sampler's episode table: the public property calls a Python method per frame (~7 s for a million
+    frames, at every start of a batch-kind backend). Private reads of LeRobot 0.6's sampler
+    (``_starts``, ``_cum_lengths``, ``_absolute_to_relative``), exactly what its ``_frame_index`` computes; any
+    other sampler, or another version, goes through the public property.
+
+    Args:
+        sampler: lerobot-train's ``EpisodeAwareSampler`` (or any sampler with an ``indices`` property).
+
+    Returns:
+        The frame indices of a pass, in the sampler's unshuffled order.
+    """
+    if not (installed_version() or "").startswith(SUPPORTED_PREFIX) or \
+            not all(hasattr(sampler, a) for a in _SAMPLER_ATTRS):
+        return np.asarray(sampler.indices, dtype=np.int64)
+    starts = np.asarray(sampler._starts, dtype=np.int64)
+    cum = np.asarray(sampler._cum_lengths, dtype=np.int64)
+    total = int(cum[-1]) if len(cum) else 0
+    position = np.arange(total, dtype=np.int64)
+    episode = np.searchsorted(cum, position, side="right")
+    absolute = starts[episode] + position - np.concatenate([[0], cum[:-1]])[episode]
+    mapping = sampler._absolute_to_relative
+    if mapping is None:
+        return absolute
+    keys = np.fromiter(mapping.keys(), dtype=np.int64, count=len(mapping))
+    values = np.fromiter(mapping.values(), dtype=np.int64, count=len(mapping))
+    order = np.argsort(keys)
+    at = np.searchsorted(keys[order], absolute)
+    if np.any(at >= len(keys)) or np.any(keys[order][np.minimum(at, len(keys) - 1)] != absolute):
+        return np.asarray(sampler.indices, dtype=np.int64)  # a frame the mapping lacks: LeRobot's own error
+    return values[order][at]
 
 
 def time_video_queries(spent: list) -> None:

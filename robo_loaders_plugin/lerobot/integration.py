@@ -210,7 +210,7 @@ def sampling_plan(dataloader, built: iteration.Built | None = None) -> iteration
     batch_sampler = split.batch_sampler
     sampler = getattr(batch_sampler, "sampler", None)
     try:
-        items = np.asarray(sampler.indices, dtype=np.int64)
+        items = compat.sampler_indices(sampler)
         state, seed, shuffle = sampler.state_dict(), int(sampler.seed), bool(sampler.shuffle)
     except AttributeError:
         raise RoboLoadersError(f"this backend expects lerobot-train's EpisodeAwareSampler, found "

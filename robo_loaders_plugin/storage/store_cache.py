@@ -33,6 +33,59 @@ def _write(path: str, write: Callable[[StoreWriter], None], codec: FrameCodec, m
         raise
 
 
+VERIFIED_METHOD = "store-data-crc32-v1"
+
+
+def _verified_stamp(path: str) -> str:
+    """Where the stamp of a verified store lives: ``.verified/`` beside it (hidden: not a cache entry)."""
+    return os.path.join(os.path.dirname(os.path.abspath(path)), ".verified", os.path.basename(path) + ".json")
+
+
+def _stamp_doc(path: str) -> dict:
+    from robo_loaders_plugin.storage.fingerprint import stat_files
+
+    return {"method": VERIFIED_METHOD, "files": [list(f) for f in stat_files(path)]}
+
+
+def verified_before(path: str) -> bool:
+    """Whether the store at ``path`` passed :meth:`EpisodeStore.verify` as it is now (same size, mtime, inode and
+    ctime: the fingerprints' rule, ``storage.fingerprint``).
+
+    Why: the check reads the whole file (a million 64x64 frames: gigabytes) at every start that reuses a cache;
+    a file whose stat is unchanged since it passed holds the same bytes, as a source with an unchanged stat is not
+    digested again.
+
+    Args:
+        path: The store file.
+
+    Returns:
+        True when a stamp records this very version of the file.
+    """
+    import json
+
+    try:
+        with open(_verified_stamp(path)) as f:
+            return json.load(f) == _stamp_doc(path)
+    except (OSError, ValueError):
+        return False
+
+
+def mark_verified(path: str) -> None:
+    """Record that the store at ``path`` passed its data check; never an error (a missing stamp only means the
+    next reuse checks again).
+
+    Args:
+        path: The store file, as it is now.
+    """
+    from robo_loaders_plugin.core.files import atomic_write_json
+
+    try:
+        os.makedirs(os.path.dirname(_verified_stamp(path)), exist_ok=True)
+        atomic_write_json(_verified_stamp(path), _stamp_doc(path))
+    except OSError:
+        pass
+
+
 def recorded_fingerprint(path: str) -> Fingerprint | None:
     try:
         d = EpisodeStore(path).meta.get(SOURCE_KEY)
@@ -53,7 +106,10 @@ def open_or_build(*, kind: str, source, key_desc: dict, write: Callable[[StoreWr
     def usable(path: str) -> bool:
         try:
             store = EpisodeStore(path)
-            store.verify()
+            if not (cache_dir and verified_before(path)):  # a persisted cache: checked once per version of its file
+                store.verify()
+                if cache_dir:
+                    mark_verified(path)
             return True
         except StoreError as exc:
             print(f"[robo-loaders] ignoring unusable cache {path} ({exc}); rebuilding", flush=True)
@@ -74,6 +130,8 @@ def open_or_build(*, kind: str, source, key_desc: dict, write: Callable[[StoreWr
         entry, hold, reused, _ = cache.obtain(root, kind, key_desc, source.fingerprint, recorded_fingerprint,
                                                 usable, build, description, suffix=".rlc")
     store = EpisodeStore(entry.path)
+    if cache_dir and not reused:  # just written (its CRC computed as it was): the next run need not read it back
+        mark_verified(entry.path)
     data_nbytes = store.header["data_nbytes"]
     if reused and max_bytes is not None and data_nbytes > max_bytes:
         # max_memory is not part of the cache key (it does not change the content), so a cache built by a run with a
