@@ -18,7 +18,7 @@ import h5py
 import numpy as np
 from tabulate import tabulate
 
-from robo_loaders_plugin.codecs.frames import FrameCodec, use_single_thread
+from robo_loaders_plugin.storage.codec import FrameCodec, use_single_thread
 from robo_loaders_plugin.sample_data.robomimic_hdf5 import write_robomimic_hdf5
 
 HERE = os.path.dirname(os.path.abspath(__file__))

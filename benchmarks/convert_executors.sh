@@ -32,7 +32,7 @@ for name, framework, path in datasets:
     rows = time_executor_conversions(framework, path, os.path.join(scratch, framework))
     for r in rows:
         shutil.rmtree(r.pop("out"), ignore_errors=True)
-    print(f"\n{name} ({rows[0]['source_bytes'] / 2**20:.0f} MiB)\n{executor_conversion_table(rows)}\n", flush=True)
+    print(f"\n{name} ({rows[0]['source_bytes'] / 1e6:.1f} MB)\n{executor_conversion_table(rows)}\n", flush=True)
     results.append({"dataset": name, "framework": framework, "rows": rows})
 atomic_write_json(dest, {"machine": machine(), "results": results}, indent=1)
 print(f"wrote {dest}")

@@ -1,6 +1,7 @@
 """Run by ``test_multiprocess.py`` under ``torchrun --nproc_per_node 2``: ranks set up differently (a per-rank seed,
-per-rank options) must be refused when the dataset is built, and ranks set up the same must build. Prints one
-``CASE <name>: REFUSED <message>`` or ``CASE <name>: BUILT`` line per case.
+per-rank options) must be refused when the dataset is built, and ranks set up the same must build. Writes one
+``CASE <name>: REFUSED <message>`` or ``CASE <name>: BUILT`` line per case to ``CACHE_DIR/rank<r>.txt`` (a file per
+rank: the ranks' stdout lines interleave, progress bars included).
 
 Usage: rank_agreement_script.py HDF5 LEROBOT_ROOT CACHE_DIR
 """
@@ -13,14 +14,17 @@ import torch.distributed as dist
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 
+RESULTS = []
+
+
 def attempt(name, build):
     from robo_loaders_plugin import RoboLoadersError
 
     try:
         build()
-        print(f"CASE {name}: BUILT", flush=True)
+        RESULTS.append(f"CASE {name}: BUILT")
     except RoboLoadersError as exc:
-        print(f"CASE {name}: REFUSED {exc}", flush=True)
+        RESULTS.append(f"CASE {name}: REFUSED {exc}")
 
 
 def main(hdf5, root, cache):
@@ -42,16 +46,35 @@ def main(hdf5, root, cache):
         return lambda: TrainUtils.dataset_factory(config, obs_keys(config))
 
     def lerobot(seed, **kwargs):
-        native = LeRobotDataset(REPO, root=root, delta_timestamps={"action": [0.0, 0.05]})
-        cfg = SimpleNamespace(seed=seed, dataset=SimpleNamespace(backend="compressed_cache", backend_kwargs=kwargs,
-                                                                 repo_id=REPO, streaming=False))
-        return lambda: integration.convert(native, cfg)
+        """As lerobot-train: the dataset (rank 0 first, then the others after a barrier), its DataLoader over an
+        EpisodeAwareSampler seeded with --seed, prepared by accelerate, then cycle() on every rank."""
+        import torch
+        from lerobot.datasets import EpisodeAwareSampler
+
+        def run():
+            native = LeRobotDataset(REPO, root=root, delta_timestamps={"action": [0.0, 0.05]})
+            cfg = SimpleNamespace(seed=seed, dataset=SimpleNamespace(backend="compressed_cache",
+                                                                     backend_kwargs=kwargs, repo_id=REPO,
+                                                                     streaming=False))
+            if accelerator.is_main_process:
+                dataset = integration.convert(native, cfg)
+            accelerator.wait_for_everyone()
+            if not accelerator.is_main_process:
+                dataset = integration.convert(native, cfg)
+            sampler = EpisodeAwareSampler(native.meta.episodes["dataset_from_index"],
+                                          native.meta.episodes["dataset_to_index"], shuffle=True, seed=seed)
+            loader = accelerator.prepare(torch.utils.data.DataLoader(dataset, batch_size=8, sampler=sampler))
+            next(integration.cycle(loader))
+
+        return run
 
     attempt("robomimic seed + rank", robomimic(11 + rank))
     attempt("robomimic per-rank option", robomimic(11, shuffle_buffer=2 + rank))
     attempt("robomimic same setup, per-host cache_dir", robomimic(11))
     attempt("lerobot seed + rank", lerobot(1000 + rank))
     attempt("lerobot same setup", lerobot(1000))
+    with open(os.path.join(cache, f"rank{rank}.txt"), "w") as f:
+        f.write("\n".join(RESULTS) + "\n")
     accelerator.wait_for_everyone()
 
 

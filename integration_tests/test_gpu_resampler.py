@@ -82,6 +82,14 @@ def test_lerobot_delta_timestamps_between_frames_and_bad_options(lerobot_dataset
         serve("gpu_resampler", native(root), delta_timestamps={"no_such_key": [0.0]})
     with pytest.raises(BackendOptionError, match="never blended"):
         serve("gpu_resampler", native(root, "diffusion"), target_fps=10, modes={"observation.images.cam0": "linear"})
+    # issue 23 B12: both said "modes names ['action'], which this run does not read; its fields are []"
+    with pytest.raises(BackendOptionError, match="modes apply to rate conversion .* give target_fps or "
+                                                 "delta_timestamps too"):
+        serve("gpu_resampler", native(root), modes={"action": "previous"})
+    with pytest.raises(BackendOptionError, match=r"modes names \['action'\], but this run reads no field between "
+                                                 r"recorded steps") as e:
+        serve("gpu_resampler", native(root), target_fps=10, modes={"action": "previous"})  # no delta keys to convert
+    assert "[]" not in str(e.value)
     with pytest.raises(BackendOptionError, match="target_fps must be a rate in frames per second"):
         serve("gpu_resampler", native(root), target_fps=0)
     with pytest.raises(BackendOptionError, match="source_fps: applies to robomimic only"):
@@ -158,8 +166,12 @@ def test_robomimic_options_are_checked(tiny_hdf5):
     for kwargs, match in [({"target_fps": -1}, "target_fps must be a rate in frames per second"),
                           ({"target_fps": 1e9}, "target_fps must be a rate in frames per second in \\(0, 10000\\]"),
                           ({"target_fps": 5000, "source_fps": 20}, "target_fps=5000 is more than 100x the rate"),
-                          ({"modes": {"obs/nope": "linear"}}, r"modes names \['obs/nope'\]"),
-                          ({"modes": {"obs/agentview_image": "linear"}}, "never blended|needs a float field"),
+                          ({"modes": {"obs/nope": "linear"}, "target_fps": 10, "source_fps": 20},
+                           r"modes names \['obs/nope'\]"),
+                          ({"modes": {"obs/agentview_image": "linear"}, "target_fps": 10, "source_fps": 20},
+                           "never blended|needs a float field"),
+                          ({"modes": {"actions": "previous"}}, "modes apply to rate conversion .* give target_fps "
+                                                               "too, or leave modes out"),
                           ({"delta_timestamps": {"actions": [0.0]}}, "delta_timestamps: applies to lerobot only"),
                           ({"device": "tpu"}, "device must be")]:
         cfg = make_config(tiny_hdf5, backend="gpu_resampler", backend_kwargs=kwargs, seq_length=5)

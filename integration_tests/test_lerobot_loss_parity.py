@@ -68,7 +68,7 @@ def test_same_losses(lerobot_datasets, backend, workers):
     # the curves for `robo-loaders report` (one point per step), written before the comparison so a failure is plotted
     write_loss_curves(loss_curves_path("lerobot_act"), "lerobot",
                       [loss_run("native", 3, ref), loss_run(backend, 3, got, label=f"{backend} (workers {workers})")],
-                      metrics=["L1", "L2", "cosine"], settings={"policy": "act", "batch_size": 8, "steps": 4})
+                      metrics=["L1", "L2", "cosine"], settings={"policy": "act", "batch_size": 8, "steps": 4}, x="step")
     for r, g in zip(ref, got):
         for k in r:
             assert g[k] == pytest.approx(r[k], rel=1e-6, abs=1e-9), (k, r, g)

@@ -180,16 +180,18 @@ def test_robomimic_ddp_example_keeps_the_ranks_in_sync(tiny_hdf5, tmp_path, back
 
 def test_ranks_set_up_differently_are_refused(tiny_hdf5, lerobot_datasets, tmp_path):
     """A per-rank seed (the seed + rank idiom) or per-rank options would make the ranks cut different pass orders
-    and serve some samples twice and others never: refused on every rank at build time, naming the value and the
-    ranks. The same setup (per-host cache directories allowed) builds."""
+    and serve some samples twice and others never: refused on every rank (robomimic: when the dataset is built;
+    LeRobot: at cycle(), since lerobot-train builds it on rank 0 first and on the others after a barrier), naming
+    the value and the ranks. The same setup (per-host cache directories allowed) builds."""
     log = torchrun(os.path.join(HERE, "rank_agreement_script.py"), tiny_hdf5, str(lerobot_datasets["av1_1cam"]),
                    str(tmp_path))
-    cases = Counter(line.split(": ", 1)[0] + ": " + line.split(": ", 2)[1].split(" ")[0]
-                    for line in log.splitlines() if line.startswith("CASE "))
+    lines = [line for r in range(WORLD) for line in (tmp_path / f"rank{r}.txt").read_text().splitlines()]
+    log = "\n".join(lines)
+    cases = Counter(line.split(": ", 1)[0] + ": " + line.split(": ", 2)[1].split(" ")[0] for line in lines)
     for name in ("robomimic seed + rank", "robomimic per-rank option", "lerobot seed + rank"):
-        assert cases[f"CASE {name}: REFUSED"] == WORLD, (name, log[-4000:])
+        assert cases[f"CASE {name}: REFUSED"] == WORLD, (name, lines)
     for name in ("robomimic same setup, per-host cache_dir", "lerobot same setup"):
-        assert cases[f"CASE {name}: BUILT"] == WORLD, (name, log[-4000:])
+        assert cases[f"CASE {name}: BUILT"] == WORLD, (name, lines)
     assert "disagree on train.seed (rank 0: 11; rank 1: 12)" in log
     assert "disagree on train.data_backend_kwargs" in log and "'shuffle_buffer': 2" in log
-    assert "disagree on --seed (rank 0: 1000; rank 1: 1001)" in log
+    assert "disagree on --seed (the sampler's) (rank 0: 1000; rank 1: 1001)" in log

@@ -260,3 +260,23 @@ def test_cache_dir_converts_again_after_an_in_place_edit(tiny_hdf5, tmp_path):
     again = dataset_factory(cfg, obs_keys(cfg))
     assert again.location != first and not os.path.exists(first)
     assert again[0]["actions"][0, 0] == np.float32(42.0)
+
+
+def test_a_filter_key_that_selects_no_demos_is_one_clear_error(tiny_hdf5, tmp_path):
+    """An empty mask: robomimic itself would build an empty dataset; every backend says so, naming the filter key
+    (datapipe raised IndexError from the episode reader)."""
+    import shutil
+
+    import h5py
+
+    from robo_loaders_plugin import SourceError
+
+    path = str(tmp_path / "empty_mask.hdf5")
+    shutil.copy(tiny_hdf5, path)
+    with h5py.File(path, "a") as f:
+        f.create_dataset("mask/nothing", data=np.array([], dtype="S8"))
+    for backend in ("datapipe", "compressed_cache", "gpu_resampler"):
+        cfg = make_config(path, backend=backend, backend_kwargs={"cache_dir": str(tmp_path / "c")}
+                          if backend != "gpu_resampler" else {}, seq_length=5)
+        with pytest.raises(SourceError, match="no demos selected \\(filter key 'nothing' is empty\\)"):
+            dataset_factory(cfg, obs_keys(cfg), filter_by_attribute="nothing")

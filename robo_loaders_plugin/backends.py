@@ -128,9 +128,15 @@ DATAPIPE_OPTIONS = {
 
 
 def _gpu_resampler_constraints(options) -> None:
-    if getattr(options, "delta_timestamps", None) is not None and options.target_fps is not None:
+    lerobot = hasattr(options, "delta_timestamps")  # the option is declared for LeRobot only
+    if lerobot and options.delta_timestamps is not None and options.target_fps is not None:
         raise ValueError("give target_fps (the policy's steps at another rate) or delta_timestamps (explicit "
                          "offsets in seconds), not both")
+    if options.modes and options.target_fps is None and not (lerobot and options.delta_timestamps is not None):
+        # modes say how a field is read between two recorded steps, which only rate conversion asks for
+        raise ValueError("modes apply to rate conversion (how a field is read between two recorded steps), and "
+                         "none is set: give target_fps" + (" or delta_timestamps" if lerobot else "") +
+                         " too, or leave modes out")
 
 
 GPU_RESAMPLER_OPTIONS = {

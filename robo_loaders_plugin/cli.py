@@ -30,13 +30,14 @@ def list_cmd(as_json):
     if as_json:
         click.echo(json.dumps(specs, indent=2, default=str))
         return
-    rows = [[s["name"], fw, s["kind"][fw], s["gpu"][fw], SHORT_LOSSLESS.get(s["lossless"][fw], s["lossless"][fw]),
-             s["plugin"]] for s in specs for fw in s["frameworks"]]
-    click.echo(tabulate(rows, headers=["backend", "framework", "kind", "GPU", "lossless", "plugin"]))
+    rows = [[s["name"], fw, s["kind"][fw], s["gpu"][fw], SHORT_LOSSLESS.get(s["lossless"][fw], s["lossless"][fw])]
+            for s in specs for fw in s["frameworks"]]
+    click.echo(tabulate(rows, headers=["backend", "framework", "kind", "GPU", "lossless"]))
     width = min(100, shutil.get_terminal_size((80, 24)).columns)
     click.echo("")
     for s in specs:
-        click.echo(textwrap.fill(f"{s['name']}: {s['description']}", width=width, subsequent_indent="  "))
+        plugin = "" if s["plugin"] == "builtin" else f" (plugin {s['plugin']})"
+        click.echo(textwrap.fill(f"{s['name']}{plugin}: {s['description']}", width=width, subsequent_indent="  "))
     click.echo(textwrap.fill("Options: 'robo-loaders list --json', or docs/backends.md.", width=width))
 
 
@@ -90,6 +91,12 @@ def sample_data_robomimic(out, demos, image_size, cameras, seed, min_length, max
               help="take cameras, state and actions from this robomimic HDF5 instead of drawing scenes")
 @click.option("--repeat", default=1, show_default=True, type=click.IntRange(min=1),
               help="with --from-robomimic: write every demo this many times (benchmark-sized real pixels)")
+@click.option("--scenes", type=click.IntRange(min=1), default=None,
+              help="render only this many distinct camera scenes, reused by episode (states and actions stay "
+                   "distinct): rendering costs ~0.4 ms per 64x64 frame")
+@click.option("--writer", type=click.Choice(["lerobot", "fast"]), default="lerobot", show_default=True,
+              help="'lerobot': LeRobot's own writer; 'fast': the same files without LeRobot's per-frame PNGs and "
+                   "per-episode video rewrites (video codecs only; for datasets of a million frames)")
 @click.option("--overwrite", is_flag=True)
 @click.option("--content", type=click.Choice(["renders", "camera"]), default="renders", show_default=True,
               help="renders: simulator-like frames; camera: like a real camera (texture, shake, sensor noise)")
@@ -99,9 +106,9 @@ def sample_data_robomimic(out, demos, image_size, cameras, seed, min_length, max
               help="encode each frame as it is added (LeRobot's streaming_encoding: the same encoder, no PNG files "
                    "in between; for large datasets)")
 def sample_data_lerobot(out, repo_id, episodes, min_length, max_length, cameras, image_size, codec, fps, seed,
-                        from_robomimic, repeat, overwrite, content, noise, stream_encode):
-    """Write a LeRobot v3 dataset to OUT with LeRobot's own writer (docs/scale.md: the large workloads, their time
-    and disk)."""
+                        from_robomimic, repeat, scenes, writer, overwrite, content, noise, stream_encode):
+    """Write a LeRobot v3 dataset to OUT with LeRobot's own writer or the equivalent fast one (docs/scale.md: the
+    large workloads, their time and disk)."""
     import numpy as np
 
     from robo_loaders_plugin.sample_data.lerobot_v3 import write_lerobot_dataset, write_lerobot_from_robomimic
@@ -122,10 +129,17 @@ def sample_data_lerobot(out, repo_id, episodes, min_length, max_length, cameras,
     if min_length > max_length:
         raise click.BadParameter(f"--min-length {min_length} > --max-length {max_length}")
     lengths = np.random.default_rng(seed).integers(min_length, max_length + 1, size=episodes).tolist()
+    if writer == "fast" and codec == "png":
+        raise click.BadParameter("--writer fast writes video cameras: choose --codec h264 or av1", param_hint="--writer")
+    if writer == "fast" and stream_encode:
+        raise click.BadParameter("--stream-encode is LeRobot's writer's option (the fast writer always encodes "
+                                 "from memory): drop it or use --writer lerobot", param_hint="--stream-encode")
+    if writer == "fast":
+        from robo_loaders_plugin.sample_data.lerobot_fast import write_lerobot_fast as write_lerobot_dataset
     try:
         write_lerobot_dataset(out, repo_id=repo_id, episode_lengths=lengths, cameras=cameras, image_size=(h, w),
-                              mode=codec, fps=fps, seed=seed, overwrite=overwrite, content=content, noise=noise,
-                              streaming_encoding=stream_encode)
+                              mode=codec, fps=fps, seed=seed, overwrite=overwrite, scenes=scenes, content=content,
+                              noise=noise, **({"streaming_encoding": stream_encode} if writer == "lerobot" else {}))
     except FileExistsError as exc:
         raise click.UsageError(str(exc)) from None
     click.echo(f"wrote {out} (repo_id {repo_id}, {sum(lengths)} frames)")
@@ -149,13 +163,9 @@ def bench():
 
 
 def _parse_kwargs(values):
-    from robo_loaders_plugin.core.backend_json import parse_backend_pairs
-    from robo_loaders_plugin.core.errors import BackendOptionError
+    from robo_loaders_plugin.core.backend_json import click_backend_pairs
 
-    try:
-        return parse_backend_pairs(values, "--backend-kwargs")
-    except BackendOptionError as exc:
-        raise click.BadParameter(str(exc)) from None
+    return click_backend_pairs(None, None, values)
 
 
 @bench.command("robomimic")
@@ -241,37 +251,20 @@ def convert():
 
 def _executor_options(f):
     """--executor and its options (docs/distributed-conversion.md), shared by every converter."""
-    options = [
-        click.option("--executor", type=click.Choice(["local", "datatrove-local", "datatrove-slurm"]), default="local",
-                     show_default=True, help="where the work units run (docs/distributed-conversion.md); "
-                                             "--num-workers is the number of tasks"),
-        click.option("--concurrent-tasks", type=click.IntRange(min=1), default=None,
-                     help="datatrove: tasks running at once (default: all of them)"),
-        click.option("--logging-dir", type=click.Path(file_okay=False), default=None,
-                     help="datatrove: logs, stats and the Slurm job's files (default: OUT_DIR/datatrove)"),
-        click.option("--slurm-partition", default=None, help="datatrove-slurm: partition (required)"),
-        click.option("--slurm-time", default=None, help="datatrove-slurm: time limit per task [24:00:00]"),
-        click.option("--slurm-cpus-per-task", type=click.IntRange(min=1), default=None, help="datatrove-slurm [1]"),
-        click.option("--slurm-mem-per-cpu-gb", type=click.IntRange(min=1), default=None, help="datatrove-slurm [4]"),
-        click.option("--slurm-job-name", default=None, help="datatrove-slurm [robo-loaders-convert]"),
-        click.option("--slurm-qos", default=None, help="datatrove-slurm [the cluster's default]"),
-        click.option("--sbatch-arg", multiple=True, metavar="KEY=VALUE",
-                     help="datatrove-slurm: an extra #SBATCH --KEY=VALUE line (repeatable; KEY alone for a flag)"),
-        click.option("--slurm-env-command", default=None,
-                     help="datatrove-slurm: run before each task [source <this virtualenv>/bin/activate]"),
-    ]
-    for option in reversed(options):
-        f = option(f)
-    return f
+    from robo_loaders_plugin.storage.shards.executors import click_options
+
+    return click_options("OUT_DIR/datatrove")(f)
 
 
-def _report_conversion(out_dir, res):
+def _report_conversion(out_dir, res, episode: str = "episode"):
     if "job_id" in res:
         click.echo(f"submitted Slurm job {res['job_id']}: {res['tasks']} task(s) convert {res['pending_units']} of "
                    f"{res['units']} unit(s) into {out_dir}; the last task publishes index.json (logs: "
                    f"{res['logging_dir']})")
     else:
-        click.echo(f"wrote {out_dir}: {res['episodes']} episodes in {res['shards']} shards")
+        from robo_loaders_plugin.core.units import plural
+
+        click.echo(f"wrote {out_dir}: {plural(res['episodes'], episode)} in {plural(res['shards'], 'shard')}")
 
 
 @convert.command("robomimic")
@@ -311,7 +304,7 @@ def convert_robomimic_cmd(in_path, out_dir, num_workers, shard_size, codec, leve
     res = convert_robomimic(in_path, out_dir, num_workers=num_workers, shard_bytes=size, codec=frame_codec,
                             executor=executor, executor_options=options_from_cli(executor, **executor_cli),
                             video=video)
-    _report_conversion(out_dir, res)
+    _report_conversion(out_dir, res, "demo")
     if "video" in res:
         click.echo(format_video_report(res["video"]))
 
@@ -385,12 +378,13 @@ def verify_cmd(out_dir, source):
 def doctor_cmd():
     """Check the installed frameworks against every patch and private read the plugin relies on, the import hook,
     FFmpeg/torchcodec and CUDA/NVDEC; exit 1 when the installed versions cannot work."""
-    from tabulate import tabulate
+    import shutil
 
-    from robo_loaders_plugin.doctor import all_checks
+    from robo_loaders_plugin.doctor import all_checks, render
 
     rows = all_checks()
-    click.echo(tabulate([[r.status, r.what, r.detail] for r in rows], headers=["", "check", "detail"]))
+    for line in render(rows, min(100, shutil.get_terminal_size((80, 24)).columns)):
+        click.echo(line)
     failed = [r for r in rows if r.status == "FAIL"]
     if failed:
         click.echo(f"\n{len(failed)} required check(s) failed: the plugin cannot work with what is installed "

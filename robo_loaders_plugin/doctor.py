@@ -9,11 +9,15 @@ from __future__ import annotations
 import os
 import sys
 import sysconfig
+import textwrap
 
 from robo_loaders_plugin.core.checks import Check
 
 
 def hook_checks() -> list[Check]:
+    """Rows about the start-up import hook: its ``.pth`` file is installed, and it is armed in this interpreter
+    (or disabled by ``ROBO_LOADERS_DISABLE``). Warnings only: the frameworks can be patched explicitly without it.
+    """
     from robo_loaders_plugin import _autopatch
 
     pth = os.path.join(sysconfig.get_paths()["purelib"], "robo_loaders_plugin_autopatch.pth")
@@ -32,6 +36,9 @@ def hook_checks() -> list[Check]:
 
 
 def video_checks() -> list[Check]:
+    """Rows about video decoding: torchcodec loads with FFmpeg's libraries; whether torch sees CUDA; and, when it
+    does, the NVDEC probes (:func:`nvdec_checks`). A row that fails here is a warning, never a doctor failure.
+    """
     try:
         import torchcodec
         from torchcodec.decoders import VideoDecoder  # noqa: F401  (loads FFmpeg's libraries)
@@ -52,8 +59,15 @@ def video_checks() -> list[Check]:
 
 
 def nvdec_checks(gpu_name: str) -> list[Check]:
-    """NVDEC as video_stream would use it, proven by decoding (sources.nvdec.probe): H.264 (what `robo-loaders
-    transcode` writes) and AV1 (LeRobot's default), against what NVIDIA's table says of this GPU."""
+    """NVDEC as video_stream would use it, proven by decoding (``sources.nvdec.probe``): H.264 (what
+    ``robo-loaders transcode`` writes) and AV1 (LeRobot's default), against what NVIDIA's table says of this GPU.
+
+    Args:
+        gpu_name: ``torch.cuda.get_device_name()``, to explain an AV1 failure NVIDIA's table expects.
+
+    Returns:
+        Optional rows: one saying the torchcodec build is CPU-only, or one per codec.
+    """
     from robo_loaders_plugin.sources.nvdec import CUDA_BUILD_HINT, lacks_av1, probe
 
     h264 = probe("h264", "cuda")
@@ -69,6 +83,10 @@ def nvdec_checks(gpu_name: str) -> list[Check]:
 
 
 def all_checks() -> list[Check]:
+    """Every row of ``robo-loaders doctor``: Python, torch and torchdata internals, robomimic's and LeRobot's patch
+    points and private reads, "a supported framework" (required: robomimic 0.3.0 or LeRobot 0.6), the import hook,
+    and video decoding.
+    """
     from robo_loaders_plugin.core import torch_compat
     from robo_loaders_plugin.lerobot import compat as lerobot_compat
     from robo_loaders_plugin.robomimic import compat as robomimic_compat
@@ -81,3 +99,31 @@ def all_checks() -> list[Check]:
     if not any(r.what.startswith(("robomimic 0", "lerobot 0")) and r.ok for r in rows):
         rows.append(Check("a supported framework", False, "neither robomimic 0.3.0 nor LeRobot 0.6 is installed"))
     return rows + hook_checks() + video_checks()
+
+
+STATUS_WIDTH = 6  # "FAIL  "
+
+
+def render(rows: list[Check], width: int) -> list[str]:
+    """The checks as lines of at most ``width`` characters (a word longer than a line aside).
+
+    The status and the check go on one line, the detail wrapped and indented under it: a row is its first line (it
+    starts with its status) and the indented lines that follow it.
+
+    Args:
+        rows: The checks.
+        width: The terminal's width (at least 40 is used).
+
+    Returns:
+        The lines, without newlines.
+    """
+    width = max(width, 40)
+    out = []
+    for r in rows:
+        out += textwrap.wrap(r.what, width, initial_indent=f"{r.status:<{STATUS_WIDTH}}",
+                             subsequent_indent=" " * STATUS_WIDTH, break_long_words=False, break_on_hyphens=False)
+        if r.detail:
+            out += textwrap.wrap(r.detail, width, initial_indent=" " * (STATUS_WIDTH + 2),
+                                 subsequent_indent=" " * (STATUS_WIDTH + 2), break_long_words=False,
+                                 break_on_hyphens=False)
+    return out

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Callable
 # -- registration and the serving contract (also exported by robo_loaders_plugin) -------------------------------
 from robo_loaders_plugin.core.errors import (BackendOptionError, RoboLoadersError, SourceError,  # noqa: F401
                                              StaleSourceError)
-from robo_loaders_plugin.core.files import atomic_write_bytes  # noqa: F401  (a backend's own files, atomically)
+from robo_loaders_plugin.core.files import atomic_write_bytes, sha256_file  # noqa: F401  (a backend's own files)
 # the footprint contract: what a backend will need, estimated from metadata, checked before any data is read
 from robo_loaders_plugin.core.footprint import (HEADROOM, Available, DiskGuard, Footprint,  # noqa: F401
                                                 ResourceRefused, check_fits)
@@ -160,7 +160,17 @@ def robomimic_demo_fields(source: "RobomimicHdf5", f, demo: str, opts: "Sequence
 
 def robomimic_sequence_dataset(config, obs_keys, filter_by_attribute=None, dataset_path=None):
     """robomimic's own ``SequenceDataset``, built by robomimic's own (unpatched) ``dataset_factory``: for a backend
-    that wraps the native dataset, and for parity tests."""
+    that wraps the native dataset, and for parity tests.
+
+    Args:
+        config: robomimic's config.
+        obs_keys: The observation keys to load.
+        filter_by_attribute: A filter key of the HDF5's masks (``None``: every demo).
+        dataset_path: The HDF5 (default: ``config.train.data``).
+
+    Returns:
+        The ``SequenceDataset``.
+    """
     from robo_loaders_plugin.robomimic.factories import native_dataset
 
     return native_dataset(config, obs_keys, filter_by_attribute, dataset_path)

@@ -38,12 +38,22 @@ class RobomimicCase:
     framework: str = "robomimic"
 
     def native(self):
+        """robomimic's own ``SequenceDataset`` for this case."""
         from robo_loaders_plugin.extend import robomimic_sequence_dataset
 
         return robomimic_sequence_dataset(self.config, list(self.obs_keys), self.filter_by_attribute,
                                           self.dataset_path)
 
     def build(self, backend: str, options: Mapping | None):
+        """The backend's dataset for this case, built as ``train.data_backend`` builds it.
+
+        Args:
+            backend: The backend's registered name.
+            options: Its options (``train.data_backend_kwargs``).
+
+        Returns:
+            The dataset, recorded for the adapter's dispatch.
+        """
         from robo_loaders_plugin.robomimic.integration import build_dataset, choose
 
         return build_dataset(self.config, list(self.obs_keys), choose(backend, **dict(options or {})),
@@ -58,9 +68,19 @@ class LeRobotCase:
     framework: str = "lerobot"
 
     def native(self):
+        """The ``LeRobotDataset`` of this case."""
         return self.dataset
 
     def build(self, backend: str, options: Mapping | None):
+        """The backend's dataset for this case, built as ``lerobot-train --dataset.backend`` builds it.
+
+        Args:
+            backend: The backend's registered name.
+            options: Its options (``--dataset.backend_kwargs``).
+
+        Returns:
+            The dataset, recorded for the adapter's dispatch.
+        """
         from robo_loaders_plugin.lerobot.integration import build_dataset, choose
 
         return build_dataset(self.dataset, choose(backend, **dict(options or {})))
@@ -96,8 +116,15 @@ def lerobot_case(native) -> LeRobotCase:
 
 # -- comparisons -------------------------------------------------------------------------------------------------
 def psnr(a, b) -> float:
-    """Peak signal-to-noise ratio of ``a`` against ``b`` in dB (peak 255 for integer frames, 1.0 for float ones;
-    ``inf`` when equal)."""
+    """Peak signal-to-noise ratio of ``a`` against ``b`` in dB.
+
+    Args:
+        a: The frames to judge (array or tensor).
+        b: The reference frames, same shape; their dtype sets the peak (255 for integer frames, 1.0 for float).
+
+    Returns:
+        The PSNR in dB (``inf`` when equal).
+    """
     a, b = _array(a), _array(b)
     peak = 255.0 if np.issubdtype(b.dtype, np.integer) else 1.0
     a, b = a.astype(np.float64), b.astype(np.float64)

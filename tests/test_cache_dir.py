@@ -217,3 +217,121 @@ def test_leftovers_of_killed_builds_are_swept(tmp_path):
     (tmp_path / "kind-c-d.tmp-9").mkdir()
     assert sorted(cache.sweep_temporary(root)) == sorted([str(tmp_path / "kind-a-b.rlc.tmp-123-456"),
                                                           str(tmp_path / "kind-c-d.tmp-9")])
+    assert os.listdir(tmp_path / ".locks") == []  # nor the lock files the sweep opened for them
+
+
+def _lock_files(root):
+    return sorted(os.listdir(os.path.join(root, ".locks")))
+
+
+def test_a_failed_build_leaves_no_lock_file(tmp_path):
+    """Issue 23 B12: every failed build left ``.locks/<entry>.build`` behind (a cache directory of retries filled
+    with them). A build that raises and leaves no entry removes its lock file; a retry builds."""
+    root, built = cache.cache_root(str(tmp_path)), []
+    fp = Fingerprint("/src", (("", 1, 0, 0, 0),), "v1")
+
+    def failing(path, _fp):
+        with open(path + ".tmp-1", "wb"):
+            pass
+        os.unlink(path + ".tmp-1")
+        raise RuntimeError("the source is unreadable")
+
+    with pytest.raises(RuntimeError, match="unreadable"):
+        cache.obtain(root, "kind", {"src": "a"}, lambda recorded: fp, lambda p: None, lambda p: True, failing, "t")
+    assert _lock_files(root) == [] and cache.entries(root) == []
+    entry, holder, reused, _ = _obtain(root, "a", "v1", built)  # the retry
+    assert not reused and built == [entry.path]
+    assert _lock_files(root) == [f"{entry.name}.build", f"{entry.name}.use"]  # a built entry keeps its locks
+    with pytest.raises(KeyboardInterrupt):  # an entry that exists keeps its build lock whatever happens
+        with entry.building("t"):
+            raise KeyboardInterrupt
+    assert f"{entry.name}.build" in _lock_files(root)
+
+
+RACE = """
+import os, sys, time
+from robo_loaders_plugin.storage import cache
+from robo_loaders_plugin.storage.fingerprint import Fingerprint
+root, log = sys.argv[1], sys.argv[2]
+fp = Fingerprint("/src", (("", 1, 0, 0, 0),), "v1")
+
+def build(path, _fp):
+    with open(log, "a") as f:
+        f.write(f"start {os.getpid()} {time.monotonic()}\\n")
+    first = not os.path.exists(log + ".failed")
+    if first:
+        open(log + ".failed", "w").close()
+    time.sleep(1.0)
+    with open(log, "a") as f:
+        f.write(f"end {os.getpid()} {time.monotonic()} {'failed' if first else 'built'}\\n")
+    if first:
+        raise RuntimeError("first build fails")
+    with open(path, "wb") as f:
+        f.write(b"z" * 1000)
+
+print("ready", flush=True)
+sys.stdin.readline()
+try:
+    e, h, reused, _ = cache.obtain(root, "kind", {"src": "a"}, lambda r: fp, lambda p: None,
+                                   lambda p: os.path.getsize(p) == 1000, build, "race")
+    print("reused" if reused else "built", flush=True)
+except RuntimeError as exc:
+    print("failed:", exc, flush=True)
+"""
+
+
+def test_a_failed_build_removes_its_lock_while_others_wait_and_one_of_them_builds(tmp_path):
+    """Three processes obtain one entry at once; the first build fails after 1 s (and removes its lock file) while
+    the other two wait on that file. Exactly one of them then builds (on the lock file that now has its name) and
+    the last reuses: builds never overlap, and no lock is left for an entry that does not exist."""
+    root, log = cache.cache_root(str(tmp_path / "cache")), str(tmp_path / "log")
+    procs = [subprocess.Popen([sys.executable, "-c", RACE, root, log], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True) for _ in range(3)]
+    try:
+        assert all(p.stdout.readline().strip() == "ready" for p in procs)  # imports done: start together
+        for p in procs:
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        outs = [p.communicate(timeout=60)[0] for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    results = sorted(o.strip().splitlines()[-1] for o in outs)
+    assert results == ["built", "failed: first build fails", "reused"], outs
+    spans = {}
+    for line in open(log).read().splitlines():
+        what, pid, t, *rest = line.split()
+        spans.setdefault(pid, []).append(float(t))
+    intervals = sorted(spans.values())
+    assert len(intervals) == 2 and intervals[0][1] <= intervals[1][0], intervals  # one builder at a time
+    (entry,) = cache.entries(root)
+    assert _lock_files(root) == [f"{entry.name}.build", f"{entry.name}.use"]
+
+
+def test_a_lock_file_that_lost_its_name_proves_nothing(tmp_path, monkeypatch):
+    """A process that opened ``<entry>.build`` just before a failed build removed it can lock that file once the
+    failed builder is gone, though another process now builds on the file with that name. Neither the sweep of
+    temporary files nor ``remove`` may take that lock for a free entry (they would delete the live build's
+    temporary file, or the name of its lock file)."""
+    root = cache.cache_root(str(tmp_path))
+    entry = cache.Entry(root, "kind-x-y")
+    stale = entry._open_lock("build")  # opened before the failed build removed the name
+    os.unlink(entry._lock_path("build"))
+    opened_before = cache.Entry._open_lock
+
+    def open_lock(self, what):  # every open of the build lock happens "before" the removal: the old file
+        if self.name == entry.name and what == "build":
+            return os.open(f"/proc/self/fd/{stale}", os.O_RDWR)
+        return opened_before(self, what)
+
+    p = subprocess.Popen([sys.executable, "-c", HOLD_BUILD, root, "30"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "building"  # another process builds on the new file
+        (tmp_path / "kind-x-y.tmp-1-2").write_bytes(b"partial")  # its temporary file
+        monkeypatch.setattr(cache.Entry, "_open_lock", open_lock)
+        assert cache.sweep_temporary(root) == [] and (tmp_path / "kind-x-y.tmp-1-2").exists()
+        assert not entry.remove() and os.path.exists(entry._lock_path("build"))
+    finally:
+        p.kill()
+        p.wait()
+        os.close(stale)

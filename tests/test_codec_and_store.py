@@ -124,7 +124,11 @@ def test_units():
     for bad in ("lots", True, -1, "3 parsecs"):
         with pytest.raises(ValueError):
             parse_bytes(bad, "max_memory")
-    assert format_bytes(1536) == "1.5 KiB"
+    assert format_bytes(1536) == "1.5 kB" and format_bytes(999) == "999 B" and format_bytes(999_960) == "1.0 MB"
+    # what users type is printed back as they typed it (issue 23: max_memory "1MB" was shown as "976.6 KiB",
+    # the 50GB cache limit as "46.6 GiB")
+    assert format_bytes(parse_bytes("1MB")) == "1.0 MB" and format_bytes(parse_bytes("50GB")) == "50.0 GB"
+    assert format_bytes(parse_bytes("512MiB")) == "536.9 MB" and format_bytes(3.2e12) == "3.2 TB"
 
 
 def test_buffer_pool_never_hands_out_a_buffer_in_use():
@@ -146,3 +150,43 @@ def test_buffer_pool_never_hands_out_a_buffer_in_use():
     assert not np.shares_memory(d, t.numpy())
     held = [pool.empty((4, 3), np.uint8) for _ in range(6)]  # all alive at once: all distinct
     assert len({id(h) for h in held}) == 6 and not any(np.shares_memory(h, t.numpy()) for h in held)
+
+
+def test_the_store_summary_counts_in_the_frameworks_word_and_says_when_there_are_no_frames(tmp_path):
+    """Issue 23 B12: a store of low-dim fields only (every step under 1024 bytes) was summarised "frames 0 B -> 0 B,
+    nanx"; robomimic's summary said "episodes" where robomimic (and the rest of its log) says demos."""
+    from robo_loaders_plugin.storage.store_cache import summarize
+
+    build(tmp_path / "s.rlc")
+    with_frames = summarize(EpisodeStore(str(tmp_path / "s.rlc")), 3, 10, False, "demo")
+    assert with_frames.startswith("3 demos, 10 samples, cache ") and "frames " in with_frames and "x; low-dim" in \
+        with_frames and "nan" not in with_frames
+    w = StoreWriter(str(tmp_path / "low.rlc"), FrameCodec())
+    w.add_episode("demo_0", {"low": np.zeros((5, 2))}, compressed=set())
+    w.finish({})
+    low = summarize(EpisodeStore(str(tmp_path / "low.rlc")), 1, 5, True)
+    assert low.startswith("1 episode, 5 samples, cache ") and "(no camera frames; low-dim 80 B) at reused " in low
+    assert "nan" not in low and "0 B ->" not in low
+
+
+def test_squared_error_does_not_wrap_on_large_frames():
+    """16 frames of 640x480x3 differing by 30 everywhere: 1.33e9 squared differences summed per chunk overflowed
+    int32 (np.dot sums in the arrays' dtype) and came back negative, so the PSNR of 480p video was wrong."""
+    import numpy as np
+
+    from robo_loaders_plugin.storage.video import psnr, squared_error
+
+    a = np.zeros((16, 480, 640, 3), np.uint8)
+    b = np.full_like(a, 30)
+    assert squared_error(a, b) == 30 * 30 * a.size
+    assert abs(psnr(a, b) - 10 * np.log10(255 ** 2 / 900)) < 1e-9
+
+
+def test_sizes_that_are_not_finite_are_refused_naming_the_option():
+    import pytest
+
+    from robo_loaders_plugin.core.units import parse_bytes
+
+    for bad in (float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="max_memory: expected a finite size"):
+            parse_bytes(bad, "max_memory")

@@ -5,12 +5,57 @@ from click.testing import CliRunner
 from robo_loaders_plugin.cli import main
 
 
+def rows(output: str) -> list[str]:
+    """doctor's rows, each one line again: a row is a line starting with its status and the indented lines after it
+    (its check and detail wrapped to the terminal's width), joined, every run of spaces one space."""
+    out = []
+    for line in output.splitlines():
+        if line.startswith(" ") and out:
+            out[-1] += " " + " ".join(line.split())
+        elif line.strip():
+            out.append(" ".join(line.split()))
+    return out
+
+
+def row(output: str, text: str) -> str:
+    return next(x for x in rows(output) if text in x)
+
+
 def test_doctor_passes_with_the_pinned_versions():
     r = CliRunner().invoke(main, ["doctor"])
     assert r.exit_code == 0, r.output
-    for row in ("robomimic 0.3.0", "lerobot 0.6.", "run_epoch", "cycle", "DatasetReader._tolerance_s",
-                "DataLoader draws one base seed", "torchcodec"):
-        assert row in r.output, row
+    for text in ("robomimic 0.3.0", "lerobot 0.6.", "run_epoch", "cycle", "DatasetReader._tolerance_s",
+                 "DataLoader draws one base seed", "torchcodec"):
+        assert row(r.output, text).startswith(("ok", "warn")), text
+
+
+def test_doctor_fits_the_terminal_width(monkeypatch):
+    """Issue 23 B15: doctor's table (status, check, detail in columns) wrapped at 80 and 120 columns. Every line now
+    fits the terminal (a path longer than a line stays whole, alone on its line): the status and the check on one
+    line, the detail wrapped and indented under it, nothing lost in the wrapping."""
+    from robo_loaders_plugin.doctor import STATUS_WIDTH, Check, all_checks, render
+
+    def fits(lines, width):  # a word longer than a line (a path) stays whole, alone on its line
+        return [x for x in lines if len(x) > width and len(x[STATUS_WIDTH:].split()) > 1]
+
+    checks = all_checks()
+    for width in (60, 80, 120):
+        lines = render(checks, width)
+        assert not fits(lines, width)
+        joined = rows("\n".join(lines))
+        assert len(joined) == len(checks)
+        for text, check in zip(joined, checks):
+            assert text == " ".join(f"{check.status} {check.what} {check.detail}".split())
+    long = Check("a check " * 12, False, "a detail with a path /a/very/long/" + "x" * 90 + " in it", required=False)
+    lines = render([long], 80)
+    assert lines[0].startswith("warn  a check") and not fits(lines, 80), lines
+    assert rows("\n".join(lines)) == [" ".join(f"warn {long.what} {long.detail}".split())]
+    monkeypatch.setenv("COLUMNS", "80")
+    r = CliRunner().invoke(main, ["doctor"])
+    assert r.exit_code == 0 and not fits(r.output.splitlines(), 80), r.output
+    monkeypatch.setenv("COLUMNS", "120")
+    r = CliRunner().invoke(main, ["list"])
+    assert r.exit_code == 0 and max(len(x) for x in r.output.splitlines()) <= 120, r.output
 
 
 def test_doctor_fails_on_a_renamed_patch_point(monkeypatch):
@@ -20,7 +65,7 @@ def test_doctor_fails_on_a_renamed_patch_point(monkeypatch):
     monkeypatch.delattr(train_utils, "run_epoch")
     r = CliRunner().invoke(main, ["doctor"])
     assert r.exit_code == 1
-    line = next(x for x in r.output.splitlines() if "train_utils.run_epoch" in x)
+    line = row(r.output, "train_utils.run_epoch")
     assert line.startswith("FAIL") and "missing" in line and "cannot hook in" in line
 
 
@@ -33,7 +78,7 @@ def test_doctor_fails_on_a_changed_signature(monkeypatch):
     monkeypatch.setitem(compat.ORIGINALS, "make_dataset", factory.make_dataset)
     r = CliRunner().invoke(main, ["doctor"])
     assert r.exit_code == 1
-    line = next(x for x in r.output.splitlines() if "factory.make_dataset" in x)
+    line = row(r.output, "factory.make_dataset")
     assert line.startswith("FAIL") and "expected ('cfg',)" in line
 
 
@@ -52,6 +97,6 @@ def test_doctor_proves_nvdec_by_decoding_and_names_a_cpu_only_torchcodec(monkeyp
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA A100-SXM4-80GB")
     r = CliRunner().invoke(main, ["doctor"])
     assert r.exit_code == 0, r.output  # a warning, not a failure
-    line = next(x for x in r.output.splitlines() if "torchcodec CUDA build" in x)
+    line = row(r.output, "torchcodec CUDA build")
     assert line.startswith("warn") and "CPU-only build" in line and "--index-url" in line, line
     assert "NVDEC decodes av1" not in r.output  # the build is the problem to report, not the GPU's AV1 support

@@ -36,3 +36,18 @@ def test_robomimic_gets_plugin_keys_only_with_hook():
             "print(c.train.get('data_backend', 'MISSING'), c.train.get('data_backend_kwargs', 'MISSING'))")
     assert py(code).stdout.strip().splitlines()[-1] == "None {}"
     assert py(code, ROBO_LOADERS_DISABLE="1").stdout.strip().splitlines()[-1] == "MISSING MISSING"
+
+
+def test_robomimic_prints_no_private_macro_warning():
+    """Issue 23 B15: every process importing robomimic (each run, each DataLoader worker, doctor) printed robomimic's
+    five-line "No private macro file found!" block. Where the user has no macros_private the hook provides an empty
+    one: the block is gone and robomimic's macro defaults are unchanged; without the hook it is printed (the
+    control, unless this environment has a macros_private of its own)."""
+    code = "import robomimic.macros as m; print('debug', m.DEBUG)"
+    r = py(code)
+    assert r.returncode == 0, r.stderr
+    assert "No private macro file" not in r.stdout + r.stderr and r.stdout.strip().endswith("debug False")
+    control = py("import importlib.util; print(importlib.util.find_spec('robomimic.macros_private') is None); "
+                 + code, ROBO_LOADERS_DISABLE="1")
+    if control.stdout.startswith("True"):
+        assert "No private macro file" in control.stdout + control.stderr

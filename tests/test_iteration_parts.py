@@ -177,3 +177,13 @@ def test_sampler_batches_consume_the_rng_like_a_persistent_worker_dataloader():
     batches = SamplerBatches(lambda idx: torch.tensor(idx), dl2.batch_sampler, None, 0, seed_once=True)
     got = [b.tolist() for _ in range(2) for b in batches]
     assert got == ref and torch.equal(torch.get_rng_state(), state)
+
+
+def test_the_shuffle_buffer_is_described_as_it_acts():
+    """Issue 23 B12: "shuffle buffer 64 episodes" was logged for a dataset of 20 episodes (the buffer holds all 20)."""
+    from robo_loaders_plugin.pipeline.options import PassOptions
+
+    opts = PassOptions(shuffle_buffer=64)
+    assert opts.describe_shuffle(20) == "shuffle buffer 20 episodes (all of them; shuffle_buffer=64)"
+    assert opts.describe_shuffle(200, "demos") == "shuffle buffer 64 demos"
+    assert opts.describe_shuffle(64) == "shuffle buffer 64 episodes"

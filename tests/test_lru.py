@@ -83,3 +83,21 @@ def test_the_remote_block_cache_fetches_each_block_once_and_counts_its_bytes():
         f.seek(1)
         assert f.read(2) == bytes([1, 2])  # block 0 was evicted by block 2: fetched again
     assert FS.reads[3:] == [(0, 4)] and cache.fetched == 14
+
+
+def test_a_remote_file_that_shrank_while_read_is_an_error_not_a_hang():
+    """BlockFile.readinto looped forever when a block came back shorter than the size the file had when opened."""
+    import pytest
+
+    from robo_loaders_plugin.sources.remote_blocks import BlockCache, BlockFile
+
+    class Shrunk:  # an fsspec filesystem whose file had 100 bytes when opened and has 40 now
+        def size(self, path):
+            return 100
+
+        def cat_file(self, path, start=None, end=None):
+            return b"x" * max(0, min(end, 40) - start)
+
+    f = BlockFile(BlockCache(Shrunk(), block=16), "f")
+    with pytest.raises(OSError, match="changed while being read"):
+        f.read(100)

@@ -131,6 +131,12 @@ def test_modes_are_checked():
         resolve_modes(infos, {"speed": "linear"}, "w")
     with pytest.raises(BackendOptionError, match="never blended"):
         resolve_modes(infos, {"cam": "linear"}, "w")
+    # issue 23 B12: with no field read at another rate the message said "its fields are []"
+    with pytest.raises(BackendOptionError, match=r"w.modes names \['pos'\], but this run reads no field between "
+                                                 r"recorded steps: modes apply to rate conversion \(target_fps, "
+                                                 r"delta_timestamps\)") as e:
+        resolve_modes({}, {"pos": "linear"}, "w")
+    assert "[]" not in str(e.value)
     with pytest.raises(BackendOptionError, match="needs a float field"):
         resolve_modes(infos, {"grip": "linear"}, "w")
     with pytest.raises(BackendOptionError, match="one of"):

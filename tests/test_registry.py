@@ -144,3 +144,37 @@ def test_a_missing_dependency_names_the_extra_to_install(monkeypatch):
     with pytest.raises(RoboLoadersError, match=r"video_stream' needs torchdata"):
         rlp.get_backend("video_stream").choose("lerobot", {}, "w")
     assert rlp.get_backend("gpu_resampler").choose("robomimic", {}, "w").name == "gpu_resampler"
+
+
+def test_modes_without_rate_conversion_are_refused_naming_the_options():
+    """Issue 23 B12: gpu_resampler's ``modes`` say how a field is read between two recorded steps, which only rate
+    conversion asks for; given alone, LeRobot said "modes names ['action'] ... its fields are []" (and robomimic
+    ignored them). Refused when the options are resolved, before any data is read, naming what to set."""
+    spec = rlp.get_backend("gpu_resampler")
+    with pytest.raises(BackendOptionError, match=r"^--dataset.backend_kwargs: modes apply to rate conversion .*none "
+                                                 r"is set: give target_fps or delta_timestamps too, or leave modes "
+                                                 r"out \(backend 'gpu_resampler'\)$"):
+        spec.choose("lerobot", {"modes": {"action": "previous"}}, "--dataset.backend_kwargs")
+    with pytest.raises(BackendOptionError, match=r"^train.data_backend_kwargs: modes apply to rate conversion .*give "
+                                                 r"target_fps too, or leave modes out"):
+        spec.choose("robomimic", {"modes": {"actions": "previous"}}, "train.data_backend_kwargs")
+    assert spec.choose("lerobot", {"modes": {"action": "previous"}, "target_fps": 10}, "w").options.modes
+    assert spec.choose("lerobot", {"modes": {"action": "previous"}, "delta_timestamps": {"action": [0.0]}}, "w")
+    assert spec.choose("robomimic", {"modes": {"actions": "previous"}, "target_fps": 10}, "w").options.modes
+
+
+def test_non_finite_offsets_and_runaway_rates_are_refused_naming_the_option():
+    """Issue 23 B7: ``delta_timestamps`` with NaN ended in ``IndexError: index out of range in self`` (the option not
+    named); robomimic ``target_fps=1e9`` in a ``MemoryError`` allocating 52.9 GiB. Both are refused by the option
+    declarations when the options are resolved, naming the option, before any data is read."""
+    spec = rlp.get_backend("gpu_resampler")
+    for bad in (float("nan"), float("inf")):
+        with pytest.raises(BackendOptionError, match=r"^--dataset.backend_kwargs.delta_timestamps\['action'\] must "
+                                                     r"hold finite numbers of seconds"):
+            spec.choose("lerobot", {"delta_timestamps": {"action": [0.0, bad]}}, "--dataset.backend_kwargs")
+    for framework, where in (("robomimic", "train.data_backend_kwargs"), ("lerobot", "--dataset.backend_kwargs")):
+        with pytest.raises(BackendOptionError, match=rf"^{where}.target_fps must be a rate in frames per second in "
+                                                     r"\(0, 10000\], got 1000000000"):
+            spec.choose(framework, {"target_fps": 1e9}, where)
+        with pytest.raises(BackendOptionError, match=rf"^{where}.target_fps must be a finite number, got nan"):
+            spec.choose(framework, {"target_fps": float("nan")}, where)

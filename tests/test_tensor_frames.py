@@ -44,5 +44,5 @@ def test_device_choice_and_placement_errors(monkeypatch):
     class Tiny:
         available = 10_000
     monkeypatch.setattr("psutil.virtual_memory", lambda: Tiny)
-    with pytest.raises(BackendOptionError, match=r"uncompressed: 1\.9 GiB here, but only 9\.8 KiB .*compressed_cache"):
+    with pytest.raises(BackendOptionError, match=r"uncompressed: 2\.0 GB here, but only 10\.0 kB .*compressed_cache"):
         placement(2 * 10**9, torch.device("cpu"), None, "w")

@@ -8,6 +8,7 @@ results (docs/benchmarks.md, docs/training-benchmark.md).
 """
 from __future__ import annotations
 
+import os
 import sys
 
 import click
@@ -31,6 +32,110 @@ train_group.add_command(robomimic_train_command)
 train_group.add_command(lerobot_train_command)
 main.add_command(matrix_group)
 main.add_command(decode_cmd)
+
+
+@main.group("growth")
+def growth_group():
+    """Cost growth with the number of frames: workloads of 10k, 100k and 1M frames, every backend on each
+    (issue 22; docs/benchmarks.md)."""
+
+
+@growth_group.command("workloads")
+@click.option("--kinds", default="lerobot,robomimic,robomimic_image", show_default=True)
+@click.option("--sizes", default="10k,100k,1m", show_default=True)
+def growth_workloads_cmd(kinds, sizes):
+    """Generate the missing workloads into $ROBO_LOADERS_WORKLOADS (default /work/workloads) and print their
+    frames, size and generation time (recorded in workloads.json there)."""
+    from benchmarks.harness.growth import all_workloads, generate
+
+    for r in generate(all_workloads(tuple(kinds.split(",")), tuple(sizes.split(",")))):
+        click.echo(f"{r['name']}: {r['frames']} frames, {r['bytes'] / 2**20:.0f} MiB, generated in "
+                   f"{r['generate_s']:.0f} s")
+
+
+@growth_group.command("run")
+@click.argument("kind", type=click.Choice(["lerobot", "robomimic", "robomimic_image"]))
+@click.option("--sizes", default=None, help="default: 10k,100k,1m (robomimic_image: 10k,100k)")
+@click.option("--backends", default="native,compressed_cache,datapipe,gpu_resampler,video_stream",
+              show_default=True)
+@click.option("--batches", default=60, show_default=True, type=click.IntRange(min=1))
+@click.option("--json", "json_out", required=True, type=click.Path(dir_okay=False))
+def growth_run_cmd(kind, sizes, backends, batches, json_out):
+    """Every backend at every size of workload KIND; results (kind: growth) for robo-loaders report."""
+    from benchmarks.harness.growth import Settings, run_growth
+
+    sizes = sizes.split(",") if sizes else (["10k", "100k"] if kind == "robomimic_image" else ["10k", "100k", "1m"])
+    run_growth(kind, sizes, [b.strip() for b in backends.split(",") if b.strip()], Settings(batches=batches),
+               json_out, echo=click.echo)
+
+
+@growth_group.command("profile")
+@click.argument("kind", type=click.Choice(["lerobot", "robomimic", "robomimic_image"]))
+@click.argument("size")
+@click.argument("backend")
+@click.option("--kwargs", "kwargs_json", default="{}", help="the backend's options, a JSON object")
+@click.option("--out", "out_path", type=click.Path(dir_okay=False), help="write the profile here (text)")
+def growth_profile_cmd(kind, size, backend, kwargs_json, out_path):
+    """cProfile of BACKEND's factory call, first batch (no workers) and pass planning on workload KIND at SIZE:
+    where its start-up goes (docs/benchmarks.md, "what profiling found")."""
+    import json
+    import subprocess
+    import sys
+    import tempfile
+
+    from benchmarks.harness.growth import Settings, Workload, child_args
+
+    w = Workload(kind, size)
+    args = dict(child_args(w, backend, json.loads(kwargs_json), Settings()), profile=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        res = os.path.join(tmp, "out.json")
+        subprocess.run([sys.executable, "-m", "benchmarks.harness.growth_child", json.dumps(args), res], check=True)
+        with open(res) as f:
+            prof = json.load(f)
+    text = (f"{backend} on {w.name}: factory {prof['build_s']:.2f} s, to first batch {prof['to_first_batch_s']:.2f} s"
+            f", planning a pass {prof['plan_cpu_s'] if prof['plan_cpu_s'] is None else round(prof['plan_cpu_s'], 3)}"
+            f" s CPU\n\n{prof['by_tottime']}\n{prof['by_cumulative']}")
+    if out_path:
+        with open(out_path, "w") as f:
+            f.write(text)
+    click.echo(text)
+
+
+@growth_group.command("findings")
+@click.option("--json", "json_out", default="benchmarks/results/growth/profiling_findings.json", show_default=True)
+def growth_findings_cmd(json_out):
+    """The O(dataset) costs profiling found, each timed before and after on the million-frame workloads."""
+    from benchmarks.harness.growth_findings import findings
+
+    findings(json_out, echo=click.echo)
+
+
+@growth_group.command("convert")
+@click.option("--kinds", default="lerobot,robomimic", show_default=True)
+@click.option("--size", default="1m", show_default=True)
+@click.option("--json", "json_out", required=True, type=click.Path(dir_okay=False))
+def growth_convert_cmd(kinds, size, json_out):
+    """Conversion at size: 2 workers on the local and datatrove executors, and a killed run resumed."""
+    import tempfile
+
+    from benchmarks.harness.growth import Workload, convert_at_size, generate, workloads_root
+    from robo_loaders_plugin.bench.report import machine
+    from robo_loaders_plugin.core.files import atomic_write_json
+
+    results = []
+    for kind in kinds.split(","):
+        w = Workload(kind, size)
+        generate([w], echo=click.echo)
+        scratch = tempfile.mkdtemp(prefix=".growth-convert-", dir=workloads_root())
+        try:
+            results.append(convert_at_size(w, scratch, echo=click.echo))
+        finally:
+            import shutil
+
+            shutil.rmtree(scratch, ignore_errors=True)
+        atomic_write_json(json_out, {"kind": "growth_conversion", "framework": "robomimic and LeRobot",
+                                     "machine": machine(), "results": results}, indent=1)
+    click.echo(f"wrote {json_out}")
 
 
 @main.command("readme")

@@ -5,13 +5,15 @@ Format (``kind: "loss_curves"``, one file per comparison)::
     {"kind": "loss_curves", "version": 1, "framework": "robomimic", "name": "robomimic_datapipe",
      "metrics": ["L1_Loss", "L2_Loss", "Cosine_Loss"],     # what the report plots, in this order
      "reference": "native",                                 # label the other runs are compared with
+     "x": "epoch",                                          # what a point is: "epoch" (default) or "step"
      "settings": {...}, "notes": "...", "machine": {...},   # free-form; machine as robo_loaders_plugin/bench/report.py:machine()
      "runs": [{"label": "native", "backend": "native", "seed": 100,
                "epochs": [{"L1_Loss": 0.41, "L2_Loss": 0.30, "Cosine_Loss": 0.12}, ...]}, ...]}
 
 ``label`` groups runs into one curve (mean and min-max band over its seeds); it defaults to ``backend``, and is
-what tells apart runs of one backend under different options (e.g. a negative control). Epoch ``k`` of a run is
-``epochs[k - 1]``: one dict of metric -> value per epoch, other numeric keys allowed (ignored by the plots).
+what tells apart runs of one backend under different options (e.g. a negative control). Point ``k`` of a run is
+``epochs[k - 1]``: one dict of metric -> value per epoch (or per training step with ``"x": "step"``, e.g.
+lerobot-train's loop; the plots then say "training step"), other numeric keys allowed (ignored by the plots).
 
 This module imports neither matplotlib nor torch (``machine()`` imports torch only when asked for).
 """
@@ -79,12 +81,16 @@ def _key(run: dict):
 
 def write_loss_curves(path: str, framework: str, runs: Sequence[dict], metrics: Sequence[str] | None = None,
                       reference: str = "native", settings: dict | None = None, notes: str | None = None,
-                      name: str | None = None, merge: bool = True, with_machine: bool = True) -> str:
+                      name: str | None = None, merge: bool = True, with_machine: bool = True,
+                      x: str = "epoch") -> str:
     """Write (or merge into) a loss-curves file and return its path.
 
     With ``merge`` (default), runs already in the file with the same (label, backend, seed) are replaced and the
     others kept, so several tests of one module can each add their runs; a file written for another framework,
-    metric list or ``settings`` is replaced instead (runs under other settings are not comparable)."""
+    metric list, ``settings`` or ``x`` is replaced instead (runs under other settings are not comparable).
+    ``x``: what each entry of a run's ``epochs`` is, ``"epoch"`` or ``"step"`` (one point per training step)."""
+    if x not in ("epoch", "step"):
+        raise ValueError(f"x must be 'epoch' or 'step', got {x!r}")
     runs = [dict(r, label=r.get("label") or r["backend"], epochs=_epochs(r["epochs"], metrics)) for r in runs]
     for r in runs:
         for e in r["epochs"]:
@@ -99,7 +105,7 @@ def write_loss_curves(path: str, framework: str, runs: Sequence[dict], metrics: 
         metrics = seen
     payload = {"kind": KIND, "version": VERSION, "framework": framework,
                "name": name or os.path.splitext(os.path.basename(path))[0], "metrics": list(metrics),
-               "reference": reference, "settings": settings or {}, "notes": notes, "runs": []}
+               "reference": reference, "x": x, "settings": settings or {}, "notes": notes, "runs": []}
     if merge and os.path.exists(path):
         try:
             with open(path) as f:
@@ -107,7 +113,8 @@ def write_loss_curves(path: str, framework: str, runs: Sequence[dict], metrics: 
         except (OSError, ValueError):
             old = None
         if (isinstance(old, dict) and old.get("kind") == KIND and old.get("framework") == framework
-                and old.get("metrics") == payload["metrics"] and old.get("settings") == payload["settings"]):
+                and old.get("metrics") == payload["metrics"] and old.get("settings") == payload["settings"]
+                and old.get("x", "epoch") == x):
             new_keys = {_key(r) for r in runs}
             payload["runs"] = [r for r in old.get("runs", []) if _key(r) not in new_keys]
             payload["notes"] = notes if notes is not None else old.get("notes")

@@ -276,16 +276,9 @@ def _names(ctx, param, value):
 
 
 def _kwargs(ctx, param, values):
-    out = {}
-    for v in values:
-        label, sep, text = v.partition("=")
-        if not sep:
-            raise click.BadParameter(f"{v!r}: expected BACKEND='{{json}}'")
-        try:
-            out[label] = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise click.BadParameter(f"{v!r}: {exc}") from None
-    return out
+    from robo_loaders_plugin.core.backend_json import click_backend_pairs
+
+    return click_backend_pairs(ctx, param, values)
 
 
 def _common(f):

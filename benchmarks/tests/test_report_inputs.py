@@ -244,7 +244,8 @@ def test_report_plots_and_markdown(fake_bench, tmp_path):
     assert {os.path.splitext(i)[0] for i in images} == expected
     assert sorted(os.listdir(out)) == sorted([f"{e}.png" for e in expected] + ["report.md"])
     assert all(is_png(out / i) for i in images)
-    assert "x86_64, 2 cores, 23.5 GiB RAM, no GPU" in md and "Failed (not plotted): `gpu_resampler`" in md
+    # the fakes record "23.5 GiB" (as the committed files do): shown in decimal units
+    assert "x86_64, 2 cores, 25.2 GB RAM, no GPU" in md and "Failed (not plotted): `gpu_resampler`" in md
     assert "18 failed cell(s)" in md  # every cell of compressed_cache#zstd: listed, not plotted
     assert "| `native` | 10 |" in md and "(reference)" in md  # loss summary: seeds per group
     assert "samples/s, seq_length 10, 2 workers:" in md and "| backend | batch 16 | batch 64 | batch 256 |" in md
@@ -310,9 +311,9 @@ def test_readme_tables_regenerated_and_idempotent(readme_dir):
     lr = [line for line in lines if line.startswith("| act |") or line.startswith("| none |")]
     assert [line.split(" | ")[1] for line in lr] == ["`datapipe`", "`native`"] * 2  # backends= order, per file
     assert "| convert workers | wall (s) | source MB/s | decoded MB/s | shards |" in text
-    assert "| 1 | 8.5 | 101 | 101 | 350.0 MiB |" in text  # robomimic conversion rows
+    assert "| 1 | 8.5 | 101 | 101 | 367.0 MB |" in text  # robomimic conversion rows
     assert "| backend | batch 16 | batch 64 |" in text
-    assert "<sub>From `benchmarks/results/lift_w2.json`. Machine: x86_64, 2 cores, 23.5 GiB RAM, no GPU, " \
+    assert "<sub>From `benchmarks/results/lift_w2.json`. Machine: x86_64, 2 cores, 25.2 GB RAM, no GPU, " \
            "Python 3.12.1, torch 2.11.0. Settings: batch 64, seq_length 10, 2 workers, 150 timed batches.</sub>" in text
     assert "`benchmarks/results/lr_none.json`: delta_timestamps none" in text
     assert "<!-- robo-loaders:table does_not_exist -->\n```" in text  # inside a code fence: left alone

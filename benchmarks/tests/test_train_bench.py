@@ -24,7 +24,7 @@ def passive_threads(monkeypatch):
 def rm_hdf5(tmp_path_factory):
     from robo_loaders_plugin.sample_data.robomimic_hdf5 import write_robomimic_hdf5
 
-    # 24x24 frames: large enough (>= 1 KiB) for compressed_cache to store them as compressed frames
+    # 24x24 frames: large enough (>= 1024 bytes a frame) for compressed_cache to store them as compressed frames
     return write_robomimic_hdf5(str(tmp_path_factory.mktemp("train_bench") / "rm.hdf5"), demos=6, image_size=24,
                                 cameras=2, seed=5, min_length=20, max_length=30, progress=False)
 
@@ -46,7 +46,10 @@ def consistent(r, epochs, steps_per_epoch, batch_size, waits=True):
     for e in r["epochs"]:
         assert (0 < e["data_s"] if waits else 0 <= e["data_s"]) and e["data_s"] < e["step_s"], e
         assert e["stall_fraction"] < 1 and e["stall_fraction"] == pytest.approx(e["data_s"] / e["step_s"])
-        assert e["wall_s"] > 0.9 * e["step_s"], e  # timed from outside, the epoch plus the loop's printing
+        # timed from outside as the time between the log lines that end two epochs: lines arrive through a pipe,
+        # so one epoch's line can be read late and the next epoch's span comes out shorter than its step time
+        # (CI saw 0.347 s against 0.389 s); only the order is certain per epoch, the sum is checked below
+        assert e["wall_s"] is None or e["wall_s"] >= 0, e
     measured = r["epochs"][1:]
     assert r["warmup_steps"] == steps_per_epoch and r["measured_steps"] == steps_per_epoch * (epochs - 1)
     assert r["measured_s"] == pytest.approx(sum(e["step_s"] for e in measured))
@@ -60,7 +63,9 @@ def consistent(r, epochs, steps_per_epoch, batch_size, waits=True):
     assert r["dataset_build_s"] > 0
     # launch -> end of epoch 1 holds the imports, the dataset build and epoch 1; the whole run holds more
     assert r["time_to_first_epoch_end_s"] > r["dataset_build_s"] + r["first_epoch_s"]
-    assert r["wall_s"] > r["time_to_first_epoch_end_s"] + sum(e["step_s"] for e in measured) * 0.9
+    # certain whatever the pipe's timing: the process outlives the lines it printed and every step it timed
+    assert r["wall_s"] > r["time_to_first_epoch_end_s"]
+    assert r["wall_s"] > sum(e["step_s"] for e in r["epochs"]) + r["dataset_build_s"]
     assert r["peak_mem_bytes"] > 100e6  # a process with torch imported, sampled from outside
 
 

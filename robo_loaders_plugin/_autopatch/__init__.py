@@ -32,6 +32,9 @@ _lock = threading.RLock()
 
 
 def disabled() -> bool:
+    """Whether ``ROBO_LOADERS_DISABLE`` turns the import hook off (any value but empty, ``0``, ``false`` or ``no``,
+    in any case).
+    """
     return os.environ.get("ROBO_LOADERS_DISABLE", "").strip().lower() not in ("", "0", "false", "no")
 
 
@@ -72,24 +75,25 @@ class _EmptyModule(importlib.abc.Loader):
 class _Finder(importlib.abc.MetaPathFinder):
     _busy = threading.local()
 
-    def find_spec(self, fullname, path, target=None):
-        if fullname in EMPTY_IF_MISSING and not getattr(self._busy, "on", False):
-            with _lock:
-                self._busy.on = True
-                try:
-                    real = importlib.util.find_spec(fullname)
-                finally:
-                    self._busy.on = False
-            return real if real is not None else importlib.util.spec_from_loader(fullname, _EmptyModule())
-        target_fn = WATCHED.get(fullname)
-        if target_fn is None or getattr(self._busy, "on", False):
-            return None
+    def _real_spec(self, fullname):
+        """The spec the other finders give (this finder steps aside while they look)."""
         with _lock:
             self._busy.on = True
             try:
-                spec = importlib.util.find_spec(fullname)
+                return importlib.util.find_spec(fullname)
             finally:
                 self._busy.on = False
+
+    def find_spec(self, fullname, path, target=None):
+        if getattr(self._busy, "on", False):
+            return None
+        if fullname in EMPTY_IF_MISSING:
+            real = self._real_spec(fullname)
+            return real if real is not None else importlib.util.spec_from_loader(fullname, _EmptyModule())
+        target_fn = WATCHED.get(fullname)
+        if target_fn is None:
+            return None
+        spec = self._real_spec(fullname)
         if spec is None or spec.loader is None:
             return None
         spec.loader = _PatchingLoader(spec.loader, target_fn)

@@ -17,14 +17,36 @@ from robo_loaders_plugin.core.units import format_bytes
 
 
 def dir_bytes(path: str) -> int:
+    """Bytes of every file under a directory.
+
+    Args:
+        path: The directory.
+    """
     return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files)
 
 
 def time_conversions(command: list[str], out_base: str, workers: list[int], source_bytes: int, decoded_bytes: int,
                      echo=print, timeout: float = 3600) -> list[dict]:
-    """Run ``robo-loaders convert <command...> OUT --num-workers W`` from scratch for each ``W``; the returned rows
-    give wall time and throughput in source MB/s (bytes of the input files) and decoded MB/s (bytes of arrays
-    and frames written, before compression). Each output stays at ``<out_base>-w<W>``."""
+    """Run ``robo-loaders convert <command...> OUT --num-workers W`` from scratch for each ``W``, each in a fresh
+    process.
+
+    Args:
+        command: The convert command's arguments before OUT (``["robomimic", PATH]``).
+        out_base: Each output stays at ``<out_base>-w<W>`` (removed first).
+        workers: The worker counts.
+        source_bytes: Bytes of the input files, for source MB/s.
+        decoded_bytes: Bytes of arrays and frames written, before compression, for decoded MB/s.
+        echo: Prints a progress line per run.
+        timeout: Seconds one conversion may take.
+
+    Returns:
+        One row per worker count: ``workers``, ``wall_s``, ``source_mb_per_s``, ``decoded_mb_per_s``,
+        ``shards_bytes``, ``out``.
+
+    Raises:
+        RuntimeError: a conversion failed (the end of its stderr included).
+        subprocess.TimeoutExpired: a conversion took longer than ``timeout``.
+    """
     rows = []
     for w in workers:
         out = f"{out_base}-w{w}"
@@ -43,6 +65,14 @@ def time_conversions(command: list[str], out_base: str, workers: list[int], sour
 
 
 def conversion_table(rows) -> str:
+    """The rows of :func:`time_conversions` as a text table.
+
+    Args:
+        rows: Those rows.
+
+    Returns:
+        The table.
+    """
     return tabulate([[r["workers"], f"{r['wall_s']:.1f}", f"{r['source_mb_per_s']:.2f}",
                       f"{r['decoded_mb_per_s']:.1f}", format_bytes(r["shards_bytes"])] for r in rows],
                     headers=["convert workers", "wall s", "source MB/s", "decoded MB/s", "shards"])

@@ -69,6 +69,7 @@ def bench_lerobot(root: str, repo_id: str, backends: list[str], batch_size: int,
                   profile_samples=profile_samples)
     conversion = None
     with tempfile.TemporaryDirectory(prefix="robo-loaders-bench-") as log_dir:
+        kwargs = {label: dict(options) for label, options in kwargs.items()}  # the caller's stay as given
         dp = kwargs.setdefault("datapipe", {})
         if "datapipe" in backends and not dp.get("shards") and not dp.get("cache_dir"):
             conversion = time_conversions(["lerobot", common["root"], "--repo-id", repo_id], os.path.join(log_dir, "shards"),

@@ -10,12 +10,30 @@ import numpy as np
 
 
 def frames_per_sample(ds, delta) -> int:
+    """Camera frames one sample holds: one per camera, or as many as its ``delta_timestamps`` ask for.
+
+    Args:
+        ds: The dataset (its ``meta.camera_keys``).
+        delta: The ``delta_timestamps``, or ``None``.
+    """
     return sum(len(delta[k]) if delta and k in delta else 1 for k in ds.meta.camera_keys)
 
 
 def decode_split(ds, native: bool, samples: int = 200) -> dict:
-    """Wall time per sample spent getting camera frames vs everything else (single process, random order):
-    LeRobot's video queries (all cameras of a sample) for ``native``, camera-frame gathers for the others."""
+    """Wall time per sample spent getting camera frames vs everything else (single process, random order).
+
+    LeRobot's video queries (all cameras of a sample) for ``native``, camera-frame gathers for the others. Both are
+    timed by wrapping them in place (``DatasetReader._query_videos``, or the dataset's ``frames.take``), so the
+    dataset is left instrumented.
+
+    Args:
+        ds: The dataset.
+        native: Whether it is LeRobot's own.
+        samples: How many random samples to read.
+
+    Returns:
+        ``decode_ms_per_sample``, ``fetch_ms_per_sample`` and ``single_process_samples_per_s``.
+    """
     spent = [0.0]
     if native:
         from robo_loaders_plugin.lerobot.compat import time_video_queries
@@ -44,6 +62,17 @@ def decode_split(ds, native: bool, samples: int = 200) -> dict:
 
 
 def run(a: dict) -> dict:
+    """Build one backend the way ``lerobot-train`` (0.6.1) does, time its batches through the patched ``cycle``,
+    then split the per-sample time (:func:`decode_split`).
+
+    Args:
+        a: The child's arguments (``repo_id``, ``root``, ``preset``, ``backend``, ``kwargs``, ``batch_size``,
+            ``num_workers``, ``batches``, ``profile_samples``).
+
+    Returns:
+        The result row: the timing, build time, sizes, frames per sample and per second, episode mix, summary and
+        the decode split.
+    """
     import torch
     from lerobot.datasets import EpisodeAwareSampler
     from lerobot.datasets.lerobot_dataset import LeRobotDataset, LeRobotDatasetMetadata
@@ -91,7 +120,14 @@ def run(a: dict) -> dict:
 
 
 def stored_bytes(ds) -> int:
-    """What the backend keeps its frames in: the RAM cache file, or the shards on disk (datapipe)."""
+    """What the backend keeps its frames in: the RAM cache file, the tensors, or the shards on disk (datapipe).
+
+    Args:
+        ds: The dataset built.
+
+    Returns:
+        The bytes; 0 for LeRobot's own dataset and for backends that store nothing (video_stream).
+    """
     from robo_loaders_plugin.frames.store import StoreFrames
     from robo_loaders_plugin.frames.tensors import TensorFrames
     from robo_loaders_plugin.lerobot.dataset import LeRobotSamples
@@ -112,6 +148,7 @@ def stored_bytes(ds) -> int:
 
 
 def main():
+    """The child's entry point: ``python -m robo_loaders_plugin.bench.lerobot_run '<json args>' OUT.json``."""
     out = run(json.loads(sys.argv[1]))
     with open(sys.argv[2], "w") as f:
         json.dump(out, f)

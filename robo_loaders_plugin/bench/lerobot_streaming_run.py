@@ -14,6 +14,15 @@ import time
 
 
 def run(a: dict) -> dict:
+    """Build LeRobot's ``StreamingLeRobotDataset`` as ``lerobot-train --dataset.streaming=true`` does and time it.
+
+    Args:
+        a: The child's arguments (``repo_id``, ``root``, ``preset``, ``kwargs``, ``batch_size``, ``num_workers``,
+            ``batches``).
+
+    Returns:
+        The result row, shaped as ``lerobot_run``'s (no cache, no decode split).
+    """
     import torch
     from lerobot.datasets.lerobot_dataset import LeRobotDatasetMetadata
     from lerobot.datasets.streaming_dataset import StreamingLeRobotDataset
@@ -54,6 +63,7 @@ def run(a: dict) -> dict:
 
 
 def main():
+    """The child's entry point: ``python -m robo_loaders_plugin.bench.lerobot_streaming_run '<json args>' OUT.json``."""
     out = run(json.loads(sys.argv[1]))
     with open(sys.argv[2], "w") as f:
         json.dump(out, f)

@@ -11,34 +11,82 @@ from __future__ import annotations
 import math
 import os
 import textwrap
+import zlib
 
 import click
 
 from robo_loaders_plugin.bench import tables
-from robo_loaders_plugin.core.units import format_bytes
+from robo_loaders_plugin.core.units import format_bytes, plural
 from robo_loaders_plugin.bench.tables import (AXIS_LABEL, TableError, conversion_for, load_result, machine_caption,
                                               settings_caption)
 
 KNOWN_COLORS = {"native": "#3b3b3b", "native:low_dim": "#3b3b3b", "native:all": "#9a9a9a", "native:none": "#c7c7c7",
-                "compressed_cache": "#1f77b4", "datapipe": "#ff7f0e", "gpu_resampler": "#2ca02c"}
-OTHER_COLORS = ["#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#d62728", "#7f7f7f", "#aec7e8", "#ffbb78"]
+                "compressed_cache": "#1f77b4", "datapipe": "#ff7f0e", "gpu_resampler": "#2ca02c",
+                "video_stream": "#d62728"}
+OTHER_COLORS = ["#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f", "#aec7e8", "#ffbb78"]
 DPI = 110
 
 
-class Palette:
-    """One colour per backend label, the same in every figure of a report."""
+def base_backend(label: str) -> str:
+    """``gpu_resampler#third`` -> ``gpu_resampler``: a ``#tag`` runs a backend under another label's options.
 
-    def __init__(self):
-        self.assigned = {}
+    Args:
+        label: A result row's backend label.
+
+    Returns:
+        The backend's name.
+    """
+    return label.split("#", 1)[0]
+
+
+def color_of(label: str) -> str:
+    """The colour of a backend, the same in every figure of every report.
+
+    The built-in backends' are fixed (``KNOWN_COLORS``; native and native:low_dim share one: they never meet in one
+    file), another backend's is chosen by its name. A ``#tag`` run has its backend's colour.
+
+    Args:
+        label: A result row's backend label.
+
+    Returns:
+        A hex colour.
+    """
+    name = base_backend(label)
+    if name in KNOWN_COLORS:
+        return KNOWN_COLORS[name]
+    return OTHER_COLORS[zlib.crc32(name.encode()) % len(OTHER_COLORS)]
+
+
+class Palette:
+    """A backend label -> its colour (:func:`color_of`): one fixed mapping, not the order backends appear in."""
 
     def __call__(self, label: str) -> str:
-        if label not in self.assigned:
-            if label in KNOWN_COLORS:  # native and native:low_dim share one: they never meet in one file
-                self.assigned[label] = KNOWN_COLORS[label]
-            else:
-                free = [c for c in OTHER_COLORS if c not in self.assigned.values()]
-                self.assigned[label] = free[0] if free else OTHER_COLORS[len(self.assigned) % len(OTHER_COLORS)]
-        return self.assigned[label]
+        return color_of(label)
+
+
+def tagged(label: str) -> bool:
+    """Whether ``label`` is a ``#tag`` run (a backend again under other options).
+
+    Args:
+        label: A result row's backend label.
+    """
+    return "#" in label
+
+
+def significant(v: float, digits: int = 3) -> str:
+    """``2.27``, ``14.6``, ``1,292``: ``digits`` significant digits, never rounded to an integer below 100.
+
+    Args:
+        v: The value.
+        digits: Significant digits.
+
+    Returns:
+        The value as text (``0``, infinities and NaN as ``format(v, "g")``).
+    """
+    if v == 0 or not math.isfinite(v):
+        return f"{v:g}"
+    decimals = max(0, digits - 1 - int(math.floor(math.log10(abs(v)))))
+    return f"{v:,.{decimals}f}"
 
 
 def _figure(width: float, height: float):
@@ -68,9 +116,15 @@ def _ok(rows):
     return [r for r in rows if not r.get("error")]
 
 
+def _plotted(rows):
+    """Rows the per-backend plots show: not failed, not ``#tag`` runs (another label's options, so another
+    workload: in the report's table, not beside the backends they would seem to compare with)."""
+    return [r for r in _ok(rows) if not tagged(r["backend"])]
+
+
 def _mem_unit(values):
     top = max(values) if values else 0
-    return ("GiB", 1024 ** 3) if top >= 2 * 1024 ** 3 else ("MiB", 1024 ** 2)
+    return ("GB", 1e9) if top >= 2e9 else ("MB", 1e6)  # core.units' decimal units, as the bar labels
 
 
 # -- one benchmark result --------------------------------------------------------------------------------------------
@@ -78,8 +132,22 @@ def _training(payload: dict) -> bool:
     return payload["_kind"] == "training"
 
 
+LOG_SPREAD = 10.0  # a throughput plot whose fastest bar is this many times its slowest gets a log axis
+
+
 def plot_throughput(payload: dict, path: str, color: Palette) -> str | None:
-    rows = [r for r in _ok(tables.rows_of(payload)) if r.get("samples_per_s")]
+    """Samples/s per backend as horizontal bars, with the ratio to the first baseline (a log axis when the fastest
+    is 10 times the slowest or more).
+
+    Args:
+        payload: A loaded bench or training result (``tables.load_result``).
+        path: The PNG to write.
+        color: The backend colours.
+
+    Returns:
+        ``path``, or ``None`` when no row has a throughput (nothing written).
+    """
+    rows = [r for r in _plotted(tables.rows_of(payload)) if r.get("samples_per_s")]
     if not rows:
         return None
     base = tables.baselines_in(rows, payload)
@@ -88,27 +156,45 @@ def plot_throughput(payload: dict, path: str, color: Palette) -> str | None:
     ax = fig.add_subplot()
     labels = [r["backend"] for r in rows][::-1]
     vals = [r["samples_per_s"] for r in rows][::-1]
-    ax.barh(labels, vals, color=[color(b) for b in labels])
+    log = max(vals) / min(vals) >= LOG_SPREAD  # else the slowest bars are invisible next to the fastest
+    if log:  # bars from a power of ten below the slowest, so each one's length shows on the log axis
+        left = 10 ** math.floor(math.log10(min(vals) / 2))
+        ax.set_xscale("log")
+        ax.barh(labels, [v - left for v in vals], left=left, color=[color(b) for b in labels])
+        ax.set_xlim(left, max(vals) * (40 if _training(payload) else 20))
+    else:
+        ax.barh(labels, vals, color=[color(b) for b in labels])
+        ax.set_xlim(0, max(vals) * (1.6 if _training(payload) else 1.35))
     for y, r in enumerate(rows[::-1]):
         ratio = (r.get("ratios") or {}).get(f"{field}_vs_{base[0]}") if base else None
-        note = f"{r['samples_per_s']:,.0f}" + (f"  ({ratio:.2f}x {base[0]})" if ratio is not None else "")
+        note = significant(r["samples_per_s"]) + (f"  ({ratio:.2f}x {base[0]})" if ratio is not None else "")
         if _training(payload) and r.get("stall_fraction") is not None:
-            note += f"  data stall {r['stall_fraction']:.0%}"
+            note += f"  data stall {r['stall_fraction']:.1%}"
         ax.text(r["samples_per_s"], y, "  " + note, va="center", fontsize=9)
-    ax.set_xlim(0, max(vals) * (1.6 if _training(payload) else 1.35))
     ax.grid(axis="x", alpha=0.3)
+    scale = "; log scale" if log else ""
     if _training(payload):
-        ax.set_xlabel("training samples/s (steps/s x batch size, epochs 2..N; higher is better)")
+        ax.set_xlabel(f"training samples/s (steps/s x batch size, epochs 2..N; higher is better{scale})")
         ax.set_title(f"{payload['framework']}: training throughput per backend (real training loop)", fontsize=12)
     else:
-        ax.set_xlabel("samples/s (higher is better)")
+        ax.set_xlabel(f"samples/s (higher is better{scale})")
         ax.set_title(f"{payload['framework']}: data-loader throughput per backend (no model)", fontsize=12)
     _caption(fig, payload)
     return _save(fig, path)
 
 
 def plot_memory(payload: dict, path: str, color: Palette) -> str | None:
-    rows = [r for r in _ok(tables.rows_of(payload)) if r.get("peak_mem_bytes")]
+    """Peak memory (and data memory, when every row has it) per backend as horizontal bars.
+
+    Args:
+        payload: A loaded bench or training result.
+        path: The PNG to write.
+        color: The backend colours.
+
+    Returns:
+        ``path``, or ``None`` when no row has a peak memory.
+    """
+    rows = [r for r in _plotted(tables.rows_of(payload)) if r.get("peak_mem_bytes")]
     if not rows:
         return None
     with_data = all(r.get("data_mem_bytes") is not None for r in rows)
@@ -145,8 +231,18 @@ def plot_memory(payload: dict, path: str, color: Palette) -> str | None:
 
 
 def startup_parts(row: dict, payload: dict) -> list[float] | None:
-    """Loader-only: [conversion (datapipe, when the benchmark converted), build, first batch]; training: [dataset
-    build (a conversion on first use included), the rest of the launch (imports, model), first epoch]."""
+    """The start-up of one row, in seconds, as the parts stacked in :func:`plot_startup`.
+
+    Loader-only: [conversion (datapipe, when the benchmark converted), build, first batch]; training: [dataset
+    build (a conversion on first use included), the rest of the launch (imports, model), first epoch].
+
+    Args:
+        row: A result row.
+        payload: Its result file.
+
+    Returns:
+        The three parts, or ``None`` when the row lacks the times.
+    """
     if _training(payload):
         total, first, build = row.get("time_to_first_epoch_end_s"), row.get("first_epoch_s"), row.get("dataset_build_s")
         if total is None or first is None:
@@ -159,7 +255,17 @@ def startup_parts(row: dict, payload: dict) -> list[float] | None:
 
 
 def plot_startup(payload: dict, path: str, color: Palette) -> str | None:
-    rows = [r for r in _ok(tables.rows_of(payload)) if startup_parts(r, payload)]
+    """Start-up cost per backend as stacked bars (:func:`startup_parts`).
+
+    Args:
+        payload: A loaded bench or training result.
+        path: The PNG to write.
+        color: The backend colours.
+
+    Returns:
+        ``path``, or ``None`` when no row has start-up times.
+    """
+    rows = [r for r in _plotted(tables.rows_of(payload)) if startup_parts(r, payload)]
     if not rows:
         return None
     from matplotlib.patches import Patch
@@ -204,9 +310,19 @@ def plot_startup(payload: dict, path: str, color: Palette) -> str | None:
 
 
 def epoch_series(row: dict, payload: dict) -> tuple[float, list[float]] | None:
-    """(seconds before epoch 1, seconds of each epoch), or None. Loader-only rows (``epoch_times_s``): conversion
-    (datapipe, when the benchmark converted) + build. Training rows (``epochs[].step_s``): process launch to the
-    start of epoch 1 (``time_to_first_epoch_end_s`` minus the first epoch)."""
+    """(seconds before epoch 1, seconds of each epoch) of one row.
+
+    Loader-only rows (``epoch_times_s``): conversion (datapipe, when the benchmark converted) + build. Training
+    rows (``epochs[].step_s``): process launch to the start of epoch 1 (``time_to_first_epoch_end_s`` minus the
+    first epoch).
+
+    Args:
+        row: A result row.
+        payload: Its result file.
+
+    Returns:
+        The series, or ``None`` when the row has no per-epoch times.
+    """
     times = tables.epoch_times(row)
     if not times:
         return None
@@ -219,7 +335,17 @@ def epoch_series(row: dict, payload: dict) -> tuple[float, list[float]] | None:
 
 
 def plot_epochs(payload: dict, path: str, color: Palette) -> str | None:
-    series = [(r, epoch_series(r, payload)) for r in _ok(tables.rows_of(payload))]
+    """Time per epoch, and cumulative wall time from set-up on, per backend (two panels).
+
+    Args:
+        payload: A loaded bench or training result.
+        path: The PNG to write.
+        color: The backend colours.
+
+    Returns:
+        ``path``, or ``None`` when no row has per-epoch times.
+    """
+    series = [(r, epoch_series(r, payload)) for r in _plotted(tables.rows_of(payload))]
     series = [(r, s) for r, s in series if s]
     if not series:
         return None
@@ -277,9 +403,10 @@ def _matrix_grid(payload: dict, x_axis: str, color: Palette, path: str) -> str |
                 if not pts:
                     continue
                 px = [p for p, _ in pts] if categorical else [xs[p] for p, _ in pts]
-                (line,) = ax.plot(px, [v for _, v in pts], marker="o", color=color(b), label=b)
+                (line,) = ax.plot(px, [v for _, v in pts], "--" if tagged(b) else "-", marker="o", color=color(b),
+                                  label=b)
                 seen.setdefault(b, line)
-            ax.set_title(f"{AXIS_LABEL[panel_axis]} {pv}, {w} workers", fontsize=10)
+            ax.set_title(f"{AXIS_LABEL[panel_axis]} {pv}, {plural(w, 'worker')}", fontsize=10)
             ax.grid(alpha=0.3)
             if j == 0:
                 ax.set_ylabel("samples/s")
@@ -306,7 +433,14 @@ def _matrix_grid(payload: dict, x_axis: str, color: Palette, path: str) -> str |
 
 # -- loss curves ----------------------------------------------------------------------------------------------------
 def loss_groups(payload: dict) -> dict:
-    """label -> list of runs (file order)."""
+    """A loss-curves file's runs grouped by label (else backend).
+
+    Args:
+        payload: A loaded loss-curves result.
+
+    Returns:
+        ``{label: [runs, in file order]}``.
+    """
     groups = {}
     for r in payload["runs"]:
         groups.setdefault(r.get("label") or r["backend"], []).append(r)
@@ -327,71 +461,144 @@ def _stats(runs, metric):
 
 
 def reference_label(payload: dict, groups: dict) -> str | None:
+    """The group the others are compared with: the file's ``reference`` (default ``native``) as a label, else the
+    first group whose backend it names.
+
+    Args:
+        payload: A loaded loss-curves result.
+        groups: Its groups (:func:`loss_groups`).
+
+    Returns:
+        The label, or ``None`` when no group matches.
+    """
     ref = payload.get("reference", "native")
     if ref in groups:
         return ref
     return next((g for g, runs in groups.items() if runs[0]["backend"] == ref), None)
 
 
+MARKERS = ["o", "s", "^", "D", "v", "P", "X", "<", ">"]
+
+
+def loss_points(payload: dict) -> str:
+    """What a point of a loss-curves file is: ``epoch`` (default) or ``step`` (its ``x``; e.g. lerobot-train's loop,
+    one point per training step).
+
+    Args:
+        payload: A loaded loss-curves result.
+    """
+    return "step" if payload.get("x") == "step" else "epoch"
+
+
+def identical_series(a: list, b: list) -> bool:
+    """The same number of points, each equal, NaN equal to NaN (the exact-parity backends' losses are
+    bit-identical).
+
+    Args:
+        a: One series.
+        b: The other.
+    """
+    return len(a) == len(b) and all(x == y or (math.isnan(x) and math.isnan(y)) for x, y in zip(a, b))
+
+
 def plot_loss_curves(payload: dict, path: str, color: Palette) -> str | None:
+    """Loss curves per run group, one panel per metric: the mean over seeds, and a min-max band.
+
+    The reference is drawn first, thick and pale, under every other group (thin lines, one marker each): groups
+    whose curves equal the reference's exactly lie on it and stay visible, and the legend says "identical".
+
+    Args:
+        payload: A loaded loss-curves result.
+        path: The PNG to write.
+        color: The backend colours.
+
+    Returns:
+        ``path``, or ``None`` when the file has no runs or no metrics.
+    """
     groups = loss_groups(payload)
     metrics = payload.get("metrics") or []
     if not groups or not metrics:
         return None
     ref = reference_label(payload, groups)
-    fig = _figure(4.0 * len(metrics) + 2.6, 4.4)
+    per = loss_points(payload)
+    backend_of = {label: runs[0]["backend"] for label, runs in groups.items()}
+    same = {label: ref is not None and label != ref and all(
+        identical_series(_stats(runs, m)[0], _stats(groups[ref], m)[0]) for m in metrics)
+        for label, runs in groups.items()}
+    fig = _figure(4.0 * len(metrics) + 2.8, 4.4)
     axes = fig.subplots(1, len(metrics), squeeze=False)[0]
     handles = {}
+    order = ([ref] if ref else []) + [g for g in groups if g != ref]
     for ax, metric in zip(axes, metrics):
-        for label, runs in groups.items():
+        for k, label in enumerate(order):
+            runs = groups[label]
             mean, lo, hi, _ = _stats(runs, metric)
             x = list(range(1, len(mean) + 1))
-            c = "#3b3b3b" if label == ref else color(label)
-            style = "--" if "control" in label else "-"
+            c = color(backend_of[label])
             ax.fill_between(x, lo, hi, color=c, alpha=0.15 if label == ref else 0.12, linewidth=0)
-            (line,) = ax.plot(x, mean, style, color=c, marker="o" if label != ref else None, markersize=4,
-                              linewidth=2.2 if label == ref else 1.5)
+            if label == ref:
+                (line,) = ax.plot(x, mean, "-", color=c, alpha=0.35, linewidth=7, solid_capstyle="round", zorder=2)
+            else:
+                (line,) = ax.plot(x, mean, "--" if "control" in label else "-", color=c, linewidth=1.3,
+                                  marker=MARKERS[(k - 1) % len(MARKERS)], markersize=6, markerfacecolor="none",
+                                  markeredgewidth=1.4, zorder=3 + k)
             handles.setdefault(label, (line, len(runs)))
         ax.set_title(metric.replace("_", " "), fontsize=10)
-        ax.set_xlabel("epoch")
-        ax.set_ylabel("loss (mean over the epoch)")
+        ax.set_xlabel("training step" if per == "step" else "epoch")
+        ax.set_ylabel("loss at that step" if per == "step" else "loss (mean over the epoch)")
         ax.grid(alpha=0.3)
         n = max(len(r["epochs"]) for runs in groups.values() for r in runs)
         ax.set_xticks(range(1, n + 1))
-    fig.legend([h for h, _ in handles.values()],
-               [textwrap.fill(g, 28) + ("\n1 seed" if k == 1 else f"\n{k} seeds: mean, band = min-max")
-                for g, (_, k) in handles.items()],
+
+    def legend(g, k):
+        text = textwrap.fill(g, 28)
+        if same.get(g):
+            text += f"\nidentical to {ref}"
+        return text + ("\n1 seed" if k == 1 else f"\n{k} seeds: mean, band = min-max")
+
+    fig.legend([h for h, _ in handles.values()], [legend(g, k) for g, (_, k) in handles.items()],
                loc="outside right upper", fontsize=8, labelspacing=1.0)
     name = payload.get("name") or os.path.splitext(os.path.basename(payload["_path"]))[0]
-    fig.suptitle(f"{payload['framework']}: training losses, {ref or 'native'} against each backend ({name})",
+    fig.suptitle(f"{payload['framework']}: training losses per {per}, {ref or 'native'} against each backend ({name})",
                  fontsize=12)
     _caption(fig, payload)
     return _save(fig, path)
 
 
 def loss_summary(payload: dict) -> str:
-    """Markdown: per run group, its seeds, last-epoch mean per metric, and its largest distance from the reference
-    mean over all epochs in reference standard deviations."""
+    """A markdown table: per run group, its seeds, last-point (epoch or step) mean per metric, and its largest
+    distance from the reference mean over all points in reference standard deviations ("identical" when every point
+    equals the reference's).
+
+    Args:
+        payload: A loaded loss-curves result.
+
+    Returns:
+        The table.
+    """
     groups, metrics = loss_groups(payload), payload.get("metrics") or []
     ref = reference_label(payload, groups)
     ref_stats = {m: _stats(groups[ref], m) for m in metrics} if ref else {}
-    headers = ["runs", "seeds"] + [f"last epoch {m}" for m in metrics] + \
+    per = loss_points(payload)
+    headers = ["runs", "seeds"] + [f"last {per} {m}" for m in metrics] + \
         ([f"largest abs(mean - {ref} mean) / {ref} std"] if ref else [])
     body = []
     for label, runs in groups.items():
         row = [f"`{label}`", str(len(runs))]
-        worst = None
+        worst, same = None, bool(ref) and label != ref
         for m in metrics:
             mean, _, _, _ = _stats(runs, m)
             row.append(f"{mean[-1]:.4g}")
             if ref and label != ref:
                 rm, _, _, rsd = ref_stats[m]
+                same = same and identical_series(mean, rm)
                 for a, b, s in zip(mean, rm, rsd):
                     if s and not math.isnan(s) and not math.isnan(a):
                         z = abs(a - b) / s
                         worst = z if worst is None else max(worst, z)
         if ref:
-            row.append("(reference)" if label == ref else ("-" if worst is None else f"{worst:.2f}"))
+            row.append("(reference)" if label == ref else "identical" if same else
+                       ("-" if worst is None else f"{worst:.2f}"))
         body.append(row)
     return tables.markdown_table(headers, body, [False] + [True] * (len(headers) - 1))
 
@@ -411,12 +618,35 @@ def _img(md, title, path, out_dir):
         md.append(f"![{title}]({os.path.relpath(path, out_dir).replace(os.sep, '/')})\n")
 
 
-def report(result_paths, out_dir: str) -> str:
-    """Plots (PNG) and ``report.md`` in ``out_dir`` for every result file given (loader-only and training benchmark
-    results, matrix results, loss curves); returns the markdown's path."""
-    payloads = [load_result(p) for p in result_paths]
+def report(result_paths, out_dir: str, skipped: list | None = None) -> str:
+    """Plots (PNG) and ``report.md`` in ``out_dir`` for every result file given (loader-only and training
+    benchmark results, matrix results, loss curves).
+
+    Args:
+        result_paths: The result files.
+        out_dir: Where the plots and ``report.md`` go (created).
+        skipped: A list to which a file that is none of these (e.g. ``benchmarks/results/codecs.json``, met when
+            given ``benchmarks/results/*.json``) adds one line saying why, instead of failing; without it such a
+            file fails.
+
+    Returns:
+        The path of ``report.md``.
+
+    Raises:
+        TableError: a file that is not a result (without ``skipped``), or nothing left to report either way.
+    """
+    payloads, passed_over = [], []
+    for path in result_paths:
+        try:
+            payloads.append(load_result(path))
+        except TableError as exc:
+            if skipped is None:
+                raise
+            passed_over.append(path)
+            skipped.append(str(exc))
     if not payloads:
-        raise TableError("no result files given")
+        raise TableError("no result files given" if not passed_over else
+                         f"none of the {len(passed_over)} file(s) given is a benchmark, matrix or loss-curves result")
     os.makedirs(out_dir, exist_ok=True)
     color = Palette()
     for p in payloads:  # colours in the order backends first appear, the same in every figure
@@ -427,6 +657,9 @@ def report(result_paths, out_dir: str) -> str:
           f"Generated by `robo-loaders report` from {len(payloads)} result file(s). How every number is measured: "
           "`docs/benchmarks.md` in the robo-loaders-plugin repository. Ratios are always against baselines measured "
           "in the same run (same file, same cell).\n"]
+    if passed_over:
+        md.append("Skipped (not a benchmark, matrix or loss-curves result): "
+                  + ", ".join(f"`{os.path.basename(p)}`" for p in passed_over) + ".\n")
     epochs_seen = False
     for p in payloads:
         stem = _stem(p["_path"], used)
@@ -448,6 +681,11 @@ def report(result_paths, out_dir: str) -> str:
             failed = [r["backend"] for r in p["results"] if r.get("error")]
             if failed:
                 md.append(f"Failed (not plotted): {', '.join(f'`{b}`' for b in failed)}.\n")
+            runs_tagged = [r["backend"] for r in _ok(p["results"]) if tagged(r["backend"])]
+            if runs_tagged:
+                md.append(f"In the table, not plotted: {', '.join(f'`{b}`' for b in runs_tagged)} (a `#tag` runs a "
+                          "backend again with other options, e.g. another rate: another workload, not comparable "
+                          "bar for bar).\n")
             _img(md, "throughput", plot_throughput(p, png("throughput"), color), out_dir)
             _img(md, "memory", plot_memory(p, png("memory"), color), out_dir)
             _img(md, "start-up", plot_startup(p, png("startup"), color), out_dir)
@@ -463,7 +701,7 @@ def report(result_paths, out_dir: str) -> str:
                         t = tables.results_table([p], opts)
                     except TableError:
                         continue
-                    md.append(f"samples/s, {AXIS_LABEL[ax2]} {v}, {w} workers:\n\n{t}\n")
+                    md.append(f"samples/s, {AXIS_LABEL[ax2]} {v}, {plural(w, 'worker')}:\n\n{t}\n")
             _img(md, "samples/s against batch size", _matrix_grid(p, "batch_size", color, png("vs_batch_size")),
                  out_dir)
             _img(md, f"samples/s against {ax2}", _matrix_grid(p, ax2, color, png(f"vs_{ax2}")), out_dir)
@@ -483,6 +721,16 @@ def report(result_paths, out_dir: str) -> str:
                 md.append(tables.results_table([p], {"columns": ",".join(list(p["axes"]) + [
                     "backend", "build_s", "epoch_times_s"])}) + "\n")
                 epochs_seen = True
+        elif p["_kind"] == "growth":
+            from robo_loaders_plugin.bench.growth_plots import growth_section
+
+            md.append("Cost growth with the number of frames (`python -m benchmarks.harness growth run`; "
+                      "`docs/benchmarks.md`):\n")
+            md += growth_section(p, out_dir, stem, color, _caption)
+        elif p["_kind"].startswith("growth_"):
+            from robo_loaders_plugin.bench.growth_plots import growth_table
+
+            md.append(growth_table(p, "results") + "\n")
         else:
             if p.get("notes"):
                 md.append(f"{p['notes']}\n")
@@ -503,12 +751,27 @@ def report(result_paths, out_dir: str) -> str:
 @click.option("--out", "out_dir", type=click.Path(file_okay=False),
               help="write PNG plots and report.md for RESULTS here")
 def report_cmd(results, out_dir):
-    """Plots and a markdown page from benchmark, matrix, training-benchmark and loss-curve results."""
+    """Plots and a markdown page from benchmark, matrix, training-benchmark and loss-curve results (other files
+    given, e.g. benchmarks/results/codecs.json, are skipped with one line each).
+
+    \f
+    (click shows the text above as the command's help; what follows is for readers of the code.)
+
+    Args:
+        results: RESULTS, the result JSON files.
+        out_dir: ``--out``, where the plots and report.md go.
+    """
     if not out_dir:
         raise click.UsageError("nothing to do: give --out DIR (plots and report.md for RESULTS)")
     if not results:
         raise click.UsageError("--out needs RESULTS (result JSON files)")
+    skipped = []
     try:
-        click.echo(f"wrote {report(results, out_dir)}")
+        path = report(results, out_dir, skipped)
     except TableError as exc:
+        for line in skipped:
+            click.echo(f"skipped {line}")
         raise click.ClickException(str(exc)) from None
+    for line in skipped:
+        click.echo(f"skipped {line}")
+    click.echo(f"wrote {path}")

@@ -12,6 +12,7 @@ from robo_loaders_plugin.core.units import format_bytes
 
 
 def machine() -> dict:
+    """What the results were measured on: CPU, cores, RAM, Python, torch, and the first GPU (``None`` without CUDA)."""
     import torch
 
     return {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
@@ -20,6 +21,13 @@ def machine() -> dict:
 
 
 def add_ratios(results: list[dict], baselines: list[str], fields=("samples_per_s", "peak_mem_bytes")) -> None:
+    """Add each result's ratios to the baselines measured in the same run, in place (``r["ratios"]``).
+
+    Args:
+        results: One dict per backend (``backend``, the fields, ``error`` when it failed).
+        baselines: The baseline backends' names; those missing or failed give no ratios.
+        fields: The fields to compare; a baseline value of 0 or missing gives no ratio.
+    """
     by_name = {r["backend"]: r for r in results}
     for r in results:
         r["ratios"] = {}
@@ -33,6 +41,15 @@ def add_ratios(results: list[dict], baselines: list[str], fields=("samples_per_s
 
 
 def table(results: list[dict], baselines: list[str]) -> str:
+    """The results as a text table, with speed and memory ratios per baseline (failed backends on one line).
+
+    Args:
+        results: The results, with their ratios (:func:`add_ratios`).
+        baselines: The baselines whose ratio columns to show.
+
+    Returns:
+        The table.
+    """
     rows = []
     for r in results:
         if r.get("error"):

@@ -14,8 +14,20 @@ CACHE_MODES = {"low_dim": "low_dim", "all": "all", "none": None}
 
 
 def parse_backend(label: str):
-    """``native:all`` -> (native, all); ``compressed_cache`` -> (compressed_cache, low_dim); a ``#tag`` is left out
-    (``gpu_resampler#third`` -> (gpu_resampler, low_dim))."""
+    """A benchmark label as (backend, robomimic ``hdf5_cache_mode``).
+
+    ``native:all`` -> (native, all); ``compressed_cache`` -> (compressed_cache, low_dim); a ``#tag`` is left out
+    (``gpu_resampler#third`` -> (gpu_resampler, low_dim)); ``:none`` gives ``None``.
+
+    Args:
+        label: The label.
+
+    Returns:
+        ``(backend name, cache mode)``.
+
+    Raises:
+        ValueError: a cache mode other than ``low_dim``, ``all`` or ``none``.
+    """
     name, _, mode = backend_of(label).partition(":")
     mode = mode or "low_dim"
     if mode not in CACHE_MODES:
@@ -24,7 +36,11 @@ def parse_backend(label: str):
 
 
 def array_bytes(path: str) -> int:
-    """Bytes of every array under ``data/`` of a robomimic file: what a conversion reads and stores."""
+    """Bytes of every array under ``data/`` of a robomimic file: what a conversion reads and stores.
+
+    Args:
+        path: The robomimic HDF5 file.
+    """
     import h5py
 
     total = 0
@@ -40,6 +56,19 @@ def array_bytes(path: str) -> int:
 
 
 def run_one(label: str, common: dict, kwargs: dict, log_dir: str, timeout: float, fresh_cache: bool = True) -> dict:
+    """One backend's benchmark in its own child process (``bench.robomimic_run``).
+
+    Args:
+        label: The backend's label (``parse_backend``).
+        common: The settings every run shares (dataset, sizes, workers, batches, obs keys).
+        kwargs: Backend options by label or name (``runner.options_for`` picks this label's).
+        log_dir: Where the child's log goes.
+        timeout: Seconds the child may take.
+        fresh_cache: Whether the child starts from an empty cache directory.
+
+    Returns:
+        The child's result row (``error`` set when it failed).
+    """
     name, mode = parse_backend(label)
     opts = options_for(label, kwargs)
     args = dict(common, label=label, backend=name, cache_mode=mode, kwargs=opts)
@@ -49,16 +78,45 @@ def run_one(label: str, common: dict, kwargs: dict, log_dir: str, timeout: float
 def bench_robomimic(dataset: str, backends: list[str], seq_length: int, frame_stack: int, batch_size: int,
                     num_workers: int, batches: int, kwargs: dict, json_out: str | None, obs_keys=None,
                     timeout: float = 3600, echo=print, repeats: int = 1, fresh_cache: bool = True) -> dict:
-    """``repeats`` > 1: every backend that many times, each reported by its median run (``runner.in_rounds``).
-    ``fresh_cache``: every run starts from an empty cache directory (``runner.run_child``), so no backend reuses
-    what an earlier run or the user's cache holds (a conversion on first use is then paid by every backend that
-    has one, as in a first training run); false: the user's cache directory."""
+    """``robo-loaders bench robomimic``: every backend in its own process, with ratios to the native baselines
+    measured in the same run.
+
+    When ``datapipe`` is benchmarked without given shards or cache directory, the conversion is timed on its own
+    first (the user's command, a fresh process, at 1 and N workers) and datapipe then reads the N-worker shards, so
+    its build time is opening them, like a second training run.
+
+    Args:
+        dataset: The robomimic HDF5 file.
+        backends: Labels (``native:low_dim``, ``compressed_cache``, ``name#tag``, ...).
+        seq_length: robomimic's ``train.seq_length``.
+        frame_stack: robomimic's ``train.frame_stack``.
+        batch_size: Samples per batch.
+        num_workers: robomimic's ``train.num_data_workers``.
+        batches: Batches timed per backend.
+        kwargs: Backend options by label or name; ``kwargs["datapipe"]`` is set (shards path) when the benchmark
+            converts for datapipe.
+        json_out: Where to write the result JSON (``None``: not written).
+        obs_keys: Only these observation keys (default: every key of the file).
+        timeout: Seconds one child (or conversion) may take.
+        echo: Prints progress and the table.
+        repeats: > 1: every backend that many times, each reported by its median run (``runner.in_rounds``).
+        fresh_cache: Every run starts from an empty cache directory (``runner.run_child``), so no backend reuses
+            what an earlier run or the user's cache holds (a conversion on first use is then paid by every backend
+            that has one, as in a first training run); false: the user's cache directory.
+
+    Returns:
+        The result payload (settings, machine, results with ratios, conversion rows, notes).
+
+    Raises:
+        ValueError: a bad backend label.
+    """
     for b in backends:
         parse_backend(b)
     common = dict(dataset=os.path.abspath(dataset), seq_length=seq_length, frame_stack=frame_stack,
                   batch_size=batch_size, num_workers=num_workers, batches=batches, obs_keys=obs_keys)
     conversion = None
     with tempfile.TemporaryDirectory(prefix="robo-loaders-bench-") as log_dir:
+        kwargs = {label: dict(options) for label, options in kwargs.items()}  # the caller's stay as given
         dp = kwargs.setdefault("datapipe", {})
         if "datapipe" in backends and not dp.get("shards") and not dp.get("cache_dir"):
             # conversion timed on its own (user's command, fresh process) at 1 and N workers; datapipe then reads

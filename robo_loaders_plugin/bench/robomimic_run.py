@@ -13,6 +13,14 @@ from robo_loaders_plugin.bench.shuffle_metric import episode_mix
 
 
 def image_and_low_dim_keys(path: str):
+    """The observation keys of a robomimic file's first demo, split into camera keys (4-D uint8) and the rest.
+
+    Args:
+        path: The robomimic HDF5 file.
+
+    Returns:
+        ``(rgb keys, low-dim keys)``.
+    """
     import h5py
 
     with h5py.File(path, "r") as f:
@@ -24,6 +32,16 @@ def image_and_low_dim_keys(path: str):
 
 
 def make_config(a: dict):
+    """A robomimic ``bc`` config for the child's run: the dataset, observation keys by modality, window and loader
+    settings, and the backend.
+
+    Args:
+        a: The child's arguments (``dataset``, ``obs_keys``, ``seq_length``, ``frame_stack``, ``batch_size``,
+            ``num_workers``, ``cache_mode``, ``backend``, ``kwargs``).
+
+    Returns:
+        ``(config, observation keys)``.
+    """
     from robomimic.config import config_factory
 
     config = config_factory("bc")
@@ -46,6 +64,15 @@ def make_config(a: dict):
 
 
 def run(a: dict) -> dict:
+    """Build one backend the way robomimic's train() does, and time its batches.
+
+    Args:
+        a: The child's arguments (see :func:`make_config`, plus ``batches``).
+
+    Returns:
+        The result row: the timing, ``build_s``, ``num_samples``, ``baseline_pss_bytes``, ``episode_mix``,
+        ``summary``.
+    """
     import torch
     import robomimic.utils.obs_utils as ObsUtils
 
@@ -73,9 +100,18 @@ def run(a: dict) -> dict:
 
 
 def episode_batches(ds, batch_size: int) -> list:
-    """Episode of every sample, batch by batch, over one shuffled pass as the backend serves it. robomimic's
-    batches carry no demo id, so this follows the sampling instead of the data: a sample-level dataset is drawn
-    by the same sampler robomimic's DataLoader(shuffle=True, drop_last=True) uses; datapipe by its own plan."""
+    """Episode of every sample, batch by batch, over one shuffled pass as the backend serves it.
+
+    robomimic's batches carry no demo id, so this follows the sampling instead of the data: a sample-level dataset
+    is drawn by the same sampler robomimic's DataLoader(shuffle=True, drop_last=True) uses; datapipe by its own plan.
+
+    Args:
+        ds: The dataset built (robomimic's SequenceDataset, or a backend's).
+        batch_size: Samples per batch.
+
+    Returns:
+        One array of demo indices per batch.
+    """
     import torch
 
     from robo_loaders_plugin.core.iteration import BatchDataset
@@ -91,6 +127,7 @@ def episode_batches(ds, batch_size: int) -> list:
 
 
 def main():
+    """The child's entry point: ``python -m robo_loaders_plugin.bench.robomimic_run '<json args>' OUT.json``."""
     args = json.loads(sys.argv[1])
     out = run(args)
     with open(sys.argv[2], "w") as f:

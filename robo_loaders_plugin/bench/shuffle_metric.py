@@ -13,6 +13,13 @@ import numpy as np
 
 
 def episode_mix(batches: Iterable) -> float | None:
-    """``batches``: one array of episode ids per batch (any array-like); None when there are no batches."""
+    """The mean over batches of (distinct episodes in the batch / batch size).
+
+    Args:
+        batches: One array of episode ids per batch (any array-like); empty batches are skipped.
+
+    Returns:
+        The mix, or ``None`` when there are no batches.
+    """
     ratios = [len(np.unique(np.asarray(ep))) / len(ep) for ep in batches if len(ep)]
     return float(np.mean(ratios)) if ratios else None

@@ -16,7 +16,7 @@ import json
 import os
 from dataclasses import dataclass
 
-from robo_loaders_plugin.core.units import format_bytes
+from robo_loaders_plugin.core.units import format_bytes, format_size_text, plural
 
 AXIS_KEYS = ("batch_size", "seq_length", "preset", "num_workers")
 AXIS_LABEL = {"batch_size": "batch", "seq_length": "seq_length", "preset": "delta_timestamps",
@@ -29,9 +29,15 @@ class TableError(ValueError):
 
 # -- result files ---------------------------------------------------------------------------------------------------
 def kind_of(payload: dict) -> str:
+    """What a result file is: ``bench``, ``training``, ``matrix``, ``loss_curves``, ``growth`` (with
+    ``growth_findings`` and ``growth_conversion``: ``bench/growth_plots.py``), or ``unknown``.
+
+    Args:
+        payload: The file's JSON content.
+    """
     if not isinstance(payload, dict):
         return "unknown"
-    if payload.get("kind") in ("matrix", "loss_curves"):
+    if payload.get("kind") in ("matrix", "loss_curves", "growth", "growth_findings", "growth_conversion"):
         return payload["kind"]
     if payload.get("benchmark") == "training" and "results" in payload:
         return "training"  # the training benchmark (benchmarks/harness/train/)
@@ -39,8 +45,17 @@ def kind_of(payload: dict) -> str:
 
 
 def load_result(path: str) -> dict:
-    """A result file as a dict, its kind (``bench``, ``training``, ``matrix``, ``loss_curves``) under ``_kind`` and
-    its path under ``_path``; a file that is none of these (e.g. ``codecs.json``) fails naming it."""
+    """A result file as a dict, with its kind under ``_kind`` and its path under ``_path``.
+
+    Args:
+        path: The JSON file.
+
+    Returns:
+        The payload.
+
+    Raises:
+        TableError: the file is missing, not JSON, or none of the known kinds (e.g. ``codecs.json``).
+    """
     try:
         with open(path) as f:
             payload = json.load(f)
@@ -56,8 +71,15 @@ def load_result(path: str) -> dict:
 
 
 def rows_of(payload: dict) -> list[dict]:
-    """Result rows with the file's settings folded in (bench files keep batch size etc. in ``settings``)."""
-    if payload["_kind"] == "matrix":
+    """Result rows with the file's settings folded in (bench files keep batch size etc. in ``settings``).
+
+    Args:
+        payload: A loaded result (:func:`load_result`).
+
+    Returns:
+        New dicts, one per row; none for loss curves.
+    """
+    if payload["_kind"] in ("matrix", "growth"):
         return [dict(r) for r in payload["rows"]]
     if payload["_kind"] not in ("bench", "training"):
         return []
@@ -67,13 +89,25 @@ def rows_of(payload: dict) -> list[dict]:
 
 
 def machine_caption(m: dict | None) -> str:
+    """One line naming the machine a result was measured on (sizes in this package's units).
+
+    Args:
+        m: The result's ``machine``, or ``None``.
+    """
     if not m:
         return "machine not recorded"
-    return (f"{m.get('cpu') or '?'}, {m.get('cores')} cores, {m.get('ram')} RAM, {m.get('gpu') or 'no GPU'}, "
+    ram = format_size_text(m.get("ram"))  # files written before the decimal units recorded "23.5 GiB"
+    return (f"{m.get('cpu') or '?'}, {m.get('cores')} cores, {ram} RAM, {m.get('gpu') or 'no GPU'}, "
             f"Python {m.get('python')}, torch {m.get('torch')}")
 
 
 def settings_parts(payload: dict) -> list[str]:
+    """The result's settings worth a caption, as phrases (batch, seq_length, workers, timed batches, repeats,
+    epochs, ...).
+
+    Args:
+        payload: A loaded result.
+    """
     s = payload.get("settings") or {}
     if payload["_kind"] == "matrix":
         parts = [f"dataset {os.path.basename(str(s.get('dataset')))}"] if s.get("dataset") else []
@@ -101,10 +135,24 @@ def settings_parts(payload: dict) -> list[str]:
 
 
 def settings_caption(payload: dict) -> str:
+    """:func:`settings_parts` joined with commas.
+
+    Args:
+        payload: A loaded result.
+    """
     return ", ".join(settings_parts(payload))
 
 
 def baselines_in(rows, payload: dict | None = None) -> list[str]:
+    """The baselines ratios are given against: the training file's one baseline, else the native rows present.
+
+    Args:
+        rows: Result rows.
+        payload: Their file, if known (a training result names its baseline).
+
+    Returns:
+        Baseline backend labels, in column order.
+    """
     if payload and payload.get("_kind") == "training":  # its ratios are against one baseline
         return [payload["baseline"]] if payload.get("baseline") else []
     names = [r["backend"] for r in rows]
@@ -146,7 +194,15 @@ def _fetch_decode(r, ctx):
 
 
 def conversion_for(row: dict, payload: dict) -> dict | None:
-    """The conversion this row's backend read (datapipe, when the benchmark converted itself: the last row)."""
+    """The conversion this row's backend read: datapipe's, when the benchmark converted itself (the last row).
+
+    Args:
+        row: A result row.
+        payload: Its result file.
+
+    Returns:
+        The conversion row, or ``None`` (another backend, or datapipe given shards or a cache directory).
+    """
     conv = payload.get("conversion")
     if not conv or row.get("backend", "").split("#", 1)[0] != "datapipe":
         return None
@@ -187,7 +243,14 @@ def _mem_ratio(baseline):
 
 
 def epoch_times(row: dict) -> list[float] | None:
-    """Seconds per successive epoch: loader rows' ``epoch_times_s``, or a training row's ``epochs[].step_s``."""
+    """Seconds per successive epoch: loader rows' ``epoch_times_s``, or a training row's ``epochs[].step_s``.
+
+    Args:
+        row: A result row.
+
+    Returns:
+        The times, or ``None`` when the row has none.
+    """
     if row.get("epoch_times_s"):
         return list(row["epoch_times_s"])
     eps = row.get("epochs")
@@ -203,6 +266,13 @@ def _epochs(r, ctx):
 
 @dataclass(frozen=True)
 class Column:
+    """One column of a results table.
+
+    Attributes:
+        header: The column's header.
+        cell: ``cell(row, ctx) -> str``; ``ctx["payload"]`` is the row's result file.
+        numeric: Right-aligned.
+    """
     header: str
     cell: object  # (row, ctx) -> str
     numeric: bool = True
@@ -253,6 +323,18 @@ CONVERSION_COLUMNS = {
 
 
 def column(name: str) -> Column:
+    """The column of that name: one of :data:`COLUMNS`, or ``vs:``, ``mem_vs:``, ``data_mem_vs:``, ``steps_vs:``,
+    ``launch_vs:`` followed by a baseline.
+
+    Args:
+        name: The column's name.
+
+    Returns:
+        The :class:`Column`.
+
+    Raises:
+        TableError: an unknown name (the message lists the known ones).
+    """
     if name in COLUMNS:
         return COLUMNS[name]
     kind, _, baseline = name.partition(":")
@@ -272,6 +354,18 @@ def column(name: str) -> Column:
 
 def default_columns(framework: str, rows: list[dict], varying: list[str], kind: str = "bench",
                     base: list[str] | None = None) -> list[str]:
+    """The columns of ``robo-loaders bench``'s own table for that framework (or the training benchmark's).
+
+    Args:
+        framework: ``robomimic`` or ``lerobot``.
+        rows: The rows shown (an epoch-times column is added when one has them).
+        varying: The axes that differ between rows, shown first.
+        kind: ``bench`` or ``training``.
+        base: The baselines (default: those in ``rows``).
+
+    Returns:
+        Column names.
+    """
     base = baselines_in(rows) if base is None else base
     if kind == "training":
         return varying + ["backend", "steps_per_s", "samples_per_s", "stall_fraction", "first_epoch_s",
@@ -291,6 +385,16 @@ def default_columns(framework: str, rows: list[dict], varying: list[str], kind: 
 
 
 def markdown_table(headers: list[str], rows: list[list[str]], numeric: list[bool]) -> str:
+    """A markdown table (``|`` in cells escaped, newlines flattened).
+
+    Args:
+        headers: The header cells.
+        rows: The body's cells, row by row.
+        numeric: Per column, whether it is right-aligned.
+
+    Returns:
+        The table, without a final newline.
+    """
     def esc(s):
         return str(s).replace("|", "\\|").replace("\n", " ")
 
@@ -311,9 +415,26 @@ def _filter(rows: list[dict], opts: dict) -> list[dict]:
 
 
 def results_table(payloads: list[dict], opts: dict | None = None) -> str:
-    """A markdown table of the rows of one or more result files (``opts`` as the README marker's options)."""
+    """A markdown table of the rows of one or more result files.
+
+    Args:
+        payloads: Loaded results (:func:`load_result`) of one framework.
+        opts: The README marker's options (see the module's docstring); ``None``: the default table.
+
+    Returns:
+        The table.
+
+    Raises:
+        TableError: mixed frameworks, or training with loader-only results; no rows match; no conversion rows; an
+            unknown table or column.
+    """
     opts = dict(opts or {})
     table = opts.get("table", "results")
+    growth = [p for p in payloads if p["_kind"].startswith("growth")]
+    if growth:  # issue 22's cost-growth results: their own tables (bench/growth_plots.py)
+        from robo_loaders_plugin.bench.growth_plots import growth_table
+
+        return "\n".join(growth_table(p, table) for p in growth)
     frameworks = {p.get("framework") for p in payloads}
     if len(frameworks) > 1:
         raise TableError(f"one table cannot mix frameworks ({sorted(frameworks)})")
@@ -388,7 +509,14 @@ def _pivot(pairs, opts) -> str:
 
 
 def unique_in_order(values):
-    """``values`` without repeats, in first-seen order."""
+    """``values`` without repeats, in first-seen order.
+
+    Args:
+        values: Any iterable of comparable values.
+
+    Returns:
+        A list.
+    """
     out = []
     for v in values:
         if v not in out:

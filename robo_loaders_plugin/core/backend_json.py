@@ -15,6 +15,20 @@ from robo_loaders_plugin.core.errors import BackendOptionError
 EXAMPLE = '\'{"codec": "zstd"}\''
 
 
+def _json_object(text: str) -> tuple[dict | None, str]:
+    """(the object, "") or (None, why ``text`` is not a JSON object)."""
+    if not text.strip():
+        return {}, ""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return None, (f"{text!r} is not JSON ({exc.msg} at character {exc.pos}; JSON needs double quotes around "
+                      "names and strings)")
+    if not isinstance(value, dict):
+        return None, f"got {type(value).__name__} {text!r}"
+    return value, ""
+
+
 def parse_backend_kwargs(text: str, flag: str) -> dict:
     """A backend's options from the JSON object a user typed.
 
@@ -28,17 +42,9 @@ def parse_backend_kwargs(text: str, flag: str) -> dict:
     Raises:
         BackendOptionError: one line naming ``flag``: not JSON (with the position), or JSON but not an object.
     """
-    if not text.strip():
-        return {}
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise BackendOptionError(f"{flag} must be a JSON object, e.g. {flag}={EXAMPLE}: {text!r} is not JSON "
-                                 f"({exc.msg} at character {exc.pos}; JSON needs double quotes around names and "
-                                 "strings)") from None
-    if not isinstance(value, dict):
-        raise BackendOptionError(f"{flag} must be a JSON object, e.g. {flag}={EXAMPLE}, got {type(value).__name__} "
-                                 f"{text!r}")
+    value, why = _json_object(text)
+    if value is None:
+        raise BackendOptionError(f"{flag} must be a JSON object, e.g. {flag}={EXAMPLE}: {why}")
     return value
 
 
@@ -58,8 +64,32 @@ def parse_backend_pairs(values, flag: str) -> dict[str, dict]:
     out = {}
     for v in values:
         name, sep, payload = v.partition("=")
-        if not sep or not name:
-            raise BackendOptionError(f"{flag} {v!r}: expected BACKEND='{{json}}', e.g. {flag} compressed_cache="
-                                     f"{EXAMPLE}")
-        out[name] = parse_backend_kwargs(payload, f"{flag} {name}=")
+        value, why = _json_object(payload) if sep and name else (None, "expected BACKEND='{json}'")
+        if value is None:
+            raise BackendOptionError(f"{flag} {v!r}: options must be a JSON object, e.g. {flag} "
+                                     f"compressed_cache={EXAMPLE}: {why}")
+        out[name] = value
     return out
+
+
+def click_backend_pairs(ctx, param, values) -> dict[str, dict]:
+    """A click callback (or a plain call with ``ctx=param=None``) for a repeatable ``BACKEND='{json}'`` option.
+
+    Args:
+        ctx: click's context (unused).
+        param: The option (its name is the flag in messages; ``None``: ``--backend-kwargs``).
+        values: The pairs as typed.
+
+    Returns:
+        ``{backend: options}`` (:func:`parse_backend_pairs`).
+
+    Raises:
+        click.BadParameter: a bad pair, as click's usage error naming the option.
+    """
+    import click
+
+    flag = "--" + param.name.replace("_", "-") if param is not None and param.name else "--backend-kwargs"
+    try:
+        return parse_backend_pairs(values, flag)
+    except BackendOptionError as exc:
+        raise click.BadParameter(str(exc)) from None

@@ -6,6 +6,14 @@ import dataclasses
 
 @dataclasses.dataclass(frozen=True)
 class Check:
+    """One row of ``robo-loaders doctor``: something the plugin relies on, and whether it holds here.
+
+    Attributes:
+        what: What is checked (a version, a patch point, a private attribute read).
+        ok: Whether it holds.
+        detail: Why it matters, or what was found instead.
+        required: A failed required check makes ``doctor`` exit 1; a failed optional one is a warning.
+    """
     what: str
     ok: bool
     detail: str = ""
@@ -13,10 +21,19 @@ class Check:
 
     @property
     def status(self) -> str:
+        """``"ok"``, ``"FAIL"`` (a required check failed) or ``"warn"`` (an optional one failed)."""
         return "ok" if self.ok else ("FAIL" if self.required else "warn")
 
 
 def installed_version(distribution: str) -> str | None:
+    """The installed version of a distribution, without importing it.
+
+    Args:
+        distribution: The distribution's name on PyPI (``"lerobot"``, ``"robomimic"``).
+
+    Returns:
+        Its version string, or ``None`` when it is not installed.
+    """
     from importlib.metadata import PackageNotFoundError, version
 
     try:
@@ -26,8 +43,19 @@ def installed_version(distribution: str) -> str | None:
 
 
 def patch_point_checks(framework: str, points, originals: dict, mark: str) -> list[Check]:
-    """One row per (module, dotted attribute, parameters relied on): the symbol exists and, patched or not, its
-    original takes those leading parameters."""
+    """One row per patch point: the symbol exists and, patched or not, its original takes the leading
+    parameters the plugin relies on.
+
+    Args:
+        framework: The framework's name as printed (``"LeRobot"``, ``"robomimic"``).
+        points: ``(module, dotted attribute, parameters)`` triples, e.g.
+            ``("lerobot.datasets.factory", "make_dataset", ("cfg",))``.
+        originals: ``{attribute's last name: original}`` kept by the patches, consulted for a patched symbol.
+        mark: The attribute the patches set on their wrappers (how a patched symbol is recognised).
+
+    Returns:
+        One required :class:`Check` per point; a missing module or attribute is a failed row, not an error.
+    """
     import importlib
     import inspect
 

@@ -83,3 +83,18 @@ def try_flock(fd: int, mode: int = fcntl.LOCK_EX) -> bool:
         if exc.errno in _BUSY:
             return False
         raise
+
+
+def sha256_file(path: str) -> str:
+    """The SHA-256 of a file's bytes, read in blocks (hex).
+
+    Args:
+        path: The file.
+
+    Returns:
+        The hex digest.
+    """
+    import hashlib
+
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()

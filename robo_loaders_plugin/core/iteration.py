@@ -24,6 +24,7 @@ from robo_loaders_plugin.core.errors import RoboLoadersError
 from robo_loaders_plugin.core.ranks import rank_share
 from robo_loaders_plugin.core.spec import BATCH, INDEXED, SAMPLE, BackendChoice
 from robo_loaders_plugin.core.threads import ordered_map
+from robo_loaders_plugin.core.units import plural
 
 # BatchSource.state_dict() keys: the position of the next batch to serve
 STATE_EPOCH = "epoch"
@@ -81,7 +82,15 @@ class BatchSource(abc.ABC):
 
     @abc.abstractmethod
     def batches(self, epoch: int, start: int = 0) -> Iterator[Any]:
-        """Pass ``epoch`` from batch ``start`` on; a pure function of (epoch, start) and the backend's seed."""
+        """One pass; a pure function of (epoch, start) and the backend's seed, so a resumed run continues it.
+
+        Args:
+            epoch: The pass number.
+            start: The first batch to serve.
+
+        Yields:
+            Collated batches, from batch ``start`` to the end of the pass.
+        """
 
     def __iter__(self) -> Iterator[Any]:
         if self._positioned:
@@ -100,11 +109,17 @@ class BatchSource(abc.ABC):
         return f"{type(self).__name__} ({len(self)} batches per pass, starting at epoch {self._epoch} batch {self._batch})"
 
     def state_dict(self) -> dict:
+        """The position of the next batch to serve: ``{"epoch": ..., "batch": ...}``."""
         if self._batch >= len(self):
             return {STATE_EPOCH: self._epoch + 1, STATE_BATCH: 0}
         return {STATE_EPOCH: self._epoch, STATE_BATCH: self._batch}
 
     def load_state_dict(self, state: dict) -> None:
+        """Position the source so that the next ``iter()`` starts at ``state`` (from :meth:`state_dict`).
+
+        Args:
+            state: ``{"epoch": ..., "batch": ...}``.
+        """
         self._epoch, self._batch, self._positioned = int(state[STATE_EPOCH]), int(state[STATE_BATCH]), True
 
 
@@ -174,6 +189,7 @@ class BatchDataset(ServedDataset, abc.ABC):
                         "ROBO_LOADERS_DISABLE is set or the import hook did not run)")
 
     def get_dataset_sampler(self):
+        """robomimic asks its dataset for a sampler; the backend orders passes itself: none."""
         return None
 
 
@@ -196,6 +212,7 @@ class Built:
 
     @property
     def kind(self) -> str:
+        """Who drives the dataset's passes (the choice's kind)."""
         return self.choice.kind
 
 
@@ -232,7 +249,14 @@ def record_built(dataset, choice: BackendChoice, rank: int = 0, world_size: int 
 
 
 def built_by(dataset) -> Built | None:
-    """The :class:`Built` record of ``dataset`` (``None``: not built by a backend, e.g. robomimic's own)."""
+    """How a dataset was built.
+
+    Args:
+        dataset: Any dataset.
+
+    Returns:
+        Its :class:`Built` record (``None``: not built by a backend, e.g. robomimic's own).
+    """
     try:
         return _BUILT.get(dataset)
     except TypeError:
@@ -240,7 +264,14 @@ def built_by(dataset) -> Built | None:
 
 
 def summary_of(dataset) -> str:
-    """The build summary a backend declared for ``dataset``, or its length for a plain sample dataset."""
+    """The line to log about a built dataset.
+
+    Args:
+        dataset: Any dataset.
+
+    Returns:
+        The summary its backend declared (``Serving.summary``), or its length for a plain sample dataset.
+    """
     if isinstance(dataset, ServedDataset) and dataset.serving.summary:
         return dataset.serving.summary
     return f"{len(dataset)} samples"
@@ -299,16 +330,30 @@ class RankBatches(BatchSource):
         return self._len
 
     def describe(self) -> str:
+        """One line for the training log: this rank's share, threads and start position."""
         return (f"rank {self.plan.rank} of {self.plan.world_size}'s share of each pass ({len(self)} batches, "
-                f"{self.num_threads} threads, starting at epoch {self._epoch} batch {self._batch})")
+                f"{plural(self.num_threads, 'thread')}, starting at epoch {self._epoch} batch {self._batch})")
 
     def indices_of(self, epoch: int) -> np.ndarray:
-        """This rank's indices of pass ``epoch``, in serving order."""
+        """This rank's indices of a pass, in serving order.
+
+        Args:
+            epoch: The pass number.
+
+        Returns:
+            The dataset indices this rank serves in that pass.
+        """
         order = (np.random.default_rng([self.seed, int(epoch)]).permutation(self.num_items) if self.plan.shuffle
                  else np.arange(self.num_items))
         return order[rank_share(self.num_items, self.plan.rank, self.plan.world_size)]
 
     def batches(self, epoch, start=0):
+        """This rank's batches of a pass, built by threads, in order.
+
+        Args:
+            epoch: The pass number.
+            start: The first batch to serve.
+        """
         mine, b = self.indices_of(epoch), self.plan.batch_size
         chunks = (mine[i * b:(i + 1) * b].tolist() for i in range(start, len(self)))
         yield from ordered_map(self.collate, chunks, self.num_threads, self.depth)
@@ -316,7 +361,11 @@ class RankBatches(BatchSource):
 
 def in_process_compatible(data_loader) -> bool:
     """Whether a DataLoader's batches can be rebuilt in-process with the same result: a plain batch sampler, the
-    default collate, no worker hooks (robomimic 0.3.0's and lerobot-train's DataLoaders always are)."""
+    default collate, no worker hooks (robomimic 0.3.0's and lerobot-train's DataLoaders always are).
+
+    Args:
+        data_loader: The DataLoader the framework built.
+    """
     return (getattr(data_loader, "batch_sampler", None) is not None
             and data_loader.collate_fn is torch.utils.data.default_collate and data_loader.worker_init_fn is None)
 
@@ -376,11 +425,23 @@ def _source_for(data_loader, built: Built, plan_for, rank_split: bool = False) -
     return source
 
 
-def batch_stream(data_loader, plan_for: Callable[[Any, Built], SamplingPlan], native_cycle: Callable):
+def batch_stream(data_loader, source, native_cycle: Callable):
     """An endless stream of batches (LeRobot's ``cycle(dataloader)``) by the choice's kind: a ``batch`` backend's
     passes one after another, an ``indexed`` backend's in-process batches over the sampler's passes, or
-    ``native_cycle(data_loader)``."""
-    source = pass_batches(data_loader, plan_for)
+    ``native_cycle(data_loader)``.
+
+    Args:
+        data_loader: The DataLoader the framework built.
+        source: What one pass iterates, :func:`pass_batches`' answer for ``data_loader`` (asked once by the
+            caller, which also logs it).
+        native_cycle: The framework's own cycle, for datasets no backend built.
+
+    Yields:
+        Batches, forever.
+
+    Raises:
+        RoboLoadersError: the backend served an empty pass.
+    """
     if source is data_loader:
         yield from native_cycle(data_loader)
         return

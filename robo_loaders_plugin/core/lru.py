@@ -84,5 +84,9 @@ class LoadOnceLRU(Generic[K, V]):
             event.set()
 
     def load_ahead(self, key: K) -> None:
-        """Load ``key`` for later (``get(key, ahead=True)``), e.g. from a decode-ahead thread."""
+        """Load ``key`` for later (``get(key, ahead=True)``), e.g. from a decode-ahead thread.
+
+        Args:
+            key: What to load; it stays cached, evicted last, until asked for with :meth:`get`.
+        """
         self.get(key, ahead=True)

@@ -46,7 +46,14 @@ def _values(opt) -> str:
 
 
 def options_table(spec: BackendSpec) -> str:
-    """One backend's options: name, type, default, allowed values, frameworks, help."""
+    r"""One backend's options as a Markdown table: name, type, default, allowed values, frameworks, help.
+
+    Args:
+        spec: The backend's declaration.
+
+    Returns:
+        The table (``"No options.\n"`` for a backend without options), ending in a newline.
+    """
     if not spec.options:
         return "No options.\n"
     rows = ["| option | type | default | values | frameworks | meaning |", "|---|---|---|---|---|---|"]
@@ -58,7 +65,14 @@ def options_table(spec: BackendSpec) -> str:
 
 
 def backends_table(specs: list[BackendSpec]) -> str:
-    """Every backend, per framework: kind, lossless promise, GPU use."""
+    """Every backend as a Markdown table, one row per framework: kind, lossless promise, GPU use.
+
+    Args:
+        specs: The backends, in the order of the rows.
+
+    Returns:
+        The table, ending in a newline.
+    """
     rows = ["| backend | framework | kind | lossless | GPU | what it does |", "|---|---|---|---|---|---|"]
     for spec in specs:
         for i, fw in enumerate(spec.frameworks):
@@ -68,7 +82,14 @@ def backends_table(specs: list[BackendSpec]) -> str:
 
 
 def option_summary(specs: list[BackendSpec]) -> str:
-    """Each backend's option names, those of one framework only marked so (the README's table)."""
+    """Each backend's option names as a Markdown table (the README's), those of one framework only marked so.
+
+    Args:
+        specs: The backends, in the order of the rows.
+
+    Returns:
+        The table, ending in a newline.
+    """
     rows = ["| backend | options |", "|---|---|"]
     for spec in specs:
         names = [f"`{n}`" + (f" ({'/'.join(_NAMES.get(f, f) for f in o.frameworks)})" if o.frameworks else "")
@@ -78,10 +99,17 @@ def option_summary(specs: list[BackendSpec]) -> str:
 
 
 def render(text: str, specs: list[BackendSpec] | None = None) -> str:
-    """``text`` with every generated block rewritten from ``specs`` (default: the registered backends).
+    """``text`` with every generated block rewritten from ``specs``.
+
+    Args:
+        text: A Markdown document with marker comments (see the module's docstring); text outside the blocks is kept.
+        specs: The backends to describe (default: the registered backends, installed plugins' included).
+
+    Returns:
+        The document with each block's body replaced.
 
     Raises:
-        KeyError: a block names a backend that is not registered.
+        KeyError: a block names a backend that is not in ``specs``.
     """
     if specs is None:
         from robo_loaders_plugin.core.registry import get_backend, list_backends
@@ -106,7 +134,14 @@ def builtin_specs() -> list[BackendSpec]:
 
 
 def main(paths: list[str]) -> int:
-    """Rewrite the generated blocks of ``paths`` from the built-in declarations; prints what changed."""
+    """Rewrite the generated blocks of ``paths`` from the built-in declarations; prints each file that changed.
+
+    Args:
+        paths: The Markdown files to rewrite in place (``README.md``, ``docs/backends.md``).
+
+    Returns:
+        0, the process's exit status.
+    """
     for path in paths:
         with open(path) as f:
             text = f.read()

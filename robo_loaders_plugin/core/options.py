@@ -59,18 +59,31 @@ class Option:
 
     @property
     def types(self) -> tuple[type, ...]:
+        """The accepted types, as a tuple."""
         return self.type if isinstance(self.type, tuple) else (self.type,)
 
     def applies_to(self, framework: str) -> bool:
-        """Whether the option may be given under ``framework``."""
+        """Whether the option may be given under a framework.
+
+        Args:
+            framework: ``robomimic`` or ``lerobot``.
+        """
         return self.frameworks is None or framework in self.frameworks
 
     def default_for(self, framework: str) -> Any:
-        """The default under ``framework``."""
+        """The default under a framework.
+
+        Args:
+            framework: ``robomimic`` or ``lerobot``.
+        """
         return self.framework_defaults.get(framework, self.default)
 
     def choices_for(self, framework: str) -> tuple | None:
-        """The allowed values under ``framework`` (``None``: not a fixed set)."""
+        """The allowed values under a framework (``None``: not a fixed set).
+
+        Args:
+            framework: ``robomimic`` or ``lerobot``.
+        """
         return self.framework_choices.get(framework, self.choices)
 
     def type_name(self) -> str:
@@ -78,7 +91,11 @@ class Option:
         return " or ".join(_TYPE_WORDS.get(t, t.__name__) for t in self.types)
 
     def describe_values(self, framework: str | None = None) -> str:
-        """The allowed values in words (choices or range), for errors and docs; empty when any value is allowed."""
+        """The allowed values in words (choices or range), for errors and docs; empty when any value is allowed.
+
+        Args:
+            framework: Whose choices (``None``: the declaration's own).
+        """
         choices = self.choices_for(framework) if framework else self.choices
         if choices is not None:
             return "one of " + ", ".join(repr(c) for c in choices)
@@ -129,7 +146,11 @@ class Option:
         return None
 
     def as_dict(self, framework: str | None = None) -> dict:
-        """JSON-ready description (``robo-loaders list --json``, generated docs)."""
+        """JSON-ready description (``robo-loaders list --json``, generated docs).
+
+        Args:
+            framework: Describe the values allowed under this framework (``None``: the declaration's own).
+        """
         out = {"type": self.type_name(), "default": self.default, "help": self.help}
         if self.framework_defaults:
             out["framework_defaults"] = dict(self.framework_defaults)
@@ -192,7 +213,16 @@ _CLASSES: dict[tuple, tuple] = {}
 
 
 def options_class(backend: str, framework: str, declared: Mapping[str, Option]) -> type:
-    """The frozen dataclass of ``backend``'s options under ``framework`` (options of other frameworks left out)."""
+    """The frozen dataclass of a backend's options under a framework (options of other frameworks left out).
+
+    Args:
+        backend: The backend's name (names the class).
+        framework: ``robomimic`` or ``lerobot``.
+        declared: The backend's declarations.
+
+    Returns:
+        A subclass of :class:`Options` (one per backend, framework and declaration table).
+    """
     key = (backend, framework, id(declared))
     cls = _CLASSES.get(key, (None, None))[0]
     if cls is None:
@@ -267,7 +297,14 @@ def _did_you_mean(name: str, candidates: list[str]) -> str:
 
 # -- checks shared by several declarations (cheap: run at argument parsing) -------------------------------------
 def check_size(value) -> None:
-    """A byte size: a non-negative integer or a string like ``2GB``/``512MiB``."""
+    """A byte size: a non-negative integer or a string like ``2GB``/``512MiB``.
+
+    Args:
+        value: The option's value.
+
+    Raises:
+        ValueError: not a size.
+    """
     from robo_loaders_plugin.core.units import parse_bytes
 
     parse_bytes(value, "a size")
@@ -275,7 +312,14 @@ def check_size(value) -> None:
 
 def check_positive_rate(value) -> None:
     """A rate in frames per second: positive and at most 10 kHz (beyond that no recording exists and the windows
-    it implies would not fit in memory)."""
+    it implies would not fit in memory).
+
+    Args:
+        value: The option's value.
+
+    Raises:
+        ValueError: out of range.
+    """
     if value <= 0 or value > MAX_FPS:
         raise ValueError(f"must be a rate in frames per second in (0, {MAX_FPS:g}], got {value!r}")
 

@@ -21,7 +21,19 @@ def rank_share(total: int, rank: int, world_size: int) -> np.ndarray:
     whole episodes (two partial ones at most): each rank opens and decodes only its own episodes. Every rank gets
     ``ceil(total / world_size)`` positions, so every rank serves the same number of batches (no rank waits forever
     at the end of a pass); the last pieces are completed with positions from the start of the pass, as
-    accelerate's ``even_batches`` completes its last batches (at most ``world_size - 1`` items served twice)."""
+    accelerate's ``even_batches`` completes its last batches (at most ``world_size - 1`` items served twice).
+
+    Args:
+        total: How many items the pass serves in one process.
+        rank: This process's rank.
+        world_size: How many processes share the pass.
+
+    Returns:
+        The positions, an ``int64`` array of ``ceil(total / world_size)`` entries (empty when ``total`` is 0).
+
+    Raises:
+        ValueError: ``rank`` is not in ``[0, world_size)``.
+    """
     if not 0 <= rank < world_size:
         raise ValueError(f"rank {rank} is not in [0, {world_size})")
     if total == 0:
@@ -31,8 +43,23 @@ def rank_share(total: int, rank: int, world_size: int) -> np.ndarray:
 
 
 def resolve_ranks(rank: int | None = None, world_size: int | None = None, where: str = "") -> tuple[int, int]:
-    """(rank, world size): given explicitly, else from an initialized ``torch.distributed`` process group, else
-    from torchrun's ``RANK``/``WORLD_SIZE`` environment variables, else (0, 1)."""
+    """This process's (rank, world size).
+
+    Given explicitly, else from an initialized ``torch.distributed`` process group, else from torchrun's
+    ``RANK``/``WORLD_SIZE`` environment variables, else (0, 1).
+
+    Args:
+        rank: This process's rank, or ``None`` to find it.
+        world_size: How many processes, or ``None`` to find it (give both or neither).
+        where: Prefixed to the error messages (names the caller's setting).
+
+    Returns:
+        ``(rank, world_size)``.
+
+    Raises:
+        RoboLoadersError: only one of ``rank``/``world_size`` given; the environment variables are not integers;
+            or the pair is not integers with ``0 <= rank < world_size``.
+    """
     if (rank is None) != (world_size is None):
         raise RoboLoadersError(f"{where}give both rank= and world_size=, or neither (then torch.distributed or the "
                                "RANK/WORLD_SIZE environment variables decide)")
@@ -58,8 +85,17 @@ def resolve_ranks(rank: int | None = None, world_size: int | None = None, where:
 
 
 def source_identity(path: str) -> str:
-    """What identifies a source across hosts: a digest of its files' relative names and sizes (not their mtimes or
-    inodes, which differ between copies of the same data on two hosts)."""
+    """What identifies a source across hosts: a digest of its files' relative names and sizes.
+
+    Why not mtimes or inodes: they differ between copies of the same data on two hosts, and the ranks of a run must
+    agree that they read the same data (:func:`check_ranks_agree`).
+
+    Args:
+        path: The source's file or directory.
+
+    Returns:
+        The first 16 hex digits of the SHA-256 of the names and sizes.
+    """
     import hashlib
 
     from robo_loaders_plugin.storage.fingerprint import stat_files

@@ -21,6 +21,15 @@ from robo_loaders_plugin.core.spec import BackendChoice, BackendSpec
 
 @functools.lru_cache(maxsize=None)
 def get_plugin_manager() -> pluggy.PluginManager:
+    """The process's one PluginManager, built on first use: the built-in backends, then each plugin of the
+    ``robo_loaders`` entry-point group.
+
+    A plugin that fails to import is skipped with a warning naming it (see the module's docstring); a name already
+    registered or blocked is not loaded again.
+
+    Returns:
+        The :class:`pluggy.PluginManager` (cached; :func:`reset_cache` forgets it).
+    """
     pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
     pm.add_hookspecs(hookspecs)
     from robo_loaders_plugin import backends

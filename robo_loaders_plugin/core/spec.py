@@ -109,13 +109,36 @@ class BackendSpec:
                     raise ValueError(f"backend {self.name!r}: option {key!r} maps {value!r} to unknown kind {kind!r}")
 
     def kind_for(self, framework: str) -> str:
-        """The kind declared for ``framework`` (an option may still change it: :meth:`BackendChoice.kind`)."""
+        """The kind declared for a framework (an option may still change it: :meth:`BackendChoice.kind`).
+
+        Args:
+            framework: ``robomimic`` or ``lerobot``.
+
+        Returns:
+            ``SAMPLE``, ``INDEXED`` or ``BATCH``.
+        """
         return _per_framework(self.kind, self.frameworks, "kind", None, self.name)[framework]
 
     def lossless_for(self, framework: str) -> str:
+        """What the backend promises about its samples under a framework.
+
+        Args:
+            framework: ``robomimic`` or ``lerobot``.
+
+        Returns:
+            ``LOSSLESS``, ``LOSSY_FRAMES`` or ``NOT_BIT_IDENTICAL_ON_NVDEC``.
+        """
         return _per_framework(self.lossless, self.frameworks, "lossless", None, self.name)[framework]
 
     def gpu_for(self, framework: str) -> str:
+        """Whether the backend uses a GPU under a framework.
+
+        Args:
+            framework: ``robomimic`` or ``lerobot``.
+
+        Returns:
+            ``GPU_NO``, ``GPU_OPTIONAL`` or ``GPU_REQUIRED``.
+        """
         return _per_framework(self.gpu, self.frameworks, "gpu", None, self.name)[framework]
 
     def as_dict(self) -> dict:
@@ -155,8 +178,11 @@ class BackendSpec:
         return BackendChoice(self, framework, options)
 
     def check_requirements(self, framework: str) -> None:
-        """Raise naming what to install when a module the backend needs under ``framework`` is missing (found
+        """Raise naming what to install when a module the backend needs under a framework is missing (found
         without importing it).
+
+        Args:
+            framework: ``robomimic`` or ``lerobot``.
 
         Raises:
             RoboLoadersError: ``backend 'X' needs MODULE, which is not installed: pip install ...``.
@@ -172,7 +198,17 @@ class BackendSpec:
                 raise RoboLoadersError(f"backend {self.name!r} needs {module}, which is not installed: {hint}")
 
     def factory_for(self, framework: str) -> Callable[..., Any]:
-        """The factory building this backend's dataset under ``framework`` (imported on first use)."""
+        """The factory building this backend's dataset under a framework (imported on first use).
+
+        Args:
+            framework: ``robomimic`` or ``lerobot``.
+
+        Returns:
+            The factory function.
+
+        Raises:
+            RoboLoadersError: the backend does not serve ``framework``.
+        """
         if framework not in self.factories:
             raise RoboLoadersError(
                 f"backend {self.name!r} does not support {framework}; it supports: {', '.join(self.frameworks)}")
@@ -202,6 +238,7 @@ class BackendChoice:
 
     @property
     def name(self) -> str:
+        """The backend's name."""
         return self.spec.name
 
     @property
@@ -216,6 +253,7 @@ class BackendChoice:
 
     @property
     def gpu(self) -> str:
+        """Whether this choice uses a GPU (``GPU_NO``, ``GPU_OPTIONAL``, ``GPU_REQUIRED``)."""
         return self.spec.gpu_for(self.framework)
 
     def check_device(self) -> None:

@@ -15,15 +15,29 @@ CHECKED_TORCHDATA = "0.11"
 
 
 def draw_dataloader_base_seed(generator) -> None:
-    """Advance ``generator`` (or torch's global RNG) as ``DataLoader.__iter__`` does before sampling: torch's
-    ``_BaseDataLoaderIter.__init__`` draws one int64 base seed for the workers (``loader._get_shared_seed`` ->
-    ``torch.empty((), dtype=torch.int64).random_(generator=loader.generator)``)."""
+    """Advance ``generator`` (or torch's global RNG) as ``DataLoader.__iter__`` does before sampling.
+
+    Why: torch's ``_BaseDataLoaderIter.__init__`` draws one int64 base seed for the workers
+    (``loader._get_shared_seed`` -> ``torch.empty((), dtype=torch.int64).random_(generator=loader.generator)``);
+    an ``indexed`` backend that draws its indices from the sampler in-process must consume the same draw, or its
+    order would differ from the DataLoader's.
+
+    Args:
+        generator: The DataLoader's ``torch.Generator``, or ``None`` for torch's global RNG.
+    """
     torch.empty((), dtype=torch.int64).random_(generator=generator)
 
 
 def shutdown_node_threads(root) -> None:
-    """Stop and join the threads of a torchdata.nodes graph (0.11: each node keeps its running iterator in
-    ``_it``, and thread-based iterators have ``_shutdown()``)."""
+    """Stop and join the threads of a torchdata.nodes graph.
+
+    Why: the nodes' threads are daemons, which must be stopped before the interpreter finalizes. Relies on
+    torchdata 0.11's internals: each node keeps its running iterator in ``_it``, and thread-based iterators have
+    ``_shutdown()``.
+
+    Args:
+        root: The graph's last node; the walk follows ``_it`` and ``source`` from it (``None`` does nothing).
+    """
     stack, seen = [root], set()
     while stack:
         node = stack.pop()

@@ -21,6 +21,13 @@ _EPS = 1e-6  # positions within this of a step are that step (float error of tim
 
 @dataclasses.dataclass(frozen=True)
 class FieldInfo:
+    """How a frame source stores one field; the same in every episode.
+
+    Attributes:
+        dtype: The field's dtype.
+        shape: The shape of one step.
+        frames: Whether it is camera frames: stored compressed or decoded per step, and copied row by row.
+    """
     dtype: np.dtype
     shape: tuple   # of one step
     frames: bool   # camera frames: stored compressed/decoded per step, copied row by row
@@ -33,15 +40,42 @@ class FrameSource(abc.ABC):
 
     @abc.abstractmethod
     def info(self, field: str) -> FieldInfo:
-        """dtype and per-step shape of ``field`` (raises naming the field when absent)."""
+        """dtype and per-step shape of ``field``.
+
+        Args:
+            field: The field's name.
+
+        Returns:
+            Its :class:`FieldInfo`.
+
+        Raises:
+            KeyError: (or the source's own error) naming the field, when the source does not serve it.
+        """
 
     @abc.abstractmethod
     def take(self, field: str, episodes: np.ndarray, steps: np.ndarray, out: np.ndarray) -> None:
-        """``out[b, ...] = field[episodes[b]][steps[b, ...]]``: ``episodes`` is (B,), ``steps`` (B,) or (B, T)."""
+        """``out[b, ...] = field[episodes[b]][steps[b, ...]]``.
+
+        Args:
+            field: The field's name.
+            episodes: (B,) episode indices.
+            steps: (B,) or (B, T) step indices within each row's episode (already clamped into it).
+            out: The destination, ``steps.shape + step shape``, of the field's dtype.
+        """
 
     def gather(self, field: str, episodes: np.ndarray, steps: np.ndarray, pool=None):
-        """``field`` at (episode, step) pairs as one ``steps.shape + step shape`` array (recycled from ``pool``);
-        device-resident sources return a tensor where their data lives instead."""
+        """``field`` at (episode, step) pairs as one ``steps.shape + step shape`` array.
+
+        Args:
+            field: The field's name.
+            episodes: (B,) episode indices.
+            steps: (B,) or (B, T) step indices within each row's episode.
+            pool: A :class:`~robo_loaders_plugin.storage.buffers.BufferPool` to recycle the output array from, or
+                ``None`` for a new array.
+
+        Returns:
+            The values, as a numpy array; device-resident sources return a tensor where their data lives instead.
+        """
         info = self.info(field)
         shape = tuple(steps.shape) + tuple(info.shape)
         out = pool.empty(shape, info.dtype) if pool is not None else np.empty(shape, dtype=info.dtype)
@@ -50,14 +84,42 @@ class FrameSource(abc.ABC):
 
 
 def gather(source: FrameSource, field: str, episodes, steps, pool=None):
+    """:meth:`FrameSource.gather`, with ``episodes`` and ``steps`` made numpy arrays first.
+
+    Args:
+        source: The frame source.
+        field: The field's name.
+        episodes: (B,) episode indices (any sequence).
+        steps: (B,) or (B, T) step indices (any sequence).
+        pool: Recycles the output array (:class:`~robo_loaders_plugin.storage.buffers.BufferPool`), or ``None``.
+
+    Returns:
+        The values (see :meth:`FrameSource.gather`).
+    """
     return source.gather(field, np.asarray(episodes), np.asarray(steps), pool)
 
 
 def gather_at(source: FrameSource, field: str, episodes, positions, mode: str, pool=None):
-    """``field`` at step positions that may fall between recorded steps (already clamped into each episode):
+    """``field`` at step positions that may fall between recorded steps (rate conversion, ``windows.rates``).
+
     ``nearest`` takes the closer step (ties: the later one), ``previous`` the step at or before (zero-order hold),
     ``linear`` blends the two neighbours (float fields only). Integral positions read exactly the recorded steps,
-    whatever the mode, so conversion to the recorded rate is the identity."""
+    whatever the mode, so conversion to the recorded rate is the identity.
+
+    Args:
+        source: The frame source.
+        field: The field's name.
+        episodes: (B,) episode indices.
+        positions: (B,) or (B, T) step positions, integer or float, already clamped into each episode.
+        mode: :data:`NEAREST`, :data:`PREVIOUS` or :data:`LINEAR`.
+        pool: Recycles the output array of an exact read (a blended one is always new), or ``None``.
+
+    Returns:
+        The values, ``positions.shape + step shape``.
+
+    Raises:
+        ValueError: an unknown mode, for positions between steps.
+    """
     positions = np.asarray(positions)
     episodes = np.asarray(episodes)
     if positions.dtype.kind in "iu":
@@ -78,7 +140,16 @@ def gather_at(source: FrameSource, field: str, episodes, positions, mode: str, p
 
 
 def lerp(a, b, w: np.ndarray):
-    """``a + w * (b - a)`` in ``a``'s float dtype, ``w`` broadcast over the per-step dims (numpy or torch)."""
+    """``a + w * (b - a)`` in ``a``'s float dtype, ``w`` broadcast over the per-step dims (numpy or torch).
+
+    Args:
+        a: Values at the step before (numpy array or tensor).
+        b: Values at the step after, like ``a``.
+        w: Weights in [0, 1], one per position (numpy), ``a.shape`` without the per-step dims.
+
+    Returns:
+        The blend, of ``a``'s type, dtype and device.
+    """
     w = w.reshape(w.shape + (1,) * (a.ndim - w.ndim))
     if isinstance(a, np.ndarray):
         return (a + (b - a) * w.astype(a.dtype)).astype(a.dtype, copy=False)
@@ -88,5 +159,13 @@ def lerp(a, b, w: np.ndarray):
 
 
 def broadcast_episodes(episodes: np.ndarray, steps: np.ndarray) -> np.ndarray:
-    """Episode of every element of ``steps`` (``episodes`` has one entry per row)."""
+    """Episode of every element of ``steps``.
+
+    Args:
+        episodes: (B,) episode indices, one per row.
+        steps: (B,) or (B, T) step indices.
+
+    Returns:
+        ``episodes`` broadcast to ``steps.shape`` (a read-only view).
+    """
     return np.broadcast_to(episodes.reshape(episodes.shape + (1,) * (steps.ndim - 1)), steps.shape)

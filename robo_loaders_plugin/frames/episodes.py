@@ -22,9 +22,19 @@ ROW_COPY_BYTES = 256  # fields whose steps are at least this big are copied wind
 
 
 class EpisodeFrames(FrameSource):
-    """``read(ep, fields)`` returns the episode's arrays (``fields=None``: all the source serves), frames possibly
-    still compressed (:class:`EncodedFrames`); ``decode_on_load`` decodes those once per load instead of per
-    batch."""
+    """A frame source of episodes loaded whole, on demand, into a bounded cache (see the module's docstring).
+
+    Pickled (spawned DataLoader workers), it starts with an empty cache: each process opens its own.
+
+    Args:
+        lengths: Steps of each episode.
+        infos: ``{field: FieldInfo}`` of every field the source serves.
+        read: ``read(ep, fields)`` returns episode ``ep``'s arrays (``fields=None``: all the source serves), frames
+            possibly still compressed (:class:`EncodedFrames`); after an episode's first load only its frame fields
+            are asked for.
+        capacity: How many loaded episodes the cache holds.
+        decode_on_load: Decode compressed frames once per load instead of per batch.
+    """
 
     def __init__(self, lengths, infos: dict[str, FieldInfo], read: Callable[[int, list | None], dict], *,
                  capacity: int, decode_on_load: bool):
@@ -58,13 +68,37 @@ class EpisodeFrames(FrameSource):
         return fields
 
     def info(self, field: str) -> FieldInfo:
+        """dtype and per-step shape of ``field``.
+
+        Args:
+            field: The field's name.
+
+        Returns:
+            Its :class:`FieldInfo`.
+
+        Raises:
+            KeyError: the source does not serve ``field`` (the message lists those it does).
+        """
         try:
             return self.infos[field]
         except KeyError:
             raise KeyError(f"field {field!r} is not served by this source (it has: {sorted(self.infos)})") from None
 
     def gather(self, field, episodes, steps, pool=None):
-        """Episodes held as tensors (frames decoded on a GPU) are gathered where they are; arrays into numpy."""
+        """``field`` at (episode, step) pairs, loading the episodes it needs.
+
+        Episodes held as tensors (frames decoded on a GPU) are gathered where they are; arrays into numpy
+        (:meth:`FrameSource.gather`). The first episode decides which.
+
+        Args:
+            field: The field's name.
+            episodes: (B,) episode indices (at least one).
+            steps: (B,) or (B, T) step indices.
+            pool: Recycles a numpy output array, or ``None``.
+
+        Returns:
+            A ``steps.shape + step shape`` numpy array, or a tensor on the episodes' device.
+        """
         first = self.cache.get(int(episodes[0]))[field]
         if not isinstance(first, torch.Tensor):
             return super().gather(field, episodes, steps, pool)
@@ -80,6 +114,17 @@ class EpisodeFrames(FrameSource):
         return out.reshape(tuple(steps.shape) + tuple(info.shape))
 
     def take(self, field, episodes, steps, out):
+        """``out[b, ...] = field[episodes[b]][steps[b, ...]]``, loading the episodes it needs.
+
+        Small steps are copied with one fancy index per episode; large ones row by row (a slice where a row's steps are
+        consecutive); compressed frames are decompressed straight into ``out``.
+
+        Args:
+            field: The field's name.
+            episodes: (B,) episode indices.
+            steps: (B,) or (B, T) step indices.
+            out: The destination, ``steps.shape + step shape``.
+        """
         info = self.info(field)
         B = len(episodes)
         rows = steps.reshape(B, -1)

@@ -39,6 +39,8 @@ import inspect
 import sys
 import typing
 
+import numpy as np
+
 from robo_loaders_plugin.core.errors import CompatError
 
 SUPPORTED_PREFIX = "0.6."
@@ -54,6 +56,7 @@ PATCHED = (
 
 
 def installed_version() -> str | None:
+    """The installed LeRobot version (``None`` when LeRobot is not installed)."""
     return checks_module.installed_version("lerobot")
 
 
@@ -69,6 +72,15 @@ def check_version() -> None:
 
 @dataclasses.dataclass(frozen=True)
 class ReaderSettings:
+    """What decides an item of a ``LeRobotDataset`` besides its data: its private DatasetReader's settings.
+
+    Attributes:
+        tolerance_s: How far a requested timestamp may be from a frame's (``reader._tolerance_s``).
+        video_backend: The video decoder LeRobot uses (``reader._video_backend``).
+        image_transforms: The transforms applied to camera frames (``reader._image_transforms``).
+        return_uint8: Whether camera frames are returned as uint8 (``reader._return_uint8``).
+        delta_indices: ``{key: frame offsets}`` from ``delta_timestamps``, or ``None``.
+    """
     tolerance_s: float
     video_backend: str
     image_transforms: object
@@ -77,7 +89,17 @@ class ReaderSettings:
 
 
 def reader_settings(native) -> ReaderSettings:
-    """What decides an item of ``native`` besides its data: read from its private DatasetReader."""
+    """What decides an item of ``native`` besides its data: read from its private DatasetReader.
+
+    Args:
+        native: A ``LeRobotDataset`` (0.6.x).
+
+    Returns:
+        The :class:`ReaderSettings`.
+
+    Raises:
+        CompatError: the reader lacks one of the attributes (another LeRobot version).
+    """
     reader = native.reader
     try:
         return ReaderSettings(float(reader._tolerance_s), reader._video_backend, reader._image_transforms,
@@ -88,8 +110,19 @@ def reader_settings(native) -> ReaderSettings:
 
 
 def retype_dataset_field(cls, new_type, expected) -> bool:
-    """Point ``cls.dataset`` (TrainPipelineConfig) at ``new_type``. Idempotent; refuses when another plugin
-    already re-typed it."""
+    """Point ``cls.dataset`` (TrainPipelineConfig) at ``new_type``. Idempotent.
+
+    Args:
+        cls: ``TrainPipelineConfig``.
+        new_type: The ``DatasetConfig`` subclass adding the plugin's flags.
+        expected: The type the field must have before (``DatasetConfig``): anything else was re-typed by someone else.
+
+    Returns:
+        Whether it re-typed the field (``False``: it already was ``new_type`` or a subclass).
+
+    Raises:
+        RuntimeError: another plugin already re-typed it.
+    """
     current = typing.get_type_hints(cls).get("dataset")
     if isinstance(current, type) and issubclass(current, new_type):
         return False
@@ -102,6 +135,12 @@ def retype_dataset_field(cls, new_type, expected) -> bool:
 
 
 def original(name: str):
+    """LeRobot's own dataset factory ``name``, unpatched (whether or not the patches are applied).
+
+    Args:
+        name: ``make_dataset`` or ``make_train_eval_datasets`` (any name :data:`ORIGINALS` holds, else an attribute of
+            ``lerobot.datasets.factory``).
+    """
     if name in ORIGINALS:
         return ORIGINALS[name]
     import lerobot.datasets.factory as factory
@@ -110,8 +149,16 @@ def original(name: str):
 
 
 def patch_train_config(module, new_type) -> None:
-    """Re-type ``TrainPipelineConfig.dataset`` (``lerobot.configs.train``) to ``new_type``, a ``DatasetConfig``
-    subclass adding the plugin's flags."""
+    """Re-type ``TrainPipelineConfig.dataset`` (``lerobot.configs.train``) to ``new_type``.
+
+    Args:
+        module: ``lerobot.configs.train``, freshly imported.
+        new_type: A ``DatasetConfig`` subclass adding the plugin's flags.
+
+    Raises:
+        CompatError: the installed LeRobot is not 0.6.x.
+        RuntimeError: another plugin already re-typed the field.
+    """
     check_version()
     from lerobot.configs.default import DatasetConfig
 
@@ -178,7 +225,14 @@ def patch_train_script(module, cycle, check_command_line) -> None:
 
 
 def native_cycle(dataloader):
-    """LeRobot's own ``cycle`` (the script's original, or ``lerobot.utils.utils.cycle``)."""
+    """LeRobot's own ``cycle`` (the script's original, or ``lerobot.utils.utils.cycle``).
+
+    Args:
+        dataloader: What to cycle over.
+
+    Returns:
+        LeRobot's endless iterator over ``dataloader``.
+    """
     if "cycle" in ORIGINALS:
         return ORIGINALS["cycle"](dataloader)
     from lerobot.utils.utils import cycle
@@ -235,8 +289,18 @@ def rank_split(dataloader) -> RankSplit:
     With several processes ``accelerator.prepare`` replaces the DataLoader's batch sampler by a
     ``BatchSamplerShard`` serving batch ``i`` of the pass to rank ``i % world_size`` (``even_batches``: the last
     batches completed from the start of the pass). A backend ordering its own passes reads the sampler inside and
-    splits the pass itself (``pipeline.plan.rank_share``), with the same batch count per rank; an ``indexed``
-    backend iterates the shard as the DataLoader would."""
+    splits the pass itself (``core.ranks.rank_share``), with the same batch count per rank; an ``indexed``
+    backend iterates the shard as the DataLoader would.
+
+    Args:
+        dataloader: The DataLoader lerobot-train iterates (prepared by accelerate or not).
+
+    Returns:
+        The :class:`RankSplit`; rank 0 of 1 when accelerate did not split it.
+
+    Raises:
+        CompatError: accelerate splits with ``split_batches=True`` or ``even_batches=False``.
+    """
     batch_sampler = getattr(dataloader, "batch_sampler", None)
     try:
         from accelerate.data_loader import BatchSamplerShard
@@ -252,9 +316,50 @@ def rank_split(dataloader) -> RankSplit:
                      int(batch_sampler.num_processes))
 
 
+_SAMPLER_ATTRS = ("_starts", "_cum_lengths", "_absolute_to_relative")
+
+
+def sampler_indices(sampler) -> np.ndarray:
+    """``EpisodeAwareSampler.indices`` (the frames of a pass, unshuffled) as an int64 array, computed with numpy
+    from the sampler's episode table: the public property calls a Python method per frame (~7 s for a million
+    frames, at every start of a batch-kind backend). Private reads of LeRobot 0.6's sampler
+    (``_starts``, ``_cum_lengths``, ``_absolute_to_relative``), exactly what its ``_frame_index`` computes; any
+    other sampler, or another version, goes through the public property.
+
+    Args:
+        sampler: lerobot-train's ``EpisodeAwareSampler`` (or any sampler with an ``indices`` property).
+
+    Returns:
+        The frame indices of a pass, in the sampler's unshuffled order.
+    """
+    if not (installed_version() or "").startswith(SUPPORTED_PREFIX) or \
+            not all(hasattr(sampler, a) for a in _SAMPLER_ATTRS):
+        return np.asarray(sampler.indices, dtype=np.int64)
+    starts = np.asarray(sampler._starts, dtype=np.int64)
+    cum = np.asarray(sampler._cum_lengths, dtype=np.int64)
+    total = int(cum[-1]) if len(cum) else 0
+    position = np.arange(total, dtype=np.int64)
+    episode = np.searchsorted(cum, position, side="right")
+    absolute = starts[episode] + position - np.concatenate([[0], cum[:-1]])[episode]
+    mapping = sampler._absolute_to_relative
+    if mapping is None:
+        return absolute
+    keys = np.fromiter(mapping.keys(), dtype=np.int64, count=len(mapping))
+    values = np.fromiter(mapping.values(), dtype=np.int64, count=len(mapping))
+    order = np.argsort(keys)
+    at = np.searchsorted(keys[order], absolute)
+    if np.any(at >= len(keys)) or np.any(keys[order][np.minimum(at, len(keys) - 1)] != absolute):
+        return np.asarray(sampler.indices, dtype=np.int64)  # a frame the mapping lacks: LeRobot's own error
+    return values[order][at]
+
+
 def time_video_queries(spent: list) -> None:
     """Benchmark only: add the wall time of every ``DatasetReader._query_videos`` call (all cameras of a sample)
-    to ``spent[0]``, in this process."""
+    to ``spent[0]``, in this process. Not undone.
+
+    Args:
+        spent: A one-element list, added to in place.
+    """
     import time
 
     from lerobot.datasets.dataset_reader import DatasetReader

@@ -21,6 +21,7 @@ from lerobot.configs.default import DatasetConfig
 
 @dataclass
 class BackendDatasetConfig(DatasetConfig):
+    """LeRobot's dataset options plus --dataset.backend and --dataset.backend_kwargs (robo-loaders-plugin)."""
     # Dataset backend from robo-loaders-plugin ('robo-loaders list'); "native" = LeRobot's own LeRobotDataset.
     backend: str = "native"
     # Backend options as a JSON object (double quotes), e.g. --dataset.backend_kwargs='{"codec": "zstd"}';

@@ -137,17 +137,83 @@ def datapipe_dataset(native, *, options):
 
     first = read(0, None)
     numeric = [k for k, v in first.items() if k in columns and not isinstance(v, EncodedFrames)]
-    served = [first] + [read(u, numeric) for u in range(1, len(runs))]  # every row LeRobot's object holds
-    check_rows_match(native, columns, arrays["index"], {k: np.concatenate([e[k] for e in served]) for k in numeric},
-                     read_from=f"the shards in {reader.dir}")
+    checked = RowsChecked(native, reader, columns)
+    if not checked.before():  # every row LeRobot's object holds, read from the shards (once per version of both)
+        served = [first] + [read(u, numeric) for u in range(1, len(runs))]
+        check_rows_match(native, columns, arrays["index"],
+                         {k: np.concatenate([e[k] for e in served]) for k in numeric},
+                         read_from=f"the shards in {reader.dir}")
+        checked.record()
     infos = {k: FieldInfo(v.dtype, tuple(v.shape[1:]), isinstance(v, EncodedFrames)) for k, v in first.items()}
     frames = EpisodeFrames([e - s for _, s, e in runs], infos, read, capacity=passes.episode_capacity,
                            decode_on_load=False)
     summary = (f"{len(runs)} episodes, {sum(e - s for _, s, e in runs)} frames from {len(reader.shards)} shard(s) "
-               f"in {reader.dir}, shuffle buffer {passes.shuffle_buffer} episodes; bounded: {buffer.footprint.bound}")
+               f"in {reader.dir}, {passes.describe_shuffle(len(runs))}; bounded: {buffer.footprint.bound}")
     return LeRobotShardSamples(native, frames, runs, columns, meta.get("video_keys", []), meta.get("image_keys", []),
                                backend_name="datapipe", location=reader.dir, passes=passes,
                                serving=Serving(summary, hold=hold))
+
+
+class RowsChecked:
+    """That datapipe's shards passed ``check_rows_match`` against LeRobot's dataset object as both are now: the
+    shards' index checksum and LeRobot's Arrow cache files (names, sizes, mtimes, inodes, ctimes) and selection,
+    recorded in ``<cache root>/.validated/``.
+
+    Why: the check reads every row of every numeric column from the shards, a read per episode (~20 s for a
+    million frames in 10,000 episodes, at every start); shards that did not change (their index checksum covers
+    every member's location and CRC, checked on every read) compared with a LeRobot table that did not change
+    give the same answer. A table LeRobot holds in memory (no cache files) is always checked. Never an error: a
+    record that cannot be read or written only means the rows are checked again."""
+
+    METHOD = "lerobot-rows-v1"
+
+    def __init__(self, native, reader, columns):
+        import hashlib
+        import os
+
+        from robo_loaders_plugin.storage.cache import default_root
+        from robo_loaders_plugin.storage.fingerprint import stat_files
+
+        self.doc = None
+        hf = native.hf_dataset
+        files = sorted({c["filename"] for c in getattr(hf, "cache_files", None) or []})
+        if not files:
+            return
+        try:
+            self.doc = {"method": self.METHOD, "shards": os.path.realpath(reader.dir),
+                        "index": reader.index.get("checksum"), "columns": list(columns),
+                        "episodes": native.episodes, "fingerprint": getattr(hf, "_fingerprint", None),
+                        "files": [list(stat_files(f)[0]) + [f] for f in files],
+                        "indices": None if getattr(hf, "_indices", None) is None else
+                        hashlib.sha256(np.asarray(hf._indices.column(0)).tobytes()).hexdigest()}
+            key = hashlib.sha256(repr(self.doc["shards"]).encode()).hexdigest()[:32]
+            self.path = os.path.join(default_root(), ".validated", f"rows-{key}.json")
+        except (OSError, ValueError, TypeError):
+            self.doc = None
+
+    def before(self) -> bool:
+        import json
+
+        if self.doc is None:
+            return False
+        try:
+            with open(self.path) as f:
+                return json.load(f) == json.loads(json.dumps(self.doc))
+        except (OSError, ValueError):
+            return False
+
+    def record(self) -> None:
+        import os
+
+        from robo_loaders_plugin.core.files import atomic_write_json
+
+        if self.doc is None:
+            return
+        try:
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            atomic_write_json(self.path, self.doc)
+        except (OSError, TypeError, ValueError):
+            pass
 
 
 def gpu_resampler_dataset(native, *, options):
@@ -271,11 +337,13 @@ def video_stream_dataset(native, *, options):
     units = split_runs(episodes.runs, step)
     frames = ChunkFrames(units, episodes.rows, infos, episodes.arrays, load, margin, passes.episode_capacity)
     cached = f", videos copied whole into {source.file_cache.directory}" if source.file_cache else ""
-    parts = f" in {len(units)} units of up to {int(frames.lengths.max())} frames" if len(units) > len(episodes.runs) \
-        else ""
+    split = len(units) > len(episodes.runs)
+    parts = f" in {len(units)} units of up to {int(frames.lengths.max())} frames" if split else ""
+    unit = "units" if split else "episodes"
     summary = (f"{len(episodes.runs)} episodes{parts}, {sum(e - s for _, s, e in episodes.runs)} frames streamed "
-               f"from {url or source.url} ({device} decode, {options.buffer} buffer of {passes.episode_capacity} "
-               f"units, shuffle buffer {passes.shuffle_buffer}{cached}); bounded: {buffer.footprint.bound}")
+               f"from {url or source.url} ({device} decode, {options.buffer} buffer of "
+               f"{min(passes.episode_capacity, len(units))} {unit}, {passes.describe_shuffle(len(units), unit)}"
+               f"{cached}); bounded: {buffer.footprint.bound}")
     return LeRobotStreamSamples(native, frames, episodes.runs, episodes.columns, source.video_keys, source.image_keys,
                                 backend_name="video_stream", location=url or source.url, source=source,
                                 passes=passes, units=units,

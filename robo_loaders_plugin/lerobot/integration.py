@@ -14,6 +14,7 @@ from robo_loaders_plugin.core.errors import RoboLoadersError
 from robo_loaders_plugin.core.ranks import check_ranks_agree, source_identity
 from robo_loaders_plugin.core.registry import choose_backend
 from robo_loaders_plugin.core.spec import BackendChoice
+from robo_loaders_plugin.core.units import plural
 from robo_loaders_plugin.lerobot import compat
 from robo_loaders_plugin.sources.lerobot_v3 import is_remote, mirror_tables
 
@@ -50,7 +51,19 @@ def backend_choice(dataset_cfg) -> BackendChoice:
 
 
 def convert(dataset, cfg):
-    """Serve ``dataset`` (a LeRobotDataset built by LeRobot's factory) through the configured backend."""
+    """Serve ``dataset`` (a LeRobotDataset built by LeRobot's factory) through the configured backend.
+
+    Args:
+        dataset: LeRobot's dataset, or ``None`` (a split LeRobot left empty).
+        cfg: lerobot-train's config (``cfg.dataset.backend``, ``backend_kwargs``, ``streaming``, ``repo_id``,
+            ``cfg.seed``).
+
+    Returns:
+        ``dataset`` itself for ``native`` (or ``None``), else the backend's dataset (:func:`build_dataset`).
+
+    Raises:
+        RoboLoadersError: a bad choice, a backend combined with ``--dataset.streaming=true``, or a build error.
+    """
     choice = backend_choice(cfg.dataset)
     if choice.name == "native" or dataset is None:
         return dataset
@@ -67,7 +80,8 @@ def build_dataset(native, choice: BackendChoice, repo_id: str | None = None, see
         native: The ``LeRobotDataset`` LeRobot's factory (or user code) built.
         choice: The backend choice (:func:`backend_choice`, or ``choose("video_stream", buffer="lz4")``).
         repo_id: Shown in the log line (default: ``native.repo_id``).
-        seed: lerobot-train's ``--seed`` (its sampler's order seed), checked to be the same on every rank.
+        seed: lerobot-train's ``--seed`` (recorded; the sampler's own seed is what :func:`cycle` checks across
+            ranks).
 
     Returns:
         The backend's dataset, recorded for the adapter's dispatch (``lerobot-train``'s ``cycle``).
@@ -80,11 +94,7 @@ def build_dataset(native, choice: BackendChoice, repo_id: str | None = None, see
     compat.check_version()
     choice.check_device()
     out = choice.build(native)
-    check_ranks_agree(lambda: {"--seed": seed, "--dataset.backend": choice.name,
-                       "--dataset.backend_kwargs": choice.options.shared(), "frames": len(out),
-                       "source (file sizes)": source_identity(str(native.root))},
-                      f"LeRobot data backend {choice.name}")
-    iteration.record_built(out, choice)
+    iteration.record_built(out, choice, seed=seed)
     print(f"{LOG_PREFIX} lerobot data backend: {choice.name} [{repo_id or native.repo_id}] "
           f"{iteration.summary_of(out)}", flush=True)
     return out
@@ -92,6 +102,13 @@ def build_dataset(native, choice: BackendChoice, repo_id: str | None = None, see
 
 def choose(backend: str, **options) -> BackendChoice:
     """A LeRobot backend choice from Python (what ``--dataset.backend=NAME --dataset.backend_kwargs=JSON`` give).
+
+    Args:
+        backend: The backend's name.
+        **options: Its options.
+
+    Returns:
+        The :class:`~robo_loaders_plugin.core.spec.BackendChoice`, for :func:`build_dataset`.
 
     Raises:
         RoboLoadersError: an unknown backend, or a bad option, named.
@@ -121,7 +138,20 @@ def _streamed_source(cfg):
 
 
 def make_dataset(cfg):
-    """Mirror of ``lerobot.datasets.factory.make_dataset(cfg)`` honouring ``cfg.dataset.backend``."""
+    """Mirror of ``lerobot.datasets.factory.make_dataset(cfg)`` honouring ``cfg.dataset.backend``.
+
+    The choice is checked before anything is read; a backend reading a remote source has LeRobot build its dataset
+    from a local mirror of the tables.
+
+    Args:
+        cfg: lerobot-train's config.
+
+    Returns:
+        LeRobot's dataset served by the backend (LeRobot's own for ``native``).
+
+    Raises:
+        RoboLoadersError: a bad choice, option or source.
+    """
     backend_choice(cfg.dataset)  # fail on a bad name/option before reading anything
     with _streamed_source(cfg):
         native = compat.original("make_dataset")(cfg)
@@ -132,7 +162,17 @@ def make_dataset(cfg):
 
 def make_train_eval_datasets(cfg):
     """Mirror of 0.6.1's ``make_train_eval_datasets(cfg)``: LeRobot splits episodes, then each split is served
-    by the configured backend (the full dataset is not cached when it is split)."""
+    by the configured backend (the full dataset is not cached when it is split).
+
+    Args:
+        cfg: lerobot-train's config.
+
+    Returns:
+        ``(train, eval)``, each served by the backend.
+
+    Raises:
+        RoboLoadersError: a bad choice, option or source.
+    """
     backend_choice(cfg.dataset)
     _state.raw = True
     try:
@@ -144,19 +184,33 @@ def make_train_eval_datasets(cfg):
 
 
 def sampling_plan(dataloader, built: iteration.Built | None = None) -> iteration.SamplingPlan:
-    """``lerobot-train``'s pass, from the DataLoader it builds: the frames its EpisodeAwareSampler serves (episode
-    filter, ``drop_n_last_frames``), its seed, and the epoch/offset ``--resume`` positioned it at; batch size,
-    ``drop_last``, ``--num_workers`` and pinned memory from the DataLoader; this process's rank and the world size
-    from accelerate's split of it (``compat.rank_split``). Public sampler API only.
+    """``lerobot-train``'s pass, from the DataLoader it builds. Public sampler API only.
+
+    The frames its EpisodeAwareSampler serves (episode filter, ``drop_n_last_frames``), its seed, and the
+    epoch/offset ``--resume`` positioned it at; batch size, ``drop_last``, ``--num_workers`` and pinned memory from
+    the DataLoader; this process's rank and the world size from accelerate's split of it (``compat.rank_split``).
 
     Resume under several processes: LeRobot's ``compute_sampler_state`` puts ``start_index`` at
     ``batches_into_epoch * batch_size * world_size`` (every step consumed one batch on every rank), so every rank
-    starts at batch ``start_index // (batch_size * world_size)`` of its own share."""
+    starts at batch ``start_index // (batch_size * world_size)`` of its own share.
+
+    Args:
+        dataloader: The DataLoader lerobot-train iterates.
+        built: How its dataset was built (unused: everything comes from the DataLoader; the parameter is the
+            ``plan_for`` signature of ``core.iteration``).
+
+    Returns:
+        The :class:`~robo_loaders_plugin.core.iteration.SamplingPlan`.
+
+    Raises:
+        RoboLoadersError: the sampler is not an EpisodeAwareSampler (another LeRobot version).
+        CompatError: accelerate splits batches in a way not supported (``compat.rank_split``).
+    """
     split = compat.rank_split(dataloader)
     batch_sampler = split.batch_sampler
     sampler = getattr(batch_sampler, "sampler", None)
     try:
-        items = np.asarray(sampler.indices, dtype=np.int64)
+        items = compat.sampler_indices(sampler)
         state, seed, shuffle = sampler.state_dict(), int(sampler.seed), bool(sampler.shuffle)
     except AttributeError:
         raise RoboLoadersError(f"this backend expects lerobot-train's EpisodeAwareSampler, found "
@@ -171,21 +225,70 @@ def sampling_plan(dataloader, built: iteration.Built | None = None) -> iteration
 
 
 def cycle(dataloader):
-    """``lerobot-train``'s ``cycle(dataloader)``: passes of what the backend's declared kind says, forever."""
-    source = iteration.pass_batches(dataloader, sampling_plan)
+    """``lerobot-train``'s ``cycle(dataloader)``: passes of what the backend's declared kind says, forever.
+
+    For a dataset a backend built, the ranks' setups are checked first (:func:`check_same_setup`) and one line says
+    what serves the batches; LeRobot's own datasets get LeRobot's own ``cycle``.
+
+    Args:
+        dataloader: The DataLoader lerobot-train built.
+
+    Returns:
+        An endless iterator of batches.
+
+    Raises:
+        RoboLoadersError: the ranks disagree on their setup.
+    """
     built = iteration.built_by(getattr(dataloader, "dataset", None))
+    if built is not None:
+        check_same_setup(dataloader, built)
+    source = iteration.pass_batches(dataloader, sampling_plan)
     if isinstance(source, iteration.BatchSource):
         print(f"{LOG_PREFIX} {built.choice.name}: lerobot-train's batches come from {source.describe()}", flush=True)
     elif isinstance(source, iteration.SamplerBatches):
         print(f"{LOG_PREFIX} {built.choice.name}: lerobot-train's batches are built in the training process "
-              f"({source.num_threads} threads) over its sampler's order", flush=True)
-    return iteration.batch_stream(dataloader, sampling_plan, compat.native_cycle)
+              f"({plural(source.num_threads, 'thread')}) over its sampler's order", flush=True)
+    return iteration.batch_stream(dataloader, source, compat.native_cycle)
+
+
+def check_same_setup(dataloader, built: iteration.Built) -> None:
+    """Refuse ranks set up differently (``core.ranks.check_ranks_agree``): the sampler's seed, the backend, its
+    options, the frame count and the source.
+
+    Why here and not when the dataset is built: lerobot-train builds the dataset on rank 0 first and on the other
+    ranks after a barrier, so a collective at build time would wait forever; every rank calls ``cycle`` on its
+    training DataLoader at the same point.
+
+    Args:
+        dataloader: The training DataLoader.
+        built: How its dataset was built.
+
+    Raises:
+        RoboLoadersError: naming the first value the ranks disagree on (nothing is checked in a one-process run).
+    """
+    dataset = dataloader.dataset
+    sampler = getattr(getattr(dataloader, "batch_sampler", None), "sampler", None)
+    split = compat.rank_split(dataloader)
+    seed = getattr(getattr(split.batch_sampler, "sampler", sampler), "seed", None)
+    check_ranks_agree(lambda: {"--seed (the sampler's)": seed, "--dataset.backend": built.choice.name,
+                               "--dataset.backend_kwargs": built.choice.options.shared(), "frames": len(dataset),
+                               "source (file sizes)": source_identity(str(dataset.root))},
+                      f"LeRobot data backend {built.choice.name}")
 
 
 def check_command_line(argv: list[str]) -> None:
-    """``--dataset.backend_kwargs`` on lerobot-train's command line must be a JSON object (its ``--help`` says so):
-    LeRobot's parser would read it as YAML, accept ``{codec: zstd}`` and answer a malformed object with a long
-    traceback. Exits with one line naming the flag, as LeRobot's parser does for a bad value."""
+    """``--dataset.backend_kwargs`` on lerobot-train's command line must be a JSON object (its ``--help`` says so).
+
+    Why: LeRobot's parser would read it as YAML, accept ``{codec: zstd}`` and answer a malformed object with a long
+    traceback. Exits with one line naming the flag, as LeRobot's parser does for a bad value.
+
+    Args:
+        argv: The command line without the program (``sys.argv[1:]``); the flag is found as ``--flag value`` or
+            ``--flag=value``.
+
+    Raises:
+        SystemExit: with status 1, after printing ``error: ...`` to stderr.
+    """
     import sys
 
     for i, arg in enumerate(argv):

@@ -9,14 +9,22 @@ from robo_loaders_plugin.lerobot import compat
 
 
 def patch_train_config(module) -> None:
-    """``lerobot.configs.train``: ``--dataset.backend`` and ``--dataset.backend_kwargs``."""
+    """``lerobot.configs.train``: ``--dataset.backend`` and ``--dataset.backend_kwargs``.
+
+    Args:
+        module: ``lerobot.configs.train``, freshly imported.
+    """
     from robo_loaders_plugin.lerobot.config import BackendDatasetConfig
 
     compat.patch_train_config(module, BackendDatasetConfig)
 
 
 def patch_factory(module) -> None:
-    """``lerobot.datasets.factory``: LeRobot's dataset, then served by the configured backend."""
+    """``lerobot.datasets.factory``: LeRobot's dataset, then served by the configured backend.
+
+    Args:
+        module: ``lerobot.datasets.factory``, freshly imported.
+    """
     from robo_loaders_plugin.lerobot import integration
 
     compat.patch_factory(module, {"make_dataset": integration.make_dataset,
@@ -24,7 +32,11 @@ def patch_factory(module) -> None:
 
 
 def patch_train_script(module) -> None:
-    """``lerobot.scripts.lerobot_train``: its ``cycle`` and a check of ``--dataset.backend_kwargs``."""
+    """``lerobot.scripts.lerobot_train``: its ``cycle`` and a check of ``--dataset.backend_kwargs``.
+
+    Args:
+        module: ``lerobot.scripts.lerobot_train``, freshly imported.
+    """
     from robo_loaders_plugin.lerobot import integration
 
     compat.patch_train_script(module, integration.cycle, integration.check_command_line)

@@ -5,8 +5,21 @@ PRESETS = ("none", "act", "diffusion")
 
 
 def delta_timestamps(preset: str, meta) -> dict | None:
-    """``act``: a 100-step action chunk (ACT's default); ``diffusion``: 2 observation frames of state and every
-    camera and actions -1..14 (Diffusion Policy's n_obs_steps=2, horizon 16)."""
+    """``delta_timestamps`` shaped like a policy's.
+
+    ``act``: a 100-step action chunk (ACT's default); ``diffusion``: 2 observation frames of state and every
+    camera and actions -1..14 (Diffusion Policy's n_obs_steps=2, horizon 16).
+
+    Args:
+        preset: One of :data:`PRESETS` (``none``, ``act``, ``diffusion``).
+        meta: The dataset's LeRobot metadata (``fps``, ``features``, ``camera_keys``).
+
+    Returns:
+        ``{key: [seconds, ...]}``, or ``None`` for ``none``.
+
+    Raises:
+        ValueError: an unknown preset.
+    """
     fps = meta.fps
     if preset == "none":
         return None

@@ -16,6 +16,7 @@ from torchdata.nodes import ParallelMapper, Prefetcher
 
 from robo_loaders_plugin.core.iteration import BatchDataset, BatchSource, SamplingPlan
 from robo_loaders_plugin.core.torch_compat import shutdown_node_threads
+from robo_loaders_plugin.core.units import plural
 from robo_loaders_plugin.pipeline.options import PassOptions
 from robo_loaders_plugin.pipeline.plan import BatchPlanNode, ItemGroups
 
@@ -37,7 +38,13 @@ class DecodeAhead:
     threads asked for (the episode cache must hold them until they are used). Once the pass has opened its last
     episode, the same room is used for the *next* pass's first episodes (its plan is a function of the seed and
     the pass number): without that, every pass began with the whole shuffle buffer decoded while training waited
-    (~0.2 s per pass on the benchmark's dataset, an eighth of a pass)."""
+    (~0.2 s per pass on the benchmark's dataset, an eighth of a pass).
+
+    Args:
+        load: ``load(episode)`` loads one episode for later (``LoadOnceLRU.load_ahead`` of the episode cache).
+        threads: Loading threads (at least 1).
+        ahead: How many episodes to load in front of the newest one asked for (at least 1).
+    """
 
     def __init__(self, load: Callable[[int], object], threads: int, ahead: int):
         from concurrent.futures import ThreadPoolExecutor
@@ -49,7 +56,15 @@ class DecodeAhead:
         self.start_pass(np.zeros((0, 2), dtype=np.int64))
 
     def start_pass(self, plan: np.ndarray, upcoming: Callable[[], np.ndarray] | None = None) -> None:
-        """``plan``: the (episode, k) pairs still to serve this pass; ``upcoming()``: the next pass's plan."""
+        """Begin a pass: episodes are loaded in the order they enter ``plan``.
+
+        When the pass's order is the one already being loaded since the last pass's end, those loads count as
+        submitted.
+
+        Args:
+            plan: The (episode, k) pairs still to serve this pass, in serving order.
+            upcoming: ``upcoming()`` returns the next pass's plan (asked once, near this pass's end), or ``None``.
+        """
         order = _entry_order(plan)
         with self._lock:
             carried = self._next_order is not None and np.array_equal(order, self._next_order)
@@ -60,7 +75,13 @@ class DecodeAhead:
             self._next_order, self._next_submitted = None, 0
 
     def reached(self, episodes: np.ndarray) -> None:
-        """The assembling threads need ``episodes`` now: keep loading up to ``ahead`` entries past the newest."""
+        """The assembling threads need ``episodes`` now: keep loading up to ``ahead`` entries past the newest.
+
+        Past the end of this pass's order, the next pass's first episodes are loaded.
+
+        Args:
+            episodes: The episodes of the batch being assembled.
+        """
         with self._lock:
             newest = max((self.rank.get(int(e), -1) for e in np.unique(episodes)), default=-1)
             want = newest + 1 + self.ahead
@@ -76,10 +97,24 @@ class DecodeAhead:
             self.pool.submit(self.load, e)
 
     def shutdown(self) -> None:
+        """Stop loading: cancel the loads not started and wait for those running."""
         self.pool.shutdown(wait=True, cancel_futures=True)
 
 
 class PipelineBatches(BatchSource):
+    """The datapipe :class:`~robo_loaders_plugin.core.iteration.BatchSource`: a plan node ordering each pass, a
+    torchdata ``ParallelMapper`` of threads assembling batches in order, a prefetcher, and pinned memory if asked.
+
+    Args:
+        groups: The items of a pass grouped by episode.
+        collate: ``collate(indices)`` builds one batch, in the framework's layout, from dataset indices.
+        plan: What the native loop would serve (batch size, shuffle, threads, resume position, rank, pinning).
+        seed: The order's seed (the same on every rank).
+        shuffle_buffer: How many episodes a pass draws its items from at once.
+        replacement: Draw items with replacement.
+        prefetch: Batches prepared ahead (0: none).
+        decode_ahead: Loads episodes before the batches that open them, or ``None``.
+    """
     def __init__(self, groups: ItemGroups, collate: Callable[[np.ndarray], dict], plan: SamplingPlan, *, seed: int,
                  shuffle_buffer: int, replacement: bool = False, prefetch: int = 2,
                  decode_ahead: DecodeAhead | None = None):
@@ -112,15 +147,32 @@ class PipelineBatches(BatchSource):
         return self.plan_node.num_batches()
 
     def describe(self) -> str:
+        """One line for the training log: threads, batches per pass, rank, and where it starts."""
         ranks = f", rank {self.rank} of {self.world_size}" if self.world_size > 1 else ""
-        return (f"the torchdata pipeline ({self.num_threads} threads, {len(self)} batches per pass{ranks}, starting "
-                f"at epoch {self._epoch} batch {self._batch})")
+        return (f"the torchdata pipeline ({plural(self.num_threads, 'thread')}, {len(self)} batches per pass{ranks}, "
+                f"starting at epoch {self._epoch} batch {self._batch})")
 
     def plan_of(self, epoch: int) -> np.ndarray:
-        """(episode, k) pairs of pass ``epoch`` in serving order (tools and tests; no data is read)."""
+        """(episode, k) pairs of pass ``epoch`` in serving order (tools and tests; no data is read).
+
+        Args:
+            epoch: The pass number.
+
+        Returns:
+            An (N, 2) int64 array: this rank's pairs.
+        """
         return self.plan_node.plan_of(epoch)
 
     def batches(self, epoch, start=0):
+        """One pass, from batch ``start``; a pure function of (epoch, start) and the seed.
+
+        Args:
+            epoch: The pass number.
+            start: The first batch to serve.
+
+        Yields:
+            Collated batches, in order.
+        """
         self.plan_node.seek(epoch, start)
         self.root.reset()
         if self.decode_ahead is not None:
@@ -168,6 +220,17 @@ class PipelineDataset(BatchDataset):
         self.decode_threads = int(decode_threads)
 
     def batch_source(self, plan: SamplingPlan) -> PipelineBatches:
+        """The pipeline serving the passes ``plan`` describes (called once per DataLoader).
+
+        The seed is the ``seed`` option when set, else the framework's (``plan.seed``), else 0. With ``decode_threads``,
+        episodes are loaded ahead into the room the episode cache has beyond the shuffle buffer.
+
+        Args:
+            plan: What the native loop would serve.
+
+        Returns:
+            The :class:`PipelineBatches`.
+        """
         items = np.arange(len(self)) if plan.items is None else np.asarray(plan.items, dtype=np.int64)
         groups = ItemGroups(items, self.episode_of(), len(self.frames.lengths))
         opts = self.passes
@@ -181,8 +244,17 @@ class PipelineDataset(BatchDataset):
                                replacement=opts.replacement, prefetch=opts.prefetch, decode_ahead=ahead)
 
     def batch_episodes(self, batch_size: int, drop_last: bool = True, epoch: int = 0) -> list[np.ndarray]:
-        """Episode of every item, batch by batch, of shuffled pass ``epoch`` (no data is read): how batches mix
-        episodes, for the benchmark's episode-mix metric."""
+        """Episode of every item, batch by batch, of pass ``epoch`` (no data is read): how batches mix episodes, for
+        the benchmark's episode-mix metric.
+
+        Args:
+            batch_size: Items per batch.
+            drop_last: Whether a last, incomplete batch is dropped.
+            epoch: The pass number.
+
+        Returns:
+            One array of episode indices per batch.
+        """
         source = self.batch_source(SamplingPlan(batch_size=batch_size, drop_last=drop_last))
         eps = source.plan_of(epoch)[:, 0]
         return [eps[b * batch_size:(b + 1) * batch_size] for b in range(len(source))]

@@ -65,6 +65,14 @@ class PassOptions:
                            batch_bytes=batch_bytes, prefetch=self.prefetch, option_prefix=option_prefix)
         return dataclasses.replace(self, cache_episodes=plan.capacity, shuffle_buffer=plan.shuffle_buffer), plan
 
+    def describe_shuffle(self, n_episodes: int, episodes: str = "episodes") -> str:
+        """``shuffle buffer N <episodes>`` as it acts on a dataset of ``n_episodes``: never more than there are
+        (a buffer of 64 on 20 episodes holds all 20; the option is named then)."""
+        effective = min(self.shuffle_buffer, n_episodes)
+        if effective < self.shuffle_buffer:
+            return f"shuffle buffer {effective} {episodes} (all of them; shuffle_buffer={self.shuffle_buffer})"
+        return f"shuffle buffer {effective} {episodes}"
+
 
 def recorded_source(reader_or_dir) -> Fingerprint | None:
     """The source fingerprint a converted dataset recorded (None when it has none or is incomplete)."""
@@ -101,9 +109,9 @@ def _likely_reused(root: str, kind: str, key_desc: dict, source_path: str) -> bo
 def open_shards(*, framework: str, source, shards: str | None, cache_dir: str | None, check_source: bool,
                 key_desc: dict, convert: Callable[[str, Fingerprint], None], option_prefix: str, convert_hint: str,
                 size=None, video: bool = False, backend: str = "datapipe", alternatives=()):
-    """(reader, holder) of the shards a run reads: ``shards``, checked against ``source`` (unless
+    """(reader, hold) of the shards a run reads: ``shards``, checked against ``source`` (unless
     ``check_source`` is false), or an entry of the cache directory converted on first use and reused while
-    ``source`` is unchanged. ``holder`` keeps a cache entry in use while it lives.
+    ``source`` is unchanged. ``hold`` keeps a cache entry in use while it lives.
 
     ``size`` (the source's ``footprints.DataSize``): a conversion on first use is refused before any data is read
     when its estimated output (``video``: video members) does not fit the cache directory's disk; an entry whose
@@ -141,6 +149,6 @@ def open_shards(*, framework: str, source, shards: str | None, cache_dir: str | 
 
         check_conversion_disk(size, root, video=video, command=f"backend {backend!r} (converting on first use)",
                               alternatives=alternatives, option_prefix=option_prefix)
-    entry, holder, _, _ = cache.obtain(root, f"{framework}-shards", key_desc, source.fingerprint, recorded_source,
+    entry, hold, _, _ = cache.obtain(root, f"{framework}-shards", key_desc, source.fingerprint, recorded_source,
                                        usable, convert, f"conversion into robo-shards for {framework}")
-    return opened.get(entry.path) or ShardReader(entry.path), holder
+    return opened.get(entry.path) or ShardReader(entry.path), hold

@@ -4,8 +4,18 @@ from __future__ import annotations
 
 
 def dataset_factory(config, obs_keys, filter_by_attribute=None, dataset_path=None):
-    """Same signature and contract as ``robomimic.utils.train_utils.dataset_factory``; returns the dataset of
-    the backend named by ``config.train.data_backend`` (robomimic's SequenceDataset when it is null)."""
+    """Same signature and contract as ``robomimic.utils.train_utils.dataset_factory``.
+
+    Args:
+        config: robomimic's config.
+        obs_keys: The observation keys to load.
+        filter_by_attribute: A filter key of the HDF5's masks (``None``: every demo).
+        dataset_path: The HDF5 (default: ``config.train.data``).
+
+    Returns:
+        The dataset of the backend named by ``config.train.data_backend`` (robomimic's SequenceDataset when it is
+        null).
+    """
     from robo_loaders_plugin.robomimic.integration import dataset_factory as _factory
 
     return _factory(config, obs_keys, filter_by_attribute=filter_by_attribute, dataset_path=dataset_path)

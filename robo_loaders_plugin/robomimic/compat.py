@@ -45,10 +45,16 @@ PATCHED = (
 
 
 def installed_version() -> str | None:
+    """The installed robomimic version (``None`` when robomimic is not installed)."""
     return checks_module.installed_version("robomimic")
 
 
 def check_version() -> None:
+    """Refuse any robomimic but :data:`SUPPORTED_VERSION`: the patches and sample rules are written against it.
+
+    Raises:
+        CompatError: another version, or none, is installed.
+    """
     found = installed_version()
     if found != SUPPORTED_VERSION:
         raise CompatError(f"robo-loaders supports robomimic {SUPPORTED_VERSION} (its patches and sample rules are "
@@ -58,7 +64,12 @@ def check_version() -> None:
 
 
 def original(name: str):
-    """The unpatched robomimic function ``name`` (works whether or not the patches are applied)."""
+    """The unpatched robomimic function ``name`` (works whether or not the patches are applied).
+
+    Args:
+        name: ``train_config`` (``BaseConfig.train_config``), or a function of ``robomimic.utils.train_utils``
+            (``dataset_factory``, ``load_data_for_training``, ``run_epoch``).
+    """
     if name in ORIGINALS:
         return ORIGINALS[name]
     if name == "train_config":
@@ -71,6 +82,15 @@ def original(name: str):
 
 
 def patch_base_config(module) -> None:
+    """Make ``BaseConfig.train_config`` also set ``train.data_backend`` (null: robomimic's own SequenceDataset)
+    and ``train.data_backend_kwargs`` ({}: a plain dict, open to any key after the config is locked). Idempotent.
+
+    Args:
+        module: ``robomimic.config.base_config``, freshly imported.
+
+    Raises:
+        CompatError: the installed robomimic is not the supported version.
+    """
     check_version()
     BaseConfig = module.BaseConfig
     orig = BaseConfig.train_config
@@ -111,9 +131,14 @@ TRAIN_FAILED = "run failed with error:"
 
 def keep_existing_runs(train_utils_module) -> None:
     """Answer "n" to ``get_exp_dir``'s "model directory already exists! overwrite?" prompt, for runs without a
-    terminal: robomimic then keeps the earlier run and writes this one to a new timestamped folder beside it,
-    instead of dying on ``EOFError`` (the prompt reads stdin). The answer shadows the builtin ``input`` in that
-    module only."""
+    terminal.
+
+    Why: robomimic then keeps the earlier run and writes this one to a new timestamped folder beside it, instead of
+    dying on ``EOFError`` (the prompt reads stdin). The answer shadows the builtin ``input`` in that module only.
+
+    Args:
+        train_utils_module: ``robomimic.utils.train_utils``.
+    """
 
     def answer_no(prompt: str = "") -> str:
         print(f"{prompt.strip()}\n[robo-loaders] no terminal to answer: keeping the existing runs; this run goes to a "
@@ -129,7 +154,14 @@ def register_observation_encoders() -> None:
 
 
 def demo_of_index(sequence_dataset):
-    """Demo index of every sample of robomimic's own SequenceDataset (its private ``_index_to_demo_id`` map)."""
+    """Demo index of every sample of robomimic's own SequenceDataset (its private ``_index_to_demo_id`` map).
+
+    Args:
+        sequence_dataset: robomimic's ``SequenceDataset``.
+
+    Returns:
+        One demo index (position in ``sequence_dataset.demos``) per sample.
+    """
     import numpy as np
 
     demos = {d: i for i, d in enumerate(sequence_dataset.demos)}

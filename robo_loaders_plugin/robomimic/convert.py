@@ -153,7 +153,7 @@ def verify_robomimic(out_dir: str, in_path: str) -> list[str]:
     with source.open() as f:
         demos = source.demos(f, None)
         if [e["name"] for e in reader.episodes] != demos:
-            return [f"{out_dir}: holds {len(reader.episodes)} episodes, {in_path} has {len(demos)} demos"]
+            return [f"{out_dir}: holds {len(reader.episodes)} demos, {in_path} has {len(demos)}"]
         for i, d in enumerate(demos):
             header, fields = reader.read_episode(i)
             src = dict(datasets(f[f"data/{d}"]))

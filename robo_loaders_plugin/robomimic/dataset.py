@@ -58,6 +58,7 @@ class RobomimicSamples(IndexedDataset):
 
     @property
     def total_num_sequences(self) -> int:
+        """The number of samples (SequenceDataset's attribute of that name)."""
         return len(self.windows)
 
     def __repr__(self):
@@ -70,6 +71,7 @@ class RobomimicSamples(IndexedDataset):
                 f"num_demos={self.n_demos}\n\tnum_sequences={len(self)}\n\tdata={self.location}\n)")
 
     def get_dataset_sampler(self):
+        """robomimic asks its dataset for a sampler; these samples use the DataLoader's own: none."""
         return None
 
     @property
@@ -79,16 +81,33 @@ class RobomimicSamples(IndexedDataset):
 
     @get_pad_mask.setter
     def get_pad_mask(self, value: bool) -> None:
+        """Set ``get_pad_mask``, as code written for SequenceDataset's plain attribute does.
+
+        Args:
+            value: Whether samples carry a ``pad_mask``.
+        """
         self.opts = self.windows.opts = dataclasses.replace(self.opts, get_pad_mask=bool(value))
 
     def get_obs_normalization_stats(self):
+        """Refused: observation normalisation is not supported by these backends.
+
+        Raises:
+            RuntimeError: always; ``hdf5_normalize_obs`` is broken in robomimic 0.3.0 (set it false, or use
+                ``data_backend=null``).
+        """
         raise RuntimeError("hdf5_normalize_obs is not supported by robo-loaders backends (it is broken in "
                            "robomimic 0.3.0); set train.hdf5_normalize_obs=false or use data_backend=null")
 
     # -- samples ------------------------------------------------------------------------------------------------
     def gather(self, indices) -> dict:
-        """Collated arrays for sample indices (the nested dict robomimic's default_collate builds): numpy, or
-        tensors for a device-resident frame source."""
+        """Collated arrays for sample indices (the nested dict robomimic's default_collate builds).
+
+        Args:
+            indices: Sample indices, in batch order.
+
+        Returns:
+            The batch: numpy arrays, or tensors for a device-resident frame source.
+        """
         return rules.collate(self.frames, self.windows, indices, self._pool, self.modes)
 
     def __getitem__(self, index):
@@ -100,9 +119,23 @@ class RobomimicSamples(IndexedDataset):
         return [rules.row(batch, b) for b in range(len(indices))]
 
     def collate(self, indices) -> dict:
-        """A batch as torch tensors without a collate copy (the arrays are wrapped, not copied)."""
+        """A batch as torch tensors without a collate copy (the arrays are wrapped, not copied).
+
+        Args:
+            indices: Sample indices, in batch order.
+
+        Returns:
+            The batch robomimic's DataLoader would build from these samples, on ``device`` when one was given.
+        """
         return rules.to_torch(self.gather(indices), self.device)
 
     def episode_of(self, indices=None) -> np.ndarray:
-        """Demo index of samples ``indices`` (default: all)."""
+        """Demo index of samples ``indices``.
+
+        Args:
+            indices: Sample indices (default: all samples).
+
+        Returns:
+            One demo index (position in ``demos``) per sample.
+        """
         return self.windows.episode_of if indices is None else self.windows.episode_of[np.asarray(indices)]

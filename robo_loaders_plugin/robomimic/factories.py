@@ -121,7 +121,7 @@ def compressed_cache_dataset(config, obs_keys, filter_by_attribute=None, dataset
     for name in opts.field_names():
         frames.info(name)  # one dtype and step shape per key across demos, or a clear error now
     windows = SequenceWindows(frames.lengths, opts)
-    summary = (summarize(store, len(demos), len(windows), reused) + f", batches built by {options.loader}; "
+    summary = (summarize(store, len(demos), len(windows), reused, "demo") + f", batches built by {options.loader}; "
                f"bounded: {plan.footprint.bound}")
     return RobomimicSamples(frames, windows, demos=demos, hdf5_path=path, filter_by_attribute=filter_by_attribute,
                             backend_name="compressed_cache", location=f"{store.path} ({store.file_nbytes} bytes)",
@@ -156,7 +156,7 @@ def datapipe_dataset(config, obs_keys, filter_by_attribute=None, dataset_path=No
                                  "datapipe serves lossless shards only: train from these with "
                                  "train.data_backend='video_stream' (source: this directory)")
     return _shard_samples(config, opts, path, filter_by_attribute, reader, hold, passes,
-                          describe_frames=f"; bounded: {bound}")
+                          describe_frames=lambda n_demos: f"; bounded: {bound}")
 
 
 def _sized_passes(config, source: RobomimicHdf5, opts: SequenceOptions, filter_by_attribute, passes: PassOptions,
@@ -186,10 +186,11 @@ def _sized_passes(config, source: RobomimicHdf5, opts: SequenceOptions, filter_b
 
 def _shard_samples(config, opts: SequenceOptions, path: str, filter_by_attribute, reader, hold, passes: PassOptions,
                    backend: str = "datapipe", transform=None, decode_on_load: bool = True, decode_threads: int = 0,
-                   describe_frames: str = "") -> "RobomimicShardSamples":
+                   describe_frames=None) -> "RobomimicShardSamples":
     """SequenceDataset's samples from robo-shards, for every backend reading them (``datapipe``, ``video_stream``):
     they differ only in the shards (lossless frames or video segments) and ``transform(arrays)`` applied to each
-    episode read (e.g. decoded video kept LZ4-compressed). ``describe_frames`` ends the summary line."""
+    episode read (e.g. decoded video kept LZ4-compressed). ``describe_frames(number of demos)`` ends the summary
+    line."""
     if passes.seed is None:
         passes = dataclasses.replace(passes, seed=int(config.train.seed))
     meta = reader.dataset.get("metadata", {})
@@ -200,6 +201,8 @@ def _shard_samples(config, opts: SequenceOptions, path: str, filter_by_attribute
     else:
         raise SourceError(f"{reader.dir}: filter key {filter_by_attribute!r} not found (masks in the converted "
                           f"dataset: {sorted(meta.get('masks', {}))})")
+    if not demos:
+        raise SourceError(f"{reader.dir}: no demos selected (filter key {filter_by_attribute!r} is empty)")
     missing = [d for d in demos if d not in reader.by_name]
     if missing:
         raise SourceError(f"{reader.dir}: demos {missing[:5]} are not in the shards; convert the file again")
@@ -228,9 +231,10 @@ def _shard_samples(config, opts: SequenceOptions, path: str, filter_by_attribute
                           or a.ndim > 1 and a[0].nbytes >= FRAME_MIN_BYTES) for k, a in first.items()}
     frames = EpisodeFrames(lengths, infos, read, capacity=passes.episode_capacity, decode_on_load=decode_on_load)
     windows = SequenceWindows(lengths, opts)
-    summary = (f"{len(demos)} demos, {len(windows)} windows from {len(reader.shards)} shard(s) in {reader.dir}, "
-               f"shuffle buffer {passes.shuffle_buffer} episodes"
-               + (", windows drawn with replacement" if passes.replacement else "") + describe_frames)
+    summary = (f"{len(demos)} demos, {len(windows)} samples from {len(reader.shards)} shard(s) in {reader.dir}, "
+               + passes.describe_shuffle(len(demos), "demos")
+               + (", samples drawn with replacement" if passes.replacement else "")
+               + (describe_frames(len(demos)) if describe_frames else ""))
     return RobomimicShardSamples(frames, windows, demos=demos, hdf5_path=path,
                                  filter_by_attribute=filter_by_attribute, backend_name=backend,
                                  location=reader.dir, passes=passes, decode_threads=decode_threads,
@@ -274,11 +278,13 @@ def video_stream_dataset(config, obs_keys, filter_by_attribute=None, dataset_pat
             return {k: EncodedFrames.encode(v.decode_all(), codec, v.where) if isinstance(v, VideoSegmentFrames) else v
                     for k, v in arrays.items()}
 
+    def describe_frames(n_demos: int) -> str:  # the buffer never holds more demos than the split has
+        return (f"; camera frames from {video.get('codec')} video (crf {video.get('crf')}), decoded on the CPU, "
+                f"{options.buffer} buffer of {min(passes.episode_capacity, n_demos)} demos; bounded: {bound}")
+
     return _shard_samples(config, opts, path, filter_by_attribute, reader, hold, passes, "video_stream", transform,
                           decode_on_load=options.buffer == "raw", decode_threads=options.decode_threads,
-                          describe_frames=(f"; camera frames from {video.get('codec')} video (crf {video.get('crf')}), "
-                                           f"decoded on the CPU, {options.buffer} buffer of "
-                                           f"{passes.episode_capacity} episodes; bounded: {bound}"))
+                          describe_frames=describe_frames)
 
 
 def recorded_fps(source: RobomimicHdf5, f) -> float | None:

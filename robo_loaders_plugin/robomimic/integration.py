@@ -109,6 +109,13 @@ def build_dataset(config, obs_keys, choice: BackendChoice, filter_by_attribute=N
 def choose(backend: str, **options) -> BackendChoice:
     """A robomimic backend choice from Python (what ``train.data_backend`` and ``train.data_backend_kwargs`` give).
 
+    Args:
+        backend: The backend's name.
+        **options: Its options.
+
+    Returns:
+        The :class:`~robo_loaders_plugin.core.spec.BackendChoice`, for :func:`build_dataset`.
+
     Raises:
         RoboLoadersError: an unknown backend, or a bad option, named.
     """
@@ -117,16 +124,38 @@ def choose(backend: str, **options) -> BackendChoice:
 
 
 def load_data_for_training(config, obs_keys):
-    """robomimic's own ``load_data_for_training``, after checking the backend choice up front."""
+    """robomimic's own ``load_data_for_training``, after checking the backend choice up front (before anything is
+    read).
+
+    Args:
+        config: robomimic's config.
+        obs_keys: The observation keys to load.
+
+    Returns:
+        What robomimic's function returns (train and validation datasets).
+
+    Raises:
+        RoboLoadersError: a bad backend choice or option.
+    """
     backend_choice(config)
     return compat.original("load_data_for_training")(config, obs_keys)
 
 
 def sampling_plan(data_loader, built: iteration.Built) -> iteration.SamplingPlan:
-    """robomimic's pass, from the DataLoader its ``train()`` builds: shuffled (RandomSampler) or in order, its
-    batch size and ``drop_last``, and ``num_data_workers`` as the worker budget; rank, world size and the shared
-    order seed (``train.seed``) as :func:`dataset_factory` recorded them. In a one-process run robomimic has no
-    order seed of its own (the backend's ``seed`` option, default ``train.seed``, applies)."""
+    """robomimic's pass, from the DataLoader its ``train()`` builds.
+
+    Shuffled (RandomSampler) or in order, its batch size and ``drop_last``, and ``num_data_workers`` as the worker
+    budget; rank, world size and the shared order seed (``train.seed``) as :func:`dataset_factory` recorded them. In
+    a one-process run robomimic has no order seed of its own (the backend's ``seed`` option, default
+    ``train.seed``, applies).
+
+    Args:
+        data_loader: The DataLoader robomimic built.
+        built: How its dataset was built (rank, world size, seed).
+
+    Returns:
+        The :class:`~robo_loaders_plugin.core.iteration.SamplingPlan`.
+    """
     return iteration.SamplingPlan(
         batch_size=int(data_loader.batch_size), drop_last=bool(data_loader.drop_last),
         shuffle=isinstance(data_loader.sampler, torch.utils.data.RandomSampler),
@@ -136,11 +165,31 @@ def sampling_plan(data_loader, built: iteration.Built) -> iteration.SamplingPlan
 
 
 def epoch_loader(data_loader):
-    """What an epoch iterates instead of the DataLoader robomimic built, by the backend choice's kind."""
+    """What an epoch iterates instead of the DataLoader robomimic built, by the backend choice's kind.
+
+    Args:
+        data_loader: The DataLoader robomimic built.
+
+    Returns:
+        ``data_loader`` itself (``native``, ``sample`` kind), in-process batches over its sampler (``indexed``), or
+        the dataset's batch source (``batch``) (``core.iteration.pass_batches``).
+    """
     return iteration.pass_batches(data_loader, sampling_plan)
 
 
 def run_epoch(model, data_loader, epoch, validate=False, num_steps=None, obs_normalization_stats=None):
-    """robomimic's ``run_epoch`` over :func:`epoch_loader` (robomimic builds its DataLoader inside train())."""
+    """robomimic's ``run_epoch`` over :func:`epoch_loader` (robomimic builds its DataLoader inside train()).
+
+    Args:
+        model: As robomimic's ``run_epoch``.
+        data_loader: The DataLoader robomimic built.
+        epoch: As robomimic's ``run_epoch``.
+        validate: As robomimic's ``run_epoch``.
+        num_steps: As robomimic's ``run_epoch`` (``train.epoch_every_n_steps``).
+        obs_normalization_stats: As robomimic's ``run_epoch``.
+
+    Returns:
+        What robomimic's ``run_epoch`` returns (the epoch's logged statistics).
+    """
     return compat.original("run_epoch")(model, epoch_loader(data_loader), epoch, validate=validate,
                                         num_steps=num_steps, obs_normalization_stats=obs_normalization_stats)

@@ -7,12 +7,20 @@ from robo_loaders_plugin.robomimic import compat
 
 
 def patch_base_config(module) -> None:
-    """``robomimic.config.base_config``: every algorithm's config gets ``train.data_backend(_kwargs)``."""
+    """``robomimic.config.base_config``: every algorithm's config gets ``train.data_backend(_kwargs)``.
+
+    Args:
+        module: ``robomimic.config.base_config``, freshly imported.
+    """
     compat.patch_base_config(module)
 
 
 def patch_train_utils(module) -> None:
-    """``robomimic.utils.train_utils``: the backend's dataset, the choice checked up front, its passes."""
+    """``robomimic.utils.train_utils``: the backend's dataset, the choice checked up front, its passes.
+
+    Args:
+        module: ``robomimic.utils.train_utils``, freshly imported.
+    """
     from robo_loaders_plugin.robomimic import integration
 
     compat.patch_train_utils(module, {"dataset_factory": integration.dataset_factory,

@@ -35,7 +35,17 @@ class _Watch(io.TextIOBase):
 
 
 def run_robomimic_train(argv: list[str]) -> int:
-    """Run ``robomimic.scripts.train`` with ``argv``; returns 1 when the run failed, else 0."""
+    """Run ``robomimic.scripts.train`` with ``argv``, patched, as ``__main__``.
+
+    Without a terminal on stdin, an existing run's folder is kept and this run goes beside it
+    (:func:`~robo_loaders_plugin.robomimic.compat.keep_existing_runs`).
+
+    Args:
+        argv: robomimic's command line without the program (``--config ...``, ``--dataset ...``).
+
+    Returns:
+        1 when robomimic printed its failure line (it exits 0 after a failed run), else 0.
+    """
     import robomimic.utils.train_utils as train_utils
 
     from robo_loaders_plugin.robomimic import compat

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+from typing import Iterator, NamedTuple
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -30,8 +31,8 @@ def _fresh_root(root, overwrite: bool) -> Path:
 def write_lerobot_dataset(root, *, repo_id: str = "local/sample", episode_lengths=(30, 45, 22, 50, 37),
                           cameras: int = 1, image_size=(32, 48), mode: str = "av1", fps: int = 20, seed: int = 0,
                           video_files_size_in_mb: float | None = None, overwrite: bool = False,
-                          progress: bool = True, actions_from_state: bool = False, content: str = "renders",
-                          noise: float = 1.0, streaming_encoding: bool = False) -> Path:
+                          progress: bool = True, actions_from_state: bool = False, scenes: int | None = None,
+                          content: str = "renders", noise: float = 1.0, streaming_encoding: bool = False) -> Path:
     """Create the dataset at ``root``; load it with ``LeRobotDataset(repo_id, root=root)``.
 
     ``actions_from_state``: each action is a fixed function of the same frame's state, so that a policy learns
@@ -39,6 +40,10 @@ def write_lerobot_dataset(root, *, repo_id: str = "local/sample", episode_length
 
     ``video_files_size_in_mb`` small (e.g. 0.01) forces several mp4 files; by default LeRobot concatenates all
     episodes of a camera into one file, each episode at its own ``from_timestamp``.
+
+    ``scenes``: camera frames from this many distinct rendered scenes, reused by episode (see
+    :func:`episode_contents`); the content :func:`~robo_loaders_plugin.sample_data.lerobot_fast.write_lerobot_fast`
+    writes the same way, faster.
 
     ``content``: ``renders`` (simulator-like frames) or ``camera`` (camera-like: texture, shake, sensor noise of
     ``noise`` grey levels; ``sample_data.camera``). ``streaming_encoding``: LeRobot encodes each frame as it is
@@ -64,10 +69,59 @@ def write_lerobot_dataset(root, *, repo_id: str = "local/sample", episode_length
     ds = LeRobotDataset.create(repo_id, fps, feats, root=root, use_videos=mode != "png", rgb_encoder=rgb,
                                video_files_size_in_mb=video_files_size_in_mb,
                                streaming_encoding=streaming_encoding and mode != "png")
+    for ep, content_ in enumerate(tqdm(episode_contents(episode_lengths, cameras=cameras, image_size=(h, w),
+                                                        fps=fps, seed=seed, actions_from_state=actions_from_state,
+                                                        scenes=scenes, content=content, noise=noise),
+                                       total=len(episode_lengths), desc=f"sample-data {root.name}", unit="episode",
+                                       disable=not progress)):
+        for i in range(content_.length):
+            frame = {"observation.state": content_.state[i], "action": content_.action[i], "task": content_.task}
+            for c, frames in enumerate(content_.frames):
+                frame[f"observation.images.cam{c}"] = frames[i]  # HWC uint8
+            ds.add_frame(frame)
+        ds.save_episode()
+    ds.finalize()
+    return root
+
+
+class EpisodeContent(NamedTuple):
+    """One episode of the synthetic LeRobot sample data."""
+
+    length: int
+    task: str
+    state: np.ndarray        # (n, 6) float32
+    action: np.ndarray       # (n, 4) float32
+    frames: list             # per camera, (n, h, w, 3) uint8
+    scene: tuple | None      # (scene, length) when the frames are a reused scene's, else None
+
+
+def episode_contents(episode_lengths, *, cameras: int, image_size, fps: int, seed: int,
+                     actions_from_state: bool = False, scenes: int | None = None, content: str = "renders",
+                     noise: float = 1.0) -> Iterator[EpisodeContent]:
+    """The content of each episode, the same for every writer (LeRobot's and the fast one).
+
+    ``scenes``: render only this many distinct scenes (episode ``e`` shows scene ``e % scenes``, its first ``n``
+    frames) instead of one per episode. Why: rendering costs ~0.4 ms per 64x64 frame, minutes for a million
+    frames, and a loader benchmark needs frames that decode like real ones, not a million distinct ones; states
+    and actions stay distinct per episode either way (drawn exactly as without ``scenes``).
+
+    Args:
+        episode_lengths: Frames of each episode.
+        cameras, image_size, fps, seed, actions_from_state: As ``write_lerobot_dataset``'s.
+        scenes: Distinct rendered scenes (None: one per episode).
+        content: "renders" (simulator-like) or "camera" (camera-like, ``sample_data.camera``).
+        noise: Sensor noise of camera-like content, sigma in grey levels.
+
+    Yields:
+        One :class:`EpisodeContent` per episode, in order.
+    """
+    h, w = image_size
     rng = np.random.default_rng(seed)
     state_to_action = np.random.default_rng(0).normal(size=(4, 6)).astype(np.float32)
-    for ep, n in enumerate(tqdm(episode_lengths, desc=f"sample-data {root.name}", unit="episode",
-                                disable=not progress)):
+    pool: dict = {}
+    longest = max(episode_lengths) if len(episode_lengths) else 0
+    for ep, n in enumerate(episode_lengths):
+        n = int(n)
         off = rng.normal(size=6).astype(np.float32)
         cube = 0.5 + 0.2 * np.tanh(smooth_path(rng, n, 2, 0.6))
         alpha = np.clip(np.linspace(-0.2, 1.3, n), 0, 1)[:, None]
@@ -75,18 +129,39 @@ def write_lerobot_dataset(root, *, repo_id: str = "local/sample", episode_length
         grip_open = np.clip(1.2 - 1.5 * np.linspace(0, 1, n), 0, 1)
         cams = [renderer(content, (h, w), c, np.random.default_rng(rng.integers(2**32)), noise, fps)
                 for c in range(cameras)]
-        for i in range(n):
+        state = np.empty((n, 6), np.float32)
+        action = np.empty((n, 4), np.float32)
+        for i in range(n):  # frame by frame, as the data was always drawn (the same numbers)
             t = i / fps
-            state = (np.sin(t * np.arange(1, 7) + off) + 0.01 * rng.normal(size=6)).astype(np.float32)
-            action = np.tanh(state_to_action @ state) if actions_from_state else np.cos(t * np.arange(1, 5) + off[:4])
-            frame = {"observation.state": state, "action": action.astype(np.float32),
-                     "task": TASKS[ep % len(TASKS)]}
-            for c, cam in enumerate(cams):
-                frame[f"observation.images.cam{c}"] = cam(i, cube[i], grip[i], grip_open[i])  # HWC uint8
-            ds.add_frame(frame)
-        ds.save_episode()
-    ds.finalize()
-    return root
+            state[i] = (np.sin(t * np.arange(1, 7) + off) + 0.01 * rng.normal(size=6)).astype(np.float32)
+            action[i] = (np.tanh(state_to_action @ state[i]) if actions_from_state
+                         else np.cos(t * np.arange(1, 5) + off[:4])).astype(np.float32)
+        if scenes:
+            scene = ep % int(scenes)
+            if scene not in pool:
+                pool[scene] = _scene_frames(seed, scene, longest, cameras, (h, w), content, noise, fps)
+            frames = [f[:n] for f in pool[scene]]
+            key = (scene, n)
+        else:
+            frames = [np.stack([cam(i, cube[i], grip[i], grip_open[i]) for i in range(n)]) if n else
+                      np.zeros((0, h, w, 3), np.uint8) for cam in cams]
+            key = None
+        yield EpisodeContent(n, TASKS[ep % len(TASKS)], state, action, frames, key)
+
+
+def _scene_frames(seed: int, scene: int, n: int, cameras: int, image_size, content: str = "renders",
+                  noise: float = 1.0, fps: float = 20.0) -> list:
+    """The ``n`` frames of each camera of reused scene ``scene``."""
+    rng = np.random.default_rng([seed, 1_000_003, scene])
+    cube = 0.5 + 0.2 * np.tanh(smooth_path(rng, n, 2, 0.6))
+    alpha = np.clip(np.linspace(-0.2, 1.3, n), 0, 1)[:, None]
+    grip = (1 - alpha) * rng.uniform(0.2, 0.8, size=2) + alpha * cube[-1]
+    grip_open = np.clip(1.2 - 1.5 * np.linspace(0, 1, n), 0, 1)
+    out = []
+    for c in range(cameras):
+        cam = renderer(content, image_size, c, np.random.default_rng(rng.integers(2**32)), noise, fps)
+        out.append(np.stack([cam(i, cube[i], grip[i], grip_open[i]) for i in range(n)]))
+    return out
 
 
 def write_lerobot_from_robomimic(hdf5_path, root, *, repo_id: str = "local/from_robomimic", repeat: int = 1,

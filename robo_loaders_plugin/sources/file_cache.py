@@ -22,14 +22,13 @@ open, and their records live apart, under ``.robo-loaders/``.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import threading
 import uuid
 
 from robo_loaders_plugin.core.errors import SourceError
-from robo_loaders_plugin.core.files import atomic_write_json
+from robo_loaders_plugin.core.files import atomic_write_json, sha256_file
 
 SIDECAR = ".robo-loaders.json"
 RECORDS = ".robo-loaders"  # with ``base``: the records (and locks) of the copies, apart from them
@@ -37,14 +36,31 @@ LOG_PREFIX = "[robo-loaders]"
 
 
 def endpoint_of(storage_options: dict | None) -> str | None:
-    """The endpoint URL fsspec's ``storage_options`` point at (S3-compatible stores), part of a copy's identity."""
+    """The endpoint URL fsspec's ``storage_options`` point at (S3-compatible stores), part of a copy's identity.
+
+    Args:
+        storage_options: The fsspec options (``endpoint_url``, or ``client_kwargs.endpoint_url``), or ``None``.
+
+    Returns:
+        The endpoint, or ``None`` when none is set (the store's default).
+    """
     client = (storage_options or {}).get("client_kwargs") or {}
     return (storage_options or {}).get("endpoint_url") or client.get("endpoint_url")
 
 
 def remote_identity(fs, path: str, endpoint: str | None) -> dict:
     """What says a remote file is still the one copied: its size and version (S3's ETag, HTTP's ETag or
-    Last-Modified, or an mtime)."""
+    Last-Modified, or an mtime). One metadata request (``fs.info``).
+
+    Args:
+        fs: The fsspec filesystem.
+        path: The file's path on it.
+        endpoint: The endpoint (:func:`endpoint_of`), recorded with the identity.
+
+    Returns:
+        ``{"url", "endpoint", "size", "version"}``; ``version`` is the first of the known keys ``fs.info`` gives, as
+        ``"key=value"``, or ``None``.
+    """
     info = fs.info(path)
     version = None
     for key in ("ETag", "etag", "VersionId", "Last-Modified", "LastModified", "mtime", "last_modified", "updated"):
@@ -54,20 +70,32 @@ def remote_identity(fs, path: str, endpoint: str | None) -> dict:
     return {"url": fs.unstrip_protocol(path), "endpoint": endpoint, "size": info.get("size"), "version": version}
 
 
-def sha256_of(path: str) -> str:
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
+sha256_of = sha256_file  # a copy's own digest (core.files)
 
 
 class FileCache:
-    """Local copies of files of one fsspec filesystem under ``directory`` (``<scheme>/<path of the URL>``).
-    ``downloaded`` counts the bytes fetched from the remote store by this object."""
+    """Local copies of files of one fsspec filesystem under ``directory``.
+
+    Thread- and process-safe (see the module's docstring). Pickled, it keeps its settings and counters; the copy in
+    another process checks its files again.
+
+    Args:
+        fs: The fsspec filesystem the files are on.
+        directory: Where the copies go (``~`` expanded).
+        endpoint: The store's endpoint, part of each copy's identity (:func:`endpoint_of`).
+        log: Called with each log line (why a copy is downloaded again).
+        base: A remote directory whose files are copied to the same relative paths under ``directory`` (records
+            under ``directory/.robo-loaders/``); without it, ``<scheme>/<path of the URL>`` with each record beside
+            its copy.
+        label: Starts the log lines and errors (the option or feature the copies serve).
+
+    Attributes:
+        downloaded: Bytes fetched from the remote store by this object.
+        downloads: Files fetched by this object.
+    """
 
     def __init__(self, fs, directory: str, endpoint: str | None = None, log=print, *, base: str | None = None,
                  label: str = "local_cache_dir"):
-        """``base``: a remote directory whose files are copied to the same relative paths under ``directory``
-        (records under ``directory/.robo-loaders/``); without it, ``<scheme>/<path of the URL>`` with each record
-        beside its copy. ``label`` starts the log lines (the option or feature the copies serve)."""
         self.fs, self.endpoint, self.log, self.label = fs, endpoint, log, label
         self.base = base.rstrip("/") if base is not None else None
         self.directory = os.path.abspath(os.path.expanduser(str(directory)))
@@ -86,6 +114,18 @@ class FileCache:
         self.__dict__.update(state, _guard=threading.Lock())
 
     def local_path(self, path: str) -> str:
+        """Where the copy of remote ``path`` is kept (``:`` in names replaced, ``.``/``..`` parts dropped).
+
+        Args:
+            path: The file's path on the filesystem (no protocol).
+
+        Returns:
+            The local path, under ``directory``.
+
+        Raises:
+            SourceError: with ``base``, ``path`` is not under it or names the records' directory; without, it has no
+                file name.
+        """
         url = self.fs.unstrip_protocol(path)
         if self.base is not None:
             if not path.startswith(self.base + "/"):
@@ -101,7 +141,15 @@ class FileCache:
         return os.path.join(self.directory, scheme or "file", *parts)
 
     def record_path(self, local: str) -> str:
-        """Where the record (identity and SHA-256) of the copy ``local`` is kept; its lock is beside it."""
+        """Where the record (identity and SHA-256) of the copy ``local`` is kept; its lock is beside it.
+
+        Args:
+            local: A copy's path (:meth:`local_path`).
+
+        Returns:
+            ``<local>.robo-loaders.json``; with ``base``, the copy's relative path under ``.robo-loaders/``, plus
+            ``.json``.
+        """
         if self.base is None:
             return local + SIDECAR
         return os.path.join(self.directory, RECORDS, os.path.relpath(local, self.directory) + ".json")
@@ -116,16 +164,39 @@ class FileCache:
                       for d, _, files in os.walk(records) for f in files if f.endswith(".json"))
 
     def forget(self, local: str) -> None:
-        """Remove a copy and its record (its file is gone from the remote store)."""
+        """Remove a copy and its record (its file is gone from the remote store).
+
+        Args:
+            local: The copy's path; a copy or record already gone is not an error.
+        """
         for p in (local, self.record_path(local)):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(p)
 
     def checked(self, path: str) -> bool:
+        """Whether this process has already verified (or downloaded) the copy of ``path``.
+
+        Args:
+            path: The file's path on the filesystem.
+        """
         return path in self._checked
 
     def get(self, path: str) -> str:
-        """The verified local copy of remote ``path``, downloaded first when missing, stale or damaged."""
+        """The verified local copy of remote ``path``, downloaded first when missing, stale or damaged.
+
+        The first call per file and process asks the store for the file's identity and hashes the copy; later calls
+        return the same path at once.
+
+        Args:
+            path: The file's path on the filesystem (no protocol).
+
+        Returns:
+            The local copy's path.
+
+        Raises:
+            SourceError: the path cannot be mirrored, the copy failed (network, credentials, local disk), or the remote
+                file kept changing while it was copied.
+        """
         done = self._checked.get(path)
         if done is not None:
             return done
@@ -174,8 +245,10 @@ class FileCache:
             if recorded.get(key) != ident[key]:
                 return f"the remote file changed since it was copied ({what} {recorded.get(key)} -> {ident[key]})"
         size = os.path.getsize(local)
-        if size != ident["size"]:
-            return f"the local copy is truncated or damaged ({size} bytes, the remote file has {ident['size']})"
+        # a server that does not say the size (no Content-Length): the copy must have the size it had when copied
+        expected = ident["size"] if ident["size"] is not None else meta.get("bytes")
+        if size != expected:
+            return f"the local copy is truncated or damaged ({size} bytes, the remote file has {expected})"
         if sha256_of(local) != meta.get("sha256"):
             return "the local copy's SHA-256 differs from the one recorded when it was copied (it is corrupt)"
         return None
@@ -190,7 +263,7 @@ class FileCache:
                     self.downloaded += size
                     self.downloads += 1
                 after = remote_identity(self.fs, path, self.endpoint)
-                if after != ident or size != ident["size"]:  # replaced while we copied it: copy it again
+                if after != ident or (ident["size"] is not None and size != ident["size"]):  # replaced meanwhile
                     ident = after
                     continue
                 digest = sha256_of(tmp)

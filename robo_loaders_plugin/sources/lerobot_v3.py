@@ -19,7 +19,6 @@ relative name, size and every byte.
 """
 from __future__ import annotations
 
-import contextlib
 import io
 import json
 import os

@@ -31,17 +31,37 @@ CUDA_BUILD_HINT = ("the installed torchcodec is a CPU-only build (the PyPI wheel
 
 
 def video_codecs(source) -> dict[str, str]:
-    """Camera key -> codec name as ``meta/info.json`` records it (lower case; '' when not recorded)."""
+    """Camera key -> codec name as ``meta/info.json`` records it.
+
+    Args:
+        source: A LeRobot v3 source (its ``features`` and ``video_keys``).
+
+    Returns:
+        ``{camera key: codec}``, lower case; ``''`` when not recorded.
+    """
     return {k: str((source.features[k].get("info") or {}).get("video.codec", "")).lower() for k in source.video_keys}
 
 
 def lacks_av1(gpu_name: str) -> bool:
-    """Whether NVIDIA's table says NVDEC on ``gpu_name`` (``torch.cuda.get_device_name()``) has no AV1."""
+    """Whether NVIDIA's table says NVDEC on ``gpu_name`` has no AV1 (:data:`NO_AV1_NVDEC`).
+
+    Args:
+        gpu_name: As ``torch.cuda.get_device_name()`` gives it.
+    """
     return any(re.search(pattern, gpu_name) for pattern in NO_AV1_NVDEC)
 
 
 def nvdec_problem(source, gpu_name: str) -> str | None:
-    """Why NVDEC on ``gpu_name`` cannot decode this dataset's videos by NVIDIA's table, or None."""
+    """Why NVDEC on ``gpu_name`` cannot decode this dataset's videos by NVIDIA's table, if it cannot.
+
+    Args:
+        source: A LeRobot v3 source.
+        gpu_name: As ``torch.cuda.get_device_name()`` gives it.
+
+    Returns:
+        What to do (decode on the CPU, or transcode to H.264) when some camera is AV1 and the GPU has no AV1 NVDEC;
+        else ``None``.
+    """
     av1 = [k for k, codec in video_codecs(source).items() if codec in AV1_CODECS]
     if av1 and lacks_av1(gpu_name):
         return (f"NVDEC on {gpu_name} cannot decode AV1, and {', '.join(av1)} are AV1 (LeRobot's default encoding). "
@@ -53,7 +73,15 @@ def nvdec_problem(source, gpu_name: str) -> str | None:
 
 def open_decoder(src, device: str):
     """A torchcodec ``VideoDecoder`` opened the way video_stream opens every one (LeRobot's approximate seek mode;
-    NVDEC under the beta CUDA backend), so that the probe tests exactly what training will use."""
+    NVDEC under the beta CUDA backend), so that the probe tests exactly what training will use.
+
+    Args:
+        src: What ``VideoDecoder`` reads: a path, bytes or a file-like object.
+        device: ``"cpu"``, or a CUDA device (``"cuda"``, ``"cuda:1"``).
+
+    Returns:
+        The decoder.
+    """
     from torchcodec.decoders import VideoDecoder, set_cuda_backend
 
     if device == "cpu":
@@ -64,6 +92,14 @@ def open_decoder(src, device: str):
 
 @dataclasses.dataclass(frozen=True)
 class Probe:
+    """What :func:`probe` found.
+
+    Attributes:
+        codec: The codec probed.
+        device: The device it was decoded on.
+        ok: Whether the device decodes it (no CPU fallback, frames close to the clip encoded).
+        detail: What was found, or what to do about it.
+    """
     codec: str
     device: str
     ok: bool
@@ -73,7 +109,19 @@ class Probe:
 @functools.lru_cache(maxsize=None)
 def probe(codec: str = "h264", device: str = "cuda") -> Probe:
     """Decode an 8-frame 64x64 yuv420p clip (LeRobot's pixel format) of ``codec`` on ``device`` as video_stream
-    opens its decoders, and compare it with the frames encoded. Once per process and (codec, device)."""
+    opens its decoders, and compare it with the frames encoded. Once per process and (codec, device) (cached).
+
+    Args:
+        codec: The codec to encode the clip with (``h264``, ``hevc``, ``av1``).
+        device: Where to decode it.
+
+    Returns:
+        The :class:`Probe`: not ok when decoding fails (a CPU-only torchcodec build names the fix), when torchcodec
+        fell back to a CPU decoder, or when the frames are under :data:`MIN_PROBE_PSNR` from the clip.
+
+    Raises:
+        VideoError: this PyAV cannot encode the clip.
+    """
     from robo_loaders_plugin.storage.video import VideoSettings, encode, psnr
 
     yy, xx = np.mgrid[0:64, 0:64]
@@ -99,8 +147,17 @@ def probe(codec: str = "h264", device: str = "cuda") -> Probe:
 
 
 def nvdec_unusable(source) -> str | None:
-    """Why NVDEC cannot decode ``source``'s videos in this process, or None when it can. Decoding decides (a GPU the
-    table lists may have been misread by name); the table turns an AV1 failure into what to do about it."""
+    """Why NVDEC cannot decode ``source``'s videos in this process, or ``None`` when it can.
+
+    Decoding decides (a GPU the table lists may have been misread by name); the table turns an AV1 failure into what
+    to do about it. H.264 is probed first: it proves the torchcodec build.
+
+    Args:
+        source: A LeRobot v3 source.
+
+    Returns:
+        The reason (no CUDA GPU, a CPU-only torchcodec, a codec NVDEC does not decode here), or ``None``.
+    """
     import torch
 
     if not torch.cuda.is_available():

@@ -16,12 +16,30 @@ _FREE_REFS = 3  # the pool's list, the loop variable, getrefcount's argument
 
 
 class BufferPool:
+    """Output arrays handed out again once nothing outside the pool references them (see the module's docstring).
+
+    Thread-safe. Pickled (a dataset sent to spawned DataLoader workers), it keeps only its setting: each process
+    recycles its own buffers.
+
+    Args:
+        max_per_shape: How many buffers of one (shape, dtype) are kept for reuse; beyond that, :meth:`empty` hands out
+            arrays the pool does not keep.
+    """
     def __init__(self, max_per_shape: int = 12):
         self.max_per_shape = max_per_shape
         self._free: dict[tuple, list[np.ndarray]] = {}
         self._lock = threading.Lock()
 
     def empty(self, shape: tuple, dtype) -> np.ndarray:
+        """An uninitialised array of ``shape`` and ``dtype``: a kept buffer nothing references any more, else a new one.
+
+        Args:
+            shape: The array's shape.
+            dtype: Its dtype.
+
+        Returns:
+            The array; its contents are whatever a previous batch left (the caller overwrites all of it).
+        """
         key = (tuple(shape), np.dtype(dtype).str)
         with self._lock:
             bufs = self._free.setdefault(key, [])

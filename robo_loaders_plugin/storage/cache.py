@@ -12,8 +12,8 @@
   (``$ROBO_LOADERS_LOCK_TIMEOUT`` seconds, default 7200) and says which lock it waits for.
 - **Size limit**: ``$ROBO_LOADERS_CACHE_SIZE`` (default 50GB; 0 = no limit). After an entry is built, the least
   recently used entries not in use are removed until the root fits. ``robo-loaders cache list|prune|clear``.
-- **Leftovers**: temporary files of builds that were killed (``*.tmp-*`` whose build lock is free) are removed
-  before a new build.
+- **Leftovers**: temporary files of builds that were killed (``*.tmp-*`` whose build lock is free) are removed,
+  with their lock files, before a new build; a build that fails removes its own lock file (``Entry.building``).
 """
 from __future__ import annotations
 
@@ -41,10 +41,16 @@ LOCKS = ".locks"
 
 
 class CacheError(RoboLoadersError):
+    """The cache directory cannot be used: not a directory, not writable, a bad size limit or lock timeout, or a
+    lock not obtained in time.
+    """
     pass
 
 
 def default_root() -> str:
+    """The cache root when no ``cache_dir`` is given: ``$ROBO_LOADERS_CACHE``, else ``$XDG_CACHE_HOME/robo-loaders``,
+    else ``~/.cache/robo-loaders`` (not created here: :func:`cache_root` creates it).
+    """
     if os.environ.get(ENV_ROOT):
         return os.path.expanduser(os.environ[ENV_ROOT])
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
@@ -52,7 +58,18 @@ def default_root() -> str:
 
 
 def cache_root(option: str | None = None, where: str = "cache_dir") -> str:
-    """The cache root (created), from the option or the default; a clear error when it cannot be a directory."""
+    """The cache root, created (with its ``.locks/``), from the option or the default.
+
+    Args:
+        option: The backend's ``cache_dir`` (``~`` expanded), or ``None`` for :func:`default_root`.
+        where: The setting that gave it, for the errors.
+
+    Returns:
+        The root's absolute path.
+
+    Raises:
+        CacheError: the path is a file, or the directory cannot be created.
+    """
     root = os.path.abspath(os.path.expanduser(option)) if option else default_root()
     if os.path.exists(root) and not os.path.isdir(root):
         raise CacheError(f"{where}={root!r} is a file, not a directory; point it at a directory (it is created if "
@@ -66,6 +83,14 @@ def cache_root(option: str | None = None, where: str = "cache_dir") -> str:
 
 
 def size_limit() -> int | None:
+    """The cache's size limit in bytes, from ``$ROBO_LOADERS_CACHE_SIZE`` (default 50GB).
+
+    Returns:
+        The limit, or ``None`` for no limit (the variable set to 0).
+
+    Raises:
+        CacheError: the variable is not a size.
+    """
     value = os.environ.get(ENV_SIZE, DEFAULT_SIZE)
     try:
         n = parse_bytes(value, ENV_SIZE)
@@ -75,6 +100,14 @@ def size_limit() -> int | None:
 
 
 def short_hash(desc) -> str:
+    """16 hex digits of the SHA-256 of ``desc``'s canonical JSON: the source and content keys of entry names.
+
+    Args:
+        desc: Any JSON-able value (keys sorted; values JSON cannot hold are written with ``str``).
+
+    Returns:
+        The hash.
+    """
     return hashlib.sha256(json.dumps(desc, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -87,14 +120,20 @@ def lock_timeout() -> float:
             from None
 
 
-class _Held:
-    """A flock held as long as this object lives (released by :meth:`release` or garbage collection)."""
+class EntryHold:
+    """A cache entry's shared ``use`` lock (an flock), held as long as this object lives: while any process holds
+    one, pruning never removes the entry. Released by :meth:`release` or garbage collection.
+
+    Args:
+        fd: The locked lock file's descriptor (closed on release).
+    """
 
     def __init__(self, fd: int):
         self.fd = fd
         self._finalizer = weakref.finalize(self, os.close, fd)
 
     def release(self) -> None:
+        """Release the lock now (idempotent)."""
         self._finalizer()
 
     def __getstate__(self):  # a spawned worker gets no lock: its parent holds it for the run
@@ -106,11 +145,19 @@ class _Held:
 
 @dataclasses.dataclass
 class Entry:
+    """One entry of a cache root: a file or directory named ``<kind>-<source key>-<content key>[suffix]``, and its
+    lock files in ``<root>/.locks/`` (``<name>.build``, ``<name>.use``).
+
+    Attributes:
+        root: The cache root.
+        name: The entry's file or directory name.
+    """
     root: str
     name: str
 
     @property
     def path(self) -> str:
+        """The entry's file or directory."""
         return os.path.join(self.root, self.name)
 
     def _lock_path(self, what: str) -> str:
@@ -132,32 +179,54 @@ class Entry:
 
     @contextlib.contextmanager
     def building(self, description: str):
-        """Exclusive build lock: waits (with a timeout and a message) while another process builds this entry."""
+        """Exclusive build lock: waits (with a timeout and a message) while another process builds this entry.
+
+        The lock file records who holds it (pid and host), which a waiting process prints. A build that fails (raises)
+        and leaves no entry removes its lock file while still holding the lock, so failed builds leave nothing in
+        ``.locks/``. Safe with other processes: whoever waits on the removed file finds, once it gets the lock, that the
+        file is no longer the one named ``<entry>.build`` (:meth:`_locked_current`) and locks the file that now has its
+        name, as after :meth:`remove`.
+
+        Args:
+            description: What is built, for the "waiting for ..." line and the timeout error.
+
+        Yields:
+            The entry itself, with the build lock held.
+
+        Raises:
+            CacheError: another process held the lock longer than ``$ROBO_LOADERS_LOCK_TIMEOUT`` seconds.
+        """
         fd = self._open_lock("build")
         try:
-            deadline, holder = None, "another process"
+            deadline, builder = None, "another process"
             while not (try_flock(fd, fcntl.LOCK_EX) and self._locked_current(fd, "build")):
                 if not self._locked_current(fd, "build"):  # removed meanwhile: lock the file that now has its name
                     os.close(fd)
                     fd = self._open_lock("build")
                     continue
                 if deadline is None:
-                    holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or holder
-                    print(f"[robo-loaders] waiting for {holder} to finish building {self.path} ({description})",
+                    builder = os.pread(fd, 200, 0).decode(errors="replace").strip() or builder
+                    print(f"[robo-loaders] waiting for {builder} to finish building {self.path} ({description})",
                           flush=True)
                     deadline = time.monotonic() + lock_timeout()
                 if time.monotonic() > deadline:
-                    raise CacheError(f"timed out after {lock_timeout():.0f} s waiting for {holder} to finish "
+                    raise CacheError(f"timed out after {lock_timeout():.0f} s waiting for {builder} to finish "
                                      f"building {self.path} (lock {self._lock_path('build')}). If no such "
                                      f"process runs, delete the lock file; raise {ENV_LOCK_TIMEOUT} to wait longer")
                 time.sleep(0.2)
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}".encode(), 0)
-            yield self
+            try:
+                yield self
+            except BaseException:
+                if not os.path.exists(self.path) and self._locked_current(fd, "build"):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(self._lock_path("build"))
+                raise
         finally:
             os.close(fd)
 
-    def hold(self) -> _Held:
+    def hold(self) -> EntryHold:
         """Mark the entry in use (shared lock) for as long as the returned object lives, and as recently used."""
         while True:
             fd = self._open_lock("use")
@@ -166,9 +235,10 @@ class Entry:
                 break
             os.close(fd)
         os.utime(self._lock_path("use"))
-        return _Held(fd)
+        return EntryHold(fd)
 
     def in_use(self) -> bool:
+        """Whether some process holds the entry's ``use`` lock (takes no lock of its own beyond a test)."""
         if not os.path.exists(self._lock_path("use")):
             return False
         fd = self._open_lock("use")
@@ -181,12 +251,16 @@ class Entry:
             os.close(fd)
 
     def last_used(self) -> float:
+        """When the entry was last used: the mtime of its ``use`` lock file (:meth:`hold`
+        touches it), else of the entry, else 0.
+        """
         for p in (self._lock_path("use"), self.path):
             if os.path.exists(p):
                 return os.path.getmtime(p)
         return 0.0
 
     def nbytes(self) -> int:
+        """The entry's size on disk (every file, for a directory)."""
         return path_bytes(self.path)
 
     def remove(self) -> bool:
@@ -196,6 +270,8 @@ class Entry:
         try:
             if not (try_flock(use, fcntl.LOCK_EX) and try_flock(build, fcntl.LOCK_EX)):
                 return False
+            if not (self._locked_current(use, "use") and self._locked_current(build, "build")):
+                return False  # a lock file removed meanwhile: the one named now may be held (try again later)
             if os.path.isdir(self.path):
                 shutil.rmtree(self.path, ignore_errors=True)
             elif os.path.exists(self.path):
@@ -210,6 +286,14 @@ class Entry:
 
 
 def path_bytes(path: str) -> int:
+    """Bytes of a file, or of every file under a directory (files that vanish while counted are skipped).
+
+    Args:
+        path: A file or directory.
+
+    Returns:
+        The total size; 0 when ``path`` does not exist.
+    """
     if os.path.isdir(path):
         return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files
                    if os.path.exists(os.path.join(d, f)))
@@ -217,30 +301,73 @@ def path_bytes(path: str) -> int:
 
 
 def entry_for(root: str, kind: str, source_key: str, content_key: str, suffix: str = "") -> Entry:
+    """The entry named ``<kind>-<source_key>-<content_key><suffix>`` under ``root`` (it may not exist yet).
+
+    Args:
+        root: The cache root.
+        kind: Names the backend and format.
+        source_key: Hash of the source's path and the options the content depends on.
+        content_key: Hash of the source's content identity (:func:`content_key`).
+        suffix: Appended to the name (``.rlc`` for a compressed cache file).
+
+    Returns:
+        The :class:`Entry`.
+    """
     return Entry(root, f"{kind}-{source_key}-{content_key}{suffix}")
 
 
 def entries(root: str) -> list[Entry]:
-    """Every entry under ``root`` (temporary files and locks left out)."""
+    """Every entry under ``root`` (temporary files and locks left out), sorted by name.
+
+    Args:
+        root: A cache root; one that does not exist holds no entries.
+
+    Returns:
+        The entries.
+    """
     if not os.path.isdir(root):
         return []
     return [Entry(root, n) for n in sorted(os.listdir(root)) if not n.startswith(".") and ".tmp-" not in n]
 
 
 def siblings(entry: Entry) -> list[Entry]:
-    """Entries of the same kind and source key (older versions of the same source and options)."""
+    """Entries of the same kind and source key as ``entry`` (older versions of the same source and options).
+
+    Args:
+        entry: The entry whose siblings are wanted.
+
+    Returns:
+        The other entries whose names differ from it only in the content key.
+    """
     prefix = entry.name.rsplit("-", 1)[0] + "-"
     return [e for e in entries(entry.root) if e.name.startswith(prefix) and e.name != entry.name]
 
 
 def retire_siblings(entry: Entry) -> list[str]:
-    """Remove the entries ``entry`` replaces (same source and options, older content) that nothing uses."""
+    """Remove the entries ``entry`` replaces (same source and options, older content) that nothing uses.
+
+    Args:
+        entry: The entry just built.
+
+    Returns:
+        The paths removed (siblings in use or being built are kept).
+    """
     return [e.path for e in siblings(entry) if e.remove()]
 
 
 def sweep_temporary(root: str, owned: str | None = None) -> list[str]:
-    """Remove ``*.tmp-*`` leftovers of killed builds: those whose entry's build lock is free, and those of
-    ``owned`` (an entry whose build lock this process holds, so their writer is gone)."""
+    """Remove ``*.tmp-*`` leftovers of killed builds under ``root``.
+
+    Removed: those whose entry's build lock is free (their builder is gone; their lock file goes too), and those of
+    ``owned``, an entry whose build lock this process holds, so their writer is gone. Never waits for a lock.
+
+    Args:
+        root: The cache root.
+        owned: The name of the entry this process is about to build, if any.
+
+    Returns:
+        The paths removed.
+    """
     removed = []
     for n in os.listdir(root) if os.path.isdir(root) else []:
         if ".tmp-" not in n or n.startswith("."):
@@ -249,16 +376,36 @@ def sweep_temporary(root: str, owned: str | None = None) -> list[str]:
         p = os.path.join(root, n)
         fd = entry._open_lock("build")
         try:
-            if entry.name == owned or try_flock(fd, fcntl.LOCK_EX):
-                shutil.rmtree(p, ignore_errors=True) if os.path.isdir(p) else os.unlink(p)
+            # a file that lost its name (a failed build removes its lock) locks nothing: the builder, if any, holds
+            # the one named now
+            if entry.name == owned or (try_flock(fd, fcntl.LOCK_EX) and entry._locked_current(fd, "build")):
+                if os.path.isdir(p):
+                    shutil.rmtree(p, ignore_errors=True)
+                else:
+                    with contextlib.suppress(FileNotFoundError):  # another process swept it first
+                        os.unlink(p)
                 removed.append(p)
+                if entry.name != owned and not os.path.exists(entry.path):  # the killed build's lock file too
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(entry._lock_path("build"))
         finally:
             os.close(fd)
     return removed
 
 
 def prune(root: str, limit: int | None, keep: tuple[str, ...] = ()) -> list[str]:
-    """Remove least recently used entries that nothing uses until ``root`` holds at most ``limit`` bytes."""
+    """Remove least recently used entries that nothing uses until ``root`` holds at most ``limit`` bytes.
+
+    Entries in use or being built are skipped; when they alone keep the root over its limit, a line says so.
+
+    Args:
+        root: The cache root.
+        limit: The size limit in bytes; ``None``: no limit (nothing is removed).
+        keep: Names of entries never removed (the one just built).
+
+    Returns:
+        The paths removed.
+    """
     if limit is None:
         return []
     all_entries = sorted(entries(root), key=lambda e: e.last_used())
@@ -280,7 +427,15 @@ def prune(root: str, limit: int | None, keep: tuple[str, ...] = ()) -> list[str]
 
 
 def after_build(entry: Entry) -> None:
-    """Housekeeping once ``entry`` is complete: retire what it replaces, then keep the root within its limit."""
+    """Housekeeping once ``entry`` is complete: retire what it replaces, then keep the root within its limit
+    (:func:`size_limit`). Prints a line per removed entry.
+
+    Args:
+        entry: The entry just built.
+
+    Raises:
+        CacheError: ``$ROBO_LOADERS_CACHE_SIZE`` is not a size.
+    """
     for p in retire_siblings(entry):
         print(f"[robo-loaders] removed {p} (made from an earlier version of the same source)", flush=True)
     for p in prune(entry.root, size_limit(), keep=(entry.name,)):
@@ -288,21 +443,46 @@ def after_build(entry: Entry) -> None:
 
 
 def content_key(fingerprint) -> str:
-    """Short hash of a source's identity (``Fingerprint.identity``: file names, sizes, mtimes, content digest)."""
+    """Short hash of a source's identity (``Fingerprint.identity``: file names, sizes, mtimes, content digest).
+
+    Args:
+        fingerprint: The source's :class:`~robo_loaders_plugin.storage.fingerprint.Fingerprint`.
+
+    Returns:
+        16 hex digits (:func:`short_hash`).
+    """
     return short_hash(fingerprint.identity())
 
 
 def obtain(root: str, kind: str, key_desc: dict, fingerprint, recorded_of, usable, build, description: str,
            suffix: str = "", housekeeping: bool = True):
-    """Find or build the entry of a source: returns (entry, holder, reused, source fingerprint).
+    """Find or build the entry of a source.
 
-    ``key_desc``: the source path and the options the content depends on; ``fingerprint(recorded)`` computes the
-    source's fingerprint (``recorded``: the one an earlier entry of the same source recorded, for the stat fast
-    path); ``recorded_of(path)`` reads the fingerprint an entry recorded (None if unreadable); ``usable(path)``
-    says whether an existing entry is complete and intact; ``build(path, fingerprint)`` (re)builds it, resuming
-    whatever partial state it finds. The returned holder keeps the entry from being pruned while it lives.
-    ``housekeeping``: after a build, retire older versions and prune to the size limit (not for RAM entries,
-    ``storage.ramfile``, which go when their last user does)."""
+    The fingerprint is computed once, with the stat fast path of the newest readable entry of the same source and
+    options; the entry it names is reused when it exists and is usable, else built under its build lock (after
+    removing leftovers of killed builds).
+
+    Args:
+        root: The cache root.
+        kind: Names the backend and format (the entry's name starts with it).
+        key_desc: The source path and the options the content depends on (hashed into the source key).
+        fingerprint: ``fingerprint(recorded)`` computes the source's fingerprint (``recorded``: the one an earlier
+            entry of the same source recorded, for the stat fast path; ``None`` when there is none).
+        recorded_of: ``recorded_of(path)`` reads the fingerprint an entry recorded (``None`` if unreadable).
+        usable: ``usable(path)`` says whether an existing entry is complete and intact.
+        build: ``build(path, fingerprint)`` (re)builds it, resuming whatever partial state it finds.
+        description: What is built, for the lock's messages.
+        suffix: Appended to the entry's name (``.rlc``).
+        housekeeping: After a build, retire older versions and prune to the size limit (not for RAM entries,
+            ``storage.ramfile``, which go when their last user does).
+
+    Returns:
+        ``(entry, hold, reused, fingerprint)``: the :class:`Entry`; an object holding its ``use`` lock, which keeps
+        it from being pruned while it lives; whether it was reused rather than built; the source's fingerprint.
+
+    Raises:
+        CacheError: another process's build did not finish within the lock timeout.
+    """
     prefix = f"{kind}-{short_hash(key_desc)}-"
     recorded = None
     for e in sorted((e for e in entries(root) if e.name.startswith(prefix)), key=lambda e: -e.last_used()):
@@ -316,7 +496,7 @@ def obtain(root: str, kind: str, key_desc: dict, fingerprint, recorded_of, usabl
         if not reused:
             sweep_temporary(root, owned=entry.name)
             build(entry.path, fp)
-        holder = entry.hold()
+        hold = entry.hold()
     if not reused and housekeeping:
         after_build(entry)
-    return entry, holder, reused, fp
+    return entry, hold, reused, fp

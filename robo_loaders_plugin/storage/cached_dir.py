@@ -23,7 +23,14 @@ SOURCE_FILE = "robo-loaders-source.json"
 
 
 def recorded_source(path: str) -> Fingerprint | None:
-    """The source fingerprint a complete entry recorded (``None``: incomplete, unreadable or of another format)."""
+    """The source fingerprint a complete entry recorded.
+
+    Args:
+        path: The entry's directory.
+
+    Returns:
+        The :class:`Fingerprint`, or ``None`` when the entry is incomplete, unreadable or of another format.
+    """
     try:
         with open(os.path.join(path, SOURCE_FILE)) as f:
             return Fingerprint.from_dict(json.load(f)["fingerprint"])

@@ -30,6 +30,7 @@ DEFAULT_LEVEL = 5
 
 
 class CodecError(ValueError):
+    """A codec setting out of range, or a compressed frame that is not what its table says (corrupt)."""
     pass
 
 
@@ -42,6 +43,16 @@ def use_single_thread() -> None:
 
 @dataclasses.dataclass(frozen=True)
 class FrameCodec:
+    """How frames are compressed: one Blosc2 chunk per frame (see the module's docstring).
+
+    Attributes:
+        codec: One of :data:`CODEC_CHOICES` (``lz4``, ``lz4hc``, ``zstd``, ``blosclz``).
+        level: Compression level, 0..9.
+        filter: One of :data:`FILTER_CHOICES` (``none``, ``shuffle``, ``bitshuffle``).
+
+    Raises:
+        CodecError: an unknown codec or filter, or a level outside 0..9 (at construction).
+    """
     codec: str = DEFAULT_CODEC
     level: int = DEFAULT_LEVEL
     filter: str = DEFAULT_FILTER
@@ -55,10 +66,18 @@ class FrameCodec:
             raise CodecError(f"codec level must be 0..9, got {self.level!r}")
 
     def as_dict(self) -> dict:
+        """The settings as a JSON-able dict (recorded with the data they compressed)."""
         return dataclasses.asdict(self)
 
     def compress(self, frame: np.ndarray) -> bytes:
-        """Compress one frame (C-contiguous array) to a self-describing Blosc2 chunk."""
+        """Compress one frame to a self-describing Blosc2 chunk (single-threaded).
+
+        Args:
+            frame: The frame (made C-contiguous first if it is not).
+
+        Returns:
+            The chunk.
+        """
         frame = np.ascontiguousarray(frame)
         return blosc2.compress2(
             frame,
@@ -71,6 +90,16 @@ class FrameCodec:
 
     @staticmethod
     def check_size(blob, nbytes: int, where: str = "frame") -> None:
+        """Check a chunk's header: it decompresses to exactly ``nbytes`` bytes.
+
+        Args:
+            blob: The compressed chunk.
+            nbytes: The size of the frame it must hold.
+            where: Names the frame in the error.
+
+        Raises:
+            CodecError: the header is unreadable, or announces another size.
+        """
         try:
             n = blosc2.get_cbuffer_sizes(blob)[0]
         except Exception as exc:  # blosc2 raises various types on a garbage header
@@ -80,11 +109,26 @@ class FrameCodec:
 
     @classmethod
     def decompress_into(cls, blob, out: np.ndarray) -> None:
-        """Decompress one chunk straight into ``out`` (a writable, C-contiguous view of the right size)."""
+        """Decompress one chunk straight into ``out``, after checking its header's size.
+
+        Args:
+            blob: The compressed chunk.
+            out: A writable, C-contiguous array of the frame's size.
+
+        Raises:
+            CodecError: the chunk does not hold ``out.nbytes`` bytes.
+        """
         cls.check_size(blob, out.nbytes)
         blosc2.decompress(blob, dst=out)
 
     @staticmethod
     def decompress_into_unchecked(blob, out: np.ndarray) -> None:
-        """Hot path: the blob's size was checked when its table was loaded."""
+        """Decompress one chunk into ``out`` without checking its header.
+
+        Hot path: only for blobs whose size was checked when their table was loaded.
+
+        Args:
+            blob: The compressed chunk.
+            out: A writable, C-contiguous array of the frame's size.
+        """
         blosc2.decompress(blob, dst=out)

@@ -30,7 +30,21 @@ class EncodedFrames:
 
     @classmethod
     def from_member(cls, data: bytes, desc: dict, where: str) -> "EncodedFrames":
-        """Check the frame table and each frame's header (cheap); the hot path then decodes unchecked."""
+        """A frames member read from a shard, checked: the frame table and each frame's header (cheap); the hot path
+        then decodes unchecked.
+
+        Args:
+            data: The member's bytes (the frames' Blosc2 chunks, back to back).
+            desc: The member's description in the episode header (``shape``, ``dtype``, ``offsets``).
+            where: Names the member in errors.
+
+        Returns:
+            The frames, still compressed.
+
+        Raises:
+            ShardError: an invalid shape or dtype, a frame table that does not match the data, or a frame whose header
+                announces another size.
+        """
         shape, dtype = desc.get("shape"), _dtype(desc.get("dtype"), where)
         if not isinstance(shape, list) or not shape or not all(is_int(n) for n in shape):
             raise ShardError(f"{where}: shape {_short(shape)} is invalid")
@@ -54,7 +68,16 @@ class EncodedFrames:
 
     @classmethod
     def encode(cls, frames: np.ndarray, codec: FrameCodec, where: str) -> "EncodedFrames":
-        """Compress (N, ...) frames one by one (a buffer of decoded episodes kept compressed in RAM)."""
+        """Compress (N, ...) frames one by one (a buffer of decoded episodes kept compressed in RAM).
+
+        Args:
+            frames: The frames, first axis the frame index.
+            codec: How to compress each frame.
+            where: Names the frames in later errors.
+
+        Returns:
+            The compressed frames.
+        """
         blobs = [codec.compress(f) for f in frames]
         offsets = np.concatenate([[0], np.cumsum([len(b) for b in blobs])]).astype(np.int64)
         return cls(b"".join(blobs), offsets, frames.dtype, tuple(frames.shape), where)
@@ -63,7 +86,16 @@ class EncodedFrames:
         return self.shape[0]
 
     def decode_into(self, indices, out: np.ndarray, out_rows=None) -> None:
-        """Frame ``indices[j]`` into ``out[out_rows[j]]`` (``out[j]`` by default)."""
+        """Decompress frame ``indices[j]`` into ``out[out_rows[j]]`` (``out[j]`` by default).
+
+        Args:
+            indices: Frame indices, in any order, repeats allowed.
+            out: The destination; each row written must be a writable, C-contiguous frame.
+            out_rows: Rows of ``out`` to write, one per index (default ``0, 1, ...``).
+
+        Raises:
+            ShardError: a frame cannot be decompressed (damage the member's CRC did not catch).
+        """
         data, offs = self.data, self.offsets
         decompress = FrameCodec.decompress_into_unchecked
         try:
@@ -73,6 +105,7 @@ class EncodedFrames:
             raise ShardError(f"{self.where}: frame {i} cannot be decompressed ({exc})") from None
 
     def decode_all(self) -> np.ndarray:
+        """Every frame, decompressed into a new (N, ...) array."""
         out = np.empty(self.shape, dtype=self.dtype)
         self.decode_into(range(self.shape[0]), out)
         return out
@@ -92,7 +125,21 @@ class VideoSegmentFrames(EncodedFrames):
 
     @classmethod
     def from_member(cls, data, desc: dict, where: str) -> "VideoSegmentFrames":
-        """Check what is cheap to check (shape, dtype, codec, the MP4's first box); decoding checks the rest."""
+        """A video member read from a shard, with what is cheap to check checked (shape, dtype, codec, the MP4's first
+        box); decoding checks the rest.
+
+        Args:
+            data: The member's bytes (an MP4 file).
+            desc: The member's description in the episode header (``shape``, ``dtype``, ``video`` settings, ``mse``).
+            where: Names the member in errors.
+
+        Returns:
+            The segment, still encoded.
+
+        Raises:
+            ShardError: the shape is not (N, H, W, 3), the dtype not uint8, the settings name no known codec, or the
+                data is not an MP4 file.
+        """
         from robo_loaders_plugin.storage.video import ENCODERS
 
         shape, settings = desc.get("shape"), desc.get("video")
@@ -110,6 +157,11 @@ class VideoSegmentFrames(EncodedFrames):
         return frames
 
     def decode_all(self) -> np.ndarray:
+        """Every frame of the segment, decoded in order into a new (N, H, W, 3) uint8 array.
+
+        Raises:
+            ShardError: the segment cannot be decoded, or holds other frames than its header says.
+        """
         from robo_loaders_plugin.storage.video import VideoError, decode
 
         try:
@@ -118,6 +170,19 @@ class VideoSegmentFrames(EncodedFrames):
             raise ShardError(f"{exc}; {_AGAIN}") from None
 
     def decode_into(self, indices, out: np.ndarray, out_rows=None) -> None:
+        """Decode the whole segment, then copy frame ``indices[j]`` into ``out[out_rows[j]]``.
+
+        A segment decodes in order from its keyframe, so asking for a few frames costs a whole decode; callers decode
+        a segment once per load with :meth:`decode_all`.
+
+        Args:
+            indices: Frame indices.
+            out: The destination array.
+            out_rows: Rows of ``out`` to write, one per index (default ``0, 1, ...``).
+
+        Raises:
+            ShardError: the segment cannot be decoded.
+        """
         frames = self.decode_all()
         for j, i in zip(range(len(indices)) if out_rows is None else out_rows, indices):
             out[j] = frames[i]

@@ -40,17 +40,39 @@ LEGACY_METHOD = "sha256-sampled-v1"    # recorded without a method: large files 
 
 @dataclasses.dataclass(frozen=True)
 class Fingerprint:
+    """What persisted data records about the source it was made from (see the module's docstring).
+
+    Attributes:
+        path: The source's real path (not compared: a moved source still matches).
+        files: ``((relative name, size, mtime_ns, inode, ctime_ns), ...)`` sorted by name; name ``""`` for a
+            source that is one file.
+        content: SHA-256 hex of the source's content.
+        method: How ``content`` was computed (:data:`DIGEST_METHOD`, or :data:`LEGACY_METHOD` for fingerprints
+            recorded without one): digests of different methods are never compared.
+    """
     path: str
     files: tuple            # ((relative name, size, mtime_ns, inode, ctime_ns), ...), sorted by name
     content: str            # SHA-256 hex of the content check
     method: str = DIGEST_METHOD  # how ``content`` was computed: digests of different methods are never compared
 
     def as_dict(self) -> dict:
+        """The fingerprint as a JSON-able dict (what entries and shards record; :meth:`from_dict` reads it back)."""
         return {"path": self.path, "files": [list(f) for f in self.files], "content": self.content,
                 "method": self.method}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Fingerprint":
+        """A fingerprint recorded by :meth:`as_dict` (one recorded without ``method`` is :data:`LEGACY_METHOD`).
+
+        Args:
+            d: The recorded dict.
+
+        Returns:
+            The :class:`Fingerprint`.
+
+        Raises:
+            StaleSourceError: ``d`` is malformed (written by another version: the data must be rebuilt).
+        """
         try:
             return cls(str(d["path"]), tuple(tuple(f) for f in d["files"]), str(d["content"]),
                        str(d.get("method", LEGACY_METHOD)))
@@ -65,7 +87,17 @@ class Fingerprint:
         return base if self.method == LEGACY_METHOD else base + [self.method]
 
     def differences(self, current: "Fingerprint") -> list[str]:
-        """What makes data made from ``self`` unusable for ``current`` (empty: the same source)."""
+        """What makes data made from ``self`` unusable for ``current``.
+
+        Files removed, added, resized or with another mtime; else, when the digests are of different methods, that the
+        content cannot be shown to be the same; else a content digest that differs.
+
+        Args:
+            current: The source's fingerprint now.
+
+        Returns:
+            One line per difference; empty when it is the same source.
+        """
         mine = {f[0]: f for f in self.files}
         theirs = {f[0]: f for f in current.files}
         both = sorted(set(mine) & set(theirs))
@@ -85,7 +117,18 @@ class Fingerprint:
 
 
 def stat_files(path: str, names: Iterable[str] | None = None) -> tuple:
-    """(name, size, mtime_ns, inode, ctime_ns) of ``path`` itself (a file: name "") or of every file under it."""
+    """The stat of ``path`` itself (a file: name ``""``) or of every file under it.
+
+    Args:
+        path: A file or directory (symbolic links resolved).
+        names: For a directory, the relative names to stat (default: every file under it).
+
+    Returns:
+        ``((name, size, mtime_ns, inode, ctime_ns), ...)``, sorted by name.
+
+    Raises:
+        OSError: a file cannot be stat-ed (e.g. one of ``names`` does not exist).
+    """
     path = os.path.realpath(path)
     if os.path.isfile(path):
         st = os.stat(path)
@@ -101,9 +144,20 @@ def stat_files(path: str, names: Iterable[str] | None = None) -> tuple:
 
 def fingerprint(path: str, digest: Callable[[], str], recorded: Fingerprint | None = None,
                 names: Iterable[str] | None = None) -> Fingerprint:
-    """The fingerprint of the source at ``path``; ``digest()`` computes its content digest (every byte, as
-    :data:`DIGEST_METHOD` says), skipped when ``recorded`` has the same stat of every file: then ``recorded`` itself
-    is returned, whatever its method (see the module docstring)."""
+    """The fingerprint of the source at ``path``.
+
+    The content digest is skipped when ``recorded`` is of the same real path and has the same stat of every file:
+    then ``recorded`` itself is returned, whatever its method (see the module's docstring).
+
+    Args:
+        path: The source's file or directory.
+        digest: ``digest()`` computes the content digest (every byte, as :data:`DIGEST_METHOD` says).
+        recorded: The fingerprint data made from this source recorded, for the fast path.
+        names: The files of a directory source that count (default: every file under it).
+
+    Returns:
+        ``recorded``, or a new :class:`Fingerprint` with :data:`DIGEST_METHOD`.
+    """
     real = os.path.realpath(path)
     files = stat_files(real, names)
     if recorded is not None and recorded.path == real and recorded.files == files:
@@ -112,7 +166,17 @@ def fingerprint(path: str, digest: Callable[[], str], recorded: Fingerprint | No
 
 
 def check_same_source(recorded: Fingerprint, current: Fingerprint, what: str, fix: str) -> None:
-    """Raise :class:`StaleSourceError` naming both sources when data made from ``recorded`` no longer fits."""
+    """Refuse data made from ``recorded`` when it no longer fits the source as it is now.
+
+    Args:
+        recorded: The fingerprint the data recorded.
+        current: The source's fingerprint now.
+        what: Names the data in the message ("the shards in ...").
+        fix: What the user can do, appended to the message.
+
+    Raises:
+        StaleSourceError: naming both sources and the first five differences (:meth:`Fingerprint.differences`).
+    """
     diff = recorded.differences(current)
     if diff:
         shown = "; ".join(diff[:5]) + (f"; and {len(diff) - 5} more" if len(diff) > 5 else "")
@@ -121,8 +185,14 @@ def check_same_source(recorded: Fingerprint, current: Fingerprint, what: str, fi
 
 
 def hash_file(h, path: str, size: int | None = None) -> None:
-    """Feed a whole file to ``h`` (its size first), in 1 MiB reads. ``size``: the size already known from a stat
-    (a file that is no longer that size changed meanwhile: refused by the caller's stat check later)."""
+    """Feed a whole file to ``h`` (its size first), in 1 MiB reads.
+
+    Args:
+        h: A hashlib object (:func:`new_digest`).
+        path: The file.
+        size: The size already known from a stat (a file that is no longer that size changed meanwhile: the
+            caller's stat check refuses it later); default: stat it now.
+    """
     size = os.path.getsize(path) if size is None else size
     h.update(f"{size}:".encode())
     with open(path, "rb") as f:

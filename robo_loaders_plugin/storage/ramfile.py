@@ -43,7 +43,18 @@ _previous_handler = None
 
 
 def ram_root(shm_dir: str | None = None) -> str:
-    """This user's directory of RAM caches (created), refused when it is not a private directory of ours."""
+    """This user's directory of RAM caches (created), refused when it is not a private directory of ours.
+
+    Args:
+        shm_dir: Where RAM caches live (default: ``/dev/shm`` when writable, else the temp dir).
+
+    Returns:
+        ``<shm_dir>/robo-loaders-<uid>``, with its ``.locks/``.
+
+    Raises:
+        StoreError: the path is not a directory owned by this user with mode 0700.
+        CacheError: it cannot be created.
+    """
     root = os.path.join(shm_dir or default_shm_dir(), f"robo-loaders-{os.getuid()}")
     with contextlib.suppress(FileExistsError):
         os.mkdir(root, 0o700)
@@ -56,20 +67,41 @@ def ram_root(shm_dir: str | None = None) -> str:
 
 
 def remove_if_unused(entry: cache.Entry) -> bool:
-    """Delete a RAM entry unless a process uses or builds it (never waits); returns whether it is gone."""
+    """Delete a RAM entry unless a process uses or builds it (never waits).
+
+    Args:
+        entry: The entry.
+
+    Returns:
+        Whether it was removed.
+    """
     return entry.remove()
 
 
 def sweep_stale(root: str) -> list[str]:
-    """Remove the RAM entries nobody holds and the temporary files of builds nobody runs (their processes died);
-    returns their paths. Never blocks."""
+    """Remove the RAM entries nobody holds and the temporary files of builds nobody runs (their processes died).
+    Never blocks.
+
+    Args:
+        root: This user's RAM cache directory (:func:`ram_root`).
+
+    Returns:
+        The paths removed.
+    """
     removed = [e.path for e in cache.entries(root) if remove_if_unused(e)]
     return removed + cache.sweep_temporary(root)
 
 
 @contextlib.contextmanager
 def building(path: str):
-    """Mark a build of ``path`` in progress in this process: SIGTERM removes its temporary files."""
+    """Mark a build of ``path`` in progress in this process: SIGTERM (or exit) removes its temporary files.
+
+    Args:
+        path: The entry being built; its temporaries are ``<path>.tmp-<pid>-*``.
+
+    Yields:
+        Nothing; the mark is dropped when the block ends.
+    """
     _building[path] = os.getpid()
     _install_sigterm_cleanup()
     try:
@@ -80,9 +112,15 @@ def building(path: str):
 
 class RamHold:
     """One process's use of a RAM entry: holds its ``use`` lock, and removes the entry if it was the last user when
-    the dataset is collected, the process exits or gets SIGTERM. Forked DataLoader workers inherit this object and
-    never remove anything; spawned workers get a handle that neither locks nor removes (their parent holds the lock
-    for the run)."""
+    the dataset is collected, the process exits or gets SIGTERM.
+
+    Forked DataLoader workers inherit this object and never remove anything; spawned workers get a handle that
+    neither locks nor removes (their parent holds the lock for the run).
+
+    Args:
+        entry: The RAM entry.
+        held: The ``use`` lock's holder (``Entry.hold()``), released with this object.
+    """
 
     def __init__(self, entry: cache.Entry, held):
         self.path = entry.path
@@ -91,7 +129,11 @@ class RamHold:
         _install_sigterm_cleanup()
 
     def release(self) -> None:
-        self._finalizer()
+        """End the hold now: release the ``use`` lock and remove the entry if no other process uses it. Idempotent;
+        for the process that made the hold (an unpickled copy has nothing to release).
+        """
+        if self._finalizer is not None:
+            self._finalizer()
 
     def __getstate__(self):
         return {"path": self.path}

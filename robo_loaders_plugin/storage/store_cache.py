@@ -13,7 +13,7 @@ import os
 from typing import Callable
 
 from robo_loaders_plugin.core.errors import BackendOptionError, StaleSourceError
-from robo_loaders_plugin.core.units import format_bytes, parse_bytes
+from robo_loaders_plugin.core.units import format_bytes, parse_bytes, plural
 from robo_loaders_plugin.storage import cache
 from robo_loaders_plugin.storage.codec import CodecError, FrameCodec
 from robo_loaders_plugin.storage.fingerprint import Fingerprint
@@ -34,6 +34,59 @@ def _write(path: str, write: Callable[[StoreWriter], None], codec: FrameCodec, m
         raise
 
 
+VERIFIED_METHOD = "store-data-crc32-v1"
+
+
+def _verified_stamp(path: str) -> str:
+    """Where the stamp of a verified store lives: ``.verified/`` beside it (hidden: not a cache entry)."""
+    return os.path.join(os.path.dirname(os.path.abspath(path)), ".verified", os.path.basename(path) + ".json")
+
+
+def _stamp_doc(path: str) -> dict:
+    from robo_loaders_plugin.storage.fingerprint import stat_files
+
+    return {"method": VERIFIED_METHOD, "files": [list(f) for f in stat_files(path)]}
+
+
+def verified_before(path: str) -> bool:
+    """Whether the store at ``path`` passed :meth:`EpisodeStore.verify` as it is now (same size, mtime, inode and
+    ctime: the fingerprints' rule, ``storage.fingerprint``).
+
+    Why: the check reads the whole file (a million 64x64 frames: gigabytes) at every start that reuses a cache;
+    a file whose stat is unchanged since it passed holds the same bytes, as a source with an unchanged stat is not
+    digested again.
+
+    Args:
+        path: The store file.
+
+    Returns:
+        True when a stamp records this very version of the file.
+    """
+    import json
+
+    try:
+        with open(_verified_stamp(path)) as f:
+            return json.load(f) == _stamp_doc(path)
+    except (OSError, ValueError):
+        return False
+
+
+def mark_verified(path: str) -> None:
+    """Record that the store at ``path`` passed its data check; never an error (a missing stamp only means the
+    next reuse checks again).
+
+    Args:
+        path: The store file, as it is now.
+    """
+    from robo_loaders_plugin.core.files import atomic_write_json
+
+    try:
+        os.makedirs(os.path.dirname(_verified_stamp(path)), exist_ok=True)
+        atomic_write_json(_verified_stamp(path), _stamp_doc(path))
+    except OSError:
+        pass
+
+
 def recorded_fingerprint(path: str) -> Fingerprint | None:
     try:
         d = EpisodeStore(path).meta.get(SOURCE_KEY)
@@ -45,7 +98,7 @@ def recorded_fingerprint(path: str) -> Fingerprint | None:
 def open_or_build(*, kind: str, source, key_desc: dict, write: Callable[[StoreWriter], None], codec: FrameCodec,
                   cache_dir: str | None, max_memory, build_workers: int | None, meta: dict, option_prefix: str,
                   description: str, disk_estimate: int | None = None):
-    """Returns ``(store, holder, reused)``; ``holder`` keeps the file alive (RAM) or in use (cache) while it lives.
+    """Returns ``(store, hold, reused)``; ``hold`` keeps the file alive (RAM) or in use (cache) while it lives.
 
     ``source`` has ``fingerprint(recorded=None)``; ``key_desc`` names the source and every option the content
     depends on (one cache entry per distinct value). A store built on disk stops before the disk falls below its
@@ -55,7 +108,10 @@ def open_or_build(*, kind: str, source, key_desc: dict, write: Callable[[StoreWr
     def usable(path: str) -> bool:
         try:
             store = EpisodeStore(path)
-            store.verify()
+            if not (cache_dir and verified_before(path)):  # a persisted cache: checked once per version of its file
+                store.verify()
+                if cache_dir:
+                    mark_verified(path)
             return True
         except StoreError as exc:
             print(f"[robo-loaders] ignoring unusable cache {path} ({exc}); rebuilding", flush=True)
@@ -73,26 +129,31 @@ def open_or_build(*, kind: str, source, key_desc: dict, write: Callable[[StoreWr
     if not cache_dir:  # RAM, one copy per host shared by every rank and run that needs it (storage.ramfile)
         root = ramfile.ram_root()
         ramfile.sweep_stale(root)
-        entry, held, reused, _ = cache.obtain(root, kind, key_desc, source.fingerprint, recorded_fingerprint, usable,
+        entry, use, reused, _ = cache.obtain(root, kind, key_desc, source.fingerprint, recorded_fingerprint, usable,
                                               build, description, suffix=".rlc", housekeeping=False)
-        holder = ramfile.RamHold(entry, held)
+        hold = ramfile.RamHold(entry, use)
     else:
         root = cache.cache_root(cache_dir, f"{option_prefix}.cache_dir")
-        entry, holder, reused, _ = cache.obtain(root, kind, key_desc, source.fingerprint, recorded_fingerprint,
+        entry, hold, reused, _ = cache.obtain(root, kind, key_desc, source.fingerprint, recorded_fingerprint,
                                                 usable, build, description, suffix=".rlc")
     store = EpisodeStore(entry.path)
+    if cache_dir and not reused:  # just written (its CRC computed as it was): the next run need not read it back
+        mark_verified(entry.path)
     data_nbytes = store.header["data_nbytes"]
     if reused and max_bytes is not None and data_nbytes > max_bytes:
         # max_memory is not part of the cache key (it does not change the content), so a cache built by a run with a
         # larger budget is found here: this run's budget still holds
         store.close()
-        holder.release()
+        hold.release()
+        budget, held = format_bytes(max_bytes), format_bytes(data_nbytes)
+        if budget == held:  # rounded alike: the exact counts say which is larger
+            budget, held = f"{budget} ({max_bytes} bytes)", f"{held} ({data_nbytes} bytes)"
         raise MemoryBudgetExceeded(
-            f"{option_prefix}.max_memory={format_bytes(max_bytes)}, but the cache of this source and these options, "
-            f"built by an earlier or concurrent run, holds {format_bytes(data_nbytes)} ({entry.path}); raise "
+            f"{option_prefix}.max_memory={budget}, but the cache of this source and these options, "
+            f"built by an earlier or concurrent run, holds {held} ({entry.path}); raise "
             "max_memory (the cache is shared, not copied), or build a smaller one of its own: fewer obs keys or "
             "demos, or a stronger codec (codec='zstd')")
-    return store, holder, reused
+    return store, hold, reused
 
 
 def likely_reusable(root: str, kind: str, key_desc: dict, source_path: str, suffix: str = ".rlc") -> bool:
@@ -159,14 +220,18 @@ def plan_store(size, *, kind: str, key_desc: dict, source_path: str, options, op
     return plan, root
 
 
-def summarize(store: EpisodeStore, n_episodes: int, n_samples: int, reused: bool) -> str:
+def summarize(store: EpisodeStore, n_episodes: int, n_samples: int, reused: bool, episode: str = "episode") -> str:
+    """The build summary of a compressed store; ``episode``: what the framework calls one (robomimic: demo)."""
     st = store.stats
-    ratio = st["decoded_frame_nbytes"] / st["compressed_nbytes"] if st["compressed_nbytes"] else float("nan")
     where = f"{'reused ' if reused else ''}{store.path}"
     codec = store.header.get("codec", {}).get("codec", "?")
-    return (f"{n_episodes} episodes, {n_samples} samples, cache {format_bytes(store.file_nbytes)} "
-            f"({codec}: frames {format_bytes(st['decoded_frame_nbytes'])} -> {format_bytes(st['compressed_nbytes'])}, "
-            f"{ratio:.2f}x; low-dim {format_bytes(st['raw_nbytes'])}) at {where}")
+    if st["decoded_frame_nbytes"]:
+        frames = (f"{codec}: frames {format_bytes(st['decoded_frame_nbytes'])} -> "
+                  f"{format_bytes(st['compressed_nbytes'])}, {st['decoded_frame_nbytes'] / st['compressed_nbytes']:.2f}x")
+    else:  # every field under FRAME_MIN_BYTES a step: nothing was compressed as frames
+        frames = "no camera frames"
+    return (f"{plural(n_episodes, episode)}, {plural(n_samples, 'sample')}, cache {format_bytes(store.file_nbytes)} "
+            f"({frames}; low-dim {format_bytes(st['raw_nbytes'])}) at {where}")
 
 
 def check_codec_options(codec, level, filter, max_memory, build_workers, option_prefix: str) -> FrameCodec:

@@ -42,6 +42,18 @@ class VideoError(RoboLoadersError):
 
 @dataclasses.dataclass(frozen=True)
 class VideoSettings:
+    """How a segment is encoded; checked when made.
+
+    Attributes:
+        codec: ``h264``, ``hevc`` or ``av1`` (:data:`ENCODERS` maps it to FFmpeg's encoder).
+        crf: Constant rate factor, 0..:data:`MAX_CRF` of the codec; ``None`` gives :data:`DEFAULT_CRF` of the codec.
+        gop: Frames between keyframes (>= 1).
+        pix_fmt: ``yuv444p`` (default) or ``yuv420p``.
+        fps: The stream's frame rate (its time base only; crf does not depend on it).
+
+    Raises:
+        VideoError: a value outside those ranges (at construction).
+    """
     codec: str = "h264"
     crf: int | None = None  # None: DEFAULT_CRF[codec]
     gop: int = DEFAULT_GOP
@@ -64,13 +76,26 @@ class VideoSettings:
 
     @property
     def encoder(self) -> str:
+        """FFmpeg's encoder for :attr:`codec` (``libx264``, ``libx265``, ``libaom-av1``)."""
         return ENCODERS[self.codec]
 
     def as_dict(self) -> dict:
+        """The settings as a JSON-able dict, with the encoder's name (recorded in each segment's header)."""
         return dict(dataclasses.asdict(self), encoder=self.encoder)
 
     @classmethod
     def from_dict(cls, d: dict) -> "VideoSettings":
+        """Settings recorded by :meth:`as_dict` (other keys, such as ``encoder``, ignored).
+
+        Args:
+            d: The recorded dict.
+
+        Returns:
+            The :class:`VideoSettings`.
+
+        Raises:
+            VideoError: a recorded value is out of range.
+        """
         return cls(**{k: d[k] for k in ("codec", "crf", "gop", "pix_fmt", "fps") if k in d})
 
     def check_available(self) -> None:
@@ -96,10 +121,22 @@ class VideoSegment:
 
     @property
     def psnr(self) -> float:
+        """PSNR (dB) of the decoded frames against the source, :data:`PSNR_CAP` when identical."""
         return psnr_from_mse(self.sse / self.values if self.values else 0.0)
 
 
 def check_frames(frames: np.ndarray, settings: VideoSettings, where: str) -> None:
+    """Refuse frames these settings cannot encode, before any encoder runs.
+
+    Args:
+        frames: The frames to encode.
+        settings: How they would be encoded.
+        where: Names the frames in the error.
+
+    Raises:
+        VideoError: the frames are not (N >= 1, H, W, 3) uint8; narrower than :data:`MIN_HEVC_WIDTH` for ``hevc``
+            (libx265 aborts the process on them); or of odd size for ``yuv420p``.
+    """
     if frames.dtype != np.uint8 or frames.ndim != 4 or frames.shape[-1] != 3 or frames.shape[0] < 1:
         raise VideoError(f"{where}: video segments hold (N, H, W, 3) uint8 frames, got {frames.shape} {frames.dtype}")
     h, w = frames.shape[1:3]
@@ -112,7 +149,19 @@ def check_frames(frames: np.ndarray, settings: VideoSettings, where: str) -> Non
 
 
 def encode(frames: np.ndarray, settings: VideoSettings, where: str = "frames") -> bytes:
-    """(N, H, W, 3) uint8 RGB frames as an MP4 with one video stream, frame i at pts i."""
+    """(N, H, W, 3) uint8 RGB frames as an MP4 with one video stream, frame i at pts i.
+
+    Args:
+        frames: The frames.
+        settings: How to encode them.
+        where: Names the frames in errors.
+
+    Returns:
+        The MP4 file's bytes.
+
+    Raises:
+        VideoError: the frames cannot be encoded with these settings (:func:`check_frames`, or FFmpeg refused).
+    """
     import av
 
     frames = np.ascontiguousarray(frames)
@@ -135,8 +184,22 @@ def encode(frames: np.ndarray, settings: VideoSettings, where: str = "frames") -
 
 
 def decode(data, n: int, shape: tuple, where: str = "video", threads: int = 1) -> np.ndarray:
-    """Every frame of a segment, in order, as (N, H, W, 3) uint8; a segment holding another number or size of
-    frames than ``n`` and ``shape`` say is a :class:`VideoError` naming ``where``."""
+    """Every frame of a segment, in order, as (N, H, W, 3) uint8 RGB.
+
+    Args:
+        data: The MP4 file's bytes (any buffer).
+        n: How many frames the segment's header says it holds.
+        shape: (H, W, 3), the size the header says.
+        where: Names the segment in errors.
+        threads: Decoder threads; 1 decodes on this thread, 0 lets FFmpeg choose.
+
+    Returns:
+        The frames.
+
+    Raises:
+        VideoError: the data cannot be decoded, holds other than one video stream, or holds another number or size
+            of frames than ``n`` and ``shape`` say.
+    """
     import av
 
     out = np.empty((n,) + tuple(shape), dtype=np.uint8)
@@ -164,27 +227,68 @@ def decode(data, n: int, shape: tuple, where: str = "video", threads: int = 1) -
 
 
 def squared_error(a: np.ndarray, b: np.ndarray) -> float:
-    """Sum of squared differences, in chunks (no float64 copy of a whole episode)."""
+    """Sum of squared differences of two arrays of equal shape, 16 frames at a time (no float64 copy of a whole
+    episode).
+
+    Args:
+        a: Frames (uint8).
+        b: Frames of the same shape.
+
+    Returns:
+        The sum.
+    """
     total = 0.0
     for i in range(0, len(a), 16):
-        d = (a[i:i + 16].astype(np.int32) - b[i:i + 16]).ravel()
+        # int64: np.dot sums in the arrays' dtype, and 16 frames of 640x480x3 differing by 30 overflow int32
+        d = (a[i:i + 16].astype(np.int64) - b[i:i + 16]).ravel()
         total += float(np.dot(d, d))
     return total
 
 
 def psnr_from_mse(mse: float) -> float:
+    """PSNR (dB) of 8-bit values from their mean squared error, capped at :data:`PSNR_CAP` (also for MSE 0).
+
+    Args:
+        mse: The mean squared error.
+
+    Returns:
+        ``10 * log10(255**2 / mse)``, at most :data:`PSNR_CAP`.
+    """
     return PSNR_CAP if mse <= 0 else min(PSNR_CAP, 10 * math.log10(255.0 ** 2 / mse))
 
 
 def psnr(a: np.ndarray, b: np.ndarray) -> float:
-    """PSNR (dB) of uint8 frames ``a`` against ``b`` over all their values (PSNR_CAP when identical)."""
+    """PSNR (dB) of uint8 frames ``a`` against ``b`` over all their values (:data:`PSNR_CAP` when identical).
+
+    Args:
+        a: Frames.
+        b: The reference frames, of the same shape.
+
+    Returns:
+        The PSNR.
+
+    Raises:
+        ValueError: the shapes differ.
+    """
     if a.shape != b.shape:
         raise ValueError(f"psnr of arrays of different shapes {a.shape} and {b.shape}")
     return psnr_from_mse(squared_error(a, b) / max(1, a.size))
 
 
 def encode_segment(frames: np.ndarray, settings: VideoSettings, where: str = "frames") -> VideoSegment:
-    """Encode, then decode back to measure the loss (a converter reports it; cheap next to encoding)."""
+    """Encode, then decode back to measure the loss (a converter reports it; cheap next to encoding).
+
+    Args:
+        frames: (N, H, W, 3) uint8 RGB frames.
+        settings: How to encode them.
+        where: Names the frames in errors.
+
+    Returns:
+        The :class:`VideoSegment`, with the squared error of its decoded frames.
+
+    Raises:
+        VideoError: the frames cannot be encoded, or the result cannot be decoded.
+    """
     data = encode(frames, settings, where)
     back = decode(data, len(frames), frames.shape[1:], where)
     return VideoSegment(data, tuple(frames.shape), settings, squared_error(back, frames), int(frames.size))

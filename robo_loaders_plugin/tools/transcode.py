@@ -2,7 +2,7 @@
 NVDEC can decode it on GPUs without AV1 decoding (A100, H100/H200, V100, T4; LeRobot writes AV1 by default).
 User guide: docs/transcode.md.
 
-Why in ``sources`` and not in ``robo_loaders_plugin.lerobot``: it reads and writes the v3 format on disk with
+Why in ``tools`` and not in ``robo_loaders_plugin.lerobot``: it reads and writes the v3 format on disk with
 PyAV, torchcodec and :class:`~robo_loaders_plugin.sources.lerobot_v3.LeRobotV3` only and never imports LeRobot
 (``robo_loaders_plugin.lerobot`` is the adapter that touches the framework); it runs wherever the v3 reader does.
 
@@ -74,7 +74,18 @@ class TranscodeError(RoboLoadersError):
 # ---- checks before anything is written ---------------------------------------------------------------------------
 
 def check_encoder(codec: str) -> str:
-    """The FFmpeg encoder PyAV uses for ``codec``, or :class:`TranscodeError` when this PyAV build lacks it."""
+    """The FFmpeg encoder PyAV uses for ``codec``, checked to exist in this PyAV build.
+
+    Args:
+        codec: ``h264`` or ``hevc``.
+
+    Returns:
+        The encoder's name (``libx264``, ``libx265``).
+
+    Raises:
+        TranscodeError: an unknown codec, or an encoder this PyAV lacks (the message lists the H.264/HEVC encoders it
+            has).
+    """
     import av
 
     if codec not in ENCODERS:
@@ -187,8 +198,17 @@ def _check_recorded(out: str, source_id: dict, options: dict) -> None:
 # ---- planning ----------------------------------------------------------------------------------------------------
 
 def video_files(source: LeRobotV3) -> dict[str, dict]:
-    """Every video file the episodes use, by path relative to the root: its camera and the ``from_timestamp`` of
-    each episode stored in it."""
+    """Every video file the episodes use, by path relative to the root.
+
+    Args:
+        source: The LeRobot v3 dataset.
+
+    Returns:
+        ``{relative path: {"key": camera, "starts": [from_timestamp of each episode stored in it]}}``, sorted by path.
+
+    Raises:
+        SourceError: a file the episodes use is missing.
+    """
     files: dict[str, dict] = {}
     for ep in sorted(source.episodes):
         row = source.episodes[ep]
@@ -340,9 +360,22 @@ def _encode(src: str, dst: str, starts_s: list[float], settings: Mapping) -> dic
 
 
 def compare(src: str, out: str, psnr_frames: int | None = None) -> dict:
-    """Decode both files with torchcodec as LeRobot does and compare them: same frame count, average fps and frame
-    timestamps (else :class:`TranscodeError`), and per-frame PSNR of ``out`` against ``src`` over every frame, or
-    over ``psnr_frames`` evenly spaced ones."""
+    """Decode both files with torchcodec as LeRobot does and compare them.
+
+    Same frame count, average fps and frame timestamps (else an error), and per-frame PSNR of ``out`` against
+    ``src`` over every frame, or over ``psnr_frames`` evenly spaced ones.
+
+    Args:
+        src: The source video.
+        out: Its re-encode.
+        psnr_frames: How many evenly spaced frames to compare (``None``, or at least the frame count: all).
+
+    Returns:
+        ``{"compared", "psnr_sum", "psnr_mean", "psnr_min", "psnr_min_frame"}``.
+
+    Raises:
+        TranscodeError: the frame count, rate or timestamps differ (LeRobot would look up other frames).
+    """
     import numpy as np
     import torch
     from torchcodec.decoders import VideoDecoder
@@ -376,8 +409,23 @@ def compare(src: str, out: str, psnr_frames: int | None = None) -> dict:
 
 
 def transcode_file(src: str, dst: str, starts_s: list[float], settings: Mapping) -> dict:
-    """Encode ``src`` to ``dst``'s temporary name, check timing and PSNR, fsync, rename; the unit's index entry
-    (without its name). On any failure the temporary file is removed and ``dst`` is left as it was."""
+    """Encode ``src`` to ``dst``'s temporary name, check timing and PSNR, fsync, rename.
+
+    On any failure the temporary file is removed and ``dst`` is left as it was.
+
+    Args:
+        src: The source video.
+        dst: Where the re-encode goes.
+        starts_s: The ``from_timestamp`` of each episode stored in the file (each gets a forced keyframe).
+        settings: ``codec``, ``crf``, ``gop``, ``preset``, ``threads``, ``min_psnr``, ``psnr_frames``.
+
+    Returns:
+        The unit's index entry without its name: what was encoded and compared, sizes and timings.
+
+    Raises:
+        TranscodeError: the source cannot be transcoded frame for frame, the output does not keep its timing or
+            keyframes, or a compared frame is below ``min_psnr``.
+    """
     tmp = dst + TMP_SUFFIX
     os.makedirs(os.path.dirname(dst), exist_ok=True)
     try:
@@ -427,7 +475,14 @@ def _worker(args) -> int:
 # ---- publishing: meta/info.json and the report -------------------------------------------------------------------
 
 def video_info(path: str) -> dict:
-    """The stream fields of a video feature's ``info``, probed as LeRobot's ``get_video_info`` probes them."""
+    """The stream fields of a video feature's ``info``, probed as LeRobot's ``get_video_info`` probes them.
+
+    Args:
+        path: A video file.
+
+    Returns:
+        ``video.height``, ``video.width``, ``video.codec``, ``video.pix_fmt``, ``video.fps``, ``video.channels``.
+    """
     import av
 
     with av.open(path) as c:
@@ -460,6 +515,19 @@ class TranscodePublisher(manifest.Publisher):
     unit = "file"
 
     def publish(self, out_dir, entries, outputs, metadata, source) -> None:
+        """Publish the transcode once every file is done: check the PSNR floor over all of them, write
+        ``report.json``, then ``meta/info.json`` (last: OUT becomes a loadable dataset).
+
+        Args:
+            out_dir: The state directory (``OUT/.robo-loaders-transcode``).
+            entries: Every file's index entry, in plan order.
+            outputs: Every file's output (unused: the entries say it).
+            metadata: The source's ``info``, the options, ``min_psnr`` and ``psnr_frames``.
+            source: The source's path and content digest, recorded in the report.
+
+        Raises:
+            TranscodeError: a file done by an earlier run is below this run's ``min_psnr``.
+        """
         out = os.path.dirname(os.path.abspath(out_dir))
         floor = float(metadata["min_psnr"])
         low = [e for e in entries if e["psnr_min"] < floor]
@@ -491,9 +559,36 @@ def transcode(root, out, *, codec: str = "h264", crf: int | None = None, gop: in
               preset: str | None = None, num_workers: int = 1, psnr_frames: int | None = None,
               min_psnr: float = DEFAULT_MIN_PSNR, executor: str = "local", executor_options: Mapping | None = None,
               progress: bool = True) -> dict:
-    """Transcode the LeRobot v3 dataset at ``root`` into ``out`` (module docstring); run it again to resume.
-    Returns the report (``out/.robo-loaders-transcode/report.json``), or for ``datatrove-slurm`` the submitted
-    job."""
+    """Transcode the LeRobot v3 dataset at ``root`` into ``out`` (see the module's docstring); run it again to
+    resume.
+
+    Everything is checked before anything is written: the options, the encoder, torchcodec, the source (v3,
+    yuv420p RGB cameras, frame sizes the encoder handles) and ``out`` (new, empty, or a transcode of this source
+    with these options).
+
+    Args:
+        root: The LeRobot v3 dataset.
+        out: The output directory.
+        codec: ``h264`` or ``hevc``.
+        crf: Quality, 0..51 (default: :data:`DEFAULT_CRF` of the codec).
+        gop: A keyframe every ``gop`` frames (plus one at every episode's first frame).
+        preset: The x264/x265 speed preset (``None``: the encoder's default).
+        num_workers: Video files encoded at once (processes, or executor tasks).
+        psnr_frames: Frames compared per file (``None``: all).
+        min_psnr: The lowest PSNR (dB) a compared frame may have (0 disables).
+        executor: ``local``, ``datatrove-local`` or ``datatrove-slurm`` (``storage.shards.executors``).
+        executor_options: The executor's options.
+        progress: Whether to show a progress bar.
+
+    Returns:
+        The report (``out/.robo-loaders-transcode/report.json``), or for ``datatrove-slurm`` the submitted job.
+
+    Raises:
+        TranscodeError: a bad option, a missing encoder or torchcodec, an ``out`` that is something else, or a file
+            that cannot be transcoded faithfully.
+        SourceError: ``root`` is not a v3 dataset with videos, or a video file is missing.
+        ExecutorError: a bad executor or executor option.
+    """
     executors.check_options(executor, executor_options or {})
     encoder = check_encoder(codec)
     crf = DEFAULT_CRF[codec] if crf is None else int(crf)
@@ -537,6 +632,14 @@ def transcode(root, out, *, codec: str = "h264", crf: int | None = None, gop: in
 
 
 def report_table(report: dict) -> str:
+    """The report's per-camera rows as a text table (files, frames, compared, sizes, size ratio, PSNR).
+
+    Args:
+        report: What :func:`transcode` returns (not for a submitted job).
+
+    Returns:
+        The table.
+    """
     from tabulate import tabulate
 
     rows = [[key, r["files"], r["frames"], "all" if r["compared"] == r["frames"] else r["compared"],
@@ -560,31 +663,7 @@ def _psnr_frames(ctx, param, value):
     return n
 
 
-_EXECUTOR_OPTIONS = [  # as the converters' (cli._executor_options; not imported: cli imports this module)
-    click.option("--executor", type=click.Choice(list(executors.EXECUTORS)), default="local", show_default=True,
-                 help="where the work units run (docs/distributed-conversion.md); --num-workers is the number of "
-                      "tasks"),
-    click.option("--concurrent-tasks", type=click.IntRange(min=1), default=None,
-                 help="datatrove: tasks running at once (default: all of them)"),
-    click.option("--logging-dir", type=click.Path(file_okay=False), default=None,
-                 help=f"datatrove: logs, stats and the Slurm job's files (default: OUT/{STATE_DIR}/datatrove)"),
-    click.option("--slurm-partition", default=None, help="datatrove-slurm: partition (required)"),
-    click.option("--slurm-time", default=None, help="datatrove-slurm: time limit per task [24:00:00]"),
-    click.option("--slurm-cpus-per-task", type=click.IntRange(min=1), default=None, help="datatrove-slurm [1]"),
-    click.option("--slurm-mem-per-cpu-gb", type=click.IntRange(min=1), default=None, help="datatrove-slurm [4]"),
-    click.option("--slurm-job-name", default=None, help="datatrove-slurm [robo-loaders-convert]"),
-    click.option("--slurm-qos", default=None, help="datatrove-slurm [the cluster's default]"),
-    click.option("--sbatch-arg", multiple=True, metavar="KEY=VALUE",
-                 help="datatrove-slurm: an extra #SBATCH --KEY=VALUE line (repeatable; KEY alone for a flag)"),
-    click.option("--slurm-env-command", default=None,
-                 help="datatrove-slurm: run before each task [source <this virtualenv>/bin/activate]"),
-]
-
-
-def _with_executor_options(f):
-    for option in reversed(_EXECUTOR_OPTIONS):
-        f = option(f)
-    return f
+_with_executor_options = executors.click_options(f"OUT/{STATE_DIR}/datatrove")
 
 
 @click.command("transcode")
@@ -608,7 +687,25 @@ def transcode_cmd(root, out, codec, crf, gop, preset, num_workers, psnr_frames, 
     """Re-encode a LeRobot v3 dataset's videos (AV1 by default) as H.264 or HEVC into OUT, for NVDEC decoding on
     GPUs without AV1 support (A100, H100/H200, V100, T4). Tables are copied as they are; frame count and timing are
     kept; every file is compared with its source (PSNR). Re-running the same command resumes an interrupted
-    transcode."""
+    transcode.
+
+    \f
+    (click shows the text above as the command's help; what follows is for readers of the code.)
+
+    Args:
+        root: ROOT, the LeRobot v3 dataset.
+        out: OUT, the output directory.
+        codec: ``--codec``.
+        crf: ``--crf`` (``None``: the codec's default).
+        gop: ``--gop``.
+        preset: ``--preset``.
+        num_workers: ``--num-workers``.
+        psnr_frames: ``--psnr-frames`` (``None``: all).
+        min_psnr: ``--min-psnr``.
+        executor: ``--executor``.
+        **executor_cli: The executor's options as the command line gives them
+            (:func:`~robo_loaders_plugin.storage.shards.executors.options_from_cli`).
+    """
     res = transcode(root, out, codec=codec, crf=crf, gop=gop, preset=preset, num_workers=num_workers,
                     psnr_frames=psnr_frames, min_psnr=min_psnr, executor=executor,
                     executor_options=executors.options_from_cli(executor, **executor_cli))

@@ -24,7 +24,8 @@ class RowMap:
     def __init__(self, run_lengths):
         lengths = np.asarray(run_lengths, dtype=np.int64)
         self.run_start = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
-        self.run_of_row = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
+        # int32: a million rows' run in 4 MB, not 8 (runs are far fewer than 2**31)
+        self.run_of_row = np.repeat(np.arange(len(lengths), dtype=np.int32), lengths)
 
     def __len__(self) -> int:
         return len(self.run_of_row)
@@ -38,12 +39,47 @@ class RowMap:
 
 class DeltaWindows:
     """``delta_timestamps`` windows over rows, each key's offsets in recorded steps: integers as LeRobot's
-    ``delta_indices``, or fractional for offsets between recorded frames (rate conversion, ``windows.rates``)."""
+    ``delta_indices``, or fractional for offsets between recorded frames (rate conversion, ``windows.rates``).
+
+    Built from one (absolute index, episode start, episode end) per row, or, with :meth:`of_runs`, from one per
+    episode run: the same windows with 8 bytes per row instead of 24 (a million-frame dataset: 8 MB, not 24)."""
 
     def __init__(self, abs_index: np.ndarray, episode_from: np.ndarray, episode_to: np.ndarray,
                  delta_steps: dict | None):
         self.abs_index = np.asarray(abs_index, dtype=np.int64)
         self.start, self.end = np.asarray(episode_from, np.int64), np.asarray(episode_to, np.int64)
+        self._rowmap = None
+        self._set_deltas(delta_steps)
+
+    @classmethod
+    def of_runs(cls, rowmap: RowMap, first_index: np.ndarray, episode_from: np.ndarray, episode_to: np.ndarray,
+                delta_steps: dict | None) -> "DeltaWindows":
+        """Windows over the rows of ``rowmap``'s runs: run ``u``'s first row has absolute index ``first_index[u]``,
+        its episode spans absolute indices ``[episode_from[u], episode_to[u])``.
+
+        Args:
+            rowmap: The dataset's rows as runs (its ``run_of_row`` is shared, not copied).
+            first_index: Absolute index of each run's first row.
+            episode_from, episode_to: Each run's episode bounds, as absolute indices.
+            delta_steps: Each delta key's offsets in recorded steps.
+
+        Returns:
+            The windows, holding per-run arrays only."""
+        self = cls.__new__(cls)
+        self._rowmap = rowmap
+        self._first = np.asarray(first_index, dtype=np.int64)
+        self._from, self._to = np.asarray(episode_from, np.int64), np.asarray(episode_to, np.int64)
+        self._set_deltas(delta_steps)
+        return self
+
+    def _bounds(self, idx: np.ndarray):
+        """(absolute index, episode start, episode end) of rows ``idx``."""
+        if self._rowmap is None:
+            return self.abs_index[idx], self.start[idx], self.end[idx]
+        run = self._rowmap.run_of_row[idx]
+        return self._first[run] + (idx - self._rowmap.run_start[run]), self._from[run], self._to[run]
+
+    def _set_deltas(self, delta_steps: dict | None) -> None:
         self.deltas = {}
         for k, v in (delta_steps or {}).items():
             d = np.asarray(v, dtype=np.float64)
@@ -54,8 +90,7 @@ class DeltaWindows:
         """({key: rows (B, T)}, {"<key>_is_pad": bool (B, T)}) for rows ``idx`` (B,); rows are fractional for
         fractional offsets, clamped into the episode either way."""
         rows, padding = {}, {}
-        abs_idx = self.abs_index[idx][:, None]
-        start, end = self.start[idx][:, None], self.end[idx][:, None]
+        abs_idx, start, end = (a[:, None] for a in self._bounds(idx))
         for key, deltas in self.deltas.items():
             target = abs_idx + deltas[None, :]
             if deltas.dtype.kind == "f":

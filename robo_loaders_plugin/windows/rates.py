@@ -20,6 +20,19 @@ _EPS = 1e-9
 
 
 def check_rate(name: str, value, where: str) -> float | None:
+    """A rate option's value, checked.
+
+    Args:
+        name: The option's name (``target_fps``, ...).
+        value: Its value, or ``None`` (not set).
+        where: The option's prefix, for the error.
+
+    Returns:
+        The rate as a float, or ``None``.
+
+    Raises:
+        BackendOptionError: not a finite positive number (a bool is refused).
+    """
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
@@ -28,15 +41,41 @@ def check_rate(name: str, value, where: str) -> float | None:
 
 
 def default_mode(info: FieldInfo) -> str:
+    """A field's mode when the user names none: ``nearest`` for camera frames (never blended), ``linear`` for float
+    fields, ``previous`` for the rest (integer and boolean fields: grippers, flags, indices).
+
+    Args:
+        info: The field's :class:`FieldInfo`.
+
+    Returns:
+        The mode.
+    """
     if info.frames:
         return NEAREST
     return LINEAR if np.dtype(info.dtype).kind == "f" else PREVIOUS
 
 
 def resolve_modes(infos: dict[str, FieldInfo], overrides: dict | None, where: str) -> dict[str, str]:
-    """Each field's mode: its default (:func:`default_mode`) unless ``overrides`` names it."""
+    """Each field's mode: its default (:func:`default_mode`) unless ``overrides`` names it.
+
+    Args:
+        infos: ``{field: FieldInfo}`` of the fields this run reads between recorded steps.
+        overrides: The user's ``modes`` option, ``{field: mode}``, or ``None``.
+        where: The option's prefix, for the errors.
+
+    Returns:
+        ``{field: mode}`` for every field of ``infos``.
+
+    Raises:
+        BackendOptionError: ``overrides`` names a field this run does not read, a mode that does not exist, or
+            ``linear`` for camera frames or a field that is not float.
+    """
     overrides = dict(overrides or {})
     unknown = sorted(set(overrides) - set(infos))
+    if unknown and not infos:
+        raise BackendOptionError(f"{where}.modes names {unknown}, but this run reads no field between recorded "
+                                 "steps: modes apply to rate conversion (target_fps, delta_timestamps), and here it "
+                                 "converts none (e.g. target_fps with a policy that has no delta_timestamps)")
     if unknown:
         raise BackendOptionError(f"{where}.modes names {unknown}, which this run does not read; its fields are "
                                  f"{sorted(infos)}")
@@ -56,13 +95,31 @@ def resolve_modes(infos: dict[str, FieldInfo], overrides: dict | None, where: st
 
 
 def resampled_length(length: int, rate: float) -> int:
-    """Steps of an episode of ``length`` recorded steps at the target rate (``rate`` recorded steps per target
-    step): the target steps 0, rate, 2 rate, ... that fall within the recording."""
+    """Steps of an episode at the target rate: the target steps 0, rate, 2 rate, ... that fall within the recording.
+
+    Args:
+        length: The episode's recorded steps.
+        rate: Recorded steps per target step.
+
+    Returns:
+        The number of target steps.
+    """
     return int(math.floor((length - 1) / rate + 1e-6)) + 1
 
 
 def to_recorded(steps: np.ndarray, rate: float) -> np.ndarray:
-    """Target-rate steps as recorded-step positions (integers again at the recorded rate)."""
+    """Target-rate steps as recorded-step positions (integers again at the recorded rate).
+
+    Positions within 1e-6 of a recorded step are snapped to it, so float error does not turn an exact step into a
+    blend.
+
+    Args:
+        steps: Step indices at the target rate.
+        rate: Recorded steps per target step.
+
+    Returns:
+        ``steps * rate`` (``steps`` itself when ``rate`` is 1).
+    """
     if rate == 1.0:
         return steps
     pos = steps * rate

@@ -48,27 +48,35 @@ class SequenceOptions:
 
 
 def sequence_counts(lengths, frame_stack: int, seq_length: int, pad_frame_stack: bool, pad_seq_length: bool):
-    """Number of samples per demo, exactly as ``SequenceDataset.load_demo_info`` counts them."""
-    counts = []
-    for L in lengths:
-        n = int(L)
-        if not pad_frame_stack:
-            n -= frame_stack - 1
-        if not pad_seq_length:
-            n -= seq_length - 1
-        if pad_seq_length:
-            if L < 1:
-                raise SequenceSetupError("a demo has num_samples < 1")
-            n = max(n, 1)
-        elif n < 1:
-            raise SequenceSetupError(f"a demo of length {L} is too short for frame_stack={frame_stack}, "
+    """Number of samples per demo, exactly as ``SequenceDataset.load_demo_info`` counts them (an array; numpy over
+    the demos, the first demo robomimic would fail on named in the error)."""
+    L = np.asarray(lengths, dtype=np.int64).reshape(-1)
+    n = L.copy()
+    if not pad_frame_stack:
+        n -= frame_stack - 1
+    if not pad_seq_length:
+        n -= seq_length - 1
+    # per demo, the first failing check in robomimic's order (0: none)
+    problem = np.zeros(len(L), dtype=np.int8)
+    if pad_seq_length:
+        problem[L < 1] = 1
+        n = np.maximum(n, 1)
+    else:
+        problem[n < 1] = 2
+    if not pad_frame_stack:
+        problem[(problem == 0) & (L < frame_stack)] = 3
+    bad = np.flatnonzero(problem)
+    if bad.size:
+        i = int(bad[0])
+        if problem[i] == 1:
+            raise SequenceSetupError("a demo has num_samples < 1")
+        if problem[i] == 2:
+            raise SequenceSetupError(f"a demo of length {int(L[i])} is too short for frame_stack={frame_stack}, "
                                      f"seq_length={seq_length} without padding (enable pad_seq_length/pad_frame_stack)")
-        if not pad_frame_stack and L < frame_stack:
-            raise SequenceSetupError(f"a demo of length {L} is shorter than frame_stack={frame_stack} with "
-                                     "pad_frame_stack=false; robomimic's SequenceDataset fails on it too (assert "
-                                     "index_in_demo < demo_length): enable pad_frame_stack or drop short demos")
-        counts.append(n)
-    return counts
+        raise SequenceSetupError(f"a demo of length {int(L[i])} is shorter than frame_stack={frame_stack} with "
+                                 "pad_frame_stack=false; robomimic's SequenceDataset fails on it too (assert "
+                                 "index_in_demo < demo_length): enable pad_frame_stack or drop short demos")
+    return n
 
 
 class SequenceWindows:
@@ -84,7 +92,8 @@ class SequenceWindows:
         self.F, self.S = int(opts.frame_stack), int(opts.seq_length)
         self.counts = np.asarray(sequence_counts(self.lengths, self.F, self.S, opts.pad_frame_stack,
                                                  opts.pad_seq_length), dtype=np.int64)
-        self.episode_of = np.repeat(np.arange(len(self.lengths), dtype=np.int64), self.counts)
+        # int32: a million windows' demo index in 4 MB, not 8 (demos are far fewer than 2**31)
+        self.episode_of = np.repeat(np.arange(len(self.lengths), dtype=np.int32), self.counts)
         self.first = np.concatenate([[0], np.cumsum(self.counts)[:-1]]).astype(np.int64)
         self.offset = 0 if opts.pad_frame_stack else self.F - 1
         self._deltas = np.arange(-(self.F - 1), self.S, dtype=np.int64)

@@ -11,18 +11,9 @@ import click
 
 def parse_backend_kwargs(values) -> dict:
     """``BACKEND='{json}'`` options (as ``--backend-kwargs`` of the loader-only benchmark)."""
-    out = {}
-    for v in values:
-        name, sep, payload = v.partition("=")
-        if not sep:
-            raise click.BadParameter(f"{v!r}: expected BACKEND='{{json}}'", param_hint="--backend-kwargs")
-        try:
-            out[name] = json.loads(payload)
-        except json.JSONDecodeError as exc:
-            raise click.BadParameter(f"{v!r}: {exc}", param_hint="--backend-kwargs") from None
-        if not isinstance(out[name], dict):
-            raise click.BadParameter(f"{v!r}: options must be a JSON object", param_hint="--backend-kwargs")
-    return out
+    from robo_loaders_plugin.core.backend_json import click_backend_pairs
+
+    return click_backend_pairs(None, None, values)
 
 
 def parse_config_set(values) -> dict:

@@ -9,10 +9,10 @@ from robo_loaders_plugin import extend
 from robo_loaders_jpeg.frames import JpegFrames, is_camera, verify, write_store
 
 
-def _summary(frames: JpegFrames, reused: bool, n_episodes: int, n_samples: int) -> str:
+def _summary(frames: JpegFrames, reused: bool, n_episodes: int, n_samples: int, episodes: str = "episodes") -> str:
     m = frames.meta
     ratio = m["raw_frame_bytes"] / m["jpeg_bytes"] if m["jpeg_bytes"] else float("nan")
-    return (f"{n_episodes} episodes, {n_samples} samples, camera frames as JPEG q{m['quality']} "
+    return (f"{n_episodes} {episodes}, {n_samples} samples, camera frames as JPEG q{m['quality']} "
             f"({m['raw_frame_bytes'] / 1e6:.1f} MB -> {m['jpeg_bytes'] / 1e6:.1f} MB, {ratio:.1f}x) in "
             f"{'reused ' if reused else ''}{frames.directory}")
 
@@ -44,7 +44,7 @@ def robomimic_dataset(config, obs_keys, filter_by_attribute=None, dataset_path=N
     return extend.RobomimicSamples(frames, windows, demos=demos, hdf5_path=path,
                                    filter_by_attribute=filter_by_attribute, backend_name="jpeg_frames",
                                    location=directory,
-                                   serving=extend.Serving(_summary(frames, reused, len(demos), len(windows)),
+                                   serving=extend.Serving(_summary(frames, reused, len(demos), len(windows), "demos"),
                                                           hold=hold))
 
 

@@ -12,7 +12,6 @@ the index, so a truncated file is an error naming it, never frames from the wron
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 
@@ -20,17 +19,9 @@ import numpy as np
 import torch
 from torchvision.io import ImageReadMode, decode_jpeg, encode_jpeg
 
-from robo_loaders_plugin.extend import FieldInfo, FrameSource, SourceError, atomic_write_bytes
+from robo_loaders_plugin.extend import FieldInfo, FrameSource, SourceError, atomic_write_bytes, sha256_file
 
 FORMAT = "robo-loaders-jpeg/1"
-
-
-def _sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def is_camera(array: np.ndarray) -> bool:
@@ -78,7 +69,7 @@ def write_store(directory: str, episodes, quality: int, cameras: set[str]) -> di
         np.savez(f, **arrays)
     meta = {"format": FORMAT, "quality": int(quality), "episodes": names, "lengths": lengths, "fields": fields,
             "raw": sorted(raw), "cameras": sorted(cameras), "raw_frame_bytes": raw_bytes, "jpeg_bytes": jpeg_bytes,
-            "sha256": {n: _sha256(os.path.join(directory, n)) for n in ("frames.bin", "index.npz")}}
+            "sha256": {n: sha256_file(os.path.join(directory, n)) for n in ("frames.bin", "index.npz")}}
     atomic_write_bytes(os.path.join(directory, "meta.json"), json.dumps(meta, indent=1).encode())
     return meta
 
@@ -89,7 +80,7 @@ def verify(directory: str) -> bool:
         with open(os.path.join(directory, "meta.json")) as f:
             meta = json.load(f)
         return meta.get("format") == FORMAT and all(
-            _sha256(os.path.join(directory, n)) == digest for n, digest in meta["sha256"].items())
+            sha256_file(os.path.join(directory, n)) == digest for n, digest in meta["sha256"].items())
     except (OSError, ValueError, KeyError, TypeError):
         return False
 

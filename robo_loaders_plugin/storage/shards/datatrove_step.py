@@ -35,10 +35,16 @@ def _marker(markers: str | None, kind: str, rank: int) -> None:
 class ConvertUnits(PipelineStep):
     """Convert robo-shards work units with ``worker(args)`` (e.g. ``robomimic.convert._worker``).
 
-    ``publish``: ``{"codec", "metadata", "source"}`` to publish ``index.json`` when this task finds every unit
-    done after its own work (the task that completes the last unit does; :func:`manifest.finish` runs under the
-    manifest lock, so exactly one sees them all done first, and a later publish writes the same bytes), or None
-    when the launching process publishes. ``markers``: a local directory for start/finish markers (local runs)."""
+    Args:
+        worker: Leases and converts units until none is left; returns how many it converted. Picklable.
+        args: ``worker``'s one argument.
+        out_dir: The conversion's output directory (holds ``manifest.json``).
+        publish: ``{"codec", "metadata", "source"}`` to publish ``index.json`` when this task finds every unit done
+            after its own work (the task that completes the last unit does; :func:`manifest.finish` runs under the
+            manifest lock, so exactly one sees them all done first, and a later publish writes the same bytes), or
+            ``None`` when the launching process publishes.
+        markers: A local directory for start/finish markers (local runs), or ``None``.
+    """
 
     name = "convert robo-shards units"
     type = "robo-loaders"
@@ -50,6 +56,19 @@ class ConvertUnits(PipelineStep):
         self.publish, self.markers = (dict(publish) if publish is not None else None), markers
 
     def run(self, data=None, rank: int = 0, world_size: int = 1):
+        """One datatrove task: convert units until none is left, then publish if asked to and every unit is done.
+
+        Writes a ``started-<rank>`` marker first and a ``finished-<rank>`` marker last (when ``markers`` is set), so the
+        launcher can tell a task that died from one still converting.
+
+        Args:
+            data: The pipeline's input, passed through unchanged (this step is the whole pipeline).
+            rank: This task's rank (for the markers and the log line).
+            world_size: How many tasks (for the log line).
+
+        Returns:
+            ``data``.
+        """
         _marker(self.markers, "started", rank)
         with self.track_time("task"):
             converted = self.worker(self.args)
@@ -63,6 +82,19 @@ class ConvertUnits(PipelineStep):
 
 def local_executor(step: ConvertUnits, tasks: int, workers: int, logging_dir: str,
                    start_method: str = "forkserver") -> LocalPipelineExecutor:
+    """datatrove's ``LocalPipelineExecutor`` running ``step`` in ``tasks`` tasks, ``skip_completed=False`` (see the
+    module's docstring).
+
+    Args:
+        step: The step every task runs.
+        tasks: How many tasks.
+        workers: How many run at once.
+        logging_dir: datatrove's logs and stats.
+        start_method: multiprocessing's start method for the tasks.
+
+    Returns:
+        The executor, not yet run.
+    """
     return LocalPipelineExecutor(pipeline=[step], tasks=tasks, workers=workers, logging_dir=logging_dir,
                                  skip_completed=False, start_method=start_method)
 
@@ -80,10 +112,27 @@ def slurm_executor(step: ConvertUnits, tasks: int, logging_dir: str, partition: 
                    qos: str | None = None, sbatch_args: Mapping | None = None, env_command: str | None = None,
                    workers: int = -1, slurm_logs_folder: str | None = None,
                    **extra) -> SlurmPipelineExecutor:
-    """A job array of ``tasks`` Slurm tasks running ``step``. ``qos`` None leaves the cluster's default (datatrove's
-    own default, ``normal``, does not exist everywhere); ``env_command`` defaults to activating this virtualenv;
-    ``workers`` caps how many array tasks run at once (-1: no cap); ``extra`` goes to ``SlurmPipelineExecutor``
-    as is (e.g. ``mail_user``, ``srun_args``, ``requeue``)."""
+    """A job array of ``tasks`` Slurm tasks running ``step`` (datatrove's ``SlurmPipelineExecutor``, not submitted).
+
+    Args:
+        step: The step every task runs.
+        tasks: How many array tasks.
+        logging_dir: datatrove's logs, stats and the job's files.
+        partition: The Slurm partition.
+        time: Time limit per task.
+        cpus_per_task: CPUs per task.
+        mem_per_cpu_gb: Memory per CPU, in GB.
+        job_name: The job's name.
+        qos: ``None`` leaves the cluster's default (datatrove's own default, ``normal``, does not exist everywhere).
+        sbatch_args: Extra ``#SBATCH --KEY=VALUE`` lines as ``{KEY: VALUE}``.
+        env_command: Run before each task; default: activate this virtualenv (:func:`default_env_command`).
+        workers: Caps how many array tasks run at once (-1: no cap).
+        slurm_logs_folder: Where Slurm writes the tasks' output (datatrove's default when ``None``).
+        **extra: Passed to ``SlurmPipelineExecutor`` as is (e.g. ``mail_user``, ``srun_args``, ``requeue``).
+
+    Returns:
+        The executor.
+    """
     return SlurmPipelineExecutor(
         pipeline=[step], tasks=tasks, time=time, partition=partition, cpus_per_task=cpus_per_task,
         mem_per_cpu_gb=mem_per_cpu_gb, job_name=job_name, qos=qos, sbatch_args=dict(sbatch_args or {}),

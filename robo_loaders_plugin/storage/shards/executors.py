@@ -70,12 +70,22 @@ class Submitted:
     launch_script: str
 
     def as_dict(self) -> dict:
+        """The fields as a dict (for ``--json`` output)."""
         return dataclasses.asdict(self)
 
 
 def check_options(executor: str, options: Mapping) -> None:
-    """Raise :class:`ExecutorError` unless ``executor`` takes these options and can run here (datatrove installed);
-    converters call it before planning, so a typo fails before the source is read."""
+    """Refuse an executor that does not take these options or cannot run here; converters call it before planning,
+    so a typo fails before the source is read.
+
+    Args:
+        executor: One of :data:`EXECUTORS`.
+        options: Its options (keyword arguments of :func:`execute`).
+
+    Raises:
+        ExecutorError: an unknown executor, an option it does not take, ``datatrove-slurm`` without a partition, or
+            datatrove not installed for a datatrove executor.
+    """
     if executor not in EXECUTORS:
         raise ExecutorError(f"unknown executor {executor!r}; choose one of {', '.join(EXECUTORS)}")
     unknown = sorted(set(options) - set(OPTIONS[executor]))
@@ -95,10 +105,33 @@ def check_options(executor: str, options: Mapping) -> None:
 def execute(executor: str, out_dir: str, worker: Callable, args, num_workers: int, codec: FrameCodec,
             metadata: Mapping, source: Mapping, desc: str, progress: bool = True, timeout_s: float | None = None,
             **options) -> Converted | Submitted:
-    """Convert the units planned in ``out_dir/manifest.json`` with ``worker(args)`` on ``executor`` (``local``,
-    ``datatrove-local``, ``datatrove-slurm``: see the module docstring), ``num_workers`` processes or tasks; publish
-    ``index.json`` when every unit is done. Returns :class:`Converted`, or :class:`Submitted` for Slurm.
-    ``worker`` must be picklable (a module-level function) for every executor but ``local`` with one worker."""
+    """Convert the units planned in ``out_dir/manifest.json`` with ``worker(args)``, and publish ``index.json``
+    when every unit is done.
+
+    Args:
+        executor: ``local``, ``datatrove-local`` or ``datatrove-slurm`` (see the module's docstring).
+        out_dir: The conversion's output directory, planned already (``manifest.plan``).
+        worker: Leases and converts units until none is left (``manifest.work``); must be picklable (a module-level
+            function) for every executor but ``local`` with one worker.
+        args: ``worker``'s one argument.
+        num_workers: Processes (``local``) or tasks (datatrove); datatrove runs at most one task per unit not done.
+        codec: The shards' frame codec, or a :class:`~robo_loaders_plugin.storage.shards.manifest.Publisher` for
+            units that are not shards.
+        metadata: The framework's metadata, published in ``dataset.json``.
+        source: The source (its path and fingerprint), published in ``dataset.json``.
+        desc: The progress bar's label.
+        progress: Whether to show the progress bar.
+        timeout_s: How long to wait for other processes holding leases (``local``, and what ``datatrove-local``
+            converts itself afterwards); default: the lock timeout.
+        **options: The executor's options (:data:`OPTIONS`).
+
+    Returns:
+        :class:`Converted`, or :class:`Submitted` when a Slurm job was submitted (its tasks publish).
+
+    Raises:
+        ExecutorError: see :func:`check_options`.
+        ShardError: a worker failed or died, or another process's leases outlasted the timeout.
+    """
     check_options(executor, options)
     if executor == "local":
         return manifest.run(out_dir, worker, args, num_workers, codec, metadata, source, desc, progress, timeout_s)
@@ -201,8 +234,25 @@ def _datatrove_local(out_dir, worker, args, num_workers, codec, metadata, source
 def build_slurm(out_dir: str, worker: Callable, args, tasks: int, codec: FrameCodec, metadata: Mapping,
                 source: Mapping, logging_dir: str | None = None, **options):
     """The ``SlurmPipelineExecutor`` :func:`execute` submits (not submitted): its tasks publish ``index.json``.
-    ``options``: those of :data:`OPTIONS` ``["datatrove-slurm"]`` but ``logging_dir``; ``extra`` (a mapping) goes to
-    ``SlurmPipelineExecutor`` as is."""
+
+    Args:
+        out_dir: The conversion's output directory.
+        worker: Leases and converts units (picklable).
+        args: ``worker``'s one argument.
+        tasks: How many array tasks.
+        codec: The shards' frame codec (or a ``Publisher``), pickled with the tasks.
+        metadata: Published in ``dataset.json``.
+        source: Published in ``dataset.json``.
+        logging_dir: datatrove's logs and the job's files (default ``<out_dir>/datatrove``).
+        **options: Those of :data:`OPTIONS` ``["datatrove-slurm"]`` but ``logging_dir``; ``extra`` (a mapping) goes
+            to ``SlurmPipelineExecutor`` as is.
+
+    Returns:
+        The executor.
+
+    Raises:
+        ExecutorError: see :func:`check_options`.
+    """
     from robo_loaders_plugin.storage.shards import datatrove_step
 
     check_options("datatrove-slurm", options)
@@ -232,8 +282,18 @@ def _datatrove_slurm(out_dir, worker, args, num_workers, codec, metadata, source
 # ---- the command line -------------------------------------------------------------------------------------------
 
 def parse_sbatch_args(pairs: Iterable[str]) -> dict:
-    """``["KEY=VALUE", "KEY"]`` (``--sbatch-arg`` given several times) as ``{"KEY": "VALUE", "KEY": ""}``;
-    a leading ``--`` is dropped (``--sbatch-arg --exclusive`` works too)."""
+    """``["KEY=VALUE", "KEY"]`` (``--sbatch-arg`` given several times) as ``{"KEY": "VALUE", "KEY": ""}``; a
+    leading ``--`` is dropped (``--sbatch-arg --exclusive`` works too).
+
+    Args:
+        pairs: The values given.
+
+    Returns:
+        ``{KEY: VALUE}``; a later KEY replaces an earlier one.
+
+    Raises:
+        ExecutorError: a value with no key.
+    """
     out = {}
     for pair in pairs:
         key, _, value = pair.partition("=")
@@ -253,9 +313,29 @@ def options_from_cli(executor: str, logging_dir: str | None = None, concurrent_t
                      slurm_cpus_per_task: int | None = None, slurm_mem_per_cpu_gb: int | None = None,
                      slurm_job_name: str | None = None, slurm_qos: str | None = None, sbatch_arg: Iterable[str] = (),
                      slurm_env_command: str | None = None) -> dict:
-    """The command line's executor options (click parameters named as :data:`CLI_PARAMS`) as :func:`execute`'s
-    keyword arguments; options given for another executor than the chosen one are an error (they would be silently
-    ignored)."""
+    """The command line's executor options as :func:`execute`'s keyword arguments.
+
+    Options given for another executor than the chosen one are an error (they would be silently ignored).
+
+    Args:
+        executor: ``--executor``.
+        logging_dir: ``--logging-dir``.
+        concurrent_tasks: ``--concurrent-tasks`` (becomes ``workers``).
+        slurm_partition: ``--slurm-partition``.
+        slurm_time: ``--slurm-time``.
+        slurm_cpus_per_task: ``--slurm-cpus-per-task``.
+        slurm_mem_per_cpu_gb: ``--slurm-mem-per-cpu-gb``.
+        slurm_job_name: ``--slurm-job-name``.
+        slurm_qos: ``--slurm-qos``.
+        sbatch_arg: ``--sbatch-arg`` values (:func:`parse_sbatch_args`).
+        slurm_env_command: ``--slurm-env-command``.
+
+    Returns:
+        The options given (``None`` left out), named as :data:`OPTIONS` names them.
+
+    Raises:
+        ExecutorError: an option that does not apply to ``executor``, or see :func:`check_options`.
+    """
     given = {"logging_dir": logging_dir, "workers": concurrent_tasks, "partition": slurm_partition, "time": slurm_time,
              "cpus_per_task": slurm_cpus_per_task, "mem_per_cpu_gb": slurm_mem_per_cpu_gb,
              "job_name": slurm_job_name, "qos": slurm_qos, "env_command": slurm_env_command,
@@ -268,3 +348,44 @@ def options_from_cli(executor: str, logging_dir: str | None = None, concurrent_t
         raise ExecutorError(f"{', '.join(wrong)} do(es) not apply to --executor {executor}")
     check_options(executor, options)
     return options
+
+
+def click_options(logging_dir_default: str):
+    """The ``--executor`` option and its datatrove/Slurm options, as every command that converts takes them
+    (``robo-loaders convert robomimic|lerobot``, ``robo-loaders transcode``): one declaration, so the commands
+    cannot drift apart.
+
+    Args:
+        logging_dir_default: What ``--logging-dir`` defaults to, for its help text.
+
+    Returns:
+        A decorator adding the options to a click command.
+    """
+    import click
+
+    options = [
+        click.option("--executor", type=click.Choice(list(EXECUTORS)), default="local", show_default=True,
+                     help="where the work units run (docs/distributed-conversion.md); --num-workers is the number "
+                          "of tasks"),
+        click.option("--concurrent-tasks", type=click.IntRange(min=1), default=None,
+                     help="datatrove: tasks running at once (default: all of them)"),
+        click.option("--logging-dir", type=click.Path(file_okay=False), default=None,
+                     help=f"datatrove: logs, stats and the Slurm job's files (default: {logging_dir_default})"),
+        click.option("--slurm-partition", default=None, help="datatrove-slurm: partition (required)"),
+        click.option("--slurm-time", default=None, help="datatrove-slurm: time limit per task [24:00:00]"),
+        click.option("--slurm-cpus-per-task", type=click.IntRange(min=1), default=None, help="datatrove-slurm [1]"),
+        click.option("--slurm-mem-per-cpu-gb", type=click.IntRange(min=1), default=None, help="datatrove-slurm [4]"),
+        click.option("--slurm-job-name", default=None, help="datatrove-slurm [robo-loaders-convert]"),
+        click.option("--slurm-qos", default=None, help="datatrove-slurm [the cluster's default]"),
+        click.option("--sbatch-arg", multiple=True, metavar="KEY=VALUE",
+                     help="datatrove-slurm: an extra #SBATCH --KEY=VALUE line (repeatable; KEY alone for a flag)"),
+        click.option("--slurm-env-command", default=None,
+                     help="datatrove-slurm: run before each task [source <this virtualenv>/bin/activate]"),
+    ]
+
+    def decorate(f):
+        for option in reversed(options):
+            f = option(f)
+        return f
+
+    return decorate

@@ -25,7 +25,7 @@ import shutil
 import numpy as np
 
 from robo_loaders_plugin.core.errors import RoboLoadersError
-from robo_loaders_plugin.core.files import atomic_write_json
+from robo_loaders_plugin.core.files import atomic_write_json, sha256_file
 from robo_loaders_plugin.core.units import format_bytes
 
 FORMAT = "robo-shards"
@@ -42,11 +42,24 @@ _AGAIN = "convert the dataset again"  # what every error about a damaged shard t
 
 
 class ShardError(RoboLoadersError):
+    """A robo-shards directory that cannot be written or read as it is: damaged, edited, incomplete or hostile
+    input, a full disk, or a conversion state that does not fit. The message says what to do (usually: convert again).
+    """
     pass
 
 
 def field_token(field: str) -> str:
-    """A field name as it appears in member names (``obs/cam`` -> ``obs~cam``)."""
+    """A field name as it appears in member names (``obs/cam`` -> ``obs~cam``).
+
+    Args:
+        field: The field's name.
+
+    Returns:
+        The token.
+
+    Raises:
+        ShardError: the name has characters a member name cannot hold, starts with ``.`` or contains ``..``.
+    """
     token = field.replace("/", "~")
     if not _TOKEN_RE.match(token) or token.startswith(".") or ".." in token:
         raise ShardError(f"field name {field!r} cannot be stored in a shard member name")
@@ -55,15 +68,45 @@ def field_token(field: str) -> str:
 
 
 def member_name(episode: str, field: str, kind: str) -> str:
+    """The member holding one field of one episode: ``<episode>.<field token>.<npy|frames|mp4>``.
+
+    Args:
+        episode: The episode's name.
+        field: The field's name (:func:`field_token`).
+        kind: ``raw``, ``frames`` or ``video`` (:data:`KIND_EXT`; anything else is stored as ``.npy``).
+
+    Returns:
+        The member's name.
+
+    Raises:
+        ShardError: the field's name cannot be stored (:func:`field_token`).
+    """
     return f"{episode}.{field_token(field)}.{KIND_EXT.get(kind, 'npy')}"
 
 
 def header_member(episode: str) -> str:
+    """The member holding one episode's header: ``<episode>.header.json``.
+
+    Args:
+        episode: The episode's name.
+
+    Returns:
+        The member's name.
+    """
     return f"{episode}.header.json"
 
 
 def is_int(value, lo: int = 0, hi: int = MAX_INT) -> bool:
-    """A JSON integer (not a bool, not a float) in ``[lo, hi]``."""
+    """A JSON integer (not a bool, not a float) in ``[lo, hi]``.
+
+    Args:
+        value: Any value read from JSON.
+        lo: The smallest allowed.
+        hi: The largest allowed (default :data:`MAX_INT`).
+
+    Returns:
+        Whether it is one.
+    """
     return type(value) is int and lo <= value <= hi
 
 
@@ -85,22 +128,42 @@ def _dtype(text, where: str) -> np.dtype:
 
 
 def json_checksum(doc: dict) -> str:
-    """SHA-256 of the canonical JSON of ``doc`` without its ``checksum`` key (sorted keys, no whitespace, ASCII)."""
+    """SHA-256 of the canonical JSON of ``doc`` without its ``checksum`` key (sorted keys, no whitespace, ASCII).
+
+    Args:
+        doc: ``index.json`` or ``dataset.json`` as a dict.
+
+    Returns:
+        The hex digest.
+    """
     body = {k: v for k, v in doc.items() if k != "checksum"}
     text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=True)
     return hashlib.sha256(text.encode("ascii")).hexdigest()
 
 
 def with_checksum(doc: dict) -> dict:
-    """``doc`` as it reads back from JSON (tuples as lists, keys as strings), plus its ``checksum``."""
+    """``doc`` as it reads back from JSON (tuples as lists, keys as strings), plus its ``checksum``.
+
+    Args:
+        doc: The document to write.
+
+    Returns:
+        A new dict; ``doc`` is not changed.
+    """
     doc = json.loads(json.dumps(doc))
     doc["checksum"] = json_checksum(doc)
     return doc
 
 
 def listed_episodes(metadata) -> list[str] | None:
-    """The episode names the framework metadata lists (robomimic ``demos``, LeRobot ``episodes[].name``), or None
-    when it lists none in a form we know (other frameworks): what index.json must hold, no more, no less."""
+    """The episode names the framework metadata lists: what index.json must hold, no more, no less.
+
+    Args:
+        metadata: ``dataset.json``'s ``metadata``: robomimic's lists ``demos``, LeRobot's ``episodes[].name``.
+
+    Returns:
+        The names, or ``None`` when it lists none in a form known here (other frameworks).
+    """
     if not isinstance(metadata, dict):
         return None
     demos = metadata.get("demos")
@@ -113,14 +176,24 @@ def listed_episodes(metadata) -> list[str] | None:
 
 
 def listing_problems(names: list[str], listed: list[str] | None, where: str) -> list[str]:
-    """Differences between the episodes an index holds and those the metadata lists."""
+    """Differences between the episodes an index holds and those the metadata lists.
+
+    Args:
+        names: The episodes in index.json.
+        listed: The episodes the metadata lists (:func:`listed_episodes`); ``None``: nothing to compare.
+        where: Names the directory in the lines.
+
+    Returns:
+        One line per problem (episodes listed twice, missing from the index, or in the index but not listed).
+    """
     if listed is None:
         return []
     problems = []
     if len(set(listed)) != len(listed):
         problems.append(f"{where}: dataset.json metadata lists some episodes twice")
-    missing = [n for n in listed if n not in set(names)]
-    extra = sorted(set(names) - set(listed))
+    have, wanted = set(names), set(listed)  # once: per name they made opening 10k episodes quadratic
+    missing = [n for n in listed if n not in have]
+    extra = sorted(have - wanted)
     if missing:
         problems.append(f"{where}: {len(missing)} episode(s) listed in dataset.json are not in index.json "
                         f"(e.g. {missing[:3]})")
@@ -131,8 +204,17 @@ def listing_problems(names: list[str], listed: list[str] | None, where: str) -> 
 
 
 def disk_full_error(directory: str, exc: OSError, needed: str | None, doing: str) -> ShardError | None:
-    """A clear error for a full disk or quota (None for any other OSError); ``needed`` says how much space the
-    failed write needed."""
+    """A clear error for a full disk or quota.
+
+    Args:
+        directory: Where the write failed (its free space is reported).
+        exc: The error the write raised.
+        needed: How much space the failed write needed, as text, or ``None``.
+        doing: What was being written ("writing index.json").
+
+    Returns:
+        A :class:`ShardError` to raise, or ``None`` for any OSError other than ``ENOSPC``/``EDQUOT``.
+    """
     if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
         return None
     try:
@@ -147,7 +229,14 @@ def disk_full_error(directory: str, exc: OSError, needed: str | None, doing: str
 
 def check_output_dir(out_dir: str) -> None:
     """``out_dir`` exists (created) and this process can create files in it, or one clear error naming it (not an
-    OSError traceback from deep inside a conversion)."""
+    OSError traceback from deep inside a conversion).
+
+    Args:
+        out_dir: The output directory.
+
+    Raises:
+        ShardError: it cannot be created, or a probe file cannot be created in it.
+    """
     import tempfile
 
     try:
@@ -171,9 +260,4 @@ def _atomic_json(path: str, payload) -> None:
         raise
 
 
-def _sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+_sha256 = sha256_file  # the shards' checksum (core.files)

@@ -82,6 +82,17 @@ class Publisher:
 
     def publish(self, out_dir: str, entries: list[dict], outputs: list[dict], metadata: Mapping,
                 source: Mapping) -> None:
+        """Publish the finished conversion (called under the manifest lock once every unit is done and intact).
+
+        Must be idempotent: a later :func:`finish` publishes again.
+
+        Args:
+            out_dir: The conversion's output directory.
+            entries: Every unit's recorded index entries, in plan order.
+            outputs: Every unit's recorded outputs (path relative to ``out_dir``, size), in plan order.
+            metadata: As given to :func:`run`.
+            source: As given to :func:`run`.
+        """
         raise NotImplementedError
 
 
@@ -204,7 +215,23 @@ def _ids(ids: Iterable[int], limit: int = 10) -> str:
 
 def plan(out_dir: str, source_fingerprint, units: list[list[str]], options: Mapping) -> dict:
     """Create the manifest, or check that an existing one is for the same source and options (resume) and repair
-    it (see the module docstring). ``source_fingerprint``: any JSON value, compared with ``==``."""
+    it (see the module's docstring).
+
+    A manifest of an earlier format version is discarded (with ``index.json``) and the conversion starts over.
+
+    Args:
+        out_dir: The conversion's output directory (created, with ``shards/``).
+        source_fingerprint: Any JSON value identifying the source, compared with ``==`` after a JSON round trip.
+        units: The episodes of each unit, in order (one shard each).
+        options: Everything the output depends on (codec, shard size, ...), compared the same way.
+
+    Returns:
+        The manifest as a dict.
+
+    Raises:
+        ShardError: an episode planned twice; the directory holds a conversion of another source or with other
+            options; or its manifest.json is damaged.
+    """
     names = [n for unit in units for n in unit]
     if len(set(names)) != len(names):
         raise ShardError(f"{out_dir}: the planned units list some episodes twice")
@@ -235,8 +262,17 @@ def plan(out_dir: str, source_fingerprint, units: list[list[str]], options: Mapp
 
 
 def lease(out_dir: str, lease_s: float = 3600.0) -> dict | None:
-    """Lease the next unit that is planned or whose holder is gone; None when there is none. The caller then
-    holds the unit's lock until :func:`complete` or :func:`release`. ``lease_s`` is unused (module docstring)."""
+    """Lease the next unit that is planned or whose holder is gone.
+
+    The caller then holds the unit's lock until :func:`complete` or :func:`release`.
+
+    Args:
+        out_dir: The conversion's output directory.
+        lease_s: Unused (see the module's docstring); kept so callers' signatures stay valid.
+
+    Returns:
+        The unit (``id``, ``episodes``, ...), or ``None`` when no unit can be leased.
+    """
     with _locked(out_dir):
         m = _read(out_dir)
         for u in m["units"]:
@@ -263,7 +299,17 @@ def _owned(u: dict, held: _Lease | None) -> bool:
 
 
 def complete(out_dir: str, unit_id: int, episodes: list[dict], shards: list[dict]) -> None:
-    """Record a leased unit as done with its index entries, and let go of its lock."""
+    """Record a leased unit as done with its index entries, and let go of its lock.
+
+    Args:
+        out_dir: The conversion's output directory.
+        unit_id: The unit, leased by this process.
+        episodes: The unit's index entries, one per planned episode, in plan order.
+        shards: The unit's outputs (shards: name and size).
+
+    Raises:
+        ShardError: the unit is not leased by this process, or the entries are not its planned episodes.
+    """
     key = (os.path.realpath(out_dir), unit_id)
     with _locked(out_dir):
         m = _read(out_dir)
@@ -282,8 +328,15 @@ def complete(out_dir: str, unit_id: int, episodes: list[dict], shards: list[dict
 
 
 def release(out_dir: str, unit_id: int) -> None:
-    """Give a leased unit back (planned again), e.g. after its conversion failed; the lock goes in any case, so
-    even if manifest.json cannot be updated the lease is stale and the unit is taken over."""
+    """Give a leased unit back (planned again), e.g. after its conversion failed.
+
+    The lock goes in any case, so even if manifest.json cannot be updated the lease is stale and the unit is taken
+    over. A unit this process does not hold is left alone.
+
+    Args:
+        out_dir: The conversion's output directory.
+        unit_id: The unit.
+    """
     held = _HELD.pop((os.path.realpath(out_dir), unit_id), None)
     if held is None:
         return
@@ -301,8 +354,20 @@ def release(out_dir: str, unit_id: int) -> None:
 
 def work(out_dir: str, codec: FrameCodec, read_episode: Callable[[str], tuple[dict, set]],
          lease_s: float = 3600.0) -> int:
-    """Lease and convert units until none is left; returns how many this process converted. A unit that fails
-    is given back before the error propagates."""
+    """Lease and convert units until none is left, each into one shard (the shards' worker).
+
+    A unit that fails is given back before the error propagates.
+
+    Args:
+        out_dir: The conversion's output directory, planned.
+        codec: The shards' frame codec.
+        read_episode: ``read_episode(name) -> (fields, compressed)``: the episode's arrays (or encoded
+            ``VideoSegment`` s), and the names of the fields stored as lossless frames (``ShardWriter.add_episode``).
+        lease_s: Unused (see :func:`lease`).
+
+    Returns:
+        How many units this process converted.
+    """
     with _locked(out_dir):
         _sweep_leftovers(out_dir, _read(out_dir))
     done = 0
@@ -350,21 +415,59 @@ def _finish(out_dir: str, codec: FrameCodec | Publisher, metadata: Mapping,
 
 
 def finish(out_dir: str, codec: FrameCodec, metadata: Mapping, source: Mapping) -> bool:
-    """Publish index.json/dataset.json if every unit is done; returns whether it did."""
+    """Publish index.json/dataset.json (or the :class:`Publisher`'s output) if every unit is done and intact.
+
+    Done units whose output is damaged are planned again instead (and nothing is published).
+
+    Args:
+        out_dir: The conversion's output directory.
+        codec: The shards' frame codec, or a :class:`Publisher`.
+        metadata: The framework's metadata, published in ``dataset.json``.
+        source: The source (its path and fingerprint), published in ``dataset.json``.
+
+    Returns:
+        Whether it published.
+
+    Raises:
+        ShardError: the converted episodes differ from the planned ones (never published).
+    """
     return _finish(out_dir, codec, metadata, source) is not None
 
 
 def unit_bytes(total_bytes: int, target_bytes: int, num_workers: int) -> int:
-    """Source bytes per work unit: about ``target_bytes`` (one shard each), but small enough that every worker
-    of a parallel conversion gets several units (a dataset smaller than ``4 x num_workers`` shards is split into
-    smaller shards rather than converted by one worker while the others wait)."""
+    """Source bytes per work unit: about ``target_bytes`` (one shard each), but small enough that every worker of a
+    parallel conversion gets several units.
+
+    Why: a dataset smaller than ``4 x num_workers`` shards is split into smaller shards rather than converted by one
+    worker while the others wait.
+
+    Args:
+        total_bytes: The source's size.
+        target_bytes: The shard size asked for.
+        num_workers: Processes or tasks converting.
+
+    Returns:
+        The bytes per unit (at least 1).
+    """
     if num_workers <= 1:
         return target_bytes
     return max(1, min(target_bytes, -(-total_bytes // (4 * num_workers))))
 
 
 def units_by_size(names: Iterable[str], sizes: Mapping[str, int], target_bytes: int) -> list[list[str]]:
-    """Consecutive episodes grouped into units of about ``target_bytes`` (one shard each)."""
+    """Consecutive episodes grouped into units of about ``target_bytes`` (one shard each).
+
+    A unit is closed before the episode that would take it past ``target_bytes``; an episode larger than that is a
+    unit of its own.
+
+    Args:
+        names: The episodes, in order.
+        sizes: Each episode's size in bytes.
+        target_bytes: The size of a unit (:func:`unit_bytes`).
+
+    Returns:
+        The units, each a list of episode names.
+    """
     units, cur, acc = [], [], 0
     for n in names:
         if cur and acc + sizes[n] > target_bytes:
@@ -402,11 +505,31 @@ def _show_progress(out_dir: str, bar) -> None:
 
 def run(out_dir: str, worker: Callable, args: tuple, num_workers: int, codec: FrameCodec, metadata: Mapping,
         source: Mapping, desc: str, progress: bool = True, timeout_s: float | None = None) -> Converted:
-    """Convert every planned unit with ``worker(args)`` (which calls :func:`work`) in this process or in
-    ``num_workers`` spawned ones, with a progress bar over units; then, while other live processes still hold
-    leases (another run converting into the same directory), wait for them (at most ``timeout_s``, default
-    :func:`lock_timeout`), converting any unit they give back; then publish. Spawned, not forked: workers open
-    decoders and HDF5 files of their own."""
+    """Convert every planned unit, wait for other processes converting into the same directory, then publish.
+
+    ``worker(args)`` (which calls :func:`work`) runs in this process or in ``num_workers`` spawned ones, with a
+    progress bar over units; then, while other live processes still hold leases (another run converting into the
+    same directory), this waits for them, converting any unit they give back. Spawned, not forked: workers open
+    decoders and HDF5 files of their own.
+
+    Args:
+        out_dir: The conversion's output directory, planned.
+        worker: Leases and converts units until none is left (picklable when ``num_workers > 1``).
+        args: ``worker``'s one argument.
+        num_workers: Worker processes (1: a thread of this process).
+        codec: The shards' frame codec, or a :class:`Publisher`.
+        metadata: Published in ``dataset.json``.
+        source: Published in ``dataset.json``.
+        desc: The progress bar's label.
+        progress: Whether to show the progress bar.
+        timeout_s: How long to wait for other processes' leases (default :func:`lock_timeout`).
+
+    Returns:
+        :class:`Converted`: units planned, shards and episodes published.
+
+    Raises:
+        ShardError: a worker failed or died; the workers returned with units left; or the wait timed out.
+    """
     timeout = lock_timeout() if timeout_s is None else float(timeout_s)
     total = len(_read(out_dir)["units"])
     bar = tqdm(total=total, desc=desc, unit=getattr(codec, "unit", "shard"), disable=not progress)

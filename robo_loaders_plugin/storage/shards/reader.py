@@ -328,10 +328,23 @@ class ShardReader:
         return data
 
     def read_episode(self, i: int, decode_frames: bool = True, fields=None) -> tuple[dict, dict]:
-        """(header, {field: array}); frames and video fields decompressed into one (N, ...) array each, or with
-        ``decode_frames=False`` kept compressed as :class:`~robo_loaders_plugin.storage.encoded_frames.EncodedFrames` /
-        :class:`~robo_loaders_plugin.storage.encoded_frames.VideoSegmentFrames` (checked, decoded on demand).
-        ``fields``: read only these (those the episode has), so a loader skips members no sample uses."""
+        """One episode's header and fields.
+
+        Every member read is checked against its tar header and its CRC32 first.
+
+        Args:
+            i: The episode's position in index.json.
+            decode_frames: Whether frames and video fields are decompressed into one (N, ...) array each; ``False``
+                keeps them compressed as :class:`~robo_loaders_plugin.storage.encoded_frames.EncodedFrames` /
+                :class:`~robo_loaders_plugin.storage.encoded_frames.VideoSegmentFrames` (checked, decoded on demand).
+            fields: Read only these (those the episode has), so a loader skips members no sample uses; ``None``: all.
+
+        Returns:
+            ``(header, {field: array or encoded frames})``.
+
+        Raises:
+            ShardError: the shard is missing, resized or damaged, or a member is not what index.json says.
+        """
         ep = self.episodes[i]
         path = self._paths[ep["shard"]]
         try:
@@ -441,7 +454,14 @@ def _overlap_problems(path: str, episodes: list[dict]) -> list[str]:
 
 
 def verify_dir(out_dir: str) -> list[str]:
-    """:meth:`ShardReader.verify` of ``out_dir``, with what stops a reader from opening it as a problem line."""
+    """:meth:`ShardReader.verify` of ``out_dir``, with what stops a reader from opening it as a problem line.
+
+    Args:
+        out_dir: A robo-shards directory.
+
+    Returns:
+        The problems found; empty when the directory is intact. Never raises on bad data.
+    """
     try:
         reader = ShardReader(out_dir)
     except ShardError as exc:

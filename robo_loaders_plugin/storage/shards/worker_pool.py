@@ -54,12 +54,26 @@ def _died(process) -> str:
 
 def run_workers(worker: Callable, args: tuple, num_workers: int, out_dir: str, on_poll: Callable[[], None],
                 poll_s: float) -> None:
-    """``worker(args)`` here, or in ``num_workers`` spawned processes until each returns; ``on_poll()`` every
-    ``poll_s`` seconds meanwhile (the progress bar). The first error a worker raises is raised here (its traceback
-    chained) and stops the others; so does a worker that dies without returning (killed by a signal, or aborted
-    inside a native library such as an encoder): a ShardError naming ``out_dir`` and the signal, not a wait for a
-    result that never comes (what multiprocessing.Pool does). Units a dead worker leased are free again (its locks
-    went with it): running the same command again resumes them."""
+    """``worker(args)`` here, or in ``num_workers`` spawned processes until each returns.
+
+    The first error a worker raises is raised here (its traceback chained) and stops the others; so does a worker
+    that dies without returning (killed by a signal, or aborted inside a native library such as an encoder): a
+    ShardError naming ``out_dir`` and the signal, not a wait for a result that never comes (what
+    multiprocessing.Pool does). Units a dead worker leased are free again (its locks went with it): running the same
+    command again resumes them.
+
+    Args:
+        worker: The conversion's worker (picklable when ``num_workers > 1``).
+        args: ``worker``'s one argument.
+        num_workers: Processes to spawn; 1 or less runs it here (:func:`run_here`).
+        out_dir: Named in the error about a dead worker.
+        on_poll: Called every ``poll_s`` seconds meanwhile, and once at the end (the progress bar).
+        poll_s: Seconds between calls of ``on_poll``.
+
+    Raises:
+        ShardError: a worker died without reporting.
+        Exception: the first error a worker raised, chained to a :class:`RemoteTraceback`.
+    """
     if num_workers <= 1:
         run_here(worker, args, on_poll, poll_s)
         return
@@ -104,9 +118,20 @@ def run_workers(worker: Callable, args: tuple, num_workers: int, out_dir: str, o
 
 def run_here(worker: Callable, args: tuple, on_poll: Callable[[], None], poll_s: float) -> None:
     """``worker(args)`` in this process (no spawned interpreter to start for one worker), in a thread, so that the
-    progress bar follows the units as they finish instead of jumping at the end. Its error is raised here. Daemon:
-    an interrupted run exits without waiting for the unit in progress (its lease goes with the process, and its
-    partial files are swept when the command is run again)."""
+    progress bar follows the units as they finish instead of jumping at the end.
+
+    Daemon: an interrupted run exits without waiting for the unit in progress (its lease goes with the process, and
+    its partial files are swept when the command is run again).
+
+    Args:
+        worker: The conversion's worker.
+        args: ``worker``'s one argument.
+        on_poll: Called every ``poll_s`` seconds while it runs.
+        poll_s: Seconds between calls of ``on_poll``.
+
+    Raises:
+        BaseException: the error ``worker`` raised, re-raised here.
+    """
     failure: list[BaseException] = []
 
     def body():

@@ -1,0 +1,242 @@
+"""Child process of ``python -m benchmarks.harness growth run``: one backend on one workload.
+
+It builds the dataset the way the framework's training does (robomimic's ``dataset_factory`` with the config
+``robo-loaders bench robomimic`` uses; LeRobot's ``LeRobotDataset`` then the backend, as ``lerobot-train``), times
+the first batch and the steady batches (``bench.runner.time_loader``), then, untimed: the CPU time of planning one
+pass (batch-kind backends) and the bytes the dataset object holds that are not frame data (:func:`held_bytes`).
+Run alone: ``python -m benchmarks.harness.growth_child '<json args>' OUT.json``.
+"""
+from __future__ import annotations
+
+import gc
+import json
+import sys
+import time
+
+import numpy as np
+
+# what a dataset holds that is frame data (or another library's), left out of held_bytes: attribute names
+DATA_ATTRIBUTES = {
+    "_native",          # LeRobotSamples: LeRobot's own dataset (measured as native's)
+    "hdf5_cache",       # robomimic SequenceDataset: the loaded arrays (data)
+    "hdf5_file", "_hdf5_file",
+    "_flat",            # StoreFrames: low-dim fields concatenated (data)
+    "store",            # StoreFrames: the compressed episode file (mapped)
+    "cache",            # EpisodeFrames: the loaded episodes (data, bounded)
+    "tensors",          # TensorFrames: every frame (data)
+    "_pool",            # batch buffers recycled (bounded, data)
+}
+
+
+def held_bytes(root, skip=DATA_ATTRIBUTES) -> int:
+    """Bytes held by the objects reachable from ``root`` through attributes, dicts, lists and tuples: every numpy
+    array's buffer (counted once, by its base), every other object's ``sys.getsizeof``; attributes named in
+    ``skip`` (frame data, another library's dataset) are not followed, nor are modules and classes; functions
+    are followed into their closures (a closure reading episodes holds its reader's index).
+
+    Why a walk and not the process's memory: the index arrays and tables are a few megabytes among hundreds
+    (torch, the interpreter, data), below the noise of a process-memory measurement; the walk counts exactly what
+    the dataset keeps per frame and per episode."""
+    import types
+
+    seen: set[int] = set()
+    arrays: set[int] = set()
+    total = 0
+    stack = [root]
+    skip_types = (types.ModuleType, type, types.BuiltinFunctionType)
+    while stack:
+        obj = stack.pop()
+        if id(obj) in seen or isinstance(obj, skip_types):
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, types.FunctionType):  # a closure holds what it reads from (a shard index, a source)
+            stack.extend(c.cell_contents for c in (obj.__closure__ or ()) if c.cell_contents is not None)
+            continue
+        if isinstance(obj, types.MethodType):
+            stack.append(obj.__self__)
+            continue
+        if isinstance(obj, np.ndarray):
+            base = obj
+            while isinstance(base.base, np.ndarray):
+                base = base.base
+            if id(base) not in arrays and base.base is None:  # not a view of someone else's buffer (an mmap)
+                arrays.add(id(base))
+                total += base.nbytes
+            continue
+        type_name = type(obj).__module__
+        if type_name.startswith(("torch", "h5py", "pyarrow", "datasets", "threading", "concurrent", "mmap")):
+            continue
+        total += sys.getsizeof(obj)
+        if isinstance(obj, dict):
+            stack.extend(obj.keys())
+            stack.extend(obj.values())
+        elif isinstance(obj, (list, tuple, set, frozenset)):
+            stack.extend(obj)
+        else:
+            attrs = getattr(obj, "__dict__", None)
+            if isinstance(attrs, dict):
+                stack.extend(v for k, v in attrs.items() if k not in skip)
+            for slot in getattr(type(obj), "__slots__", ()):
+                if slot not in skip and hasattr(obj, slot):
+                    stack.append(getattr(obj, slot))
+    return total
+
+
+def held_by_part(root, depth: int = 2, skip=DATA_ATTRIBUTES) -> dict:
+    """:func:`held_bytes` of each attribute of ``root`` (and, to ``depth``, of theirs): where the bytes are."""
+    out = {}
+    attrs = getattr(root, "__dict__", {})
+    for k, v in attrs.items():
+        if k in skip:
+            continue
+        out[k] = held_bytes(v, skip)
+        if depth > 1 and hasattr(v, "__dict__"):
+            for k2, v2 in held_by_part(v, depth - 1, skip).items():
+                out[f"{k}.{k2}"] = v2
+    return out
+
+
+def _robomimic(a: dict):
+    import torch
+    import robomimic.utils.obs_utils as ObsUtils
+
+    from robo_loaders_plugin.bench.robomimic_run import make_config
+    from robo_loaders_plugin.bench.runner import baseline_pss
+    from robo_loaders_plugin.robomimic import dataset_factory
+    from robo_loaders_plugin.robomimic.compat import register_observation_encoders
+    from robo_loaders_plugin.robomimic.integration import epoch_loader
+
+    register_observation_encoders()
+    torch.manual_seed(0)
+    np.random.seed(0)
+    config, obs_keys = make_config(a)
+    with config.values_unlocked():
+        config.train.hdf5_load_next_obs = bool(a.get("load_next_obs", True))
+    ObsUtils.initialize_obs_utils_with_config(config)
+    baseline = baseline_pss()
+    t = time.perf_counter()
+    ds = dataset_factory(config, obs_keys)
+    build_s = time.perf_counter() - t
+    loader = epoch_loader(torch.utils.data.DataLoader(ds, sampler=None, batch_size=a["batch_size"], shuffle=True,
+                                                      num_workers=a["num_workers"], drop_last=True))
+    return ds, loader, (lambda b: len(b["actions"])), build_s, baseline
+
+
+def _lerobot(a: dict):
+    import torch
+    from lerobot.datasets import EpisodeAwareSampler
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset, LeRobotDatasetMetadata
+
+    from robo_loaders_plugin.bench.runner import baseline_pss
+    from robo_loaders_plugin.lerobot.integration import build_dataset, choose, cycle
+    from robo_loaders_plugin.lerobot.presets import delta_timestamps
+
+    torch.manual_seed(0)
+    meta = LeRobotDatasetMetadata(a["repo_id"], root=a["root"])
+    delta = delta_timestamps(a["preset"], meta)
+    del meta
+    baseline = baseline_pss()
+    t = time.perf_counter()
+    ds = LeRobotDataset(a["repo_id"], root=a["root"], delta_timestamps=delta, return_uint8=True)
+    native_s = time.perf_counter() - t
+    if a["backend"] != "native":
+        ds = build_dataset(ds, choose(a["backend"], **(a.get("kwargs") or {})))
+    build_s = time.perf_counter() - t
+    sampler = EpisodeAwareSampler(ds.meta.episodes["dataset_from_index"], ds.meta.episodes["dataset_to_index"],
+                                  episode_indices_to_use=ds.episodes, shuffle=True, seed=1000,
+                                  absolute_to_relative_idx=ds.absolute_to_relative_idx)
+    nw = a["num_workers"]
+    extra = dict(prefetch_factor=4, persistent_workers=True, multiprocessing_context="spawn") if nw else {}
+    loader = torch.utils.data.DataLoader(ds, batch_size=a["batch_size"], sampler=sampler, num_workers=nw,
+                                         shuffle=False, drop_last=False, **extra)
+    a["native_build_s"] = native_s
+    return ds, cycle(loader), (lambda b: len(b["index"])), build_s, baseline
+
+
+def probe(ds, batch_size: int) -> dict:
+    """Untimed measures: CPU seconds to plan one pass (batch-kind datasets: its pass source, two passes planned
+    as training holds them), and :func:`held_bytes` of the dataset (with that pass source)."""
+    from robo_loaders_plugin.core.iteration import BatchDataset, SamplingPlan
+
+    if not isinstance(ds, BatchDataset):
+        return {"plan_cpu_s": None, "held_bytes": held_bytes(ds)}
+    source = ds.batch_source(SamplingPlan(batch_size=batch_size, drop_last=True))
+    try:
+        start = time.process_time()
+        source.plan_node.plan_of(7)
+        plan = time.process_time() - start
+        source.plan_node.plan_of(8)
+        return {"plan_cpu_s": plan, "plan_items": int(source.plan_node.counts.sum()),
+                "held_bytes": held_bytes([ds, source])}
+    finally:
+        source.shutdown()
+
+
+def _imports(framework: str) -> None:
+    import torch  # noqa: F401
+
+    if framework == "robomimic":
+        import robomimic.algo  # noqa: F401
+        import robomimic.config  # noqa: F401
+        import robomimic.utils.obs_utils  # noqa: F401
+
+        import robo_loaders_plugin.robomimic.factories  # noqa: F401
+        import robo_loaders_plugin.robomimic.integration  # noqa: F401
+    else:
+        import lerobot.datasets.lerobot_dataset  # noqa: F401
+
+        import robo_loaders_plugin.lerobot.factories  # noqa: F401
+        import robo_loaders_plugin.lerobot.integration  # noqa: F401
+    import robo_loaders_plugin.pipeline.batches  # noqa: F401
+
+
+def profiled(a: dict, top: int = 30) -> dict:
+    """cProfile of the factory call, the first batch and planning a pass (num_workers 0, so the first batch is
+    assembled in this process): the functions with the most own time and the most cumulative time."""
+    import cProfile
+    import io
+    import pstats
+
+    _imports(a["framework"])  # not profiled: what any process using the framework imports anyway
+    prof = cProfile.Profile()
+    prof.enable()
+    t = time.perf_counter()
+    ds, loader, count, build_s, _ = (_robomimic if a["framework"] == "robomimic" else _lerobot)(a)
+    first = next(iter(loader))
+    total = time.perf_counter() - t
+    plan = probe(ds, a["batch_size"])["plan_cpu_s"]
+    prof.disable()
+    out = {"build_s": build_s, "to_first_batch_s": total, "plan_cpu_s": plan}
+    for key in ("tottime", "cumulative"):
+        buf = io.StringIO()
+        pstats.Stats(prof, stream=buf).sort_stats(key).print_stats(top)
+        out[f"by_{key}"] = buf.getvalue()
+    del first
+    return out
+
+
+def run(a: dict) -> dict:
+    from robo_loaders_plugin.bench.runner import time_loader
+    from robo_loaders_plugin.core.iteration import summary_of
+
+    if a.get("profile"):
+        return profiled(dict(a, num_workers=0))
+    ds, loader, count, build_s, baseline = (_robomimic if a["framework"] == "robomimic" else _lerobot)(a)
+    timing = time_loader(loader, a["batches"], count)
+    del loader
+    gc.collect()
+    out = dict(timing, build_s=build_s, num_samples=len(ds), baseline_pss_bytes=baseline, summary=summary_of(ds),
+               **probe(ds, a["batch_size"]))
+    if "native_build_s" in a:
+        out["native_build_s"] = a["native_build_s"]
+    return out
+
+
+def main():
+    out = run(json.loads(sys.argv[1]))
+    with open(sys.argv[2], "w") as f:
+        json.dump(out, f)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,44 @@
+"""The cost-growth harness (issue 22): workload commands, where workloads go, and the held-bytes measure."""
+import numpy as np
+
+from benchmarks.harness import growth
+from benchmarks.harness.growth_child import held_bytes
+
+
+def test_workloads_go_where_the_environment_variable_says(monkeypatch, tmp_path):
+    monkeypatch.setenv(growth.WORKLOADS_ENV, str(tmp_path))
+    w = growth.Workload("lerobot", "1m")
+    assert w.path() == str(tmp_path / "lerobot_video64_1m")
+    assert growth.Workload("robomimic", "10k").path() == str(tmp_path / "robomimic_lowdim_10k.hdf5")
+    monkeypatch.delenv(growth.WORKLOADS_ENV)
+    assert growth.workloads_root() == growth.DEFAULT_WORKLOADS
+
+
+def test_workload_commands_promise_the_issues_sizes():
+    cmd = growth.Workload("lerobot", "1m").command("OUT")
+    assert cmd[:3] == ["sample-data", "lerobot", "OUT"] and "--writer" in cmd and cmd[cmd.index("--writer") + 1] == "fast"
+    assert cmd[cmd.index("--episodes") + 1] == "10000" and cmd[cmd.index("--image-size") + 1] == "64x64"
+    low = growth.Workload("robomimic", "1m").command("OUT.hdf5")
+    assert low[low.index("--cameras") + 1] == "0" and low[low.index("--demos") + 1] == "10000"
+    image = growth.Workload("robomimic_image", "100k").command("OUT.hdf5")
+    assert image[image.index("--image-size") + 1] == "84" and "--no-next-obs" in image
+    # the smallest episode length times the episodes reaches each size
+    for size, episodes in growth.SIZES.items():
+        assert episodes * (growth.LENGTHS[0] + growth.LENGTHS[1]) / 2 >= growth.MIN_FRAMES[size]
+    assert [w.name for w in growth.all_workloads()].count("robomimic_image84_1m") == 0
+
+
+class Holder:
+    def __init__(self):
+        self.index = np.arange(1000, dtype=np.int64)     # 8000 bytes
+        self.view = self.index[10:]                       # a view: not counted again
+        self.cache = {"frames": np.zeros(10_000, np.uint8)}  # frame data: a skipped attribute
+        self.per_episode = [{"length": 5}] * 3
+
+
+def test_held_bytes_counts_index_arrays_once_and_skips_frame_data():
+    h = Holder()
+    total = held_bytes(h)
+    assert 8000 <= total < 8000 + 2000
+    # negative control: the same holder without the skip list counts the frame data too
+    assert held_bytes(h, skip=set()) >= total + 10_000

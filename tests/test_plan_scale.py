@@ -1,0 +1,288 @@
+"""The pass planner at scale (issue 22): the vectorised planner gives exactly the order of the Python loop it
+replaced (kept below as the reference), every item once per pass, resume and the rank split unchanged; and guards
+that fail if the planner or an index builder goes back to Python work per item."""
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from robo_loaders_plugin.core.ranks import rank_share
+from robo_loaders_plugin.pipeline import plan as planner
+from robo_loaders_plugin.pipeline.plan import BatchPlanNode, ItemGroups, plan_windows
+
+
+# -- the reference: the planner as it was before issue 22 (a Python loop per item), verbatim ----------------------
+def reference_plan(items_per_episode, seed, epoch, buffer_episodes, shuffle=True, replacement=False, rank=0,
+                   world_size=1):
+    counts = np.asarray(items_per_episode, dtype=np.int64)
+    n_eps = len(counts)
+    if not shuffle:
+        eps = np.repeat(np.arange(n_eps), counts)
+        ks = np.concatenate([np.arange(c) for c in counts]) if n_eps else np.zeros(0, np.int64)
+        share = rank_share(len(eps), rank, world_size) if world_size > 1 else slice(None)
+        return np.stack([eps[share], ks[share]], 1).astype(np.int64)
+    rng = np.random.default_rng([int(seed), int(epoch)])
+    if replacement:
+        total = int(counts.sum())
+        flat = np.sort(rng.integers(total, size=total)) if total else np.zeros(0, np.int64)
+        starts = np.concatenate([[0], np.cumsum(counts)])
+        bounds = np.searchsorted(flat, starts)
+        drawn = [flat[bounds[e]:bounds[e + 1]] - starts[e] for e in range(n_eps)]
+    else:
+        drawn = [np.arange(c, dtype=np.int64) for c in counts]
+    order = rng.permutation(n_eps)
+    ks = [rng.permutation(drawn[e]) for e in order]
+    eps = np.repeat(order, [len(k) for k in ks]).astype(np.int64)
+    ks = np.concatenate(ks).astype(np.int64) if n_eps else np.zeros(0, np.int64)
+    if world_size > 1:
+        share = rank_share(len(eps), rank, world_size)
+        eps, ks = eps[share], ks[share]
+        rng = np.random.default_rng([int(seed), int(epoch), 1 + int(rank)])
+    return reference_through_buffer(eps, ks, buffer_episodes, rng)
+
+
+def reference_through_buffer(eps, ks, buffer_episodes, rng):
+    if not len(eps):
+        return np.zeros((0, 2), dtype=np.int64)
+    by_key = np.argsort(eps, kind="stable")
+    uniq, first, n = np.unique(eps, return_index=True, return_counts=True)
+    starts = np.concatenate([[0], np.cumsum(n)[:-1]])
+    pending = {int(e): ks[by_key[s:s + c]][::-1].tolist() for e, s, c in zip(uniq, starts, n)}
+    order = uniq[np.argsort(first, kind="stable")].tolist()
+    out = np.empty((len(eps), 2), dtype=np.int64)
+    buffer = []
+    i = pos = 0
+    while pos < len(order) or buffer:
+        while pos < len(order) and len(buffer) < buffer_episodes:
+            ep = order[pos]
+            pos += 1
+            buffer.append([ep, pending[ep]])
+        j = int(rng.integers(len(buffer)))
+        ep, remaining = buffer[j]
+        out[i] = (ep, remaining.pop())
+        i += 1
+        if not remaining:
+            buffer.pop(j)
+    return out
+
+
+def random_cases(n_cases, seed=0):
+    rng = np.random.default_rng(seed)
+    for case in range(n_cases):
+        n = int(rng.integers(1, 60))
+        counts = rng.integers(0, 40, size=n)
+        if case % 5 == 0:
+            counts = rng.integers(1, 3, size=n)       # many short episodes: an event at almost every draw
+        if case % 11 == 0:
+            counts = rng.integers(200, 900, size=int(rng.integers(1, 5)))  # few long ones: a buffer never full
+        buffer = int(rng.choice([1, 2, 3, 5, 16, 64, 1000]))
+        world = int(rng.choice([1, 1, 2, 3, 8]))
+        yield dict(items_per_episode=counts, seed=case, epoch=int(rng.integers(5)), buffer_episodes=buffer,
+                   shuffle=bool(rng.integers(5) > 0), replacement=bool(rng.integers(3) == 0),
+                   rank=int(rng.integers(world)), world_size=world)
+
+
+def test_same_order_as_the_loop_it_replaces():
+    """Every (episode, k) in the same position as the reference loop's, over counts with empty episodes, buffers
+    of 1 to more than the episodes, replacement, ordered passes and rank shares."""
+    for case in random_cases(150):
+        assert np.array_equal(plan_windows(**case), reference_plan(**case)), case
+
+
+def test_the_generator_is_left_where_the_loop_leaves_it():
+    """The buffer draws consume exactly the loop's random numbers (a later draw from the same generator agrees)."""
+    for seed, (counts, buffer) in enumerate([([30, 1, 7, 50, 2] * 9, 4), ([5] * 3, 8), ([100, 200], 1)]):
+        eps = np.repeat(np.arange(len(counts)), counts)
+        ks = np.concatenate([np.arange(c) for c in counts])
+        mine, theirs = np.random.default_rng(seed), np.random.default_rng(seed)
+        assert np.array_equal(planner._through_buffer(eps, ks, buffer, mine),
+                              reference_through_buffer(eps, ks, buffer, theirs))
+        assert mine.bit_generator.state == theirs.bit_generator.state
+
+
+def test_ungrouped_sequences_keep_the_loops_order():
+    """A sequence where an episode's items are not in one run (not what a pass makes, but the rule allows it)."""
+    rng = np.random.default_rng(3)
+    eps = rng.integers(0, 9, size=400)
+    ks = np.arange(400)
+    assert np.array_equal(planner._through_buffer(eps, ks, 3, np.random.default_rng(1)),
+                          reference_through_buffer(eps, ks, 3, np.random.default_rng(1)))
+
+
+def test_negative_control_a_changed_draw_is_seen():
+    """The comparison can fail: the planner fed one more draw before the buffer gives another order."""
+    counts = [20] * 30
+    eps = np.repeat(np.arange(30), 20)
+    ks = np.tile(np.arange(20), 30)
+    shifted = np.random.default_rng(0)
+    shifted.integers(16)
+    assert not np.array_equal(planner._through_buffer(eps, ks, 16, shifted),
+                              reference_through_buffer(eps, ks, 16, np.random.default_rng(0)))
+    assert not np.array_equal(plan_windows(counts, 0, 0, 16), reference_plan(counts, 0, 0, 15))
+
+
+def test_exactly_once_per_pass_at_size():
+    counts = np.random.default_rng(0).integers(1, 300, size=2000)
+    plan = plan_windows(counts, seed=7, epoch=3, buffer_episodes=64)
+    key = np.sort(plan[:, 0] * 1000 + plan[:, 1])
+    expected = np.sort(np.repeat(np.arange(len(counts)), counts) * 1000
+                       + np.concatenate([np.arange(c) for c in counts]))
+    assert np.array_equal(key, expected)
+
+
+@pytest.mark.parametrize("world_size", [2, 3, 8])
+def test_rank_split_unchanged(world_size):
+    counts = np.random.default_rng(1).integers(1, 120, size=500)
+    shares = [plan_windows(counts, 2, 1, 16, rank=r, world_size=world_size) for r in range(world_size)]
+    for r, share in enumerate(shares):
+        assert np.array_equal(share, reference_plan(counts, 2, 1, 16, rank=r, world_size=world_size))
+    assert len({len(s) for s in shares}) == 1
+
+
+def test_resume_continues_on_the_same_batch():
+    counts = np.random.default_rng(2).integers(1, 80, size=300)
+    node = BatchPlanNode(counts, batch_size=32, drop_last=False, seed=5, buffer_episodes=16)
+    node.seek(3)
+    node.reset()
+    whole = [next(node) for _ in range(node.num_batches())]
+    resumed = BatchPlanNode(counts, batch_size=32, drop_last=False, seed=5, buffer_episodes=16)
+    resumed.reset({"epoch": 3, "batch": 17})
+    assert all(np.array_equal(next(resumed), b) for b in whole[17:])
+    assert np.array_equal(np.concatenate(whole), reference_plan(counts, 5, 3, 16))
+
+
+# -- guards: no Python work per item ------------------------------------------------------------------------------
+GUARD_ITEMS, GUARD_EPISODES = 1_000_000, 2_000  # 500 items per episode
+
+
+def python_lines(fn, *args, **kwargs) -> int:
+    """Python lines executed by ``fn(*args)`` (a deterministic measure: independent of the machine's load)."""
+    lines = 0
+
+    def tracer(frame, event, arg):
+        nonlocal lines
+        if event == "line":
+            lines += 1
+        return tracer
+
+    sys.settrace(tracer)
+    try:
+        fn(*args, **kwargs)
+    finally:
+        sys.settrace(None)
+    return lines
+
+
+def test_guard_planning_runs_no_python_per_item():
+    """Planning a pass of 1M items runs Python per episode only (fewer lines than a tenth of the items), and takes
+    well under a second of CPU (the loop took ~1.6 s; this planner ~0.2 s). Negative control: the reference loop
+    runs more lines than it plans items (so it would run over a million here)."""
+    counts = np.full(GUARD_EPISODES, GUARD_ITEMS // GUARD_EPISODES)
+    assert python_lines(plan_windows, counts, 1, 0, 64) < GUARD_ITEMS // 10
+    small = counts[:40]  # 20,000 items
+    assert python_lines(reference_plan, small, 1, 0, 64) > small.sum()
+    start = time.process_time()
+    plan_windows(np.full(10_000, 100), 1, 0, 16)  # 10k episodes of 100: the issue's workload
+    assert time.process_time() - start < 1.0
+
+
+def test_guard_index_builders_run_no_python_per_item():
+    """The index arrays of both frameworks over 1M items build with Python per episode at most."""
+    from robo_loaders_plugin.windows.lerobot import RowMap
+    from robo_loaders_plugin.windows.robomimic import SequenceOptions, SequenceWindows
+
+    lengths = np.full(GUARD_EPISODES, GUARD_ITEMS // GUARD_EPISODES)
+    opts = SequenceOptions(obs_keys=("a",), dataset_keys=("actions",), seq_length=10, frame_stack=2)
+    builders = [lambda: SequenceWindows(lengths, opts), lambda: RowMap(lengths),
+                lambda: ItemGroups(np.arange(GUARD_ITEMS), np.repeat(np.arange(GUARD_EPISODES), lengths),
+                                   GUARD_EPISODES),
+                lambda: BatchPlanNode(lengths, 64, False, 0, 16).reset()]
+    for build in builders:
+        assert python_lines(build) < GUARD_ITEMS // 10
+    # negative control: an index built with a loop per item is caught
+    assert python_lines(lambda: np.array([int(x) for x in range(GUARD_ITEMS // 5)])) > GUARD_ITEMS // 10
+
+
+def test_delta_windows_of_runs_equal_the_per_row_windows():
+    """The per-run windows LeRobotSamples builds (8 bytes per row) locate exactly what the per-row ones do."""
+    from robo_loaders_plugin.windows.lerobot import DeltaWindows, RowMap
+
+    rng = np.random.default_rng(4)
+    lengths = rng.integers(1, 30, size=40)
+    first = np.cumsum(rng.integers(0, 50, size=40)) + np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    rowmap = RowMap(lengths)
+    per_row = DeltaWindows(np.repeat(first, lengths) + np.arange(lengths.sum()) - np.repeat(rowmap.run_start, lengths),
+                           np.repeat(first, lengths), np.repeat(first + lengths, lengths),
+                           {"action": [-3, 0, 1, 5], "observation.state": [-0.5, 0.0]})
+    per_run = DeltaWindows.of_runs(rowmap, first, first, first + lengths,
+                                   {"action": [-3, 0, 1, 5], "observation.state": [-0.5, 0.0]})
+    idx = rng.integers(0, lengths.sum(), size=300)
+    (rows_a, pad_a), (rows_b, pad_b) = per_row.locate(idx), per_run.locate(idx)
+    assert rows_a.keys() == rows_b.keys() and pad_a.keys() == pad_b.keys()
+    assert all(np.array_equal(rows_a[k], rows_b[k]) for k in rows_a)
+    assert all(np.array_equal(pad_a[k], pad_b[k]) for k in pad_a)
+    # negative control: runs given the wrong first index are seen
+    shifted = DeltaWindows.of_runs(rowmap, first + 1, first, first + lengths, {"action": [-3, 0, 1, 5]})
+    assert not np.array_equal(shifted.locate(idx)[0]["action"], rows_a["action"])
+
+
+def test_guard_store_blob_bounds_run_no_python_per_frame(tmp_path):
+    """Locating every frame blob of a store (each process opening a compressed_cache) is numpy per frame."""
+    from robo_loaders_plugin.storage.codec import FrameCodec
+    from robo_loaders_plugin.storage.store import EpisodeStore, StoreWriter
+
+    frames, episodes = 20_000, 40
+    writer = StoreWriter(str(tmp_path / "s.store"), FrameCodec("lz4", 1))
+    per = frames // episodes
+    for e in range(episodes):
+        writer.add_episode(f"e{e}", {"img": np.full((per, 4, 4, 3), e, np.uint8)}, compressed={"img"})
+    store = EpisodeStore(writer.finish({}))
+    starts, ends = store.blob_bounds("img")
+    assert len(starts) == frames and python_lines(store.blob_bounds, "img") < frames // 10
+
+
+def test_a_verified_cache_is_not_read_again_until_it_changes(tmp_path, monkeypatch, capsys):
+    """A persisted compressed_cache is checked (its data CRC, a read of the whole file) once per version of the
+    file, not at every start; a file changed since (here: a byte flipped in place) is checked again and rebuilt."""
+    import os
+    import sys
+
+    sys.path.insert(0, os.path.dirname(__file__))
+    from ram_users import FileSource
+
+    from robo_loaders_plugin.storage import store as store_mod
+    from robo_loaders_plugin.storage.codec import FrameCodec
+    from robo_loaders_plugin.storage.store_cache import open_or_build
+
+    src = tmp_path / "src.bin"
+    src.write_bytes(bytes(range(256)) * 64)
+    checks = []
+    verify = store_mod.EpisodeStore.verify
+    monkeypatch.setattr(store_mod.EpisodeStore, "verify", lambda self: checks.append(1) or verify(self))
+
+    def opened():
+        def write(w):
+            w.add_episode("demo_0", {"low": np.frombuffer(src.read_bytes(), np.uint8).reshape(-1, 1)})
+
+        store, hold, reused = open_or_build(kind="test", source=FileSource(src), key_desc={"source": str(src)},
+                                            write=write, codec=FrameCodec(), cache_dir=str(tmp_path / "cache"),
+                                            max_memory=None, build_workers=1, meta={}, option_prefix="test",
+                                            description="a test cache")
+        path = store.path
+        store.close()
+        hold.release()
+        return path, reused
+
+    path, reused = opened()
+    assert not reused and checks == []
+    assert opened()[1] and checks == []    # built by this process (its CRC computed as it was written)
+    os.unlink(os.path.join(os.path.dirname(path), ".verified", os.path.basename(path) + ".json"))
+    assert opened()[1] and checks == [1]   # a cache of unknown history: checked
+    assert opened()[1] and checks == [1]   # unchanged since: not read again
+    data = bytearray(open(path, "rb").read())  # negative control: a byte of the data region flipped in place
+    data[100] ^= 0xFF
+    with open(path, "r+b") as f:
+        f.write(data)
+    assert not opened()[1] and checks == [1, 1]
+    assert "ignoring unusable cache" in capsys.readouterr().out

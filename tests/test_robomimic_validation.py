@@ -1,0 +1,96 @@
+"""RobomimicHdf5.validate at scale (issue 22): the low-level walk raises exactly what the object-API walk raised,
+and a file that passed is not walked again until it changes."""
+import os
+
+import h5py
+import numpy as np
+import pytest
+
+from robo_loaders_plugin.core.errors import SourceError
+from robo_loaders_plugin.sources import robomimic_hdf5 as rh
+from robo_loaders_plugin.sources.robomimic_hdf5 import RobomimicHdf5
+
+
+def write(path, demos=4, rows=6):
+    with h5py.File(path, "w") as f:
+        for i in range(demos):
+            g = f.create_group(f"data/demo_{i}")
+            g.attrs["num_samples"] = rows
+            g.create_dataset("actions", data=np.zeros((rows, 2)))
+            g.create_dataset("obs/a", data=np.zeros((rows, 3)))
+            g.create_dataset("obs/b", data=np.zeros((rows,)))
+    return str(path)
+
+
+BREAK = {
+    "rows": lambda f: (f.__delitem__("data/demo_2/obs/b"), f.create_dataset("data/demo_2/obs/b", data=np.zeros(5))),
+    "scalar": lambda f: f.create_dataset("data/demo_1/obs/c", data=3.0),
+    "no attribute": lambda f: f["data/demo_3"].attrs.__delitem__("num_samples"),
+    "zero": lambda f: f["data/demo_0"].attrs.__setitem__("num_samples", 0),
+    "string attribute": lambda f: f["data/demo_0"].attrs.__setitem__("num_samples", "6"),
+    "not a group": lambda f: (f.__delitem__("data/demo_1"), f.create_dataset("data/demo_1", data=np.zeros(3))),
+    "soft link": lambda f: f["data/demo_2"].__setitem__("obs/c", h5py.SoftLink("/data/demo_0/actions")),
+}
+
+
+def slow_error(path):
+    """What the object-API walk (the validation before issue 22) raises for this file, or None."""
+    src = RobomimicHdf5.__new__(RobomimicHdf5)
+    src.path = path
+    with h5py.File(path, "r") as f:
+        try:
+            for demo in rh.sorted_demos(f["data"].keys()):
+                src._check_demo_slowly(f, demo)
+        except SourceError as exc:
+            return str(exc)
+    return None
+
+
+@pytest.mark.parametrize("damage", sorted(BREAK))
+def test_the_low_level_walk_raises_what_the_object_api_walk_raised(tmp_path, monkeypatch, damage):
+    monkeypatch.setenv("ROBO_LOADERS_CACHE", str(tmp_path / "cache"))
+    path = write(tmp_path / "f.hdf5")
+    with h5py.File(path, "r+") as f:
+        BREAK[damage](f)
+    expected = slow_error(path)
+    if expected is None:  # a soft link to a dataset of the right length is a dataset of the demo
+        RobomimicHdf5(path)
+        return
+    with pytest.raises(SourceError) as err:
+        RobomimicHdf5(path)
+    assert str(err.value) == expected
+
+
+def test_an_intact_file_is_checked_without_the_object_api(tmp_path, monkeypatch):
+    """The low-level walk handles an ordinary file alone (the object-API walk is only for what it does not expect);
+    negative control: a demo whose num_samples is a string ("6", which robomimic's int() accepts) goes to the object
+    API."""
+    monkeypatch.setenv("ROBO_LOADERS_CACHE", str(tmp_path / "cache"))
+    path = write(tmp_path / "f.hdf5")
+    slow = []
+    check = RobomimicHdf5._check_demo_slowly
+    monkeypatch.setattr(RobomimicHdf5, "_check_demo_slowly", lambda self, f, d: slow.append(d) or check(self, f, d))
+    RobomimicHdf5(path)
+    assert slow == []
+    with h5py.File(path, "r+") as f:
+        f["data/demo_2"].attrs["num_samples"] = "6"
+    RobomimicHdf5(path)
+    assert slow == ["demo_2"]
+
+
+def test_a_file_that_passed_is_not_walked_again_until_it_changes(tmp_path, monkeypatch):
+    monkeypatch.setenv("ROBO_LOADERS_CACHE", str(tmp_path / "cache"))
+    path = write(tmp_path / "f.hdf5")
+    walks = []
+    check = RobomimicHdf5._check_demos
+    monkeypatch.setattr(RobomimicHdf5, "_check_demos", lambda self, f, d: walks.append(1) or check(self, f, d))
+    RobomimicHdf5(path)
+    RobomimicHdf5(path)
+    assert len(walks) == 1 and os.listdir(tmp_path / "cache" / ".validated")
+    # negative control: the file changed (an array resized, as issue 23 A6's attack): walked again, and refused
+    with h5py.File(path, "r+") as f:
+        del f["data/demo_1/actions"]
+        f.create_dataset("data/demo_1/actions", data=np.zeros((9, 2)))
+    with pytest.raises(SourceError, match="demo_1/actions has 9 rows"):
+        RobomimicHdf5(path)
+    assert len(walks) == 2
