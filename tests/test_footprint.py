@@ -26,10 +26,10 @@ def test_a_footprint_that_fits_passes_and_each_resource_that_does_not_is_named_w
     check_fits(Footprint(host_bytes=GB, shm_bytes=GB, disk_bytes=GB, disk_dir="/d"), machine(), backend="b",
                option_prefix="p")
     cases = [
-        (Footprint(host_bytes=19 * GB), {}, r"host RAM: needs 17\.7 GiB, 18\.6 GiB available \(at most 90% = 16\.8 GiB"),
-        (Footprint(shm_bytes=19 * GB), {"host": 50 * GB}, r"RAM files \(/dev/shm\): needs 17\.7 GiB, 18\.6 GiB available"),
-        (Footprint(disk_bytes=46 * GB, disk_dir="/data/cache"), {}, r"disk \(/data/cache\): needs 42\.8 GiB, 46\.6 GiB"),
-        (Footprint(device_bytes=GB), {}, r"GPU memory \(no CUDA device\): needs 953\.7 MiB, 0 B available"),
+        (Footprint(host_bytes=19 * GB), {}, r"host RAM: needs 19\.0 GB, 20\.0 GB available \(at most 90% = 18\.0 GB"),
+        (Footprint(shm_bytes=19 * GB), {"host": 50 * GB}, r"RAM files \(/dev/shm\): needs 19\.0 GB, 20\.0 GB available"),
+        (Footprint(disk_bytes=46 * GB, disk_dir="/data/cache"), {}, r"disk \(/data/cache\): needs 46\.0 GB, 50\.0 GB"),
+        (Footprint(device_bytes=GB), {}, r"GPU memory \(no CUDA device\): needs 1\.0 GB, 0 B available"),
     ]
     for fp, where, message in cases:
         with pytest.raises(ResourceRefused, match=message) as exc:
@@ -72,12 +72,12 @@ def test_compressed_cache_goes_to_ram_when_its_worst_case_fits_else_to_disk_sayi
     assert "RAM file of at most" in ram.footprint.bound
     budget = compressed_cache_plan(s, cache_dir=None, max_memory="250MB", codec="lz4hc", workers=2,
                                    option_prefix="p", available=machine())
-    assert not budget.in_ram and "p.max_memory=238.4 MiB cannot hold up to" in budget.spilled
+    assert not budget.in_ram and "p.max_memory=250.0 MB cannot hold up to" in budget.spilled
     assert budget.footprint.disk_bytes == s.store_expected_bytes() and not budget.footprint.shm_bytes
     assert "file-backed cache on local disk" in budget.footprint.bound
     small_shm = compressed_cache_plan(s, cache_dir=None, max_memory=None, codec="lz4hc", workers=2,
                                       option_prefix="p", available=machine(shm=GB // 2))
-    assert not small_shm.in_ram and "/dev/shm (476.8 MiB free)" in small_shm.spilled
+    assert not small_shm.in_ram and "/dev/shm (500.0 MB free)" in small_shm.spilled
     given = compressed_cache_plan(s, cache_dir="/c", max_memory=None, codec="lz4hc", workers=2, option_prefix="p",
                                   available=machine())
     assert not given.in_ram and not given.spilled
@@ -118,7 +118,7 @@ def test_buffers_are_sized_in_bytes_unless_cache_episodes_is_given():
     plan = buffer_plan(units, cache_memory="1GiB", cache_episodes=None, shuffle_buffer=16, shuffle_given=False,
                        batch_bytes=0, prefetch=2, option_prefix="p")
     assert plan.capacity == 10 and plan.shuffle_buffer == 5 and plan.footprint.host_bytes == 10 * 100 * 2**20
-    assert "cache_memory=1.0 GiB" in plan.footprint.bound
+    assert "cache_memory=1.1 GB" in plan.footprint.bound
     kept = buffer_plan(units, cache_memory=None, cache_episodes=40, shuffle_buffer=16, shuffle_given=False,
                        batch_bytes=0, prefetch=2, option_prefix="p")
     assert kept.capacity == 40 and kept.shuffle_buffer == 16 and kept.footprint.host_bytes == 40 * 100 * 2**20
@@ -147,8 +147,8 @@ def test_disk_guard_stops_before_the_reserve(tmp_path, monkeypatch):
     guard = DiskGuard(str(tmp_path / "out.rlc"), "building X", estimate=3 * GB)
     assert guard.reserve == 2 * GB
     guard.check(2 * GB, 0)  # leaves 3 GB: fine
-    with pytest.raises(ResourceRefused, match=r"building X: stopped after 1\.0 KiB \(estimated 2\.8 GiB in all\): "
-                                              r".* has 4\.7 GiB free and robo-loaders leaves 1\.9 GiB free"):
+    with pytest.raises(ResourceRefused, match=r"building X: stopped after 1\.0 kB \(estimated 3\.0 GB in all\): "
+                                              r".* has 5\.0 GB free and robo-loaders leaves 2\.0 GB free"):
         guard.check(4 * GB, 1024)
 
 

@@ -227,7 +227,14 @@ def _ratio(field, baseline):
 
 def error_cell(r: dict, width: int = 80) -> str:
     """A failed run in one cell: ``REFUSED: <why>`` when the backend refused before reading data (the footprint
-    contract, ``core.footprint.ResourceRefused``), else ``FAILED: <last line>``."""
+    contract, ``core.footprint.ResourceRefused``), else ``FAILED: <last line>``.
+
+    Args:
+        r: The run's result (its ``error`` holds the child's output).
+        width: Characters of the reason kept (a refusal keeps 20 more: it carries the numbers).
+
+    Returns:
+        The cell's text."""
     last = r["error"].strip().splitlines()[-1]
     if "ResourceRefused: " in last:
         return "REFUSED: " + last.split("ResourceRefused: ", 1)[1][:width + 20]

@@ -69,7 +69,7 @@ class Footprint:
     bound: str = ""
 
     def describe(self) -> str:
-        """The footprint in one phrase: ``host RAM 1.2 GiB, /dev/shm 4.0 GiB, disk 38.0 GiB in /x, build ~12 min``."""
+        """The footprint in one phrase: ``host RAM 1.2 GB, /dev/shm 4.0 GB, disk 38.0 GB in /x, build ~12 min``."""
         parts = [f"host RAM {format_bytes(self.host_bytes)}"]
         if self.shm_bytes:
             parts.append(f"/dev/shm {format_bytes(self.shm_bytes)}")
