@@ -156,7 +156,7 @@ def test_max_memory(tiny_hdf5, capsys):
     log, nothing left in /dev/shm (integration_tests/test_scale_footprint.py checks its samples)."""
     cfg = _cc(tiny_hdf5, backend_kwargs={"max_memory": "10KB"})
     spilled = dataset_factory(cfg, obs_keys(cfg))
-    assert "spilled to disk: train.data_backend_kwargs.max_memory=9.8 KiB" in capsys.readouterr().out
+    assert "spilled to disk: train.data_backend_kwargs.max_memory=10.0 kB" in capsys.readouterr().out
     assert not spilled.frames.store.path.startswith(ramfile.ram_root())
     assert not glob.glob(os.path.join(ramfile.ram_root(), "*.tmp-*"))
     cfg = _cc(tiny_hdf5, backend_kwargs={"max_memory": "1GB"})

@@ -51,18 +51,18 @@ def _rm(path, backend, **kwargs):
 
 @pytest.mark.parametrize("backend,options,machine,message", [
     ("compressed_cache", {}, {}, r"backend 'compressed_cache' cannot serve this dataset on this machine \(a "
-                                 r"file-backed cache on local disk .*\): disk \(.*\): needs .*, 9\.8 KiB available .*"
+                                 r"file-backed cache on local disk .*\): disk \(.*\): needs .*, 10\.0 kB available .*"
                                  r"Would fit: backend 'datapipe'"),
     ("datapipe", {}, {}, r"backend 'datapipe' \(converting on first use\) cannot write .*: disk \(.*\): needs "
-                         r".*, 9\.8 KiB available"),
+                         r".*, 10\.0 kB available"),
     ("video_stream", {}, {}, r"backend 'video_stream' \(converting on first use\) cannot write .*video members"),
     ("datapipe", {"cache_episodes": 12}, {"host": 10**5}, r"backend 'datapipe' cannot serve this dataset on this "
-                                                            r"machine \(at most 12 units .*cache_episodes=12.*\): "
+                                                            r"machine \(at most 12 demos .*cache_episodes=12.*\): "
                                                             r"host RAM: needs"),
     ("gpu_resampler", {}, {"host": 10**4}, r"backend 'gpu_resampler' cannot serve .*host RAM: needs .* Would fit: "
                                            r"backend 'compressed_cache'"),
     ("gpu_resampler", {"max_memory": "2KB"}, {"disk": 10**12}, r"cannot hold this dataset within "
-                                                               r"train\.data_backend_kwargs\.max_memory=2\.0 KiB"),
+                                                               r"train\.data_backend_kwargs\.max_memory=2\.0 kB"),
 ])
 def test_robomimic_backends_refuse_before_reading_data(tiny_hdf5, monkeypatch, backend, options, machine, message):
     build = _rm(tiny_hdf5, backend, **options)
@@ -92,7 +92,7 @@ def _native_rm(path, **train):
 def test_compressed_cache_beyond_max_memory_spills_to_a_file_on_disk_byte_identical(tiny_hdf5, capsys):
     ds = _rm(tiny_hdf5, "compressed_cache", max_memory="10KB")()
     out = capsys.readouterr().out
-    assert "compressed_cache: spilled to disk: train.data_backend_kwargs.max_memory=9.8 KiB cannot hold" in out
+    assert "compressed_cache: spilled to disk: train.data_backend_kwargs.max_memory=10.0 kB cannot hold" in out
     root = os.environ["ROBO_LOADERS_CACHE"]
     assert ds.frames.store.path.startswith(root) and "/dev/shm" not in ds.frames.store.path
     assert "file-backed cache on local disk" in ds.serving.summary
@@ -105,7 +105,7 @@ def test_compressed_cache_beyond_max_memory_spills_to_a_file_on_disk_byte_identi
 
 @pytest.fixture(scope="module")
 def hdf5_32(tmp_path_factory):
-    """8 demos of 30-40 steps, 2 cameras of 32x32 (3 KiB per frame: camera frames, unlike tiny_hdf5's 16x16)."""
+    """8 demos of 30-40 steps, 2 cameras of 32x32 (3 kB per frame: camera frames, unlike tiny_hdf5's 16x16)."""
     from robo_loaders_plugin.sample_data.robomimic_hdf5 import write_robomimic_hdf5
 
     return write_robomimic_hdf5(str(tmp_path_factory.mktemp("h32") / "d.hdf5"), demos=8, image_size=32, cameras=2,
@@ -144,7 +144,7 @@ def test_convert_refuses_a_disk_too_small_naming_both_sizes(tiny_hdf5, tmp_path,
     assert r.exit_code != 0 and isinstance(r.exception, ResourceRefused)
     text = str(r.exception)
     assert text.startswith(f"robo-loaders convert robomimic cannot write {out}")
-    assert "disk (" in text and "needs" in text and "9.8 KiB available" in text and "--frames h264" in text
+    assert "disk (" in text and "needs" in text and "10.0 kB available" in text and "--frames h264" in text
     assert not (out / "shards").exists()
 
 
@@ -239,7 +239,7 @@ def test_video_stream_cuts_long_episodes_into_units_and_serves_every_frame_once(
 def test_video_stream_buffer_is_sized_in_bytes(lerobot_datasets):
     nat = _native_lr(lerobot_datasets["h264_3cam_multifile"], "act")
     small = serve("video_stream", nat, cache_memory="300KB")
-    assert small.frames.capacity < len(nat.meta.episodes) and "cache_memory=293.0 KiB" in small.serving.summary
+    assert small.frames.capacity < len(nat.meta.episodes) and "cache_memory=300.0 kB" in small.serving.summary
     kept = serve("video_stream", nat, cache_episodes=3, shuffle_buffer=1)
     assert kept.frames.capacity == 3 and "cache_episodes=3" in kept.serving.summary
 

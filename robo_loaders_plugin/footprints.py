@@ -37,6 +37,7 @@ class DataSize:
         other_step_bytes: Bytes per step of every other field the backend holds.
         video_pixels_per_step: Pixels decoded per step to read the cameras from video (0: no video).
         source_bytes: Bytes of the source files (what a build reads).
+        unit: What the framework calls an episode (robomimic: ``demo``), for messages.
     """
 
     lengths: np.ndarray
@@ -44,6 +45,7 @@ class DataSize:
     other_step_bytes: int
     video_pixels_per_step: int = 0
     source_bytes: int = 0
+    unit: str = "episode"
 
     @property
     def steps(self) -> int:
@@ -82,7 +84,7 @@ class DataSize:
 
     def describe(self) -> str:
         cams = len(self.frame_step_bytes)
-        return (f"{len(self.lengths)} episodes, {self.steps} steps, {cams} camera field{'s' * (cams != 1)}: "
+        return (f"{len(self.lengths)} {self.unit}s, {self.steps} steps, {cams} camera field{'s' * (cams != 1)}: "
                 f"{format_bytes(self.frame_bytes)} of frames decoded")
 
 
@@ -185,18 +187,19 @@ class TierPlan:
     compressed_bytes: int
     footprint: Footprint
     spill_dir: str | None = None
+    unit: str = "episode"
 
     def describe(self, device_name: str) -> str:
         """Which tier holds what, for the log line."""
         parts = []
         if self.device:
-            parts.append(f"episodes 0-{self.device - 1} on {device_name}")
+            parts.append(f"{self.unit}s 0-{self.device - 1} on {device_name}")
         if self.raw > self.device:
-            parts.append(f"episodes {self.device}-{self.raw - 1} in host memory"
+            parts.append(f"{self.unit}s {self.device}-{self.raw - 1} in host memory"
                          + (" (pinned)" if device_name.startswith("cuda") else ""))
         if self.episodes > self.raw:
             where = f"in a file on local disk in {self.spill_dir} (mapped)" if self.spill_dir else "in host memory"
-            parts.append(f"episodes {self.raw}-{self.episodes - 1} with frames compressed {where} (~"
+            parts.append(f"{self.unit}s {self.raw}-{self.episodes - 1} with frames compressed {where} (~"
                          f"{format_bytes(self.compressed_bytes)}, decompressed per batch)")
         return "; ".join(parts)
 
@@ -245,7 +248,7 @@ def plan_tiers(size: DataSize, *, device_budget: int | None, host_budget: int | 
     build = estimate_seconds(compress_bytes=int(after[k]), codec=compress_codec, workers=workers)
     fp = Footprint(host_bytes=host, device_bytes=device_bytes, build_s=build or None,
                    disk_bytes=compressed if spill_dir and k < len(rest) else 0, disk_dir=spill_dir)
-    return TierPlan(d, r, n, compressed, fp, spill_dir if k < len(rest) else None)
+    return TierPlan(d, r, n, compressed, fp, spill_dir if k < len(rest) else None, size.unit)
 
 
 # -- datapipe and video_stream episode buffers -------------------------------------------------------------------
@@ -267,7 +270,8 @@ class BufferPlan:
 
 
 def buffer_plan(unit_bytes: np.ndarray, *, cache_memory, cache_episodes: int | None, shuffle_buffer: int,
-                shuffle_given: bool, batch_bytes: int, prefetch: int, option_prefix: str) -> BufferPlan:
+                shuffle_given: bool, batch_bytes: int, prefetch: int, option_prefix: str,
+                unit: str = "units") -> BufferPlan:
     """Size a pipeline's episode cache: ``cache_episodes`` when given (kept working), else as many of the largest
     units as ``cache_memory`` holds; the shuffle buffer is at most half of it (the open units and those loaded
     ahead), unless given. Memory: the cache, plus the batches in flight (``prefetch`` + 2 being assembled).
@@ -281,6 +285,7 @@ def buffer_plan(unit_bytes: np.ndarray, *, cache_memory, cache_episodes: int | N
         batch_bytes: Bytes of one batch.
         prefetch: Batches prefetched.
         option_prefix: How the user sets options (for messages).
+        unit: What a unit is, plural, for the bound (``episodes``, ``demos``, or ``units`` for parts of episodes).
     """
     largest = int(np.max(unit_bytes)) if len(unit_bytes) else 0
     if cache_episodes is not None:
@@ -297,7 +302,7 @@ def buffer_plan(unit_bytes: np.ndarray, *, cache_memory, cache_episodes: int | N
     capacity = min(capacity, max(1, len(unit_bytes)))
     held = int(np.sum(np.sort(np.asarray(unit_bytes, np.int64))[::-1][:capacity]))
     host = held + (int(prefetch) + 2) * int(batch_bytes)
-    bound = (f"at most {capacity} units of up to {format_bytes(largest)} held ({said}; {format_bytes(held)}) plus "
+    bound = (f"at most {capacity} {unit} of up to {format_bytes(largest)} held ({said}; {format_bytes(held)}) plus "
              f"{int(prefetch) + 2} batches in flight, whatever the dataset's size")
     return BufferPlan(capacity, shuffle, largest, Footprint(host_bytes=host, bound=bound))
 

@@ -449,10 +449,10 @@ def plan_tiers_checked(size, device: torch.device, options, where: str, alternat
         spilled = (f"even compressed (~{format_bytes(plan.compressed_bytes)}, estimated) the frames exceed {said}: "
                    f"the compressed tier is a file on local disk in {root}, mapped")
     if plan.raw < plan.episodes:
-        bound = (f"frames of {plan.episodes - plan.raw} of {plan.episodes} episodes compressed"
+        bound = (f"frames of {plan.episodes - plan.raw} of {plan.episodes} {plan.unit}s compressed"
                  + (" in a mapped file on disk" if plan.spill_dir else "") + f", host memory within {said}")
     else:
-        bound = f"every episode held uncompressed within {said}"
+        bound = f"every {plan.unit} held uncompressed within {said}"
     if device_budget is not None:
         bound += f", at most {format_bytes(device_budget)} on {device}"
     plan = dataclasses.replace(plan, footprint=dataclasses.replace(plan.footprint, bound=bound))

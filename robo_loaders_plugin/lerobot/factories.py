@@ -97,7 +97,7 @@ def datapipe_dataset(native, *, options):
     size = source.data_size(native.episodes)
     held = (size.lengths * (sum(size.frame_step_bytes.values()) / EXPECTED_LOSSLESS_RATIO
                             + size.other_step_bytes)).astype(np.int64)
-    passes, buffer = passes.sized(held, 0, OPTION_PREFIX, shuffle_default=64)
+    passes, buffer = passes.sized(held, 0, OPTION_PREFIX, shuffle_default=64, unit="episodes")
     check_fits(buffer.footprint, Available.measure(), backend="datapipe", option_prefix=OPTION_PREFIX,
                alternatives=[f"{OPTION_PREFIX}.cache_memory (bytes) smaller, or cache_episodes unset",
                              "backend 'video_stream' (parts of long episodes, a bounded buffer)"])
@@ -315,7 +315,8 @@ def video_stream_dataset(native, *, options):
     starts = np.concatenate([[0], np.cumsum(size.lengths)])
     meta_units = split_runs([(i, int(a), int(b)) for i, (a, b) in enumerate(zip(starts[:-1], starts[1:]))], step)
     unit_held = np.array([(e - s + sum(margin)) * held_per_step for _, s, e in meta_units], dtype=np.int64)
-    passes, buffer = passes.sized(unit_held, 0, OPTION_PREFIX, shuffle_default=16)
+    passes, buffer = passes.sized(unit_held, 0, OPTION_PREFIX, shuffle_default=16,
+                                  unit="units" if len(meta_units) > len(size.lengths) else "episodes")
     check_fits(buffer.footprint, Available.measure(), backend="video_stream", option_prefix=OPTION_PREFIX,
                alternatives=[f"{OPTION_PREFIX}.cache_memory (bytes) smaller, or cache_episodes unset",
                              f"{OPTION_PREFIX}.buffer='lz4' (units held compressed)"])

@@ -47,7 +47,8 @@ class PassOptions:
         and the ones loaded ahead)."""
         return max(self.cache_episodes or 0, 2 * self.shuffle_buffer)
 
-    def sized(self, unit_bytes, batch_bytes: int, option_prefix: str, shuffle_default: int | None = None):
+    def sized(self, unit_bytes, batch_bytes: int, option_prefix: str, shuffle_default: int | None = None,
+              unit: str = "units"):
         """These options with the buffer sized for units of ``unit_bytes`` (``footprints.buffer_plan``): returns
         ``(options, plan)``; the plan's footprint says what the buffer holds and how it is bounded.
 
@@ -56,13 +57,14 @@ class PassOptions:
             batch_bytes: Bytes of one batch.
             option_prefix: How the user sets options (for messages).
             shuffle_default: The shuffle buffer's declared default (a value equal to it counts as not given).
+            unit: What a unit is, plural, for the bound's wording (``episodes``, ``demos``, ``units``).
         """
         from robo_loaders_plugin.footprints import buffer_plan
 
         plan = buffer_plan(unit_bytes, cache_memory=self.cache_memory, cache_episodes=self.cache_episodes,
                            shuffle_buffer=self.shuffle_buffer,
                            shuffle_given=shuffle_default is not None and self.shuffle_buffer != shuffle_default,
-                           batch_bytes=batch_bytes, prefetch=self.prefetch, option_prefix=option_prefix)
+                           batch_bytes=batch_bytes, prefetch=self.prefetch, option_prefix=option_prefix, unit=unit)
         return dataclasses.replace(self, cache_episodes=plan.capacity, shuffle_buffer=plan.shuffle_buffer), plan
 
     def describe_shuffle(self, n_episodes: int, episodes: str = "episodes") -> str:

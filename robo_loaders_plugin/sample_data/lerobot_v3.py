@@ -68,7 +68,11 @@ def write_lerobot_dataset(root, *, repo_id: str = "local/sample", episode_length
     rgb = RGBEncoderConfig(vcodec=MODES[mode]) if MODES[mode] else None
     ds = LeRobotDataset.create(repo_id, fps, feats, root=root, use_videos=mode != "png", rgb_encoder=rgb,
                                video_files_size_in_mb=video_files_size_in_mb,
-                               streaming_encoding=streaming_encoding and mode != "png")
+                               streaming_encoding=streaming_encoding and mode != "png",
+                               # LeRobot's streaming encoder drops a frame (with a warning) when its queue is full;
+                               # frames come from memory here, faster than AV1 encodes them at 480p: a queue that
+                               # holds a whole episode can never be full (save_episode waits for the encoder)
+                               encoder_queue_maxsize=max([30, *(int(n) for n in episode_lengths)]))
     for ep, content_ in enumerate(tqdm(episode_contents(episode_lengths, cameras=cameras, image_size=(h, w),
                                                         fps=fps, seed=seed, actions_from_state=actions_from_state,
                                                         scenes=scenes, content=content, noise=noise),

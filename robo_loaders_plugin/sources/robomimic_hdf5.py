@@ -337,7 +337,7 @@ class RobomimicHdf5:
             else:
                 other += per_step
         lengths = np.array([self.length(f, d) for d in demos], dtype=np.int64)
-        return DataSize(lengths, frames, other, source_bytes=os.path.getsize(self.path))
+        return DataSize(lengths, frames, other, source_bytes=os.path.getsize(self.path), unit="demo")
 
     @staticmethod
     def nbytes(f: h5py.File, demo: str) -> int:
