@@ -26,6 +26,7 @@ import os
 import re
 import tarfile
 import zlib
+from collections.abc import Mapping
 
 import numpy as np
 from numpy.lib import format as npy_format
@@ -266,6 +267,71 @@ def _npy_array(data: np.ndarray, desc: dict, where: str) -> np.ndarray:
         raise ShardError(f"{where}: cannot view the .npy data ({exc})") from None
 
 
+class MemberTable(Mapping):
+    """One episode's ``members`` of index.json (``{member name: {"offset", "size", "crc32"}}``), held compactly.
+
+    Why: index.json's members are a dict of three-key dicts per member, ~5 kB of Python objects per episode of a
+    dozen fields: 55 bytes per frame of a million-frame robomimic dataset kept by every reader for its life (issue
+    22's goal is 64 bytes per frame in all). Here an episode keeps its name prefix, a tuple of member-name suffixes
+    shared by every episode with the same fields, and a row of one numpy table per member (offset, size, CRC32);
+    a lookup builds the small dict the reader uses, so every caller reads it as before.
+
+    Args:
+        prefix: The episode's member-name prefix (``<episode name>.``).
+        layout: ``(suffixes, {suffix: row})`` shared by episodes with the same members.
+        locs: ``(len(suffixes), 3)`` int64 rows: offset, size, CRC32.
+    """
+
+    __slots__ = ("_prefix", "_layout", "_locs")
+
+    def __init__(self, prefix: str, layout: tuple, locs: np.ndarray):
+        self._prefix, self._layout, self._locs = prefix, layout, locs
+
+    def __getitem__(self, member: str) -> dict:
+        row = self._layout[1].get(member[len(self._prefix):]) if member.startswith(self._prefix) else None
+        if row is None:
+            raise KeyError(member)
+        offset, size, crc = self._locs[row].tolist()
+        return {"offset": offset, "size": size, "crc32": crc}
+
+    def __iter__(self):
+        return (self._prefix + suffix for suffix in self._layout[0])
+
+    def __len__(self) -> int:
+        return len(self._layout[0])
+
+
+def compact_members(episodes: list[dict]) -> list[dict]:
+    """``episodes`` of a validated index.json with each ``members`` dict replaced by a :class:`MemberTable` (the
+    same lookups, a fraction of the memory); an episode whose member names do not all start with its name keeps
+    its dict (not what the writer makes; such an index is refused elsewhere, or read as it is).
+
+    Args:
+        episodes: index.json's ``episodes`` (checked by ``_index_problems``); changed in place.
+
+    Returns:
+        ``episodes``.
+    """
+    total = sum(len(e["members"]) for e in episodes)
+    table = np.empty((total, 3), dtype=np.int64)
+    layouts: dict[tuple, tuple] = {}
+    row = 0
+    for e in episodes:
+        members = e["members"]
+        prefix = f"{e['name']}."
+        if not all(m.startswith(prefix) for m in members):
+            continue
+        suffixes = tuple(m[len(prefix):] for m in members)
+        layout = layouts.get(suffixes)
+        if layout is None:
+            layout = layouts[suffixes] = (suffixes, {x: i for i, x in enumerate(suffixes)})
+        k = len(suffixes)
+        table[row:row + k] = [(loc["offset"], loc["size"], loc["crc32"]) for loc in members.values()]
+        e["members"] = MemberTable(prefix, layout, table[row:row + k])
+        row += k
+    return episodes
+
+
 class ShardReader:
     """Random access to a robo-shards directory; validates names and offsets against hostile or damaged input."""
 
@@ -280,7 +346,7 @@ class ShardReader:
             if not isinstance(self.dataset.get(key), dict):
                 raise ShardError(f"{out_dir}: dataset.json: {key!r} is not an object; {_AGAIN}")
         self.shards = {s["name"]: s for s in self.index["shards"]}
-        self.episodes = self.index["episodes"]
+        self.episodes = compact_members(self.index["episodes"])
         self.by_name = {e["name"]: i for i, e in enumerate(self.episodes)}
         self._paths = {name: os.path.join(out_dir, name) for name in self.shards}
         problems = listing_problems(list(self.by_name), listed_episodes(self.dataset["metadata"]), out_dir)
