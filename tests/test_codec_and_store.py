@@ -190,3 +190,33 @@ def test_sizes_that_are_not_finite_are_refused_naming_the_option():
     for bad in (float("inf"), float("nan")):
         with pytest.raises(ValueError, match="max_memory: expected a finite size"):
             parse_bytes(bad, "max_memory")
+
+
+def test_store_frames_check_each_blob_before_its_first_decode_not_all_at_open(tmp_path, monkeypatch):
+    """A reader locates the blobs at open from the offset tables only (checking every blob's header touched a page
+    of the mapped file per frame: seconds per million frames in every process, issue 22) and checks each blob once,
+    before it is first decoded: a blob damaged in episode 2 is refused when a batch needs it (negative control),
+    episodes 0 and 1 read before it, and a checked blob is not checked again."""
+    from robo_loaders_plugin.frames.store import StoreFrames
+
+    path = tmp_path / "s.rlc"
+    eps = build(path)
+    store = EpisodeStore(str(path))
+    s2 = int(store.blob_layout("img")[0][4 + 5])  # the first frame blob of episode 2
+    store.close()
+    data = bytearray(path.read_bytes())
+    data[s2:s2 + 16] = b"\xff" * 16
+    bad = tmp_path / "bad.rlc"
+    bad.write_bytes(bytes(data))
+    checked = []
+    real = EpisodeStore.check_blobs
+    monkeypatch.setattr(EpisodeStore, "check_blobs", lambda self, k, s, e, x: (checked.append(len(s)),
+                                                                              real(self, k, s, e, x)))
+    frames = StoreFrames(EpisodeStore(str(bad)))
+    out = np.empty((2, 24, 24, 3), np.uint8)
+    frames.take("img", np.array([0, 1]), np.array([3, 4]), out)
+    assert out[0].tobytes() == eps[0][0][3].tobytes() and out[1].tobytes() == eps[1][0][4].tobytes()
+    frames.take("img", np.array([0, 1]), np.array([3, 4]), out)
+    assert checked == [2]  # two blobs checked, once
+    with pytest.raises(CodecError, match="corrupt compressed frame"):
+        frames.take("img", np.array([2]), np.array([0]), out[:1])

@@ -96,15 +96,22 @@ class StoreFrames(FrameSource):
         if not info.frames:
             np.take(self._flat_raw(field), g, axis=0, out=flat_out)
             return
-        bounds = self._bounds.get(field)
-        if bounds is None:
-            bounds = self._bounds[field] = self.store.blob_bounds(field)
+        layout = self._bounds.get(field)
+        if layout is None:  # located at the first read; each blob checked before its first decode (not all at open)
+            starts, ends, expected = self.store.blob_layout(field)
+            layout = self._bounds[field] = (starts, ends, expected, np.zeros(len(starts), dtype=bool))
+        starts, ends, expected, checked = layout
         T = steps.shape[-1] if steps.ndim > 1 else 1
         fresh = np.ones(g.size, dtype=bool)
         fresh[1:] = g[1:] != g[:-1]
         fresh[::T] = True  # every row decodes its first step
         todo = np.flatnonzero(fresh)
-        self.store.decode_frames(bounds[0][g[todo]].tolist(), bounds[1][g[todo]].tolist(), flat_out, todo.tolist())
+        blobs = g[todo]
+        new = blobs[~checked[blobs]]
+        if new.size:
+            self.store.check_blobs(field, starts[new], ends[new], expected[new])
+            checked[new] = True
+        self.store.decode_frames(starts[blobs].tolist(), ends[blobs].tolist(), flat_out, todo.tolist())
         if len(todo) < g.size:  # padding: repeat the previous step of the row
             src = np.maximum.accumulate(np.where(fresh, np.arange(g.size), 0))
             rep = np.flatnonzero(~fresh)

@@ -401,10 +401,36 @@ class EpisodeStore:
 
     def blob_bounds(self, key: str, episodes=None) -> tuple[np.ndarray, np.ndarray]:
         """Absolute (start, end) file offsets of every frame blob of ``key`` in ``episodes`` (default: all), in
-        that order, so a batch's blobs are located with one vectorised index. Checks each blob's declared size
-        once, here, so the hot path can skip it: the Blosc2 header of every blob read with numpy (its
-        uncompressed and compressed sizes), the blobs that disagree then parsed by Blosc2 for the error (a call per
-        frame took ~1.5 s per million frames, in every process that opens the store)."""
+        that order, each blob's declared size checked (:meth:`check_blobs`).
+
+        Args:
+            key: A frames field.
+            episodes: Episode positions (default: every episode).
+
+        Returns:
+            ``(starts, ends)``, int64 arrays of one entry per frame.
+
+        Raises:
+            StoreError: a blob's Blosc2 header disagrees with the store's tables or the field's frame size.
+        """
+        starts, ends, expected = self.blob_layout(key, episodes)
+        self.check_blobs(key, starts, ends, expected)
+        return starts, ends
+
+    def blob_layout(self, key: str, episodes=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Where every frame blob of ``key`` is, from the store's offset tables only (no blob is touched).
+
+        Why apart from the check: checking reads the first bytes of every blob, a page of the mapped file per frame:
+        at a million frames that is seconds in every process opening the store, before its first batch. A reader
+        locates blobs here at open and checks each one once, before its first decode (:meth:`check_blobs`).
+
+        Args:
+            key: A frames field.
+            episodes: Episode positions (default: every episode).
+
+        Returns:
+            ``(starts, ends, expected)``: absolute file offsets of each blob and its frame's decoded size in bytes.
+        """
         starts, ends, sizes = [], [], []
         for ep in (range(len(self.episodes)) if episodes is None else episodes):
             d = self.field(ep, key)
@@ -415,7 +441,21 @@ class EpisodeStore:
         counts = [len(x) for x in starts]
         starts = np.concatenate(starts) if starts else np.zeros(0, np.int64)
         ends = np.concatenate(ends) if ends else np.zeros(0, np.int64)
-        expected = np.repeat(np.asarray(sizes, dtype=np.int64), counts)
+        return starts, ends, np.repeat(np.asarray(sizes, dtype=np.int64), counts)
+
+    def check_blobs(self, key: str, starts: np.ndarray, ends: np.ndarray, expected: np.ndarray) -> None:
+        """Check blobs' declared sizes so that the hot path can decode them unchecked: the Blosc2 header of each
+        blob read with numpy (its uncompressed and compressed sizes), the blobs that disagree then parsed by Blosc2
+        for the error (a call per frame took ~1.5 s per million frames).
+
+        Args:
+            key: The field (for messages).
+            starts, ends: Absolute file offsets of the blobs (from :meth:`blob_layout`).
+            expected: Each blob's decoded size in bytes.
+
+        Raises:
+            StoreError: a blob's header disagrees with its bounds or its frame size.
+        """
         ok = (ends - starts) >= _BLOSC_HEADER
         header = np.where(ok, starts, 0)[:, None] + np.arange(_BLOSC_HEADER)
         fields = self._buf[np.minimum(header, len(self._buf) - 1)].view("<u4").astype(np.int64)  # (n, 4)
@@ -424,7 +464,6 @@ class EpisodeStore:
             FrameCodec.check_size(self._buf[starts[j]:ends[j]], int(expected[j]), where=f"{self.path}: {key}")
             raise StoreError(f"{self.path}: {key}: corrupt compressed frame (its header says "
                              f"{int(fields[j, 3])} compressed bytes, the store holds {int(ends[j] - starts[j])})")
-        return starts, ends
 
     def decode_frames(self, starts, ends, out: np.ndarray, rows) -> None:
         """Decompress blob ``[starts[j], ends[j])`` into ``out[rows[j]]`` (bounds from :meth:`blob_bounds`)."""
