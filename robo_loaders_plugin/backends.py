@@ -30,7 +30,15 @@ FILTERS = ("none", "shuffle", "bitshuffle")
 
 
 def check_device(value: str) -> None:
-    """``auto``, ``cpu``, ``cuda`` or ``cuda:N`` (whether a GPU is there is checked when the dataset is built)."""
+    """Check the ``device`` option's value at argument parsing: ``auto``, ``cpu``, ``cuda`` or ``cuda:N`` (whether a
+    GPU is there is checked when the dataset is built).
+
+    Args:
+        value: The value given.
+
+    Raises:
+        ValueError: any other value.
+    """
     if value in ("auto", "cpu", "cuda"):
         return
     head, _, index = value.partition(":")
@@ -39,7 +47,17 @@ def check_device(value: str) -> None:
 
 
 def check_offsets(value: dict) -> None:
-    """``{key: [offset in seconds, ...]}``, finite offsets, at most ``MAX_WINDOW`` per key."""
+    """Check the ``delta_timestamps`` option's value at argument parsing: ``{key: [offset in seconds, ...]}`` with
+    finite offsets within ``MAX_OFFSET_S`` either side, at most ``MAX_WINDOW`` per key (which keys exist is checked
+    against the dataset).
+
+    Args:
+        value: The value given.
+
+    Raises:
+        ValueError: a key's offsets are not a non-empty list or tuple, an offset is not a finite number (a
+            ``bool`` is refused), is beyond ``MAX_OFFSET_S``, or a key has more than ``MAX_WINDOW`` offsets.
+    """
     for key, offsets in value.items():
         if not isinstance(offsets, (list, tuple)) or not offsets:
             raise ValueError(f"[{key!r}] must be a non-empty list of offsets in seconds, got {offsets!r}")
@@ -53,7 +71,15 @@ def check_offsets(value: dict) -> None:
 
 
 def check_modes(value: dict) -> None:
-    """``{field: mode}`` with a known mode (which fields exist is checked against the dataset)."""
+    """Check the ``modes`` option's value at argument parsing: ``{field: mode}`` with a known mode (``nearest``,
+    ``previous`` or ``linear``; which fields exist is checked against the dataset).
+
+    Args:
+        value: The value given.
+
+    Raises:
+        ValueError: a mode is not one of the three.
+    """
     for key, mode in value.items():
         if mode not in ("nearest", "previous", "linear"):
             raise ValueError(f"[{key!r}] must be 'nearest', 'previous' or 'linear', got {mode!r}")
@@ -64,6 +90,15 @@ MAX_OFFSET_S = 3_600.0   # one hour either side of a frame
 
 
 def check_storage_options(value: dict) -> None:
+    """Check the ``storage_options`` option's value at argument parsing: fsspec options, keyed by name (what they
+    hold is fsspec's to check when the source is opened).
+
+    Args:
+        value: The value given.
+
+    Raises:
+        ValueError: a key is not a string.
+    """
     if not all(isinstance(k, str) for k in value):
         raise ValueError("must be a JSON object of fsspec options")
 
@@ -71,7 +106,16 @@ def check_storage_options(value: dict) -> None:
 # the options of every pipeline-served backend (pipeline.options.PassOptions), the same declaration for each
 def pass_options(shuffle_default: dict, cache_default: int, items: str) -> dict:
     """Declarations of the pass options (``shuffle_buffer``, ``seed``, ``prefetch``, ``cache_episodes``,
-    ``replacement``) with these defaults; ``items``: what a pass draws ("windows", "frames"), for the help."""
+    ``cache_memory``, ``replacement``), shared by every pipeline-served backend so they mean the same everywhere.
+
+    Args:
+        shuffle_default: ``shuffle_buffer``'s default per framework (``{"robomimic": 16, ...}``), in episodes.
+        cache_default: ``cache_episodes``' default (``None``: as many episodes as ``cache_memory`` holds).
+        items: What a pass draws (``"windows"``, ``"frames"``), for the help.
+
+    Returns:
+        ``{option name: Option}``.
+    """
     return {
         "shuffle_buffer": Option(int, None, f"episodes open at once; {items} are drawn at random from them, so more "
                                             "mixes batches better (default: "
@@ -189,6 +233,13 @@ VIDEO_STREAM_OPTIONS = {
 
 @hookimpl
 def robo_loaders_backends():
+    """The built-in backends, through the same hook third-party plugins implement (``core.hookspecs``), so the
+    registry treats them alike.
+
+    Returns:
+        A list of :class:`~robo_loaders_plugin.core.spec.BackendSpec`: ``native``, ``compressed_cache``,
+        ``datapipe``, ``gpu_resampler`` and ``video_stream``.
+    """
     return [
         BackendSpec(
             name="native",

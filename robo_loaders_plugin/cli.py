@@ -18,7 +18,14 @@ def main():
               help="print every backend with its per-framework kind, lossless promise, GPU use and options as JSON")
 def list_cmd(as_json):
     """List the registered backends (built-in and from the robo_loaders entry-point group): one row per backend
-    and framework, then what each backend does."""
+    and framework, then what each backend does.
+
+    \f
+    (click shows the text above as the command's help; what follows is for readers of the code.)
+
+    Args:
+        as_json: ``--json``: print every backend's spec (``BackendSpec.as_dict``) as JSON instead of the table.
+    """
     import shutil
     import textwrap
 
@@ -64,7 +71,26 @@ def sample_data():
               help="--content camera: sensor noise, sigma in grey levels")
 def sample_data_robomimic(out, demos, image_size, cameras, seed, min_length, max_length, no_next_obs, content,
                           noise):
-    """Write a robomimic-format HDF5 file to OUT (docs/scale.md: the large workloads, their time and disk)."""
+    """Write a robomimic-format HDF5 file to OUT (docs/scale.md: the large workloads, their time and disk).
+
+    \f
+    (click shows the text above as the command's help; what follows is for readers of the code.)
+
+    Args:
+        out: OUT, the HDF5 file written.
+        demos: ``--demos``, the number of demos.
+        image_size: ``--image-size``, the side of the square camera images in pixels.
+        cameras: ``--cameras``, the number of RGB cameras (0: low-dimensional observations only).
+        seed: ``--seed`` of the random generator.
+        min_length: ``--min-length``, the shortest demo in steps.
+        max_length: ``--max-length``, the longest demo in steps.
+        no_next_obs: ``--no-next-obs``: write no ``next_obs/`` group.
+        content: ``--content``: ``renders`` (simulator-like frames) or ``camera`` (like a real camera).
+        noise: ``--noise``, the sensor noise of ``--content camera`` (sigma in grey levels).
+
+    Raises:
+        click.BadParameter: ``--min-length`` is greater than ``--max-length``.
+    """
     from robo_loaders_plugin.sample_data.robomimic_hdf5 import write_robomimic_hdf5
 
     if min_length > max_length:
@@ -108,7 +134,40 @@ def sample_data_robomimic(out, demos, image_size, cameras, seed, min_length, max
 def sample_data_lerobot(out, repo_id, episodes, min_length, max_length, cameras, image_size, codec, fps, seed,
                         from_robomimic, repeat, scenes, writer, overwrite, content, noise, stream_encode):
     """Write a LeRobot v3 dataset to OUT with LeRobot's own writer or the equivalent fast one (docs/scale.md: the
-    large workloads, their time and disk)."""
+    large workloads, their time and disk).
+
+    \f
+    (click shows the text above as the command's help; what follows is for readers of the code.)
+
+    Args:
+        out: OUT, the dataset root written.
+        repo_id: ``--repo-id`` recorded in the dataset.
+        episodes: ``--episodes``, the number of episodes (ignored with ``--from-robomimic``).
+        min_length: ``--min-length``, the shortest episode in frames.
+        max_length: ``--max-length``, the longest episode in frames.
+        cameras: ``--cameras``, the number of cameras (0: state and actions only).
+        image_size: ``--image-size``, ``HxW`` in pixels (e.g. ``84x84``).
+        codec: ``--codec``: ``av1`` or ``h264`` video, or ``png`` images in the parquet files.
+        fps: ``--fps``, the frame rate recorded and used for timestamps.
+        seed: ``--seed`` of the random generator (also draws the episode lengths).
+        from_robomimic: ``--from-robomimic``, a robomimic HDF5 file whose cameras, state and actions are written
+            instead of drawn scenes (``None``: draw scenes).
+        repeat: ``--repeat``: with ``--from-robomimic``, how many times every demo is written.
+        scenes: ``--scenes``, the number of distinct camera scenes rendered and reused by episode (``None``: one
+            per episode).
+        writer: ``--writer``: ``lerobot`` (LeRobot's own writer) or ``fast`` (the same files, video codecs only).
+        overwrite: ``--overwrite`` an existing OUT.
+        content: ``--content``: ``renders`` (simulator-like frames) or ``camera`` (like a real camera).
+        noise: ``--noise``, the sensor noise of ``--content camera`` (sigma in grey levels).
+        stream_encode: ``--stream-encode``: LeRobot's writer encodes each frame as it is added.
+
+    With ``--from-robomimic`` only ``repo_id``, ``repeat``, ``codec``, ``fps`` and ``overwrite`` apply.
+
+    Raises:
+        click.BadParameter: ``--image-size`` is not ``HxW``, ``--min-length`` is greater than ``--max-length``,
+            or ``--writer fast`` is combined with ``--codec png`` or ``--stream-encode``.
+        click.UsageError: OUT exists and ``--overwrite`` was not given.
+    """
     import numpy as np
 
     from robo_loaders_plugin.sample_data.lerobot_v3 import write_lerobot_dataset, write_lerobot_from_robomimic
@@ -151,7 +210,14 @@ def robomimic_train(ctx):
     """Run robomimic's unmodified training script with the plugin's patches applied (also when the import hook is
     disabled with ROBO_LOADERS_DISABLE=1). All arguments go to robomimic.scripts.train. Exits 1 when the run
     failed (robomimic's script itself exits 0); without a terminal, an existing run folder of the same name is
-    kept and the run written beside it instead of waiting on robomimic's overwrite prompt."""
+    kept and the run written beside it instead of waiting on robomimic's overwrite prompt.
+
+    \f
+    (click shows the text above as the command's help; what follows is for readers of the code.)
+
+    Args:
+        ctx: The click context; its ``args`` (every argument, unparsed) go to robomimic's training script.
+    """
     from robo_loaders_plugin.robomimic.train_cli import run_robomimic_train
 
     sys.exit(run_robomimic_train(list(ctx.args)))
@@ -188,7 +254,31 @@ def _parse_kwargs(values):
                    "cache, so every backend pays its first-run cost the same way)")
 def bench_robomimic_cmd(dataset, backends, seq_length, frame_stack, batch_size, num_workers, batches, obs_keys,
                         backend_kwargs, repeats, json_out, reuse_cache):
-    """samples/s, first-batch latency, peak memory and batch latency percentiles of robomimic backends."""
+    """samples/s, first-batch latency, peak memory and batch latency percentiles of robomimic backends.
+
+    \f
+    (click shows the text above as the command's help; what follows is for readers of the code.)
+
+    Exits 1 when a backend's run failed.
+
+    Args:
+        dataset: ``--dataset``, the robomimic HDF5 file.
+        backends: ``--backends``, comma-separated labels (``native:<hdf5_cache_mode>`` selects robomimic's mode).
+        seq_length: ``--seq-length``, steps per sample.
+        frame_stack: ``--frame-stack``, observation frames per sample.
+        batch_size: ``--batch-size``.
+        num_workers: ``--num-workers`` of the DataLoader.
+        batches: ``--batches`` timed per run.
+        obs_keys: ``--obs-keys``, comma-separated (``None``: every obs key in the file).
+        backend_kwargs: ``--backend-kwargs``, ``BACKEND='{json}'`` strings: options for one backend.
+        repeats: ``--repeats``: runs per backend (in rounds), each reported by its median run.
+        json_out: ``--json``, a file the results are also written to (``None``: none).
+        reuse_cache: ``--reuse-cache``: let backends reuse the cache directory instead of an empty one per run.
+
+    Raises:
+        click.UsageError: the benchmark refused its arguments (a ``ValueError``, e.g. an unknown cache mode after
+            ``native:``).
+    """
     from robo_loaders_plugin.bench.robomimic_bench import bench_robomimic
 
     try:
@@ -222,7 +312,27 @@ def bench_robomimic_cmd(dataset, backends, seq_length, frame_stack, batch_size, 
               help="random single items timed after the batches for the fetch/decode split (fewer on large data)")
 def bench_lerobot_cmd(root, repo_id, backends, batch_size, num_workers, batches, preset, backend_kwargs, repeats,
                       json_out, reuse_cache, profile_samples):
-    """samples/s, decoded frames/s, first batch, memory, latency and fetch/decode split vs LeRobotDataset."""
+    """samples/s, decoded frames/s, first batch, memory, latency and fetch/decode split vs LeRobotDataset.
+
+    \f
+    (click shows the text above as the command's help; what follows is for readers of the code.)
+
+    Exits 1 when a backend's run failed.
+
+    Args:
+        root: ``--root``, the LeRobot v3 dataset root.
+        repo_id: ``--repo-id`` (``None``: ``local/<name of the root directory>``).
+        backends: ``--backends``, comma-separated labels.
+        batch_size: ``--batch-size``.
+        num_workers: ``--num-workers`` of the DataLoader.
+        batches: ``--batches`` timed per run.
+        preset: ``--delta-timestamps``: ``none``, ``act`` or ``diffusion``.
+        backend_kwargs: ``--backend-kwargs``, ``BACKEND='{json}'`` strings: options for one backend.
+        repeats: ``--repeats``: runs per backend (in rounds), each reported by its median run.
+        json_out: ``--json``, a file the results are also written to (``None``: none).
+        reuse_cache: ``--reuse-cache``: let backends reuse the cache directory instead of an empty one per run.
+        profile_samples: ``--profile-samples``, random single items timed for the fetch/decode split.
+    """
     import os
 
     from robo_loaders_plugin.bench.lerobot_bench import bench_lerobot
@@ -286,7 +396,30 @@ def _report_conversion(out_dir, res, episode: str = "episode"):
 @_executor_options
 def convert_robomimic_cmd(in_path, out_dir, num_workers, shard_size, codec, level, frames, crf, gop, pix_fmt, executor,
                           **executor_cli):
-    """Convert a robomimic HDF5 file; re-running the same command resumes an interrupted conversion."""
+    """Convert a robomimic HDF5 file; re-running the same command resumes an interrupted conversion.
+
+    \f
+    (click shows the text above as the command's help; what follows is for readers of the code.)
+
+    Args:
+        in_path: IN_PATH, the robomimic HDF5 file.
+        out_dir: OUT_DIR, the robo-shards directory written.
+        num_workers: ``--num-workers``, processes (or executor tasks) converting at once.
+        shard_size: ``--shard-size``, the target shard size as text (e.g. ``256MB``).
+        codec: ``--codec`` of the lossless frames (a Blosc2 codec name).
+        level: ``--level`` of that codec (0-9).
+        frames: ``--frames``: ``lossless``, or a video codec (``h264``, ``hevc``, ``av1``) for RGB cameras.
+        crf: ``--crf`` of the video (``None``: the codec's default).
+        gop: ``--gop``, video frames between keyframes.
+        pix_fmt: ``--pix-fmt`` of the video: ``yuv444p`` or ``yuv420p``.
+        executor: ``--executor``.
+        **executor_cli: The executor's options as the command line gives them
+            (:func:`~robo_loaders_plugin.storage.shards.executors.options_from_cli`).
+
+    Raises:
+        click.BadParameter: video options were given with ``--frames lossless``, or the shard size, codec or
+            video settings are invalid.
+    """
     from robo_loaders_plugin.storage.codec import FrameCodec
     from robo_loaders_plugin.robomimic.convert import convert_robomimic, format_video_report
     from robo_loaders_plugin.core.units import parse_bytes
@@ -323,7 +456,27 @@ def convert_robomimic_cmd(in_path, out_dir, num_workers, shard_size, codec, leve
 def convert_lerobot_cmd(root, out_dir, repo_id, num_workers, shard_size, codec, level, tolerance_s, executor,
                         **executor_cli):
     """Convert a LeRobot v3 dataset (video decoded once, frames stored losslessly); re-running the same command
-    resumes an interrupted conversion."""
+    resumes an interrupted conversion.
+
+    \f
+    (click shows the text above as the command's help; what follows is for readers of the code.)
+
+    Args:
+        root: ROOT, the LeRobot v3 dataset root.
+        out_dir: OUT_DIR, the robo-shards directory written.
+        repo_id: ``--repo-id`` recorded in the shards' metadata (``None``: ``local/<ROOT's name>``).
+        num_workers: ``--num-workers``, processes (or executor tasks) converting at once.
+        shard_size: ``--shard-size``, the target shard size as text (e.g. ``256MB``).
+        codec: ``--codec`` of the lossless frames (a Blosc2 codec name).
+        level: ``--level`` of that codec (0-9).
+        tolerance_s: ``--tolerance-s``, the timestamp tolerance in seconds checked on every frame.
+        executor: ``--executor``.
+        **executor_cli: The executor's options as the command line gives them
+            (:func:`~robo_loaders_plugin.storage.shards.executors.options_from_cli`).
+
+    Raises:
+        click.BadParameter: the shard size or codec is invalid.
+    """
     from robo_loaders_plugin.storage.codec import FrameCodec
     from robo_loaders_plugin.lerobot.convert import convert_lerobot
     from robo_loaders_plugin.core.units import parse_bytes
@@ -345,7 +498,18 @@ def convert_lerobot_cmd(root, out_dir, repo_id, num_workers, shard_size, codec, 
 @click.option("--source", type=click.Path(exists=True),
               help="also compare every array with the source: a robomimic HDF5 file or a LeRobot dataset root")
 def verify_cmd(out_dir, source):
-    """Re-check a robo-shards directory: shard sizes and SHA-256, decoding, and (with --source) the data."""
+    """Re-check a robo-shards directory: shard sizes and SHA-256, decoding, and (with --source) the data.
+
+    \f
+    (click shows the text above as the command's help; what follows is for readers of the code.)
+
+    Prints every problem found and exits 1 when there is one. With ``--source``, the framework recorded in
+    OUT_DIR's ``dataset.json`` chooses the comparison (LeRobot's, otherwise robomimic's).
+
+    Args:
+        out_dir: OUT_DIR, the robo-shards directory.
+        source: ``--source``: a robomimic HDF5 file or a LeRobot dataset root (``None``: check the shards alone).
+    """
     import os
 
     from robo_loaders_plugin.storage.shards import verify_dir
@@ -406,7 +570,14 @@ def _cache_root(cache_dir):
 @cache_group.command("list")
 @click.option("--cache-dir", default=None, help="default: $ROBO_LOADERS_CACHE or ~/.cache/robo-loaders")
 def cache_list(cache_dir):
-    """Entries with their size, last use and whether a process uses them now."""
+    """Entries with their size, last use and whether a process uses them now.
+
+    \f
+    (click shows the text above as the command's help; what follows is for readers of the code.)
+
+    Args:
+        cache_dir: ``--cache-dir`` (``None``: ``$ROBO_LOADERS_CACHE`` or ``~/.cache/robo-loaders``).
+    """
     import datetime
 
     from tabulate import tabulate
@@ -426,7 +597,15 @@ def cache_list(cache_dir):
 @click.option("--cache-dir", default=None)
 @click.option("--max-size", default=None, help="prune to this size (default: the cache limit)")
 def cache_prune(cache_dir, max_size):
-    """Remove least recently used entries nothing uses until the cache fits its limit, and builds' leftovers."""
+    """Remove least recently used entries nothing uses until the cache fits its limit, and builds' leftovers.
+
+    \f
+    (click shows the text above as the command's help; what follows is for readers of the code.)
+
+    Args:
+        cache_dir: ``--cache-dir`` (``None``: ``$ROBO_LOADERS_CACHE`` or ``~/.cache/robo-loaders``).
+        max_size: ``--max-size`` as text (e.g. ``10GB``; ``None``: the cache's limit, ``$ROBO_LOADERS_CACHE_SIZE``).
+    """
     from robo_loaders_plugin.core.units import parse_bytes
     from robo_loaders_plugin.storage import cache
 
@@ -439,7 +618,14 @@ def cache_prune(cache_dir, max_size):
 @cache_group.command("clear")
 @click.option("--cache-dir", default=None)
 def cache_clear(cache_dir):
-    """Remove every entry nothing uses."""
+    """Remove every entry nothing uses.
+
+    \f
+    (click shows the text above as the command's help; what follows is for readers of the code.)
+
+    Args:
+        cache_dir: ``--cache-dir`` (``None``: ``$ROBO_LOADERS_CACHE`` or ``~/.cache/robo-loaders``).
+    """
     from robo_loaders_plugin.storage import cache
 
     root = _cache_root(cache_dir)

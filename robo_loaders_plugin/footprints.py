@@ -49,6 +49,7 @@ class DataSize:
 
     @property
     def steps(self) -> int:
+        """Every episode's steps, summed."""
         return int(np.sum(self.lengths))
 
     @property
@@ -58,12 +59,17 @@ class DataSize:
 
     @property
     def other_bytes(self) -> int:
+        """Every field that is not a camera frame, over every step."""
         return self.steps * int(self.other_step_bytes)
 
     def episode_frame_bytes(self) -> np.ndarray:
+        """Each episode's camera frames, decoded: what a tier or buffer holds per episode (int64, one per episode,
+        in :attr:`lengths`' order)."""
         return np.asarray(self.lengths, np.int64) * sum(self.frame_step_bytes.values())
 
     def episode_bytes(self) -> np.ndarray:
+        """Each episode's camera frames decoded plus its other fields (int64, one per episode, in :attr:`lengths`'
+        order)."""
         return np.asarray(self.lengths, np.int64) * (sum(self.frame_step_bytes.values()) + int(self.other_step_bytes))
 
     def store_upper_bytes(self) -> int:
@@ -72,24 +78,55 @@ class DataSize:
         return self.frame_bytes + blobs * BLOB_OVERHEAD + self.other_bytes + 64 * 8 * len(self.lengths)
 
     def store_expected_bytes(self, ratio: float = EXPECTED_LOSSLESS_RATIO) -> int:
-        """A compressed store's size at ``ratio``."""
+        """A compressed store's expected size: frames compressed at ``ratio``, plus the per-frame blob overhead,
+        the other fields raw and each episode's index entries (a disk estimate; never used where RAM must not be
+        overcommitted, which takes :meth:`store_upper_bytes`).
+
+        Args:
+            ratio: The lossless compression ratio assumed for camera frames (uncompressed / compressed).
+
+        Returns:
+            Bytes.
+        """
         blobs = self.steps * len(self.frame_step_bytes)
         return int(self.frame_bytes / ratio) + blobs * BLOB_OVERHEAD + self.other_bytes + 64 * 8 * len(self.lengths)
 
     def build_seconds(self, codec: str, workers: int, decode_video: bool = True) -> float:
-        """Reading the source, decoding its videos and compressing the frames once."""
+        """The estimated build time: reading the source, decoding its videos and compressing the frames once.
+
+        Args:
+            codec: The Blosc2 codec compressing the frames.
+            workers: Cores compressing and decoding.
+            decode_video: Whether the build decodes the source's video (false: frames are read as they are).
+
+        Returns:
+            Seconds (rough: ``core.footprint.estimate_seconds``).
+        """
         return estimate_seconds(read_bytes=self.source_bytes, compress_bytes=self.frame_bytes, codec=codec,
                                 decode_pixels=self.steps * self.video_pixels_per_step if decode_video else 0,
                                 workers=workers)
 
     def describe(self) -> str:
+        """The sizes in one phrase for messages: ``12 demos, 600 steps, 2 camera fields: 25.4 MB of frames
+        decoded``."""
         cams = len(self.frame_step_bytes)
         return (f"{len(self.lengths)} {self.unit}s, {self.steps} steps, {cams} camera field{'s' * (cams != 1)}: "
                 f"{format_bytes(self.frame_bytes)} of frames decoded")
 
 
 def budget(value, option: str) -> int | None:
-    """A byte-size option's value in bytes (``None``: not given)."""
+    """A byte-size option's value in bytes.
+
+    Args:
+        value: The option's value: bytes, or text such as ``'2GB'`` or ``'512MiB'`` (``None``: not given).
+        option: The option's name as the user sets it, for the message.
+
+    Returns:
+        Bytes, or ``None`` when not given.
+
+    Raises:
+        ValueError: the value is not a size (``core.units.parse_bytes``).
+    """
     return None if value is None else parse_bytes(value, option)
 
 
@@ -179,6 +216,7 @@ class TierPlan:
         footprint: What the plan needs.
         spill_dir: The compressed tier is kept in a file there (local disk, mapped), not in host memory: even
             compressed the frames exceed the memory budget (``None``: in host memory).
+        unit: What the framework calls an episode (robomimic: ``demo``), for messages.
     """
 
     device: int
@@ -190,7 +228,15 @@ class TierPlan:
     unit: str = "episode"
 
     def describe(self, device_name: str) -> str:
-        """Which tier holds what, for the log line."""
+        """Which tier holds what, for the log line (tiers holding nothing are left out).
+
+        Args:
+            device_name: The training device (``cuda:0``, ``cpu``); the host tier is said to be pinned when it
+                starts with ``cuda``.
+
+        Returns:
+            The tiers, ``; ``-separated.
+        """
         parts = []
         if self.device:
             parts.append(f"{self.unit}s 0-{self.device - 1} on {device_name}")
@@ -212,6 +258,17 @@ def plan_tiers(size: DataSize, *, device_budget: int | None, host_budget: int | 
     (``None``: unlimited). With ``spill_dir`` the compressed tier is a file on disk there (only the raw tier
     counts against ``host_budget``; the file's estimate is the footprint's disk bytes). Pure: a function of the
     sizes and budgets only (tested on the CPU with small budgets).
+
+    Args:
+        size: The dataset's sizes.
+        device_budget: GPU bytes the episodes may take (``None``: no GPU tier). The non-frame fields go on the
+            GPU first when they fit it; else they stay in host memory and no episode is put on the GPU.
+        host_budget: Host bytes the raw and compressed tiers may take (``None``: unlimited, every episode not on
+            the GPU is held raw).
+        ratio: The lossless compression ratio assumed for the compressed tier.
+        compress_codec: The codec compressing it (for the build-time estimate).
+        workers: Threads compressing it (for the build-time estimate).
+        spill_dir: Where the compressed tier is kept as a file (``None``: in host memory).
 
     Returns:
         The :class:`TierPlan`; its ``footprint.host_bytes`` may still exceed ``host_budget`` when even every frame
@@ -286,6 +343,12 @@ def buffer_plan(unit_bytes: np.ndarray, *, cache_memory, cache_episodes: int | N
         prefetch: Batches prefetched.
         option_prefix: How the user sets options (for messages).
         unit: What a unit is, plural, for the bound (``episodes``, ``demos``, or ``units`` for parts of episodes).
+
+    Returns:
+        The :class:`BufferPlan`; its capacity is at most the number of units (at least 1).
+
+    Raises:
+        ValueError: ``cache_memory`` is not a size.
     """
     largest = int(np.max(unit_bytes)) if len(unit_bytes) else 0
     if cache_episodes is not None:
@@ -310,7 +373,17 @@ def buffer_plan(unit_bytes: np.ndarray, *, cache_memory, cache_episodes: int | N
 def conversion_estimate(size: DataSize, *, video: bool, ratio: float = EXPECTED_LOSSLESS_RATIO,
                         video_ratio: float = 20.0) -> int:
     """Bytes a conversion into robo-shards will write: frames at ``ratio`` (lossless) or ``video_ratio`` (video
-    members), everything else raw, plus tar headers."""
+    members), everything else raw, plus tar headers (2,048 bytes per member: each camera and 8 more per episode).
+
+    Args:
+        size: The source's sizes.
+        video: Camera frames are stored as video members (else lossless frames).
+        ratio: The lossless compression ratio assumed.
+        video_ratio: The video compression ratio assumed (decoded bytes / encoded).
+
+    Returns:
+        Bytes (an estimate; writers check the disk as they write).
+    """
     frames = size.frame_bytes / (video_ratio if video else ratio)
     return int(frames + size.other_bytes + 2048 * (len(size.lengths) * (len(size.frame_step_bytes) + 8)))
 
@@ -351,10 +424,30 @@ def check_conversion_disk(size: DataSize, out_dir: str, *, video: bool, command:
 
 
 def describe_seconds(s: float | None) -> str:
+    """A build-time estimate for a table cell, ``-`` when there is none.
+
+    Args:
+        s: Seconds (``None`` or 0: nothing to build).
+
+    Returns:
+        ``core.footprint.format_seconds`` of it, or ``-``.
+    """
     return format_seconds(s) if s else "-"
 
 
 def path_free(path: str) -> int:
+    """Free bytes on the filesystem ``path`` is, or will be, on (a directory not created yet is measured at its
+    nearest existing ancestor).
+
+    Args:
+        path: A file or directory, existing or not.
+
+    Returns:
+        Free bytes.
+
+    Raises:
+        OSError: the filesystem cannot be measured.
+    """
     import shutil
 
     from robo_loaders_plugin.core.footprint import _existing
@@ -363,7 +456,14 @@ def path_free(path: str) -> int:
 
 
 def source_bytes(path: str) -> int:
-    """Bytes of a source file or directory."""
+    """Bytes of a source file or directory: what a build reads (``DataSize.source_bytes``).
+
+    Args:
+        path: A file, or a directory whose files (recursively) are summed.
+
+    Returns:
+        Bytes.
+    """
     if os.path.isfile(path):
         return os.path.getsize(path)
     return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs)

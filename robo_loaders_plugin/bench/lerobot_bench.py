@@ -25,6 +25,15 @@ def _ms(value) -> str:
 
 
 def lerobot_table(results) -> str:
+    """The results as the table ``robo-loaders bench lerobot`` prints: one row per backend, a failed or refused run
+    as its error cell; a ``vs streaming`` column only when LeRobot's streaming dataset was timed.
+
+    Args:
+        results: The result rows of :func:`bench_lerobot`, with their ratios (``report.add_ratios``).
+
+    Returns:
+        The table as text.
+    """
     rows = []
     streaming = any(r["backend"] == STREAMING for r in results)
     for r in results:
@@ -48,7 +57,15 @@ def lerobot_table(results) -> str:
 
 
 def raw_frame_bytes(root: str) -> int:
-    """Every camera frame of the dataset decoded to uint8 (from meta/info.json: no framework import here)."""
+    """Every camera frame of the dataset decoded to uint8, the yardstick of what a backend stores (from
+    meta/info.json: no framework import here).
+
+    Args:
+        root: The LeRobot v3 dataset root.
+
+    Returns:
+        Bytes: ``total_frames`` times the size of one frame of every video or image feature.
+    """
     import json
 
     with open(os.path.join(root, "meta", "info.json")) as f:
@@ -60,10 +77,34 @@ def raw_frame_bytes(root: str) -> int:
 def bench_lerobot(root: str, repo_id: str, backends: list[str], batch_size: int, num_workers: int, batches: int,
                   preset: str, kwargs: dict, json_out: str | None, timeout: float = 3600, echo=print,
                   repeats: int = 1, fresh_cache: bool = True, profile_samples: int = 200) -> dict:
-    """``repeats`` > 1: every backend that many times, each reported by its median run (``runner.in_rounds``).
-    ``fresh_cache``: every run starts from an empty cache directory (``runner.run_child``). ``profile_samples``:
-    random single items of the fetch/decode split after the timed batches (each may load a whole episode: fewer
-    on large datasets)."""
+    """Time LeRobot backends, each in its own process (``runner.run_child``), print the table and return the
+    results with ratios to ``native`` and, when selected, ``streaming``.
+
+    When ``datapipe`` is benchmarked without ``shards`` or ``cache_dir``, the conversion it needs is timed first
+    (with 1 and ``num_workers`` workers) and the last one's shards are served, so its run does not pay it.
+
+    Args:
+        root: The LeRobot v3 dataset root.
+        repo_id: Its repo id.
+        backends: Labels to time: backend names, ``streaming`` (LeRobot's StreamingLeRobotDataset), with an
+            optional ``#tag`` (``runner.backend_of``).
+        batch_size: Samples per batch.
+        num_workers: DataLoader workers.
+        batches: Batches timed per run.
+        preset: ``delta_timestamps`` preset: ``none``, ``act`` or ``diffusion``.
+        kwargs: Options per label or backend (``runner.options_for``); not modified.
+        json_out: A file the payload is also written to (``None``: none).
+        timeout: Seconds one run may take before it is killed (reported as failed).
+        echo: Prints progress and the table.
+        repeats: Runs per backend; > 1: in rounds, each backend reported by its median run (``runner.in_rounds``).
+        fresh_cache: Every run starts from an empty cache directory (``runner.run_child``); false: the user's.
+        profile_samples: Random single items of the fetch/decode split after the timed batches (each may load a
+            whole episode: fewer on large datasets).
+
+    Returns:
+        The payload: ``framework``, ``settings``, ``machine``, ``results`` (one row per label), ``conversion``
+        (``None`` when none was timed) and ``memory_note``.
+    """
     common = dict(root=os.path.abspath(root), repo_id=repo_id, batch_size=batch_size, num_workers=num_workers,
                   batches=batches, preset=preset, repeats=repeats, cache=FRESH_CACHE if fresh_cache else USER_CACHE,
                   profile_samples=profile_samples)

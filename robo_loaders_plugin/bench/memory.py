@@ -87,6 +87,9 @@ class TreeMemorySampler:
             return 0
 
     def sample(self) -> None:
+        """Take one sample and raise the peaks: PSS and RSS summed over the process tree, Pss_Anon, the RAM cache
+        files the tree maps or opens (counted once, not in every process's PSS), and the disk space used since the
+        start when ``disk_dir`` was given. Processes that end or cannot be read meanwhile are skipped."""
         pss = rss = anon = 0
         procs = _tree(self.pid)
         ram_files = []

@@ -14,18 +14,41 @@ from robo_loaders_plugin.bench.memory import TreeMemorySampler
 
 def backend_of(label: str) -> str:
     """``gpu_resampler#third`` -> ``gpu_resampler``: a ``#tag`` runs a backend again under another label, with the
-    options given for that label (``--backend-kwargs 'gpu_resampler#third={...}'``)."""
+    options given for that label (``--backend-kwargs 'gpu_resampler#third={...}'``).
+
+    Args:
+        label: A benchmark label (``native:low_dim`` keeps its ``:mode``).
+
+    Returns:
+        The label without its ``#tag``.
+    """
     return label.split("#", 1)[0]
 
 
 def options_for(label: str, kwargs: dict) -> dict:
-    """The options given for this label, else for its backend."""
+    """The options given for this label, else for its backend (so a ``#tag`` may have its own, and a plain backend
+    name covers every label of it).
+
+    Args:
+        label: A benchmark label.
+        kwargs: Options per label or backend name (``--backend-kwargs``).
+
+    Returns:
+        A copy of those options (empty when none were given).
+    """
     return dict(kwargs[label] if label in kwargs else kwargs.get(backend_of(label).split(":")[0], {}))
 
 
 def median_run(runs: list[dict]) -> dict:
     """The run with the median samples/s (the lower middle one of an even count), with every run's samples/s
-    beside it; a failed run is returned as the result, so that a failure is never hidden by the others."""
+    beside it; a failed run is returned as the result, so that a failure is never hidden by the others.
+
+    Args:
+        runs: One label's result rows, at least one.
+
+    Returns:
+        The first failed run; else the only run; else a copy of the median run with ``samples_per_s_runs``.
+    """
     failed = [r for r in runs if r.get("error")]
     if failed or len(runs) == 1:
         return failed[0] if failed else runs[0]
@@ -36,7 +59,17 @@ def median_run(runs: list[dict]) -> dict:
 def in_rounds(labels: list[str], repeats: int, run_one, echo=print) -> list[dict]:
     """``run_one(label)`` for every label, ``repeats`` times in rounds (all labels, then all again), each label
     reported by its median run: on a shared 2-core machine one run of a fast loader varies by +-15%, and rounds
-    spread a slow spell of the machine over every loader instead of one."""
+    spread a slow spell of the machine over every loader instead of one.
+
+    Args:
+        labels: The benchmark labels, in the order run and returned.
+        repeats: Rounds.
+        run_one: ``label -> result row`` (a row with ``error`` is a failed run).
+        echo: Prints progress and failures.
+
+    Returns:
+        One row per label (:func:`median_run` of its runs).
+    """
     runs: dict[str, list[dict]] = {label: [] for label in labels}
     for round_ in range(repeats):
         for label in labels:
@@ -53,11 +86,26 @@ USER_CACHE = "the user's cache directory (reused)"
 
 
 def run_child(module: str, args: dict, label: str, log_dir: str, timeout: float, fresh_cache: bool = True) -> dict:
-    """Run ``python -m module '<json args>' OUT.json`` while sampling its process tree's memory.
+    """Run ``python -m module '<json args>' OUT.json`` while sampling its process tree's memory: one process per
+    run, so one backend's memory is never counted in another's.
 
-    ``fresh_cache``: the run gets an empty cache directory of its own (``ROBO_LOADERS_CACHE``), removed after it,
-    so every backend pays its first-run cost (a conversion on first use, a persisted cache) the same way, whatever
-    an earlier run or the user's cache holds; false: the user's cache directory, reused as in training."""
+    Args:
+        module: The child module (e.g. ``robo_loaders_plugin.bench.lerobot_run``).
+        args: Its arguments, passed as JSON.
+        label: The benchmark label, recorded as the row's ``backend`` and naming the output and log files.
+        log_dir: The directory of the child's output, log and (fresh) cache directory.
+        timeout: Seconds before the child is killed (its row then says ``exit timeout``).
+        fresh_cache: The run gets an empty cache directory of its own (``ROBO_LOADERS_CACHE``), removed after it,
+            so every backend pays its first-run cost (a conversion on first use, a persisted cache) the same way,
+            whatever an earlier run or the user's cache holds; false: the user's cache directory, reused as in
+            training.
+
+    Returns:
+        The child's result row plus the memory peaks (``peak_mem_bytes``: PSS with RAM cache files,
+        ``peak_rss_sum_bytes``, ``shm_bytes``, ``peak_anon_bytes``, ``peak_disk_bytes``), ``cache_dir_bytes``,
+        ``wall_s`` and ``data_mem_bytes``; or ``{"backend", "error"}`` with the exit status and the log's last
+        2,000 characters when the child failed or wrote no result.
+    """
     import shutil
     import tempfile
 
@@ -99,6 +147,8 @@ def run_child(module: str, args: dict, label: str, log_dir: str, timeout: float,
 
 
 def baseline_pss() -> int:
+    """This process's PSS in bytes, taken by a child before it builds the dataset: what the interpreter, torch and
+    the framework cost, subtracted from the peak to give ``data_mem_bytes``."""
     import psutil
 
     return psutil.Process().memory_full_info().pss
@@ -106,7 +156,17 @@ def baseline_pss() -> int:
 
 def time_loader(loader, batches: int, batch_size_of) -> dict:
     """First-batch latency (iterator creation included), then ``batches`` timed batches (re-iterating when an
-    epoch ends, as training loops do)."""
+    epoch ends, as training loops do).
+
+    Args:
+        loader: Any iterable of batches (a DataLoader).
+        batches: Batches timed after the first.
+        batch_size_of: ``batch -> number of samples in it``.
+
+    Returns:
+        ``first_batch_s`` (seconds), ``samples_per_s`` (over the timed batches) and ``batch_latency_ms``
+        (``p50``, ``p95``, ``p99`` in milliseconds).
+    """
     t = time.perf_counter()
     it = iter(loader)
     batch = next(it)

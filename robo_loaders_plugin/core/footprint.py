@@ -83,7 +83,14 @@ class Footprint:
 
 
 def format_seconds(s: float) -> str:
-    """``42 s``, ``12 min``, ``2.5 h``."""
+    """A duration as people read it in a log line: ``42 s``, ``12 min``, ``2.5 h``.
+
+    Args:
+        s: Seconds.
+
+    Returns:
+        Whole seconds below 90 s, whole minutes below 90 min, else hours with one decimal.
+    """
     if s < 90:
         return f"{s:.0f} s"
     if s < 5400:
@@ -178,18 +185,40 @@ class Available:
                    device_bytes=device_free, device=None if device is None else str(device))
 
     def fits_host(self, nbytes: int) -> bool:
-        """Whether ``nbytes`` more of host RAM fits (with headroom)."""
+        """Whether ``nbytes`` more of host RAM fits (with headroom).
+
+        Args:
+            nbytes: Bytes the backend would hold.
+
+        Returns:
+            ``nbytes`` is at most :data:`HEADROOM` of :attr:`host_bytes`.
+        """
         return nbytes <= HEADROOM * self.host_bytes
 
     def fits_shm(self, nbytes: int, host_bytes: int = 0) -> bool:
         """Whether a RAM file of ``nbytes`` fits the RAM-file directory and, when it is RAM, the host's memory
-        together with ``host_bytes`` the backend also holds (with headroom)."""
+        together with ``host_bytes`` the backend also holds (with headroom).
+
+        Args:
+            nbytes: Size of the RAM file.
+            host_bytes: Host RAM the backend holds besides it.
+
+        Returns:
+            False also when the directory's free space was not measured.
+        """
         if self.shm_bytes is None or nbytes > HEADROOM * self.shm_bytes:
             return False
         return not self.shm_is_ram or self.fits_host(nbytes + host_bytes)
 
     def fits_disk(self, nbytes: int) -> bool:
-        """Whether ``nbytes`` fit the disk directory (with headroom)."""
+        """Whether ``nbytes`` fit the disk directory (with headroom).
+
+        Args:
+            nbytes: Bytes the backend would write.
+
+        Returns:
+            False also when the disk was not measured.
+        """
         return self.disk_bytes is not None and nbytes <= HEADROOM * self.disk_bytes
 
 
@@ -197,7 +226,16 @@ def shortfalls(footprint: Footprint, available: Available) -> list[tuple[str, in
     """``[(resource, needed, available)]`` of every resource ``footprint`` does not fit (with headroom).
 
     A RAM file counts twice when its directory is RAM: against that directory's free space and, with the host
-    bytes, against the host's memory.
+    bytes, against the host's memory. A resource needed but not measured (no RAM-file directory, no CUDA device,
+    no disk) does not fit, with 0 available.
+
+    Args:
+        footprint: What the backend will need.
+        available: What the machine has.
+
+    Returns:
+        The shortfalls, empty when everything fits; resources are named for the message (``host RAM``,
+        ``RAM files (<dir>)``, ``GPU memory (<device>)``, ``disk (<dir>)``).
     """
     out = []
     host = footprint.host_bytes + (footprint.shm_bytes if available.shm_is_ram else 0)
@@ -250,7 +288,18 @@ def check_fits(footprint: Footprint, available: Available, *, backend: str, opti
 def estimate_seconds(*, read_bytes: float = 0, compress_bytes: float = 0, codec: str = "lz4hc",
                      decode_pixels: float = 0, workers: int = 1) -> float:
     """A rough build time from the bytes read, compressed and the video pixels decoded (rates per core above,
-    ``workers`` cores)."""
+    ``workers`` cores), for the footprint's log line and message only, never for a decision.
+
+    Args:
+        read_bytes: Bytes read from the source (one reader: not divided by ``workers``).
+        compress_bytes: Bytes compressed with ``codec``.
+        codec: The Blosc2 codec (an unknown one is taken at lz4hc's rate).
+        decode_pixels: Video pixels decoded.
+        workers: Cores compressing and decoding (capped at the machine's CPU count, at least 1).
+
+    Returns:
+        Seconds.
+    """
     w = max(1, min(int(workers), os.cpu_count() or 1))
     s = read_bytes / (READ_MB_S * 1e6)
     s += compress_bytes / (COMPRESS_MB_S.get(codec, 60.0) * 1e6 * w)
@@ -259,8 +308,18 @@ def estimate_seconds(*, read_bytes: float = 0, compress_bytes: float = 0, codec:
 
 
 def disk_reserve(path: str) -> int:
-    """Bytes a writer leaves free on the filesystem of ``path`` (2% of it, at least 1 GiB): a build stops, removes
-    its partial output and says so, rather than fill the disk others write to."""
+    """Bytes a writer leaves free on the filesystem of ``path``: a build stops, removes its partial output and says
+    so, rather than fill the disk others write to.
+
+    Args:
+        path: A path on the filesystem (its nearest existing ancestor is measured).
+
+    Returns:
+        2% of the filesystem's total size, at least 2**30 bytes (1.07 GB).
+
+    Raises:
+        OSError: the filesystem cannot be measured.
+    """
     total = shutil.disk_usage(_existing(path)).total
     return max(1 << 30, int(0.02 * total))
 
@@ -275,7 +334,8 @@ class DiskGuard:
     Args:
         path: A file or directory on the filesystem written to.
         what: What is being written, for the message.
-        estimate: The footprint's estimate of the total, for the message.
+        estimate: The footprint's estimate of the total, for the message (``None``: not mentioned).
+        leftover: What happens to the partial output, for the message.
     """
 
     def __init__(self, path: str, what: str, estimate: int | None = None,

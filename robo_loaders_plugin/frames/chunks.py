@@ -26,7 +26,16 @@ def split_runs(runs: list[tuple[int, int, int]], step_bytes: int, unit_bytes: in
                ) -> list[tuple[int, int, int]]:
     """Cut episode runs ``(episode, first row, end row)`` into units of about ``unit_bytes`` (default
     :data:`UNIT_BYTES`; ``step_bytes`` per row): an episode of up to 1.5 units stays whole, a longer one is cut into
-    near-equal parts, in row order."""
+    near-equal parts, in row order.
+
+    Args:
+        runs: ``(episode, first row, end row)`` of each episode (end exclusive).
+        step_bytes: Decoded camera bytes of one row (every camera).
+        unit_bytes: The target decoded bytes of a unit (``None`` or 0: :data:`UNIT_BYTES`); at least one row.
+
+    Returns:
+        The units, ``(episode, first row, end row)``, in the order of ``runs`` and, within an episode, of rows.
+    """
     per = max(1, int(unit_bytes or UNIT_BYTES) // max(1, int(step_bytes)))
     out = []
     for ep, s, e in runs:
@@ -81,10 +90,28 @@ class ChunkFrames(FrameSource):
         return self.load(ep, int(self.lo[unit]), int(self.hi[unit]))
 
     def unit_rows(self, unit: int) -> tuple[int, int]:
-        """The rows unit ``unit`` is loaded with (its own and its margins)."""
+        """The rows unit ``unit`` is loaded with (its own and its margins).
+
+        Args:
+            unit: The unit's index in :attr:`units`.
+
+        Returns:
+            ``(first row, end row)``, the dataset's rows, end exclusive.
+        """
         return int(self.lo[unit]), int(self.hi[unit])
 
     def info(self, field: str) -> FieldInfo:
+        """A field's dtype, step shape and whether it is loaded per unit (:meth:`FrameSource.info`).
+
+        Args:
+            field: The field's name.
+
+        Returns:
+            Its :class:`FieldInfo`.
+
+        Raises:
+            KeyError: the source does not serve the field (the message lists those it serves).
+        """
         try:
             return self.infos[field]
         except KeyError:
@@ -98,7 +125,23 @@ class ChunkFrames(FrameSource):
         return local
 
     def gather(self, field, episodes, steps, pool=None):
-        """Frames decoded on a GPU (NVDEC) are gathered where they are; everything else into numpy."""
+        """``field`` at (unit, step) pairs (:meth:`FrameSource.gather`): frames decoded on a GPU (NVDEC) are
+        gathered where they are, as a tensor on that device; everything else into numpy (:meth:`take`).
+
+        Args:
+            field: The field's name.
+            episodes: (B,) *unit* indices (this source's episodes are its units).
+            steps: (B,) or (B, T) row offsets from each unit's first row (may reach into its margins).
+            pool: Recycles a numpy output array (:class:`~robo_loaders_plugin.storage.buffers.BufferPool`), or
+                ``None``.
+
+        Returns:
+            The values, ``steps.shape + step shape``: a ``torch.Tensor`` on the frames' device, or a numpy array.
+
+        Raises:
+            KeyError: the field is not served.
+            IndexError: a row reaches outside what its unit was loaded with.
+        """
         info = self.info(field)
         units = np.asarray(episodes)
         if not info.frames or not len(units):
@@ -117,6 +160,20 @@ class ChunkFrames(FrameSource):
         return out.reshape(tuple(np.shape(steps)) + tuple(info.shape))
 
     def take(self, field, episodes, steps, out):
+        """Write ``field`` at (unit, step) pairs into ``out`` (:meth:`FrameSource.take`): fields that are not frames
+        from the rows held whole, frames from each unit's loaded rows (loading the unit when it is not cached;
+        :class:`EncodedFrames` decoded straight into ``out``).
+
+        Args:
+            field: The field's name.
+            episodes: (B,) unit indices.
+            steps: (B,) or (B, T) row offsets from each unit's first row.
+            out: A numpy array of ``steps.shape + step shape`` and the field's dtype, written in place.
+
+        Raises:
+            KeyError: the field is not served.
+            IndexError: a row reaches outside what its unit was loaded with.
+        """
         info = self.info(field)
         units = np.asarray(episodes)
         g = self.unit_start[broadcast_episodes(units, steps)] + steps  # the dataset's rows

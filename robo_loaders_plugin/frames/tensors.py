@@ -24,9 +24,22 @@ def _torch_dtype(dtype) -> torch.dtype:
 
 
 def training_device(option: str, where: str, prefer_cuda: bool = True) -> torch.device:
-    """``auto``: the CUDA device this process trains on (``LOCAL_RANK`` under torchrun/accelerate) when there is
-    one and the framework trains on CUDA (``prefer_cuda``), else the CPU; ``cpu``; ``cuda`` / ``cuda:N``, refused
-    with a clear error without a GPU."""
+    """The device batches are built on, from the ``device`` option: ``auto``: the CUDA device this process trains on
+    (``LOCAL_RANK`` under torchrun/accelerate, else the current device) when there is one and the framework trains
+    on CUDA (``prefer_cuda``), else the CPU; ``cpu``; ``cuda`` / ``cuda:N``, refused with a clear error without a
+    GPU.
+
+    Args:
+        option: The ``device`` option's value.
+        where: How the user sets options (``train.data_backend_kwargs``, ...), for messages.
+        prefer_cuda: Whether the framework trains on CUDA when it can (``auto`` picks the CPU otherwise).
+
+    Returns:
+        The ``torch.device``.
+
+    Raises:
+        BackendOptionError: the value is not a CPU or CUDA device, or names CUDA and torch sees no GPU.
+    """
     import os
 
     if option == "auto":
@@ -46,8 +59,23 @@ def training_device(option: str, where: str, prefer_cuda: bool = True) -> torch.
 
 
 def placement(nbytes: int, device: torch.device, max_device_memory, where: str) -> tuple[torch.device, bool, str]:
-    """(where the tensors live, pinned?, a sentence saying why): the GPU when ``nbytes`` fits the budget, else
-    host memory (pinned for a CUDA training device)."""
+    """Where :class:`TensorFrames` keeps every episode: the GPU when ``nbytes`` fits the budget, else host memory
+    (pinned for a CUDA training device, so each batch is one non-blocking upload).
+
+    Args:
+        nbytes: Bytes of every episode's fields, uncompressed (:meth:`TensorFrames.nbytes`).
+        device: The training device (:func:`training_device`).
+        max_device_memory: The ``max_device_memory`` option: bytes or a size string (``None``:
+            :data:`DEFAULT_VRAM_FRACTION` of the GPU's free memory).
+        where: How the user sets options, for messages.
+
+    Returns:
+        ``(where the tensors live, pinned?, a sentence saying why)``.
+
+    Raises:
+        BackendOptionError: host memory is needed and ``nbytes`` exceeds 90% of the memory available.
+        ValueError: ``max_device_memory`` is not a size.
+    """
     if device.type != "cuda":
         _check_host_memory(nbytes, where)
         return torch.device("cpu"), False, f"on the CPU ({format_bytes(nbytes)})"
@@ -91,10 +119,29 @@ class TensorFrames(FrameSource):
 
     @staticmethod
     def nbytes(lengths, infos: dict[str, FieldInfo]) -> int:
+        """Bytes the tensors will take, before any is allocated (for :func:`placement`).
+
+        Args:
+            lengths: Steps per episode.
+            infos: Every field's dtype and step shape.
+
+        Returns:
+            Bytes of every field over every step.
+        """
         total = int(np.sum(lengths))
         return sum(total * int(np.prod(v.shape, dtype=np.int64)) * np.dtype(v.dtype).itemsize for v in infos.values())
 
     def fill(self, ep: int, arrays: dict) -> None:
+        """Copy one episode's fields into its rows of the tensors (once per episode, before any gather).
+
+        Args:
+            ep: The episode's index.
+            arrays: ``{field: array of the episode's steps}`` for every held field.
+
+        Raises:
+            ValueError: a field's shape or dtype is not the one declared.
+            KeyError: a held field is missing from ``arrays``.
+        """
         s, n = int(self.starts[ep]), int(self.lengths[ep])
         for k, t in self.tensors.items():
             a = np.ascontiguousarray(arrays[k])
@@ -107,6 +154,17 @@ class TensorFrames(FrameSource):
         self.filled[ep] = True
 
     def info(self, field: str) -> FieldInfo:
+        """A held field's dtype and step shape (:meth:`FrameSource.info`).
+
+        Args:
+            field: The field's name.
+
+        Returns:
+            Its :class:`FieldInfo`.
+
+        Raises:
+            KeyError: the field is not held (the message lists those that are).
+        """
         try:
             return self.infos[field]
         except KeyError:
@@ -117,6 +175,21 @@ class TensorFrames(FrameSource):
         return torch.from_numpy(flat).to(self.storage, non_blocking=True)
 
     def gather(self, field, episodes, steps, pool=None) -> torch.Tensor:
+        """``field`` at (episode, step) pairs in one ``index_select`` (:meth:`FrameSource.gather`); from pinned host
+        memory, gathered into pinned memory and uploaded to ``output_device`` with one non-blocking copy.
+
+        Args:
+            field: The field's name.
+            episodes: (B,) episode indices.
+            steps: (B,) or (B, T) step indices within each row's episode.
+            pool: Unused (the output is a new tensor).
+
+        Returns:
+            A tensor of ``steps.shape + step shape``, where the tensors live (or on ``output_device`` when pinned).
+
+        Raises:
+            KeyError: the field is not held.
+        """
         t = self.tensors[field] if field in self.tensors else self.info(field)
         idx = self._index(np.asarray(episodes), np.asarray(steps))
         if self.pinned:  # gathered into pinned memory, then one non-blocking upload
@@ -128,6 +201,14 @@ class TensorFrames(FrameSource):
         return out.reshape(tuple(np.shape(steps)) + tuple(t.shape[1:]))
 
     def take(self, field, episodes, steps, out):
+        """:meth:`gather` copied into a numpy array (:meth:`FrameSource.take`).
+
+        Args:
+            field: The field's name.
+            episodes: (B,) episode indices.
+            steps: (B,) or (B, T) step indices.
+            out: A numpy array of ``steps.shape + step shape``, written in place.
+        """
         out[...] = self.gather(field, episodes, steps).cpu().numpy()
 
 
@@ -159,11 +240,22 @@ class CompressedRows:
 
     @property
     def on_disk(self) -> bool:
+        """Whether the blobs are in a file on disk (``spill_dir``, or after :meth:`to_disk`), not in memory."""
         return self._file is not None
 
     def to_disk(self, spill_dir: str, guard=None) -> None:
         """Move the blobs held in memory into a file in ``spill_dir`` (the same rows, the same bytes) and keep
-        appending there: the frames compress worse than planned and host memory would exceed its budget."""
+        appending there: the frames compress worse than planned and host memory would exceed its budget. Does
+        nothing when they are on disk already.
+
+        Args:
+            spill_dir: The directory of the (unlinked) file; created when missing.
+            guard: A ``core.footprint.DiskGuard`` checked before the move and before every later append (``None``:
+                no check).
+
+        Raises:
+            ResourceRefused: the guard's disk would fall below its reserve.
+        """
         import os
         import tempfile
 
@@ -184,7 +276,18 @@ class CompressedRows:
         self._index = self._map = None
 
     def append(self, frames: np.ndarray) -> int:
-        """Compress an episode's frames; returns their compressed bytes."""
+        """Compress an episode's frames, one blob per frame, after the rows appended before (episodes must be
+        appended in row order).
+
+        Args:
+            frames: The episode's frames, ``(steps,) + frame shape``.
+
+        Returns:
+            Their compressed bytes.
+
+        Raises:
+            ResourceRefused: on disk, the guard's disk would fall below its reserve.
+        """
         blobs = [self.codec.compress(f) for f in frames]
         offsets = np.concatenate([[0], np.cumsum([len(b) for b in blobs])]).astype(np.int64)
         if self._file is not None:
@@ -217,7 +320,13 @@ class CompressedRows:
             return self._index, ([self._map] if self._file is not None else self.buffers)
 
     def decode_into(self, rows: np.ndarray, out: np.ndarray) -> None:
-        """Frame of global row ``rows[j]`` into ``out[j]`` (a numpy view, C-contiguous per frame)."""
+        """Decompress the frame of global row ``rows[j]`` into ``out[j]``, for every ``j`` (thread-safe: the
+        threads building batches call it at once).
+
+        Args:
+            rows: The dataset's rows (global, from ``first_row`` on), appended already.
+            out: A numpy array of ``(len(rows),) + frame shape``, C-contiguous per frame, written in place.
+        """
         from robo_loaders_plugin.storage.codec import FrameCodec
 
         (bufs, begin, end), buffers = self._rows()
@@ -293,6 +402,20 @@ class TieredFrames(TensorFrames):
         self.filled = np.zeros(len(self.lengths), dtype=bool)
 
     def fill(self, ep: int, arrays: dict) -> None:
+        """Copy one episode's fields into their tiers: camera frames into the device, host-raw or compressed tier
+        its rows belong to, the other fields whole into the first tier. Episodes must be filled in order (the
+        compressed tier appends). When the compressed tier outgrows ``host_limit`` it moves to ``overflow_dir``
+        (said in the log), or the fill stops.
+
+        Args:
+            ep: The episode's index.
+            arrays: ``{field: array of the episode's steps}`` for every field.
+
+        Raises:
+            ValueError: a field's shape or dtype is not the one declared.
+            ResourceRefused: the compressed tier outgrew ``host_limit`` without ``overflow_dir``, or a disk it is
+                written to would fall below its reserve.
+        """
         s, n = int(self.starts[ep]), int(self.lengths[ep])
         for k, info in self.infos.items():
             a = np.ascontiguousarray(arrays[k])
@@ -316,6 +439,7 @@ class TieredFrames(TensorFrames):
 
     @property
     def compressed_bytes(self) -> int:
+        """Bytes of the compressed tier so far, every camera field (in memory or on disk)."""
         return sum(p[2].nbytes for p in self.parts.values() if p[2] is not None)
 
     def _check_host(self, ep: int) -> None:
@@ -351,6 +475,24 @@ class TieredFrames(TensorFrames):
               flush=True)
 
     def gather(self, field, episodes, steps, pool=None) -> torch.Tensor:
+        """``field`` at (episode, step) pairs, in the order asked, each row read from its tier: device rows with
+        ``index_select``, host rows gathered (raw) or decompressed (compressed) into a staging buffer (pinned when
+        training on CUDA) that is uploaded with one copy. Fields that are not camera frames as
+        :meth:`TensorFrames.gather`.
+
+        Args:
+            field: The field's name.
+            episodes: (B,) episode indices.
+            steps: (B,) or (B, T) step indices within each row's episode.
+            pool: On the CPU, when every row is in host memory, the batch array is taken from it (recycled) instead
+                of allocated; ``None``: always allocated.
+
+        Returns:
+            A tensor of ``steps.shape + step shape`` on ``output_device`` (on the CPU when it is not CUDA).
+
+        Raises:
+            KeyError: the field is not held.
+        """
         if field not in self.parts:
             return super().gather(field, episodes, steps, pool)
         info = self.infos[field]

@@ -66,8 +66,37 @@ def convert_lerobot(root, out_dir: str, *, repo_id: str | None = None, num_worke
                     tolerance_s: float = DEFAULT_TOLERANCE_S, lease_s: float = 3600.0, progress: bool = True,
                     fingerprint: Fingerprint | None = None, executor: str = "local",
                     executor_options: Mapping | None = None) -> dict:
-    """``executor``/``executor_options``: where the work units run (``storage/shards/executors.py``); for
-    ``datatrove-slurm`` the result describes the submitted job instead of the published shards."""
+    """Convert a LeRobot v3 dataset into robo-shards in ``out_dir``: every camera frame decoded once (as
+    ``LeRobotDataset`` decodes it) and stored losslessly, one record per episode. The disk is checked against the
+    estimated output before any frame is read; re-running with the same source and settings resumes an
+    interrupted conversion (``storage.shards.manifest``).
+
+    Args:
+        root: The LeRobot v3 dataset root.
+        out_dir: The robo-shards directory written.
+        repo_id: The repo id recorded in the metadata (``None``: ``local/<root's name>``).
+        num_workers: Processes (or executor tasks) converting at once; 1 with the local executor converts in this
+            process.
+        shard_bytes: The target shard size in bytes.
+        codec: The lossless frame codec (``None``: ``FrameCodec()``'s default).
+        tolerance_s: The timestamp tolerance in seconds checked on every decoded frame, as lerobot-train's.
+        lease_s: Seconds a worker's claim on a work unit lasts before another may take it over.
+        progress: Show a progress bar.
+        fingerprint: The source's fingerprint when the caller has it (``None``: computed here).
+        executor: Where the work units run (``storage/shards/executors.py``): ``local`` or a datatrove executor.
+        executor_options: That executor's options (``None``: none).
+
+    Returns:
+        ``episodes``, ``shards``, ``source_bytes`` and ``frame_bytes`` (decoded camera bytes); for
+        ``datatrove-slurm``, the submitted job's description (``executors.Submitted.as_dict``) with
+        ``source_bytes`` and ``frame_bytes`` instead of the published shards.
+
+    Raises:
+        ExecutorError: an unknown executor or options it does not take.
+        SourceError: ``root`` is not a readable LeRobot v3 dataset (metadata or tables).
+        ShardError: ``out_dir`` cannot be written, or a worker failed.
+        core.footprint.ResourceRefused: the estimated output does not fit the disk.
+    """
     executors.check_options(executor, executor_options or {})
     codec = codec or FrameCodec()
     source = LeRobotV3(root)
@@ -100,8 +129,19 @@ def convert_lerobot(root, out_dir: str, *, repo_id: str | None = None, num_worke
 
 
 def verify_lerobot(out_dir: str, root, tolerance_s: float | None = None) -> list[str]:
-    """Checksums and decoding (ShardReader.verify), then every episode's columns and frames against a fresh
-    decode of the source dataset."""
+    """Checksums and decoding (``verify_dir``), then every episode's columns and frames against a fresh decode of
+    the source dataset: what ``robo-loaders verify --source`` runs on a LeRobot conversion.
+
+    Args:
+        out_dir: The robo-shards directory.
+        root: The LeRobot v3 dataset it was converted from.
+        tolerance_s: The timestamp tolerance of the fresh decode (``None``: the one the conversion recorded, else
+            :data:`DEFAULT_TOLERANCE_S`).
+
+    Returns:
+        One line per problem (empty: the shards match the source). The comparison stops at the first check that
+        fails: shard problems, then different episode lists.
+    """
     problems = verify_dir(out_dir)
     if problems:
         return problems

@@ -88,30 +88,38 @@ class LeRobotSamples(IndexedDataset):
 
     @property
     def num_frames(self) -> int:
+        """Rows served (``LeRobotDataset.num_frames``)."""
         return len(self.rowmap)
 
     @property
     def num_episodes(self) -> int:
+        """Episodes selected (``LeRobotDataset.num_episodes``): the selection's, else every episode of the dataset."""
         return len(self.episodes) if self.episodes is not None else self.meta.total_episodes
 
     @property
     def fps(self):
+        """The recorded frame rate (``meta.fps``)."""
         return self.meta.fps
 
     @property
     def features(self):
+        """The dataset's features (``meta.features``), as LeRobot's policies read them."""
         return self.meta.features
 
     @property
     def absolute_to_relative_idx(self):
+        """The native dataset's map from absolute ``index`` to its row, for ``EpisodeAwareSampler`` (``None`` without an
+        episode selection)."""
         return self._native.absolute_to_relative_idx
 
     @property
     def hf_dataset(self):
+        """The native dataset's HF table (read by code that inspects columns, not by the items served here)."""
         return self._native.hf_dataset
 
     @property
     def video_frame_keys(self):
+        """Camera keys stored as video (a copy)."""
         return list(self.layout.video_keys)
 
     def __repr__(self):
@@ -135,11 +143,30 @@ class LeRobotSamples(IndexedDataset):
         return rules.items(self.layout, self.frames, self.rowmap, self.windows, self._check(indices))
 
     def collate(self, indices) -> dict:
-        """The batch torch's DataLoader would hand ``lerobot-train`` for these indices."""
+        """The batch torch's DataLoader would hand ``lerobot-train`` for these indices (the ``indexed``/``batch``
+        kinds build batches here, without per-item dicts).
+
+        Args:
+            indices: Row indices (negative ones count from the end).
+
+        Returns:
+            ``{key: batched tensor or list}``, as LeRobot's default collate of ``[self[i] for i in indices]``.
+
+        Raises:
+            IndexError: an index is out of range.
+        """
         return rules.collate(self.layout, self.frames, self.rowmap, self.windows, self._check(indices), self._pool)
 
     def episode_of(self, indices=None) -> np.ndarray:
-        """Frame-source unit (episode run, or part of one) of rows ``indices`` (default: all)."""
+        """Frame-source unit (episode run, or part of one) of rows ``indices``, for the pipeline's episode-buffer
+        shuffle and the batches' episode mix.
+
+        Args:
+            indices: Row indices (``None``: every row).
+
+        Returns:
+            The unit index of each row (int64).
+        """
         return self.rowmap.run_of_row if indices is None else self.rowmap.run_of_row[np.asarray(indices)]
 
 
@@ -161,7 +188,16 @@ def episode_bounds(meta, episodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def check_supported(native) -> None:
-    """What the backends that read episodes ahead of time can reproduce."""
+    """Refuse, before anything is read, a dataset the backends that read episodes ahead of time cannot reproduce
+    byte for byte.
+
+    Args:
+        native: The ``LeRobotDataset`` LeRobot's factory built.
+
+    Raises:
+        SourceError: video decoded with another backend than torchcodec, depth features, or language columns;
+            the message says to use ``--dataset.backend=native`` (or torchcodec).
+    """
     settings = reader_settings(native)
     meta = native.meta
     if meta.video_keys and settings.video_backend != "torchcodec":
@@ -186,8 +222,20 @@ def check_rows_match(native, columns: list[str], index_column: np.ndarray, serve
     Why every row: LeRobot reads the parquet files through its datasets cache (Arrow files under
     ``HF_DATASETS_CACHE``), which is keyed by the files' mtimes, so a data file edited with its mtime kept leaves
     LeRobot serving the old values while a backend reads the new ones; a guard against any drift from LeRobot's
-    own reader too. ``served``: {column: array of every row, in the native dataset's order} for the numeric
-    columns the backend serves; ``read_from``: where the backend read them (default: the data parquet files)."""
+    own reader too.
+
+    Args:
+        native: The ``LeRobotDataset`` whose rows are served.
+        columns: The tabular columns the backend serves, in LeRobot's order.
+        index_column: The ``index`` column of every row the backend read, in its order.
+        served: ``{column: array of every row, in the native dataset's order}`` for the numeric columns the
+            backend serves (columns LeRobot does not serve as tensors are skipped).
+        read_from: Where the backend read them, for messages (``None``: the data parquet files).
+
+    Raises:
+        SourceError: the columns, the rows (``index``), a column's dtype or shape, or any value differs from
+            LeRobot's; for values, the message names the first differing row and how to refresh LeRobot's cache.
+    """
     import hashlib
     import os
 

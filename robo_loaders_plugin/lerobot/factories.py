@@ -39,7 +39,16 @@ _GPU_ALTERNATIVES = ("backend 'compressed_cache' (compressed frames, spilled to 
 
 
 def native_dataset(native, *, options=None):
-    """LeRobot's own ``LeRobotDataset``, unchanged."""
+    """LeRobot's own ``LeRobotDataset``, unchanged: the ``native`` backend, the baseline every other one is compared
+    with.
+
+    Args:
+        native: The ``LeRobotDataset`` LeRobot's own factory built.
+        options: Unused (``native`` declares no options).
+
+    Returns:
+        ``native`` itself.
+    """
     return native
 
 
@@ -51,7 +60,24 @@ def _source(native) -> tuple[LeRobotV3, object]:
 
 def compressed_cache_dataset(native, *, options):
     """Every episode read (video decoded) once into a compressed episode store shared by the host's processes;
-    LeRobot's DataLoader workers serve its items (``compressed_cache``)."""
+    LeRobot's DataLoader workers serve its items (``compressed_cache``). The store is placed (RAM file or
+    file-backed on disk) from metadata before anything is read, and reused from the cache directory while the
+    source and options are unchanged.
+
+    Args:
+        native: The ``LeRobotDataset`` LeRobot's own factory built (episode selection, ``delta_timestamps``,
+            transforms, tolerance).
+        options: The backend's resolved options object (``core.options``; declared in ``backends``).
+
+    Returns:
+        A :class:`~robo_loaders_plugin.lerobot.dataset.LeRobotSamples` over the store.
+
+    Raises:
+        CompatError: the installed LeRobot is not the version the backends support.
+        SourceError: the dataset is not supported (``check_supported``), its rows differ from LeRobot's
+            (``check_rows_match``), or a reused store holds other episodes than those selected.
+        core.footprint.ResourceRefused: the store fits neither RAM nor the disk.
+    """
     frame_codec = FrameCodec(options.codec, options.level, options.filter)
     source, settings = _source(native)
     key = {"root": str(source.root), "episodes": native.episodes, "codec": frame_codec.as_dict(),
@@ -89,7 +115,26 @@ class LeRobotShardSamples(LeRobotSamples, PipelineDataset):
 
 def datapipe_dataset(native, *, options):
     """LeRobot items from lossless robo-shards (converted on first use), passes ordered by the torchdata pipeline
-    over the frames lerobot-train's sampler would serve (``datapipe``)."""
+    over the frames lerobot-train's sampler would serve (``datapipe``). The episode buffer is sized in bytes from
+    metadata (episodes held with their frames compressed) and checked against the machine before anything is read
+    or converted.
+
+    Args:
+        native: The ``LeRobotDataset`` LeRobot's own factory built (episode selection, ``delta_timestamps``,
+            transforms, tolerance).
+        options: The backend's resolved options object (``core.options``; declared in ``backends``).
+
+    Returns:
+        A :class:`LeRobotShardSamples` over the shards' episodes.
+
+    Raises:
+        CompatError: the installed LeRobot is not the version the backends support.
+        SourceError: the dataset is not supported, the shards were checked with a looser ``tolerance_s`` than this
+            run's, an episode is missing or has another length, or the rows differ from LeRobot's.
+        StaleSourceError: given ``shards`` were converted from other data (with ``check_source``).
+        core.footprint.ResourceRefused: the buffer does not fit host memory, or a conversion on first use does not
+            fit the disk.
+    """
     passes = PassOptions.of(options)
     source, settings = _source(native)
     # the buffer holds whole episodes with their frames compressed (decoded per batch): sized in bytes, from
@@ -192,6 +237,12 @@ class RowsChecked:
             self.doc = None
 
     def before(self) -> bool:
+        """Whether the rows were checked already against the shards and LeRobot's table as both are now.
+
+        Returns:
+            True when the record matches; false when there is none, it differs or cannot be read, or LeRobot holds
+            its table in memory.
+        """
         import json
 
         if self.doc is None:
@@ -203,6 +254,8 @@ class RowsChecked:
             return False
 
     def record(self) -> None:
+        """Record that the rows passed the check (after ``check_rows_match``); a record that cannot be written is
+        skipped silently (the rows are checked again next time)."""
         import os
 
         from robo_loaders_plugin.core.files import atomic_write_json
@@ -218,7 +271,26 @@ class RowsChecked:
 
 def gpu_resampler_dataset(native, *, options):
     """Every episode's fields held as tensors (on the training GPU when they fit), batches gathered in a few index
-    operations over lerobot-train's sampler order, delta steps optionally at another rate (``gpu_resampler``)."""
+    operations over lerobot-train's sampler order, delta steps optionally at another rate (``gpu_resampler``).
+    The tiers (GPU, host raw, host compressed, spilled to disk) are planned and checked from metadata before any
+    data is read.
+
+    Args:
+        native: The ``LeRobotDataset`` LeRobot's own factory built (episode selection, ``delta_timestamps``,
+            transforms, tolerance).
+        options: The backend's resolved options object (``core.options``; declared in ``backends``).
+
+    Returns:
+        A :class:`~robo_loaders_plugin.lerobot.dataset.LeRobotSamples` over :class:`TieredFrames`; batches are built
+        in the training process without threads when every episode is on the GPU.
+
+    Raises:
+        CompatError: the installed LeRobot is not the version the backends support.
+        BackendOptionError: a bad ``device``, or ``delta_timestamps`` naming keys the dataset does not have, or
+            bad ``modes``.
+        SourceError: the dataset is not supported, or its rows differ from LeRobot's.
+        core.footprint.ResourceRefused: the data does not fit the tiers' budgets or the machine.
+    """
     from robo_loaders_plugin.frames.tensors import TieredFrames, plan_tiers_checked, training_device
     from robo_loaders_plugin.storage.cache import default_root
     from robo_loaders_plugin.windows.rates import resolve_modes
@@ -287,7 +359,26 @@ class LeRobotStreamSamples(LeRobotSamples, PipelineDataset):
 
 def video_stream_dataset(native, *, options):
     """LeRobot items decoded straight from the dataset's videos, local or remote, each episode's segment once per
-    pass, passes ordered by the torchdata pipeline (``video_stream``)."""
+    pass, passes ordered by the torchdata pipeline (``video_stream``). Long episodes are cut into units of about
+    32 MB decoded (``frames.chunks``), and the buffer is sized in bytes from metadata and checked against the
+    machine before anything is read. With a remote ``source``, the tables come from the local copy LeRobot built
+    its dataset from, checked to be the same dataset.
+
+    Args:
+        native: The ``LeRobotDataset`` LeRobot's own factory built (episode selection, ``delta_timestamps``,
+            transforms, tolerance).
+        options: The backend's resolved options object (``core.options``; declared in ``backends``).
+
+    Returns:
+        A :class:`LeRobotStreamSamples` over :class:`~robo_loaders_plugin.frames.chunks.ChunkFrames`.
+
+    Raises:
+        CompatError: the installed LeRobot is not the version the backends support.
+        SourceError: the dataset is not supported, the remote source is another dataset than the local tables,
+            or the rows differ from LeRobot's.
+        BackendOptionError: ``decode_device='cuda'`` without a CUDA GPU, or NVDEC cannot decode the dataset.
+        core.footprint.ResourceRefused: the buffer does not fit host memory.
+    """
     passes = PassOptions.of(options)
     check_version()
     check_supported(native)

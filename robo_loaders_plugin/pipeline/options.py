@@ -38,7 +38,14 @@ class PassOptions:
 
     @classmethod
     def of(cls, options) -> "PassOptions":
-        """The pass options of a backend's resolved options object (``core.options``)."""
+        """The pass options of a backend's resolved options object (``core.options``).
+
+        Args:
+            options: The resolved options; fields it does not declare keep this class's defaults.
+
+        Returns:
+            The :class:`PassOptions`.
+        """
         return cls(**{f.name: getattr(options, f.name) for f in dataclasses.fields(cls) if hasattr(options, f.name)})
 
     @property
@@ -68,8 +75,16 @@ class PassOptions:
         return dataclasses.replace(self, cache_episodes=plan.capacity, shuffle_buffer=plan.shuffle_buffer), plan
 
     def describe_shuffle(self, n_episodes: int, episodes: str = "episodes") -> str:
-        """``shuffle buffer N <episodes>`` as it acts on a dataset of ``n_episodes``: never more than there are
-        (a buffer of 64 on 20 episodes holds all 20; the option is named then)."""
+        """``shuffle buffer N <episodes>`` as it acts on a dataset of ``n_episodes``, for the summary line: never
+        more than there are (a buffer of 64 on 20 episodes holds all 20; the option is named then).
+
+        Args:
+            n_episodes: Units the dataset has (episodes, or parts of them).
+            episodes: What a unit is, plural, for the wording.
+
+        Returns:
+            The phrase.
+        """
         effective = min(self.shuffle_buffer, n_episodes)
         if effective < self.shuffle_buffer:
             return f"shuffle buffer {effective} {episodes} (all of them; shuffle_buffer={self.shuffle_buffer})"
@@ -77,7 +92,15 @@ class PassOptions:
 
 
 def recorded_source(reader_or_dir) -> Fingerprint | None:
-    """The source fingerprint a converted dataset recorded (None when it has none or is incomplete)."""
+    """The source fingerprint a converted dataset recorded, to check it against the source it is used with.
+
+    Args:
+        reader_or_dir: An open :class:`ShardReader`, or a robo-shards directory (its ``dataset.json`` is read).
+
+    Returns:
+        The :class:`Fingerprint`, or ``None`` when it has none, its ``dataset.json`` cannot be read (an incomplete
+        conversion) or the record is not a fingerprint.
+    """
     try:
         if isinstance(reader_or_dir, ShardReader):
             doc = reader_or_dir.dataset
@@ -115,9 +138,33 @@ def open_shards(*, framework: str, source, shards: str | None, cache_dir: str | 
     ``check_source`` is false), or an entry of the cache directory converted on first use and reused while
     ``source`` is unchanged. ``hold`` keeps a cache entry in use while it lives.
 
-    ``size`` (the source's ``footprints.DataSize``): a conversion on first use is refused before any data is read
-    when its estimated output (``video``: video members) does not fit the cache directory's disk; an entry whose
-    recorded source still has the same file stats is reused without the check."""
+    Args:
+        framework: ``robomimic`` or ``lerobot``: the framework the shards must have been converted from, and part of
+            the cache entry's name.
+        source: The source (``sources.*``): its ``path`` and ``fingerprint()``.
+        shards: The ``shards`` option: a robo-shards directory to read (``None``: the cache directory's entry).
+        cache_dir: The ``cache_dir`` option (``None``: the default cache root).
+        check_source: Refuse given ``shards`` whose recorded source differs from ``source``.
+        key_desc: What else the entry depends on (settings of the conversion), hashed into its name.
+        convert: ``convert(out_dir, fingerprint)`` writes the shards of ``source`` into ``out_dir``.
+        option_prefix: How the user sets options, for messages.
+        convert_hint: The command that converts the source, for messages.
+        size: The source's ``footprints.DataSize``: a conversion on first use is refused before any data is read
+            when its estimated output does not fit the cache directory's disk; an entry whose recorded source still
+            has the same file stats is reused without the check (``None``: no check).
+        video: The conversion writes video members (for the estimate).
+        backend: The backend converting, for messages.
+        alternatives: What would fit instead, for a refusal.
+
+    Returns:
+        ``(reader, hold)``: the :class:`ShardReader`, and the cache entry's hold (``None`` for given ``shards``).
+
+    Raises:
+        RoboLoadersError: given ``shards`` were converted from another framework's dataset.
+        StaleSourceError: given ``shards`` record no fingerprint or another source (with ``check_source``).
+        ShardError: given ``shards`` cannot be read.
+        core.footprint.ResourceRefused: a conversion on first use does not fit the disk.
+    """
     if shards:
         reader = ShardReader(os.path.expanduser(shards))
         meta = reader.dataset.get("metadata", {})

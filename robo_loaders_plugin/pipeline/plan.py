@@ -297,6 +297,8 @@ class BatchPlanNode(BaseNode):
         self._lock = threading.Lock()
 
     def num_batches(self) -> int:
+        """Batches in one pass (this rank's share of the items when ``world_size`` > 1): the last partial batch
+        counts unless ``drop_last``."""
         n = int(self.counts.sum())
         if self.world_size > 1:
             n = len(rank_share(n, self.rank, self.world_size))
@@ -366,9 +368,22 @@ class BatchPlanNode(BaseNode):
                 self._planning.pop(epoch, None)
 
     def seek(self, epoch: int, batch: int = 0) -> None:
+        """Make the next ``reset()`` (without a state) start at pass ``epoch``, batch ``batch``: how a resumed run or
+        a sampler's ``set_epoch`` positions the pipeline without a torchdata state dict.
+
+        Args:
+            epoch: The pass.
+            batch: The batch of that pass to yield next.
+        """
         self._seek = {EPOCH_KEY: int(epoch), BATCH_KEY: int(batch)}
 
     def reset(self, initial_state=None):
+        """Start a pass (torchdata's ``BaseNode.reset``): at ``initial_state``, else where :meth:`seek` said, else the
+        pass after the current one from its first batch; then plan the following pass in the background.
+
+        Args:
+            initial_state: A state from :meth:`get_state` (``None``: see above).
+        """
         super().reset(initial_state)
         state = initial_state if initial_state is not None else self._seek
         self._seek = None
@@ -380,6 +395,14 @@ class BatchPlanNode(BaseNode):
         self.plan_ahead(self.epoch + 1)
 
     def next(self):
+        """The next batch of the pass (torchdata's ``BaseNode.next``).
+
+        Returns:
+            (B, 2) (episode, k) pairs, a view of the pass's plan; B is ``batch_size`` but for the last batch.
+
+        Raises:
+            StopIteration: the pass is over.
+        """
         if self._batch >= self.num_batches():
             raise StopIteration
         b = self._batch
@@ -387,4 +410,6 @@ class BatchPlanNode(BaseNode):
         return self.plan[b * self.batch_size:(b + 1) * self.batch_size]
 
     def get_state(self):
+        """The position to resume from (torchdata's ``BaseNode.get_state``): ``{EPOCH_KEY: pass, BATCH_KEY: batches
+        already yielded}``."""
         return {EPOCH_KEY: self.epoch, BATCH_KEY: self._batch}

@@ -28,7 +28,14 @@ from robo_loaders_plugin.footprints import check_conversion_disk
 
 
 def is_camera(arr: np.ndarray) -> bool:
-    """What ``--frames`` stores as video: RGB frames (depth maps and other arrays stay lossless)."""
+    """What ``--frames`` stores as video: RGB frames (depth maps and other arrays stay lossless).
+
+    Args:
+        arr: A demo's dataset, read.
+
+    Returns:
+        Whether it is uint8 of shape (N, H, W, 3).
+    """
     return arr.dtype == np.uint8 and arr.ndim == 4 and arr.shape[-1] == 3
 
 
@@ -63,10 +70,37 @@ def convert_robomimic(in_path: str, out_dir: str, num_workers: int = 1, shard_by
                       codec: FrameCodec | None = None, lease_s: float = 3600.0, progress: bool = True,
                       fingerprint: Fingerprint | None = None, executor: str = "local",
                       executor_options: Mapping | None = None, video: VideoSettings | None = None) -> dict:
-    """``executor``/``executor_options``: where the work units run (``storage/shards/executors.py``); for
-    ``datatrove-slurm`` the result describes the submitted job instead of the published shards. ``video``: store
-    RGB cameras as video segments with these settings (lossy; ``fps`` is taken from the file when it says), and
-    add the :func:`video_report` to the result."""
+    """Convert a robomimic HDF5 file into robo-shards in ``out_dir``, one record per demo. The file is validated
+    and the disk checked against the estimated output before any array is read; re-running with the same source
+    and settings resumes an interrupted conversion (``storage.shards.manifest``), with other video settings it is
+    refused.
+
+    Args:
+        in_path: The robomimic HDF5 file.
+        out_dir: The robo-shards directory written.
+        num_workers: Processes (or executor tasks) converting at once.
+        shard_bytes: The target shard size in bytes.
+        codec: The lossless frame codec (``None``: ``FrameCodec()``'s default).
+        lease_s: Seconds a worker's claim on a work unit lasts before another may take it over.
+        progress: Show a progress bar.
+        fingerprint: The source's fingerprint when the caller has it (``None``: computed here).
+        executor: Where the work units run (``storage/shards/executors.py``): ``local`` or a datatrove executor.
+        executor_options: That executor's options (``None``: none).
+        video: Store RGB cameras (:func:`is_camera`) as video segments with these settings (lossy; an ``fps`` left
+            at the default is taken from the file's ``control_freq`` when it says), and add the
+            :func:`video_report` to the result (``None``: every array lossless).
+
+    Returns:
+        ``episodes`` and ``shards`` (and ``video``, the report, with ``video``); for ``datatrove-slurm``, the
+        submitted job's description (``executors.Submitted.as_dict``) instead.
+
+    Raises:
+        SourceError: the file is not a valid robomimic file (``sources.robomimic_hdf5``).
+        ExecutorError: an unknown executor or options it does not take.
+        ShardError: ``out_dir`` cannot be written, or a worker failed.
+        VideoError: the video encoder is not available.
+        core.footprint.ResourceRefused: the estimated output does not fit the disk.
+    """
     executors.check_options(executor, executor_options or {})
     codec = codec or FrameCodec()
     source = RobomimicHdf5(in_path)  # validated: demos, num_samples against every array
@@ -106,7 +140,19 @@ def convert_robomimic(in_path: str, out_dir: str, num_workers: int = 1, shard_by
 def video_report(out_dir: str, in_path: str | None = None) -> dict:
     """Sizes and PSNR of converted shards: per video field (camera), its bytes against the raw frames and its PSNR
     over all its frames (from the loss each segment recorded when encoded: nothing is decoded); overall, the
-    shards' bytes against the HDF5 file's."""
+    shards' bytes against the HDF5 file's.
+
+    Args:
+        out_dir: The robo-shards directory.
+        in_path: The HDF5 file it was converted from (``None``: no overall comparison).
+
+    Returns:
+        ``settings`` (the video settings recorded), ``shards_bytes``, ``cameras`` (``{field: {psnr_db,
+        video_bytes, raw_bytes, ratio}}``) and, with ``in_path``, ``hdf5_bytes`` and ``ratio``.
+
+    Raises:
+        ShardError: the shards cannot be read.
+    """
     reader = ShardReader(out_dir)
     fields: dict[str, dict] = {}
     for i, ep in enumerate(reader.episodes):
@@ -132,6 +178,15 @@ def video_report(out_dir: str, in_path: str | None = None) -> dict:
 
 
 def format_video_report(report: dict) -> str:
+    """A :func:`video_report` as the lines ``robo-loaders convert robomimic --frames ...`` prints: the settings,
+    the size against the HDF5 (when known), then each camera's PSNR and ratio.
+
+    Args:
+        report: The report.
+
+    Returns:
+        The lines, joined by newlines.
+    """
     s = report.get("settings") or {}
     lines = [f"frames: {s.get('codec')} (crf {s.get('crf')}, gop {s.get('gop')}, {s.get('pix_fmt')})"]
     if "hdf5_bytes" in report:
@@ -144,7 +199,21 @@ def format_video_report(report: dict) -> str:
 
 
 def verify_robomimic(out_dir: str, in_path: str) -> list[str]:
-    """Checksums and decoding (ShardReader.verify), then every demo's arrays against the source file."""
+    """Checksums and decoding (``verify_dir``), then every demo's arrays against the source file: lossless ones
+    byte for byte, video ones by their loss against the source matching the loss recorded at conversion (within
+    1%). What ``robo-loaders verify --source`` runs on a robomimic conversion.
+
+    Args:
+        out_dir: The robo-shards directory.
+        in_path: The robomimic HDF5 file it was converted from.
+
+    Returns:
+        One line per problem (empty: the shards match the source). The comparison stops at the first check that
+        fails: shard problems, then different demo lists.
+
+    Raises:
+        SourceError: ``in_path`` is not a valid robomimic file.
+    """
     problems = verify_dir(out_dir)
     if problems:
         return problems

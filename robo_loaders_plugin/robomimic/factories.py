@@ -31,7 +31,19 @@ OPTION_PREFIX = "train.data_backend_kwargs"
 
 
 def native_dataset(config, obs_keys, filter_by_attribute=None, dataset_path=None, *, options=None):
-    """robomimic's own SequenceDataset, built by robomimic's own (unpatched) dataset_factory."""
+    """robomimic's own SequenceDataset, built by robomimic's own (unpatched) dataset_factory: the ``native``
+    backend, the baseline every other one is compared with.
+
+    Args:
+        config: robomimic's config.
+        obs_keys: The observation keys to serve.
+        filter_by_attribute: A filter key under ``mask/`` selecting the demos (``None``: every demo).
+        dataset_path: The HDF5 file (``None``: ``config.train.data``).
+        options: Unused (``native`` declares no options).
+
+    Returns:
+        robomimic's ``SequenceDataset``.
+    """
     from robo_loaders_plugin.robomimic.compat import original
 
     return original("dataset_factory")(config, obs_keys, filter_by_attribute=filter_by_attribute,
@@ -40,7 +52,21 @@ def native_dataset(config, obs_keys, filter_by_attribute=None, dataset_path=None
 
 def sequence_options(config, obs_keys, dataset_path) -> tuple[SequenceOptions, str]:
     """The SequenceDataset arguments robomimic's dataset_factory would pass, checked the way it checks them, and
-    the HDF5 path."""
+    the HDF5 path.
+
+    Args:
+        config: robomimic's config.
+        obs_keys: The observation keys to serve.
+        dataset_path: The HDF5 file (``None``: ``config.train.data``); ``~`` is expanded.
+
+    Returns:
+        ``(options, path)``.
+
+    Raises:
+        RoboLoadersError: ``hdf5_normalize_obs`` is set (not supported), or ``hdf5_cache_mode``, ``frame_stack``,
+            ``seq_length`` or ``goal_mode`` has a value robomimic would not accept (``goal_mode='last'`` also needs
+            ``hdf5_load_next_obs``).
+    """
     t = config.train
     opts = SequenceOptions(
         obs_keys=tuple(obs_keys), dataset_keys=tuple(t.dataset_keys), load_next_obs=bool(t.hdf5_load_next_obs),
@@ -85,7 +111,25 @@ def _data_size(source: RobomimicHdf5, f, demos: list[str], opts: SequenceOptions
 
 
 def compressed_cache_dataset(config, obs_keys, filter_by_attribute=None, dataset_path=None, *, options):
-    """Every demo read once into a compressed episode store shared by the host's processes (``compressed_cache``)."""
+    """Every demo read once into a compressed episode store shared by the host's processes (``compressed_cache``).
+    The store is placed (RAM file or file-backed on disk) from metadata before anything is read, and reused from
+    the cache directory while the source and options are unchanged.
+
+    Args:
+        config: robomimic's config (``train.*`` read as ``dataset_factory`` reads it).
+        obs_keys: The observation keys to serve.
+        filter_by_attribute: A filter key under ``mask/`` selecting the demos (``None``: every demo).
+        dataset_path: The HDF5 file (``None``: ``config.train.data``).
+        options: The backend's resolved options object (``core.options``; declared in ``backends``).
+
+    Returns:
+        A :class:`~robo_loaders_plugin.robomimic.dataset.RobomimicSamples` over the store.
+
+    Raises:
+        RoboLoadersError: bad sequence settings (:func:`sequence_options`), or a reused store holds other demos.
+        SourceError: the file is not a valid robomimic file, or the filter key selects no demos.
+        core.footprint.ResourceRefused: the store fits neither RAM nor the disk.
+    """
     opts, path = sequence_options(config, obs_keys, dataset_path)
     frame_codec = FrameCodec(options.codec, options.level, options.filter)
     source = RobomimicHdf5(path)
@@ -134,7 +178,28 @@ class RobomimicShardSamples(RobomimicSamples, PipelineDataset):
 
 def datapipe_dataset(config, obs_keys, filter_by_attribute=None, dataset_path=None, *, options):
     """SequenceDataset's samples from lossless robo-shards (converted on first use), passes ordered by the
-    torchdata pipeline (``datapipe``)."""
+    torchdata pipeline (``datapipe``). The episode buffer is sized in bytes from metadata and checked against the
+    machine before anything is read or converted.
+
+    Args:
+        config: robomimic's config (``train.*`` read as ``dataset_factory`` reads it).
+        obs_keys: The observation keys to serve.
+        filter_by_attribute: A filter key under ``mask/`` selecting the demos (``None``: every demo).
+        dataset_path: The HDF5 file (``None``: ``config.train.data``).
+        options: The backend's resolved options object (``core.options``; declared in ``backends``).
+
+    Returns:
+        A :class:`RobomimicShardSamples`.
+
+    Raises:
+        RoboLoadersError: bad sequence settings, or ``shards`` converted from another framework's dataset.
+        SourceError: the file is not a valid robomimic file, the filter key selects no demos, or the shards lack a
+            selected demo or key.
+        StaleSourceError: given ``shards`` were converted from other data (with ``check_source``).
+        BackendOptionError: the shards hold video (those are ``video_stream``'s).
+        core.footprint.ResourceRefused: the buffer does not fit host memory, or a conversion on first use does not
+            fit the disk.
+    """
     opts, path = sequence_options(config, obs_keys, dataset_path)
     source = RobomimicHdf5(path)
     passes, bound, whole = _sized_passes(config, source, opts, filter_by_attribute, PassOptions.of(options),
@@ -244,8 +309,29 @@ def _shard_samples(config, opts: SequenceOptions, path: str, filter_by_attribute
 def video_stream_dataset(config, obs_keys, filter_by_attribute=None, dataset_path=None, *, options):
     """robomimic from video shards (``robo-loaders convert robomimic IN OUT --frames h264``): datapipe's samples
     with each episode's camera segments decoded once per load, in order (lossy frames, everything else
-    byte-identical). ``options.source``: the shards (default: converted on first use into the cache directory,
-    H.264 at its default crf)."""
+    byte-identical).
+
+    Args:
+        config: robomimic's config (``train.*`` read as ``dataset_factory`` reads it).
+        obs_keys: The observation keys to serve.
+        filter_by_attribute: A filter key under ``mask/`` selecting the demos (``None``: every demo).
+        dataset_path: The HDF5 file (``None``: ``config.train.data``).
+        options: The backend's resolved options object (``core.options``; declared in ``backends``);
+            ``options.source``: the video shards (default: converted on first use into the cache directory, H.264 at
+            its default crf).
+
+    Returns:
+        A :class:`RobomimicShardSamples` whose camera frames are decoded from video.
+
+    Raises:
+        RoboLoadersError: bad sequence settings, or shards converted from another framework's dataset.
+        SourceError: the file is not a valid robomimic file, the filter key selects no demos, or the shards lack a
+            selected demo or key.
+        StaleSourceError: the shards were converted from other data.
+        BackendOptionError: the shards hold no video (those are ``datapipe``'s).
+        core.footprint.ResourceRefused: the buffer does not fit host memory, or a conversion on first use does not
+            fit the disk.
+    """
     from robo_loaders_plugin.storage.encoded_frames import VideoSegmentFrames
     from robo_loaders_plugin.storage.video import VideoSettings
 
@@ -288,7 +374,16 @@ def video_stream_dataset(config, obs_keys, filter_by_attribute=None, dataset_pat
 
 
 def recorded_fps(source: RobomimicHdf5, f) -> float | None:
-    """The rate a robomimic file was recorded at, when its ``env_args`` say (robosuite's ``control_freq``)."""
+    """The rate a robomimic file was recorded at, when its ``env_args`` say (robosuite's ``control_freq``): what
+    ``target_fps`` converts from when ``source_fps`` is not given.
+
+    Args:
+        source: The file's source (unused: the rate is read from ``f``).
+        f: The open HDF5 file.
+
+    Returns:
+        The rate in Hz, or ``None`` when ``env_args`` or its ``control_freq`` is missing or unreadable.
+    """
     import json
 
     try:
@@ -304,7 +399,28 @@ MAX_UPSAMPLING = 100.0
 
 def gpu_resampler_dataset(config, obs_keys, filter_by_attribute=None, dataset_path=None, *, options):
     """Every demo's fields held as tensors (on the training GPU when they fit), batches gathered in a few index
-    operations, windows optionally at another rate (``gpu_resampler``)."""
+    operations, windows optionally at another rate (``gpu_resampler``). The tiers (GPU, host raw, host
+    compressed, spilled to disk) are planned and checked from metadata before any data is read.
+
+    Args:
+        config: robomimic's config (``train.*`` read as ``dataset_factory`` reads it).
+        obs_keys: The observation keys to serve.
+        filter_by_attribute: A filter key under ``mask/`` selecting the demos (``None``: every demo).
+        dataset_path: The HDF5 file (``None``: ``config.train.data``).
+        options: The backend's resolved options object (``core.options``; declared in ``backends``).
+
+    Returns:
+        A :class:`~robo_loaders_plugin.robomimic.dataset.RobomimicSamples` over
+        :class:`~robo_loaders_plugin.frames.tensors.TieredFrames`; batches are built in the training process
+        without threads when every demo is on the GPU.
+
+    Raises:
+        RoboLoadersError: bad sequence settings.
+        SourceError: the file is not a valid robomimic file, or the filter key selects no demos.
+        BackendOptionError: a bad ``device`` or ``modes``, ``target_fps`` on a file that does not say its rate
+            without ``source_fps``, or ``target_fps`` more than :data:`MAX_UPSAMPLING` times the recorded rate.
+        core.footprint.ResourceRefused: the data does not fit the tiers' budgets or the machine.
+    """
     from robo_loaders_plugin.frames.tensors import TieredFrames, plan_tiers_checked, training_device
     from robo_loaders_plugin.storage.cache import default_root
     from robo_loaders_plugin.windows.rates import resolve_modes

@@ -121,6 +121,18 @@ class CameraScene:
         region += m * value
 
     def render(self, cube_xy, grip_xy, grip_open: float, t: float) -> np.ndarray:
+        """One frame: the background seen through the camera's shake and pan at time ``t``, the light's flicker,
+        the textured cube and the gripper's two fingers, then fresh sensor noise.
+
+        Args:
+            cube_xy: The cube's centre (x, y), in fractions of the frame.
+            grip_xy: The gripper's centre (x, y), in fractions of the frame.
+            grip_open: How open the gripper is (0: closed, 1: open): the fingers' spread.
+            t: Time in seconds (frame index / fps): drives the shake, pan and flicker.
+
+        Returns:
+            (H, W, 3) uint8.
+        """
         dy, dx = self._offset(t)
         img = self.background[MARGIN + dy:MARGIN + dy + self.h, MARGIN + dx:MARGIN + dx + self.w].copy()
         img *= np.float32(1.0 + 0.02 * np.sin(2 * np.pi * 0.7 * t + self.phase[0]))  # light flicker

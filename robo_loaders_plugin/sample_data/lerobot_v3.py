@@ -33,23 +33,42 @@ def write_lerobot_dataset(root, *, repo_id: str = "local/sample", episode_length
                           video_files_size_in_mb: float | None = None, overwrite: bool = False,
                           progress: bool = True, actions_from_state: bool = False, scenes: int | None = None,
                           content: str = "renders", noise: float = 1.0, streaming_encoding: bool = False) -> Path:
-    """Create the dataset at ``root``; load it with ``LeRobotDataset(repo_id, root=root)``.
+    """Create the dataset at ``root`` with LeRobot's own writer, so tests and benchmarks read exactly what LeRobot
+    writes; load it with ``LeRobotDataset(repo_id, root=root)``.
 
-    ``actions_from_state``: each action is a fixed function of the same frame's state, so that a policy learns
-    it within a few epochs (loss tests need a policy whose results depend on the data it was given).
+    Args:
+        root: The dataset root (must not exist unless ``overwrite``).
+        repo_id: The repo id recorded.
+        episode_lengths: Frames of each episode.
+        cameras: Cameras (``observation.images.cam<i>``; 0: state and actions only).
+        image_size: (height, width) of the frames.
+        mode: ``av1`` (LeRobot's default) or ``h264`` video, or ``png`` images in the parquet files.
+        fps: The frame rate recorded.
+        seed: Seed of the random generator.
+        video_files_size_in_mb: LeRobot's limit of a video file, in MB; small (e.g. 0.01) forces several mp4
+            files (``None``: LeRobot's default, all episodes of a camera in one file, each at its own
+            ``from_timestamp``).
+        overwrite: Replace an existing ``root``.
+        progress: Show a progress bar.
+        actions_from_state: Each action is a fixed function of the same frame's state, so that a policy learns it
+            within a few epochs (loss tests need a policy whose results depend on the data it was given).
+        scenes: Camera frames from this many distinct rendered scenes, reused by episode (see
+            :func:`episode_contents`; ``None``: one per episode); the content
+            :func:`~robo_loaders_plugin.sample_data.lerobot_fast.write_lerobot_fast` writes the same way, faster.
+        content: ``renders`` (simulator-like frames) or ``camera`` (camera-like: texture, shake, sensor noise;
+            ``sample_data.camera``).
+        noise: Sensor noise of ``camera`` content, sigma in grey levels.
+        streaming_encoding: LeRobot encodes each frame as it is added (its ``streaming_encoding``) instead of
+            writing PNG files first and encoding them at ``save_episode``: the same encoder and settings, without
+            1 MB of PNG per 480p frame on disk (what makes large datasets practical to generate). Ignored for
+            ``png``.
 
-    ``video_files_size_in_mb`` small (e.g. 0.01) forces several mp4 files; by default LeRobot concatenates all
-    episodes of a camera into one file, each episode at its own ``from_timestamp``.
+    Returns:
+        ``root``, as a ``Path``.
 
-    ``scenes``: camera frames from this many distinct rendered scenes, reused by episode (see
-    :func:`episode_contents`); the content :func:`~robo_loaders_plugin.sample_data.lerobot_fast.write_lerobot_fast`
-    writes the same way, faster.
-
-    ``content``: ``renders`` (simulator-like frames) or ``camera`` (camera-like: texture, shake, sensor noise of
-    ``noise`` grey levels; ``sample_data.camera``). ``streaming_encoding``: LeRobot encodes each frame as it is
-    added (its ``streaming_encoding``) instead of writing PNG files first and encoding them at ``save_episode``:
-    the same encoder and settings, without 1 MB of PNG per 480p frame on disk (what makes large datasets
-    practical to generate).
+    Raises:
+        ValueError: an unknown ``mode`` or ``content``.
+        FileExistsError: ``root`` exists and ``overwrite`` is false.
     """
     from lerobot.configs import RGBEncoderConfig
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
@@ -173,7 +192,25 @@ def write_lerobot_from_robomimic(hdf5_path, root, *, repo_id: str = "local/from_
                                  progress: bool = True) -> Path:
     """A LeRobot v3 dataset with the camera frames, state and actions of a robomimic HDF5 (the layout of
     ``../shared/data/robosuite_lift_84_20demos_lerobot``), each demo written ``repeat`` times: real rendered
-    pixels at benchmark scale from a small simulator dataset."""
+    pixels at benchmark scale from a small simulator dataset.
+
+    Args:
+        hdf5_path: The robomimic HDF5 file: its uint8 (N, H, W, C) obs are the cameras
+            (``observation.images.<key without _image>``), its end-effector and gripper obs the state.
+        root: The dataset root (must not exist unless ``overwrite``).
+        repo_id: The repo id recorded.
+        repeat: How many times every demo is written.
+        mode: ``av1`` or ``h264`` video, or ``png`` images.
+        fps: The frame rate recorded.
+        overwrite: Replace an existing ``root``.
+        progress: Show a progress bar.
+
+    Returns:
+        ``root``, as a ``Path``.
+
+    Raises:
+        FileExistsError: ``root`` exists and ``overwrite`` is false.
+    """
     import h5py
     from lerobot.configs import RGBEncoderConfig
     from lerobot.datasets.lerobot_dataset import LeRobotDataset

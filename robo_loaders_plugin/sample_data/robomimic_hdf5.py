@@ -19,11 +19,31 @@ STATE_DIM = 32
 
 
 def camera_names(n: int) -> list[str]:
+    """The obs keys of ``n`` cameras: robosuite's usual names for the first two (so robomimic's image configs find
+    them), then ``camera<i>_image``.
+
+    Args:
+        n: Cameras.
+
+    Returns:
+        The keys, in camera order.
+    """
     return [CAMERA_NAMES[i] if i < len(CAMERA_NAMES) else f"camera{i}_image" for i in range(n)]
 
 
 def smooth_path(rng, n, dim, scale=1.0):
-    """A smooth random trajectory: a few random cosine modes per dimension."""
+    """A smooth random trajectory: a few random cosine modes per dimension, so frames, states and actions change
+    gradually from step to step, as recorded ones do.
+
+    Args:
+        rng: The random generator.
+        n: Steps.
+        dim: Dimensions.
+        scale: The amplitude of the first mode (mode ``k`` has ``scale / k``).
+
+    Returns:
+        (n, dim) float64.
+    """
     t = np.linspace(0, 1, n)[:, None]
     out = np.zeros((n, dim))
     for k in range(1, 4):
@@ -34,7 +54,22 @@ def smooth_path(rng, n, dim, scale=1.0):
 def renderer(content: str, size, camera: int, rng, noise: float = 1.0, fps: float = 20.0):
     """``render(i, cube_xy, grip_xy, grip_open)`` for frame ``i`` of one camera: ``renders`` draws like a
     simulator (``scenes.SceneRenderer``), ``camera`` like a real camera (``camera.CameraScene``: texture, shake,
-    sensor noise of ``noise`` grey levels)."""
+    sensor noise of ``noise`` grey levels).
+
+    Args:
+        content: ``renders`` or ``camera``.
+        size: The frames' side in pixels, or (height, width).
+        camera: Which camera.
+        rng: The random generator of this camera.
+        noise: Sensor noise of ``camera`` content, sigma in grey levels.
+        fps: The frame rate: frame ``i`` is at ``i / fps`` seconds (the camera's motion; ``camera`` content only).
+
+    Returns:
+        ``render(i, cube_xy, grip_xy, grip_open)`` -> (H, W, 3) uint8.
+
+    Raises:
+        ValueError: an unknown ``content``.
+    """
     if content == "renders":
         r = SceneRenderer(size, camera, rng)
         return lambda i, cube, grip, grip_open: r.render(cube, grip, grip_open)
@@ -75,11 +110,31 @@ def write_robomimic_hdf5(path: str, demos: int = 10, image_size: int = 84, camer
                          min_length: int = 40, max_length: int = 60, valid_fraction: float = 0.1,
                          next_obs: bool = True, progress: bool = True, content: str = "renders",
                          noise: float = 1.0) -> str:
-    """Generate ``demos`` demos of a Lift-like task; returns ``path``. Written to a temp name, then renamed.
+    """Generate ``demos`` demos of a Lift-like task. Written to a temp name, then renamed, so an interrupted run
+    leaves no file that looks complete.
 
-    ``content``: ``renders`` (simulator-like frames) or ``camera`` (camera-like: texture, shake, sensor noise of
-    ``noise`` grey levels; ``sample_data.camera``). ``next_obs=False`` leaves out ``next_obs/`` (BC-RNN image
-    configs do not load it), halving the file."""
+    Args:
+        path: The HDF5 file written (its directory is created).
+        demos: Demos, at least 1.
+        image_size: The cameras' side in pixels, at least 8.
+        cameras: RGB cameras (0: low-dimensional observations only).
+        seed: Seed of the random generator (the file is a pure function of the arguments).
+        min_length: The shortest demo in steps, at least 1.
+        max_length: The longest demo in steps, at least ``min_length``.
+        valid_fraction: The share of demos in ``mask/valid`` (at least one when there are two demos or more); the
+            rest are in ``mask/train``.
+        next_obs: Write ``next_obs/``; false leaves it out (BC-RNN image configs do not load it), halving the file.
+        progress: Show a progress bar.
+        content: ``renders`` (simulator-like frames) or ``camera`` (camera-like: texture, shake, sensor noise;
+            ``sample_data.camera``).
+        noise: Sensor noise of ``camera`` content, sigma in grey levels.
+
+    Returns:
+        ``path``.
+
+    Raises:
+        ValueError: an unknown ``content``, or a count or size out of range.
+    """
     if content not in CONTENTS:
         raise ValueError(f"content must be one of {CONTENTS}, got {content!r}")
     if demos < 1 or image_size < 8 or cameras < 0 or not 1 <= min_length <= max_length:

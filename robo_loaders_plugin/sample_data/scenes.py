@@ -10,6 +10,15 @@ import numpy as np
 
 
 class SceneRenderer:
+    """One camera of one episode drawn like a simulator render: ``render(cube_xy, grip_xy, grip_open)`` ->
+    (H, W, 3) uint8.
+
+    Args:
+        size: The frames' side in pixels, or (height, width).
+        camera: Which camera (changes the lighting and the view).
+        rng: The random generator of this camera (tint, texture, cube colour and view are drawn from it once).
+    """
+
     def __init__(self, size, camera: int, rng: np.random.Generator):
         h, w = (size, size) if np.isscalar(size) else size
         self.size = max(h, w)
@@ -34,6 +43,16 @@ class SceneRenderer:
         return np.clip((r - d) * self.size / 1.5, 0.0, 1.0)[..., None]  # soft edge ~1.5 px
 
     def render(self, cube_xy, grip_xy, grip_open) -> np.ndarray:
+        """One frame: the shaded, textured table with the cube and the gripper's two fingers, soft-edged.
+
+        Args:
+            cube_xy: The cube's centre (x, y), in fractions of the frame.
+            grip_xy: The gripper's centre (x, y), in fractions of the frame.
+            grip_open: How open the gripper is (0: closed, 1: open): the fingers' spread.
+
+        Returns:
+            (H, W, 3) uint8.
+        """
         img = self.background.copy()
         cx, cy = cube_xy + self.view
         m = self._blob(cx, cy, 0.09, square=True)

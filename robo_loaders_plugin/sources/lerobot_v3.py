@@ -89,27 +89,73 @@ class LeRobotV3:
 
     @property
     def path(self) -> str:
+        """The dataset's URL or real local path: what caches and messages name it by (the sources' common
+        attribute)."""
         return self.url
 
     # -- files ---------------------------------------------------------------------------------------------------
     def full(self, rel: str) -> str:
+        """The path, on this source's filesystem, of a file relative to the root.
+
+        Args:
+            rel: A path relative to the root (``meta/info.json``).
+
+        Returns:
+            ``<root>/<rel>``.
+        """
         return f"{self.root}/{rel}"
 
     def exists(self, rel: str) -> bool:
+        """Whether a file relative to the root exists (locally a stat, remotely a request).
+
+        Args:
+            rel: A path relative to the root.
+
+        Returns:
+            True when it exists.
+        """
         return self.fs.exists(self.full(rel))
 
     def read_bytes(self, rel: str) -> bytes:
+        """A whole file relative to the root (a small one: metadata).
+
+        Args:
+            rel: A path relative to the root.
+
+        Returns:
+            Its bytes.
+
+        Raises:
+            FileNotFoundError: it does not exist.
+        """
         with self.fs.open(self.full(rel), "rb") as f:
             return f.read()
 
     def glob(self, pattern: str) -> list[str]:
-        """Full paths matching ``pattern`` (relative to the root), sorted as LeRobot sorts them."""
+        """Full paths matching ``pattern`` (relative to the root), sorted as LeRobot sorts them.
+
+        Args:
+            pattern: A glob pattern relative to the root (``data/*/*.parquet``).
+
+        Returns:
+            Paths on this source's filesystem, sorted.
+        """
         return sorted(self.fs.glob(self.full(pattern)))
 
     def open_video(self, path: str):
         """A local path as it is (torchcodec opens it, as LeRobot does); a remote one as its verified local copy
         with ``local_cache_dir``, else as a file reading through a block cache shared by every decoder of this
-        source (``sources.remote_blocks``)."""
+        source (``sources.remote_blocks``).
+
+        Args:
+            path: A video file's path on the video filesystem (:meth:`video_path`).
+
+        Returns:
+            What torchcodec opens: a local path, or a file-like object reading the remote file.
+
+        Raises:
+            SourceError: ``local_cache_dir``'s copy could not be made (it says why).
+        """
         from fsspec.implementations.local import LocalFileSystem
 
         if isinstance(self.video_fs, LocalFileSystem):
@@ -133,7 +179,15 @@ class LeRobotV3:
         return self._read_failures
 
     def remote_failures(self, path: str) -> tuple[int, BaseException | None]:
-        """(how many reads of video ``path`` the remote store failed in this process, the last exception)."""
+        """How many reads of a remote video the store failed in this process, so that a decode error can say "the
+        connection failed" rather than "the file is corrupt".
+
+        Args:
+            path: The video file's path on the video filesystem.
+
+        Returns:
+            ``(failed reads, the last exception or None)``.
+        """
         return self.read_failures.of(path)
 
     @property
@@ -144,7 +198,17 @@ class LeRobotV3:
 
     def video_exists(self, path: str) -> bool:
         """Locally a stat; remotely a HEAD request (fsspec's HTTP ``exists`` would GET the whole file), none for
-        a copy ``local_cache_dir`` already checked against the remote file in this process."""
+        a copy ``local_cache_dir`` already checked against the remote file in this process.
+
+        Args:
+            path: The video file's path on the video filesystem.
+
+        Returns:
+            True when it exists.
+
+        Raises:
+            Exception: the remote store's own error when asking failed (not a missing file).
+        """
         if self.file_cache is not None and self.file_cache.checked(path):
             return True
         try:
@@ -186,9 +250,27 @@ class LeRobotV3:
         return self._tasks
 
     def stats(self) -> dict | None:
+        """``meta/stats.json``, which converted shards keep (LeRobot normalizes with it).
+
+        Returns:
+            The parsed JSON, or ``None`` when the dataset has none.
+        """
         return json.loads(self.read_bytes("meta/stats.json")) if self.exists("meta/stats.json") else None
 
     def video_path(self, ep: int, key: str) -> str:
+        """The video file holding an episode's camera, from ``info.json``'s ``video_path`` template and the
+        episode's chunk and file indices (several episodes share a file, each at its own ``from_timestamp``).
+
+        Args:
+            ep: The episode index.
+            key: The camera's video key.
+
+        Returns:
+            The path on the video filesystem (``videos_from``'s when given).
+
+        Raises:
+            KeyError: the episode is not in ``meta/episodes``, or has no file for the key.
+        """
         row = self.episodes[ep]
         rel = self.info["video_path"].format(video_key=key, chunk_index=row[f"videos/{key}/chunk_index"],
                                              file_index=row[f"videos/{key}/file_index"])
@@ -199,8 +281,15 @@ class LeRobotV3:
         ``meta/info.json``'s features and ``meta/episodes``' lengths only (no table row or video frame is read):
         every camera decoded to uint8 (``cameras``: only these), every numeric column as LeRobot serves it.
 
+        Args:
+            episodes: Episode indices (``None``: every episode in ``meta/episodes``).
+            cameras: The camera keys counted (``None``: every video and image key).
+
         Returns:
-            A ``DataSize`` in episode-index order.
+            A ``DataSize`` in episode-index order; ``source_bytes`` is the local dataset's size (0 when remote).
+
+        Raises:
+            SourceError: an episode is not in ``meta/episodes``, or there is none.
         """
         from robo_loaders_plugin.footprints import DataSize
 
@@ -228,13 +317,32 @@ class LeRobotV3:
         return sorted({self.video_path(ep, k) for ep in self.episodes for k in self.video_keys})
 
     def data_files(self) -> list[str]:
+        """The data parquet files (``data/*/*.parquet``), sorted as LeRobot sorts them.
+
+        Returns:
+            Their paths on this source's filesystem.
+
+        Raises:
+            SourceError: there is none (an incomplete dataset).
+        """
         paths = self.glob("data/*/*.parquet")
         if not paths:
             raise SourceError(f"{self.url}: no data/*/*.parquet files; the dataset is incomplete")
         return paths
 
     def column_spec(self, name: str) -> tuple[np.dtype, tuple]:
-        """(dtype, per-row shape) LeRobot serves tabular column ``name`` in."""
+        """(dtype, per-row shape) LeRobot serves tabular column ``name`` in: float32, int64 or bool, and a feature of
+        shape (1,) as a scalar.
+
+        Args:
+            name: A feature that is a table column.
+
+        Returns:
+            ``(dtype, shape)``.
+
+        Raises:
+            SourceError: a dtype backends do not serve (strings, ...).
+        """
         ft = self.features[name]
         dtype = _numpy_dtype(ft["dtype"])
         if dtype is None:
@@ -245,7 +353,19 @@ class LeRobotV3:
 
     # -- tables ---------------------------------------------------------------------------------------------------
     def read_table(self, columns: list[str], episodes: list[int] | None = None):
-        """The data rows (in file order) of ``episodes`` (None: all), as one Arrow table."""
+        """The data rows (in file order) of ``episodes``, as one Arrow table.
+
+        Args:
+            columns: The columns read.
+            episodes: Episode indices (``None``: every row).
+
+        Returns:
+            A ``pyarrow.Table``.
+
+        Raises:
+            SourceError: a required column (``index``, ``episode_index``, ``timestamp``, ``task_index``) is missing
+                from the features, there is no data file, or the files cannot be read.
+        """
         import pyarrow.dataset as pa_ds
 
         missing = [c for c in REQUIRED_COLUMNS if c not in self.columns]
@@ -260,7 +380,19 @@ class LeRobotV3:
                               "corrupt") from exc
 
     def column_arrays(self, table, columns) -> dict[str, np.ndarray]:
-        """Tabular columns as numpy arrays in the dtypes and shapes LeRobot serves them."""
+        """Tabular columns as numpy arrays in the dtypes and shapes LeRobot serves them (:meth:`column_spec`).
+
+        Args:
+            table: An Arrow table from :meth:`read_table`.
+            columns: The columns converted (numeric ones).
+
+        Returns:
+            ``{column: (rows,) + shape array}``.
+
+        Raises:
+            SourceError: a column's dtype is not served, or it holds another number of values than its feature's
+                shape says.
+        """
         import pyarrow as pa
         import pyarrow.compute as pc
 
@@ -280,7 +412,18 @@ class LeRobotV3:
         return out
 
     def episode_runs(self, episode_index: np.ndarray) -> list[tuple[int, int, int]]:
-        """(episode, first row, end row) of each contiguous run; each episode one run of its recorded length."""
+        """(episode, first row, end row) of each contiguous run; each episode one run of its recorded length.
+
+        Args:
+            episode_index: The ``episode_index`` column of the rows read, in their order.
+
+        Returns:
+            The runs, in row order (end exclusive).
+
+        Raises:
+            SourceError: no rows, an episode's rows not contiguous, an episode missing from ``meta/episodes``, or a
+                run of another length than the episode's recorded one.
+        """
         if len(episode_index) == 0:
             raise SourceError(f"{self.root}: the dataset selects no frames")
         cuts = np.flatnonzero(np.diff(episode_index)) + 1
@@ -303,7 +446,19 @@ class LeRobotV3:
 
     # -- frames ---------------------------------------------------------------------------------------------------
     def png_frames(self, table, name: str, rows: slice) -> np.ndarray:
-        """PNG images of a row range as uint8 (N, C, H, W), decoded as the HF Image feature decodes them."""
+        """PNG images of a row range as uint8 (N, C, H, W), decoded as the HF Image feature decodes them.
+
+        Args:
+            table: An Arrow table holding the image column.
+            name: The image column.
+            rows: The rows of ``table`` (``start`` and ``stop`` used).
+
+        Returns:
+            The frames, C-contiguous (an empty range: a 1-D empty array).
+
+        Raises:
+            SourceError: a cell with neither bytes nor a path, or an image that is not RGB.
+        """
         from PIL import Image
 
         col = table.column(name)[rows.start:rows.stop]
@@ -324,6 +479,19 @@ class LeRobotV3:
 
     # -- staleness ------------------------------------------------------------------------------------------------
     def fingerprint(self, recorded: fp.Fingerprint | None = None) -> fp.Fingerprint:
+        """The dataset's fingerprint (``storage.fingerprint``): every file's stat, and a digest of every file's name,
+        size and bytes, so caches and shards made from it are reused only while it is unchanged.
+
+        Args:
+            recorded: A fingerprint recorded earlier: when the real path and every file's stat still match it, it
+                is returned as it is instead of reading the dataset again (``None``: always digested).
+
+        Returns:
+            ``recorded``, or a new :class:`~robo_loaders_plugin.storage.fingerprint.Fingerprint`.
+
+        Raises:
+            SourceError: the dataset is remote (persisted caches and shards are made from local datasets only).
+        """
         if not self.local:
             raise SourceError(f"{self.url}: persisted caches and shards are made from local datasets only; stream a "
                               "remote dataset with the video_stream backend, or download it first")
@@ -409,7 +577,22 @@ class EpisodeVideoDecoder:
         return self._decoders[p]
 
     def episode(self, ep: int, key: str, timestamps: np.ndarray) -> np.ndarray:
-        """uint8 (N, C, H, W) frames of one episode's rows, in row order."""
+        """uint8 (N, C, H, W) frames of one episode's rows, in row order, decoded as LeRobot decodes them (frame
+        index ``round((from_timestamp + timestamp) * average_fps)``) and checked against the timestamp tolerance.
+
+        Args:
+            ep: The episode index.
+            key: The camera's video key.
+            timestamps: The rows' ``timestamp`` values, in seconds from the episode's start.
+
+        Returns:
+            A C-contiguous numpy array on the CPU; a contiguous CUDA tensor with ``device="cuda"``.
+
+        Raises:
+            SourceError: the video file is missing or cannot be opened or decoded (naming a failed remote read as
+                such), or a frame is further than ``tolerance_s`` from its timestamp (as LeRobot's
+                ``FrameTimestampError``).
+        """
         path = self.source.video_path(ep, key)
         dec = self._decoder(path, ep, key)
         start = float(self.source.episodes[ep][f"videos/{key}/from_timestamp"])
@@ -461,9 +644,18 @@ class LeRobotEpisodes:
 
     @property
     def camera_keys(self) -> list[str]:
+        """The camera fields: video keys, then image keys."""
         return list(self.source.video_keys) + list(self.source.image_keys)
 
     def frame_bytes(self, ep: int) -> int:
+        """An episode's camera frames decoded to uint8, to balance a conversion's work units.
+
+        Args:
+            ep: The episode index (one this object read).
+
+        Returns:
+            Bytes.
+        """
         s, e = self._rows[ep]
         per_frame = sum(int(np.prod(self.source.features[k]["shape"])) for k in self.camera_keys)
         return (e - s) * per_frame
@@ -475,7 +667,21 @@ class LeRobotEpisodes:
 
     def read_frames(self, ep: int, lo: int, hi: int, keys=None) -> dict:
         """Camera frames of rows ``lo..hi-1`` (rows of this object's table, within episode ``ep``), decoded as
-        :meth:`read` decodes them (a part of an episode: ``video_stream`` cuts long ones into units)."""
+        :meth:`read` decodes them (a part of an episode: ``video_stream`` cuts long ones into units).
+
+        Args:
+            ep: The episode index.
+            lo: The first row (of this object's table).
+            hi: The end row (exclusive).
+            keys: The camera keys decoded (``None``: every camera).
+
+        Returns:
+            ``{camera key: frames of the rows}``, uint8 (N, C, H, W).
+
+        Raises:
+            ValueError: the rows are not within the episode.
+            SourceError: a frame cannot be decoded or violates the timestamp tolerance.
+        """
         s, e = self._rows[ep]
         if not s <= lo < hi <= e:
             raise ValueError(f"rows {lo}..{hi - 1} are not within episode {ep} (rows {s}..{e - 1})")
@@ -490,7 +696,19 @@ class LeRobotEpisodes:
         return fields
 
     def read(self, ep: int, keys=None) -> tuple[dict, set]:
-        """(fields, names of the camera fields) of episode ``ep``: every field, or only ``keys``."""
+        """One episode as one record: what a compressed store or a shard holds of it.
+
+        Args:
+            ep: The episode index.
+            keys: The fields read (``None``: every numeric column and every camera).
+
+        Returns:
+            ``(fields, cameras)``: ``{field: array of the episode's rows}`` (cameras as uint8 (N, C, H, W)), and the
+            names of every camera field of the dataset (also those ``keys`` left out).
+
+        Raises:
+            SourceError: a frame cannot be decoded or violates the timestamp tolerance.
+        """
         s, e = self._rows[ep]
         wanted = (lambda k: True) if keys is None else set(keys).__contains__
         fields = {k: a[s:e] for k, a in self.arrays.items() if wanted(k)}
@@ -509,7 +727,20 @@ def mirror_tables(url: str, local_dir: str, storage_options: dict | None = None,
     ``local_cache_dir`` checks videos (``sources.file_cache``, the same code): against the remote file's size and
     version (ETag / mtime) and against the SHA-256 of the copy recorded when it was downloaded (the local copy is
     hashed on every call), and downloaded again, with a log line, when either differs; a flipped bit in a mirrored
-    parquet file is not served. Copies are written atomically; files gone from the source are removed."""
+    parquet file is not served. Copies are written atomically; files gone from the source are removed.
+
+    Args:
+        url: The dataset's root (any fsspec URL).
+        local_dir: The mirror's directory.
+        storage_options: fsspec options (credentials, endpoint; ``None``: none).
+        log: Prints the copies' log lines.
+
+    Returns:
+        ``local_dir``.
+
+    Raises:
+        SourceError: ``url`` has no ``meta/info.json``.
+    """
     import fsspec
     from filelock import FileLock
 
@@ -546,4 +777,12 @@ def mirror_tables(url: str, local_dir: str, storage_options: dict | None = None,
 
 
 def is_remote(url: str | None) -> bool:
+    """Whether a ``source`` option names a remote dataset (tables mirrored, videos streamed) rather than a local one.
+
+    Args:
+        url: The option's value (``None``: not given).
+
+    Returns:
+        True for a URL with a scheme other than ``file://``.
+    """
     return bool(url) and "://" in url and not url.startswith("file://")

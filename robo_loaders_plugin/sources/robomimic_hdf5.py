@@ -20,6 +20,17 @@ FRAME_MIN_BYTES = 1024  # per-step arrays at least this large (camera frames, de
 
 
 def open_hdf5(path: str) -> h5py.File:
+    """Open a robomimic file for reading, with an error that says what to do instead of h5py's.
+
+    Args:
+        path: The HDF5 file (``~`` is expanded).
+
+    Returns:
+        The open ``h5py.File`` (the caller closes it).
+
+    Raises:
+        SourceError: the file does not exist, or is truncated, corrupt or not HDF5.
+    """
     path = os.path.expanduser(path)
     if not os.path.exists(path):
         raise SourceError(f"robomimic dataset {path} does not exist (check train.data)")
@@ -31,7 +42,17 @@ def open_hdf5(path: str) -> h5py.File:
 
 
 def sorted_demos(names) -> list[str]:
-    """Demos in robomimic's order: ``int(name[5:])``, the key SequenceDataset sorts by."""
+    """Demos in robomimic's order: ``int(name[5:])``, the key SequenceDataset sorts by.
+
+    Args:
+        names: Demo names (``demo_<int>``).
+
+    Returns:
+        The names, sorted.
+
+    Raises:
+        SourceError: a name whose sixth character on is not an integer (the first five are listed).
+    """
     names = list(names)
     bad = []
     for n in names:
@@ -49,7 +70,15 @@ def _text(v):
 
 
 def datasets(group, prefix=""):
-    """(relative name, h5py dataset) of every dataset under ``group``."""
+    """(relative name, h5py dataset) of every dataset under ``group``, recursively, in h5py's (name) order.
+
+    Args:
+        group: An h5py group (e.g. ``f["data/demo_0"]``).
+        prefix: Prepended to every name (the path of ``group`` below the caller's root).
+
+    Yields:
+        ``(name, dataset)``, names like ``actions`` or ``obs/agentview_image``.
+    """
     for k, v in group.items():
         if isinstance(v, h5py.Dataset):
             yield prefix + k, v
@@ -176,7 +205,15 @@ class RobomimicHdf5:
         Cost (issue 22): one pass over the file's links and datasets with h5py's low-level API (~0.1 ms per
         dataset; its object API took ~0.5 ms, 50 s for 10,000 demos), once per version of the file: a file whose
         size, mtime, inode and ctime equal those recorded when it last passed is not walked again (the
-        fingerprints' rule: ``storage.fingerprint``)."""
+        fingerprints' rule: ``storage.fingerprint``).
+
+        Args:
+            f: The file, open.
+
+        Raises:
+            SourceError: no ``data`` group, no demos, a demo name that is not ``demo_<int>``, a demo that is not a
+                group, without ``num_samples >= 1``, or with a dataset of another number of rows.
+        """
         if "data" not in f or not isinstance(f["data"], h5py.Group):
             raise SourceError(f"{self.path}: no 'data' group; this is not a robomimic dataset")
         demos = sorted_demos(f["data"].keys())
@@ -242,11 +279,32 @@ class RobomimicHdf5:
             "the file)")
 
     def open(self) -> h5py.File:
+        """Open the file for one use (h5py handles must not cross a fork: each process opens its own).
+
+        Returns:
+            The open ``h5py.File`` (use it as a context manager).
+
+        Raises:
+            SourceError: the file no longer exists or cannot be opened.
+        """
         return open_hdf5(self.path)
 
     # -- episodes -----------------------------------------------------------------------------------------------
     @staticmethod
     def demos(f: h5py.File, filter_key: str | None) -> list[str]:
+        """The demos robomimic trains on, in its order.
+
+        Args:
+            f: The file, open.
+            filter_key: A filter key under ``mask/`` (``None``: every demo under ``data/``).
+
+        Returns:
+            Demo names, sorted as robomimic sorts them.
+
+        Raises:
+            SourceError: no ``data`` group, an unknown filter key (the available ones are listed), a mask naming
+                demos not in ``data/``, or a demo name that is not ``demo_<int>``.
+        """
         if "data" not in f:
             raise SourceError(f"{f.filename}: no 'data' group; this is not a robomimic dataset")
         if filter_key is None:
@@ -263,6 +321,18 @@ class RobomimicHdf5:
 
     @staticmethod
     def length(f: h5py.File, demo: str) -> int:
+        """A demo's steps: its ``num_samples`` attribute, by which robomimic indexes it.
+
+        Args:
+            f: The file, open.
+            demo: The demo's name.
+
+        Returns:
+            ``num_samples``, at least 1.
+
+        Raises:
+            SourceError: the attribute is missing or below 1.
+        """
         g = f[f"data/{demo}"]
         if "num_samples" not in g.attrs:
             raise SourceError(f"{f.filename}: data/{demo} has no 'num_samples' attribute (robomimic requires it)")
@@ -274,6 +344,16 @@ class RobomimicHdf5:
 
     @staticmethod
     def has(f: h5py.File, demo: str, key: str) -> bool:
+        """Whether ``data/<demo>/<key>`` exists, looked up in the demo's open group (fast in large files).
+
+        Args:
+            f: The file, open.
+            demo: The demo's name.
+            key: A path below the demo (``actions``, ``obs/<key>``).
+
+        Returns:
+            True when it exists.
+        """
         try:  # h5py's ``in`` takes ~1-3 ms for a nested path in a file of a thousand demos
             h5py.h5o.get_info(_demo_group(f, demo), key.encode())
             return True
@@ -286,7 +366,21 @@ class RobomimicHdf5:
 
         Plain numeric datasets are read with h5py's low-level API (issue 22: ``path in f`` then ``f[path][()]``
         cost ~1.5 ms per dataset, a quarter of an hour for 10,000 demos of 11 keys); anything else, and every
-        error, goes through the object API."""
+        error, goes through the object API.
+
+        Args:
+            f: The file, open.
+            demo: The demo's name.
+            key: A path below the demo (``actions``, ``obs/<key>``).
+            length: The rows it must have (the demo's ``num_samples``; ``None``: not checked).
+
+        Returns:
+            The whole dataset, in its file dtype.
+
+        Raises:
+            SourceError: it is missing (what the demo or group has is listed), cannot be read, or has another
+                number of rows than ``length``.
+        """
         path = f"data/{demo}/{key}"
         arr = _read_plain(f, demo, key)
         if arr is not None:
@@ -309,7 +403,20 @@ class RobomimicHdf5:
         return arr
 
     def read_all(self, f: h5py.File, demo: str) -> tuple[dict, set]:
-        """Every dataset of a demo in its file dtype, and the names of those that are camera frames."""
+        """Every dataset of a demo in its file dtype, and the names of those that are camera frames: what a
+        conversion stores of the demo.
+
+        Args:
+            f: The file, open.
+            demo: The demo's name.
+
+        Returns:
+            ``(fields, frames)``: ``{name: array}`` (names as :func:`datasets` gives them), and the names of the
+            per-step arrays of at least :data:`FRAME_MIN_BYTES` (compressed as frames).
+
+        Raises:
+            SourceError: a dataset cannot be read.
+        """
         fields = {key: self.read(f, demo, key) for key, _ in datasets(f[f"data/{demo}"])}
         return fields, {k for k, a in fields.items() if a.ndim > 1 and a[0].nbytes >= FRAME_MIN_BYTES}
 
@@ -318,9 +425,19 @@ class RobomimicHdf5:
         shapes, dtypes and ``num_samples`` attributes only (no array is read). Fields of the first demo (every demo
         has the same, checked when read); ``float32_fields`` are held as float32 (robomimic's cache modes).
 
+        Args:
+            f: The file, open.
+            demos: The demos served, at least one.
+            fields: The fields served (``actions``, ``obs/<key>``, ...); those the first demo lacks, or that are not
+                datasets, are left out.
+            float32_fields: Fields held as float32 when they are floating point.
+
         Returns:
             A ``DataSize``: per-demo lengths, camera-frame bytes per step (per-step arrays of at least
-            ``FRAME_MIN_BYTES``) and the other fields' bytes per step.
+            ``FRAME_MIN_BYTES``) and the other fields' bytes per step; ``source_bytes`` is the file's size.
+
+        Raises:
+            SourceError: a demo without a valid ``num_samples``.
         """
         from robo_loaders_plugin.footprints import DataSize
 
@@ -341,11 +458,32 @@ class RobomimicHdf5:
 
     @staticmethod
     def nbytes(f: h5py.File, demo: str) -> int:
+        """A demo's bytes uncompressed, every dataset under it (from shapes: nothing is read), to balance a
+        conversion's work units.
+
+        Args:
+            f: The file, open.
+            demo: The demo's name.
+
+        Returns:
+            Bytes.
+        """
         return sum(ds.nbytes for _, ds in datasets(f[f"data/{demo}"]))
 
     @staticmethod
     def metadata(f: h5py.File) -> dict:
-        """What converted shards keep of the file besides the arrays: attributes, masks, demo order."""
+        """What converted shards keep of the file besides the arrays: attributes, masks, demo order.
+
+        Args:
+            f: The file, open.
+
+        Returns:
+            ``framework`` (``robomimic``), ``data_attrs``, ``demo_attrs`` (per demo), ``masks`` (``{filter key:
+            [demo names]}``) and ``demos`` (robomimic's order); bytes decoded to text.
+
+        Raises:
+            SourceError: a demo name that is not ``demo_<int>``.
+        """
         demos = sorted_demos(f["data"].keys())
         masks = {k: [_text(x) if isinstance(x, bytes) else str(x) for x in f[f"mask/{k}"][:]]
                  for k in (f["mask"].keys() if "mask" in f else [])}
@@ -355,6 +493,16 @@ class RobomimicHdf5:
 
     # -- staleness ------------------------------------------------------------------------------------------------
     def fingerprint(self, recorded: fp.Fingerprint | None = None) -> fp.Fingerprint:
+        """The file's fingerprint (``storage.fingerprint``): its stat, and a digest of every byte of it, so caches
+        and shards made from it are reused only while it is unchanged.
+
+        Args:
+            recorded: A fingerprint recorded earlier: when the file's real path and stat still match it, it is
+                returned as it is instead of reading the file again (``None``: always digested).
+
+        Returns:
+            ``recorded``, or a new :class:`~robo_loaders_plugin.storage.fingerprint.Fingerprint`.
+        """
         return fp.fingerprint(self.path, self._digest, recorded)
 
     def _digest(self) -> str:

@@ -52,11 +52,13 @@ _BLOSC_HEADER = 16  # a Blosc2 chunk starts with version, flags, typesize, then 
 
 
 class StoreError(RoboLoadersError):
-    pass
+    """A store file cannot be written, opened or trusted (bad magic, footer, checksum or format; gone; a full disk;
+    another process holding its lock); the message says what to do."""
 
 
 class MemoryBudgetExceeded(StoreError):
-    pass
+    """A store needs more than the backend's ``max_memory``: raised while it is built, or when a reused one built by
+    a run with a larger budget is larger than this run's."""
 
 
 _LOCK_WAIT_S = 10.0
@@ -66,7 +68,15 @@ _published: dict[str, int] = {}
 
 
 def names_file(fd: int, path: str) -> bool:
-    """Whether ``path`` still names the file open as ``fd`` (not deleted or replaced since)."""
+    """Whether ``path`` still names the file open as ``fd`` (not deleted or replaced since).
+
+    Args:
+        fd: An open file descriptor.
+        path: The path it was opened by.
+
+    Returns:
+        True when ``path`` exists and is the same file (device and inode).
+    """
     try:
         st = os.stat(path)
     except FileNotFoundError:
@@ -80,7 +90,20 @@ def open_locked(path: str, create: bool = False) -> int:
 
     The RAM sweep deletes only files it can lock exclusively, so the file is safe once this returns. A sweep can
     delete it between our open and our lock (it was free then); checking afterwards that ``path`` still names the
-    file we hold closes that gap: a new file is created again, an existing one is reported gone."""
+    file we hold closes that gap: a new file is created again, an existing one is reported gone.
+
+    Args:
+        path: The store file (or its temporary file).
+        create: Create it, exclusively, for writing (else open an existing one read-only).
+
+    Returns:
+        The file descriptor, holding a shared flock (the caller closes it to release the lock).
+
+    Raises:
+        StoreError: an existing file is gone, or another process held an exclusive lock on it for longer than
+            ten seconds.
+        FileNotFoundError: ``create`` and the directory does not exist.
+    """
     deadline = time.monotonic() + _LOCK_WAIT_S
     while True:
         try:
@@ -107,7 +130,12 @@ def open_locked(path: str, create: bool = False) -> int:
 
 
 def drop_publish_lock(path: str) -> None:
-    """Release the lock :meth:`StoreWriter.finish` kept on ``path``; called once the caller holds its own."""
+    """Release the lock :meth:`StoreWriter.finish` kept on ``path``; called once the caller holds its own. Does
+    nothing when this process kept none.
+
+    Args:
+        path: The store file.
+    """
     fd = _published.pop(os.path.abspath(path), None)
     if fd is not None:
         os.close(fd)
@@ -229,6 +257,19 @@ class StoreWriter:
                 "select fewer obs keys or demos, or choose a stronger codec (codec='zstd')")
 
     def add_episode(self, name: str, fields: Mapping[str, np.ndarray], compressed: Iterable[str] = ()) -> None:
+        """Append one episode: each field either raw (one aligned array) or, for ``compressed`` fields, one blob
+        per frame compressed by ``workers`` threads, with its table of offsets.
+
+        Args:
+            name: The episode's name (``demo_3``, ``episode_7``), kept in the header.
+            fields: ``{field: array with one row per step}``; the episode's length is the first field's rows.
+            compressed: The fields stored as compressed frames (camera frames).
+
+        Raises:
+            StoreError: a field is a scalar, or the disk (or ``/dev/shm``) is full (the temporary file is removed).
+            MemoryBudgetExceeded: the data written exceeds ``max_bytes``.
+            core.footprint.ResourceRefused: the guard's disk would fall below its reserve (the build is aborted).
+        """
         compressed = set(compressed)
         if self.guard is not None:  # compressed sizes are not known yet: the raw size bounds them
             try:
@@ -268,6 +309,19 @@ class StoreWriter:
             self._episodes.append(entry)
 
     def finish(self, meta: Mapping) -> str:
+        """Write the header and footer, sync, and publish the file atomically at ``path``; its lock is kept until
+        this process opens it (:func:`drop_publish_lock`), so no sweep deletes it meanwhile.
+
+        Args:
+            meta: Metadata recorded in the header (the source fingerprint, the framework, ...); JSON-serializable.
+
+        Returns:
+            ``path``.
+
+        Raises:
+            StoreError: the disk (or ``/dev/shm``) is full (the temporary file is removed).
+            MemoryBudgetExceeded: the data region exceeds ``max_bytes``.
+        """
         with self._writing():
             self._align()
             self._check_budget()  # the budget covers the whole data region (what a reusing run compares it to)
@@ -357,6 +411,8 @@ class EpisodeStore:
         self.__init__(state["path"])
 
     def close(self):
+        """Unmap the file (which releases this process's lock on it). Views still alive keep the mapping until they
+        go; reading through this object afterwards is not possible."""
         self._buf = None
         self._tables = {}
         if self._mm is not None:
@@ -379,13 +435,36 @@ class EpisodeStore:
             raise StoreError(f"{self.path}: corrupt cache file (data checksum mismatch)")
 
     def field(self, ep: int, key: str) -> dict:
+        """A field's entry in the header: ``dtype``, ``shape``, ``kind`` (``raw`` or ``frames``) and offsets.
+
+        Args:
+            ep: The episode's position in the store.
+            key: The field.
+
+        Returns:
+            The entry.
+
+        Raises:
+            StoreError: the episode has no such field.
+        """
         try:
             return self.episodes[ep]["fields"][key]
         except KeyError:
             raise StoreError(f"{self.path}: episode {self.episodes[ep]['name']!r} has no field {key!r}") from None
 
     def raw(self, ep: int, key: str) -> np.ndarray:
-        """Zero-copy read-only view of a raw field."""
+        """Zero-copy read-only view of a raw field, in the mapped file.
+
+        Args:
+            ep: The episode's position in the store.
+            key: A field stored raw.
+
+        Returns:
+            The array, in its stored dtype and shape.
+
+        Raises:
+            StoreError: the episode has no such field.
+        """
         d = self.field(ep, key)
         dt = np.dtype(d["dtype"])
         n = int(np.prod(d["shape"])) * dt.itemsize
@@ -466,12 +545,32 @@ class EpisodeStore:
                              f"{int(fields[j, 3])} compressed bytes, the store holds {int(ends[j] - starts[j])})")
 
     def decode_frames(self, starts, ends, out: np.ndarray, rows) -> None:
-        """Decompress blob ``[starts[j], ends[j])`` into ``out[rows[j]]`` (bounds from :meth:`blob_bounds`)."""
+        """Decompress blob ``[starts[j], ends[j])`` into ``out[rows[j]]``, unchecked: each blob's size was checked
+        once before (:meth:`check_blobs`, through :meth:`blob_bounds` or a reader's first decode of it).
+
+        Args:
+            starts: Blob start offsets.
+            ends: Blob end offsets.
+            out: The output array; ``out[r]`` is C-contiguous and of one frame's size.
+            rows: For each blob, its position in ``out``.
+        """
         buf = self._buf
         decompress = FrameCodec.decompress_into_unchecked
         for s, e, r in zip(starts, ends, rows):
             decompress(buf[s:e], out[r])
 
     def frame_info(self, ep: int, key: str) -> tuple[np.dtype, tuple, bool]:
+        """How a field is stored in an episode.
+
+        Args:
+            ep: The episode's position in the store.
+            key: The field.
+
+        Returns:
+            ``(dtype, step shape, stored as compressed frames?)``.
+
+        Raises:
+            StoreError: the episode has no such field.
+        """
         d = self.field(ep, key)
         return np.dtype(d["dtype"]), tuple(d["shape"][1:]), d["kind"] == "frames"

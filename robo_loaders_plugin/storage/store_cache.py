@@ -88,6 +88,14 @@ def mark_verified(path: str) -> None:
 
 
 def recorded_fingerprint(path: str) -> Fingerprint | None:
+    """The source fingerprint a store recorded when it was built, to reuse it only while its source is unchanged.
+
+    Args:
+        path: The store file.
+
+    Returns:
+        The :class:`Fingerprint`, or ``None`` when the store cannot be opened or records none.
+    """
     try:
         d = EpisodeStore(path).meta.get(SOURCE_KEY)
         return Fingerprint.from_dict(d) if d else None
@@ -98,11 +106,37 @@ def recorded_fingerprint(path: str) -> Fingerprint | None:
 def open_or_build(*, kind: str, source, key_desc: dict, write: Callable[[StoreWriter], None], codec: FrameCodec,
                   cache_dir: str | None, max_memory, build_workers: int | None, meta: dict, option_prefix: str,
                   description: str, disk_estimate: int | None = None):
-    """Returns ``(store, hold, reused)``; ``hold`` keeps the file alive (RAM) or in use (cache) while it lives.
+    """Open the store of this source and these options, reusing one while its source is unchanged and its data
+    checksum holds, or build it: in RAM shared by the host's processes (``storage.ramfile``) without
+    ``cache_dir``, else in the cache directory. A store that cannot be used is rebuilt, with a log line.
 
-    ``source`` has ``fingerprint(recorded=None)``; ``key_desc`` names the source and every option the content
-    depends on (one cache entry per distinct value). A store built on disk stops before the disk falls below its
-    reserve (``core.footprint.DiskGuard``; ``disk_estimate``: the footprint's estimate, for its message)."""
+    Args:
+        kind: The cache entry kind (``robomimic``, ``lerobot``), first part of its name.
+        source: The source; has ``fingerprint(recorded=None)``.
+        key_desc: Names the source and every option the content depends on (one entry per distinct value).
+        write: ``write(writer)`` adds every episode to the :class:`StoreWriter`.
+        codec: The frame codec.
+        cache_dir: The cache directory of a store on disk (``None``: a RAM store). A persisted store's data is
+            verified once per version of its file; a RAM one at every reuse.
+        max_memory: The ``max_memory`` option (bytes or a size string; ``None``: no limit): the build stops beyond
+            it, and a reused store larger than it is refused.
+        build_workers: Threads compressing frames (``None``: the CPU count, at most 8).
+        meta: Metadata recorded in the store (the source fingerprint is added).
+        option_prefix: How the user sets options, for messages.
+        description: What is built, for the cache's log lines.
+        disk_estimate: The footprint's estimate of a store on disk, for the message when a build stops before the
+            disk falls below its reserve (``core.footprint.DiskGuard``; ``None``: not said).
+
+    Returns:
+        ``(store, hold, reused)``: the open :class:`EpisodeStore`; ``hold`` keeps the file alive (RAM) or in use
+        (cache) while it lives; whether it was reused rather than built.
+
+    Raises:
+        ValueError: ``max_memory`` is not a size.
+        MemoryBudgetExceeded: the build exceeded ``max_memory``, or a reused store is larger than it.
+        CacheError: another process's build did not finish within the lock timeout.
+        core.footprint.ResourceRefused: a build on disk would leave less than the disk's reserve free.
+    """
     max_bytes = parse_bytes(max_memory, f"{option_prefix}.max_memory") if max_memory is not None else None
     workers = build_workers or min(8, os.cpu_count() or 1)
     def usable(path: str) -> bool:
@@ -158,7 +192,19 @@ def open_or_build(*, kind: str, source, key_desc: dict, write: Callable[[StoreWr
 
 def likely_reusable(root: str, kind: str, key_desc: dict, source_path: str, suffix: str = ".rlc") -> bool:
     """Whether ``root`` holds an entry of this source and these options that recorded the source's current file
-    stats (so it will be reused and nothing new written): a stat-only check, no byte of the source is read."""
+    stats (so it will be reused and nothing new written): a stat-only check, no byte of the source is read.
+
+    Args:
+        root: The cache root.
+        kind: The entry kind.
+        key_desc: The cache key (as :func:`open_or_build` gets it).
+        source_path: The source file or directory.
+        suffix: The entries' file suffix; only stores (``.rlc``) record a fingerprint read here, any other suffix
+            finds nothing.
+
+    Returns:
+        True when such an entry exists; false also when the source cannot be stat'ed.
+    """
     from robo_loaders_plugin.storage.fingerprint import stat_files
 
     prefix = f"{kind}-{cache.short_hash(key_desc)}-"
@@ -221,7 +267,19 @@ def plan_store(size, *, kind: str, key_desc: dict, source_path: str, options, op
 
 
 def summarize(store: EpisodeStore, n_episodes: int, n_samples: int, reused: bool, episode: str = "episode") -> str:
-    """The build summary of a compressed store; ``episode``: what the framework calls one (robomimic: demo)."""
+    """The build summary of a compressed store, for the backend's log line: episodes, samples, the file's size and
+    the frames' compression.
+
+    Args:
+        store: The open store.
+        n_episodes: Episodes served.
+        n_samples: Samples served.
+        reused: Whether the store was reused rather than built.
+        episode: What the framework calls an episode (robomimic: ``demo``).
+
+    Returns:
+        One line.
+    """
     st = store.stats
     where = f"{'reused ' if reused else ''}{store.path}"
     codec = store.header.get("codec", {}).get("codec", "?")
@@ -235,6 +293,23 @@ def summarize(store: EpisodeStore, n_episodes: int, n_samples: int, reused: bool
 
 
 def check_codec_options(codec, level, filter, max_memory, build_workers, option_prefix: str) -> FrameCodec:
+    """Check ``compressed_cache``'s codec options together, as one backend-option error.
+
+    Args:
+        codec: The Blosc2 codec name.
+        level: The compression level.
+        filter: The Blosc2 filter.
+        max_memory: The ``max_memory`` option (``None``: not given).
+        build_workers: The ``build_workers`` option (``None``: not given).
+        option_prefix: How the user sets options, for messages.
+
+    Returns:
+        The :class:`FrameCodec`.
+
+    Raises:
+        BackendOptionError: an unknown codec or filter, a level out of range, ``max_memory`` not a size, or
+            ``build_workers`` below 1.
+    """
     try:
         frame_codec = FrameCodec(codec, level, filter)
         if max_memory is not None:

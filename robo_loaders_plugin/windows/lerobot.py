@@ -31,8 +31,16 @@ class RowMap:
         return len(self.run_of_row)
 
     def locate(self, rows: np.ndarray, anchor: np.ndarray):
-        """(units (B,), steps like ``rows``) for rows (B,) or (B, T), possibly fractional, lying in the episode of
-        the integer ``anchor`` rows (B,)."""
+        """Where rows are in the frame source: the unit is the anchor's, so a window's rows (clamped into the anchor
+        row's episode) are steps of one unit.
+
+        Args:
+            rows: Dataset rows (B,) or (B, T), possibly fractional, lying in the episode of ``anchor``.
+            anchor: Integer dataset rows (B,), one per batch entry (the items' own rows).
+
+        Returns:
+            ``(units (B,), steps like rows)``: steps from each unit's first row (fractional where rows are).
+        """
         unit = self.run_of_row[anchor]
         return unit, rows - self.run_start[unit].reshape(unit.shape + (1,) * (rows.ndim - 1))
 
@@ -87,8 +95,16 @@ class DeltaWindows:
             self.deltas[k] = near.astype(np.int64) if np.all(np.abs(d - near) < 1e-6) else d
 
     def locate(self, idx: np.ndarray):
-        """({key: rows (B, T)}, {"<key>_is_pad": bool (B, T)}) for rows ``idx`` (B,); rows are fractional for
-        fractional offsets, clamped into the episode either way."""
+        """The delta keys' window rows of items ``idx``, as LeRobot's ``get_item`` computes them: rows clamped into
+        the episode, and a pad mask where the unclamped row falls outside it.
+
+        Args:
+            idx: Dataset rows (B,), non-negative.
+
+        Returns:
+            ``({key: rows (B, T)}, {"<key>_is_pad": bool (B, T)})``; rows are fractional for fractional offsets
+            (then the pad mask allows 1e-6 of rounding).
+        """
         rows, padding = {}, {}
         abs_idx, start, end = (a[:, None] for a in self._bounds(idx))
         for key, deltas in self.deltas.items():
@@ -146,7 +162,19 @@ def _gathered(layout: ItemLayout, frames: FrameSource, rowmap: RowMap, windows: 
 
 def items(layout: ItemLayout, frames: FrameSource, rowmap: RowMap, windows: DeltaWindows, idx: np.ndarray) -> list:
     """The items ``LeRobotDataset[i]`` returns for rows ``idx`` (checked, non-negative), built a batch at a time:
-    one gather per key, then split into items."""
+    one gather per key, then split into items.
+
+    Args:
+        layout: What an item holds.
+        frames: The frame source every field is read from.
+        rowmap: The dataset's rows as (unit, step) of ``frames``.
+        windows: The ``delta_timestamps`` windows.
+        idx: Dataset rows (B,).
+
+    Returns:
+        B dicts, as ``LeRobotDataset[i]``: the columns, the pad masks and delta keys when there are windows, the
+        cameras (image transforms applied), and ``task``.
+    """
     row, query, cams, padding = _gathered(layout, frames, rowmap, windows, idx)
     out = []
     for b in range(len(idx)):
@@ -169,7 +197,20 @@ def collate(layout: ItemLayout, frames: FrameSource, rowmap: RowMap, windows: De
             pool=None) -> dict:
     """The batch torch's DataLoader would hand ``lerobot-train`` for rows ``idx``: built from the gathered arrays
     directly, in the keys and layout ``default_collate`` gives the items (image transforms, which apply per item,
-    go through the items)."""
+    go through the items).
+
+    Args:
+        layout: What an item holds.
+        frames: The frame source every field is read from.
+        rowmap: The dataset's rows as (unit, step) of ``frames``.
+        windows: The ``delta_timestamps`` windows.
+        idx: Dataset rows (B,).
+        pool: Recycles the gathered arrays (a ``storage.buffers.BufferPool``; ``None``: new arrays); unused with
+            image transforms.
+
+    Returns:
+        ``{key: batched tensor}``, and ``task`` as a list of B strings.
+    """
     if layout.image_transforms is not None:
         return torch.utils.data.default_collate(items(layout, frames, rowmap, windows, idx))
     row, query, cams, padding = _gathered(layout, frames, rowmap, windows, idx, pool)

@@ -39,6 +39,7 @@ class SequenceOptions:
 
     @property
     def reads_next_obs(self) -> bool:
+        """Whether samples read ``next_obs/``: when it is loaded, or for ``goal_mode="last"``'s goal."""
         return self.load_next_obs or self.goal_mode == "last"
 
     def field_names(self) -> list[str]:
@@ -49,7 +50,22 @@ class SequenceOptions:
 
 def sequence_counts(lengths, frame_stack: int, seq_length: int, pad_frame_stack: bool, pad_seq_length: bool):
     """Number of samples per demo, exactly as ``SequenceDataset.load_demo_info`` counts them (an array; numpy over
-    the demos, the first demo robomimic would fail on named in the error)."""
+    the demos, the first demo robomimic would fail on named in the error).
+
+    Args:
+        lengths: Steps of each demo.
+        frame_stack: Observation steps per sample.
+        seq_length: Steps per sample.
+        pad_frame_stack: Pad the start of a demo (robomimic's ``pad_frame_stack``).
+        pad_seq_length: Pad the end of a demo (robomimic's ``pad_seq_length``).
+
+    Returns:
+        int64 samples per demo.
+
+    Raises:
+        SequenceSetupError: a demo robomimic would fail on: no steps, too short for ``frame_stack`` and
+            ``seq_length`` without padding, or shorter than ``frame_stack`` without ``pad_frame_stack``.
+    """
     L = np.asarray(lengths, dtype=np.int64).reshape(-1)
     n = L.copy()
     if not pad_frame_stack:
@@ -102,10 +118,29 @@ class SequenceWindows:
         return len(self.episode_of)
 
     def index(self, episodes, windows) -> np.ndarray:
-        """Sample index of window ``windows[j]`` of demo ``episodes[j]``."""
+        """Sample index of window ``windows[j]`` of demo ``episodes[j]`` (the pipeline plans (demo, window) pairs).
+
+        Args:
+            episodes: Demo indices.
+            windows: Window indices within each demo (``0 <= windows[j] < counts[episodes[j]]``).
+
+        Returns:
+            int64 sample indices, the shape of the broadcast arguments.
+        """
         return self.first[np.asarray(episodes)] + np.asarray(windows)
 
     def check(self, indices) -> np.ndarray:
+        """Sample indices as a flat int64 array, negative ones counted from the end (as a Python sequence's).
+
+        Args:
+            indices: Sample indices (any shape or sequence).
+
+        Returns:
+            The indices in ``[0, len(self))``.
+
+        Raises:
+            IndexError: an index out of range (the first five are listed).
+        """
         idx = np.asarray(indices, dtype=np.int64).reshape(-1)
         n = len(self)
         if idx.size and (idx.min() < -n or idx.max() >= n):
@@ -113,24 +148,59 @@ class SequenceWindows:
         return idx % n if n else idx
 
     def locate(self, idx: np.ndarray):
-        """(demos (B,), raw positions (B, T), clamped positions (B, T)) of samples ``idx`` (already checked)."""
+        """Where samples' steps are: T = ``frame_stack - 1`` steps before each sample's step through
+        ``seq_length - 1`` after; clamping the positions into the demo is robomimic's padding by repetition.
+
+        Args:
+            idx: Sample indices (B,), already checked.
+
+        Returns:
+            ``(demos (B,), raw positions (B, T), clamped positions (B, T))``, positions in (resampled) demo steps.
+        """
         ep = self.episode_of[idx]
         raw = (idx - self.first[ep] + self.offset)[:, None] + self._deltas[None, :]
         return ep, raw, np.clip(raw, 0, self.lengths[ep][:, None] - 1)
 
     def goal_positions(self, ep: np.ndarray) -> np.ndarray:
-        """(B, 1) step of ``goal_mode="last"``'s goal: the last next_obs SequenceDataset can index."""
+        """(B, 1) step of ``goal_mode="last"``'s goal: the last next_obs SequenceDataset can index.
+
+        Args:
+            ep: Demo indices (B,).
+
+        Returns:
+            int64 (B, 1) steps.
+        """
         return (self.lengths[ep] - (0 if self.opts.pad_seq_length else self.S - 1) - 1)[:, None]
 
     def recorded(self, steps: np.ndarray) -> np.ndarray:
-        """Steps of the (resampled) demo as positions in the recorded demo."""
+        """Steps of the (resampled) demo as positions in the recorded demo (``windows.rates.to_recorded``).
+
+        Args:
+            steps: Steps at the target rate.
+
+        Returns:
+            Positions in recorded steps, fractional between recorded steps; the steps themselves at rate 1.
+        """
         return to_recorded(steps, self.rate)
 
 
 def episode_fields(read, length: int, opts: SequenceOptions, where: str) -> dict:
     """One demo's arrays as SequenceDataset serves them: ``obs/<k>`` and ``next_obs/<k>`` in file dtypes, dataset
     keys cast to float32 under ``hdf5_cache_mode`` all/low_dim (a missing key becomes zeros (L, 1), as robomimic
-    substitutes). ``read(key)`` returns the array, or None when the demo lacks it."""
+    substitutes).
+
+    Args:
+        read: ``read(key)`` returns the demo's array, or ``None`` when the demo lacks it.
+        length: The demo's steps (the rows of a substituted key).
+        opts: The sequence options (which fields, which cache mode).
+        where: Names the demo in messages (``<file>: data/demo_3``).
+
+    Returns:
+        ``{field: array}`` for every field of :meth:`SequenceOptions.field_names`.
+
+    Raises:
+        SourceError: an obs key is missing, or a dataset key is missing with ``hdf5_cache_mode`` null.
+    """
     cache_mode = opts.hdf5_cache_mode
     out = {}
     for name in opts.field_names()[len(opts.dataset_keys):]:
@@ -153,8 +223,24 @@ def episode_fields(read, length: int, opts: SequenceOptions, where: str) -> dict
 
 def collate(frames: FrameSource, windows: SequenceWindows, indices, pool=None, modes: dict | None = None) -> dict:
     """Collated arrays (leading batch dim; numpy, or tensors for device-resident frame sources) for sample
-    indices: the nested dict robomimic's ``default_collate`` builds from SequenceDataset samples. ``modes``: how
-    each field is read between recorded steps when ``windows`` converts the rate (``windows.rates``)."""
+    indices: the nested dict robomimic's ``default_collate`` builds from SequenceDataset samples.
+
+    Args:
+        frames: The frame source every field is read from.
+        windows: The sample index.
+        indices: Sample indices (negative ones count from the end).
+        pool: Recycles the gathered arrays (a ``storage.buffers.BufferPool``; ``None``: new arrays).
+        modes: How each field is read between recorded steps when ``windows`` converts the rate
+            (``windows.rates``); unused at rate 1.
+
+    Returns:
+        The dataset keys (B, T, ...), ``obs`` (and ``next_obs`` when loaded) as ``{key: (B, T, ...)}``,
+        ``goal_obs`` as ``{key: (B, ...)}`` with ``goal_mode="last"``, and ``pad_mask`` (B, T, 1) at every level
+        with ``get_pad_mask``.
+
+    Raises:
+        IndexError: an index out of range.
+    """
     opts = windows.opts
     idx = windows.check(indices)
     ep, raw, pos = windows.locate(idx)
@@ -183,14 +269,31 @@ def collate(frames: FrameSource, windows: SequenceWindows, indices, pool=None, m
 
 
 def row(batch: dict, b: int) -> dict:
-    """Sample ``b`` of a collated batch, as numpy arrays like SequenceDataset's (views of a numpy batch)."""
+    """Sample ``b`` of a collated batch, as numpy arrays like SequenceDataset's (views of a numpy batch): how
+    ``ds[i]`` is served from the batch path.
+
+    Args:
+        batch: A batch from :func:`collate` (nested dicts of arrays or tensors).
+        b: The sample's position in the batch.
+
+    Returns:
+        The same nesting, each array at ``b`` (tensors copied to numpy on the CPU).
+    """
     return {k: row(v, b) if isinstance(v, dict) else
             (v[b].cpu().numpy() if isinstance(v, torch.Tensor) else v[b]) for k, v in batch.items()}
 
 
 def to_torch(batch: dict, device=None) -> dict:
     """A collated batch as tensors: numpy arrays wrapped without copying (moved to ``device`` when given), tensors
-    as they are."""
+    as they are.
+
+    Args:
+        batch: A batch from :func:`collate` (nested dicts).
+        device: Where numpy arrays are moved, with a non-blocking copy (``None``: left on the CPU).
+
+    Returns:
+        The same nesting, as tensors.
+    """
     out = {}
     for k, v in batch.items():
         if isinstance(v, dict):

@@ -99,8 +99,22 @@ class ShardWriter:
             raise (err or ShardError(f"{where}: cannot write ({exc}) while {doing}")) from exc
 
     def add_episode(self, name: str, fields: Mapping[str, np.ndarray], compressed: Iterable[str] = ()) -> None:
-        """``fields``: arrays (``compressed`` names those stored as lossless frames) or already encoded
-        :class:`~robo_loaders_plugin.storage.video.VideoSegment` s, stored as ``.mp4`` video members."""
+        """Append one episode as one record: a JSON header member, then one member per field; the shard rolls over
+        first when the record would take it past ``shard_bytes`` (a record is never split across shards).
+
+        Args:
+            name: The episode's name (``[A-Za-z0-9_-]+``), unique in the dataset.
+            fields: ``{field: array with one row per step}`` (stored as ``.npy`` members, or as lossless frames when
+                named in ``compressed``), or already encoded
+                :class:`~robo_loaders_plugin.storage.video.VideoSegment` s, stored as ``.mp4`` video members.
+            compressed: The array fields stored as lossless compressed frames (camera frames).
+
+        Raises:
+            ShardError: a bad name, no fields, a field with an object dtype, a scalar, another number of rows than
+                the first field, a field needing ``.npy`` format 3.0, or a write failed (a full disk says how much
+                is needed; the shard being written is removed).
+            core.footprint.ResourceRefused: the disk would fall below its reserve.
+        """
         if not isinstance(name, str) or not EP_RE.match(name):
             raise ShardError(f"episode name {name!r} must match [A-Za-z0-9_-]+")
         if not fields:
@@ -172,6 +186,15 @@ class ShardWriter:
         return self.episodes, self.shards
 
     def close(self, source: Mapping | None = None) -> None:
+        """Close the open shard and publish ``index.json`` and ``dataset.json`` (:func:`publish`); on any error the
+        shard being written is dropped (:meth:`abort`) and the error raised.
+
+        Args:
+            source: What ``dataset.json`` records of the source (its path and fingerprint; ``None``: nothing).
+
+        Raises:
+            ShardError: the shard cannot be closed, or the index cannot be published.
+        """
         try:
             episodes, shards = self.finish_shards()
             publish(self.out_dir, episodes, shards, self.codec, self.metadata, source)
@@ -194,7 +217,17 @@ class ShardWriter:
 
 def video_desc(episode: str, field: str, segment: VideoSegment) -> dict:
     """A video field's header entry: what the reader needs to decode and check it, and the loss measured when it
-    was encoded (``mse`` against the source, so reports need not decode anything)."""
+    was encoded (``mse`` against the source, so reports need not decode anything).
+
+    Args:
+        episode: The episode's name.
+        field: The field's name.
+        segment: The encoded segment.
+
+    Returns:
+        ``kind`` (``video``), ``dtype`` (uint8), ``shape``, ``member``, ``video`` (the settings) and ``mse`` (per
+        value).
+    """
     return {"kind": "video", "dtype": np.dtype(np.uint8).str, "shape": list(segment.shape),
             "member": member_name(episode, field, "video"), "video": segment.settings.as_dict(),
             "mse": segment.sse / max(1, segment.values)}
@@ -203,7 +236,21 @@ def video_desc(episode: str, field: str, segment: VideoSegment) -> dict:
 def publish(out_dir: str, episodes: list[dict], shards: list[dict], codec: FrameCodec, metadata: Mapping,
             source: Mapping | None = None) -> None:
     """Write index.json then dataset.json, atomically and checksummed, once every listed shard exists with its
-    recorded size and the episodes are exactly those the metadata lists (each once)."""
+    recorded size and the episodes are exactly those the metadata lists (each once): a reader never finds an index
+    that names missing or partial data.
+
+    Args:
+        out_dir: The robo-shards directory.
+        episodes: Every episode's entry (name, shard, length, members), in dataset order.
+        shards: Every shard's entry (name, bytes, sha256, members).
+        codec: The lossless frame codec, recorded in ``dataset.json``.
+        metadata: The dataset's metadata (framework, its own metadata, the episodes it lists).
+        source: What is recorded of the source (path and fingerprint; ``None``: nothing).
+
+    Raises:
+        ShardError: a shard is missing or has another size, an episode is listed twice or names a shard not
+            listed, or the episodes differ from those the metadata lists.
+    """
     problems = []
     for s in shards:
         path = os.path.join(out_dir, s["name"])
