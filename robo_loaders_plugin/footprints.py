@@ -19,7 +19,7 @@ import os
 
 import numpy as np
 
-from robo_loaders_plugin.core.footprint import (HEADROOM, Available, Footprint, estimate_seconds, format_seconds)
+from robo_loaders_plugin.core.footprint import (HEADROOM, Available, Footprint, estimate_seconds)
 from robo_loaders_plugin.core.units import format_bytes, parse_bytes
 
 EXPECTED_LOSSLESS_RATIO = 1.5  # LZ4 on camera-like 480p frames measured 1.6-1.7:1 (docs/scale.md); renders compress more
@@ -365,8 +365,11 @@ def buffer_plan(unit_bytes: np.ndarray, *, cache_memory, cache_episodes: int | N
     capacity = min(capacity, max(1, len(unit_bytes)))
     held = int(np.sum(np.sort(np.asarray(unit_bytes, np.int64))[::-1][:capacity]))
     host = held + (int(prefetch) + 2) * int(batch_bytes)
+    flight = (f"{int(prefetch) + 2} batches in flight ({format_bytes((int(prefetch) + 2) * int(batch_bytes))})"
+              if batch_bytes else
+              f"{int(prefetch) + 2} batches in flight (not counted: the training script sets their size)")
     bound = (f"at most {capacity} {unit} of up to {format_bytes(largest)} held ({said}; {format_bytes(held)}) plus "
-             f"{int(prefetch) + 2} batches in flight, whatever the dataset's size")
+             f"{flight}, whatever the dataset's size")
     return BufferPlan(capacity, shuffle, largest, Footprint(host_bytes=host, bound=bound))
 
 
@@ -422,37 +425,6 @@ def check_conversion_disk(size: DataSize, out_dir: str, *, video: bool, command:
                alternatives=alternatives, subject=f"{command} cannot write {out_dir}")
     return need
 
-
-def describe_seconds(s: float | None) -> str:
-    """A build-time estimate for a table cell, ``-`` when there is none.
-
-    Args:
-        s: Seconds (``None`` or 0: nothing to build).
-
-    Returns:
-        ``core.footprint.format_seconds`` of it, or ``-``.
-    """
-    return format_seconds(s) if s else "-"
-
-
-def path_free(path: str) -> int:
-    """Free bytes on the filesystem ``path`` is, or will be, on (a directory not created yet is measured at its
-    nearest existing ancestor).
-
-    Args:
-        path: A file or directory, existing or not.
-
-    Returns:
-        Free bytes.
-
-    Raises:
-        OSError: the filesystem cannot be measured.
-    """
-    import shutil
-
-    from robo_loaders_plugin.core.footprint import _existing
-
-    return shutil.disk_usage(_existing(path)).free
 
 
 def source_bytes(path: str) -> int:

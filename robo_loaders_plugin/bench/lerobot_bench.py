@@ -44,7 +44,8 @@ def lerobot_table(results) -> str:
         rows.append([r["backend"], f"{r['samples_per_s']:.0f}", f"{r['decoded_frames_per_s']:.0f}",
                      f"{r['first_batch_s']:.2f}", f"{r['build_s']:.1f}", format_bytes(r["peak_mem_bytes"]),
                      format_bytes(r["data_mem_bytes"]),
-                     f"{format_bytes(r['cache_bytes'])} ({r['cache_bytes'] / r['raw_decoded_frames_bytes']:.0%})",
+                     f"{format_bytes(r['cache_bytes'])}" + (f" ({r['cache_bytes'] / r['raw_decoded_frames_bytes']:.0%})"
+                                                           if r["raw_decoded_frames_bytes"] else ""),
                      "/".join(f"{r['batch_latency_ms'][p]:.0f}" for p in ("p50", "p95", "p99")),
                      f"{_ms(r['fetch_ms_per_sample'])} / {_ms(r['decode_ms_per_sample'])}",
                      f"{r['episode_mix']:.2f}",

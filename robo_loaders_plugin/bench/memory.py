@@ -78,13 +78,13 @@ class TreeMemorySampler:
         self._stop.set()
         self._thread.join()
 
-    def _free(self) -> int:
+    def _free(self) -> int | None:
         import shutil
 
         try:
             return shutil.disk_usage(self.disk_dir).free
-        except OSError:
-            return 0
+        except OSError:  # unknown (not 0: the whole free space would count as used)
+            return None
 
     def sample(self) -> None:
         """Take one sample and raise the peaks: PSS and RSS summed over the process tree, Pss_Anon, the RAM cache
@@ -117,7 +117,9 @@ class TreeMemorySampler:
         self.peak_shm = max(self.peak_shm, shm)
         self.peak_anon = max(self.peak_anon, anon + shm)
         if self.disk_dir:
-            self.peak_disk = max(self.peak_disk, self._free0 - self._free())
+            free = self._free()
+            if free is not None and self._free0 is not None:
+                self.peak_disk = max(self.peak_disk, self._free0 - free)
 
     def _run(self):
         while not self._stop.is_set():

@@ -210,11 +210,14 @@ def write_lerobot_from_robomimic(hdf5_path, root, *, repo_id: str = "local/from_
 
     Raises:
         FileExistsError: ``root`` exists and ``overwrite`` is false.
+        ValueError: an unknown ``mode`` (before anything is deleted).
     """
     import h5py
     from lerobot.configs import RGBEncoderConfig
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {sorted(MODES)}, got {mode!r}")
     root = _fresh_root(root, overwrite)
     with h5py.File(hdf5_path, "r") as f:
         demos = sorted(f["data"].keys(), key=lambda n: int(n[5:]))

@@ -12,10 +12,10 @@ import contextlib
 import os
 from typing import Callable
 
-from robo_loaders_plugin.core.errors import BackendOptionError, StaleSourceError
+from robo_loaders_plugin.core.errors import StaleSourceError
 from robo_loaders_plugin.core.units import format_bytes, parse_bytes, plural
 from robo_loaders_plugin.storage import cache
-from robo_loaders_plugin.storage.codec import CodecError, FrameCodec
+from robo_loaders_plugin.storage.codec import FrameCodec
 from robo_loaders_plugin.storage.fingerprint import Fingerprint
 from robo_loaders_plugin.storage import ramfile
 from robo_loaders_plugin.storage.store import EpisodeStore, MemoryBudgetExceeded, StoreError, StoreWriter
@@ -290,32 +290,3 @@ def summarize(store: EpisodeStore, n_episodes: int, n_samples: int, reused: bool
         frames = "no camera frames"
     return (f"{plural(n_episodes, episode)}, {plural(n_samples, 'sample')}, cache {format_bytes(store.file_nbytes)} "
             f"({frames}; low-dim {format_bytes(st['raw_nbytes'])}) at {where}")
-
-
-def check_codec_options(codec, level, filter, max_memory, build_workers, option_prefix: str) -> FrameCodec:
-    """Check ``compressed_cache``'s codec options together, as one backend-option error.
-
-    Args:
-        codec: The Blosc2 codec name.
-        level: The compression level.
-        filter: The Blosc2 filter.
-        max_memory: The ``max_memory`` option (``None``: not given).
-        build_workers: The ``build_workers`` option (``None``: not given).
-        option_prefix: How the user sets options, for messages.
-
-    Returns:
-        The :class:`FrameCodec`.
-
-    Raises:
-        BackendOptionError: an unknown codec or filter, a level out of range, ``max_memory`` not a size, or
-            ``build_workers`` below 1.
-    """
-    try:
-        frame_codec = FrameCodec(codec, level, filter)
-        if max_memory is not None:
-            parse_bytes(max_memory, f"{option_prefix}.max_memory")
-    except (CodecError, ValueError) as exc:
-        raise BackendOptionError(f"{option_prefix}: {exc}") from None
-    if build_workers is not None and build_workers < 1:
-        raise BackendOptionError(f"{option_prefix}.build_workers must be >= 1")
-    return frame_codec
