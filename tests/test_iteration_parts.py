@@ -187,3 +187,14 @@ def test_the_shuffle_buffer_is_described_as_it_acts():
     assert opts.describe_shuffle(20) == "shuffle buffer 20 episodes (all of them; shuffle_buffer=64)"
     assert opts.describe_shuffle(200, "demos") == "shuffle buffer 64 demos"
     assert opts.describe_shuffle(64) == "shuffle buffer 64 episodes"
+
+
+def test_decoding_ahead_is_bounded_by_the_pass_not_by_the_cache():
+    """A byte-sized cache may hold thousands of small episodes; loading ahead stays near a shuffle buffer's worth
+    (at 1M steps it loaded ~10k demos ahead and served 10x fewer samples/s), and never beyond the cache's room."""
+    from robo_loaders_plugin.pipeline.batches import AHEAD_PER_THREAD, decode_room
+
+    assert decode_room(32, 16, 2) == 15                       # the old default: the cache's room
+    assert decode_room(10_000, 16, 2) == 16                   # not 9,983
+    assert decode_room(10_000, 1, 4) == 4 * AHEAD_PER_THREAD  # threads keep busy with a small shuffle buffer
+    assert decode_room(3, 2, 8) == 1                          # at least one

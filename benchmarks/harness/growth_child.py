@@ -162,9 +162,11 @@ def probe(ds, batch_size: int) -> dict:
         return {"plan_cpu_s": None, "held_bytes": held_bytes(ds)}
     source = ds.batch_source(SamplingPlan(batch_size=batch_size, drop_last=True))
     try:
-        start = time.process_time()
+        # CPU time of this thread only: process_time also counted the threads a run leaves behind (the timed loop's
+        # loading and prefetching threads winding down), 0.32 s "per million" against 0.18 s planning alone
+        start = time.thread_time()
         source.plan_node.plan_of(7)
-        plan = time.process_time() - start
+        plan = time.thread_time() - start
         source.plan_node.plan_of(8)
         return {"plan_cpu_s": plan, "plan_items": int(source.plan_node.counts.sum()),
                 "held_bytes": held_bytes([ds, source])}
