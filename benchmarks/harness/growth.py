@@ -143,6 +143,10 @@ class Settings:
     batch_size: int = 64
     num_workers: int = 2
     batches: int = 60
+    # untimed batches after the first: a pass's start plans the next pass in a background thread (0.25 s of CPU
+    # at a million items, once per pass); 60 timed batches (~0.4 s for a fast loader) would count it 250x its
+    # share of a pass, and samples/s would seem to fall with size
+    warmup: int = 60
     seq_length: int = 10        # robomimic windows
     preset: str = "act"         # LeRobot delta timestamps
     timeout: float = 3600.0
@@ -150,7 +154,7 @@ class Settings:
 
 def child_args(w: Workload, backend: str, kwargs: dict, s: Settings, batches: int | None = None) -> dict:
     common = dict(framework=w.framework, backend=backend, kwargs=kwargs, batch_size=s.batch_size,
-                  num_workers=s.num_workers, batches=batches or s.batches)
+                  num_workers=s.num_workers, batches=batches or s.batches, warmup=0 if batches else s.warmup)
     if w.framework == "lerobot":
         return dict(common, root=w.path(), repo_id=w.repo_id, preset=s.preset)
     return dict(common, dataset=w.path(), seq_length=s.seq_length, frame_stack=1, obs_keys=None, label=backend,

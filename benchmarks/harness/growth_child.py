@@ -224,7 +224,7 @@ def run(a: dict) -> dict:
     if a.get("profile"):
         return profiled(dict(a, num_workers=0))
     ds, loader, count, build_s, baseline = (_robomimic if a["framework"] == "robomimic" else _lerobot)(a)
-    timing = time_loader(loader, a["batches"], count)
+    timing = time_loader(loader, a["batches"], count, warmup=a.get("warmup", 0))
     del loader
     gc.collect()
     out = dict(timing, build_s=build_s, num_samples=len(ds), baseline_pss_bytes=baseline, summary=summary_of(ds),

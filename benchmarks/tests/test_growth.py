@@ -42,3 +42,24 @@ def test_held_bytes_counts_index_arrays_once_and_skips_frame_data():
     assert 8000 <= total < 8000 + 2000
     # negative control: the same holder without the skip list counts the frame data too
     assert held_bytes(h, skip=set()) >= total + 10_000
+
+
+def test_time_loader_serves_the_warm_up_untimed_and_rolls_over_passes():
+    """The warm-up batches are served but not counted (a pass's start planning the next pass in the background
+    would otherwise weigh 250x its share at a million items); passes roll over as a training loop's do."""
+    from robo_loaders_plugin.bench.runner import time_loader
+
+    served = []
+
+    class Loader:
+        def __iter__(self):
+            for b in range(5):  # a pass of 5 batches of 2
+                served.append(b)
+                yield [b, b]
+
+    r = time_loader(Loader(), batches=4, batch_size_of=len, warmup=3)
+    assert served == [0, 1, 2, 3, 4, 0, 1, 2]  # first, 3 warm-up, then 4 timed (rolling over into pass 2)
+    assert r["samples_per_s"] > 0 and len(r["batch_latency_ms"]) == 3
+    served.clear()
+    time_loader(Loader(), batches=4, batch_size_of=len)
+    assert served == [0, 1, 2, 3, 4]  # negative control: without a warm-up, the timed batches follow the first

@@ -154,14 +154,16 @@ def baseline_pss() -> int:
     return psutil.Process().memory_full_info().pss
 
 
-def time_loader(loader, batches: int, batch_size_of) -> dict:
+def time_loader(loader, batches: int, batch_size_of, warmup: int = 0) -> dict:
     """First-batch latency (iterator creation included), then ``batches`` timed batches (re-iterating when an
     epoch ends, as training loops do).
 
     Args:
         loader: Any iterable of batches (a DataLoader).
-        batches: Batches timed after the first.
+        batches: Batches timed after the first (and the warm-up).
         batch_size_of: ``batch -> number of samples in it``.
+        warmup: Batches served untimed between the first and the timed ones (what a pass does once at its start,
+            e.g. planning the next pass in a background thread, kept out of a steady rate).
 
     Returns:
         ``first_batch_s`` (seconds), ``samples_per_s`` (over the timed batches) and ``batch_latency_ms``
@@ -171,6 +173,12 @@ def time_loader(loader, batches: int, batch_size_of) -> dict:
     it = iter(loader)
     batch = next(it)
     first = time.perf_counter() - t
+    for _ in range(warmup):
+        try:
+            next(it)
+        except StopIteration:
+            it = iter(loader)
+            next(it)
     lat, samples = [], 0
     for _ in range(batches):
         t = time.perf_counter()
