@@ -175,3 +175,28 @@ def test_a_conversion_on_a_full_disk_stops_and_keeps_nothing_half_written(tmp_pa
         writer.add_episode("e1", {"a": np.zeros((3, 2))})
     writer.abort()
     assert not [n for n in os.listdir(tmp_path / "shards") if ".tmp-" in n]
+
+
+def test_an_entry_recording_the_sources_current_stat_counts_as_reused(tmp_path):
+    """compressed_cache and the shard conversions skip the disk estimate for an entry that will be reused: one of
+    this kind and key that recorded the source's current file stats (stat only, nothing read). Negative controls:
+    a source touched since, another key, another kind, an entry that recorded nothing."""
+    import os
+
+    from robo_loaders_plugin.storage import cache
+    from robo_loaders_plugin.storage.fingerprint import Fingerprint, stat_files
+
+    src = tmp_path / "src.hdf5"
+    src.write_bytes(b"x" * 100)
+    root = tmp_path / "cache"
+    key = {"source": str(src), "v": 1}
+    name = f"robomimic-{cache.short_hash(key)}-abc.rlc"
+    os.makedirs(root / name)
+    recorded = {str(root / name): Fingerprint(str(src), stat_files(str(src)), "0" * 64)}
+    held = lambda kind, k, suffix=".rlc": cache.holds_current(str(root), kind, k, str(src), recorded.get, suffix)  # noqa: E731
+    assert held("robomimic", key) and held("robomimic", key, "")
+    assert not held("lerobot", key) and not held("robomimic", {**key, "v": 2}) and not held("robomimic", key, ".x")
+    assert not cache.holds_current(str(root), "robomimic", key, str(src), lambda p: None)
+    assert not cache.holds_current(str(tmp_path / "none"), "robomimic", key, str(src), recorded.get)
+    os.utime(src, ns=(1, 1))  # the source changed since the entry was made
+    assert not held("robomimic", key)

@@ -113,24 +113,6 @@ def recorded_source(reader_or_dir) -> Fingerprint | None:
         return None
 
 
-def _likely_reused(root: str, kind: str, key_desc: dict, source_path: str) -> bool:
-    """Whether ``root`` holds converted shards of this source and key whose recorded source has the source's
-    current file stats (a stat-only check: nothing is read)."""
-    from robo_loaders_plugin.storage.fingerprint import stat_files
-
-    prefix = f"{kind}-{cache.short_hash(key_desc)}-"
-    try:
-        files = stat_files(os.path.realpath(source_path))
-    except OSError:
-        return False
-    for e in cache.entries(root):
-        if e.name.startswith(prefix):
-            recorded = recorded_source(e.path)
-            if recorded is not None and recorded.files == files:
-                return True
-    return False
-
-
 def open_shards(*, framework: str, source, shards: str | None, cache_dir: str | None, check_source: bool,
                 key_desc: dict, convert: Callable[[str, Fingerprint], None], option_prefix: str, convert_hint: str,
                 size=None, video: bool = False, backend: str = "datapipe", alternatives=()):
@@ -193,7 +175,8 @@ def open_shards(*, framework: str, source, shards: str | None, cache_dir: str | 
             return False
 
     root = cache.cache_root(cache_dir, f"{option_prefix}.cache_dir")
-    if size is not None and not _likely_reused(root, f"{framework}-shards", key_desc, source.path):
+    if size is not None and not cache.holds_current(root, f"{framework}-shards", key_desc, source.path,
+                                                    recorded_source):
         from robo_loaders_plugin.footprints import check_conversion_disk
 
         check_conversion_disk(size, root, video=video, command=f"backend {backend!r} (converting on first use)",

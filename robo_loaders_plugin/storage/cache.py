@@ -330,6 +330,37 @@ def entries(root: str) -> list[Entry]:
     return [Entry(root, n) for n in sorted(os.listdir(root)) if not n.startswith(".") and ".tmp-" not in n]
 
 
+def holds_current(root: str, kind: str, key_desc: dict, source_path: str, recorded_of, suffix: str = "") -> bool:
+    """Whether ``root`` holds an entry of this kind and key whose recorded source fingerprint has the source's
+    current file stats: it will be reused, so nothing new is written. A stat-only check (no byte of the source is
+    read), made before a footprint counts the disk a new entry would take.
+
+    Args:
+        root: A cache root.
+        kind: The entry kind.
+        key_desc: The cache key (as :func:`obtain` gets it).
+        source_path: The source file or directory.
+        recorded_of: ``recorded_of(entry path)`` returns the fingerprint the entry recorded, or ``None``.
+        suffix: Only entries whose name ends so (``""``: any).
+
+    Returns:
+        True when such an entry exists.
+    """
+    from robo_loaders_plugin.storage.fingerprint import stat_files
+
+    prefix = f"{kind}-{short_hash(key_desc)}-"
+    try:
+        files = stat_files(os.path.realpath(source_path))
+    except OSError:
+        return False
+    for e in entries(root):
+        if e.name.startswith(prefix) and e.name.endswith(suffix):
+            recorded = recorded_of(e.path)
+            if recorded is not None and recorded.files == files:
+                return True
+    return False
+
+
 def siblings(entry: Entry) -> list[Entry]:
     """Entries of the same kind and source key as ``entry`` (older versions of the same source and options).
 

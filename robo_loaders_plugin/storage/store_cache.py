@@ -190,36 +190,6 @@ def open_or_build(*, kind: str, source, key_desc: dict, write: Callable[[StoreWr
     return store, hold, reused
 
 
-def likely_reusable(root: str, kind: str, key_desc: dict, source_path: str, suffix: str = ".rlc") -> bool:
-    """Whether ``root`` holds an entry of this source and these options that recorded the source's current file
-    stats (so it will be reused and nothing new written): a stat-only check, no byte of the source is read.
-
-    Args:
-        root: The cache root.
-        kind: The entry kind.
-        key_desc: The cache key (as :func:`open_or_build` gets it).
-        source_path: The source file or directory.
-        suffix: The entries' file suffix; only stores (``.rlc``) record a fingerprint read here, any other suffix
-            finds nothing.
-
-    Returns:
-        True when such an entry exists; false also when the source cannot be stat'ed.
-    """
-    from robo_loaders_plugin.storage.fingerprint import stat_files
-
-    prefix = f"{kind}-{cache.short_hash(key_desc)}-"
-    try:
-        files = stat_files(os.path.realpath(source_path))
-    except OSError:
-        return False
-    for e in cache.entries(root):
-        if e.name.startswith(prefix) and e.name.endswith(suffix):
-            recorded = recorded_fingerprint(e.path) if suffix == ".rlc" else None
-            if recorded is not None and recorded.files == files:
-                return True
-    return False
-
-
 def plan_store(size, *, kind: str, key_desc: dict, source_path: str, options, option_prefix: str,
                alternatives):
     """Where ``compressed_cache`` keeps its store (``footprints.compressed_cache_plan``), checked against what the
@@ -251,7 +221,7 @@ def plan_store(size, *, kind: str, key_desc: dict, source_path: str, options, op
     plan = compressed_cache_plan(size, cache_dir=options.cache_dir, max_memory=options.max_memory,
                                  codec=options.codec, workers=workers, option_prefix=option_prefix,
                                  available=available)
-    if not plan.in_ram and os.path.isdir(root) and likely_reusable(root, kind, key_desc, source_path):
+    if not plan.in_ram and cache.holds_current(root, kind, key_desc, source_path, recorded_fingerprint, ".rlc"):
         plan = compressed_cache_plan(size, cache_dir=options.cache_dir, max_memory=options.max_memory,
                                      codec=options.codec, workers=workers, option_prefix=option_prefix,
                                      available=available, reusable=True)
