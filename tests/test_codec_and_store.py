@@ -220,3 +220,22 @@ def test_store_frames_check_each_blob_before_its_first_decode_not_all_at_open(tm
     assert checked == [2]  # two blobs checked, once
     with pytest.raises(CodecError, match="corrupt compressed frame"):
         frames.take("img", np.array([2]), np.array([0]), out[:1])
+
+
+def test_store_frames_read_raw_rows_where_they_lie(tmp_path):
+    """Raw fields are read from the mapped file's bytes per batch (no per-process concatenation of every
+    episode's rows, seconds at a million frames in each DataLoader worker): windows across episodes equal the
+    rows written; negative control: another episode's offsets give other values."""
+    from robo_loaders_plugin.frames.store import StoreFrames
+
+    path = tmp_path / "s.rlc"
+    eps = build(path)
+    frames = StoreFrames(EpisodeStore(str(path)))
+    episodes, steps = np.array([2, 0, 1]), np.array([[0, 5, 5], [1, 2, 3], [4, 4, 0]])
+    out = np.empty((3, 3, 2), np.float64)
+    frames.take("low", episodes, steps, out)
+    assert out.tobytes() == np.stack([eps[e][1][s] for e, s in zip(episodes, steps)]).tobytes()
+    assert len(frames._flat["low"]) == 3  # one offset per episode held, not the rows
+    frames._flat["low"] = frames._flat["low"][[1, 2, 0]]
+    frames.take("low", episodes, steps, out)
+    assert out.tobytes() != np.stack([eps[e][1][s] for e, s in zip(episodes, steps)]).tobytes()

@@ -1,7 +1,7 @@
 """Frames from a compressed episode store (the ``compressed_cache`` backend): one file mapped by every process.
 
-Raw (low-dim) fields are concatenated across episodes once per process, so a whole batch of windows is one fancy
-index; camera frames are decompressed straight into the output array, and a repeated step in a window (padding
+Raw (low-dim) fields are read where they lie in the mapped file, a batch of windows with one fancy index over their
+bytes (no per-process copy of every episode's rows); camera frames are decompressed straight into the output array, and a repeated step in a window (padding
 repeats the first/last step) is copied from its neighbour instead of decoded again.
 """
 from __future__ import annotations
@@ -29,7 +29,7 @@ class StoreFrames(FrameSource):
         self.lengths = np.array([e["length"] for e in store.episodes], dtype=np.int64)
         self.starts = np.concatenate([[0], np.cumsum(self.lengths)[:-1]]).astype(np.int64)
         self._infos: dict[str, FieldInfo] = {}
-        self._flat: dict[str, np.ndarray] = {}
+        self._flat: dict[str, np.ndarray] = {}  # raw fields: each episode's byte offset of the field
         self._bounds: dict[str, tuple] = {}
 
     def __getstate__(self):  # per-process lookup tables are rebuilt lazily, not shipped to workers
@@ -65,23 +65,23 @@ class StoreFrames(FrameSource):
             info = self._infos[field] = FieldInfo(*first)
         return info
 
-    def _flat_raw(self, field: str) -> np.ndarray:
-        """The field of every episode, concatenated (once per process): one concatenation of the mapped file's
-        byte ranges."""
-        flat = self._flat.get(field)
-        if flat is None:
-            info = self.info(field)
-            row = int(np.prod(info.shape, dtype=np.int64)) * info.dtype.itemsize
-            buf = self.store._buf
-            descs = [e["fields"][field] for e in self.store.episodes]
-            flat = np.concatenate([buf[d["offset"]:d["offset"] + d["shape"][0] * row] for d in descs])
-            flat = self._flat[field] = flat.view(info.dtype).reshape((-1,) + tuple(info.shape))
-        return flat
+    def _raw_starts(self, field: str) -> np.ndarray:
+        """Each episode's byte offset of ``field`` in the mapped file (once per process and field).
+
+        Why offsets and not the field concatenated: a concatenation copied every episode's rows in every process
+        (the main one and each DataLoader worker) before its first batch, touching a page of the file per episode
+        and field: seconds at a million frames. A batch reads its rows' bytes where they are instead."""
+        starts = self._flat.get(field)
+        if starts is None:
+            self.info(field)  # one dtype and step shape in every episode, or a clear error
+            starts = self._flat[field] = np.fromiter((e["fields"][field]["offset"] for e in self.store.episodes),
+                                                     dtype=np.int64, count=len(self.store.episodes))
+        return starts
 
     def take(self, field, episodes, steps, out):
         """``out[b, ...] = field[episodes[b]][steps[b, ...]]``.
 
-        Raw fields: one ``np.take`` from the field concatenated across episodes. Frames: decompressed straight into
+        Raw fields: their rows' bytes taken from the mapped file with one ``np.take``. Frames: decompressed straight into
         ``out``, each step once per row; a step repeating the one before it in the row (padding) is copied instead.
 
         Args:
@@ -94,7 +94,10 @@ class StoreFrames(FrameSource):
         g = (self.starts[broadcast_episodes(episodes, steps)] + steps).reshape(-1)
         flat_out = out.reshape((g.size,) + tuple(info.shape))
         if not info.frames:
-            np.take(self._flat_raw(field), g, axis=0, out=flat_out)
+            row = int(np.prod(info.shape, dtype=np.int64)) * info.dtype.itemsize
+            at = (self._raw_starts(field)[broadcast_episodes(episodes, steps)].reshape(-1)
+                  + np.asarray(steps, dtype=np.int64).reshape(-1) * row)
+            np.take(self.store._buf, at[:, None] + np.arange(row), out=flat_out.view(np.uint8).reshape(g.size, row))
             return
         layout = self._bounds.get(field)
         if layout is None:  # located at the first read; each blob checked before its first decode (not all at open)
