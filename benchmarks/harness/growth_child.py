@@ -23,6 +23,7 @@ DATA_ATTRIBUTES = {
     "_flat",            # StoreFrames: low-dim fields concatenated (data)
     "store",            # StoreFrames: the compressed episode file (mapped)
     "cache",            # EpisodeFrames: the loaded episodes (data, bounded)
+    "_small",           # EpisodeFrames: every episode's small (low-dim) fields, kept between loads (data)
     "tensors",          # TensorFrames: every frame (data)
     "_pool",            # batch buffers recycled (bounded, data)
 }
@@ -39,6 +40,8 @@ def held_bytes(root, skip=DATA_ATTRIBUTES) -> int:
     the dataset keeps per frame and per episode."""
     import types
 
+    from robo_loaders_plugin.core.lru import LoadOnceLRU
+
     seen: set[int] = set()
     arrays: set[int] = set()
     total = 0
@@ -54,6 +57,8 @@ def held_bytes(root, skip=DATA_ATTRIBUTES) -> int:
             continue
         if isinstance(obj, types.MethodType):
             stack.append(obj.__self__)
+            continue
+        if isinstance(obj, LoadOnceLRU):  # loaded episodes (data), also reached through a bound method (load_ahead)
             continue
         if isinstance(obj, np.ndarray):
             base = obj

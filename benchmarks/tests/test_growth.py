@@ -63,3 +63,23 @@ def test_time_loader_serves_the_warm_up_untimed_and_rolls_over_passes():
     served.clear()
     time_loader(Loader(), batches=4, batch_size_of=len)
     assert served == [0, 1, 2, 3, 4]  # negative control: without a warm-up, the timed batches follow the first
+
+
+def test_held_bytes_skips_loaded_episodes_reached_through_a_bound_method():
+    """video_stream's decode-ahead holds ``cache.load_ahead``: the walk reached the episode cache (decoded frames,
+    bounded by its buffer) through the bound method and counted ~20 kB per frame as if it were index overhead."""
+    import numpy as np
+
+    from robo_loaders_plugin.core.lru import LoadOnceLRU
+
+    cache = LoadOnceLRU(lambda k: np.zeros(100_000, np.uint8), 4)
+    cache.get(1)
+
+    class Ahead:
+        def __init__(self):
+            self.load = cache.get
+            self.index = np.zeros(1000, np.int64)
+
+    assert 8000 <= held_bytes(Ahead()) < 8000 + 2000
+    # negative control: an object holding the same bytes directly is counted
+    assert held_bytes({"frames": np.zeros(100_000, np.uint8)}) >= 100_000
