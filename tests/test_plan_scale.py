@@ -286,3 +286,19 @@ def test_a_verified_cache_is_not_read_again_until_it_changes(tmp_path, monkeypat
         f.write(data)
     assert not opened()[1] and checks == [1, 1]
     assert "ignoring unusable cache" in capsys.readouterr().out
+
+
+def test_a_rowmap_pickles_without_its_per_row_array():
+    """What a spawned DataLoader worker receives stays small at any size (a payload beyond the pipe's buffer starts
+    workers one after another): the per-row run array is rebuilt where the map is unpickled, equal to the original;
+    negative control: it holds 4 bytes per row, far more than what is pickled."""
+    import pickle
+
+    from robo_loaders_plugin.windows.lerobot import RowMap
+
+    lengths = np.random.default_rng(2).integers(0, 120, size=10_000)
+    rowmap = RowMap(lengths)
+    copy = pickle.loads(pickle.dumps(rowmap))
+    assert np.array_equal(copy.run_of_row, rowmap.run_of_row) and copy.run_of_row.dtype == np.int32
+    assert np.array_equal(copy.run_start, rowmap.run_start) and len(copy) == len(rowmap)
+    assert len(pickle.dumps(rowmap)) < 100_000 < rowmap.run_of_row.nbytes
