@@ -236,6 +236,7 @@ def test_store_frames_read_raw_rows_where_they_lie(tmp_path):
     frames.take("low", episodes, steps, out)
     assert out.tobytes() == np.stack([eps[e][1][s] for e, s in zip(episodes, steps)]).tobytes()
     assert len(frames._flat["low"]) == 3  # one offset per episode held, not the rows
-    frames._flat["low"] = frames._flat["low"][[1, 2, 0]]
+    rows, first = frames._rows["low"]
+    frames._rows["low"] = (rows, first[[1, 2, 0]])
     frames.take("low", episodes, steps, out)
     assert out.tobytes() != np.stack([eps[e][1][s] for e, s in zip(episodes, steps)]).tobytes()

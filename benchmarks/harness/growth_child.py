@@ -20,7 +20,6 @@ DATA_ATTRIBUTES = {
     "_native",          # LeRobotSamples: LeRobot's own dataset (measured as native's)
     "hdf5_cache",       # robomimic SequenceDataset: the loaded arrays (data)
     "hdf5_file", "_hdf5_file",
-    "_flat",            # StoreFrames: low-dim fields concatenated (data)
     "store",            # StoreFrames: the compressed episode file (mapped)
     "cache",            # EpisodeFrames: the loaded episodes (data, bounded)
     "_small",           # EpisodeFrames: every episode's small (low-dim) fields, kept between loads (data)

@@ -30,6 +30,7 @@ class StoreFrames(FrameSource):
         self.starts = np.concatenate([[0], np.cumsum(self.lengths)[:-1]]).astype(np.int64)
         self._infos: dict[str, FieldInfo] = {}
         self._flat: dict[str, np.ndarray] = {}  # raw fields: each episode's byte offset of the field
+        self._rows: dict[str, tuple] = {}  # raw fields: (rows view of the mapped file, each episode's first element)
         self._bounds: dict[str, tuple] = {}
 
     def __getstate__(self):  # per-process lookup tables are rebuilt lazily, not shipped to workers
@@ -66,7 +67,8 @@ class StoreFrames(FrameSource):
         return info
 
     def _raw_starts(self, field: str) -> np.ndarray:
-        """Each episode's byte offset of ``field`` in the mapped file (once per process and field).
+        """Each episode's byte offset of ``field`` in the mapped file (once per process and field), checked to lie
+        on an element boundary.
 
         Why offsets and not the field concatenated: a concatenation copied every episode's rows in every process
         (the main one and each DataLoader worker) before its first batch, touching a page of the file per episode
@@ -74,14 +76,33 @@ class StoreFrames(FrameSource):
         starts = self._flat.get(field)
         if starts is None:
             self.info(field)  # one dtype and step shape in every episode, or a clear error
-            starts = self._flat[field] = np.fromiter((e["fields"][field]["offset"] for e in self.store.episodes),
-                                                     dtype=np.int64, count=len(self.store.episodes))
+            starts = np.fromiter((e["fields"][field]["offset"] for e in self.store.episodes), dtype=np.int64,
+                                 count=len(self.store.episodes))
+            k = self.info(field).dtype.itemsize
+            if np.any(starts % k):  # the writer aligns raw arrays to 64 bytes: a file not written so is refused
+                raise StoreError(f"{self.store.path}: {field}: raw rows not aligned to their {k}-byte elements")
+            self._flat[field] = starts
         return starts
+
+    def _raw_rows(self, field: str, info: FieldInfo, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """The mapped file seen as rows of ``field`` starting at every element (a sliding-window view: no copy),
+        and each episode's first element: a batch's rows are then one fancy index along the first axis.
+
+        Raw arrays are 64-byte aligned in the store, so every episode's rows start on an element boundary."""
+        cached = self._rows.get(field)
+        if cached is None:
+            starts = self._raw_starts(field)
+            k = info.dtype.itemsize
+            buf = self.store._buf
+            typed = buf[:len(buf) // k * k].view(info.dtype)
+            rows = typed if n == 1 else np.lib.stride_tricks.sliding_window_view(typed, n)
+            cached = self._rows[field] = (rows, starts // k)
+        return cached
 
     def take(self, field, episodes, steps, out):
         """``out[b, ...] = field[episodes[b]][steps[b, ...]]``.
 
-        Raw fields: their rows' bytes taken from the mapped file with one ``np.take``. Frames: decompressed straight into
+        Raw fields: their rows indexed out of the mapped file in one step. Frames: decompressed straight into
         ``out``, each step once per row; a step repeating the one before it in the row (padding) is copied instead.
 
         Args:
@@ -91,14 +112,16 @@ class StoreFrames(FrameSource):
             out: The destination, ``steps.shape + step shape``, C-contiguous.
         """
         info = self.info(field)
-        g = (self.starts[broadcast_episodes(episodes, steps)] + steps).reshape(-1)
-        flat_out = out.reshape((g.size,) + tuple(info.shape))
+        ep = broadcast_episodes(episodes, steps)
         if not info.frames:
-            row = int(np.prod(info.shape, dtype=np.int64)) * info.dtype.itemsize
-            at = (self._raw_starts(field)[broadcast_episodes(episodes, steps)].reshape(-1)
-                  + np.asarray(steps, dtype=np.int64).reshape(-1) * row)
-            np.take(self.store._buf, at[:, None] + np.arange(row), out=flat_out.view(np.uint8).reshape(g.size, row))
+            n = int(np.prod(info.shape, dtype=np.int64))
+            rows, first = self._raw_rows(field, info, n)
+            at = (first[ep] + steps * n).reshape(-1)
+            # fancy indexing, not np.take: take would first copy a strided view whole
+            out.reshape((at.size,) + rows.shape[1:])[...] = rows[at]
             return
+        g = (self.starts[ep] + steps).reshape(-1)
+        flat_out = out.reshape((g.size,) + tuple(info.shape))
         layout = self._bounds.get(field)
         if layout is None:  # located at the first read; each blob checked before its first decode (not all at open)
             starts, ends, expected = self.store.blob_layout(field)
