@@ -1,8 +1,9 @@
 """Frames from a compressed episode store (the ``compressed_cache`` backend): one file mapped by every process.
 
-Raw (low-dim) fields are read where they lie in the mapped file, a batch of windows with one fancy index over their
-bytes (no per-process copy of every episode's rows); camera frames are decompressed straight into the output array, and a repeated step in a window (padding
-repeats the first/last step) is copied from its neighbour instead of decoded again.
+Raw (low-dim) fields are read where they lie in the mapped file, a batch of windows with one fancy index over a
+rows view of it (no per-process copy of every episode's rows); camera frames are decompressed straight into the
+output array, and a repeated step in a window (padding repeats the first/last step) is copied from its neighbour
+instead of decoded again.
 """
 from __future__ import annotations
 
@@ -72,13 +73,12 @@ class StoreFrames(FrameSource):
 
         Why offsets and not the field concatenated: a concatenation copied every episode's rows in every process
         (the main one and each DataLoader worker) before its first batch, touching a page of the file per episode
-        and field: seconds at a million frames. A batch reads its rows' bytes where they are instead."""
+        and field: seconds at a million frames. A batch reads its rows where they are instead."""
         starts = self._flat.get(field)
         if starts is None:
-            self.info(field)  # one dtype and step shape in every episode, or a clear error
+            k = self.info(field).dtype.itemsize  # one dtype and step shape in every episode, or a clear error
             starts = np.fromiter((e["fields"][field]["offset"] for e in self.store.episodes), dtype=np.int64,
                                  count=len(self.store.episodes))
-            k = self.info(field).dtype.itemsize
             if np.any(starts % k):  # the writer aligns raw arrays to 64 bytes: a file not written so is refused
                 raise StoreError(f"{self.store.path}: {field}: raw rows not aligned to their {k}-byte elements")
             self._flat[field] = starts
