@@ -64,7 +64,11 @@ def _rm(path, backend, **kwargs):
     ("gpu_resampler", {"max_memory": "2KB"}, {"disk": 10**12}, r"cannot hold this dataset within "
                                                                r"train\.data_backend_kwargs\.max_memory=2\.0 kB"),
 ])
-def test_robomimic_backends_refuse_before_reading_data(tiny_hdf5, monkeypatch, backend, options, machine, message):
+def test_robomimic_backends_refuse_before_reading_data(tiny_hdf5, monkeypatch, tmp_path, backend, options, machine,
+                                                       message):
+    # a cache root of its own: an entry another test made from the same file would be reused, not written (and
+    # rightly not refused for the disk)
+    monkeypatch.setenv("ROBO_LOADERS_CACHE", str(tmp_path / "cache"))
     build = _rm(tiny_hdf5, backend, **options)
     tiny_machine(monkeypatch, **machine)
     no_data_reads(monkeypatch)
@@ -167,8 +171,9 @@ def _native_lr(root, preset="none", **kw):
     ("gpu_resampler", {"max_memory": "1KB"}, {"disk": 10**12}, r"within --dataset\.backend_kwargs\.max_memory="),
     ("video_stream", {"cache_episodes": 5}, {"host": 10**5}, r"backend 'video_stream' cannot serve .*host RAM"),
 ])
-def test_lerobot_backends_refuse_before_reading_data(lerobot_datasets, monkeypatch, backend, options, machine,
-                                                     message):
+def test_lerobot_backends_refuse_before_reading_data(lerobot_datasets, monkeypatch, tmp_path, backend, options,
+                                                     machine, message):
+    monkeypatch.setenv("ROBO_LOADERS_CACHE", str(tmp_path / "cache"))  # nothing another test made is reused
     nat = _native_lr(lerobot_datasets["h264_3cam_multifile"], "diffusion")
     tiny_machine(monkeypatch, **machine)
     no_data_reads(monkeypatch)
