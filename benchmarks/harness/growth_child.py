@@ -128,9 +128,9 @@ def _robomimic(a: dict):
 
 def _lerobot(a: dict):
     import torch
-    from lerobot.datasets import EpisodeAwareSampler
     from lerobot.datasets.lerobot_dataset import LeRobotDataset, LeRobotDatasetMetadata
 
+    from robo_loaders_plugin.bench.lerobot_run import train_loader
     from robo_loaders_plugin.bench.runner import baseline_pss
     from robo_loaders_plugin.lerobot.integration import build_dataset, choose, cycle
     from robo_loaders_plugin.lerobot.presets import delta_timestamps
@@ -146,13 +146,7 @@ def _lerobot(a: dict):
     if a["backend"] != "native":
         ds = build_dataset(ds, choose(a["backend"], **(a.get("kwargs") or {})))
     build_s = time.perf_counter() - t
-    sampler = EpisodeAwareSampler(ds.meta.episodes["dataset_from_index"], ds.meta.episodes["dataset_to_index"],
-                                  episode_indices_to_use=ds.episodes, shuffle=True, seed=1000,
-                                  absolute_to_relative_idx=ds.absolute_to_relative_idx)
-    nw = a["num_workers"]
-    extra = dict(prefetch_factor=4, persistent_workers=True, multiprocessing_context="spawn") if nw else {}
-    loader = torch.utils.data.DataLoader(ds, batch_size=a["batch_size"], sampler=sampler, num_workers=nw,
-                                         shuffle=False, drop_last=False, **extra)
+    loader = train_loader(ds, a["batch_size"], a["num_workers"])  # lerobot-train's DataLoader
     a["native_build_s"] = native_s
     return ds, cycle(loader), (lambda b: len(b["index"])), build_s, baseline
 

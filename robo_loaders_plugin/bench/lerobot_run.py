@@ -9,6 +9,28 @@ import time
 import numpy as np
 
 
+def train_loader(ds, batch_size: int, num_workers: int):
+    """The DataLoader lerobot-train 0.6.1 builds (CPU: no pin_memory): its ``EpisodeAwareSampler`` and settings.
+
+    Args:
+        ds: The dataset (LeRobot's or a backend's).
+        batch_size: Samples per batch.
+        num_workers: DataLoader worker processes (spawned, persistent, prefetching 4, as lerobot-train's).
+
+    Returns:
+        The ``torch.utils.data.DataLoader``.
+    """
+    import torch
+    from lerobot.datasets import EpisodeAwareSampler
+
+    sampler = EpisodeAwareSampler(ds.meta.episodes["dataset_from_index"], ds.meta.episodes["dataset_to_index"],
+                                  episode_indices_to_use=ds.episodes, shuffle=True, seed=1000,
+                                  absolute_to_relative_idx=ds.absolute_to_relative_idx)
+    extra = dict(prefetch_factor=4, persistent_workers=True, multiprocessing_context="spawn") if num_workers else {}
+    return torch.utils.data.DataLoader(ds, batch_size=batch_size, sampler=sampler, num_workers=num_workers,
+                                       shuffle=False, drop_last=False, **extra)
+
+
 def frames_per_sample(ds, delta) -> int:
     """Camera frames one sample holds: one per camera, or as many as its ``delta_timestamps`` ask for.
 
@@ -74,7 +96,6 @@ def run(a: dict) -> dict:
         the decode split.
     """
     import torch
-    from lerobot.datasets import EpisodeAwareSampler
     from lerobot.datasets.lerobot_dataset import LeRobotDataset, LeRobotDatasetMetadata
 
     from robo_loaders_plugin.bench.lerobot_bench import raw_frame_bytes
@@ -93,14 +114,7 @@ def run(a: dict) -> dict:
     if a["backend"] != "native":
         ds = build_dataset(ds, choose(a["backend"], **(a.get("kwargs") or {})))
     build_s = time.perf_counter() - t
-    # the DataLoader lerobot-train 0.6.1 builds (CPU: no pin_memory)
-    sampler = EpisodeAwareSampler(ds.meta.episodes["dataset_from_index"], ds.meta.episodes["dataset_to_index"],
-                                  episode_indices_to_use=ds.episodes, shuffle=True, seed=1000,
-                                  absolute_to_relative_idx=ds.absolute_to_relative_idx)
-    nw = a["num_workers"]
-    extra = dict(prefetch_factor=4, persistent_workers=True, multiprocessing_context="spawn") if nw else {}
-    loader = torch.utils.data.DataLoader(ds, batch_size=a["batch_size"], sampler=sampler, num_workers=nw,
-                                         shuffle=False, drop_last=False, **extra)
+    loader = train_loader(ds, a["batch_size"], a["num_workers"])
     episodes_per_batch = []
 
     def count(batch):
