@@ -46,6 +46,17 @@ def test_goals_are_judged_against_native_at_the_largest_size():
     assert slow["datapipe"]["plan_ok"] is False
 
 
+def test_a_full_pass_result_shows_each_pass_and_which_rows_were_sampled():
+    payload = growth_payload()
+    for r in payload["rows"]:
+        if r["backend"] == "datapipe":
+            r.update(pass_s=r["frames"] / 5000.0, pass_samples=r["frames"])
+    text = growth_plots.growth_tables(payload)
+    assert "full pass s (samples)" in text and "| 205 (1,025,000) |" in text and "| sampled |" in text
+    # negative control: a sampled result has no such column
+    assert "full pass" not in growth_plots.growth_tables(growth_payload())
+
+
 FINDINGS = {"kind": "growth_findings", "framework": "both", "machine": MACHINE, "results": {
     "planner": {"what": "planning a pass", "before_s": 1.6, "after_s": 0.17},
     "robomimic_validation": {"what": "robomimic file validation, 10,000 demos", "before_s": 40.0, "after_s": 12.0,

@@ -59,14 +59,15 @@ def growth_workloads_cmd(kinds, sizes):
 @click.option("--backends", default="native,compressed_cache,datapipe,gpu_resampler,video_stream",
               show_default=True)
 @click.option("--batches", default=60, show_default=True, type=click.IntRange(min=1))
+@click.option("--full-pass", is_flag=True, help="time one whole pass per run (LeRobotDataset itself still sampled)")
 @click.option("--json", "json_out", required=True, type=click.Path(dir_okay=False))
-def growth_run_cmd(kind, sizes, backends, batches, json_out):
+def growth_run_cmd(kind, sizes, backends, batches, full_pass, json_out):
     """Every backend at every size of workload KIND; results (kind: growth) for robo-loaders report."""
     from benchmarks.harness.growth import Settings, run_growth
 
     sizes = sizes.split(",") if sizes else (["10k", "100k"] if kind == "robomimic_image" else ["10k", "100k", "1m"])
-    run_growth(kind, sizes, [b.strip() for b in backends.split(",") if b.strip()], Settings(batches=batches),
-               json_out, echo=click.echo)
+    run_growth(kind, sizes, [b.strip() for b in backends.split(",") if b.strip()],
+               Settings(batches=batches, full_pass=full_pass), json_out, echo=click.echo)
 
 
 @growth_group.command("profile")

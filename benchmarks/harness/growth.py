@@ -147,14 +147,19 @@ class Settings:
     # at a million items, once per pass); 60 timed batches (~0.4 s for a fast loader) would count it 250x its
     # share of a pass, and samples/s would seem to fall with size
     warmup: int = 60
+    # time one whole pass instead (first batch to the pass's last); LeRobotDataset itself is still sampled: a pass
+    # of a million frames through it takes ~45 min on these machines
+    full_pass: bool = False
     seq_length: int = 10        # robomimic windows
     preset: str = "act"         # LeRobot delta timestamps
     timeout: float = 3600.0
 
 
 def child_args(w: Workload, backend: str, kwargs: dict, s: Settings, batches: int | None = None) -> dict:
+    full = s.full_pass and not batches and not (w.framework == "lerobot" and backend == "native")
     common = dict(framework=w.framework, backend=backend, kwargs=kwargs, batch_size=s.batch_size,
-                  num_workers=s.num_workers, batches=batches or s.batches, warmup=0 if batches else s.warmup)
+                  num_workers=s.num_workers, batches=batches or s.batches, warmup=0 if batches else s.warmup,
+                  full_pass=full)
     if w.framework == "lerobot":
         return dict(common, root=w.path(), repo_id=w.repo_id, preset=s.preset)
     return dict(common, dataset=w.path(), seq_length=s.seq_length, frame_stack=1, obs_keys=None, label=backend,

@@ -215,6 +215,44 @@ def profiled(a: dict, top: int = 30) -> dict:
     return out
 
 
+def pass_samples(framework: str, num_samples: int, batch_size: int) -> int:
+    """Samples in one pass as each framework's training DataLoader serves them: robomimic's drops the last partial
+    batch (``drop_last=True``), lerobot-train's does not."""
+    return num_samples // batch_size * batch_size if framework == "robomimic" else num_samples
+
+
+def time_pass(loader, batch_size_of, samples: int) -> dict:
+    """One whole pass, timed: the first batch (iterator creation included), then every batch until ``samples``
+    have been served (an endless loader such as lerobot-train's ``cycle`` is stopped there; an epoch loader that
+    ends is iterated again, which a pass of exactly ``samples`` never needs).
+
+    Returns:
+        ``first_batch_s``, ``pass_s`` (iterator creation to the pass's last batch), ``pass_samples`` (served:
+        ``samples`` when the pass ended on a batch boundary as it should), ``samples_per_s`` (after the first batch,
+        so comparable with the sampled runs) and ``batch_latency_ms`` percentiles.
+    """
+    t0 = time.perf_counter()
+    it = iter(loader)
+    first_samples = batch_size_of(next(it))
+    first = time.perf_counter() - t0
+    served, lat = first_samples, []
+    while served < samples:
+        t = time.perf_counter()
+        try:
+            batch = next(it)
+        except StopIteration:
+            it = iter(loader)
+            batch = next(it)
+        lat.append(time.perf_counter() - t)
+        served += batch_size_of(batch)
+    total = time.perf_counter() - t0
+    lat_ms = np.array(lat or [0.0]) * 1e3
+    rest = float(np.sum(lat))
+    return {"first_batch_s": first, "pass_s": total, "pass_samples": served, "pass_batches": len(lat) + 1,
+            "samples_per_s": (served - first_samples) / rest if rest else None,
+            "batch_latency_ms": {p: float(np.percentile(lat_ms, int(p[1:]))) for p in ("p50", "p95", "p99")}}
+
+
 def run(a: dict) -> dict:
     from robo_loaders_plugin.bench.runner import time_loader
     from robo_loaders_plugin.core.iteration import summary_of
@@ -222,7 +260,10 @@ def run(a: dict) -> dict:
     if a.get("profile"):
         return profiled(dict(a, num_workers=0))
     ds, loader, count, build_s, baseline = (_robomimic if a["framework"] == "robomimic" else _lerobot)(a)
-    timing = time_loader(loader, a["batches"], count, warmup=a.get("warmup", 0))
+    if a.get("full_pass"):
+        timing = time_pass(loader, count, pass_samples(a["framework"], len(ds), a["batch_size"]))
+    else:
+        timing = time_loader(loader, a["batches"], count, warmup=a.get("warmup", 0))
     del loader
     gc.collect()
     out = dict(timing, build_s=build_s, num_samples=len(ds), baseline_pss_bytes=baseline, summary=summary_of(ds),

@@ -65,6 +65,44 @@ def test_time_loader_serves_the_warm_up_untimed_and_rolls_over_passes():
     assert served == [0, 1, 2, 3, 4]  # negative control: without a warm-up, the timed batches follow the first
 
 
+def test_time_pass_serves_exactly_one_pass_from_an_endless_or_an_ending_loader():
+    """A full pass stops where the pass does: an endless loader (lerobot-train's ``cycle``) after ``samples``, an
+    epoch loader at its end; the pass's last partial batch is counted as served."""
+    import itertools
+
+    from benchmarks.harness.growth_child import pass_samples, time_pass
+
+    served = []
+
+    def one_pass():
+        for b in range(5):  # 4 batches of 3, then a last one of 2: 14 samples
+            served.append(b)
+            yield [b] * (3 if b < 4 else 2)
+
+    class Endless:
+        def __iter__(self):
+            return itertools.chain.from_iterable(one_pass() for _ in itertools.count())
+
+    r = time_pass(Endless(), len, 14)
+    assert served == [0, 1, 2, 3, 4] and r["pass_samples"] == 14 and r["pass_batches"] == 5
+    assert r["pass_s"] >= r["first_batch_s"] and r["samples_per_s"] > 0
+    served.clear()
+    r = time_pass(Endless(), len, 28)  # negative control: two passes' samples take both passes
+    assert served == [0, 1, 2, 3, 4] * 2 and r["pass_samples"] == 28
+    assert pass_samples("robomimic", 14, 3) == 12 and pass_samples("lerobot", 14, 3) == 14
+
+
+def test_full_pass_setting_reaches_every_child_but_lerobots_own_dataset():
+    from benchmarks.harness.growth import Settings, Workload, child_args
+
+    s = Settings(full_pass=True)
+    assert child_args(Workload("lerobot", "1m"), "datapipe", {}, s)["full_pass"]
+    assert child_args(Workload("robomimic", "1m"), "native", {}, s)["full_pass"]
+    assert not child_args(Workload("lerobot", "1m"), "native", {}, s)["full_pass"]  # ~45 min a pass: sampled
+    assert not child_args(Workload("robomimic", "1m"), "native", {}, s, batches=1)["full_pass"]  # one-time runs
+    assert not child_args(Workload("robomimic", "1m"), "native", {}, Settings())["full_pass"]
+
+
 def test_held_bytes_skips_loaded_episodes_reached_through_a_bound_method():
     """video_stream's decode-ahead holds ``cache.load_ahead``: the walk reached the episode cache (decoded frames,
     bounded by its buffer) through the bound method and counted ~20 kB per frame as if it were index overhead."""

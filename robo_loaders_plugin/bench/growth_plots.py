@@ -137,17 +137,22 @@ def growth_tables(payload: dict) -> str:
     Returns:
         The tables, failed rows named under them.
     """
+    passes = any(r.get("pass_s") is not None for r in payload["rows"])  # ``growth run --full-pass``
     head = ["backend", "frames", "start-up s", "one-time s", "MB/s per worker", "samples/s", "peak MiB",
-            "held B/frame", "plan s/M items"]
+            "held B/frame", "plan s/M items"] + (["full pass s (samples)"] if passes else [])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for backend, rows in series(payload).items():
         for r in rows:
             once = r.get("once") or {}
-            lines.append("| " + " | ".join([
+            cells = [
                 f"`{backend}`", f"{r['frames']:,}", _fmt(r.get("startup_s"), ".2f"), _fmt(once.get("wall_s"), ".1f"),
                 _fmt(once.get("mb_per_s_per_worker"), ".1f"), _fmt(r.get("samples_per_s"), ".0f"),
                 _fmt(r["peak_mem_bytes"] / 2 ** 20 if r.get("peak_mem_bytes") else None, ".0f"),
-                _fmt(r.get("held_bytes_per_frame"), ".1f"), _fmt(r.get("plan_s_per_million"), ".3f")]) + " |")
+                _fmt(r.get("held_bytes_per_frame"), ".1f"), _fmt(r.get("plan_s_per_million"), ".3f")]
+            if passes:
+                cells.append("sampled" if r.get("pass_s") is None else
+                             f"{r['pass_s']:.0f} ({r['pass_samples']:,})")
+            lines.append("| " + " | ".join(cells) + " |")
     failed = [r for r in payload["rows"] if r.get("error")]
     out = "\n".join(lines) + "\n"
     if failed:
