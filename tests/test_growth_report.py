@@ -64,6 +64,8 @@ FINDINGS = {"kind": "growth_findings", "framework": "both", "machine": MACHINE, 
                              "read_us_per_dataset_after": 200.0},
     "store": {"what": "compressed store", "blob_bounds_before_s": 2.0, "blob_bounds_after_s": 0.2,
               "raw_concat_before_s": 0.3, "raw_concat_after_s": 0.02, "crc_s": 1.0, "crc_bytes": 2_000_000_000},
+    "gather": [{"row": "row", "row_bytes": 704, "frames": 10_000, "windows_per_s": 90_000.0, "kept": 1.0},
+               {"row": "row", "row_bytes": 704, "frames": 1_000_000, "windows_per_s": 45_000.0, "kept": 0.5}],
     "digests": [{"source": "x.hdf5", "bytes": 700_000_000, "digest_s": 1.4, "mb_per_s": 500.0}]}}
 CONVERSION = {"kind": "growth_conversion", "framework": "both", "machine": MACHINE, "results": [{
     "workload": "robomimic_lowdim_1m", "frames": 1_025_354, "source_bytes": 717_000_000, "runs": [
@@ -85,6 +87,7 @@ def test_findings_and_conversion_results_are_tables_in_the_report_and_the_readme
     assert r.exit_code == 0, r.output
     md = (tmp_path / "out" / "report.md").read_text()
     assert "| planning a pass | 1.6 s | 0.17 s |" in md and "| `x.hdf5` | 700 | 1.4 | 500 |" in md
+    assert "| row | 1,000,000 | 45,000 | 0.50 |" in md
     assert "| local | 2 | 60 | 11.90 | 5.97 | 12 |" in md and "FAILED" in md and "| 4 of 12 | 4 | 8 | 41 (60) | yes |" in md
     readme = tmp_path / "README.md"
     readme.write_text("<!-- robo-loaders:table growth.json table=goals source=no -->\n<!-- /robo-loaders:table -->\n")

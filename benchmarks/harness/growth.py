@@ -246,6 +246,11 @@ def run_workload(w: Workload, backends, s: Settings, scratch: str, log_dir: str,
             rows.append({"backend": backend, "workload": w.name, "size": w.size, "frames": frames,
                          "error": f"one-time step failed: {once['error']}", "once": once})
             continue
+        if once is not None:
+            # the one-time step's output (GBs at a million frames) is written back before anything is timed: a
+            # measured start right after a 9.4 GB build shared the disk with its write-back (native itself started
+            # 2x slower in that run)
+            os.sync()
         first_open = None
         if backend == "datapipe":  # its first start checks the shards against the source once (recorded): apart
             echo(f"[growth]   {backend}: first start (checks recorded once per version of the data) ...")

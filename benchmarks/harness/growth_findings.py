@@ -204,6 +204,38 @@ def digests(paths: list[str], echo) -> list[dict]:
     return out
 
 
+def gather_ceiling(echo, sizes=(10_000, 100_000, 1_000_000), batches: int = 300, window: int = 10,
+                   batch_size: int = 64) -> list[dict]:
+    """The in-memory gather that bounds the backends serving from RAM (``gpu_resampler`` on the CPU,
+    ``compressed_cache``'s raw fields), alone: ``batch_size`` random windows of ``window`` consecutive frames copied
+    out of one array of ``frames`` rows, for the frame sizes of the growth workloads (robomimic low-dim rows, a
+    LeRobot 64x64 RGB frame). No dataset code runs: what changes with ``frames`` is only how far apart in memory
+    the rows are (caches, TLB), which is what a backend's speed at a million frames cannot avoid."""
+    rows = {"robomimic low-dim frame (47 float64: obs, next_obs, action, reward, done)": 376,
+            "LeRobot 64x64 RGB frame": 64 * 64 * 3}
+    rng = np.random.default_rng(0)
+    out = []
+    for what, nbytes in rows.items():
+        base = None
+        for frames in sizes:
+            data = np.ones((frames, nbytes), dtype=np.uint8)  # touched: every page resident
+            starts = rng.integers(frames - window, size=(batches, batch_size))
+            offs = np.arange(window)
+            best = float("inf")
+            for _ in range(3):
+                t = time.perf_counter()
+                for b in range(batches):
+                    data[(starts[b][:, None] + offs).ravel()]
+                best = min(best, time.perf_counter() - t)
+            del data
+            per_s = batches * batch_size / best
+            base = base or per_s
+            echo(f"gather, {what}, {frames:,} frames: {per_s:,.0f} windows/s ({per_s / base:.2f} of the smallest)")
+            out.append({"row": what, "row_bytes": nbytes, "frames": frames, "windows_per_s": per_s,
+                        "kept": per_s / base})
+    return out
+
+
 def findings(json_out: str, echo=print) -> dict:
     import tempfile
 
@@ -221,6 +253,7 @@ def findings(json_out: str, echo=print) -> dict:
     res["robomimic_validation"] = robomimic_validation(rm.path(), echo)
     with tempfile.TemporaryDirectory(dir=workloads_root()) as tmp:
         res["store"] = store_costs(tmp, echo)
+    res["gather"] = gather_ceiling(echo)
     res["digests"] = digests([lr.path(), rm.path(), Workload("robomimic_image", "100k").path()], echo)
     atomic_write_json(json_out, out, indent=1)
     return out

@@ -229,6 +229,12 @@ def findings_table(payload: dict) -> str:
         out += (f"\nA persisted cache's data CRC reads the whole file: {st['crc_s']:.2f} s for "
                 f"{st['crc_bytes'] / 1e6:.0f} MB ({st['crc_bytes'] / st['crc_s'] / 1e6:.0f} MB/s), now once per "
                 "version of the file.\n")
+    if r.get("gather"):
+        out += ("\nThe in-memory gather alone (64 random windows of 10 frames copied out of one array, no dataset "
+                "code): windows/s by the array's frames, and the share of the smallest kept:\n\n| row | frames | "
+                "windows/s | kept |\n|---|---|---|---|\n" + "\n".join(
+                    f"| {g['row']} | {g['frames']:,} | {g['windows_per_s']:,.0f} | {g['kept']:.2f} |"
+                    for g in r["gather"]) + "\n")
     if r.get("digests"):
         out += "\nContent digest of a source whose stat changed (SHA-256 of every byte):\n\n| source | MB | s | MB/s |\n"
         out += "|---|---|---|---|\n" + "\n".join(
