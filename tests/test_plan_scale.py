@@ -122,6 +122,20 @@ def test_negative_control_a_changed_draw_is_seen():
     assert not np.array_equal(plan_windows(counts, 0, 0, 16), reference_plan(counts, 0, 0, 15))
 
 
+def test_grouping_by_entry_is_a_stable_argsort_beyond_16_bits():
+    """The radix grouping of draws by entry (one 16-bit pass per 16 bits of the largest entry) equals a stable
+    argsort for entries past 65,535 (a pass of 70,000 episodes) and past 2**32."""
+    rng = np.random.default_rng(0)
+    for top in (9, 70_000, 2**33):
+        keys = rng.integers(top, size=50_000)
+        assert np.array_equal(planner._group_in_order(keys), np.argsort(keys, kind="stable")), top
+    keys = rng.integers(70_000, size=50_000)
+    # negative control: the low 16 bits alone do not group entries past 65,535
+    low_only = np.argsort((keys & 0xFFFF).astype(np.uint16), kind="stable")
+    assert not np.array_equal(low_only, np.argsort(keys, kind="stable"))
+    assert len(planner._group_in_order(np.zeros(0, np.int64))) == 0
+
+
 def test_exactly_once_per_pass_at_size():
     counts = np.random.default_rng(0).integers(1, 300, size=2000)
     plan = plan_windows(counts, seed=7, epoch=3, buffer_episodes=64)

@@ -366,15 +366,26 @@ class LeRobotV3:
             SourceError: a required column (``index``, ``episode_index``, ``timestamp``, ``task_index``) is missing
                 from the features, there is no data file, or the files cannot be read.
         """
-        import pyarrow.dataset as pa_ds
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
 
         missing = [c for c in REQUIRED_COLUMNS if c not in self.columns]
         if missing:
             raise SourceError(f"{self.root}: columns {missing} are missing from meta/info.json's features")
         try:
-            dataset = pa_ds.dataset(self.data_files(), format="parquet", filesystem=self.fs)
-            flt = pa_ds.field("episode_index").isin(list(episodes)) if episodes is not None else None
-            return dataset.to_table(columns=list(columns), filter=flt)
+            # file by file with ParquetFile, not pyarrow.dataset: LeRobot's writer makes a row group per episode,
+            # and the dataset scanner's cost per row group made a million rows in 10,000 episodes a 4-6 s read
+            # (ParquetFile: 1 s); rows in file order, as LeRobot concatenates the files
+            tables = []
+            for path in self.data_files():
+                with self.fs.open(path, "rb") as f:
+                    tables.append(pq.ParquetFile(f).read(columns=list(columns)))
+            table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+            if episodes is not None:
+                table = table.filter(pc.is_in(table.column("episode_index"),
+                                              value_set=pa.array(list(episodes), pa.int64())))
+            return table
         except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
             raise SourceError(f"{self.root}: cannot read the data parquet files ({exc}); they are truncated or "
                               "corrupt") from exc
