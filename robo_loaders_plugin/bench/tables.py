@@ -115,15 +115,19 @@ def settings_parts(payload: dict) -> list[str]:
             parts.append(f"frame_stack {s['frame_stack']}")
         return parts + [f"{s.get('batches')} timed batches per cell"]
     parts = [f"batch {s['batch_size']}"] if "batch_size" in s else []
-    if "seq_length" in s:
+    framework = payload.get("framework") if payload["_kind"] == "growth" else None  # growth settings hold both
+    if "seq_length" in s and framework != "lerobot":
         parts.append(f"seq_length {s['seq_length']}")
     if s.get("frame_stack", 1) != 1:
         parts.append(f"frame_stack {s['frame_stack']}")
-    if "preset" in s:
+    if "preset" in s and framework != "robomimic":
         parts.append(f"delta_timestamps {s['preset']}")
     if "num_workers" in s:
         parts.append(f"{s['num_workers']} workers")
-    if "batches" in s:
+    if s.get("full_pass"):
+        parts.append("one full pass per run" + (f" (LeRobotDataset: {s['batches']} timed batches)"
+                                                if framework == "lerobot" else ""))
+    elif "batches" in s:
         parts.append(f"{s['batches']} timed batches")
     if s.get("repeats", 1) > 1:
         parts.append(f"median of {s['repeats']} runs per backend")
