@@ -316,3 +316,49 @@ def test_a_rowmap_pickles_without_its_per_row_array():
     assert np.array_equal(copy.run_of_row, rowmap.run_of_row) and copy.run_of_row.dtype == np.int32
     assert np.array_equal(copy.run_start, rowmap.run_start) and len(copy) == len(rowmap)
     assert len(pickle.dumps(rowmap)) < 100_000 < rowmap.run_of_row.nbytes
+
+
+def test_windows_and_runs_of_10000_episodes_pickle_under_a_pipes_buffer():
+    """A LeRobot dataset's index arrays at 10,000 episodes (a million frames) pickle under 64 kB together, packed
+    (``core.packed``), and unpickle to the same windows; negative control: the same arrays pickled as they are
+    take several times the pipe's buffer."""
+    import pickle
+
+    from robo_loaders_plugin.windows.lerobot import DeltaWindows, RowMap
+
+    lengths = np.random.default_rng(4).integers(95, 111, size=10_000)
+    rowmap = RowMap(lengths)
+    first = np.concatenate([[0], np.cumsum(lengths)[:-1]]) + 7
+    windows = DeltaWindows.of_runs(rowmap, first, first, first + lengths, {"action": list(range(100))})
+    payload = pickle.dumps((rowmap, windows))
+    assert len(payload) < 64_000
+    rowmap2, copy = pickle.loads(payload)
+    assert copy._rowmap is rowmap2  # shared as before
+    idx = np.random.default_rng(5).integers(len(rowmap), size=4_000)
+    for mine, theirs in zip(copy.locate(idx), windows.locate(idx)):
+        for key in theirs:
+            assert np.array_equal(mine[key], theirs[key])
+    plain = pickle.dumps((rowmap.run_start, windows._first, windows._from, windows._to))
+    assert len(plain) > 3 * 64_000
+
+
+def test_packed_integer_arrays_come_back_exactly():
+    from robo_loaders_plugin.core.packed import pack_ints, unpack_ints
+
+    rng = np.random.default_rng(6)
+    cases = [np.cumsum(rng.integers(0, 200, size=10_000)), rng.integers(-2**40, 2**40, size=500),
+             np.zeros(0, np.int64), np.arange(12, dtype=np.int32).reshape(3, 4), rng.integers(0, 2, 99).astype(bool),
+             np.array([2**62, -2**62], np.int64)]
+    for a in cases:
+        b = unpack_ints(pack_ints(a))
+        assert b.dtype == a.dtype and b.shape == a.shape and np.array_equal(a, b)
+    dtype, shape, small, blob = pack_ints(cases[0])
+    assert small == np.dtype(np.int16).str  # differences up to 199 (int8 would not hold them)
+    # negative control: one changed difference changes every value after it
+    import zlib
+
+    d = bytearray(zlib.decompress(blob))
+    d[10] ^= 1
+    assert not np.array_equal(unpack_ints((dtype, shape, small, zlib.compress(bytes(d)))), cases[0])
+    with pytest.raises(TypeError, match="integer"):
+        pack_ints(np.ones(3))
