@@ -41,6 +41,13 @@ def test_goals_are_judged_against_native_at_the_largest_size():
     ok = {g["backend"]: g for g in growth_plots.goals(growth_payload())}
     assert ok["datapipe"]["startup_ok"] and ok["datapipe"]["plan_ok"] and ok["datapipe"]["held_ok"]
     assert ok["datapipe"]["speed_kept"] == 1.0 and ok["native"]["startup_ok"] is None
+    # a row from a rerun is judged against the native start-up of its own run
+    rerun = growth_payload()
+    rerun["rows"][-1].update(startup_s=20.0, rerun_native_startup_s=19.0)
+    judged = {g["backend"]: g for g in growth_plots.goals(rerun)}["datapipe"]
+    assert judged["native_startup_s"] == 19.0 and judged["startup_ok"]
+    rerun["rows"][-1].pop("rerun_native_startup_s")  # negative control: against this run's native (12.25 s)
+    assert not {g["backend"]: g for g in growth_plots.goals(rerun)}["datapipe"]["startup_ok"]
     # negative control: a planner slower than 0.2 s per million items is marked as missing its goal
     slow = {g["backend"]: g for g in growth_plots.goals(growth_payload(slow_plan=True))}
     assert slow["datapipe"]["plan_ok"] is False
