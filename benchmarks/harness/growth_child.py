@@ -231,6 +231,8 @@ def time_pass(loader, batch_size_of, samples: int) -> dict:
         ``samples`` when the pass ended on a batch boundary as it should), ``samples_per_s`` (after the first batch,
         so comparable with the sampled runs) and ``batch_latency_ms`` percentiles.
     """
+    from robo_loaders_plugin.bench.runner import next_batch
+
     t0 = time.perf_counter()
     it = iter(loader)
     first_samples = batch_size_of(next(it))
@@ -238,11 +240,7 @@ def time_pass(loader, batch_size_of, samples: int) -> dict:
     served, lat = first_samples, []
     while served < samples:
         t = time.perf_counter()
-        try:
-            batch = next(it)
-        except StopIteration:
-            it = iter(loader)
-            batch = next(it)
+        it, batch = next_batch(it, loader)
         lat.append(time.perf_counter() - t)
         served += batch_size_of(batch)
     total = time.perf_counter() - t0

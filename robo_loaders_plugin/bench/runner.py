@@ -154,6 +154,24 @@ def baseline_pss() -> int:
     return psutil.Process().memory_full_info().pss
 
 
+def next_batch(it, loader):
+    """The next batch of iterator ``it`` over ``loader``, iterating ``loader`` again when a pass ends (as training
+    loops do).
+
+    Args:
+        it: The current iterator.
+        loader: What it iterates.
+
+    Returns:
+        ``(iterator, batch)``: the iterator to go on with (a new one after a pass ended) and the batch.
+    """
+    try:
+        return it, next(it)
+    except StopIteration:
+        it = iter(loader)
+        return it, next(it)
+
+
 def time_loader(loader, batches: int, batch_size_of, warmup: int = 0) -> dict:
     """First-batch latency (iterator creation included), then ``batches`` timed batches (re-iterating when an
     epoch ends, as training loops do).
@@ -174,19 +192,11 @@ def time_loader(loader, batches: int, batch_size_of, warmup: int = 0) -> dict:
     batch = next(it)
     first = time.perf_counter() - t
     for _ in range(warmup):
-        try:
-            next(it)
-        except StopIteration:
-            it = iter(loader)
-            next(it)
+        it, _ = next_batch(it, loader)
     lat, samples = [], 0
     for _ in range(batches):
         t = time.perf_counter()
-        try:
-            batch = next(it)
-        except StopIteration:
-            it = iter(loader)
-            batch = next(it)
+        it, batch = next_batch(it, loader)
         lat.append(time.perf_counter() - t)
         samples += batch_size_of(batch)
     lat_ms = np.array(lat) * 1e3
