@@ -379,16 +379,18 @@ class LeRobotV3:
         try:
             # file by file with ParquetFile, not pyarrow.dataset: LeRobot's writer makes a row group per episode,
             # and the dataset scanner's cost per row group made a million rows in 10,000 episodes a 4-6 s read
-            # (ParquetFile: 1 s); rows in file order, as LeRobot concatenates the files
+            # (ParquetFile: 1-2 s); rows in file order, as LeRobot concatenates the files
+            read = list(columns) + (["episode_index"] if episodes is not None and "episode_index" not in columns
+                                    else [])
             tables = []
             for path in self.data_files():
                 with self.fs.open(path, "rb") as f:
-                    tables.append(pq.ParquetFile(f).read(columns=list(columns)))
+                    tables.append(pq.ParquetFile(f).read(columns=read))
             table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
             if episodes is not None:
                 table = table.filter(pc.is_in(table.column("episode_index"),
                                               value_set=pa.array(list(episodes), pa.int64())))
-            return table
+            return table.select(list(columns))  # in the order asked, as the dataset scanner gave them
         except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
             raise SourceError(f"{self.root}: cannot read the data parquet files ({exc}); they are truncated or "
                               "corrupt") from exc
