@@ -8,6 +8,7 @@ results (docs/benchmarks.md, docs/training-benchmark.md).
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 
@@ -68,6 +69,28 @@ def growth_run_cmd(kind, sizes, backends, batches, full_pass, json_out):
     sizes = sizes.split(",") if sizes else (["10k", "100k"] if kind == "robomimic_image" else ["10k", "100k", "1m"])
     run_growth(kind, sizes, [b.strip() for b in backends.split(",") if b.strip()],
                Settings(batches=batches, full_pass=full_pass), json_out, echo=click.echo)
+
+
+@growth_group.command("page-cache")
+@click.argument("kind", type=click.Choice(["lerobot", "robomimic", "robomimic_image"]))
+@click.option("--sizes", default="10k,1m", show_default=True)
+@click.option("--backends", default="compressed_cache,datapipe", show_default=True)
+@click.option("--json", "json_out", required=True, type=click.Path(dir_okay=False))
+def growth_page_cache_cmd(kind, sizes, backends, json_out):
+    """A full pass of each backend that serves from files it writes, with them evicted from the page cache and
+    read into it first: how much of its speed at each size is the disk's (docs/benchmarks.md)."""
+    from benchmarks.harness.growth import Settings, Workload, page_cache_passes
+    from robo_loaders_plugin.bench.report import machine
+    from robo_loaders_plugin.core.files import atomic_write_json
+
+    s = Settings(full_pass=True)
+    payload = {"kind": "growth_page_cache", "framework": Workload(kind, "10k").framework, "workload": kind,
+               "machine": machine(), "settings": dataclasses.asdict(s), "rows": []}
+    for size in sizes.split(","):
+        payload["rows"] += page_cache_passes(Workload(kind, size.strip()),
+                                             [b.strip() for b in backends.split(",") if b.strip()], s, echo=click.echo)
+        atomic_write_json(json_out, payload, indent=1)
+    click.echo(f"wrote {json_out}")
 
 
 @growth_group.command("profile")

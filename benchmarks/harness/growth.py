@@ -307,6 +307,104 @@ def run_growth(kind: str, sizes, backends, s: Settings, json_out: str, echo=prin
     return payload
 
 
+# -- a pass over files in or out of the page cache ---------------------------------------------------------------
+def _files(root: str) -> list[str]:
+    return sorted(os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs)
+
+
+def resident_bytes(paths: list[str]) -> int:
+    """Bytes of these files in the page cache now (util-linux ``fincore``; -1 when it is missing)."""
+    if not paths or shutil.which("fincore") is None:
+        return -1
+    p = subprocess.run(["fincore", "--bytes", "--noheadings", "--raw", "-o", "RES", *paths], capture_output=True,
+                       text=True)
+    return sum(int(x) for x in p.stdout.split()) if p.returncode == 0 else -1
+
+
+def evict(paths: list[str]) -> None:
+    """Drop these files' clean pages from the page cache (``POSIX_FADV_DONTNEED``: this file only, no root)."""
+    os.sync()
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def read_through(paths: list[str], chunk: int = 16 << 20) -> float:
+    """Read these files once, front to back (into the page cache); returns the seconds it took."""
+    t = time.perf_counter()
+    for path in paths:
+        with open(path, "rb", buffering=0) as f:
+            while f.read(chunk):
+                pass
+    return time.perf_counter() - t
+
+
+def page_cache_passes(w: Workload, backends, s: Settings, echo=print) -> list[dict]:
+    """A full pass of each on-disk backend with its files out of the page cache (cold: evicted just before) and in
+    it (warm: read through just before): whether a backend's speed at a million frames is its own or the disk's.
+
+    ``compressed_cache`` is built once into a cache directory (file-backed, mapped), ``datapipe`` converted once;
+    each pass is its own process (``growth_child``), the files' resident bytes measured (``fincore``) before it.
+    """
+    from robo_loaders_plugin.bench.runner import run_child
+
+    for backend in backends:
+        if backend not in ("compressed_cache", "datapipe"):
+            raise ValueError(f"{backend}: only the backends that serve from files they write "
+                             "(compressed_cache, datapipe)")
+    rows = []
+    scratch = tempfile.mkdtemp(prefix=f".pagecache-{w.name}-", dir=workloads_root())
+    before = os.environ.get("ROBO_LOADERS_CACHE")
+    os.environ["ROBO_LOADERS_CACHE"] = os.path.join(scratch, "cache-root")
+    try:
+        with tempfile.TemporaryDirectory(prefix="pagecache-logs-") as log_dir:
+            for backend in backends:
+                if backend == "compressed_cache":
+                    files_dir, kwargs = os.path.join(scratch, "cache"), {"cache_dir": os.path.join(scratch, "cache")}
+                    echo(f"[page-cache] {backend}: building its cache once ...")
+                    once = run_child("benchmarks.harness.growth_child", child_args(w, backend, kwargs, s, batches=1),
+                                     f"{w.name}-{backend}-build", log_dir, s.timeout, fresh_cache=False)
+                else:  # datapipe
+                    files_dir = os.path.join(scratch, "shards")
+                    cmd = [w.framework, w.path()] + (["--repo-id", w.repo_id] if w.framework == "lerobot" else [])
+                    once, kwargs = _convert(cmd, files_dir, s.timeout, echo), {"shards": files_dir}
+                    if not once.get("error"):  # its first start records its checks of the shards, apart
+                        run_child("benchmarks.harness.growth_child", child_args(w, backend, kwargs, s, batches=1),
+                                  f"{w.name}-{backend}-first", log_dir, s.timeout, fresh_cache=False)
+                if once.get("error"):
+                    rows.append({"backend": backend, "workload": w.name, "error": str(once["error"])[-1500:]})
+                    continue
+                files = _files(files_dir)
+                size = sum(os.path.getsize(f) for f in files)
+                for state in ("cold", "warm"):
+                    read_s = None
+                    if state == "cold":
+                        evict(files)
+                    else:
+                        read_s = read_through(files)
+                    resident = resident_bytes(files)
+                    echo(f"[page-cache] {backend} {state} ({resident / 2**30:.1f} of {size / 2**30:.1f} GiB "
+                         "resident) ...")
+                    r = run_child("benchmarks.harness.growth_child", child_args(w, backend, kwargs, s),
+                                  f"{w.name}-{backend}-{state}", log_dir, s.timeout, fresh_cache=False)
+                    r.update(backend=backend, workload=w.name, size=w.size, frames=w.frames(), state=state,
+                             files_bytes=size, resident_before_bytes=resident, read_through_s=read_s,
+                             resident_after_bytes=resident_bytes(files))
+                    echo(f"[page-cache]   {r.get('samples_per_s', r.get('error'))} samples/s")
+                    rows.append(r)
+                shutil.rmtree(files_dir, ignore_errors=True)
+    finally:
+        if before is None:
+            os.environ.pop("ROBO_LOADERS_CACHE", None)
+        else:
+            os.environ["ROBO_LOADERS_CACHE"] = before
+        shutil.rmtree(scratch, ignore_errors=True)
+    return rows
+
+
 # -- conversion at size: 2 workers, local and datatrove, and a killed run resumed ------------------------------------
 def _manifest_states(out: str) -> dict:
     try:

@@ -121,3 +121,30 @@ def test_held_bytes_skips_loaded_episodes_reached_through_a_bound_method():
     assert 8000 <= held_bytes(Ahead()) < 8000 + 2000
     # negative control: an object holding the same bytes directly is counted
     assert held_bytes({"frames": np.zeros(100_000, np.uint8)}) >= 100_000
+
+
+def test_page_cache_helpers_read_in_and_evict_a_files_pages(tmp_path):
+    import os
+    import shutil
+
+    import pytest
+
+    if shutil.which("fincore") is None:
+        pytest.skip("util-linux fincore is not installed")
+    path = tmp_path / "f.bin"
+    path.write_bytes(os.urandom(4 << 20))
+    files = [str(path)]
+    growth.evict(files)
+    if growth.resident_bytes(files) > (1 << 20):  # e.g. a tmpfs: its pages cannot be dropped
+        pytest.skip("this filesystem keeps the file's pages")
+    assert growth.read_through(files) >= 0
+    assert growth.resident_bytes(files) == 4 << 20  # every page read in
+    growth.evict(files)
+    assert growth.resident_bytes(files) < (1 << 20)  # and dropped again: the cold pass starts cold
+
+
+def test_page_cache_passes_refuses_a_backend_that_writes_no_files():
+    import pytest
+
+    with pytest.raises(ValueError, match="video_stream: only the backends"):
+        growth.page_cache_passes(growth.Workload("lerobot", "10k"), ["video_stream"], growth.Settings())
