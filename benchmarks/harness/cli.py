@@ -98,10 +98,13 @@ def growth_page_cache_cmd(kind, sizes, backends, json_out):
 @click.argument("size")
 @click.argument("backend")
 @click.option("--kwargs", "kwargs_json", default="{}", help="the backend's options, a JSON object")
+@click.option("--batches", default=0, show_default=True, type=click.IntRange(min=0),
+              help="profile this many batches in steady state (after 50) instead of the start-up")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False), help="write the profile here (text)")
-def growth_profile_cmd(kind, size, backend, kwargs_json, out_path):
+def growth_profile_cmd(kind, size, backend, kwargs_json, batches, out_path):
     """cProfile of BACKEND's factory call, first batch (no workers) and pass planning on workload KIND at SIZE:
-    where its start-up goes (docs/benchmarks.md, "what profiling found")."""
+    where its start-up goes (docs/benchmarks.md, "what profiling found"); with --batches, of that many batches
+    in steady state instead: where its time per batch goes."""
     import json
     import subprocess
     import sys
@@ -110,15 +113,20 @@ def growth_profile_cmd(kind, size, backend, kwargs_json, out_path):
     from benchmarks.harness.growth import Settings, Workload, child_args
 
     w = Workload(kind, size)
-    args = dict(child_args(w, backend, json.loads(kwargs_json), Settings()), profile=True)
+    args = dict(child_args(w, backend, json.loads(kwargs_json), Settings()), profile=True, profile_batches=batches)
     with tempfile.TemporaryDirectory() as tmp:
         res = os.path.join(tmp, "out.json")
         subprocess.run([sys.executable, "-m", "benchmarks.harness.growth_child", json.dumps(args), res], check=True)
         with open(res) as f:
             prof = json.load(f)
-    text = (f"{backend} on {w.name}: factory {prof['build_s']:.2f} s, to first batch {prof['to_first_batch_s']:.2f} s"
-            f", planning a pass {prof['plan_cpu_s'] if prof['plan_cpu_s'] is None else round(prof['plan_cpu_s'], 3)}"
-            f" s CPU\n\n{prof['by_tottime']}\n{prof['by_cumulative']}")
+    if batches:
+        text = (f"{backend} on {w.name}: {batches} batches after 50, {prof['samples_per_s']:.0f} samples/s in "
+                f"one process (cProfile on)\n\n{prof['by_tottime']}\n{prof['by_cumulative']}")
+    else:
+        plan = prof["plan_cpu_s"] if prof["plan_cpu_s"] is None else round(prof["plan_cpu_s"], 3)
+        text = (f"{backend} on {w.name}: factory {prof['build_s']:.2f} s, to first batch "
+                f"{prof['to_first_batch_s']:.2f} s, planning a pass {plan} s CPU\n\n{prof['by_tottime']}\n"
+                f"{prof['by_cumulative']}")
     if out_path:
         with open(out_path, "w") as f:
             f.write(text)

@@ -201,6 +201,8 @@ def profiled(a: dict, top: int = 30) -> dict:
     import pstats
 
     _imports(a["framework"])  # not profiled: what any process using the framework imports anyway
+    if a.get("profile_batches"):
+        return profiled_batches(a, top)
     prof = cProfile.Profile()
     prof.enable()
     t = time.perf_counter()
@@ -215,6 +217,31 @@ def profiled(a: dict, top: int = 30) -> dict:
         pstats.Stats(prof, stream=buf).sort_stats(key).print_stats(top)
         out[f"by_{key}"] = buf.getvalue()
     del first
+    return out
+
+
+def profiled_batches(a: dict, top: int = 30, warmup: int = 50) -> dict:
+    """cProfile of ``a["profile_batches"]`` batches in steady state (after ``warmup``; num_workers 0, so the
+    batches are assembled in this process): where a backend's time per batch goes, to compare two sizes."""
+    import cProfile
+    import io
+    import pstats
+
+    ds, loader, count, build_s, _ = (_robomimic if a["framework"] == "robomimic" else _lerobot)(a)
+    it = iter(loader)
+    for _ in range(warmup):
+        next(it)
+    prof = cProfile.Profile()
+    served, t = 0, time.perf_counter()
+    prof.enable()
+    for _ in range(a["profile_batches"]):
+        served += count(next(it))
+    prof.disable()
+    out = {"build_s": build_s, "batches": a["profile_batches"], "samples_per_s": served / (time.perf_counter() - t)}
+    for key in ("tottime", "cumulative"):
+        buf = io.StringIO()
+        pstats.Stats(prof, stream=buf).sort_stats(key).print_stats(top)
+        out[f"by_{key}"] = buf.getvalue()
     return out
 
 
