@@ -8,7 +8,8 @@
 #   R240     robomimic HDF5, 2 cameras 240x240, 200 demos x 150 steps (30,000 steps, 10.4 GB of observation frames),
 #            render-like frames, next_obs images omitted (BC-RNN image configs do not load them)
 # Usage: benchmarks/scale.sh STAGE...  (generate-r240 generate-l480 generate-l480-h264 generate-l480-5g content
-#        r240 r240-native-all l480-video l480-gpu l480-datapipe l480-cache l480-5g clean-conversions)
+#        r240 r240-native-all r240-ceiling l480-video l480-gpu l480-datapipe l480-cache l480-5g l480-5g-unit-loads
+#        clean-conversions)
 # Every benchmark runs under `flock /work/bench.lock` so that it never overlaps another engineer's; results go to
 # benchmarks/results/scale_*.json (ratios against the native loader measured in the same run).
 set -euo pipefail
@@ -80,6 +81,9 @@ for stage in "$@"; do
       locked prlimit --as=$((14 * 1024 * 1024 * 1024)) robo-loaders bench robomimic --dataset "$W/R240.hdf5" \
         --backends native:all --seq-length 10 --batch-size 16 --num-workers "$workers" --batches "${R240_BATCHES:-300}" \
         --json "$results/scale_r240_native_all_w${workers}.json" || true ;;
+    r240-ceiling)  # the copy rate that bounds every backend on R240 (no dataset code), as multiples of native low_dim
+      locked python "$here/scale_ceiling.py" "$results/scale_r240_ceiling.json" \
+        "$results/scale_r240_bc_rnn_w${workers}.json" ;;
     l480-video)  # video_stream from the AV1 original and from the H.264 copy (LeRobotDataset on each, same run)
       for preset in act diffusion; do
         locked robo-loaders bench lerobot --root "$W/L480" --repo-id local/L480 --backends native,video_stream \
@@ -125,6 +129,11 @@ for stage in "$@"; do
           --batch-size 64 --num-workers "$workers" --batches "$batches" --delta-timestamps "$preset" --profile-samples 50 \
           --json "$results/scale_l480_5g_${preset}_w${workers}.json" || true
       done ;;
+    l480-5g-unit-loads)  # how often video_stream decodes each unit (a unit decoded twice in a pass was evicted early)
+      for args in "act 20" "diffusion 20" 'diffusion 20 {"cache_memory":"3GB"}'; do
+        # shellcheck disable=SC2086
+        locked python "$here/video_stream_unit_loads.py" "$W/L480_5G" local/L480_5G $args 2>/dev/null | grep '^{'
+      done > "$results/scale_l480_5g_video_stream_unit_loads.jsonl" ;;
     clean-conversions)
       rm -rf "$W/R240_shards" "$W/L480_shards" ;;
     *) echo "unknown stage $stage" >&2; exit 2 ;;
