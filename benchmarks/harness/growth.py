@@ -13,6 +13,7 @@ needs it; datapipe's first start is run, and recorded, before the measured one).
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -288,23 +289,34 @@ def run_growth(kind: str, sizes, backends, s: Settings, json_out: str, echo=prin
     payload = {"kind": "growth", "framework": workloads[0].framework, "workload": kind, "machine": machine(),
                "settings": dataclasses.asdict(s), "workloads": records, "rows": []}
     for w in workloads:
-        scratch = tempfile.mkdtemp(prefix=f".growth-{w.name}-", dir=workloads_root())  # big: beside the data
-        # one cache root for the runs of a workload, as a user's: what is recorded once per version of a file
-        # (validation, row checks) is recorded by the first run that needs it; conversions are given explicitly
-        before = os.environ.get("ROBO_LOADERS_CACHE")
-        os.environ["ROBO_LOADERS_CACHE"] = os.path.join(scratch, "cache-root")
-        try:
-            with tempfile.TemporaryDirectory(prefix="growth-logs-") as log_dir:
-                payload["rows"] += run_workload(w, backends, s, scratch, log_dir, echo)
-        finally:
-            if before is None:
-                os.environ.pop("ROBO_LOADERS_CACHE", None)
-            else:
-                os.environ["ROBO_LOADERS_CACHE"] = before
-            shutil.rmtree(scratch, ignore_errors=True)
+        with workload_scratch(w, "growth") as (scratch, log_dir):
+            payload["rows"] += run_workload(w, backends, s, scratch, log_dir, echo)
         atomic_write_json(json_out, payload, indent=1)
         echo(f"[growth] wrote {json_out} ({w.name} done)")
     return payload
+
+
+@contextlib.contextmanager
+def workload_scratch(w: Workload, what: str):
+    """A scratch directory beside the data (big: conversions, caches) and a log directory for one workload's runs,
+    with one cache root for them all, as a user's: what is recorded once per version of a file (validation, row
+    checks) is recorded by the first run that needs it; conversions are given explicitly. Removed after.
+
+    Yields:
+        ``(scratch, log_dir)``.
+    """
+    scratch = tempfile.mkdtemp(prefix=f".{what}-{w.name}-", dir=workloads_root())
+    before = os.environ.get("ROBO_LOADERS_CACHE")
+    os.environ["ROBO_LOADERS_CACHE"] = os.path.join(scratch, "cache-root")
+    try:
+        with tempfile.TemporaryDirectory(prefix=f"{what}-logs-") as log_dir:
+            yield scratch, log_dir
+    finally:
+        if before is None:
+            os.environ.pop("ROBO_LOADERS_CACHE", None)
+        else:
+            os.environ["ROBO_LOADERS_CACHE"] = before
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 # -- a pass over files in or out of the page cache ---------------------------------------------------------------
@@ -356,52 +368,42 @@ def page_cache_passes(w: Workload, backends, s: Settings, echo=print) -> list[di
             raise ValueError(f"{backend}: only the backends that serve from files they write "
                              "(compressed_cache, datapipe)")
     rows = []
-    scratch = tempfile.mkdtemp(prefix=f".pagecache-{w.name}-", dir=workloads_root())
-    before = os.environ.get("ROBO_LOADERS_CACHE")
-    os.environ["ROBO_LOADERS_CACHE"] = os.path.join(scratch, "cache-root")
-    try:
-        with tempfile.TemporaryDirectory(prefix="pagecache-logs-") as log_dir:
-            for backend in backends:
-                if backend == "compressed_cache":
-                    files_dir, kwargs = os.path.join(scratch, "cache"), {"cache_dir": os.path.join(scratch, "cache")}
-                    echo(f"[page-cache] {backend}: building its cache once ...")
-                    once = run_child("benchmarks.harness.growth_child", child_args(w, backend, kwargs, s, batches=1),
-                                     f"{w.name}-{backend}-build", log_dir, s.timeout, fresh_cache=False)
-                else:  # datapipe
-                    files_dir = os.path.join(scratch, "shards")
-                    cmd = [w.framework, w.path()] + (["--repo-id", w.repo_id] if w.framework == "lerobot" else [])
-                    once, kwargs = _convert(cmd, files_dir, s.timeout, echo), {"shards": files_dir}
-                    if not once.get("error"):  # its first start records its checks of the shards, apart
-                        run_child("benchmarks.harness.growth_child", child_args(w, backend, kwargs, s, batches=1),
-                                  f"{w.name}-{backend}-first", log_dir, s.timeout, fresh_cache=False)
-                if once.get("error"):
-                    rows.append({"backend": backend, "workload": w.name, "error": str(once["error"])[-1500:]})
-                    continue
-                files = _files(files_dir)
-                size = sum(os.path.getsize(f) for f in files)
-                for state in ("cold", "warm"):
-                    read_s = None
-                    if state == "cold":
-                        evict(files)
-                    else:
-                        read_s = read_through(files)
-                    resident = resident_bytes(files)
-                    echo(f"[page-cache] {backend} {state} ({resident / 2**30:.1f} of {size / 2**30:.1f} GiB "
-                         "resident) ...")
-                    r = run_child("benchmarks.harness.growth_child", child_args(w, backend, kwargs, s),
-                                  f"{w.name}-{backend}-{state}", log_dir, s.timeout, fresh_cache=False)
-                    r.update(backend=backend, workload=w.name, size=w.size, frames=w.frames(), state=state,
-                             files_bytes=size, resident_before_bytes=resident, read_through_s=read_s,
-                             resident_after_bytes=resident_bytes(files))
-                    echo(f"[page-cache]   {r.get('samples_per_s', r.get('error'))} samples/s")
-                    rows.append(r)
-                shutil.rmtree(files_dir, ignore_errors=True)
-    finally:
-        if before is None:
-            os.environ.pop("ROBO_LOADERS_CACHE", None)
-        else:
-            os.environ["ROBO_LOADERS_CACHE"] = before
-        shutil.rmtree(scratch, ignore_errors=True)
+    with workload_scratch(w, "pagecache") as (scratch, log_dir):
+        for backend in backends:
+            if backend == "compressed_cache":
+                files_dir, kwargs = os.path.join(scratch, "cache"), {"cache_dir": os.path.join(scratch, "cache")}
+                echo(f"[page-cache] {backend}: building its cache once ...")
+                once = run_child("benchmarks.harness.growth_child", child_args(w, backend, kwargs, s, batches=1),
+                                 f"{w.name}-{backend}-build", log_dir, s.timeout, fresh_cache=False)
+            else:  # datapipe
+                files_dir = os.path.join(scratch, "shards")
+                cmd = [w.framework, w.path()] + (["--repo-id", w.repo_id] if w.framework == "lerobot" else [])
+                once, kwargs = _convert(cmd, files_dir, s.timeout, echo), {"shards": files_dir}
+                if not once.get("error"):  # its first start records its checks of the shards, apart
+                    run_child("benchmarks.harness.growth_child", child_args(w, backend, kwargs, s, batches=1),
+                              f"{w.name}-{backend}-first", log_dir, s.timeout, fresh_cache=False)
+            if once.get("error"):
+                rows.append({"backend": backend, "workload": w.name, "error": str(once["error"])[-1500:]})
+                continue
+            files = _files(files_dir)
+            size = sum(os.path.getsize(f) for f in files)
+            for state in ("cold", "warm"):
+                read_s = None
+                if state == "cold":
+                    evict(files)
+                else:
+                    read_s = read_through(files)
+                resident = resident_bytes(files)
+                echo(f"[page-cache] {backend} {state} ({resident / 2**30:.1f} of {size / 2**30:.1f} GiB "
+                     "resident) ...")
+                r = run_child("benchmarks.harness.growth_child", child_args(w, backend, kwargs, s),
+                              f"{w.name}-{backend}-{state}", log_dir, s.timeout, fresh_cache=False)
+                r.update(backend=backend, workload=w.name, size=w.size, frames=w.frames(), state=state,
+                         files_bytes=size, resident_before_bytes=resident, read_through_s=read_s,
+                         resident_after_bytes=resident_bytes(files))
+                echo(f"[page-cache]   {r.get('samples_per_s', r.get('error'))} samples/s")
+                rows.append(r)
+            shutil.rmtree(files_dir, ignore_errors=True)
     return rows
 
 

@@ -148,3 +148,15 @@ def test_page_cache_passes_refuses_a_backend_that_writes_no_files():
 
     with pytest.raises(ValueError, match="video_stream: only the backends"):
         growth.page_cache_passes(growth.Workload("lerobot", "10k"), ["video_stream"], growth.Settings())
+
+
+def test_workload_scratch_sets_one_cache_root_and_leaves_nothing(monkeypatch, tmp_path):
+    import os
+
+    monkeypatch.setenv(growth.WORKLOADS_ENV, str(tmp_path))
+    monkeypatch.setenv("ROBO_LOADERS_CACHE", "/user/cache")
+    with growth.workload_scratch(growth.Workload("lerobot", "10k"), "growth") as (scratch, log_dir):
+        assert os.path.dirname(scratch) == str(tmp_path) and os.path.isdir(log_dir)
+        assert os.environ["ROBO_LOADERS_CACHE"] == os.path.join(scratch, "cache-root")
+    assert os.environ["ROBO_LOADERS_CACHE"] == "/user/cache"  # the user's, back
+    assert not os.path.exists(scratch) and not os.path.exists(log_dir)
