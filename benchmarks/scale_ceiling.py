@@ -137,8 +137,8 @@ def main(out_path: str, native_path: str | None = None) -> dict:
     from robo_loaders_plugin.bench.report import machine
 
     out = {"kind": "scale_ceiling", "workload": "R240 (2 cameras 240x240, BC-RNN windows of 10, batch 16)",
-           "sample_bytes": SAMPLE_BYTES, "array_bytes": frames * int(np.prod(FRAME)), "keep_freed_env": KEEP_FREED, "native_low_dim_samples_per_s": native,
-           "native_result": native_path, "machine": machine(), "results": results}
+           "sample_bytes": SAMPLE_BYTES, "array_bytes": frames * int(np.prod(FRAME)), "keep_freed_env": KEEP_FREED,
+           "native_low_dim_samples_per_s": native, "native_result": native_path, "machine": machine(), "results": results}
     with open(out_path, "w") as f:
         json.dump(out, f, indent=1)
     return out

@@ -153,7 +153,8 @@ def _lerobot(a: dict):
 
 def probe(ds, batch_size: int) -> dict:
     """Untimed measures: CPU seconds to plan one pass (batch-kind datasets: its pass source; the least of three
-    passes planned, each listed; the last two held as training holds them), and :func:`held_bytes` of the dataset (with that pass source)."""
+    passes planned, each listed; the last two held as training holds them), and :func:`held_bytes` of the dataset
+    (with that pass source)."""
     from robo_loaders_plugin.core.iteration import BatchDataset, SamplingPlan
 
     if not isinstance(ds, BatchDataset):
@@ -193,12 +194,23 @@ def _imports(framework: str) -> None:
     import robo_loaders_plugin.pipeline.batches  # noqa: F401
 
 
+def _stats_text(prof, top: int) -> dict:
+    """``by_tottime`` and ``by_cumulative``: a profile's ``top`` functions by own and by cumulative time, as text."""
+    import io
+    import pstats
+
+    out = {}
+    for key in ("tottime", "cumulative"):
+        buf = io.StringIO()
+        pstats.Stats(prof, stream=buf).sort_stats(key).print_stats(top)
+        out[f"by_{key}"] = buf.getvalue()
+    return out
+
+
 def profiled(a: dict, top: int = 30) -> dict:
     """cProfile of the factory call, the first batch and planning a pass (num_workers 0, so the first batch is
     assembled in this process): the functions with the most own time and the most cumulative time."""
     import cProfile
-    import io
-    import pstats
 
     _imports(a["framework"])  # not profiled: what any process using the framework imports anyway
     if a.get("profile_batches"):
@@ -212,10 +224,7 @@ def profiled(a: dict, top: int = 30) -> dict:
     plan = probe(ds, a["batch_size"])["plan_cpu_s"]
     prof.disable()
     out = {"build_s": build_s, "to_first_batch_s": total, "plan_cpu_s": plan}
-    for key in ("tottime", "cumulative"):
-        buf = io.StringIO()
-        pstats.Stats(prof, stream=buf).sort_stats(key).print_stats(top)
-        out[f"by_{key}"] = buf.getvalue()
+    out.update(_stats_text(prof, top))
     del first
     return out
 
@@ -224,8 +233,6 @@ def profiled_batches(a: dict, top: int = 30, warmup: int = 50) -> dict:
     """cProfile of ``a["profile_batches"]`` batches in steady state (after ``warmup``; num_workers 0, so the
     batches are assembled in this process): where a backend's time per batch goes, to compare two sizes."""
     import cProfile
-    import io
-    import pstats
 
     ds, loader, count, build_s, _ = (_robomimic if a["framework"] == "robomimic" else _lerobot)(a)
     it = iter(loader)
@@ -238,10 +245,7 @@ def profiled_batches(a: dict, top: int = 30, warmup: int = 50) -> dict:
         served += count(next(it))
     prof.disable()
     out = {"build_s": build_s, "batches": a["profile_batches"], "samples_per_s": served / (time.perf_counter() - t)}
-    for key in ("tottime", "cumulative"):
-        buf = io.StringIO()
-        pstats.Stats(prof, stream=buf).sort_stats(key).print_stats(top)
-        out[f"by_{key}"] = buf.getvalue()
+    out.update(_stats_text(prof, top))
     return out
 
 
