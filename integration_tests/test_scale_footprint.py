@@ -300,3 +300,44 @@ def test_l480_sibling_video_stream_units_and_gpu_tiers_equal_lerobot_dataset(l48
     assert gpu.frames.plan.raw < gpu.frames.plan.episodes
     for i in random_indices(len(nat), 12, seed=9):
         same_item(gpu[i], nat[i], f"gpu[{i}]")
+
+
+@pytest.mark.parametrize("fitted", [True, False])
+def test_video_stream_decodes_each_unit_once_per_pass_when_its_cache_is_tight(lerobot_datasets, monkeypatch, fitted):
+    """A cache of 12 units of 10 frames, batches of 32 (~3 units enter per batch): the pass is fitted to the cache
+    (shuffle buffer, units entering while 2 batches are assembled, units loaded ahead), so each unit is decoded
+    once and the batches still equal LeRobotDataset's items. The control, the sizing before this fit (shuffle
+    buffer half the cache, the rest loaded ahead, nothing left for the units entering, units evicted by recency
+    alone), decodes units again: L480_5G with diffusion windows decoded 605 units for 132 (docs/scale.md)."""
+    import torch
+
+    from robo_loaders_plugin.frames import chunks
+    from robo_loaders_plugin.lerobot.integration import sampling_plan
+    from robo_loaders_plugin.pipeline import batches as pipeline
+
+    from test_video_stream import sampler_for
+
+    nat = _native_lr(lerobot_datasets["h264_3cam_multifile"], "diffusion")
+    step = 3 * int(np.prod(nat.meta.features[nat.meta.video_keys[0]]["shape"]))
+    monkeypatch.setattr(chunks, "UNIT_BYTES", 10 * step)
+    if not fitted:
+        monkeypatch.setattr(pipeline, "fit_to_cache", lambda make_plan, **k: pipeline.BufferUse(  # entering 0:
+            k["shuffle_buffer"], 0, max(1, pipeline.decode_room(k["capacity"], k["shuffle_buffer"], 2))))  # no release
+    ds = serve("video_stream", nat, cache_memory=12 * 11 * step, decode_threads=2)
+    assert ds.frames.capacity == 12 and len(ds.frames.lengths) > 50
+    dl = torch.utils.data.DataLoader(ds, batch_size=32, sampler=sampler_for(nat), num_workers=2)
+    source = ds.batch_source(sampling_plan(dl))
+    batches = list(source)
+    served = np.concatenate([b["index"].numpy() for b in batches])
+    assert sorted(served.tolist()) == sorted(nat.hf_dataset["index"])[:len(served)]  # every frame once (drop_last)
+    # units loaded ahead for the next pass near this one's end may be loaded a second time: at most `ahead` of them
+    once = len(ds.frames.lengths) + (source.decode_ahead.ahead if source.decode_ahead else 0)
+    if fitted:
+        assert ds.frames.cache.loads <= once, "units decoded more than once in a pass"
+        assert "shuffle buffer" in source.describe()
+        a2r = nat.absolute_to_relative_idx
+        for b in (0, len(batches) - 1):
+            rows = [int(i) if a2r is None else a2r[int(i)] for i in batches[b]["index"]]
+            same_item(batches[b], torch.utils.data.default_collate([nat[r] for r in rows]), f"batch {b}")
+    else:
+        assert ds.frames.cache.loads > once

@@ -197,4 +197,83 @@ def test_decoding_ahead_is_bounded_by_the_pass_not_by_the_cache():
     assert decode_room(32, 16, 2) == 15                       # the old default: the cache's room
     assert decode_room(10_000, 16, 2) == 16                   # not 9,983
     assert decode_room(10_000, 1, 4) == 4 * AHEAD_PER_THREAD  # threads keep busy with a small shuffle buffer
-    assert decode_room(3, 2, 8) == 1                          # at least one
+    assert decode_room(3, 2, 8) == 0                          # no room: nothing is loaded ahead
+    assert decode_room(32, 16, 2, entering=10) == 5           # the episodes entering while batches are assembled
+
+
+def test_entering_at_once_counts_first_uses_within_consecutive_batches():
+    from robo_loaders_plugin.pipeline.batches import entering_at_once
+
+    # batches of 2: [0 0] [1 2] [1 3] [4 5] [5 6]: first uses per batch 1, 2, 1, 2, 1
+    plan = np.array([[e, 0] for e in (0, 0, 1, 2, 1, 3, 4, 5, 5, 6)])
+    assert entering_at_once(plan, 2, 1) == 2
+    assert entering_at_once(plan, 2, 2) == 3
+    assert entering_at_once(plan, 2, 3) == 5
+    assert entering_at_once(plan, 2, 99) == 7                 # the whole pass: every episode
+    assert entering_at_once(plan[:0], 2, 2) == 0
+    assert entering_at_once(plan[np.argsort(plan[:, 0], kind="stable")], 2, 2) == 4  # control: another order
+
+
+def _fit(counts, capacity, shuffle, given=False, batch=16, threads=2, decode_threads=2):
+    from robo_loaders_plugin.pipeline.batches import fit_to_cache
+
+    return fit_to_cache(lambda s: plan_windows(counts, 0, 0, s), capacity=capacity, episodes=len(counts),
+                        shuffle_buffer=shuffle, shuffle_given=given, batch_size=batch, threads=threads,
+                        decode_threads=decode_threads, option_prefix="--dataset.backend_kwargs")
+
+
+def test_a_pass_is_fitted_to_the_episode_cache_with_the_units_entering_while_batches_are_assembled(capsys):
+    """Units of 13 items (480p, diffusion windows) and batches of 64: ~5 units enter per batch, and the 2 batches
+    in flight with 2 threads need them beside the shuffle buffer. The old sizing (shuffle 13 + 13 loaded ahead in
+    a cache of 27) left none of that room: units in use were evicted and decoded again."""
+    from robo_loaders_plugin.pipeline.batches import entering_at_once
+
+    counts = [13] * 132
+    use = _fit(counts, capacity=27, shuffle=13, batch=64, threads=4)
+    assert use.shuffle_buffer + use.entering + use.ahead + 1 <= 27 and use.shuffle_buffer < 13
+    assert use.entering == entering_at_once(plan_windows(counts, 0, 0, use.shuffle_buffer), 64, 4) > 15
+    two = _fit(counts, capacity=27, shuffle=13, batch=64, threads=2)
+    assert two.shuffle_buffer + two.entering + two.ahead + 1 <= 27 and two.entering < use.entering
+    assert "shuffle buffer" in use.note and "(not 13)" in use.note and not capsys.readouterr().out
+    given = _fit(counts, capacity=27, shuffle=13, given=True, batch=64, threads=4)  # the user's buffer is kept, with a warning
+    assert given.shuffle_buffer == 13 and given.ahead == 0
+    out = capsys.readouterr().out
+    assert "units will be loaded more than once" in out and "--dataset.backend_kwargs.cache_memory" in out
+    roomy = _fit(counts, capacity=60, shuffle=13, batch=64)  # room beside them: unchanged, loading ahead
+    assert roomy.shuffle_buffer == 13 and roomy.ahead >= 1 and not roomy.note
+    whole = _fit(counts, capacity=132, shuffle=13, batch=64)  # the cache holds every unit: nothing to fit
+    assert (whole.shuffle_buffer, whole.entering) == (13, 0)
+    small_batches = _fit([120] * 50, capacity=20, shuffle=9, batch=16)  # whole 84x84 episodes: ~1 enters per batch
+    assert small_batches.shuffle_buffer == 9 and small_batches.ahead >= 1
+
+
+
+@pytest.mark.parametrize("ours", [True, False])
+def test_pipeline_threads_are_joined_even_when_an_item_takes_seconds(ours):
+    """A 480p unit decodes for seconds; torchdata's own shutdown waits 0.5 s per thread and leaves it running
+    into interpreter finalization (the process then aborts: "terminate called without an active exception").
+    ``shutdown_node_threads`` waits until it has stopped; the control (torchdata's ``_shutdown`` alone) does not."""
+    import threading
+    import time
+
+    from torchdata.nodes import IterableWrapper, ParallelMapper
+
+    from robo_loaders_plugin.core.torch_compat import shutdown_node_threads
+
+    started = threading.Event()
+
+    def slow(x):
+        started.set()
+        time.sleep(1.5)
+        return x
+
+    node = ParallelMapper(IterableWrapper(range(100)), map_fn=slow, num_workers=2, in_order=True, method="thread")
+    node.reset()
+    assert started.wait(10)
+    workers = list(node._it._it._workers)
+    if ours:
+        assert shutdown_node_threads(node) == [] and not any(t.is_alive() for t in workers)
+    else:
+        node._it._it._shutdown()
+        assert any(t.is_alive() for t in workers)
+        shutdown_node_threads(node)

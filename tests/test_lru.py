@@ -101,3 +101,30 @@ def test_a_remote_file_that_shrank_while_read_is_an_error_not_a_hang():
     f = BlockFile(BlockCache(Shrunk(), block=16), "f")
     with pytest.raises(OSError, match="changed while being read"):
         f.read(100)
+
+
+def test_a_released_key_is_evicted_first_before_older_ones():
+    cache = LoadOnceLRU(lambda k: k * 10, capacity=3)
+    for k in (1, 2, 3):
+        cache.get(k)
+    cache.release(3)  # the newest, but done
+    cache.release(99)  # not cached: ignored
+    cache.get(4)
+    assert cache.get(1) == 10 and cache.get(2) == 20 and cache.loads == 4  # 1 and 2 kept, 3 evicted
+    cache.get(3)
+    assert cache.loads == 5
+    control = LoadOnceLRU(lambda k: k, capacity=3)  # by recency alone the oldest goes
+    for k in (1, 2, 3, 4):
+        control.get(k)
+    control.get(1)
+    assert control.loads == 5
+
+
+def test_episodes_done_by_batch_lists_each_episode_at_its_last_item():
+    import numpy as np
+
+    from robo_loaders_plugin.pipeline.batches import episodes_done_by_batch
+
+    plan = np.array([[e, 0] for e in (0, 1, 0, 2, 1, 3, 3, 2)])  # batches of 3: [0 1 0] [2 1 3] [3 2]
+    assert episodes_done_by_batch(plan, 3) == {0: [0], 1: [1], 2: [2, 3]}
+    assert episodes_done_by_batch(plan[:0], 3) == {}

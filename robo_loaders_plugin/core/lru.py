@@ -83,6 +83,20 @@ class LoadOnceLRU(Generic[K, V]):
                 self._loading.pop(key, None)
             event.set()
 
+    def release(self, key: K) -> None:
+        """``key`` will not be asked for again soon (its last use in a pass is served): it is the first evicted.
+
+        Why: recency alone may evict a value still in use (an episode of the shuffle buffer not drawn for a few
+        batches) while keeping one that is done; whoever knows the order (the pipeline's plan) says which are done.
+
+        Args:
+            key: A cached key (others are ignored).
+        """
+        with self._lock:
+            if key in self._items:
+                self._items.move_to_end(key, last=False)
+                self._unused.discard(key)
+
     def load_ahead(self, key: K) -> None:
         """Load ``key`` for later (``get(key, ahead=True)``), e.g. from a decode-ahead thread.
 

@@ -6,6 +6,9 @@ interpreter finalizes. ``robo-loaders doctor`` runs :func:`checks`.
 """
 from __future__ import annotations
 
+import threading
+import time
+
 from robo_loaders_plugin.core.checks import Check
 
 import torch
@@ -28,17 +31,25 @@ def draw_dataloader_base_seed(generator) -> None:
     torch.empty((), dtype=torch.int64).random_(generator=generator)
 
 
-def shutdown_node_threads(root) -> None:
+def shutdown_node_threads(root, timeout_s: float = 120.0) -> list:
     """Stop and join the threads of a torchdata.nodes graph.
 
-    Why: the nodes' threads are daemons, which must be stopped before the interpreter finalizes. Relies on
-    torchdata 0.11's internals: each node keeps its running iterator in ``_it``, and thread-based iterators have
-    ``_shutdown()``.
+    Why: the nodes' threads are daemons, which must be stopped before the interpreter finalizes. torchdata's own
+    ``_shutdown()`` waits only 0.5 s for each thread, and a thread still inside a call into C++ (a 480p video
+    unit decodes for seconds) when the interpreter finalizes aborts the process ("terminate called without an
+    active exception"), so the threads are then joined until they have stopped (each ends once its current item
+    is done: the stop event is set), at most ``timeout_s`` in all. Relies on torchdata 0.11's internals: each node
+    keeps its running iterator in ``_it``; thread-based iterators have ``_shutdown()`` and keep their threads in
+    ``_read_thread``, ``_sort_thread``, ``_workers`` or ``_thread``.
 
     Args:
         root: The graph's last node; the walk follows ``_it`` and ``source`` from it (``None`` does nothing).
+        timeout_s: The longest wait for the threads, in all.
+
+    Returns:
+        The threads still running after the wait (none, unless an item took longer than ``timeout_s``).
     """
-    stack, seen = [root], set()
+    stack, seen, threads = [root], set(), []
     while stack:
         node = stack.pop()
         if node is None or id(node) in seen:
@@ -48,8 +59,17 @@ def shutdown_node_threads(root) -> None:
         if it is not None:
             if hasattr(it, "_shutdown"):
                 it._shutdown()
+            for name in ("_read_thread", "_sort_thread", "_thread"):
+                if isinstance(getattr(it, name, None), threading.Thread):
+                    threads.append(getattr(it, name))
+            threads += [t for t in getattr(it, "_workers", None) or () if isinstance(t, threading.Thread)]
             stack.append(it)
         stack.append(getattr(node, "source", None))
+    deadline = time.monotonic() + timeout_s
+    for t in threads:
+        if t is not threading.current_thread():
+            t.join(timeout=max(0.0, deadline - time.monotonic()))
+    return [t for t in threads if t.is_alive()]
 
 
 def checks() -> list[Check]:

@@ -7,6 +7,7 @@ released and the batch stays in the training process, so nothing is copied throu
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import threading
 import weakref
 from typing import Callable
@@ -32,23 +33,136 @@ def _entry_order(plan: np.ndarray) -> np.ndarray:
 AHEAD_PER_THREAD = 4  # episodes loaded ahead per decoding thread, at least (with a shuffle buffer's worth)
 
 
-def decode_room(capacity: int, shuffle_buffer: int, threads: int) -> int:
+def decode_room(capacity: int, shuffle_buffer: int, threads: int, entering: int = 0) -> int:
     """How many episodes :class:`DecodeAhead` loads in front of the pass: the room the episode cache has beyond the
-    shuffle buffer, but no more than a shuffle buffer's worth (or :data:`AHEAD_PER_THREAD` per thread).
+    shuffle buffer and the episodes entering it while the batches in flight are assembled, but no more than a
+    shuffle buffer's worth (or :data:`AHEAD_PER_THREAD` per thread).
 
     Why the cap: a buffer sized in bytes holds thousands of small episodes, and loading thousands ahead only
     delays the one the shuffle buffer waits for (robomimic ``video_stream`` at 1M steps in 10k demos served 10x
-    fewer samples/s than at 10k steps, its planning thread starved of the CPU).
+    fewer samples/s than at 10k steps, its planning thread starved of the CPU). Why ``entering`` counts: episodes
+    loaded ahead are evicted last, so room taken from the episodes in use evicts *them*, and they are loaded again
+    (480p units of 13 frames: 5 enter per batch of 64; 605 decodes of 132 units in 20 batches, docs/scale.md).
 
     Args:
         capacity: Episodes the cache holds.
         shuffle_buffer: Episodes open at once.
         threads: Decoding threads.
+        entering: Episodes that enter the shuffle buffer within the batches assembled at once
+            (:func:`entering_at_once`).
 
     Returns:
-        Episodes to load ahead (at least 1).
+        Episodes to load ahead; 0 when the cache has no room beyond those in use (nothing is loaded ahead).
     """
-    return max(1, min(capacity - shuffle_buffer - 1, max(shuffle_buffer, AHEAD_PER_THREAD * threads)))
+    return max(0, min(capacity - shuffle_buffer - entering - 1, max(shuffle_buffer, AHEAD_PER_THREAD * threads)))
+
+
+def episodes_done_by_batch(plan: np.ndarray, batch_size: int) -> dict[int, list[int]]:
+    """``{batch: episodes whose last item of the pass is in it}`` (batches counted from the plan's first).
+
+    Args:
+        plan: (N, 2) (episode, k) pairs in serving order.
+        batch_size: Items per batch.
+
+    Returns:
+        The episodes each batch finishes (batches finishing none are absent).
+    """
+    eps = np.asarray(plan)[:, 0] if len(plan) else np.zeros(0, np.int64)
+    uniq, from_end = np.unique(eps[::-1], return_index=True)
+    last_batch = (len(eps) - 1 - from_end) // max(1, int(batch_size))
+    order = np.argsort(last_batch, kind="stable")
+    batches, cuts = np.unique(last_batch[order], return_index=True)
+    return {int(b): g.tolist() for b, g in zip(batches, np.split(uniq[order], cuts[1:]))}
+
+
+def entering_at_once(plan: np.ndarray, batch_size: int, window: int) -> int:
+    """The most episodes that enter a pass (are first served) within any ``window`` consecutive batches of ``plan``.
+
+    Why: the batches being assembled at once (one per thread, consecutive: :class:`PipelineBatches` keeps no more
+    in flight) need the episodes open in the shuffle buffer *and* those entering it in the meantime; the episode
+    cache must hold them all, or it evicts episodes still in use and loads them again.
+
+    Args:
+        plan: (N, 2) (episode, k) pairs of a pass, in serving order.
+        batch_size: Items per batch.
+        window: Consecutive batches considered.
+
+    Returns:
+        The count (0 for an empty plan).
+    """
+    if not len(plan):
+        return 0
+    _, first = np.unique(np.asarray(plan)[:, 0], return_index=True)
+    per_batch = np.bincount(first // max(1, int(batch_size)))
+    ends = np.concatenate([[0], np.cumsum(per_batch)])
+    w = max(1, min(int(window), len(per_batch)))
+    return int((ends[w:] - ends[:-w]).max())
+
+
+@dataclasses.dataclass(frozen=True)
+class BufferUse:
+    """How a pass uses the episode cache, once the batch size is known (:func:`fit_to_cache`).
+
+    Attributes:
+        shuffle_buffer: Episodes open at once (the option, or less when the cache cannot hold it beside the
+            episodes entering while batches are assembled).
+        entering: Episodes entering within the batches assembled at once.
+        ahead: Episodes loaded ahead (0: none).
+        note: What was changed and why, for the log (empty when nothing was).
+    """
+
+    shuffle_buffer: int
+    entering: int
+    ahead: int
+    note: str = ""
+
+
+def fit_to_cache(make_plan: Callable[[int], np.ndarray], *, capacity: int, episodes: int, shuffle_buffer: int,
+                 shuffle_given: bool, batch_size: int, threads: int, decode_threads: int,
+                 option_prefix: str = "") -> BufferUse:
+    """Fit a pass to its episode cache: the open episodes, those entering while ``threads`` assemble batches, and
+    the ones loaded ahead must all be held, or episodes in use are evicted and loaded again.
+
+    A shuffle buffer the user did not set is made smaller until they fit (the order is then that of the smaller
+    buffer, a function of the options and the batch size); one the user set is kept, with a warning naming the
+    ``cache_memory`` / ``cache_episodes`` that would fit. A cache holding every episode needs nothing.
+
+    Args:
+        make_plan: ``make_plan(shuffle_buffer)`` -> the first pass's (episode, k) plan with that buffer.
+        capacity: Episodes the cache holds.
+        episodes: Episodes (units) the dataset has.
+        shuffle_buffer: The shuffle buffer as sized from bytes.
+        shuffle_given: Whether the user set it.
+        batch_size: Items per batch.
+        threads: Threads assembling batches.
+        decode_threads: Threads loading ahead (0: none).
+        option_prefix: How the user sets options (``--dataset.backend_kwargs``), for the warning.
+
+    Returns:
+        The :class:`BufferUse`.
+    """
+    if capacity >= episodes:
+        room = decode_room(capacity, shuffle_buffer, decode_threads) if decode_threads else 0
+        return BufferUse(shuffle_buffer, 0, room)
+    window = max(1, int(threads))  # the batches in flight: PipelineBatches' max_concurrent
+    shuffle, note = int(shuffle_buffer), ""
+    entering = entering_at_once(make_plan(shuffle), batch_size, window)
+    for _ in range(4):  # entering barely depends on the buffer: one or two rounds settle it
+        if shuffle + entering + 1 <= capacity or shuffle_given or shuffle == 1:
+            break
+        shuffle = max(1, capacity - entering - 1)
+        entering = entering_at_once(make_plan(shuffle), batch_size, window)
+    if shuffle != shuffle_buffer:
+        note = (f"shuffle buffer {shuffle} units (not {shuffle_buffer}): the cache holds {capacity}, and up to "
+                f"{entering} enter while {window} batches of {batch_size} are assembled")
+    if shuffle + entering + 1 > capacity:
+        want = shuffle + entering + 1
+        print(f"[robo-loaders] warning: the episode cache holds {capacity} units but a pass keeps up to {want} in use "
+              f"(shuffle buffer {shuffle} + {entering} entering while {window} batches of {batch_size} are "
+              f"assembled): units will be loaded more than once. Give {option_prefix}.cache_memory room for {want} "
+              f"units, or set a smaller {option_prefix}.shuffle_buffer or batch size", flush=True)
+    room = decode_room(capacity, shuffle, decode_threads, entering) if decode_threads else 0
+    return BufferUse(shuffle, entering, room, note)
 
 
 class DecodeAhead:
@@ -136,15 +250,24 @@ class PipelineBatches(BatchSource):
         replacement: Draw items with replacement.
         prefetch: Batches prepared ahead (0: none).
         decode_ahead: Loads episodes before the batches that open them, or ``None``.
+        first_plan: The first pass's plan when the caller made it already (the same function of the seed, the
+            pass and the buffer), or ``None``.
+        note: Said in :meth:`describe` (how the pass was fitted to the episode cache), or empty.
+        release: ``release(episode)`` once a pass has served an episode's last item (``LoadOnceLRU.release`` of an
+            episode cache smaller than the dataset), or ``None``.
     """
     def __init__(self, groups: ItemGroups, collate: Callable[[np.ndarray], dict], plan: SamplingPlan, *, seed: int,
                  shuffle_buffer: int, replacement: bool = False, prefetch: int = 2,
-                 decode_ahead: DecodeAhead | None = None):
+                 decode_ahead: DecodeAhead | None = None, first_plan: np.ndarray | None = None, note: str = "",
+                 release: Callable[[int], None] | None = None):
         super().__init__(plan.start_epoch, plan.start_batch)
         self.groups = groups
         self.rank, self.world_size = plan.rank, plan.world_size
+        self.note, self.release = note, release
         self.plan_node = BatchPlanNode(groups.counts, plan.batch_size, plan.drop_last, seed, shuffle_buffer,
                                        plan.shuffle, replacement, plan.rank, plan.world_size)
+        if first_plan is not None:  # already made (to fit the episode cache): not made again
+            self.plan_node.keep(plan.start_epoch, first_plan)
 
         self.decode_ahead = decode_ahead
 
@@ -154,8 +277,10 @@ class PipelineBatches(BatchSource):
             return collate(groups.indices(pairs))
 
         self.num_threads = max(1, int(plan.num_workers))
+        # one batch in flight per thread (torchdata's default is two): the batches assembled at once need their
+        # episodes cached together (fit_to_cache), so fewer in flight leave more of the cache to the shuffle buffer
         node = ParallelMapper(self.plan_node, map_fn=assemble, num_workers=self.num_threads, in_order=True,
-                              method="thread")
+                              method="thread", max_concurrent=self.num_threads)
         if prefetch > 0:
             node = Prefetcher(node, prefetch_factor=int(prefetch))
         if plan.pin_memory:
@@ -171,8 +296,9 @@ class PipelineBatches(BatchSource):
     def describe(self) -> str:
         """One line for the training log: threads, batches per pass, rank, and where it starts."""
         ranks = f", rank {self.rank} of {self.world_size}" if self.world_size > 1 else ""
+        note = f"; {self.note}" if self.note else ""
         return (f"the torchdata pipeline ({plural(self.num_threads, 'thread')}, {len(self)} batches per pass{ranks}, "
-                f"starting at epoch {self._epoch} batch {self._batch})")
+                f"starting at epoch {self._epoch} batch {self._batch}{note})")
 
     def plan_of(self, epoch: int) -> np.ndarray:
         """(episode, k) pairs of pass ``epoch`` in serving order (tools and tests; no data is read).
@@ -197,14 +323,20 @@ class PipelineBatches(BatchSource):
         """
         self.plan_node.seek(epoch, start)
         self.root.reset()
+        rest = self.plan_node.plan[start * self.plan_node.batch_size:]
         if self.decode_ahead is not None:
-            self.decode_ahead.start_pass(self.plan_node.plan[start * self.plan_node.batch_size:],
-                                         upcoming=lambda: self.plan_node.plan_of(epoch + 1))
+            self.decode_ahead.start_pass(rest, upcoming=lambda: self.plan_node.plan_of(epoch + 1))
+        done = episodes_done_by_batch(rest, self.plan_node.batch_size) if self.release is not None else {}
+        b = 0
         while True:
             try:
-                yield next(self.root)
+                batch = next(self.root)
             except StopIteration:
                 return
+            for e in done.get(b, ()):  # batches come in order: every batch up to b is assembled
+                self.release(e)
+            b += 1
+            yield batch
 
     def shutdown(self) -> None:
         """Stop the pipeline's threads and wait for them.
@@ -257,13 +389,28 @@ class PipelineDataset(BatchDataset):
         groups = ItemGroups(items, self.episode_of(), len(self.frames.lengths))
         opts = self.passes
         seed = opts.seed if opts.seed is not None else (plan.seed or 0)
-        ahead = None
-        if self.decode_threads:
-            cache = self.frames.cache
-            room = decode_room(cache.capacity, opts.shuffle_buffer, self.decode_threads)
-            ahead = DecodeAhead(cache.load_ahead, self.decode_threads, room)
-        return PipelineBatches(groups, self.collate, plan, seed=seed, shuffle_buffer=opts.shuffle_buffer,
-                               replacement=opts.replacement, prefetch=opts.prefetch, decode_ahead=ahead)
+        plans = {}
+
+        def make_plan(shuffle: int) -> np.ndarray:
+            if shuffle not in plans:
+                plans[shuffle] = BatchPlanNode(groups.counts, plan.batch_size, plan.drop_last, seed, shuffle,
+                                               plan.shuffle, opts.replacement, plan.rank,
+                                               plan.world_size).plan_of(plan.start_epoch)
+            return plans[shuffle]
+
+        cache = getattr(self.frames, "cache", None)  # a frame source without an episode cache holds every episode
+        n_episodes = len(groups.counts)
+        use = fit_to_cache(make_plan, capacity=cache.capacity if cache is not None else n_episodes,
+                           episodes=n_episodes,
+                           shuffle_buffer=opts.shuffle_buffer, shuffle_given=opts.shuffle_given,
+                           batch_size=plan.batch_size, threads=max(1, int(plan.num_workers)),
+                           decode_threads=self.decode_threads, option_prefix=opts.option_prefix)
+        ahead = DecodeAhead(cache.load_ahead, self.decode_threads, use.ahead) if use.ahead and cache else None
+        source = PipelineBatches(groups, self.collate, plan, seed=seed, shuffle_buffer=use.shuffle_buffer,
+                                 replacement=opts.replacement, prefetch=opts.prefetch, decode_ahead=ahead,
+                                 first_plan=plans.get(use.shuffle_buffer), note=use.note,
+                                 release=getattr(cache, "release", None) if use.entering else None)
+        return source
 
     def batch_episodes(self, batch_size: int, drop_last: bool = True, epoch: int = 0) -> list[np.ndarray]:
         """Episode of every item, batch by batch, of pass ``epoch`` (no data is read): how batches mix episodes, for

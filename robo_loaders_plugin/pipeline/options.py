@@ -27,6 +27,9 @@ class PassOptions:
             into this field before building).
         replacement: Draw each pass's items with replacement instead of each exactly once.
         cache_memory: The buffer's byte budget (bytes or a string; ``None``: the default, 1GB).
+        shuffle_given: Whether the user set ``shuffle_buffer`` (else the pipeline may make it smaller to fit the
+            episode cache: ``pipeline.batches.fit_to_cache``); set by :meth:`sized`.
+        option_prefix: How the user sets these options, for messages; set by :meth:`sized`.
     """
 
     shuffle_buffer: int
@@ -35,6 +38,8 @@ class PassOptions:
     cache_episodes: int | None = 64
     replacement: bool = False
     cache_memory: object = None
+    shuffle_given: bool = False
+    option_prefix: str = "backend_kwargs"
 
     @classmethod
     def of(cls, options) -> "PassOptions":
@@ -72,7 +77,10 @@ class PassOptions:
                            shuffle_buffer=self.shuffle_buffer,
                            shuffle_given=shuffle_default is not None and self.shuffle_buffer != shuffle_default,
                            batch_bytes=batch_bytes, prefetch=self.prefetch, option_prefix=option_prefix, unit=unit)
-        return dataclasses.replace(self, cache_episodes=plan.capacity, shuffle_buffer=plan.shuffle_buffer), plan
+        given = shuffle_default is not None and self.shuffle_buffer != shuffle_default
+        return dataclasses.replace(self, cache_episodes=plan.capacity, shuffle_buffer=plan.shuffle_buffer,
+                                   shuffle_given=given,
+                                   option_prefix=option_prefix), plan
 
     def describe_shuffle(self, n_episodes: int, episodes: str = "episodes") -> str:
         """``shuffle buffer N <episodes>`` as it acts on a dataset of ``n_episodes``, for the summary line: never

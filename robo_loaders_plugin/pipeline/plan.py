@@ -326,7 +326,14 @@ class BatchPlanNode(BaseNode):
             plan = plan.astype(np.int32)
         return plan
 
-    def _keep(self, epoch: int, plan: np.ndarray) -> None:
+    def keep(self, epoch: int, plan: np.ndarray) -> None:
+        """Keep pass ``epoch``'s plan (made here, in the background, or by another node of the same arguments), so
+        that it is not made again.
+
+        Args:
+            epoch: The pass.
+            plan: Its (N, 2) plan.
+        """
         with self._lock:
             newest = max([epoch] + list(self._plans))
             self._plans = {e: p for e, p in self._plans.items() if e >= newest - 1}
@@ -353,7 +360,7 @@ class BatchPlanNode(BaseNode):
                 plan = self._plans.get(epoch)
         if plan is None:
             plan = self._make(epoch)
-            self._keep(epoch, plan)
+            self.keep(epoch, plan)
         return plan
 
     def plan_ahead(self, epoch: int) -> None:
@@ -373,7 +380,7 @@ class BatchPlanNode(BaseNode):
 
     def _plan_in_background(self, epoch: int) -> None:
         try:
-            self._keep(epoch, self._make(epoch))
+            self.keep(epoch, self._make(epoch))
         except Exception:  # planned again (and raised) on the training thread when the pass starts
             pass
         finally:
