@@ -130,8 +130,9 @@ def pass_options(shuffle_default: dict, cache_default: int, items: str) -> dict:
         "cache_memory": Option((int, str), None, "memory the episode buffer may take (bytes, '2GB', '512MiB'; "
                                                  "default 1GB): as many episodes (parts of long ones for "
                                                  "video_stream on LeRobot) are kept as fit, and the shuffle buffer "
-                                                 "is at most half of them unless given; cache_episodes, when "
-                                                 "given, decides instead", check=check_size),
+                                                 "is at most half of them unless given (less when a batch opens "
+                                                 "many: the log says); cache_episodes, when given, decides "
+                                                 "instead", check=check_size),
         "replacement": Option(bool, False, f"draw each pass's {items} with replacement (same count per pass, repeats "
                                            "allowed) instead of every one exactly once"),
     }

@@ -32,3 +32,52 @@ def test_every_run_gets_an_empty_cache_unless_reuse_is_asked(tmp_path, monkeypat
     reused = run_child("cache_probe", {}, "b", str(logs), 120, fresh_cache=False)
     again = run_child("cache_probe", {}, "b", str(logs), 120, fresh_cache=False)
     assert reused["cache"] == str(user) and again["left"] == ["left-by-this-run"]  # negative control: reuse sees it
+
+
+def test_the_decode_split_counts_only_the_profiling_threads_frame_reads():
+    """The timed batches' pipeline may still be assembling batches while single items are profiled; its frame reads
+    ran in other threads and were counted, so the split reported a negative fetch time (-100 ms/sample)."""
+    import threading
+    import time
+
+    import numpy as np
+
+    from robo_loaders_plugin.bench.lerobot_run import decode_split
+
+    class Info:
+        frames = True
+
+    class Frames:
+        def info(self, field):
+            return Info()
+
+        def take(self, field, *args):
+            time.sleep(0.002)
+
+    class Dataset:
+        frames = Frames()
+
+        def __len__(self):
+            return 10
+
+        def __getitem__(self, i):
+            self.frames.take("cam")
+
+    ds, stop = Dataset(), threading.Event()
+    split = {}
+
+    def other():  # a pipeline thread reading frames the whole time
+        while not stop.is_set():
+            ds.frames.take("cam")
+
+    t = threading.Thread(target=other)
+    try:
+        decode_split_thread = threading.Thread(target=lambda: split.update(decode_split(ds, False, 50)))
+        decode_split_thread.start()
+        t.start()
+        decode_split_thread.join()
+    finally:
+        stop.set()
+        t.join()
+    assert split["fetch_ms_per_sample"] >= 0 and 1.5 <= split["decode_ms_per_sample"] <= 10, split
+    assert np.isfinite(split["single_process_samples_per_s"])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 import time
 
 import numpy as np
@@ -63,9 +64,10 @@ def decode_split(ds, native: bool, samples: int = 200) -> dict:
         time_video_queries(spent)
     else:
         take = ds.frames.take
+        me = threading.get_ident()
 
-        def timed(field, *args):
-            if not ds.frames.info(field).frames:
+        def timed(field, *args):  # this thread's calls only: the timed batches' pipeline may still be assembling
+            if not ds.frames.info(field).frames or threading.get_ident() != me:
                 return take(field, *args)
             t = time.perf_counter()
             try:
