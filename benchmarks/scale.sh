@@ -8,8 +8,8 @@
 #   R240     robomimic HDF5, 2 cameras 240x240, 200 demos x 150 steps (30,000 steps, 10.4 GB of observation frames),
 #            render-like frames, next_obs images omitted (BC-RNN image configs do not load them)
 # Usage: benchmarks/scale.sh STAGE...  (generate-r240 generate-l480 generate-l480-h264 generate-l480-5g content
-#        r240 r240-native-all r240-ceiling l480-video l480-gpu l480-datapipe l480-cache l480-5g l480-5g-unit-loads
-#        clean-conversions)
+#        r240 r240-native-all r240-ceiling l480-video l480-decode l480-gpu l480-datapipe l480-cache l480-5g
+#        l480-5g-unit-loads clean-conversions)
 # Every benchmark runs under `flock /work/bench.lock` so that it never overlaps another engineer's; results go to
 # benchmarks/results/scale_*.json (ratios against the native loader measured in the same run).
 set -euo pipefail
@@ -134,6 +134,11 @@ for stage in "$@"; do
         # shellcheck disable=SC2086
         locked python "$here/video_stream_unit_loads.py" "$W/L480_5G" local/L480_5G $args 2>/dev/null | grep '^{'
       done > "$results/scale_l480_5g_video_stream_unit_loads.jsonl" ;;
+    l480-decode)  # the decode ceiling of video_stream on L480: frames/s of 2 episodes decoded on the CPU, AV1 and H.264
+      locked python -m benchmarks.harness decode --root "$W/L480" --devices cpu --threads "$workers" --episodes 2 \
+        --json "$results/scale_l480_decode_av1.json"
+      locked python -m benchmarks.harness decode --root "$W/L480_h264" --devices cpu --threads "$workers" --episodes 2 \
+        --json "$results/scale_l480_decode_h264.json" ;;
     clean-conversions)
       rm -rf "$W/R240_shards" "$W/L480_shards" ;;
     *) echo "unknown stage $stage" >&2; exit 2 ;;
