@@ -124,8 +124,9 @@ def fit_to_cache(make_plan: Callable[[int], np.ndarray], *, capacity: int, episo
     the ones loaded ahead must all be held, or episodes in use are evicted and loaded again.
 
     A shuffle buffer the user did not set is made smaller until they fit (the order is then that of the smaller
-    buffer, a function of the options and the batch size); one the user set is kept, with a warning naming the
-    ``cache_memory`` / ``cache_episodes`` that would fit. A cache holding every episode needs nothing.
+    buffer: a function of the options, the batch size and the number of threads, so a resumed run given the same
+    ones continues the same order); one the user set is kept, with a warning naming the ``cache_memory`` that would
+    fit. A cache holding every episode needs nothing.
 
     Args:
         make_plan: ``make_plan(shuffle_buffer)`` -> the first pass's (episode, k) plan with that buffer.
