@@ -168,3 +168,27 @@ def test_a_window_beyond_the_margins_is_an_error_not_another_units_frames():
     u = 1
     with pytest.raises(IndexError, match="reach outside unit 1"):
         gather(frames, "cam", np.array([u]), np.array([[-1, 0]]))
+
+
+def test_the_host_budget_keeps_room_for_the_episode_being_read_while_filling(monkeypatch):
+    """While the tiers fill, the episode being read is held decoded (and copied by the decoder and the compressor)
+    beside them: at L480 (1.66 GB episodes) max_memory 8GB held 13.9 GB. The plan keeps BUILD_EPISODES of the
+    largest episode out of the budget, says so in its bound and counts it in its footprint; the control (the tiers
+    alone, footprints.plan_tiers with the whole budget) holds more episodes raw."""
+    import types
+
+    from robo_loaders_plugin.core.footprint import Available
+    from robo_loaders_plugin.frames import tensors
+
+    monkeypatch.setattr(Available, "measure", classmethod(lambda cls, **k: Available(
+        host_bytes=10**12, shm_bytes=0, shm_dir="/dev/shm", shm_is_ram=True, disk_bytes=10**12, disk_dir=k.get(
+            "disk_dir"), device_bytes=None)))
+    size = _size()
+    frame = 3 * 32 * 32
+    budget = (sum(LENGTHS) - 1) * frame  # every episode raw but the last would fit the tiers alone
+    opts = types.SimpleNamespace(max_memory=budget, max_device_memory=None)
+    plan, _ = tensors.plan_tiers_checked(size, torch.device("cpu"), opts, "kw")
+    control = plan_tiers(size, device_budget=None, host_budget=budget)
+    reserve = tensors.BUILD_EPISODES * max(LENGTHS) * frame
+    assert control.raw > plan.raw and plan.footprint.host_bytes <= budget
+    assert plan.footprint.host_bytes >= reserve and "being read while filling" in plan.footprint.bound

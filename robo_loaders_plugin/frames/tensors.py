@@ -543,11 +543,15 @@ class TieredFrames(TensorFrames):
         return out.reshape(tuple(np.shape(steps)) + tuple(info.shape))
 
 
+BUILD_EPISODES = 2  # host memory kept free while filling: the largest episode decoded, and copies of it in flight
+
+
 def plan_tiers_checked(size, device: torch.device, options, where: str, alternatives=(), quiet: bool = False):
     """``gpu_resampler``'s tiers for a dataset (``footprints.plan_tiers``) under its budgets, checked against the
     machine before any data is read: the GPU holds episodes up to ``max_device_memory`` (default: half of its free
     memory), host memory the rest up to ``max_memory`` (default: what the machine has available, with headroom),
-    raw first, then with frames compressed.
+    raw first, then with frames compressed; :data:`BUILD_EPISODES` of the largest episode are kept out of the
+    host budget for the episode being read while the tiers fill.
 
     Args:
         size: The dataset's ``footprints.DataSize`` (from metadata).
@@ -578,31 +582,38 @@ def plan_tiers_checked(size, device: torch.device, options, where: str, alternat
             device_budget = int(DEFAULT_VRAM_FRACTION * (available.device_bytes or 0))
     given = budget(getattr(options, "max_memory", None), f"{where}.max_memory")
     host_limit = given if given is not None else int(HEADROOM * available.host_bytes)
-    plan = plan_tiers(size, device_budget=device_budget, host_budget=host_limit)
+    # the episode being read and compressed while the tiers fill is held too (decoded, plus the decoder's and the
+    # compressor's copies): at L480 (1.66 GB episodes) max_memory 8GB held 13.9 GB without this reserve
+    filling = BUILD_EPISODES * int(np.max(size.episode_frame_bytes(), initial=0))
+    tiers_limit = max(0, host_limit - filling)
+    plan = plan_tiers(size, device_budget=device_budget, host_budget=tiers_limit)
     said = f"{where}.max_memory={format_bytes(given)}" if given is not None else \
         f"{HEADROOM:.0%} of the available memory ({format_bytes(host_limit)})"
     spilled = ""
-    if plan.footprint.host_bytes > host_limit:  # even compressed they do not fit: the compressed tier on disk
+    if plan.footprint.host_bytes > tiers_limit:  # even compressed they do not fit: the compressed tier on disk
         from robo_loaders_plugin.storage.cache import default_root
 
         root = default_root()
         available = Available.measure(disk_dir=root, device=device if device.type == "cuda" else None)
-        plan = plan_tiers(size, device_budget=device_budget, host_budget=host_limit, spill_dir=root)
+        plan = plan_tiers(size, device_budget=device_budget, host_budget=tiers_limit, spill_dir=root)
         spilled = (f"even compressed (~{format_bytes(plan.compressed_bytes)}, estimated) the frames exceed {said}: "
                    f"the compressed tier is a file on local disk in {root}, mapped")
+    reserve = f" (with {format_bytes(filling)} for the {plan.unit} being read while filling)" if filling else ""
     if plan.raw < plan.episodes:
         bound = (f"frames of {plan.episodes - plan.raw} of {plan.episodes} {plan.unit}s compressed"
-                 + (" in a mapped file on disk" if plan.spill_dir else "") + f", host memory within {said}")
+                 + (" in a mapped file on disk" if plan.spill_dir else "") + f", host memory within {said}{reserve}")
     else:
-        bound = f"every {plan.unit} held uncompressed within {said}"
+        bound = f"every {plan.unit} held uncompressed within {said}{reserve}"
     if device_budget is not None:
         bound += f", at most {format_bytes(device_budget)} on {device}"
     plan = dataclasses.replace(plan, footprint=dataclasses.replace(plan.footprint, bound=bound))
-    fp = plan.footprint
+    fp = dataclasses.replace(plan.footprint, host_bytes=plan.footprint.host_bytes + filling)
+    plan = dataclasses.replace(plan, footprint=fp)
     if given is not None and fp.host_bytes > given:
         raise ResourceRefused(
             f"backend 'gpu_resampler' cannot hold this dataset within {where}.max_memory={format_bytes(given)}: "
-            f"{size.describe()}; the fields that are not frames alone take {format_bytes(fp.host_bytes)}. Would "
+            f"{size.describe()}; the fields that are not frames and the {plan.unit} being read while filling "
+            f"alone take {format_bytes(fp.host_bytes)}. Would "
             f"fit: {'; '.join(list(alternatives))}. Estimated from the dataset's metadata before reading any data.",
             [("host RAM (max_memory)", fp.host_bytes, given)])
     check_fits(fp, available, backend="gpu_resampler", option_prefix=where, alternatives=list(alternatives))

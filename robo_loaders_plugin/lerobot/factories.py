@@ -320,6 +320,8 @@ def gpu_resampler_dataset(native, *, options):
     for unit, (ep, _, _) in enumerate(tqdm(episodes.runs, desc=f"gpu_resampler [{native.repo_id}]", unit="episode",
                                            mininterval=0.5)):
         frames.fill(unit, first if ep == first_ep else episodes.read(ep)[0])
+        if ep == first_ep:
+            first = None  # not held for the rest of the fill (an L480 episode is 1.66 GB decoded)
     rates = f", windows at {target_fps:g} Hz on {source.fps} Hz data" if target_fps else ""
     where = plan.describe(str(train_device))
     if frames.spilled_while_filling:

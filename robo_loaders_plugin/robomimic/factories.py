@@ -457,6 +457,7 @@ def gpu_resampler_dataset(config, obs_keys, filter_by_attribute=None, dataset_pa
     with source.open() as f:
         for i, demo in enumerate(tqdm(demos, desc=f"gpu_resampler [{split}]", unit="demo", mininterval=0.5)):
             frames.fill(i, first if i == 0 else _read_demo(source, f, demo, opts, lengths[i]))
+            first = None  # not held for the rest of the fill
     windows = SequenceWindows(lengths, opts, rate)
     where = plan.describe(str(train_device))
     if frames.spilled_while_filling:
