@@ -172,7 +172,7 @@ def test_a_window_beyond_the_margins_is_an_error_not_another_units_frames():
 
 def test_the_host_budget_keeps_room_for_the_episode_being_read_while_filling(monkeypatch):
     """While the tiers fill, the episode being read is held decoded (and copied by the decoder and the compressor)
-    beside them: at L480 (1.66 GB episodes) max_memory 8GB held 13.9 GB. The plan keeps BUILD_EPISODES of the
+    beside them: at L480 (1.66 GB episodes) max_memory 8GB held 11.4 GB. The plan keeps BUILD_EPISODES of the
     largest episode out of the budget, says so in its bound and counts it in its footprint; the control (the tiers
     alone, footprints.plan_tiers with the whole budget) holds more episodes raw."""
     import types

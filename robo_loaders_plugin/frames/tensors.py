@@ -583,7 +583,7 @@ def plan_tiers_checked(size, device: torch.device, options, where: str, alternat
     given = budget(getattr(options, "max_memory", None), f"{where}.max_memory")
     host_limit = given if given is not None else int(HEADROOM * available.host_bytes)
     # the episode being read and compressed while the tiers fill is held too (decoded, plus the decoder's and the
-    # compressor's copies): at L480 (1.66 GB episodes) max_memory 8GB held 13.9 GB without this reserve
+    # compressor's copies): at L480 (1.66 GB episodes) max_memory 8GB held 11.4 GB without this reserve
     filling = BUILD_EPISODES * int(np.max(size.episode_frame_bytes(), initial=0))
     tiers_limit = max(0, host_limit - filling)
     plan = plan_tiers(size, device_budget=device_budget, host_budget=tiers_limit)
