@@ -116,7 +116,7 @@ def hdf5_32(tmp_path_factory):
                                 seed=5, min_length=30, max_length=40, progress=False)
 
 
-@pytest.mark.parametrize("max_memory,tiers", [("1GB", "raw"), ("1.5MB", "raw+compressed"), ("200KB", "disk")])
+@pytest.mark.parametrize("max_memory,tiers", [("1GB", "raw"), ("2MB", "raw+compressed"), ("200KB", "disk")])
 def test_gpu_resampler_spilled_tiers_serve_the_same_bytes(hdf5_32, max_memory, tiers, capsys):
     ds = _rm(hdf5_32, "gpu_resampler", max_memory=max_memory)()
     plan = ds.frames.plan
@@ -193,7 +193,7 @@ def test_lerobot_compressed_cache_spilled_to_disk_equals_lerobot_dataset(lerobot
 
 def test_lerobot_gpu_resampler_compressed_tier_equals_lerobot_dataset(lerobot_datasets):
     nat = _native_lr(lerobot_datasets["h264_3cam_multifile"], "diffusion")
-    ds = serve("gpu_resampler", nat, max_memory="6MB")
+    ds = serve("gpu_resampler", nat, max_memory="10MB")  # 4.1 MB of it kept for the episode being read
     plan = ds.frames.plan
     assert plan.raw < plan.episodes and plan.spill_dir is None and "compressed in host memory" in ds.serving.summary
     # these 32x48 frames compress 1.3:1, worse than the 1.5:1 planned: the compressed tier moved to disk
@@ -287,8 +287,8 @@ def test_r240_sibling_spills_under_a_quarter_of_its_frames_byte_identical(r240_s
 
 def test_l480_sibling_video_stream_units_and_gpu_tiers_equal_lerobot_dataset(l480_sibling):
     """At 480p a 150-frame episode is cut into units of 12 frames (3 cameras, 32 MB), the diffusion window's
-    previous frame comes from each unit's margin; gpu_resampler under a budget below its frames holds some episodes
-    compressed. Items equal LeRobotDataset's."""
+    previous frame comes from each unit's margin; gpu_resampler under a budget that leaves less than its frames once
+    the episode being read while filling is set aside holds some episodes compressed. Items equal LeRobotDataset's."""
     nat = _native_lr(l480_sibling, "diffusion")
     ds = serve("video_stream", nat)
     assert len(ds.frames.lengths) == 2 * 13 and "26 units of up to 12 frames" in ds.serving.summary
@@ -296,7 +296,7 @@ def test_l480_sibling_video_stream_units_and_gpu_tiers_equal_lerobot_dataset(l48
     picks = sorted(set(np.concatenate([edges[:6], edges[:6] + 1]).tolist())) + random_indices(len(nat), 10, seed=8)
     for i in picks:
         same_item(ds[i], nat[i], f"video_stream[{i}]")
-    gpu = serve("gpu_resampler", nat, max_memory="700MB")
+    gpu = serve("gpu_resampler", nat, max_memory="1.5GB")  # less 2 episodes being read (830 MB): below the frames
     assert gpu.frames.plan.raw < gpu.frames.plan.episodes
     for i in random_indices(len(nat), 12, seed=9):
         same_item(gpu[i], nat[i], f"gpu[{i}]")

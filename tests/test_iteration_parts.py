@@ -230,10 +230,10 @@ def test_a_pass_is_fitted_to_the_episode_cache_with_the_units_entering_while_bat
 
     counts = [13] * 132
     use = _fit(counts, capacity=27, shuffle=13, batch=64, threads=4)
-    assert use.shuffle_buffer + use.entering + use.ahead + 1 <= 27 and use.shuffle_buffer < 13
+    assert use.shuffle_buffer + use.entering + use.ahead <= 27 and use.shuffle_buffer < 13
     assert use.entering == entering_at_once(plan_windows(counts, 0, 0, use.shuffle_buffer), 64, 4) > 15
     two = _fit(counts, capacity=27, shuffle=13, batch=64, threads=2)
-    assert two.shuffle_buffer + two.entering + two.ahead + 1 <= 27 and two.entering < use.entering
+    assert two.shuffle_buffer + two.entering + two.ahead <= 27 and two.entering < use.entering
     assert "shuffle buffer" in use.note and "(not 13)" in use.note and not capsys.readouterr().out
     given = _fit(counts, capacity=27, shuffle=13, given=True, batch=64, threads=4)  # the user's buffer is kept, with a warning
     assert given.shuffle_buffer == 13 and given.ahead == 0
@@ -245,6 +245,9 @@ def test_a_pass_is_fitted_to_the_episode_cache_with_the_units_entering_while_bat
     assert (whole.shuffle_buffer, whole.entering) == (13, 0)
     small_batches = _fit([120] * 50, capacity=20, shuffle=9, batch=16)  # whole 84x84 episodes: ~1 enters per batch
     assert small_batches.shuffle_buffer == 9 and small_batches.ahead >= 1
+    capsys.readouterr()
+    exact = _fit([600] * 40, capacity=2, shuffle=1, batch=64)  # L480's datapipe: 2 whole episodes held, 1 open
+    assert (exact.shuffle_buffer, exact.entering, exact.ahead) == (1, 1, 0) and not capsys.readouterr().out
 
 
 

@@ -563,7 +563,7 @@ def plan_tiers_checked(size, device: torch.device, options, where: str, alternat
 
     Returns:
         ``(plan, host_limit)``: the ``footprints.TierPlan`` (its footprint's ``bound`` says how it is bounded) and
-        the host bytes filling must stay within.
+        the host bytes the tiers may fill (the budget less the episode being read).
 
     Raises:
         core.footprint.ResourceRefused: even with every frame compressed the data does not fit ``max_memory`` or
@@ -609,14 +609,13 @@ def plan_tiers_checked(size, device: torch.device, options, where: str, alternat
     plan = dataclasses.replace(plan, footprint=dataclasses.replace(plan.footprint, bound=bound))
     fp = dataclasses.replace(plan.footprint, host_bytes=plan.footprint.host_bytes + filling)
     plan = dataclasses.replace(plan, footprint=fp)
-    if given is not None and fp.host_bytes > given:
+    if given is not None and fp.host_bytes - filling > given:  # the tiers alone: the episode being read is transient
         raise ResourceRefused(
             f"backend 'gpu_resampler' cannot hold this dataset within {where}.max_memory={format_bytes(given)}: "
-            f"{size.describe()}; the fields that are not frames and the {plan.unit} being read while filling "
-            f"alone take {format_bytes(fp.host_bytes)}. Would "
-            f"fit: {'; '.join(list(alternatives))}. Estimated from the dataset's metadata before reading any data.",
-            [("host RAM (max_memory)", fp.host_bytes, given)])
+            f"{size.describe()}; the fields that are not frames alone take {format_bytes(fp.host_bytes - filling)}. "
+            f"Would fit: {'; '.join(list(alternatives))}. Estimated from the dataset's metadata before reading any "
+            "data.", [("host RAM (max_memory)", fp.host_bytes - filling, given)])
     check_fits(fp, available, backend="gpu_resampler", option_prefix=where, alternatives=list(alternatives))
     if spilled and not quiet:
         print(f"[robo-loaders] gpu_resampler: spilled: {spilled}", flush=True)
-    return plan, host_limit
+    return plan, tiers_limit  # what the tiers may fill: the episode being read is kept out

@@ -149,15 +149,15 @@ def fit_to_cache(make_plan: Callable[[int], np.ndarray], *, capacity: int, episo
     shuffle, note = int(shuffle_buffer), ""
     entering = entering_at_once(make_plan(shuffle), batch_size, window)
     for _ in range(4):  # entering barely depends on the buffer: one or two rounds settle it
-        if shuffle + entering + 1 <= capacity or shuffle_given or shuffle == 1:
+        if shuffle + entering <= capacity or shuffle_given or shuffle == 1:
             break
-        shuffle = max(1, capacity - entering - 1)
+        shuffle = max(1, capacity - entering)
         entering = entering_at_once(make_plan(shuffle), batch_size, window)
     if shuffle != shuffle_buffer:
         note = (f"shuffle buffer {shuffle} units (not {shuffle_buffer}): the cache holds {capacity}, and up to "
                 f"{entering} enter while {window} batches of {batch_size} are assembled")
-    if shuffle + entering + 1 > capacity:
-        want = shuffle + entering + 1
+    if shuffle + entering > capacity:
+        want = shuffle + entering
         print(f"[robo-loaders] warning: the episode cache holds {capacity} units but a pass keeps up to {want} in use "
               f"(shuffle buffer {shuffle} + {entering} entering while {window} batches of {batch_size} are "
               f"assembled): units will be loaded more than once. Give {option_prefix}.cache_memory room for {want} "
