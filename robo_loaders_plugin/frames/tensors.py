@@ -607,14 +607,15 @@ def plan_tiers_checked(size, device: torch.device, options, where: str, alternat
     if device_budget is not None:
         bound += f", at most {format_bytes(device_budget)} on {device}"
     plan = dataclasses.replace(plan, footprint=dataclasses.replace(plan.footprint, bound=bound))
-    fp = dataclasses.replace(plan.footprint, host_bytes=plan.footprint.host_bytes + filling)
+    tiers_host = plan.footprint.host_bytes  # the tiers alone: the episode being read is transient
+    fp = dataclasses.replace(plan.footprint, host_bytes=tiers_host + filling)
     plan = dataclasses.replace(plan, footprint=fp)
-    if given is not None and fp.host_bytes - filling > given:  # the tiers alone: the episode being read is transient
+    if given is not None and tiers_host > given:
         raise ResourceRefused(
             f"backend 'gpu_resampler' cannot hold this dataset within {where}.max_memory={format_bytes(given)}: "
-            f"{size.describe()}; the fields that are not frames alone take {format_bytes(fp.host_bytes - filling)}. "
+            f"{size.describe()}; the fields that are not frames alone take {format_bytes(tiers_host)}. "
             f"Would fit: {'; '.join(list(alternatives))}. Estimated from the dataset's metadata before reading any "
-            "data.", [("host RAM (max_memory)", fp.host_bytes - filling, given)])
+            "data.", [("host RAM (max_memory)", tiers_host, given)])
     check_fits(fp, available, backend="gpu_resampler", option_prefix=where, alternatives=list(alternatives))
     if spilled and not quiet:
         print(f"[robo-loaders] gpu_resampler: spilled: {spilled}", flush=True)

@@ -73,11 +73,10 @@ class PassOptions:
         """
         from robo_loaders_plugin.footprints import buffer_plan
 
-        plan = buffer_plan(unit_bytes, cache_memory=self.cache_memory, cache_episodes=self.cache_episodes,
-                           shuffle_buffer=self.shuffle_buffer,
-                           shuffle_given=shuffle_default is not None and self.shuffle_buffer != shuffle_default,
-                           batch_bytes=batch_bytes, prefetch=self.prefetch, option_prefix=option_prefix, unit=unit)
         given = shuffle_default is not None and self.shuffle_buffer != shuffle_default
+        plan = buffer_plan(unit_bytes, cache_memory=self.cache_memory, cache_episodes=self.cache_episodes,
+                           shuffle_buffer=self.shuffle_buffer, shuffle_given=given,
+                           batch_bytes=batch_bytes, prefetch=self.prefetch, option_prefix=option_prefix, unit=unit)
         return dataclasses.replace(self, cache_episodes=plan.capacity, shuffle_buffer=plan.shuffle_buffer,
                                    shuffle_given=given,
                                    option_prefix=option_prefix), plan
