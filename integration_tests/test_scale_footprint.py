@@ -207,6 +207,115 @@ def test_lerobot_gpu_resampler_compressed_tier_equals_lerobot_dataset(lerobot_da
         same_item(ds[i], nat[i], f"[{i}]")
 
 
+def test_lerobot_datapipe_buffer_is_sized_from_what_the_shards_store(lerobot_datasets):
+    """The buffer is planned from an assumed lossless ratio before converting, then sized again from index.json's
+    member sizes: these 32x48 frames pack worse than assumed, so the stored episodes are larger than the estimate
+    (the control: the two differ) and the bound names the stored size."""
+    from robo_loaders_plugin.core.units import format_bytes
+    from robo_loaders_plugin.footprints import EXPECTED_LOSSLESS_RATIO
+    from robo_loaders_plugin.lerobot.factories import _source
+    from robo_loaders_plugin.storage.shards import ShardReader
+
+    nat = _native_lr(lerobot_datasets["h264_3cam_multifile"], "act")
+    ds = serve("datapipe", nat, cache_memory="1GB")
+    reader = ShardReader(ds.location)
+    stored = max(reader.episode_bytes(i) for i in range(len(reader.episodes)))
+    size = _source(nat)[0].data_size(nat.episodes)
+    estimated = int(np.max(size.lengths * (sum(size.frame_step_bytes.values()) / EXPECTED_LOSSLESS_RATIO
+                                           + size.other_step_bytes)))
+    assert format_bytes(stored) != format_bytes(estimated)
+    assert f"of up to {format_bytes(stored)} held" in ds.serving.summary
+    tight = serve("datapipe", nat, cache_memory=int(2.5 * stored))
+    assert tight.frames.cache.capacity == 2 and "at most 2 episodes" in tight.serving.summary
+
+
+@pytest.fixture(scope="module")
+def parted_shards(lerobot_datasets, tmp_path_factory):
+    """The 3-camera dataset converted with parts of 4 frames (FRAMES_PART_BYTES lowered as 480p makes it), and
+    without parts (the control: an earlier conversion)."""
+    from robo_loaders_plugin.lerobot.convert import convert_lerobot
+    from robo_loaders_plugin.storage.shards import format as shard_format
+
+    root = lerobot_datasets["h264_3cam_multifile"]
+    step = 3 * int(np.prod(_native_lr(root).meta.features["observation.images.cam0"]["shape"]))
+    base = tmp_path_factory.mktemp("parted")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(shard_format, "FRAMES_PART_BYTES", 4 * step)
+        convert_lerobot(root, str(base / "parts"), repo_id=REPO, progress=False)
+    convert_lerobot(root, str(base / "whole"), repo_id=REPO, progress=False)
+    return {"parts": str(base / "parts"), "whole": str(base / "whole"), "step": step}
+
+
+@pytest.mark.parametrize("preset", ["diffusion", "act"])
+def test_lerobot_datapipe_buffers_parts_of_long_episodes(lerobot_datasets, parted_shards, monkeypatch, capsys,
+                                                         preset):
+    """Units of ~20 frames read from parts of 4: items equal LeRobotDataset's across unit edges (the diffusion
+    window's previous frame from the unit's margin), a pass serves every frame once, and a unit's load reads the
+    parts holding its rows only. Control: shards without parts fall back to whole episodes, saying so."""
+    import torch
+
+    from robo_loaders_plugin.frames import chunks
+    from robo_loaders_plugin.lerobot.integration import sampling_plan
+    from robo_loaders_plugin.storage.shards import ShardReader
+
+    from test_video_stream import sampler_for
+
+    nat = _native_lr(lerobot_datasets["h264_3cam_multifile"], preset)
+    monkeypatch.setattr(chunks, "UNIT_BYTES", 20 * parted_shards["step"])
+    ds = serve("datapipe", nat, shards=parted_shards["parts"])
+    assert len(ds.frames.lengths) > len(nat.meta.episodes) and " units of up to " in ds.serving.summary
+    edges = np.flatnonzero(np.diff(ds.episode_of()))
+    for i in sorted(set(np.concatenate([edges, edges + 1]).tolist()))[:60] + random_indices(len(nat), 40, seed=6):
+        same_item(ds[i], nat[i], f"{preset}[{i}]")
+    reads = []
+    member = ShardReader._member
+    monkeypatch.setattr(ShardReader, "_member", lambda self, f, path, ep, name: reads.append(name) or
+                        member(self, f, path, ep, name))
+    dl = torch.utils.data.DataLoader(ds, batch_size=16, sampler=sampler_for(nat), num_workers=2)
+    fresh = serve("datapipe", nat, shards=parted_shards["parts"])
+    reads.clear()
+    batches = list(fresh.batch_source(sampling_plan(dl)))
+    served = np.concatenate([b["index"].numpy() for b in batches])
+    assert sorted(served.tolist()) == sorted(nat.hf_dataset["index"])  # every frame once
+    parts = [m for m in reads if ".part" in m]
+    # each unit of ~20 rows (+ its margin) reads 5-7 parts of 4 rows per camera: about a pass's frames, once
+    assert len(parts) <= 1.5 * 3 * len(nat) / 4 and not [m for m in reads if m.endswith(".frames") and ".part" not in m]
+    for b in (0, len(batches) // 2):
+        rows = [int(i) for i in batches[b]["index"]]
+        same_item(batches[b], torch.utils.data.default_collate([nat[r] for r in rows]), f"batch {b}")
+    capsys.readouterr()
+    whole = serve("datapipe", nat, shards=parted_shards["whole"])
+    assert "stores its long episodes whole" in capsys.readouterr().out
+    assert len(whole.frames.lengths) == len(nat.meta.episodes)
+
+
+def test_a_damaged_part_is_an_error_naming_it(lerobot_datasets, parted_shards, monkeypatch, tmp_path):
+    """A bit flipped in one part of one camera: the unit holding it fails with the member's name (its CRC32), the
+    units that do not read it serve."""
+    import shutil
+
+    from robo_loaders_plugin.frames import chunks
+    from robo_loaders_plugin.storage.shards import ShardError, ShardReader
+
+    copy = tmp_path / "parts"
+    shutil.copytree(parted_shards["parts"], copy)
+    reader = ShardReader(str(copy))
+    name = next(m for m in reader.episodes[1]["members"] if m.endswith(".part00002.frames"))
+    loc = reader.episodes[1]["members"][name]
+    with open(copy / reader.episodes[1]["shard"], "r+b") as f:
+        f.seek(loc["offset"] + loc["size"] // 2)
+        byte = f.read(1)
+        f.seek(-1, 1)
+        f.write(bytes([byte[0] ^ 0x10]))
+    monkeypatch.setattr(chunks, "UNIT_BYTES", 20 * parted_shards["step"])
+    nat = _native_lr(lerobot_datasets["h264_3cam_multifile"], "act")
+    ds = serve("datapipe", nat, shards=str(copy), check_source=False)
+    start = int(nat.meta.episodes["dataset_from_index"][1])
+    with pytest.raises(ShardError, match=f"member {name!r} .*damaged"):
+        ds[start + 9]  # rows 8-11 of episode 1
+    same_item(ds[start + 30], nat[start + 30], "an undamaged unit")
+
+
 @pytest.mark.parametrize("preset", ["diffusion", "act"])
 def test_video_stream_cuts_long_episodes_into_units_and_serves_every_frame_once(lerobot_datasets, monkeypatch,
                                                                                  preset):

@@ -328,10 +328,11 @@ class BufferPlan:
 
 def buffer_plan(unit_bytes: np.ndarray, *, cache_memory, cache_episodes: int | None, shuffle_buffer: int,
                 shuffle_given: bool, batch_bytes: int, prefetch: int, option_prefix: str,
-                unit: str = "units") -> BufferPlan:
+                unit: str = "units", threads: int | None = None) -> BufferPlan:
     """Size a pipeline's episode cache: ``cache_episodes`` when given (kept working), else as many of the largest
     units as ``cache_memory`` holds; the shuffle buffer is at most half of it (the open units and those loaded
-    ahead), unless given. Memory: the cache, plus the batches in flight (``prefetch`` + 2 being assembled).
+    ahead), unless given. Memory: the cache, plus the batches in flight: ``prefetch`` prefetched, one being
+    assembled per thread (``pipeline.batches.PipelineBatches`` keeps one per thread) and the one training holds.
 
     Args:
         unit_bytes: Bytes of each unit as the cache holds it (decoded or compressed).
@@ -343,6 +344,8 @@ def buffer_plan(unit_bytes: np.ndarray, *, cache_memory, cache_episodes: int | N
         prefetch: Batches prefetched.
         option_prefix: How the user sets options (for messages).
         unit: What a unit is, plural, for the bound (``episodes``, ``demos``, or ``units`` for parts of episodes).
+        threads: Threads assembling batches, when the factory knows them (``None``: the training script sets them,
+            e.g. lerobot-train's ``--num_workers``; the bound then names them instead of counting them).
 
     Returns:
         The :class:`BufferPlan`; its capacity is at most the number of units (at least 1).
@@ -364,10 +367,15 @@ def buffer_plan(unit_bytes: np.ndarray, *, cache_memory, cache_episodes: int | N
         said = f"cache_memory={format_bytes(limit)}"
     capacity = min(capacity, max(1, len(unit_bytes)))
     held = int(np.sum(np.sort(np.asarray(unit_bytes, np.int64))[::-1][:capacity]))
-    host = held + (int(prefetch) + 2) * int(batch_bytes)
-    flight = (f"{int(prefetch) + 2} batches in flight ({format_bytes((int(prefetch) + 2) * int(batch_bytes))})"
-              if batch_bytes else
-              f"{int(prefetch) + 2} batches in flight (not counted: the training script sets their size)")
+    if threads is None:  # the training script's num_workers: named, counted as one
+        flying, count = 2 + int(prefetch), f"{int(prefetch)} prefetched + 1 per num_workers thread + 1 held by training"
+    else:
+        flying = int(prefetch) + max(1, int(threads)) + 1
+        count = f"{flying}"
+    host = held + flying * int(batch_bytes)
+    flight = (f"{count} batches in flight ({format_bytes(flying * int(batch_bytes))}"
+              f"{' with 1 thread' if threads is None else ''})" if batch_bytes else
+              f"{count} batches in flight (not counted: the training script sets their size)")
     bound = (f"at most {capacity} {unit} of up to {format_bytes(largest)} held ({said}; {format_bytes(held)}) plus "
              f"{flight}, whatever the dataset's size")
     return BufferPlan(capacity, shuffle, largest, Footprint(host_bytes=host, bound=bound))

@@ -130,6 +130,16 @@ def test_buffers_are_sized_in_bytes_unless_cache_episodes_is_given():
     assert given.shuffle_buffer == 8 and given.capacity == 16
 
 
+def test_batches_in_flight_are_the_prefetched_one_per_thread_and_the_one_training_holds():
+    units = np.full(4, 1000, np.int64)
+    known = buffer_plan(units, cache_memory=None, cache_episodes=4, shuffle_buffer=2, shuffle_given=False,
+                        batch_bytes=100, prefetch=2, option_prefix="p", threads=3)
+    assert known.footprint.host_bytes == 4 * 1000 + (2 + 3 + 1) * 100 and "6 batches in flight" in known.footprint.bound
+    named = buffer_plan(units, cache_memory=None, cache_episodes=4, shuffle_buffer=2, shuffle_given=False,
+                        batch_bytes=0, prefetch=2, option_prefix="p")
+    assert "2 prefetched + 1 per num_workers thread + 1 held by training" in named.footprint.bound
+
+
 def test_conversion_estimate_is_lossless_at_the_expected_ratio_or_video():
     s = size()
     assert conversion_estimate(s, video=False) > s.frame_bytes / 1.5

@@ -330,9 +330,9 @@ def test_format_version_1_is_refused_with_convert_again(tmp_path):
     with pytest.raises(ShardError, match=r"converted by an earlier robo-loaders \(robo-shards version 1.*convert"):
         ShardReader(str(tmp_path))
     doc = json.loads((tmp_path / "index.json").read_text())
-    doc["version"] = 3
+    doc["version"] = 4
     (tmp_path / "index.json").write_text(json.dumps(with_checksum(doc)))
-    with pytest.raises(ShardError, match="version 3, this robo-loaders reads version 2"):
+    with pytest.raises(ShardError, match="version 4, this robo-loaders reads versions 2, 3"):
         ShardReader(str(tmp_path))
 
 
@@ -424,4 +424,90 @@ def test_any_malformed_header_value_is_a_shard_error_never_a_crash(tmp_path):
         for decode in (True, False):
             with contextlib.suppress(ShardError):
                 r.read_episode(0, decode_frames=decode)
+        assert all(isinstance(p, str) for p in r.verify())
+
+
+# -- frames members of long episodes stored in parts (format.part_bounds) ------------------------------------------
+@pytest.fixture
+def small_parts(monkeypatch):
+    """Parts of 4 rows of the 16x16 test frames (768 bytes a row)."""
+    from robo_loaders_plugin.storage.shards import format as shard_format
+
+    monkeypatch.setattr(shard_format, "FRAMES_PART_BYTES", 4 * 16 * 16 * 3)
+
+
+def test_parts_round_trip_and_any_rows_read_only_their_parts(tmp_path, small_parts, monkeypatch):
+    data = write(tmp_path)
+    r = ShardReader(str(tmp_path))
+    assert all(r.has_parts(i) for i in range(len(r.episodes))) and verify_dir(str(tmp_path)) == []
+    reads = []
+    member = ShardReader._member
+    monkeypatch.setattr(ShardReader, "_member", lambda self, f, path, ep, name: reads.append(name) or
+                        member(self, f, path, ep, name))
+    for i, e in enumerate(r.episodes):
+        want = data[e["name"]]["obs/cam"]
+        assert np.array_equal(r.read_episode(i)[1]["obs/cam"], want)
+        for lo in range(len(want)):
+            for hi in range(lo + 1, len(want) + 1):
+                reads.clear()
+                got = r.read_frame_rows(i, lo, hi, ["obs/cam"])["obs/cam"]
+                assert np.array_equal(got.decode_all(), want[lo:hi]), (e["name"], lo, hi)
+                assert len([m for m in reads if ".part" in m]) == (hi - 1) // 4 - lo // 4 + 1
+    with pytest.raises(ShardError, match="outside its"):
+        r.read_frame_rows(0, 5, 99, ["obs/cam"])
+    with pytest.raises(ShardError, match="no frames field 'actions'"):
+        r.read_frame_rows(0, 0, 2, ["actions"])
+
+
+def test_a_short_episode_and_the_control_are_stored_whole(tmp_path):
+    """Without lowering the part size these episodes are far below it: one frames member each, as in version 2."""
+    write(tmp_path)
+    r = ShardReader(str(tmp_path))
+    assert not any(r.has_parts(i) for i in range(len(r.episodes)))
+    assert np.array_equal(r.read_frame_rows(1, 2, 5, ["obs/cam"])["obs/cam"].decode_all(),
+                          r.read_episode(1)[1]["obs/cam"][2:5])
+
+
+@pytest.mark.parametrize("parts", [[0, 4, 4, 13], [0, 8, 4, 13], [1, 13], [0, 12], [0, 13.0], "0,13", [0]])
+def test_parts_that_are_not_increasing_bounds_are_refused(tmp_path, small_parts, parts):
+    fields = dict(next(episodes(2))[1])  # 10 rows
+    fields["obs/cam"] = np.concatenate([fields["obs/cam"], fields["obs/cam"][:3]])  # 13 rows
+    fields = {k: (v if k == "obs/cam" else np.resize(v, (13,) + v.shape[1:])) for k, v in fields.items()}
+
+    def mutate(header):
+        header["fields"]["obs/cam"]["parts"] = parts
+        return header
+
+    w = HeaderMutatingWriter(str(tmp_path), FrameCodec(), {}, mutate=mutate)
+    w.add_episode("demo_0", fields, {"obs/cam"})
+    w.close()
+    r = ShardReader(str(tmp_path))
+    with pytest.raises(ShardError, match="parts .* are not increasing row boundaries|members .* differ"):
+        r.read_episode(0)
+    with pytest.raises(ShardError, match="parts .* are not increasing row boundaries|members .* differ"):
+        r.read_frame_rows(0, 0, 3, ["obs/cam"])
+
+
+def test_any_malformed_header_value_with_parts_is_a_shard_error_never_a_crash(tmp_path, small_parts):
+    rng = np.random.default_rng(2)
+    fields = next(episodes())[1]
+
+    def mutate(header):
+        paths = [p for p, _ in json_paths(header) if p]
+        path = paths[rng.integers(len(paths))]
+        target = header
+        for k in path[:-1]:
+            target = target[k]
+        target[path[-1]] = ODD_VALUES[rng.integers(len(ODD_VALUES))]
+        return header
+
+    for trial in range(100):
+        out = tmp_path / str(trial)
+        w = HeaderMutatingWriter(str(out), FrameCodec(), {}, mutate=mutate)
+        w.add_episode("demo_0", fields, {"obs/cam"})
+        w.close()
+        r = ShardReader(str(out))
+        for read in (lambda: r.read_episode(0, decode_frames=False), lambda: r.read_frame_rows(0, 3, 7, ["obs/cam"])):
+            with contextlib.suppress(ShardError):
+                read()
         assert all(isinstance(p, str) for p in r.verify())

@@ -8,6 +8,7 @@ framework-neutral parts: the LeRobot v3 source, a storage and its frame source, 
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 
 import numpy as np
@@ -142,10 +143,11 @@ def datapipe_dataset(native, *, options):
     size = source.data_size(native.episodes)
     held = (size.lengths * (sum(size.frame_step_bytes.values()) / EXPECTED_LOSSLESS_RATIO
                             + size.other_step_bytes)).astype(np.int64)
+    fits_instead = [f"{OPTION_PREFIX}.cache_memory (bytes) smaller, or cache_episodes unset",
+                    "backend 'video_stream' (parts of long episodes, a bounded buffer)"]
     passes, buffer = passes.sized(held, 0, OPTION_PREFIX, shuffle_default=64, unit="episodes")
     check_fits(buffer.footprint, Available.measure(), backend="datapipe", option_prefix=OPTION_PREFIX,
-               alternatives=[f"{OPTION_PREFIX}.cache_memory (bytes) smaller, or cache_episodes unset",
-                             "backend 'video_stream' (parts of long episodes, a bounded buffer)"])
+               alternatives=fits_instead)
 
     def convert(out_dir, fingerprint):
         from robo_loaders_plugin.lerobot.convert import convert_lerobot
@@ -155,7 +157,7 @@ def datapipe_dataset(native, *, options):
 
     reader, hold = open_shards(framework="lerobot", source=source, shards=options.shards,
                                cache_dir=options.cache_dir, check_source=options.check_source,
-                               key_desc={"root": str(source.root), "tolerance_s": settings.tolerance_s, "v": 2},
+                               key_desc={"root": str(source.root), "tolerance_s": settings.tolerance_s, "v": 3},
                                convert=convert, option_prefix=OPTION_PREFIX,
                                convert_hint=f"'robo-loaders convert lerobot {source.root} OUT_DIR'",
                                size=source.data_size(), backend="datapipe",
@@ -176,6 +178,21 @@ def datapipe_dataset(native, *, options):
                               "convert the dataset again")
     columns = list(meta.get("columns", []))
     records = [reader.by_name[f"episode_{ep}"] for ep, _, _ in runs]
+    cameras = list(meta.get("video_keys", [])) + list(meta.get("image_keys", []))
+    units = split_runs(runs, sum(size.frame_step_bytes.values()))
+    if len(units) > len(runs):  # long episodes: buffered in parts when the shards store them in parts
+        cut = collections.Counter(ep for ep, _, _ in units)
+        if all(reader.has_parts(r) for r, (ep, _, _) in zip(records, runs) if cut[ep] > 1):
+            return _datapipe_units(native, options, reader, hold, runs, records, units, columns, cameras, settings,
+                                   arrays["index"], fits_instead)
+        print(f"[robo-loaders] datapipe: {reader.dir} stores its long episodes whole (converted by an earlier "
+              "robo-loaders), so whole episodes are buffered; convert it again to buffer parts of them", flush=True)
+    # sized again from what the shards store (index.json's member sizes, nothing read): the estimate above assumed
+    # EXPECTED_LOSSLESS_RATIO, and camera noise packs worse (L480: 1.25:1), which held more than the bound said
+    passes, buffer = PassOptions.of(options).sized(np.array([reader.episode_bytes(r) for r in records], np.int64), 0,
+                                                   OPTION_PREFIX, shuffle_default=64, unit="episodes")
+    check_fits(buffer.footprint, Available.measure(), backend="datapipe", option_prefix=OPTION_PREFIX,
+               alternatives=fits_instead)
 
     def read(unit: int, fields):
         return reader.read_episode(records[unit], decode_frames=False, fields=fields)[1]
@@ -196,6 +213,45 @@ def datapipe_dataset(native, *, options):
                f"in {reader.dir}, {passes.describe_shuffle(len(runs))}; bounded: {buffer.footprint.bound}")
     return LeRobotShardSamples(native, frames, runs, columns, meta.get("video_keys", []), meta.get("image_keys", []),
                                backend_name="datapipe", location=reader.dir, passes=passes,
+                               serving=Serving(summary, hold=hold))
+
+
+def _datapipe_units(native, options, reader, hold, runs, records, units, columns, cameras, settings, index,
+                    fits_instead):
+    """datapipe over parts of long episodes (``frames.chunks``), as video_stream buffers them: each unit loaded with
+    the rows its windows reach outside it, only the shard parts holding those rows read (``format.part_bounds``).
+
+    Why: a whole 20-s episode of three 480p cameras is 1.3 GB even compressed, so a byte-sized buffer held one
+    or two of them and the shuffle buffer was a single episode (batches drawn from one episode at a time). The
+    fields that are not camera frames (a few bytes per row) are read once and held for every row."""
+    meta = reader.dataset.get("metadata", {})
+    margin = _camera_reach(settings.delta_indices, cameras)
+    stored_row = max(reader.episode_bytes(r) / max(1, e - s) for r, (_, s, e) in zip(records, runs))
+    held = np.array([(e - s + sum(margin)) * stored_row for _, s, e in units], dtype=np.int64)
+    passes, buffer = PassOptions.of(options).sized(held, 0, OPTION_PREFIX, shuffle_default=64, unit="units")
+    check_fits(buffer.footprint, Available.measure(), backend="datapipe", option_prefix=OPTION_PREFIX,
+               alternatives=fits_instead)
+    numeric = [c for c in columns if c not in cameras]
+    served = [reader.read_episode(r, decode_frames=False, fields=numeric)[1] for r in records]
+    small = {k: np.concatenate([e[k] for e in served]) for k in numeric}
+    check_rows_match(native, columns, index, small, read_from=f"the shards in {reader.dir}")
+    position = {ep: i for i, (ep, _, _) in enumerate(runs)}
+    first = reader.read_frame_rows(records[0], 0, 1, cameras)
+    infos = {k: FieldInfo(v.dtype, tuple(v.shape[1:]), False) for k, v in small.items()}
+    infos.update({k: FieldInfo(v.dtype, tuple(v.shape[1:]), True) for k, v in first.items()})
+
+    def load(ep: int, lo: int, hi: int) -> dict:
+        i = position[ep]
+        start = runs[i][1]
+        return reader.read_frame_rows(records[i], lo - start, hi - start, cameras)
+
+    frames = ChunkFrames(units, {ep: (s, e) for ep, s, e in runs}, infos, small, load, margin,
+                         passes.episode_capacity)
+    summary = (f"{len(runs)} episodes in {len(units)} units of up to {int(frames.lengths.max())} frames, "
+               f"{sum(e - s for _, s, e in runs)} frames from {len(reader.shards)} shard(s) in {reader.dir}, "
+               f"{passes.describe_shuffle(len(units), 'units')}; bounded: {buffer.footprint.bound}")
+    return LeRobotShardSamples(native, frames, runs, columns, meta.get("video_keys", []), meta.get("image_keys", []),
+                               backend_name="datapipe", location=reader.dir, passes=passes, units=units,
                                serving=Serving(summary, hold=hold))
 
 

@@ -60,7 +60,7 @@ class PassOptions:
         return max(self.cache_episodes or 0, 2 * self.shuffle_buffer)
 
     def sized(self, unit_bytes, batch_bytes: int, option_prefix: str, shuffle_default: int | None = None,
-              unit: str = "units"):
+              unit: str = "units", threads: int | None = None):
         """These options with the buffer sized for units of ``unit_bytes`` (``footprints.buffer_plan``): returns
         ``(options, plan)``; the plan's footprint says what the buffer holds and how it is bounded.
 
@@ -70,13 +70,15 @@ class PassOptions:
             option_prefix: How the user sets options (for messages).
             shuffle_default: The shuffle buffer's declared default (a value equal to it counts as not given).
             unit: What a unit is, plural, for the bound's wording (``episodes``, ``demos``, ``units``).
+            threads: Threads assembling batches, when known (``None``: the training script's; named in the bound).
         """
         from robo_loaders_plugin.footprints import buffer_plan
 
         given = shuffle_default is not None and self.shuffle_buffer != shuffle_default
         plan = buffer_plan(unit_bytes, cache_memory=self.cache_memory, cache_episodes=self.cache_episodes,
                            shuffle_buffer=self.shuffle_buffer, shuffle_given=given,
-                           batch_bytes=batch_bytes, prefetch=self.prefetch, option_prefix=option_prefix, unit=unit)
+                           batch_bytes=batch_bytes, prefetch=self.prefetch, option_prefix=option_prefix, unit=unit,
+                           threads=threads)
         return dataclasses.replace(self, cache_episodes=plan.capacity, shuffle_buffer=plan.shuffle_buffer,
                                    shuffle_given=given,
                                    option_prefix=option_prefix), plan

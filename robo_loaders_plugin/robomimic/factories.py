@@ -243,7 +243,8 @@ def _sized_passes(config, source: RobomimicHdf5, opts: SequenceOptions, filter_b
     held = (size.lengths * (frames / held_ratio + size.other_step_bytes)).astype(np.int64)
     window = opts.frame_stack + opts.seq_length - 1
     batch = int(config.train.batch_size) * window * (frames + size.other_step_bytes)
-    passes, buffer = passes.sized(held, batch, OPTION_PREFIX, shuffle_default=16, unit="demos")
+    passes, buffer = passes.sized(held, batch, OPTION_PREFIX, shuffle_default=16, unit="demos",
+                                  threads=max(1, int(config.train.num_data_workers)))
     check_fits(buffer.footprint, Available.measure(), backend=backend, option_prefix=OPTION_PREFIX,
                alternatives=[f"{OPTION_PREFIX}.cache_memory (bytes) smaller, or cache_episodes unset"])
     return passes, buffer.footprint.bound, whole

@@ -85,6 +85,20 @@ class EncodedFrames:
     def __len__(self) -> int:
         return self.shape[0]
 
+    def rows(self, lo: int, hi: int) -> "EncodedFrames":
+        """Frames ``lo..hi-1`` as their own compressed frames, their bytes copied (nothing else stays referenced).
+
+        Args:
+            lo: The first frame.
+            hi: The end frame (exclusive), ``lo < hi <= len(self)``.
+
+        Returns:
+            The frames, still compressed.
+        """
+        offs = self.offsets
+        return EncodedFrames(self.data[offs[lo]:offs[hi]].tobytes(), offs[lo:hi + 1] - offs[lo], self.dtype,
+                             (hi - lo,) + tuple(self.shape[1:]), self.where)
+
     def decode_into(self, indices, out: np.ndarray, out_rows=None) -> None:
         """Decompress frame ``indices[j]`` into ``out[out_rows[j]]`` (``out[j]`` by default).
 

@@ -29,7 +29,9 @@ from robo_loaders_plugin.core.files import atomic_write_json, sha256_file
 from robo_loaders_plugin.core.units import format_bytes
 
 FORMAT = "robo-shards"
-VERSION = 2  # 2: CRC32 per member, checksummed index.json / dataset.json
+VERSION = 3  # 2: CRC32 per member, checksummed index.json / dataset.json; 3: frames members of long episodes in parts
+READ_VERSIONS = (2, 3)  # what the reader opens (a version-2 directory simply has no parts)
+FRAMES_PART_BYTES = 8 << 20  # decoded bytes (every camera) of one part of a long episode's frames members
 DEFAULT_SHARD_BYTES = 256 * 2**20
 MAX_INT = 2**62  # bound on every size, offset and length in the index: no overflow in int64 arithmetic
 EP_RE = re.compile(r"^[A-Za-z0-9_-]+$")
@@ -82,6 +84,41 @@ def member_name(episode: str, field: str, kind: str) -> str:
         ShardError: the field's name cannot be stored (:func:`field_token`).
     """
     return f"{episode}.{field_token(field)}.{KIND_EXT.get(kind, 'npy')}"
+
+
+def part_member(member: str, part: int) -> str:
+    """The member holding part ``part`` of a frames member: ``<episode>.<field token>.part<NNNNN>.frames``.
+
+    Args:
+        member: The frames member's name (:func:`member_name`, kind ``frames``).
+        part: The part's number, from 0.
+
+    Returns:
+        The part's member name.
+    """
+    return f"{member[:-len('.frames')]}.part{int(part):05d}.frames"
+
+
+def part_bounds(rows: int, step_bytes: int, part_bytes: int | None = None) -> list[int] | None:
+    """Where a long episode's frames members are cut into parts: every ``part_bytes // step_bytes`` rows (at least
+    one), so that a reader needing some rows (a part of an episode, ``frames.chunks``) reads and checks about those
+    rows, not the whole episode (a 20-s episode of three 480p cameras is 1.7 GB decoded). An episode of up to 1.5
+    parts stays whole.
+
+    Args:
+        rows: The episode's rows.
+        step_bytes: Decoded bytes of one row of every frames field.
+        part_bytes: Decoded bytes of one part (``None``: :data:`FRAMES_PART_BYTES`).
+
+    Returns:
+        The row boundaries ``[0, ..., rows]`` (each part is rows ``bounds[k]..bounds[k + 1] - 1``), or ``None``
+        when the episode stays whole.
+    """
+    part_bytes = int(part_bytes or FRAMES_PART_BYTES)
+    if rows * step_bytes <= 1.5 * part_bytes:
+        return None
+    per = max(1, int(part_bytes) // max(1, int(step_bytes)))
+    return list(range(0, rows, per)) + [rows]
 
 
 def header_member(episode: str) -> str:

@@ -4,7 +4,7 @@
 What is checked when (the rule: damaged or hostile input is an error naming the file, episode and member, never
 data and never a stray TypeError):
 
-- opening (once per process): ``index.json`` and ``dataset.json`` parse, are format version 2 and match their
+- opening (once per process): ``index.json`` and ``dataset.json`` parse, are format version 2 or 3 and match their
   checksum; every value of the index has the right type and range (offsets and sizes inside their shard); the
   episodes are those the metadata lists; every shard exists with its recorded size (a ``stat`` each).
 - every read (once per episode per pass, so only cheap checks): the shard's size, the tar header before each
@@ -17,6 +17,7 @@ data and never a stray TypeError):
 """
 from __future__ import annotations
 
+import bisect
 import collections
 import io
 import itertools
@@ -32,14 +33,16 @@ import numpy as np
 from numpy.lib import format as npy_format
 
 from robo_loaders_plugin.storage import encoded_frames  # the module, not its names: it imports this package
-from robo_loaders_plugin.storage.shards.format import (_AGAIN, EP_RE, FORMAT, MEMBER_RE, SHARD_RE, VERSION,
+from robo_loaders_plugin.storage.shards.format import (_AGAIN, EP_RE, FORMAT, MEMBER_RE, READ_VERSIONS, SHARD_RE,
                                                        ShardError, _dtype, _sha256, _short, header_member, is_int,
-                                                       json_checksum, listed_episodes, listing_problems, member_name)
+                                                       json_checksum, listed_episodes, listing_problems, member_name,
+                                                       part_member)
 
 _NPY_HEADER_BYTES = 16384  # magic, length and a header of at most numpy's 10000-character limit
 _NPY_HEADER_READERS = {(1, 0): npy_format.read_array_header_1_0, (2, 0): npy_format.read_array_header_2_0}
 _MAX_PROBLEMS = 50
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+_PART_RE = re.compile(r"\.part[0-9]{5}\.frames$")  # format.part_member
 _TAR_KINDS = {tarfile.SYMTYPE: "symbolic link", tarfile.LNKTYPE: "hard link", tarfile.DIRTYPE: "directory",
               tarfile.CHRTYPE: "character device", tarfile.BLKTYPE: "block device", tarfile.FIFOTYPE: "FIFO"}
 
@@ -60,8 +63,9 @@ def _load_document(out_dir: str, name: str) -> dict:
     if version == 1:
         raise ShardError(f"{out_dir}: converted by an earlier robo-loaders ({FORMAT} version 1, without per-member "
                          f"checksums); {_AGAIN} (the same convert command, or delete it if it is a cache entry)")
-    if version != VERSION:
-        raise ShardError(f"{path}: {FORMAT} version {_short(version)}, this robo-loaders reads version {VERSION}; "
+    if version not in READ_VERSIONS:
+        raise ShardError(f"{path}: {FORMAT} version {_short(version)}, this robo-loaders reads versions "
+                         f"{', '.join(map(str, READ_VERSIONS))}; "
                          f"{_AGAIN} with this robo-loaders, or install the one that wrote it")
     if doc.get("checksum") != json_checksum(doc):
         raise ShardError(f"{path}: checksum mismatch: the file was edited or damaged after it was written; "
@@ -226,7 +230,16 @@ def _check_header(header, ep: dict, where: str) -> dict:
         if not isinstance(shape, list) or not shape or not all(is_int(n) for n in shape) or shape[0] != ep["length"]:
             raise ShardError(f"{where}: field {field!r} has shape {_short(shape)}, the episode has "
                              f"{ep['length']} steps")
-        members.add(desc["member"])
+        parts = desc.get("parts")
+        if parts is None:
+            members.add(desc["member"])
+            continue
+        if desc["kind"] != "frames" or not isinstance(parts, list) or len(parts) < 2 \
+                or not all(is_int(n) for n in parts) or parts[0] != 0 or parts[-1] != shape[0] \
+                or any(b <= a for a, b in itertools.pairwise(parts)):
+            raise ShardError(f"{where}: field {field!r}: parts {_short(parts)} are not increasing row boundaries "
+                             f"from 0 to {shape[0]}")
+        members.update(part_member(desc["member"], k) for k in range(len(parts) - 1))
     if members != set(ep["members"]):
         raise ShardError(f"{where}: the header's members {sorted(members)} differ from index.json's "
                          f"{sorted(ep['members'])}")
@@ -296,6 +309,10 @@ class MemberTable(Mapping):
 
     def __iter__(self):
         return (self._prefix + suffix for suffix in self._layout[0])
+
+    def total_size(self) -> int:
+        """Bytes of all the episode's members (without tar headers)."""
+        return int(self._locs[:, 1].sum())
 
     def __len__(self) -> int:
         return len(self._layout[0])
@@ -372,6 +389,21 @@ class ShardReader:
                 problems.append(f"{path}: {size} bytes, index says {s['bytes']} (truncated or replaced)")
         return problems
 
+    def episode_bytes(self, i: int) -> int:
+        """Bytes of episode ``i``'s members as stored (frames still compressed), from index.json: what a buffer of
+        episodes read with ``decode_frames=False`` holds, known without reading the shard.
+
+        Args:
+            i: The episode's position in index.json.
+
+        Returns:
+            The sum of its members' sizes.
+        """
+        members = self.episodes[i]["members"]
+        if isinstance(members, MemberTable):
+            return members.total_size()
+        return int(sum(loc["size"] for loc in members.values()))
+
     def _member(self, f, path: str, ep: dict, member: str) -> np.ndarray:
         """A member's bytes, checked against the tar header before them (read in the same call: is this the member
         the index says?) and against its CRC32."""
@@ -431,8 +463,12 @@ class ShardReader:
             out = {}
             for field in descs if fields is None else [k for k in fields if k in descs]:
                 desc = descs[field]
-                data = self._member(f, path, ep, desc["member"])
                 member_where = f"{where}, member {desc['member']!r}"
+                if desc.get("parts") is not None:  # every part, checked, back to back
+                    data = np.concatenate([self._member(f, path, ep, part_member(desc["member"], k))
+                                           for k in range(len(desc["parts"]) - 1)])
+                else:
+                    data = self._member(f, path, ep, desc["member"])
                 if desc["kind"] == "raw":
                     out[field] = _npy_array(data, desc, member_where)
                 elif desc["kind"] == "video":
@@ -442,6 +478,77 @@ class ShardReader:
                     frames = encoded_frames.EncodedFrames.from_member(data, desc, member_where)
                     out[field] = frames.decode_all() if decode_frames else frames
         return header, out
+
+    def has_parts(self, i: int) -> bool:
+        """Whether episode ``i``'s frames members are stored in parts (``format.part_bounds``; index.json says,
+        nothing is read): :meth:`read_frame_rows` then reads about the rows asked for, else whole members.
+
+        Args:
+            i: The episode's position in index.json.
+
+        Returns:
+            Whether any of its members is a part.
+        """
+        return any(_PART_RE.search(m) for m in self.episodes[i]["members"])
+
+    def read_frame_rows(self, i: int, lo: int, hi: int, fields) -> dict:
+        """Rows ``lo..hi-1`` of some frames fields of episode ``i``, still compressed: only the parts holding them
+        are read (each checked against its tar header and CRC32, as every member is); a field stored whole is read
+        whole and cut. The rows are copied out, so nothing else of the episode stays in memory.
+
+        Args:
+            i: The episode's position in index.json.
+            lo: The first row (episode-relative).
+            hi: The end row (exclusive).
+            fields: The frames fields to read (``kind`` ``frames``).
+
+        Returns:
+            ``{field: EncodedFrames of rows lo..hi-1}``.
+
+        Raises:
+            ShardError: the shard is missing, resized or damaged, a member is not what index.json says, a field is
+                not a frames field of the episode, or the rows are outside it.
+        """
+        ep = self.episodes[i]
+        path = self._paths[ep["shard"]]
+        where = f"{path}: episode {ep['name']!r}"
+        if not 0 <= lo < hi <= ep["length"]:
+            raise ShardError(f"{where}: rows {lo}..{hi - 1} are outside its {ep['length']} rows")
+        try:
+            f = open(path, "rb", buffering=0)
+        except FileNotFoundError:
+            raise ShardError(f"{path}: missing (deleted after the dataset was opened); {_AGAIN}") from None
+        with f:
+            if os.fstat(f.fileno()).st_size != self.shards[ep["shard"]]["bytes"]:
+                raise ShardError(f"{path}: size differs from the index; truncated or replaced; {_AGAIN}")
+            try:
+                header = json.loads(self._member(f, path, ep, header_member(ep["name"])).tobytes())
+            except ValueError as exc:
+                raise ShardError(f"{where}: header is not valid JSON ({exc})") from None
+            descs = _check_header(header, ep, where)
+            out = {}
+            for field in fields:
+                desc = descs.get(field)
+                if desc is None or desc["kind"] != "frames":
+                    raise ShardError(f"{where}: no frames field {field!r}")
+                parts = desc.get("parts") or [0, ep["length"]]
+                first = bisect.bisect_right(parts, lo) - 1
+                last = bisect.bisect_left(parts, hi)  # parts first..last-1 hold rows lo..hi-1
+                if desc.get("parts") is None:
+                    data = self._member(f, path, ep, desc["member"])
+                else:
+                    data = np.concatenate([self._member(f, path, ep, part_member(desc["member"], k))
+                                           for k in range(first, last)])
+                base, end = parts[first], parts[last]
+                span = dict(desc, shape=[end - base] + list(desc["shape"][1:]))
+                offsets = desc.get("offsets")
+                if not isinstance(offsets, list) or len(offsets) != ep["length"] + 1 \
+                        or not all(is_int(o) for o in (offsets[base], offsets[end])):
+                    raise ShardError(f"{where}, member {desc['member']!r}: frame table does not match its data")
+                span["offsets"] = [o - offsets[base] if is_int(o) else o for o in offsets[base:end + 1]]
+                frames = encoded_frames.EncodedFrames.from_member(data, span, f"{where}, member {desc['member']!r}")
+                out[field] = frames.rows(lo - base, hi - base)
+        return out
 
     def verify(self) -> list[str]:
         """Everything the reader checks, plus each shard's SHA-256, every tar header, overlaps and a full decode

@@ -24,8 +24,8 @@ from robo_loaders_plugin.storage.codec import FrameCodec
 from robo_loaders_plugin.storage.video import VideoSegment
 from robo_loaders_plugin.storage.shards.format import (DEFAULT_SHARD_BYTES, EP_RE, FORMAT, VERSION, ShardError,
                                                        _atomic_json, _sha256, disk_full_error, header_member,
-                                                       listed_episodes, listing_problems, member_name,
-                                                       with_checksum)
+                                                       listed_episodes, listing_problems, member_name, part_bounds,
+                                                       part_member, with_checksum)
 
 
 class ShardWriter:
@@ -107,7 +107,8 @@ class ShardWriter:
             fields: ``{field: array with one row per step}`` (stored as ``.npy`` members, or as lossless frames when
                 named in ``compressed``), or already encoded
                 :class:`~robo_loaders_plugin.storage.video.VideoSegment` s, stored as ``.mp4`` video members.
-            compressed: The array fields stored as lossless compressed frames (camera frames).
+            compressed: The array fields stored as lossless compressed frames (camera frames). A long episode's
+                frames members are cut into parts (``format.part_bounds``), listed in the field's ``parts``.
 
         Raises:
             ShardError: a bad name, no fields, a field with an object dtype, a scalar, another number of rows than
@@ -121,6 +122,9 @@ class ShardWriter:
             raise ShardError(f"episode {name}: no fields to write")
         compressed = set(compressed)
         payloads, header = {}, {"name": name, "length": None, "fields": {}}
+        frame_rows = [np.asarray(a) for k, a in fields.items() if k in compressed and not isinstance(a, VideoSegment)]
+        bounds = part_bounds(len(frame_rows[0]), sum(a[0].nbytes for a in frame_rows if len(a))) \
+            if frame_rows and all(a.ndim and len(a) == len(frame_rows[0]) for a in frame_rows) else None
         for field, arr in fields.items():
             if isinstance(arr, VideoSegment):  # encoded by the converter (it knows the codec settings)
                 desc = video_desc(name, field, arr)
@@ -149,7 +153,12 @@ class ShardWriter:
             if kind == "frames":
                 blobs = [self.codec.compress(arr[i]) for i in range(arr.shape[0])]
                 desc.update(codec=self.codec.as_dict(), offsets=list(itertools.accumulate(map(len, blobs), initial=0)))
-                payloads[desc["member"]] = b"".join(blobs)
+                if bounds is None:
+                    payloads[desc["member"]] = b"".join(blobs)
+                else:  # a long episode: parts a reader of some rows reads and checks alone (format.part_bounds)
+                    desc["parts"] = bounds
+                    for k, (a, b) in enumerate(itertools.pairwise(bounds)):
+                        payloads[part_member(desc["member"], k)] = b"".join(blobs[a:b])
             else:
                 buf = io.BytesIO()
                 np.save(buf, arr, allow_pickle=False)
@@ -158,6 +167,9 @@ class ShardWriter:
                                      "which robo-shards does not read; rename its non-Latin-1 field names")
                 payloads[desc["member"]] = buf.getvalue()
             header["fields"][field] = desc
+        if len(payloads) != sum(len(d.get("parts") or [0, 0]) - 1 for d in header["fields"].values()):
+            raise ShardError(f"episode {name}: two fields would be stored under the same member name (a field named "
+                             "like another field's part); rename one")
         hdr = json.dumps(header, sort_keys=True).encode()
         size = len(hdr) + sum(len(p) for p in payloads.values())
         self.guard.check(size + 2 * tarfile.BLOCKSIZE * (len(payloads) + 1), self._written())
