@@ -429,8 +429,16 @@ def check_conversion_disk(size: DataSize, out_dir: str, *, video: bool, command:
     bound = (f"{size.describe()}; the shards ({kind}) need about {format_bytes(need)} more in {out_dir}; the "
              "conversion stops before the disk runs out")
     fp = Footprint(disk_bytes=need, disk_dir=out_dir, bound=bound)
-    check_fits(fp, Available.measure(disk_dir=out_dir), backend=command, option_prefix=option_prefix,
+    available = Available.measure(disk_dir=out_dir)
+    check_fits(fp, available, backend=command, option_prefix=option_prefix,
                alternatives=alternatives, subject=f"{command} cannot write {out_dir}")
+    worst = max(0, conversion_estimate(size, video=video, ratio=1.0) - done)
+    if not video and available.disk_bytes is not None and worst > HEADROOM * available.disk_bytes:
+        # the estimate fits, frames that do not compress would not (camera noise: L480 packed 1.25:1, not 1.5:1)
+        print(f"[robo-loaders] {command}: {out_dir} has room for the estimate ({format_bytes(need)} at "
+              f"{EXPECTED_LOSSLESS_RATIO}:1) but not for frames that do not compress ({format_bytes(worst)}, "
+              f"{format_bytes(available.disk_bytes)} free); if it runs short the conversion stops with both sizes "
+              "before the disk is full, keeping its completed work units for the same command to resume", flush=True)
     return need
 
 

@@ -146,6 +146,23 @@ def test_conversion_estimate_is_lossless_at_the_expected_ratio_or_video():
     assert conversion_estimate(s, video=True) < s.frame_bytes / 10
 
 
+def test_a_disk_holding_the_estimate_but_not_incompressible_frames_is_warned_about(tmp_path, monkeypatch, capsys):
+    from robo_loaders_plugin.footprints import check_conversion_disk
+
+    s = size()  # 1.0 GB of frames: ~0.67 GB estimated at 1.5:1
+    for free, warned in ((0.9 * GB, True), (2 * GB, False)):  # the control: room for frames stored raw
+        monkeypatch.setattr(Available, "measure", classmethod(lambda cls, disk_dir=None, **k: Available(
+            host_bytes=GB, disk_bytes=int(free), disk_dir=disk_dir)))
+        check_conversion_disk(s, str(tmp_path), video=False, command="robo-loaders convert lerobot")
+        out = capsys.readouterr().out
+        assert ("has room for the estimate (667.0 MB at 1.5:1) but not for frames that do not compress (1.0 GB"
+                in out) is warned, out
+    with pytest.raises(ResourceRefused, match="cannot write"):  # below the estimate: refused, as before
+        monkeypatch.setattr(Available, "measure", classmethod(lambda cls, disk_dir=None, **k: Available(
+            host_bytes=GB, disk_bytes=GB // 2, disk_dir=disk_dir)))
+        check_conversion_disk(s, str(tmp_path), video=False, command="robo-loaders convert lerobot")
+
+
 # -- the writers' disk guard ---------------------------------------------------------------------------------------
 class _Usage:
     def __init__(self, free, total=100 * GB):
