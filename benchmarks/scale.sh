@@ -112,6 +112,8 @@ for stage in "$@"; do
           --batch-size 64 --num-workers "$workers" --batches "$batches" --delta-timestamps "$preset" --profile-samples 10 \
           --json "$results/scale_l480_${preset}_datapipe_w${workers}.json" || true
       done
+      # what the conversion packed beside scale_content's sample (1.25:1 vs 1.76:1 in the first L480 run)
+      locked python "$here/shard_ratio.py" "$W/L480_shards" "$results/scale_l480_shard_ratio.json" || true
       rm -rf "$W/L480_shards" ;;
     l480-cache)  # compressed_cache spills to a file-backed cache on disk: built by the first preset's run (its build
       # time measured) in a cache directory of the workloads, reused by the second (--reuse-cache), then deleted
