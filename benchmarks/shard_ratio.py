@@ -19,6 +19,7 @@ import numpy as np
 def main(shards: str, out: str, episodes: int = 4, frames: int = 12) -> dict:
     from robo_loaders_plugin.storage.codec import FrameCodec
     from robo_loaders_plugin.storage.shards import ShardReader
+    from robo_loaders_plugin.storage.shards.format import part_member
 
     reader = ShardReader(shards)
     codec = FrameCodec(**reader.dataset["codec"])
@@ -29,21 +30,20 @@ def main(shards: str, out: str, episodes: int = 4, frames: int = 12) -> dict:
             if desc["kind"] != "frames":
                 continue
             parts = desc.get("parts")
-            names = [desc["member"]] if parts is None else [
-                f"{desc['member'][:-len('.frames')]}.part{k:05d}.frames" for k in range(len(parts) - 1)]
+            names = [desc["member"]] if parts is None else [part_member(desc["member"], k)
+                                                             for k in range(len(parts) - 1)]
             stored[field] = stored.get(field, 0) + sum(ep["members"][n]["size"] for n in names)
             decoded[field] = decoded.get(field, 0) + math.prod(desc["shape"]) * np.dtype(desc["dtype"]).itemsize
     sampled = {"chw": [0, 0], "hwc": [0, 0]}
     picks = np.linspace(0, len(reader.episodes) - 1, min(episodes, len(reader.episodes))).round().astype(int)
     positions = []
     for i in picks.tolist():
-        _, fields = reader.read_episode(i, decode_frames=False, fields=list(stored))
-        for field, enc in fields.items():
-            rows = np.linspace(0, len(enc) - 1, min(frames, len(enc))).round().astype(int)
-            positions += (rows / max(1, len(enc) - 1)).round(2).tolist()
-            out_rows = np.empty((len(rows),) + tuple(enc.shape[1:]), dtype=enc.dtype)
-            enc.decode_into(rows.tolist(), out_rows)
-            for frame in out_rows:
+        length = reader.episodes[i]["length"]
+        rows = np.linspace(0, length - 1, min(frames, length)).round().astype(int)
+        for r in rows.tolist():  # only the parts holding the sampled rows are read
+            for field, enc in reader.read_frame_rows(i, r, r + 1, list(stored)).items():
+                positions.append(round(r / max(1, length - 1), 2))
+                frame = enc.decode_all()[0]
                 hwc = np.ascontiguousarray(frame.transpose(1, 2, 0)) if frame.ndim == 3 and frame.shape[0] in (1, 3) \
                     else frame
                 for name, f in (("chw", frame), ("hwc", hwc)):

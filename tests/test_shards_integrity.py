@@ -488,6 +488,33 @@ def test_parts_that_are_not_increasing_bounds_are_refused(tmp_path, small_parts,
         r.read_frame_rows(0, 0, 3, ["obs/cam"])
 
 
+def test_parts_moved_against_their_members_are_refused_not_served_shifted(tmp_path, small_parts):
+    """The header's row boundaries moved ([0, 2, 6, 10, 13] over parts written at [0, 4, 8, 12, 13]), every CRC and
+    checksum consistent: joined, the parts still decode right, so only the part sizes against the frame table can
+    tell that rows 6..9 would be read from the wrong part. Refused by every read and by verify."""
+    fields = {"obs/cam": np.arange(13 * 768, dtype=np.uint64).astype(np.uint8).reshape(13, 16, 16, 3),
+              "actions": np.zeros((13, 2))}
+
+    def mutate(header):
+        header["fields"]["obs/cam"]["parts"] = [0, 2, 6, 10, 13]
+        return header
+
+    w = HeaderMutatingWriter(str(tmp_path), FrameCodec(), {}, mutate=mutate)
+    w.add_episode("demo_0", fields, {"obs/cam"})
+    w.close()
+    r = ShardReader(str(tmp_path))
+    for read in (lambda: r.read_episode(0), lambda: r.read_frame_rows(0, 6, 10, ["obs/cam"])):
+        with pytest.raises(ShardError, match=r"part 0 \(rows 0\.\.1\) does not hold those rows' frames"):
+            read()
+    assert any("does not hold those rows' frames" in p for p in r.verify())
+    control = tmp_path / "control"  # the same episode with its header as written: served right
+    w = ShardWriter(str(control), FrameCodec(), {})
+    w.add_episode("demo_0", fields, {"obs/cam"})
+    w.close()
+    got = ShardReader(str(control)).read_frame_rows(0, 6, 10, ["obs/cam"])["obs/cam"].decode_all()
+    assert np.array_equal(got, fields["obs/cam"][6:10])
+
+
 def test_any_malformed_header_value_with_parts_is_a_shard_error_never_a_crash(tmp_path, small_parts):
     rng = np.random.default_rng(2)
     fields = next(episodes())[1]

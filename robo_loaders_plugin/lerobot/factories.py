@@ -138,14 +138,19 @@ def datapipe_dataset(native, *, options):
     """
     passes = PassOptions.of(options)
     source, settings = _source(native)
-    # the buffer holds whole episodes with their frames compressed (decoded per batch): sized in bytes, from
-    # metadata, before anything is read or converted
+    # the buffer holds episodes, long ones in parts (frames.chunks), with their frames compressed (decoded per
+    # batch): sized in bytes from metadata before anything is read or converted, again from the shards once open
     size = source.data_size(native.episodes)
-    held = (size.lengths * (sum(size.frame_step_bytes.values()) / EXPECTED_LOSSLESS_RATIO
-                            + size.other_step_bytes)).astype(np.int64)
+    step = sum(size.frame_step_bytes.values())
+    starts = np.concatenate([[0], np.cumsum(size.lengths)])
+    meta_units = split_runs([(i, int(a), int(b)) for i, (a, b) in enumerate(zip(starts[:-1], starts[1:]))], step)
+    reach = sum(_camera_reach(settings.delta_indices, source.video_keys + source.image_keys))
+    held = np.array([(e - s + (reach if len(meta_units) > len(size.lengths) else 0))
+                     * (step / EXPECTED_LOSSLESS_RATIO + size.other_step_bytes) for _, s, e in meta_units], np.int64)
     fits_instead = [f"{OPTION_PREFIX}.cache_memory (bytes) smaller, or cache_episodes unset",
                     "backend 'video_stream' (parts of long episodes, a bounded buffer)"]
-    passes, buffer = passes.sized(held, 0, OPTION_PREFIX, shuffle_default=64, unit="episodes")
+    passes, buffer = passes.sized(held, 0, OPTION_PREFIX, shuffle_default=64,
+                                  unit="units" if len(meta_units) > len(size.lengths) else "episodes")
     check_fits(buffer.footprint, Available.measure(), backend="datapipe", option_prefix=OPTION_PREFIX,
                alternatives=fits_instead)
 
@@ -234,7 +239,10 @@ def _datapipe_units(native, options, reader, hold, runs, records, units, columns
     numeric = [c for c in columns if c not in cameras]
     served = [reader.read_episode(r, decode_frames=False, fields=numeric)[1] for r in records]
     small = {k: np.concatenate([e[k] for e in served]) for k in numeric}
-    check_rows_match(native, columns, index, small, read_from=f"the shards in {reader.dir}")
+    checked = RowsChecked(native, reader, columns)
+    if not checked.before():  # the rows compared once per version of the shards and of LeRobot's table
+        check_rows_match(native, columns, index, small, read_from=f"the shards in {reader.dir}")
+        checked.record()
     position = {ep: i for i, (ep, _, _) in enumerate(runs)}
     first = reader.read_frame_rows(records[0], 0, 1, cameras)
     infos = {k: FieldInfo(v.dtype, tuple(v.shape[1:]), False) for k, v in small.items()}

@@ -243,6 +243,17 @@ def _check_header(header, ep: dict, where: str) -> dict:
     if members != set(ep["members"]):
         raise ShardError(f"{where}: the header's members {sorted(members)} differ from index.json's "
                          f"{sorted(ep['members'])}")
+    for field, desc in header["fields"].items():  # each part holds exactly its rows' frames, by the frame table
+        parts = desc.get("parts")
+        if parts is None:
+            continue
+        offsets = desc.get("offsets")
+        if not isinstance(offsets, list) or len(offsets) != ep["length"] + 1 or not all(is_int(o) for o in offsets):
+            raise ShardError(f"{where}: field {field!r}: frame table does not match its parts")
+        for k, (a, b) in enumerate(itertools.pairwise(parts)):
+            if ep["members"][part_member(desc["member"], k)]["size"] != offsets[b] - offsets[a]:
+                raise ShardError(f"{where}: field {field!r}: part {k} (rows {a}..{b - 1}) does not hold those rows' "
+                                 f"frames by the frame table (edited or damaged); {_AGAIN}")
     return header["fields"]
 
 
@@ -489,7 +500,9 @@ class ShardReader:
         Returns:
             Whether any of its members is a part.
         """
-        return any(_PART_RE.search(m) for m in self.episodes[i]["members"])
+        names = [m for m in self.episodes[i]["members"] if _PART_RE.search(m)]
+        # a field named like a part ("cam.part00000") has one such member; a field in parts has at least two
+        return any(m.replace(".part00000.", ".part00001.") in names for m in names if ".part00000." in m)
 
     def read_frame_rows(self, i: int, lo: int, hi: int, fields) -> dict:
         """Rows ``lo..hi-1`` of some frames fields of episode ``i``, still compressed: only the parts holding them
