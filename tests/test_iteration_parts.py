@@ -280,33 +280,3 @@ def test_pipeline_threads_are_joined_even_when_an_item_takes_seconds(ours):
         node._it._it._shutdown()
         assert any(t.is_alive() for t in workers)
         shutdown_node_threads(node)
-
-
-def test_a_batchs_missing_episodes_are_loaded_side_by_side():
-    """Three missing episodes, a pool of 2 threads and the assembling thread: the three loads run at once (each
-    waits at a barrier of three); the control, the same loads one after the other as assembling made them, breaks
-    the barrier. Cached episodes are not loaded again."""
-    import threading
-
-    from robo_loaders_plugin.pipeline.batches import BatchLoads
-
-    gate = {"barrier": threading.Barrier(3, timeout=10)}
-
-    def load(e):
-        gate["barrier"].wait()
-        return e
-
-    cache = LoadOnceLRU(load, capacity=8)
-    loads = BatchLoads(cache, threads=2)
-    try:
-        loads(np.array([5, 7, 5, 9, 7]))
-        assert cache.loads == 3 and cache.missing([5, 7, 9, 11]) == [11]
-        loads(np.array([5, 9]))  # cached: nothing loaded
-        assert cache.loads == 3
-    finally:
-        loads.shutdown()
-    control = LoadOnceLRU(load, capacity=8)
-    gate["barrier"] = threading.Barrier(3, timeout=0.5)
-    with pytest.raises(threading.BrokenBarrierError):
-        for e in (1, 2, 3):
-            control.get(e)

@@ -97,19 +97,6 @@ class LoadOnceLRU(Generic[K, V]):
                 self._items.move_to_end(key, last=False)
                 self._unused.discard(key)
 
-    def missing(self, keys) -> list:
-        """The ``keys`` neither cached nor being loaded, in the order given (a snapshot: another thread may start
-        loading one right after).
-
-        Args:
-            keys: Keys to look up.
-
-        Returns:
-            Those a ``get`` would load now.
-        """
-        with self._lock:
-            return [k for k in keys if k not in self._items and k not in self._loading]
-
     def load_ahead(self, key: K) -> None:
         """Load ``key`` for later (``get(key, ahead=True)``), e.g. from a decode-ahead thread.
 

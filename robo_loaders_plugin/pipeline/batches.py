@@ -238,48 +238,6 @@ class DecodeAhead:
         self.pool.shutdown(wait=True, cancel_futures=True)
 
 
-class BatchLoads:
-    """Loads the episodes a batch needs that are not cached yet side by side, before the batch is assembled.
-
-    Why: assembling a batch reads its episodes one after the other, as each field reaches them, and the other
-    assembling threads, needing the same episodes, wait on the loads in progress. At a pass's start a batch needs
-    the whole shuffle buffer: 13 units of 480p video at 0.2 s each were decoded one by one by one thread, 2.6 s
-    before the first batch (docs/scale.md, L480), with a core idle. Here the batch's missing episodes are loaded by
-    ``threads`` threads and the assembling one together; the bytes are the same, only who loads them changes.
-
-    Args:
-        cache: The frame source's episode cache.
-        threads: Threads loading beside the assembling thread (at least 1).
-    """
-
-    def __init__(self, cache, threads: int):
-        from concurrent.futures import ThreadPoolExecutor
-
-        self.cache = cache
-        self.pool = ThreadPoolExecutor(max(1, int(threads)), thread_name_prefix="robo-loaders-load")
-
-    def __call__(self, episodes: np.ndarray) -> None:
-        """Load the batch's episodes that are neither cached nor being loaded, side by side; return when they are.
-
-        Args:
-            episodes: The episode of every item of the batch.
-
-        Raises:
-            Whatever a load raises (the batch fails as it would have failed assembling).
-        """
-        missing = self.cache.missing(np.unique(episodes).tolist())
-        if len(missing) < 2:
-            return
-        futures = [self.pool.submit(self.cache.get, e) for e in missing[1:]]
-        self.cache.get(missing[0])
-        for f in futures:
-            f.result()
-
-    def shutdown(self) -> None:
-        """Stop loading: cancel the loads not started and wait for those running."""
-        self.pool.shutdown(wait=True, cancel_futures=True)
-
-
 class PipelineBatches(BatchSource):
     """The datapipe :class:`~robo_loaders_plugin.core.iteration.BatchSource`: a plan node ordering each pass, a
     torchdata ``ParallelMapper`` of threads assembling batches in order, a prefetcher, and pinned memory if asked.
@@ -298,13 +256,11 @@ class PipelineBatches(BatchSource):
         note: Said in :meth:`describe` (how the pass was fitted to the episode cache), or empty.
         release: ``release(episode)`` once a pass has served an episode's last item (``LoadOnceLRU.release`` of an
             episode cache smaller than the dataset), or ``None``.
-        batch_loads: Loads a batch's missing episodes side by side before it is assembled (:class:`BatchLoads`),
-            or ``None``.
     """
     def __init__(self, groups: ItemGroups, collate: Callable[[np.ndarray], dict], plan: SamplingPlan, *, seed: int,
                  shuffle_buffer: int, replacement: bool = False, prefetch: int = 2,
                  decode_ahead: DecodeAhead | None = None, first_plan: np.ndarray | None = None, note: str = "",
-                 release: Callable[[int], None] | None = None, batch_loads: BatchLoads | None = None):
+                 release: Callable[[int], None] | None = None):
         super().__init__(plan.start_epoch, plan.start_batch)
         self.groups = groups
         self.rank, self.world_size = plan.rank, plan.world_size
@@ -314,13 +270,11 @@ class PipelineBatches(BatchSource):
         if first_plan is not None:  # already made (to fit the episode cache): not made again
             self.plan_node.keep(plan.start_epoch, first_plan)
 
-        self.decode_ahead, self.batch_loads = decode_ahead, batch_loads
+        self.decode_ahead = decode_ahead
 
         def assemble(pairs: np.ndarray) -> dict:
             if decode_ahead is not None:
                 decode_ahead.reached(pairs[:, 0])
-            if batch_loads is not None:
-                batch_loads(pairs[:, 0])
             return collate(groups.indices(pairs))
 
         self.num_threads = max(1, int(plan.num_workers))
@@ -395,8 +349,6 @@ class PipelineBatches(BatchSource):
         shutdown_node_threads(self.root)
         if self.decode_ahead is not None:
             self.decode_ahead.shutdown()
-        if self.batch_loads is not None:
-            self.batch_loads.shutdown()
 
 
 @atexit.register
@@ -458,9 +410,7 @@ class PipelineDataset(BatchDataset):
         source = PipelineBatches(groups, self.collate, plan, seed=seed, shuffle_buffer=use.shuffle_buffer,
                                  replacement=opts.replacement, prefetch=opts.prefetch, decode_ahead=ahead,
                                  first_plan=plans.get(use.shuffle_buffer), note=use.note,
-                                 release=getattr(cache, "release", None) if use.entering else None,
-                                 batch_loads=BatchLoads(cache, max(1, int(plan.num_workers)))
-                                 if hasattr(cache, "missing") else None)
+                                 release=getattr(cache, "release", None) if use.entering else None)
         return source
 
     def batch_episodes(self, batch_size: int, drop_last: bool = True, epoch: int = 0) -> list[np.ndarray]:
