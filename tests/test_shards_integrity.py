@@ -402,10 +402,8 @@ class HeaderMutatingWriter(ShardWriter):
         return super()._add(name, data)
 
 
-def test_any_malformed_header_value_is_a_shard_error_never_a_crash(tmp_path):
-    rng = np.random.default_rng(1)
-    fields = next(episodes())[1]
-
+def random_mutation(rng):
+    """A header mutation: one value anywhere in it replaced by one of ODD_VALUES, drawn from ``rng``."""
     def mutate(header):
         paths = [p for p, _ in json_paths(header) if p]
         path = paths[rng.integers(len(paths))]
@@ -414,6 +412,12 @@ def test_any_malformed_header_value_is_a_shard_error_never_a_crash(tmp_path):
             target = target[k]
         target[path[-1]] = ODD_VALUES[rng.integers(len(ODD_VALUES))]
         return header
+    return mutate
+
+
+def test_any_malformed_header_value_is_a_shard_error_never_a_crash(tmp_path):
+    mutate = random_mutation(np.random.default_rng(1))
+    fields = next(episodes())[1]
 
     for trial in range(150):
         out = tmp_path / str(trial)
@@ -516,17 +520,8 @@ def test_parts_moved_against_their_members_are_refused_not_served_shifted(tmp_pa
 
 
 def test_any_malformed_header_value_with_parts_is_a_shard_error_never_a_crash(tmp_path, small_parts):
-    rng = np.random.default_rng(2)
+    mutate = random_mutation(np.random.default_rng(2))
     fields = next(episodes())[1]
-
-    def mutate(header):
-        paths = [p for p, _ in json_paths(header) if p]
-        path = paths[rng.integers(len(paths))]
-        target = header
-        for k in path[:-1]:
-            target = target[k]
-        target[path[-1]] = ODD_VALUES[rng.integers(len(ODD_VALUES))]
-        return header
 
     for trial in range(100):
         out = tmp_path / str(trial)

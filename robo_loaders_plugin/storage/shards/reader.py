@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import bisect
 import collections
+import contextlib
 import io
 import itertools
 import json
@@ -436,6 +437,27 @@ class ShardReader:
                              "damaged member)")
         return data
 
+    @contextlib.contextmanager
+    def _episode_file(self, ep: dict):
+        """The shard holding ``ep``, open, its size checked against the index, and the episode's header read and
+        checked: yields ``(file, path, where, header, field descriptions)``; what every episode read starts with."""
+        path = self._paths[ep["shard"]]
+        try:
+            f = open(path, "rb", buffering=0)  # unbuffered: members are read straight into their arrays
+        except FileNotFoundError:
+            raise ShardError(f"{path}: missing (deleted after the dataset was opened); {_AGAIN}") from None
+        with f:
+            size, expected = os.fstat(f.fileno()).st_size, self.shards[ep["shard"]]["bytes"]
+            if size != expected:
+                raise ShardError(f"{path}: size {size} differs from the index ({expected}); truncated or replaced; "
+                                 f"{_AGAIN}")
+            where = f"{path}: episode {ep['name']!r}"
+            try:
+                header = json.loads(self._member(f, path, ep, header_member(ep["name"])).tobytes())
+            except ValueError as exc:
+                raise ShardError(f"{where}: header is not valid JSON ({exc})") from None
+            yield f, path, where, header, _check_header(header, ep, where)
+
     def read_episode(self, i: int, decode_frames: bool = True, fields=None) -> tuple[dict, dict]:
         """One episode's header and fields.
 
@@ -455,22 +477,7 @@ class ShardReader:
             ShardError: the shard is missing, resized or damaged, or a member is not what index.json says.
         """
         ep = self.episodes[i]
-        path = self._paths[ep["shard"]]
-        try:
-            f = open(path, "rb", buffering=0)  # unbuffered: members are read straight into their arrays
-        except FileNotFoundError:
-            raise ShardError(f"{path}: missing (deleted after the dataset was opened); {_AGAIN}") from None
-        with f:
-            size, expected = os.fstat(f.fileno()).st_size, self.shards[ep["shard"]]["bytes"]
-            if size != expected:
-                raise ShardError(f"{path}: size {size} differs from the index ({expected}); truncated or replaced; "
-                                 f"{_AGAIN}")
-            where = f"{path}: episode {ep['name']!r}"
-            try:
-                header = json.loads(self._member(f, path, ep, header_member(ep["name"])).tobytes())
-            except ValueError as exc:
-                raise ShardError(f"{where}: header is not valid JSON ({exc})") from None
-            descs = _check_header(header, ep, where)
+        with self._episode_file(ep) as (f, path, where, header, descs):
             out = {}
             for field in descs if fields is None else [k for k in fields if k in descs]:
                 desc = descs[field]
@@ -523,22 +530,10 @@ class ShardReader:
                 not a frames field of the episode, or the rows are outside it.
         """
         ep = self.episodes[i]
-        path = self._paths[ep["shard"]]
-        where = f"{path}: episode {ep['name']!r}"
         if not 0 <= lo < hi <= ep["length"]:
-            raise ShardError(f"{where}: rows {lo}..{hi - 1} are outside its {ep['length']} rows")
-        try:
-            f = open(path, "rb", buffering=0)
-        except FileNotFoundError:
-            raise ShardError(f"{path}: missing (deleted after the dataset was opened); {_AGAIN}") from None
-        with f:
-            if os.fstat(f.fileno()).st_size != self.shards[ep["shard"]]["bytes"]:
-                raise ShardError(f"{path}: size differs from the index; truncated or replaced; {_AGAIN}")
-            try:
-                header = json.loads(self._member(f, path, ep, header_member(ep["name"])).tobytes())
-            except ValueError as exc:
-                raise ShardError(f"{where}: header is not valid JSON ({exc})") from None
-            descs = _check_header(header, ep, where)
+            raise ShardError(f"{self._paths[ep['shard']]}: episode {ep['name']!r}: rows {lo}..{hi - 1} are outside "
+                             f"its {ep['length']} rows")
+        with self._episode_file(ep) as (f, path, where, _, descs):
             out = {}
             for field in fields:
                 desc = descs.get(field)
