@@ -33,6 +33,17 @@ def tiny_hdf5(tmp_path_factory):
                                 valid_fraction=0.25, progress=False)
 
 
+@pytest.fixture(scope="session")
+def long_hdf5(tmp_path_factory):
+    """4 demos of 300-400 steps, 2 cameras of 84x84 with next_obs (robomimic's can/square image sets are this
+    shape): each demo's frames are 25-34 MB decoded, so conversions store them in parts (robo-shards v3)."""
+    from robo_loaders_plugin.sample_data.robomimic_hdf5 import write_robomimic_hdf5
+
+    path = str(tmp_path_factory.mktemp("long") / "long.hdf5")
+    return write_robomimic_hdf5(path, demos=4, image_size=84, cameras=2, seed=11, min_length=300, max_length=400,
+                                valid_fraction=0.25, progress=False)
+
+
 # -- LeRobot datasets, written with LeRobot's own LeRobotDataset.create/add_frame/save_episode/finalize ----------
 LEROBOT_LENGTHS = (90, 130, 64, 150, 111)  # 545 frames: >= 500 distinct indices
 

@@ -193,3 +193,120 @@ class ChunkFrames(FrameSource):
                     values.decode_into(local[j].tolist(), flat_out[r])
             else:
                 flat_out[at] = values[local]
+
+
+class EpisodeUnits(FrameSource):
+    """Episodes addressed by ``(episode, step)`` (what robomimic's window rules ask for), served from the units
+    of a :class:`ChunkFrames`: each request row from the unit holding its first step, which is loaded with the
+    steps a window reaches after it (the margin). Why a view and not the units themselves: the window rules
+    compute padding and goals per episode, so the episodes keep their steps; only where the frames come from
+    changes (a 400-step demo of 240x240 cameras is read and held a few parts at a time).
+
+    Rows some samples ask for outside their window (robomimic's ``goal_mode="last"`` goal, the last ``next_obs``
+    of the demo) are *pinned*: loaded once per episode by ``load_pinned`` and kept, so that a goal never loads the
+    demo's last unit beside the one the sample is drawn from.
+
+    Args:
+        chunks: The units (``(episode, first row, end row)`` in the dataset's rows), loaded with margins
+            ``(0, T - 1)`` for windows of at most ``T`` steps.
+        episode_starts: The first dataset row of each episode.
+        lengths: Steps of each episode.
+        pinned_steps: One step per episode served from ``load_pinned`` (``None``: none).
+        load_pinned: ``load_pinned(episode)`` -> ``{frame field: one row}`` (the frames at that episode's pinned
+            step).
+    """
+
+    def __init__(self, chunks: ChunkFrames, episode_starts, lengths, pinned_steps=None,
+                 load_pinned: Callable[[int], dict] | None = None):
+        self.chunks = chunks
+        self.starts = np.asarray(episode_starts, dtype=np.int64)
+        self.lengths = np.asarray(lengths, dtype=np.int64)
+        self.pinned_steps = None if pinned_steps is None else np.asarray(pinned_steps, dtype=np.int64)
+        self.load_pinned = load_pinned
+        self._pinned = LoadOnceLRU(self._load_pinned, len(self.lengths))
+
+    @property
+    def cache(self) -> LoadOnceLRU:
+        """The units' cache (the pipeline fits its pass to it and releases the units a pass is done with)."""
+        return self.chunks.cache
+
+    @property
+    def unit_count(self) -> int:
+        """Units the pipeline plans its passes over (what :meth:`units_of` returns)."""
+        return len(self.chunks.units)
+
+    def __getstate__(self):  # each process keeps its own pinned rows
+        state = dict(self.__dict__)
+        state["_pinned"] = None
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._pinned = LoadOnceLRU(self._load_pinned, len(self.lengths))
+
+    def _load_pinned(self, episode: int) -> dict:
+        return self.load_pinned(episode)
+
+    def units_of(self, episodes, first_steps) -> np.ndarray:
+        """The unit serving windows that start at ``first_steps`` of ``episodes``.
+
+        Args:
+            episodes: Episode indices.
+            first_steps: The first step of each window, in its episode.
+
+        Returns:
+            int64 unit indices, the shape of the arguments.
+        """
+        rows = self.starts[np.asarray(episodes)] + np.asarray(first_steps)
+        return np.searchsorted(self.chunks.unit_start, rows, side="right") - 1
+
+    def info(self, field: str) -> FieldInfo:
+        """A field's dtype, step shape and whether it is loaded per unit (:meth:`FrameSource.info`).
+
+        Args:
+            field: The field's name.
+
+        Returns:
+            Its :class:`FieldInfo`.
+
+        Raises:
+            KeyError: the source does not serve the field (the message lists those it serves).
+        """
+        return self.chunks.info(field)
+
+    def take(self, field, episodes, steps, out):
+        """Write ``field`` at (episode, step) pairs into ``out`` (:meth:`FrameSource.take`): each row of the request
+        from the unit holding its first step, pinned steps from the pinned rows.
+
+        Args:
+            field: The field's name.
+            episodes: (B,) episode indices.
+            steps: (B,) or (B, T) steps within each row's episode.
+            out: A numpy array of ``steps.shape + step shape`` and the field's dtype, written in place.
+
+        Raises:
+            KeyError: the field is not served.
+            IndexError: a row reaches beyond the margin its unit was loaded with.
+        """
+        episodes = np.asarray(episodes)
+        B = len(episodes)
+        flat = np.asarray(steps).reshape(B, -1)
+        info = self.chunks.info(field)
+        todo = np.arange(B)
+        if info.frames and self.pinned_steps is not None and flat.shape[1] == 1:
+            pinned = np.flatnonzero(flat[:, 0] == self.pinned_steps[episodes])
+            if len(pinned):
+                flat_out = out.reshape((B,) + tuple(info.shape))
+                for b in pinned.tolist():
+                    flat_out[b] = self._pinned.get(int(episodes[b]))[field]
+                todo = np.setdiff1d(todo, pinned, assume_unique=True)
+                if not len(todo):
+                    return
+        units = self.units_of(episodes[todo], flat[todo, 0])
+        rel = self.starts[episodes[todo]][:, None] + flat[todo] - self.chunks.unit_start[units][:, None]
+        if len(todo) == B:
+            self.chunks.take(field, units, rel.reshape(np.shape(steps)), out)
+            return
+        part = np.empty((len(todo),) + flat.shape[1:] + tuple(info.shape), dtype=out.dtype)
+        self.chunks.take(field, units, rel, part)
+        out.reshape((B,) + flat.shape[1:] + tuple(info.shape))[todo] = part

@@ -387,7 +387,8 @@ class PipelineDataset(BatchDataset):
             The :class:`PipelineBatches`.
         """
         items = np.arange(len(self)) if plan.items is None else np.asarray(plan.items, dtype=np.int64)
-        groups = ItemGroups(items, self.episode_of(), len(self.frames.lengths))
+        # units the pass is planned over: episodes, or parts of them (frames.chunks.EpisodeUnits counts its own)
+        groups = ItemGroups(items, self.episode_of(), getattr(self.frames, "unit_count", len(self.frames.lengths)))
         opts = self.passes
         seed = opts.seed if opts.seed is not None else (plan.seed or 0)
         plans = {}

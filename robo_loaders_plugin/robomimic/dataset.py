@@ -29,12 +29,14 @@ class RobomimicSamples(IndexedDataset):
         location: Where the frames live, for ``repr`` (a cache file, shards, tensors on a device).
         modes: How each field is read between recorded steps (rate conversion; ``None``: recorded steps only).
         device: Where collated batches are put (``None``: where the frame source returns them).
+        sample_units: The frame source's unit of every sample when its units are parts of demos
+            (``frames.chunks.EpisodeUnits``); ``None``: the demos.
         **kwargs: ``serving`` (``core.iteration.Serving``) and, for subclasses, their bases' arguments.
     """
 
     def __init__(self, frames: FrameSource, windows: rules.SequenceWindows, *, demos, hdf5_path: str,
                  filter_by_attribute=None, backend_name: str, location: str, modes: dict | None = None,
-                 device=None, **kwargs):
+                 device=None, sample_units: np.ndarray | None = None, **kwargs):
         super().__init__(**kwargs)
         self.frames, self.windows = frames, windows
         self.opts = windows.opts
@@ -46,6 +48,7 @@ class RobomimicSamples(IndexedDataset):
         self.location = location
         self.modes = modes
         self.device = device
+        self.sample_units = sample_units
         # batch arrays reused once nothing references them (fresh ones page-fault): fields of one shape (obs and
         # next_obs of a camera, cameras of one size) share a key, and about 8 batches are in flight
         o = windows.opts
@@ -130,12 +133,14 @@ class RobomimicSamples(IndexedDataset):
         return rules.to_torch(self.gather(indices), self.device)
 
     def episode_of(self, indices=None) -> np.ndarray:
-        """Demo index of samples ``indices``.
+        """Frame-source unit of samples ``indices``: their demo, or the part of it their window starts in when
+        long demos are served in parts; for the pipeline's episode-buffer shuffle and the batches' episode mix.
 
         Args:
             indices: Sample indices (default: all samples).
 
         Returns:
-            One demo index (position in ``demos``) per sample.
+            One unit index (a position in ``demos`` when the units are the demos) per sample.
         """
-        return self.windows.episode_of if indices is None else self.windows.episode_of[np.asarray(indices)]
+        units = self.windows.episode_of if self.sample_units is None else self.sample_units
+        return units if indices is None else units[np.asarray(indices)]

@@ -7,7 +7,9 @@ declares what the adapter needs (``core.iteration.Serving``) when it constructs 
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
+import itertools
 import os
 
 import numpy as np
@@ -16,6 +18,7 @@ from tqdm.auto import tqdm
 from robo_loaders_plugin.core.errors import BackendOptionError, RoboLoadersError, SourceError
 from robo_loaders_plugin.core.iteration import Serving
 from robo_loaders_plugin.frames.base import FieldInfo
+from robo_loaders_plugin.frames.chunks import ChunkFrames, EpisodeUnits, split_runs
 from robo_loaders_plugin.frames.episodes import EpisodeFrames
 from robo_loaders_plugin.frames.store import StoreFrames
 from robo_loaders_plugin.pipeline.batches import PipelineDataset
@@ -202,8 +205,10 @@ def datapipe_dataset(config, obs_keys, filter_by_attribute=None, dataset_path=No
     """
     opts, path = sequence_options(config, obs_keys, dataset_path)
     source = RobomimicHdf5(path)
-    passes, bound, whole = _sized_passes(config, source, opts, filter_by_attribute, PassOptions.of(options),
-                                         "datapipe", held_ratio=1.0)
+    sizing = _sizing(config, source, opts, filter_by_attribute, held_ratio=1.0)
+    # long demos are buffered in parts (frames.chunks) read from the shards' parts of them (format.part_bounds)
+    units = _demo_units(sizing.lengths, sizing.frame_step)
+    passes, bound = _fit_buffer(sizing, PassOptions.of(options), "datapipe", units)
 
     def convert(out_dir, fingerprint):
         from robo_loaders_plugin.robomimic.convert import convert_robomimic
@@ -215,21 +220,33 @@ def datapipe_dataset(config, obs_keys, filter_by_attribute=None, dataset_path=No
                                key_desc={"source": os.path.realpath(path), "v": 2}, convert=convert,
                                option_prefix=OPTION_PREFIX,
                                convert_hint=f"'robo-loaders convert robomimic {path} OUT_DIR'",
-                               size=whole, backend="datapipe", alternatives=_ALTERNATIVES[1:])
+                               size=sizing.whole, backend="datapipe", alternatives=_ALTERNATIVES[1:])
     if reader.dataset["metadata"].get("video"):
         raise BackendOptionError(f"{reader.dir} holds camera frames as lossy video (converted with --frames); "
                                  "datapipe serves lossless shards only: train from these with "
                                  "train.data_backend='video_stream' (source: this directory)")
-    return _shard_samples(config, opts, path, filter_by_attribute, reader, hold, passes,
-                          describe_frames=lambda n_demos: f"; bounded: {bound}")
+    return _shard_samples(config, opts, path, filter_by_attribute, reader, hold, (passes, bound),
+                          refit=lambda: _fit_buffer(sizing, PassOptions.of(options), "datapipe"),
+                          unit_step=sizing.frame_step if units is not None else None)
 
 
-def _sized_passes(config, source: RobomimicHdf5, opts: SequenceOptions, filter_by_attribute, passes: PassOptions,
-                  backend: str, held_ratio: float):
-    """The pass options with the episode buffer sized in bytes (``footprints.buffer_plan``; demos held decoded,
-    or compressed at ``held_ratio``), checked against the machine before any data is read. Returns ``(passes,
-    bound, whole)``: ``whole`` is the size of everything a conversion stores (every dataset of every demo)."""
-    from robo_loaders_plugin.core.footprint import Available, check_fits
+@dataclasses.dataclass(frozen=True)
+class _Sizing:
+    """What a robomimic datapipe/video_stream buffer is sized from, read from the HDF5's metadata before anything
+    is converted: ``row_bytes`` per demo step as held, the decoded camera bytes of a step (``frame_step``: where
+    long demos are cut into units, ``frames.chunks``), one batch's bytes and the window's steps."""
+
+    lengths: np.ndarray
+    row_bytes: float
+    frame_step: int
+    batch: int
+    window: int
+    threads: int
+    whole: object  # footprints.DataSize of everything a conversion stores
+
+
+def _sizing(config, source: RobomimicHdf5, opts: SequenceOptions, filter_by_attribute, held_ratio: float) -> _Sizing:
+    """The sizes a buffer of demos (held decoded, or compressed at ``held_ratio``) is planned from, from metadata."""
     from robo_loaders_plugin.sources.robomimic_hdf5 import datasets
 
     with source.open() as f:
@@ -240,25 +257,50 @@ def _sized_passes(config, source: RobomimicHdf5, opts: SequenceOptions, filter_b
         every = source.demos(f, None)
         whole = source.data_size(f, every, [name for name, _ in datasets(f[f"data/{every[0]}"])])
     frames = sum(size.frame_step_bytes.values())
-    held = (size.lengths * (frames / held_ratio + size.other_step_bytes)).astype(np.int64)
     window = opts.frame_stack + opts.seq_length - 1
-    batch = int(config.train.batch_size) * window * (frames + size.other_step_bytes)
-    passes, buffer = passes.sized(held, batch, OPTION_PREFIX, shuffle_default=16, unit="demos",
-                                  threads=max(1, int(config.train.num_data_workers)))
+    return _Sizing(lengths=np.asarray(size.lengths, dtype=np.int64),
+                   row_bytes=frames / held_ratio + size.other_step_bytes, frame_step=int(frames),
+                   batch=int(config.train.batch_size) * window * (frames + size.other_step_bytes), window=window,
+                   threads=max(1, int(config.train.num_data_workers)), whole=whole)
+
+
+def _fit_buffer(sizing: _Sizing, passes: PassOptions, backend: str, units=None):
+    """The pass options with the episode buffer sized in bytes (``footprints.buffer_plan``) for whole demos, or
+    for ``units`` (parts of demos, each held with the ``window - 1`` steps after it), checked against the machine
+    before any data is read. Returns ``(passes, bound)``."""
+    from robo_loaders_plugin.core.footprint import Available, check_fits
+
+    if units is None:
+        held, unit = (sizing.lengths * sizing.row_bytes).astype(np.int64), "demos"
+    else:
+        held = np.array([(e - s + sizing.window - 1) * sizing.row_bytes for _, s, e in units], dtype=np.int64)
+        unit = "units"
+    passes, buffer = passes.sized(held, sizing.batch, OPTION_PREFIX, shuffle_default=16, unit=unit,
+                                  threads=sizing.threads)
     check_fits(buffer.footprint, Available.measure(), backend=backend, option_prefix=OPTION_PREFIX,
                alternatives=[f"{OPTION_PREFIX}.cache_memory (bytes) smaller, or cache_episodes unset"])
-    return passes, buffer.footprint.bound, whole
+    return passes, buffer.footprint.bound
 
 
-def _shard_samples(config, opts: SequenceOptions, path: str, filter_by_attribute, reader, hold, passes: PassOptions,
+def _demo_units(lengths, frame_step: int) -> list[tuple[int, int, int]] | None:
+    """Demos cut into units of about ``frames.chunks.UNIT_BYTES`` decoded (``(demo, first row, end row)`` in the
+    rows of the demos laid end to end), or ``None`` when every demo stays whole."""
+    starts = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    runs = [(i, int(a), int(b)) for i, (a, b) in enumerate(itertools.pairwise(starts))]
+    units = split_runs(runs, frame_step)
+    return units if len(units) > len(runs) else None
+
+
+def _shard_samples(config, opts: SequenceOptions, path: str, filter_by_attribute, reader, hold, sized,
                    backend: str = "datapipe", transform=None, decode_on_load: bool = True, decode_threads: int = 0,
-                   describe_frames=None) -> "RobomimicShardSamples":
+                   describe_frames=None, refit=None, unit_step: int | None = None) -> "RobomimicShardSamples":
     """SequenceDataset's samples from robo-shards, for every backend reading them (``datapipe``, ``video_stream``):
     they differ only in the shards (lossless frames or video segments) and ``transform(arrays)`` applied to each
-    episode read (e.g. decoded video kept LZ4-compressed). ``describe_frames(number of demos)`` ends the summary
-    line."""
-    if passes.seed is None:
-        passes = dataclasses.replace(passes, seed=int(config.train.seed))
+    episode read (e.g. decoded video kept LZ4-compressed). ``sized`` is ``(passes, bound)`` as fitted before the
+    shards were opened; with ``unit_step`` (decoded camera bytes of a step) long demos are served in parts
+    (:func:`_unit_samples`) when the shards store them in parts, else ``refit()`` sizes the buffer again for whole
+    demos. ``describe_frames(number of demos)`` adds to the summary line."""
+    passes, bound = sized
     meta = reader.dataset.get("metadata", {})
     if filter_by_attribute is None:
         demos = list(meta.get("demos", []))
@@ -272,18 +314,32 @@ def _shard_samples(config, opts: SequenceOptions, path: str, filter_by_attribute
     missing = [d for d in demos if d not in reader.by_name]
     if missing:
         raise SourceError(f"{reader.dir}: demos {missing[:5]} are not in the shards; convert the file again")
-    lengths = [int(reader.episodes[reader.by_name[d]]["length"]) for d in demos]
+    records = [reader.by_name[d] for d in demos]
+    lengths = [int(reader.episodes[r]["length"]) for r in records]
     wanted = opts.field_names()
-    for d in demos:  # a missing key fails now, naming demo and key, not at the first batch inside a thread
-        members = {m[len(d) + 1:m.rindex(".")].replace("~", "/") for m in reader.episodes[reader.by_name[d]]["members"]}
-        absent = [k for k in wanted[len(opts.dataset_keys):] if k not in members]
+    for d, r in zip(demos, records):  # a missing key fails now, naming demo and key, not at the first batch
+        stored = reader.stored_fields(r)
+        absent = [k for k in wanted[len(opts.dataset_keys):] if k not in stored]
         if absent:
-            raise SourceError(f"{reader.dir}: {d}/{absent[0]} is missing (the demo has: {sorted(members - {'header'})}); "
+            raise SourceError(f"{reader.dir}: {d}/{absent[0]} is missing (the demo has: {sorted(stored)}); "
                               "check the obs keys in observation.modalities or hdf5_load_next_obs")
+    units = _demo_units(lengths, unit_step) if unit_step else None
+    if units is not None:
+        cut = collections.Counter(ep for ep, _, _ in units)
+        if all(reader.has_parts(records[ep]) for ep, n in cut.items() if n > 1):
+            if passes.seed is None:
+                passes = dataclasses.replace(passes, seed=int(config.train.seed))
+            return _unit_samples(opts, path, filter_by_attribute, reader, hold, passes, bound, demos, records,
+                                 lengths, units)
+        print(f"[robo-loaders] {backend}: {reader.dir} stores its long demos whole (converted by an earlier "
+              "robo-loaders), so whole demos are buffered; convert it again to buffer parts of them", flush=True)
+        passes, bound = refit()
+    if passes.seed is None:
+        passes = dataclasses.replace(passes, seed=int(config.train.seed))
 
     def read(ep: int, fields):
         demo = demos[ep]
-        _, arrays = reader.read_episode(reader.by_name[demo], decode_frames=False, fields=fields or wanted)
+        _, arrays = reader.read_episode(records[ep], decode_frames=False, fields=fields or wanted)
         if transform is not None:
             arrays = transform(arrays)
         if fields is not None:  # a reload: frames only (the small fields are kept by EpisodeFrames)
@@ -300,10 +356,66 @@ def _shard_samples(config, opts: SequenceOptions, path: str, filter_by_attribute
     summary = (f"{len(demos)} demos, {len(windows)} samples from {len(reader.shards)} shard(s) in {reader.dir}, "
                + passes.describe_shuffle(len(demos), "demos")
                + (", samples drawn with replacement" if passes.replacement else "")
-               + (describe_frames(len(demos)) if describe_frames else ""))
+               + (describe_frames(len(demos)) if describe_frames else "") + f"; bounded: {bound}")
     return RobomimicShardSamples(frames, windows, demos=demos, hdf5_path=path,
                                  filter_by_attribute=filter_by_attribute, backend_name=backend,
                                  location=reader.dir, passes=passes, decode_threads=decode_threads,
+                                 serving=Serving(summary, hold=hold))
+
+
+def _unit_samples(opts: SequenceOptions, path: str, filter_by_attribute, reader, hold, passes: PassOptions,
+                  bound: str, demos: list[str], records: list[int], lengths: list[int],
+                  units: list[tuple[int, int, int]]) -> "RobomimicShardSamples":
+    """datapipe over parts of long demos (``frames.chunks``), as LeRobot's datapipe buffers them: each unit's
+    camera frames read from the shard parts holding its rows (``ShardReader.read_frame_rows``) with the
+    ``frame_stack + seq_length - 2`` steps after it that its windows reach, decoded once per load; the other fields
+    (a few bytes per step) read once and held for every step. A sample is drawn from the unit holding the first
+    step of its window; ``goal_mode="last"``'s goal frames are pinned per demo (``EpisodeUnits``).
+
+    Why: a 400-step demo of two 240x240 cameras with ``next_obs`` is 280 MB decoded, so a byte-sized buffer held a
+    few demos and batches mixed a few demos at a time."""
+    starts = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    wanted = opts.field_names()
+    kinds = reader.stored_fields(records[0])
+    cameras = [k for k in wanted if kinds.get(k) == "frames"]
+    small_names = [k for k in wanted if k not in cameras]
+    where = f"{reader.dir}: "
+    parts = [episode_fields(reader.read_episode(r, decode_frames=False, fields=small_names)[1].get, L, opts,
+                            where + d, names=small_names) for d, r, L in zip(demos, records, lengths)]
+    small = {k: np.concatenate([p[k] for p in parts]) for k in small_names}
+    del parts
+    first = {k: v.decode_all() for k, v in reader.read_frame_rows(records[0], 0, 1, cameras).items()}
+    infos = {k: FieldInfo(v.dtype, tuple(v.shape[1:]), False) for k, v in small.items()}
+    infos.update({k: FieldInfo(v.dtype, tuple(v.shape[1:]), True) for k, v in first.items()})
+    infos = {k: infos[k] for k in wanted}  # SequenceDataset's key order
+
+    def load(ep: int, lo: int, hi: int) -> dict:
+        start = int(starts[ep])
+        return {k: v.decode_all() for k, v in reader.read_frame_rows(records[ep], lo - start, hi - start,
+                                                                     cameras).items()}
+
+    window = opts.frame_stack + opts.seq_length - 1
+    chunks = ChunkFrames(units, {ep: (int(starts[ep]), int(starts[ep + 1])) for ep in range(len(demos))}, infos,
+                         small, load, (0, window - 1), passes.episode_capacity)
+    windows = SequenceWindows(lengths, opts)
+    pinned, load_pinned = None, None
+    goals = [k for k in cameras if k.startswith("next_obs/")] if opts.goal_mode == "last" else []
+    if goals:
+        pinned = windows.goal_positions(np.arange(len(demos)))[:, 0]
+
+        def load_pinned(ep: int) -> dict:
+            g = int(pinned[ep])
+            return {k: v.decode_all()[0] for k, v in reader.read_frame_rows(records[ep], g, g + 1, goals).items()}
+
+    frames = EpisodeUnits(chunks, starts[:-1], lengths, pinned, load_pinned)
+    sample_units = frames.units_of(windows.episode_of, windows.first_positions())
+    summary = (f"{len(demos)} demos in {len(units)} units of up to {int(chunks.lengths.max())} steps, "
+               f"{len(windows)} samples from {len(reader.shards)} shard(s) in {reader.dir}, "
+               + passes.describe_shuffle(len(units), "units")
+               + (", samples drawn with replacement" if passes.replacement else "") + f"; bounded: {bound}")
+    return RobomimicShardSamples(frames, windows, demos=demos, hdf5_path=path,
+                                 filter_by_attribute=filter_by_attribute, backend_name="datapipe",
+                                 location=reader.dir, passes=passes, sample_units=sample_units,
                                  serving=Serving(summary, hold=hold))
 
 
@@ -339,8 +451,8 @@ def video_stream_dataset(config, obs_keys, filter_by_attribute=None, dataset_pat
     opts, path = sequence_options(config, obs_keys, dataset_path)
     source = RobomimicHdf5(path)
     settings = VideoSettings()
-    passes, bound, whole = _sized_passes(config, source, opts, filter_by_attribute, PassOptions.of(options),
-                                         "video_stream", held_ratio=1.0 if options.buffer == "raw" else 1.5)
+    sizing = _sizing(config, source, opts, filter_by_attribute, held_ratio=1.0 if options.buffer == "raw" else 1.5)
+    passes, bound = _fit_buffer(sizing, PassOptions.of(options), "video_stream")
 
     def convert(out_dir, fingerprint):
         from robo_loaders_plugin.robomimic.convert import convert_robomimic
@@ -351,7 +463,7 @@ def video_stream_dataset(config, obs_keys, filter_by_attribute=None, dataset_pat
                                check_source=True, convert=convert, option_prefix=OPTION_PREFIX,
                                key_desc={"source": os.path.realpath(path), "v": 2, "video": settings.as_dict()},
                                convert_hint=f"'robo-loaders convert robomimic {path} OUT_DIR --frames h264'",
-                               size=whole, video=True, backend="video_stream")
+                               size=sizing.whole, video=True, backend="video_stream")
     video = reader.dataset["metadata"].get("video")
     if not video:
         raise BackendOptionError(f"{reader.dir} holds no video (converted without --frames): train from it with "
@@ -367,10 +479,10 @@ def video_stream_dataset(config, obs_keys, filter_by_attribute=None, dataset_pat
 
     def describe_frames(n_demos: int) -> str:  # the buffer never holds more demos than the split has
         return (f"; camera frames from {video.get('codec')} video (crf {video.get('crf')}), decoded on the CPU, "
-                f"{options.buffer} buffer of {min(passes.episode_capacity, n_demos)} demos; bounded: {bound}")
+                f"{options.buffer} buffer of {min(passes.episode_capacity, n_demos)} demos")
 
-    return _shard_samples(config, opts, path, filter_by_attribute, reader, hold, passes, "video_stream", transform,
-                          decode_on_load=options.buffer == "raw", decode_threads=options.decode_threads,
+    return _shard_samples(config, opts, path, filter_by_attribute, reader, hold, (passes, bound), "video_stream",
+                          transform, decode_on_load=options.buffer == "raw", decode_threads=options.decode_threads,
                           describe_frames=describe_frames)
 
 

@@ -161,6 +161,18 @@ class SequenceWindows:
         raw = (idx - self.first[ep] + self.offset)[:, None] + self._deltas[None, :]
         return ep, raw, np.clip(raw, 0, self.lengths[ep][:, None] - 1)
 
+    def first_positions(self) -> np.ndarray:
+        """The first (clamped) step of every sample's window, in its demo: the window covers at most
+        ``frame_stack + seq_length - 1`` steps from it. Why: a frame source of parts of demos (``frames.chunks``)
+        serves a sample from the part holding its first step, loaded with that many steps after its own.
+
+        Returns:
+            int64 steps, one per sample, in sample order.
+        """
+        idx = np.arange(len(self), dtype=np.int64)
+        ep = self.episode_of
+        return np.clip(idx - self.first[ep] + self.offset - (self.F - 1), 0, self.lengths[ep] - 1)
+
     def goal_positions(self, ep: np.ndarray) -> np.ndarray:
         """(B, 1) step of ``goal_mode="last"``'s goal: the last next_obs SequenceDataset can index.
 
@@ -184,7 +196,7 @@ class SequenceWindows:
         return to_recorded(steps, self.rate)
 
 
-def episode_fields(read, length: int, opts: SequenceOptions, where: str) -> dict:
+def episode_fields(read, length: int, opts: SequenceOptions, where: str, names=None) -> dict:
     """One demo's arrays as SequenceDataset serves them: ``obs/<k>`` and ``next_obs/<k>`` in file dtypes, dataset
     keys cast to float32 under ``hdf5_cache_mode`` all/low_dim (a missing key becomes zeros (L, 1), as robomimic
     substitutes).
@@ -194,22 +206,29 @@ def episode_fields(read, length: int, opts: SequenceOptions, where: str) -> dict
         length: The demo's steps (the rows of a substituted key).
         opts: The sequence options (which fields, which cache mode).
         where: Names the demo in messages (``<file>: data/demo_3``).
+        names: Only these fields (a reader of parts of demos reads camera frames per part, the rest here);
+            ``None``: every field of :meth:`SequenceOptions.field_names`.
 
     Returns:
-        ``{field: array}`` for every field of :meth:`SequenceOptions.field_names`.
+        ``{field: array}`` for every field asked for.
 
     Raises:
         SourceError: an obs key is missing, or a dataset key is missing with ``hdf5_cache_mode`` null.
     """
     cache_mode = opts.hdf5_cache_mode
+    wanted = None if names is None else set(names)
     out = {}
     for name in opts.field_names()[len(opts.dataset_keys):]:
+        if wanted is not None and name not in wanted:
+            continue
         a = read(name)
         if a is None:
             raise SourceError(f"{where}/{name} is missing; check the obs keys in observation.modalities or "
                               "hdf5_load_next_obs")
         out[name] = a
     for k in opts.dataset_keys:
+        if wanted is not None and k not in wanted:
+            continue
         a = read(k)
         if a is not None:
             out[k] = a.astype(np.float32) if cache_mode in ("all", "low_dim") else a

@@ -34,16 +34,17 @@ import numpy as np
 from numpy.lib import format as npy_format
 
 from robo_loaders_plugin.storage import encoded_frames  # the module, not its names: it imports this package
-from robo_loaders_plugin.storage.shards.format import (_AGAIN, EP_RE, FORMAT, MEMBER_RE, READ_VERSIONS, SHARD_RE,
-                                                       ShardError, _dtype, _sha256, _short, header_member, is_int,
-                                                       json_checksum, listed_episodes, listing_problems, member_name,
-                                                       part_member)
+from robo_loaders_plugin.storage.shards.format import (_AGAIN, EP_RE, FORMAT, KIND_EXT, MEMBER_RE, READ_VERSIONS,
+                                                       SHARD_RE, ShardError, _dtype, _sha256, _short, header_member,
+                                                       is_int, json_checksum, listed_episodes, listing_problems,
+                                                       member_name, part_member)
 
 _NPY_HEADER_BYTES = 16384  # magic, length and a header of at most numpy's 10000-character limit
 _NPY_HEADER_READERS = {(1, 0): npy_format.read_array_header_1_0, (2, 0): npy_format.read_array_header_2_0}
 _MAX_PROBLEMS = 50
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 _PART_RE = re.compile(r"\.part[0-9]{5}\.frames$")  # format.part_member
+_EXT_KIND = {ext: kind for kind, ext in KIND_EXT.items()}
 _TAR_KINDS = {tarfile.SYMTYPE: "symbolic link", tarfile.LNKTYPE: "hard link", tarfile.DIRTYPE: "directory",
               tarfile.CHRTYPE: "character device", tarfile.BLKTYPE: "block device", tarfile.FIFOTYPE: "FIFO"}
 
@@ -496,6 +497,30 @@ class ShardReader:
                     frames = encoded_frames.EncodedFrames.from_member(data, desc, member_where)
                     out[field] = frames.decode_all() if decode_frames else frames
         return header, out
+
+    def stored_fields(self, i: int) -> dict[str, str]:
+        """The fields episode ``i`` stores and their kinds, from index.json's member names (nothing is read): a
+        field in parts is named once, as its parts' field (why: its members are ``<field>.part<NNNNN>.frames``, and
+        whether ``obs/cam`` is stored must not depend on how long the episode is).
+
+        Args:
+            i: The episode's position in index.json.
+
+        Returns:
+            ``{field name ('/' restored): kind ('raw', 'frames' or 'video')}``, without the header.
+        """
+        ep = self.episodes[i]
+        prefix, header = f"{ep['name']}.", header_member(ep["name"])
+        members = [m for m in ep["members"] if m != header and m.startswith(prefix)]
+        parted = {m[:-len(".part00001.frames")] for m in members if m.endswith(".part00001.frames")
+                  and _PART_RE.search(m)}
+        out = {}
+        for m in members:
+            base, ext = m[:m.rindex(".")], m[m.rindex(".") + 1:]
+            if _PART_RE.search(m) and base[:-len(".part00000")] in parted:
+                base = base[:-len(".part00000")]
+            out[base[len(prefix):].replace("~", "/")] = _EXT_KIND.get(ext, ext)
+        return out
 
     def has_parts(self, i: int) -> bool:
         """Whether episode ``i``'s frames members are stored in parts (``format.part_bounds``; index.json says,

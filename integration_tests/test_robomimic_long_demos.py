@@ -1,0 +1,199 @@
+"""Long robomimic demos (300-400 steps, 2 cameras of 84x84, ``next_obs``: the shape of robomimic's can, square,
+tool_hang and transport image sets) through every robomimic backend, compared with robomimic's own
+SequenceDataset.
+
+Why a file of its own: the other robomimic tests use 40-50-step demos, which conversions store whole; these are
+stored in parts (robo-shards v3, ``format.part_bounds``), and datapipe refused them after converting (issue 30 A1).
+With ``frames.chunks.UNIT_BYTES`` lowered (as 240x240 or 480p cameras make it), datapipe buffers parts of demos
+(``frames.chunks.EpisodeUnits``): every window once per pass, each byte-identical to SequenceDataset's, across unit
+edges, with ``goal_mode="last"``'s goals (the demo's last ``next_obs``, in another unit), and camera frames read
+only from the parts holding a unit's rows.
+"""
+import h5py
+import numpy as np
+import pytest
+import torch
+
+from robomimic_helpers import assert_same_sample, make_config, obs_keys
+
+from robo_loaders_plugin import SamplingPlan
+from robo_loaders_plugin.frames import chunks
+from robo_loaders_plugin.robomimic import dataset_factory
+from robo_loaders_plugin.storage.shards import ShardReader
+
+COMBOS = {
+    "bc_rnn_next_obs": dict(hdf5_cache_mode="low_dim", seq_length=10, frame_stack=1, hdf5_load_next_obs=True),
+    "goal_all": dict(hdf5_cache_mode="all", seq_length=4, frame_stack=3, goal_mode="last", hdf5_load_next_obs=True,
+                     pad_seq_length=False),
+}
+STEP = 4 * 84 * 84 * 3  # decoded camera bytes of one step: 2 cameras, obs and next_obs
+BATCH = 64
+
+
+@pytest.fixture(scope="module")
+def shards_dir(tmp_path_factory):
+    """One cache directory for the module: the long file is converted once, whatever the unit size."""
+    return str(tmp_path_factory.mktemp("long-shards"))
+
+
+def build(path, combo, backend, kwargs=None, filter_key=None):
+    cfg = make_config(path, **combo)
+    native = dataset_factory(cfg, obs_keys(cfg), filter_by_attribute=filter_key)
+    with cfg.values_unlocked():
+        cfg.train.data_backend = backend
+        cfg.train.data_backend_kwargs = dict(kwargs or {})
+    return native, dataset_factory(cfg, obs_keys(cfg), filter_by_attribute=filter_key)
+
+
+def one_pass(ds):
+    """A shuffled pass of the pipeline as robomimic's loop gets it: (sample index of every row, batches)."""
+    source = ds.batch_source(SamplingPlan(batch_size=BATCH, shuffle=True, drop_last=False, num_workers=2))
+    try:
+        batches = list(source.batches(0))
+        return source.groups.indices(source.plan_of(0)), batches
+    finally:
+        source.shutdown()
+
+
+def mismatches(native, order, batches, limit=None) -> list:
+    """(batch, row, sample) of every served row (of the first ``limit`` batches) that is not byte-identical to
+    SequenceDataset's sample."""
+    bad = []
+    for b, batch in enumerate(batches[:limit]):
+        for r in range(len(batch["actions"])):
+            i = int(order[b * BATCH + r])
+            row = {k: ({kk: np.asarray(vv[r]) for kk, vv in v.items()} if isinstance(v, dict) else np.asarray(v[r]))
+                   for k, v in batch.items()}
+            try:
+                assert_same_sample(row, native[i])
+            except AssertionError:
+                bad.append((b, r, i))
+    return bad
+
+
+def assert_pass_is_native(native, ds):
+    order, batches = one_pass(ds)
+    assert sorted(order.tolist()) == list(range(len(native)))  # every window exactly once
+    bad = mismatches(native, order, batches)
+    assert not bad, f"{len(bad)} rows differ from SequenceDataset's, first (batch, row, sample): {bad[:3]}"
+
+
+def test_the_long_demos_are_stored_in_parts(long_hdf5, shards_dir):
+    """What the rest of this file relies on: the conversion cut every demo's camera members into parts."""
+    native, ds = build(long_hdf5, COMBOS["bc_rnn_next_obs"], "datapipe", {"cache_dir": shards_dir})
+    reader = ShardReader(ds.location)
+    with h5py.File(long_hdf5) as f:
+        assert min(f[f"data/{d}/actions"].shape[0] for d in f["data"]) >= 300
+    assert all(reader.has_parts(i) for i in range(len(reader.episodes)))
+    assert reader.stored_fields(0)["obs/agentview_image"] == "frames"
+
+
+@pytest.mark.parametrize("combo", list(COMBOS))
+@pytest.mark.parametrize("backend", ["compressed_cache", "gpu_resampler"])
+def test_in_memory_backends_equal_native_on_long_demos(long_hdf5, backend, combo):
+    native, ours = build(long_hdf5, COMBOS[combo], backend)
+    assert len(ours) == len(native) > 1000
+    rng = np.random.default_rng(5)
+    indices = rng.choice(len(native), size=300, replace=False)
+    for idx in indices:
+        assert_same_sample(ours[int(idx)], native[int(idx)], f"[{idx}]")
+    batch = indices[:32].tolist()
+    assert_same_sample(ours.collate(batch), torch.utils.data.default_collate([native[j] for j in batch]), "batch")
+
+
+@pytest.mark.parametrize("combo", list(COMBOS))
+def test_datapipe_serves_long_demos_whole_from_their_parts(long_hdf5, shards_dir, combo):
+    """At 84x84 a 400-step demo (34 MB decoded) is one unit: read whole, from its parts."""
+    native, ds = build(long_hdf5, COMBOS[combo], "datapipe", {"cache_dir": shards_dir, "shuffle_buffer": 3})
+    assert type(ds.frames).__name__ == "EpisodeFrames"
+    assert_pass_is_native(native, ds)
+
+
+@pytest.fixture
+def small_units(monkeypatch):
+    """Units of ~40 steps (as 240x240 cameras make 400-step demos), read from the shards' parts of ~99 steps."""
+    monkeypatch.setattr(chunks, "UNIT_BYTES", 40 * STEP)
+
+
+@pytest.mark.parametrize("filter_key", [None, "train"])
+@pytest.mark.parametrize("combo", list(COMBOS))
+def test_datapipe_buffers_parts_of_long_demos_and_equals_native(long_hdf5, shards_dir, small_units, monkeypatch,
+                                                                combo, filter_key):
+    native, ds = build(long_hdf5, COMBOS[combo], "datapipe", {"cache_dir": shards_dir, "shuffle_buffer": 3},
+                       filter_key)
+    assert type(ds.frames).__name__ == "EpisodeUnits"
+    assert ds.frames.unit_count > 7 * ds.n_demos  # cut into units of ~40 steps
+    assert ds.episode_of().max() == ds.frames.unit_count - 1
+    # camera frames come only from the parts holding a unit's rows: never a whole demo read
+    whole_reads = []
+    read_episode = ShardReader.read_episode
+
+    def counting(self, i, decode_frames=True, fields=None):
+        if fields is None or any("image" in k for k in fields):
+            whole_reads.append(i)
+        return read_episode(self, i, decode_frames, fields)
+
+    monkeypatch.setattr(ShardReader, "read_episode", counting)
+    assert_pass_is_native(native, ds)
+    assert whole_reads == []
+
+
+def test_the_unit_parity_check_fails_on_shifted_frames_or_goals(long_hdf5, shards_dir, small_units):
+    """Negative controls: the comparison above sees a unit's frames one step off and wrong goal frames; a unit
+    loaded without the steps its windows reach after it is an error, never other frames."""
+    native, ds = build(long_hdf5, COMBOS["goal_all"], "datapipe", {"cache_dir": shards_dir, "shuffle_buffer": 3})
+    order, batches = one_pass(ds)
+    assert not mismatches(native, order, batches, limit=4)
+    pinned = ds.frames.load_pinned  # goals are served from the pinned rows: flipped there, every goal differs
+    ds.frames.load_pinned = lambda ep: {k: np.ascontiguousarray(v[::-1]) for k, v in pinned(ep).items()}
+    ds.frames._pinned = type(ds.frames._pinned)(ds.frames._load_pinned, ds.n_demos)
+    order, batches = one_pass(ds)
+    assert len(mismatches(native, order, batches, limit=4)) == 4 * BATCH  # every sample carries its demo's goal
+    native, ds = build(long_hdf5, COMBOS["bc_rnn_next_obs"], "datapipe", {"cache_dir": shards_dir})
+    load = ds.frames.chunks.load
+    ds.frames.chunks.load = lambda ep, lo, hi: {k: np.roll(v, 1, axis=0) for k, v in load(ep, lo, hi).items()}
+    order, batches = one_pass(ds)
+    assert len(mismatches(native, order, batches, limit=4)) > 2 * BATCH
+    native, ds = build(long_hdf5, COMBOS["bc_rnn_next_obs"], "datapipe", {"cache_dir": shards_dir})
+    c = ds.frames.chunks
+    c.hi = np.minimum(c.hi, c.unit_start + c.lengths)  # no margin
+    with pytest.raises(IndexError, match="reach outside unit"):
+        one_pass(ds)
+
+
+def test_shards_without_parts_buffer_whole_demos_and_say_so(long_hdf5, tmp_path, small_units, monkeypatch, capsys):
+    """Shards converted before parts existed (or with parts larger than the demos): whole demos, a log line."""
+    from robo_loaders_plugin.storage.shards import format as shard_format
+
+    monkeypatch.setattr(shard_format, "FRAMES_PART_BYTES", 1 << 30)
+    native, ds = build(long_hdf5, COMBOS["bc_rnn_next_obs"], "datapipe", {"cache_dir": str(tmp_path)})
+    assert not ShardReader(ds.location).has_parts(0)
+    assert "stores its long demos whole (converted by an earlier robo-loaders), so whole demos are buffered; convert " \
+           "it again to buffer parts of them" in capsys.readouterr().out
+    assert type(ds.frames).__name__ == "EpisodeFrames"
+    assert_pass_is_native(native, ds)
+
+
+def test_video_stream_on_long_demos_equals_native_over_the_decoded_frames(long_hdf5, tmp_path):
+    """video_stream (lossy frames): every window once, byte-identical to SequenceDataset over the HDF5 whose
+    camera datasets hold the decoded video (the windows, padding and dtypes are SequenceDataset's)."""
+    import shutil
+
+    from robo_loaders_plugin.robomimic.convert import convert_robomimic
+    from robo_loaders_plugin.storage.video import VideoSettings
+
+    out = str(tmp_path / "video")
+    convert_robomimic(long_hdf5, out, video=VideoSettings("h264", 18), progress=False)
+    decoded = str(tmp_path / "decoded.hdf5")
+    shutil.copy(long_hdf5, decoded)
+    reader = ShardReader(out)
+    with h5py.File(decoded, "r+") as f:
+        for i, ep in enumerate(reader.episodes):
+            header, fields = reader.read_episode(i)
+            for k, desc in header["fields"].items():
+                if desc["kind"] == "video":
+                    f[f"data/{ep['name']}/{k}"][...] = fields[k]
+    combo = COMBOS["bc_rnn_next_obs"]
+    native = build(decoded, combo, "native")[0]
+    ds = build(long_hdf5, combo, "video_stream", {"source": out, "shuffle_buffer": 3})[1]
+    assert_pass_is_native(native, ds)
