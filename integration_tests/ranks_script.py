@@ -4,7 +4,8 @@ every backend serves this rank in each of two passes, written to ``OUT/<framewor
 LeRobot: the DataLoader is built as ``lerobot-train`` 0.6.1 builds it (EpisodeAwareSampler, batch size, no
 shuffle flag) and prepared by a real ``accelerate.Accelerator``; the loop's ``cycle`` is the plugin's, as in
 lerobot-train. Items are identified by their ``index``. robomimic: the dataset comes from robomimic's (patched)
-``dataset_factory`` with the rank from torchrun's environment, the DataLoader is built as robomimic's ``train()``
+``dataset_factory`` with the rank from torchrun's environment (the process group initialised after the datasets
+are built, so that their first pass checks the ranks), the DataLoader is built as robomimic's ``train()``
 builds it, and a pass is what ``run_epoch`` iterates (``epoch_loader``). Samples are identified by a digest of
 their action window.
 
@@ -64,11 +65,14 @@ def robomimic(hdf5, specs):
     from robo_loaders_plugin.robomimic.integration import epoch_loader
     from robomimic_helpers import RGB, make_config, obs_keys
 
-    served, rank = {}, int(os.environ.get("RANK", "0"))
+    served, rank, datasets = {}, int(os.environ.get("RANK", "0")), {}
     for spec, name, kwargs in parse(specs):
         config = make_config(hdf5, rgb=RGB, low_dim=["robot0_eef_pos"], backend=name,
                              backend_kwargs=kwargs, seq_length=3, seed=11)
-        dataset = TrainUtils.dataset_factory(config, obs_keys(config))
+        datasets[spec] = TrainUtils.dataset_factory(config, obs_keys(config))
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # after the datasets: their first pass checks the ranks
+        torch.distributed.init_process_group("gloo")
+    for spec, dataset in datasets.items():
         loader = torch.utils.data.DataLoader(dataset, sampler=None, batch_size=BATCH, shuffle=True, num_workers=0,
                                              drop_last=True)
         passes = []

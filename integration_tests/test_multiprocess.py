@@ -4,7 +4,9 @@ that agree across ranks, and for the backends that keep the sampler's order exac
 
 integration_tests/ranks_script.py runs inside torchrun: LeRobot through a real accelerate.Accelerator and the
 plugin's cycle() as lerobot-train uses them; robomimic through the patched dataset_factory (rank from torchrun's
-environment) and the pass robomimic's run_epoch iterates. Then the real lerobot-train under torchrun."""
+environment) and the pass robomimic's run_epoch iterates; integration_tests/ranks_late_group_script.py is a robomimic
+loop that initialises the process group only after building its datasets (checked at the first pass). Then the real
+lerobot-train under torchrun."""
 import json
 import os
 import re
@@ -101,6 +103,82 @@ def test_robomimic_custom_loop_ranks_split_every_pass(robomimic_ranks):
             assert repeats < BATCH * WORLD, (backend, repeats)
             # drop_last may leave out less than a batch per rank; nothing else is missing
             assert len(set(every)) - len(served) < BATCH * WORLD, (backend, len(set(every)), len(served))
+
+
+LATE_GROUP_BACKENDS = ("compressed_cache", "gpu_resampler", "datapipe")
+
+
+@pytest.fixture(scope="module")
+def late_group(tiny_hdf5, tmp_path_factory):
+    """ranks_late_group_script.py under torchrun: datasets built from RANK/WORLD_SIZE before the process group
+    exists; per rank, per backend, per case: the refusal or the windows served in each of two passes."""
+    out = tmp_path_factory.mktemp("late_group")
+    torchrun(os.path.join(HERE, "ranks_late_group_script.py"), tiny_hdf5, str(out), *LATE_GROUP_BACKENDS)
+    return [json.load(open(out / f"rank{r}.json")) for r in range(WORLD)]
+
+
+@pytest.fixture(scope="module")
+def native_windows(tiny_hdf5):
+    """The digests of every window robomimic's own SequenceDataset serves (as the script's datasets are set up)."""
+    import hashlib
+
+    import numpy as np
+    import robomimic.utils.train_utils as TrainUtils
+
+    from robomimic_helpers import make_config, obs_keys
+
+    config = make_config(tiny_hdf5, rgb=[], low_dim=["robot0_eef_pos"], backend=None, seq_length=3, seed=11)
+    dataset = TrainUtils.dataset_factory(config, obs_keys(config))
+    windows = [hashlib.sha1(np.ascontiguousarray(dataset[i]["actions"]).tobytes()).hexdigest()[:16]
+               for i in range(len(dataset))]
+    assert len(set(windows)) == len(windows), "windows that share a digest: counting them would prove nothing"
+    return windows
+
+
+@pytest.mark.parametrize("backend", LATE_GROUP_BACKENDS)
+def test_robomimic_ranks_built_before_the_group_are_checked_at_the_first_pass(late_group, backend):
+    """A custom loop that builds its dataset from RANK/WORLD_SIZE and then initialises the process group: the
+    ranks are checked at the first pass (a per-rank seed, a per-rank batch size), on every rank, naming the value;
+    with no process group at all by the first pass, every rank refuses and says how to make the ranks checkable.
+    Datasets built for shares that do not make up the pass (rank=0 given on both ranks) are refused."""
+    for r in range(WORLD):
+        got = late_group[r][backend]
+        for case in ("no process group", "seed + rank", "per-rank batch size"):
+            assert isinstance(got[case], str), f"rank {r}, {case}: served {len(got[case][0])} windows, not refused"
+        assert got["no process group"].startswith(f"REFUSED robomimic data backend {backend}: this dataset was built "
+                                                  f"as rank {r} of 2, but no torch.distributed process group is "
+                                                  "initialised at its first pass"), got["no process group"]
+        assert "call torch.distributed.init_process_group() before the first pass" in got["no process group"]
+        assert got["seed + rank"].startswith("REFUSED "), got["seed + rank"]
+        assert "the 2 ranks disagree on train.seed (rank 0: 11; rank 1: 12)" in got["seed + rank"]
+        assert "disagree on the DataLoader's batch_size (rank 0: 8; rank 1: 9)" in got["per-rank batch size"]
+        assert ("the 2 processes of the torch.distributed group built their datasets as rank 0 of 2, rank 0 of 2"
+                in got["both rank 0"]), got["both rank 0"]
+
+
+def served_per_pass(late_group, backend, case):
+    """Per pass: how many windows each rank served, and how often each window was served by the ranks together."""
+    shares = [late_group[r][backend][case] for r in range(WORLD)]
+    assert not any(isinstance(s, str) for s in shares), shares
+    return [([len(s[p]) for s in shares], Counter(w for s in shares for w in s[p])) for p in range(len(shares[0]))]
+
+
+@pytest.mark.parametrize("backend", LATE_GROUP_BACKENDS)
+def test_robomimic_ranks_built_before_the_group_serve_every_window_once(late_group, native_windows, backend):
+    """Ranks that agree, built before the group: every pass, the two ranks together serve each of the native
+    SequenceDataset's windows exactly once (up to the wrap padding that keeps both ranks' counts equal); the
+    negative control (the same loop with a seed + rank and the first-pass check disabled, the behaviour before it)
+    serves some windows twice and others never."""
+    total = len(native_windows)
+    per_rank = -(-total // WORLD)
+    for counts, served in served_per_pass(late_group, backend, "same setup"):
+        assert counts == [per_rank] * WORLD, counts
+        assert set(served) == set(native_windows), f"{len(set(native_windows) - set(served))} windows never served"
+        twice = sorted(w for w, n in served.items() if n > 1)
+        assert len(twice) == per_rank * WORLD - total and max(served.values()) <= 2, f"served twice: {twice}"
+    for counts, served in served_per_pass(late_group, backend, "seed + rank, check disabled"):
+        assert sum(c > 1 for c in served.values()) > total // 10, "the control served no window twice"
+        assert len(set(native_windows) - set(served)) > total // 10, "the control missed no window"
 
 
 def lerobot_train_2proc(root, out, backend, *extra):

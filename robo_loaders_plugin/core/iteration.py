@@ -21,7 +21,7 @@ import numpy as np
 import torch.utils.data
 
 from robo_loaders_plugin.core.errors import RoboLoadersError
-from robo_loaders_plugin.core.ranks import rank_share
+from robo_loaders_plugin.core.ranks import check_ranks_agree_at_first_pass, rank_share
 from robo_loaders_plugin.core.spec import BATCH, INDEXED, SAMPLE, BackendChoice
 from robo_loaders_plugin.core.threads import ordered_map
 from robo_loaders_plugin.core.units import plural
@@ -203,12 +203,15 @@ class Built:
         rank: This process's rank (0 in a one-process run).
         world_size: Processes sharing each pass (1: this one alone, or the framework splits passes itself).
         seed: The order seed every rank shares, when the adapter knows it (robomimic's ``train.seed``).
+        setup: ``{name: value}`` every rank must share (the seed, the options, the source's identity), checked at
+            the first pass of a dataset split across ranks here (:func:`pass_batches`); empty in a one-process run.
     """
 
     choice: BackendChoice
     rank: int = 0
     world_size: int = 1
     seed: int | None = None
+    setup: dict = dataclasses.field(default_factory=dict)
 
     @property
     def kind(self) -> str:
@@ -220,7 +223,8 @@ _KIND_BASES = {INDEXED: IndexedDataset, BATCH: BatchDataset}
 _BUILT: "weakref.WeakKeyDictionary[Any, Built]" = weakref.WeakKeyDictionary()
 
 
-def record_built(dataset, choice: BackendChoice, rank: int = 0, world_size: int = 1, seed: int | None = None) -> Built:
+def record_built(dataset, choice: BackendChoice, rank: int = 0, world_size: int = 1, seed: int | None = None,
+                 setup: dict | None = None) -> Built:
     """Remember how ``dataset`` was built, for the adapters' dispatch (:func:`pass_batches`).
 
     Args:
@@ -229,6 +233,8 @@ def record_built(dataset, choice: BackendChoice, rank: int = 0, world_size: int 
         rank: This process's rank, when the adapter splits passes across processes itself.
         world_size: The number of such processes.
         seed: The order seed they share.
+        setup: ``{name: value}`` the ranks must share, checked at the first pass when ``world_size`` > 1
+            (named as the user sets them: robomimic's ``train.seed``, ``train.data_backend_kwargs``, ...).
 
     Returns:
         The :class:`Built` record.
@@ -240,7 +246,7 @@ def record_built(dataset, choice: BackendChoice, rank: int = 0, world_size: int 
     if base is not None and not isinstance(dataset, base):
         raise RoboLoadersError(f"backend {choice.name!r} (plugin {choice.spec.plugin!r}) declares kind {choice.kind!r} "
                                f"but its factory returned a {type(dataset).__name__}, not a {base.__name__}")
-    built = Built(choice, int(rank), int(world_size), seed)
+    built = Built(choice, int(rank), int(world_size), seed, dict(setup or {}))
     try:
         _BUILT[dataset] = built
     except TypeError:  # not weak-referenceable: treated as a plain sample dataset
@@ -382,6 +388,10 @@ def pass_batches(data_loader, plan_for: Callable[[Any, Built], SamplingPlan]):
     Returns:
         ``data_loader`` itself (``sample`` kind, or a DataLoader whose batches cannot be rebuilt in-process), a
         :class:`SamplerBatches` (``indexed``), or the dataset's :class:`BatchSource` (``batch``).
+
+    Raises:
+        RoboLoadersError: at the first pass of a dataset split across ranks here, the ranks disagree or cannot be
+            checked (:func:`check_first_pass`).
     """
     dataset = getattr(data_loader, "dataset", None)
     built = built_by(dataset)
@@ -411,11 +421,14 @@ _SOURCES: "weakref.WeakKeyDictionary[Any, BatchSource]" = weakref.WeakKeyDiction
 def _source_for(data_loader, built: Built, plan_for, rank_split: bool = False) -> BatchSource:
     """One BatchSource per DataLoader, kept across passes: its position spans them. ``rank_split``: an ``indexed``
     backend's pass cut into this rank's share here (decided by the choice's kind, not by the dataset's classes: a
-    ``batch`` backend's dataset may also be indexable)."""
+    ``batch`` backend's dataset may also be indexable). A pass split across ranks here is checked first
+    (:func:`check_first_pass`)."""
     source = _SOURCES.get(data_loader)
     if source is None:
         dataset = data_loader.dataset
         plan = plan_for(data_loader, built)
+        if built.world_size > 1:  # split across ranks here (LeRobot's ranks are checked at cycle())
+            check_first_pass(built, plan)
         if rank_split:
             source = RankBatches(dataset.collate, len(dataset), plan, plan.seed or 0,
                                  _batch_threads(dataset, data_loader))
@@ -423,6 +436,29 @@ def _source_for(data_loader, built: Built, plan_for, rank_split: bool = False) -
             source = dataset.batch_source(plan)
         _SOURCES[data_loader] = source
     return source
+
+
+def check_first_pass(built: Built, plan: SamplingPlan) -> None:
+    """Before the first pass of a DataLoader whose passes are split across ranks here: every rank shares the
+    dataset's setup and the pass's order inputs, checked with the process group (one collective, at the same point
+    on every rank: the first pass of each DataLoader, robomimic's ``run_epoch``).
+
+    Why here and not only when the dataset is built: a custom loop may build it before the process group exists
+    (from ``RANK``/``WORLD_SIZE``), and the DataLoader's batch size, shuffle and drop_last exist only now; ranks
+    that differ on any of them cut different orders or serve different batch counts.
+
+    Args:
+        built: How the dataset was built (its ``setup``, rank and world size).
+        plan: The pass about to be served.
+
+    Raises:
+        RoboLoadersError: the ranks disagree, or no process group is initialised to check them.
+    """
+    values = dict(built.setup)
+    values.update({"the DataLoader's batch_size": plan.batch_size, "the DataLoader's drop_last": plan.drop_last,
+                   "the DataLoader's shuffle": plan.shuffle, "the order seed": plan.seed})
+    check_ranks_agree_at_first_pass(values, f"{built.choice.framework} data backend {built.choice.name}",
+                                    built.rank, built.world_size)
 
 
 def batch_stream(data_loader, source, native_cycle: Callable):

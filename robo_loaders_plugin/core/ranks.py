@@ -106,40 +106,97 @@ def source_identity(path: str) -> str:
     return h.hexdigest()[:16]
 
 
-def check_ranks_agree(values, where: str) -> None:
+def check_ranks_agree(values, where: str, built_for: tuple[int, int] | None = None) -> bool:
     """Refuse a multi-process run whose ranks were set up differently: one ``all_gather`` of ``values``.
 
     Why: every rank computes a pass's global order from (seed, options, data) alone and keeps its own share of it
     (:func:`rank_share`), so ranks that disagree on any of them cut different orders, and the shares overlap
     silently (with the common ``seed + rank`` idiom, datapipe served 48 of 148 windows twice and 48 never).
 
+    Every rank of the group must call this at the same point (it is a collective). Every rank decides from the same
+    gathered values, so either all of them raise or none does: a refusal never leaves a rank waiting for the others.
+
     Args:
         values: ``{name: value}`` that must be equal on every rank (the seed, the backend's options, the source's
             identity), picklable; or a function returning it (called only in a multi-process run).
         where: Names the run for the message (the backend and setting).
+        built_for: This process's ``(rank, world_size)`` the dataset was split for, when the plugin splits passes
+            itself: the group's ranks must hold every share of the group's world size once (``None``: not
+            checked).
+
+    Returns:
+        Whether the ranks were checked (``False``: no initialised process group of two or more processes).
 
     Raises:
-        RoboLoadersError: naming the first value that differs, and which ranks hold which value.
-
-    Does nothing unless ``torch.distributed`` is initialised with more than one process (a custom loop without a
-    process group cannot be checked: nothing connects its ranks).
+        RoboLoadersError: naming the first value that differs, and which ranks hold which value; or the ranks'
+            splits, when they do not make up the pass once (a share held twice, or another world size).
     """
     import torch.distributed as dist
 
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
-        return
+    if not (dist.is_available() and dist.is_initialized()):
+        return False
+    group_world = dist.get_world_size()
+    if group_world < 2:
+        if built_for is not None and built_for[1] > 1:
+            raise RoboLoadersError(_split_mismatch(where, [built_for]))
+        return False
     values = dict(values() if callable(values) else values)
-    gathered: list = [None] * dist.get_world_size()
-    dist.all_gather_object(gathered, values)
+    gathered: list = [None] * group_world
+    dist.all_gather_object(gathered, (values, built_for))
+    splits = [split for _, split in gathered]
+    if (any(s is not None and s[1] > 1 for s in splits)  # the ranks' shares must make up the pass, each once
+            and sorted(s or (0, 1) for s in splits) != [(r, group_world) for r in range(group_world)]):
+        raise RoboLoadersError(_split_mismatch(where, splits))
     for key in values:
         by_value: dict[str, list[int]] = {}
-        for rank, got in enumerate(gathered):
+        for rank, (got, _) in enumerate(gathered):
             by_value.setdefault(repr(got.get(key)), []).append(rank)
         if len(by_value) > 1:
             held = "; ".join(f"rank{'s' if len(r) > 1 else ''} {','.join(map(str, r))}: {v}"
                              for v, r in by_value.items())
             raise RoboLoadersError(f"{where}: the {len(gathered)} ranks disagree on {key} ({held}). "
-                                   "Every rank must use the same seed, options and data: the plugin splits each "
-                                   "pass across ranks itself, so a per-rank seed (seed + rank) or per-rank options "
-                                   "would serve some samples twice and others never")
+                                   "Every rank must use the same seed, options, data and batch settings: the plugin "
+                                   "splits each pass across ranks itself, so a per-rank seed (seed + rank) or "
+                                   "per-rank options would serve some samples twice and others never")
+    return True
 
+
+def _split_mismatch(where: str, splits: list) -> str:
+    """The refusal for datasets whose splits do not cover the pass once (``splits[r]``: what the process group's
+    rank ``r`` built its dataset for)."""
+    built = ", ".join("one process" if s is None or s[1] == 1 else f"rank {s[0]} of {s[1]}" for s in splits)
+    if len(splits) > 1:
+        them = f"the {len(splits)} processes of the torch.distributed group built their datasets"
+    else:
+        them = "the one process of the torch.distributed group built its dataset"
+    return (f"{where}: {them} as {built}, so their shares would not make up each pass once; build the dataset "
+            "on every rank with the group's rank and world size (give no rank=/world_size=, or torch.distributed's)")
+
+
+def check_ranks_agree_at_first_pass(values, where: str, rank: int, world_size: int) -> None:
+    """At the first pass of a dataset the plugin splits across ranks: the ranks agree (:func:`check_ranks_agree`),
+    or the run is refused because nothing can check that they do.
+
+    Why at the first pass too: a custom loop may build the dataset from ``RANK``/``WORLD_SIZE`` before it
+    initialises the process group (nothing to check with then); with the ``seed + rank`` idiom that served 277 of
+    1054 windows twice and 291 never. The first pass is the last point before data is served; by then a
+    multi-process run that synchronises anything has its group. The pass's own order inputs (the DataLoader's batch
+    size, shuffle, drop_last) are known only here, so they are checked here whenever the dataset was.
+
+    Args:
+        values: ``{name: value}`` every rank must share (as :func:`check_ranks_agree`).
+        where: Names the run for the message.
+        rank: The rank the dataset was built for.
+        world_size: The world size it was built for (more than one: this is a multi-process run).
+
+    Raises:
+        RoboLoadersError: the ranks disagree (:func:`check_ranks_agree`), or no process group is initialised, with
+            what to do.
+    """
+    if not check_ranks_agree(values, where, (rank, world_size)):
+        raise RoboLoadersError(
+            f"{where}: this dataset was built as rank {rank} of {world_size}, but no torch.distributed process group "
+            "is initialised at its first pass, so the ranks cannot check that they share the seed, options and data "
+            "(a per-rank seed would serve some samples twice and others never); call "
+            "torch.distributed.init_process_group() before the first pass (or before building the dataset), or "
+            "build it with rank=0, world_size=1 for a process that trains on every sample alone")

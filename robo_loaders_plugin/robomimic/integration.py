@@ -52,7 +52,9 @@ def dataset_factory(config, obs_keys, filter_by_attribute=None, dataset_path=Non
         dataset_path: The HDF5 (default: ``config.train.data``).
         rank: This process's rank in a loop running one process per GPU (default: ``torch.distributed``, else
             torchrun's ``RANK``), whose passes (through robomimic's ``run_epoch``) then serve its own share of
-            every pass, the same number of batches on every rank, ordered by ``train.seed``.
+            every pass, the same number of batches on every rank, ordered by ``train.seed``. The ranks' setups are
+            checked with the ``torch.distributed`` process group when the dataset is built and at its first pass:
+            the loop must have initialised the group by then.
         world_size: The number of such processes (default as for ``rank``).
 
     Returns:
@@ -94,10 +96,17 @@ def build_dataset(config, obs_keys, choice: BackendChoice, filter_by_attribute=N
     choice.check_device()
     path = os.path.expanduser(dataset_path if dataset_path is not None else config.train.data)
     dataset = choice.build(config, obs_keys, filter_by_attribute=filter_by_attribute, dataset_path=dataset_path)
-    check_ranks_agree(lambda: {"train.seed": int(config.train.seed), "backend": choice.name,
-                       "train.data_backend_kwargs": choice.options.shared(), "samples": len(dataset),
-                       "source (file sizes)": source_identity(path)}, f"robomimic data backend {choice.name}")
-    iteration.record_built(dataset, choice, rank, world_size, int(config.train.seed))
+
+    def setup():  # what every rank must share
+        return {"train.seed": int(config.train.seed), "backend": choice.name,
+                "train.data_backend_kwargs": choice.options.shared(), "samples": len(dataset),
+                "source (file sizes)": source_identity(path)}
+
+    # checked now when the process group exists, and again at the first pass: a custom loop may initialise the
+    # group after building the dataset (iteration.check_first_pass)
+    shared = setup() if world_size > 1 else None
+    check_ranks_agree(shared or setup, f"robomimic data backend {choice.name}", (rank, world_size))
+    iteration.record_built(dataset, choice, rank, world_size, int(config.train.seed), shared)
     if world_size > 1 and choice.kind == SAMPLE:
         print(f"{LOG_PREFIX} {choice.name} (rank {rank} of {world_size}): this backend serves single samples "
               "through your DataLoader, which must split passes itself (a DistributedSampler)", flush=True)
@@ -173,6 +182,10 @@ def epoch_loader(data_loader):
     Returns:
         ``data_loader`` itself (``native``, ``sample`` kind), in-process batches over its sampler (``indexed``), or
         the dataset's batch source (``batch``) (``core.iteration.pass_batches``).
+
+    Raises:
+        RoboLoadersError: in a multi-process run, at the first pass: the ranks disagree on their setup, or no
+            ``torch.distributed`` process group is initialised to check them (``core.iteration.check_first_pass``).
     """
     return iteration.pass_batches(data_loader, sampling_plan)
 
@@ -190,6 +203,9 @@ def run_epoch(model, data_loader, epoch, validate=False, num_steps=None, obs_nor
 
     Returns:
         What robomimic's ``run_epoch`` returns (the epoch's logged statistics).
+
+    Raises:
+        RoboLoadersError: as :func:`epoch_loader`.
     """
     return compat.original("run_epoch")(model, epoch_loader(data_loader), epoch, validate=validate,
                                         num_steps=num_steps, obs_normalization_stats=obs_normalization_stats)
