@@ -227,3 +227,139 @@ def test_negative_indices_and_other_video_backend(lerobot_datasets):
         ours[len(nat)]
     with pytest.raises(RoboLoadersError, match="video_backend='pyav'"):
         serve("compressed_cache", native(lerobot_datasets["av1_1cam"], video_backend="pyav"))
+
+
+BACKENDS = ("compressed_cache", "gpu_resampler", "video_stream", "datapipe")
+
+
+def keeping_the_mtime(path, edit):
+    """Run ``edit(path)`` and restore the file's atime and mtime (cp -p, rsync -t)."""
+    st = os.stat(path)
+    edit(path)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def differing_frames(ours, nat, key, rows) -> int:
+    """How many of ``rows`` have another ``key`` frame in ``ours`` than in ``LeRobotDataset``."""
+    import torch
+
+    return sum(not torch.equal(ours[i][key], nat[i][key]) for i in rows)
+
+
+def test_meta_episodes_edited_with_the_mtime_kept_is_refused_by_every_backend(copy_of, monkeypatch):
+    """Issue 30 B2: one episode's ``from_timestamp`` moved by one frame in meta/episodes, mtime kept, while
+    LeRobot's datasets cache holds the old table: LeRobotDataset decoded the old boundaries, every backend the
+    file's new ones (every frame of the episode differed, no message). What a backend reads of meta/ is now compared
+    with LeRobot's dataset object: refused, naming the file, the episode, the column and both values."""
+    import pyarrow as pa
+
+    from robo_loaders_plugin.lerobot import factories
+
+    root = copy_of("h264_3cam_multifile")
+    key, ep = "observation.images.cam0", 2
+    column = f"videos/{key}/from_timestamp"
+    nat = native(root)
+    assert nat.meta.episodes.cache_files  # LeRobot's cached copy of meta/episodes exists
+    episodes_file = sorted(glob.glob(str(root / "meta" / "episodes" / "*" / "*.parquet")))[0]
+    table = pq.read_table(episodes_file)
+    values = table.column(column).to_pylist()
+    old = values[ep]
+    values[ep] = new = old + 1.0 / nat.meta.fps
+    keeping_the_mtime(episodes_file, lambda p: pq.write_table(table.set_column(
+        table.schema.get_field_index(column), column, pa.array(values, type=table.schema.field(column).type)), p))
+    nat = native(root)
+    assert nat.meta.episodes[ep][column] == old  # LeRobot still holds the old boundaries
+    rows = range(nat.meta.episodes[ep]["dataset_from_index"], nat.meta.episodes[ep]["dataset_to_index"])
+    cache_dir = os.path.dirname(nat.meta.episodes.cache_files[0]["filename"])
+    for backend in BACKENDS:
+        with pytest.raises(RoboLoadersError) as err:
+            serve(backend, nat)
+        text = str(err.value)
+        assert (f"{os.path.realpath(episodes_file)}: episode {ep}'s {column} is {new!r} there, {old!r} in LeRobot's "
+                f"dataset object, read from its datasets cache ({cache_dir}) (1 of 5 episodes differ in it)") in text
+        assert f"delete {cache_dir}" in text and "mtime" in text and "\n" not in text
+    # negative control: without the check every backend serves frames of that episode that LeRobotDataset does not
+    with monkeypatch.context() as m:
+        m.setattr(factories, "check_meta_match", lambda native, source: None)
+        for backend in BACKENDS:
+            assert differing_frames(serve(backend, nat), nat, key, rows) > len(rows) // 2, backend
+    # the stale cache removed, LeRobot reads the file's boundaries too: every backend serves LeRobotDataset[i]
+    shutil.rmtree(cache_dir)
+    nat = native(root)
+    assert nat.meta.episodes[ep][column] == new
+    for backend in BACKENDS:
+        ours = serve(backend, nat)
+        for i in list(rows) + [0, len(nat) - 1]:
+            same_item(ours[i], nat[i], f"{backend}[{i}]")
+
+
+def test_meta_info_changed_after_lerobot_read_it_is_refused_by_every_backend(copy_of, monkeypatch):
+    """Issue 30 B2, meta/info.json: LeRobot reads it when its dataset object is built; changed afterwards (here the
+    video path template, pointing at a copy of the videos with cam0's and cam1's swapped), a backend would decode
+    other files than LeRobotDataset. Refused naming the file, the field and both values; built again, both read the
+    same file."""
+    import json
+
+    from robo_loaders_plugin.lerobot import factories
+
+    root = copy_of("h264_3cam_multifile")
+    nat = native(root)
+    cam0, cam1 = (root / "swapped" / f"observation.images.cam{i}" for i in (0, 1))
+    shutil.copytree(root / "videos", root / "swapped")
+    cam0.rename(root / "swapped" / "tmp")
+    cam1.rename(cam0)
+    (root / "swapped" / "tmp").rename(cam1)
+    info_file = root / "meta" / "info.json"
+    info = json.loads(info_file.read_text())
+    old = info["video_path"]
+    assert old.startswith("videos/")
+    info["video_path"] = new = "swapped/" + old[len("videos/"):]
+    keeping_the_mtime(info_file, lambda p: p.write_text(json.dumps(info, indent=4)))
+    for backend in BACKENDS:
+        with pytest.raises(RoboLoadersError) as err:
+            serve(backend, nat)
+        text = str(err.value)
+        assert (f"{os.path.realpath(info_file)}: video_path is {new!r} there, {old!r} in LeRobot's dataset object; "
+                "LeRobot read meta/info.json when its dataset object was built and it changed since") in text, text
+        assert "\n" not in text
+    key, rows = "observation.images.cam0", range(len(nat))
+    with monkeypatch.context() as m:  # negative control: without the check, cam0 is served from cam1's file
+        m.setattr(factories, "check_meta_match", lambda native, source: None)
+        for backend in BACKENDS:
+            assert differing_frames(serve(backend, nat), nat, key, rows[::10]) > 0, backend
+    nat = native(root)  # built again: LeRobot reads the new template too
+    for backend in BACKENDS:
+        ours = serve(backend, nat)
+        for i in random_indices(len(nat), 20, seed=3):
+            same_item(ours[i], nat[i], f"{backend}[{i}]")
+
+
+def test_meta_tasks_edited_every_backend_serves_lerobots_task_strings(copy_of):
+    """Issue 30 B2, meta/tasks.parquet: the backends take the task strings from LeRobot's dataset object
+    (``native.meta.tasks``), never from the file, so an edit LeRobot has not read (mtime kept) changes nothing they
+    serve, and once LeRobot reads it both serve the new strings."""
+    import pandas as pd
+
+    root = copy_of("av1_1cam")
+    nat = native(root)
+    tasks_file = root / "meta" / "tasks.parquet"
+    old = nat[0]["task"]
+
+    def rename(path):
+        tasks = pd.read_parquet(path)
+        tasks.index = pd.Index([f"{t} (edited)" for t in tasks.index], name=tasks.index.name)
+        tasks.to_parquet(path)
+
+    keeping_the_mtime(tasks_file, rename)
+    indices = random_indices(len(nat), 20, seed=4)
+    for backend in BACKENDS:
+        ours = serve(backend, nat)
+        for i in indices:
+            same_item(ours[i], nat[i], f"{backend}[{i}]")
+        assert ours[0]["task"] == old
+    nat = native(root)
+    assert nat[0]["task"] == f"{old} (edited)"
+    for backend in BACKENDS:
+        ours = serve(backend, nat)
+        for i in indices:
+            same_item(ours[i], nat[i], f"{backend}[{i}]")

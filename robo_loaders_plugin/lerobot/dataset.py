@@ -10,6 +10,8 @@ file).
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import torch
 
@@ -224,6 +226,97 @@ def check_supported(native) -> None:
     if meta.has_language_columns:
         raise SourceError("datasets with language columns are not supported by robo-loaders yet; use "
                           "--dataset.backend=native")
+
+
+def check_meta_match(native, source) -> None:
+    """What a backend reads of ``meta/`` is what LeRobot's dataset object holds: from ``meta/info.json`` the frame
+    rate, the video path template and every feature's name, dtype and shape (in order); from ``meta/episodes``
+    every episode's index, length, ``dataset_from_index``/``dataset_to_index`` and, per camera, the video file's
+    chunk and file index and the episode's ``from_timestamp`` in it. Values are compared, column by column
+    (vectorised: no per-episode Python), never file stats.
+
+    Why: LeRobot reads ``meta/episodes`` through its datasets cache (Arrow files under ``HF_DATASETS_CACHE``),
+    keyed by the files' mtimes, so an episodes file edited with its mtime kept leaves ``LeRobotDataset`` decoding the
+    old episode boundaries while a backend reads the file's new ones (one ``from_timestamp`` moved by a frame: every
+    frame of that episode differs); ``meta/info.json`` is read when the dataset object is built, so an edit after
+    that differs the same way. ``meta/tasks.parquet`` is not compared: the backends take the task strings from
+    ``native.meta.tasks`` itself.
+
+    Args:
+        native: The ``LeRobotDataset`` whose items are served.
+        source: The ``sources.lerobot_v3.LeRobotV3`` the backend reads (its ``info`` and ``episode_table``).
+
+    Raises:
+        SourceError: a value differs; the message names the file, the first differing value on both sides and how
+            to make LeRobot read the file again.
+    """
+    meta = native.meta
+    info_file = f"{source.url}/meta/info.json"
+    changed_since = ("LeRobot read {} when its dataset object was built and it changed since: build the dataset "
+                     "again (run again) so that both read the same file")
+    theirs = [("fps", meta.fps), ("video_path", meta.video_path), ("features", list(meta.features))]
+    mine = [("fps", source.info.get("fps")), ("video_path", source.info.get("video_path")),
+            ("features", list(source.features))]
+    for key, ft in meta.features.items():
+        theirs.append((f"features[{key!r}] dtype and shape", (ft.get("dtype"), _shape(ft.get("shape")))))
+        other = source.features.get(key) or {}
+        mine.append((f"features[{key!r}] dtype and shape", (other.get("dtype"), _shape(other.get("shape")))))
+    for (what, a), (_, b) in zip(mine, theirs):
+        if a != b:
+            raise SourceError(f"{info_file}: {what} is {a!r} there, {b!r} in LeRobot's dataset object; "
+                              + changed_since.format("meta/info.json"))
+
+    table = meta.episodes
+    cache_dirs = sorted({os.path.dirname(c["filename"]) for c in getattr(table, "cache_files", None) or []})
+    if cache_dirs:
+        held = f"LeRobot's dataset object, read from its datasets cache ({', '.join(cache_dirs)})"
+        refresh = ("LeRobot's datasets cache is keyed by the files' mtimes, so a file changed with its mtime kept "
+                   "(cp -p, rsync -t, an edit with the mtime restored) leaves it serving the old values: delete "
+                   f"{' and '.join(cache_dirs)} (or point HF_DATASETS_CACHE at an empty directory) so that LeRobot "
+                   "reads the files again, then run again")
+    else:
+        held = "LeRobot's dataset object (held in memory)"
+        refresh = changed_since.format("meta/episodes")
+    theirs = table.with_format("arrow")[:] if table is not None else None
+    mine = source.episode_table
+    files = source.episode_files
+    where = f"{source.url}/meta/episodes" if len(files) != 1 else files[0][0]
+    n = 0 if theirs is None else theirs.num_rows
+    if mine.num_rows != n:
+        raise SourceError(f"{where}: {mine.num_rows} episodes there, {n} in {held}; {refresh}")
+    columns = ["episode_index", "length", "dataset_from_index", "dataset_to_index"] + [
+        f"videos/{k}/{c}" for k in source.video_keys for c in ("chunk_index", "file_index", "from_timestamp")]
+    for name in columns:
+        a = _column(mine, name)
+        b = _column(theirs, name)
+        if a is None or b is None:
+            if a is not None or b is not None:
+                raise SourceError(f"{where}: column {name!r} is {'a number' if a is not None else 'missing'} there, "
+                                  f"{'a number' if b is not None else 'missing'} in {held}; {refresh}")
+            continue
+        same = (a == b) | ((a != a) & (b != b)) if a.dtype.kind == "f" or b.dtype.kind == "f" else a == b
+        if not same.all():
+            differs = np.flatnonzero(~same)
+            r = int(differs[0])
+            ends = np.cumsum([rows for _, rows in files])
+            path = files[int(np.searchsorted(ends, r, side="right"))][0]
+            episode = _column(mine, "episode_index")
+            ep = f"episode {int(episode[r])}" if episode is not None else f"row {r}"
+            raise SourceError(f"{path}: {ep}'s {name} is {a[r].item()!r} there, {b[r].item()!r} in {held} "
+                              f"({len(differs)} of {n} episodes differ in it); {refresh}")
+
+
+def _shape(shape):
+    """A feature's shape as a tuple (``info.json`` holds lists, LeRobot's ``DatasetInfo`` tuples)."""
+    return tuple(shape) if isinstance(shape, (list, tuple)) else shape
+
+
+def _column(table, name: str) -> np.ndarray | None:
+    """A numeric column of an Arrow table as numpy (``None``: not in the table, or not numeric)."""
+    if table is None or name not in table.column_names:
+        return None
+    arr = np.asarray(table.column(name).to_numpy())
+    return arr if arr.dtype.kind in "biuf" else None
 
 
 def check_rows_match(native, columns: list[str], index_column: np.ndarray, served: dict,

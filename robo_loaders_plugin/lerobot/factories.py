@@ -23,7 +23,8 @@ from robo_loaders_plugin.frames.episodes import EpisodeFrames
 from robo_loaders_plugin.footprints import EXPECTED_LOSSLESS_RATIO
 from robo_loaders_plugin.frames.store import StoreFrames
 from robo_loaders_plugin.lerobot.compat import check_version, reader_settings
-from robo_loaders_plugin.lerobot.dataset import LeRobotSamples, check_rows_match, check_supported
+from robo_loaders_plugin.lerobot.dataset import (LeRobotSamples, check_meta_match, check_rows_match,
+                                                 check_supported)
 from robo_loaders_plugin.pipeline.batches import PipelineDataset
 from robo_loaders_plugin.pipeline.options import PassOptions, open_shards
 from robo_loaders_plugin.sources.lerobot_v3 import LeRobotEpisodes, LeRobotV3, is_remote
@@ -56,7 +57,9 @@ def native_dataset(native, *, options=None):
 def _source(native) -> tuple[LeRobotV3, object]:
     check_version()
     check_supported(native)
-    return LeRobotV3(native.root), reader_settings(native)
+    source = LeRobotV3(native.root)
+    check_meta_match(native, source)  # the meta/ the backend reads is the one LeRobot's object holds
+    return source, reader_settings(native)
 
 
 def compressed_cache_dataset(native, *, options):
@@ -462,6 +465,7 @@ def video_stream_dataset(native, *, options):
         if options.local_cache_dir:
             print(f"[robo-loaders] video_stream: local_cache_dir ignored: the videos of {url or native.root} are "
                   "local already", flush=True)
+    check_meta_match(native, source)  # the meta/ read (the local tables for a remote source) is LeRobot's
     device = _decode_device(options.decode_device, source)
     # the buffer, sized in bytes from metadata before anything is read: long episodes are cut into units of
     # ~32 MB decoded (frames.chunks), each loaded with the frames its windows reach outside it
