@@ -82,7 +82,9 @@ def plot_growth(payload: dict, path: str, color, caption) -> str | None:
         if not drawn:
             ax.text(0.5, 0.5, "nothing measured", ha="center", va="center", transform=ax.transAxes)
     axes.flat[0].legend(fontsize=8)
-    fig.suptitle(f"{payload['framework']} ({payload.get('workload', '')}): cost growth with the number of frames")
+    workload = payload.get("workload") or ""
+    named = payload["framework"] + (f" ({workload})" if workload and workload != payload["framework"] else "")
+    fig.suptitle(f"{named}: cost growth with the number of frames")
     caption(fig, payload)
     fig.savefig(path, dpi=110)
     return path
