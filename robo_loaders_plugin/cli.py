@@ -594,31 +594,41 @@ def cache_list(cache_dir):
 
 
 @cache_group.command("prune")
-@click.option("--cache-dir", default=None)
-@click.option("--max-size", default=None, help="prune to this size (default: the cache limit)")
+@click.option("--cache-dir", default=None, help="default: $ROBO_LOADERS_CACHE or ~/.cache/robo-loaders")
+@click.option("--max-size", default=None,
+              help="prune to this size, e.g. 10GB; 0: no limit, as ROBO_LOADERS_CACHE_SIZE=0 (default: "
+                   "ROBO_LOADERS_CACHE_SIZE, 50GB when unset; `cache clear` removes every entry nothing uses)")
 def cache_prune(cache_dir, max_size):
     """Remove least recently used entries nothing uses until the cache fits its limit, and builds' leftovers.
+
+    Entries a run uses are kept, and so is anything in the directory that is not one of its entries (another
+    cache directory inside it, such as a run's cache_dir: prune that one with --cache-dir).
 
     \f
     (click shows the text above as the command's help; what follows is for readers of the code.)
 
     Args:
         cache_dir: ``--cache-dir`` (``None``: ``$ROBO_LOADERS_CACHE`` or ``~/.cache/robo-loaders``).
-        max_size: ``--max-size`` as text (e.g. ``10GB``; ``None``: the cache's limit, ``$ROBO_LOADERS_CACHE_SIZE``).
+        max_size: ``--max-size`` as text (e.g. ``10GB``; 0: no limit; ``None``: the cache's limit,
+            ``$ROBO_LOADERS_CACHE_SIZE``), read by ``storage.cache.parse_size_limit`` as the variable is.
     """
-    from robo_loaders_plugin.core.units import parse_bytes
     from robo_loaders_plugin.storage import cache
 
     root = _cache_root(cache_dir)
-    limit = parse_bytes(max_size, "--max-size") if max_size is not None else cache.size_limit()
-    for p in cache.sweep_temporary(root) + cache.prune(root, limit):
+    limit = cache.parse_size_limit(max_size, "--max-size") if max_size is not None else cache.size_limit()
+    where = "--max-size" if max_size is not None else cache.ENV_SIZE
+    for p in cache.sweep_temporary(root) + cache.prune(root, limit, where=where):
         click.echo(f"removed {p}")
+    if limit is None:
+        given = "--max-size 0" if max_size is not None else f"{cache.ENV_SIZE}=0"
+        click.echo(f"{root} has no size limit ({given}): no entry removed; `robo-loaders cache clear` removes "
+                   "every entry nothing uses")
 
 
 @cache_group.command("clear")
-@click.option("--cache-dir", default=None)
+@click.option("--cache-dir", default=None, help="default: $ROBO_LOADERS_CACHE or ~/.cache/robo-loaders")
 def cache_clear(cache_dir):
-    """Remove every entry nothing uses.
+    """Remove every entry nothing uses (another cache directory inside it is left alone).
 
     \f
     (click shows the text above as the command's help; what follows is for readers of the code.)
