@@ -309,3 +309,27 @@ def test_a_cache_dir_inside_the_cache_root_survives_cache_prune_while_in_use(tin
     assert sorted(seen) == list(range(len(native)))
     for i, row in rows(batches, 32):
         same(row, native[seen[i]], f"row {i} (sample {seen[i]})")
+
+
+def test_a_shard_deleted_under_a_running_pass_is_the_one_shard_error_line(tiny_hdf5, tmp_path):
+    """Issue 30 item 10a: a shard deleted while a pass reads it ended in torchdata's "Caught ShardError in
+    _populate_queue. Original Traceback ..." around the clear message. The assembling thread's error is raised as
+    itself where the batches leave the pipeline: one line naming the shard. The batches served before it equal
+    SequenceDataset's (a 2-demo buffer: the pass reads the shard as it goes)."""
+    import glob
+
+    from robo_loaders_plugin.storage.shards.format import ShardError
+
+    native, ds = pair(tiny_hdf5, tmp_path, COMBOS[0], cache_episodes=2)
+    epoch = passes(ds, batch_size=16, shuffle=True, drop_last=False, num_workers=2)
+    it = iter(epoch)
+    first = next(it)
+    seen = ds.windows.index(epoch.plan_of(0)[:16, 0], epoch.plan_of(0)[:16, 1]).tolist()
+    for i, row in rows([first], 16):
+        same(row, native[seen[i]], f"row {i} (sample {seen[i]})")
+    (shard,) = glob.glob(os.path.join(ds.location, "shards", "*.tar"))
+    os.unlink(shard)
+    with pytest.raises(ShardError) as exc:
+        for _ in it:
+            pass
+    assert str(exc.value) == f"{shard}: missing (deleted after the dataset was opened); convert the dataset again"
