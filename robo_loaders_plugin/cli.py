@@ -234,6 +234,19 @@ def _parse_kwargs(values):
     return click_backend_pairs(None, None, values)
 
 
+def _bench_args(check, backends: str, backend_kwargs) -> tuple[list[str], dict]:
+    """``--backends`` and ``--backend-kwargs`` checked before any backend runs: a bad name, cache mode or option is
+    a usage error (one line naming the option, with the known names), not a failed run after the others ran."""
+    from robo_loaders_plugin.core.errors import RoboLoadersError
+
+    labels, kwargs = [b.strip() for b in backends.split(",") if b.strip()], _parse_kwargs(backend_kwargs)
+    try:
+        check(labels, kwargs)
+    except (ValueError, RoboLoadersError) as exc:
+        raise click.UsageError(str(exc)) from None
+    return labels, kwargs
+
+
 @bench.command("robomimic")
 @click.option("--dataset", required=True, type=click.Path(exists=True, dir_okay=False))
 @click.option("--backends", default="native:low_dim,native:all,compressed_cache", show_default=True,
@@ -276,18 +289,15 @@ def bench_robomimic_cmd(dataset, backends, seq_length, frame_stack, batch_size, 
         reuse_cache: ``--reuse-cache``: let backends reuse the cache directory instead of an empty one per run.
 
     Raises:
-        click.UsageError: the benchmark refused its arguments (a ``ValueError``, e.g. an unknown cache mode after
-            ``native:``).
+        click.UsageError: before anything runs: an unknown backend, a cache mode after ``native:`` other than
+            ``low_dim``, ``all`` or ``none``, a bad option, options for a label ``--backends`` does not list.
     """
-    from robo_loaders_plugin.bench.robomimic_bench import bench_robomimic
+    from robo_loaders_plugin.bench.robomimic_bench import bench_robomimic, check_backends
 
-    try:
-        payload = bench_robomimic(dataset, [b.strip() for b in backends.split(",") if b.strip()], seq_length,
-                                  frame_stack, batch_size, num_workers, batches, _parse_kwargs(backend_kwargs),
-                                  json_out, obs_keys.split(",") if obs_keys else None, echo=click.echo,
-                                  repeats=repeats, fresh_cache=not reuse_cache)
-    except ValueError as exc:
-        raise click.UsageError(str(exc)) from None
+    labels, kwargs = _bench_args(check_backends, backends, backend_kwargs)
+    payload = bench_robomimic(dataset, labels, seq_length, frame_stack, batch_size, num_workers, batches, kwargs,
+                              json_out, obs_keys.split(",") if obs_keys else None, echo=click.echo, repeats=repeats,
+                              fresh_cache=not reuse_cache)
     if any(r.get("error") for r in payload["results"]):
         sys.exit(1)
 
@@ -332,15 +342,20 @@ def bench_lerobot_cmd(root, repo_id, backends, batch_size, num_workers, batches,
         json_out: ``--json``, a file the results are also written to (``None``: none).
         reuse_cache: ``--reuse-cache``: let backends reuse the cache directory instead of an empty one per run.
         profile_samples: ``--profile-samples``, random single items timed for the fetch/decode split.
+
+    Raises:
+        click.UsageError: before anything runs: an unknown backend, a bad option, options for a label
+            ``--backends`` does not list.
     """
     import os
 
-    from robo_loaders_plugin.bench.lerobot_bench import bench_lerobot
+    from robo_loaders_plugin.bench.lerobot_bench import bench_lerobot, check_backends
 
+    labels, kwargs = _bench_args(check_backends, backends, backend_kwargs)
     repo_id = repo_id or f"local/{os.path.basename(os.path.abspath(root))}"
-    payload = bench_lerobot(root, repo_id, [b.strip() for b in backends.split(",") if b.strip()], batch_size,
-                            num_workers, batches, preset, _parse_kwargs(backend_kwargs), json_out, echo=click.echo,
-                            repeats=repeats, fresh_cache=not reuse_cache, profile_samples=profile_samples)
+    payload = bench_lerobot(root, repo_id, labels, batch_size, num_workers, batches, preset, kwargs, json_out,
+                            echo=click.echo, repeats=repeats, fresh_cache=not reuse_cache,
+                            profile_samples=profile_samples)
     if any(r.get("error") for r in payload["results"]):
         sys.exit(1)
 
