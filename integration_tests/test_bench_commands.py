@@ -106,3 +106,49 @@ def test_sample_data_lerobot_cli(tmp_path):
     assert ds.num_episodes == 2 and ds[0]["observation.images.cam1"].shape == (3, 16, 24)
     rc, log = run(["sample-data", "lerobot", str(tmp_path / "d")])
     assert rc != 0 and "exists" in log
+
+
+@pytest.mark.parametrize("framework,backends,kwargs,error", [
+    ("robomimic", "native:low_dim,compresed_cache", [],
+     "--backends: unknown data backend 'compresed_cache' (did you mean 'compressed_cache'?); registered backends: "
+     "native, compressed_cache, datapipe, gpu_resampler, video_stream. Run 'robo-loaders list' to see them with "
+     "descriptions."),
+    ("robomimic", "native:low_dim,native:lowdim", [],
+     "--backends: 'native:lowdim': the cache mode after ':' must be one of low_dim, all, none"),
+    ("robomimic", "native:low_dim,compressed_cache", ['compressed_cache={"codex": "zstd"}'],
+     "--backend-kwargs compressed_cache: unknown option 'codex' for backend 'compressed_cache' (did you mean "
+     "'codec'?); valid options: build_workers, cache_dir, codec, filter, level, loader, max_memory"),
+    ("robomimic", "native:low_dim,compressed_cache", ['compresed_cache={"codec": "zstd"}'],
+     "--backend-kwargs compresed_cache=...: --backends lists no 'compresed_cache' (it lists native:low_dim, "
+     "compressed_cache); give the options to a label or backend it lists"),
+    ("lerobot", "native,streamin", [],
+     "--backends: unknown data backend 'streamin' (did you mean 'streaming'?); registered backends: native, "
+     "compressed_cache, datapipe, gpu_resampler, video_stream, streaming. Run 'robo-loaders list' to see them with "
+     "descriptions."),
+], ids=["misspelled", "cache_mode", "option", "options_for_no_label", "lerobot_misspelled"])
+def test_bench_checks_every_backend_and_option_before_running_anything(tiny_hdf5, tmp_path, framework, backends,
+                                                                       kwargs, error):
+    """Issue 30 item 14: a misspelled backend ran native first, then printed the child's traceback cut mid-word and
+    a table cell naming train.data_backend. Every name, cache mode and option is checked first: a usage error, one
+    line naming the option and the known names, and nothing run."""
+    from click.testing import CliRunner
+
+    from robo_loaders_plugin.cli import main
+
+    source = ["--dataset", tiny_hdf5] if framework == "robomimic" else ["--root", str(tmp_path)]
+    extra = [a for k in kwargs for a in ("--backend-kwargs", k)]
+    r = CliRunner().invoke(main, ["bench", framework, *source, "--backends", backends, "--batches", "2",
+                                  "--num-workers", "0", *extra])
+    assert r.exit_code == 2 and [ln for ln in r.output.splitlines() if ln.startswith("Error")] == [f"Error: {error}"]
+    assert "[bench]" not in r.output and "Traceback" not in r.output and "train.data_backend" not in r.output
+
+
+def test_bench_labels_that_are_right_pass_the_check():
+    """The negative control of the check above: tags, cache modes, options per label or backend, streaming."""
+    from robo_loaders_plugin.bench import lerobot_bench, robomimic_bench
+
+    robomimic_bench.check_backends(["native:low_dim", "native:none", "gpu_resampler", "gpu_resampler#third"],
+                                   {"gpu_resampler#third": {"max_memory": "1GB"}, "gpu_resampler": {}})
+    lerobot_bench.check_backends(["native", "streaming", "datapipe#b"],
+                                 {"datapipe": {"shuffle_buffer": 2}, "streaming": {"buffer_size": 10}})
+

@@ -4,6 +4,7 @@ import os
 import shutil
 import types
 
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
@@ -167,16 +168,17 @@ def test_cache_dir_reuse_and_rebuild(copy_of, tmp_path):
         serve("compressed_cache", native(root), cache_dir=str(cache))
 
 
-def edit_a_row_keeping_the_mtime(data_file, row, column="action"):
-    """Add 0.5 to ``column`` in one row of a data parquet file and restore its mtime (cp -p, rsync -t): LeRobot's
-    datasets cache, keyed by the files' mtimes, keeps serving the old table. Returns (old, new) values."""
+def edit_a_row_keeping_the_mtime(data_file, row, column="action", to=None):
+    """Add 0.5 to ``column`` in one row of a data parquet file (or set it ``to`` these values) and restore its mtime
+    (cp -p, rsync -t): LeRobot's datasets cache, keyed by the files' mtimes, keeps serving the old table. Returns
+    (old, new) values."""
     import pyarrow as pa
 
     st = os.stat(data_file)
     table = pq.read_table(data_file)
     values = table.column(column).to_pylist()
     old = values[row]
-    values[row] = [v + 0.5 for v in old]
+    values[row] = [v + 0.5 for v in old] if to is None else list(to)
     field = table.schema.field(column)
     pq.write_table(table.set_column(table.schema.get_field_index(column), column, pa.array(values, type=field.type)),
                    data_file)
@@ -216,6 +218,25 @@ def test_a_value_edited_in_any_row_with_the_mtime_kept_is_refused_by_every_backe
         ours = serve(backend, nat)
         for i in (0, row, len(nat) - 1):
             same_item(ours[i], nat[i], f"{backend}[{i}]")
+
+
+def test_the_refusal_of_an_edited_row_is_one_line_however_long_its_values_print(copy_of):
+    """Issue 30 item 10c: the row check's refusal printed both rows with numpy's printout, which breaks lines past
+    75 characters (6 values of mixed magnitudes, as positions beside velocities, print in scientific notation): the
+    one-line message came out on two. Control: the values are all shown, on one line."""
+    root = copy_of("av1_1cam")
+    data_file = sorted(glob.glob(str(root / "data" / "*" / "*.parquet")))[0]
+    row = 100
+    nat = native(root)  # LeRobot's datasets cache holds the table before the edit
+    old, new = edit_a_row_keeping_the_mtime(data_file, row, "observation.state",
+                                            to=[123456.7, -1.234e-4, 98765.43, -2.5e-5, 3.14159, -7654.321])
+    with pytest.raises(RoboLoadersError) as err:
+        serve("compressed_cache", native(root))
+    text = str(err.value)
+    assert f"column 'observation.state' differs at 1 of {len(nat)} rows (first: row {row}, index {row}: [" in text
+    assert "\n" not in text, text
+    shown = text.split(f"index {row}: ", 1)[1].split(" in ", 1)[0]
+    assert shown.count(",") == 5 and np.allclose(eval(shown), new, rtol=1e-5)  # noqa: S307 (our own printout)
 
 
 def test_negative_indices_and_other_video_backend(lerobot_datasets):

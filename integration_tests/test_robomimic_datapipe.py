@@ -280,3 +280,56 @@ def test_a_filter_key_that_selects_no_demos_is_one_clear_error(tiny_hdf5, tmp_pa
                           if backend != "gpu_resampler" else {}, seq_length=5)
         with pytest.raises(SourceError, match="no demos selected \\(filter key 'nothing' is empty\\)"):
             dataset_factory(cfg, obs_keys(cfg), filter_by_attribute="nothing")
+
+
+def test_a_cache_dir_inside_the_cache_root_survives_cache_prune_while_in_use(tiny_hdf5, tmp_path, monkeypatch):
+    """Issue 30 item 9: a run's ``cache_dir`` inside the default cache root was removed by ``robo-loaders cache
+    prune`` as one unused entry, shards and all, while the run read them (the run died). Pruned from another
+    process, as a user would: the shards the run holds are kept and a whole pass still equals SequenceDataset.
+    Control: the root's own unused entry is removed by the same command."""
+    import gc
+    import subprocess
+    import sys
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("ROBO_LOADERS_CACHE", str(home))
+    unused = make_config(tiny_hdf5, backend="datapipe", seq_length=5)  # an entry of the root itself, then unused
+    other = dataset_factory(unused, obs_keys(unused)).location
+    gc.collect()  # its hold released
+    native, ds = pair(tiny_hdf5, home, COMBOS[0])  # cache_dir: home/shards, inside the root
+    assert ds.location.startswith(str(home / "shards") + "/")
+    p = subprocess.run([os.path.join(os.path.dirname(sys.executable), "robo-loaders"), "cache", "prune",
+                        "--max-size", "1"], capture_output=True, text=True, env=dict(os.environ), timeout=300)
+    assert p.returncode == 0 and p.stdout == f"removed {other}\n", p.stdout + p.stderr
+    assert not os.path.exists(other) and os.path.isdir(ds.location)
+    epoch = passes(ds, batch_size=32, shuffle=True, drop_last=False, num_workers=0)
+    batches = list(epoch)
+    plan = epoch.plan_of(0)
+    seen = ds.windows.index(plan[:, 0], plan[:, 1]).tolist()
+    assert sorted(seen) == list(range(len(native)))
+    for i, row in rows(batches, 32):
+        same(row, native[seen[i]], f"row {i} (sample {seen[i]})")
+
+
+def test_a_shard_deleted_under_a_running_pass_is_the_one_shard_error_line(tiny_hdf5, tmp_path):
+    """Issue 30 item 10a: a shard deleted while a pass reads it ended in torchdata's "Caught ShardError in
+    _populate_queue. Original Traceback ..." around the clear message. The assembling thread's error is raised as
+    itself where the batches leave the pipeline: one line naming the shard. The batches served before it equal
+    SequenceDataset's (a 2-demo buffer: the pass reads the shard as it goes)."""
+    import glob
+
+    from robo_loaders_plugin.storage.shards.format import ShardError
+
+    native, ds = pair(tiny_hdf5, tmp_path, COMBOS[0], cache_episodes=2)
+    epoch = passes(ds, batch_size=16, shuffle=True, drop_last=False, num_workers=2)
+    it = iter(epoch)
+    first = next(it)
+    seen = ds.windows.index(epoch.plan_of(0)[:16, 0], epoch.plan_of(0)[:16, 1]).tolist()
+    for i, row in rows([first], 16):
+        same(row, native[seen[i]], f"row {i} (sample {seen[i]})")
+    (shard,) = glob.glob(os.path.join(ds.location, "shards", "*.tar"))
+    os.unlink(shard)
+    with pytest.raises(ShardError) as exc:
+        for _ in it:
+            pass
+    assert str(exc.value) == f"{shard}: missing (deleted after the dataset was opened); convert the dataset again"

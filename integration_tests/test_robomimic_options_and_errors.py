@@ -313,6 +313,36 @@ def test_num_samples_that_disagree_with_the_arrays_are_refused_by_every_backend(
     assert len(dataset_factory(cfg, obs_keys(cfg))) == len(dataset_factory(arrays_cfg, obs_keys(arrays_cfg)))
 
 
+@pytest.mark.parametrize("value,shown", [("abc", "'abc'"), (np.array([40, 41]), "array([40, 41])")])
+def test_a_num_samples_that_is_no_number_is_one_line_naming_file_demo_and_attribute(tiny_hdf5, tmp_path, value,
+                                                                                     shown):
+    """Issue 30 item 10b: ``num_samples="abc"`` said "invalid literal for int() with base 10: 'abc'" naming no
+    file, and ``robo-loaders convert`` printed a traceback for it. Every backend and ``convert`` (the command: one
+    line on stderr, a non-zero status) name the file, the demo and the attribute. Control: the intact file
+    converts."""
+    import subprocess
+    import sys
+
+    path = str(tmp_path / "abc.hdf5")
+    shutil.copy(tiny_hdf5, path)
+    with h5py.File(path, "r+") as f:
+        f["data/demo_2"].attrs["num_samples"] = value
+    message = (f"{path}: data/demo_2 has num_samples={shown}, not a number of steps; robomimic indexes the demo by "
+               "it: set it to the demo's number of steps (the rows of its arrays)")
+    for backend in ("compressed_cache", "datapipe", "gpu_resampler", "video_stream"):
+        cfg = make_config(path, backend=backend, seq_length=5)
+        with pytest.raises(RoboLoadersError) as exc:
+            dataset_factory(cfg, obs_keys(cfg))
+        assert str(exc.value) == message, backend
+    cli = os.path.join(os.path.dirname(sys.executable), "robo-loaders")
+    p = subprocess.run([cli, "convert", "robomimic", path, str(tmp_path / "out")], capture_output=True, text=True,
+                       timeout=300)
+    assert (p.returncode, p.stdout, p.stderr) == (2, "", f"error: {message}\n")
+    p = subprocess.run([cli, "convert", "robomimic", tiny_hdf5, str(tmp_path / "out")], capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0 and "wrote" in p.stdout, p.stdout + p.stderr
+
+
 def test_batch_arrays_are_recycled_for_every_field_of_a_shape(tiny_hdf5):
     """Two cameras of one size: two same-shape arrays per batch share a pool key. Ten batches held at once (20 such
     arrays, as prefetching workers and a training step can hold) and then dropped are all kept for reuse, so the next

@@ -152,6 +152,32 @@ def test_convert_refuses_a_disk_too_small_naming_both_sizes(tiny_hdf5, tmp_path,
     assert not (out / "shards").exists()
 
 
+def test_convert_counts_the_writers_reserve_on_a_disk_smaller_than_it(tiny_hdf5, tmp_path, monkeypatch):
+    """Issue 30 item 8: on a 200 MB disk the estimate (732 kB) passed, then the writer stopped after 0 B blaming
+    compression, because it leaves 1 GB free (``disk_reserve``). The estimate counts that reserve now: refused before
+    anything is written, naming the free space and the reserve. Control: a disk with room converts."""
+    import collections
+    import shutil
+
+    from click.testing import CliRunner
+
+    from robo_loaders_plugin.cli import main
+
+    usage = collections.namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: usage(200 * 10**6, 0, 200 * 10**6))  # measure and guard
+    out = tmp_path / "shards"
+    r = CliRunner().invoke(main, ["convert", "robomimic", tiny_hdf5, str(out)])
+    assert r.exit_code != 0 and isinstance(r.exception, ResourceRefused), r.output
+    text = str(r.exception)
+    assert text.startswith(f"robo-loaders convert robomimic cannot write {out}") and "\n" not in text
+    assert f"disk ({out}; 200.0 MB free less the 1.0 GB robo-loaders leaves free): needs " in text
+    assert "0 B available" in text and "stopped after" not in text
+    assert not (out / "shards").exists()
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: usage(10**12, 8 * 10**11, 2 * 10**11))  # 20 GB reserve
+    r = CliRunner().invoke(main, ["convert", "robomimic", tiny_hdf5, str(out)])
+    assert r.exit_code == 0 and (out / "index.json").exists(), r.output
+
+
 # -- LeRobot -------------------------------------------------------------------------------------------------------
 def _native_lr(root, preset="none", **kw):
     from lerobot.datasets.lerobot_dataset import LeRobotDataset, LeRobotDatasetMetadata

@@ -234,6 +234,19 @@ def _parse_kwargs(values):
     return click_backend_pairs(None, None, values)
 
 
+def _bench_args(check, backends: str, backend_kwargs) -> tuple[list[str], dict]:
+    """``--backends`` and ``--backend-kwargs`` checked before any backend runs: a bad name, cache mode or option is
+    a usage error (one line naming the option, with the known names), not a failed run after the others ran."""
+    from robo_loaders_plugin.core.errors import RoboLoadersError
+
+    labels, kwargs = [b.strip() for b in backends.split(",") if b.strip()], _parse_kwargs(backend_kwargs)
+    try:
+        check(labels, kwargs)
+    except (ValueError, RoboLoadersError) as exc:
+        raise click.UsageError(str(exc)) from None
+    return labels, kwargs
+
+
 @bench.command("robomimic")
 @click.option("--dataset", required=True, type=click.Path(exists=True, dir_okay=False))
 @click.option("--backends", default="native:low_dim,native:all,compressed_cache", show_default=True,
@@ -276,18 +289,15 @@ def bench_robomimic_cmd(dataset, backends, seq_length, frame_stack, batch_size, 
         reuse_cache: ``--reuse-cache``: let backends reuse the cache directory instead of an empty one per run.
 
     Raises:
-        click.UsageError: the benchmark refused its arguments (a ``ValueError``, e.g. an unknown cache mode after
-            ``native:``).
+        click.UsageError: before anything runs: an unknown backend, a cache mode after ``native:`` other than
+            ``low_dim``, ``all`` or ``none``, a bad option, options for a label ``--backends`` does not list.
     """
-    from robo_loaders_plugin.bench.robomimic_bench import bench_robomimic
+    from robo_loaders_plugin.bench.robomimic_bench import bench_robomimic, check_backends
 
-    try:
-        payload = bench_robomimic(dataset, [b.strip() for b in backends.split(",") if b.strip()], seq_length,
-                                  frame_stack, batch_size, num_workers, batches, _parse_kwargs(backend_kwargs),
-                                  json_out, obs_keys.split(",") if obs_keys else None, echo=click.echo,
-                                  repeats=repeats, fresh_cache=not reuse_cache)
-    except ValueError as exc:
-        raise click.UsageError(str(exc)) from None
+    labels, kwargs = _bench_args(check_backends, backends, backend_kwargs)
+    payload = bench_robomimic(dataset, labels, seq_length, frame_stack, batch_size, num_workers, batches, kwargs,
+                              json_out, obs_keys.split(",") if obs_keys else None, echo=click.echo, repeats=repeats,
+                              fresh_cache=not reuse_cache)
     if any(r.get("error") for r in payload["results"]):
         sys.exit(1)
 
@@ -332,15 +342,20 @@ def bench_lerobot_cmd(root, repo_id, backends, batch_size, num_workers, batches,
         json_out: ``--json``, a file the results are also written to (``None``: none).
         reuse_cache: ``--reuse-cache``: let backends reuse the cache directory instead of an empty one per run.
         profile_samples: ``--profile-samples``, random single items timed for the fetch/decode split.
+
+    Raises:
+        click.UsageError: before anything runs: an unknown backend, a bad option, options for a label
+            ``--backends`` does not list.
     """
     import os
 
-    from robo_loaders_plugin.bench.lerobot_bench import bench_lerobot
+    from robo_loaders_plugin.bench.lerobot_bench import bench_lerobot, check_backends
 
+    labels, kwargs = _bench_args(check_backends, backends, backend_kwargs)
     repo_id = repo_id or f"local/{os.path.basename(os.path.abspath(root))}"
-    payload = bench_lerobot(root, repo_id, [b.strip() for b in backends.split(",") if b.strip()], batch_size,
-                            num_workers, batches, preset, _parse_kwargs(backend_kwargs), json_out, echo=click.echo,
-                            repeats=repeats, fresh_cache=not reuse_cache, profile_samples=profile_samples)
+    payload = bench_lerobot(root, repo_id, labels, batch_size, num_workers, batches, preset, kwargs, json_out,
+                            echo=click.echo, repeats=repeats, fresh_cache=not reuse_cache,
+                            profile_samples=profile_samples)
     if any(r.get("error") for r in payload["results"]):
         sys.exit(1)
 
@@ -594,31 +609,41 @@ def cache_list(cache_dir):
 
 
 @cache_group.command("prune")
-@click.option("--cache-dir", default=None)
-@click.option("--max-size", default=None, help="prune to this size (default: the cache limit)")
+@click.option("--cache-dir", default=None, help="default: $ROBO_LOADERS_CACHE or ~/.cache/robo-loaders")
+@click.option("--max-size", default=None,
+              help="prune to this size, e.g. 10GB; 0: no limit, as ROBO_LOADERS_CACHE_SIZE=0 (default: "
+                   "ROBO_LOADERS_CACHE_SIZE, 50GB when unset; `cache clear` removes every entry nothing uses)")
 def cache_prune(cache_dir, max_size):
     """Remove least recently used entries nothing uses until the cache fits its limit, and builds' leftovers.
+
+    Entries a run uses are kept, and so is anything in the directory that is not one of its entries (another
+    cache directory inside it, such as a run's cache_dir: prune that one with --cache-dir).
 
     \f
     (click shows the text above as the command's help; what follows is for readers of the code.)
 
     Args:
         cache_dir: ``--cache-dir`` (``None``: ``$ROBO_LOADERS_CACHE`` or ``~/.cache/robo-loaders``).
-        max_size: ``--max-size`` as text (e.g. ``10GB``; ``None``: the cache's limit, ``$ROBO_LOADERS_CACHE_SIZE``).
+        max_size: ``--max-size`` as text (e.g. ``10GB``; 0: no limit; ``None``: the cache's limit,
+            ``$ROBO_LOADERS_CACHE_SIZE``), read by ``storage.cache.parse_size_limit`` as the variable is.
     """
-    from robo_loaders_plugin.core.units import parse_bytes
     from robo_loaders_plugin.storage import cache
 
     root = _cache_root(cache_dir)
-    limit = parse_bytes(max_size, "--max-size") if max_size is not None else cache.size_limit()
-    for p in cache.sweep_temporary(root) + cache.prune(root, limit):
+    limit = cache.parse_size_limit(max_size, "--max-size") if max_size is not None else cache.size_limit()
+    where = "--max-size" if max_size is not None else cache.ENV_SIZE
+    for p in cache.sweep_temporary(root) + cache.prune(root, limit, where=where):
         click.echo(f"removed {p}")
+    if limit is None:
+        given = "--max-size 0" if max_size is not None else f"{cache.ENV_SIZE}=0"
+        click.echo(f"{root} has no size limit ({given}): no entry removed; `robo-loaders cache clear` removes "
+                   "every entry nothing uses")
 
 
 @cache_group.command("clear")
-@click.option("--cache-dir", default=None)
+@click.option("--cache-dir", default=None, help="default: $ROBO_LOADERS_CACHE or ~/.cache/robo-loaders")
 def cache_clear(cache_dir):
-    """Remove every entry nothing uses.
+    """Remove every entry nothing uses (another cache directory inside it is left alone).
 
     \f
     (click shows the text above as the command's help; what follows is for readers of the code.)

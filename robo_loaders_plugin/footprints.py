@@ -402,8 +402,8 @@ def conversion_estimate(size: DataSize, *, video: bool, ratio: float = EXPECTED_
 def check_conversion_disk(size: DataSize, out_dir: str, *, video: bool, command: str, alternatives=(),
                           option_prefix: str = "") -> int:
     """Refuse, before any data is read, a conversion into ``out_dir`` whose estimated output the disk cannot hold
-    (with headroom), naming both sizes; what ``out_dir`` already holds (a conversion being resumed) is counted as
-    written.
+    (with headroom, leaving the writers' reserve free: ``core.footprint.disk_reserve``), naming both sizes; what
+    ``out_dir`` already holds (a conversion being resumed) is counted as written.
 
     Args:
         size: The source's ``DataSize`` (from metadata).
@@ -433,11 +433,12 @@ def check_conversion_disk(size: DataSize, out_dir: str, *, video: bool, command:
     check_fits(fp, available, backend=command, option_prefix=option_prefix,
                alternatives=alternatives, subject=f"{command} cannot write {out_dir}")
     worst = max(0, conversion_estimate(size, video=video, ratio=1.0) - done)
-    if not video and available.disk_bytes is not None and worst > HEADROOM * available.disk_bytes:
+    if not video and available.disk_bytes is not None and worst > HEADROOM * available.disk_usable:
         # the estimate fits, frames that do not compress would not (camera noise: L480 packed 1.25:1, not 1.5:1)
+        kept = f" less the {format_bytes(available.disk_reserve)} kept free" if available.disk_reserve else ""
         print(f"[robo-loaders] {command}: {out_dir} has room for the estimate ({format_bytes(need)} at "
               f"{EXPECTED_LOSSLESS_RATIO}:1) but not for frames that do not compress ({format_bytes(worst)}, "
-              f"{format_bytes(available.disk_bytes)} free); if it runs short the conversion stops with both sizes "
+              f"{format_bytes(available.disk_bytes)} free{kept}); if it runs short the conversion stops with both sizes "
               "before the disk is full, keeping its completed work units for the same command to resume", flush=True)
     return need
 

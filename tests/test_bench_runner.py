@@ -34,6 +34,26 @@ def test_every_run_gets_an_empty_cache_unless_reuse_is_asked(tmp_path, monkeypat
     assert reused["cache"] == str(user) and again["left"] == ["left-by-this-run"]  # negative control: reuse sees it
 
 
+FAILING = """
+import sys
+for i in range(300):
+    print(f"line {i:03d} of a long traceback", flush=True)
+sys.exit("the last line")
+"""
+
+
+def test_a_failed_runs_log_is_kept_from_the_start_of_a_line(tmp_path, monkeypatch):
+    """Issue 30 item 14: a failed child's log was kept as its last 2,000 characters, cut mid-word. Control: the
+    last line is kept whole."""
+    (tmp_path / "mods").mkdir()
+    (tmp_path / "mods" / "failing_child.py").write_text(FAILING)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "mods") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    error = run_child("failing_child", {}, "f", str(tmp_path), 120)["error"]
+    first, rest = error.split("\n", 1)
+    assert first == "exit 1:" and rest.startswith("line ") and rest.endswith("the last line\n"), error[:200]
+    assert len(rest) <= 2000 and all(ln.startswith("line ") for ln in rest.splitlines()[:-1])
+
+
 def test_the_decode_split_counts_only_the_profiling_threads_frame_reads():
     """The timed batches' pipeline may still be assembling batches while single items are profiled; its frame reads
     ran in other threads and were counted, so the split reported a negative fetch time (-100 ms/sample)."""

@@ -335,3 +335,81 @@ def test_a_lock_file_that_lost_its_name_proves_nothing(tmp_path, monkeypatch):
         p.kill()
         p.wait()
         os.close(stale)
+
+
+HOLD_ENTRY = """
+import os, sys
+from robo_loaders_plugin.storage import cache
+from robo_loaders_plugin.storage.fingerprint import Fingerprint
+fp = Fingerprint("/src", (("", 1, 0, 0, 0),), "v1")
+
+def build(path, _fp):
+    os.makedirs(path)
+    with open(os.path.join(path, "shard.tar"), "wb") as f:
+        f.write(b"x" * 1000)
+
+entry, hold, _, _ = cache.obtain(cache.cache_root(sys.argv[1]), "kind", {"src": "held"}, lambda r: fp,
+                                 lambda p: None, os.path.isdir, build, "test")
+print(entry.path, flush=True)
+sys.stdin.read()  # held until the test closes stdin
+"""
+
+
+def test_prune_leaves_a_cache_dir_nested_in_the_root_and_what_a_run_holds_there(tmp_path):
+    """Issue 30 item 9: a run's ``cache_dir`` inside the default root was pruned as one unused entry, with the
+    entry the run held in it (the run died). Only the root's own entries are pruned; in the nested root, the held
+    entry is kept. Controls: the outer root's unused entry goes; once the run ends the nested entry goes too."""
+    from click.testing import CliRunner
+
+    from robo_loaders_plugin.cli import main
+
+    root, built = cache.cache_root(str(tmp_path / "root")), []
+    nested = os.path.join(root, "my-cache_dir")
+    unused, _, _, _ = _obtain(root, "a", "v1", built)
+    (tmp_path / "root" / "my-notes").mkdir()  # anything else the user keeps there: not an entry either
+    run = subprocess.Popen([sys.executable, "-c", HOLD_ENTRY, nested], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                           text=True)
+    try:
+        held = run.stdout.readline().strip()
+        assert held.startswith(nested + "/kind-") and os.path.isdir(held)
+        assert [e.path for e in cache.entries(root)] == [unused.path]
+        r = CliRunner().invoke(main, ["cache", "prune", "--cache-dir", root, "--max-size", "1"])
+        assert r.exit_code == 0 and r.output == f"removed {unused.path}\n", r.output
+        r = CliRunner().invoke(main, ["cache", "clear", "--cache-dir", root])
+        assert r.exit_code == 0 and r.output == "", r.output
+        r = CliRunner().invoke(main, ["cache", "prune", "--cache-dir", nested, "--max-size", "1"])
+        assert r.exit_code == 0 and r.output == (f"[robo-loaders] the cache {nested} holds 1.0 kB, over its limit "
+                                                 "of 1 B (--max-size), with entries in use; nothing more can be "
+                                                 "removed now\n"), r.output
+        assert os.path.exists(os.path.join(held, "shard.tar")) and (tmp_path / "root" / "my-notes").is_dir()
+    finally:
+        run.stdin.close()
+        run.wait(timeout=60)
+    r = CliRunner().invoke(main, ["cache", "prune", "--cache-dir", nested, "--max-size", "1"])
+    assert r.output == f"removed {held}\n" and os.path.isdir(nested), r.output
+
+
+def test_a_size_limit_of_zero_means_no_limit_in_the_variable_and_in_prune(tmp_path, monkeypatch):
+    """Issue 30 item 9: ``ROBO_LOADERS_CACHE_SIZE=0`` kept everything, ``cache prune --max-size 0`` removed every
+    unused entry. 0 is no limit in both (said in the output); ``cache clear`` empties. Controls: 1 byte prunes;
+    a value that is no size is one line naming the option."""
+    from click.testing import CliRunner
+
+    from robo_loaders_plugin.cli import main
+
+    root, built = cache.cache_root(str(tmp_path)), []
+    entry, _, _, _ = _obtain(root, "a", "v1", built)
+    monkeypatch.setenv(cache.ENV_SIZE, "0")
+    assert cache.size_limit() is None and cache.parse_size_limit("0", "--max-size") is None
+    assert cache.parse_size_limit("0GB", "--max-size") is None and cache.parse_size_limit("1kB", "x") == 1000
+    for args in (["--max-size", "0"], []):  # the option's 0, then the variable's
+        r = CliRunner().invoke(main, ["cache", "prune", "--cache-dir", root, *args])
+        given = "--max-size 0" if args else "ROBO_LOADERS_CACHE_SIZE=0"
+        assert r.exit_code == 0 and r.output == (f"{root} has no size limit ({given}): no entry removed; "
+                                                 "`robo-loaders cache clear` removes every entry nothing uses\n")
+        assert os.path.exists(entry.path)
+    r = CliRunner().invoke(main, ["cache", "prune", "--cache-dir", root, "--max-size", "abc"])
+    assert isinstance(r.exception, cache.CacheError)
+    assert str(r.exception) == "--max-size: expected a size like 2GB or 512MiB, got 'abc' (0: no limit)"
+    r = CliRunner().invoke(main, ["cache", "prune", "--cache-dir", root, "--max-size", "1"])
+    assert r.output == f"removed {entry.path}\n" and not os.path.exists(entry.path)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from robo_loaders_plugin.core.footprint import (HEADROOM, Available, DiskGuard, Footprint, ResourceRefused,
-                                                check_fits)
+                                                check_fits, shortfalls)
 from robo_loaders_plugin.footprints import (DataSize, buffer_plan, compressed_cache_plan, conversion_estimate,
                                             plan_tiers)
 
@@ -177,6 +177,23 @@ def test_disk_guard_stops_before_the_reserve(tmp_path, monkeypatch):
     with pytest.raises(ResourceRefused, match=r"building X: stopped after 1\.0 kB \(estimated 3\.0 GB in all\): "
                                               r".* has 5\.0 GB free and robo-loaders leaves 2\.0 GB free"):
         guard.check(4 * GB, 1024)
+
+
+def test_a_disk_fits_only_what_leaves_the_writers_reserve_free(tmp_path, monkeypatch):
+    """Issue 30 item 8: the estimate counts the reserve every writer stops at (a 200 MB disk holds nothing), and a
+    guard already below the reserve blames the disk, not compression. Control: without a reserve, 90% of free."""
+    monkeypatch.setattr("shutil.disk_usage", lambda p: _Usage(200 * 10**6, total=200 * 10**6))
+    available = Available.measure(disk_dir=str(tmp_path))
+    assert (available.disk_bytes, available.disk_reserve, available.disk_usable) == (200 * 10**6, 10**9, 0)
+    fp = Footprint(disk_bytes=1000, disk_dir=str(tmp_path))
+    ((what, need, have),) = shortfalls(fp, available)
+    assert (what, need, have) == (f"disk ({tmp_path}; 200.0 MB free less the 1.0 GB robo-loaders leaves free)", 1000, 0)
+    assert not shortfalls(fp, Available(host_bytes=GB, disk_bytes=200 * 10**6, disk_dir=str(tmp_path)))
+    roomy = Available(host_bytes=GB, disk_bytes=10 * GB, disk_dir=str(tmp_path), disk_reserve=2 * GB)
+    assert roomy.fits_disk(int(0.9 * 8 * GB)) and not roomy.fits_disk(int(0.9 * 8 * GB) + 1)
+    with pytest.raises(ResourceRefused, match=r"stopped after 0 B: .* has 200\.0 MB free and robo-loaders leaves "
+                                              r"1\.0 GB free for the rest of the machine \(the disk filled since"):
+        DiskGuard(str(tmp_path / "out"), "building X").check(10, 0)
 
 
 def test_a_store_on_a_full_disk_stops_and_leaves_no_file(tmp_path, monkeypatch):

@@ -29,13 +29,18 @@ def test_report_on_committed_results(tmp_path):
 
 
 def test_report_cmd_usage(tmp_path):
+    """Issue 30 item 14: with no arguments it said "give --out DIR" while its usage showed RESULTS and --out as
+    optional. Both are required, and the usage line says so."""
     from robo_loaders_plugin.bench.plots import report_cmd
 
+    usage = "Usage: robo-loaders report --out DIR [OPTIONS] RESULTS..."
     bench = dump(tmp_path / "b.json", bench_payload(epochs=False))
-    r = CliRunner().invoke(report_cmd, [])
-    assert r.exit_code == 2 and "nothing to do" in r.output
+    r = CliRunner().invoke(report_cmd, [], prog_name="robo-loaders report")
+    assert r.exit_code == 2 and r.output.splitlines()[0] == usage and "Error: Missing argument 'RESULTS...'." in r.output
     r = CliRunner().invoke(report_cmd, [bench])
-    assert r.exit_code == 2 and "--out" in r.output
+    assert r.exit_code == 2 and "Error: Missing option '--out'." in r.output
+    r = CliRunner().invoke(report_cmd, ["--help"], prog_name="robo-loaders report")
+    assert r.output.splitlines()[0] == usage and "[required]" in r.output
     other = tmp_path / "codecs.json"
     other.write_text('{"x": 1}')
     r = CliRunner().invoke(report_cmd, [str(other), "--out", str(tmp_path / "o")])

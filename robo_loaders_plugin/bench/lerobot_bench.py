@@ -12,7 +12,8 @@ from tabulate import tabulate
 from robo_loaders_plugin.bench.conversion import conversion_table, dir_bytes, time_conversions
 from robo_loaders_plugin.bench.report import add_ratios, machine
 from robo_loaders_plugin.bench.tables import error_cell
-from robo_loaders_plugin.bench.runner import FRESH_CACHE, USER_CACHE, backend_of, in_rounds, options_for, run_child
+from robo_loaders_plugin.bench.runner import (FRESH_CACHE, USER_CACHE, backend_of, check_labels, in_rounds,
+                                              options_for, run_child)
 from robo_loaders_plugin.core.files import atomic_write_json
 from robo_loaders_plugin.core.units import format_bytes
 
@@ -75,6 +76,20 @@ def raw_frame_bytes(root: str) -> int:
     return int(info["total_frames"]) * per_frame
 
 
+def check_backends(backends: list[str], kwargs: dict) -> None:
+    """The labels' backend names and options, before anything runs (``runner.check_labels``; ``streaming`` is
+    LeRobot's own dataset, not a backend).
+
+    Args:
+        backends: The ``--backends`` labels.
+        kwargs: Options per label or backend (``--backend-kwargs``).
+
+    Raises:
+        RoboLoadersError: an unknown backend or a bad option.
+    """
+    check_labels("lerobot", backends, kwargs, special=(STREAMING,))
+
+
 def bench_lerobot(root: str, repo_id: str, backends: list[str], batch_size: int, num_workers: int, batches: int,
                   preset: str, kwargs: dict, json_out: str | None, timeout: float = 3600, echo=print,
                   repeats: int = 1, fresh_cache: bool = True, profile_samples: int = 200) -> dict:
@@ -105,7 +120,11 @@ def bench_lerobot(root: str, repo_id: str, backends: list[str], batch_size: int,
     Returns:
         The payload: ``framework``, ``settings``, ``machine``, ``results`` (one row per label), ``conversion``
         (``None`` when none was timed) and ``memory_note``.
+
+    Raises:
+        RoboLoadersError: an unknown backend or a bad option (:func:`check_backends`), before anything runs.
     """
+    check_backends(backends, kwargs)
     common = dict(root=os.path.abspath(root), repo_id=repo_id, batch_size=batch_size, num_workers=num_workers,
                   batches=batches, preset=preset, repeats=repeats, cache=FRESH_CACHE if fresh_cache else USER_CACHE,
                   profile_samples=profile_samples)

@@ -746,9 +746,9 @@ def report(result_paths, out_dir: str, skipped: list | None = None) -> str:
     return path
 
 
-@click.command("report")
-@click.argument("results", nargs=-1, type=click.Path(exists=True, dir_okay=False))
-@click.option("--out", "out_dir", type=click.Path(file_okay=False),
+@click.command("report", options_metavar="--out DIR [OPTIONS]")
+@click.argument("results", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option("--out", "out_dir", required=True, metavar="DIR", type=click.Path(file_okay=False),
               help="write PNG plots and report.md for RESULTS here")
 def report_cmd(results, out_dir):
     """Plots and a markdown page from benchmark, matrix, training-benchmark and loss-curve results (other files
@@ -758,13 +758,9 @@ def report_cmd(results, out_dir):
     (click shows the text above as the command's help; what follows is for readers of the code.)
 
     Args:
-        results: RESULTS, the result JSON files.
-        out_dir: ``--out``, where the plots and report.md go.
+        results: RESULTS, the result JSON files (required: click refuses none, as the usage line says).
+        out_dir: ``--out``, where the plots and report.md go (required, as the usage line says).
     """
-    if not out_dir:
-        raise click.UsageError("nothing to do: give --out DIR (plots and report.md for RESULTS)")
-    if not results:
-        raise click.UsageError("--out needs RESULTS (result JSON files)")
     skipped = []
     try:
         path = report(results, out_dir, skipped)

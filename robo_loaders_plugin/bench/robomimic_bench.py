@@ -5,7 +5,8 @@ import os
 import tempfile
 
 from robo_loaders_plugin.bench.conversion import conversion_table, time_conversions
-from robo_loaders_plugin.bench.runner import FRESH_CACHE, USER_CACHE, backend_of, in_rounds, options_for, run_child
+from robo_loaders_plugin.bench.runner import (FRESH_CACHE, USER_CACHE, backend_of, check_labels, in_rounds,
+                                              options_for, run_child)
 from robo_loaders_plugin.bench.report import add_ratios, machine, table
 from robo_loaders_plugin.core.files import atomic_write_json
 
@@ -31,8 +32,24 @@ def parse_backend(label: str):
     name, _, mode = backend_of(label).partition(":")
     mode = mode or "low_dim"
     if mode not in CACHE_MODES:
-        raise ValueError(f"backend {label!r}: cache mode after ':' must be one of {sorted(CACHE_MODES)}")
+        raise ValueError(f"--backends: {label!r}: the cache mode after ':' must be one of {', '.join(CACHE_MODES)}")
     return name, CACHE_MODES[mode]
+
+
+def check_backends(backends: list[str], kwargs: dict) -> None:
+    """The labels' cache modes, backend names and options, before anything runs (``runner.check_labels``).
+
+    Args:
+        backends: The ``--backends`` labels.
+        kwargs: Options per label or backend (``--backend-kwargs``).
+
+    Raises:
+        ValueError: a bad cache mode after ``:``.
+        RoboLoadersError: an unknown backend or a bad option (``runner.check_labels``).
+    """
+    for b in backends:
+        parse_backend(b)
+    check_labels("robomimic", backends, kwargs)
 
 
 def array_bytes(path: str) -> int:
@@ -108,10 +125,10 @@ def bench_robomimic(dataset: str, backends: list[str], seq_length: int, frame_st
         The result payload (settings, machine, results with ratios, conversion rows, notes).
 
     Raises:
-        ValueError: a bad backend label.
+        ValueError: a bad cache mode in a label.
+        RoboLoadersError: an unknown backend or a bad option (:func:`check_backends`), before anything runs.
     """
-    for b in backends:
-        parse_backend(b)
+    check_backends(backends, kwargs)
     common = dict(dataset=os.path.abspath(dataset), seq_length=seq_length, frame_stack=frame_stack,
                   batch_size=batch_size, num_workers=num_workers, batches=batches, obs_keys=obs_keys)
     conversion = None

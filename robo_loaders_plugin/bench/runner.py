@@ -39,6 +39,44 @@ def options_for(label: str, kwargs: dict) -> dict:
     return dict(kwargs[label] if label in kwargs else kwargs.get(backend_of(label).split(":")[0], {}))
 
 
+def check_labels(framework: str, labels: list[str], kwargs: dict, special: tuple[str, ...] = ()) -> None:
+    """Every label's backend and options, checked as its child will choose them, before anything runs.
+
+    Why: a misspelled name (``compresed_cache``) or a bad option was found by its own child process only, after the
+    backends before it had run, and came back as that child's traceback cut to its last 2,000 characters and a
+    table cell naming ``train.data_backend``, a setting the benchmark's user never set.
+
+    Args:
+        framework: ``robomimic`` or ``lerobot``.
+        labels: The ``--backends`` labels (``name[:mode][#tag]``; the robomimic ``:mode`` is checked by its bench).
+        kwargs: Options per label or backend (``--backend-kwargs``).
+        special: Labels that are no backend (LeRobot's ``streaming``): named as known, their options not checked.
+
+    Raises:
+        UnknownBackendError: naming ``--backends``, the closest name and every known one.
+        BackendOptionError: an option is unknown or has a bad value (naming ``--backend-kwargs`` and the label).
+        RoboLoadersError: no label; a backend that does not serve ``framework``; ``--backend-kwargs`` for a label
+            or backend ``--backends`` does not list.
+    """
+    from robo_loaders_plugin.core.errors import RoboLoadersError, UnknownBackendError
+    from robo_loaders_plugin.core.registry import choose_backend, list_backends
+
+    if not labels:
+        raise RoboLoadersError("--backends: no backend given; name at least one (robo-loaders list shows them)")
+    names = [backend_of(label).split(":")[0] for label in labels]
+    for label, name in zip(labels, names):
+        if name in special:
+            continue
+        if name not in list_backends():
+            raise UnknownBackendError(name, list_backends() + list(special), "--backends")
+        choose_backend(framework, name, options_for(label, kwargs), name_where="--backends",
+                       options_where=f"--backend-kwargs {label}")
+    for key in kwargs:
+        if key not in labels and key not in names:
+            raise RoboLoadersError(f"--backend-kwargs {key}=...: --backends lists no {key!r} (it lists "
+                                   f"{', '.join(labels)}); give the options to a label or backend it lists")
+
+
 def median_run(runs: list[dict]) -> dict:
     """The run with the median samples/s (the lower middle one of an even count), with every run's samples/s
     beside it; a failed run is returned as the result, so that a failure is never hidden by the others.
@@ -104,7 +142,7 @@ def run_child(module: str, args: dict, label: str, log_dir: str, timeout: float,
         The child's result row plus the memory peaks (``peak_mem_bytes``: PSS with RAM cache files,
         ``peak_rss_sum_bytes``, ``shm_bytes``, ``peak_anon_bytes``, ``peak_disk_bytes``), ``cache_dir_bytes``,
         ``wall_s`` and ``data_mem_bytes``; or ``{"backend", "error"}`` with the exit status and the log's last
-        2,000 characters when the child failed or wrote no result.
+        2,000 characters (from the start of a line) when the child failed or wrote no result.
     """
     import shutil
     import tempfile
@@ -134,7 +172,10 @@ def run_child(module: str, args: dict, label: str, log_dir: str, timeout: float,
         shutil.rmtree(cache, ignore_errors=True)
     if rc != 0 or not os.path.exists(out_path):
         with open(log_path) as f:
-            tail = f.read()[-2000:]
+            log = f.read()
+        tail = log[-2000:]
+        if len(log) > 2000 and "\n" in tail:  # from a line's start: not cut mid-word
+            tail = tail.split("\n", 1)[1]
         return {"backend": label, "error": f"exit {rc}:\n{tail}"}
     with open(out_path) as f:
         res = json.load(f)

@@ -24,6 +24,7 @@ from robo_loaders_plugin.core.errors import RoboLoadersError
 from robo_loaders_plugin.core.units import format_bytes
 
 HEADROOM = 0.9  # a resource fits when the need is at most this fraction of what is available
+MIN_DISK_RESERVE = 10**9  # writers leave at least 1 GB (2% of the filesystem when larger) free: disk_reserve
 
 # rough rates of this project's operations per core (docs/scale.md has the measured ones): for the build-time
 # estimate only, never for a decision
@@ -134,6 +135,9 @@ class Available:
         shm_is_ram: Whether that directory is RAM (a tmpfs), so its bytes also come out of :attr:`host_bytes`.
         disk_bytes: Free bytes in :attr:`disk_dir` (``None``: not measured).
         disk_dir: The directory a backend would write to.
+        disk_reserve: Bytes the writers leave free on that filesystem (:func:`disk_reserve`; 0: none counted).
+            Counted here because every writer stops at it (:class:`DiskGuard`): an estimate that ignored it passed
+            on a disk smaller than the reserve, then the writer stopped after 0 B.
         device_bytes: Free memory of the GPU (``None``: no CUDA device measured).
         device: That device.
     """
@@ -144,6 +148,7 @@ class Available:
     shm_is_ram: bool = True
     disk_bytes: int | None = None
     disk_dir: str | None = None
+    disk_reserve: int = 0
     device_bytes: int | None = None
     device: str | None = None
 
@@ -168,13 +173,13 @@ class Available:
             shm_free = shutil.disk_usage(_existing(shm_dir)).free
         except OSError:
             shm_free = None
-        disk_free = None
+        disk_free, reserve = None, 0
         if disk_dir is not None:
             disk_dir = os.path.abspath(os.path.expanduser(disk_dir))
             try:
-                disk_free = shutil.disk_usage(_existing(disk_dir)).free
+                disk_free, reserve = shutil.disk_usage(_existing(disk_dir)).free, disk_reserve(disk_dir)
             except OSError:
-                disk_free = None
+                disk_free, reserve = None, 0
         device_free = None
         if device is not None and getattr(device, "type", str(device)).startswith("cuda"):
             import torch
@@ -182,7 +187,7 @@ class Available:
             device_free = int(torch.cuda.mem_get_info(device)[0])
         return cls(host_bytes=int(psutil.virtual_memory().available), shm_bytes=shm_free, shm_dir=shm_dir,
                    shm_is_ram=_is_ram_fs(shm_dir), disk_bytes=disk_free, disk_dir=disk_dir,
-                   device_bytes=device_free, device=None if device is None else str(device))
+                   disk_reserve=reserve, device_bytes=device_free, device=None if device is None else str(device))
 
     def fits_host(self, nbytes: int) -> bool:
         """Whether ``nbytes`` more of host RAM fits (with headroom).
@@ -210,16 +215,22 @@ class Available:
             return False
         return not self.shm_is_ram or self.fits_host(nbytes + host_bytes)
 
+    @property
+    def disk_usable(self) -> int | None:
+        """Free bytes a writer may use in :attr:`disk_dir`: the free space less :attr:`disk_reserve` (``None``: not
+        measured)."""
+        return None if self.disk_bytes is None else max(0, self.disk_bytes - self.disk_reserve)
+
     def fits_disk(self, nbytes: int) -> bool:
-        """Whether ``nbytes`` fit the disk directory (with headroom).
+        """Whether ``nbytes`` fit the disk directory (with headroom), leaving the writers' reserve free.
 
         Args:
             nbytes: Bytes the backend would write.
 
         Returns:
-            False also when the disk was not measured.
+            ``nbytes`` is at most :data:`HEADROOM` of :attr:`disk_usable`; False also when the disk was not measured.
         """
-        return self.disk_bytes is not None and nbytes <= HEADROOM * self.disk_bytes
+        return self.disk_bytes is not None and nbytes <= HEADROOM * self.disk_usable
 
 
 def shortfalls(footprint: Footprint, available: Available) -> list[tuple[str, int, int]]:
@@ -235,7 +246,8 @@ def shortfalls(footprint: Footprint, available: Available) -> list[tuple[str, in
 
     Returns:
         The shortfalls, empty when everything fits; resources are named for the message (``host RAM``,
-        ``RAM files (<dir>)``, ``GPU memory (<device>)``, ``disk (<dir>)``).
+        ``RAM files (<dir>)``, ``GPU memory (<device>)``, ``disk (<dir>)``; the disk's available bytes are its free
+        space less the writers' reserve, said in its name).
     """
     out = []
     host = footprint.host_bytes + (footprint.shm_bytes if available.shm_is_ram else 0)
@@ -249,8 +261,10 @@ def shortfalls(footprint: Footprint, available: Available) -> list[tuple[str, in
         out.append((f"GPU memory ({available.device or 'no CUDA device'})", footprint.device_bytes,
                     available.device_bytes or 0))
     if footprint.disk_bytes and not available.fits_disk(footprint.disk_bytes):
-        out.append((f"disk ({footprint.disk_dir or available.disk_dir})", footprint.disk_bytes,
-                    available.disk_bytes or 0))
+        kept = (f"; {format_bytes(available.disk_bytes)} free less the {format_bytes(available.disk_reserve)} "
+                "robo-loaders leaves free" if available.disk_reserve and available.disk_bytes is not None else "")
+        out.append((f"disk ({footprint.disk_dir or available.disk_dir}{kept})", footprint.disk_bytes,
+                    available.disk_usable or 0))
     return out
 
 
@@ -315,13 +329,13 @@ def disk_reserve(path: str) -> int:
         path: A path on the filesystem (its nearest existing ancestor is measured).
 
     Returns:
-        2% of the filesystem's total size, at least 2**30 bytes (1.07 GB).
+        2% of the filesystem's total size, at least :data:`MIN_DISK_RESERVE` (1 GB, decimal as every size printed).
 
     Raises:
         OSError: the filesystem cannot be measured.
     """
     total = shutil.disk_usage(_existing(path)).total
-    return max(1 << 30, int(0.02 * total))
+    return max(MIN_DISK_RESERVE, int(0.02 * total))
 
 
 class DiskGuard:
@@ -357,10 +371,13 @@ class DiskGuard:
         free = shutil.disk_usage(self.dir).free
         if free - more < self.reserve:
             est = f" (estimated {format_bytes(self.estimate)} in all)" if self.estimate else ""
+            # the estimate counts the reserve (Available.disk_reserve): below it already, the disk filled since
+            why = ("the disk filled since the estimate" if free < self.reserve else
+                   "the data compresses worse than estimated, or the disk filled meanwhile")
             raise ResourceRefused(
                 f"{self.what}: stopped after {format_bytes(written)}{est}: {self.dir} has "
                 f"{format_bytes(free)} free and robo-loaders leaves {format_bytes(self.reserve)} free for the rest of "
-                f"the machine (the data compresses worse than estimated, or the disk filled meanwhile). "
+                f"the machine ({why}). "
                 f"{self.leftover} Free space, choose a directory on a larger disk, or a backend that writes nothing "
                 "(video_stream)",
                 [("disk", written + more, free)])

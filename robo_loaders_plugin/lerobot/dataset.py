@@ -397,7 +397,11 @@ def check_rows_match(native, columns: list[str], index_column: np.ndarray, serve
 
 
 def _shown(row: np.ndarray) -> str:
-    return np.array2string(np.asarray(row), threshold=8, edgeitems=3, precision=6, separator=", ")
+    """A row's values for a one-line message: numpy's printout (at most 3 values each end of a long row) with its
+    line breaks and the padding that aligned them removed (it breaks lines past 75 characters)."""
+    text = np.array2string(np.asarray(row), threshold=8, edgeitems=3, precision=6, separator=", ",
+                           max_line_width=1 << 30)
+    return " ".join(text.split()).replace("[ ", "[").replace(" ,", ",").replace(" ]", "]")
 
 
 def _as_served(col, dtype: np.dtype, shape: tuple) -> np.ndarray | None:

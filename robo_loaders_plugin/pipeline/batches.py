@@ -238,6 +238,22 @@ class DecodeAhead:
         self.pool.shutdown(wait=True, cancel_futures=True)
 
 
+class _Failed:
+    """An assembling thread's exception, carried through the pipeline in its batch's place and raised as itself
+    where the batches leave it (:meth:`PipelineBatches.batches`).
+
+    Why: torchdata re-raises a worker thread's exception as a new one of the same type whose message is the whole
+    traceback, wrapped once per node ("Caught ShardError in _populate_queue. Original Traceback ... Caught
+    ShardError in _apply_udf ..."), so the project's one-line error (a shard deleted under a running pass) reached
+    the user inside two tracebacks. Carried as a value it also surfaces in order, at the batch that failed.
+    """
+
+    __slots__ = ("exc",)
+
+    def __init__(self, exc: Exception):
+        self.exc = exc
+
+
 class PipelineBatches(BatchSource):
     """The datapipe :class:`~robo_loaders_plugin.core.iteration.BatchSource`: a plan node ordering each pass, a
     torchdata ``ParallelMapper`` of threads assembling batches in order, a prefetcher, and pinned memory if asked.
@@ -272,10 +288,13 @@ class PipelineBatches(BatchSource):
 
         self.decode_ahead = decode_ahead
 
-        def assemble(pairs: np.ndarray) -> dict:
-            if decode_ahead is not None:
-                decode_ahead.reached(pairs[:, 0])
-            return collate(groups.indices(pairs))
+        def assemble(pairs: np.ndarray) -> dict | _Failed:
+            try:
+                if decode_ahead is not None:
+                    decode_ahead.reached(pairs[:, 0])
+                return collate(groups.indices(pairs))
+            except Exception as exc:  # raised as itself by batches(), not as torchdata's wrapper
+                return _Failed(exc)
 
         self.num_threads = max(1, int(plan.num_workers))
         # one batch in flight per thread (torchdata's default is two): the batches assembled at once need their
@@ -321,6 +340,10 @@ class PipelineBatches(BatchSource):
 
         Yields:
             Collated batches, in order.
+
+        Raises:
+            Exception: what assembling a batch raised (the project's errors: one line naming the shard, file or
+                episode), as itself, at that batch.
         """
         self.plan_node.seek(epoch, start)
         self.root.reset()
@@ -334,6 +357,8 @@ class PipelineBatches(BatchSource):
                 batch = next(self.root)
             except StopIteration:
                 return
+            if isinstance(batch, _Failed):
+                raise batch.exc
             for e in done.get(b, ()):  # batches come in order: every batch up to b is assembled
                 self.release(e)
             b += 1

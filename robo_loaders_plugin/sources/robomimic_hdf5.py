@@ -331,12 +331,20 @@ class RobomimicHdf5:
             ``num_samples``, at least 1.
 
         Raises:
-            SourceError: the attribute is missing or below 1.
+            SourceError: the attribute is missing, not a whole number (``"abc"``, several values) or below 1.
         """
         g = f[f"data/{demo}"]
         if "num_samples" not in g.attrs:
             raise SourceError(f"{f.filename}: data/{demo} has no 'num_samples' attribute (robomimic requires it)")
-        n = int(g.attrs["num_samples"])
+        value = g.attrs["num_samples"]
+        try:
+            n = int(value)  # as robomimic reads it
+        except (TypeError, ValueError, OverflowError):  # int()'s own words name neither the file nor the demo
+            shown = " ".join(repr(value).split())
+            shown = shown if len(shown) <= 60 else shown[:57] + "..."
+            raise SourceError(f"{f.filename}: data/{demo} has num_samples={shown}, not a number of steps; robomimic "
+                              "indexes the demo by it: set it to the demo's number of steps (the rows of its "
+                              "arrays)") from None
         if n < 1:
             raise SourceError(f"{f.filename}: data/{demo} has num_samples={n}; robomimic needs at least one step "
                               "per demo (remove the demo or fix the attribute)")

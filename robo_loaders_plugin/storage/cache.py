@@ -10,8 +10,12 @@
   build once (the second waits, then reuses); a dataset holds ``<entry>.use`` shared for its lifetime, so pruning
   never removes data a run (or its DataLoader workers) still reads. Waiting has a timeout
   (``$ROBO_LOADERS_LOCK_TIMEOUT`` seconds, default 7200) and says which lock it waits for.
-- **Size limit**: ``$ROBO_LOADERS_CACHE_SIZE`` (default 50GB; 0 = no limit). After an entry is built, the least
-  recently used entries not in use are removed until the root fits. ``robo-loaders cache list|prune|clear``.
+- **Size limit**: ``$ROBO_LOADERS_CACHE_SIZE`` (default 50GB; 0 = no limit, as ``cache prune --max-size 0``:
+  :func:`parse_size_limit`). After an entry is built, the least recently used entries not in use are removed until
+  the root fits. ``robo-loaders cache list|prune|clear``.
+- **Only entries are pruned**: names made by :func:`entry_for` (and the mirrored tables of remote datasets); anything
+  else in the root, above all another cache root nested in it (a run's ``cache_dir`` under the default root, whose
+  entries that run holds), is neither counted nor removed (:func:`is_entry`).
 - **Leftovers**: temporary files of builds that were killed (``*.tmp-*`` whose build lock is free) are removed,
   with their lock files, before a new build; a build that fails removes its own lock file (``Entry.building``).
 """
@@ -23,6 +27,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import socket
 import time
@@ -82,8 +87,31 @@ def cache_root(option: str | None = None, where: str = "cache_dir") -> str:
     return root
 
 
+def parse_size_limit(value, where: str) -> int | None:
+    """A cache size limit as given by the user: one meaning wherever it is given (``$ROBO_LOADERS_CACHE_SIZE``,
+    ``robo-loaders cache prune --max-size``), 0 being no limit (as ccache's ``max_size``). Why one rule: the two
+    disagreed (the variable's 0 kept everything, ``--max-size 0`` removed every entry nothing used); emptying the
+    cache is ``robo-loaders cache clear``.
+
+    Args:
+        value: A size (``50GB``, ``512MiB``, a number of bytes); 0: no limit.
+        where: The setting that gave it, for the error.
+
+    Returns:
+        The limit in bytes, or ``None`` for no limit.
+
+    Raises:
+        CacheError: ``value`` is not a size.
+    """
+    try:
+        n = parse_bytes(value, where)
+    except ValueError as exc:
+        raise CacheError(f"{exc} (0: no limit)") from None
+    return n or None
+
+
 def size_limit() -> int | None:
-    """The cache's size limit in bytes, from ``$ROBO_LOADERS_CACHE_SIZE`` (default 50GB).
+    """The cache's size limit in bytes, from ``$ROBO_LOADERS_CACHE_SIZE`` (default 50GB; :func:`parse_size_limit`).
 
     Returns:
         The limit, or ``None`` for no limit (the variable set to 0).
@@ -91,12 +119,7 @@ def size_limit() -> int | None:
     Raises:
         CacheError: the variable is not a size.
     """
-    value = os.environ.get(ENV_SIZE, DEFAULT_SIZE)
-    try:
-        n = parse_bytes(value, ENV_SIZE)
-    except ValueError as exc:
-        raise CacheError(str(exc)) from None
-    return n or None
+    return parse_size_limit(os.environ.get(ENV_SIZE, DEFAULT_SIZE), ENV_SIZE)
 
 
 def short_hash(desc) -> str:
@@ -316,8 +339,34 @@ def entry_for(root: str, kind: str, source_key: str, content_key: str, suffix: s
     return Entry(root, f"{kind}-{source_key}-{content_key}{suffix}")
 
 
+# what this project names in a cache root: <kind>-<source key>-<content key>[suffix] (entry_for, obtain), and the
+# mirrored tables of a remote dataset, remote-tables-<key> (lerobot.integration)
+_ENTRY_NAME = re.compile(r"(?:.+-[0-9a-f]{16}-[0-9a-f]{16}|remote-tables-[0-9a-f]{16})(?:\.[A-Za-z0-9]+)?")
+
+
+def is_entry(root: str, name: str) -> bool:
+    """Whether ``name`` in ``root`` is an entry of that root, which pruning may count and remove.
+
+    Why not everything in the root: a run's ``cache_dir`` may be a directory inside another cache root (the default
+    one); pruning that root removed it as one unused entry, with the entries the run held inside it, and the run
+    died. Only the names this project gives entries count, and never a directory that is itself a cache root (it
+    has ``.locks/``: its own entries are held and pruned there).
+
+    Args:
+        root: A cache root.
+        name: A name in it.
+
+    Returns:
+        True for an entry (temporary files of builds, hidden files and other directories are not).
+    """
+    if name.startswith(".") or ".tmp-" in name or not _ENTRY_NAME.fullmatch(name):
+        return False
+    return not os.path.isdir(os.path.join(root, name, LOCKS))
+
+
 def entries(root: str) -> list[Entry]:
-    """Every entry under ``root`` (temporary files and locks left out), sorted by name.
+    """Every entry under ``root`` (:func:`is_entry`: temporary files, locks and what the project did not name as
+    an entry, such as a cache root nested in it, left out), sorted by name.
 
     Args:
         root: A cache root; one that does not exist holds no entries.
@@ -327,7 +376,7 @@ def entries(root: str) -> list[Entry]:
     """
     if not os.path.isdir(root):
         return []
-    return [Entry(root, n) for n in sorted(os.listdir(root)) if not n.startswith(".") and ".tmp-" not in n]
+    return [Entry(root, n) for n in sorted(os.listdir(root)) if is_entry(root, n)]
 
 
 def holds_current(root: str, kind: str, key_desc: dict, source_path: str, recorded_of, suffix: str = "") -> bool:
@@ -424,15 +473,18 @@ def sweep_temporary(root: str, owned: str | None = None) -> list[str]:
     return removed
 
 
-def prune(root: str, limit: int | None, keep: tuple[str, ...] = ()) -> list[str]:
+def prune(root: str, limit: int | None, keep: tuple[str, ...] = (), where: str = ENV_SIZE) -> list[str]:
     """Remove least recently used entries that nothing uses until ``root`` holds at most ``limit`` bytes.
 
-    Entries in use or being built are skipped; when they alone keep the root over its limit, a line says so.
+    Entries in use or being built are skipped; when they alone keep the root over its limit, a line says so. Only
+    the root's entries are counted and removed (:func:`entries`): a cache root nested in it is left alone.
 
     Args:
         root: The cache root.
-        limit: The size limit in bytes; ``None``: no limit (nothing is removed).
+        limit: The size limit in bytes (0: remove every entry nothing uses, as ``cache clear``); ``None``: no limit
+            (nothing is removed).
         keep: Names of entries never removed (the one just built).
+        where: The setting the limit came from, for the line.
 
     Returns:
         The paths removed.
@@ -453,7 +505,7 @@ def prune(root: str, limit: int | None, keep: tuple[str, ...] = ()) -> list[str]
             removed.append(e.path)
     if total > limit:
         print(f"[robo-loaders] the cache {root} holds {format_bytes(total)}, over its limit of {format_bytes(limit)} "
-              f"({ENV_SIZE}), with entries in use; nothing more can be removed now", flush=True)
+              f"({where}), with entries in use; nothing more can be removed now", flush=True)
     return removed
 
 
