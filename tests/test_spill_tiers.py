@@ -101,6 +101,45 @@ def test_frames_that_compress_worse_than_planned_move_the_compressed_tier_to_dis
     assert list(tmp_path.iterdir()) == []  # the file is unlinked: nothing is left behind
 
 
+def test_a_spilled_tier_damaged_on_disk_is_an_error_naming_the_directory_episode_and_frame(tmp_path):
+    """Issue 30 item 4, gpu_resampler's side: the compressed tier spilled to disk is a mapped file; bytes changed
+    under it (a failing disk, a process writing through /proc/<pid>/fd) were decoded into wrong pixels or Blosc2's
+    anonymous "Cannot decompress". Each frame read from disk is checked after its decode: a StoreError naming the
+    directory, the field, the episode and the step; the other frames are still served. Negative control: the
+    damaged blob decoded unchecked serves the damage. The tier in host memory is this process's own: not checked."""
+    from robo_loaders_plugin.storage.codec import FrameCodec
+    from robo_loaders_plugin.storage.store import StoreError
+
+    plan = plan_tiers(_size(), device_budget=None, host_budget=10, spill_dir=str(tmp_path))
+    eps = _episodes()
+    frames = TieredFrames(LENGTHS, INFOS, plan, torch.device("cpu"), spill_dir=str(tmp_path),
+                          names=[f"demo_{i}" for i in range(len(LENGTHS))])
+    for i, e in enumerate(eps):
+        frames.fill(i, e)
+    comp = frames.parts["cam"][2]
+    assert comp.on_disk and comp.first_row == 0
+    _check_parity(frames, eps)
+    (_, begin, end, _), _ = comp._rows()
+    row = sum(LENGTHS[:2]) + 1  # demo_2, step 1
+    s, e = int(begin[row]), int(end[row])
+    with open(f"/proc/self/fd/{comp._file.fileno()}", "r+b") as f:  # the unlinked file, as another process sees it
+        f.seek((s + e) // 2)
+        b = f.read(1)[0]
+        f.seek((s + e) // 2)
+        f.write(bytes([b ^ 0x40]))
+    with pytest.raises(StoreError, match=r"gpu_resampler's compressed tier on disk \(an unlinked file in .*\): cam of "
+                                         r"demo_2 step 1 is damaged \(checksum mismatch on read"):
+        gather(frames, "cam", np.array([3, 2]), np.array([[0, 1], [0, 1]]))
+    got = gather(frames, "cam", np.array([2]), np.array([[0, 2]])).numpy()  # the others still served
+    assert got[0].tobytes() == eps[2]["cam"][[0, 2]].tobytes()
+    out = np.empty((3, 32, 32), np.uint8)
+    try:  # negative control: unchecked, the damage is served or is an error naming nothing
+        FrameCodec.decompress_into_unchecked(comp._rows()[1][0][s:e], out)
+        assert out.tobytes() != eps[2]["cam"][1].tobytes()
+    except RuntimeError as exc:
+        assert "demo_2" not in str(exc)
+
+
 @pytest.mark.cuda
 def test_the_gpu_tier_and_pinned_host_tiers_serve_the_same_bytes():
     device = torch.device("cuda")
