@@ -231,3 +231,42 @@ def test_the_host_budget_keeps_room_for_the_episode_being_read_while_filling(mon
     reserve = tensors.BUILD_EPISODES * max(LENGTHS) * frame
     assert control.raw > plan.raw and plan.footprint.host_bytes <= budget
     assert plan.footprint.host_bytes >= reserve and "being read while filling" in plan.footprint.bound
+
+
+def test_a_max_memory_below_the_least_any_plan_holds_is_refused_naming_it(monkeypatch, tmp_path):
+    """Issue 30 item 7: a max_memory smaller than the reserve for the episode being read was accepted with a bound
+    that contradicted itself ("host memory within 200.0 kB (with 5.0 MB for the demo being read while filling)").
+    The least any plan holds is every frame compressed on disk: the fields that are not frames plus the reserve.
+    Below it: refused in one line naming it in bytes; at it: served from disk, the footprint within the budget and
+    the bound saying the reserve is part of it (the boundary is the control)."""
+    import types
+
+    from robo_loaders_plugin.core.footprint import Available
+    from robo_loaders_plugin.core.units import format_bytes
+    from robo_loaders_plugin.frames import tensors
+
+    monkeypatch.setenv("ROBO_LOADERS_CACHE", str(tmp_path))
+    monkeypatch.setattr(Available, "measure", classmethod(lambda cls, **k: Available(
+        host_bytes=10**12, shm_bytes=0, shm_dir="/dev/shm", shm_is_ram=True, disk_bytes=10**12, disk_dir=k.get(
+            "disk_dir"), device_bytes=None)))
+    size = _size()
+    reserve = tensors.BUILD_EPISODES * max(LENGTHS) * 3 * 32 * 32
+    least = size.other_bytes + reserve
+
+    def plan(max_memory):
+        return tensors.plan_tiers_checked(size, torch.device("cpu"), types.SimpleNamespace(
+            max_memory=max_memory, max_device_memory=None), "kw", ["backend 'datapipe'"])
+
+    for small in (1, least - 1):
+        with pytest.raises(ResourceRefused, match=rf"within kw\.max_memory=.*it needs at least {format_bytes(least)} "
+                                                  rf"\({least} bytes\) of host memory: {format_bytes(size.other_bytes)} "
+                                                  rf"for the fields that are not frames and {format_bytes(reserve)} "
+                                                  r"for the episode being read while filling") as exc:
+            plan(small)
+        assert "\n" not in str(exc.value)
+    served, limit = plan(least)
+    assert served.spill_dir is not None and served.raw == 0 and limit == least - reserve
+    assert served.footprint.host_bytes == least
+    assert served.footprint.bound.endswith(f"host memory within kw.max_memory={format_bytes(least)}, "
+                                           f"{format_bytes(reserve)} of it kept for the episode being read while "
+                                           "filling")

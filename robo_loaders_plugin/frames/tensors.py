@@ -640,8 +640,9 @@ def plan_tiers_checked(size, device: torch.device, options, where: str, alternat
         the host bytes the tiers may fill (the budget less the episode being read).
 
     Raises:
-        core.footprint.ResourceRefused: even with every frame compressed the data does not fit ``max_memory`` or
-            the machine, naming both sizes and what would fit.
+        core.footprint.ResourceRefused: ``max_memory`` is below the least any plan holds (every frame compressed in
+            a file on disk: the fields that are not frames, and the episode being read while filling), naming that
+            least; or the plan does not fit the machine, naming both sizes and what would fit.
     """
     import dataclasses
 
@@ -672,7 +673,7 @@ def plan_tiers_checked(size, device: torch.device, options, where: str, alternat
         plan = plan_tiers(size, device_budget=device_budget, host_budget=tiers_limit, spill_dir=root)
         spilled = (f"even compressed (~{format_bytes(plan.compressed_bytes)}, estimated) the frames exceed {said}: "
                    f"the compressed tier is a file on local disk in {root}, mapped")
-    reserve = f" (with {format_bytes(filling)} for the {plan.unit} being read while filling)" if filling else ""
+    reserve = f", {format_bytes(filling)} of it kept for the {plan.unit} being read while filling" if filling else ""
     if plan.raw < plan.episodes:
         bound = (f"frames of {plan.episodes - plan.raw} of {plan.episodes} {plan.unit}s compressed"
                  + (" in a mapped file on disk" if plan.spill_dir else "") + f", host memory within {said}{reserve}")
@@ -684,12 +685,18 @@ def plan_tiers_checked(size, device: torch.device, options, where: str, alternat
     tiers_host = plan.footprint.host_bytes  # the tiers alone: the episode being read is transient
     fp = dataclasses.replace(plan.footprint, host_bytes=tiers_host + filling)
     plan = dataclasses.replace(plan, footprint=fp)
-    if given is not None and tiers_host > given:
+    if given is not None and tiers_host + filling > given:
+        # the least any plan holds: every frame compressed in a file on disk, the other fields, the episode being read
+        least = tiers_host + filling
+        parts = [f"{format_bytes(filling)} for the {plan.unit} being read while filling (twice the largest)"]
+        if tiers_host:
+            parts.insert(0, f"{format_bytes(tiers_host)} for the fields that are not frames")
         raise ResourceRefused(
             f"backend 'gpu_resampler' cannot hold this dataset within {where}.max_memory={format_bytes(given)}: "
-            f"{size.describe()}; the fields that are not frames alone take {format_bytes(tiers_host)}. "
-            f"Would fit: {'; '.join(list(alternatives))}. Estimated from the dataset's metadata before reading any "
-            "data.", [("host RAM (max_memory)", tiers_host, given)])
+            f"{size.describe()}; even with every camera frame compressed in a file on disk it needs at least "
+            f"{format_bytes(least)} ({least} bytes) of host memory: {' and '.join(parts)}. Give max_memory at least "
+            f"that, or use what would fit: {'; '.join(list(alternatives))}. Estimated from the dataset's metadata "
+            "before reading any data.", [("host RAM (max_memory)", least, given)])
     check_fits(fp, available, backend="gpu_resampler", option_prefix=where, alternatives=list(alternatives))
     if spilled and not quiet:
         print(f"[robo-loaders] gpu_resampler: spilled: {spilled}", flush=True)
