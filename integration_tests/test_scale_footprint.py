@@ -116,7 +116,7 @@ def hdf5_32(tmp_path_factory):
                                 seed=5, min_length=30, max_length=40, progress=False)
 
 
-@pytest.mark.parametrize("max_memory,tiers", [("1GB", "raw"), ("2MB", "raw+compressed"), ("200KB", "disk")])
+@pytest.mark.parametrize("max_memory,tiers", [("1GB", "raw"), ("2MB", "raw+compressed"), ("600KB", "disk")])
 def test_gpu_resampler_spilled_tiers_serve_the_same_bytes(hdf5_32, max_memory, tiers, capsys):
     ds = _rm(hdf5_32, "gpu_resampler", max_memory=max_memory)()
     plan = ds.frames.plan
@@ -225,7 +225,7 @@ def test_lerobot_gpu_resampler_compressed_tier_equals_lerobot_dataset(lerobot_da
     # these 32x48 frames compress 1.3:1, worse than the 1.5:1 planned: the compressed tier moved to disk
     # while filling, said in the summary (the same bytes either way)
     assert not ds.frames.spilled_while_filling or "worse than planned" in ds.serving.summary
-    spilled = serve("gpu_resampler", nat, max_memory="1MB")  # not even compressed: a mapped file on disk
+    spilled = serve("gpu_resampler", nat, max_memory="5MB")  # not even compressed: a mapped file on disk
     assert spilled.frames.plan.spill_dir is not None
     for i in random_indices(len(nat), 40, seed=4):
         same_item(spilled[i], nat[i], f"disk[{i}]")

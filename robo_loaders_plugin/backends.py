@@ -191,9 +191,11 @@ GPU_RESAMPLER_OPTIONS = {
                                                   "of the free memory); beyond it they stay in pinned host memory",
                                 check=check_size),
     "max_memory": Option((int, str), None, "host memory the episodes beyond the GPU may take (bytes or '8GB'; "
-                                           "default: 90% of the available memory): held raw while they fit, then "
-                                           "with camera frames compressed (decompressed per batch); refused up "
-                                           "front when even that does not fit", check=check_size),
+                                           "default: 90% of the available memory), the episode being read while "
+                                           "filling included: held raw while they fit, then with camera frames "
+                                           "compressed (decompressed per batch), then compressed in a file on "
+                                           "disk; refused up front, naming the least that works, below the fields "
+                                           "that are not frames plus the episode being read", check=check_size),
     "target_fps": Option(float, None, "the rate windows are counted at (default: the recorded rate); robomimic: "
                                       "seq_length and frame_stack steps at this rate; LeRobot: the policy's delta "
                                       f"steps at this rate (at most {MAX_FPS:g})", check=check_positive_rate),

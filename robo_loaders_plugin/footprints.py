@@ -23,7 +23,10 @@ from robo_loaders_plugin.core.footprint import (HEADROOM, Available, Footprint, 
 from robo_loaders_plugin.core.units import format_bytes, parse_bytes
 
 EXPECTED_LOSSLESS_RATIO = 1.5  # LZ4 on camera-like 480p frames measured 1.6-1.7:1 (docs/scale.md); renders compress more
-BLOB_OVERHEAD = 32 + 64        # Blosc2 chunk header and alignment, per compressed frame
+BLOB_OVERHEAD = 32 + 64        # Blosc2 chunk header, its offset and checksum (8 + 8), and slack, per compressed frame
+# per episode and field: its arrays 64-byte aligned (the rows or the offsets, and the checksums) and a last short
+# checksum block; 12 fields' worth (the store's writer still stops at max_memory if a store holds more)
+EPISODE_OVERHEAD = 12 * (2 * 64 + 8)
 DEFAULT_CACHE_MEMORY = "1GB"   # the datapipe/video_stream episode buffers, when cache_episodes is not given
 
 
@@ -75,7 +78,7 @@ class DataSize:
     def store_upper_bytes(self) -> int:
         """A compressed store's size if no frame compressed at all (the worst case)."""
         blobs = self.steps * len(self.frame_step_bytes)
-        return self.frame_bytes + blobs * BLOB_OVERHEAD + self.other_bytes + 64 * 8 * len(self.lengths)
+        return self.frame_bytes + blobs * BLOB_OVERHEAD + self._other_stored() + EPISODE_OVERHEAD * len(self.lengths)
 
     def store_expected_bytes(self, ratio: float = EXPECTED_LOSSLESS_RATIO) -> int:
         """A compressed store's expected size: frames compressed at ``ratio``, plus the per-frame blob overhead,
@@ -89,7 +92,13 @@ class DataSize:
             Bytes.
         """
         blobs = self.steps * len(self.frame_step_bytes)
-        return int(self.frame_bytes / ratio) + blobs * BLOB_OVERHEAD + self.other_bytes + 64 * 8 * len(self.lengths)
+        return (int(self.frame_bytes / ratio) + blobs * BLOB_OVERHEAD + self._other_stored()
+                + EPISODE_OVERHEAD * len(self.lengths))
+
+    def _other_stored(self) -> int:
+        """The other fields as a store holds them: their rows, and a checksum of 8 bytes per block of about 4 kB
+        (``storage.store.RAW_BLOCK_BYTES``), counted as one per 2 kB for blocks that end short."""
+        return self.other_bytes + 8 * (self.other_bytes // 2048 + 1)
 
     def build_seconds(self, codec: str, workers: int, decode_video: bool = True) -> float:
         """The estimated build time: reading the source, decoding its videos and compressing the frames once.

@@ -1,5 +1,6 @@
 import os
 import pickle
+import zlib
 
 import numpy as np
 import pytest
@@ -62,7 +63,7 @@ def test_store_roundtrip_and_pickle(tmp_path):
     starts, ends = st.blob_bounds("img")
     assert len(starts) == 4 + 5 + 6
     out = np.empty((15, 24, 24, 3), np.uint8)
-    st.decode_frames(starts.tolist(), ends.tolist(), out, list(range(15)))
+    st.decode_frames(starts.tolist(), ends.tolist(), out, list(range(15)), sums=st.frame_sums("img").tolist())
     assert out.tobytes() == np.concatenate([e[0] for e in eps]).tobytes()
     assert st.raw(2, "low").tobytes() == eps[2][1].tobytes()
     assert not st.raw(0, "low").flags.writeable
@@ -210,15 +211,15 @@ def test_store_frames_check_each_blob_before_its_first_decode_not_all_at_open(tm
     bad.write_bytes(bytes(data))
     checked = []
     real = EpisodeStore.check_blobs
-    monkeypatch.setattr(EpisodeStore, "check_blobs", lambda self, k, s, e, x: (checked.append(len(s)),
-                                                                              real(self, k, s, e, x)))
+    monkeypatch.setattr(EpisodeStore, "check_blobs", lambda self, k, s, e, x, **kw: (checked.append(len(s)),
+                                                                                   real(self, k, s, e, x, **kw)))
     frames = StoreFrames(EpisodeStore(str(bad)))
     out = np.empty((2, 24, 24, 3), np.uint8)
     frames.take("img", np.array([0, 1]), np.array([3, 4]), out)
     assert out[0].tobytes() == eps[0][0][3].tobytes() and out[1].tobytes() == eps[1][0][4].tobytes()
     frames.take("img", np.array([0, 1]), np.array([3, 4]), out)
     assert checked == [2]  # two blobs checked, once
-    with pytest.raises(CodecError, match="corrupt compressed frame"):
+    with pytest.raises(StoreError, match=r"bad\.rlc: demo_2 img frame 0 is damaged \(checksum mismatch"):
         frames.take("img", np.array([2]), np.array([0]), out[:1])
 
 
@@ -240,3 +241,67 @@ def test_store_frames_read_raw_rows_where_they_lie(tmp_path):
     frames._rows["low"] = (rows, first[[1, 2, 0]])
     frames.take("low", episodes, steps, out)
     assert out.tobytes() != np.stack([eps[e][1][s] for e, s in zip(episodes, steps)]).tobytes()
+
+
+def _flip(path, offset: int) -> None:
+    """Flip one bit of ``path`` in place (the file a store has mapped: the mapping sees it)."""
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        b = f.read(1)[0]
+        f.seek(offset)
+        f.write(bytes([b ^ 0x10]))
+
+
+def test_a_store_damaged_while_it_is_read_is_an_error_naming_file_episode_field_and_frame(tmp_path):
+    """Issue 30 item 4: bits flipped in a mapped store while a run reads it were served (wrong pixels, wrong rows)
+    or raised Blosc2's anonymous "Cannot decompress". Each frame is checked after its decode and each raw block
+    after its rows are copied: a StoreError naming the file, the episode, the field and the frame or steps. Negative
+    control: the damaged blob decoded unchecked gives other pixels (or Blosc2's error naming nothing), the damaged
+    rows are other values."""
+    from robo_loaders_plugin.frames.store import StoreFrames
+
+    path = tmp_path / "s.rlc"
+    eps = build(path)
+    frames = StoreFrames(EpisodeStore(str(path)))
+    img, low = np.empty((1, 2, 24, 24, 3), np.uint8), np.empty((1, 2, 2), np.float64)
+    frames.take("img", np.array([1]), np.array([[2, 3]]), img)  # the run is under way: the tables are loaded
+    frames.take("low", np.array([2]), np.array([[0, 1]]), low)
+    store = frames.store
+    s, e = (int(x[4 + 2]) for x in store.blob_layout("img")[:2])  # demo_1's frame 2, past its Blosc2 header
+    _flip(path, (s + e) // 2)
+    _flip(path, store.field(2, "low")["offset"] + 9)  # demo_2's step 0
+    with pytest.raises(StoreError, match=r"s\.rlc: demo_1 img frame 2 is damaged \(checksum mismatch on read"):
+        frames.take("img", np.array([1]), np.array([[2, 3]]), img)
+    with pytest.raises(StoreError, match=r"s\.rlc: demo_2 low steps 0-5 is damaged \(checksum mismatch on read"):
+        frames.take("low", np.array([2, 0]), np.array([[0, 1], [0, 1]]), np.empty((2, 2, 2)))
+    frames.take("img", np.array([1]), np.array([[3, 4]]), img)  # intact frames and blocks are still served
+    assert img[0].tobytes() == eps[1][0][3:5].tobytes()
+    frames.take("low", np.array([0]), np.array([[0, 1]]), low)
+    assert low[0].tobytes() == eps[0][1][:2].tobytes()
+    # negative control: the same reads unchecked serve the damage
+    out = np.empty((24, 24, 3), np.uint8)
+    try:
+        FrameCodec.decompress_into_unchecked(store._buf[s:e], out)
+        assert out.tobytes() != eps[1][0][2].tobytes()
+    except RuntimeError as exc:
+        assert str(path) not in str(exc) and "demo_1" not in str(exc)
+    assert store.raw(2, "low").tobytes() != eps[2][1].tobytes()
+
+
+def test_a_store_of_another_format_gets_another_cache_entry_and_is_refused_if_opened(tmp_path):
+    """The checksum tables changed the store's format (1 -> 2): its cache key holds the format, so a store of
+    format 1 is never found for this version (rebuilt beside it), and one opened anyway is refused naming both."""
+    from robo_loaders_plugin.storage import store as store_module
+    from robo_loaders_plugin.storage.store_cache import keyed
+
+    assert keyed({"source": "x"}) == {"source": "x", "store_format": store_module.FORMAT_VERSION}
+    path = tmp_path / "s.rlc"
+    build(path)
+    data = path.read_bytes()
+    old = data.replace(b'"format": 2', b'"format": 1')
+    hoff, hlen, _, end = store_module._FOOTER.unpack(data[-store_module._FOOTER.size:])
+    header = old[hoff:hoff + hlen]
+    footer = store_module._FOOTER.pack(hoff, hlen, zlib.crc32(header), end)  # a valid header of format 1
+    (tmp_path / "old.rlc").write_bytes(old[:hoff + hlen] + footer)
+    with pytest.raises(StoreError, match=r"old\.rlc: cache format 1 is not 2 .*delete it and it will be rebuilt"):
+        EpisodeStore(str(tmp_path / "old.rlc"))

@@ -101,6 +101,45 @@ def test_frames_that_compress_worse_than_planned_move_the_compressed_tier_to_dis
     assert list(tmp_path.iterdir()) == []  # the file is unlinked: nothing is left behind
 
 
+def test_a_spilled_tier_damaged_on_disk_is_an_error_naming_the_directory_episode_and_frame(tmp_path):
+    """Issue 30 item 4, gpu_resampler's side: the compressed tier spilled to disk is a mapped file; bytes changed
+    under it (a failing disk, a process writing through /proc/<pid>/fd) were decoded into wrong pixels or Blosc2's
+    anonymous "Cannot decompress". Each frame read from disk is checked after its decode: a StoreError naming the
+    directory, the field, the episode and the step; the other frames are still served. Negative control: the
+    damaged blob decoded unchecked serves the damage. The tier in host memory is this process's own: not checked."""
+    from robo_loaders_plugin.storage.codec import FrameCodec
+    from robo_loaders_plugin.storage.store import StoreError
+
+    plan = plan_tiers(_size(), device_budget=None, host_budget=10, spill_dir=str(tmp_path))
+    eps = _episodes()
+    frames = TieredFrames(LENGTHS, INFOS, plan, torch.device("cpu"), spill_dir=str(tmp_path),
+                          names=[f"demo_{i}" for i in range(len(LENGTHS))])
+    for i, e in enumerate(eps):
+        frames.fill(i, e)
+    comp = frames.parts["cam"][2]
+    assert comp.on_disk and comp.first_row == 0
+    _check_parity(frames, eps)
+    (_, begin, end, _), _ = comp._rows()
+    row = sum(LENGTHS[:2]) + 1  # demo_2, step 1
+    s, e = int(begin[row]), int(end[row])
+    with open(f"/proc/self/fd/{comp._file.fileno()}", "r+b") as f:  # the unlinked file, as another process sees it
+        f.seek((s + e) // 2)
+        b = f.read(1)[0]
+        f.seek((s + e) // 2)
+        f.write(bytes([b ^ 0x40]))
+    with pytest.raises(StoreError, match=r"gpu_resampler's compressed tier on disk \(an unlinked file in .*\): cam of "
+                                         r"demo_2 step 1 is damaged \(checksum mismatch on read"):
+        gather(frames, "cam", np.array([3, 2]), np.array([[0, 1], [0, 1]]))
+    got = gather(frames, "cam", np.array([2]), np.array([[0, 2]])).numpy()  # the others still served
+    assert got[0].tobytes() == eps[2]["cam"][[0, 2]].tobytes()
+    out = np.empty((3, 32, 32), np.uint8)
+    try:  # negative control: unchecked, the damage is served or is an error naming nothing
+        FrameCodec.decompress_into_unchecked(comp._rows()[1][0][s:e], out)
+        assert out.tobytes() != eps[2]["cam"][1].tobytes()
+    except RuntimeError as exc:
+        assert "demo_2" not in str(exc)
+
+
 @pytest.mark.cuda
 def test_the_gpu_tier_and_pinned_host_tiers_serve_the_same_bytes():
     device = torch.device("cuda")
@@ -192,3 +231,42 @@ def test_the_host_budget_keeps_room_for_the_episode_being_read_while_filling(mon
     reserve = tensors.BUILD_EPISODES * max(LENGTHS) * frame
     assert control.raw > plan.raw and plan.footprint.host_bytes <= budget
     assert plan.footprint.host_bytes >= reserve and "being read while filling" in plan.footprint.bound
+
+
+def test_a_max_memory_below_the_least_any_plan_holds_is_refused_naming_it(monkeypatch, tmp_path):
+    """Issue 30 item 7: a max_memory smaller than the reserve for the episode being read was accepted with a bound
+    that contradicted itself ("host memory within 200.0 kB (with 5.0 MB for the demo being read while filling)").
+    The least any plan holds is every frame compressed on disk: the fields that are not frames plus the reserve.
+    Below it: refused in one line naming it in bytes; at it: served from disk, the footprint within the budget and
+    the bound saying the reserve is part of it (the boundary is the control)."""
+    import types
+
+    from robo_loaders_plugin.core.footprint import Available
+    from robo_loaders_plugin.core.units import format_bytes
+    from robo_loaders_plugin.frames import tensors
+
+    monkeypatch.setenv("ROBO_LOADERS_CACHE", str(tmp_path))
+    monkeypatch.setattr(Available, "measure", classmethod(lambda cls, **k: Available(
+        host_bytes=10**12, shm_bytes=0, shm_dir="/dev/shm", shm_is_ram=True, disk_bytes=10**12, disk_dir=k.get(
+            "disk_dir"), device_bytes=None)))
+    size = _size()
+    reserve = tensors.BUILD_EPISODES * max(LENGTHS) * 3 * 32 * 32
+    least = size.other_bytes + reserve
+
+    def plan(max_memory):
+        return tensors.plan_tiers_checked(size, torch.device("cpu"), types.SimpleNamespace(
+            max_memory=max_memory, max_device_memory=None), "kw", ["backend 'datapipe'"])
+
+    for small in (1, least - 1):
+        with pytest.raises(ResourceRefused, match=rf"within kw\.max_memory=.*it needs at least {format_bytes(least)} "
+                                                  rf"\({least} bytes\) of host memory: {format_bytes(size.other_bytes)} "
+                                                  rf"for the fields that are not frames and {format_bytes(reserve)} "
+                                                  r"for the episode being read while filling") as exc:
+            plan(small)
+        assert "\n" not in str(exc.value)
+    served, limit = plan(least)
+    assert served.spill_dir is not None and served.raw == 0 and limit == least - reserve
+    assert served.footprint.host_bytes == least
+    assert served.footprint.bound.endswith(f"host memory within kw.max_memory={format_bytes(least)}, "
+                                           f"{format_bytes(reserve)} of it kept for the episode being read while "
+                                           "filling")

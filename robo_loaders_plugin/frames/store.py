@@ -4,6 +4,10 @@ Raw (low-dim) fields are read where they lie in the mapped file, a batch of wind
 rows view of it (no per-process copy of every episode's rows); camera frames are decompressed straight into the
 output array, and a repeated step in a window (padding repeats the first/last step) is copied from its neighbour
 instead of decoded again.
+
+Every read is checked against the store's checksums after it is copied or decoded (a frame per blob, raw rows per
+block of about 4 kB): bytes of the mapped file that change while the run reads it are a ``StoreError`` naming the
+file, episode, field and frame or steps, never wrong data (``storage.store``).
 """
 from __future__ import annotations
 
@@ -33,6 +37,7 @@ class StoreFrames(FrameSource):
         self._flat: dict[str, np.ndarray] = {}  # raw fields: each episode's byte offset of the field
         self._rows: dict[str, tuple] = {}  # raw fields: (rows view of the mapped file, each episode's first element)
         self._bounds: dict[str, tuple] = {}
+        self._blocks: dict[str, tuple] = {}  # raw fields: the store's checked blocks (EpisodeStore.raw_blocks)
 
     def __getstate__(self):  # per-process lookup tables are rebuilt lazily, not shipped to workers
         return {"store": self.store, "hold": self.hold}
@@ -110,6 +115,10 @@ class StoreFrames(FrameSource):
             episodes: (B,) episode indices.
             steps: (B,) or (B, T) step indices.
             out: The destination, ``steps.shape + step shape``, C-contiguous.
+
+        Raises:
+            StoreError: what was read does not match the store's checksums (the file changed after it was built);
+                the message names the file, the episode, the field and the frame or steps.
         """
         info = self.info(field)
         ep = broadcast_episodes(episodes, steps)
@@ -119,14 +128,16 @@ class StoreFrames(FrameSource):
             at = (first[ep] + steps * n).reshape(-1)
             # fancy indexing, not np.take: take would first copy a strided view whole
             out.reshape((at.size,) + rows.shape[1:])[...] = rows[at]
+            self._check_rows(field, np.asarray(episodes).reshape(-1), steps)
             return
         g = (self.starts[ep] + steps).reshape(-1)
         flat_out = out.reshape((g.size,) + tuple(info.shape))
         layout = self._bounds.get(field)
         if layout is None:  # located at the first read; each blob checked before its first decode (not all at open)
             starts, ends, expected = self.store.blob_layout(field)
-            layout = self._bounds[field] = (starts, ends, expected, np.zeros(len(starts), dtype=bool))
-        starts, ends, expected, checked = layout
+            layout = self._bounds[field] = (starts, ends, expected, np.zeros(len(starts), dtype=bool),
+                                            self.store.frame_sums(field))
+        starts, ends, expected, checked, sums = layout
         T = steps.shape[-1] if steps.ndim > 1 else 1
         fresh = np.ones(g.size, dtype=bool)
         fresh[1:] = g[1:] != g[:-1]
@@ -135,10 +146,37 @@ class StoreFrames(FrameSource):
         blobs = g[todo]
         new = blobs[~checked[blobs]]
         if new.size:
-            self.store.check_blobs(field, starts[new], ends[new], expected[new])
+            self.store.check_blobs(field, starts[new], ends[new], expected[new], frames=new, sums=sums[new])
             checked[new] = True
-        self.store.decode_frames(starts[blobs].tolist(), ends[blobs].tolist(), flat_out, todo.tolist())
+        self.store.decode_frames(starts[blobs].tolist(), ends[blobs].tolist(), flat_out, todo.tolist(),
+                                 sums=sums[blobs].tolist(), frames=blobs, key=field)
         if len(todo) < g.size:  # padding: repeat the previous step of the row
             src = np.maximum.accumulate(np.where(fresh, np.arange(g.size), 0))
             rep = np.flatnonzero(~fresh)
             flat_out[rep] = flat_out[src[rep]]
+
+    def _check_rows(self, field: str, episodes: np.ndarray, steps: np.ndarray) -> None:
+        """Check the blocks of a raw field holding the rows just copied (``EpisodeStore.check_blocks``): per row of
+        the read, every block from its lowest step's to its highest's.
+
+        Why per row, not per step: this runs for every raw field of every read, and the blocks of a window are
+        found from two numbers (a per-step ``np.unique`` cost ~12 us a field for one sample)."""
+        layout = self._blocks.get(field)
+        if layout is None:
+            base, per = (layout := self.store.raw_blocks(field))[:2]
+            self._blocks[field] = layout = layout + (np.asarray(base, np.int64), np.asarray(per, np.int64))
+        base, per = layout[0], layout[1]
+        if len(episodes) == 1:  # one sample: Python ints beat numpy on a handful of steps
+            e, s = int(episodes[0]), steps.reshape(-1).tolist()
+            blocks = range(base[e] + min(s) // per[e], base[e] + max(s) // per[e] + 1)
+        else:  # few numpy calls: each costs about a microsecond whatever its size
+            first, per = layout[5][episodes], layout[6][episodes]
+            if steps.ndim == 1 or steps.shape[1] == 1:
+                blocks = set((first + steps.reshape(-1) // per).tolist())
+            else:
+                lo, hi = (first + steps.min(1) // per).tolist(), (first + steps.max(1) // per).tolist()
+                blocks = set(lo).union(hi)
+                for a, z in zip(lo, hi):
+                    if z - a > 1:  # a window wider than two blocks
+                        blocks.update(range(a + 1, z))
+        self.store.check_blocks(field, layout[:5], blocks)

@@ -216,17 +216,37 @@ class CompressedRows:
     """Camera frames of a run of rows kept compressed, one Blosc2 blob per frame (the last ``gpu_resampler``
     tier): in host memory, or, when even compressed they exceed the memory budget, in a file on local disk
     (``spill_dir``; unlinked at once, so nothing is left behind, and mapped: the page cache keeps the hot part).
-    Episodes are appended in row order; a row is found by (buffer, offsets)."""
+    Episodes are appended in row order; a row is found by (buffer, offsets).
+
+    Each blob's checksum (``storage.store.checksum``) is kept beside it, and a frame read from the file on disk is
+    checked after it is decoded: a file changed while the run reads it (a failing disk, a process writing to it
+    through ``/proc``) is a ``StoreError`` naming the directory, the episode, the field and the frame, never wrong
+    pixels or Blosc2's anonymous ``Cannot decompress``. Blobs in host memory are not checked: no other process
+    can write this process's memory.
+
+    Args:
+        first_row: The global row of the first frame held.
+        frame_shape: One frame's shape.
+        dtype: The frames' dtype.
+        codec: The ``storage.codec.FrameCodec`` compressing them.
+        spill_dir: Keep the blobs in a file there from the start (``None``: in memory until :meth:`to_disk`).
+        guard: A ``core.footprint.DiskGuard`` checked before every append on disk (``None``: no check).
+        field: The field held, for messages.
+        locate: Names a global row for messages (``"demo_3 step 12"``; ``None``: the row number).
+    """
 
     def __init__(self, first_row: int, frame_shape: tuple, dtype, codec, spill_dir: str | None = None,
-                 guard=None):
+                 guard=None, field: str = "frames", locate=None):
         import threading
 
         self.first_row, self.frame_shape, self.dtype, self.codec = int(first_row), tuple(frame_shape), dtype, codec
         self.buffers: list[np.ndarray] = []   # in memory: one uint8 array per episode, its frames' blobs end to end
         self.buf_of_row: list[np.ndarray] = []
         self.starts: list[np.ndarray] = []
+        self.sums: list[np.ndarray] = []  # each episode's blobs' checksums (uint64)
         self.nbytes = 0
+        self.field, self.locate = field, locate
+        self.spill_dir = None
         self._index = None
         self._file = self._map = None
         self.guard = guard
@@ -237,6 +257,7 @@ class CompressedRows:
 
             os.makedirs(spill_dir, exist_ok=True)
             self._file = tempfile.TemporaryFile(dir=spill_dir, prefix="gpu_resampler-compressed-")
+            self.spill_dir = spill_dir
 
     @property
     def on_disk(self) -> bool:
@@ -265,6 +286,7 @@ class CompressedRows:
         if guard is not None:
             guard.check(self.nbytes)
         self._file = tempfile.TemporaryFile(dir=spill_dir, prefix="gpu_resampler-compressed-")
+        self.spill_dir = spill_dir
         self.guard = guard
         pos = 0
         for i, buf in enumerate(self.buffers):
@@ -288,8 +310,11 @@ class CompressedRows:
         Raises:
             ResourceRefused: on disk, the guard's disk would fall below its reserve.
         """
+        from robo_loaders_plugin.storage.store import checksum
+
         blobs = [self.codec.compress(f) for f in frames]
         offsets = np.concatenate([[0], np.cumsum([len(b) for b in blobs])]).astype(np.int64)
+        self.sums.append(np.fromiter(map(checksum, blobs), dtype=np.uint64, count=len(blobs)))
         if self._file is not None:
             if self.guard is not None:
                 self.guard.check(int(offsets[-1]), self.nbytes)
@@ -311,7 +336,8 @@ class CompressedRows:
                 bufs = np.concatenate(self.buf_of_row) if self.buf_of_row else np.zeros(0, np.int64)
                 begin = np.concatenate([o[:-1] for o in self.starts]) if self.starts else np.zeros(0, np.int64)
                 end = np.concatenate([o[1:] for o in self.starts]) if self.starts else np.zeros(0, np.int64)
-                self._index = (bufs, begin, end)
+                sums = np.concatenate(self.sums) if self.sums else np.zeros(0, np.uint64)
+                self._index = (bufs, begin, end, sums)
             if self._file is not None and self._map is None:
                 import mmap
 
@@ -326,14 +352,45 @@ class CompressedRows:
         Args:
             rows: The dataset's rows (global, from ``first_row`` on), appended already.
             out: A numpy array of ``(len(rows),) + frame shape``, C-contiguous per frame, written in place.
+
+        Raises:
+            StoreError: on disk, a frame does not match its checksum or cannot be decompressed (the file changed
+                after it was written).
         """
         from robo_loaders_plugin.storage.codec import FrameCodec
+        from robo_loaders_plugin.storage.store import checksum
 
-        (bufs, begin, end), buffers = self._rows()
+        (bufs, begin, end, sums), buffers = self._rows()
         local = np.asarray(rows, dtype=np.int64) - self.first_row
         decompress = FrameCodec.decompress_into_unchecked
-        for j, (b, s, e) in enumerate(zip(bufs[local].tolist(), begin[local].tolist(), end[local].tolist())):
-            decompress(buffers[b][s:e], out[j])
+        if self._file is None:  # host memory: this process's own
+            for j, (b, s, e) in enumerate(zip(bufs[local].tolist(), begin[local].tolist(), end[local].tolist())):
+                decompress(buffers[b][s:e], out[j])
+            return
+        data = buffers[0]  # the mapped file; each frame checked after its decode (a change during it is seen)
+        for j, (s, e, c) in enumerate(zip(begin[local].tolist(), end[local].tolist(), sums[local].tolist())):
+            blob = data[s:e]
+            try:
+                decompress(blob, out[j])
+            except Exception as exc:  # Blosc2's RuntimeError names nothing: name the frame
+                raise self._damaged(int(rows[j]), exc if checksum(blob) == c else None,
+                                    f"; Blosc2 could not decompress it: {exc}") from None
+            if checksum(blob) != c:
+                raise self._damaged(int(rows[j]))
+
+    def _damaged(self, row: int, undecodable=None, detail: str = ""):
+        """The error for a frame read from disk: damaged (its checksum fails), or refused by Blosc2 though its
+        checksum holds (``undecodable``: Blosc2's exception)."""
+        from robo_loaders_plugin.storage.store import StoreError
+
+        where = (f"gpu_resampler's compressed tier on disk (an unlinked file in {self.spill_dir}): {self.field} of "
+                 + (self.locate(row) if self.locate is not None else f"row {row}"))
+        if undecodable is not None:
+            return StoreError(f"{where} cannot be decompressed though its checksum holds (Blosc2: {undecodable}); "
+                              "restart the run, which writes the tier anew")
+        return StoreError(f"{where} is damaged (checksum mismatch on read{detail}): the file changed after it was "
+                          "written, damaged on disk or written by another process; restart the run, which writes the "
+                          "tier anew")
 
 
 class TieredFrames(TensorFrames):
@@ -355,10 +412,12 @@ class TieredFrames(TensorFrames):
             the plan's last resort when even compressed the frames exceed the memory budget.
         overflow_dir: Where the compressed tier moves when, while filling, it outgrows ``host_limit`` (frames
             that compress worse than the plan assumed); ``None``: the fill stops with both sizes instead.
+        names: Each episode's name, for messages (``None``: ``<unit> <position>``).
     """
 
     def __init__(self, lengths, infos: dict[str, FieldInfo], plan, output_device: torch.device, codec=None,
-                 host_limit: int | None = None, spill_dir: str | None = None, overflow_dir: str | None = None):
+                 host_limit: int | None = None, spill_dir: str | None = None, overflow_dir: str | None = None,
+                 names=None):
         from robo_loaders_plugin.storage.codec import FrameCodec
 
         self.lengths = np.asarray(lengths, dtype=np.int64)
@@ -376,6 +435,7 @@ class TieredFrames(TensorFrames):
         self.codec = codec or FrameCodec("lz4hc", 5)
         self.host_limit = host_limit
         self.overflow_dir = overflow_dir
+        self.names = list(names) if names is not None else None
         self.spilled_while_filling = ""
         self.tensors, self.parts = {}, {}
         for k, v in self.infos.items():
@@ -395,11 +455,25 @@ class TieredFrames(TensorFrames):
                     from robo_loaders_plugin.core.footprint import DiskGuard
 
                     guard = DiskGuard(spill_dir, f"gpu_resampler's compressed frames in {spill_dir}")
-                comp = CompressedRows(self.raw_rows, v.shape, v.dtype, self.codec, spill_dir, guard)
+                comp = CompressedRows(self.raw_rows, v.shape, v.dtype, self.codec, spill_dir, guard, field=k,
+                                      locate=self.locate)
             self.parts[k] = (dev, raw, comp)
         self.host_bytes = sum(t.numel() * t.element_size() for t in self.tensors.values() if t.device.type == "cpu")
         self.host_bytes += sum(p[1].numel() * p[1].element_size() for p in self.parts.values() if p[1] is not None)
         self.filled = np.zeros(len(self.lengths), dtype=bool)
+
+    def locate(self, row: int) -> str:
+        """A global row named for messages: its episode and step (``demo_3 step 12``).
+
+        Args:
+            row: The row (episodes end to end).
+
+        Returns:
+            The words.
+        """
+        ep = int(np.searchsorted(self.starts, row, side="right")) - 1
+        name = self.names[ep] if self.names is not None else f"{self.plan.unit} {ep}"
+        return f"{name} step {int(row - self.starts[ep])}"
 
     def fill(self, ep: int, arrays: dict) -> None:
         """Copy one episode's fields into their tiers: camera frames into the device, host-raw or compressed tier
@@ -566,8 +640,9 @@ def plan_tiers_checked(size, device: torch.device, options, where: str, alternat
         the host bytes the tiers may fill (the budget less the episode being read).
 
     Raises:
-        core.footprint.ResourceRefused: even with every frame compressed the data does not fit ``max_memory`` or
-            the machine, naming both sizes and what would fit.
+        core.footprint.ResourceRefused: ``max_memory`` is below the least any plan holds (every frame compressed in
+            a file on disk: the fields that are not frames, and the episode being read while filling), naming that
+            least; or the plan does not fit the machine, naming both sizes and what would fit.
     """
     import dataclasses
 
@@ -598,7 +673,7 @@ def plan_tiers_checked(size, device: torch.device, options, where: str, alternat
         plan = plan_tiers(size, device_budget=device_budget, host_budget=tiers_limit, spill_dir=root)
         spilled = (f"even compressed (~{format_bytes(plan.compressed_bytes)}, estimated) the frames exceed {said}: "
                    f"the compressed tier is a file on local disk in {root}, mapped")
-    reserve = f" (with {format_bytes(filling)} for the {plan.unit} being read while filling)" if filling else ""
+    reserve = f", {format_bytes(filling)} of it kept for the {plan.unit} being read while filling" if filling else ""
     if plan.raw < plan.episodes:
         bound = (f"frames of {plan.episodes - plan.raw} of {plan.episodes} {plan.unit}s compressed"
                  + (" in a mapped file on disk" if plan.spill_dir else "") + f", host memory within {said}{reserve}")
@@ -610,12 +685,18 @@ def plan_tiers_checked(size, device: torch.device, options, where: str, alternat
     tiers_host = plan.footprint.host_bytes  # the tiers alone: the episode being read is transient
     fp = dataclasses.replace(plan.footprint, host_bytes=tiers_host + filling)
     plan = dataclasses.replace(plan, footprint=fp)
-    if given is not None and tiers_host > given:
+    if given is not None and tiers_host + filling > given:
+        # the least any plan holds: every frame compressed in a file on disk, the other fields, the episode being read
+        least = tiers_host + filling
+        parts = [f"{format_bytes(filling)} for the {plan.unit} being read while filling (twice the largest)"]
+        if tiers_host:
+            parts.insert(0, f"{format_bytes(tiers_host)} for the fields that are not frames")
         raise ResourceRefused(
             f"backend 'gpu_resampler' cannot hold this dataset within {where}.max_memory={format_bytes(given)}: "
-            f"{size.describe()}; the fields that are not frames alone take {format_bytes(tiers_host)}. "
-            f"Would fit: {'; '.join(list(alternatives))}. Estimated from the dataset's metadata before reading any "
-            "data.", [("host RAM (max_memory)", tiers_host, given)])
+            f"{size.describe()}; even with every camera frame compressed in a file on disk it needs at least "
+            f"{format_bytes(least)} ({least} bytes) of host memory: {' and '.join(parts)}. Give max_memory at least "
+            f"that, or use what would fit: {'; '.join(list(alternatives))}. Estimated from the dataset's metadata "
+            "before reading any data.", [("host RAM (max_memory)", least, given)])
     check_fits(fp, available, backend="gpu_resampler", option_prefix=where, alternatives=list(alternatives))
     if spilled and not quiet:
         print(f"[robo-loaders] gpu_resampler: spilled: {spilled}", flush=True)

@@ -383,7 +383,7 @@ def gpu_resampler_dataset(native, *, options):
     size = dataclasses.replace(source.data_size(native.episodes), lengths=np.asarray(lengths, dtype=np.int64))
     plan, host_limit = plan_tiers_checked(size, train_device, options, OPTION_PREFIX, _GPU_ALTERNATIVES)
     frames = TieredFrames(lengths, infos, plan, train_device, host_limit=host_limit, spill_dir=plan.spill_dir,
-                          overflow_dir=default_root())
+                          overflow_dir=default_root(), names=[f"episode_{ep}" for ep, _, _ in episodes.runs])
     for unit, (ep, _, _) in enumerate(tqdm(episodes.runs, desc=f"gpu_resampler [{native.repo_id}]", unit="episode",
                                            mininterval=0.5)):
         frames.fill(unit, first if ep == first_ep else episodes.read(ep)[0])

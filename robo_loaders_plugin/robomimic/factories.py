@@ -565,7 +565,7 @@ def gpu_resampler_dataset(config, obs_keys, filter_by_attribute=None, dataset_pa
              for k, a in first.items()}
     modes = resolve_modes(infos, options.modes, OPTION_PREFIX)
     frames = TieredFrames(lengths, infos, plan, train_device, host_limit=host_limit, spill_dir=plan.spill_dir,
-                          overflow_dir=default_root())
+                          overflow_dir=default_root(), names=demos)
     split = filter_by_attribute or "all demos"
     with source.open() as f:
         for i, demo in enumerate(tqdm(demos, desc=f"gpu_resampler [{split}]", unit="demo", mininterval=0.5)):

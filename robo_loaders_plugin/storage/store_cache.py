@@ -18,7 +18,8 @@ from robo_loaders_plugin.storage import cache
 from robo_loaders_plugin.storage.codec import FrameCodec
 from robo_loaders_plugin.storage.fingerprint import Fingerprint
 from robo_loaders_plugin.storage import ramfile
-from robo_loaders_plugin.storage.store import EpisodeStore, MemoryBudgetExceeded, StoreError, StoreWriter
+from robo_loaders_plugin.storage.store import FORMAT_VERSION, EpisodeStore, MemoryBudgetExceeded, StoreError, \
+    StoreWriter
 
 SOURCE_KEY = "source_fingerprint"
 
@@ -103,6 +104,19 @@ def recorded_fingerprint(path: str) -> Fingerprint | None:
         return None
 
 
+def keyed(key_desc: dict) -> dict:
+    """The cache key of a store: the adapter's key with the store format, so that a store written in another
+    format gets another entry and is never read as this one.
+
+    Args:
+        key_desc: The adapter's key (the source and every option the content depends on).
+
+    Returns:
+        The key with ``store_format``.
+    """
+    return dict(key_desc, store_format=FORMAT_VERSION)
+
+
 def open_or_build(*, kind: str, source, key_desc: dict, write: Callable[[StoreWriter], None], codec: FrameCodec,
                   cache_dir: str | None, max_memory, build_workers: int | None, meta: dict, option_prefix: str,
                   description: str, disk_estimate: int | None = None):
@@ -139,6 +153,8 @@ def open_or_build(*, kind: str, source, key_desc: dict, write: Callable[[StoreWr
     """
     max_bytes = parse_bytes(max_memory, f"{option_prefix}.max_memory") if max_memory is not None else None
     workers = build_workers or min(8, os.cpu_count() or 1)
+    key_desc = keyed(key_desc)
+
     def usable(path: str) -> bool:
         try:
             store = EpisodeStore(path)
@@ -221,7 +237,8 @@ def plan_store(size, *, kind: str, key_desc: dict, source_path: str, options, op
     plan = compressed_cache_plan(size, cache_dir=options.cache_dir, max_memory=options.max_memory,
                                  codec=options.codec, workers=workers, option_prefix=option_prefix,
                                  available=available)
-    if not plan.in_ram and cache.holds_current(root, kind, key_desc, source_path, recorded_fingerprint, ".rlc"):
+    if not plan.in_ram and cache.holds_current(root, kind, keyed(key_desc), source_path, recorded_fingerprint,
+                                               ".rlc"):
         plan = compressed_cache_plan(size, cache_dir=options.cache_dir, max_memory=options.max_memory,
                                      codec=options.codec, workers=workers, option_prefix=option_prefix,
                                      available=available, reusable=True)
