@@ -54,5 +54,13 @@ integration: setup
 demo: setup
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" bash examples/demo.sh $(DEMO_DIR)
 
+# the README's loader tables: every backend against the native loader in the same run (3 rounds, each backend
+# reported by its median run), written to benchmarks/results/, then the README's tables regenerated from them; data
+# generated into bench_out/ (about 1 GB); tens of minutes on a 2-core machine. REPEATS=1 for a quicker look.
+bench: setup
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" REPEATS=$${REPEATS:-3} bash benchmarks/robomimic_lift.sh
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" REPEATS=$${REPEATS:-3} PRESETS="$${PRESETS:-diffusion}" bash benchmarks/lerobot.sh
+	$(PY) -m benchmarks.harness readme
+
 clean:
 	rm -rf $(VENV) $(DEMO_DIR)

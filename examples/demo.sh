@@ -1,65 +1,108 @@
 #!/usr/bin/env bash
-# make demo: generate a Lift-PH-sized robomimic dataset, train BC-RNN with robomimic's unmodified training script
-# using the compressed_cache backend (selected in examples/robomimic_bc_rnn_compressed_cache.json), then benchmark
-# the backends against robomimic's own loader.
+# make demo: a few minutes end to end (the README says how long it took): a small robomimic image dataset, BC-RNN
+# trained by robomimic's unmodified training script on compressed_cache (selected in
+# examples/robomimic_bc_rnn_compressed_cache.json), a quick loader benchmark against robomimic's own loader; then a
+# LeRobot v3 dataset written by LeRobot's own writer, the normal lerobot-train command with --dataset.backend (twice)
+# and a quick LeRobot benchmark. The README's full benchmarks are `make bench` (benchmarks/*.sh, tens of minutes).
+#
+# Every step prints a header with the time elapsed; what the tools print is filtered to the lines worth reading and
+# kept whole in a log beside the results (named when a step fails). The last line says where everything is.
 set -euo pipefail
 out=${1:-demo_out}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 here=$(cd "$(dirname "$0")" && pwd)
+started=$SECONDS
+steps=7
+n=0
 
-echo "== registered backends"
-robo-loaders list
+# quieter tools: no SVT-AV1 info/warning lines (LeRobot's AV1 writer), no datasets "Map:" bars, output unbuffered so
+# that the filtered lines appear as they are printed
+export SVT_LOG=1 HF_DATASETS_DISABLE_PROGRESS_BARS=1 HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 TQDM_MININTERVAL=5
 
-echo "== sample data: 200 demos x ~50 steps, 2 cameras 84x84 (Lift PH sized)"
-[ -f "$out/lift_like.hdf5" ] || robo-loaders sample-data robomimic "$out/lift_like.hdf5" --demos 200 \
-  --min-length 45 --max-length 55 --image-size 84 --cameras 2 --seed 0
+elapsed() { local s=$((SECONDS - started)); printf '%d:%02d' $((s / 60)) $((s % 60)); }
+step() { n=$((n + 1)); printf '\n== [%d/%d, %s elapsed] %s\n' "$n" "$steps" "$(elapsed)" "$*"; }
+# run LOG PATTERN CMD...: CMD's output goes whole to LOG; lines matching PATTERN are shown as they come
+run() {
+  local log=$1 pattern=$2
+  shift 2
+  local rc=0
+  : > "$log"
+  "$@" >> "$log" 2>&1 &
+  local pid=$!
+  tail -n +1 -f --pid="$pid" "$log" | grep --line-buffered -E "$pattern" || true
+  wait "$pid" || rc=$?
+  if [ "$rc" != 0 ]; then echo "failed (exit $rc): see $log" >&2; exit "$rc"; fi
+}
 
-echo "== robomimic training (python -m robomimic.scripts.train, unmodified) with data_backend=compressed_cache"
+step "sample data: robomimic HDF5, 40 demos x ~50 steps, 2 cameras 84x84"
+[ -f "$out/lift_like.hdf5" ] || run "$out/sample_robomimic.log" "^Wrote|^wrote" \
+  robo-loaders sample-data robomimic "$out/lift_like.hdf5" --demos 40 --min-length 45 --max-length 55 \
+  --image-size 84 --cameras 2 --seed 0
+ls -l "$out/lift_like.hdf5" | awk '{printf "   %s (%.0f MB)\n", $NF, $5 / 1e6}'
+
+step "robomimic: BC-RNN, 2 epochs of 3 batches, robomimic's unmodified training script, train.data_backend=compressed_cache"
+echo "   (robo-loaders robomimic-train runs robomimic.scripts.train and exits non-zero when the run fails)"
 rm -rf "$out/robomimic_runs"
 python - "$here/robomimic_bc_rnn_compressed_cache.json" "$out" <<'PY'
 import json, sys
 cfg = json.load(open(sys.argv[1]))
 cfg["train"]["data"] = f"{sys.argv[2]}/lift_like.hdf5"
 cfg["train"]["output_dir"] = f"{sys.argv[2]}/robomimic_runs"  # robomimic resolves relative paths to its package
+# a demo, not a training run: BC-RNN's ResNet-18 encoders take seconds per batch on a CPU, so small batches and
+# short epochs (the example config keeps its real settings)
+cfg["train"]["batch_size"] = 4
+cfg["experiment"]["epoch_every_n_steps"] = 3
+cfg["experiment"]["validation_epoch_every_n_steps"] = 2
 json.dump(cfg, open(f"{sys.argv[2]}/config.json", "w"), indent=2)
 PY
-python -m robomimic.scripts.train --config "$out/config.json" 2>&1 | tee "$out/train.log" | \
-  grep -E "robo-loaders|Train Epoch|Validation Epoch|\"Loss\"|run failed|Error" || true
-if grep -q "run failed" "$out/train.log" || ! grep -q "Train Epoch 2" "$out/train.log"; then
-  echo "training failed: see $out/train.log" >&2; exit 1
-fi
+run "$out/train_robomimic.log" '^\[robo-loaders\]|^(Train|Validation) Epoch|"Loss"|run failed|Error' \
+  robo-loaders robomimic-train --config "$out/config.json"
 
-echo "== benchmark (each backend in its own process; ratios measured in this run)"
-robo-loaders bench robomimic --dataset "$out/lift_like.hdf5" \
-  --backends native:low_dim,native:all,compressed_cache --seq-length 10 --batch-size 64 \
-  --num-workers 2 --batches 100 --json "$out/bench_robomimic.json"
-echo "results: $out/bench_robomimic.json"
+step "robomimic loader benchmark (quick: 40 batches; each backend in its own process, ratios from this run)"
+run "$out/bench_robomimic.log" '^\||^[a-z_:]+ +[0-9]|samples/s|^\[robo-loaders\] bench' \
+  robo-loaders bench robomimic --dataset "$out/lift_like.hdf5" \
+  --backends native:low_dim,compressed_cache,gpu_resampler --seq-length 10 --batch-size 64 \
+  --num-workers 2 --batches 40 --json "$out/bench_robomimic.json"
 
-echo "== LeRobot: a v3 dataset written by LeRobot's own writer (AV1, 2 cameras), then the normal lerobot-train"
-echo "   command plus --dataset.backend=compressed_cache"
-export HF_HUB_OFFLINE=1
-[ -d "$out/lerobot_sample" ] || robo-loaders sample-data lerobot "$out/lerobot_sample" --repo-id local/sample \
-  --episodes 20 --min-length 80 --max-length 120 --cameras 2 --image-size 84x84 --codec av1
-# lerobot_train RUN_NAME EXPECTED_LOG_LINE FLAGS...: the normal lerobot-train command plus FLAGS, 20 steps on CPU
+step "sample data: LeRobot v3 (LeRobot's own writer, AV1), 10 episodes x ~60 frames, 2 cameras 84x84"
+[ -d "$out/lerobot_sample" ] || run "$out/sample_lerobot.log" "^Wrote|^wrote" \
+  robo-loaders sample-data lerobot "$out/lerobot_sample" --repo-id local/sample \
+  --episodes 10 --min-length 50 --max-length 70 --cameras 2 --image-size 84x84 --codec av1
+
+# lerobot_train RUN EXPECTED_LOG_LINE FLAGS...: the normal lerobot-train command plus FLAGS, 6 steps of ACT on CPU
+# (--policy.pretrained_backbone_weights=null: ACT's ImageNet backbone weights need the internet)
 lerobot_train() {
-  local run=$1 expect=$2
+  local run_name=$1 expect=$2
   shift 2
-  rm -rf "$out/$run"
-  lerobot-train --dataset.repo_id=local/sample --dataset.root="$out/lerobot_sample" "$@" \
+  rm -rf "${out:?}/$run_name"
+  run "$out/$run_name.log" '^\[robo-loaders\]|step:|Error' \
+    lerobot-train --dataset.repo_id=local/sample --dataset.root="$out/lerobot_sample" "$@" \
     --policy.type=act --policy.pretrained_backbone_weights=null --policy.device=cpu --policy.push_to_hub=false \
-    --steps=20 --batch_size=8 --log_freq=5 --num_workers=2 --wandb.enable=false --output_dir="$out/$run" 2>&1 | \
-    tee "$out/$run.log" | grep -E "robo-loaders|step:|Error|error" || true
-  grep -q "$expect" "$out/$run.log" && [ -f "$out/$run/checkpoints/000020/pretrained_model/train_config.json" ] || \
-    { echo "lerobot-train failed: see $out/$run.log" >&2; exit 1; }
+    --steps=6 --save_freq=6 --batch_size=4 --log_freq=3 --num_workers=2 --wandb.enable=false \
+    --output_dir="$out/$run_name"
+  grep -q "$expect" "$out/$run_name.log" && [ -f "$out/$run_name/checkpoints/000006/pretrained_model/train_config.json" ] \
+    || { echo "lerobot-train did not train on the backend: see $out/$run_name.log" >&2; exit 1; }
 }
+
+step "LeRobot: lerobot-train (ACT, 6 steps) with --dataset.backend=compressed_cache"
 lerobot_train lerobot_run "lerobot data backend: compressed_cache" --dataset.backend=compressed_cache
 
-echo "== the same lerobot-train command with --dataset.backend=datapipe (converted into robo-shards on first use)"
+step "LeRobot: the same command with --dataset.backend=datapipe (converted into robo-shards on first use)"
 lerobot_train lerobot_run_datapipe "batches come from the torchdata pipeline" --dataset.backend=datapipe \
   --dataset.backend_kwargs="{\"cache_dir\": \"$out/shards\"}"
 
-echo "== LeRobot benchmark (ACT-like 100-step action chunks; datapipe includes timing the conversion)"
-robo-loaders bench lerobot --root "$out/lerobot_sample" --repo-id local/sample \
-  --backends native,compressed_cache,datapipe \
-  --batch-size 64 --num-workers 2 --batches 40 --delta-timestamps act --json "$out/bench_lerobot.json"
+step "LeRobot loader benchmark (quick: ACT action chunks, 20 batches)"
+run "$out/bench_lerobot.log" '^\||^[a-z_:]+ +[0-9]|samples/s|^\[robo-loaders\] bench' \
+  robo-loaders bench lerobot --root "$out/lerobot_sample" --repo-id local/sample \
+  --backends native,compressed_cache,gpu_resampler --batch-size 64 --num-workers 2 --batches 20 \
+  --delta-timestamps act --json "$out/bench_lerobot.json"
+
+printf '\n== done in %s. Everything is in %s:\n' "$(elapsed)" "$out"
+printf '   %-28s %s\n' \
+  "robomimic_runs/" "robomimic's run folder (checkpoints, logs)" \
+  "train_robomimic.log" "robomimic's whole output" \
+  "bench_robomimic.json" "robomimic loader benchmark (robo-loaders report --out DIR plots it)" \
+  "lerobot_run/, lerobot_run_datapipe/" "lerobot-train output folders (checkpoints, train_config.json)" \
+  "bench_lerobot.json" "LeRobot loader benchmark" \
+  "*.log" "each step's whole output"
