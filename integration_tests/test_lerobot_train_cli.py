@@ -143,3 +143,61 @@ def test_gpu_resampler_trains_at_another_rate_and_resumes(root, tmp_path):
     assert rc == 0, log[-3000:]
     assert "lerobot data backend: gpu_resampler" in log and saved_dataset_config(out, 5)["backend_kwargs"] == \
         {"target_fps": 10}
+
+
+def test_backend_kwargs_are_json_numbers_and_empty_means_none(root, tmp_path):
+    """Issue 30 item 5: LeRobot's parser reads the flag as YAML, where 1e1 and 2e9 are strings ("must be a number,
+    got str '1e1'", "expected a size like 2GB"); an empty value was an AttributeError inside LeRobot's parser. The
+    flag is read as JSON: numbers in exponent form are numbers, saved as such, and an empty value is no options."""
+    out = str(tmp_path / "exp")
+    rc, log = lerobot_train(root, out, "--dataset.backend=gpu_resampler",
+                            '--dataset.backend_kwargs={"target_fps": 1e1, "max_memory": 2e9}')
+    assert rc == 0 and "windows at 10 Hz on 20 Hz data" in log, log[-3000:]
+    assert saved_dataset_config(out, 3)["backend_kwargs"] == {"target_fps": 10.0, "max_memory": 2e9}
+    rc, log = lerobot_train(root, str(tmp_path / "empty"), "--dataset.backend=compressed_cache",
+                            "--dataset.backend_kwargs=")
+    assert rc == 0 and "lerobot data backend: compressed_cache" in log, log[-3000:]
+    # the same through --dataset.discover_packages_path (the plugin is imported after LeRobot read the command line)
+    rc, log = lerobot_train(root, str(tmp_path / "discover"), "--dataset.backend=gpu_resampler",
+                            '--dataset.backend_kwargs={"target_fps": 1e1}',
+                            "--dataset.discover_packages_path=robo_loaders_plugin",
+                            env_extra={"ROBO_LOADERS_DISABLE": "1"})
+    assert rc == 0 and "windows at 10 Hz on 20 Hz data" in log, log[-3000:]
+    # negative control: a JSON string stays a string, refused at parse time
+    rc, log = lerobot_train(root, str(tmp_path / "str"), "--dataset.backend=gpu_resampler",
+                            '--dataset.backend_kwargs={"target_fps": "1e1"}')
+    assert rc == 1 and "--dataset.backend_kwargs.target_fps must be a number, got str '1e1'" in log, log[-3000:]
+    assert "Creating dataset" not in log
+
+
+@pytest.mark.parametrize("discover", [False, True])
+def test_a_late_refusal_is_one_line_and_exit_status_1(root, tmp_path, discover):
+    """Issue 30 item 6: a refusal once LeRobot built its dataset (delta_timestamps naming a key the dataset does
+    not have) printed ~35 lines of traceback before its line. Now that line alone, exit status 1, with the import
+    hook and through --dataset.discover_packages_path."""
+    extra = (["--dataset.discover_packages_path=robo_loaders_plugin"] if discover else [])
+    rc, log = lerobot_train(root, str(tmp_path / "late"), "--dataset.backend=gpu_resampler",
+                            '--dataset.backend_kwargs={"delta_timestamps": {"nope": [-5e-2, 0]}}', *extra,
+                            env_extra={"ROBO_LOADERS_DISABLE": "1"} if discover else None)
+    assert rc == 1, log[-3000:]
+    assert "Creating dataset" in log  # late: after LeRobot's parser accepted the options
+    lines = [ln for ln in log.splitlines() if "nope" in ln and "delta_timestamps" in ln and "{" not in ln]
+    assert len(lines) == 1 and lines[0].startswith("error: --dataset.backend_kwargs.delta_timestamps names ['nope'], "
+                                                   f"which {REPO} does not have"), log[-3000:]
+    assert "Traceback" not in log, log[-3000:]
+
+
+@pytest.mark.parametrize("backend, kwargs, message", [
+    ("compressed_cache", {"cache_dir": "/proc/nope"}, "--dataset.backend_kwargs.cache_dir must be a directory you can "
+                                                      "write to: cannot create '/proc/nope' (No such file or directory)"),
+    ("datapipe", {"shards": "/nonexistent/shards"}, "--dataset.backend_kwargs.shards must be a directory 'robo-loaders "
+                                                    "convert' wrote (left out, the dataset is converted on first use "
+                                                    "into the cache directory): '/nonexistent/shards' does not exist"),
+])
+def test_bad_paths_fail_at_parse_time(root, tmp_path, backend, kwargs, message):
+    """Issue 30 item 12: an unwritable cache_dir (~25 lines ending in CacheError) and shards that do not exist
+    (blamed on "an interrupted conversion") were met after the dataset loaded. Now one line at argument parsing."""
+    rc, log = lerobot_train(root, str(tmp_path / "p"), f"--dataset.backend={backend}",
+                            f"--dataset.backend_kwargs={json.dumps(kwargs)}")
+    assert rc == 1 and message in log, log[-3000:]
+    assert "Creating dataset" not in log and "Traceback" not in log and "interrupted" not in log, log[-3000:]

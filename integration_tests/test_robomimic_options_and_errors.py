@@ -97,8 +97,8 @@ def test_a_frame_the_old_digest_did_not_sample_edited_with_the_mtime_restored_re
 def test_cache_dir_that_is_a_file_is_refused(tiny_hdf5, tmp_path):
     (tmp_path / "file").write_text("x")
     cfg = _cc(tiny_hdf5, backend_kwargs={"cache_dir": str(tmp_path / "file")})
-    with pytest.raises(RoboLoadersError, match=r"train.data_backend_kwargs.cache_dir=.*file' is a file, not a "
-                                               "directory"):
+    with pytest.raises(RoboLoadersError, match=r"train.data_backend_kwargs.cache_dir must be a directory you can "
+                                               r"write to: '.*file' is a file, not a directory"):
         dataset_factory(cfg, obs_keys(cfg))
 
 

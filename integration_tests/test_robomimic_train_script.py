@@ -77,23 +77,53 @@ def test_robomimic_train_command_with_hook_disabled(e2e_hdf5, tmp_path):
 
 
 def test_robomimic_train_command_exit_status_and_retry_without_a_terminal(e2e_hdf5, tmp_path):
-    """robomimic's script exits 0 after a failed run; the wrapper exits 1. A failed run leaves its folder, and the
-    retry, without a terminal, is not stopped by robomimic's overwrite prompt (EOFError): the old folder is kept and
-    the run goes beside it."""
-    bad = write_config(tmp_path, e2e_hdf5, "compressed_cache", "retry", backend_kwargs={"cache_dir": "/proc/nope"})
+    """robomimic's script exits 0 after a failed run; the wrapper exits 1 (a failure that is not the plugin's: the
+    HDF5 file is not there, robomimic's own loader, its handler's traceback kept). A failed run leaves its folder,
+    and the retry, without a terminal, is not stopped by robomimic's overwrite prompt (EOFError): the old folder is
+    kept and the run goes beside it. The plugin's own refusal (an unwritable cache_dir, item 12) is one line."""
+    missing = str(tmp_path / "not_there.hdf5")
+    bad = write_config(tmp_path, missing, None, "retry")
     cmd = [os.path.join(BIN, "robo-loaders"), "robomimic-train", "--config", bad]
     env = dict(os.environ, PYTHONUNBUFFERED="1", PATH=BIN + os.pathsep + os.environ.get("PATH", ""))
     first = subprocess.run(cmd, capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL, timeout=600)
     assert first.returncode == 1 and "run failed with error" in first.stdout, (first.stdout + first.stderr)[-3000:]
-    assert "exit status 1" in first.stderr
-    again = subprocess.run(cmd, capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL, timeout=600)
+    assert "exit status 1" in first.stderr and "Traceback" in first.stdout  # not the plugin's: robomimic's words
+    unwritable = write_config(tmp_path, e2e_hdf5, "compressed_cache", "retry", backend_kwargs={"cache_dir": "/proc/nope"})
+    again = subprocess.run(cmd[:-1] + [unwritable], capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL,
+                           timeout=600)
     out = again.stdout + again.stderr
     assert again.returncode == 1 and "EOFError" not in out and "keeping the existing runs" in out, out[-3000:]
+    assert "error: train.data_backend_kwargs.cache_dir must be a directory you can write to: cannot create " \
+           "'/proc/nope'" in again.stderr and "Traceback" not in out, out[-3000:]
     good = write_config(tmp_path, e2e_hdf5, "compressed_cache", "retry")
     ok = subprocess.run(cmd[:-1] + [good], capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL,
                         timeout=600)
     assert ok.returncode == 0, (ok.stdout + ok.stderr)[-3000:]
     assert len(glob.glob(str(tmp_path / "out" / "retry" / "*"))) == 3  # every attempt kept, in its own folder
+
+
+@pytest.mark.parametrize("how", ["script", "robomimic-train"])
+def test_a_late_refusal_is_one_line_and_a_failed_exit_status(e2e_hdf5, tmp_path, how):
+    """Issue 30 item 6: a refusal once the run started (the dataset is read: target_fps beyond what the file's rate
+    allows) printed robomimic's ~35-line traceback and exited 0. Now one line, exit status 1, through robomimic's
+    own script too (SystemExit passes its handler) and through robo-loaders robomimic-train."""
+    cfg = write_config(tmp_path, e2e_hdf5, "gpu_resampler", "late", backend_kwargs={"target_fps": 5000})
+    cmd = ([sys.executable, "-m", "robomimic.scripts.train"] if how == "script" else
+           [os.path.join(BIN, "robo-loaders"), "robomimic-train"])
+    rc, out = run(cmd + ["--config", cfg])
+    assert rc == 1, out[-3000:]
+    lines = [ln for ln in out.splitlines() if "recorded at" in ln]
+    assert lines == ["error: train.data_backend_kwargs.target_fps=5000 is more than 100x the rate "
+                     f"{e2e_hdf5} was recorded at (20 Hz); choose a target_fps <= 2000"], out[-3000:]
+    assert "Traceback" not in out and "run failed with error" not in out, out[-3000:]
+
+
+def test_a_bug_keeps_its_traceback_in_robomimics_script(e2e_hdf5, tmp_path):
+    """Negative control of item 6: an error that is not the plugin's (robomimic's own, the file is not there) is
+    left to robomimic's handler: its traceback, and its exit status 0."""
+    cfg = write_config(tmp_path, str(tmp_path / "not_there.hdf5"), "compressed_cache", "bug")
+    rc, out = run([sys.executable, "-m", "robomimic.scripts.train", "--config", cfg])
+    assert rc == 0 and "run failed with error" in out and "Traceback" in out, out[-3000:]
 
 
 def test_hook_disabled_means_robomimic_untouched(e2e_hdf5, tmp_path):

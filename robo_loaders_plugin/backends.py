@@ -85,6 +85,45 @@ def check_modes(value: dict) -> None:
             raise ValueError(f"[{key!r}] must be 'nearest', 'previous' or 'linear', got {mode!r}")
 
 
+# byte sizes (max_memory, cache_memory, max_device_memory) are a number of bytes or text like '2GB': a number, not
+# only an integer, because JSON writes 2e9 for two gigabytes (core.units.parse_bytes rounds down to whole bytes)
+
+
+def check_writable_dir(value: str) -> None:
+    """Check a directory option a backend writes in (``cache_dir``, ``local_cache_dir``) at argument parsing: it is
+    created when missing, and must take a file (``core.paths.writable_dir_problem``).
+
+    Args:
+        value: The value given.
+
+    Raises:
+        ValueError: a file, or a directory that cannot be created or written in, with the reason.
+    """
+    from robo_loaders_plugin.core.paths import writable_dir_problem
+
+    problem = writable_dir_problem(value)
+    if problem:
+        raise ValueError(f"must be a directory you can write to: {problem}")
+
+
+def check_shards_dir(value: str) -> None:
+    """Check the ``shards`` option at argument parsing: a directory ``robo-loaders convert`` wrote
+    (``core.paths.shards_dir_problem``; the reader checks the rest when it opens it).
+
+    Args:
+        value: The value given.
+
+    Raises:
+        ValueError: it does not exist, is a file, has no ``index.json``, or holds a conversion not finished.
+    """
+    from robo_loaders_plugin.core.paths import shards_dir_problem
+
+    problem = shards_dir_problem(value)
+    if problem:
+        raise ValueError(f"must be a directory 'robo-loaders convert' wrote (left out, the dataset is converted on "
+                         f"first use into the cache directory): {problem}")
+
+
 MAX_WINDOW = 10_000      # steps or offsets in one window
 MAX_OFFSET_S = 3_600.0   # one hour either side of a frame
 
@@ -127,7 +166,7 @@ def pass_options(shuffle_default: dict, cache_default: int, items: str) -> dict:
         "cache_episodes": Option(int, cache_default, "episodes kept in memory (at least 2 x shuffle_buffer)"
                                  + ("; default: as many as cache_memory holds" if cache_default is None else ""),
                                  min=1),
-        "cache_memory": Option((int, str), None, "memory the episode buffer may take (bytes, '2GB', '512MiB'; "
+        "cache_memory": Option((float, str), None, "memory the episode buffer may take (bytes, '2GB', '512MiB'; "
                                                  "default 1GB): as many episodes (parts of long ones for "
                                                  "video_stream on LeRobot) are kept as fit, and the shuffle buffer "
                                                  "is at most half of them unless given (less when a batch opens "
@@ -142,12 +181,13 @@ COMPRESSED_CACHE_OPTIONS = {
     "codec": Option(str, "lz4hc", "Blosc2 codec for camera frames (docs/codecs.md)", choices=CODECS),
     "level": Option(int, 5, "compression level", min=0, max=9),
     "filter": Option(str, "none", "Blosc2 filter", choices=FILTERS),
-    "max_memory": Option((int, str), None, "RAM the cache may take (bytes, '2GB', '512MiB'); a cache that may not "
+    "max_memory": Option((float, str), None, "RAM the cache may take (bytes, '2GB', '512MiB'); a cache that may not "
                                            "fit it, or /dev/shm, is kept file-backed in the cache directory on "
                                            "disk instead (mapped, byte-identical; the log says so)",
                          check=check_size),
     "cache_dir": Option(str, None, "persist the cache in this cache directory and reuse it while the source and "
-                                   "options are unchanged (default: RAM only, rebuilt every run)", per_host=True),
+                                   "options are unchanged (default: RAM only, rebuilt every run)", per_host=True,
+                         check=check_writable_dir),
     "build_workers": Option(int, None, "threads compressing frames while building (default: number of CPUs, max 8)",
                             min=1, max=256),
     "loader": Option(str, "threads", "'threads': num_data_workers threads build whole batches in the training "
@@ -159,9 +199,10 @@ COMPRESSED_CACHE_OPTIONS = {
 
 DATAPIPE_OPTIONS = {
     "shards": Option(str, None, "a robo-shards directory made by 'robo-loaders convert' (default: convert into the "
-                                "cache directory on first use)", per_host=True),
+                                "cache directory on first use)", per_host=True, check=check_shards_dir),
     "cache_dir": Option(str, None, "the cache directory conversions on first use go to (default: "
-                                   "$ROBO_LOADERS_CACHE or ~/.cache/robo-loaders)", per_host=True),
+                                   "$ROBO_LOADERS_CACHE or ~/.cache/robo-loaders)", per_host=True,
+                        check=check_writable_dir),
     "check_source": Option(bool, True, "refuse 'shards' converted from a source whose content differs from the one "
                                        "training reads (false: serve them anyway)"),
     "convert_workers": Option(int, 1, "processes converting on first use", min=1, max=256),
@@ -184,18 +225,41 @@ def _gpu_resampler_constraints(options) -> None:
                          " too, or leave modes out")
 
 
+def _video_stream_constraints(options) -> None:
+    """A local ``source`` must be there, checked at argument parsing: robomimic's is a directory of video shards,
+    LeRobot's a dataset root (a URL is opened when the dataset is built)."""
+    from robo_loaders_plugin.core.paths import existing_dir_problem, shards_dir_problem
+
+    source = options.source
+    if not source or ("://" in source and not source.startswith("file://")):
+        return
+    path = source[len("file://"):] if source.startswith("file://") else source
+    if options.framework == "robomimic":
+        problem = shards_dir_problem(path)
+        if problem:
+            raise ValueError("source must be a directory 'robo-loaders convert robomimic IN OUT --frames h264' wrote "
+                             f"(left out, the file is converted on first use into the cache directory): {problem}")
+    else:
+        problem = existing_dir_problem(path)
+        if problem:
+            raise ValueError(f"source must be a LeRobot dataset root or a URL: {problem}")
+
+
 GPU_RESAMPLER_OPTIONS = {
     "device": Option(str, "auto", "where batches are built: 'auto' (the training GPU when there is one, else the "
                                   "CPU), 'cpu', 'cuda' or 'cuda:N'", check=check_device),
-    "max_device_memory": Option((int, str), None, "GPU memory the episodes may take (bytes or '8GB'; default: half "
+    "max_device_memory": Option((float, str), None, "GPU memory the episodes may take (bytes or '8GB'; default: half "
                                                   "of the free memory); beyond it they stay in pinned host memory",
                                 check=check_size),
-    "max_memory": Option((int, str), None, "host memory the episodes beyond the GPU may take (bytes or '8GB'; "
+    "max_memory": Option((float, str), None, "host memory the episodes beyond the GPU may take (bytes or '8GB'; "
                                            "default: 90% of the available memory), the episode being read while "
                                            "filling included: held raw while they fit, then with camera frames "
                                            "compressed (decompressed per batch), then compressed in a file on "
                                            "disk; refused up front, naming the least that works, below the fields "
                                            "that are not frames plus the episode being read", check=check_size),
+    "cache_dir": Option(str, None, "the cache directory it writes in: the compressed frames, when host memory cannot "
+                                   "hold them, in a file on disk (default: $ROBO_LOADERS_CACHE or "
+                                   "~/.cache/robo-loaders)", per_host=True, check=check_writable_dir),
     "target_fps": Option(float, None, "the rate windows are counted at (default: the recorded rate); robomimic: "
                                       "seq_length and frame_stack steps at this rate; LeRobot: the policy's delta "
                                       f"steps at this rate (at most {MAX_FPS:g})", check=check_positive_rate),
@@ -221,7 +285,10 @@ VIDEO_STREAM_OPTIONS = {
                                          "decode the local copy from then on (default: stream byte ranges). Each "
                                          "copy is checked against the remote file's size and ETag/mtime and its own "
                                          "SHA-256, and downloaded again (saying why) when either changed",
-                              frameworks=LEROBOT, per_host=True),
+                              frameworks=LEROBOT, per_host=True, check=check_writable_dir),
+    "cache_dir": Option(str, None, "the cache directory it writes in: robomimic's conversion on first use, LeRobot's "
+                                   "copy of a remote dataset's tables (default: $ROBO_LOADERS_CACHE or "
+                                   "~/.cache/robo-loaders)", per_host=True, check=check_writable_dir),
     "decode_device": Option(str, "cpu", "'cpu' (byte-identical to LeRobotDataset), 'cuda' (NVDEC), 'auto'; "
                                         "robomimic video shards are decoded on the CPU",
                             choices=("cpu", "cuda", "auto"), framework_choices={"robomimic": ("cpu", "auto")}),
@@ -301,6 +368,7 @@ def robo_loaders_backends():
                        "robomimic": "robo_loaders_plugin.robomimic.factories:video_stream_dataset"},
             options=VIDEO_STREAM_OPTIONS,
             requires={"robomimic": (TORCHDATA, PYAV), "lerobot": (TORCHDATA, TORCHCODEC)},
+            constraints=_video_stream_constraints,
             remote_source_option="source",
             remote_storage_option="storage_options",
         ),

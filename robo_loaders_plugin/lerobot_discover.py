@@ -1,9 +1,16 @@
 """Imported by LeRobot when a user runs ``lerobot-train --dataset.discover_packages_path=robo_loaders_plugin``
 (LeRobot imports the package and each of its direct submodules before parsing the command line): applies the
-LeRobot patches so ``--dataset.backend`` parses even with the import hook disabled (``ROBO_LOADERS_DISABLE=1``)."""
+LeRobot patches so ``--dataset.backend`` parses even with the import hook disabled (``ROBO_LOADERS_DISABLE=1``),
+and has the plugin's errors that end the run printed as one line, as the import hook's path does
+(``core.errors.install_one_line_excepthook``: ``lerobot-train``'s ``train`` is running already, so its patch does
+not see this command line)."""
 import sys
 
 if "lerobot" in sys.modules:  # only inside a LeRobot process; importing the plugin elsewhere patches nothing
     from robo_loaders_plugin.lerobot.patches import apply_all
 
     apply_all()
+    if "lerobot.scripts.lerobot_train" in sys.modules:  # the training script's command line is being parsed
+        from robo_loaders_plugin.core.errors import install_one_line_excepthook
+
+        install_one_line_excepthook()

@@ -38,3 +38,66 @@ class StaleSourceError(RoboLoadersError):
 
 class CompatError(RoboLoadersError):
     """The installed framework is not the version whose internals the plugin was written against."""
+
+
+def one_line(exc: BaseException) -> str:
+    """The error's message on one line, as a training script's user should see it.
+
+    A DataLoader worker's error reaches the training process re-raised with the worker's traceback in its message
+    (``Caught X in DataLoader worker process 0. Original Traceback ...``): its last line, the worker's own message,
+    is kept. Any other line break (an array printed into a message) becomes a space.
+
+    Args:
+        exc: The error.
+
+    Returns:
+        The message, one line.
+    """
+    text = str(exc).strip()
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    if len(lines) > 1 and "Traceback (most recent call last)" in text:
+        last = lines[-1]
+        head, sep, rest = last.partition(": ")
+        return rest if sep and "." in head and " " not in head else last  # drop "package.module.ErrorType: "
+    return " ".join(lines)
+
+
+def exit_with_one_line(exc: BaseException, status: int = 1):
+    """End a training script's process on one of the plugin's errors: ``error: <message>`` on stderr, one line, no
+    traceback, exit ``status``.
+
+    Why ``SystemExit``: it is not an ``Exception``, so a script that catches every ``Exception`` and exits 0
+    (robomimic's ``train.py``) lets it through with its status.
+
+    Args:
+        exc: The plugin's error (:class:`RoboLoadersError`).
+        status: The exit status.
+
+    Raises:
+        SystemExit: always.
+    """
+    import sys
+
+    print(f"error: {one_line(exc)}", file=sys.stderr, flush=True)
+    raise SystemExit(status)
+
+
+def install_one_line_excepthook() -> None:
+    """Print the plugin's errors that end a command-line process as one line (:func:`exit_with_one_line`'s words,
+    exit status 1) instead of a traceback; every other error keeps its traceback (the previous hook prints it).
+    Idempotent. Installed only where the process is a training script's command line (``lerobot-train``).
+    """
+    import sys
+
+    previous = sys.excepthook
+    if getattr(previous, "_robo_loaders_one_line", False):
+        return
+
+    def hook(exc_type, exc, tb):
+        if isinstance(exc, RoboLoadersError):
+            print(f"error: {one_line(exc)}", file=sys.stderr, flush=True)
+            return
+        previous(exc_type, exc, tb)
+
+    hook._robo_loaders_one_line = True
+    sys.excepthook = hook

@@ -630,7 +630,8 @@ def plan_tiers_checked(size, device: torch.device, options, where: str, alternat
     Args:
         size: The dataset's ``footprints.DataSize`` (from metadata).
         device: The training device (a CUDA device enables the GPU tier).
-        options: The backend's options (``max_device_memory``, ``max_memory``).
+        options: The backend's options (``max_device_memory``, ``max_memory``, ``cache_dir``: where a compressed tier
+            that RAM cannot hold goes).
         where: How the user sets options (``train.data_backend_kwargs``, ...).
         alternatives: What would fit instead, for a refusal.
         quiet: Do not log a spill (a first check before the plan is made again in the rows' order).
@@ -666,9 +667,9 @@ def plan_tiers_checked(size, device: torch.device, options, where: str, alternat
         f"{HEADROOM:.0%} of the available memory ({format_bytes(host_limit)})"
     spilled = ""
     if plan.footprint.host_bytes > tiers_limit:  # even compressed they do not fit: the compressed tier on disk
-        from robo_loaders_plugin.storage.cache import default_root
+        from robo_loaders_plugin.storage.cache import location
 
-        root = default_root()
+        root = location(getattr(options, "cache_dir", None))
         available = Available.measure(disk_dir=root, device=device if device.type == "cuda" else None)
         plan = plan_tiers(size, device_budget=device_budget, host_budget=tiers_limit, spill_dir=root)
         spilled = (f"even compressed (~{format_bytes(plan.compressed_bytes)}, estimated) the frames exceed {said}: "

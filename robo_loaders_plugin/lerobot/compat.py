@@ -15,7 +15,8 @@ the original in :data:`ORIGINALS`). This module imports nothing from the adapter
 4. ``lerobot.scripts.lerobot_train.cycle``: the loop's ``cycle(dataloader)`` yields what the backend's kind says
    (``core.iteration``); LeRobot's own ``cycle`` for its own datasets.
    ``lerobot.scripts.lerobot_train.train``: the command line is checked first (``--dataset.backend_kwargs`` must
-   be a JSON object; LeRobot's parser would read it as YAML), then the script's own ``train`` runs.
+   be a JSON object; LeRobot's parser would read it as YAML), then the script's own ``train`` runs; the plugin's
+   errors that end it are one line (``sys.excepthook``, command line only).
 
 5. ``lerobot.datasets.dataset_reader.DatasetReader._check_cached_episodes_sufficient``, only inside
    :func:`tables_only` (the ``video_stream`` backend with a remote source): LeRobot builds its dataset object from a
@@ -41,7 +42,7 @@ import typing
 
 import numpy as np
 
-from robo_loaders_plugin.core.errors import CompatError
+from robo_loaders_plugin.core.errors import CompatError, install_one_line_excepthook
 
 SUPPORTED_PREFIX = "0.6."
 ORIGINALS: dict[str, object] = {}
@@ -192,11 +193,15 @@ def patch_factory(module, replacements) -> None:
 def patch_train_script(module, cycle, check_command_line) -> None:
     """Replace the training script's ``cycle`` and check its command line before its ``train`` parses it.
 
+    Run from the command line, the plugin's errors that end the run (a refusal once the dataset is built: an
+    unknown ``delta_timestamps`` key, a footprint that does not fit) are printed as one line, exit status 1, not
+    after a traceback (``core.errors.install_one_line_excepthook``); any other error keeps its traceback.
+
     Args:
         module: ``lerobot.scripts.lerobot_train``, freshly imported.
         cycle: Replaces ``cycle(dataloader)``.
         check_command_line: Called with ``sys.argv[1:]`` when ``train()`` is called without a config (the
-            command-line entry point), before LeRobot's parser reads it.
+            command-line entry point), before LeRobot's parser reads it; returns the command line the parser reads.
     """
     check_version()
     _rebind_script(module)
@@ -217,7 +222,8 @@ def patch_train_script(module, cycle, check_command_line) -> None:
         @functools.wraps(train)
         def checked_train(*args, **kwargs):
             if not args and "cfg" not in kwargs:  # the command line: LeRobot's parser.wrap reads sys.argv
-                check_command_line(sys.argv[1:])
+                sys.argv[1:] = check_command_line(sys.argv[1:])
+                install_one_line_excepthook()
             return train(*args, **kwargs)
 
         setattr(checked_train, _MARK, True)

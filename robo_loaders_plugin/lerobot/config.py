@@ -31,11 +31,12 @@ class BackendDatasetConfig(DatasetConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         from robo_loaders_plugin.core.errors import RoboLoadersError
-        from robo_loaders_plugin.lerobot.integration import backend_choice
+        from robo_loaders_plugin.lerobot.integration import backend_choice, command_line_options
 
         # DecodingError, not ValueError: LeRobot's parser prints it as one "error: ..." line (exit 1); an empty key
         # path, because the message already names the flag as the user typed it
         try:
+            self.backend_kwargs = command_line_options(self.backend_kwargs)  # JSON numbers, not YAML's strings
             backend_choice(self)
         except RoboLoadersError as exc:
             raise DecodingError((), str(exc)) from None

@@ -207,7 +207,7 @@ def datapipe_dataset(native, *, options):
 
     first = read(0, None)
     numeric = [k for k, v in first.items() if k in columns and not isinstance(v, EncodedFrames)]
-    checked = RowsChecked(native, reader, columns)
+    checked = RowsChecked(native, reader, columns, options.cache_dir)
     if not checked.before():  # every row LeRobot's object holds, read from the shards (once per version of both)
         served = [first] + [read(u, numeric) for u in range(1, len(runs))]
         check_rows_match(native, columns, arrays["index"],
@@ -242,7 +242,7 @@ def _datapipe_units(native, options, reader, hold, runs, records, units, columns
     numeric = [c for c in columns if c not in cameras]
     served = [reader.read_episode(r, decode_frames=False, fields=numeric)[1] for r in records]
     small = {k: np.concatenate([e[k] for e in served]) for k in numeric}
-    checked = RowsChecked(native, reader, columns)
+    checked = RowsChecked(native, reader, columns, options.cache_dir)
     if not checked.before():  # the rows compared once per version of the shards and of LeRobot's table
         check_rows_match(native, columns, index, small, read_from=f"the shards in {reader.dir}")
         checked.record()
@@ -269,7 +269,7 @@ def _datapipe_units(native, options, reader, hold, runs, records, units, columns
 class RowsChecked:
     """That datapipe's shards passed ``check_rows_match`` against LeRobot's dataset object as both are now: the
     shards' index checksum and LeRobot's Arrow cache files (names, sizes, mtimes, inodes, ctimes) and selection,
-    recorded in ``<cache root>/.validated/``.
+    recorded in ``<cache root>/.validated/`` (``storage.cache.records_dir``: under the backend's ``cache_dir``).
 
     Why: the check reads every row of every numeric column from the shards, a read per episode (~20 s for a
     million frames in 10,000 episodes, at every start); shards that did not change (their index checksum covers
@@ -279,11 +279,11 @@ class RowsChecked:
 
     METHOD = "lerobot-rows-v1"
 
-    def __init__(self, native, reader, columns):
+    def __init__(self, native, reader, columns, cache_dir: str | None = None):
         import hashlib
         import os
 
-        from robo_loaders_plugin.storage.cache import default_root
+        from robo_loaders_plugin.storage.cache import records_dir
         from robo_loaders_plugin.storage.fingerprint import stat_files
 
         self.doc = None
@@ -299,7 +299,7 @@ class RowsChecked:
                         "indices": None if getattr(hf, "_indices", None) is None else
                         hashlib.sha256(np.asarray(hf._indices.column(0)).tobytes()).hexdigest()}
             key = hashlib.sha256(repr(self.doc["shards"]).encode()).hexdigest()[:32]
-            self.path = os.path.join(default_root(), ".validated", f"rows-{key}.json")
+            self.path = os.path.join(records_dir(cache_dir), f"rows-{key}.json")
         except (OSError, ValueError, TypeError):
             self.doc = None
 
@@ -359,7 +359,7 @@ def gpu_resampler_dataset(native, *, options):
         core.footprint.ResourceRefused: the data does not fit the tiers' budgets or the machine.
     """
     from robo_loaders_plugin.frames.tensors import TieredFrames, plan_tiers_checked, training_device
-    from robo_loaders_plugin.storage.cache import default_root
+    from robo_loaders_plugin.storage.cache import location
     from robo_loaders_plugin.windows.rates import resolve_modes
 
     target_fps = options.target_fps
@@ -383,7 +383,8 @@ def gpu_resampler_dataset(native, *, options):
     size = dataclasses.replace(source.data_size(native.episodes), lengths=np.asarray(lengths, dtype=np.int64))
     plan, host_limit = plan_tiers_checked(size, train_device, options, OPTION_PREFIX, _GPU_ALTERNATIVES)
     frames = TieredFrames(lengths, infos, plan, train_device, host_limit=host_limit, spill_dir=plan.spill_dir,
-                          overflow_dir=default_root(), names=[f"episode_{ep}" for ep, _, _ in episodes.runs])
+                          overflow_dir=location(options.cache_dir),
+                          names=[f"episode_{ep}" for ep, _, _ in episodes.runs])
     for unit, (ep, _, _) in enumerate(tqdm(episodes.runs, desc=f"gpu_resampler [{native.repo_id}]", unit="episode",
                                            mininterval=0.5)):
         frames.fill(unit, first if ep == first_ep else episodes.read(ep)[0])

@@ -129,7 +129,8 @@ def _streamed_source(cfg):
         return
     from robo_loaders_plugin.storage.cache import cache_root, short_hash
 
-    local = os.path.join(cache_root(None), f"remote-tables-{short_hash(url)}")
+    root = cache_root(getattr(choice.options, "cache_dir", None), f"{OPTIONS_FLAG}.cache_dir")
+    local = os.path.join(root, f"remote-tables-{short_hash(url)}")
     print(f"{LOG_PREFIX} {choice.name}: tables of {url} copied to {local}; videos streamed from {url}", flush=True)
     storage = getattr(choice.options, spec.remote_storage_option) if spec.remote_storage_option else None
     cfg.dataset.root = mirror_tables(url, local, storage)
@@ -276,30 +277,77 @@ def check_same_setup(dataloader, built: iteration.Built) -> None:
                       f"LeRobot data backend {built.choice.name}")
 
 
-def check_command_line(argv: list[str]) -> None:
-    """``--dataset.backend_kwargs`` on lerobot-train's command line must be a JSON object (its ``--help`` says so).
+def _options_text(argv: list[str]) -> tuple[int, str, str] | None:
+    """Where ``--dataset.backend_kwargs``'s value is in ``argv``: ``(position, what precedes the value there,
+    the value)`` (``--flag value``: ``""``; ``--flag=value``: ``"--flag="``), as LeRobot's parser reads it (given
+    twice, the last one counts); ``None`` when it is not there."""
+    found = None
+    for i, arg in enumerate(argv):
+        if arg == OPTIONS_FLAG and i + 1 < len(argv):
+            found = (i + 1, "", argv[i + 1])
+        elif arg.startswith(OPTIONS_FLAG + "="):
+            found = (i, OPTIONS_FLAG + "=", arg[len(OPTIONS_FLAG) + 1:])
+    return found
 
-    Why: LeRobot's parser would read it as YAML, accept ``{codec: zstd}`` and answer a malformed object with a long
-    traceback. Exits with one line naming the flag, as LeRobot's parser does for a bad value.
+
+def check_command_line(argv: list[str]) -> list[str]:
+    """``--dataset.backend_kwargs`` on lerobot-train's command line must be a JSON object (its ``--help`` says so),
+    checked before LeRobot's parser reads it.
+
+    Why: LeRobot's parser reads it as YAML, which accepts ``{codec: zstd}``, answers a malformed object with a long
+    traceback, and reads JSON numbers in exponent form (``1e9``, ``5e-2``) as strings; an empty value
+    (``--dataset.backend_kwargs=``, an empty shell variable) failed inside its parser with ``AttributeError``. Bad
+    JSON exits with one line naming the flag, as LeRobot's parser does for a bad value; an empty or blank value
+    means no options, as everywhere else options are typed (``core.backend_json``), and is handed on as ``{}``.
+    The numbers are given their JSON types after LeRobot's parser by :func:`command_line_options`.
 
     Args:
-        argv: The command line without the program (``sys.argv[1:]``); the flag is found as ``--flag value`` or
-            ``--flag=value``.
+        argv: The command line without the program (``sys.argv[1:]``).
+
+    Returns:
+        The command line LeRobot's parser is to read: ``argv``, with an empty value replaced by ``{}``.
 
     Raises:
         SystemExit: with status 1, after printing ``error: ...`` to stderr.
     """
     import sys
 
-    for i, arg in enumerate(argv):
-        if arg == OPTIONS_FLAG and i + 1 < len(argv):
-            text = argv[i + 1]
-        elif arg.startswith(OPTIONS_FLAG + "="):
-            text = arg[len(OPTIONS_FLAG) + 1:]
-        else:
-            continue
-        try:
-            parse_backend_kwargs(text, OPTIONS_FLAG)
-        except RoboLoadersError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            sys.exit(1)
+    argv = list(argv)
+    found = _options_text(argv)
+    if found is None:
+        return argv
+    at, head, text = found
+    try:
+        parse_backend_kwargs(text, OPTIONS_FLAG)
+    except RoboLoadersError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(1)
+    if not text.strip():
+        argv[at] = head + "{}"
+    return argv
+
+
+def command_line_options(decoded: dict, argv: list[str] | None = None) -> dict:
+    """The backend's options with the values typed on the command line read as JSON, over what LeRobot's parser
+    made of them (YAML: ``1e9`` is the string ``'1e9'`` there, a number in JSON).
+
+    Why after the parser, too: with ``--dataset.discover_packages_path=robo_loaders_plugin`` (the import hook
+    off) the plugin is imported by LeRobot's parser after it read the command line, so :func:`check_command_line`
+    never sees it; this runs on both paths, when the config is built.
+
+    Args:
+        decoded: ``backend_kwargs`` as LeRobot's parser decoded it (merged with a ``--config_path`` file's).
+        argv: The command line (default: ``sys.argv[1:]``).
+
+    Returns:
+        ``decoded`` with every option the command line gives taken from its JSON reading.
+
+    Raises:
+        BackendOptionError: the command line's value is not a JSON object, naming the flag.
+    """
+    import sys
+
+    found = _options_text(sys.argv[1:] if argv is None else argv)
+    if found is None or not isinstance(decoded, dict):
+        return decoded
+    return {**decoded, **parse_backend_kwargs(found[2], OPTIONS_FLAG)}

@@ -12,6 +12,9 @@ leaf, so what touches robomimic's inside can be read (and audited against a new 
 4. ``robomimic.utils.train_utils.run_epoch`` iterates what the backend's kind says (``core.iteration``) instead of
    the DataLoader robomimic builds inside ``train()``.
 
+Run by robomimic's training script, the plugin's errors raised through 2-4 end the process with one line and exit
+status 1 (:func:`patch_train_utils`), because the script's ``main`` catches every error and exits 0.
+
 Private reads: ``SequenceDataset._index_to_demo_id`` (only the benchmark's episode-mix metric for ``native``);
 the line ``robomimic.scripts.train`` prints when a run fails (:data:`TRAIN_FAILED`: its ``main`` catches every error
 and exits 0, so ``robo-loaders robomimic-train`` watches for it); the ``input()`` of ``train_utils.get_exp_dir``
@@ -29,7 +32,7 @@ from robo_loaders_plugin.core.checks import Check
 import functools
 import inspect
 
-from robo_loaders_plugin.core.errors import CompatError
+from robo_loaders_plugin.core.errors import CompatError, RoboLoadersError, exit_with_one_line
 
 SUPPORTED_VERSION = "0.3.0"
 ORIGINALS: dict[str, object] = {}
@@ -111,6 +114,13 @@ def patch_base_config(module) -> None:
 def patch_train_utils(module, replacements) -> None:
     """Replace ``dataset_factory``, ``load_data_for_training`` and ``run_epoch`` of ``robomimic.utils.train_utils``.
 
+    Inside robomimic's training script (:func:`running_train_script`), the plugin's errors raised through them end
+    the process with one line and exit status 1 (``core.errors.exit_with_one_line``): the script's ``main``
+    catches every ``Exception``, prints it with its traceback and exits 0, so a refusal once the run started (a
+    footprint that does not fit, a bad option value for this dataset) read as ~35 lines and a finished run. Every
+    other error goes to robomimic's handler as before (traceback, exit 0), and called from the user's own code the
+    functions raise as usual.
+
     Args:
         module: ``robomimic.utils.train_utils``, freshly imported.
         replacements: ``{name: function}`` for those three names, called with the original's arguments.
@@ -120,9 +130,46 @@ def patch_train_utils(module, replacements) -> None:
         return
     for name, new in replacements.items():
         ORIGINALS[name] = getattr(module, name)
-        wrapper = functools.wraps(ORIGINALS[name])(functools.partial(new))
+
+        @functools.wraps(ORIGINALS[name])
+        def wrapper(*args, __new=new, **kwargs):
+            try:
+                return __new(*args, **kwargs)
+            except RoboLoadersError as exc:
+                if running_train_script():
+                    exit_with_one_line(exc)
+                raise
+
         setattr(wrapper, _MARK, True)
         setattr(module, name, wrapper)
+
+
+TRAIN_SCRIPT = "robomimic.scripts.train"
+
+
+def running_train_script() -> bool:
+    """Whether this process runs robomimic's training script as its program (``python -m
+    robomimic.scripts.train``, ``python .../robomimic/scripts/train.py``, ``robo-loaders robomimic-train``).
+
+    Returns:
+        True when ``__main__`` is that script.
+    """
+    import importlib.util
+    import os
+    import sys
+
+    main = sys.modules.get("__main__")
+    if getattr(getattr(main, "__spec__", None), "name", None) == TRAIN_SCRIPT:
+        return True
+    path = getattr(main, "__file__", None)
+    if not path:
+        return False
+    try:
+        spec = importlib.util.find_spec(TRAIN_SCRIPT)
+    except (ImportError, ValueError):
+        return False
+    origin = getattr(spec, "origin", None)
+    return bool(origin) and os.path.realpath(path) == os.path.realpath(origin)
 
 
 # what robomimic.scripts.train's main prints (and then exits 0) when train() raised

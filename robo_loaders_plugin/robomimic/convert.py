@@ -69,7 +69,8 @@ def _recorded_fps(meta: dict) -> int:
 def convert_robomimic(in_path: str, out_dir: str, num_workers: int = 1, shard_bytes: int = DEFAULT_SHARD_BYTES,
                       codec: FrameCodec | None = None, lease_s: float = 3600.0, progress: bool = True,
                       fingerprint: Fingerprint | None = None, executor: str = "local",
-                      executor_options: Mapping | None = None, video: VideoSettings | None = None) -> dict:
+                      executor_options: Mapping | None = None, video: VideoSettings | None = None,
+                      cache_dir: str | None = None) -> dict:
     """Convert a robomimic HDF5 file into robo-shards in ``out_dir``, one record per demo. The file is validated
     and the disk checked against the estimated output before any array is read; re-running with the same source
     and settings resumes an interrupted conversion (``storage.shards.manifest``), with other video settings it is
@@ -89,6 +90,8 @@ def convert_robomimic(in_path: str, out_dir: str, num_workers: int = 1, shard_by
         video: Store RGB cameras (:func:`is_camera`) as video segments with these settings (lossy; an ``fps`` left
             at the default is taken from the file's ``control_freq`` when it says), and add the
             :func:`video_report` to the result (``None``: every array lossless).
+        cache_dir: The cache directory the record of the file's validation goes to (``storage.cache.records_dir``;
+            a backend converting on first use passes its own ``cache_dir``; ``None``: the default cache root).
 
     Returns:
         ``episodes`` and ``shards`` (and ``video``, the report, with ``video``); for ``datatrove-slurm``, the
@@ -103,7 +106,7 @@ def convert_robomimic(in_path: str, out_dir: str, num_workers: int = 1, shard_by
     """
     executors.check_options(executor, executor_options or {})
     codec = codec or FrameCodec()
-    source = RobomimicHdf5(in_path)  # validated: demos, num_samples against every array
+    source = RobomimicHdf5(in_path, cache_dir=cache_dir)  # validated: demos, num_samples against every array
     check_output_dir(out_dir)
     with source.open() as f:  # the output must fit the disk: estimated from shapes before any array is read
         demos = source.demos(f, None)

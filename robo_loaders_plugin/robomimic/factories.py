@@ -135,7 +135,7 @@ def compressed_cache_dataset(config, obs_keys, filter_by_attribute=None, dataset
     """
     opts, path = sequence_options(config, obs_keys, dataset_path)
     frame_codec = FrameCodec(options.codec, options.level, options.filter)
-    source = RobomimicHdf5(path)
+    source = RobomimicHdf5(path, cache_dir=options.cache_dir)  # its validation record goes there too
     with source.open() as f:
         demos = source.demos(f, filter_by_attribute)
         if not demos:
@@ -204,7 +204,7 @@ def datapipe_dataset(config, obs_keys, filter_by_attribute=None, dataset_path=No
             fit the disk.
     """
     opts, path = sequence_options(config, obs_keys, dataset_path)
-    source = RobomimicHdf5(path)
+    source = RobomimicHdf5(path, cache_dir=options.cache_dir)  # its validation record goes there too
     sizing = _sizing(config, source, opts, filter_by_attribute, held_ratio=1.0)
     # long demos are buffered in parts (frames.chunks) read from the shards' parts of them (format.part_bounds)
     units = _demo_units(sizing.lengths, sizing.frame_step)
@@ -213,7 +213,8 @@ def datapipe_dataset(config, obs_keys, filter_by_attribute=None, dataset_path=No
     def convert(out_dir, fingerprint):
         from robo_loaders_plugin.robomimic.convert import convert_robomimic
 
-        convert_robomimic(path, out_dir, num_workers=options.convert_workers, fingerprint=fingerprint)
+        convert_robomimic(path, out_dir, num_workers=options.convert_workers, fingerprint=fingerprint,
+                          cache_dir=options.cache_dir)
 
     reader, hold = open_shards(framework="robomimic", source=source, shards=options.shards,
                                cache_dir=options.cache_dir, check_source=options.check_source,
@@ -449,7 +450,7 @@ def video_stream_dataset(config, obs_keys, filter_by_attribute=None, dataset_pat
     from robo_loaders_plugin.storage.video import VideoSettings
 
     opts, path = sequence_options(config, obs_keys, dataset_path)
-    source = RobomimicHdf5(path)
+    source = RobomimicHdf5(path, cache_dir=options.cache_dir)  # its validation record goes there too
     settings = VideoSettings()
     sizing = _sizing(config, source, opts, filter_by_attribute, held_ratio=1.0 if options.buffer == "raw" else 1.5)
     passes, bound = _fit_buffer(sizing, PassOptions.of(options), "video_stream")
@@ -457,9 +458,10 @@ def video_stream_dataset(config, obs_keys, filter_by_attribute=None, dataset_pat
     def convert(out_dir, fingerprint):
         from robo_loaders_plugin.robomimic.convert import convert_robomimic
 
-        convert_robomimic(path, out_dir, fingerprint=fingerprint, video=settings)
+        convert_robomimic(path, out_dir, fingerprint=fingerprint, video=settings, cache_dir=options.cache_dir)
 
-    reader, hold = open_shards(framework="robomimic", source=source, shards=options.source, cache_dir=None,
+    reader, hold = open_shards(framework="robomimic", source=source, shards=options.source,
+                               cache_dir=options.cache_dir,
                                check_source=True, convert=convert, option_prefix=OPTION_PREFIX,
                                key_desc={"source": os.path.realpath(path), "v": 2, "video": settings.as_dict()},
                                convert_hint=f"'robo-loaders convert robomimic {path} OUT_DIR --frames h264'",
@@ -535,13 +537,13 @@ def gpu_resampler_dataset(config, obs_keys, filter_by_attribute=None, dataset_pa
         core.footprint.ResourceRefused: the data does not fit the tiers' budgets or the machine.
     """
     from robo_loaders_plugin.frames.tensors import TieredFrames, plan_tiers_checked, training_device
-    from robo_loaders_plugin.storage.cache import default_root
+    from robo_loaders_plugin.storage.cache import location
     from robo_loaders_plugin.windows.rates import resolve_modes
 
     opts, path = sequence_options(config, obs_keys, dataset_path)
     target_fps, source_fps = options.target_fps, options.source_fps
     train_device = training_device(options.device, OPTION_PREFIX, prefer_cuda=bool(config.train.cuda))
-    source = RobomimicHdf5(path)
+    source = RobomimicHdf5(path, cache_dir=options.cache_dir)  # its validation record goes there too
     with source.open() as f:
         demos = source.demos(f, filter_by_attribute)
         if not demos:
@@ -565,7 +567,7 @@ def gpu_resampler_dataset(config, obs_keys, filter_by_attribute=None, dataset_pa
              for k, a in first.items()}
     modes = resolve_modes(infos, options.modes, OPTION_PREFIX)
     frames = TieredFrames(lengths, infos, plan, train_device, host_limit=host_limit, spill_dir=plan.spill_dir,
-                          overflow_dir=default_root(), names=demos)
+                          overflow_dir=location(options.cache_dir), names=demos)
     split = filter_by_attribute or "all demos"
     with source.open() as f:
         for i, demo in enumerate(tqdm(demos, desc=f"gpu_resampler [{split}]", unit="demo", mininterval=0.5)):

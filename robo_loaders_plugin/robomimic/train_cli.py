@@ -4,7 +4,9 @@ exit status that says whether the run failed.
 Why a wrapper may do more than the script: robomimic's ``main`` catches every error of a run, prints it and exits 0,
 so a scheduler or CI job cannot tell a failed run from a finished one; and a retry of a failed run without a
 terminal dies on robomimic's "overwrite?" prompt with ``EOFError``. The wrapper exits 1 when robomimic printed its
-failure line, and, without a terminal, keeps the earlier run's folder and writes the retry beside it.
+failure line, and, without a terminal, keeps the earlier run's folder and writes the retry beside it. (The plugin's
+own errors end robomimic's script with one line and exit status 1 by themselves, ``robomimic.compat``; the wrapper
+is what gives every other failure a status too.)
 """
 from __future__ import annotations
 
@@ -45,6 +47,9 @@ def run_robomimic_train(argv: list[str]) -> int:
 
     Returns:
         1 when robomimic printed its failure line (it exits 0 after a failed run), else 0.
+
+    Raises:
+        SystemExit: with status 1, after one line, for the plugin's own errors (``robomimic.compat``).
     """
     import robomimic.utils.train_utils as train_utils
 

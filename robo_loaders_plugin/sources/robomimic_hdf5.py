@@ -171,15 +171,15 @@ class _ValidationRecord:
             pass
 
 
-def _validation_record(path: str) -> _ValidationRecord | None:
+def _validation_record(path: str, cache_dir: str | None) -> _ValidationRecord | None:
     import hashlib
 
-    from robo_loaders_plugin.storage.cache import default_root
+    from robo_loaders_plugin.storage.cache import records_dir
 
     try:
         real = os.path.realpath(path)
         name = hashlib.sha256(real.encode()).hexdigest()[:32] + ".json"
-        return _ValidationRecord(real, os.path.join(default_root(), ".validated", name))  # hidden: not an entry
+        return _ValidationRecord(real, os.path.join(records_dir(cache_dir), name))
     except OSError:
         return None
 
@@ -187,10 +187,12 @@ def _validation_record(path: str) -> _ValidationRecord | None:
 class RobomimicHdf5:
     """One robomimic HDF5 file, opened per use (h5py handles must not cross a fork)."""
 
-    def __init__(self, path: str, check: bool = True):
+    def __init__(self, path: str, check: bool = True, cache_dir: str | None = None):
         """``check``: :meth:`validate` the file now (every backend and ``convert`` do; a conversion's worker
-        processes skip it, their parent has)."""
+        processes skip it, their parent has). ``cache_dir``: the backend's option, under which the record of a
+        validation goes (``storage.cache.records_dir``; ``None``: the default cache root)."""
         self.path = os.path.expanduser(path)
+        self.cache_dir = cache_dir
         with open_hdf5(self.path) as f:  # exists and opens, or a clear error now
             if check:
                 self.validate(f)
@@ -220,7 +222,7 @@ class RobomimicHdf5:
         if not demos:
             raise SourceError(f"{self.path}: data/ holds no demos (no demo_<i> group), so there is nothing to convert "
                               "or train on; check that this is the file you meant (train.data)")
-        record = _validation_record(self.path)
+        record = _validation_record(self.path, self.cache_dir)
         if record is not None and record.matches():
             return
         self._check_demos(f, demos)

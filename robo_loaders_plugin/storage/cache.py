@@ -43,6 +43,7 @@ ENV_LOCK_TIMEOUT = "ROBO_LOADERS_LOCK_TIMEOUT"
 DEFAULT_SIZE = "50GB"
 DEFAULT_LOCK_TIMEOUT_S = 7200.0
 LOCKS = ".locks"
+RECORDS = ".validated"
 
 
 class CacheError(RoboLoadersError):
@@ -62,8 +63,36 @@ def default_root() -> str:
     return os.path.join(base, "robo-loaders")
 
 
+def location(option: str | None = None) -> str:
+    """The cache root's path, not created: the backend's ``cache_dir`` (``~`` expanded, made absolute), else
+    :func:`default_root`. Everything a backend writes goes under it (entries, their locks, the records of checks).
+
+    Args:
+        option: The backend's ``cache_dir`` option (``None``: not given).
+
+    Returns:
+        The absolute path.
+    """
+    return os.path.abspath(os.path.expanduser(option)) if option else default_root()
+
+
+def records_dir(option: str | None = None) -> str:
+    """Where the records of checks made once per version of a file go (a robomimic file's validation, datapipe's
+    comparison of its LeRobot rows): ``<cache root>/.validated/`` (hidden: not an entry), under the backend's
+    ``cache_dir`` like everything else it writes.
+
+    Args:
+        option: The backend's ``cache_dir`` option (``None``: :func:`default_root`).
+
+    Returns:
+        The directory's path (not created: its writer creates it).
+    """
+    return os.path.join(location(option), RECORDS)
+
+
 def cache_root(option: str | None = None, where: str = "cache_dir") -> str:
-    """The cache root, created (with its ``.locks/``), from the option or the default.
+    """The cache root, created (with its ``.locks/``), from the option or the default, after a probe file was
+    written in it (``core.paths.writable_dir_problem``).
 
     Args:
         option: The backend's ``cache_dir`` (``~`` expanded), or ``None`` for :func:`default_root`.
@@ -73,17 +102,22 @@ def cache_root(option: str | None = None, where: str = "cache_dir") -> str:
         The root's absolute path.
 
     Raises:
-        CacheError: the path is a file, or the directory cannot be created.
+        CacheError: the path is a file, or the directory cannot be created or written in.
     """
-    root = os.path.abspath(os.path.expanduser(option)) if option else default_root()
+    from robo_loaders_plugin.core.paths import writable_dir_problem
+
+    root = location(option)
+    named = f"{where}={root!r}" if option else f"the cache directory {root!r} (${ENV_ROOT}, else ~/.cache/robo-loaders)"
     if os.path.exists(root) and not os.path.isdir(root):
-        raise CacheError(f"{where}={root!r} is a file, not a directory; point it at a directory (it is created if "
-                         "missing)")
+        raise CacheError(f"{named} is a file, not a directory; point it at a directory (it is created if missing)")
+    problem = writable_dir_problem(root)
     try:
-        os.makedirs(os.path.join(root, LOCKS), exist_ok=True)
+        if problem is None:
+            os.makedirs(os.path.join(root, LOCKS), exist_ok=True)
     except OSError as exc:
-        raise CacheError(f"{where}={root!r}: cannot create the cache directory ({exc.strerror}); choose a writable "
-                         f"directory or set {ENV_ROOT}") from None
+        problem = f"cannot create {os.path.join(root, LOCKS)!r} ({exc.strerror})"
+    if problem:
+        raise CacheError(f"{named}: {problem}; choose a directory you can write to, or set {ENV_ROOT}")
     return root
 
 

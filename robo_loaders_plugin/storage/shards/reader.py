@@ -52,8 +52,12 @@ _TAR_KINDS = {tarfile.SYMTYPE: "symbolic link", tarfile.LNKTYPE: "hard link", ta
 def _load_document(out_dir: str, name: str) -> dict:
     path = os.path.join(out_dir, name)
     if not os.path.exists(path):
-        raise ShardError(f"{out_dir}: {name} is missing; not a complete robo-shards dataset "
-                         "(an interrupted conversion leaves no index)")
+        from robo_loaders_plugin.core.paths import SHARDS_INDEX, existing_dir_problem, missing_index_reason
+
+        if name == SHARDS_INDEX:  # a conversion not finished, or not robo-shards at all (not blamed on a conversion)
+            why = existing_dir_problem(out_dir) or f"{out_dir!r} {missing_index_reason(out_dir)}"
+            raise ShardError(f"{out_dir}: {name} is missing; {why}")
+        raise ShardError(f"{out_dir}: {name} is missing; not a complete robo-shards dataset, {_AGAIN}")
     try:
         with open(path, "rb") as f:
             doc = json.loads(f.read())
