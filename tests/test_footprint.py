@@ -234,7 +234,7 @@ def test_an_entry_recording_the_sources_current_stat_counts_as_reused(tmp_path):
     src.write_bytes(b"x" * 100)
     root = tmp_path / "cache"
     key = {"source": str(src), "v": 1}
-    name = f"robomimic-{cache.short_hash(key)}-abc.rlc"
+    name = f"robomimic-{cache.short_hash(key)}-{'ab' * 8}.rlc"  # as obtain() names entries
     os.makedirs(root / name)
     recorded = {str(root / name): Fingerprint(str(src), stat_files(str(src)), "0" * 64)}
     held = lambda kind, k, suffix=".rlc": cache.holds_current(str(root), kind, k, str(src), recorded.get, suffix)  # noqa: E731
