@@ -99,7 +99,7 @@ run "$out/bench_lerobot.log" '^\||^[a-z_:]+ +[0-9]|samples/s|^\[robo-loaders\] b
   --delta-timestamps act --json "$out/bench_lerobot.json"
 
 printf '\n== done in %s. Everything is in %s:\n' "$(elapsed)" "$out"
-printf '   %-28s %s\n' \
+printf '   %-36s %s\n' \
   "robomimic_runs/" "robomimic's run folder (checkpoints, logs)" \
   "train_robomimic.log" "robomimic's whole output" \
   "bench_robomimic.json" "robomimic loader benchmark (robo-loaders report --out DIR plots it)" \
