@@ -261,16 +261,10 @@ class EpisodeUnits(FrameSource):
         return np.searchsorted(self.chunks.unit_start, rows, side="right") - 1
 
     def info(self, field: str) -> FieldInfo:
-        """A field's dtype, step shape and whether it is loaded per unit (:meth:`FrameSource.info`).
+        """:meth:`ChunkFrames.info` of the units (the episodes' fields are theirs).
 
         Args:
             field: The field's name.
-
-        Returns:
-            Its :class:`FieldInfo`.
-
-        Raises:
-            KeyError: the source does not serve the field (the message lists those it serves).
         """
         return self.chunks.info(field)
 
