@@ -1,4 +1,5 @@
-"""Camera frames of parts of episodes, decoded on demand into a bounded cache (``video_stream`` on LeRobot).
+"""Camera frames of parts of episodes, decoded on demand into a bounded cache (``video_stream`` and ``datapipe`` on
+LeRobot; ``datapipe`` on robomimic through :class:`EpisodeUnits`).
 
 Why parts of episodes: the pipeline opens a few *units* at a time and draws items from them (``pipeline.plan``),
 decoding each unit once per pass. A unit that is a whole episode is fine at 84x84 (a 100-frame episode of two
