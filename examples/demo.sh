@@ -20,20 +20,8 @@ n=0
 # that the filtered lines appear as they are printed
 export SVT_LOG=1 HF_DATASETS_DISABLE_PROGRESS_BARS=1 HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 TQDM_MININTERVAL=5
 
-elapsed() { local s=$((SECONDS - started)); printf '%d:%02d' $((s / 60)) $((s % 60)); }
-step() { n=$((n + 1)); printf '\n== [%d/%d, %s elapsed] %s\n' "$n" "$steps" "$(elapsed)" "$*"; }
-# run LOG PATTERN CMD...: CMD's output goes whole to LOG; lines matching PATTERN are shown as they come
-run() {
-  local log=$1 pattern=$2
-  shift 2
-  local rc=0
-  : > "$log"
-  "$@" >> "$log" 2>&1 &
-  local pid=$!
-  tail -n +1 -f --pid="$pid" "$log" | grep --line-buffered -E "$pattern" || true
-  wait "$pid" || rc=$?
-  if [ "$rc" != 0 ]; then echo "failed (exit $rc): see $log" >&2; exit "$rc"; fi
-}
+# shellcheck source=examples/demo_lib.sh
+source "$here/demo_lib.sh"
 
 step "sample data: robomimic HDF5, 40 demos x ~50 steps, 2 cameras 84x84"
 [ -f "$out/lift_like.hdf5" ] || run "$out/sample_robomimic.log" "^Wrote|^wrote" \
