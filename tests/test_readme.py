@@ -133,3 +133,23 @@ def test_slug_matches_github_anchors():
     assert slug(" Which backend should I use?") == "which-backend-should-i-use"
     assert slug(" Quickstart: LeRobot") == "quickstart-lerobot"
     assert slug(" `compressed_cache`") == "compressed_cache"
+
+
+def contents_problems(text: str) -> list[str]:
+    """Sections (``## `` headings) the README's contents line does not link, and contents links to no section."""
+    line = next((ln for ln in text.split("\n\n") if ln.startswith("**Contents:**")), "")
+    linked = {m.group(1) for m in re.finditer(r"\]\(#([^)]+)\)", line)}
+    sections = {slug(h[3:]) for h in text.splitlines() if h.startswith("## ")}
+    return [f"not in the contents: #{s}" for s in sorted(sections - linked)] + \
+        [f"contents link to no section: #{s}" for s in sorted(linked - sections)]
+
+
+def test_readme_contents_link_every_section():
+    with open(README) as f:
+        assert contents_problems(f.read()) == []
+
+
+def test_contents_check_can_fail():
+    """Negative control: a section left out of the contents, and a contents link to no section, are found."""
+    text = "# T\n\n**Contents:** [a](#a) · [gone](#gone)\n\n## A\n\n## B\n"
+    assert contents_problems(text) == ["not in the contents: #b", "contents link to no section: #gone"]
