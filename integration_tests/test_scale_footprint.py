@@ -406,12 +406,13 @@ def l480_sibling(tmp_path_factory):
 
 
 def test_r240_sibling_spills_under_a_quarter_of_its_frames_byte_identical(r240_sibling, capsys):
-    """25% of the frames (26 MB) as max_memory: compressed_cache goes file-backed to disk, gpu_resampler keeps what
-    fits raw and the rest compressed (on disk when even that does not fit); both serve native's bytes."""
+    """25% of the frames (26 MB) as max_memory: compressed_cache goes file-backed to disk, gpu_resampler (whose
+    budget also holds the demo being read while filling, twice the largest: 69 MB) keeps what fits raw and the rest
+    compressed (on disk when even that does not fit); both serve native's bytes."""
     frames = 3 * 100 * 2 * 240 * 240 * 3
     nat = _native_rm(r240_sibling, hdf5_load_next_obs=False)
     cache = _rm(r240_sibling, "compressed_cache", max_memory=frames // 4)()
-    gpu = _rm(r240_sibling, "gpu_resampler", max_memory=frames // 4)()
+    gpu = _rm(r240_sibling, "gpu_resampler", max_memory=frames // 4 + 2 * frames // 3)()
     out = capsys.readouterr().out
     assert "compressed_cache: spilled to disk" in out and "file-backed cache on local disk" in cache.serving.summary
     assert gpu.frames.plan.raw < gpu.frames.plan.episodes and "compressed" in gpu.serving.summary
