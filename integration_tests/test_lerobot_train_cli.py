@@ -1,6 +1,7 @@
 """The real ``lerobot-train`` console script in a subprocess (CPU, local --dataset.root, no Hub)."""
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -87,6 +88,12 @@ def test_unknown_backend_fails_at_parse_time(root, tmp_path):
     assert rc == 1, log[-2000:]
     assert "unknown data backend 'compresed_cache'" in log and "compressed_cache" in log and "native" in log
     assert "Creating dataset" not in log
+    # the line docs/lerobot.md quotes is the line printed ("..." in the quote stands for the rest)
+    with open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "lerobot.md")) as f:
+        doc = f.read()
+    quote = " ".join(re.search(r"`(error: --dataset\.backend:[^`]*)`", doc).group(1).split())
+    line = next(ln for ln in log.splitlines() if ln.startswith("error: --dataset.backend:"))
+    assert re.fullmatch(".*".join(re.escape(p.strip()) for p in quote.split("...")) + ".*", line), (quote, line)
 
 
 @pytest.mark.parametrize("kwargs, message", [
