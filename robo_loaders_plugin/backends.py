@@ -7,8 +7,9 @@ imported whenever a backend is looked up, so it imports nothing heavy (no torch,
 """
 from __future__ import annotations
 
+from robo_loaders_plugin.core.codecs import CODECS, DEFAULT_CODEC, DEFAULT_FILTER, FILTERS
 from robo_loaders_plugin.core.hookspecs import hookimpl
-from robo_loaders_plugin.core.options import MAX_FPS, Option, check_positive_rate, check_size
+from robo_loaders_plugin.core.options import MAX_FPS, Option, check_positive_rate, check_size, to_bytes
 from robo_loaders_plugin.core.spec import (BATCH, GPU_NO, GPU_OPTIONAL, INDEXED, LOSSY_FRAMES, NOT_BIT_IDENTICAL_ON_NVDEC,
                                            SAMPLE, BackendSpec)
 
@@ -24,9 +25,6 @@ TORCHDATA = ("torchdata", _extra("datapipe"))
 TORCHCODEC = ("torchcodec", _extra("video"))
 PYAV = ("av", _extra("video"))
 
-# Blosc2 codecs and filters (storage.codec checks they match what it supports)
-CODECS = ("lz4hc", "lz4", "zstd", "blosclz")
-FILTERS = ("none", "shuffle", "bitshuffle")
 
 
 def check_device(value: str) -> None:
@@ -171,20 +169,20 @@ def pass_options(shuffle_default: dict, cache_default: int, items: str) -> dict:
                                                  "video_stream on LeRobot) are kept as fit, and the shuffle buffer "
                                                  "is at most half of them unless given (less when a batch opens "
                                                  "many: the log says); cache_episodes, when given, decides "
-                                                 "instead", check=check_size),
+                                                 "instead", check=check_size, convert=to_bytes),
         "replacement": Option(bool, False, f"draw each pass's {items} with replacement (same count per pass, repeats "
                                            "allowed) instead of every one exactly once"),
     }
 
 
 COMPRESSED_CACHE_OPTIONS = {
-    "codec": Option(str, "lz4hc", "Blosc2 codec for camera frames (docs/codecs.md)", choices=CODECS),
+    "codec": Option(str, DEFAULT_CODEC, "Blosc2 codec for camera frames (docs/codecs.md)", choices=CODECS),
     "level": Option(int, 5, "compression level", min=0, max=9),
-    "filter": Option(str, "none", "Blosc2 filter", choices=FILTERS),
+    "filter": Option(str, DEFAULT_FILTER, "Blosc2 filter", choices=FILTERS),
     "max_memory": Option((float, str), None, "RAM the cache may take (bytes, '2GB', '512MiB'); a cache that may not "
                                            "fit it, or /dev/shm, is kept file-backed in the cache directory on "
                                            "disk instead (mapped, byte-identical; the log says so)",
-                         check=check_size),
+                         check=check_size, convert=to_bytes),
     "cache_dir": Option(str, None, "persist the cache in this cache directory and reuse it while the source and "
                                    "options are unchanged (default: RAM only, rebuilt every run)", per_host=True,
                          check=check_writable_dir),
@@ -250,13 +248,13 @@ GPU_RESAMPLER_OPTIONS = {
                                   "CPU), 'cpu', 'cuda' or 'cuda:N'", check=check_device),
     "max_device_memory": Option((float, str), None, "GPU memory the episodes may take (bytes or '8GB'; default: half "
                                                   "of the free memory); beyond it they stay in pinned host memory",
-                                check=check_size),
+                                check=check_size, convert=to_bytes),
     "max_memory": Option((float, str), None, "host memory the episodes beyond the GPU may take (bytes or '8GB'; "
                                            "default: 90% of the available memory), the episode being read while "
                                            "filling included: held raw while they fit, then with camera frames "
                                            "compressed (decompressed per batch), then compressed in a file on "
                                            "disk; refused up front, naming the least that works, below the fields "
-                                           "that are not frames plus the episode being read", check=check_size),
+                                           "that are not frames plus the episode being read", check=check_size, convert=to_bytes),
     "cache_dir": Option(str, None, "the cache directory it writes in: the compressed frames, when host memory cannot "
                                    "hold them, in a file on disk (default: $ROBO_LOADERS_CACHE or "
                                    "~/.cache/robo-loaders)", per_host=True, check=check_writable_dir),

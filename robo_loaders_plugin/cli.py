@@ -6,6 +6,8 @@ import sys
 
 import click
 
+from robo_loaders_plugin.core.codecs import CODECS, DEFAULT_CODEC
+
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="robo-loaders-plugin")
@@ -397,7 +399,7 @@ def _report_conversion(out_dir, res, episode: str = "episode"):
 @click.argument("out_dir", type=click.Path(file_okay=False))
 @click.option("--num-workers", default=1, show_default=True, type=click.IntRange(min=1))
 @click.option("--shard-size", default="256MB", show_default=True, help="target shard size")
-@click.option("--codec", default="lz4hc", show_default=True)
+@click.option("--codec", default=DEFAULT_CODEC, show_default=True, type=click.Choice(CODECS))
 @click.option("--level", default=5, show_default=True, type=click.IntRange(0, 9))
 @click.option("--frames", type=click.Choice(["lossless", "h264", "hevc", "av1"]), default="lossless",
               show_default=True, help="RGB cameras: lossless Blosc2 frames, or one lossy video segment per demo and "
@@ -463,7 +465,7 @@ def convert_robomimic_cmd(in_path, out_dir, num_workers, shard_size, codec, leve
 @click.option("--repo-id", default=None, help="repo_id recorded in the shards' metadata (default: local/<ROOT's name>)")
 @click.option("--num-workers", default=1, show_default=True, type=click.IntRange(min=1))
 @click.option("--shard-size", default="256MB", show_default=True, help="target shard size")
-@click.option("--codec", default="lz4hc", show_default=True)
+@click.option("--codec", default=DEFAULT_CODEC, show_default=True, type=click.Choice(CODECS))
 @click.option("--level", default=5, show_default=True, type=click.IntRange(0, 9))
 @click.option("--tolerance-s", default=1e-4, show_default=True, type=float,
               help="timestamp tolerance checked on every frame, as lerobot-train's --tolerance_s")

@@ -20,14 +20,14 @@ import os
 import numpy as np
 
 from robo_loaders_plugin.core.footprint import (HEADROOM, Available, Footprint, estimate_seconds)
-from robo_loaders_plugin.core.units import format_bytes, parse_bytes
+from robo_loaders_plugin.core.units import format_bytes
 
 EXPECTED_LOSSLESS_RATIO = 1.5  # LZ4 on camera-like 480p frames measured 1.6-1.7:1 (docs/scale.md); renders compress more
 BLOB_OVERHEAD = 32 + 64        # Blosc2 chunk header, its offset and checksum (8 + 8), and slack, per compressed frame
 # per episode and field: its arrays 64-byte aligned (the rows or the offsets, and the checksums) and a last short
 # checksum block; 12 fields' worth (the store's writer still stops at max_memory if a store holds more)
 EPISODE_OVERHEAD = 12 * (2 * 64 + 8)
-DEFAULT_CACHE_MEMORY = "1GB"   # the datapipe/video_stream episode buffers, when cache_episodes is not given
+DEFAULT_CACHE_MEMORY = 10**9   # bytes (1GB): the datapipe/video_stream episode buffers, when cache_episodes is not given
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,22 +123,6 @@ class DataSize:
                 f"{format_bytes(self.frame_bytes)} of frames decoded")
 
 
-def budget(value, option: str) -> int | None:
-    """A byte-size option's value in bytes.
-
-    Args:
-        value: The option's value: bytes, or text such as ``'2GB'`` or ``'512MiB'`` (``None``: not given).
-        option: The option's name as the user sets it, for the message.
-
-    Returns:
-        Bytes, or ``None`` when not given.
-
-    Raises:
-        ValueError: the value is not a size (``core.units.parse_bytes``).
-    """
-    return None if value is None else parse_bytes(value, option)
-
-
 # -- compressed_cache ---------------------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class StorePlan:
@@ -167,7 +151,7 @@ def compressed_cache_plan(size: DataSize, *, cache_dir: str | None, max_memory, 
     Args:
         size: The dataset's sizes.
         cache_dir: The backend's ``cache_dir`` option.
-        max_memory: The backend's ``max_memory`` option (bytes or a string): the RAM the store may take.
+        max_memory: The backend's ``max_memory`` option in bytes (``None``: not given): the RAM the store may take.
         codec: The frame codec (for the build-time estimate).
         workers: Threads compressing frames.
         option_prefix: How the user sets options (for messages).
@@ -180,7 +164,7 @@ def compressed_cache_plan(size: DataSize, *, cache_dir: str | None, max_memory, 
     from robo_loaders_plugin.storage import cache
 
     upper, expected = size.store_upper_bytes(), size.store_expected_bytes()
-    limit = budget(max_memory, f"{option_prefix}.max_memory")
+    limit = max_memory
     build_s = size.build_seconds(codec, workers)
     if cache_dir is None:
         available = available or Available.measure(disk_dir=cache.default_root())
@@ -345,7 +329,7 @@ def buffer_plan(unit_bytes: np.ndarray, *, cache_memory, cache_episodes: int | N
 
     Args:
         unit_bytes: Bytes of each unit as the cache holds it (decoded or compressed).
-        cache_memory: The byte budget option (``None``: :data:`DEFAULT_CACHE_MEMORY`).
+        cache_memory: The byte budget option in bytes (``None``: :data:`DEFAULT_CACHE_MEMORY`).
         cache_episodes: The option, when given.
         shuffle_buffer: The shuffle buffer option or its default.
         shuffle_given: Whether the user gave ``shuffle_buffer``.
@@ -358,9 +342,6 @@ def buffer_plan(unit_bytes: np.ndarray, *, cache_memory, cache_episodes: int | N
 
     Returns:
         The :class:`BufferPlan`; its capacity is at most the number of units (at least 1).
-
-    Raises:
-        ValueError: ``cache_memory`` is not a size.
     """
     largest = int(np.max(unit_bytes)) if len(unit_bytes) else 0
     if cache_episodes is not None:
@@ -368,8 +349,7 @@ def buffer_plan(unit_bytes: np.ndarray, *, cache_memory, cache_episodes: int | N
         said = f"cache_episodes={cache_episodes}"
         shuffle = int(shuffle_buffer)
     else:
-        limit = budget(cache_memory if cache_memory is not None else DEFAULT_CACHE_MEMORY,
-                       f"{option_prefix}.cache_memory")
+        limit = cache_memory if cache_memory is not None else DEFAULT_CACHE_MEMORY
         fit = max(2, limit // max(1, largest))
         shuffle = int(shuffle_buffer) if shuffle_given else max(1, min(int(shuffle_buffer), fit // 2))
         capacity = max(fit, 2 * shuffle)

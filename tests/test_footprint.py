@@ -70,7 +70,7 @@ def test_compressed_cache_goes_to_ram_when_its_worst_case_fits_else_to_disk_sayi
                                 available=machine())
     assert ram.in_ram and ram.footprint.shm_bytes >= s.frame_bytes and not ram.footprint.disk_bytes
     assert "RAM file of at most" in ram.footprint.bound
-    budget = compressed_cache_plan(s, cache_dir=None, max_memory="250MB", codec="lz4hc", workers=2,
+    budget = compressed_cache_plan(s, cache_dir=None, max_memory=250_000_000, codec="lz4hc", workers=2,
                                    option_prefix="p", available=machine())
     assert not budget.in_ram and "p.max_memory=250.0 MB cannot hold up to" in budget.spilled
     assert budget.footprint.disk_bytes == s.store_expected_bytes() and not budget.footprint.shm_bytes
@@ -115,7 +115,7 @@ def test_tier_budgets_move_the_boundaries_monotonically():
 # -- buffers -------------------------------------------------------------------------------------------------------
 def test_buffers_are_sized_in_bytes_unless_cache_episodes_is_given():
     units = np.full(50, 100 * 2**20, np.int64)  # 100 MiB per unit
-    plan = buffer_plan(units, cache_memory="1GiB", cache_episodes=None, shuffle_buffer=16, shuffle_given=False,
+    plan = buffer_plan(units, cache_memory=1 << 30, cache_episodes=None, shuffle_buffer=16, shuffle_given=False,
                        batch_bytes=0, prefetch=2, option_prefix="p")
     assert plan.capacity == 10 and plan.shuffle_buffer == 5 and plan.footprint.host_bytes == 10 * 100 * 2**20
     assert "cache_memory=1.1 GB" in plan.footprint.bound
@@ -125,7 +125,7 @@ def test_buffers_are_sized_in_bytes_unless_cache_episodes_is_given():
     small = buffer_plan(np.full(5, 10**6), cache_memory=None, cache_episodes=None, shuffle_buffer=16,
                         shuffle_given=False, batch_bytes=10, prefetch=2, option_prefix="p")
     assert small.capacity == 5 and small.shuffle_buffer == 16  # small episodes: the defaults as before
-    given = buffer_plan(units, cache_memory="1GiB", cache_episodes=None, shuffle_buffer=8, shuffle_given=True,
+    given = buffer_plan(units, cache_memory=1 << 30, cache_episodes=None, shuffle_buffer=8, shuffle_given=True,
                         batch_bytes=0, prefetch=2, option_prefix="p")
     assert given.shuffle_buffer == 8 and given.capacity == 16
 

@@ -42,6 +42,9 @@ class Option:
             who drives a pass (e.g. building batches in threads or with the framework's DataLoader).
         per_host: The value may differ between the processes of a multi-process run (a local path: each host has
             its own cache directory); every other option must be the same on every rank, or the run is refused.
+        convert: What a given, valid value is turned into when the options are resolved (a size into its bytes:
+            :func:`to_bytes`), so that a factory reads the converted value and never parses it again; ``None``: kept
+            as given.
     """
 
     type: type | tuple[type, ...]
@@ -56,11 +59,22 @@ class Option:
     check: Callable[[Any], None] | None = dataclasses.field(default=None, compare=False)
     kinds: Mapping[Any, str] = dataclasses.field(default_factory=dict)
     per_host: bool = False
+    convert: Callable[[Any], Any] | None = dataclasses.field(default=None, compare=False)
 
     @property
     def types(self) -> tuple[type, ...]:
         """The accepted types, as a tuple."""
         return self.type if isinstance(self.type, tuple) else (self.type,)
+
+    def field_type(self):
+        """The type the resolved options object holds (what a factory reads): the converted type (bytes: ``int``)
+        or the accepted types, with ``None`` when the default is ``None``."""
+        import functools
+        import operator
+
+        held = (int,) if self.convert is to_bytes else self.types
+        t = functools.reduce(operator.or_, held)
+        return t | None if self.default is None or None in self.framework_defaults.values() else t
 
     def applies_to(self, framework: str) -> bool:
         """Whether the option may be given under a framework.
@@ -151,7 +165,16 @@ class Option:
         Args:
             framework: Describe the values allowed under this framework (``None``: the declaration's own).
         """
-        out = {"type": self.type_name(), "default": self.default, "help": self.help}
+        out = {"type": self.type_name(), "types": [_TYPE_NAMES.get(t, t.__name__) for t in self.types],
+               "default": self.default, "help": self.help, "per_host": self.per_host}
+        if self.convert is to_bytes:
+            out["converted_to"] = "bytes"
+        for key in ("min", "max"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        choices = self.choices_for(framework) if framework else self.choices
+        if choices is not None:
+            out["choices"] = list(choices)
         if self.framework_defaults:
             out["framework_defaults"] = dict(self.framework_defaults)
         values = self.describe_values(framework)
@@ -166,6 +189,7 @@ class Option:
 
 _TYPE_WORDS = {int: "an integer", float: "a number", str: "a string", bool: "true/false", dict: "a JSON object",
                list: "a list"}
+_TYPE_NAMES = {int: "integer", float: "number", str: "string", bool: "boolean", dict: "object", list: "array"}  # JSON
 
 
 def _is_instance(value, t: type) -> bool:
@@ -187,19 +211,25 @@ def _short(value) -> str:
 
 class Options:
     """Base of the typed, frozen options object a factory receives (one generated class per backend and
-    framework, :func:`options_class`): every declared option is an attribute holding the given value or its
-    default."""
+    framework, :func:`options_class`): every declared option is an attribute holding the given value (converted:
+    :attr:`Option.convert`) or its default, and :attr:`given_names` records which ones the user gave.
+
+    Why record what was given instead of comparing with the default: a backend may adapt an option the user left
+    to it (a shuffle buffer made smaller to fit its cache) but must keep one the user set, even to the default's
+    value.
+    """
 
     backend: str = ""
     framework: str = ""
+    given_names: frozenset = frozenset()  # set by resolve_options
 
     def as_dict(self) -> dict:
         """``{name: value}`` of every option (given or default)."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
     def given(self) -> dict:
-        """Only the options whose value differs from the default (what a log line or cache key needs)."""
-        return {k: v for k, v in self.as_dict().items() if v != self._defaults.get(k)}
+        """Only the options the user gave (their values as resolved), whatever their values."""
+        return {k: v for k, v in self.as_dict().items() if k in self.given_names}
 
     def shared(self) -> dict:
         """The options every rank of a multi-process run must agree on (those not declared ``per_host``)."""
@@ -226,7 +256,7 @@ def options_class(backend: str, framework: str, declared: Mapping[str, Option]) 
     key = (backend, framework, id(declared))
     cls = _CLASSES.get(key, (None, None))[0]
     if cls is None:
-        fields = [(name, Any, dataclasses.field(default=opt.default_for(framework)))
+        fields = [(name, opt.field_type(), dataclasses.field(default=opt.default_for(framework)))
                   for name, opt in declared.items() if opt.applies_to(framework)]
         cls = dataclasses.make_dataclass(f"{_camel(backend)}{_camel(framework)}Options", fields, bases=(Options,),
                                          frozen=True)
@@ -279,7 +309,9 @@ def resolve_options(backend: str, framework: str, declared: Mapping[str, Option]
         if problem:
             sep = "" if problem.startswith("[") else " "  # an entry of a dict-valued option: delta_timestamps['a']
             raise BackendOptionError(f"{where}.{name}{sep}{problem} (backend {backend!r})")
-    resolved = options_class(backend, framework, declared)(**{k: v for k, v in given.items()})
+    resolved = options_class(backend, framework, declared)(
+        **{k: v if v is None or declared[k].convert is None else declared[k].convert(v) for k, v in given.items()})
+    object.__setattr__(resolved, "given_names", frozenset(given))
     if constraints is not None:
         try:
             constraints(resolved)
@@ -308,6 +340,20 @@ def check_size(value) -> None:
     from robo_loaders_plugin.core.units import parse_bytes
 
     parse_bytes(value, "a size")
+
+
+def to_bytes(value) -> int:
+    """A size option's value as its bytes (:attr:`Option.convert` of every size; :func:`check_size` accepted it).
+
+    Args:
+        value: A non-negative number of bytes or a string like ``2GB``/``512MiB``.
+
+    Returns:
+        The bytes, rounded down to an integer.
+    """
+    from robo_loaders_plugin.core.units import parse_bytes
+
+    return parse_bytes(value, "a size")
 
 
 def check_positive_rate(value) -> None:

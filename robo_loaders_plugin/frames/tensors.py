@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from robo_loaders_plugin.core.errors import BackendOptionError
-from robo_loaders_plugin.core.units import format_bytes, parse_bytes
+from robo_loaders_plugin.core.units import format_bytes
 from robo_loaders_plugin.frames.base import FieldInfo, FrameSource, broadcast_episodes
 
 DEFAULT_VRAM_FRACTION = 0.5  # of the free memory of the training GPU, when max_device_memory is not given
@@ -83,7 +83,7 @@ def placement(nbytes: int, device: torch.device, max_device_memory, where: str) 
     if max_device_memory is None:
         budget, said = int(DEFAULT_VRAM_FRACTION * free), f"{DEFAULT_VRAM_FRACTION:.0%} of free GPU memory"
     else:
-        budget, said = parse_bytes(max_device_memory, f"{where}.max_device_memory"), "max_device_memory"
+        budget, said = max_device_memory, "max_device_memory"
     if nbytes <= budget:
         return device, False, f"on {device} ({format_bytes(nbytes)} within {said} = {format_bytes(budget)})"
     _check_host_memory(nbytes, where)
@@ -648,15 +648,15 @@ def plan_tiers_checked(size, device: torch.device, options, where: str, alternat
     import dataclasses
 
     from robo_loaders_plugin.core.footprint import HEADROOM, Available, ResourceRefused, check_fits
-    from robo_loaders_plugin.footprints import budget, plan_tiers
+    from robo_loaders_plugin.footprints import plan_tiers
 
     available = Available.measure(device=device if device.type == "cuda" else None)
     device_budget = None
     if device.type == "cuda":
-        device_budget = budget(options.max_device_memory, f"{where}.max_device_memory")
+        device_budget = options.max_device_memory
         if device_budget is None:
             device_budget = int(DEFAULT_VRAM_FRACTION * (available.device_bytes or 0))
-    given = budget(getattr(options, "max_memory", None), f"{where}.max_memory")
+    given = getattr(options, "max_memory", None)
     host_limit = given if given is not None else int(HEADROOM * available.host_bytes)
     # the episode being read and compressed while the tiers fill is held too (decoded, plus the decoder's and the
     # compressor's copies): at L480 (1.66 GB episodes) max_memory 8GB held 11.4 GB without this reserve

@@ -152,7 +152,7 @@ def datapipe_dataset(native, *, options):
                      * (step / EXPECTED_LOSSLESS_RATIO + size.other_step_bytes) for _, s, e in meta_units], np.int64)
     fits_instead = [f"{OPTION_PREFIX}.cache_memory (bytes) smaller, or cache_episodes unset",
                     "backend 'video_stream' (parts of long episodes, a bounded buffer)"]
-    passes, buffer = passes.sized(held, 0, OPTION_PREFIX, shuffle_default=64,
+    passes, buffer = passes.sized(held, 0, OPTION_PREFIX,
                                   unit="units" if len(meta_units) > len(size.lengths) else "episodes")
     check_fits(buffer.footprint, Available.measure(), backend="datapipe", option_prefix=OPTION_PREFIX,
                alternatives=fits_instead)
@@ -198,7 +198,7 @@ def datapipe_dataset(native, *, options):
     # sized again from what the shards store (index.json's member sizes, nothing read): the estimate above assumed
     # EXPECTED_LOSSLESS_RATIO, and camera noise packs worse (L480: 1.25:1), which held more than the bound said
     passes, buffer = PassOptions.of(options).sized(np.array([reader.episode_bytes(r) for r in records], np.int64), 0,
-                                                   OPTION_PREFIX, shuffle_default=64, unit="episodes")
+                                                   OPTION_PREFIX, unit="episodes")
     check_fits(buffer.footprint, Available.measure(), backend="datapipe", option_prefix=OPTION_PREFIX,
                alternatives=fits_instead)
 
@@ -236,7 +236,7 @@ def _datapipe_units(native, options, reader, hold, runs, records, units, columns
     margin = _camera_reach(settings.delta_indices, cameras)
     stored_row = max(reader.episode_bytes(r) / max(1, e - s) for r, (_, s, e) in zip(records, runs))
     held = np.array([(e - s + sum(margin)) * stored_row for _, s, e in units], dtype=np.int64)
-    passes, buffer = PassOptions.of(options).sized(held, 0, OPTION_PREFIX, shuffle_default=64, unit="units")
+    passes, buffer = PassOptions.of(options).sized(held, 0, OPTION_PREFIX, unit="units")
     check_fits(buffer.footprint, Available.measure(), backend="datapipe", option_prefix=OPTION_PREFIX,
                alternatives=fits_instead)
     numeric = [c for c in columns if c not in cameras]
@@ -477,7 +477,7 @@ def video_stream_dataset(native, *, options):
     starts = np.concatenate([[0], np.cumsum(size.lengths)])
     meta_units = split_runs([(i, int(a), int(b)) for i, (a, b) in enumerate(zip(starts[:-1], starts[1:]))], step)
     unit_held = np.array([(e - s + sum(margin)) * held_per_step for _, s, e in meta_units], dtype=np.int64)
-    passes, buffer = passes.sized(unit_held, 0, OPTION_PREFIX, shuffle_default=16,
+    passes, buffer = passes.sized(unit_held, 0, OPTION_PREFIX,
                                   unit="units" if len(meta_units) > len(size.lengths) else "episodes")
     check_fits(buffer.footprint, Available.measure(), backend="video_stream", option_prefix=OPTION_PREFIX,
                alternatives=[f"{OPTION_PREFIX}.cache_memory (bytes) smaller, or cache_episodes unset",

@@ -26,9 +26,10 @@ class PassOptions:
             ``None``: as many as ``cache_memory`` holds (``footprints.buffer_plan``, which the factory resolves
             into this field before building).
         replacement: Draw each pass's items with replacement instead of each exactly once.
-        cache_memory: The buffer's byte budget (bytes or a string; ``None``: the default, 1GB).
-        shuffle_given: Whether the user set ``shuffle_buffer`` (else the pipeline may make it smaller to fit the
-            episode cache: ``pipeline.batches.fit_to_cache``); set by :meth:`sized`.
+        cache_memory: The buffer's byte budget in bytes (``None``: the default, 1GB).
+        shuffle_given: Whether the user set ``shuffle_buffer``, to any value (else the buffer sizing and the pipeline
+            may make it smaller to fit the episode cache: ``footprints.buffer_plan``,
+            ``pipeline.batches.fit_to_cache``); from the options object's record of what was given (:meth:`of`).
         option_prefix: How the user sets these options, for messages; set by :meth:`sized`.
     """
 
@@ -51,7 +52,9 @@ class PassOptions:
         Returns:
             The :class:`PassOptions`.
         """
-        return cls(**{f.name: getattr(options, f.name) for f in dataclasses.fields(cls) if hasattr(options, f.name)})
+        values = {f.name: getattr(options, f.name) for f in dataclasses.fields(cls) if hasattr(options, f.name)}
+        values["shuffle_given"] = "shuffle_buffer" in getattr(options, "given_names", ())
+        return cls(**values)
 
     @property
     def episode_capacity(self) -> int:
@@ -59,8 +62,7 @@ class PassOptions:
         and the ones loaded ahead)."""
         return max(self.cache_episodes or 0, 2 * self.shuffle_buffer)
 
-    def sized(self, unit_bytes, batch_bytes: int, option_prefix: str, shuffle_default: int | None = None,
-              unit: str = "units", threads: int | None = None):
+    def sized(self, unit_bytes, batch_bytes: int, option_prefix: str, unit: str = "units", threads: int | None = None):
         """These options with the buffer sized for units of ``unit_bytes`` (``footprints.buffer_plan``): returns
         ``(options, plan)``; the plan's footprint says what the buffer holds and how it is bounded.
 
@@ -68,19 +70,16 @@ class PassOptions:
             unit_bytes: Bytes of each unit (episode or part of one) as the cache holds it.
             batch_bytes: Bytes of one batch.
             option_prefix: How the user sets options (for messages).
-            shuffle_default: The shuffle buffer's declared default (a value equal to it counts as not given).
             unit: What a unit is, plural, for the bound's wording (``episodes``, ``demos``, ``units``).
             threads: Threads assembling batches, when known (``None``: the training script's; named in the bound).
         """
         from robo_loaders_plugin.footprints import buffer_plan
 
-        given = shuffle_default is not None and self.shuffle_buffer != shuffle_default
         plan = buffer_plan(unit_bytes, cache_memory=self.cache_memory, cache_episodes=self.cache_episodes,
-                           shuffle_buffer=self.shuffle_buffer, shuffle_given=given,
+                           shuffle_buffer=self.shuffle_buffer, shuffle_given=self.shuffle_given,
                            batch_bytes=batch_bytes, prefetch=self.prefetch, option_prefix=option_prefix, unit=unit,
                            threads=threads)
         return dataclasses.replace(self, cache_episodes=plan.capacity, shuffle_buffer=plan.shuffle_buffer,
-                                   shuffle_given=given,
                                    option_prefix=option_prefix), plan
 
     def describe_shuffle(self, n_episodes: int, episodes: str = "episodes") -> str:

@@ -276,7 +276,7 @@ def _fit_buffer(sizing: _Sizing, passes: PassOptions, backend: str, units=None):
     else:
         held = np.array([(e - s + sizing.window - 1) * sizing.row_bytes for _, s, e in units], dtype=np.int64)
         unit = "units"
-    passes, buffer = passes.sized(held, sizing.batch, OPTION_PREFIX, shuffle_default=16, unit=unit,
+    passes, buffer = passes.sized(held, sizing.batch, OPTION_PREFIX, unit=unit,
                                   threads=sizing.threads)
     check_fits(buffer.footprint, Available.measure(), backend=backend, option_prefix=OPTION_PREFIX,
                alternatives=[f"{OPTION_PREFIX}.cache_memory (bytes) smaller, or cache_episodes unset"])

@@ -13,19 +13,12 @@ import dataclasses
 import blosc2
 import numpy as np
 
-CODEC_CHOICES = {
-    "lz4": blosc2.Codec.LZ4,
-    "lz4hc": blosc2.Codec.LZ4HC,
-    "zstd": blosc2.Codec.ZSTD,
-    "blosclz": blosc2.Codec.BLOSCLZ,
-}
-FILTER_CHOICES = {
-    "none": blosc2.Filter.NOFILTER,
-    "shuffle": blosc2.Filter.SHUFFLE,
-    "bitshuffle": blosc2.Filter.BITSHUFFLE,
-}
-DEFAULT_CODEC = "lz4hc"
-DEFAULT_FILTER = "none"
+from robo_loaders_plugin.core.codecs import CODECS, DEFAULT_CODEC, DEFAULT_FILTER, FILTERS  # noqa: F401 (re-exported)
+
+# the names (core.codecs) to Blosc2's values
+CODEC_CHOICES = {name: getattr(blosc2.Codec, name.upper()) for name in CODECS}
+FILTER_CHOICES = {name: blosc2.Filter.NOFILTER if name == "none" else getattr(blosc2.Filter, name.upper())
+                  for name in FILTERS}
 DEFAULT_LEVEL = 5
 
 

@@ -13,7 +13,7 @@ import os
 from typing import Callable
 
 from robo_loaders_plugin.core.errors import StaleSourceError
-from robo_loaders_plugin.core.units import format_bytes, parse_bytes, plural
+from robo_loaders_plugin.core.units import format_bytes, plural
 from robo_loaders_plugin.storage import cache
 from robo_loaders_plugin.storage.codec import FrameCodec
 from robo_loaders_plugin.storage.fingerprint import Fingerprint
@@ -132,8 +132,8 @@ def open_or_build(*, kind: str, source, key_desc: dict, write: Callable[[StoreWr
         codec: The frame codec.
         cache_dir: The cache directory of a store on disk (``None``: a RAM store). A persisted store's data is
             verified once per version of its file; a RAM one at every reuse.
-        max_memory: The ``max_memory`` option (bytes or a size string; ``None``: no limit): the build stops beyond
-            it, and a reused store larger than it is refused.
+        max_memory: The ``max_memory`` option in bytes (converted when the options were resolved; ``None``: no
+            limit): the build stops beyond it, and a reused store larger than it is refused.
         build_workers: Threads compressing frames (``None``: the CPU count, at most 8).
         meta: Metadata recorded in the store (the source fingerprint is added).
         option_prefix: How the user sets options, for messages.
@@ -146,12 +146,11 @@ def open_or_build(*, kind: str, source, key_desc: dict, write: Callable[[StoreWr
         (cache) while it lives; whether it was reused rather than built.
 
     Raises:
-        ValueError: ``max_memory`` is not a size.
         MemoryBudgetExceeded: the build exceeded ``max_memory``, or a reused store is larger than it.
         CacheError: another process's build did not finish within the lock timeout.
         core.footprint.ResourceRefused: a build on disk would leave less than the disk's reserve free.
     """
-    max_bytes = parse_bytes(max_memory, f"{option_prefix}.max_memory") if max_memory is not None else None
+    max_bytes = max_memory
     workers = build_workers or min(8, os.cpu_count() or 1)
     key_desc = keyed(key_desc)
 
