@@ -24,7 +24,8 @@ def private_reads(source: str) -> list[str]:
                 and node.value.attr == "data":
             found.append(f"line {node.lineno}: .data.column")
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr") \
-                and len(node.args) > 1 and isinstance(node.args[1], ast.Constant) and node.args[1].value in PRIVATE_ATTRS:
+                and len(node.args) > 1 and isinstance(node.args[1], ast.Constant) \
+                and node.args[1].value in PRIVATE_ATTRS:
             found.append(f"line {node.lineno}: {node.func.id}(..., {node.args[1].value!r})")
     return sorted(found, key=lambda f: (int(f.split()[1].rstrip(":")), f))
 

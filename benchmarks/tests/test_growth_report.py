@@ -136,5 +136,6 @@ def test_the_harness_growth_report_skips_other_results(tmp_path):
     bench = tmp_path / "bench.json"
     dump(bench, bench_payload())
     r = CliRunner().invoke(harness, ["growth", "report", str(bench), "--out", str(tmp_path / "out")])
-    assert r.exit_code == 1 and f"skipped {bench}: not a cost-growth result (`robo-loaders report` plots it)" in r.output
+    assert r.exit_code == 1
+    assert f"skipped {bench}: not a cost-growth result (`robo-loaders report` plots it)" in r.output
     assert "none of the 1 file(s) given is a cost-growth result" in r.output
