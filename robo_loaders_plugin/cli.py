@@ -1,6 +1,7 @@
 """``robo-loaders`` command line (click)."""
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 
@@ -9,7 +10,36 @@ import click
 from robo_loaders_plugin.core.codecs import CODECS, DEFAULT_CODEC
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _LazyGroup(click.Group):
+    """A click group whose commands defined in other modules are imported only when looked up (when that command
+    runs, or a help listing names it), as click documents for lazily loaded subcommands: ``robo-loaders list`` or
+    ``doctor`` does not import ``robo_loaders_plugin.bench`` (the report's plots and tables) or the transcoder.
+
+    ``lazy_subcommands`` maps a command's name to ``"module.attribute"``, the click command to import.
+    """
+
+    def __init__(self, *args, lazy_subcommands: dict[str, str] | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.lazy_subcommands = dict(lazy_subcommands or {})
+
+    def list_commands(self, ctx):
+        return sorted([*super().list_commands(ctx), *self.lazy_subcommands])
+
+    def get_command(self, ctx, cmd_name):
+        if cmd_name in self.lazy_subcommands:
+            module, _, attribute = self.lazy_subcommands[cmd_name].rpartition(".")
+            return getattr(importlib.import_module(module), attribute)
+        return super().get_command(ctx, cmd_name)
+
+
+# Subcommands in their own modules, imported when they run. The project's own benchmark tooling (matrix, decoder
+# alone, training benchmark, cost growth, README tables) is not a user command: it lives beside the package in
+# benchmarks/harness (docs/architecture.md says why).
+LAZY_COMMANDS = {"report": "robo_loaders_plugin.bench.plots.report_cmd",
+                 "transcode": "robo_loaders_plugin.tools.transcode.transcode_cmd"}
+
+
+@click.group(cls=_LazyGroup, lazy_subcommands=LAZY_COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="robo-loaders-plugin")
 def main():
     """Faster, lighter dataset backends for robomimic and LeRobot."""
@@ -360,15 +390,6 @@ def bench_lerobot_cmd(root, repo_id, backends, batch_size, num_workers, batches,
                             profile_samples=profile_samples)
     if any(r.get("error") for r in payload["results"]):
         sys.exit(1)
-
-
-# The project's own benchmark tooling (matrix, decoder alone, training benchmark, README tables) is not a user
-# command: it lives beside the package in benchmarks/harness (docs/architecture.md says why).
-from robo_loaders_plugin.bench.plots import report_cmd  # noqa: E402  (subcommands in their own modules)
-from robo_loaders_plugin.tools.transcode import transcode_cmd  # noqa: E402
-
-main.add_command(report_cmd)
-main.add_command(transcode_cmd)
 
 
 @main.group("convert")

@@ -100,3 +100,39 @@ def test_doctor_proves_nvdec_by_decoding_and_names_a_cpu_only_torchcodec(monkeyp
     line = row(r.output, "torchcodec CUDA build")
     assert line.startswith("warn") and "CPU-only build" in line and "--index-url" in line, line
     assert "NVDEC decodes av1" not in r.output  # the build is the problem to report, not the GPU's AV1 support
+
+
+def test_doctor_checks_the_hf_datasets_internals_on_a_real_dataset(monkeypatch):
+    """Issue 31: the ``datasets`` internals the LeRobot backends read (``lerobot/compat.py``: a ``Dataset``'s
+    selection ``_indices`` and its ``_fingerprint``) are doctor rows, tried on a real in-memory ``Dataset``. Negative
+    controls: a ``datasets`` whose selected datasets keep their selection under another name makes the rows check
+    read the unselected table (FAIL, exit 1); one without a fingerprint is a warning."""
+    import datasets
+
+    r = CliRunner().invoke(main, ["doctor"])
+    assert r.exit_code == 0, r.output
+    assert row(r.output, "Dataset._indices").startswith("ok") and row(r.output, "Dataset._fingerprint").startswith("ok")
+    select = datasets.Dataset.select
+
+    def renamed(self, *args, **kwargs):  # what a datasets version that renamed the attribute looks like to the read
+        picked = select(self, *args, **kwargs)
+        picked.__dict__["_selection"] = picked.__dict__.pop("_indices")
+        return picked
+
+    monkeypatch.setattr(datasets.Dataset, "select", renamed)
+    r = CliRunner().invoke(main, ["doctor"])
+    assert r.exit_code == 1
+    failed = row(r.output, "Dataset._indices")
+    assert failed.startswith("FAIL") and \
+        "the rows [13, 11] selected read as [10, 11, 12, 13]: rows cannot be compared" in failed
+
+    def no_fingerprint(self, *args, **kwargs):
+        picked = select(self, *args, **kwargs)
+        del picked.__dict__["_fingerprint"]
+        return picked
+
+    monkeypatch.setattr(datasets.Dataset, "select", no_fingerprint)
+    r = CliRunner().invoke(main, ["doctor"])
+    assert r.exit_code == 0, r.output
+    assert row(r.output, "Dataset._fingerprint").startswith("warn")
+    assert row(r.output, "Dataset._indices").startswith("ok")

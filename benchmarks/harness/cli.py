@@ -63,7 +63,7 @@ def growth_workloads_cmd(kinds, sizes):
 @click.option("--full-pass", is_flag=True, help="time one whole pass per run (LeRobotDataset itself still sampled)")
 @click.option("--json", "json_out", required=True, type=click.Path(dir_okay=False))
 def growth_run_cmd(kind, sizes, backends, batches, full_pass, json_out):
-    """Every backend at every size of workload KIND; results (kind: growth) for robo-loaders report."""
+    """Every backend at every size of workload KIND; results (kind: growth) for `growth report`."""
     from benchmarks.harness.growth import Settings, run_growth
 
     sizes = sizes.split(",") if sizes else (["10k", "100k"] if kind == "robomimic_image" else ["10k", "100k", "1m"])
@@ -168,6 +168,27 @@ def growth_convert_cmd(kinds, size, json_out):
         atomic_write_json(json_out, {"kind": "growth_conversion", "framework": "robomimic and LeRobot",
                                      "machine": machine(), "results": results}, indent=1)
     click.echo(f"wrote {json_out}")
+
+
+@growth_group.command("report")
+@click.argument("results", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option("--out", "out_dir", required=True, metavar="DIR", type=click.Path(file_okay=False),
+              help="write the log-log plots and report.md for RESULTS here")
+def growth_report_cmd(results, out_dir):
+    """Tables and log-log plots of cost-growth results (growth run, findings, convert); other files given are
+    skipped with one line each. The committed benchmarks/results/growth/plots/ are its <stem>_growth.png."""
+    from benchmarks.harness.growth_plots import growth_report
+    from robo_loaders_plugin.bench.tables import TableError
+
+    skipped: list = []
+    try:
+        path = growth_report(results, out_dir, skipped)
+    except TableError as exc:
+        raise click.ClickException(str(exc)) from None
+    finally:
+        for line in skipped:
+            click.echo(f"skipped {line}")
+    click.echo(f"wrote {path}")
 
 
 @main.command("readme")

@@ -9,7 +9,8 @@ its own process (``growth_child``), with the one-time work done first and timed 
 and reused by the measured run (its build is the "build/convert" time; its start-up is a second run's); the runs
 of a workload share one cache root (what is checked once per version of a file is checked by the first run that
 needs it; datapipe's first start is run, and recorded, before the measured one). Results
-(``kind: growth``) are what ``robo-loaders report`` plots on log-log axes; docs/benchmarks.md says how to read them.
+(``kind: growth``) are what ``growth report`` (``growth_plots.py``) plots on log-log axes; docs/benchmarks.md says how
+to read them.
 """
 from __future__ import annotations
 

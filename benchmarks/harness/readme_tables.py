@@ -11,8 +11,8 @@ The first word names one result file, or several joined by commas (rows concaten
 ``<results dir>/<name>.json`` (``benchmarks/results`` beside the README unless told otherwise), or a path relative
 to the README when it contains ``/`` or ends in ``.json``. Options, ``key=value`` separated by spaces: those of
 ``robo_loaders_plugin.bench.tables.results_table`` (``columns``, ``table``, ``backends``, ``by``, ``value`` and the
-axis filters), and ``source=no``: leave out the line under the table naming the file(s), the machine and the
-settings.
+axis filters; a cost-growth result's tables are ``growth_plots.growth_table``'s: ``table=results`` or ``goals``), and
+``source=no``: leave out the line under the table naming the file(s), the machine and the settings.
 
 Markers inside fenced code blocks are left alone (so documentation can show them). Regeneration is idempotent, and
 a marker naming a missing file, an unknown column or option, or an unclosed marker fails before anything is written.
@@ -88,7 +88,13 @@ def render_block(spec: str, results_dir: str, base_dir: str, where: str) -> str:
     if any(p["_kind"] == "loss_curves" for p in payloads):
         raise TableError(f"{where}: loss-curve files have no README table (plot them with robo-loaders report)")
     try:
-        table = results_table(payloads, opts)
+        growth = [p for p in payloads if p["_kind"].startswith("growth")]
+        if growth:  # issue 22's cost-growth results: their own tables (growth_plots.py)
+            from benchmarks.harness.growth_plots import growth_table
+
+            table = "\n".join(growth_table(p, opts.get("table", "results")) for p in growth)
+        else:
+            table = results_table(payloads, opts)
     except TableError as exc:
         raise TableError(f"{where}: {exc}") from None
     if opts.get("source", "yes") not in ("yes", "no"):

@@ -2,9 +2,10 @@
 
 Inputs are any mix of ``robo-loaders bench`` results, and the project harness's matrix results, training-benchmark
 results and loss-curve files (``benchmarks/harness/``: ``matrix.py``, ``train/``, ``loss_curves.py``; their formats
-in docs/benchmarks.md). Every figure names its source file, the machine and the settings in its caption.
-matplotlib is used through its object API on the Agg canvas (``Figure.savefig``): no pyplot, no global backend
-switch, nothing shown on screen.
+in docs/benchmarks.md); the harness's cost-growth results are plotted by the harness itself
+(``python -m benchmarks.harness growth report``, ``benchmarks/harness/growth_plots.py``). Every figure names its
+source file, the machine and the settings in its caption. matplotlib is used through its object API on the Agg
+canvas (``Figure.savefig``): no pyplot, no global backend switch, nothing shown on screen.
 """
 from __future__ import annotations
 
@@ -95,7 +96,16 @@ def _figure(width: float, height: float):
     return Figure(figsize=(width, height), layout="constrained")
 
 
-def _caption(fig, payload: dict, extra: str = "") -> None:
+def figure_caption(fig, payload: dict, extra: str = "") -> None:
+    """Write a figure's caption: its source file, the machine, the result's settings and ``extra``, wrapped to the
+    figure's width (the project harness's growth plots, ``benchmarks/harness/growth_plots.py``, use it too, so every
+    figure reads the same).
+
+    Args:
+        fig: The matplotlib ``Figure``.
+        payload: The loaded result the figure shows (``tables.load_result``).
+        extra: Words added at the end (``""``: none).
+    """
     src = os.path.basename(payload["_path"])
     parts = [f"Source: {src}", f"machine: {machine_caption(payload.get('machine'))}"]
     s = settings_caption(payload) if payload["_kind"] != "loss_curves" else ""
@@ -179,7 +189,7 @@ def plot_throughput(payload: dict, path: str, color: Palette) -> str | None:
     else:
         ax.set_xlabel(f"samples/s (higher is better{scale})")
         ax.set_title(f"{payload['framework']}: data-loader throughput per backend (no model)", fontsize=12)
-    _caption(fig, payload)
+    figure_caption(fig, payload)
     return _save(fig, path)
 
 
@@ -226,7 +236,7 @@ def plot_memory(payload: dict, path: str, color: Palette) -> str | None:
     what = "peak and data memory" if with_data else "peak memory"
     fig.suptitle(f"{payload['framework']}: {what} per backend" + (" (training)" if _training(payload) else ""),
                  fontsize=12)
-    _caption(fig, payload)
+    figure_caption(fig, payload)
     return _save(fig, path)
 
 
@@ -305,7 +315,7 @@ def plot_startup(payload: dict, path: str, color: Palette) -> str | None:
         handle.set_label(name)
     fig.legend(handles=legend, loc="outside right upper", fontsize=8, frameon=False)
     fig.suptitle(f"{payload['framework']}: {title} per backend", fontsize=12)
-    _caption(fig, payload, extra)
+    figure_caption(fig, payload, extra)
     return _save(fig, path)
 
 
@@ -375,7 +385,7 @@ def plot_epochs(payload: dict, path: str, color: Palette) -> str | None:
     right.legend(fontsize=8)
     fig.suptitle(f"{payload['framework']}: time per epoch over successive epochs"
                  + (" (real training loop)" if training else " (data loader, no model)"), fontsize=12)
-    _caption(fig, payload)
+    figure_caption(fig, payload)
     return _save(fig, path)
 
 
@@ -427,7 +437,7 @@ def _matrix_grid(payload: dict, x_axis: str, color: Palette, path: str) -> str |
     what = {"batch_size": "batch size", "seq_length": "sequence length", "preset": "delta_timestamps preset"}[x_axis]
     fig.suptitle(f"{payload['framework']}: samples/s against {what}, per backend", fontsize=12)
     failed = [r for r in payload["rows"] if r.get("error")]
-    _caption(fig, payload, f"{len(failed)} failed cell(s) not drawn" if failed else "")
+    figure_caption(fig, payload, f"{len(failed)} failed cell(s) not drawn" if failed else "")
     return _save(fig, path)
 
 
@@ -561,7 +571,7 @@ def plot_loss_curves(payload: dict, path: str, color: Palette) -> str | None:
     name = payload.get("name") or os.path.splitext(os.path.basename(payload["_path"]))[0]
     fig.suptitle(f"{payload['framework']}: training losses per {per}, {ref or 'native'} against each backend ({name})",
                  fontsize=12)
-    _caption(fig, payload)
+    figure_caption(fig, payload)
     return _save(fig, path)
 
 
@@ -618,6 +628,12 @@ def _img(md, title, path, out_dir):
         md.append(f"![{title}]({os.path.relpath(path, out_dir).replace(os.sep, '/')})\n")
 
 
+# The cost-growth results (``kind: growth``, ``growth_findings``, ``growth_conversion``) measure the project itself:
+# their plots and tables are the harness's (``benchmarks/harness/growth_plots.py``), which a wheel does not contain.
+GROWTH_ELSEWHERE = ("a cost-growth result of the project's benchmark harness: plot it from a clone of the repository "
+                    "with `python -m benchmarks.harness growth report FILES --out DIR`")
+
+
 def report(result_paths, out_dir: str, skipped: list | None = None) -> str:
     """Plots (PNG) and ``report.md`` in ``out_dir`` for every result file given (loader-only and training
     benchmark results, matrix results, loss curves).
@@ -626,8 +642,8 @@ def report(result_paths, out_dir: str, skipped: list | None = None) -> str:
         result_paths: The result files.
         out_dir: Where the plots and ``report.md`` go (created).
         skipped: A list to which a file that is none of these (e.g. ``benchmarks/results/codecs.json``, met when
-            given ``benchmarks/results/*.json``) adds one line saying why, instead of failing; without it such a
-            file fails.
+            given ``benchmarks/results/*.json``, or a cost-growth result: :data:`GROWTH_ELSEWHERE`) adds one line
+            saying why, instead of failing; without it such a file fails.
 
     Returns:
         The path of ``report.md``.
@@ -638,7 +654,10 @@ def report(result_paths, out_dir: str, skipped: list | None = None) -> str:
     payloads, passed_over = [], []
     for path in result_paths:
         try:
-            payloads.append(load_result(path))
+            payload = load_result(path)
+            if payload["_kind"].startswith("growth"):
+                raise TableError(f"{path}: {GROWTH_ELSEWHERE}")
+            payloads.append(payload)
         except TableError as exc:
             if skipped is None:
                 raise
@@ -721,16 +740,6 @@ def report(result_paths, out_dir: str, skipped: list | None = None) -> str:
                 md.append(tables.results_table([p], {"columns": ",".join(list(p["axes"]) + [
                     "backend", "build_s", "epoch_times_s"])}) + "\n")
                 epochs_seen = True
-        elif p["_kind"] == "growth":
-            from robo_loaders_plugin.bench.growth_plots import growth_section
-
-            md.append("Cost growth with the number of frames (`python -m benchmarks.harness growth run`; "
-                      "`docs/benchmarks.md`):\n")
-            md += growth_section(p, out_dir, stem, color, _caption)
-        elif p["_kind"].startswith("growth_"):
-            from robo_loaders_plugin.bench.growth_plots import growth_table
-
-            md.append(growth_table(p, "results") + "\n")
         else:
             if p.get("notes"):
                 md.append(f"{p['notes']}\n")
@@ -752,7 +761,8 @@ def report(result_paths, out_dir: str, skipped: list | None = None) -> str:
               help="write PNG plots and report.md for RESULTS here")
 def report_cmd(results, out_dir):
     """Plots and a markdown page from benchmark, matrix, training-benchmark and loss-curve results (other files
-    given, e.g. benchmarks/results/codecs.json, are skipped with one line each).
+    given, e.g. benchmarks/results/codecs.json or the project's cost-growth results, are skipped with one line
+    each).
 
     \f
     (click shows the text above as the command's help; what follows is for readers of the code.)

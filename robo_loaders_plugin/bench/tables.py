@@ -30,7 +30,8 @@ class TableError(ValueError):
 # -- result files ---------------------------------------------------------------------------------------------------
 def kind_of(payload: dict) -> str:
     """What a result file is: ``bench``, ``training``, ``matrix``, ``loss_curves``, ``growth`` (with
-    ``growth_findings`` and ``growth_conversion``: ``bench/growth_plots.py``), or ``unknown``.
+    ``growth_findings`` and ``growth_conversion``: the project harness's, tables and plots in
+    ``benchmarks/harness/growth_plots.py``), or ``unknown``.
 
     Args:
         payload: The file's JSON content.
@@ -436,16 +437,15 @@ def results_table(payloads: list[dict], opts: dict | None = None) -> str:
         The table.
 
     Raises:
-        TableError: mixed frameworks, or training with loader-only results; no rows match; no conversion rows; an
-            unknown table or column.
+        TableError: a cost-growth result (its tables are the project harness's); mixed frameworks, or training with
+            loader-only results; no rows match; no conversion rows; an unknown table or column.
     """
     opts = dict(opts or {})
     table = opts.get("table", "results")
-    growth = [p for p in payloads if p["_kind"].startswith("growth")]
-    if growth:  # issue 22's cost-growth results: their own tables (bench/growth_plots.py)
-        from robo_loaders_plugin.bench.growth_plots import growth_table
-
-        return "\n".join(growth_table(p, table) for p in growth)
+    growth = [p["_path"] for p in payloads if p["_kind"].startswith("growth")]
+    if growth:  # issue 22's cost-growth results: the harness's tables (benchmarks/harness/growth_plots.py)
+        raise TableError(f"{', '.join(growth)}: cost-growth results have their tables in the project's harness "
+                         "(`python -m benchmarks.harness readme` or `growth report`, from a clone)")
     frameworks = {p.get("framework") for p in payloads}
     if len(frameworks) > 1:
         raise TableError(f"one table cannot mix frameworks ({sorted(frameworks)})")

@@ -27,6 +27,13 @@ Private reads (the settings of ``LeRobotDataset``'s private ``DatasetReader``, w
 ``reader.delta_indices`` (:func:`reader_settings`); ``DatasetReader._query_videos`` (timed by the benchmark only);
 accelerate's ``BatchSamplerShard`` attributes (``batch_sampler``, ``process_index``, ``num_processes``,
 ``split_batches``, ``even_batches``) on the DataLoader ``accelerator.prepare`` returns (:func:`rank_split`).
+
+Hugging Face ``datasets`` internals (LeRobot holds its tables in a ``datasets.Dataset``; the backends compare what
+they serve with it): ``Dataset._indices``, the selection ``select``/``shuffle`` leave over the Arrow table
+(:func:`hf_column`, :func:`hf_selection_digest`), ``Dataset._fingerprint`` (:func:`hf_fingerprint`), and the Arrow
+storage under it, ``Dataset.data`` and ``Dataset.cache_files`` (public, but the library's storage:
+:func:`hf_column`, :func:`hf_cache_files`). No other module reads them (``tests/test_compat_private_reads.py``);
+``robo-loaders doctor`` checks them on a real ``datasets.Dataset`` (:func:`checks`).
 """
 from __future__ import annotations
 
@@ -359,6 +366,98 @@ def sampler_indices(sampler) -> np.ndarray:
     return values[order][at]
 
 
+def hf_cache_files(table) -> list[str]:
+    """The Arrow files under the datasets cache (``HF_DATASETS_CACHE``) that hold a ``datasets.Dataset``'s table
+    (``table.cache_files``): where LeRobot's values come from, named in the messages saying how to refresh them,
+    and part of what datapipe records of a table its rows were checked against.
+
+    Args:
+        table: A ``datasets.Dataset`` (LeRobot's ``hf_dataset`` or ``meta.episodes``), or ``None``.
+
+    Returns:
+        The files' paths, sorted, each once; empty when the table is held in memory (or is ``None``).
+    """
+    return sorted({c["filename"] for c in getattr(table, "cache_files", None) or []})
+
+
+def hf_column(hf, name: str):
+    """Column ``name`` of a ``datasets.Dataset`` in the order the dataset serves its rows, as Arrow, without
+    decoding a row to Python: the table's column (``hf.data``) taken through the dataset's selection
+    (``hf._indices``, which ``select``/``shuffle`` set instead of rewriting the table), so that value ``i`` is
+    ``hf[i][name]``'s.
+
+    Args:
+        hf: A ``datasets.Dataset`` (LeRobot's ``hf_dataset``).
+        name: A column of it.
+
+    Returns:
+        A ``pyarrow.ChunkedArray``, one value per row of ``hf``.
+    """
+    indices = getattr(hf, "_indices", None)
+    col = hf.data.column(name)
+    return col.take(indices.column(0)) if indices is not None else col
+
+
+def hf_fingerprint(hf) -> str | None:
+    """The fingerprint ``datasets`` gives a ``Dataset``'s content and every transform applied to it
+    (``hf._fingerprint``): part of what datapipe records of the table its rows were checked against.
+
+    Args:
+        hf: A ``datasets.Dataset``.
+
+    Returns:
+        The fingerprint, or ``None`` when this ``datasets`` version keeps none (the record then rests on the cache
+        files and the selection).
+    """
+    return getattr(hf, "_fingerprint", None)
+
+
+def hf_selection_digest(hf) -> str | None:
+    """A SHA-256 of the rows a ``datasets.Dataset`` selects from its table (``hf._indices``, see :func:`hf_column`):
+    the same cache files serve other rows after a ``select``.
+
+    Args:
+        hf: A ``datasets.Dataset``.
+
+    Returns:
+        The hex digest of the selected row numbers, or ``None`` when the dataset serves its table as it is.
+    """
+    import hashlib
+
+    indices = getattr(hf, "_indices", None)
+    return None if indices is None else hashlib.sha256(np.asarray(indices.column(0)).tobytes()).hexdigest()
+
+
+def _hf_checks() -> list[Check]:
+    """``robo-loaders doctor``'s rows for the ``datasets`` internals read here, tried on a real (tiny, in-memory)
+    ``datasets.Dataset``: a renamed attribute is a row naming it, not a rows check that fails on every run."""
+    try:
+        import datasets
+    except ImportError as exc:
+        return [Check("HF datasets (LeRobot's tables)", False, str(exc))]
+    version = getattr(datasets, "__version__", "?")
+    try:  # in memory: nothing is written to the datasets cache
+        table = datasets.Dataset.from_dict({"index": [10, 11, 12, 13]})
+        picked = table.select([3, 1])
+        served = hf_column(picked, "index").to_pylist()
+        fingerprints = {hf_fingerprint(table), hf_fingerprint(picked)}
+    except Exception as exc:  # noqa: BLE001  (doctor reports what another version does, it does not stop)
+        failed = f"datasets {version}: {type(exc).__name__}: {exc}"
+        return [Check("HF datasets private read Dataset._indices (with Dataset.data)", False,
+                      f"{failed}; rows cannot be compared"),
+                Check("HF datasets private read Dataset._fingerprint", False, failed, required=False)]
+    ok = served == [13, 11] and hf_selection_digest(picked) is not None and hf_selection_digest(table) is None
+    rows = [Check("HF datasets private read Dataset._indices (with Dataset.data)", ok, f"datasets {version}: " + (
+        "how the rows a backend serves are compared with LeRobot's" if ok else
+        f"the rows [13, 11] selected read as {served}: rows cannot be compared"))]
+    ok = None not in fingerprints and len(fingerprints) == 2
+    rows.append(Check("HF datasets private read Dataset._fingerprint", ok,
+                      "datapipe's record of rows already checked" + ("" if ok else
+                                                                   ": missing, the record rests on the cache files"),
+                      required=False))
+    return rows
+
+
 def time_video_queries(spent: list) -> None:
     """Benchmark only: add the wall time of every ``DatasetReader._query_videos`` call (all cameras of a sample)
     to ``spent[0]``, in this process. Not undone.
@@ -422,4 +521,4 @@ def checks() -> list[Check]:
                      "what datapipe serves per pass, and where --resume continues"))
     except (ImportError, OSError) as exc:
         rows.append(Check("LeRobot DatasetReader", False, str(exc)))
-    return rows
+    return rows + _hf_checks()

@@ -19,7 +19,7 @@ from robo_loaders_plugin.core.errors import SourceError
 from robo_loaders_plugin.core.iteration import IndexedDataset
 from robo_loaders_plugin.core.packed import pack_ints, unpack_ints
 from robo_loaders_plugin.frames.base import FrameSource
-from robo_loaders_plugin.lerobot.compat import reader_settings
+from robo_loaders_plugin.lerobot.compat import hf_cache_files, hf_column, reader_settings
 from robo_loaders_plugin.storage.buffers import BufferPool
 from robo_loaders_plugin.windows import lerobot as rules
 
@@ -267,7 +267,7 @@ def check_meta_match(native, source) -> None:
                               + changed_since.format("meta/info.json"))
 
     table = meta.episodes
-    cache_dirs = sorted({os.path.dirname(c["filename"]) for c in getattr(table, "cache_files", None) or []})
+    cache_dirs = sorted({os.path.dirname(f) for f in hf_cache_files(table)})
     if cache_dirs:
         held = f"LeRobot's dataset object, read from its datasets cache ({', '.join(cache_dirs)})"
         refresh = ("LeRobot's datasets cache is keyed by the files' mtimes, so a file changed with its mtime kept "
@@ -350,19 +350,13 @@ def check_rows_match(native, columns: list[str], index_column: np.ndarray, serve
     native_columns = list(hf.features)
     if native_columns != list(columns):
         raise SourceError(f"{native.root}: columns {list(columns)} differ from LeRobot's {native_columns}")
-    indices = hf._indices.column(0) if getattr(hf, "_indices", None) is not None else None
-
-    def native_column(name):
-        col = hf.data.column(name)
-        return col.take(indices) if indices is not None else col
-
-    native_index = np.asarray(native_column("index").to_numpy(zero_copy_only=False))
+    native_index = np.asarray(hf_column(hf, "index").to_numpy(zero_copy_only=False))
     if not np.array_equal(native_index, index_column):
         raise SourceError(f"{native.root}: the rows robo-loaders reads are not LeRobotDataset's rows (index column "
                           "differs); please report this dataset layout")
     ref = hf[0]
     mine_from = read_from or f"the data parquet files under {native.root}/data"
-    cache_files = sorted({os.path.dirname(c["filename"]) for c in getattr(hf, "cache_files", None) or []})
+    cache_files = sorted({os.path.dirname(f) for f in hf_cache_files(hf)})
     theirs_from = (f"LeRobot's dataset object, read from its datasets cache ({', '.join(cache_files)})" if cache_files
                    else "LeRobot's dataset object (held in memory)")
 
@@ -378,7 +372,7 @@ def check_rows_match(native, columns: list[str], index_column: np.ndarray, serve
             raise SourceError(f"{native.root}: column {name!r}: LeRobot serves {ref[name].dtype} of shape "
                               f"{tuple(ref[name].shape)}, robo-loaders read {mine.dtype} of shape {tuple(mine.shape)}; "
                               "please report this dataset layout")
-        theirs = _as_served(native_column(name), values.dtype, values.shape)
+        theirs = _as_served(hf_column(hf, name), values.dtype, values.shape)
         if theirs is None:
             raise SourceError(f"{native.root}: column {name!r}: {theirs_from} does not hold {values.shape} values "
                               f"of it as {mine_from} do; please report this dataset layout")

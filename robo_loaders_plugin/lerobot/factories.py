@@ -22,7 +22,8 @@ from robo_loaders_plugin.frames.chunks import ChunkFrames, split_runs
 from robo_loaders_plugin.frames.episodes import EpisodeFrames
 from robo_loaders_plugin.footprints import EXPECTED_LOSSLESS_RATIO
 from robo_loaders_plugin.frames.store import StoreFrames
-from robo_loaders_plugin.lerobot.compat import check_version, reader_settings
+from robo_loaders_plugin.lerobot.compat import (check_version, hf_cache_files, hf_fingerprint, hf_selection_digest,
+                                                reader_settings)
 from robo_loaders_plugin.lerobot.dataset import (LeRobotSamples, check_meta_match, check_rows_match,
                                                  check_supported)
 from robo_loaders_plugin.pipeline.batches import PipelineDataset
@@ -288,16 +289,15 @@ class RowsChecked:
 
         self.doc = None
         hf = native.hf_dataset
-        files = sorted({c["filename"] for c in getattr(hf, "cache_files", None) or []})
+        files = hf_cache_files(hf)
         if not files:
             return
         try:
             self.doc = {"method": self.METHOD, "shards": os.path.realpath(reader.dir),
                         "index": reader.index.get("checksum"), "columns": list(columns),
-                        "episodes": native.episodes, "fingerprint": getattr(hf, "_fingerprint", None),
+                        "episodes": native.episodes, "fingerprint": hf_fingerprint(hf),
                         "files": [list(stat_files(f)[0]) + [f] for f in files],
-                        "indices": None if getattr(hf, "_indices", None) is None else
-                        hashlib.sha256(np.asarray(hf._indices.column(0)).tobytes()).hexdigest()}
+                        "indices": hf_selection_digest(hf)}
             key = hashlib.sha256(repr(self.doc["shards"]).encode()).hexdigest()[:32]
             self.path = os.path.join(records_dir(cache_dir), f"rows-{key}.json")
         except (OSError, ValueError, TypeError):

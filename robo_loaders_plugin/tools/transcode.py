@@ -649,7 +649,7 @@ def report_table(report: dict) -> str:
                                    "mean PSNR dB", "min PSNR dB"])
 
 
-# ---- the command line (registered in cli.py: main.add_command(transcode_cmd, "transcode")) ------------------------
+# ---- the command line (registered in cli.py, LAZY_COMMANDS: imported when `robo-loaders transcode` runs) ----------
 
 def _psnr_frames(ctx, param, value):
     if value is None or str(value).lower() == "all":

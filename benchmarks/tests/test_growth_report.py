@@ -1,10 +1,16 @@
-"""Cost-growth results (issue 22) in ``robo-loaders report``: log-log plots per backend and the goals table."""
+"""Cost-growth results (issue 22) in the harness's ``growth report``: log-log plots per backend and the goals table;
+``robo-loaders report`` (the package) skips them with one line naming that command (issue 31: the harness's plots
+are not in the wheel)."""
 import json
 
+import pytest
 from click.testing import CliRunner
 
-from robo_loaders_plugin.bench import growth_plots
+from benchmarks.harness import growth_plots
+from benchmarks.harness.cli import main as harness
 from robo_loaders_plugin.cli import main
+
+pytestmark = pytest.mark.fast  # fake rows, no benchmark run: part of `make test-fast`
 
 MACHINE = {"cpu": "x86_64", "cores": 2, "ram": "23.5 GiB", "python": "3.12.1", "torch": "2.11.0", "gpu": None}
 
@@ -28,7 +34,7 @@ def growth_payload(slow_plan=False, failed=False):
 def test_growth_result_is_plotted_log_log_with_its_goals(tmp_path):
     path = tmp_path / "growth_lerobot.json"
     path.write_text(json.dumps(growth_payload(failed=True)))
-    r = CliRunner().invoke(main, ["report", str(path), "--out", str(tmp_path / "out")])
+    r = CliRunner().invoke(harness, ["growth", "report", str(path), "--out", str(tmp_path / "out")])
     assert r.exit_code == 0, r.output
     md = (tmp_path / "out" / "report.md").read_text()
     assert (tmp_path / "out" / "growth_lerobot_growth.png").stat().st_size > 10_000
@@ -89,8 +95,8 @@ def test_findings_and_conversion_results_are_tables_in_the_report_and_the_readme
     for name, payload in (("findings.json", FINDINGS), ("conversion.json", CONVERSION),
                           ("growth.json", growth_payload())):
         (tmp_path / name).write_text(json.dumps(payload))
-    r = CliRunner().invoke(main, ["report", str(tmp_path / "findings.json"), str(tmp_path / "conversion.json"),
-                                  "--out", str(tmp_path / "out")])
+    r = CliRunner().invoke(harness, ["growth", "report", str(tmp_path / "findings.json"),
+                                     str(tmp_path / "conversion.json"), "--out", str(tmp_path / "out")])
     assert r.exit_code == 0, r.output
     md = (tmp_path / "out" / "report.md").read_text()
     assert "| planning a pass | 1.6 s | 0.17 s |" in md and "| `x.hdf5` | 700 | 1.4 | 500 |" in md
@@ -100,3 +106,36 @@ def test_findings_and_conversion_results_are_tables_in_the_report_and_the_readme
     readme.write_text("<!-- robo-loaders:table growth.json table=goals source=no -->\n<!-- /robo-loaders:table -->\n")
     update_readme(str(readme), str(tmp_path))
     assert "Goals at 1,025,000 frames" in readme.read_text() and "| `datapipe` |" in readme.read_text()
+
+
+def test_the_package_report_skips_growth_results_naming_the_harness_command(tmp_path):
+    """The growth plots left the package (they are the harness's): ``robo-loaders report`` given a growth result
+    says in one line where it is plotted, and still reports the other files given."""
+    from report_fakes import bench_payload, dump
+
+    growth, bench = tmp_path / "growth.json", tmp_path / "bench.json"
+    growth.write_text(json.dumps(growth_payload()))
+    dump(bench, bench_payload())
+    r = CliRunner().invoke(main, ["report", str(growth), str(bench), "--out", str(tmp_path / "out")])
+    assert r.exit_code == 0, r.output
+    assert (f"skipped {growth}: a cost-growth result of the project's benchmark harness: plot it from a clone of the "
+            "repository with `python -m benchmarks.harness growth report FILES --out DIR`") in r.output
+    assert not list((tmp_path / "out").glob("*growth*.png")) and "`growth.json`" in (
+        tmp_path / "out" / "report.md").read_text()  # named among the skipped files, not plotted
+    # growth alone: nothing to report, the skip line still printed
+    r = CliRunner().invoke(main, ["report", str(growth), "--out", str(tmp_path / "out2")])
+    assert r.exit_code == 1 and "benchmarks.harness growth report" in r.output
+    # negative control: the harness's command plots the same file
+    r = CliRunner().invoke(harness, ["growth", "report", str(growth), "--out", str(tmp_path / "out3")])
+    assert r.exit_code == 0 and (tmp_path / "out3" / "growth_growth.png").exists(), r.output
+
+
+def test_the_harness_growth_report_skips_other_results(tmp_path):
+    from report_fakes import bench_payload, dump
+
+    bench = tmp_path / "bench.json"
+    dump(bench, bench_payload())
+    r = CliRunner().invoke(harness, ["growth", "report", str(bench), "--out", str(tmp_path / "out")])
+    assert r.exit_code == 1
+    assert f"skipped {bench}: not a cost-growth result (`robo-loaders report` plots it)" in r.output
+    assert "none of the 1 file(s) given is a cost-growth result" in r.output
