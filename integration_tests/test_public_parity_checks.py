@@ -159,6 +159,8 @@ def test_every_check_catches_one_wrong_pixel_inside_an_episode_when_exhaustive(o
     assert_same_samples(case, "compressed_cache", {}, count=0)  # the edges alone do not hold that frame
     with pytest.raises(AssertionError, match=f"\\]:{camera}: values differ"):
         assert_same_samples(case, "compressed_cache", {}, count=0, exhaustive=True)
+    with pytest.raises(ValueError, match="give indices or exhaustive=True, not both"):
+        assert_same_samples(case, "compressed_cache", {}, indices=[0], exhaustive=True)
     with pytest.raises(AssertionError, match=f"batch .*{camera}: values differ"):
         assert_same_batches(case, "compressed_cache", {}, batch_size=8, batches=1, exhaustive=True)
     with pytest.raises(AssertionError, match=f"pass batch .*{camera}: values differ"):
