@@ -272,7 +272,7 @@ def _content_key(sample, min_psnr, _path: str = "") -> bytes:
 def _episode_edges(case, native) -> list[int]:
     """The first and last index of every episode: where windows pad and clamp, and where a backend's episodes (and
     the files holding them) begin and end."""
-    edges = set()
+    edges: set[int] = set()
     for idx in case.episode_indices(native):
         edges.update((int(idx[0]), int(idx[-1])))
     return sorted(edges)
