@@ -1,10 +1,12 @@
 """Every built-in backend through the public parity checks (``robo_loaders_plugin.testing``), the ones a third
 party runs: so the checks are known to hold every kind (sample, indexed, batch; lossless and lossy) to the native
 loader, and their negative controls show they fail on wrong data."""
+import numpy as np
 import pytest
 
 from robomimic_helpers import make_config, obs_keys
 
+from robo_loaders_plugin.extend import FrameSource
 from robo_loaders_plugin.testing import (assert_same, assert_same_batches, assert_same_pass, assert_same_samples,
                                          lerobot_case, robomimic_case)
 
@@ -65,3 +67,125 @@ def test_the_checks_fail_on_a_wrong_window_and_a_missing_sample(tiny_hdf5, tmp_p
     monkeypatch.setattr(testing.RobomimicCase, "build", lambda self, backend, options: ds)
     with pytest.raises(AssertionError, match="not a sample of the native pass, or served more often"):
         assert_same_pass(case, "datapipe", {}, batch_size=16)
+
+
+# -- a one-pixel error: every check must catch it, in both frameworks ---------------------------------------------
+class OnePixelOff(FrameSource):
+    """``inner``'s frames with one byte flipped in one camera's frame at one (unit, step): a backend serving one
+    wrong pixel of one frame of one camera of one episode, everything else byte-identical."""
+
+    def __init__(self, inner: FrameSource, field: str, unit: int, step: int):
+        self.inner, self.field, self.unit, self.step = inner, field, unit, step
+        self.lengths = inner.lengths
+
+    def info(self, field):
+        return self.inner.info(field)
+
+    def take(self, field, episodes, steps, out):
+        self.inner.take(field, episodes, steps, out)
+        if field != self.field:
+            return
+        steps = np.asarray(steps)
+        units = np.asarray(episodes).reshape((-1,) + (1,) * (steps.ndim - 1))
+        for at in zip(*np.nonzero((units == self.unit) & (steps == self.step))):
+            frame = out[at]  # a view of the frame in the output
+            frame.flat[0] = frame.flat[0] ^ 1
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+def plant_one_pixel(monkeypatch, case, camera: str, where: str) -> int:
+    """Every dataset ``case`` builds from now on serves one byte of ``camera`` wrong, in one frame of the middle
+    episode: its first (``"edge"``) or a middle (``"inside"``) one.
+
+    Returns:
+        The native index whose sample holds that frame (the frame at its window's own step).
+    """
+    native = case.native()
+    episode = case.episode_indices(native)[len(case.episode_indices(native)) // 2]
+    target = int(episode[0] if where == "edge" else episode[len(episode) // 2])
+    real_build = type(case).build
+
+    def build(self, backend, options):
+        ds = real_build(self, backend, options)
+        unit_of = ds.episode_of()
+        unit = int(unit_of[target])
+        step = target - int(np.flatnonzero(unit_of == unit)[0])  # one window per step (padded windows)
+        ds.frames = OnePixelOff(ds.frames, camera, unit, step)
+        return ds
+
+    monkeypatch.setattr(type(case), "build", build)
+    with pytest.raises(AssertionError, match="values differ \\(max abs diff 1.0\\)"):  # planted, one byte
+        assert_same(case.build("compressed_cache", {})[target], native[target], "planted")
+    return target
+
+
+@pytest.fixture(params=["robomimic", "lerobot"])
+def one_pixel_case(request):
+    """A case and the camera to plant the error in: one of two (robomimic), the second of three (LeRobot, in a
+    dataset whose episodes share video files)."""
+    if request.param == "robomimic":
+        case = rm_case(request.getfixturevalue("tiny_hdf5"), hdf5_cache_mode="low_dim")
+        return case, "obs/robot0_eye_in_hand_image"
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    native = LeRobotDataset("local/sample", root=request.getfixturevalue("lerobot_datasets")["h264_3cam_multifile"],
+                            return_uint8=True, delta_timestamps={"action": [0.0, 0.05, 0.1]}, episodes=[0, 2, 4])
+    return lerobot_case(native), "observation.images.cam1"
+
+
+def test_every_check_catches_one_wrong_pixel_at_an_episode_edge(one_pixel_case, monkeypatch):
+    """One byte of one camera's first frame of the middle episode. The defaults compare every episode's first and
+    last index whatever the random draw (``count=0``: those only). Measured over seeds 0-9 with the old random
+    indices: ``assert_same_samples`` caught it 4 (robomimic, count 80) and 3 (LeRobot, count 60) times of 10,
+    ``assert_same_batches`` 1 of 10 in each; now 10 of 10."""
+    case, camera = one_pixel_case
+    target = plant_one_pixel(monkeypatch, case, camera, "edge")
+    with pytest.raises(AssertionError, match=f"compressed_cache\\[{target}\\]:{camera}: values differ"):
+        assert_same_samples(case, "compressed_cache", {}, count=0)
+    with pytest.raises(AssertionError, match=f"batch .*{camera}: values differ"):
+        assert_same_batches(case, "compressed_cache", {}, batch_size=8, batches=1)
+    with pytest.raises(AssertionError, match=f"pass batch .*{camera}: values differ"):
+        assert_same_pass(case, "compressed_cache", {}, batch_size=16)
+
+
+def test_every_check_catches_one_wrong_pixel_inside_an_episode_when_exhaustive(one_pixel_case, monkeypatch):
+    """One byte of a frame in the middle of the middle episode: ``exhaustive=True`` compares every index, and a
+    pass serves every sample. The edges alone miss it (by default the random indices may find it: measured 10 of 10
+    seeds on robomimic, where a frame is in six windows, 4 of 10 on LeRobot)."""
+    case, camera = one_pixel_case
+    plant_one_pixel(monkeypatch, case, camera, "inside")
+    assert_same_samples(case, "compressed_cache", {}, count=0)  # the edges alone do not hold that frame
+    with pytest.raises(AssertionError, match=f"\\]:{camera}: values differ"):
+        assert_same_samples(case, "compressed_cache", {}, count=0, exhaustive=True)
+    with pytest.raises(ValueError, match="give indices or exhaustive=True, not both"):
+        assert_same_samples(case, "compressed_cache", {}, indices=[0], exhaustive=True)
+    with pytest.raises(AssertionError, match=f"batch .*{camera}: values differ"):
+        assert_same_batches(case, "compressed_cache", {}, batch_size=8, batches=1, exhaustive=True)
+    with pytest.raises(AssertionError, match=f"pass batch .*{camera}: values differ"):
+        assert_same_pass(case, "compressed_cache", {}, batch_size=16)
+
+
+def test_the_lerobot_pass_spawns_its_workers_so_a_native_decode_cannot_fail_in_a_fork(lerobot_datasets, monkeypatch):
+    """After the parent decoded (``assert_same_samples``), forked workers inherited LeRobot's open torchcodec
+    decoders and their file offsets: the native ``LeRobotDataset`` failed in them ("Could not push packet to
+    decoder", measured 5 runs of 5) with a correct backend. Both DataLoaders now spawn their workers, as
+    ``lerobot-train`` 0.6.1 does; negative control: before, both were built with the platform's default (fork)."""
+    import torch.utils.data
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    native = LeRobotDataset("local/sample", root=lerobot_datasets["av1_1cam"], return_uint8=True,
+                            delta_timestamps={"action": [0.0, 0.05, 0.1]}, episodes=[0, 2, 4])
+    case = lerobot_case(native)
+    assert_same_samples(case, "compressed_cache", {}, count=20)  # decoders now open in this process
+    contexts = []
+
+    class Recorded(torch.utils.data.DataLoader):
+        def __init__(self, *args, **kwargs):
+            contexts.append(kwargs.get("multiprocessing_context"))
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(torch.utils.data, "DataLoader", Recorded)
+    assert assert_same_pass(case, "compressed_cache", {}, batch_size=32, num_workers=2) > 3
+    assert contexts == ["spawn", "spawn"]  # the backend's DataLoader, then the native one

@@ -5,13 +5,20 @@ Every built-in backend is held to these, and a third-party backend proves itself
 ``SequenceDataset`` through its own ``dataset_factory``; the ``LeRobotDataset`` you pass), build the backend's
 dataset through the same adapter path training uses (options checked, kind recorded), and compare:
 
-- :func:`assert_same_samples`: ``ours[i]`` against ``native[i]`` for many indices (same keys in the same order,
-  types, dtypes, shapes, and bytes);
+- :func:`assert_same_samples`: ``ours[i]`` against ``native[i]`` (same keys in the same order, types, dtypes,
+  shapes, and bytes) for the first and last index of every episode and random ones, or every index
+  (``exhaustive=True``);
 - :func:`assert_same_batches`: whole collated batches (``collate(indices)`` of an ``indexed`` backend) against
-  the framework's ``default_collate`` of the native samples;
+  the framework's ``default_collate`` of the native samples, batches that together hold the first and last index of
+  every episode (or every index);
 - :func:`assert_same_pass`: one training pass as the framework drives it: for ``sample`` and ``indexed`` kinds,
   batch for batch the native DataLoader's (same order, same RNG use); for the ``batch`` kind, every native sample
   served exactly once (as a multiset of contents).
+
+Why every episode: a backend's bugs sit where episodes (and the files holding them) begin and end, and random
+indices alone skip whole episodes of a larger dataset. Every key of a sample is compared, so every camera is. A
+one-pixel error in one frame inside an episode is found for sure only where that frame is compared: by
+:func:`assert_same_pass` (every sample a training pass serves) or with ``exhaustive=True``.
 
 Lossy backends state their tolerance per field with ``min_psnr`` (``{"obs/agentview_image": 35.0}``): those fields
 must match dtype and shape and reach that PSNR; every other field must still be byte-identical. The checks raise
@@ -59,6 +66,20 @@ class RobomimicCase:
         return build_dataset(self.config, list(self.obs_keys), choose(backend, **dict(options or {})),
                              self.filter_by_attribute, self.dataset_path)
 
+    def episode_indices(self, native) -> list[np.ndarray]:
+        """The sample indices of each demo of ``native``, in its order.
+
+        Args:
+            native: This case's ``SequenceDataset`` (:meth:`native`).
+
+        Returns:
+            One array of indices per demo.
+        """
+        from robo_loaders_plugin.robomimic.compat import demo_of_index
+
+        demo = demo_of_index(native)
+        return [np.flatnonzero(demo == d) for d in range(len(native.demos)) if np.any(demo == d)]
+
 
 @dataclasses.dataclass(frozen=True)
 class LeRobotCase:
@@ -84,6 +105,24 @@ class LeRobotCase:
         from robo_loaders_plugin.lerobot.integration import build_dataset, choose
 
         return build_dataset(self.dataset, choose(backend, **dict(options or {})))
+
+    def episode_indices(self, native) -> list[np.ndarray]:
+        """The sample indices of each episode of ``native``, in its order (LeRobot's episode table, mapped to the
+        dataset's rows when it holds some episodes only).
+
+        Args:
+            native: This case's ``LeRobotDataset``.
+
+        Returns:
+            One array of indices per episode.
+        """
+        from robo_loaders_plugin.lerobot.dataset import episode_bounds
+
+        episodes = np.arange(native.meta.total_episodes) if native.episodes is None else np.asarray(native.episodes)
+        starts, ends = episode_bounds(native.meta, episodes)
+        relative = native.absolute_to_relative_idx
+        return [np.arange(s, e) if relative is None else np.array([relative[a] for a in range(s, e)])
+                for s, e in zip(starts.tolist(), ends.tolist()) if e > s]
 
 
 def robomimic_case(config, obs_keys, filter_by_attribute=None, dataset_path=None) -> RobomimicCase:
@@ -230,70 +269,111 @@ def _content_key(sample, min_psnr, _path: str = "") -> bytes:
     return h.digest()
 
 
-def _indices(n: int, indices, count: int, seed: int) -> list[int]:
+def _episode_edges(case, native) -> list[int]:
+    """The first and last index of every episode: where windows pad and clamp, and where a backend's episodes (and
+    the files holding them) begin and end."""
+    edges: set[int] = set()
+    for idx in case.episode_indices(native):
+        edges.update((int(idx[0]), int(idx[-1])))
+    return sorted(edges)
+
+
+def _indices(case, native, indices, count: int, seed: int, exhaustive: bool) -> list[int]:
+    n = len(native)
     if indices is not None:
         return [int(i) for i in indices]
+    if exhaustive:
+        return list(range(n))
     rng = np.random.default_rng(seed)
-    picked = rng.choice(n, size=min(count, n), replace=False).tolist()
-    return sorted(set(picked) | {0, n - 1})  # the first and last windows: edges pad and clamp
+    picked = rng.choice(n, size=min(count, n), replace=False).tolist() if n else []
+    return sorted(set(picked) | set(_episode_edges(case, native)))
+
+
+def _batch_indices(case, native, batch_size: int, batches: int, seed: int, exhaustive: bool) -> list[list[int]]:
+    """Batches that together hold every index that must be compared (every episode's edges, or every index), the
+    other places filled with random indices; each batch ends with its first index again (a repeated index)."""
+    n = len(native)
+    if batch_size < 1 or n == 0:
+        return []
+    rng = np.random.default_rng(seed)
+    must = np.arange(n) if exhaustive else np.asarray(_episode_edges(case, native), dtype=np.int64)
+    fresh = max(batch_size - 1, 1)  # places per batch before its repeated index
+    count = max(batches, -(-len(must) // fresh))
+    pool = np.concatenate([must, rng.integers(0, n, size=count * fresh - len(must))])
+    pool = rng.permutation(pool).tolist()
+    out = []
+    for b in range(count):
+        idx = pool[b * fresh:(b + 1) * fresh]
+        out.append(idx + idx[:1] if batch_size > 1 else idx)
+    return out
 
 
 # -- the checks ----------------------------------------------------------------------------------------------------
 def assert_same_samples(case, backend: str, options: Mapping | None = None, *, indices=None, count: int = 200,
-                        seed: int = 0, min_psnr: Mapping[str, float] | None = None):
-    """The backend's ``dataset[i]`` equals the native ``dataset[i]`` for many ``i``.
+                        seed: int = 0, min_psnr: Mapping[str, float] | None = None, exhaustive: bool = False):
+    """The backend's ``dataset[i]`` equals the native ``dataset[i]``: every key of the sample (so every camera), for
+    the first and last index of every episode and ``count`` random indices, or for every index.
+
+    A one-pixel error in one frame inside an episode is found for sure only where that frame is compared: with
+    ``exhaustive=True``, or by :func:`assert_same_pass` (every sample a training pass serves).
 
     Args:
         case: :func:`robomimic_case` or :func:`lerobot_case`.
         backend: The backend's registered name.
         options: Its options (as ``train.data_backend_kwargs`` / ``--dataset.backend_kwargs`` would give them).
-        indices: The indices to compare (default: ``count`` random ones, plus the first and the last).
-        count: How many random indices, when ``indices`` is not given.
+        indices: The indices to compare, only these (default: the first and last index of every episode, plus
+            ``count`` random ones: every index when ``count`` is at least the dataset's length).
+        count: How many random indices besides every episode's first and last, when ``indices`` is not given.
         seed: Picks the random indices.
         min_psnr: ``{field: dB}`` for a lossy backend's lossy fields; every other field must be byte-identical.
+        exhaustive: Compare every index (its cost grows with the dataset: one native sample per index).
 
     Returns:
         The backend's dataset (for further checks).
 
     Raises:
         AssertionError: the first difference, naming the index and field; or a length that differs.
+        ValueError: both ``indices`` and ``exhaustive=True`` given.
     """
+    if indices is not None and exhaustive:
+        raise ValueError("assert_same_samples: give indices or exhaustive=True, not both")
     native, ours = case.native(), case.build(backend, options)
     assert len(ours) == len(native), f"{backend}: {len(ours)} samples, the native loader has {len(native)}"
-    for i in _indices(len(native), indices, count, seed):
+    for i in _indices(case, native, indices, count, seed, exhaustive):
         assert_same(ours[i], native[i], f"{backend}[{i}]", min_psnr)
     return ours
 
 
 def assert_same_batches(case, backend: str, options: Mapping | None = None, *, batch_size: int = 16,
-                        batches: int = 4, seed: int = 0, min_psnr: Mapping[str, float] | None = None):
+                        batches: int = 4, seed: int = 0, min_psnr: Mapping[str, float] | None = None,
+                        exhaustive: bool = False):
     """An ``indexed`` backend's ``collate(indices)`` equals the framework's ``default_collate`` of the native
-    samples at those indices, for random batches (repeated indices included).
+    samples at those indices, for batches that together hold the first and last index of every episode (or every
+    index), the other places random; each batch repeats one index.
 
     Args:
         case: :func:`robomimic_case` or :func:`lerobot_case`.
         backend: The backend's registered name (its dataset must have ``collate``).
         options: Its options.
         batch_size: Indices per batch.
-        batches: How many batches.
-        seed: Picks the indices.
+        batches: How many batches at least (more when every episode's first and last index need more).
+        seed: Picks the indices and their order.
         min_psnr: ``{field: dB}`` for lossy fields.
+        exhaustive: Batches that together hold every index.
 
     Returns:
         The backend's dataset.
 
     Raises:
-        AssertionError: the first difference, naming the batch and field.
+        AssertionError: the first difference, naming the batch, its indices and the field.
     """
     import torch.utils.data
 
     native, ours = case.native(), case.build(backend, options)
     assert hasattr(ours, "collate"), f"{backend}: {type(ours).__name__} has no collate(indices) (not indexed)"
-    rng = np.random.default_rng(seed)
-    for b in range(batches):
-        idx = rng.integers(0, len(native), size=batch_size).tolist()
+    for b, idx in enumerate(_batch_indices(case, native, batch_size, batches, seed, exhaustive)):
         theirs = torch.utils.data.default_collate([native[i] for i in idx])
-        assert_same(ours.collate(idx), theirs, f"{backend} batch {b} {idx[:4]}...", min_psnr)
+        assert_same(ours.collate(idx), theirs, f"{backend} batch {b} (indices {idx})", min_psnr)
     return ours
 
 
@@ -302,19 +382,21 @@ def assert_same_pass(case, backend: str, options: Mapping | None = None, *, batc
     """One training pass, driven the way the framework drives it, serves the native pass.
 
     robomimic: the DataLoader its ``train()`` builds (shuffled, ``drop_last=True``; ``False`` for a ``batch``
-    backend, whose whole pass is compared) iterated through the patched
-    ``run_epoch``'s path. LeRobot: the DataLoader ``lerobot-train`` builds over its ``EpisodeAwareSampler``
-    (seeded), iterated through its patched ``cycle``'s path. ``sample`` and ``indexed`` backends must give the
-    native DataLoader's batches, batch for batch, from the same seed; a ``batch`` backend orders its passes itself
-    and must serve every sample the native pass serves exactly once (compared as a multiset of contents; lossy
-    fields by PSNR against the native sample with the same exact fields).
+    backend, whose whole pass is compared) iterated through the patched ``run_epoch``'s path. LeRobot: the
+    DataLoader ``lerobot-train`` builds over its ``EpisodeAwareSampler`` (seeded; workers spawned, as
+    ``lerobot-train`` 0.6.1 starts them, so that the native ``LeRobotDataset`` never decodes in a forked worker,
+    where torchcodec fails at random), iterated through its patched ``cycle``'s path. ``sample`` and ``indexed``
+    backends must give the native DataLoader's batches, batch for batch, from the same seed; a ``batch`` backend
+    orders its passes itself and must serve every sample the native pass serves exactly once (compared as a
+    multiset of contents; lossy fields by PSNR against the native sample with the same exact fields).
 
     Args:
         case: :func:`robomimic_case` or :func:`lerobot_case`.
         backend: The backend's registered name.
         options: Its options.
         batch_size: Samples per batch.
-        num_workers: The DataLoader's ``num_workers`` (threads for in-process backends).
+        num_workers: The DataLoader's ``num_workers`` (threads for in-process backends); LeRobot's workers are
+            spawned, so the backend's dataset must pickle (as ``lerobot-train`` needs).
         seed: The order seed (torch's global RNG for robomimic, the sampler's seed for LeRobot).
         min_psnr: ``{field: dB}`` for lossy fields.
 
@@ -350,8 +432,13 @@ def assert_same_pass(case, backend: str, options: Mapping | None = None, *, batc
                                           native.meta.episodes["dataset_to_index"],
                                           episode_indices_to_use=native.episodes, shuffle=True, seed=seed,
                                           absolute_to_relative_idx=native.absolute_to_relative_idx)
+            torch.manual_seed(seed)  # workers' seeds (image transforms) come from torch's global RNG
+            # spawned workers, as lerobot-train 0.6.1 starts them: a forked worker inherits the parent's open
+            # torchcodec decoders and their file offsets, and LeRobotDataset fails in it at random ("Could not
+            # push packet to decoder") whatever the backend does
             return torch.utils.data.DataLoader(ds, batch_size=batch_size, sampler=sampler, num_workers=num_workers,
-                                               drop_last=False)
+                                               drop_last=False,
+                                               multiprocessing_context="spawn" if num_workers > 0 else None)
 
     served = list(pass_batches(loader(ours), sampling_plan))
     if kind != BATCH:
