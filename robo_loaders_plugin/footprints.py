@@ -20,7 +20,10 @@ import os
 import numpy as np
 
 from robo_loaders_plugin.core.footprint import (HEADROOM, Available, Footprint, estimate_seconds)
+from robo_loaders_plugin.core.log import get_logger
 from robo_loaders_plugin.core.units import format_bytes
+
+logger = get_logger(__name__)
 
 EXPECTED_LOSSLESS_RATIO = 1.5  # LZ4 on camera-like 480p frames measured 1.6-1.7:1 (docs/scale.md); renders compress more
 BLOB_OVERHEAD = 32 + 64        # Blosc2 chunk header, its offset and checksum (8 + 8), and slack, per compressed frame
@@ -425,10 +428,11 @@ def check_conversion_disk(size: DataSize, out_dir: str, *, video: bool, command:
     if not video and available.disk_bytes is not None and worst > HEADROOM * available.disk_usable:
         # the estimate fits, frames that do not compress would not (camera noise: L480 packed 1.25:1, not 1.5:1)
         kept = f" less the {format_bytes(available.disk_reserve)} kept free" if available.disk_reserve else ""
-        print(f"[robo-loaders] {command}: {out_dir} has room for the estimate ({format_bytes(need)} at "
-              f"{EXPECTED_LOSSLESS_RATIO}:1) but not for frames that do not compress ({format_bytes(worst)}, "
-              f"{format_bytes(available.disk_bytes)} free{kept}); if it runs short the conversion stops with both sizes "
-              "before the disk is full, keeping its completed work units for the same command to resume", flush=True)
+        logger.warning(f"{command}: {out_dir} has room for the estimate ({format_bytes(need)} at "
+                       f"{EXPECTED_LOSSLESS_RATIO}:1) but not for frames that do not compress ({format_bytes(worst)}, "
+                       f"{format_bytes(available.disk_bytes)} free{kept}); if it runs short the conversion stops "
+                       "with both sizes before the disk is full, keeping its completed work units for the same "
+                       "command to resume")
     return need
 
 

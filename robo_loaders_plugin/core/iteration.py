@@ -21,10 +21,13 @@ import numpy as np
 import torch.utils.data
 
 from robo_loaders_plugin.core.errors import RoboLoadersError
+from robo_loaders_plugin.core.log import get_logger
 from robo_loaders_plugin.core.ranks import check_ranks_agree_at_first_pass, rank_share
 from robo_loaders_plugin.core.spec import BATCH, INDEXED, SAMPLE, BackendChoice
 from robo_loaders_plugin.core.threads import ordered_map
 from robo_loaders_plugin.core.units import plural
+
+logger = get_logger(__name__)
 
 # BatchSource.state_dict() keys: the position of the next batch to serve
 STATE_EPOCH = "epoch"
@@ -404,8 +407,8 @@ def pass_batches(data_loader, plan_for: Callable[[Any, Built], SamplingPlan]):
             return SamplerBatches(dataset.collate, data_loader.batch_sampler, data_loader.generator,
                                   _batch_threads(dataset, data_loader),
                                   seed_once=bool(data_loader.num_workers and data_loader.persistent_workers))
-        print(f"[robo-loaders] {built.choice.name}: this DataLoader has a custom collate_fn or worker_init_fn, so its "
-              "batches come from its worker processes, not from the backend's in-process path", flush=True)
+        logger.info(f"{built.choice.name}: this DataLoader has a custom collate_fn or worker_init_fn, so its "
+                    "batches come from its worker processes, not from the backend's in-process path")
         return data_loader
     return _source_for(data_loader, built, plan_for)
 

@@ -13,8 +13,11 @@ import numpy as np
 import torch
 
 from robo_loaders_plugin.core.errors import BackendOptionError
+from robo_loaders_plugin.core.log import get_logger
 from robo_loaders_plugin.core.units import format_bytes
 from robo_loaders_plugin.frames.base import FieldInfo, FrameSource, broadcast_episodes
+
+logger = get_logger(__name__)
 
 DEFAULT_VRAM_FRACTION = 0.5  # of the free memory of the training GPU, when max_device_memory is not given
 
@@ -545,8 +548,7 @@ class TieredFrames(TensorFrames):
         self.spilled_while_filling = (f"the frames compress {ratio:.2f}:1, worse than planned: host memory would "
                                       f"reach {format_bytes(used)} > {format_bytes(self.host_limit)}, so the "
                                       f"compressed tier moved to a file on local disk in {self.overflow_dir}")
-        print(f"[robo-loaders] gpu_resampler: spilled while filling episode {ep}: {self.spilled_while_filling}",
-              flush=True)
+        logger.warning(f"gpu_resampler: spilled while filling episode {ep}: {self.spilled_while_filling}")
 
     def gather(self, field, episodes, steps, pool=None) -> torch.Tensor:
         """``field`` at (episode, step) pairs, in the order asked, each row read from its tier: device rows with
@@ -700,5 +702,5 @@ def plan_tiers_checked(size, device: torch.device, options, where: str, alternat
             "before reading any data.", [("host RAM (max_memory)", least, given)])
     check_fits(fp, available, backend="gpu_resampler", option_prefix=where, alternatives=list(alternatives))
     if spilled and not quiet:
-        print(f"[robo-loaders] gpu_resampler: spilled: {spilled}", flush=True)
+        logger.info(f"gpu_resampler: spilled: {spilled}")
     return plan, tiers_limit  # what the tiers may fill: the episode being read is kept out

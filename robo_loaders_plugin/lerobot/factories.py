@@ -17,6 +17,7 @@ from tqdm.auto import tqdm
 from robo_loaders_plugin.core.errors import BackendOptionError, SourceError
 from robo_loaders_plugin.core.footprint import Available, check_fits
 from robo_loaders_plugin.core.iteration import Serving
+from robo_loaders_plugin.core.log import get_logger
 from robo_loaders_plugin.frames.base import FieldInfo
 from robo_loaders_plugin.frames.chunks import ChunkFrames, split_runs
 from robo_loaders_plugin.frames.episodes import EpisodeFrames
@@ -32,6 +33,8 @@ from robo_loaders_plugin.sources.lerobot_v3 import LeRobotEpisodes, LeRobotV3, i
 from robo_loaders_plugin.storage.codec import FrameCodec
 from robo_loaders_plugin.storage.encoded_frames import EncodedFrames
 from robo_loaders_plugin.storage.store_cache import open_or_build, plan_store, summarize
+
+logger = get_logger(__name__)
 
 OPTION_PREFIX = "--dataset.backend_kwargs"
 # what fits when a backend does not (its refusal names these)
@@ -194,8 +197,8 @@ def datapipe_dataset(native, *, options):
         if all(reader.has_parts(r) for r, (ep, _, _) in zip(records, runs) if cut[ep] > 1):
             return _datapipe_units(native, options, reader, hold, runs, records, units, columns, cameras, settings,
                                    arrays["index"], fits_instead)
-        print(f"[robo-loaders] datapipe: {reader.dir} stores its long episodes whole (converted by an earlier "
-              "robo-loaders), so whole episodes are buffered; convert it again to buffer parts of them", flush=True)
+        logger.warning(f"datapipe: {reader.dir} stores its long episodes whole (converted by an earlier "
+                       "robo-loaders), so whole episodes are buffered; convert it again to buffer parts of them")
     # sized again from what the shards store (index.json's member sizes, nothing read): the estimate above assumed
     # EXPECTED_LOSSLESS_RATIO, and camera noise packs worse (L480: 1.25:1), which held more than the bound said
     passes, buffer = PassOptions.of(options).sized(np.array([reader.episode_bytes(r) for r in records], np.int64), 0,
@@ -464,8 +467,8 @@ def video_stream_dataset(native, *, options):
     else:
         source = LeRobotV3(url or native.root)
         if options.local_cache_dir:
-            print(f"[robo-loaders] video_stream: local_cache_dir ignored: the videos of {url or native.root} are "
-                  "local already", flush=True)
+            logger.warning(f"video_stream: local_cache_dir ignored: the videos of {url or native.root} are "
+                           "local already")
     check_meta_match(native, source)  # the meta/ read (the local tables for a remote source) is LeRobot's
     device = _decode_device(options.decode_device, source)
     # the buffer, sized in bytes from metadata before anything is read: long episodes are cut into units of
@@ -535,7 +538,7 @@ def _decode_device(option: str, source) -> str:
     problem = nvdec_unusable(source)
     if problem:
         if option == "auto":
-            print(f"[robo-loaders] video_stream: decoding on the CPU: {problem}", flush=True)
+            logger.info(f"video_stream: decoding on the CPU: {problem}")
             return "cpu"
         raise BackendOptionError(f"{OPTION_PREFIX}.decode_device='cuda': {problem}")
     return "cuda"

@@ -11,6 +11,7 @@ import torch
 from robo_loaders_plugin.core import iteration
 from robo_loaders_plugin.core.backend_json import parse_backend_kwargs
 from robo_loaders_plugin.core.errors import RoboLoadersError
+from robo_loaders_plugin.core.log import get_logger
 from robo_loaders_plugin.core.ranks import check_ranks_agree, source_identity
 from robo_loaders_plugin.core.registry import choose_backend
 from robo_loaders_plugin.core.spec import BackendChoice
@@ -18,7 +19,8 @@ from robo_loaders_plugin.core.units import plural
 from robo_loaders_plugin.lerobot import compat
 from robo_loaders_plugin.sources.lerobot_v3 import is_remote, mirror_tables
 
-LOG_PREFIX = "[robo-loaders]"
+logger = get_logger(__name__)
+
 _state = threading.local()
 
 
@@ -95,8 +97,8 @@ def build_dataset(native, choice: BackendChoice, repo_id: str | None = None, see
     choice.check_device()
     out = choice.build(native)
     iteration.record_built(out, choice, seed=seed)
-    print(f"{LOG_PREFIX} lerobot data backend: {choice.name} [{repo_id or native.repo_id}] "
-          f"{iteration.summary_of(out)}", flush=True)
+    logger.info(f"lerobot data backend: {choice.name} [{repo_id or native.repo_id}] "
+                f"{iteration.summary_of(out)}")
     return out
 
 
@@ -131,7 +133,7 @@ def _streamed_source(cfg):
 
     root = cache_root(getattr(choice.options, "cache_dir", None), f"{OPTIONS_FLAG}.cache_dir")
     local = os.path.join(root, f"remote-tables-{short_hash(url)}")
-    print(f"{LOG_PREFIX} {choice.name}: tables of {url} copied to {local}; videos streamed from {url}", flush=True)
+    logger.info(f"{choice.name}: tables of {url} copied to {local}; videos streamed from {url}")
     storage = getattr(choice.options, spec.remote_storage_option) if spec.remote_storage_option else None
     cfg.dataset.root = mirror_tables(url, local, storage)
     with compat.tables_only():
@@ -245,10 +247,10 @@ def cycle(dataloader):
         check_same_setup(dataloader, built)
     source = iteration.pass_batches(dataloader, sampling_plan)
     if isinstance(source, iteration.BatchSource):
-        print(f"{LOG_PREFIX} {built.choice.name}: lerobot-train's batches come from {source.describe()}", flush=True)
+        logger.info(f"{built.choice.name}: lerobot-train's batches come from {source.describe()}")
     elif isinstance(source, iteration.SamplerBatches):
-        print(f"{LOG_PREFIX} {built.choice.name}: lerobot-train's batches are built in the training process "
-              f"({plural(source.num_threads, 'thread')}) over its sampler's order", flush=True)
+        logger.info(f"{built.choice.name}: lerobot-train's batches are built in the training process "
+                    f"({plural(source.num_threads, 'thread')}) over its sampler's order")
     return iteration.batch_stream(dataloader, source, compat.native_cycle)
 
 

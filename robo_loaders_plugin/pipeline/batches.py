@@ -16,10 +16,13 @@ import numpy as np
 from torchdata.nodes import ParallelMapper, Prefetcher
 
 from robo_loaders_plugin.core.iteration import BatchDataset, BatchSource, SamplingPlan
+from robo_loaders_plugin.core.log import get_logger
 from robo_loaders_plugin.core.torch_compat import shutdown_node_threads
 from robo_loaders_plugin.core.units import plural
 from robo_loaders_plugin.pipeline.options import PassOptions
 from robo_loaders_plugin.pipeline.plan import BatchPlanNode, ItemGroups
+
+logger = get_logger(__name__)
 
 _LIVE: "weakref.WeakSet[PipelineBatches]" = weakref.WeakSet()
 
@@ -158,10 +161,10 @@ def fit_to_cache(make_plan: Callable[[int], np.ndarray], *, capacity: int, episo
                 f"{entering} enter while {window} batches of {batch_size} are assembled")
     if shuffle + entering > capacity:
         want = shuffle + entering
-        print(f"[robo-loaders] warning: the episode cache holds {capacity} units but a pass keeps up to {want} in use "
-              f"(shuffle buffer {shuffle} + {entering} entering while {window} batches of {batch_size} are "
-              f"assembled): units will be loaded more than once. Give {option_prefix}.cache_memory room for {want} "
-              f"units, or set a smaller {option_prefix}.shuffle_buffer or batch size", flush=True)
+        logger.warning(f"warning: the episode cache holds {capacity} units but a pass keeps up to {want} in use "
+                       f"(shuffle buffer {shuffle} + {entering} entering while {window} batches of {batch_size} are "
+                       f"assembled): units will be loaded more than once. Give {option_prefix}.cache_memory room "
+                       f"for {want} units, or set a smaller {option_prefix}.shuffle_buffer or batch size")
     room = decode_room(capacity, shuffle, decode_threads, entering) if decode_threads else 0
     return BufferUse(shuffle, entering, room, note)
 

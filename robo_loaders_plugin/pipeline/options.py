@@ -8,9 +8,12 @@ import os
 from typing import Callable
 
 from robo_loaders_plugin.core.errors import RoboLoadersError, StaleSourceError
+from robo_loaders_plugin.core.log import get_logger
 from robo_loaders_plugin.storage import cache
 from robo_loaders_plugin.storage.fingerprint import Fingerprint, check_same_source
 from robo_loaders_plugin.storage.shards import ShardError, ShardReader
+
+logger = get_logger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,7 +182,7 @@ def open_shards(*, framework: str, source, shards: str | None, cache_dir: str | 
             return True
         except ShardError as exc:
             if os.path.exists(os.path.join(path, "index.json")):
-                print(f"[robo-loaders] ignoring unusable shards {path} ({exc}); converting again", flush=True)
+                logger.warning(f"ignoring unusable shards {path} ({exc}); converting again")
             return False
 
     root = cache.cache_root(cache_dir, f"{option_prefix}.cache_dir")

@@ -33,6 +33,9 @@ import functools
 import inspect
 
 from robo_loaders_plugin.core.errors import CompatError, RoboLoadersError, exit_with_one_line
+from robo_loaders_plugin.core.log import get_logger
+
+logger = get_logger(__name__)
 
 SUPPORTED_VERSION = "0.3.0"
 ORIGINALS: dict[str, object] = {}
@@ -188,8 +191,12 @@ def keep_existing_runs(train_utils_module) -> None:
     """
 
     def answer_no(prompt: str = "") -> str:
-        print(f"{prompt.strip()}\n[robo-loaders] no terminal to answer: keeping the existing runs; this run goes to a "
-              "new timestamped folder beside them (set experiment.name to start a fresh one)", flush=True)
+        import sys
+
+        if sys.stdout is not None:  # robomimic's question, on stdout as input() shows it
+            sys.stdout.write(f"{prompt.strip()}\n")
+        logger.info("no terminal to answer: keeping the existing runs; this run goes to a new timestamped folder "
+                    "beside them (set experiment.name to start a fresh one)")
         return "n"
 
     train_utils_module.input = answer_no

@@ -17,6 +17,7 @@ from tqdm.auto import tqdm
 
 from robo_loaders_plugin.core.errors import BackendOptionError, RoboLoadersError, SourceError
 from robo_loaders_plugin.core.iteration import Serving
+from robo_loaders_plugin.core.log import get_logger
 from robo_loaders_plugin.frames.base import FieldInfo
 from robo_loaders_plugin.frames.chunks import ChunkFrames, EpisodeUnits, split_runs
 from robo_loaders_plugin.frames.episodes import EpisodeFrames
@@ -29,6 +30,8 @@ from robo_loaders_plugin.storage.codec import FrameCodec
 from robo_loaders_plugin.storage.encoded_frames import EncodedFrames
 from robo_loaders_plugin.storage.store_cache import open_or_build, plan_store, summarize
 from robo_loaders_plugin.windows.robomimic import SequenceOptions, SequenceWindows, episode_fields
+
+logger = get_logger(__name__)
 
 OPTION_PREFIX = "train.data_backend_kwargs"
 
@@ -332,8 +335,8 @@ def _shard_samples(config, opts: SequenceOptions, path: str, filter_by_attribute
                 passes = dataclasses.replace(passes, seed=int(config.train.seed))
             return _unit_samples(opts, path, filter_by_attribute, reader, hold, passes, bound, demos, records,
                                  lengths, units)
-        print(f"[robo-loaders] {backend}: {reader.dir} stores its long demos whole (converted by an earlier "
-              "robo-loaders), so whole demos are buffered; convert it again to buffer parts of them", flush=True)
+        logger.warning(f"{backend}: {reader.dir} stores its long demos whole (converted by an earlier "
+                       "robo-loaders), so whole demos are buffered; convert it again to buffer parts of them")
         passes, bound = refit()
     if passes.seed is None:
         passes = dataclasses.replace(passes, seed=int(config.train.seed))

@@ -9,12 +9,13 @@ import torch.utils.data
 
 from robo_loaders_plugin.core import iteration
 from robo_loaders_plugin.core.errors import RoboLoadersError
+from robo_loaders_plugin.core.log import get_logger
 from robo_loaders_plugin.core.ranks import check_ranks_agree, resolve_ranks, source_identity
 from robo_loaders_plugin.core.registry import choose_backend
 from robo_loaders_plugin.core.spec import SAMPLE, BackendChoice
 from robo_loaders_plugin.robomimic import compat
 
-LOG_PREFIX = "[robo-loaders]"
+logger = get_logger(__name__)
 
 
 def backend_choice(config) -> BackendChoice:
@@ -108,10 +109,10 @@ def build_dataset(config, obs_keys, choice: BackendChoice, filter_by_attribute=N
     check_ranks_agree(shared or setup, f"robomimic data backend {choice.name}", (rank, world_size))
     iteration.record_built(dataset, choice, rank, world_size, int(config.train.seed), shared)
     if world_size > 1 and choice.kind == SAMPLE:
-        print(f"{LOG_PREFIX} {choice.name} (rank {rank} of {world_size}): this backend serves single samples "
-              "through your DataLoader, which must split passes itself (a DistributedSampler)", flush=True)
+        logger.info(f"{choice.name} (rank {rank} of {world_size}): this backend serves single samples "
+                    "through your DataLoader, which must split passes itself (a DistributedSampler)")
     split = filter_by_attribute or "all demos"
-    print(f"{LOG_PREFIX} robomimic data backend: {choice.name} [{split}] {iteration.summary_of(dataset)}", flush=True)
+    logger.info(f"robomimic data backend: {choice.name} [{split}] {iteration.summary_of(dataset)}")
     return dataset
 
 

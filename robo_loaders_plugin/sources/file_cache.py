@@ -29,10 +29,12 @@ import uuid
 
 from robo_loaders_plugin.core.errors import SourceError
 from robo_loaders_plugin.core.files import atomic_write_json, sha256_file
+from robo_loaders_plugin.core.log import get_logger
+
+logger = get_logger(__name__)
 
 SIDECAR = ".robo-loaders.json"
 RECORDS = ".robo-loaders"  # with ``base``: the records (and locks) of the copies, apart from them
-LOG_PREFIX = "[robo-loaders]"
 
 
 def endpoint_of(storage_options: dict | None) -> str | None:
@@ -83,7 +85,8 @@ class FileCache:
         fs: The fsspec filesystem the files are on.
         directory: Where the copies go (``~`` expanded).
         endpoint: The store's endpoint, part of each copy's identity (:func:`endpoint_of`).
-        log: Called with each log line (why a copy is downloaded again).
+        log: Called with each log line (why a copy is downloaded again), without the ``[robo-loaders]`` prefix;
+            ``None``: the plugin's log (``robo_loaders.sources.file_cache``, info).
         base: A remote directory whose files are copied to the same relative paths under ``directory`` (records
             under ``directory/.robo-loaders/``); without it, ``<scheme>/<path of the URL>`` with each record beside
             its copy.
@@ -94,7 +97,7 @@ class FileCache:
         downloads: Files fetched by this object.
     """
 
-    def __init__(self, fs, directory: str, endpoint: str | None = None, log=print, *, base: str | None = None,
+    def __init__(self, fs, directory: str, endpoint: str | None = None, log=None, *, base: str | None = None,
                  label: str = "local_cache_dir"):
         self.fs, self.endpoint, self.log, self.label = fs, endpoint, log, label
         self.base = base.rstrip("/") if base is not None else None
@@ -217,8 +220,8 @@ class FileCache:
                     reason = self._stale(local, ident)
                     if reason:
                         if reason != "not cached yet":
-                            self.log(f"{LOG_PREFIX} {self.label}: {ident['url']}: {reason}; downloading it again "
-                                     f"into {local}")
+                            (self.log or logger.info)(f"{self.label}: {ident['url']}: {reason}; downloading it "
+                                                      f"again into {local}")
                         self._download(path, local, ident)
                 except SourceError:
                     raise

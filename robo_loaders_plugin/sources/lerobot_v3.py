@@ -28,7 +28,10 @@ from pathlib import Path
 import numpy as np
 
 from robo_loaders_plugin.core.errors import SourceError
+from robo_loaders_plugin.core.log import get_logger
 from robo_loaders_plugin.storage import fingerprint as fp
+
+logger = get_logger(__name__)
 
 REQUIRED_COLUMNS = ("index", "episode_index", "timestamp", "task_index")
 
@@ -581,8 +584,8 @@ class EpisodeVideoDecoder:
         dec = open_decoder(self.source.open_video(p), self.device)
         if self.device != "cpu" and bool(dec.cpu_fallback) and p not in self._fallbacks:
             self._fallbacks.add(p)
-            print(f"[robo-loaders] NVDEC could not decode {p}; torchcodec decodes it on the CPU instead "
-                  f"({dec.cpu_fallback})", flush=True)
+            logger.info(f"NVDEC could not decode {p}; torchcodec decodes it on the CPU instead "
+                        f"({dec.cpu_fallback})")
         return dec
 
     def _read_error(self, p: str, seen: int, what: str, exc: Exception) -> SourceError:
@@ -767,7 +770,7 @@ class LeRobotEpisodes:
         return fields, set(self.camera_keys)
 
 
-def mirror_tables(url: str, local_dir: str, storage_options: dict | None = None, log=print) -> str:
+def mirror_tables(url: str, local_dir: str, storage_options: dict | None = None, log=None) -> str:
     """Copy a (remote) dataset's ``meta/`` and ``data/`` files into ``local_dir``, videos left where they are, so
     that LeRobot can build its dataset object locally while the videos stream. Each copy is checked the way
     ``local_cache_dir`` checks videos (``sources.file_cache``, the same code): against the remote file's size and
@@ -779,7 +782,7 @@ def mirror_tables(url: str, local_dir: str, storage_options: dict | None = None,
         url: The dataset's root (any fsspec URL).
         local_dir: The mirror's directory.
         storage_options: fsspec options (credentials, endpoint; ``None``: none).
-        log: Prints the copies' log lines.
+        log: Called with the copies' log lines, without the ``[robo-loaders]`` prefix (``None``: the plugin's log).
 
     Returns:
         ``local_dir``.
@@ -790,7 +793,7 @@ def mirror_tables(url: str, local_dir: str, storage_options: dict | None = None,
     import fsspec
     from filelock import FileLock
 
-    from robo_loaders_plugin.sources.file_cache import LOG_PREFIX, RECORDS, FileCache, endpoint_of
+    from robo_loaders_plugin.sources.file_cache import RECORDS, FileCache, endpoint_of
 
     fs, base = fsspec.core.url_to_fs(url, **(storage_options or {}))
     base = base.rstrip("/")
@@ -803,8 +806,8 @@ def mirror_tables(url: str, local_dir: str, storage_options: dict | None = None,
     with FileLock(os.path.join(cache.directory, RECORDS, "mirror.lock")):  # ranks mirroring at once: one at a time
         legacy = os.path.join(cache.directory, ".robo-loaders-mirror.json")  # written before copies had records
         if os.path.exists(legacy):
-            log(f"{LOG_PREFIX} video_stream tables: {cache.directory} was mirrored by an earlier robo-loaders "
-                "(without the copies' SHA-256); copying the tables again")
+            (log or logger.info)(f"video_stream tables: {cache.directory} was mirrored by an earlier robo-loaders "
+                                 "(without the copies' SHA-256); copying the tables again")
             try:
                 with open(legacy) as f:
                     stale = list(json.load(f))

@@ -35,7 +35,10 @@ import weakref
 
 from robo_loaders_plugin.core.errors import RoboLoadersError
 from robo_loaders_plugin.core.files import try_flock
+from robo_loaders_plugin.core.log import get_logger
 from robo_loaders_plugin.core.units import format_bytes, parse_bytes
+
+logger = get_logger(__name__)
 
 ENV_ROOT = "ROBO_LOADERS_CACHE"
 ENV_SIZE = "ROBO_LOADERS_CACHE_SIZE"
@@ -263,8 +266,7 @@ class Entry:
                     continue
                 if deadline is None:
                     builder = os.pread(fd, 200, 0).decode(errors="replace").strip() or builder
-                    print(f"[robo-loaders] waiting for {builder} to finish building {self.path} ({description})",
-                          flush=True)
+                    logger.info(f"waiting for {builder} to finish building {self.path} ({description})")
                     deadline = time.monotonic() + lock_timeout()
                 if time.monotonic() > deadline:
                     raise CacheError(f"timed out after {lock_timeout():.0f} s waiting for {builder} to finish "
@@ -538,8 +540,8 @@ def prune(root: str, limit: int | None, keep: tuple[str, ...] = (), where: str =
             total -= sizes[e.name]
             removed.append(e.path)
     if total > limit:
-        print(f"[robo-loaders] the cache {root} holds {format_bytes(total)}, over its limit of {format_bytes(limit)} "
-              f"({where}), with entries in use; nothing more can be removed now", flush=True)
+        logger.warning(f"the cache {root} holds {format_bytes(total)}, over its limit of {format_bytes(limit)} "
+                       f"({where}), with entries in use; nothing more can be removed now")
     return removed
 
 
@@ -554,9 +556,9 @@ def after_build(entry: Entry) -> None:
         CacheError: ``$ROBO_LOADERS_CACHE_SIZE`` is not a size.
     """
     for p in retire_siblings(entry):
-        print(f"[robo-loaders] removed {p} (made from an earlier version of the same source)", flush=True)
+        logger.info(f"removed {p} (made from an earlier version of the same source)")
     for p in prune(entry.root, size_limit(), keep=(entry.name,)):
-        print(f"[robo-loaders] removed {p} (least recently used; cache limit {ENV_SIZE})", flush=True)
+        logger.info(f"removed {p} (least recently used; cache limit {ENV_SIZE})")
 
 
 def content_key(fingerprint) -> str:

@@ -16,8 +16,11 @@ import shutil
 from typing import Callable
 
 from robo_loaders_plugin.core.errors import StaleSourceError
+from robo_loaders_plugin.core.log import get_logger
 from robo_loaders_plugin.storage import cache
 from robo_loaders_plugin.storage.fingerprint import Fingerprint
+
+logger = get_logger(__name__)
 
 SOURCE_FILE = "robo-loaders-source.json"
 
@@ -69,7 +72,7 @@ def build_or_reuse(*, kind: str, source, key: dict, build: Callable[[str], None]
         if recorded_source(path) is None:
             return False
         if check is not None and not check(path):
-            print(f"[robo-loaders] {path} failed its integrity check; building it again", flush=True)
+            logger.warning(f"{path} failed its integrity check; building it again")
             return False
         return True
 

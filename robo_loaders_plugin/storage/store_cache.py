@@ -13,6 +13,7 @@ import os
 from typing import Callable
 
 from robo_loaders_plugin.core.errors import StaleSourceError
+from robo_loaders_plugin.core.log import get_logger
 from robo_loaders_plugin.core.units import format_bytes, plural
 from robo_loaders_plugin.storage import cache
 from robo_loaders_plugin.storage.codec import FrameCodec
@@ -20,6 +21,8 @@ from robo_loaders_plugin.storage.fingerprint import Fingerprint
 from robo_loaders_plugin.storage import ramfile
 from robo_loaders_plugin.storage.store import FORMAT_VERSION, EpisodeStore, MemoryBudgetExceeded, StoreError, \
     StoreWriter
+
+logger = get_logger(__name__)
 
 SOURCE_KEY = "source_fingerprint"
 
@@ -163,7 +166,7 @@ def open_or_build(*, kind: str, source, key_desc: dict, write: Callable[[StoreWr
                     mark_verified(path)
             return True
         except StoreError as exc:
-            print(f"[robo-loaders] ignoring unusable cache {path} ({exc}); rebuilding", flush=True)
+            logger.warning(f"ignoring unusable cache {path} ({exc}); rebuilding")
             return False
 
     def build(path: str, fp: Fingerprint) -> None:
@@ -246,9 +249,8 @@ def plan_store(size, *, kind: str, key_desc: dict, source_path: str, options, op
     if plan.in_ram:
         return plan, None
     if plan.spilled:
-        print(f"[robo-loaders] compressed_cache: spilled to disk: {plan.spilled}; the cache is a file-backed store "
-              f"in {root} (mapped; the page cache keeps the frames training touches), byte-identical to a RAM one",
-              flush=True)
+        logger.info(f"compressed_cache: spilled to disk: {plan.spilled}; the cache is a file-backed store in {root} "
+                    "(mapped; the page cache keeps the frames training touches), byte-identical to a RAM one")
     return plan, root
 
 

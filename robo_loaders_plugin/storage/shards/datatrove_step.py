@@ -20,7 +20,10 @@ from datatrove.executor import LocalPipelineExecutor, SlurmPipelineExecutor
 from datatrove.pipeline.base import PipelineStep
 
 from robo_loaders_plugin.core.files import atomic_write_bytes
+from robo_loaders_plugin.core.log import get_logger
 from robo_loaders_plugin.storage.shards import manifest
+
+logger = get_logger(__name__)
 
 
 def _marker(markers: str | None, kind: str, rank: int) -> None:
@@ -74,8 +77,7 @@ class ConvertUnits(PipelineStep):
             converted = self.worker(self.args)
         self.stat_update("units", value=int(converted or 0), unit="task")
         if self.publish is not None and manifest.finish(self.out_dir, **self.publish):
-            print(f"[robo-loaders] task {rank}/{world_size}: every unit is done; published {self.out_dir}/index.json",
-                  flush=True)
+            logger.info(f"task {rank}/{world_size}: every unit is done; published {self.out_dir}/index.json")
         _marker(self.markers, "finished", rank)
         return data
 

@@ -39,9 +39,12 @@ from typing import Callable, Iterable, Mapping
 from tqdm.auto import tqdm
 
 from robo_loaders_plugin.core.errors import RoboLoadersError
+from robo_loaders_plugin.core.log import get_logger
 from robo_loaders_plugin.storage.codec import FrameCodec
 from robo_loaders_plugin.storage.shards import manifest
 from robo_loaders_plugin.storage.shards.manifest import Converted
+
+logger = get_logger(__name__)
 
 EXECUTORS = ("local", "datatrove-local", "datatrove-slurm")
 OPTIONS = {
@@ -213,8 +216,8 @@ def _datatrove_local(out_dir, worker, args, num_workers, codec, metadata, source
                     gone_since = gone_since or time.monotonic()
                     if time.monotonic() - gone_since > DEAD_TASK_GRACE_S and thread.is_alive():
                         # datatrove's pool never returns a killed task's result: stop waiting for it
-                        print(f"[robo-loaders] {out_dir}: datatrove task(s) {manifest._ids(dead)} died without "
-                              "finishing; converting what they left here", flush=True)
+                        logger.warning(f"{out_dir}: datatrove task(s) {manifest._ids(dead)} died without "
+                                       "finishing; converting what they left here")
                         break
         finally:
             bar.close()
@@ -273,8 +276,8 @@ def _datatrove_slurm(out_dir, worker, args, num_workers, codec, metadata, source
     ex = build_slurm(out_dir, worker, args, tasks, codec, metadata, source, logging_dir, **options)
     # launch_job, not run: run() inside a Slurm array task (an interactive job) would convert instead of submitting
     ex.launch_job()  # writes executor.pik and launch_script.slurm into logging_dir, then calls sbatch
-    print(f"[robo-loaders] {desc}: submitted Slurm job {ex.job_id} ({tasks} task(s), {pending} of {total} unit(s) "
-          f"to convert); the last task to finish publishes {os.path.join(out_dir, 'index.json')}", flush=True)
+    logger.info(f"{desc}: submitted Slurm job {ex.job_id} ({tasks} task(s), {pending} of {total} unit(s) "
+                f"to convert); the last task to finish publishes {os.path.join(out_dir, 'index.json')}")
     return Submitted(job_id=str(ex.job_id), tasks=tasks, units=total, pending_units=pending,
                      logging_dir=ex.logging_dir.path, launch_script=ex.logging_dir.resolve_paths("launch_script.slurm"))
 

@@ -43,11 +43,14 @@ from typing import Callable, Iterable, Mapping, NamedTuple
 from tqdm.auto import tqdm
 
 from robo_loaders_plugin.core.files import try_flock
+from robo_loaders_plugin.core.log import get_logger
 from robo_loaders_plugin.storage.cache import ENV_LOCK_TIMEOUT, lock_timeout
 from robo_loaders_plugin.storage.codec import FrameCodec
 from robo_loaders_plugin.storage.shards.format import ShardError, _atomic_json
 from robo_loaders_plugin.storage.shards.worker_pool import run_workers
 from robo_loaders_plugin.storage.shards.writer import ShardWriter, publish
+
+logger = get_logger(__name__)
 
 MANIFEST = "manifest.json"
 MANIFEST_VERSION = 2  # 2: leases are locks; index entries carry CRC32s (format version 2)
@@ -182,8 +185,8 @@ def _replan_damaged(out_dir: str, m: dict) -> list[int]:
             u.pop("shards", None)
             replanned.append(u["id"])
     if replanned:
-        print(f"[robo-loaders] {out_dir}: converting unit(s) {_ids(replanned)} again (their shard is missing or "
-              "does not match manifest.json)", flush=True)
+        logger.warning(f"{out_dir}: converting unit(s) {_ids(replanned)} again (their shard is missing or "
+                       "does not match manifest.json)")
         with contextlib.suppress(FileNotFoundError):
             os.unlink(os.path.join(out_dir, "index.json"))
     return replanned
@@ -241,8 +244,7 @@ def plan(out_dir: str, source_fingerprint, units: list[list[str]], options: Mapp
         path = os.path.join(out_dir, MANIFEST)
         m = _read(out_dir) if os.path.exists(path) else None
         if m is not None and m.get("version") != MANIFEST_VERSION:
-            print(f"[robo-loaders] {out_dir}: conversion state from an earlier robo-loaders; converting again",
-                  flush=True)
+            logger.info(f"{out_dir}: conversion state from an earlier robo-loaders; converting again")
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(os.path.join(out_dir, "index.json"))
             m = None
@@ -551,8 +553,8 @@ def run(out_dir: str, worker: Callable, args: tuple, num_workers: int, codec: Fr
                 continue
             if deadline is None:
                 deadline = time.monotonic() + timeout
-                print(f"[robo-loaders] {out_dir}: waiting for another process converting {_holders(held)} "
-                      f"(at most {timeout:.0f} s, {ENV_LOCK_TIMEOUT})", flush=True)
+                logger.info(f"{out_dir}: waiting for another process converting {_holders(held)} "
+                            f"(at most {timeout:.0f} s, {ENV_LOCK_TIMEOUT})")
             elif time.monotonic() > deadline:
                 raise ShardError(f"{out_dir}: timed out after {timeout:.0f} s waiting for another process "
                                  f"converting {_holders(held)}; run the same command again once it has finished, "

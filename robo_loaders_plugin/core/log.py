@@ -1,0 +1,130 @@
+"""The plugin's log: the ``"robo_loaders"`` logger (standard :mod:`logging`) and one child per module
+(``robo_loaders.storage.cache``, ...), with a default handler that prints each record as the
+``[robo-loaders] ...`` line users, tests and the docs read.
+
+Why a handler of its own, on stdout: the lines were ``print()``-ed to stdout before there was a logger; training
+scripts' users read them there, beside the framework's output (robomimic copies its stdout into the run's log
+file), and the docs quote them. The handler writes to the ``sys.stdout`` *of the moment* a record is emitted, not the
+one there was when it was made, so whatever replaces stdout later (robomimic's log-file tee, pytest's ``capsys``,
+``contextlib.redirect_stdout``) gets the lines, as it got the prints; each line is flushed.
+
+Why ``propagate=False``: a training script that configures the root logger (``lerobot-train`` does) would print
+every line a second time in its own format. Where the ``"robo_loaders"`` logger has handlers already when the plugin
+is first imported (the user configured it), no handler is added and ``propagate`` is left as the user set it.
+
+The level: ``$ROBO_LOADERS_LOG_LEVEL`` (a level name: ``DEBUG``, ``INFO``, ``WARNING``, ``ERROR``, ``CRITICAL``,
+or a number) when the plugin is first imported in a process (DataLoader workers and conversion tasks included), else
+the level the user set on the logger before, else ``INFO``. ``logging.getLogger("robo_loaders").setLevel(...)``
+changes it afterwards (docs/logging.md).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+
+ROOT = "robo_loaders"
+PREFIX = "[robo-loaders]"
+ENV_LEVEL = "ROBO_LOADERS_LOG_LEVEL"
+HANDLER_NAME = "robo_loaders.stdout"
+LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+_PACKAGE = "robo_loaders_plugin"
+
+_lock = threading.Lock()
+_installed = False
+
+
+class StdoutHandler(logging.StreamHandler):
+    """A stream handler whose stream is ``sys.stdout`` at the time of each record, flushed after each line (as
+    ``print(..., flush=True)`` was); nothing is written while there is no stdout (``pythonw``: ``sys.stdout`` is
+    ``None``), as ``print`` writes nothing there."""
+
+    def __init__(self, level: int = logging.NOTSET):
+        logging.Handler.__init__(self, level)  # StreamHandler.__init__ would keep today's stream
+
+    @property
+    def stream(self):
+        """``sys.stdout``, looked up now."""
+        return sys.stdout
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """Write the record's line to the current stdout and flush it.
+
+        Args:
+            record: The record.
+        """
+        if sys.stdout is not None:
+            super().emit(record)
+
+
+def level_from_env(value: str | None) -> tuple[int | None, str]:
+    """``$ROBO_LOADERS_LOG_LEVEL``'s value as a :mod:`logging` level.
+
+    Args:
+        value: The variable's value (``None``: not set).
+
+    Returns:
+        ``(level, "")``; ``(None, "")`` when it is not set or blank; ``(None, why)`` when it is not a level (it is
+        then ignored, not an error: how much is logged must not stop a training run), ``why`` being the line that
+        says so and what to set.
+    """
+    text = (value or "").strip()
+    if not text:
+        return None, ""
+    if text.isdigit():
+        return int(text), ""
+    if text.upper() in LEVELS:
+        return logging.getLevelName(text.upper()), ""
+    return None, (f"warning: {ENV_LEVEL}={value!r} is not a logging level, so it is ignored; set it to one of "
+                  f"{', '.join(LEVELS)} or a number")
+
+
+def install_default_handler() -> logging.Logger:
+    """Set up the ``"robo_loaders"`` logger once per process: the ``[robo-loaders]`` stdout handler with
+    ``propagate=False`` unless the logger has handlers already, and its level (module docstring). Idempotent; a
+    forked process keeps its parent's setup.
+
+    Returns:
+        The ``"robo_loaders"`` logger.
+    """
+    global _installed
+    logger = logging.getLogger(ROOT)
+    with _lock:
+        if _installed:
+            return logger
+        _installed = True
+        if not logger.handlers:
+            handler = StdoutHandler()
+            handler.set_name(HANDLER_NAME)
+            handler.setFormatter(logging.Formatter(f"{PREFIX} %(message)s"))
+            logger.addHandler(handler)
+            logger.propagate = False
+        level, problem = level_from_env(os.environ.get(ENV_LEVEL))
+        if level is not None:
+            logger.setLevel(level)
+        elif logger.level == logging.NOTSET:
+            logger.setLevel(logging.INFO)
+    if problem:
+        logger.warning(problem)
+    return logger
+
+
+def get_logger(name: str) -> logging.Logger:
+    """The logger a module of the plugin writes its lines to: a child of ``"robo_loaders"``, named after the module
+    without the package (``get_logger(__name__)`` in ``robo_loaders_plugin.storage.cache`` is
+    ``robo_loaders.storage.cache``). Sets the plugin's logger up first (:func:`install_default_handler`).
+
+    Args:
+        name: The module's ``__name__`` (or any name: ``"robo_loaders.x"`` and ``"x"`` both give
+            ``robo_loaders.x``; ``""`` gives ``robo_loaders`` itself).
+
+    Returns:
+        The logger.
+    """
+    install_default_handler()
+    for head in (_PACKAGE, ROOT):
+        if name == head or name.startswith(head + "."):
+            name = name[len(head) + 1:]
+            break
+    return logging.getLogger(f"{ROOT}.{name}" if name else ROOT)
