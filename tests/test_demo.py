@@ -47,7 +47,7 @@ def commands(text: str) -> list[list[str]]:
     """Every ``robo-loaders`` command line of a shell script (continued lines joined), as words."""
     joined = re.sub(r"\\\n\s*", " ", text)
     return [line[line.index("robo-loaders "):].split() for line in joined.splitlines()
-            if "robo-loaders " in line and not line.lstrip().startswith(("#", "echo", "step"))]
+            if "robo-loaders " in line and not line.lstrip().startswith(("#", "echo", "step", '"', "printf"))]
 
 
 def unknown_options(words: list[str]) -> list[str]:
@@ -56,8 +56,11 @@ def unknown_options(words: list[str]) -> list[str]:
     from robo_loaders_plugin.cli import main
 
     cmd, i = main, 1
-    while isinstance(cmd, click.Group) and i < len(words) and words[i] in cmd.commands:
-        cmd, i = cmd.commands[words[i]], i + 1
+    while isinstance(cmd, click.Group) and i < len(words):
+        sub = cmd.get_command(click.Context(cmd), words[i])  # lazily loaded commands too (report, transcode)
+        if sub is None:
+            break
+        cmd, i = sub, i + 1
     if isinstance(cmd, click.Group):
         return [" ".join(words[:i + 1])]
     if cmd.context_settings.get("ignore_unknown_options"):  # robomimic-train: every argument goes to robomimic
