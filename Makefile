@@ -41,7 +41,7 @@ test: setup
 	$(PY) -m pytest -ra -p no:cacheprovider --durations=25 tests integration_tests benchmarks/tests examples/jpeg_backend/tests
 
 # the inner loop, -m fast: every unit test (tests/), the quick parity checks marked fast in integration_tests/ (one
-# per backend and framework, against the native loaders) and the harness's fake-row tests: 1 min 32 s on a quiet
+# per backend and framework, against the native loaders) and the harness's fake-row tests: 2 min on a quiet
 # 2-core machine (limit: 3 min)
 test-fast: setup
 	$(PY) -m pytest -ra -p no:cacheprovider -m fast tests integration_tests benchmarks/tests
