@@ -33,6 +33,27 @@ def obs_keys(config):
     return list(m.low_dim) + list(m.rgb)
 
 
+def decoded_copy(hdf5: str, video_shards: str, path: str) -> str:
+    """A copy of ``hdf5`` whose camera datasets hold the frames decoded from its video shards: what robomimic's
+    ``video_stream`` must serve, so SequenceDataset over it is the byte-for-byte reference (windows, padding, goals
+    and dtypes are SequenceDataset's)."""
+    import shutil
+
+    import h5py
+
+    from robo_loaders_plugin.storage.shards import ShardReader
+
+    shutil.copy(hdf5, path)
+    reader = ShardReader(video_shards)
+    with h5py.File(path, "r+") as f:
+        for i, ep in enumerate(reader.episodes):
+            header, fields = reader.read_episode(i)
+            for k, desc in header["fields"].items():
+                if desc["kind"] == "video":
+                    f[f"data/{ep['name']}/{k}"][...] = fields[k]
+    return path
+
+
 def assert_same_sample(ours, theirs, path="sample"):
     """Same keys (in order), types, shapes, dtypes and bytes."""
     if isinstance(theirs, dict):

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from robomimic_helpers import assert_same_sample, make_config, obs_keys
+from robomimic_helpers import assert_same_sample, decoded_copy, make_config, obs_keys
 
 from robo_loaders_plugin import SamplingPlan
 from robo_loaders_plugin.frames import chunks
@@ -208,22 +208,12 @@ def test_shards_without_parts_buffer_whole_demos_and_say_so(long_hdf5, tmp_path,
 def test_video_stream_on_long_demos_equals_native_over_the_decoded_frames(long_hdf5, tmp_path):
     """video_stream (lossy frames): every window once, byte-identical to SequenceDataset over the HDF5 whose
     camera datasets hold the decoded video (the windows, padding and dtypes are SequenceDataset's)."""
-    import shutil
-
     from robo_loaders_plugin.robomimic.convert import convert_robomimic
     from robo_loaders_plugin.storage.video import VideoSettings
 
     out = str(tmp_path / "video")
     convert_robomimic(long_hdf5, out, video=VideoSettings("h264", 18), progress=False)
-    decoded = str(tmp_path / "decoded.hdf5")
-    shutil.copy(long_hdf5, decoded)
-    reader = ShardReader(out)
-    with h5py.File(decoded, "r+") as f:
-        for i, ep in enumerate(reader.episodes):
-            header, fields = reader.read_episode(i)
-            for k, desc in header["fields"].items():
-                if desc["kind"] == "video":
-                    f[f"data/{ep['name']}/{k}"][...] = fields[k]
+    decoded = decoded_copy(long_hdf5, out, str(tmp_path / "decoded.hdf5"))
     combo = COMBOS["bc_rnn_next_obs"]
     native = build(decoded, combo, "native")[0]
     ds = build(long_hdf5, combo, "video_stream", {"source": out, "shuffle_buffer": 3})[1]

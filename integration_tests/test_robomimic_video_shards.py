@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 import torch
 
-from robomimic_helpers import RGB, make_config, obs_keys
+from robomimic_helpers import RGB, decoded_copy, make_config, obs_keys
 
 from robo_loaders_plugin import SamplingPlan
 from robo_loaders_plugin.robomimic import dataset_factory
@@ -53,16 +53,7 @@ def converted(tiny_hdf5, tmp_path_factory):
 @pytest.fixture(scope="module")
 def decoded_hdf5(tiny_hdf5, converted, tmp_path_factory):
     """tiny.hdf5 with every camera dataset replaced by its decoded video: what video_stream must serve."""
-    path = str(tmp_path_factory.mktemp("decoded") / "decoded.hdf5")
-    shutil.copy(tiny_hdf5, path)
-    reader = ShardReader(converted[0])
-    with h5py.File(path, "r+") as f:
-        for i, ep in enumerate(reader.episodes):
-            header, fields = reader.read_episode(i)
-            for k, desc in header["fields"].items():
-                if desc["kind"] == "video":
-                    f[f"data/{ep['name']}/{k}"][...] = fields[k]
-    return path
+    return decoded_copy(tiny_hdf5, converted[0], str(tmp_path_factory.mktemp("decoded") / "decoded.hdf5"))
 
 
 @pytest.fixture(scope="module")
