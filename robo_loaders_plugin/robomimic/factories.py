@@ -328,18 +328,16 @@ def _shard_samples(config, opts: SequenceOptions, path: str, filter_by_attribute
             raise SourceError(f"{reader.dir}: {d}/{absent[0]} is missing (the demo has: {sorted(stored)}); "
                               "check the obs keys in observation.modalities or hdf5_load_next_obs")
     units = _demo_units(lengths, unit_step) if unit_step else None
-    if units is not None:
-        cut = collections.Counter(ep for ep, _, _ in units)
-        if all(reader.has_parts(records[ep]) for ep, n in cut.items() if n > 1):
-            if passes.seed is None:
-                passes = dataclasses.replace(passes, seed=int(config.train.seed))
-            return _unit_samples(opts, path, filter_by_attribute, reader, hold, passes, bound, demos, records,
-                                 lengths, units)
+    if units is not None and not all(reader.has_parts(records[ep]) for ep, n in
+                                     collections.Counter(ep for ep, _, _ in units).items() if n > 1):
         logger.warning(f"{backend}: {reader.dir} stores its long demos whole (converted by an earlier "
                        "robo-loaders), so whole demos are buffered; convert it again to buffer parts of them")
-        passes, bound = refit()
+        units, (passes, bound) = None, refit()
     if passes.seed is None:
         passes = dataclasses.replace(passes, seed=int(config.train.seed))
+    if units is not None:
+        return _unit_samples(opts, path, filter_by_attribute, reader, hold, passes, bound, demos, records, lengths,
+                             units)
 
     def read(ep: int, fields):
         demo = demos[ep]
