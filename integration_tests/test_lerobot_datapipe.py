@@ -11,7 +11,7 @@ import torch
 from lerobot_helpers import REPO, random_indices, same_item, serve
 
 from robo_loaders_plugin.lerobot.convert import convert_lerobot, verify_lerobot
-from robo_loaders_plugin.lerobot.factories import LeRobotShardSamples
+from robo_loaders_plugin.backends.datapipe.lerobot import LeRobotShardSamples
 from robo_loaders_plugin.lerobot.integration import cycle, sampling_plan
 from robo_loaders_plugin.lerobot.presets import delta_timestamps
 from robo_loaders_plugin import RoboLoadersError

@@ -274,7 +274,8 @@ def test_meta_episodes_edited_with_the_mtime_kept_is_refused_by_every_backend(co
     with LeRobot's dataset object: refused, naming the file, the episode, the column and both values."""
     import pyarrow as pa
 
-    from robo_loaders_plugin.lerobot import factories
+    from robo_loaders_plugin.backends.video_stream import lerobot as video_stream_factory
+    from robo_loaders_plugin.lerobot import dataset as lerobot_dataset
 
     root = copy_of("h264_3cam_multifile")
     key, ep = "observation.images.cam0", 2
@@ -301,7 +302,8 @@ def test_meta_episodes_edited_with_the_mtime_kept_is_refused_by_every_backend(co
         assert f"delete {cache_dir}" in text and "mtime" in text and "\n" not in text
     # negative control: without the check every backend serves frames of that episode that LeRobotDataset does not
     with monkeypatch.context() as m:
-        m.setattr(factories, "check_meta_match", lambda native, source: None)
+        for module in (lerobot_dataset, video_stream_factory):  # every place the check runs
+            m.setattr(module, "check_meta_match", lambda native, source: None)
         for backend in BACKENDS:
             assert differing_frames(serve(backend, nat), nat, key, rows) > len(rows) // 2, backend
     # the stale cache removed, LeRobot reads the file's boundaries too: every backend serves LeRobotDataset[i]
@@ -321,7 +323,8 @@ def test_meta_info_changed_after_lerobot_read_it_is_refused_by_every_backend(cop
     same file."""
     import json
 
-    from robo_loaders_plugin.lerobot import factories
+    from robo_loaders_plugin.backends.video_stream import lerobot as video_stream_factory
+    from robo_loaders_plugin.lerobot import dataset as lerobot_dataset
 
     root = copy_of("h264_3cam_multifile")
     nat = native(root)
@@ -345,7 +348,8 @@ def test_meta_info_changed_after_lerobot_read_it_is_refused_by_every_backend(cop
         assert "\n" not in text
     key, rows = "observation.images.cam0", range(len(nat))
     with monkeypatch.context() as m:  # negative control: without the check, cam0 is served from cam1's file
-        m.setattr(factories, "check_meta_match", lambda native, source: None)
+        for module in (lerobot_dataset, video_stream_factory):  # every place the check runs
+            m.setattr(module, "check_meta_match", lambda native, source: None)
         for backend in BACKENDS:
             assert differing_frames(serve(backend, nat), nat, key, rows[::10]) > 0, backend
     nat = native(root)  # built again: LeRobot reads the new template too

@@ -47,7 +47,7 @@ def test_datapipe_checks_its_rows_once_per_version_of_the_shards_and_lerobots_ta
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
     from lerobot_helpers import serve
-    from robo_loaders_plugin.lerobot import factories
+    from robo_loaders_plugin.backends.datapipe import lerobot as factories
 
     monkeypatch.setenv("ROBO_LOADERS_CACHE", str(tmp_path / "cache"))
     root = lerobot_datasets["h264_3cam_multifile"]

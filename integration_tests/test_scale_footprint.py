@@ -238,15 +238,15 @@ def test_lerobot_datapipe_buffer_is_sized_from_what_the_shards_store(lerobot_dat
     member sizes: these 32x48 frames pack worse than assumed, so the stored episodes are larger than the estimate
     (the control: the two differ) and the bound names the stored size."""
     from robo_loaders_plugin.core.units import format_bytes
-    from robo_loaders_plugin.footprints import EXPECTED_LOSSLESS_RATIO
-    from robo_loaders_plugin.lerobot.factories import _source
+    from robo_loaders_plugin.core.data_size import EXPECTED_LOSSLESS_RATIO
+    from robo_loaders_plugin.lerobot.dataset import native_source
     from robo_loaders_plugin.storage.shards import ShardReader
 
     nat = _native_lr(lerobot_datasets["h264_3cam_multifile"], "act")
     ds = serve("datapipe", nat, cache_memory="1GB")
     reader = ShardReader(ds.location)
     stored = max(reader.episode_bytes(i) for i in range(len(reader.episodes)))
-    size = _source(nat)[0].data_size(nat.episodes)
+    size = native_source(nat)[0].data_size(nat.episodes)
     estimated = int(np.max(size.lengths * (sum(size.frame_step_bytes.values()) / EXPECTED_LOSSLESS_RATIO
                                            + size.other_step_bytes)))
     assert format_bytes(stored) != format_bytes(estimated)

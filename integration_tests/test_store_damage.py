@@ -20,7 +20,7 @@ from lerobot_helpers import REPO, same_item, serve
 from robomimic_helpers import assert_same_sample, make_config, obs_keys
 
 from robo_loaders_plugin.frames.store import StoreFrames
-from robo_loaders_plugin.frames.tensors import CompressedRows
+from robo_loaders_plugin.backends.gpu_resampler.tiers import CompressedRows
 from robo_loaders_plugin.storage.codec import FrameCodec
 from robo_loaders_plugin.storage.store import EpisodeStore, StoreError
 

@@ -13,7 +13,7 @@ from lerobot_helpers import REPO, random_indices, same_item, serve
 from remote_servers import HttpServer, S3Server
 
 from robo_loaders_plugin import BackendOptionError, SourceError
-from robo_loaders_plugin.lerobot.factories import LeRobotStreamSamples
+from robo_loaders_plugin.backends.video_stream.lerobot import LeRobotStreamSamples
 from robo_loaders_plugin.lerobot.integration import cycle, sampling_plan
 from robo_loaders_plugin.lerobot.presets import delta_timestamps
 from robo_loaders_plugin.sources.lerobot_v3 import LeRobotV3

@@ -111,7 +111,7 @@ def pass_options(shuffle_buffer: int | dict, cache_episodes: int = 64, items: st
     Returns:
         ``{name: Option}``, to merge into a :class:`BackendSpec`'s ``options``.
     """
-    from robo_loaders_plugin.backends import pass_options as declare
+    from robo_loaders_plugin.core.shared_options import pass_options as declare
 
     defaults = shuffle_buffer if isinstance(shuffle_buffer, dict) else {"robomimic": shuffle_buffer,
                                                                         "lerobot": shuffle_buffer}
@@ -133,7 +133,7 @@ def robomimic_sequence(config, obs_keys, dataset_path=None) -> tuple["SequenceOp
     Raises:
         RoboLoadersError: a setting robomimic's SequenceDataset would reject, or the plugin cannot reproduce.
     """
-    from robo_loaders_plugin.robomimic.factories import sequence_options
+    from robo_loaders_plugin.robomimic.sequence import sequence_options
 
     return sequence_options(config, obs_keys, dataset_path)
 
@@ -153,9 +153,9 @@ def robomimic_demo_fields(source: "RobomimicHdf5", f, demo: str, opts: "Sequence
     Raises:
         SourceError: a key is missing (naming the demo and what it has), unreadable, or of another length.
     """
-    from robo_loaders_plugin.robomimic.factories import _read_demo
+    from robo_loaders_plugin.robomimic.sequence import read_demo
 
-    return _read_demo(source, f, demo, opts, source.length(f, demo))
+    return read_demo(source, f, demo, opts, source.length(f, demo))
 
 
 def robomimic_sequence_dataset(config, obs_keys, filter_by_attribute=None, dataset_path=None):
@@ -171,7 +171,7 @@ def robomimic_sequence_dataset(config, obs_keys, filter_by_attribute=None, datas
     Returns:
         The ``SequenceDataset``.
     """
-    from robo_loaders_plugin.robomimic.factories import native_dataset
+    from robo_loaders_plugin.backends.native.robomimic import native_dataset
 
     return native_dataset(config, obs_keys, filter_by_attribute, dataset_path)
 
@@ -196,10 +196,10 @@ def lerobot_episodes(native, decode_device: str = "cpu") -> "LeRobotEpisodes":
             features), or rows that differ from what the ``LeRobotDataset`` object holds.
     """
     from robo_loaders_plugin.lerobot.dataset import check_rows_match
-    from robo_loaders_plugin.lerobot.factories import _source
+    from robo_loaders_plugin.lerobot.dataset import native_source
     from robo_loaders_plugin.sources.lerobot_v3 import LeRobotEpisodes
 
-    source, settings = _source(native)
+    source, settings = native_source(native)
     episodes = LeRobotEpisodes(source, settings.tolerance_s, native.episodes, decode_device=decode_device)
     check_rows_match(native, episodes.columns, episodes.arrays["index"], episodes.arrays)
     return episodes

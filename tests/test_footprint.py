@@ -7,8 +7,11 @@ import pytest
 
 from robo_loaders_plugin.core.footprint import (HEADROOM, Available, DiskGuard, Footprint, ResourceRefused,
                                                 check_fits, shortfalls)
-from robo_loaders_plugin.footprints import (DataSize, buffer_plan, compressed_cache_plan, conversion_estimate,
-                                            plan_tiers)
+from robo_loaders_plugin.backends.compressed_cache.placement import compressed_cache_plan
+from robo_loaders_plugin.backends.gpu_resampler.footprint import plan_tiers
+from robo_loaders_plugin.core.data_size import DataSize
+from robo_loaders_plugin.pipeline.buffer_plan import buffer_plan
+from robo_loaders_plugin.storage.shards.disk_estimate import conversion_estimate
 
 GB = 10**9
 
@@ -147,7 +150,7 @@ def test_conversion_estimate_is_lossless_at_the_expected_ratio_or_video():
 
 
 def test_a_disk_holding_the_estimate_but_not_incompressible_frames_is_warned_about(tmp_path, monkeypatch, capsys):
-    from robo_loaders_plugin.footprints import check_conversion_disk
+    from robo_loaders_plugin.storage.shards.disk_estimate import check_conversion_disk
 
     s = size()  # 1.0 GB of frames: ~0.67 GB estimated at 1.5:1
     for free, warned in ((0.9 * GB, True), (2 * GB, False)):  # the control: room for frames stored raw

@@ -12,7 +12,7 @@ import zipfile
 
 import pytest
 
-from robo_loaders_plugin import backends
+from robo_loaders_plugin.backends import requirements as backends
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -15,7 +15,7 @@ def test_committed_documents_match_the_declarations():
             text = f.read()
         assert "<!-- robo-loaders:" in text, f"{name} has no generated block"
         assert option_docs.render(text, option_docs.builtin_specs()) == text, (
-            f"{name} is out of date with robo_loaders_plugin/backends.py: run "
+            f"{name} is out of date with the backend packages (robo_loaders_plugin/backends/): run "
             "'python -m robo_loaders_plugin.core.option_docs README.md docs/backends.md'")
 
 
@@ -31,7 +31,7 @@ def test_a_changed_declaration_changes_the_documents():
 
 
 def test_one_codec_list_serves_the_options_the_codec_table_the_command_line_and_the_estimates():
-    from robo_loaders_plugin.backends import COMPRESSED_CACHE_OPTIONS
+    from robo_loaders_plugin.backends.compressed_cache import COMPRESSED_CACHE_OPTIONS
     from robo_loaders_plugin.cli import main
     from robo_loaders_plugin.core.codecs import CODECS, FILTERS
     from robo_loaders_plugin.core.footprint import COMPRESS_MB_S

@@ -7,7 +7,7 @@ have it made smaller (a buffer the user did not set may be shrunk to fit the epi
 import numpy as np
 
 from robo_loaders_plugin.core.registry import choose_backend
-from robo_loaders_plugin.footprints import buffer_plan
+from robo_loaders_plugin.pipeline.buffer_plan import buffer_plan
 from robo_loaders_plugin.pipeline.options import PassOptions
 
 

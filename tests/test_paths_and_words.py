@@ -172,8 +172,8 @@ def test_gpu_resampler_spills_into_its_cache_dir(tmp_path, monkeypatch):
     import torch
 
     from robo_loaders_plugin.core.footprint import Available
-    from robo_loaders_plugin.footprints import DataSize
-    from robo_loaders_plugin.frames import tensors
+    from robo_loaders_plugin.core.data_size import DataSize
+    from robo_loaders_plugin.backends.gpu_resampler import tiers as tensors
 
     monkeypatch.setattr(Available, "measure", classmethod(lambda cls, **k: Available(
         host_bytes=10**12, shm_bytes=0, shm_dir="/dev/shm", shm_is_ram=True, disk_bytes=10**12, disk_dir=k.get(

@@ -8,8 +8,9 @@ import torch
 from robo_loaders_plugin.core.footprint import ResourceRefused
 from robo_loaders_plugin.frames.base import FieldInfo, gather
 from robo_loaders_plugin.frames.chunks import ChunkFrames, split_runs
-from robo_loaders_plugin.frames.tensors import TieredFrames
-from robo_loaders_plugin.footprints import DataSize, plan_tiers
+from robo_loaders_plugin.backends.gpu_resampler.tiers import TieredFrames
+from robo_loaders_plugin.backends.gpu_resampler.footprint import plan_tiers
+from robo_loaders_plugin.core.data_size import DataSize
 from robo_loaders_plugin.storage.buffers import BufferPool
 
 LENGTHS = (5, 3, 7, 4, 6)
@@ -213,11 +214,11 @@ def test_the_host_budget_keeps_room_for_the_episode_being_read_while_filling(mon
     """While the tiers fill, the episode being read is held decoded (and copied by the decoder and the compressor)
     beside them: at L480 (1.66 GB episodes) max_memory 8GB held 11.4 GB. The plan keeps BUILD_EPISODES of the
     largest episode out of the budget, says so in its bound and counts it in its footprint; the control (the tiers
-    alone, footprints.plan_tiers with the whole budget) holds more episodes raw."""
+    alone, backends.gpu_resampler.footprint.plan_tiers with the whole budget) holds more episodes raw."""
     import types
 
     from robo_loaders_plugin.core.footprint import Available
-    from robo_loaders_plugin.frames import tensors
+    from robo_loaders_plugin.backends.gpu_resampler import tiers as tensors
 
     monkeypatch.setattr(Available, "measure", classmethod(lambda cls, **k: Available(
         host_bytes=10**12, shm_bytes=0, shm_dir="/dev/shm", shm_is_ram=True, disk_bytes=10**12, disk_dir=k.get(
@@ -243,7 +244,7 @@ def test_a_max_memory_below_the_least_any_plan_holds_is_refused_naming_it(monkey
 
     from robo_loaders_plugin.core.footprint import Available
     from robo_loaders_plugin.core.units import format_bytes
-    from robo_loaders_plugin.frames import tensors
+    from robo_loaders_plugin.backends.gpu_resampler import tiers as tensors
 
     monkeypatch.setenv("ROBO_LOADERS_CACHE", str(tmp_path))
     monkeypatch.setattr(Available, "measure", classmethod(lambda cls, **k: Available(

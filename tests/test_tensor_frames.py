@@ -5,7 +5,7 @@ import torch
 
 from robo_loaders_plugin.core.errors import BackendOptionError
 from robo_loaders_plugin.frames.base import FieldInfo, gather, gather_at
-from robo_loaders_plugin.frames.tensors import TensorFrames, placement, training_device
+from robo_loaders_plugin.backends.gpu_resampler.tensors import TensorFrames, placement, training_device
 
 
 def test_gather_equals_the_arrays_and_checks_what_it_is_filled_with():

@@ -184,12 +184,12 @@ def _imports(framework: str) -> None:
         import robomimic.config  # noqa: F401
         import robomimic.utils.obs_utils  # noqa: F401
 
-        import robo_loaders_plugin.robomimic.factories  # noqa: F401
+        import robo_loaders_plugin.robomimic.buffered  # noqa: F401
         import robo_loaders_plugin.robomimic.integration  # noqa: F401
     else:
         import lerobot.datasets.lerobot_dataset  # noqa: F401
 
-        import robo_loaders_plugin.lerobot.factories  # noqa: F401
+        import robo_loaders_plugin.lerobot.dataset  # noqa: F401
         import robo_loaders_plugin.lerobot.integration  # noqa: F401
     import robo_loaders_plugin.pipeline.batches  # noqa: F401
 

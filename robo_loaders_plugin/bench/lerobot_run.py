@@ -145,7 +145,7 @@ def stored_bytes(ds) -> int:
         The bytes; 0 for LeRobot's own dataset and for backends that store nothing (video_stream).
     """
     from robo_loaders_plugin.frames.store import StoreFrames
-    from robo_loaders_plugin.frames.tensors import TensorFrames
+    from robo_loaders_plugin.backends.gpu_resampler.tensors import TensorFrames
     from robo_loaders_plugin.lerobot.dataset import LeRobotSamples
 
     if not isinstance(ds, LeRobotSamples):
@@ -154,7 +154,7 @@ def stored_bytes(ds) -> int:
         return ds.frames.store.file_nbytes
     if isinstance(ds.frames, TensorFrames):
         return TensorFrames.nbytes(ds.frames.lengths, ds.frames.infos)
-    from robo_loaders_plugin.lerobot.factories import LeRobotShardSamples
+    from robo_loaders_plugin.backends.datapipe.lerobot import LeRobotShardSamples
 
     if not isinstance(ds, LeRobotShardSamples):  # video_stream: decodes the dataset's own videos, stores nothing
         return 0

@@ -128,9 +128,9 @@ def render(text: str, specs: list[BackendSpec] | None = None) -> str:
 
 def builtin_specs() -> list[BackendSpec]:
     """The built-in backends only (what the committed documents describe, whatever plugins are installed)."""
-    from robo_loaders_plugin import backends
+    from robo_loaders_plugin.core.registry import builtin_specs as registered
 
-    return list(backends.robo_loaders_backends())
+    return registered()
 
 
 def main(paths: list[str]) -> int:

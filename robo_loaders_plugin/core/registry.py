@@ -19,24 +19,46 @@ from robo_loaders_plugin.core.errors import RoboLoadersError, UnknownBackendErro
 from robo_loaders_plugin.core.spec import BackendChoice, BackendSpec
 
 
+# the distribution whose entry points are the built-in backends (pyproject.toml's [project.entry-points.robo_loaders])
+BUILTIN_DISTRIBUTION = "robo-loaders-plugin"
+BUILTIN = "builtin"  # BackendSpec.plugin of a built-in backend
+
+
+def _is_builtin(ep: importlib.metadata.EntryPoint) -> bool:
+    dist = getattr(ep, "dist", None)
+    return dist is not None and dist.metadata["Name"].replace("_", "-").lower() == BUILTIN_DISTRIBUTION
+
+
 @functools.lru_cache(maxsize=None)
 def get_plugin_manager() -> pluggy.PluginManager:
-    """The process's one PluginManager, built on first use: the built-in backends, then each plugin of the
-    ``robo_loaders`` entry-point group.
+    """The process's one PluginManager, built on first use from the ``robo_loaders`` entry-point group: the built-in
+    backends (this distribution's entry points, one package each) first, then every third-party plugin.
 
-    A plugin that fails to import is skipped with a warning naming it (see the module's docstring); a name already
-    registered or blocked is not loaded again.
+    A third-party plugin that fails to import is skipped with a warning naming it (see the module's docstring); a
+    built-in one that fails raises (the installation is broken); a name already registered or blocked is not loaded
+    again.
 
     Returns:
         The :class:`pluggy.PluginManager` (cached; :func:`reset_cache` forgets it).
+
+    Raises:
+        RoboLoadersError: this distribution's entry points are missing (the package was put on ``sys.path``
+            without being installed), or a built-in backend fails to import.
     """
     pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
     pm.add_hookspecs(hookspecs)
-    from robo_loaders_plugin import backends
-
-    pm.register(backends, name="builtin")
-    for ep in importlib.metadata.entry_points(group=hookspecs.ENTRY_POINT_GROUP):
+    eps = sorted(importlib.metadata.entry_points(group=hookspecs.ENTRY_POINT_GROUP), key=lambda ep: not _is_builtin(ep))
+    if not any(_is_builtin(ep) for ep in eps):
+        raise RoboLoadersError(f"the built-in backends are not registered: {BUILTIN_DISTRIBUTION}'s entry points "
+                               f"(group {hookspecs.ENTRY_POINT_GROUP!r}) are not in the installed metadata; install "
+                               "it (pip install robo-loaders-plugin, or pip install -e . in a checkout) rather than "
+                               "putting it on PYTHONPATH")
+    for ep in eps:
         if pm.get_plugin(ep.name) is not None or pm.is_blocked(ep.name):
+            continue
+        if _is_builtin(ep):
+            pm.register(ep.load(), name=ep.name)
+            _BUILTIN_PLUGINS.add(ep.name)
             continue
         try:
             pm.register(ep.load(), name=ep.name)
@@ -46,16 +68,20 @@ def get_plugin_manager() -> pluggy.PluginManager:
     return pm
 
 
+_BUILTIN_PLUGINS: set[str] = set()
+
+
 @functools.lru_cache(maxsize=None)
 def _backends() -> dict[str, BackendSpec]:
     pm = get_plugin_manager()
     out: dict[str, BackendSpec] = {}
     for impl in reversed(pm.hook.robo_loaders_backends.get_hookimpls()):  # pluggy's call order
         plugin_name = impl.plugin_name
+        builtin = plugin_name in _BUILTIN_PLUGINS
         try:
             result = list(impl.function() or ())
         except Exception as exc:
-            if plugin_name == "builtin":
+            if builtin:
                 raise
             warnings.warn(f"robo-loaders: plugin {plugin_name!r} failed to list its backends ({exc!r}); "
                           "skipping it", stacklevel=2)
@@ -66,10 +92,19 @@ def _backends() -> dict[str, BackendSpec]:
             if spec.name in out:
                 raise RoboLoadersError(f"backend name {spec.name!r} is registered twice "
                                        f"(by {out[spec.name].plugin!r} and {plugin_name!r})")
-            if spec.plugin == "builtin" and plugin_name != "builtin":
-                spec = BackendSpec(**{**spec.__dict__, "plugin": plugin_name})
+            if spec.plugin != (BUILTIN if builtin else plugin_name):
+                spec = BackendSpec(**{**spec.__dict__, "plugin": BUILTIN if builtin else plugin_name})
             out[spec.name] = spec
     return out
+
+
+def builtin_specs() -> list[BackendSpec]:
+    """The built-in backends only (what the committed documents describe, whatever plugins are installed).
+
+    Returns:
+        Their :class:`BackendSpec` objects, ``native`` first.
+    """
+    return [_backends()[n] for n in list_backends() if _backends()[n].plugin == BUILTIN]
 
 
 def list_backends() -> list[str]:

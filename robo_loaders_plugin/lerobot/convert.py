@@ -14,7 +14,7 @@ from typing import Mapping
 import numpy as np
 from tqdm.auto import tqdm
 
-from robo_loaders_plugin.footprints import check_conversion_disk
+from robo_loaders_plugin.storage.shards.disk_estimate import check_conversion_disk
 from robo_loaders_plugin.sources.lerobot_v3 import LeRobotEpisodes, LeRobotV3
 from robo_loaders_plugin.storage.codec import FrameCodec, use_single_thread
 from robo_loaders_plugin.storage.fingerprint import Fingerprint

@@ -11,6 +11,7 @@ file).
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -22,6 +23,12 @@ from robo_loaders_plugin.frames.base import FrameSource
 from robo_loaders_plugin.lerobot.compat import hf_cache_files, hf_column, reader_settings
 from robo_loaders_plugin.storage.buffers import BufferPool
 from robo_loaders_plugin.windows import lerobot as rules
+
+if TYPE_CHECKING:
+    from robo_loaders_plugin.sources.lerobot_v3 import LeRobotV3
+
+
+OPTION_PREFIX = "--dataset.backend_kwargs"  # how a LeRobot user sets a backend's options, for messages
 
 
 class LeRobotSamples(IndexedDataset):
@@ -415,3 +422,44 @@ def _as_served(col, dtype: np.dtype, shape: tuple) -> np.ndarray | None:
         return arr.reshape(shape).astype(dtype, copy=False)
     except (pa.ArrowException, ValueError, TypeError):
         return None
+
+
+def native_source(native) -> tuple[LeRobotV3, object]:
+    """The LeRobot v3 source under a ``LeRobotDataset`` and its reader settings (tolerance, ``delta_indices``,
+    transforms), after checking that robo-loaders reproduces its items: the version, the layout, and that the
+    ``meta/`` read from disk is the one the dataset object holds (an edited ``meta/`` is refused, naming the file).
+
+    Args:
+        native: The ``LeRobotDataset`` LeRobot's factory built.
+
+    Returns:
+        ``(LeRobotV3, reader settings)``.
+
+    Raises:
+        CompatError: not LeRobot 0.6.x.
+        SourceError: a layout robo-loaders does not reproduce, or ``meta/`` differs from the dataset object's.
+    """
+    from robo_loaders_plugin.lerobot.compat import check_version
+    from robo_loaders_plugin.sources.lerobot_v3 import LeRobotV3
+
+    check_version()
+    check_supported(native)
+    source = LeRobotV3(native.root)
+    check_meta_match(native, source)  # the meta/ the backend reads is the one LeRobot's object holds
+    return source, reader_settings(native)
+
+
+def camera_reach(delta_indices: dict | None, cameras) -> tuple[int, int]:
+    """Rows a camera window reaches before and after its item (LeRobot's ``delta_indices`` of the cameras).
+
+    Args:
+        delta_indices: LeRobot's ``delta_indices`` (``None``: single frames).
+        cameras: The camera keys.
+
+    Returns:
+        ``(rows before, rows after)``.
+    """
+    deltas = [d for k, v in (delta_indices or {}).items() if k in cameras for d in v]
+    if not deltas:
+        return 0, 0
+    return max(0, -int(np.floor(min(deltas)))), max(0, int(np.ceil(max(deltas))))

@@ -26,12 +26,12 @@ class PassOptions:
         seed: The backend's own order seed (``None``: the framework's).
         prefetch: Batches prefetched ahead of training.
         cache_episodes: Episodes kept loaded (at least ``2 * shuffle_buffer`` are, see :attr:`episode_capacity`);
-            ``None``: as many as ``cache_memory`` holds (``footprints.buffer_plan``, which the factory resolves
+            ``None``: as many as ``cache_memory`` holds (``pipeline.buffer_plan.buffer_plan``, which the factory resolves
             into this field before building).
         replacement: Draw each pass's items with replacement instead of each exactly once.
         cache_memory: The buffer's byte budget in bytes (``None``: the default, 1GB).
         shuffle_given: Whether the user set ``shuffle_buffer``, to any value (else the buffer sizing and the pipeline
-            may make it smaller to fit the episode cache: ``footprints.buffer_plan``,
+            may make it smaller to fit the episode cache: ``pipeline.buffer_plan.buffer_plan``,
             ``pipeline.batches.fit_to_cache``); from the options object's record of what was given (:meth:`of`).
         option_prefix: How the user sets these options, for messages; set by :meth:`sized`.
     """
@@ -66,7 +66,7 @@ class PassOptions:
         return max(self.cache_episodes or 0, 2 * self.shuffle_buffer)
 
     def sized(self, unit_bytes, batch_bytes: int, option_prefix: str, unit: str = "units", threads: int | None = None):
-        """These options with the buffer sized for units of ``unit_bytes`` (``footprints.buffer_plan``): returns
+        """These options with the buffer sized for units of ``unit_bytes`` (``pipeline.buffer_plan.buffer_plan``): returns
         ``(options, plan)``; the plan's footprint says what the buffer holds and how it is bounded.
 
         Args:
@@ -76,7 +76,7 @@ class PassOptions:
             unit: What a unit is, plural, for the bound's wording (``episodes``, ``demos``, ``units``).
             threads: Threads assembling batches, when known (``None``: the training script's; named in the bound).
         """
-        from robo_loaders_plugin.footprints import buffer_plan
+        from robo_loaders_plugin.pipeline.buffer_plan import buffer_plan
 
         plan = buffer_plan(unit_bytes, cache_memory=self.cache_memory, cache_episodes=self.cache_episodes,
                            shuffle_buffer=self.shuffle_buffer, shuffle_given=self.shuffle_given,
@@ -142,7 +142,7 @@ def open_shards(*, framework: str, source, shards: str | None, cache_dir: str | 
         convert: ``convert(out_dir, fingerprint)`` writes the shards of ``source`` into ``out_dir``.
         option_prefix: How the user sets options, for messages.
         convert_hint: The command that converts the source, for messages.
-        size: The source's ``footprints.DataSize``: a conversion on first use is refused before any data is read
+        size: The source's ``core.data_size.DataSize``: a conversion on first use is refused before any data is read
             when its estimated output does not fit the cache directory's disk; an entry whose recorded source still
             has the same file stats is reused without the check (``None``: no check).
         video: The conversion writes video members (for the estimate).
@@ -188,7 +188,7 @@ def open_shards(*, framework: str, source, shards: str | None, cache_dir: str | 
     root = cache.cache_root(cache_dir, f"{option_prefix}.cache_dir")
     if size is not None and not cache.holds_current(root, f"{framework}-shards", key_desc, source.path,
                                                     recorded_source):
-        from robo_loaders_plugin.footprints import check_conversion_disk
+        from robo_loaders_plugin.storage.shards.disk_estimate import check_conversion_disk
 
         check_conversion_disk(size, root, video=video, command=f"backend {backend!r} (converting on first use)",
                               alternatives=alternatives, option_prefix=option_prefix)

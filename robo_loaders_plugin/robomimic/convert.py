@@ -24,7 +24,7 @@ from robo_loaders_plugin.storage.shards import DEFAULT_SHARD_BYTES, ShardReader,
 from robo_loaders_plugin.storage.shards.format import check_output_dir
 from robo_loaders_plugin.storage.video import DEFAULT_FPS, VideoSettings, encode_segment, psnr_from_mse, squared_error
 from robo_loaders_plugin.core.units import format_bytes
-from robo_loaders_plugin.footprints import check_conversion_disk
+from robo_loaders_plugin.storage.shards.disk_estimate import check_conversion_disk
 
 
 def is_camera(arr: np.ndarray) -> bool:

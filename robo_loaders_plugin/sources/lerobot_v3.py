@@ -313,7 +313,7 @@ class LeRobotV3:
         return f"{self.video_root}/{rel}"
 
     def data_size(self, episodes: list[int] | None = None, cameras=None):
-        """The :class:`~robo_loaders_plugin.footprints.DataSize` of ``episodes`` (``None``: all), from
+        """The :class:`~robo_loaders_plugin.core.data_size.DataSize` of ``episodes`` (``None``: all), from
         ``meta/info.json``'s features and ``meta/episodes``' lengths only (no table row or video frame is read):
         every camera decoded to uint8 (``cameras``: only these), every numeric column as LeRobot serves it.
 
@@ -327,7 +327,7 @@ class LeRobotV3:
         Raises:
             SourceError: an episode is not in ``meta/episodes``, or there is none.
         """
-        from robo_loaders_plugin.footprints import DataSize
+        from robo_loaders_plugin.core.data_size import DataSize
 
         eps = sorted(self.episodes) if episodes is None else sorted(int(e) for e in episodes)
         missing = [e for e in eps if e not in self.episodes]

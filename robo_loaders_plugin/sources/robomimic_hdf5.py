@@ -431,7 +431,7 @@ class RobomimicHdf5:
         return fields, {k for k, a in fields.items() if a.ndim > 1 and a[0].nbytes >= FRAME_MIN_BYTES}
 
     def data_size(self, f: h5py.File, demos: list[str], fields: list[str], float32_fields=()):
-        """The :class:`~robo_loaders_plugin.footprints.DataSize` of ``fields`` over ``demos``, from the datasets'
+        """The :class:`~robo_loaders_plugin.core.data_size.DataSize` of ``fields`` over ``demos``, from the datasets'
         shapes, dtypes and ``num_samples`` attributes only (no array is read). Fields of the first demo (every demo
         has the same, checked when read); ``float32_fields`` are held as float32 (robomimic's cache modes).
 
@@ -449,7 +449,7 @@ class RobomimicHdf5:
         Raises:
             SourceError: a demo without a valid ``num_samples``.
         """
-        from robo_loaders_plugin.footprints import DataSize
+        from robo_loaders_plugin.core.data_size import DataSize
 
         frames, other = {}, 0
         g = f[f"data/{demos[0]}"]

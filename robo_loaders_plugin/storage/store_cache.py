@@ -208,50 +208,6 @@ def open_or_build(*, kind: str, source, key_desc: dict, write: Callable[[StoreWr
     return store, hold, reused
 
 
-def plan_store(size, *, kind: str, key_desc: dict, source_path: str, options, option_prefix: str,
-               alternatives):
-    """Where ``compressed_cache`` keeps its store (``footprints.compressed_cache_plan``), checked against what the
-    machine has before any data is read; a store spilled to disk is said in the log.
-
-    Args:
-        size: The dataset's ``footprints.DataSize`` (from metadata).
-        kind: The cache entry kind (``robomimic``, ``lerobot``).
-        key_desc: The cache key (as :func:`open_or_build` gets it).
-        source_path: The source file or directory (for the stat-only reuse check).
-        options: The backend's options (``cache_dir``, ``max_memory``, ``codec``, ``build_workers``).
-        option_prefix: How the user sets options.
-        alternatives: What would fit instead, for the refusal.
-
-    Returns:
-        ``(plan, cache_dir)``: the ``footprints.StorePlan`` and the ``cache_dir`` to pass to :func:`open_or_build`
-        (``None`` for a RAM store; the default cache directory for a spilled one).
-
-    Raises:
-        core.footprint.ResourceRefused: the store fits neither RAM nor the disk.
-    """
-    from robo_loaders_plugin.core.footprint import Available, check_fits
-    from robo_loaders_plugin.footprints import compressed_cache_plan
-
-    root = cache.cache_root(options.cache_dir, f"{option_prefix}.cache_dir") if options.cache_dir else \
-        cache.default_root()
-    available = Available.measure(disk_dir=root)
-    workers = options.build_workers or min(8, os.cpu_count() or 1)
-    plan = compressed_cache_plan(size, cache_dir=options.cache_dir, max_memory=options.max_memory,
-                                 codec=options.codec, workers=workers, option_prefix=option_prefix,
-                                 available=available)
-    if not plan.in_ram and cache.holds_current(root, kind, keyed(key_desc), source_path, recorded_fingerprint,
-                                               ".rlc"):
-        plan = compressed_cache_plan(size, cache_dir=options.cache_dir, max_memory=options.max_memory,
-                                     codec=options.codec, workers=workers, option_prefix=option_prefix,
-                                     available=available, reusable=True)
-    check_fits(plan.footprint, available, backend="compressed_cache", option_prefix=option_prefix,
-               alternatives=alternatives)
-    if plan.in_ram:
-        return plan, None
-    if plan.spilled:
-        logger.info(f"compressed_cache: spilled to disk: {plan.spilled}; the cache is a file-backed store in {root} "
-                    "(mapped; the page cache keeps the frames training touches), byte-identical to a RAM one")
-    return plan, root
 
 
 def summarize(store: EpisodeStore, n_episodes: int, n_samples: int, reused: bool, episode: str = "episode") -> str:

@@ -1,218 +1,17 @@
-"""Every episode's fields as one tensor per field (episodes end to end), where the batches are needed.
-
-Why: a window is a handful of rows of a few large arrays, so with the arrays resident as tensors a whole batch of
-windows is one ``index_select`` per field, on the training GPU when the data fits its memory budget, otherwise in
-host memory (pinned when the training device is CUDA, so each gathered batch is uploaded with one non-blocking
-copy). No per-sample Python, no worker processes, no decompression.
+"""``gpu_resampler``'s tiers: episodes on the GPU while they fit, then in host memory raw, then with camera frames
+compressed (in RAM, then in a file on disk), served by one gather per field whatever tier holds them.
 """
 from __future__ import annotations
 
 import warnings
-
 import numpy as np
 import torch
-
-from robo_loaders_plugin.core.errors import BackendOptionError
 from robo_loaders_plugin.core.log import get_logger
 from robo_loaders_plugin.core.units import format_bytes
-from robo_loaders_plugin.frames.base import FieldInfo, FrameSource, broadcast_episodes
+from robo_loaders_plugin.frames.base import FieldInfo, broadcast_episodes
+from robo_loaders_plugin.backends.gpu_resampler.tensors import DEFAULT_VRAM_FRACTION, TensorFrames, _torch_dtype
 
 logger = get_logger(__name__)
-
-DEFAULT_VRAM_FRACTION = 0.5  # of the free memory of the training GPU, when max_device_memory is not given
-
-
-def _torch_dtype(dtype) -> torch.dtype:
-    return torch.from_numpy(np.zeros(0, dtype=dtype)).dtype
-
-
-def training_device(option: str, where: str, prefer_cuda: bool = True) -> torch.device:
-    """The device batches are built on, from the ``device`` option: ``auto``: the CUDA device this process trains on
-    (``LOCAL_RANK`` under torchrun/accelerate, else the current device) when there is one and the framework trains
-    on CUDA (``prefer_cuda``), else the CPU; ``cpu``; ``cuda`` / ``cuda:N``, refused with a clear error without a
-    GPU.
-
-    Args:
-        option: The ``device`` option's value.
-        where: How the user sets options (``train.data_backend_kwargs``, ...), for messages.
-        prefer_cuda: Whether the framework trains on CUDA when it can (``auto`` picks the CPU otherwise).
-
-    Returns:
-        The ``torch.device``.
-
-    Raises:
-        BackendOptionError: the value is not a CPU or CUDA device, or names CUDA and torch sees no GPU.
-    """
-    import os
-
-    if option == "auto":
-        if prefer_cuda and torch.cuda.is_available():
-            return torch.device("cuda", int(os.environ.get("LOCAL_RANK", torch.cuda.current_device())))
-        return torch.device("cpu")
-    try:
-        device = torch.device(option)
-    except RuntimeError:
-        raise BackendOptionError(f"{where}.device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {option!r}") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise BackendOptionError(f"{where}.device={option!r} but torch sees no CUDA GPU (torch.cuda.is_available() "
-                                 "is False); use device 'auto' (the CPU here) or 'cpu'")
-    if device.type not in ("cpu", "cuda"):
-        raise BackendOptionError(f"{where}.device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {option!r}")
-    return device
-
-
-def placement(nbytes: int, device: torch.device, max_device_memory, where: str) -> tuple[torch.device, bool, str]:
-    """Where :class:`TensorFrames` keeps every episode: the GPU when ``nbytes`` fits the budget, else host memory
-    (pinned for a CUDA training device, so each batch is one non-blocking upload).
-
-    Args:
-        nbytes: Bytes of every episode's fields, uncompressed (:meth:`TensorFrames.nbytes`).
-        device: The training device (:func:`training_device`).
-        max_device_memory: The ``max_device_memory`` option: bytes or a size string (``None``:
-            :data:`DEFAULT_VRAM_FRACTION` of the GPU's free memory).
-        where: How the user sets options, for messages.
-
-    Returns:
-        ``(where the tensors live, pinned?, a sentence saying why)``.
-
-    Raises:
-        BackendOptionError: host memory is needed and ``nbytes`` exceeds 90% of the memory available.
-        ValueError: ``max_device_memory`` is not a size.
-    """
-    if device.type != "cuda":
-        _check_host_memory(nbytes, where)
-        return torch.device("cpu"), False, f"on the CPU ({format_bytes(nbytes)})"
-    free, _total = torch.cuda.mem_get_info(device)
-    if max_device_memory is None:
-        budget, said = int(DEFAULT_VRAM_FRACTION * free), f"{DEFAULT_VRAM_FRACTION:.0%} of free GPU memory"
-    else:
-        budget, said = max_device_memory, "max_device_memory"
-    if nbytes <= budget:
-        return device, False, f"on {device} ({format_bytes(nbytes)} within {said} = {format_bytes(budget)})"
-    _check_host_memory(nbytes, where)
-    return torch.device("cpu"), True, (f"in pinned host memory: {format_bytes(nbytes)} needed on {device}, more than "
-                                       f"{said} = {format_bytes(budget)} (raise {where}.max_device_memory to hold "
-                                       "them on the GPU)")
-
-
-def _check_host_memory(nbytes: int, where: str) -> None:
-    """Refuse before allocating what the machine cannot hold, rather than be killed by the OOM killer mid-build."""
-    import psutil
-
-    available = psutil.virtual_memory().available
-    if nbytes > 0.9 * available:
-        raise BackendOptionError(f"gpu_resampler holds every episode uncompressed: {format_bytes(nbytes)} here, but "
-                                 f"only {format_bytes(available)} of memory is available; read fewer observation keys "
-                                 f"or episodes, or use the compressed_cache or datapipe backend ({where})")
-
-
-class TensorFrames(FrameSource):
-    """``fill(ep, arrays)`` every episode once; then ``gather`` returns tensors on ``output_device``."""
-
-    def __init__(self, lengths, infos: dict[str, FieldInfo], storage: torch.device, output_device: torch.device,
-                 pinned: bool = False):
-        self.lengths = np.asarray(lengths, dtype=np.int64)
-        self.infos = dict(infos)
-        self.starts = np.concatenate([[0], np.cumsum(self.lengths)[:-1]]).astype(np.int64)
-        self.storage, self.output_device, self.pinned = storage, output_device, pinned
-        total = int(self.lengths.sum())
-        self.tensors = {k: torch.empty((total,) + tuple(v.shape), dtype=_torch_dtype(v.dtype), device=storage,
-                                       pin_memory=pinned) for k, v in self.infos.items()}
-        self.filled = np.zeros(len(self.lengths), dtype=bool)
-
-    @staticmethod
-    def nbytes(lengths, infos: dict[str, FieldInfo]) -> int:
-        """Bytes the tensors will take, before any is allocated (for :func:`placement`).
-
-        Args:
-            lengths: Steps per episode.
-            infos: Every field's dtype and step shape.
-
-        Returns:
-            Bytes of every field over every step.
-        """
-        total = int(np.sum(lengths))
-        return sum(total * int(np.prod(v.shape, dtype=np.int64)) * np.dtype(v.dtype).itemsize for v in infos.values())
-
-    def fill(self, ep: int, arrays: dict) -> None:
-        """Copy one episode's fields into its rows of the tensors (once per episode, before any gather).
-
-        Args:
-            ep: The episode's index.
-            arrays: ``{field: array of the episode's steps}`` for every held field.
-
-        Raises:
-            ValueError: a field's shape or dtype is not the one declared.
-            KeyError: a held field is missing from ``arrays``.
-        """
-        s, n = int(self.starts[ep]), int(self.lengths[ep])
-        for k, t in self.tensors.items():
-            a = np.ascontiguousarray(arrays[k])
-            if a.shape != (n,) + tuple(t.shape[1:]) or a.dtype != self.infos[k].dtype:
-                raise ValueError(f"episode {ep}: field {k!r} is {a.dtype}{a.shape}, expected {self.infos[k].dtype}"
-                                 f"{(n,) + tuple(t.shape[1:])}")
-            with warnings.catch_warnings():  # read-only source arrays (a mapped file) are only read here
-                warnings.simplefilter("ignore", UserWarning)
-                t[s:s + n].copy_(torch.from_numpy(a))
-        self.filled[ep] = True
-
-    def info(self, field: str) -> FieldInfo:
-        """A held field's dtype and step shape (:meth:`FrameSource.info`).
-
-        Args:
-            field: The field's name.
-
-        Returns:
-            Its :class:`FieldInfo`.
-
-        Raises:
-            KeyError: the field is not held (the message lists those that are).
-        """
-        try:
-            return self.infos[field]
-        except KeyError:
-            raise KeyError(f"field {field!r} is not held (held: {sorted(self.infos)})") from None
-
-    def _index(self, episodes, steps) -> torch.Tensor:
-        flat = (self.starts[broadcast_episodes(episodes, steps)] + steps).reshape(-1)
-        return torch.from_numpy(flat).to(self.storage, non_blocking=True)
-
-    def gather(self, field, episodes, steps, pool=None) -> torch.Tensor:
-        """``field`` at (episode, step) pairs in one ``index_select`` (:meth:`FrameSource.gather`); from pinned host
-        memory, gathered into pinned memory and uploaded to ``output_device`` with one non-blocking copy.
-
-        Args:
-            field: The field's name.
-            episodes: (B,) episode indices.
-            steps: (B,) or (B, T) step indices within each row's episode.
-            pool: Unused (the output is a new tensor).
-
-        Returns:
-            A tensor of ``steps.shape + step shape``, where the tensors live (or on ``output_device`` when pinned).
-
-        Raises:
-            KeyError: the field is not held.
-        """
-        t = self.tensors[field] if field in self.tensors else self.info(field)
-        idx = self._index(np.asarray(episodes), np.asarray(steps))
-        if self.pinned:  # gathered into pinned memory, then one non-blocking upload
-            out = torch.empty((idx.numel(),) + tuple(t.shape[1:]), dtype=t.dtype, pin_memory=True)
-            torch.index_select(t, 0, idx, out=out)
-            out = out.to(self.output_device, non_blocking=True)
-        else:
-            out = torch.index_select(t, 0, idx)
-        return out.reshape(tuple(np.shape(steps)) + tuple(t.shape[1:]))
-
-    def take(self, field, episodes, steps, out):
-        """:meth:`gather` copied into a numpy array (:meth:`FrameSource.take`).
-
-        Args:
-            field: The field's name.
-            episodes: (B,) episode indices.
-            steps: (B,) or (B, T) step indices.
-            out: A numpy array of ``steps.shape + step shape``, written in place.
-        """
-        out[...] = self.gather(field, episodes, steps).cpu().numpy()
 
 
 class CompressedRows:
@@ -397,7 +196,7 @@ class CompressedRows:
 
 
 class TieredFrames(TensorFrames):
-    """Every episode's fields held in tiers (``footprints.TierPlan``): camera frames of episodes ``[0, device)``
+    """Every episode's fields held in tiers (``backends.gpu_resampler.footprint.TierPlan``): camera frames of episodes ``[0, device)``
     on the training GPU, ``[device, raw)`` in host memory uncompressed (pinned when the GPU trains), ``[raw, N)``
     compressed in host memory; the other fields whole in the first tier. A gather reads each row from its tier
     and keeps the native order: rows in host memory are gathered into a (pinned) staging buffer and uploaded with
@@ -623,14 +422,14 @@ BUILD_EPISODES = 2  # host memory kept free while filling: the largest episode d
 
 
 def plan_tiers_checked(size, device: torch.device, options, where: str, alternatives=(), quiet: bool = False):
-    """``gpu_resampler``'s tiers for a dataset (``footprints.plan_tiers``) under its budgets, checked against the
+    """``gpu_resampler``'s tiers for a dataset (``backends.gpu_resampler.footprint.plan_tiers``) under its budgets, checked against the
     machine before any data is read: the GPU holds episodes up to ``max_device_memory`` (default: half of its free
     memory), host memory the rest up to ``max_memory`` (default: what the machine has available, with headroom),
     raw first, then with frames compressed; :data:`BUILD_EPISODES` of the largest episode are kept out of the
     host budget for the episode being read while the tiers fill.
 
     Args:
-        size: The dataset's ``footprints.DataSize`` (from metadata).
+        size: The dataset's ``core.data_size.DataSize`` (from metadata).
         device: The training device (a CUDA device enables the GPU tier).
         options: The backend's options (``max_device_memory``, ``max_memory``, ``cache_dir``: where a compressed tier
             that RAM cannot hold goes).
@@ -639,7 +438,7 @@ def plan_tiers_checked(size, device: torch.device, options, where: str, alternat
         quiet: Do not log a spill (a first check before the plan is made again in the rows' order).
 
     Returns:
-        ``(plan, host_limit)``: the ``footprints.TierPlan`` (its footprint's ``bound`` says how it is bounded) and
+        ``(plan, host_limit)``: the ``backends.gpu_resampler.footprint.TierPlan`` (its footprint's ``bound`` says how it is bounded) and
         the host bytes the tiers may fill (the budget less the episode being read).
 
     Raises:
@@ -650,7 +449,7 @@ def plan_tiers_checked(size, device: torch.device, options, where: str, alternat
     import dataclasses
 
     from robo_loaders_plugin.core.footprint import HEADROOM, Available, ResourceRefused, check_fits
-    from robo_loaders_plugin.footprints import plan_tiers
+    from robo_loaders_plugin.backends.gpu_resampler.footprint import plan_tiers
 
     available = Available.measure(device=device if device.type == "cuda" else None)
     device_budget = None

@@ -1,0 +1,247 @@
+"""``datapipe`` on LeRobot: LeRobotDataset's items from lossless robo-shards (converted on first use), passes
+ordered by the torchdata pipeline; the shards' rows are checked against the dataset LeRobot opened.
+"""
+from __future__ import annotations
+
+import collections
+import numpy as np
+from robo_loaders_plugin.core.errors import SourceError
+from robo_loaders_plugin.core.footprint import Available, check_fits
+from robo_loaders_plugin.core.iteration import Serving
+from robo_loaders_plugin.core.log import get_logger
+from robo_loaders_plugin.frames.base import FieldInfo
+from robo_loaders_plugin.frames.chunks import ChunkFrames, split_runs
+from robo_loaders_plugin.frames.episodes import EpisodeFrames
+from robo_loaders_plugin.core.data_size import EXPECTED_LOSSLESS_RATIO
+from robo_loaders_plugin.lerobot.compat import (hf_cache_files, hf_fingerprint, hf_selection_digest)
+from robo_loaders_plugin.lerobot.dataset import (LeRobotSamples, check_rows_match)
+from robo_loaders_plugin.pipeline.batches import PipelineDataset
+from robo_loaders_plugin.pipeline.options import PassOptions, open_shards
+from robo_loaders_plugin.storage.encoded_frames import EncodedFrames
+from robo_loaders_plugin.lerobot.dataset import OPTION_PREFIX, camera_reach, native_source
+
+
+logger = get_logger(__name__)
+
+
+class LeRobotShardSamples(LeRobotSamples, PipelineDataset):
+    """LeRobot items read from robo-shards; ``lerobot-train``'s passes ordered by the datapipe pipeline over the
+    frames its EpisodeAwareSampler would serve."""
+
+
+def datapipe_dataset(native, *, options):
+    """LeRobot items from lossless robo-shards (converted on first use), passes ordered by the torchdata pipeline
+    over the frames lerobot-train's sampler would serve (``datapipe``). The episode buffer is sized in bytes from
+    metadata (episodes held with their frames compressed) and checked against the machine before anything is read
+    or converted.
+
+    Args:
+        native: The ``LeRobotDataset`` LeRobot's own factory built (episode selection, ``delta_timestamps``,
+            transforms, tolerance).
+        options: The backend's resolved options object (``core.options``; declared in ``backends``).
+
+    Returns:
+        A :class:`LeRobotShardSamples` over the shards' episodes.
+
+    Raises:
+        CompatError: the installed LeRobot is not the version the backends support.
+        SourceError: the dataset is not supported, the shards were checked with a looser ``tolerance_s`` than this
+            run's, an episode is missing or has another length, or the rows differ from LeRobot's.
+        StaleSourceError: given ``shards`` were converted from other data (with ``check_source``).
+        core.footprint.ResourceRefused: the buffer does not fit host memory, or a conversion on first use does not
+            fit the disk.
+    """
+    passes = PassOptions.of(options)
+    source, settings = native_source(native)
+    # the buffer holds episodes, long ones in parts (frames.chunks), with their frames compressed (decoded per
+    # batch): sized in bytes from metadata before anything is read or converted, again from the shards once open
+    size = source.data_size(native.episodes)
+    step = sum(size.frame_step_bytes.values())
+    starts = np.concatenate([[0], np.cumsum(size.lengths)])
+    meta_units = split_runs([(i, int(a), int(b)) for i, (a, b) in enumerate(zip(starts[:-1], starts[1:]))], step)
+    reach = sum(camera_reach(settings.delta_indices, source.video_keys + source.image_keys))
+    held = np.array([(e - s + (reach if len(meta_units) > len(size.lengths) else 0))
+                     * (step / EXPECTED_LOSSLESS_RATIO + size.other_step_bytes) for _, s, e in meta_units], np.int64)
+    fits_instead = [f"{OPTION_PREFIX}.cache_memory (bytes) smaller, or cache_episodes unset",
+                    "backend 'video_stream' (parts of long episodes, a bounded buffer)"]
+    passes, buffer = passes.sized(held, 0, OPTION_PREFIX,
+                                  unit="units" if len(meta_units) > len(size.lengths) else "episodes")
+    check_fits(buffer.footprint, Available.measure(), backend="datapipe", option_prefix=OPTION_PREFIX,
+               alternatives=fits_instead)
+
+    def convert(out_dir, fingerprint):
+        from robo_loaders_plugin.lerobot.convert import convert_lerobot
+
+        convert_lerobot(source.root, out_dir, repo_id=native.repo_id, num_workers=options.convert_workers,
+                        tolerance_s=settings.tolerance_s, fingerprint=fingerprint)
+
+    reader, hold = open_shards(framework="lerobot", source=source, shards=options.shards,
+                               cache_dir=options.cache_dir, check_source=options.check_source,
+                               key_desc={"root": str(source.root), "tolerance_s": settings.tolerance_s, "v": 3},
+                               convert=convert, option_prefix=OPTION_PREFIX,
+                               convert_hint=f"'robo-loaders convert lerobot {source.root} OUT_DIR'",
+                               size=source.data_size(), backend="datapipe",
+                               alternatives=["backend 'video_stream' (trains from the videos, writes nothing)",
+                                             f"{OPTION_PREFIX}.cache_dir on a disk with room"])
+    meta = reader.dataset.get("metadata", {})
+    if settings.tolerance_s < float(meta.get("tolerance_s", 0.0)):
+        raise SourceError(f"{reader.dir}: frames were checked with tolerance_s={meta['tolerance_s']} at conversion, "
+                          f"stricter runs need tolerance_s={settings.tolerance_s}: convert again with --tolerance-s "
+                          f"{settings.tolerance_s}")
+    table = source.read_table(["index", "episode_index"], native.episodes)
+    arrays = source.column_arrays(table, ["index", "episode_index"])
+    runs = source.episode_runs(arrays["episode_index"])
+    stored = {e["episode_index"]: e for e in meta.get("episodes", [])}
+    for ep, s, e in runs:
+        if ep not in stored or stored[ep]["length"] != e - s or f"episode_{ep}" not in reader.by_name:
+            raise SourceError(f"{reader.dir}: episode {ep} is missing or has another length than in {source.root}; "
+                              "convert the dataset again")
+    columns = list(meta.get("columns", []))
+    records = [reader.by_name[f"episode_{ep}"] for ep, _, _ in runs]
+    cameras = list(meta.get("video_keys", [])) + list(meta.get("image_keys", []))
+    units = split_runs(runs, sum(size.frame_step_bytes.values()))
+    if len(units) > len(runs):  # long episodes: buffered in parts when the shards store them in parts
+        cut = collections.Counter(ep for ep, _, _ in units)
+        if all(reader.has_parts(r) for r, (ep, _, _) in zip(records, runs) if cut[ep] > 1):
+            return _datapipe_units(native, options, reader, hold, runs, records, units, columns, cameras, settings,
+                                   arrays["index"], fits_instead)
+        logger.warning(f"datapipe: {reader.dir} stores its long episodes whole (converted by an earlier "
+                       "robo-loaders), so whole episodes are buffered; convert it again to buffer parts of them")
+    # sized again from what the shards store (index.json's member sizes, nothing read): the estimate above assumed
+    # EXPECTED_LOSSLESS_RATIO, and camera noise packs worse (L480: 1.25:1), which held more than the bound said
+    passes, buffer = PassOptions.of(options).sized(np.array([reader.episode_bytes(r) for r in records], np.int64), 0,
+                                                   OPTION_PREFIX, unit="episodes")
+    check_fits(buffer.footprint, Available.measure(), backend="datapipe", option_prefix=OPTION_PREFIX,
+               alternatives=fits_instead)
+
+    def read(unit: int, fields):
+        return reader.read_episode(records[unit], decode_frames=False, fields=fields)[1]
+
+    first = read(0, None)
+    numeric = [k for k, v in first.items() if k in columns and not isinstance(v, EncodedFrames)]
+    checked = RowsChecked(native, reader, columns, options.cache_dir)
+    if not checked.before():  # every row LeRobot's object holds, read from the shards (once per version of both)
+        served = [first] + [read(u, numeric) for u in range(1, len(runs))]
+        check_rows_match(native, columns, arrays["index"],
+                         {k: np.concatenate([e[k] for e in served]) for k in numeric},
+                         read_from=f"the shards in {reader.dir}")
+        checked.record()
+    infos = {k: FieldInfo(v.dtype, tuple(v.shape[1:]), isinstance(v, EncodedFrames)) for k, v in first.items()}
+    frames = EpisodeFrames([e - s for _, s, e in runs], infos, read, capacity=passes.episode_capacity,
+                           decode_on_load=False)
+    summary = (f"{len(runs)} episodes, {sum(e - s for _, s, e in runs)} frames from {len(reader.shards)} shard(s) "
+               f"in {reader.dir}, {passes.describe_shuffle(len(runs))}; bounded: {buffer.footprint.bound}")
+    return LeRobotShardSamples(native, frames, runs, columns, meta.get("video_keys", []), meta.get("image_keys", []),
+                               backend_name="datapipe", location=reader.dir, passes=passes,
+                               serving=Serving(summary, hold=hold))
+
+
+def _datapipe_units(native, options, reader, hold, runs, records, units, columns, cameras, settings, index,
+                    fits_instead):
+    """datapipe over parts of long episodes (``frames.chunks``), as video_stream buffers them: each unit loaded with
+    the rows its windows reach outside it, only the shard parts holding those rows read (``format.part_bounds``).
+
+    Why: a whole 20-s episode of three 480p cameras is 1.3 GB even compressed, so a byte-sized buffer held one
+    or two of them and the shuffle buffer was a single episode (batches drawn from one episode at a time). The
+    fields that are not camera frames (a few bytes per row) are read once and held for every row."""
+    meta = reader.dataset.get("metadata", {})
+    margin = camera_reach(settings.delta_indices, cameras)
+    stored_row = max(reader.episode_bytes(r) / max(1, e - s) for r, (_, s, e) in zip(records, runs))
+    held = np.array([(e - s + sum(margin)) * stored_row for _, s, e in units], dtype=np.int64)
+    passes, buffer = PassOptions.of(options).sized(held, 0, OPTION_PREFIX, unit="units")
+    check_fits(buffer.footprint, Available.measure(), backend="datapipe", option_prefix=OPTION_PREFIX,
+               alternatives=fits_instead)
+    numeric = [c for c in columns if c not in cameras]
+    served = [reader.read_episode(r, decode_frames=False, fields=numeric)[1] for r in records]
+    small = {k: np.concatenate([e[k] for e in served]) for k in numeric}
+    checked = RowsChecked(native, reader, columns, options.cache_dir)
+    if not checked.before():  # the rows compared once per version of the shards and of LeRobot's table
+        check_rows_match(native, columns, index, small, read_from=f"the shards in {reader.dir}")
+        checked.record()
+    position = {ep: i for i, (ep, _, _) in enumerate(runs)}
+    first = reader.read_frame_rows(records[0], 0, 1, cameras)
+    infos = {k: FieldInfo(v.dtype, tuple(v.shape[1:]), False) for k, v in small.items()}
+    infos.update({k: FieldInfo(v.dtype, tuple(v.shape[1:]), True) for k, v in first.items()})
+
+    def load(ep: int, lo: int, hi: int) -> dict:
+        i = position[ep]
+        start = runs[i][1]
+        return reader.read_frame_rows(records[i], lo - start, hi - start, cameras)
+
+    frames = ChunkFrames(units, {ep: (s, e) for ep, s, e in runs}, infos, small, load, margin,
+                         passes.episode_capacity)
+    summary = (f"{len(runs)} episodes in {len(units)} units of up to {int(frames.lengths.max())} frames, "
+               f"{sum(e - s for _, s, e in runs)} frames from {len(reader.shards)} shard(s) in {reader.dir}, "
+               f"{passes.describe_shuffle(len(units), 'units')}; bounded: {buffer.footprint.bound}")
+    return LeRobotShardSamples(native, frames, runs, columns, meta.get("video_keys", []), meta.get("image_keys", []),
+                               backend_name="datapipe", location=reader.dir, passes=passes, units=units,
+                               serving=Serving(summary, hold=hold))
+
+
+class RowsChecked:
+    """That datapipe's shards passed ``check_rows_match`` against LeRobot's dataset object as both are now: the
+    shards' index checksum and LeRobot's Arrow cache files (names, sizes, mtimes, inodes, ctimes) and selection,
+    recorded in ``<cache root>/.validated/`` (``storage.cache.records_dir``: under the backend's ``cache_dir``).
+
+    Why: the check reads every row of every numeric column from the shards, a read per episode (~20 s for a
+    million frames in 10,000 episodes, at every start); shards that did not change (their index checksum covers
+    every member's location and CRC, checked on every read) compared with a LeRobot table that did not change
+    give the same answer. A table LeRobot holds in memory (no cache files) is always checked. Never an error: a
+    record that cannot be read or written only means the rows are checked again."""
+
+    METHOD = "lerobot-rows-v1"
+
+    def __init__(self, native, reader, columns, cache_dir: str | None = None):
+        import hashlib
+        import os
+
+        from robo_loaders_plugin.storage.cache import records_dir
+        from robo_loaders_plugin.storage.fingerprint import stat_files
+
+        self.doc = None
+        hf = native.hf_dataset
+        files = hf_cache_files(hf)
+        if not files:
+            return
+        try:
+            self.doc = {"method": self.METHOD, "shards": os.path.realpath(reader.dir),
+                        "index": reader.index.get("checksum"), "columns": list(columns),
+                        "episodes": native.episodes, "fingerprint": hf_fingerprint(hf),
+                        "files": [list(stat_files(f)[0]) + [f] for f in files],
+                        "indices": hf_selection_digest(hf)}
+            key = hashlib.sha256(repr(self.doc["shards"]).encode()).hexdigest()[:32]
+            self.path = os.path.join(records_dir(cache_dir), f"rows-{key}.json")
+        except (OSError, ValueError, TypeError):
+            self.doc = None
+
+    def before(self) -> bool:
+        """Whether the rows were checked already against the shards and LeRobot's table as both are now.
+
+        Returns:
+            True when the record matches; false when there is none, it differs or cannot be read, or LeRobot holds
+            its table in memory.
+        """
+        import json
+
+        if self.doc is None:
+            return False
+        try:
+            with open(self.path) as f:
+                return json.load(f) == json.loads(json.dumps(self.doc))
+        except (OSError, ValueError):
+            return False
+
+    def record(self) -> None:
+        """Record that the rows passed the check (after ``check_rows_match``); a record that cannot be written is
+        skipped silently (the rows are checked again next time)."""
+        import os
+
+        from robo_loaders_plugin.core.files import atomic_write_json
+
+        if self.doc is None:
+            return
+        try:
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            atomic_write_json(self.path, self.doc)
+        except (OSError, TypeError, ValueError):
+            pass

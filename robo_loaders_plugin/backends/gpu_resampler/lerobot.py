@@ -1,0 +1,99 @@
+"""``gpu_resampler`` on LeRobot: every episode held as tensors in tiers, whole batches of LeRobotDataset's items
+in a few gathers, in the native sampler's order, with optional rate conversion.
+"""
+from __future__ import annotations
+
+import dataclasses
+import numpy as np
+from tqdm.auto import tqdm
+from robo_loaders_plugin.core.errors import BackendOptionError
+from robo_loaders_plugin.core.iteration import Serving
+from robo_loaders_plugin.frames.base import FieldInfo
+from robo_loaders_plugin.lerobot.dataset import (LeRobotSamples, check_rows_match)
+from robo_loaders_plugin.sources.lerobot_v3 import LeRobotEpisodes
+from robo_loaders_plugin.lerobot.dataset import OPTION_PREFIX, native_source
+
+# what fits when this backend does not (its refusal names these)
+ALTERNATIVES = ("backend 'compressed_cache' (compressed frames, spilled to a file-backed cache on disk when RAM "
+                "cannot hold them)", "backend 'video_stream' (decodes the dataset's own videos, writes nothing, a "
+                "bounded buffer)")
+
+
+
+def gpu_resampler_dataset(native, *, options):
+    """Every episode's fields held as tensors (on the training GPU when they fit), batches gathered in a few index
+    operations over lerobot-train's sampler order, delta steps optionally at another rate (``gpu_resampler``).
+    The tiers (GPU, host raw, host compressed, spilled to disk) are planned and checked from metadata before any
+    data is read.
+
+    Args:
+        native: The ``LeRobotDataset`` LeRobot's own factory built (episode selection, ``delta_timestamps``,
+            transforms, tolerance).
+        options: The backend's resolved options object (``core.options``; declared in ``backends``).
+
+    Returns:
+        A :class:`~robo_loaders_plugin.lerobot.dataset.LeRobotSamples` over :class:`TieredFrames`; batches are built
+        in the training process without threads when every episode is on the GPU.
+
+    Raises:
+        CompatError: the installed LeRobot is not the version the backends support.
+        BackendOptionError: a bad ``device``, or ``delta_timestamps`` naming keys the dataset does not have, or
+            bad ``modes``.
+        SourceError: the dataset is not supported, or its rows differ from LeRobot's.
+        core.footprint.ResourceRefused: the data does not fit the tiers' budgets or the machine.
+    """
+    from robo_loaders_plugin.backends.gpu_resampler.tensors import training_device
+    from robo_loaders_plugin.backends.gpu_resampler.tiers import TieredFrames, plan_tiers_checked
+    from robo_loaders_plugin.storage.cache import location
+    from robo_loaders_plugin.windows.rates import resolve_modes
+
+    target_fps = options.target_fps
+    source, settings = native_source(native)
+    train_device = training_device(options.device, OPTION_PREFIX)
+    delta_steps = _delta_steps(native, settings.delta_indices, target_fps, options.delta_timestamps)
+    plan_tiers_checked(source.data_size(native.episodes), train_device, options, OPTION_PREFIX, ALTERNATIVES,
+                       quiet=True)  # before reading any data; made again below in the rows' order
+    episodes = LeRobotEpisodes(source, settings.tolerance_s, native.episodes)
+    check_rows_match(native, episodes.columns, episodes.arrays["index"], episodes.arrays)
+    first_ep = episodes.runs[0][0]
+    first, cameras = episodes.read(first_ep)
+    infos = {k: FieldInfo(a.dtype, tuple(a.shape[1:]), k in cameras) for k, a in first.items()}
+    unknown = sorted(set(delta_steps or {}) - set(infos))
+    if unknown:
+        raise BackendOptionError(f"{OPTION_PREFIX}.delta_timestamps names {unknown}, which {native.repo_id} does not "
+                                 f"have; its features are {sorted(infos)}")
+    modes = resolve_modes({k: infos[k] for k in delta_steps or {}}, options.modes, OPTION_PREFIX)
+    lengths = [e - s for _, s, e in episodes.runs]
+    # the tiers again in the rows' order (the check above summed the episodes in index order: the same bytes)
+    size = dataclasses.replace(source.data_size(native.episodes), lengths=np.asarray(lengths, dtype=np.int64))
+    plan, host_limit = plan_tiers_checked(size, train_device, options, OPTION_PREFIX, ALTERNATIVES)
+    frames = TieredFrames(lengths, infos, plan, train_device, host_limit=host_limit, spill_dir=plan.spill_dir,
+                          overflow_dir=location(options.cache_dir),
+                          names=[f"episode_{ep}" for ep, _, _ in episodes.runs])
+    for unit, (ep, _, _) in enumerate(tqdm(episodes.runs, desc=f"gpu_resampler [{native.repo_id}]", unit="episode",
+                                           mininterval=0.5)):
+        frames.fill(unit, first if ep == first_ep else episodes.read(ep)[0])
+        if ep == first_ep:
+            first = None  # not held for the rest of the fill (an L480 episode is 1.66 GB decoded)
+    rates = f", windows at {target_fps:g} Hz on {source.fps} Hz data" if target_fps else ""
+    where = plan.describe(str(train_device))
+    if frames.spilled_while_filling:
+        where += f" (then {frames.spilled_while_filling})"
+    summary = (f"{len(lengths)} episodes, {sum(lengths)} frames, {where}, batches on {train_device}{rates}; "
+               f"bounded: {plan.footprint.bound}")
+    on_device = plan.device == len(lengths) and train_device.type == "cuda"
+    return LeRobotSamples(native, frames, episodes.runs, episodes.columns, source.video_keys, source.image_keys,
+                          backend_name="gpu_resampler", location=f"tensors: {where}", delta_steps=delta_steps,
+                          modes=modes, serving=Serving(summary, batch_threads=0 if on_device else None))
+
+
+def _delta_steps(native, delta_indices, target_fps, delta_timestamps) -> dict | None:
+    """Each delta key's offsets in recorded steps: LeRobot's ``delta_indices`` (the policy's steps at the recorded
+    rate), those steps at ``target_fps``, or explicit ``delta_timestamps`` in seconds, at any offsets (LeRobot
+    itself only accepts multiples of 1/fps)."""
+    fps = float(native.meta.fps)
+    if delta_timestamps is not None:  # checked (finite, bounded, not with target_fps) by the option declarations
+        return {key: [float(x) * fps for x in offsets] for key, offsets in delta_timestamps.items()}
+    if delta_indices is None or target_fps is None:
+        return None
+    return {k: [float(i) * fps / target_fps for i in v] for k, v in delta_indices.items()}

@@ -1,0 +1,144 @@
+"""``video_stream`` on LeRobot: trains straight from the dataset's own videos, local or remote (fsspec), each
+episode's segment decoded once per pass, on the CPU or with NVDEC.
+"""
+from __future__ import annotations
+
+import numpy as np
+from robo_loaders_plugin.core.errors import BackendOptionError, SourceError
+from robo_loaders_plugin.core.footprint import Available, check_fits
+from robo_loaders_plugin.core.iteration import Serving
+from robo_loaders_plugin.core.log import get_logger
+from robo_loaders_plugin.frames.base import FieldInfo
+from robo_loaders_plugin.frames.chunks import ChunkFrames, split_runs
+from robo_loaders_plugin.core.data_size import EXPECTED_LOSSLESS_RATIO
+from robo_loaders_plugin.lerobot.compat import (check_version, reader_settings)
+from robo_loaders_plugin.lerobot.dataset import (LeRobotSamples, check_meta_match, check_rows_match,
+                                                 check_supported)
+from robo_loaders_plugin.pipeline.batches import PipelineDataset
+from robo_loaders_plugin.pipeline.options import PassOptions
+from robo_loaders_plugin.sources.lerobot_v3 import LeRobotEpisodes, LeRobotV3, is_remote
+from robo_loaders_plugin.storage.codec import FrameCodec
+from robo_loaders_plugin.storage.encoded_frames import EncodedFrames
+from robo_loaders_plugin.lerobot.dataset import OPTION_PREFIX, camera_reach
+
+
+logger = get_logger(__name__)
+
+
+class LeRobotStreamSamples(LeRobotSamples, PipelineDataset):
+    """LeRobot items decoded from the dataset's videos (local or remote) as passes reach their episodes.
+
+    Args:
+        source: The LeRobot v3 source the videos are read from (its file cache, for a remote source).
+        *args, **kwargs: :class:`LeRobotSamples`' and :class:`PipelineDataset`'s arguments.
+    """
+
+    def __init__(self, *args, source: LeRobotV3, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.source = source
+
+
+def video_stream_dataset(native, *, options):
+    """LeRobot items decoded straight from the dataset's videos, local or remote, each episode's segment once per
+    pass, passes ordered by the torchdata pipeline (``video_stream``). Long episodes are cut into units of about
+    32 MB decoded (``frames.chunks``), and the buffer is sized in bytes from metadata and checked against the
+    machine before anything is read. With a remote ``source``, the tables come from the local copy LeRobot built
+    its dataset from, checked to be the same dataset.
+
+    Args:
+        native: The ``LeRobotDataset`` LeRobot's own factory built (episode selection, ``delta_timestamps``,
+            transforms, tolerance).
+        options: The backend's resolved options object (``core.options``; declared in ``backends``).
+
+    Returns:
+        A :class:`LeRobotStreamSamples` over :class:`~robo_loaders_plugin.frames.chunks.ChunkFrames`.
+
+    Raises:
+        CompatError: the installed LeRobot is not the version the backends support.
+        SourceError: the dataset is not supported, the remote source is another dataset than the local tables,
+            or the rows differ from LeRobot's.
+        BackendOptionError: ``decode_device='cuda'`` without a CUDA GPU, or NVDEC cannot decode the dataset.
+        core.footprint.ResourceRefused: the buffer does not fit host memory.
+    """
+    passes = PassOptions.of(options)
+    check_version()
+    check_supported(native)
+    settings = reader_settings(native)
+    url = options.source
+    if is_remote(url):  # tables from the local copy LeRobot built its dataset from, videos from where they are
+        source = LeRobotV3(native.root, options.storage_options, videos_from=url,
+                           local_cache_dir=options.local_cache_dir)
+        remote = LeRobotV3(url, options.storage_options)
+        if remote.info != source.info or sorted(remote.episodes) != sorted(source.episodes):
+            raise SourceError(f"{url} is not the dataset at {native.root} (meta/info.json or the episode table "
+                              "differ); point --dataset.root at a copy of its tables, or leave it unset")
+    else:
+        source = LeRobotV3(url or native.root)
+        if options.local_cache_dir:
+            logger.warning(f"video_stream: local_cache_dir ignored: the videos of {url or native.root} are "
+                           "local already")
+    check_meta_match(native, source)  # the meta/ read (the local tables for a remote source) is LeRobot's
+    device = _decode_device(options.decode_device, source)
+    # the buffer, sized in bytes from metadata before anything is read: long episodes are cut into units of
+    # ~32 MB decoded (frames.chunks), each loaded with the frames its windows reach outside it
+    size = source.data_size(native.episodes)
+    step = sum(size.frame_step_bytes.values())
+    margin = camera_reach(settings.delta_indices, source.video_keys + source.image_keys)
+    held_per_step = step / EXPECTED_LOSSLESS_RATIO if options.buffer == "lz4" else step
+    starts = np.concatenate([[0], np.cumsum(size.lengths)])
+    meta_units = split_runs([(i, int(a), int(b)) for i, (a, b) in enumerate(zip(starts[:-1], starts[1:]))], step)
+    unit_held = np.array([(e - s + sum(margin)) * held_per_step for _, s, e in meta_units], dtype=np.int64)
+    passes, buffer = passes.sized(unit_held, 0, OPTION_PREFIX,
+                                  unit="units" if len(meta_units) > len(size.lengths) else "episodes")
+    check_fits(buffer.footprint, Available.measure(), backend="video_stream", option_prefix=OPTION_PREFIX,
+               alternatives=[f"{OPTION_PREFIX}.cache_memory (bytes) smaller, or cache_episodes unset",
+                             f"{OPTION_PREFIX}.buffer='lz4' (units held compressed)"])
+    episodes = LeRobotEpisodes(source, settings.tolerance_s, native.episodes, decode_device=device)
+    check_rows_match(native, episodes.columns, episodes.arrays["index"], episodes.arrays)
+    infos = {k: FieldInfo(a.dtype, tuple(a.shape[1:]), False) for k, a in episodes.arrays.items()}
+    for key in episodes.camera_keys:  # decoded as (C, H, W) uint8 from the (H, W, C) the features state
+        h, w, c = source.features[key]["shape"]
+        infos[key] = FieldInfo(np.dtype(np.uint8), (c, h, w), True)
+    codec = FrameCodec("lz4", 1) if options.buffer == "lz4" else None
+
+    def load(ep: int, lo: int, hi: int) -> dict:
+        arrays = episodes.read_frames(ep, lo, hi)
+        if codec is not None:
+            arrays = {k: EncodedFrames.encode(v, codec, f"{source.url} episode {ep} {k} rows {lo}..{hi - 1}")
+                      for k, v in arrays.items()}
+        return arrays
+
+    units = split_runs(episodes.runs, step)
+    frames = ChunkFrames(units, episodes.rows, infos, episodes.arrays, load, margin, passes.episode_capacity)
+    cached = f", videos copied whole into {source.file_cache.directory}" if source.file_cache else ""
+    split = len(units) > len(episodes.runs)
+    parts = f" in {len(units)} units of up to {int(frames.lengths.max())} frames" if split else ""
+    unit = "units" if split else "episodes"
+    summary = (f"{len(episodes.runs)} episodes{parts}, {sum(e - s for _, s, e in episodes.runs)} frames streamed "
+               f"from {url or source.url} ({device} decode, {options.buffer} buffer of "
+               f"{min(passes.episode_capacity, len(units))} {unit}, {passes.describe_shuffle(len(units), unit)}"
+               f"{cached}); bounded: {buffer.footprint.bound}")
+    return LeRobotStreamSamples(native, frames, episodes.runs, episodes.columns, source.video_keys, source.image_keys,
+                                backend_name="video_stream", location=url or source.url, source=source,
+                                passes=passes, units=units,
+                                decode_threads=options.decode_threads, serving=Serving(summary))
+
+
+def _decode_device(option: str, source) -> str:
+    """``cpu``, or ``cuda`` for NVDEC once it is known to decode the dataset's codecs here (sources.nvdec)."""
+    import torch
+
+    from robo_loaders_plugin.sources.nvdec import nvdec_unusable
+
+    if option == "cpu" or (option == "auto" and not torch.cuda.is_available()):
+        return "cpu"
+    if not torch.cuda.is_available():
+        raise BackendOptionError(f"{OPTION_PREFIX}.decode_device='cuda' but torch sees no CUDA GPU; use 'cpu' or "
+                                 "'auto'")
+    problem = nvdec_unusable(source)
+    if problem:
+        if option == "auto":
+            logger.info(f"video_stream: decoding on the CPU: {problem}")
+            return "cpu"
+        raise BackendOptionError(f"{OPTION_PREFIX}.decode_device='cuda': {problem}")
+    return "cuda"

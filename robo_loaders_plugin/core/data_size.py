@@ -1,0 +1,136 @@
+"""What a dataset holds, in bytes, from metadata only: the input of every footprint.
+
+Framework-neutral: each source describes its dataset as a :class:`DataSize` (robomimic: HDF5 dataset shapes, dtypes
+and ``num_samples``; LeRobot: ``meta/info.json`` features and ``meta/episodes`` lengths), and each backend's
+footprint says from it what the backend will need and how it stays bounded.
+
+Lossless estimates: how well camera frames compress is a property of the pixels, which the metadata does not
+give. Decisions that must never overcommit RAM use the frames' uncompressed size; disk estimates use
+:data:`EXPECTED_LOSSLESS_RATIO` (camera images with sensor noise compress about 1.5-1.7:1 with LZ4, renders 2-5:1:
+docs/scale.md), and every writer checks the disk as it writes (``core.footprint.DiskGuard``).
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import numpy as np
+from robo_loaders_plugin.core.footprint import (estimate_seconds)
+from robo_loaders_plugin.core.units import format_bytes
+
+
+EXPECTED_LOSSLESS_RATIO = 1.5  # LZ4 on camera-like 480p frames measured 1.6-1.7:1 (docs/scale.md); renders compress more
+
+
+BLOB_OVERHEAD = 32 + 64        # Blosc2 chunk header, its offset and checksum (8 + 8), and slack, per compressed frame
+
+
+# per episode and field: its arrays 64-byte aligned (the rows or the offsets, and the checksums) and a last short
+# checksum block; 12 fields' worth (the store's writer still stops at max_memory if a store holds more)
+EPISODE_OVERHEAD = 12 * (2 * 64 + 8)
+
+
+@dataclasses.dataclass(frozen=True)
+class DataSize:
+    """The sizes a backend's footprint depends on, from metadata.
+
+    Attributes:
+        lengths: Steps (frames, rows) of each episode, in the order the backend stores them.
+        frame_step_bytes: ``{camera field: decoded bytes per step}``.
+        other_step_bytes: Bytes per step of every other field the backend holds.
+        video_pixels_per_step: Pixels decoded per step to read the cameras from video (0: no video).
+        source_bytes: Bytes of the source files (what a build reads).
+        unit: What the framework calls an episode (robomimic: ``demo``), for messages.
+    """
+
+    lengths: np.ndarray
+    frame_step_bytes: dict
+    other_step_bytes: int
+    video_pixels_per_step: int = 0
+    source_bytes: int = 0
+    unit: str = "episode"
+
+    @property
+    def steps(self) -> int:
+        """Every episode's steps, summed."""
+        return int(np.sum(self.lengths))
+
+    @property
+    def frame_bytes(self) -> int:
+        """Every camera frame, decoded."""
+        return self.steps * sum(self.frame_step_bytes.values())
+
+    @property
+    def other_bytes(self) -> int:
+        """Every field that is not a camera frame, over every step."""
+        return self.steps * int(self.other_step_bytes)
+
+    def episode_frame_bytes(self) -> np.ndarray:
+        """Each episode's camera frames, decoded: what a tier or buffer holds per episode (int64, one per episode,
+        in :attr:`lengths`' order)."""
+        return np.asarray(self.lengths, np.int64) * sum(self.frame_step_bytes.values())
+
+    def episode_bytes(self) -> np.ndarray:
+        """Each episode's camera frames decoded plus its other fields (int64, one per episode, in :attr:`lengths`'
+        order)."""
+        return np.asarray(self.lengths, np.int64) * (sum(self.frame_step_bytes.values()) + int(self.other_step_bytes))
+
+    def store_upper_bytes(self) -> int:
+        """A compressed store's size if no frame compressed at all (the worst case)."""
+        blobs = self.steps * len(self.frame_step_bytes)
+        return self.frame_bytes + blobs * BLOB_OVERHEAD + self._other_stored() + EPISODE_OVERHEAD * len(self.lengths)
+
+    def store_expected_bytes(self, ratio: float = EXPECTED_LOSSLESS_RATIO) -> int:
+        """A compressed store's expected size: frames compressed at ``ratio``, plus the per-frame blob overhead,
+        the other fields raw and each episode's index entries (a disk estimate; never used where RAM must not be
+        overcommitted, which takes :meth:`store_upper_bytes`).
+
+        Args:
+            ratio: The lossless compression ratio assumed for camera frames (uncompressed / compressed).
+
+        Returns:
+            Bytes.
+        """
+        blobs = self.steps * len(self.frame_step_bytes)
+        return (int(self.frame_bytes / ratio) + blobs * BLOB_OVERHEAD + self._other_stored()
+                + EPISODE_OVERHEAD * len(self.lengths))
+
+    def _other_stored(self) -> int:
+        """The other fields as a store holds them: their rows, and a checksum of 8 bytes per block of about 4 kB
+        (``storage.store.RAW_BLOCK_BYTES``), counted as one per 2 kB for blocks that end short."""
+        return self.other_bytes + 8 * (self.other_bytes // 2048 + 1)
+
+    def build_seconds(self, codec: str, workers: int, decode_video: bool = True) -> float:
+        """The estimated build time: reading the source, decoding its videos and compressing the frames once.
+
+        Args:
+            codec: The Blosc2 codec compressing the frames.
+            workers: Cores compressing and decoding.
+            decode_video: Whether the build decodes the source's video (false: frames are read as they are).
+
+        Returns:
+            Seconds (rough: ``core.footprint.estimate_seconds``).
+        """
+        return estimate_seconds(read_bytes=self.source_bytes, compress_bytes=self.frame_bytes, codec=codec,
+                                decode_pixels=self.steps * self.video_pixels_per_step if decode_video else 0,
+                                workers=workers)
+
+    def describe(self) -> str:
+        """The sizes in one phrase for messages: ``12 demos, 600 steps, 2 camera fields: 25.4 MB of frames
+        decoded``."""
+        cams = len(self.frame_step_bytes)
+        return (f"{len(self.lengths)} {self.unit}s, {self.steps} steps, {cams} camera field{'s' * (cams != 1)}: "
+                f"{format_bytes(self.frame_bytes)} of frames decoded")
+
+
+def source_bytes(path: str) -> int:
+    """Bytes of a source file or directory: what a build reads (``DataSize.source_bytes``).
+
+    Args:
+        path: A file, or a directory whose files (recursively) are summed.
+
+    Returns:
+        Bytes.
+    """
+    if os.path.isfile(path):
+        return os.path.getsize(path)
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs)

@@ -1,0 +1,82 @@
+"""How many episodes (or parts of long ones) the episode buffer of a pipeline-served backend holds, from their
+sizes in bytes and the machine's memory, before anything is read: the buffer is bounded in bytes, not in episodes,
+because one 480p episode can weigh as much as a thousand 84x84 ones.
+"""
+from __future__ import annotations
+
+import dataclasses
+import numpy as np
+from robo_loaders_plugin.core.footprint import (Footprint)
+from robo_loaders_plugin.core.units import format_bytes
+
+
+DEFAULT_CACHE_MEMORY = 10**9   # bytes (1GB): the datapipe/video_stream episode buffers, when cache_episodes is not given
+
+
+# -- datapipe and video_stream episode buffers -------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class BufferPlan:
+    """How many units (episodes, or parts of episodes) a pipeline's episode cache keeps, from a byte budget.
+
+    Attributes:
+        capacity: Units kept loaded (the cache's capacity).
+        shuffle_buffer: Units open at once (items drawn from them).
+        unit_bytes: The largest unit's bytes as held.
+        footprint: What it needs (host RAM: ``capacity`` units, plus the batches in flight).
+    """
+
+    capacity: int
+    shuffle_buffer: int
+    unit_bytes: int
+    footprint: Footprint
+
+
+def buffer_plan(unit_bytes: np.ndarray, *, cache_memory, cache_episodes: int | None, shuffle_buffer: int,
+                shuffle_given: bool, batch_bytes: int, prefetch: int, option_prefix: str,
+                unit: str = "units", threads: int | None = None) -> BufferPlan:
+    """Size a pipeline's episode cache: ``cache_episodes`` when given (kept working), else as many of the largest
+    units as ``cache_memory`` holds; the shuffle buffer is at most half of it (the open units and those loaded
+    ahead), unless given. Memory: the cache, plus the batches in flight: ``prefetch`` prefetched, one being
+    assembled per thread (``pipeline.batches.PipelineBatches`` keeps one per thread) and the one training holds.
+
+    Args:
+        unit_bytes: Bytes of each unit as the cache holds it (decoded or compressed).
+        cache_memory: The byte budget option in bytes (``None``: :data:`DEFAULT_CACHE_MEMORY`).
+        cache_episodes: The option, when given.
+        shuffle_buffer: The shuffle buffer option or its default.
+        shuffle_given: Whether the user gave ``shuffle_buffer``.
+        batch_bytes: Bytes of one batch.
+        prefetch: Batches prefetched.
+        option_prefix: How the user sets options (for messages).
+        unit: What a unit is, plural, for the bound (``episodes``, ``demos``, or ``units`` for parts of episodes).
+        threads: Threads assembling batches, when the factory knows them (``None``: the training script sets them,
+            e.g. lerobot-train's ``--num_workers``; the bound then names them instead of counting them).
+
+    Returns:
+        The :class:`BufferPlan`; its capacity is at most the number of units (at least 1).
+    """
+    largest = int(np.max(unit_bytes)) if len(unit_bytes) else 0
+    if cache_episodes is not None:
+        capacity = max(int(cache_episodes), 2 * int(shuffle_buffer))
+        said = f"cache_episodes={cache_episodes}"
+        shuffle = int(shuffle_buffer)
+    else:
+        limit = cache_memory if cache_memory is not None else DEFAULT_CACHE_MEMORY
+        fit = max(2, limit // max(1, largest))
+        shuffle = int(shuffle_buffer) if shuffle_given else max(1, min(int(shuffle_buffer), fit // 2))
+        capacity = max(fit, 2 * shuffle)
+        said = f"cache_memory={format_bytes(limit)}"
+    capacity = min(capacity, max(1, len(unit_bytes)))
+    held = int(np.sum(np.sort(np.asarray(unit_bytes, np.int64))[::-1][:capacity]))
+    if threads is None:  # the training script's num_workers: named, counted as one
+        flying, count = 2 + int(prefetch), f"{int(prefetch)} prefetched + 1 per num_workers thread + 1 held by training"
+    else:
+        flying = int(prefetch) + max(1, int(threads)) + 1
+        count = f"{flying}"
+    host = held + flying * int(batch_bytes)
+    flight = (f"{count} batches in flight ({format_bytes(flying * int(batch_bytes))}"
+              f"{' with 1 thread' if threads is None else ''})" if batch_bytes else
+              f"{count} batches in flight (not counted: the training script sets their size)")
+    bound = (f"at most {capacity} {unit} of up to {format_bytes(largest)} held ({said}; {format_bytes(held)}) plus "
+             f"{flight}, whatever the dataset's size")
+    return BufferPlan(capacity, shuffle, largest, Footprint(host_bytes=host, bound=bound))

@@ -1,0 +1,292 @@
+"""robomimic samples served from an episode buffer (demos, or units of long demos) over robo-shards: what the
+pipeline-served backends share on robomimic, from sizing the buffer in bytes to the dataset that draws windows
+from it.
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import itertools
+import numpy as np
+from robo_loaders_plugin.core.errors import SourceError
+from robo_loaders_plugin.core.iteration import Serving
+from robo_loaders_plugin.core.log import get_logger
+from robo_loaders_plugin.frames.base import FieldInfo
+from robo_loaders_plugin.frames.chunks import ChunkFrames, EpisodeUnits, split_runs
+from robo_loaders_plugin.frames.episodes import EpisodeFrames
+from robo_loaders_plugin.pipeline.batches import PipelineDataset
+from robo_loaders_plugin.pipeline.options import PassOptions
+from robo_loaders_plugin.robomimic.dataset import RobomimicSamples
+from robo_loaders_plugin.sources.robomimic_hdf5 import FRAME_MIN_BYTES, RobomimicHdf5
+from robo_loaders_plugin.storage.encoded_frames import EncodedFrames
+from robo_loaders_plugin.windows.robomimic import SequenceOptions, SequenceWindows, episode_fields
+from robo_loaders_plugin.robomimic.sequence import OPTION_PREFIX, data_size
+
+
+logger = get_logger(__name__)
+
+
+class RobomimicShardSamples(RobomimicSamples, PipelineDataset):
+    """SequenceDataset's samples read from robo-shards; training passes ordered by the datapipe pipeline."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Sizing:
+    """What a robomimic datapipe/video_stream buffer is sized from, read from the HDF5's metadata before anything
+    is converted: ``row_bytes`` per demo step as held, the decoded camera bytes of a step (``frame_step``: where
+    long demos are cut into units, ``frames.chunks``), one batch's bytes and the window's steps."""
+
+    lengths: np.ndarray
+    row_bytes: float
+    frame_step: int
+    batch: int
+    window: int
+    threads: int
+    whole: object  # core.data_size.DataSize of everything a conversion stores
+
+
+def buffer_sizing(config, source: RobomimicHdf5, opts: SequenceOptions, filter_by_attribute, held_ratio: float) -> Sizing:
+    """The sizes a buffer of demos (held decoded, or compressed at ``held_ratio``) is planned from, from metadata.
+
+    Args:
+        config: robomimic's config.
+        source: The HDF5 source.
+        opts: SequenceDataset's arguments.
+        filter_by_attribute: The filter key selecting demos (``None``: every demo).
+        held_ratio: Bytes held per decoded byte (1.0: held decoded).
+
+    Returns:
+        The :class:`Sizing`.
+
+    Raises:
+        SourceError: the filter key selects no demos.
+    """
+    from robo_loaders_plugin.sources.robomimic_hdf5 import datasets
+
+    with source.open() as f:
+        demos = source.demos(f, filter_by_attribute)
+        if not demos:
+            raise SourceError(f"{source.path}: no demos selected (filter key {filter_by_attribute!r} is empty)")
+        size = data_size(source, f, demos, opts)
+        every = source.demos(f, None)
+        whole = source.data_size(f, every, [name for name, _ in datasets(f[f"data/{every[0]}"])])
+    frames = sum(size.frame_step_bytes.values())
+    window = opts.frame_stack + opts.seq_length - 1
+    return Sizing(lengths=np.asarray(size.lengths, dtype=np.int64),
+                   row_bytes=frames / held_ratio + size.other_step_bytes, frame_step=int(frames),
+                   batch=int(config.train.batch_size) * window * (frames + size.other_step_bytes), window=window,
+                   threads=max(1, int(config.train.num_data_workers)), whole=whole)
+
+
+def fit_buffer(sizing: Sizing, passes: PassOptions, backend: str, units=None):
+    """The pass options with the episode buffer sized in bytes (``pipeline.buffer_plan.buffer_plan``) for whole demos, or
+    for ``units`` (parts of demos, each held with the ``window - 1`` steps after it), checked against the machine
+    before any data is read.
+
+    Args:
+        sizing: From :func:`buffer_sizing`.
+        passes: The pass options as given.
+        backend: The backend's name, for the refusal.
+        units: ``(demo, first row, end row)`` parts from :func:`demo_units` (``None``: whole demos).
+
+    Returns:
+        ``(passes, bound)``: the options with the buffer sized, and how it is bounded (for the log line).
+
+    Raises:
+        core.footprint.ResourceRefused: the buffer does not fit host memory.
+    """
+    from robo_loaders_plugin.core.footprint import Available, check_fits
+
+    if units is None:
+        held, unit = (sizing.lengths * sizing.row_bytes).astype(np.int64), "demos"
+    else:
+        held = np.array([(e - s + sizing.window - 1) * sizing.row_bytes for _, s, e in units], dtype=np.int64)
+        unit = "units"
+    passes, buffer = passes.sized(held, sizing.batch, OPTION_PREFIX, unit=unit,
+                                  threads=sizing.threads)
+    check_fits(buffer.footprint, Available.measure(), backend=backend, option_prefix=OPTION_PREFIX,
+               alternatives=[f"{OPTION_PREFIX}.cache_memory (bytes) smaller, or cache_episodes unset"])
+    return passes, buffer.footprint.bound
+
+
+def demo_units(lengths, frame_step: int) -> list[tuple[int, int, int]] | None:
+    """Demos cut into units of about ``frames.chunks.UNIT_BYTES`` decoded (``(demo, first row, end row)`` in the
+    rows of the demos laid end to end), or ``None`` when every demo stays whole.
+
+    Args:
+        lengths: Each demo's steps.
+        frame_step: Decoded camera bytes of one step.
+
+    Returns:
+        The units, or ``None``.
+    """
+    starts = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    runs = [(i, int(a), int(b)) for i, (a, b) in enumerate(itertools.pairwise(starts))]
+    units = split_runs(runs, frame_step)
+    return units if len(units) > len(runs) else None
+
+
+def shard_samples(config, opts: SequenceOptions, path: str, filter_by_attribute, reader, hold, sized,
+                   backend: str = "datapipe", transform=None, decode_on_load: bool = True, decode_threads: int = 0,
+                   describe_frames=None, refit=None, unit_step: int | None = None) -> "RobomimicShardSamples":
+    """SequenceDataset's samples from robo-shards, for every backend reading them (``datapipe``, ``video_stream``):
+    they differ only in the shards (lossless frames or video segments) and ``transform(arrays)`` applied to each
+    episode read (e.g. decoded video kept LZ4-compressed). ``sized`` is ``(passes, bound)`` as fitted before the
+    shards were opened; with ``unit_step`` (decoded camera bytes of a step) long demos are served in parts
+    (:func:`unit_samples`) when the shards store them in parts, else ``refit()`` sizes the buffer again for whole
+    demos. ``describe_frames(number of demos)`` adds to the summary line.
+
+    Args:
+        config: robomimic's config.
+        opts: SequenceDataset's arguments.
+        path: The HDF5 the shards were converted from.
+        filter_by_attribute: The filter key selecting demos (``None``: every demo).
+        reader: The open ``ShardReader``.
+        hold: Keeps the shards' cache entry in use while the dataset lives.
+        sized: ``(passes, bound)`` from :func:`fit_buffer`.
+        backend: The backend's name (log lines, ``Serving``).
+        transform: Applied to each episode's arrays as read (``None``: none).
+        decode_on_load: Decode frames when an episode is loaded (else per batch).
+        decode_threads: Threads decoding episodes ahead of the pass.
+        describe_frames: ``describe_frames(number of demos) -> str`` for the summary line.
+        refit: Sizes the buffer again for whole demos when the shards hold no parts.
+        unit_step: Decoded camera bytes of a step, to serve long demos in parts (``None``: whole demos).
+
+    Returns:
+        The :class:`RobomimicShardSamples`.
+
+    Raises:
+        SourceError: the filter key is not in the shards, or the shards lack a selected demo or key.
+    """
+    passes, bound = sized
+    meta = reader.dataset.get("metadata", {})
+    if filter_by_attribute is None:
+        demos = list(meta.get("demos", []))
+    elif filter_by_attribute in meta.get("masks", {}):
+        demos = sorted(meta["masks"][filter_by_attribute], key=lambda n: int(n[5:]))
+    else:
+        raise SourceError(f"{reader.dir}: filter key {filter_by_attribute!r} not found (masks in the converted "
+                          f"dataset: {sorted(meta.get('masks', {}))})")
+    if not demos:
+        raise SourceError(f"{reader.dir}: no demos selected (filter key {filter_by_attribute!r} is empty)")
+    missing = [d for d in demos if d not in reader.by_name]
+    if missing:
+        raise SourceError(f"{reader.dir}: demos {missing[:5]} are not in the shards; convert the file again")
+    records = [reader.by_name[d] for d in demos]
+    lengths = [int(reader.episodes[r]["length"]) for r in records]
+    wanted = opts.field_names()
+    for d, r in zip(demos, records):  # a missing key fails now, naming demo and key, not at the first batch
+        stored = reader.stored_fields(r)
+        absent = [k for k in wanted[len(opts.dataset_keys):] if k not in stored]
+        if absent:
+            raise SourceError(f"{reader.dir}: {d}/{absent[0]} is missing (the demo has: {sorted(stored)}); "
+                              "check the obs keys in observation.modalities or hdf5_load_next_obs")
+    units = demo_units(lengths, unit_step) if unit_step else None
+    if units is not None and not all(reader.has_parts(records[ep]) for ep, n in
+                                     collections.Counter(ep for ep, _, _ in units).items() if n > 1):
+        logger.warning(f"{backend}: {reader.dir} stores its long demos whole (converted by an earlier "
+                       "robo-loaders), so whole demos are buffered; convert it again to buffer parts of them")
+        units, (passes, bound) = None, refit()
+    if passes.seed is None:
+        passes = dataclasses.replace(passes, seed=int(config.train.seed))
+    if units is not None:
+        return unit_samples(opts, path, filter_by_attribute, reader, hold, passes, bound, demos, records, lengths,
+                             units)
+
+    def read(ep: int, fields):
+        demo = demos[ep]
+        _, arrays = reader.read_episode(records[ep], decode_frames=False, fields=fields or wanted)
+        if transform is not None:
+            arrays = transform(arrays)
+        if fields is not None:  # a reload: frames only (the small fields are kept by EpisodeFrames)
+            return arrays
+        return episode_fields(arrays.get, lengths[ep], opts, f"{reader.dir}: {demo}")
+
+    stored = read(0, None)
+    first = {k: v.decode_all() if isinstance(v, EncodedFrames) else v for k, v in stored.items()}
+    # frames: what is reloaded when an episode comes back (video segments of any size among them)
+    infos = {k: FieldInfo(a.dtype, tuple(a.shape[1:]), isinstance(stored[k], EncodedFrames)
+                          or a.ndim > 1 and a[0].nbytes >= FRAME_MIN_BYTES) for k, a in first.items()}
+    frames = EpisodeFrames(lengths, infos, read, capacity=passes.episode_capacity, decode_on_load=decode_on_load)
+    windows = SequenceWindows(lengths, opts)
+    summary = (f"{len(demos)} demos, {len(windows)} samples from {len(reader.shards)} shard(s) in {reader.dir}, "
+               + passes.describe_shuffle(len(demos), "demos")
+               + (", samples drawn with replacement" if passes.replacement else "")
+               + (describe_frames(len(demos)) if describe_frames else "") + f"; bounded: {bound}")
+    return RobomimicShardSamples(frames, windows, demos=demos, hdf5_path=path,
+                                 filter_by_attribute=filter_by_attribute, backend_name=backend,
+                                 location=reader.dir, passes=passes, decode_threads=decode_threads,
+                                 serving=Serving(summary, hold=hold))
+
+
+def unit_samples(opts: SequenceOptions, path: str, filter_by_attribute, reader, hold, passes: PassOptions,
+                  bound: str, demos: list[str], records: list[int], lengths: list[int],
+                  units: list[tuple[int, int, int]]) -> "RobomimicShardSamples":
+    """datapipe over parts of long demos (``frames.chunks``), as LeRobot's datapipe buffers them: each unit's
+    camera frames read from the shard parts holding its rows (``ShardReader.read_frame_rows``) with the
+    ``frame_stack + seq_length - 2`` steps after it that its windows reach, decoded once per load; the other fields
+    (a few bytes per step) read once and held for every step. A sample is drawn from the unit holding the first
+    step of its window; ``goal_mode="last"``'s goal frames are pinned per demo (``EpisodeUnits``).
+
+    Why: a 400-step demo of two 240x240 cameras with ``next_obs`` is 280 MB decoded, so a byte-sized buffer held a
+    few demos and batches mixed a few demos at a time.
+
+    Args:
+        opts: SequenceDataset's arguments.
+        path: The HDF5 the shards were converted from.
+        filter_by_attribute: The filter key selecting demos.
+        reader: The open ``ShardReader``.
+        hold: Keeps the shards' cache entry in use.
+        passes: The pass options, buffer sized in units.
+        bound: How the buffer is bounded, for the log line.
+        demos: The demos served, in order.
+        records: Each demo's record in the shards.
+        lengths: Each demo's steps.
+        units: ``(demo, first row, end row)`` parts.
+
+    Returns:
+        The :class:`RobomimicShardSamples`.
+    """
+    starts = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    wanted = opts.field_names()
+    kinds = reader.stored_fields(records[0])
+    cameras = [k for k in wanted if kinds.get(k) == "frames"]
+    small_names = [k for k in wanted if k not in cameras]
+    where = f"{reader.dir}: "
+    parts = [episode_fields(reader.read_episode(r, decode_frames=False, fields=small_names)[1].get, L, opts,
+                            where + d, names=small_names) for d, r, L in zip(demos, records, lengths)]
+    small = {k: np.concatenate([p[k] for p in parts]) for k in small_names}
+    del parts
+    first = {k: v.decode_all() for k, v in reader.read_frame_rows(records[0], 0, 1, cameras).items()}
+    infos = {k: FieldInfo(v.dtype, tuple(v.shape[1:]), False) for k, v in small.items()}
+    infos.update({k: FieldInfo(v.dtype, tuple(v.shape[1:]), True) for k, v in first.items()})
+    infos = {k: infos[k] for k in wanted}  # SequenceDataset's key order
+
+    def load(ep: int, lo: int, hi: int) -> dict:
+        start = int(starts[ep])
+        return {k: v.decode_all() for k, v in reader.read_frame_rows(records[ep], lo - start, hi - start,
+                                                                     cameras).items()}
+
+    window = opts.frame_stack + opts.seq_length - 1
+    chunks = ChunkFrames(units, {ep: (int(starts[ep]), int(starts[ep + 1])) for ep in range(len(demos))}, infos,
+                         small, load, (0, window - 1), passes.episode_capacity)
+    windows = SequenceWindows(lengths, opts)
+    pinned, load_pinned = None, None
+    goals = [k for k in cameras if k.startswith("next_obs/")] if opts.goal_mode == "last" else []
+    if goals:
+        pinned = windows.goal_positions(np.arange(len(demos)))[:, 0]
+
+        def load_pinned(ep: int) -> dict:
+            g = int(pinned[ep])
+            return {k: v.decode_all()[0] for k, v in reader.read_frame_rows(records[ep], g, g + 1, goals).items()}
+
+    frames = EpisodeUnits(chunks, starts[:-1], lengths, pinned, load_pinned)
+    sample_units = frames.units_of(windows.episode_of, windows.first_positions())
+    summary = (f"{len(demos)} demos in {len(units)} units of up to {int(chunks.lengths.max())} steps, "
+               f"{len(windows)} samples from {len(reader.shards)} shard(s) in {reader.dir}, "
+               + passes.describe_shuffle(len(units), "units")
+               + (", samples drawn with replacement" if passes.replacement else "") + f"; bounded: {bound}")
+    return RobomimicShardSamples(frames, windows, demos=demos, hdf5_path=path,
+                                 filter_by_attribute=filter_by_attribute, backend_name="datapipe",
+                                 location=reader.dir, passes=passes, sample_units=sample_units,
+                                 serving=Serving(summary, hold=hold))

@@ -1,0 +1,107 @@
+"""robomimic's ``SequenceDataset`` arguments and fields, read the way its ``dataset_factory`` reads them: what every
+backend's robomimic factory starts from.
+"""
+from __future__ import annotations
+
+import os
+from robo_loaders_plugin.core.errors import RoboLoadersError
+from robo_loaders_plugin.sources.robomimic_hdf5 import RobomimicHdf5
+from robo_loaders_plugin.windows.robomimic import SequenceOptions, episode_fields
+
+
+OPTION_PREFIX = "train.data_backend_kwargs"
+
+
+def sequence_options(config, obs_keys, dataset_path) -> tuple[SequenceOptions, str]:
+    """The SequenceDataset arguments robomimic's dataset_factory would pass, checked the way it checks them, and
+    the HDF5 path.
+
+    Args:
+        config: robomimic's config.
+        obs_keys: The observation keys to serve.
+        dataset_path: The HDF5 file (``None``: ``config.train.data``); ``~`` is expanded.
+
+    Returns:
+        ``(options, path)``.
+
+    Raises:
+        RoboLoadersError: ``hdf5_normalize_obs`` is set (not supported), or ``hdf5_cache_mode``, ``frame_stack``,
+            ``seq_length`` or ``goal_mode`` has a value robomimic would not accept (``goal_mode='last'`` also needs
+            ``hdf5_load_next_obs``).
+    """
+    t = config.train
+    opts = SequenceOptions(
+        obs_keys=tuple(obs_keys), dataset_keys=tuple(t.dataset_keys), load_next_obs=bool(t.hdf5_load_next_obs),
+        frame_stack=int(t.frame_stack), seq_length=int(t.seq_length), pad_frame_stack=bool(t.pad_frame_stack),
+        pad_seq_length=bool(t.pad_seq_length), get_pad_mask=False, goal_mode=t.goal_mode,
+        hdf5_cache_mode=t.hdf5_cache_mode)
+    if t.hdf5_normalize_obs:
+        raise RoboLoadersError("train.hdf5_normalize_obs=true is not supported by robo-loaders backends (robomimic "
+                               "0.3.0 normalizes twice and fails for batch > 1); set it to false or use "
+                               "train.data_backend=null")
+    if opts.hdf5_cache_mode not in ("all", "low_dim", None):
+        raise RoboLoadersError(f"train.hdf5_cache_mode must be 'all', 'low_dim' or null, got {opts.hdf5_cache_mode!r}")
+    if opts.frame_stack < 1 or opts.seq_length < 1:
+        raise RoboLoadersError("train.frame_stack and train.seq_length must be >= 1")
+    if opts.goal_mode not in (None, "last"):
+        raise RoboLoadersError(f"train.goal_mode must be null or 'last', got {opts.goal_mode!r}")
+    if opts.goal_mode == "last" and not opts.load_next_obs:
+        raise RoboLoadersError("train.goal_mode='last' needs train.hdf5_load_next_obs=true (the goal is the last "
+                               "next_obs)")
+    return opts, os.path.expanduser(dataset_path if dataset_path is not None else t.data)
+
+
+def read_demo(source: RobomimicHdf5, f, demo: str, opts: SequenceOptions, length: int) -> dict:
+    """A demo's fields as SequenceDataset serves them (obs keys are read even when missing: the error lists what
+    the demo has).
+
+    Args:
+        source: The HDF5 source.
+        f: Its open handle.
+        demo: The demo (``demo_0``).
+        opts: SequenceDataset's arguments (:func:`sequence_options`).
+        length: The demo's ``num_samples``.
+
+    Returns:
+        ``{field: array}``, every field of ``opts.field_names()``.
+
+    Raises:
+        SourceError: a key is missing (naming the demo and what it has), unreadable, or of another length.
+    """
+    return episode_fields(lambda k: source.read(f, demo, k, length) if "/" in k or source.has(f, demo, k) else None,
+                          length, opts, f"{source.path}: data/{demo}")
+
+
+def data_size(source: RobomimicHdf5, f, demos: list[str], opts: SequenceOptions):
+    """The sizes of what SequenceDataset serves from ``demos`` (``core.data_size.DataSize``), from metadata only.
+
+    Args:
+        source: The HDF5 source.
+        f: Its open handle.
+        demos: The demos served.
+        opts: SequenceDataset's arguments (float32 dataset keys under the cache modes).
+
+    Returns:
+        The ``DataSize``.
+    """
+    float32 = opts.dataset_keys if opts.hdf5_cache_mode in ("all", "low_dim") else ()
+    return source.data_size(f, demos, opts.field_names(), float32)
+
+
+def recorded_fps(source: RobomimicHdf5, f) -> float | None:
+    """The rate a robomimic file was recorded at, when its ``env_args`` say (robosuite's ``control_freq``): what
+    ``target_fps`` converts from when ``source_fps`` is not given.
+
+    Args:
+        source: The file's source (unused: the rate is read from ``f``).
+        f: The open HDF5 file.
+
+    Returns:
+        The rate in Hz, or ``None`` when ``env_args`` or its ``control_freq`` is missing or unreadable.
+    """
+    import json
+
+    try:
+        return float(json.loads(f["data"].attrs["env_args"])["env_kwargs"]["control_freq"])
+    except (KeyError, TypeError, ValueError):
+        return None
