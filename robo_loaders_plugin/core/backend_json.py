@@ -67,7 +67,7 @@ def parse_backend_pairs(values, flag: str) -> dict[str, dict]:
         value, why = _json_object(payload) if sep and name else (None, "expected BACKEND='{json}'")
         if value is None:
             raise BackendOptionError(f"{flag} {v!r}: options must be a JSON object, e.g. {flag} "
-                                     f"compressed_cache={EXAMPLE}: {why}")
+                                     f"BACKEND={EXAMPLE}: {why}")
         out[name] = value
     return out
 

@@ -19,6 +19,7 @@ import fcntl
 import json
 import os
 import uuid
+from typing import Iterable
 
 _BUSY = (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES)  # EACCES: what some systems return for a conflicting lock
 
@@ -98,3 +99,29 @@ def sha256_file(path: str) -> str:
 
     with open(path, "rb") as f:
         return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def stat_files(path: str, names: Iterable[str] | None = None) -> tuple:
+    """The stat of ``path`` itself (a file: name ``""``) or of every file under it.
+
+    Args:
+        path: A file or directory (symbolic links resolved).
+        names: For a directory, the relative names to stat (default: every file under it).
+
+    Returns:
+        ``((name, size, mtime_ns, inode, ctime_ns), ...)``, sorted by name.
+
+    Raises:
+        OSError: a file cannot be stat-ed (e.g. one of ``names`` does not exist).
+    """
+    path = os.path.realpath(path)
+    if os.path.isfile(path):
+        st = os.stat(path)
+        return (("", st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns),)
+    if names is None:
+        names = [os.path.relpath(os.path.join(d, f), path) for d, _, files in os.walk(path) for f in files]
+    out = []
+    for n in sorted(names):
+        st = os.stat(os.path.join(path, n))
+        out.append((n, st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns))
+    return tuple(out)

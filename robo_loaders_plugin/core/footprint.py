@@ -166,7 +166,7 @@ class Available:
         """
         import psutil
 
-        from robo_loaders_plugin.storage.store import default_shm_dir
+        from robo_loaders_plugin.core.paths import default_shm_dir
 
         shm_dir = shm_dir or default_shm_dir()
         try:

@@ -109,3 +109,16 @@ def _reason(exc: OSError) -> str:
     if exc.errno == errno.ENOTDIR:
         return "a parent of it is a file"
     return exc.strerror or str(exc)
+
+
+ENV_RAM_DIR = "ROBO_LOADERS_RAM_DIR"
+
+
+def default_shm_dir() -> str:
+    """RAM-backed directory for caches that do not persist: ``$ROBO_LOADERS_RAM_DIR`` (another tmpfs, say), else
+    ``/dev/shm``, else the temp dir."""
+    if os.environ.get(ENV_RAM_DIR):
+        return os.path.expanduser(os.environ[ENV_RAM_DIR])
+    if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):
+        return "/dev/shm"
+    return tempfile.gettempdir()

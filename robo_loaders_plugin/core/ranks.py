@@ -98,7 +98,7 @@ def source_identity(path: str) -> str:
     """
     import hashlib
 
-    from robo_loaders_plugin.storage.fingerprint import stat_files
+    from robo_loaders_plugin.core.files import stat_files
 
     h = hashlib.sha256()
     for name, size, *_ in stat_files(path):

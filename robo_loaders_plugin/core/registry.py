@@ -16,7 +16,7 @@ import pluggy
 
 from robo_loaders_plugin.core import hookspecs
 from robo_loaders_plugin.core.errors import RoboLoadersError, UnknownBackendError
-from robo_loaders_plugin.core.spec import BackendChoice, BackendSpec
+from robo_loaders_plugin.core.spec import DEFAULT_BACKEND, BackendChoice, BackendSpec
 
 
 # the distribution whose entry points are the built-in backends (pyproject.toml's [project.entry-points.robo_loaders])
@@ -107,10 +107,24 @@ def builtin_specs() -> list[BackendSpec]:
     return [_backends()[n] for n in list_backends() if _backends()[n].plugin == BUILTIN]
 
 
+def streaming_backends(framework: str) -> str:
+    """The backends that read ``framework``'s data where it lies, local or remote, writing nothing (those declaring a
+    ``remote_source_option``), for messages suggesting one: a generic module names no backend itself.
+
+    Args:
+        framework: ``robomimic`` or ``lerobot``.
+
+    Returns:
+        Their names quoted and joined (``"'video_stream'"``), or ``"none installed"``.
+    """
+    names = [n for n in list_backends() if _backends()[n].remote_source_option and framework in _backends()[n].frameworks]
+    return ", ".join(repr(n) for n in names) or "none installed"
+
+
 def list_backends() -> list[str]:
     """Names of all registered backends, ``native`` first."""
     names = list(_backends())
-    return sorted(names, key=lambda n: (n != "native", n))
+    return sorted(names, key=lambda n: (n != DEFAULT_BACKEND, n))
 
 
 def get_backend(name: str, where: str = "") -> BackendSpec:

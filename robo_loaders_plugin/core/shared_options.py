@@ -144,8 +144,8 @@ def pass_options(shuffle_default: dict, cache_default: int, items: str) -> dict:
                                  + ("; default: as many as cache_memory holds" if cache_default is None else ""),
                                  min=1),
         "cache_memory": Option((float, str), None, "memory the episode buffer may take (bytes, '2GB', '512MiB'; "
-                                                 "default 1GB): as many episodes (parts of long ones for "
-                                                 "video_stream on LeRobot) are kept as fit, and the shuffle buffer "
+                                                 "default 1GB): as many episodes (or parts of long ones, "
+                                                 "for a backend buffering parts) are kept as fit, and the shuffle buffer "
                                                  "is at most half of them unless given (less when a batch opens "
                                                  "many: the log says); cache_episodes, when given, decides "
                                                  "instead", check=check_size, convert=to_bytes),

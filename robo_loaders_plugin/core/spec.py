@@ -36,6 +36,10 @@ NOT_BIT_IDENTICAL_ON_NVDEC = "yes on the CPU; not bit-identical with NVDEC"
 # whether it uses a GPU (BackendSpec.gpu)
 GPU_NO, GPU_OPTIONAL, GPU_REQUIRED = "no", "optional", "required"
 
+# the backend used when none is chosen: the framework's own loader (robomimic SequenceDataset, LeRobotDataset), the
+# reference every other backend is compared with; the adapters and the registry know this one name, no other
+DEFAULT_BACKEND = "native"
+
 
 def _per_framework(value, frameworks, name: str, allowed: tuple | None, backend: str) -> dict:
     out = dict(value) if isinstance(value, Mapping) else {fw: value for fw in frameworks}

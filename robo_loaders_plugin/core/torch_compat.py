@@ -100,5 +100,5 @@ def checks() -> list[Check]:
                           "a _shutdown() in ParallelMapper's _it chain" + (" found" if ok else " missing: pipelines may "
                                                                            "abort at exit")))
     except ImportError as exc:
-        rows.append(Check("torchdata (datapipe backend)", False, f"not importable: {exc}", required=False))
+        rows.append(Check("torchdata (pipeline-served backends)", False, f"not importable: {exc}", required=False))
     return rows

@@ -452,7 +452,7 @@ def _hf_checks() -> list[Check]:
         f"the rows [13, 11] selected read as {served}: rows cannot be compared"))]
     ok = None not in fingerprints and len(fingerprints) == 2
     rows.append(Check("HF datasets private read Dataset._fingerprint", ok,
-                      "datapipe's record of rows already checked" + ("" if ok else
+                      "the record of rows already checked (shards reused across runs)" + ("" if ok else
                                                                    ": missing, the record rests on the cache files"),
                       required=False))
     return rows
@@ -509,7 +509,7 @@ def checks() -> list[Check]:
                          + ("" if ok else ": gone, items cannot be reproduced")))
         ok = hasattr(DatasetReader, "_check_cached_episodes_sufficient")
         rows.append(Check("LeRobot private method DatasetReader._check_cached_episodes_sufficient", ok,
-                          "video_stream from a remote source replaces it while LeRobot loads the tables",
+                          "a backend reading a remote source replaces it while LeRobot loads the tables",
                           required=False))
         ok = hasattr(DatasetReader, "_query_videos")
         rows.append(Check("LeRobot private read DatasetReader._query_videos", ok, "benchmark's decode split only",
@@ -518,7 +518,7 @@ def checks() -> list[Check]:
 
         public = all(hasattr(EpisodeAwareSampler, a) for a in ("indices", "state_dict", "load_state_dict"))
         rows.append(Check("LeRobot EpisodeAwareSampler.indices/state_dict", public,
-                     "what datapipe serves per pass, and where --resume continues"))
+                     "what a pipeline-served backend serves per pass, and where --resume continues"))
     except (ImportError, OSError) as exc:
         rows.append(Check("LeRobot DatasetReader", False, str(exc)))
     return rows + _hf_checks()

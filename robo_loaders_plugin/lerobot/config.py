@@ -18,12 +18,14 @@ from typing import Any
 from draccus.utils import DecodingError
 from lerobot.configs.default import DatasetConfig
 
+from robo_loaders_plugin.core.spec import DEFAULT_BACKEND
+
 
 @dataclass
 class BackendDatasetConfig(DatasetConfig):
     """LeRobot's dataset options plus --dataset.backend and --dataset.backend_kwargs (robo-loaders-plugin)."""
     # Dataset backend from robo-loaders-plugin ('robo-loaders list'); "native" = LeRobot's own LeRobotDataset.
-    backend: str = "native"
+    backend: str = DEFAULT_BACKEND
     # Backend options as a JSON object (double quotes), e.g. --dataset.backend_kwargs='{"codec": "zstd"}';
     # 'robo-loaders list --json' lists each backend's options.
     backend_kwargs: dict[str, Any] = field(default_factory=dict)

@@ -14,6 +14,7 @@ from typing import Mapping
 import numpy as np
 from tqdm.auto import tqdm
 
+from robo_loaders_plugin.core.registry import streaming_backends
 from robo_loaders_plugin.storage.shards.disk_estimate import check_conversion_disk
 from robo_loaders_plugin.sources.lerobot_v3 import LeRobotEpisodes, LeRobotV3
 from robo_loaders_plugin.storage.codec import FrameCodec, use_single_thread
@@ -104,7 +105,8 @@ def convert_lerobot(root, out_dir: str, *, repo_id: str | None = None, num_worke
     # the output must fit the disk: estimated from meta/info.json and the episode lengths before any frame is read
     check_conversion_disk(source.data_size(), out_dir, video=False, command="robo-loaders convert lerobot",
                           alternatives=["--codec zstd (smaller, slower to decode)",
-                                        "backend 'video_stream' (trains from the videos, writes nothing)"])
+                                        f"backend {streaming_backends('lerobot')} (trains from the videos, writes "
+                                        "nothing)"])
     fp = fingerprint or source.fingerprint()
     episodes = LeRobotEpisodes(source, tolerance_s)
     meta = _metadata(episodes, repo_id)

@@ -14,7 +14,7 @@ from robo_loaders_plugin.core.errors import RoboLoadersError
 from robo_loaders_plugin.core.log import get_logger
 from robo_loaders_plugin.core.ranks import check_ranks_agree, source_identity
 from robo_loaders_plugin.core.registry import choose_backend
-from robo_loaders_plugin.core.spec import BackendChoice
+from robo_loaders_plugin.core.spec import DEFAULT_BACKEND, BackendChoice
 from robo_loaders_plugin.core.units import plural
 from robo_loaders_plugin.lerobot import compat
 from robo_loaders_plugin.sources.lerobot_v3 import is_remote, mirror_tables
@@ -40,9 +40,9 @@ def backend_choice(dataset_cfg) -> BackendChoice:
     Raises:
         RoboLoadersError: naming ``--dataset.backend`` / ``--dataset.backend_kwargs`` and what is wrong.
     """
-    name = getattr(dataset_cfg, "backend", None) or "native"  # LeRobot's own DatasetConfig has no such field
+    name = getattr(dataset_cfg, "backend", None) or DEFAULT_BACKEND  # LeRobot's own DatasetConfig has no such field
     kwargs = getattr(dataset_cfg, "backend_kwargs", None) or {}
-    if name == "native":  # a resumed config may carry options of a backend used before: ignore them
+    if name == DEFAULT_BACKEND:  # a resumed config may carry options of a backend used before: ignore them
         kwargs = {}
     if isinstance(kwargs, str):
         kwargs = parse_backend_kwargs(kwargs, OPTIONS_FLAG)
@@ -67,7 +67,7 @@ def convert(dataset, cfg):
         RoboLoadersError: a bad choice, a backend combined with ``--dataset.streaming=true``, or a build error.
     """
     choice = backend_choice(cfg.dataset)
-    if choice.name == "native" or dataset is None:
+    if choice.name == DEFAULT_BACKEND or dataset is None:
         return dataset
     if getattr(cfg.dataset, "streaming", False):
         raise RoboLoadersError(f"--dataset.backend={choice.name} replaces LeRobot's map-style dataset; it cannot be "

@@ -126,7 +126,7 @@ def recorded_source(reader_or_dir) -> Fingerprint | None:
 
 def open_shards(*, framework: str, source, shards: str | None, cache_dir: str | None, check_source: bool,
                 key_desc: dict, convert: Callable[[str, Fingerprint], None], option_prefix: str, convert_hint: str,
-                size=None, video: bool = False, backend: str = "datapipe", alternatives=()):
+                backend: str, size=None, video: bool = False, alternatives=()):
     """(reader, hold) of the shards a run reads: ``shards``, checked against ``source`` (unless
     ``check_source`` is false), or an entry of the cache directory converted on first use and reused while
     ``source`` is unchanged. ``hold`` keeps a cache entry in use while it lives.

@@ -127,7 +127,7 @@ def demo_units(lengths, frame_step: int) -> list[tuple[int, int, int]] | None:
 
 
 def shard_samples(config, opts: SequenceOptions, path: str, filter_by_attribute, reader, hold, sized,
-                   backend: str = "datapipe", transform=None, decode_on_load: bool = True, decode_threads: int = 0,
+                   backend: str, transform=None, decode_on_load: bool = True, decode_threads: int = 0,
                    describe_frames=None, refit=None, unit_step: int | None = None) -> "RobomimicShardSamples":
     """SequenceDataset's samples from robo-shards, for every backend reading them (``datapipe``, ``video_stream``):
     they differ only in the shards (lossless frames or video segments) and ``transform(arrays)`` applied to each
@@ -191,7 +191,7 @@ def shard_samples(config, opts: SequenceOptions, path: str, filter_by_attribute,
         passes = dataclasses.replace(passes, seed=int(config.train.seed))
     if units is not None:
         return unit_samples(opts, path, filter_by_attribute, reader, hold, passes, bound, demos, records, lengths,
-                             units)
+                             units, backend)
 
     def read(ep: int, fields):
         demo = demos[ep]
@@ -221,7 +221,7 @@ def shard_samples(config, opts: SequenceOptions, path: str, filter_by_attribute,
 
 def unit_samples(opts: SequenceOptions, path: str, filter_by_attribute, reader, hold, passes: PassOptions,
                   bound: str, demos: list[str], records: list[int], lengths: list[int],
-                  units: list[tuple[int, int, int]]) -> "RobomimicShardSamples":
+                  units: list[tuple[int, int, int]], backend: str) -> "RobomimicShardSamples":
     """datapipe over parts of long demos (``frames.chunks``), as LeRobot's datapipe buffers them: each unit's
     camera frames read from the shard parts holding its rows (``ShardReader.read_frame_rows``) with the
     ``frame_stack + seq_length - 2`` steps after it that its windows reach, decoded once per load; the other fields
@@ -243,6 +243,7 @@ def unit_samples(opts: SequenceOptions, path: str, filter_by_attribute, reader, 
         records: Each demo's record in the shards.
         lengths: Each demo's steps.
         units: ``(demo, first row, end row)`` parts.
+        backend: The backend's name (log lines, ``Serving``).
 
     Returns:
         The :class:`RobomimicShardSamples`.
@@ -287,6 +288,6 @@ def unit_samples(opts: SequenceOptions, path: str, filter_by_attribute, reader, 
                + passes.describe_shuffle(len(units), "units")
                + (", samples drawn with replacement" if passes.replacement else "") + f"; bounded: {bound}")
     return RobomimicShardSamples(frames, windows, demos=demos, hdf5_path=path,
-                                 filter_by_attribute=filter_by_attribute, backend_name="datapipe",
+                                 filter_by_attribute=filter_by_attribute, backend_name=backend,
                                  location=reader.dir, passes=passes, sample_units=sample_units,
                                  serving=Serving(summary, hold=hold))

@@ -12,7 +12,7 @@ from robo_loaders_plugin.core.errors import RoboLoadersError
 from robo_loaders_plugin.core.log import get_logger
 from robo_loaders_plugin.core.ranks import check_ranks_agree, resolve_ranks, source_identity
 from robo_loaders_plugin.core.registry import choose_backend
-from robo_loaders_plugin.core.spec import SAMPLE, BackendChoice
+from robo_loaders_plugin.core.spec import DEFAULT_BACKEND, SAMPLE, BackendChoice
 from robo_loaders_plugin.robomimic import compat
 
 logger = get_logger(__name__)
@@ -34,7 +34,7 @@ def backend_choice(config) -> BackendChoice:
     name = config.train.get("data_backend")  # dict.get: configs built without the patch lack the key
     kwargs = config.train.get("data_backend_kwargs") or {}
     if name is None:
-        name = "native"
+        name = DEFAULT_BACKEND
     if not isinstance(name, str):
         raise RoboLoadersError(f"train.data_backend must be a backend name (string) or null, got {name!r}")
     if not isinstance(kwargs, dict):

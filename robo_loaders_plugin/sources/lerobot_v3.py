@@ -542,8 +542,10 @@ class LeRobotV3:
             SourceError: the dataset is remote (persisted caches and shards are made from local datasets only).
         """
         if not self.local:
+            from robo_loaders_plugin.core.registry import streaming_backends
+
             raise SourceError(f"{self.url}: persisted caches and shards are made from local datasets only; stream a "
-                              "remote dataset with the video_stream backend, or download it first")
+                              f"remote dataset with backend {streaming_backends('lerobot')}, or download it first")
         return fp.fingerprint(str(self.root), self._digest, recorded)
 
     def _digest(self) -> str:
@@ -801,12 +803,12 @@ def mirror_tables(url: str, local_dir: str, storage_options: dict | None = None,
              for p in fs.glob(f"{base}/{pattern}")]
     if not any(p.endswith("meta/info.json") for p in files):
         raise SourceError(f"{url}: meta/info.json not found; not a LeRobot v3 dataset root")
-    cache = FileCache(fs, local_dir, endpoint_of(storage_options), log, base=base, label="video_stream tables")
+    cache = FileCache(fs, local_dir, endpoint_of(storage_options), log, base=base, label="remote tables")
     os.makedirs(os.path.join(cache.directory, RECORDS), exist_ok=True)
     with FileLock(os.path.join(cache.directory, RECORDS, "mirror.lock")):  # ranks mirroring at once: one at a time
         legacy = os.path.join(cache.directory, ".robo-loaders-mirror.json")  # written before copies had records
         if os.path.exists(legacy):
-            (log or logger.info)(f"video_stream tables: {cache.directory} was mirrored by an earlier robo-loaders "
+            (log or logger.info)(f"remote tables: {cache.directory} was mirrored by an earlier robo-loaders "
                                  "(without the copies' SHA-256); copying the tables again")
             try:
                 with open(legacy) as f:

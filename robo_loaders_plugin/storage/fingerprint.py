@@ -33,6 +33,7 @@ import os
 from typing import Callable, Iterable
 
 from robo_loaders_plugin.core.errors import StaleSourceError
+from robo_loaders_plugin.core.files import stat_files  # noqa: F401  (re-exported: fp.stat_files)
 
 DIGEST_METHOD = "sha256-all-bytes-v2"  # the content digest reads every byte of the source
 LEGACY_METHOD = "sha256-sampled-v1"    # recorded without a method: large files were sampled (16 blocks, 3 frames)
@@ -114,32 +115,6 @@ class Fingerprint:
         elif not out and self.content != current.content:
             out.append("same files, sizes and mtimes, but the content digest differs (data changed in place)")
         return out
-
-
-def stat_files(path: str, names: Iterable[str] | None = None) -> tuple:
-    """The stat of ``path`` itself (a file: name ``""``) or of every file under it.
-
-    Args:
-        path: A file or directory (symbolic links resolved).
-        names: For a directory, the relative names to stat (default: every file under it).
-
-    Returns:
-        ``((name, size, mtime_ns, inode, ctime_ns), ...)``, sorted by name.
-
-    Raises:
-        OSError: a file cannot be stat-ed (e.g. one of ``names`` does not exist).
-    """
-    path = os.path.realpath(path)
-    if os.path.isfile(path):
-        st = os.stat(path)
-        return (("", st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns),)
-    if names is None:
-        names = [os.path.relpath(os.path.join(d, f), path) for d, _, files in os.walk(path) for f in files]
-    out = []
-    for n in sorted(names):
-        st = os.stat(os.path.join(path, n))
-        out.append((n, st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns))
-    return tuple(out)
 
 
 def fingerprint(path: str, digest: Callable[[], str], recorded: Fingerprint | None = None,

@@ -38,7 +38,6 @@ import mmap
 import os
 import shutil
 import struct
-import tempfile
 import threading
 import time
 import uuid
@@ -52,6 +51,7 @@ from robo_loaders_plugin.storage.codec import FrameCodec
 from robo_loaders_plugin.storage.codec import use_single_thread
 from robo_loaders_plugin.core.errors import RoboLoadersError
 from robo_loaders_plugin.core.files import try_flock
+from robo_loaders_plugin.core.paths import ENV_RAM_DIR, default_shm_dir  # noqa: F401  (re-exported)
 from robo_loaders_plugin.core.units import format_bytes
 
 MAGIC = b"RLPSTORE"
@@ -175,19 +175,6 @@ def drop_publish_lock(path: str) -> None:
 def _is_shm(directory: str) -> bool:
     real = os.path.realpath(directory)
     return real == "/dev/shm" or real.startswith("/dev/shm/")
-
-
-ENV_RAM_DIR = "ROBO_LOADERS_RAM_DIR"
-
-
-def default_shm_dir() -> str:
-    """RAM-backed directory for caches that do not persist: ``$ROBO_LOADERS_RAM_DIR`` (another tmpfs, say), else
-    ``/dev/shm``, else the temp dir."""
-    if os.environ.get(ENV_RAM_DIR):
-        return os.path.expanduser(os.environ[ENV_RAM_DIR])
-    if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):
-        return "/dev/shm"
-    return tempfile.gettempdir()
 
 
 class StoreWriter:

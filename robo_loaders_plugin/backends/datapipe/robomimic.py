@@ -63,6 +63,6 @@ def datapipe_dataset(config, obs_keys, filter_by_attribute=None, dataset_path=No
         raise BackendOptionError(f"{reader.dir} holds camera frames as lossy video (converted with --frames); "
                                  "datapipe serves lossless shards only: train from these with "
                                  "train.data_backend='video_stream' (source: this directory)")
-    return shard_samples(config, opts, path, filter_by_attribute, reader, hold, (passes, bound),
+    return shard_samples(config, opts, path, filter_by_attribute, reader, hold, (passes, bound), "datapipe",
                           refit=lambda: fit_buffer(sizing, PassOptions.of(options), "datapipe"),
                           unit_step=sizing.frame_step if units is not None else None)
