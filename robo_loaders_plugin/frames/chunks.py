@@ -50,6 +50,34 @@ def split_runs(runs: list[tuple[int, int, int]], step_bytes: int, unit_bytes: in
     return out
 
 
+def runs_of(lengths) -> list[tuple[int, int, int]]:
+    """Episodes laid end to end (episode ``i``'s rows follow episode ``i - 1``'s), as a footprint sees them from
+    metadata.
+
+    Args:
+        lengths: Each episode's rows.
+
+    Returns:
+        ``(episode, first row, end row)`` of each.
+    """
+    starts = np.concatenate([[0], np.cumsum(np.asarray(lengths, dtype=np.int64))])
+    return [(i, int(a), int(b)) for i, (a, b) in enumerate(zip(starts[:-1], starts[1:]))]
+
+
+def split_lengths(lengths, step_bytes: int) -> list[tuple[int, int, int]]:
+    """:func:`split_runs` over episodes laid end to end (episode ``i``'s rows follow episode ``i - 1``'s), as a
+    footprint sees them from metadata: the one way every backend buffering parts cuts a dataset.
+
+    Args:
+        lengths: Each episode's rows.
+        step_bytes: Decoded camera bytes of one row (every camera).
+
+    Returns:
+        The units, ``(episode, first row, end row)``; as many as episodes when none is long.
+    """
+    return split_runs(runs_of(lengths), step_bytes)
+
+
 class ChunkFrames(FrameSource):
     """Units (parts of episodes, in row order) whose camera frames are loaded whole, with margins, on demand.
 

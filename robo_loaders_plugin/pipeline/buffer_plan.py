@@ -80,3 +80,19 @@ def buffer_plan(unit_bytes: np.ndarray, *, cache_memory, cache_episodes: int | N
     bound = (f"at most {capacity} {unit} of up to {format_bytes(largest)} held ({said}; {format_bytes(held)}) plus "
              f"{flight}, whatever the dataset's size")
     return BufferPlan(capacity, shuffle, largest, Footprint(host_bytes=host, bound=bound))
+
+
+def held_bytes(units, row_bytes: float, margin: int = 0) -> np.ndarray:
+    """Bytes the buffer holds for each unit: its rows plus the ``margin`` rows its windows reach outside it, at
+    ``row_bytes`` per row as held. The one formula every pipeline-served backend sizes its buffer with (what a row
+    weighs as held is the backend's: decoded, compressed at an expected ratio, or as stored).
+
+    Args:
+        units: ``(episode, first row, end row)`` of each unit (whole episodes or parts).
+        row_bytes: Bytes of one row as the buffer holds it.
+        margin: Rows a unit is loaded with beyond its own (0 for whole episodes).
+
+    Returns:
+        int64 bytes per unit.
+    """
+    return np.array([(e - s + margin) * row_bytes for _, s, e in units], dtype=np.int64)

@@ -85,6 +85,33 @@ class PassOptions:
         return dataclasses.replace(self, cache_episodes=plan.capacity, shuffle_buffer=plan.shuffle_buffer,
                                    option_prefix=option_prefix), plan
 
+    def fit(self, unit_bytes, batch_bytes: int, option_prefix: str, *, backend: str, alternatives=(),
+            unit: str = "units", threads: int | None = None):
+        """:meth:`sized`, then checked against what the machine has (``core.footprint.check_fits``) before any data
+        is read: the one way a pipeline-served backend sizes its buffer.
+
+        Args:
+            unit_bytes: Bytes of each unit as the cache holds it (``pipeline.buffer_plan.held_bytes``).
+            batch_bytes: Bytes of one batch.
+            option_prefix: How the user sets options (for messages).
+            backend: The backend's name, for the refusal.
+            alternatives: What would fit instead, for the refusal.
+            unit: What a unit is, plural (``episodes``, ``demos``, ``units``).
+            threads: Threads assembling batches, when known.
+
+        Returns:
+            ``(options, plan)`` as :meth:`sized` gives them.
+
+        Raises:
+            core.footprint.ResourceRefused: the buffer does not fit host memory.
+        """
+        from robo_loaders_plugin.core.footprint import Available, check_fits
+
+        passes, plan = self.sized(unit_bytes, batch_bytes, option_prefix, unit=unit, threads=threads)
+        check_fits(plan.footprint, Available.measure(), backend=backend, option_prefix=option_prefix,
+                   alternatives=list(alternatives))
+        return passes, plan
+
     def describe_shuffle(self, n_episodes: int, episodes: str = "episodes") -> str:
         """``shuffle buffer N <episodes>`` as it acts on a dataset of ``n_episodes``, for the summary line: never
         more than there are (a buffer of 64 on 20 episodes holds all 20; the option is named then).

@@ -6,15 +6,15 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import itertools
 import numpy as np
 from robo_loaders_plugin.core.errors import SourceError
 from robo_loaders_plugin.core.iteration import Serving
 from robo_loaders_plugin.core.log import get_logger
 from robo_loaders_plugin.frames.base import FieldInfo
-from robo_loaders_plugin.frames.chunks import ChunkFrames, EpisodeUnits, split_runs
+from robo_loaders_plugin.frames.chunks import ChunkFrames, EpisodeUnits, runs_of, split_lengths
 from robo_loaders_plugin.frames.episodes import EpisodeFrames
 from robo_loaders_plugin.pipeline.batches import PipelineDataset
+from robo_loaders_plugin.pipeline.buffer_plan import held_bytes
 from robo_loaders_plugin.pipeline.options import PassOptions
 from robo_loaders_plugin.robomimic.dataset import RobomimicSamples
 from robo_loaders_plugin.sources.robomimic_hdf5 import FRAME_MIN_BYTES, RobomimicHdf5
@@ -95,17 +95,12 @@ def fit_buffer(sizing: Sizing, passes: PassOptions, backend: str, units=None):
     Raises:
         core.footprint.ResourceRefused: the buffer does not fit host memory.
     """
-    from robo_loaders_plugin.core.footprint import Available, check_fits
-
     if units is None:
-        held, unit = (sizing.lengths * sizing.row_bytes).astype(np.int64), "demos"
+        held, unit = held_bytes(runs_of(sizing.lengths), sizing.row_bytes), "demos"
     else:
-        held = np.array([(e - s + sizing.window - 1) * sizing.row_bytes for _, s, e in units], dtype=np.int64)
-        unit = "units"
-    passes, buffer = passes.sized(held, sizing.batch, OPTION_PREFIX, unit=unit,
-                                  threads=sizing.threads)
-    check_fits(buffer.footprint, Available.measure(), backend=backend, option_prefix=OPTION_PREFIX,
-               alternatives=[f"{OPTION_PREFIX}.cache_memory (bytes) smaller, or cache_episodes unset"])
+        held, unit = held_bytes(units, sizing.row_bytes, sizing.window - 1), "units"
+    passes, buffer = passes.fit(held, sizing.batch, OPTION_PREFIX, backend=backend, unit=unit, threads=sizing.threads,
+                                alternatives=[f"{OPTION_PREFIX}.cache_memory (bytes) smaller, or cache_episodes unset"])
     return passes, buffer.footprint.bound
 
 
@@ -120,10 +115,8 @@ def demo_units(lengths, frame_step: int) -> list[tuple[int, int, int]] | None:
     Returns:
         The units, or ``None``.
     """
-    starts = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-    runs = [(i, int(a), int(b)) for i, (a, b) in enumerate(itertools.pairwise(starts))]
-    units = split_runs(runs, frame_step)
-    return units if len(units) > len(runs) else None
+    units = split_lengths(lengths, frame_step)
+    return units if len(units) > len(lengths) else None
 
 
 def shard_samples(config, opts: SequenceOptions, path: str, filter_by_attribute, reader, hold, sized,

@@ -6,11 +6,11 @@ from __future__ import annotations
 import collections
 import numpy as np
 from robo_loaders_plugin.core.errors import SourceError
-from robo_loaders_plugin.core.footprint import Available, check_fits
 from robo_loaders_plugin.core.iteration import Serving
 from robo_loaders_plugin.core.log import get_logger
 from robo_loaders_plugin.frames.base import FieldInfo
-from robo_loaders_plugin.frames.chunks import ChunkFrames, split_runs
+from robo_loaders_plugin.frames.chunks import ChunkFrames, split_lengths, split_runs
+from robo_loaders_plugin.pipeline.buffer_plan import held_bytes
 from robo_loaders_plugin.frames.episodes import EpisodeFrames
 from robo_loaders_plugin.core.data_size import EXPECTED_LOSSLESS_RATIO
 from robo_loaders_plugin.lerobot.compat import (hf_cache_files, hf_fingerprint, hf_selection_digest)
@@ -57,17 +57,14 @@ def datapipe_dataset(native, *, options):
     # batch): sized in bytes from metadata before anything is read or converted, again from the shards once open
     size = source.data_size(native.episodes)
     step = sum(size.frame_step_bytes.values())
-    starts = np.concatenate([[0], np.cumsum(size.lengths)])
-    meta_units = split_runs([(i, int(a), int(b)) for i, (a, b) in enumerate(zip(starts[:-1], starts[1:]))], step)
+    meta_units = split_lengths(size.lengths, step)
+    parts = len(meta_units) > len(size.lengths)
     reach = sum(camera_reach(settings.delta_indices, source.video_keys + source.image_keys))
-    held = np.array([(e - s + (reach if len(meta_units) > len(size.lengths) else 0))
-                     * (step / EXPECTED_LOSSLESS_RATIO + size.other_step_bytes) for _, s, e in meta_units], np.int64)
+    held = held_bytes(meta_units, step / EXPECTED_LOSSLESS_RATIO + size.other_step_bytes, reach if parts else 0)
     fits_instead = [f"{OPTION_PREFIX}.cache_memory (bytes) smaller, or cache_episodes unset",
                     "backend 'video_stream' (parts of long episodes, a bounded buffer)"]
-    passes, buffer = passes.sized(held, 0, OPTION_PREFIX,
-                                  unit="units" if len(meta_units) > len(size.lengths) else "episodes")
-    check_fits(buffer.footprint, Available.measure(), backend="datapipe", option_prefix=OPTION_PREFIX,
-               alternatives=fits_instead)
+    passes.fit(held, 0, OPTION_PREFIX, backend="datapipe", alternatives=fits_instead,
+               unit="units" if parts else "episodes")  # before converting; sized again from the shards below
 
     def convert(out_dir, fingerprint):
         from robo_loaders_plugin.lerobot.convert import convert_lerobot
@@ -99,7 +96,7 @@ def datapipe_dataset(native, *, options):
     columns = list(meta.get("columns", []))
     records = [reader.by_name[f"episode_{ep}"] for ep, _, _ in runs]
     cameras = list(meta.get("video_keys", [])) + list(meta.get("image_keys", []))
-    units = split_runs(runs, sum(size.frame_step_bytes.values()))
+    units = split_runs(runs, step)
     if len(units) > len(runs):  # long episodes: buffered in parts when the shards store them in parts
         cut = collections.Counter(ep for ep, _, _ in units)
         if all(reader.has_parts(r) for r, (ep, _, _) in zip(records, runs) if cut[ep] > 1):
@@ -109,10 +106,8 @@ def datapipe_dataset(native, *, options):
                        "robo-loaders), so whole episodes are buffered; convert it again to buffer parts of them")
     # sized again from what the shards store (index.json's member sizes, nothing read): the estimate above assumed
     # EXPECTED_LOSSLESS_RATIO, and camera noise packs worse (L480: 1.25:1), which held more than the bound said
-    passes, buffer = PassOptions.of(options).sized(np.array([reader.episode_bytes(r) for r in records], np.int64), 0,
-                                                   OPTION_PREFIX, unit="episodes")
-    check_fits(buffer.footprint, Available.measure(), backend="datapipe", option_prefix=OPTION_PREFIX,
-               alternatives=fits_instead)
+    passes, buffer = passes.fit(np.array([reader.episode_bytes(r) for r in records], np.int64), 0, OPTION_PREFIX,
+                                backend="datapipe", alternatives=fits_instead, unit="episodes")
 
     def read(unit: int, fields):
         return reader.read_episode(records[unit], decode_frames=False, fields=fields)[1]
@@ -147,10 +142,8 @@ def _datapipe_units(native, options, reader, hold, runs, records, units, columns
     meta = reader.dataset.get("metadata", {})
     margin = camera_reach(settings.delta_indices, cameras)
     stored_row = max(reader.episode_bytes(r) / max(1, e - s) for r, (_, s, e) in zip(records, runs))
-    held = np.array([(e - s + sum(margin)) * stored_row for _, s, e in units], dtype=np.int64)
-    passes, buffer = PassOptions.of(options).sized(held, 0, OPTION_PREFIX, unit="units")
-    check_fits(buffer.footprint, Available.measure(), backend="datapipe", option_prefix=OPTION_PREFIX,
-               alternatives=fits_instead)
+    passes, buffer = PassOptions.of(options).fit(held_bytes(units, stored_row, sum(margin)), 0, OPTION_PREFIX,
+                                                 backend="datapipe", alternatives=fits_instead, unit="units")
     numeric = [c for c in columns if c not in cameras]
     served = [reader.read_episode(r, decode_frames=False, fields=numeric)[1] for r in records]
     small = {k: np.concatenate([e[k] for e in served]) for k in numeric}

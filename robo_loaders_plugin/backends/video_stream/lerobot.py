@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 from robo_loaders_plugin.core.errors import BackendOptionError, SourceError
-from robo_loaders_plugin.core.footprint import Available, check_fits
 from robo_loaders_plugin.core.iteration import Serving
 from robo_loaders_plugin.core.log import get_logger
 from robo_loaders_plugin.frames.base import FieldInfo
-from robo_loaders_plugin.frames.chunks import ChunkFrames, split_runs
+from robo_loaders_plugin.frames.chunks import ChunkFrames, split_lengths, split_runs
+from robo_loaders_plugin.pipeline.buffer_plan import held_bytes
 from robo_loaders_plugin.core.data_size import EXPECTED_LOSSLESS_RATIO
 from robo_loaders_plugin.lerobot.compat import (check_version, reader_settings)
 from robo_loaders_plugin.lerobot.dataset import (LeRobotSamples, check_meta_match, check_rows_match,
@@ -85,14 +85,11 @@ def video_stream_dataset(native, *, options):
     step = sum(size.frame_step_bytes.values())
     margin = camera_reach(settings.delta_indices, source.video_keys + source.image_keys)
     held_per_step = step / EXPECTED_LOSSLESS_RATIO if options.buffer == "lz4" else step
-    starts = np.concatenate([[0], np.cumsum(size.lengths)])
-    meta_units = split_runs([(i, int(a), int(b)) for i, (a, b) in enumerate(zip(starts[:-1], starts[1:]))], step)
-    unit_held = np.array([(e - s + sum(margin)) * held_per_step for _, s, e in meta_units], dtype=np.int64)
-    passes, buffer = passes.sized(unit_held, 0, OPTION_PREFIX,
-                                  unit="units" if len(meta_units) > len(size.lengths) else "episodes")
-    check_fits(buffer.footprint, Available.measure(), backend="video_stream", option_prefix=OPTION_PREFIX,
-               alternatives=[f"{OPTION_PREFIX}.cache_memory (bytes) smaller, or cache_episodes unset",
-                             f"{OPTION_PREFIX}.buffer='lz4' (units held compressed)"])
+    meta_units = split_lengths(size.lengths, step)
+    passes, buffer = passes.fit(held_bytes(meta_units, held_per_step, sum(margin)), 0, OPTION_PREFIX,
+                                backend="video_stream", unit="units" if len(meta_units) > len(size.lengths) else "episodes",
+                                alternatives=[f"{OPTION_PREFIX}.cache_memory (bytes) smaller, or cache_episodes unset",
+                                              f"{OPTION_PREFIX}.buffer='lz4' (units held compressed)"])
     episodes = LeRobotEpisodes(source, settings.tolerance_s, native.episodes, decode_device=device)
     check_rows_match(native, episodes.columns, episodes.arrays["index"], episodes.arrays)
     infos = {k: FieldInfo(a.dtype, tuple(a.shape[1:]), False) for k, a in episodes.arrays.items()}
