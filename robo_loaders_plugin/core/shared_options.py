@@ -120,7 +120,7 @@ def check_storage_options(value: dict) -> None:
 
 
 # the options of every pipeline-served backend (pipeline.options.PassOptions), the same declaration for each
-def pass_options(shuffle_default: dict, cache_default: int, items: str) -> dict:
+def pass_options(shuffle_default: dict, cache_default: int | None, items: str) -> dict:
     """Declarations of the pass options (``shuffle_buffer``, ``seed``, ``prefetch``, ``cache_episodes``,
     ``cache_memory``, ``replacement``), shared by every pipeline-served backend so they mean the same everywhere.
 

@@ -20,7 +20,7 @@ from robo_loaders_plugin.core.errors import SourceError
 from robo_loaders_plugin.core.iteration import IndexedDataset
 from robo_loaders_plugin.core.packed import pack_ints, unpack_ints
 from robo_loaders_plugin.frames.base import FrameSource
-from robo_loaders_plugin.lerobot.compat import hf_cache_files, hf_column, reader_settings
+from robo_loaders_plugin.lerobot.compat import ReaderSettings, hf_cache_files, hf_column, reader_settings
 from robo_loaders_plugin.storage.buffers import BufferPool
 from robo_loaders_plugin.windows import lerobot as rules
 
@@ -424,7 +424,7 @@ def _as_served(col, dtype: np.dtype, shape: tuple) -> np.ndarray | None:
         return None
 
 
-def native_source(native) -> tuple[LeRobotV3, object]:
+def native_source(native) -> tuple[LeRobotV3, ReaderSettings]:
     """The LeRobot v3 source under a ``LeRobotDataset`` and its reader settings (tolerance, ``delta_indices``,
     transforms), after checking that robo-loaders reproduces its items: the version, the layout, and that the
     ``meta/`` read from disk is the one the dataset object holds (an edited ``meta/`` is refused, naming the file).

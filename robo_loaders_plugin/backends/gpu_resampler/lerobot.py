@@ -70,11 +70,13 @@ def gpu_resampler_dataset(native, *, options):
     frames = TieredFrames(lengths, infos, plan, train_device, host_limit=host_limit, spill_dir=plan.spill_dir,
                           overflow_dir=location(options.cache_dir),
                           names=[f"episode_{ep}" for ep, _, _ in episodes.runs])
+    held = {first_ep: first}  # read for the field infos: handed to the fill, then not held (an L480 episode is
+    del first                 # 1.66 GB decoded)
     for unit, (ep, _, _) in enumerate(tqdm(episodes.runs, desc=f"gpu_resampler [{native.repo_id}]", unit="episode",
                                            mininterval=0.5)):
-        frames.fill(unit, first if ep == first_ep else episodes.read(ep)[0])
-        if ep == first_ep:
-            first = None  # not held for the rest of the fill (an L480 episode is 1.66 GB decoded)
+        fields = held.pop(ep) if ep in held else episodes.read(ep)[0]
+        frames.fill(unit, fields)
+        del fields
     rates = f", windows at {target_fps:g} Hz on {source.fps} Hz data" if target_fps else ""
     where = plan.describe(str(train_device))
     if frames.spilled_while_filling:

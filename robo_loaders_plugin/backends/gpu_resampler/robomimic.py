@@ -81,10 +81,13 @@ def gpu_resampler_dataset(config, obs_keys, filter_by_attribute=None, dataset_pa
     frames = TieredFrames(lengths, infos, plan, train_device, host_limit=host_limit, spill_dir=plan.spill_dir,
                           overflow_dir=location(options.cache_dir), names=demos)
     split = filter_by_attribute or "all demos"
+    held = {0: first}  # the first demo, read for the field infos: handed to the fill, then not held
+    del first
     with source.open() as f:
         for i, demo in enumerate(tqdm(demos, desc=f"gpu_resampler [{split}]", unit="demo", mininterval=0.5)):
-            frames.fill(i, first if i == 0 else read_demo(source, f, demo, opts, lengths[i]))
-            first = None  # not held for the rest of the fill
+            fields = held.pop(i) if i in held else read_demo(source, f, demo, opts, lengths[i])
+            frames.fill(i, fields)
+            del fields
     windows = SequenceWindows(lengths, opts, rate)
     where = plan.describe(str(train_device))
     if frames.spilled_while_filling:

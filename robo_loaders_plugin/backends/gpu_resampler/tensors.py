@@ -193,7 +193,9 @@ class TensorFrames(FrameSource):
         Raises:
             KeyError: the field is not held.
         """
-        t = self.tensors[field] if field in self.tensors else self.info(field)
+        if field not in self.tensors:
+            self.info(field)  # raises the KeyError naming the fields held
+        t = self.tensors[field]
         idx = self._index(np.asarray(episodes), np.asarray(steps))
         if self.pinned:  # gathered into pinned memory, then one non-blocking upload
             out = torch.empty((idx.numel(),) + tuple(t.shape[1:]), dtype=t.dtype, pin_memory=True)

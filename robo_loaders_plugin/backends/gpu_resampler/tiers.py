@@ -48,9 +48,10 @@ class CompressedRows:
         self.sums: list[np.ndarray] = []  # each episode's blobs' checksums (uint64)
         self.nbytes = 0
         self.field, self.locate = field, locate
-        self.spill_dir = None
-        self._index = None
-        self._file = self._map = None
+        self.spill_dir: str | None = None
+        self._index: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._file = None
+        self._map: np.ndarray | None = None
         self.guard = guard
         self._lock = threading.Lock()
         if spill_dir is not None:
@@ -305,10 +306,13 @@ class TieredFrames(TensorFrames):
                     continue
                 dev, raw, comp = self.parts[k]
                 if s < self.dev_rows:
+                    assert dev is not None  # rows below dev_rows are the GPU tier's (it exists when dev_rows > 0)
                     dev[s:s + n].copy_(torch.from_numpy(a))
                 elif s < self.raw_rows:
+                    assert raw is not None
                     raw[s - self.dev_rows:s - self.dev_rows + n].copy_(torch.from_numpy(a))
                 else:
+                    assert comp is not None
                     comp.append(a)
                     self._check_host(ep)
         self.filled[ep] = True
@@ -378,6 +382,7 @@ class TieredFrames(TensorFrames):
         in_dev = g < self.dev_rows
         host = ~in_dev
         if not host.any():  # every row on the GPU
+            assert dev is not None  # a tier exists whenever one of its rows is asked for
             idx = torch.from_numpy(g).to(self.output_device, non_blocking=True)
             out = torch.index_select(dev, 0, idx)
             return out.reshape(tuple(np.shape(steps)) + tuple(info.shape))
@@ -390,12 +395,15 @@ class TieredFrames(TensorFrames):
         rows = g[at]
         in_raw = rows < self.raw_rows
         if in_raw.all():
+            assert raw is not None  # a tier exists whenever one of its rows is asked for
             torch.index_select(raw, 0, torch.from_numpy(rows - self.dev_rows), out=staged)
         else:
             r = np.flatnonzero(in_raw)
             if r.size:
+                assert raw is not None
                 staged[torch.from_numpy(r)] = torch.index_select(raw, 0, torch.from_numpy(rows[r] - self.dev_rows))
             c = np.flatnonzero(~in_raw)
+            assert comp is not None
             view = staged.numpy()
             if c.size == at.size:
                 comp.decode_into(rows, view)
@@ -413,6 +421,7 @@ class TieredFrames(TensorFrames):
         out[torch.from_numpy(at).to(self.output_device)] = staged.to(self.output_device, non_blocking=True)
         d = np.flatnonzero(in_dev)
         if d.size:
+            assert dev is not None
             out[torch.from_numpy(d).to(self.output_device)] = torch.index_select(
                 dev, 0, torch.from_numpy(g[d]).to(self.output_device))
         return out.reshape(tuple(np.shape(steps)) + tuple(info.shape))
