@@ -1,5 +1,5 @@
 """The names of the lossless frame codecs and filters (Blosc2's), in one place: the ``codec`` and ``filter``
-options' choices (``backends``), the command line's (``convert --codec``), the codec table of ``storage.codec`` and
+options' choices (``backends/<name>``), the command line's (``convert --codec``), the codec table of ``storage.codec`` and
 the compression rates the footprints estimate build times with (``core.footprint``).
 
 Why here and not in ``storage.codec``: option declarations are read at argument parsing and must not import

@@ -38,7 +38,7 @@ def datapipe_dataset(native, *, options):
     Args:
         native: The ``LeRobotDataset`` LeRobot's own factory built (episode selection, ``delta_timestamps``,
             transforms, tolerance).
-        options: The backend's resolved options object (``core.options``; declared in ``backends``).
+        options: The backend's resolved options object (``core.options``; declared in this package's ``__init__``).
 
     Returns:
         A :class:`LeRobotShardSamples` over the shards' episodes.

@@ -29,7 +29,7 @@ def gpu_resampler_dataset(native, *, options):
     Args:
         native: The ``LeRobotDataset`` LeRobot's own factory built (episode selection, ``delta_timestamps``,
             transforms, tolerance).
-        options: The backend's resolved options object (``core.options``; declared in ``backends``).
+        options: The backend's resolved options object (``core.options``; declared in this package's ``__init__``).
 
     Returns:
         A :class:`~robo_loaders_plugin.lerobot.dataset.LeRobotSamples` over :class:`TieredFrames`; batches are built

@@ -48,7 +48,7 @@ def video_stream_dataset(native, *, options):
     Args:
         native: The ``LeRobotDataset`` LeRobot's own factory built (episode selection, ``delta_timestamps``,
             transforms, tolerance).
-        options: The backend's resolved options object (``core.options``; declared in ``backends``).
+        options: The backend's resolved options object (``core.options``; declared in this package's ``__init__``).
 
     Returns:
         A :class:`LeRobotStreamSamples` over :class:`~robo_loaders_plugin.frames.chunks.ChunkFrames`.

@@ -23,7 +23,7 @@ def video_stream_dataset(config, obs_keys, filter_by_attribute=None, dataset_pat
         obs_keys: The observation keys to serve.
         filter_by_attribute: A filter key under ``mask/`` selecting the demos (``None``: every demo).
         dataset_path: The HDF5 file (``None``: ``config.train.data``).
-        options: The backend's resolved options object (``core.options``; declared in ``backends``);
+        options: The backend's resolved options object (``core.options``; declared in this package's ``__init__``);
             ``options.source``: the video shards (default: converted on first use into the cache directory, H.264 at
             its default crf).
 
