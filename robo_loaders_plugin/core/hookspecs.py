@@ -1,8 +1,9 @@
 """The plugin API: the hooks a robo-loaders plugin may implement, with their types and contracts.
 
 A plugin is a module (or any object) with ``@hookimpl`` functions named after the specifications below. The
-built-in backends are registered the same way (one package each under ``robo_loaders_plugin.backends``, each an entry point of the group below). A third-party package exposes its
-plugin module through the ``robo_loaders`` entry-point group::
+built-in backends are registered the same way: one package each under ``robo_loaders_plugin.backends``, each an
+entry point of the group below. A third-party package exposes its plugin module through the ``robo_loaders``
+entry-point group::
 
     [project.entry-points.robo_loaders]
     my_backend = "my_package.robo_loaders_plugin"
