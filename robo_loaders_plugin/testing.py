@@ -29,7 +29,8 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -183,10 +184,12 @@ def _array(x) -> np.ndarray:
 
 
 def _lossy(path: str, min_psnr: Mapping[str, float] | None) -> float | None:
+    """The PSNR floor of the field at ``path``: a name matches the whole path or its last components, never part of
+    a component (``agentview_image`` must not also excuse ``obs/my_agentview_image`` from the byte comparison)."""
     if not min_psnr:
         return None
     for name, db in min_psnr.items():
-        if path == name or path.endswith("/" + name) or path.endswith(name):
+        if path == name or path.endswith(f"/{name}"):
             return float(db)
     return None
 
