@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
-from typing import Iterable
+from collections.abc import Iterable
 
 from robo_loaders_plugin.core.errors import RoboLoadersError
 from robo_loaders_plugin.core.units import format_bytes
@@ -153,7 +153,7 @@ class Available:
     device: str | None = None
 
     @classmethod
-    def measure(cls, disk_dir: str | None = None, device=None, shm_dir: str | None = None) -> "Available":
+    def measure(cls, disk_dir: str | None = None, device=None, shm_dir: str | None = None) -> Available:
         """Measure the machine now.
 
         Args:

@@ -13,9 +13,11 @@ kind of the backend choice that built its dataset (recorded by :func:`record_bui
 from __future__ import annotations
 
 import abc
+import contextlib
 import dataclasses
 import weakref
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
+from collections.abc import Callable, Iterable, Iterator
 
 import numpy as np
 import torch.utils.data
@@ -109,7 +111,8 @@ class BatchSource(abc.ABC):
 
     def describe(self) -> str:
         """One line for the training log: what serves the batches, and from where a resumed run starts."""
-        return f"{type(self).__name__} ({len(self)} batches per pass, starting at epoch {self._epoch} batch {self._batch})"
+        return (f"{type(self).__name__} ({len(self)} batches per pass, starting at epoch {self._epoch} "
+                f"batch {self._batch})")
 
     def state_dict(self) -> dict:
         """The position of the next batch to serve: ``{"epoch": ..., "batch": ...}``."""
@@ -223,7 +226,7 @@ class Built:
 
 
 _KIND_BASES = {INDEXED: IndexedDataset, BATCH: BatchDataset}
-_BUILT: "weakref.WeakKeyDictionary[Any, Built]" = weakref.WeakKeyDictionary()
+_BUILT: weakref.WeakKeyDictionary[Any, Built] = weakref.WeakKeyDictionary()
 
 
 def record_built(dataset, choice: BackendChoice, rank: int = 0, world_size: int = 1, seed: int | None = None,
@@ -250,10 +253,8 @@ def record_built(dataset, choice: BackendChoice, rank: int = 0, world_size: int 
         raise RoboLoadersError(f"backend {choice.name!r} (plugin {choice.spec.plugin!r}) declares kind {choice.kind!r} "
                                f"but its factory returned a {type(dataset).__name__}, not a {base.__name__}")
     built = Built(choice, int(rank), int(world_size), seed, dict(setup or {}))
-    try:
+    with contextlib.suppress(TypeError):  # not weak-referenceable: treated as a plain sample dataset
         _BUILT[dataset] = built
-    except TypeError:  # not weak-referenceable: treated as a plain sample dataset
-        pass
     return built
 
 
@@ -418,7 +419,7 @@ def _batch_threads(dataset: IndexedDataset, data_loader) -> int:
     return data_loader.num_workers if threads is None else threads
 
 
-_SOURCES: "weakref.WeakKeyDictionary[Any, BatchSource]" = weakref.WeakKeyDictionary()
+_SOURCES: weakref.WeakKeyDictionary[Any, BatchSource] = weakref.WeakKeyDictionary()
 
 
 def _source_for(data_loader, built: Built, plan_for, rank_split: bool = False) -> BatchSource:

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Callable, Mapping
+from typing import Any, ClassVar
+from collections.abc import Callable, Mapping
 
 from robo_loaders_plugin.core.errors import BackendOptionError
 
@@ -149,9 +150,9 @@ class Option:
                 return (f"must be {self.describe_values(framework)} under {framework}, got {_short(value)}, which "
                         f"applies to {' and '.join(elsewhere)} only")
             return f"must be {self.describe_values(framework)}, got {_short(value)}"
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            if (self.min is not None and value < self.min) or (self.max is not None and value > self.max):
-                return f"must be {self.describe_values(framework)}, got {_short(value)}"
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and (
+                (self.min is not None and value < self.min) or (self.max is not None and value > self.max)):
+            return f"must be {self.describe_values(framework)}, got {_short(value)}"
         if self.check is not None:
             try:
                 self.check(value)
@@ -235,8 +236,8 @@ class Options:
         """The options every rank of a multi-process run must agree on (those not declared ``per_host``)."""
         return {k: v for k, v in self.as_dict().items() if k not in self._per_host}
 
-    _defaults: dict = {}
-    _per_host: frozenset = frozenset()
+    _defaults: ClassVar[dict] = {}  # set per generated class by options_class
+    _per_host: ClassVar[frozenset] = frozenset()
 
 
 _CLASSES: dict[tuple, tuple] = {}

@@ -10,7 +10,8 @@ import functools
 import importlib.metadata
 import json
 import warnings
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 import pluggy
 
@@ -19,7 +20,7 @@ from robo_loaders_plugin.core.errors import RoboLoadersError, UnknownBackendErro
 from robo_loaders_plugin.core.spec import BackendChoice, BackendSpec
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def get_plugin_manager() -> pluggy.PluginManager:
     """The process's one PluginManager, built on first use: the built-in backends, then each plugin of the
     ``robo_loaders`` entry-point group.
@@ -40,13 +41,13 @@ def get_plugin_manager() -> pluggy.PluginManager:
             continue
         try:
             pm.register(ep.load(), name=ep.name)
-        except Exception as exc:  # a broken third-party plugin must not take the others down with it
+        except Exception as exc:  # noqa: BLE001 - a broken third-party plugin must not take the others down with it
             warnings.warn(f"robo-loaders: skipping plugin {ep.name!r} ({ep.value}) from entry-point group "
                           f"{hookspecs.ENTRY_POINT_GROUP!r}: it failed to load: {exc!r}", stacklevel=2)
     return pm
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _backends() -> dict[str, BackendSpec]:
     pm = get_plugin_manager()
     out: dict[str, BackendSpec] = {}
