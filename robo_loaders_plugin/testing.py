@@ -30,7 +30,7 @@ import dataclasses
 import hashlib
 import math
 from typing import Any
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
@@ -411,11 +411,13 @@ def assert_same_pass(case, backend: str, options: Mapping | None = None, *, batc
     """
     import torch
 
-    from robo_loaders_plugin.core.iteration import built_by, pass_batches
-    from robo_loaders_plugin.core.spec import BATCH
+    from robo_loaders_plugin.core.iteration import Built, SamplingPlan, built_by, pass_batches
+    from robo_loaders_plugin.core.spec import BATCH, SAMPLE
 
     native, ours = case.native(), case.build(backend, options)
-    kind = built_by(ours).kind
+    built = built_by(ours)
+    kind = SAMPLE if built is None else built.kind  # not recorded: served as a plain sample dataset
+    sampling_plan: Callable[[Any, Built], SamplingPlan]
     if case.framework == "robomimic":
         from robo_loaders_plugin.robomimic.integration import sampling_plan
 

@@ -230,7 +230,8 @@ class Available:
         Returns:
             ``nbytes`` is at most :data:`HEADROOM` of :attr:`disk_usable`; False also when the disk was not measured.
         """
-        return self.disk_bytes is not None and nbytes <= HEADROOM * self.disk_usable
+        usable = self.disk_usable
+        return usable is not None and nbytes <= HEADROOM * usable
 
 
 def shortfalls(footprint: Footprint, available: Available) -> list[tuple[str, int, int]]:

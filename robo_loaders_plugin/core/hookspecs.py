@@ -28,7 +28,7 @@ hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 
 
 @hookspec
-def robo_loaders_backends() -> Iterable[BackendSpec]:
+def robo_loaders_backends() -> Iterable[BackendSpec]:  # type: ignore[empty-body]  # a hookspec: pluggy never runs it
     """Return the backends this plugin provides.
 
     Called once per process, the first time a backend is looked up (``robo-loaders list``, a robomimic config with

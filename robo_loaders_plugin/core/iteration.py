@@ -16,8 +16,8 @@ import abc
 import contextlib
 import dataclasses
 import weakref
-from typing import Any
-from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Protocol, cast
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import torch.utils.data
@@ -287,6 +287,14 @@ def summary_of(dataset) -> str:
     return f"{len(dataset)} samples"
 
 
+class _BatchSampler(Protocol):
+    """What a DataLoader's ``batch_sampler`` offers: batches of indices, and how many."""
+
+    def __iter__(self) -> Iterator[list[int]]: ...
+
+    def __len__(self) -> int: ...
+
+
 class SamplerBatches:
     """Collated batches built by threads of the training process, in the order a DataLoader would yield them.
 
@@ -298,8 +306,8 @@ class SamplerBatches:
     are the same as with the DataLoader.
     """
 
-    def __init__(self, collate: Callable[[list], dict], batch_sampler: Iterable, generator=None, num_threads: int = 0,
-                 prefetch_per_thread: int = 2, seed_once: bool = False):
+    def __init__(self, collate: Callable[[list], dict], batch_sampler: _BatchSampler, generator=None,
+                 num_threads: int = 0, prefetch_per_thread: int = 2, seed_once: bool = False):
         self.collate = collate
         self.batch_sampler = batch_sampler
         self.generator = generator
@@ -405,8 +413,9 @@ def pass_batches(data_loader, plan_for: Callable[[Any, Built], SamplingPlan]):
         if built.world_size > 1:  # the framework does not split passes: this rank's share, cut here
             return _source_for(data_loader, built, plan_for, rank_split=True)
         if in_process_compatible(data_loader):
-            return SamplerBatches(dataset.collate, data_loader.batch_sampler, data_loader.generator,
-                                  _batch_threads(dataset, data_loader),
+            indexed = cast(IndexedDataset, dataset)  # record_built checked an indexed backend's dataset type
+            return SamplerBatches(indexed.collate, data_loader.batch_sampler, data_loader.generator,
+                                  _batch_threads(indexed, data_loader),
                                   seed_once=bool(data_loader.num_workers and data_loader.persistent_workers))
         logger.info(f"{built.choice.name}: this DataLoader has a custom collate_fn or worker_init_fn, so its "
                     "batches come from its worker processes, not from the backend's in-process path")

@@ -54,7 +54,8 @@ def _backends() -> dict[str, BackendSpec]:
     for impl in reversed(pm.hook.robo_loaders_backends.get_hookimpls()):  # pluggy's call order
         plugin_name = impl.plugin_name
         try:
-            result = list(impl.function() or ())
+            returned: Any = impl.function()  # whatever the plugin returned: each item is checked below
+            result = list(returned or ())
         except Exception as exc:
             if plugin_name == "builtin":
                 raise
