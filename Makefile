@@ -8,7 +8,7 @@ TORCH_PINS := torch==2.11.0 torchvision==0.26.0
 PIP := $(PY) -m pip --disable-pip-version-check -q
 DEMO_DIR ?= demo_out
 
-.PHONY: setup test test-fast unit integration demo bench clean
+.PHONY: setup test test-fast unit integration lint demo bench clean
 
 setup: $(STAMP)
 
@@ -51,6 +51,13 @@ unit: setup
 
 integration: setup
 	$(PY) -m pytest -ra -p no:cacheprovider integration_tests
+
+# lint and types (configured in pyproject.toml: [tool.ruff], [tool.mypy] and its files); not yet part of test or
+# test-fast. `ruff format --check` joins once the code has been formatted in one commit.
+lint: setup
+	$(VENV)/bin/ruff check .
+# $(VENV)/bin/ruff format --check .   (disabled until the one formatting commit)
+	$(VENV)/bin/mypy
 
 demo: setup
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" bash examples/demo.sh $(DEMO_DIR)

@@ -86,10 +86,10 @@ def _gathers_keeping_freed_memory() -> list[tuple[str, float]]:
     import os
     import subprocess
 
-    code = ("import json, sys; sys.path.insert(0, %r); import scale_ceiling as s, numpy as np; "
+    here = os.path.dirname(os.path.abspath(__file__))
+    code = (f"import json, sys; sys.path.insert(0, {here!r}); import scale_ceiling as s, numpy as np; "
             "d = np.ones(((4 << 30) // int(np.prod(s.FRAME)), *s.FRAME), np.uint8); "
-            "print(json.dumps([s.gather(d, 100, False, None), s.gather(d, 100, True, None)]))"
-            % os.path.dirname(os.path.abspath(__file__)))
+            "print(json.dumps([s.gather(d, 100, False, None), s.gather(d, 100, True, None)]))")
     p = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, **KEEP_FREED), capture_output=True,
                        text=True, check=True)
     plain, copied = json.loads(p.stdout.strip().splitlines()[-1])
@@ -138,7 +138,8 @@ def main(out_path: str, native_path: str | None = None) -> dict:
 
     out = {"kind": "scale_ceiling", "workload": "R240 (2 cameras 240x240, BC-RNN windows of 10, batch 16)",
            "sample_bytes": SAMPLE_BYTES, "array_bytes": frames * int(np.prod(FRAME)), "keep_freed_env": KEEP_FREED,
-           "native_low_dim_samples_per_s": native, "native_result": native_path, "machine": machine(), "results": results}
+           "native_low_dim_samples_per_s": native, "native_result": native_path, "machine": machine(),
+           "results": results}
     with open(out_path, "w") as f:
         json.dump(out, f, indent=1)
     return out

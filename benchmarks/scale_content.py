@@ -42,7 +42,8 @@ def av1_lerobot(frames: np.ndarray, fps: int = 30) -> float:
     cfg = RGBEncoderConfig()  # libsvtav1, yuv420p, g=2, crf=30, LeRobot's default preset
     buf = io.BytesIO()
     with av.open(buf, "w", format="mp4") as container:
-        stream = container.add_stream(cfg.vcodec, rate=fps, options={k: str(v) for k, v in cfg.get_codec_options().items()})
+        stream = container.add_stream(cfg.vcodec, rate=fps,
+                                      options={k: str(v) for k, v in cfg.get_codec_options().items()})
         stream.width, stream.height, stream.pix_fmt = frames.shape[2], frames.shape[1], cfg.pix_fmt
         for f in frames:
             for packet in stream.encode(av.VideoFrame.from_ndarray(np.ascontiguousarray(f), format="rgb24")):

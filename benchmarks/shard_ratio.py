@@ -41,7 +41,7 @@ def main(shards: str, out: str, episodes: int = 4, frames: int = 12) -> dict:
         length = reader.episodes[i]["length"]
         rows = np.linspace(0, length - 1, min(frames, length)).round().astype(int)
         for r in rows.tolist():  # only the parts holding the sampled rows are read
-            for field, enc in reader.read_frame_rows(i, r, r + 1, list(stored)).items():
+            for enc in reader.read_frame_rows(i, r, r + 1, list(stored)).values():
                 positions.append(round(r / max(1, length - 1), 2))
                 frame = enc.decode_all()[0]
                 hwc = np.ascontiguousarray(frame.transpose(1, 2, 0)) if frame.ndim == 3 and frame.shape[0] in (1, 3) \

@@ -100,7 +100,8 @@ def main(argv=None):
     ObsUtils.initialize_obs_utils_with_config(config)
     shape_meta = FileUtils.get_shape_metadata_from_dataset(dataset_path=config.train.data,
                                                            all_obs_keys=config.all_obs_keys, verbose=False)
-    device = torch.device(f"cuda:{local_rank}") if use_cuda and config.train.cuda else TorchUtils.get_torch_device(False)
+    device = (torch.device(f"cuda:{local_rank}") if use_cuda and config.train.cuda
+              else TorchUtils.get_torch_device(False))
     model = algo_factory(algo_name=config.algo_name, config=config, obs_key_shapes=shape_meta["all_shapes"],
                          ac_dim=shape_meta["ac_dim"], device=device)
     average_gradients_across_ranks(model.nets)

@@ -6,7 +6,7 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from robomimic_helpers import SHARED_HDF5, make_config  # noqa: E402,F401
+from robomimic_helpers import SHARED_HDF5, make_config  # noqa: F401
 
 
 @pytest.fixture(scope="session")

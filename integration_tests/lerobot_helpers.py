@@ -12,7 +12,8 @@ def same_item(ours: dict, theirs: dict, where=""):
         o = ours[k]
         if isinstance(v, torch.Tensor):
             assert isinstance(o, torch.Tensor), f"{where}/{k}: {type(o)}"
-            assert o.dtype == v.dtype and o.shape == v.shape, f"{where}/{k}: {o.dtype}{tuple(o.shape)} != {v.dtype}{tuple(v.shape)}"
+            assert o.dtype == v.dtype and o.shape == v.shape, \
+                f"{where}/{k}: {o.dtype}{tuple(o.shape)} != {v.dtype}{tuple(v.shape)}"
             assert torch.equal(o, v), f"{where}/{k}: values differ"
         else:
             assert o == v, f"{where}/{k}: {o!r} != {v!r}"

@@ -19,6 +19,7 @@ Windows are identified by a digest of their action window. Writes ``OUT/rank<r>.
 
 Usage: ranks_late_group_script.py HDF5 OUT BACKEND...
 """
+import functools
 import hashlib
 import os
 import sys
@@ -69,18 +70,18 @@ def main(hdf5, out, *backends):
     built = {b: (build(hdf5, b, SEED), build(hdf5, b, SEED + rank)) for b in backends}
     results = {b: {} for b in backends}
     for b, (same, _) in built.items():
-        results[b]["no process group"] = attempt(lambda: passes(same))
+        results[b]["no process group"] = attempt(functools.partial(passes, same))
     dist.init_process_group("gloo")
     for b, (same, per_rank) in built.items():
-        results[b]["seed + rank"] = attempt(lambda: passes(per_rank))
-        results[b]["per-rank batch size"] = attempt(lambda: passes(same, BATCH + rank))
-        results[b]["same setup"] = attempt(lambda: passes(same))
-        results[b]["both rank 0"] = attempt(lambda: build(hdf5, b, SEED, rank=0, world_size=2))
+        results[b]["seed + rank"] = attempt(functools.partial(passes, per_rank))
+        results[b]["per-rank batch size"] = attempt(functools.partial(passes, same, BATCH + rank))
+        results[b]["same setup"] = attempt(functools.partial(passes, same))
+        results[b]["both rank 0"] = attempt(functools.partial(build, hdf5, b, SEED, rank=0, world_size=2))
     checked = getattr(iteration, "check_first_pass", None)  # (getattr: the script also runs on code without it)
     iteration.check_first_pass = lambda built, plan: None
     try:
         for b, (_, per_rank) in built.items():
-            results[b]["seed + rank, check disabled"] = attempt(lambda: passes(per_rank))
+            results[b]["seed + rank, check disabled"] = attempt(functools.partial(passes, per_rank))
     finally:
         iteration.check_first_pass = checked
     atomic_write_json(os.path.join(out, f"rank{rank}.json"), results)

@@ -16,11 +16,11 @@ import pytest
 
 pytest.importorskip("datatrove")
 
-from robo_loaders_plugin.robomimic import convert as robomimic_convert  # noqa: E402
-from robo_loaders_plugin.robomimic.convert import convert_robomimic, verify_robomimic  # noqa: E402
-from robo_loaders_plugin.sources.robomimic_hdf5 import RobomimicHdf5  # noqa: E402
-from robo_loaders_plugin.storage.codec import FrameCodec  # noqa: E402
-from robo_loaders_plugin.storage.shards import ShardWriter, executors, manifest  # noqa: E402
+from robo_loaders_plugin.robomimic import convert as robomimic_convert
+from robo_loaders_plugin.robomimic.convert import convert_robomimic, verify_robomimic
+from robo_loaders_plugin.sources.robomimic_hdf5 import RobomimicHdf5
+from robo_loaders_plugin.storage.codec import FrameCodec
+from robo_loaders_plugin.storage.shards import ShardWriter, executors, manifest
 
 BIN = os.path.dirname(sys.executable)
 SHARD_BYTES = 100_000  # about one demo per unit: 12 units, planned alike for 1 and 2 workers
@@ -209,7 +209,7 @@ def test_slurm_job_is_built_submitted_and_its_array_tasks_convert_and_publish(ti
     assert res == {"job_id": "4242", "tasks": 2, "units": 12, "pending_units": 12, "logging_dir": logs,
                    "launch_script": os.path.join(logs, "launch_script.slurm")}
     assert not os.path.exists(os.path.join(out, "index.json"))  # submitted, not converted
-    (args, script), (merge_args, merge_script) = submitted(fake_slurm)  # the job array, then datatrove's stats merge
+    (args, script), (_merge_args, merge_script) = submitted(fake_slurm)  # the job array, then datatrove's stats merge
     assert args.split()[0] == "--export=ALL,RUN_OFFSET=0" and "merge_stats" in merge_script
     assert "--dependency=afterok:4242" in merge_script
     directives = [ln for ln in script.splitlines() if ln.startswith("#SBATCH")]
@@ -276,10 +276,10 @@ def test_executor_options_are_checked_before_the_source_is_read(tmp_path):
     local = executors.options_from_cli("datatrove-local", logging_dir="L", concurrent_tasks=1)
     assert local == {"logging_dir": "L", "workers": 1}
     assert executors.options_from_cli("local") == {}
-    with pytest.raises(executors.ExecutorError, match="--slurm-partition do.es. not apply to --executor datatrove-l"):
+    with pytest.raises(executors.ExecutorError, match=r"--slurm-partition do.es. not apply to --executor datatrove-l"):
         executors.options_from_cli("datatrove-local", slurm_partition="cpu")
-    with pytest.raises(executors.ExecutorError, match="--logging-dir, --concurrent-tasks do.es. not apply to "
-                                                     "--executor local"):
+    with pytest.raises(executors.ExecutorError, match=r"--logging-dir, --concurrent-tasks do.es. not apply to "
+                                                     r"--executor local"):
         executors.options_from_cli("local", logging_dir="L", concurrent_tasks=2)
     with pytest.raises(executors.ExecutorError, match="expected KEY=VALUE"):
         executors.parse_sbatch_args(["=x"])

@@ -67,7 +67,8 @@ def test_lerobot_half_rate_equals_native_with_doubled_offsets(lerobot_datasets):
             assert bool(item["action_is_pad"][j]) == (i + d > end - 1)
         cam = item["observation.images.cam0"]  # offsets -1.5, 0 recorded steps: nearest frame, never blended
         back = int(np.floor(max(i - 1.5, start) + 0.5))
-        assert torch.equal(cam[0], plain[back]["observation.images.cam0"]) and torch.equal(cam[1], plain[i]["observation.images.cam0"])
+        assert torch.equal(cam[0], plain[back]["observation.images.cam0"])
+        assert torch.equal(cam[1], plain[i]["observation.images.cam0"])
 
 
 def test_lerobot_delta_timestamps_between_frames_and_bad_options(lerobot_datasets):
@@ -83,8 +84,8 @@ def test_lerobot_delta_timestamps_between_frames_and_bad_options(lerobot_dataset
     with pytest.raises(BackendOptionError, match="never blended"):
         serve("gpu_resampler", native(root, "diffusion"), target_fps=10, modes={"observation.images.cam0": "linear"})
     # issue 23 B12: both said "modes names ['action'], which this run does not read; its fields are []"
-    with pytest.raises(BackendOptionError, match="modes apply to rate conversion .* give target_fps or "
-                                                 "delta_timestamps too"):
+    with pytest.raises(BackendOptionError, match=r"modes apply to rate conversion .* give target_fps or "
+                                                 r"delta_timestamps too"):
         serve("gpu_resampler", native(root), modes={"action": "previous"})
     with pytest.raises(BackendOptionError, match=r"modes names \['action'\], but this run reads no field between "
                                                  r"recorded steps") as e:
@@ -140,13 +141,13 @@ def half_rate_hdf5(tiny_hdf5, tmp_path_factory):
 
             def copy(name, obj):
                 if isinstance(obj, h5py.Dataset):
-                    g.create_dataset(name, data=obj[()][::2])
+                    g.create_dataset(name, data=obj[()][::2])  # noqa: B023 (visititems runs it at once)
             src[f"data/{demo}"].visititems(copy)
     return out
 
 
-@pytest.mark.parametrize("combo", [dict(seq_length=5, frame_stack=1), dict(seq_length=3, frame_stack=2,
-                                                                           pad_frame_stack=False, hdf5_cache_mode=None)])
+@pytest.mark.parametrize("combo", [dict(seq_length=5, frame_stack=1),
+                                   dict(seq_length=3, frame_stack=2, pad_frame_stack=False, hdf5_cache_mode=None)])
 def test_robomimic_half_rate_equals_sequence_dataset_on_a_half_rate_file(tiny_hdf5, half_rate_hdf5, combo):
     with h5py.File(tiny_hdf5, "r") as f:
         fps = json.loads(f["data"].attrs["env_args"])["env_kwargs"]["control_freq"]

@@ -49,9 +49,9 @@ def setup(tmp_path_factory):
     convert_lerobot(root, shards, repo_id=REPO, progress=False)
     torch.manual_seed(0)
     native = open_native(root)
-    cfg = ACTConfig(device="cpu", chunk_size=10, n_action_steps=10, dim_model=32, n_heads=2, dim_feedforward=64, dropout=0.0,
-                    n_encoder_layers=1, n_decoder_layers=1, use_vae=False, pretrained_backbone_weights=None,
-                    push_to_hub=False)
+    cfg = ACTConfig(device="cpu", chunk_size=10, n_action_steps=10, dim_model=32, n_heads=2, dim_feedforward=64,
+                    dropout=0.0, n_encoder_layers=1, n_decoder_layers=1, use_vae=False,
+                    pretrained_backbone_weights=None, push_to_hub=False)
     policy = make_policy(cfg, ds_meta=native.meta).eval()
     pre, _post = make_pre_post_processors(cfg, dataset_stats=native.meta.stats)
     return root, shards, policy, pre
@@ -166,7 +166,8 @@ def train_full_pass_steps(setup, backend, seed, corrupt=None, epochs=3):
                 pred, target = policy.predict_action_chunk(batch), batch["action"]
                 sums["L1"] += (pred - target).abs().mean(dim=(1, 2)).double().sum().item()
                 sums["L2"] += ((pred - target) ** 2).mean(dim=(1, 2)).double().sum().item()
-                sums["cosine"] += torch.nn.functional.cosine_similarity(pred.flatten(1), target.flatten(1)).double().sum().item()
+                cosine = torch.nn.functional.cosine_similarity(pred.flatten(1), target.flatten(1))
+                sums["cosine"] += cosine.double().sum().item()
         opt.step()
         out.append({k: v / n for k, v in sums.items()})
     return out

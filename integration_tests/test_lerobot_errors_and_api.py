@@ -74,11 +74,11 @@ def test_timestamps_out_of_tolerance(copy_of):
 
 def test_bad_options(lerobot_datasets):
     nat = native(lerobot_datasets["av1_1cam"])
-    with pytest.raises(BackendOptionError, match="codec must be one of .*got 'brotli'"):
+    with pytest.raises(BackendOptionError, match=r"codec must be one of .*got 'brotli'"):
         serve("compressed_cache", nat, codec="brotli")
     with pytest.raises(BackendOptionError, match="robomimic only"):
         serve("compressed_cache", nat, loader="dataloader")
-    with pytest.raises(BackendOptionError, match="max_memory.*expected a size like 2GB"):
+    with pytest.raises(BackendOptionError, match=r"max_memory.*expected a size like 2GB"):
         serve("compressed_cache", nat, max_memory="lots")
 
 
@@ -130,7 +130,7 @@ def test_make_dataset_mirrors_lerobot(lerobot_datasets, tmp_path):
 def test_unknown_backend_at_parse_time(lerobot_datasets):
     from draccus.utils import DecodingError
 
-    with pytest.raises(DecodingError, match="unknown data backend 'nope'.*compressed_cache"):
+    with pytest.raises(DecodingError, match=r"unknown data backend 'nope'.*compressed_cache"):
         cfg_for(lerobot_datasets["av1_1cam"], "nope")
     with pytest.raises(UnknownBackendError):
         from robo_loaders_plugin.lerobot.integration import backend_choice
@@ -228,7 +228,7 @@ def test_the_refusal_of_an_edited_row_is_one_line_however_long_its_values_print(
     data_file = sorted(glob.glob(str(root / "data" / "*" / "*.parquet")))[0]
     row = 100
     nat = native(root)  # LeRobot's datasets cache holds the table before the edit
-    old, new = edit_a_row_keeping_the_mtime(data_file, row, "observation.state",
+    _old, new = edit_a_row_keeping_the_mtime(data_file, row, "observation.state",
                                             to=[123456.7, -1.234e-4, 98765.43, -2.5e-5, 3.14159, -7654.321])
     with pytest.raises(RoboLoadersError) as err:
         serve("compressed_cache", native(root))

@@ -54,7 +54,8 @@ def train(root, backend, sampler_seed=3, steps=4, workers=0):
             pred, target = policy.predict_action_chunk(batch), batch["action"]
             logs.append({"loss": loss.item(), "L1": (pred - target).abs().mean().item(),
                          "L2": ((pred - target) ** 2).mean().item(),
-                         "cosine": torch.nn.functional.cosine_similarity(pred.flatten(1), target.flatten(1)).mean().item()})
+                         "cosine": torch.nn.functional.cosine_similarity(pred.flatten(1),
+                                                                         target.flatten(1)).mean().item()})
     # how far the weights moved: 0 would mean the losses compared came from an untrained policy
     logs[-1]["weights_moved"] = max(float((p - q).abs().max()) for p, q in zip(policy.parameters(), initial))
     return logs
@@ -77,4 +78,5 @@ def test_same_losses(lerobot_datasets, backend, workers):
 
 def test_loss_comparison_can_fail(lerobot_datasets):
     root = lerobot_datasets["av1_1cam"]
-    assert train(root, "compressed_cache", sampler_seed=3, steps=1) != train(root, "compressed_cache", sampler_seed=4, steps=1)
+    assert (train(root, "compressed_cache", sampler_seed=3, steps=1)
+            != train(root, "compressed_cache", sampler_seed=4, steps=1))

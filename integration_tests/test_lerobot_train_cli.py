@@ -14,7 +14,8 @@ BIN = os.path.dirname(sys.executable)
 
 def lerobot_train(root, out, *extra, env_extra=None, steps=3):
     args = [os.path.join(BIN, "lerobot-train"), f"--dataset.repo_id={REPO}",
-            *([f"--dataset.root={root}"] if root is not None else []), "--policy.type=act", "--policy.pretrained_backbone_weights=null", "--policy.device=cpu",
+            *([f"--dataset.root={root}"] if root is not None else []), "--policy.type=act",
+            "--policy.pretrained_backbone_weights=null", "--policy.device=cpu",
             "--policy.push_to_hub=false", "--policy.dim_model=32", "--policy.n_heads=2",
             "--policy.dim_feedforward=64", "--policy.chunk_size=10", "--policy.n_action_steps=10",
             f"--steps={steps}", "--batch_size=4", "--num_workers=1", f"--save_freq={steps}", "--log_freq=1",
@@ -69,7 +70,7 @@ def test_eval_split_serves_both_splits(root, tmp_path):
     rc, log = lerobot_train(root, str(tmp_path / "split"), "--dataset.backend=compressed_cache",
                             "--dataset.eval_split=0.4")
     assert rc == 0, log[-3000:]
-    lines = [l for l in log.splitlines() if "lerobot data backend: compressed_cache" in l]
+    lines = [line for line in log.splitlines() if "lerobot data backend: compressed_cache" in line]
     assert len(lines) == 2, lines  # the train and eval datasets, not the unsplit one
 
 
@@ -119,7 +120,8 @@ def test_datapipe_feeds_the_training_loop_and_resumes(root, tmp_path):
     """Converted on first use into cache_dir; the loop's batches come from the pipeline (the cycle patch), and
     --resume continues at the sampler's offset (step 3 x batch 4 -> batch 3 of epoch 0)."""
     out, cache = str(tmp_path / "dp"), str(tmp_path / "shards")
-    rc, log = lerobot_train(root, out, "--dataset.backend=datapipe", f'--dataset.backend_kwargs={{"cache_dir": "{cache}"}}')
+    rc, log = lerobot_train(root, out, "--dataset.backend=datapipe",
+                            f'--dataset.backend_kwargs={{"cache_dir": "{cache}"}}')
     assert rc == 0, log[-3000:]
     assert "lerobot data backend: datapipe" in log and "starting at epoch 0 batch 0" in log, log[-3000:]
     assert f"convert {os.path.basename(root)}" in log  # converted on first use (progress bar)
@@ -196,7 +198,8 @@ def test_a_late_refusal_is_one_line_and_exit_status_1(root, tmp_path, discover):
 
 @pytest.mark.parametrize("backend, kwargs, message", [
     ("compressed_cache", {"cache_dir": "/proc/nope"}, "--dataset.backend_kwargs.cache_dir must be a directory you can "
-                                                      "write to: cannot create '/proc/nope' (No such file or directory)"),
+                                                      "write to: cannot create '/proc/nope' (No such file or "
+                                                      "directory)"),
     ("datapipe", {"shards": "/nonexistent/shards"}, "--dataset.backend_kwargs.shards must be a directory 'robo-loaders "
                                                     "convert' wrote (left out, the dataset is converted on first use "
                                                     "into the cache directory): '/nonexistent/shards' does not exist"),

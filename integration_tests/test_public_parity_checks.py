@@ -116,7 +116,7 @@ def plant_one_pixel(monkeypatch, case, camera: str, where: str) -> int:
         return ds
 
     monkeypatch.setattr(type(case), "build", build)
-    with pytest.raises(AssertionError, match="values differ \\(max abs diff 1.0\\)"):  # planted, one byte
+    with pytest.raises(AssertionError, match=r"values differ \(max abs diff 1\.0\)"):  # planted, one byte
         assert_same(case.build("compressed_cache", {})[target], native[target], "planted")
     return target
 

@@ -1,4 +1,5 @@
 """robo-loaders convert robomimic / verify: lossless, parallel, resumable, safe on a shared folder."""
+import contextlib
 import json
 import os
 import subprocess
@@ -50,13 +51,12 @@ def test_resume_after_a_killed_worker(tiny_hdf5, tmp_path, monkeypatch):
     out = str(tmp_path / "shards")
     with monkeypatch.context() as m:  # plan only: no unit converted, so nothing can be published
         m.setattr(units, "work", lambda *a, **k: 0)
-        try:
+        with contextlib.suppress(units.ShardError):
             convert_robomimic(tiny_hdf5, out, shard_bytes=100_000, progress=False)
-        except units.ShardError:
-            pass
     assert not os.path.exists(os.path.join(out, "index.json"))
     # a converter leases a unit and is killed before writing it
-    code = "import os, sys; from robo_loaders_plugin.storage.shards import manifest as u; u.lease(sys.argv[1]); os._exit(9)"
+    code = ("import os, sys; from robo_loaders_plugin.storage.shards import manifest as u; u.lease(sys.argv[1]); "
+            "os._exit(9)")
     assert subprocess.run([sys.executable, "-c", code, out]).returncode == 9
     m = json.load(open(os.path.join(out, "manifest.json")))
     assert [u["state"] for u in m["units"]].count("leased") == 1
@@ -141,4 +141,4 @@ def test_a_read_only_output_directory_is_one_line_naming_it(tiny_hdf5, tmp_path)
             assert log.strip().splitlines() == [f"error: {out}: cannot write the output directory (Read-only file "
                                                 "system); choose a directory you can write to, or fix its "
                                                 "permissions"] or \
-                "Permission denied" in log and f"error: {out}: cannot write the output directory" in log, log
+                ("Permission denied" in log and f"error: {out}: cannot write the output directory" in log), log

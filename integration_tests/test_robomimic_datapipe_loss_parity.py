@@ -119,7 +119,7 @@ def test_t_quantile():
 def test_datapipe_losses_within_native_shuffle_spread(native_runs, tiny_hdf5, tmp_path):
     assert np.all(native_runs[:, -1, 1] < native_runs[:, 0, 1] * 0.95)  # it trained
     runs = datapipe_runs(tiny_hdf5, tmp_path)
-    bad, t, crit = violations(native_runs, runs)
+    bad, t, _crit = violations(native_runs, runs)
     assert not bad, f"datapipe losses outside native's shuffle spread: {bad}\nt=\n{np.round(t, 2)}"
 
 
@@ -135,5 +135,5 @@ def test_with_replacement_within_native_replacement_spread(native_replacement_ru
 def test_check_fails_on_wrong_data(native_runs, tiny_hdf5, tmp_path):
     """Negative control: actions shuffled between the rows of each batch (observations and windows right, their
     pairing wrong) must fail the same check, in the later epochs at least, once native has learned the mapping."""
-    bad, t, crit = violations(native_runs, datapipe_runs(tiny_hdf5, tmp_path, wrong_actions=True))
+    bad, t, _crit = violations(native_runs, datapipe_runs(tiny_hdf5, tmp_path, wrong_actions=True))
     assert {e for e, loss, _, _ in bad if loss == "L2_Loss"} >= set(range(EPOCHS - 2, EPOCHS + 1)), np.round(t, 2)

@@ -111,7 +111,7 @@ def assert_pass_is_native(native, ds):
 
 def test_the_long_demos_are_stored_in_parts(long_hdf5, shards_dir):
     """What the rest of this file relies on: the conversion cut every demo's camera members into parts."""
-    native, ds = build(long_hdf5, COMBOS["bc_rnn_next_obs"], "datapipe", {"cache_dir": shards_dir})
+    _native, ds = build(long_hdf5, COMBOS["bc_rnn_next_obs"], "datapipe", {"cache_dir": shards_dir})
     reader = ShardReader(ds.location)
     with h5py.File(long_hdf5) as f:
         assert min(f[f"data/{d}/actions"].shape[0] for d in f["data"]) >= 300

@@ -1,6 +1,7 @@
 """compressed_cache options (cache_dir, max_memory) and clear errors on bad input, with real robomimic."""
 import glob
 import os
+import re
 import shutil
 
 import h5py
@@ -173,7 +174,8 @@ def test_unknown_backend_lists_registered_names(tiny_hdf5):
 
 @pytest.mark.parametrize("kwargs, match", [
     ({"codek": "lz4"}, "unknown option.*codek.*valid options.*codec"),
-    ({"level": "high"}, r"train.data_backend_kwargs.level must be an integer, got str 'high' \(backend 'compressed_cache'\)"),
+    ({"level": "high"},
+     r"train.data_backend_kwargs.level must be an integer, got str 'high' \(backend 'compressed_cache'\)"),
     ({"max_memory": True}, "max_memory"),
     ({"max_memory": "lots"}, "max_memory"),
     ({"codec": "brotli"}, "codec must be one of 'lz4hc', 'lz4', 'zstd', 'blosclz', got 'brotli'"),
@@ -250,7 +252,7 @@ def test_corrupt_hdf5(tiny_hdf5, tmp_path):
 
 def test_missing_file(tmp_path):
     cfg = make_config(str(tmp_path / "nope.hdf5"), backend="compressed_cache")
-    with pytest.raises(RoboLoadersError, match="nope.hdf5 does not exist"):
+    with pytest.raises(RoboLoadersError, match=re.escape("nope.hdf5 does not exist")):
         dataset_factory(cfg, obs_keys(cfg))
 
 

@@ -108,4 +108,4 @@ def test_workers_share_one_copy_and_give_native_batches(tiny_hdf5, ctx):
     got = batches(ours, num_workers=2, multiprocessing_context=ctx)
     assert len(ref) == len(got)
     for a, b in zip(got, ref):
-        assert_same_sample({k: v for k, v in a.items()}, b)
+        assert_same_sample(dict(a), b)

@@ -88,7 +88,8 @@ def test_robomimic_train_command_exit_status_and_retry_without_a_terminal(e2e_hd
     first = subprocess.run(cmd, capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL, timeout=600)
     assert first.returncode == 1 and "run failed with error" in first.stdout, (first.stdout + first.stderr)[-3000:]
     assert "exit status 1" in first.stderr and "Traceback" in first.stdout  # not the plugin's: robomimic's words
-    unwritable = write_config(tmp_path, e2e_hdf5, "compressed_cache", "retry", backend_kwargs={"cache_dir": "/proc/nope"})
+    unwritable = write_config(tmp_path, e2e_hdf5, "compressed_cache", "retry",
+                              backend_kwargs={"cache_dir": "/proc/nope"})
     again = subprocess.run(cmd[:-1] + [unwritable], capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL,
                            timeout=600)
     out = again.stdout + again.stderr
@@ -145,7 +146,8 @@ def test_null_backend_is_stock_robomimic(e2e_hdf5, tmp_path):
 
 def test_unknown_backend_fails_before_training(e2e_hdf5, tmp_path):
     cfg = write_config(tmp_path, e2e_hdf5, "compresed_cache", "typo")
-    rc, out = run([sys.executable, "-m", "robomimic.scripts.train", "--config", cfg])
+    # no exit status to check: robomimic's train script prints "run failed with error" and exits 0
+    _rc, out = run([sys.executable, "-m", "robomimic.scripts.train", "--config", cfg])
     assert "unknown data backend 'compresed_cache'" in out and "compressed_cache" in out and "native" in out
     assert "Train Epoch 1" not in out
 

@@ -203,10 +203,10 @@ def test_backends_refuse_the_other_kind_of_shards(tiny_hdf5, converted, tmp_path
     convert_robomimic(tiny_hdf5, lossless, progress=False)
     assert verify_robomimic(lossless, tiny_hdf5) == []
     cfg = make_config(tiny_hdf5, backend="datapipe", backend_kwargs={"shards": converted[0]}, seq_length=5)
-    with pytest.raises(BackendOptionError, match="lossy video.*data_backend='video_stream'"):
+    with pytest.raises(BackendOptionError, match=r"lossy video.*data_backend='video_stream'"):
         dataset_factory(cfg, obs_keys(cfg))
     cfg = make_config(tiny_hdf5, backend="video_stream", backend_kwargs={"source": lossless}, seq_length=5)
-    with pytest.raises(BackendOptionError, match="holds no video.*--frames h264"):
+    with pytest.raises(BackendOptionError, match=r"holds no video.*--frames h264"):
         dataset_factory(cfg, obs_keys(cfg))
     for kw, match in (({"decode_device": "cuda"}, "got 'cuda', which applies to lerobot only"),
                       ({"storage_options": {"anon": True}}, "storage_options: applies to lerobot only, not robomimic")):

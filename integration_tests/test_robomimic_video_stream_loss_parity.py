@@ -10,8 +10,8 @@ order alone causes; the mean of M video_stream runs must lie within the two-samp
 error). The negative control (actions shuffled between the rows of each batch) must fail the same check.
 
 The model sees the frames: a small conv encoder (ShallowConv + spatial softmax) on both 16x16 cameras next to the
-end-effector and object state, so a decoding error that changes what the encoder sees (another episode's frames, a shifted
-segment) changes the loss curves.
+end-effector and object state, so a decoding error that changes what the encoder sees (another episode's frames, a
+shifted segment) changes the loss curves.
 """
 import contextlib
 import io

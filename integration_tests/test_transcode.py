@@ -6,6 +6,7 @@ unfinished files; HEVC, sampled PSNR and the floor; the refusals."""
 import contextlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -179,7 +180,7 @@ def test_a_killed_transcode_is_resumed_redoing_only_the_unfinished_files(source,
     names = [u["episodes"][0] for u in units]
     assert os.path.exists(os.path.join(out, names[2] + tc.TMP_SUFFIX))  # the half-done file, never renamed
     assert not os.path.exists(os.path.join(out, names[2])) and not os.path.exists(os.path.join(out, names[3]))
-    with pytest.raises(SourceError, match="meta/info.json not found"):  # a partial OUT is not a dataset
+    with pytest.raises(SourceError, match=re.escape("meta/info.json not found")):  # a partial OUT is not a dataset
         LeRobotV3(out)
     kept = {n: (os.stat(os.path.join(out, n)).st_ino, os.stat(os.path.join(out, n)).st_mtime_ns) for n in names[:2]}
 
@@ -307,7 +308,7 @@ def test_refusals(source, transcoded, tmp_path, monkeypatch):
     info = json.load(open(old / "meta" / "info.json"))
     info["codebase_version"] = "v2.1"
     (old / "meta" / "info.json").write_text(json.dumps(info))
-    with pytest.raises(SourceError, match="a LeRobot v2.1 dataset; transcode reads the v3.0 format"):
+    with pytest.raises(SourceError, match=re.escape("a LeRobot v2.1 dataset; transcode reads the v3.0 format")):
         tc.transcode(str(old), str(tmp_path / "o2"), progress=False)
     # frames too narrow for libx265 (which would abort the process): refused before anything is written
     narrow = tmp_path / "narrow"

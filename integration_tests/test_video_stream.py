@@ -228,7 +228,8 @@ def test_local_cache_dir_from_s3_items_equal_and_a_second_run_reads_no_video_byt
     nat = native(root, "diffusion")
     cache = tmp_path / "cache"
     with S3Server(root) as s3:
-        first = serve("video_stream", nat, source=s3.url, storage_options=s3.storage_options, local_cache_dir=str(cache))
+        first = serve("video_stream", nat, source=s3.url, storage_options=s3.storage_options,
+                      local_cache_dir=str(cache))
         assert "videos copied whole into" in first.serving.summary
         batches = one_pass(first, nat)
         assert sum(len(b["index"]) for b in batches) == len(nat)
@@ -363,7 +364,7 @@ def test_mirrored_tables_are_checked_by_their_own_sha256_and_downloaded_again(tw
         assert not logs and os.stat(copy).st_ino == stat.st_ino and os.stat(copy).st_mtime_ns == stat.st_mtime_ns
         assert not os.path.exists(os.path.join(local, "data", "chunk-000", "file-000.parquet.lock"))  # records apart
 
-        offset, good, bad = flip_a_bit_that_changes_a_value(copy)
+        _offset, good, bad = flip_a_bit_that_changes_a_value(copy)
         assert os.path.getsize(copy) == os.path.getsize(original) and good != bad  # the attack: readable, wrong
         mirrored()
         assert len(logs) == 1 and f"{s3.url}/{rel}: the local copy's SHA-256 differs from the one recorded" in logs[0] \

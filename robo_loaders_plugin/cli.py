@@ -221,7 +221,8 @@ def sample_data_lerobot(out, repo_id, episodes, min_length, max_length, cameras,
         raise click.BadParameter(f"--min-length {min_length} > --max-length {max_length}")
     lengths = np.random.default_rng(seed).integers(min_length, max_length + 1, size=episodes).tolist()
     if writer == "fast" and codec == "png":
-        raise click.BadParameter("--writer fast writes video cameras: choose --codec h264 or av1", param_hint="--writer")
+        raise click.BadParameter("--writer fast writes video cameras: choose --codec h264 or av1",
+                                 param_hint="--writer")
     if writer == "fast" and stream_encode:
         raise click.BadParameter("--stream-encode is LeRobot's writer's option (the fast writer always encodes "
                                  "from memory): drop it or use --writer lerobot", param_hint="--stream-encode")
@@ -627,7 +628,8 @@ def cache_list(cache_dir):
     entries = cache.entries(root)
     rows = [[e.name, format_bytes(e.nbytes()), datetime.datetime.fromtimestamp(e.last_used()).isoformat(" ", "seconds"),
              "yes" if e.in_use() else ""] for e in entries]
-    click.echo(f"{root} (limit {cache.ENV_SIZE}={format_bytes(cache.size_limit() or 0) if cache.size_limit() else 'none'})")
+    limit = format_bytes(cache.size_limit() or 0) if cache.size_limit() else "none"
+    click.echo(f"{root} (limit {cache.ENV_SIZE}={limit})")
     click.echo(tabulate(rows, headers=["entry", "size", "last used", "in use"]) if rows else "(empty)")
 
 

@@ -44,7 +44,7 @@ def video_checks() -> list[Check]:
         from torchcodec.decoders import VideoDecoder  # noqa: F401  (loads FFmpeg's libraries)
 
         rows = [Check(f"torchcodec {torchcodec.__version__} with FFmpeg", True, "decodes LeRobot videos on the CPU")]
-    except Exception as exc:  # ImportError, or RuntimeError/OSError when FFmpeg's libraries are missing
+    except Exception as exc:  # noqa: BLE001 - ImportError, or RuntimeError/OSError when FFmpeg's libraries are missing
         return [Check("torchcodec with FFmpeg", False, f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}; "
                       "LeRobot video datasets need it (apt-get install ffmpeg)", required=False)]
     import torch

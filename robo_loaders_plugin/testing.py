@@ -29,7 +29,8 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
@@ -183,10 +184,12 @@ def _array(x) -> np.ndarray:
 
 
 def _lossy(path: str, min_psnr: Mapping[str, float] | None) -> float | None:
+    """The PSNR floor of the field at ``path``: a name matches the whole path or its last components, never part of
+    a component (``agentview_image`` must not also excuse ``obs/my_agentview_image`` from the byte comparison)."""
     if not min_psnr:
         return None
     for name, db in min_psnr.items():
-        if path == name or path.endswith("/" + name) or path.endswith(name):
+        if path == name or path.endswith(f"/{name}"):
             return float(db)
     return None
 
@@ -408,11 +411,13 @@ def assert_same_pass(case, backend: str, options: Mapping | None = None, *, batc
     """
     import torch
 
-    from robo_loaders_plugin.core.iteration import built_by, pass_batches
-    from robo_loaders_plugin.core.spec import BATCH
+    from robo_loaders_plugin.core.iteration import Built, SamplingPlan, built_by, pass_batches
+    from robo_loaders_plugin.core.spec import BATCH, SAMPLE
 
     native, ours = case.native(), case.build(backend, options)
-    kind = built_by(ours).kind
+    built = built_by(ours)
+    kind = SAMPLE if built is None else built.kind  # not recorded: served as a plain sample dataset
+    sampling_plan: Callable[[Any, Built], SamplingPlan]
     if case.framework == "robomimic":
         from robo_loaders_plugin.robomimic.integration import sampling_plan
 

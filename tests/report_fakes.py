@@ -45,7 +45,8 @@ def bench_payload(framework="robomimic", labels=("native:low_dim", "native:all",
 
 
 def training_payload(framework="robomimic", labels=("native:low_dim", "compressed_cache", "datapipe")):
-    """The shape the training benchmark (benchmarks/harness/train/) writes (``benchmark: training``): per-epoch step times, launch to end of epoch 1."""
+    """The shape the training benchmark (benchmarks/harness/train/) writes (``benchmark: training``): per-epoch step
+    times, launch to end of epoch 1."""
     from robo_loaders_plugin.bench.report import add_ratios
 
     rows = []

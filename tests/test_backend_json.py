@@ -1,4 +1,6 @@
 """One parser for backend options typed on a command line: a JSON object, one line naming the flag otherwise."""
+import re
+
 import click
 import pytest
 
@@ -29,7 +31,8 @@ def test_anything_else_is_one_line_naming_the_flag(text, why):
 
 
 def test_pairs_and_the_click_callback():
-    with pytest.raises(BackendOptionError, match="expected BACKEND='{json}'"):
+    with pytest.raises(BackendOptionError, match=re.escape("expected BACKEND='{json}'")):
         parse_backend_pairs(["compressed_cache"], "--backend-kwargs")
-    with pytest.raises(click.BadParameter, match="--backend-kwargs 'x={a:1}': options must be a JSON object"):
+    with pytest.raises(click.BadParameter,
+                       match=re.escape("--backend-kwargs 'x={a:1}': options must be a JSON object")):
         click_backend_pairs(None, None, ["x={a:1}"])

@@ -158,18 +158,18 @@ def test_obtain_reuses_rebuilds_on_change_and_retires_the_old_copy(tmp_path):
     assert not reused and len(built) == 1
     e1b, h1b, reused, _ = _obtain(root, "a", "v1", built)
     assert reused and e1b.name == e1.name and len(built) == 1
-    e2, h2, reused, _ = _obtain(root, "a", "v2", built)  # the source changed
+    e2, _h2, reused, _ = _obtain(root, "a", "v2", built)  # the source changed
     assert not reused and e2.name != e1.name
     assert os.path.exists(e1.path)  # still in use (h1, h1b): kept
     del h1, h1b
-    eb, hb, *_ = _obtain(root, "b", "v1", built)  # another source and key: not a sibling of 'a'
+    eb, _hb, *_ = _obtain(root, "b", "v1", built)  # another source and key: not a sibling of 'a'
     assert cache.retire_siblings(e2) == [e1.path] and not os.path.exists(e1.path)
     assert sorted(e.name for e in cache.entries(root)) == sorted([e2.name, eb.name])
 
 
 def test_prune_keeps_entries_in_use_and_removes_least_recently_used(tmp_path):
     root, built = cache.cache_root(str(tmp_path)), []
-    ea, ha, *_ = _obtain(root, "a", "v", built)
+    ea, _ha, *_ = _obtain(root, "a", "v", built)
     eb, hb, *_ = _obtain(root, "b", "v", built)
     ec, hc, *_ = _obtain(root, "c", "v", built)
     del hb, hc
@@ -203,9 +203,9 @@ def test_a_second_builder_waits_for_the_first_then_times_out_clearly(tmp_path, m
         assert p.stdout.readline().strip() == "building"
         monkeypatch.setenv("ROBO_LOADERS_LOCK_TIMEOUT", "1")
         with pytest.raises(cache.CacheError, match=r"timed out after 1 s waiting for pid \d+ .*kind-x-y.*"
-                                                   r"ROBO_LOADERS_LOCK_TIMEOUT"):
-            with cache.Entry(root, "kind-x-y").building("test"):
-                pass
+                                                   r"ROBO_LOADERS_LOCK_TIMEOUT"), \
+                cache.Entry(root, "kind-x-y").building("test"):
+            pass
     finally:
         p.kill()
         p.wait()
@@ -239,12 +239,12 @@ def test_a_failed_build_leaves_no_lock_file(tmp_path):
     with pytest.raises(RuntimeError, match="unreadable"):
         cache.obtain(root, "kind", {"src": "a"}, lambda recorded: fp, lambda p: None, lambda p: True, failing, "t")
     assert _lock_files(root) == [] and cache.entries(root) == []
-    entry, holder, reused, _ = _obtain(root, "a", "v1", built)  # the retry
+    entry, _holder, reused, _ = _obtain(root, "a", "v1", built)  # the retry
     assert not reused and built == [entry.path]
     assert _lock_files(root) == [f"{entry.name}.build", f"{entry.name}.use"]  # a built entry keeps its locks
-    with pytest.raises(KeyboardInterrupt):  # an entry that exists keeps its build lock whatever happens
-        with entry.building("t"):
-            raise KeyboardInterrupt
+    # an entry that exists keeps its build lock whatever happens
+    with pytest.raises(KeyboardInterrupt), entry.building("t"):
+        raise KeyboardInterrupt
     assert f"{entry.name}.build" in _lock_files(root)
 
 
@@ -300,7 +300,7 @@ def test_a_failed_build_removes_its_lock_while_others_wait_and_one_of_them_build
     assert results == ["built", "failed: first build fails", "reused"], outs
     spans = {}
     for line in open(log).read().splitlines():
-        what, pid, t, *rest = line.split()
+        _what, pid, t, *_rest = line.split()
         spans.setdefault(pid, []).append(float(t))
     intervals = sorted(spans.values())
     assert len(intervals) == 2 and intervals[0][1] <= intervals[1][0], intervals  # one builder at a time

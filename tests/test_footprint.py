@@ -30,7 +30,8 @@ def test_a_footprint_that_fits_passes_and_each_resource_that_does_not_is_named_w
                option_prefix="p")
     cases = [
         (Footprint(host_bytes=19 * GB), {}, r"host RAM: needs 19\.0 GB, 20\.0 GB available \(at most 90% = 18\.0 GB"),
-        (Footprint(shm_bytes=19 * GB), {"host": 50 * GB}, r"RAM files \(/dev/shm\): needs 19\.0 GB, 20\.0 GB available"),
+        (Footprint(shm_bytes=19 * GB), {"host": 50 * GB},
+         r"RAM files \(/dev/shm\): needs 19\.0 GB, 20\.0 GB available"),
         (Footprint(disk_bytes=46 * GB, disk_dir="/data/cache"), {}, r"disk \(/data/cache\): needs 46\.0 GB, 50\.0 GB"),
         (Footprint(device_bytes=GB), {}, r"GPU memory \(no CUDA device\): needs 1\.0 GB, 0 B available"),
     ]
@@ -155,7 +156,7 @@ def test_a_disk_holding_the_estimate_but_not_incompressible_frames_is_warned_abo
     s = size()  # 1.0 GB of frames: ~0.67 GB estimated at 1.5:1
     for free, warned in ((0.9 * GB, True), (2 * GB, False)):  # the control: room for frames stored raw
         monkeypatch.setattr(Available, "measure", classmethod(lambda cls, disk_dir=None, **k: Available(
-            host_bytes=GB, disk_bytes=int(free), disk_dir=disk_dir)))
+            host_bytes=GB, disk_bytes=int(free), disk_dir=disk_dir)))  # noqa: B023 (called in this pass only)
         check_conversion_disk(s, str(tmp_path), video=False, command="robo-loaders convert lerobot")
         out = capsys.readouterr().out
         assert ("has room for the estimate (667.0 MB at 1.5:1) but not for frames that do not compress (1.0 GB"

@@ -62,7 +62,8 @@ def test_ranks_split_a_pass_disjointly_with_equal_batch_counts(world_size, shuff
     assert np.array_equal(again, shares[1])  # a function of (seed, pass, rank): ranks agree without talking
     nodes = [BatchPlanNode(COUNTS, 4, False, 4, 2, shuffle, replacement, r, world_size) for r in range(world_size)]
     assert len({n.num_batches() for n in nodes}) == 1
-    assert nodes[0].num_batches() == -(-(-(-sum(COUNTS) // 4)) // world_size)  # LeRobot's compute_sampler_state
+    batches = -(-sum(COUNTS) // 4)
+    assert nodes[0].num_batches() == -(-batches // world_size)  # LeRobot's compute_sampler_state
 
 
 def test_plan_node_batches_seek_and_state():
@@ -235,7 +236,8 @@ def test_a_pass_is_fitted_to_the_episode_cache_with_the_units_entering_while_bat
     two = _fit(counts, capacity=27, shuffle=13, batch=64, threads=2)
     assert two.shuffle_buffer + two.entering + two.ahead <= 27 and two.entering < use.entering
     assert "shuffle buffer" in use.note and "(not 13)" in use.note and not capsys.readouterr().out
-    given = _fit(counts, capacity=27, shuffle=13, given=True, batch=64, threads=4)  # the user's buffer is kept, with a warning
+    # the user's buffer is kept, with a warning
+    given = _fit(counts, capacity=27, shuffle=13, given=True, batch=64, threads=4)
     assert given.shuffle_buffer == 13 and given.ahead == 0
     out = capsys.readouterr().out
     assert "units will be loaded more than once" in out and "--dataset.backend_kwargs.cache_memory" in out

@@ -185,7 +185,7 @@ def test_no_print_in_runtime_code_but_the_command_lines_output():
             with open(path) as f:
                 tree = ast.parse(f.read(), path)
             for scope, line in writes_to_the_terminal(tree):
-                keys = [k for k in ALLOWED if rel.startswith(k) and k.endswith("/") or k in (rel, f"{rel}:{scope}")]
+                keys = [k for k in ALLOWED if (rel.startswith(k) and k.endswith("/")) or k in (rel, f"{rel}:{scope}")]
                 if keys:
                     used.update(keys)
                 else:

@@ -2,6 +2,7 @@
 (sources/remote_blocks.py)."""
 import threading
 import time
+from typing import ClassVar
 
 import pytest
 
@@ -52,7 +53,11 @@ def test_a_failed_load_reaches_its_caller_and_a_waiting_thread_loads_again():
 
     cache = LoadOnceLRU(load, capacity=4)
     waiter_got = []
-    first = threading.Thread(target=lambda: pytest.raises(OSError, cache.get, ("file", 0)))
+    def first_get():
+        with pytest.raises(OSError):
+            cache.get(("file", 0))
+
+    first = threading.Thread(target=first_get)
     first.start()
     started.wait()
     waiter = threading.Thread(target=lambda: waiter_got.append(cache.get(("file", 0))))
@@ -66,7 +71,7 @@ def test_the_remote_block_cache_fetches_each_block_once_and_counts_its_bytes():
     from robo_loaders_plugin.sources.remote_blocks import BlockCache
 
     class FS:
-        reads = []
+        reads: ClassVar[list] = []
 
         def size(self, path):
             return 10

@@ -52,6 +52,7 @@ def test_option_describes_itself():
     # machine-readable too (robo-loaders list --json): JSON types, choices, a size converted to bytes, per_host
     size = Option((float, str), None, "s", convert=to_bytes, per_host=True)
     assert size.as_dict()["types"] == ["number", "string"] and size.as_dict()["converted_to"] == "bytes"
-    assert size.as_dict()["per_host"] is True and Option(str, "a", choices=("a", "b")).as_dict()["choices"] == ["a", "b"]
+    assert size.as_dict()["per_host"] is True
+    assert Option(str, "a", choices=("a", "b")).as_dict()["choices"] == ["a", "b"]
     assert opt.validate(3, "robomimic") is None and "got 10" in opt.validate(10, "robomimic")
     assert "got true" not in (opt.validate(True, "robomimic") or "") and opt.validate(True, "robomimic")

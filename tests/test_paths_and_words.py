@@ -109,7 +109,8 @@ def test_the_cache_root_is_probed(tmp_path):
 # -- item 6: one line for the plugin's errors, tracebacks for everything else ------------------------------------
 def test_one_line_keeps_a_workers_own_message():
     worker = RuntimeError("Caught SourceError in DataLoader worker process 0.\nOriginal Traceback (most recent call "
-                          "last):\n  File \"x.py\", line 1, in f\n    g()\nrobo_loaders_plugin.core.errors.SourceError: "
+                          "last):\n  File \"x.py\", line 1, in f\n    g()\n"
+                          "robo_loaders_plugin.core.errors.SourceError: "
                           "/data/x.hdf5: demo_3 is broken\n")
     assert one_line(worker) == "/data/x.hdf5: demo_3 is broken"
     assert one_line(ValueError("a\nb")) == "a b"

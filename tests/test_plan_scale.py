@@ -252,7 +252,7 @@ def test_guard_store_blob_bounds_run_no_python_per_frame(tmp_path):
     for e in range(episodes):
         writer.add_episode(f"e{e}", {"img": np.full((per, 4, 4, 3), e, np.uint8)}, compressed={"img"})
     store = EpisodeStore(writer.finish({}))
-    starts, ends = store.blob_bounds("img")
+    starts, _ends = store.blob_bounds("img")
     assert len(starts) == frames and python_lines(store.blob_bounds, "img") < frames // 10
 
 

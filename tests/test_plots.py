@@ -99,8 +99,8 @@ def test_one_colour_per_backend_in_every_figure_and_tagged_runs_are_not_plotted(
     assert plots.color_of("video_stream") == plots.KNOWN_COLORS["video_stream"]
     assert plots.color_of("gpu_resampler#third") == plots.color_of("gpu_resampler")
     assert plots.color_of("my_backend") == plots.color_of("my_backend") in plots.OTHER_COLORS
-    assert len(set(plots.KNOWN_COLORS[b] for b in ("native", "compressed_cache", "datapipe", "gpu_resampler",
-                                                   "video_stream"))) == 5
+    assert len({plots.KNOWN_COLORS[b] for b in ("native", "compressed_cache", "datapipe", "gpu_resampler",
+                                                   "video_stream")}) == 5
     payload = load_result(os.path.join(RESULTS, "robomimic_lift_w2.json"))
     assert any("#" in r["backend"] for r in payload["results"])
     for plot in (plots.plot_throughput, plots.plot_memory, plots.plot_startup):

@@ -137,7 +137,8 @@ def test_a_builder_killed_mid_build_is_replaced_by_a_waiting_process(ram, tmp_pa
     try:
         assert line(builder) == "building"
         waiter = user("plain", src, log)
-        assert line(waiter, logs=True).startswith(f"[robo-loaders] waiting for pid {builder.pid} on ")  # says whom it waits for
+        # says whom it waits for
+        assert line(waiter, logs=True).startswith(f"[robo-loaders] waiting for pid {builder.pid} on ")
         assert line(waiter, timeout=2) is None  # waits for the build, does not build a second copy
         assert any(".tmp-" in n for n in files(shm))
         builder.send_signal(signal.SIGKILL)
@@ -152,7 +153,7 @@ def test_a_builder_killed_mid_build_is_replaced_by_a_waiting_process(ram, tmp_pa
 
 
 def test_waiting_for_a_build_times_out_with_a_clear_error(ram, monkeypatch):
-    shm, src = ram
+    _shm, src = ram
     builder = user("mid-build", src)
     try:
         assert line(builder) == "building"
@@ -207,7 +208,7 @@ def test_a_shared_cache_larger_than_a_second_runs_max_memory_is_refused_not_used
 
 
 def test_a_damaged_shared_copy_is_rebuilt_not_served(ram):
-    shm, src = ram
+    _shm, src = ram
     first = user("plain", src)
     try:
         path = line(first).split()[0]
@@ -272,7 +273,7 @@ def test_a_ram_directory_not_private_to_the_user_is_refused(ram):
     shm, src = ram
     os.mkdir(root_of(shm), 0o755)
     os.chmod(root_of(shm), 0o755)
-    with pytest.raises(StoreError, match="mode 0700.*cache_dir"):
+    with pytest.raises(StoreError, match=r"mode 0700.*cache_dir"):
         open_ram(src)
 
 
@@ -430,7 +431,8 @@ def test_full_dev_shm_points_at_cache_dir_and_shm_size(monkeypatch):
     with pytest.raises(StoreError) as e:
         small_store(path, n=20)  # the writer removes its own partial file, whatever its caller does
     msg = str(e.value)
-    assert f"{root} is full" in msg and "/dev/shm is RAM" in msg and "64 MB" in msg and "--shm-size" in msg and "cache_dir" in msg
+    assert f"{root} is full" in msg and "/dev/shm is RAM" in msg and "64 MB" in msg
+    assert "--shm-size" in msg and "cache_dir" in msg
     assert not [p for p in os.listdir(root) if p.startswith(os.path.basename(path))]
 
 

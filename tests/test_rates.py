@@ -38,7 +38,8 @@ def reference_value(x: np.ndarray, p: float, mode: str):
     """x at recorded-step position p (within the episode), by hand."""
     if mode == "linear":
         flat = x.reshape(len(x), -1)
-        return np.array([np.interp(p, np.arange(len(x)), flat[:, d]) for d in range(flat.shape[1])]).reshape(x.shape[1:])
+        at = np.arange(len(x))
+        return np.array([np.interp(p, at, flat[:, d]) for d in range(flat.shape[1])]).reshape(x.shape[1:])
     if mode == "previous":
         return x[int(np.floor(p + 1e-6))]
     return x[min(int(np.floor(p + 0.5 + 1e-6)), len(x) - 1)]
@@ -62,7 +63,8 @@ def test_robomimic_windows_at_a_target_rate_equal_the_resampled_reference(rate, 
     w = rm.SequenceWindows(lengths, opts, rate)
     modes = {f"obs/{k}": m for k, m in MODES.items()}
     batch = rm.collate(frames, w, np.arange(len(w)), modes=modes)
-    resampled = [{k: np.stack([reference_value(e[k], j * rate, MODES[k]) for j in range(resampled_length(len(e["pos"]), rate))])
+    resampled = [{k: np.stack([reference_value(e[k], j * rate, MODES[k])
+                               for j in range(resampled_length(len(e["pos"]), rate))])
                   for k in MODES} for e in episodes]
     i = 0
     for d, e in enumerate(resampled):
@@ -103,7 +105,7 @@ def test_lerobot_fractional_offsets_equal_the_reference_with_edges_and_pads(offs
     rowmap = lr.RowMap([9, 6])
     abs_index = np.concatenate([np.arange(100, 109), np.arange(300, 306)])
     start = np.array([100] * 9 + [300] * 6)
-    w = lr.DeltaWindows(abs_index, start, start + np.array([9] * 9 + [6] * 6), {k: offsets for k in MODES})
+    w = lr.DeltaWindows(abs_index, start, start + np.array([9] * 9 + [6] * 6), dict.fromkeys(MODES, offsets))
     idx = np.arange(15)
     rows, pad = w.locate(idx)
     for key, mode in MODES.items():

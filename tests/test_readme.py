@@ -2,9 +2,9 @@
 
 Why: every figure in README.md and docs/benchmarks.md is generated from ``benchmarks/results/*.json`` between
 ``robo-loaders:table`` markers (``benchmarks/harness/readme_tables.py``); a result re-run without regenerating the
-tables, or a table edited by hand, would make the documents claim numbers no committed file holds. Docs also move and get renamed, so
-every relative link must still lead to a file (and the README's own anchors to a heading). The README is the front
-door: it stays short, with the rest in docs/.
+tables, or a table edited by hand, would make the documents claim numbers no committed file holds. Docs also move and
+get renamed, so every relative link must still lead to a file (and the README's own anchors to a heading). The README
+is the front door: it stays short, with the rest in docs/.
 """
 import glob
 import os
@@ -105,7 +105,8 @@ def test_a_stale_table_is_detected(tmp_path):
 def test_readme_is_short():
     with open(README) as f:
         size = len(f.read())
-    assert size <= README_MAX_CHARS, f"README.md has {size} characters (at most {README_MAX_CHARS}): move detail to docs/"
+    assert size <= README_MAX_CHARS, \
+        f"README.md has {size} characters (at most {README_MAX_CHARS}): move detail to docs/"
 
 
 def test_readme_links_and_anchors_lead_somewhere():

@@ -36,7 +36,8 @@ def test_report_cmd_usage(tmp_path):
     usage = "Usage: robo-loaders report --out DIR [OPTIONS] RESULTS..."
     bench = dump(tmp_path / "b.json", bench_payload(epochs=False))
     r = CliRunner().invoke(report_cmd, [], prog_name="robo-loaders report")
-    assert r.exit_code == 2 and r.output.splitlines()[0] == usage and "Error: Missing argument 'RESULTS...'." in r.output
+    assert r.exit_code == 2 and r.output.splitlines()[0] == usage
+    assert "Error: Missing argument 'RESULTS...'." in r.output
     r = CliRunner().invoke(report_cmd, [bench])
     assert r.exit_code == 2 and "Error: Missing option '--out'." in r.output
     r = CliRunner().invoke(report_cmd, ["--help"], prog_name="robo-loaders report")

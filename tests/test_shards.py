@@ -2,6 +2,7 @@
 import io
 import json
 import os
+import re
 import tarfile
 
 import numpy as np
@@ -83,7 +84,8 @@ def test_hostile_index_is_refused(tmp_path):
     index = json.loads((tmp_path / "index.json").read_text())
     index["shards"][0]["name"] = "../../etc/passwd"
     (tmp_path / "index.json").write_text(json.dumps(index))
-    with pytest.raises(ShardError, match="index.json: checksum mismatch"):  # an edited index is refused as such
+    # an edited index is refused as such
+    with pytest.raises(ShardError, match=re.escape("index.json: checksum mismatch")):
         ShardReader(str(tmp_path))
     rewrite_index(tmp_path, index)
     with pytest.raises(ShardError, match="outside the dataset directory"):
@@ -105,8 +107,8 @@ def test_bad_names_pickle_and_incomplete_output(tmp_path):
         w.add_episode("ep", {"a": np.array([object()] * 3)})
     w.add_episode("ep", {"a": np.zeros(3)})
     w.abort()  # interrupted: nothing published
-    assert not [f for f in os.listdir(tmp_path / "shards")]
-    with pytest.raises(ShardError, match="index.json is missing"):
+    assert not os.listdir(tmp_path / "shards")
+    with pytest.raises(ShardError, match=re.escape("index.json is missing")):
         ShardReader(str(tmp_path))
 
 
@@ -131,5 +133,5 @@ def test_the_reader_keeps_index_members_compactly_and_reads_them_as_written(tmp_
     assert [dict(e["members"].items()) for e in copy.episodes] == [e["members"] for e in index["episodes"]]
     assert copy.read_episode(2)[1]["actions"].tobytes() == r.read_episode(2)[1]["actions"].tobytes()
     r.episodes[1]["members"]._locs[0, 0] += 512  # the first member's offset, one tar block off
-    with pytest.raises(ShardError, match="index.json points at bytes that are not this member's"):
+    with pytest.raises(ShardError, match=re.escape("index.json points at bytes that are not this member's")):
         r.read_episode(1)

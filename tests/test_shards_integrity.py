@@ -115,8 +115,8 @@ def test_members_swapped_with_a_recomputed_checksum_are_refused_by_their_tar_hea
     for decode in (True, False):
         with pytest.raises(ShardError, match=pattern):
             r.read_episode(0, decode_frames=decode)
-    with pytest.raises(ShardError, match="'demo_1.actions.npy' of episode 'demo_1': the tar header before its data "
-                                         "names 'demo_0.actions.npy'"):
+    with pytest.raises(ShardError, match=re.escape("'demo_1.actions.npy' of episode 'demo_1': the tar header before "
+                                                   "its data names 'demo_0.actions.npy'")):
         r.read_episode(1, fields=["actions"])
     assert r.read_episode(0, fields=["dones"])[1]["dones"].tobytes() == data["demo_0"]["dones"].tobytes()
     assert r.read_episode(2)[1]["actions"].tobytes() == data["demo_2"]["actions"].tobytes()
@@ -127,7 +127,7 @@ def test_members_swapped_with_a_recomputed_checksum_are_refused_by_their_tar_hea
     a = index["episodes"][2]["members"]
     a["demo_2.actions.npy"], a["demo_2.dones.npy"] = a["demo_2.dones.npy"], a["demo_2.actions.npy"]
     rewrite_index(tmp_path, index)
-    with pytest.raises(ShardError, match="names 'demo_2.dones.npy'"):
+    with pytest.raises(ShardError, match=re.escape("names 'demo_2.dones.npy'")):
         ShardReader(str(tmp_path)).read_episode(2)
 
 
@@ -135,7 +135,7 @@ def test_a_damaged_tar_header_or_a_long_member_name(tmp_path):
     """A flipped bit in a member's tar header fails its checksum; a member name over the ustar field's 100
     characters (the full name is in the PAX header) still reads."""
     write(tmp_path)
-    shard, member, loc = location(tmp_path, "demo_1", "actions.npy")
+    shard, _member, loc = location(tmp_path, "demo_1", "actions.npy")
     flip_bits(shard, loc["offset"] - 512 + 130)  # inside the header's size field
     with pytest.raises(ShardError, match=r"'demo_1.actions.npy' of episode 'demo_1': the 512 bytes before its "
                                          r"data are not a valid tar header \(checksum\)"):
@@ -159,7 +159,7 @@ def test_overlapping_members_are_reported(tmp_path):
                                          crc32=zlib.crc32(shard_bytes[frames["offset"]:frames["offset"] + half]))
     rewrite_index(tmp_path, index)
     r = ShardReader(str(tmp_path))
-    with pytest.raises(ShardError, match="actions.npy"):
+    with pytest.raises(ShardError, match=re.escape("actions.npy")):
         r.read_episode(0)
     problems = r.verify()
     assert any("'demo_0.actions.npy' and 'demo_0.obs~cam.frames' overlap" in p
@@ -184,7 +184,7 @@ def test_episodes_must_be_those_the_metadata_lists(tmp_path, metadata):
     w = ShardWriter(str(tmp_path / "b"), FrameCodec(), metadata)
     for name, fields in list(episodes())[:4]:
         w.add_episode(name, fields, {"obs/cam"})
-    with pytest.raises(ShardError, match="cannot publish.*demo_4"):
+    with pytest.raises(ShardError, match=r"cannot publish.*demo_4"):
         w.close()
     assert not (tmp_path / "b" / "index.json").exists()
 
@@ -371,7 +371,7 @@ def test_any_malformed_index_value_is_a_shard_error_never_a_crash(tmp_path):
     good = json.loads((tmp_path / "good" / "index.json").read_text())
     paths = [p for p, _ in json_paths(good) if p and p[0] != "checksum"]
     rng = np.random.default_rng(0)
-    for trial in range(400):
+    for _ in range(400):
         doc = json.loads(json.dumps(good))
         path = paths[rng.integers(len(paths))]
         target = doc
@@ -492,9 +492,9 @@ def test_parts_that_are_not_increasing_bounds_are_refused(tmp_path, small_parts,
     w.add_episode("demo_0", fields, {"obs/cam"})
     w.close()
     r = ShardReader(str(tmp_path))
-    with pytest.raises(ShardError, match="parts .* are not increasing row boundaries|members .* differ"):
+    with pytest.raises(ShardError, match=r"parts .* are not increasing row boundaries|members .* differ"):
         r.read_episode(0)
-    with pytest.raises(ShardError, match="parts .* are not increasing row boundaries|members .* differ"):
+    with pytest.raises(ShardError, match=r"parts .* are not increasing row boundaries|members .* differ"):
         r.read_frame_rows(0, 0, 3, ["obs/cam"])
 
 

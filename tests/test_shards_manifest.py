@@ -218,7 +218,7 @@ def test_publish_refuses_duplicates_and_missing_shards(tmp_path):
     shards = [s for u in done for s in u["shards"]]
     with pytest.raises(ShardError, match=r"cannot publish: episode\(s\) \['demo_0'\] would be listed twice"):
         publish(str(tmp_path), eps + eps[:1], shards, CODEC, {})
-    with pytest.raises(ShardError, match="cannot publish: .*not in index.json.*demo_5"):
+    with pytest.raises(ShardError, match=r"cannot publish: .*not in index.json.*demo_5"):
         publish(str(tmp_path), eps[:-1], shards, CODEC, META)
     with pytest.raises(ShardError, match="twice"):
         manifest.plan(str(tmp_path / "b"), "fp", [["a", "b"], ["b"]], {})
@@ -245,7 +245,8 @@ def test_a_full_disk_is_a_clear_error_and_leaves_no_temporary_file(tmp_path, mon
     monkeypatch.setattr(writer_module, "open", open_on_full_disk, raising=False)
     w = ShardWriter(str(tmp_path), CODEC, {}, shard_bytes=10**9)
     with pytest.raises(ShardError, match=rf"{tmp_path}: No space left on device while writing episode demo_\d \(.* "
-                                         r"free; the shard being written needs at least .*\).*run the same command again"):
+                                         r"free; the shard being written needs at least .*\)"
+                                         r".*run the same command again"):
         for name, fields in episodes():
             w.add_episode(name, fields, {"obs/cam"})
     assert not temporaries(tmp_path)

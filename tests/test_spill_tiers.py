@@ -1,6 +1,8 @@
 """Spill paths on the CPU with small budgets: gpu_resampler's tiers (TieredFrames: host raw, host compressed, and
 the GPU tier where there is one) serve the same bytes as the arrays they were filled with, whichever tier holds a
 row; video_stream's units (ChunkFrames) serve every window across unit edges from their margins."""
+import itertools
+
 import numpy as np
 import pytest
 import torch
@@ -13,6 +15,7 @@ from robo_loaders_plugin.backends.gpu_resampler.footprint import plan_tiers
 from robo_loaders_plugin.core.data_size import DataSize
 from robo_loaders_plugin.storage.buffers import BufferPool
 
+CPU = torch.device("cpu")
 LENGTHS = (5, 3, 7, 4, 6)
 
 
@@ -38,7 +41,7 @@ def _size():
     return DataSize(np.array(LENGTHS), {"cam": 3 * 32 * 32}, 8)
 
 
-def _tiered(plan, device=torch.device("cpu"), eps=None, host_limit=None):
+def _tiered(plan, device=CPU, eps=None, host_limit=None):
     frames = TieredFrames(LENGTHS, INFOS, plan, device, host_limit=host_limit)
     for i, e in enumerate(eps or _episodes()):
         frames.fill(i, e)
@@ -165,7 +168,7 @@ def test_long_episodes_are_cut_into_units_short_ones_kept_whole():
     assert units[0] == (0, 0, 10) and units[-1] == (2, 100, 114)  # 14 <= 1.5 units: whole
     middle = [u for u in units if u[0] == 1]
     assert middle[0][1] == 10 and middle[-1][2] == 100 and len(middle) == 9
-    assert all(b == c for (_, _, b), (_, c, _) in zip(middle, middle[1:]))  # contiguous, in order
+    assert all(b == c for (_, _, b), (_, c, _) in itertools.pairwise(middle))  # contiguous, in order
 
 
 def _chunked(margin, capacity=3):
@@ -204,7 +207,7 @@ def test_units_serve_windows_that_reach_into_their_neighbours_from_their_margins
 
 def test_a_window_beyond_the_margins_is_an_error_not_another_units_frames():
     """Negative control: without margins, the previous frame of a unit's first row is not loaded."""
-    frames, units, cam, small, loads = _chunked(margin=(0, 0))
+    frames, _units, _cam, _small, _loads = _chunked(margin=(0, 0))
     u = 1
     with pytest.raises(IndexError, match="reach outside unit 1"):
         gather(frames, "cam", np.array([u]), np.array([[-1, 0]]))
@@ -260,7 +263,8 @@ def test_a_max_memory_below_the_least_any_plan_holds_is_refused_naming_it(monkey
 
     for small in (1, least - 1):
         with pytest.raises(ResourceRefused, match=rf"within kw\.max_memory=.*it needs at least {format_bytes(least)} "
-                                                  rf"\({least} bytes\) of host memory: {format_bytes(size.other_bytes)} "
+                                                  rf"\({least} bytes\) of host memory: "
+                                                  rf"{format_bytes(size.other_bytes)} "
                                                   rf"for the fields that are not frames and {format_bytes(reserve)} "
                                                   r"for the episode being read while filling") as exc:
             plan(small)

@@ -12,7 +12,7 @@ the shards datapipe then read) come before it. The report adds those to show wha
 from __future__ import annotations
 
 import time
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 
 def time_epochs(loader: Iterable, epochs: int, batch_size_of: Callable, batches_per_epoch: int | None = None) -> dict:

@@ -10,7 +10,7 @@ import shutil
 import subprocess
 import sys
 import time
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 _BENCH_CHILD = """
 import json, sys, time
@@ -38,10 +38,10 @@ def time_executor_conversions(framework: str, source: str, out_base: str,
                               echo=print, timeout: float = 3600) -> list[dict]:
     """Convert ``source`` (a robomimic HDF5 file or a LeRobot root) from scratch for each ``(executor, tasks)``, each
     in a fresh Python process as ``robo-loaders convert`` would run (imports and task start-up included, see
-    ``robo_loaders_plugin/bench/conversion.py``). Rows: wall time, source MB/s (bytes of the input files), source MB/s per task, and
-    decoded MB/s for LeRobot (frame bytes decoded). Parallel conversion pays once ``mb_per_s_per_task`` at 2 tasks
-    stays near the 1-task figure; on small datasets start-up dominates. Outputs stay at
-    ``<out_base>-<executor>-t<tasks>``; the datatrove logs are written outside them."""
+    ``robo_loaders_plugin/bench/conversion.py``). Rows: wall time, source MB/s (bytes of the input files), source MB/s
+    per task, and decoded MB/s for LeRobot (frame bytes decoded). Parallel conversion pays once
+    ``mb_per_s_per_task`` at 2 tasks stays near the 1-task figure; on small datasets start-up dominates. Outputs stay
+    at ``<out_base>-<executor>-t<tasks>``; the datatrove logs are written outside them."""
     src_bytes = _source_bytes(source)
     rows = []
     for executor, tasks in configs:

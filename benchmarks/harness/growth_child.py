@@ -180,17 +180,17 @@ def _imports(framework: str) -> None:
     import torch  # noqa: F401
 
     if framework == "robomimic":
-        import robomimic.algo  # noqa: F401
-        import robomimic.config  # noqa: F401
+        import robomimic.algo
+        import robomimic.config
         import robomimic.utils.obs_utils  # noqa: F401
 
-        import robo_loaders_plugin.robomimic.buffered  # noqa: F401
-        import robo_loaders_plugin.robomimic.integration  # noqa: F401
+        import robo_loaders_plugin.robomimic.buffered
+        import robo_loaders_plugin.robomimic.integration
     else:
-        import lerobot.datasets.lerobot_dataset  # noqa: F401
+        import lerobot.datasets.lerobot_dataset
 
-        import robo_loaders_plugin.lerobot.dataset  # noqa: F401
-        import robo_loaders_plugin.lerobot.integration  # noqa: F401
+        import robo_loaders_plugin.lerobot.dataset
+        import robo_loaders_plugin.lerobot.integration
     import robo_loaders_plugin.pipeline.batches  # noqa: F401
 
 
@@ -218,7 +218,7 @@ def profiled(a: dict, top: int = 30) -> dict:
     prof = cProfile.Profile()
     prof.enable()
     t = time.perf_counter()
-    ds, loader, count, build_s, _ = (_robomimic if a["framework"] == "robomimic" else _lerobot)(a)
+    ds, loader, _count, build_s, _ = (_robomimic if a["framework"] == "robomimic" else _lerobot)(a)
     first = next(iter(loader))
     total = time.perf_counter() - t
     plan = probe(ds, a["batch_size"])["plan_cpu_s"]
@@ -234,7 +234,7 @@ def profiled_batches(a: dict, top: int = 30, warmup: int = 50) -> dict:
     batches are assembled in this process): where a backend's time per batch goes, to compare two sizes."""
     import cProfile
 
-    ds, loader, count, build_s, _ = (_robomimic if a["framework"] == "robomimic" else _lerobot)(a)
+    _ds, loader, count, build_s, _ = (_robomimic if a["framework"] == "robomimic" else _lerobot)(a)
     it = iter(loader)
     for _ in range(warmup):
         next(it)

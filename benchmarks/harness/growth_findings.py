@@ -5,7 +5,6 @@ it). Run under ``flock /work/bench.lock``: the ratios are only as good as the ma
 """
 from __future__ import annotations
 
-import json
 import os
 import time
 

@@ -246,7 +246,8 @@ def findings_table(payload: dict) -> str:
                     f"| {g['row']} | {g['frames']:,} | {g['windows_per_s']:,.0f} | {g['kept']:.2f} |"
                     for g in r["gather"]) + "\n")
     if r.get("digests"):
-        out += "\nContent digest of a source whose stat changed (SHA-256 of every byte):\n\n| source | MB | s | MB/s |\n"
+        out += ("\nContent digest of a source whose stat changed (SHA-256 of every byte):\n\n"
+                "| source | MB | s | MB/s |\n")
         out += "|---|---|---|---|\n" + "\n".join(
             f"| `{d['source']}` | {d['bytes'] / 1e6:.0f} | {d['digest_s']:.1f} | {d['mb_per_s']:.0f} |"
             for d in r["digests"]) + "\n"

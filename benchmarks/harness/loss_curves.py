@@ -6,7 +6,7 @@ Format (``kind: "loss_curves"``, one file per comparison)::
      "metrics": ["L1_Loss", "L2_Loss", "Cosine_Loss"],     # what the report plots, in this order
      "reference": "native",                                 # label the other runs are compared with
      "x": "epoch",                                          # what a point is: "epoch" (default) or "step"
-     "settings": {...}, "notes": "...", "machine": {...},   # free-form; machine as robo_loaders_plugin/bench/report.py:machine()
+     "settings": {...}, "notes": "...", "machine": {...},   # free-form; machine: bench/report.py's machine()
      "runs": [{"label": "native", "backend": "native", "seed": 100,
                "epochs": [{"L1_Loss": 0.41, "L2_Loss": 0.30, "Cosine_Loss": 0.12}, ...]}, ...]}
 
@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from typing import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from robo_loaders_plugin.core.files import atomic_write_json
 

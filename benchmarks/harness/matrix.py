@@ -1,4 +1,5 @@
-"""``python -m benchmarks.harness matrix robomimic|lerobot``: the benchmark over batch size x window x workers x backend.
+"""``python -m benchmarks.harness matrix robomimic|lerobot``: the benchmark over batch size x window x workers x
+backend.
 
 Every cell is one ordinary benchmark row (``bench_robomimic`` / ``bench_lerobot`` with a single backend, so one
 subprocess per backend and cell, measured exactly as ``robo-loaders bench``). The second axis is ``seq_length``

@@ -1,8 +1,8 @@
-"""``python -m benchmarks.harness matrix`` end to end on the tiny robomimic file: two cells (seq_length 1 and 5) of datapipe, each
-in its own subprocess through the ordinary bench, reading shards converted once for the whole matrix; a second run
-measures nothing; the report plots the result. Tiny settings: this checks the plumbing, never speed (two children,
-~15 s each on a loaded 2-CPU machine: torch and robomimic imports). Ratios, failures and extension are covered with
-fake rows in benchmarks/tests/test_report_inputs.py."""
+"""``python -m benchmarks.harness matrix`` end to end on the tiny robomimic file: two cells (seq_length 1 and 5) of
+datapipe, each in its own subprocess through the ordinary bench, reading shards converted once for the whole matrix;
+a second run measures nothing; the report plots the result. Tiny settings: this checks the plumbing, never speed (two
+children, ~15 s each on a loaded 2-CPU machine: torch and robomimic imports). Ratios, failures and extension are
+covered with fake rows in benchmarks/tests/test_report_inputs.py."""
 import csv
 import json
 import os

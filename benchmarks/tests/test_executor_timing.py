@@ -8,8 +8,8 @@ import pytest
 
 pytest.importorskip("datatrove")
 
-from benchmarks.harness.executor_timing import executor_conversion_table, time_executor_conversions  # noqa: E402
-from robo_loaders_plugin.robomimic.convert import verify_robomimic  # noqa: E402
+from benchmarks.harness.executor_timing import executor_conversion_table, time_executor_conversions
+from robo_loaders_plugin.robomimic.convert import verify_robomimic
 
 SHARD_BYTES = 100_000  # about one demo per unit: 12 units
 

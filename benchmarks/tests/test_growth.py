@@ -16,7 +16,8 @@ def test_workloads_go_where_the_environment_variable_says(monkeypatch, tmp_path)
 
 def test_workload_commands_promise_the_issues_sizes():
     cmd = growth.Workload("lerobot", "1m").command("OUT")
-    assert cmd[:3] == ["sample-data", "lerobot", "OUT"] and "--writer" in cmd and cmd[cmd.index("--writer") + 1] == "fast"
+    assert cmd[:3] == ["sample-data", "lerobot", "OUT"]
+    assert "--writer" in cmd and cmd[cmd.index("--writer") + 1] == "fast"
     assert cmd[cmd.index("--episodes") + 1] == "10000" and cmd[cmd.index("--image-size") + 1] == "64x64"
     low = growth.Workload("robomimic", "1m").command("OUT.hdf5")
     assert low[low.index("--cameras") + 1] == "0" and low[low.index("--demos") + 1] == "10000"

@@ -22,7 +22,8 @@ def growth_payload(slow_plan=False, failed=False):
             plan = None if backend == "native" else (0.9 if slow_plan else 0.15)
             rows.append({"backend": backend, "frames": frames, "size": str(frames), "startup_s": start,
                          "build_s": start - 0.1, "first_batch_s": 0.1, "samples_per_s": speed,
-                         "peak_mem_bytes": (800 << 20) + frames * 40, "held_bytes_per_frame": 20.0 + (backend == "native") * 90,
+                         "peak_mem_bytes": (800 << 20) + frames * 40,
+                         "held_bytes_per_frame": 20.0 + (backend == "native") * 90,
                          "plan_s_per_million": plan,
                          "once": None if backend == "native" else {"wall_s": frames / 2e4, "mb_per_s_per_worker": 9.5}})
     if failed:
@@ -101,7 +102,8 @@ def test_findings_and_conversion_results_are_tables_in_the_report_and_the_readme
     md = (tmp_path / "out" / "report.md").read_text()
     assert "| planning a pass | 1.6 s | 0.17 s |" in md and "| `x.hdf5` | 700 | 1.4 | 500 |" in md
     assert "| row | 1,000,000 | 45,000 | 0.50 |" in md
-    assert "| local | 2 | 60 | 11.90 | 5.97 | 12 |" in md and "FAILED" in md and "| 4 of 12 | 4 | 8 | 41 (60) | yes |" in md
+    assert "| local | 2 | 60 | 11.90 | 5.97 | 12 |" in md and "FAILED" in md
+    assert "| 4 of 12 | 4 | 8 | 41 (60) | yes |" in md
     readme = tmp_path / "README.md"
     readme.write_text("<!-- robo-loaders:table growth.json table=goals source=no -->\n<!-- /robo-loaders:table -->\n")
     update_readme(str(readme), str(tmp_path))

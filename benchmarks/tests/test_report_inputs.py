@@ -121,7 +121,7 @@ def test_matrix_converts_once_for_datapipe_and_removes_the_shards_when_complete(
 
 def test_matrix_refuses_other_settings_and_other_machines(fake_bench, monkeypatch):
     run_fake(fake_bench, batch_sizes=[16], second=[10])
-    with pytest.raises(mx.MatrixError, match="other settings.*batches"):
+    with pytest.raises(mx.MatrixError, match=r"other settings.*batches"):
         mx.run_matrix("robomimic", fake_bench["dataset"], ["native:low_dim"], [16], [10], [0], 7, fake_bench["out"],
                       echo=lambda *a: None)
     monkeypatch.setattr(mx, "machine", lambda: dict(MACHINE, cores=64))
@@ -298,7 +298,8 @@ def readme_dir(tmp_path, fake_bench):
 
 def test_readme_tables_regenerated_and_idempotent(readme_dir):
     readme = str(readme_dir / "README.md")
-    assert len(readme_tables.update_readme(readme, check=True)) == 4 and open(readme).read() == README  # --check: no write
+    assert len(readme_tables.update_readme(readme, check=True)) == 4
+    assert open(readme).read() == README  # --check: no write
     changed = readme_tables.update_readme(readme)
     assert len(changed) == 4
     text = open(readme).read()
@@ -308,7 +309,7 @@ def test_readme_tables_regenerated_and_idempotent(readme_dir):
     assert first.startswith("| backend | samples/s | vs native:low_dim | vs native:all | first batch (s) |")
     assert "| `gpu_resampler` | FAILED: RuntimeError: boom | - |" in text
     assert "| delta_timestamps | backend | samples/s | vs native |" in text
-    lr = [line for line in lines if line.startswith("| act |") or line.startswith("| none |")]
+    lr = [line for line in lines if line.startswith(("| act |", "| none |"))]
     assert [line.split(" | ")[1] for line in lr] == ["`datapipe`", "`native`"] * 2  # backends= order, per file
     assert "| convert workers | wall (s) | source MB/s | decoded MB/s | shards |" in text
     assert "| 1 | 8.5 | 101 | 101 | 367.0 MB |" in text  # robomimic conversion rows

@@ -43,7 +43,7 @@ def _run_patch(target: str, module) -> None:
     mod_name, func_name = target.split(":")
     try:
         getattr(importlib.import_module(mod_name), func_name)(module)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - the start-up hook must never stop an interpreter
         sys.stderr.write(f"[robo-loaders] could not patch {module.__name__} ({exc!r}); it runs unmodified, so "
                          "data backends are unavailable there. Set ROBO_LOADERS_DISABLE=1 to silence this.\n")
 

@@ -133,9 +133,9 @@ def bench_lerobot(root: str, repo_id: str, backends: list[str], batch_size: int,
         kwargs = {label: dict(options) for label, options in kwargs.items()}  # the caller's stay as given
         dp = kwargs.setdefault("datapipe", {})
         if "datapipe" in backends and not dp.get("shards") and not dp.get("cache_dir"):
-            conversion = time_conversions(["lerobot", common["root"], "--repo-id", repo_id], os.path.join(log_dir, "shards"),
-                                          sorted({1, max(1, num_workers)}), dir_bytes(common["root"]),
-                                          raw_frame_bytes(common["root"]), echo)
+            conversion = time_conversions(["lerobot", common["root"], "--repo-id", repo_id],
+                                          os.path.join(log_dir, "shards"), sorted({1, max(1, num_workers)}),
+                                          dir_bytes(common["root"]), raw_frame_bytes(common["root"]), echo)
             echo(conversion_table(conversion))
             dp["shards"] = conversion[-1]["out"]
         args = {k: v for k, v in common.items() if k not in ("repeats", "cache")}

@@ -7,6 +7,7 @@ in full, once, and their mapped pages are taken out of the PSS figure.
 """
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import threading
@@ -43,10 +44,8 @@ def _shm_bytes(paths) -> int:
     """Size of the RAM cache files the tree maps or has open (each counted once: ranks of a host share one)."""
     total = 0
     for p in set(paths):
-        try:
+        with contextlib.suppress(OSError):  # gone since it was listed
             total += os.path.getsize(p)
-        except OSError:
-            pass
     return total
 
 

@@ -86,7 +86,7 @@ def significant(v: float, digits: int = 3) -> str:
     """
     if v == 0 or not math.isfinite(v):
         return f"{v:g}"
-    decimals = max(0, digits - 1 - int(math.floor(math.log10(abs(v)))))
+    decimals = max(0, digits - 1 - math.floor(math.log10(abs(v))))
     return f"{v:,.{decimals}f}"
 
 
@@ -368,7 +368,7 @@ def plot_epochs(payload: dict, path: str, color: Palette) -> str | None:
         cum = [setup]
         for t in times:
             cum.append(cum[-1] + t)
-        right.plot(range(0, len(times) + 1), cum, marker="o", color=c, label=r["backend"])
+        right.plot(range(len(times) + 1), cum, marker="o", color=c, label=r["backend"])
     for ax in (left, right):
         ax.set_xticks(range(0 if ax is right else 1, n_max + 1))
         ax.grid(alpha=0.3)
@@ -395,7 +395,7 @@ def _matrix_grid(payload: dict, x_axis: str, color: Palette, path: str) -> str |
     order = list(payload["axes"])  # batch_size, seq_length|preset, num_workers
     if len(axes.get(x_axis, [])) < 2:
         return None
-    panel_axis = [a for a in order if a not in (x_axis, "num_workers")][0]
+    panel_axis = next(a for a in order if a not in (x_axis, "num_workers"))
     workers, panels = axes["num_workers"], axes[panel_axis]
     rows = _ok(payload["rows"])
     categorical = x_axis == "preset"
@@ -407,9 +407,9 @@ def _matrix_grid(payload: dict, x_axis: str, color: Palette, path: str) -> str |
         for j, pv in enumerate(panels):
             ax = grid[i][j]
             for b in payload["backends"]:
-                pts = sorted(((xs.index(r[x_axis]), r["samples_per_s"]) for r in rows
+                pts = sorted((xs.index(r[x_axis]), r["samples_per_s"]) for r in rows
                               if r["backend"] == b and r["num_workers"] == w and r[panel_axis] == pv
-                              and r[x_axis] in xs))
+                              and r[x_axis] in xs)
                 if not pts:
                     continue
                 px = [p for p, _ in pts] if categorical else [xs[p] for p, _ in pts]
@@ -682,7 +682,7 @@ def report(result_paths, out_dir: str, skipped: list | None = None) -> str:
     epochs_seen = False
     for p in payloads:
         stem = _stem(p["_path"], used)
-        png = lambda what: os.path.join(out_dir, f"{stem}_{what}.png")  # noqa: E731
+        png = lambda what: os.path.join(out_dir, f"{stem}_{what}.png")  # noqa: E731, B023 (used in this pass only)
         md.append(f"## {p['framework']}: `{os.path.basename(p['_path'])}` ({p['_kind']})\n")
         md.append(f"Machine: {machine_caption(p.get('machine'))}.")
         s = settings_caption(p) if p["_kind"] != "loss_curves" else ""
@@ -730,7 +730,7 @@ def report(result_paths, out_dir: str, skipped: list | None = None) -> str:
                     failed.setdefault(r["backend"], []).append(r)
             if failed:
                 def example(rs):
-                    where = ", ".join(f"{a}={rs[0][a]}" for a in p["axes"])
+                    where = ", ".join(f"{a}={rs[0][a]}" for a in p["axes"])  # noqa: B023 (used in this pass only)
                     return f"e.g. {where}: {rs[0]['error'].strip().splitlines()[-1][:120]}"
 
                 md.append(f"{sum(map(len, failed.values()))} failed cell(s), not plotted: " + "; ".join(

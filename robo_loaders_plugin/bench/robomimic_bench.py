@@ -156,7 +156,8 @@ def bench_robomimic(dataset: str, backends: list[str], seq_length: int, frame_st
                "episode_mix_note": "mean over one shuffled pass of (distinct demos in a batch / batch size), from the "
                                    "sampler robomimic's DataLoader uses (native, compressed_cache) or datapipe's plan",
                "memory_note": "peak_mem_bytes = peak over the run of PSS summed over the process tree, plus the "
-                              "size of the tree's RAM-only cache files in /dev/shm (their mapped pages not counted twice); "
+                              "size of the tree's RAM-only cache files in /dev/shm (their mapped pages not counted "
+                              "twice); "
                               "data_mem_bytes = peak_mem_bytes minus the benchmark process's PSS just before the "
                               "dataset was built (interpreter, torch, robomimic)"}
     echo(table(results, baselines))

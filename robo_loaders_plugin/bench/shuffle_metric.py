@@ -7,7 +7,7 @@ sequential reading gives about 1 / batch size. Compare a backend with the native
 """
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 import numpy as np
 

@@ -16,7 +16,7 @@ import json
 import os
 from dataclasses import dataclass
 
-from robo_loaders_plugin.core.units import format_bytes, format_size_text, plural
+from robo_loaders_plugin.core.units import format_bytes, format_size_text
 
 AXIS_KEYS = ("batch_size", "seq_length", "preset", "num_workers")
 AXIS_LABEL = {"batch_size": "batch", "seq_length": "seq_length", "preset": "delta_timestamps",

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,7 +64,7 @@ def patch_point_checks(framework: str, points, originals: dict, mark: str) -> li
     for module_name, attr, params in points:
         what = f"{framework} patch point {module_name}.{attr}"
         try:
-            obj = importlib.import_module(module_name)
+            obj: Any = importlib.import_module(module_name)
             for part in attr.split("."):
                 obj = getattr(obj, part)
         except (ImportError, AttributeError) as exc:

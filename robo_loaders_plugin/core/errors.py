@@ -99,5 +99,5 @@ def install_one_line_excepthook() -> None:
             return
         previous(exc_type, exc, tb)
 
-    hook._robo_loaders_one_line = True
+    hook._robo_loaders_one_line = True  # type: ignore[attr-defined]  # a mark on the function, read by getattr above
     sys.excepthook = hook

@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
-from typing import Iterable
+from collections.abc import Iterable
 
 from robo_loaders_plugin.core.errors import RoboLoadersError
 from robo_loaders_plugin.core.units import format_bytes
@@ -153,7 +153,7 @@ class Available:
     device: str | None = None
 
     @classmethod
-    def measure(cls, disk_dir: str | None = None, device=None, shm_dir: str | None = None) -> "Available":
+    def measure(cls, disk_dir: str | None = None, device=None, shm_dir: str | None = None) -> Available:
         """Measure the machine now.
 
         Args:
@@ -230,7 +230,8 @@ class Available:
         Returns:
             ``nbytes`` is at most :data:`HEADROOM` of :attr:`disk_usable`; False also when the disk was not measured.
         """
-        return self.disk_bytes is not None and nbytes <= HEADROOM * self.disk_usable
+        usable = self.disk_usable
+        return usable is not None and nbytes <= HEADROOM * usable
 
 
 def shortfalls(footprint: Footprint, available: Available) -> list[tuple[str, int, int]]:

@@ -13,7 +13,8 @@ other plugins and the built-in backends stay available.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING
+from collections.abc import Iterable
 
 import pluggy
 
@@ -28,7 +29,7 @@ hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 
 
 @hookspec
-def robo_loaders_backends() -> Iterable["BackendSpec"]:
+def robo_loaders_backends() -> Iterable[BackendSpec]:  # type: ignore[empty-body]  # a hookspec: pluggy never runs it
     """Return the backends this plugin provides.
 
     Called once per process, the first time a backend is looked up (``robo-loaders list``, a robomimic config with

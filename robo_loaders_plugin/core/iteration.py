@@ -13,9 +13,11 @@ kind of the backend choice that built its dataset (recorded by :func:`record_bui
 from __future__ import annotations
 
 import abc
+import contextlib
 import dataclasses
 import weakref
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Protocol, cast
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import torch.utils.data
@@ -109,7 +111,8 @@ class BatchSource(abc.ABC):
 
     def describe(self) -> str:
         """One line for the training log: what serves the batches, and from where a resumed run starts."""
-        return f"{type(self).__name__} ({len(self)} batches per pass, starting at epoch {self._epoch} batch {self._batch})"
+        return (f"{type(self).__name__} ({len(self)} batches per pass, starting at epoch {self._epoch} "
+                f"batch {self._batch})")
 
     def state_dict(self) -> dict:
         """The position of the next batch to serve: ``{"epoch": ..., "batch": ...}``."""
@@ -223,7 +226,7 @@ class Built:
 
 
 _KIND_BASES = {INDEXED: IndexedDataset, BATCH: BatchDataset}
-_BUILT: "weakref.WeakKeyDictionary[Any, Built]" = weakref.WeakKeyDictionary()
+_BUILT: weakref.WeakKeyDictionary[Any, Built] = weakref.WeakKeyDictionary()
 
 
 def record_built(dataset, choice: BackendChoice, rank: int = 0, world_size: int = 1, seed: int | None = None,
@@ -250,10 +253,8 @@ def record_built(dataset, choice: BackendChoice, rank: int = 0, world_size: int 
         raise RoboLoadersError(f"backend {choice.name!r} (plugin {choice.spec.plugin!r}) declares kind {choice.kind!r} "
                                f"but its factory returned a {type(dataset).__name__}, not a {base.__name__}")
     built = Built(choice, int(rank), int(world_size), seed, dict(setup or {}))
-    try:
+    with contextlib.suppress(TypeError):  # not weak-referenceable: treated as a plain sample dataset
         _BUILT[dataset] = built
-    except TypeError:  # not weak-referenceable: treated as a plain sample dataset
-        pass
     return built
 
 
@@ -286,6 +287,14 @@ def summary_of(dataset) -> str:
     return f"{len(dataset)} samples"
 
 
+class _BatchSampler(Protocol):
+    """What a DataLoader's ``batch_sampler`` offers: batches of indices, and how many."""
+
+    def __iter__(self) -> Iterator[list[int]]: ...
+
+    def __len__(self) -> int: ...
+
+
 class SamplerBatches:
     """Collated batches built by threads of the training process, in the order a DataLoader would yield them.
 
@@ -297,8 +306,8 @@ class SamplerBatches:
     are the same as with the DataLoader.
     """
 
-    def __init__(self, collate: Callable[[list], dict], batch_sampler: Iterable, generator=None, num_threads: int = 0,
-                 prefetch_per_thread: int = 2, seed_once: bool = False):
+    def __init__(self, collate: Callable[[list], dict], batch_sampler: _BatchSampler, generator=None,
+                 num_threads: int = 0, prefetch_per_thread: int = 2, seed_once: bool = False):
         self.collate = collate
         self.batch_sampler = batch_sampler
         self.generator = generator
@@ -404,8 +413,9 @@ def pass_batches(data_loader, plan_for: Callable[[Any, Built], SamplingPlan]):
         if built.world_size > 1:  # the framework does not split passes: this rank's share, cut here
             return _source_for(data_loader, built, plan_for, rank_split=True)
         if in_process_compatible(data_loader):
-            return SamplerBatches(dataset.collate, data_loader.batch_sampler, data_loader.generator,
-                                  _batch_threads(dataset, data_loader),
+            indexed = cast(IndexedDataset, dataset)  # record_built checked an indexed backend's dataset type
+            return SamplerBatches(indexed.collate, data_loader.batch_sampler, data_loader.generator,
+                                  _batch_threads(indexed, data_loader),
                                   seed_once=bool(data_loader.num_workers and data_loader.persistent_workers))
         logger.info(f"{built.choice.name}: this DataLoader has a custom collate_fn or worker_init_fn, so its "
                     "batches come from its worker processes, not from the backend's in-process path")
@@ -418,7 +428,7 @@ def _batch_threads(dataset: IndexedDataset, data_loader) -> int:
     return data_loader.num_workers if threads is None else threads
 
 
-_SOURCES: "weakref.WeakKeyDictionary[Any, BatchSource]" = weakref.WeakKeyDictionary()
+_SOURCES: weakref.WeakKeyDictionary[Any, BatchSource] = weakref.WeakKeyDictionary()
 
 
 def _source_for(data_loader, built: Built, plan_for, rank_split: bool = False) -> BatchSource:

@@ -10,13 +10,10 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from typing import Callable, Generic, Hashable, TypeVar
-
-K = TypeVar("K", bound=Hashable)
-V = TypeVar("V")
+from collections.abc import Callable, Hashable
 
 
-class LoadOnceLRU(Generic[K, V]):
+class LoadOnceLRU[K: Hashable, V]:
     """Values by key, ``load(key)`` called once per key while it stays cached; at most ``capacity`` kept, the least
     recently used evicted first.
 

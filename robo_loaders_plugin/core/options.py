@@ -13,9 +13,11 @@ cannot be converted to) is checked by the factory from the source's metadata, st
 """
 from __future__ import annotations
 
+import builtins
 import dataclasses
 import math
-from typing import Any, Callable, Mapping
+from typing import Any, ClassVar, cast
+from collections.abc import Callable, Mapping
 
 from robo_loaders_plugin.core.errors import BackendOptionError
 
@@ -47,7 +49,8 @@ class Option:
             as given.
     """
 
-    type: type | tuple[type, ...]
+    # builtins.type: inside the class body, ``type`` is this field
+    type: builtins.type | tuple[builtins.type, ...]
     default: Any = None
     help: str = ""
     choices: tuple | None = None
@@ -62,7 +65,7 @@ class Option:
     convert: Callable[[Any], Any] | None = dataclasses.field(default=None, compare=False)
 
     @property
-    def types(self) -> tuple[type, ...]:
+    def types(self) -> tuple[builtins.type, ...]:
         """The accepted types, as a tuple."""
         return self.type if isinstance(self.type, tuple) else (self.type,)
 
@@ -75,6 +78,10 @@ class Option:
         held = (int,) if self.convert is to_bytes else self.types
         t = functools.reduce(operator.or_, held)
         return t | None if self.default is None or None in self.framework_defaults.values() else t
+
+    def _converted(self, value: Any) -> Any:
+        """A given, valid value as the options object holds it: :attr:`convert` applied (``None`` kept as is)."""
+        return value if value is None or self.convert is None else self.convert(value)
 
     def applies_to(self, framework: str) -> bool:
         """Whether the option may be given under a framework.
@@ -149,9 +156,9 @@ class Option:
                 return (f"must be {self.describe_values(framework)} under {framework}, got {_short(value)}, which "
                         f"applies to {' and '.join(elsewhere)} only")
             return f"must be {self.describe_values(framework)}, got {_short(value)}"
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            if (self.min is not None and value < self.min) or (self.max is not None and value > self.max):
-                return f"must be {self.describe_values(framework)}, got {_short(value)}"
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and (
+                (self.min is not None and value < self.min) or (self.max is not None and value > self.max)):
+            return f"must be {self.describe_values(framework)}, got {_short(value)}"
         if self.check is not None:
             try:
                 self.check(value)
@@ -225,7 +232,8 @@ class Options:
 
     def as_dict(self) -> dict:
         """``{name: value}`` of every option (given or default)."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        # every instance is of an options_class dataclass (this base declares no fields of its own)
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
 
     def given(self) -> dict:
         """Only the options the user gave (their values as resolved), whatever their values."""
@@ -235,14 +243,14 @@ class Options:
         """The options every rank of a multi-process run must agree on (those not declared ``per_host``)."""
         return {k: v for k, v in self.as_dict().items() if k not in self._per_host}
 
-    _defaults: dict = {}
-    _per_host: frozenset = frozenset()
+    _defaults: ClassVar[dict] = {}  # set per generated class by options_class
+    _per_host: ClassVar[frozenset] = frozenset()
 
 
 _CLASSES: dict[tuple, tuple] = {}
 
 
-def options_class(backend: str, framework: str, declared: Mapping[str, Option]) -> type:
+def options_class(backend: str, framework: str, declared: Mapping[str, Option]) -> type[Options]:
     """The frozen dataclass of a backend's options under a framework (options of other frameworks left out).
 
     Args:
@@ -258,8 +266,8 @@ def options_class(backend: str, framework: str, declared: Mapping[str, Option]) 
     if cls is None:
         fields = [(name, opt.field_type(), dataclasses.field(default=opt.default_for(framework)))
                   for name, opt in declared.items() if opt.applies_to(framework)]
-        cls = dataclasses.make_dataclass(f"{_camel(backend)}{_camel(framework)}Options", fields, bases=(Options,),
-                                         frozen=True)
+        cls = cast(type[Options], dataclasses.make_dataclass(f"{_camel(backend)}{_camel(framework)}Options", fields,
+                                                             bases=(Options,), frozen=True))
         cls.backend, cls.framework = backend, framework
         cls._defaults = {name: opt.default_for(framework) for name, opt in declared.items()
                          if opt.applies_to(framework)}
@@ -309,8 +317,7 @@ def resolve_options(backend: str, framework: str, declared: Mapping[str, Option]
         if problem:
             sep = "" if problem.startswith("[") else " "  # an entry of a dict-valued option: delta_timestamps['a']
             raise BackendOptionError(f"{where}.{name}{sep}{problem} (backend {backend!r})")
-    resolved = options_class(backend, framework, declared)(
-        **{k: v if v is None or declared[k].convert is None else declared[k].convert(v) for k, v in given.items()})
+    resolved = options_class(backend, framework, declared)(**{k: declared[k]._converted(v) for k, v in given.items()})
     object.__setattr__(resolved, "given_names", frozenset(given))
     if constraints is not None:
         try:

@@ -10,7 +10,8 @@ import functools
 import importlib.metadata
 import json
 import warnings
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 import pluggy
 
@@ -29,7 +30,7 @@ def _is_builtin(ep: importlib.metadata.EntryPoint) -> bool:
     return dist is not None and dist.metadata["Name"].replace("_", "-").lower() == BUILTIN_DISTRIBUTION
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def get_plugin_manager() -> pluggy.PluginManager:
     """The process's one PluginManager, built on first use from the ``robo_loaders`` entry-point group: the built-in
     backends (this distribution's entry points, one package each) first, then every third-party plugin.
@@ -62,7 +63,7 @@ def get_plugin_manager() -> pluggy.PluginManager:
             continue
         try:
             pm.register(ep.load(), name=ep.name)
-        except Exception as exc:  # a broken third-party plugin must not take the others down with it
+        except Exception as exc:  # noqa: BLE001 - a broken third-party plugin must not take the others down with it
             warnings.warn(f"robo-loaders: skipping plugin {ep.name!r} ({ep.value}) from entry-point group "
                           f"{hookspecs.ENTRY_POINT_GROUP!r}: it failed to load: {exc!r}", stacklevel=2)
     return pm
@@ -71,7 +72,7 @@ def get_plugin_manager() -> pluggy.PluginManager:
 _BUILTIN_PLUGINS: set[str] = set()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _backends() -> dict[str, BackendSpec]:
     pm = get_plugin_manager()
     out: dict[str, BackendSpec] = {}
@@ -79,7 +80,8 @@ def _backends() -> dict[str, BackendSpec]:
         plugin_name = impl.plugin_name
         builtin = plugin_name in _BUILTIN_PLUGINS
         try:
-            result = list(impl.function() or ())
+            returned: Any = impl.function()  # whatever the plugin returned: each item is checked below
+            result = list(returned or ())
         except Exception as exc:
             if builtin:
                 raise

@@ -9,7 +9,8 @@ The *kind* says who drives a training pass, and the framework adapters dispatch 
   sampler the framework built and builds the batches in the training process, so the order, and the losses, are
   the native ones.
 - ``batch``: the backend orders each pass itself and yields collated batches
-  (:class:`~robo_loaders_plugin.core.iteration.BatchDataset` -> :class:`~robo_loaders_plugin.core.iteration.BatchSource`).
+  (:class:`~robo_loaders_plugin.core.iteration.BatchDataset` ->
+  :class:`~robo_loaders_plugin.core.iteration.BatchSource`).
 
 A kind may differ by framework (LeRobot's DataLoader stays in charge where image transforms draw from its workers'
 RNG) and by an option's value (:attr:`Option.kinds <robo_loaders_plugin.core.options.Option.kinds>`): the kind of
@@ -18,7 +19,8 @@ a :class:`BackendChoice` is the one that drives its passes.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Mapping
+from typing import Any
+from collections.abc import Callable, Mapping
 
 from robo_loaders_plugin.core.errors import RoboLoadersError
 from robo_loaders_plugin.core.options import Option, Options, resolve_options
@@ -42,7 +44,7 @@ DEFAULT_BACKEND = "native"
 
 
 def _per_framework(value, frameworks, name: str, allowed: tuple | None, backend: str) -> dict:
-    out = dict(value) if isinstance(value, Mapping) else {fw: value for fw in frameworks}
+    out = dict(value) if isinstance(value, Mapping) else dict.fromkeys(frameworks, value)
     missing = [fw for fw in frameworks if fw not in out]
     if missing:
         raise ValueError(f"backend {backend!r}: {name} gives no value for {missing}")
@@ -159,7 +161,7 @@ class BackendSpec:
             "options": {name: opt.as_dict() for name, opt in self.options.items()},
         }
 
-    def choose(self, framework: str, given: Mapping[str, Any] | None, where: str) -> "BackendChoice":
+    def choose(self, framework: str, given: Mapping[str, Any] | None, where: str) -> BackendChoice:
         """Resolve a user's options for this backend under ``framework``, before any data is read.
 
         Args:

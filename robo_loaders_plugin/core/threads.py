@@ -8,14 +8,11 @@ from __future__ import annotations
 
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Iterable, Iterator, TypeVar
-
-T = TypeVar("T")
-R = TypeVar("R")
+from collections.abc import Callable, Iterable, Iterator
 
 
-def ordered_map(fn: Callable[[T], R], items: Iterable[T], threads: int, depth: int,
-                name: str = "robo-loaders-batch") -> Iterator[R]:
+def ordered_map[T, R](fn: Callable[[T], R], items: Iterable[T], threads: int, depth: int,
+                      name: str = "robo-loaders-batch") -> Iterator[R]:
     """``fn(item)`` for every item, computed by ``threads`` threads, yielded in the items' order.
 
     Args:

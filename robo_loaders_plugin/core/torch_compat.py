@@ -76,11 +76,14 @@ def checks() -> list[Check]:
     """Rows for ``robo-loaders doctor``."""
     rows = []
     g = torch.Generator().manual_seed(0)
-    loader = torch.utils.data.DataLoader(list(range(4)), batch_size=2, shuffle=True, generator=g)
+    # a list is a map-style dataset at runtime; torch's annotations ask for a Dataset
+    loader: torch.utils.data.DataLoader = torch.utils.data.DataLoader(
+        list(range(4)), batch_size=2, shuffle=True, generator=g)  # type: ignore[arg-type]
     ref = torch.Generator().manual_seed(0)
     draw_dataloader_base_seed(ref)
-    expected = [b.tolist() for b in torch.utils.data.DataLoader(list(range(4)), batch_size=2,
-                                                                sampler=torch.utils.data.RandomSampler(range(4), generator=ref))]
+    sampler = torch.utils.data.RandomSampler(range(4), generator=ref)
+    expected = [b.tolist() for b in torch.utils.data.DataLoader(list(range(4)), batch_size=2,  # type: ignore[arg-type]
+                                                                sampler=sampler)]
     got = [b.tolist() for b in loader]
     rows.append(Check(f"torch {torch.__version__}: DataLoader draws one base seed per iter()", got == expected,
                  "in-process batches follow the DataLoader's order" if got == expected else
@@ -97,8 +100,8 @@ def checks() -> list[Check]:
             ok = ok or hasattr(it, "_shutdown")
         shutdown_node_threads(node)
         rows.append(Check(f"torchdata {getattr(torchdata, '__version__', '?')}: node threads can be stopped", ok,
-                          "a _shutdown() in ParallelMapper's _it chain" + (" found" if ok else " missing: pipelines may "
-                                                                           "abort at exit")))
+                          "a _shutdown() in ParallelMapper's _it chain"
+                          + (" found" if ok else " missing: pipelines may abort at exit")))
     except ImportError as exc:
         rows.append(Check("torchdata (pipeline-served backends)", False, f"not importable: {exc}", required=False))
     return rows

@@ -11,7 +11,8 @@ not camera frames (a few bytes per row) are held whole for every row.
 """
 from __future__ import annotations
 
-from typing import Callable
+import itertools
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -46,7 +47,7 @@ def split_runs(runs: list[tuple[int, int, int]], step_bytes: int, unit_bytes: in
             continue
         parts = -(-n // per)
         cuts = s + (np.arange(parts + 1) * n) // parts
-        out += [(ep, int(a), int(b)) for a, b in zip(cuts[:-1], cuts[1:])]
+        out += [(ep, int(a), int(b)) for a, b in itertools.pairwise(cuts)]
     return out
 
 

@@ -9,7 +9,7 @@ after an episode's first load, so later loads read frames only.
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import torch

@@ -9,7 +9,7 @@ source's fingerprint.
 """
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -115,7 +115,8 @@ def convert_lerobot(root, out_dir: str, *, repo_id: str | None = None, num_worke
     # decoded frames compress 3-10x; plan units on 4x the target shard size of raw frame bytes
     per_unit = manifest.unit_bytes(sum(sizes.values()), 4 * shard_bytes, num_workers)
     manifest.plan(out_dir, {"content": fp.content, "tolerance_s": tolerance_s},
-                  manifest.units_by_size(names, sizes, per_unit), {"codec": codec.as_dict(), "shard_bytes": shard_bytes})
+                  manifest.units_by_size(names, sizes, per_unit),
+                  {"codec": codec.as_dict(), "shard_bytes": shard_bytes})
     args = (str(source.root), tolerance_s, out_dir, codec.as_dict(), lease_s)
     # in this process, convert with the episodes already read above instead of reading the tables again (datatrove
     # runs its tasks in other processes, or pickles them for Slurm: they need the module-level worker)

@@ -5,7 +5,6 @@ import contextlib
 import os
 import threading
 
-import numpy as np
 import torch
 
 from robo_loaders_plugin.core import iteration

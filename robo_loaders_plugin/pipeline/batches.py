@@ -10,7 +10,7 @@ import atexit
 import dataclasses
 import threading
 import weakref
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 from torchdata.nodes import ParallelMapper, Prefetcher
@@ -24,7 +24,7 @@ from robo_loaders_plugin.pipeline.plan import BatchPlanNode, ItemGroups
 
 logger = get_logger(__name__)
 
-_LIVE: "weakref.WeakSet[PipelineBatches]" = weakref.WeakSet()
+_LIVE: weakref.WeakSet[PipelineBatches] = weakref.WeakSet()
 
 
 def _entry_order(plan: np.ndarray) -> np.ndarray:
@@ -296,7 +296,7 @@ class PipelineBatches(BatchSource):
                 if decode_ahead is not None:
                     decode_ahead.reached(pairs[:, 0])
                 return collate(groups.indices(pairs))
-            except Exception as exc:  # raised as itself by batches(), not as torchdata's wrapper
+            except Exception as exc:  # noqa: BLE001 - raised as itself by batches(), not as torchdata's wrapper
                 return _Failed(exc)
 
         self.num_threads = max(1, int(plan.num_workers))

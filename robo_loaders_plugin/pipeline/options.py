@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from typing import Callable
+from collections.abc import Callable
 
 from robo_loaders_plugin.core.errors import RoboLoadersError, StaleSourceError
 from robo_loaders_plugin.core.log import get_logger
@@ -46,7 +46,7 @@ class PassOptions:
     option_prefix: str = "backend_kwargs"
 
     @classmethod
-    def of(cls, options) -> "PassOptions":
+    def of(cls, options) -> PassOptions:
         """The pass options of a backend's resolved options object (``core.options``).
 
         Args:

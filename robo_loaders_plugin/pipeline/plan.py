@@ -10,7 +10,7 @@ episode is read about once per pass while batches still mix many episodes.
 from __future__ import annotations
 
 import threading
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 from torchdata.nodes import BaseNode
@@ -100,7 +100,8 @@ def plan_windows(items_per_episode: Sequence[int], seed: int, epoch: int, buffer
         drawn = flat - np.repeat(starts[:-1], drawn_counts)  # each episode's draws, as positions in it
         drawn_starts = bounds[:-1]
     else:
-        drawn_counts, drawn, drawn_starts = counts, np.arange(total, dtype=np.int64) - np.repeat(starts[:-1], counts), starts[:-1]
+        drawn = np.arange(total, dtype=np.int64) - np.repeat(starts[:-1], counts)
+        drawn_counts, drawn_starts = counts, starts[:-1]
     order = rng.permutation(n_eps)
     # each episode's items shuffled, episodes in ``order``: the generator shuffles one episode at a time, in that
     # order, exactly as the reference loop's rng.permutation did (a shuffle of a copy: the same draws), in place
@@ -381,7 +382,7 @@ class BatchPlanNode(BaseNode):
     def _plan_in_background(self, epoch: int) -> None:
         try:
             self.keep(epoch, self._make(epoch))
-        except Exception:  # planned again (and raised) on the training thread when the pass starts
+        except Exception:  # noqa: BLE001 - planned again (and raised) on the training thread when the pass starts
             pass
         finally:
             with self._lock:

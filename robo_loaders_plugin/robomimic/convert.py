@@ -12,7 +12,7 @@ import dataclasses
 import json
 import math
 import os
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
-from typing import Iterator, NamedTuple
+from typing import NamedTuple
+from collections.abc import Iterator
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -92,11 +93,11 @@ def write_lerobot_dataset(root, *, repo_id: str = "local/sample", episode_length
                                # frames come from memory here, faster than AV1 encodes them at 480p: a queue that
                                # holds a whole episode can never be full (save_episode waits for the encoder)
                                encoder_queue_maxsize=max([30, *(int(n) for n in episode_lengths)]))
-    for ep, content_ in enumerate(tqdm(episode_contents(episode_lengths, cameras=cameras, image_size=(h, w),
-                                                        fps=fps, seed=seed, actions_from_state=actions_from_state,
-                                                        scenes=scenes, content=content, noise=noise),
-                                       total=len(episode_lengths), desc=f"sample-data {root.name}", unit="episode",
-                                       disable=not progress)):
+    for content_ in tqdm(episode_contents(episode_lengths, cameras=cameras, image_size=(h, w),
+                                          fps=fps, seed=seed, actions_from_state=actions_from_state,
+                                          scenes=scenes, content=content, noise=noise),
+                         total=len(episode_lengths), desc=f"sample-data {root.name}", unit="episode",
+                         disable=not progress):
         for i in range(content_.length):
             frame = {"observation.state": content_.state[i], "action": content_.action[i], "task": content_.task}
             for c, frames in enumerate(content_.frames):

@@ -170,7 +170,7 @@ def write_robomimic_hdf5(path: str, demos: int = 10, image_size: int = 84, camer
                            "camera_widths": image_size, "control_freq": 20, "robots": ["Panda"]},
         })
         names = [f"demo_{i}" for i in range(demos)]
-        n_valid = max(1, int(round(demos * valid_fraction))) if demos > 1 else 0
+        n_valid = max(1, round(demos * valid_fraction)) if demos > 1 else 0
         valid = sorted(rng.choice(demos, size=n_valid, replace=False).tolist()) if n_valid else []
         train = [n for i, n in enumerate(names) if i not in valid]
         f.create_dataset("mask/train", data=np.array(train, dtype="S"))

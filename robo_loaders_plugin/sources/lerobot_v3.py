@@ -269,7 +269,7 @@ class LeRobotV3:
     @property
     def episode_files(self) -> list[tuple[str, int]]:
         """``(path, rows)`` of each meta/episodes file, in the order :attr:`episode_table` holds their rows."""
-        self.episode_table
+        _ = self.episode_table  # reading the table fills _episode_files
         return list(self._episode_files)
 
     @property
@@ -688,8 +688,8 @@ class LeRobotEpisodes:
         for ep, s, e in self.runs:
             first = int(source.episodes[ep]["dataset_from_index"])
             if not np.array_equal(self.arrays["index"][s:e], np.arange(first, first + e - s)):
-                raise SourceError(f"{source.root}: episode {ep}: the 'index' column is not {first}..{first + e - s - 1}; "
-                                  "the dataset is inconsistent")
+                raise SourceError(f"{source.root}: episode {ep}: the 'index' column is not "
+                                  f"{first}..{first + e - s - 1}; the dataset is inconsistent")
         self._rows = {ep: (s, e) for ep, s, e in self.runs}
         self.videos = EpisodeVideoDecoder(source, tolerance_s, decode_device)
 

@@ -23,7 +23,7 @@ NO_AV1_NVDEC = (r"\bA100\b", r"\bA800\b", r"\bA30\b", r"\bH100\b", r"\bH200\b", 
                 r"\bT(400|600|1000|1200)\b", r"TITAN (V|RTX)\b", r"RTX 20[5-8]0", r"GTX 16[5-6]0", r"Quadro RTX")
 AV1_CODECS = ("av1", "libsvtav1", "libaom-av1", "libdav1d")
 _PROBE_CODECS = {"h264": "h264", "libx264": "h264", "avc": "h264", "hevc": "hevc", "h265": "hevc",
-                 "libx265": "hevc", **{c: "av1" for c in AV1_CODECS}}
+                 "libx265": "hevc", **dict.fromkeys(AV1_CODECS, "av1")}
 MIN_PROBE_PSNR = 30.0  # the probe clip decodes at over 40 dB on the CPU with every codec
 CUDA_BUILD_HINT = ("the installed torchcodec is a CPU-only build (the PyPI wheel is): install the CUDA build from "
                    "PyTorch's index, e.g. pip install 'torchcodec<0.12' --index-url "
@@ -106,7 +106,7 @@ class Probe:
     detail: str
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def probe(codec: str = "h264", device: str = "cuda") -> Probe:
     """Decode an 8-frame 64x64 yuv420p clip (LeRobot's pixel format) of ``codec`` on ``device`` as video_stream
     opens its decoders, and compare it with the frames encoded. Once per process and (codec, device) (cached).
@@ -131,7 +131,7 @@ def probe(codec: str = "h264", device: str = "cuda") -> Probe:
     try:
         dec = open_decoder(data, device)
         out = dec.get_frames_at(indices=list(range(len(frames)))).data
-    except Exception as exc:  # RuntimeError from torchcodec's C++ core: no other type to catch
+    except Exception as exc:  # noqa: BLE001 - RuntimeError from torchcodec's C++ core: no other type to catch
         text = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
         if "Unsupported device" in text:
             return Probe(codec, device, False, CUDA_BUILD_HINT)

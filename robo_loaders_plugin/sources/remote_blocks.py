@@ -14,6 +14,7 @@ calling an intact file corrupt.
 """
 from __future__ import annotations
 
+import functools
 import io
 import threading
 
@@ -73,7 +74,7 @@ class BlockCache:
             self.fetched += len(data)
         return data
 
-    def open(self, path: str) -> "BlockFile":
+    def open(self, path: str) -> BlockFile:
         """A :class:`BlockFile` reading ``path`` through this cache (no failure counting).
 
         Args:
@@ -184,7 +185,7 @@ class BlockFile(io.RawIOBase):
         done = 0
         while done < n:
             i, off = divmod(self.pos + done, self.cache.block)
-            data = self._remote(lambda: self.cache.get(self.path, i))
+            data = self._remote(functools.partial(self.cache.get, self.path, i))
             take = min(n - done, len(data) - off)
             if take <= 0:  # the remote file is shorter than when it was opened: no progress is possible
                 raise OSError(f"{self.path}: block {i} ends at byte {i * self.cache.block + len(data)}, before the "

@@ -53,7 +53,6 @@ class CacheError(RoboLoadersError):
     """The cache directory cannot be used: not a directory, not writable, a bad size limit or lock timeout, or a
     lock not obtained in time.
     """
-    pass
 
 
 def default_root() -> str:

@@ -13,7 +13,7 @@ import dataclasses
 import blosc2
 import numpy as np
 
-from robo_loaders_plugin.core.codecs import CODECS, DEFAULT_CODEC, DEFAULT_FILTER, FILTERS  # noqa: F401 (re-exported)
+from robo_loaders_plugin.core.codecs import CODECS, DEFAULT_CODEC, DEFAULT_FILTER, FILTERS  # also re-exported
 
 # the names (core.codecs) to Blosc2's values
 CODEC_CHOICES = {name: getattr(blosc2.Codec, name.upper()) for name in CODECS}
@@ -24,7 +24,6 @@ DEFAULT_LEVEL = 5
 
 class CodecError(ValueError):
     """A codec setting out of range, or a compressed frame that is not what its table says (corrupt)."""
-    pass
 
 
 def use_single_thread() -> None:
@@ -95,7 +94,7 @@ class FrameCodec:
         """
         try:
             n = blosc2.get_cbuffer_sizes(blob)[0]
-        except Exception as exc:  # blosc2 raises various types on a garbage header
+        except Exception as exc:  # noqa: BLE001 - blosc2 raises various types on a garbage header
             raise CodecError(f"{where}: corrupt compressed frame ({exc})") from None
         if n != nbytes:
             raise CodecError(f"{where}: corrupt compressed frame: holds {n} bytes, expected {nbytes}")

@@ -29,7 +29,7 @@ class EncodedFrames:
         self.offsets, self.dtype, self.shape, self.where = offsets, dtype, shape, where
 
     @classmethod
-    def from_member(cls, data: bytes, desc: dict, where: str) -> "EncodedFrames":
+    def from_member(cls, data: bytes, desc: dict, where: str) -> EncodedFrames:
         """A frames member read from a shard, checked: the frame table and each frame's header (cheap); the hot path
         then decodes unchecked.
 
@@ -67,7 +67,7 @@ class EncodedFrames:
         return frames
 
     @classmethod
-    def encode(cls, frames: np.ndarray, codec: FrameCodec, where: str) -> "EncodedFrames":
+    def encode(cls, frames: np.ndarray, codec: FrameCodec, where: str) -> EncodedFrames:
         """Compress (N, ...) frames one by one (a buffer of decoded episodes kept compressed in RAM).
 
         Args:
@@ -85,7 +85,7 @@ class EncodedFrames:
     def __len__(self) -> int:
         return self.shape[0]
 
-    def rows(self, lo: int, hi: int) -> "EncodedFrames":
+    def rows(self, lo: int, hi: int) -> EncodedFrames:
         """Frames ``lo..hi-1`` as their own compressed frames, their bytes copied (nothing else stays referenced).
 
         Args:
@@ -138,7 +138,7 @@ class VideoSegmentFrames(EncodedFrames):
         self.settings, self.threads, self.mse = settings, threads, None
 
     @classmethod
-    def from_member(cls, data, desc: dict, where: str) -> "VideoSegmentFrames":
+    def from_member(cls, data, desc: dict, where: str) -> VideoSegmentFrames:
         """A video member read from a shard, with what is cheap to check checked (shape, dtype, codec, the MP4's first
         box); decoding checks the rest.
 

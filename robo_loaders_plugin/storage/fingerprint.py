@@ -30,7 +30,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from robo_loaders_plugin.core.errors import StaleSourceError
 from robo_loaders_plugin.core.files import stat_files  # noqa: F401  (re-exported: fp.stat_files)
@@ -62,7 +62,7 @@ class Fingerprint:
                 "method": self.method}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Fingerprint":
+    def from_dict(cls, d: dict) -> Fingerprint:
         """A fingerprint recorded by :meth:`as_dict` (one recorded without ``method`` is :data:`LEGACY_METHOD`).
 
         Args:
@@ -87,7 +87,7 @@ class Fingerprint:
         base = [[f[0], f[1], f[2]] for f in self.files] + [self.content]
         return base if self.method == LEGACY_METHOD else base + [self.method]
 
-    def differences(self, current: "Fingerprint") -> list[str]:
+    def differences(self, current: Fingerprint) -> list[str]:
         """What makes data made from ``self`` unusable for ``current``.
 
         Files removed, added, resized or with another mtime; else, when the digests are of different methods, that the

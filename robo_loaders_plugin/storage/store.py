@@ -3,7 +3,8 @@
 Why one file: a file mapped read-only is shared by every process that maps it (DataLoader workers started by
 fork *or* spawn all see the same page-cache pages), so the cache exists once in RAM however many workers run,
 and a dataset pickles as a path. Without ``cache_dir`` the file lives in ``/dev/shm`` (RAM), shared by the
-processes of the host, and is deleted when the last of them is done with it (``storage.ramfile``); with ``cache_dir`` it persists and is reused when its fingerprint matches.
+processes of the host, and is deleted when the last of them is done with it (``storage.ramfile``); with
+``cache_dir`` it persists and is reused when its fingerprint matches.
 
 Layout (little-endian)::
 
@@ -42,7 +43,7 @@ import threading
 import time
 import uuid
 import zlib
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 import xxhash
@@ -207,7 +208,8 @@ class StoreWriter:
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         with self._writing():
             self._fd = open_locked(self._tmp, create=True)
-            self._f = open(self._fd, "wb", closefd=False)  # the fd outlives the file object: it carries the lock
+            # the fd outlives the file object: it carries the lock (both are closed when the store is finished)
+            self._f = open(self._fd, "wb", closefd=False)  # noqa: SIM115
             self._emit(MAGIC)
             self._pos = len(MAGIC)
         if workers > 1:
@@ -451,10 +453,8 @@ class EpisodeStore:
         self._buf = self._view = None
         self._tables = {}
         if self._mm is not None:
-            try:
+            with contextlib.suppress(BufferError):  # views still alive; the mapping goes with them
                 self._mm.close()
-            except BufferError:  # views still alive; the mapping goes with them
-                pass
             self._mm = None
 
     def verify(self) -> None:
@@ -658,7 +658,7 @@ class EpisodeStore:
             blob = buf[s:e]
             try:
                 decompress(blob, out[r])
-            except Exception as exc:  # Blosc2's RuntimeError names nothing: name the frame
+            except Exception as exc:  # noqa: BLE001 - Blosc2's RuntimeError names nothing: name the frame
                 raise self._frame_error(key, frames, j, blob, c, exc) from None
             if checksum(blob) != c:
                 raise self._frame_error(key, frames, j)

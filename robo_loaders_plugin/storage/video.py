@@ -84,7 +84,7 @@ class VideoSettings:
         return dict(dataclasses.asdict(self), encoder=self.encoder)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "VideoSettings":
+    def from_dict(cls, d: dict) -> VideoSettings:
         """Settings recorded by :meth:`as_dict` (other keys, such as ``encoder``, ignored).
 
         Args:

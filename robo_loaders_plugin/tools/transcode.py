@@ -46,7 +46,7 @@ import os
 import shutil
 import time
 from fractions import Fraction
-from typing import Mapping
+from collections.abc import Mapping
 
 import click
 
@@ -110,7 +110,7 @@ def check_encoder(codec: str) -> str:
 def _check_torchcodec() -> None:
     try:
         from torchcodec.decoders import VideoDecoder  # noqa: F401
-    except Exception as exc:  # torchcodec raises RuntimeError/OSError when FFmpeg's shared libraries are missing
+    except Exception as exc:  # noqa: BLE001 - RuntimeError/OSError when FFmpeg's shared libraries are missing
         raise TranscodeError(f"transcode compares every output with its source through torchcodec (as LeRobot "
                              f"decodes), which cannot be loaded here: {exc}") from None
 
@@ -181,9 +181,8 @@ def _check_recorded(out: str, source_id: dict, options: dict) -> None:
         return  # planned again from scratch by manifest.plan
     if m.get("source") != source_id:
         was = ""
-        with contextlib.suppress(OSError, ValueError, KeyError):
-            with open(os.path.join(out, STATE_DIR, REPORT)) as f:
-                was = f" (recorded source: {json.load(f)['source']['path']})"
+        with contextlib.suppress(OSError, ValueError, KeyError), open(os.path.join(out, STATE_DIR, REPORT)) as f:
+            was = f" (recorded source: {json.load(f)['source']['path']})"
         raise TranscodeError(f"OUT {out} is a transcode of another dataset, or of ROOT before it changed{was}; "
                              "give a new or empty directory")
     recorded = m.get("options", {})

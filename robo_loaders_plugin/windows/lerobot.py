@@ -9,7 +9,7 @@ in a frame source as (episode unit, step): :class:`RowMap`.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -76,7 +76,7 @@ class DeltaWindows:
 
     @classmethod
     def of_runs(cls, rowmap: RowMap, first_index: np.ndarray, episode_from: np.ndarray, episode_to: np.ndarray,
-                delta_steps: dict | None) -> "DeltaWindows":
+                delta_steps: dict | None) -> DeltaWindows:
         """Windows over the rows of ``rowmap``'s runs: run ``u``'s first row has absolute index ``first_index[u]``,
         its episode spans absolute indices ``[episode_from[u], episode_to[u])``.
 

@@ -104,7 +104,7 @@ def resampled_length(length: int, rate: float) -> int:
     Returns:
         The number of target steps.
     """
-    return int(math.floor((length - 1) / rate + 1e-6)) + 1
+    return math.floor((length - 1) / rate + 1e-6) + 1
 
 
 def to_recorded(steps: np.ndarray, rate: float) -> np.ndarray:

@@ -80,7 +80,7 @@ def sequence_counts(lengths, frame_stack: int, seq_length: int, pad_frame_stack:
     else:
         problem[n < 1] = 2
     if not pad_frame_stack:
-        problem[(problem == 0) & (L < frame_stack)] = 3
+        problem[(problem == 0) & (frame_stack > L)] = 3
     bad = np.flatnonzero(problem)
     if bad.size:
         i = int(bad[0])

@@ -1,4 +1,5 @@
-"""``python -m benchmarks.harness train robomimic``: robomimic's unmodified ``python -m robomimic.scripts.train`` per backend.
+"""``python -m benchmarks.harness train robomimic``: robomimic's unmodified ``python -m robomimic.scripts.train``
+per backend.
 
 The config is robomimic's own BC-RNN image setting (``generate_paper_configs``: default image experiment + BC-RNN
 for a PH image dataset: ResNet18 + spatial softmax encoders with crop randomization, GMM, RNN horizon 10), with

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Callable, Mapping
+from collections.abc import Callable, Mapping
 
 from datatrove.executor import LocalPipelineExecutor, SlurmPipelineExecutor
 from datatrove.pipeline.base import PipelineStep

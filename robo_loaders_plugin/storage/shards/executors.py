@@ -34,7 +34,7 @@ import shutil
 import threading
 import time
 import uuid
-from typing import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from tqdm.auto import tqdm
 
@@ -200,7 +200,7 @@ def _datatrove_local(out_dir, worker, args, num_workers, codec, metadata, source
         def run():
             try:
                 outcome["stats"] = ex.run()
-            except BaseException as exc:  # re-raised in the launching thread
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the launching thread
                 outcome["error"] = exc
 
         thread = threading.Thread(target=run, name="datatrove-local", daemon=True)

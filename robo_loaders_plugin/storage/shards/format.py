@@ -47,7 +47,6 @@ class ShardError(RoboLoadersError):
     """A robo-shards directory that cannot be written or read as it is: damaged, edited, incomplete or hostile
     input, a full disk, or a conversion state that does not fit. The message says what to do (usually: convert again).
     """
-    pass
 
 
 def field_token(field: str) -> str:

@@ -38,7 +38,8 @@ import re
 import socket
 import time
 import uuid
-from typing import Callable, Iterable, Mapping, NamedTuple
+from typing import NamedTuple
+from collections.abc import Callable, Iterable, Mapping
 
 from tqdm.auto import tqdm
 

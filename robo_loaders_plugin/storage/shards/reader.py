@@ -146,8 +146,8 @@ def _member_problem(episode: str, member: str, loc, shard: str, shard_bytes: int
     """What is wrong with one member's entry in index.json, if anything."""
     if type(loc) is dict:  # the common case first: this runs for every member of a dataset when it is opened
         offset, size, crc = loc.get("offset"), loc.get("size"), loc.get("crc32")
-        if type(offset) is int and type(size) is int and type(crc) is int and tarfile.BLOCKSIZE <= offset \
-                and not offset % tarfile.BLOCKSIZE and 0 <= size and offset + size <= shard_bytes \
+        if type(offset) is int and type(size) is int and type(crc) is int and offset >= tarfile.BLOCKSIZE \
+                and not offset % tarfile.BLOCKSIZE and size >= 0 and offset + size <= shard_bytes \
                 and 0 <= crc < 2**32 and member.startswith(episode + ".") and MEMBER_RE.match(member):
             return None
     m = MEMBER_RE.match(member)
@@ -274,7 +274,7 @@ def _npy_array(data: np.ndarray, desc: dict, where: str) -> np.ndarray:
         shape, fortran_order, dtype = _NPY_HEADER_READERS[version](head)
     except ShardError:
         raise
-    except Exception as exc:  # numpy parses the header with ast.literal_eval: many kinds of error
+    except Exception as exc:  # noqa: BLE001 - numpy parses the header with ast.literal_eval: many kinds of error
         raise ShardError(f"{where}: not a valid .npy header ({type(exc).__name__}: {exc})") from None
     start = head.tell()
     if dtype.hasobject:
@@ -312,7 +312,7 @@ class MemberTable(Mapping):
         locs: ``(len(suffixes), 3)`` int64 rows: offset, size, CRC32.
     """
 
-    __slots__ = ("_prefix", "_layout", "_locs")
+    __slots__ = ("_layout", "_locs", "_prefix")
 
     def __init__(self, prefix: str, layout: tuple, locs: np.ndarray):
         self._prefix, self._layout, self._locs = prefix, layout, locs
@@ -448,7 +448,7 @@ class ShardReader:
         checked: yields ``(file, path, where, header, field descriptions)``; what every episode read starts with."""
         path = self._paths[ep["shard"]]
         try:
-            f = open(path, "rb", buffering=0)  # unbuffered: members are read straight into their arrays
+            f = open(path, "rb", buffering=0)  # noqa: SIM115 - unbuffered: members are read straight into their arrays
         except FileNotFoundError:
             raise ShardError(f"{path}: missing (deleted after the dataset was opened); {_AGAIN}") from None
         with f:

@@ -12,7 +12,7 @@ import contextlib
 import multiprocessing as mp
 import signal
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 from robo_loaders_plugin.storage.shards.format import ShardError
 
@@ -32,11 +32,11 @@ def _worker_process(worker: Callable, args, conn) -> None:
     try:
         worker(args)
         conn.send(None)
-    except BaseException as exc:
+    except BaseException as exc:  # noqa: BLE001 - sent to the parent, which raises it
         tb = "".join(traceback.format_exception(exc))
         try:
             pickle.loads(pickle.dumps(exc))  # an error that does not survive the trip is sent as text
-        except Exception:
+        except Exception:  # noqa: BLE001 - whatever pickling raises, the text goes instead
             exc = ShardError(f"{type(exc).__name__}: {exc}")
         conn.send((exc, tb))
     finally:
@@ -137,7 +137,7 @@ def run_here(worker: Callable, args: tuple, on_poll: Callable[[], None], poll_s:
     def body():
         try:
             worker(args)
-        except BaseException as exc:
+        except BaseException as exc:  # noqa: BLE001 - raised in the launching thread
             failure.append(exc)
 
     thread = threading.Thread(target=body, name="robo-loaders-convert", daemon=True)

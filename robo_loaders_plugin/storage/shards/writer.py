@@ -15,7 +15,7 @@ import json
 import os
 import tarfile
 import zlib
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 
@@ -56,8 +56,9 @@ class ShardWriter:
     def _open_shard(self):
         self._name = f"shards/{self.prefix}-{len(self.shards):06d}.tar"
         self._tmp = os.path.join(self.out_dir, f"{self._name}.tmp-{os.getpid()}")
-        self._file = open(self._tmp, "wb")
-        self._tar = tarfile.open(fileobj=self._file, mode="w", format=tarfile.PAX_FORMAT)
+        # both stay open while members are added; _close_shard closes them
+        self._file = open(self._tmp, "wb")  # noqa: SIM115
+        self._tar = tarfile.open(fileobj=self._file, mode="w", format=tarfile.PAX_FORMAT)  # noqa: SIM115
         self._count = 0
 
     def _close_shard(self):
