@@ -28,7 +28,8 @@ How a backend is put together (the built-in ones are built the same way):
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
 
 # -- registration and the serving contract (also exported by robo_loaders_plugin) -------------------------------
 from robo_loaders_plugin.core.errors import (BackendOptionError, RoboLoadersError, SourceError,  # noqa: F401
@@ -51,8 +52,8 @@ if TYPE_CHECKING:  # the rest is imported on first use: listing backends must no
     from robo_loaders_plugin.pipeline.batches import PipelineDataset  # noqa: F401
     from robo_loaders_plugin.pipeline.options import PassOptions  # noqa: F401
     from robo_loaders_plugin.robomimic.dataset import RobomimicSamples  # noqa: F401
-    from robo_loaders_plugin.sources.lerobot_v3 import LeRobotEpisodes  # noqa: F401
-    from robo_loaders_plugin.sources.robomimic_hdf5 import RobomimicHdf5  # noqa: F401
+    from robo_loaders_plugin.sources.lerobot_v3 import LeRobotEpisodes
+    from robo_loaders_plugin.sources.robomimic_hdf5 import RobomimicHdf5
     from robo_loaders_plugin.windows.robomimic import SequenceOptions, SequenceWindows  # noqa: F401
 
 _LAZY = {
@@ -119,7 +120,7 @@ def pass_options(shuffle_buffer: int | dict, cache_episodes: int = 64, items: st
 
 
 # -- robomimic ---------------------------------------------------------------------------------------------------
-def robomimic_sequence(config, obs_keys, dataset_path=None) -> tuple["SequenceOptions", str]:
+def robomimic_sequence(config, obs_keys, dataset_path=None) -> tuple[SequenceOptions, str]:
     """The ``SequenceDataset`` arguments robomimic's ``dataset_factory`` would pass, checked the way it checks them.
 
     Args:
@@ -138,7 +139,7 @@ def robomimic_sequence(config, obs_keys, dataset_path=None) -> tuple["SequenceOp
     return sequence_options(config, obs_keys, dataset_path)
 
 
-def robomimic_demo_fields(source: "RobomimicHdf5", f, demo: str, opts: "SequenceOptions") -> dict:
+def robomimic_demo_fields(source: RobomimicHdf5, f, demo: str, opts: SequenceOptions) -> dict:
     """One demo's fields exactly as ``SequenceDataset`` serves them (dtype rules of the cache modes included).
 
     Args:
@@ -177,7 +178,7 @@ def robomimic_sequence_dataset(config, obs_keys, filter_by_attribute=None, datas
 
 
 # -- LeRobot -----------------------------------------------------------------------------------------------------
-def lerobot_episodes(native, decode_device: str = "cpu") -> "LeRobotEpisodes":
+def lerobot_episodes(native, decode_device: str = "cpu") -> LeRobotEpisodes:
     """The episodes a ``LeRobotDataset`` selects, read the way it reads them (tables, and videos decoded with
     torchcodec at its tolerance), after checking that robo-loaders reproduces its items exactly.
 

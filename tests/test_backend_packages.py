@@ -54,7 +54,7 @@ def backend_names_in(source: str) -> list[tuple[int, str]]:
 
 def test_no_generic_module_names_a_backend():
     found = []
-    for d, dirs, files in os.walk(PACKAGE):
+    for d, _dirs, files in os.walk(PACKAGE):
         rel_dir = os.path.relpath(d, PACKAGE)
         if rel_dir.split(os.sep)[0] in CONSUMERS:
             continue

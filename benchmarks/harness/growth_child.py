@@ -187,7 +187,6 @@ def _imports(framework: str) -> None:
         import robo_loaders_plugin.robomimic.buffered
         import robo_loaders_plugin.robomimic.integration
     else:
-        import lerobot.datasets.lerobot_dataset
 
         import robo_loaders_plugin.lerobot.dataset
         import robo_loaders_plugin.lerobot.integration

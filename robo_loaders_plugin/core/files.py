@@ -19,7 +19,7 @@ import fcntl
 import json
 import os
 import uuid
-from typing import Iterable
+from collections.abc import Iterable
 
 _BUSY = (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES)  # EACCES: what some systems return for a conflicting lock
 

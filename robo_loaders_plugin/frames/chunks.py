@@ -62,7 +62,7 @@ def runs_of(lengths) -> list[tuple[int, int, int]]:
         ``(episode, first row, end row)`` of each.
     """
     starts = np.concatenate([[0], np.cumsum(np.asarray(lengths, dtype=np.int64))])
-    return [(i, int(a), int(b)) for i, (a, b) in enumerate(zip(starts[:-1], starts[1:]))]
+    return [(i, int(a), int(b)) for i, (a, b) in enumerate(itertools.pairwise(starts))]
 
 
 def split_lengths(lengths, step_bytes: int) -> list[tuple[int, int, int]]:

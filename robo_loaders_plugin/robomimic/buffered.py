@@ -121,7 +121,7 @@ def demo_units(lengths, frame_step: int) -> list[tuple[int, int, int]] | None:
 
 def shard_samples(config, opts: SequenceOptions, path: str, filter_by_attribute, reader, hold, sized,
                    backend: str, transform=None, decode_on_load: bool = True, decode_threads: int = 0,
-                   describe_frames=None, refit=None, unit_step: int | None = None) -> "RobomimicShardSamples":
+                   describe_frames=None, refit=None, unit_step: int | None = None) -> RobomimicShardSamples:
     """SequenceDataset's samples from robo-shards, for every backend reading them (``datapipe``, ``video_stream``):
     they differ only in the shards (lossless frames or video segments) and ``transform(arrays)`` applied to each
     episode read (e.g. decoded video kept LZ4-compressed). ``sized`` is ``(passes, bound)`` as fitted before the
@@ -199,7 +199,7 @@ def shard_samples(config, opts: SequenceOptions, path: str, filter_by_attribute,
     first = {k: v.decode_all() if isinstance(v, EncodedFrames) else v for k, v in stored.items()}
     # frames: what is reloaded when an episode comes back (video segments of any size among them)
     infos = {k: FieldInfo(a.dtype, tuple(a.shape[1:]), isinstance(stored[k], EncodedFrames)
-                          or a.ndim > 1 and a[0].nbytes >= FRAME_MIN_BYTES) for k, a in first.items()}
+                          or (a.ndim > 1 and a[0].nbytes >= FRAME_MIN_BYTES)) for k, a in first.items()}
     frames = EpisodeFrames(lengths, infos, read, capacity=passes.episode_capacity, decode_on_load=decode_on_load)
     windows = SequenceWindows(lengths, opts)
     summary = (f"{len(demos)} demos, {len(windows)} samples from {len(reader.shards)} shard(s) in {reader.dir}, "
@@ -214,7 +214,7 @@ def shard_samples(config, opts: SequenceOptions, path: str, filter_by_attribute,
 
 def unit_samples(opts: SequenceOptions, path: str, filter_by_attribute, reader, hold, passes: PassOptions,
                   bound: str, demos: list[str], records: list[int], lengths: list[int],
-                  units: list[tuple[int, int, int]], backend: str) -> "RobomimicShardSamples":
+                  units: list[tuple[int, int, int]], backend: str) -> RobomimicShardSamples:
     """datapipe over parts of long demos (``frames.chunks``), as LeRobot's datapipe buffers them: each unit's
     camera frames read from the shard parts holding its rows (``ShardReader.read_frame_rows``) with the
     ``frame_stack + seq_length - 2`` steps after it that its windows reach, decoded once per load; the other fields

@@ -33,7 +33,7 @@ import os
 from collections.abc import Callable, Iterable
 
 from robo_loaders_plugin.core.errors import StaleSourceError
-from robo_loaders_plugin.core.files import stat_files  # noqa: F401  (re-exported: fp.stat_files)
+from robo_loaders_plugin.core.files import stat_files
 
 DIGEST_METHOD = "sha256-all-bytes-v2"  # the content digest reads every byte of the source
 LEGACY_METHOD = "sha256-sampled-v1"    # recorded without a method: large files were sampled (16 blocks, 3 frames)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import Callable
+from collections.abc import Callable
 
 from robo_loaders_plugin.core.errors import StaleSourceError
 from robo_loaders_plugin.core.log import get_logger
