@@ -42,16 +42,22 @@ from robo_loaders_plugin.core.options import Option, Options  # noqa: F401
 from robo_loaders_plugin.core.spec import (BATCH, GPU_NO, GPU_OPTIONAL, GPU_REQUIRED, INDEXED, LOSSLESS,  # noqa: F401
                                            LOSSY_FRAMES, NOT_BIT_IDENTICAL_ON_NVDEC, SAMPLE, BackendChoice,
                                            BackendSpec)
+# the SDK: a backend that only says how it stores and serves frames (light: a plugin's registration imports it)
+from robo_loaders_plugin.sdk import (FrameStore, StoreEpisodes, cache_dir_option, cache_root,  # noqa: F401
+                                     frame_backend)
 
 if TYPE_CHECKING:  # the rest is imported on first use: listing backends must not import torch or a framework
     from robo_loaders_plugin.core.iteration import (BatchDataset, BatchSource, IndexedDataset,  # noqa: F401
                                                     SamplingPlan, Serving)
+    from robo_loaders_plugin.footprints import DataSize  # noqa: F401
     from robo_loaders_plugin.frames.base import FieldInfo, FrameSource  # noqa: F401
     from robo_loaders_plugin.lerobot.dataset import LeRobotSamples  # noqa: F401
     from robo_loaders_plugin.pipeline.batches import PipelineDataset  # noqa: F401
     from robo_loaders_plugin.pipeline.options import PassOptions  # noqa: F401
     from robo_loaders_plugin.robomimic.dataset import RobomimicSamples  # noqa: F401
-    from robo_loaders_plugin.sources.lerobot_v3 import LeRobotEpisodes  # noqa: F401
+    from robo_loaders_plugin.sdk.serve import StoreFrames  # noqa: F401
+    from robo_loaders_plugin.sources.lerobot_v3 import LeRobotEpisodes, LeRobotV3  # noqa: F401
+    from robo_loaders_plugin.storage.buffers import BufferPool  # noqa: F401
     from robo_loaders_plugin.sources.robomimic_hdf5 import RobomimicHdf5  # noqa: F401
     from robo_loaders_plugin.windows.robomimic import SequenceOptions, SequenceWindows  # noqa: F401
 
@@ -65,6 +71,11 @@ _LAZY = {
     # frame sources (frames.base): the one question every storage answers
     "FrameSource": "robo_loaders_plugin.frames.base",
     "FieldInfo": "robo_loaders_plugin.frames.base",
+    "BufferPool": "robo_loaders_plugin.storage.buffers",
+    # the SDK's pickling wrapper of what a FrameStore opens
+    "StoreFrames": "robo_loaders_plugin.sdk.serve",
+    # a dataset's sizes from metadata, what a footprint is computed from
+    "DataSize": "robo_loaders_plugin.footprints",
     # robomimic: its HDF5, SequenceDataset's window rules, the dataset serving them
     "RobomimicHdf5": "robo_loaders_plugin.sources.robomimic_hdf5",
     "SequenceOptions": "robo_loaders_plugin.windows.robomimic",
@@ -72,6 +83,7 @@ _LAZY = {
     "RobomimicSamples": "robo_loaders_plugin.robomimic.dataset",
     # LeRobot: its v3 episodes (tables and decoded videos), the dataset serving LeRobotDataset's items
     "LeRobotEpisodes": "robo_loaders_plugin.sources.lerobot_v3",
+    "LeRobotV3": "robo_loaders_plugin.sources.lerobot_v3",
     "LeRobotSamples": "robo_loaders_plugin.lerobot.dataset",
     # batch-kind backends: the torchdata pipeline and its pass options
     "PipelineDataset": "robo_loaders_plugin.pipeline.batches",
