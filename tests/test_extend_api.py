@@ -98,3 +98,19 @@ def test_the_walk_finds_a_private_type():
     assert problems_of("f", f, private) == ["f: names private ['EntryHold']"]
     assert problems_of("g", g, private) == ["g: names private ['EntryHold']"]
     assert len(members("FrameSource", extend.FrameSource)) > 3
+
+
+def test_the_backend_guide_shows_the_whole_example_as_it_is():
+    """docs/writing-a-backend.md walks the complete example: each of its files appears there in full, verbatim
+    (negative control: an edited copy of a file is not found)."""
+    root = os.path.dirname(PACKAGE)
+    with open(os.path.join(root, "docs", "writing-a-backend.md")) as f:
+        guide = f.read()
+    package = os.path.join(root, "examples", "jpeg_backend", "robo_loaders_jpeg")
+    files = sorted(n for n in os.listdir(package) if n.endswith(".py") and n != "__init__.py")
+    assert files == ["plugin.py", "store.py"]
+    for n in files:
+        with open(os.path.join(package, n)) as f:
+            text = f.read().rstrip()
+        assert f"```python\n{text}\n```" in guide, f"{n} is not shown in full in docs/writing-a-backend.md"
+        assert f"```python\n{text.replace('quality', 'qualty', 1)}\n```" not in guide
