@@ -57,17 +57,23 @@ def list_cmd(as_json):
 
     Args:
         as_json: ``--json``: print every backend's spec (``BackendSpec.as_dict``) as JSON instead of the table.
+
+    Exits with status 1, after the list, when a plugin's backend was refused (a factory whose signature does not
+    follow its framework's protocol): one line each on stderr naming the plugin, backend, framework and the
+    expected signature.
     """
     import shutil
     import textwrap
 
     from tabulate import tabulate
 
-    from robo_loaders_plugin.core.registry import get_backend, list_backends
+    from robo_loaders_plugin.core.registry import get_backend, list_backends, refused_backends
 
     specs = [get_backend(n).as_dict() for n in list_backends()]
+    refused = refused_backends()  # a factory not following its framework's protocol (core.hookspecs)
     if as_json:
         click.echo(json.dumps(specs, indent=2, default=str))
+        _report_refused(refused)
         return
     rows = [[s["name"], fw, s["kind"][fw], s["gpu"][fw], SHORT_LOSSLESS.get(s["lossless"][fw], s["lossless"][fw])]
             for s in specs for fw in s["frameworks"]]
@@ -78,6 +84,16 @@ def list_cmd(as_json):
         plugin = "" if s["plugin"] == "builtin" else f" (plugin {s['plugin']})"
         click.echo(textwrap.fill(f"{s['name']}{plugin}: {s['description']}", width=width, subsequent_indent="  "))
     click.echo(textwrap.fill("Options: 'robo-loaders list --json', or docs/backends.md.", width=width))
+    _report_refused(refused)
+
+
+def _report_refused(refused: dict) -> None:
+    """One line on stderr per backend whose registration was refused, then exit status 1 (the other backends
+    were listed): a plugin author sees a wrong factory signature here, not at the first training run."""
+    for line in refused.values():
+        click.echo(f"error: {line}", err=True)
+    if refused:
+        raise SystemExit(1)
 
 
 SHORT_LOSSLESS = {"yes on the CPU; not bit-identical with NVDEC": "CPU: yes, NVDEC: no"}

@@ -5,26 +5,111 @@ typed and documented; anything imported from elsewhere in ``robo_loaders_plugin`
 docs/writing-a-backend.md walks through a complete backend (``examples/jpeg_backend``) built from these names only,
 and ``robo_loaders_plugin.testing`` proves a backend serves the native loader's samples.
 
-How a backend is put together (the built-in ones are built the same way):
+The short way (the SDK): a backend that keeps frames in its own files writes a :class:`FrameStore` (``build``,
+``open``, optionally ``footprint``, ``verify``, ``key``, ``describe``) and registers it with :func:`frame_backend`;
+the SDK does the rest for robomimic and LeRobot (the footprint checked before any data is read, the cache entry,
+verification on reuse, the serving summary, pickling for DataLoader workers, a ``per_host`` ``cache_dir``,
+``close()``). The long way (a backend that is not a frame store: another kind, its own datasets) uses the building
+blocks below the same way the SDK and the built-in backends do.
+
+Every name, where it comes from in words (names loaded on first use are marked *lazy*: listing backends must not
+import torch or a framework):
+
+=================================== ===========================================================================
+name                                what it is
+=================================== ===========================================================================
+**the SDK**
+``FrameStore``                      base class of a store: how a backend writes, checks and reads its frames
+``StoreEpisodes``                   what ``FrameStore.build`` is given: episode names, camera fields, sizes, data
+``frame_backend``                   a ``BackendSpec`` serving both frameworks from a ``FrameStore``
+``StoreFrames``                     (lazy) the pickling wrapper of what ``FrameStore.open`` returns (``.inner``)
+``cache_dir_option``                the ``cache_dir`` declaration (``per_host``, checked writable)
+``cache_root``                      the cache root a backend writes under (created)
+**registration and options**
+``hookimpl``                        marks a plugin's ``robo_loaders_backends`` hook
+``BackendSpec``                     a backend as its plugin declares it (factories checked at registration)
+``BackendChoice``                   a user's choice of a backend, its options resolved
+``Option``                          one option's declaration (type, default, help, range, ``per_host``, ...)
+``Options``                         base of the typed, frozen options object a factory receives
+``SAMPLE``                          kind: the framework's DataLoader drives a pass
+``INDEXED``                         kind: the adapter builds whole batches from the framework's sampler
+``BATCH``                           kind: the backend orders its passes (``BatchDataset``)
+``LOSSLESS``                        promise: byte-identical to the native loader
+``LOSSY_FRAMES``                    promise: camera frames within a stated tolerance, the rest identical
+``NOT_BIT_IDENTICAL_ON_NVDEC``      promise: identical on the CPU, not with NVDEC
+``GPU_NO``                          GPU use: none
+``GPU_OPTIONAL``                    GPU use: optional
+``GPU_REQUIRED``                    GPU use: required (refused before reading data without CUDA)
+``ROBOMIMIC_OPTIONS``               how robomimic users set options (for messages)
+``LEROBOT_OPTIONS``                 how LeRobot users set options (for messages)
+``pass_options``                    the option declarations of a pipeline-served (``batch``) backend
+**errors**
+``RoboLoadersError``                base of every error the plugin raises
+``BackendOptionError``              an option unknown or of a bad value
+``SourceError``                     a source that cannot be served as it is
+``StaleSourceError``                a source changed since data was made from it
+``ResourceRefused``                 a footprint the machine cannot hold (with the numbers)
+**the footprint contract**
+``Footprint``                       what a backend will hold and write, from metadata
+``Available``                       what the machine has now (``Available.measure``)
+``check_fits``                      refuse a footprint that does not fit, before any data is read
+``HEADROOM``                        the fraction of a resource a footprint may use (90%)
+``DiskGuard``                       stops a writer before the disk falls below the reserve
+``DataSize``                        (lazy) a dataset's sizes from metadata (steps, bytes per step)
+**sources**
+``RobomimicHdf5``                   (lazy) robomimic's HDF5: demos, fields, ``data_size``, ``fingerprint``
+``robomimic_sequence``              ``SequenceDataset``'s arguments, checked as robomimic checks them
+``robomimic_demo_fields``           one demo's fields as ``SequenceDataset`` serves them
+``robomimic_sequence_dataset``      robomimic's own ``SequenceDataset`` (to wrap, or for parity)
+``lerobot_episodes``                a ``LeRobotDataset``'s episodes, read as it reads them
+``LeRobotEpisodes``                 (lazy) what ``lerobot_episodes`` returns: runs, columns, ``read(episode)``
+``LeRobotV3``                       (lazy) a LeRobot v3 dataset's files (``LeRobotEpisodes.source``)
+``Fingerprint``                     (lazy) what a source's ``fingerprint()`` returns (staleness)
+**storage**
+``build_or_reuse``                  a cache directory built once per source and options, atomically, locked
+``atomic_write_bytes``              write a file so that readers see the old or the new one, whole
+``sha256_file``                     a file's SHA-256 (checksums for ``verify``)
+**frames, windows, datasets**
+``FrameSource``                     (lazy) the one question a storage answers: field F at (episode, step) pairs
+``FieldInfo``                       (lazy) how a frame source stores a field (dtype, step shape, frames)
+``FRAME_MIN_BYTES``                 a field of at least this many bytes per step is camera frames
+``BufferPool``                      (lazy) recycles batch arrays (``FrameSource.gather``'s ``pool``)
+``SequenceOptions``                 (lazy) ``SequenceDataset``'s window settings
+``SequenceWindows``                 (lazy) ``SequenceDataset``'s window rules over episode lengths
+``RobomimicSamples``                (lazy) ``SequenceDataset``'s samples from a frame source
+``LeRobotSamples``                  (lazy) ``LeRobotDataset``'s items from a frame source
+**the serving contract**
+``Serving``                         (lazy) what a built dataset declares: summary, batch threads, hold
+``IndexedDataset``                  (lazy) ``indexed`` kind: ``collate(indices)``
+``BatchDataset``                    (lazy) ``batch`` kind: ``batch_source(plan)``
+``BatchSource``                     (lazy) one pass after another (``batches(epoch, start)``), resumable
+``SamplingPlan``                    (lazy) what the native loop would serve (batch size, items, seed, rank)
+``PipelineDataset``                 (lazy) the torchdata pipeline the built-in ``datapipe`` uses
+``PassOptions``                     (lazy) the pipeline's pass options (``PassOptions.of``)
+=================================== ===========================================================================
+
+How a backend is put together by hand (the SDK and the built-in ones are built the same way):
 
 1. **Registration** (``robo_loaders_plugin``): a ``@hookimpl`` function ``robo_loaders_backends()`` returning
    :class:`BackendSpec` objects, exposed through the ``robo_loaders`` entry-point group; every option declared once
-   as an :class:`Option`.
-2. **A source reader**: :class:`RobomimicHdf5` (robomimic's HDF5) or :func:`lerobot_episodes` (a LeRobot v3
-   dataset, its videos decoded exactly as ``LeRobotDataset`` decodes them), each with a ``fingerprint()`` for the
-   staleness rules.
-3. **Storage**: whatever the backend is about; :func:`build_or_reuse` gives it a directory in the cache, built once
-   per source and options, atomically, locked, reused only while the source is unchanged. Before it builds
-   anything the factory states its :class:`Footprint` (RAM, ``/dev/shm``, GPU, disk, build time, from the source's
-   metadata: ``RobomimicHdf5.data_size``, ``LeRobotEpisodes.source.data_size``) and calls :func:`check_fits` against
-   :meth:`Available.measure`: it serves within the bound it states or refuses, before reading any data, with the
-   numbers (:class:`ResourceRefused`); a writer checks the disk as it writes (:class:`DiskGuard`).
+   as an :class:`Option`. Each factory must follow its framework's protocol (``core/hookspecs.py``:
+   ``factory(config, obs_keys, filter_by_attribute=None, dataset_path=None, *, options)``,
+   ``factory(native, *, options)``); one that does not is refused by ``robo-loaders list``.
+2. **A source reader**: :class:`RobomimicHdf5` (robomimic's HDF5; pass the backend's ``cache_dir`` so its
+   validation records go there) or :func:`lerobot_episodes` (a LeRobot v3 dataset, its videos decoded exactly as
+   ``LeRobotDataset`` decodes them), each with a ``fingerprint()`` for the staleness rules.
+3. **Storage**: :func:`build_or_reuse` gives it a directory in the cache (:func:`cache_root`), built once per
+   source and options, atomically, locked, reused only while the source is unchanged. Before it builds anything
+   the factory states its :class:`Footprint` (from :class:`DataSize`: ``RobomimicHdf5.data_size``,
+   ``LeRobotV3.data_size``) and calls :func:`check_fits` against :meth:`Available.measure`: it serves within the
+   bound it states or refuses, before reading any data (:class:`ResourceRefused`); a writer checks the disk as it
+   writes (:class:`DiskGuard`).
 4. **A frame source** (:class:`FrameSource`): answers "field F at these (episode, step) pairs"; the window rules
-   turn sample indices into such pairs.
-5. **A dataset**: :class:`RobomimicSamples` (robomimic's ``SequenceDataset`` samples) or :class:`LeRobotSamples`
-   (``LeRobotDataset`` items) over the frame source, with its :class:`Serving`; the declared kind says who drives a
-   pass (``sample``/``indexed``: the framework's sampler; ``batch``: :class:`PipelineDataset` or your own
-   :class:`BatchSource`).
+   turn sample indices into such pairs. A dataset of the ``sample`` kind is pickled into LeRobot's spawned
+   DataLoader workers: the frame source must pickle its path, not its data (a pickled ``np.memmap`` copies it).
+5. **A dataset**: :class:`RobomimicSamples` or :class:`LeRobotSamples` over the frame source, with its
+   :class:`Serving`; the declared kind says who drives a pass (``sample``/``indexed``: the framework's sampler;
+   ``batch``: :class:`PipelineDataset` or your own :class:`BatchSource`).
 """
 from __future__ import annotations
 
@@ -43,17 +128,24 @@ from robo_loaders_plugin.core.options import Option, Options  # noqa: F401
 from robo_loaders_plugin.core.spec import (BATCH, GPU_NO, GPU_OPTIONAL, GPU_REQUIRED, INDEXED, LOSSLESS,  # noqa: F401
                                            LOSSY_FRAMES, NOT_BIT_IDENTICAL_ON_NVDEC, SAMPLE, BackendChoice,
                                            BackendSpec)
+# the SDK: a backend that only says how it stores and serves frames (light: a plugin's registration imports it)
+from robo_loaders_plugin.sdk import (FrameStore, StoreEpisodes, cache_dir_option, cache_root,  # noqa: F401
+                                     frame_backend)
 
 if TYPE_CHECKING:  # the rest is imported on first use: listing backends must not import torch or a framework
     from robo_loaders_plugin.core.iteration import (BatchDataset, BatchSource, IndexedDataset,  # noqa: F401
                                                     SamplingPlan, Serving)
+    from robo_loaders_plugin.core.data_size import DataSize  # noqa: F401
     from robo_loaders_plugin.frames.base import FieldInfo, FrameSource  # noqa: F401
     from robo_loaders_plugin.lerobot.dataset import LeRobotSamples  # noqa: F401
     from robo_loaders_plugin.pipeline.batches import PipelineDataset  # noqa: F401
     from robo_loaders_plugin.pipeline.options import PassOptions  # noqa: F401
     from robo_loaders_plugin.robomimic.dataset import RobomimicSamples  # noqa: F401
-    from robo_loaders_plugin.sources.lerobot_v3 import LeRobotEpisodes
-    from robo_loaders_plugin.sources.robomimic_hdf5 import RobomimicHdf5
+    from robo_loaders_plugin.sdk.serve import StoreFrames  # noqa: F401
+    from robo_loaders_plugin.sources.lerobot_v3 import LeRobotEpisodes, LeRobotV3  # noqa: F401
+    from robo_loaders_plugin.storage.buffers import BufferPool  # noqa: F401
+    from robo_loaders_plugin.storage.fingerprint import Fingerprint  # noqa: F401
+    from robo_loaders_plugin.sources.robomimic_hdf5 import RobomimicHdf5  # noqa: F401
     from robo_loaders_plugin.windows.robomimic import SequenceOptions, SequenceWindows  # noqa: F401
 
 _LAZY = {
@@ -66,6 +158,13 @@ _LAZY = {
     # frame sources (frames.base): the one question every storage answers
     "FrameSource": "robo_loaders_plugin.frames.base",
     "FieldInfo": "robo_loaders_plugin.frames.base",
+    "BufferPool": "robo_loaders_plugin.storage.buffers",
+    # the SDK's pickling wrapper of what a FrameStore opens
+    "StoreFrames": "robo_loaders_plugin.sdk.serve",
+    # a dataset's sizes from metadata, what a footprint is computed from
+    "DataSize": "robo_loaders_plugin.core.data_size",
+    # what a source's fingerprint() returns (build_or_reuse records it beside an entry and compares it on reuse)
+    "Fingerprint": "robo_loaders_plugin.storage.fingerprint",
     # robomimic: its HDF5, SequenceDataset's window rules, the dataset serving them
     "RobomimicHdf5": "robo_loaders_plugin.sources.robomimic_hdf5",
     "SequenceOptions": "robo_loaders_plugin.windows.robomimic",
@@ -73,6 +172,7 @@ _LAZY = {
     "RobomimicSamples": "robo_loaders_plugin.robomimic.dataset",
     # LeRobot: its v3 episodes (tables and decoded videos), the dataset serving LeRobotDataset's items
     "LeRobotEpisodes": "robo_loaders_plugin.sources.lerobot_v3",
+    "LeRobotV3": "robo_loaders_plugin.sources.lerobot_v3",
     "LeRobotSamples": "robo_loaders_plugin.lerobot.dataset",
     # batch-kind backends: the torchdata pipeline and its pass options
     "PipelineDataset": "robo_loaders_plugin.pipeline.batches",

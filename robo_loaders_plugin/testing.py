@@ -154,6 +154,15 @@ def lerobot_case(native) -> LeRobotCase:
     return LeRobotCase(native)
 
 
+def reset_plugins() -> None:
+    """Forget the loaded plugins and the resolved backend choices, so that the next lookup reads the ``robo_loaders``
+    entry points again: for a test that installs a plugin's entry point at run time (``sys.path``, a
+    ``.dist-info``), before and after it."""
+    from robo_loaders_plugin.core.registry import reset_cache
+
+    reset_cache()
+
+
 # -- comparisons -------------------------------------------------------------------------------------------------
 def psnr(a, b) -> float:
     """Peak signal-to-noise ratio of ``a`` against ``b`` in dB.

@@ -45,4 +45,49 @@ def robo_loaders_backends() -> Iterable[BackendSpec]:  # type: ignore[empty-body
 
     The adapter checks the returned object against the declared kind and fails naming the backend otherwise.
     Backend names must be unique across all plugins.
+
+    Every factory must take the call of its framework's protocol (:func:`robomimic_factory`,
+    :func:`lerobot_factory`, below); one that cannot is refused when the backends are registered, and
+    ``robo-loaders list`` names its plugin, backend, framework and the expected signature.
     """
+
+
+# -- the factory protocols ------------------------------------------------------------------------------------------
+# What ``BackendSpec.factories`` must accept, per framework: the adapters call a factory exactly so
+# (``robomimic.integration.build_dataset``: ``factory(config, obs_keys, filter_by_attribute=..., dataset_path=...,
+# options=...)``; ``lerobot.integration``: ``factory(native, options=...)``). A factory whose signature cannot take
+# such a call is refused when the backends are registered (``core.factory_check``), as pluggy refuses a hookimpl
+# whose arguments its hookspec does not have: ``robo-loaders list`` names the plugin, backend, framework and the
+# expected signature, instead of the first training run failing with a ``TypeError``. Extra parameters are
+# allowed when they have defaults; ``**kwargs`` takes anything.
+def robomimic_factory(config, obs_keys, filter_by_attribute=None, dataset_path=None, *, options):
+    """The protocol of a robomimic factory (declared here, never called): build the dataset robomimic's
+    ``dataset_factory`` would build.
+
+    Args:
+        config: robomimic's config (``train.*`` decides the windows).
+        obs_keys: The observation keys to load.
+        filter_by_attribute: A filter key of the HDF5's masks (``None``: every demo).
+        dataset_path: The HDF5 (``None``: ``config.train.data``).
+        options: The backend's resolved, typed options object (keyword only).
+
+    Returns:
+        What the backend's declared kind says (``sample``: a map-style dataset; ``indexed``: an ``IndexedDataset``;
+        ``batch``: a ``BatchDataset``).
+    """
+
+
+def lerobot_factory(native, *, options):
+    """The protocol of a LeRobot factory (declared here, never called): serve the ``LeRobotDataset`` LeRobot's own
+    ``make_dataset`` built.
+
+    Args:
+        native: The ``LeRobotDataset`` (episode selection, ``delta_timestamps``, transforms, tolerance).
+        options: The backend's resolved, typed options object (keyword only).
+
+    Returns:
+        What the backend's declared kind says, as for :func:`robomimic_factory`.
+    """
+
+
+FACTORY_PROTOCOLS = {"robomimic": robomimic_factory, "lerobot": lerobot_factory}

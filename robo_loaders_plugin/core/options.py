@@ -246,6 +246,30 @@ class Options:
     _defaults: ClassVar[dict] = {}  # set per generated class by options_class
     _per_host: ClassVar[frozenset] = frozenset()
 
+    def __reduce__(self):
+        """Pickled by value (a spawned DataLoader worker reopening a store with its options): the generated class
+        is not importable by name, so the copy is rebuilt as an equal object of an equivalent class."""
+        return _rebuild, (self.backend, self.framework, self.as_dict(), self.given_names, self._per_host)
+
+
+def _rebuild(backend: str, framework: str, values: dict, given_names: frozenset, per_host: frozenset) -> Options:
+    """An options object equal to a pickled one (:meth:`Options.__reduce__`), of a class made once per process
+    for that backend, framework and set of names."""
+    key = (backend, framework, tuple(values), per_host)
+    cls = _REBUILT.get(key)
+    if cls is None:
+        cls = dataclasses.make_dataclass(f"{_camel(backend)}{_camel(framework)}Options",
+                                         [(n, Any, dataclasses.field(default=None)) for n in values],
+                                         bases=(Options,), frozen=True)
+        cls.backend, cls.framework, cls._defaults, cls._per_host = backend, framework, {}, per_host
+        _REBUILT[key] = cls
+    obj = cls(**values)
+    object.__setattr__(obj, "given_names", given_names)
+    return obj
+
+
+_REBUILT: dict[tuple, type] = {}
+
 
 _CLASSES: dict[tuple, tuple] = {}
 

@@ -96,6 +96,12 @@ def _backends() -> dict[str, BackendSpec]:
                                        f"(by {out[spec.name].plugin!r} and {plugin_name!r})")
             if spec.plugin != (BUILTIN if builtin else plugin_name):
                 spec = BackendSpec(**{**spec.__dict__, "plugin": BUILTIN if builtin else plugin_name})
+            problem = _factory_refusal(spec)
+            if problem is not None:  # refused, as pluggy refuses a hookimpl its hookspec does not match
+                if builtin:
+                    raise RoboLoadersError(problem)
+                _REFUSED[spec.name] = problem
+                continue
             out[spec.name] = spec
     return out
 
@@ -123,6 +129,33 @@ def streaming_backends(framework: str) -> str:
     return ", ".join(repr(n) for n in names) or "none installed"
 
 
+_REFUSED: dict[str, str] = {}
+
+
+def _factory_refusal(spec: BackendSpec) -> str | None:
+    """The line refusing ``spec`` when one of its factories does not follow its framework's protocol
+    (``core.factory_check``: read from source, nothing imported), else ``None``."""
+    from robo_loaders_plugin.core.factory_check import factory_problem, refusal
+
+    for framework in spec.frameworks:
+        factory = spec.factories.get(framework)
+        problem = None if factory is None else factory_problem(factory, framework)
+        if problem is not None:
+            return refusal(spec.plugin, spec.name, framework, problem)
+    return None
+
+
+def refused_backends() -> dict[str, str]:
+    """The backends a plugin declared but registration refused (a factory that does not follow its framework's
+    protocol, ``core.hookspecs.FACTORY_PROTOCOLS``).
+
+    Returns:
+        ``{backend name: the one line saying why}`` (``robo-loaders list`` prints them and exits with status 1).
+    """
+    _backends()
+    return dict(_REFUSED)
+
+
 def list_backends() -> list[str]:
     """Names of all registered backends, ``native`` first."""
     names = list(_backends())
@@ -141,8 +174,11 @@ def get_backend(name: str, where: str = "") -> BackendSpec:
 
     Raises:
         UnknownBackendError: naming ``where``, the closest registered name and every registered one.
+        RoboLoadersError: a backend registration refused (:func:`refused_backends`), with why.
     """
     specs = _backends()
+    if isinstance(name, str) and name in _REFUSED:
+        raise RoboLoadersError(f"{where}: {_REFUSED[name]}" if where else _REFUSED[name])
     if not isinstance(name, str) or name not in specs:
         raise UnknownBackendError(name, list_backends(), where)
     return specs[name]
@@ -192,3 +228,4 @@ def reset_cache() -> None:
     _backends.cache_clear()
     get_plugin_manager.cache_clear()
     _CHOICES.clear()
+    _REFUSED.clear()

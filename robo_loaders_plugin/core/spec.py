@@ -66,8 +66,9 @@ class BackendSpec:
         kind: Who drives a pass (``SAMPLE``, ``INDEXED``, ``BATCH``), or ``{framework: kind}``.
         factories: ``{framework: "module:function"}`` (imported on first use, so listing backends imports neither
             the backend nor a framework) or the callable itself. robomimic:
-            ``factory(config, obs_keys, filter_by_attribute, dataset_path, *, options)``; LeRobot:
-            ``factory(lerobot_dataset, *, options)``; ``options`` is the typed object of :attr:`options`.
+            ``factory(config, obs_keys, filter_by_attribute=None, dataset_path=None, *, options)``; LeRobot:
+            ``factory(lerobot_dataset, *, options)``; ``options`` is the typed object of :attr:`options`. The
+            protocols are declared in ``core.hookspecs`` and checked when the backend is registered.
         options: ``{name: Option}``, every option the backend takes (``core.options``).
         constraints: Checks across options, called with the resolved options object (raise ``ValueError``).
         lossless: ``LOSSLESS``, ``LOSSY_FRAMES`` or ``NOT_BIT_IDENTICAL_ON_NVDEC``, or ``{framework: value}``.
@@ -213,7 +214,8 @@ class BackendSpec:
             The factory function.
 
         Raises:
-            RoboLoadersError: the backend does not serve ``framework``.
+            RoboLoadersError: the backend does not serve ``framework``, or its factory does not follow the
+                framework's protocol (``core.hookspecs.FACTORY_PROTOCOLS``).
         """
         if framework not in self.factories:
             raise RoboLoadersError(
@@ -222,8 +224,14 @@ class BackendSpec:
         if isinstance(factory, str):
             import importlib
 
+            from robo_loaders_plugin.core.factory_check import factory_problem, refusal
+
             module, _, attr = factory.partition(":")
             factory = getattr(importlib.import_module(module), attr)
+            # registration read the signature from source where it could; one it could not is checked here
+            problem = factory_problem(factory, framework)
+            if problem is not None:
+                raise RoboLoadersError(refusal(self.plugin, self.name, framework, problem))
         return factory
 
 

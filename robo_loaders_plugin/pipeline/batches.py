@@ -402,7 +402,7 @@ class PipelineDataset(BatchDataset):
         self.passes = passes
         self.decode_threads = int(decode_threads)
 
-    def batch_source(self, plan: SamplingPlan) -> PipelineBatches:
+    def batch_source(self, plan: SamplingPlan) -> BatchSource:
         """The pipeline serving the passes ``plan`` describes (called once per DataLoader).
 
         The seed is the ``seed`` option when set, else the framework's (``plan.seed``), else 0. With ``decode_threads``,
@@ -412,7 +412,7 @@ class PipelineDataset(BatchDataset):
             plan: What the native loop would serve.
 
         Returns:
-            The :class:`PipelineBatches`.
+            A :class:`BatchSource` (the pipeline itself) whose ``batches(epoch, start)`` yield one pass.
         """
         items = np.arange(len(self)) if plan.items is None else np.asarray(plan.items, dtype=np.int64)
         # units the pass is planned over: episodes, or parts of them (frames.chunks.EpisodeUnits counts its own)

@@ -24,17 +24,16 @@ def install_entry_point(site: str) -> None:
 
 @pytest.fixture(scope="session", autouse=True)
 def installed(tmp_path_factory):
-    from robo_loaders_plugin import get_plugin_manager  # noqa: F401  (the registry is reset below)
-    from robo_loaders_plugin.core import registry
+    from robo_loaders_plugin.testing import reset_plugins
 
     site = str(tmp_path_factory.mktemp("site"))
     install_entry_point(site)
     sys.path[:0] = [site, PACKAGE_ROOT]
     os.environ["PYTHONPATH"] = os.pathsep.join([site, PACKAGE_ROOT, os.environ.get("PYTHONPATH", "")])
     os.environ.setdefault("ROBO_LOADERS_CACHE", str(tmp_path_factory.mktemp("cache")))
-    registry.reset_cache()
+    reset_plugins()
     yield site
-    registry.reset_cache()
+    reset_plugins()
 
 
 @pytest.fixture(scope="session")

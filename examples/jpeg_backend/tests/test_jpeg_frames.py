@@ -68,7 +68,7 @@ def test_the_checks_fail_on_wrong_data(robomimic_hdf5, tmp_path):
     with pytest.raises(AssertionError, match="PSNR .* below the stated 34 dB"):
         assert_same_samples(case, "jpeg_frames", {"quality": 5, "cache_dir": str(tmp_path)}, count=5, min_psnr=psnr)
     ds = assert_same_samples(case, "jpeg_frames", {"cache_dir": str(tmp_path)}, count=5, min_psnr=psnr)
-    ds.frames._raw["actions"][3] += 1e-3  # what a backend serving a stale action would do
+    ds.frames.inner._raw["actions"][3] += 1e-3  # what a backend serving a stale action would do
     from robo_loaders_plugin.testing import assert_same
 
     native = case.native()
@@ -112,7 +112,7 @@ builtins.__import__ = audit
 import robo_loaders_plugin
 from robo_loaders_plugin import get_backend
 spec = get_backend("jpeg_frames")  # through the entry point
-for module in ("robo_loaders_jpeg.plugin", "robo_loaders_jpeg.frames", "robo_loaders_jpeg.factories"):
+for module in ("robo_loaders_jpeg.plugin", "robo_loaders_jpeg.store"):
     importlib.import_module(module)
 exported = set(robo_loaders_plugin.__all__) | {"extend", "testing"}
 bad = [s for s in seen if s[1] not in public or (s[1] == "robo_loaders_plugin" and not set(s[2]) <= exported)]
