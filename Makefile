@@ -37,13 +37,13 @@ $(STAMP): pyproject.toml Makefile scripts/find_python312.sh
 # every test (the README's and CI's command): the package's unit and integration tests, the benchmark harness's
 # (benchmarks/tests) and the example third-party backend's; 27 min on a quiet 2-core machine (budget: 30; the 25
 # slowest are listed at the end, to see where the time goes)
-test: setup
+test: setup lint
 	$(PY) -m pytest -ra -p no:cacheprovider --durations=25 tests integration_tests benchmarks/tests examples/jpeg_backend/tests
 
 # the inner loop, -m fast: every unit test (tests/), the quick parity checks marked fast in integration_tests/ (one
 # per backend and framework, against the native loaders) and the harness's fake-row tests: 2 min on a quiet
 # 2-core machine (limit: 3 min)
-test-fast: setup
+test-fast: setup lint
 	$(PY) -m pytest -ra -p no:cacheprovider -m fast tests integration_tests benchmarks/tests
 
 unit: setup
@@ -52,12 +52,14 @@ unit: setup
 integration: setup
 	$(PY) -m pytest -ra -p no:cacheprovider integration_tests
 
-# lint and types (configured in pyproject.toml: [tool.ruff], [tool.mypy] and its files); not yet part of test or
-# test-fast. `ruff format --check` joins once the code has been formatted in one commit.
+# lint, format, types and layers (configured in pyproject.toml: [tool.ruff], [tool.mypy] and its files,
+# [tool.importlinter]), run first by test and test-fast, so by CI: a `# noqa` or `# type: ignore` names its code
+# and says why
 lint: setup
 	$(VENV)/bin/ruff check .
-# $(VENV)/bin/ruff format --check .   (disabled until the one formatting commit)
+	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports --no-cache
 
 demo: setup
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" bash examples/demo.sh $(DEMO_DIR)

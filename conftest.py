@@ -5,6 +5,7 @@ Tiers (``make test`` runs everything; ``make test-fast`` runs ``-m fast``): ever
 test and marked ``fast`` here; elsewhere a test joins the fast tier by its own ``@pytest.mark.fast`` (the quick
 parity checks against the native loaders).
 """
+
 import atexit
 import os
 import shutil
@@ -29,8 +30,17 @@ def tiny_hdf5(tmp_path_factory):
     from robo_loaders_plugin.sample_data.robomimic_hdf5 import write_robomimic_hdf5
 
     path = str(tmp_path_factory.mktemp("data") / "tiny.hdf5")
-    return write_robomimic_hdf5(path, demos=12, image_size=16, cameras=2, seed=3, min_length=40, max_length=50,
-                                valid_fraction=0.25, progress=False)
+    return write_robomimic_hdf5(
+        path,
+        demos=12,
+        image_size=16,
+        cameras=2,
+        seed=3,
+        min_length=40,
+        max_length=50,
+        valid_fraction=0.25,
+        progress=False,
+    )
 
 
 @pytest.fixture(scope="session")
@@ -40,8 +50,17 @@ def long_hdf5(tmp_path_factory):
     from robo_loaders_plugin.sample_data.robomimic_hdf5 import write_robomimic_hdf5
 
     path = str(tmp_path_factory.mktemp("long") / "long.hdf5")
-    return write_robomimic_hdf5(path, demos=4, image_size=84, cameras=2, seed=11, min_length=300, max_length=400,
-                                valid_fraction=0.25, progress=False)
+    return write_robomimic_hdf5(
+        path,
+        demos=4,
+        image_size=84,
+        cameras=2,
+        seed=11,
+        min_length=300,
+        max_length=400,
+        valid_fraction=0.25,
+        progress=False,
+    )
 
 
 # -- LeRobot datasets, written with LeRobot's own LeRobotDataset.create/add_frame/save_episode/finalize ----------
@@ -55,13 +74,21 @@ def lerobot_datasets(tmp_path_factory):
 
     base = tmp_path_factory.mktemp("lerobot")
     return {
-        "av1_1cam": write_lerobot_dataset(base / "av1_1cam", episode_lengths=LEROBOT_LENGTHS, cameras=1,
-                                          mode="av1", seed=1, progress=False),
-        "h264_3cam_multifile": write_lerobot_dataset(base / "h264_3cam", episode_lengths=LEROBOT_LENGTHS, cameras=3,
-                                                     mode="h264", seed=2, video_files_size_in_mb=0.02,
-                                                     progress=False),
-        "png_1cam": write_lerobot_dataset(base / "png_1cam", episode_lengths=LEROBOT_LENGTHS, cameras=1,
-                                          mode="png", seed=3, progress=False),
+        "av1_1cam": write_lerobot_dataset(
+            base / "av1_1cam", episode_lengths=LEROBOT_LENGTHS, cameras=1, mode="av1", seed=1, progress=False
+        ),
+        "h264_3cam_multifile": write_lerobot_dataset(
+            base / "h264_3cam",
+            episode_lengths=LEROBOT_LENGTHS,
+            cameras=3,
+            mode="h264",
+            seed=2,
+            video_files_size_in_mb=0.02,
+            progress=False,
+        ),
+        "png_1cam": write_lerobot_dataset(
+            base / "png_1cam", episode_lengths=LEROBOT_LENGTHS, cameras=1, mode="png", seed=3, progress=False
+        ),
     }
 
 

@@ -6,6 +6,7 @@ Runs on a generated Lift-like dataset and, when present, on the real robosuite r
 measured with each of its codecs; the standalone ``lz4`` and ``zstandard`` packages (dev extra) are measured
 too, through their bytes-returning APIs plus the copy into the frame array that they force.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -18,8 +19,8 @@ import h5py
 import numpy as np
 from tabulate import tabulate
 
-from robo_loaders_plugin.storage.codec import FrameCodec, use_single_thread
 from robo_loaders_plugin.sample_data.robomimic_hdf5 import write_robomimic_hdf5
+from robo_loaders_plugin.storage.codec import FrameCodec, use_single_thread
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SHARED = os.path.join(HERE, "..", "..", "shared", "data", "robosuite_lift_84_20demos.hdf5")
@@ -42,9 +43,13 @@ def candidates():
         import lz4.block as lz4b
 
         for mode, kw in (("fast", {}), ("hc9", {"mode": "high_compression", "compression": 9})):
-            yield (f"lz4 package {mode}", lambda x, kw=kw: lz4b.compress(x.tobytes(), store_size=False, **kw),
-                   lambda b, o: o.reshape(-1).__setitem__(
-                       slice(None), np.frombuffer(lz4b.decompress(b, uncompressed_size=o.nbytes), np.uint8)))
+            yield (
+                f"lz4 package {mode}",
+                lambda x, kw=kw: lz4b.compress(x.tobytes(), store_size=False, **kw),
+                lambda b, o: o.reshape(-1).__setitem__(
+                    slice(None), np.frombuffer(lz4b.decompress(b, uncompressed_size=o.nbytes), np.uint8)
+                ),
+            )
     except ImportError:
         pass
     try:
@@ -52,8 +57,11 @@ def candidates():
 
         for level in (1, 3, 9):
             comp, dec = zstandard.ZstdCompressor(level=level), zstandard.ZstdDecompressor()
-            yield (f"zstandard package L{level}", lambda x, c=comp: c.compress(x.tobytes()),
-                   lambda b, o, d=dec: o.reshape(-1).__setitem__(slice(None), np.frombuffer(d.decompress(b), np.uint8)))
+            yield (
+                f"zstandard package L{level}",
+                lambda x, c=comp: c.compress(x.tobytes()),
+                lambda b, o, d=dec: o.reshape(-1).__setitem__(slice(None), np.frombuffer(d.decompress(b), np.uint8)),
+            )
     except ImportError:
         pass
 
@@ -73,8 +81,14 @@ def measure(frames):
                 dec(b, o)
             best = min(best, time.perf_counter() - t)
         assert out.tobytes() == frames.tobytes(), f"{name} is not lossless"
-        rows.append({"codec": name, "ratio": frames.nbytes / sum(len(b) for b in blobs),
-                     "encode_MBps": frames.nbytes / t_enc / 1e6, "decode_us_per_frame": best / len(frames) * 1e6})
+        rows.append(
+            {
+                "codec": name,
+                "ratio": frames.nbytes / sum(len(b) for b in blobs),
+                "encode_MBps": frames.nbytes / t_enc / 1e6,
+                "decode_us_per_frame": best / len(frames) * 1e6,
+            }
+        )
     return rows
 
 
@@ -94,8 +108,15 @@ def main():
         rows = measure(frames)
         result[label] = rows
         print(f"\n{label}: {len(frames)} frames")
-        print(tabulate([[r["codec"], f"{r['ratio']:.2f}", f"{r['encode_MBps']:.0f}", f"{r['decode_us_per_frame']:.1f}"]
-                        for r in rows], headers=["codec", "ratio", "encode MB/s", "decode us/frame"]))
+        print(
+            tabulate(
+                [
+                    [r["codec"], f"{r['ratio']:.2f}", f"{r['encode_MBps']:.0f}", f"{r['decode_us_per_frame']:.1f}"]
+                    for r in rows
+                ],
+                headers=["codec", "ratio", "encode MB/s", "decode us/frame"],
+            )
+        )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=2)

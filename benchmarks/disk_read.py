@@ -5,6 +5,7 @@
 from the page cache (``posix_fadvise`` DONTNEED after ``fsync``), reads it back in 16 MB blocks, three times, and
 writes the best rate in bytes/s with the machine; the file is removed.
 """
+
 from __future__ import annotations
 
 import json
@@ -42,9 +43,14 @@ def main(directory: str, out: str, gb: float = 4.0) -> dict:
     finally:
         if os.path.exists(path):
             os.remove(path)
-    doc = {"what": "sequential read of a file evicted from the page cache, 16 MB blocks, best of 3",
-           "bytes": size, "read_bytes_per_s": max(rates), "each_bytes_per_s": rates, "directory": directory,
-           "machine": machine()}
+    doc = {
+        "what": "sequential read of a file evicted from the page cache, 16 MB blocks, best of 3",
+        "bytes": size,
+        "read_bytes_per_s": max(rates),
+        "each_bytes_per_s": rates,
+        "directory": directory,
+        "machine": machine(),
+    }
     with open(out, "w") as f:
         json.dump(doc, f, indent=1)
     return doc

@@ -17,6 +17,7 @@ Each rate is given in samples/s and, when the R240 result of ``benchmarks/scale.
 of native ``low_dim``'s samples/s measured there: the highest ratio any backend can reach here with that many
 copies. No dataset code runs.
 """
+
 from __future__ import annotations
 
 import json
@@ -45,11 +46,12 @@ def memcpy(src: np.ndarray, dst: np.ndarray, threads: int) -> float:
     parts = np.array_split(np.arange(len(src)), threads)
 
     def run():
-        ts = [threading.Thread(target=np.copyto, args=(dst[p[0]:p[-1] + 1], src[p[0]:p[-1] + 1])) for p in parts]
+        ts = [threading.Thread(target=np.copyto, args=(dst[p[0] : p[-1] + 1], src[p[0] : p[-1] + 1])) for p in parts]
         for t in ts:
             t.start()
         for t in ts:
             t.join()
+
     return src.nbytes / _best(run)
 
 
@@ -58,6 +60,7 @@ def gather(data: np.ndarray, batches: int, extra_copy: bool, torch_threads: int 
     rng = np.random.default_rng(0)
     idx = rng.integers(len(data) - WINDOW, size=(batches, BATCH))[:, :, None] + np.arange(WINDOW)
     if torch_threads is None:
+
         def run():
             for b in range(batches):
                 out = data[idx[b].ravel()]
@@ -75,6 +78,7 @@ def gather(data: np.ndarray, batches: int, extra_copy: bool, torch_threads: int 
                 out = t_data.index_select(0, t_idx[b])
                 if extra_copy:
                     out.clone()
+
     return batches * BATCH / _best(run)
 
 
@@ -87,14 +91,19 @@ def _gathers_keeping_freed_memory() -> list[tuple[str, float]]:
     import subprocess
 
     here = os.path.dirname(os.path.abspath(__file__))
-    code = (f"import json, sys; sys.path.insert(0, {here!r}); import scale_ceiling as s, numpy as np; "
-            "d = np.ones(((4 << 30) // int(np.prod(s.FRAME)), *s.FRAME), np.uint8); "
-            "print(json.dumps([s.gather(d, 100, False, None), s.gather(d, 100, True, None)]))")
-    p = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, **KEEP_FREED), capture_output=True,
-                       text=True, check=True)
+    code = (
+        f"import json, sys; sys.path.insert(0, {here!r}); import scale_ceiling as s, numpy as np; "
+        "d = np.ones(((4 << 30) // int(np.prod(s.FRAME)), *s.FRAME), np.uint8); "
+        "print(json.dumps([s.gather(d, 100, False, None), s.gather(d, 100, True, None)]))"
+    )
+    p = subprocess.run(
+        [sys.executable, "-c", code], env=dict(os.environ, **KEEP_FREED), capture_output=True, text=True, check=True
+    )
     plain, copied = json.loads(p.stdout.strip().splitlines()[-1])
-    return [("gather, numpy, 1 thread, glibc keeping freed batches", plain),
-            ("gather + copy, numpy, 1 thread, glibc keeping freed batches", copied)]
+    return [
+        ("gather, numpy, 1 thread, glibc keeping freed batches", plain),
+        ("gather + copy, numpy, 1 thread, glibc keeping freed batches", copied),
+    ]
 
 
 def main(out_path: str, native_path: str | None = None) -> dict:
@@ -136,10 +145,17 @@ def main(out_path: str, native_path: str | None = None) -> dict:
         add(what, per_s)
     from robo_loaders_plugin.bench.report import machine
 
-    out = {"kind": "scale_ceiling", "workload": "R240 (2 cameras 240x240, BC-RNN windows of 10, batch 16)",
-           "sample_bytes": SAMPLE_BYTES, "array_bytes": frames * int(np.prod(FRAME)), "keep_freed_env": KEEP_FREED,
-           "native_low_dim_samples_per_s": native, "native_result": native_path, "machine": machine(),
-           "results": results}
+    out = {
+        "kind": "scale_ceiling",
+        "workload": "R240 (2 cameras 240x240, BC-RNN windows of 10, batch 16)",
+        "sample_bytes": SAMPLE_BYTES,
+        "array_bytes": frames * int(np.prod(FRAME)),
+        "keep_freed_env": KEEP_FREED,
+        "native_low_dim_samples_per_s": native,
+        "native_result": native_path,
+        "machine": machine(),
+        "results": results,
+    }
     with open(out_path, "w") as f:
         json.dump(out, f, indent=1)
     return out

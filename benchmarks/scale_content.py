@@ -9,6 +9,7 @@ yuv420p, its default preset) through PyAV; for L480 also the ratio of the whole 
 decoded against the files' bytes). The references: the same measures on the real renders of
 ``../shared/data/robosuite_lift_84_20demos.hdf5`` upscaled bilinearly to 480x640 and to 240x240.
 """
+
 from __future__ import annotations
 
 import glob
@@ -42,8 +43,9 @@ def av1_lerobot(frames: np.ndarray, fps: int = 30) -> float:
     cfg = RGBEncoderConfig()  # libsvtav1, yuv420p, g=2, crf=30, LeRobot's default preset
     buf = io.BytesIO()
     with av.open(buf, "w", format="mp4") as container:
-        stream = container.add_stream(cfg.vcodec, rate=fps,
-                                      options={k: str(v) for k, v in cfg.get_codec_options().items()})
+        stream = container.add_stream(
+            cfg.vcodec, rate=fps, options={k: str(v) for k, v in cfg.get_codec_options().items()}
+        )
         stream.width, stream.height, stream.pix_fmt = frames.shape[2], frames.shape[1], cfg.pix_fmt
         for f in frames:
             for packet in stream.encode(av.VideoFrame.from_ndarray(np.ascontiguousarray(f), format="rgb24")):
@@ -77,8 +79,11 @@ def lerobot_frames(root: str, count: int = 48) -> tuple[np.ndarray, np.ndarray, 
     h, w, c = info["features"][cams[0]]["shape"]
     decoded = int(info["total_frames"]) * len(cams) * h * w * c
     video = sum(os.path.getsize(p) for p in glob.glob(os.path.join(root, "videos", "**", "*.mp4"), recursive=True))
-    return (sample.transpose(0, 2, 3, 1), run.transpose(0, 2, 3, 1),
-            {"decoded_bytes": decoded, "video_bytes": video, "ratio": round(decoded / video, 2)})
+    return (
+        sample.transpose(0, 2, 3, 1),
+        run.transpose(0, 2, 3, 1),
+        {"decoded_bytes": decoded, "video_bytes": video, "ratio": round(decoded / video, 2)},
+    )
 
 
 def hdf5_frames(path: str, key: str = "agentview_image", count: int = 48) -> tuple[np.ndarray, np.ndarray]:
@@ -87,34 +92,50 @@ def hdf5_frames(path: str, key: str = "agentview_image", count: int = 48) -> tup
     with h5py.File(path, "r") as f:
         demos = sorted(f["data"].keys(), key=lambda n: int(n[5:]))
         picks = np.linspace(0, len(demos) - 1, count).astype(int)
-        sample = np.stack([f[f"data/{demos[i]}/obs/{key}"][min(10, f[f"data/{demos[i]}"].attrs["num_samples"] - 1)]
-                           for i in picks])
+        sample = np.stack(
+            [f[f"data/{demos[i]}/obs/{key}"][min(10, f[f"data/{demos[i]}"].attrs["num_samples"] - 1)] for i in picks]
+        )
         run = f[f"data/{demos[0]}/obs/{key}"][:60]
     return sample, run
 
 
 def main(workloads: str, out: str) -> None:
-    result = {"codec_note": "lossless ratios: decoded bytes / compressed bytes, one Blosc2 chunk per frame (what "
-                            "compressed_cache and datapipe store); av1_lerobot: 60 consecutive frames of one camera "
-                            "encoded with LeRobot 0.6.1's default encoder settings (libsvtav1 crf 30, GOP 2, yuv420p)"}
+    result = {
+        "codec_note": "lossless ratios: decoded bytes / compressed bytes, one Blosc2 chunk per frame (what "
+        "compressed_cache and datapipe store); av1_lerobot: 60 consecutive frames of one camera "
+        "encoded with LeRobot 0.6.1's default encoder settings (libsvtav1 crf 30, GOP 2, yuv420p)"
+    }
     l480 = os.path.join(workloads, "L480")
     if os.path.isdir(l480):
         sample, run, files = lerobot_frames(l480)
-        result["L480"] = {"content": "camera-like (sample_data/camera.py: textured background, camera shake and pan, "
-                                     "moving textured objects, sensor noise sigma 1)",
-                          **lossless(sample), "av1_lerobot": av1_lerobot(run), "av1_dataset_files": files}
+        result["L480"] = {
+            "content": "camera-like (sample_data/camera.py: textured background, camera shake and pan, "
+            "moving textured objects, sensor noise sigma 1)",
+            **lossless(sample),
+            "av1_lerobot": av1_lerobot(run),
+            "av1_dataset_files": files,
+        }
     r240 = os.path.join(workloads, "R240.hdf5")
     if os.path.isfile(r240):
         sample, run = hdf5_frames(r240)
-        result["R240"] = {"content": "render-like (sample_data/scenes.py: shaded table with texture, cube, gripper)",
-                          **lossless(sample), "av1_lerobot": av1_lerobot(run, 20)}
+        result["R240"] = {
+            "content": "render-like (sample_data/scenes.py: shaded table with texture, cube, gripper)",
+            **lossless(sample),
+            "av1_lerobot": av1_lerobot(run, 20),
+        }
     if os.path.isfile(SHARED):
         sample, run = hdf5_frames(SHARED, count=48)
-        result["renders_84"] = {"content": "robosuite Lift renders, 84x84 as recorded", **lossless(sample),
-                                "av1_lerobot": av1_lerobot(run, 20)}
+        result["renders_84"] = {
+            "content": "robosuite Lift renders, 84x84 as recorded",
+            **lossless(sample),
+            "av1_lerobot": av1_lerobot(run, 20),
+        }
         for name, (h, w) in (("renders_84_upscaled_480x640", (480, 640)), ("renders_84_upscaled_240", (240, 240))):
-            result[name] = {"content": f"robosuite Lift renders upscaled bilinearly to {h}x{w}",
-                            **lossless(upscale(sample, h, w)), "av1_lerobot": av1_lerobot(upscale(run, h, w), 20)}
+            result[name] = {
+                "content": f"robosuite Lift renders upscaled bilinearly to {h}x{w}",
+                **lossless(upscale(sample, h, w)),
+                "av1_lerobot": av1_lerobot(upscale(run, h, w), 20),
+            }
     from robo_loaders_plugin.bench.report import machine
     from robo_loaders_plugin.core.files import atomic_write_json
 

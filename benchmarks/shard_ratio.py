@@ -7,6 +7,7 @@ with the conversion's codec as stored (C, H, W) and as ``scale_content.py`` comp
 the episode the frames sit. Why: the L480 conversion packed 1.25:1 where ``scale_content.py``'s sample said 1.76:1,
 and the disk estimate of a conversion depends on which is right.
 """
+
 from __future__ import annotations
 
 import json
@@ -30,8 +31,9 @@ def main(shards: str, out: str, episodes: int = 4, frames: int = 12) -> dict:
             if desc["kind"] != "frames":
                 continue
             parts = desc.get("parts")
-            names = [desc["member"]] if parts is None else [part_member(desc["member"], k)
-                                                             for k in range(len(parts) - 1)]
+            names = (
+                [desc["member"]] if parts is None else [part_member(desc["member"], k) for k in range(len(parts) - 1)]
+            )
             stored[field] = stored.get(field, 0) + sum(ep["members"][n]["size"] for n in names)
             decoded[field] = decoded.get(field, 0) + math.prod(desc["shape"]) * np.dtype(desc["dtype"]).itemsize
     sampled = {"chw": [0, 0], "hwc": [0, 0]}
@@ -44,17 +46,23 @@ def main(shards: str, out: str, episodes: int = 4, frames: int = 12) -> dict:
             for enc in reader.read_frame_rows(i, r, r + 1, list(stored)).values():
                 positions.append(round(r / max(1, length - 1), 2))
                 frame = enc.decode_all()[0]
-                hwc = np.ascontiguousarray(frame.transpose(1, 2, 0)) if frame.ndim == 3 and frame.shape[0] in (1, 3) \
+                hwc = (
+                    np.ascontiguousarray(frame.transpose(1, 2, 0))
+                    if frame.ndim == 3 and frame.shape[0] in (1, 3)
                     else frame
+                )
                 for name, f in (("chw", frame), ("hwc", hwc)):
                     sampled[name][0] += f.nbytes
                     sampled[name][1] += len(codec.compress(f))
     result = {
-        "shards": shards, "codec": codec.as_dict(),
+        "shards": shards,
+        "codec": codec.as_dict(),
         "stored_ratio": round(sum(decoded.values()) / max(1, sum(stored.values())), 3),
         "stored_ratio_by_field": {k: round(decoded[k] / max(1, stored[k]), 3) for k in sorted(stored)},
-        "stored_bytes": sum(stored.values()), "decoded_bytes": sum(decoded.values()),
-        "sampled_frames": len(positions), "sampled_episodes": picks.tolist(),
+        "stored_bytes": sum(stored.values()),
+        "decoded_bytes": sum(decoded.values()),
+        "sampled_frames": len(positions),
+        "sampled_episodes": picks.tolist(),
         "sampled_ratio_chw": round(sampled["chw"][0] / max(1, sampled["chw"][1]), 3),
         "sampled_ratio_hwc": round(sampled["hwc"][0] / max(1, sampled["hwc"][1]), 3),
     }

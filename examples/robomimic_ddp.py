@@ -17,6 +17,7 @@ two things data-parallel training needs, without touching robomimic:
 Rank 0 logs each epoch's mean loss and, with ``--save``, writes the model (``algo.serialize()``) at the end.
 ``--report DIR`` writes every rank's losses and a digest of its weights (what tests/CI check: the ranks stay equal).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -98,12 +99,19 @@ def main(argv=None):
     config = load_config(args)
     torch.manual_seed(config.train.seed)
     ObsUtils.initialize_obs_utils_with_config(config)
-    shape_meta = FileUtils.get_shape_metadata_from_dataset(dataset_path=config.train.data,
-                                                           all_obs_keys=config.all_obs_keys, verbose=False)
-    device = (torch.device(f"cuda:{local_rank}") if use_cuda and config.train.cuda
-              else TorchUtils.get_torch_device(False))
-    model = algo_factory(algo_name=config.algo_name, config=config, obs_key_shapes=shape_meta["all_shapes"],
-                         ac_dim=shape_meta["ac_dim"], device=device)
+    shape_meta = FileUtils.get_shape_metadata_from_dataset(
+        dataset_path=config.train.data, all_obs_keys=config.all_obs_keys, verbose=False
+    )
+    device = (
+        torch.device(f"cuda:{local_rank}") if use_cuda and config.train.cuda else TorchUtils.get_torch_device(False)
+    )
+    model = algo_factory(
+        algo_name=config.algo_name,
+        config=config,
+        obs_key_shapes=shape_meta["all_shapes"],
+        ac_dim=shape_meta["ac_dim"],
+        device=device,
+    )
     average_gradients_across_ranks(model.nets)
     initial_weights = weights_digest(model.nets)
 
@@ -111,21 +119,31 @@ def main(argv=None):
     sampler = trainset.get_dataset_sampler()
     native = config.train.get("data_backend") in (None, "native")
     if native and sampler is None:  # the plugin's backends split each pass themselves; SequenceDataset does not
-        sampler = torch.utils.data.distributed.DistributedSampler(trainset, num_replicas=world, rank=rank,
-                                                                  seed=config.train.seed, drop_last=True)
-    loader = torch.utils.data.DataLoader(trainset, sampler=sampler, batch_size=config.train.batch_size,
-                                         shuffle=sampler is None, num_workers=config.train.num_data_workers,
-                                         drop_last=True)
+        sampler = torch.utils.data.distributed.DistributedSampler(
+            trainset, num_replicas=world, rank=rank, seed=config.train.seed, drop_last=True
+        )
+    loader = torch.utils.data.DataLoader(
+        trainset,
+        sampler=sampler,
+        batch_size=config.train.batch_size,
+        shuffle=sampler is None,
+        num_workers=config.train.num_data_workers,
+        drop_last=True,
+    )
     if rank == 0:
-        print(f"[robomimic_ddp] {world} processes, {config.algo_name}, backend "
-              f"{config.train.get('data_backend') or 'native'}, {len(trainset)} windows", flush=True)
+        print(
+            f"[robomimic_ddp] {world} processes, {config.algo_name}, backend "
+            f"{config.train.get('data_backend') or 'native'}, {len(trainset)} windows",
+            flush=True,
+        )
 
     losses = []
     for epoch in range(1, config.train.num_epochs + 1):
         if isinstance(sampler, torch.utils.data.distributed.DistributedSampler):
             sampler.set_epoch(epoch)
-        log = TrainUtils.run_epoch(model=model, data_loader=loader, epoch=epoch,
-                                   num_steps=config.experiment.epoch_every_n_steps)
+        log = TrainUtils.run_epoch(
+            model=model, data_loader=loader, epoch=epoch, num_steps=config.experiment.epoch_every_n_steps
+        )
         losses.append(log["Loss"])
         model.on_epoch_end(epoch)
         if rank == 0:
@@ -134,8 +152,16 @@ def main(argv=None):
     if args.report:
         os.makedirs(args.report, exist_ok=True)
         with open(os.path.join(args.report, f"rank{rank}.json"), "w") as f:
-            json.dump({"rank": rank, "world": world, "losses": losses, "initial_weights": initial_weights,
-                       "weights": weights_digest(model.nets)}, f)
+            json.dump(
+                {
+                    "rank": rank,
+                    "world": world,
+                    "losses": losses,
+                    "initial_weights": initial_weights,
+                    "weights": weights_digest(model.nets),
+                },
+                f,
+            )
     if args.save and rank == 0:
         torch.save(model.serialize(), args.save)
     dist.barrier()

@@ -1,5 +1,6 @@
 """The integration tests' own helpers and the datasets of ../shared (the generated datasets, the test environment and
 the cuda skip hook are the root conftest.py's, shared by every test directory)."""
+
 import os
 import sys
 

@@ -1,4 +1,5 @@
 """Shared helpers of the LeRobot integration tests (datasets written with LeRobot's own API, no mocks)."""
+
 import numpy as np
 import torch
 
@@ -12,8 +13,9 @@ def same_item(ours: dict, theirs: dict, where=""):
         o = ours[k]
         if isinstance(v, torch.Tensor):
             assert isinstance(o, torch.Tensor), f"{where}/{k}: {type(o)}"
-            assert o.dtype == v.dtype and o.shape == v.shape, \
+            assert o.dtype == v.dtype and o.shape == v.shape, (
                 f"{where}/{k}: {o.dtype}{tuple(o.shape)} != {v.dtype}{tuple(v.shape)}"
+            )
             assert torch.equal(o, v), f"{where}/{k}: values differ"
         else:
             assert o == v, f"{where}/{k}: {o!r} != {v!r}"

@@ -1,6 +1,7 @@
 """The statistics of the statistical loss-parity tests (no scipy in the environment): is the mean of M runs of a
 backend one more draw from the runs native training gives under K shuffle seeds? See
 test_robomimic_datapipe_loss_parity.py for the reasoning and docs/parity-tests.md for the tolerances."""
+
 import math
 
 import numpy as np
@@ -32,8 +33,11 @@ def t_violations(native: np.ndarray, runs: np.ndarray, losses, family_error: flo
     crit = t_quantile(1 - family_error / (2 * epochs * len(losses)), K - 1)
     m, s = native.mean(0), native.std(0, ddof=1)
     t = (runs.mean(0) - m) / (s * math.sqrt(1 / M + 1 / K))
-    return [(e + 1, losses[j], round(float(t[e, j]), 2), round(crit, 2))
-            for e, j in zip(*np.nonzero(np.abs(t) > crit))], t, crit
+    return (
+        [(e + 1, losses[j], round(float(t[e, j]), 2), round(crit, 2)) for e, j in zip(*np.nonzero(np.abs(t) > crit))],
+        t,
+        crit,
+    )
 
 
 def pair_actions_wrongly(dataset) -> None:

@@ -5,6 +5,7 @@ rank: the ranks' stdout lines interleave, progress bars included).
 
 Usage: rank_agreement_script.py HDF5 LEROBOT_ROOT CACHE_DIR
 """
+
 import os
 import sys
 from types import SimpleNamespace
@@ -35,14 +36,21 @@ def main(hdf5, root, cache):
     rank = accelerator.process_index
     import robomimic.utils.train_utils as TrainUtils
     from lerobot.datasets import LeRobotDataset
-
     from lerobot_helpers import REPO
-    from robo_loaders_plugin.lerobot import integration
     from robomimic_helpers import RGB, make_config, obs_keys
 
+    from robo_loaders_plugin.lerobot import integration
+
     def robomimic(seed, **kwargs):
-        config = make_config(hdf5, rgb=RGB, low_dim=["robot0_eef_pos"], backend="datapipe", seq_length=3, seed=seed,
-                             backend_kwargs=dict({"cache_dir": os.path.join(cache, f"host{rank}")}, **kwargs))
+        config = make_config(
+            hdf5,
+            rgb=RGB,
+            low_dim=["robot0_eef_pos"],
+            backend="datapipe",
+            seq_length=3,
+            seed=seed,
+            backend_kwargs=dict({"cache_dir": os.path.join(cache, f"host{rank}")}, **kwargs),
+        )
         return lambda: TrainUtils.dataset_factory(config, obs_keys(config))
 
     def lerobot(seed, **kwargs):
@@ -53,16 +61,23 @@ def main(hdf5, root, cache):
 
         def run():
             native = LeRobotDataset(REPO, root=root, delta_timestamps={"action": [0.0, 0.05]})
-            cfg = SimpleNamespace(seed=seed, dataset=SimpleNamespace(backend="compressed_cache",
-                                                                     backend_kwargs=kwargs, repo_id=REPO,
-                                                                     streaming=False))
+            cfg = SimpleNamespace(
+                seed=seed,
+                dataset=SimpleNamespace(
+                    backend="compressed_cache", backend_kwargs=kwargs, repo_id=REPO, streaming=False
+                ),
+            )
             if accelerator.is_main_process:
                 dataset = integration.convert(native, cfg)
             accelerator.wait_for_everyone()
             if not accelerator.is_main_process:
                 dataset = integration.convert(native, cfg)
-            sampler = EpisodeAwareSampler(native.meta.episodes["dataset_from_index"],
-                                          native.meta.episodes["dataset_to_index"], shuffle=True, seed=seed)
+            sampler = EpisodeAwareSampler(
+                native.meta.episodes["dataset_from_index"],
+                native.meta.episodes["dataset_to_index"],
+                shuffle=True,
+                seed=seed,
+            )
             loader = accelerator.prepare(torch.utils.data.DataLoader(dataset, batch_size=8, sampler=sampler))
             next(integration.cycle(loader))
 

@@ -19,6 +19,7 @@ Windows are identified by a digest of their action window. Writes ``OUT/rank<r>.
 
 Usage: ranks_late_group_script.py HDF5 OUT BACKEND...
 """
+
 import functools
 import hashlib
 import os
@@ -34,7 +35,6 @@ BATCH, PASSES, SEED = 8, 2, 11
 
 def build(hdf5, backend, seed, **ranks):
     import robomimic.utils.train_utils as TrainUtils
-
     from robomimic_helpers import make_config, obs_keys
 
     config = make_config(hdf5, rgb=[], low_dim=["robot0_eef_pos"], backend=backend, seq_length=3, seed=seed)
@@ -46,10 +46,11 @@ def passes(dataset, batch_size=BATCH):
     drop_last: every window of the pass is served)."""
     from robo_loaders_plugin.robomimic.integration import epoch_loader
 
-    loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=True, num_workers=0,
-                                         drop_last=False)
-    return [[hashlib.sha1(a.numpy().tobytes()).hexdigest()[:16] for batch in epoch_loader(loader)
-             for a in batch["actions"]] for _ in range(PASSES)]
+    loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=True, num_workers=0, drop_last=False)
+    return [
+        [hashlib.sha1(a.numpy().tobytes()).hexdigest()[:16] for batch in epoch_loader(loader) for a in batch["actions"]]
+        for _ in range(PASSES)
+    ]
 
 
 def attempt(run):

@@ -11,6 +11,7 @@ their action window.
 
 Usage: ranks_script.py lerobot ROOT OUT BACKEND[:JSON_KWARGS]... | robomimic HDF5 OUT BACKEND[:JSON_KWARGS]...
 """
+
 import hashlib
 import json
 import os
@@ -36,22 +37,29 @@ def parse(specs):
 def lerobot(root, specs):
     from accelerate import Accelerator
     from lerobot.datasets import EpisodeAwareSampler, LeRobotDataset
-
     from lerobot_helpers import REPO
+
     from robo_loaders_plugin.lerobot import integration
 
     accelerator = Accelerator(cpu=True)
     served = {}
     for spec, name, kwargs in parse(specs):
         native = LeRobotDataset(REPO, root=root, delta_timestamps={"action": [0.0, 0.05]})
-        cfg = SimpleNamespace(dataset=SimpleNamespace(backend=name, backend_kwargs=kwargs, repo_id=REPO,
-                                                      streaming=False))
+        cfg = SimpleNamespace(
+            dataset=SimpleNamespace(backend=name, backend_kwargs=kwargs, repo_id=REPO, streaming=False)
+        )
         dataset = integration.convert(native, cfg)
-        sampler = EpisodeAwareSampler(native.meta.episodes["dataset_from_index"],
-                                      native.meta.episodes["dataset_to_index"], episode_indices_to_use=native.episodes,
-                                      shuffle=True, seed=1000, absolute_to_relative_idx=native.absolute_to_relative_idx)
-        loader = torch.utils.data.DataLoader(dataset, num_workers=0, batch_size=BATCH, shuffle=False, sampler=sampler,
-                                             drop_last=False)
+        sampler = EpisodeAwareSampler(
+            native.meta.episodes["dataset_from_index"],
+            native.meta.episodes["dataset_to_index"],
+            episode_indices_to_use=native.episodes,
+            shuffle=True,
+            seed=1000,
+            absolute_to_relative_idx=native.absolute_to_relative_idx,
+        )
+        loader = torch.utils.data.DataLoader(
+            dataset, num_workers=0, batch_size=BATCH, shuffle=False, sampler=sampler, drop_last=False
+        )
         loader = accelerator.prepare(loader)
         stream = integration.cycle(loader)
         served[spec] = [[next(stream)["index"].tolist() for _ in range(len(loader))] for _ in range(PASSES)]
@@ -61,24 +69,30 @@ def lerobot(root, specs):
 
 def robomimic(hdf5, specs):
     import robomimic.utils.train_utils as TrainUtils
+    from robomimic_helpers import RGB, make_config, obs_keys
 
     from robo_loaders_plugin.robomimic.integration import epoch_loader
-    from robomimic_helpers import RGB, make_config, obs_keys
 
     served, rank, datasets = {}, int(os.environ.get("RANK", "0")), {}
     for spec, name, kwargs in parse(specs):
-        config = make_config(hdf5, rgb=RGB, low_dim=["robot0_eef_pos"], backend=name,
-                             backend_kwargs=kwargs, seq_length=3, seed=11)
+        config = make_config(
+            hdf5, rgb=RGB, low_dim=["robot0_eef_pos"], backend=name, backend_kwargs=kwargs, seq_length=3, seed=11
+        )
         datasets[spec] = TrainUtils.dataset_factory(config, obs_keys(config))
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # after the datasets: their first pass checks the ranks
         torch.distributed.init_process_group("gloo")
     for spec, dataset in datasets.items():
-        loader = torch.utils.data.DataLoader(dataset, sampler=None, batch_size=BATCH, shuffle=True, num_workers=0,
-                                             drop_last=True)
+        loader = torch.utils.data.DataLoader(
+            dataset, sampler=None, batch_size=BATCH, shuffle=True, num_workers=0, drop_last=True
+        )
         passes = []
         for _ in range(PASSES):
-            passes.append([[hashlib.sha1(a.numpy().tobytes()).hexdigest()[:16] for a in batch["actions"]]
-                           for batch in epoch_loader(loader)])
+            passes.append(
+                [
+                    [hashlib.sha1(a.numpy().tobytes()).hexdigest()[:16] for a in batch["actions"]]
+                    for batch in epoch_loader(loader)
+                ]
+            )
         served[spec] = passes
     return rank, served
 

@@ -1,5 +1,6 @@
 """Real remote endpoints on 127.0.0.1 for the streaming tests: an HTTP server with byte ranges (counting what it
 serves) and an S3 API (moto's server mode), each serving a local directory."""
+
 import http.server
 import os
 import socket
@@ -57,6 +58,7 @@ class _RangeHandler(http.server.SimpleHTTPRequestHandler):
 
             def __getattr__(self, name):
                 return getattr(before, name)
+
         self.wfile = Counting()
         try:
             return handler()
@@ -95,9 +97,11 @@ class S3Server:
         bucket = bucket or f"robo-{uuid.uuid4().hex[:8]}"  # moto keeps its buckets per process, across servers
         self.port = free_port()
         self.server = ThreadedMotoServer(ip_address="127.0.0.1", port=self.port, verbose=False)
-        self.storage_options = {"key": "testing", "secret": "testing",
-                                "client_kwargs": {"endpoint_url": f"http://127.0.0.1:{self.port}",
-                                                  "region_name": "eu-west-1"}}
+        self.storage_options = {
+            "key": "testing",
+            "secret": "testing",
+            "client_kwargs": {"endpoint_url": f"http://127.0.0.1:{self.port}", "region_name": "eu-west-1"},
+        }
         self.url = f"s3://{bucket}/{prefix}"
         self.directory, self.bucket, self.prefix = str(directory), bucket, prefix
 

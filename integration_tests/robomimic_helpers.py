@@ -1,4 +1,5 @@
 """Shared helpers of the robomimic integration tests (real robomimic objects, no mocks)."""
+
 import os
 
 import numpy as np

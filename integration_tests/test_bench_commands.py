@@ -1,5 +1,6 @@
 """The benchmark commands run end to end and report what the README table needs (tiny settings: this checks the
 plumbing, not speed; speed is measured by benchmarks/, never asserted in tests)."""
+
 import json
 import os
 import subprocess
@@ -12,8 +13,7 @@ BIN = os.path.dirname(sys.executable)
 
 def run(args):
     env = dict(os.environ, HF_HUB_OFFLINE="1")
-    p = subprocess.run([os.path.join(BIN, "robo-loaders"), *args], capture_output=True, text=True, env=env,
-                       timeout=900)
+    p = subprocess.run([os.path.join(BIN, "robo-loaders"), *args], capture_output=True, text=True, env=env, timeout=900)
     return p.returncode, p.stdout + p.stderr
 
 
@@ -30,8 +30,24 @@ def consistent(r):
 
 def test_bench_robomimic(tiny_hdf5, tmp_path):
     out = tmp_path / "r.json"
-    rc, log = run(["bench", "robomimic", "--dataset", tiny_hdf5, "--seq-length", "5", "--batch-size", "8",
-                   "--num-workers", "0", "--batches", "3", "--json", str(out)])
+    rc, log = run(
+        [
+            "bench",
+            "robomimic",
+            "--dataset",
+            tiny_hdf5,
+            "--seq-length",
+            "5",
+            "--batch-size",
+            "8",
+            "--num-workers",
+            "0",
+            "--batches",
+            "3",
+            "--json",
+            str(out),
+        ]
+    )
     assert rc == 0, log[-3000:]
     data = json.loads(out.read_text())
     assert [r["backend"] for r in data["results"]] == ["native:low_dim", "native:all", "compressed_cache"]
@@ -48,10 +64,30 @@ def test_bench_robomimic(tiny_hdf5, tmp_path):
 
 def test_bench_robomimic_datapipe_and_conversion(tiny_hdf5, tmp_path):
     out = tmp_path / "r.json"
-    rc, log = run(["bench", "robomimic", "--dataset", tiny_hdf5, "--seq-length", "5", "--batch-size", "8",
-                   "--num-workers", "1", "--batches", "3", "--backends", "native:low_dim,datapipe",
-                   "--backend-kwargs", 'datapipe={"convert_workers": 2, "shuffle_buffer": 2}', "--repeats", "2",
-                   "--json", str(out)])
+    rc, log = run(
+        [
+            "bench",
+            "robomimic",
+            "--dataset",
+            tiny_hdf5,
+            "--seq-length",
+            "5",
+            "--batch-size",
+            "8",
+            "--num-workers",
+            "1",
+            "--batches",
+            "3",
+            "--backends",
+            "native:low_dim,datapipe",
+            "--backend-kwargs",
+            'datapipe={"convert_workers": 2, "shuffle_buffer": 2}',
+            "--repeats",
+            "2",
+            "--json",
+            str(out),
+        ]
+    )
     assert rc == 0, log[-3000:]
     data = json.loads(out.read_text())
     native, dp = data["results"]
@@ -73,9 +109,28 @@ def test_bench_robomimic_datapipe_and_conversion(tiny_hdf5, tmp_path):
 
 def test_bench_lerobot(lerobot_datasets, tmp_path):
     out = tmp_path / "l.json"
-    rc, log = run(["bench", "lerobot", "--root", str(lerobot_datasets["av1_1cam"]), "--repo-id", "local/sample",
-                   "--batch-size", "8", "--num-workers", "0", "--batches", "3", "--delta-timestamps", "diffusion",
-                   "--backends", "native,compressed_cache,datapipe", "--json", str(out)])
+    rc, log = run(
+        [
+            "bench",
+            "lerobot",
+            "--root",
+            str(lerobot_datasets["av1_1cam"]),
+            "--repo-id",
+            "local/sample",
+            "--batch-size",
+            "8",
+            "--num-workers",
+            "0",
+            "--batches",
+            "3",
+            "--delta-timestamps",
+            "diffusion",
+            "--backends",
+            "native,compressed_cache,datapipe",
+            "--json",
+            str(out),
+        ]
+    )
     assert rc == 0, log[-3000:]
     data = json.loads(out.read_text())
     native, cc, dp = data["results"]
@@ -97,8 +152,25 @@ def test_bench_lerobot(lerobot_datasets, tmp_path):
 
 
 def test_sample_data_lerobot_cli(tmp_path):
-    rc, log = run(["sample-data", "lerobot", str(tmp_path / "d"), "--episodes", "2", "--min-length", "5",
-                   "--max-length", "8", "--image-size", "16x24", "--codec", "h264", "--cameras", "2"])
+    rc, log = run(
+        [
+            "sample-data",
+            "lerobot",
+            str(tmp_path / "d"),
+            "--episodes",
+            "2",
+            "--min-length",
+            "5",
+            "--max-length",
+            "8",
+            "--image-size",
+            "16x24",
+            "--codec",
+            "h264",
+            "--cameras",
+            "2",
+        ]
+    )
     assert rc == 0, log
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
@@ -108,26 +180,53 @@ def test_sample_data_lerobot_cli(tmp_path):
     assert rc != 0 and "exists" in log
 
 
-@pytest.mark.parametrize("framework,backends,kwargs,error", [
-    ("robomimic", "native:low_dim,compresed_cache", [],
-     "--backends: unknown data backend 'compresed_cache' (did you mean 'compressed_cache'?); registered backends: "
-     "native, compressed_cache, datapipe, gpu_resampler, video_stream. Run 'robo-loaders list' to see them with "
-     "descriptions."),
-    ("robomimic", "native:low_dim,native:lowdim", [],
-     "--backends: 'native:lowdim': the cache mode after ':' must be one of low_dim, all, none"),
-    ("robomimic", "native:low_dim,compressed_cache", ['compressed_cache={"codex": "zstd"}'],
-     "--backend-kwargs compressed_cache: unknown option 'codex' for backend 'compressed_cache' (did you mean "
-     "'codec'?); valid options: build_workers, cache_dir, codec, filter, level, loader, max_memory"),
-    ("robomimic", "native:low_dim,compressed_cache", ['compresed_cache={"codec": "zstd"}'],
-     "--backend-kwargs compresed_cache=...: --backends lists no 'compresed_cache' (it lists native:low_dim, "
-     "compressed_cache); give the options to a label or backend it lists"),
-    ("lerobot", "native,streamin", [],
-     "--backends: unknown data backend 'streamin' (did you mean 'streaming'?); registered backends: native, "
-     "compressed_cache, datapipe, gpu_resampler, video_stream, streaming. Run 'robo-loaders list' to see them with "
-     "descriptions."),
-], ids=["misspelled", "cache_mode", "option", "options_for_no_label", "lerobot_misspelled"])
-def test_bench_checks_every_backend_and_option_before_running_anything(tiny_hdf5, tmp_path, framework, backends,
-                                                                       kwargs, error):
+@pytest.mark.parametrize(
+    "framework,backends,kwargs,error",
+    [
+        (
+            "robomimic",
+            "native:low_dim,compresed_cache",
+            [],
+            "--backends: unknown data backend 'compresed_cache' (did you mean 'compressed_cache'?); "
+            "registered backends: "
+            "native, compressed_cache, datapipe, gpu_resampler, video_stream. Run 'robo-loaders list' to see them with "
+            "descriptions.",
+        ),
+        (
+            "robomimic",
+            "native:low_dim,native:lowdim",
+            [],
+            "--backends: 'native:lowdim': the cache mode after ':' must be one of low_dim, all, none",
+        ),
+        (
+            "robomimic",
+            "native:low_dim,compressed_cache",
+            ['compressed_cache={"codex": "zstd"}'],
+            "--backend-kwargs compressed_cache: unknown option 'codex' for backend 'compressed_cache' (did you mean "
+            "'codec'?); valid options: build_workers, cache_dir, codec, filter, level, loader, max_memory",
+        ),
+        (
+            "robomimic",
+            "native:low_dim,compressed_cache",
+            ['compresed_cache={"codec": "zstd"}'],
+            "--backend-kwargs compresed_cache=...: --backends lists no 'compresed_cache' (it lists native:low_dim, "
+            "compressed_cache); give the options to a label or backend it lists",
+        ),
+        (
+            "lerobot",
+            "native,streamin",
+            [],
+            "--backends: unknown data backend 'streamin' (did you mean 'streaming'?); registered backends: native, "
+            "compressed_cache, datapipe, gpu_resampler, video_stream, streaming. "
+            "Run 'robo-loaders list' to see them with "
+            "descriptions.",
+        ),
+    ],
+    ids=["misspelled", "cache_mode", "option", "options_for_no_label", "lerobot_misspelled"],
+)
+def test_bench_checks_every_backend_and_option_before_running_anything(
+    tiny_hdf5, tmp_path, framework, backends, kwargs, error
+):
     """Issue 30 item 14: a misspelled backend ran native first, then printed the child's traceback cut mid-word and
     a table cell naming train.data_backend. Every name, cache mode and option is checked first: a usage error, one
     line naming the option and the known names, and nothing run."""
@@ -137,8 +236,9 @@ def test_bench_checks_every_backend_and_option_before_running_anything(tiny_hdf5
 
     source = ["--dataset", tiny_hdf5] if framework == "robomimic" else ["--root", str(tmp_path)]
     extra = [a for k in kwargs for a in ("--backend-kwargs", k)]
-    r = CliRunner().invoke(main, ["bench", framework, *source, "--backends", backends, "--batches", "2",
-                                  "--num-workers", "0", *extra])
+    r = CliRunner().invoke(
+        main, ["bench", framework, *source, "--backends", backends, "--batches", "2", "--num-workers", "0", *extra]
+    )
     assert r.exit_code == 2 and [ln for ln in r.output.splitlines() if ln.startswith("Error")] == [f"Error: {error}"]
     assert "[bench]" not in r.output and "Traceback" not in r.output and "train.data_backend" not in r.output
 
@@ -147,8 +247,10 @@ def test_bench_labels_that_are_right_pass_the_check():
     """The negative control of the check above: tags, cache modes, options per label or backend, streaming."""
     from robo_loaders_plugin.bench import lerobot_bench, robomimic_bench
 
-    robomimic_bench.check_backends(["native:low_dim", "native:none", "gpu_resampler", "gpu_resampler#third"],
-                                   {"gpu_resampler#third": {"max_memory": "1GB"}, "gpu_resampler": {}})
-    lerobot_bench.check_backends(["native", "streaming", "datapipe#b"],
-                                 {"datapipe": {"shuffle_buffer": 2}, "streaming": {"buffer_size": 10}})
-
+    robomimic_bench.check_backends(
+        ["native:low_dim", "native:none", "gpu_resampler", "gpu_resampler#third"],
+        {"gpu_resampler#third": {"max_memory": "1GB"}, "gpu_resampler": {}},
+    )
+    lerobot_bench.check_backends(
+        ["native", "streaming", "datapipe#b"], {"datapipe": {"shuffle_buffer": 2}, "streaming": {"buffer_size": 10}}
+    )

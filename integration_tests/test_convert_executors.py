@@ -2,6 +2,7 @@
 same bytes as the local converter; a task killed mid-unit is taken over in the same run, and a killed run is
 resumed redoing only its unfinished units; a Slurm job is built, submitted (to a stand-in sbatch) and its array
 tasks, run as Slurm would run them, convert and publish; executor options are checked."""
+
 import contextlib
 import json
 import os
@@ -69,8 +70,15 @@ def reference(tiny_hdf5, tmp_path_factory):
 
 def test_datatrove_local_two_tasks_write_the_local_converters_bytes(tiny_hdf5, reference, tmp_path):
     out, logs = str(tmp_path / "shards"), str(tmp_path / "logs")
-    res = convert_robomimic(tiny_hdf5, out, num_workers=2, shard_bytes=SHARD_BYTES, progress=False,
-                            executor="datatrove-local", executor_options={"logging_dir": logs})
+    res = convert_robomimic(
+        tiny_hdf5,
+        out,
+        num_workers=2,
+        shard_bytes=SHARD_BYTES,
+        progress=False,
+        executor="datatrove-local",
+        executor_options={"logging_dir": logs},
+    )
     assert res == {"episodes": 12, "shards": 12}
     assert [u["episodes"] for u in units(out)] == [u["episodes"] for u in units(reference)]  # the same plan
     assert_same_bytes(out, reference)
@@ -93,8 +101,9 @@ def dying_worker(args):
     with source.open() as f:
         unit = manifest.lease(out_dir)
         open(out_dir + ".leased", "w").close()
-        writer = ShardWriter(out_dir, FrameCodec(**codec_dict), {}, shard_bytes=2**62,
-                             shard_prefix=f"unit-{unit['id']:06d}")
+        writer = ShardWriter(
+            out_dir, FrameCodec(**codec_dict), {}, shard_bytes=2**62, shard_prefix=f"unit-{unit['id']:06d}"
+        )
         writer.add_episode(unit["episodes"][0], *source.read_all(f, unit["episodes"][0]))
         writer._file.flush()
         completions = os.path.join(os.path.dirname(out_dir), "logs", "completions")
@@ -104,14 +113,23 @@ def dying_worker(args):
 
 
 @pytest.mark.timeout(150)  # datatrove's pool alone would wait forever for the killed task's result
-def test_a_killed_task_is_noticed_and_its_half_written_unit_converted_again(tiny_hdf5, reference, tmp_path,
-                                                                            monkeypatch, capfd):
+def test_a_killed_task_is_noticed_and_its_half_written_unit_converted_again(
+    tiny_hdf5, reference, tmp_path, monkeypatch, capfd
+):
     out, logs = str(tmp_path / "shards"), str(tmp_path / "logs")
     monkeypatch.setattr(robomimic_convert, "_worker", dying_worker)  # pickled by reference: tasks import this module
-    res = convert_robomimic(tiny_hdf5, out, num_workers=2, shard_bytes=SHARD_BYTES, progress=False,
-                            executor="datatrove-local", executor_options={"logging_dir": logs})
-    assert re.search(r"datatrove task\(s\) [01] died without finishing; converting what they left here",
-                     capfd.readouterr().out)
+    res = convert_robomimic(
+        tiny_hdf5,
+        out,
+        num_workers=2,
+        shard_bytes=SHARD_BYTES,
+        progress=False,
+        executor="datatrove-local",
+        executor_options={"logging_dir": logs},
+    )
+    assert re.search(
+        r"datatrove task\(s\) [01] died without finishing; converting what they left here", capfd.readouterr().out
+    )
     assert res == {"episodes": 12, "shards": 12}
     assert converted_by_tasks(logs) == 11  # the dead task's unit was converted by the launching process
     assert all(u["state"] == "done" for u in units(out))
@@ -144,8 +162,12 @@ def test_a_killed_run_is_resumed_redoing_only_its_unfinished_units(tiny_hdf5, re
     out, logs = str(tmp_path / "shards"), str(tmp_path / "logs")
     with open(tmp_path / "killed.log", "w+") as log:
         # its own session: datatrove's manager process outlives a killed launcher (holding its pipes); ended below
-        p = subprocess.Popen([sys.executable, "-c", KILLED_RUN, tiny_hdf5, out, logs], stdout=log,
-                             stderr=subprocess.STDOUT, start_new_session=True)
+        p = subprocess.Popen(
+            [sys.executable, "-c", KILLED_RUN, tiny_hdf5, out, logs],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         try:
             assert p.wait(timeout=300) == 9, (tmp_path / "killed.log").read_text()[-3000:]
         finally:
@@ -157,17 +179,28 @@ def test_a_killed_run_is_resumed_redoing_only_its_unfinished_units(tiny_hdf5, re
     assert not os.path.exists(os.path.join(out, "index.json"))
     shards = os.path.join(out, "shards")
     assert [n for n in os.listdir(shards) if n.startswith("unit-000003-000000.tar.tmp-")]  # the half-written shard
-    done = {n: (os.stat(os.path.join(shards, n)).st_ino, os.stat(os.path.join(shards, n)).st_mtime_ns)
-            for n in os.listdir(shards) if n.endswith(".tar")}
+    done = {
+        n: (os.stat(os.path.join(shards, n)).st_ino, os.stat(os.path.join(shards, n)).st_mtime_ns)
+        for n in os.listdir(shards)
+        if n.endswith(".tar")
+    }
     assert sorted(done) == [f"unit-{i:06d}-000000.tar" for i in range(3)]
 
-    res = convert_robomimic(tiny_hdf5, out, num_workers=2, shard_bytes=SHARD_BYTES, progress=False,
-                            executor="datatrove-local", executor_options={"logging_dir": logs})
+    res = convert_robomimic(
+        tiny_hdf5,
+        out,
+        num_workers=2,
+        shard_bytes=SHARD_BYTES,
+        progress=False,
+        executor="datatrove-local",
+        executor_options={"logging_dir": logs},
+    )
     assert res == {"episodes": 12, "shards": 12}
     assert_same_bytes(out, reference)
     assert converted_by_tasks(logs) == 9  # the dead lease's unit and the 8 never started, nothing else
-    assert {n: (os.stat(os.path.join(shards, n)).st_ino, os.stat(os.path.join(shards, n)).st_mtime_ns)
-            for n in done} == done  # the units done before the kill were not rewritten
+    assert {
+        n: (os.stat(os.path.join(shards, n)).st_ino, os.stat(os.path.join(shards, n)).st_mtime_ns) for n in done
+    } == done  # the units done before the kill were not rewritten
 
 
 FAKE_SBATCH = """#!/bin/sh
@@ -195,26 +228,59 @@ def fake_slurm(tmp_path, monkeypatch):
 
 
 def submitted(calls) -> list[tuple[str, str]]:
-    return [((calls / d / "args").read_text(), (calls / d / "script").read_text())
-            for d in sorted(os.listdir(calls), key=int)]
+    return [
+        ((calls / d / "args").read_text(), (calls / d / "script").read_text())
+        for d in sorted(os.listdir(calls), key=int)
+    ]
 
 
-def test_slurm_job_is_built_submitted_and_its_array_tasks_convert_and_publish(tiny_hdf5, reference, tmp_path,
-                                                                              fake_slurm):
+def test_slurm_job_is_built_submitted_and_its_array_tasks_convert_and_publish(
+    tiny_hdf5, reference, tmp_path, fake_slurm
+):
     out, logs = str(tmp_path / "shards"), str(tmp_path / "logs")
-    options = {"partition": "cpu", "time": "00:30:00", "cpus_per_task": 2, "mem_per_cpu_gb": 3, "job_name": "rl-conv",
-               "sbatch_args": {"account": "proj", "exclusive": ""}, "logging_dir": logs}
-    res = convert_robomimic(tiny_hdf5, out, num_workers=2, shard_bytes=SHARD_BYTES, progress=False,
-                            executor="datatrove-slurm", executor_options=options)
-    assert res == {"job_id": "4242", "tasks": 2, "units": 12, "pending_units": 12, "logging_dir": logs,
-                   "launch_script": os.path.join(logs, "launch_script.slurm")}
+    options = {
+        "partition": "cpu",
+        "time": "00:30:00",
+        "cpus_per_task": 2,
+        "mem_per_cpu_gb": 3,
+        "job_name": "rl-conv",
+        "sbatch_args": {"account": "proj", "exclusive": ""},
+        "logging_dir": logs,
+    }
+    res = convert_robomimic(
+        tiny_hdf5,
+        out,
+        num_workers=2,
+        shard_bytes=SHARD_BYTES,
+        progress=False,
+        executor="datatrove-slurm",
+        executor_options=options,
+    )
+    assert res == {
+        "job_id": "4242",
+        "tasks": 2,
+        "units": 12,
+        "pending_units": 12,
+        "logging_dir": logs,
+        "launch_script": os.path.join(logs, "launch_script.slurm"),
+    }
     assert not os.path.exists(os.path.join(out, "index.json"))  # submitted, not converted
     (args, script), (_merge_args, merge_script) = submitted(fake_slurm)  # the job array, then datatrove's stats merge
     assert args.split()[0] == "--export=ALL,RUN_OFFSET=0" and "merge_stats" in merge_script
     assert "--dependency=afterok:4242" in merge_script
     directives = [ln for ln in script.splitlines() if ln.startswith("#SBATCH")]
-    for want in ("--partition=cpu", "--time=00:30:00", "--cpus-per-task=2", "--mem-per-cpu=3G", "--job-name=rl-conv",
-                 "--array=0-1", "--account=proj", "--exclusive", "--requeue", "--nodes=1"):
+    for want in (
+        "--partition=cpu",
+        "--time=00:30:00",
+        "--cpus-per-task=2",
+        "--mem-per-cpu=3G",
+        "--job-name=rl-conv",
+        "--array=0-1",
+        "--account=proj",
+        "--exclusive",
+        "--requeue",
+        "--nodes=1",
+    ):
         assert f"#SBATCH {want}" in directives, (want, directives)
     assert not any("--qos" in d for d in directives)  # the cluster's default QOS, not datatrove's "normal"
     assert f"source {sys.prefix}/bin/activate" in script
@@ -230,8 +296,15 @@ def test_slurm_job_is_built_submitted_and_its_array_tasks_convert_and_publish(ti
     # a shard lost since: the same command submits again (datatrove's completion files must not skip the ranks),
     # for the one unit to redo, and the task publishes
     os.unlink(os.path.join(out, "shards", "unit-000005-000000.tar"))
-    res = convert_robomimic(tiny_hdf5, out, num_workers=2, shard_bytes=SHARD_BYTES, progress=False,
-                            executor="datatrove-slurm", executor_options=options)
+    res = convert_robomimic(
+        tiny_hdf5,
+        out,
+        num_workers=2,
+        shard_bytes=SHARD_BYTES,
+        progress=False,
+        executor="datatrove-slurm",
+        executor_options=options,
+    )
     assert (res["job_id"], res["tasks"], res["pending_units"]) == ("4244", 1, 1)
     assert "#SBATCH --array=0-0" in submitted(fake_slurm)[2][1]
     assert not os.path.exists(os.path.join(out, "index.json"))  # withdrawn while a unit is missing
@@ -239,16 +312,30 @@ def test_slurm_job_is_built_submitted_and_its_array_tasks_convert_and_publish(ti
     assert_same_bytes(out, reference)
 
     # the same command once more: everything is done, so it publishes here and submits nothing
-    again = convert_robomimic(tiny_hdf5, out, num_workers=2, shard_bytes=SHARD_BYTES, progress=False,
-                              executor="datatrove-slurm", executor_options=options)
+    again = convert_robomimic(
+        tiny_hdf5,
+        out,
+        num_workers=2,
+        shard_bytes=SHARD_BYTES,
+        progress=False,
+        executor="datatrove-slurm",
+        executor_options=options,
+    )
     assert again == {"episodes": 12, "shards": 12} and len(submitted(fake_slurm)) == 4
 
 
 def run_array_tasks(logs, n) -> list[str]:
     env = {**os.environ, "SLURM_NODELIST": "node001", "SLURM_JOB_ID": "4242"}
-    tasks = [subprocess.Popen([os.path.join(BIN, "launch_pickled_pipeline"), os.path.join(logs, "executor.pik")],
-                              env={**env, "SLURM_ARRAY_TASK_ID": str(i)}, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True) for i in range(n)]
+    tasks = [
+        subprocess.Popen(
+            [os.path.join(BIN, "launch_pickled_pipeline"), os.path.join(logs, "executor.pik")],
+            env={**env, "SLURM_ARRAY_TASK_ID": str(i)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for i in range(n)
+    ]
     out = [t.communicate(timeout=300)[0] for t in tasks]
     assert [t.returncode for t in tasks] == [0] * n, out
     return out
@@ -256,30 +343,51 @@ def run_array_tasks(logs, n) -> list[str]:
 
 def test_executor_options_are_checked_before_the_source_is_read(tmp_path):
     missing = str(tmp_path / "no-such.hdf5")  # never opened: options are checked first
-    cases = [("spark", {}, "unknown executor 'spark'; choose one of local, datatrove-local, datatrove-slurm"),
-             ("local", {"logging_dir": "x"}, "executor 'local' does not take option(s) logging_dir"),
-             ("datatrove-local", {"partition": "cpu"}, "does not take option(s) partition"),
-             ("datatrove-slurm", {"time": "1:00:00"}, "needs a Slurm partition")]
+    cases = [
+        ("spark", {}, "unknown executor 'spark'; choose one of local, datatrove-local, datatrove-slurm"),
+        ("local", {"logging_dir": "x"}, "executor 'local' does not take option(s) logging_dir"),
+        ("datatrove-local", {"partition": "cpu"}, "does not take option(s) partition"),
+        ("datatrove-slurm", {"time": "1:00:00"}, "needs a Slurm partition"),
+    ]
     for executor, options, message in cases:
         with pytest.raises(executors.ExecutorError, match=message.replace("(", r"\(").replace(")", r"\)")):
             convert_robomimic(missing, str(tmp_path / "out"), executor=executor, executor_options=options)
     assert not os.path.exists(tmp_path / "out")
 
-    assert executors.options_from_cli("datatrove-slurm", logging_dir="L", concurrent_tasks=4, slurm_partition="gpu",
-                                      slurm_time="2:00:00", slurm_cpus_per_task=2, slurm_mem_per_cpu_gb=8,
-                                      slurm_job_name="j", slurm_qos="high",
-                                      sbatch_arg=("account=proj", "--exclusive", "constraint=a100|h100"),
-                                      slurm_env_command="module load x") == {
-        "logging_dir": "L", "workers": 4, "partition": "gpu", "time": "2:00:00", "cpus_per_task": 2,
-        "mem_per_cpu_gb": 8, "job_name": "j", "qos": "high", "env_command": "module load x",
-        "sbatch_args": {"account": "proj", "exclusive": "", "constraint": "a100|h100"}}
+    assert executors.options_from_cli(
+        "datatrove-slurm",
+        logging_dir="L",
+        concurrent_tasks=4,
+        slurm_partition="gpu",
+        slurm_time="2:00:00",
+        slurm_cpus_per_task=2,
+        slurm_mem_per_cpu_gb=8,
+        slurm_job_name="j",
+        slurm_qos="high",
+        sbatch_arg=("account=proj", "--exclusive", "constraint=a100|h100"),
+        slurm_env_command="module load x",
+    ) == {
+        "logging_dir": "L",
+        "workers": 4,
+        "partition": "gpu",
+        "time": "2:00:00",
+        "cpus_per_task": 2,
+        "mem_per_cpu_gb": 8,
+        "job_name": "j",
+        "qos": "high",
+        "env_command": "module load x",
+        "sbatch_args": {"account": "proj", "exclusive": "", "constraint": "a100|h100"},
+    }
     local = executors.options_from_cli("datatrove-local", logging_dir="L", concurrent_tasks=1)
     assert local == {"logging_dir": "L", "workers": 1}
     assert executors.options_from_cli("local") == {}
     with pytest.raises(executors.ExecutorError, match=r"--slurm-partition do.es. not apply to --executor datatrove-l"):
         executors.options_from_cli("datatrove-local", slurm_partition="cpu")
-    with pytest.raises(executors.ExecutorError, match=r"--logging-dir, --concurrent-tasks do.es. not apply to "
-                                                     r"--executor local"):
+    with pytest.raises(
+        executors.ExecutorError,
+        match=r"--logging-dir, --concurrent-tasks do.es. not apply to "
+        r"--executor local",
+    ):
         executors.options_from_cli("local", logging_dir="L", concurrent_tasks=2)
     with pytest.raises(executors.ExecutorError, match="expected KEY=VALUE"):
         executors.parse_sbatch_args(["=x"])

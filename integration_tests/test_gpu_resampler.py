@@ -2,13 +2,13 @@
 native loaders on data recorded at the target rate (or a numpy reference between recorded frames); the in-process
 batches follow the native sampler, so training losses are the native ones. CPU here; the CUDA tests are skipped
 without a GPU (pytest -m cuda)."""
+
 import json
 
 import h5py
 import numpy as np
 import pytest
 import torch
-
 from lerobot_helpers import REPO, random_indices, same_item, serve
 from robomimic_helpers import assert_same_sample, make_config, obs_keys
 
@@ -28,8 +28,14 @@ def native(root, preset="none", return_uint8=True, **kw):
 
 
 @pytest.mark.parametrize("name", ["av1_1cam", "h264_3cam_multifile", "png_1cam"])
-@pytest.mark.parametrize("preset,return_uint8,episodes", [  # fast: a quick parity check of `make test-fast`
-    pytest.param("act", True, None, marks=pytest.mark.fast), ("diffusion", False, [0, 2, 3]), ("none", True, [1, 4])])
+@pytest.mark.parametrize(
+    "preset,return_uint8,episodes",
+    [  # fast: a quick parity check of `make test-fast`
+        pytest.param("act", True, None, marks=pytest.mark.fast),
+        ("diffusion", False, [0, 2, 3]),
+        ("none", True, [1, 4]),
+    ],
+)
 def test_items_and_batches_equal_lerobot_dataset(lerobot_datasets, name, preset, return_uint8, episodes):
     nat = native(lerobot_datasets[name], preset, return_uint8, episodes=episodes)
     ours = serve("gpu_resampler", nat)
@@ -45,8 +51,11 @@ def test_lerobot_half_rate_equals_native_with_doubled_offsets(lerobot_datasets):
     serve; the items must be equal. At 2/3 of the rate the offsets fall between frames: checked against numpy."""
     root = lerobot_datasets["h264_3cam_multifile"]
     fps = 20
-    policy = {"action": [i / fps for i in range(10)], "observation.state": [-1 / fps, 0.0],
-              "observation.images.cam0": [-1 / fps, 0.0]}
+    policy = {
+        "action": [i / fps for i in range(10)],
+        "observation.state": [-1 / fps, 0.0],
+        "observation.images.cam0": [-1 / fps, 0.0],
+    }
     ours = serve("gpu_resampler", native(root, delta=policy), target_fps=fps / 2)
     doubled = native(root, delta={k: [2 * t for t in v] for k, v in policy.items()})
     for i in random_indices(len(doubled), 150, seed=5):
@@ -54,8 +63,9 @@ def test_lerobot_half_rate_equals_native_with_doubled_offsets(lerobot_datasets):
 
     third = serve("gpu_resampler", native(root, delta=policy), target_fps=fps / 1.5)
     plain = native(root)  # no windows: the recorded rows
-    eps = {int(e["episode_index"]): (int(e["dataset_from_index"]), int(e["dataset_to_index"]))
-           for e in plain.meta.episodes}
+    eps = {
+        int(e["episode_index"]): (int(e["dataset_from_index"]), int(e["dataset_to_index"])) for e in plain.meta.episodes
+    }
     for i in random_indices(len(plain), 40, seed=6):
         item = third[i]
         start, end = eps[int(item["episode_index"])]
@@ -73,8 +83,9 @@ def test_lerobot_half_rate_equals_native_with_doubled_offsets(lerobot_datasets):
 
 def test_lerobot_delta_timestamps_between_frames_and_bad_options(lerobot_datasets):
     root = lerobot_datasets["av1_1cam"]
-    ours = serve("gpu_resampler", native(root), delta_timestamps={"action": [0.0, 0.025, 0.075]},
-                                 modes={"action": "previous"})
+    ours = serve(
+        "gpu_resampler", native(root), delta_timestamps={"action": [0.0, 0.025, 0.075]}, modes={"action": "previous"}
+    )
     plain = native(root)
     for i in random_indices(len(plain), 30, seed=7):
         got = ours[i]["action"]  # 20 fps: 0.5 and 1.5 steps ahead, zero-order hold
@@ -84,11 +95,17 @@ def test_lerobot_delta_timestamps_between_frames_and_bad_options(lerobot_dataset
     with pytest.raises(BackendOptionError, match="never blended"):
         serve("gpu_resampler", native(root, "diffusion"), target_fps=10, modes={"observation.images.cam0": "linear"})
     # issue 23 B12: both said "modes names ['action'], which this run does not read; its fields are []"
-    with pytest.raises(BackendOptionError, match=r"modes apply to rate conversion .* give target_fps or "
-                                                 r"delta_timestamps too"):
+    with pytest.raises(
+        BackendOptionError,
+        match=r"modes apply to rate conversion .* give target_fps or "
+        r"delta_timestamps too",
+    ):
         serve("gpu_resampler", native(root), modes={"action": "previous"})
-    with pytest.raises(BackendOptionError, match=r"modes names \['action'\], but this run reads no field between "
-                                                 r"recorded steps") as e:
+    with pytest.raises(
+        BackendOptionError,
+        match=r"modes names \['action'\], but this run reads no field between "
+        r"recorded steps",
+    ) as e:
         serve("gpu_resampler", native(root), target_fps=10, modes={"action": "previous"})  # no delta keys to convert
     assert "[]" not in str(e.value)
     with pytest.raises(BackendOptionError, match="target_fps must be a rate in frames per second"):
@@ -109,8 +126,9 @@ def test_lerobot_training_batches_follow_the_sampler(lerobot_datasets):
     ours = serve("gpu_resampler", nat)
 
     def loader(ds):
-        sampler = EpisodeAwareSampler(ds.meta.episodes["dataset_from_index"], ds.meta.episodes["dataset_to_index"],
-                                      shuffle=True, seed=5)
+        sampler = EpisodeAwareSampler(
+            ds.meta.episodes["dataset_from_index"], ds.meta.episodes["dataset_to_index"], shuffle=True, seed=5
+        )
         return torch.utils.data.DataLoader(ds, batch_size=32, sampler=sampler, num_workers=0)
 
     per_pass = -(-len(nat) // 32)
@@ -142,12 +160,15 @@ def half_rate_hdf5(tiny_hdf5, tmp_path_factory):
             def copy(name, obj):
                 if isinstance(obj, h5py.Dataset):
                     g.create_dataset(name, data=obj[()][::2])  # noqa: B023 (visititems runs it at once)
+
             src[f"data/{demo}"].visititems(copy)
     return out
 
 
-@pytest.mark.parametrize("combo", [dict(seq_length=5, frame_stack=1),
-                                   dict(seq_length=3, frame_stack=2, pad_frame_stack=False, hdf5_cache_mode=None)])
+@pytest.mark.parametrize(
+    "combo",
+    [dict(seq_length=5, frame_stack=1), dict(seq_length=3, frame_stack=2, pad_frame_stack=False, hdf5_cache_mode=None)],
+)
 def test_robomimic_half_rate_equals_sequence_dataset_on_a_half_rate_file(tiny_hdf5, half_rate_hdf5, combo):
     with h5py.File(tiny_hdf5, "r") as f:
         fps = json.loads(f["data"].attrs["env_args"])["env_kwargs"]["control_freq"]
@@ -158,23 +179,32 @@ def test_robomimic_half_rate_equals_sequence_dataset_on_a_half_rate_file(tiny_hd
     assert len(ours) == len(reference)
     for i in range(0, len(ours), 3):
         assert_same_sample(ours[i], reference[i], f"[{i}]")
-    cfg = make_config(tiny_hdf5, backend="gpu_resampler", backend_kwargs={"target_fps": fps / 2, "source_fps": fps,
-                                                                          "modes": {"obs/object": "nearest"}}, **combo)
+    cfg = make_config(
+        tiny_hdf5,
+        backend="gpu_resampler",
+        backend_kwargs={"target_fps": fps / 2, "source_fps": fps, "modes": {"obs/object": "nearest"}},
+        **combo,
+    )
     assert len(dataset_factory(cfg, obs_keys(cfg), filter_by_attribute="train")) == len(reference)
 
 
 def test_robomimic_options_are_checked(tiny_hdf5):
-    for kwargs, match in [({"target_fps": -1}, "target_fps must be a rate in frames per second"),
-                          ({"target_fps": 1e9}, "target_fps must be a rate in frames per second in \\(0, 10000\\]"),
-                          ({"target_fps": 5000, "source_fps": 20}, "target_fps=5000 is more than 100x the rate"),
-                          ({"modes": {"obs/nope": "linear"}, "target_fps": 10, "source_fps": 20},
-                           r"modes names \['obs/nope'\]"),
-                          ({"modes": {"obs/agentview_image": "linear"}, "target_fps": 10, "source_fps": 20},
-                           "never blended|needs a float field"),
-                          ({"modes": {"actions": "previous"}}, "modes apply to rate conversion .* give target_fps "
-                                                               "too, or leave modes out"),
-                          ({"delta_timestamps": {"actions": [0.0]}}, "delta_timestamps: applies to lerobot only"),
-                          ({"device": "tpu"}, "device must be")]:
+    for kwargs, match in [
+        ({"target_fps": -1}, "target_fps must be a rate in frames per second"),
+        ({"target_fps": 1e9}, "target_fps must be a rate in frames per second in \\(0, 10000\\]"),
+        ({"target_fps": 5000, "source_fps": 20}, "target_fps=5000 is more than 100x the rate"),
+        ({"modes": {"obs/nope": "linear"}, "target_fps": 10, "source_fps": 20}, r"modes names \['obs/nope'\]"),
+        (
+            {"modes": {"obs/agentview_image": "linear"}, "target_fps": 10, "source_fps": 20},
+            "never blended|needs a float field",
+        ),
+        (
+            {"modes": {"actions": "previous"}},
+            "modes apply to rate conversion .* give target_fps too, or leave modes out",
+        ),
+        ({"delta_timestamps": {"actions": [0.0]}}, "delta_timestamps: applies to lerobot only"),
+        ({"device": "tpu"}, "device must be"),
+    ]:
         cfg = make_config(tiny_hdf5, backend="gpu_resampler", backend_kwargs=kwargs, seq_length=5)
         with pytest.raises(BackendOptionError, match=match):
             dataset_factory(cfg, obs_keys(cfg))

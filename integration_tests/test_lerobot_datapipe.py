@@ -1,4 +1,5 @@
 """LeRobot datapipe: converter, items vs LeRobotDataset[i], the training pipeline vs EpisodeAwareSampler's frames."""
+
 import os
 import re
 import subprocess
@@ -8,14 +9,13 @@ import zlib
 import numpy as np
 import pytest
 import torch
-
 from lerobot_helpers import REPO, random_indices, same_item, serve
 
-from robo_loaders_plugin.lerobot.convert import convert_lerobot, verify_lerobot
+from robo_loaders_plugin import RoboLoadersError
 from robo_loaders_plugin.backends.datapipe.lerobot import LeRobotShardSamples
+from robo_loaders_plugin.lerobot.convert import convert_lerobot, verify_lerobot
 from robo_loaders_plugin.lerobot.integration import cycle, sampling_plan
 from robo_loaders_plugin.lerobot.presets import delta_timestamps
-from robo_loaders_plugin import RoboLoadersError
 
 BIN = os.path.dirname(sys.executable)
 NAMES = ["av1_1cam", "h264_3cam_multifile", "png_1cam"]
@@ -25,8 +25,9 @@ def native(root, preset="none", return_uint8=True, **kw):
     from lerobot.datasets.lerobot_dataset import LeRobotDataset, LeRobotDatasetMetadata
 
     meta = LeRobotDatasetMetadata(REPO, root=root)
-    return LeRobotDataset(REPO, root=root, delta_timestamps=delta_timestamps(preset, meta),
-                          return_uint8=return_uint8, **kw)
+    return LeRobotDataset(
+        REPO, root=root, delta_timestamps=delta_timestamps(preset, meta), return_uint8=return_uint8, **kw
+    )
 
 
 @pytest.fixture(scope="module")
@@ -42,9 +43,15 @@ def shards(lerobot_datasets, tmp_path_factory):
 def sampler_for(nat, drop_n_last=0, seed=3):
     from lerobot.datasets import EpisodeAwareSampler
 
-    return EpisodeAwareSampler(nat.meta.episodes["dataset_from_index"], nat.meta.episodes["dataset_to_index"],
-                               episode_indices_to_use=nat.episodes, drop_n_last_frames=drop_n_last, shuffle=True,
-                               seed=seed, absolute_to_relative_idx=nat.absolute_to_relative_idx)
+    return EpisodeAwareSampler(
+        nat.meta.episodes["dataset_from_index"],
+        nat.meta.episodes["dataset_to_index"],
+        episode_indices_to_use=nat.episodes,
+        drop_n_last_frames=drop_n_last,
+        shuffle=True,
+        seed=seed,
+        absolute_to_relative_idx=nat.absolute_to_relative_idx,
+    )
 
 
 def one_pass(ds, dataloader):
@@ -58,8 +65,14 @@ def lerobot_cycle(ds, dataloader):
 
 
 @pytest.mark.parametrize("name", NAMES)
-@pytest.mark.parametrize("preset,return_uint8", [  # fast: a quick parity check of `make test-fast`
-    ("act", True), pytest.param("diffusion", False, marks=pytest.mark.fast), ("none", True)])
+@pytest.mark.parametrize(
+    "preset,return_uint8",
+    [  # fast: a quick parity check of `make test-fast`
+        ("act", True),
+        pytest.param("diffusion", False, marks=pytest.mark.fast),
+        ("none", True),
+    ],
+)
 def test_items_equal_lerobot_dataset(lerobot_datasets, shards, name, preset, return_uint8):
     nat = native(lerobot_datasets[name], preset, return_uint8)
     ours = serve("datapipe", nat, shards=shards[name])
@@ -79,8 +92,9 @@ def test_converted_dataset_verifies_against_its_source(lerobot_datasets, shards)
 
 
 @pytest.mark.parametrize("drop_n_last,batch_size,workers", [(0, 16, 0), (7, 10, 2)])
-def test_training_pass_serves_the_samplers_frames_once_each_equal_to_native(lerobot_datasets, shards, drop_n_last,
-                                                                           batch_size, workers):
+def test_training_pass_serves_the_samplers_frames_once_each_equal_to_native(
+    lerobot_datasets, shards, drop_n_last, batch_size, workers
+):
     """Every frame EpisodeAwareSampler would serve (drop_n_last_frames, episode filter) appears exactly once per
     pass, and each item of each pipeline batch equals LeRobotDataset's item for that frame."""
     nat = native(lerobot_datasets["h264_3cam_multifile"], "diffusion", episodes=[0, 2, 3, 4])
@@ -97,7 +111,6 @@ def test_training_pass_serves_the_samplers_frames_once_each_equal_to_native(lero
         rows = [a2r[int(i)] for i in batches[b]["index"]]
         expected = torch.utils.data.default_collate([nat[r] for r in rows])
         same_item(batches[b], expected, f"batch {b}")
-
 
 
 def test_the_episode_buffer_reads_each_episode_about_once_per_pass(lerobot_datasets, shards):
@@ -136,9 +149,9 @@ def test_passes_differ_are_seeded_and_resume_at_the_samplers_offset(lerobot_data
     it = lerobot_cycle(ds, torch.utils.data.DataLoader(ds, batch_size=8, sampler=sampler))
     stream = [next(it)["index"].tolist() for _ in range(per_pass + 5)]
     assert sorted(i for batch in stream[:per_pass] for i in batch) == list(range(len(nat)))
-    assert stream[per_pass:per_pass + 3] != stream[:3]  # the next pass is shuffled differently
+    assert stream[per_pass : per_pass + 3] != stream[:3]  # the next pass is shuffled differently
     # lerobot-train's --resume: compute_sampler_state(step) -> load_state_dict -> cycle
-    assert first_batches({"epoch": 1, "start_index": 2 * 8}) == stream[per_pass + 2:per_pass + 5]
+    assert first_batches({"epoch": 1, "start_index": 2 * 8}) == stream[per_pass + 2 : per_pass + 5]
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (pinned memory)")
@@ -158,8 +171,10 @@ def test_sampling_with_replacement(lerobot_datasets, shards):
     batches = one_pass(ds, torch.utils.data.DataLoader(ds, batch_size=32, sampler=sampler))
     seen = np.concatenate([b["index"].numpy() for b in batches])
     assert len(seen) == len(sampler) and len(set(seen.tolist())) < 0.8 * len(seen)  # ~63% distinct expected
-    assert one_pass(ds, torch.utils.data.DataLoader(ds, batch_size=32, sampler=sampler_for(nat)))[0]["index"].tolist() \
+    assert (
+        one_pass(ds, torch.utils.data.DataLoader(ds, batch_size=32, sampler=sampler_for(nat)))[0]["index"].tolist()
         == batches[0]["index"].tolist()
+    )
     same_item(batches[1], torch.utils.data.default_collate([nat[int(i)] for i in batches[1]["index"]]), "batch 1")
 
 
@@ -167,8 +182,13 @@ def test_cli_parallel_convert_verify_and_damage(lerobot_datasets, tmp_path):
     root, out = lerobot_datasets["h264_3cam_multifile"], str(tmp_path / "cli")
     cli = os.path.join(BIN, "robo-loaders")
     env = dict(os.environ, HF_HUB_OFFLINE="1")
-    p = subprocess.run([cli, "convert", "lerobot", root, out, "--repo-id", REPO, "--num-workers", "2",
-                        "--shard-size", "100KB"], capture_output=True, text=True, env=env, timeout=600)
+    p = subprocess.run(
+        [cli, "convert", "lerobot", root, out, "--repo-id", REPO, "--num-workers", "2", "--shard-size", "100KB"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert p.returncode == 0, p.stderr[-2000:]
     p = subprocess.run([cli, "verify", out, "--source", root], capture_output=True, text=True, env=env, timeout=600)
     assert p.returncode == 0 and "ok" in p.stdout, p.stderr[-2000:]
@@ -194,6 +214,7 @@ def test_stale_or_mismatched_shards_are_refused(lerobot_datasets, shards, tmp_pa
     import shutil
 
     import pyarrow.parquet as pq
+
     from robo_loaders_plugin import StaleSourceError
 
     nat = native(lerobot_datasets["av1_1cam"])
@@ -236,8 +257,12 @@ def test_stale_or_mismatched_shards_are_refused(lerobot_datasets, shards, tmp_pa
         table = pq.read_table(path)
         col = table.column("action").to_pylist()
         col[3] = [v + 1.0 for v in col[3]]
-        pq.write_table(table.set_column(table.schema.get_field_index("action"), "action",
-                                        pa.array(col, type=table.schema.field("action").type)), path)
+        pq.write_table(
+            table.set_column(
+                table.schema.get_field_index("action"), "action", pa.array(col, type=table.schema.field("action").type)
+            ),
+            path,
+        )
 
     import pyarrow as pa
 
@@ -245,14 +270,14 @@ def test_stale_or_mismatched_shards_are_refused(lerobot_datasets, shards, tmp_pa
     with pytest.raises(StaleSourceError, match="does not match"):
         serve("datapipe", native(copy), shards=shards["av1_1cam"])
     # opt-out: the shards are served as converted (row 3's old action), unchecked against the edited source
-    serves_the_converted_items(serve("datapipe", native(copy), shards=shards["av1_1cam"], check_source=False),
-                               "check_source=False")
+    serves_the_converted_items(
+        serve("datapipe", native(copy), shards=shards["av1_1cam"], check_source=False), "check_source=False"
+    )
     with pytest.raises(RoboLoadersError, match="tolerance_s"):
         serve("datapipe", native(lerobot_datasets["av1_1cam"], tolerance_s=1e-5), shards=shards["av1_1cam"])
 
 
-def test_cache_dir_rebuilds_when_the_source_changes_and_retires_the_old_copy(lerobot_datasets, tmp_path,
-                                                                              monkeypatch):
+def test_cache_dir_rebuilds_when_the_source_changes_and_retires_the_old_copy(lerobot_datasets, tmp_path, monkeypatch):
     """No options: converted into the user cache directory; a source changed in place (same size, mtime restored)
     is converted again, the new shards serve the new values, and the old copy is removed."""
     import shutil
@@ -276,8 +301,9 @@ def test_cache_dir_rebuilds_when_the_source_changes_and_retires_the_old_copy(ler
         col = table.column("observation.state").to_pylist()
         col[0] = [v * 0.5 for v in col[0]]
         field = table.schema.field("observation.state")
-        pq.write_table(table.set_column(table.schema.get_field_index(field.name), field.name,
-                                        pa.array(col, type=field.type)), path)
+        pq.write_table(
+            table.set_column(table.schema.get_field_index(field.name), field.name, pa.array(col, type=field.type)), path
+        )
 
     _edit_in_place(data, change_state)  # mtime restored: LeRobot's own HF cache still serves the old rows...
     with pytest.raises(RoboLoadersError, match=r"column 'observation.state' differs at 1 of \d+ rows \(first: row 0"):
@@ -315,8 +341,10 @@ def test_conversion_resumes_after_a_killed_worker(lerobot_datasets, tmp_path, mo
         with pytest.raises(units.ShardError, match="not done yet"):
             convert_lerobot(root, out, repo_id=REPO, shard_bytes=50_000, progress=False)
     assert not os.path.exists(os.path.join(out, "index.json"))
-    code = ("import os, sys; from robo_loaders_plugin.storage.shards import manifest as u; u.lease(sys.argv[1]); "
-            "os._exit(9)")
+    code = (
+        "import os, sys; from robo_loaders_plugin.storage.shards import manifest as u; u.lease(sys.argv[1]); "
+        "os._exit(9)"
+    )
     assert subprocess.run([sys.executable, "-c", code, out]).returncode == 9
     manifest = json.load(open(os.path.join(out, "manifest.json")))
     assert [u["state"] for u in manifest["units"]].count("leased") == 1 and len(manifest["units"]) > 1
@@ -345,6 +373,11 @@ def test_a_run_that_ends_mid_pass_exits_cleanly(lerobot_datasets, shards):
     interpreter finalizes under them and the process aborts (exit 134) more often than not on this machine."""
     env = dict(os.environ, HF_HUB_OFFLINE="1")
     for attempt in range(4):
-        p = subprocess.run([sys.executable, "-c", EXIT_MID_PASS, lerobot_datasets["av1_1cam"], shards["av1_1cam"]],
-                           capture_output=True, text=True, env=env, timeout=300)
+        p = subprocess.run(
+            [sys.executable, "-c", EXIT_MID_PASS, lerobot_datasets["av1_1cam"], shards["av1_1cam"]],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+        )
         assert p.returncode == 0, (attempt, p.returncode, p.stderr[-2000:])

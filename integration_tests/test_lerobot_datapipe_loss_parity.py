@@ -17,10 +17,10 @@ Training is compared in an order-independent form (one SGD step per pass, the gr
 ordinary minibatch training of this small ACT is bimodal across seeds on CPU-sized budgets (some seeds learn within
 4 epochs, others do not), which would make a tolerance on it either flaky or too loose to fail.
 """
+
 import numpy as np
 import pytest
 import torch
-
 from lerobot_helpers import REPO, serve
 
 from robo_loaders_plugin.lerobot.integration import cycle
@@ -43,15 +43,33 @@ def setup(tmp_path_factory):
 
     base = tmp_path_factory.mktemp("parity")
     # 24 episodes (more than the default shuffle buffer of 16), actions a function of the state
-    root = write_lerobot_dataset(base / "ds", episode_lengths=[18 + 3 * (i % 5) for i in range(24)], cameras=1,
-                                 mode="av1", seed=7, progress=False, actions_from_state=True)
+    root = write_lerobot_dataset(
+        base / "ds",
+        episode_lengths=[18 + 3 * (i % 5) for i in range(24)],
+        cameras=1,
+        mode="av1",
+        seed=7,
+        progress=False,
+        actions_from_state=True,
+    )
     shards = str(base / "shards")
     convert_lerobot(root, shards, repo_id=REPO, progress=False)
     torch.manual_seed(0)
     native = open_native(root)
-    cfg = ACTConfig(device="cpu", chunk_size=10, n_action_steps=10, dim_model=32, n_heads=2, dim_feedforward=64,
-                    dropout=0.0, n_encoder_layers=1, n_decoder_layers=1, use_vae=False,
-                    pretrained_backbone_weights=None, push_to_hub=False)
+    cfg = ACTConfig(
+        device="cpu",
+        chunk_size=10,
+        n_action_steps=10,
+        dim_model=32,
+        n_heads=2,
+        dim_feedforward=64,
+        dropout=0.0,
+        n_encoder_layers=1,
+        n_decoder_layers=1,
+        use_vae=False,
+        pretrained_backbone_weights=None,
+        push_to_hub=False,
+    )
     policy = make_policy(cfg, ds_meta=native.meta).eval()
     pre, _post = make_pre_post_processors(cfg, dataset_stats=native.meta.stats)
     return root, shards, policy, pre
@@ -60,8 +78,7 @@ def setup(tmp_path_factory):
 def open_native(root):
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
-    return LeRobotDataset(REPO, root=root, delta_timestamps={"action": [i / FPS for i in range(10)]},
-                          return_uint8=True)
+    return LeRobotDataset(REPO, root=root, delta_timestamps={"action": [i / FPS for i in range(10)]}, return_uint8=True)
 
 
 def pipeline_stream(ds, loader):
@@ -76,8 +93,12 @@ def score(setup, backend, seed, corrupt=None):
     root, shards, policy, pre = setup
     native = open_native(root)
     ds = native if backend == "native" else serve("datapipe", native, shards=shards, seed=seed)
-    sampler = EpisodeAwareSampler(ds.meta.episodes["dataset_from_index"], ds.meta.episodes["dataset_to_index"],
-                                  shuffle=corrupt != "unshuffled", seed=seed)
+    sampler = EpisodeAwareSampler(
+        ds.meta.episodes["dataset_from_index"],
+        ds.meta.episodes["dataset_to_index"],
+        shuffle=corrupt != "unshuffled",
+        seed=seed,
+    )
     loader = torch.utils.data.DataLoader(ds, batch_size=BATCH, sampler=sampler, num_workers=0)
     per_pass = -(-len(sampler) // BATCH)
     stream = pipeline_stream(ds, loader) if backend == "datapipe" else (b for _ in range(PASSES) for b in loader)
@@ -97,9 +118,13 @@ def score(setup, backend, seed, corrupt=None):
                 l2.append(((pred - target) ** 2).mean(dim=(1, 2)))
                 cos.append(torch.nn.functional.cosine_similarity(pred.flatten(1), target.flatten(1)))
                 batch_l1.append(l1[-1].mean().item())
-            out[f"pass{p}"] = {"L1": torch.cat(l1).double().mean().item(), "L2": torch.cat(l2).double().mean().item(),
-                               "cosine": torch.cat(cos).double().mean().item(), "n": int(torch.cat(l1).numel()),
-                               "batch_L1_std": float(np.std(batch_l1))}
+            out[f"pass{p}"] = {
+                "L1": torch.cat(l1).double().mean().item(),
+                "L2": torch.cat(l2).double().mean().item(),
+                "cosine": torch.cat(cos).double().mean().item(),
+                "n": int(torch.cat(l1).numel()),
+                "batch_L1_std": float(np.std(batch_l1)),
+            }
     return out
 
 
@@ -109,8 +134,12 @@ def native_runs(setup):
 
 
 def mean_loss_mismatches(reference, run):
-    return {(p, k): (run[p][k], reference[p][k]) for p in reference for k in ("L1", "L2", "cosine", "n")
-            if run[p][k] != pytest.approx(reference[p][k], rel=1e-5, abs=1e-7)}
+    return {
+        (p, k): (run[p][k], reference[p][k])
+        for p in reference
+        for k in ("L1", "L2", "cosine", "n")
+        if run[p][k] != pytest.approx(reference[p][k], rel=1e-5, abs=1e-7)
+    }
 
 
 def spread_outside_native(native, run):
@@ -144,8 +173,9 @@ def train_full_pass_steps(setup, backend, seed, corrupt=None, epochs=3):
     opt = torch.optim.SGD(policy.parameters(), lr=1e-5)
     native = open_native(root)
     ds = native if backend == "native" else serve("datapipe", native, shards=shards, seed=seed)
-    sampler = EpisodeAwareSampler(ds.meta.episodes["dataset_from_index"], ds.meta.episodes["dataset_to_index"],
-                                  shuffle=True, seed=seed)
+    sampler = EpisodeAwareSampler(
+        ds.meta.episodes["dataset_from_index"], ds.meta.episodes["dataset_to_index"], shuffle=True, seed=seed
+    )
     loader = torch.utils.data.DataLoader(ds, batch_size=BATCH, sampler=sampler, num_workers=0)
     stream = pipeline_stream(ds, loader) if backend == "datapipe" else (b for _ in range(epochs) for b in loader)
     per_pass, n = -(-len(sampler) // BATCH), len(sampler)

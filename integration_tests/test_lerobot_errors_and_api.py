@@ -1,4 +1,5 @@
 """Clear errors on bad LeRobot input, naming the file and episode; the library entry points."""
+
 import glob
 import os
 import shutil
@@ -7,7 +8,6 @@ import types
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-
 from lerobot_helpers import REPO, random_indices, same_item, serve
 
 from robo_loaders_plugin import BackendOptionError, RoboLoadersError, UnknownBackendError
@@ -16,10 +16,12 @@ from robo_loaders_plugin import BackendOptionError, RoboLoadersError, UnknownBac
 @pytest.fixture
 def copy_of(lerobot_datasets, tmp_path):
     """A private copy (each test damages its own; LeRobot caches decoders per path, so paths stay unique)."""
+
     def make(name):
         dst = tmp_path / name
         shutil.copytree(lerobot_datasets[name], dst)
         return dst
+
     return make
 
 
@@ -62,8 +64,11 @@ def test_timestamps_out_of_tolerance(copy_of):
     table = pq.read_table(data_file)
     ts = table.column("timestamp").to_pylist()
     ts[100] += 0.013  # row 100 is in episode 1
-    table = table.set_column(table.schema.get_field_index("timestamp"), "timestamp",
-                             __import__("pyarrow").array(ts, type=table.schema.field("timestamp").type))
+    table = table.set_column(
+        table.schema.get_field_index("timestamp"),
+        "timestamp",
+        __import__("pyarrow").array(ts, type=table.schema.field("timestamp").type),
+    )
     pq.write_table(table, data_file)
     nat = native(root)
     with pytest.raises(FrameTimestampError):
@@ -88,8 +93,14 @@ def cfg_for(root, backend=None, backend_kwargs=None, eval_split=0.0):
     from lerobot.configs.train import TrainPipelineConfig
     from lerobot.policies.act.configuration_act import ACTConfig  # noqa: F401  (registers --policy.type=act)
 
-    args = [f"--dataset.repo_id={REPO}", f"--dataset.root={root}", "--policy.type=act", "--policy.device=cpu",
-            "--policy.push_to_hub=false", f"--dataset.eval_split={eval_split}"]
+    args = [
+        f"--dataset.repo_id={REPO}",
+        f"--dataset.root={root}",
+        "--policy.type=act",
+        "--policy.device=cpu",
+        "--policy.push_to_hub=false",
+        f"--dataset.eval_split={eval_split}",
+    ]
     if backend:
         args.append(f"--dataset.backend={backend}")
     if backend_kwargs is not None:
@@ -161,8 +172,9 @@ def test_cache_dir_reuse_and_rebuild(copy_of, tmp_path):
     col = table.column("observation.state").to_pylist()
     col[0] = [v + 1.0 for v in col[0]]
     field = table.schema.field("observation.state")
-    pq.write_table(table.set_column(table.schema.get_field_index(field.name), field.name,
-                                    pa.array(col, type=field.type)), data)
+    pq.write_table(
+        table.set_column(table.schema.get_field_index(field.name), field.name, pa.array(col, type=field.type)), data
+    )
     os.utime(data, ns=(st.st_atime_ns, st.st_mtime_ns))
     with pytest.raises(RoboLoadersError, match=r"column 'observation.state' differs at 1 of \d+ rows \(first: row 0"):
         serve("compressed_cache", native(root), cache_dir=str(cache))
@@ -180,8 +192,9 @@ def edit_a_row_keeping_the_mtime(data_file, row, column="action", to=None):
     old = values[row]
     values[row] = [v + 0.5 for v in old] if to is None else list(to)
     field = table.schema.field(column)
-    pq.write_table(table.set_column(table.schema.get_field_index(column), column, pa.array(values, type=field.type)),
-                   data_file)
+    pq.write_table(
+        table.set_column(table.schema.get_field_index(column), column, pa.array(values, type=field.type)), data_file
+    )
     os.utime(data_file, ns=(st.st_atime_ns, st.st_mtime_ns))
     return old, values[row]
 
@@ -198,8 +211,9 @@ def test_a_value_edited_in_any_row_with_the_mtime_kept_is_refused_by_every_backe
     row = 200  # episode 2: far from row 0
     old, new = edit_a_row_keeping_the_mtime(data_file, row)
     nat = native(root)
-    assert torch.allclose(nat[row]["action"], torch.tensor(old)) and not torch.allclose(nat[row]["action"],
-                                                                                        torch.tensor(new))
+    assert torch.allclose(nat[row]["action"], torch.tensor(old)) and not torch.allclose(
+        nat[row]["action"], torch.tensor(new)
+    )
     cache_dir = os.path.dirname(nat.hf_dataset.cache_files[0]["filename"])
     backends = ("compressed_cache", "gpu_resampler", "video_stream", "datapipe")
     for backend in backends:
@@ -228,8 +242,9 @@ def test_the_refusal_of_an_edited_row_is_one_line_however_long_its_values_print(
     data_file = sorted(glob.glob(str(root / "data" / "*" / "*.parquet")))[0]
     row = 100
     nat = native(root)  # LeRobot's datasets cache holds the table before the edit
-    _old, new = edit_a_row_keeping_the_mtime(data_file, row, "observation.state",
-                                            to=[123456.7, -1.234e-4, 98765.43, -2.5e-5, 3.14159, -7654.321])
+    _old, new = edit_a_row_keeping_the_mtime(
+        data_file, row, "observation.state", to=[123456.7, -1.234e-4, 98765.43, -2.5e-5, 3.14159, -7654.321]
+    )
     with pytest.raises(RoboLoadersError) as err:
         serve("compressed_cache", native(root))
     text = str(err.value)
@@ -287,8 +302,15 @@ def test_meta_episodes_edited_with_the_mtime_kept_is_refused_by_every_backend(co
     values = table.column(column).to_pylist()
     old = values[ep]
     values[ep] = new = old + 1.0 / nat.meta.fps
-    keeping_the_mtime(episodes_file, lambda p: pq.write_table(table.set_column(
-        table.schema.get_field_index(column), column, pa.array(values, type=table.schema.field(column).type)), p))
+    keeping_the_mtime(
+        episodes_file,
+        lambda p: pq.write_table(
+            table.set_column(
+                table.schema.get_field_index(column), column, pa.array(values, type=table.schema.field(column).type)
+            ),
+            p,
+        ),
+    )
     nat = native(root)
     assert nat.meta.episodes[ep][column] == old  # LeRobot still holds the old boundaries
     rows = range(nat.meta.episodes[ep]["dataset_from_index"], nat.meta.episodes[ep]["dataset_to_index"])
@@ -297,8 +319,10 @@ def test_meta_episodes_edited_with_the_mtime_kept_is_refused_by_every_backend(co
         with pytest.raises(RoboLoadersError) as err:
             serve(backend, nat)
         text = str(err.value)
-        assert (f"{os.path.realpath(episodes_file)}: episode {ep}'s {column} is {new!r} there, {old!r} in LeRobot's "
-                f"dataset object, read from its datasets cache ({cache_dir}) (1 of 5 episodes differ in it)") in text
+        assert (
+            f"{os.path.realpath(episodes_file)}: episode {ep}'s {column} is {new!r} there, {old!r} in LeRobot's "
+            f"dataset object, read from its datasets cache ({cache_dir}) (1 of 5 episodes differ in it)"
+        ) in text
         assert f"delete {cache_dir}" in text and "mtime" in text and "\n" not in text
     # negative control: without the check every backend serves frames of that episode that LeRobotDataset does not
     with monkeypatch.context() as m:
@@ -337,14 +361,16 @@ def test_meta_info_changed_after_lerobot_read_it_is_refused_by_every_backend(cop
     info = json.loads(info_file.read_text())
     old = info["video_path"]
     assert old.startswith("videos/")
-    info["video_path"] = new = "swapped/" + old[len("videos/"):]
+    info["video_path"] = new = "swapped/" + old[len("videos/") :]
     keeping_the_mtime(info_file, lambda p: p.write_text(json.dumps(info, indent=4)))
     for backend in BACKENDS:
         with pytest.raises(RoboLoadersError) as err:
             serve(backend, nat)
         text = str(err.value)
-        assert (f"{os.path.realpath(info_file)}: video_path is {new!r} there, {old!r} in LeRobot's dataset object; "
-                "LeRobot read meta/info.json when its dataset object was built and it changed since") in text, text
+        assert (
+            f"{os.path.realpath(info_file)}: video_path is {new!r} there, {old!r} in LeRobot's dataset object; "
+            "LeRobot read meta/info.json when its dataset object was built and it changed since"
+        ) in text, text
         assert "\n" not in text
     key, rows = "observation.images.cam0", range(len(nat))
     with monkeypatch.context() as m:  # negative control: without the check, cam0 is served from cam1's file

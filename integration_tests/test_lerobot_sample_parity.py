@@ -1,10 +1,10 @@
 """compressed_cache vs LeRobotDataset[i], tensor by tensor (>= 500 random indices per dataset and setting)."""
+
 import pickle
 import zlib
 
 import pytest
 import torch
-
 from lerobot_helpers import REPO, random_indices, same_item, serve
 
 from robo_loaders_plugin.frames.store import StoreFrames
@@ -12,16 +12,22 @@ from robo_loaders_plugin.lerobot.dataset import LeRobotSamples
 from robo_loaders_plugin.lerobot.presets import delta_timestamps
 
 # ("diffusion", False): float frames, 2 observation steps, action chunks; the quick parity check of `make test-fast`
-SETTINGS = [("none", True), ("act", True), ("diffusion", True),
-            pytest.param("diffusion", False, marks=pytest.mark.fast), ("act", False)]
+SETTINGS = [
+    ("none", True),
+    ("act", True),
+    ("diffusion", True),
+    pytest.param("diffusion", False, marks=pytest.mark.fast),
+    ("act", False),
+]
 
 
 def native(root, preset="none", return_uint8=True, repo=REPO, **kw):
     from lerobot.datasets.lerobot_dataset import LeRobotDataset, LeRobotDatasetMetadata
 
     meta = LeRobotDatasetMetadata(repo, root=root)
-    return LeRobotDataset(repo, root=root, delta_timestamps=delta_timestamps(preset, meta),
-                          return_uint8=return_uint8, **kw)
+    return LeRobotDataset(
+        repo, root=root, delta_timestamps=delta_timestamps(preset, meta), return_uint8=return_uint8, **kw
+    )
 
 
 @pytest.mark.parametrize("name", ["av1_1cam", "h264_3cam_multifile", "png_1cam"])
@@ -79,9 +85,15 @@ def test_pickles_small_and_works_in_spawn_workers(lerobot_datasets, monkeypatch)
     monkeypatch.setenv("ROBO_LOADERS_DISABLE", "1")  # inherited by the spawned workers
 
     def batches(ds, workers):
-        sampler = EpisodeAwareSampler(ds.meta.episodes["dataset_from_index"], ds.meta.episodes["dataset_to_index"],
-                                      episode_indices_to_use=ds.episodes, shuffle=True, seed=11,
-                                      drop_n_last_frames=7, absolute_to_relative_idx=ds.absolute_to_relative_idx)
+        sampler = EpisodeAwareSampler(
+            ds.meta.episodes["dataset_from_index"],
+            ds.meta.episodes["dataset_to_index"],
+            episode_indices_to_use=ds.episodes,
+            shuffle=True,
+            seed=11,
+            drop_n_last_frames=7,
+            absolute_to_relative_idx=ds.absolute_to_relative_idx,
+        )
         kw = dict(multiprocessing_context="spawn", persistent_workers=True) if workers else {}
         dl = torch.utils.data.DataLoader(ds, batch_size=16, sampler=sampler, num_workers=workers, **kw)
         return [b for _, b in zip(range(6), dl)]

@@ -1,6 +1,7 @@
 """``LeRobotV3.read_table`` (and ``episodes``) read the parquet files one by one (``ParquetFile``) instead of through
 ``pyarrow.dataset`` (whose cost per row group made a million rows in LeRobot's row group per episode a 4-6 s read):
 it must give the scanner's table exactly, over several data files, with and without an episode selection."""
+
 import shutil
 
 import pyarrow.dataset as pa_ds
@@ -54,8 +55,9 @@ def test_read_table_equals_the_dataset_scanner_on_each_layout(lerobot_datasets):
         source = LeRobotV3(str(root))
         (path,) = source.glob("meta/episodes/*/*.parquet")
         table = pq.read_table(path)
-        expected = {r["episode_index"]: {k: v for k, v in r.items() if not k.startswith("stats/")}
-                    for r in table.to_pylist()}
+        expected = {
+            r["episode_index"]: {k: v for k, v in r.items() if not k.startswith("stats/")} for r in table.to_pylist()
+        }
         assert source.episodes == expected and len(expected) == table.num_rows, name
         columns = list(source.columns)
         assert source.read_table(columns).equals(_scanned(source, columns)), name

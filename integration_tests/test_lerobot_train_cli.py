@@ -1,4 +1,5 @@
 """The real ``lerobot-train`` console script in a subprocess (CPU, local --dataset.root, no Hub)."""
+
 import json
 import os
 import re
@@ -6,22 +7,35 @@ import subprocess
 import sys
 
 import pytest
-
 from lerobot_helpers import REPO
 
 BIN = os.path.dirname(sys.executable)
 
 
 def lerobot_train(root, out, *extra, env_extra=None, steps=3):
-    args = [os.path.join(BIN, "lerobot-train"), f"--dataset.repo_id={REPO}",
-            *([f"--dataset.root={root}"] if root is not None else []), "--policy.type=act",
-            "--policy.pretrained_backbone_weights=null", "--policy.device=cpu",
-            "--policy.push_to_hub=false", "--policy.dim_model=32", "--policy.n_heads=2",
-            "--policy.dim_feedforward=64", "--policy.chunk_size=10", "--policy.n_action_steps=10",
-            f"--steps={steps}", "--batch_size=4", "--num_workers=1", f"--save_freq={steps}", "--log_freq=1",
-            "--wandb.enable=false", f"--output_dir={out}", *extra]
-    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1",
-               PATH=BIN + os.pathsep + os.environ.get("PATH", ""))
+    args = [
+        os.path.join(BIN, "lerobot-train"),
+        f"--dataset.repo_id={REPO}",
+        *([f"--dataset.root={root}"] if root is not None else []),
+        "--policy.type=act",
+        "--policy.pretrained_backbone_weights=null",
+        "--policy.device=cpu",
+        "--policy.push_to_hub=false",
+        "--policy.dim_model=32",
+        "--policy.n_heads=2",
+        "--policy.dim_feedforward=64",
+        "--policy.chunk_size=10",
+        "--policy.n_action_steps=10",
+        f"--steps={steps}",
+        "--batch_size=4",
+        "--num_workers=1",
+        f"--save_freq={steps}",
+        "--log_freq=1",
+        "--wandb.enable=false",
+        f"--output_dir={out}",
+        *extra,
+    ]
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1", PATH=BIN + os.pathsep + os.environ.get("PATH", ""))
     env.pop("ROBO_LOADERS_DISABLE", None)
     env.update(env_extra or {})
     p = subprocess.run(args, capture_output=True, text=True, env=env, timeout=600)
@@ -42,8 +56,9 @@ def root(lerobot_datasets):
 
 def test_backend_flag_trains_and_is_saved_then_resumes(root, tmp_path):
     out = str(tmp_path / "run")
-    rc, log = lerobot_train(root, out, "--dataset.backend=compressed_cache",
-                            '--dataset.backend_kwargs={"codec": "zstd", "level": 3}')
+    rc, log = lerobot_train(
+        root, out, "--dataset.backend=compressed_cache", '--dataset.backend_kwargs={"codec": "zstd", "level": 3}'
+    )
     assert rc == 0, log[-3000:]
     assert f"[robo-loaders] lerobot data backend: compressed_cache [{REPO}]" in log and "(zstd:" in log, log[-3000:]
     saved = saved_dataset_config(out, 3)
@@ -67,8 +82,9 @@ def test_without_flag_lerobot_is_unchanged(root, tmp_path):
 
 
 def test_eval_split_serves_both_splits(root, tmp_path):
-    rc, log = lerobot_train(root, str(tmp_path / "split"), "--dataset.backend=compressed_cache",
-                            "--dataset.eval_split=0.4")
+    rc, log = lerobot_train(
+        root, str(tmp_path / "split"), "--dataset.backend=compressed_cache", "--dataset.eval_split=0.4"
+    )
     assert rc == 0, log[-3000:]
     lines = [line for line in log.splitlines() if "lerobot data backend: compressed_cache" in line]
     assert len(lines) == 2, lines  # the train and eval datasets, not the unsplit one
@@ -78,8 +94,13 @@ def test_hook_disabled_flag_unknown_then_discover_packages_path(root, tmp_path):
     off = {"ROBO_LOADERS_DISABLE": "1"}
     rc, log = lerobot_train(root, str(tmp_path / "off"), "--dataset.backend=compressed_cache", env_extra=off)
     assert rc != 0 and "backend" in log, log[-2000:]
-    rc, log = lerobot_train(root, str(tmp_path / "discover"), "--dataset.backend=compressed_cache",
-                            "--dataset.discover_packages_path=robo_loaders_plugin", env_extra=off)
+    rc, log = lerobot_train(
+        root,
+        str(tmp_path / "discover"),
+        "--dataset.backend=compressed_cache",
+        "--dataset.discover_packages_path=robo_loaders_plugin",
+        env_extra=off,
+    )
     assert rc == 0, log[-3000:]
     assert "lerobot data backend: compressed_cache" in log
 
@@ -97,19 +118,25 @@ def test_unknown_backend_fails_at_parse_time(root, tmp_path):
     assert re.fullmatch(".*".join(re.escape(p.strip()) for p in quote.split("...")) + ".*", line), (quote, line)
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ('{"codek": "zstd"}', "--dataset.backend_kwargs: unknown option 'codek' for backend 'compressed_cache' (did you "
-                          "mean 'codec'?)"),
-    ('{"level": 42}', "--dataset.backend_kwargs.level must be 0..9, got 42 (backend 'compressed_cache')"),
-    ("{codec: zstd}", "--dataset.backend_kwargs must be a JSON object, e.g. --dataset.backend_kwargs="),  # YAML
-    ('{"codec": "zstd"', "--dataset.backend_kwargs must be a JSON object"),  # malformed
-    ("zstd", "--dataset.backend_kwargs must be a JSON object"),  # a plain string
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (
+            '{"codek": "zstd"}',
+            "--dataset.backend_kwargs: unknown option 'codek' for backend 'compressed_cache' (did you mean 'codec'?)",
+        ),
+        ('{"level": 42}', "--dataset.backend_kwargs.level must be 0..9, got 42 (backend 'compressed_cache')"),
+        ("{codec: zstd}", "--dataset.backend_kwargs must be a JSON object, e.g. --dataset.backend_kwargs="),  # YAML
+        ('{"codec": "zstd"', "--dataset.backend_kwargs must be a JSON object"),  # malformed
+        ("zstd", "--dataset.backend_kwargs must be a JSON object"),  # a plain string
+    ],
+)
 def test_bad_backend_kwargs_fail_at_parse_time(root, tmp_path, kwargs, message):
     """Every bad option name or value, and anything but a JSON object, is one line naming the flag (once), before
     LeRobot reads any data; no traceback."""
-    rc, log = lerobot_train(root, str(tmp_path / "kw"), "--dataset.backend=compressed_cache",
-                            f"--dataset.backend_kwargs={kwargs}")
+    rc, log = lerobot_train(
+        root, str(tmp_path / "kw"), "--dataset.backend=compressed_cache", f"--dataset.backend_kwargs={kwargs}"
+    )
     assert rc == 1 and message in log, log[-2000:]
     assert "Creating dataset" not in log and "Traceback" not in log, log[-3000:]
     error_lines = [ln for ln in log.splitlines() if "--dataset.backend_kwargs" in ln]
@@ -120,8 +147,9 @@ def test_datapipe_feeds_the_training_loop_and_resumes(root, tmp_path):
     """Converted on first use into cache_dir; the loop's batches come from the pipeline (the cycle patch), and
     --resume continues at the sampler's offset (step 3 x batch 4 -> batch 3 of epoch 0)."""
     out, cache = str(tmp_path / "dp"), str(tmp_path / "shards")
-    rc, log = lerobot_train(root, out, "--dataset.backend=datapipe",
-                            f'--dataset.backend_kwargs={{"cache_dir": "{cache}"}}')
+    rc, log = lerobot_train(
+        root, out, "--dataset.backend=datapipe", f'--dataset.backend_kwargs={{"cache_dir": "{cache}"}}'
+    )
     assert rc == 0, log[-3000:]
     assert "lerobot data backend: datapipe" in log and "starting at epoch 0 batch 0" in log, log[-3000:]
     assert f"convert {os.path.basename(root)}" in log  # converted on first use (progress bar)
@@ -133,25 +161,29 @@ def test_datapipe_feeds_the_training_loop_and_resumes(root, tmp_path):
 
 
 def test_datapipe_through_discover_packages_path(root, tmp_path):
-    rc, log = lerobot_train(root, str(tmp_path / "dp_discover"), "--dataset.backend=datapipe",
-                            f'--dataset.backend_kwargs={{"cache_dir": "{tmp_path / "shards"}"}}',
-                            "--dataset.discover_packages_path=robo_loaders_plugin",
-                            env_extra={"ROBO_LOADERS_DISABLE": "1"})
+    rc, log = lerobot_train(
+        root,
+        str(tmp_path / "dp_discover"),
+        "--dataset.backend=datapipe",
+        f'--dataset.backend_kwargs={{"cache_dir": "{tmp_path / "shards"}"}}',
+        "--dataset.discover_packages_path=robo_loaders_plugin",
+        env_extra={"ROBO_LOADERS_DISABLE": "1"},
+    )
     assert rc == 0, log[-3000:]
     assert "batches come from the torchdata pipeline" in log, log[-3000:]
 
 
 def test_gpu_resampler_trains_at_another_rate_and_resumes(root, tmp_path):
     out = str(tmp_path / "gr")
-    rc, log = lerobot_train(root, out, "--dataset.backend=gpu_resampler",
-                            '--dataset.backend_kwargs={"target_fps": 10}')
+    rc, log = lerobot_train(root, out, "--dataset.backend=gpu_resampler", '--dataset.backend_kwargs={"target_fps": 10}')
     assert rc == 0, log[-3000:]
     assert "lerobot data backend: gpu_resampler" in log and "windows at 10 Hz on 20 Hz data" in log, log[-3000:]
     cfg = os.path.join(out, "checkpoints", "000003", "pretrained_model", "train_config.json")
     rc, log = lerobot_train(root, out, f"--config_path={cfg}", "--resume=true", steps=5)
     assert rc == 0, log[-3000:]
-    assert "lerobot data backend: gpu_resampler" in log and saved_dataset_config(out, 5)["backend_kwargs"] == \
-        {"target_fps": 10}
+    assert "lerobot data backend: gpu_resampler" in log and saved_dataset_config(out, 5)["backend_kwargs"] == {
+        "target_fps": 10
+    }
 
 
 def test_backend_kwargs_are_json_numbers_and_empty_means_none(root, tmp_path):
@@ -159,22 +191,29 @@ def test_backend_kwargs_are_json_numbers_and_empty_means_none(root, tmp_path):
     got str '1e1'", "expected a size like 2GB"); an empty value was an AttributeError inside LeRobot's parser. The
     flag is read as JSON: numbers in exponent form are numbers, saved as such, and an empty value is no options."""
     out = str(tmp_path / "exp")
-    rc, log = lerobot_train(root, out, "--dataset.backend=gpu_resampler",
-                            '--dataset.backend_kwargs={"target_fps": 1e1, "max_memory": 2e9}')
+    rc, log = lerobot_train(
+        root, out, "--dataset.backend=gpu_resampler", '--dataset.backend_kwargs={"target_fps": 1e1, "max_memory": 2e9}'
+    )
     assert rc == 0 and "windows at 10 Hz on 20 Hz data" in log, log[-3000:]
     assert saved_dataset_config(out, 3)["backend_kwargs"] == {"target_fps": 10.0, "max_memory": 2e9}
-    rc, log = lerobot_train(root, str(tmp_path / "empty"), "--dataset.backend=compressed_cache",
-                            "--dataset.backend_kwargs=")
+    rc, log = lerobot_train(
+        root, str(tmp_path / "empty"), "--dataset.backend=compressed_cache", "--dataset.backend_kwargs="
+    )
     assert rc == 0 and "lerobot data backend: compressed_cache" in log, log[-3000:]
     # the same through --dataset.discover_packages_path (the plugin is imported after LeRobot read the command line)
-    rc, log = lerobot_train(root, str(tmp_path / "discover"), "--dataset.backend=gpu_resampler",
-                            '--dataset.backend_kwargs={"target_fps": 1e1}',
-                            "--dataset.discover_packages_path=robo_loaders_plugin",
-                            env_extra={"ROBO_LOADERS_DISABLE": "1"})
+    rc, log = lerobot_train(
+        root,
+        str(tmp_path / "discover"),
+        "--dataset.backend=gpu_resampler",
+        '--dataset.backend_kwargs={"target_fps": 1e1}',
+        "--dataset.discover_packages_path=robo_loaders_plugin",
+        env_extra={"ROBO_LOADERS_DISABLE": "1"},
+    )
     assert rc == 0 and "windows at 10 Hz on 20 Hz data" in log, log[-3000:]
     # negative control: a JSON string stays a string, refused at parse time
-    rc, log = lerobot_train(root, str(tmp_path / "str"), "--dataset.backend=gpu_resampler",
-                            '--dataset.backend_kwargs={"target_fps": "1e1"}')
+    rc, log = lerobot_train(
+        root, str(tmp_path / "str"), "--dataset.backend=gpu_resampler", '--dataset.backend_kwargs={"target_fps": "1e1"}'
+    )
     assert rc == 1 and "--dataset.backend_kwargs.target_fps must be a number, got str '1e1'" in log, log[-3000:]
     assert "Creating dataset" not in log
 
@@ -184,30 +223,48 @@ def test_a_late_refusal_is_one_line_and_exit_status_1(root, tmp_path, discover):
     """Issue 30 item 6: a refusal once LeRobot built its dataset (delta_timestamps naming a key the dataset does
     not have) printed ~35 lines of traceback before its line. Now that line alone, exit status 1, with the import
     hook and through --dataset.discover_packages_path."""
-    extra = (["--dataset.discover_packages_path=robo_loaders_plugin"] if discover else [])
-    rc, log = lerobot_train(root, str(tmp_path / "late"), "--dataset.backend=gpu_resampler",
-                            '--dataset.backend_kwargs={"delta_timestamps": {"nope": [-5e-2, 0]}}', *extra,
-                            env_extra={"ROBO_LOADERS_DISABLE": "1"} if discover else None)
+    extra = ["--dataset.discover_packages_path=robo_loaders_plugin"] if discover else []
+    rc, log = lerobot_train(
+        root,
+        str(tmp_path / "late"),
+        "--dataset.backend=gpu_resampler",
+        '--dataset.backend_kwargs={"delta_timestamps": {"nope": [-5e-2, 0]}}',
+        *extra,
+        env_extra={"ROBO_LOADERS_DISABLE": "1"} if discover else None,
+    )
     assert rc == 1, log[-3000:]
     assert "Creating dataset" in log  # late: after LeRobot's parser accepted the options
     lines = [ln for ln in log.splitlines() if "nope" in ln and "delta_timestamps" in ln and "{" not in ln]
-    assert len(lines) == 1 and lines[0].startswith("error: --dataset.backend_kwargs.delta_timestamps names ['nope'], "
-                                                   f"which {REPO} does not have"), log[-3000:]
+    assert len(lines) == 1 and lines[0].startswith(
+        f"error: --dataset.backend_kwargs.delta_timestamps names ['nope'], which {REPO} does not have"
+    ), log[-3000:]
     assert "Traceback" not in log, log[-3000:]
 
 
-@pytest.mark.parametrize("backend, kwargs, message", [
-    ("compressed_cache", {"cache_dir": "/proc/nope"}, "--dataset.backend_kwargs.cache_dir must be a directory you can "
-                                                      "write to: cannot create '/proc/nope' (No such file or "
-                                                      "directory)"),
-    ("datapipe", {"shards": "/nonexistent/shards"}, "--dataset.backend_kwargs.shards must be a directory 'robo-loaders "
-                                                    "convert' wrote (left out, the dataset is converted on first use "
-                                                    "into the cache directory): '/nonexistent/shards' does not exist"),
-])
+@pytest.mark.parametrize(
+    "backend, kwargs, message",
+    [
+        (
+            "compressed_cache",
+            {"cache_dir": "/proc/nope"},
+            "--dataset.backend_kwargs.cache_dir must be a directory you can "
+            "write to: cannot create '/proc/nope' (No such file or "
+            "directory)",
+        ),
+        (
+            "datapipe",
+            {"shards": "/nonexistent/shards"},
+            "--dataset.backend_kwargs.shards must be a directory 'robo-loaders "
+            "convert' wrote (left out, the dataset is converted on first use "
+            "into the cache directory): '/nonexistent/shards' does not exist",
+        ),
+    ],
+)
 def test_bad_paths_fail_at_parse_time(root, tmp_path, backend, kwargs, message):
     """Issue 30 item 12: an unwritable cache_dir (~25 lines ending in CacheError) and shards that do not exist
     (blamed on "an interrupted conversion") were met after the dataset loaded. Now one line at argument parsing."""
-    rc, log = lerobot_train(root, str(tmp_path / "p"), f"--dataset.backend={backend}",
-                            f"--dataset.backend_kwargs={json.dumps(kwargs)}")
+    rc, log = lerobot_train(
+        root, str(tmp_path / "p"), f"--dataset.backend={backend}", f"--dataset.backend_kwargs={json.dumps(kwargs)}"
+    )
     assert rc == 1 and message in log, log[-3000:]
     assert "Creating dataset" not in log and "Traceback" not in log and "interrupted" not in log, log[-3000:]

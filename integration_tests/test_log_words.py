@@ -3,12 +3,12 @@
 said "episodes" or "demos" by turns (robomimic's word is demos); "shuffle buffer 64 episodes" was logged for a
 dataset of 20. Each backend is built on small data and the line it prints compared, numbers and paths aside, with
 the quotes."""
+
 import os
 import re
 
 import pytest
 import torch
-
 from lerobot_helpers import REPO, serve
 from robomimic_helpers import make_config, obs_keys
 
@@ -55,15 +55,28 @@ def twelve_demos(tmp_path_factory):
     """12 demos, 9 of them in the train split; two 24x24 cameras (1728 bytes a frame: stored as camera frames)."""
     from robo_loaders_plugin.sample_data.robomimic_hdf5 import write_robomimic_hdf5
 
-    return write_robomimic_hdf5(str(tmp_path_factory.mktemp("rm") / "twelve.hdf5"), demos=12, image_size=24,
-                                cameras=2, seed=3, min_length=30, max_length=40, valid_fraction=0.25, progress=False)
+    return write_robomimic_hdf5(
+        str(tmp_path_factory.mktemp("rm") / "twelve.hdf5"),
+        demos=12,
+        image_size=24,
+        cameras=2,
+        seed=3,
+        min_length=30,
+        max_length=40,
+        valid_fraction=0.25,
+        progress=False,
+    )
 
 
 def test_robomimic_logs_count_demos_and_the_docs_quote_what_is_printed(twelve_demos, tmp_path, capsys):
     """The pipeline backends' default shuffle buffer (16) on a split of 9 demos."""
     tiny_hdf5, lines = twelve_demos, {}
-    for backend, kwargs in [("compressed_cache", {}), ("datapipe", {"cache_dir": str(tmp_path / "c")}),
-                            ("gpu_resampler", {}), ("video_stream", {})]:
+    for backend, kwargs in [
+        ("compressed_cache", {}),
+        ("datapipe", {"cache_dir": str(tmp_path / "c")}),
+        ("gpu_resampler", {}),
+        ("video_stream", {}),
+    ]:
         cfg = make_config(tiny_hdf5, backend=backend, backend_kwargs=kwargs, seq_length=5)
         dataset_factory(cfg, obs_keys(cfg), filter_by_attribute="train")
         lines[backend] = logged(capsys, "robomimic data backend:")
@@ -95,8 +108,13 @@ def test_robomimic_logs_count_demos_and_the_docs_quote_what_is_printed(twelve_de
 def five_episodes(tmp_path_factory):
     from robo_loaders_plugin.sample_data.lerobot_v3 import write_lerobot_dataset
 
-    return write_lerobot_dataset(tmp_path_factory.mktemp("lr") / "five", repo_id=REPO,
-                                 episode_lengths=(20, 24, 18, 22, 20), cameras=1, progress=False)
+    return write_lerobot_dataset(
+        tmp_path_factory.mktemp("lr") / "five",
+        repo_id=REPO,
+        episode_lengths=(20, 24, 18, 22, 20),
+        cameras=1,
+        progress=False,
+    )
 
 
 def test_lerobot_logs_and_the_docs_quote_what_is_printed(five_episodes, tmp_path, capsys):
@@ -107,9 +125,14 @@ def test_lerobot_logs_and_the_docs_quote_what_is_printed(five_episodes, tmp_path
     from robo_loaders_plugin.lerobot.integration import cycle
 
     def loader(ds, workers):  # lerobot-train's DataLoader (cycle reads its sampler)
-        sampler = EpisodeAwareSampler(native.meta.episodes["dataset_from_index"],
-                                      native.meta.episodes["dataset_to_index"], episode_indices_to_use=native.episodes,
-                                      shuffle=True, seed=1, absolute_to_relative_idx=native.absolute_to_relative_idx)
+        sampler = EpisodeAwareSampler(
+            native.meta.episodes["dataset_from_index"],
+            native.meta.episodes["dataset_to_index"],
+            episode_indices_to_use=native.episodes,
+            shuffle=True,
+            seed=1,
+            absolute_to_relative_idx=native.absolute_to_relative_idx,
+        )
         return torch.utils.data.DataLoader(ds, batch_size=4, sampler=sampler, num_workers=workers)
 
     native = LeRobotDataset(REPO, root=five_episodes)
@@ -140,8 +163,7 @@ def _least(message: str) -> int:
     return int(m.group(1))
 
 
-def test_gpu_resampler_max_memory_is_served_within_it_or_refused_naming_the_least(twelve_demos, five_episodes,
-                                                                                   capsys):
+def test_gpu_resampler_max_memory_is_served_within_it_or_refused_naming_the_least(twelve_demos, five_episodes, capsys):
     """Issue 30 item 7: max_memory of 1 B was refused though docs/scale.md said a budget that small "never
     refuses", and 200kB logged "host memory within 200.0 kB (with 5.0 MB for the demo being read while filling)".
     Now a budget below the least any plan holds (the fields that are not frames, and the episode being read while
@@ -154,30 +176,49 @@ def test_gpu_resampler_max_memory_is_served_within_it_or_refused_naming_the_leas
     from robo_loaders_plugin.core.units import format_bytes, parse_bytes
 
     native = LeRobotDataset(REPO, root=five_episodes)
-    builds = {"robomimic": (lambda mm: dataset_factory(*(lambda c: (c, obs_keys(c)))(make_config(
-                  twelve_demos, backend="gpu_resampler", backend_kwargs={"max_memory": mm}, seq_length=5))),
-                  "robomimic data backend:", "demo", "train.data_backend_kwargs"),
-              "lerobot": (lambda mm: serve("gpu_resampler", native, max_memory=mm), "lerobot data backend:", "episode",
-                          "--dataset.backend_kwargs")}
+    builds = {
+        "robomimic": (
+            lambda mm: dataset_factory(
+                *(lambda c: (c, obs_keys(c)))(
+                    make_config(twelve_demos, backend="gpu_resampler", backend_kwargs={"max_memory": mm}, seq_length=5)
+                )
+            ),
+            "robomimic data backend:",
+            "demo",
+            "train.data_backend_kwargs",
+        ),
+        "lerobot": (
+            lambda mm: serve("gpu_resampler", native, max_memory=mm),
+            "lerobot data backend:",
+            "episode",
+            "--dataset.backend_kwargs",
+        ),
+    }
     bounds = {}
     for framework, (build, what, unit, prefix) in builds.items():
         with pytest.raises(ResourceRefused) as exc:
             build("1B")
         message = str(exc.value)
         assert "\n" not in message and f"within {prefix}.max_memory=1 B:" in message, message
-        assert re.search(rf"of host memory: \S+ \S+ for the fields that are not frames and \S+ \S+ for the {unit} "
-                         r"being read while filling \(twice the largest\)\. Give max_memory at least that", message)
+        assert re.search(
+            rf"of host memory: \S+ \S+ for the fields that are not frames and \S+ \S+ for the {unit} "
+            r"being read while filling \(twice the largest\)\. Give max_memory at least that",
+            message,
+        )
         least = _least(message)
         with pytest.raises(ResourceRefused):
             build(least - 1)
         build(least)
         line = logged(capsys, what)
-        m = re.search(rf"host memory within {re.escape(prefix)}\.max_memory=(\S+ \S+), (\S+ \S+) of it kept for the "
-                      rf"{unit} being read while filling", line)
+        m = re.search(
+            rf"host memory within {re.escape(prefix)}\.max_memory=(\S+ \S+), (\S+ \S+) of it kept for the "
+            rf"{unit} being read while filling",
+            line,
+        )
         assert m and m.group(1) == format_bytes(least), line
         assert parse_bytes(m.group(2).replace(" ", "")) <= least, line  # the reserve is within the budget
         assert "compressed in a mapped file on disk" in line, line
-        bounds[framework] = line[line.index("bounded: "):]
+        bounds[framework] = line[line.index("bounded: ") :]
     docs = [q for q in quotes("docs/scale.md", "bounded: ") if "being read while filling" in q]
     assert len(docs) == 2, docs
     for q in docs:

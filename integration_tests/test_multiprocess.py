@@ -7,6 +7,7 @@ plugin's cycle() as lerobot-train uses them; robomimic through the patched datas
 environment) and the pass robomimic's run_epoch iterates; integration_tests/ranks_late_group_script.py is a robomimic
 loop that initialises the process group only after building its datasets (checked at the first pass). Then the real
 lerobot-train under torchrun."""
+
 import json
 import os
 import re
@@ -16,7 +17,6 @@ import sys
 from collections import Counter
 
 import pytest
-
 from lerobot_helpers import REPO
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -33,15 +33,28 @@ def free_port() -> int:
 
 
 def env():
-    e = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1",
-             PATH=BIN + os.pathsep + os.environ.get("PATH", ""))
+    e = dict(
+        os.environ,
+        HF_HUB_OFFLINE="1",
+        PYTHONUNBUFFERED="1",
+        OMP_NUM_THREADS="1",
+        PATH=BIN + os.pathsep + os.environ.get("PATH", ""),
+    )
     e.pop("ROBO_LOADERS_DISABLE", None)
     return e
 
 
 def torchrun(*args, timeout=900):
-    cmd = [os.path.join(BIN, "torchrun"), "--nproc_per_node", str(WORLD), "--master_addr", "127.0.0.1",
-           "--master_port", str(free_port()), *args]
+    cmd = [
+        os.path.join(BIN, "torchrun"),
+        "--nproc_per_node",
+        str(WORLD),
+        "--master_addr",
+        "127.0.0.1",
+        "--master_port",
+        str(free_port()),
+        *args,
+    ]
     p = subprocess.run(cmd, capture_output=True, text=True, env=env(), timeout=timeout, cwd=HERE)
     assert p.returncode == 0, (p.stdout + p.stderr)[-6000:]
     return p.stdout + p.stderr
@@ -82,8 +95,14 @@ def robomimic_ranks(tiny_hdf5, tmp_path_factory):
     backends = ("compressed_cache", "datapipe", "gpu_resampler")
     torchrun(os.path.join(HERE, "ranks_script.py"), "robomimic", tiny_hdf5, out, *backends)
     one = str(tmp_path_factory.mktemp("rm_one"))
-    p = subprocess.run([sys.executable, os.path.join(HERE, "ranks_script.py"), "robomimic", tiny_hdf5, one, *backends],
-                       capture_output=True, text=True, env=env(), timeout=600, cwd=HERE)
+    p = subprocess.run(
+        [sys.executable, os.path.join(HERE, "ranks_script.py"), "robomimic", tiny_hdf5, one, *backends],
+        capture_output=True,
+        text=True,
+        env=env(),
+        timeout=600,
+        cwd=HERE,
+    )
     assert p.returncode == 0, p.stderr[-4000:]
     return load(out, "robomimic", WORLD), load(one, "robomimic", 1)[0], backends
 
@@ -124,13 +143,14 @@ def native_windows(tiny_hdf5):
 
     import numpy as np
     import robomimic.utils.train_utils as TrainUtils
-
     from robomimic_helpers import make_config, obs_keys
 
     config = make_config(tiny_hdf5, rgb=[], low_dim=["robot0_eef_pos"], backend=None, seq_length=3, seed=11)
     dataset = TrainUtils.dataset_factory(config, obs_keys(config))
-    windows = [hashlib.sha1(np.ascontiguousarray(dataset[i]["actions"]).tobytes()).hexdigest()[:16]
-               for i in range(len(dataset))]
+    windows = [
+        hashlib.sha1(np.ascontiguousarray(dataset[i]["actions"]).tobytes()).hexdigest()[:16]
+        for i in range(len(dataset))
+    ]
     assert len(set(windows)) == len(windows), "windows that share a digest: counting them would prove nothing"
     return windows
 
@@ -145,15 +165,19 @@ def test_robomimic_ranks_built_before_the_group_are_checked_at_the_first_pass(la
         got = late_group[r][backend]
         for case in ("no process group", "seed + rank", "per-rank batch size"):
             assert isinstance(got[case], str), f"rank {r}, {case}: served {len(got[case][0])} windows, not refused"
-        assert got["no process group"].startswith(f"REFUSED robomimic data backend {backend}: this dataset was built "
-                                                  f"as rank {r} of 2, but no torch.distributed process group is "
-                                                  "initialised at its first pass"), got["no process group"]
+        assert got["no process group"].startswith(
+            f"REFUSED robomimic data backend {backend}: this dataset was built "
+            f"as rank {r} of 2, but no torch.distributed process group is "
+            "initialised at its first pass"
+        ), got["no process group"]
         assert "call torch.distributed.init_process_group() before the first pass" in got["no process group"]
         assert got["seed + rank"].startswith("REFUSED "), got["seed + rank"]
         assert "the 2 ranks disagree on train.seed (rank 0: 11; rank 1: 12)" in got["seed + rank"]
         assert "disagree on the DataLoader's batch_size (rank 0: 8; rank 1: 9)" in got["per-rank batch size"]
-        assert ("the 2 processes of the torch.distributed group built their datasets as rank 0 of 2, rank 0 of 2"
-                in got["both rank 0"]), got["both rank 0"]
+        assert (
+            "the 2 processes of the torch.distributed group built their datasets as rank 0 of 2, rank 0 of 2"
+            in got["both rank 0"]
+        ), got["both rank 0"]
 
 
 def served_per_pass(late_group, backend, case):
@@ -182,12 +206,30 @@ def test_robomimic_ranks_built_before_the_group_serve_every_window_once(late_gro
 
 
 def lerobot_train_2proc(root, out, backend, *extra):
-    return torchrun(os.path.join(BIN, "lerobot-train"), f"--dataset.repo_id={REPO}", f"--dataset.root={root}",
-                    "--policy.type=act", "--policy.pretrained_backbone_weights=null", "--policy.device=cpu",
-                    "--policy.push_to_hub=false", "--policy.dim_model=32", "--policy.n_heads=2",
-                    "--policy.dim_feedforward=64", "--policy.chunk_size=10", "--policy.n_action_steps=10",
-                    "--steps=4", "--batch_size=4", "--num_workers=1", "--save_freq=4", "--log_freq=1", "--seed=7",
-                    "--wandb.enable=false", f"--output_dir={out}", f"--dataset.backend={backend}", *extra)
+    return torchrun(
+        os.path.join(BIN, "lerobot-train"),
+        f"--dataset.repo_id={REPO}",
+        f"--dataset.root={root}",
+        "--policy.type=act",
+        "--policy.pretrained_backbone_weights=null",
+        "--policy.device=cpu",
+        "--policy.push_to_hub=false",
+        "--policy.dim_model=32",
+        "--policy.n_heads=2",
+        "--policy.dim_feedforward=64",
+        "--policy.chunk_size=10",
+        "--policy.n_action_steps=10",
+        "--steps=4",
+        "--batch_size=4",
+        "--num_workers=1",
+        "--save_freq=4",
+        "--log_freq=1",
+        "--seed=7",
+        "--wandb.enable=false",
+        f"--output_dir={out}",
+        f"--dataset.backend={backend}",
+        *extra,
+    )
 
 
 def logged_losses(log: str) -> list[str]:
@@ -220,8 +262,7 @@ def native_2proc_losses(lerobot_datasets, tmp_path_factory):
 
 
 @pytest.mark.parametrize("backend", ["compressed_cache", "gpu_resampler"])
-def test_lerobot_train_two_processes_loss_parity_with_native(lerobot_datasets, native_2proc_losses, tmp_path,
-                                                             backend):
+def test_lerobot_train_two_processes_loss_parity_with_native(lerobot_datasets, native_2proc_losses, tmp_path, backend):
     """Backends that keep the sampler's order give each rank native's batches: the real lerobot-train under
     torchrun logs the same loss at every step as native 2-process training with the same seed. compressed_cache's
     RAM cache is built once for the host: one rank builds it, the other maps the same file."""
@@ -241,8 +282,16 @@ def test_robomimic_ddp_example_keeps_the_ranks_in_sync(tiny_hdf5, tmp_path, back
     both ranks hold the same weights, and they are not the weights they started from."""
     from robomimic_helpers import make_config
 
-    config = make_config(tiny_hdf5, rgb=[], backend=None if backend == "native" else backend, batch_size=8,
-                         num_epochs=2, num_data_workers=0, cuda=False, seed=5)
+    config = make_config(
+        tiny_hdf5,
+        rgb=[],
+        backend=None if backend == "native" else backend,
+        batch_size=8,
+        num_epochs=2,
+        num_data_workers=0,
+        cuda=False,
+        seed=5,
+    )
     with config.values_unlocked():
         config.experiment.epoch_every_n_steps = 3
     cfg = tmp_path / "bc.json"
@@ -261,8 +310,9 @@ def test_ranks_set_up_differently_are_refused(tiny_hdf5, lerobot_datasets, tmp_p
     and serve some samples twice and others never: refused on every rank (robomimic: when the dataset is built;
     LeRobot: at cycle(), since lerobot-train builds it on rank 0 first and on the others after a barrier), naming
     the value and the ranks. The same setup (per-host cache directories allowed) builds."""
-    log = torchrun(os.path.join(HERE, "rank_agreement_script.py"), tiny_hdf5, str(lerobot_datasets["av1_1cam"]),
-                   str(tmp_path))
+    log = torchrun(
+        os.path.join(HERE, "rank_agreement_script.py"), tiny_hdf5, str(lerobot_datasets["av1_1cam"]), str(tmp_path)
+    )
     lines = [line for r in range(WORLD) for line in (tmp_path / f"rank{r}.txt").read_text().splitlines()]
     log = "\n".join(lines)
     cases = Counter(line.split(": ", 1)[0] + ": " + line.split(": ", 2)[1].split(" ")[0] for line in lines)

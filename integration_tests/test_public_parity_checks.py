@@ -1,16 +1,21 @@
 """Every built-in backend through the public parity checks (``robo_loaders_plugin.testing``), the ones a third
 party runs: so the checks are known to hold every kind (sample, indexed, batch; lossless and lossy) to the native
 loader, and their negative controls show they fail on wrong data."""
+
 import numpy as np
 import pytest
-
 from robomimic_helpers import make_config, obs_keys
+from test_robomimic_video_shards import PSNR_FLOOR
 
 from robo_loaders_plugin.extend import FrameSource
-from robo_loaders_plugin.testing import (assert_same, assert_same_batches, assert_same_pass, assert_same_samples,
-                                         lerobot_case, robomimic_case)
-
-from test_robomimic_video_shards import PSNR_FLOOR
+from robo_loaders_plugin.testing import (
+    assert_same,
+    assert_same_batches,
+    assert_same_pass,
+    assert_same_samples,
+    lerobot_case,
+    robomimic_case,
+)
 
 
 def rm_case(path, **train):
@@ -18,18 +23,22 @@ def rm_case(path, **train):
     return robomimic_case(cfg, obs_keys(cfg), filter_by_attribute="train")
 
 
-@pytest.mark.parametrize("backend, options", [
-    ("compressed_cache", {}),
-    ("datapipe", {"shuffle_buffer": 3}),
-    ("gpu_resampler", {}),
-    ("video_stream", {}),
-])
+@pytest.mark.parametrize(
+    "backend, options",
+    [
+        ("compressed_cache", {}),
+        ("datapipe", {"shuffle_buffer": 3}),
+        ("gpu_resampler", {}),
+        ("video_stream", {}),
+    ],
+)
 def test_robomimic_backends_pass_the_public_checks(tiny_hdf5, tmp_path, backend, options):
     case = rm_case(tiny_hdf5, hdf5_cache_mode="low_dim")
     if backend == "datapipe":
         options = dict(options, cache_dir=str(tmp_path))
-    psnr = {"agentview_image": PSNR_FLOOR, "robot0_eye_in_hand_image": PSNR_FLOOR} if backend == "video_stream" \
-        else None
+    psnr = (
+        {"agentview_image": PSNR_FLOOR, "robot0_eye_in_hand_image": PSNR_FLOOR} if backend == "video_stream" else None
+    )
     assert_same_samples(case, backend, options, count=80, min_psnr=psnr)
     assert_same_batches(case, backend, options, batch_size=8, batches=2, min_psnr=psnr)
     assert assert_same_pass(case, backend, options, batch_size=16, num_workers=2, min_psnr=psnr) > 3
@@ -39,8 +48,13 @@ def test_robomimic_backends_pass_the_public_checks(tiny_hdf5, tmp_path, backend,
 def test_lerobot_backends_pass_the_public_checks(lerobot_datasets, tmp_path, backend):
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
-    native = LeRobotDataset("local/sample", root=lerobot_datasets["av1_1cam"], return_uint8=True,
-                            delta_timestamps={"action": [0.0, 0.05, 0.1]}, episodes=[0, 2, 4])
+    native = LeRobotDataset(
+        "local/sample",
+        root=lerobot_datasets["av1_1cam"],
+        return_uint8=True,
+        delta_timestamps={"action": [0.0, 0.05, 0.1]},
+        episodes=[0, 2, 4],
+    )
     case = lerobot_case(native)
     options = {"cache_dir": str(tmp_path)} if backend == "datapipe" else {}
     assert_same_samples(case, backend, options, count=60)
@@ -130,8 +144,13 @@ def one_pixel_case(request):
         return case, "obs/robot0_eye_in_hand_image"
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
-    native = LeRobotDataset("local/sample", root=request.getfixturevalue("lerobot_datasets")["h264_3cam_multifile"],
-                            return_uint8=True, delta_timestamps={"action": [0.0, 0.05, 0.1]}, episodes=[0, 2, 4])
+    native = LeRobotDataset(
+        "local/sample",
+        root=request.getfixturevalue("lerobot_datasets")["h264_3cam_multifile"],
+        return_uint8=True,
+        delta_timestamps={"action": [0.0, 0.05, 0.1]},
+        episodes=[0, 2, 4],
+    )
     return lerobot_case(native), "observation.images.cam1"
 
 
@@ -175,8 +194,13 @@ def test_the_lerobot_pass_spawns_its_workers_so_a_native_decode_cannot_fail_in_a
     import torch.utils.data
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
-    native = LeRobotDataset("local/sample", root=lerobot_datasets["av1_1cam"], return_uint8=True,
-                            delta_timestamps={"action": [0.0, 0.05, 0.1]}, episodes=[0, 2, 4])
+    native = LeRobotDataset(
+        "local/sample",
+        root=lerobot_datasets["av1_1cam"],
+        return_uint8=True,
+        delta_timestamps={"action": [0.0, 0.05, 0.1]},
+        episodes=[0, 2, 4],
+    )
     case = lerobot_case(native)
     assert_same_samples(case, "compressed_cache", {}, count=20)  # decoders now open in this process
     contexts = []

@@ -1,4 +1,5 @@
 """robo-loaders convert robomimic / verify: lossless, parallel, resumable, safe on a shared folder."""
+
 import contextlib
 import json
 import os
@@ -8,9 +9,9 @@ import sys
 import h5py
 import numpy as np
 
+from robo_loaders_plugin.robomimic.convert import convert_robomimic, verify_robomimic
 from robo_loaders_plugin.storage.shards import ShardReader
 from robo_loaders_plugin.storage.shards import manifest as units
-from robo_loaders_plugin.robomimic.convert import convert_robomimic, verify_robomimic
 
 BIN = os.path.dirname(sys.executable)
 
@@ -55,8 +56,10 @@ def test_resume_after_a_killed_worker(tiny_hdf5, tmp_path, monkeypatch):
             convert_robomimic(tiny_hdf5, out, shard_bytes=100_000, progress=False)
     assert not os.path.exists(os.path.join(out, "index.json"))
     # a converter leases a unit and is killed before writing it
-    code = ("import os, sys; from robo_loaders_plugin.storage.shards import manifest as u; u.lease(sys.argv[1]); "
-            "os._exit(9)")
+    code = (
+        "import os, sys; from robo_loaders_plugin.storage.shards import manifest as u; u.lease(sys.argv[1]); "
+        "os._exit(9)"
+    )
     assert subprocess.run([sys.executable, "-c", code, out]).returncode == 9
     m = json.load(open(os.path.join(out, "manifest.json")))
     assert [u["state"] for u in m["units"]].count("leased") == 1
@@ -66,9 +69,15 @@ def test_resume_after_a_killed_worker(tiny_hdf5, tmp_path, monkeypatch):
 
 def test_two_processes_on_one_folder(tiny_hdf5, tmp_path):
     out = str(tmp_path / "shards")
-    procs = [subprocess.Popen([os.path.join(BIN, "robo-loaders"), "convert", "robomimic", tiny_hdf5, out,
-                               "--shard-size", "50KB"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for _ in range(2)]
+    procs = [
+        subprocess.Popen(
+            [os.path.join(BIN, "robo-loaders"), "convert", "robomimic", tiny_hdf5, out, "--shard-size", "50KB"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for _ in range(2)
+    ]
     outs = [p.communicate(timeout=600)[0] for p in procs]
     assert any(p.returncode == 0 for p in procs), outs
     if not os.path.exists(os.path.join(out, "index.json")):  # the slower one may have found units still leased
@@ -103,9 +112,11 @@ def test_a_file_with_no_demos_is_refused_at_convert(tiny_hdf5, tmp_path):
     out = str(tmp_path / "shards")
     rc, log = cli("convert", "robomimic", path, out)
     assert rc == 2 and "Traceback" not in log, log
-    assert log.strip().splitlines() == [f"error: {path}: data/ holds no demos (no demo_<i> group), so there is "
-                                        "nothing to convert or train on; check that this is the file you meant "
-                                        "(train.data)"], log
+    assert log.strip().splitlines() == [
+        f"error: {path}: data/ holds no demos (no demo_<i> group), so there is "
+        "nothing to convert or train on; check that this is the file you meant "
+        "(train.data)"
+    ], log
     assert not os.path.exists(os.path.join(out, "index.json"))
 
 
@@ -119,8 +130,9 @@ def read_only_dir(tmp_path):
     if os.geteuid() != 0:
         ro.chmod(0o555)
         return ro, []
-    probe = subprocess.run(["unshare", "-m", "sh", "-c", f"mount -t tmpfs -o ro none {ro} && ! touch {ro}/x"],
-                           capture_output=True)
+    probe = subprocess.run(
+        ["unshare", "-m", "sh", "-c", f"mount -t tmpfs -o ro none {ro} && ! touch {ro}/x"], capture_output=True
+    )
     if probe.returncode != 0:
         pytest.skip("running as root without a way to make a read-only directory (unshare -m + mount)")
     return ro, ["unshare", "-m", "sh", "-c", f'mount -t tmpfs -o ro none {ro} && exec "$@"', "sh"]
@@ -134,11 +146,16 @@ def test_a_read_only_output_directory_is_one_line_naming_it(tiny_hdf5, tmp_path)
     (lerobot_root / "meta" / "info.json").write_text(json.dumps({"fps": 10, "features": {}}))
     for args in (["robomimic", tiny_hdf5], ["lerobot", str(lerobot_root)]):
         for out in (ro, ro / "sub"):
-            p = subprocess.run(prefix + [os.path.join(BIN, "robo-loaders"), "convert", *args, str(out)],
-                               capture_output=True, text=True, timeout=600)
+            p = subprocess.run(
+                prefix + [os.path.join(BIN, "robo-loaders"), "convert", *args, str(out)],
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
             log = p.stdout + p.stderr
             assert p.returncode == 2 and "Traceback" not in log, log
-            assert log.strip().splitlines() == [f"error: {out}: cannot write the output directory (Read-only file "
-                                                "system); choose a directory you can write to, or fix its "
-                                                "permissions"] or \
-                ("Permission denied" in log and f"error: {out}: cannot write the output directory" in log), log
+            assert log.strip().splitlines() == [
+                f"error: {out}: cannot write the output directory (Read-only file "
+                "system); choose a directory you can write to, or fix its "
+                "permissions"
+            ] or ("Permission denied" in log and f"error: {out}: cannot write the output directory" in log), log

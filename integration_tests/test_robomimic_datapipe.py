@@ -1,11 +1,11 @@
 """datapipe backend for robomimic: every window once per pass, each equal to SequenceDataset's sample for that
 (demo, start), resumable on the same next batch, and usable from robomimic's training loop."""
+
 import os
 
 import numpy as np
 import pytest
 import torch
-
 from robomimic_helpers import make_config, obs_keys
 
 from robo_loaders_plugin import SamplingPlan
@@ -14,8 +14,14 @@ from robo_loaders_plugin.robomimic import dataset_factory
 COMBOS = [
     dict(hdf5_cache_mode="low_dim", seq_length=10, frame_stack=1),
     dict(hdf5_cache_mode=None, seq_length=5, frame_stack=3, pad_frame_stack=False),
-    dict(hdf5_cache_mode="all", seq_length=4, frame_stack=2, goal_mode="last", hdf5_load_next_obs=True,
-         pad_seq_length=False),
+    dict(
+        hdf5_cache_mode="all",
+        seq_length=4,
+        frame_stack=2,
+        goal_mode="last",
+        hdf5_load_next_obs=True,
+        pad_seq_length=False,
+    ),
 ]
 
 
@@ -30,8 +36,9 @@ def pair(path, tmp_path, combo, filter_key=None, **kw):
 
 def passes(ds, batch_size, shuffle, drop_last, num_workers):
     """The BatchSource robomimic's run_epoch patch iterates, for a DataLoader with these settings."""
-    return ds.batch_source(SamplingPlan(batch_size=batch_size, shuffle=shuffle, drop_last=drop_last,
-                                        num_workers=num_workers))
+    return ds.batch_source(
+        SamplingPlan(batch_size=batch_size, shuffle=shuffle, drop_last=drop_last, num_workers=num_workers)
+    )
 
 
 def same(batch_row, sample, where):
@@ -63,7 +70,7 @@ def test_each_window_once_and_equal_to_native(tiny_hdf5, tmp_path, combo, filter
             same(row, native[idx], f"batch {b} row {r} (sample {idx})")
     # batches mix the episodes the buffer holds: 3 open at a time, so about 3 demos per batch or more where one
     # closes and the next opens (a plan without the buffer's mixing would give about 1)
-    distinct = [len(np.unique(plan[i:i + 32, 0])) for i in range(0, len(plan), 32)]
+    distinct = [len(np.unique(plan[i : i + 32, 0])) for i in range(0, len(plan), 32)]
     assert np.mean(distinct) >= 2.5, distinct
     assert max_open(plan) == 3
 
@@ -125,8 +132,10 @@ def max_open(plan):
 def rows(batches, bs):
     for b, batch in enumerate(batches):
         for r in range(len(batch["actions"])):
-            yield b * bs + r, {k: ({kk: vv[r] for kk, vv in v.items()} if isinstance(v, dict) else v[r])
-                               for k, v in batch.items()}
+            yield (
+                b * bs + r,
+                {k: ({kk: vv[r] for kk, vv in v.items()} if isinstance(v, dict) else v[r]) for k, v in batch.items()},
+            )
 
 
 def test_replacement_repeats_windows_with_native_content(tiny_hdf5, tmp_path):
@@ -203,8 +212,17 @@ def test_shards_of_another_or_edited_file_are_refused(tiny_hdf5, tmp_path):
     from robo_loaders_plugin.robomimic.convert import convert_robomimic
     from robo_loaders_plugin.sample_data.robomimic_hdf5 import write_robomimic_hdf5
 
-    other = write_robomimic_hdf5(str(tmp_path / "other.hdf5"), demos=12, image_size=16, cameras=2, seed=4,
-                                 min_length=40, max_length=50, valid_fraction=0.25, progress=False)
+    other = write_robomimic_hdf5(
+        str(tmp_path / "other.hdf5"),
+        demos=12,
+        image_size=16,
+        cameras=2,
+        seed=4,
+        min_length=40,
+        max_length=50,
+        valid_fraction=0.25,
+        progress=False,
+    )
     shards = str(tmp_path / "shards")
     convert_robomimic(other, shards, progress=False)
 
@@ -212,8 +230,11 @@ def test_shards_of_another_or_edited_file_are_refused(tiny_hdf5, tmp_path):
         cfg = make_config(path, backend="datapipe", backend_kwargs=dict({"shards": shards}, **kw), seq_length=5)
         return dataset_factory(cfg, obs_keys(cfg))
 
-    with pytest.raises(StaleSourceError, match=r"shards .*shards was made from .*other\.hdf5, which does not match "
-                                               r".*tiny\.hdf5"):
+    with pytest.raises(
+        StaleSourceError,
+        match=r"shards .*shards was made from .*other\.hdf5, which does not match "
+        r".*tiny\.hdf5",
+    ):
         build(tiny_hdf5)
     moved = str(tmp_path / "moved.hdf5")
     shutil.move(other, moved)
@@ -225,6 +246,7 @@ def test_shards_of_another_or_edited_file_are_refused(tiny_hdf5, tmp_path):
     def edit():
         with h5py.File(moved, "r+") as f:
             f["data/demo_0/actions"][0, 0] += 1.0  # same size
+
     _restore_mtime_after(moved, edit)
     with pytest.raises(StaleSourceError, match="content digest differs"):
         build(moved)
@@ -235,8 +257,12 @@ def test_shards_of_another_or_edited_file_are_refused(tiny_hdf5, tmp_path):
 def test_missing_obs_key_is_reported_when_the_dataset_is_built(tiny_hdf5, tmp_path):
     from robo_loaders_plugin import SourceError
 
-    cfg = make_config(tiny_hdf5, backend="datapipe", backend_kwargs={"cache_dir": str(tmp_path)},
-                      low_dim=["robot0_eef_pos", "no_such_key"])
+    cfg = make_config(
+        tiny_hdf5,
+        backend="datapipe",
+        backend_kwargs={"cache_dir": str(tmp_path)},
+        low_dim=["robot0_eef_pos", "no_such_key"],
+    )
     with pytest.raises(SourceError, match=r"demo_0/obs/no_such_key is missing .*robot0_eef_pos"):
         dataset_factory(cfg, obs_keys(cfg))
 
@@ -256,6 +282,7 @@ def test_cache_dir_converts_again_after_an_in_place_edit(tiny_hdf5, tmp_path):
     def edit():
         with h5py.File(copy, "r+") as f:
             f["data/demo_0/actions"][0, 0] = 42.0
+
     _restore_mtime_after(copy, edit)
     again = dataset_factory(cfg, obs_keys(cfg))
     assert again.location != first and not os.path.exists(first)
@@ -276,8 +303,12 @@ def test_a_filter_key_that_selects_no_demos_is_one_clear_error(tiny_hdf5, tmp_pa
     with h5py.File(path, "a") as f:
         f.create_dataset("mask/nothing", data=np.array([], dtype="S8"))
     for backend in ("datapipe", "compressed_cache", "gpu_resampler"):
-        cfg = make_config(path, backend=backend, backend_kwargs={"cache_dir": str(tmp_path / "c")}
-                          if backend != "gpu_resampler" else {}, seq_length=5)
+        cfg = make_config(
+            path,
+            backend=backend,
+            backend_kwargs={"cache_dir": str(tmp_path / "c")} if backend != "gpu_resampler" else {},
+            seq_length=5,
+        )
         with pytest.raises(SourceError, match="no demos selected \\(filter key 'nothing' is empty\\)"):
             dataset_factory(cfg, obs_keys(cfg), filter_by_attribute="nothing")
 
@@ -298,8 +329,13 @@ def test_a_cache_dir_inside_the_cache_root_survives_cache_prune_while_in_use(tin
     gc.collect()  # its hold released
     native, ds = pair(tiny_hdf5, home, COMBOS[0])  # cache_dir: home/shards, inside the root
     assert ds.location.startswith(str(home / "shards") + "/")
-    p = subprocess.run([os.path.join(os.path.dirname(sys.executable), "robo-loaders"), "cache", "prune",
-                        "--max-size", "1"], capture_output=True, text=True, env=dict(os.environ), timeout=300)
+    p = subprocess.run(
+        [os.path.join(os.path.dirname(sys.executable), "robo-loaders"), "cache", "prune", "--max-size", "1"],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ),
+        timeout=300,
+    )
     assert p.returncode == 0 and p.stdout == f"removed {other}\n", p.stdout + p.stderr
     assert not os.path.exists(other) and os.path.isdir(ds.location)
     epoch = passes(ds, batch_size=32, shuffle=True, drop_last=False, num_workers=0)

@@ -24,13 +24,13 @@ deviations: 0.6% of the L2 loss in the early epochs to 9% in the last ones (runs
 The model is small and low-dimensional (BC-RNN on eef/object state) so that 2K + 3M short runs take ~25 s on 2 CPUs;
 window content, images included, is checked byte for byte in test_robomimic_datapipe.py.
 """
+
 import contextlib
 import io
 
 import numpy as np
 import pytest
 import torch
-
 from loss_stats import pair_actions_wrongly, t_quantile, t_violations
 from robomimic_helpers import LOW_DIM, make_config, obs_keys
 
@@ -50,8 +50,17 @@ def train_losses(path, order_seed, backend=None, backend_kwargs=None, wrong_acti
     import robomimic.utils.train_utils as TrainUtils
     from robomimic.algo import algo_factory
 
-    cfg = make_config(path, rgb=[], low_dim=LOW_DIM, backend=backend, backend_kwargs=backend_kwargs, seq_length=5,
-                      batch_size=BATCH, num_data_workers=0, hdf5_cache_mode="low_dim")
+    cfg = make_config(
+        path,
+        rgb=[],
+        low_dim=LOW_DIM,
+        backend=backend,
+        backend_kwargs=backend_kwargs,
+        seq_length=5,
+        batch_size=BATCH,
+        num_data_workers=0,
+        hdf5_cache_mode="low_dim",
+    )
     with cfg.values_unlocked():
         cfg.algo.rnn.enabled = True
         cfg.algo.rnn.horizon = 5
@@ -63,8 +72,13 @@ def train_losses(path, order_seed, backend=None, backend_kwargs=None, wrong_acti
     torch.manual_seed(0)
     np.random.seed(0)
     meta = FileUtils.get_shape_metadata_from_dataset(dataset_path=path, all_obs_keys=keys, verbose=False)
-    model = algo_factory(algo_name=cfg.algo_name, config=cfg, obs_key_shapes=meta["all_shapes"],
-                         ac_dim=meta["ac_dim"], device=torch.device("cpu"))
+    model = algo_factory(
+        algo_name=cfg.algo_name,
+        config=cfg,
+        obs_key_shapes=meta["all_shapes"],
+        ac_dim=meta["ac_dim"],
+        device=torch.device("cpu"),
+    )
     with contextlib.redirect_stdout(io.StringIO()):
         dataset = dataset_factory(cfg, keys)
     if wrong_actions:
@@ -73,11 +87,16 @@ def train_losses(path, order_seed, backend=None, backend_kwargs=None, wrong_acti
     # the DataLoader exactly as robomimic's train() builds it (the run_epoch patch swaps in datapipe's batches)
     if replacement_sampler:  # torch's uniform sampling with replacement, as many draws per epoch as samples
         sampler = torch.utils.data.RandomSampler(dataset, replacement=True)
-        loader = torch.utils.data.DataLoader(dataset, sampler=sampler, batch_size=BATCH, num_workers=0,
-                                             drop_last=True)
+        loader = torch.utils.data.DataLoader(dataset, sampler=sampler, batch_size=BATCH, num_workers=0, drop_last=True)
     else:
-        loader = torch.utils.data.DataLoader(dataset, sampler=dataset.get_dataset_sampler(), batch_size=BATCH,
-                                             shuffle=True, num_workers=0, drop_last=True)
+        loader = torch.utils.data.DataLoader(
+            dataset,
+            sampler=dataset.get_dataset_sampler(),
+            batch_size=BATCH,
+            shuffle=True,
+            num_workers=0,
+            drop_last=True,
+        )
     out = []
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # this tiny model gains nothing from 2 threads, and spinning threads stall under load
@@ -107,8 +126,12 @@ def native_replacement_runs(tiny_hdf5):
 
 def datapipe_runs(path, tmp_path, wrong_actions=False, **options):
     kw = dict({"cache_dir": str(tmp_path / "shards")}, **options)
-    return np.stack([train_losses(path, 0, "datapipe", dict(kw, seed=200 + s), wrong_actions=wrong_actions)
-                     for s in range(M_DATAPIPE)])
+    return np.stack(
+        [
+            train_losses(path, 0, "datapipe", dict(kw, seed=200 + s), wrong_actions=wrong_actions)
+            for s in range(M_DATAPIPE)
+        ]
+    )
 
 
 def test_t_quantile():

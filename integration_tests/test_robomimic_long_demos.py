@@ -9,13 +9,13 @@ With ``frames.chunks.UNIT_BYTES`` lowered (as 240x240 or 480p cameras make it), 
 edges, with ``goal_mode="last"``'s goals (the demo's last ``next_obs``, in another unit), and camera frames read
 only from the parts holding a unit's rows.
 """
+
 import hashlib
 
 import h5py
 import numpy as np
 import pytest
 import torch
-
 from robomimic_helpers import assert_same_sample, decoded_copy, make_config, obs_keys
 
 from robo_loaders_plugin import SamplingPlan
@@ -25,8 +25,14 @@ from robo_loaders_plugin.storage.shards import ShardReader
 
 COMBOS = {
     "bc_rnn_next_obs": dict(hdf5_cache_mode="low_dim", seq_length=10, frame_stack=1, hdf5_load_next_obs=True),
-    "goal_all": dict(hdf5_cache_mode="all", seq_length=4, frame_stack=3, goal_mode="last", hdf5_load_next_obs=True,
-                     pad_seq_length=False),
+    "goal_all": dict(
+        hdf5_cache_mode="all",
+        seq_length=4,
+        frame_stack=3,
+        goal_mode="last",
+        hdf5_load_next_obs=True,
+        pad_seq_length=False,
+    ),
 }
 STEP = 4 * 84 * 84 * 3  # decoded camera bytes of one step: 2 cameras, obs and next_obs
 BATCH = 64
@@ -95,8 +101,10 @@ def mismatches(native, order, batches, limit=None) -> list:
     for b, batch in enumerate(batches[:limit]):
         for r in range(len(batch["actions"])):
             i = int(order[b * BATCH + r])
-            row = {k: ({kk: np.asarray(vv[r]) for kk, vv in v.items()} if isinstance(v, dict) else np.asarray(v[r]))
-                   for k, v in batch.items()}
+            row = {
+                k: ({kk: np.asarray(vv[r]) for kk, vv in v.items()} if isinstance(v, dict) else np.asarray(v[r]))
+                for k, v in batch.items()
+            }
             if digest(row) != expected[i]:
                 bad.append((b, r, i))
     return bad
@@ -148,10 +156,10 @@ def small_units(monkeypatch):
 
 @pytest.mark.parametrize("filter_key", [None, "train"])
 @pytest.mark.parametrize("combo", list(COMBOS))
-def test_datapipe_buffers_parts_of_long_demos_and_equals_native(long_hdf5, shards_dir, small_units, monkeypatch,
-                                                                combo, filter_key):
-    native, ds = build(long_hdf5, COMBOS[combo], "datapipe", {"cache_dir": shards_dir, "shuffle_buffer": 3},
-                       filter_key)
+def test_datapipe_buffers_parts_of_long_demos_and_equals_native(
+    long_hdf5, shards_dir, small_units, monkeypatch, combo, filter_key
+):
+    native, ds = build(long_hdf5, COMBOS[combo], "datapipe", {"cache_dir": shards_dir, "shuffle_buffer": 3}, filter_key)
     assert type(ds.frames).__name__ == "EpisodeUnits"
     assert ds.frames.unit_count > 7 * ds.n_demos  # cut into units of ~40 steps
     assert ds.episode_of().max() == ds.frames.unit_count - 1
@@ -199,8 +207,10 @@ def test_shards_without_parts_buffer_whole_demos_and_say_so(long_hdf5, tmp_path,
     monkeypatch.setattr(shard_format, "FRAMES_PART_BYTES", 1 << 30)
     native, ds = build(long_hdf5, COMBOS["bc_rnn_next_obs"], "datapipe", {"cache_dir": str(tmp_path)})
     assert not ShardReader(ds.location).has_parts(0)
-    assert "stores its long demos whole (converted by an earlier robo-loaders), so whole demos are buffered; convert " \
-           "it again to buffer parts of them" in capsys.readouterr().out
+    assert (
+        "stores its long demos whole (converted by an earlier robo-loaders), so whole demos are buffered; convert "
+        "it again to buffer parts of them" in capsys.readouterr().out
+    )
     assert type(ds.frames).__name__ == "EpisodeFrames"
     assert_pass_is_native(native, ds)
 

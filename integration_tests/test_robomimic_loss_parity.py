@@ -4,10 +4,10 @@ Both runs build the same BC-RNN model from the same seed and iterate robomimic's
 DataLoader robomimic's train() would build; compressed_cache replaces it by in-process threads that draw the same
 indices and the same RNG, so the batches - and therefore L1/L2/cosine losses - must be equal.
 """
+
 import numpy as np
 import pytest
 import torch
-
 from robomimic_helpers import make_config, obs_keys
 
 from benchmarks.harness.loss_curves import loss_curves_path, loss_run, write_loss_curves
@@ -20,8 +20,16 @@ LOSSES = ("L1_Loss", "L2_Loss", "Cosine_Loss", "Loss")
 def train_hdf5(tmp_path_factory):
     from robo_loaders_plugin.sample_data.robomimic_hdf5 import write_robomimic_hdf5
 
-    return write_robomimic_hdf5(str(tmp_path_factory.mktemp("loss") / "train.hdf5"), demos=6, image_size=32,
-                                cameras=2, seed=5, min_length=20, max_length=30, progress=False)
+    return write_robomimic_hdf5(
+        str(tmp_path_factory.mktemp("loss") / "train.hdf5"),
+        demos=6,
+        image_size=32,
+        cameras=2,
+        seed=5,
+        min_length=20,
+        max_length=30,
+        progress=False,
+    )
 
 
 def train_losses(path, backend, num_workers, seed=1, epochs=3, steps=4, backend_kwargs=None, order_seed=1):
@@ -30,8 +38,15 @@ def train_losses(path, backend, num_workers, seed=1, epochs=3, steps=4, backend_
     import robomimic.utils.train_utils as TrainUtils
     from robomimic.algo import algo_factory
 
-    cfg = make_config(path, backend=backend, backend_kwargs=backend_kwargs, seq_length=5, batch_size=8,
-                      num_data_workers=num_workers, hdf5_cache_mode="low_dim")
+    cfg = make_config(
+        path,
+        backend=backend,
+        backend_kwargs=backend_kwargs,
+        seq_length=5,
+        batch_size=8,
+        num_data_workers=num_workers,
+        hdf5_cache_mode="low_dim",
+    )
     with cfg.values_unlocked():
         cfg.algo.rnn.enabled = True
         cfg.algo.rnn.horizon = 5
@@ -42,13 +57,24 @@ def train_losses(path, backend, num_workers, seed=1, epochs=3, steps=4, backend_
     torch.manual_seed(seed)
     np.random.seed(seed)
     meta = FileUtils.get_shape_metadata_from_dataset(dataset_path=path, all_obs_keys=keys, verbose=False)
-    model = algo_factory(algo_name=cfg.algo_name, config=cfg, obs_key_shapes=meta["all_shapes"],
-                         ac_dim=meta["ac_dim"], device=torch.device("cpu"))
+    model = algo_factory(
+        algo_name=cfg.algo_name,
+        config=cfg,
+        obs_key_shapes=meta["all_shapes"],
+        ac_dim=meta["ac_dim"],
+        device=torch.device("cpu"),
+    )
     dataset = dataset_factory(cfg, keys)
     torch.manual_seed(order_seed)  # RandomSampler draws its order from torch's global RNG
     # the DataLoader exactly as robomimic's train() builds it
-    loader = torch.utils.data.DataLoader(dataset, sampler=dataset.get_dataset_sampler(), batch_size=8,
-                                         shuffle=True, num_workers=num_workers, drop_last=True)
+    loader = torch.utils.data.DataLoader(
+        dataset,
+        sampler=dataset.get_dataset_sampler(),
+        batch_size=8,
+        shuffle=True,
+        num_workers=num_workers,
+        drop_last=True,
+    )
     initial = [p.detach().clone() for p in model.nets.parameters()]
     logs = []
     for epoch in range(1, epochs + 1):
@@ -66,13 +92,19 @@ def test_same_losses_as_native(train_hdf5, num_workers):
     via_dataloader = train_losses(train_hdf5, "compressed_cache", num_workers, backend_kwargs={"loader": "dataloader"})
     resampler = train_losses(train_hdf5, "gpu_resampler", num_workers)
     # the curves for `robo-loaders report` (docs/benchmarks.md), written before the comparison so a failure is plotted
-    runs = [loss_run("native", 1, native), loss_run("compressed_cache", 1, ours),
-            loss_run("compressed_cache", 1, via_dataloader, label="compressed_cache (DataLoader workers)"),
-            loss_run("gpu_resampler", 1, resampler)]
-    write_loss_curves(loss_curves_path(f"robomimic_bc_rnn_w{num_workers}"), "robomimic", runs,
-                      metrics=["L1_Loss", "L2_Loss", "Cosine_Loss"],
-                      settings={"algo": "bc_rnn", "seq_length": 5, "batch_size": 8, "steps_per_epoch": 4,
-                                "num_workers": num_workers})
+    runs = [
+        loss_run("native", 1, native),
+        loss_run("compressed_cache", 1, ours),
+        loss_run("compressed_cache", 1, via_dataloader, label="compressed_cache (DataLoader workers)"),
+        loss_run("gpu_resampler", 1, resampler),
+    ]
+    write_loss_curves(
+        loss_curves_path(f"robomimic_bc_rnn_w{num_workers}"),
+        "robomimic",
+        runs,
+        metrics=["L1_Loss", "L2_Loss", "Cosine_Loss"],
+        settings={"algo": "bc_rnn", "seq_length": 5, "batch_size": 8, "steps_per_epoch": 4, "num_workers": num_workers},
+    )
     for n, o, d, g in zip(native, ours, via_dataloader, resampler):
         for k in LOSSES:
             assert o[k] == pytest.approx(n[k], rel=1e-6, abs=1e-9), (k, n, o)

@@ -1,4 +1,5 @@
 """compressed_cache options (cache_dir, max_memory) and clear errors on bad input, with real robomimic."""
+
 import glob
 import os
 import re
@@ -7,11 +8,10 @@ import shutil
 import h5py
 import numpy as np
 import pytest
-
 from robomimic_helpers import assert_same_sample, make_config, obs_keys
 
-from robo_loaders_plugin.robomimic import dataset_factory
 from robo_loaders_plugin import BackendOptionError, RoboLoadersError, UnknownBackendError
+from robo_loaders_plugin.robomimic import dataset_factory
 from robo_loaders_plugin.storage import ramfile
 
 
@@ -70,10 +70,26 @@ def test_a_frame_the_old_digest_did_not_sample_edited_with_the_mtime_restored_re
     differs (ctime), the whole file is hashed, the cache is rebuilt and the new pixel served."""
     from robo_loaders_plugin.sample_data.robomimic_hdf5 import write_robomimic_hdf5
 
-    path = write_robomimic_hdf5(str(tmp_path / "frames.hdf5"), demos=3, image_size=32, cameras=1, seed=5,
-                                min_length=20, max_length=20, valid_fraction=0.34, next_obs=False, progress=False)
-    cfg = make_config(path, backend="compressed_cache", rgb=["agentview_image"], seq_length=1,
-                      backend_kwargs={"cache_dir": str(tmp_path / "cache")}, hdf5_load_next_obs=False)
+    path = write_robomimic_hdf5(
+        str(tmp_path / "frames.hdf5"),
+        demos=3,
+        image_size=32,
+        cameras=1,
+        seed=5,
+        min_length=20,
+        max_length=20,
+        valid_fraction=0.34,
+        next_obs=False,
+        progress=False,
+    )
+    cfg = make_config(
+        path,
+        backend="compressed_cache",
+        rgb=["agentview_image"],
+        seq_length=1,
+        backend_kwargs={"cache_dir": str(tmp_path / "cache")},
+        hdf5_load_next_obs=False,
+    )
     first = dataset_factory(cfg, obs_keys(cfg))
     assert "reused" in dataset_factory(cfg, obs_keys(cfg)).serving.summary  # negative control: unchanged, reused
     step = 7  # not frame 0, 10 or 19 of demo_0 (20 steps): bytes the sampled digest never read
@@ -98,8 +114,11 @@ def test_a_frame_the_old_digest_did_not_sample_edited_with_the_mtime_restored_re
 def test_cache_dir_that_is_a_file_is_refused(tiny_hdf5, tmp_path):
     (tmp_path / "file").write_text("x")
     cfg = _cc(tiny_hdf5, backend_kwargs={"cache_dir": str(tmp_path / "file")})
-    with pytest.raises(RoboLoadersError, match=r"train.data_backend_kwargs.cache_dir must be a directory you can "
-                                               r"write to: '.*file' is a file, not a directory"):
+    with pytest.raises(
+        RoboLoadersError,
+        match=r"train.data_backend_kwargs.cache_dir must be a directory you can "
+        r"write to: '.*file' is a file, not a directory",
+    ):
         dataset_factory(cfg, obs_keys(cfg))
 
 
@@ -120,8 +139,15 @@ def test_two_runs_started_together_build_once(tiny_hdf5, tmp_path):
     import sys
 
     here = os.path.dirname(os.path.abspath(__file__))
-    procs = [subprocess.Popen([sys.executable, "-c", BUILD, tiny_hdf5, str(tmp_path / "cache"), here],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for _ in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", BUILD, tiny_hdf5, str(tmp_path / "cache"), here],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for _ in range(2)
+    ]
     outs = [p.communicate(timeout=600)[0] for p in procs]
     results = [next(line.split()[1:] for line in o.splitlines() if line.startswith("RESULT")) for o in outs]
     assert sorted(r[0] for r in results) == ["False", "True"], outs  # one built, one reused
@@ -168,21 +194,27 @@ def test_unknown_backend_lists_registered_names(tiny_hdf5):
     cfg = make_config(tiny_hdf5, backend="compresed_cache")
     with pytest.raises(UnknownBackendError) as e:
         dataset_factory(cfg, obs_keys(cfg))
-    assert str(e.value).startswith("train.data_backend: unknown data backend 'compresed_cache' (did you mean "
-                                   "'compressed_cache'?)") and "native" in str(e.value)
+    assert str(e.value).startswith(
+        "train.data_backend: unknown data backend 'compresed_cache' (did you mean 'compressed_cache'?)"
+    ) and "native" in str(e.value)
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"codek": "lz4"}, "unknown option.*codek.*valid options.*codec"),
-    ({"level": "high"},
-     r"train.data_backend_kwargs.level must be an integer, got str 'high' \(backend 'compressed_cache'\)"),
-    ({"max_memory": True}, "max_memory"),
-    ({"max_memory": "lots"}, "max_memory"),
-    ({"codec": "brotli"}, "codec must be one of 'lz4hc', 'lz4', 'zstd', 'blosclz', got 'brotli'"),
-    ({"level": 42}, r"level must be 0\.\.9, got 42"),
-    ({"build_workers": 0}, "build_workers must be 1..256, got 0"),
-    ({"loader": "processes"}, "loader must be one of 'threads', 'dataloader'"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"codek": "lz4"}, "unknown option.*codek.*valid options.*codec"),
+        (
+            {"level": "high"},
+            r"train.data_backend_kwargs.level must be an integer, got str 'high' \(backend 'compressed_cache'\)",
+        ),
+        ({"max_memory": True}, "max_memory"),
+        ({"max_memory": "lots"}, "max_memory"),
+        ({"codec": "brotli"}, "codec must be one of 'lz4hc', 'lz4', 'zstd', 'blosclz', got 'brotli'"),
+        ({"level": 42}, r"level must be 0\.\.9, got 42"),
+        ({"build_workers": 0}, "build_workers must be 1..256, got 0"),
+        ({"loader": "processes"}, "loader must be one of 'threads', 'dataloader'"),
+    ],
+)
 def test_bad_backend_kwargs(tiny_hdf5, kwargs, match, monkeypatch):
     """Refused before any data is read: the HDF5 is never opened."""
     from robo_loaders_plugin.sources import robomimic_hdf5
@@ -217,16 +249,16 @@ def test_missing_mask_key(tiny_hdf5):
 def test_missing_next_obs(tmp_path):
     from robo_loaders_plugin.sample_data.robomimic_hdf5 import write_robomimic_hdf5
 
-    path = write_robomimic_hdf5(str(tmp_path / "nonext.hdf5"), demos=2, image_size=8, next_obs=False,
-                                progress=False)
+    path = write_robomimic_hdf5(str(tmp_path / "nonext.hdf5"), demos=2, image_size=8, next_obs=False, progress=False)
     cfg = make_config(path, backend="compressed_cache", hdf5_load_next_obs=True)
     with pytest.raises(RoboLoadersError, match="next_obs"):
         dataset_factory(cfg, obs_keys(cfg))
 
 
 def test_missing_dataset_key_without_cache_mode(tiny_hdf5):
-    cfg = make_config(tiny_hdf5, backend="compressed_cache", hdf5_cache_mode=None,
-                      dataset_keys=("actions", "not_in_file"))
+    cfg = make_config(
+        tiny_hdf5, backend="compressed_cache", hdf5_cache_mode=None, dataset_keys=("actions", "not_in_file")
+    )
     with pytest.raises(RoboLoadersError, match="not_in_file"):
         dataset_factory(cfg, obs_keys(cfg))
 
@@ -266,8 +298,9 @@ def test_demo_shorter_than_frame_stack_without_padding(tmp_path):
     """robomimic's SequenceDataset asserts on such a demo; the backend refuses it with a clear error."""
     from robo_loaders_plugin.sample_data.robomimic_hdf5 import write_robomimic_hdf5
 
-    path = write_robomimic_hdf5(str(tmp_path / "short.hdf5"), demos=2, image_size=8, min_length=3, max_length=3,
-                                progress=False)
+    path = write_robomimic_hdf5(
+        str(tmp_path / "short.hdf5"), demos=2, image_size=8, min_length=3, max_length=3, progress=False
+    )
     cfg = make_config(path, backend="compressed_cache", frame_stack=5, pad_frame_stack=False, seq_length=1)
     with pytest.raises(RoboLoadersError, match="shorter than frame_stack=5"):
         dataset_factory(cfg, obs_keys(cfg))
@@ -298,10 +331,14 @@ def test_num_samples_that_disagree_with_the_arrays_are_refused_by_every_backend(
     native_cfg = make_config(path, seq_length=5, hdf5_cache_mode=None)  # "all" would crash caching the windows
     arrays_cfg = make_config(tiny_hdf5, seq_length=5, hdf5_cache_mode=None)
     if extra > 0:  # the attack is real: native robomimic serves windows the arrays do not have
-        assert len(dataset_factory(native_cfg, obs_keys(native_cfg))) == \
-            len(dataset_factory(arrays_cfg, obs_keys(arrays_cfg))) + extra
-    message = (rf"lying\.hdf5: data/demo_3/actions has {rows} rows \(shape \({rows}, 7\)\) but data/demo_3 has "
-               rf"num_samples={rows + extra}; .*fix the attribute or the arrays")
+        assert (
+            len(dataset_factory(native_cfg, obs_keys(native_cfg)))
+            == len(dataset_factory(arrays_cfg, obs_keys(arrays_cfg))) + extra
+        )
+    message = (
+        rf"lying\.hdf5: data/demo_3/actions has {rows} rows \(shape \({rows}, 7\)\) but data/demo_3 has "
+        rf"num_samples={rows + extra}; .*fix the attribute or the arrays"
+    )
     for backend in ("compressed_cache", "datapipe", "gpu_resampler", "video_stream"):
         cfg = make_config(path, backend=backend, seq_length=5)
         with pytest.raises(RoboLoadersError, match=message):
@@ -316,8 +353,7 @@ def test_num_samples_that_disagree_with_the_arrays_are_refused_by_every_backend(
 
 
 @pytest.mark.parametrize("value,shown", [("abc", "'abc'"), (np.array([40, 41]), "array([40, 41])")])
-def test_a_num_samples_that_is_no_number_is_one_line_naming_file_demo_and_attribute(tiny_hdf5, tmp_path, value,
-                                                                                     shown):
+def test_a_num_samples_that_is_no_number_is_one_line_naming_file_demo_and_attribute(tiny_hdf5, tmp_path, value, shown):
     """Issue 30 item 10b: ``num_samples="abc"`` said "invalid literal for int() with base 10: 'abc'" naming no
     file, and ``robo-loaders convert`` printed a traceback for it. Every backend and ``convert`` (the command: one
     line on stderr, a non-zero status) name the file, the demo and the attribute. Control: the intact file
@@ -329,19 +365,23 @@ def test_a_num_samples_that_is_no_number_is_one_line_naming_file_demo_and_attrib
     shutil.copy(tiny_hdf5, path)
     with h5py.File(path, "r+") as f:
         f["data/demo_2"].attrs["num_samples"] = value
-    message = (f"{path}: data/demo_2 has num_samples={shown}, not a number of steps; robomimic indexes the demo by "
-               "it: set it to the demo's number of steps (the rows of its arrays)")
+    message = (
+        f"{path}: data/demo_2 has num_samples={shown}, not a number of steps; robomimic indexes the demo by "
+        "it: set it to the demo's number of steps (the rows of its arrays)"
+    )
     for backend in ("compressed_cache", "datapipe", "gpu_resampler", "video_stream"):
         cfg = make_config(path, backend=backend, seq_length=5)
         with pytest.raises(RoboLoadersError) as exc:
             dataset_factory(cfg, obs_keys(cfg))
         assert str(exc.value) == message, backend
     cli = os.path.join(os.path.dirname(sys.executable), "robo-loaders")
-    p = subprocess.run([cli, "convert", "robomimic", path, str(tmp_path / "out")], capture_output=True, text=True,
-                       timeout=300)
+    p = subprocess.run(
+        [cli, "convert", "robomimic", path, str(tmp_path / "out")], capture_output=True, text=True, timeout=300
+    )
     assert (p.returncode, p.stdout, p.stderr) == (2, "", f"error: {message}\n")
-    p = subprocess.run([cli, "convert", "robomimic", tiny_hdf5, str(tmp_path / "out")], capture_output=True,
-                       text=True, timeout=300)
+    p = subprocess.run(
+        [cli, "convert", "robomimic", tiny_hdf5, str(tmp_path / "out")], capture_output=True, text=True, timeout=300
+    )
     assert p.returncode == 0 and "wrote" in p.stdout, p.stdout + p.stderr
 
 
@@ -362,8 +402,9 @@ def test_batch_arrays_are_recycled_for_every_field_of_a_shape(tiny_hdf5):
     del held
     again = [ds.collate(ix) for ix in batches]
     pooled = {buf.ctypes.data for bufs in ds._pool._free.values() for buf in bufs}
-    assert len(pointers(again)) == 20 and pointers(again) <= pooled, \
+    assert len(pointers(again)) == 20 and pointers(again) <= pooled, (
         f"{len(pointers(again) - pooled)} of 20 image arrays are not the pool's (allocated fresh, never reused)"
+    )
     for b in (0, 9):  # and written again with the right samples
         for j, i in enumerate(batches[b]):
             for k in cams:

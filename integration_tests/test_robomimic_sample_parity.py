@@ -1,10 +1,10 @@
 """compressed_cache vs robomimic's SequenceDataset, sample by sample (>= 500 random indices per combination)."""
+
 import pickle
 
 import numpy as np
 import pytest
 import torch
-
 from robomimic_helpers import assert_same_sample, make_config, obs_keys
 
 from robo_loaders_plugin.robomimic import dataset_factory
@@ -21,10 +21,18 @@ COMBOS = [
     dict(hdf5_cache_mode="all", seq_length=5, frame_stack=3, pad_seq_length=False),
     dict(hdf5_cache_mode=None, seq_length=5, frame_stack=3, pad_frame_stack=False),
     dict(hdf5_cache_mode="low_dim", seq_length=8, frame_stack=4, pad_seq_length=False, pad_frame_stack=False),
-    pytest.param(dict(hdf5_cache_mode="low_dim", seq_length=10, frame_stack=2, goal_mode="last",
-                      hdf5_load_next_obs=True), marks=pytest.mark.fast),
-    dict(hdf5_cache_mode="all", seq_length=3, frame_stack=1, goal_mode="last", hdf5_load_next_obs=True,
-         pad_seq_length=False),
+    pytest.param(
+        dict(hdf5_cache_mode="low_dim", seq_length=10, frame_stack=2, goal_mode="last", hdf5_load_next_obs=True),
+        marks=pytest.mark.fast,
+    ),
+    dict(
+        hdf5_cache_mode="all",
+        seq_length=3,
+        frame_stack=1,
+        goal_mode="last",
+        hdf5_load_next_obs=True,
+        pad_seq_length=False,
+    ),
     dict(hdf5_cache_mode=None, seq_length=4, frame_stack=2, hdf5_load_next_obs=True),
     dict(hdf5_cache_mode="low_dim", seq_length=10, frame_stack=1, hdf5_load_next_obs=False),
     dict(hdf5_cache_mode="low_dim", seq_length=60, frame_stack=1),  # window longer than every demo
@@ -59,8 +67,9 @@ def test_same_samples_as_sequence_dataset(tiny_hdf5, combo, backend):
         assert ours.get_dataset_sampler() is None
         # whole batches too, as robomimic's DataLoader collates them (what the in-process path serves)
         batch = indices[:32].tolist()
-        assert_same_sample(ours.collate(batch), torch.utils.data.default_collate([native[j] for j in batch]),
-                           f"[{filter_key}] batch")
+        assert_same_sample(
+            ours.collate(batch), torch.utils.data.default_collate([native[j] for j in batch]), f"[{filter_key}] batch"
+        )
 
 
 def test_pad_mask_matches_sequence_dataset(tiny_hdf5):
@@ -72,16 +81,30 @@ def test_pad_mask_matches_sequence_dataset(tiny_hdf5):
         cfg.train.data_backend = "compressed_cache"
     ours = dataset_factory(cfg, obs_keys(cfg))
     ours.get_pad_mask = True
-    native = SequenceDataset(tiny_hdf5, obs_keys(cfg), cfg.train.dataset_keys, frame_stack=3, seq_length=6,
-                             get_pad_mask=True, goal_mode="last", hdf5_cache_mode="low_dim", load_next_obs=True)
+    native = SequenceDataset(
+        tiny_hdf5,
+        obs_keys(cfg),
+        cfg.train.dataset_keys,
+        frame_stack=3,
+        seq_length=6,
+        get_pad_mask=True,
+        goal_mode="last",
+        hdf5_cache_mode="low_dim",
+        load_next_obs=True,
+    )
     for idx in np.random.default_rng(0).choice(len(native), 500):
         assert_same_sample(ours[int(idx)], native[int(idx)])
 
 
 def test_shared_renders_parity(shared_hdf5):
     """Real robosuite renders: same bytes as SequenceDataset (BC-RNN-like windows)."""
-    cfg = make_config(shared_hdf5, seq_length=10, frame_stack=1, hdf5_cache_mode="low_dim",
-                      low_dim=["robot0_eef_pos", "robot0_eef_quat", "robot0_gripper_qpos", "object"])
+    cfg = make_config(
+        shared_hdf5,
+        seq_length=10,
+        frame_stack=1,
+        hdf5_cache_mode="low_dim",
+        low_dim=["robot0_eef_pos", "robot0_eef_quat", "robot0_gripper_qpos", "object"],
+    )
     native = dataset_factory(cfg, obs_keys(cfg), filter_by_attribute="train")
     with cfg.values_unlocked():
         cfg.train.data_backend = "compressed_cache"
@@ -101,9 +124,11 @@ def test_workers_share_one_copy_and_give_native_batches(tiny_hdf5, ctx):
     ours = dataset_factory(cfg, obs_keys(cfg))
     # what a spawn worker receives: a path, not the cache
     assert len(pickle.dumps(ours)) < 20_000 < ours.frames.store.file_nbytes
+
     def batches(ds, **kw):
         g = torch.Generator().manual_seed(7)
         return list(torch.utils.data.DataLoader(ds, batch_size=16, shuffle=True, drop_last=True, generator=g, **kw))
+
     ref = batches(native, num_workers=0)
     got = batches(ours, num_workers=2, multiprocessing_context=ctx)
     assert len(ref) == len(got)

@@ -1,6 +1,7 @@
 """robomimic's unmodified training script in a subprocess, with the plugin selected from the JSON config.
 
 robomimic's train() swallows exceptions and exits 0, so these tests assert on the log and the checkpoints."""
+
 import glob
 import json
 import os
@@ -8,7 +9,6 @@ import subprocess
 import sys
 
 import pytest
-
 from robomimic_helpers import RGB
 
 BIN = os.path.dirname(sys.executable)
@@ -18,23 +18,47 @@ BIN = os.path.dirname(sys.executable)
 def e2e_hdf5(tmp_path_factory):
     from robo_loaders_plugin.sample_data.robomimic_hdf5 import write_robomimic_hdf5
 
-    return write_robomimic_hdf5(str(tmp_path_factory.mktemp("e2e") / "e2e.hdf5"), demos=8, image_size=32,
-                                cameras=2, seed=11, min_length=20, max_length=30, valid_fraction=0.25,
-                                progress=False)
+    return write_robomimic_hdf5(
+        str(tmp_path_factory.mktemp("e2e") / "e2e.hdf5"),
+        demos=8,
+        image_size=32,
+        cameras=2,
+        seed=11,
+        min_length=20,
+        max_length=30,
+        valid_fraction=0.25,
+        progress=False,
+    )
 
 
 def write_config(tmp_path, data, backend, name, backend_kwargs=None, workers=1):
     from robomimic.config import config_factory
 
     cfg = json.loads(config_factory("bc").dump())
-    cfg["experiment"].update(name=name, validate=True, epoch_every_n_steps=3, validation_epoch_every_n_steps=2,
-                             render_video=False, keep_all_videos=False)
+    cfg["experiment"].update(
+        name=name,
+        validate=True,
+        epoch_every_n_steps=3,
+        validation_epoch_every_n_steps=2,
+        render_video=False,
+        keep_all_videos=False,
+    )
     cfg["experiment"]["rollout"]["enabled"] = False
     cfg["experiment"]["save"].update(enabled=True, every_n_epochs=1)
     cfg["experiment"]["logging"].update(terminal_output_to_txt=False, log_tb=False)
-    cfg["train"].update(data=data, output_dir=str(tmp_path / "out"), num_epochs=2, batch_size=4, seq_length=5,
-                        num_data_workers=workers, hdf5_filter_key="train", hdf5_validation_filter_key="valid",
-                        cuda=False, data_backend=backend, data_backend_kwargs=backend_kwargs or {})
+    cfg["train"].update(
+        data=data,
+        output_dir=str(tmp_path / "out"),
+        num_epochs=2,
+        batch_size=4,
+        seq_length=5,
+        num_data_workers=workers,
+        hdf5_filter_key="train",
+        hdf5_validation_filter_key="valid",
+        cuda=False,
+        data_backend=backend,
+        data_backend_kwargs=backend_kwargs or {},
+    )
     cfg["algo"]["rnn"].update(enabled=True, horizon=5, hidden_dim=32)
     cfg["observation"]["modalities"]["obs"].update(low_dim=["robot0_eef_pos", "object"], rgb=RGB)
     path = tmp_path / f"{name}.json"
@@ -70,8 +94,9 @@ def test_unmodified_train_script_uses_backend(e2e_hdf5, tmp_path, workers):
 
 def test_robomimic_train_command_with_hook_disabled(e2e_hdf5, tmp_path):
     cfg = write_config(tmp_path, e2e_hdf5, "compressed_cache", "cli")
-    rc, out = run([os.path.join(BIN, "robo-loaders"), "robomimic-train", "--config", cfg],
-                  env_extra={"ROBO_LOADERS_DISABLE": "1"})
+    rc, out = run(
+        [os.path.join(BIN, "robo-loaders"), "robomimic-train", "--config", cfg], env_extra={"ROBO_LOADERS_DISABLE": "1"}
+    )
     assert rc == 0, out[-3000:]
     assert_trained(out, tmp_path, "cli", "[robo-loaders] robomimic data backend: compressed_cache [train]")
 
@@ -88,17 +113,23 @@ def test_robomimic_train_command_exit_status_and_retry_without_a_terminal(e2e_hd
     first = subprocess.run(cmd, capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL, timeout=600)
     assert first.returncode == 1 and "run failed with error" in first.stdout, (first.stdout + first.stderr)[-3000:]
     assert "exit status 1" in first.stderr and "Traceback" in first.stdout  # not the plugin's: robomimic's words
-    unwritable = write_config(tmp_path, e2e_hdf5, "compressed_cache", "retry",
-                              backend_kwargs={"cache_dir": "/proc/nope"})
-    again = subprocess.run(cmd[:-1] + [unwritable], capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL,
-                           timeout=600)
+    unwritable = write_config(
+        tmp_path, e2e_hdf5, "compressed_cache", "retry", backend_kwargs={"cache_dir": "/proc/nope"}
+    )
+    again = subprocess.run(
+        cmd[:-1] + [unwritable], capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL, timeout=600
+    )
     out = again.stdout + again.stderr
     assert again.returncode == 1 and "EOFError" not in out and "keeping the existing runs" in out, out[-3000:]
-    assert "error: train.data_backend_kwargs.cache_dir must be a directory you can write to: cannot create " \
-           "'/proc/nope'" in again.stderr and "Traceback" not in out, out[-3000:]
+    assert (
+        "error: train.data_backend_kwargs.cache_dir must be a directory you can write to: cannot create '/proc/nope'"
+        in again.stderr
+        and "Traceback" not in out
+    ), out[-3000:]
     good = write_config(tmp_path, e2e_hdf5, "compressed_cache", "retry")
-    ok = subprocess.run(cmd[:-1] + [good], capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL,
-                        timeout=600)
+    ok = subprocess.run(
+        cmd[:-1] + [good], capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL, timeout=600
+    )
     assert ok.returncode == 0, (ok.stdout + ok.stderr)[-3000:]
     assert len(glob.glob(str(tmp_path / "out" / "retry" / "*"))) == 3  # every attempt kept, in its own folder
 
@@ -109,13 +140,18 @@ def test_a_late_refusal_is_one_line_and_a_failed_exit_status(e2e_hdf5, tmp_path,
     allows) printed robomimic's ~35-line traceback and exited 0. Now one line, exit status 1, through robomimic's
     own script too (SystemExit passes its handler) and through robo-loaders robomimic-train."""
     cfg = write_config(tmp_path, e2e_hdf5, "gpu_resampler", "late", backend_kwargs={"target_fps": 5000})
-    cmd = ([sys.executable, "-m", "robomimic.scripts.train"] if how == "script" else
-           [os.path.join(BIN, "robo-loaders"), "robomimic-train"])
+    cmd = (
+        [sys.executable, "-m", "robomimic.scripts.train"]
+        if how == "script"
+        else [os.path.join(BIN, "robo-loaders"), "robomimic-train"]
+    )
     rc, out = run(cmd + ["--config", cfg])
     assert rc == 1, out[-3000:]
     lines = [ln for ln in out.splitlines() if "recorded at" in ln]
-    assert lines == ["error: train.data_backend_kwargs.target_fps=5000 is more than 100x the rate "
-                     f"{e2e_hdf5} was recorded at (20 Hz); choose a target_fps <= 2000"], out[-3000:]
+    assert lines == [
+        "error: train.data_backend_kwargs.target_fps=5000 is more than 100x the rate "
+        f"{e2e_hdf5} was recorded at (20 Hz); choose a target_fps <= 2000"
+    ], out[-3000:]
     assert "Traceback" not in out and "run failed with error" not in out, out[-3000:]
 
 
@@ -130,8 +166,9 @@ def test_a_bug_keeps_its_traceback_in_robomimics_script(e2e_hdf5, tmp_path):
 def test_hook_disabled_means_robomimic_untouched(e2e_hdf5, tmp_path):
     """Without the hook, stock robomimic rejects the plugin keys: proof that the hook is what makes them work."""
     cfg = write_config(tmp_path, e2e_hdf5, "compressed_cache", "off")
-    rc, out = run([sys.executable, "-m", "robomimic.scripts.train", "--config", cfg],
-                  env_extra={"ROBO_LOADERS_DISABLE": "1"})
+    rc, out = run(
+        [sys.executable, "-m", "robomimic.scripts.train", "--config", cfg], env_extra={"ROBO_LOADERS_DISABLE": "1"}
+    )
     assert rc != 0 and "key-locked" in out and "data_backend" in out, out[-2000:]
 
 
@@ -173,15 +210,17 @@ def test_third_party_backend_from_entry_point(e2e_hdf5, tmp_path):
     cfg = write_config(tmp_path, e2e_hdf5, "toy_batches", "toy", backend_kwargs={"tag": "hello"})
     rc, out = run([sys.executable, "-m", "robomimic.scripts.train", "--config", cfg], env_extra=env)
     assert rc == 0, out[-3000:]
-    assert_trained(out, tmp_path, "toy", "robomimic data backend: toy_batches [train] toy batches over "
-                                         "SequenceDataset, tag=hello")
+    assert_trained(
+        out, tmp_path, "toy", "robomimic data backend: toy_batches [train] toy batches over SequenceDataset, tag=hello"
+    )
     assert "[toy_batches] batch 3" in out  # the epoch loop pulled batches from the backend itself
 
 
 def test_unmodified_train_script_with_datapipe(e2e_hdf5, tmp_path):
     """A batch-level backend: robomimic's epoch loop pulls the pipeline's batches (converted on first use)."""
-    cfg = write_config(tmp_path, e2e_hdf5, "datapipe", "dp", backend_kwargs={"cache_dir": str(tmp_path / "shards")},
-                       workers=2)
+    cfg = write_config(
+        tmp_path, e2e_hdf5, "datapipe", "dp", backend_kwargs={"cache_dir": str(tmp_path / "shards")}, workers=2
+    )
     rc, out = run([sys.executable, "-m", "robomimic.scripts.train", "--config", cfg])
     assert rc == 0, out[-3000:]
     assert_trained(out, tmp_path, "dp", "[robo-loaders] robomimic data backend: datapipe [train]")

@@ -12,9 +12,10 @@ What is held to what:
   smooth scene are ~47 dB apart, closer than the codec's loss), which is why the byte-identical comparison is the
   one that checks the windows; the PSNR floor is shown to fail on another demo's frames and on a crf-51 encoding.
 """
+
 import json
-import re
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -24,7 +25,6 @@ import h5py
 import numpy as np
 import pytest
 import torch
-
 from robomimic_helpers import RGB, decoded_copy, make_config, obs_keys
 
 from robo_loaders_plugin import SamplingPlan
@@ -38,8 +38,14 @@ PSNR_FLOOR = 35.0  # dB, per frame; measured on tiny's 16x16 cameras at H.264 cr
 SETTINGS = VideoSettings("h264", 18)
 COMBOS = [
     dict(hdf5_cache_mode="low_dim", seq_length=10, frame_stack=1),
-    dict(hdf5_cache_mode="all", seq_length=4, frame_stack=2, goal_mode="last", hdf5_load_next_obs=True,
-         pad_seq_length=False),
+    dict(
+        hdf5_cache_mode="all",
+        seq_length=4,
+        frame_stack=2,
+        goal_mode="last",
+        hdf5_load_next_obs=True,
+        pad_seq_length=False,
+    ),
 ]
 BIN = os.path.dirname(sys.executable)
 
@@ -60,23 +66,45 @@ def decoded_hdf5(tiny_hdf5, converted, tmp_path_factory):
 def two_demos(tmp_path_factory):
     from robo_loaders_plugin.sample_data.robomimic_hdf5 import write_robomimic_hdf5
 
-    return write_robomimic_hdf5(str(tmp_path_factory.mktemp("two") / "two.hdf5"), demos=2, image_size=16, cameras=2,
-                                seed=5, min_length=20, max_length=24, next_obs=False, progress=False)
+    return write_robomimic_hdf5(
+        str(tmp_path_factory.mktemp("two") / "two.hdf5"),
+        demos=2,
+        image_size=16,
+        cameras=2,
+        seed=5,
+        min_length=20,
+        max_length=24,
+        next_obs=False,
+        progress=False,
+    )
 
 
 def camera_fields(f, demo):
-    return [k for k in ("obs/agentview_image", "obs/robot0_eye_in_hand_image", "next_obs/agentview_image",
-                        "next_obs/robot0_eye_in_hand_image") if f"data/{demo}/{k}" in f]
+    return [
+        k
+        for k in (
+            "obs/agentview_image",
+            "obs/robot0_eye_in_hand_image",
+            "next_obs/agentview_image",
+            "next_obs/robot0_eye_in_hand_image",
+        )
+        if f"data/{demo}/{k}" in f
+    ]
 
 
 # ---- the shards ---------------------------------------------------------------------------------------------------
+
 
 def test_conversion_keeps_arrays_and_stores_cameras_as_video(tiny_hdf5, converted):
     out, res = converted
     report = res["video"]
     assert report["settings"]["codec"] == "h264" and report["settings"]["crf"] == 18
-    assert set(report["cameras"]) == {"obs/agentview_image", "obs/robot0_eye_in_hand_image",
-                                      "next_obs/agentview_image", "next_obs/robot0_eye_in_hand_image"}
+    assert set(report["cameras"]) == {
+        "obs/agentview_image",
+        "obs/robot0_eye_in_hand_image",
+        "next_obs/agentview_image",
+        "next_obs/robot0_eye_in_hand_image",
+    }
     assert all(c["psnr_db"] >= PSNR_FLOOR and c["ratio"] > 5 for c in report["cameras"].values()), report
     assert report["hdf5_bytes"] > 2 * report["shards_bytes"], report
     reader = ShardReader(out)
@@ -106,8 +134,17 @@ def test_other_codecs_and_the_floor_fails_at_crf_51(two_demos, tmp_path, codec):
             convert_robomimic(two_demos, str(tmp_path / "narrow"), video=VideoSettings(codec), progress=False)
         from robo_loaders_plugin.sample_data.robomimic_hdf5 import write_robomimic_hdf5
 
-        source = write_robomimic_hdf5(str(tmp_path / "wide.hdf5"), demos=2, image_size=64, cameras=2, seed=5,
-                                      min_length=12, max_length=14, next_obs=False, progress=False)
+        source = write_robomimic_hdf5(
+            str(tmp_path / "wide.hdf5"),
+            demos=2,
+            image_size=64,
+            cameras=2,
+            seed=5,
+            min_length=12,
+            max_length=14,
+            next_obs=False,
+            progress=False,
+        )
     res = convert_robomimic(source, str(tmp_path / codec), video=VideoSettings(codec), progress=False)
     assert all(c["psnr_db"] >= PSNR_FLOOR for c in res["video"]["cameras"].values()), res["video"]
     assert verify_robomimic(str(tmp_path / codec), source) == []
@@ -118,15 +155,35 @@ def test_other_codecs_and_the_floor_fails_at_crf_51(two_demos, tmp_path, codec):
 
 def test_cli_reports_size_and_psnr_per_camera(two_demos, tmp_path):
     out = str(tmp_path / "cli")
-    p = subprocess.run([os.path.join(BIN, "robo-loaders"), "convert", "robomimic", two_demos, out, "--frames", "h264",
-                        "--crf", "20", "--gop", "8"], capture_output=True, text=True, timeout=300)
+    p = subprocess.run(
+        [
+            os.path.join(BIN, "robo-loaders"),
+            "convert",
+            "robomimic",
+            two_demos,
+            out,
+            "--frames",
+            "h264",
+            "--crf",
+            "20",
+            "--gop",
+            "8",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert p.returncode == 0, p.stderr[-2000:]
     assert "frames: h264 (crf 20, gop 8, yuv444p)" in p.stdout, p.stdout
     assert "of shards for" in p.stdout and "of HDF5" in p.stdout, p.stdout
     for cam in ("obs/agentview_image", "obs/robot0_eye_in_hand_image"):
         assert f"  {cam}: PSNR " in p.stdout, p.stdout
-    p = subprocess.run([os.path.join(BIN, "robo-loaders"), "convert", "robomimic", two_demos, str(tmp_path / "x"),
-                        "--crf", "20"], capture_output=True, text=True, timeout=300)
+    p = subprocess.run(
+        [os.path.join(BIN, "robo-loaders"), "convert", "robomimic", two_demos, str(tmp_path / "x"), "--crf", "20"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert p.returncode != 0 and "add --frames h264|hevc|av1" in p.stderr, p.stderr
 
 
@@ -148,8 +205,11 @@ def test_damaged_video_member_is_an_error_naming_shard_demo_and_member(converted
     shard = os.path.join(out, ep["shard"])
     _flip(shard, loc["offset"] + loc["size"] // 2)
     reader = ShardReader(out)
-    with pytest.raises(ShardError, match=rf"{ep['shard']}: member '{member}' of episode '{ep['name']}' is "
-                                         r"damaged \(CRC32 mismatch"):
+    with pytest.raises(
+        ShardError,
+        match=rf"{ep['shard']}: member '{member}' of episode '{ep['name']}' is "
+        r"damaged \(CRC32 mismatch",
+    ):
         reader.read_episode(3)
     reader.read_episode(2)  # the other demos still read
     problems = verify_dir(out)
@@ -208,14 +268,17 @@ def test_backends_refuse_the_other_kind_of_shards(tiny_hdf5, converted, tmp_path
     cfg = make_config(tiny_hdf5, backend="video_stream", backend_kwargs={"source": lossless}, seq_length=5)
     with pytest.raises(BackendOptionError, match=r"holds no video.*--frames h264"):
         dataset_factory(cfg, obs_keys(cfg))
-    for kw, match in (({"decode_device": "cuda"}, "got 'cuda', which applies to lerobot only"),
-                      ({"storage_options": {"anon": True}}, "storage_options: applies to lerobot only, not robomimic")):
+    for kw, match in (
+        ({"decode_device": "cuda"}, "got 'cuda', which applies to lerobot only"),
+        ({"storage_options": {"anon": True}}, "storage_options: applies to lerobot only, not robomimic"),
+    ):
         cfg = make_config(tiny_hdf5, backend="video_stream", backend_kwargs=dict(kw, source=converted[0]))
         with pytest.raises(BackendOptionError, match=match):
             dataset_factory(cfg, obs_keys(cfg))
 
 
 # ---- video_stream -------------------------------------------------------------------------------------------------
+
 
 def build(path, combo, filter_key=None, **backend_kwargs):
     cfg = make_config(path, **combo)
@@ -305,12 +368,23 @@ def test_no_options_converts_on_first_use(two_demos, tmp_path, monkeypatch, caps
 
 # ---- robomimic's unmodified training script ------------------------------------------------------------------------
 
+
 def test_unmodified_train_script_with_video_shards(tmp_path):
-    from robo_loaders_plugin.sample_data.robomimic_hdf5 import write_robomimic_hdf5
     from test_robomimic_train_script import assert_trained, run, write_config
 
-    data = write_robomimic_hdf5(str(tmp_path / "e2e.hdf5"), demos=8, image_size=32, cameras=2, seed=11,
-                                min_length=20, max_length=30, valid_fraction=0.25, progress=False)
+    from robo_loaders_plugin.sample_data.robomimic_hdf5 import write_robomimic_hdf5
+
+    data = write_robomimic_hdf5(
+        str(tmp_path / "e2e.hdf5"),
+        demos=8,
+        image_size=32,
+        cameras=2,
+        seed=11,
+        min_length=20,
+        max_length=30,
+        valid_fraction=0.25,
+        progress=False,
+    )
     shards = str(tmp_path / "video")
     rc, out = run([os.path.join(BIN, "robo-loaders"), "convert", "robomimic", data, shards, "--frames", "h264"])
     assert rc == 0 and "PSNR" in out, out[-2000:]

@@ -13,13 +13,13 @@ The model sees the frames: a small conv encoder (ShallowConv + spatial softmax) 
 end-effector and object state, so a decoding error that changes what the encoder sees (another episode's frames, a
 shifted segment) changes the loss curves.
 """
+
 import contextlib
 import io
 
 import numpy as np
 import pytest
 import torch
-
 from loss_stats import pair_actions_wrongly, t_violations
 from robomimic_helpers import LOW_DIM, RGB, make_config, obs_keys
 
@@ -40,8 +40,17 @@ def train_losses(path, order_seed, backend=None, backend_kwargs=None, wrong_acti
     import robomimic.utils.train_utils as TrainUtils
     from robomimic.algo import algo_factory
 
-    cfg = make_config(path, rgb=RGB, low_dim=LOW_DIM, backend=backend, backend_kwargs=backend_kwargs,
-                      seq_length=5, batch_size=BATCH, num_data_workers=0, hdf5_cache_mode="low_dim")
+    cfg = make_config(
+        path,
+        rgb=RGB,
+        low_dim=LOW_DIM,
+        backend=backend,
+        backend_kwargs=backend_kwargs,
+        seq_length=5,
+        batch_size=BATCH,
+        num_data_workers=0,
+        hdf5_cache_mode="low_dim",
+    )
     with cfg.values_unlocked():
         cfg.algo.rnn.enabled = True
         cfg.algo.rnn.horizon = 5
@@ -56,14 +65,20 @@ def train_losses(path, order_seed, backend=None, backend_kwargs=None, wrong_acti
     np.random.seed(0)
     meta = FileUtils.get_shape_metadata_from_dataset(dataset_path=path, all_obs_keys=keys, verbose=False)
     with contextlib.redirect_stdout(io.StringIO()):
-        model = algo_factory(algo_name=cfg.algo_name, config=cfg, obs_key_shapes=meta["all_shapes"],
-                             ac_dim=meta["ac_dim"], device=torch.device("cpu"))
+        model = algo_factory(
+            algo_name=cfg.algo_name,
+            config=cfg,
+            obs_key_shapes=meta["all_shapes"],
+            ac_dim=meta["ac_dim"],
+            device=torch.device("cpu"),
+        )
         dataset = dataset_factory(cfg, keys)
     if wrong_actions:
         pair_actions_wrongly(dataset)
     torch.manual_seed(order_seed)  # native: RandomSampler draws its order from torch's global RNG
-    loader = torch.utils.data.DataLoader(dataset, sampler=dataset.get_dataset_sampler(), batch_size=BATCH,
-                                         shuffle=True, num_workers=0, drop_last=True)
+    loader = torch.utils.data.DataLoader(
+        dataset, sampler=dataset.get_dataset_sampler(), batch_size=BATCH, shuffle=True, num_workers=0, drop_last=True
+    )
     out = []
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -94,8 +109,12 @@ def shards(tiny_hdf5, tmp_path_factory):
 
 
 def video_runs(path, shards, wrong_actions=False):
-    return np.stack([train_losses(path, 0, "video_stream", {"source": shards, "seed": 200 + s},
-                                  wrong_actions=wrong_actions) for s in range(M_VIDEO)])
+    return np.stack(
+        [
+            train_losses(path, 0, "video_stream", {"source": shards, "seed": 200 + s}, wrong_actions=wrong_actions)
+            for s in range(M_VIDEO)
+        ]
+    )
 
 
 def test_video_stream_losses_within_native_shuffle_spread(native_runs, tiny_hdf5, shards):

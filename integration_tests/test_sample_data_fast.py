@@ -2,6 +2,7 @@
 LeRobot's own writer writes: every metadata and data file with the same content (parquet schemas and their
 metadata included), videos with the same packets, and the same ``LeRobotDataset`` items, on a small copy (reused
 scenes included, one video file per episode included)."""
+
 import json
 
 import numpy as np
@@ -25,8 +26,16 @@ def video_packets(path):
 
     with av.open(str(path)) as c:
         s = c.streams.video[0]
-        head = (s.codec_context.name, s.codec_context.width, s.codec_context.height, s.codec_context.pix_fmt,
-                s.time_base, s.duration, s.frames, s.average_rate)
+        head = (
+            s.codec_context.name,
+            s.codec_context.width,
+            s.codec_context.height,
+            s.codec_context.pix_fmt,
+            s.time_base,
+            s.duration,
+            s.frames,
+            s.average_rate,
+        )
         return head, [(p.pts, p.dts, p.is_keyframe, bytes(p)) for p in c.demux(s) if p.size]
 
 
@@ -52,15 +61,24 @@ def assert_same_dataset(a, b, repo_id):
         x, y = da[i], db[i]
         assert x.keys() == y.keys()
         for k in x:
-            assert (torch.equal(x[k], y[k]) if isinstance(x[k], torch.Tensor) else x[k] == y[k]), (i, k)
+            assert torch.equal(x[k], y[k]) if isinstance(x[k], torch.Tensor) else x[k] == y[k], (i, k)
 
 
 @pytest.mark.parametrize("video_mb,scenes", [(None, 3), (0.001, None)])
 def test_fast_writer_writes_what_lerobots_writer_writes(tmp_path, video_mb, scenes):
     """Default file sizes with reused scenes (encoded once, then copied), and a size limit below one episode's
     video (every episode starts a new file, so LeRobot's file rule is exercised)."""
-    kwargs = dict(repo_id="local/fast", episode_lengths=LENGTHS, cameras=1, image_size=(32, 48), mode="h264",
-                  seed=4, video_files_size_in_mb=video_mb, progress=False, scenes=scenes)
+    kwargs = dict(
+        repo_id="local/fast",
+        episode_lengths=LENGTHS,
+        cameras=1,
+        image_size=(32, 48),
+        mode="h264",
+        seed=4,
+        video_files_size_in_mb=video_mb,
+        progress=False,
+        scenes=scenes,
+    )
     theirs = write_lerobot_dataset(tmp_path / "lerobot", **kwargs)
     mine = write_lerobot_fast(tmp_path / "fast", **kwargs)
     assert_same_dataset(theirs, mine, "local/fast")
@@ -70,8 +88,15 @@ def test_fast_writer_writes_what_lerobots_writer_writes(tmp_path, video_mb, scen
 
 def test_negative_control_a_changed_value_is_seen(tmp_path):
     """The comparison fails when the content differs (another seed)."""
-    kwargs = dict(repo_id="local/fast", episode_lengths=LENGTHS, cameras=1, image_size=(32, 48), mode="h264",
-                  progress=False, scenes=3)
+    kwargs = dict(
+        repo_id="local/fast",
+        episode_lengths=LENGTHS,
+        cameras=1,
+        image_size=(32, 48),
+        mode="h264",
+        progress=False,
+        scenes=3,
+    )
     theirs = write_lerobot_dataset(tmp_path / "lerobot", seed=4, **kwargs)
     mine = write_lerobot_fast(tmp_path / "fast", seed=5, **kwargs)
     with pytest.raises(AssertionError):

@@ -2,11 +2,11 @@
 machine cannot hold it (each message, and that no array, table row, video frame or source byte was read first),
 and every spill path serves the native loader's bytes: compressed_cache file-backed on disk, gpu_resampler's
 compressed tier, video_stream's parts of long episodes, `convert` refusing a disk too small."""
+
 import os
 
 import numpy as np
 import pytest
-
 from lerobot_helpers import REPO, random_indices, same_item, serve
 from robomimic_helpers import assert_same_sample, make_config, obs_keys
 
@@ -17,9 +17,18 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 def tiny_machine(monkeypatch, host=10**12, shm=10**4, disk=10**4):
     """What Available.measure reports from now on: a machine with this little RAM, /dev/shm and disk."""
+
     def measure(cls, disk_dir=None, device=None, shm_dir=None):
-        return Available(host_bytes=host, shm_bytes=shm, shm_dir="/dev/shm", shm_is_ram=True, disk_bytes=disk,
-                         disk_dir=disk_dir, device_bytes=None)
+        return Available(
+            host_bytes=host,
+            shm_bytes=shm,
+            shm_dir="/dev/shm",
+            shm_is_ram=True,
+            disk_bytes=disk,
+            disk_dir=disk_dir,
+            device_bytes=None,
+        )
+
     monkeypatch.setattr(Available, "measure", classmethod(measure))
 
 
@@ -49,23 +58,52 @@ def _rm(path, backend, **kwargs):
     return lambda: dataset_factory(cfg, obs_keys(cfg))
 
 
-@pytest.mark.parametrize("backend,options,machine,message", [
-    ("compressed_cache", {}, {}, r"backend 'compressed_cache' cannot serve this dataset on this machine \(a "
-                                 r"file-backed cache on local disk .*\): disk \(.*\): needs .*, 10\.0 kB available .*"
-                                 r"Would fit: backend 'datapipe'"),
-    ("datapipe", {}, {}, r"backend 'datapipe' \(converting on first use\) cannot write .*: disk \(.*\): needs "
-                         r".*, 10\.0 kB available"),
-    ("video_stream", {}, {}, r"backend 'video_stream' \(converting on first use\) cannot write .*video members"),
-    ("datapipe", {"cache_episodes": 12}, {"host": 10**5}, r"backend 'datapipe' cannot serve this dataset on this "
-                                                            r"machine \(at most 12 demos .*cache_episodes=12.*\): "
-                                                            r"host RAM: needs"),
-    ("gpu_resampler", {}, {"host": 10**4}, r"backend 'gpu_resampler' cannot serve .*host RAM: needs .* Would fit: "
-                                           r"backend 'compressed_cache'"),
-    ("gpu_resampler", {"max_memory": "2KB"}, {"disk": 10**12}, r"cannot hold this dataset within "
-                                                               r"train\.data_backend_kwargs\.max_memory=2\.0 kB"),
-])
-def test_robomimic_backends_refuse_before_reading_data(tiny_hdf5, monkeypatch, tmp_path, backend, options, machine,
-                                                       message):
+@pytest.mark.parametrize(
+    "backend,options,machine,message",
+    [
+        (
+            "compressed_cache",
+            {},
+            {},
+            r"backend 'compressed_cache' cannot serve this dataset on this machine \(a "
+            r"file-backed cache on local disk .*\): disk \(.*\): needs .*, 10\.0 kB available .*"
+            r"Would fit: backend 'datapipe'",
+        ),
+        (
+            "datapipe",
+            {},
+            {},
+            r"backend 'datapipe' \(converting on first use\) cannot write .*: disk \(.*\): needs "
+            r".*, 10\.0 kB available",
+        ),
+        ("video_stream", {}, {}, r"backend 'video_stream' \(converting on first use\) cannot write .*video members"),
+        (
+            "datapipe",
+            {"cache_episodes": 12},
+            {"host": 10**5},
+            r"backend 'datapipe' cannot serve this dataset on this "
+            r"machine \(at most 12 demos .*cache_episodes=12.*\): "
+            r"host RAM: needs",
+        ),
+        (
+            "gpu_resampler",
+            {},
+            {"host": 10**4},
+            r"backend 'gpu_resampler' cannot serve .*host RAM: needs .* Would fit: "
+            r"backend 'compressed_cache'",
+        ),
+        (
+            "gpu_resampler",
+            {"max_memory": "2KB"},
+            {"disk": 10**12},
+            r"cannot hold this dataset within "
+            r"train\.data_backend_kwargs\.max_memory=2\.0 kB",
+        ),
+    ],
+)
+def test_robomimic_backends_refuse_before_reading_data(
+    tiny_hdf5, monkeypatch, tmp_path, backend, options, machine, message
+):
     # a cache root of its own: an entry another test made from the same file would be reused, not written (and
     # rightly not refused for the disk)
     monkeypatch.setenv("ROBO_LOADERS_CACHE", str(tmp_path / "cache"))
@@ -112,8 +150,16 @@ def hdf5_32(tmp_path_factory):
     """8 demos of 30-40 steps, 2 cameras of 32x32 (3 kB per frame: camera frames, unlike tiny_hdf5's 16x16)."""
     from robo_loaders_plugin.sample_data.robomimic_hdf5 import write_robomimic_hdf5
 
-    return write_robomimic_hdf5(str(tmp_path_factory.mktemp("h32") / "d.hdf5"), demos=8, image_size=32, cameras=2,
-                                seed=5, min_length=30, max_length=40, progress=False)
+    return write_robomimic_hdf5(
+        str(tmp_path_factory.mktemp("h32") / "d.hdf5"),
+        demos=8,
+        image_size=32,
+        cameras=2,
+        seed=5,
+        min_length=30,
+        max_length=40,
+        progress=False,
+    )
 
 
 @pytest.mark.parametrize("max_memory,tiers", [("1GB", "raw"), ("2MB", "raw+compressed"), ("600KB", "disk")])
@@ -121,7 +167,10 @@ def test_gpu_resampler_spilled_tiers_serve_the_same_bytes(hdf5_32, max_memory, t
     ds = _rm(hdf5_32, "gpu_resampler", max_memory=max_memory)()
     plan = ds.frames.plan
     assert (plan.raw > plan.device, plan.raw < plan.episodes, plan.spill_dir is not None) == {
-        "raw": (True, False, False), "raw+compressed": (True, True, False), "disk": (False, True, True)}[tiers], plan
+        "raw": (True, False, False),
+        "raw+compressed": (True, True, False),
+        "disk": (False, True, True),
+    }[tiers], plan
     if tiers == "raw+compressed":
         assert "compressed in host memory" in ds.serving.summary
     if tiers == "disk":
@@ -188,17 +237,26 @@ def _native_lr(root, preset="none", **kw):
     return LeRobotDataset(REPO, root=root, delta_timestamps=delta_timestamps(preset, meta), return_uint8=True, **kw)
 
 
-@pytest.mark.parametrize("backend,options,machine,message", [
-    ("compressed_cache", {}, {}, r"backend 'compressed_cache' cannot serve .*disk \(.*\): needs .*Would fit: "
-                                 r"backend 'video_stream'"),
-    ("datapipe", {}, {}, r"backend 'datapipe' \(converting on first use\) cannot write .*disk"),
-    ("datapipe", {"cache_episodes": 5}, {"host": 10**5}, r"backend 'datapipe' cannot serve .*host RAM: needs"),
-    ("gpu_resampler", {}, {"host": 10**4}, r"backend 'gpu_resampler' cannot serve .*host RAM"),
-    ("gpu_resampler", {"max_memory": "1KB"}, {"disk": 10**12}, r"within --dataset\.backend_kwargs\.max_memory="),
-    ("video_stream", {"cache_episodes": 5}, {"host": 10**5}, r"backend 'video_stream' cannot serve .*host RAM"),
-])
-def test_lerobot_backends_refuse_before_reading_data(lerobot_datasets, monkeypatch, tmp_path, backend, options,
-                                                     machine, message):
+@pytest.mark.parametrize(
+    "backend,options,machine,message",
+    [
+        (
+            "compressed_cache",
+            {},
+            {},
+            r"backend 'compressed_cache' cannot serve .*disk \(.*\): needs .*Would fit: "
+            r"backend 'video_stream'",
+        ),
+        ("datapipe", {}, {}, r"backend 'datapipe' \(converting on first use\) cannot write .*disk"),
+        ("datapipe", {"cache_episodes": 5}, {"host": 10**5}, r"backend 'datapipe' cannot serve .*host RAM: needs"),
+        ("gpu_resampler", {}, {"host": 10**4}, r"backend 'gpu_resampler' cannot serve .*host RAM"),
+        ("gpu_resampler", {"max_memory": "1KB"}, {"disk": 10**12}, r"within --dataset\.backend_kwargs\.max_memory="),
+        ("video_stream", {"cache_episodes": 5}, {"host": 10**5}, r"backend 'video_stream' cannot serve .*host RAM"),
+    ],
+)
+def test_lerobot_backends_refuse_before_reading_data(
+    lerobot_datasets, monkeypatch, tmp_path, backend, options, machine, message
+):
     monkeypatch.setenv("ROBO_LOADERS_CACHE", str(tmp_path / "cache"))  # nothing another test made is reused
     nat = _native_lr(lerobot_datasets["h264_3cam_multifile"], "diffusion")
     tiny_machine(monkeypatch, **machine)
@@ -237,8 +295,8 @@ def test_lerobot_datapipe_buffer_is_sized_from_what_the_shards_store(lerobot_dat
     """The buffer is planned from an assumed lossless ratio before converting, then sized again from index.json's
     member sizes: these 32x48 frames pack worse than assumed, so the stored episodes are larger than the estimate
     (the control: the two differ) and the bound names the stored size."""
-    from robo_loaders_plugin.core.units import format_bytes
     from robo_loaders_plugin.core.data_size import EXPECTED_LOSSLESS_RATIO
+    from robo_loaders_plugin.core.units import format_bytes
     from robo_loaders_plugin.lerobot.dataset import native_source
     from robo_loaders_plugin.storage.shards import ShardReader
 
@@ -247,8 +305,9 @@ def test_lerobot_datapipe_buffer_is_sized_from_what_the_shards_store(lerobot_dat
     reader = ShardReader(ds.location)
     stored = max(reader.episode_bytes(i) for i in range(len(reader.episodes)))
     size = native_source(nat)[0].data_size(nat.episodes)
-    estimated = int(np.max(size.lengths * (sum(size.frame_step_bytes.values()) / EXPECTED_LOSSLESS_RATIO
-                                           + size.other_step_bytes)))
+    estimated = int(
+        np.max(size.lengths * (sum(size.frame_step_bytes.values()) / EXPECTED_LOSSLESS_RATIO + size.other_step_bytes))
+    )
     assert format_bytes(stored) != format_bytes(estimated)
     assert f"of up to {format_bytes(stored)} held" in ds.serving.summary
     tight = serve("datapipe", nat, cache_memory=int(2.5 * stored))
@@ -273,18 +332,16 @@ def parted_shards(lerobot_datasets, tmp_path_factory):
 
 
 @pytest.mark.parametrize("preset", ["diffusion", "act"])
-def test_lerobot_datapipe_buffers_parts_of_long_episodes(lerobot_datasets, parted_shards, monkeypatch, capsys,
-                                                         preset):
+def test_lerobot_datapipe_buffers_parts_of_long_episodes(lerobot_datasets, parted_shards, monkeypatch, capsys, preset):
     """Units of ~20 frames read from parts of 4: items equal LeRobotDataset's across unit edges (the diffusion
     window's previous frame from the unit's margin), a pass serves every frame once, and a unit's load reads the
     parts holding its rows only. Control: shards without parts fall back to whole episodes, saying so."""
     import torch
+    from test_video_stream import sampler_for
 
     from robo_loaders_plugin.frames import chunks
     from robo_loaders_plugin.lerobot.integration import sampling_plan
     from robo_loaders_plugin.storage.shards import ShardReader
-
-    from test_video_stream import sampler_for
 
     nat = _native_lr(lerobot_datasets["h264_3cam_multifile"], preset)
     monkeypatch.setattr(chunks, "UNIT_BYTES", 20 * parted_shards["step"])
@@ -295,8 +352,9 @@ def test_lerobot_datapipe_buffers_parts_of_long_episodes(lerobot_datasets, parte
         same_item(ds[i], nat[i], f"{preset}[{i}]")
     reads = []
     member = ShardReader._member
-    monkeypatch.setattr(ShardReader, "_member", lambda self, f, path, ep, name: reads.append(name) or
-                        member(self, f, path, ep, name))
+    monkeypatch.setattr(
+        ShardReader, "_member", lambda self, f, path, ep, name: reads.append(name) or member(self, f, path, ep, name)
+    )
     dl = torch.utils.data.DataLoader(ds, batch_size=16, sampler=sampler_for(nat), num_workers=2)
     fresh = serve("datapipe", nat, shards=parted_shards["parts"])
     reads.clear()
@@ -343,17 +401,15 @@ def test_a_damaged_part_is_an_error_naming_it(lerobot_datasets, parted_shards, m
 
 
 @pytest.mark.parametrize("preset", ["diffusion", "act"])
-def test_video_stream_cuts_long_episodes_into_units_and_serves_every_frame_once(lerobot_datasets, monkeypatch,
-                                                                                 preset):
+def test_video_stream_cuts_long_episodes_into_units_and_serves_every_frame_once(lerobot_datasets, monkeypatch, preset):
     """Units of ~20 frames (UNIT_BYTES lowered as 480p makes it): items equal LeRobotDataset's across unit edges
     (the diffusion window's previous frame comes from the unit's margin), a pass serves every frame once and
     decodes each unit about once."""
     import torch
+    from test_video_stream import sampler_for
 
     from robo_loaders_plugin.frames import chunks
     from robo_loaders_plugin.lerobot.integration import sampling_plan
-
-    from test_video_stream import sampler_for
 
     root = lerobot_datasets["h264_3cam_multifile"]
     nat = _native_lr(root, preset)
@@ -390,8 +446,17 @@ def r240_sibling(tmp_path_factory):
     """R240's layout: 2 cameras 240x240, render-like, no next_obs images; 3 demos x 100 steps (104 MB of frames)."""
     from robo_loaders_plugin.sample_data.robomimic_hdf5 import write_robomimic_hdf5
 
-    return write_robomimic_hdf5(str(tmp_path_factory.mktemp("r240") / "r240_small.hdf5"), demos=3, image_size=240,
-                                cameras=2, seed=2, min_length=100, max_length=100, next_obs=False, progress=False)
+    return write_robomimic_hdf5(
+        str(tmp_path_factory.mktemp("r240") / "r240_small.hdf5"),
+        demos=3,
+        image_size=240,
+        cameras=2,
+        seed=2,
+        min_length=100,
+        max_length=100,
+        next_obs=False,
+        progress=False,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -400,9 +465,18 @@ def l480_sibling(tmp_path_factory):
     encoding); 2 episodes x 150 frames (830 MB decoded)."""
     from robo_loaders_plugin.sample_data.lerobot_v3 import write_lerobot_dataset
 
-    return write_lerobot_dataset(tmp_path_factory.mktemp("l480") / "l480_small", episode_lengths=(150, 150),
-                                 cameras=3, image_size=(480, 640), fps=30, mode="av1", content="camera", seed=4,
-                                 streaming_encoding=True, progress=False)
+    return write_lerobot_dataset(
+        tmp_path_factory.mktemp("l480") / "l480_small",
+        episode_lengths=(150, 150),
+        cameras=3,
+        image_size=(480, 640),
+        fps=30,
+        mode="av1",
+        content="camera",
+        seed=4,
+        streaming_encoding=True,
+        progress=False,
+    )
 
 
 def test_r240_sibling_spills_under_a_quarter_of_its_frames_byte_identical(r240_sibling, capsys):
@@ -446,26 +520,30 @@ def test_video_stream_decodes_each_unit_once_per_pass_when_its_cache_is_tight(le
     buffer half the cache, the rest loaded ahead, nothing left for the units entering, units evicted by recency
     alone), decodes units again: L480_5G with diffusion windows decoded 605 units for 132 (docs/scale.md)."""
     import torch
+    from test_video_stream import sampler_for
 
     from robo_loaders_plugin.frames import chunks
     from robo_loaders_plugin.lerobot.integration import sampling_plan
     from robo_loaders_plugin.pipeline import batches as pipeline
 
-    from test_video_stream import sampler_for
-
     nat = _native_lr(lerobot_datasets["h264_3cam_multifile"], "diffusion")
     step = 3 * int(np.prod(nat.meta.features[nat.meta.video_keys[0]]["shape"]))
     monkeypatch.setattr(chunks, "UNIT_BYTES", 10 * step)
     if not fitted:
-        monkeypatch.setattr(pipeline, "fit_to_cache", lambda make_plan, **k: pipeline.BufferUse(  # entering 0:
-            k["shuffle_buffer"], 0, max(1, pipeline.decode_room(k["capacity"], k["shuffle_buffer"], 2))))  # no release
+        monkeypatch.setattr(
+            pipeline,
+            "fit_to_cache",
+            lambda make_plan, **k: pipeline.BufferUse(  # entering 0:
+                k["shuffle_buffer"], 0, max(1, pipeline.decode_room(k["capacity"], k["shuffle_buffer"], 2))
+            ),
+        )  # no release
     ds = serve("video_stream", nat, cache_memory=12 * 11 * step, decode_threads=2)
     assert ds.frames.capacity == 12 and len(ds.frames.lengths) > 50
     dl = torch.utils.data.DataLoader(ds, batch_size=32, sampler=sampler_for(nat), num_workers=2)
     source = ds.batch_source(sampling_plan(dl))
     batches = list(source)
     served = np.concatenate([b["index"].numpy() for b in batches])
-    assert sorted(served.tolist()) == sorted(nat.hf_dataset["index"])[:len(served)]  # every frame once (drop_last)
+    assert sorted(served.tolist()) == sorted(nat.hf_dataset["index"])[: len(served)]  # every frame once (drop_last)
     # units loaded ahead for the next pass near this one's end may be loaded a second time: at most `ahead` of them
     once = len(ds.frames.lengths) + (source.decode_ahead.ahead if source.decode_ahead else 0)
     if fitted:

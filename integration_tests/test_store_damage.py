@@ -8,6 +8,7 @@ Each test builds the dataset, serves a few samples, has another process flip bit
 native loader's, or its read raises a `StoreError` naming the file (or spill directory), the episode, the field and
 the frame or steps. The negative control serves the same damaged file with the reads as they were (no checks) and
 sees wrong data or Blosc2's anonymous error."""
+
 import os
 import re
 import subprocess
@@ -15,26 +16,29 @@ import sys
 
 import numpy as np
 import pytest
-
 from lerobot_helpers import REPO, same_item, serve
 from robomimic_helpers import assert_same_sample, make_config, obs_keys
 
-from robo_loaders_plugin.frames.store import StoreFrames
 from robo_loaders_plugin.backends.gpu_resampler.tiers import CompressedRows
+from robo_loaders_plugin.frames.store import StoreFrames
 from robo_loaders_plugin.storage.codec import FrameCodec
 from robo_loaders_plugin.storage.store import EpisodeStore, StoreError
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 STORE_DAMAGE = re.compile(r"(demo|episode)_\d+ \S+ (frame \d+|steps? \d+(-\d+)?) is damaged \(checksum mismatch")
-TIER_DAMAGE = re.compile(r"gpu_resampler's compressed tier on disk \(an unlinked file in .+\): \S+ of "
-                         r"(demo|episode)_\d+ step \d+ is damaged.* \(checksum mismatch")
+TIER_DAMAGE = re.compile(
+    r"gpu_resampler's compressed tier on disk \(an unlinked file in .+\): \S+ of "
+    r"(demo|episode)_\d+ step \d+ is damaged.* \(checksum mismatch"
+)
 
 
 def flip_bits(path: str, positions) -> None:
     """Flip one bit at each byte offset of ``path`` from another process (as a process sharing the file would)."""
-    code = ("import sys\nf = open(sys.argv[1], 'r+b')\nfor p in map(int, sys.argv[2:]):\n"
-            "    f.seek(p); b = f.read(1)[0]; f.seek(p); f.write(bytes([b ^ (1 << (p % 8))]))\nf.close()\n")
+    code = (
+        "import sys\nf = open(sys.argv[1], 'r+b')\nfor p in map(int, sys.argv[2:]):\n"
+        "    f.seek(p); b = f.read(1)[0]; f.seek(p); f.write(bytes([b ^ (1 << (p % 8))]))\nf.close()\n"
+    )
     subprocess.run([sys.executable, "-c", code, path, *map(str, positions)], check=True)
 
 
@@ -47,7 +51,7 @@ def store_positions(store: EpisodeStore, seed: int) -> list[int]:
     ep = store.episodes[len(store.episodes) // 2]
     for d in ep["fields"].values():
         if d["kind"] == "frames":
-            table = store._buf[d["table"]:d["table"] + 8 * (d["shape"][0] + 1)].view(np.int64)
+            table = store._buf[d["table"] : d["table"] + 8 * (d["shape"][0] + 1)].view(np.int64)
             picks.append(int(d["offset"] + (table[2] + table[3]) // 2))  # inside frame 2, past its header
             break
     raw = next(d for d in ep["fields"].values() if d["kind"] == "raw")
@@ -58,6 +62,7 @@ def store_positions(store: EpisodeStore, seed: int) -> list[int]:
 def unchecked(monkeypatch) -> None:
     """The negative control: every read as it was before the checks (Blosc2 decodes each blob unchecked, raw rows
     are copied unchecked, the spilled tier decodes unchecked)."""
+
     def decode_frames(self, starts, ends, out, rows, **_):
         for s, e, r in zip(starts, ends, rows):
             FrameCodec.decompress_into_unchecked(self._buf[s:e], out[r])
@@ -112,8 +117,16 @@ def hdf5_32(tmp_path_factory):
     """8 demos of 30-40 steps, 2 cameras of 32x32 (3 kB a frame: compressed as camera frames) and low-dim rows."""
     from robo_loaders_plugin.sample_data.robomimic_hdf5 import write_robomimic_hdf5
 
-    return write_robomimic_hdf5(str(tmp_path_factory.mktemp("h32") / "d.hdf5"), demos=8, image_size=32, cameras=2,
-                                seed=5, min_length=30, max_length=40, progress=False)
+    return write_robomimic_hdf5(
+        str(tmp_path_factory.mktemp("h32") / "d.hdf5"),
+        demos=8,
+        image_size=32,
+        cameras=2,
+        seed=5,
+        min_length=30,
+        max_length=40,
+        progress=False,
+    )
 
 
 def _rm(path, backend=None, **kwargs):
@@ -124,8 +137,9 @@ def _rm(path, backend=None, **kwargs):
 
 
 @pytest.mark.parametrize("where", ["cache_dir", "ram"])
-def test_robomimic_compressed_cache_damaged_mid_run_is_refused_naming_file_and_frame(hdf5_32, tmp_path, monkeypatch,
-                                                                                     where):
+def test_robomimic_compressed_cache_damaged_mid_run_is_refused_naming_file_and_frame(
+    hdf5_32, tmp_path, monkeypatch, where
+):
     """The file-backed store of a cache_dir, and the RAM one (a file in /dev/shm any process of the user can write
     to): one check for both."""
     ds = _rm(hdf5_32, "compressed_cache", **({"cache_dir": str(tmp_path / "cache")} if where == "cache_dir" else {}))
@@ -149,8 +163,7 @@ def test_robomimic_gpu_resampler_spilled_tier_damaged_mid_run_is_refused_naming_
     for t in tiers:  # the unlinked file, reached as another process can: through /proc/<pid>/fd
         t._file.flush()
         flip_bits(f"/proc/{os.getpid()}/fd/{t._file.fileno()}", rng.integers(0, t.nbytes, 25).tolist())
-    check_damage_is_refused_never_served(ds, native, assert_same_sample, TIER_DAMAGE, tiers[0].spill_dir,
-                                         monkeypatch)
+    check_damage_is_refused_never_served(ds, native, assert_same_sample, TIER_DAMAGE, tiers[0].spill_dir, monkeypatch)
 
 
 # -- LeRobot -------------------------------------------------------------------------------------------------------
@@ -160,8 +173,9 @@ def _native_lr(root):
     return LeRobotDataset(REPO, root=root, return_uint8=True)
 
 
-def test_lerobot_compressed_cache_damaged_mid_run_is_refused_naming_file_and_frame(lerobot_datasets, tmp_path,
-                                                                                   monkeypatch):
+def test_lerobot_compressed_cache_damaged_mid_run_is_refused_naming_file_and_frame(
+    lerobot_datasets, tmp_path, monkeypatch
+):
     native = _native_lr(lerobot_datasets["png_1cam"])
     ds = serve("compressed_cache", native, cache_dir=str(tmp_path / "cache"))
     path = ds.frames.store.path

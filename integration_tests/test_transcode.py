@@ -3,6 +3,7 @@ writer (2 cameras, 5 episodes packed two or three per mp4, laid out differently 
 in plain LeRobotDataset with every camera frame within the PSNR floor of the source's and every other value
 byte-identical, tables copied byte for byte, info.json telling the truth; a killed transcode re-run redoes only the
 unfinished files; HEVC, sampled PSNR and the floor; the refusals."""
+
 import contextlib
 import json
 import os
@@ -20,28 +21,47 @@ import torch
 from click.testing import CliRunner
 
 from robo_loaders_plugin.core.errors import SourceError
-from robo_loaders_plugin.tools import transcode as tc
 from robo_loaders_plugin.sources.lerobot_v3 import LeRobotV3
+from robo_loaders_plugin.tools import transcode as tc
 
 REPO = "local/sample"
 LENGTHS = (24, 31, 18, 27, 22)  # 122 frames; with 20 kB video files: 2 mp4 files per camera, 2-3 episodes each
-ENCODER_FIELDS = {"video.codec", "video.pix_fmt", "video.height", "video.width", "video.fps", "video.channels",
-                  "video.g", "video.crf", "video.preset", "video.fast_decode", "video.extra_options",
-                  "video.video_backend"}
+ENCODER_FIELDS = {
+    "video.codec",
+    "video.pix_fmt",
+    "video.height",
+    "video.width",
+    "video.fps",
+    "video.channels",
+    "video.g",
+    "video.crf",
+    "video.preset",
+    "video.fast_decode",
+    "video.extra_options",
+    "video.video_backend",
+}
 
 
 def psnr(a: torch.Tensor, b: torch.Tensor) -> float:
     mse = (a.to(torch.float64) - b.to(torch.float64)).pow(2).mean().item()
-    return tc.PSNR_CAP if mse == 0 else min(tc.PSNR_CAP, 10 * np.log10(255.0 ** 2 / mse))
+    return tc.PSNR_CAP if mse == 0 else min(tc.PSNR_CAP, 10 * np.log10(255.0**2 / mse))
 
 
 @pytest.fixture(scope="module")
 def source(tmp_path_factory):
     from robo_loaders_plugin.sample_data.lerobot_v3 import write_lerobot_dataset
 
-    root = write_lerobot_dataset(tmp_path_factory.mktemp("src") / "av1", repo_id=REPO, episode_lengths=LENGTHS,
-                                 cameras=2, mode="av1", seed=5, video_files_size_in_mb=0.02, progress=False,
-                                 image_size=(48, 64))  # libx265 needs >= 64 px wide (the refusal is tested)
+    root = write_lerobot_dataset(
+        tmp_path_factory.mktemp("src") / "av1",
+        repo_id=REPO,
+        episode_lengths=LENGTHS,
+        cameras=2,
+        mode="av1",
+        seed=5,
+        video_files_size_in_mb=0.02,
+        progress=False,
+        image_size=(48, 64),
+    )  # libx265 needs >= 64 px wide (the refusal is tested)
     src = LeRobotV3(root)
     files = tc.video_files(src)
     assert len(files) == 4 and all(len(f["starts"]) >= 2 for f in files.values())  # episodes packed per file
@@ -64,8 +84,7 @@ def lerobot(root):
     return LeRobotDataset(REPO, root=root)
 
 
-def test_output_loads_in_lerobot_with_frames_within_the_psnr_floor_and_everything_else_identical(source,
-                                                                                                  transcoded):
+def test_output_loads_in_lerobot_with_frames_within_the_psnr_floor_and_everything_else_identical(source, transcoded):
     theirs, ours = lerobot(source), lerobot(transcoded)
     assert len(ours) == len(theirs) == sum(LENGTHS)
     cams = ours.meta.camera_keys
@@ -96,13 +115,15 @@ def test_output_loads_in_lerobot_with_frames_within_the_psnr_floor_and_everythin
     # tables byte for byte; info.json differs only in the video features' encoder fields, which tell the truth
     rel = sorted(os.path.relpath(os.path.join(d, f), source) for d, _, fs in os.walk(source) for f in fs)
     tables = [r for r in rel if not r.startswith("videos") and r != os.path.join("meta", "info.json")]
-    assert tables and all(open(os.path.join(source, r), "rb").read() == open(os.path.join(transcoded, r), "rb").read()
-                          for r in tables)
+    assert tables and all(
+        open(os.path.join(source, r), "rb").read() == open(os.path.join(transcoded, r), "rb").read() for r in tables
+    )
     src_info = json.load(open(os.path.join(source, "meta", "info.json")))
     out_info = json.load(open(os.path.join(transcoded, "meta", "info.json")))
     assert list(out_info) == list(src_info) and list(out_info["features"]) == list(src_info["features"])
-    assert {k: v for k, v in out_info.items() if k != "features"} == {k: v for k, v in src_info.items()
-                                                                     if k != "features"}
+    assert {k: v for k, v in out_info.items() if k != "features"} == {
+        k: v for k, v in src_info.items() if k != "features"
+    }
     for key, ft in src_info["features"].items():
         got = out_info["features"][key]
         assert {k: v for k, v in got.items() if k != "info"} == {k: v for k, v in ft.items() if k != "info"}
@@ -144,8 +165,7 @@ def test_video_stream_trains_from_the_transcode_byte_identical_to_lerobot_datase
     from robo_loaders_plugin.lerobot.presets import delta_timestamps
 
     meta = LeRobotDatasetMetadata(REPO, root=transcoded)
-    nat = LeRobotDataset(REPO, root=transcoded, delta_timestamps=delta_timestamps("diffusion", meta),
-                         return_uint8=True)
+    nat = LeRobotDataset(REPO, root=transcoded, delta_timestamps=delta_timestamps("diffusion", meta), return_uint8=True)
     ours = serve("video_stream", nat)
     for i in (0, 1, 23, 24, 25, 54, 55, 80, len(nat) - 1):  # episode starts and ends, inside, the last frame
         same_item(ours[i], nat[i], f"transcode[{i}]")
@@ -189,8 +209,9 @@ def test_a_killed_transcode_is_resumed_redoing_only_the_unfinished_files(source,
     monkeypatch.setattr(tc, "_encode", lambda src, *a, **k: encoded.append(src) or real_encode(src, *a, **k))
     report = tc.transcode(source, out, progress=False)
     assert encoded == [os.path.join(os.path.realpath(source), n) for n in names[2:]]  # only the unfinished files
-    assert {n: (os.stat(os.path.join(out, n)).st_ino, os.stat(os.path.join(out, n)).st_mtime_ns)
-            for n in names[:2]} == kept
+    assert {
+        n: (os.stat(os.path.join(out, n)).st_ino, os.stat(os.path.join(out, n)).st_mtime_ns) for n in names[:2]
+    } == kept
     assert not os.path.exists(os.path.join(out, names[2] + tc.TMP_SUFFIX))
     assert [f["name"] for f in report["files"]] == names
     assert all(f["psnr_min"] >= tc.DEFAULT_MIN_PSNR for f in report["files"])
@@ -234,8 +255,11 @@ def test_a_worker_process_killed_by_a_signal_fails_the_run_instead_of_hanging_an
     killer = threading.Thread(target=kill_a_worker, daemon=True)
     killer.start()
     try:
-        with pytest.raises(ShardError, match=r"a worker process \(pid \d+\) was killed by signal SIGKILL; the units "
-                                             "it held are free again: run the same command again to resume"):
+        with pytest.raises(
+            ShardError,
+            match=r"a worker process \(pid \d+\) was killed by signal SIGKILL; the units "
+            "it held are free again: run the same command again to resume",
+        ):
             tc.transcode(source, out, num_workers=2, progress=False)
     finally:
         stop.set()
@@ -251,8 +275,16 @@ def test_a_worker_process_killed_by_a_signal_fails_the_run_instead_of_hanging_an
 def test_hevc_with_sampled_psnr_on_the_datatrove_executor(source, tmp_path):
     pytest.importorskip("datatrove")
     out = str(tmp_path / "hevc")
-    report = tc.transcode(source, out, codec="hevc", psnr_frames=5, num_workers=2, executor="datatrove-local",
-                          executor_options={"logging_dir": str(tmp_path / "logs")}, progress=False)
+    report = tc.transcode(
+        source,
+        out,
+        codec="hevc",
+        psnr_frames=5,
+        num_workers=2,
+        executor="datatrove-local",
+        executor_options={"logging_dir": str(tmp_path / "logs")},
+        progress=False,
+    )
     assert report["psnr_frames"] == 5 and all(f["compared"] == 5 for f in report["files"])
     info = json.load(open(os.path.join(out, "meta", "info.json")))
     for key in ("observation.images.cam0", "observation.images.cam1"):
@@ -316,13 +348,19 @@ def test_refusals(source, transcoded, tmp_path, monkeypatch):
     info = json.load(open(narrow / "meta" / "info.json"))
     info["features"]["observation.images.cam1"]["info"]["video.width"] = 48
     (narrow / "meta" / "info.json").write_text(json.dumps(info))
-    with pytest.raises(tc.TranscodeError, match=r"observation.images.cam1 is 48 pixels wide; libx265 crashes .*"
-                                                "--codec h264"):
+    with pytest.raises(
+        tc.TranscodeError,
+        match=r"observation.images.cam1 is 48 pixels wide; libx265 crashes .*"
+        "--codec h264",
+    ):
         tc.transcode(str(narrow), str(tmp_path / "o5"), codec="hevc", progress=False)
     # an encoder the installed FFmpeg lacks
     monkeypatch.setitem(tc.ENCODERS, "hevc", "libx265_absent")
-    with pytest.raises(tc.TranscodeError, match="needs the libx265_absent encoder, which the FFmpeg of the installed "
-                                                r"PyAV .* does not have \(H.264/HEVC encoders it has: .*libx264"):
+    with pytest.raises(
+        tc.TranscodeError,
+        match="needs the libx265_absent encoder, which the FFmpeg of the installed "
+        r"PyAV .* does not have \(H.264/HEVC encoders it has: .*libx264",
+    ):
         tc.transcode(source, str(tmp_path / "o3"), codec="hevc", progress=False)
     for name in ("o1", "o2", "o3", "o5"):
         assert not os.path.exists(tmp_path / name)  # refused before anything was written

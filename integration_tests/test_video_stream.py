@@ -1,6 +1,7 @@
 """video_stream: LeRobot items decoded straight from the videos, local or remote (a real HTTP server with byte
 ranges and moto's S3 API on 127.0.0.1): equal to LeRobotDataset's items, every frame once per pass, seeded
 passes, resume at the sampler's offset, about the videos' size read per pass; lerobot-train end to end."""
+
 import glob
 import json
 import os
@@ -8,7 +9,6 @@ import os
 import numpy as np
 import pytest
 import torch
-
 from lerobot_helpers import REPO, random_indices, same_item, serve
 from remote_servers import HttpServer, S3Server
 
@@ -26,16 +26,22 @@ def native(root, preset="none", return_uint8=True, **kw):
     from lerobot.datasets.lerobot_dataset import LeRobotDataset, LeRobotDatasetMetadata
 
     meta = LeRobotDatasetMetadata(REPO, root=root)
-    return LeRobotDataset(REPO, root=root, delta_timestamps=delta_timestamps(preset, meta), return_uint8=return_uint8,
-                          **kw)
+    return LeRobotDataset(
+        REPO, root=root, delta_timestamps=delta_timestamps(preset, meta), return_uint8=return_uint8, **kw
+    )
 
 
 def sampler_for(nat, seed=3):
     from lerobot.datasets import EpisodeAwareSampler
 
-    return EpisodeAwareSampler(nat.meta.episodes["dataset_from_index"], nat.meta.episodes["dataset_to_index"],
-                               episode_indices_to_use=nat.episodes, shuffle=True, seed=seed,
-                               absolute_to_relative_idx=nat.absolute_to_relative_idx)
+    return EpisodeAwareSampler(
+        nat.meta.episodes["dataset_from_index"],
+        nat.meta.episodes["dataset_to_index"],
+        episode_indices_to_use=nat.episodes,
+        shuffle=True,
+        seed=seed,
+        absolute_to_relative_idx=nat.absolute_to_relative_idx,
+    )
 
 
 def video_bytes(root) -> int:
@@ -43,8 +49,14 @@ def video_bytes(root) -> int:
 
 
 @pytest.mark.parametrize("name", NAMES)
-@pytest.mark.parametrize("preset,return_uint8,buffer", [  # fast: a quick parity check of `make test-fast`
-    ("act", True, "raw"), pytest.param("diffusion", False, "lz4", marks=pytest.mark.fast), ("none", True, "raw")])
+@pytest.mark.parametrize(
+    "preset,return_uint8,buffer",
+    [  # fast: a quick parity check of `make test-fast`
+        ("act", True, "raw"),
+        pytest.param("diffusion", False, "lz4", marks=pytest.mark.fast),
+        ("none", True, "raw"),
+    ],
+)
 def test_items_equal_lerobot_dataset(lerobot_datasets, name, preset, return_uint8, buffer):
     nat = native(lerobot_datasets[name], preset, return_uint8)
     ours = serve("video_stream", nat, buffer=buffer)
@@ -163,14 +175,19 @@ def test_a_torchcodec_without_cuda_is_refused_before_training_not_mid_run(lerobo
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA A100-SXM4-80GB")
     for name in ("h264_3cam_multifile", "av1_1cam"):  # on an A100 the build is reported first, then AV1
         nat = native(lerobot_datasets[name])
-        with pytest.raises(BackendOptionError, match=r"decode_device='cuda': NVDEC cannot be used here: the "
-                           r"installed torchcodec is a CPU-only build .*--index-url"):
+        with pytest.raises(
+            BackendOptionError,
+            match=r"decode_device='cuda': NVDEC cannot be used here: the "
+            r"installed torchcodec is a CPU-only build .*--index-url",
+        ):
             serve("video_stream", nat, decode_device="cuda")
         capsys.readouterr()
         ds = serve("video_stream", nat, decode_device="auto")
         assert "(cpu decode" in ds.serving.summary
-        assert "video_stream: decoding on the CPU: NVDEC cannot be used here: the installed torchcodec is a " \
+        assert (
+            "video_stream: decoding on the CPU: NVDEC cannot be used here: the installed torchcodec is a "
             "CPU-only build" in capsys.readouterr().out
+        )
 
 
 @pytest.mark.cuda
@@ -182,7 +199,7 @@ def test_nvdec_frames_within_the_stated_psnr_of_cpu_decode(lerobot_datasets):
         a = cpu[i]["observation.images.cam0"].double()
         b = gpu[i]["observation.images.cam0"].cpu().double()
         mse = float(((a - b) ** 2).mean())
-        assert mse == 0 or 10 * np.log10(255 ** 2 / mse) >= 40
+        assert mse == 0 or 10 * np.log10(255**2 / mse) >= 40
 
 
 def test_lerobot_train_local_with_no_options_and_from_s3(lerobot_datasets, tmp_path):
@@ -196,8 +213,13 @@ def test_lerobot_train_local_with_no_options_and_from_s3(lerobot_datasets, tmp_p
     with S3Server(root) as s3:
         kwargs = json.dumps({"source": s3.url, "storage_options": s3.storage_options})
         out = str(tmp_path / "s3")
-        rc, log = lerobot_train(None, out, "--dataset.backend=video_stream", f"--dataset.backend_kwargs={kwargs}",
-                                env_extra={"ROBO_LOADERS_CACHE": str(tmp_path / "cache")})
+        rc, log = lerobot_train(
+            None,
+            out,
+            "--dataset.backend=video_stream",
+            f"--dataset.backend_kwargs={kwargs}",
+            env_extra={"ROBO_LOADERS_CACHE": str(tmp_path / "cache")},
+        )
     assert rc == 0, log[-3000:]
     assert f"tables of {s3.url} copied to" in log and f"streamed from {s3.url}" in log, log[-3000:]
     assert saved_dataset_config(out, 3)["backend"] == "video_stream"
@@ -214,8 +236,18 @@ def twin_datasets(tmp_path_factory):
     from robo_loaders_plugin.sample_data.lerobot_v3 import write_lerobot_dataset
 
     base = tmp_path_factory.mktemp("twins")
-    return [write_lerobot_dataset(base / name, episode_lengths=CACHE_LENGTHS, cameras=1, image_size=(24, 32),
-                                  mode="av1", seed=seed, progress=False) for name, seed in (("a", 11), ("b", 12))]
+    return [
+        write_lerobot_dataset(
+            base / name,
+            episode_lengths=CACHE_LENGTHS,
+            cameras=1,
+            image_size=(24, 32),
+            mode="av1",
+            seed=seed,
+            progress=False,
+        )
+        for name, seed in (("a", 11), ("b", 12))
+    ]
 
 
 def cached_copies(cache_dir) -> dict:
@@ -228,8 +260,9 @@ def test_local_cache_dir_from_s3_items_equal_and_a_second_run_reads_no_video_byt
     nat = native(root, "diffusion")
     cache = tmp_path / "cache"
     with S3Server(root) as s3:
-        first = serve("video_stream", nat, source=s3.url, storage_options=s3.storage_options,
-                      local_cache_dir=str(cache))
+        first = serve(
+            "video_stream", nat, source=s3.url, storage_options=s3.storage_options, local_cache_dir=str(cache)
+        )
         assert "videos copied whole into" in first.serving.summary
         batches = one_pass(first, nat)
         assert sum(len(b["index"]) for b in batches) == len(nat)
@@ -239,8 +272,9 @@ def test_local_cache_dir_from_s3_items_equal_and_a_second_run_reads_no_video_byt
         assert first.source.file_cache.downloads == n_files and len(cached_copies(cache)) == n_files
         assert first.source.remote_bytes_read == video_bytes(root)  # each file whole, once
         copies = cached_copies(cache)
-        second = serve("video_stream", nat, source=s3.url, storage_options=s3.storage_options,
-                                      local_cache_dir=str(cache))
+        second = serve(
+            "video_stream", nat, source=s3.url, storage_options=s3.storage_options, local_cache_dir=str(cache)
+        )
         batches = one_pass(second, nat)
         for i in random_indices(len(nat), 30, seed=4):
             same_item(second[i], nat[i], f"second run [{i}]")
@@ -322,8 +356,11 @@ def flip_a_bit_that_changes_a_value(path, column="action"):
 
     before = pq.read_table(path).column(column).to_pylist()
     meta = pq.ParquetFile(path).metadata
-    chunk = next(meta.row_group(0).column(i) for i in range(meta.num_columns)
-                 if meta.row_group(0).column(i).path_in_schema.split(".")[0] == column)
+    chunk = next(
+        meta.row_group(0).column(i)
+        for i in range(meta.num_columns)
+        if meta.row_group(0).column(i).path_in_schema.split(".")[0] == column
+    )
     data = bytearray(open(path, "rb").read())
     start = chunk.dictionary_page_offset or chunk.data_page_offset  # dictionary-encoded: the values are there
     for offset in range(start + 32, start + chunk.total_compressed_size):
@@ -353,6 +390,7 @@ def test_mirrored_tables_are_checked_by_their_own_sha256_and_downloaded_again(tw
     root = twin_datasets[0]
     local, logs = str(tmp_path / "mirror"), []
     with S3Server(root) as s3:
+
         def mirrored():
             return mirror_tables(s3.url, local, s3.storage_options, log=logs.append)
 
@@ -367,8 +405,11 @@ def test_mirrored_tables_are_checked_by_their_own_sha256_and_downloaded_again(tw
         _offset, good, bad = flip_a_bit_that_changes_a_value(copy)
         assert os.path.getsize(copy) == os.path.getsize(original) and good != bad  # the attack: readable, wrong
         mirrored()
-        assert len(logs) == 1 and f"{s3.url}/{rel}: the local copy's SHA-256 differs from the one recorded" in logs[0] \
-            and "downloading it again" in logs[0], logs
+        assert (
+            len(logs) == 1
+            and f"{s3.url}/{rel}: the local copy's SHA-256 differs from the one recorded" in logs[0]
+            and "downloading it again" in logs[0]
+        ), logs
         assert open(copy, "rb").read() == open(original, "rb").read()
         assert pq.read_table(copy).column("action").to_pylist() == good
         from robo_loaders_plugin.lerobot.compat import tables_only
@@ -408,12 +449,21 @@ def test_a_dropped_s3_connection_is_named_with_the_url_not_called_a_corrupt_file
     from robo_loaders_plugin.sample_data.lerobot_v3 import write_lerobot_dataset
     from robo_loaders_plugin.sources.remote_blocks import BlockCache
 
-    root = write_lerobot_dataset(tmp_path / "ds", episode_lengths=(150, 150, 150), cameras=1, image_size=(96, 128),
-                                 mode="h264", seed=4, progress=False)  # a 100 KB video: more than one read of it
+    root = write_lerobot_dataset(
+        tmp_path / "ds",
+        episode_lengths=(150, 150, 150),
+        cameras=1,
+        image_size=(96, 128),
+        mode="h264",
+        seed=4,
+        progress=False,
+    )  # a 100 KB video: more than one read of it
     nat = native(root)
     rel = os.path.relpath(glob.glob(os.path.join(root, "videos", "*", "*", "*.mp4"))[0], root)
-    connection = r"reading s3://{}/{} from the remote store failed \(EndpointConnectionError: Could not connect to " \
-                 r"the endpoint URL.*\); the connection broke, the file is not known to be damaged"
+    connection = (
+        r"reading s3://{}/{} from the remote store failed \(EndpointConnectionError: Could not connect to "
+        r"the endpoint URL.*\); the connection broke, the file is not known to be damaged"
+    )
     with S3Server(root) as s3:
         options = dict(s3.storage_options, config_kwargs={"retries": {"max_attempts": 1}})  # fail fast
         url = f"s3://{s3.bucket}/{s3.prefix}/{rel}"
@@ -422,8 +472,9 @@ def test_a_dropped_s3_connection_is_named_with_the_url_not_called_a_corrupt_file
         streaming.source._blocks = BlockCache(streaming.source.video_fs, block=4096, max_bytes=8192)
         same_item(streaming[0], nat[0], "before the connection drops")
         unopened = serve("video_stream", nat, source=s3.url, storage_options=options)
-        copying = serve("video_stream", nat, source=s3.url, storage_options=options,
-                                       local_cache_dir=str(tmp_path / "copies"))
+        copying = serve(
+            "video_stream", nat, source=s3.url, storage_options=options, local_cache_dir=str(tmp_path / "copies")
+        )
 
         def dropped(*args, **kwargs):  # the connection drops while local_cache_dir downloads the file
             from botocore.exceptions import EndpointConnectionError
@@ -431,16 +482,25 @@ def test_a_dropped_s3_connection_is_named_with_the_url_not_called_a_corrupt_file
             raise EndpointConnectionError(endpoint_url=s3.storage_options["client_kwargs"]["endpoint_url"])
 
         monkeypatch.setattr(copying.source.file_cache.fs, "get_file", dropped)
-        with pytest.raises(SourceError, match=rf"local_cache_dir: copying {url} into .* failed "
-                                              r"\(EndpointConnectionError: Could not connect"):
+        with pytest.raises(
+            SourceError,
+            match=rf"local_cache_dir: copying {url} into .* failed "
+            r"\(EndpointConnectionError: Could not connect",
+        ):
             copying[0]
         monkeypatch.undo()
         s3.server.stop()
-        with pytest.raises(SourceError, match=r"decoding .* \(episode 2, observation.images.cam0, frames 300..449\) "
-                                              r"failed: " + connection.format(s3.bucket, f"{s3.prefix}/{rel}")):
+        with pytest.raises(
+            SourceError,
+            match=r"decoding .* \(episode 2, observation.images.cam0, frames 300..449\) "
+            r"failed: " + connection.format(s3.bucket, f"{s3.prefix}/{rel}"),
+        ):
             streaming[len(nat) - 1]
-        with pytest.raises(SourceError, match=rf"video {url} \(episode 0, observation.images.cam0\): asking the "
-                                              r"remote store for it failed \(EndpointConnectionError"):
+        with pytest.raises(
+            SourceError,
+            match=rf"video {url} \(episode 0, observation.images.cam0\): asking the "
+            r"remote store for it failed \(EndpointConnectionError",
+        ):
             unopened[0]
         s3.server.start()
         fs = s3fs.S3FileSystem(**s3.storage_options)  # negative control: a corrupt remote file is called corrupt
@@ -456,9 +516,18 @@ def test_bench_lerobot_streaming_baseline_entry(lerobot_datasets, tmp_path):
     from robo_loaders_plugin.bench.lerobot_bench import bench_lerobot
 
     out = tmp_path / "bench.json"
-    payload = bench_lerobot(str(lerobot_datasets["av1_1cam"]), REPO, ["streaming", "video_stream"], batch_size=8,
-                            num_workers=0, batches=2, preset="diffusion",
-                            kwargs={"streaming": {"buffer_size": 32}}, json_out=str(out), echo=lambda *_: None)
+    payload = bench_lerobot(
+        str(lerobot_datasets["av1_1cam"]),
+        REPO,
+        ["streaming", "video_stream"],
+        batch_size=8,
+        num_workers=0,
+        batches=2,
+        preset="diffusion",
+        kwargs={"streaming": {"buffer_size": 32}},
+        json_out=str(out),
+        echo=lambda *_: None,
+    )
     by = {r["backend"]: r for r in payload["results"]}
     assert not any(r.get("error") for r in by.values()), [r.get("error") for r in by.values()]
     assert by["streaming"]["samples_per_s"] > 0 and "StreamingLeRobotDataset(" in by["streaming"]["summary"]

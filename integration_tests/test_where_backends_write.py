@@ -4,10 +4,10 @@ given a ``cache_dir`` and the other places it could write (the environment's cac
 directory) are walked before and after: nothing new there. Before, the ``.validated/`` records of the checks made
 once per version of a file went to the default root whatever ``cache_dir`` said, and video_stream had no
 ``cache_dir`` (its conversion followed ``$ROBO_LOADERS_CACHE`` only)."""
+
 import os
 
 import pytest
-
 from lerobot_helpers import REPO, serve
 from robomimic_helpers import make_config, obs_keys
 
@@ -15,8 +15,9 @@ from robo_loaders_plugin.robomimic import dataset_factory
 
 
 def files_under(path) -> set:
-    return {os.path.join(d, f) for d, _, fs in os.walk(path) for f in fs} | \
-        {os.path.join(d, s) for d, ss, _ in os.walk(path) for s in ss}
+    return {os.path.join(d, f) for d, _, fs in os.walk(path) for f in fs} | {
+        os.path.join(d, s) for d, ss, _ in os.walk(path) for s in ss
+    }
 
 
 @pytest.fixture
@@ -37,8 +38,9 @@ ROBOMIMIC = [("compressed_cache", {}), ("datapipe", {}), ("video_stream", {}), (
 
 
 @pytest.mark.parametrize("backend, options", ROBOMIMIC)
-def test_a_robomimic_backend_given_a_cache_dir_writes_nothing_outside_it(tiny_hdf5, tmp_path, elsewhere, backend,
-                                                                          options):
+def test_a_robomimic_backend_given_a_cache_dir_writes_nothing_outside_it(
+    tiny_hdf5, tmp_path, elsewhere, backend, options
+):
     mine = tmp_path / "mine"
     cfg = make_config(tiny_hdf5, backend=backend, backend_kwargs=dict(options, cache_dir=str(mine)), seq_length=5)
     ds = dataset_factory(cfg, obs_keys(cfg), filter_by_attribute="train")
@@ -65,8 +67,9 @@ def native(root):
 
 
 @pytest.mark.parametrize("backend", ["compressed_cache", "datapipe", "gpu_resampler", "video_stream"])
-def test_a_lerobot_backend_given_a_cache_dir_writes_nothing_outside_it(lerobot_datasets, tmp_path, monkeypatch,
-                                                                        backend):
+def test_a_lerobot_backend_given_a_cache_dir_writes_nothing_outside_it(
+    lerobot_datasets, tmp_path, monkeypatch, backend
+):
     nat = native(lerobot_datasets["av1_1cam"])  # LeRobot's own object first (its Hugging Face caches are its own)
     nat[0]
     places = {name: tmp_path / name for name in ("env_cache", "ram")}
@@ -80,13 +83,15 @@ def test_a_lerobot_backend_given_a_cache_dir_writes_nothing_outside_it(lerobot_d
     for name, place in places.items():
         assert files_under(place) == set(), f"{backend} wrote into {name}: {sorted(files_under(place))}"
     if backend == "datapipe":  # shards converted on first use, and the record that its rows were checked
-        assert any(".validated" in p for p in files_under(mine)) and any(p.endswith("index.json")
-                                                                          for p in files_under(mine))
+        assert any(".validated" in p for p in files_under(mine)) and any(
+            p.endswith("index.json") for p in files_under(mine)
+        )
     del ds
 
 
-def test_lerobot_video_stream_mirrors_a_remote_sources_tables_into_its_cache_dir(lerobot_datasets, tmp_path,
-                                                                                   monkeypatch):
+def test_lerobot_video_stream_mirrors_a_remote_sources_tables_into_its_cache_dir(
+    lerobot_datasets, tmp_path, monkeypatch
+):
     """The copy of a remote dataset's tables LeRobot builds its dataset from (``remote-tables-*``) went to
     $ROBO_LOADERS_CACHE whatever the options said; it goes to video_stream's cache_dir."""
     import json
@@ -103,10 +108,17 @@ def test_lerobot_video_stream_mirrors_a_remote_sources_tables_into_its_cache_dir
     monkeypatch.setenv("ROBO_LOADERS_CACHE", str(env_cache))
     with S3Server(lerobot_datasets["av1_1cam"]) as s3:
         kwargs = json.dumps({"source": s3.url, "storage_options": s3.storage_options, "cache_dir": str(mine)})
-        cfg = draccus.parse(TrainPipelineConfig, args=[f"--dataset.repo_id={REPO}", "--policy.type=act",
-                                                       "--policy.device=cpu", "--policy.push_to_hub=false",
-                                                       "--dataset.backend=video_stream",
-                                                       f"--dataset.backend_kwargs={kwargs}"])
+        cfg = draccus.parse(
+            TrainPipelineConfig,
+            args=[
+                f"--dataset.repo_id={REPO}",
+                "--policy.type=act",
+                "--policy.device=cpu",
+                "--policy.push_to_hub=false",
+                "--dataset.backend=video_stream",
+                f"--dataset.backend_kwargs={kwargs}",
+            ],
+        )
         ds = rl.make_dataset(cfg)
         assert len(ds) == len(native(lerobot_datasets["av1_1cam"]))
     assert files_under(env_cache) == set(), sorted(files_under(env_cache))

@@ -4,6 +4,7 @@ The public API, for users and for third-party backends, is what this module expo
 interpreter start-up (through the import hook's ``.pth`` file), so it must stay cheap: everything heavier than
 pluggy is imported lazily on first use.
 """
+
 from __future__ import annotations
 
 __version__ = "0.1.0"

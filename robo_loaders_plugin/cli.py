@@ -1,4 +1,5 @@
 """``robo-loaders`` command line (click)."""
+
 from __future__ import annotations
 
 import importlib
@@ -35,8 +36,10 @@ class _LazyGroup(click.Group):
 # Subcommands in their own modules, imported when they run. The project's own benchmark tooling (matrix, decoder
 # alone, training benchmark, cost growth, README tables) is not a user command: it lives beside the package in
 # benchmarks/harness (docs/architecture.md says why).
-LAZY_COMMANDS = {"report": "robo_loaders_plugin.bench.plots.report_cmd",
-                 "transcode": "robo_loaders_plugin.tools.transcode.transcode_cmd"}
+LAZY_COMMANDS = {
+    "report": "robo_loaders_plugin.bench.plots.report_cmd",
+    "transcode": "robo_loaders_plugin.tools.transcode.transcode_cmd",
+}
 
 
 @click.group(cls=_LazyGroup, lazy_subcommands=LAZY_COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
@@ -46,8 +49,12 @@ def main():
 
 
 @main.command("list")
-@click.option("--json", "as_json", is_flag=True,
-              help="print every backend with its per-framework kind, lossless promise, GPU use and options as JSON")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="print every backend with its per-framework kind, lossless promise, GPU use and options as JSON",
+)
 def list_cmd(as_json):
     """List the registered backends (built-in and from the robo_loaders entry-point group): one row per backend
     and framework, then what each backend does.
@@ -75,8 +82,11 @@ def list_cmd(as_json):
         click.echo(json.dumps(specs, indent=2, default=str))
         _report_refused(refused)
         return
-    rows = [[s["name"], fw, s["kind"][fw], s["gpu"][fw], SHORT_LOSSLESS.get(s["lossless"][fw], s["lossless"][fw])]
-            for s in specs for fw in s["frameworks"]]
+    rows = [
+        [s["name"], fw, s["kind"][fw], s["gpu"][fw], SHORT_LOSSLESS.get(s["lossless"][fw], s["lossless"][fw])]
+        for s in specs
+        for fw in s["frameworks"]
+    ]
     click.echo(tabulate(rows, headers=["backend", "framework", "kind", "GPU", "lossless"]))
     width = min(100, shutil.get_terminal_size((80, 24)).columns)
     click.echo("")
@@ -113,12 +123,21 @@ def sample_data():
 @click.option("--min-length", default=40, show_default=True, type=click.IntRange(min=1))
 @click.option("--max-length", default=60, show_default=True, type=click.IntRange(min=1))
 @click.option("--no-next-obs", is_flag=True, help="omit next_obs/ (like dataset_states_to_obs --exclude-next-obs)")
-@click.option("--content", type=click.Choice(["renders", "camera"]), default="renders", show_default=True,
-              help="renders: simulator-like frames; camera: like a real camera (texture, shake, sensor noise)")
-@click.option("--noise", default=1.0, show_default=True, type=click.FloatRange(min=0),
-              help="--content camera: sensor noise, sigma in grey levels")
-def sample_data_robomimic(out, demos, image_size, cameras, seed, min_length, max_length, no_next_obs, content,
-                          noise):
+@click.option(
+    "--content",
+    type=click.Choice(["renders", "camera"]),
+    default="renders",
+    show_default=True,
+    help="renders: simulator-like frames; camera: like a real camera (texture, shake, sensor noise)",
+)
+@click.option(
+    "--noise",
+    default=1.0,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="--content camera: sensor noise, sigma in grey levels",
+)
+def sample_data_robomimic(out, demos, image_size, cameras, seed, min_length, max_length, no_next_obs, content, noise):
     """Write a robomimic-format HDF5 file to OUT (docs/scale.md: the large workloads, their time and disk).
 
     \f
@@ -143,9 +162,18 @@ def sample_data_robomimic(out, demos, image_size, cameras, seed, min_length, max
 
     if min_length > max_length:
         raise click.BadParameter(f"--min-length {min_length} > --max-length {max_length}")
-    write_robomimic_hdf5(out, demos=demos, image_size=image_size, cameras=cameras, seed=seed,
-                         min_length=min_length, max_length=max_length, next_obs=not no_next_obs, content=content,
-                         noise=noise)
+    write_robomimic_hdf5(
+        out,
+        demos=demos,
+        image_size=image_size,
+        cameras=cameras,
+        seed=seed,
+        min_length=min_length,
+        max_length=max_length,
+        next_obs=not no_next_obs,
+        content=content,
+        noise=noise,
+    )
     click.echo(f"wrote {out}")
 
 
@@ -157,30 +185,84 @@ def sample_data_robomimic(out, demos, image_size, cameras, seed, min_length, max
 @click.option("--max-length", default=60, show_default=True, type=click.IntRange(min=2))
 @click.option("--cameras", default=1, show_default=True, type=click.IntRange(min=0))
 @click.option("--image-size", default="84x84", show_default=True, help="HxW")
-@click.option("--codec", type=click.Choice(["av1", "h264", "png"]), default="av1", show_default=True,
-              help="av1 (LeRobot's default) or h264 video, or png images in the parquet files")
+@click.option(
+    "--codec",
+    type=click.Choice(["av1", "h264", "png"]),
+    default="av1",
+    show_default=True,
+    help="av1 (LeRobot's default) or h264 video, or png images in the parquet files",
+)
 @click.option("--fps", default=20, show_default=True, type=click.IntRange(min=1))
 @click.option("--seed", default=0, show_default=True, type=int)
-@click.option("--from-robomimic", "from_robomimic", type=click.Path(exists=True, dir_okay=False),
-              help="take cameras, state and actions from this robomimic HDF5 instead of drawing scenes")
-@click.option("--repeat", default=1, show_default=True, type=click.IntRange(min=1),
-              help="with --from-robomimic: write every demo this many times (benchmark-sized real pixels)")
-@click.option("--scenes", type=click.IntRange(min=1), default=None,
-              help="render only this many distinct camera scenes, reused by episode (states and actions stay "
-                   "distinct): rendering costs ~0.4 ms per 64x64 frame")
-@click.option("--writer", type=click.Choice(["lerobot", "fast"]), default="lerobot", show_default=True,
-              help="'lerobot': LeRobot's own writer; 'fast': the same files without LeRobot's per-frame PNGs and "
-                   "per-episode video rewrites (video codecs only; for datasets of a million frames)")
+@click.option(
+    "--from-robomimic",
+    "from_robomimic",
+    type=click.Path(exists=True, dir_okay=False),
+    help="take cameras, state and actions from this robomimic HDF5 instead of drawing scenes",
+)
+@click.option(
+    "--repeat",
+    default=1,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="with --from-robomimic: write every demo this many times (benchmark-sized real pixels)",
+)
+@click.option(
+    "--scenes",
+    type=click.IntRange(min=1),
+    default=None,
+    help="render only this many distinct camera scenes, reused by episode (states and actions stay "
+    "distinct): rendering costs ~0.4 ms per 64x64 frame",
+)
+@click.option(
+    "--writer",
+    type=click.Choice(["lerobot", "fast"]),
+    default="lerobot",
+    show_default=True,
+    help="'lerobot': LeRobot's own writer; 'fast': the same files without LeRobot's per-frame PNGs and "
+    "per-episode video rewrites (video codecs only; for datasets of a million frames)",
+)
 @click.option("--overwrite", is_flag=True)
-@click.option("--content", type=click.Choice(["renders", "camera"]), default="renders", show_default=True,
-              help="renders: simulator-like frames; camera: like a real camera (texture, shake, sensor noise)")
-@click.option("--noise", default=1.0, show_default=True, type=click.FloatRange(min=0),
-              help="--content camera: sensor noise, sigma in grey levels")
-@click.option("--stream-encode", is_flag=True,
-              help="encode each frame as it is added (LeRobot's streaming_encoding: the same encoder, no PNG files "
-                   "in between; for large datasets)")
-def sample_data_lerobot(out, repo_id, episodes, min_length, max_length, cameras, image_size, codec, fps, seed,
-                        from_robomimic, repeat, scenes, writer, overwrite, content, noise, stream_encode):
+@click.option(
+    "--content",
+    type=click.Choice(["renders", "camera"]),
+    default="renders",
+    show_default=True,
+    help="renders: simulator-like frames; camera: like a real camera (texture, shake, sensor noise)",
+)
+@click.option(
+    "--noise",
+    default=1.0,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="--content camera: sensor noise, sigma in grey levels",
+)
+@click.option(
+    "--stream-encode",
+    is_flag=True,
+    help="encode each frame as it is added (LeRobot's streaming_encoding: the same encoder, no PNG files "
+    "in between; for large datasets)",
+)
+def sample_data_lerobot(
+    out,
+    repo_id,
+    episodes,
+    min_length,
+    max_length,
+    cameras,
+    image_size,
+    codec,
+    fps,
+    seed,
+    from_robomimic,
+    repeat,
+    scenes,
+    writer,
+    overwrite,
+    content,
+    noise,
+    stream_encode,
+):
     """Write a LeRobot v3 dataset to OUT with LeRobot's own writer or the equivalent fast one (docs/scale.md: the
     large workloads, their time and disk).
 
@@ -222,8 +304,9 @@ def sample_data_lerobot(out, repo_id, episodes, min_length, max_length, cameras,
 
     if from_robomimic:
         try:
-            write_lerobot_from_robomimic(from_robomimic, out, repo_id=repo_id, repeat=repeat, mode=codec, fps=fps,
-                                         overwrite=overwrite)
+            write_lerobot_from_robomimic(
+                from_robomimic, out, repo_id=repo_id, repeat=repeat, mode=codec, fps=fps, overwrite=overwrite
+            )
         except FileExistsError as exc:
             raise click.UsageError(str(exc)) from None
         click.echo(f"wrote {out} (repo_id {repo_id}) from {from_robomimic} x{repeat}")
@@ -237,17 +320,33 @@ def sample_data_lerobot(out, repo_id, episodes, min_length, max_length, cameras,
         raise click.BadParameter(f"--min-length {min_length} > --max-length {max_length}")
     lengths = np.random.default_rng(seed).integers(min_length, max_length + 1, size=episodes).tolist()
     if writer == "fast" and codec == "png":
-        raise click.BadParameter("--writer fast writes video cameras: choose --codec h264 or av1",
-                                 param_hint="--writer")
+        raise click.BadParameter(
+            "--writer fast writes video cameras: choose --codec h264 or av1", param_hint="--writer"
+        )
     if writer == "fast" and stream_encode:
-        raise click.BadParameter("--stream-encode is LeRobot's writer's option (the fast writer always encodes "
-                                 "from memory): drop it or use --writer lerobot", param_hint="--stream-encode")
+        raise click.BadParameter(
+            "--stream-encode is LeRobot's writer's option (the fast writer always encodes "
+            "from memory): drop it or use --writer lerobot",
+            param_hint="--stream-encode",
+        )
     if writer == "fast":
         from robo_loaders_plugin.sample_data.lerobot_fast import write_lerobot_fast as write_lerobot_dataset
     try:
-        write_lerobot_dataset(out, repo_id=repo_id, episode_lengths=lengths, cameras=cameras, image_size=(h, w),
-                              mode=codec, fps=fps, seed=seed, overwrite=overwrite, scenes=scenes, content=content,
-                              noise=noise, **({"streaming_encoding": stream_encode} if writer == "lerobot" else {}))
+        write_lerobot_dataset(
+            out,
+            repo_id=repo_id,
+            episode_lengths=lengths,
+            cameras=cameras,
+            image_size=(h, w),
+            mode=codec,
+            fps=fps,
+            seed=seed,
+            overwrite=overwrite,
+            scenes=scenes,
+            content=content,
+            noise=noise,
+            **({"streaming_encoding": stream_encode} if writer == "lerobot" else {}),
+        )
     except FileExistsError as exc:
         raise click.UsageError(str(exc)) from None
     click.echo(f"wrote {out} (repo_id {repo_id}, {sum(lengths)} frames)")
@@ -298,24 +397,53 @@ def _bench_args(check, backends: str, backend_kwargs) -> tuple[list[str], dict]:
 
 @bench.command("robomimic")
 @click.option("--dataset", required=True, type=click.Path(exists=True, dir_okay=False))
-@click.option("--backends", default="native:low_dim,native:all,compressed_cache", show_default=True,
-              help="comma-separated; native:<hdf5_cache_mode> (low_dim, all, none) selects robomimic's cache mode")
+@click.option(
+    "--backends",
+    default="native:low_dim,native:all,compressed_cache",
+    show_default=True,
+    help="comma-separated; native:<hdf5_cache_mode> (low_dim, all, none) selects robomimic's cache mode",
+)
 @click.option("--seq-length", default=10, show_default=True, type=click.IntRange(min=1))
 @click.option("--frame-stack", default=1, show_default=True, type=click.IntRange(min=1))
 @click.option("--batch-size", default=64, show_default=True, type=click.IntRange(min=1))
 @click.option("--num-workers", default=2, show_default=True, type=click.IntRange(min=0))
 @click.option("--batches", default=100, show_default=True, type=click.IntRange(min=1))
 @click.option("--obs-keys", default=None, help="comma-separated obs keys (default: every obs key in the file)")
-@click.option("--backend-kwargs", "backend_kwargs", multiple=True, metavar="BACKEND='{json}'",
-              help="options for one backend, e.g. compressed_cache='{\"codec\": \"zstd\"}'")
-@click.option("--repeats", default=1, show_default=True, type=click.IntRange(min=1),
-              help="run every backend this many times (in rounds) and report each by its median run")
+@click.option(
+    "--backend-kwargs",
+    "backend_kwargs",
+    multiple=True,
+    metavar="BACKEND='{json}'",
+    help='options for one backend, e.g. compressed_cache=\'{"codec": "zstd"}\'',
+)
+@click.option(
+    "--repeats",
+    default=1,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="run every backend this many times (in rounds) and report each by its median run",
+)
 @click.option("--json", "json_out", type=click.Path(dir_okay=False), help="also write results here")
-@click.option("--reuse-cache", is_flag=True,
-              help="let backends reuse what your cache directory holds (default: every run starts from an empty "
-                   "cache, so every backend pays its first-run cost the same way)")
-def bench_robomimic_cmd(dataset, backends, seq_length, frame_stack, batch_size, num_workers, batches, obs_keys,
-                        backend_kwargs, repeats, json_out, reuse_cache):
+@click.option(
+    "--reuse-cache",
+    is_flag=True,
+    help="let backends reuse what your cache directory holds (default: every run starts from an empty "
+    "cache, so every backend pays its first-run cost the same way)",
+)
+def bench_robomimic_cmd(
+    dataset,
+    backends,
+    seq_length,
+    frame_stack,
+    batch_size,
+    num_workers,
+    batches,
+    obs_keys,
+    backend_kwargs,
+    repeats,
+    json_out,
+    reuse_cache,
+):
     """samples/s, first-batch latency, peak memory and batch latency percentiles of robomimic backends.
 
     \f
@@ -344,9 +472,21 @@ def bench_robomimic_cmd(dataset, backends, seq_length, frame_stack, batch_size, 
     from robo_loaders_plugin.bench.robomimic_bench import bench_robomimic, check_backends
 
     labels, kwargs = _bench_args(check_backends, backends, backend_kwargs)
-    payload = bench_robomimic(dataset, labels, seq_length, frame_stack, batch_size, num_workers, batches, kwargs,
-                              json_out, obs_keys.split(",") if obs_keys else None, echo=click.echo, repeats=repeats,
-                              fresh_cache=not reuse_cache)
+    payload = bench_robomimic(
+        dataset,
+        labels,
+        seq_length,
+        frame_stack,
+        batch_size,
+        num_workers,
+        batches,
+        kwargs,
+        json_out,
+        obs_keys.split(",") if obs_keys else None,
+        echo=click.echo,
+        repeats=repeats,
+        fresh_cache=not reuse_cache,
+    )
     if any(r.get("error") for r in payload["results"]):
         sys.exit(1)
 
@@ -358,19 +498,49 @@ def bench_robomimic_cmd(dataset, backends, seq_length, frame_stack, batch_size, 
 @click.option("--batch-size", default=64, show_default=True, type=click.IntRange(min=1))
 @click.option("--num-workers", default=2, show_default=True, type=click.IntRange(min=0))
 @click.option("--batches", default=50, show_default=True, type=click.IntRange(min=1))
-@click.option("--delta-timestamps", "preset", type=click.Choice(["none", "act", "diffusion"]), default="act",
-              show_default=True, help="act: 100-step action chunk; diffusion: 2 obs frames + actions -1..14")
+@click.option(
+    "--delta-timestamps",
+    "preset",
+    type=click.Choice(["none", "act", "diffusion"]),
+    default="act",
+    show_default=True,
+    help="act: 100-step action chunk; diffusion: 2 obs frames + actions -1..14",
+)
 @click.option("--backend-kwargs", "backend_kwargs", multiple=True, metavar="BACKEND='{json}'")
-@click.option("--repeats", default=1, show_default=True, type=click.IntRange(min=1),
-              help="run every backend this many times (in rounds) and report each by its median run")
+@click.option(
+    "--repeats",
+    default=1,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="run every backend this many times (in rounds) and report each by its median run",
+)
 @click.option("--json", "json_out", type=click.Path(dir_okay=False))
-@click.option("--reuse-cache", is_flag=True,
-              help="let backends reuse what your cache directory holds (default: every run starts from an empty "
-                   "cache)")
-@click.option("--profile-samples", default=200, show_default=True, type=click.IntRange(min=1),
-              help="random single items timed after the batches for the fetch/decode split (fewer on large data)")
-def bench_lerobot_cmd(root, repo_id, backends, batch_size, num_workers, batches, preset, backend_kwargs, repeats,
-                      json_out, reuse_cache, profile_samples):
+@click.option(
+    "--reuse-cache",
+    is_flag=True,
+    help="let backends reuse what your cache directory holds (default: every run starts from an empty cache)",
+)
+@click.option(
+    "--profile-samples",
+    default=200,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="random single items timed after the batches for the fetch/decode split (fewer on large data)",
+)
+def bench_lerobot_cmd(
+    root,
+    repo_id,
+    backends,
+    batch_size,
+    num_workers,
+    batches,
+    preset,
+    backend_kwargs,
+    repeats,
+    json_out,
+    reuse_cache,
+    profile_samples,
+):
     """samples/s, decoded frames/s, first batch, memory, latency and fetch/decode split vs LeRobotDataset.
 
     \f
@@ -402,9 +572,21 @@ def bench_lerobot_cmd(root, repo_id, backends, batch_size, num_workers, batches,
 
     labels, kwargs = _bench_args(check_backends, backends, backend_kwargs)
     repo_id = repo_id or f"local/{os.path.basename(os.path.abspath(root))}"
-    payload = bench_lerobot(root, repo_id, labels, batch_size, num_workers, batches, preset, kwargs, json_out,
-                            echo=click.echo, repeats=repeats, fresh_cache=not reuse_cache,
-                            profile_samples=profile_samples)
+    payload = bench_lerobot(
+        root,
+        repo_id,
+        labels,
+        batch_size,
+        num_workers,
+        batches,
+        preset,
+        kwargs,
+        json_out,
+        echo=click.echo,
+        repeats=repeats,
+        fresh_cache=not reuse_cache,
+        profile_samples=profile_samples,
+    )
     if any(r.get("error") for r in payload["results"]):
         sys.exit(1)
 
@@ -423,9 +605,11 @@ def _executor_options(f):
 
 def _report_conversion(out_dir, res, episode: str = "episode"):
     if "job_id" in res:
-        click.echo(f"submitted Slurm job {res['job_id']}: {res['tasks']} task(s) convert {res['pending_units']} of "
-                   f"{res['units']} unit(s) into {out_dir}; the last task publishes index.json (logs: "
-                   f"{res['logging_dir']})")
+        click.echo(
+            f"submitted Slurm job {res['job_id']}: {res['tasks']} task(s) convert {res['pending_units']} of "
+            f"{res['units']} unit(s) into {out_dir}; the last task publishes index.json (logs: "
+            f"{res['logging_dir']})"
+        )
     else:
         from robo_loaders_plugin.core.units import plural
 
@@ -439,18 +623,35 @@ def _report_conversion(out_dir, res, episode: str = "episode"):
 @click.option("--shard-size", default="256MB", show_default=True, help="target shard size")
 @click.option("--codec", default=DEFAULT_CODEC, show_default=True, type=click.Choice(CODECS))
 @click.option("--level", default=5, show_default=True, type=click.IntRange(0, 9))
-@click.option("--frames", type=click.Choice(["lossless", "h264", "hevc", "av1"]), default="lossless",
-              show_default=True, help="RGB cameras: lossless Blosc2 frames, or one lossy video segment per demo and "
-                                      "camera (trained from with data_backend 'video_stream')")
-@click.option("--crf", type=click.IntRange(0, 63), default=None,
-              help="video quality, lower is better [h264 18, hevc 20, av1 30]")
-@click.option("--gop", type=click.IntRange(min=1), default=32, show_default=True,
-              help="video: frames between keyframes (each demo starts with one)")
-@click.option("--pix-fmt", type=click.Choice(["yuv444p", "yuv420p"]), default="yuv444p", show_default=True,
-              help="video: yuv420p halves colour resolution (smaller files; costs 1-4 dB on small images)")
+@click.option(
+    "--frames",
+    type=click.Choice(["lossless", "h264", "hevc", "av1"]),
+    default="lossless",
+    show_default=True,
+    help="RGB cameras: lossless Blosc2 frames, or one lossy video segment per demo and "
+    "camera (trained from with data_backend 'video_stream')",
+)
+@click.option(
+    "--crf", type=click.IntRange(0, 63), default=None, help="video quality, lower is better [h264 18, hevc 20, av1 30]"
+)
+@click.option(
+    "--gop",
+    type=click.IntRange(min=1),
+    default=32,
+    show_default=True,
+    help="video: frames between keyframes (each demo starts with one)",
+)
+@click.option(
+    "--pix-fmt",
+    type=click.Choice(["yuv444p", "yuv420p"]),
+    default="yuv444p",
+    show_default=True,
+    help="video: yuv420p halves colour resolution (smaller files; costs 1-4 dB on small images)",
+)
 @_executor_options
-def convert_robomimic_cmd(in_path, out_dir, num_workers, shard_size, codec, level, frames, crf, gop, pix_fmt, executor,
-                          **executor_cli):
+def convert_robomimic_cmd(
+    in_path, out_dir, num_workers, shard_size, codec, level, frames, crf, gop, pix_fmt, executor, **executor_cli
+):
     """Convert a robomimic HDF5 file; re-running the same command resumes an interrupted conversion.
 
     \f
@@ -475,12 +676,11 @@ def convert_robomimic_cmd(in_path, out_dir, num_workers, shard_size, codec, leve
         click.BadParameter: video options were given with ``--frames lossless``, or the shard size, codec or
             video settings are invalid.
     """
-    from robo_loaders_plugin.storage.codec import FrameCodec
-    from robo_loaders_plugin.robomimic.convert import convert_robomimic, format_video_report
     from robo_loaders_plugin.core.units import parse_bytes
-    from robo_loaders_plugin.storage.video import VideoError, VideoSettings
-
+    from robo_loaders_plugin.robomimic.convert import convert_robomimic, format_video_report
+    from robo_loaders_plugin.storage.codec import FrameCodec
     from robo_loaders_plugin.storage.shards.executors import options_from_cli
+    from robo_loaders_plugin.storage.video import VideoError, VideoSettings
 
     if frames == "lossless" and (crf is not None or gop != 32 or pix_fmt != "yuv444p"):
         raise click.BadParameter("--crf, --gop and --pix-fmt apply to video frames; add --frames h264|hevc|av1")
@@ -489,9 +689,16 @@ def convert_robomimic_cmd(in_path, out_dir, num_workers, shard_size, codec, leve
         video = None if frames == "lossless" else VideoSettings(frames, crf, gop, pix_fmt)
     except (ValueError, VideoError) as exc:
         raise click.BadParameter(str(exc)) from None
-    res = convert_robomimic(in_path, out_dir, num_workers=num_workers, shard_bytes=size, codec=frame_codec,
-                            executor=executor, executor_options=options_from_cli(executor, **executor_cli),
-                            video=video)
+    res = convert_robomimic(
+        in_path,
+        out_dir,
+        num_workers=num_workers,
+        shard_bytes=size,
+        codec=frame_codec,
+        executor=executor,
+        executor_options=options_from_cli(executor, **executor_cli),
+        video=video,
+    )
     _report_conversion(out_dir, res, "demo")
     if "video" in res:
         click.echo(format_video_report(res["video"]))
@@ -505,11 +712,17 @@ def convert_robomimic_cmd(in_path, out_dir, num_workers, shard_size, codec, leve
 @click.option("--shard-size", default="256MB", show_default=True, help="target shard size")
 @click.option("--codec", default=DEFAULT_CODEC, show_default=True, type=click.Choice(CODECS))
 @click.option("--level", default=5, show_default=True, type=click.IntRange(0, 9))
-@click.option("--tolerance-s", default=1e-4, show_default=True, type=float,
-              help="timestamp tolerance checked on every frame, as lerobot-train's --tolerance_s")
+@click.option(
+    "--tolerance-s",
+    default=1e-4,
+    show_default=True,
+    type=float,
+    help="timestamp tolerance checked on every frame, as lerobot-train's --tolerance_s",
+)
 @_executor_options
-def convert_lerobot_cmd(root, out_dir, repo_id, num_workers, shard_size, codec, level, tolerance_s, executor,
-                        **executor_cli):
+def convert_lerobot_cmd(
+    root, out_dir, repo_id, num_workers, shard_size, codec, level, tolerance_s, executor, **executor_cli
+):
     """Convert a LeRobot v3 dataset (video decoded once, frames stored losslessly); re-running the same command
     resumes an interrupted conversion.
 
@@ -532,26 +745,36 @@ def convert_lerobot_cmd(root, out_dir, repo_id, num_workers, shard_size, codec, 
     Raises:
         click.BadParameter: the shard size or codec is invalid.
     """
-    from robo_loaders_plugin.storage.codec import FrameCodec
-    from robo_loaders_plugin.lerobot.convert import convert_lerobot
     from robo_loaders_plugin.core.units import parse_bytes
-
+    from robo_loaders_plugin.lerobot.convert import convert_lerobot
+    from robo_loaders_plugin.storage.codec import FrameCodec
     from robo_loaders_plugin.storage.shards.executors import options_from_cli
 
     try:
         size, frame_codec = parse_bytes(shard_size, "--shard-size"), FrameCodec(codec, level)
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
-    res = convert_lerobot(root, out_dir, repo_id=repo_id, num_workers=num_workers, shard_bytes=size,
-                          codec=frame_codec, tolerance_s=tolerance_s, executor=executor,
-                          executor_options=options_from_cli(executor, **executor_cli))
+    res = convert_lerobot(
+        root,
+        out_dir,
+        repo_id=repo_id,
+        num_workers=num_workers,
+        shard_bytes=size,
+        codec=frame_codec,
+        tolerance_s=tolerance_s,
+        executor=executor,
+        executor_options=options_from_cli(executor, **executor_cli),
+    )
     _report_conversion(out_dir, res)
 
 
 @main.command("verify")
 @click.argument("out_dir", type=click.Path(exists=True, file_okay=False))
-@click.option("--source", type=click.Path(exists=True),
-              help="also compare every array with the source: a robomimic HDF5 file or a LeRobot dataset root")
+@click.option(
+    "--source",
+    type=click.Path(exists=True),
+    help="also compare every array with the source: a robomimic HDF5 file or a LeRobot dataset root",
+)
 def verify_cmd(out_dir, source):
     """Re-check a robo-shards directory: shard sizes and SHA-256, decoding, and (with --source) the data.
 
@@ -606,8 +829,11 @@ def doctor_cmd():
         click.echo(line)
     failed = [r for r in rows if r.status == "FAIL"]
     if failed:
-        click.echo(f"\n{len(failed)} required check(s) failed: the plugin cannot work with what is installed "
-                   "(see the rows marked FAIL)", err=True)
+        click.echo(
+            f"\n{len(failed)} required check(s) failed: the plugin cannot work with what is installed "
+            "(see the rows marked FAIL)",
+            err=True,
+        )
         sys.exit(1)
 
 
@@ -642,8 +868,15 @@ def cache_list(cache_dir):
 
     root = _cache_root(cache_dir)
     entries = cache.entries(root)
-    rows = [[e.name, format_bytes(e.nbytes()), datetime.datetime.fromtimestamp(e.last_used()).isoformat(" ", "seconds"),
-             "yes" if e.in_use() else ""] for e in entries]
+    rows = [
+        [
+            e.name,
+            format_bytes(e.nbytes()),
+            datetime.datetime.fromtimestamp(e.last_used()).isoformat(" ", "seconds"),
+            "yes" if e.in_use() else "",
+        ]
+        for e in entries
+    ]
     limit = format_bytes(cache.size_limit() or 0) if cache.size_limit() else "none"
     click.echo(f"{root} (limit {cache.ENV_SIZE}={limit})")
     click.echo(tabulate(rows, headers=["entry", "size", "last used", "in use"]) if rows else "(empty)")
@@ -651,9 +884,12 @@ def cache_list(cache_dir):
 
 @cache_group.command("prune")
 @click.option("--cache-dir", default=None, help="default: $ROBO_LOADERS_CACHE or ~/.cache/robo-loaders")
-@click.option("--max-size", default=None,
-              help="prune to this size, e.g. 10GB; 0: no limit, as ROBO_LOADERS_CACHE_SIZE=0 (default: "
-                   "ROBO_LOADERS_CACHE_SIZE, 50GB when unset; `cache clear` removes every entry nothing uses)")
+@click.option(
+    "--max-size",
+    default=None,
+    help="prune to this size, e.g. 10GB; 0: no limit, as ROBO_LOADERS_CACHE_SIZE=0 (default: "
+    "ROBO_LOADERS_CACHE_SIZE, 50GB when unset; `cache clear` removes every entry nothing uses)",
+)
 def cache_prune(cache_dir, max_size):
     """Remove least recently used entries nothing uses until the cache fits its limit, and builds' leftovers.
 
@@ -677,8 +913,10 @@ def cache_prune(cache_dir, max_size):
         click.echo(f"removed {p}")
     if limit is None:
         given = "--max-size 0" if max_size is not None else f"{cache.ENV_SIZE}=0"
-        click.echo(f"{root} has no size limit ({given}): no entry removed; `robo-loaders cache clear` removes "
-                   "every entry nothing uses")
+        click.echo(
+            f"{root} has no size limit ({given}): no entry removed; `robo-loaders cache clear` removes "
+            "every entry nothing uses"
+        )
 
 
 @cache_group.command("clear")

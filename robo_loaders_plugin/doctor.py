@@ -4,6 +4,7 @@ Why a command: every patch and private read the plugin relies on is written agai
 (``robomimic.compat``, ``lerobot.compat``, ``core.torch_compat``). After an upgrade, this names the symbol that
 moved instead of a traceback mid-training. Exit status 1 when a required check fails.
 """
+
 from __future__ import annotations
 
 import os
@@ -22,16 +23,35 @@ def hook_checks() -> list[Check]:
 
     pth = os.path.join(sysconfig.get_paths()["purelib"], "robo_loaders_plugin_autopatch.pth")
     armed = any(type(f).__name__ == "_Finder" for f in sys.meta_path)
-    rows = [Check("import hook file robo_loaders_plugin_autopatch.pth", os.path.exists(pth),
-                  pth if os.path.exists(pth) else f"not in {os.path.dirname(pth)}: reinstall the package; or use "
-                  "'robo-loaders robomimic-train' / --dataset.discover_packages_path=robo_loaders_plugin",
-                  required=False)]
+    rows = [
+        Check(
+            "import hook file robo_loaders_plugin_autopatch.pth",
+            os.path.exists(pth),
+            pth
+            if os.path.exists(pth)
+            else f"not in {os.path.dirname(pth)}: reinstall the package; or use "
+            "'robo-loaders robomimic-train' / --dataset.discover_packages_path=robo_loaders_plugin",
+            required=False,
+        )
+    ]
     if _autopatch.disabled():
-        rows.append(Check("import hook", False, "disabled by ROBO_LOADERS_DISABLE: robomimic and LeRobot run "
-                          "unmodified unless patched explicitly", required=False))
+        rows.append(
+            Check(
+                "import hook",
+                False,
+                "disabled by ROBO_LOADERS_DISABLE: robomimic and LeRobot run unmodified unless patched explicitly",
+                required=False,
+            )
+        )
     else:
-        rows.append(Check("import hook armed in this interpreter", armed, "patches apply when robomimic/LeRobot "
-                          "load" if armed else "not armed: the .pth file did not run", required=False))
+        rows.append(
+            Check(
+                "import hook armed in this interpreter",
+                armed,
+                "patches apply when robomimic/LeRobot load" if armed else "not armed: the .pth file did not run",
+                required=False,
+            )
+        )
     return rows
 
 
@@ -45,13 +65,27 @@ def video_checks() -> list[Check]:
 
         rows = [Check(f"torchcodec {torchcodec.__version__} with FFmpeg", True, "decodes LeRobot videos on the CPU")]
     except Exception as exc:  # noqa: BLE001 - ImportError, or RuntimeError/OSError when FFmpeg's libraries are missing
-        return [Check("torchcodec with FFmpeg", False, f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}; "
-                      "LeRobot video datasets need it (apt-get install ffmpeg)", required=False)]
+        return [
+            Check(
+                "torchcodec with FFmpeg",
+                False,
+                f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}; "
+                "LeRobot video datasets need it (apt-get install ffmpeg)",
+                required=False,
+            )
+        ]
     import torch
 
     if not torch.cuda.is_available():
-        rows.append(Check("CUDA / NVDEC", False, "no CUDA device visible to torch: GPU decoding and device-resident "
-                          "backends unavailable (the CPU paths work)", required=False))
+        rows.append(
+            Check(
+                "CUDA / NVDEC",
+                False,
+                "no CUDA device visible to torch: GPU decoding and device-resident "
+                "backends unavailable (the CPU paths work)",
+                required=False,
+            )
+        )
         return rows
     names = ", ".join(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
     rows.append(Check(f"CUDA {torch.version.cuda}", True, names))
@@ -77,8 +111,10 @@ def nvdec_checks(gpu_name: str) -> list[Check]:
     av1 = probe("av1", "cuda")
     detail = av1.detail
     if not av1.ok and lacks_av1(gpu_name):
-        detail += (f"; as expected: NVDEC on {gpu_name} has no AV1. Train AV1 datasets with decode_device: cpu, or "
-                   "from an H.264 copy (robo-loaders transcode ROOT OUT --codec h264)")
+        detail += (
+            f"; as expected: NVDEC on {gpu_name} has no AV1. Train AV1 datasets with decode_device: cpu, or "
+            "from an H.264 copy (robo-loaders transcode ROOT OUT --codec h264)"
+        )
     return rows + [Check("NVDEC decodes av1", av1.ok, detail, required=False)]
 
 
@@ -91,8 +127,13 @@ def all_checks() -> list[Check]:
     from robo_loaders_plugin.lerobot import compat as lerobot_compat
     from robo_loaders_plugin.robomimic import compat as robomimic_compat
 
-    rows = [Check(f"Python {sys.version.split()[0]}", sys.version_info[:2] >= (3, 10),
-                  "LeRobot 0.6 needs 3.12" if sys.version_info[:2] < (3, 12) else "")]
+    rows = [
+        Check(
+            f"Python {sys.version.split()[0]}",
+            sys.version_info[:2] >= (3, 10),
+            "LeRobot 0.6 needs 3.12" if sys.version_info[:2] < (3, 12) else "",
+        )
+    ]
     rows += torch_compat.checks()
     rows += robomimic_compat.checks()
     rows += lerobot_compat.checks()
@@ -120,10 +161,21 @@ def render(rows: list[Check], width: int) -> list[str]:
     width = max(width, 40)
     out = []
     for r in rows:
-        out += textwrap.wrap(r.what, width, initial_indent=f"{r.status:<{STATUS_WIDTH}}",
-                             subsequent_indent=" " * STATUS_WIDTH, break_long_words=False, break_on_hyphens=False)
+        out += textwrap.wrap(
+            r.what,
+            width,
+            initial_indent=f"{r.status:<{STATUS_WIDTH}}",
+            subsequent_indent=" " * STATUS_WIDTH,
+            break_long_words=False,
+            break_on_hyphens=False,
+        )
         if r.detail:
-            out += textwrap.wrap(r.detail, width, initial_indent=" " * (STATUS_WIDTH + 2),
-                                 subsequent_indent=" " * (STATUS_WIDTH + 2), break_long_words=False,
-                                 break_on_hyphens=False)
+            out += textwrap.wrap(
+                r.detail,
+                width,
+                initial_indent=" " * (STATUS_WIDTH + 2),
+                subsequent_indent=" " * (STATUS_WIDTH + 2),
+                break_long_words=False,
+                break_on_hyphens=False,
+            )
     return out

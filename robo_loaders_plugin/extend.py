@@ -111,31 +111,40 @@ How a backend is put together by hand (the SDK and the built-in ones are built t
    :class:`Serving`; the declared kind says who drives a pass (``sample``/``indexed``: the framework's sampler;
    ``batch``: :class:`PipelineDataset` or your own :class:`BatchSource`).
 """
+
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 # -- registration and the serving contract (also exported by robo_loaders_plugin) -------------------------------
-from robo_loaders_plugin.core.errors import (BackendOptionError, RoboLoadersError, SourceError,  # noqa: F401
-                                             StaleSourceError)
+from robo_loaders_plugin.core.errors import BackendOptionError, RoboLoadersError, SourceError, StaleSourceError  # noqa: F401
 from robo_loaders_plugin.core.files import atomic_write_bytes, sha256_file  # noqa: F401  (a backend's own files)
+
 # the footprint contract: what a backend will need, estimated from metadata, checked before any data is read
-from robo_loaders_plugin.core.footprint import (HEADROOM, Available, DiskGuard, Footprint,  # noqa: F401
-                                                ResourceRefused, check_fits)
+from robo_loaders_plugin.core.footprint import HEADROOM, Available, DiskGuard, Footprint, ResourceRefused, check_fits  # noqa: F401
 from robo_loaders_plugin.core.hookspecs import hookimpl  # noqa: F401
 from robo_loaders_plugin.core.options import Option, Options  # noqa: F401
-from robo_loaders_plugin.core.spec import (BATCH, GPU_NO, GPU_OPTIONAL, GPU_REQUIRED, INDEXED, LOSSLESS,  # noqa: F401
-                                           LOSSY_FRAMES, NOT_BIT_IDENTICAL_ON_NVDEC, SAMPLE, BackendChoice,
-                                           BackendSpec)
+from robo_loaders_plugin.core.spec import (  # noqa: F401
+    BATCH,
+    GPU_NO,
+    GPU_OPTIONAL,
+    GPU_REQUIRED,
+    INDEXED,
+    LOSSLESS,
+    LOSSY_FRAMES,
+    NOT_BIT_IDENTICAL_ON_NVDEC,
+    SAMPLE,
+    BackendChoice,
+    BackendSpec,
+)
+
 # the SDK: a backend that only says how it stores and serves frames (light: a plugin's registration imports it)
-from robo_loaders_plugin.sdk import (FrameStore, StoreEpisodes, cache_dir_option, cache_root,  # noqa: F401
-                                     frame_backend)
+from robo_loaders_plugin.sdk import FrameStore, StoreEpisodes, cache_dir_option, cache_root, frame_backend  # noqa: F401
 
 if TYPE_CHECKING:  # the rest is imported on first use: listing backends must not import torch or a framework
-    from robo_loaders_plugin.core.iteration import (BatchDataset, BatchSource, IndexedDataset,  # noqa: F401
-                                                    SamplingPlan, Serving)
     from robo_loaders_plugin.core.data_size import DataSize  # noqa: F401
+    from robo_loaders_plugin.core.iteration import BatchDataset, BatchSource, IndexedDataset, SamplingPlan, Serving  # noqa: F401
     from robo_loaders_plugin.frames.base import FieldInfo, FrameSource  # noqa: F401
     from robo_loaders_plugin.lerobot.dataset import LeRobotSamples  # noqa: F401
     from robo_loaders_plugin.pipeline.batches import PipelineDataset  # noqa: F401
@@ -143,9 +152,9 @@ if TYPE_CHECKING:  # the rest is imported on first use: listing backends must no
     from robo_loaders_plugin.robomimic.dataset import RobomimicSamples  # noqa: F401
     from robo_loaders_plugin.sdk.serve import StoreFrames  # noqa: F401
     from robo_loaders_plugin.sources.lerobot_v3 import LeRobotEpisodes, LeRobotV3  # noqa: F401
+    from robo_loaders_plugin.sources.robomimic_hdf5 import RobomimicHdf5
     from robo_loaders_plugin.storage.buffers import BufferPool  # noqa: F401
     from robo_loaders_plugin.storage.fingerprint import Fingerprint  # noqa: F401
-    from robo_loaders_plugin.sources.robomimic_hdf5 import RobomimicHdf5  # noqa: F401
     from robo_loaders_plugin.windows.robomimic import SequenceOptions, SequenceWindows  # noqa: F401
 
 _LAZY = {
@@ -214,8 +223,9 @@ def pass_options(shuffle_buffer: int | dict, cache_episodes: int = 64, items: st
     """
     from robo_loaders_plugin.core.shared_options import pass_options as declare
 
-    defaults = shuffle_buffer if isinstance(shuffle_buffer, dict) else {"robomimic": shuffle_buffer,
-                                                                        "lerobot": shuffle_buffer}
+    defaults = (
+        shuffle_buffer if isinstance(shuffle_buffer, dict) else {"robomimic": shuffle_buffer, "lerobot": shuffle_buffer}
+    )
     return declare(defaults, cache_episodes, items)
 
 
@@ -296,8 +306,7 @@ def lerobot_episodes(native, decode_device: str = "cpu") -> LeRobotEpisodes:
         SourceError: a layout robo-loaders does not reproduce (another video backend, depth or language
             features), or rows that differ from what the ``LeRobotDataset`` object holds.
     """
-    from robo_loaders_plugin.lerobot.dataset import check_rows_match
-    from robo_loaders_plugin.lerobot.dataset import native_source
+    from robo_loaders_plugin.lerobot.dataset import check_rows_match, native_source
     from robo_loaders_plugin.sources.lerobot_v3 import LeRobotEpisodes
 
     source, settings = native_source(native)
@@ -307,9 +316,17 @@ def lerobot_episodes(native, decode_device: str = "cpu") -> LeRobotEpisodes:
 
 
 # -- storage -------------------------------------------------------------------------------------------------------
-def build_or_reuse(*, kind: str, source, key: dict, build: Callable[[str], None], cache_dir: str | None = None,
-                   check: Callable[[str], bool] | None = None, description: str = "",
-                   option_prefix: str = "cache_dir") -> tuple[str, Any, bool]:
+def build_or_reuse(
+    *,
+    kind: str,
+    source,
+    key: dict,
+    build: Callable[[str], None],
+    cache_dir: str | None = None,
+    check: Callable[[str], bool] | None = None,
+    description: str = "",
+    option_prefix: str = "cache_dir",
+) -> tuple[str, Any, bool]:
     """A directory in the cache, built once per source and options and reused while the source is unchanged.
 
     The build writes into a temporary directory renamed into place when complete (a killed build leaves nothing
@@ -336,9 +353,19 @@ def build_or_reuse(*, kind: str, source, key: dict, build: Callable[[str], None]
     """
     from robo_loaders_plugin.storage.cached_dir import build_or_reuse as build_dir
 
-    return build_dir(kind=kind, source=source, key=key, build=build, cache_dir=cache_dir, check=check,
-                     description=description, option_prefix=option_prefix)
+    return build_dir(
+        kind=kind,
+        source=source,
+        key=key,
+        build=build,
+        cache_dir=cache_dir,
+        check=check,
+        description=description,
+        option_prefix=option_prefix,
+    )
 
 
-__all__ = sorted([n for n in globals() if not n.startswith("_") and n not in ("annotations", "TYPE_CHECKING", "Any",
-                                                                              "Callable")] + list(_LAZY))
+__all__ = sorted(
+    [n for n in globals() if not n.startswith("_") and n not in ("annotations", "TYPE_CHECKING", "Any", "Callable")]
+    + list(_LAZY)
+)

@@ -4,6 +4,7 @@ LeRobot patches so ``--dataset.backend`` parses even with the import hook disabl
 and has the plugin's errors that end the run printed as one line, as the import hook's path does
 (``core.errors.install_one_line_excepthook``: ``lerobot-train``'s ``train`` is running already, so its patch does
 not see this command line)."""
+
 import sys
 
 if "lerobot" in sys.modules:  # only inside a LeRobot process; importing the plugin elsewhere patches nothing

@@ -24,13 +24,14 @@ Lossy backends state their tolerance per field with ``min_psnr`` (``{"obs/agentv
 must match dtype and shape and reach that PSNR; every other field must still be byte-identical. The checks raise
 ``AssertionError`` naming the sample, field and what differs.
 """
+
 from __future__ import annotations
 
 import dataclasses
 import hashlib
 import math
-from typing import Any
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -49,8 +50,7 @@ class RobomimicCase:
         """robomimic's own ``SequenceDataset`` for this case."""
         from robo_loaders_plugin.extend import robomimic_sequence_dataset
 
-        return robomimic_sequence_dataset(self.config, list(self.obs_keys), self.filter_by_attribute,
-                                          self.dataset_path)
+        return robomimic_sequence_dataset(self.config, list(self.obs_keys), self.filter_by_attribute, self.dataset_path)
 
     def build(self, backend: str, options: Mapping | None):
         """The backend's dataset for this case, built as ``train.data_backend`` builds it.
@@ -64,8 +64,13 @@ class RobomimicCase:
         """
         from robo_loaders_plugin.robomimic.integration import build_dataset, choose
 
-        return build_dataset(self.config, list(self.obs_keys), choose(backend, **dict(options or {})),
-                             self.filter_by_attribute, self.dataset_path)
+        return build_dataset(
+            self.config,
+            list(self.obs_keys),
+            choose(backend, **dict(options or {})),
+            self.filter_by_attribute,
+            self.dataset_path,
+        )
 
     def episode_indices(self, native) -> list[np.ndarray]:
         """The sample indices of each demo of ``native``, in its order.
@@ -122,8 +127,11 @@ class LeRobotCase:
         episodes = np.arange(native.meta.total_episodes) if native.episodes is None else np.asarray(native.episodes)
         starts, ends = episode_bounds(native.meta, episodes)
         relative = native.absolute_to_relative_idx
-        return [np.arange(s, e) if relative is None else np.array([relative[a] for a in range(s, e)])
-                for s, e in zip(starts.tolist(), ends.tolist()) if e > s]
+        return [
+            np.arange(s, e) if relative is None else np.array([relative[a] for a in range(s, e)])
+            for s, e in zip(starts.tolist(), ends.tolist())
+            if e > s
+        ]
 
 
 def robomimic_case(config, obs_keys, filter_by_attribute=None, dataset_path=None) -> RobomimicCase:
@@ -203,8 +211,9 @@ def _lossy(path: str, min_psnr: Mapping[str, float] | None) -> float | None:
     return None
 
 
-def assert_same(ours, theirs, where: str = "sample", min_psnr: Mapping[str, float] | None = None,
-                _path: str = "") -> None:
+def assert_same(
+    ours, theirs, where: str = "sample", min_psnr: Mapping[str, float] | None = None, _path: str = ""
+) -> None:
     """``ours`` equals ``theirs``: the same nested keys in the same order, types, dtypes, shapes and bytes; fields
     named in ``min_psnr`` may differ but must reach that PSNR.
 
@@ -315,14 +324,23 @@ def _batch_indices(case, native, batch_size: int, batches: int, seed: int, exhau
     pool = rng.permutation(pool).tolist()
     out = []
     for b in range(count):
-        idx = pool[b * fresh:(b + 1) * fresh]
+        idx = pool[b * fresh : (b + 1) * fresh]
         out.append(idx + idx[:1] if batch_size > 1 else idx)
     return out
 
 
 # -- the checks ----------------------------------------------------------------------------------------------------
-def assert_same_samples(case, backend: str, options: Mapping | None = None, *, indices=None, count: int = 200,
-                        seed: int = 0, min_psnr: Mapping[str, float] | None = None, exhaustive: bool = False):
+def assert_same_samples(
+    case,
+    backend: str,
+    options: Mapping | None = None,
+    *,
+    indices=None,
+    count: int = 200,
+    seed: int = 0,
+    min_psnr: Mapping[str, float] | None = None,
+    exhaustive: bool = False,
+):
     """The backend's ``dataset[i]`` equals the native ``dataset[i]``: every key of the sample (so every camera), for
     the first and last index of every episode and ``count`` random indices, or for every index.
 
@@ -356,9 +374,17 @@ def assert_same_samples(case, backend: str, options: Mapping | None = None, *, i
     return ours
 
 
-def assert_same_batches(case, backend: str, options: Mapping | None = None, *, batch_size: int = 16,
-                        batches: int = 4, seed: int = 0, min_psnr: Mapping[str, float] | None = None,
-                        exhaustive: bool = False):
+def assert_same_batches(
+    case,
+    backend: str,
+    options: Mapping | None = None,
+    *,
+    batch_size: int = 16,
+    batches: int = 4,
+    seed: int = 0,
+    min_psnr: Mapping[str, float] | None = None,
+    exhaustive: bool = False,
+):
     """An ``indexed`` backend's ``collate(indices)`` equals the framework's ``default_collate`` of the native
     samples at those indices, for batches that together hold the first and last index of every episode (or every
     index), the other places random; each batch repeats one index.
@@ -389,8 +415,16 @@ def assert_same_batches(case, backend: str, options: Mapping | None = None, *, b
     return ours
 
 
-def assert_same_pass(case, backend: str, options: Mapping | None = None, *, batch_size: int = 16,
-                     num_workers: int = 0, seed: int = 0, min_psnr: Mapping[str, float] | None = None):
+def assert_same_pass(
+    case,
+    backend: str,
+    options: Mapping | None = None,
+    *,
+    batch_size: int = 16,
+    num_workers: int = 0,
+    seed: int = 0,
+    min_psnr: Mapping[str, float] | None = None,
+):
     """One training pass, driven the way the framework drives it, serves the native pass.
 
     robomimic: the DataLoader its ``train()`` builds (shuffled, ``drop_last=True``; ``False`` for a ``batch``
@@ -434,25 +468,35 @@ def assert_same_pass(case, backend: str, options: Mapping | None = None, *, batc
             torch.manual_seed(seed)  # robomimic's RandomSampler draws from torch's global RNG
             # drop_last as robomimic's train() sets it; a batch backend's whole pass is compared (its own order
             # drops other samples than the native one would)
-            return torch.utils.data.DataLoader(ds, batch_size=batch_size, shuffle=True, num_workers=num_workers,
-                                               drop_last=kind != BATCH)
+            return torch.utils.data.DataLoader(
+                ds, batch_size=batch_size, shuffle=True, num_workers=num_workers, drop_last=kind != BATCH
+            )
     else:
         from lerobot.datasets import EpisodeAwareSampler
 
         from robo_loaders_plugin.lerobot.integration import sampling_plan
 
         def loader(ds):
-            sampler = EpisodeAwareSampler(native.meta.episodes["dataset_from_index"],
-                                          native.meta.episodes["dataset_to_index"],
-                                          episode_indices_to_use=native.episodes, shuffle=True, seed=seed,
-                                          absolute_to_relative_idx=native.absolute_to_relative_idx)
+            sampler = EpisodeAwareSampler(
+                native.meta.episodes["dataset_from_index"],
+                native.meta.episodes["dataset_to_index"],
+                episode_indices_to_use=native.episodes,
+                shuffle=True,
+                seed=seed,
+                absolute_to_relative_idx=native.absolute_to_relative_idx,
+            )
             torch.manual_seed(seed)  # workers' seeds (image transforms) come from torch's global RNG
             # spawned workers, as lerobot-train 0.6.1 starts them: a forked worker inherits the parent's open
             # torchcodec decoders and their file offsets, and LeRobotDataset fails in it at random ("Could not
             # push packet to decoder") whatever the backend does
-            return torch.utils.data.DataLoader(ds, batch_size=batch_size, sampler=sampler, num_workers=num_workers,
-                                               drop_last=False,
-                                               multiprocessing_context="spawn" if num_workers > 0 else None)
+            return torch.utils.data.DataLoader(
+                ds,
+                batch_size=batch_size,
+                sampler=sampler,
+                num_workers=num_workers,
+                drop_last=False,
+                multiprocessing_context="spawn" if num_workers > 0 else None,
+            )
 
     served = list(pass_batches(loader(ours), sampling_plan))
     if kind != BATCH:
@@ -471,8 +515,10 @@ def assert_same_pass(case, backend: str, options: Mapping | None = None, *, batc
     for b, batch in enumerate(served):
         for r, sample in enumerate(_rows(batch, _batch_len(batch))):
             key = _content_key(sample, min_psnr)
-            assert wanted.get(key), f"{backend} pass batch {b} row {r}: not a sample of the native pass, or served " \
-                                    "more often than the native pass serves it"
+            assert wanted.get(key), (
+                f"{backend} pass batch {b} row {r}: not a sample of the native pass, or served "
+                "more often than the native pass serves it"
+            )
             assert_same(sample, wanted[key].pop(), f"{backend} pass batch {b} row {r}", min_psnr)
             got += 1
     missing = total - got

@@ -7,6 +7,7 @@ stdin ("release": drop the dataset and print "released"; end of input: exit). MO
 (prints "building" and hangs in the middle of its build), ``exit3``/``graceful``/``ignore`` (a SIGTERM handler
 installed before robo-loaders': exits 3 / lets the process run on / ignores SIGTERM).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -29,12 +30,12 @@ class FileSource:
         self.path = str(path)
 
     def fingerprint(self, recorded=None):
-        return fp_mod.fingerprint(self.path, lambda: hashlib.sha256(open(self.path, "rb").read()).hexdigest(),
-                                  recorded)
+        return fp_mod.fingerprint(self.path, lambda: hashlib.sha256(open(self.path, "rb").read()).hexdigest(), recorded)
 
 
 def open_ram(src, log=None, hang_in_build=False, max_memory=None):
     """``(store, hold, reused)`` of the RAM cache of ``src``."""
+
     def write(w):
         if log:
             with open(log, "a") as f:
@@ -45,9 +46,19 @@ def open_ram(src, log=None, hang_in_build=False, max_memory=None):
             print("building", flush=True)
             time.sleep(600)
 
-    return open_or_build(kind="test", source=FileSource(src), key_desc={"source": str(src)}, write=write,
-                         codec=FrameCodec(), cache_dir=None, max_memory=max_memory, build_workers=1, meta={},
-                         option_prefix="test", description="a test cache")
+    return open_or_build(
+        kind="test",
+        source=FileSource(src),
+        key_desc={"source": str(src)},
+        write=write,
+        codec=FrameCodec(),
+        cache_dir=None,
+        max_memory=max_memory,
+        build_workers=1,
+        meta={},
+        option_prefix="test",
+        description="a test cache",
+    )
 
 
 def main(mode, src, log):

@@ -1,4 +1,5 @@
 """One parser for backend options typed on a command line: a JSON object, one line naming the flag otherwise."""
+
 import re
 
 import click
@@ -14,15 +15,20 @@ def test_a_json_object_is_parsed():
     assert parse_backend_kwargs('{"codec": "zstd", "level": 3}', FLAG) == {"codec": "zstd", "level": 3}
     assert parse_backend_kwargs("  ", FLAG) == {}
     assert parse_backend_pairs(['datapipe={"seed": 1}', "native="], "--backend-kwargs") == {
-        "datapipe": {"seed": 1}, "native": {}}
+        "datapipe": {"seed": 1},
+        "native": {},
+    }
 
 
-@pytest.mark.parametrize("text, why", [
-    ("{codec: zstd}", "is not JSON"),         # YAML, which LeRobot's parser would have accepted
-    ('{"codec": "zstd"', "is not JSON"),      # malformed
-    ("zstd", "is not JSON"),                  # a plain string
-    ("[1, 2]", "got list"),                   # JSON, not an object
-])
+@pytest.mark.parametrize(
+    "text, why",
+    [
+        ("{codec: zstd}", "is not JSON"),  # YAML, which LeRobot's parser would have accepted
+        ('{"codec": "zstd"', "is not JSON"),  # malformed
+        ("zstd", "is not JSON"),  # a plain string
+        ("[1, 2]", "got list"),  # JSON, not an object
+    ],
+)
 def test_anything_else_is_one_line_naming_the_flag(text, why):
     with pytest.raises(BackendOptionError) as e:
         parse_backend_kwargs(text, FLAG)
@@ -33,6 +39,7 @@ def test_anything_else_is_one_line_naming_the_flag(text, why):
 def test_pairs_and_the_click_callback():
     with pytest.raises(BackendOptionError, match=re.escape("expected BACKEND='{json}'")):
         parse_backend_pairs(["compressed_cache"], "--backend-kwargs")
-    with pytest.raises(click.BadParameter,
-                       match=re.escape("--backend-kwargs 'x={a:1}': options must be a JSON object")):
+    with pytest.raises(
+        click.BadParameter, match=re.escape("--backend-kwargs 'x={a:1}': options must be a JSON object")
+    ):
         click_backend_pairs(None, None, ["x={a:1}"])

@@ -6,6 +6,7 @@ its name in a generic module's branch) is what made the layout show layers inste
 what two or more backends share; only the backend packages, and the tools that choose backends by name as a user
 does (``cli.py``, ``bench/``: which backends to measure, their colours in a plot), may say a backend's name.
 """
+
 from __future__ import annotations
 
 import ast
@@ -68,8 +69,10 @@ def test_no_generic_module_names_a_backend():
             if rel == os.path.join("core", "spec.py"):  # where DEFAULT_BACKEND is defined, once
                 hits = [h for h in hits if h[1] != DEFAULT_BACKEND]
             found += [f"{rel}:{line}: {text!r}" for line, text in hits]
-    assert not found, ("generic modules name a backend (move the code into robo_loaders_plugin/backends/<name>/, or "
-                       "pass the name in from there):\n" + "\n".join(found))
+    assert not found, (
+        "generic modules name a backend (move the code into robo_loaders_plugin/backends/<name>/, or "
+        "pass the name in from there):\n" + "\n".join(found)
+    )
 
 
 def test_the_scan_catches_a_backend_named_in_code():
@@ -84,8 +87,11 @@ def test_the_scan_catches_a_backend_named_in_code():
 
 
 def test_builtins_register_through_the_entry_point_group():
-    ours = {ep.name: ep.value for ep in importlib.metadata.entry_points(group="robo_loaders")
-            if ep.dist is not None and ep.dist.metadata["Name"] == registry.BUILTIN_DISTRIBUTION}
+    ours = {
+        ep.name: ep.value
+        for ep in importlib.metadata.entry_points(group="robo_loaders")
+        if ep.dist is not None and ep.dist.metadata["Name"] == registry.BUILTIN_DISTRIBUTION
+    }
     assert ours == {name: f"robo_loaders_plugin.backends.{name}" for name in BUILTINS}
     pm = registry.get_plugin_manager()
     for name in BUILTINS:
@@ -103,7 +109,9 @@ def test_built_in_plugins_import_nothing_heavy():
     import subprocess
     import sys
 
-    code = ("import sys\nfrom robo_loaders_plugin.core import registry\nregistry.list_backends()\n"
-            "print(sorted(m for m in ('torch', 'blosc2', 'robomimic', 'lerobot', 'torchdata') if m in sys.modules))")
+    code = (
+        "import sys\nfrom robo_loaders_plugin.core import registry\nregistry.list_backends()\n"
+        "print(sorted(m for m in ('torch', 'blosc2', 'robomimic', 'lerobot', 'torchdata') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]", out

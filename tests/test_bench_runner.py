@@ -1,5 +1,6 @@
 """The benchmark's child runs: each starts from an empty cache directory of its own unless asked to reuse the
 user's, so no backend's first-run cost depends on what an earlier run left (issue 23, item 14)."""
+
 import os
 
 from robo_loaders_plugin.bench.runner import run_child

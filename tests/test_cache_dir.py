@@ -1,4 +1,5 @@
 """The cache directory (storage.cache) and the staleness policy (storage.fingerprint): unit tests."""
+
 import os
 import shutil
 import subprocess
@@ -10,8 +11,15 @@ import pytest
 
 from robo_loaders_plugin import StaleSourceError
 from robo_loaders_plugin.storage import cache
-from robo_loaders_plugin.storage.fingerprint import (DIGEST_METHOD, LEGACY_METHOD, Fingerprint, check_same_source,
-                                                     fingerprint, hash_file, new_digest)
+from robo_loaders_plugin.storage.fingerprint import (
+    DIGEST_METHOD,
+    LEGACY_METHOD,
+    Fingerprint,
+    check_same_source,
+    fingerprint,
+    hash_file,
+    new_digest,
+)
 
 
 def digest_of(path):
@@ -19,6 +27,7 @@ def digest_of(path):
         h = new_digest()
         hash_file(h, path)
         return h.hexdigest()
+
     return digest
 
 
@@ -107,8 +116,9 @@ def test_a_fingerprint_of_the_sampled_method_is_never_compared_with_a_full_diges
     src = tmp_path / "data.bin"
     src.write_bytes(b"x" * 5000)
     files = fingerprint(str(src), digest_of(str(src))).files
-    old = Fingerprint.from_dict({"path": str(src.resolve()), "files": [list(f) for f in files],
-                                 "content": legacy_sampled_digest(src)})
+    old = Fingerprint.from_dict(
+        {"path": str(src.resolve()), "files": [list(f) for f in files], "content": legacy_sampled_digest(src)}
+    )
     assert old.method == LEGACY_METHOD and old.identity() == [[f[0], f[1], f[2]] for f in files] + [old.content]
     calls = []
 
@@ -121,8 +131,11 @@ def test_a_fingerprint_of_the_sampled_method_is_never_compared_with_a_full_diges
     current = fingerprint(str(src), digest, recorded=old)
     assert len(calls) == 1 and current.method == DIGEST_METHOD and current.content != old.content
     assert cache.content_key(current) != cache.content_key(old)  # caches: rebuilt once
-    with pytest.raises(StaleSourceError, match=rf"computed by another robo-loaders \({LEGACY_METHOD}; this one "
-                                               rf"computes {DIGEST_METHOD}\).*convert again"):
+    with pytest.raises(
+        StaleSourceError,
+        match=rf"computed by another robo-loaders \({LEGACY_METHOD}; this one "
+        rf"computes {DIGEST_METHOD}\).*convert again",
+    ):
         check_same_source(old, current, "shards", "convert again")  # given shards: refused, not guessed
     assert not current.differences(Fingerprint.from_dict(current.as_dict()))
     h = new_digest()
@@ -148,8 +161,16 @@ def _obtain(root, key, content, built):
         with open(path, "wb") as f:
             f.write(b"z" * 1000)
 
-    return cache.obtain(root, "kind", {"src": key}, lambda recorded: fp, lambda p: None,
-                        lambda p: os.path.getsize(p) == 1000, build, "test")
+    return cache.obtain(
+        root,
+        "kind",
+        {"src": key},
+        lambda recorded: fp,
+        lambda p: None,
+        lambda p: os.path.getsize(p) == 1000,
+        build,
+        "test",
+    )
 
 
 def test_obtain_reuses_rebuilds_on_change_and_retires_the_old_copy(tmp_path):
@@ -202,9 +223,14 @@ def test_a_second_builder_waits_for_the_first_then_times_out_clearly(tmp_path, m
     try:
         assert p.stdout.readline().strip() == "building"
         monkeypatch.setenv("ROBO_LOADERS_LOCK_TIMEOUT", "1")
-        with pytest.raises(cache.CacheError, match=r"timed out after 1 s waiting for pid \d+ .*kind-x-y.*"
-                                                   r"ROBO_LOADERS_LOCK_TIMEOUT"), \
-                cache.Entry(root, "kind-x-y").building("test"):
+        with (
+            pytest.raises(
+                cache.CacheError,
+                match=r"timed out after 1 s waiting for pid \d+ .*kind-x-y.*"
+                r"ROBO_LOADERS_LOCK_TIMEOUT",
+            ),
+            cache.Entry(root, "kind-x-y").building("test"),
+        ):
             pass
     finally:
         p.kill()
@@ -215,8 +241,9 @@ def test_leftovers_of_killed_builds_are_swept(tmp_path):
     root = cache.cache_root(str(tmp_path))
     (tmp_path / "kind-a-b.rlc.tmp-123-456").write_bytes(b"partial")
     (tmp_path / "kind-c-d.tmp-9").mkdir()
-    assert sorted(cache.sweep_temporary(root)) == sorted([str(tmp_path / "kind-a-b.rlc.tmp-123-456"),
-                                                          str(tmp_path / "kind-c-d.tmp-9")])
+    assert sorted(cache.sweep_temporary(root)) == sorted(
+        [str(tmp_path / "kind-a-b.rlc.tmp-123-456"), str(tmp_path / "kind-c-d.tmp-9")]
+    )
     assert os.listdir(tmp_path / ".locks") == []  # nor the lock files the sweep opened for them
 
 
@@ -285,8 +312,12 @@ def test_a_failed_build_removes_its_lock_while_others_wait_and_one_of_them_build
     the other two wait on that file. Exactly one of them then builds (on the lock file that now has its name) and
     the last reuses: builds never overlap, and no lock is left for an entry that does not exist."""
     root, log = cache.cache_root(str(tmp_path / "cache")), str(tmp_path / "log")
-    procs = [subprocess.Popen([sys.executable, "-c", RACE, root, log], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              text=True) for _ in range(3)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", RACE, root, log], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+        for _ in range(3)
+    ]
     try:
         assert all(p.stdout.readline().strip() == "ready" for p in procs)  # imports done: start together
         for p in procs:
@@ -367,8 +398,9 @@ def test_prune_leaves_a_cache_dir_nested_in_the_root_and_what_a_run_holds_there(
     nested = os.path.join(root, "my-cache_dir")
     unused, _, _, _ = _obtain(root, "a", "v1", built)
     (tmp_path / "root" / "my-notes").mkdir()  # anything else the user keeps there: not an entry either
-    run = subprocess.Popen([sys.executable, "-c", HOLD_ENTRY, nested], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                           text=True)
+    run = subprocess.Popen(
+        [sys.executable, "-c", HOLD_ENTRY, nested], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     try:
         held = run.stdout.readline().strip()
         assert held.startswith(nested + "/kind-") and os.path.isdir(held)
@@ -378,9 +410,11 @@ def test_prune_leaves_a_cache_dir_nested_in_the_root_and_what_a_run_holds_there(
         r = CliRunner().invoke(main, ["cache", "clear", "--cache-dir", root])
         assert r.exit_code == 0 and r.output == "", r.output
         r = CliRunner().invoke(main, ["cache", "prune", "--cache-dir", nested, "--max-size", "1"])
-        assert r.exit_code == 0 and r.output == (f"[robo-loaders] the cache {nested} holds 1.0 kB, over its limit "
-                                                 "of 1 B (--max-size), with entries in use; nothing more can be "
-                                                 "removed now\n"), r.output
+        assert r.exit_code == 0 and r.output == (
+            f"[robo-loaders] the cache {nested} holds 1.0 kB, over its limit "
+            "of 1 B (--max-size), with entries in use; nothing more can be "
+            "removed now\n"
+        ), r.output
         assert os.path.exists(os.path.join(held, "shard.tar")) and (tmp_path / "root" / "my-notes").is_dir()
     finally:
         run.stdin.close()
@@ -405,8 +439,10 @@ def test_a_size_limit_of_zero_means_no_limit_in_the_variable_and_in_prune(tmp_pa
     for args in (["--max-size", "0"], []):  # the option's 0, then the variable's
         r = CliRunner().invoke(main, ["cache", "prune", "--cache-dir", root, *args])
         given = "--max-size 0" if args else "ROBO_LOADERS_CACHE_SIZE=0"
-        assert r.exit_code == 0 and r.output == (f"{root} has no size limit ({given}): no entry removed; "
-                                                 "`robo-loaders cache clear` removes every entry nothing uses\n")
+        assert r.exit_code == 0 and r.output == (
+            f"{root} has no size limit ({given}): no entry removed; "
+            "`robo-loaders cache clear` removes every entry nothing uses\n"
+        )
         assert os.path.exists(entry.path)
     r = CliRunner().invoke(main, ["cache", "prune", "--cache-dir", root, "--max-size", "abc"])
     assert isinstance(r.exception, cache.CacheError)

@@ -1,6 +1,7 @@
 """``robo-loaders`` imports a command's modules only when that command runs (issue 31 item 8): ``list``, ``doctor``
 and the others do not import ``robo_loaders_plugin.bench`` (the benchmark runner and the report's plots and
 tables) nor the transcoder. Each check runs in a fresh interpreter, where ``sys.modules`` shows what was imported."""
+
 import json
 import os
 import subprocess
@@ -12,15 +13,16 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def imported_by(*argv: str) -> set[str]:
     """The package's modules imported by ``import robo_loaders_plugin.cli`` and running ``robo-loaders ARGV`` (its
     exit status 0), in a fresh interpreter."""
-    code = ("import json, sys\n"
-            "from click.testing import CliRunner\n"
-            "from robo_loaders_plugin.cli import main\n"
-            f"r = CliRunner().invoke(main, {list(argv)!r}, catch_exceptions=False)\n"
-            "assert r.exit_code == 0, r.output\n"
-            "print(json.dumps(sorted(m for m in sys.modules if m.startswith('robo_loaders_plugin'))))\n")
+    code = (
+        "import json, sys\n"
+        "from click.testing import CliRunner\n"
+        "from robo_loaders_plugin.cli import main\n"
+        f"r = CliRunner().invoke(main, {list(argv)!r}, catch_exceptions=False)\n"
+        "assert r.exit_code == 0, r.output\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.startswith('robo_loaders_plugin'))))\n"
+    )
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT] + sys.path))
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT,
-                         timeout=120)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
     assert out.returncode == 0, out.stderr
     return set(json.loads(out.stdout.strip().splitlines()[-1]))
 

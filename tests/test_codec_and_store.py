@@ -5,11 +5,9 @@ import zlib
 import numpy as np
 import pytest
 
-from robo_loaders_plugin.storage.store import EpisodeStore, MemoryBudgetExceeded, StoreError, \
-    StoreWriter
-from robo_loaders_plugin.storage.codec import FrameCodec
-from robo_loaders_plugin.storage.codec import CodecError
 from robo_loaders_plugin.core.units import format_bytes, parse_bytes
+from robo_loaders_plugin.storage.codec import CodecError, FrameCodec
+from robo_loaders_plugin.storage.store import EpisodeStore, MemoryBudgetExceeded, StoreError, StoreWriter
 
 
 def frames(n=5, seed=0):
@@ -85,19 +83,19 @@ def test_store_rejects_truncated_and_corrupt(tmp_path):
     with pytest.raises(StoreError, match="bad magic"):
         EpisodeStore(str(bad))
     hdr = data.rfind(b'"episodes"')
-    bad.write_bytes(data[:hdr] + b"X" + data[hdr + 1:])
+    bad.write_bytes(data[:hdr] + b"X" + data[hdr + 1 :])
     with pytest.raises(StoreError, match="checksum"):
         EpisodeStore(str(bad))
     # a frame blob damaged in the data region is caught when its table is loaded
     st = EpisodeStore(str(path))
     s0 = int(st.blob_bounds("img")[0][0])
     st.close()
-    bad.write_bytes(data[:s0] + b"\xff" * 16 + data[s0 + 16:])
+    bad.write_bytes(data[:s0] + b"\xff" * 16 + data[s0 + 16 :])
     with pytest.raises(CodecError, match="corrupt compressed frame"):
         EpisodeStore(str(bad)).blob_bounds("img")
     # damage in the data region is also caught by the full check done before a persisted cache is reused
     raw_off = EpisodeStore(str(path)).field(1, "low")["offset"]
-    bad.write_bytes(data[:raw_off] + b"\x01" + data[raw_off + 1:])
+    bad.write_bytes(data[:raw_off] + b"\x01" + data[raw_off + 1 :])
     reopened = EpisodeStore(str(bad))
     with pytest.raises(StoreError, match="data checksum"):
         reopened.verify()
@@ -160,8 +158,12 @@ def test_the_store_summary_counts_in_the_frameworks_word_and_says_when_there_are
 
     build(tmp_path / "s.rlc")
     with_frames = summarize(EpisodeStore(str(tmp_path / "s.rlc")), 3, 10, False, "demo")
-    assert with_frames.startswith("3 demos, 10 samples, cache ") and "frames " in with_frames and "x; low-dim" in \
-        with_frames and "nan" not in with_frames
+    assert (
+        with_frames.startswith("3 demos, 10 samples, cache ")
+        and "frames " in with_frames
+        and "x; low-dim" in with_frames
+        and "nan" not in with_frames
+    )
     w = StoreWriter(str(tmp_path / "low.rlc"), FrameCodec())
     w.add_episode("demo_0", {"low": np.zeros((5, 2))}, compressed=set())
     w.finish({})
@@ -180,7 +182,7 @@ def test_squared_error_does_not_wrap_on_large_frames():
     a = np.zeros((16, 480, 640, 3), np.uint8)
     b = np.full_like(a, 30)
     assert squared_error(a, b) == 30 * 30 * a.size
-    assert abs(psnr(a, b) - 10 * np.log10(255 ** 2 / 900)) < 1e-9
+    assert abs(psnr(a, b) - 10 * np.log10(255**2 / 900)) < 1e-9
 
 
 def test_sizes_that_are_not_finite_are_refused_naming_the_option():
@@ -206,13 +208,16 @@ def test_store_frames_check_each_blob_before_its_first_decode_not_all_at_open(tm
     s2 = int(store.blob_layout("img")[0][4 + 5])  # the first frame blob of episode 2
     store.close()
     data = bytearray(path.read_bytes())
-    data[s2:s2 + 16] = b"\xff" * 16
+    data[s2 : s2 + 16] = b"\xff" * 16
     bad = tmp_path / "bad.rlc"
     bad.write_bytes(bytes(data))
     checked = []
     real = EpisodeStore.check_blobs
-    monkeypatch.setattr(EpisodeStore, "check_blobs", lambda self, k, s, e, x, **kw: (checked.append(len(s)),
-                                                                                   real(self, k, s, e, x, **kw)))
+    monkeypatch.setattr(
+        EpisodeStore,
+        "check_blobs",
+        lambda self, k, s, e, x, **kw: (checked.append(len(s)), real(self, k, s, e, x, **kw)),
+    )
     frames = StoreFrames(EpisodeStore(str(bad)))
     out = np.empty((2, 24, 24, 3), np.uint8)
     frames.take("img", np.array([0, 1]), np.array([3, 4]), out)
@@ -299,9 +304,9 @@ def test_a_store_of_another_format_gets_another_cache_entry_and_is_refused_if_op
     build(path)
     data = path.read_bytes()
     old = data.replace(b'"format": 2', b'"format": 1')
-    hoff, hlen, _, end = store_module._FOOTER.unpack(data[-store_module._FOOTER.size:])
-    header = old[hoff:hoff + hlen]
+    hoff, hlen, _, end = store_module._FOOTER.unpack(data[-store_module._FOOTER.size :])
+    header = old[hoff : hoff + hlen]
     footer = store_module._FOOTER.pack(hoff, hlen, zlib.crc32(header), end)  # a valid header of format 1
-    (tmp_path / "old.rlc").write_bytes(old[:hoff + hlen] + footer)
+    (tmp_path / "old.rlc").write_bytes(old[: hoff + hlen] + footer)
     with pytest.raises(StoreError, match=r"old\.rlc: cache format 1 is not 2 .*delete it and it will be rebuilt"):
         EpisodeStore(str(tmp_path / "old.rlc"))

@@ -1,6 +1,7 @@
 """Hugging Face ``datasets`` internals are read in ``lerobot/compat.py`` only (issue 31 item 4), behind small
 documented functions that ``robo-loaders doctor`` tries on a real ``Dataset`` (``tests/test_doctor.py``): here, a
 scan of the package for those reads anywhere else, and the functions on real ``datasets.Dataset`` objects."""
+
 import ast
 import os
 
@@ -20,12 +21,21 @@ def private_reads(source: str) -> list[str]:
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Attribute) and node.attr in PRIVATE_ATTRS:
             found.append(f"line {node.lineno}: .{node.attr}")
-        elif isinstance(node, ast.Attribute) and node.attr == "column" and isinstance(node.value, ast.Attribute) \
-                and node.value.attr == "data":
+        elif (
+            isinstance(node, ast.Attribute)
+            and node.attr == "column"
+            and isinstance(node.value, ast.Attribute)
+            and node.value.attr == "data"
+        ):
             found.append(f"line {node.lineno}: .data.column")
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr") \
-                and len(node.args) > 1 and isinstance(node.args[1], ast.Constant) \
-                and node.args[1].value in PRIVATE_ATTRS:
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("getattr", "hasattr")
+            and len(node.args) > 1
+            and isinstance(node.args[1], ast.Constant)
+            and node.args[1].value in PRIVATE_ATTRS
+        ):
             found.append(f"line {node.lineno}: {node.func.id}(..., {node.args[1].value!r})")
     return sorted(found, key=lambda f: (int(f.split()[1].rstrip(":")), f))
 
@@ -53,14 +63,19 @@ def test_only_the_lerobot_compat_module_reads_hf_datasets_internals():
     there = " ".join(reads["lerobot/compat.py"])
     assert all(name in there for name in ("'_indices'", "'_fingerprint'", "'cache_files'", ".data.column")), there
     # negative control: the reads lerobot/dataset.py and lerobot/factories.py held before issue 31 are each caught
-    before = '''
+    before = """
 indices = hf._indices.column(0) if getattr(hf, "_indices", None) is not None else None
 col = hf.data.column(name)
 cache_files = sorted({os.path.dirname(c["filename"]) for c in getattr(hf, "cache_files", None) or []})
 doc = {"fingerprint": getattr(hf, "_fingerprint", None)}
-'''
-    assert private_reads(before) == ["line 2: ._indices", "line 2: getattr(..., '_indices')", "line 3: .data.column",
-                                     "line 4: getattr(..., 'cache_files')", "line 5: getattr(..., '_fingerprint')"]
+"""
+    assert private_reads(before) == [
+        "line 2: ._indices",
+        "line 2: getattr(..., '_indices')",
+        "line 3: .data.column",
+        "line 4: getattr(..., 'cache_files')",
+        "line 5: getattr(..., '_fingerprint')",
+    ]
     assert not private_reads("x.data.shape\nself.indices = 1\nhf.features\nrecorded_fingerprint(p)\n")
 
 

@@ -5,6 +5,7 @@ log, and every ``robo-loaders`` command it runs exists with the options it gives
 Why not run the demo here: it trains two policies (2.3 min on a quiet 2-core machine); its last measured run is
 committed in ``benchmarks/results/demo_run.log``.
 """
+
 import os
 import re
 import subprocess
@@ -19,8 +20,13 @@ LIB = os.path.join(ROOT, "examples", "demo_lib.sh")
 
 def helpers(script: str, tmp_path) -> subprocess.CompletedProcess:
     """``script`` run by bash after sourcing the demo's helpers, as the demo does."""
-    return subprocess.run(["bash", "-c", f"set -euo pipefail; started=$SECONDS; steps=2; n=0; source {LIB}; {script}"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        ["bash", "-c", f"set -euo pipefail; started=$SECONDS; steps=2; n=0; source {LIB}; {script}"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_the_demo_script_parses():
@@ -28,11 +34,16 @@ def test_the_demo_script_parses():
 
 
 def test_run_shows_the_matching_lines_as_they_come_and_keeps_the_whole_output(tmp_path):
-    p = helpers("step 'first'; run out.log '^keep' bash -c 'echo keep one; echo noise; echo keep two >&2'; "
-                "step 'second'", tmp_path)
+    p = helpers(
+        "step 'first'; run out.log '^keep' bash -c 'echo keep one; echo noise; echo keep two >&2'; step 'second'",
+        tmp_path,
+    )
     assert p.returncode == 0, p.stderr
-    assert re.fullmatch(r"\n== \[1/2, 0:0\d elapsed\] first\nkeep one\nkeep two\n\n== \[2/2, 0:0\d elapsed\] "
-                        r"second\n", p.stdout), p.stdout
+    assert re.fullmatch(
+        r"\n== \[1/2, 0:0\d elapsed\] first\nkeep one\nkeep two\n\n== \[2/2, 0:0\d elapsed\] "
+        r"second\n",
+        p.stdout,
+    ), p.stdout
     assert (tmp_path / "out.log").read_text() == "keep one\nnoise\nkeep two\n"
 
 
@@ -46,8 +57,11 @@ def test_a_failing_step_ends_the_demo_with_its_status_and_names_its_log(tmp_path
 def commands(text: str) -> list[list[str]]:
     """Every ``robo-loaders`` command line of a shell script (continued lines joined), as words."""
     joined = re.sub(r"\\\n\s*", " ", text)
-    return [line[line.index("robo-loaders "):].split() for line in joined.splitlines()
-            if "robo-loaders " in line and not line.lstrip().startswith(("#", "echo", "step", '"', "printf"))]
+    return [
+        line[line.index("robo-loaders ") :].split()
+        for line in joined.splitlines()
+        if "robo-loaders " in line and not line.lstrip().startswith(("#", "echo", "step", '"', "printf"))
+    ]
 
 
 def unknown_options(words: list[str]) -> list[str]:
@@ -62,7 +76,7 @@ def unknown_options(words: list[str]) -> list[str]:
             break
         cmd, i = sub, i + 1
     if isinstance(cmd, click.Group):
-        return [" ".join(words[:i + 1])]
+        return [" ".join(words[: i + 1])]
     if cmd.context_settings.get("ignore_unknown_options"):  # robomimic-train: every argument goes to robomimic
         return []
     known = {o for p in cmd.params for o in p.opts + p.secondary_opts}
@@ -72,14 +86,19 @@ def unknown_options(words: list[str]) -> list[str]:
 def test_every_robo_loaders_command_of_the_demo_takes_its_options():
     with open(DEMO) as f:
         found = commands(f.read())
-    assert {tuple(c[1:3]) for c in found} >= {("sample-data", "robomimic"), ("robomimic-train", "--config"),
-                                              ("bench", "robomimic"), ("sample-data", "lerobot"),
-                                              ("bench", "lerobot")}, found
+    assert {tuple(c[1:3]) for c in found} >= {
+        ("sample-data", "robomimic"),
+        ("robomimic-train", "--config"),
+        ("bench", "robomimic"),
+        ("sample-data", "lerobot"),
+        ("bench", "lerobot"),
+    }, found
     assert [u for c in found for u in unknown_options(c)] == []
 
 
-@pytest.mark.parametrize("line", ["robo-loaders bench robomimic --dataset x --batches-per-pass 3",
-                                  "robo-loaders sample-data mujoco out"])
+@pytest.mark.parametrize(
+    "line", ["robo-loaders bench robomimic --dataset x --batches-per-pass 3", "robo-loaders sample-data mujoco out"]
+)
 def test_the_option_check_sees_a_command_or_option_that_does_not_exist(line):
     """Negative control: an option the command does not take, a subcommand that does not exist."""
     assert unknown_options(line.split())

@@ -1,4 +1,5 @@
 """robo-loaders doctor: passes with the installed (pinned) frameworks, fails naming a patch point that moved."""
+
 import pytest
 from click.testing import CliRunner
 
@@ -24,8 +25,15 @@ def row(output: str, text: str) -> str:
 def test_doctor_passes_with_the_pinned_versions():
     r = CliRunner().invoke(main, ["doctor"])
     assert r.exit_code == 0, r.output
-    for text in ("robomimic 0.3.0", "lerobot 0.6.", "run_epoch", "cycle", "DatasetReader._tolerance_s",
-                 "DataLoader draws one base seed", "torchcodec"):
+    for text in (
+        "robomimic 0.3.0",
+        "lerobot 0.6.",
+        "run_epoch",
+        "cycle",
+        "DatasetReader._tolerance_s",
+        "DataLoader draws one base seed",
+        "torchcodec",
+    ):
         assert row(r.output, text).startswith(("ok", "warn")), text
 
 
@@ -90,8 +98,10 @@ def test_doctor_proves_nvdec_by_decoding_and_names_a_cpu_only_torchcodec(monkeyp
     import torchcodec
 
     if "+cpu" not in torchcodec.__version__:
-        pytest.skip(f"torchcodec {torchcodec.__version__} is a CUDA build: the refusal checked here cannot happen "
-                    "(tests marked cuda check NVDEC itself)")
+        pytest.skip(
+            f"torchcodec {torchcodec.__version__} is a CUDA build: the refusal checked here cannot happen "
+            "(tests marked cuda check NVDEC itself)"
+        )
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA A100-SXM4-80GB")
@@ -123,8 +133,10 @@ def test_doctor_checks_the_hf_datasets_internals_on_a_real_dataset(monkeypatch):
     r = CliRunner().invoke(main, ["doctor"])
     assert r.exit_code == 1
     failed = row(r.output, "Dataset._indices")
-    assert failed.startswith("FAIL") and \
-        "the rows [13, 11] selected read as [10, 11, 12, 13]: rows cannot be compared" in failed
+    assert (
+        failed.startswith("FAIL")
+        and "the rows [13, 11] selected read as [10, 11, 12, 13]: rows cannot be compared" in failed
+    )
 
     def no_fingerprint(self, *args, **kwargs):
         picked = select(self, *args, **kwargs)

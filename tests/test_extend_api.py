@@ -1,6 +1,7 @@
 """``robo_loaders_plugin.extend`` is the whole API a third-party backend needs: every name it exports (the lazily
 loaded ones included) is documented in its docstring, and no public signature or ``Returns:`` section reachable
 from it names a private type (one a backend author could only find by reading a private module)."""
+
 import ast
 import inspect
 import os
@@ -27,8 +28,9 @@ def private_class_names() -> set[str]:
 
 def returns_section(doc: str) -> str:
     """The text of a Google-style ``Returns:`` section (up to the next section or the end)."""
-    m = re.search(r"^\s*Returns:\s*\n(.*?)(?=^\s*(?:Raises|Args|Yields|Attributes|Example\w*):|\Z)", doc or "",
-                  re.S | re.M)
+    m = re.search(
+        r"^\s*Returns:\s*\n(.*?)(?=^\s*(?:Raises|Args|Yields|Attributes|Example\w*):|\Z)", doc or "", re.S | re.M
+    )
     return m.group(1) if m else ""
 
 
@@ -55,16 +57,24 @@ def members(name: str, obj) -> list[tuple[str, object]]:
 def problems_of(name: str, fn, private: set[str]) -> list[str]:
     texts = [returns_section(inspect.getdoc(fn) or "")]
     if inspect.isfunction(fn):
-        texts += [a if isinstance(a, str) else getattr(a, "__name__", str(a))
-                  for a in getattr(fn, "__annotations__", {}).values()]
+        texts += [
+            a if isinstance(a, str) else getattr(a, "__name__", str(a))
+            for a in getattr(fn, "__annotations__", {}).values()
+        ]
     found = sorted({w for t in texts for w in re.findall(r"\b[A-Z]\w+", t) if w in private})
     return [f"{name}: names private {found}"] if found else []
 
 
 def test_every_exported_name_is_documented_in_extends_docstring():
     doc = extend.__doc__
-    missing = [n for n in extend.__all__ if f"``{n}``" not in doc and f":class:`{n}`" not in doc
-               and f":func:`{n}`" not in doc and f":data:`{n}`" not in doc]
+    missing = [
+        n
+        for n in extend.__all__
+        if f"``{n}``" not in doc
+        and f":class:`{n}`" not in doc
+        and f":func:`{n}`" not in doc
+        and f":data:`{n}`" not in doc
+    ]
     assert not missing, missing
 
 
@@ -85,7 +95,7 @@ def test_the_walk_finds_a_private_type():
 
     def f() -> "EntryHold":  # noqa: F821  (a name only the check reads)
         """Returns:
-            Nothing.
+        Nothing.
         """
 
     def g():

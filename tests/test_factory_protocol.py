@@ -2,6 +2,7 @@
 (``core.hookspecs.FACTORY_PROTOCOLS``): a wrong signature is refused by ``robo-loaders list`` with one line naming
 the plugin, backend, framework and the expected signature, not at the first training run; and the check reads the
 factory's source, so listing still imports neither torch nor the factory's module."""
+
 import functools
 import json
 import os
@@ -14,7 +15,7 @@ from robo_loaders_plugin.core.factory_check import expected_signature, factory_p
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-PLUGIN = '''
+PLUGIN = """
 from robo_loaders_plugin import SAMPLE, BackendSpec, hookimpl
 
 @hookimpl
@@ -25,9 +26,9 @@ def robo_loaders_backends():
             BackendSpec(name="wrong_one", description="d", frameworks=("robomimic", "lerobot"), kind=SAMPLE,
                         factories={"robomimic": "proto_factories:good_robomimic",
                                    "lerobot": "proto_factories:wrong_lerobot"})]
-'''
+"""
 # the factories' module imports torch at the top, as a real one does: the check must not import it
-FACTORIES = '''
+FACTORIES = """
 import torch
 
 def good_robomimic(config, obs_keys, filter_by_attribute=None, dataset_path=None, *, options):
@@ -41,13 +42,15 @@ def wrong_lerobot(native, options):  # options positional: the adapter passes it
 
 def wrong_lerobot(native):  # ...the last definition is the one imported: no options at all
     return None
-'''
-CODE = ("import json, sys\n"
-        "from click.testing import CliRunner\n"
-        "from robo_loaders_plugin.cli import main\n"
-        "r = CliRunner().invoke(main, sys.argv[1:])\n"
-        "print(json.dumps({'code': r.exit_code, 'out': r.stdout, 'err': r.stderr,\n"
-        "                  'torch': 'torch' in sys.modules, 'factories': 'proto_factories' in sys.modules}))\n")
+"""
+CODE = (
+    "import json, sys\n"
+    "from click.testing import CliRunner\n"
+    "from robo_loaders_plugin.cli import main\n"
+    "r = CliRunner().invoke(main, sys.argv[1:])\n"
+    "print(json.dumps({'code': r.exit_code, 'out': r.stdout, 'err': r.stderr,\n"
+    "                  'torch': 'torch' in sys.modules, 'factories': 'proto_factories' in sys.modules}))\n"
+)
 
 
 def install(site, name="proto", module="proto_plugin"):
@@ -60,8 +63,9 @@ def install(site, name="proto", module="proto_plugin"):
 
 def run_list(site, *argv):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), ROOT] + sys.path))
-    p = subprocess.run([sys.executable, "-c", CODE, "list", *argv], capture_output=True, text=True, env=env,
-                       cwd=ROOT, timeout=120)
+    p = subprocess.run(
+        [sys.executable, "-c", CODE, "list", *argv], capture_output=True, text=True, env=env, cwd=ROOT, timeout=120
+    )
     assert p.returncode == 0, p.stderr
     return json.loads(p.stdout.strip().splitlines()[-1])
 
@@ -75,9 +79,11 @@ def test_a_wrong_factory_signature_is_refused_by_list_naming_plugin_backend_fram
     assert "good_one" in r["out"] and "wrong_one" not in r["out"]  # refused, the rest listed
     lines = [line for line in r["err"].splitlines() if line.startswith("error:")]
     assert len(lines) == 1, r["err"]
-    assert lines[0] == ("error: plugin 'proto': backend 'wrong_one' refused: its lerobot factory "
-                        "proto_factories:wrong_lerobot has the signature (native); expected "
-                        "factory(native, *, options) (the protocol: robo_loaders_plugin/core/hookspecs.py)")
+    assert lines[0] == (
+        "error: plugin 'proto': backend 'wrong_one' refused: its lerobot factory "
+        "proto_factories:wrong_lerobot has the signature (native); expected "
+        "factory(native, *, options) (the protocol: robo_loaders_plugin/core/hookspecs.py)"
+    )
     assert not r["torch"] and not r["factories"], r  # read from source: nothing imported
     j = run_list(tmp_path, "--json")
     assert j["code"] == 1 and "wrong_one" in j["err"] and not j["torch"] and not j["factories"]
@@ -104,8 +110,11 @@ def test_choosing_a_refused_backend_says_why(tmp_path, monkeypatch):
     registry.reset_cache()
     try:
         assert "wrong_one" in registry.refused_backends() and "good_one" in registry.list_backends()
-        with pytest.raises(RoboLoadersError, match=r"--dataset.backend: plugin 'proto': backend 'wrong_one' "
-                                                   r"refused: its lerobot factory"):
+        with pytest.raises(
+            RoboLoadersError,
+            match=r"--dataset.backend: plugin 'proto': backend 'wrong_one' "
+            r"refused: its lerobot factory",
+        ):
             registry.get_backend("wrong_one", "--dataset.backend")
     finally:
         monkeypatch.undo()
@@ -130,12 +139,20 @@ def _lr_kwargs(native, **kwargs):
     """Takes anything by keyword."""
 
 
-@pytest.mark.parametrize("factory,framework,ok", [
-    (_rm, "robomimic", True), (_rm_positional_options, "robomimic", True), (_lr_kwargs, "lerobot", True),
-    (functools.partial(_rm, extra=1), "robomimic", True),
-    (_rm_missing_dataset_path, "robomimic", False), (_rm, "lerobot", False), (_lr_kwargs, "robomimic", False),
-    ("no_colon_here", "lerobot", False), ("no_such_package_anywhere.mod:f", "lerobot", False),
-])
+@pytest.mark.parametrize(
+    "factory,framework,ok",
+    [
+        (_rm, "robomimic", True),
+        (_rm_positional_options, "robomimic", True),
+        (_lr_kwargs, "lerobot", True),
+        (functools.partial(_rm, extra=1), "robomimic", True),
+        (_rm_missing_dataset_path, "robomimic", False),
+        (_rm, "lerobot", False),
+        (_lr_kwargs, "robomimic", False),
+        ("no_colon_here", "lerobot", False),
+        ("no_such_package_anywhere.mod:f", "lerobot", False),
+    ],
+)
 def test_callables_and_references(factory, framework, ok):
     problem = factory_problem(factory, framework)
     assert (problem is None) == ok, problem
@@ -152,11 +169,20 @@ def test_a_factory_that_is_not_a_def_is_checked_when_imported(tmp_path, monkeypa
     monkeypatch.syspath_prepend(str(tmp_path))
     try:
         assert factory_problem("assigned_factories:make", "lerobot") is None  # cannot be told from source
-        spec = BackendSpec(name="assigned", description="d", frameworks=("lerobot",), kind=SAMPLE,
-                           factories={"lerobot": "assigned_factories:make"}, plugin="p")
-        with pytest.raises(RoboLoadersError, match=r"plugin 'p': backend 'assigned' refused: its lerobot factory "
-                                                   r"_make has the signature \(native\); expected "
-                                                   r"factory\(native, \*, options\)"):
+        spec = BackendSpec(
+            name="assigned",
+            description="d",
+            frameworks=("lerobot",),
+            kind=SAMPLE,
+            factories={"lerobot": "assigned_factories:make"},
+            plugin="p",
+        )
+        with pytest.raises(
+            RoboLoadersError,
+            match=r"plugin 'p': backend 'assigned' refused: its lerobot factory "
+            r"_make has the signature \(native\); expected "
+            r"factory\(native, \*, options\)",
+        ):
             spec.factory_for("lerobot")
     finally:
         sys.modules.pop("assigned_factories", None)

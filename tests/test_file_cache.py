@@ -1,5 +1,6 @@
 """The read-through file cache with a server that does not say a file's size (an HTTP server without
 Content-Length): the copy is checked against the size it had when copied, and reused."""
+
 import os
 
 from fsspec.implementations.local import LocalFileSystem

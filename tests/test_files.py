@@ -1,5 +1,6 @@
 """core/files.py: the one atomic file write (index, manifest, sidecar, result and README files) and the one
 non-blocking flock (caches, RAM stores, conversion leases)."""
+
 import fcntl
 import json
 import os

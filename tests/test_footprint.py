@@ -1,15 +1,23 @@
 """The footprint contract (core.footprint) and the built-in backends' plans (footprints): every refusal message,
 the headroom boundary, each placement decision, and the writers' disk guard, on synthetic sizes."""
+
 import os
 
 import numpy as np
 import pytest
 
-from robo_loaders_plugin.core.footprint import (HEADROOM, Available, DiskGuard, Footprint, ResourceRefused,
-                                                check_fits, shortfalls)
 from robo_loaders_plugin.backends.compressed_cache.placement import compressed_cache_plan
 from robo_loaders_plugin.backends.gpu_resampler.footprint import plan_tiers
 from robo_loaders_plugin.core.data_size import DataSize
+from robo_loaders_plugin.core.footprint import (
+    HEADROOM,
+    Available,
+    DiskGuard,
+    Footprint,
+    ResourceRefused,
+    check_fits,
+    shortfalls,
+)
 from robo_loaders_plugin.pipeline.buffer_plan import buffer_plan
 from robo_loaders_plugin.storage.shards.disk_estimate import conversion_estimate
 
@@ -17,8 +25,16 @@ GB = 10**9
 
 
 def machine(host=20 * GB, shm=20 * GB, disk=50 * GB, device=None, shm_is_ram=True):
-    return Available(host_bytes=host, shm_bytes=shm, shm_dir="/dev/shm", shm_is_ram=shm_is_ram, disk_bytes=disk,
-                     disk_dir="/data/cache", device_bytes=device, device=None if device is None else "cuda:0")
+    return Available(
+        host_bytes=host,
+        shm_bytes=shm,
+        shm_dir="/dev/shm",
+        shm_is_ram=shm_is_ram,
+        disk_bytes=disk,
+        disk_dir="/data/cache",
+        device_bytes=device,
+        device=None if device is None else "cuda:0",
+    )
 
 
 def size(episodes=10, length=100, frame=1_000_000, other=100):
@@ -26,19 +42,28 @@ def size(episodes=10, length=100, frame=1_000_000, other=100):
 
 
 def test_a_footprint_that_fits_passes_and_each_resource_that_does_not_is_named_with_both_sizes():
-    check_fits(Footprint(host_bytes=GB, shm_bytes=GB, disk_bytes=GB, disk_dir="/d"), machine(), backend="b",
-               option_prefix="p")
+    check_fits(
+        Footprint(host_bytes=GB, shm_bytes=GB, disk_bytes=GB, disk_dir="/d"), machine(), backend="b", option_prefix="p"
+    )
     cases = [
         (Footprint(host_bytes=19 * GB), {}, r"host RAM: needs 19\.0 GB, 20\.0 GB available \(at most 90% = 18\.0 GB"),
-        (Footprint(shm_bytes=19 * GB), {"host": 50 * GB},
-         r"RAM files \(/dev/shm\): needs 19\.0 GB, 20\.0 GB available"),
+        (
+            Footprint(shm_bytes=19 * GB),
+            {"host": 50 * GB},
+            r"RAM files \(/dev/shm\): needs 19\.0 GB, 20\.0 GB available",
+        ),
         (Footprint(disk_bytes=46 * GB, disk_dir="/data/cache"), {}, r"disk \(/data/cache\): needs 46\.0 GB, 50\.0 GB"),
         (Footprint(device_bytes=GB), {}, r"GPU memory \(no CUDA device\): needs 1\.0 GB, 0 B available"),
     ]
     for fp, where, message in cases:
         with pytest.raises(ResourceRefused, match=message) as exc:
-            check_fits(fp, machine(**where), backend="gpu_resampler", option_prefix="--dataset.backend_kwargs",
-                       alternatives=["backend 'video_stream'"])
+            check_fits(
+                fp,
+                machine(**where),
+                backend="gpu_resampler",
+                option_prefix="--dataset.backend_kwargs",
+                alternatives=["backend 'video_stream'"],
+            )
         text = str(exc.value)
         assert text.startswith("backend 'gpu_resampler' cannot serve this dataset on this machine")
         assert "Would fit: backend 'video_stream'." in text and "before reading any data" in text
@@ -51,8 +76,9 @@ def test_every_shortfall_is_in_one_line_and_shm_counts_against_the_hosts_ram():
         check_fits(fp, machine(), backend="b", option_prefix="p")
     assert [s[0] for s in exc.value.shortfalls] == ["host RAM (incl. /dev/shm)", "disk (/x)"]
     # a RAM-file directory that is not RAM (another disk): only its own free space counts
-    check_fits(Footprint(host_bytes=10 * GB, shm_bytes=10 * GB), machine(shm_is_ram=False), backend="b",
-               option_prefix="p")
+    check_fits(
+        Footprint(host_bytes=10 * GB, shm_bytes=10 * GB), machine(shm_is_ram=False), backend="b", option_prefix="p"
+    )
 
 
 def test_headroom_boundary():
@@ -70,23 +96,35 @@ def test_available_is_measured_from_this_machine(tmp_path):
 # -- compressed_cache ----------------------------------------------------------------------------------------------
 def test_compressed_cache_goes_to_ram_when_its_worst_case_fits_else_to_disk_saying_why():
     s = size()  # 1 GB of frames
-    ram = compressed_cache_plan(s, cache_dir=None, max_memory=None, codec="lz4hc", workers=2, option_prefix="p",
-                                available=machine())
+    ram = compressed_cache_plan(
+        s, cache_dir=None, max_memory=None, codec="lz4hc", workers=2, option_prefix="p", available=machine()
+    )
     assert ram.in_ram and ram.footprint.shm_bytes >= s.frame_bytes and not ram.footprint.disk_bytes
     assert "RAM file of at most" in ram.footprint.bound
-    budget = compressed_cache_plan(s, cache_dir=None, max_memory=250_000_000, codec="lz4hc", workers=2,
-                                   option_prefix="p", available=machine())
+    budget = compressed_cache_plan(
+        s, cache_dir=None, max_memory=250_000_000, codec="lz4hc", workers=2, option_prefix="p", available=machine()
+    )
     assert not budget.in_ram and "p.max_memory=250.0 MB cannot hold up to" in budget.spilled
     assert budget.footprint.disk_bytes == s.store_expected_bytes() and not budget.footprint.shm_bytes
     assert "file-backed cache on local disk" in budget.footprint.bound
-    small_shm = compressed_cache_plan(s, cache_dir=None, max_memory=None, codec="lz4hc", workers=2,
-                                      option_prefix="p", available=machine(shm=GB // 2))
+    small_shm = compressed_cache_plan(
+        s, cache_dir=None, max_memory=None, codec="lz4hc", workers=2, option_prefix="p", available=machine(shm=GB // 2)
+    )
     assert not small_shm.in_ram and "/dev/shm (500.0 MB free)" in small_shm.spilled
-    given = compressed_cache_plan(s, cache_dir="/c", max_memory=None, codec="lz4hc", workers=2, option_prefix="p",
-                                  available=machine())
+    given = compressed_cache_plan(
+        s, cache_dir="/c", max_memory=None, codec="lz4hc", workers=2, option_prefix="p", available=machine()
+    )
     assert not given.in_ram and not given.spilled
-    reused = compressed_cache_plan(s, cache_dir="/c", max_memory=None, codec="lz4hc", workers=2, option_prefix="p",
-                                   available=machine(), reusable=True)
+    reused = compressed_cache_plan(
+        s,
+        cache_dir="/c",
+        max_memory=None,
+        codec="lz4hc",
+        workers=2,
+        option_prefix="p",
+        available=machine(),
+        reusable=True,
+    )
     assert reused.footprint.disk_bytes == 0
 
 
@@ -119,28 +157,77 @@ def test_tier_budgets_move_the_boundaries_monotonically():
 # -- buffers -------------------------------------------------------------------------------------------------------
 def test_buffers_are_sized_in_bytes_unless_cache_episodes_is_given():
     units = np.full(50, 100 * 2**20, np.int64)  # 100 MiB per unit
-    plan = buffer_plan(units, cache_memory=1 << 30, cache_episodes=None, shuffle_buffer=16, shuffle_given=False,
-                       batch_bytes=0, prefetch=2, option_prefix="p")
+    plan = buffer_plan(
+        units,
+        cache_memory=1 << 30,
+        cache_episodes=None,
+        shuffle_buffer=16,
+        shuffle_given=False,
+        batch_bytes=0,
+        prefetch=2,
+        option_prefix="p",
+    )
     assert plan.capacity == 10 and plan.shuffle_buffer == 5 and plan.footprint.host_bytes == 10 * 100 * 2**20
     assert "cache_memory=1.1 GB" in plan.footprint.bound
-    kept = buffer_plan(units, cache_memory=None, cache_episodes=40, shuffle_buffer=16, shuffle_given=False,
-                       batch_bytes=0, prefetch=2, option_prefix="p")
+    kept = buffer_plan(
+        units,
+        cache_memory=None,
+        cache_episodes=40,
+        shuffle_buffer=16,
+        shuffle_given=False,
+        batch_bytes=0,
+        prefetch=2,
+        option_prefix="p",
+    )
     assert kept.capacity == 40 and kept.shuffle_buffer == 16 and kept.footprint.host_bytes == 40 * 100 * 2**20
-    small = buffer_plan(np.full(5, 10**6), cache_memory=None, cache_episodes=None, shuffle_buffer=16,
-                        shuffle_given=False, batch_bytes=10, prefetch=2, option_prefix="p")
+    small = buffer_plan(
+        np.full(5, 10**6),
+        cache_memory=None,
+        cache_episodes=None,
+        shuffle_buffer=16,
+        shuffle_given=False,
+        batch_bytes=10,
+        prefetch=2,
+        option_prefix="p",
+    )
     assert small.capacity == 5 and small.shuffle_buffer == 16  # small episodes: the defaults as before
-    given = buffer_plan(units, cache_memory=1 << 30, cache_episodes=None, shuffle_buffer=8, shuffle_given=True,
-                        batch_bytes=0, prefetch=2, option_prefix="p")
+    given = buffer_plan(
+        units,
+        cache_memory=1 << 30,
+        cache_episodes=None,
+        shuffle_buffer=8,
+        shuffle_given=True,
+        batch_bytes=0,
+        prefetch=2,
+        option_prefix="p",
+    )
     assert given.shuffle_buffer == 8 and given.capacity == 16
 
 
 def test_batches_in_flight_are_the_prefetched_one_per_thread_and_the_one_training_holds():
     units = np.full(4, 1000, np.int64)
-    known = buffer_plan(units, cache_memory=None, cache_episodes=4, shuffle_buffer=2, shuffle_given=False,
-                        batch_bytes=100, prefetch=2, option_prefix="p", threads=3)
+    known = buffer_plan(
+        units,
+        cache_memory=None,
+        cache_episodes=4,
+        shuffle_buffer=2,
+        shuffle_given=False,
+        batch_bytes=100,
+        prefetch=2,
+        option_prefix="p",
+        threads=3,
+    )
     assert known.footprint.host_bytes == 4 * 1000 + (2 + 3 + 1) * 100 and "6 batches in flight" in known.footprint.bound
-    named = buffer_plan(units, cache_memory=None, cache_episodes=4, shuffle_buffer=2, shuffle_given=False,
-                        batch_bytes=0, prefetch=2, option_prefix="p")
+    named = buffer_plan(
+        units,
+        cache_memory=None,
+        cache_episodes=4,
+        shuffle_buffer=2,
+        shuffle_given=False,
+        batch_bytes=0,
+        prefetch=2,
+        option_prefix="p",
+    )
     assert "2 prefetched + 1 per num_workers thread + 1 held by training" in named.footprint.bound
 
 
@@ -155,15 +242,26 @@ def test_a_disk_holding_the_estimate_but_not_incompressible_frames_is_warned_abo
 
     s = size()  # 1.0 GB of frames: ~0.67 GB estimated at 1.5:1
     for free, warned in ((0.9 * GB, True), (2 * GB, False)):  # the control: room for frames stored raw
-        monkeypatch.setattr(Available, "measure", classmethod(lambda cls, disk_dir=None, **k: Available(
-            host_bytes=GB, disk_bytes=int(free), disk_dir=disk_dir)))  # noqa: B023 (called in this pass only)
+        monkeypatch.setattr(
+            Available,
+            "measure",
+            classmethod(
+                lambda cls, disk_dir=None, **k: Available(host_bytes=GB, disk_bytes=int(free), disk_dir=disk_dir)  # noqa: B023 - used within this pass
+            ),
+        )
         check_conversion_disk(s, str(tmp_path), video=False, command="robo-loaders convert lerobot")
         out = capsys.readouterr().out
-        assert ("has room for the estimate (667.0 MB at 1.5:1) but not for frames that do not compress (1.0 GB"
-                in out) is warned, out
+        assert (
+            "has room for the estimate (667.0 MB at 1.5:1) but not for frames that do not compress (1.0 GB" in out
+        ) is warned, out
     with pytest.raises(ResourceRefused, match="cannot write"):  # below the estimate: refused, as before
-        monkeypatch.setattr(Available, "measure", classmethod(lambda cls, disk_dir=None, **k: Available(
-            host_bytes=GB, disk_bytes=GB // 2, disk_dir=disk_dir)))
+        monkeypatch.setattr(
+            Available,
+            "measure",
+            classmethod(
+                lambda cls, disk_dir=None, **k: Available(host_bytes=GB, disk_bytes=GB // 2, disk_dir=disk_dir)
+            ),
+        )
         check_conversion_disk(s, str(tmp_path), video=False, command="robo-loaders convert lerobot")
 
 
@@ -178,8 +276,11 @@ def test_disk_guard_stops_before_the_reserve(tmp_path, monkeypatch):
     guard = DiskGuard(str(tmp_path / "out.rlc"), "building X", estimate=3 * GB)
     assert guard.reserve == 2 * GB
     guard.check(2 * GB, 0)  # leaves 3 GB: fine
-    with pytest.raises(ResourceRefused, match=r"building X: stopped after 1\.0 kB \(estimated 3\.0 GB in all\): "
-                                              r".* has 5\.0 GB free and robo-loaders leaves 2\.0 GB free"):
+    with pytest.raises(
+        ResourceRefused,
+        match=r"building X: stopped after 1\.0 kB \(estimated 3\.0 GB in all\): "
+        r".* has 5\.0 GB free and robo-loaders leaves 2\.0 GB free",
+    ):
         guard.check(4 * GB, 1024)
 
 
@@ -195,8 +296,11 @@ def test_a_disk_fits_only_what_leaves_the_writers_reserve_free(tmp_path, monkeyp
     assert not shortfalls(fp, Available(host_bytes=GB, disk_bytes=200 * 10**6, disk_dir=str(tmp_path)))
     roomy = Available(host_bytes=GB, disk_bytes=10 * GB, disk_dir=str(tmp_path), disk_reserve=2 * GB)
     assert roomy.fits_disk(int(0.9 * 8 * GB)) and not roomy.fits_disk(int(0.9 * 8 * GB) + 1)
-    with pytest.raises(ResourceRefused, match=r"stopped after 0 B: .* has 200\.0 MB free and robo-loaders leaves "
-                                              r"1\.0 GB free for the rest of the machine \(the disk filled since"):
+    with pytest.raises(
+        ResourceRefused,
+        match=r"stopped after 0 B: .* has 200\.0 MB free and robo-loaders leaves "
+        r"1\.0 GB free for the rest of the machine \(the disk filled since",
+    ):
         DiskGuard(str(tmp_path / "out"), "building X").check(10, 0)
 
 

@@ -1,4 +1,5 @@
 """The .pth import hook: installed with the package, cheap at start-up, lazy, and switchable off."""
+
 import os
 import subprocess
 import sys
@@ -20,8 +21,10 @@ def test_pth_file_is_installed():
 
 
 def test_startup_imports_nothing_heavy():
-    r = py("import sys; print(sorted(m for m in ('torch', 'robomimic', 'lerobot', 'numpy', 'h5py', 'pluggy') "
-           "if m in sys.modules)); print(any(type(f).__name__ == '_Finder' for f in sys.meta_path))")
+    r = py(
+        "import sys; print(sorted(m for m in ('torch', 'robomimic', 'lerobot', 'numpy', 'h5py', 'pluggy') "
+        "if m in sys.modules)); print(any(type(f).__name__ == '_Finder' for f in sys.meta_path))"
+    )
     assert r.returncode == 0, r.stderr
     assert r.stdout.split("\n")[:2] == ["[]", "True"]
 
@@ -32,8 +35,10 @@ def test_disable_env_var():
 
 
 def test_robomimic_gets_plugin_keys_only_with_hook():
-    code = ("from robomimic.config import config_factory; c = config_factory('bc'); "
-            "print(c.train.get('data_backend', 'MISSING'), c.train.get('data_backend_kwargs', 'MISSING'))")
+    code = (
+        "from robomimic.config import config_factory; c = config_factory('bc'); "
+        "print(c.train.get('data_backend', 'MISSING'), c.train.get('data_backend_kwargs', 'MISSING'))"
+    )
     assert py(code).stdout.strip().splitlines()[-1] == "None {}"
     assert py(code, ROBO_LOADERS_DISABLE="1").stdout.strip().splitlines()[-1] == "MISSING MISSING"
 
@@ -47,7 +52,9 @@ def test_robomimic_prints_no_private_macro_warning():
     r = py(code)
     assert r.returncode == 0, r.stderr
     assert "No private macro file" not in r.stdout + r.stderr and r.stdout.strip().endswith("debug False")
-    control = py("import importlib.util; print(importlib.util.find_spec('robomimic.macros_private') is None); "
-                 + code, ROBO_LOADERS_DISABLE="1")
+    control = py(
+        "import importlib.util; print(importlib.util.find_spec('robomimic.macros_private') is None); " + code,
+        ROBO_LOADERS_DISABLE="1",
+    )
     if control.stdout.startswith("True"):
         assert "No private macro file" in control.stdout + control.stderr

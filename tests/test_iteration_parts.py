@@ -1,5 +1,6 @@
 """The window planner, the in-process batcher, decoding ahead and the BatchSource position: unit tests (the episode
 cache itself: tests/test_lru.py)."""
+
 import collections
 
 import numpy as np
@@ -46,8 +47,9 @@ def test_ranks_split_a_pass_disjointly_with_equal_batch_counts(world_size, shuff
     """Every rank serves ceil(N / world) items: together the one-process pass, plus fewer than world_size repeats
     (accelerate's even_batches rule); each rank opens only its own run of episodes."""
     whole = plan_windows(COUNTS, 4, 1, 2, shuffle, replacement)
-    shares = [plan_windows(COUNTS, 4, 1, 2, shuffle, replacement, rank=r, world_size=world_size)
-              for r in range(world_size)]
+    shares = [
+        plan_windows(COUNTS, 4, 1, 2, shuffle, replacement, rank=r, world_size=world_size) for r in range(world_size)
+    ]
     per_rank = -(-sum(COUNTS) // world_size)
     assert [len(s) for s in shares] == [per_rank] * world_size
     served = collections.Counter(map(tuple, np.concatenate(shares).tolist()))
@@ -56,7 +58,7 @@ def test_ranks_split_a_pass_disjointly_with_equal_batch_counts(world_size, shuff
     assert sum((served - expected).values()) == world_size * per_rank - sum(COUNTS)
     if not replacement:  # disjoint up to the completing repeats
         firsts = [set(map(tuple, s.tolist())) for s in shares]
-        overlap = sum(len(a & b) for i, a in enumerate(firsts) for b in firsts[i + 1:])
+        overlap = sum(len(a & b) for i, a in enumerate(firsts) for b in firsts[i + 1 :])
         assert overlap <= world_size * per_rank - sum(COUNTS)
     again = plan_windows(COUNTS, 4, 1, 2, shuffle, replacement, rank=1, world_size=world_size)
     assert np.array_equal(again, shares[1])  # a function of (seed, pass, rank): ranks agree without talking
@@ -73,7 +75,7 @@ def test_plan_node_batches_seek_and_state():
     first = [next(node) for _ in range(node.num_batches())]
     with pytest.raises(StopIteration):
         next(node)
-    assert np.array_equal(np.concatenate(first), node.plan_of(0)[:len(first) * 10])
+    assert np.array_equal(np.concatenate(first), node.plan_of(0)[: len(first) * 10])
     node.seek(4, 2)
     node.reset()
     assert node.get_state() == {"epoch": 4, "batch": 2}
@@ -195,11 +197,11 @@ def test_decoding_ahead_is_bounded_by_the_pass_not_by_the_cache():
     (at 1M steps it loaded ~10k demos ahead and served 10x fewer samples/s), and never beyond the cache's room."""
     from robo_loaders_plugin.pipeline.batches import AHEAD_PER_THREAD, decode_room
 
-    assert decode_room(32, 16, 2) == 15                       # the old default: the cache's room
-    assert decode_room(10_000, 16, 2) == 16                   # not 9,983
+    assert decode_room(32, 16, 2) == 15  # the old default: the cache's room
+    assert decode_room(10_000, 16, 2) == 16  # not 9,983
     assert decode_room(10_000, 1, 4) == 4 * AHEAD_PER_THREAD  # threads keep busy with a small shuffle buffer
-    assert decode_room(3, 2, 8) == 0                          # no room: nothing is loaded ahead
-    assert decode_room(32, 16, 2, entering=10) == 5           # the episodes entering while batches are assembled
+    assert decode_room(3, 2, 8) == 0  # no room: nothing is loaded ahead
+    assert decode_room(32, 16, 2, entering=10) == 5  # the episodes entering while batches are assembled
 
 
 def test_entering_at_once_counts_first_uses_within_consecutive_batches():
@@ -210,7 +212,7 @@ def test_entering_at_once_counts_first_uses_within_consecutive_batches():
     assert entering_at_once(plan, 2, 1) == 2
     assert entering_at_once(plan, 2, 2) == 3
     assert entering_at_once(plan, 2, 3) == 5
-    assert entering_at_once(plan, 2, 99) == 7                 # the whole pass: every episode
+    assert entering_at_once(plan, 2, 99) == 7  # the whole pass: every episode
     assert entering_at_once(plan[:0], 2, 2) == 0
     assert entering_at_once(plan[np.argsort(plan[:, 0], kind="stable")], 2, 2) == 4  # control: another order
 
@@ -218,9 +220,17 @@ def test_entering_at_once_counts_first_uses_within_consecutive_batches():
 def _fit(counts, capacity, shuffle, given=False, batch=16, threads=2, decode_threads=2):
     from robo_loaders_plugin.pipeline.batches import fit_to_cache
 
-    return fit_to_cache(lambda s: plan_windows(counts, 0, 0, s), capacity=capacity, episodes=len(counts),
-                        shuffle_buffer=shuffle, shuffle_given=given, batch_size=batch, threads=threads,
-                        decode_threads=decode_threads, option_prefix="--dataset.backend_kwargs")
+    return fit_to_cache(
+        lambda s: plan_windows(counts, 0, 0, s),
+        capacity=capacity,
+        episodes=len(counts),
+        shuffle_buffer=shuffle,
+        shuffle_given=given,
+        batch_size=batch,
+        threads=threads,
+        decode_threads=decode_threads,
+        option_prefix="--dataset.backend_kwargs",
+    )
 
 
 def test_a_pass_is_fitted_to_the_episode_cache_with_the_units_entering_while_batches_are_assembled(capsys):
@@ -250,7 +260,6 @@ def test_a_pass_is_fitted_to_the_episode_cache_with_the_units_entering_while_bat
     capsys.readouterr()
     exact = _fit([600] * 40, capacity=2, shuffle=1, batch=64)  # L480's datapipe: 2 whole episodes held, 1 open
     assert (exact.shuffle_buffer, exact.entering, exact.ahead) == (1, 1, 0) and not capsys.readouterr().out
-
 
 
 @pytest.mark.parametrize("ours", [True, False])

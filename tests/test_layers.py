@@ -4,6 +4,7 @@ catch a module importing from a layer above its own.
 ``make lint`` runs ``lint-imports`` too (in ``make test-fast`` and ``make test``); this test keeps the negative
 control next to it: a contract that cannot fail would be a defect.
 """
+
 from __future__ import annotations
 
 import os
@@ -21,8 +22,13 @@ pytestmark = pytest.mark.skipif(not os.path.exists(LINT_IMPORTS), reason="import
 
 def _lint(project: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": project}
-    return subprocess.run([LINT_IMPORTS, "--config", os.path.join(project, "pyproject.toml"), "--no-cache"],
-                          cwd=project, env=env, capture_output=True, text=True)
+    return subprocess.run(
+        [LINT_IMPORTS, "--config", os.path.join(project, "pyproject.toml"), "--no-cache"],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
 
 
 def test_the_layer_contracts_hold():
@@ -31,19 +37,28 @@ def test_the_layer_contracts_hold():
     assert "0 broken" in out.stdout
 
 
-@pytest.mark.parametrize("module, planted, broken", [
-    # core imports a layer above it
-    ("core/units.py", "from robo_loaders_plugin.storage import cache  # noqa\n", "Layers"),
-    # a framework adapter imports the other one
-    ("robomimic/sequence.py", "from robo_loaders_plugin.lerobot import dataset  # noqa\n", "Layers"),
-    # one backend package imports another
-    ("backends/datapipe/robomimic.py", "from robo_loaders_plugin.backends.gpu_resampler import tiers  # noqa\n",
-     "Backend packages"),
-])
+@pytest.mark.parametrize(
+    "module, planted, broken",
+    [
+        # core imports a layer above it
+        ("core/units.py", "from robo_loaders_plugin.storage import cache  # noqa\n", "Layers"),
+        # a framework adapter imports the other one
+        ("robomimic/sequence.py", "from robo_loaders_plugin.lerobot import dataset  # noqa\n", "Layers"),
+        # one backend package imports another
+        (
+            "backends/datapipe/robomimic.py",
+            "from robo_loaders_plugin.backends.gpu_resampler import tiers  # noqa\n",
+            "Backend packages",
+        ),
+    ],
+)
 def test_a_planted_upward_import_breaks_a_contract(tmp_path, module, planted, broken):
     project = tmp_path / "project"
-    shutil.copytree(os.path.join(ROOT, "robo_loaders_plugin"), project / "robo_loaders_plugin",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        os.path.join(ROOT, "robo_loaders_plugin"),
+        project / "robo_loaders_plugin",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
     shutil.copy(os.path.join(ROOT, "pyproject.toml"), project / "pyproject.toml")
     path = project / "robo_loaders_plugin" / module
     path.write_text(path.read_text() + "\n" + planted)

@@ -3,6 +3,7 @@
 pytest's ``capsys``, ``CliRunner`` and robomimic's log-file tee replace ``sys.stdout``), once even where the root
 logger is configured, quieted or raised by ``ROBO_LOADERS_LOG_LEVEL`` or the logger's level; and no ``print()`` left
 in runtime code but the command-line output this file lists."""
+
 import ast
 import contextlib
 import io
@@ -20,8 +21,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGE = os.path.join(ROOT, "robo_loaders_plugin")
 PROMPT = "WARNING: model directory already exists! \noverwrite? \ny/n\n"  # robomimic's get_exp_dir question
 # what keep_existing_runs' answer printed before the logger, print(f"{prompt.strip()}\n[robo-loaders] ...")
-ANSWER = ("[robo-loaders] no terminal to answer: keeping the existing runs; this run goes to a new timestamped "
-          "folder beside them (set experiment.name to start a fresh one)\n")
+ANSWER = (
+    "[robo-loaders] no terminal to answer: keeping the existing runs; this run goes to a new timestamped "
+    "folder beside them (set experiment.name to start a fresh one)\n"
+)
 
 
 def answer(prompt: str = PROMPT) -> str:
@@ -93,8 +96,14 @@ def run(level: str | None = None, setup: str = "") -> subprocess.CompletedProces
     if level is not None:
         env[log.ENV_LEVEL] = level
     env["PYTHONPATH"] = os.pathsep.join([ROOT] + [p for p in [env.get("PYTHONPATH")] if p])
-    return subprocess.run([sys.executable, "-c", SCRIPT.format(setup=setup)], env=env, capture_output=True,
-                          text=True, timeout=120, check=True)
+    return subprocess.run(
+        [sys.executable, "-c", SCRIPT.format(setup=setup)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
 
 
 INFO = "[robo-loaders] no terminal to answer: "
@@ -102,9 +111,17 @@ WARN = "[robo-loaders] warning: a warning\n"
 DEBUG = "[robo-loaders] a debug line\n"
 
 
-@pytest.mark.parametrize("level, info, debug", [(None, True, False), ("WARNING", False, False),
-                                                ("warning", False, False), ("DEBUG", True, True),
-                                                ("10", True, True), ("ERROR", False, False)])
+@pytest.mark.parametrize(
+    "level, info, debug",
+    [
+        (None, True, False),
+        ("WARNING", False, False),
+        ("warning", False, False),
+        ("DEBUG", True, True),
+        ("10", True, True),
+        ("ERROR", False, False),
+    ],
+)
 def test_the_level_variable_quiets_or_raises_the_lines(level, info, debug):
     """Without the variable (the negative control) info lines print and debug ones do not; the variable, by name in
     any case or number, sets the level; stderr stays empty."""
@@ -115,8 +132,10 @@ def test_the_level_variable_quiets_or_raises_the_lines(level, info, debug):
 
 def test_a_level_that_is_no_level_is_one_line_naming_the_variable_and_ignored():
     r = run("LOUD")
-    assert r.stdout.startswith(f"[robo-loaders] warning: {log.ENV_LEVEL}='LOUD' is not a logging level, so it is "
-                               "ignored; set it to one of DEBUG, INFO, WARNING, ERROR, CRITICAL or a number\n")
+    assert r.stdout.startswith(
+        f"[robo-loaders] warning: {log.ENV_LEVEL}='LOUD' is not a logging level, so it is "
+        "ignored; set it to one of DEBUG, INFO, WARNING, ERROR, CRITICAL or a number\n"
+    )
     assert INFO in r.stdout and DEBUG not in r.stdout, r.stdout
 
 
@@ -127,8 +146,10 @@ def test_a_configured_root_logger_does_not_print_the_lines_twice():
 
 
 def test_a_logger_the_user_configured_first_keeps_their_handler_and_propagation():
-    setup = ("h = logging.StreamHandler(sys.stdout); h.setFormatter(logging.Formatter('MINE %(levelname)s "
-             "%(message)s'))\nlogging.getLogger('robo_loaders').addHandler(h)")
+    setup = (
+        "h = logging.StreamHandler(sys.stdout); h.setFormatter(logging.Formatter('MINE %(levelname)s "
+        "%(message)s'))\nlogging.getLogger('robo_loaders').addHandler(h)"
+    )
     r = run(setup=setup)
     assert "MINE INFO no terminal to answer: " in r.stdout and "MINE WARNING warning: a warning" in r.stdout
     assert "[robo-loaders]" not in r.stdout, r.stdout  # no default handler beside theirs
@@ -146,7 +167,7 @@ ALLOWED = {
     "robomimic/train_cli.py:run_robomimic_train": "robo-loaders robomimic-train's exit line on stderr",
     "robomimic/compat.py:keep_existing_runs.answer_no": "robomimic's own question, shown as input() shows it",
     "_autopatch/__init__.py:_run_patch": "the start-up import hook (every interpreter start) says on stderr that a "
-                                         "patch failed, with nothing of the package loaded",
+    "patch failed, with nothing of the package loaded",
 }
 
 
@@ -196,6 +217,8 @@ def test_no_print_in_runtime_code_but_the_command_lines_output():
 
 def test_the_scan_finds_a_print_a_default_print_and_a_stream_write():
     """Negative control for the scan above."""
-    tree = ast.parse("import sys\ndef f(log=print):\n    print('x')\n    sys.stderr.write('y')\n"
-                     "class C:\n    def g(self):\n        click.echo('z')\n")
+    tree = ast.parse(
+        "import sys\ndef f(log=print):\n    print('x')\n    sys.stderr.write('y')\n"
+        "class C:\n    def g(self):\n        click.echo('z')\n"
+    )
     assert writes_to_the_terminal(tree) == [("f", 2), ("f", 3), ("f", 4), ("C.g", 7)]

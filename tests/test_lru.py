@@ -1,5 +1,6 @@
 """core/lru.py: the one load-once LRU, behind the episode buffer (frames/episodes.py) and the remote block cache
 (sources/remote_blocks.py)."""
+
 import threading
 import time
 from typing import ClassVar
@@ -53,6 +54,7 @@ def test_a_failed_load_reaches_its_caller_and_a_waiting_thread_loads_again():
 
     cache = LoadOnceLRU(load, capacity=4)
     waiter_got = []
+
     def first_get():
         with pytest.raises(OSError):
             cache.get(("file", 0))

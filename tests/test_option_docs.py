@@ -1,5 +1,6 @@
 """The option tables in the README and docs/backends.md are what the declarations give (no drift), and the
 declarations are what the factories and the codec accept."""
+
 import dataclasses
 import os
 
@@ -16,7 +17,8 @@ def test_committed_documents_match_the_declarations():
         assert "<!-- robo-loaders:" in text, f"{name} has no generated block"
         assert option_docs.render(text, option_docs.builtin_specs()) == text, (
             f"{name} is out of date with the backend packages (robo_loaders_plugin/backends/): run "
-            "'python -m robo_loaders_plugin.core.option_docs README.md docs/backends.md'")
+            "'python -m robo_loaders_plugin.core.option_docs README.md docs/backends.md'"
+        )
 
 
 def test_a_changed_declaration_changes_the_documents():
@@ -47,8 +49,16 @@ def test_one_codec_list_serves_the_options_the_codec_table_the_command_line_and_
 
 def test_option_describes_itself():
     opt = Option(int, 5, "h", min=0, max=9)
-    assert opt.as_dict() == {"type": "an integer", "types": ["integer"], "default": 5, "help": "h", "per_host": False,
-                             "min": 0, "max": 9, "values": "0..9"}
+    assert opt.as_dict() == {
+        "type": "an integer",
+        "types": ["integer"],
+        "default": 5,
+        "help": "h",
+        "per_host": False,
+        "min": 0,
+        "max": 9,
+        "values": "0..9",
+    }
     # machine-readable too (robo-loaders list --json): JSON types, choices, a size converted to bytes, per_host
     size = Option((float, str), None, "s", convert=to_bytes, per_host=True)
     assert size.as_dict()["types"] == ["number", "string"] and size.as_dict()["converted_to"] == "bytes"

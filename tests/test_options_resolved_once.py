@@ -4,6 +4,7 @@ Why: ``max_memory`` was checked at parse time, the result thrown away and parsed
 "given" was decided by comparing with the default, so a user passing ``shuffle_buffer`` at its default value could
 have it made smaller (a buffer the user did not set may be shrunk to fit the episode cache; one they set is kept).
 """
+
 import numpy as np
 
 from robo_loaders_plugin.core.registry import choose_backend
@@ -18,8 +19,10 @@ def choose(framework, backend, given):
 def test_sizes_are_bytes_once_resolved():
     opts = choose("robomimic", "gpu_resampler", {"max_memory": "2GB", "max_device_memory": 1.5e9}).options
     assert (opts.max_memory, opts.max_device_memory) == (2_000_000_000, 1_500_000_000)
-    assert type(opts.max_memory) is int and opts.given() == {"max_memory": 2_000_000_000,
-                                                               "max_device_memory": 1_500_000_000}
+    assert type(opts.max_memory) is int and opts.given() == {
+        "max_memory": 2_000_000_000,
+        "max_device_memory": 1_500_000_000,
+    }
     assert choose("lerobot", "datapipe", {"cache_memory": "512MiB"}).options.cache_memory == 512 << 20
     assert choose("lerobot", "datapipe", {}).options.cache_memory is None  # not given: the backend's default
 
@@ -34,7 +37,15 @@ def test_an_option_given_at_its_default_value_counts_as_given():
     units = np.full(1000, 25 * 10**6)
     for opts, kept in ((default, 20), (explicit, 64)):
         passes = PassOptions.of(opts)
-        plan = buffer_plan(units, cache_memory=10**9, cache_episodes=None, shuffle_buffer=passes.shuffle_buffer,
-                           shuffle_given=passes.shuffle_given, batch_bytes=0, prefetch=2, option_prefix="kwargs",
-                           unit="episodes")
+        plan = buffer_plan(
+            units,
+            cache_memory=10**9,
+            cache_episodes=None,
+            shuffle_buffer=passes.shuffle_buffer,
+            shuffle_given=passes.shuffle_given,
+            batch_bytes=0,
+            prefetch=2,
+            option_prefix="kwargs",
+            unit="episodes",
+        )
         assert plan.shuffle_buffer == kept, (opts.given(), plan)

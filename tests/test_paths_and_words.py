@@ -1,6 +1,7 @@
 """Issue 30 items 5, 6, 12, 13 at the unit level: paths named by options checked when the options are resolved
 (one line each, before any data is read), the plugin's errors printed as one line at the end of a training script
 (others keep their traceback), --dataset.backend_kwargs read as JSON, and where a backend writes."""
+
 import json
 import os
 import subprocess
@@ -44,20 +45,38 @@ def test_shards_dir_problem_does_not_blame_a_conversion_that_never_ran(tmp_path)
     assert paths.shards_dir_problem(str(done)) is None  # negative control (the reader checks the rest)
 
 
-@pytest.mark.parametrize("backend, options, message", [
-    ("compressed_cache", {"cache_dir": "/proc/nope"},
-     f"{FLAG}.cache_dir must be a directory you can write to: cannot create '/proc/nope' (No such file or directory) "
-     "(backend 'compressed_cache')"),
-    ("datapipe", {"cache_dir": "/proc/nope"}, f"{FLAG}.cache_dir must be a directory you can write to"),
-    ("gpu_resampler", {"cache_dir": "/proc/nope"}, f"{FLAG}.cache_dir must be a directory you can write to"),
-    ("video_stream", {"cache_dir": "/proc/nope"}, f"{FLAG}.cache_dir must be a directory you can write to"),
-    ("video_stream", {"local_cache_dir": "/proc/nope"}, f"{FLAG}.local_cache_dir must be a directory you can write"),
-    ("datapipe", {"shards": "/nonexistent/shards"},
-     f"{FLAG}.shards must be a directory 'robo-loaders convert' wrote (left out, the dataset is converted on first use "
-     "into the cache directory): '/nonexistent/shards' does not exist (backend 'datapipe')"),
-    ("video_stream", {"source": "/nonexistent/root"},
-     f"{FLAG}: source must be a LeRobot dataset root or a URL: '/nonexistent/root' does not exist"),
-])
+@pytest.mark.parametrize(
+    "backend, options, message",
+    [
+        (
+            "compressed_cache",
+            {"cache_dir": "/proc/nope"},
+            f"{FLAG}.cache_dir must be a directory you can write to: cannot create '/proc/nope' "
+            "(No such file or directory) "
+            "(backend 'compressed_cache')",
+        ),
+        ("datapipe", {"cache_dir": "/proc/nope"}, f"{FLAG}.cache_dir must be a directory you can write to"),
+        ("gpu_resampler", {"cache_dir": "/proc/nope"}, f"{FLAG}.cache_dir must be a directory you can write to"),
+        ("video_stream", {"cache_dir": "/proc/nope"}, f"{FLAG}.cache_dir must be a directory you can write to"),
+        (
+            "video_stream",
+            {"local_cache_dir": "/proc/nope"},
+            f"{FLAG}.local_cache_dir must be a directory you can write",
+        ),
+        (
+            "datapipe",
+            {"shards": "/nonexistent/shards"},
+            f"{FLAG}.shards must be a directory 'robo-loaders convert' wrote (left out, the dataset is converted on "
+            "first use "
+            "into the cache directory): '/nonexistent/shards' does not exist (backend 'datapipe')",
+        ),
+        (
+            "video_stream",
+            {"source": "/nonexistent/root"},
+            f"{FLAG}: source must be a LeRobot dataset root or a URL: '/nonexistent/root' does not exist",
+        ),
+    ],
+)
 def test_bad_paths_are_one_line_when_the_options_are_resolved(backend, options, message):
     with pytest.raises(BackendOptionError) as e:
         choose_backend("lerobot", backend, options, options_where=FLAG)
@@ -67,8 +86,11 @@ def test_bad_paths_are_one_line_when_the_options_are_resolved(backend, options, 
 def test_robomimic_video_shards_source_and_good_paths(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
-    with pytest.raises(BackendOptionError, match=r"source must be a directory 'robo-loaders convert robomimic IN OUT "
-                                                 r"--frames h264' wrote .*has no index.json"):
+    with pytest.raises(
+        BackendOptionError,
+        match=r"source must be a directory 'robo-loaders convert robomimic IN OUT "
+        r"--frames h264' wrote .*has no index.json",
+    ):
         choose_backend("robomimic", "video_stream", {"source": str(empty)}, options_where="train.data_backend_kwargs")
     # negative control: paths that are fine resolve; a URL is not looked at here
     cache = str(tmp_path / "c")
@@ -108,10 +130,12 @@ def test_the_cache_root_is_probed(tmp_path):
 
 # -- item 6: one line for the plugin's errors, tracebacks for everything else ------------------------------------
 def test_one_line_keeps_a_workers_own_message():
-    worker = RuntimeError("Caught SourceError in DataLoader worker process 0.\nOriginal Traceback (most recent call "
-                          "last):\n  File \"x.py\", line 1, in f\n    g()\n"
-                          "robo_loaders_plugin.core.errors.SourceError: "
-                          "/data/x.hdf5: demo_3 is broken\n")
+    worker = RuntimeError(
+        "Caught SourceError in DataLoader worker process 0.\nOriginal Traceback (most recent call "
+        'last):\n  File "x.py", line 1, in f\n    g()\n'
+        "robo_loaders_plugin.core.errors.SourceError: "
+        "/data/x.hdf5: demo_3 is broken\n"
+    )
     assert one_line(worker) == "/data/x.hdf5: demo_3 is broken"
     assert one_line(ValueError("a\nb")) == "a b"
 
@@ -131,8 +155,13 @@ late()
 def test_the_excepthook_prints_the_plugins_errors_in_one_line_and_nothing_else(error, traceback):
     """The plugin's error: one line, exit 1. Negative control: any other error (a bug) keeps its traceback."""
     code = HOOKED.format(error=error, message="/data/x: bad")
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                       env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    p = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)),
+    )
     assert p.returncode == 1
     assert ("Traceback" in p.stderr) == traceback, p.stderr
     if not traceback:
@@ -172,13 +201,25 @@ def test_gpu_resampler_spills_into_its_cache_dir(tmp_path, monkeypatch):
     import numpy as np
     import torch
 
-    from robo_loaders_plugin.core.footprint import Available
-    from robo_loaders_plugin.core.data_size import DataSize
     from robo_loaders_plugin.backends.gpu_resampler import tiers as tensors
+    from robo_loaders_plugin.core.data_size import DataSize
+    from robo_loaders_plugin.core.footprint import Available
 
-    monkeypatch.setattr(Available, "measure", classmethod(lambda cls, **k: Available(
-        host_bytes=10**12, shm_bytes=0, shm_dir="/dev/shm", shm_is_ram=True, disk_bytes=10**12, disk_dir=k.get(
-            "disk_dir"), device_bytes=None)))
+    monkeypatch.setattr(
+        Available,
+        "measure",
+        classmethod(
+            lambda cls, **k: Available(
+                host_bytes=10**12,
+                shm_bytes=0,
+                shm_dir="/dev/shm",
+                shm_is_ram=True,
+                disk_bytes=10**12,
+                disk_dir=k.get("disk_dir"),
+                device_bytes=None,
+            )
+        ),
+    )
     monkeypatch.setenv("ROBO_LOADERS_CACHE", str(tmp_path / "env"))
     lengths = (5, 3, 7, 4, 6)
     size = DataSize(np.array(lengths), {"cam": 3 * 32 * 32}, 8)

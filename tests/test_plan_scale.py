@@ -1,6 +1,7 @@
 """The pass planner at scale (issue 22): the vectorised planner gives exactly the order of the Python loop it
 replaced (kept below as the reference), every item once per pass, resume and the rank split unchanged; and guards
 that fail if the planner or an index builder goes back to Python work per item."""
+
 import sys
 import time
 
@@ -13,8 +14,9 @@ from robo_loaders_plugin.pipeline.plan import BatchPlanNode, ItemGroups, plan_wi
 
 
 # -- the reference: the planner as it was before issue 22 (a Python loop per item), verbatim ----------------------
-def reference_plan(items_per_episode, seed, epoch, buffer_episodes, shuffle=True, replacement=False, rank=0,
-                   world_size=1):
+def reference_plan(
+    items_per_episode, seed, epoch, buffer_episodes, shuffle=True, replacement=False, rank=0, world_size=1
+):
     counts = np.asarray(items_per_episode, dtype=np.int64)
     n_eps = len(counts)
     if not shuffle:
@@ -28,7 +30,7 @@ def reference_plan(items_per_episode, seed, epoch, buffer_episodes, shuffle=True
         flat = np.sort(rng.integers(total, size=total)) if total else np.zeros(0, np.int64)
         starts = np.concatenate([[0], np.cumsum(counts)])
         bounds = np.searchsorted(flat, starts)
-        drawn = [flat[bounds[e]:bounds[e + 1]] - starts[e] for e in range(n_eps)]
+        drawn = [flat[bounds[e] : bounds[e + 1]] - starts[e] for e in range(n_eps)]
     else:
         drawn = [np.arange(c, dtype=np.int64) for c in counts]
     order = rng.permutation(n_eps)
@@ -48,7 +50,7 @@ def reference_through_buffer(eps, ks, buffer_episodes, rng):
     by_key = np.argsort(eps, kind="stable")
     uniq, first, n = np.unique(eps, return_index=True, return_counts=True)
     starts = np.concatenate([[0], np.cumsum(n)[:-1]])
-    pending = {int(e): ks[by_key[s:s + c]][::-1].tolist() for e, s, c in zip(uniq, starts, n)}
+    pending = {int(e): ks[by_key[s : s + c]][::-1].tolist() for e, s, c in zip(uniq, starts, n)}
     order = uniq[np.argsort(first, kind="stable")].tolist()
     out = np.empty((len(eps), 2), dtype=np.int64)
     buffer = []
@@ -73,14 +75,21 @@ def random_cases(n_cases, seed=0):
         n = int(rng.integers(1, 60))
         counts = rng.integers(0, 40, size=n)
         if case % 5 == 0:
-            counts = rng.integers(1, 3, size=n)       # many short episodes: an event at almost every draw
+            counts = rng.integers(1, 3, size=n)  # many short episodes: an event at almost every draw
         if case % 11 == 0:
             counts = rng.integers(200, 900, size=int(rng.integers(1, 5)))  # few long ones: a buffer never full
         buffer = int(rng.choice([1, 2, 3, 5, 16, 64, 1000]))
         world = int(rng.choice([1, 1, 2, 3, 8]))
-        yield dict(items_per_episode=counts, seed=case, epoch=int(rng.integers(5)), buffer_episodes=buffer,
-                   shuffle=bool(rng.integers(5) > 0), replacement=bool(rng.integers(3) == 0),
-                   rank=int(rng.integers(world)), world_size=world)
+        yield dict(
+            items_per_episode=counts,
+            seed=case,
+            epoch=int(rng.integers(5)),
+            buffer_episodes=buffer,
+            shuffle=bool(rng.integers(5) > 0),
+            replacement=bool(rng.integers(3) == 0),
+            rank=int(rng.integers(world)),
+            world_size=world,
+        )
 
 
 def test_same_order_as_the_loop_it_replaces():
@@ -96,8 +105,9 @@ def test_the_generator_is_left_where_the_loop_leaves_it():
         eps = np.repeat(np.arange(len(counts)), counts)
         ks = np.concatenate([np.arange(c) for c in counts])
         mine, theirs = np.random.default_rng(seed), np.random.default_rng(seed)
-        assert np.array_equal(planner._through_buffer(eps, ks, buffer, mine),
-                              reference_through_buffer(eps, ks, buffer, theirs))
+        assert np.array_equal(
+            planner._through_buffer(eps, ks, buffer, mine), reference_through_buffer(eps, ks, buffer, theirs)
+        )
         assert mine.bit_generator.state == theirs.bit_generator.state
 
 
@@ -106,8 +116,10 @@ def test_ungrouped_sequences_keep_the_loops_order():
     rng = np.random.default_rng(3)
     eps = rng.integers(0, 9, size=400)
     ks = np.arange(400)
-    assert np.array_equal(planner._through_buffer(eps, ks, 3, np.random.default_rng(1)),
-                          reference_through_buffer(eps, ks, 3, np.random.default_rng(1)))
+    assert np.array_equal(
+        planner._through_buffer(eps, ks, 3, np.random.default_rng(1)),
+        reference_through_buffer(eps, ks, 3, np.random.default_rng(1)),
+    )
 
 
 def test_negative_control_a_changed_draw_is_seen():
@@ -117,8 +129,9 @@ def test_negative_control_a_changed_draw_is_seen():
     ks = np.tile(np.arange(20), 30)
     shifted = np.random.default_rng(0)
     shifted.integers(16)
-    assert not np.array_equal(planner._through_buffer(eps, ks, 16, shifted),
-                              reference_through_buffer(eps, ks, 16, np.random.default_rng(0)))
+    assert not np.array_equal(
+        planner._through_buffer(eps, ks, 16, shifted), reference_through_buffer(eps, ks, 16, np.random.default_rng(0))
+    )
     assert not np.array_equal(plan_windows(counts, 0, 0, 16), reference_plan(counts, 0, 0, 15))
 
 
@@ -140,8 +153,9 @@ def test_exactly_once_per_pass_at_size():
     counts = np.random.default_rng(0).integers(1, 300, size=2000)
     plan = plan_windows(counts, seed=7, epoch=3, buffer_episodes=64)
     key = np.sort(plan[:, 0] * 1000 + plan[:, 1])
-    expected = np.sort(np.repeat(np.arange(len(counts)), counts) * 1000
-                       + np.concatenate([np.arange(c) for c in counts]))
+    expected = np.sort(
+        np.repeat(np.arange(len(counts)), counts) * 1000 + np.concatenate([np.arange(c) for c in counts])
+    )
     assert np.array_equal(key, expected)
 
 
@@ -208,10 +222,12 @@ def test_guard_index_builders_run_no_python_per_item():
 
     lengths = np.full(GUARD_EPISODES, GUARD_ITEMS // GUARD_EPISODES)
     opts = SequenceOptions(obs_keys=("a",), dataset_keys=("actions",), seq_length=10, frame_stack=2)
-    builders = [lambda: SequenceWindows(lengths, opts), lambda: RowMap(lengths),
-                lambda: ItemGroups(np.arange(GUARD_ITEMS), np.repeat(np.arange(GUARD_EPISODES), lengths),
-                                   GUARD_EPISODES),
-                lambda: BatchPlanNode(lengths, 64, False, 0, 16).reset()]
+    builders = [
+        lambda: SequenceWindows(lengths, opts),
+        lambda: RowMap(lengths),
+        lambda: ItemGroups(np.arange(GUARD_ITEMS), np.repeat(np.arange(GUARD_EPISODES), lengths), GUARD_EPISODES),
+        lambda: BatchPlanNode(lengths, 64, False, 0, 16).reset(),
+    ]
     for build in builders:
         assert python_lines(build) < GUARD_ITEMS // 10
     # negative control: an index built with a loop per item is caught
@@ -226,11 +242,15 @@ def test_delta_windows_of_runs_equal_the_per_row_windows():
     lengths = rng.integers(1, 30, size=40)
     first = np.cumsum(rng.integers(0, 50, size=40)) + np.concatenate([[0], np.cumsum(lengths)[:-1]])
     rowmap = RowMap(lengths)
-    per_row = DeltaWindows(np.repeat(first, lengths) + np.arange(lengths.sum()) - np.repeat(rowmap.run_start, lengths),
-                           np.repeat(first, lengths), np.repeat(first + lengths, lengths),
-                           {"action": [-3, 0, 1, 5], "observation.state": [-0.5, 0.0]})
-    per_run = DeltaWindows.of_runs(rowmap, first, first, first + lengths,
-                                   {"action": [-3, 0, 1, 5], "observation.state": [-0.5, 0.0]})
+    per_row = DeltaWindows(
+        np.repeat(first, lengths) + np.arange(lengths.sum()) - np.repeat(rowmap.run_start, lengths),
+        np.repeat(first, lengths),
+        np.repeat(first + lengths, lengths),
+        {"action": [-3, 0, 1, 5], "observation.state": [-0.5, 0.0]},
+    )
+    per_run = DeltaWindows.of_runs(
+        rowmap, first, first, first + lengths, {"action": [-3, 0, 1, 5], "observation.state": [-0.5, 0.0]}
+    )
     idx = rng.integers(0, lengths.sum(), size=300)
     (rows_a, pad_a), (rows_b, pad_b) = per_row.locate(idx), per_run.locate(idx)
     assert rows_a.keys() == rows_b.keys() and pad_a.keys() == pad_b.keys()
@@ -279,10 +299,19 @@ def test_a_verified_cache_is_not_read_again_until_it_changes(tmp_path, monkeypat
         def write(w):
             w.add_episode("demo_0", {"low": np.frombuffer(src.read_bytes(), np.uint8).reshape(-1, 1)})
 
-        store, hold, reused = open_or_build(kind="test", source=FileSource(src), key_desc={"source": str(src)},
-                                            write=write, codec=FrameCodec(), cache_dir=str(tmp_path / "cache"),
-                                            max_memory=None, build_workers=1, meta={}, option_prefix="test",
-                                            description="a test cache")
+        store, hold, reused = open_or_build(
+            kind="test",
+            source=FileSource(src),
+            key_desc={"source": str(src)},
+            write=write,
+            codec=FrameCodec(),
+            cache_dir=str(tmp_path / "cache"),
+            max_memory=None,
+            build_workers=1,
+            meta={},
+            option_prefix="test",
+            description="a test cache",
+        )
         path = store.path
         store.close()
         hold.release()
@@ -290,10 +319,10 @@ def test_a_verified_cache_is_not_read_again_until_it_changes(tmp_path, monkeypat
 
     path, reused = opened()
     assert not reused and checks == []
-    assert opened()[1] and checks == []    # built by this process (its CRC computed as it was written)
+    assert opened()[1] and checks == []  # built by this process (its CRC computed as it was written)
     os.unlink(os.path.join(os.path.dirname(path), ".verified", os.path.basename(path) + ".json"))
-    assert opened()[1] and checks == [1]   # a cache of unknown history: checked
-    assert opened()[1] and checks == [1]   # unchanged since: not read again
+    assert opened()[1] and checks == [1]  # a cache of unknown history: checked
+    assert opened()[1] and checks == [1]  # unchanged since: not read again
     data = bytearray(open(path, "rb").read())  # negative control: a byte of the data region flipped in place
     data[100] ^= 0xFF
     with open(path, "r+b") as f:
@@ -346,9 +375,14 @@ def test_packed_integer_arrays_come_back_exactly():
     from robo_loaders_plugin.core.packed import pack_ints, unpack_ints
 
     rng = np.random.default_rng(6)
-    cases = [np.cumsum(rng.integers(0, 200, size=10_000)), rng.integers(-2**40, 2**40, size=500),
-             np.zeros(0, np.int64), np.arange(12, dtype=np.int32).reshape(3, 4), rng.integers(0, 2, 99).astype(bool),
-             np.array([2**62, -2**62], np.int64)]
+    cases = [
+        np.cumsum(rng.integers(0, 200, size=10_000)),
+        rng.integers(-(2**40), 2**40, size=500),
+        np.zeros(0, np.int64),
+        np.arange(12, dtype=np.int32).reshape(3, 4),
+        rng.integers(0, 2, 99).astype(bool),
+        np.array([2**62, -(2**62)], np.int64),
+    ]
     for a in cases:
         b = unpack_ints(pack_ints(a))
         assert b.dtype == a.dtype and b.shape == a.shape and np.array_equal(a, b)

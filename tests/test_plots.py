@@ -1,13 +1,13 @@
 """What ``robo-loaders report``'s figures say (issue 23 B13): the axis a loss curve is drawn on, exact-parity curves
 that stay visible, throughput labels and scale, one colour per backend, ``#tag`` runs, counts, and the files a
 report is given but does not plot. The figures are inspected as matplotlib objects (``plots._save`` captured)."""
+
 import glob
 import json
 import os
 
 import pytest
 from click.testing import CliRunner
-
 from report_fakes import bench_payload, dump, training_payload
 
 from robo_loaders_plugin.bench import plots
@@ -53,10 +53,17 @@ def test_an_epoch_loss_curve_that_differs_is_not_called_identical(figures, tmp_p
     from benchmarks.harness.loss_curves import loss_run, write_loss_curves
 
     path = str(tmp_path / "lc.json")
-    write_loss_curves(path, "robomimic", [loss_run("native", 1, [[1.0], [0.5]], ["L1"]),
-                                          loss_run("datapipe", 1, [[1.0], [0.5000001]], ["L1"]),
-                                          loss_run("compressed_cache", 1, [[1.0], [0.5]], ["L1"])],
-                      metrics=["L1"], with_machine=False)
+    write_loss_curves(
+        path,
+        "robomimic",
+        [
+            loss_run("native", 1, [[1.0], [0.5]], ["L1"]),
+            loss_run("datapipe", 1, [[1.0], [0.5000001]], ["L1"]),
+            loss_run("compressed_cache", 1, [[1.0], [0.5]], ["L1"]),
+        ],
+        metrics=["L1"],
+        with_machine=False,
+    )
     payload = load_result(path)
     plots.plot_loss_curves(payload, "x.png", plots.Palette())
     ax = figures[0].axes[0]
@@ -70,18 +77,25 @@ def test_an_epoch_loss_curve_that_differs_is_not_called_identical(figures, tmp_p
 def test_throughput_labels_keep_significant_digits_and_a_wide_spread_gets_a_log_axis(figures, tmp_path):
     """Training throughput was labelled "2 (0.88x)" (2.27 samples/s rounded to an integer); native's bar was
     invisible next to 27,605 samples/s on a linear axis."""
-    assert [plots.significant(v) for v in (2.2718, 14.63, 0.5, 1292.4, 27605.2)] == \
-        ["2.27", "14.6", "0.500", "1,292", "27,605"]
+    assert [plots.significant(v) for v in (2.2718, 14.63, 0.5, 1292.4, 27605.2)] == [
+        "2.27",
+        "14.6",
+        "0.500",
+        "1,292",
+        "27,605",
+    ]
     train = load_result(dump(tmp_path / "t.json", training_payload()))
     for r in train["results"]:
         r["samples_per_s"] /= 60  # a CPU training benchmark: a few samples/s
     plots.plot_throughput(train, "x.png", plots.Palette())
     ax = figures[-1].axes[0]
     assert ax.get_xscale() == "linear" and "log" not in ax.get_xlabel()
-    assert any(t.strip().startswith(plots.significant(train["results"][0]["samples_per_s"]) + "  (1.00x")
-               for t in texts(ax)), texts(ax)
-    fast = load_result(dump(tmp_path / "b.json", bench_payload("lerobot", ("native", "compressed_cache"),
-                                                               epochs=False)))
+    assert any(
+        t.strip().startswith(plots.significant(train["results"][0]["samples_per_s"]) + "  (1.00x") for t in texts(ax)
+    ), texts(ax)
+    fast = load_result(
+        dump(tmp_path / "b.json", bench_payload("lerobot", ("native", "compressed_cache"), epochs=False))
+    )
     fast["results"][0]["samples_per_s"], fast["results"][1]["samples_per_s"] = 200.0, 27605.2
     plots.plot_throughput(fast, "x.png", plots.Palette())
     ax = figures[-1].axes[0]
@@ -99,16 +113,21 @@ def test_one_colour_per_backend_in_every_figure_and_tagged_runs_are_not_plotted(
     assert plots.color_of("video_stream") == plots.KNOWN_COLORS["video_stream"]
     assert plots.color_of("gpu_resampler#third") == plots.color_of("gpu_resampler")
     assert plots.color_of("my_backend") == plots.color_of("my_backend") in plots.OTHER_COLORS
-    assert len({plots.KNOWN_COLORS[b] for b in ("native", "compressed_cache", "datapipe", "gpu_resampler",
-                                                   "video_stream")}) == 5
+    assert (
+        len(
+            {plots.KNOWN_COLORS[b] for b in ("native", "compressed_cache", "datapipe", "gpu_resampler", "video_stream")}
+        )
+        == 5
+    )
     payload = load_result(os.path.join(RESULTS, "robomimic_lift_w2.json"))
     assert any("#" in r["backend"] for r in payload["results"])
     for plot in (plots.plot_throughput, plots.plot_memory, plots.plot_startup):
         plot(payload, "x.png", plots.Palette())
         labels = [t.get_text() for t in figures[-1].axes[0].get_yticklabels()]
         assert labels and not any("#" in x for x in labels), labels
-    plots.plot_loss_curves(load_result(os.path.join(RESULTS, "loss_curves", "lerobot_act.json")), "x.png",
-                           plots.Palette())
+    plots.plot_loss_curves(
+        load_result(os.path.join(RESULTS, "loss_curves", "lerobot_act.json")), "x.png", plots.Palette()
+    )
     import matplotlib.colors as mc
 
     lines = figures[-1].axes[0].get_lines()
@@ -118,8 +137,9 @@ def test_one_colour_per_backend_in_every_figure_and_tagged_runs_are_not_plotted(
 def test_counts_say_worker_and_thread_in_the_singular():
     from robo_loaders_plugin.core.units import plural
 
-    assert plural(1, "worker") == "1 worker" and plural(2, "worker") == "2 workers" and plural(0, "thread") == \
-        "0 threads"
+    assert (
+        plural(1, "worker") == "1 worker" and plural(2, "worker") == "2 workers" and plural(0, "thread") == "0 threads"
+    )
 
 
 def test_report_skips_files_it_does_not_plot_with_one_line_each(tmp_path):
@@ -131,8 +151,9 @@ def test_report_skips_files_it_does_not_plot_with_one_line_each(tmp_path):
     assert r.exit_code == 0, r.output
     lines = r.output.splitlines()
     skipped = [x for x in lines if x.startswith("skipped")]
-    assert len(skipped) == 1 and skipped[0].startswith(f"skipped {chosen[0]}: not a benchmark, matrix or "
-                                                       "loss-curves result"), lines
+    assert len(skipped) == 1 and skipped[0].startswith(
+        f"skipped {chosen[0]}: not a benchmark, matrix or loss-curves result"
+    ), lines
     assert lines[-1] == f"wrote {tmp_path / 'o' / 'report.md'}"
     md = open(tmp_path / "o" / "report.md").read()
     assert "Skipped (not a benchmark, matrix or loss-curves result): `codecs.json`." in md

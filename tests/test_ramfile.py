@@ -1,6 +1,7 @@
 """RAM caches: one per host and content, shared by the processes that use it (ranks of a host), built once, gone
 with the last user; ownership by flock (not by pid), cleanup on SIGTERM, killed builds, full disks. The processes
 are real (tests/ram_users.py), each with its own locks, as the ranks of a torchrun job are."""
+
 import errno
 import fcntl
 import os
@@ -20,8 +21,14 @@ import pytest
 from robo_loaders_plugin.core.units import format_bytes
 from robo_loaders_plugin.storage import cache, ramfile
 from robo_loaders_plugin.storage.codec import FrameCodec
-from robo_loaders_plugin.storage.store import (ENV_RAM_DIR, EpisodeStore, MemoryBudgetExceeded, StoreError, StoreWriter,
-                                              default_shm_dir)
+from robo_loaders_plugin.storage.store import (
+    ENV_RAM_DIR,
+    EpisodeStore,
+    MemoryBudgetExceeded,
+    StoreError,
+    StoreWriter,
+    default_shm_dir,
+)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 USER = os.path.join(REPO, "tests", "ram_users.py")
@@ -51,14 +58,25 @@ def files(shm) -> list[str]:
 
 
 def spawn(code: str, *args) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code), *map(str, args)], cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(code), *map(str, args)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def user(mode, src, log="") -> subprocess.Popen:
     """One process of the host opening the RAM cache of ``src`` (tests/ram_users.py)."""
-    return subprocess.Popen([sys.executable, USER, mode, str(src), str(log)], cwd=REPO, stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, USER, mode, str(src), str(log)],
+        cwd=REPO,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def line(proc: subprocess.Popen, timeout: float = 60, logs: bool = False) -> str | None:
@@ -91,8 +109,14 @@ def finish(*procs) -> None:
 
 def small_store(path, n=3):
     w = StoreWriter(str(path), FrameCodec())
-    w.add_episode("demo_0", {"img": np.arange(n * 300, dtype=np.uint8).reshape(n, 10, 10, 3),
-                             "low": np.arange(n * 2, dtype=np.float64).reshape(n, 2)}, compressed={"img"})
+    w.add_episode(
+        "demo_0",
+        {
+            "img": np.arange(n * 300, dtype=np.uint8).reshape(n, 10, 10, 3),
+            "low": np.arange(n * 2, dtype=np.float64).reshape(n, 2),
+        },
+        compressed={"img"},
+    )
     return w
 
 
@@ -115,8 +139,12 @@ def test_the_processes_of_a_host_build_once_share_one_file_and_the_last_removes_
         assert sorted(o[1] for o in out) == ["built", "reused", "reused"]
         assert len(log.read_text().split()) == 1  # built once
         assert len({o[0] for o in out}) == 1 and files(shm) == [os.path.basename(out[0][0])]
-        inodes = {os.stat(f"/proc/{p.pid}/fd/{fd}").st_ino for p in procs for fd in os.listdir(f"/proc/{p.pid}/fd")
-                  if os.path.realpath(f"/proc/{p.pid}/fd/{fd}") == out[0][0]}
+        inodes = {
+            os.stat(f"/proc/{p.pid}/fd/{fd}").st_ino
+            for p in procs
+            for fd in os.listdir(f"/proc/{p.pid}/fd")
+            if os.path.realpath(f"/proc/{p.pid}/fd/{fd}") == out[0][0]
+        }
         assert len(inodes) == 1  # one file mapped by all: one copy in RAM
         for p in procs[:2]:
             tell(p, "release")
@@ -196,8 +224,11 @@ def test_a_shared_cache_larger_than_a_second_runs_max_memory_is_refused_not_used
     data = store.header["data_nbytes"]  # one byte over a budget that rounds alike: the byte counts say which is larger
     shown = re.escape(format_bytes(data))
     assert format_bytes(data - 1) == format_bytes(data)
-    with pytest.raises(MemoryBudgetExceeded, match=rf"max_memory={shown} \({data - 1} bytes\), .*holds {shown} "
-                                                   rf"\({data} bytes\)"):
+    with pytest.raises(
+        MemoryBudgetExceeded,
+        match=rf"max_memory={shown} \({data - 1} bytes\), .*holds {shown} "
+        rf"\({data} bytes\)",
+    ):
         open_ram(src, max_memory=data - 1)
     fitting, fitting_hold, reused = open_ram(src, max_memory=store.header["data_nbytes"])
     assert reused and fitting.path == store.path

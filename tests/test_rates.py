@@ -1,5 +1,6 @@
 """Rate conversion against a plain numpy reference (np.interp per dimension, hand-written previous/nearest) on
 random ragged episodes, edges included; conversion to the recorded rate is the identity."""
+
 import numpy as np
 import pytest
 
@@ -29,9 +30,14 @@ class ArrayFrames(FrameSource):
 
 
 def make_episodes(lengths=LENGTHS):
-    return [{"pos": RNG.normal(size=(L, 3)).astype(np.float32),
-             "grip": RNG.integers(0, 2, size=(L,)).astype(np.int64),
-             "cam": RNG.integers(0, 255, size=(L, 4, 4, 3)).astype(np.uint8)} for L in lengths]
+    return [
+        {
+            "pos": RNG.normal(size=(L, 3)).astype(np.float32),
+            "grip": RNG.integers(0, 2, size=(L,)).astype(np.int64),
+            "cam": RNG.integers(0, 255, size=(L, 4, 4, 3)).astype(np.uint8),
+        }
+        for L in lengths
+    ]
 
 
 def reference_value(x: np.ndarray, p: float, mode: str):
@@ -52,20 +58,37 @@ MODES = {"pos": "linear", "grip": "previous", "cam": "nearest"}
 @pytest.mark.parametrize("F,S,pad_fs,pad_seq", [(1, 5, True, True), (2, 3, False, True), (1, 4, True, False)])
 def test_robomimic_windows_at_a_target_rate_equal_the_resampled_reference(rate, F, S, pad_fs, pad_seq):
     """A sample equals SequenceDataset's sample of the demo resampled to the target rate by the reference."""
-    lengths = [L for L in LENGTHS if resampled_length(L, rate) >= (F - 1) * (not pad_fs) + (S - 1) * (not pad_seq) + 1
-               and (pad_fs or resampled_length(L, rate) >= F)]
+    lengths = [
+        L
+        for L in LENGTHS
+        if resampled_length(L, rate) >= (F - 1) * (not pad_fs) + (S - 1) * (not pad_seq) + 1
+        and (pad_fs or resampled_length(L, rate) >= F)
+    ]
     episodes = make_episodes(lengths)
     frames = ArrayFrames(episodes)
-    opts = rm.SequenceOptions(obs_keys=("pos", "grip", "cam"), dataset_keys=(), frame_stack=F, seq_length=S,
-                              pad_frame_stack=pad_fs, pad_seq_length=pad_seq, load_next_obs=False)
+    opts = rm.SequenceOptions(
+        obs_keys=("pos", "grip", "cam"),
+        dataset_keys=(),
+        frame_stack=F,
+        seq_length=S,
+        pad_frame_stack=pad_fs,
+        pad_seq_length=pad_seq,
+        load_next_obs=False,
+    )
     # the sources' fields are named obs/<k>; the frame source here serves them under those names
     frames.episodes = [{f"obs/{k}": v for k, v in e.items()} for e in episodes]
     w = rm.SequenceWindows(lengths, opts, rate)
     modes = {f"obs/{k}": m for k, m in MODES.items()}
     batch = rm.collate(frames, w, np.arange(len(w)), modes=modes)
-    resampled = [{k: np.stack([reference_value(e[k], j * rate, MODES[k])
-                               for j in range(resampled_length(len(e["pos"]), rate))])
-                  for k in MODES} for e in episodes]
+    resampled = [
+        {
+            k: np.stack(
+                [reference_value(e[k], j * rate, MODES[k]) for j in range(resampled_length(len(e["pos"]), rate))]
+            )
+            for k in MODES
+        }
+        for e in episodes
+    ]
     i = 0
     for d, e in enumerate(resampled):
         L = len(e["pos"])
@@ -86,8 +109,9 @@ def test_robomimic_windows_at_a_target_rate_equal_the_resampled_reference(rate, 
 def test_the_recorded_rate_is_the_identity():
     episodes = make_episodes()
     frames = ArrayFrames([{f"obs/{k}": v for k, v in e.items()} for e in episodes])
-    opts = rm.SequenceOptions(obs_keys=("pos", "grip", "cam"), dataset_keys=(), frame_stack=2, seq_length=4,
-                              load_next_obs=False)
+    opts = rm.SequenceOptions(
+        obs_keys=("pos", "grip", "cam"), dataset_keys=(), frame_stack=2, seq_length=4, load_next_obs=False
+    )
     modes = {f"obs/{k}": m for k, m in MODES.items()}
     native = rm.collate(frames, rm.SequenceWindows(LENGTHS, opts), np.arange(60))
     same = rm.collate(frames, rm.SequenceWindows(LENGTHS, opts, 20 / 20), np.arange(60), modes=modes)
@@ -125,8 +149,11 @@ def test_lerobot_fractional_offsets_equal_the_reference_with_edges_and_pads(offs
 
 
 def test_modes_are_checked():
-    infos = {"pos": FieldInfo(np.dtype(np.float32), (3,), False), "grip": FieldInfo(np.dtype(np.int64), (), False),
-             "cam": FieldInfo(np.dtype(np.uint8), (4, 4, 3), True)}
+    infos = {
+        "pos": FieldInfo(np.dtype(np.float32), (3,), False),
+        "grip": FieldInfo(np.dtype(np.int64), (), False),
+        "cam": FieldInfo(np.dtype(np.uint8), (4, 4, 3), True),
+    }
     assert resolve_modes(infos, None, "w") == {"pos": "linear", "grip": "previous", "cam": "nearest"}
     assert resolve_modes(infos, {"pos": "previous"}, "w")["pos"] == "previous"
     with pytest.raises(BackendOptionError, match=r"w.modes names \['speed'\].*fields are \['cam', 'grip', 'pos'\]"):
@@ -134,9 +161,12 @@ def test_modes_are_checked():
     with pytest.raises(BackendOptionError, match="never blended"):
         resolve_modes(infos, {"cam": "linear"}, "w")
     # issue 23 B12: with no field read at another rate the message said "its fields are []"
-    with pytest.raises(BackendOptionError, match=r"w.modes names \['pos'\], but this run reads no field between "
-                                                 r"recorded steps: modes apply to rate conversion \(target_fps, "
-                                                 r"delta_timestamps\)") as e:
+    with pytest.raises(
+        BackendOptionError,
+        match=r"w.modes names \['pos'\], but this run reads no field between "
+        r"recorded steps: modes apply to rate conversion \(target_fps, "
+        r"delta_timestamps\)",
+    ) as e:
         resolve_modes({}, {"pos": "linear"}, "w")
     assert "[]" not in str(e.value)
     with pytest.raises(BackendOptionError, match="needs a float field"):

@@ -6,6 +6,7 @@ tables, or a table edited by hand, would make the documents claim numbers no com
 get renamed, so every relative link must still lead to a file (and the README's own anchors to a heading). The README
 is the front door: it stays short, with the rest in docs/.
 """
+
 import glob
 import os
 import re
@@ -79,8 +80,9 @@ def broken_links(path: str, check_anchors: bool = False) -> list[str]:
 @pytest.mark.parametrize("doc", ["README.md", "docs/benchmarks.md"])
 def test_generated_tables_are_up_to_date(doc):
     stale = readme_tables.update_readme(os.path.join(ROOT, doc), check=True)
-    assert not stale, (f"{doc}: tables out of date with benchmarks/results: {stale}; "
-                       f"run: python -m benchmarks.harness readme {doc}")
+    assert not stale, (
+        f"{doc}: tables out of date with benchmarks/results: {stale}; run: python -m benchmarks.harness readme {doc}"
+    )
 
 
 def test_readme_has_generated_tables_from_both_frameworks():
@@ -105,8 +107,9 @@ def test_a_stale_table_is_detected(tmp_path):
 def test_readme_is_short():
     with open(README) as f:
         size = len(f.read())
-    assert size <= README_MAX_CHARS, \
+    assert size <= README_MAX_CHARS, (
         f"README.md has {size} characters (at most {README_MAX_CHARS}): move detail to docs/"
+    )
 
 
 def test_readme_links_and_anchors_lead_somewhere():
@@ -122,9 +125,11 @@ def test_link_check_can_fail(tmp_path):
     """Negative control: a missing file, a missing anchor are found; code, URLs and real files are not flagged."""
     (tmp_path / "there.md").write_text("# A heading\n")
     page = tmp_path / "page.md"
-    page.write_text("[ok](there.md) [ok](there.md#a-heading) [url](https://example.com/x.md)\n"
-                    "`[code](nowhere.md)`\n```\n[fenced](nowhere.md)\n```\n"
-                    "[gone](missing.md) [bad anchor](there.md#nope) [self](#a-heading)\n")
+    page.write_text(
+        "[ok](there.md) [ok](there.md#a-heading) [url](https://example.com/x.md)\n"
+        "`[code](nowhere.md)`\n```\n[fenced](nowhere.md)\n```\n"
+        "[gone](missing.md) [bad anchor](there.md#nope) [self](#a-heading)\n"
+    )
     bad = broken_links(str(page), check_anchors=True)
     assert len(bad) == 3, bad
     assert "missing.md" in bad[0] and "#nope" in bad[1] and "#a-heading" in bad[2]
@@ -141,8 +146,9 @@ def contents_problems(text: str) -> list[str]:
     line = next((ln for ln in text.split("\n\n") if ln.startswith("**Contents:**")), "")
     linked = {m.group(1) for m in re.finditer(r"\]\(#([^)]+)\)", line)}
     sections = {slug(h[3:]) for h in text.splitlines() if h.startswith("## ")}
-    return [f"not in the contents: #{s}" for s in sorted(sections - linked)] + \
-        [f"contents link to no section: #{s}" for s in sorted(linked - sections)]
+    return [f"not in the contents: #{s}" for s in sorted(sections - linked)] + [
+        f"contents link to no section: #{s}" for s in sorted(linked - sections)
+    ]
 
 
 def test_readme_contents_link_every_section():

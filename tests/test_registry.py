@@ -5,8 +5,8 @@ import pytest
 from click.testing import CliRunner
 
 import robo_loaders_plugin as rlp
-from robo_loaders_plugin.cli import main
 from robo_loaders_plugin import BATCH, BackendOptionError, BackendSpec, Option, UnknownBackendError
+from robo_loaders_plugin.cli import main
 
 
 def test_builtin_backends_listed_native_first():
@@ -59,8 +59,13 @@ def test_hookimpl_exported():
 
 
 def test_option_validation():
-    spec = BackendSpec(name="x", description="d", frameworks=("robomimic",), kind=BATCH,
-                       options={"n": Option(int, 1, "", min=0), "s": Option((int, str), None, "")})
+    spec = BackendSpec(
+        name="x",
+        description="d",
+        frameworks=("robomimic",),
+        kind=BATCH,
+        options={"n": Option(int, 1, "", min=0), "s": Option((int, str), None, "")},
+    )
     assert spec.choose("robomimic", {}, "w").options.as_dict() == {"n": 1, "s": None}
     assert spec.choose("robomimic", {"n": 3, "s": "2GB"}, "w").options.as_dict() == {"n": 3, "s": "2GB"}
     with pytest.raises(BackendOptionError, match="w: unknown option 'm' for backend 'x'; valid options: n, s"):
@@ -93,13 +98,13 @@ def test_cli_list_table_and_json():
     assert vs["options"]["storage_options"]["frameworks"] == ["lerobot"]
 
 
-PLUGIN = '''
+PLUGIN = """
 from robo_loaders_plugin import SAMPLE, BackendSpec, hookimpl
 
 @hookimpl
 def robo_loaders_backends():
     return [BackendSpec(name="good_backend", description="d", frameworks=("robomimic",), kind=SAMPLE)]
-'''
+"""
 
 
 def test_a_broken_entry_point_is_skipped(tmp_path, monkeypatch):
@@ -122,8 +127,9 @@ def test_a_broken_entry_point_is_skipped(tmp_path, monkeypatch):
             warnings.simplefilter("always")
             names = registry.list_backends()
         assert "good_backend" in names and "compressed_cache" in names
-        assert any("skipping plugin 'broken'" in str(w.message) and "no_such_module_anywhere" in str(w.message)
-                   for w in caught)
+        assert any(
+            "skipping plugin 'broken'" in str(w.message) and "no_such_module_anywhere" in str(w.message) for w in caught
+        )
     finally:
         monkeypatch.undo()
         sys.modules.pop("good_plugin", None)
@@ -139,8 +145,11 @@ def test_a_missing_dependency_names_the_extra_to_install(monkeypatch):
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torchdata" else real(name, *a))
-    with pytest.raises(RoboLoadersError, match=r"backend 'datapipe' needs torchdata, which is not installed: pip "
-                                               r"install 'robo-loaders-plugin\[datapipe\]'"):
+    with pytest.raises(
+        RoboLoadersError,
+        match=r"backend 'datapipe' needs torchdata, which is not installed: pip "
+        r"install 'robo-loaders-plugin\[datapipe\]'",
+    ):
         rlp.get_backend("datapipe").choose("robomimic", {}, "w")
     with pytest.raises(RoboLoadersError, match=r"video_stream' needs torchdata"):
         rlp.get_backend("video_stream").choose("lerobot", {}, "w")
@@ -152,12 +161,18 @@ def test_modes_without_rate_conversion_are_refused_naming_the_options():
     conversion asks for; given alone, LeRobot said "modes names ['action'] ... its fields are []" (and robomimic
     ignored them). Refused when the options are resolved, before any data is read, naming what to set."""
     spec = rlp.get_backend("gpu_resampler")
-    with pytest.raises(BackendOptionError, match=r"^--dataset.backend_kwargs: modes apply to rate conversion .*none "
-                                                 r"is set: give target_fps or delta_timestamps too, or leave modes "
-                                                 r"out \(backend 'gpu_resampler'\)$"):
+    with pytest.raises(
+        BackendOptionError,
+        match=r"^--dataset.backend_kwargs: modes apply to rate conversion .*none "
+        r"is set: give target_fps or delta_timestamps too, or leave modes "
+        r"out \(backend 'gpu_resampler'\)$",
+    ):
         spec.choose("lerobot", {"modes": {"action": "previous"}}, "--dataset.backend_kwargs")
-    with pytest.raises(BackendOptionError, match=r"^train.data_backend_kwargs: modes apply to rate conversion .*give "
-                                                 r"target_fps too, or leave modes out"):
+    with pytest.raises(
+        BackendOptionError,
+        match=r"^train.data_backend_kwargs: modes apply to rate conversion .*give "
+        r"target_fps too, or leave modes out",
+    ):
         spec.choose("robomimic", {"modes": {"actions": "previous"}}, "train.data_backend_kwargs")
     assert spec.choose("lerobot", {"modes": {"action": "previous"}, "target_fps": 10}, "w").options.modes
     assert spec.choose("lerobot", {"modes": {"action": "previous"}, "delta_timestamps": {"action": [0.0]}}, "w")
@@ -170,12 +185,18 @@ def test_non_finite_offsets_and_runaway_rates_are_refused_naming_the_option():
     declarations when the options are resolved, naming the option, before any data is read."""
     spec = rlp.get_backend("gpu_resampler")
     for bad in (float("nan"), float("inf")):
-        with pytest.raises(BackendOptionError, match=r"^--dataset.backend_kwargs.delta_timestamps\['action'\] must "
-                                                     r"hold finite numbers of seconds"):
+        with pytest.raises(
+            BackendOptionError,
+            match=r"^--dataset.backend_kwargs.delta_timestamps\['action'\] must "
+            r"hold finite numbers of seconds",
+        ):
             spec.choose("lerobot", {"delta_timestamps": {"action": [0.0, bad]}}, "--dataset.backend_kwargs")
     for framework, where in (("robomimic", "train.data_backend_kwargs"), ("lerobot", "--dataset.backend_kwargs")):
-        with pytest.raises(BackendOptionError, match=rf"^{where}.target_fps must be a rate in frames per second in "
-                                                     r"\(0, 10000\], got 1000000000"):
+        with pytest.raises(
+            BackendOptionError,
+            match=rf"^{where}.target_fps must be a rate in frames per second in "
+            r"\(0, 10000\], got 1000000000",
+        ):
             spec.choose(framework, {"target_fps": 1e9}, where)
         with pytest.raises(BackendOptionError, match=rf"^{where}.target_fps must be a finite number, got nan"):
             spec.choose(framework, {"target_fps": float("nan")}, where)

@@ -1,12 +1,12 @@
 """``robo-loaders report`` without running a benchmark: tables and plots from the committed results, the command's
 usage, the median of repeated runs and the captions (fake rows: tests/report_fakes.py). The harness's own formats
 (matrix, loss curves, epoch times) and the README tables are tested in benchmarks/tests/test_report_inputs.py."""
+
 import glob
 import json
 import os
 
 from click.testing import CliRunner
-
 from report_fakes import bench_payload, dump
 
 from robo_loaders_plugin.bench import tables
@@ -16,8 +16,11 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def test_report_on_committed_results(tmp_path):
     """The committed result files (whatever backends they hold) give tables and plots."""
-    files = sorted(p for p in glob.glob(os.path.join(REPO, "benchmarks", "results", "*.json"))
-                   if tables.kind_of(json.load(open(p))) != "unknown")
+    files = sorted(
+        p
+        for p in glob.glob(os.path.join(REPO, "benchmarks", "results", "*.json"))
+        if tables.kind_of(json.load(open(p))) != "unknown"
+    )
     assert files
     for p in files:
         payload = tables.load_result(p)

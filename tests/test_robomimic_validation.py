@@ -1,5 +1,6 @@
 """RobomimicHdf5.validate at scale (issue 22): the low-level walk raises exactly what the object-API walk raised,
 and a file that passed is not walked again until it changes."""
+
 import os
 
 import h5py

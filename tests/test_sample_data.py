@@ -10,8 +10,10 @@ from robo_loaders_plugin.storage.codec import FrameCodec
 
 def test_sample_data_layout(tmp_path):
     out = tmp_path / "d.hdf5"
-    r = CliRunner().invoke(main, ["sample-data", "robomimic", str(out), "--demos", "5", "--image-size", "32",
-                                  "--cameras", "3", "--seed", "4"])
+    r = CliRunner().invoke(
+        main,
+        ["sample-data", "robomimic", str(out), "--demos", "5", "--image-size", "32", "--cameras", "3", "--seed", "4"],
+    )
     assert r.exit_code == 0, r.output
     with h5py.File(out, "r") as f:
         data = f["data"]

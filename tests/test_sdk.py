@@ -1,6 +1,7 @@
 """The SDK's declaration half (``extend.frame_backend``, ``cache_dir_option``, ``cache_root``), without data: the
 spec it makes, what it refuses, and that its factories pass the registration's protocol check. (Serving a store
 against the native loaders: examples/jpeg_backend/tests.)"""
+
 import os
 import pickle
 
@@ -25,8 +26,10 @@ def test_the_spec_it_makes():
     assert choice.options.shared() == {"quality": 50}  # per_host cache_dir is not part of the store's key
     with pytest.raises(BackendOptionError, match="quality"):
         spec.choose("lerobot", {"quality": 0}, "w")
-    assert pickle.loads(pickle.dumps(spec.factories["lerobot"])).keywords == {"store": "toy_store:ToyStore",
-                                                                              "backend": "toy_frames"}
+    assert pickle.loads(pickle.dumps(spec.factories["lerobot"])).keywords == {
+        "store": "toy_store:ToyStore",
+        "backend": "toy_frames",
+    }
 
 
 def test_what_it_refuses():
@@ -41,7 +44,7 @@ def test_what_it_refuses():
 
 def test_cache_dir_is_checked_when_options_are_resolved(tmp_path):
     (tmp_path / "file").write_text("x")
-    with pytest.raises(BackendOptionError, match="cache_dir.*is a file, not a directory"):
+    with pytest.raises(BackendOptionError, match=r"cache_dir.*is a file, not a directory"):
         make().choose("robomimic", {"cache_dir": str(tmp_path / "file")}, "train.data_backend_kwargs")
     assert cache_root(str(tmp_path / "new")) == str(tmp_path / "new") and os.path.isdir(tmp_path / "new")
 
@@ -61,5 +64,5 @@ def test_a_store_must_implement_build_and_open():
         def build(self, directory, episodes, options):
             pass
 
-    with pytest.raises(TypeError, match="abstract method 'open'|abstract methods? .*open"):
+    with pytest.raises(TypeError, match=r"abstract method 'open'|abstract methods? .*open"):
         Half()

@@ -1,4 +1,5 @@
 """robo-shards format: round trip, tar compatibility, atomic publishing, hostile and damaged input."""
+
 import io
 import json
 import os
@@ -8,9 +9,9 @@ import tarfile
 import numpy as np
 import pytest
 
+from robo_loaders_plugin.storage.codec import FrameCodec
 from robo_loaders_plugin.storage.shards import ShardError, ShardReader, ShardWriter
 from robo_loaders_plugin.storage.shards.format import with_checksum
-from robo_loaders_plugin.storage.codec import FrameCodec
 
 
 def episodes(n=5, seed=0):

@@ -1,5 +1,6 @@
 """robo-shards integrity: damaged members, edited or malformed indexes, hostile tar headers, missing shards and
 format version 1 are errors naming the file, episode and member (never data, never a stray TypeError)."""
+
 import contextlib
 import io
 import json
@@ -10,11 +11,11 @@ import zlib
 
 import numpy as np
 import pytest
+from test_shards import episodes, rewrite_index, write
 
 from robo_loaders_plugin.storage.codec import FrameCodec
 from robo_loaders_plugin.storage.shards import ShardError, ShardReader, ShardWriter, verify_dir
 from robo_loaders_plugin.storage.shards.format import with_checksum
-from test_shards import episodes, rewrite_index, write
 
 NAMES = [f"demo_{e}" for e in range(5)]
 
@@ -82,8 +83,11 @@ def test_swapped_member_offsets_serve_no_other_episode(tmp_path):
     a["demo_0.actions.npy"], b["demo_1.actions.npy"] = b["demo_1.actions.npy"], a["demo_0.actions.npy"]
     rewrite_index(tmp_path, index)
     r = ShardReader(str(tmp_path))
-    with pytest.raises(ShardError, match=r"'demo_0.actions.npy' of episode 'demo_0': the tar header before its data "
-                                         r"names 'demo_1.actions.npy'"):
+    with pytest.raises(
+        ShardError,
+        match=r"'demo_0.actions.npy' of episode 'demo_0': the tar header before its data "
+        r"names 'demo_1.actions.npy'",
+    ):
         r.read_episode(0)
     _, fields = r.read_episode(0, fields=["obs/cam"])  # the untouched members still read
     assert fields["obs/cam"].tobytes() == data["demo_0"]["obs/cam"].tobytes()
@@ -110,13 +114,19 @@ def test_members_swapped_with_a_recomputed_checksum_are_refused_by_their_tar_hea
     a["demo_0.actions.npy"], b["demo_1.actions.npy"] = b["demo_1.actions.npy"], a["demo_0.actions.npy"]
     rewrite_index(tmp_path, index)
     r = ShardReader(str(tmp_path))  # the index itself is valid
-    pattern = (r"member 'demo_0.actions.npy' of episode 'demo_0': the tar header before its data names "
-               r"'demo_1.actions.npy', so index.json points at bytes that are not this member's.*convert")
+    pattern = (
+        r"member 'demo_0.actions.npy' of episode 'demo_0': the tar header before its data names "
+        r"'demo_1.actions.npy', so index.json points at bytes that are not this member's.*convert"
+    )
     for decode in (True, False):
         with pytest.raises(ShardError, match=pattern):
             r.read_episode(0, decode_frames=decode)
-    with pytest.raises(ShardError, match=re.escape("'demo_1.actions.npy' of episode 'demo_1': the tar header before "
-                                                   "its data names 'demo_0.actions.npy'")):
+    with pytest.raises(
+        ShardError,
+        match=re.escape(
+            "'demo_1.actions.npy' of episode 'demo_1': the tar header before its data names 'demo_0.actions.npy'"
+        ),
+    ):
         r.read_episode(1, fields=["actions"])
     assert r.read_episode(0, fields=["dones"])[1]["dones"].tobytes() == data["demo_0"]["dones"].tobytes()
     assert r.read_episode(2)[1]["actions"].tobytes() == data["demo_2"]["actions"].tobytes()
@@ -137,8 +147,11 @@ def test_a_damaged_tar_header_or_a_long_member_name(tmp_path):
     write(tmp_path)
     shard, _member, loc = location(tmp_path, "demo_1", "actions.npy")
     flip_bits(shard, loc["offset"] - 512 + 130)  # inside the header's size field
-    with pytest.raises(ShardError, match=r"'demo_1.actions.npy' of episode 'demo_1': the 512 bytes before its "
-                                         r"data are not a valid tar header \(checksum\)"):
+    with pytest.raises(
+        ShardError,
+        match=r"'demo_1.actions.npy' of episode 'demo_1': the 512 bytes before its "
+        r"data are not a valid tar header \(checksum\)",
+    ):
         ShardReader(str(tmp_path)).read_episode(1)
     field = "obs/" + "k" * 110
     w = ShardWriter(str(tmp_path / "long"), FrameCodec(), {"framework": "test"}, shard_bytes=10**9)
@@ -155,19 +168,25 @@ def test_overlapping_members_are_reported(tmp_path):
     frames = members["demo_0.obs~cam.frames"]
     half = frames["size"] // 2
     shard_bytes = (tmp_path / index["episodes"][0]["shard"]).read_bytes()
-    members["demo_0.actions.npy"] = dict(frames, size=half,
-                                         crc32=zlib.crc32(shard_bytes[frames["offset"]:frames["offset"] + half]))
+    members["demo_0.actions.npy"] = dict(
+        frames, size=half, crc32=zlib.crc32(shard_bytes[frames["offset"] : frames["offset"] + half])
+    )
     rewrite_index(tmp_path, index)
     r = ShardReader(str(tmp_path))
     with pytest.raises(ShardError, match=re.escape("actions.npy")):
         r.read_episode(0)
     problems = r.verify()
-    assert any("'demo_0.actions.npy' and 'demo_0.obs~cam.frames' overlap" in p
-               or "'demo_0.obs~cam.frames' and 'demo_0.actions.npy' overlap" in p for p in problems), problems
+    assert any(
+        "'demo_0.actions.npy' and 'demo_0.obs~cam.frames' overlap" in p
+        or "'demo_0.obs~cam.frames' and 'demo_0.actions.npy' overlap" in p
+        for p in problems
+    ), problems
 
 
-@pytest.mark.parametrize("metadata", [{"framework": "robomimic", "demos": NAMES},
-                                      {"framework": "lerobot", "episodes": [{"name": n} for n in NAMES]}])
+@pytest.mark.parametrize(
+    "metadata",
+    [{"framework": "robomimic", "demos": NAMES}, {"framework": "lerobot", "episodes": [{"name": n} for n in NAMES]}],
+)
 def test_episodes_must_be_those_the_metadata_lists(tmp_path, metadata):
     w = ShardWriter(str(tmp_path), FrameCodec(), metadata, shard_bytes=10**9)
     for name, fields in episodes():
@@ -190,10 +209,28 @@ def test_episodes_must_be_those_the_metadata_lists(tmp_path, metadata):
 
 
 BAD_VALUES = [
-    ("offset", 1536.0), ("offset", "1536"), ("offset", True), ("offset", -512), ("offset", 10**30),
-    ("offset", 10**4000), ("offset", 1000), ("size", "100"), ("size", True), ("size", -1), ("size", None),
-    ("crc32", -1), ("crc32", 2**32), ("crc32", "x"), ("length", 10**30), ("length", -1), ("length", 2.0),
-    ("length", False), ("shard_bytes", "big"), ("shard_bytes", 1.5), ("members", ["a"]), ("name", "../x"),
+    ("offset", 1536.0),
+    ("offset", "1536"),
+    ("offset", True),
+    ("offset", -512),
+    ("offset", 10**30),
+    ("offset", 10**4000),
+    ("offset", 1000),
+    ("size", "100"),
+    ("size", True),
+    ("size", -1),
+    ("size", None),
+    ("crc32", -1),
+    ("crc32", 2**32),
+    ("crc32", "x"),
+    ("length", 10**30),
+    ("length", -1),
+    ("length", 2.0),
+    ("length", False),
+    ("shard_bytes", "big"),
+    ("shard_bytes", 1.5),
+    ("members", ["a"]),
+    ("name", "../x"),
 ]
 
 
@@ -230,14 +267,14 @@ def test_npy_header_claiming_terabytes_is_refused_before_allocating(tmp_path):
     write(tmp_path)
     shard, member, loc = location(tmp_path, "demo_0", "actions.npy")
     data = bytearray(shard.read_bytes())
-    npy = bytes(data[loc["offset"]:loc["offset"] + loc["size"]])
+    npy = bytes(data[loc["offset"] : loc["offset"] + loc["size"]])
     old = b"'shape': (10, 7), }"
     new = b"'shape': (10000000000000, 7), }"
     assert old in npy
     header_end = npy.index(b"\n")
     patched = npy[:header_end].replace(old + b" " * (len(new) - len(old)), new) + npy[header_end:]
     assert len(patched) == len(npy) and patched != npy
-    data[loc["offset"]:loc["offset"] + loc["size"]] = patched
+    data[loc["offset"] : loc["offset"] + loc["size"]] = patched
     shard.write_bytes(bytes(data))
     index = json.loads((tmp_path / "index.json").read_text())
     index["episodes"][0]["members"][member]["crc32"] = zlib.crc32(patched)  # a consistent, hostile dataset
@@ -252,10 +289,10 @@ def test_object_and_pickled_npy_are_refused(tmp_path):
     write(tmp_path)
     shard, member, loc = location(tmp_path, "demo_0", "dones.npy")
     data = bytearray(shard.read_bytes())
-    npy = bytes(data[loc["offset"]:loc["offset"] + loc["size"]])
+    npy = bytes(data[loc["offset"] : loc["offset"] + loc["size"]])
     patched = npy.replace(b"'descr': '|b1'", b"'descr': '|O' ")
     assert len(patched) == len(npy) and patched != npy
-    data[loc["offset"]:loc["offset"] + loc["size"]] = patched
+    data[loc["offset"] : loc["offset"] + loc["size"]] = patched
     shard.write_bytes(bytes(data))
     index = json.loads((tmp_path / "index.json").read_text())
     index["episodes"][0]["members"][member]["crc32"] = zlib.crc32(patched)
@@ -282,14 +319,17 @@ def test_verify_reports_hostile_tar_headers(tmp_path):
     assert ShardReader(str(tmp_path)).verify() == []
     index = json.loads((tmp_path / "index.json").read_text())
     shard = tmp_path / index["shards"][-1]["name"]
-    append_members(shard, [
-        (tar_info("demo_4.evil.npy", tarfile.SYMTYPE, linkname="/etc/passwd"), None),
-        (tar_info("demo_4.link.npy", tarfile.LNKTYPE, linkname="demo_4.actions.npy"), None),
-        (tar_info("../escape.npy", size=3), b"abc"),
-        (tar_info("/abs/path.npy", size=3), b"abc"),
-        (tar_info("somedir", tarfile.DIRTYPE), None),
-        (tar_info("demo_4.extra.npy", size=3), b"abc"),
-    ])
+    append_members(
+        shard,
+        [
+            (tar_info("demo_4.evil.npy", tarfile.SYMTYPE, linkname="/etc/passwd"), None),
+            (tar_info("demo_4.link.npy", tarfile.LNKTYPE, linkname="demo_4.actions.npy"), None),
+            (tar_info("../escape.npy", size=3), b"abc"),
+            (tar_info("/abs/path.npy", size=3), b"abc"),
+            (tar_info("somedir", tarfile.DIRTYPE), None),
+            (tar_info("demo_4.extra.npy", size=3), b"abc"),
+        ],
+    )
     # the index updated to match (size and SHA-256): only the tar headers can tell
     from robo_loaders_plugin.storage.shards.format import _sha256
 
@@ -298,12 +338,15 @@ def test_verify_reports_hostile_tar_headers(tmp_path):
     r = ShardReader(str(tmp_path))
     assert [r.read_episode(i)[1]["actions"].shape[0] for i in range(5)] == [10, 13, 16, 19, 22]  # reads are fine
     problems = "\n".join(r.verify())
-    for expected in ["'demo_4.evil.npy': a symbolic link, not a regular file",
-                     "'demo_4.link.npy': a hard link, not a regular file",
-                     "'../escape.npy': absolute or '..' path", "'/abs/path.npy': absolute or '..' path",
-                     "'somedir': a directory, not a regular file",
-                     "'somedir': not listed in index.json and not named <episode>.<field>.<ext>",
-                     "'demo_4.extra.npy': not listed in index.json"]:
+    for expected in [
+        "'demo_4.evil.npy': a symbolic link, not a regular file",
+        "'demo_4.link.npy': a hard link, not a regular file",
+        "'../escape.npy': absolute or '..' path",
+        "'/abs/path.npy': absolute or '..' path",
+        "'somedir': a directory, not a regular file",
+        "'somedir': not listed in index.json and not named <episode>.<field>.<ext>",
+        "'demo_4.extra.npy': not listed in index.json",
+    ]:
         assert expected in problems, (expected, problems)
     assert "SHA-256" not in problems
 
@@ -404,6 +447,7 @@ class HeaderMutatingWriter(ShardWriter):
 
 def random_mutation(rng):
     """A header mutation: one value anywhere in it replaced by one of ODD_VALUES, drawn from ``rng``."""
+
     def mutate(header):
         paths = [p for p, _ in json_paths(header) if p]
         path = paths[rng.integers(len(paths))]
@@ -412,6 +456,7 @@ def random_mutation(rng):
             target = target[k]
         target[path[-1]] = ODD_VALUES[rng.integers(len(ODD_VALUES))]
         return header
+
     return mutate
 
 
@@ -433,8 +478,12 @@ def fuzz_headers(tmp_path, seed: int, trials: int, reads) -> None:
 
 
 def test_any_malformed_header_value_is_a_shard_error_never_a_crash(tmp_path):
-    fuzz_headers(tmp_path, 1, 150, [lambda r: r.read_episode(0, decode_frames=True),
-                                    lambda r: r.read_episode(0, decode_frames=False)])
+    fuzz_headers(
+        tmp_path,
+        1,
+        150,
+        [lambda r: r.read_episode(0, decode_frames=True), lambda r: r.read_episode(0, decode_frames=False)],
+    )
 
 
 # -- frames members of long episodes stored in parts (format.part_bounds) ------------------------------------------
@@ -452,8 +501,9 @@ def test_parts_round_trip_and_any_rows_read_only_their_parts(tmp_path, small_par
     assert all(r.has_parts(i) for i in range(len(r.episodes))) and verify_dir(str(tmp_path)) == []
     reads = []
     member = ShardReader._member
-    monkeypatch.setattr(ShardReader, "_member", lambda self, f, path, ep, name: reads.append(name) or
-                        member(self, f, path, ep, name))
+    monkeypatch.setattr(
+        ShardReader, "_member", lambda self, f, path, ep, name: reads.append(name) or member(self, f, path, ep, name)
+    )
     for i, e in enumerate(r.episodes):
         want = data[e["name"]]["obs/cam"]
         assert np.array_equal(r.read_episode(i)[1]["obs/cam"], want)
@@ -474,8 +524,9 @@ def test_a_short_episode_and_the_control_are_stored_whole(tmp_path):
     write(tmp_path)
     r = ShardReader(str(tmp_path))
     assert not any(r.has_parts(i) for i in range(len(r.episodes)))
-    assert np.array_equal(r.read_frame_rows(1, 2, 5, ["obs/cam"])["obs/cam"].decode_all(),
-                          r.read_episode(1)[1]["obs/cam"][2:5])
+    assert np.array_equal(
+        r.read_frame_rows(1, 2, 5, ["obs/cam"])["obs/cam"].decode_all(), r.read_episode(1)[1]["obs/cam"][2:5]
+    )
 
 
 @pytest.mark.parametrize("parts", [[0, 4, 4, 13], [0, 8, 4, 13], [1, 13], [0, 12], [0, 13.0], "0,13", [0]])
@@ -502,8 +553,10 @@ def test_parts_moved_against_their_members_are_refused_not_served_shifted(tmp_pa
     """The header's row boundaries moved ([0, 2, 6, 10, 13] over parts written at [0, 4, 8, 12, 13]), every CRC and
     checksum consistent: joined, the parts still decode right, so only the part sizes against the frame table can
     tell that rows 6..9 would be read from the wrong part. Refused by every read and by verify."""
-    fields = {"obs/cam": np.arange(13 * 768, dtype=np.uint64).astype(np.uint8).reshape(13, 16, 16, 3),
-              "actions": np.zeros((13, 2))}
+    fields = {
+        "obs/cam": np.arange(13 * 768, dtype=np.uint64).astype(np.uint8).reshape(13, 16, 16, 3),
+        "actions": np.zeros((13, 2)),
+    }
 
     def mutate(header):
         header["fields"]["obs/cam"]["parts"] = [0, 2, 6, 10, 13]
@@ -526,5 +579,9 @@ def test_parts_moved_against_their_members_are_refused_not_served_shifted(tmp_pa
 
 
 def test_any_malformed_header_value_with_parts_is_a_shard_error_never_a_crash(tmp_path, small_parts):
-    fuzz_headers(tmp_path, 2, 100, [lambda r: r.read_episode(0, decode_frames=False),
-                                    lambda r: r.read_frame_rows(0, 3, 7, ["obs/cam"])])
+    fuzz_headers(
+        tmp_path,
+        2,
+        100,
+        [lambda r: r.read_episode(0, decode_frames=False), lambda r: r.read_frame_rows(0, 3, 7, ["obs/cam"])],
+    )

@@ -1,5 +1,6 @@
 """Conversion state (manifest.py): failed units given back, leases as locks, waiting for another converting
 process, repairs on resume (missing shards, inconsistent done units, leftovers) and a full disk."""
+
 import builtins
 import errno
 import io
@@ -12,13 +13,12 @@ import time
 
 import numpy as np
 import pytest
+from test_shards import episodes
 
 from robo_loaders_plugin import RoboLoadersError
-
 from robo_loaders_plugin.storage.codec import FrameCodec
-from robo_loaders_plugin.storage.shards import ShardError, ShardReader, ShardWriter, publish
-from robo_loaders_plugin.storage.shards import manifest, writer as writer_module
-from test_shards import episodes
+from robo_loaders_plugin.storage.shards import ShardError, ShardReader, ShardWriter, manifest, publish
+from robo_loaders_plugin.storage.shards import writer as writer_module
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 NAMES = [f"demo_{e}" for e in range(6)]
@@ -39,8 +39,18 @@ def make_plan(out):
 def convert(out, read=read_episode, plan=True, **kwargs):
     if plan:
         make_plan(out)
-    return manifest.run(str(out), lambda _: manifest.work(str(out), CODEC, read), None, 1, CODEC, META,
-                        {"path": "src"}, "test", progress=False, **kwargs)
+    return manifest.run(
+        str(out),
+        lambda _: manifest.work(str(out), CODEC, read),
+        None,
+        1,
+        CODEC,
+        META,
+        {"path": "src"},
+        "test",
+        progress=False,
+        **kwargs,
+    )
 
 
 def units(out):
@@ -81,8 +91,9 @@ def other_process():
     procs = []
 
     def start(out, hold_s):
-        p = subprocess.Popen([sys.executable, "-c", HOLD_LEASE, str(out), str(hold_s), TESTS],
-                             stdout=subprocess.PIPE, text=True)
+        p = subprocess.Popen(
+            [sys.executable, "-c", HOLD_LEASE, str(out), str(hold_s), TESTS], stdout=subprocess.PIPE, text=True
+        )
         procs.append(p)
         assert p.stdout.readline().strip() == "leased"
         return p
@@ -146,8 +157,9 @@ def test_a_lease_whose_lock_is_free_is_stale_even_if_its_pid_is_alive(tmp_path):
     """PID reuse, or a lease from another PID namespace whose number is a live process here."""
     make_plan(tmp_path)
     m = json.loads((tmp_path / "manifest.json").read_text())
-    m["units"][1].update(state="leased", lease={"pid": os.getpid(), "host": socket.gethostname(),
-                                                "time": time.time(), "token": "x"})
+    m["units"][1].update(
+        state="leased", lease={"pid": os.getpid(), "host": socket.gethostname(), "time": time.time(), "token": "x"}
+    )
     (tmp_path / "manifest.json").write_text(json.dumps(m))
     assert convert(tmp_path).episodes == 6
     assert_complete(tmp_path)
@@ -162,8 +174,11 @@ def test_a_held_lease_is_never_taken_over_and_waiting_times_out(tmp_path, other_
     m["units"][0]["lease"]["pid"] = 2**22 + 12345  # no such process on this host
     (tmp_path / "manifest.json").write_text(json.dumps(m))
     monkeypatch.setenv(manifest.ENV_LOCK_TIMEOUT, "1")
-    with pytest.raises(ShardError, match=rf"{tmp_path}: timed out after 1 s waiting for another process converting "
-                                         r"unit\(s\) 0 \(leased by pid 4206649 on .*ROBO_LOADERS_LOCK_TIMEOUT"):
+    with pytest.raises(
+        ShardError,
+        match=rf"{tmp_path}: timed out after 1 s waiting for another process converting "
+        r"unit\(s\) 0 \(leased by pid 4206649 on .*ROBO_LOADERS_LOCK_TIMEOUT",
+    ):
         convert(tmp_path)
     after = units(tmp_path)
     assert after[0]["state"] == "leased" and after[0]["lease"] == m["units"][0]["lease"]  # not taken over
@@ -227,6 +242,7 @@ def test_publish_refuses_duplicates_and_missing_shards(tmp_path):
 
 class FullDisk(io.FileIO):
     """A file on a disk that fills up after ``budget`` bytes."""
+
     budget = 30_000
 
     def write(self, data):
@@ -244,9 +260,12 @@ def open_on_full_disk(path, mode="r", *args, **kwargs):
 def test_a_full_disk_is_a_clear_error_and_leaves_no_temporary_file(tmp_path, monkeypatch):
     monkeypatch.setattr(writer_module, "open", open_on_full_disk, raising=False)
     w = ShardWriter(str(tmp_path), CODEC, {}, shard_bytes=10**9)
-    with pytest.raises(ShardError, match=rf"{tmp_path}: No space left on device while writing episode demo_\d \(.* "
-                                         r"free; the shard being written needs at least .*\)"
-                                         r".*run the same command again"):
+    with pytest.raises(
+        ShardError,
+        match=rf"{tmp_path}: No space left on device while writing episode demo_\d \(.* "
+        r"free; the shard being written needs at least .*\)"
+        r".*run the same command again",
+    ):
         for name, fields in episodes():
             w.add_episode(name, fields, {"obs/cam"})
     assert not temporaries(tmp_path)
@@ -291,9 +310,12 @@ def test_leftovers_of_gone_writers_are_removed_on_resume(tmp_path, other_process
     make_plan(tmp_path)
     other = other_process(tmp_path, 600)  # holds unit 0: its temporary file is live
     live = tmp_path / "shards" / f"unit-000000-000000.tar.tmp-{other.pid}"
-    dead = [tmp_path / "shards" / "unit-000001-000000.tar.tmp-999999",
-            tmp_path / "shards" / "unit-000077-000000.tar.tmp-999999", tmp_path / "manifest.json.tmp-999999",
-            tmp_path / "index.json.tmp-999999-0a1b2c3d"]  # core.files' temporaries carry a random part
+    dead = [
+        tmp_path / "shards" / "unit-000001-000000.tar.tmp-999999",
+        tmp_path / "shards" / "unit-000077-000000.tar.tmp-999999",
+        tmp_path / "manifest.json.tmp-999999",
+        tmp_path / "index.json.tmp-999999-0a1b2c3d",
+    ]  # core.files' temporaries carry a random part
     for p in dead:
         p.write_bytes(b"x" * 1000)
     live.write_bytes(b"x")  # as if its writer had started

@@ -1,18 +1,19 @@
 """Spill paths on the CPU with small budgets: gpu_resampler's tiers (TieredFrames: host raw, host compressed, and
 the GPU tier where there is one) serve the same bytes as the arrays they were filled with, whichever tier holds a
 row; video_stream's units (ChunkFrames) serve every window across unit edges from their margins."""
+
 import itertools
 
 import numpy as np
 import pytest
 import torch
 
+from robo_loaders_plugin.backends.gpu_resampler.footprint import plan_tiers
+from robo_loaders_plugin.backends.gpu_resampler.tiers import TieredFrames
+from robo_loaders_plugin.core.data_size import DataSize
 from robo_loaders_plugin.core.footprint import ResourceRefused
 from robo_loaders_plugin.frames.base import FieldInfo, gather
 from robo_loaders_plugin.frames.chunks import ChunkFrames, split_runs
-from robo_loaders_plugin.backends.gpu_resampler.tiers import TieredFrames
-from robo_loaders_plugin.backends.gpu_resampler.footprint import plan_tiers
-from robo_loaders_plugin.core.data_size import DataSize
 from robo_loaders_plugin.storage.buffers import BufferPool
 
 CPU = torch.device("cpu")
@@ -62,8 +63,9 @@ def _check_parity(frames, eps, pool=None):
 def test_every_host_tier_serves_the_same_bytes(host_budget, tiers):
     plan = plan_tiers(_size(), device_budget=None, host_budget=host_budget)
     has_raw, has_comp = plan.raw > plan.device, plan.raw < plan.episodes
-    assert (has_raw, has_comp) == {"raw": (True, False), "raw+compressed": (True, True),
-                                   "compressed": (False, True)}[tiers]
+    assert (has_raw, has_comp) == {"raw": (True, False), "raw+compressed": (True, True), "compressed": (False, True)}[
+        tiers
+    ]
     eps = _episodes()
     frames = _tiered(plan, eps=eps)
     _check_parity(frames, eps)
@@ -95,8 +97,9 @@ def test_frames_that_compress_worse_than_planned_stop_the_fill_with_both_sizes()
 def test_frames_that_compress_worse_than_planned_move_the_compressed_tier_to_disk(tmp_path, capsys):
     plan = plan_tiers(_size(), device_budget=None, host_budget=10)
     eps = _episodes(noise=True)
-    frames = TieredFrames(LENGTHS, INFOS, plan, torch.device("cpu"), host_limit=plan.footprint.host_bytes,
-                          overflow_dir=str(tmp_path))
+    frames = TieredFrames(
+        LENGTHS, INFOS, plan, torch.device("cpu"), host_limit=plan.footprint.host_bytes, overflow_dir=str(tmp_path)
+    )
     for i, e in enumerate(eps):
         frames.fill(i, e)
     assert "worse than planned" in frames.spilled_while_filling and frames.parts["cam"][2].on_disk
@@ -116,8 +119,14 @@ def test_a_spilled_tier_damaged_on_disk_is_an_error_naming_the_directory_episode
 
     plan = plan_tiers(_size(), device_budget=None, host_budget=10, spill_dir=str(tmp_path))
     eps = _episodes()
-    frames = TieredFrames(LENGTHS, INFOS, plan, torch.device("cpu"), spill_dir=str(tmp_path),
-                          names=[f"demo_{i}" for i in range(len(LENGTHS))])
+    frames = TieredFrames(
+        LENGTHS,
+        INFOS,
+        plan,
+        torch.device("cpu"),
+        spill_dir=str(tmp_path),
+        names=[f"demo_{i}" for i in range(len(LENGTHS))],
+    )
     for i, e in enumerate(eps):
         frames.fill(i, e)
     comp = frames.parts["cam"][2]
@@ -131,8 +140,11 @@ def test_a_spilled_tier_damaged_on_disk_is_an_error_naming_the_directory_episode
         b = f.read(1)[0]
         f.seek((s + e) // 2)
         f.write(bytes([b ^ 0x40]))
-    with pytest.raises(StoreError, match=r"gpu_resampler's compressed tier on disk \(an unlinked file in .*\): cam of "
-                                         r"demo_2 step 1 is damaged \(checksum mismatch on read"):
+    with pytest.raises(
+        StoreError,
+        match=r"gpu_resampler's compressed tier on disk \(an unlinked file in .*\): cam of "
+        r"demo_2 step 1 is damaged \(checksum mismatch on read",
+    ):
         gather(frames, "cam", np.array([3, 2]), np.array([[0, 1], [0, 1]]))
     got = gather(frames, "cam", np.array([2]), np.array([[0, 2]])).numpy()  # the others still served
     assert got[0].tobytes() == eps[2]["cam"][[0, 2]].tobytes()
@@ -220,12 +232,24 @@ def test_the_host_budget_keeps_room_for_the_episode_being_read_while_filling(mon
     alone, backends.gpu_resampler.footprint.plan_tiers with the whole budget) holds more episodes raw."""
     import types
 
-    from robo_loaders_plugin.core.footprint import Available
     from robo_loaders_plugin.backends.gpu_resampler import tiers as tensors
+    from robo_loaders_plugin.core.footprint import Available
 
-    monkeypatch.setattr(Available, "measure", classmethod(lambda cls, **k: Available(
-        host_bytes=10**12, shm_bytes=0, shm_dir="/dev/shm", shm_is_ram=True, disk_bytes=10**12, disk_dir=k.get(
-            "disk_dir"), device_bytes=None)))
+    monkeypatch.setattr(
+        Available,
+        "measure",
+        classmethod(
+            lambda cls, **k: Available(
+                host_bytes=10**12,
+                shm_bytes=0,
+                shm_dir="/dev/shm",
+                shm_is_ram=True,
+                disk_bytes=10**12,
+                disk_dir=k.get("disk_dir"),
+                device_bytes=None,
+            )
+        ),
+    )
     size = _size()
     frame = 3 * 32 * 32
     budget = (sum(LENGTHS) - 1) * frame  # every episode raw but the last would fit the tiers alone
@@ -245,33 +269,55 @@ def test_a_max_memory_below_the_least_any_plan_holds_is_refused_naming_it(monkey
     the bound saying the reserve is part of it (the boundary is the control)."""
     import types
 
+    from robo_loaders_plugin.backends.gpu_resampler import tiers as tensors
     from robo_loaders_plugin.core.footprint import Available
     from robo_loaders_plugin.core.units import format_bytes
-    from robo_loaders_plugin.backends.gpu_resampler import tiers as tensors
 
     monkeypatch.setenv("ROBO_LOADERS_CACHE", str(tmp_path))
-    monkeypatch.setattr(Available, "measure", classmethod(lambda cls, **k: Available(
-        host_bytes=10**12, shm_bytes=0, shm_dir="/dev/shm", shm_is_ram=True, disk_bytes=10**12, disk_dir=k.get(
-            "disk_dir"), device_bytes=None)))
+    monkeypatch.setattr(
+        Available,
+        "measure",
+        classmethod(
+            lambda cls, **k: Available(
+                host_bytes=10**12,
+                shm_bytes=0,
+                shm_dir="/dev/shm",
+                shm_is_ram=True,
+                disk_bytes=10**12,
+                disk_dir=k.get("disk_dir"),
+                device_bytes=None,
+            )
+        ),
+    )
     size = _size()
     reserve = tensors.BUILD_EPISODES * max(LENGTHS) * 3 * 32 * 32
     least = size.other_bytes + reserve
 
     def plan(max_memory):
-        return tensors.plan_tiers_checked(size, torch.device("cpu"), types.SimpleNamespace(
-            max_memory=max_memory, max_device_memory=None), "kw", ["backend 'datapipe'"])
+        return tensors.plan_tiers_checked(
+            size,
+            torch.device("cpu"),
+            types.SimpleNamespace(max_memory=max_memory, max_device_memory=None),
+            "kw",
+            ["backend 'datapipe'"],
+        )
 
     for small in (1, least - 1):
-        with pytest.raises(ResourceRefused, match=rf"within kw\.max_memory=.*it needs at least {format_bytes(least)} "
-                                                  rf"\({least} bytes\) of host memory: "
-                                                  rf"{format_bytes(size.other_bytes)} "
-                                                  rf"for the fields that are not frames and {format_bytes(reserve)} "
-                                                  r"for the episode being read while filling") as exc:
+        with pytest.raises(
+            ResourceRefused,
+            match=rf"within kw\.max_memory=.*it needs at least {format_bytes(least)} "
+            rf"\({least} bytes\) of host memory: "
+            rf"{format_bytes(size.other_bytes)} "
+            rf"for the fields that are not frames and {format_bytes(reserve)} "
+            r"for the episode being read while filling",
+        ) as exc:
             plan(small)
         assert "\n" not in str(exc.value)
     served, limit = plan(least)
     assert served.spill_dir is not None and served.raw == 0 and limit == least - reserve
     assert served.footprint.host_bytes == least
-    assert served.footprint.bound.endswith(f"host memory within kw.max_memory={format_bytes(least)}, "
-                                           f"{format_bytes(reserve)} of it kept for the episode being read while "
-                                           "filling")
+    assert served.footprint.bound.endswith(
+        f"host memory within kw.max_memory={format_bytes(least)}, "
+        f"{format_bytes(reserve)} of it kept for the episode being read while "
+        "filling"
+    )

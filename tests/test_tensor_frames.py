@@ -1,19 +1,22 @@
 """Device-resident frame source (gpu_resampler): filling, gathering, placement and device choice, on the CPU."""
+
 import re
 
 import numpy as np
 import pytest
 import torch
 
+from robo_loaders_plugin.backends.gpu_resampler.tensors import TensorFrames, placement, training_device
 from robo_loaders_plugin.core.errors import BackendOptionError
 from robo_loaders_plugin.frames.base import FieldInfo, gather, gather_at
-from robo_loaders_plugin.backends.gpu_resampler.tensors import TensorFrames, placement, training_device
 
 
 def test_gather_equals_the_arrays_and_checks_what_it_is_filled_with():
     rng = np.random.default_rng(0)
-    eps = [{"a": rng.normal(size=(L, 2)).astype(np.float32), "cam": rng.integers(0, 255, (L, 3, 4, 4), np.uint8)}
-           for L in (5, 3, 7)]
+    eps = [
+        {"a": rng.normal(size=(L, 2)).astype(np.float32), "cam": rng.integers(0, 255, (L, 3, 4, 4), np.uint8)}
+        for L in (5, 3, 7)
+    ]
     infos = {"a": FieldInfo(np.dtype(np.float32), (2,), False), "cam": FieldInfo(np.dtype(np.uint8), (3, 4, 4), True)}
     frames = TensorFrames([5, 3, 7], infos, torch.device("cpu"), torch.device("cpu"))
     assert TensorFrames.nbytes([5, 3, 7], infos) == 15 * (8 + 48)
@@ -45,6 +48,7 @@ def test_device_choice_and_placement_errors(monkeypatch):
 
     class Tiny:
         available = 10_000
+
     monkeypatch.setattr("psutil.virtual_memory", lambda: Tiny)
     with pytest.raises(BackendOptionError, match=r"uncompressed: 2\.0 GB here, but only 10\.0 kB .*compressed_cache"):
         placement(2 * 10**9, torch.device("cpu"), None, "w")

@@ -1,5 +1,6 @@
 """Which fields ``robo_loaders_plugin.testing.assert_same`` lets differ: those ``min_psnr`` names, by whole path
 components only."""
+
 import numpy as np
 import pytest
 

@@ -1,4 +1,5 @@
 """Window rules as index arrays against a per-sample reference written from the frameworks' documented rules."""
+
 import numpy as np
 import pytest
 
@@ -17,19 +18,37 @@ def reference_sequence(lengths, F, S, pad_fs, pad_seq):
             window = list(range(max(0, i - (F - 1)), min(L, i + S)))
             begin_pad = max(0, F - 1 - i)
             end_pad = max(0, i + S - L)
-            out.append((d, [window[0]] * begin_pad + window + [window[-1]] * end_pad,
-                        [False] * begin_pad + [True] * len(window) + [False] * end_pad))
+            out.append(
+                (
+                    d,
+                    [window[0]] * begin_pad + window + [window[-1]] * end_pad,
+                    [False] * begin_pad + [True] * len(window) + [False] * end_pad,
+                )
+            )
     return out
 
 
-@pytest.mark.parametrize("F,S,pad_fs,pad_seq", [(1, 10, True, True), (3, 5, False, True), (2, 4, True, False),
-                                                  (4, 8, False, False), (10, 1, True, True), (1, 60, True, True)])
+@pytest.mark.parametrize(
+    "F,S,pad_fs,pad_seq",
+    [
+        (1, 10, True, True),
+        (3, 5, False, True),
+        (2, 4, True, False),
+        (4, 8, False, False),
+        (10, 1, True, True),
+        (1, 60, True, True),
+    ],
+)
 def test_sequence_windows_match_the_per_sample_reference(F, S, pad_fs, pad_seq):
     shortest = 1 if pad_seq and pad_fs else (F - 1) * (not pad_fs) + (S - 1) * (not pad_seq) + 1
     lengths = [12, 40, max(7, shortest), 25, shortest]
     ref = reference_sequence(lengths, F, S, pad_fs, pad_seq)
-    w = SequenceWindows(lengths, SequenceOptions(obs_keys=(), dataset_keys=(), frame_stack=F, seq_length=S,
-                                                 pad_frame_stack=pad_fs, pad_seq_length=pad_seq))
+    w = SequenceWindows(
+        lengths,
+        SequenceOptions(
+            obs_keys=(), dataset_keys=(), frame_stack=F, seq_length=S, pad_frame_stack=pad_fs, pad_seq_length=pad_seq
+        ),
+    )
     assert len(w) == len(ref)
     idx = np.arange(len(ref))
     ep, raw, pos = w.locate(idx)
@@ -44,8 +63,9 @@ def test_sequence_windows_match_the_per_sample_reference(F, S, pad_fs, pad_seq):
 
 
 def test_goal_is_the_last_next_obs_sequence_dataset_can_index():
-    w = SequenceWindows([10, 20], SequenceOptions(obs_keys=(), dataset_keys=(), seq_length=4, pad_seq_length=False,
-                                                  goal_mode="last"))
+    w = SequenceWindows(
+        [10, 20], SequenceOptions(obs_keys=(), dataset_keys=(), seq_length=4, pad_seq_length=False, goal_mode="last")
+    )
     assert w.goal_positions(np.array([0, 1])).tolist() == [[6], [16]]  # L - (S - 1) - 1
 
 

@@ -6,6 +6,7 @@ itself: the matrix over batch size x window x workers, the decoder alone on CPU 
 benchmark through the frameworks' own training scripts, and the README's tables regenerated from the committed
 results (docs/benchmarks.md, docs/training-benchmark.md).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -50,15 +51,15 @@ def growth_workloads_cmd(kinds, sizes):
     from benchmarks.harness.growth import all_workloads, generate
 
     for r in generate(all_workloads(tuple(kinds.split(",")), tuple(sizes.split(",")))):
-        click.echo(f"{r['name']}: {r['frames']} frames, {r['bytes'] / 2**20:.0f} MiB, generated in "
-                   f"{r['generate_s']:.0f} s")
+        click.echo(
+            f"{r['name']}: {r['frames']} frames, {r['bytes'] / 2**20:.0f} MiB, generated in {r['generate_s']:.0f} s"
+        )
 
 
 @growth_group.command("run")
 @click.argument("kind", type=click.Choice(["lerobot", "robomimic", "robomimic_image"]))
 @click.option("--sizes", default=None, help="default: 10k,100k,1m (robomimic_image: 10k,100k)")
-@click.option("--backends", default="native,compressed_cache,datapipe,gpu_resampler,video_stream",
-              show_default=True)
+@click.option("--backends", default="native,compressed_cache,datapipe,gpu_resampler,video_stream", show_default=True)
 @click.option("--batches", default=60, show_default=True, type=click.IntRange(min=1))
 @click.option("--full-pass", is_flag=True, help="time one whole pass per run (LeRobotDataset itself still sampled)")
 @click.option("--json", "json_out", required=True, type=click.Path(dir_okay=False))
@@ -67,8 +68,14 @@ def growth_run_cmd(kind, sizes, backends, batches, full_pass, json_out):
     from benchmarks.harness.growth import Settings, run_growth
 
     sizes = sizes.split(",") if sizes else (["10k", "100k"] if kind == "robomimic_image" else ["10k", "100k", "1m"])
-    run_growth(kind, sizes, [b.strip() for b in backends.split(",") if b.strip()],
-               Settings(batches=batches, full_pass=full_pass), json_out, echo=click.echo)
+    run_growth(
+        kind,
+        sizes,
+        [b.strip() for b in backends.split(",") if b.strip()],
+        Settings(batches=batches, full_pass=full_pass),
+        json_out,
+        echo=click.echo,
+    )
 
 
 @growth_group.command("page-cache")
@@ -84,11 +91,18 @@ def growth_page_cache_cmd(kind, sizes, backends, json_out):
     from robo_loaders_plugin.core.files import atomic_write_json
 
     s = Settings(full_pass=True)
-    payload = {"kind": "growth_page_cache", "framework": Workload(kind, "10k").framework, "workload": kind,
-               "machine": machine(), "settings": dataclasses.asdict(s), "rows": []}
+    payload = {
+        "kind": "growth_page_cache",
+        "framework": Workload(kind, "10k").framework,
+        "workload": kind,
+        "machine": machine(),
+        "settings": dataclasses.asdict(s),
+        "rows": [],
+    }
     for size in sizes.split(","):
-        payload["rows"] += page_cache_passes(Workload(kind, size.strip()),
-                                             [b.strip() for b in backends.split(",") if b.strip()], s, echo=click.echo)
+        payload["rows"] += page_cache_passes(
+            Workload(kind, size.strip()), [b.strip() for b in backends.split(",") if b.strip()], s, echo=click.echo
+        )
         atomic_write_json(json_out, payload, indent=1)
     click.echo(f"wrote {json_out}")
 
@@ -98,8 +112,13 @@ def growth_page_cache_cmd(kind, sizes, backends, json_out):
 @click.argument("size")
 @click.argument("backend")
 @click.option("--kwargs", "kwargs_json", default="{}", help="the backend's options, a JSON object")
-@click.option("--batches", default=0, show_default=True, type=click.IntRange(min=0),
-              help="profile this many batches in steady state (after 50) instead of the start-up")
+@click.option(
+    "--batches",
+    default=0,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="profile this many batches in steady state (after 50) instead of the start-up",
+)
 @click.option("--out", "out_path", type=click.Path(dir_okay=False), help="write the profile here (text)")
 def growth_profile_cmd(kind, size, backend, kwargs_json, batches, out_path):
     """cProfile of BACKEND's factory call, first batch (no workers) and pass planning on workload KIND at SIZE:
@@ -120,13 +139,17 @@ def growth_profile_cmd(kind, size, backend, kwargs_json, batches, out_path):
         with open(res) as f:
             prof = json.load(f)
     if batches:
-        text = (f"{backend} on {w.name}: {batches} batches after 50, {prof['samples_per_s']:.0f} samples/s in "
-                f"one process (cProfile on)\n\n{prof['by_tottime']}\n{prof['by_cumulative']}")
+        text = (
+            f"{backend} on {w.name}: {batches} batches after 50, {prof['samples_per_s']:.0f} samples/s in "
+            f"one process (cProfile on)\n\n{prof['by_tottime']}\n{prof['by_cumulative']}"
+        )
     else:
         plan = prof["plan_cpu_s"] if prof["plan_cpu_s"] is None else round(prof["plan_cpu_s"], 3)
-        text = (f"{backend} on {w.name}: factory {prof['build_s']:.2f} s, to first batch "
-                f"{prof['to_first_batch_s']:.2f} s, planning a pass {plan} s CPU\n\n{prof['by_tottime']}\n"
-                f"{prof['by_cumulative']}")
+        text = (
+            f"{backend} on {w.name}: factory {prof['build_s']:.2f} s, to first batch "
+            f"{prof['to_first_batch_s']:.2f} s, planning a pass {plan} s CPU\n\n{prof['by_tottime']}\n"
+            f"{prof['by_cumulative']}"
+        )
     if out_path:
         with open(out_path, "w") as f:
             f.write(text)
@@ -165,15 +188,29 @@ def growth_convert_cmd(kinds, size, json_out):
             import shutil
 
             shutil.rmtree(scratch, ignore_errors=True)
-        atomic_write_json(json_out, {"kind": "growth_conversion", "framework": "robomimic and LeRobot",
-                                     "machine": machine(), "results": results}, indent=1)
+        atomic_write_json(
+            json_out,
+            {
+                "kind": "growth_conversion",
+                "framework": "robomimic and LeRobot",
+                "machine": machine(),
+                "results": results,
+            },
+            indent=1,
+        )
     click.echo(f"wrote {json_out}")
 
 
 @growth_group.command("report")
 @click.argument("results", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
-@click.option("--out", "out_dir", required=True, metavar="DIR", type=click.Path(file_okay=False),
-              help="write the log-log plots and report.md for RESULTS here")
+@click.option(
+    "--out",
+    "out_dir",
+    required=True,
+    metavar="DIR",
+    type=click.Path(file_okay=False),
+    help="write the log-log plots and report.md for RESULTS here",
+)
 def growth_report_cmd(results, out_dir):
     """Tables and log-log plots of cost-growth results (growth run, findings, convert); other files given are
     skipped with one line each. The committed benchmarks/results/growth/plots/ are its <stem>_growth.png."""
@@ -193,8 +230,11 @@ def growth_report_cmd(results, out_dir):
 
 @main.command("readme")
 @click.argument("readme", type=click.Path(exists=True, dir_okay=False))
-@click.option("--results-dir", type=click.Path(exists=True, file_okay=False),
-              help="where the markers' names are looked up (default: benchmarks/results beside the README)")
+@click.option(
+    "--results-dir",
+    type=click.Path(exists=True, file_okay=False),
+    help="where the markers' names are looked up (default: benchmarks/results beside the README)",
+)
 @click.option("--check", is_flag=True, help="change nothing, exit 1 if a table is out of date")
 def readme_cmd(readme, results_dir, check):
     """Regenerate the tables between <!-- robo-loaders:table NAME ... --> markers in README (or check them)."""

@@ -8,6 +8,7 @@ frames/s per device, the ratio to the CPU measured in the same run, and how far 
 (PSNR). A device that cannot run is a row that says why (no GPU; NVDEC of this GPU cannot decode the codec, the
 refusal video_stream gives before training), never a number.
 """
+
 from __future__ import annotations
 
 import os
@@ -55,8 +56,9 @@ def _decode_all(episodes, device: str, threads: int, keep: set[int]) -> tuple[di
     return kept, time.perf_counter() - start, total, sorted(frames.fallbacks)
 
 
-def bench_decode(root: str, devices: list[str], threads: int, max_episodes: int | None, json_out: str | None,
-                 echo=print) -> dict:
+def bench_decode(
+    root: str, devices: list[str], threads: int, max_episodes: int | None, json_out: str | None, echo=print
+) -> dict:
     from robo_loaders_plugin.sources.lerobot_v3 import LeRobotEpisodes, LeRobotV3
     from robo_loaders_plugin.sources.nvdec import nvdec_unusable, video_codecs
     from robo_loaders_plugin.storage.video import psnr
@@ -75,29 +77,55 @@ def bench_decode(root: str, devices: list[str], threads: int, max_episodes: int 
             echo(f"[bench] {device}: not measured: {why}")
             rows.append({"device": device, "not_measured": why})
             continue
-        echo(f"[bench] decoding {len(episodes.runs)} episodes x {len(codecs)} camera(s) on {device} "
-             f"({threads} thread(s)) ...")
+        echo(
+            f"[bench] decoding {len(episodes.runs)} episodes x {len(codecs)} camera(s) on {device} "
+            f"({threads} thread(s)) ..."
+        )
         _decode_all(episodes, device, threads, set())  # warm-up: opens files, loads codec libraries and the GPU
         kept, seconds, n, fallbacks = _decode_all(episodes, device, threads, keep)
-        row = {"device": device, "frames": n, "seconds": round(seconds, 3), "frames_per_s": round(n / seconds, 1),
-               "cpu_fallback": fallbacks}
+        row = {
+            "device": device,
+            "frames": n,
+            "seconds": round(seconds, 3),
+            "frames_per_s": round(n / seconds, 1),
+            "cpu_fallback": fallbacks,
+        }
         if reference is None and device == "cpu":
             reference = kept
         elif reference is not None:  # every later row against the CPU decode (a second cpu row: identical)
-            row["psnr_db_vs_cpu"] = {k: round(min(psnr(reference[(ep, k)], kept[(ep, k)])
-                                                  for ep in sorted(keep)), 2) for k in codecs}
+            row["psnr_db_vs_cpu"] = {
+                k: round(min(psnr(reference[(ep, k)], kept[(ep, k)]) for ep in sorted(keep)), 2) for k in codecs
+            }
         rows.append(row)
     cpu = next((r for r in rows if r["device"] == "cpu" and "frames_per_s" in r), None)
     for r in rows:
         if cpu and "frames_per_s" in r:
             r["frames_per_s_vs_cpu"] = round(r["frames_per_s"] / cpu["frames_per_s"], 3)
-    payload = {"dataset": os.path.basename(os.path.abspath(root)), "codecs": codecs, "episodes": len(episodes.runs),
-               "threads": threads, "machine": machine(), "results": rows}
-    echo(tabulate([[r["device"], r.get("frames", "-"), r.get("frames_per_s", "-"), r.get("frames_per_s_vs_cpu", "-"),
+    payload = {
+        "dataset": os.path.basename(os.path.abspath(root)),
+        "codecs": codecs,
+        "episodes": len(episodes.runs),
+        "threads": threads,
+        "machine": machine(),
+        "results": rows,
+    }
+    echo(
+        tabulate(
+            [
+                [
+                    r["device"],
+                    r.get("frames", "-"),
+                    r.get("frames_per_s", "-"),
+                    r.get("frames_per_s_vs_cpu", "-"),
                     ", ".join(f"{k}: {v}" for k, v in r.get("psnr_db_vs_cpu", {}).items()) or "-",
-                    r.get("not_measured") or ("CPU fallback: " + ", ".join(r["cpu_fallback"])
-                                              if r["cpu_fallback"] else "")] for r in rows],
-                  headers=["device", "frames", "frames/s", "vs cpu", "PSNR vs cpu (dB, worst episode)", "note"]))
+                    r.get("not_measured")
+                    or ("CPU fallback: " + ", ".join(r["cpu_fallback"]) if r["cpu_fallback"] else ""),
+                ]
+                for r in rows
+            ],
+            headers=["device", "frames", "frames/s", "vs cpu", "PSNR vs cpu (dB, worst episode)", "note"],
+        )
+    )
     if json_out:
         atomic_write_json(json_out, payload, indent=2)
         echo(f"[bench] wrote {json_out}")
@@ -106,12 +134,26 @@ def bench_decode(root: str, devices: list[str], threads: int, max_episodes: int 
 
 @click.command("decode")
 @click.option("--root", required=True, type=click.Path(exists=True, file_okay=False), help="a LeRobot v3 dataset")
-@click.option("--devices", default="cpu,cuda", show_default=True,
-              help="comma-separated, from cpu and cuda (NVDEC); cuda is a row saying why where it cannot run")
-@click.option("--threads", default=2, show_default=True, type=click.IntRange(min=1),
-              help="episodes decoded at once (video_stream's decode_threads)")
-@click.option("--episodes", "max_episodes", default=None, type=click.IntRange(min=1),
-              help="decode only the first N episodes (default: all)")
+@click.option(
+    "--devices",
+    default="cpu,cuda",
+    show_default=True,
+    help="comma-separated, from cpu and cuda (NVDEC); cuda is a row saying why where it cannot run",
+)
+@click.option(
+    "--threads",
+    default=2,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="episodes decoded at once (video_stream's decode_threads)",
+)
+@click.option(
+    "--episodes",
+    "max_episodes",
+    default=None,
+    type=click.IntRange(min=1),
+    help="decode only the first N episodes (default: all)",
+)
 @click.option("--json", "json_out", type=click.Path(dir_okay=False))
 def decode_cmd(root, devices, threads, max_episodes, json_out):
     """Decode frames/s of video_stream's decoder on the CPU and with NVDEC, and NVDEC's PSNR against the CPU."""

@@ -9,6 +9,7 @@ Epoch 1 includes creating the iterator (worker start-up, first batch); the datas
 ``datapipe`` when the benchmark converted the data itself, the conversion (the result's ``conversion[-1].wall_s``,
 the shards datapipe then read) come before it. The report adds those to show what a first epoch really costs.
 """
+
 from __future__ import annotations
 
 import time

@@ -12,6 +12,7 @@ needs it; datapipe's first start is run, and recorded, before the measured one).
 (``kind: growth``) are what ``growth report`` (``growth_plots.py``) plots on log-log axes; docs/benchmarks.md says how
 to read them.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -52,8 +53,9 @@ class Workload:
 
     @property
     def name(self) -> str:
-        return {"lerobot": "lerobot_video64", "robomimic": "robomimic_lowdim",
-                "robomimic_image": "robomimic_image84"}[self.kind] + f"_{self.size}"
+        return {"lerobot": "lerobot_video64", "robomimic": "robomimic_lowdim", "robomimic_image": "robomimic_image84"}[
+            self.kind
+        ] + f"_{self.size}"
 
     def path(self, root: str | None = None) -> str:
         root = root or workloads_root()
@@ -70,11 +72,31 @@ class Workload:
         if self.kind == "lerobot":
             # 64 distinct rendered scenes (rendering is ~0.4 ms a frame), every frame encoded and decoded for real;
             # the fast writer: LeRobot's own writer rewrites the whole video file for every episode
-            return ["sample-data", "lerobot", path, "--repo-id", self.repo_id, "--episodes", episodes, *lengths,
-                    "--cameras", "1", "--image-size", "64x64", "--codec", "h264", "--scenes", "64",
-                    "--writer", "fast"]
-        cams = ["--cameras", "0"] if self.kind == "robomimic" else ["--cameras", "1", "--image-size", "84",
-                                                                     "--no-next-obs"]
+            return [
+                "sample-data",
+                "lerobot",
+                path,
+                "--repo-id",
+                self.repo_id,
+                "--episodes",
+                episodes,
+                *lengths,
+                "--cameras",
+                "1",
+                "--image-size",
+                "64x64",
+                "--codec",
+                "h264",
+                "--scenes",
+                "64",
+                "--writer",
+                "fast",
+            ]
+        cams = (
+            ["--cameras", "0"]
+            if self.kind == "robomimic"
+            else ["--cameras", "1", "--image-size", "84", "--no-next-obs"]
+        )
         return ["sample-data", "robomimic", path, "--demos", episodes, *lengths, *cams]
 
     def frames(self, path: str | None = None) -> int:
@@ -128,10 +150,17 @@ def generate(workloads: list[Workload], root: str | None = None, echo=print) -> 
         frames = w.frames(path)
         if frames < MIN_FRAMES[w.size]:
             raise RuntimeError(f"{w.name}: {frames} frames, fewer than {MIN_FRAMES[w.size]}")
-        records[w.name] = {"name": w.name, "kind": w.kind, "size": w.size, "framework": w.framework,
-                           "frames": frames, "episodes": SIZES[w.size], "bytes": _bytes(path),
-                           "generate_s": round(wall, 1), "command": "robo-loaders " + " ".join(w.command(
-                               os.path.join(f"${WORKLOADS_ENV}", os.path.basename(path))))}
+        records[w.name] = {
+            "name": w.name,
+            "kind": w.kind,
+            "size": w.size,
+            "framework": w.framework,
+            "frames": frames,
+            "episodes": SIZES[w.size],
+            "bytes": _bytes(path),
+            "generate_s": round(wall, 1),
+            "command": "robo-loaders " + " ".join(w.command(os.path.join(f"${WORKLOADS_ENV}", os.path.basename(path)))),
+        }
         echo(f"[growth] {w.name}: {frames} frames, {records[w.name]['bytes'] / 2**20:.0f} MiB in {wall:.0f} s")
         from robo_loaders_plugin.core.files import atomic_write_json
 
@@ -152,27 +181,50 @@ class Settings:
     # time one whole pass instead (first batch to the pass's last); LeRobotDataset itself is still sampled: a pass
     # of a million frames through it takes ~45 min on these machines
     full_pass: bool = False
-    seq_length: int = 10        # robomimic windows
-    preset: str = "act"         # LeRobot delta timestamps
+    seq_length: int = 10  # robomimic windows
+    preset: str = "act"  # LeRobot delta timestamps
     timeout: float = 3600.0
 
 
 def child_args(w: Workload, backend: str, kwargs: dict, s: Settings, batches: int | None = None) -> dict:
     full = s.full_pass and not batches and not (w.framework == "lerobot" and backend == "native")
-    common = dict(framework=w.framework, backend=backend, kwargs=kwargs, batch_size=s.batch_size,
-                  num_workers=s.num_workers, batches=batches or s.batches, warmup=0 if batches else s.warmup,
-                  full_pass=full)
+    common = dict(
+        framework=w.framework,
+        backend=backend,
+        kwargs=kwargs,
+        batch_size=s.batch_size,
+        num_workers=s.num_workers,
+        batches=batches or s.batches,
+        warmup=0 if batches else s.warmup,
+        full_pass=full,
+    )
     if w.framework == "lerobot":
         return dict(common, root=w.path(), repo_id=w.repo_id, preset=s.preset)
-    return dict(common, dataset=w.path(), seq_length=s.seq_length, frame_stack=1, obs_keys=None, label=backend,
-                cache_mode="low_dim", load_next_obs=w.kind == "robomimic")
+    return dict(
+        common,
+        dataset=w.path(),
+        seq_length=s.seq_length,
+        frame_stack=1,
+        obs_keys=None,
+        label=backend,
+        cache_mode="low_dim",
+        load_next_obs=w.kind == "robomimic",
+    )
 
 
 def _convert(command: list[str], out: str, timeout: float, echo) -> dict:
     """``robo-loaders convert <command> OUT --num-workers 2`` in a fresh process, timed."""
     shutil.rmtree(out, ignore_errors=True)
-    cmd = [sys.executable, "-m", "robo_loaders_plugin.cli", "convert", *command, out, "--num-workers",
-           str(CONVERT_WORKERS)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "robo_loaders_plugin.cli",
+        "convert",
+        *command,
+        out,
+        "--num-workers",
+        str(CONVERT_WORKERS),
+    ]
     echo(f"[growth]   convert {' '.join(command[:1] + command[2:])} ({CONVERT_WORKERS} workers) ...")
     t = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
@@ -210,16 +262,29 @@ def run_workload(w: Workload, backends, s: Settings, scratch: str, log_dir: str,
     rows = []
     if w.framework == "lerobot":  # LeRobot's datasets cache (Arrow) made before any timed run, not by the first
         echo(f"[growth]   warming LeRobot's datasets cache for {w.name} ...")
-        run_child("benchmarks.harness.growth_child", child_args(w, "native", {}, s, batches=1), f"{w.name}-warm",
-                  log_dir, s.timeout, fresh_cache=False)
+        run_child(
+            "benchmarks.harness.growth_child",
+            child_args(w, "native", {}, s, batches=1),
+            f"{w.name}-warm",
+            log_dir,
+            s.timeout,
+            fresh_cache=False,
+        )
     for backend in backends:
         kwargs, once = {}, None
         if backend == "gpu_resampler":  # every frame uncompressed in RAM (no GPU here): refused when it cannot fit
             need, free = _resampler_bytes(w, path, frames), _available_memory()
             if need > 0.6 * free:
-                rows.append({"backend": backend, "workload": w.name, "size": w.size, "frames": frames,
-                             "error": f"not run: holds every frame decoded, {need / 2**30:.1f} GiB, and this shared "
-                                      f"machine has {free / 2**30:.1f} GiB available (run only below 60% of it)"})
+                rows.append(
+                    {
+                        "backend": backend,
+                        "workload": w.name,
+                        "size": w.size,
+                        "frames": frames,
+                        "error": f"not run: holds every frame decoded, {need / 2**30:.1f} GiB, and this shared "
+                        f"machine has {free / 2**30:.1f} GiB available (run only below 60% of it)",
+                    }
+                )
                 echo(f"[growth]   {backend}: {rows[-1]['error']}")
                 continue
         if backend == "datapipe":
@@ -229,24 +294,43 @@ def run_workload(w: Workload, backends, s: Settings, scratch: str, log_dir: str,
             kwargs = {"shards": out}
         elif backend == "video_stream" and w.framework == "robomimic":
             out = os.path.join(scratch, "video_shards")
-            once = dict(_convert([w.framework, path, "--frames", "h264"], out, s.timeout, echo),
-                        what="robo-loaders convert --frames h264 (video shards)")
+            once = dict(
+                _convert([w.framework, path, "--frames", "h264"], out, s.timeout, echo),
+                what="robo-loaders convert --frames h264 (video shards)",
+            )
             kwargs = {"source": out}
         elif backend == "compressed_cache":
             cache_dir = os.path.join(scratch, "cache")
             kwargs = {"cache_dir": cache_dir}
             echo(f"[growth]   {backend}: building its cache once ...")
-            built = run_child("benchmarks.harness.growth_child", child_args(w, backend, kwargs, s, batches=1),
-                              f"{w.name}-{backend}-build", log_dir, s.timeout, fresh_cache=False)
-            once = {"what": "compressed_cache built into cache_dir (its first run)", "error": built.get("error"),
-                    "wall_s": built.get("build_s"), "out_bytes": _bytes(cache_dir) if os.path.exists(cache_dir)
-                    else None}
+            built = run_child(
+                "benchmarks.harness.growth_child",
+                child_args(w, backend, kwargs, s, batches=1),
+                f"{w.name}-{backend}-build",
+                log_dir,
+                s.timeout,
+                fresh_cache=False,
+            )
+            once = {
+                "what": "compressed_cache built into cache_dir (its first run)",
+                "error": built.get("error"),
+                "wall_s": built.get("build_s"),
+                "out_bytes": _bytes(cache_dir) if os.path.exists(cache_dir) else None,
+            }
         if once is not None and once.get("wall_s"):
             once["source_mb_per_s"] = round(source_bytes / once["wall_s"] / 1e6, 2)
             once["mb_per_s_per_worker"] = round(once["source_mb_per_s"] / once.get("workers", 1), 2)
         if once is not None and once.get("error"):
-            rows.append({"backend": backend, "workload": w.name, "size": w.size, "frames": frames,
-                         "error": f"one-time step failed: {once['error']}", "once": once})
+            rows.append(
+                {
+                    "backend": backend,
+                    "workload": w.name,
+                    "size": w.size,
+                    "frames": frames,
+                    "error": f"one-time step failed: {once['error']}",
+                    "once": once,
+                }
+            )
             continue
         if once is not None:
             # the one-time step's output (GBs at a million frames) is written back before anything is timed: a
@@ -256,12 +340,24 @@ def run_workload(w: Workload, backends, s: Settings, scratch: str, log_dir: str,
         first_open = None
         if backend == "datapipe":  # its first start checks the shards against the source once (recorded): apart
             echo(f"[growth]   {backend}: first start (checks recorded once per version of the data) ...")
-            warm = run_child("benchmarks.harness.growth_child", child_args(w, backend, kwargs, s, batches=1),
-                             f"{w.name}-{backend}-first", log_dir, s.timeout, fresh_cache=False)
+            warm = run_child(
+                "benchmarks.harness.growth_child",
+                child_args(w, backend, kwargs, s, batches=1),
+                f"{w.name}-{backend}-first",
+                log_dir,
+                s.timeout,
+                fresh_cache=False,
+            )
             first_open = warm.get("build_s")
         echo(f"[growth]   {backend} on {w.name} ...")
-        r = run_child("benchmarks.harness.growth_child", child_args(w, backend, kwargs, s), f"{w.name}-{backend}",
-                      log_dir, s.timeout, fresh_cache=False)
+        r = run_child(
+            "benchmarks.harness.growth_child",
+            child_args(w, backend, kwargs, s),
+            f"{w.name}-{backend}",
+            log_dir,
+            s.timeout,
+            fresh_cache=False,
+        )
         if first_open is not None:
             r["first_start_build_s"] = first_open
         r.update(backend=backend, workload=w.name, size=w.size, frames=frames, source_bytes=source_bytes, once=once)
@@ -287,8 +383,15 @@ def run_growth(kind: str, sizes, backends, s: Settings, json_out: str, echo=prin
 
     workloads = [Workload(kind, size) for size in sizes]
     records = generate(workloads, echo=echo)
-    payload = {"kind": "growth", "framework": workloads[0].framework, "workload": kind, "machine": machine(),
-               "settings": dataclasses.asdict(s), "workloads": records, "rows": []}
+    payload = {
+        "kind": "growth",
+        "framework": workloads[0].framework,
+        "workload": kind,
+        "machine": machine(),
+        "settings": dataclasses.asdict(s),
+        "workloads": records,
+        "rows": [],
+    }
     for w in workloads:
         with workload_scratch(w, "growth") as (scratch, log_dir):
             payload["rows"] += run_workload(w, backends, s, scratch, log_dir, echo)
@@ -329,8 +432,9 @@ def resident_bytes(paths: list[str]) -> int:
     """Bytes of these files in the page cache now (util-linux ``fincore``; -1 when it is missing)."""
     if not paths or shutil.which("fincore") is None:
         return -1
-    p = subprocess.run(["fincore", "--bytes", "--noheadings", "--raw", "-o", "RES", *paths], capture_output=True,
-                       text=True)
+    p = subprocess.run(
+        ["fincore", "--bytes", "--noheadings", "--raw", "-o", "RES", *paths], capture_output=True, text=True
+    )
     return sum(int(x) for x in p.stdout.split()) if p.returncode == 0 else -1
 
 
@@ -366,23 +470,36 @@ def page_cache_passes(w: Workload, backends, s: Settings, echo=print) -> list[di
 
     for backend in backends:
         if backend not in ("compressed_cache", "datapipe"):
-            raise ValueError(f"{backend}: only the backends that serve from files they write "
-                             "(compressed_cache, datapipe)")
+            raise ValueError(
+                f"{backend}: only the backends that serve from files they write (compressed_cache, datapipe)"
+            )
     rows = []
     with workload_scratch(w, "pagecache") as (scratch, log_dir):
         for backend in backends:
             if backend == "compressed_cache":
                 files_dir, kwargs = os.path.join(scratch, "cache"), {"cache_dir": os.path.join(scratch, "cache")}
                 echo(f"[page-cache] {backend}: building its cache once ...")
-                once = run_child("benchmarks.harness.growth_child", child_args(w, backend, kwargs, s, batches=1),
-                                 f"{w.name}-{backend}-build", log_dir, s.timeout, fresh_cache=False)
+                once = run_child(
+                    "benchmarks.harness.growth_child",
+                    child_args(w, backend, kwargs, s, batches=1),
+                    f"{w.name}-{backend}-build",
+                    log_dir,
+                    s.timeout,
+                    fresh_cache=False,
+                )
             else:  # datapipe
                 files_dir = os.path.join(scratch, "shards")
                 cmd = [w.framework, w.path()] + (["--repo-id", w.repo_id] if w.framework == "lerobot" else [])
                 once, kwargs = _convert(cmd, files_dir, s.timeout, echo), {"shards": files_dir}
                 if not once.get("error"):  # its first start records its checks of the shards, apart
-                    run_child("benchmarks.harness.growth_child", child_args(w, backend, kwargs, s, batches=1),
-                              f"{w.name}-{backend}-first", log_dir, s.timeout, fresh_cache=False)
+                    run_child(
+                        "benchmarks.harness.growth_child",
+                        child_args(w, backend, kwargs, s, batches=1),
+                        f"{w.name}-{backend}-first",
+                        log_dir,
+                        s.timeout,
+                        fresh_cache=False,
+                    )
             if once.get("error"):
                 rows.append({"backend": backend, "workload": w.name, "error": str(once["error"])[-1500:]})
                 continue
@@ -395,13 +512,26 @@ def page_cache_passes(w: Workload, backends, s: Settings, echo=print) -> list[di
                 else:
                     read_s = read_through(files)
                 resident = resident_bytes(files)
-                echo(f"[page-cache] {backend} {state} ({resident / 2**30:.1f} of {size / 2**30:.1f} GiB "
-                     "resident) ...")
-                r = run_child("benchmarks.harness.growth_child", child_args(w, backend, kwargs, s),
-                              f"{w.name}-{backend}-{state}", log_dir, s.timeout, fresh_cache=False)
-                r.update(backend=backend, workload=w.name, size=w.size, frames=w.frames(), state=state,
-                         files_bytes=size, resident_before_bytes=resident, read_through_s=read_s,
-                         resident_after_bytes=resident_bytes(files))
+                echo(f"[page-cache] {backend} {state} ({resident / 2**30:.1f} of {size / 2**30:.1f} GiB resident) ...")
+                r = run_child(
+                    "benchmarks.harness.growth_child",
+                    child_args(w, backend, kwargs, s),
+                    f"{w.name}-{backend}-{state}",
+                    log_dir,
+                    s.timeout,
+                    fresh_cache=False,
+                )
+                r.update(
+                    backend=backend,
+                    workload=w.name,
+                    size=w.size,
+                    frames=w.frames(),
+                    state=state,
+                    files_bytes=size,
+                    resident_before_bytes=resident,
+                    read_through_s=read_s,
+                    resident_after_bytes=resident_bytes(files),
+                )
                 echo(f"[page-cache]   {r.get('samples_per_s', r.get('error'))} samples/s")
                 rows.append(r)
             shutil.rmtree(files_dir, ignore_errors=True)
@@ -423,8 +553,15 @@ def _manifest_states(out: str) -> dict:
 
 def _shard_stats(out: str) -> dict:
     shards = os.path.join(out, "shards")
-    return {n: (os.stat(os.path.join(shards, n)).st_ino, os.stat(os.path.join(shards, n)).st_mtime_ns)
-            for n in os.listdir(shards) if n.endswith(".tar")} if os.path.isdir(shards) else {}
+    return (
+        {
+            n: (os.stat(os.path.join(shards, n)).st_ino, os.stat(os.path.join(shards, n)).st_mtime_ns)
+            for n in os.listdir(shards)
+            if n.endswith(".tar")
+        }
+        if os.path.isdir(shards)
+        else {}
+    )
 
 
 def convert_at_size(w: Workload, scratch: str, shard_size: str = "64MB", timeout: float = 7200, echo=print) -> dict:
@@ -438,8 +575,13 @@ def convert_at_size(w: Workload, scratch: str, shard_size: str = "64MB", timeout
     source_bytes = _bytes(path)
     base = [sys.executable, "-m", "robo_loaders_plugin.cli", "convert", w.framework, path]
     extra = ["--repo-id", w.repo_id] if w.framework == "lerobot" else []
-    out = {"workload": w.name, "frames": w.frames(path), "source_bytes": source_bytes, "shard_size": shard_size,
-           "runs": []}
+    out = {
+        "workload": w.name,
+        "frames": w.frames(path),
+        "source_bytes": source_bytes,
+        "shard_size": shard_size,
+        "runs": [],
+    }
 
     def command(dest, executor):
         cmd = base + [dest, "--num-workers", str(CONVERT_WORKERS), "--shard-size", shard_size] + extra
@@ -460,8 +602,12 @@ def convert_at_size(w: Workload, scratch: str, shard_size: str = "64MB", timeout
             row["error"] = p.stderr[-2000:]
         else:
             mb_s = source_bytes / wall / 1e6
-            row.update(source_mb_per_s=round(mb_s, 2), mb_per_s_per_worker=round(mb_s / CONVERT_WORKERS, 2),
-                       out_bytes=_bytes(dest), units=sum(_manifest_states(dest).values()))
+            row.update(
+                source_mb_per_s=round(mb_s, 2),
+                mb_per_s_per_worker=round(mb_s / CONVERT_WORKERS, 2),
+                out_bytes=_bytes(dest),
+                units=sum(_manifest_states(dest).values()),
+            )
         out["runs"].append(row)
         echo(f"[growth]   {row}")
         if executor != "local":
@@ -473,8 +619,9 @@ def convert_at_size(w: Workload, scratch: str, shard_size: str = "64MB", timeout
     shutil.rmtree(dest, ignore_errors=True)
     echo(f"[growth] convert {w.name}, killed after a third of its units, then run again ...")
     t = time.perf_counter()
-    proc = subprocess.Popen(command(dest, "local"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        command(dest, "local"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
     target = max(1, (full.get("units") or 3) // 3)
     while proc.poll() is None and _manifest_states(dest).get("done", 0) < target:
         time.sleep(0.2)
@@ -488,11 +635,18 @@ def convert_at_size(w: Workload, scratch: str, shard_size: str = "64MB", timeout
     rerun = time.perf_counter() - t
     after = _shard_stats(dest)
     kept = {n for n, st in done_before.items() if after.get(n) == st}
-    out["killed"] = {"killed_after_s": round(killed_after, 1), "states_at_kill": before,
-                     "shards_done_at_kill": len(done_before), "shards_kept": len(kept),
-                     "shards_written_by_rerun": len(set(after) - kept), "shards_total": len(after),
-                     "rerun_s": round(rerun, 1), "rerun_ok": p.returncode == 0,
-                     "full_run_s": full.get("wall_s"), "error": None if p.returncode == 0 else p.stderr[-2000:]}
+    out["killed"] = {
+        "killed_after_s": round(killed_after, 1),
+        "states_at_kill": before,
+        "shards_done_at_kill": len(done_before),
+        "shards_kept": len(kept),
+        "shards_written_by_rerun": len(set(after) - kept),
+        "shards_total": len(after),
+        "rerun_s": round(rerun, 1),
+        "rerun_ok": p.returncode == 0,
+        "full_run_s": full.get("wall_s"),
+        "error": None if p.returncode == 0 else p.stderr[-2000:],
+    }
     echo(f"[growth]   {out['killed']}")
     shutil.rmtree(dest, ignore_errors=True)
     shutil.rmtree(os.path.join(scratch, f"{w.name}-local"), ignore_errors=True)

@@ -6,6 +6,7 @@ the first batch and the steady batches (``bench.runner.time_loader``), then, unt
 pass (batch-kind backends) and the bytes the dataset object holds that are not frame data (:func:`held_bytes`).
 Run alone: ``python -m benchmarks.harness.growth_child '<json args>' OUT.json``.
 """
+
 from __future__ import annotations
 
 import gc
@@ -17,14 +18,15 @@ import numpy as np
 
 # what a dataset holds that is frame data (or another library's), left out of held_bytes: attribute names
 DATA_ATTRIBUTES = {
-    "_native",          # LeRobotSamples: LeRobot's own dataset (measured as native's)
-    "hdf5_cache",       # robomimic SequenceDataset: the loaded arrays (data)
-    "hdf5_file", "_hdf5_file",
-    "store",            # StoreFrames: the compressed episode file (mapped)
-    "cache",            # EpisodeFrames: the loaded episodes (data, bounded)
-    "_small",           # EpisodeFrames: every episode's small (low-dim) fields, kept between loads (data)
-    "tensors",          # TensorFrames: every frame (data)
-    "_pool",            # batch buffers recycled (bounded, data)
+    "_native",  # LeRobotSamples: LeRobot's own dataset (measured as native's)
+    "hdf5_cache",  # robomimic SequenceDataset: the loaded arrays (data)
+    "hdf5_file",
+    "_hdf5_file",
+    "store",  # StoreFrames: the compressed episode file (mapped)
+    "cache",  # EpisodeFrames: the loaded episodes (data, bounded)
+    "_small",  # EpisodeFrames: every episode's small (low-dim) fields, kept between loads (data)
+    "tensors",  # TensorFrames: every frame (data)
+    "_pool",  # batch buffers recycled (bounded, data)
 }
 
 
@@ -101,8 +103,8 @@ def held_by_part(root, depth: int = 2, skip=DATA_ATTRIBUTES) -> dict:
 
 
 def _robomimic(a: dict):
-    import torch
     import robomimic.utils.obs_utils as ObsUtils
+    import torch
 
     from robo_loaders_plugin.bench.robomimic_run import make_config
     from robo_loaders_plugin.bench.runner import baseline_pss
@@ -121,8 +123,11 @@ def _robomimic(a: dict):
     t = time.perf_counter()
     ds = dataset_factory(config, obs_keys)
     build_s = time.perf_counter() - t
-    loader = epoch_loader(torch.utils.data.DataLoader(ds, sampler=None, batch_size=a["batch_size"], shuffle=True,
-                                                      num_workers=a["num_workers"], drop_last=True))
+    loader = epoch_loader(
+        torch.utils.data.DataLoader(
+            ds, sampler=None, batch_size=a["batch_size"], shuffle=True, num_workers=a["num_workers"], drop_last=True
+        )
+    )
     return ds, loader, (lambda b: len(b["actions"])), build_s, baseline
 
 
@@ -170,8 +175,12 @@ def probe(ds, batch_size: int) -> dict:
             start = time.thread_time()
             source.plan_node.plan_of(epoch)
             times.append(time.thread_time() - start)
-        return {"plan_cpu_s": min(times), "plan_cpu_each_s": times, "plan_items": int(source.plan_node.counts.sum()),
-                "held_bytes": held_bytes([ds, source])}
+        return {
+            "plan_cpu_s": min(times),
+            "plan_cpu_each_s": times,
+            "plan_items": int(source.plan_node.counts.sum()),
+            "held_bytes": held_bytes([ds, source]),
+        }
     finally:
         source.shutdown()
 
@@ -187,7 +196,6 @@ def _imports(framework: str) -> None:
         import robo_loaders_plugin.robomimic.buffered
         import robo_loaders_plugin.robomimic.integration
     else:
-
         import robo_loaders_plugin.lerobot.dataset
         import robo_loaders_plugin.lerobot.integration
     import robo_loaders_plugin.pipeline.batches  # noqa: F401
@@ -279,9 +287,14 @@ def time_pass(loader, batch_size_of, samples: int) -> dict:
     total = time.perf_counter() - t0
     lat_ms = np.array(lat or [0.0]) * 1e3
     rest = float(np.sum(lat))
-    return {"first_batch_s": first, "pass_s": total, "pass_samples": served, "pass_batches": len(lat) + 1,
-            "samples_per_s": (served - first_samples) / rest if rest else None,
-            "batch_latency_ms": {p: float(np.percentile(lat_ms, int(p[1:]))) for p in ("p50", "p95", "p99")}}
+    return {
+        "first_batch_s": first,
+        "pass_s": total,
+        "pass_samples": served,
+        "pass_batches": len(lat) + 1,
+        "samples_per_s": (served - first_samples) / rest if rest else None,
+        "batch_latency_ms": {p: float(np.percentile(lat_ms, int(p[1:]))) for p in ("p50", "p95", "p99")},
+    }
 
 
 def run(a: dict) -> dict:
@@ -297,8 +310,14 @@ def run(a: dict) -> dict:
         timing = time_loader(loader, a["batches"], count, warmup=a.get("warmup", 0))
     del loader
     gc.collect()
-    out = dict(timing, build_s=build_s, num_samples=len(ds), baseline_pss_bytes=baseline, summary=summary_of(ds),
-               **probe(ds, a["batch_size"]))
+    out = dict(
+        timing,
+        build_s=build_s,
+        num_samples=len(ds),
+        baseline_pss_bytes=baseline,
+        summary=summary_of(ds),
+        **probe(ds, a["batch_size"]),
+    )
     if "native_build_s" in a:
         out["native_build_s"] = a["native_build_s"]
     return out

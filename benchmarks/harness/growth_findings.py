@@ -3,6 +3,7 @@ before (the code it replaced, kept here or in the tests as a reference) and afte
 million-frame workloads; writes ``benchmarks/results/growth/profiling_findings.json`` (docs/benchmarks.md quotes
 it). Run under ``flock /work/bench.lock``: the ratios are only as good as the machine is quiet.
 """
+
 from __future__ import annotations
 
 import os
@@ -39,8 +40,12 @@ def planner(echo) -> dict:
     cpu = time.process_time()
     plan_windows(counts, 1, 0, 16)
     echo(f"planner: {before:.2f} s -> {after:.3f} s")
-    return {"what": "planning a pass, 1M items in 10k episodes, buffer 16", "before_s": before, "after_s": after,
-            "after_cpu_s": time.process_time() - cpu}
+    return {
+        "what": "planning a pass, 1M items in 10k episodes, buffer 16",
+        "before_s": before,
+        "after_s": after,
+        "after_cpu_s": time.process_time() - cpu,
+    }
 
 
 def lerobot_index(root: str, repo_id: str, echo) -> dict:
@@ -57,14 +62,25 @@ def lerobot_index(root: str, repo_id: str, echo) -> dict:
     runs = [(e, int(a), int(b)) for e, (a, b) in enumerate(zip(frm, to))]
 
     def old():
-        abs_index = np.concatenate([np.arange(int(meta.episodes[ep]["dataset_from_index"]),
-                                              int(meta.episodes[ep]["dataset_from_index"]) + e - s)
-                                    for ep, s, e in runs])
-        bounds = {ep: (int(meta.episodes[ep]["dataset_from_index"]), int(meta.episodes[ep]["dataset_to_index"]))
-                  for ep, _, _ in runs}
+        abs_index = np.concatenate(
+            [
+                np.arange(
+                    int(meta.episodes[ep]["dataset_from_index"]), int(meta.episodes[ep]["dataset_from_index"]) + e - s
+                )
+                for ep, s, e in runs
+            ]
+        )
+        bounds = {
+            ep: (int(meta.episodes[ep]["dataset_from_index"]), int(meta.episodes[ep]["dataset_to_index"]))
+            for ep, _, _ in runs
+        }
         ep_of_row = np.repeat([ep for ep, _, _ in runs], [e - s for _, s, e in runs])
-        return rules.DeltaWindows(abs_index, np.array([bounds[e][0] for e in ep_of_row.tolist()]),
-                                  np.array([bounds[e][1] for e in ep_of_row.tolist()]), {"action": list(range(100))})
+        return rules.DeltaWindows(
+            abs_index,
+            np.array([bounds[e][0] for e in ep_of_row.tolist()]),
+            np.array([bounds[e][1] for e in ep_of_row.tolist()]),
+            {"action": list(range(100))},
+        )
 
     def new():
         rowmap = rules.RowMap(np.fromiter((e - s for _, s, e in runs), dtype=np.int64, count=len(runs)))
@@ -73,8 +89,13 @@ def lerobot_index(root: str, repo_id: str, echo) -> dict:
 
     before, after = _timed(old), _timed(new, repeat=3)
     echo(f"LeRobotSamples index: {before:.2f} s -> {after:.3f} s")
-    return {"what": f"LeRobotSamples index arrays, {int(to[-1]):,} frames in {len(runs):,} episodes",
-            "before_s": before, "after_s": after, "bytes_per_frame_before": 24 + 8, "bytes_per_frame_after": 4}
+    return {
+        "what": f"LeRobotSamples index arrays, {int(to[-1]):,} frames in {len(runs):,} episodes",
+        "before_s": before,
+        "after_s": after,
+        "bytes_per_frame_before": 24 + 8,
+        "bytes_per_frame_after": 4,
+    }
 
 
 def lerobot_sampler(root: str, repo_id: str, echo) -> dict:
@@ -88,8 +109,11 @@ def lerobot_sampler(root: str, repo_id: str, echo) -> dict:
     before = _timed(lambda: np.asarray(s.indices, dtype=np.int64))
     after = _timed(sampler_indices, s, repeat=3)
     echo(f"sampler indices: {before:.2f} s -> {after:.3f} s")
-    return {"what": f"lerobot-train's pass read off its EpisodeAwareSampler, {len(s):,} frames", "before_s": before,
-            "after_s": after}
+    return {
+        "what": f"lerobot-train's pass read off its EpisodeAwareSampler, {len(s):,} frames",
+        "before_s": before,
+        "after_s": after,
+    }
 
 
 def robomimic_validation(path: str, echo) -> dict:
@@ -129,11 +153,18 @@ def robomimic_validation(path: str, echo) -> dict:
 
         per = len(sample) * len(keys)
         r_before, r_after = _timed(read_old) / per, _timed(read_new) / per
-    echo(f"robomimic validation: {before:.1f} s -> {after:.1f} s (recorded: {recorded * 1e3:.1f} ms); "
-         f"read {r_before * 1e6:.0f} -> {r_after * 1e6:.0f} us per dataset")
-    return {"what": f"robomimic file validation, {len(demos):,} demos", "before_s": before, "after_s": after,
-            "recorded_s": recorded, "read_us_per_dataset_before": r_before * 1e6,
-            "read_us_per_dataset_after": r_after * 1e6}
+    echo(
+        f"robomimic validation: {before:.1f} s -> {after:.1f} s (recorded: {recorded * 1e3:.1f} ms); "
+        f"read {r_before * 1e6:.0f} -> {r_after * 1e6:.0f} us per dataset"
+    )
+    return {
+        "what": f"robomimic file validation, {len(demos):,} demos",
+        "before_s": before,
+        "after_s": after,
+        "recorded_s": recorded,
+        "read_us_per_dataset_before": r_before * 1e6,
+        "read_us_per_dataset_after": r_after * 1e6,
+    }
 
 
 def store_costs(tmp: str, echo, frames: int = 1_000_000, episodes: int = 10_000) -> dict:
@@ -148,8 +179,11 @@ def store_costs(tmp: str, echo, frames: int = 1_000_000, episodes: int = 10_000)
     writer = StoreWriter(path, FrameCodec("lz4", 1), workers=2)
     per = frames // episodes
     for e in range(episodes):
-        writer.add_episode(f"e{e}", {"img": np.full((per, 4, 4, 3), e % 251, np.uint8),
-                                     "low": np.full((per, 7), e, np.float32)}, compressed={"img"})
+        writer.add_episode(
+            f"e{e}",
+            {"img": np.full((per, 4, 4, 3), e % 251, np.uint8), "low": np.full((per, 7), e, np.float32)},
+            compressed={"img"},
+        )
     store = EpisodeStore(writer.finish({}))
 
     def bounds_old():
@@ -172,13 +206,21 @@ def store_costs(tmp: str, echo, frames: int = 1_000_000, episodes: int = 10_000)
     # a raw field is now read where it lies: what a process prepares is each episode's offset
     f_after = _timed(lambda: (src._flat.clear(), src._rows.clear(), src._raw_rows("low", info, 7)))
     crc = _timed(store.verify)
-    echo(f"store: blob bounds {b_before:.2f} -> {b_after:.3f} s; raw concat {f_before:.2f} -> {f_after:.3f} s; "
-         f"CRC of {store.file_nbytes / 2**20:.0f} MiB {crc:.2f} s")
+    echo(
+        f"store: blob bounds {b_before:.2f} -> {b_after:.3f} s; raw concat {f_before:.2f} -> {f_after:.3f} s; "
+        f"CRC of {store.file_nbytes / 2**20:.0f} MiB {crc:.2f} s"
+    )
     store.close()
     os.unlink(path)
-    return {"what": f"compressed store of {frames:,} frames in {episodes:,} episodes",
-            "blob_bounds_before_s": b_before, "blob_bounds_after_s": b_after, "raw_concat_before_s": f_before,
-            "raw_concat_after_s": f_after, "crc_s": crc, "crc_bytes": store.file_nbytes}
+    return {
+        "what": f"compressed store of {frames:,} frames in {episodes:,} episodes",
+        "blob_bounds_before_s": b_before,
+        "blob_bounds_after_s": b_after,
+        "raw_concat_before_s": f_before,
+        "raw_concat_after_s": f_after,
+        "crc_s": crc,
+        "crc_bytes": store.file_nbytes,
+    }
 
 
 def digests(paths: list[str], echo) -> list[dict]:
@@ -187,8 +229,11 @@ def digests(paths: list[str], echo) -> list[dict]:
 
     out = []
     for p in paths:
-        size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(p) for f in fs) if os.path.isdir(p) \
+        size = (
+            sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(p) for f in fs)
+            if os.path.isdir(p)
             else os.path.getsize(p)
+        )
         t = time.perf_counter()
         h = fp.new_digest()
         if os.path.isdir(p):
@@ -198,20 +243,22 @@ def digests(paths: list[str], echo) -> list[dict]:
             fp.hash_file(h, p)
         wall = time.perf_counter() - t
         echo(f"digest of {os.path.basename(p)} ({size / 2**20:.0f} MiB): {wall:.1f} s")
-        out.append({"source": os.path.basename(p), "bytes": size, "digest_s": wall,
-                    "mb_per_s": size / wall / 1e6})
+        out.append({"source": os.path.basename(p), "bytes": size, "digest_s": wall, "mb_per_s": size / wall / 1e6})
     return out
 
 
-def gather_ceiling(echo, sizes=(10_000, 100_000, 1_000_000), batches: int = 300, window: int = 10,
-                   batch_size: int = 64) -> list[dict]:
+def gather_ceiling(
+    echo, sizes=(10_000, 100_000, 1_000_000), batches: int = 300, window: int = 10, batch_size: int = 64
+) -> list[dict]:
     """The in-memory gather that bounds the backends serving from RAM (``gpu_resampler`` on the CPU,
     ``compressed_cache``'s raw fields), alone: ``batch_size`` random windows of ``window`` consecutive frames copied
     out of one array of ``frames`` rows, for the frame sizes of the growth workloads (robomimic low-dim rows, a
     LeRobot 64x64 RGB frame). No dataset code runs: what changes with ``frames`` is only how far apart in memory
     the rows are (caches, TLB), which is what a backend's speed at a million frames cannot avoid."""
-    rows = {"robomimic low-dim frame (47 float64: obs, next_obs, action, reward, done)": 376,
-            "LeRobot 64x64 RGB frame": 64 * 64 * 3}
+    rows = {
+        "robomimic low-dim frame (47 float64: obs, next_obs, action, reward, done)": 376,
+        "LeRobot 64x64 RGB frame": 64 * 64 * 3,
+    }
     rng = np.random.default_rng(0)
     out = []
     for what, nbytes in rows.items():
@@ -230,8 +277,9 @@ def gather_ceiling(echo, sizes=(10_000, 100_000, 1_000_000), batches: int = 300,
             per_s = batches * batch_size / best
             base = base or per_s
             echo(f"gather, {what}, {frames:,} frames: {per_s:,.0f} windows/s ({per_s / base:.2f} of the smallest)")
-            out.append({"row": what, "row_bytes": nbytes, "frames": frames, "windows_per_s": per_s,
-                        "kept": per_s / base})
+            out.append(
+                {"row": what, "row_bytes": nbytes, "frames": frames, "windows_per_s": per_s, "kept": per_s / base}
+            )
     return out
 
 

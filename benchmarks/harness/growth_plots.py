@@ -12,6 +12,7 @@ batch, one-time work excluded), ``once`` (the one-time conversion or cache build
 ``samples_per_s``, ``peak_mem_bytes`` (process tree PSS), ``held_bytes_per_frame`` (what the dataset object keeps
 that is not frame data) and ``plan_s_per_million`` (CPU time of planning a pass, batch-kind backends).
 """
+
 from __future__ import annotations
 
 import os
@@ -47,8 +48,11 @@ PANELS = [
     ("startup_s", "factory call to first batch (s)", lambda r: r.get("startup_s")),
     ("once_s", "one-time build / conversion (s)", lambda r: (r.get("once") or {}).get("wall_s")),
     ("samples_per_s", "samples/s (steady)", lambda r: r.get("samples_per_s")),
-    ("peak_mem", "peak memory, process tree (MiB)", lambda r: r["peak_mem_bytes"] / 2 ** 20
-     if r.get("peak_mem_bytes") else None),
+    (
+        "peak_mem",
+        "peak memory, process tree (MiB)",
+        lambda r: r["peak_mem_bytes"] / 2**20 if r.get("peak_mem_bytes") else None,
+    ),
 ]
 
 
@@ -114,17 +118,26 @@ def goals(payload: dict) -> list[dict]:
         big, small = rows[-1], rows[0]
         base = next((r for r in (native or []) if r["frames"] == big["frames"]), None)
         # a row from a rerun (``rerun_native_startup_s``: native measured in that run) is judged against its run's
-        row = {"backend": backend, "frames": big["frames"], "startup_s": big.get("startup_s"),
-               "native_startup_s": big.get("rerun_native_startup_s") or (base.get("startup_s") if base else None),
-               "plan_s_per_million": big.get("plan_s_per_million"),
-               "held_bytes_per_frame": big.get("held_bytes_per_frame"),
-               "speed_kept": (big["samples_per_s"] / small["samples_per_s"]) if small is not big else None}
-        row["startup_ok"] = (None if base is None or backend == base["backend"] else
-                             row["startup_s"] <= row["native_startup_s"] + GOAL_STARTUP_SLACK_S)
-        row["plan_ok"] = None if row["plan_s_per_million"] is None else \
-            row["plan_s_per_million"] <= GOAL_PLAN_S_PER_MILLION
-        row["held_ok"] = None if row["held_bytes_per_frame"] is None else \
-            row["held_bytes_per_frame"] <= GOAL_HELD_BYTES_PER_FRAME
+        row = {
+            "backend": backend,
+            "frames": big["frames"],
+            "startup_s": big.get("startup_s"),
+            "native_startup_s": big.get("rerun_native_startup_s") or (base.get("startup_s") if base else None),
+            "plan_s_per_million": big.get("plan_s_per_million"),
+            "held_bytes_per_frame": big.get("held_bytes_per_frame"),
+            "speed_kept": (big["samples_per_s"] / small["samples_per_s"]) if small is not big else None,
+        }
+        row["startup_ok"] = (
+            None
+            if base is None or backend == base["backend"]
+            else row["startup_s"] <= row["native_startup_s"] + GOAL_STARTUP_SLACK_S
+        )
+        row["plan_ok"] = (
+            None if row["plan_s_per_million"] is None else row["plan_s_per_million"] <= GOAL_PLAN_S_PER_MILLION
+        )
+        row["held_ok"] = (
+            None if row["held_bytes_per_frame"] is None else row["held_bytes_per_frame"] <= GOAL_HELD_BYTES_PER_FRAME
+        )
         row["speed_ok"] = None if row["speed_kept"] is None else row["speed_kept"] >= GOAL_SPEED_KEPT
         out.append(row)
     return out
@@ -148,37 +161,61 @@ def growth_tables(payload: dict) -> str:
         The tables, failed rows named under them.
     """
     passes = any(r.get("pass_s") is not None for r in payload["rows"])  # ``growth run --full-pass``
-    head = ["backend", "frames", "start-up s", "one-time s", "MB/s per worker", "samples/s", "peak MiB",
-            "held B/frame", "plan s/M items"] + (["full pass s (samples)"] if passes else [])
+    head = [
+        "backend",
+        "frames",
+        "start-up s",
+        "one-time s",
+        "MB/s per worker",
+        "samples/s",
+        "peak MiB",
+        "held B/frame",
+        "plan s/M items",
+    ] + (["full pass s (samples)"] if passes else [])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for backend, rows in series(payload).items():
         for r in rows:
             once = r.get("once") or {}
             cells = [
-                f"`{backend}`", f"{r['frames']:,}", _fmt(r.get("startup_s"), ".2f"), _fmt(once.get("wall_s"), ".1f"),
-                _fmt(once.get("mb_per_s_per_worker"), ".1f"), _fmt(r.get("samples_per_s"), ".0f"),
-                _fmt(r["peak_mem_bytes"] / 2 ** 20 if r.get("peak_mem_bytes") else None, ".0f"),
-                _fmt(r.get("held_bytes_per_frame"), ".1f"), _fmt(r.get("plan_s_per_million"), ".3f")]
+                f"`{backend}`",
+                f"{r['frames']:,}",
+                _fmt(r.get("startup_s"), ".2f"),
+                _fmt(once.get("wall_s"), ".1f"),
+                _fmt(once.get("mb_per_s_per_worker"), ".1f"),
+                _fmt(r.get("samples_per_s"), ".0f"),
+                _fmt(r["peak_mem_bytes"] / 2**20 if r.get("peak_mem_bytes") else None, ".0f"),
+                _fmt(r.get("held_bytes_per_frame"), ".1f"),
+                _fmt(r.get("plan_s_per_million"), ".3f"),
+            ]
             if passes:
-                cells.append("sampled" if r.get("pass_s") is None else
-                             f"{r['pass_s']:.0f} ({r['pass_samples']:,})")
+                cells.append("sampled" if r.get("pass_s") is None else f"{r['pass_s']:.0f} ({r['pass_samples']:,})")
             lines.append("| " + " | ".join(cells) + " |")
     failed = [r for r in payload["rows"] if r.get("error")]
     out = "\n".join(lines) + "\n"
     if failed:
-        out += "\nFailed: " + "; ".join(f"`{r['backend']}` at {r.get('frames', '?'):,} frames "
-                                        f"({r['error'].strip().splitlines()[-1][:100]})" for r in failed) + "\n"
+        out += (
+            "\nFailed: "
+            + "; ".join(
+                f"`{r['backend']}` at {r.get('frames', '?'):,} frames ({r['error'].strip().splitlines()[-1][:100]})"
+                for r in failed
+            )
+            + "\n"
+        )
     g = goals(payload)
     if g:
-        out += (f"\nGoals at {g[0]['frames']:,} frames (start-up <= native's + {GOAL_STARTUP_SLACK_S:g} s; planning <= "
-                f"{GOAL_PLAN_S_PER_MILLION:g} s per million items; <= {GOAL_HELD_BYTES_PER_FRAME} bytes held per "
-                f"frame beyond frame data; samples/s >= {GOAL_SPEED_KEPT:.0%} of the smallest size's):\n\n")
+        out += (
+            f"\nGoals at {g[0]['frames']:,} frames (start-up <= native's + {GOAL_STARTUP_SLACK_S:g} s; planning <= "
+            f"{GOAL_PLAN_S_PER_MILLION:g} s per million items; <= {GOAL_HELD_BYTES_PER_FRAME} bytes held per "
+            f"frame beyond frame data; samples/s >= {GOAL_SPEED_KEPT:.0%} of the smallest size's):\n\n"
+        )
         out += "| backend | start-up s (native's) | plan s/M | held B/frame | samples/s kept |\n|---|---|---|---|---|\n"
         for r in g:
-            out += (f"| `{r['backend']}` | {_fmt(r['startup_s'], '.2f')} ({_fmt(r['native_startup_s'], '.2f')})"
-                    f"{_mark(r['startup_ok'])} | {_fmt(r['plan_s_per_million'], '.3f')}{_mark(r['plan_ok'])} | "
-                    f"{_fmt(r['held_bytes_per_frame'], '.1f')}{_mark(r['held_ok'])} | "
-                    f"{_fmt(r['speed_kept'], '.2f')}{_mark(r['speed_ok'])} |\n")
+            out += (
+                f"| `{r['backend']}` | {_fmt(r['startup_s'], '.2f')} ({_fmt(r['native_startup_s'], '.2f')})"
+                f"{_mark(r['startup_ok'])} | {_fmt(r['plan_s_per_million'], '.3f')}{_mark(r['plan_ok'])} | "
+                f"{_fmt(r['held_bytes_per_frame'], '.1f')}{_mark(r['held_ok'])} | "
+                f"{_fmt(r['speed_kept'], '.2f')}{_mark(r['speed_ok'])} |\n"
+            )
     return out
 
 
@@ -229,28 +266,46 @@ def findings_table(payload: dict) -> str:
         add("robomimic read of one dataset", v["read_us_per_dataset_before"], v["read_us_per_dataset_after"], "us")
     if "store" in r:
         st = r["store"]
-        add(st["what"] + ": locating its frame blobs (each checked before its first decode now)",
-            st["blob_bounds_before_s"], st["blob_bounds_after_s"])
-        add(st["what"] + ": a raw field made readable (concatenated before, offsets now)", st["raw_concat_before_s"],
-            st["raw_concat_after_s"])
+        add(
+            st["what"] + ": locating its frame blobs (each checked before its first decode now)",
+            st["blob_bounds_before_s"],
+            st["blob_bounds_after_s"],
+        )
+        add(
+            st["what"] + ": a raw field made readable (concatenated before, offsets now)",
+            st["raw_concat_before_s"],
+            st["raw_concat_after_s"],
+        )
     out = "| cost (each process, at start) | before | after |\n|---|---|---|\n" + "\n".join(rows) + "\n"
     if "store" in r:
         st = r["store"]
-        out += (f"\nA persisted cache's data CRC reads the whole file: {st['crc_s']:.2f} s for "
-                f"{st['crc_bytes'] / 1e6:.0f} MB ({st['crc_bytes'] / st['crc_s'] / 1e6:.0f} MB/s), now once per "
-                "version of the file.\n")
+        out += (
+            f"\nA persisted cache's data CRC reads the whole file: {st['crc_s']:.2f} s for "
+            f"{st['crc_bytes'] / 1e6:.0f} MB ({st['crc_bytes'] / st['crc_s'] / 1e6:.0f} MB/s), now once per "
+            "version of the file.\n"
+        )
     if r.get("gather"):
-        out += ("\nThe in-memory gather alone (64 random windows of 10 frames copied out of one array, no dataset "
-                "code): windows/s by the array's frames, and the share of the smallest kept:\n\n| row | frames | "
-                "windows/s | kept |\n|---|---|---|---|\n" + "\n".join(
-                    f"| {g['row']} | {g['frames']:,} | {g['windows_per_s']:,.0f} | {g['kept']:.2f} |"
-                    for g in r["gather"]) + "\n")
+        out += (
+            "\nThe in-memory gather alone (64 random windows of 10 frames copied out of one array, no dataset "
+            "code): windows/s by the array's frames, and the share of the smallest kept:\n\n| row | frames | "
+            "windows/s | kept |\n|---|---|---|---|\n"
+            + "\n".join(
+                f"| {g['row']} | {g['frames']:,} | {g['windows_per_s']:,.0f} | {g['kept']:.2f} |" for g in r["gather"]
+            )
+            + "\n"
+        )
     if r.get("digests"):
-        out += ("\nContent digest of a source whose stat changed (SHA-256 of every byte):\n\n"
-                "| source | MB | s | MB/s |\n")
-        out += "|---|---|---|---|\n" + "\n".join(
-            f"| `{d['source']}` | {d['bytes'] / 1e6:.0f} | {d['digest_s']:.1f} | {d['mb_per_s']:.0f} |"
-            for d in r["digests"]) + "\n"
+        out += (
+            "\nContent digest of a source whose stat changed (SHA-256 of every byte):\n\n| source | MB | s | MB/s |\n"
+        )
+        out += (
+            "|---|---|---|---|\n"
+            + "\n".join(
+                f"| `{d['source']}` | {d['bytes'] / 1e6:.0f} | {d['digest_s']:.1f} | {d['mb_per_s']:.0f} |"
+                for d in r["digests"]
+            )
+            + "\n"
+        )
     return out
 
 
@@ -263,26 +318,35 @@ def conversion_table(payload: dict) -> str:
     Returns:
         The tables.
     """
-    out = ["| workload | frames | executor | workers | wall s | source MB/s | MB/s per worker | units |",
-           "|---|---|---|---|---|---|---|---|"]
+    out = [
+        "| workload | frames | executor | workers | wall s | source MB/s | MB/s per worker | units |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     killed = []
     for res in payload["results"]:
         for run in res["runs"]:
-            out.append(f"| `{res['workload']}` | {res['frames']:,} | {run['executor']} | {run['workers']} | "
-                       f"{run['wall_s']:.0f} | {_fmt(run.get('source_mb_per_s'), '.2f')} | "
-                       f"{_fmt(run.get('mb_per_s_per_worker'), '.2f')} | {run.get('units', '-')} |"
-                       + (" FAILED" if run.get("error") else ""))
+            out.append(
+                f"| `{res['workload']}` | {res['frames']:,} | {run['executor']} | {run['workers']} | "
+                f"{run['wall_s']:.0f} | {_fmt(run.get('source_mb_per_s'), '.2f')} | "
+                f"{_fmt(run.get('mb_per_s_per_worker'), '.2f')} | {run.get('units', '-')} |"
+                + (" FAILED" if run.get("error") else "")
+            )
         k = res.get("killed")
         if k:
-            killed.append(f"| `{res['workload']}` | {k['killed_after_s']:.0f} | {k['shards_done_at_kill']} of "
-                          f"{k['shards_total']} | {k['shards_kept']} | {k['shards_written_by_rerun']} | "
-                          f"{k['rerun_s']:.0f} ({k['full_run_s']:.0f}) | {'yes' if k['rerun_ok'] else 'no'} |")
+            killed.append(
+                f"| `{res['workload']}` | {k['killed_after_s']:.0f} | {k['shards_done_at_kill']} of "
+                f"{k['shards_total']} | {k['shards_kept']} | {k['shards_written_by_rerun']} | "
+                f"{k['rerun_s']:.0f} ({k['full_run_s']:.0f}) | {'yes' if k['rerun_ok'] else 'no'} |"
+            )
     text = "\n".join(out) + "\n"
     if killed:
-        text += ("\nKilled (SIGKILL to the process group) once a third of the units were done, then the same "
-                 "command again:\n\n| workload | killed after s | shards done at kill | kept (same inode and mtime) "
-                 "| written by the rerun | rerun s (full run s) | completed |\n|---|---|---|---|---|---|---|\n"
-                 + "\n".join(killed) + "\n")
+        text += (
+            "\nKilled (SIGKILL to the process group) once a third of the units were done, then the same "
+            "command again:\n\n| workload | killed after s | shards done at kill | kept (same inode and mtime) "
+            "| written by the rerun | rerun s (full run s) | completed |\n|---|---|---|---|---|---|---|\n"
+            + "\n".join(killed)
+            + "\n"
+        )
     return text
 
 
@@ -307,7 +371,7 @@ def growth_table(payload: dict, table: str = "results") -> str:
         return conversion_table(payload)
     if table == "goals":
         text = growth_tables(payload)
-        return text[text.index("Goals at"):] if "Goals at" in text else text
+        return text[text.index("Goals at") :] if "Goals at" in text else text
     if table != "results":
         raise TableError(f"table={table!r}: a growth result has the tables 'results' and 'goals'")
     return growth_tables(payload)
@@ -343,13 +407,17 @@ def growth_report(result_paths, out_dir: str, skipped: list) -> str:
             continue
         payloads.append(p)
     if not payloads:
-        raise TableError(f"none of the {len(result_paths)} file(s) given is a cost-growth result "
-                         "(kind growth, growth_findings or growth_conversion)")
+        raise TableError(
+            f"none of the {len(result_paths)} file(s) given is a cost-growth result "
+            "(kind growth, growth_findings or growth_conversion)"
+        )
     os.makedirs(out_dir, exist_ok=True)
     color, used = Palette(), set()
-    md = ["# Cost-growth report\n",
-          f"Generated by `python -m benchmarks.harness growth report` from {len(payloads)} result file(s). How every "
-          "number is measured: `docs/benchmarks.md`.\n"]
+    md = [
+        "# Cost-growth report\n",
+        f"Generated by `python -m benchmarks.harness growth report` from {len(payloads)} result file(s). How every "
+        "number is measured: `docs/benchmarks.md`.\n",
+    ]
     for p in payloads:
         base = stem = os.path.splitext(os.path.basename(p["_path"]))[0]
         k = 2
@@ -361,8 +429,10 @@ def growth_report(result_paths, out_dir: str, skipped: list) -> str:
         s = settings_caption(p)
         md.append(f"Settings: {s}.\n" if s else "")
         if p["_kind"] == "growth":
-            md.append("Cost growth with the number of frames (`python -m benchmarks.harness growth run`; "
-                      "`docs/benchmarks.md`):\n")
+            md.append(
+                "Cost growth with the number of frames (`python -m benchmarks.harness growth run`; "
+                "`docs/benchmarks.md`):\n"
+            )
             md += growth_section(p, out_dir, stem, color, figure_caption)
         else:
             md.append(growth_table(p, "results") + "\n")

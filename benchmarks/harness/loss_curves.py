@@ -17,6 +17,7 @@ lerobot-train's loop; the plots then say "training step"), other numeric keys al
 
 This module imports neither matplotlib nor torch (``machine()`` imports torch only when asked for).
 """
+
 from __future__ import annotations
 
 import json
@@ -48,8 +49,9 @@ def _epochs(epochs, metrics: Sequence[str] | None) -> list[dict]:
     out = []
     for e in epochs:
         if isinstance(e, Mapping):
-            out.append({str(k): float(v) for k, v in e.items()
-                        if isinstance(v, (int, float)) and not isinstance(v, bool)})
+            out.append(
+                {str(k): float(v) for k, v in e.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+            )
         else:
             if not metrics:
                 raise ValueError("per-epoch values given as rows of numbers need metrics= naming the columns")
@@ -60,8 +62,9 @@ def _epochs(epochs, metrics: Sequence[str] | None) -> list[dict]:
     return out
 
 
-def loss_run(backend: str, seed, epochs, metrics: Sequence[str] | None = None, label: str | None = None,
-             **extra) -> dict:
+def loss_run(
+    backend: str, seed, epochs, metrics: Sequence[str] | None = None, label: str | None = None, **extra
+) -> dict:
     """One run: ``epochs`` as accepted by the format (see ``_epochs``); ``extra`` keys are kept as they are."""
     return dict(extra, label=label or backend, backend=backend, seed=seed, epochs=_epochs(epochs, metrics))
 
@@ -79,10 +82,19 @@ def _key(run: dict):
     return run.get("label") or run["backend"], run["backend"], json.dumps(run.get("seed"))
 
 
-def write_loss_curves(path: str, framework: str, runs: Sequence[dict], metrics: Sequence[str] | None = None,
-                      reference: str = "native", settings: dict | None = None, notes: str | None = None,
-                      name: str | None = None, merge: bool = True, with_machine: bool = True,
-                      x: str = "epoch") -> str:
+def write_loss_curves(
+    path: str,
+    framework: str,
+    runs: Sequence[dict],
+    metrics: Sequence[str] | None = None,
+    reference: str = "native",
+    settings: dict | None = None,
+    notes: str | None = None,
+    name: str | None = None,
+    merge: bool = True,
+    with_machine: bool = True,
+    x: str = "epoch",
+) -> str:
     """Write (or merge into) a loss-curves file and return its path.
 
     With ``merge`` (default), runs already in the file with the same (label, backend, seed) are replaced and the
@@ -103,18 +115,32 @@ def write_loss_curves(path: str, framework: str, runs: Sequence[dict], metrics: 
             for e in r["epochs"]:
                 seen += [k for k in e if k not in seen]
         metrics = seen
-    payload = {"kind": KIND, "version": VERSION, "framework": framework,
-               "name": name or os.path.splitext(os.path.basename(path))[0], "metrics": list(metrics),
-               "reference": reference, "x": x, "settings": settings or {}, "notes": notes, "runs": []}
+    payload = {
+        "kind": KIND,
+        "version": VERSION,
+        "framework": framework,
+        "name": name or os.path.splitext(os.path.basename(path))[0],
+        "metrics": list(metrics),
+        "reference": reference,
+        "x": x,
+        "settings": settings or {},
+        "notes": notes,
+        "runs": [],
+    }
     if merge and os.path.exists(path):
         try:
             with open(path) as f:
                 old = json.load(f)
         except (OSError, ValueError):
             old = None
-        if (isinstance(old, dict) and old.get("kind") == KIND and old.get("framework") == framework
-                and old.get("metrics") == payload["metrics"] and old.get("settings") == payload["settings"]
-                and old.get("x", "epoch") == x):
+        if (
+            isinstance(old, dict)
+            and old.get("kind") == KIND
+            and old.get("framework") == framework
+            and old.get("metrics") == payload["metrics"]
+            and old.get("settings") == payload["settings"]
+            and old.get("x", "epoch") == x
+        ):
             new_keys = {_key(r) for r in runs}
             payload["runs"] = [r for r in old.get("runs", []) if _key(r) not in new_keys]
             payload["notes"] = notes if notes is not None else old.get("notes")

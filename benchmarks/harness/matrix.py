@@ -14,6 +14,7 @@ measured on another machine are refused unless asked for (a plot mixing machines
 under ``conversion`` like the bench's conversion rows) into ``OUT/<name>-shards-w<N>``, removed when the matrix is
 complete unless ``keep_shards``.
 """
+
 from __future__ import annotations
 
 import copy
@@ -39,10 +40,31 @@ PRESETS = ("none", "act", "diffusion")
 BASELINES = {"robomimic": ["native:low_dim", "native:all"], "lerobot": ["native"]}
 RATIO_FIELDS = ("samples_per_s", "peak_mem_bytes", "data_mem_bytes")
 MACHINE_KEYS = ("cpu", "cores", "ram", "python", "torch", "gpu")
-CSV_FIELDS = ["framework", "dataset", "backend", "batch_size", "seq_length", "preset", "num_workers", "frame_stack",
-              "batches", "samples_per_s", "decoded_frames_per_s", "first_batch_s", "build_s", "peak_mem_bytes",
-              "data_mem_bytes", "batch_ms_p50", "batch_ms_p95", "batch_ms_p99", "episode_mix", "num_samples",
-              "epoch_times_s", "error", "measured_at"] + [f"machine_{k}" for k in MACHINE_KEYS]
+CSV_FIELDS = [
+    "framework",
+    "dataset",
+    "backend",
+    "batch_size",
+    "seq_length",
+    "preset",
+    "num_workers",
+    "frame_stack",
+    "batches",
+    "samples_per_s",
+    "decoded_frames_per_s",
+    "first_batch_s",
+    "build_s",
+    "peak_mem_bytes",
+    "data_mem_bytes",
+    "batch_ms_p50",
+    "batch_ms_p95",
+    "batch_ms_p99",
+    "episode_mix",
+    "num_samples",
+    "epoch_times_s",
+    "error",
+    "measured_at",
+] + [f"machine_{k}" for k in MACHINE_KEYS]
 
 
 class MatrixError(ValueError):
@@ -63,16 +85,22 @@ def load(path: str) -> dict | None:
     with open(path) as f:
         payload = json.load(f)
     if payload.get("kind") != KIND:
-        raise MatrixError(f"{path} exists and is not a matrix result (kind {payload.get('kind')!r}): choose another "
-                          "output directory or --name")
+        raise MatrixError(
+            f"{path} exists and is not a matrix result (kind {payload.get('kind')!r}): choose another "
+            "output directory or --name"
+        )
     return payload
 
 
 def _check_axes(framework: str, backends, batch_sizes, second, workers):
     if framework not in AXES:
         raise MatrixError(f"framework must be one of {sorted(AXES)}, got {framework!r}")
-    for what, values in (("backends", backends), ("batch sizes", batch_sizes), (AXES[framework][1], second),
-                         ("workers", workers)):
+    for what, values in (
+        ("backends", backends),
+        ("batch sizes", batch_sizes),
+        (AXES[framework][1], second),
+        ("workers", workers),
+    ):
         if not values:
             raise MatrixError(f"no {what} given")
     if framework == "robomimic":
@@ -106,13 +134,19 @@ def _convert_once(framework: str, setup: dict, base: str, workers: int, echo, ti
         from robo_loaders_plugin.bench.robomimic_bench import array_bytes
 
         ds = setup["dataset"]
-        return time_conversions(["robomimic", ds], base, [workers], os.path.getsize(ds), array_bytes(ds), echo,
-                                timeout)
+        return time_conversions(["robomimic", ds], base, [workers], os.path.getsize(ds), array_bytes(ds), echo, timeout)
     from robo_loaders_plugin.bench.lerobot_bench import raw_frame_bytes
 
     root = setup["dataset"]
-    return time_conversions(["lerobot", root, "--repo-id", setup["repo_id"]], base, [workers], dir_bytes(root),
-                            raw_frame_bytes(root), echo, timeout)
+    return time_conversions(
+        ["lerobot", root, "--repo-id", setup["repo_id"]],
+        base,
+        [workers],
+        dir_bytes(root),
+        raw_frame_bytes(root),
+        echo,
+        timeout,
+    )
 
 
 def _bench_one(framework: str, setup: dict, label: str, cell: dict, kwargs: dict, timeout: float, echo) -> dict:
@@ -121,14 +155,36 @@ def _bench_one(framework: str, setup: dict, label: str, cell: dict, kwargs: dict
     if framework == "robomimic":
         from robo_loaders_plugin.bench.robomimic_bench import bench_robomimic
 
-        payload = bench_robomimic(setup["dataset"], [label], cell["seq_length"], setup["frame_stack"],
-                                  cell["batch_size"], cell["num_workers"], setup["batches"], kwargs, None,
-                                  setup["obs_keys"], timeout=timeout, echo=echo)
+        payload = bench_robomimic(
+            setup["dataset"],
+            [label],
+            cell["seq_length"],
+            setup["frame_stack"],
+            cell["batch_size"],
+            cell["num_workers"],
+            setup["batches"],
+            kwargs,
+            None,
+            setup["obs_keys"],
+            timeout=timeout,
+            echo=echo,
+        )
     else:
         from robo_loaders_plugin.bench.lerobot_bench import bench_lerobot
 
-        payload = bench_lerobot(setup["dataset"], setup["repo_id"], [label], cell["batch_size"], cell["num_workers"],
-                                setup["batches"], cell["preset"], kwargs, None, timeout=timeout, echo=echo)
+        payload = bench_lerobot(
+            setup["dataset"],
+            setup["repo_id"],
+            [label],
+            cell["batch_size"],
+            cell["num_workers"],
+            setup["batches"],
+            cell["preset"],
+            kwargs,
+            None,
+            timeout=timeout,
+            echo=echo,
+        )
     (row,) = payload["results"]
     return row
 
@@ -145,10 +201,16 @@ def _recompute_ratios(rows: list[dict], framework: str, baselines: list[str]) ->
 def csv_row(row: dict, framework: str, dataset: str) -> dict:
     lat = row.get("batch_latency_ms") or {}
     m = row.get("machine") or {}
-    out = {"framework": framework, "dataset": dataset, "backend": row["backend"],
-           "batch_ms_p50": lat.get("p50"), "batch_ms_p95": lat.get("p95"), "batch_ms_p99": lat.get("p99"),
-           "error": (row.get("error") or "").strip().splitlines()[-1][:200] if row.get("error") else "",
-           "epoch_times_s": " ".join(f"{t:.3f}" for t in row["epoch_times_s"]) if row.get("epoch_times_s") else ""}
+    out = {
+        "framework": framework,
+        "dataset": dataset,
+        "backend": row["backend"],
+        "batch_ms_p50": lat.get("p50"),
+        "batch_ms_p95": lat.get("p95"),
+        "batch_ms_p99": lat.get("p99"),
+        "error": (row.get("error") or "").strip().splitlines()[-1][:200] if row.get("error") else "",
+        "epoch_times_s": " ".join(f"{t:.3f}" for t in row["epoch_times_s"]) if row.get("epoch_times_s") else "",
+    }
     for k in CSV_FIELDS:
         if k not in out:
             out[k] = row.get(k, "")
@@ -175,10 +237,27 @@ def _save(json_path: str, csv_path: str, payload: dict) -> None:
     write_csv(csv_path, payload)
 
 
-def run_matrix(framework: str, dataset: str, backends, batch_sizes, seq_lengths_or_presets, workers, batches: int,
-               out_dir: str, *, kwargs: dict | None = None, repo_id: str | None = None, frame_stack: int = 1,
-               obs_keys=None, name: str | None = None, timeout: float = 3600, retry_failed: bool = True,
-               keep_shards: bool = False, allow_other_machine: bool = False, echo=print) -> dict:
+def run_matrix(
+    framework: str,
+    dataset: str,
+    backends,
+    batch_sizes,
+    seq_lengths_or_presets,
+    workers,
+    batches: int,
+    out_dir: str,
+    *,
+    kwargs: dict | None = None,
+    repo_id: str | None = None,
+    frame_stack: int = 1,
+    obs_keys=None,
+    name: str | None = None,
+    timeout: float = 3600,
+    retry_failed: bool = True,
+    keep_shards: bool = False,
+    allow_other_machine: bool = False,
+    echo=print,
+) -> dict:
     """Measure every (batch size, seq length or preset, workers, backend) cell not measured yet in
     ``out_dir/<name>.json`` (default name ``matrix_<framework>``); returns the whole matrix payload."""
     backends, batch_sizes = unique_in_order(backends), unique_in_order(batch_sizes)
@@ -198,21 +277,39 @@ def run_matrix(framework: str, dataset: str, backends, batch_sizes, seq_lengths_
     here = machine()
     payload = load(json_path)
     if payload is None:
-        payload = {"kind": KIND, "version": VERSION, "framework": framework, "name": name, "settings": setup,
-                   "axes": {}, "backends": [], "baselines": BASELINES[framework], "machine": here,
-                   "conversion": None, "rows": []}
+        payload = {
+            "kind": KIND,
+            "version": VERSION,
+            "framework": framework,
+            "name": name,
+            "settings": setup,
+            "axes": {},
+            "backends": [],
+            "baselines": BASELINES[framework],
+            "machine": here,
+            "conversion": None,
+            "rows": [],
+        }
     else:
         if payload["framework"] != framework or payload["settings"] != json.loads(json.dumps(setup)):
-            diff = sorted(k for k in set(setup) | set(payload["settings"])
-                          if json.loads(json.dumps(setup.get(k))) != payload["settings"].get(k))
-            raise MatrixError(f"{json_path} holds a {payload['framework']} matrix measured with other settings "
-                              f"({', '.join(diff) or 'framework'} differ): choose another output directory or --name")
-        others = {json.dumps(r.get("machine"), sort_keys=True) for r in payload["rows"]} - \
-            {json.dumps(here, sort_keys=True)}
+            diff = sorted(
+                k
+                for k in set(setup) | set(payload["settings"])
+                if json.loads(json.dumps(setup.get(k))) != payload["settings"].get(k)
+            )
+            raise MatrixError(
+                f"{json_path} holds a {payload['framework']} matrix measured with other settings "
+                f"({', '.join(diff) or 'framework'} differ): choose another output directory or --name"
+            )
+        others = {json.dumps(r.get("machine"), sort_keys=True) for r in payload["rows"]} - {
+            json.dumps(here, sort_keys=True)
+        }
         if others and not allow_other_machine:
-            raise MatrixError(f"{json_path} has rows measured on another machine ({'; '.join(sorted(others))}; this "
-                              f"one: {json.dumps(here, sort_keys=True)}): use another output directory, or allow it "
-                              "explicitly (--allow-other-machine)")
+            raise MatrixError(
+                f"{json_path} has rows measured on another machine ({'; '.join(sorted(others))}; this "
+                f"one: {json.dumps(here, sort_keys=True)}): use another output directory, or allow it "
+                "explicitly (--allow-other-machine)"
+            )
     for axis, values in zip(AXES[framework], (batch_sizes, second, workers)):
         payload["axes"][axis] = unique_in_order(payload["axes"].get(axis, []) + list(values))
     payload["backends"] = unique_in_order(payload["backends"] + list(backends))
@@ -236,22 +333,34 @@ def run_matrix(framework: str, dataset: str, backends, batch_sizes, seq_lengths_
             where = " ".join(f"{a}={cell[a]}" for a in AXES[framework])
             echo(f"[matrix] {i}/{len(todo)} {where} backend={label}")
             row = _bench_one(framework, setup, label, cell, kwargs, timeout, echo)
-            row.update(cell, frame_stack=setup.get("frame_stack"), batches=batches, machine=here,
-                       measured_at=datetime.datetime.now().isoformat(timespec="seconds"))
+            row.update(
+                cell,
+                frame_stack=setup.get("frame_stack"),
+                batches=batches,
+                machine=here,
+                measured_at=datetime.datetime.now().isoformat(timespec="seconds"),
+            )
             key = cell_key(row, framework)
             payload["rows"] = [r for r in payload["rows"] if cell_key(r, framework) != key] + [row]
             _save(json_path, csv_path, payload)
     finally:
-        complete = all((b,) + tuple(c[a] for a in AXES[framework]) in
-                       {cell_key(r, framework) for r in payload["rows"] if not r.get("error")}
-                       for c in cells for b in backends)
+        complete = all(
+            (b,) + tuple(c[a] for a in AXES[framework])
+            in {cell_key(r, framework) for r in payload["rows"] if not r.get("error")}
+            for c in cells
+            for b in backends
+        )
         if complete and not keep_shards and payload.get("conversion"):
             for c in payload["conversion"]:
                 if os.path.abspath(c["out"]).startswith(os.path.abspath(shards_base)):
                     shutil.rmtree(c["out"], ignore_errors=True)
     order = {b: i for i, b in enumerate(payload["backends"])}
-    payload["rows"].sort(key=lambda r: (tuple(_axis_sort(payload, a, r[a]) for a in AXES[framework]),
-                                        order.get(r["backend"], len(order))))
+    payload["rows"].sort(
+        key=lambda r: (
+            tuple(_axis_sort(payload, a, r[a]) for a in AXES[framework]),
+            order.get(r["backend"], len(order)),
+        )
+    )
     _save(json_path, csv_path, payload)
     echo(f"[matrix] wrote {json_path} and {csv_path}")
     return payload
@@ -269,6 +378,7 @@ def _ints(what):
             return [int(v) for v in value.split(",") if v.strip()]
         except ValueError:
             raise click.BadParameter(f"{what}: comma-separated integers, got {value!r}") from None
+
     return parse
 
 
@@ -283,36 +393,87 @@ def _kwargs(ctx, param, values):
 
 
 def _common(f):
-    for opt in reversed([
-        click.option("--batch-sizes", default="16,64,256", show_default=True, callback=_ints("--batch-sizes")),
-        click.option("--workers", default="0,2", show_default=True, callback=_ints("--workers"),
-                     help="DataLoader workers (threads for batch backends), comma-separated"),
-        click.option("--batches", default=50, show_default=True, type=click.IntRange(min=1),
-                     help="timed batches per cell"),
-        click.option("--backend-kwargs", "backend_kwargs", multiple=True, metavar="BACKEND='{json}'",
-                     callback=_kwargs, help="options for one backend (label), as for bench"),
-        click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
-                     help="directory of <name>.json and <name>.csv (resumed when they exist)"),
-        click.option("--name", default=None, help="file name stem (default: matrix_<framework>)"),
-        click.option("--timeout", default=3600.0, show_default=True, type=float, help="seconds per backend run"),
-        click.option("--keep-shards", is_flag=True, help="keep the shards converted for datapipe"),
-        click.option("--no-retry-failed", "no_retry", is_flag=True, help="do not measure failed cells again"),
-        click.option("--allow-other-machine", is_flag=True,
-                     help="resume a matrix whose rows were measured on another machine"),
-    ]):
+    for opt in reversed(
+        [
+            click.option("--batch-sizes", default="16,64,256", show_default=True, callback=_ints("--batch-sizes")),
+            click.option(
+                "--workers",
+                default="0,2",
+                show_default=True,
+                callback=_ints("--workers"),
+                help="DataLoader workers (threads for batch backends), comma-separated",
+            ),
+            click.option(
+                "--batches", default=50, show_default=True, type=click.IntRange(min=1), help="timed batches per cell"
+            ),
+            click.option(
+                "--backend-kwargs",
+                "backend_kwargs",
+                multiple=True,
+                metavar="BACKEND='{json}'",
+                callback=_kwargs,
+                help="options for one backend (label), as for bench",
+            ),
+            click.option(
+                "--out",
+                "out_dir",
+                required=True,
+                type=click.Path(file_okay=False),
+                help="directory of <name>.json and <name>.csv (resumed when they exist)",
+            ),
+            click.option("--name", default=None, help="file name stem (default: matrix_<framework>)"),
+            click.option("--timeout", default=3600.0, show_default=True, type=float, help="seconds per backend run"),
+            click.option("--keep-shards", is_flag=True, help="keep the shards converted for datapipe"),
+            click.option("--no-retry-failed", "no_retry", is_flag=True, help="do not measure failed cells again"),
+            click.option(
+                "--allow-other-machine",
+                is_flag=True,
+                help="resume a matrix whose rows were measured on another machine",
+            ),
+        ]
+    ):
         f = opt(f)
     return f
 
 
-def _run_cli(framework, dataset, backends, batch_sizes, second, workers, batches, backend_kwargs, out_dir, name,
-             timeout, keep_shards, no_retry, allow_other_machine, **extra):
+def _run_cli(
+    framework,
+    dataset,
+    backends,
+    batch_sizes,
+    second,
+    workers,
+    batches,
+    backend_kwargs,
+    out_dir,
+    name,
+    timeout,
+    keep_shards,
+    no_retry,
+    allow_other_machine,
+    **extra,
+):
     import sys
 
     try:
-        payload = run_matrix(framework, dataset, backends, batch_sizes, second, workers, batches, out_dir,
-                             kwargs=backend_kwargs, name=name, timeout=timeout, retry_failed=not no_retry,
-                             keep_shards=keep_shards, allow_other_machine=allow_other_machine, echo=click.echo,
-                             **extra)
+        payload = run_matrix(
+            framework,
+            dataset,
+            backends,
+            batch_sizes,
+            second,
+            workers,
+            batches,
+            out_dir,
+            kwargs=backend_kwargs,
+            name=name,
+            timeout=timeout,
+            retry_failed=not no_retry,
+            keep_shards=keep_shards,
+            allow_other_machine=allow_other_machine,
+            echo=click.echo,
+            **extra,
+        )
     except MatrixError as exc:
         raise click.UsageError(str(exc)) from None
     failed = [r for r in payload["rows"] if r.get("error")]
@@ -336,19 +497,34 @@ def matrix_group():
 @_common
 def matrix_robomimic_cmd(dataset, backends, seq_lengths, frame_stack, obs_keys, **common):
     """robomimic backends over batch size x seq_length x num_workers (robo-loaders bench robomimic per cell)."""
-    _run_cli("robomimic", dataset, backends, common.pop("batch_sizes"), seq_lengths, common.pop("workers"),
-             frame_stack=frame_stack, obs_keys=obs_keys.split(",") if obs_keys else None, **common)
+    _run_cli(
+        "robomimic",
+        dataset,
+        backends,
+        common.pop("batch_sizes"),
+        seq_lengths,
+        common.pop("workers"),
+        frame_stack=frame_stack,
+        obs_keys=obs_keys.split(",") if obs_keys else None,
+        **common,
+    )
 
 
 @matrix_group.command("lerobot")
 @click.option("--root", required=True, type=click.Path(exists=True, file_okay=False))
 @click.option("--repo-id", default=None, help="default: local/<name of the root directory>")
 @click.option("--backends", default="native,compressed_cache,datapipe", show_default=True, callback=_names)
-@click.option("--presets", default="none,act,diffusion", show_default=True, callback=_names,
-              help="delta-timestamps presets (none, act, diffusion)")
+@click.option(
+    "--presets",
+    default="none,act,diffusion",
+    show_default=True,
+    callback=_names,
+    help="delta-timestamps presets (none, act, diffusion)",
+)
 @_common
 def matrix_lerobot_cmd(root, repo_id, backends, presets, **common):
     """LeRobot backends over batch size x delta-timestamps preset x num_workers (robo-loaders bench lerobot per
     cell)."""
-    _run_cli("lerobot", root, backends, common.pop("batch_sizes"), presets, common.pop("workers"), repo_id=repo_id,
-             **common)
+    _run_cli(
+        "lerobot", root, backends, common.pop("batch_sizes"), presets, common.pop("workers"), repo_id=repo_id, **common
+    )

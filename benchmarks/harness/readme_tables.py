@@ -17,13 +17,21 @@ axis filters; a cost-growth result's tables are ``growth_plots.growth_table``'s:
 Markers inside fenced code blocks are left alone (so documentation can show them). Regeneration is idempotent, and
 a marker naming a missing file, an unknown column or option, or an unclosed marker fails before anything is written.
 """
+
 from __future__ import annotations
 
 import os
 import re
 
-from robo_loaders_plugin.bench.tables import (AXIS_KEYS, TableError, load_result, machine_caption, results_table,
-                                              settings_parts, unique_in_order)
+from robo_loaders_plugin.bench.tables import (
+    AXIS_KEYS,
+    TableError,
+    load_result,
+    machine_caption,
+    results_table,
+    settings_parts,
+    unique_in_order,
+)
 from robo_loaders_plugin.core.files import atomic_write_bytes
 
 OPEN = re.compile(r"^\s*<!--\s*robo-loaders:table\s+(?P<spec>.*?)\s*-->\s*$")
@@ -35,6 +43,7 @@ OPTIONS = {"columns", "table", "backends", "by", "value", "source"} | set(AXIS_K
 
 def source_note(payloads: list[dict], base_dir: str) -> str:
     """One line naming the file(s), the machine(s) and the settings behind a table."""
+
     def rel(p):
         return os.path.relpath(p["_path"], base_dir).replace(os.sep, "/")
 
@@ -56,8 +65,10 @@ def source_note(payloads: list[dict], base_dir: str) -> str:
 def parse_spec(spec: str, where: str) -> tuple[list[str], dict]:
     words = spec.split()
     if not words or "=" in words[0]:
-        raise TableError(f"{where}: the marker must start with the result file name(s): "
-                         "<!-- robo-loaders:table NAME[,NAME...] [key=value ...] -->")
+        raise TableError(
+            f"{where}: the marker must start with the result file name(s): "
+            "<!-- robo-loaders:table NAME[,NAME...] [key=value ...] -->"
+        )
     opts = {}
     for w in words[1:]:
         k, sep, v = w.partition("=")
@@ -79,8 +90,9 @@ def render_block(spec: str, results_dir: str, base_dir: str, where: str) -> str:
     for n in names:
         path = resolve(n, results_dir, base_dir)
         if not os.path.exists(path):
-            raise TableError(f"{where}: the marker names result {n!r}, but {path} does not exist "
-                             f"(results directory: {results_dir})")
+            raise TableError(
+                f"{where}: the marker names result {n!r}, but {path} does not exist (results directory: {results_dir})"
+            )
         try:
             payloads.append(load_result(path))
         except TableError as exc:
@@ -116,8 +128,10 @@ def regenerate(text: str, results_dir: str, base_dir: str, filename: str = "READ
         if fence is None and not m and CLOSE.match(line):
             raise TableError(f"{filename}:{i + 1}: closing <!-- /robo-loaders:table --> without an opening marker")
         if fence is None and not m and not CLOSE.match(line) and ANY_MARKER.search(line):
-            raise TableError(f"{filename}:{i + 1}: malformed robo-loaders:table marker (it must be alone on its "
-                             f"line: <!-- robo-loaders:table NAME [key=value ...] -->): {line.strip()}")
+            raise TableError(
+                f"{filename}:{i + 1}: malformed robo-loaders:table marker (it must be alone on its "
+                f"line: <!-- robo-loaders:table NAME [key=value ...] -->): {line.strip()}"
+            )
         out.append(line)
         i += 1
         if not m:
@@ -126,8 +140,9 @@ def regenerate(text: str, results_dir: str, base_dir: str, filename: str = "READ
         j = i
         while j < len(lines) and not CLOSE.match(lines[j]):
             if OPEN.match(lines[j]):
-                raise TableError(f"{where}: marker not closed before the next one at line {j + 1} "
-                                 "(add <!-- /robo-loaders:table -->)")
+                raise TableError(
+                    f"{where}: marker not closed before the next one at line {j + 1} (add <!-- /robo-loaders:table -->)"
+                )
             j += 1
         if j == len(lines):
             raise TableError(f"{where}: marker not closed (add <!-- /robo-loaders:table --> after it)")

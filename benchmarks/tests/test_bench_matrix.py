@@ -3,6 +3,7 @@ datapipe, each in its own subprocess through the ordinary bench, reading shards 
 a second run measures nothing; the report plots the result. Tiny settings: this checks the plumbing, never speed (two
 children, ~15 s each on a loaded 2-CPU machine: torch and robomimic imports). Ratios, failures and extension are
 covered with fake rows in benchmarks/tests/test_report_inputs.py."""
+
 import csv
 import json
 import os
@@ -14,9 +15,25 @@ from benchmarks.harness import matrix as mx
 
 def test_two_cell_matrix_resumes_and_reports(tiny_hdf5, tmp_path):
     out = str(tmp_path / "m")
-    args = ["robomimic", "--dataset", tiny_hdf5, "--backends", "datapipe", "--batch-sizes", "8",
-            "--seq-lengths", "1,5", "--workers", "0", "--batches", "3", "--out", out,
-            "--backend-kwargs", 'datapipe={"shuffle_buffer": 4}']
+    args = [
+        "robomimic",
+        "--dataset",
+        tiny_hdf5,
+        "--backends",
+        "datapipe",
+        "--batch-sizes",
+        "8",
+        "--seq-lengths",
+        "1,5",
+        "--workers",
+        "0",
+        "--batches",
+        "3",
+        "--out",
+        out,
+        "--backend-kwargs",
+        'datapipe={"shuffle_buffer": 4}',
+    ]
     res = CliRunner().invoke(mx.matrix_group, args)
     assert res.exit_code == 0, res.output[-3000:]
     json_path, csv_path = mx.paths(out, "matrix_robomimic")

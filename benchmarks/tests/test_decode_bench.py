@@ -1,5 +1,6 @@
 """``python -m benchmarks.harness decode``: video_stream's decoder alone, every frame of every camera once per
 device row, on the generated datasets (tiny: this checks the plumbing, never speed)."""
+
 import json
 import os
 import subprocess
@@ -13,8 +14,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def harness(args):
     """The harness as the benchmark scripts run it: from the repository root."""
     env = dict(os.environ, HF_HUB_OFFLINE="1")
-    p = subprocess.run([sys.executable, "-m", "benchmarks.harness", *args], capture_output=True, text=True, env=env,
-                       cwd=ROOT, timeout=900)
+    p = subprocess.run(
+        [sys.executable, "-m", "benchmarks.harness", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=900,
+    )
     return p.returncode, p.stdout + p.stderr
 
 

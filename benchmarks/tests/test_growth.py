@@ -1,4 +1,5 @@
 """The cost-growth harness (issue 22): workload commands, where workloads go, and the held-bytes measure."""
+
 import numpy as np
 
 from benchmarks.harness import growth
@@ -31,8 +32,8 @@ def test_workload_commands_promise_the_issues_sizes():
 
 class Holder:
     def __init__(self):
-        self.index = np.arange(1000, dtype=np.int64)     # 8000 bytes
-        self.view = self.index[10:]                       # a view: not counted again
+        self.index = np.arange(1000, dtype=np.int64)  # 8000 bytes
+        self.view = self.index[10:]  # a view: not counted again
         self.cache = {"frames": np.zeros(10_000, np.uint8)}  # frame data: a skipped attribute
         self.per_episode = [{"length": 5}] * 3
 

@@ -1,6 +1,7 @@
 """Cost-growth results (issue 22) in the harness's ``growth report``: log-log plots per backend and the goals table;
 ``robo-loaders report`` (the package) skips them with one line naming that command (issue 31: the harness's plots
 are not in the wheel)."""
+
 import json
 
 import pytest
@@ -20,16 +21,31 @@ def growth_payload(slow_plan=False, failed=False):
     for frames in (10_250, 102_500, 1_025_000):
         for backend, start, speed in (("native", 2.0 + frames / 1e5, 300.0), ("datapipe", 1.0, 5000.0)):
             plan = None if backend == "native" else (0.9 if slow_plan else 0.15)
-            rows.append({"backend": backend, "frames": frames, "size": str(frames), "startup_s": start,
-                         "build_s": start - 0.1, "first_batch_s": 0.1, "samples_per_s": speed,
-                         "peak_mem_bytes": (800 << 20) + frames * 40,
-                         "held_bytes_per_frame": 20.0 + (backend == "native") * 90,
-                         "plan_s_per_million": plan,
-                         "once": None if backend == "native" else {"wall_s": frames / 2e4, "mb_per_s_per_worker": 9.5}})
+            rows.append(
+                {
+                    "backend": backend,
+                    "frames": frames,
+                    "size": str(frames),
+                    "startup_s": start,
+                    "build_s": start - 0.1,
+                    "first_batch_s": 0.1,
+                    "samples_per_s": speed,
+                    "peak_mem_bytes": (800 << 20) + frames * 40,
+                    "held_bytes_per_frame": 20.0 + (backend == "native") * 90,
+                    "plan_s_per_million": plan,
+                    "once": None if backend == "native" else {"wall_s": frames / 2e4, "mb_per_s_per_worker": 9.5},
+                }
+            )
     if failed:
         rows.append({"backend": "video_stream", "frames": 1_025_000, "error": "exit 1:\nRuntimeError: boom"})
-    return {"kind": "growth", "framework": "lerobot", "workload": "lerobot", "machine": MACHINE,
-            "settings": {"batch_size": 64, "num_workers": 2, "batches": 60, "preset": "act"}, "rows": rows}
+    return {
+        "kind": "growth",
+        "framework": "lerobot",
+        "workload": "lerobot",
+        "machine": MACHINE,
+        "settings": {"batch_size": 64, "num_workers": 2, "batches": 60, "preset": "act"},
+        "rows": rows,
+    }
 
 
 def test_growth_result_is_plotted_log_log_with_its_goals(tmp_path):
@@ -71,33 +87,91 @@ def test_a_full_pass_result_shows_each_pass_and_which_rows_were_sampled():
     assert "full pass" not in growth_plots.growth_tables(growth_payload())
 
 
-FINDINGS = {"kind": "growth_findings", "framework": "both", "machine": MACHINE, "results": {
-    "planner": {"what": "planning a pass", "before_s": 1.6, "after_s": 0.17},
-    "robomimic_validation": {"what": "robomimic file validation, 10,000 demos", "before_s": 40.0, "after_s": 12.0,
-                             "recorded_s": 0.0002, "read_us_per_dataset_before": 900.0,
-                             "read_us_per_dataset_after": 200.0},
-    "store": {"what": "compressed store", "blob_bounds_before_s": 2.0, "blob_bounds_after_s": 0.2,
-              "raw_concat_before_s": 0.3, "raw_concat_after_s": 0.02, "crc_s": 1.0, "crc_bytes": 2_000_000_000},
-    "gather": [{"row": "row", "row_bytes": 704, "frames": 10_000, "windows_per_s": 90_000.0, "kept": 1.0},
-               {"row": "row", "row_bytes": 704, "frames": 1_000_000, "windows_per_s": 45_000.0, "kept": 0.5}],
-    "digests": [{"source": "x.hdf5", "bytes": 700_000_000, "digest_s": 1.4, "mb_per_s": 500.0}]}}
-CONVERSION = {"kind": "growth_conversion", "framework": "both", "machine": MACHINE, "results": [{
-    "workload": "robomimic_lowdim_1m", "frames": 1_025_354, "source_bytes": 717_000_000, "runs": [
-        {"executor": "local", "workers": 2, "wall_s": 60.0, "source_mb_per_s": 11.9, "mb_per_s_per_worker": 5.97,
-         "units": 12},
-        {"executor": "datatrove-local", "workers": 2, "wall_s": 70.0, "error": "boom"}],
-    "killed": {"killed_after_s": 25.0, "shards_done_at_kill": 4, "shards_kept": 4, "shards_written_by_rerun": 8,
-               "shards_total": 12, "rerun_s": 41.0, "rerun_ok": True, "full_run_s": 60.0}}]}
+FINDINGS = {
+    "kind": "growth_findings",
+    "framework": "both",
+    "machine": MACHINE,
+    "results": {
+        "planner": {"what": "planning a pass", "before_s": 1.6, "after_s": 0.17},
+        "robomimic_validation": {
+            "what": "robomimic file validation, 10,000 demos",
+            "before_s": 40.0,
+            "after_s": 12.0,
+            "recorded_s": 0.0002,
+            "read_us_per_dataset_before": 900.0,
+            "read_us_per_dataset_after": 200.0,
+        },
+        "store": {
+            "what": "compressed store",
+            "blob_bounds_before_s": 2.0,
+            "blob_bounds_after_s": 0.2,
+            "raw_concat_before_s": 0.3,
+            "raw_concat_after_s": 0.02,
+            "crc_s": 1.0,
+            "crc_bytes": 2_000_000_000,
+        },
+        "gather": [
+            {"row": "row", "row_bytes": 704, "frames": 10_000, "windows_per_s": 90_000.0, "kept": 1.0},
+            {"row": "row", "row_bytes": 704, "frames": 1_000_000, "windows_per_s": 45_000.0, "kept": 0.5},
+        ],
+        "digests": [{"source": "x.hdf5", "bytes": 700_000_000, "digest_s": 1.4, "mb_per_s": 500.0}],
+    },
+}
+CONVERSION = {
+    "kind": "growth_conversion",
+    "framework": "both",
+    "machine": MACHINE,
+    "results": [
+        {
+            "workload": "robomimic_lowdim_1m",
+            "frames": 1_025_354,
+            "source_bytes": 717_000_000,
+            "runs": [
+                {
+                    "executor": "local",
+                    "workers": 2,
+                    "wall_s": 60.0,
+                    "source_mb_per_s": 11.9,
+                    "mb_per_s_per_worker": 5.97,
+                    "units": 12,
+                },
+                {"executor": "datatrove-local", "workers": 2, "wall_s": 70.0, "error": "boom"},
+            ],
+            "killed": {
+                "killed_after_s": 25.0,
+                "shards_done_at_kill": 4,
+                "shards_kept": 4,
+                "shards_written_by_rerun": 8,
+                "shards_total": 12,
+                "rerun_s": 41.0,
+                "rerun_ok": True,
+                "full_run_s": 60.0,
+            },
+        }
+    ],
+}
 
 
 def test_findings_and_conversion_results_are_tables_in_the_report_and_the_readme(tmp_path):
     from benchmarks.harness.readme_tables import update_readme
 
-    for name, payload in (("findings.json", FINDINGS), ("conversion.json", CONVERSION),
-                          ("growth.json", growth_payload())):
+    for name, payload in (
+        ("findings.json", FINDINGS),
+        ("conversion.json", CONVERSION),
+        ("growth.json", growth_payload()),
+    ):
         (tmp_path / name).write_text(json.dumps(payload))
-    r = CliRunner().invoke(harness, ["growth", "report", str(tmp_path / "findings.json"),
-                                     str(tmp_path / "conversion.json"), "--out", str(tmp_path / "out")])
+    r = CliRunner().invoke(
+        harness,
+        [
+            "growth",
+            "report",
+            str(tmp_path / "findings.json"),
+            str(tmp_path / "conversion.json"),
+            "--out",
+            str(tmp_path / "out"),
+        ],
+    )
     assert r.exit_code == 0, r.output
     md = (tmp_path / "out" / "report.md").read_text()
     assert "| planning a pass | 1.6 s | 0.17 s |" in md and "| `x.hdf5` | 700 | 1.4 | 500 |" in md
@@ -120,10 +194,14 @@ def test_the_package_report_skips_growth_results_naming_the_harness_command(tmp_
     dump(bench, bench_payload())
     r = CliRunner().invoke(main, ["report", str(growth), str(bench), "--out", str(tmp_path / "out")])
     assert r.exit_code == 0, r.output
-    assert (f"skipped {growth}: a cost-growth result of the project's benchmark harness: plot it from a clone of the "
-            "repository with `python -m benchmarks.harness growth report FILES --out DIR`") in r.output
-    assert not list((tmp_path / "out").glob("*growth*.png")) and "`growth.json`" in (
-        tmp_path / "out" / "report.md").read_text()  # named among the skipped files, not plotted
+    assert (
+        f"skipped {growth}: a cost-growth result of the project's benchmark harness: plot it from a clone of the "
+        "repository with `python -m benchmarks.harness growth report FILES --out DIR`"
+    ) in r.output
+    assert (
+        not list((tmp_path / "out").glob("*growth*.png"))
+        and "`growth.json`" in (tmp_path / "out" / "report.md").read_text()
+    )  # named among the skipped files, not plotted
     # growth alone: nothing to report, the skip line still printed
     r = CliRunner().invoke(main, ["report", str(growth), "--out", str(tmp_path / "out2")])
     assert r.exit_code == 1 and "benchmarks.harness growth report" in r.output

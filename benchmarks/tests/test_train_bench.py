@@ -1,6 +1,7 @@
 """The training-time benchmark runs the frameworks' real training loops (robomimic's train script, lerobot-train)
 per backend and reports what its JSON promises. Tiny settings: this checks the plumbing (every value is one a
 broken run -- nothing timed, wrong log parsed, backend not used -- cannot give), never speed."""
+
 import importlib.util
 import json
 import os
@@ -25,16 +26,33 @@ def rm_hdf5(tmp_path_factory):
     from robo_loaders_plugin.sample_data.robomimic_hdf5 import write_robomimic_hdf5
 
     # 24x24 frames: large enough (>= 1024 bytes a frame) for compressed_cache to store them as compressed frames
-    return write_robomimic_hdf5(str(tmp_path_factory.mktemp("train_bench") / "rm.hdf5"), demos=6, image_size=24,
-                                cameras=2, seed=5, min_length=20, max_length=30, progress=False)
+    return write_robomimic_hdf5(
+        str(tmp_path_factory.mktemp("train_bench") / "rm.hdf5"),
+        demos=6,
+        image_size=24,
+        cameras=2,
+        seed=5,
+        min_length=20,
+        max_length=30,
+        progress=False,
+    )
 
 
 @pytest.fixture(scope="module")
 def le_root(tmp_path_factory):
     from robo_loaders_plugin.sample_data.lerobot_v3 import write_lerobot_dataset
 
-    return str(write_lerobot_dataset(tmp_path_factory.mktemp("train_bench") / "le", episode_lengths=(30, 36, 42),
-                                     cameras=1, image_size=(32, 32), mode="h264", seed=4, progress=False))
+    return str(
+        write_lerobot_dataset(
+            tmp_path_factory.mktemp("train_bench") / "le",
+            episode_lengths=(30, 36, 42),
+            cameras=1,
+            image_size=(32, 32),
+            mode="h264",
+            seed=4,
+            progress=False,
+        )
+    )
 
 
 def consistent(r, epochs, steps_per_epoch, batch_size, waits=True):
@@ -79,12 +97,34 @@ def ratios_to(base, results):
 
 def test_robomimic_train_bench(rm_hdf5, tmp_path):
     out, work = tmp_path / "r.json", tmp_path / "work"
-    res = CliRunner().invoke(main, [
-        "train", "robomimic", "--dataset", rm_hdf5, "--backends", "native:low_dim,compressed_cache", "--epochs", "2",
-        "--steps-per-epoch", "2", "--batch-size", "2", "--num-workers", "0", "--rnn-hidden-dim", "16",
-        # robomimic's small conv encoder instead of the paper's ResNet18: the test checks plumbing, not a model
-        "--config-set", "observation.encoder.rgb.core_kwargs.backbone_class=ShallowConv",
-        "--work-dir", str(work), "--json", str(out)])
+    res = CliRunner().invoke(
+        main,
+        [
+            "train",
+            "robomimic",
+            "--dataset",
+            rm_hdf5,
+            "--backends",
+            "native:low_dim,compressed_cache",
+            "--epochs",
+            "2",
+            "--steps-per-epoch",
+            "2",
+            "--batch-size",
+            "2",
+            "--num-workers",
+            "0",
+            "--rnn-hidden-dim",
+            "16",
+            # robomimic's small conv encoder instead of the paper's ResNet18: the test checks plumbing, not a model
+            "--config-set",
+            "observation.encoder.rgb.core_kwargs.backbone_class=ShallowConv",
+            "--work-dir",
+            str(work),
+            "--json",
+            str(out),
+        ],
+    )
     assert res.exit_code == 0, res.output[-4000:]
     data = json.loads(out.read_text())
     assert data["framework"] == "robomimic" and data["benchmark"] == "training"
@@ -113,11 +153,33 @@ def test_robomimic_train_bench(rm_hdf5, tmp_path):
 
 def test_lerobot_train_bench(le_root, tmp_path):
     out, work = tmp_path / "l.json", tmp_path / "work"
-    res = CliRunner().invoke(main, [
-        "train", "lerobot", "--root", le_root, "--repo-id", "local/sample", "--backends", "native,compressed_cache",
-        "--epochs", "2",
-        "--steps-per-epoch", "2", "--batch-size", "4", "--num-workers", "0", "--device", "cpu",
-        "--work-dir", str(work), "--json", str(out)])
+    res = CliRunner().invoke(
+        main,
+        [
+            "train",
+            "lerobot",
+            "--root",
+            le_root,
+            "--repo-id",
+            "local/sample",
+            "--backends",
+            "native,compressed_cache",
+            "--epochs",
+            "2",
+            "--steps-per-epoch",
+            "2",
+            "--batch-size",
+            "4",
+            "--num-workers",
+            "0",
+            "--device",
+            "cpu",
+            "--work-dir",
+            str(work),
+            "--json",
+            str(out),
+        ],
+    )
     assert res.exit_code == 0, res.output[-4000:]
     data = json.loads(out.read_text())
     assert data["framework"] == "lerobot" and data["baseline"] == "native"
@@ -129,7 +191,7 @@ def test_lerobot_train_bench(le_root, tmp_path):
         consistent(r, 2, 2, 4, waits=r is native)  # native decodes video in the training process (0 workers)
         assert [s["step"] for s in r["steps"]] == [1, 2, 3, 4] and all(s["updt_s"] > 0 for s in r["steps"])
         for k, e in enumerate(r["epochs"]):  # an epoch is a block of steps; its times are the steps' sums
-            block = r["steps"][2 * k:2 * k + 2]
+            block = r["steps"][2 * k : 2 * k + 2]
             assert e["data_s"] == pytest.approx(sum(s["data_s"] for s in block))
             assert e["step_s"] == pytest.approx(sum(s["data_s"] + s["updt_s"] for s in block))
     ratios_to(native, [native, cc])
@@ -140,14 +202,23 @@ def test_lerobot_train_bench(le_root, tmp_path):
 
 
 def fake_run(lines, rc=0):
-    return LoggedRun(rc=rc, lines=[(0.1 * i, text) for i, text in enumerate(lines)], wall_s=1.0,
-                     peak_mem_bytes=1, load_avg=(0, 0))
+    return LoggedRun(
+        rc=rc, lines=[(0.1 * i, text) for i, text in enumerate(lines)], wall_s=1.0, peak_mem_bytes=1, load_avg=(0, 0)
+    )
 
 
 def robomimic_epoch(n, data_min=0.001, epoch_min=0.01):
-    return [f"Train Epoch {n}", "{", '    "Loss": 1.0,', f'    "Time_Data_Loading": {data_min},',
-            f'    "Time_Epoch": {epoch_min},', '    "Time_Log_Info": 0.0,', '    "Time_Process_Batch": 0.0,',
-            f'    "Time_Train_Batch": {epoch_min - data_min}', "}"]
+    return [
+        f"Train Epoch {n}",
+        "{",
+        '    "Loss": 1.0,',
+        f'    "Time_Data_Loading": {data_min},',
+        f'    "Time_Epoch": {epoch_min},',
+        '    "Time_Log_Info": 0.0,',
+        '    "Time_Process_Batch": 0.0,',
+        f'    "Time_Train_Batch": {epoch_min - data_min}',
+        "}",
+    ]
 
 
 def test_broken_runs_are_failures_not_numbers():
@@ -157,12 +228,15 @@ def test_broken_runs_are_failures_not_numbers():
     assert ok["steps_per_s"] == pytest.approx(3 / 0.6) and ok["stall_fraction"] == pytest.approx(0.1)
     swallowed = fake_run(banners + robomimic_epoch(1) + ["run failed with error:", "boom in epoch 2"])
     assert "boom in epoch 2" in rt.result_from_run("x", swallowed, 2, 3, 4)["error"]
-    assert "expected 3 'Train Epoch' blocks" in rt.result_from_run(
-        "x", fake_run(banners + robomimic_epoch(1) + robomimic_epoch(2)), 3, 3, 4)["error"]
+    assert (
+        "expected 3 'Train Epoch' blocks"
+        in rt.result_from_run("x", fake_run(banners + robomimic_epoch(1) + robomimic_epoch(2)), 3, 3, 4)["error"]
+    )
     # lerobot-train writes step 1000 as "step:1K": steps are counted, not read
     step = "INFO ot_train.py:641 step:{} smpl:4K ep:3 epch:1.00 loss:0.1 grdn:1 lr:1e-05 updt_s:0.300 data_s:0.100"
-    lines = ["Creating dataset", "Creating policy", "Start offline training"] + [step.format(s) for s in
-                                                                                 ("998", "999", "1K", "1K")]
+    lines = ["Creating dataset", "Creating policy", "Start offline training"] + [
+        step.format(s) for s in ("998", "999", "1K", "1K")
+    ]
     ok = lt.result_from_run("x", fake_run(lines), 2, 2, 4)
     assert [s["step"] for s in ok["steps"]] == [1, 2, 3, 4] and ok["stall_fraction"] == pytest.approx(0.25)
     assert "parsed 4" in lt.result_from_run("x", fake_run(lines), 3, 2, 4)["error"]

@@ -1,6 +1,7 @@
 """A third-party backend, as an outside package would write it: registered only through the ``robo_loaders``
 entry-point group (see the test that installs it), and batch-level, so robomimic's epoch loop must pull whole
 batches from its BatchSource instead of from its DataLoader."""
+
 import torch
 
 from robo_loaders_plugin import BATCH, BackendSpec, BatchDataset, BatchSource, Option, Serving, hookimpl
@@ -24,8 +25,9 @@ class ToyBatches(BatchDataset):
         class Passes(BatchSource):
             def __init__(self):
                 super().__init__(plan.start_epoch, plan.start_batch)
-                self.loader = torch.utils.data.DataLoader(outer.inner, batch_size=plan.batch_size,
-                                                          shuffle=plan.shuffle, drop_last=plan.drop_last)
+                self.loader = torch.utils.data.DataLoader(
+                    outer.inner, batch_size=plan.batch_size, shuffle=plan.shuffle, drop_last=plan.drop_last
+                )
 
             def __len__(self):
                 return len(self.loader)
@@ -48,5 +50,13 @@ def make(config, obs_keys, filter_by_attribute=None, dataset_path=None, *, optio
 
 @hookimpl
 def robo_loaders_backends():
-    return [BackendSpec(name="toy_batches", description="test-only batch-level backend", frameworks=("robomimic",),
-                        kind=BATCH, factories={"robomimic": make}, options={"tag": Option(str, "none", "a label")})]
+    return [
+        BackendSpec(
+            name="toy_batches",
+            description="test-only batch-level backend",
+            frameworks=("robomimic",),
+            kind=BATCH,
+            factories={"robomimic": make},
+            options={"tag": Option(str, "none", "a label")},
+        )
+    ]

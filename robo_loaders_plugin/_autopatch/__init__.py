@@ -5,6 +5,7 @@ Why a hook: robomimic and LeRobot have no dataset plugin mechanism, and users mu
 LeRobot import); when one of the watched modules is imported later, its module code runs normally and then the
 framework adapter's ``apply_patches`` runs on it. ``ROBO_LOADERS_DISABLE=1`` disables it.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -44,8 +45,10 @@ def _run_patch(target: str, module) -> None:
     try:
         getattr(importlib.import_module(mod_name), func_name)(module)
     except Exception as exc:  # noqa: BLE001 - the start-up hook must never stop an interpreter
-        sys.stderr.write(f"[robo-loaders] could not patch {module.__name__} ({exc!r}); it runs unmodified, so "
-                         "data backends are unavailable there. Set ROBO_LOADERS_DISABLE=1 to silence this.\n")
+        sys.stderr.write(
+            f"[robo-loaders] could not patch {module.__name__} ({exc!r}); it runs unmodified, so "
+            "data backends are unavailable there. Set ROBO_LOADERS_DISABLE=1 to silence this.\n"
+        )
 
 
 class _PatchingLoader(importlib.abc.Loader):

@@ -1,6 +1,7 @@
 """What the built-in backends import beyond the base install, each with the extra that installs it, and the
 frameworks tuples their options name (``Option.frameworks``).
 """
+
 from __future__ import annotations
 
 ROBOMIMIC, LEROBOT = ("robomimic",), ("lerobot",)

@@ -3,6 +3,7 @@
 Why a subprocess: a conversion's cost as a user sees it includes starting Python and importing the framework;
 running it in the benchmark's parent would charge those imports to whichever worker count ran first.
 """
+
 from __future__ import annotations
 
 import os
@@ -25,8 +26,15 @@ def dir_bytes(path: str) -> int:
     return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files)
 
 
-def time_conversions(command: list[str], out_base: str, workers: list[int], source_bytes: int, decoded_bytes: int,
-                     echo=print, timeout: float = 3600) -> list[dict]:
+def time_conversions(
+    command: list[str],
+    out_base: str,
+    workers: list[int],
+    source_bytes: int,
+    decoded_bytes: int,
+    echo=print,
+    timeout: float = 3600,
+) -> list[dict]:
     """Run ``robo-loaders convert <command...> OUT --num-workers W`` from scratch for each ``W``, each in a fresh
     process.
 
@@ -53,14 +61,25 @@ def time_conversions(command: list[str], out_base: str, workers: list[int], sour
         shutil.rmtree(out, ignore_errors=True)
         echo(f"[bench] convert {command[0]} with {w} worker(s) ...")
         t = time.perf_counter()
-        p = subprocess.run([sys.executable, "-m", "robo_loaders_plugin.cli", "convert", *command, out,
-                            "--num-workers", str(w)], capture_output=True, text=True, timeout=timeout)
+        p = subprocess.run(
+            [sys.executable, "-m", "robo_loaders_plugin.cli", "convert", *command, out, "--num-workers", str(w)],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
         wall = time.perf_counter() - t
         if p.returncode != 0:
             raise RuntimeError(f"conversion with {w} worker(s) failed:\n{p.stderr[-2000:]}")
-        rows.append({"workers": w, "wall_s": round(wall, 2), "source_mb_per_s": round(source_bytes / wall / 1e6, 2),
-                     "decoded_mb_per_s": round(decoded_bytes / wall / 1e6, 2), "shards_bytes": dir_bytes(out),
-                     "out": out})
+        rows.append(
+            {
+                "workers": w,
+                "wall_s": round(wall, 2),
+                "source_mb_per_s": round(source_bytes / wall / 1e6, 2),
+                "decoded_mb_per_s": round(decoded_bytes / wall / 1e6, 2),
+                "shards_bytes": dir_bytes(out),
+                "out": out,
+            }
+        )
     return rows
 
 
@@ -73,6 +92,16 @@ def conversion_table(rows) -> str:
     Returns:
         The table.
     """
-    return tabulate([[r["workers"], f"{r['wall_s']:.1f}", f"{r['source_mb_per_s']:.2f}",
-                      f"{r['decoded_mb_per_s']:.1f}", format_bytes(r["shards_bytes"])] for r in rows],
-                    headers=["convert workers", "wall s", "source MB/s", "decoded MB/s", "shards"])
+    return tabulate(
+        [
+            [
+                r["workers"],
+                f"{r['wall_s']:.1f}",
+                f"{r['source_mb_per_s']:.2f}",
+                f"{r['decoded_mb_per_s']:.1f}",
+                format_bytes(r["shards_bytes"]),
+            ]
+            for r in rows
+        ],
+        headers=["convert workers", "wall s", "source MB/s", "decoded MB/s", "shards"],
+    )

@@ -1,22 +1,28 @@
 """``robo-loaders bench lerobot``: each backend in its own process, ratios to ``native`` (LeRobotDataset) and,
 when selected, to ``streaming`` (LeRobot's StreamingLeRobotDataset, as ``--dataset.streaming=true`` builds it)."""
+
 from __future__ import annotations
 
 import os
 import tempfile
 
 import numpy as np
-
 from tabulate import tabulate
 
 from robo_loaders_plugin.bench.conversion import conversion_table, dir_bytes, time_conversions
 from robo_loaders_plugin.bench.report import add_ratios, machine
+from robo_loaders_plugin.bench.runner import (
+    FRESH_CACHE,
+    USER_CACHE,
+    backend_of,
+    check_labels,
+    in_rounds,
+    options_for,
+    run_child,
+)
 from robo_loaders_plugin.bench.tables import error_cell
-from robo_loaders_plugin.bench.runner import (FRESH_CACHE, USER_CACHE, backend_of, check_labels, in_rounds,
-                                              options_for, run_child)
 from robo_loaders_plugin.core.files import atomic_write_json
 from robo_loaders_plugin.core.units import format_bytes
-
 
 STREAMING = "streaming"  # not a backend: LeRobot's own StreamingLeRobotDataset, timed by its own child
 
@@ -42,20 +48,46 @@ def lerobot_table(results) -> str:
             rows.append([r["backend"], error_cell(r, 90)])
             continue
         rr = r["ratios"]
-        rows.append([r["backend"], f"{r['samples_per_s']:.0f}", f"{r['decoded_frames_per_s']:.0f}",
-                     f"{r['first_batch_s']:.2f}", f"{r['build_s']:.1f}", format_bytes(r["peak_mem_bytes"]),
-                     format_bytes(r["data_mem_bytes"]),
-                     f"{format_bytes(r['cache_bytes'])}" + (f" ({r['cache_bytes'] / r['raw_decoded_frames_bytes']:.0%})"
-                                                           if r["raw_decoded_frames_bytes"] else ""),
-                     "/".join(f"{r['batch_latency_ms'][p]:.0f}" for p in ("p50", "p95", "p99")),
-                     f"{_ms(r['fetch_ms_per_sample'])} / {_ms(r['decode_ms_per_sample'])}",
-                     f"{r['episode_mix']:.2f}",
-                     f"{rr.get('samples_per_s_vs_native', float('nan')):.2f}x"] +
-                    ([f"{rr.get('samples_per_s_vs_streaming', float('nan')):.2f}x"] if streaming else []))
-    return tabulate(rows, headers=["backend", "samples/s", "frames/s", "first batch s", "build s", "peak mem",
-                                   "data mem", "frames stored (vs raw)", "batch ms p50/p95/p99",
-                                   "ms/sample fetch / decode", "episode mix", "vs native"] +
-                    (["vs streaming"] if streaming else []))
+        rows.append(
+            [
+                r["backend"],
+                f"{r['samples_per_s']:.0f}",
+                f"{r['decoded_frames_per_s']:.0f}",
+                f"{r['first_batch_s']:.2f}",
+                f"{r['build_s']:.1f}",
+                format_bytes(r["peak_mem_bytes"]),
+                format_bytes(r["data_mem_bytes"]),
+                f"{format_bytes(r['cache_bytes'])}"
+                + (
+                    f" ({r['cache_bytes'] / r['raw_decoded_frames_bytes']:.0%})"
+                    if r["raw_decoded_frames_bytes"]
+                    else ""
+                ),
+                "/".join(f"{r['batch_latency_ms'][p]:.0f}" for p in ("p50", "p95", "p99")),
+                f"{_ms(r['fetch_ms_per_sample'])} / {_ms(r['decode_ms_per_sample'])}",
+                f"{r['episode_mix']:.2f}",
+                f"{rr.get('samples_per_s_vs_native', float('nan')):.2f}x",
+            ]
+            + ([f"{rr.get('samples_per_s_vs_streaming', float('nan')):.2f}x"] if streaming else [])
+        )
+    return tabulate(
+        rows,
+        headers=[
+            "backend",
+            "samples/s",
+            "frames/s",
+            "first batch s",
+            "build s",
+            "peak mem",
+            "data mem",
+            "frames stored (vs raw)",
+            "batch ms p50/p95/p99",
+            "ms/sample fetch / decode",
+            "episode mix",
+            "vs native",
+        ]
+        + (["vs streaming"] if streaming else []),
+    )
 
 
 def raw_frame_bytes(root: str) -> int:
@@ -90,9 +122,22 @@ def check_backends(backends: list[str], kwargs: dict) -> None:
     check_labels("lerobot", backends, kwargs, special=(STREAMING,))
 
 
-def bench_lerobot(root: str, repo_id: str, backends: list[str], batch_size: int, num_workers: int, batches: int,
-                  preset: str, kwargs: dict, json_out: str | None, timeout: float = 3600, echo=print,
-                  repeats: int = 1, fresh_cache: bool = True, profile_samples: int = 200) -> dict:
+def bench_lerobot(
+    root: str,
+    repo_id: str,
+    backends: list[str],
+    batch_size: int,
+    num_workers: int,
+    batches: int,
+    preset: str,
+    kwargs: dict,
+    json_out: str | None,
+    timeout: float = 3600,
+    echo=print,
+    repeats: int = 1,
+    fresh_cache: bool = True,
+    profile_samples: int = 200,
+) -> dict:
     """Time LeRobot backends, each in its own process (``runner.run_child``), print the table and return the
     results with ratios to ``native`` and, when selected, ``streaming``.
 
@@ -125,35 +170,61 @@ def bench_lerobot(root: str, repo_id: str, backends: list[str], batch_size: int,
         RoboLoadersError: an unknown backend or a bad option (:func:`check_backends`), before anything runs.
     """
     check_backends(backends, kwargs)
-    common = dict(root=os.path.abspath(root), repo_id=repo_id, batch_size=batch_size, num_workers=num_workers,
-                  batches=batches, preset=preset, repeats=repeats, cache=FRESH_CACHE if fresh_cache else USER_CACHE,
-                  profile_samples=profile_samples)
+    common = dict(
+        root=os.path.abspath(root),
+        repo_id=repo_id,
+        batch_size=batch_size,
+        num_workers=num_workers,
+        batches=batches,
+        preset=preset,
+        repeats=repeats,
+        cache=FRESH_CACHE if fresh_cache else USER_CACHE,
+        profile_samples=profile_samples,
+    )
     conversion = None
     with tempfile.TemporaryDirectory(prefix="robo-loaders-bench-") as log_dir:
         kwargs = {label: dict(options) for label, options in kwargs.items()}  # the caller's stay as given
         dp = kwargs.setdefault("datapipe", {})
         if "datapipe" in backends and not dp.get("shards") and not dp.get("cache_dir"):
-            conversion = time_conversions(["lerobot", common["root"], "--repo-id", repo_id],
-                                          os.path.join(log_dir, "shards"), sorted({1, max(1, num_workers)}),
-                                          dir_bytes(common["root"]), raw_frame_bytes(common["root"]), echo)
+            conversion = time_conversions(
+                ["lerobot", common["root"], "--repo-id", repo_id],
+                os.path.join(log_dir, "shards"),
+                sorted({1, max(1, num_workers)}),
+                dir_bytes(common["root"]),
+                raw_frame_bytes(common["root"]),
+                echo,
+            )
             echo(conversion_table(conversion))
             dp["shards"] = conversion[-1]["out"]
         args = {k: v for k, v in common.items() if k not in ("repeats", "cache")}
 
         def run_one(name):
             child = "lerobot_streaming_run" if backend_of(name) == STREAMING else "lerobot_run"
-            return run_child(f"robo_loaders_plugin.bench.{child}",
-                             dict(args, backend=backend_of(name), kwargs=options_for(name, kwargs)), name, log_dir,
-                             timeout, fresh_cache)
+            return run_child(
+                f"robo_loaders_plugin.bench.{child}",
+                dict(args, backend=backend_of(name), kwargs=options_for(name, kwargs)),
+                name,
+                log_dir,
+                timeout,
+                fresh_cache,
+            )
 
         results = in_rounds(backends, repeats, run_one, echo)
-    add_ratios(results, [b for b in ("native", STREAMING) if b in backends],
-               fields=("samples_per_s", "peak_mem_bytes", "data_mem_bytes", "first_batch_s"))
-    payload = {"framework": "lerobot", "settings": common, "machine": machine(), "results": results,
-               "conversion": conversion,
-               "memory_note": "peak_mem_bytes: peak PSS of the process tree plus its RAM-only cache files; "
-                              "data_mem_bytes: minus the process's PSS before the dataset was built; "
-                              "raw_decoded_frames_bytes: every camera frame of the dataset decoded to uint8"}
+    add_ratios(
+        results,
+        [b for b in ("native", STREAMING) if b in backends],
+        fields=("samples_per_s", "peak_mem_bytes", "data_mem_bytes", "first_batch_s"),
+    )
+    payload = {
+        "framework": "lerobot",
+        "settings": common,
+        "machine": machine(),
+        "results": results,
+        "conversion": conversion,
+        "memory_note": "peak_mem_bytes: peak PSS of the process tree plus its RAM-only cache files; "
+        "data_mem_bytes: minus the process's PSS before the dataset was built; "
+        "raw_decoded_frames_bytes: every camera frame of the dataset decoded to uint8",
+    }
     echo(lerobot_table(results))
     if json_out:
         atomic_write_json(json_out, payload, indent=2)

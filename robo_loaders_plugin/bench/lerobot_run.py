@@ -1,5 +1,6 @@
 """Child process of ``robo-loaders bench lerobot``: builds one backend the way ``lerobot-train`` (0.6.1) does and
 times its batches; then a single-process pass splits the per-sample time into video decode and the rest."""
+
 from __future__ import annotations
 
 import json
@@ -24,12 +25,18 @@ def train_loader(ds, batch_size: int, num_workers: int):
     import torch
     from lerobot.datasets import EpisodeAwareSampler
 
-    sampler = EpisodeAwareSampler(ds.meta.episodes["dataset_from_index"], ds.meta.episodes["dataset_to_index"],
-                                  episode_indices_to_use=ds.episodes, shuffle=True, seed=1000,
-                                  absolute_to_relative_idx=ds.absolute_to_relative_idx)
+    sampler = EpisodeAwareSampler(
+        ds.meta.episodes["dataset_from_index"],
+        ds.meta.episodes["dataset_to_index"],
+        episode_indices_to_use=ds.episodes,
+        shuffle=True,
+        seed=1000,
+        absolute_to_relative_idx=ds.absolute_to_relative_idx,
+    )
     extra = dict(prefetch_factor=4, persistent_workers=True, multiprocessing_context="spawn") if num_workers else {}
-    return torch.utils.data.DataLoader(ds, batch_size=batch_size, sampler=sampler, num_workers=num_workers,
-                                       shuffle=False, drop_last=False, **extra)
+    return torch.utils.data.DataLoader(
+        ds, batch_size=batch_size, sampler=sampler, num_workers=num_workers, shuffle=False, drop_last=False, **extra
+    )
 
 
 def frames_per_sample(ds, delta) -> int:
@@ -81,8 +88,11 @@ def decode_split(ds, native: bool, samples: int = 200) -> dict:
     for i in idx:
         ds[int(i)]
     total = time.perf_counter() - t
-    return {"decode_ms_per_sample": spent[0] / samples * 1e3, "fetch_ms_per_sample": (total - spent[0]) / samples * 1e3,
-            "single_process_samples_per_s": samples / total}
+    return {
+        "decode_ms_per_sample": spent[0] / samples * 1e3,
+        "fetch_ms_per_sample": (total - spent[0]) / samples * 1e3,
+        "single_process_samples_per_s": samples / total,
+    }
 
 
 def run(a: dict) -> dict:
@@ -103,9 +113,9 @@ def run(a: dict) -> dict:
     from robo_loaders_plugin.bench.lerobot_bench import raw_frame_bytes
     from robo_loaders_plugin.bench.runner import baseline_pss, time_loader
     from robo_loaders_plugin.bench.shuffle_metric import episode_mix
-    from robo_loaders_plugin.lerobot.presets import delta_timestamps
     from robo_loaders_plugin.core.iteration import summary_of
     from robo_loaders_plugin.lerobot.integration import build_dataset, choose, cycle
+    from robo_loaders_plugin.lerobot.presets import delta_timestamps
 
     torch.manual_seed(0)
     meta = LeRobotDatasetMetadata(a["repo_id"], root=a["root"])
@@ -128,11 +138,19 @@ def run(a: dict) -> dict:
     del loader
     fps_ = frames_per_sample(ds, delta)
     split = decode_split(ds, a["backend"] == "native", a.get("profile_samples", 200))
-    return dict(timing, build_s=build_s, num_samples=len(ds), baseline_pss_bytes=baseline,
-                frames_per_sample=fps_, decoded_frames_per_s=timing["samples_per_s"] * fps_,
-                raw_decoded_frames_bytes=raw_frame_bytes(a["root"]),
-                cache_bytes=stored_bytes(ds), episode_mix=episode_mix(episodes_per_batch),
-                summary=summary_of(ds), **split)
+    return dict(
+        timing,
+        build_s=build_s,
+        num_samples=len(ds),
+        baseline_pss_bytes=baseline,
+        frames_per_sample=fps_,
+        decoded_frames_per_s=timing["samples_per_s"] * fps_,
+        raw_decoded_frames_bytes=raw_frame_bytes(a["root"]),
+        cache_bytes=stored_bytes(ds),
+        episode_mix=episode_mix(episodes_per_batch),
+        summary=summary_of(ds),
+        **split,
+    )
 
 
 def stored_bytes(ds) -> int:
@@ -144,8 +162,8 @@ def stored_bytes(ds) -> int:
     Returns:
         The bytes; 0 for LeRobot's own dataset and for backends that store nothing (video_stream).
     """
-    from robo_loaders_plugin.frames.store import StoreFrames
     from robo_loaders_plugin.backends.gpu_resampler.tensors import TensorFrames
+    from robo_loaders_plugin.frames.store import StoreFrames
     from robo_loaders_plugin.lerobot.dataset import LeRobotSamples
 
     if not isinstance(ds, LeRobotSamples):

@@ -6,6 +6,7 @@ Why a baseline of its own: it is what LeRobot offers for training without a full
 ``video_stream`` backend replaces; it is an IterableDataset (no map-style indexing), so the map-style child
 (``lerobot_run``) cannot time it. It never reaches the Hub for a local root; run it with ``HF_HUB_OFFLINE=1``.
 """
+
 from __future__ import annotations
 
 import json
@@ -40,12 +41,19 @@ def run(a: dict) -> dict:
     nw = a["num_workers"]
     t = time.perf_counter()
     # lerobot-train passes max_num_shards=num_workers; 0 workers would give 0 shards (nothing to read): 1 then
-    ds = StreamingLeRobotDataset(a["repo_id"], root=a["root"], delta_timestamps=delta, max_num_shards=max(1, nw),
-                                 return_uint8=True, **(a.get("kwargs") or {}))
+    ds = StreamingLeRobotDataset(
+        a["repo_id"],
+        root=a["root"],
+        delta_timestamps=delta,
+        max_num_shards=max(1, nw),
+        return_uint8=True,
+        **(a.get("kwargs") or {}),
+    )
     build_s = time.perf_counter() - t
     extra = dict(prefetch_factor=4, persistent_workers=True, multiprocessing_context="spawn") if nw else {}
-    loader = torch.utils.data.DataLoader(ds, batch_size=a["batch_size"], num_workers=nw, shuffle=False,
-                                         drop_last=False, **extra)
+    loader = torch.utils.data.DataLoader(
+        ds, batch_size=a["batch_size"], num_workers=nw, shuffle=False, drop_last=False, **extra
+    )
     episodes_per_batch = []
 
     def count(batch):
@@ -54,12 +62,21 @@ def run(a: dict) -> dict:
 
     timing = time_loader(loader, a["batches"], count)
     fps_ = frames_per_sample(ds, delta)
-    return dict(timing, build_s=build_s, num_samples=int(ds.num_frames), baseline_pss_bytes=baseline,
-                frames_per_sample=fps_, decoded_frames_per_s=timing["samples_per_s"] * fps_,
-                raw_decoded_frames_bytes=raw_frame_bytes(a["root"]), cache_bytes=0,
-                episode_mix=episode_mix(episodes_per_batch), fetch_ms_per_sample=None, decode_ms_per_sample=None,
-                summary=f"StreamingLeRobotDataset(max_num_shards={ds.num_shards}, buffer_size={ds.buffer_size}) "
-                        f"over {a['root']}, {nw} DataLoader workers")
+    return dict(
+        timing,
+        build_s=build_s,
+        num_samples=int(ds.num_frames),
+        baseline_pss_bytes=baseline,
+        frames_per_sample=fps_,
+        decoded_frames_per_s=timing["samples_per_s"] * fps_,
+        raw_decoded_frames_bytes=raw_frame_bytes(a["root"]),
+        cache_bytes=0,
+        episode_mix=episode_mix(episodes_per_batch),
+        fetch_ms_per_sample=None,
+        decode_ms_per_sample=None,
+        summary=f"StreamingLeRobotDataset(max_num_shards={ds.num_shards}, buffer_size={ds.buffer_size}) "
+        f"over {a['root']}, {nw} DataLoader workers",
+    )
 
 
 def main():

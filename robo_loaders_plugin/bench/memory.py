@@ -5,6 +5,7 @@ headline figure is PSS (shared pages divided among the processes that map them),
 cache files in /dev/shm that the tree created live in RAM whether or not a page is mapped, so they are counted
 in full, once, and their mapped pages are taken out of the PSS figure.
 """
+
 from __future__ import annotations
 
 import contextlib

@@ -7,6 +7,7 @@ in docs/benchmarks.md); the harness's cost-growth results are plotted by the har
 source file, the machine and the settings in its caption. matplotlib is used through its object API on the Agg
 canvas (``Figure.savefig``): no pyplot, no global backend switch, nothing shown on screen.
 """
+
 from __future__ import annotations
 
 import math
@@ -17,13 +18,26 @@ import zlib
 import click
 
 from robo_loaders_plugin.bench import tables
+from robo_loaders_plugin.bench.tables import (
+    AXIS_LABEL,
+    TableError,
+    conversion_for,
+    load_result,
+    machine_caption,
+    settings_caption,
+)
 from robo_loaders_plugin.core.units import format_bytes, plural
-from robo_loaders_plugin.bench.tables import (AXIS_LABEL, TableError, conversion_for, load_result, machine_caption,
-                                              settings_caption)
 
-KNOWN_COLORS = {"native": "#3b3b3b", "native:low_dim": "#3b3b3b", "native:all": "#9a9a9a", "native:none": "#c7c7c7",
-                "compressed_cache": "#1f77b4", "datapipe": "#ff7f0e", "gpu_resampler": "#2ca02c",
-                "video_stream": "#d62728"}
+KNOWN_COLORS = {
+    "native": "#3b3b3b",
+    "native:low_dim": "#3b3b3b",
+    "native:all": "#9a9a9a",
+    "native:none": "#c7c7c7",
+    "compressed_cache": "#1f77b4",
+    "datapipe": "#ff7f0e",
+    "gpu_resampler": "#2ca02c",
+    "video_stream": "#d62728",
+}
 OTHER_COLORS = ["#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f", "#aec7e8", "#ffbb78"]
 DPI = 110
 
@@ -227,15 +241,23 @@ def plot_memory(payload: dict, path: str, color: Palette) -> str | None:
     ax.grid(axis="x", alpha=0.3)
     from matplotlib.patches import Patch
 
-    handles = [Patch(facecolor="#777777", alpha=0.45, edgecolor="#777777",
-                     label="peak memory\n(process tree PSS\n+ /dev/shm caches)")]
+    handles = [
+        Patch(
+            facecolor="#777777",
+            alpha=0.45,
+            edgecolor="#777777",
+            label="peak memory\n(process tree PSS\n+ /dev/shm caches)",
+        )
+    ]
     if with_data:
-        handles.append(Patch(facecolor="#777777",
-                             label="data memory\n(peak minus the process\nbefore the dataset was built)"))
+        handles.append(
+            Patch(facecolor="#777777", label="data memory\n(peak minus the process\nbefore the dataset was built)")
+        )
     fig.legend(handles=handles, loc="outside right upper", fontsize=8, frameon=False)
     what = "peak and data memory" if with_data else "peak memory"
-    fig.suptitle(f"{payload['framework']}: {what} per backend" + (" (training)" if _training(payload) else ""),
-                 fontsize=12)
+    fig.suptitle(
+        f"{payload['framework']}: {what} per backend" + (" (training)" if _training(payload) else ""), fontsize=12
+    )
     figure_caption(fig, payload)
     return _save(fig, path)
 
@@ -288,18 +310,30 @@ def plot_startup(payload: dict, path: str, color: Palette) -> str | None:
     left = [0.0] * len(rows)
     if _training(payload):
         styles = [dict(color=colors, alpha=0.5), dict(color="#d9d9d9", edgecolor="#888888"), dict(color=colors)]
-        names = ["dataset build\n(conversion on first use\nincluded)", "rest of the launch\n(imports, model)",
-                 "first epoch\n(warm-up)"]
-        legend = [Patch(facecolor="#777777", alpha=0.5), Patch(facecolor="#d9d9d9", edgecolor="#888888"),
-                  Patch(facecolor="#777777")]
+        names = [
+            "dataset build\n(conversion on first use\nincluded)",
+            "rest of the launch\n(imports, model)",
+            "first epoch\n(warm-up)",
+        ]
+        legend = [
+            Patch(facecolor="#777777", alpha=0.5),
+            Patch(facecolor="#d9d9d9", edgecolor="#888888"),
+            Patch(facecolor="#777777"),
+        ]
         xlabel = "seconds from process launch to the end of epoch 1 (lower is better)"
         title, extra = "launch to the end of the first epoch", ""
     else:
-        styles = [dict(color="#d9d9d9", hatch="//", edgecolor="#888888"), dict(color=colors, alpha=0.5),
-                  dict(color=colors)]
+        styles = [
+            dict(color="#d9d9d9", hatch="//", edgecolor="#888888"),
+            dict(color=colors, alpha=0.5),
+            dict(color=colors),
+        ]
         names = ["conversion\n(robo-loaders convert)", "dataset build", "first batch\n(iterator creation included)"]
-        legend = [Patch(facecolor="#d9d9d9", hatch="//", edgecolor="#888888"), Patch(facecolor="#777777", alpha=0.5),
-                  Patch(facecolor="#777777")]
+        legend = [
+            Patch(facecolor="#d9d9d9", hatch="//", edgecolor="#888888"),
+            Patch(facecolor="#777777", alpha=0.5),
+            Patch(facecolor="#777777"),
+        ]
         xlabel = "seconds before the first training batch (lower is better)"
         title, extra = "start-up cost", "conversion counted for datapipe when the benchmark converted the data itself"
     for k, style in enumerate(styles):
@@ -374,17 +408,25 @@ def plot_epochs(payload: dict, path: str, color: Palette) -> str | None:
         ax.grid(alpha=0.3)
         ax.set_ylim(bottom=0)
     training = _training(payload)
-    left.set_title("time per epoch" + (" of training (epoch 1 = warm-up)" if training else
-                                       " (epoch 1 includes worker start-up)"), fontsize=10)
+    left.set_title(
+        "time per epoch" + (" of training (epoch 1 = warm-up)" if training else " (epoch 1 includes worker start-up)"),
+        fontsize=10,
+    )
     left.set_xlabel("epoch")
     left.set_ylabel("seconds per epoch")
-    right.set_title("cumulative wall time; epoch 0 = " + ("process launch to the start of epoch 1" if training else
-                                                          "set-up (conversion + build)"), fontsize=10)
+    right.set_title(
+        "cumulative wall time; epoch 0 = "
+        + ("process launch to the start of epoch 1" if training else "set-up (conversion + build)"),
+        fontsize=10,
+    )
     right.set_xlabel("epochs completed")
     right.set_ylabel("seconds since " + ("launch" if training else "start"))
     right.legend(fontsize=8)
-    fig.suptitle(f"{payload['framework']}: time per epoch over successive epochs"
-                 + (" (real training loop)" if training else " (data loader, no model)"), fontsize=12)
+    fig.suptitle(
+        f"{payload['framework']}: time per epoch over successive epochs"
+        + (" (real training loop)" if training else " (data loader, no model)"),
+        fontsize=12,
+    )
     figure_caption(fig, payload)
     return _save(fig, path)
 
@@ -407,22 +449,30 @@ def _matrix_grid(payload: dict, x_axis: str, color: Palette, path: str) -> str |
         for j, pv in enumerate(panels):
             ax = grid[i][j]
             for b in payload["backends"]:
-                pts = sorted((xs.index(r[x_axis]), r["samples_per_s"]) for r in rows
-                              if r["backend"] == b and r["num_workers"] == w and r[panel_axis] == pv
-                              and r[x_axis] in xs)
+                pts = sorted(
+                    (xs.index(r[x_axis]), r["samples_per_s"])
+                    for r in rows
+                    if r["backend"] == b and r["num_workers"] == w and r[panel_axis] == pv and r[x_axis] in xs
+                )
                 if not pts:
                     continue
                 px = [p for p, _ in pts] if categorical else [xs[p] for p, _ in pts]
-                (line,) = ax.plot(px, [v for _, v in pts], "--" if tagged(b) else "-", marker="o", color=color(b),
-                                  label=b)
+                (line,) = ax.plot(
+                    px, [v for _, v in pts], "--" if tagged(b) else "-", marker="o", color=color(b), label=b
+                )
                 seen.setdefault(b, line)
             ax.set_title(f"{AXIS_LABEL[panel_axis]} {pv}, {plural(w, 'worker')}", fontsize=10)
             ax.grid(alpha=0.3)
             if j == 0:
                 ax.set_ylabel("samples/s")
             if i == len(workers) - 1:
-                ax.set_xlabel({"batch_size": "batch size (samples)", "seq_length": "seq_length (steps per window)",
-                               "preset": "delta_timestamps preset"}[x_axis])
+                ax.set_xlabel(
+                    {
+                        "batch_size": "batch size (samples)",
+                        "seq_length": "seq_length (steps per window)",
+                        "preset": "delta_timestamps preset",
+                    }[x_axis]
+                )
     ax0 = grid[0][0]
     ax0.set_ylim(bottom=0)  # once, after every panel's data: the panels share this axis
     if categorical:
@@ -532,9 +582,12 @@ def plot_loss_curves(payload: dict, path: str, color: Palette) -> str | None:
     ref = reference_label(payload, groups)
     per = loss_points(payload)
     backend_of = {label: runs[0]["backend"] for label, runs in groups.items()}
-    same = {label: ref is not None and label != ref and all(
-        identical_series(_stats(runs, m)[0], _stats(groups[ref], m)[0]) for m in metrics)
-        for label, runs in groups.items()}
+    same = {
+        label: ref is not None
+        and label != ref
+        and all(identical_series(_stats(runs, m)[0], _stats(groups[ref], m)[0]) for m in metrics)
+        for label, runs in groups.items()
+    }
     fig = _figure(4.0 * len(metrics) + 2.8, 4.4)
     axes = fig.subplots(1, len(metrics), squeeze=False)[0]
     handles = {}
@@ -549,9 +602,18 @@ def plot_loss_curves(payload: dict, path: str, color: Palette) -> str | None:
             if label == ref:
                 (line,) = ax.plot(x, mean, "-", color=c, alpha=0.35, linewidth=7, solid_capstyle="round", zorder=2)
             else:
-                (line,) = ax.plot(x, mean, "--" if "control" in label else "-", color=c, linewidth=1.3,
-                                  marker=MARKERS[(k - 1) % len(MARKERS)], markersize=6, markerfacecolor="none",
-                                  markeredgewidth=1.4, zorder=3 + k)
+                (line,) = ax.plot(
+                    x,
+                    mean,
+                    "--" if "control" in label else "-",
+                    color=c,
+                    linewidth=1.3,
+                    marker=MARKERS[(k - 1) % len(MARKERS)],
+                    markersize=6,
+                    markerfacecolor="none",
+                    markeredgewidth=1.4,
+                    zorder=3 + k,
+                )
             handles.setdefault(label, (line, len(runs)))
         ax.set_title(metric.replace("_", " "), fontsize=10)
         ax.set_xlabel("training step" if per == "step" else "epoch")
@@ -566,11 +628,18 @@ def plot_loss_curves(payload: dict, path: str, color: Palette) -> str | None:
             text += f"\nidentical to {ref}"
         return text + ("\n1 seed" if k == 1 else f"\n{k} seeds: mean, band = min-max")
 
-    fig.legend([h for h, _ in handles.values()], [legend(g, k) for g, (_, k) in handles.items()],
-               loc="outside right upper", fontsize=8, labelspacing=1.0)
+    fig.legend(
+        [h for h, _ in handles.values()],
+        [legend(g, k) for g, (_, k) in handles.items()],
+        loc="outside right upper",
+        fontsize=8,
+        labelspacing=1.0,
+    )
     name = payload.get("name") or os.path.splitext(os.path.basename(payload["_path"]))[0]
-    fig.suptitle(f"{payload['framework']}: training losses per {per}, {ref or 'native'} against each backend ({name})",
-                 fontsize=12)
+    fig.suptitle(
+        f"{payload['framework']}: training losses per {per}, {ref or 'native'} against each backend ({name})",
+        fontsize=12,
+    )
     figure_caption(fig, payload)
     return _save(fig, path)
 
@@ -590,8 +659,11 @@ def loss_summary(payload: dict) -> str:
     ref = reference_label(payload, groups)
     ref_stats = {m: _stats(groups[ref], m) for m in metrics} if ref else {}
     per = loss_points(payload)
-    headers = ["runs", "seeds"] + [f"last {per} {m}" for m in metrics] + \
-        ([f"largest abs(mean - {ref} mean) / {ref} std"] if ref else [])
+    headers = (
+        ["runs", "seeds"]
+        + [f"last {per} {m}" for m in metrics]
+        + ([f"largest abs(mean - {ref} mean) / {ref} std"] if ref else [])
+    )
     body = []
     for label, runs in groups.items():
         row = [f"`{label}`", str(len(runs))]
@@ -607,8 +679,9 @@ def loss_summary(payload: dict) -> str:
                         z = abs(a - b) / s
                         worst = z if worst is None else max(worst, z)
         if ref:
-            row.append("(reference)" if label == ref else "identical" if same else
-                       ("-" if worst is None else f"{worst:.2f}"))
+            row.append(
+                "(reference)" if label == ref else "identical" if same else ("-" if worst is None else f"{worst:.2f}")
+            )
         body.append(row)
     return tables.markdown_table(headers, body, [False] + [True] * (len(headers) - 1))
 
@@ -630,8 +703,10 @@ def _img(md, title, path, out_dir):
 
 # The cost-growth results (``kind: growth``, ``growth_findings``, ``growth_conversion``) measure the project itself:
 # their plots and tables are the harness's (``benchmarks/harness/growth_plots.py``), which a wheel does not contain.
-GROWTH_ELSEWHERE = ("a cost-growth result of the project's benchmark harness: plot it from a clone of the repository "
-                    "with `python -m benchmarks.harness growth report FILES --out DIR`")
+GROWTH_ELSEWHERE = (
+    "a cost-growth result of the project's benchmark harness: plot it from a clone of the repository "
+    "with `python -m benchmarks.harness growth report FILES --out DIR`"
+)
 
 
 def report(result_paths, out_dir: str, skipped: list | None = None) -> str:
@@ -664,21 +739,29 @@ def report(result_paths, out_dir: str, skipped: list | None = None) -> str:
             passed_over.append(path)
             skipped.append(str(exc))
     if not payloads:
-        raise TableError("no result files given" if not passed_over else
-                         f"none of the {len(passed_over)} file(s) given is a benchmark, matrix or loss-curves result")
+        raise TableError(
+            "no result files given"
+            if not passed_over
+            else f"none of the {len(passed_over)} file(s) given is a benchmark, matrix or loss-curves result"
+        )
     os.makedirs(out_dir, exist_ok=True)
     color = Palette()
     for p in payloads:  # colours in the order backends first appear, the same in every figure
         for r in tables.rows_of(p):
             color(r["backend"])
     used = set()
-    md = ["# Benchmark report\n",
-          f"Generated by `robo-loaders report` from {len(payloads)} result file(s). How every number is measured: "
-          "`docs/benchmarks.md` in the robo-loaders-plugin repository. Ratios are always against baselines measured "
-          "in the same run (same file, same cell).\n"]
+    md = [
+        "# Benchmark report\n",
+        f"Generated by `robo-loaders report` from {len(payloads)} result file(s). How every number is measured: "
+        "`docs/benchmarks.md` in the robo-loaders-plugin repository. Ratios are always against baselines measured "
+        "in the same run (same file, same cell).\n",
+    ]
     if passed_over:
-        md.append("Skipped (not a benchmark, matrix or loss-curves result): "
-                  + ", ".join(f"`{os.path.basename(p)}`" for p in passed_over) + ".\n")
+        md.append(
+            "Skipped (not a benchmark, matrix or loss-curves result): "
+            + ", ".join(f"`{os.path.basename(p)}`" for p in passed_over)
+            + ".\n"
+        )
     epochs_seen = False
     for p in payloads:
         stem = _stem(p["_path"], used)
@@ -702,9 +785,11 @@ def report(result_paths, out_dir: str, skipped: list | None = None) -> str:
                 md.append(f"Failed (not plotted): {', '.join(f'`{b}`' for b in failed)}.\n")
             runs_tagged = [r["backend"] for r in _ok(p["results"]) if tagged(r["backend"])]
             if runs_tagged:
-                md.append(f"In the table, not plotted: {', '.join(f'`{b}`' for b in runs_tagged)} (a `#tag` runs a "
-                          "backend again with other options, e.g. another rate: another workload, not comparable "
-                          "bar for bar).\n")
+                md.append(
+                    f"In the table, not plotted: {', '.join(f'`{b}`' for b in runs_tagged)} (a `#tag` runs a "
+                    "backend again with other options, e.g. another rate: another workload, not comparable "
+                    "bar for bar).\n"
+                )
             _img(md, "throughput", plot_throughput(p, png("throughput"), color), out_dir)
             _img(md, "memory", plot_memory(p, png("memory"), color), out_dir)
             _img(md, "start-up", plot_startup(p, png("startup"), color), out_dir)
@@ -721,24 +806,33 @@ def report(result_paths, out_dir: str, skipped: list | None = None) -> str:
                     except TableError:
                         continue
                     md.append(f"samples/s, {AXIS_LABEL[ax2]} {v}, {plural(w, 'worker')}:\n\n{t}\n")
-            _img(md, "samples/s against batch size", _matrix_grid(p, "batch_size", color, png("vs_batch_size")),
-                 out_dir)
+            _img(
+                md, "samples/s against batch size", _matrix_grid(p, "batch_size", color, png("vs_batch_size")), out_dir
+            )
             _img(md, f"samples/s against {ax2}", _matrix_grid(p, ax2, color, png(f"vs_{ax2}")), out_dir)
             failed = {}
             for r in p["rows"]:
                 if r.get("error"):
                     failed.setdefault(r["backend"], []).append(r)
             if failed:
+
                 def example(rs):
                     where = ", ".join(f"{a}={rs[0][a]}" for a in p["axes"])  # noqa: B023 (used in this pass only)
                     return f"e.g. {where}: {rs[0]['error'].strip().splitlines()[-1][:120]}"
 
-                md.append(f"{sum(map(len, failed.values()))} failed cell(s), not plotted: " + "; ".join(
-                    f"`{b}` in {len(rs)} cell(s) ({example(rs)})" for b, rs in failed.items()) + ".\n")
+                md.append(
+                    f"{sum(map(len, failed.values()))} failed cell(s), not plotted: "
+                    + "; ".join(f"`{b}` in {len(rs)} cell(s) ({example(rs)})" for b, rs in failed.items())
+                    + ".\n"
+                )
             if any(tables.epoch_times(r) for r in p["rows"]):
                 md.append("Per-cell epoch times are in the table below (`epoch times (s)`).\n")
-                md.append(tables.results_table([p], {"columns": ",".join(list(p["axes"]) + [
-                    "backend", "build_s", "epoch_times_s"])}) + "\n")
+                md.append(
+                    tables.results_table(
+                        [p], {"columns": ",".join(list(p["axes"]) + ["backend", "build_s", "epoch_times_s"])}
+                    )
+                    + "\n"
+                )
                 epochs_seen = True
         else:
             if p.get("notes"):
@@ -746,9 +840,11 @@ def report(result_paths, out_dir: str, skipped: list | None = None) -> str:
             _img(md, "loss curves", plot_loss_curves(p, png("loss_curves"), color), out_dir)
             md.append(loss_summary(p) + "\n")
     if not epochs_seen:
-        md.append("No result here has per-epoch times (`epoch_times_s` in a loader-only result row, format in "
-                  "`docs/benchmarks.md`; or a training-benchmark result's `epochs`), so there is no time-per-epoch "
-                  "plot; the start-up plots show conversion, build and first batch.\n")
+        md.append(
+            "No result here has per-epoch times (`epoch_times_s` in a loader-only result row, format in "
+            "`docs/benchmarks.md`; or a training-benchmark result's `epochs`), so there is no time-per-epoch "
+            "plot; the start-up plots show conversion, build and first batch.\n"
+        )
     path = os.path.join(out_dir, "report.md")
     with open(path, "w") as f:
         f.write("\n".join(line for line in md if line) + "\n")
@@ -757,8 +853,14 @@ def report(result_paths, out_dir: str, skipped: list | None = None) -> str:
 
 @click.command("report", options_metavar="--out DIR [OPTIONS]")
 @click.argument("results", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
-@click.option("--out", "out_dir", required=True, metavar="DIR", type=click.Path(file_okay=False),
-              help="write PNG plots and report.md for RESULTS here")
+@click.option(
+    "--out",
+    "out_dir",
+    required=True,
+    metavar="DIR",
+    type=click.Path(file_okay=False),
+    help="write PNG plots and report.md for RESULTS here",
+)
 def report_cmd(results, out_dir):
     """Plots and a markdown page from benchmark, matrix, training-benchmark and loss-curve results (other files
     given, e.g. benchmarks/results/codecs.json or the project's cost-growth results, are skipped with one line

@@ -1,4 +1,5 @@
 """Tables and JSON for benchmark results (ratios always against baselines measured in the same run)."""
+
 from __future__ import annotations
 
 import os
@@ -15,9 +16,14 @@ def machine() -> dict:
     """What the results were measured on: CPU, cores, RAM, Python, torch, and the first GPU (``None`` without CUDA)."""
     import torch
 
-    return {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
-            "ram": format_bytes(psutil.virtual_memory().total), "python": platform.python_version(),
-            "torch": torch.__version__, "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
+    return {
+        "cpu": platform.processor() or platform.machine(),
+        "cores": os.cpu_count(),
+        "ram": format_bytes(psutil.virtual_memory().total),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+    }
 
 
 def add_ratios(results: list[dict], baselines: list[str], fields=("samples_per_s", "peak_mem_bytes")) -> None:
@@ -55,20 +61,40 @@ def table(results: list[dict], baselines: list[str]) -> str:
         if r.get("error"):
             rows.append([r["backend"], error_cell(r)])
             continue
-        row = [r["backend"], f"{r['samples_per_s']:.0f}", f"{r['first_batch_s']:.2f}",
-               f"{r['build_s']:.1f}", format_bytes(r["peak_mem_bytes"]), format_bytes(r["data_mem_bytes"]),
-               "/".join(f"{r['batch_latency_ms'][p]:.0f}" for p in ("p50", "p95", "p99")),
-               "-" if r.get("episode_mix") is None else f"{r['episode_mix']:.2f}"]
+        row = [
+            r["backend"],
+            f"{r['samples_per_s']:.0f}",
+            f"{r['first_batch_s']:.2f}",
+            f"{r['build_s']:.1f}",
+            format_bytes(r["peak_mem_bytes"]),
+            format_bytes(r["data_mem_bytes"]),
+            "/".join(f"{r['batch_latency_ms'][p]:.0f}" for p in ("p50", "p95", "p99")),
+            "-" if r.get("episode_mix") is None else f"{r['episode_mix']:.2f}",
+        ]
         for b in baselines:
             sp = r["ratios"].get(f"samples_per_s_vs_{b}")
             mem = r["ratios"].get(f"peak_mem_bytes_vs_{b}")
             dmem = r["ratios"].get(f"data_mem_bytes_vs_{b}")
             # a ratio is missing where the baseline's value is 0 (a data memory below the sampler's resolution)
-            row.append("-" if sp is None else " / ".join(["-" if v is None else fmt.format(v) for v, fmt in
-                                                          ((sp, "{:.2f}x"), (mem, "{:.1%}"), (dmem, "{:.1%}"))]))
+            row.append(
+                "-"
+                if sp is None
+                else " / ".join(
+                    [
+                        "-" if v is None else fmt.format(v)
+                        for v, fmt in ((sp, "{:.2f}x"), (mem, "{:.1%}"), (dmem, "{:.1%}"))
+                    ]
+                )
+            )
         rows.append(row)
-    headers = ["backend", "samples/s", "first batch s", "build s", "peak mem", "data mem", "batch ms p50/p95/p99",
-               "episode mix"] + \
-        [f"vs {b}: speed / mem / data mem" for b in baselines]
+    headers = [
+        "backend",
+        "samples/s",
+        "first batch s",
+        "build s",
+        "peak mem",
+        "data mem",
+        "batch ms p50/p95/p99",
+        "episode mix",
+    ] + [f"vs {b}: speed / mem / data mem" for b in baselines]
     return tabulate(rows, headers=headers)
-

@@ -1,13 +1,21 @@
 """``robo-loaders bench robomimic``: each backend in its own process, memory sampled from outside."""
+
 from __future__ import annotations
 
 import os
 import tempfile
 
 from robo_loaders_plugin.bench.conversion import conversion_table, time_conversions
-from robo_loaders_plugin.bench.runner import (FRESH_CACHE, USER_CACHE, backend_of, check_labels, in_rounds,
-                                              options_for, run_child)
 from robo_loaders_plugin.bench.report import add_ratios, machine, table
+from robo_loaders_plugin.bench.runner import (
+    FRESH_CACHE,
+    USER_CACHE,
+    backend_of,
+    check_labels,
+    in_rounds,
+    options_for,
+    run_child,
+)
 from robo_loaders_plugin.core.files import atomic_write_json
 
 BASELINES = ["native:low_dim", "native:all"]
@@ -92,9 +100,22 @@ def run_one(label: str, common: dict, kwargs: dict, log_dir: str, timeout: float
     return run_child("robo_loaders_plugin.bench.robomimic_run", args, label, log_dir, timeout, fresh_cache)
 
 
-def bench_robomimic(dataset: str, backends: list[str], seq_length: int, frame_stack: int, batch_size: int,
-                    num_workers: int, batches: int, kwargs: dict, json_out: str | None, obs_keys=None,
-                    timeout: float = 3600, echo=print, repeats: int = 1, fresh_cache: bool = True) -> dict:
+def bench_robomimic(
+    dataset: str,
+    backends: list[str],
+    seq_length: int,
+    frame_stack: int,
+    batch_size: int,
+    num_workers: int,
+    batches: int,
+    kwargs: dict,
+    json_out: str | None,
+    obs_keys=None,
+    timeout: float = 3600,
+    echo=print,
+    repeats: int = 1,
+    fresh_cache: bool = True,
+) -> dict:
     """``robo-loaders bench robomimic``: every backend in its own process, with ratios to the native baselines
     measured in the same run.
 
@@ -129,8 +150,15 @@ def bench_robomimic(dataset: str, backends: list[str], seq_length: int, frame_st
         RoboLoadersError: an unknown backend or a bad option (:func:`check_backends`), before anything runs.
     """
     check_backends(backends, kwargs)
-    common = dict(dataset=os.path.abspath(dataset), seq_length=seq_length, frame_stack=frame_stack,
-                  batch_size=batch_size, num_workers=num_workers, batches=batches, obs_keys=obs_keys)
+    common = dict(
+        dataset=os.path.abspath(dataset),
+        seq_length=seq_length,
+        frame_stack=frame_stack,
+        batch_size=batch_size,
+        num_workers=num_workers,
+        batches=batches,
+        obs_keys=obs_keys,
+    )
     conversion = None
     with tempfile.TemporaryDirectory(prefix="robo-loaders-bench-") as log_dir:
         kwargs = {label: dict(options) for label, options in kwargs.items()}  # the caller's stay as given
@@ -139,27 +167,36 @@ def bench_robomimic(dataset: str, backends: list[str], seq_length: int, frame_st
             # conversion timed on its own (user's command, fresh process) at 1 and N workers; datapipe then reads
             # the N-worker shards, so its build time is opening them, like a second training run
             n = int(dp.get("convert_workers") or max(1, num_workers))
-            conversion = time_conversions(["robomimic", common["dataset"]], os.path.join(log_dir, "shards"),
-                                          sorted({1, n}), os.path.getsize(dataset), array_bytes(dataset), echo,
-                                          timeout)
+            conversion = time_conversions(
+                ["robomimic", common["dataset"]],
+                os.path.join(log_dir, "shards"),
+                sorted({1, n}),
+                os.path.getsize(dataset),
+                array_bytes(dataset),
+                echo,
+                timeout,
+            )
             echo(conversion_table(conversion))
             dp["shards"] = conversion[-1]["out"]
-        results = in_rounds(backends, repeats,
-                            lambda label: run_one(label, common, kwargs, log_dir, timeout, fresh_cache), echo)
+        results = in_rounds(
+            backends, repeats, lambda label: run_one(label, common, kwargs, log_dir, timeout, fresh_cache), echo
+        )
     baselines = [b for b in BASELINES if b in backends]
     add_ratios(results, baselines, fields=("samples_per_s", "peak_mem_bytes", "data_mem_bytes"))
-    payload = {"framework": "robomimic",
-               "settings": dict(common, repeats=repeats, cache=FRESH_CACHE if fresh_cache else USER_CACHE),
-               "machine": machine(),
-               "results": results,
-               "conversion": conversion,
-               "episode_mix_note": "mean over one shuffled pass of (distinct demos in a batch / batch size), from the "
-                                   "sampler robomimic's DataLoader uses (native, compressed_cache) or datapipe's plan",
-               "memory_note": "peak_mem_bytes = peak over the run of PSS summed over the process tree, plus the "
-                              "size of the tree's RAM-only cache files in /dev/shm (their mapped pages not counted "
-                              "twice); "
-                              "data_mem_bytes = peak_mem_bytes minus the benchmark process's PSS just before the "
-                              "dataset was built (interpreter, torch, robomimic)"}
+    payload = {
+        "framework": "robomimic",
+        "settings": dict(common, repeats=repeats, cache=FRESH_CACHE if fresh_cache else USER_CACHE),
+        "machine": machine(),
+        "results": results,
+        "conversion": conversion,
+        "episode_mix_note": "mean over one shuffled pass of (distinct demos in a batch / batch size), from the "
+        "sampler robomimic's DataLoader uses (native, compressed_cache) or datapipe's plan",
+        "memory_note": "peak_mem_bytes = peak over the run of PSS summed over the process tree, plus the "
+        "size of the tree's RAM-only cache files in /dev/shm (their mapped pages not counted "
+        "twice); "
+        "data_mem_bytes = peak_mem_bytes minus the benchmark process's PSS just before the "
+        "dataset was built (interpreter, torch, robomimic)",
+    }
     echo(table(results, baselines))
     if json_out:
         atomic_write_json(json_out, payload, indent=2)

@@ -1,5 +1,6 @@
 """Child process of ``robo-loaders bench robomimic``: builds one backend the way robomimic's train() does and
 times its batches. Run alone: ``python -m robo_loaders_plugin.bench.robomimic_run '<json args>' OUT.json``."""
+
 from __future__ import annotations
 
 import json
@@ -73,12 +74,12 @@ def run(a: dict) -> dict:
         The result row: the timing, ``build_s``, ``num_samples``, ``baseline_pss_bytes``, ``episode_mix``,
         ``summary``.
     """
-    import torch
     import robomimic.utils.obs_utils as ObsUtils
+    import torch
 
+    from robo_loaders_plugin.core.iteration import summary_of
     from robo_loaders_plugin.robomimic import dataset_factory
     from robo_loaders_plugin.robomimic.compat import register_observation_encoders
-    from robo_loaders_plugin.core.iteration import summary_of
     from robo_loaders_plugin.robomimic.integration import epoch_loader
 
     register_observation_encoders()
@@ -92,11 +93,18 @@ def run(a: dict) -> dict:
     build_s = time.perf_counter() - t
     bs, nw = a["batch_size"], a["num_workers"]
     # exactly the DataLoader robomimic's train() builds, and what the patched run_epoch iterates instead
-    loader = epoch_loader(torch.utils.data.DataLoader(ds, sampler=None, batch_size=bs, shuffle=True,
-                                                      num_workers=nw, drop_last=True))
+    loader = epoch_loader(
+        torch.utils.data.DataLoader(ds, sampler=None, batch_size=bs, shuffle=True, num_workers=nw, drop_last=True)
+    )
     timing = time_loader(loader, a["batches"], lambda b: len(b["actions"]))
-    return dict(timing, build_s=build_s, num_samples=len(ds), baseline_pss_bytes=baseline,
-                episode_mix=episode_mix(episode_batches(ds, bs)), summary=summary_of(ds))
+    return dict(
+        timing,
+        build_s=build_s,
+        num_samples=len(ds),
+        baseline_pss_bytes=baseline,
+        episode_mix=episode_mix(episode_batches(ds, bs)),
+        summary=summary_of(ds),
+    )
 
 
 def episode_batches(ds, batch_size: int) -> list:
@@ -122,7 +130,8 @@ def episode_batches(ds, batch_size: int) -> list:
         return ds.batch_episodes(batch_size, drop_last=True)
     demo_of = ds.episode_of() if isinstance(ds, RobomimicSamples) else demo_of_index(ds)
     sampler = torch.utils.data.BatchSampler(
-        torch.utils.data.RandomSampler(ds, generator=torch.Generator().manual_seed(0)), batch_size, drop_last=True)
+        torch.utils.data.RandomSampler(ds, generator=torch.Generator().manual_seed(0)), batch_size, drop_last=True
+    )
     return [demo_of[np.asarray(b)] for b in sampler]
 
 

@@ -1,4 +1,5 @@
 """Shared benchmark plumbing: one subprocess per backend (clean memory accounting), batch timing."""
+
 from __future__ import annotations
 
 import json
@@ -69,12 +70,19 @@ def check_labels(framework: str, labels: list[str], kwargs: dict, special: tuple
             continue
         if name not in list_backends():
             raise UnknownBackendError(name, list_backends() + list(special), "--backends")
-        choose_backend(framework, name, options_for(label, kwargs), name_where="--backends",
-                       options_where=f"--backend-kwargs {label}")
+        choose_backend(
+            framework,
+            name,
+            options_for(label, kwargs),
+            name_where="--backends",
+            options_where=f"--backend-kwargs {label}",
+        )
     for key in kwargs:
         if key not in labels and key not in names:
-            raise RoboLoadersError(f"--backend-kwargs {key}=...: --backends lists no {key!r} (it lists "
-                                   f"{', '.join(labels)}); give the options to a label or backend it lists")
+            raise RoboLoadersError(
+                f"--backend-kwargs {key}=...: --backends lists no {key!r} (it lists "
+                f"{', '.join(labels)}); give the options to a label or backend it lists"
+            )
 
 
 def median_run(runs: list[dict]) -> dict:
@@ -155,8 +163,9 @@ def run_child(module: str, args: dict, label: str, log_dir: str, timeout: float,
     if cache:
         env["ROBO_LOADERS_CACHE"] = cache
     with open(log_path, "w") as log:
-        proc = subprocess.Popen([sys.executable, "-m", module, json.dumps(args), out_path], stdout=log,
-                                stderr=subprocess.STDOUT, env=env)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", module, json.dumps(args), out_path], stdout=log, stderr=subprocess.STDOUT, env=env
+        )
         t = time.time()
         with TreeMemorySampler(proc.pid, disk_dir=cache or log_dir) as mem:
             try:
@@ -179,9 +188,16 @@ def run_child(module: str, args: dict, label: str, log_dir: str, timeout: float,
         return {"backend": label, "error": f"exit {rc}:\n{tail}"}
     with open(out_path) as f:
         res = json.load(f)
-    res.update(backend=label, peak_mem_bytes=mem.peak_pss, peak_rss_sum_bytes=mem.peak_rss,
-               shm_bytes=mem.peak_shm, peak_anon_bytes=mem.peak_anon, peak_disk_bytes=mem.peak_disk,
-               cache_dir_bytes=cache_dir_bytes, wall_s=time.time() - t)
+    res.update(
+        backend=label,
+        peak_mem_bytes=mem.peak_pss,
+        peak_rss_sum_bytes=mem.peak_rss,
+        shm_bytes=mem.peak_shm,
+        peak_anon_bytes=mem.peak_anon,
+        peak_disk_bytes=mem.peak_disk,
+        cache_dir_bytes=cache_dir_bytes,
+        wall_s=time.time() - t,
+    )
     # what loading data costs on top of the interpreter, torch and the framework (~0.9 GB with CUDA-build torch)
     res["data_mem_bytes"] = max(0, res["peak_mem_bytes"] - res["baseline_pss_bytes"])
     return res
@@ -241,5 +257,8 @@ def time_loader(loader, batches: int, batch_size_of, warmup: int = 0) -> dict:
         lat.append(time.perf_counter() - t)
         samples += batch_size_of(batch)
     lat_ms = np.array(lat) * 1e3
-    return {"first_batch_s": first, "samples_per_s": samples / float(np.sum(lat)),
-            "batch_latency_ms": {p: float(np.percentile(lat_ms, int(p[1:]))) for p in ("p50", "p95", "p99")}}
+    return {
+        "first_batch_s": first,
+        "samples_per_s": samples / float(np.sum(lat)),
+        "batch_latency_ms": {p: float(np.percentile(lat_ms, int(p[1:]))) for p in ("p50", "p95", "p99")},
+    }

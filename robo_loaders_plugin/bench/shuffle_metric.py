@@ -5,6 +5,7 @@ two episodes, which changes training (correlated gradients) even when every samp
 sample of a batch comes from a different episode; a uniform shuffle over many equal episodes comes close to 1,
 sequential reading gives about 1 / batch size. Compare a backend with the native loader measured in the same run.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable

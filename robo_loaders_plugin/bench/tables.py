@@ -10,6 +10,7 @@ project's README tables are generated from (``benchmarks/harness/readme_tables.p
 - ``backends=a,b``: only these rows, in this order; ``batch_size=64``, ``seq_length=10``, ``preset=act``,
   ``num_workers=2``: only rows with these values (what a matrix needs to pick one cell).
 """
+
 from __future__ import annotations
 
 import json
@@ -19,8 +20,13 @@ from dataclasses import dataclass
 from robo_loaders_plugin.core.units import format_bytes, format_size_text
 
 AXIS_KEYS = ("batch_size", "seq_length", "preset", "num_workers")
-AXIS_LABEL = {"batch_size": "batch", "seq_length": "seq_length", "preset": "delta_timestamps",
-              "num_workers": "workers", "frame_stack": "frame_stack"}
+AXIS_LABEL = {
+    "batch_size": "batch",
+    "seq_length": "seq_length",
+    "preset": "delta_timestamps",
+    "num_workers": "workers",
+    "frame_stack": "frame_stack",
+}
 
 
 class TableError(ValueError):
@@ -98,8 +104,10 @@ def machine_caption(m: dict | None) -> str:
     if not m:
         return "machine not recorded"
     ram = format_size_text(m.get("ram"))  # files written before the decimal units recorded "23.5 GiB"
-    return (f"{m.get('cpu') or '?'}, {m.get('cores')} cores, {ram} RAM, {m.get('gpu') or 'no GPU'}, "
-            f"Python {m.get('python')}, torch {m.get('torch')}")
+    return (
+        f"{m.get('cpu') or '?'}, {m.get('cores')} cores, {ram} RAM, {m.get('gpu') or 'no GPU'}, "
+        f"Python {m.get('python')}, torch {m.get('torch')}"
+    )
 
 
 def settings_parts(payload: dict) -> list[str]:
@@ -126,8 +134,10 @@ def settings_parts(payload: dict) -> list[str]:
     if "num_workers" in s:
         parts.append(f"{s['num_workers']} workers")
     if s.get("full_pass"):
-        parts.append("one full pass per run" + (f" (LeRobotDataset: {s['batches']} timed batches)"
-                                                if framework == "lerobot" else ""))
+        parts.append(
+            "one full pass per run"
+            + (f" (LeRobotDataset: {s['batches']} timed batches)" if framework == "lerobot" else "")
+        )
     elif "batches" in s:
         parts.append(f"{s['batches']} timed batches")
     if s.get("repeats", 1) > 1:
@@ -168,6 +178,7 @@ def baselines_in(rows, payload: dict | None = None) -> list[str]:
 def _num(fmt):
     def f(v):
         return "-" if v is None else format(v, fmt)
+
     return f
 
 
@@ -227,6 +238,7 @@ def _ratio(field, baseline):
     def f(r, ctx):
         v = (r.get("ratios") or {}).get(f"{field}_vs_{baseline}")
         return "-" if v is None else f"{v:.2f}x"
+
     return f
 
 
@@ -242,7 +254,7 @@ def error_cell(r: dict, width: int = 80) -> str:
         The cell's text."""
     last = r["error"].strip().splitlines()[-1]
     if "ResourceRefused: " in last:
-        return "REFUSED: " + last.split("ResourceRefused: ", 1)[1][:width + 20]
+        return "REFUSED: " + last.split("ResourceRefused: ", 1)[1][: width + 20]
     return "FAILED: " + last[:width]
 
 
@@ -251,6 +263,7 @@ def _mem_ratio(baseline):
         rr = r.get("ratios") or {}
         p, d = rr.get(f"peak_mem_bytes_vs_{baseline}"), rr.get(f"data_mem_bytes_vs_{baseline}")
         return "-" if p is None else f"{p:.1%} / " + ("-" if d is None else f"{d:.1%}")
+
     return f
 
 
@@ -285,6 +298,7 @@ class Column:
         cell: ``cell(row, ctx) -> str``; ``ctx["payload"]`` is the row's result file.
         numeric: Right-aligned.
     """
+
     header: str
     cell: object  # (row, ctx) -> str
     numeric: bool = True
@@ -321,6 +335,8 @@ COLUMNS = {
     "dataset_build_s": Column("data build (s)", _get("dataset_build_s", _num(".1f"))),
     "launch_to_epoch1_s": Column("launch to end of epoch 1 (s)", _get("time_to_first_epoch_end_s", _num(".1f"))),
 }
+
+
 def _rate(v: float) -> str:
     return f"{v:.2f}" if v < 10 else f"{v:.1f}" if v < 100 else f"{v:.0f}"
 
@@ -360,12 +376,15 @@ def column(name: str) -> Column:
         return Column(f"steps/s vs {baseline}", _ratio("steps_per_s", baseline))
     if baseline and kind == "launch_vs":
         return Column(f"launch to epoch 1 vs {baseline}", _ratio("time_to_first_epoch_end_s", baseline))
-    raise TableError(f"unknown column {name!r}; columns: {', '.join(COLUMNS)}, vs:<baseline>, mem_vs:<baseline>, "
-                     "data_mem_vs:<baseline>, steps_vs:<baseline>, launch_vs:<baseline>")
+    raise TableError(
+        f"unknown column {name!r}; columns: {', '.join(COLUMNS)}, vs:<baseline>, mem_vs:<baseline>, "
+        "data_mem_vs:<baseline>, steps_vs:<baseline>, launch_vs:<baseline>"
+    )
 
 
-def default_columns(framework: str, rows: list[dict], varying: list[str], kind: str = "bench",
-                    base: list[str] | None = None) -> list[str]:
+def default_columns(
+    framework: str, rows: list[dict], varying: list[str], kind: str = "bench", base: list[str] | None = None
+) -> list[str]:
     """The columns of ``robo-loaders bench``'s own table for that framework (or the training benchmark's).
 
     Args:
@@ -380,17 +399,43 @@ def default_columns(framework: str, rows: list[dict], varying: list[str], kind: 
     """
     base = baselines_in(rows) if base is None else base
     if kind == "training":
-        return varying + ["backend", "steps_per_s", "samples_per_s", "stall_fraction", "first_epoch_s",
-                          "dataset_build_s", "launch_to_epoch1_s", "peak_mem"] + \
-            [c for b in base for c in (f"steps_vs:{b}", f"launch_vs:{b}")]
+        return (
+            varying
+            + [
+                "backend",
+                "steps_per_s",
+                "samples_per_s",
+                "stall_fraction",
+                "first_epoch_s",
+                "dataset_build_s",
+                "launch_to_epoch1_s",
+                "peak_mem",
+            ]
+            + [c for b in base for c in (f"steps_vs:{b}", f"launch_vs:{b}")]
+        )
     if framework == "lerobot":
-        cols = ["backend", "samples_per_s", "frames_per_s"] + [f"vs:{b}" for b in base] + \
-            ["first_batch_s", "build_s", "frames_stored", "peak_mem", "data_mem", "latency", "fetch_decode",
-             "episode_mix"]
+        cols = (
+            ["backend", "samples_per_s", "frames_per_s"]
+            + [f"vs:{b}" for b in base]
+            + [
+                "first_batch_s",
+                "build_s",
+                "frames_stored",
+                "peak_mem",
+                "data_mem",
+                "latency",
+                "fetch_decode",
+                "episode_mix",
+            ]
+        )
     else:
-        cols = ["backend", "samples_per_s"] + [f"vs:{b}" for b in base] + ["first_batch_s", "build_s", "peak_mem",
-                                                                          "data_mem"] + \
-            [f"mem_vs:{b}" for b in base[-1:]] + ["latency", "episode_mix"]
+        cols = (
+            ["backend", "samples_per_s"]
+            + [f"vs:{b}" for b in base]
+            + ["first_batch_s", "build_s", "peak_mem", "data_mem"]
+            + [f"mem_vs:{b}" for b in base[-1:]]
+            + ["latency", "episode_mix"]
+        )
     if any(epoch_times(r) for r in rows):
         cols.append("epoch_times_s")
     return varying + cols
@@ -407,11 +452,14 @@ def markdown_table(headers: list[str], rows: list[list[str]], numeric: list[bool
     Returns:
         The table, without a final newline.
     """
+
     def esc(s):
         return str(s).replace("|", "\\|").replace("\n", " ")
 
-    lines = ["| " + " | ".join(esc(h) for h in headers) + " |",
-             "|" + "|".join("---:" if n else "---" for n in numeric) + "|"]
+    lines = [
+        "| " + " | ".join(esc(h) for h in headers) + " |",
+        "|" + "|".join("---:" if n else "---" for n in numeric) + "|",
+    ]
     lines += ["| " + " | ".join(esc(c) for c in row) + " |" for row in rows]
     return "\n".join(lines)
 
@@ -444,8 +492,10 @@ def results_table(payloads: list[dict], opts: dict | None = None) -> str:
     table = opts.get("table", "results")
     growth = [p["_path"] for p in payloads if p["_kind"].startswith("growth")]
     if growth:  # issue 22's cost-growth results: the harness's tables (benchmarks/harness/growth_plots.py)
-        raise TableError(f"{', '.join(growth)}: cost-growth results have their tables in the project's harness "
-                         "(`python -m benchmarks.harness readme` or `growth report`, from a clone)")
+        raise TableError(
+            f"{', '.join(growth)}: cost-growth results have their tables in the project's harness "
+            "(`python -m benchmarks.harness readme` or `growth report`, from a clone)"
+        )
     frameworks = {p.get("framework") for p in payloads}
     if len(frameworks) > 1:
         raise TableError(f"one table cannot mix frameworks ({sorted(frameworks)})")
@@ -489,8 +539,12 @@ def results_table(payloads: list[dict], opts: dict | None = None) -> str:
         ctx = {"payload": p}
         if r.get("error"):
             err = error_cell(r)
-            body.append([c.cell(r, ctx) if names[i] in keys else (err if i == first_metric else "-")
-                         for i, c in enumerate(cols)])
+            body.append(
+                [
+                    c.cell(r, ctx) if names[i] in keys else (err if i == first_metric else "-")
+                    for i, c in enumerate(cols)
+                ]
+            )
         else:
             body.append([c.cell(r, ctx) for c in cols])
     return markdown_table([c.header for c in cols], body, [c.numeric for c in cols])
@@ -509,8 +563,10 @@ def _pivot(pairs, opts) -> str:
             values.append(r.get(by))
         key = (r["backend"], r.get(by))
         if key in cells:
-            raise TableError(f"table=pivot by={by}: several rows for backend {r['backend']} at {by}={r.get(by)}; "
-                             f"fix the other axes ({', '.join(k for k in AXIS_KEYS if k != by)}=...)")
+            raise TableError(
+                f"table=pivot by={by}: several rows for backend {r['backend']} at {by}={r.get(by)}; "
+                f"fix the other axes ({', '.join(k for k in AXIS_KEYS if k != by)}=...)"
+            )
         cells[key] = "FAILED" if r.get("error") else value.cell(r, {"payload": p})
     if isinstance(values[0], (int, float)):
         values.sort()

@@ -6,6 +6,7 @@ Why JSON and not YAML: LeRobot's parser reads dict-typed flags as YAML, which ac
 malformed object into a 40-line traceback; the docs promise JSON, so JSON is what is parsed, and anything else is
 one line naming the flag.
 """
+
 from __future__ import annotations
 
 import json
@@ -22,8 +23,10 @@ def _json_object(text: str) -> tuple[dict | None, str]:
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
-        return None, (f"{text!r} is not JSON ({exc.msg} at character {exc.pos}; JSON needs double quotes around "
-                      "names and strings)")
+        return None, (
+            f"{text!r} is not JSON ({exc.msg} at character {exc.pos}; JSON needs double quotes around "
+            "names and strings)"
+        )
     if not isinstance(value, dict):
         return None, f"got {type(value).__name__} {text!r}"
     return value, ""
@@ -66,8 +69,9 @@ def parse_backend_pairs(values, flag: str) -> dict[str, dict]:
         name, sep, payload = v.partition("=")
         value, why = _json_object(payload) if sep and name else (None, "expected BACKEND='{json}'")
         if value is None:
-            raise BackendOptionError(f"{flag} {v!r}: options must be a JSON object, e.g. {flag} "
-                                     f"BACKEND={EXAMPLE}: {why}")
+            raise BackendOptionError(
+                f"{flag} {v!r}: options must be a JSON object, e.g. {flag} BACKEND={EXAMPLE}: {why}"
+            )
         out[name] = value
     return out
 

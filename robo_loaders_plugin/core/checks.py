@@ -1,4 +1,5 @@
 """One row of ``robo-loaders doctor``: something the plugin relies on, whether it holds, and why it matters."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -15,6 +16,7 @@ class Check:
         detail: Why it matters, or what was found instead.
         required: A failed required check makes ``doctor`` exit 1; a failed optional one is a warning.
     """
+
     what: str
     ok: bool
     detail: str = ""
@@ -76,7 +78,7 @@ def patch_point_checks(framework: str, points, originals: dict, mark: str) -> li
             names = tuple(inspect.signature(target).parameters)
         except (TypeError, ValueError):
             names = ()
-        ok = names[:len(params)] == tuple(params)
+        ok = names[: len(params)] == tuple(params)
         state = "patched" if patched else "not patched in this process"
         rows.append(Check(what, ok, f"{state}; parameters {names}" + ("" if ok else f", expected {tuple(params)}")))
     return rows

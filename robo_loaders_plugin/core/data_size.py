@@ -9,19 +9,23 @@ give. Decisions that must never overcommit RAM use the frames' uncompressed size
 :data:`EXPECTED_LOSSLESS_RATIO` (camera images with sensor noise compress about 1.5-1.7:1 with LZ4, renders 2-5:1:
 docs/scale.md), and every writer checks the disk as it writes (``core.footprint.DiskGuard``).
 """
+
 from __future__ import annotations
 
 import dataclasses
 import os
+
 import numpy as np
-from robo_loaders_plugin.core.footprint import (estimate_seconds)
+
+from robo_loaders_plugin.core.footprint import estimate_seconds
 from robo_loaders_plugin.core.units import format_bytes
 
+EXPECTED_LOSSLESS_RATIO = (
+    1.5  # LZ4 on camera-like 480p frames measured 1.6-1.7:1 (docs/scale.md); renders compress more
+)
 
-EXPECTED_LOSSLESS_RATIO = 1.5  # LZ4 on camera-like 480p frames measured 1.6-1.7:1 (docs/scale.md); renders compress more
 
-
-BLOB_OVERHEAD = 32 + 64        # Blosc2 chunk header, its offset and checksum (8 + 8), and slack, per compressed frame
+BLOB_OVERHEAD = 32 + 64  # Blosc2 chunk header, its offset and checksum (8 + 8), and slack, per compressed frame
 
 
 # per episode and field: its arrays 64-byte aligned (the rows or the offsets, and the checksums) and a last short
@@ -91,8 +95,12 @@ class DataSize:
             Bytes.
         """
         blobs = self.steps * len(self.frame_step_bytes)
-        return (int(self.frame_bytes / ratio) + blobs * BLOB_OVERHEAD + self._other_stored()
-                + EPISODE_OVERHEAD * len(self.lengths))
+        return (
+            int(self.frame_bytes / ratio)
+            + blobs * BLOB_OVERHEAD
+            + self._other_stored()
+            + EPISODE_OVERHEAD * len(self.lengths)
+        )
 
     def _other_stored(self) -> int:
         """The other fields as a store holds them: their rows, and a checksum of 8 bytes per block of about 4 kB
@@ -110,16 +118,22 @@ class DataSize:
         Returns:
             Seconds (rough: ``core.footprint.estimate_seconds``).
         """
-        return estimate_seconds(read_bytes=self.source_bytes, compress_bytes=self.frame_bytes, codec=codec,
-                                decode_pixels=self.steps * self.video_pixels_per_step if decode_video else 0,
-                                workers=workers)
+        return estimate_seconds(
+            read_bytes=self.source_bytes,
+            compress_bytes=self.frame_bytes,
+            codec=codec,
+            decode_pixels=self.steps * self.video_pixels_per_step if decode_video else 0,
+            workers=workers,
+        )
 
     def describe(self) -> str:
         """The sizes in one phrase for messages: ``12 demos, 600 steps, 2 camera fields: 25.4 MB of frames
         decoded``."""
         cams = len(self.frame_step_bytes)
-        return (f"{len(self.lengths)} {self.unit}s, {self.steps} steps, {cams} camera field{'s' * (cams != 1)}: "
-                f"{format_bytes(self.frame_bytes)} of frames decoded")
+        return (
+            f"{len(self.lengths)} {self.unit}s, {self.steps} steps, {cams} camera field{'s' * (cams != 1)}: "
+            f"{format_bytes(self.frame_bytes)} of frames decoded"
+        )
 
 
 def source_bytes(path: str) -> int:

@@ -1,4 +1,5 @@
 """The plugin's user-facing errors. Every one of them names the file, key or option at fault and says what to do."""
+
 from __future__ import annotations
 
 
@@ -20,8 +21,10 @@ class UnknownBackendError(RoboLoadersError, KeyError):
         close = difflib.get_close_matches(str(self.name), self.known, n=1, cutoff=0.6)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         where = f"{self.where}: " if self.where else ""
-        return (f"{where}unknown data backend {self.name!r}{hint}; registered backends: {', '.join(self.known)}. "
-                "Run 'robo-loaders list' to see them with descriptions.")
+        return (
+            f"{where}unknown data backend {self.name!r}{hint}; registered backends: {', '.join(self.known)}. "
+            "Run 'robo-loaders list' to see them with descriptions."
+        )
 
 
 class BackendOptionError(RoboLoadersError, ValueError):

@@ -12,19 +12,25 @@ its top-level ``def`` gives the parameters. A factory that is not a top-level ``
 imported from elsewhere, a compiled module) is checked when it is first imported (``BackendSpec.factory_for``);
 a factory given as a callable is checked with :func:`inspect.signature`.
 """
+
 from __future__ import annotations
 
 import ast
 import importlib.util
 import inspect
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from robo_loaders_plugin.core.hookspecs import FACTORY_PROTOCOLS
 
 _REQUIRED = inspect.Parameter.empty
-_ARGS = {"robomimic": [((1, 2, None, None), {"options": 3}),  # the protocol's parameters, by position and keyword
-                       ((1, 2), {"filter_by_attribute": None, "dataset_path": None, "options": 3})],  # the adapter's
-         "lerobot": [((1,), {"options": 3})]}
+_ARGS: dict[str, list[tuple[tuple[Any, ...], dict[str, Any]]]] = {
+    "robomimic": [
+        ((1, 2, None, None), {"options": 3}),  # the protocol's parameters, by position and keyword
+        ((1, 2), {"filter_by_attribute": None, "dataset_path": None, "options": 3}),
+    ],  # the adapter's
+    "lerobot": [((1,), {"options": 3})],
+}
 
 
 def expected_signature(framework: str) -> str:
@@ -107,7 +113,8 @@ def static_signature(ref: str) -> inspect.Signature | None:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
             found = node
         elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.ClassDef, ast.Import, ast.ImportFrom)) and any(
-                n == name for n in _bound_names(node)):
+            n == name for n in _bound_names(node)
+        ):
             found = None
     return None if found is None else _ast_signature(found)
 
@@ -146,8 +153,9 @@ def factory_problem(factory: Callable[..., Any] | str, framework: str) -> str | 
         except (TypeError, ValueError):  # a builtin without a signature: checked by calling it
             return None
         name = getattr(factory, "__qualname__", None) or type(factory).__name__
-        if callable(getattr(factory, "func", None)):  # functools.partial: name the function
-            name = getattr(factory.func, "__qualname__", name)
+        func = getattr(factory, "func", None)
+        if callable(func):  # functools.partial: name the function
+            name = getattr(func, "__qualname__", name)
     if signature is None:
         return None
     problem = signature_problem(signature, framework)
@@ -166,5 +174,7 @@ def refusal(plugin: str, backend: str, framework: str, problem: str) -> str:
     Returns:
         ``plugin 'P': backend 'B' refused: its robomimic factory F has the signature ...; expected ...``.
     """
-    return (f"plugin {plugin!r}: backend {backend!r} refused: its {framework} {problem} (the protocol: "
-            "robo_loaders_plugin/core/hookspecs.py)")
+    return (
+        f"plugin {plugin!r}: backend {backend!r} refused: its {framework} {problem} (the protocol: "
+        "robo_loaders_plugin/core/hookspecs.py)"
+    )

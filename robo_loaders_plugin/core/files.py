@@ -11,6 +11,7 @@ Why one non-blocking flock: whether a lock is free is how the caches, the RAM st
 a live holder from a dead one (the kernel drops a dead process's locks), so "held by someone else" must be told apart
 from a real error the same way everywhere.
 """
+
 from __future__ import annotations
 
 import contextlib

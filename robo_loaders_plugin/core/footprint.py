@@ -13,6 +13,7 @@ what it needs and what the machine has, and what would fit instead.
 Headroom: a resource "fits" when the need is at most :data:`HEADROOM` (90%) of what is available, so that the rest
 of the machine (the training process itself, the page cache, other users of ``/dev/shm``) keeps room.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -29,8 +30,8 @@ MIN_DISK_RESERVE = 10**9  # writers leave at least 1 GB (2% of the filesystem wh
 # rough rates of this project's operations per core (docs/scale.md has the measured ones): for the build-time
 # estimate only, never for a decision
 COMPRESS_MB_S = {"lz4": 500.0, "lz4hc": 60.0, "zstd": 40.0, "blosclz": 180.0}  # Blosc2 encode, level 5
-READ_MB_S = 400.0            # sequential file read
-DECODE_MPIX_S = 90.0         # video decode (AV1/H.264, 480p), megapixels per second per core
+READ_MB_S = 400.0  # sequential file read
+DECODE_MPIX_S = 90.0  # video decode (AV1/H.264, 480p), megapixels per second per core
 
 
 class ResourceRefused(RoboLoadersError):
@@ -185,9 +186,17 @@ class Available:
             import torch
 
             device_free = int(torch.cuda.mem_get_info(device)[0])
-        return cls(host_bytes=int(psutil.virtual_memory().available), shm_bytes=shm_free, shm_dir=shm_dir,
-                   shm_is_ram=_is_ram_fs(shm_dir), disk_bytes=disk_free, disk_dir=disk_dir,
-                   disk_reserve=reserve, device_bytes=device_free, device=None if device is None else str(device))
+        return cls(
+            host_bytes=int(psutil.virtual_memory().available),
+            shm_bytes=shm_free,
+            shm_dir=shm_dir,
+            shm_is_ram=_is_ram_fs(shm_dir),
+            disk_bytes=disk_free,
+            disk_dir=disk_dir,
+            disk_reserve=reserve,
+            device_bytes=device_free,
+            device=None if device is None else str(device),
+        )
 
     def fits_host(self, nbytes: int) -> bool:
         """Whether ``nbytes`` more of host RAM fits (with headroom).
@@ -257,20 +266,42 @@ def shortfalls(footprint: Footprint, available: Available) -> list[tuple[str, in
         out.append((what, host, available.host_bytes))
     if footprint.shm_bytes and (available.shm_bytes is None or footprint.shm_bytes > HEADROOM * available.shm_bytes):
         out.append((f"RAM files ({available.shm_dir})", footprint.shm_bytes, available.shm_bytes or 0))
-    if footprint.device_bytes and (available.device_bytes is None
-                                   or footprint.device_bytes > HEADROOM * available.device_bytes):
-        out.append((f"GPU memory ({available.device or 'no CUDA device'})", footprint.device_bytes,
-                    available.device_bytes or 0))
+    if footprint.device_bytes and (
+        available.device_bytes is None or footprint.device_bytes > HEADROOM * available.device_bytes
+    ):
+        out.append(
+            (
+                f"GPU memory ({available.device or 'no CUDA device'})",
+                footprint.device_bytes,
+                available.device_bytes or 0,
+            )
+        )
     if footprint.disk_bytes and not available.fits_disk(footprint.disk_bytes):
-        kept = (f"; {format_bytes(available.disk_bytes)} free less the {format_bytes(available.disk_reserve)} "
-                "robo-loaders leaves free" if available.disk_reserve and available.disk_bytes is not None else "")
-        out.append((f"disk ({footprint.disk_dir or available.disk_dir}{kept})", footprint.disk_bytes,
-                    available.disk_usable or 0))
+        kept = (
+            f"; {format_bytes(available.disk_bytes)} free less the {format_bytes(available.disk_reserve)} "
+            "robo-loaders leaves free"
+            if available.disk_reserve and available.disk_bytes is not None
+            else ""
+        )
+        out.append(
+            (
+                f"disk ({footprint.disk_dir or available.disk_dir}{kept})",
+                footprint.disk_bytes,
+                available.disk_usable or 0,
+            )
+        )
     return out
 
 
-def check_fits(footprint: Footprint, available: Available, *, backend: str, option_prefix: str,
-               alternatives: Iterable[str] | str = (), subject: str | None = None) -> None:
+def check_fits(
+    footprint: Footprint,
+    available: Available,
+    *,
+    backend: str,
+    option_prefix: str,
+    alternatives: Iterable[str] | str = (),
+    subject: str | None = None,
+) -> None:
     """Refuse, before any data is read, a footprint the machine cannot hold.
 
     Args:
@@ -290,18 +321,29 @@ def check_fits(footprint: Footprint, available: Available, *, backend: str, opti
     if not missing:
         return
     alternatives = [alternatives] if isinstance(alternatives, str) else [a for a in alternatives if a]
-    needs = "; ".join(f"{what}: needs {format_bytes(need)}, {format_bytes(have)} available (at most "
-                      f"{HEADROOM:.0%} = {format_bytes(HEADROOM * have)} may be used)" for what, need, have in missing)
+    needs = "; ".join(
+        f"{what}: needs {format_bytes(need)}, {format_bytes(have)} available (at most "
+        f"{HEADROOM:.0%} = {format_bytes(HEADROOM * have)} may be used)"
+        for what, need, have in missing
+    )
     would = f" Would fit: {'; '.join(alternatives)}." if alternatives else ""
     bound = f" ({footprint.bound})" if footprint.bound else ""
     subject = subject or f"backend {backend!r} cannot serve this dataset on this machine"
     options = f" (options: {option_prefix})" if option_prefix else ""
-    raise ResourceRefused(f"{subject}{bound}: {needs}.{would} Estimated from the dataset's metadata before reading "
-                          f"any data{options}.", missing)
+    raise ResourceRefused(
+        f"{subject}{bound}: {needs}.{would} Estimated from the dataset's metadata before reading any data{options}.",
+        missing,
+    )
 
 
-def estimate_seconds(*, read_bytes: float = 0, compress_bytes: float = 0, codec: str = "lz4hc",
-                     decode_pixels: float = 0, workers: int = 1) -> float:
+def estimate_seconds(
+    *,
+    read_bytes: float = 0,
+    compress_bytes: float = 0,
+    codec: str = "lz4hc",
+    decode_pixels: float = 0,
+    workers: int = 1,
+) -> float:
     """A rough build time from the bytes read, compressed and the video pixels decoded (rates per core above,
     ``workers`` cores), for the footprint's log line and message only, never for a decision.
 
@@ -353,8 +395,9 @@ class DiskGuard:
         leftover: What happens to the partial output, for the message.
     """
 
-    def __init__(self, path: str, what: str, estimate: int | None = None,
-                 leftover: str = "The partial output is removed."):
+    def __init__(
+        self, path: str, what: str, estimate: int | None = None, leftover: str = "The partial output is removed."
+    ):
         self.dir = _existing(os.path.dirname(os.path.abspath(path)) if not os.path.isdir(path) else path)
         self.what, self.estimate, self.leftover = what, estimate, leftover
         self.reserve = disk_reserve(self.dir)
@@ -373,12 +416,16 @@ class DiskGuard:
         if free - more < self.reserve:
             est = f" (estimated {format_bytes(self.estimate)} in all)" if self.estimate else ""
             # the estimate counts the reserve (Available.disk_reserve): below it already, the disk filled since
-            why = ("the disk filled since the estimate" if free < self.reserve else
-                   "the data compresses worse than estimated, or the disk filled meanwhile")
+            why = (
+                "the disk filled since the estimate"
+                if free < self.reserve
+                else "the data compresses worse than estimated, or the disk filled meanwhile"
+            )
             raise ResourceRefused(
                 f"{self.what}: stopped after {format_bytes(written)}{est}: {self.dir} has "
                 f"{format_bytes(free)} free and robo-loaders leaves {format_bytes(self.reserve)} free for the rest of "
                 f"the machine ({why}). "
                 f"{self.leftover} Free space, choose a directory on a larger disk, or a backend that writes nothing "
                 "(video_stream)",
-                [("disk", written + more, free)])
+                [("disk", written + more, free)],
+            )

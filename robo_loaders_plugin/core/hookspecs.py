@@ -11,10 +11,11 @@ entry-point group::
 An entry point that fails to import, or whose hook raises, is reported with a warning naming it and skipped; the
 other plugins and the built-in backends stay available.
 """
+
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 
@@ -90,4 +91,4 @@ def lerobot_factory(native, *, options):
     """
 
 
-FACTORY_PROTOCOLS = {"robomimic": robomimic_factory, "lerobot": lerobot_factory}
+FACTORY_PROTOCOLS: dict[str, Callable[..., Any]] = {"robomimic": robomimic_factory, "lerobot": lerobot_factory}

@@ -10,14 +10,15 @@ kind of the backend choice that built its dataset (recorded by :func:`record_bui
 - ``batch``: the dataset's :class:`BatchSource`, built once per DataLoader from a :class:`SamplingPlan` that says,
   in framework-neutral terms, what the native loop would serve.
 """
+
 from __future__ import annotations
 
 import abc
 import contextlib
 import dataclasses
 import weakref
-from typing import Any, Protocol, cast
 from collections.abc import Callable, Iterator
+from typing import Any, Protocol, cast
 
 import numpy as np
 import torch.utils.data
@@ -111,8 +112,9 @@ class BatchSource(abc.ABC):
 
     def describe(self) -> str:
         """One line for the training log: what serves the batches, and from where a resumed run starts."""
-        return (f"{type(self).__name__} ({len(self)} batches per pass, starting at epoch {self._epoch} "
-                f"batch {self._batch})")
+        return (
+            f"{type(self).__name__} ({len(self)} batches per pass, starting at epoch {self._epoch} batch {self._batch})"
+        )
 
     def state_dict(self) -> dict:
         """The position of the next batch to serve: ``{"epoch": ..., "batch": ...}``."""
@@ -190,9 +192,11 @@ class BatchDataset(ServedDataset, abc.ABC):
         """
 
     def __getitem__(self, index):
-        raise TypeError(f"{type(self).__name__} yields whole batches, not single samples; it must be driven by a "
-                        "robo-loaders framework adapter (is the plugin's robomimic/LeRobot patch disabled? "
-                        "ROBO_LOADERS_DISABLE is set or the import hook did not run)")
+        raise TypeError(
+            f"{type(self).__name__} yields whole batches, not single samples; it must be driven by a "
+            "robo-loaders framework adapter (is the plugin's robomimic/LeRobot patch disabled? "
+            "ROBO_LOADERS_DISABLE is set or the import hook did not run)"
+        )
 
     def get_dataset_sampler(self):
         """robomimic asks its dataset for a sampler; the backend orders passes itself: none."""
@@ -229,8 +233,14 @@ _KIND_BASES = {INDEXED: IndexedDataset, BATCH: BatchDataset}
 _BUILT: weakref.WeakKeyDictionary[Any, Built] = weakref.WeakKeyDictionary()
 
 
-def record_built(dataset, choice: BackendChoice, rank: int = 0, world_size: int = 1, seed: int | None = None,
-                 setup: dict | None = None) -> Built:
+def record_built(
+    dataset,
+    choice: BackendChoice,
+    rank: int = 0,
+    world_size: int = 1,
+    seed: int | None = None,
+    setup: dict | None = None,
+) -> Built:
     """Remember how ``dataset`` was built, for the adapters' dispatch (:func:`pass_batches`).
 
     Args:
@@ -250,8 +260,10 @@ def record_built(dataset, choice: BackendChoice, rank: int = 0, world_size: int 
     """
     base = _KIND_BASES.get(choice.kind)
     if base is not None and not isinstance(dataset, base):
-        raise RoboLoadersError(f"backend {choice.name!r} (plugin {choice.spec.plugin!r}) declares kind {choice.kind!r} "
-                               f"but its factory returned a {type(dataset).__name__}, not a {base.__name__}")
+        raise RoboLoadersError(
+            f"backend {choice.name!r} (plugin {choice.spec.plugin!r}) declares kind {choice.kind!r} "
+            f"but its factory returned a {type(dataset).__name__}, not a {base.__name__}"
+        )
     built = Built(choice, int(rank), int(world_size), seed, dict(setup or {}))
     with contextlib.suppress(TypeError):  # not weak-referenceable: treated as a plain sample dataset
         _BUILT[dataset] = built
@@ -306,8 +318,15 @@ class SamplerBatches:
     are the same as with the DataLoader.
     """
 
-    def __init__(self, collate: Callable[[list], dict], batch_sampler: _BatchSampler, generator=None,
-                 num_threads: int = 0, prefetch_per_thread: int = 2, seed_once: bool = False):
+    def __init__(
+        self,
+        collate: Callable[[list], dict],
+        batch_sampler: _BatchSampler,
+        generator=None,
+        num_threads: int = 0,
+        prefetch_per_thread: int = 2,
+        seed_once: bool = False,
+    ):
         self.collate = collate
         self.batch_sampler = batch_sampler
         self.generator = generator
@@ -324,8 +343,9 @@ class SamplerBatches:
         if not (self.seed_once and self._seeded):
             draw_dataloader_base_seed(self.generator)
             self._seeded = True
-        yield from ordered_map(self.collate, (list(indices) for indices in self.batch_sampler), self.num_threads,
-                               self.depth)
+        yield from ordered_map(
+            self.collate, (list(indices) for indices in self.batch_sampler), self.num_threads, self.depth
+        )
 
 
 class RankBatches(BatchSource):
@@ -336,8 +356,15 @@ class RankBatches(BatchSource):
     :func:`~robo_loaders_plugin.core.ranks.rank_share`: disjoint shares, the same batch count on every rank. Under
     LeRobot this is not used: accelerate already hands each rank a split batch sampler."""
 
-    def __init__(self, collate: Callable[[list], dict], num_items: int, plan: SamplingPlan, seed: int,
-                 num_threads: int = 0, prefetch_per_thread: int = 2):
+    def __init__(
+        self,
+        collate: Callable[[list], dict],
+        num_items: int,
+        plan: SamplingPlan,
+        seed: int,
+        num_threads: int = 0,
+        prefetch_per_thread: int = 2,
+    ):
         super().__init__(plan.start_epoch, plan.start_batch)
         self.collate, self.num_items, self.plan, self.seed = collate, int(num_items), plan, int(seed)
         share = len(rank_share(self.num_items, plan.rank, plan.world_size))
@@ -349,8 +376,10 @@ class RankBatches(BatchSource):
 
     def describe(self) -> str:
         """One line for the training log: this rank's share, threads and start position."""
-        return (f"rank {self.plan.rank} of {self.plan.world_size}'s share of each pass ({len(self)} batches, "
-                f"{plural(self.num_threads, 'thread')}, starting at epoch {self._epoch} batch {self._batch})")
+        return (
+            f"rank {self.plan.rank} of {self.plan.world_size}'s share of each pass ({len(self)} batches, "
+            f"{plural(self.num_threads, 'thread')}, starting at epoch {self._epoch} batch {self._batch})"
+        )
 
     def indices_of(self, epoch: int) -> np.ndarray:
         """This rank's indices of a pass, in serving order.
@@ -361,8 +390,11 @@ class RankBatches(BatchSource):
         Returns:
             The dataset indices this rank serves in that pass.
         """
-        order = (np.random.default_rng([self.seed, int(epoch)]).permutation(self.num_items) if self.plan.shuffle
-                 else np.arange(self.num_items))
+        order = (
+            np.random.default_rng([self.seed, int(epoch)]).permutation(self.num_items)
+            if self.plan.shuffle
+            else np.arange(self.num_items)
+        )
         return order[rank_share(self.num_items, self.plan.rank, self.plan.world_size)]
 
     def batches(self, epoch, start=0):
@@ -373,7 +405,7 @@ class RankBatches(BatchSource):
             start: The first batch to serve.
         """
         mine, b = self.indices_of(epoch), self.plan.batch_size
-        chunks = (mine[i * b:(i + 1) * b].tolist() for i in range(start, len(self)))
+        chunks = (mine[i * b : (i + 1) * b].tolist() for i in range(start, len(self)))
         yield from ordered_map(self.collate, chunks, self.num_threads, self.depth)
 
 
@@ -384,8 +416,11 @@ def in_process_compatible(data_loader) -> bool:
     Args:
         data_loader: The DataLoader the framework built.
     """
-    return (getattr(data_loader, "batch_sampler", None) is not None
-            and data_loader.collate_fn is torch.utils.data.default_collate and data_loader.worker_init_fn is None)
+    return (
+        getattr(data_loader, "batch_sampler", None) is not None
+        and data_loader.collate_fn is torch.utils.data.default_collate
+        and data_loader.worker_init_fn is None
+    )
 
 
 def pass_batches(data_loader, plan_for: Callable[[Any, Built], SamplingPlan]):
@@ -414,11 +449,17 @@ def pass_batches(data_loader, plan_for: Callable[[Any, Built], SamplingPlan]):
             return _source_for(data_loader, built, plan_for, rank_split=True)
         if in_process_compatible(data_loader):
             indexed = cast(IndexedDataset, dataset)  # record_built checked an indexed backend's dataset type
-            return SamplerBatches(indexed.collate, data_loader.batch_sampler, data_loader.generator,
-                                  _batch_threads(indexed, data_loader),
-                                  seed_once=bool(data_loader.num_workers and data_loader.persistent_workers))
-        logger.info(f"{built.choice.name}: this DataLoader has a custom collate_fn or worker_init_fn, so its "
-                    "batches come from its worker processes, not from the backend's in-process path")
+            return SamplerBatches(
+                indexed.collate,
+                data_loader.batch_sampler,
+                data_loader.generator,
+                _batch_threads(indexed, data_loader),
+                seed_once=bool(data_loader.num_workers and data_loader.persistent_workers),
+            )
+        logger.info(
+            f"{built.choice.name}: this DataLoader has a custom collate_fn or worker_init_fn, so its "
+            "batches come from its worker processes, not from the backend's in-process path"
+        )
         return data_loader
     return _source_for(data_loader, built, plan_for)
 
@@ -443,8 +484,9 @@ def _source_for(data_loader, built: Built, plan_for, rank_split: bool = False) -
         if built.world_size > 1:  # split across ranks here (LeRobot's ranks are checked at cycle())
             check_first_pass(built, plan)
         if rank_split:
-            source = RankBatches(dataset.collate, len(dataset), plan, plan.seed or 0,
-                                 _batch_threads(dataset, data_loader))
+            source = RankBatches(
+                dataset.collate, len(dataset), plan, plan.seed or 0, _batch_threads(dataset, data_loader)
+            )
         else:
             source = dataset.batch_source(plan)
         _SOURCES[data_loader] = source
@@ -468,10 +510,17 @@ def check_first_pass(built: Built, plan: SamplingPlan) -> None:
         RoboLoadersError: the ranks disagree, or no process group is initialised to check them.
     """
     values = dict(built.setup)
-    values.update({"the DataLoader's batch_size": plan.batch_size, "the DataLoader's drop_last": plan.drop_last,
-                   "the DataLoader's shuffle": plan.shuffle, "the order seed": plan.seed})
-    check_ranks_agree_at_first_pass(values, f"{built.choice.framework} data backend {built.choice.name}",
-                                    built.rank, built.world_size)
+    values.update(
+        {
+            "the DataLoader's batch_size": plan.batch_size,
+            "the DataLoader's drop_last": plan.drop_last,
+            "the DataLoader's shuffle": plan.shuffle,
+            "the order seed": plan.seed,
+        }
+    )
+    check_ranks_agree_at_first_pass(
+        values, f"{built.choice.framework} data backend {built.choice.name}", built.rank, built.world_size
+    )
 
 
 def batch_stream(data_loader, source, native_cycle: Callable):
@@ -500,5 +549,4 @@ def batch_stream(data_loader, source, native_cycle: Callable):
             n += 1
             yield batch
         if not n:
-            raise RoboLoadersError("the data backend served an empty pass (no batch); check the dataset and "
-                                   "batch size")
+            raise RoboLoadersError("the data backend served an empty pass (no batch); check the dataset and batch size")

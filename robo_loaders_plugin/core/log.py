@@ -17,6 +17,7 @@ or a number) when the plugin is first imported in a process (DataLoader workers 
 the level the user set on the logger before, else ``INFO``. ``logging.getLogger("robo_loaders").setLevel(...)``
 changes it afterwards (docs/logging.md).
 """
+
 from __future__ import annotations
 
 import logging
@@ -76,8 +77,10 @@ def level_from_env(value: str | None) -> tuple[int | None, str]:
         return int(text), ""
     if text.upper() in LEVELS:
         return logging.getLevelName(text.upper()), ""
-    return None, (f"warning: {ENV_LEVEL}={value!r} is not a logging level, so it is ignored; set it to one of "
-                  f"{', '.join(LEVELS)} or a number")
+    return None, (
+        f"warning: {ENV_LEVEL}={value!r} is not a logging level, so it is ignored; set it to one of "
+        f"{', '.join(LEVELS)} or a number"
+    )
 
 
 def install_default_handler() -> logging.Logger:
@@ -125,6 +128,6 @@ def get_logger(name: str) -> logging.Logger:
     install_default_handler()
     for head in (_PACKAGE, ROOT):
         if name == head or name.startswith(head + "."):
-            name = name[len(head) + 1:]
+            name = name[len(head) + 1 :]
             break
     return logging.getLogger(f"{ROOT}.{name}" if name else ROOT)

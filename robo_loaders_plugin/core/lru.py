@@ -6,6 +6,7 @@ want the same episode; the decoders of neighbouring episodes want the same block
 of them would multiply the slowest part (a decode, a remote read), so the first thread loads it and the others
 wait for that load; the cache's lock is never held while loading, so other keys load at the same time.
 """
+
 from __future__ import annotations
 
 import threading

@@ -10,6 +10,7 @@ Markers: ``<!-- robo-loaders:backends -->`` (the backend table), ``<!-- robo-loa
 backend's options), ``<!-- robo-loaders:option-summary -->`` (every backend's option names), each
 closed by ``<!-- /robo-loaders -->``.
 """
+
 from __future__ import annotations
 
 import re
@@ -17,8 +18,11 @@ import sys
 
 from robo_loaders_plugin.core.spec import BackendSpec
 
-_BLOCK = re.compile(r"(<!-- robo-loaders:(backends|options|option-summary)(?: ([a-z0-9_]+))? -->\n)(.*?)"
-                    r"(<!-- /robo-loaders -->)", re.S)
+_BLOCK = re.compile(
+    r"(<!-- robo-loaders:(backends|options|option-summary)(?: ([a-z0-9_]+))? -->\n)(.*?)"
+    r"(<!-- /robo-loaders -->)",
+    re.S,
+)
 _NAMES = {"robomimic": "robomimic", "lerobot": "LeRobot"}
 
 
@@ -59,8 +63,10 @@ def options_table(spec: BackendSpec) -> str:
     rows = ["| option | type | default | values | frameworks | meaning |", "|---|---|---|---|---|---|"]
     for name, opt in spec.options.items():
         fws = ", ".join(_NAMES.get(f, f) for f in (opt.frameworks or spec.frameworks))
-        rows.append(f"| `{name}` | {opt.type_name()} | {_default(opt)} | {_values(opt)} | {fws} | "
-                    f"{opt.help.replace('|', '/')} |")
+        rows.append(
+            f"| `{name}` | {opt.type_name()} | {_default(opt)} | {_values(opt)} | {fws} | "
+            f"{opt.help.replace('|', '/')} |"
+        )
     return "\n".join(rows) + "\n"
 
 
@@ -76,8 +82,10 @@ def backends_table(specs: list[BackendSpec]) -> str:
     rows = ["| backend | framework | kind | lossless | GPU | what it does |", "|---|---|---|---|---|---|"]
     for spec in specs:
         for i, fw in enumerate(spec.frameworks):
-            rows.append(f"| {'`' + spec.name + '`' if i == 0 else ''} | {_NAMES.get(fw, fw)} | {spec.kind_for(fw)} | "
-                        f"{spec.lossless_for(fw)} | {spec.gpu_for(fw)} | {spec.description if i == 0 else ''} |")
+            rows.append(
+                f"| {'`' + spec.name + '`' if i == 0 else ''} | {_NAMES.get(fw, fw)} | {spec.kind_for(fw)} | "
+                f"{spec.lossless_for(fw)} | {spec.gpu_for(fw)} | {spec.description if i == 0 else ''} |"
+            )
     return "\n".join(rows) + "\n"
 
 
@@ -92,8 +100,10 @@ def option_summary(specs: list[BackendSpec]) -> str:
     """
     rows = ["| backend | options |", "|---|---|"]
     for spec in specs:
-        names = [f"`{n}`" + (f" ({'/'.join(_NAMES.get(f, f) for f in o.frameworks)})" if o.frameworks else "")
-                 for n, o in spec.options.items()]
+        names = [
+            f"`{n}`" + (f" ({'/'.join(_NAMES.get(f, f) for f in o.frameworks)})" if o.frameworks else "")
+            for n, o in spec.options.items()
+        ]
         rows.append(f"| `{spec.name}` | {', '.join(names) or 'none'} |")
     return "\n".join(rows) + "\n"
 
@@ -119,8 +129,13 @@ def render(text: str, specs: list[BackendSpec] | None = None) -> str:
 
     def block(m: re.Match) -> str:
         what, name = m.group(2), m.group(3)
-        body = (backends_table(specs) if what == "backends" else option_summary(specs) if what == "option-summary"
-                else options_table(by_name[name]))
+        body = (
+            backends_table(specs)
+            if what == "backends"
+            else option_summary(specs)
+            if what == "option-summary"
+            else options_table(by_name[name])
+        )
         return m.group(1) + body + m.group(5)
 
     return _BLOCK.sub(block, text)

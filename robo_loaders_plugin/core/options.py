@@ -11,13 +11,14 @@ tables of docs/backends.md are generated from the same declarations.
 What cannot be checked from the value alone (an option naming a key the dataset does not have, a rate the source
 cannot be converted to) is checked by the factory from the source's metadata, still before reading data.
 """
+
 from __future__ import annotations
 
 import builtins
 import dataclasses
 import math
-from typing import Any, ClassVar, cast
 from collections.abc import Callable, Mapping
+from typing import Any, ClassVar, cast
 
 from robo_loaders_plugin.core.errors import BackendOptionError
 
@@ -150,14 +151,20 @@ class Option:
             return f"must be a finite number, got {value!r}"
         choices = self.choices_for(framework)
         if choices is not None and value not in choices:
-            elsewhere = [fw for fw in ("robomimic", "lerobot") if fw != framework
-                         and value in (self.choices_for(fw) or ())]
+            elsewhere = [
+                fw for fw in ("robomimic", "lerobot") if fw != framework and value in (self.choices_for(fw) or ())
+            ]
             if elsewhere:
-                return (f"must be {self.describe_values(framework)} under {framework}, got {_short(value)}, which "
-                        f"applies to {' and '.join(elsewhere)} only")
+                return (
+                    f"must be {self.describe_values(framework)} under {framework}, got {_short(value)}, which "
+                    f"applies to {' and '.join(elsewhere)} only"
+                )
             return f"must be {self.describe_values(framework)}, got {_short(value)}"
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and (
-                (self.min is not None and value < self.min) or (self.max is not None and value > self.max)):
+        if (
+            isinstance(value, (int, float))
+            and not isinstance(value, bool)
+            and ((self.min is not None and value < self.min) or (self.max is not None and value > self.max))
+        ):
             return f"must be {self.describe_values(framework)}, got {_short(value)}"
         if self.check is not None:
             try:
@@ -172,8 +179,13 @@ class Option:
         Args:
             framework: Describe the values allowed under this framework (``None``: the declaration's own).
         """
-        out = {"type": self.type_name(), "types": [_TYPE_NAMES.get(t, t.__name__) for t in self.types],
-               "default": self.default, "help": self.help, "per_host": self.per_host}
+        out = {
+            "type": self.type_name(),
+            "types": [_TYPE_NAMES.get(t, t.__name__) for t in self.types],
+            "default": self.default,
+            "help": self.help,
+            "per_host": self.per_host,
+        }
         if self.convert is to_bytes:
             out["converted_to"] = "bytes"
         for key in ("min", "max"):
@@ -194,8 +206,14 @@ class Option:
         return out
 
 
-_TYPE_WORDS = {int: "an integer", float: "a number", str: "a string", bool: "true/false", dict: "a JSON object",
-               list: "a list"}
+_TYPE_WORDS = {
+    int: "an integer",
+    float: "a number",
+    str: "a string",
+    bool: "true/false",
+    dict: "a JSON object",
+    list: "a list",
+}
 _TYPE_NAMES = {int: "integer", float: "number", str: "string", bool: "boolean", dict: "object", list: "array"}  # JSON
 
 
@@ -258,9 +276,15 @@ def _rebuild(backend: str, framework: str, values: dict, given_names: frozenset,
     key = (backend, framework, tuple(values), per_host)
     cls = _REBUILT.get(key)
     if cls is None:
-        cls = dataclasses.make_dataclass(f"{_camel(backend)}{_camel(framework)}Options",
-                                         [(n, Any, dataclasses.field(default=None)) for n in values],
-                                         bases=(Options,), frozen=True)
+        cls = cast(
+            "type[Options]",
+            dataclasses.make_dataclass(
+                f"{_camel(backend)}{_camel(framework)}Options",
+                [(n, Any, dataclasses.field(default=None)) for n in values],
+                bases=(Options,),
+                frozen=True,
+            ),
+        )
         cls.backend, cls.framework, cls._defaults, cls._per_host = backend, framework, {}, per_host
         _REBUILT[key] = cls
     obj = cls(**values)
@@ -288,13 +312,21 @@ def options_class(backend: str, framework: str, declared: Mapping[str, Option]) 
     key = (backend, framework, id(declared))
     cls = _CLASSES.get(key, (None, None))[0]
     if cls is None:
-        fields = [(name, opt.field_type(), dataclasses.field(default=opt.default_for(framework)))
-                  for name, opt in declared.items() if opt.applies_to(framework)]
-        cls = cast(type[Options], dataclasses.make_dataclass(f"{_camel(backend)}{_camel(framework)}Options", fields,
-                                                             bases=(Options,), frozen=True))
+        fields = [
+            (name, opt.field_type(), dataclasses.field(default=opt.default_for(framework)))
+            for name, opt in declared.items()
+            if opt.applies_to(framework)
+        ]
+        cls = cast(
+            type[Options],
+            dataclasses.make_dataclass(
+                f"{_camel(backend)}{_camel(framework)}Options", fields, bases=(Options,), frozen=True
+            ),
+        )
         cls.backend, cls.framework = backend, framework
-        cls._defaults = {name: opt.default_for(framework) for name, opt in declared.items()
-                         if opt.applies_to(framework)}
+        cls._defaults = {
+            name: opt.default_for(framework) for name, opt in declared.items() if opt.applies_to(framework)
+        }
         cls._per_host = frozenset(name for name, opt in declared.items() if opt.per_host)
         _CLASSES[key] = (cls, declared)  # the declarations are kept so that their id is not reused
     return cls
@@ -304,8 +336,14 @@ def _camel(name: str) -> str:
     return "".join(part.capitalize() for part in name.replace("-", "_").split("_"))
 
 
-def resolve_options(backend: str, framework: str, declared: Mapping[str, Option], given: Mapping[str, Any] | None,
-                    where: str, constraints: Callable[[Options], None] | None = None) -> Options:
+def resolve_options(
+    backend: str,
+    framework: str,
+    declared: Mapping[str, Option],
+    given: Mapping[str, Any] | None,
+    where: str,
+    constraints: Callable[[Options], None] | None = None,
+) -> Options:
     """Check ``given`` against ``declared`` and return the typed options object.
 
     Args:
@@ -330,9 +368,11 @@ def resolve_options(backend: str, framework: str, declared: Mapping[str, Option]
     unknown = sorted(set(given) - set(declared))
     if unknown:
         hint = _did_you_mean(unknown[0], sorted(known))
-        raise BackendOptionError(f"{where}: unknown option{'s' if len(unknown) > 1 else ''} "
-                                 f"{', '.join(map(repr, unknown))} for backend {backend!r}{hint}; valid options: "
-                                 f"{', '.join(sorted(known)) or '(none)'}")
+        raise BackendOptionError(
+            f"{where}: unknown option{'s' if len(unknown) > 1 else ''} "
+            f"{', '.join(map(repr, unknown))} for backend {backend!r}{hint}; valid options: "
+            f"{', '.join(sorted(known)) or '(none)'}"
+        )
     for name in sorted(set(given) - known):
         fws = " and ".join(declared[name].frameworks or ())
         raise BackendOptionError(f"{where}.{name}: applies to {fws} only, not {framework} (backend {backend!r})")

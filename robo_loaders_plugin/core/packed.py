@@ -7,6 +7,7 @@ after the other. At 10,000 episodes every per-episode int64 array is 80 kB on it
 are nearly regular (run starts, episode bounds), so their first differences fit a small integer type and compress
 to a few kB; they are exact: unpacking gives the same values, dtype and shape.
 """
+
 from __future__ import annotations
 
 import zlib

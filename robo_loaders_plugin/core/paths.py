@@ -7,6 +7,7 @@ missing ``shards`` directory was blamed on "an interrupted conversion". Each che
 ``None``) that the option's declaration turns into the one line naming the option. Cheap and light: they run at
 argument parsing, so they import nothing beyond the standard library.
 """
+
 from __future__ import annotations
 
 import errno
@@ -82,8 +83,10 @@ def missing_index_reason(path: str) -> str:
         The phrase.
     """
     if os.path.exists(os.path.join(path, SHARDS_MANIFEST)):
-        return (f"holds a conversion that has not finished ({SHARDS_MANIFEST} but no {SHARDS_INDEX}: it was stopped, "
-                "or is still running); run the same 'robo-loaders convert' command again to finish it")
+        return (
+            f"holds a conversion that has not finished ({SHARDS_MANIFEST} but no {SHARDS_INDEX}: it was stopped, "
+            "or is still running); run the same 'robo-loaders convert' command again to finish it"
+        )
     return f"has no {SHARDS_INDEX}: it is not a robo-shards directory"
 
 

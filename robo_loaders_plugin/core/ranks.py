@@ -5,6 +5,7 @@ from (seed, pass) alone, the same everywhere, and keeps its own piece of it; so 
 batches (no rank waits forever at the end of a pass), the pieces together are the one-process pass, and a resumed
 rank finds its position from (pass, batch) alone.
 """
+
 from __future__ import annotations
 
 import os
@@ -61,8 +62,10 @@ def resolve_ranks(rank: int | None = None, world_size: int | None = None, where:
             or the pair is not integers with ``0 <= rank < world_size``.
     """
     if (rank is None) != (world_size is None):
-        raise RoboLoadersError(f"{where}give both rank= and world_size=, or neither (then torch.distributed or the "
-                               "RANK/WORLD_SIZE environment variables decide)")
+        raise RoboLoadersError(
+            f"{where}give both rank= and world_size=, or neither (then torch.distributed or the "
+            "RANK/WORLD_SIZE environment variables decide)"
+        )
     origin = "rank=/world_size="
     if rank is None:
         import torch.distributed as dist
@@ -73,14 +76,18 @@ def resolve_ranks(rank: int | None = None, world_size: int | None = None, where:
             try:
                 rank, world_size = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
             except ValueError:
-                raise RoboLoadersError(f"{where}RANK={os.environ.get('RANK')!r} / WORLD_SIZE="
-                                       f"{os.environ.get('WORLD_SIZE')!r} are not integers") from None
+                raise RoboLoadersError(
+                    f"{where}RANK={os.environ.get('RANK')!r} / WORLD_SIZE="
+                    f"{os.environ.get('WORLD_SIZE')!r} are not integers"
+                ) from None
             origin = "the RANK/WORLD_SIZE environment variables"
         else:
             return 0, 1
     if type(rank) is not int or type(world_size) is not int or world_size < 1 or not 0 <= rank < world_size:
-        raise RoboLoadersError(f"{where}rank {rank!r} of world size {world_size!r} (from {origin}) is not valid: "
-                               "need integers with 0 <= rank < world_size")
+        raise RoboLoadersError(
+            f"{where}rank {rank!r} of world size {world_size!r} (from {origin}) is not valid: "
+            "need integers with 0 <= rank < world_size"
+        )
     return rank, world_size
 
 
@@ -144,20 +151,25 @@ def check_ranks_agree(values, where: str, built_for: tuple[int, int] | None = No
     gathered: list = [None] * group_world
     dist.all_gather_object(gathered, (values, built_for))
     splits = [split for _, split in gathered]
-    if (any(s is not None and s[1] > 1 for s in splits)  # the ranks' shares must make up the pass, each once
-            and sorted(s or (0, 1) for s in splits) != [(r, group_world) for r in range(group_world)]):
+    if (
+        any(s is not None and s[1] > 1 for s in splits)  # the ranks' shares must make up the pass, each once
+        and sorted(s or (0, 1) for s in splits) != [(r, group_world) for r in range(group_world)]
+    ):
         raise RoboLoadersError(_split_mismatch(where, splits))
     for key in values:
         by_value: dict[str, list[int]] = {}
         for rank, (got, _) in enumerate(gathered):
             by_value.setdefault(repr(got.get(key)), []).append(rank)
         if len(by_value) > 1:
-            held = "; ".join(f"rank{'s' if len(r) > 1 else ''} {','.join(map(str, r))}: {v}"
-                             for v, r in by_value.items())
-            raise RoboLoadersError(f"{where}: the {len(gathered)} ranks disagree on {key} ({held}). "
-                                   "Every rank must use the same seed, options, data and batch settings: the plugin "
-                                   "splits each pass across ranks itself, so a per-rank seed (seed + rank) or "
-                                   "per-rank options would serve some samples twice and others never")
+            held = "; ".join(
+                f"rank{'s' if len(r) > 1 else ''} {','.join(map(str, r))}: {v}" for v, r in by_value.items()
+            )
+            raise RoboLoadersError(
+                f"{where}: the {len(gathered)} ranks disagree on {key} ({held}). "
+                "Every rank must use the same seed, options, data and batch settings: the plugin "
+                "splits each pass across ranks itself, so a per-rank seed (seed + rank) or "
+                "per-rank options would serve some samples twice and others never"
+            )
     return True
 
 
@@ -169,8 +181,10 @@ def _split_mismatch(where: str, splits: list) -> str:
         them = f"the {len(splits)} processes of the torch.distributed group built their datasets"
     else:
         them = "the one process of the torch.distributed group built its dataset"
-    return (f"{where}: {them} as {built}, so their shares would not make up each pass once; build the dataset "
-            "on every rank with the group's rank and world size (give no rank=/world_size=, or torch.distributed's)")
+    return (
+        f"{where}: {them} as {built}, so their shares would not make up each pass once; build the dataset "
+        "on every rank with the group's rank and world size (give no rank=/world_size=, or torch.distributed's)"
+    )
 
 
 def check_ranks_agree_at_first_pass(values, where: str, rank: int, world_size: int) -> None:
@@ -199,4 +213,5 @@ def check_ranks_agree_at_first_pass(values, where: str, rank: int, world_size: i
             "is initialised at its first pass, so the ranks cannot check that they share the seed, options and data "
             "(a per-rank seed would serve some samples twice and others never); call "
             "torch.distributed.init_process_group() before the first pass (or before building the dataset), or "
-            "build it with rank=0, world_size=1 for a process that trains on every sample alone")
+            "build it with rank=0, world_size=1 for a process that trains on every sample alone"
+        )

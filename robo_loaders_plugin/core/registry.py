@@ -4,21 +4,21 @@ Why entry points are loaded one by one (not with ``load_setuptools_entrypoints``
 entry point that fails to import, which would hide every plugin after it, built-in ones included. Here a broken
 plugin is reported with a warning that names it and skipped.
 """
+
 from __future__ import annotations
 
 import functools
 import importlib.metadata
 import json
 import warnings
-from typing import Any
 from collections.abc import Mapping
+from typing import Any
 
 import pluggy
 
 from robo_loaders_plugin.core import hookspecs
 from robo_loaders_plugin.core.errors import RoboLoadersError, UnknownBackendError
 from robo_loaders_plugin.core.spec import DEFAULT_BACKEND, BackendChoice, BackendSpec
-
 
 # the distribution whose entry points are the built-in backends (pyproject.toml's [project.entry-points.robo_loaders])
 BUILTIN_DISTRIBUTION = "robo-loaders-plugin"
@@ -50,10 +50,12 @@ def get_plugin_manager() -> pluggy.PluginManager:
     pm.add_hookspecs(hookspecs)
     eps = sorted(importlib.metadata.entry_points(group=hookspecs.ENTRY_POINT_GROUP), key=lambda ep: not _is_builtin(ep))
     if not any(_is_builtin(ep) for ep in eps):
-        raise RoboLoadersError(f"the built-in backends are not registered: {BUILTIN_DISTRIBUTION}'s entry points "
-                               f"(group {hookspecs.ENTRY_POINT_GROUP!r}) are not in the installed metadata; install "
-                               "it (pip install robo-loaders-plugin, or pip install -e . in a checkout) rather than "
-                               "putting it on PYTHONPATH")
+        raise RoboLoadersError(
+            f"the built-in backends are not registered: {BUILTIN_DISTRIBUTION}'s entry points "
+            f"(group {hookspecs.ENTRY_POINT_GROUP!r}) are not in the installed metadata; install "
+            "it (pip install robo-loaders-plugin, or pip install -e . in a checkout) rather than "
+            "putting it on PYTHONPATH"
+        )
     for ep in eps:
         if pm.get_plugin(ep.name) is not None or pm.is_blocked(ep.name):
             continue
@@ -64,8 +66,11 @@ def get_plugin_manager() -> pluggy.PluginManager:
         try:
             pm.register(ep.load(), name=ep.name)
         except Exception as exc:  # noqa: BLE001 - a broken third-party plugin must not take the others down with it
-            warnings.warn(f"robo-loaders: skipping plugin {ep.name!r} ({ep.value}) from entry-point group "
-                          f"{hookspecs.ENTRY_POINT_GROUP!r}: it failed to load: {exc!r}", stacklevel=2)
+            warnings.warn(
+                f"robo-loaders: skipping plugin {ep.name!r} ({ep.value}) from entry-point group "
+                f"{hookspecs.ENTRY_POINT_GROUP!r}: it failed to load: {exc!r}",
+                stacklevel=2,
+            )
     return pm
 
 
@@ -85,15 +90,17 @@ def _backends() -> dict[str, BackendSpec]:
         except Exception as exc:
             if builtin:
                 raise
-            warnings.warn(f"robo-loaders: plugin {plugin_name!r} failed to list its backends ({exc!r}); "
-                          "skipping it", stacklevel=2)
+            warnings.warn(
+                f"robo-loaders: plugin {plugin_name!r} failed to list its backends ({exc!r}); skipping it", stacklevel=2
+            )
             continue
         for spec in result:
             if not isinstance(spec, BackendSpec):
                 raise RoboLoadersError(f"plugin {plugin_name!r} returned {spec!r}, not a BackendSpec")
             if spec.name in out:
-                raise RoboLoadersError(f"backend name {spec.name!r} is registered twice "
-                                       f"(by {out[spec.name].plugin!r} and {plugin_name!r})")
+                raise RoboLoadersError(
+                    f"backend name {spec.name!r} is registered twice (by {out[spec.name].plugin!r} and {plugin_name!r})"
+                )
             if spec.plugin != (BUILTIN if builtin else plugin_name):
                 spec = BackendSpec(**{**spec.__dict__, "plugin": BUILTIN if builtin else plugin_name})
             problem = _factory_refusal(spec)
@@ -125,7 +132,9 @@ def streaming_backends(framework: str) -> str:
     Returns:
         Their names quoted and joined (``"'video_stream'"``), or ``"none installed"``.
     """
-    names = [n for n in list_backends() if _backends()[n].remote_source_option and framework in _backends()[n].frameworks]
+    names = [
+        n for n in list_backends() if _backends()[n].remote_source_option and framework in _backends()[n].frameworks
+    ]
     return ", ".join(repr(n) for n in names) or "none installed"
 
 
@@ -184,8 +193,9 @@ def get_backend(name: str, where: str = "") -> BackendSpec:
     return specs[name]
 
 
-def choose_backend(framework: str, name: str, given: Mapping[str, Any] | None, *, name_where: str,
-                   options_where: str) -> BackendChoice:
+def choose_backend(
+    framework: str, name: str, given: Mapping[str, Any] | None, *, name_where: str, options_where: str
+) -> BackendChoice:
     """A user's backend choice under ``framework``, resolved once: the same (name, options) is checked the first
     time and reused after (the adapters ask at parse time, at build time and per split).
 
@@ -212,8 +222,9 @@ def choose_backend(framework: str, name: str, given: Mapping[str, Any] | None, *
         return _CHOICES[key]
     spec = get_backend(name, name_where)
     if framework not in spec.frameworks:
-        raise RoboLoadersError(f"{name_where}: backend {name!r} does not support {framework} (it supports "
-                               f"{', '.join(spec.frameworks)})")
+        raise RoboLoadersError(
+            f"{name_where}: backend {name!r} does not support {framework} (it supports {', '.join(spec.frameworks)})"
+        )
     choice = spec.choose(framework, given, options_where)
     if key is not None:
         _CHOICES[key] = choice

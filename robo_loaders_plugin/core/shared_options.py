@@ -1,8 +1,10 @@
-"""Option checks and declarations that several backends share, declared once so an option means the same in every backend that takes it.
+"""Option checks and declarations that several backends share, declared once so an option means the same in every
+backend that takes it.
 
 Imported whenever a backend is looked up (a spec's options are built at listing), so it imports nothing heavy: no
 torch, no Blosc2, no framework.
 """
+
 from __future__ import annotations
 
 from robo_loaders_plugin.core.options import Option, check_size, to_bytes
@@ -95,14 +97,16 @@ def check_shards_dir(value: str) -> None:
 
     problem = shards_dir_problem(value)
     if problem:
-        raise ValueError(f"must be a directory 'robo-loaders convert' wrote (left out, the dataset is converted on "
-                         f"first use into the cache directory): {problem}")
+        raise ValueError(
+            f"must be a directory 'robo-loaders convert' wrote (left out, the dataset is converted on "
+            f"first use into the cache directory): {problem}"
+        )
 
 
-MAX_WINDOW = 10_000      # steps or offsets in one window
+MAX_WINDOW = 10_000  # steps or offsets in one window
 
 
-MAX_OFFSET_S = 3_600.0   # one hour either side of a frame
+MAX_OFFSET_S = 3_600.0  # one hour either side of a frame
 
 
 def check_storage_options(value: dict) -> None:
@@ -133,22 +137,44 @@ def pass_options(shuffle_default: dict, cache_default: int | None, items: str) -
         ``{option name: Option}``.
     """
     return {
-        "shuffle_buffer": Option(int, None, f"episodes open at once; {items} are drawn at random from them, so more "
-                                            "mixes batches better (default: "
-                                            + "; ".join(f"{v} for {fw}" for fw, v in shuffle_default.items()) + ")",
-                                 min=1, framework_defaults=shuffle_default),
-        "seed": Option(int, None, "shuffling seed (default: train.seed / lerobot-train's --seed); the order is a "
-                                  "function of (seed, pass), so a resumed run continues on the same next batch"),
+        "shuffle_buffer": Option(
+            int,
+            None,
+            f"episodes open at once; {items} are drawn at random from them, so more "
+            "mixes batches better (default: " + "; ".join(f"{v} for {fw}" for fw, v in shuffle_default.items()) + ")",
+            min=1,
+            framework_defaults=shuffle_default,
+        ),
+        "seed": Option(
+            int,
+            None,
+            "shuffling seed (default: train.seed / lerobot-train's --seed); the order is a "
+            "function of (seed, pass), so a resumed run continues on the same next batch",
+        ),
         "prefetch": Option(int, 2, "batches prefetched ahead of training", min=0, max=1024),
-        "cache_episodes": Option(int, cache_default, "episodes kept in memory (at least 2 x shuffle_buffer)"
-                                 + ("; default: as many as cache_memory holds" if cache_default is None else ""),
-                                 min=1),
-        "cache_memory": Option((float, str), None, "memory the episode buffer may take (bytes, '2GB', '512MiB'; "
-                                                 "default 1GB): as many episodes (or parts of long ones, "
-                                                 "for a backend buffering parts) are kept as fit, and the shuffle buffer "
-                                                 "is at most half of them unless given (less when a batch opens "
-                                                 "many: the log says); cache_episodes, when given, decides "
-                                                 "instead", check=check_size, convert=to_bytes),
-        "replacement": Option(bool, False, f"draw each pass's {items} with replacement (same count per pass, repeats "
-                                           "allowed) instead of every one exactly once"),
+        "cache_episodes": Option(
+            int,
+            cache_default,
+            "episodes kept in memory (at least 2 x shuffle_buffer)"
+            + ("; default: as many as cache_memory holds" if cache_default is None else ""),
+            min=1,
+        ),
+        "cache_memory": Option(
+            (float, str),
+            None,
+            "memory the episode buffer may take (bytes, '2GB', '512MiB'; "
+            "default 1GB): as many episodes (or parts of long ones, "
+            "for a backend buffering parts) are kept as fit, and the shuffle buffer "
+            "is at most half of them unless given (less when a batch opens "
+            "many: the log says); cache_episodes, when given, decides "
+            "instead",
+            check=check_size,
+            convert=to_bytes,
+        ),
+        "replacement": Option(
+            bool,
+            False,
+            f"draw each pass's {items} with replacement (same count per pass, repeats "
+            "allowed) instead of every one exactly once",
+        ),
     }

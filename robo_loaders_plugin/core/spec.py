@@ -16,11 +16,12 @@ A kind may differ by framework (LeRobot's DataLoader stays in charge where image
 RNG) and by an option's value (:attr:`Option.kinds <robo_loaders_plugin.core.options.Option.kinds>`): the kind of
 a :class:`BackendChoice` is the one that drives its passes.
 """
+
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from robo_loaders_plugin.core.errors import RoboLoadersError
 from robo_loaders_plugin.core.options import Option, Options, resolve_options
@@ -32,8 +33,8 @@ KINDS = (SAMPLE, INDEXED, BATCH)
 FRAMEWORKS = ("robomimic", "lerobot")
 
 # what a backend promises about the samples it serves (BackendSpec.lossless)
-LOSSLESS = "yes"                        # byte-identical to the native loader (the parity suites hold it to that)
-LOSSY_FRAMES = "lossy frames"           # camera frames differ within a stated tolerance; everything else identical
+LOSSLESS = "yes"  # byte-identical to the native loader (the parity suites hold it to that)
+LOSSY_FRAMES = "lossy frames"  # camera frames differ within a stated tolerance; everything else identical
 NOT_BIT_IDENTICAL_ON_NVDEC = "yes on the CPU; not bit-identical with NVDEC"
 # whether it uses a GPU (BackendSpec.gpu)
 GPU_NO, GPU_OPTIONAL, GPU_REQUIRED = "no", "optional", "required"
@@ -88,8 +89,9 @@ class BackendSpec:
     description: str
     frameworks: tuple[str, ...]
     kind: str | Mapping[str, str] = SAMPLE
-    factories: Mapping[str, Callable[..., Any] | str] = dataclasses.field(default_factory=dict, compare=False,
-                                                                         repr=False)
+    factories: Mapping[str, Callable[..., Any] | str] = dataclasses.field(
+        default_factory=dict, compare=False, repr=False
+    )
     options: Mapping[str, Option] = dataclasses.field(default_factory=dict, compare=False, repr=False)
     constraints: Callable[[Options], None] | None = dataclasses.field(default=None, compare=False, repr=False)
     lossless: str | Mapping[str, str] = LOSSLESS
@@ -104,13 +106,15 @@ class BackendSpec:
         if unknown:
             raise ValueError(f"backend {self.name!r}: unknown frameworks {sorted(unknown)}; known: {FRAMEWORKS}")
         _per_framework(self.kind, self.frameworks, "kind", KINDS, self.name)
-        _per_framework(self.lossless, self.frameworks, "lossless",
-                       (LOSSLESS, LOSSY_FRAMES, NOT_BIT_IDENTICAL_ON_NVDEC), self.name)
+        _per_framework(
+            self.lossless, self.frameworks, "lossless", (LOSSLESS, LOSSY_FRAMES, NOT_BIT_IDENTICAL_ON_NVDEC), self.name
+        )
         _per_framework(self.gpu, self.frameworks, "gpu", (GPU_NO, GPU_OPTIONAL, GPU_REQUIRED), self.name)
         for key, opt in self.options.items():
             if not isinstance(opt, Option):
-                raise ValueError(f"backend {self.name!r}: option {key!r} must be declared as an Option, got "
-                                 f"{type(opt).__name__}")
+                raise ValueError(
+                    f"backend {self.name!r}: option {key!r} must be declared as an Option, got {type(opt).__name__}"
+                )
             for value, kind in opt.kinds.items():
                 if kind not in KINDS:
                     raise ValueError(f"backend {self.name!r}: option {key!r} maps {value!r} to unknown kind {kind!r}")
@@ -178,8 +182,9 @@ class BackendSpec:
             BackendOptionError: an option is unknown, of another framework, or has a bad value.
         """
         if framework not in self.frameworks:
-            raise RoboLoadersError(f"backend {self.name!r} does not support {framework}; it supports: "
-                                   f"{', '.join(self.frameworks)}")
+            raise RoboLoadersError(
+                f"backend {self.name!r} does not support {framework}; it supports: {', '.join(self.frameworks)}"
+            )
         self.check_requirements(framework)
         options = resolve_options(self.name, framework, self.options, given, where, self.constraints)
         return BackendChoice(self, framework, options)
@@ -219,7 +224,8 @@ class BackendSpec:
         """
         if framework not in self.factories:
             raise RoboLoadersError(
-                f"backend {self.name!r} does not support {framework}; it supports: {', '.join(self.frameworks)}")
+                f"backend {self.name!r} does not support {framework}; it supports: {', '.join(self.frameworks)}"
+            )
         factory = self.factories[framework]
         if isinstance(factory, str):
             import importlib
@@ -280,8 +286,10 @@ class BackendChoice:
             import torch
 
             if not torch.cuda.is_available():
-                raise RoboLoadersError(f"backend {self.name!r} needs a CUDA GPU and torch sees none "
-                                       "(torch.cuda.is_available() is False); choose another backend")
+                raise RoboLoadersError(
+                    f"backend {self.name!r} needs a CUDA GPU and torch sees none "
+                    "(torch.cuda.is_available() is False); choose another backend"
+                )
 
     def build(self, *args, **kwargs):
         """Call the backend's factory for this framework with the resolved options (``options=``)."""

@@ -4,15 +4,17 @@ Why threads: batch building decompresses or gathers with the GIL released, and t
 process (no worker processes, no copy through shared memory). Why in order: the batches must come out in the
 sampler's order, so training sees exactly the native sequence.
 """
+
 from __future__ import annotations
 
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 
-def ordered_map[T, R](fn: Callable[[T], R], items: Iterable[T], threads: int, depth: int,
-                      name: str = "robo-loaders-batch") -> Iterator[R]:
+def ordered_map[T, R](
+    fn: Callable[[T], R], items: Iterable[T], threads: int, depth: int, name: str = "robo-loaders-batch"
+) -> Iterator[R]:
     """``fn(item)`` for every item, computed by ``threads`` threads, yielded in the items' order.
 
     Args:

@@ -4,14 +4,15 @@ Why they are needed: ``indexed`` backends build the DataLoader's batches in-proc
 way ``DataLoader.__iter__`` does; torchdata's node threads are daemons that must be stopped before the
 interpreter finalizes. ``robo-loaders doctor`` runs :func:`checks`.
 """
+
 from __future__ import annotations
 
 import threading
 import time
 
-from robo_loaders_plugin.core.checks import Check
-
 import torch
+
+from robo_loaders_plugin.core.checks import Check
 
 CHECKED_TORCH = "2.11"
 CHECKED_TORCHDATA = "0.11"
@@ -78,16 +79,32 @@ def checks() -> list[Check]:
     g = torch.Generator().manual_seed(0)
     # a list is a map-style dataset at runtime; torch's annotations ask for a Dataset
     loader: torch.utils.data.DataLoader = torch.utils.data.DataLoader(
-        list(range(4)), batch_size=2, shuffle=True, generator=g)  # type: ignore[arg-type]
+        list(range(4)),  # type: ignore[arg-type]
+        batch_size=2,
+        shuffle=True,
+        generator=g,
+    )
     ref = torch.Generator().manual_seed(0)
     draw_dataloader_base_seed(ref)
     sampler = torch.utils.data.RandomSampler(range(4), generator=ref)
-    expected = [b.tolist() for b in torch.utils.data.DataLoader(list(range(4)), batch_size=2,  # type: ignore[arg-type]
-                                                                sampler=sampler)]
+    expected = [
+        b.tolist()
+        for b in torch.utils.data.DataLoader(
+            list(range(4)),  # type: ignore[arg-type]
+            batch_size=2,
+            sampler=sampler,
+        )
+    ]
     got = [b.tolist() for b in loader]
-    rows.append(Check(f"torch {torch.__version__}: DataLoader draws one base seed per iter()", got == expected,
-                 "in-process batches follow the DataLoader's order" if got == expected else
-                 f"order differs ({got} vs {expected}): the indexed backends' in-process batches would not match"))
+    rows.append(
+        Check(
+            f"torch {torch.__version__}: DataLoader draws one base seed per iter()",
+            got == expected,
+            "in-process batches follow the DataLoader's order"
+            if got == expected
+            else f"order differs ({got} vs {expected}): the indexed backends' in-process batches would not match",
+        )
+    )
     try:
         import torchdata
         from torchdata.nodes import IterableWrapper, ParallelMapper
@@ -99,9 +116,14 @@ def checks() -> list[Check]:
         while (it := getattr(it, "_it", None)) is not None:
             ok = ok or hasattr(it, "_shutdown")
         shutdown_node_threads(node)
-        rows.append(Check(f"torchdata {getattr(torchdata, '__version__', '?')}: node threads can be stopped", ok,
-                          "a _shutdown() in ParallelMapper's _it chain"
-                          + (" found" if ok else " missing: pipelines may abort at exit")))
+        rows.append(
+            Check(
+                f"torchdata {getattr(torchdata, '__version__', '?')}: node threads can be stopped",
+                ok,
+                "a _shutdown() in ParallelMapper's _it chain"
+                + (" found" if ok else " missing: pipelines may abort at exit"),
+            )
+        )
     except ImportError as exc:
         rows.append(Check("torchdata (pipeline-served backends)", False, f"not importable: {exc}", required=False))
     return rows

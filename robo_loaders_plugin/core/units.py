@@ -4,12 +4,27 @@ One convention everywhere the program prints a size: decimal SI units (``kB``, `
 1,000,000 bytes), the units users type (``max_memory: "2GB"``, ``ROBO_LOADERS_CACHE_SIZE=50GB``), so a limit is
 printed as it was given. Binary units (``512MiB``) are still accepted as input.
 """
+
 from __future__ import annotations
 
 import re
 
-_UNITS = {"": 1, "b": 1, "k": 1e3, "kb": 1e3, "m": 1e6, "mb": 1e6, "g": 1e9, "gb": 1e9, "t": 1e12, "tb": 1e12,
-          "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4}
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1e3,
+    "kb": 1e3,
+    "m": 1e6,
+    "mb": 1e6,
+    "g": 1e9,
+    "gb": 1e9,
+    "t": 1e12,
+    "tb": 1e12,
+    "kib": 1024,
+    "mib": 1024**2,
+    "gib": 1024**3,
+    "tib": 1024**4,
+}
 _DECIMAL = (("B", 1), ("kB", 1e3), ("MB", 1e6), ("GB", 1e9), ("TB", 1e12))
 
 

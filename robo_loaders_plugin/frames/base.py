@@ -6,6 +6,7 @@ mapped from RAM, episodes read from shards, tensors on a GPU, later decoded vide
 one question, "field F at these (episode, step) pairs", as fast as its storage allows: into a numpy array, or, for
 device-resident sources, as a tensor where the data lives.
 """
+
 from __future__ import annotations
 
 import abc
@@ -28,9 +29,10 @@ class FieldInfo:
         shape: The shape of one step.
         frames: Whether it is camera frames: stored compressed or decoded per step, and copied row by row.
     """
+
     dtype: np.dtype
-    shape: tuple   # of one step
-    frames: bool   # camera frames: stored compressed/decoded per step, copied row by row
+    shape: tuple  # of one step
+    frames: bool  # camera frames: stored compressed/decoded per step, copied row by row
 
 
 class FrameSource(abc.ABC):

@@ -9,6 +9,7 @@ into units of about :data:`UNIT_BYTES` decoded, and each unit is decoded with th
 outside it (``margin``: a diffusion policy's previous frame), so an item never needs a second unit. Fields that are
 not camera frames (a few bytes per row) are held whole for every row.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -24,8 +25,9 @@ from robo_loaders_plugin.storage.encoded_frames import EncodedFrames
 UNIT_BYTES = 32 << 20  # decoded camera bytes of one unit: 12 frames of three 480p cameras, whole 84x84 episodes
 
 
-def split_runs(runs: list[tuple[int, int, int]], step_bytes: int, unit_bytes: int | None = None
-               ) -> list[tuple[int, int, int]]:
+def split_runs(
+    runs: list[tuple[int, int, int]], step_bytes: int, unit_bytes: int | None = None
+) -> list[tuple[int, int, int]]:
     """Cut episode runs ``(episode, first row, end row)`` into units of about ``unit_bytes`` (default
     :data:`UNIT_BYTES`; ``step_bytes`` per row): an episode of up to 1.5 units stays whole, a longer one is cut into
     near-equal parts, in row order.
@@ -93,8 +95,16 @@ class ChunkFrames(FrameSource):
         capacity: Units kept loaded.
     """
 
-    def __init__(self, units, episode_rows: dict, infos: dict[str, FieldInfo], small: dict,
-                 load: Callable[[int, int, int], dict], margin: tuple[int, int], capacity: int):
+    def __init__(
+        self,
+        units,
+        episode_rows: dict,
+        infos: dict[str, FieldInfo],
+        small: dict,
+        load: Callable[[int, int, int], dict],
+        margin: tuple[int, int],
+        capacity: int,
+    ):
         self.units = [tuple(int(x) for x in u) for u in units]
         self.lengths = np.array([e - s for _, s, e in self.units], dtype=np.int64)
         self.unit_start = np.array([s for _, s, _ in self.units], dtype=np.int64)
@@ -150,8 +160,10 @@ class ChunkFrames(FrameSource):
     def _local(self, field: str, u: int, rows: np.ndarray) -> np.ndarray:
         local = rows - self.lo[u]
         if local.min() < 0 or local.max() >= self.hi[u] - self.lo[u]:  # the margins cover every window
-            raise IndexError(f"{field}: rows {int(rows.min())}..{int(rows.max())} reach outside unit {u} (rows "
-                             f"{int(self.lo[u])}..{int(self.hi[u]) - 1} loaded)")
+            raise IndexError(
+                f"{field}: rows {int(rows.min())}..{int(rows.max())} reach outside unit {u} (rows "
+                f"{int(self.lo[u])}..{int(self.hi[u]) - 1} loaded)"
+            )
         return local
 
     def gather(self, field, episodes, steps, pool=None):
@@ -246,8 +258,14 @@ class EpisodeUnits(FrameSource):
             step).
     """
 
-    def __init__(self, chunks: ChunkFrames, episode_starts, lengths, pinned_steps=None,
-                 load_pinned: Callable[[int], dict] | None = None):
+    def __init__(
+        self,
+        chunks: ChunkFrames,
+        episode_starts,
+        lengths,
+        pinned_steps=None,
+        load_pinned: Callable[[int], dict] | None = None,
+    ):
         self.chunks = chunks
         self.starts = np.asarray(episode_starts, dtype=np.int64)
         self.lengths = np.asarray(lengths, dtype=np.int64)

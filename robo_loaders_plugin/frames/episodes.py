@@ -7,6 +7,7 @@ sample. Camera frames are held either decoded (each then serves every window tha
 then its compressed size). Fields that are not frames (a few bytes per step) are kept for the source's lifetime
 after an episode's first load, so later loads read frames only.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -36,8 +37,15 @@ class EpisodeFrames(FrameSource):
         decode_on_load: Decode compressed frames once per load instead of per batch.
     """
 
-    def __init__(self, lengths, infos: dict[str, FieldInfo], read: Callable[[int, list | None], dict], *,
-                 capacity: int, decode_on_load: bool):
+    def __init__(
+        self,
+        lengths,
+        infos: dict[str, FieldInfo],
+        read: Callable[[int, list | None], dict],
+        *,
+        capacity: int,
+        decode_on_load: bool,
+    ):
         self.lengths = np.asarray(lengths, dtype=np.int64)
         self.infos = dict(infos)
         self.read = read
@@ -145,6 +153,6 @@ class EpisodeFrames(FrameSource):
             if encoded:
                 values.decode_into(rows[r].tolist(), flat_out[r])
             elif contiguous[r]:
-                flat_out[r] = values[starts[r]:starts[r] + T]
+                flat_out[r] = values[starts[r] : starts[r] + T]
             else:
                 flat_out[r] = values[rows[r]]

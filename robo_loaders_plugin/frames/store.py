@@ -9,6 +9,7 @@ Every read is checked against the store's checksums after it is copied or decode
 block of about 4 kB): bytes of the mapped file that change while the run reads it are a ``StoreError`` naming the
 file, episode, field and frame or steps, never wrong data (``storage.store``).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -28,6 +29,7 @@ class StoreFrames(FrameSource):
         hold: Keeps a RAM-only store file alive (a cache entry in use) as long as this source lives (``None``:
             nothing to keep).
     """
+
     def __init__(self, store: EpisodeStore, hold=None):
         self.store = store
         self.hold = hold  # keeps a RAM-only store file alive (and a cache entry in use) as long as this source lives
@@ -66,9 +68,11 @@ class StoreFrames(FrameSource):
             for ep, d in enumerate(descs):
                 if d is None or d["dtype"] != descs[0]["dtype"] or d["shape"][1:] != descs[0]["shape"][1:]:
                     other = self.store.frame_info(ep, field)  # raises naming the episode when the field is absent
-                    raise StoreError(f"{self.store.path}: {self.store.episodes[ep]['name']}/{field} is "
-                                     f"{other[:2]} but {self.store.episodes[0]['name']}/{field} is {first[:2]} "
-                                     "(dtype, shape); every episode must store a field the same way")
+                    raise StoreError(
+                        f"{self.store.path}: {self.store.episodes[ep]['name']}/{field} is "
+                        f"{other[:2]} but {self.store.episodes[0]['name']}/{field} is {first[:2]} "
+                        "(dtype, shape); every episode must store a field the same way"
+                    )
             info = self._infos[field] = FieldInfo(*first)
         return info
 
@@ -82,8 +86,11 @@ class StoreFrames(FrameSource):
         starts = self._flat.get(field)
         if starts is None:
             k = self.info(field).dtype.itemsize  # one dtype and step shape in every episode, or a clear error
-            starts = np.fromiter((e["fields"][field]["offset"] for e in self.store.episodes), dtype=np.int64,
-                                 count=len(self.store.episodes))
+            starts = np.fromiter(
+                (e["fields"][field]["offset"] for e in self.store.episodes),
+                dtype=np.int64,
+                count=len(self.store.episodes),
+            )
             if np.any(starts % k):  # the writer aligns raw arrays to 64 bytes: a file not written so is refused
                 raise StoreError(f"{self.store.path}: {field}: raw rows not aligned to their {k}-byte elements")
             self._flat[field] = starts
@@ -99,7 +106,7 @@ class StoreFrames(FrameSource):
             starts = self._raw_starts(field)
             k = info.dtype.itemsize
             buf = self.store._buf
-            typed = buf[:len(buf) // k * k].view(info.dtype)
+            typed = buf[: len(buf) // k * k].view(info.dtype)
             rows = typed if n == 1 else np.lib.stride_tricks.sliding_window_view(typed, n)
             cached = self._rows[field] = (rows, starts // k)
         return cached
@@ -135,8 +142,13 @@ class StoreFrames(FrameSource):
         layout = self._bounds.get(field)
         if layout is None:  # located at the first read; each blob checked before its first decode (not all at open)
             starts, ends, expected = self.store.blob_layout(field)
-            layout = self._bounds[field] = (starts, ends, expected, np.zeros(len(starts), dtype=bool),
-                                            self.store.frame_sums(field))
+            layout = self._bounds[field] = (
+                starts,
+                ends,
+                expected,
+                np.zeros(len(starts), dtype=bool),
+                self.store.frame_sums(field),
+            )
         starts, ends, expected, checked, sums = layout
         T = steps.shape[-1] if steps.ndim > 1 else 1
         fresh = np.ones(g.size, dtype=bool)
@@ -148,8 +160,15 @@ class StoreFrames(FrameSource):
         if new.size:
             self.store.check_blobs(field, starts[new], ends[new], expected[new], frames=new, sums=sums[new])
             checked[new] = True
-        self.store.decode_frames(starts[blobs].tolist(), ends[blobs].tolist(), flat_out, todo.tolist(),
-                                 sums=sums[blobs].tolist(), frames=blobs, key=field)
+        self.store.decode_frames(
+            starts[blobs].tolist(),
+            ends[blobs].tolist(),
+            flat_out,
+            todo.tolist(),
+            sums=sums[blobs].tolist(),
+            frames=blobs,
+            key=field,
+        )
         if len(todo) < g.size:  # padding: repeat the previous step of the row
             src = np.maximum.accumulate(np.where(fresh, np.arange(g.size), 0))
             rep = np.flatnonzero(~fresh)

@@ -4,6 +4,7 @@ private read is in ``compat``.
 Kept import-safe and light: LeRobot's ``--dataset.discover_packages_path=robo_loaders_plugin`` imports the
 plugin's direct submodules, and this one is among them.
 """
+
 from __future__ import annotations
 
 

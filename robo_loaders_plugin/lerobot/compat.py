@@ -35,10 +35,8 @@ storage under it, ``Dataset.data`` and ``Dataset.cache_files`` (public, but the 
 :func:`hf_column`, :func:`hf_cache_files`). No other module reads them (``tests/test_compat_private_reads.py``);
 ``robo-loaders doctor`` checks them on a real ``datasets.Dataset`` (:func:`checks`).
 """
-from __future__ import annotations
 
-from robo_loaders_plugin.core import checks as checks_module
-from robo_loaders_plugin.core.checks import Check
+from __future__ import annotations
 
 import contextlib
 import dataclasses
@@ -49,6 +47,8 @@ import typing
 
 import numpy as np
 
+from robo_loaders_plugin.core import checks as checks_module
+from robo_loaders_plugin.core.checks import Check
 from robo_loaders_plugin.core.errors import CompatError, install_one_line_excepthook
 
 SUPPORTED_PREFIX = "0.6."
@@ -73,9 +73,11 @@ def check_version() -> None:
     reader object, another training script), so refuse rather than risk other samples."""
     found = installed_version()
     if not (found or "").startswith(SUPPORTED_PREFIX):
-        raise CompatError(f"robo-loaders backends for LeRobot support lerobot {SUPPORTED_PREFIX}x, found "
-                          f"{found or 'none'}; use --dataset.backend=native (see docs/lerobot.md, 'LeRobot 0.4.4'). "
-                          "'robo-loaders doctor' lists what differs")
+        raise CompatError(
+            f"robo-loaders backends for LeRobot support lerobot {SUPPORTED_PREFIX}x, found "
+            f"{found or 'none'}; use --dataset.backend=native (see docs/lerobot.md, 'LeRobot 0.4.4'). "
+            "'robo-loaders doctor' lists what differs"
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,6 +91,7 @@ class ReaderSettings:
         return_uint8: Whether camera frames are returned as uint8 (``reader._return_uint8``).
         delta_indices: ``{key: frame offsets}`` from ``delta_timestamps``, or ``None``.
     """
+
     tolerance_s: float
     video_backend: str
     image_transforms: object
@@ -110,11 +113,18 @@ def reader_settings(native) -> ReaderSettings:
     """
     reader = native.reader
     try:
-        return ReaderSettings(float(reader._tolerance_s), reader._video_backend, reader._image_transforms,
-                              bool(reader._return_uint8), reader.delta_indices)
+        return ReaderSettings(
+            float(reader._tolerance_s),
+            reader._video_backend,
+            reader._image_transforms,
+            bool(reader._return_uint8),
+            reader.delta_indices,
+        )
     except AttributeError as exc:
-        raise CompatError(f"LeRobotDataset's reader has no attribute {exc.name!r} in this LeRobot version; "
-                          "robo-loaders cannot reproduce its items (use --dataset.backend=native)") from None
+        raise CompatError(
+            f"LeRobotDataset's reader has no attribute {exc.name!r} in this LeRobot version; "
+            "robo-loaders cannot reproduce its items (use --dataset.backend=native)"
+        ) from None
 
 
 def retype_dataset_field(cls, new_type, expected) -> bool:
@@ -135,8 +145,10 @@ def retype_dataset_field(cls, new_type, expected) -> bool:
     if isinstance(current, type) and issubclass(current, new_type):
         return False
     if current is not expected:
-        raise RuntimeError(f"{cls.__qualname__}.dataset is already re-typed to {current!r} by another plugin; "
-                           "robo-loaders cannot add --dataset.backend")
+        raise RuntimeError(
+            f"{cls.__qualname__}.dataset is already re-typed to {current!r} by another plugin; "
+            "robo-loaders cannot add --dataset.backend"
+        )
     cls.__annotations__["dataset"] = new_type
     cls.__dataclass_fields__["dataset"].type = new_type
     return True
@@ -322,11 +334,12 @@ def rank_split(dataloader) -> RankSplit:
     if not isinstance(batch_sampler, BatchSamplerShard):
         return RankSplit(batch_sampler, 0, 1)
     if batch_sampler.split_batches or not batch_sampler.even_batches:
-        raise CompatError("accelerate splits lerobot-train's batches with split_batches=True or even_batches=False; "
-                          "robo-loaders backends that order their own passes support accelerate's defaults only "
-                          "(split_batches=False, even_batches=True): use --dataset.backend=native or those defaults")
-    return RankSplit(batch_sampler.batch_sampler, int(batch_sampler.process_index),
-                     int(batch_sampler.num_processes))
+        raise CompatError(
+            "accelerate splits lerobot-train's batches with split_batches=True or even_batches=False; "
+            "robo-loaders backends that order their own passes support accelerate's defaults only "
+            "(split_batches=False, even_batches=True): use --dataset.backend=native or those defaults"
+        )
+    return RankSplit(batch_sampler.batch_sampler, int(batch_sampler.process_index), int(batch_sampler.num_processes))
 
 
 _SAMPLER_ATTRS = ("_starts", "_cum_lengths", "_absolute_to_relative")
@@ -345,8 +358,9 @@ def sampler_indices(sampler) -> np.ndarray:
     Returns:
         The frame indices of a pass, in the sampler's unshuffled order.
     """
-    if not (installed_version() or "").startswith(SUPPORTED_PREFIX) or \
-            not all(hasattr(sampler, a) for a in _SAMPLER_ATTRS):
+    if not (installed_version() or "").startswith(SUPPORTED_PREFIX) or not all(
+        hasattr(sampler, a) for a in _SAMPLER_ATTRS
+    ):
         return np.asarray(sampler.indices, dtype=np.int64)
     starts = np.asarray(sampler._starts, dtype=np.int64)
     cum = np.asarray(sampler._cum_lengths, dtype=np.int64)
@@ -443,18 +457,37 @@ def _hf_checks() -> list[Check]:
         fingerprints = {hf_fingerprint(table), hf_fingerprint(picked)}
     except Exception as exc:  # noqa: BLE001  (doctor reports what another version does, it does not stop)
         failed = f"datasets {version}: {type(exc).__name__}: {exc}"
-        return [Check("HF datasets private read Dataset._indices (with Dataset.data)", False,
-                      f"{failed}; rows cannot be compared"),
-                Check("HF datasets private read Dataset._fingerprint", False, failed, required=False)]
+        return [
+            Check(
+                "HF datasets private read Dataset._indices (with Dataset.data)",
+                False,
+                f"{failed}; rows cannot be compared",
+            ),
+            Check("HF datasets private read Dataset._fingerprint", False, failed, required=False),
+        ]
     ok = served == [13, 11] and hf_selection_digest(picked) is not None and hf_selection_digest(table) is None
-    rows = [Check("HF datasets private read Dataset._indices (with Dataset.data)", ok, f"datasets {version}: " + (
-        "how the rows a backend serves are compared with LeRobot's" if ok else
-        f"the rows [13, 11] selected read as {served}: rows cannot be compared"))]
+    rows = [
+        Check(
+            "HF datasets private read Dataset._indices (with Dataset.data)",
+            ok,
+            f"datasets {version}: "
+            + (
+                "how the rows a backend serves are compared with LeRobot's"
+                if ok
+                else f"the rows [13, 11] selected read as {served}: rows cannot be compared"
+            ),
+        )
+    ]
     ok = None not in fingerprints and len(fingerprints) == 2
-    rows.append(Check("HF datasets private read Dataset._fingerprint", ok,
-                      "the record of rows already checked (shards reused across runs)" + ("" if ok else
-                                                                   ": missing, the record rests on the cache files"),
-                      required=False))
+    rows.append(
+        Check(
+            "HF datasets private read Dataset._fingerprint",
+            ok,
+            "the record of rows already checked (shards reused across runs)"
+            + ("" if ok else ": missing, the record rests on the cache files"),
+            required=False,
+        )
+    )
     return rows
 
 
@@ -484,9 +517,14 @@ def time_video_queries(spent: list) -> None:
 def checks() -> list[Check]:
     """Rows for ``robo-loaders doctor``."""
     found = installed_version()
-    rows = [Check(f"lerobot {found or 'not installed'}", (found or "").startswith(SUPPORTED_PREFIX),
-                  f"supported: {SUPPORTED_PREFIX}x" + ("" if found else "; LeRobot backends unavailable"),
-                  required=found is not None)]
+    rows = [
+        Check(
+            f"lerobot {found or 'not installed'}",
+            (found or "").startswith(SUPPORTED_PREFIX),
+            f"supported: {SUPPORTED_PREFIX}x" + ("" if found else "; LeRobot backends unavailable"),
+            required=found is not None,
+        )
+    ]
     if found is None:
         return rows
     try:  # not a function: a dataclass field whose type draccus reads at parse time
@@ -494,8 +532,13 @@ def checks() -> list[Check]:
 
         hints = typing.get_type_hints(TrainPipelineConfig)
         ok = "dataset" in hints and "dataset" in TrainPipelineConfig.__dataclass_fields__
-        rows.append(Check("LeRobot patch point lerobot.configs.train.TrainPipelineConfig.dataset", ok,
-                          f"typed {hints.get('dataset')!r}" if ok else "no 'dataset' field"))
+        rows.append(
+            Check(
+                "LeRobot patch point lerobot.configs.train.TrainPipelineConfig.dataset",
+                ok,
+                f"typed {hints.get('dataset')!r}" if ok else "no 'dataset' field",
+            )
+        )
     except ImportError as exc:
         rows.append(Check("LeRobot patch point lerobot.configs.train.TrainPipelineConfig", False, str(exc)))
     rows += checks_module.patch_point_checks("LeRobot", PATCHED, ORIGINALS, _MARK)
@@ -505,20 +548,38 @@ def checks() -> list[Check]:
         source = inspect.getsource(DatasetReader)
         for attr in READER_ATTRS:
             ok = f"self.{attr} =" in source or f"self.{attr}:" in source
-            rows.append(Check(f"LeRobot private read DatasetReader.{attr}", ok, "decides what an item is"
-                         + ("" if ok else ": gone, items cannot be reproduced")))
+            rows.append(
+                Check(
+                    f"LeRobot private read DatasetReader.{attr}",
+                    ok,
+                    "decides what an item is" + ("" if ok else ": gone, items cannot be reproduced"),
+                )
+            )
         ok = hasattr(DatasetReader, "_check_cached_episodes_sufficient")
-        rows.append(Check("LeRobot private method DatasetReader._check_cached_episodes_sufficient", ok,
-                          "a backend reading a remote source replaces it while LeRobot loads the tables",
-                          required=False))
+        rows.append(
+            Check(
+                "LeRobot private method DatasetReader._check_cached_episodes_sufficient",
+                ok,
+                "a backend reading a remote source replaces it while LeRobot loads the tables",
+                required=False,
+            )
+        )
         ok = hasattr(DatasetReader, "_query_videos")
-        rows.append(Check("LeRobot private read DatasetReader._query_videos", ok, "benchmark's decode split only",
-                          required=False))
+        rows.append(
+            Check(
+                "LeRobot private read DatasetReader._query_videos", ok, "benchmark's decode split only", required=False
+            )
+        )
         from lerobot.datasets import EpisodeAwareSampler
 
         public = all(hasattr(EpisodeAwareSampler, a) for a in ("indices", "state_dict", "load_state_dict"))
-        rows.append(Check("LeRobot EpisodeAwareSampler.indices/state_dict", public,
-                     "what a pipeline-served backend serves per pass, and where --resume continues"))
+        rows.append(
+            Check(
+                "LeRobot EpisodeAwareSampler.indices/state_dict",
+                public,
+                "what a pipeline-served backend serves per pass, and where --resume continues",
+            )
+        )
     except (ImportError, OSError) as exc:
         rows.append(Check("LeRobot DatasetReader", False, str(exc)))
     return rows + _hf_checks()

@@ -10,6 +10,7 @@ appear in ``--help`` and get saved in ``train_config.json`` (so ``--resume`` wor
 Every bad backend name or option (name or value) fails here, at parsing, before LeRobot reads any data: the
 choice is resolved once (``core.registry.choose_backend``) and reused when the dataset is built.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ from robo_loaders_plugin.core.spec import DEFAULT_BACKEND
 @dataclass
 class BackendDatasetConfig(DatasetConfig):
     """LeRobot's dataset options plus --dataset.backend and --dataset.backend_kwargs (robo-loaders-plugin)."""
+
     # Dataset backend from robo-loaders-plugin ('robo-loaders list'); "native" = LeRobot's own LeRobotDataset.
     backend: str = DEFAULT_BACKEND
     # Backend options as a JSON object (double quotes), e.g. --dataset.backend_kwargs='{"codec": "zstd"}';

@@ -7,6 +7,7 @@ its tabular columns (in the dtypes LeRobot serves them) as ``.npy`` members and 
 ``dataset.json`` carries ``meta/info.json``, ``meta/stats.json``, the task strings, the episode table and the
 source's fingerprint.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -15,12 +16,11 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from robo_loaders_plugin.core.registry import streaming_backends
-from robo_loaders_plugin.storage.shards.disk_estimate import check_conversion_disk
 from robo_loaders_plugin.sources.lerobot_v3 import LeRobotEpisodes, LeRobotV3
 from robo_loaders_plugin.storage.codec import FrameCodec, use_single_thread
 from robo_loaders_plugin.storage.fingerprint import Fingerprint
-from robo_loaders_plugin.storage.shards import executors, manifest
-from robo_loaders_plugin.storage.shards import DEFAULT_SHARD_BYTES, ShardReader, verify_dir
+from robo_loaders_plugin.storage.shards import DEFAULT_SHARD_BYTES, ShardReader, executors, manifest, verify_dir
+from robo_loaders_plugin.storage.shards.disk_estimate import check_conversion_disk
 from robo_loaders_plugin.storage.shards.format import check_output_dir
 
 DEFAULT_TOLERANCE_S = 1e-4  # TrainPipelineConfig.tolerance_s
@@ -48,8 +48,15 @@ def _metadata(episodes: LeRobotEpisodes, repo_id: str | None) -> dict:
         "columns": episodes.columns,
         "video_keys": src.video_keys,
         "image_keys": src.image_keys,
-        "episodes": [{"episode_index": ep, "name": f"episode_{ep}", "length": e - s,
-                      "dataset_from_index": int(src.episodes[ep]["dataset_from_index"])} for ep, s, e in episodes.runs],
+        "episodes": [
+            {
+                "episode_index": ep,
+                "name": f"episode_{ep}",
+                "length": e - s,
+                "dataset_from_index": int(src.episodes[ep]["dataset_from_index"]),
+            }
+            for ep, s, e in episodes.runs
+        ],
         "tolerance_s": episodes.tolerance_s,
         "decoder": "torchcodec",
     }
@@ -62,11 +69,21 @@ def _worker(args):
     return manifest.work(out_dir, FrameCodec(**codec_dict), _record_reader(episodes), lease_s)
 
 
-def convert_lerobot(root, out_dir: str, *, repo_id: str | None = None, num_workers: int = 1,
-                    shard_bytes: int = DEFAULT_SHARD_BYTES, codec: FrameCodec | None = None,
-                    tolerance_s: float = DEFAULT_TOLERANCE_S, lease_s: float = 3600.0, progress: bool = True,
-                    fingerprint: Fingerprint | None = None, executor: str = "local",
-                    executor_options: Mapping | None = None) -> dict:
+def convert_lerobot(
+    root,
+    out_dir: str,
+    *,
+    repo_id: str | None = None,
+    num_workers: int = 1,
+    shard_bytes: int = DEFAULT_SHARD_BYTES,
+    codec: FrameCodec | None = None,
+    tolerance_s: float = DEFAULT_TOLERANCE_S,
+    lease_s: float = 3600.0,
+    progress: bool = True,
+    fingerprint: Fingerprint | None = None,
+    executor: str = "local",
+    executor_options: Mapping | None = None,
+) -> dict:
     """Convert a LeRobot v3 dataset into robo-shards in ``out_dir``: every camera frame decoded once (as
     ``LeRobotDataset`` decodes it) and stored losslessly, one record per episode. The disk is checked against the
     estimated output before any frame is read; re-running with the same source and settings resumes an
@@ -103,10 +120,16 @@ def convert_lerobot(root, out_dir: str, *, repo_id: str | None = None, num_worke
     source = LeRobotV3(root)
     check_output_dir(out_dir)
     # the output must fit the disk: estimated from meta/info.json and the episode lengths before any frame is read
-    check_conversion_disk(source.data_size(), out_dir, video=False, command="robo-loaders convert lerobot",
-                          alternatives=["--codec zstd (smaller, slower to decode)",
-                                        f"backend {streaming_backends('lerobot')} (trains from the videos, writes "
-                                        "nothing)"])
+    check_conversion_disk(
+        source.data_size(),
+        out_dir,
+        video=False,
+        command="robo-loaders convert lerobot",
+        alternatives=[
+            "--codec zstd (smaller, slower to decode)",
+            f"backend {streaming_backends('lerobot')} (trains from the videos, writes nothing)",
+        ],
+    )
     fp = fingerprint or source.fingerprint()
     episodes = LeRobotEpisodes(source, tolerance_s)
     meta = _metadata(episodes, repo_id)
@@ -114,21 +137,38 @@ def convert_lerobot(root, out_dir: str, *, repo_id: str | None = None, num_worke
     sizes = {f"episode_{ep}": episodes.frame_bytes(ep) for ep, _, _ in episodes.runs}
     # decoded frames compress 3-10x; plan units on 4x the target shard size of raw frame bytes
     per_unit = manifest.unit_bytes(sum(sizes.values()), 4 * shard_bytes, num_workers)
-    manifest.plan(out_dir, {"content": fp.content, "tolerance_s": tolerance_s},
-                  manifest.units_by_size(names, sizes, per_unit),
-                  {"codec": codec.as_dict(), "shard_bytes": shard_bytes})
+    manifest.plan(
+        out_dir,
+        {"content": fp.content, "tolerance_s": tolerance_s},
+        manifest.units_by_size(names, sizes, per_unit),
+        {"codec": codec.as_dict(), "shard_bytes": shard_bytes},
+    )
     args = (str(source.root), tolerance_s, out_dir, codec.as_dict(), lease_s)
     # in this process, convert with the episodes already read above instead of reading the tables again (datatrove
     # runs its tasks in other processes, or pickles them for Slurm: they need the module-level worker)
     in_process = num_workers <= 1 and executor == "local"
     worker = _worker if not in_process else lambda _: manifest.work(out_dir, codec, _record_reader(episodes), lease_s)
-    res = executors.execute(executor, out_dir, worker, args, num_workers, codec, meta,
-                            {"path": fp.path, "fingerprint": fp.as_dict()}, f"convert {source.root.name}", progress,
-                            **dict(executor_options or {}))
+    res = executors.execute(
+        executor,
+        out_dir,
+        worker,
+        args,
+        num_workers,
+        codec,
+        meta,
+        {"path": fp.path, "fingerprint": fp.as_dict()},
+        f"convert {source.root.name}",
+        progress,
+        **dict(executor_options or {}),
+    )
     if isinstance(res, executors.Submitted):
         return {**res.as_dict(), "source_bytes": sum(f[1] for f in fp.files), "frame_bytes": sum(sizes.values())}
-    return {"episodes": res.episodes, "shards": res.shards, "source_bytes": sum(f[1] for f in fp.files),
-            "frame_bytes": sum(sizes.values())}
+    return {
+        "episodes": res.episodes,
+        "shards": res.shards,
+        "source_bytes": sum(f[1] for f in fp.files),
+        "frame_bytes": sum(sizes.values()),
+    }
 
 
 def verify_lerobot(out_dir: str, root, tolerance_s: float | None = None) -> list[str]:
@@ -154,8 +194,10 @@ def verify_lerobot(out_dir: str, root, tolerance_s: float | None = None) -> list
     episodes = LeRobotEpisodes(LeRobotV3(root), tolerance)
     expected = [f"episode_{ep}" for ep, _, _ in episodes.runs]
     if [e["name"] for e in reader.episodes] != expected:
-        return [f"{out_dir}: holds episodes {[e['name'] for e in reader.episodes][:5]}..., {root} has "
-                f"{expected[:5]}... ({len(reader.episodes)} vs {len(expected)})"]
+        return [
+            f"{out_dir}: holds episodes {[e['name'] for e in reader.episodes][:5]}..., {root} has "
+            f"{expected[:5]}... ({len(reader.episodes)} vs {len(expected)})"
+        ]
     read = _record_reader(episodes)
     for i, name in enumerate(tqdm(expected, desc="verify", unit="episode", mininterval=0.5)):
         _, fields = reader.read_episode(i)

@@ -8,6 +8,7 @@ The object is picklable (LeRobot 0.6.1 starts DataLoader workers with ``spawn``)
 (a store path, or shard locations), small arrays and the native dataset it mirrors (whose HF table pickles by
 file).
 """
+
 from __future__ import annotations
 
 import os
@@ -55,10 +56,21 @@ class LeRobotSamples(IndexedDataset):
         **kwargs: ``serving`` (``core.iteration.Serving``) and, for subclasses, their bases' arguments.
     """
 
-    def __init__(self, native, frames: FrameSource, runs: list[tuple[int, int, int]], columns: list[str],
-                 video_keys: list[str], image_keys: list[str], backend_name: str, location: str = "",
-                 delta_steps: dict | None = None, modes: dict | None = None,
-                 units: list[tuple[int, int, int]] | None = None, **kwargs):
+    def __init__(
+        self,
+        native,
+        frames: FrameSource,
+        runs: list[tuple[int, int, int]],
+        columns: list[str],
+        video_keys: list[str],
+        image_keys: list[str],
+        backend_name: str,
+        location: str = "",
+        delta_steps: dict | None = None,
+        modes: dict | None = None,
+        units: list[tuple[int, int, int]] | None = None,
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         self.location = location
         settings = reader_settings(native)
@@ -74,17 +86,26 @@ class LeRobotSamples(IndexedDataset):
         run_episode = np.fromiter((ep for ep, _, _ in runs), dtype=np.int64, count=len(runs))
         run_rows = rules.RowMap(np.fromiter((e - s for _, s, e in runs), dtype=np.int64, count=len(runs)))
         # the frame source's units: the runs, or parts of them in the same row order (frames.chunks)
-        self.rowmap = run_rows if units is None else rules.RowMap(
-            np.fromiter((e - s for _, s, e in units), dtype=np.int64, count=len(units)))
+        self.rowmap = (
+            run_rows
+            if units is None
+            else rules.RowMap(np.fromiter((e - s for _, s, e in units), dtype=np.int64, count=len(units)))
+        )
         self._runs = runs
         first, last = episode_bounds(self.meta, run_episode)
-        self.windows = rules.DeltaWindows.of_runs(run_rows, first, first, last,
-                                                  settings.delta_indices if delta_steps is None else delta_steps)
+        self.windows = rules.DeltaWindows.of_runs(
+            run_rows, first, first, last, settings.delta_indices if delta_steps is None else delta_steps
+        )
         self.layout = rules.ItemLayout(
-            columns=list(columns), video_keys=list(video_keys), image_keys=list(image_keys),
+            columns=list(columns),
+            video_keys=list(video_keys),
+            image_keys=list(image_keys),
             camera_keys=[k for k in self.meta.camera_keys if k not in self.meta.depth_keys],
-            tasks=[str(t) for t in self.meta.tasks.index], return_uint8=settings.return_uint8,
-            image_transforms=settings.image_transforms, modes=modes)
+            tasks=[str(t) for t in self.meta.tasks.index],
+            return_uint8=settings.return_uint8,
+            image_transforms=settings.image_transforms,
+            modes=modes,
+        )
         self.image_transforms = settings.image_transforms
         self.delta_indices = settings.delta_indices
         self.return_uint8 = settings.return_uint8
@@ -146,8 +167,10 @@ class LeRobotSamples(IndexedDataset):
         return list(self.layout.video_keys)
 
     def __repr__(self):
-        return (f"{type(self).__name__}(backend={self.backend_name}, repo_id={self.repo_id!r}, "
-                f"episodes={self.num_episodes}, frames={self.num_frames}, data={self.location})")
+        return (
+            f"{type(self).__name__}(backend={self.backend_name}, repo_id={self.repo_id!r}, "
+            f"episodes={self.num_episodes}, frames={self.num_frames}, data={self.location})"
+        )
 
     # -- items --------------------------------------------------------------------------------------------------
     def _check(self, indices) -> np.ndarray:
@@ -206,8 +229,10 @@ def episode_bounds(meta, episodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         (first absolute index, end absolute index) of each episode.
     """
     table = meta.episodes
-    return (np.asarray(table["dataset_from_index"], dtype=np.int64)[episodes],
-            np.asarray(table["dataset_to_index"], dtype=np.int64)[episodes])
+    return (
+        np.asarray(table["dataset_from_index"], dtype=np.int64)[episodes],
+        np.asarray(table["dataset_to_index"], dtype=np.int64)[episodes],
+    )
 
 
 def check_supported(native) -> None:
@@ -224,15 +249,19 @@ def check_supported(native) -> None:
     settings = reader_settings(native)
     meta = native.meta
     if meta.video_keys and settings.video_backend != "torchcodec":
-        raise SourceError(f"robo-loaders decodes video with torchcodec, as LeRobot does by default; this dataset "
-                          f"uses video_backend={settings.video_backend!r}, whose frames can differ. Use "
-                          "--dataset.video_backend=torchcodec or --dataset.backend=native")
+        raise SourceError(
+            f"robo-loaders decodes video with torchcodec, as LeRobot does by default; this dataset "
+            f"uses video_backend={settings.video_backend!r}, whose frames can differ. Use "
+            "--dataset.video_backend=torchcodec or --dataset.backend=native"
+        )
     if meta.depth_keys:
-        raise SourceError(f"depth features {meta.depth_keys} are not supported by robo-loaders yet; use "
-                          "--dataset.backend=native")
+        raise SourceError(
+            f"depth features {meta.depth_keys} are not supported by robo-loaders yet; use --dataset.backend=native"
+        )
     if meta.has_language_columns:
-        raise SourceError("datasets with language columns are not supported by robo-loaders yet; use "
-                          "--dataset.backend=native")
+        raise SourceError(
+            "datasets with language columns are not supported by robo-loaders yet; use --dataset.backend=native"
+        )
 
 
 def check_meta_match(native, source) -> None:
@@ -259,28 +288,37 @@ def check_meta_match(native, source) -> None:
     """
     meta = native.meta
     info_file = f"{source.url}/meta/info.json"
-    changed_since = ("LeRobot read {} when its dataset object was built and it changed since: build the dataset "
-                     "again (run again) so that both read the same file")
+    changed_since = (
+        "LeRobot read {} when its dataset object was built and it changed since: build the dataset "
+        "again (run again) so that both read the same file"
+    )
     theirs = [("fps", meta.fps), ("video_path", meta.video_path), ("features", list(meta.features))]
-    mine = [("fps", source.info.get("fps")), ("video_path", source.info.get("video_path")),
-            ("features", list(source.features))]
+    mine = [
+        ("fps", source.info.get("fps")),
+        ("video_path", source.info.get("video_path")),
+        ("features", list(source.features)),
+    ]
     for key, ft in meta.features.items():
         theirs.append((f"features[{key!r}] dtype and shape", (ft.get("dtype"), _shape(ft.get("shape")))))
         other = source.features.get(key) or {}
         mine.append((f"features[{key!r}] dtype and shape", (other.get("dtype"), _shape(other.get("shape")))))
     for (what, a), (_, b) in zip(mine, theirs):
         if a != b:
-            raise SourceError(f"{info_file}: {what} is {a!r} there, {b!r} in LeRobot's dataset object; "
-                              + changed_since.format("meta/info.json"))
+            raise SourceError(
+                f"{info_file}: {what} is {a!r} there, {b!r} in LeRobot's dataset object; "
+                + changed_since.format("meta/info.json")
+            )
 
     table = meta.episodes
     cache_dirs = sorted({os.path.dirname(f) for f in hf_cache_files(table)})
     if cache_dirs:
         held = f"LeRobot's dataset object, read from its datasets cache ({', '.join(cache_dirs)})"
-        refresh = ("LeRobot's datasets cache is keyed by the files' mtimes, so a file changed with its mtime kept "
-                   "(cp -p, rsync -t, an edit with the mtime restored) leaves it serving the old values: delete "
-                   f"{' and '.join(cache_dirs)} (or point HF_DATASETS_CACHE at an empty directory) so that LeRobot "
-                   "reads the files again, then run again")
+        refresh = (
+            "LeRobot's datasets cache is keyed by the files' mtimes, so a file changed with its mtime kept "
+            "(cp -p, rsync -t, an edit with the mtime restored) leaves it serving the old values: delete "
+            f"{' and '.join(cache_dirs)} (or point HF_DATASETS_CACHE at an empty directory) so that LeRobot "
+            "reads the files again, then run again"
+        )
     else:
         held = "LeRobot's dataset object (held in memory)"
         refresh = changed_since.format("meta/episodes")
@@ -292,14 +330,17 @@ def check_meta_match(native, source) -> None:
     if mine.num_rows != n:
         raise SourceError(f"{where}: {mine.num_rows} episodes there, {n} in {held}; {refresh}")
     columns = ["episode_index", "length", "dataset_from_index", "dataset_to_index"] + [
-        f"videos/{k}/{c}" for k in source.video_keys for c in ("chunk_index", "file_index", "from_timestamp")]
+        f"videos/{k}/{c}" for k in source.video_keys for c in ("chunk_index", "file_index", "from_timestamp")
+    ]
     for name in columns:
         a = _column(mine, name)
         b = _column(theirs, name)
         if a is None or b is None:
             if a is not None or b is not None:
-                raise SourceError(f"{where}: column {name!r} is {'a number' if a is not None else 'missing'} there, "
-                                  f"{'a number' if b is not None else 'missing'} in {held}; {refresh}")
+                raise SourceError(
+                    f"{where}: column {name!r} is {'a number' if a is not None else 'missing'} there, "
+                    f"{'a number' if b is not None else 'missing'} in {held}; {refresh}"
+                )
             continue
         same = (a == b) | ((a != a) & (b != b)) if a.dtype.kind == "f" or b.dtype.kind == "f" else a == b
         if not same.all():
@@ -309,8 +350,10 @@ def check_meta_match(native, source) -> None:
             path = files[int(np.searchsorted(ends, r, side="right"))][0]
             episode = _column(mine, "episode_index")
             ep = f"episode {int(episode[r])}" if episode is not None else f"row {r}"
-            raise SourceError(f"{path}: {ep}'s {name} is {a[r].item()!r} there, {b[r].item()!r} in {held} "
-                              f"({len(differs)} of {n} episodes differ in it); {refresh}")
+            raise SourceError(
+                f"{path}: {ep}'s {name} is {a[r].item()!r} there, {b[r].item()!r} in {held} "
+                f"({len(differs)} of {n} episodes differ in it); {refresh}"
+            )
 
 
 def _shape(shape):
@@ -326,8 +369,9 @@ def _column(table, name: str) -> np.ndarray | None:
     return arr if arr.dtype.kind in "biuf" else None
 
 
-def check_rows_match(native, columns: list[str], index_column: np.ndarray, served: dict,
-                     read_from: str | None = None) -> None:
+def check_rows_match(
+    native, columns: list[str], index_column: np.ndarray, served: dict, read_from: str | None = None
+) -> None:
     """The rows a backend serves are the native dataset's rows, in its order, with LeRobot's values: every tabular
     column's dtype and shape against LeRobot's first row, and **every value** of every served tabular column against
     what LeRobot's dataset object holds (``native.hf_dataset``'s Arrow table), compared as a SHA-256 of each
@@ -359,13 +403,18 @@ def check_rows_match(native, columns: list[str], index_column: np.ndarray, serve
         raise SourceError(f"{native.root}: columns {list(columns)} differ from LeRobot's {native_columns}")
     native_index = np.asarray(hf_column(hf, "index").to_numpy(zero_copy_only=False))
     if not np.array_equal(native_index, index_column):
-        raise SourceError(f"{native.root}: the rows robo-loaders reads are not LeRobotDataset's rows (index column "
-                          "differs); please report this dataset layout")
+        raise SourceError(
+            f"{native.root}: the rows robo-loaders reads are not LeRobotDataset's rows (index column "
+            "differs); please report this dataset layout"
+        )
     ref = hf[0]
     mine_from = read_from or f"the data parquet files under {native.root}/data"
     cache_files = sorted({os.path.dirname(f) for f in hf_cache_files(hf)})
-    theirs_from = (f"LeRobot's dataset object, read from its datasets cache ({', '.join(cache_files)})" if cache_files
-                   else "LeRobot's dataset object (held in memory)")
+    theirs_from = (
+        f"LeRobot's dataset object, read from its datasets cache ({', '.join(cache_files)})"
+        if cache_files
+        else "LeRobot's dataset object (held in memory)"
+    )
 
     def digest(a: np.ndarray) -> str:
         return hashlib.sha256(np.ascontiguousarray(a).view(np.uint8).reshape(-1)).hexdigest()
@@ -376,17 +425,25 @@ def check_rows_match(native, columns: list[str], index_column: np.ndarray, serve
         values = np.asarray(values)
         mine = torch.from_numpy(np.array(values[0]))
         if mine.dtype != ref[name].dtype or mine.shape != ref[name].shape:
-            raise SourceError(f"{native.root}: column {name!r}: LeRobot serves {ref[name].dtype} of shape "
-                              f"{tuple(ref[name].shape)}, robo-loaders read {mine.dtype} of shape {tuple(mine.shape)}; "
-                              "please report this dataset layout")
+            raise SourceError(
+                f"{native.root}: column {name!r}: LeRobot serves {ref[name].dtype} of shape "
+                f"{tuple(ref[name].shape)}, robo-loaders read {mine.dtype} of shape {tuple(mine.shape)}; "
+                "please report this dataset layout"
+            )
         theirs = _as_served(hf_column(hf, name), values.dtype, values.shape)
         if theirs is None:
-            raise SourceError(f"{native.root}: column {name!r}: {theirs_from} does not hold {values.shape} values "
-                              f"of it as {mine_from} do; please report this dataset layout")
+            raise SourceError(
+                f"{native.root}: column {name!r}: {theirs_from} does not hold {values.shape} values "
+                f"of it as {mine_from} do; please report this dataset layout"
+            )
         if digest(values) != digest(theirs):
             n = len(values)
-            differs = np.flatnonzero((np.ascontiguousarray(values).reshape(n, -1).view(np.uint8) !=
-                                      np.ascontiguousarray(theirs).reshape(n, -1).view(np.uint8)).any(axis=1))
+            differs = np.flatnonzero(
+                (
+                    np.ascontiguousarray(values).reshape(n, -1).view(np.uint8)
+                    != np.ascontiguousarray(theirs).reshape(n, -1).view(np.uint8)
+                ).any(axis=1)
+            )
             r = int(differs[0])
             raise SourceError(
                 f"{native.root}: column {name!r} differs at {len(differs)} of {n} rows (first: row {r}, index "
@@ -394,14 +451,16 @@ def check_rows_match(native, columns: list[str], index_column: np.ndarray, serve
                 "LeRobot's datasets cache is keyed by the files' mtimes, so a data file changed with its mtime kept "
                 "(cp -p, rsync -t, an edit with the mtime restored) leaves it serving the old values: delete "
                 f"{' and '.join(cache_files) or 'the cache'} (or point HF_DATASETS_CACHE at an empty directory) so "
-                "that LeRobot reads the files again, then run again")
+                "that LeRobot reads the files again, then run again"
+            )
 
 
 def _shown(row: np.ndarray) -> str:
     """A row's values for a one-line message: numpy's printout (at most 3 values each end of a long row) with its
     line breaks and the padding that aligned them removed (it breaks lines past 75 characters)."""
-    text = np.array2string(np.asarray(row), threshold=8, edgeitems=3, precision=6, separator=", ",
-                           max_line_width=1 << 30)
+    text = np.array2string(
+        np.asarray(row), threshold=8, edgeitems=3, precision=6, separator=", ", max_line_width=1 << 30
+    )
     return " ".join(text.split()).replace("[ ", "[").replace(" ,", ",").replace(" ]", "]")
 
 
@@ -413,8 +472,11 @@ def _as_served(col, dtype: np.dtype, shape: tuple) -> np.ndarray | None:
 
     try:
         values = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-        while pa.types.is_list(values.type) or pa.types.is_large_list(values.type) or \
-                pa.types.is_fixed_size_list(values.type):
+        while (
+            pa.types.is_list(values.type)
+            or pa.types.is_large_list(values.type)
+            or pa.types.is_fixed_size_list(values.type)
+        ):
             values = pc.list_flatten(values)
         arr = np.asarray(values.to_numpy(zero_copy_only=False))
         if arr.size != int(np.prod(shape, dtype=np.int64)) or arr.dtype.hasobject:

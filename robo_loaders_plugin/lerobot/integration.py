@@ -1,4 +1,5 @@
 """LeRobot-facing entry points: what the patches install (``lerobot.compat``), usable directly as a library too."""
+
 from __future__ import annotations
 
 import contextlib
@@ -46,8 +47,9 @@ def backend_choice(dataset_cfg) -> BackendChoice:
     if isinstance(kwargs, str):
         kwargs = parse_backend_kwargs(kwargs, OPTIONS_FLAG)
     if not isinstance(kwargs, dict):
-        raise RoboLoadersError(f"{OPTIONS_FLAG} must be a JSON object, e.g. '{{\"codec\": \"zstd\"}}', got "
-                               f"{type(kwargs).__name__}")
+        raise RoboLoadersError(
+            f'{OPTIONS_FLAG} must be a JSON object, e.g. \'{{"codec": "zstd"}}\', got {type(kwargs).__name__}'
+        )
     return choose_backend("lerobot", name, kwargs, name_where=NAME_FLAG, options_where=OPTIONS_FLAG)
 
 
@@ -69,8 +71,10 @@ def convert(dataset, cfg):
     if choice.name == DEFAULT_BACKEND or dataset is None:
         return dataset
     if getattr(cfg.dataset, "streaming", False):
-        raise RoboLoadersError(f"--dataset.backend={choice.name} replaces LeRobot's map-style dataset; it cannot be "
-                               "combined with --dataset.streaming=true")
+        raise RoboLoadersError(
+            f"--dataset.backend={choice.name} replaces LeRobot's map-style dataset; it cannot be "
+            "combined with --dataset.streaming=true"
+        )
     return build_dataset(dataset, choice, repo_id=cfg.dataset.repo_id, seed=getattr(cfg, "seed", None))
 
 
@@ -96,8 +100,7 @@ def build_dataset(native, choice: BackendChoice, repo_id: str | None = None, see
     choice.check_device()
     out = choice.build(native)
     iteration.record_built(out, choice, seed=seed)
-    logger.info(f"lerobot data backend: {choice.name} [{repo_id or native.repo_id}] "
-                f"{iteration.summary_of(out)}")
+    logger.info(f"lerobot data backend: {choice.name} [{repo_id or native.repo_id}] {iteration.summary_of(out)}")
     return out
 
 
@@ -215,15 +218,24 @@ def sampling_plan(dataloader, built: iteration.Built | None = None) -> iteration
         items = compat.sampler_indices(sampler)
         state, seed, shuffle = sampler.state_dict(), int(sampler.seed), bool(sampler.shuffle)
     except AttributeError:
-        raise RoboLoadersError(f"this backend expects lerobot-train's EpisodeAwareSampler, found "
-                               f"{type(sampler).__name__}; this LeRobot version is not supported") from None
+        raise RoboLoadersError(
+            f"this backend expects lerobot-train's EpisodeAwareSampler, found "
+            f"{type(sampler).__name__}; this LeRobot version is not supported"
+        ) from None
     batch_size = int(batch_sampler.batch_size)
     return iteration.SamplingPlan(
-        batch_size=batch_size, drop_last=bool(batch_sampler.drop_last), shuffle=shuffle, seed=seed,
-        num_workers=max(1, int(dataloader.num_workers)), items=items, start_epoch=int(state["epoch"]),
+        batch_size=batch_size,
+        drop_last=bool(batch_sampler.drop_last),
+        shuffle=shuffle,
+        seed=seed,
+        num_workers=max(1, int(dataloader.num_workers)),
+        items=items,
+        start_epoch=int(state["epoch"]),
         start_batch=int(state["start_index"]) // (batch_size * split.world_size),
         pin_memory=bool(getattr(dataloader, "pin_memory", False)) and torch.cuda.is_available(),
-        rank=split.rank, world_size=split.world_size)
+        rank=split.rank,
+        world_size=split.world_size,
+    )
 
 
 def cycle(dataloader):
@@ -248,8 +260,10 @@ def cycle(dataloader):
     if isinstance(source, iteration.BatchSource):
         logger.info(f"{built.choice.name}: lerobot-train's batches come from {source.describe()}")
     elif isinstance(source, iteration.SamplerBatches):
-        logger.info(f"{built.choice.name}: lerobot-train's batches are built in the training process "
-                    f"({plural(source.num_threads, 'thread')}) over its sampler's order")
+        logger.info(
+            f"{built.choice.name}: lerobot-train's batches are built in the training process "
+            f"({plural(source.num_threads, 'thread')}) over its sampler's order"
+        )
     return iteration.batch_stream(dataloader, source, compat.native_cycle)
 
 
@@ -272,10 +286,16 @@ def check_same_setup(dataloader, built: iteration.Built) -> None:
     sampler = getattr(getattr(dataloader, "batch_sampler", None), "sampler", None)
     split = compat.rank_split(dataloader)
     seed = getattr(getattr(split.batch_sampler, "sampler", sampler), "seed", None)
-    check_ranks_agree(lambda: {"--seed (the sampler's)": seed, "--dataset.backend": built.choice.name,
-                               "--dataset.backend_kwargs": built.choice.options.shared(), "frames": len(dataset),
-                               "source (file sizes)": source_identity(str(dataset.root))},
-                      f"LeRobot data backend {built.choice.name}")
+    check_ranks_agree(
+        lambda: {
+            "--seed (the sampler's)": seed,
+            "--dataset.backend": built.choice.name,
+            "--dataset.backend_kwargs": built.choice.options.shared(),
+            "frames": len(dataset),
+            "source (file sizes)": source_identity(str(dataset.root)),
+        },
+        f"LeRobot data backend {built.choice.name}",
+    )
 
 
 def _options_text(argv: list[str]) -> tuple[int, str, str] | None:
@@ -287,7 +307,7 @@ def _options_text(argv: list[str]) -> tuple[int, str, str] | None:
         if arg == OPTIONS_FLAG and i + 1 < len(argv):
             found = (i + 1, "", argv[i + 1])
         elif arg.startswith(OPTIONS_FLAG + "="):
-            found = (i, OPTIONS_FLAG + "=", arg[len(OPTIONS_FLAG) + 1:])
+            found = (i, OPTIONS_FLAG + "=", arg[len(OPTIONS_FLAG) + 1 :])
     return found
 
 

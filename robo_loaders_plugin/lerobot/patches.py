@@ -1,6 +1,7 @@
 """Which adapter function each LeRobot patch point gets (the mechanics, and every private read, are in
 ``lerobot.compat``). The start-up import hook (``_autopatch``) calls these with LeRobot's freshly imported
 modules; :func:`apply_all` patches them on demand (``--dataset.discover_packages_path=robo_loaders_plugin``)."""
+
 from __future__ import annotations
 
 import sys
@@ -27,8 +28,10 @@ def patch_factory(module) -> None:
     """
     from robo_loaders_plugin.lerobot import integration
 
-    compat.patch_factory(module, {"make_dataset": integration.make_dataset,
-                                  "make_train_eval_datasets": integration.make_train_eval_datasets})
+    compat.patch_factory(
+        module,
+        {"make_dataset": integration.make_dataset, "make_train_eval_datasets": integration.make_train_eval_datasets},
+    )
 
 
 def patch_train_script(module) -> None:

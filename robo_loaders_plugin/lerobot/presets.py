@@ -1,4 +1,5 @@
 """``delta_timestamps`` shaped like the policies people train (used by tests and ``bench lerobot``)."""
+
 from __future__ import annotations
 
 PRESETS = ("none", "act", "diffusion")

@@ -4,6 +4,7 @@ Framework-neutral: it is given the items of a pass grouped by episode and a ``co
 batch in the framework's layout; both adapters use it. Threads (not processes): assembly decompresses with the GIL
 released and the batch stays in the training process, so nothing is copied through shared memory.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -120,9 +121,18 @@ class BufferUse:
     note: str = ""
 
 
-def fit_to_cache(make_plan: Callable[[int], np.ndarray], *, capacity: int, episodes: int, shuffle_buffer: int,
-                 shuffle_given: bool, batch_size: int, threads: int, decode_threads: int,
-                 option_prefix: str = "") -> BufferUse:
+def fit_to_cache(
+    make_plan: Callable[[int], np.ndarray],
+    *,
+    capacity: int,
+    episodes: int,
+    shuffle_buffer: int,
+    shuffle_given: bool,
+    batch_size: int,
+    threads: int,
+    decode_threads: int,
+    option_prefix: str = "",
+) -> BufferUse:
     """Fit a pass to its episode cache: the open episodes, those entering while ``threads`` assemble batches, and
     the ones loaded ahead must all be held, or episodes in use are evicted and loaded again.
 
@@ -157,14 +167,18 @@ def fit_to_cache(make_plan: Callable[[int], np.ndarray], *, capacity: int, episo
         shuffle = max(1, capacity - entering)
         entering = entering_at_once(make_plan(shuffle), batch_size, window)
     if shuffle != shuffle_buffer:
-        note = (f"shuffle buffer {shuffle} units (not {shuffle_buffer}): the cache holds {capacity}, and up to "
-                f"{entering} enter while {window} batches of {batch_size} are assembled")
+        note = (
+            f"shuffle buffer {shuffle} units (not {shuffle_buffer}): the cache holds {capacity}, and up to "
+            f"{entering} enter while {window} batches of {batch_size} are assembled"
+        )
     if shuffle + entering > capacity:
         want = shuffle + entering
-        logger.warning(f"warning: the episode cache holds {capacity} units but a pass keeps up to {want} in use "
-                       f"(shuffle buffer {shuffle} + {entering} entering while {window} batches of {batch_size} are "
-                       f"assembled): units will be loaded more than once. Give {option_prefix}.cache_memory room "
-                       f"for {want} units, or set a smaller {option_prefix}.shuffle_buffer or batch size")
+        logger.warning(
+            f"warning: the episode cache holds {capacity} units but a pass keeps up to {want} in use "
+            f"(shuffle buffer {shuffle} + {entering} entering while {window} batches of {batch_size} are "
+            f"assembled): units will be loaded more than once. Give {option_prefix}.cache_memory room "
+            f"for {want} units, or set a smaller {option_prefix}.shuffle_buffer or batch size"
+        )
     room = decode_room(capacity, shuffle, decode_threads, entering) if decode_threads else 0
     return BufferUse(shuffle, entering, room, note)
 
@@ -226,12 +240,12 @@ class DecodeAhead:
             newest = max((self.rank.get(int(e), -1) for e in np.unique(episodes)), default=-1)
             want = newest + 1 + self.ahead
             stop = min(len(self.order), want)
-            todo, self.submitted = self.order[self.submitted:stop].tolist(), max(self.submitted, stop)
+            todo, self.submitted = self.order[self.submitted : stop].tolist(), max(self.submitted, stop)
             if want > len(self.order) and self.upcoming is not None:
                 if self._next_order is None:  # once per pass
                     self._next_order = _entry_order(self.upcoming())
                 stop = min(len(self._next_order), want - len(self.order))
-                todo += self._next_order[self._next_submitted:stop].tolist()
+                todo += self._next_order[self._next_submitted : stop].tolist()
                 self._next_submitted = max(self._next_submitted, stop)
         for e in todo:
             self.pool.submit(self.load, e)
@@ -276,16 +290,37 @@ class PipelineBatches(BatchSource):
         release: ``release(episode)`` once a pass has served an episode's last item (``LoadOnceLRU.release`` of an
             episode cache smaller than the dataset), or ``None``.
     """
-    def __init__(self, groups: ItemGroups, collate: Callable[[np.ndarray], dict], plan: SamplingPlan, *, seed: int,
-                 shuffle_buffer: int, replacement: bool = False, prefetch: int = 2,
-                 decode_ahead: DecodeAhead | None = None, first_plan: np.ndarray | None = None, note: str = "",
-                 release: Callable[[int], None] | None = None):
+
+    def __init__(
+        self,
+        groups: ItemGroups,
+        collate: Callable[[np.ndarray], dict],
+        plan: SamplingPlan,
+        *,
+        seed: int,
+        shuffle_buffer: int,
+        replacement: bool = False,
+        prefetch: int = 2,
+        decode_ahead: DecodeAhead | None = None,
+        first_plan: np.ndarray | None = None,
+        note: str = "",
+        release: Callable[[int], None] | None = None,
+    ):
         super().__init__(plan.start_epoch, plan.start_batch)
         self.groups = groups
         self.rank, self.world_size = plan.rank, plan.world_size
         self.note, self.release = note, release
-        self.plan_node = BatchPlanNode(groups.counts, plan.batch_size, plan.drop_last, seed, shuffle_buffer,
-                                       plan.shuffle, replacement, plan.rank, plan.world_size)
+        self.plan_node = BatchPlanNode(
+            groups.counts,
+            plan.batch_size,
+            plan.drop_last,
+            seed,
+            shuffle_buffer,
+            plan.shuffle,
+            replacement,
+            plan.rank,
+            plan.world_size,
+        )
         if first_plan is not None:  # already made (to fit the episode cache): not made again
             self.plan_node.keep(plan.start_epoch, first_plan)
 
@@ -302,8 +337,14 @@ class PipelineBatches(BatchSource):
         self.num_threads = max(1, int(plan.num_workers))
         # one batch in flight per thread (torchdata's default is two): the batches assembled at once need their
         # episodes cached together (fit_to_cache), so fewer in flight leave more of the cache to the shuffle buffer
-        node = ParallelMapper(self.plan_node, map_fn=assemble, num_workers=self.num_threads, in_order=True,
-                              method="thread", max_concurrent=self.num_threads)
+        node = ParallelMapper(
+            self.plan_node,
+            map_fn=assemble,
+            num_workers=self.num_threads,
+            in_order=True,
+            method="thread",
+            max_concurrent=self.num_threads,
+        )
         if prefetch > 0:
             node = Prefetcher(node, prefetch_factor=int(prefetch))
         if plan.pin_memory:
@@ -320,8 +361,10 @@ class PipelineBatches(BatchSource):
         """One line for the training log: threads, batches per pass, rank, and where it starts."""
         ranks = f", rank {self.rank} of {self.world_size}" if self.world_size > 1 else ""
         note = f"; {self.note}" if self.note else ""
-        return (f"the torchdata pipeline ({plural(self.num_threads, 'thread')}, {len(self)} batches per pass{ranks}, "
-                f"starting at epoch {self._epoch} batch {self._batch}{note})")
+        return (
+            f"the torchdata pipeline ({plural(self.num_threads, 'thread')}, {len(self)} batches per pass{ranks}, "
+            f"starting at epoch {self._epoch} batch {self._batch}{note})"
+        )
 
     def plan_of(self, epoch: int) -> np.ndarray:
         """(episode, k) pairs of pass ``epoch`` in serving order (tools and tests; no data is read).
@@ -350,7 +393,7 @@ class PipelineBatches(BatchSource):
         """
         self.plan_node.seek(epoch, start)
         self.root.reset()
-        rest = self.plan_node.plan[start * self.plan_node.batch_size:]
+        rest = self.plan_node.plan[start * self.plan_node.batch_size :]
         if self.decode_ahead is not None:
             self.decode_ahead.start_pass(rest, upcoming=lambda: self.plan_node.plan_of(epoch + 1))
         done = episodes_done_by_batch(rest, self.plan_node.batch_size) if self.release is not None else {}
@@ -423,23 +466,46 @@ class PipelineDataset(BatchDataset):
 
         def make_plan(shuffle: int) -> np.ndarray:
             if shuffle not in plans:
-                plans[shuffle] = BatchPlanNode(groups.counts, plan.batch_size, plan.drop_last, seed, shuffle,
-                                               plan.shuffle, opts.replacement, plan.rank,
-                                               plan.world_size).plan_of(plan.start_epoch)
+                plans[shuffle] = BatchPlanNode(
+                    groups.counts,
+                    plan.batch_size,
+                    plan.drop_last,
+                    seed,
+                    shuffle,
+                    plan.shuffle,
+                    opts.replacement,
+                    plan.rank,
+                    plan.world_size,
+                ).plan_of(plan.start_epoch)
             return plans[shuffle]
 
         cache = getattr(self.frames, "cache", None)  # a frame source without an episode cache holds every episode
         n_episodes = len(groups.counts)
-        use = fit_to_cache(make_plan, capacity=cache.capacity if cache is not None else n_episodes,
-                           episodes=n_episodes,
-                           shuffle_buffer=opts.shuffle_buffer, shuffle_given=opts.shuffle_given,
-                           batch_size=plan.batch_size, threads=max(1, int(plan.num_workers)),
-                           decode_threads=self.decode_threads, option_prefix=opts.option_prefix)
+        use = fit_to_cache(
+            make_plan,
+            capacity=cache.capacity if cache is not None else n_episodes,
+            episodes=n_episodes,
+            shuffle_buffer=opts.shuffle_buffer,
+            shuffle_given=opts.shuffle_given,
+            batch_size=plan.batch_size,
+            threads=max(1, int(plan.num_workers)),
+            decode_threads=self.decode_threads,
+            option_prefix=opts.option_prefix,
+        )
         ahead = DecodeAhead(cache.load_ahead, self.decode_threads, use.ahead) if use.ahead and cache else None
-        source = PipelineBatches(groups, self.collate, plan, seed=seed, shuffle_buffer=use.shuffle_buffer,
-                                 replacement=opts.replacement, prefetch=opts.prefetch, decode_ahead=ahead,
-                                 first_plan=plans.get(use.shuffle_buffer), note=use.note,
-                                 release=getattr(cache, "release", None) if use.entering else None)
+        source = PipelineBatches(
+            groups,
+            self.collate,
+            plan,
+            seed=seed,
+            shuffle_buffer=use.shuffle_buffer,
+            replacement=opts.replacement,
+            prefetch=opts.prefetch,
+            decode_ahead=ahead,
+            first_plan=plans.get(use.shuffle_buffer),
+            note=use.note,
+            release=getattr(cache, "release", None) if use.entering else None,
+        )
         return source
 
     def batch_episodes(self, batch_size: int, drop_last: bool = True, epoch: int = 0) -> list[np.ndarray]:
@@ -456,4 +522,4 @@ class PipelineDataset(BatchDataset):
         """
         source = self.batch_source(SamplingPlan(batch_size=batch_size, drop_last=drop_last))
         eps = source.plan_of(epoch)[:, 0]
-        return [eps[b * batch_size:(b + 1) * batch_size] for b in range(len(source))]
+        return [eps[b * batch_size : (b + 1) * batch_size] for b in range(len(source))]

@@ -2,15 +2,17 @@
 sizes in bytes and the machine's memory, before anything is read: the buffer is bounded in bytes, not in episodes,
 because one 480p episode can weigh as much as a thousand 84x84 ones.
 """
+
 from __future__ import annotations
 
 import dataclasses
+
 import numpy as np
-from robo_loaders_plugin.core.footprint import (Footprint)
+
+from robo_loaders_plugin.core.footprint import Footprint
 from robo_loaders_plugin.core.units import format_bytes
 
-
-DEFAULT_CACHE_MEMORY = 10**9   # bytes (1GB): the datapipe/video_stream episode buffers, when cache_episodes is not given
+DEFAULT_CACHE_MEMORY = 10**9  # bytes (1GB): the datapipe/video_stream episode buffers, when cache_episodes is not given
 
 
 # -- datapipe and video_stream episode buffers -------------------------------------------------------------------
@@ -31,9 +33,19 @@ class BufferPlan:
     footprint: Footprint
 
 
-def buffer_plan(unit_bytes: np.ndarray, *, cache_memory, cache_episodes: int | None, shuffle_buffer: int,
-                shuffle_given: bool, batch_bytes: int, prefetch: int, option_prefix: str,
-                unit: str = "units", threads: int | None = None) -> BufferPlan:
+def buffer_plan(
+    unit_bytes: np.ndarray,
+    *,
+    cache_memory,
+    cache_episodes: int | None,
+    shuffle_buffer: int,
+    shuffle_given: bool,
+    batch_bytes: int,
+    prefetch: int,
+    option_prefix: str,
+    unit: str = "units",
+    threads: int | None = None,
+) -> BufferPlan:
     """Size a pipeline's episode cache: ``cache_episodes`` when given (kept working), else as many of the largest
     units as ``cache_memory`` holds; the shuffle buffer is at most half of it (the open units and those loaded
     ahead), unless given. Memory: the cache, plus the batches in flight: ``prefetch`` prefetched, one being
@@ -74,11 +86,16 @@ def buffer_plan(unit_bytes: np.ndarray, *, cache_memory, cache_episodes: int | N
         flying = int(prefetch) + max(1, int(threads)) + 1
         count = f"{flying}"
     host = held + flying * int(batch_bytes)
-    flight = (f"{count} batches in flight ({format_bytes(flying * int(batch_bytes))}"
-              f"{' with 1 thread' if threads is None else ''})" if batch_bytes else
-              f"{count} batches in flight (not counted: the training script sets their size)")
-    bound = (f"at most {capacity} {unit} of up to {format_bytes(largest)} held ({said}; {format_bytes(held)}) plus "
-             f"{flight}, whatever the dataset's size")
+    flight = (
+        f"{count} batches in flight ({format_bytes(flying * int(batch_bytes))}"
+        f"{' with 1 thread' if threads is None else ''})"
+        if batch_bytes
+        else f"{count} batches in flight (not counted: the training script sets their size)"
+    )
+    bound = (
+        f"at most {capacity} {unit} of up to {format_bytes(largest)} held ({said}; {format_bytes(held)}) plus "
+        f"{flight}, whatever the dataset's size"
+    )
     return BufferPlan(capacity, shuffle, largest, Footprint(host_bytes=host, bound=bound))
 
 

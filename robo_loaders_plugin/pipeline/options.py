@@ -1,5 +1,6 @@
 """Options of the pipeline-served backends, and where the datapipe backend's shards come from; the same for every
 framework."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -26,12 +27,12 @@ class PassOptions:
         seed: The backend's own order seed (``None``: the framework's).
         prefetch: Batches prefetched ahead of training.
         cache_episodes: Episodes kept loaded (at least ``2 * shuffle_buffer`` are, see :attr:`episode_capacity`);
-            ``None``: as many as ``cache_memory`` holds (``pipeline.buffer_plan.buffer_plan``, which the factory resolves
+            ``None``: as many as ``cache_memory`` holds (``buffer_plan.buffer_plan``, which the factory resolves
             into this field before building).
         replacement: Draw each pass's items with replacement instead of each exactly once.
         cache_memory: The buffer's byte budget in bytes (``None``: the default, 1GB).
         shuffle_given: Whether the user set ``shuffle_buffer``, to any value (else the buffer sizing and the pipeline
-            may make it smaller to fit the episode cache: ``pipeline.buffer_plan.buffer_plan``,
+            may make it smaller to fit the episode cache: ``buffer_plan.buffer_plan``,
             ``pipeline.batches.fit_to_cache``); from the options object's record of what was given (:meth:`of`).
         option_prefix: How the user sets these options, for messages; set by :meth:`sized`.
     """
@@ -66,7 +67,7 @@ class PassOptions:
         return max(self.cache_episodes or 0, 2 * self.shuffle_buffer)
 
     def sized(self, unit_bytes, batch_bytes: int, option_prefix: str, unit: str = "units", threads: int | None = None):
-        """These options with the buffer sized for units of ``unit_bytes`` (``pipeline.buffer_plan.buffer_plan``): returns
+        """These options with the buffer sized for units of ``unit_bytes`` (``buffer_plan.buffer_plan``): returns
         ``(options, plan)``; the plan's footprint says what the buffer holds and how it is bounded.
 
         Args:
@@ -78,15 +79,33 @@ class PassOptions:
         """
         from robo_loaders_plugin.pipeline.buffer_plan import buffer_plan
 
-        plan = buffer_plan(unit_bytes, cache_memory=self.cache_memory, cache_episodes=self.cache_episodes,
-                           shuffle_buffer=self.shuffle_buffer, shuffle_given=self.shuffle_given,
-                           batch_bytes=batch_bytes, prefetch=self.prefetch, option_prefix=option_prefix, unit=unit,
-                           threads=threads)
-        return dataclasses.replace(self, cache_episodes=plan.capacity, shuffle_buffer=plan.shuffle_buffer,
-                                   option_prefix=option_prefix), plan
+        plan = buffer_plan(
+            unit_bytes,
+            cache_memory=self.cache_memory,
+            cache_episodes=self.cache_episodes,
+            shuffle_buffer=self.shuffle_buffer,
+            shuffle_given=self.shuffle_given,
+            batch_bytes=batch_bytes,
+            prefetch=self.prefetch,
+            option_prefix=option_prefix,
+            unit=unit,
+            threads=threads,
+        )
+        return dataclasses.replace(
+            self, cache_episodes=plan.capacity, shuffle_buffer=plan.shuffle_buffer, option_prefix=option_prefix
+        ), plan
 
-    def fit(self, unit_bytes, batch_bytes: int, option_prefix: str, *, backend: str, alternatives=(),
-            unit: str = "units", threads: int | None = None):
+    def fit(
+        self,
+        unit_bytes,
+        batch_bytes: int,
+        option_prefix: str,
+        *,
+        backend: str,
+        alternatives=(),
+        unit: str = "units",
+        threads: int | None = None,
+    ):
         """:meth:`sized`, then checked against what the machine has (``core.footprint.check_fits``) before any data
         is read: the one way a pipeline-served backend sizes its buffer.
 
@@ -108,8 +127,13 @@ class PassOptions:
         from robo_loaders_plugin.core.footprint import Available, check_fits
 
         passes, plan = self.sized(unit_bytes, batch_bytes, option_prefix, unit=unit, threads=threads)
-        check_fits(plan.footprint, Available.measure(), backend=backend, option_prefix=option_prefix,
-                   alternatives=list(alternatives))
+        check_fits(
+            plan.footprint,
+            Available.measure(),
+            backend=backend,
+            option_prefix=option_prefix,
+            alternatives=list(alternatives),
+        )
         return passes, plan
 
     def describe_shuffle(self, n_episodes: int, episodes: str = "episodes") -> str:
@@ -151,9 +175,22 @@ def recorded_source(reader_or_dir) -> Fingerprint | None:
         return None
 
 
-def open_shards(*, framework: str, source, shards: str | None, cache_dir: str | None, check_source: bool,
-                key_desc: dict, convert: Callable[[str, Fingerprint], None], option_prefix: str, convert_hint: str,
-                backend: str, size=None, video: bool = False, alternatives=()):
+def open_shards(
+    *,
+    framework: str,
+    source,
+    shards: str | None,
+    cache_dir: str | None,
+    check_source: bool,
+    key_desc: dict,
+    convert: Callable[[str, Fingerprint], None],
+    option_prefix: str,
+    convert_hint: str,
+    backend: str,
+    size=None,
+    video: bool = False,
+    alternatives=(),
+):
     """(reader, hold) of the shards a run reads: ``shards``, checked against ``source`` (unless
     ``check_source`` is false), or an entry of the cache directory converted on first use and reused while
     ``source`` is unchanged. ``hold`` keeps a cache entry in use while it lives.
@@ -193,12 +230,18 @@ def open_shards(*, framework: str, source, shards: str | None, cache_dir: str | 
         if check_source:
             recorded = recorded_source(reader)
             if recorded is None:
-                raise StaleSourceError(f"{reader.dir} records no source fingerprint, so it cannot be checked against "
-                                       f"{source.path}; {convert_hint}, or set {option_prefix}.check_source "
-                                       "to false")
-            check_same_source(recorded, source.fingerprint(recorded), f"shards {reader.dir}",
-                              f"Convert it again ({convert_hint}), or set {option_prefix}.check_source to false if "
-                              "you know the data is the same")
+                raise StaleSourceError(
+                    f"{reader.dir} records no source fingerprint, so it cannot be checked against "
+                    f"{source.path}; {convert_hint}, or set {option_prefix}.check_source "
+                    "to false"
+                )
+            check_same_source(
+                recorded,
+                source.fingerprint(recorded),
+                f"shards {reader.dir}",
+                f"Convert it again ({convert_hint}), or set {option_prefix}.check_source to false if "
+                "you know the data is the same",
+            )
         return reader, None
 
     opened = {}
@@ -213,12 +256,27 @@ def open_shards(*, framework: str, source, shards: str | None, cache_dir: str | 
             return False
 
     root = cache.cache_root(cache_dir, f"{option_prefix}.cache_dir")
-    if size is not None and not cache.holds_current(root, f"{framework}-shards", key_desc, source.path,
-                                                    recorded_source):
+    if size is not None and not cache.holds_current(
+        root, f"{framework}-shards", key_desc, source.path, recorded_source
+    ):
         from robo_loaders_plugin.storage.shards.disk_estimate import check_conversion_disk
 
-        check_conversion_disk(size, root, video=video, command=f"backend {backend!r} (converting on first use)",
-                              alternatives=alternatives, option_prefix=option_prefix)
-    entry, hold, _, _ = cache.obtain(root, f"{framework}-shards", key_desc, source.fingerprint, recorded_source,
-                                       usable, convert, f"conversion into robo-shards for {framework}")
+        check_conversion_disk(
+            size,
+            root,
+            video=video,
+            command=f"backend {backend!r} (converting on first use)",
+            alternatives=alternatives,
+            option_prefix=option_prefix,
+        )
+    entry, hold, _, _ = cache.obtain(
+        root,
+        f"{framework}-shards",
+        key_desc,
+        source.fingerprint,
+        recorded_source,
+        usable,
+        convert,
+        f"conversion into robo-shards for {framework}",
+    )
     return opened.get(entry.path) or ShardReader(entry.path), hold

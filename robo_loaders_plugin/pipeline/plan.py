@@ -7,6 +7,7 @@ a stopped run resumes on the same next batch. Locality comes from an episode buf
 order, at most ``buffer_episodes`` are open at once, and items are drawn at random from the open ones, so each
 episode is read about once per pass while batches still mix many episodes.
 """
+
 from __future__ import annotations
 
 import threading
@@ -35,8 +36,9 @@ class ItemGroups:
             order = np.argsort(eps, kind="stable")
             items, eps = items[order], eps[order]
         self.n = len(items)
-        identity = self.n == 0 or (int(items[0]) == 0 and int(items[-1]) == self.n - 1 and
-                                   bool(np.all(np.diff(items) == 1)))
+        identity = self.n == 0 or (
+            int(items[0]) == 0 and int(items[-1]) == self.n - 1 and bool(np.all(np.diff(items) == 1))
+        )
         self.items = None if identity else items
         self.counts = np.bincount(eps, minlength=num_episodes).astype(np.int64)
         self.first = np.concatenate([[0], np.cumsum(self.counts)[:-1]]).astype(np.int64)
@@ -57,8 +59,16 @@ class ItemGroups:
         return flat if self.items is None else self.items[flat]
 
 
-def plan_windows(items_per_episode: Sequence[int], seed: int, epoch: int, buffer_episodes: int,
-                 shuffle: bool = True, replacement: bool = False, rank: int = 0, world_size: int = 1) -> np.ndarray:
+def plan_windows(
+    items_per_episode: Sequence[int],
+    seed: int,
+    epoch: int,
+    buffer_episodes: int,
+    shuffle: bool = True,
+    replacement: bool = False,
+    rank: int = 0,
+    world_size: int = 1,
+) -> np.ndarray:
     """(N, 2) array of (episode, k) in the order rank ``rank`` serves them in this pass.
 
     One process (``world_size`` 1): each pair exactly once, or, with ``replacement``, N pairs drawn uniformly with
@@ -107,12 +117,18 @@ def plan_windows(items_per_episode: Sequence[int], seed: int, epoch: int, buffer
     # order, exactly as the reference loop's rng.permutation did (a shuffle of a copy: the same draws), in place
     eps = np.repeat(order, drawn_counts[order]).astype(np.int64)
     in_order = drawn_starts[order]
-    ks = drawn[np.repeat(in_order - (np.cumsum(drawn_counts[order]) - drawn_counts[order]), drawn_counts[order])
-               + np.arange(len(eps), dtype=np.int64)] if len(eps) else np.zeros(0, np.int64)
+    ks = (
+        drawn[
+            np.repeat(in_order - (np.cumsum(drawn_counts[order]) - drawn_counts[order]), drawn_counts[order])
+            + np.arange(len(eps), dtype=np.int64)
+        ]
+        if len(eps)
+        else np.zeros(0, np.int64)
+    )
     shuffle, pos = rng.shuffle, 0
     for c in drawn_counts[order].tolist():
         if c > 1:  # a shuffle of fewer than two draws nothing
-            shuffle(ks[pos:pos + c])
+            shuffle(ks[pos : pos + c])
         pos += c
     if world_size > 1:
         share = rank_share(len(eps), rank, world_size)
@@ -136,17 +152,16 @@ def _through_buffer(eps: np.ndarray, ks: np.ndarray, buffer_episodes: int, rng) 
     eps, ks = np.asarray(eps, dtype=np.int64), np.asarray(ks, dtype=np.int64)
     run_start = np.flatnonzero(np.concatenate([[True], eps[1:] != eps[:-1]]))
     if np.bincount(eps[run_start]).max() == 1:  # each episode's items in one run (a pass's sequence always is)
-        episode_at = eps[run_start]                  # the episode at each entry position
+        episode_at = eps[run_start]  # the episode at each entry position
         count = np.diff(np.append(run_start, n_items))
-        in_entry_order = ks                          # every entry's items, entries in entry order
+        in_entry_order = ks  # every entry's items, entries in entry order
     else:
         by_key = np.argsort(eps, kind="stable")
         uniq, first, n = np.unique(eps, return_index=True, return_counts=True)
-        entry = np.argsort(first, kind="stable")     # entry position -> index into uniq
+        entry = np.argsort(first, kind="stable")  # entry position -> index into uniq
         episode_at, count = uniq[entry], n[entry]
-        group_start = (np.cumsum(n) - n)[entry]      # where its items start in ks[by_key]
-        in_entry_order = ks[by_key[np.repeat(group_start - (np.cumsum(count) - count), count)
-                                    + np.arange(n_items)]]
+        group_start = (np.cumsum(n) - n)[entry]  # where its items start in ks[by_key]
+        in_entry_order = ks[by_key[np.repeat(group_start - (np.cumsum(count) - count), count) + np.arange(n_items)]]
     served = _serving_order(count, int(buffer_episodes), rng)  # entry position served at each draw
     # the r-th draw of an entry serves its r-th item: the draws grouped by entry, in time order, are the items in
     # entry order
@@ -196,8 +211,8 @@ def _serving_order(count: np.ndarray, buffer_episodes: int, rng) -> np.ndarray:
     total = int(count.sum())
     out = np.empty(total, dtype=np.int64)
     size = min(buffer_episodes, n)
-    buf = np.arange(size, dtype=np.int64)           # entry positions in the buffer, in buffer order
-    rem = count[:size].astype(np.int64)             # items each still has
+    buf = np.arange(size, dtype=np.int64)  # entry positions in the buffer, in buffer order
+    rem = count[:size].astype(np.int64)  # items each still has
     done = 0
     if size < n:
         done, buf, rem = _while_entering(count, size, rng, out)
@@ -211,19 +226,19 @@ def _while_entering(count: np.ndarray, size: int, rng, out: np.ndarray):
     """The draws while episodes wait to enter (a buffer of ``size`` slots) up to and including the first event
     that leaves a slot empty; returns (draws made, buffer, remaining items of each buffered episode)."""
     n = len(count)
-    horizon = len(out)                                  # no more draws than items
+    horizon = len(out)  # no more draws than items
     state = rng.bit_generator.state
     draws = rng.integers(size, size=horizon)
     at, lo, hi = _slots(draws, size)
     # each slot's draws in time order, then a "never" (time ``horizon``)
     slot = np.arange(size, dtype=np.int64)
     at = np.insert(at, hi, horizon)
-    never = hi + slot                                   # index of each slot's "never"
+    never = hi + slot  # index of each slot's "never"
     # row 0: index (in ``at``) of each buffered episode's last draw if it stays in its slot; row 1: the episode
     zb = np.stack([lo + slot + count[:size] - 1, slot])
     z, buf = zb[0], zb[1]
-    nxt_draw = lo + slot                                # index of each slot's first draw not yet made
-    fin = at[np.minimum(z, never)]                     # when each one's last draw comes if it stays in its slot
+    nxt_draw = lo + slot  # index of each slot's first draw not yet made
+    fin = at[np.minimum(z, never)]  # when each one's last draw comes if it stays in its slot
     nxt, used = size, 0
     # (this loop runs per episode: the arrays' own methods and ufuncs, not numpy's Python-level wrappers such as
     # np.take, which cost more than the work at these sizes)
@@ -234,19 +249,19 @@ def _while_entering(count: np.ndarray, size: int, rng, out: np.ndarray):
         t = int(fin[k])
         if t >= horizon:  # cannot happen: the items left always cover the draws left
             raise AssertionError("episode buffer plan: an episode's draws were not found")
-        made = draws[used:t + 1]                        # the draws up to this event map through this buffer
-        take_buf(made, out=out[used:t + 1])
-        nxt_draw += bincount(made, minlength=size)      # each slot's first draw after t (a count, no search)
+        made = draws[used : t + 1]  # the draws up to this event map through this buffer
+        take_buf(made, out=out[used : t + 1])
+        nxt_draw += bincount(made, minlength=size)  # each slot's first draw after t (a count, no search)
         used = t + 1
         if nxt == n:  # the last episode has entered: this event shrinks the buffer
-            rem = z + 1 - nxt_draw                      # what each has left: its last draw past the slot's next
+            rem = z + 1 - nxt_draw  # what each has left: its last draw past the slot's next
             break
         q = nxt_draw[k:]
         # the episodes above slot k move down one slot: their last draw is as far past the lower slot's first
         # draw after t as it was past their own slot's
         if k < size - 1:
-            zb[:, k:-1] = zb[:, k + 1:]
-            d = step[:size - 1 - k]
+            zb[:, k:-1] = zb[:, k + 1 :]
+            d = step[: size - 1 - k]
             subtract(q[:-1], q[1:], out=d)
             z[k:-1] += d
         z[-1] = q[-1] + count[nxt] - 1
@@ -254,7 +269,7 @@ def _while_entering(count: np.ndarray, size: int, rng, out: np.ndarray):
         nxt += 1
         take_at(minimum(z[k:], never[k:]), out=fin[k:])
     rng.bit_generator.state = state
-    rng.integers(size, size=used)                       # the generator as the loop leaves it
+    rng.integers(size, size=used)  # the generator as the loop leaves it
     keep = np.arange(size) != k
     return used, buf[keep], rem[keep]
 
@@ -271,7 +286,7 @@ def _shrinking(buf: np.ndarray, rem: np.ndarray, rng, out: np.ndarray, done: int
         draws = rng.integers(size, size=m)
         hits = np.bincount(draws, minlength=size)
         if np.all(hits < rem) and m < left:  # no episode runs out in this chunk: all of it is served as drawn
-            out[done:done + m] = buf[draws]
+            out[done : done + m] = buf[draws]
             done += m
             rem = rem - hits
             chunk *= 2
@@ -281,7 +296,7 @@ def _shrinking(buf: np.ndarray, rem: np.ndarray, rng, out: np.ndarray, done: int
         fin = np.where(z < hi, at[np.minimum(z, m - 1)], m)
         k = int(fin.argmin())
         used = int(fin[k]) + 1
-        out[done:done + used] = buf[draws[:used]]
+        out[done : done + used] = buf[draws[:used]]
         rem = rem - np.bincount(draws[:used], minlength=size)
         rng.bit_generator.state = state
         rng.integers(size, size=used)
@@ -296,8 +311,18 @@ class BatchPlanNode(BaseNode):
     When a pass starts, the next pass is planned in a background thread (:meth:`plan_ahead`): planning is ~0.2 s
     per million items, and the pass that needs it starts on the training thread."""
 
-    def __init__(self, items_per_episode, batch_size: int, drop_last: bool, seed: int, buffer_episodes: int,
-                 shuffle: bool = True, replacement: bool = False, rank: int = 0, world_size: int = 1):
+    def __init__(
+        self,
+        items_per_episode,
+        batch_size: int,
+        drop_last: bool,
+        seed: int,
+        buffer_episodes: int,
+        shuffle: bool = True,
+        replacement: bool = False,
+        rank: int = 0,
+        world_size: int = 1,
+    ):
         super().__init__()
         self.rank, self.world_size = int(rank), int(world_size)
         self.counts = np.asarray(items_per_episode, dtype=np.int64)
@@ -321,9 +346,17 @@ class BatchPlanNode(BaseNode):
     def _make(self, epoch: int) -> np.ndarray:
         """Pass ``epoch``'s plan, kept as int32 when the episodes and items fit (8 bytes per item instead of 16:
         two passes are held at a time)."""
-        plan = plan_windows(self.counts, self.seed, epoch, self.buffer_episodes, self.shuffle, self.replacement,
-                            self.rank, self.world_size)
-        if len(self.counts) < 2 ** 31 and (not len(self.counts) or int(self.counts.max()) < 2 ** 31):
+        plan = plan_windows(
+            self.counts,
+            self.seed,
+            epoch,
+            self.buffer_episodes,
+            self.shuffle,
+            self.replacement,
+            self.rank,
+            self.world_size,
+        )
+        if len(self.counts) < 2**31 and (not len(self.counts) or int(self.counts.max()) < 2**31):
             plan = plan.astype(np.int32)
         return plan
 
@@ -428,7 +461,7 @@ class BatchPlanNode(BaseNode):
             raise StopIteration
         b = self._batch
         self._batch += 1
-        return self.plan[b * self.batch_size:(b + 1) * self.batch_size]
+        return self.plan[b * self.batch_size : (b + 1) * self.batch_size]
 
     def get_state(self):
         """The position to resume from (torchdata's ``BaseNode.get_state``): ``{EPOCH_KEY: pass, BATCH_KEY: batches

@@ -1,5 +1,6 @@
 """robomimic adapter: with robo_loaders_plugin.lerobot, the only package that touches a framework; every patch and
 private read is in ``compat``."""
+
 from __future__ import annotations
 
 

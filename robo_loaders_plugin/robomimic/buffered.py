@@ -2,11 +2,14 @@
 pipeline-served backends share on robomimic, from sizing the buffer in bytes to the dataset that draws windows
 from it.
 """
+
 from __future__ import annotations
 
 import collections
 import dataclasses
+
 import numpy as np
+
 from robo_loaders_plugin.core.errors import SourceError
 from robo_loaders_plugin.core.iteration import Serving
 from robo_loaders_plugin.core.log import get_logger
@@ -17,11 +20,10 @@ from robo_loaders_plugin.pipeline.batches import PipelineDataset
 from robo_loaders_plugin.pipeline.buffer_plan import held_bytes
 from robo_loaders_plugin.pipeline.options import PassOptions
 from robo_loaders_plugin.robomimic.dataset import RobomimicSamples
+from robo_loaders_plugin.robomimic.sequence import OPTION_PREFIX, data_size
 from robo_loaders_plugin.sources.robomimic_hdf5 import FRAME_MIN_BYTES, RobomimicHdf5
 from robo_loaders_plugin.storage.encoded_frames import EncodedFrames
 from robo_loaders_plugin.windows.robomimic import SequenceOptions, SequenceWindows, episode_fields
-from robo_loaders_plugin.robomimic.sequence import OPTION_PREFIX, data_size
-
 
 logger = get_logger(__name__)
 
@@ -45,7 +47,9 @@ class Sizing:
     whole: object  # core.data_size.DataSize of everything a conversion stores
 
 
-def buffer_sizing(config, source: RobomimicHdf5, opts: SequenceOptions, filter_by_attribute, held_ratio: float) -> Sizing:
+def buffer_sizing(
+    config, source: RobomimicHdf5, opts: SequenceOptions, filter_by_attribute, held_ratio: float
+) -> Sizing:
     """The sizes a buffer of demos (held decoded, or compressed at ``held_ratio``) is planned from, from metadata.
 
     Args:
@@ -72,14 +76,19 @@ def buffer_sizing(config, source: RobomimicHdf5, opts: SequenceOptions, filter_b
         whole = source.data_size(f, every, [name for name, _ in datasets(f[f"data/{every[0]}"])])
     frames = sum(size.frame_step_bytes.values())
     window = opts.frame_stack + opts.seq_length - 1
-    return Sizing(lengths=np.asarray(size.lengths, dtype=np.int64),
-                   row_bytes=frames / held_ratio + size.other_step_bytes, frame_step=int(frames),
-                   batch=int(config.train.batch_size) * window * (frames + size.other_step_bytes), window=window,
-                   threads=max(1, int(config.train.num_data_workers)), whole=whole)
+    return Sizing(
+        lengths=np.asarray(size.lengths, dtype=np.int64),
+        row_bytes=frames / held_ratio + size.other_step_bytes,
+        frame_step=int(frames),
+        batch=int(config.train.batch_size) * window * (frames + size.other_step_bytes),
+        window=window,
+        threads=max(1, int(config.train.num_data_workers)),
+        whole=whole,
+    )
 
 
 def fit_buffer(sizing: Sizing, passes: PassOptions, backend: str, units=None):
-    """The pass options with the episode buffer sized in bytes (``pipeline.buffer_plan.buffer_plan``) for whole demos, or
+    """The pass options with the episode buffer sized in bytes (``buffer_plan.buffer_plan``) for whole demos, or
     for ``units`` (parts of demos, each held with the ``window - 1`` steps after it), checked against the machine
     before any data is read.
 
@@ -99,8 +108,15 @@ def fit_buffer(sizing: Sizing, passes: PassOptions, backend: str, units=None):
         held, unit = held_bytes(runs_of(sizing.lengths), sizing.row_bytes), "demos"
     else:
         held, unit = held_bytes(units, sizing.row_bytes, sizing.window - 1), "units"
-    passes, buffer = passes.fit(held, sizing.batch, OPTION_PREFIX, backend=backend, unit=unit, threads=sizing.threads,
-                                alternatives=[f"{OPTION_PREFIX}.cache_memory (bytes) smaller, or cache_episodes unset"])
+    passes, buffer = passes.fit(
+        held,
+        sizing.batch,
+        OPTION_PREFIX,
+        backend=backend,
+        unit=unit,
+        threads=sizing.threads,
+        alternatives=[f"{OPTION_PREFIX}.cache_memory (bytes) smaller, or cache_episodes unset"],
+    )
     return passes, buffer.footprint.bound
 
 
@@ -119,9 +135,22 @@ def demo_units(lengths, frame_step: int) -> list[tuple[int, int, int]] | None:
     return units if len(units) > len(lengths) else None
 
 
-def shard_samples(config, opts: SequenceOptions, path: str, filter_by_attribute, reader, hold, sized,
-                   backend: str, transform=None, decode_on_load: bool = True, decode_threads: int = 0,
-                   describe_frames=None, refit=None, unit_step: int | None = None) -> RobomimicShardSamples:
+def shard_samples(
+    config,
+    opts: SequenceOptions,
+    path: str,
+    filter_by_attribute,
+    reader,
+    hold,
+    sized,
+    backend: str,
+    transform=None,
+    decode_on_load: bool = True,
+    decode_threads: int = 0,
+    describe_frames=None,
+    refit=None,
+    unit_step: int | None = None,
+) -> RobomimicShardSamples:
     """SequenceDataset's samples from robo-shards, for every backend reading them (``datapipe``, ``video_stream``):
     they differ only in the shards (lossless frames or video segments) and ``transform(arrays)`` applied to each
     episode read (e.g. decoded video kept LZ4-compressed). ``sized`` is ``(passes, bound)`` as fitted before the
@@ -158,8 +187,10 @@ def shard_samples(config, opts: SequenceOptions, path: str, filter_by_attribute,
     elif filter_by_attribute in meta.get("masks", {}):
         demos = sorted(meta["masks"][filter_by_attribute], key=lambda n: int(n[5:]))
     else:
-        raise SourceError(f"{reader.dir}: filter key {filter_by_attribute!r} not found (masks in the converted "
-                          f"dataset: {sorted(meta.get('masks', {}))})")
+        raise SourceError(
+            f"{reader.dir}: filter key {filter_by_attribute!r} not found (masks in the converted "
+            f"dataset: {sorted(meta.get('masks', {}))})"
+        )
     if not demos:
         raise SourceError(f"{reader.dir}: no demos selected (filter key {filter_by_attribute!r} is empty)")
     missing = [d for d in demos if d not in reader.by_name]
@@ -170,21 +201,27 @@ def shard_samples(config, opts: SequenceOptions, path: str, filter_by_attribute,
     wanted = opts.field_names()
     for d, r in zip(demos, records):  # a missing key fails now, naming demo and key, not at the first batch
         stored = reader.stored_fields(r)
-        absent = [k for k in wanted[len(opts.dataset_keys):] if k not in stored]
+        absent = [k for k in wanted[len(opts.dataset_keys) :] if k not in stored]
         if absent:
-            raise SourceError(f"{reader.dir}: {d}/{absent[0]} is missing (the demo has: {sorted(stored)}); "
-                              "check the obs keys in observation.modalities or hdf5_load_next_obs")
+            raise SourceError(
+                f"{reader.dir}: {d}/{absent[0]} is missing (the demo has: {sorted(stored)}); "
+                "check the obs keys in observation.modalities or hdf5_load_next_obs"
+            )
     units = demo_units(lengths, unit_step) if unit_step else None
-    if units is not None and not all(reader.has_parts(records[ep]) for ep, n in
-                                     collections.Counter(ep for ep, _, _ in units).items() if n > 1):
-        logger.warning(f"{backend}: {reader.dir} stores its long demos whole (converted by an earlier "
-                       "robo-loaders), so whole demos are buffered; convert it again to buffer parts of them")
+    if units is not None and not all(
+        reader.has_parts(records[ep]) for ep, n in collections.Counter(ep for ep, _, _ in units).items() if n > 1
+    ):
+        logger.warning(
+            f"{backend}: {reader.dir} stores its long demos whole (converted by an earlier "
+            "robo-loaders), so whole demos are buffered; convert it again to buffer parts of them"
+        )
         units, (passes, bound) = None, refit()
     if passes.seed is None:
         passes = dataclasses.replace(passes, seed=int(config.train.seed))
     if units is not None:
-        return unit_samples(opts, path, filter_by_attribute, reader, hold, passes, bound, demos, records, lengths,
-                             units, backend)
+        return unit_samples(
+            opts, path, filter_by_attribute, reader, hold, passes, bound, demos, records, lengths, units, backend
+        )
 
     def read(ep: int, fields):
         demo = demos[ep]
@@ -198,23 +235,51 @@ def shard_samples(config, opts: SequenceOptions, path: str, filter_by_attribute,
     stored = read(0, None)
     first = {k: v.decode_all() if isinstance(v, EncodedFrames) else v for k, v in stored.items()}
     # frames: what is reloaded when an episode comes back (video segments of any size among them)
-    infos = {k: FieldInfo(a.dtype, tuple(a.shape[1:]), isinstance(stored[k], EncodedFrames)
-                          or (a.ndim > 1 and a[0].nbytes >= FRAME_MIN_BYTES)) for k, a in first.items()}
+    infos = {
+        k: FieldInfo(
+            a.dtype,
+            tuple(a.shape[1:]),
+            isinstance(stored[k], EncodedFrames) or (a.ndim > 1 and a[0].nbytes >= FRAME_MIN_BYTES),
+        )
+        for k, a in first.items()
+    }
     frames = EpisodeFrames(lengths, infos, read, capacity=passes.episode_capacity, decode_on_load=decode_on_load)
     windows = SequenceWindows(lengths, opts)
-    summary = (f"{len(demos)} demos, {len(windows)} samples from {len(reader.shards)} shard(s) in {reader.dir}, "
-               + passes.describe_shuffle(len(demos), "demos")
-               + (", samples drawn with replacement" if passes.replacement else "")
-               + (describe_frames(len(demos)) if describe_frames else "") + f"; bounded: {bound}")
-    return RobomimicShardSamples(frames, windows, demos=demos, hdf5_path=path,
-                                 filter_by_attribute=filter_by_attribute, backend_name=backend,
-                                 location=reader.dir, passes=passes, decode_threads=decode_threads,
-                                 serving=Serving(summary, hold=hold))
+    summary = (
+        f"{len(demos)} demos, {len(windows)} samples from {len(reader.shards)} shard(s) in {reader.dir}, "
+        + passes.describe_shuffle(len(demos), "demos")
+        + (", samples drawn with replacement" if passes.replacement else "")
+        + (describe_frames(len(demos)) if describe_frames else "")
+        + f"; bounded: {bound}"
+    )
+    return RobomimicShardSamples(
+        frames,
+        windows,
+        demos=demos,
+        hdf5_path=path,
+        filter_by_attribute=filter_by_attribute,
+        backend_name=backend,
+        location=reader.dir,
+        passes=passes,
+        decode_threads=decode_threads,
+        serving=Serving(summary, hold=hold),
+    )
 
 
-def unit_samples(opts: SequenceOptions, path: str, filter_by_attribute, reader, hold, passes: PassOptions,
-                  bound: str, demos: list[str], records: list[int], lengths: list[int],
-                  units: list[tuple[int, int, int]], backend: str) -> RobomimicShardSamples:
+def unit_samples(
+    opts: SequenceOptions,
+    path: str,
+    filter_by_attribute,
+    reader,
+    hold,
+    passes: PassOptions,
+    bound: str,
+    demos: list[str],
+    records: list[int],
+    lengths: list[int],
+    units: list[tuple[int, int, int]],
+    backend: str,
+) -> RobomimicShardSamples:
     """datapipe over parts of long demos (``frames.chunks``), as LeRobot's datapipe buffers them: each unit's
     camera frames read from the shard parts holding its rows (``ShardReader.read_frame_rows``) with the
     ``frame_stack + seq_length - 2`` steps after it that its windows reach, decoded once per load; the other fields
@@ -247,8 +312,16 @@ def unit_samples(opts: SequenceOptions, path: str, filter_by_attribute, reader, 
     cameras = [k for k in wanted if kinds.get(k) == "frames"]
     small_names = [k for k in wanted if k not in cameras]
     where = f"{reader.dir}: "
-    parts = [episode_fields(reader.read_episode(r, decode_frames=False, fields=small_names)[1].get, L, opts,
-                            where + d, names=small_names) for d, r, L in zip(demos, records, lengths)]
+    parts = [
+        episode_fields(
+            reader.read_episode(r, decode_frames=False, fields=small_names)[1].get,
+            L,
+            opts,
+            where + d,
+            names=small_names,
+        )
+        for d, r, L in zip(demos, records, lengths)
+    ]
     small = {k: np.concatenate([p[k] for p in parts]) for k in small_names}
     del parts
     first = {k: v.decode_all() for k, v in reader.read_frame_rows(records[0], 0, 1, cameras).items()}
@@ -258,12 +331,20 @@ def unit_samples(opts: SequenceOptions, path: str, filter_by_attribute, reader, 
 
     def load(ep: int, lo: int, hi: int) -> dict:
         start = int(starts[ep])
-        return {k: v.decode_all() for k, v in reader.read_frame_rows(records[ep], lo - start, hi - start,
-                                                                     cameras).items()}
+        return {
+            k: v.decode_all() for k, v in reader.read_frame_rows(records[ep], lo - start, hi - start, cameras).items()
+        }
 
     window = opts.frame_stack + opts.seq_length - 1
-    chunks = ChunkFrames(units, {ep: (int(starts[ep]), int(starts[ep + 1])) for ep in range(len(demos))}, infos,
-                         small, load, (0, window - 1), passes.episode_capacity)
+    chunks = ChunkFrames(
+        units,
+        {ep: (int(starts[ep]), int(starts[ep + 1])) for ep in range(len(demos))},
+        infos,
+        small,
+        load,
+        (0, window - 1),
+        passes.episode_capacity,
+    )
     windows = SequenceWindows(lengths, opts)
     pinned, load_pinned = None, None
     goals = [k for k in cameras if k.startswith("next_obs/")] if opts.goal_mode == "last" else []
@@ -276,11 +357,22 @@ def unit_samples(opts: SequenceOptions, path: str, filter_by_attribute, reader, 
 
     frames = EpisodeUnits(chunks, starts[:-1], lengths, pinned, load_pinned)
     sample_units = frames.units_of(windows.episode_of, windows.first_positions())
-    summary = (f"{len(demos)} demos in {len(units)} units of up to {int(chunks.lengths.max())} steps, "
-               f"{len(windows)} samples from {len(reader.shards)} shard(s) in {reader.dir}, "
-               + passes.describe_shuffle(len(units), "units")
-               + (", samples drawn with replacement" if passes.replacement else "") + f"; bounded: {bound}")
-    return RobomimicShardSamples(frames, windows, demos=demos, hdf5_path=path,
-                                 filter_by_attribute=filter_by_attribute, backend_name=backend,
-                                 location=reader.dir, passes=passes, sample_units=sample_units,
-                                 serving=Serving(summary, hold=hold))
+    summary = (
+        f"{len(demos)} demos in {len(units)} units of up to {int(chunks.lengths.max())} steps, "
+        f"{len(windows)} samples from {len(reader.shards)} shard(s) in {reader.dir}, "
+        + passes.describe_shuffle(len(units), "units")
+        + (", samples drawn with replacement" if passes.replacement else "")
+        + f"; bounded: {bound}"
+    )
+    return RobomimicShardSamples(
+        frames,
+        windows,
+        demos=demos,
+        hdf5_path=path,
+        filter_by_attribute=filter_by_attribute,
+        backend_name=backend,
+        location=reader.dir,
+        passes=passes,
+        sample_units=sample_units,
+        serving=Serving(summary, hold=hold),
+    )

@@ -24,14 +24,14 @@ Side effects relied on: ``import robomimic.algo`` registers the observation enco
 On another robomimic version the patches are not applied (robomimic then runs unmodified and says so once) and the
 backends refuse to build, naming the version: ``robo-loaders doctor`` shows which symbol moved.
 """
-from __future__ import annotations
 
-from robo_loaders_plugin.core import checks as checks_module
-from robo_loaders_plugin.core.checks import Check
+from __future__ import annotations
 
 import functools
 import inspect
 
+from robo_loaders_plugin.core import checks as checks_module
+from robo_loaders_plugin.core.checks import Check
 from robo_loaders_plugin.core.errors import CompatError, RoboLoadersError, exit_with_one_line
 from robo_loaders_plugin.core.log import get_logger
 
@@ -45,8 +45,11 @@ PATCHED = (
     ("robomimic.config.base_config", "BaseConfig.train_config", ("self",)),
     ("robomimic.utils.train_utils", "dataset_factory", ("config", "obs_keys", "filter_by_attribute", "dataset_path")),
     ("robomimic.utils.train_utils", "load_data_for_training", ("config", "obs_keys")),
-    ("robomimic.utils.train_utils", "run_epoch", ("model", "data_loader", "epoch", "validate", "num_steps",
-                                                  "obs_normalization_stats")),
+    (
+        "robomimic.utils.train_utils",
+        "run_epoch",
+        ("model", "data_loader", "epoch", "validate", "num_steps", "obs_normalization_stats"),
+    ),
 )
 
 
@@ -63,10 +66,12 @@ def check_version() -> None:
     """
     found = installed_version()
     if found != SUPPORTED_VERSION:
-        raise CompatError(f"robo-loaders supports robomimic {SUPPORTED_VERSION} (its patches and sample rules are "
-                          f"written against it); found {found or 'none'}. Install robomimic=={SUPPORTED_VERSION}, or "
-                          "leave train.data_backend null (robomimic then runs unmodified). 'robo-loaders doctor' "
-                          "lists what differs")
+        raise CompatError(
+            f"robo-loaders supports robomimic {SUPPORTED_VERSION} (its patches and sample rules are "
+            f"written against it); found {found or 'none'}. Install robomimic=={SUPPORTED_VERSION}, or "
+            "leave train.data_backend null (robomimic then runs unmodified). 'robo-loaders doctor' "
+            "lists what differs"
+        )
 
 
 def original(name: str):
@@ -107,7 +112,7 @@ def patch_base_config(module) -> None:
     @functools.wraps(orig)
     def train_config(self):
         orig(self)
-        self.train.data_backend = None       # null = robomimic's own SequenceDataset
+        self.train.data_backend = None  # null = robomimic's own SequenceDataset
         self.train.data_backend_kwargs = {}  # a plain dict: stays open to any key after lock()
 
     setattr(train_config, _MARK, True)
@@ -195,8 +200,10 @@ def keep_existing_runs(train_utils_module) -> None:
 
         if sys.stdout is not None:  # robomimic's question, on stdout as input() shows it
             sys.stdout.write(f"{prompt.strip()}\n")
-        logger.info("no terminal to answer: keeping the existing runs; this run goes to a new timestamped folder "
-                    "beside them (set experiment.name to start a fresh one)")
+        logger.info(
+            "no terminal to answer: keeping the existing runs; this run goes to a new timestamped folder "
+            "beside them (set experiment.name to start a fresh one)"
+        )
         return "n"
 
     train_utils_module.input = answer_no
@@ -225,9 +232,14 @@ def demo_of_index(sequence_dataset):
 def checks() -> list[Check]:
     """Rows for ``robo-loaders doctor``."""
     found = installed_version()
-    rows = [Check(f"robomimic {found or 'not installed'}", found == SUPPORTED_VERSION,
-                  f"supported: {SUPPORTED_VERSION}" + ("" if found else "; robomimic backends unavailable"),
-                  required=found is not None)]
+    rows = [
+        Check(
+            f"robomimic {found or 'not installed'}",
+            found == SUPPORTED_VERSION,
+            f"supported: {SUPPORTED_VERSION}" + ("" if found else "; robomimic backends unavailable"),
+            required=found is not None,
+        )
+    ]
     if found is None:
         return rows
     rows += checks_module.patch_point_checks("robomimic", PATCHED, ORIGINALS, _MARK)
@@ -235,8 +247,14 @@ def checks() -> list[Check]:
         from robomimic.utils.dataset import SequenceDataset
 
         ok = "_index_to_demo_id" in inspect.getsource(SequenceDataset)
-        rows.append(Check("robomimic private read SequenceDataset._index_to_demo_id", ok,
-                          "used by the benchmark's episode-mix metric" + ("" if ok else ": gone"), required=False))
+        rows.append(
+            Check(
+                "robomimic private read SequenceDataset._index_to_demo_id",
+                ok,
+                "used by the benchmark's episode-mix metric" + ("" if ok else ": gone"),
+                required=False,
+            )
+        )
     except (ImportError, OSError) as exc:
         rows.append(Check("robomimic SequenceDataset", False, str(exc)))
     return rows

@@ -6,6 +6,7 @@ With ``--frames h264|hevc|av1`` the RGB cameras (uint8 (N, H, W, 3) datasets, ``
 stored lossily instead, one video segment per demo and camera (``storage/video.py``), for image datasets that do
 not fit in RAM; everything else stays byte-identical. Each segment's loss is measured while converting and
 reported per camera with the size against the HDF5 (:func:`video_report`)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -16,15 +17,14 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from robo_loaders_plugin.core.units import format_bytes
 from robo_loaders_plugin.sources.robomimic_hdf5 import RobomimicHdf5, datasets
 from robo_loaders_plugin.storage.codec import FrameCodec
 from robo_loaders_plugin.storage.fingerprint import Fingerprint
-from robo_loaders_plugin.storage.shards import executors, manifest
-from robo_loaders_plugin.storage.shards import DEFAULT_SHARD_BYTES, ShardReader, verify_dir
+from robo_loaders_plugin.storage.shards import DEFAULT_SHARD_BYTES, ShardReader, executors, manifest, verify_dir
+from robo_loaders_plugin.storage.shards.disk_estimate import check_conversion_disk
 from robo_loaders_plugin.storage.shards.format import check_output_dir
 from robo_loaders_plugin.storage.video import DEFAULT_FPS, VideoSettings, encode_segment, psnr_from_mse, squared_error
-from robo_loaders_plugin.core.units import format_bytes
-from robo_loaders_plugin.storage.shards.disk_estimate import check_conversion_disk
 
 
 def is_camera(arr: np.ndarray) -> bool:
@@ -66,11 +66,20 @@ def _recorded_fps(meta: dict) -> int:
         return DEFAULT_FPS
 
 
-def convert_robomimic(in_path: str, out_dir: str, num_workers: int = 1, shard_bytes: int = DEFAULT_SHARD_BYTES,
-                      codec: FrameCodec | None = None, lease_s: float = 3600.0, progress: bool = True,
-                      fingerprint: Fingerprint | None = None, executor: str = "local",
-                      executor_options: Mapping | None = None, video: VideoSettings | None = None,
-                      cache_dir: str | None = None) -> dict:
+def convert_robomimic(
+    in_path: str,
+    out_dir: str,
+    num_workers: int = 1,
+    shard_bytes: int = DEFAULT_SHARD_BYTES,
+    codec: FrameCodec | None = None,
+    lease_s: float = 3600.0,
+    progress: bool = True,
+    fingerprint: Fingerprint | None = None,
+    executor: str = "local",
+    executor_options: Mapping | None = None,
+    video: VideoSettings | None = None,
+    cache_dir: str | None = None,
+) -> dict:
     """Convert a robomimic HDF5 file into robo-shards in ``out_dir``, one record per demo. The file is validated
     and the disk checked against the estimated output before any array is read; re-running with the same source
     and settings resumes an interrupted conversion (``storage.shards.manifest``), with other video settings it is
@@ -111,8 +120,13 @@ def convert_robomimic(in_path: str, out_dir: str, num_workers: int = 1, shard_by
     with source.open() as f:  # the output must fit the disk: estimated from shapes before any array is read
         demos = source.demos(f, None)
         size = source.data_size(f, demos, [name for name, _ in datasets(f[f"data/{demos[0]}"])])
-    check_conversion_disk(size, out_dir, video=video is not None, command="robo-loaders convert robomimic",
-                          alternatives=["--frames h264 (video members, ~20x smaller)"] if video is None else ())
+    check_conversion_disk(
+        size,
+        out_dir,
+        video=video is not None,
+        command="robo-loaders convert robomimic",
+        alternatives=["--frames h264 (video members, ~20x smaller)"] if video is None else (),
+    )
     fp = fingerprint or source.fingerprint()
     with source.open() as f:
         meta = source.metadata(f)
@@ -129,9 +143,19 @@ def convert_robomimic(in_path: str, out_dir: str, num_workers: int = 1, shard_by
     per_unit = manifest.unit_bytes(sum(sizes.values()), ratio * shard_bytes, num_workers)
     manifest.plan(out_dir, fp.content, manifest.units_by_size(meta["demos"], sizes, per_unit), options)
     args = (os.path.abspath(in_path), out_dir, codec.as_dict(), lease_s) + ((video.as_dict(),) if video else ())
-    res = executors.execute(executor, out_dir, _worker, args, num_workers, codec, meta,
-                            {"path": fp.path, "fingerprint": fp.as_dict()}, f"convert {os.path.basename(in_path)}",
-                            progress, **dict(executor_options or {}))
+    res = executors.execute(
+        executor,
+        out_dir,
+        _worker,
+        args,
+        num_workers,
+        codec,
+        meta,
+        {"path": fp.path, "fingerprint": fp.as_dict()},
+        f"convert {os.path.basename(in_path)}",
+        progress,
+        **dict(executor_options or {}),
+    )
     if isinstance(res, executors.Submitted):
         return res.as_dict()
     out = {"episodes": res.episodes, "shards": res.shards}
@@ -169,9 +193,15 @@ def video_report(out_dir: str, in_path: str | None = None) -> dict:
             row["values"] += values
             row["raw_bytes"] += values
             row["video_bytes"] += ep["members"][desc["member"]]["size"]
-    cameras = {k: {"psnr_db": round(psnr_from_mse(r["sse"] / max(1, r["values"])), 2), "video_bytes": r["video_bytes"],
-                   "raw_bytes": r["raw_bytes"], "ratio": round(r["raw_bytes"] / max(1, r["video_bytes"]), 1)}
-               for k, r in sorted(fields.items())}
+    cameras = {
+        k: {
+            "psnr_db": round(psnr_from_mse(r["sse"] / max(1, r["values"])), 2),
+            "video_bytes": r["video_bytes"],
+            "raw_bytes": r["raw_bytes"],
+            "ratio": round(r["raw_bytes"] / max(1, r["video_bytes"]), 1),
+        }
+        for k, r in sorted(fields.items())
+    }
     shard_bytes = sum(s["bytes"] for s in reader.shards.values())
     out = {"settings": reader.dataset["metadata"].get("video"), "shards_bytes": shard_bytes, "cameras": cameras}
     if in_path is not None:
@@ -193,11 +223,15 @@ def format_video_report(report: dict) -> str:
     s = report.get("settings") or {}
     lines = [f"frames: {s.get('codec')} (crf {s.get('crf')}, gop {s.get('gop')}, {s.get('pix_fmt')})"]
     if "hdf5_bytes" in report:
-        lines.append(f"size: {format_bytes(report['shards_bytes'])} of shards for {format_bytes(report['hdf5_bytes'])} "
-                     f"of HDF5 ({report['ratio']}x smaller)")
+        lines.append(
+            f"size: {format_bytes(report['shards_bytes'])} of shards for {format_bytes(report['hdf5_bytes'])} "
+            f"of HDF5 ({report['ratio']}x smaller)"
+        )
     for k, c in report["cameras"].items():
-        lines.append(f"  {k}: PSNR {c['psnr_db']:.2f} dB, {format_bytes(c['video_bytes'])} of video for "
-                     f"{format_bytes(c['raw_bytes'])} of frames ({c['ratio']}x)")
+        lines.append(
+            f"  {k}: PSNR {c['psnr_db']:.2f} dB, {format_bytes(c['video_bytes'])} of video for "
+            f"{format_bytes(c['raw_bytes'])} of frames ({c['ratio']}x)"
+        )
     return "\n".join(lines)
 
 
@@ -241,8 +275,10 @@ def verify_robomimic(out_dir: str, in_path: str) -> list[str]:
                     # colour conversion may round a few pixels differently; another demo's frames are far off)
                     recorded, mse = header["fields"][k].get("mse"), squared_error(fields[k], a) / max(1, a.size)
                     if not isinstance(recorded, float) or not math.isclose(mse, recorded, rel_tol=1e-2, abs_tol=1e-6):
-                        problems.append(f"{d}/{k}: decodes to frames of MSE {mse:.6g} against the source, "
-                                        f"{recorded!r} when it was converted")
+                        problems.append(
+                            f"{d}/{k}: decodes to frames of MSE {mse:.6g} against the source, "
+                            f"{recorded!r} when it was converted"
+                        )
                 elif not np.array_equal(fields[k], a):
                     problems.append(f"{d}/{k}: differs from the source")
     return problems

@@ -4,6 +4,7 @@ The window rules are ``windows.robomimic``; this class is the map-style dataset 
 (``len()``, ``print()``, ``get_dataset_sampler()``, a DataLoader over it) and the ``collate`` the ``indexed`` and
 ``batch`` kinds build whole batches with (``core.iteration``).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -34,9 +35,21 @@ class RobomimicSamples(IndexedDataset):
         **kwargs: ``serving`` (``core.iteration.Serving``) and, for subclasses, their bases' arguments.
     """
 
-    def __init__(self, frames: FrameSource, windows: rules.SequenceWindows, *, demos, hdf5_path: str,
-                 filter_by_attribute=None, backend_name: str, location: str, modes: dict | None = None,
-                 device=None, sample_units: np.ndarray | None = None, **kwargs):
+    def __init__(
+        self,
+        frames: FrameSource,
+        windows: rules.SequenceWindows,
+        *,
+        demos,
+        hdf5_path: str,
+        filter_by_attribute=None,
+        backend_name: str,
+        location: str,
+        modes: dict | None = None,
+        device=None,
+        sample_units: np.ndarray | None = None,
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         self.frames, self.windows = frames, windows
         self.opts = windows.opts
@@ -66,12 +79,14 @@ class RobomimicSamples(IndexedDataset):
 
     def __repr__(self):
         o = self.opts
-        return (f"{type(self).__name__} (backend={self.backend_name}\n\tpath={self.hdf5_path}\n\t"
-                f"obs_keys={o.obs_keys}\n\tseq_length={o.seq_length}\n\t"
-                f"filter_key={self.filter_by_attribute or 'none'}\n\tframe_stack={o.frame_stack}\n\t"
-                f"pad_seq_length={o.pad_seq_length}\n\tpad_frame_stack={o.pad_frame_stack}\n\t"
-                f"goal_mode={o.goal_mode or 'none'}\n\tcache_mode={o.hdf5_cache_mode or 'none'}\n\t"
-                f"num_demos={self.n_demos}\n\tnum_sequences={len(self)}\n\tdata={self.location}\n)")
+        return (
+            f"{type(self).__name__} (backend={self.backend_name}\n\tpath={self.hdf5_path}\n\t"
+            f"obs_keys={o.obs_keys}\n\tseq_length={o.seq_length}\n\t"
+            f"filter_key={self.filter_by_attribute or 'none'}\n\tframe_stack={o.frame_stack}\n\t"
+            f"pad_seq_length={o.pad_seq_length}\n\tpad_frame_stack={o.pad_frame_stack}\n\t"
+            f"goal_mode={o.goal_mode or 'none'}\n\tcache_mode={o.hdf5_cache_mode or 'none'}\n\t"
+            f"num_demos={self.n_demos}\n\tnum_sequences={len(self)}\n\tdata={self.location}\n)"
+        )
 
     def get_dataset_sampler(self):
         """robomimic asks its dataset for a sampler; these samples use the DataLoader's own: none."""
@@ -98,8 +113,10 @@ class RobomimicSamples(IndexedDataset):
             RuntimeError: always; ``hdf5_normalize_obs`` is broken in robomimic 0.3.0 (set it false, or use
                 ``data_backend=null``).
         """
-        raise RuntimeError("hdf5_normalize_obs is not supported by robo-loaders backends (it is broken in "
-                           "robomimic 0.3.0); set train.hdf5_normalize_obs=false or use data_backend=null")
+        raise RuntimeError(
+            "hdf5_normalize_obs is not supported by robo-loaders backends (it is broken in "
+            "robomimic 0.3.0); set train.hdf5_normalize_obs=false or use data_backend=null"
+        )
 
     # -- samples ------------------------------------------------------------------------------------------------
     def gather(self, indices) -> dict:

@@ -1,5 +1,6 @@
 """robomimic-facing entry points: the functions the patches install (``robomimic.compat``), usable directly as a
 library too."""
+
 from __future__ import annotations
 
 import os
@@ -39,8 +40,9 @@ def backend_choice(config) -> BackendChoice:
         raise RoboLoadersError(f"train.data_backend must be a backend name (string) or null, got {name!r}")
     if not isinstance(kwargs, dict):
         raise RoboLoadersError(f"train.data_backend_kwargs must be a JSON object, got {type(kwargs).__name__}")
-    return choose_backend("robomimic", name, dict(kwargs), name_where="train.data_backend",
-                          options_where="train.data_backend_kwargs")
+    return choose_backend(
+        "robomimic", name, dict(kwargs), name_where="train.data_backend", options_where="train.data_backend_kwargs"
+    )
 
 
 def dataset_factory(config, obs_keys, filter_by_attribute=None, dataset_path=None, rank=None, world_size=None):
@@ -66,13 +68,15 @@ def dataset_factory(config, obs_keys, filter_by_attribute=None, dataset_path=Non
     """
     choice = backend_choice(config)
     if config.train.get("data_backend") is None:
-        return compat.original("dataset_factory")(config, obs_keys, filter_by_attribute=filter_by_attribute,
-                                                  dataset_path=dataset_path)
+        return compat.original("dataset_factory")(
+            config, obs_keys, filter_by_attribute=filter_by_attribute, dataset_path=dataset_path
+        )
     return build_dataset(config, obs_keys, choice, filter_by_attribute, dataset_path, rank, world_size)
 
 
-def build_dataset(config, obs_keys, choice: BackendChoice, filter_by_attribute=None, dataset_path=None, rank=None,
-                  world_size=None):
+def build_dataset(
+    config, obs_keys, choice: BackendChoice, filter_by_attribute=None, dataset_path=None, rank=None, world_size=None
+):
     """Build a backend's dataset for robomimic, as ``train.data_backend`` does (whatever the config says).
 
     Args:
@@ -99,9 +103,13 @@ def build_dataset(config, obs_keys, choice: BackendChoice, filter_by_attribute=N
     dataset = choice.build(config, obs_keys, filter_by_attribute=filter_by_attribute, dataset_path=dataset_path)
 
     def setup():  # what every rank must share
-        return {"train.seed": int(config.train.seed), "backend": choice.name,
-                "train.data_backend_kwargs": choice.options.shared(), "samples": len(dataset),
-                "source (file sizes)": source_identity(path)}
+        return {
+            "train.seed": int(config.train.seed),
+            "backend": choice.name,
+            "train.data_backend_kwargs": choice.options.shared(),
+            "samples": len(dataset),
+            "source (file sizes)": source_identity(path),
+        }
 
     # checked now when the process group exists, and again at the first pass: a custom loop may initialise the
     # group after building the dataset (iteration.check_first_pass)
@@ -109,8 +117,10 @@ def build_dataset(config, obs_keys, choice: BackendChoice, filter_by_attribute=N
     check_ranks_agree(shared or setup, f"robomimic data backend {choice.name}", (rank, world_size))
     iteration.record_built(dataset, choice, rank, world_size, int(config.train.seed), shared)
     if world_size > 1 and choice.kind == SAMPLE:
-        logger.info(f"{choice.name} (rank {rank} of {world_size}): this backend serves single samples "
-                    "through your DataLoader, which must split passes itself (a DistributedSampler)")
+        logger.info(
+            f"{choice.name} (rank {rank} of {world_size}): this backend serves single samples "
+            "through your DataLoader, which must split passes itself (a DistributedSampler)"
+        )
     split = filter_by_attribute or "all demos"
     logger.info(f"robomimic data backend: {choice.name} [{split}] {iteration.summary_of(dataset)}")
     return dataset
@@ -129,8 +139,9 @@ def choose(backend: str, **options) -> BackendChoice:
     Raises:
         RoboLoadersError: an unknown backend, or a bad option, named.
     """
-    return choose_backend("robomimic", backend, options, name_where="train.data_backend",
-                          options_where="train.data_backend_kwargs")
+    return choose_backend(
+        "robomimic", backend, options, name_where="train.data_backend", options_where="train.data_backend_kwargs"
+    )
 
 
 def load_data_for_training(config, obs_keys):
@@ -167,11 +178,15 @@ def sampling_plan(data_loader, built: iteration.Built) -> iteration.SamplingPlan
         The :class:`~robo_loaders_plugin.core.iteration.SamplingPlan`.
     """
     return iteration.SamplingPlan(
-        batch_size=int(data_loader.batch_size), drop_last=bool(data_loader.drop_last),
+        batch_size=int(data_loader.batch_size),
+        drop_last=bool(data_loader.drop_last),
         shuffle=isinstance(data_loader.sampler, torch.utils.data.RandomSampler),
-        num_workers=int(data_loader.num_workers), seed=built.seed if built.world_size > 1 else None,
+        num_workers=int(data_loader.num_workers),
+        seed=built.seed if built.world_size > 1 else None,
         pin_memory=bool(data_loader.pin_memory) and torch.cuda.is_available(),
-        rank=built.rank, world_size=built.world_size)
+        rank=built.rank,
+        world_size=built.world_size,
+    )
 
 
 def epoch_loader(data_loader):
@@ -208,5 +223,11 @@ def run_epoch(model, data_loader, epoch, validate=False, num_steps=None, obs_nor
     Raises:
         RoboLoadersError: as :func:`epoch_loader`.
     """
-    return compat.original("run_epoch")(model, epoch_loader(data_loader), epoch, validate=validate,
-                                        num_steps=num_steps, obs_normalization_stats=obs_normalization_stats)
+    return compat.original("run_epoch")(
+        model,
+        epoch_loader(data_loader),
+        epoch,
+        validate=validate,
+        num_steps=num_steps,
+        obs_normalization_stats=obs_normalization_stats,
+    )

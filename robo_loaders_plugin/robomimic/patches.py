@@ -1,6 +1,7 @@
 """Which adapter function each robomimic patch point gets (the mechanics, and every private read, are in
 ``robomimic.compat``). The start-up import hook (``_autopatch``) calls these with robomimic's freshly imported
 modules; :func:`apply_all` patches them on demand (``robo-loaders robomimic-train``, users without the hook)."""
+
 from __future__ import annotations
 
 from robo_loaders_plugin.robomimic import compat
@@ -23,9 +24,14 @@ def patch_train_utils(module) -> None:
     """
     from robo_loaders_plugin.robomimic import integration
 
-    compat.patch_train_utils(module, {"dataset_factory": integration.dataset_factory,
-                                      "load_data_for_training": integration.load_data_for_training,
-                                      "run_epoch": integration.run_epoch})
+    compat.patch_train_utils(
+        module,
+        {
+            "dataset_factory": integration.dataset_factory,
+            "load_data_for_training": integration.load_data_for_training,
+            "run_epoch": integration.run_epoch,
+        },
+    )
 
 
 def apply_all() -> None:

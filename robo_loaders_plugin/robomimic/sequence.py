@@ -1,13 +1,14 @@
 """robomimic's ``SequenceDataset`` arguments and fields, read the way its ``dataset_factory`` reads them: what every
 backend's robomimic factory starts from.
 """
+
 from __future__ import annotations
 
 import os
+
 from robo_loaders_plugin.core.errors import RoboLoadersError
 from robo_loaders_plugin.sources.robomimic_hdf5 import RobomimicHdf5
 from robo_loaders_plugin.windows.robomimic import SequenceOptions, episode_fields
-
 
 OPTION_PREFIX = "train.data_backend_kwargs"
 
@@ -31,14 +32,23 @@ def sequence_options(config, obs_keys, dataset_path) -> tuple[SequenceOptions, s
     """
     t = config.train
     opts = SequenceOptions(
-        obs_keys=tuple(obs_keys), dataset_keys=tuple(t.dataset_keys), load_next_obs=bool(t.hdf5_load_next_obs),
-        frame_stack=int(t.frame_stack), seq_length=int(t.seq_length), pad_frame_stack=bool(t.pad_frame_stack),
-        pad_seq_length=bool(t.pad_seq_length), get_pad_mask=False, goal_mode=t.goal_mode,
-        hdf5_cache_mode=t.hdf5_cache_mode)
+        obs_keys=tuple(obs_keys),
+        dataset_keys=tuple(t.dataset_keys),
+        load_next_obs=bool(t.hdf5_load_next_obs),
+        frame_stack=int(t.frame_stack),
+        seq_length=int(t.seq_length),
+        pad_frame_stack=bool(t.pad_frame_stack),
+        pad_seq_length=bool(t.pad_seq_length),
+        get_pad_mask=False,
+        goal_mode=t.goal_mode,
+        hdf5_cache_mode=t.hdf5_cache_mode,
+    )
     if t.hdf5_normalize_obs:
-        raise RoboLoadersError("train.hdf5_normalize_obs=true is not supported by robo-loaders backends (robomimic "
-                               "0.3.0 normalizes twice and fails for batch > 1); set it to false or use "
-                               "train.data_backend=null")
+        raise RoboLoadersError(
+            "train.hdf5_normalize_obs=true is not supported by robo-loaders backends (robomimic "
+            "0.3.0 normalizes twice and fails for batch > 1); set it to false or use "
+            "train.data_backend=null"
+        )
     if opts.hdf5_cache_mode not in ("all", "low_dim", None):
         raise RoboLoadersError(f"train.hdf5_cache_mode must be 'all', 'low_dim' or null, got {opts.hdf5_cache_mode!r}")
     if opts.frame_stack < 1 or opts.seq_length < 1:
@@ -46,8 +56,9 @@ def sequence_options(config, obs_keys, dataset_path) -> tuple[SequenceOptions, s
     if opts.goal_mode not in (None, "last"):
         raise RoboLoadersError(f"train.goal_mode must be null or 'last', got {opts.goal_mode!r}")
     if opts.goal_mode == "last" and not opts.load_next_obs:
-        raise RoboLoadersError("train.goal_mode='last' needs train.hdf5_load_next_obs=true (the goal is the last "
-                               "next_obs)")
+        raise RoboLoadersError(
+            "train.goal_mode='last' needs train.hdf5_load_next_obs=true (the goal is the last next_obs)"
+        )
     return opts, os.path.expanduser(dataset_path if dataset_path is not None else t.data)
 
 
@@ -68,8 +79,12 @@ def read_demo(source: RobomimicHdf5, f, demo: str, opts: SequenceOptions, length
     Raises:
         SourceError: a key is missing (naming the demo and what it has), unreadable, or of another length.
     """
-    return episode_fields(lambda k: source.read(f, demo, k, length) if "/" in k or source.has(f, demo, k) else None,
-                          length, opts, f"{source.path}: data/{demo}")
+    return episode_fields(
+        lambda k: source.read(f, demo, k, length) if "/" in k or source.has(f, demo, k) else None,
+        length,
+        opts,
+        f"{source.path}: data/{demo}",
+    )
 
 
 def data_size(source: RobomimicHdf5, f, demos: list[str], opts: SequenceOptions):

@@ -8,6 +8,7 @@ failure line, and, without a terminal, keeps the earlier run's folder and writes
 own errors end robomimic's script with one line and exit status 1 by themselves, ``robomimic.compat``; the wrapper
 is what gives every other failure a status too.)
 """
+
 from __future__ import annotations
 
 import io
@@ -67,7 +68,10 @@ def run_robomimic_train(argv: list[str]) -> int:
     finally:
         sys.stdout = stdout
     if watch.failed:
-        print("[robo-loaders] robomimic's training run failed (its error is above); exit status 1", file=sys.stderr,
-              flush=True)
+        print(
+            "[robo-loaders] robomimic's training run failed (its error is above); exit status 1",
+            file=sys.stderr,
+            flush=True,
+        )
         return 1
     return 0

@@ -19,6 +19,7 @@ first version, with a quarter of the fine texture, gave 3.2:1 and 136x, like a r
 those of the 84x84 renders of ``../shared/data`` upscaled, are in docs/scale.md. Rendering is numpy only, about
 2 ms per 480x640 frame.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -59,8 +60,13 @@ class CameraScene:
         h, w = self.h + 2 * MARGIN, self.w + 2 * MARGIN
         scale = max(self.h, self.w)
         tex = np.zeros((h, w), np.float32)
-        for octave, amp in ((scale // 3, 1.0), (scale // 10, 0.55), (scale // 30, 0.3), (4, 0.18 * FINE),
-                            (2, 0.1 * FINE)):
+        for octave, amp in (
+            (scale // 3, 1.0),
+            (scale // 10, 0.55),
+            (scale // 30, 0.3),
+            (4, 0.18 * FINE),
+            (2, 0.1 * FINE),
+        ):
             tex += amp * _smooth_noise(rng, h, w, max(2, int(octave)))
         yy, xx = np.mgrid[0:h, 0:w].astype(np.float32)
         yy, xx = yy / h, xx / w
@@ -76,18 +82,21 @@ class CameraScene:
             y0, x0 = int(rng.integers(0, h - oh)), int(rng.integers(0, w - ow))
             grain = 1 + GRAIN * rng.normal(size=(oh, ow, 1)).astype(np.float32)
             tone = rng.uniform(25, 215) * rng.uniform(0.65, 1.15, 3).astype(np.float32)  # muted colours
-            base[y0:y0 + oh, x0:x0 + ow] = tone * grain \
-                * light[y0:y0 + oh, x0:x0 + ow, None]
+            base[y0 : y0 + oh, x0 : x0 + ow] = tone * grain * light[y0 : y0 + oh, x0 : x0 + ow, None]
         self.background = np.clip(base, 0, 255).astype(np.float32)
         self.shake = rng.uniform(0.5, 1.5) * (1 + 0.3 * camera)
         self.phase = rng.uniform(0, 2 * np.pi, 4)
         self.view = rng.uniform(-0.1, 0.1, 2).astype(np.float32) + 0.05 * camera
-        self.cube_tex = np.clip(165 + 35 * _smooth_noise(rng, 128, 128, 6)[..., None], 0, 255).astype(np.float32) \
-            * (np.array([1.0, 0.25, 0.2], np.float32) * rng.uniform(0.85, 1.0))
+        self.cube_tex = np.clip(165 + 35 * _smooth_noise(rng, 128, 128, 6)[..., None], 0, 255).astype(np.float32) * (
+            np.array([1.0, 0.25, 0.2], np.float32) * rng.uniform(0.85, 1.0)
+        )
         self.noise = float(noise)
         # sensor noise: a bank of fields cropped at random offsets (drawing 1M normals per frame costs 20 ms)
-        self.bank = (rng.normal(0, 1, (4, self.h + 32, self.w + 32, 3)) * self.noise).astype(np.float32) \
-            if self.noise > 0 else None
+        self.bank = (
+            (rng.normal(0, 1, (4, self.h + 32, self.w + 32, 3)) * self.noise).astype(np.float32)
+            if self.noise > 0
+            else None
+        )
         self.rng = rng
 
     def _offset(self, t: float) -> tuple[int, int]:
@@ -134,18 +143,24 @@ class CameraScene:
             (H, W, 3) uint8.
         """
         dy, dx = self._offset(t)
-        img = self.background[MARGIN + dy:MARGIN + dy + self.h, MARGIN + dx:MARGIN + dx + self.w].copy()
+        img = self.background[MARGIN + dy : MARGIN + dy + self.h, MARGIN + dx : MARGIN + dx + self.w].copy()
         img *= np.float32(1.0 + 0.02 * np.sin(2 * np.pi * 0.7 * t + self.phase[0]))  # light flicker
         shift = np.array([dx / self.w, dy / self.h], np.float32)
         cx, cy = np.asarray(cube_xy, np.float32) + self.view - shift
         self._paste(img, cx, cy, 0.06, texture=self.cube_tex)
         gx, gy = np.asarray(grip_xy, np.float32) + self.view - shift
         for side in (-1, 1):
-            self._paste(img, gx + side * (0.025 + 0.04 * grip_open), gy, 0.028,
-                        colour=np.array([55, 58, 66], np.float32), round_=True)
+            self._paste(
+                img,
+                gx + side * (0.025 + 0.04 * grip_open),
+                gy,
+                0.028,
+                colour=np.array([55, 58, 66], np.float32),
+                round_=True,
+            )
         if self.bank is not None:
             k = int(self.rng.integers(len(self.bank)))
             oy, ox = (int(v) for v in self.rng.integers(0, 32, 2))
-            img += self.bank[k, oy:oy + self.h, ox:ox + self.w]
+            img += self.bank[k, oy : oy + self.h, ox : ox + self.w]
         np.clip(img, 0, 255, out=img)
         return img.astype(np.uint8)

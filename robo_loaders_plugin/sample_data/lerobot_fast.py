@@ -16,6 +16,7 @@ One difference at size: LeRobot starts a new video file when the growing file pl
 ``video_files_size_in_mb``; here the growing file's size is the sum of its episodes' files (the concatenated file
 differs by its container header), so a file may close one episode earlier or later than LeRobot's would.
 """
+
 from __future__ import annotations
 
 import os
@@ -49,22 +50,42 @@ def _encode(frames: np.ndarray, path: Path, fps: int, encoder, threads=None) -> 
 
 def _video_stats(frames: np.ndarray) -> dict:
     """``compute_episode_stats``'s statistics of a camera, from the frames instead of their PNG files."""
-    from lerobot.datasets.compute_stats import (DEFAULT_QUANTILES, auto_downsample_height_width, get_feature_stats,
-                                                sample_indices)
+    from lerobot.datasets.compute_stats import (
+        DEFAULT_QUANTILES,
+        auto_downsample_height_width,
+        get_feature_stats,
+        sample_indices,
+    )
 
-    sampled = [auto_downsample_height_width(np.ascontiguousarray(frames[i].transpose(2, 0, 1)))
-               for i in sample_indices(len(frames))]
+    sampled = [
+        auto_downsample_height_width(np.ascontiguousarray(frames[i].transpose(2, 0, 1)))
+        for i in sample_indices(len(frames))
+    ]
     images = np.stack(sampled).astype(np.uint8, copy=False)
     stats = get_feature_stats(images, axis=(0, 2, 3), keepdims=True, quantile_list=DEFAULT_QUANTILES)
     return {k: v if k == "count" else np.squeeze(v / 255.0, axis=0) for k, v in stats.items()}
 
 
-def write_lerobot_fast(root, *, repo_id: str = "local/sample", episode_lengths=(30, 45, 22, 50, 37),
-                       cameras: int = 1, image_size=(32, 48), mode: str = "h264", fps: int = 20, seed: int = 0,
-                       video_files_size_in_mb: float | None = None, data_files_size_in_mb: float | None = None,
-                       overwrite: bool = False, progress: bool = True, actions_from_state: bool = False,
-                       scenes: int | None = None, batch_episodes: int = 256, content: str = "renders",
-                       noise: float = 1.0) -> Path:
+def write_lerobot_fast(
+    root,
+    *,
+    repo_id: str = "local/sample",
+    episode_lengths=(30, 45, 22, 50, 37),
+    cameras: int = 1,
+    image_size=(32, 48),
+    mode: str = "h264",
+    fps: int = 20,
+    seed: int = 0,
+    video_files_size_in_mb: float | None = None,
+    data_files_size_in_mb: float | None = None,
+    overwrite: bool = False,
+    progress: bool = True,
+    actions_from_state: bool = False,
+    scenes: int | None = None,
+    batch_episodes: int = 256,
+    content: str = "renders",
+    noise: float = 1.0,
+) -> Path:
     """Write the dataset :func:`~robo_loaders_plugin.sample_data.lerobot_v3.write_lerobot_dataset` writes with the
     same arguments, without LeRobot's per-frame files and per-episode rewrites.
 
@@ -99,22 +120,30 @@ def write_lerobot_fast(root, *, repo_id: str = "local/sample", episode_lengths=(
         raise ValueError(f"the fast writer writes video cameras: mode must be 'h264' or 'av1', got {mode!r}")
     root = _fresh_root(root, overwrite)
     h, w = image_size
-    feats = {"observation.state": {"dtype": "float32", "shape": (6,), "names": [f"s{i}" for i in range(6)]},
-             "action": {"dtype": "float32", "shape": (4,), "names": [f"a{i}" for i in range(4)]}}
+    feats = {
+        "observation.state": {"dtype": "float32", "shape": (6,), "names": [f"s{i}" for i in range(6)]},
+        "action": {"dtype": "float32", "shape": (4,), "names": [f"a{i}" for i in range(4)]},
+    }
     video_keys = [f"observation.images.cam{c}" for c in range(cameras)]
     for key in video_keys:
         feats[key] = {"dtype": "video", "shape": (h, w, 3), "names": ["height", "width", "channels"]}
     encoder = RGBEncoderConfig(vcodec=MODES[mode])
-    meta = LeRobotDatasetMetadata.create(repo_id=repo_id, fps=fps, features=feats, root=root, use_videos=True,
-                                         video_files_size_in_mb=video_files_size_in_mb,
-                                         data_files_size_in_mb=data_files_size_in_mb)
+    meta = LeRobotDatasetMetadata.create(
+        repo_id=repo_id,
+        fps=fps,
+        features=feats,
+        root=root,
+        use_videos=True,
+        video_files_size_in_mb=video_files_size_in_mb,
+        data_files_size_in_mb=data_files_size_in_mb,
+    )
     features = meta.features
     hf_features = get_hf_features_from_features(features)
     work = Path(tempfile.mkdtemp(prefix=".fast-writer-", dir=root))
-    encoded: dict = {}      # (camera, scene, length) -> (episode file, duration, stats) of a reused scene
+    encoded: dict = {}  # (camera, scene, length) -> (episode file, duration, stats) of a reused scene
     videos = {key: {"chunk": 0, "file": 0, "mb": 0.0, "end": 0.0, "parts": []} for key in video_keys}
     data = {"chunk": 0, "file": 0, "writer": None, "path": None, "start": 0}
-    pending: list = []      # (episode, content, columns, stats, metadata) whose data is not written yet
+    pending: list = []  # (episode, content, columns, stats, metadata) whose data is not written yet
     frames_so_far = 0
 
     def close_video_file(key):
@@ -139,7 +168,7 @@ def write_lerobot_fast(root, *, repo_id: str = "local/sample", episode_lengths=(
             duration, stats = get_video_duration_in_s(path), _video_stats(content.frames[c])
             if cache_key is not None:
                 encoded[cache_key] = (path, duration, stats)
-        size_mb = os.path.getsize(path) / (1024 ** 2)
+        size_mb = os.path.getsize(path) / (1024**2)
         v = videos[key]
         if ep > 0 and v["mb"] + size_mb >= meta.video_files_size_in_mb:
             close_video_file(key)
@@ -155,57 +184,86 @@ def write_lerobot_fast(root, *, repo_id: str = "local/sample", episode_lengths=(
             shutil.copyfile(path, first)
             meta.update_video_info(key, video_encoder=encoder)
             write_info(meta.info, meta.root)
-        return {f"videos/{key}/chunk_index": v["chunk"], f"videos/{key}/file_index": v["file"],
-                f"videos/{key}/from_timestamp": start, f"videos/{key}/to_timestamp": v["end"]}, stats
+        return {
+            f"videos/{key}/chunk_index": v["chunk"],
+            f"videos/{key}/file_index": v["file"],
+            f"videos/{key}/from_timestamp": start,
+            f"videos/{key}/to_timestamp": v["end"],
+        }, stats
 
     def write_data(batch):
         """Each episode of ``batch`` as one row group of the data parquet (LeRobot's schema and file rule), then
         its metadata (which names the data file)."""
-        table = datasets.Dataset.from_dict({k: np.concatenate([b[2][k] for b in batch]) for k in hf_features},
-                                           features=hf_features, split="train").with_format("arrow")[:]
+        table = datasets.Dataset.from_dict(
+            {k: np.concatenate([b[2][k] for b in batch]) for k in hf_features}, features=hf_features, split="train"
+        ).with_format("arrow")[:]
         offset = 0
         for ep, content, buffer, stats, ep_metadata in batch:
             n = content.length
             piece = table.slice(offset, n)
             offset += n
             if data["writer"] is not None:
-                size_mb = os.path.getsize(data["path"]) / (1024 ** 2)
+                size_mb = os.path.getsize(data["path"]) / (1024**2)
                 written = buffer["index"][0] - data["start"]
                 per_frame = size_mb / written if written > 0 else 0
                 if size_mb + per_frame * n >= meta.data_files_size_in_mb:
                     data["writer"].close()
                     data["writer"] = None
-                    data["chunk"], data["file"] = update_chunk_file_indices(data["chunk"], data["file"],
-                                                                            meta.chunks_size)
+                    data["chunk"], data["file"] = update_chunk_file_indices(
+                        data["chunk"], data["file"], meta.chunks_size
+                    )
                     data["start"] = int(buffer["index"][0])
             if data["writer"] is None:
                 data["path"] = root / meta.data_path.format(chunk_index=data["chunk"], file_index=data["file"])
                 data["path"].parent.mkdir(parents=True, exist_ok=True)
                 # the file's schema is its first episode's table's as LeRobot makes it (its metadata holds that
                 # table's datasets fingerprint): that one episode goes through LeRobot's own steps
-                first = embed_images(datasets.Dataset.from_dict({k: buffer[k] for k in hf_features},
-                                                                features=hf_features, split="train"))
-                data["writer"] = pq.ParquetWriter(data["path"], schema=first.with_format("arrow")[:].schema,
-                                                  compression="snappy", use_dictionary=True)
+                first = embed_images(
+                    datasets.Dataset.from_dict({k: buffer[k] for k in hf_features}, features=hf_features, split="train")
+                )
+                data["writer"] = pq.ParquetWriter(
+                    data["path"], schema=first.with_format("arrow")[:].schema, compression="snappy", use_dictionary=True
+                )
             data["writer"].write_table(piece)
             ep_metadata["data/chunk_index"], ep_metadata["data/file_index"] = data["chunk"], data["file"]
             ordered = {k: stats[k] for k in features if k in stats}  # compute_episode_stats' order: the features'
             meta.save_episode(ep, n, [content.task], ordered, ep_metadata)
 
-    contents = episode_contents(episode_lengths, cameras=cameras, image_size=(h, w), fps=fps, seed=seed,
-                                actions_from_state=actions_from_state, scenes=scenes, content=content,
-                                noise=noise)
-    for ep, content in enumerate(tqdm(contents, total=len(episode_lengths), desc=f"sample-data {root.name}",
-                                      unit="episode", disable=not progress)):
+    contents = episode_contents(
+        episode_lengths,
+        cameras=cameras,
+        image_size=(h, w),
+        fps=fps,
+        seed=seed,
+        actions_from_state=actions_from_state,
+        scenes=scenes,
+        content=content,
+        noise=noise,
+    )
+    for ep, content in enumerate(
+        tqdm(
+            contents, total=len(episode_lengths), desc=f"sample-data {root.name}", unit="episode", disable=not progress
+        )
+    ):
         n = content.length
         meta.save_episode_tasks([content.task])
-        buffer = {"observation.state": content.state, "action": content.action,
-                  "timestamp": np.arange(n, dtype=np.int64) / fps, "frame_index": np.arange(n, dtype=np.int64),
-                  "episode_index": np.full((n,), ep), "index": np.arange(frames_so_far, frames_so_far + n),
-                  "task_index": np.full((n,), meta.get_task_index(content.task))}
+        buffer = {
+            "observation.state": content.state,
+            "action": content.action,
+            "timestamp": np.arange(n, dtype=np.int64) / fps,
+            "frame_index": np.arange(n, dtype=np.int64),
+            "episode_index": np.full((n,), ep),
+            "index": np.arange(frames_so_far, frames_so_far + n),
+            "task_index": np.full((n,), meta.get_task_index(content.task)),
+        }
         stats = compute_episode_stats(buffer, features)
-        ep_metadata = {"data/chunk_index": None, "data/file_index": None, "dataset_from_index": frames_so_far,
-                       "dataset_to_index": frames_so_far + n, "episode_index": ep}
+        ep_metadata = {
+            "data/chunk_index": None,
+            "data/file_index": None,
+            "dataset_from_index": frames_so_far,
+            "dataset_to_index": frames_so_far + n,
+            "episode_index": ep,
+        }
         for c, key in enumerate(video_keys):
             where, stats[key] = video_of(ep, key, c, content)
             ep_metadata.update(where)

@@ -1,13 +1,14 @@
 """Write a LeRobot v3 dataset offline with LeRobot's own writer (``LeRobotDataset.create/add_frame/save_episode/
 finalize``), so tests and benchmarks read exactly what LeRobot writes: AV1 (LeRobot's default) or H.264 video,
 or PNG images stored in the parquet files. Frames are the same procedural scenes as the robomimic sample data."""
+
 from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
-from collections.abc import Iterator
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -29,11 +30,25 @@ def _fresh_root(root, overwrite: bool) -> Path:
     return root
 
 
-def write_lerobot_dataset(root, *, repo_id: str = "local/sample", episode_lengths=(30, 45, 22, 50, 37),
-                          cameras: int = 1, image_size=(32, 48), mode: str = "av1", fps: int = 20, seed: int = 0,
-                          video_files_size_in_mb: float | None = None, overwrite: bool = False,
-                          progress: bool = True, actions_from_state: bool = False, scenes: int | None = None,
-                          content: str = "renders", noise: float = 1.0, streaming_encoding: bool = False) -> Path:
+def write_lerobot_dataset(
+    root,
+    *,
+    repo_id: str = "local/sample",
+    episode_lengths=(30, 45, 22, 50, 37),
+    cameras: int = 1,
+    image_size=(32, 48),
+    mode: str = "av1",
+    fps: int = 20,
+    seed: int = 0,
+    video_files_size_in_mb: float | None = None,
+    overwrite: bool = False,
+    progress: bool = True,
+    actions_from_state: bool = False,
+    scenes: int | None = None,
+    content: str = "renders",
+    noise: float = 1.0,
+    streaming_encoding: bool = False,
+) -> Path:
     """Create the dataset at ``root`` with LeRobot's own writer, so tests and benchmarks read exactly what LeRobot
     writes; load it with ``LeRobotDataset(repo_id, root=root)``.
 
@@ -80,24 +95,48 @@ def write_lerobot_dataset(root, *, repo_id: str = "local/sample", episode_length
         raise ValueError(f"content must be one of {CONTENTS}, got {content!r}")
     root = _fresh_root(root, overwrite)
     h, w = image_size
-    feats = {"observation.state": {"dtype": "float32", "shape": (6,), "names": [f"s{i}" for i in range(6)]},
-             "action": {"dtype": "float32", "shape": (4,), "names": [f"a{i}" for i in range(4)]}}
+    feats = {
+        "observation.state": {"dtype": "float32", "shape": (6,), "names": [f"s{i}" for i in range(6)]},
+        "action": {"dtype": "float32", "shape": (4,), "names": [f"a{i}" for i in range(4)]},
+    }
     for c in range(cameras):
-        feats[f"observation.images.cam{c}"] = {"dtype": "image" if mode == "png" else "video", "shape": (h, w, 3),
-                                               "names": ["height", "width", "channels"]}
+        feats[f"observation.images.cam{c}"] = {
+            "dtype": "image" if mode == "png" else "video",
+            "shape": (h, w, 3),
+            "names": ["height", "width", "channels"],
+        }
     rgb = RGBEncoderConfig(vcodec=MODES[mode]) if MODES[mode] else None
-    ds = LeRobotDataset.create(repo_id, fps, feats, root=root, use_videos=mode != "png", rgb_encoder=rgb,
-                               video_files_size_in_mb=video_files_size_in_mb,
-                               streaming_encoding=streaming_encoding and mode != "png",
-                               # LeRobot's streaming encoder drops a frame (with a warning) when its queue is full;
-                               # frames come from memory here, faster than AV1 encodes them at 480p: a queue that
-                               # holds a whole episode can never be full (save_episode waits for the encoder)
-                               encoder_queue_maxsize=max([30, *(int(n) for n in episode_lengths)]))
-    for content_ in tqdm(episode_contents(episode_lengths, cameras=cameras, image_size=(h, w),
-                                          fps=fps, seed=seed, actions_from_state=actions_from_state,
-                                          scenes=scenes, content=content, noise=noise),
-                         total=len(episode_lengths), desc=f"sample-data {root.name}", unit="episode",
-                         disable=not progress):
+    ds = LeRobotDataset.create(
+        repo_id,
+        fps,
+        feats,
+        root=root,
+        use_videos=mode != "png",
+        rgb_encoder=rgb,
+        video_files_size_in_mb=video_files_size_in_mb,
+        streaming_encoding=streaming_encoding and mode != "png",
+        # LeRobot's streaming encoder drops a frame (with a warning) when its queue is full;
+        # frames come from memory here, faster than AV1 encodes them at 480p: a queue that
+        # holds a whole episode can never be full (save_episode waits for the encoder)
+        encoder_queue_maxsize=max([30, *(int(n) for n in episode_lengths)]),
+    )
+    for content_ in tqdm(
+        episode_contents(
+            episode_lengths,
+            cameras=cameras,
+            image_size=(h, w),
+            fps=fps,
+            seed=seed,
+            actions_from_state=actions_from_state,
+            scenes=scenes,
+            content=content,
+            noise=noise,
+        ),
+        total=len(episode_lengths),
+        desc=f"sample-data {root.name}",
+        unit="episode",
+        disable=not progress,
+    ):
         for i in range(content_.length):
             frame = {"observation.state": content_.state[i], "action": content_.action[i], "task": content_.task}
             for c, frames in enumerate(content_.frames):
@@ -113,15 +152,24 @@ class EpisodeContent(NamedTuple):
 
     length: int
     task: str
-    state: np.ndarray        # (n, 6) float32
-    action: np.ndarray       # (n, 4) float32
-    frames: list             # per camera, (n, h, w, 3) uint8
-    scene: tuple | None      # (scene, length) when the frames are a reused scene's, else None
+    state: np.ndarray  # (n, 6) float32
+    action: np.ndarray  # (n, 4) float32
+    frames: list  # per camera, (n, h, w, 3) uint8
+    scene: tuple | None  # (scene, length) when the frames are a reused scene's, else None
 
 
-def episode_contents(episode_lengths, *, cameras: int, image_size, fps: int, seed: int,
-                     actions_from_state: bool = False, scenes: int | None = None, content: str = "renders",
-                     noise: float = 1.0) -> Iterator[EpisodeContent]:
+def episode_contents(
+    episode_lengths,
+    *,
+    cameras: int,
+    image_size,
+    fps: int,
+    seed: int,
+    actions_from_state: bool = False,
+    scenes: int | None = None,
+    content: str = "renders",
+    noise: float = 1.0,
+) -> Iterator[EpisodeContent]:
     """The content of each episode, the same for every writer (LeRobot's and the fast one).
 
     ``scenes``: render only this many distinct scenes (episode ``e`` shows scene ``e % scenes``, its first ``n``
@@ -151,15 +199,17 @@ def episode_contents(episode_lengths, *, cameras: int, image_size, fps: int, see
         alpha = np.clip(np.linspace(-0.2, 1.3, n), 0, 1)[:, None]
         grip = (1 - alpha) * rng.uniform(0.2, 0.8, size=2) + alpha * cube[-1]
         grip_open = np.clip(1.2 - 1.5 * np.linspace(0, 1, n), 0, 1)
-        cams = [renderer(content, (h, w), c, np.random.default_rng(rng.integers(2**32)), noise, fps)
-                for c in range(cameras)]
+        cams = [
+            renderer(content, (h, w), c, np.random.default_rng(rng.integers(2**32)), noise, fps) for c in range(cameras)
+        ]
         state = np.empty((n, 6), np.float32)
         action = np.empty((n, 4), np.float32)
         for i in range(n):  # frame by frame, as the data was always drawn (the same numbers)
             t = i / fps
             state[i] = (np.sin(t * np.arange(1, 7) + off) + 0.01 * rng.normal(size=6)).astype(np.float32)
-            action[i] = (np.tanh(state_to_action @ state[i]) if actions_from_state
-                         else np.cos(t * np.arange(1, 5) + off[:4])).astype(np.float32)
+            action[i] = (
+                np.tanh(state_to_action @ state[i]) if actions_from_state else np.cos(t * np.arange(1, 5) + off[:4])
+            ).astype(np.float32)
         if scenes:
             scene = ep % int(scenes)
             if scene not in pool:
@@ -167,14 +217,26 @@ def episode_contents(episode_lengths, *, cameras: int, image_size, fps: int, see
             frames = [f[:n] for f in pool[scene]]
             key = (scene, n)
         else:
-            frames = [np.stack([cam(i, cube[i], grip[i], grip_open[i]) for i in range(n)]) if n else
-                      np.zeros((0, h, w, 3), np.uint8) for cam in cams]
+            frames = [
+                np.stack([cam(i, cube[i], grip[i], grip_open[i]) for i in range(n)])
+                if n
+                else np.zeros((0, h, w, 3), np.uint8)
+                for cam in cams
+            ]
             key = None
         yield EpisodeContent(n, TASKS[ep % len(TASKS)], state, action, frames, key)
 
 
-def _scene_frames(seed: int, scene: int, n: int, cameras: int, image_size, content: str = "renders",
-                  noise: float = 1.0, fps: float = 20.0) -> list:
+def _scene_frames(
+    seed: int,
+    scene: int,
+    n: int,
+    cameras: int,
+    image_size,
+    content: str = "renders",
+    noise: float = 1.0,
+    fps: float = 20.0,
+) -> list:
     """The ``n`` frames of each camera of reused scene ``scene``."""
     rng = np.random.default_rng([seed, 1_000_003, scene])
     cube = 0.5 + 0.2 * np.tanh(smooth_path(rng, n, 2, 0.6))
@@ -188,9 +250,17 @@ def _scene_frames(seed: int, scene: int, n: int, cameras: int, image_size, conte
     return out
 
 
-def write_lerobot_from_robomimic(hdf5_path, root, *, repo_id: str = "local/from_robomimic", repeat: int = 1,
-                                 mode: str = "av1", fps: int = 20, overwrite: bool = False,
-                                 progress: bool = True) -> Path:
+def write_lerobot_from_robomimic(
+    hdf5_path,
+    root,
+    *,
+    repo_id: str = "local/from_robomimic",
+    repeat: int = 1,
+    mode: str = "av1",
+    fps: int = 20,
+    overwrite: bool = False,
+    progress: bool = True,
+) -> Path:
     """A LeRobot v3 dataset with the camera frames, state and actions of a robomimic HDF5 (the layout of
     ``../shared/data/robosuite_lift_84_20demos_lerobot``), each demo written ``repeat`` times: real rendered
     pixels at benchmark scale from a small simulator dataset.
@@ -227,12 +297,16 @@ def write_lerobot_from_robomimic(hdf5_path, root, *, repo_id: str = "local/from_
         state_keys = [k for k in ("robot0_eef_pos", "robot0_eef_quat", "robot0_gripper_qpos") if k in obs0]
         sdim = sum(obs0[k].shape[1] for k in state_keys)
         adim = f[f"data/{demos[0]}/actions"].shape[1]
-        feats = {"observation.state": {"dtype": "float32", "shape": (sdim,), "names": None},
-                 "action": {"dtype": "float32", "shape": (adim,), "names": None}}
+        feats = {
+            "observation.state": {"dtype": "float32", "shape": (sdim,), "names": None},
+            "action": {"dtype": "float32", "shape": (adim,), "names": None},
+        }
         for c in cams:
             feats[f"observation.images.{c.removesuffix('_image')}"] = {
-                "dtype": "image" if mode == "png" else "video", "shape": tuple(obs0[c].shape[1:]),
-                "names": ["height", "width", "channels"]}
+                "dtype": "image" if mode == "png" else "video",
+                "shape": tuple(obs0[c].shape[1:]),
+                "names": ["height", "width", "channels"],
+            }
         rgb = RGBEncoderConfig(vcodec=MODES[mode]) if MODES[mode] else None
         ds = LeRobotDataset.create(repo_id, fps, feats, root=root, use_videos=mode != "png", rgb_encoder=rgb)
         work = [d for _ in range(repeat) for d in demos]

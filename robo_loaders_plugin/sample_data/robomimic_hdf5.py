@@ -1,4 +1,5 @@
 """Write a robomimic-format HDF5 file exactly as robomimic 0.3.0 reads it (see notes/robomimic.md section 6)."""
+
 from __future__ import annotations
 
 import json
@@ -96,8 +97,14 @@ def _episode(rng, length, cams, image_size, content="renders", noise=1.0):
     obs["robot0_eef_quat"] = quat / np.linalg.norm(quat, axis=1, keepdims=True)
     obs["robot0_gripper_qpos"] = np.stack([0.04 * grip_open, -0.04 * grip_open], axis=1)
     obs["object"] = np.concatenate([cube, 0.82 + 0.0 * cube[:, :1], smooth_path(rng, length, 7, 0.1)], axis=1)
-    actions = np.concatenate([np.diff(grip, axis=0, append=grip[-1:]) * 10,
-                              smooth_path(rng, length, 4, 0.1), (grip_open[:, None] < 0.5) * 2.0 - 1.0], axis=1)
+    actions = np.concatenate(
+        [
+            np.diff(grip, axis=0, append=grip[-1:]) * 10,
+            smooth_path(rng, length, 4, 0.1),
+            (grip_open[:, None] < 0.5) * 2.0 - 1.0,
+        ],
+        axis=1,
+    )
     states = np.concatenate([np.linspace(0, 1, length)[:, None], smooth_path(rng, length, STATE_DIM - 1)], axis=1)
     rewards = np.zeros(length)
     rewards[-1] = 1.0
@@ -106,10 +113,20 @@ def _episode(rng, length, cams, image_size, content="renders", noise=1.0):
     return obs, actions, rewards, dones, states
 
 
-def write_robomimic_hdf5(path: str, demos: int = 10, image_size: int = 84, cameras: int = 2, seed: int = 0,
-                         min_length: int = 40, max_length: int = 60, valid_fraction: float = 0.1,
-                         next_obs: bool = True, progress: bool = True, content: str = "renders",
-                         noise: float = 1.0) -> str:
+def write_robomimic_hdf5(
+    path: str,
+    demos: int = 10,
+    image_size: int = 84,
+    cameras: int = 2,
+    seed: int = 0,
+    min_length: int = 40,
+    max_length: int = 60,
+    valid_fraction: float = 0.1,
+    next_obs: bool = True,
+    progress: bool = True,
+    content: str = "renders",
+    noise: float = 1.0,
+) -> str:
     """Generate ``demos`` demos of a Lift-like task. Written to a temp name, then renamed, so an interrupted run
     leaves no file that looks complete.
 
@@ -138,8 +155,10 @@ def write_robomimic_hdf5(path: str, demos: int = 10, image_size: int = 84, camer
     if content not in CONTENTS:
         raise ValueError(f"content must be one of {CONTENTS}, got {content!r}")
     if demos < 1 or image_size < 8 or cameras < 0 or not 1 <= min_length <= max_length:
-        raise ValueError(f"bad sample-data options: demos={demos} (>=1), image_size={image_size} (>=8), "
-                         f"cameras={cameras} (>=0), min_length={min_length} <= max_length={max_length}")
+        raise ValueError(
+            f"bad sample-data options: demos={demos} (>=1), image_size={image_size} (>=8), "
+            f"cameras={cameras} (>=0), min_length={min_length} <= max_length={max_length}"
+        )
     rng = np.random.default_rng(seed)
     cams = camera_names(cameras)
     tmp = f"{path}.tmp-{os.getpid()}"
@@ -163,12 +182,22 @@ def write_robomimic_hdf5(path: str, demos: int = 10, image_size: int = 84, camer
                     g.create_dataset(f"next_obs/{k}", data=np.concatenate([v[1:], v[-1:]]))
             total += length
         data.attrs["total"] = total
-        data.attrs["env_args"] = json.dumps({
-            "env_name": "Lift", "type": 1,
-            "env_kwargs": {"has_renderer": False, "has_offscreen_renderer": cameras > 0, "use_camera_obs": cameras > 0,
-                           "camera_names": [c[:-len("_image")] for c in cams], "camera_heights": image_size,
-                           "camera_widths": image_size, "control_freq": 20, "robots": ["Panda"]},
-        })
+        data.attrs["env_args"] = json.dumps(
+            {
+                "env_name": "Lift",
+                "type": 1,
+                "env_kwargs": {
+                    "has_renderer": False,
+                    "has_offscreen_renderer": cameras > 0,
+                    "use_camera_obs": cameras > 0,
+                    "camera_names": [c[: -len("_image")] for c in cams],
+                    "camera_heights": image_size,
+                    "camera_widths": image_size,
+                    "control_freq": 20,
+                    "robots": ["Panda"],
+                },
+            }
+        )
         names = [f"demo_{i}" for i in range(demos)]
         n_valid = max(1, round(demos * valid_fraction)) if demos > 1 else 0
         valid = sorted(rng.choice(demos, size=n_valid, replace=False).tolist()) if n_valid else []

@@ -4,6 +4,7 @@ Random noise would be incompressible and make every codec look bad; flat colour 
 Each camera sees a shaded table with a fixed texture, a cube and a gripper moving along smooth trajectories,
 with soft edges and lighting gradients, which is roughly what robosuite's 84x84 renders contain.
 """
+
 from __future__ import annotations
 
 import numpy as np

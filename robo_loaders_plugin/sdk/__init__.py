@@ -11,12 +11,14 @@ This module is imported by a plugin's registration (``robo_loaders_backends``), 
 nothing heavier than numpy, and the serving half (``sdk.serve``: torch, the frameworks, the store's own module) is
 imported when a factory first runs. The names are public through ``robo_loaders_plugin.extend``.
 """
+
 from __future__ import annotations
 
 import abc
 import dataclasses
 import functools
-from typing import TYPE_CHECKING, Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING
 
 from robo_loaders_plugin.core.footprint import Footprint
 from robo_loaders_plugin.core.options import Option, Options
@@ -50,10 +52,10 @@ class StoreEpisodes:
 
     names: tuple[str, ...]
     cameras: frozenset[str]
-    size: "DataSize"
-    read: Callable[[], Iterator[tuple[str, dict[str, "np.ndarray"]]]] = dataclasses.field(repr=False)
+    size: DataSize
+    read: Callable[[], Iterator[tuple[str, dict[str, np.ndarray]]]] = dataclasses.field(repr=False)
 
-    def __iter__(self) -> Iterator[tuple[str, dict[str, "np.ndarray"]]]:
+    def __iter__(self) -> Iterator[tuple[str, dict[str, np.ndarray]]]:
         return iter(self.read())
 
     def __len__(self) -> int:
@@ -96,7 +98,7 @@ class FrameStore(abc.ABC):
         """
 
     @abc.abstractmethod
-    def open(self, directory: str, options: Options) -> "FrameSource":
+    def open(self, directory: str, options: Options) -> FrameSource:
         """The frame source over a built store (called in the training process and again in every worker).
 
         Args:
@@ -111,7 +113,7 @@ class FrameStore(abc.ABC):
             SourceError: the files do not hold what their index says (truncated, replaced), naming the directory.
         """
 
-    def footprint(self, size: "DataSize", options: Options) -> Footprint:
+    def footprint(self, size: DataSize, options: Options) -> Footprint:
         """What serving this dataset will hold and write, from metadata only; the default is a store that keeps
         every non-frame field in RAM and writes the frames uncompressed (an upper bound for a compressing store).
 
@@ -122,9 +124,12 @@ class FrameStore(abc.ABC):
         Returns:
             A ``Footprint`` (its ``disk_dir`` is set to the cache root by the SDK).
         """
-        return Footprint(host_bytes=size.other_bytes, disk_bytes=size.frame_bytes + size.other_bytes,
-                         build_s=size.build_seconds("lz4", 1), bound="frames read from the cache directory per "
-                                                                   "batch, other fields in RAM")
+        return Footprint(
+            host_bytes=size.other_bytes,
+            disk_bytes=size.frame_bytes + size.other_bytes,
+            build_s=size.build_seconds("lz4", 1),
+            bound="frames read from the cache directory per batch, other fields in RAM",
+        )
 
     def verify(self, directory: str) -> bool:
         """Whether a complete store found in the cache is intact (e.g. its checksums hold); one that is not is
@@ -150,7 +155,7 @@ class FrameStore(abc.ABC):
         """
         return options.shared()
 
-    def describe(self, frames: "FrameSource", directory: str) -> str:
+    def describe(self, frames: FrameSource, directory: str) -> str:
         """What the store holds, for the serving summary (``"camera frames as JPEG q90 (12.1 MB -> 1.0 MB)"``).
 
         Args:
@@ -204,16 +209,30 @@ def cache_dir_option(help: str = "") -> Option:
     Returns:
         The :class:`Option`.
     """
-    return Option(str, None, help or "the cache directory the store is built in (default: $ROBO_LOADERS_CACHE or "
-                                      "~/.cache/robo-loaders); reused while the source and options are unchanged",
-                  per_host=True, check=_check_cache_dir)
+    return Option(
+        str,
+        None,
+        help
+        or "the cache directory the store is built in (default: $ROBO_LOADERS_CACHE or "
+        "~/.cache/robo-loaders); reused while the source and options are unchanged",
+        per_host=True,
+        check=_check_cache_dir,
+    )
 
 
-def frame_backend(name: str, store: str, *, description: str, frameworks: tuple[str, ...] = ("robomimic", "lerobot"),
-                  kind: str | Mapping[str, str] | None = None, lossless: str | Mapping[str, str] = LOSSLESS,
-                  gpu: str | Mapping[str, str] = GPU_NO, options: Mapping[str, Option] | None = None,
-                  constraints: Callable[[Options], None] | None = None,
-                  requires: Mapping[str, tuple] | None = None) -> BackendSpec:
+def frame_backend(
+    name: str,
+    store: str,
+    *,
+    description: str,
+    frameworks: tuple[str, ...] = ("robomimic", "lerobot"),
+    kind: str | Mapping[str, str] | None = None,
+    lossless: str | Mapping[str, str] = LOSSLESS,
+    gpu: str | Mapping[str, str] = GPU_NO,
+    options: Mapping[str, Option] | None = None,
+    constraints: Callable[[Options], None] | None = None,
+    requires: Mapping[str, tuple] | None = None,
+) -> BackendSpec:
     """A backend serving robomimic's and LeRobot's samples from a :class:`FrameStore`, for a plugin's
     ``robo_loaders_backends`` hook.
 
@@ -251,16 +270,29 @@ def frame_backend(name: str, store: str, *, description: str, frameworks: tuple[
         raise ValueError(f"backend {name!r}: a frame store serves the sample or indexed kind, got {kind!r}")
     declared = {"cache_dir": cache_dir_option(), **dict(options or {})}
     if not declared["cache_dir"].per_host:
-        raise ValueError(f"backend {name!r}: option 'cache_dir' is a local path and must be declared per_host=True "
-                         "(or use cache_dir_option())")
+        raise ValueError(
+            f"backend {name!r}: option 'cache_dir' is a local path and must be declared per_host=True "
+            "(or use cache_dir_option())"
+        )
     from robo_loaders_plugin.sdk import factories
 
-    made = {"robomimic": functools.partial(factories.robomimic_factory, store=store, backend=name),
-            "lerobot": functools.partial(factories.lerobot_factory, store=store, backend=name)}
+    made = {
+        "robomimic": functools.partial(factories.robomimic_factory, store=store, backend=name),
+        "lerobot": functools.partial(factories.lerobot_factory, store=store, backend=name),
+    }
     kind = {fw: kind[fw] for fw in frameworks} if isinstance(kind, Mapping) else kind
-    return BackendSpec(name=name, description=description, frameworks=tuple(frameworks), kind=kind,
-                       factories={fw: made[fw] for fw in frameworks}, options=declared, constraints=constraints,
-                       lossless=lossless, gpu=gpu, requires=dict(requires or {}))
+    return BackendSpec(
+        name=name,
+        description=description,
+        frameworks=tuple(frameworks),
+        kind=kind,
+        factories={fw: made[fw] for fw in frameworks},
+        options=declared,
+        constraints=constraints,
+        lossless=lossless,
+        gpu=gpu,
+        requires=dict(requires or {}),
+    )
 
 
 __all__ = ["DEFAULT_KIND", "FrameStore", "StoreEpisodes", "cache_dir_option", "cache_root", "frame_backend"]

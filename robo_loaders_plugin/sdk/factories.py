@@ -6,11 +6,13 @@ Why ``functools.partial`` of these instead of one function per backend: a factor
 as ``"module:function"`` or as a callable, and a partial of a module-level function pickles by reference, carries
 which store and backend it serves, and has a signature the registration checks like any other factory's.
 """
+
 from __future__ import annotations
 
 
-def robomimic_factory(config, obs_keys, filter_by_attribute=None, dataset_path=None, *, options, store: str,
-                      backend: str):
+def robomimic_factory(
+    config, obs_keys, filter_by_attribute=None, dataset_path=None, *, options, store: str, backend: str
+):
     """robomimic's ``SequenceDataset`` samples served from a frame store.
 
     Args:

@@ -4,12 +4,14 @@ reopened in every worker by path, and an explicit ``close()``.
 
 Imported when a factory first runs (torch, the frameworks' window rules and datasets, the store's module).
 """
+
 from __future__ import annotations
 
 import dataclasses
 import functools
 import importlib
 import os
+from typing import Any
 
 import numpy as np
 
@@ -29,7 +31,7 @@ ROBOMIMIC_OPTIONS = "train.data_backend_kwargs"
 LEROBOT_OPTIONS = "--dataset.backend_kwargs"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def load_store(ref: str) -> FrameStore:
     """The store of a ``"module:Class"`` reference, one instance per process.
 
@@ -45,8 +47,10 @@ def load_store(ref: str) -> FrameStore:
     module, _, name = ref.partition(":")
     cls = getattr(importlib.import_module(module), name, None)
     if not (isinstance(cls, type) and issubclass(cls, FrameStore)):
-        raise RoboLoadersError(f"frame store {ref!r} is not a FrameStore subclass (robo_loaders_plugin.extend."
-                               "FrameStore); fix the store= of frame_backend()")
+        raise RoboLoadersError(
+            f"frame store {ref!r} is not a FrameStore subclass (robo_loaders_plugin.extend."
+            "FrameStore); fix the store= of frame_backend()"
+        )
     if not cls.kind:
         raise RoboLoadersError(f"frame store {ref!r} sets no kind (it names the cache entries: 'my-frames-1')")
     return cls()
@@ -84,15 +88,16 @@ class StoreFrames(FrameSource):
         self._store, self.directory, self._options = store, directory, options
         self.inner = load_store(store).open(directory, options)
         if not isinstance(self.inner, FrameSource):
-            raise RoboLoadersError(f"frame store {store!r}: open() returned {type(self.inner).__name__}, not a "
-                                   "FrameSource")
+            raise RoboLoadersError(
+                f"frame store {store!r}: open() returned {type(self.inner).__name__}, not a FrameSource"
+            )
         self.lengths = np.asarray(self.inner.lengths, dtype=np.int64)
 
     def __getstate__(self):
         return {"store": self._store, "directory": self.directory, "options": self._options}
 
     def __setstate__(self, state):
-        self.__init__(state["store"], state["directory"], state["options"])
+        StoreFrames.__init__(self, state["store"], state["directory"], state["options"])
 
     def info(self, field: str) -> FieldInfo:
         """See :meth:`FrameSource.info`.
@@ -136,9 +141,14 @@ class _Lifecycle:
     """``close()`` and ``with`` for the datasets a frame store serves: what garbage collection would release,
     released now (the cache entry's hold, so it may be pruned; the store's frame source; the batch buffers)."""
 
+    frames: FrameSource  # set by the dataset this is mixed into (a StoreFrames)
+    serving: Any
+
     def close(self) -> None:
         """Release the store (idempotent); reading afterwards raises naming the store."""
-        self.frames.close()
+        frames = self.frames
+        assert isinstance(frames, StoreFrames)  # what the SDK's factories build every dataset on
+        frames.close()
         hold = getattr(self.serving, "hold", None)
         if hold is not None and callable(getattr(hold, "release", None)):
             hold.release()
@@ -159,16 +169,28 @@ class StoreLeRobotSamples(_Lifecycle, LeRobotSamples):
     """``LeRobotSamples`` over a frame store, with ``close()`` and ``with`` (see :class:`_Lifecycle`)."""
 
 
-def _open(store: FrameStore, ref: str, backend: str, source, size, names: list[str], cameras, read, key: dict,
-          options, option_prefix: str):
+def _open(
+    store: FrameStore,
+    ref: str,
+    backend: str,
+    source,
+    size,
+    names: list[str],
+    cameras,
+    read,
+    key: dict,
+    options,
+    option_prefix: str,
+):
     """Footprint, cache entry, open: what both frameworks share. Returns ``(frames, directory, hold, reused,
     footprint)``."""
     cache_dir = getattr(options, "cache_dir", None)
     root = cache_root(cache_dir, f"{option_prefix}.cache_dir")
     footprint = dataclasses.replace(store.footprint(size, options), disk_dir=root)
     # RAM, /dev/shm and GPU before anything is read; the disk when (and only if) the store is built
-    check_fits(dataclasses.replace(footprint, disk_bytes=0), Available.measure(), backend=backend,
-               option_prefix=option_prefix)
+    check_fits(
+        dataclasses.replace(footprint, disk_bytes=0), Available.measure(), backend=backend, option_prefix=option_prefix
+    )
     episodes = StoreEpisodes(tuple(names), frozenset(cameras), size, read)
 
     def build(directory: str) -> None:
@@ -177,27 +199,40 @@ def _open(store: FrameStore, ref: str, backend: str, source, size, names: list[s
 
     from robo_loaders_plugin.storage.cached_dir import build_or_reuse
 
-    directory, hold, reused = build_or_reuse(kind=store.kind, source=source, key={**key, **store.key(options)},
-                                             build=build, cache_dir=cache_dir, check=store.verify,
-                                             description=f"{backend} store", option_prefix=option_prefix)
+    directory, hold, reused = build_or_reuse(
+        kind=store.kind,
+        source=source,
+        key={**key, **store.key(options)},
+        build=build,
+        cache_dir=cache_dir,
+        check=store.verify,
+        description=f"{backend} store",
+        option_prefix=option_prefix,
+    )
     frames = StoreFrames(ref, directory, options)
     expected = np.asarray(size.lengths, dtype=np.int64)
     if len(frames.lengths) != len(expected) or not np.array_equal(frames.lengths, expected):
         frames.close()
-        raise SourceError(f"{directory} holds {len(frames.lengths)} episodes of other lengths than the "
-                          f"{len(expected)} selected ({store.kind}: does open() return the episodes in the order "
-                          "build() was given them?); delete it to rebuild it")
+        raise SourceError(
+            f"{directory} holds {len(frames.lengths)} episodes of other lengths than the "
+            f"{len(expected)} selected ({store.kind}: does open() return the episodes in the order "
+            "build() was given them?); delete it to rebuild it"
+        )
     return frames, directory, hold, reused, footprint
 
 
-def _summary(store: FrameStore, frames: StoreFrames, directory: str, reused: bool, footprint: Footprint,
-             episodes: str) -> str:
-    return (f"{episodes}, {store.describe(frames.inner, directory)} in {'reused ' if reused else ''}{directory} "
-            f"({footprint.describe()})")
+def _summary(
+    store: FrameStore, frames: StoreFrames, directory: str, reused: bool, footprint: Footprint, episodes: str
+) -> str:
+    return (
+        f"{episodes}, {store.describe(frames.inner, directory)} in {'reused ' if reused else ''}{directory} "
+        f"({footprint.describe()})"
+    )
 
 
-def robomimic_dataset(ref: str, backend: str, config, obs_keys, filter_by_attribute=None, dataset_path=None, *,
-                      options) -> StoreRobomimicSamples:
+def robomimic_dataset(
+    ref: str, backend: str, config, obs_keys, filter_by_attribute=None, dataset_path=None, *, options
+) -> StoreRobomimicSamples:
     """robomimic's ``SequenceDataset`` samples from the store ``ref``, built once per source and options.
 
     Args:
@@ -235,15 +270,28 @@ def robomimic_dataset(ref: str, backend: str, config, obs_keys, filter_by_attrib
             for demo in demos:
                 yield demo, robomimic_demo_fields(source, f, demo, opts)
 
-    key = {"source": os.path.realpath(path), "demos": demos, "fields": opts.field_names(),
-           "cache_mode": opts.hdf5_cache_mode, "framework": "robomimic"}
-    frames, directory, hold, reused, footprint = _open(store, ref, backend, source, size, demos,
-                                                       size.frame_step_bytes, read, key, options, ROBOMIMIC_OPTIONS)
+    key = {
+        "source": os.path.realpath(path),
+        "demos": demos,
+        "fields": opts.field_names(),
+        "cache_mode": opts.hdf5_cache_mode,
+        "framework": "robomimic",
+    }
+    frames, directory, hold, reused, footprint = _open(
+        store, ref, backend, source, size, demos, size.frame_step_bytes, read, key, options, ROBOMIMIC_OPTIONS
+    )
     windows = SequenceWindows(frames.lengths, opts)
     summary = _summary(store, frames, directory, reused, footprint, f"{len(demos)} demos, {len(windows)} samples")
-    return StoreRobomimicSamples(frames, windows, demos=demos, hdf5_path=path,
-                                 filter_by_attribute=filter_by_attribute, backend_name=backend, location=directory,
-                                 serving=Serving(summary, hold=hold))
+    return StoreRobomimicSamples(
+        frames,
+        windows,
+        demos=demos,
+        hdf5_path=path,
+        filter_by_attribute=filter_by_attribute,
+        backend_name=backend,
+        location=directory,
+        serving=Serving(summary, hold=hold),
+    )
 
 
 def lerobot_dataset(ref: str, backend: str, native, *, options) -> StoreLeRobotSamples:
@@ -269,8 +317,12 @@ def lerobot_dataset(ref: str, backend: str, native, *, options) -> StoreLeRobotS
     store = load_store(ref)
     meta, _ = native_source(native)  # meta/ only: the footprint is checked before any table row or frame is read
     size = meta.data_size(native.episodes)
-    check_fits(dataclasses.replace(store.footprint(size, options), disk_bytes=0), Available.measure(),
-               backend=backend, option_prefix=LEROBOT_OPTIONS)
+    check_fits(
+        dataclasses.replace(store.footprint(size, options), disk_bytes=0),
+        Available.measure(),
+        backend=backend,
+        option_prefix=LEROBOT_OPTIONS,
+    )
     episodes = lerobot_episodes(native)
     source = episodes.source
     # the store's episodes in the dataset's row order (meta's sizes are in episode-index order)
@@ -281,11 +333,26 @@ def lerobot_dataset(ref: str, backend: str, native, *, options) -> StoreLeRobotS
             yield f"episode_{ep}", episodes.read(ep)[0]
 
     names = [f"episode_{ep}" for ep, _, _ in episodes.runs]
-    key = {"root": str(source.root), "episodes": native.episodes, "tolerance_s": episodes.tolerance_s,
-           "framework": "lerobot"}
-    frames, directory, hold, reused, footprint = _open(store, ref, backend, source, size, names,
-                                                       episodes.camera_keys, read, key, options, LEROBOT_OPTIONS)
-    summary = _summary(store, frames, directory, reused, footprint,
-                       f"{len(names)} episodes, {int(frames.lengths.sum())} samples")
-    return StoreLeRobotSamples(native, frames, episodes.runs, episodes.columns, source.video_keys, source.image_keys,
-                               backend_name=backend, location=directory, serving=Serving(summary, hold=hold))
+    key = {
+        "root": str(source.root),
+        "episodes": native.episodes,
+        "tolerance_s": episodes.tolerance_s,
+        "framework": "lerobot",
+    }
+    frames, directory, hold, reused, footprint = _open(
+        store, ref, backend, source, size, names, episodes.camera_keys, read, key, options, LEROBOT_OPTIONS
+    )
+    summary = _summary(
+        store, frames, directory, reused, footprint, f"{len(names)} episodes, {int(frames.lengths.sum())} samples"
+    )
+    return StoreLeRobotSamples(
+        native,
+        frames,
+        episodes.runs,
+        episodes.columns,
+        source.video_keys,
+        source.image_keys,
+        backend_name=backend,
+        location=directory,
+        serving=Serving(summary, hold=hold),
+    )

@@ -19,6 +19,7 @@ The same checks keep the local mirror of a remote dataset's tables (``sources.le
 the copies keep their paths relative to the dataset's root (``base``), so the mirror is a dataset root LeRobot can
 open, and their records live apart, under ``.robo-loaders/``.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -97,8 +98,16 @@ class FileCache:
         downloads: Files fetched by this object.
     """
 
-    def __init__(self, fs, directory: str, endpoint: str | None = None, log=None, *, base: str | None = None,
-                 label: str = "local_cache_dir"):
+    def __init__(
+        self,
+        fs,
+        directory: str,
+        endpoint: str | None = None,
+        log=None,
+        *,
+        base: str | None = None,
+        label: str = "local_cache_dir",
+    ):
         self.fs, self.endpoint, self.log, self.label = fs, endpoint, log, label
         self.base = base.rstrip("/") if base is not None else None
         self.directory = os.path.abspath(os.path.expanduser(str(directory)))
@@ -133,7 +142,7 @@ class FileCache:
         if self.base is not None:
             if not path.startswith(self.base + "/"):
                 raise SourceError(f"{url}: not under {self.fs.unstrip_protocol(self.base)}, cannot be mirrored")
-            parts = [p.replace(":", "_") for p in path[len(self.base) + 1:].split("/") if p not in ("", ".", "..")]
+            parts = [p.replace(":", "_") for p in path[len(self.base) + 1 :].split("/") if p not in ("", ".", "..")]
             if not parts or parts[0] == RECORDS:
                 raise SourceError(f"{url}: cannot be mirrored (no file name, or the name of the mirror's records)")
             return os.path.join(self.directory, *parts)
@@ -158,13 +167,17 @@ class FileCache:
         return os.path.join(self.directory, RECORDS, os.path.relpath(local, self.directory) + ".json")
 
     def _lock_path(self, local: str) -> str:
-        return local + ".lock" if self.base is None else self.record_path(local)[:-len(".json")] + ".lock"
+        return local + ".lock" if self.base is None else self.record_path(local)[: -len(".json")] + ".lock"
 
     def recorded_copies(self) -> list[str]:
         """With ``base``: every copy that has a record (what an earlier run mirrored)."""
         records = os.path.join(self.directory, RECORDS)
-        return sorted(os.path.join(self.directory, os.path.relpath(os.path.join(d, f), records)[:-len(".json")])
-                      for d, _, files in os.walk(records) for f in files if f.endswith(".json"))
+        return sorted(
+            os.path.join(self.directory, os.path.relpath(os.path.join(d, f), records)[: -len(".json")])
+            for d, _, files in os.walk(records)
+            for f in files
+            if f.endswith(".json")
+        )
 
     def forget(self, local: str) -> None:
         """Remove a copy and its record (its file is gone from the remote store).
@@ -220,15 +233,18 @@ class FileCache:
                     reason = self._stale(local, ident)
                     if reason:
                         if reason != "not cached yet":
-                            (self.log or logger.info)(f"{self.label}: {ident['url']}: {reason}; downloading it "
-                                                      f"again into {local}")
+                            (self.log or logger.info)(
+                                f"{self.label}: {ident['url']}: {reason}; downloading it again into {local}"
+                            )
                         self._download(path, local, ident)
                 except SourceError:
                     raise
                 except Exception as exc:  # the store's error (a dropped connection), or the local disk's
-                    raise SourceError(f"{self.label}: copying {self.fs.unstrip_protocol(path)} into {local} failed "
-                                      f"({type(exc).__name__}: {exc}); check the network, the endpoint and the "
-                                      "credentials (or the space left on the local disk), then run again") from exc
+                    raise SourceError(
+                        f"{self.label}: copying {self.fs.unstrip_protocol(path)} into {local} failed "
+                        f"({type(exc).__name__}: {exc}); check the network, the endpoint and the "
+                        "credentials (or the space left on the local disk), then run again"
+                    ) from exc
             self._checked[path] = local
             return local
 
@@ -274,8 +290,9 @@ class FileCache:
             finally:
                 if os.path.exists(tmp):
                     os.unlink(tmp)
-            atomic_write_json(self.record_path(local), {"remote": ident, "sha256": digest, "bytes": size},
-                              indent=1)
+            atomic_write_json(self.record_path(local), {"remote": ident, "sha256": digest, "bytes": size}, indent=1)
             return
-        raise SourceError(f"{ident['url']} kept changing while it was copied into {local}; retry when the remote "
-                          "dataset is no longer being written")
+        raise SourceError(
+            f"{ident['url']} kept changing while it was copied into {local}; retry when the remote "
+            "dataset is no longer being written"
+        )

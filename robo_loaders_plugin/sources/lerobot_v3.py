@@ -17,6 +17,7 @@ Why it mirrors LeRobot 0.6.1 so closely: items must be byte-identical to ``LeRob
 Content digest (see ``storage.fingerprint``): every file of the dataset (``meta/``, ``data/``, ``videos/``), its
 relative name, size and every byte.
 """
+
 from __future__ import annotations
 
 import io
@@ -51,8 +52,13 @@ class LeRobotV3:
     """The dataset at ``root`` (a local path, or any fsspec URL: ``s3://``, ``http(s)://``, ``hf://``): metadata and
     tables, read once; episodes decoded on request. ``storage_options`` go to fsspec (credentials, endpoints)."""
 
-    def __init__(self, root, storage_options: dict | None = None, videos_from: str | None = None,
-                 local_cache_dir: str | None = None):
+    def __init__(
+        self,
+        root,
+        storage_options: dict | None = None,
+        videos_from: str | None = None,
+        local_cache_dir: str | None = None,
+    ):
         """``videos_from``: read the video files from this URL instead of ``root`` (a local mirror of a remote
         dataset's tables, ``mirror_tables``, streaming the videos from where they are). ``local_cache_dir``: copy
         each remote video whole into this directory on first use and decode the copy (``sources.file_cache``);
@@ -198,8 +204,9 @@ class LeRobotV3:
     @property
     def remote_bytes_read(self) -> int:
         """Bytes of video fetched from the remote store so far (0 for a local dataset)."""
-        return (self._blocks.fetched if self._blocks is not None else 0) + \
-            (self.file_cache.downloaded if self.file_cache is not None else 0)
+        return (self._blocks.fetched if self._blocks is not None else 0) + (
+            self.file_cache.downloaded if self.file_cache is not None else 0
+        )
 
     def video_exists(self, path: str) -> bool:
         """Locally a stat; remotely a HEAD request (fsspec's HTTP ``exists`` would GET the whole file), none for
@@ -260,8 +267,10 @@ class LeRobotV3:
             try:
                 table = pa.concat_tables(tables, promote_options="permissive") if len(tables) > 1 else tables[0]
             except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-                raise SourceError(f"{self.url}: the meta/episodes files have columns of types that do not agree "
-                                  f"({exc}); the dataset is inconsistent") from None
+                raise SourceError(
+                    f"{self.url}: the meta/episodes files have columns of types that do not agree "
+                    f"({exc}); the dataset is inconsistent"
+                ) from None
             self._episode_files = [(p, t.num_rows) for p, t in zip(paths, tables)]
             self._episode_table = table
         return self._episode_table
@@ -308,8 +317,9 @@ class LeRobotV3:
             KeyError: the episode is not in ``meta/episodes``, or has no file for the key.
         """
         row = self.episodes[ep]
-        rel = self.info["video_path"].format(video_key=key, chunk_index=row[f"videos/{key}/chunk_index"],
-                                             file_index=row[f"videos/{key}/file_index"])
+        rel = self.info["video_path"].format(
+            video_key=key, chunk_index=row[f"videos/{key}/chunk_index"], file_index=row[f"videos/{key}/file_index"]
+        )
         return f"{self.video_root}/{rel}"
 
     def data_size(self, episodes: list[int] | None = None, cameras=None):
@@ -341,8 +351,7 @@ class LeRobotV3:
             dtype = _numpy_dtype(self.features[k]["dtype"])
             if k not in self.image_keys and dtype is not None:
                 other += int(np.prod(self.features[k]["shape"], dtype=np.int64)) * dtype.itemsize
-        pixels = sum(int(np.prod(self.features[k]["shape"][:2], dtype=np.int64)) for k in self.video_keys
-                     if k in cams)
+        pixels = sum(int(np.prod(self.features[k]["shape"][:2], dtype=np.int64)) for k in self.video_keys if k in cams)
         size = 0
         if self.local:
             size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(self.root) for f in fs)
@@ -382,8 +391,10 @@ class LeRobotV3:
         ft = self.features[name]
         dtype = _numpy_dtype(ft["dtype"])
         if dtype is None:
-            raise SourceError(f"{self.root}: column {name!r} has dtype {ft['dtype']!r}; robo-loaders backends serve "
-                              "numeric columns, PNG images and videos (use --dataset.backend=native)")
+            raise SourceError(
+                f"{self.root}: column {name!r} has dtype {ft['dtype']!r}; robo-loaders backends serve "
+                "numeric columns, PNG images and videos (use --dataset.backend=native)"
+            )
         shape = tuple(ft["shape"])
         return dtype, (() if shape == (1,) else shape)
 
@@ -413,20 +424,23 @@ class LeRobotV3:
             # file by file with ParquetFile, not pyarrow.dataset: LeRobot's writer makes a row group per episode,
             # and the dataset scanner's cost per row group made a million rows in 10,000 episodes a 4-6 s read
             # (ParquetFile: 1-2 s); rows in file order, as LeRobot concatenates the files
-            read = list(columns) + (["episode_index"] if episodes is not None and "episode_index" not in columns
-                                    else [])
+            read = list(columns) + (
+                ["episode_index"] if episodes is not None and "episode_index" not in columns else []
+            )
             tables = []
             for path in self.data_files():
                 with self.fs.open(path, "rb") as f:
                     tables.append(pq.ParquetFile(f).read(columns=read))
             table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
             if episodes is not None:
-                table = table.filter(pc.is_in(table.column("episode_index"),
-                                              value_set=pa.array(list(episodes), pa.int64())))
+                table = table.filter(
+                    pc.is_in(table.column("episode_index"), value_set=pa.array(list(episodes), pa.int64()))
+                )
             return table.select(list(columns))  # in the order asked, as the dataset scanner gave them
         except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
-            raise SourceError(f"{self.root}: cannot read the data parquet files ({exc}); they are truncated or "
-                              "corrupt") from exc
+            raise SourceError(
+                f"{self.root}: cannot read the data parquet files ({exc}); they are truncated or corrupt"
+            ) from exc
 
     def column_arrays(self, table, columns) -> dict[str, np.ndarray]:
         """Tabular columns as numpy arrays in the dtypes and shapes LeRobot serves them (:meth:`column_spec`).
@@ -450,13 +464,18 @@ class LeRobotV3:
         for name in columns:
             dtype, shape = self.column_spec(name)
             values = table.column(name).combine_chunks()
-            while pa.types.is_list(values.type) or pa.types.is_large_list(values.type) or \
-                    pa.types.is_fixed_size_list(values.type):
+            while (
+                pa.types.is_list(values.type)
+                or pa.types.is_large_list(values.type)
+                or pa.types.is_fixed_size_list(values.type)
+            ):
                 values = pc.list_flatten(values)
             arr = np.asarray(values.to_numpy(zero_copy_only=False))
             if arr.size != n * int(np.prod(shape, dtype=np.int64)):
-                raise SourceError(f"{self.root}: column {name!r} holds {arr.size} values for {n} rows, but its feature "
-                                  f"shape is {list(self.features[name]['shape'])}")
+                raise SourceError(
+                    f"{self.root}: column {name!r} holds {arr.size} values for {n} rows, but its feature "
+                    f"shape is {list(self.features[name]['shape'])}"
+                )
             out[name] = arr.reshape((n,) + shape).astype(dtype, copy=False)
         return out
 
@@ -482,15 +501,19 @@ class LeRobotV3:
         seen = set()
         for ep, s, e in runs:
             if ep in seen:
-                raise SourceError(f"{self.root}: episode {ep}'s frames are not contiguous in the data files; "
-                                  "robo-loaders needs each episode's rows together (as LeRobot writes them)")
+                raise SourceError(
+                    f"{self.root}: episode {ep}'s frames are not contiguous in the data files; "
+                    "robo-loaders needs each episode's rows together (as LeRobot writes them)"
+                )
             seen.add(ep)
             if ep not in self.episodes:
                 raise SourceError(f"{self.root}: episode {ep} has rows in data/ but no entry in meta/episodes")
             length = int(self.episodes[ep]["length"])
             if e - s != length:
-                raise SourceError(f"{self.root}: episode {ep}: {e - s} rows in the data files but meta/episodes says "
-                                  f"length={length}; the dataset is inconsistent")
+                raise SourceError(
+                    f"{self.root}: episode {ep}: {e - s} rows in the data files but meta/episodes says "
+                    f"length={length}; the dataset is inconsistent"
+                )
         return runs
 
     # -- frames ---------------------------------------------------------------------------------------------------
@@ -510,7 +533,7 @@ class LeRobotV3:
         """
         from PIL import Image
 
-        col = table.column(name)[rows.start:rows.stop]
+        col = table.column(name)[rows.start : rows.stop]
         frames = []
         for i, cell in enumerate(col.to_pylist()):
             data = cell.get("bytes") if isinstance(cell, dict) else None
@@ -521,8 +544,10 @@ class LeRobotV3:
             img = Image.open(io.BytesIO(data))
             img.load()
             if img.mode != "RGB":
-                raise SourceError(f"{self.root}: image column {name!r}: mode {img.mode} images are not supported by "
-                                  "robo-loaders backends (RGB only); use --dataset.backend=native")
+                raise SourceError(
+                    f"{self.root}: image column {name!r}: mode {img.mode} images are not supported by "
+                    "robo-loaders backends (RGB only); use --dataset.backend=native"
+                )
             frames.append(np.asarray(img).transpose(2, 0, 1))
         return np.ascontiguousarray(np.stack(frames)) if frames else np.zeros((0,), np.uint8)
 
@@ -544,8 +569,10 @@ class LeRobotV3:
         if not self.local:
             from robo_loaders_plugin.core.registry import streaming_backends
 
-            raise SourceError(f"{self.url}: persisted caches and shards are made from local datasets only; stream a "
-                              f"remote dataset with backend {streaming_backends('lerobot')}, or download it first")
+            raise SourceError(
+                f"{self.url}: persisted caches and shards are made from local datasets only; stream a "
+                f"remote dataset with backend {streaming_backends('lerobot')}, or download it first"
+            )
         return fp.fingerprint(str(self.root), self._digest, recorded)
 
     def _digest(self) -> str:
@@ -586,8 +613,7 @@ class EpisodeVideoDecoder:
         dec = open_decoder(self.source.open_video(p), self.device)
         if self.device != "cpu" and bool(dec.cpu_fallback) and p not in self._fallbacks:
             self._fallbacks.add(p)
-            logger.info(f"NVDEC could not decode {p}; torchcodec decodes it on the CPU instead "
-                        f"({dec.cpu_fallback})")
+            logger.info(f"NVDEC could not decode {p}; torchcodec decodes it on the CPU instead ({dec.cpu_fallback})")
         return dec
 
     def _read_error(self, p: str, seen: int, what: str, exc: Exception) -> SourceError:
@@ -596,9 +622,11 @@ class EpisodeVideoDecoder:
         count, failure = self.source.remote_failures(p)
         if count > seen:
             url = self.source.video_fs.unstrip_protocol(p)
-            return SourceError(f"{what}: reading {url} from the remote store failed ({type(failure).__name__}: "
-                               f"{failure}); the connection broke, the file is not known to be damaged: check the "
-                               "network, the endpoint and the credentials, then run again")
+            return SourceError(
+                f"{what}: reading {url} from the remote store failed ({type(failure).__name__}: "
+                f"{failure}); the connection broke, the file is not known to be damaged: check the "
+                "network, the endpoint and the credentials, then run again"
+            )
         return SourceError(f"{what}: {exc}; the file is truncated or corrupt")
 
     def _decoder(self, path: str, ep: int, key: str):
@@ -611,9 +639,11 @@ class EpisodeVideoDecoder:
 
                 if isinstance(self.source.video_fs, LocalFileSystem):
                     raise
-                raise SourceError(f"video {self.source.video_fs.unstrip_protocol(p)} (episode {ep}, {key}): asking "
-                                  f"the remote store for it failed ({type(exc).__name__}: {exc}); check the network, "
-                                  "the endpoint and the credentials, then run again") from exc
+                raise SourceError(
+                    f"video {self.source.video_fs.unstrip_protocol(p)} (episode {ep}, {key}): asking "
+                    f"the remote store for it failed ({type(exc).__name__}: {exc}); check the network, "
+                    "the endpoint and the credentials, then run again"
+                ) from exc
             if not exists:
                 raise SourceError(f"video file {path} (episode {ep}, {key}) is missing")
             if len(self._decoders) >= max(1, len(self.source.video_keys)):  # one open file per camera is enough
@@ -654,8 +684,12 @@ class EpisodeVideoDecoder:
         try:
             batch = dec.get_frames_at(indices=indices)
         except Exception as exc:
-            raise self._read_error(str(path), seen, f"decoding {path} (episode {ep}, {key}, frames "
-                                   f"{indices[0]}..{indices[-1]}) failed", exc) from exc
+            raise self._read_error(
+                str(path),
+                seen,
+                f"decoding {path} (episode {ep}, {key}, frames {indices[0]}..{indices[-1]}) failed",
+                exc,
+            ) from exc
         pts = batch.pts_seconds.cpu().numpy()
         dist = np.abs(pts - np.asarray(query))
         bad = np.flatnonzero(~(dist < self.tolerance_s))
@@ -665,7 +699,8 @@ class EpisodeVideoDecoder:
                 f"{path}: episode {ep}, {key}: {bad.size} frame(s) violate the timestamp tolerance "
                 f"(tolerance_s={self.tolerance_s}); first: row {i} queries t={query[i]:.6f}s, nearest frame at "
                 f"{pts[i]:.6f}s. LeRobotDataset would raise FrameTimestampError on these samples; fix the "
-                "episode's timestamps or raise --tolerance_s")
+                "episode's timestamps or raise --tolerance_s"
+            )
         # torchcodec decodes to (N, H, W, C) and hands back a channels-first *view*: copied into (N, C, H, W) order
         # once here, every window that covers a frame is then a plain copy (not a strided transpose per use)
         return np.ascontiguousarray(batch.data.numpy()) if self.device == "cpu" else batch.data.contiguous()
@@ -676,8 +711,9 @@ class LeRobotEpisodes:
 
     Built once per process; the compressed cache and the shard converter both read episodes through it."""
 
-    def __init__(self, source: LeRobotV3, tolerance_s: float, episodes: list[int] | None = None,
-                 decode_device: str = "cpu"):
+    def __init__(
+        self, source: LeRobotV3, tolerance_s: float, episodes: list[int] | None = None, decode_device: str = "cpu"
+    ):
         self.source = source
         self.tolerance_s = float(tolerance_s)
         self.columns = list(source.columns)
@@ -688,8 +724,10 @@ class LeRobotEpisodes:
         for ep, s, e in self.runs:
             first = int(source.episodes[ep]["dataset_from_index"])
             if not np.array_equal(self.arrays["index"][s:e], np.arange(first, first + e - s)):
-                raise SourceError(f"{source.root}: episode {ep}: the 'index' column is not "
-                                  f"{first}..{first + e - s - 1}; the dataset is inconsistent")
+                raise SourceError(
+                    f"{source.root}: episode {ep}: the 'index' column is not "
+                    f"{first}..{first + e - s - 1}; the dataset is inconsistent"
+                )
         self._rows = {ep: (s, e) for ep, s, e in self.runs}
         self.videos = EpisodeVideoDecoder(source, tolerance_s, decode_device)
 
@@ -799,8 +837,11 @@ def mirror_tables(url: str, local_dir: str, storage_options: dict | None = None,
 
     fs, base = fsspec.core.url_to_fs(url, **(storage_options or {}))
     base = base.rstrip("/")
-    files = [p for pattern in ("meta/*.json", "meta/*.parquet", "meta/*/*/*.parquet", "data/*/*.parquet")
-             for p in fs.glob(f"{base}/{pattern}")]
+    files = [
+        p
+        for pattern in ("meta/*.json", "meta/*.parquet", "meta/*/*/*.parquet", "data/*/*.parquet")
+        for p in fs.glob(f"{base}/{pattern}")
+    ]
     if not any(p.endswith("meta/info.json") for p in files):
         raise SourceError(f"{url}: meta/info.json not found; not a LeRobot v3 dataset root")
     cache = FileCache(fs, local_dir, endpoint_of(storage_options), log, base=base, label="remote tables")
@@ -808,8 +849,10 @@ def mirror_tables(url: str, local_dir: str, storage_options: dict | None = None,
     with FileLock(os.path.join(cache.directory, RECORDS, "mirror.lock")):  # ranks mirroring at once: one at a time
         legacy = os.path.join(cache.directory, ".robo-loaders-mirror.json")  # written before copies had records
         if os.path.exists(legacy):
-            (log or logger.info)(f"remote tables: {cache.directory} was mirrored by an earlier robo-loaders "
-                                 "(without the copies' SHA-256); copying the tables again")
+            (log or logger.info)(
+                f"remote tables: {cache.directory} was mirrored by an earlier robo-loaders "
+                "(without the copies' SHA-256); copying the tables again"
+            )
             try:
                 with open(legacy) as f:
                     stale = list(json.load(f))

@@ -7,6 +7,7 @@ build (the PyPI wheel is CPU-only and refuses ``device="cuda"``); and torchcodec
 decoder for the stream (NVCUVID missing, an unsupported profile). The last two are found by decoding a short clip
 encoded here, in memory, with the dataset's codec: the probe also backs ``robo-loaders doctor``.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -18,16 +19,42 @@ import numpy as np
 # GPUs whose NVDEC cannot decode AV1 (NVIDIA's NVDEC support matrix): Pascal, Volta, Turing, GA100 and Hopper,
 # matched as whole model names in torch.cuda.get_device_name() ("RTX A3000" and "RTX 2000 Ada" are Ampere GA10x and
 # Ada, which can, like A10, A40, L4, L40, RTX 30xx/40xx and Blackwell).
-NO_AV1_NVDEC = (r"\bA100\b", r"\bA800\b", r"\bA30\b", r"\bH100\b", r"\bH200\b", r"\bH800\b", r"\bH20\b",
-                r"\bGH200\b", r"\bV100\b", r"\bP100\b", r"\bP40\b", r"\bP4\b", r"\bT4\b",
-                r"\bT(400|600|1000|1200)\b", r"TITAN (V|RTX)\b", r"RTX 20[5-8]0", r"GTX 16[5-6]0", r"Quadro RTX")
+NO_AV1_NVDEC = (
+    r"\bA100\b",
+    r"\bA800\b",
+    r"\bA30\b",
+    r"\bH100\b",
+    r"\bH200\b",
+    r"\bH800\b",
+    r"\bH20\b",
+    r"\bGH200\b",
+    r"\bV100\b",
+    r"\bP100\b",
+    r"\bP40\b",
+    r"\bP4\b",
+    r"\bT4\b",
+    r"\bT(400|600|1000|1200)\b",
+    r"TITAN (V|RTX)\b",
+    r"RTX 20[5-8]0",
+    r"GTX 16[5-6]0",
+    r"Quadro RTX",
+)
 AV1_CODECS = ("av1", "libsvtav1", "libaom-av1", "libdav1d")
-_PROBE_CODECS = {"h264": "h264", "libx264": "h264", "avc": "h264", "hevc": "hevc", "h265": "hevc",
-                 "libx265": "hevc", **dict.fromkeys(AV1_CODECS, "av1")}
+_PROBE_CODECS = {
+    "h264": "h264",
+    "libx264": "h264",
+    "avc": "h264",
+    "hevc": "hevc",
+    "h265": "hevc",
+    "libx265": "hevc",
+    **dict.fromkeys(AV1_CODECS, "av1"),
+}
 MIN_PROBE_PSNR = 30.0  # the probe clip decodes at over 40 dB on the CPU with every codec
-CUDA_BUILD_HINT = ("the installed torchcodec is a CPU-only build (the PyPI wheel is): install the CUDA build from "
-                   "PyTorch's index, e.g. pip install 'torchcodec<0.12' --index-url "
-                   "https://download.pytorch.org/whl/cu126 (docs/video-stream.md)")
+CUDA_BUILD_HINT = (
+    "the installed torchcodec is a CPU-only build (the PyPI wheel is): install the CUDA build from "
+    "PyTorch's index, e.g. pip install 'torchcodec<0.12' --index-url "
+    "https://download.pytorch.org/whl/cu126 (docs/video-stream.md)"
+)
 
 
 def video_codecs(source) -> dict[str, str]:
@@ -64,10 +91,12 @@ def nvdec_problem(source, gpu_name: str) -> str | None:
     """
     av1 = [k for k, codec in video_codecs(source).items() if codec in AV1_CODECS]
     if av1 and lacks_av1(gpu_name):
-        return (f"NVDEC on {gpu_name} cannot decode AV1, and {', '.join(av1)} are AV1 (LeRobot's default encoding). "
-                "Decode on the CPU (decode_device: cpu), or train from an H.264 copy of the dataset (same tables, "
-                f"frames and timestamps): robo-loaders transcode {source.root} <OUT> --codec h264 "
-                "(docs/transcode.md)")
+        return (
+            f"NVDEC on {gpu_name} cannot decode AV1, and {', '.join(av1)} are AV1 (LeRobot's default encoding). "
+            "Decode on the CPU (decode_device: cpu), or train from an H.264 copy of the dataset (same tables, "
+            f"frames and timestamps): robo-loaders transcode {source.root} <OUT> --codec h264 "
+            "(docs/transcode.md)"
+        )
     return None
 
 
@@ -100,6 +129,7 @@ class Probe:
         ok: Whether the device decodes it (no CPU fallback, frames close to the clip encoded).
         detail: What was found, or what to do about it.
     """
+
     codec: str
     device: str
     ok: bool
@@ -125,8 +155,9 @@ def probe(codec: str = "h264", device: str = "cuda") -> Probe:
     from robo_loaders_plugin.storage.video import VideoSettings, encode, psnr
 
     yy, xx = np.mgrid[0:64, 0:64]
-    frames = np.stack([np.stack([xx * 3 + 4 * t, yy * 3 + 20, (xx + yy) + 60 + 6 * t], -1)
-                       for t in range(8)]).astype(np.uint8)  # smooth: yuv420p's halved chroma loses little
+    frames = np.stack([np.stack([xx * 3 + 4 * t, yy * 3 + 20, (xx + yy) + 60 + 6 * t], -1) for t in range(8)]).astype(
+        np.uint8
+    )  # smooth: yuv420p's halved chroma loses little
     data = encode(frames, VideoSettings(codec=codec, pix_fmt="yuv420p", gop=4), f"the {codec} probe clip")
     try:
         dec = open_decoder(data, device)
@@ -137,12 +168,18 @@ def probe(codec: str = "h264", device: str = "cuda") -> Probe:
             return Probe(codec, device, False, CUDA_BUILD_HINT)
         return Probe(codec, device, False, f"decoding a {codec} clip on {device} failed: {text[:200]}")
     if device != "cpu" and bool(dec.cpu_fallback):
-        return Probe(codec, device, False, f"torchcodec decodes {codec} on the CPU instead of NVDEC "
-                     f"({dec.cpu_fallback})")
+        return Probe(
+            codec, device, False, f"torchcodec decodes {codec} on the CPU instead of NVDEC ({dec.cpu_fallback})"
+        )
     db = psnr(out.cpu().numpy().transpose(0, 2, 3, 1), frames)
     if db < MIN_PROBE_PSNR:
-        return Probe(codec, device, False, f"{codec} frames decoded on {device} are {db:.1f} dB from the clip "
-                     f"encoded (a working decoder gives over {MIN_PROBE_PSNR:.0f} dB)")
+        return Probe(
+            codec,
+            device,
+            False,
+            f"{codec} frames decoded on {device} are {db:.1f} dB from the clip "
+            f"encoded (a working decoder gives over {MIN_PROBE_PSNR:.0f} dB)",
+        )
     return Probe(codec, device, True, f"decodes {codec} ({db:.1f} dB against the clip encoded)")
 
 
@@ -166,6 +203,7 @@ def nvdec_unusable(source) -> str | None:
     for codec in ["h264"] + [c for c in codecs if c != "h264"]:  # H.264 first: it proves the torchcodec build
         p = probe(codec, "cuda")
         if not p.ok:
-            return (codec == "av1" and nvdec_problem(source, torch.cuda.get_device_name())) or \
-                f"NVDEC cannot be used here: {p.detail}"
+            return (
+                codec == "av1" and nvdec_problem(source, torch.cuda.get_device_name())
+            ) or f"NVDEC cannot be used here: {p.detail}"
     return None

@@ -12,6 +12,7 @@ only that it could not read its input; a :class:`BlockFile` therefore counts eac
 store's exception (:class:`ReadFailures`), so that the caller says "the connection failed" with the URL instead of
 calling an intact file corrupt.
 """
+
 from __future__ import annotations
 
 import functools
@@ -188,9 +189,11 @@ class BlockFile(io.RawIOBase):
             data = self._remote(functools.partial(self.cache.get, self.path, i))
             take = min(n - done, len(data) - off)
             if take <= 0:  # the remote file is shorter than when it was opened: no progress is possible
-                raise OSError(f"{self.path}: block {i} ends at byte {i * self.cache.block + len(data)}, before the "
-                              f"{self.length} bytes the file had when it was opened (it changed while being read)")
-            view[done:done + take] = data[off:off + take]
+                raise OSError(
+                    f"{self.path}: block {i} ends at byte {i * self.cache.block + len(data)}, before the "
+                    f"{self.length} bytes the file had when it was opened (it changed while being read)"
+                )
+            view[done : done + take] = data[off : off + take]
             done += take
         self.pos += done
         return done

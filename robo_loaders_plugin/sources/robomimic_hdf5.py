@@ -5,6 +5,7 @@ inside a DataLoader worker).
 Content digest (see ``storage.fingerprint``): every byte of the file (attributes, masks, every dataset of every
 demo, and whatever else it holds: a change anywhere in it counts).
 """
+
 from __future__ import annotations
 
 import os
@@ -37,8 +38,10 @@ def open_hdf5(path: str) -> h5py.File:
     try:
         return h5py.File(path, "r")
     except OSError as exc:
-        raise SourceError(f"cannot open robomimic dataset {path}: it is truncated, corrupt or not an HDF5 file "
-                          f"({exc}); re-download or regenerate it") from exc
+        raise SourceError(
+            f"cannot open robomimic dataset {path}: it is truncated, corrupt or not an HDF5 file "
+            f"({exc}); re-download or regenerate it"
+        ) from exc
 
 
 def sorted_demos(names) -> list[str]:
@@ -220,8 +223,10 @@ class RobomimicHdf5:
             raise SourceError(f"{self.path}: no 'data' group; this is not a robomimic dataset")
         demos = sorted_demos(f["data"].keys())
         if not demos:
-            raise SourceError(f"{self.path}: data/ holds no demos (no demo_<i> group), so there is nothing to convert "
-                              "or train on; check that this is the file you meant (train.data)")
+            raise SourceError(
+                f"{self.path}: data/ holds no demos (no demo_<i> group), so there is nothing to convert "
+                "or train on; check that this is the file you meant (train.data)"
+            )
         record = _validation_record(self.path, self.cache_dir)
         if record is not None and record.matches():
             return
@@ -258,15 +263,14 @@ class RobomimicHdf5:
                 if kind != h5py.h5o.TYPE_DATASET:
                     self._check_demo_slowly(f, demo)
                     break
-                shape = h5py.h5d.open(group, name[len(key) + 1:]).shape
+                shape = h5py.h5d.open(group, name[len(key) + 1 :]).shape
                 rows = shape[0] if len(shape) else None
                 if rows != n:
-                    raise self._rows_error(demo, name.decode()[len(demo) + 1:], rows, shape, n)
+                    raise self._rows_error(demo, name.decode()[len(demo) + 1 :], rows, shape, n)
 
     def _check_demo_slowly(self, f: h5py.File, demo: str) -> None:
         if not isinstance(f[f"data/{demo}"], h5py.Group):
-            raise SourceError(f"{self.path}: data/{demo} is not a group of datasets; this is not a robomimic "
-                              "dataset")
+            raise SourceError(f"{self.path}: data/{demo} is not a group of datasets; this is not a robomimic dataset")
         n = self.length(f, demo)
         for name, ds in datasets(f[f"data/{demo}"]):
             rows = ds.shape[0] if ds.ndim else None
@@ -278,7 +282,8 @@ class RobomimicHdf5:
             f"{self.path}: data/{demo}/{name} has {rows if rows is not None else 'no'} rows (shape "
             f"{tuple(shape)}) but data/{demo} has num_samples={n}; robomimic indexes the demo by "
             "num_samples, so the file is inconsistent: fix the attribute or the arrays (or regenerate "
-            "the file)")
+            "the file)"
+        )
 
     def open(self) -> h5py.File:
         """Open the file for one use (h5py handles must not cross a fork: each process opens its own).
@@ -313,8 +318,10 @@ class RobomimicHdf5:
             return sorted_demos(f["data"].keys())
         masks = sorted(f["mask"].keys()) if "mask" in f else []
         if filter_key not in masks:
-            raise SourceError(f"{f.filename}: filter key {filter_key!r} not found under mask/ (available: "
-                              f"{masks or 'none'}); fix train.hdf5_filter_key / train.hdf5_validation_filter_key")
+            raise SourceError(
+                f"{f.filename}: filter key {filter_key!r} not found under mask/ (available: "
+                f"{masks or 'none'}); fix train.hdf5_filter_key / train.hdf5_validation_filter_key"
+            )
         names = [_text(n) for n in np.array(f[f"mask/{filter_key}"][:])]
         missing = [n for n in names if n not in f["data"]]
         if missing:
@@ -344,12 +351,16 @@ class RobomimicHdf5:
         except (TypeError, ValueError, OverflowError):  # int()'s own words name neither the file nor the demo
             shown = " ".join(repr(value).split())
             shown = shown if len(shown) <= 60 else shown[:57] + "..."
-            raise SourceError(f"{f.filename}: data/{demo} has num_samples={shown}, not a number of steps; robomimic "
-                              "indexes the demo by it: set it to the demo's number of steps (the rows of its "
-                              "arrays)") from None
+            raise SourceError(
+                f"{f.filename}: data/{demo} has num_samples={shown}, not a number of steps; robomimic "
+                "indexes the demo by it: set it to the demo's number of steps (the rows of its "
+                "arrays)"
+            ) from None
         if n < 1:
-            raise SourceError(f"{f.filename}: data/{demo} has num_samples={n}; robomimic needs at least one step "
-                              "per demo (remove the demo or fix the attribute)")
+            raise SourceError(
+                f"{f.filename}: data/{demo} has num_samples={n}; robomimic needs at least one step "
+                "per demo (remove the demo or fix the attribute)"
+            )
         return n
 
     @staticmethod
@@ -395,15 +406,18 @@ class RobomimicHdf5:
         arr = _read_plain(f, demo, key)
         if arr is not None:
             if length is not None and (arr.ndim == 0 or arr.shape[0] != length):
-                raise SourceError(f"{f.filename}: {path} has shape {arr.shape} but data/{demo} has "
-                                  f"num_samples={length}")
+                raise SourceError(
+                    f"{f.filename}: {path} has shape {arr.shape} but data/{demo} has num_samples={length}"
+                )
             return arr
         if path not in f:
             group, _, _leaf = key.rpartition("/")
             where = f[f"data/{demo}/{group}"] if group and f"data/{demo}/{group}" in f else f[f"data/{demo}"]
-            raise SourceError(f"{f.filename}: {path} is missing (available under {where.name}: "
-                              f"{sorted(where.keys())}); check the obs keys in observation.modalities, "
-                              "train.dataset_keys, or hdf5_load_next_obs")
+            raise SourceError(
+                f"{f.filename}: {path} is missing (available under {where.name}: "
+                f"{sorted(where.keys())}); check the obs keys in observation.modalities, "
+                "train.dataset_keys, or hdf5_load_next_obs"
+            )
         try:
             arr = f[path][()]
         except (OSError, RuntimeError, ValueError) as exc:
@@ -495,11 +509,17 @@ class RobomimicHdf5:
             SourceError: a demo name that is not ``demo_<int>``.
         """
         demos = sorted_demos(f["data"].keys())
-        masks = {k: [_text(x) if isinstance(x, bytes) else str(x) for x in f[f"mask/{k}"][:]]
-                 for k in (f["mask"].keys() if "mask" in f else [])}
-        return {"framework": "robomimic", "data_attrs": {k: _text(v) for k, v in f["data"].attrs.items()},
-                "demo_attrs": {d: {k: _text(v) for k, v in f[f"data/{d}"].attrs.items()} for d in demos},
-                "masks": masks, "demos": demos}
+        masks = {
+            k: [_text(x) if isinstance(x, bytes) else str(x) for x in f[f"mask/{k}"][:]]
+            for k in (f["mask"].keys() if "mask" in f else [])
+        }
+        return {
+            "framework": "robomimic",
+            "data_attrs": {k: _text(v) for k, v in f["data"].attrs.items()},
+            "demo_attrs": {d: {k: _text(v) for k, v in f[f"data/{d}"].attrs.items()} for d in demos},
+            "masks": masks,
+            "demos": demos,
+        }
 
     # -- staleness ------------------------------------------------------------------------------------------------
     def fingerprint(self, recorded: fp.Fingerprint | None = None) -> fp.Fingerprint:

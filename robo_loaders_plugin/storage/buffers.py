@@ -5,6 +5,7 @@ and the kernel's zeroing, about as long as decompressing the frames into it. A b
 when nothing outside the pool references it any more (no tensor, view or sample built on it is alive), which
 CPython's reference count tells exactly, so a batch still in use is never overwritten.
 """
+
 from __future__ import annotations
 
 import sys
@@ -25,6 +26,7 @@ class BufferPool:
         max_per_shape: How many buffers of one (shape, dtype) are kept for reuse; beyond that, :meth:`empty` hands out
             arrays the pool does not keep.
     """
+
     def __init__(self, max_per_shape: int = 12):
         self.max_per_shape = max_per_shape
         self._free: dict[tuple, list[np.ndarray]] = {}

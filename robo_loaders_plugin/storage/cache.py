@@ -19,6 +19,7 @@
 - **Leftovers**: temporary files of builds that were killed (``*.tmp-*`` whose build lock is free) are removed,
   with their lock files, before a new build; a build that fails removes its own lock file (``Entry.building``).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -175,8 +176,9 @@ def lock_timeout() -> float:
     try:
         return float(os.environ.get(ENV_LOCK_TIMEOUT, DEFAULT_LOCK_TIMEOUT_S))
     except ValueError:
-        raise CacheError(f"{ENV_LOCK_TIMEOUT} must be a number of seconds, got {os.environ[ENV_LOCK_TIMEOUT]!r}") \
-            from None
+        raise CacheError(
+            f"{ENV_LOCK_TIMEOUT} must be a number of seconds, got {os.environ[ENV_LOCK_TIMEOUT]!r}"
+        ) from None
 
 
 class EntryHold:
@@ -211,6 +213,7 @@ class Entry:
         root: The cache root.
         name: The entry's file or directory name.
     """
+
     root: str
     name: str
 
@@ -268,9 +271,11 @@ class Entry:
                     logger.info(f"waiting for {builder} to finish building {self.path} ({description})")
                     deadline = time.monotonic() + lock_timeout()
                 if time.monotonic() > deadline:
-                    raise CacheError(f"timed out after {lock_timeout():.0f} s waiting for {builder} to finish "
-                                     f"building {self.path} (lock {self._lock_path('build')}). If no such "
-                                     f"process runs, delete the lock file; raise {ENV_LOCK_TIMEOUT} to wait longer")
+                    raise CacheError(
+                        f"timed out after {lock_timeout():.0f} s waiting for {builder} to finish "
+                        f"building {self.path} (lock {self._lock_path('build')}). If no such "
+                        f"process runs, delete the lock file; raise {ENV_LOCK_TIMEOUT} to wait longer"
+                    )
                 time.sleep(0.2)
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}".encode(), 0)
@@ -353,8 +358,12 @@ def path_bytes(path: str) -> int:
         The total size; 0 when ``path`` does not exist.
     """
     if os.path.isdir(path):
-        return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files
-                   if os.path.exists(os.path.join(d, f)))
+        return sum(
+            os.path.getsize(os.path.join(d, f))
+            for d, _, files in os.walk(path)
+            for f in files
+            if os.path.exists(os.path.join(d, f))
+        )
     return os.path.getsize(path) if os.path.exists(path) else 0
 
 
@@ -539,8 +548,10 @@ def prune(root: str, limit: int | None, keep: tuple[str, ...] = (), where: str =
             total -= sizes[e.name]
             removed.append(e.path)
     if total > limit:
-        logger.warning(f"the cache {root} holds {format_bytes(total)}, over its limit of {format_bytes(limit)} "
-                       f"({where}), with entries in use; nothing more can be removed now")
+        logger.warning(
+            f"the cache {root} holds {format_bytes(total)}, over its limit of {format_bytes(limit)} "
+            f"({where}), with entries in use; nothing more can be removed now"
+        )
     return removed
 
 
@@ -572,8 +583,18 @@ def content_key(fingerprint) -> str:
     return short_hash(fingerprint.identity())
 
 
-def obtain(root: str, kind: str, key_desc: dict, fingerprint, recorded_of, usable, build, description: str,
-           suffix: str = "", housekeeping: bool = True):
+def obtain(
+    root: str,
+    kind: str,
+    key_desc: dict,
+    fingerprint,
+    recorded_of,
+    usable,
+    build,
+    description: str,
+    suffix: str = "",
+    housekeeping: bool = True,
+):
     """Find or build the entry of a source.
 
     The fingerprint is computed once, with the stat fast path of the newest readable entry of the same source and

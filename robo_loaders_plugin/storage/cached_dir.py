@@ -8,6 +8,7 @@ it?), and a third-party backend should not answer them again. The builder writes
 is renamed into place only when complete, so a killed build leaves nothing that looks finished; the source's
 fingerprint is recorded beside the data and checked before every reuse.
 """
+
 from __future__ import annotations
 
 import json
@@ -41,9 +42,17 @@ def recorded_source(path: str) -> Fingerprint | None:
         return None
 
 
-def build_or_reuse(*, kind: str, source, key: dict, build: Callable[[str], None], cache_dir: str | None = None,
-                   check: Callable[[str], bool] | None = None, description: str = "",
-                   option_prefix: str = "cache_dir"):
+def build_or_reuse(
+    *,
+    kind: str,
+    source,
+    key: dict,
+    build: Callable[[str], None],
+    cache_dir: str | None = None,
+    check: Callable[[str], bool] | None = None,
+    description: str = "",
+    option_prefix: str = "cache_dir",
+):
     """The entry of ``source`` built with the options in ``key``: reused when complete, intact and made from the
     source as it is now, else (re)built.
 
@@ -93,6 +102,7 @@ def build_or_reuse(*, kind: str, source, key: dict, build: Callable[[str], None]
             shutil.rmtree(tmp, ignore_errors=True)
             raise
 
-    entry, hold, reused, _ = cache.obtain(root, kind, key, source.fingerprint, recorded_source, usable, do_build,
-                                          description or f"{kind} of {key}")
+    entry, hold, reused, _ = cache.obtain(
+        root, kind, key, source.fingerprint, recorded_source, usable, do_build, description or f"{kind} of {key}"
+    )
     return entry.path, hold, reused

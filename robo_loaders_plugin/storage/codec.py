@@ -6,6 +6,7 @@ can be decompressed alone. Why Blosc2: it decompresses straight into a caller-pr
 LZ4 and Zstandard behind one API, is thread-safe and releases the GIL. The measured comparison that picked the
 default is in docs/codecs.md; ``benchmarks/codecs.py`` reproduces it.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -17,8 +18,9 @@ from robo_loaders_plugin.core.codecs import CODECS, DEFAULT_CODEC, DEFAULT_FILTE
 
 # the names (core.codecs) to Blosc2's values
 CODEC_CHOICES = {name: getattr(blosc2.Codec, name.upper()) for name in CODECS}
-FILTER_CHOICES = {name: blosc2.Filter.NOFILTER if name == "none" else getattr(blosc2.Filter, name.upper())
-                  for name in FILTERS}
+FILTER_CHOICES = {
+    name: blosc2.Filter.NOFILTER if name == "none" else getattr(blosc2.Filter, name.upper()) for name in FILTERS
+}
 DEFAULT_LEVEL = 5
 
 
@@ -45,6 +47,7 @@ class FrameCodec:
     Raises:
         CodecError: an unknown codec or filter, or a level outside 0..9 (at construction).
     """
+
     codec: str = DEFAULT_CODEC
     level: int = DEFAULT_LEVEL
     filter: str = DEFAULT_FILTER

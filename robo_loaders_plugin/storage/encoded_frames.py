@@ -9,6 +9,7 @@ builds them with :meth:`EncodedFrames.encode`), decoding only the frames a batch
 module. Errors are :class:`ShardError`: the frames come from a shard (or were encoded here), so damage the CRC did
 not catch means the shard must be converted again.
 """
+
 from __future__ import annotations
 
 import math
@@ -53,15 +54,20 @@ class EncodedFrames:
             offsets = np.asarray(desc.get("offsets"))
         except (TypeError, ValueError, OverflowError):
             offsets = np.zeros(0)
-        if offsets.dtype.kind not in "iu" or offsets.shape != (shape[0] + 1,) or offsets[0] != 0 \
-                or offsets[-1] != len(data) or np.any(np.diff(offsets) <= 0):
+        if (
+            offsets.dtype.kind not in "iu"
+            or offsets.shape != (shape[0] + 1,)
+            or offsets[0] != 0
+            or offsets[-1] != len(data)
+            or np.any(np.diff(offsets) <= 0)
+        ):
             raise ShardError(f"{where}: frame table does not match its data")
         offsets = offsets.astype(np.int64)
         frames = cls(data, offsets, dtype, shape, where)
         nbytes = math.prod(shape[1:]) * dtype.itemsize
         try:
             for j in range(shape[0]):
-                FrameCodec.check_size(frames.data[offsets[j]:offsets[j + 1]], nbytes, f"{where} frame {j}")
+                FrameCodec.check_size(frames.data[offsets[j] : offsets[j + 1]], nbytes, f"{where} frame {j}")
         except CodecError as exc:
             raise ShardError(str(exc)) from None
         return frames
@@ -96,8 +102,13 @@ class EncodedFrames:
             The frames, still compressed.
         """
         offs = self.offsets
-        return EncodedFrames(self.data[offs[lo]:offs[hi]].tobytes(), offs[lo:hi + 1] - offs[lo], self.dtype,
-                             (hi - lo,) + tuple(self.shape[1:]), self.where)
+        return EncodedFrames(
+            self.data[offs[lo] : offs[hi]].tobytes(),
+            offs[lo : hi + 1] - offs[lo],
+            self.dtype,
+            (hi - lo,) + tuple(self.shape[1:]),
+            self.where,
+        )
 
     def decode_into(self, indices, out: np.ndarray, out_rows=None) -> None:
         """Decompress frame ``indices[j]`` into ``out[out_rows[j]]`` (``out[j]`` by default).
@@ -114,7 +125,7 @@ class EncodedFrames:
         decompress = FrameCodec.decompress_into_unchecked
         try:
             for j, i in zip(range(len(indices)) if out_rows is None else out_rows, indices):
-                decompress(data[offs[i]:offs[i + 1]], out[j])
+                decompress(data[offs[i] : offs[i + 1]], out[j])
         except RuntimeError as exc:  # Blosc2's "Cannot decompress"; the CRC makes this a hostile-input case
             raise ShardError(f"{self.where}: frame {i} cannot be decompressed ({exc})") from None
 
@@ -157,8 +168,13 @@ class VideoSegmentFrames(EncodedFrames):
         from robo_loaders_plugin.storage.video import ENCODERS
 
         shape, settings = desc.get("shape"), desc.get("video")
-        if not isinstance(shape, list) or len(shape) != 4 or not all(is_int(n) for n in shape) or shape[3] != 3 \
-                or min(shape) < 1:
+        if (
+            not isinstance(shape, list)
+            or len(shape) != 4
+            or not all(is_int(n) for n in shape)
+            or shape[3] != 3
+            or min(shape) < 1
+        ):
             raise ShardError(f"{where}: video shape {_short(shape)} is not (N, H, W, 3)")
         if _dtype(desc.get("dtype"), where) != np.uint8:
             raise ShardError(f"{where}: video frames must be uint8, the header says {_short(desc.get('dtype'))}")

@@ -25,6 +25,7 @@ method"), so caches are rebuilt and explicitly given shards are refused until co
 start with the method's name, so they never equal an old one where only ``content`` is compared (a conversion's
 resume state).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -36,7 +37,7 @@ from robo_loaders_plugin.core.errors import StaleSourceError
 from robo_loaders_plugin.core.files import stat_files
 
 DIGEST_METHOD = "sha256-all-bytes-v2"  # the content digest reads every byte of the source
-LEGACY_METHOD = "sha256-sampled-v1"    # recorded without a method: large files were sampled (16 blocks, 3 frames)
+LEGACY_METHOD = "sha256-sampled-v1"  # recorded without a method: large files were sampled (16 blocks, 3 frames)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,15 +52,20 @@ class Fingerprint:
         method: How ``content`` was computed (:data:`DIGEST_METHOD`, or :data:`LEGACY_METHOD` for fingerprints
             recorded without one): digests of different methods are never compared.
     """
+
     path: str
-    files: tuple            # ((relative name, size, mtime_ns, inode, ctime_ns), ...), sorted by name
-    content: str            # SHA-256 hex of the content check
+    files: tuple  # ((relative name, size, mtime_ns, inode, ctime_ns), ...), sorted by name
+    content: str  # SHA-256 hex of the content check
     method: str = DIGEST_METHOD  # how ``content`` was computed: digests of different methods are never compared
 
     def as_dict(self) -> dict:
         """The fingerprint as a JSON-able dict (what entries and shards record; :meth:`from_dict` reads it back)."""
-        return {"path": self.path, "files": [list(f) for f in self.files], "content": self.content,
-                "method": self.method}
+        return {
+            "path": self.path,
+            "files": [list(f) for f in self.files],
+            "content": self.content,
+            "method": self.method,
+        }
 
     @classmethod
     def from_dict(cls, d: dict) -> Fingerprint:
@@ -75,11 +81,17 @@ class Fingerprint:
             StaleSourceError: ``d`` is malformed (written by another version: the data must be rebuilt).
         """
         try:
-            return cls(str(d["path"]), tuple(tuple(f) for f in d["files"]), str(d["content"]),
-                       str(d.get("method", LEGACY_METHOD)))
+            return cls(
+                str(d["path"]),
+                tuple(tuple(f) for f in d["files"]),
+                str(d["content"]),
+                str(d.get("method", LEGACY_METHOD)),
+            )
         except (KeyError, TypeError, AttributeError) as exc:
-            raise StaleSourceError(f"malformed source fingerprint ({exc!r}); the data was written by another "
-                                   "version of robo-loaders and must be rebuilt") from None
+            raise StaleSourceError(
+                f"malformed source fingerprint ({exc!r}); the data was written by another "
+                "version of robo-loaders and must be rebuilt"
+            ) from None
 
     def identity(self) -> list:
         """What must stay equal for data made from this source to be served: names, sizes, mtimes, digest (and the
@@ -105,20 +117,26 @@ class Fingerprint:
         out = [f"{n or 'the file'}: removed" for n in sorted(set(mine) - set(theirs))]
         out += [f"{n or 'the file'}: added" for n in sorted(set(theirs) - set(mine))]
         out += [f"{n or 'the file'}: size {mine[n][1]} -> {theirs[n][1]}" for n in both if mine[n][1] != theirs[n][1]]
-        out += [f"{n or 'the file'}: modified (mtime changed)" for n in both
-                if mine[n][1] == theirs[n][1] and mine[n][2] != theirs[n][2]]
+        out += [
+            f"{n or 'the file'}: modified (mtime changed)"
+            for n in both
+            if mine[n][1] == theirs[n][1] and mine[n][2] != theirs[n][2]
+        ]
         if not out and self.method != current.method:
-            out.append(f"the files are not the ones recorded (another path, inode or ctime: moved, copied or "
-                       f"rewritten) and the recorded content digest was computed by another robo-loaders "
-                       f"({self.method}; this one computes {current.method}), so the content cannot be shown to be "
-                       "the same")
+            out.append(
+                f"the files are not the ones recorded (another path, inode or ctime: moved, copied or "
+                f"rewritten) and the recorded content digest was computed by another robo-loaders "
+                f"({self.method}; this one computes {current.method}), so the content cannot be shown to be "
+                "the same"
+            )
         elif not out and self.content != current.content:
             out.append("same files, sizes and mtimes, but the content digest differs (data changed in place)")
         return out
 
 
-def fingerprint(path: str, digest: Callable[[], str], recorded: Fingerprint | None = None,
-                names: Iterable[str] | None = None) -> Fingerprint:
+def fingerprint(
+    path: str, digest: Callable[[], str], recorded: Fingerprint | None = None, names: Iterable[str] | None = None
+) -> Fingerprint:
     """The fingerprint of the source at ``path``.
 
     The content digest is skipped when ``recorded`` is of the same real path and has the same stat of every file:
@@ -155,8 +173,9 @@ def check_same_source(recorded: Fingerprint, current: Fingerprint, what: str, fi
     diff = recorded.differences(current)
     if diff:
         shown = "; ".join(diff[:5]) + (f"; and {len(diff) - 5} more" if len(diff) > 5 else "")
-        raise StaleSourceError(f"{what} was made from {recorded.path}, which does not match {current.path} now "
-                               f"({shown}). {fix}")
+        raise StaleSourceError(
+            f"{what} was made from {recorded.path}, which does not match {current.path} now ({shown}). {fix}"
+        )
 
 
 def hash_file(h, path: str, size: int | None = None) -> None:

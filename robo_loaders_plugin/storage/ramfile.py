@@ -20,6 +20,7 @@ of the same user on the same source and options) build it once and map the same 
   entry that nobody holds (:func:`sweep_stale`). Locks, not pids, decide: a pid cannot tell whether a process in
   another PID namespace sharing ``/dev/shm`` lives, a lock on the file is seen across namespaces.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -60,9 +61,11 @@ def ram_root(shm_dir: str | None = None) -> str:
         os.mkdir(root, 0o700)
     st = os.lstat(root)
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
-        raise StoreError(f"{root} must be a directory owned by you (uid {os.getuid()}) with mode 0700, to hold the "
-                         "RAM caches of your runs; it is not (made by another user?). Remove it, or set the backend "
-                         "option cache_dir to keep the cache on disk instead")
+        raise StoreError(
+            f"{root} must be a directory owned by you (uid {os.getuid()}) with mode 0700, to hold the "
+            "RAM caches of your runs; it is not (made by another user?). Remove it, or set the backend "
+            "option cache_dir to keep the cache on disk instead"
+        )
     return cache.cache_root(root, "the RAM cache directory")
 
 

@@ -28,6 +28,7 @@ the temporary file, through its publication, for as long as a mapping lives, so 
 uses a cache file. Whether a cache may be deleted is decided by its entry's ``use``/``build`` locks
 (``storage.cache``, ``storage.ramfile``), which a process takes before it opens the file.
 """
+
 from __future__ import annotations
 
 import bisect
@@ -48,12 +49,11 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 import xxhash
 
-from robo_loaders_plugin.storage.codec import FrameCodec
-from robo_loaders_plugin.storage.codec import use_single_thread
 from robo_loaders_plugin.core.errors import RoboLoadersError
 from robo_loaders_plugin.core.files import try_flock
 from robo_loaders_plugin.core.paths import ENV_RAM_DIR, default_shm_dir  # noqa: F401  (re-exported)
 from robo_loaders_plugin.core.units import format_bytes
+from robo_loaders_plugin.storage.codec import FrameCodec, use_single_thread
 
 MAGIC = b"RLPSTORE"
 END_MAGIC = b"RLPSTEND"
@@ -84,8 +84,10 @@ def checksum(data) -> int:
     return xxhash.xxh3_64_intdigest(data)
 
 
-_DAMAGED = ("the file changed after it was built, written by another process or damaged on disk; stop the run "
-            "and delete the file, the next run builds it again")
+_DAMAGED = (
+    "the file changed after it was built, written by another process or damaged on disk; stop the run "
+    "and delete the file, the next run builds it again"
+)
 
 
 class MemoryBudgetExceeded(StoreError):
@@ -155,9 +157,11 @@ def open_locked(path: str, create: bool = False) -> int:
                 raise
             os.close(fd)
         if time.monotonic() > deadline:
-            raise StoreError(f"{path}: another process has held an exclusive lock on it for {_LOCK_WAIT_S:.0f} s "
-                             "(robo-loaders takes one only for an instant, to delete an unused RAM cache); find "
-                             f"that process with 'fuser -v {path}'")
+            raise StoreError(
+                f"{path}: another process has held an exclusive lock on it for {_LOCK_WAIT_S:.0f} s "
+                "(robo-loaders takes one only for an instant, to delete an unused RAM cache); find "
+                f"that process with 'fuser -v {path}'"
+            )
         time.sleep(0.01)
 
 
@@ -187,8 +191,7 @@ class StoreWriter:
     every other process that uses it; a full disk is reported as a :class:`StoreError` saying what to do.
     On any other error the caller must call :meth:`abort`."""
 
-    def __init__(self, path: str, codec: FrameCodec, max_bytes: int | None = None, workers: int = 1,
-                 guard=None):
+    def __init__(self, path: str, codec: FrameCodec, max_bytes: int | None = None, workers: int = 1, guard=None):
         """``guard``: a ``core.footprint.DiskGuard`` checked before each episode is written (a store on disk
         stops, removing its partial file, before the disk falls below its reserve)."""
         self.path = path
@@ -236,17 +239,22 @@ class StoreWriter:
             room = f"now {format_bytes(usage.free)} free of {format_bytes(usage.total)}, the partial file removed"
         except OSError:
             room = "free space unknown"
-        msg = (f"{where} is full ({exc.strerror or os.strerror(exc.errno)}): writing the cache {self.path} failed "
-               f"after {format_bytes(written)} ({room}). ")
+        msg = (
+            f"{where} is full ({exc.strerror or os.strerror(exc.errno)}): writing the cache {self.path} failed "
+            f"after {format_bytes(written)} ({room}). "
+        )
         if _is_shm(where):
-            return msg + ("/dev/shm is RAM, and Docker gives a container only 64 MB of it by default. Set the "
-                          "backend option cache_dir to a directory on disk (robomimic: "
-                          "train.data_backend_kwargs.cache_dir; LeRobot: --dataset.backend_kwargs="
-                          "'{\"cache_dir\": ...}'), which also keeps the cache between runs, or give the container "
-                          "a larger /dev/shm (docker run --shm-size=16g; Kubernetes: a memory-backed emptyDir "
-                          "mounted on /dev/shm)")
-        return msg + ("Free space there, or set the backend option cache_dir to a directory on a disk with room "
-                      "for the cache")
+            return msg + (
+                "/dev/shm is RAM, and Docker gives a container only 64 MB of it by default. Set the "
+                "backend option cache_dir to a directory on disk (robomimic: "
+                "train.data_backend_kwargs.cache_dir; LeRobot: --dataset.backend_kwargs="
+                "'{\"cache_dir\": ...}'), which also keeps the cache between runs, or give the container "
+                "a larger /dev/shm (docker run --shm-size=16g; Kubernetes: a memory-backed emptyDir "
+                "mounted on /dev/shm)"
+            )
+        return msg + (
+            "Free space there, or set the backend option cache_dir to a directory on a disk with room for the cache"
+        )
 
     def _emit(self, data) -> None:
         """Write to the data region, keeping its CRC32 (checked when a persisted cache is reused)."""
@@ -274,7 +282,8 @@ class StoreWriter:
             raise MemoryBudgetExceeded(
                 f"the compressed cache needs more than max_memory={format_bytes(self.max_bytes)} "
                 f"(already {format_bytes(self._pos)} after {len(self._episodes)} episodes); raise max_memory, "
-                "select fewer obs keys or demos, or choose a stronger codec (codec='zstd')")
+                "select fewer obs keys or demos, or choose a stronger codec (codec='zstd')"
+            )
 
     def add_episode(self, name: str, fields: Mapping[str, np.ndarray], compressed: Iterable[str] = ()) -> None:
         """Append one episode: each field either raw (one aligned array) or, for ``compressed`` fields, one blob
@@ -308,8 +317,11 @@ class StoreWriter:
                 desc = {"dtype": arr.dtype.str, "shape": list(arr.shape)}
                 if key in compressed:
                     frames = [arr[i] for i in range(arr.shape[0])]
-                    blobs = list(self._pool.map(self.codec.compress, frames)) if self._pool else \
-                        [self.codec.compress(f) for f in frames]
+                    blobs = (
+                        list(self._pool.map(self.codec.compress, frames))
+                        if self._pool
+                        else [self.codec.compress(f) for f in frames]
+                    )
                     offsets = np.zeros(len(blobs) + 1, dtype=np.int64)
                     self._align()
                     start = self._pos
@@ -325,8 +337,9 @@ class StoreWriter:
                     self.decoded_frame_nbytes += arr.nbytes
                 else:
                     per = max(1, RAW_BLOCK_BYTES // max(1, arr[:1].nbytes))
-                    desc.update(kind="raw", offset=self._write(arr), block_rows=per,
-                                sums=self._write(_block_sums(arr, per)))
+                    desc.update(
+                        kind="raw", offset=self._write(arr), block_rows=per, sums=self._write(_block_sums(arr, per))
+                    )
                     self.raw_nbytes += arr.nbytes
                 entry["fields"][key] = desc
             self._episodes.append(entry)
@@ -349,12 +362,23 @@ class StoreWriter:
             self._align()
             self._check_budget()  # the budget covers the whole data region (what a reusing run compares it to)
             hoff = self._pos
-            header = json.dumps({"format": FORMAT_VERSION, "checksum": CHECKSUM, "codec": self.codec.as_dict(),
-                                 "meta": dict(meta),
-                                 "episodes": self._episodes, "data_crc32": self._crc, "data_nbytes": hoff,
-                                 "stats": {"raw_nbytes": self.raw_nbytes, "compressed_nbytes": self.compressed_nbytes,
-                                           "decoded_frame_nbytes": self.decoded_frame_nbytes}},
-                                sort_keys=True).encode()
+            header = json.dumps(
+                {
+                    "format": FORMAT_VERSION,
+                    "checksum": CHECKSUM,
+                    "codec": self.codec.as_dict(),
+                    "meta": dict(meta),
+                    "episodes": self._episodes,
+                    "data_crc32": self._crc,
+                    "data_nbytes": hoff,
+                    "stats": {
+                        "raw_nbytes": self.raw_nbytes,
+                        "compressed_nbytes": self.compressed_nbytes,
+                        "decoded_frame_nbytes": self.decoded_frame_nbytes,
+                    },
+                },
+                sort_keys=True,
+            ).encode()
             self._f.write(header)
             self._f.write(_FOOTER.pack(hoff, len(header), zlib.crc32(header), END_MAGIC))
             self._f.close()  # flushes
@@ -393,7 +417,7 @@ def _block_sums(arr: np.ndarray, per: int) -> np.ndarray:
     flat = memoryview(arr.reshape(-1).view(np.uint8)) if arr.size else memoryview(b"")
     step = per * (arr[:1].nbytes if len(arr) else 0)
     n = -(-len(arr) // per)
-    return np.fromiter((checksum(flat[i * step:(i + 1) * step]) for i in range(n)), dtype="<u8", count=n)
+    return np.fromiter((checksum(flat[i * step : (i + 1) * step]) for i in range(n)), dtype="<u8", count=n)
 
 
 class EpisodeStore:
@@ -426,8 +450,10 @@ class EpisodeStore:
         drop_publish_lock(self.path)  # ours holds the file now
         self.header = json.loads(header)
         if self.header.get("format") != FORMAT_VERSION or self.header.get("checksum") != CHECKSUM:
-            raise StoreError(f"{self.path}: cache format {self.header.get('format')} is not {FORMAT_VERSION} "
-                             f"(frames checked with {CHECKSUM}); delete it and it will be rebuilt")
+            raise StoreError(
+                f"{self.path}: cache format {self.header.get('format')} is not {FORMAT_VERSION} "
+                f"(frames checked with {CHECKSUM}); delete it and it will be rebuilt"
+            )
         self._buf = np.frombuffer(self._mm, dtype=np.uint8)
         self._view = memoryview(self._buf)  # slices of it cost less than numpy's, on the per-frame path
         self.episodes = self.header["episodes"]
@@ -464,7 +490,7 @@ class EpisodeStore:
             raise StoreError(f"{self.path}: no data checksum in the header")
         view = memoryview(self._mm)
         for off in range(0, n, 1 << 24):
-            crc = zlib.crc32(view[off:min(n, off + (1 << 24))], crc)
+            crc = zlib.crc32(view[off : min(n, off + (1 << 24))], crc)
         view.release()
         if crc != self.header["data_crc32"]:
             raise StoreError(f"{self.path}: corrupt cache file (data checksum mismatch)")
@@ -504,20 +530,20 @@ class EpisodeStore:
         d = self.field(ep, key)
         dt = np.dtype(d["dtype"])
         n = int(np.prod(d["shape"])) * dt.itemsize
-        return self._buf[d["offset"]:d["offset"] + n].view(dt).reshape(d["shape"])
+        return self._buf[d["offset"] : d["offset"] + n].view(dt).reshape(d["shape"])
 
     def _table(self, ep: int, key: str, d: dict) -> np.ndarray:
         t = self._tables.get((ep, key))
         if t is None:
             n = d["shape"][0] + 1
-            t = self._buf[d["table"]:d["table"] + 8 * n].view(np.int64)
+            t = self._buf[d["table"] : d["table"] + 8 * n].view(np.int64)
             self._tables[(ep, key)] = t
         return t
 
     def _sums(self, d: dict, n: int) -> np.ndarray:
         """A field's checksum table (``n`` entries), copied out of the mapped file: a table damaged after this
         cannot make damaged data pass."""
-        return self._buf[d["sums"]:d["sums"] + 8 * n].view("<u8").copy()
+        return self._buf[d["sums"] : d["sums"] + 8 * n].view("<u8").copy()
 
     def locate(self, row: int) -> tuple[str, int]:
         """Which episode and step a row of the store's global numbering is (episodes end to end, in the store's
@@ -570,7 +596,7 @@ class EpisodeStore:
             ``(starts, ends, expected)``: absolute file offsets of each blob and its frame's decoded size in bytes.
         """
         starts, ends, sizes = [], [], []
-        for ep in (range(len(self.episodes)) if episodes is None else episodes):
+        for ep in range(len(self.episodes)) if episodes is None else episodes:
             d = self.field(ep, key)
             table = self._table(ep, key, d)
             starts.append(d["offset"] + table[:-1])
@@ -592,12 +618,15 @@ class EpisodeStore:
         Returns:
             uint64 array of one entry per frame.
         """
-        sums = [self._sums(d, d["shape"][0]) for d in
-                (self.field(ep, key) for ep in (range(len(self.episodes)) if episodes is None else episodes))]
+        sums = [
+            self._sums(d, d["shape"][0])
+            for d in (self.field(ep, key) for ep in (range(len(self.episodes)) if episodes is None else episodes))
+        ]
         return np.concatenate(sums) if sums else np.zeros(0, np.uint64)
 
-    def check_blobs(self, key: str, starts: np.ndarray, ends: np.ndarray, expected: np.ndarray,
-                    frames=None, sums=None) -> None:
+    def check_blobs(
+        self, key: str, starts: np.ndarray, ends: np.ndarray, expected: np.ndarray, frames=None, sums=None
+    ) -> None:
         """Check blobs' declared sizes so that the hot path can decode them unchecked: the Blosc2 header of each
         blob read with numpy (its uncompressed and compressed sizes), the blobs that disagree then parsed by Blosc2
         for the error (a call per frame took ~1.5 s per million frames).
@@ -624,11 +653,13 @@ class EpisodeStore:
             if frames is not None:
                 name, step = self.locate(int(frames[j]))
                 where = f"{self.path}: {name} {key} frame {step}"
-                if sums is not None and checksum(self._buf[starts[j]:ends[j]]) != int(sums[j]):
+                if sums is not None and checksum(self._buf[starts[j] : ends[j]]) != int(sums[j]):
                     raise self._damaged(f"{name} {key} frame {step}")
-            FrameCodec.check_size(self._buf[starts[j]:ends[j]], int(expected[j]), where=where)
-            raise StoreError(f"{where}: corrupt compressed frame (its header says {int(fields[j, 3])} compressed "
-                             f"bytes, the store holds {int(ends[j] - starts[j])})")
+            FrameCodec.check_size(self._buf[starts[j] : ends[j]], int(expected[j]), where=where)
+            raise StoreError(
+                f"{where}: corrupt compressed frame (its header says {int(fields[j, 3])} compressed "
+                f"bytes, the store holds {int(ends[j] - starts[j])})"
+            )
 
     def decode_frames(self, starts, ends, out: np.ndarray, rows, *, sums, frames=None, key: str = "frames") -> None:
         """Decompress blob ``[starts[j], ends[j])`` into ``out[rows[j]]`` and check it against ``sums[j]``. Each
@@ -672,8 +703,10 @@ class EpisodeStore:
             what = f"{name} {key} frame {step}"
         if exc is None or checksum(blob) != expected:
             return self._damaged(what, "" if exc is None else f"; Blosc2 could not decompress it: {exc}")
-        return StoreError(f"{self.path}: {what} cannot be decompressed though its checksum holds (Blosc2: {exc}); "
-                          "delete the file, the next run builds it again")
+        return StoreError(
+            f"{self.path}: {what} cannot be decompressed though its checksum holds (Blosc2: {exc}); "
+            "delete the file, the next run builds it again"
+        )
 
     def raw_blocks(self, key: str) -> tuple:
         """Where the checked blocks of a raw field are, in every episode (for :meth:`check_blocks`).
@@ -716,7 +749,7 @@ class EpisodeStore:
         base, per, starts, ends, sums = layout
         buf = self._view
         for b in blocks:
-            if checksum(buf[starts[b]:ends[b]]) != sums[b]:
+            if checksum(buf[starts[b] : ends[b]]) != sums[b]:
                 ep = bisect.bisect_right(base, b) - 1
                 first = (b - base[ep]) * per[ep]
                 last = min(first + per[ep], int(self.episodes[ep]["length"])) - 1

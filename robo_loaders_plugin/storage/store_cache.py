@@ -6,6 +6,7 @@ or RAM shared by the processes of the host, ``storage.ramfile``), reuses a file 
 (``storage.fingerprint``) and its data checksum holds, enforces ``max_memory``, and publishes atomically or leaves
 nothing behind.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -15,20 +16,25 @@ from collections.abc import Callable
 from robo_loaders_plugin.core.errors import StaleSourceError
 from robo_loaders_plugin.core.log import get_logger
 from robo_loaders_plugin.core.units import format_bytes, plural
-from robo_loaders_plugin.storage import cache
+from robo_loaders_plugin.storage import cache, ramfile
 from robo_loaders_plugin.storage.codec import FrameCodec
 from robo_loaders_plugin.storage.fingerprint import Fingerprint
-from robo_loaders_plugin.storage import ramfile
-from robo_loaders_plugin.storage.store import FORMAT_VERSION, EpisodeStore, MemoryBudgetExceeded, StoreError, \
-    StoreWriter
+from robo_loaders_plugin.storage.store import (
+    FORMAT_VERSION,
+    EpisodeStore,
+    MemoryBudgetExceeded,
+    StoreError,
+    StoreWriter,
+)
 
 logger = get_logger(__name__)
 
 SOURCE_KEY = "source_fingerprint"
 
 
-def _write(path: str, write: Callable[[StoreWriter], None], codec: FrameCodec, max_bytes, workers, meta: dict,
-           guard=None):
+def _write(
+    path: str, write: Callable[[StoreWriter], None], codec: FrameCodec, max_bytes, workers, meta: dict, guard=None
+):
     writer = StoreWriter(path, codec, max_bytes=max_bytes, workers=workers, guard=guard)
     try:
         write(writer)
@@ -120,9 +126,21 @@ def keyed(key_desc: dict) -> dict:
     return dict(key_desc, store_format=FORMAT_VERSION)
 
 
-def open_or_build(*, kind: str, source, key_desc: dict, write: Callable[[StoreWriter], None], codec: FrameCodec,
-                  cache_dir: str | None, max_memory, build_workers: int | None, meta: dict, option_prefix: str,
-                  description: str, disk_estimate: int | None = None):
+def open_or_build(
+    *,
+    kind: str,
+    source,
+    key_desc: dict,
+    write: Callable[[StoreWriter], None],
+    codec: FrameCodec,
+    cache_dir: str | None,
+    max_memory,
+    build_workers: int | None,
+    meta: dict,
+    option_prefix: str,
+    description: str,
+    disk_estimate: int | None = None,
+):
     """Open the store of this source and these options, reusing one while its source is unchanged and its data
     checksum holds, or build it: in RAM shared by the host's processes (``storage.ramfile``) without
     ``cache_dir``, else in the cache directory. A store that cannot be used is rebuilt, with a log line.
@@ -181,13 +199,24 @@ def open_or_build(*, kind: str, source, key_desc: dict, write: Callable[[StoreWr
     if not cache_dir:  # RAM, one copy per host shared by every rank and run that needs it (storage.ramfile)
         root = ramfile.ram_root()
         ramfile.sweep_stale(root)
-        entry, use, reused, _ = cache.obtain(root, kind, key_desc, source.fingerprint, recorded_fingerprint, usable,
-                                              build, description, suffix=".rlc", housekeeping=False)
+        entry, use, reused, _ = cache.obtain(
+            root,
+            kind,
+            key_desc,
+            source.fingerprint,
+            recorded_fingerprint,
+            usable,
+            build,
+            description,
+            suffix=".rlc",
+            housekeeping=False,
+        )
         hold = ramfile.RamHold(entry, use)
     else:
         root = cache.cache_root(cache_dir, f"{option_prefix}.cache_dir")
-        entry, hold, reused, _ = cache.obtain(root, kind, key_desc, source.fingerprint, recorded_fingerprint,
-                                                usable, build, description, suffix=".rlc")
+        entry, hold, reused, _ = cache.obtain(
+            root, kind, key_desc, source.fingerprint, recorded_fingerprint, usable, build, description, suffix=".rlc"
+        )
     store = EpisodeStore(entry.path)
     if cache_dir and not reused:  # just written (its CRC computed as it was): the next run need not read it back
         mark_verified(entry.path)
@@ -204,10 +233,9 @@ def open_or_build(*, kind: str, source, key_desc: dict, write: Callable[[StoreWr
             f"{option_prefix}.max_memory={budget}, but the cache of this source and these options, "
             f"built by an earlier or concurrent run, holds {held} ({entry.path}); raise "
             "max_memory (the cache is shared, not copied), or build a smaller one of its own: fewer obs keys or "
-            "demos, or a stronger codec (codec='zstd')")
+            "demos, or a stronger codec (codec='zstd')"
+        )
     return store, hold, reused
-
-
 
 
 def summarize(store: EpisodeStore, n_episodes: int, n_samples: int, reused: bool, episode: str = "episode") -> str:
@@ -228,9 +256,13 @@ def summarize(store: EpisodeStore, n_episodes: int, n_samples: int, reused: bool
     where = f"{'reused ' if reused else ''}{store.path}"
     codec = store.header.get("codec", {}).get("codec", "?")
     if st["decoded_frame_nbytes"]:
-        frames = (f"{codec}: frames {format_bytes(st['decoded_frame_nbytes'])} -> "
-                  f"{format_bytes(st['compressed_nbytes'])}, {st['decoded_frame_nbytes'] / st['compressed_nbytes']:.2f}x")
+        frames = (
+            f"{codec}: frames {format_bytes(st['decoded_frame_nbytes'])} -> "
+            f"{format_bytes(st['compressed_nbytes'])}, {st['decoded_frame_nbytes'] / st['compressed_nbytes']:.2f}x"
+        )
     else:  # every field under FRAME_MIN_BYTES a step: nothing was compressed as frames
         frames = "no camera frames"
-    return (f"{plural(n_episodes, episode)}, {plural(n_samples, 'sample')}, cache {format_bytes(store.file_nbytes)} "
-            f"({frames}; low-dim {format_bytes(st['raw_nbytes'])}) at {where}")
+    return (
+        f"{plural(n_episodes, episode)}, {plural(n_samples, 'sample')}, cache {format_bytes(store.file_nbytes)} "
+        f"({frames}; low-dim {format_bytes(st['raw_nbytes'])}) at {where}"
+    )

@@ -13,6 +13,7 @@ where 4:2:0 chroma subsampling costs 1-4 dB for a few percent of size; decoding 
 H.264 4:4:4 does not matter here); the encoder's YUV conversion and the decoder's way back are both
 swscale's defaults (BT.601, limited range), so nothing but compression changes a pixel.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -54,6 +55,7 @@ class VideoSettings:
     Raises:
         VideoError: a value outside those ranges (at construction).
     """
+
     codec: str = "h264"
     crf: int | None = None  # None: DEFAULT_CRF[codec]
     gop: int = DEFAULT_GOP
@@ -105,14 +107,17 @@ class VideoSettings:
         try:
             av.codec.Codec(self.encoder, "w")
         except av.codec.codec.UnknownCodecError:
-            raise VideoError(f"--frames {self.codec} needs the {self.encoder} encoder, which the FFmpeg of the "
-                             f"installed PyAV {av.__version__} lacks; choose another --frames") from None
+            raise VideoError(
+                f"--frames {self.codec} needs the {self.encoder} encoder, which the FFmpeg of the "
+                f"installed PyAV {av.__version__} lacks; choose another --frames"
+            ) from None
 
 
 @dataclasses.dataclass(frozen=True)
 class VideoSegment:
     """An encoded segment as a shard writer stores it: ``shape`` (N, H, W, 3) uint8 of the frames it holds, and the
     squared error of its decoded frames against the source (summed, with the number of values), for reports."""
+
     data: bytes
     shape: tuple
     settings: VideoSettings
@@ -141,11 +146,15 @@ def check_frames(frames: np.ndarray, settings: VideoSettings, where: str) -> Non
         raise VideoError(f"{where}: video segments hold (N, H, W, 3) uint8 frames, got {frames.shape} {frames.dtype}")
     h, w = frames.shape[1:3]
     if settings.codec == "hevc" and w < MIN_HEVC_WIDTH:
-        raise VideoError(f"{where}: frames {w} pixels wide; libx265 crashes on frames narrower than "
-                         f"{MIN_HEVC_WIDTH} pixels (the whole process aborts), so use --frames h264 or av1")
+        raise VideoError(
+            f"{where}: frames {w} pixels wide; libx265 crashes on frames narrower than "
+            f"{MIN_HEVC_WIDTH} pixels (the whole process aborts), so use --frames h264 or av1"
+        )
     if settings.pix_fmt == "yuv420p" and (h % 2 or w % 2):
-        raise VideoError(f"{where}: frames of {h}x{w} cannot be stored as yuv420p (odd size); use pixel format "
-                         "yuv444p or keep this field lossless")
+        raise VideoError(
+            f"{where}: frames of {h}x{w} cannot be stored as yuv420p (odd size); use pixel format "
+            "yuv444p or keep this field lossless"
+        )
 
 
 def encode(frames: np.ndarray, settings: VideoSettings, where: str = "frames") -> bytes:
@@ -240,7 +249,7 @@ def squared_error(a: np.ndarray, b: np.ndarray) -> float:
     total = 0.0
     for i in range(0, len(a), 16):
         # int64: np.dot sums in the arrays' dtype, and 16 frames of 640x480x3 differing by 30 overflow int32
-        d = (a[i:i + 16].astype(np.int64) - b[i:i + 16]).ravel()
+        d = (a[i : i + 16].astype(np.int64) - b[i : i + 16]).ravel()
         total += float(np.dot(d, d))
     return total
 
@@ -254,7 +263,7 @@ def psnr_from_mse(mse: float) -> float:
     Returns:
         ``10 * log10(255**2 / mse)``, at most :data:`PSNR_CAP`.
     """
-    return PSNR_CAP if mse <= 0 else min(PSNR_CAP, 10 * math.log10(255.0 ** 2 / mse))
+    return PSNR_CAP if mse <= 0 else min(PSNR_CAP, 10 * math.log10(255.0**2 / mse))
 
 
 def psnr(a: np.ndarray, b: np.ndarray) -> float:

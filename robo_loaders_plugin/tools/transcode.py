@@ -35,6 +35,7 @@ video file, leased under a lock by whichever worker or executor task is free; an
 name (one per unit: only the lease holder writes it) and renamed once verified; a killed transcode run again
 redoes only the files not recorded done (and any done file since deleted or resized).
 """
+
 from __future__ import annotations
 
 import bisect
@@ -45,8 +46,8 @@ import math
 import os
 import shutil
 import time
-from fractions import Fraction
 from collections.abc import Mapping
+from fractions import Fraction
 
 import click
 
@@ -72,6 +73,7 @@ class TranscodeError(RoboLoadersError):
 
 
 # ---- checks before anything is written ---------------------------------------------------------------------------
+
 
 def check_encoder(codec: str) -> str:
     """The FFmpeg encoder PyAV uses for ``codec``, checked to exist in this PyAV build.
@@ -100,10 +102,12 @@ def check_encoder(codec: str) -> str:
                 av.codec.Codec(other, "w")
                 have.append(other)
         lavc = ".".join(map(str, av.library_versions.get("libavcodec", ())))
-        raise TranscodeError(f"--codec {codec} needs the {name} encoder, which the FFmpeg of the installed PyAV "
-                             f"{av.__version__} (libavcodec {lavc}) does not have (H.264/HEVC encoders it has: "
-                             f"{', '.join(have) or 'none'}); install a PyAV build with {name} or choose another "
-                             "--codec") from None
+        raise TranscodeError(
+            f"--codec {codec} needs the {name} encoder, which the FFmpeg of the installed PyAV "
+            f"{av.__version__} (libavcodec {lavc}) does not have (H.264/HEVC encoders it has: "
+            f"{', '.join(have) or 'none'}); install a PyAV build with {name} or choose another "
+            "--codec"
+        ) from None
     return name
 
 
@@ -111,26 +115,34 @@ def _check_torchcodec() -> None:
     try:
         from torchcodec.decoders import VideoDecoder  # noqa: F401
     except Exception as exc:  # noqa: BLE001 - RuntimeError/OSError when FFmpeg's shared libraries are missing
-        raise TranscodeError(f"transcode compares every output with its source through torchcodec (as LeRobot "
-                             f"decodes), which cannot be loaded here: {exc}") from None
+        raise TranscodeError(
+            f"transcode compares every output with its source through torchcodec (as LeRobot "
+            f"decodes), which cannot be loaded here: {exc}"
+        ) from None
 
 
 def _check_source(source: LeRobotV3) -> None:
     version = str(source.info.get("codebase_version", ""))
     if not version.startswith("v3"):
-        raise SourceError(f"{source.root}: a LeRobot {version or 'unversioned'} dataset; transcode reads the v3.0 "
-                          "format (convert it with LeRobot's v2.1 -> v3.0 converter first)")
+        raise SourceError(
+            f"{source.root}: a LeRobot {version or 'unversioned'} dataset; transcode reads the v3.0 "
+            "format (convert it with LeRobot's v2.1 -> v3.0 converter first)"
+        )
     if not source.video_keys or not source.info.get("video_path"):
         raise SourceError(f"{source.root}: no video features in meta/info.json; there is nothing to transcode")
     for key in source.video_keys:
         info = source.features[key].get("info") or {}
         if info.get("is_depth_map") or info.get("video.is_depth_map"):
-            raise TranscodeError(f"{source.root}: {key} is a depth map ({info.get('video.pix_fmt')}); transcode "
-                                 "re-encodes RGB yuv420p cameras only")
+            raise TranscodeError(
+                f"{source.root}: {key} is a depth map ({info.get('video.pix_fmt')}); transcode "
+                "re-encodes RGB yuv420p cameras only"
+            )
         pix_fmt = info.get("video.pix_fmt", "yuv420p")
         if pix_fmt != "yuv420p":
-            raise TranscodeError(f"{source.root}: {key} is {pix_fmt}; transcode keeps yuv420p cameras as they are "
-                                 "and re-encodes nothing else")
+            raise TranscodeError(
+                f"{source.root}: {key} is {pix_fmt}; transcode keeps yuv420p cameras as they are "
+                "and re-encodes nothing else"
+            )
 
 
 MIN_HEVC_WIDTH = 64  # libx265 (as PyAV 15 bundles it) corrupts its heap on narrower frames and aborts the process
@@ -145,12 +157,15 @@ def _check_frame_size(source: LeRobotV3, codec: str) -> None:
         info = feat.get("info") or {}
         names = list(feat.get("names") or [])
         shape = list(feat.get("shape") or [])
-        width = info.get("video.width") or (shape[names.index("width")] if "width" in names and
-                                            len(shape) == len(names) else None)
+        width = info.get("video.width") or (
+            shape[names.index("width")] if "width" in names and len(shape) == len(names) else None
+        )
         if width is not None and int(width) < MIN_HEVC_WIDTH:
-            raise TranscodeError(f"{source.root}: {key} is {width} pixels wide; libx265 crashes on frames narrower "
-                                 f"than {MIN_HEVC_WIDTH} pixels (the whole process aborts), so HEVC is refused "
-                                 "here: use --codec h264")
+            raise TranscodeError(
+                f"{source.root}: {key} is {width} pixels wide; libx265 crashes on frames narrower "
+                f"than {MIN_HEVC_WIDTH} pixels (the whole process aborts), so HEVC is refused "
+                "here: use --codec h264"
+            )
 
 
 def _inside(path: str, parent: str) -> bool:
@@ -163,8 +178,10 @@ def _check_out(root: str, out: str) -> None:
     if os.path.exists(out) and not os.path.isdir(out):
         raise TranscodeError(f"OUT {out} exists and is not a directory")
     if os.path.isdir(out) and os.listdir(out) and not os.path.exists(os.path.join(out, STATE_DIR, manifest.MANIFEST)):
-        raise TranscodeError(f"OUT {out} exists, is not empty and is not a transcode (no {STATE_DIR}/"
-                             f"{manifest.MANIFEST}); give a new or empty directory")
+        raise TranscodeError(
+            f"OUT {out} exists, is not empty and is not a transcode (no {STATE_DIR}/"
+            f"{manifest.MANIFEST}); give a new or empty directory"
+        )
 
 
 def _check_recorded(out: str, source_id: dict, options: dict) -> None:
@@ -183,18 +200,25 @@ def _check_recorded(out: str, source_id: dict, options: dict) -> None:
         was = ""
         with contextlib.suppress(OSError, ValueError, KeyError), open(os.path.join(out, STATE_DIR, REPORT)) as f:
             was = f" (recorded source: {json.load(f)['source']['path']})"
-        raise TranscodeError(f"OUT {out} is a transcode of another dataset, or of ROOT before it changed{was}; "
-                             "give a new or empty directory")
+        raise TranscodeError(
+            f"OUT {out} is a transcode of another dataset, or of ROOT before it changed{was}; "
+            "give a new or empty directory"
+        )
     recorded = m.get("options", {})
     if recorded != options:
-        diff = ", ".join(f"{k} {recorded.get(k)!r} (asked {options.get(k)!r})" for k in sorted(set(recorded) |
-                                                                                            set(options))
-                         if recorded.get(k) != options.get(k))
-        raise TranscodeError(f"OUT {out} is a transcode of this ROOT with other options: {diff}; run with the same "
-                             "options to resume it, or give a new or empty directory")
+        diff = ", ".join(
+            f"{k} {recorded.get(k)!r} (asked {options.get(k)!r})"
+            for k in sorted(set(recorded) | set(options))
+            if recorded.get(k) != options.get(k)
+        )
+        raise TranscodeError(
+            f"OUT {out} is a transcode of this ROOT with other options: {diff}; run with the same "
+            "options to resume it, or give a new or empty directory"
+        )
 
 
 # ---- planning ----------------------------------------------------------------------------------------------------
+
 
 def video_files(source: LeRobotV3) -> dict[str, dict]:
     """Every video file the episodes use, by path relative to the root.
@@ -212,8 +236,9 @@ def video_files(source: LeRobotV3) -> dict[str, dict]:
     for ep in sorted(source.episodes):
         row = source.episodes[ep]
         for key in source.video_keys:
-            rel = source.info["video_path"].format(video_key=key, chunk_index=row[f"videos/{key}/chunk_index"],
-                                                   file_index=row[f"videos/{key}/file_index"])
+            rel = source.info["video_path"].format(
+                video_key=key, chunk_index=row[f"videos/{key}/chunk_index"], file_index=row[f"videos/{key}/file_index"]
+            )
             entry = files.setdefault(rel, {"key": key, "starts": []})
             entry["starts"].append(float(row[f"videos/{key}/from_timestamp"]))
     for rel, entry in files.items():
@@ -268,6 +293,7 @@ def _worker_threads(executor: str, num_workers: int) -> int | None:
 
 # ---- one unit: one video file ------------------------------------------------------------------------------------
 
+
 def _probe(path: str):
     """(video stream facts, sorted [(pts, duration)] of its frames) from demuxing only."""
     import av
@@ -278,11 +304,17 @@ def _probe(path: str):
             raise TranscodeError(f"{path}: streams [{kinds}]; transcode handles files holding one video stream")
         st = c.streams.video[0]
         cc = st.codec_context
-        facts = {"time_base": st.time_base, "rate": st.average_rate or st.guessed_rate or st.base_rate,
-                 "width": cc.width, "height": cc.height, "pix_fmt": cc.pix_fmt,
-                 "colour": {a: getattr(cc, a) for a in ("color_range", "colorspace", "color_primaries", "color_trc")}}
-        frames = sorted((int(p.pts), int(p.duration or 0), bool(p.is_keyframe))
-                        for p in c.demux(st) if p.size and p.pts is not None)
+        facts = {
+            "time_base": st.time_base,
+            "rate": st.average_rate or st.guessed_rate or st.base_rate,
+            "width": cc.width,
+            "height": cc.height,
+            "pix_fmt": cc.pix_fmt,
+            "colour": {a: getattr(cc, a) for a in ("color_range", "colorspace", "color_primaries", "color_trc")},
+        }
+        frames = sorted(
+            (int(p.pts), int(p.duration or 0), bool(p.is_keyframe)) for p in c.demux(st) if p.size and p.pts is not None
+        )
     return facts, frames
 
 
@@ -348,14 +380,20 @@ def _encode(src: str, dst: str, starts_s: list[float], settings: Mapping) -> dic
     out_facts, out_frames = _probe(dst)
     out_tb = out_facts["time_base"]
     if [Fraction(p) * out_tb for p, _, _ in out_frames] != [Fraction(p) * tb for p in pts]:
-        raise TranscodeError(f"{src}: the {settings['codec']} output does not keep the source's frame timestamps "
-                             f"({len(out_frames)} frames vs {len(pts)}); not kept")
+        raise TranscodeError(
+            f"{src}: the {settings['codec']} output does not keep the source's frame timestamps "
+            f"({len(out_frames)} frames vs {len(pts)}); not kept"
+        )
     out_keys = {Fraction(p) * out_tb for p, _, k in out_frames if k}
     missing = [float(p * tb) for p in sorted(keyframes) if Fraction(p) * tb not in out_keys]
     if missing:
         raise TranscodeError(f"{src}: the encoder did not start a keyframe at episode start(s) {missing[:3]} s")
-    return {"frames": len(frames), "keyframes": len(out_keys), "episode_keyframes": len(keyframes),
-            "source_keyframes": sum(k for _, _, k in frames)}
+    return {
+        "frames": len(frames),
+        "keyframes": len(out_keys),
+        "episode_keyframes": len(keyframes),
+        "source_keyframes": sum(k for _, _, k in frames),
+    }
 
 
 def compare(src: str, out: str, psnr_frames: int | None = None) -> dict:
@@ -382,14 +420,16 @@ def compare(src: str, out: str, psnr_frames: int | None = None) -> dict:
     a, b = VideoDecoder(src, seek_mode="approximate"), VideoDecoder(out, seek_mode="approximate")
     ma, mb = a.metadata, b.metadata
     if (ma.num_frames, ma.average_fps) != (mb.num_frames, mb.average_fps):
-        raise TranscodeError(f"{out}: torchcodec sees {mb.num_frames} frames at {mb.average_fps} fps, the source "
-                             f"{src} {ma.num_frames} at {ma.average_fps}; LeRobot would look up other frames")
+        raise TranscodeError(
+            f"{out}: torchcodec sees {mb.num_frames} frames at {mb.average_fps} fps, the source "
+            f"{src} {ma.num_frames} at {ma.average_fps}; LeRobot would look up other frames"
+        )
     n = int(ma.num_frames)
     if psnr_frames is None or psnr_frames >= n:
         batches = [list(range(i, min(n, i + COMPARE_CHUNK))) for i in range(0, n, COMPARE_CHUNK)]
     else:
         idx = np.unique(np.linspace(0, n - 1, max(1, int(psnr_frames))).round().astype(int)).tolist()
-        batches = [idx[i:i + COMPARE_CHUNK] for i in range(0, len(idx), COMPARE_CHUNK)]
+        batches = [idx[i : i + COMPARE_CHUNK] for i in range(0, len(idx), COMPARE_CHUNK)]
     values, frames = [], []
     for batch in batches:
         contiguous = batch == list(range(batch[0], batch[-1] + 1))
@@ -398,13 +438,19 @@ def compare(src: str, out: str, psnr_frames: int | None = None) -> dict:
         if not torch.equal(fa.pts_seconds, fb.pts_seconds):
             raise TranscodeError(f"{out}: frames {batch[0]}..{batch[-1]} decode at other timestamps than in {src}")
         mse = (fa.data.to(torch.float32) - fb.data.to(torch.float32)).pow_(2).mean(dim=(1, 2, 3)).double()
-        psnr = torch.where(mse > 0, 10 * torch.log10(255.0 ** 2 / mse.clamp(min=1e-12)),
-                           torch.full_like(mse, PSNR_CAP)).clamp(max=PSNR_CAP)
+        psnr = torch.where(
+            mse > 0, 10 * torch.log10(255.0**2 / mse.clamp(min=1e-12)), torch.full_like(mse, PSNR_CAP)
+        ).clamp(max=PSNR_CAP)
         values.extend(psnr.tolist())
         frames.extend(batch)
     worst = min(range(len(values)), key=values.__getitem__)
-    return {"compared": len(values), "psnr_sum": float(sum(values)), "psnr_mean": float(sum(values) / len(values)),
-            "psnr_min": float(values[worst]), "psnr_min_frame": int(frames[worst])}
+    return {
+        "compared": len(values),
+        "psnr_sum": float(sum(values)),
+        "psnr_mean": float(sum(values) / len(values)),
+        "psnr_min": float(values[worst]),
+        "psnr_min_frame": int(frames[worst]),
+    }
 
 
 def transcode_file(src: str, dst: str, starts_s: list[float], settings: Mapping) -> dict:
@@ -438,7 +484,8 @@ def transcode_file(src: str, dst: str, starts_s: list[float], settings: Mapping)
             raise TranscodeError(
                 f"{src}: frame {checked['psnr_min_frame']} of the {settings['codec']} re-encode is "
                 f"{checked['psnr_min']:.2f} dB from the source, below --min-psnr {floor:g} (mean "
-                f"{checked['psnr_mean']:.2f} dB); use a lower --crf (now {settings['crf']}) or a lower --min-psnr")
+                f"{checked['psnr_mean']:.2f} dB); use a lower --crf (now {settings['crf']}) or a lower --min-psnr"
+            )
         with open(tmp, "rb") as f:
             os.fsync(f.fileno())
         size = os.path.getsize(tmp)
@@ -447,8 +494,14 @@ def transcode_file(src: str, dst: str, starts_s: list[float], settings: Mapping)
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-    return {**encoded, **checked, "source_bytes": os.path.getsize(src), "bytes": size,
-            "encode_s": round(t1 - t0, 3), "compare_s": round(t2 - t1, 3)}
+    return {
+        **encoded,
+        **checked,
+        "source_bytes": os.path.getsize(src),
+        "bytes": size,
+        "encode_s": round(t1 - t0, 3),
+        "compare_s": round(t2 - t1, 3),
+    }
 
 
 def _worker(args) -> int:
@@ -461,8 +514,9 @@ def _worker(args) -> int:
         try:
             entry = transcode_file(os.path.join(root, rel), os.path.join(out, rel), files[rel]["starts"], settings)
             entry = {"name": rel, "key": files[rel]["key"], **entry}
-            manifest.complete(state, unit["id"], [entry], [{"name": os.path.join(os.pardir, rel),
-                                                            "bytes": entry["bytes"]}])
+            manifest.complete(
+                state, unit["id"], [entry], [{"name": os.path.join(os.pardir, rel), "bytes": entry["bytes"]}]
+            )
         except BaseException:
             with contextlib.suppress(Exception):  # the original error matters; the lock goes in any case
                 manifest.release(state, unit["id"])
@@ -472,6 +526,7 @@ def _worker(args) -> int:
 
 
 # ---- publishing: meta/info.json and the report -------------------------------------------------------------------
+
 
 def video_info(path: str) -> dict:
     """The stream fields of a video feature's ``info``, probed as LeRobot's ``get_video_info`` probes them.
@@ -486,16 +541,32 @@ def video_info(path: str) -> dict:
 
     with av.open(path) as c:
         st = c.streams.video[0]
-        return {"video.height": st.height, "video.width": st.width, "video.codec": st.codec.canonical_name,
-                "video.pix_fmt": st.pix_fmt, "video.fps": int(st.base_rate),
-                "video.channels": len(av.VideoFormat(st.pix_fmt).components)}
+        return {
+            "video.height": st.height,
+            "video.width": st.width,
+            "video.codec": st.codec.canonical_name,
+            "video.pix_fmt": st.pix_fmt,
+            "video.fps": int(st.base_rate),
+            "video.channels": len(av.VideoFormat(st.pix_fmt).components),
+        }
 
 
 def _camera_rows(entries: list[dict]) -> dict[str, dict]:
     rows: dict[str, dict] = {}
     for e in entries:
-        r = rows.setdefault(e["key"], {"files": 0, "frames": 0, "compared": 0, "source_bytes": 0, "bytes": 0,
-                                       "psnr_sum": 0.0, "psnr_min": math.inf, "psnr_min_at": None})
+        r = rows.setdefault(
+            e["key"],
+            {
+                "files": 0,
+                "frames": 0,
+                "compared": 0,
+                "source_bytes": 0,
+                "bytes": 0,
+                "psnr_sum": 0.0,
+                "psnr_min": math.inf,
+                "psnr_min_at": None,
+            },
+        )
         for k in ("frames", "compared", "source_bytes", "bytes", "psnr_sum"):
             r[k] += e[k]
         r["files"] += 1
@@ -531,9 +602,11 @@ class TranscodePublisher(manifest.Publisher):
         floor = float(metadata["min_psnr"])
         low = [e for e in entries if e["psnr_min"] < floor]
         if low:  # done with a lower --min-psnr in an earlier run
-            raise TranscodeError(f"{out}: {len(low)} file(s) were transcoded below --min-psnr {floor:g} in an earlier "
-                                 f"run (e.g. {low[0]['name']}: {low[0]['psnr_min']:.2f} dB); lower --min-psnr, or "
-                                 "transcode into a new directory with a lower --crf")
+            raise TranscodeError(
+                f"{out}: {len(low)} file(s) were transcoded below --min-psnr {floor:g} in an earlier "
+                f"run (e.g. {low[0]['name']}: {low[0]['psnr_min']:.2f} dB); lower --min-psnr, or "
+                "transcode into a new directory with a lower --crf"
+            )
         options = metadata["options"]
         info = copy.deepcopy(metadata["info"])
         for key, feature in info["features"].items():
@@ -542,11 +615,25 @@ class TranscodePublisher(manifest.Publisher):
             first = next(e["name"] for e in entries if e["key"] == key)
             new = feature.setdefault("info", {})
             new.update(video_info(os.path.join(out, first)))
-            new.update({"video.g": options["gop"], "video.crf": options["crf"], "video.preset": options["preset"],
-                        "video.fast_decode": 0, "video.video_backend": "pyav", "video.extra_options": {}})
-        report = {"source": dict(source), "out": out, "options": options, "min_psnr": floor,
-                  "psnr_frames": metadata.get("psnr_frames") or "all", "cameras": _camera_rows(entries),
-                  "files": entries}
+            new.update(
+                {
+                    "video.g": options["gop"],
+                    "video.crf": options["crf"],
+                    "video.preset": options["preset"],
+                    "video.fast_decode": 0,
+                    "video.video_backend": "pyav",
+                    "video.extra_options": {},
+                }
+            )
+        report = {
+            "source": dict(source),
+            "out": out,
+            "options": options,
+            "min_psnr": floor,
+            "psnr_frames": metadata.get("psnr_frames") or "all",
+            "cameras": _camera_rows(entries),
+            "files": entries,
+        }
         _atomic_json(os.path.join(out_dir, REPORT), report)
         # laid out as LeRobot's write_info writes it
         atomic_write_json(os.path.join(out, "meta", "info.json"), info, indent=4, ensure_ascii=False)
@@ -554,10 +641,22 @@ class TranscodePublisher(manifest.Publisher):
 
 # ---- the whole run -----------------------------------------------------------------------------------------------
 
-def transcode(root, out, *, codec: str = "h264", crf: int | None = None, gop: int = DEFAULT_GOP,
-              preset: str | None = None, num_workers: int = 1, psnr_frames: int | None = None,
-              min_psnr: float = DEFAULT_MIN_PSNR, executor: str = "local", executor_options: Mapping | None = None,
-              progress: bool = True) -> dict:
+
+def transcode(
+    root,
+    out,
+    *,
+    codec: str = "h264",
+    crf: int | None = None,
+    gop: int = DEFAULT_GOP,
+    preset: str | None = None,
+    num_workers: int = 1,
+    psnr_frames: int | None = None,
+    min_psnr: float = DEFAULT_MIN_PSNR,
+    executor: str = "local",
+    executor_options: Mapping | None = None,
+    progress: bool = True,
+) -> dict:
     """Transcode the LeRobot v3 dataset at ``root`` into ``out`` (see the module's docstring); run it again to
     resume.
 
@@ -617,13 +716,31 @@ def transcode(root, out, *, codec: str = "h264", crf: int | None = None, gop: in
         with contextlib.suppress(FileNotFoundError):
             os.unlink(os.path.join(out, "meta", "info.json"))
     _copy_tables(src_root, out)
-    settings = {**options, "threads": _worker_threads(executor, num_workers), "min_psnr": float(min_psnr),
-                "psnr_frames": None if psnr_frames is None else int(psnr_frames)}
-    metadata = {"info": source.info, "options": options, "min_psnr": float(min_psnr),
-                "psnr_frames": settings["psnr_frames"]}
-    res = executors.execute(executor, state, _worker, (state, src_root, out, files, settings), num_workers,
-                            TranscodePublisher(), metadata, {"path": src_root, "content": fp.content},
-                            f"transcode {os.path.basename(src_root)}", progress, **dict(executor_options or {}))
+    settings = {
+        **options,
+        "threads": _worker_threads(executor, num_workers),
+        "min_psnr": float(min_psnr),
+        "psnr_frames": None if psnr_frames is None else int(psnr_frames),
+    }
+    metadata = {
+        "info": source.info,
+        "options": options,
+        "min_psnr": float(min_psnr),
+        "psnr_frames": settings["psnr_frames"],
+    }
+    res = executors.execute(
+        executor,
+        state,
+        _worker,
+        (state, src_root, out, files, settings),
+        num_workers,
+        TranscodePublisher(),
+        metadata,
+        {"path": src_root, "content": fp.content},
+        f"transcode {os.path.basename(src_root)}",
+        progress,
+        **dict(executor_options or {}),
+    )
     if isinstance(res, executors.Submitted):
         return res.as_dict()
     with open(os.path.join(state, REPORT)) as f:
@@ -641,14 +758,38 @@ def report_table(report: dict) -> str:
     """
     from tabulate import tabulate
 
-    rows = [[key, r["files"], r["frames"], "all" if r["compared"] == r["frames"] else r["compared"],
-             f"{r['source_bytes'] / 1e6:.3f}", f"{r['bytes'] / 1e6:.3f}", f"{r['size_ratio']:.2f}",
-             f"{r['psnr_mean']:.2f}", f"{r['psnr_min']:.2f}"] for key, r in report["cameras"].items()]
-    return tabulate(rows, headers=["camera", "files", "frames", "compared", "source MB", "output MB", "size ratio",
-                                   "mean PSNR dB", "min PSNR dB"])
+    rows = [
+        [
+            key,
+            r["files"],
+            r["frames"],
+            "all" if r["compared"] == r["frames"] else r["compared"],
+            f"{r['source_bytes'] / 1e6:.3f}",
+            f"{r['bytes'] / 1e6:.3f}",
+            f"{r['size_ratio']:.2f}",
+            f"{r['psnr_mean']:.2f}",
+            f"{r['psnr_min']:.2f}",
+        ]
+        for key, r in report["cameras"].items()
+    ]
+    return tabulate(
+        rows,
+        headers=[
+            "camera",
+            "files",
+            "frames",
+            "compared",
+            "source MB",
+            "output MB",
+            "size ratio",
+            "mean PSNR dB",
+            "min PSNR dB",
+        ],
+    )
 
 
 # ---- the command line (registered in cli.py, LAZY_COMMANDS: imported when `robo-loaders transcode` runs) ----------
+
 
 def _psnr_frames(ctx, param, value):
     if value is None or str(value).lower() == "all":
@@ -668,19 +809,48 @@ _with_executor_options = executors.click_options(f"OUT/{STATE_DIR}/datatrove")
 @click.command("transcode")
 @click.argument("root", type=click.Path(exists=True, file_okay=False))
 @click.argument("out", type=click.Path(file_okay=False))
-@click.option("--codec", type=click.Choice(list(ENCODERS)), default="h264", show_default=True,
-              help="h264 (libx264) or hevc (libx265): both decode with NVDEC on every NVIDIA data-centre GPU")
-@click.option("--crf", type=click.IntRange(0, 51), default=None,
-              help=f"quality: lower is better and bigger [h264: {DEFAULT_CRF['h264']}, hevc: {DEFAULT_CRF['hevc']}]")
-@click.option("--gop", type=click.IntRange(min=1), default=DEFAULT_GOP, show_default=True,
-              help="keyframe every N frames (plus one at every episode's first frame)")
+@click.option(
+    "--codec",
+    type=click.Choice(list(ENCODERS)),
+    default="h264",
+    show_default=True,
+    help="h264 (libx264) or hevc (libx265): both decode with NVDEC on every NVIDIA data-centre GPU",
+)
+@click.option(
+    "--crf",
+    type=click.IntRange(0, 51),
+    default=None,
+    help=f"quality: lower is better and bigger [h264: {DEFAULT_CRF['h264']}, hevc: {DEFAULT_CRF['hevc']}]",
+)
+@click.option(
+    "--gop",
+    type=click.IntRange(min=1),
+    default=DEFAULT_GOP,
+    show_default=True,
+    help="keyframe every N frames (plus one at every episode's first frame)",
+)
 @click.option("--preset", default=None, help="x264/x265 speed preset (ultrafast .. veryslow) [medium]")
-@click.option("--num-workers", default=1, show_default=True, type=click.IntRange(min=1),
-              help="video files encoded at once (processes, or executor tasks)")
-@click.option("--psnr-frames", default="all", show_default=True, callback=_psnr_frames,
-              help="frames per video file compared with the source: all, or N evenly spaced")
-@click.option("--min-psnr", default=DEFAULT_MIN_PSNR, show_default=True, type=float,
-              help="fail if a compared frame is further from the source than this (dB); 0 disables")
+@click.option(
+    "--num-workers",
+    default=1,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="video files encoded at once (processes, or executor tasks)",
+)
+@click.option(
+    "--psnr-frames",
+    default="all",
+    show_default=True,
+    callback=_psnr_frames,
+    help="frames per video file compared with the source: all, or N evenly spaced",
+)
+@click.option(
+    "--min-psnr",
+    default=DEFAULT_MIN_PSNR,
+    show_default=True,
+    type=float,
+    help="fail if a compared frame is further from the source than this (dB); 0 disables",
+)
 @_with_executor_options
 def transcode_cmd(root, out, codec, crf, gop, preset, num_workers, psnr_frames, min_psnr, executor, **executor_cli):
     """Re-encode a LeRobot v3 dataset's videos (AV1 by default) as H.264 or HEVC into OUT, for NVDEC decoding on
@@ -705,18 +875,32 @@ def transcode_cmd(root, out, codec, crf, gop, preset, num_workers, psnr_frames, 
         **executor_cli: The executor's options as the command line gives them
             (:func:`~robo_loaders_plugin.storage.shards.executors.options_from_cli`).
     """
-    res = transcode(root, out, codec=codec, crf=crf, gop=gop, preset=preset, num_workers=num_workers,
-                    psnr_frames=psnr_frames, min_psnr=min_psnr, executor=executor,
-                    executor_options=executors.options_from_cli(executor, **executor_cli))
+    res = transcode(
+        root,
+        out,
+        codec=codec,
+        crf=crf,
+        gop=gop,
+        preset=preset,
+        num_workers=num_workers,
+        psnr_frames=psnr_frames,
+        min_psnr=min_psnr,
+        executor=executor,
+        executor_options=executors.options_from_cli(executor, **executor_cli),
+    )
     if "job_id" in res:
-        click.echo(f"submitted Slurm job {res['job_id']}: {res['tasks']} task(s) transcode {res['pending_units']} of "
-                   f"{res['units']} video file(s) into {out}; the last task writes meta/info.json (logs: "
-                   f"{res['logging_dir']})")
+        click.echo(
+            f"submitted Slurm job {res['job_id']}: {res['tasks']} task(s) transcode {res['pending_units']} of "
+            f"{res['units']} video file(s) into {out}; the last task writes meta/info.json (logs: "
+            f"{res['logging_dir']})"
+        )
         return
     opts = res["options"]
-    click.echo(f"wrote {res['out']}: {sum(r['files'] for r in res['cameras'].values())} video file(s) as "
-               f"{opts['codec']} (crf {opts['crf']}, gop {opts['gop']}); PSNR against the source over "
-               f"{'every frame' if res['psnr_frames'] == 'all' else str(res['psnr_frames']) + ' frames per file'}, "
-               f"floor {res['min_psnr']:g} dB")
+    click.echo(
+        f"wrote {res['out']}: {sum(r['files'] for r in res['cameras'].values())} video file(s) as "
+        f"{opts['codec']} (crf {opts['crf']}, gop {opts['gop']}); PSNR against the source over "
+        f"{'every frame' if res['psnr_frames'] == 'all' else str(res['psnr_frames']) + ' frames per file'}, "
+        f"floor {res['min_psnr']:g} dB"
+    )
     click.echo(report_table(res))
     click.echo(f"report: {os.path.join(res['out'], STATE_DIR, REPORT)}")

@@ -6,6 +6,7 @@ An item of row ``i`` (a row of the possibly episode-filtered dataset) holds ever
 image transforms on every non-depth camera; and the ``task`` string, keys in LeRobot's order. Rows are addressed
 in a frame source as (episode unit, step): :class:`RowMap`.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -67,16 +68,23 @@ class DeltaWindows:
     Built from one (absolute index, episode start, episode end) per row, or, with :meth:`of_runs`, from one per
     episode run: the same windows with 8 bytes per row instead of 24 (a million-frame dataset: 8 MB, not 24)."""
 
-    def __init__(self, abs_index: np.ndarray, episode_from: np.ndarray, episode_to: np.ndarray,
-                 delta_steps: dict | None):
+    def __init__(
+        self, abs_index: np.ndarray, episode_from: np.ndarray, episode_to: np.ndarray, delta_steps: dict | None
+    ):
         self.abs_index = np.asarray(abs_index, dtype=np.int64)
         self.start, self.end = np.asarray(episode_from, np.int64), np.asarray(episode_to, np.int64)
         self._rowmap = None
         self._set_deltas(delta_steps)
 
     @classmethod
-    def of_runs(cls, rowmap: RowMap, first_index: np.ndarray, episode_from: np.ndarray, episode_to: np.ndarray,
-                delta_steps: dict | None) -> DeltaWindows:
+    def of_runs(
+        cls,
+        rowmap: RowMap,
+        first_index: np.ndarray,
+        episode_from: np.ndarray,
+        episode_to: np.ndarray,
+        delta_steps: dict | None,
+    ) -> DeltaWindows:
         """Windows over the rows of ``rowmap``'s runs: run ``u``'s first row has absolute index ``first_index[u]``,
         its episode spans absolute indices ``[episode_from[u], episode_to[u])``.
 
@@ -99,8 +107,10 @@ class DeltaWindows:
         """Pickled with its index arrays packed (``core.packed``: a spawned worker's payload stays under the pipe's
         buffer; per-run arrays at 10,000 episodes were 240 kB of it)."""
         arrays = {k: v for k, v in self.__dict__.items() if isinstance(v, np.ndarray) and v.dtype.kind in "iu"}
-        return {"packed": {k: pack_ints(v) for k, v in arrays.items()},
-                "rest": {k: v for k, v in self.__dict__.items() if k not in arrays}}
+        return {
+            "packed": {k: pack_ints(v) for k, v in arrays.items()},
+            "rest": {k: v for k, v in self.__dict__.items() if k not in arrays},
+        }
 
     def __setstate__(self, state):
         self.__dict__.update(state["rest"])
@@ -147,11 +157,11 @@ class DeltaWindows:
 class ItemLayout:
     """What a LeRobot item holds, read off the native dataset once by the adapter."""
 
-    columns: list          # tabular columns in the HF dataset's order (PNG image columns included)
+    columns: list  # tabular columns in the HF dataset's order (PNG image columns included)
     video_keys: list
-    image_keys: list       # PNG columns: served as float32 in [0, 1], as torchvision's ToTensor does
-    camera_keys: list      # non-depth cameras: image transforms apply to these
-    tasks: list            # task string by task_index
+    image_keys: list  # PNG columns: served as float32 in [0, 1], as torchvision's ToTensor does
+    camera_keys: list  # non-depth cameras: image transforms apply to these
+    tasks: list  # task string by task_index
     return_uint8: bool
     image_transforms: Callable | None = None
     modes: dict | None = None  # how each delta key is read between recorded frames (fractional offsets only)
@@ -161,8 +171,9 @@ def _tensor(x):
     return x if isinstance(x, torch.Tensor) else torch.from_numpy(x)
 
 
-def _gathered(layout: ItemLayout, frames: FrameSource, rowmap: RowMap, windows: DeltaWindows, idx: np.ndarray,
-              pool=None):
+def _gathered(
+    layout: ItemLayout, frames: FrameSource, rowmap: RowMap, windows: DeltaWindows, idx: np.ndarray, pool=None
+):
     """(columns at the rows, delta keys at their window rows, cameras, pad masks), one gather per key; arrays
     recycled from ``pool`` (a ``storage.buffers.BufferPool``) when given."""
 
@@ -219,8 +230,9 @@ def items(layout: ItemLayout, frames: FrameSource, rowmap: RowMap, windows: Delt
     return out
 
 
-def collate(layout: ItemLayout, frames: FrameSource, rowmap: RowMap, windows: DeltaWindows, idx: np.ndarray,
-            pool=None) -> dict:
+def collate(
+    layout: ItemLayout, frames: FrameSource, rowmap: RowMap, windows: DeltaWindows, idx: np.ndarray, pool=None
+) -> dict:
     """The batch torch's DataLoader would hand ``lerobot-train`` for rows ``idx``: built from the gathered arrays
     directly, in the keys and layout ``default_collate`` gives the items (image transforms, which apply per item,
     go through the items).

@@ -7,6 +7,7 @@ grippers, flags, indices), ``nearest`` takes the closer step (the default, and t
 which are never blended). Edges clamp and set pad masks exactly as the recorded-rate rules do, and at the recorded
 rate every position is a recorded step, so the result is the native sample byte for byte.
 """
+
 from __future__ import annotations
 
 import math
@@ -73,23 +74,29 @@ def resolve_modes(infos: dict[str, FieldInfo], overrides: dict | None, where: st
     overrides = dict(overrides or {})
     unknown = sorted(set(overrides) - set(infos))
     if unknown and not infos:
-        raise BackendOptionError(f"{where}.modes names {unknown}, but this run reads no field between recorded "
-                                 "steps: modes apply to rate conversion (target_fps, delta_timestamps), and here it "
-                                 "converts none (e.g. target_fps with a policy that has no delta_timestamps)")
+        raise BackendOptionError(
+            f"{where}.modes names {unknown}, but this run reads no field between recorded "
+            "steps: modes apply to rate conversion (target_fps, delta_timestamps), and here it "
+            "converts none (e.g. target_fps with a policy that has no delta_timestamps)"
+        )
     if unknown:
-        raise BackendOptionError(f"{where}.modes names {unknown}, which this run does not read; its fields are "
-                                 f"{sorted(infos)}")
+        raise BackendOptionError(
+            f"{where}.modes names {unknown}, which this run does not read; its fields are {sorted(infos)}"
+        )
     modes = {}
     for name, info in infos.items():
         mode = overrides.get(name, default_mode(info))
         if mode not in MODES:
             raise BackendOptionError(f"{where}.modes[{name!r}] must be one of {MODES}, got {mode!r}")
         if mode == LINEAR and info.frames:
-            raise BackendOptionError(f"{where}.modes[{name!r}]: camera frames are never blended; use 'nearest' or "
-                                     "'previous'")
+            raise BackendOptionError(
+                f"{where}.modes[{name!r}]: camera frames are never blended; use 'nearest' or 'previous'"
+            )
         if mode == LINEAR and np.dtype(info.dtype).kind != "f":
-            raise BackendOptionError(f"{where}.modes[{name!r}]: 'linear' needs a float field, {name!r} is "
-                                     f"{np.dtype(info.dtype)}; use 'previous' or 'nearest'")
+            raise BackendOptionError(
+                f"{where}.modes[{name!r}]: 'linear' needs a float field, {name!r} is "
+                f"{np.dtype(info.dtype)}; use 'previous' or 'nearest'"
+            )
         modes[name] = mode
     return modes
 

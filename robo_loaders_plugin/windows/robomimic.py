@@ -6,6 +6,7 @@ pads), padding by repeating the first/last step (the same as clamping positions 
 sample indices, :class:`SequenceWindows` returns (B,) demo indices and (B, T) step positions; :func:`collate` gathers
 every key through a frame source into the nested layout robomimic's DataLoader collates.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -87,11 +88,15 @@ def sequence_counts(lengths, frame_stack: int, seq_length: int, pad_frame_stack:
         if problem[i] == 1:
             raise SequenceSetupError("a demo has num_samples < 1")
         if problem[i] == 2:
-            raise SequenceSetupError(f"a demo of length {int(L[i])} is too short for frame_stack={frame_stack}, "
-                                     f"seq_length={seq_length} without padding (enable pad_seq_length/pad_frame_stack)")
-        raise SequenceSetupError(f"a demo of length {int(L[i])} is shorter than frame_stack={frame_stack} with "
-                                 "pad_frame_stack=false; robomimic's SequenceDataset fails on it too (assert "
-                                 "index_in_demo < demo_length): enable pad_frame_stack or drop short demos")
+            raise SequenceSetupError(
+                f"a demo of length {int(L[i])} is too short for frame_stack={frame_stack}, "
+                f"seq_length={seq_length} without padding (enable pad_seq_length/pad_frame_stack)"
+            )
+        raise SequenceSetupError(
+            f"a demo of length {int(L[i])} is shorter than frame_stack={frame_stack} with "
+            "pad_frame_stack=false; robomimic's SequenceDataset fails on it too (assert "
+            "index_in_demo < demo_length): enable pad_frame_stack or drop short demos"
+        )
     return n
 
 
@@ -103,11 +108,15 @@ class SequenceWindows:
         self.opts = opts
         self.rate = float(rate)
         self.recorded_lengths = np.asarray(lengths, dtype=np.int64)
-        self.lengths = self.recorded_lengths if self.rate == 1.0 else np.array(
-            [resampled_length(int(L), self.rate) for L in self.recorded_lengths], dtype=np.int64)
+        self.lengths = (
+            self.recorded_lengths
+            if self.rate == 1.0
+            else np.array([resampled_length(int(L), self.rate) for L in self.recorded_lengths], dtype=np.int64)
+        )
         self.F, self.S = int(opts.frame_stack), int(opts.seq_length)
-        self.counts = np.asarray(sequence_counts(self.lengths, self.F, self.S, opts.pad_frame_stack,
-                                                 opts.pad_seq_length), dtype=np.int64)
+        self.counts = np.asarray(
+            sequence_counts(self.lengths, self.F, self.S, opts.pad_frame_stack, opts.pad_seq_length), dtype=np.int64
+        )
         # int32: a million windows' demo index in 4 MB, not 8 (demos are far fewer than 2**31)
         self.episode_of = np.repeat(np.arange(len(self.lengths), dtype=np.int32), self.counts)
         self.first = np.concatenate([[0], np.cumsum(self.counts)[:-1]]).astype(np.int64)
@@ -218,13 +227,14 @@ def episode_fields(read, length: int, opts: SequenceOptions, where: str, names=N
     cache_mode = opts.hdf5_cache_mode
     wanted = None if names is None else set(names)
     out = {}
-    for name in opts.field_names()[len(opts.dataset_keys):]:
+    for name in opts.field_names()[len(opts.dataset_keys) :]:
         if wanted is not None and name not in wanted:
             continue
         a = read(name)
         if a is None:
-            raise SourceError(f"{where}/{name} is missing; check the obs keys in observation.modalities or "
-                              "hdf5_load_next_obs")
+            raise SourceError(
+                f"{where}/{name} is missing; check the obs keys in observation.modalities or hdf5_load_next_obs"
+            )
         out[name] = a
     for k in opts.dataset_keys:
         if wanted is not None and k not in wanted:
@@ -235,8 +245,10 @@ def episode_fields(read, length: int, opts: SequenceOptions, where: str, names=N
         elif cache_mode in ("all", "low_dim"):
             out[k] = np.zeros((length, 1), dtype=np.float32)  # what SequenceDataset substitutes
         else:
-            raise SourceError(f"{where}/{k} is missing; with hdf5_cache_mode=null robomimic would fail on it too. "
-                              f"Remove {k!r} from train.dataset_keys or add it to the file")
+            raise SourceError(
+                f"{where}/{k} is missing; with hdf5_cache_mode=null robomimic would fail on it too. "
+                f"Remove {k!r} from train.dataset_keys or add it to the file"
+            )
     return out
 
 
@@ -298,8 +310,10 @@ def row(batch: dict, b: int) -> dict:
     Returns:
         The same nesting, each array at ``b`` (tensors copied to numpy on the CPU).
     """
-    return {k: row(v, b) if isinstance(v, dict) else
-            (v[b].cpu().numpy() if isinstance(v, torch.Tensor) else v[b]) for k, v in batch.items()}
+    return {
+        k: row(v, b) if isinstance(v, dict) else (v[b].cpu().numpy() if isinstance(v, torch.Tensor) else v[b])
+        for k, v in batch.items()
+    }
 
 
 def to_torch(batch: dict, device=None) -> dict:

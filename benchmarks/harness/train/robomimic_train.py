@@ -9,6 +9,7 @@ and ``train.hdf5_cache_mode``. Timings are robomimic's own: ``run_epoch`` sums `
 ``next(data_loader_iter)`` calls) and the other phases over the epoch and prints them in minutes after
 ``Train Epoch N``.
 """
+
 from __future__ import annotations
 
 import json
@@ -20,8 +21,7 @@ import tempfile
 
 import numpy as np
 
-from benchmarks.harness.train.common import (child_env, epoch_summary, error_result, finish, run_logged,
-                                             summarise)
+from benchmarks.harness.train.common import child_env, epoch_summary, error_result, finish, run_logged, summarise
 from robo_loaders_plugin.bench.robomimic_bench import parse_backend
 from robo_loaders_plugin.bench.runner import options_for
 
@@ -51,18 +51,31 @@ def dataset_keys(path: str, obs_keys=None):
     else:
         low = [k for k in PAPER_LOW_DIM if k in low] or low
     if not rgb:
-        raise ValueError(f"{path}: no image observation (uint8 N x H x W x 3) among the selected obs keys; the "
-                         "training benchmark trains BC-RNN on images")
+        raise ValueError(
+            f"{path}: no image observation (uint8 N x H x W x 3) among the selected obs keys; the "
+            "training benchmark trains BC-RNN on images"
+        )
     return rgb, low, height
 
 
-def base_config(dataset: str, epochs: int, steps_per_epoch: int, batch_size: int, num_workers: int,
-                seq_length: int, rnn_hidden_dim: int | None, obs_keys=None, cuda: bool = True,
-                overrides: dict | None = None) -> dict:
+def base_config(
+    dataset: str,
+    epochs: int,
+    steps_per_epoch: int,
+    batch_size: int,
+    num_workers: int,
+    seq_length: int,
+    rnn_hidden_dim: int | None,
+    obs_keys=None,
+    cuda: bool = True,
+    overrides: dict | None = None,
+) -> dict:
     """robomimic's BC-RNN image config as a JSON dict (no backend keys yet)."""
     from robomimic.config import config_factory
-    from robomimic.scripts.generate_paper_configs import (modify_bc_rnn_config_for_dataset,
-                                                         modify_config_for_default_image_exp)
+    from robomimic.scripts.generate_paper_configs import (
+        modify_bc_rnn_config_for_dataset,
+        modify_config_for_default_image_exp,
+    )
 
     config = config_factory("bc")
     modify_config_for_default_image_exp(config)
@@ -74,9 +87,16 @@ def base_config(dataset: str, epochs: int, steps_per_epoch: int, batch_size: int
     exp["rollout"]["enabled"] = False
     exp["save"]["enabled"] = False
     exp["logging"].update(terminal_output_to_txt=False, log_tb=False)
-    cfg["train"].update(data=os.path.abspath(dataset), num_epochs=epochs, batch_size=batch_size,
-                        num_data_workers=num_workers, seq_length=seq_length, cuda=cuda, hdf5_filter_key=None,
-                        hdf5_validation_filter_key=None)
+    cfg["train"].update(
+        data=os.path.abspath(dataset),
+        num_epochs=epochs,
+        batch_size=batch_size,
+        num_data_workers=num_workers,
+        seq_length=seq_length,
+        cuda=cuda,
+        hdf5_filter_key=None,
+        hdf5_validation_filter_key=None,
+    )
     cfg["algo"]["rnn"]["horizon"] = seq_length
     if rnn_hidden_dim:
         cfg["algo"]["rnn"]["hidden_dim"] = rnn_hidden_dim
@@ -113,8 +133,15 @@ def parse_epochs(run) -> list[dict]:
         log = json.loads("\n".join(block))
         times = {k: 60.0 * float(log[f"Time_{k}"]) for k in TIME_KEYS}
         epoch_s = 60.0 * float(log["Time_Epoch"])
-        out.append(dict(epoch=int(m.group(1)), loss=log.get("Loss"), times=times, epoch_s=epoch_s,
-                        wall_s=None if prev_t is None else t_epoch - prev_t))
+        out.append(
+            dict(
+                epoch=int(m.group(1)),
+                loss=log.get("Loss"),
+                times=times,
+                epoch_s=epoch_s,
+                wall_s=None if prev_t is None else t_epoch - prev_t,
+            )
+        )
         prev_t, i = t_epoch, j + 1
     return out
 
@@ -124,35 +151,65 @@ def result_from_run(label: str, run, epochs: int, steps_per_epoch: int, batch_si
         return error_result(label, run, f"robomimic's train script exited with {run.rc}")
     k, _ = run.first("run failed with error")
     if k is not None:  # train() swallowed an exception (exit status 0)
-        why = " ".join(text for _, text in run.lines[k:k + 40] if text.strip())[-400:]
+        why = " ".join(text for _, text in run.lines[k : k + 40] if text.strip())[-400:]
         return error_result(label, run, f"robomimic's train() failed: {why}")
     parsed = parse_epochs(run)
     if [p["epoch"] for p in parsed] != list(range(1, epochs + 1)):
-        return error_result(label, run, f"expected {epochs} 'Train Epoch' blocks, parsed "
-                                        f"{[p['epoch'] for p in parsed]}")
+        return error_result(
+            label, run, f"expected {epochs} 'Train Epoch' blocks, parsed {[p['epoch'] for p in parsed]}"
+        )
     per_epoch = []
     for p in parsed:
         t = p["times"]
-        per_epoch.append(epoch_summary(
-            p["epoch"], steps_per_epoch, data_s=t["Data_Loading"], step_s=p["epoch_s"], wall_s=p["wall_s"],
-            process_batch_s=t["Process_Batch"], train_batch_s=t["Train_Batch"], log_info_s=t["Log_Info"],
-            # run_epoch's iter(data_loader) (DataLoader workers start there) and its progress bar
-            other_s=p["epoch_s"] - sum(t.values()), loss=p["loss"]))
+        per_epoch.append(
+            epoch_summary(
+                p["epoch"],
+                steps_per_epoch,
+                data_s=t["Data_Loading"],
+                step_s=p["epoch_s"],
+                wall_s=p["wall_s"],
+                process_batch_s=t["Process_Batch"],
+                train_batch_s=t["Train_Batch"],
+                log_info_s=t["Log_Info"],
+                # run_epoch's iter(data_loader) (DataLoader workers start there) and its progress bar
+                other_s=p["epoch_s"] - sum(t.values()),
+                loss=p["loss"],
+            )
+        )
     _, t_model = run.first(MODEL_BANNER)
     _, t_data = run.first(DATASET_BANNER)
     _, t_first = run.first("Train Epoch 1")
-    return dict(summarise(per_epoch, batch_size), backend=label, epochs=per_epoch,
-                dataset_build_s=None if t_model is None or t_data is None else t_data - t_model,
-                time_to_first_epoch_end_s=t_first, wall_s=run.wall_s, peak_mem_bytes=run.peak_mem_bytes,
-                load_avg_1m=list(run.load_avg))
+    return dict(
+        summarise(per_epoch, batch_size),
+        backend=label,
+        epochs=per_epoch,
+        dataset_build_s=None if t_model is None or t_data is None else t_data - t_model,
+        time_to_first_epoch_end_s=t_first,
+        wall_s=run.wall_s,
+        peak_mem_bytes=run.peak_mem_bytes,
+        load_avg_1m=list(run.load_avg),
+    )
 
 
-def bench_robomimic_train(dataset: str, backends: list[str], epochs: int = 3, steps_per_epoch: int = 20,
-                          batch_size: int = 16, num_workers: int = 2, seq_length: int = 10,
-                          rnn_hidden_dim: int | None = None, obs_keys=None, kwargs: dict | None = None,
-                          json_out: str | None = None, device: str = "auto", threads: int | None = None,
-                          overrides: dict | None = None, work_dir: str | None = None, timeout: float = 7200,
-                          echo=print) -> dict:
+def bench_robomimic_train(
+    dataset: str,
+    backends: list[str],
+    epochs: int = 3,
+    steps_per_epoch: int = 20,
+    batch_size: int = 16,
+    num_workers: int = 2,
+    seq_length: int = 10,
+    rnn_hidden_dim: int | None = None,
+    obs_keys=None,
+    kwargs: dict | None = None,
+    json_out: str | None = None,
+    device: str = "auto",
+    threads: int | None = None,
+    overrides: dict | None = None,
+    work_dir: str | None = None,
+    timeout: float = 7200,
+    echo=print,
+) -> dict:
     """Train BC-RNN with robomimic's own script once per backend and report steps/s, data-stall fraction and the
     first epoch per backend, with ratios to ``native:*`` measured in the same run."""
     if epochs < 2:
@@ -161,19 +218,30 @@ def bench_robomimic_train(dataset: str, backends: list[str], epochs: int = 3, st
         parse_backend(b)
     kwargs = {k: dict(v) for k, v in (kwargs or {}).items()}
     cuda = device != "cpu"
-    cfg = base_config(dataset, epochs, steps_per_epoch, batch_size, num_workers, seq_length, rnn_hidden_dim,
-                      obs_keys, cuda, overrides)
+    cfg = base_config(
+        dataset, epochs, steps_per_epoch, batch_size, num_workers, seq_length, rnn_hidden_dim, obs_keys, cuda, overrides
+    )
     import torch
 
     obs = cfg["observation"]["modalities"]["obs"]
-    settings = dict(dataset=os.path.abspath(dataset), backends=backends, epochs=epochs,
-                    steps_per_epoch=steps_per_epoch, batch_size=batch_size, num_workers=num_workers,
-                    seq_length=seq_length, algo="bc (BC-RNN, robomimic paper image config)",
-                    rnn_hidden_dim=cfg["algo"]["rnn"]["hidden_dim"], obs_rgb=obs["rgb"], obs_low_dim=obs["low_dim"],
-                    # robomimic trains on CUDA when train.cuda is set and a GPU is there, else on the CPU
-                    device="cuda" if cuda and torch.cuda.is_available() else "cpu",
-                    torch_threads=threads,  # None: robomimic's own (train() calls torch.set_num_threads(2))
-                    config_overrides=overrides or {}, backend_kwargs=kwargs)
+    settings = dict(
+        dataset=os.path.abspath(dataset),
+        backends=backends,
+        epochs=epochs,
+        steps_per_epoch=steps_per_epoch,
+        batch_size=batch_size,
+        num_workers=num_workers,
+        seq_length=seq_length,
+        algo="bc (BC-RNN, robomimic paper image config)",
+        rnn_hidden_dim=cfg["algo"]["rnn"]["hidden_dim"],
+        obs_rgb=obs["rgb"],
+        obs_low_dim=obs["low_dim"],
+        # robomimic trains on CUDA when train.cuda is set and a GPU is there, else on the CPU
+        device="cuda" if cuda and torch.cuda.is_available() else "cpu",
+        torch_threads=threads,  # None: robomimic's own (train() calls torch.set_num_threads(2))
+        config_overrides=overrides or {},
+        backend_kwargs=kwargs,
+    )
     own_dir = work_dir is None
     work = tempfile.mkdtemp(prefix="robo-loaders-train-bench-") if own_dir else os.path.abspath(work_dir)
     os.makedirs(work, exist_ok=True)
@@ -187,33 +255,45 @@ def bench_robomimic_train(dataset: str, backends: list[str], epochs: int = 3, st
                 opts["cache_dir"] = os.path.join(work, f"{safe}-cache")  # converted in this run, paid in its build
             c = json.loads(json.dumps(cfg))
             c["experiment"]["name"] = safe
-            c["train"].update(output_dir=os.path.join(work, "out"), hdf5_cache_mode=mode,
-                              data_backend=None if name == "native" else name,
-                              data_backend_kwargs={} if name == "native" else opts)
+            c["train"].update(
+                output_dir=os.path.join(work, "out"),
+                hdf5_cache_mode=mode,
+                data_backend=None if name == "native" else name,
+                data_backend_kwargs={} if name == "native" else opts,
+            )
             cfg_path = os.path.join(work, f"{safe}.json")
             with open(cfg_path, "w") as f:
                 json.dump(c, f, indent=2)
             echo(f"[bench] training {label} ({epochs} epochs x {steps_per_epoch} steps) ...")
-            run = run_logged([sys.executable, "-m", "robomimic.scripts.train", "--config", cfg_path],
-                             child_env(threads=threads), os.path.join(work, f"{safe}.log"), timeout)
+            run = run_logged(
+                [sys.executable, "-m", "robomimic.scripts.train", "--config", cfg_path],
+                child_env(threads=threads),
+                os.path.join(work, f"{safe}.log"),
+                timeout,
+            )
             r = result_from_run(label, run, epochs, steps_per_epoch, batch_size)
-            r.update(hdf5_cache_mode=mode, data_backend=c["train"]["data_backend"],
-                     data_backend_kwargs=c["train"]["data_backend_kwargs"])
+            r.update(
+                hdf5_cache_mode=mode,
+                data_backend=c["train"]["data_backend"],
+                data_backend_kwargs=c["train"]["data_backend_kwargs"],
+            )
             if r.get("error"):
                 echo(f"[bench] {label} FAILED\n{r['error']}")
             results.append(r)
     finally:
         if own_dir:
             shutil.rmtree(work, ignore_errors=True)
-    method = {"timings": "robomimic's run_epoch counters printed after 'Train Epoch N' (minutes, summed over the "
-                         "epoch; converted to seconds here): data_s = Time_Data_Loading (the next(loader) calls), "
-                         "step_s = Time_Epoch; other_s = Time_Epoch minus its four parts (iter(loader), where "
-                         "DataLoader workers start every epoch, and the progress bar)",
-              "dataset_build_s": "time between train.py's 'Model Summary' and 'Training Dataset' banners "
-                                 "(load_data_for_training: where a backend caches or converts), timed from "
-                                 "outside as the lines arrive",
-              "time_to_first_epoch_end_s": "process start to the 'Train Epoch 1' line (imports, dataset build, "
-                                           "model, first epoch)",
-              "epoch": f"experiment.epoch_every_n_steps = {steps_per_epoch} training steps; validation, rollouts "
-                       "and checkpoints off"}
+    method = {
+        "timings": "robomimic's run_epoch counters printed after 'Train Epoch N' (minutes, summed over the "
+        "epoch; converted to seconds here): data_s = Time_Data_Loading (the next(loader) calls), "
+        "step_s = Time_Epoch; other_s = Time_Epoch minus its four parts (iter(loader), where "
+        "DataLoader workers start every epoch, and the progress bar)",
+        "dataset_build_s": "time between train.py's 'Model Summary' and 'Training Dataset' banners "
+        "(load_data_for_training: where a backend caches or converts), timed from "
+        "outside as the lines arrive",
+        "time_to_first_epoch_end_s": "process start to the 'Train Epoch 1' line (imports, dataset build, "
+        "model, first epoch)",
+        "epoch": f"experiment.epoch_every_n_steps = {steps_per_epoch} training steps; validation, rollouts "
+        "and checkpoints off",
+    }
     return finish("robomimic", settings, results, method, json_out, echo)

@@ -5,4 +5,5 @@ Camera frames are stored as JPEG at a chosen ``quality`` in the cache directory 
 frames at quality 90 on camera-like images), every other field byte-identical; frames are decoded per batch. The
 backend declares itself lossy (``LOSSY_FRAMES``) and its tests check the PSNR it promises.
 """
+
 __version__ = "0.1.0"

@@ -12,6 +12,7 @@ so a killed build is never reused; on reuse both files are hashed against ``meta
 and a mismatch rebuilds the store; every open checks ``frames.bin``'s size against the index, so a truncated file
 is an error naming it, never frames from the wrong offsets.
 """
+
 from __future__ import annotations
 
 import json
@@ -21,8 +22,18 @@ import numpy as np
 import torch
 from torchvision.io import ImageReadMode, decode_jpeg, encode_jpeg
 
-from robo_loaders_plugin.extend import (DataSize, FieldInfo, Footprint, FrameSource, FrameStore, Options, SourceError,
-                                        StoreEpisodes, atomic_write_bytes, sha256_file)
+from robo_loaders_plugin.extend import (
+    DataSize,
+    FieldInfo,
+    Footprint,
+    FrameSource,
+    FrameStore,
+    Options,
+    SourceError,
+    StoreEpisodes,
+    atomic_write_bytes,
+    sha256_file,
+)
 
 FORMAT = "robo-loaders-jpeg/1"
 
@@ -48,17 +59,29 @@ class JpegStore(FrameStore):
                     a = np.ascontiguousarray(a)
                     jpeg = key in episodes.cameras and is_jpeg_able(a)
                     chw = jpeg and a.shape[1] in (1, 3) and a.shape[-1] not in (1, 3)
-                    info = {"dtype": a.dtype.str, "shape": list(a.shape[1:]), "camera": jpeg,
-                            "layout": ("chw" if chw else "hwc") if jpeg else None}
+                    info = {
+                        "dtype": a.dtype.str,
+                        "shape": list(a.shape[1:]),
+                        "camera": jpeg,
+                        "layout": ("chw" if chw else "hwc") if jpeg else None,
+                    }
                     if fields.setdefault(key, info) != info:
-                        raise SourceError(f"episode {name}: field {key!r} is {a.dtype}{a.shape[1:]}, other episodes "
-                                          f"store {fields[key]}; every episode must store a field the same way")
+                        raise SourceError(
+                            f"episode {name}: field {key!r} is {a.dtype}{a.shape[1:]}, other episodes "
+                            f"store {fields[key]}; every episode must store a field the same way"
+                        )
                     if not jpeg:
                         raw.setdefault(key, []).append(a)
                         continue
                     for frame in a:
-                        blob = encode_jpeg(torch.from_numpy(frame if chw else frame.transpose(2, 0, 1).copy()),
-                                           quality=options.quality).numpy().tobytes()
+                        blob = (
+                            encode_jpeg(
+                                torch.from_numpy(frame if chw else frame.transpose(2, 0, 1).copy()),
+                                quality=options.quality,
+                            )
+                            .numpy()
+                            .tobytes()
+                        )
                         start = out.tell()
                         out.write(blob)
                         positions.setdefault(key, []).append((start, start + len(blob)))
@@ -68,14 +91,22 @@ class JpegStore(FrameStore):
             os.fsync(out.fileno())
         cameras = sorted(k for k, v in fields.items() if v["camera"])
         arrays = {f"raw{i}": np.concatenate(raw[k]) for i, k in enumerate(sorted(raw))}
-        arrays.update({f"cam{i}": np.asarray(positions[k], dtype=np.int64).reshape(-1, 2)
-                       for i, k in enumerate(cameras)})
+        arrays.update(
+            {f"cam{i}": np.asarray(positions[k], dtype=np.int64).reshape(-1, 2) for i, k in enumerate(cameras)}
+        )
         with open(os.path.join(directory, "index.npz"), "wb") as f:
             np.savez(f, **arrays)
-        meta = {"format": FORMAT, "quality": options.quality, "lengths": episodes.size.lengths.tolist(),
-                "fields": fields, "raw": sorted(raw), "cameras": cameras, "raw_frame_bytes": raw_bytes,
-                "jpeg_bytes": jpeg_bytes,
-                "sha256": {n: sha256_file(os.path.join(directory, n)) for n in ("frames.bin", "index.npz")}}
+        meta = {
+            "format": FORMAT,
+            "quality": options.quality,
+            "lengths": episodes.size.lengths.tolist(),
+            "fields": fields,
+            "raw": sorted(raw),
+            "cameras": cameras,
+            "raw_frame_bytes": raw_bytes,
+            "jpeg_bytes": jpeg_bytes,
+            "sha256": {n: sha256_file(os.path.join(directory, n)) for n in ("frames.bin", "index.npz")},
+        }
         atomic_write_bytes(os.path.join(directory, "meta.json"), json.dumps(meta, indent=1).encode())
 
     def open(self, directory: str, options: Options) -> FrameSource:
@@ -87,7 +118,8 @@ class JpegStore(FrameStore):
             with open(os.path.join(directory, "meta.json")) as f:
                 meta = json.load(f)
             return meta.get("format") == FORMAT and all(
-                sha256_file(os.path.join(directory, n)) == digest for n, digest in meta["sha256"].items())
+                sha256_file(os.path.join(directory, n)) == digest for n, digest in meta["sha256"].items()
+            )
         except (OSError, ValueError, KeyError, TypeError):
             return False
 
@@ -95,16 +127,20 @@ class JpegStore(FrameStore):
         """RAM: the raw fields and two offsets per JPEG. Disk: a JPEG of quality 95 or less stays below a quarter
         of the raw frame on camera images (measured 6x smaller at 90); above, counted raw."""
         frames = size.steps * len(size.frame_step_bytes)
-        return Footprint(host_bytes=size.other_bytes + 16 * frames,
-                         disk_bytes=size.frame_bytes // (4 if options.quality <= 95 else 1) + size.other_bytes,
-                         build_s=size.build_seconds("zstd", 1),
-                         bound="camera frames read from the cache directory and decoded per batch")
+        return Footprint(
+            host_bytes=size.other_bytes + 16 * frames,
+            disk_bytes=size.frame_bytes // (4 if options.quality <= 95 else 1) + size.other_bytes,
+            build_s=size.build_seconds("zstd", 1),
+            bound="camera frames read from the cache directory and decoded per batch",
+        )
 
     def describe(self, frames: FrameSource, directory: str) -> str:
         m = frames.meta
         ratio = m["raw_frame_bytes"] / m["jpeg_bytes"] if m["jpeg_bytes"] else float("nan")
-        return (f"camera frames as JPEG q{m['quality']} ({m['raw_frame_bytes'] / 1e6:.1f} MB -> "
-                f"{m['jpeg_bytes'] / 1e6:.1f} MB, {ratio:.1f}x)")
+        return (
+            f"camera frames as JPEG q{m['quality']} ({m['raw_frame_bytes'] / 1e6:.1f} MB -> "
+            f"{m['jpeg_bytes'] / 1e6:.1f} MB, {ratio:.1f}x)"
+        )
 
 
 class JpegFrames(FrameSource):
@@ -125,11 +161,13 @@ class JpegFrames(FrameSource):
         size = os.path.getsize(path)
         end = max((int(p[-1, 1]) for p in self._pos.values() if len(p)), default=0)
         if size != end:
-            raise SourceError(f"{path} is {size} bytes, its index says {end}: truncated or replaced; delete "
-                              f"{directory} to rebuild it")
+            raise SourceError(
+                f"{path} is {size} bytes, its index says {end}: truncated or replaced; delete {directory} to rebuild it"
+            )
         self._blobs = np.memmap(path, dtype=np.uint8, mode="r") if size else np.zeros(0, np.uint8)
-        self._infos = {k: FieldInfo(np.dtype(v["dtype"]), tuple(v["shape"]), v["camera"])
-                       for k, v in self.meta["fields"].items()}
+        self._infos = {
+            k: FieldInfo(np.dtype(v["dtype"]), tuple(v["shape"]), v["camera"]) for k, v in self.meta["fields"].items()
+        }
 
     def close(self) -> None:
         self._blobs = np.zeros(0, np.uint8)  # unmaps frames.bin
@@ -142,8 +180,10 @@ class JpegFrames(FrameSource):
 
     def take(self, field, episodes, steps, out):
         info = self.info(field)
-        g = (self.starts[np.broadcast_to(episodes.reshape(episodes.shape + (1,) * (steps.ndim - 1)), steps.shape)]
-             + steps).reshape(-1)
+        g = (
+            self.starts[np.broadcast_to(episodes.reshape(episodes.shape + (1,) * (steps.ndim - 1)), steps.shape)]
+            + steps
+        ).reshape(-1)
         flat = out.reshape((g.size,) + tuple(info.shape))
         if not info.frames:
             np.take(self._raw[field], g, axis=0, out=flat)

@@ -1,5 +1,6 @@
 """Installs the example backend the way pip would, through its entry point (a ``.dist-info`` with
 ``entry_points.txt`` on ``sys.path``), and makes small datasets with ``robo-loaders sample-data``."""
+
 import os
 import subprocess
 import sys
@@ -39,16 +40,49 @@ def installed(tmp_path_factory):
 @pytest.fixture(scope="session")
 def robomimic_hdf5(tmp_path_factory):
     out = str(tmp_path_factory.mktemp("rm") / "small.hdf5")
-    subprocess.run([os.path.join(BIN, "robo-loaders"), "sample-data", "robomimic", out, "--demos", "6",
-                    "--image-size", "48", "--min-length", "20", "--max-length", "30"], check=True,
-                   capture_output=True)
+    subprocess.run(
+        [
+            os.path.join(BIN, "robo-loaders"),
+            "sample-data",
+            "robomimic",
+            out,
+            "--demos",
+            "6",
+            "--image-size",
+            "48",
+            "--min-length",
+            "20",
+            "--max-length",
+            "30",
+        ],
+        check=True,
+        capture_output=True,
+    )
     return out
 
 
 @pytest.fixture(scope="session")
 def lerobot_root(tmp_path_factory):
     out = str(tmp_path_factory.mktemp("lr") / "small")
-    subprocess.run([os.path.join(BIN, "robo-loaders"), "sample-data", "lerobot", out, "--episodes", "3",
-                    "--image-size", "48x64", "--codec", "h264", "--min-length", "20", "--max-length", "30"],
-                   check=True, capture_output=True, env=dict(os.environ, HF_HUB_OFFLINE="1"))
+    subprocess.run(
+        [
+            os.path.join(BIN, "robo-loaders"),
+            "sample-data",
+            "lerobot",
+            out,
+            "--episodes",
+            "3",
+            "--image-size",
+            "48x64",
+            "--codec",
+            "h264",
+            "--min-length",
+            "20",
+            "--max-length",
+            "30",
+        ],
+        check=True,
+        capture_output=True,
+        env=dict(os.environ, HF_HUB_OFFLINE="1"),
+    )
     return out

@@ -1,5 +1,6 @@
 """The example backend against the real native loaders, through robo_loaders_plugin.testing only: samples, batches
 and a training pass equal the native ones, camera frames within the PSNR the backend promises."""
+
 import os
 import subprocess
 import sys
@@ -7,8 +8,13 @@ import sys
 import pytest
 
 from robo_loaders_plugin import get_backend
-from robo_loaders_plugin.testing import (assert_same_batches, assert_same_pass, assert_same_samples, lerobot_case,
-                                         robomimic_case)
+from robo_loaders_plugin.testing import (
+    assert_same_batches,
+    assert_same_pass,
+    assert_same_samples,
+    lerobot_case,
+    robomimic_case,
+)
 
 CAMERAS = ("agentview_image", "robot0_eye_in_hand_image")
 # what quality 90 gives on these frames (measured 36.0 dB at worst, 38.4 median, on 48x48 sample renders)
@@ -52,8 +58,9 @@ def test_robomimic_parity(robomimic_hdf5, tmp_path, cache_mode):
 def test_lerobot_parity(lerobot_root, tmp_path):
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
-    native = LeRobotDataset("local/sample", root=lerobot_root, delta_timestamps={"action": [0.0, 0.05, 0.1]},
-                            return_uint8=True)
+    native = LeRobotDataset(
+        "local/sample", root=lerobot_root, delta_timestamps={"action": [0.0, 0.05, 0.1]}, return_uint8=True
+    )
     case = lerobot_case(native)
     options = {"quality": 90, "cache_dir": str(tmp_path)}
     psnr = {"observation.images.cam0": MIN_PSNR_Q90}
@@ -65,7 +72,7 @@ def test_the_checks_fail_on_wrong_data(robomimic_hdf5, tmp_path):
     """Negative controls: quality 5 misses the stated PSNR; a changed action is caught byte for byte."""
     case = robomimic_case(*robomimic_config(robomimic_hdf5))
     psnr = {f"obs/{c}": MIN_PSNR_Q90 for c in CAMERAS}
-    with pytest.raises(AssertionError, match="PSNR .* below the stated 34 dB"):
+    with pytest.raises(AssertionError, match=r"PSNR .* below the stated 34 dB"):
         assert_same_samples(case, "jpeg_frames", {"quality": 5, "cache_dir": str(tmp_path)}, count=5, min_psnr=psnr)
     ds = assert_same_samples(case, "jpeg_frames", {"cache_dir": str(tmp_path)}, count=5, min_psnr=psnr)
     ds.frames.inner._raw["actions"][3] += 1e-3  # what a backend serving a stale action would do
@@ -125,11 +132,17 @@ def test_uses_public_names_only(installed):
     """A fresh interpreter imports the example through its entry point and every module of it; any import of a
     robo_loaders_plugin module other than the public three (or of a name the package does not export) fails."""
     env = dict(os.environ)
-    p = subprocess.run([sys.executable, "-c", AUDIT, ",".join(sorted(PUBLIC))], capture_output=True, text=True,
-                       env=env, timeout=300)
+    p = subprocess.run(
+        [sys.executable, "-c", AUDIT, ",".join(sorted(PUBLIC))], capture_output=True, text=True, env=env, timeout=300
+    )
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert "robo_loaders_plugin.extend" in p.stdout  # the audit saw the example's imports (not a vacuous pass)
     # negative control: with extend treated as private, the same audit fails
-    strict = subprocess.run([sys.executable, "-c", AUDIT, "robo_loaders_plugin,robo_loaders_plugin.testing"],
-                            capture_output=True, text=True, env=env, timeout=300)
+    strict = subprocess.run(
+        [sys.executable, "-c", AUDIT, "robo_loaders_plugin,robo_loaders_plugin.testing"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert strict.returncode == 3, strict.stdout[-2000:] + strict.stderr[-2000:]

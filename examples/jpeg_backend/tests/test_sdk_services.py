@@ -2,16 +2,16 @@
 footprint is checked before any data is read, the cache and the source's validation records go where the backend's
 ``cache_dir`` says, a pickled dataset carries no frame data and reopens the store, and ``close()`` / ``with``
 release the store."""
+
 import os
 import pickle
 
 import pytest
+from test_jpeg_frames import robomimic_config
 
 from robo_loaders_plugin import RoboLoadersError
 from robo_loaders_plugin.extend import Footprint, ResourceRefused
 from robo_loaders_plugin.testing import robomimic_case
-
-from test_jpeg_frames import robomimic_config
 
 
 def test_the_footprint_is_checked_before_anything_is_read(robomimic_hdf5, tmp_path, monkeypatch):
@@ -23,8 +23,11 @@ def test_the_footprint_is_checked_before_anything_is_read(robomimic_hdf5, tmp_pa
     monkeypatch.setattr(JpegStore, "footprint", lambda self, size, options: Footprint(host_bytes=10**18))
     monkeypatch.setattr(JpegStore, "build", lambda self, *a: built.append(a))
     case = robomimic_case(*robomimic_config(robomimic_hdf5))
-    with pytest.raises(ResourceRefused, match=r"backend 'jpeg_frames' cannot serve this dataset on this machine.*"
-                                              r"host RAM: needs 1000000\.0 TB.*before reading any data"):
+    with pytest.raises(
+        ResourceRefused,
+        match=r"backend 'jpeg_frames' cannot serve this dataset on this machine.*"
+        r"host RAM: needs 1000000\.0 TB.*before reading any data",
+    ):
         case.build("jpeg_frames", {"cache_dir": str(tmp_path / "cache")})
     assert built == []
     assert not [n for n in os.listdir(tmp_path / "cache") if n.startswith("jpeg-frames")]

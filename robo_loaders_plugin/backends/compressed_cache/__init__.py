@@ -5,6 +5,7 @@ This module is the plugin the ``robo_loaders`` entry point ``compressed_cache`` 
 spec and options. It imports nothing heavy (no torch, no Blosc2, no framework): listing backends imports it, and
 the factories (``robomimic.py``, ``lerobot.py``) are imported only when a dataset is built.
 """
+
 from __future__ import annotations
 
 from robo_loaders_plugin.backends.requirements import ROBOMIMIC
@@ -14,36 +15,54 @@ from robo_loaders_plugin.core.options import Option, check_size, to_bytes
 from robo_loaders_plugin.core.shared_options import check_writable_dir
 from robo_loaders_plugin.core.spec import INDEXED, SAMPLE, BackendSpec
 
-
 COMPRESSED_CACHE_OPTIONS = {
     "codec": Option(str, DEFAULT_CODEC, "Blosc2 codec for camera frames (docs/codecs.md)", choices=CODECS),
     "level": Option(int, 5, "compression level", min=0, max=9),
     "filter": Option(str, DEFAULT_FILTER, "Blosc2 filter", choices=FILTERS),
-    "max_memory": Option((float, str), None, "RAM the cache may take (bytes, '2GB', '512MiB'); a cache that may not "
-                                           "fit it, or /dev/shm, is kept file-backed in the cache directory on "
-                                           "disk instead (mapped, byte-identical; the log says so)",
-                         check=check_size, convert=to_bytes),
-    "cache_dir": Option(str, None, "persist the cache in this cache directory and reuse it while the source and "
-                                   "options are unchanged (default: RAM only, rebuilt every run)", per_host=True,
-                         check=check_writable_dir),
-    "build_workers": Option(int, None, "threads compressing frames while building (default: number of CPUs, max 8)",
-                            min=1, max=256),
-    "loader": Option(str, "threads", "'threads': num_data_workers threads build whole batches in the training "
-                                     "process (no worker processes, no collate copy); 'dataloader': robomimic's "
-                                     "DataLoader", choices=("threads", "dataloader"), frameworks=ROBOMIMIC,
-                     kinds={"threads": INDEXED, "dataloader": SAMPLE}),
+    "max_memory": Option(
+        (float, str),
+        None,
+        "RAM the cache may take (bytes, '2GB', '512MiB'); a cache that may not "
+        "fit it, or /dev/shm, is kept file-backed in the cache directory on "
+        "disk instead (mapped, byte-identical; the log says so)",
+        check=check_size,
+        convert=to_bytes,
+    ),
+    "cache_dir": Option(
+        str,
+        None,
+        "persist the cache in this cache directory and reuse it while the source and "
+        "options are unchanged (default: RAM only, rebuilt every run)",
+        per_host=True,
+        check=check_writable_dir,
+    ),
+    "build_workers": Option(
+        int, None, "threads compressing frames while building (default: number of CPUs, max 8)", min=1, max=256
+    ),
+    "loader": Option(
+        str,
+        "threads",
+        "'threads': num_data_workers threads build whole batches in the training "
+        "process (no worker processes, no collate copy); 'dataloader': robomimic's "
+        "DataLoader",
+        choices=("threads", "dataloader"),
+        frameworks=ROBOMIMIC,
+        kinds={"threads": INDEXED, "dataloader": SAMPLE},
+    ),
 }
 
 
 SPEC = BackendSpec(
     name="compressed_cache",
     description="each episode read (video decoded) once; camera frames kept lossless-compressed in one "
-                "RAM file shared by all workers (file-backed on local disk when RAM cannot hold it)",
+    "RAM file shared by all workers (file-backed on local disk when RAM cannot hold it)",
     frameworks=("robomimic", "lerobot"),
     # LeRobot: its DataLoader's workers stay in charge (image transforms draw from their RNG)
     kind={"robomimic": INDEXED, "lerobot": SAMPLE},
-    factories={"robomimic": "robo_loaders_plugin.backends.compressed_cache.robomimic:compressed_cache_dataset",
-               "lerobot": "robo_loaders_plugin.backends.compressed_cache.lerobot:compressed_cache_dataset"},
+    factories={
+        "robomimic": "robo_loaders_plugin.backends.compressed_cache.robomimic:compressed_cache_dataset",
+        "lerobot": "robo_loaders_plugin.backends.compressed_cache.lerobot:compressed_cache_dataset",
+    },
     options=COMPRESSED_CACHE_OPTIONS,
 )
 

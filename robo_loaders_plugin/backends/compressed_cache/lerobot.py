@@ -1,23 +1,25 @@
 """``compressed_cache`` on LeRobot: every episode read (video decoded) once into a compressed episode store
 shared by the host's processes; LeRobot's DataLoader workers serve items from it.
 """
+
 from __future__ import annotations
 
 from tqdm.auto import tqdm
+
+from robo_loaders_plugin.backends.compressed_cache.placement import plan_store
 from robo_loaders_plugin.core.errors import SourceError
 from robo_loaders_plugin.core.iteration import Serving
 from robo_loaders_plugin.frames.store import StoreFrames
-from robo_loaders_plugin.lerobot.dataset import (LeRobotSamples, check_rows_match)
+from robo_loaders_plugin.lerobot.dataset import OPTION_PREFIX, LeRobotSamples, check_rows_match, native_source
 from robo_loaders_plugin.sources.lerobot_v3 import LeRobotEpisodes
 from robo_loaders_plugin.storage.codec import FrameCodec
 from robo_loaders_plugin.storage.store_cache import open_or_build, summarize
-from robo_loaders_plugin.lerobot.dataset import OPTION_PREFIX, native_source
-from robo_loaders_plugin.backends.compressed_cache.placement import plan_store
 
 # what fits when this backend does not (its refusal names these)
-ALTERNATIVES = ("backend 'video_stream' (decodes the dataset's own videos, writes nothing, a bounded buffer)",
-                "backend 'datapipe' with its shards on a disk with room (option shards or cache_dir)")
-
+ALTERNATIVES = (
+    "backend 'video_stream' (decodes the dataset's own videos, writes nothing, a bounded buffer)",
+    "backend 'datapipe' with its shards on a disk with room (option shards or cache_dir)",
+)
 
 
 def compressed_cache_dataset(native, *, options):
@@ -42,29 +44,60 @@ def compressed_cache_dataset(native, *, options):
     """
     frame_codec = FrameCodec(options.codec, options.level, options.filter)
     source, settings = native_source(native)
-    key = {"root": str(source.root), "episodes": native.episodes, "codec": frame_codec.as_dict(),
-           "tolerance_s": settings.tolerance_s, "video_backend": settings.video_backend, "v": 2}
-    plan, cache_dir = plan_store(source.data_size(native.episodes), kind="lerobot", key_desc=key,
-                                 source_path=str(source.root), options=options, option_prefix=OPTION_PREFIX,
-                                 alternatives=ALTERNATIVES)
+    key = {
+        "root": str(source.root),
+        "episodes": native.episodes,
+        "codec": frame_codec.as_dict(),
+        "tolerance_s": settings.tolerance_s,
+        "video_backend": settings.video_backend,
+        "v": 2,
+    }
+    plan, cache_dir = plan_store(
+        source.data_size(native.episodes),
+        kind="lerobot",
+        key_desc=key,
+        source_path=str(source.root),
+        options=options,
+        option_prefix=OPTION_PREFIX,
+        alternatives=ALTERNATIVES,
+    )
     episodes = LeRobotEpisodes(source, settings.tolerance_s, native.episodes)
     check_rows_match(native, episodes.columns, episodes.arrays["index"], episodes.arrays)
 
     def write(writer):
-        for ep, _, _ in tqdm(episodes.runs, desc=f"compressed_cache [{native.repo_id}]", unit="episode",
-                             mininterval=0.5):
+        for ep, _, _ in tqdm(
+            episodes.runs, desc=f"compressed_cache [{native.repo_id}]", unit="episode", mininterval=0.5
+        ):
             writer.add_episode(f"episode_{ep}", *episodes.read(ep))
 
-    store, hold, reused = open_or_build(kind="lerobot", source=source, key_desc=key, write=write, codec=frame_codec,
-                                        cache_dir=cache_dir, max_memory=options.max_memory if plan.in_ram else None,
-                                        build_workers=options.build_workers, option_prefix=OPTION_PREFIX,
-                                        meta={"source": str(source.root), "framework": "lerobot"},
-                                        description=f"compressed_cache of {source.root}",
-                                        disk_estimate=plan.footprint.disk_bytes or None)
+    store, hold, reused = open_or_build(
+        kind="lerobot",
+        source=source,
+        key_desc=key,
+        write=write,
+        codec=frame_codec,
+        cache_dir=cache_dir,
+        max_memory=options.max_memory if plan.in_ram else None,
+        build_workers=options.build_workers,
+        option_prefix=OPTION_PREFIX,
+        meta={"source": str(source.root), "framework": "lerobot"},
+        description=f"compressed_cache of {source.root}",
+        disk_estimate=plan.footprint.disk_bytes or None,
+    )
     if [e["name"] for e in store.episodes] != [f"episode_{ep}" for ep, _, _ in episodes.runs]:
         raise SourceError(f"{store.path} does not hold the episodes {native.repo_id} selects; delete it")
-    summary = (summarize(store, len(episodes.runs), sum(e - s for _, s, e in episodes.runs), reused)
-               + f"; bounded: {plan.footprint.bound}")
-    return LeRobotSamples(native, StoreFrames(store, hold), episodes.runs, episodes.columns, source.video_keys,
-                          source.image_keys, backend_name="compressed_cache", location=store.path,
-                          serving=Serving(summary, hold=hold))
+    summary = (
+        summarize(store, len(episodes.runs), sum(e - s for _, s, e in episodes.runs), reused)
+        + f"; bounded: {plan.footprint.bound}"
+    )
+    return LeRobotSamples(
+        native,
+        StoreFrames(store, hold),
+        episodes.runs,
+        episodes.columns,
+        source.video_keys,
+        source.image_keys,
+        backend_name="compressed_cache",
+        location=store.path,
+        serving=Serving(summary, hold=hold),
+    )

@@ -1,17 +1,18 @@
 """Where ``compressed_cache`` keeps its store (RAM shared by the host's processes, or file-backed in the cache
 directory on disk), decided from the dataset's sizes and the machine before any data is read.
 """
+
 from __future__ import annotations
 
 import dataclasses
 import os
-from robo_loaders_plugin.core.footprint import (HEADROOM, Available, Footprint)
+
+from robo_loaders_plugin.core.data_size import DataSize
+from robo_loaders_plugin.core.footprint import HEADROOM, Available, Footprint
 from robo_loaders_plugin.core.log import get_logger
 from robo_loaders_plugin.core.units import format_bytes
 from robo_loaders_plugin.storage import cache
-from robo_loaders_plugin.core.data_size import DataSize
 from robo_loaders_plugin.storage.store_cache import keyed, recorded_fingerprint
-
 
 logger = get_logger(__name__)
 
@@ -34,9 +35,17 @@ class StorePlan:
     footprint: Footprint
 
 
-def compressed_cache_plan(size: DataSize, *, cache_dir: str | None, max_memory, codec: str, workers: int,
-                          option_prefix: str, available: Available | None = None,
-                          reusable: bool = False) -> StorePlan:
+def compressed_cache_plan(
+    size: DataSize,
+    *,
+    cache_dir: str | None,
+    max_memory,
+    codec: str,
+    workers: int,
+    option_prefix: str,
+    available: Available | None = None,
+    reusable: bool = False,
+) -> StorePlan:
     """Place ``compressed_cache``'s store: in RAM when its worst case fits ``max_memory`` and ``/dev/shm`` (and the
     host's memory), else file-backed in the cache directory on local disk (mapped: the page cache keeps the
     frames training touches, and gives them back under memory pressure); with ``cache_dir``, there.
@@ -62,33 +71,47 @@ def compressed_cache_plan(size: DataSize, *, cache_dir: str | None, max_memory, 
     if cache_dir is None:
         available = available or Available.measure(disk_dir=cache.default_root())
         if (limit is None or upper <= limit) and available.fits_shm(upper, size.other_bytes):
-            bound = (f"a RAM file of at most {format_bytes(upper)} (every frame uncompressed; the codec makes it "
-                     f"smaller) in {available.shm_dir}, shared by the host's processes")
-            return StorePlan(True, None, "", Footprint(host_bytes=size.other_bytes, shm_bytes=upper, build_s=build_s,
-                                                       bound=bound))
+            bound = (
+                f"a RAM file of at most {format_bytes(upper)} (every frame uncompressed; the codec makes it "
+                f"smaller) in {available.shm_dir}, shared by the host's processes"
+            )
+            return StorePlan(
+                True, None, "", Footprint(host_bytes=size.other_bytes, shm_bytes=upper, build_s=build_s, bound=bound)
+            )
         if limit is not None and upper > limit:
             why = f"{option_prefix}.max_memory={format_bytes(limit)} cannot hold up to {format_bytes(upper)}"
         else:
             shm = available.shm_bytes or 0
-            why = (f"{available.shm_dir} ({format_bytes(shm)} free) and the host's memory "
-                   f"({format_bytes(available.host_bytes)} available) cannot hold up to {format_bytes(upper)} "
-                   f"with {1 - HEADROOM:.0%} to spare")
+            why = (
+                f"{available.shm_dir} ({format_bytes(shm)} free) and the host's memory "
+                f"({format_bytes(available.host_bytes)} available) cannot hold up to {format_bytes(upper)} "
+                f"with {1 - HEADROOM:.0%} to spare"
+            )
     else:
         why = ""
-        available = available or Available.measure(disk_dir=cache.cache_root(cache_dir,
-                                                                              f"{option_prefix}.cache_dir"))
+        available = available or Available.measure(disk_dir=cache.cache_root(cache_dir, f"{option_prefix}.cache_dir"))
     where = available.disk_dir
-    bound = (f"a file-backed cache on local disk in {where}, mapped: the page cache holds the frames training "
-             f"touches and gives them back under memory pressure; about {format_bytes(expected)} (at most "
-             f"{format_bytes(upper)}), the build stops before the disk runs out")
-    return StorePlan(False, cache_dir, why, Footprint(host_bytes=size.other_bytes,
-                                                      disk_bytes=0 if reusable else expected, disk_dir=where,
-                                                      build_s=None if reusable else build_s, bound=bound))
+    bound = (
+        f"a file-backed cache on local disk in {where}, mapped: the page cache holds the frames training "
+        f"touches and gives them back under memory pressure; about {format_bytes(expected)} (at most "
+        f"{format_bytes(upper)}), the build stops before the disk runs out"
+    )
+    return StorePlan(
+        False,
+        cache_dir,
+        why,
+        Footprint(
+            host_bytes=size.other_bytes,
+            disk_bytes=0 if reusable else expected,
+            disk_dir=where,
+            build_s=None if reusable else build_s,
+            bound=bound,
+        ),
+    )
 
 
-def plan_store(size, *, kind: str, key_desc: dict, source_path: str, options, option_prefix: str,
-               alternatives):
-    """Where ``compressed_cache`` keeps its store (``backends.compressed_cache.placement.compressed_cache_plan``), checked against what the
+def plan_store(size, *, kind: str, key_desc: dict, source_path: str, options, option_prefix: str, alternatives):
+    """Where ``compressed_cache`` keeps its store (:func:`compressed_cache_plan`), checked against what the
     machine has before any data is read; a store spilled to disk is said in the log.
 
     Args:
@@ -101,7 +124,7 @@ def plan_store(size, *, kind: str, key_desc: dict, source_path: str, options, op
         alternatives: What would fit instead, for the refusal.
 
     Returns:
-        ``(plan, cache_dir)``: the ``backends.compressed_cache.placement.StorePlan`` and the ``cache_dir`` to pass to :func:`open_or_build`
+        ``(plan, cache_dir)``: the :class:`StorePlan` and the ``cache_dir`` to pass to :func:`open_or_build`
         (``None`` for a RAM store; the default cache directory for a spilled one).
 
     Raises:
@@ -109,23 +132,39 @@ def plan_store(size, *, kind: str, key_desc: dict, source_path: str, options, op
     """
     from robo_loaders_plugin.core.footprint import Available, check_fits
 
-    root = cache.cache_root(options.cache_dir, f"{option_prefix}.cache_dir") if options.cache_dir else \
-        cache.default_root()
+    root = (
+        cache.cache_root(options.cache_dir, f"{option_prefix}.cache_dir") if options.cache_dir else cache.default_root()
+    )
     available = Available.measure(disk_dir=root)
     workers = options.build_workers or min(8, os.cpu_count() or 1)
-    plan = compressed_cache_plan(size, cache_dir=options.cache_dir, max_memory=options.max_memory,
-                                 codec=options.codec, workers=workers, option_prefix=option_prefix,
-                                 available=available)
-    if not plan.in_ram and cache.holds_current(root, kind, keyed(key_desc), source_path, recorded_fingerprint,
-                                               ".rlc"):
-        plan = compressed_cache_plan(size, cache_dir=options.cache_dir, max_memory=options.max_memory,
-                                     codec=options.codec, workers=workers, option_prefix=option_prefix,
-                                     available=available, reusable=True)
-    check_fits(plan.footprint, available, backend="compressed_cache", option_prefix=option_prefix,
-               alternatives=alternatives)
+    plan = compressed_cache_plan(
+        size,
+        cache_dir=options.cache_dir,
+        max_memory=options.max_memory,
+        codec=options.codec,
+        workers=workers,
+        option_prefix=option_prefix,
+        available=available,
+    )
+    if not plan.in_ram and cache.holds_current(root, kind, keyed(key_desc), source_path, recorded_fingerprint, ".rlc"):
+        plan = compressed_cache_plan(
+            size,
+            cache_dir=options.cache_dir,
+            max_memory=options.max_memory,
+            codec=options.codec,
+            workers=workers,
+            option_prefix=option_prefix,
+            available=available,
+            reusable=True,
+        )
+    check_fits(
+        plan.footprint, available, backend="compressed_cache", option_prefix=option_prefix, alternatives=alternatives
+    )
     if plan.in_ram:
         return plan, None
     if plan.spilled:
-        logger.info(f"compressed_cache: spilled to disk: {plan.spilled}; the cache is a file-backed store in {root} "
-                    "(mapped; the page cache keeps the frames training touches), byte-identical to a RAM one")
+        logger.info(
+            f"compressed_cache: spilled to disk: {plan.spilled}; the cache is a file-backed store in {root} "
+            "(mapped; the page cache keeps the frames training touches), byte-identical to a RAM one"
+        )
     return plan, root

@@ -1,26 +1,30 @@
 """``compressed_cache`` on robomimic: every demo read once into a compressed episode store shared by the host's
 processes, served by index.
 """
+
 from __future__ import annotations
 
 import os
+
 from tqdm.auto import tqdm
+
+from robo_loaders_plugin.backends.compressed_cache.placement import plan_store
 from robo_loaders_plugin.core.errors import RoboLoadersError, SourceError
 from robo_loaders_plugin.core.iteration import Serving
 from robo_loaders_plugin.frames.store import StoreFrames
 from robo_loaders_plugin.robomimic.dataset import RobomimicSamples
+from robo_loaders_plugin.robomimic.sequence import OPTION_PREFIX, data_size, read_demo, sequence_options
 from robo_loaders_plugin.sources.robomimic_hdf5 import FRAME_MIN_BYTES, RobomimicHdf5
 from robo_loaders_plugin.storage.codec import FrameCodec
 from robo_loaders_plugin.storage.store_cache import open_or_build, summarize
 from robo_loaders_plugin.windows.robomimic import SequenceWindows
-from robo_loaders_plugin.robomimic.sequence import OPTION_PREFIX, data_size, read_demo, sequence_options
-from robo_loaders_plugin.backends.compressed_cache.placement import plan_store
 
 # what fits when this backend does not (its refusal names these)
-ALTERNATIVES = ("backend 'datapipe' (robo-shards on disk, a bounded episode buffer)",
-                "backend 'video_stream' (video shards, ~20x smaller on disk, a bounded buffer)",
-                f"{OPTION_PREFIX}.cache_dir on a disk with room")
-
+ALTERNATIVES = (
+    "backend 'datapipe' (robo-shards on disk, a bounded episode buffer)",
+    "backend 'video_stream' (video shards, ~20x smaller on disk, a bounded buffer)",
+    f"{OPTION_PREFIX}.cache_dir on a disk with room",
+)
 
 
 def compressed_cache_dataset(config, obs_keys, filter_by_attribute=None, dataset_path=None, *, options):
@@ -57,20 +61,44 @@ def compressed_cache_dataset(config, obs_keys, filter_by_attribute=None, dataset
         with source.open() as f:
             for demo in tqdm(demos, desc=f"compressed_cache [{split}]", unit="demo", mininterval=0.5):
                 arrays = read_demo(source, f, demo, opts, source.length(f, demo))
-                writer.add_episode(demo, arrays, {n for n in opts.field_names()[len(opts.dataset_keys):]
-                                                  if arrays[n][0].nbytes >= FRAME_MIN_BYTES})
+                writer.add_episode(
+                    demo,
+                    arrays,
+                    {n for n in opts.field_names()[len(opts.dataset_keys) :] if arrays[n][0].nbytes >= FRAME_MIN_BYTES},
+                )
 
-    key = {"source": os.path.realpath(path), "demos": demos, "fields": opts.field_names(),
-           "float32_dataset_keys": opts.hdf5_cache_mode in ("all", "low_dim"), "codec": frame_codec.as_dict(),
-           "frame_min_bytes": FRAME_MIN_BYTES, "v": 2}
-    plan, cache_dir = plan_store(size, kind="robomimic", key_desc=key, source_path=path, options=options,
-                                 option_prefix=OPTION_PREFIX, alternatives=ALTERNATIVES)
-    store, hold, reused = open_or_build(kind="robomimic", source=source, key_desc=key, write=write, codec=frame_codec,
-                                        cache_dir=cache_dir, max_memory=options.max_memory if plan.in_ram else None,
-                                        build_workers=options.build_workers, option_prefix=OPTION_PREFIX,
-                                        meta={"source": os.path.realpath(path), "framework": "robomimic"},
-                                        description=f"compressed_cache of {path} [{split}]",
-                                        disk_estimate=plan.footprint.disk_bytes or None)
+    key = {
+        "source": os.path.realpath(path),
+        "demos": demos,
+        "fields": opts.field_names(),
+        "float32_dataset_keys": opts.hdf5_cache_mode in ("all", "low_dim"),
+        "codec": frame_codec.as_dict(),
+        "frame_min_bytes": FRAME_MIN_BYTES,
+        "v": 2,
+    }
+    plan, cache_dir = plan_store(
+        size,
+        kind="robomimic",
+        key_desc=key,
+        source_path=path,
+        options=options,
+        option_prefix=OPTION_PREFIX,
+        alternatives=ALTERNATIVES,
+    )
+    store, hold, reused = open_or_build(
+        kind="robomimic",
+        source=source,
+        key_desc=key,
+        write=write,
+        codec=frame_codec,
+        cache_dir=cache_dir,
+        max_memory=options.max_memory if plan.in_ram else None,
+        build_workers=options.build_workers,
+        option_prefix=OPTION_PREFIX,
+        meta={"source": os.path.realpath(path), "framework": "robomimic"},
+        description=f"compressed_cache of {path} [{split}]",
+        disk_estimate=plan.footprint.disk_bytes or None,
+    )
     names = [e["name"] for e in store.episodes]
     if names != demos:
         raise RoboLoadersError(f"{store.path} holds demos {names[:3]}..., expected {demos[:3]}...; delete it")
@@ -78,8 +106,17 @@ def compressed_cache_dataset(config, obs_keys, filter_by_attribute=None, dataset
     for name in opts.field_names():
         frames.info(name)  # one dtype and step shape per key across demos, or a clear error now
     windows = SequenceWindows(frames.lengths, opts)
-    summary = (summarize(store, len(demos), len(windows), reused, "demo") + f", batches built by {options.loader}; "
-               f"bounded: {plan.footprint.bound}")
-    return RobomimicSamples(frames, windows, demos=demos, hdf5_path=path, filter_by_attribute=filter_by_attribute,
-                            backend_name="compressed_cache", location=f"{store.path} ({store.file_nbytes} bytes)",
-                            serving=Serving(summary, hold=hold))
+    summary = (
+        summarize(store, len(demos), len(windows), reused, "demo") + f", batches built by {options.loader}; "
+        f"bounded: {plan.footprint.bound}"
+    )
+    return RobomimicSamples(
+        frames,
+        windows,
+        demos=demos,
+        hdf5_path=path,
+        filter_by_attribute=filter_by_attribute,
+        backend_name="compressed_cache",
+        location=f"{store.path} ({store.file_nbytes} bytes)",
+        serving=Serving(summary, hold=hold),
+    )

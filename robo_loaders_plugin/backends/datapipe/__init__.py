@@ -5,6 +5,7 @@ This module is the plugin the ``robo_loaders`` entry point ``datapipe`` names (a
 spec and options. It imports nothing heavy (no torch, no Blosc2, no framework): listing backends imports it, and
 the factories (``robomimic.py``, ``lerobot.py``) are imported only when a dataset is built.
 """
+
 from __future__ import annotations
 
 from robo_loaders_plugin.backends.requirements import TORCHCODEC, TORCHDATA
@@ -13,15 +14,28 @@ from robo_loaders_plugin.core.options import Option
 from robo_loaders_plugin.core.shared_options import check_shards_dir, check_writable_dir, pass_options
 from robo_loaders_plugin.core.spec import BATCH, BackendSpec
 
-
 DATAPIPE_OPTIONS = {
-    "shards": Option(str, None, "a robo-shards directory made by 'robo-loaders convert' (default: convert into the "
-                                "cache directory on first use)", per_host=True, check=check_shards_dir),
-    "cache_dir": Option(str, None, "the cache directory conversions on first use go to (default: "
-                                   "$ROBO_LOADERS_CACHE or ~/.cache/robo-loaders)", per_host=True,
-                        check=check_writable_dir),
-    "check_source": Option(bool, True, "refuse 'shards' converted from a source whose content differs from the one "
-                                       "training reads (false: serve them anyway)"),
+    "shards": Option(
+        str,
+        None,
+        "a robo-shards directory made by 'robo-loaders convert' (default: convert into the "
+        "cache directory on first use)",
+        per_host=True,
+        check=check_shards_dir,
+    ),
+    "cache_dir": Option(
+        str,
+        None,
+        "the cache directory conversions on first use go to (default: $ROBO_LOADERS_CACHE or ~/.cache/robo-loaders)",
+        per_host=True,
+        check=check_writable_dir,
+    ),
+    "check_source": Option(
+        bool,
+        True,
+        "refuse 'shards' converted from a source whose content differs from the one "
+        "training reads (false: serve them anyway)",
+    ),
     "convert_workers": Option(int, 1, "processes converting on first use", min=1, max=256),
     # robomimic holds open episodes decoded (each frame then serves several windows): memory bounds the buffer.
     # LeRobot keeps them compressed (frames decoded per batch): a wide buffer costs little and mixes batches far
@@ -33,11 +47,13 @@ DATAPIPE_OPTIONS = {
 SPEC = BackendSpec(
     name="datapipe",
     description="torchdata.nodes pipeline over robo-shards: parallel read, episode-buffer shuffle, "
-                "whole batches, resumable state",
+    "whole batches, resumable state",
     frameworks=("robomimic", "lerobot"),
     kind=BATCH,
-    factories={"robomimic": "robo_loaders_plugin.backends.datapipe.robomimic:datapipe_dataset",
-               "lerobot": "robo_loaders_plugin.backends.datapipe.lerobot:datapipe_dataset"},
+    factories={
+        "robomimic": "robo_loaders_plugin.backends.datapipe.robomimic:datapipe_dataset",
+        "lerobot": "robo_loaders_plugin.backends.datapipe.lerobot:datapipe_dataset",
+    },
     options=DATAPIPE_OPTIONS,
     requires={"robomimic": (TORCHDATA,), "lerobot": (TORCHDATA, TORCHCODEC)},
 )

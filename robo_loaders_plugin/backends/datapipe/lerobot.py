@@ -1,25 +1,32 @@
 """``datapipe`` on LeRobot: LeRobotDataset's items from lossless robo-shards (converted on first use), passes
 ordered by the torchdata pipeline; the shards' rows are checked against the dataset LeRobot opened.
 """
+
 from __future__ import annotations
 
 import collections
+
 import numpy as np
+
+from robo_loaders_plugin.core.data_size import EXPECTED_LOSSLESS_RATIO
 from robo_loaders_plugin.core.errors import SourceError
 from robo_loaders_plugin.core.iteration import Serving
 from robo_loaders_plugin.core.log import get_logger
 from robo_loaders_plugin.frames.base import FieldInfo
 from robo_loaders_plugin.frames.chunks import ChunkFrames, split_lengths, split_runs
-from robo_loaders_plugin.pipeline.buffer_plan import held_bytes
 from robo_loaders_plugin.frames.episodes import EpisodeFrames
-from robo_loaders_plugin.core.data_size import EXPECTED_LOSSLESS_RATIO
-from robo_loaders_plugin.lerobot.compat import (hf_cache_files, hf_fingerprint, hf_selection_digest)
-from robo_loaders_plugin.lerobot.dataset import (LeRobotSamples, check_rows_match)
+from robo_loaders_plugin.lerobot.compat import hf_cache_files, hf_fingerprint, hf_selection_digest
+from robo_loaders_plugin.lerobot.dataset import (
+    OPTION_PREFIX,
+    LeRobotSamples,
+    camera_reach,
+    check_rows_match,
+    native_source,
+)
 from robo_loaders_plugin.pipeline.batches import PipelineDataset
+from robo_loaders_plugin.pipeline.buffer_plan import held_bytes
 from robo_loaders_plugin.pipeline.options import PassOptions, open_shards
 from robo_loaders_plugin.storage.encoded_frames import EncodedFrames
-from robo_loaders_plugin.lerobot.dataset import OPTION_PREFIX, camera_reach, native_source
-
 
 logger = get_logger(__name__)
 
@@ -61,38 +68,60 @@ def datapipe_dataset(native, *, options):
     parts = len(meta_units) > len(size.lengths)
     reach = sum(camera_reach(settings.delta_indices, source.video_keys + source.image_keys))
     held = held_bytes(meta_units, step / EXPECTED_LOSSLESS_RATIO + size.other_step_bytes, reach if parts else 0)
-    fits_instead = [f"{OPTION_PREFIX}.cache_memory (bytes) smaller, or cache_episodes unset",
-                    "backend 'video_stream' (parts of long episodes, a bounded buffer)"]
-    passes.fit(held, 0, OPTION_PREFIX, backend="datapipe", alternatives=fits_instead,
-               unit="units" if parts else "episodes")  # before converting; sized again from the shards below
+    fits_instead = [
+        f"{OPTION_PREFIX}.cache_memory (bytes) smaller, or cache_episodes unset",
+        "backend 'video_stream' (parts of long episodes, a bounded buffer)",
+    ]
+    passes.fit(
+        held, 0, OPTION_PREFIX, backend="datapipe", alternatives=fits_instead, unit="units" if parts else "episodes"
+    )  # before converting; sized again from the shards below
 
     def convert(out_dir, fingerprint):
         from robo_loaders_plugin.lerobot.convert import convert_lerobot
 
-        convert_lerobot(source.root, out_dir, repo_id=native.repo_id, num_workers=options.convert_workers,
-                        tolerance_s=settings.tolerance_s, fingerprint=fingerprint)
+        convert_lerobot(
+            source.root,
+            out_dir,
+            repo_id=native.repo_id,
+            num_workers=options.convert_workers,
+            tolerance_s=settings.tolerance_s,
+            fingerprint=fingerprint,
+        )
 
-    reader, hold = open_shards(framework="lerobot", source=source, shards=options.shards,
-                               cache_dir=options.cache_dir, check_source=options.check_source,
-                               key_desc={"root": str(source.root), "tolerance_s": settings.tolerance_s, "v": 3},
-                               convert=convert, option_prefix=OPTION_PREFIX,
-                               convert_hint=f"'robo-loaders convert lerobot {source.root} OUT_DIR'",
-                               size=source.data_size(), backend="datapipe",
-                               alternatives=["backend 'video_stream' (trains from the videos, writes nothing)",
-                                             f"{OPTION_PREFIX}.cache_dir on a disk with room"])
+    reader, hold = open_shards(
+        framework="lerobot",
+        source=source,
+        shards=options.shards,
+        cache_dir=options.cache_dir,
+        check_source=options.check_source,
+        key_desc={"root": str(source.root), "tolerance_s": settings.tolerance_s, "v": 3},
+        convert=convert,
+        option_prefix=OPTION_PREFIX,
+        convert_hint=f"'robo-loaders convert lerobot {source.root} OUT_DIR'",
+        size=source.data_size(),
+        backend="datapipe",
+        alternatives=[
+            "backend 'video_stream' (trains from the videos, writes nothing)",
+            f"{OPTION_PREFIX}.cache_dir on a disk with room",
+        ],
+    )
     meta = reader.dataset.get("metadata", {})
     if settings.tolerance_s < float(meta.get("tolerance_s", 0.0)):
-        raise SourceError(f"{reader.dir}: frames were checked with tolerance_s={meta['tolerance_s']} at conversion, "
-                          f"stricter runs need tolerance_s={settings.tolerance_s}: convert again with --tolerance-s "
-                          f"{settings.tolerance_s}")
+        raise SourceError(
+            f"{reader.dir}: frames were checked with tolerance_s={meta['tolerance_s']} at conversion, "
+            f"stricter runs need tolerance_s={settings.tolerance_s}: convert again with --tolerance-s "
+            f"{settings.tolerance_s}"
+        )
     table = source.read_table(["index", "episode_index"], native.episodes)
     arrays = source.column_arrays(table, ["index", "episode_index"])
     runs = source.episode_runs(arrays["episode_index"])
     stored = {e["episode_index"]: e for e in meta.get("episodes", [])}
     for ep, s, e in runs:
         if ep not in stored or stored[ep]["length"] != e - s or f"episode_{ep}" not in reader.by_name:
-            raise SourceError(f"{reader.dir}: episode {ep} is missing or has another length than in {source.root}; "
-                              "convert the dataset again")
+            raise SourceError(
+                f"{reader.dir}: episode {ep} is missing or has another length than in {source.root}; "
+                "convert the dataset again"
+            )
     columns = list(meta.get("columns", []))
     records = [reader.by_name[f"episode_{ep}"] for ep, _, _ in runs]
     cameras = list(meta.get("video_keys", [])) + list(meta.get("image_keys", []))
@@ -100,14 +129,34 @@ def datapipe_dataset(native, *, options):
     if len(units) > len(runs):  # long episodes: buffered in parts when the shards store them in parts
         cut = collections.Counter(ep for ep, _, _ in units)
         if all(reader.has_parts(r) for r, (ep, _, _) in zip(records, runs) if cut[ep] > 1):
-            return _datapipe_units(native, options, reader, hold, runs, records, units, columns, cameras, settings,
-                                   arrays["index"], fits_instead)
-        logger.warning(f"datapipe: {reader.dir} stores its long episodes whole (converted by an earlier "
-                       "robo-loaders), so whole episodes are buffered; convert it again to buffer parts of them")
+            return _datapipe_units(
+                native,
+                options,
+                reader,
+                hold,
+                runs,
+                records,
+                units,
+                columns,
+                cameras,
+                settings,
+                arrays["index"],
+                fits_instead,
+            )
+        logger.warning(
+            f"datapipe: {reader.dir} stores its long episodes whole (converted by an earlier "
+            "robo-loaders), so whole episodes are buffered; convert it again to buffer parts of them"
+        )
     # sized again from what the shards store (index.json's member sizes, nothing read): the estimate above assumed
     # EXPECTED_LOSSLESS_RATIO, and camera noise packs worse (L480: 1.25:1), which held more than the bound said
-    passes, buffer = passes.fit(np.array([reader.episode_bytes(r) for r in records], np.int64), 0, OPTION_PREFIX,
-                                backend="datapipe", alternatives=fits_instead, unit="episodes")
+    passes, buffer = passes.fit(
+        np.array([reader.episode_bytes(r) for r in records], np.int64),
+        0,
+        OPTION_PREFIX,
+        backend="datapipe",
+        alternatives=fits_instead,
+        unit="episodes",
+    )
 
     def read(unit: int, fields):
         return reader.read_episode(records[unit], decode_frames=False, fields=fields)[1]
@@ -117,22 +166,39 @@ def datapipe_dataset(native, *, options):
     checked = RowsChecked(native, reader, columns, options.cache_dir)
     if not checked.before():  # every row LeRobot's object holds, read from the shards (once per version of both)
         served = [first] + [read(u, numeric) for u in range(1, len(runs))]
-        check_rows_match(native, columns, arrays["index"],
-                         {k: np.concatenate([e[k] for e in served]) for k in numeric},
-                         read_from=f"the shards in {reader.dir}")
+        check_rows_match(
+            native,
+            columns,
+            arrays["index"],
+            {k: np.concatenate([e[k] for e in served]) for k in numeric},
+            read_from=f"the shards in {reader.dir}",
+        )
         checked.record()
     infos = {k: FieldInfo(v.dtype, tuple(v.shape[1:]), isinstance(v, EncodedFrames)) for k, v in first.items()}
-    frames = EpisodeFrames([e - s for _, s, e in runs], infos, read, capacity=passes.episode_capacity,
-                           decode_on_load=False)
-    summary = (f"{len(runs)} episodes, {sum(e - s for _, s, e in runs)} frames from {len(reader.shards)} shard(s) "
-               f"in {reader.dir}, {passes.describe_shuffle(len(runs))}; bounded: {buffer.footprint.bound}")
-    return LeRobotShardSamples(native, frames, runs, columns, meta.get("video_keys", []), meta.get("image_keys", []),
-                               backend_name="datapipe", location=reader.dir, passes=passes,
-                               serving=Serving(summary, hold=hold))
+    frames = EpisodeFrames(
+        [e - s for _, s, e in runs], infos, read, capacity=passes.episode_capacity, decode_on_load=False
+    )
+    summary = (
+        f"{len(runs)} episodes, {sum(e - s for _, s, e in runs)} frames from {len(reader.shards)} shard(s) "
+        f"in {reader.dir}, {passes.describe_shuffle(len(runs))}; bounded: {buffer.footprint.bound}"
+    )
+    return LeRobotShardSamples(
+        native,
+        frames,
+        runs,
+        columns,
+        meta.get("video_keys", []),
+        meta.get("image_keys", []),
+        backend_name="datapipe",
+        location=reader.dir,
+        passes=passes,
+        serving=Serving(summary, hold=hold),
+    )
 
 
-def _datapipe_units(native, options, reader, hold, runs, records, units, columns, cameras, settings, index,
-                    fits_instead):
+def _datapipe_units(
+    native, options, reader, hold, runs, records, units, columns, cameras, settings, index, fits_instead
+):
     """datapipe over parts of long episodes (``frames.chunks``), as video_stream buffers them: each unit loaded with
     the rows its windows reach outside it, only the shard parts holding those rows read (``format.part_bounds``).
 
@@ -142,8 +208,14 @@ def _datapipe_units(native, options, reader, hold, runs, records, units, columns
     meta = reader.dataset.get("metadata", {})
     margin = camera_reach(settings.delta_indices, cameras)
     stored_row = max(reader.episode_bytes(r) / max(1, e - s) for r, (_, s, e) in zip(records, runs))
-    passes, buffer = PassOptions.of(options).fit(held_bytes(units, stored_row, sum(margin)), 0, OPTION_PREFIX,
-                                                 backend="datapipe", alternatives=fits_instead, unit="units")
+    passes, buffer = PassOptions.of(options).fit(
+        held_bytes(units, stored_row, sum(margin)),
+        0,
+        OPTION_PREFIX,
+        backend="datapipe",
+        alternatives=fits_instead,
+        unit="units",
+    )
     numeric = [c for c in columns if c not in cameras]
     served = [reader.read_episode(r, decode_frames=False, fields=numeric)[1] for r in records]
     small = {k: np.concatenate([e[k] for e in served]) for k in numeric}
@@ -161,14 +233,25 @@ def _datapipe_units(native, options, reader, hold, runs, records, units, columns
         start = runs[i][1]
         return reader.read_frame_rows(records[i], lo - start, hi - start, cameras)
 
-    frames = ChunkFrames(units, {ep: (s, e) for ep, s, e in runs}, infos, small, load, margin,
-                         passes.episode_capacity)
-    summary = (f"{len(runs)} episodes in {len(units)} units of up to {int(frames.lengths.max())} frames, "
-               f"{sum(e - s for _, s, e in runs)} frames from {len(reader.shards)} shard(s) in {reader.dir}, "
-               f"{passes.describe_shuffle(len(units), 'units')}; bounded: {buffer.footprint.bound}")
-    return LeRobotShardSamples(native, frames, runs, columns, meta.get("video_keys", []), meta.get("image_keys", []),
-                               backend_name="datapipe", location=reader.dir, passes=passes, units=units,
-                               serving=Serving(summary, hold=hold))
+    frames = ChunkFrames(units, {ep: (s, e) for ep, s, e in runs}, infos, small, load, margin, passes.episode_capacity)
+    summary = (
+        f"{len(runs)} episodes in {len(units)} units of up to {int(frames.lengths.max())} frames, "
+        f"{sum(e - s for _, s, e in runs)} frames from {len(reader.shards)} shard(s) in {reader.dir}, "
+        f"{passes.describe_shuffle(len(units), 'units')}; bounded: {buffer.footprint.bound}"
+    )
+    return LeRobotShardSamples(
+        native,
+        frames,
+        runs,
+        columns,
+        meta.get("video_keys", []),
+        meta.get("image_keys", []),
+        backend_name="datapipe",
+        location=reader.dir,
+        passes=passes,
+        units=units,
+        serving=Serving(summary, hold=hold),
+    )
 
 
 class RowsChecked:
@@ -197,11 +280,16 @@ class RowsChecked:
         if not files:
             return
         try:
-            self.doc = {"method": self.METHOD, "shards": os.path.realpath(reader.dir),
-                        "index": reader.index.get("checksum"), "columns": list(columns),
-                        "episodes": native.episodes, "fingerprint": hf_fingerprint(hf),
-                        "files": [list(stat_files(f)[0]) + [f] for f in files],
-                        "indices": hf_selection_digest(hf)}
+            self.doc = {
+                "method": self.METHOD,
+                "shards": os.path.realpath(reader.dir),
+                "index": reader.index.get("checksum"),
+                "columns": list(columns),
+                "episodes": native.episodes,
+                "fingerprint": hf_fingerprint(hf),
+                "files": [list(stat_files(f)[0]) + [f] for f in files],
+                "indices": hf_selection_digest(hf),
+            }
             key = hashlib.sha256(repr(self.doc["shards"]).encode()).hexdigest()[:32]
             self.path = os.path.join(records_dir(cache_dir), f"rows-{key}.json")
         except (OSError, ValueError, TypeError):

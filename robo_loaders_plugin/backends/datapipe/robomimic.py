@@ -1,19 +1,22 @@
 """``datapipe`` on robomimic: SequenceDataset's samples from lossless robo-shards (converted on first use), passes
 ordered by the torchdata pipeline.
 """
+
 from __future__ import annotations
 
 import os
+
 from robo_loaders_plugin.core.errors import BackendOptionError
 from robo_loaders_plugin.pipeline.options import PassOptions, open_shards
-from robo_loaders_plugin.sources.robomimic_hdf5 import RobomimicHdf5
-from robo_loaders_plugin.robomimic.sequence import OPTION_PREFIX, sequence_options
 from robo_loaders_plugin.robomimic.buffered import buffer_sizing, demo_units, fit_buffer, shard_samples
+from robo_loaders_plugin.robomimic.sequence import OPTION_PREFIX, sequence_options
+from robo_loaders_plugin.sources.robomimic_hdf5 import RobomimicHdf5
 
 # what fits when this backend does not (its refusal names these)
-ALTERNATIVES = ("backend 'video_stream' (video shards, ~20x smaller on disk, a bounded buffer)",
-                f"{OPTION_PREFIX}.cache_dir on a disk with room")
-
+ALTERNATIVES = (
+    "backend 'video_stream' (video shards, ~20x smaller on disk, a bounded buffer)",
+    f"{OPTION_PREFIX}.cache_dir on a disk with room",
+)
 
 
 def datapipe_dataset(config, obs_keys, filter_by_attribute=None, dataset_path=None, *, options):
@@ -50,19 +53,39 @@ def datapipe_dataset(config, obs_keys, filter_by_attribute=None, dataset_path=No
     def convert(out_dir, fingerprint):
         from robo_loaders_plugin.robomimic.convert import convert_robomimic
 
-        convert_robomimic(path, out_dir, num_workers=options.convert_workers, fingerprint=fingerprint,
-                          cache_dir=options.cache_dir)
+        convert_robomimic(
+            path, out_dir, num_workers=options.convert_workers, fingerprint=fingerprint, cache_dir=options.cache_dir
+        )
 
-    reader, hold = open_shards(framework="robomimic", source=source, shards=options.shards,
-                               cache_dir=options.cache_dir, check_source=options.check_source,
-                               key_desc={"source": os.path.realpath(path), "v": 2}, convert=convert,
-                               option_prefix=OPTION_PREFIX,
-                               convert_hint=f"'robo-loaders convert robomimic {path} OUT_DIR'",
-                               size=sizing.whole, backend="datapipe", alternatives=ALTERNATIVES)
+    reader, hold = open_shards(
+        framework="robomimic",
+        source=source,
+        shards=options.shards,
+        cache_dir=options.cache_dir,
+        check_source=options.check_source,
+        key_desc={"source": os.path.realpath(path), "v": 2},
+        convert=convert,
+        option_prefix=OPTION_PREFIX,
+        convert_hint=f"'robo-loaders convert robomimic {path} OUT_DIR'",
+        size=sizing.whole,
+        backend="datapipe",
+        alternatives=ALTERNATIVES,
+    )
     if reader.dataset["metadata"].get("video"):
-        raise BackendOptionError(f"{reader.dir} holds camera frames as lossy video (converted with --frames); "
-                                 "datapipe serves lossless shards only: train from these with "
-                                 "train.data_backend='video_stream' (source: this directory)")
-    return shard_samples(config, opts, path, filter_by_attribute, reader, hold, (passes, bound), "datapipe",
-                          refit=lambda: fit_buffer(sizing, PassOptions.of(options), "datapipe"),
-                          unit_step=sizing.frame_step if units is not None else None)
+        raise BackendOptionError(
+            f"{reader.dir} holds camera frames as lossy video (converted with --frames); "
+            "datapipe serves lossless shards only: train from these with "
+            "train.data_backend='video_stream' (source: this directory)"
+        )
+    return shard_samples(
+        config,
+        opts,
+        path,
+        filter_by_attribute,
+        reader,
+        hold,
+        (passes, bound),
+        "datapipe",
+        refit=lambda: fit_buffer(sizing, PassOptions.of(options), "datapipe"),
+        unit_step=sizing.frame_step if units is not None else None,
+    )

@@ -1,13 +1,16 @@
 """Which of ``gpu_resampler``'s tiers holds which episodes (GPU, host memory raw, host memory compressed, a
 compressed file on disk), from the dataset's sizes and the budgets, before any data is read.
 """
+
 from __future__ import annotations
 
 import dataclasses
+
 import numpy as np
-from robo_loaders_plugin.core.footprint import (Footprint, estimate_seconds)
-from robo_loaders_plugin.core.units import format_bytes
+
 from robo_loaders_plugin.core.data_size import BLOB_OVERHEAD, EXPECTED_LOSSLESS_RATIO, DataSize
+from robo_loaders_plugin.core.footprint import Footprint, estimate_seconds
+from robo_loaders_plugin.core.units import format_bytes
 
 
 # -- gpu_resampler ------------------------------------------------------------------------------------------------
@@ -51,18 +54,29 @@ class TierPlan:
         if self.device:
             parts.append(f"{self.unit}s 0-{self.device - 1} on {device_name}")
         if self.raw > self.device:
-            parts.append(f"{self.unit}s {self.device}-{self.raw - 1} in host memory"
-                         + (" (pinned)" if device_name.startswith("cuda") else ""))
+            parts.append(
+                f"{self.unit}s {self.device}-{self.raw - 1} in host memory"
+                + (" (pinned)" if device_name.startswith("cuda") else "")
+            )
         if self.episodes > self.raw:
             where = f"in a file on local disk in {self.spill_dir} (mapped)" if self.spill_dir else "in host memory"
-            parts.append(f"{self.unit}s {self.raw}-{self.episodes - 1} with frames compressed {where} (~"
-                         f"{format_bytes(self.compressed_bytes)}, decompressed per batch)")
+            parts.append(
+                f"{self.unit}s {self.raw}-{self.episodes - 1} with frames compressed {where} (~"
+                f"{format_bytes(self.compressed_bytes)}, decompressed per batch)"
+            )
         return "; ".join(parts)
 
 
-def plan_tiers(size: DataSize, *, device_budget: int | None, host_budget: int | None,
-               ratio: float = EXPECTED_LOSSLESS_RATIO, compress_codec: str = "lz4hc", workers: int = 1,
-               spill_dir: str | None = None) -> TierPlan:
+def plan_tiers(
+    size: DataSize,
+    *,
+    device_budget: int | None,
+    host_budget: int | None,
+    ratio: float = EXPECTED_LOSSLESS_RATIO,
+    compress_codec: str = "lz4hc",
+    workers: int = 1,
+    spill_dir: str | None = None,
+) -> TierPlan:
     """Fill the tiers in episode order: the GPU up to ``device_budget`` (``None``: no GPU tier), then host memory
     raw, then compressed, so that raw + compressed (at ``ratio``) stays within ``host_budget``
     (``None``: unlimited). With ``spill_dir`` the compressed tier is a file on disk there (only the raw tier
@@ -100,9 +114,11 @@ def plan_tiers(size: DataSize, *, device_budget: int | None, host_budget: int | 
     host_other = 0 if device_budget is not None and device_bytes else other
     rest = frames[d:]
     after = np.concatenate([np.cumsum(rest[::-1])[::-1], [0]]).astype(np.int64)  # bytes of episodes [i, N)
-    before = np.concatenate([[0], np.cumsum(rest)]).astype(np.int64)          # bytes of episodes [d, i)
-    blobs = np.concatenate([np.cumsum((np.asarray(size.lengths[d:]) * len(size.frame_step_bytes))[::-1])[::-1],
-                            [0]]) * BLOB_OVERHEAD
+    before = np.concatenate([[0], np.cumsum(rest)]).astype(np.int64)  # bytes of episodes [d, i)
+    blobs = (
+        np.concatenate([np.cumsum((np.asarray(size.lengths[d:]) * len(size.frame_step_bytes))[::-1])[::-1], [0]])
+        * BLOB_OVERHEAD
+    )
     need = host_other + before + (0 if spill_dir else (after / ratio).astype(np.int64) + blobs)
     if host_budget is None:
         r = n
@@ -113,6 +129,11 @@ def plan_tiers(size: DataSize, *, device_budget: int | None, host_budget: int | 
     compressed = int(after[k] / ratio) + int(blobs[k])
     host = host_other + int(before[k]) + (0 if spill_dir else compressed)
     build = estimate_seconds(compress_bytes=int(after[k]), codec=compress_codec, workers=workers)
-    fp = Footprint(host_bytes=host, device_bytes=device_bytes, build_s=build or None,
-                   disk_bytes=compressed if spill_dir and k < len(rest) else 0, disk_dir=spill_dir)
+    fp = Footprint(
+        host_bytes=host,
+        device_bytes=device_bytes,
+        build_s=build or None,
+        disk_bytes=compressed if spill_dir and k < len(rest) else 0,
+        disk_dir=spill_dir,
+    )
     return TierPlan(d, r, n, compressed, fp, spill_dir if k < len(rest) else None, size.unit)

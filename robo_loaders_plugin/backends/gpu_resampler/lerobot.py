@@ -1,23 +1,25 @@
 """``gpu_resampler`` on LeRobot: every episode held as tensors in tiers, whole batches of LeRobotDataset's items
 in a few gathers, in the native sampler's order, with optional rate conversion.
 """
+
 from __future__ import annotations
 
 import dataclasses
+
 import numpy as np
 from tqdm.auto import tqdm
+
 from robo_loaders_plugin.core.errors import BackendOptionError
 from robo_loaders_plugin.core.iteration import Serving
 from robo_loaders_plugin.frames.base import FieldInfo
-from robo_loaders_plugin.lerobot.dataset import (LeRobotSamples, check_rows_match)
+from robo_loaders_plugin.lerobot.dataset import OPTION_PREFIX, LeRobotSamples, check_rows_match, native_source
 from robo_loaders_plugin.sources.lerobot_v3 import LeRobotEpisodes
-from robo_loaders_plugin.lerobot.dataset import OPTION_PREFIX, native_source
 
 # what fits when this backend does not (its refusal names these)
-ALTERNATIVES = ("backend 'compressed_cache' (compressed frames, spilled to a file-backed cache on disk when RAM "
-                "cannot hold them)", "backend 'video_stream' (decodes the dataset's own videos, writes nothing, a "
-                "bounded buffer)")
-
+ALTERNATIVES = (
+    "backend 'compressed_cache' (compressed frames, spilled to a file-backed cache on disk when RAM cannot hold them)",
+    "backend 'video_stream' (decodes the dataset's own videos, writes nothing, a bounded buffer)",
+)
 
 
 def gpu_resampler_dataset(native, *, options):
@@ -51,8 +53,9 @@ def gpu_resampler_dataset(native, *, options):
     source, settings = native_source(native)
     train_device = training_device(options.device, OPTION_PREFIX)
     delta_steps = _delta_steps(native, settings.delta_indices, target_fps, options.delta_timestamps)
-    plan_tiers_checked(source.data_size(native.episodes), train_device, options, OPTION_PREFIX, ALTERNATIVES,
-                       quiet=True)  # before reading any data; made again below in the rows' order
+    plan_tiers_checked(
+        source.data_size(native.episodes), train_device, options, OPTION_PREFIX, ALTERNATIVES, quiet=True
+    )  # before reading any data; made again below in the rows' order
     episodes = LeRobotEpisodes(source, settings.tolerance_s, native.episodes)
     check_rows_match(native, episodes.columns, episodes.arrays["index"], episodes.arrays)
     first_ep = episodes.runs[0][0]
@@ -60,20 +63,30 @@ def gpu_resampler_dataset(native, *, options):
     infos = {k: FieldInfo(a.dtype, tuple(a.shape[1:]), k in cameras) for k, a in first.items()}
     unknown = sorted(set(delta_steps or {}) - set(infos))
     if unknown:
-        raise BackendOptionError(f"{OPTION_PREFIX}.delta_timestamps names {unknown}, which {native.repo_id} does not "
-                                 f"have; its features are {sorted(infos)}")
+        raise BackendOptionError(
+            f"{OPTION_PREFIX}.delta_timestamps names {unknown}, which {native.repo_id} does not "
+            f"have; its features are {sorted(infos)}"
+        )
     modes = resolve_modes({k: infos[k] for k in delta_steps or {}}, options.modes, OPTION_PREFIX)
     lengths = [e - s for _, s, e in episodes.runs]
     # the tiers again in the rows' order (the check above summed the episodes in index order: the same bytes)
     size = dataclasses.replace(source.data_size(native.episodes), lengths=np.asarray(lengths, dtype=np.int64))
     plan, host_limit = plan_tiers_checked(size, train_device, options, OPTION_PREFIX, ALTERNATIVES)
-    frames = TieredFrames(lengths, infos, plan, train_device, host_limit=host_limit, spill_dir=plan.spill_dir,
-                          overflow_dir=location(options.cache_dir),
-                          names=[f"episode_{ep}" for ep, _, _ in episodes.runs])
+    frames = TieredFrames(
+        lengths,
+        infos,
+        plan,
+        train_device,
+        host_limit=host_limit,
+        spill_dir=plan.spill_dir,
+        overflow_dir=location(options.cache_dir),
+        names=[f"episode_{ep}" for ep, _, _ in episodes.runs],
+    )
     held = {first_ep: first}  # read for the field infos: handed to the fill, then not held (an L480 episode is
-    del first                 # 1.66 GB decoded)
-    for unit, (ep, _, _) in enumerate(tqdm(episodes.runs, desc=f"gpu_resampler [{native.repo_id}]", unit="episode",
-                                           mininterval=0.5)):
+    del first  # 1.66 GB decoded)
+    for unit, (ep, _, _) in enumerate(
+        tqdm(episodes.runs, desc=f"gpu_resampler [{native.repo_id}]", unit="episode", mininterval=0.5)
+    ):
         fields = held.pop(ep) if ep in held else episodes.read(ep)[0]
         frames.fill(unit, fields)
         del fields
@@ -81,12 +94,24 @@ def gpu_resampler_dataset(native, *, options):
     where = plan.describe(str(train_device))
     if frames.spilled_while_filling:
         where += f" (then {frames.spilled_while_filling})"
-    summary = (f"{len(lengths)} episodes, {sum(lengths)} frames, {where}, batches on {train_device}{rates}; "
-               f"bounded: {plan.footprint.bound}")
+    summary = (
+        f"{len(lengths)} episodes, {sum(lengths)} frames, {where}, batches on {train_device}{rates}; "
+        f"bounded: {plan.footprint.bound}"
+    )
     on_device = plan.device == len(lengths) and train_device.type == "cuda"
-    return LeRobotSamples(native, frames, episodes.runs, episodes.columns, source.video_keys, source.image_keys,
-                          backend_name="gpu_resampler", location=f"tensors: {where}", delta_steps=delta_steps,
-                          modes=modes, serving=Serving(summary, batch_threads=0 if on_device else None))
+    return LeRobotSamples(
+        native,
+        frames,
+        episodes.runs,
+        episodes.columns,
+        source.video_keys,
+        source.image_keys,
+        backend_name="gpu_resampler",
+        location=f"tensors: {where}",
+        delta_steps=delta_steps,
+        modes=modes,
+        serving=Serving(summary, batch_threads=0 if on_device else None),
+    )
 
 
 def _delta_steps(native, delta_indices, target_fps, delta_timestamps) -> dict | None:

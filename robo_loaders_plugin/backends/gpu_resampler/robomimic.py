@@ -1,21 +1,24 @@
 """``gpu_resampler`` on robomimic: every demo held as tensors in tiers, whole batches of SequenceDataset's windows
 in a few gathers, in the native sampler's order, with optional rate conversion.
 """
+
 from __future__ import annotations
 
 from tqdm.auto import tqdm
+
 from robo_loaders_plugin.core.errors import BackendOptionError, SourceError
 from robo_loaders_plugin.core.iteration import Serving
 from robo_loaders_plugin.frames.base import FieldInfo
 from robo_loaders_plugin.robomimic.dataset import RobomimicSamples
+from robo_loaders_plugin.robomimic.sequence import OPTION_PREFIX, data_size, read_demo, recorded_fps, sequence_options
 from robo_loaders_plugin.sources.robomimic_hdf5 import FRAME_MIN_BYTES, RobomimicHdf5
 from robo_loaders_plugin.windows.robomimic import SequenceWindows
-from robo_loaders_plugin.robomimic.sequence import OPTION_PREFIX, data_size, read_demo, recorded_fps, sequence_options
 
 # what fits when this backend does not (its refusal names these)
-ALTERNATIVES = ("backend 'compressed_cache' (compressed frames, spilled to a file-backed cache on disk when RAM "
-                "cannot hold them)", "backend 'datapipe' (robo-shards on disk, a bounded episode buffer)")
-
+ALTERNATIVES = (
+    "backend 'compressed_cache' (compressed frames, spilled to a file-backed cache on disk when RAM cannot hold them)",
+    "backend 'datapipe' (robo-shards on disk, a bounded episode buffer)",
+)
 
 
 # target_fps may ask for at most this many windows per recorded step: beyond it the windows no longer fit in memory
@@ -37,8 +40,8 @@ def gpu_resampler_dataset(config, obs_keys, filter_by_attribute=None, dataset_pa
 
     Returns:
         A :class:`~robo_loaders_plugin.robomimic.dataset.RobomimicSamples` over
-        :class:`~robo_loaders_plugin.backends.gpu_resampler.tiers.TieredFrames`; batches are built in the training process
-        without threads when every demo is on the GPU.
+        :class:`~robo_loaders_plugin.backends.gpu_resampler.tiers.TieredFrames`; batches are built in the training
+        process without threads when every demo is on the GPU.
 
     Raises:
         RoboLoadersError: bad sequence settings.
@@ -65,21 +68,36 @@ def gpu_resampler_dataset(config, obs_keys, filter_by_attribute=None, dataset_pa
         if target_fps is not None:
             recorded = source_fps or recorded_fps(source, f)
             if recorded is None:
-                raise BackendOptionError(f"{path} does not say the rate it was recorded at (no control_freq in its "
-                                         f"env_args): set {OPTION_PREFIX}.source_fps")
+                raise BackendOptionError(
+                    f"{path} does not say the rate it was recorded at (no control_freq in its "
+                    f"env_args): set {OPTION_PREFIX}.source_fps"
+                )
             if target_fps > MAX_UPSAMPLING * recorded:
-                raise BackendOptionError(f"{OPTION_PREFIX}.target_fps={target_fps:g} is more than {MAX_UPSAMPLING:g}x "
-                                         f"the rate {path} was recorded at ({recorded:g} Hz); choose a target_fps "
-                                         f"<= {MAX_UPSAMPLING * recorded:g}")
+                raise BackendOptionError(
+                    f"{OPTION_PREFIX}.target_fps={target_fps:g} is more than {MAX_UPSAMPLING:g}x "
+                    f"the rate {path} was recorded at ({recorded:g} Hz); choose a target_fps "
+                    f"<= {MAX_UPSAMPLING * recorded:g}"
+                )
             rate = recorded / target_fps
-        plan, host_limit = plan_tiers_checked(data_size(source, f, demos, opts), train_device, options,
-                                              OPTION_PREFIX, ALTERNATIVES)
+        plan, host_limit = plan_tiers_checked(
+            data_size(source, f, demos, opts), train_device, options, OPTION_PREFIX, ALTERNATIVES
+        )
         first = read_demo(source, f, demos[0], opts, lengths[0])
-    infos = {k: FieldInfo(a.dtype, tuple(a.shape[1:]), a.ndim > 1 and a[0].nbytes >= FRAME_MIN_BYTES)
-             for k, a in first.items()}
+    infos = {
+        k: FieldInfo(a.dtype, tuple(a.shape[1:]), a.ndim > 1 and a[0].nbytes >= FRAME_MIN_BYTES)
+        for k, a in first.items()
+    }
     modes = resolve_modes(infos, options.modes, OPTION_PREFIX)
-    frames = TieredFrames(lengths, infos, plan, train_device, host_limit=host_limit, spill_dir=plan.spill_dir,
-                          overflow_dir=location(options.cache_dir), names=demos)
+    frames = TieredFrames(
+        lengths,
+        infos,
+        plan,
+        train_device,
+        host_limit=host_limit,
+        spill_dir=plan.spill_dir,
+        overflow_dir=location(options.cache_dir),
+        names=demos,
+    )
     split = filter_by_attribute or "all demos"
     held = {0: first}  # the first demo, read for the field infos: handed to the fill, then not held
     del first
@@ -92,10 +110,21 @@ def gpu_resampler_dataset(config, obs_keys, filter_by_attribute=None, dataset_pa
     where = plan.describe(str(train_device))
     if frames.spilled_while_filling:
         where += f" (then {frames.spilled_while_filling})"
-    summary = (f"{len(demos)} demos, {len(windows)} samples, {where}, batches on {train_device}"
-               + (f", resampled {rate * target_fps:g} -> {target_fps:g} Hz" if rate != 1.0 else "")
-               + f"; bounded: {plan.footprint.bound}")
+    summary = (
+        f"{len(demos)} demos, {len(windows)} samples, {where}, batches on {train_device}"
+        + (f", resampled {rate * target_fps:g} -> {target_fps:g} Hz" if rate != 1.0 else "")
+        + f"; bounded: {plan.footprint.bound}"
+    )
     on_device = plan.device == len(lengths) and train_device.type == "cuda"
-    return RobomimicSamples(frames, windows, demos=demos, hdf5_path=path, filter_by_attribute=filter_by_attribute,
-                            backend_name="gpu_resampler", location=f"tensors: {where}", modes=modes,
-                            device=train_device, serving=Serving(summary, batch_threads=0 if on_device else None))
+    return RobomimicSamples(
+        frames,
+        windows,
+        demos=demos,
+        hdf5_path=path,
+        filter_by_attribute=filter_by_attribute,
+        backend_name="gpu_resampler",
+        location=f"tensors: {where}",
+        modes=modes,
+        device=train_device,
+        serving=Serving(summary, batch_threads=0 if on_device else None),
+    )

@@ -5,6 +5,7 @@ windows is one ``index_select`` per field, on the training GPU when the data fit
 host memory (pinned when the training device is CUDA, so each gathered batch is uploaded with one non-blocking
 copy). No per-sample Python, no worker processes, no decompression.
 """
+
 from __future__ import annotations
 
 import warnings
@@ -54,8 +55,10 @@ def training_device(option: str, where: str, prefer_cuda: bool = True) -> torch.
     except RuntimeError:
         raise BackendOptionError(f"{where}.device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {option!r}") from None
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise BackendOptionError(f"{where}.device={option!r} but torch sees no CUDA GPU (torch.cuda.is_available() "
-                                 "is False); use device 'auto' (the CPU here) or 'cpu'")
+        raise BackendOptionError(
+            f"{where}.device={option!r} but torch sees no CUDA GPU (torch.cuda.is_available() "
+            "is False); use device 'auto' (the CPU here) or 'cpu'"
+        )
     if device.type not in ("cpu", "cuda"):
         raise BackendOptionError(f"{where}.device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {option!r}")
     return device
@@ -90,9 +93,15 @@ def placement(nbytes: int, device: torch.device, max_device_memory, where: str) 
     if nbytes <= budget:
         return device, False, f"on {device} ({format_bytes(nbytes)} within {said} = {format_bytes(budget)})"
     _check_host_memory(nbytes, where)
-    return torch.device("cpu"), True, (f"in pinned host memory: {format_bytes(nbytes)} needed on {device}, more than "
-                                       f"{said} = {format_bytes(budget)} (raise {where}.max_device_memory to hold "
-                                       "them on the GPU)")
+    return (
+        torch.device("cpu"),
+        True,
+        (
+            f"in pinned host memory: {format_bytes(nbytes)} needed on {device}, more than "
+            f"{said} = {format_bytes(budget)} (raise {where}.max_device_memory to hold "
+            "them on the GPU)"
+        ),
+    )
 
 
 def _check_host_memory(nbytes: int, where: str) -> None:
@@ -101,23 +110,33 @@ def _check_host_memory(nbytes: int, where: str) -> None:
 
     available = psutil.virtual_memory().available
     if nbytes > 0.9 * available:
-        raise BackendOptionError(f"gpu_resampler holds every episode uncompressed: {format_bytes(nbytes)} here, but "
-                                 f"only {format_bytes(available)} of memory is available; read fewer observation keys "
-                                 f"or episodes, or use the compressed_cache or datapipe backend ({where})")
+        raise BackendOptionError(
+            f"gpu_resampler holds every episode uncompressed: {format_bytes(nbytes)} here, but "
+            f"only {format_bytes(available)} of memory is available; read fewer observation keys "
+            f"or episodes, or use the compressed_cache or datapipe backend ({where})"
+        )
 
 
 class TensorFrames(FrameSource):
     """``fill(ep, arrays)`` every episode once; then ``gather`` returns tensors on ``output_device``."""
 
-    def __init__(self, lengths, infos: dict[str, FieldInfo], storage: torch.device, output_device: torch.device,
-                 pinned: bool = False):
+    def __init__(
+        self,
+        lengths,
+        infos: dict[str, FieldInfo],
+        storage: torch.device,
+        output_device: torch.device,
+        pinned: bool = False,
+    ):
         self.lengths = np.asarray(lengths, dtype=np.int64)
         self.infos = dict(infos)
         self.starts = np.concatenate([[0], np.cumsum(self.lengths)[:-1]]).astype(np.int64)
         self.storage, self.output_device, self.pinned = storage, output_device, pinned
         total = int(self.lengths.sum())
-        self.tensors = {k: torch.empty((total,) + tuple(v.shape), dtype=_torch_dtype(v.dtype), device=storage,
-                                       pin_memory=pinned) for k, v in self.infos.items()}
+        self.tensors = {
+            k: torch.empty((total,) + tuple(v.shape), dtype=_torch_dtype(v.dtype), device=storage, pin_memory=pinned)
+            for k, v in self.infos.items()
+        }
         self.filled = np.zeros(len(self.lengths), dtype=bool)
 
     @staticmethod
@@ -149,11 +168,13 @@ class TensorFrames(FrameSource):
         for k, t in self.tensors.items():
             a = np.ascontiguousarray(arrays[k])
             if a.shape != (n,) + tuple(t.shape[1:]) or a.dtype != self.infos[k].dtype:
-                raise ValueError(f"episode {ep}: field {k!r} is {a.dtype}{a.shape}, expected {self.infos[k].dtype}"
-                                 f"{(n,) + tuple(t.shape[1:])}")
+                raise ValueError(
+                    f"episode {ep}: field {k!r} is {a.dtype}{a.shape}, expected {self.infos[k].dtype}"
+                    f"{(n,) + tuple(t.shape[1:])}"
+                )
             with warnings.catch_warnings():  # read-only source arrays (a mapped file) are only read here
                 warnings.simplefilter("ignore", UserWarning)
-                t[s:s + n].copy_(torch.from_numpy(a))
+                t[s : s + n].copy_(torch.from_numpy(a))
         self.filled[ep] = True
 
     def info(self, field: str) -> FieldInfo:

@@ -1,15 +1,18 @@
 """``gpu_resampler``'s tiers: episodes on the GPU while they fit, then in host memory raw, then with camera frames
 compressed (in RAM, then in a file on disk), served by one gather per field whatever tier holds them.
 """
+
 from __future__ import annotations
 
 import warnings
+
 import numpy as np
 import torch
+
+from robo_loaders_plugin.backends.gpu_resampler.tensors import DEFAULT_VRAM_FRACTION, TensorFrames, _torch_dtype
 from robo_loaders_plugin.core.log import get_logger
 from robo_loaders_plugin.core.units import format_bytes
 from robo_loaders_plugin.frames.base import FieldInfo, broadcast_episodes
-from robo_loaders_plugin.backends.gpu_resampler.tensors import DEFAULT_VRAM_FRACTION, TensorFrames, _torch_dtype
 
 logger = get_logger(__name__)
 
@@ -37,12 +40,21 @@ class CompressedRows:
         locate: Names a global row for messages (``"demo_3 step 12"``; ``None``: the row number).
     """
 
-    def __init__(self, first_row: int, frame_shape: tuple, dtype, codec, spill_dir: str | None = None,
-                 guard=None, field: str = "frames", locate=None):
+    def __init__(
+        self,
+        first_row: int,
+        frame_shape: tuple,
+        dtype,
+        codec,
+        spill_dir: str | None = None,
+        guard=None,
+        field: str = "frames",
+        locate=None,
+    ):
         import threading
 
         self.first_row, self.frame_shape, self.dtype, self.codec = int(first_row), tuple(frame_shape), dtype, codec
-        self.buffers: list[np.ndarray] = []   # in memory: one uint8 array per episode, its frames' blobs end to end
+        self.buffers: list[np.ndarray] = []  # in memory: one uint8 array per episode, its frames' blobs end to end
         self.buf_of_row: list[np.ndarray] = []
         self.starts: list[np.ndarray] = []
         self.sums: list[np.ndarray] = []  # each episode's blobs' checksums (uint64)
@@ -59,7 +71,9 @@ class CompressedRows:
             import tempfile
 
             os.makedirs(spill_dir, exist_ok=True)
-            self._file = tempfile.TemporaryFile(dir=spill_dir, prefix="gpu_resampler-compressed-")
+            self._file = tempfile.TemporaryFile(  # noqa: SIM115 - lives as long as the frames it holds
+                dir=spill_dir, prefix="gpu_resampler-compressed-"
+            )
             self.spill_dir = spill_dir
 
     @property
@@ -88,7 +102,9 @@ class CompressedRows:
         os.makedirs(spill_dir, exist_ok=True)
         if guard is not None:
             guard.check(self.nbytes)
-        self._file = tempfile.TemporaryFile(dir=spill_dir, prefix="gpu_resampler-compressed-")
+        self._file = tempfile.TemporaryFile(  # noqa: SIM115 - lives as long as the frames it holds
+            dir=spill_dir, prefix="gpu_resampler-compressed-"
+        )
         self.spill_dir = spill_dir
         self.guard = guard
         pos = 0
@@ -175,9 +191,10 @@ class CompressedRows:
             blob = data[s:e]
             try:
                 decompress(blob, out[j])
-            except Exception as exc:  # Blosc2's RuntimeError names nothing: name the frame
-                raise self._damaged(int(rows[j]), exc if checksum(blob) == c else None,
-                                    f"; Blosc2 could not decompress it: {exc}") from None
+            except Exception as exc:  # noqa: BLE001 - Blosc2's RuntimeError names nothing: name the frame
+                raise self._damaged(
+                    int(rows[j]), exc if checksum(blob) == c else None, f"; Blosc2 could not decompress it: {exc}"
+                ) from None
             if checksum(blob) != c:
                 raise self._damaged(int(rows[j]))
 
@@ -186,18 +203,23 @@ class CompressedRows:
         checksum holds (``undecodable``: Blosc2's exception)."""
         from robo_loaders_plugin.storage.store import StoreError
 
-        where = (f"gpu_resampler's compressed tier on disk (an unlinked file in {self.spill_dir}): {self.field} of "
-                 + (self.locate(row) if self.locate is not None else f"row {row}"))
+        where = f"gpu_resampler's compressed tier on disk (an unlinked file in {self.spill_dir}): {self.field} of " + (
+            self.locate(row) if self.locate is not None else f"row {row}"
+        )
         if undecodable is not None:
-            return StoreError(f"{where} cannot be decompressed though its checksum holds (Blosc2: {undecodable}); "
-                              "restart the run, which writes the tier anew")
-        return StoreError(f"{where} is damaged (checksum mismatch on read{detail}): the file changed after it was "
-                          "written, damaged on disk or written by another process; restart the run, which writes the "
-                          "tier anew")
+            return StoreError(
+                f"{where} cannot be decompressed though its checksum holds (Blosc2: {undecodable}); "
+                "restart the run, which writes the tier anew"
+            )
+        return StoreError(
+            f"{where} is damaged (checksum mismatch on read{detail}): the file changed after it was "
+            "written, damaged on disk or written by another process; restart the run, which writes the "
+            "tier anew"
+        )
 
 
 class TieredFrames(TensorFrames):
-    """Every episode's fields held in tiers (``backends.gpu_resampler.footprint.TierPlan``): camera frames of episodes ``[0, device)``
+    """Every episode's fields held in tiers (``footprint.TierPlan``): camera frames of episodes ``[0, device)``
     on the training GPU, ``[device, raw)`` in host memory uncompressed (pinned when the GPU trains), ``[raw, N)``
     compressed in host memory; the other fields whole in the first tier. A gather reads each row from its tier
     and keeps the native order: rows in host memory are gathered into a (pinned) staging buffer and uploaded with
@@ -218,9 +240,18 @@ class TieredFrames(TensorFrames):
         names: Each episode's name, for messages (``None``: ``<unit> <position>``).
     """
 
-    def __init__(self, lengths, infos: dict[str, FieldInfo], plan, output_device: torch.device, codec=None,
-                 host_limit: int | None = None, spill_dir: str | None = None, overflow_dir: str | None = None,
-                 names=None):
+    def __init__(
+        self,
+        lengths,
+        infos: dict[str, FieldInfo],
+        plan,
+        output_device: torch.device,
+        codec=None,
+        host_limit: int | None = None,
+        spill_dir: str | None = None,
+        overflow_dir: str | None = None,
+        names=None,
+    ):
         from robo_loaders_plugin.storage.codec import FrameCodec
 
         self.lengths = np.asarray(lengths, dtype=np.int64)
@@ -244,13 +275,20 @@ class TieredFrames(TensorFrames):
         for k, v in self.infos.items():
             dt = _torch_dtype(v.dtype)
             if not v.frames:
-                self.tensors[k] = torch.empty((total,) + tuple(v.shape), dtype=dt, device=first,
-                                              pin_memory=cuda and first.type == "cpu")
+                self.tensors[k] = torch.empty(
+                    (total,) + tuple(v.shape), dtype=dt, device=first, pin_memory=cuda and first.type == "cpu"
+                )
                 continue
-            dev = torch.empty((self.dev_rows,) + tuple(v.shape), dtype=dt, device=output_device) \
-                if self.dev_rows else None
-            raw = torch.empty((self.raw_rows - self.dev_rows,) + tuple(v.shape), dtype=dt, pin_memory=cuda) \
-                if self.raw_rows > self.dev_rows else None
+            dev = (
+                torch.empty((self.dev_rows,) + tuple(v.shape), dtype=dt, device=output_device)
+                if self.dev_rows
+                else None
+            )
+            raw = (
+                torch.empty((self.raw_rows - self.dev_rows,) + tuple(v.shape), dtype=dt, pin_memory=cuda)
+                if self.raw_rows > self.dev_rows
+                else None
+            )
             comp = None
             if total > self.raw_rows:
                 guard = None
@@ -258,8 +296,9 @@ class TieredFrames(TensorFrames):
                     from robo_loaders_plugin.core.footprint import DiskGuard
 
                     guard = DiskGuard(spill_dir, f"gpu_resampler's compressed frames in {spill_dir}")
-                comp = CompressedRows(self.raw_rows, v.shape, v.dtype, self.codec, spill_dir, guard, field=k,
-                                      locate=self.locate)
+                comp = CompressedRows(
+                    self.raw_rows, v.shape, v.dtype, self.codec, spill_dir, guard, field=k, locate=self.locate
+                )
             self.parts[k] = (dev, raw, comp)
         self.host_bytes = sum(t.numel() * t.element_size() for t in self.tensors.values() if t.device.type == "cpu")
         self.host_bytes += sum(p[1].numel() * p[1].element_size() for p in self.parts.values() if p[1] is not None)
@@ -297,20 +336,21 @@ class TieredFrames(TensorFrames):
         for k, info in self.infos.items():
             a = np.ascontiguousarray(arrays[k])
             if a.shape != (n,) + tuple(info.shape) or a.dtype != info.dtype:
-                raise ValueError(f"episode {ep}: field {k!r} is {a.dtype}{a.shape}, expected {info.dtype}"
-                                 f"{(n,) + tuple(info.shape)}")
+                raise ValueError(
+                    f"episode {ep}: field {k!r} is {a.dtype}{a.shape}, expected {info.dtype}{(n,) + tuple(info.shape)}"
+                )
             with warnings.catch_warnings():  # read-only source arrays (a mapped file) are only read here
                 warnings.simplefilter("ignore", UserWarning)
                 if k in self.tensors:
-                    self.tensors[k][s:s + n].copy_(torch.from_numpy(a))
+                    self.tensors[k][s : s + n].copy_(torch.from_numpy(a))
                     continue
                 dev, raw, comp = self.parts[k]
                 if s < self.dev_rows:
                     assert dev is not None  # rows below dev_rows are the GPU tier's (it exists when dev_rows > 0)
-                    dev[s:s + n].copy_(torch.from_numpy(a))
+                    dev[s : s + n].copy_(torch.from_numpy(a))
                 elif s < self.raw_rows:
                     assert raw is not None
-                    raw[s - self.dev_rows:s - self.dev_rows + n].copy_(torch.from_numpy(a))
+                    raw[s - self.dev_rows : s - self.dev_rows + n].copy_(torch.from_numpy(a))
                 else:
                     assert comp is not None
                     comp.append(a)
@@ -331,8 +371,9 @@ class TieredFrames(TensorFrames):
         used = self.host_bytes + self.compressed_bytes
         if used <= self.host_limit:
             return
-        raw = sum(int(self.lengths[e]) for e in range(self.plan.raw, ep + 1)) * \
-            sum(int(np.prod(i.shape)) * np.dtype(i.dtype).itemsize for i in self.infos.values() if i.frames)
+        raw = sum(int(self.lengths[e]) for e in range(self.plan.raw, ep + 1)) * sum(
+            int(np.prod(i.shape)) * np.dtype(i.dtype).itemsize for i in self.infos.values() if i.frames
+        )
         ratio = raw / max(1, self.compressed_bytes)
         if self.overflow_dir is None:
             from robo_loaders_plugin.core.footprint import ResourceRefused
@@ -341,16 +382,21 @@ class TieredFrames(TensorFrames):
                 f"gpu_resampler: the compressed tier outgrew its budget while filling episode {ep}: host memory "
                 f"{format_bytes(used)} > {format_bytes(self.host_limit)} (the frames compress {ratio:.2f}:1, worse "
                 f"than the plan's estimate); raise max_memory, or use compressed_cache (it spills to disk)",
-                [("host RAM", used, self.host_limit)])
+                [("host RAM", used, self.host_limit)],
+            )
         from robo_loaders_plugin.core.footprint import DiskGuard
 
         for p in self.parts.values():
             if p[2] is not None:
-                p[2].to_disk(self.overflow_dir, DiskGuard(self.overflow_dir, "gpu_resampler's compressed frames in "
-                                                                            f"{self.overflow_dir}"))
-        self.spilled_while_filling = (f"the frames compress {ratio:.2f}:1, worse than planned: host memory would "
-                                      f"reach {format_bytes(used)} > {format_bytes(self.host_limit)}, so the "
-                                      f"compressed tier moved to a file on local disk in {self.overflow_dir}")
+                p[2].to_disk(
+                    self.overflow_dir,
+                    DiskGuard(self.overflow_dir, f"gpu_resampler's compressed frames in {self.overflow_dir}"),
+                )
+        self.spilled_while_filling = (
+            f"the frames compress {ratio:.2f}:1, worse than planned: host memory would "
+            f"reach {format_bytes(used)} > {format_bytes(self.host_limit)}, so the "
+            f"compressed tier moved to a file on local disk in {self.overflow_dir}"
+        )
         logger.warning(f"gpu_resampler: spilled while filling episode {ep}: {self.spilled_while_filling}")
 
     def gather(self, field, episodes, steps, pool=None) -> torch.Tensor:
@@ -423,7 +469,8 @@ class TieredFrames(TensorFrames):
         if d.size:
             assert dev is not None
             out[torch.from_numpy(d).to(self.output_device)] = torch.index_select(
-                dev, 0, torch.from_numpy(g[d]).to(self.output_device))
+                dev, 0, torch.from_numpy(g[d]).to(self.output_device)
+            )
         return out.reshape(tuple(np.shape(steps)) + tuple(info.shape))
 
 
@@ -431,7 +478,7 @@ BUILD_EPISODES = 2  # host memory kept free while filling: the largest episode d
 
 
 def plan_tiers_checked(size, device: torch.device, options, where: str, alternatives=(), quiet: bool = False):
-    """``gpu_resampler``'s tiers for a dataset (``backends.gpu_resampler.footprint.plan_tiers``) under its budgets, checked against the
+    """``gpu_resampler``'s tiers for a dataset (``footprint.plan_tiers``) under its budgets, checked against the
     machine before any data is read: the GPU holds episodes up to ``max_device_memory`` (default: half of its free
     memory), host memory the rest up to ``max_memory`` (default: what the machine has available, with headroom),
     raw first, then with frames compressed; :data:`BUILD_EPISODES` of the largest episode are kept out of the
@@ -447,7 +494,7 @@ def plan_tiers_checked(size, device: torch.device, options, where: str, alternat
         quiet: Do not log a spill (a first check before the plan is made again in the rows' order).
 
     Returns:
-        ``(plan, host_limit)``: the ``backends.gpu_resampler.footprint.TierPlan`` (its footprint's ``bound`` says how it is bounded) and
+        ``(plan, host_limit)``: the ``footprint.TierPlan`` (its footprint's ``bound`` says how it is bounded) and
         the host bytes the tiers may fill (the budget less the episode being read).
 
     Raises:
@@ -457,8 +504,8 @@ def plan_tiers_checked(size, device: torch.device, options, where: str, alternat
     """
     import dataclasses
 
-    from robo_loaders_plugin.core.footprint import HEADROOM, Available, ResourceRefused, check_fits
     from robo_loaders_plugin.backends.gpu_resampler.footprint import plan_tiers
+    from robo_loaders_plugin.core.footprint import HEADROOM, Available, ResourceRefused, check_fits
 
     available = Available.measure(device=device if device.type == "cuda" else None)
     device_budget = None
@@ -473,8 +520,11 @@ def plan_tiers_checked(size, device: torch.device, options, where: str, alternat
     filling = BUILD_EPISODES * int(np.max(size.episode_frame_bytes(), initial=0))
     tiers_limit = max(0, host_limit - filling)
     plan = plan_tiers(size, device_budget=device_budget, host_budget=tiers_limit)
-    said = f"{where}.max_memory={format_bytes(given)}" if given is not None else \
-        f"{HEADROOM:.0%} of the available memory ({format_bytes(host_limit)})"
+    said = (
+        f"{where}.max_memory={format_bytes(given)}"
+        if given is not None
+        else f"{HEADROOM:.0%} of the available memory ({format_bytes(host_limit)})"
+    )
     spilled = ""
     if plan.footprint.host_bytes > tiers_limit:  # even compressed they do not fit: the compressed tier on disk
         from robo_loaders_plugin.storage.cache import location
@@ -482,12 +532,17 @@ def plan_tiers_checked(size, device: torch.device, options, where: str, alternat
         root = location(getattr(options, "cache_dir", None))
         available = Available.measure(disk_dir=root, device=device if device.type == "cuda" else None)
         plan = plan_tiers(size, device_budget=device_budget, host_budget=tiers_limit, spill_dir=root)
-        spilled = (f"even compressed (~{format_bytes(plan.compressed_bytes)}, estimated) the frames exceed {said}: "
-                   f"the compressed tier is a file on local disk in {root}, mapped")
+        spilled = (
+            f"even compressed (~{format_bytes(plan.compressed_bytes)}, estimated) the frames exceed {said}: "
+            f"the compressed tier is a file on local disk in {root}, mapped"
+        )
     reserve = f", {format_bytes(filling)} of it kept for the {plan.unit} being read while filling" if filling else ""
     if plan.raw < plan.episodes:
-        bound = (f"frames of {plan.episodes - plan.raw} of {plan.episodes} {plan.unit}s compressed"
-                 + (" in a mapped file on disk" if plan.spill_dir else "") + f", host memory within {said}{reserve}")
+        bound = (
+            f"frames of {plan.episodes - plan.raw} of {plan.episodes} {plan.unit}s compressed"
+            + (" in a mapped file on disk" if plan.spill_dir else "")
+            + f", host memory within {said}{reserve}"
+        )
     else:
         bound = f"every {plan.unit} held uncompressed within {said}{reserve}"
     if device_budget is not None:
@@ -507,7 +562,9 @@ def plan_tiers_checked(size, device: torch.device, options, where: str, alternat
             f"{size.describe()}; even with every camera frame compressed in a file on disk it needs at least "
             f"{format_bytes(least)} ({least} bytes) of host memory: {' and '.join(parts)}. Give max_memory at least "
             f"that, or use what would fit: {'; '.join(list(alternatives))}. Estimated from the dataset's metadata "
-            "before reading any data.", [("host RAM (max_memory)", least, given)])
+            "before reading any data.",
+            [("host RAM (max_memory)", least, given)],
+        )
     check_fits(fp, available, backend="gpu_resampler", option_prefix=where, alternatives=list(alternatives))
     if spilled and not quiet:
         logger.info(f"gpu_resampler: spilled: {spilled}")

@@ -1,8 +1,8 @@
 """The ``native`` backend on LeRobot: the ``LeRobotDataset`` LeRobot's own factory built, unchanged, the reference
 every other backend is compared with.
 """
-from __future__ import annotations
 
+from __future__ import annotations
 
 
 def native_dataset(native, *, options=None):

@@ -1,8 +1,8 @@
 """The ``native`` backend on robomimic: robomimic's own ``SequenceDataset``, the reference every other backend is
 compared with.
 """
-from __future__ import annotations
 
+from __future__ import annotations
 
 
 def native_dataset(config, obs_keys, filter_by_attribute=None, dataset_path=None, *, options=None):
@@ -21,5 +21,6 @@ def native_dataset(config, obs_keys, filter_by_attribute=None, dataset_path=None
     """
     from robo_loaders_plugin.robomimic.compat import original
 
-    return original("dataset_factory")(config, obs_keys, filter_by_attribute=filter_by_attribute,
-                                       dataset_path=dataset_path)
+    return original("dataset_factory")(
+        config, obs_keys, filter_by_attribute=filter_by_attribute, dataset_path=dataset_path
+    )

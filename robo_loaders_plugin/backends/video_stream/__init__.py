@@ -5,13 +5,21 @@ This module is the plugin the ``robo_loaders`` entry point ``video_stream`` name
 spec and options. It imports nothing heavy (no torch, no Blosc2, no framework): listing backends imports it, and
 the factories (``robomimic.py``, ``lerobot.py``) are imported only when a dataset is built.
 """
+
 from __future__ import annotations
 
 from robo_loaders_plugin.backends.requirements import LEROBOT, PYAV, TORCHCODEC, TORCHDATA
 from robo_loaders_plugin.core.hookspecs import hookimpl
 from robo_loaders_plugin.core.options import Option
 from robo_loaders_plugin.core.shared_options import check_storage_options, check_writable_dir, pass_options
-from robo_loaders_plugin.core.spec import (BATCH, GPU_NO, GPU_OPTIONAL, LOSSY_FRAMES, NOT_BIT_IDENTICAL_ON_NVDEC, BackendSpec)
+from robo_loaders_plugin.core.spec import (
+    BATCH,
+    GPU_NO,
+    GPU_OPTIONAL,
+    LOSSY_FRAMES,
+    NOT_BIT_IDENTICAL_ON_NVDEC,
+    BackendSpec,
+)
 
 
 def _video_stream_constraints(options) -> None:
@@ -22,12 +30,14 @@ def _video_stream_constraints(options) -> None:
     source = options.source
     if not source or ("://" in source and not source.startswith("file://")):
         return
-    path = source[len("file://"):] if source.startswith("file://") else source
+    path = source[len("file://") :] if source.startswith("file://") else source
     if options.framework == "robomimic":
         problem = shards_dir_problem(path)
         if problem:
-            raise ValueError("source must be a directory 'robo-loaders convert robomimic IN OUT --frames h264' wrote "
-                             f"(left out, the file is converted on first use into the cache directory): {problem}")
+            raise ValueError(
+                "source must be a directory 'robo-loaders convert robomimic IN OUT --frames h264' wrote "
+                f"(left out, the file is converted on first use into the cache directory): {problem}"
+            )
     else:
         problem = existing_dir_problem(path)
         if problem:
@@ -35,25 +45,56 @@ def _video_stream_constraints(options) -> None:
 
 
 VIDEO_STREAM_OPTIONS = {
-    "source": Option(str, None, "where the dataset is read from. LeRobot: a local path or any fsspec URL (s3://, "
-                                "http(s)://, hf://; default: the dataset's root). robomimic: a directory made by "
-                                "'robo-loaders convert robomimic IN OUT --frames h264' (default: converted on "
-                                "first use into the cache directory)", per_host=True),
-    "storage_options": Option(dict, None, "fsspec options for 'source' (endpoint, credentials, ...)",
-                              check=check_storage_options, frameworks=LEROBOT),
-    "local_cache_dir": Option(str, None, "remote source: copy each video whole into this directory on first use and "
-                                         "decode the local copy from then on (default: stream byte ranges). Each "
-                                         "copy is checked against the remote file's size and ETag/mtime and its own "
-                                         "SHA-256, and downloaded again (saying why) when either changed",
-                              frameworks=LEROBOT, per_host=True, check=check_writable_dir),
-    "cache_dir": Option(str, None, "the cache directory it writes in: robomimic's conversion on first use, LeRobot's "
-                                   "copy of a remote dataset's tables (default: $ROBO_LOADERS_CACHE or "
-                                   "~/.cache/robo-loaders)", per_host=True, check=check_writable_dir),
-    "decode_device": Option(str, "cpu", "'cpu' (byte-identical to LeRobotDataset), 'cuda' (NVDEC), 'auto'; "
-                                        "robomimic video shards are decoded on the CPU",
-                            choices=("cpu", "cuda", "auto"), framework_choices={"robomimic": ("cpu", "auto")}),
-    "buffer": Option(str, "raw", "decoded episodes held 'raw' or compressed with 'lz4' (less memory, some CPU)",
-                     choices=("raw", "lz4")),
+    "source": Option(
+        str,
+        None,
+        "where the dataset is read from. LeRobot: a local path or any fsspec URL (s3://, "
+        "http(s)://, hf://; default: the dataset's root). robomimic: a directory made by "
+        "'robo-loaders convert robomimic IN OUT --frames h264' (default: converted on "
+        "first use into the cache directory)",
+        per_host=True,
+    ),
+    "storage_options": Option(
+        dict,
+        None,
+        "fsspec options for 'source' (endpoint, credentials, ...)",
+        check=check_storage_options,
+        frameworks=LEROBOT,
+    ),
+    "local_cache_dir": Option(
+        str,
+        None,
+        "remote source: copy each video whole into this directory on first use and "
+        "decode the local copy from then on (default: stream byte ranges). Each "
+        "copy is checked against the remote file's size and ETag/mtime and its own "
+        "SHA-256, and downloaded again (saying why) when either changed",
+        frameworks=LEROBOT,
+        per_host=True,
+        check=check_writable_dir,
+    ),
+    "cache_dir": Option(
+        str,
+        None,
+        "the cache directory it writes in: robomimic's conversion on first use, LeRobot's "
+        "copy of a remote dataset's tables (default: $ROBO_LOADERS_CACHE or "
+        "~/.cache/robo-loaders)",
+        per_host=True,
+        check=check_writable_dir,
+    ),
+    "decode_device": Option(
+        str,
+        "cpu",
+        "'cpu' (byte-identical to LeRobotDataset), 'cuda' (NVDEC), 'auto'; "
+        "robomimic video shards are decoded on the CPU",
+        choices=("cpu", "cuda", "auto"),
+        framework_choices={"robomimic": ("cpu", "auto")},
+    ),
+    "buffer": Option(
+        str,
+        "raw",
+        "decoded episodes held 'raw' or compressed with 'lz4' (less memory, some CPU)",
+        choices=("raw", "lz4"),
+    ),
     "decode_threads": Option(int, 2, "threads decoding the episodes a pass is about to open", min=0, max=64),
     # decoded episodes are held raw: their memory bounds the buffer (a 100-frame episode of two 84x84 cameras is 4 MB,
     # a 20-s one of three 480p cameras 1.7 GB: sized in bytes, cache_memory)
@@ -64,15 +105,17 @@ VIDEO_STREAM_OPTIONS = {
 SPEC = BackendSpec(
     name="video_stream",
     description="trains straight from the videos, local or remote (fsspec): each episode's segment decoded "
-                "once per pass, in order, on the CPU or with NVDEC; every frame once per pass, resumable",
+    "once per pass, in order, on the CPU or with NVDEC; every frame once per pass, resumable",
     frameworks=("lerobot", "robomimic"),
     kind=BATCH,
     # robomimic: from video robo-shards ('robo-loaders convert robomimic ... --frames h264'), lossy frames,
     # everything else byte-identical; LeRobot: LeRobot's own videos, decoded as LeRobotDataset decodes them
     lossless={"lerobot": NOT_BIT_IDENTICAL_ON_NVDEC, "robomimic": LOSSY_FRAMES},
     gpu={"lerobot": GPU_OPTIONAL, "robomimic": GPU_NO},
-    factories={"lerobot": "robo_loaders_plugin.backends.video_stream.lerobot:video_stream_dataset",
-               "robomimic": "robo_loaders_plugin.backends.video_stream.robomimic:video_stream_dataset"},
+    factories={
+        "lerobot": "robo_loaders_plugin.backends.video_stream.lerobot:video_stream_dataset",
+        "robomimic": "robo_loaders_plugin.backends.video_stream.robomimic:video_stream_dataset",
+    },
     options=VIDEO_STREAM_OPTIONS,
     requires={"robomimic": (TORCHDATA, PYAV), "lerobot": (TORCHDATA, TORCHCODEC)},
     constraints=_video_stream_constraints,

@@ -1,26 +1,32 @@
 """``video_stream`` on LeRobot: trains straight from the dataset's own videos, local or remote (fsspec), each
 episode's segment decoded once per pass, on the CPU or with NVDEC.
 """
+
 from __future__ import annotations
 
 import numpy as np
+
+from robo_loaders_plugin.core.data_size import EXPECTED_LOSSLESS_RATIO
 from robo_loaders_plugin.core.errors import BackendOptionError, SourceError
 from robo_loaders_plugin.core.iteration import Serving
 from robo_loaders_plugin.core.log import get_logger
 from robo_loaders_plugin.frames.base import FieldInfo
 from robo_loaders_plugin.frames.chunks import ChunkFrames, split_lengths, split_runs
-from robo_loaders_plugin.pipeline.buffer_plan import held_bytes
-from robo_loaders_plugin.core.data_size import EXPECTED_LOSSLESS_RATIO
-from robo_loaders_plugin.lerobot.compat import (check_version, reader_settings)
-from robo_loaders_plugin.lerobot.dataset import (LeRobotSamples, check_meta_match, check_rows_match,
-                                                 check_supported)
+from robo_loaders_plugin.lerobot.compat import check_version, reader_settings
+from robo_loaders_plugin.lerobot.dataset import (
+    OPTION_PREFIX,
+    LeRobotSamples,
+    camera_reach,
+    check_meta_match,
+    check_rows_match,
+    check_supported,
+)
 from robo_loaders_plugin.pipeline.batches import PipelineDataset
+from robo_loaders_plugin.pipeline.buffer_plan import held_bytes
 from robo_loaders_plugin.pipeline.options import PassOptions
 from robo_loaders_plugin.sources.lerobot_v3 import LeRobotEpisodes, LeRobotV3, is_remote
 from robo_loaders_plugin.storage.codec import FrameCodec
 from robo_loaders_plugin.storage.encoded_frames import EncodedFrames
-from robo_loaders_plugin.lerobot.dataset import OPTION_PREFIX, camera_reach
-
 
 logger = get_logger(__name__)
 
@@ -66,17 +72,21 @@ def video_stream_dataset(native, *, options):
     settings = reader_settings(native)
     url = options.source
     if is_remote(url):  # tables from the local copy LeRobot built its dataset from, videos from where they are
-        source = LeRobotV3(native.root, options.storage_options, videos_from=url,
-                           local_cache_dir=options.local_cache_dir)
+        source = LeRobotV3(
+            native.root, options.storage_options, videos_from=url, local_cache_dir=options.local_cache_dir
+        )
         remote = LeRobotV3(url, options.storage_options)
         if remote.info != source.info or sorted(remote.episodes) != sorted(source.episodes):
-            raise SourceError(f"{url} is not the dataset at {native.root} (meta/info.json or the episode table "
-                              "differ); point --dataset.root at a copy of its tables, or leave it unset")
+            raise SourceError(
+                f"{url} is not the dataset at {native.root} (meta/info.json or the episode table "
+                "differ); point --dataset.root at a copy of its tables, or leave it unset"
+            )
     else:
         source = LeRobotV3(url or native.root)
         if options.local_cache_dir:
-            logger.warning(f"video_stream: local_cache_dir ignored: the videos of {url or native.root} are "
-                           "local already")
+            logger.warning(
+                f"video_stream: local_cache_dir ignored: the videos of {url or native.root} are local already"
+            )
     check_meta_match(native, source)  # the meta/ read (the local tables for a remote source) is LeRobot's
     device = _decode_device(options.decode_device, source)
     # the buffer, sized in bytes from metadata before anything is read: long episodes are cut into units of
@@ -86,10 +96,17 @@ def video_stream_dataset(native, *, options):
     margin = camera_reach(settings.delta_indices, source.video_keys + source.image_keys)
     held_per_step = step / EXPECTED_LOSSLESS_RATIO if options.buffer == "lz4" else step
     meta_units = split_lengths(size.lengths, step)
-    passes, buffer = passes.fit(held_bytes(meta_units, held_per_step, sum(margin)), 0, OPTION_PREFIX,
-                                backend="video_stream", unit="units" if len(meta_units) > len(size.lengths) else "episodes",
-                                alternatives=[f"{OPTION_PREFIX}.cache_memory (bytes) smaller, or cache_episodes unset",
-                                              f"{OPTION_PREFIX}.buffer='lz4' (units held compressed)"])
+    passes, buffer = passes.fit(
+        held_bytes(meta_units, held_per_step, sum(margin)),
+        0,
+        OPTION_PREFIX,
+        backend="video_stream",
+        unit="units" if len(meta_units) > len(size.lengths) else "episodes",
+        alternatives=[
+            f"{OPTION_PREFIX}.cache_memory (bytes) smaller, or cache_episodes unset",
+            f"{OPTION_PREFIX}.buffer='lz4' (units held compressed)",
+        ],
+    )
     episodes = LeRobotEpisodes(source, settings.tolerance_s, native.episodes, decode_device=device)
     check_rows_match(native, episodes.columns, episodes.arrays["index"], episodes.arrays)
     infos = {k: FieldInfo(a.dtype, tuple(a.shape[1:]), False) for k, a in episodes.arrays.items()}
@@ -101,8 +118,10 @@ def video_stream_dataset(native, *, options):
     def load(ep: int, lo: int, hi: int) -> dict:
         arrays = episodes.read_frames(ep, lo, hi)
         if codec is not None:
-            arrays = {k: EncodedFrames.encode(v, codec, f"{source.url} episode {ep} {k} rows {lo}..{hi - 1}")
-                      for k, v in arrays.items()}
+            arrays = {
+                k: EncodedFrames.encode(v, codec, f"{source.url} episode {ep} {k} rows {lo}..{hi - 1}")
+                for k, v in arrays.items()
+            }
         return arrays
 
     units = split_runs(episodes.runs, step)
@@ -111,14 +130,27 @@ def video_stream_dataset(native, *, options):
     split = len(units) > len(episodes.runs)
     parts = f" in {len(units)} units of up to {int(frames.lengths.max())} frames" if split else ""
     unit = "units" if split else "episodes"
-    summary = (f"{len(episodes.runs)} episodes{parts}, {sum(e - s for _, s, e in episodes.runs)} frames streamed "
-               f"from {url or source.url} ({device} decode, {options.buffer} buffer of "
-               f"{min(passes.episode_capacity, len(units))} {unit}, {passes.describe_shuffle(len(units), unit)}"
-               f"{cached}); bounded: {buffer.footprint.bound}")
-    return LeRobotStreamSamples(native, frames, episodes.runs, episodes.columns, source.video_keys, source.image_keys,
-                                backend_name="video_stream", location=url or source.url, source=source,
-                                passes=passes, units=units,
-                                decode_threads=options.decode_threads, serving=Serving(summary))
+    summary = (
+        f"{len(episodes.runs)} episodes{parts}, {sum(e - s for _, s, e in episodes.runs)} frames streamed "
+        f"from {url or source.url} ({device} decode, {options.buffer} buffer of "
+        f"{min(passes.episode_capacity, len(units))} {unit}, {passes.describe_shuffle(len(units), unit)}"
+        f"{cached}); bounded: {buffer.footprint.bound}"
+    )
+    return LeRobotStreamSamples(
+        native,
+        frames,
+        episodes.runs,
+        episodes.columns,
+        source.video_keys,
+        source.image_keys,
+        backend_name="video_stream",
+        location=url or source.url,
+        source=source,
+        passes=passes,
+        units=units,
+        decode_threads=options.decode_threads,
+        serving=Serving(summary),
+    )
 
 
 def _decode_device(option: str, source) -> str:
@@ -130,8 +162,9 @@ def _decode_device(option: str, source) -> str:
     if option == "cpu" or (option == "auto" and not torch.cuda.is_available()):
         return "cpu"
     if not torch.cuda.is_available():
-        raise BackendOptionError(f"{OPTION_PREFIX}.decode_device='cuda' but torch sees no CUDA GPU; use 'cpu' or "
-                                 "'auto'")
+        raise BackendOptionError(
+            f"{OPTION_PREFIX}.decode_device='cuda' but torch sees no CUDA GPU; use 'cpu' or 'auto'"
+        )
     problem = nvdec_unusable(source)
     if problem:
         if option == "auto":

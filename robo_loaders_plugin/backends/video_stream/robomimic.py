@@ -1,16 +1,18 @@
 """``video_stream`` on robomimic: SequenceDataset's samples from video robo-shards ('robo-loaders convert robomimic
 IN OUT --frames h264'), each demo's segment decoded once per pass.
 """
+
 from __future__ import annotations
 
 import os
+
 from robo_loaders_plugin.core.errors import BackendOptionError
 from robo_loaders_plugin.pipeline.options import PassOptions, open_shards
+from robo_loaders_plugin.robomimic.buffered import buffer_sizing, fit_buffer, shard_samples
+from robo_loaders_plugin.robomimic.sequence import OPTION_PREFIX, sequence_options
 from robo_loaders_plugin.sources.robomimic_hdf5 import RobomimicHdf5
 from robo_loaders_plugin.storage.codec import FrameCodec
 from robo_loaders_plugin.storage.encoded_frames import EncodedFrames
-from robo_loaders_plugin.robomimic.sequence import OPTION_PREFIX, sequence_options
-from robo_loaders_plugin.robomimic.buffered import buffer_sizing, fit_buffer, shard_samples
 
 
 def video_stream_dataset(config, obs_keys, filter_by_attribute=None, dataset_path=None, *, options):
@@ -45,7 +47,9 @@ def video_stream_dataset(config, obs_keys, filter_by_attribute=None, dataset_pat
     opts, path = sequence_options(config, obs_keys, dataset_path)
     source = RobomimicHdf5(path, cache_dir=options.cache_dir)  # its validation record goes there too
     settings = VideoSettings()
-    sizing = buffer_sizing(config, source, opts, filter_by_attribute, held_ratio=1.0 if options.buffer == "raw" else 1.5)
+    sizing = buffer_sizing(
+        config, source, opts, filter_by_attribute, held_ratio=1.0 if options.buffer == "raw" else 1.5
+    )
     passes, bound = fit_buffer(sizing, PassOptions.of(options), "video_stream")
 
     def convert(out_dir, fingerprint):
@@ -53,29 +57,54 @@ def video_stream_dataset(config, obs_keys, filter_by_attribute=None, dataset_pat
 
         convert_robomimic(path, out_dir, fingerprint=fingerprint, video=settings, cache_dir=options.cache_dir)
 
-    reader, hold = open_shards(framework="robomimic", source=source, shards=options.source,
-                               cache_dir=options.cache_dir,
-                               check_source=True, convert=convert, option_prefix=OPTION_PREFIX,
-                               key_desc={"source": os.path.realpath(path), "v": 2, "video": settings.as_dict()},
-                               convert_hint=f"'robo-loaders convert robomimic {path} OUT_DIR --frames h264'",
-                               size=sizing.whole, video=True, backend="video_stream")
+    reader, hold = open_shards(
+        framework="robomimic",
+        source=source,
+        shards=options.source,
+        cache_dir=options.cache_dir,
+        check_source=True,
+        convert=convert,
+        option_prefix=OPTION_PREFIX,
+        key_desc={"source": os.path.realpath(path), "v": 2, "video": settings.as_dict()},
+        convert_hint=f"'robo-loaders convert robomimic {path} OUT_DIR --frames h264'",
+        size=sizing.whole,
+        video=True,
+        backend="video_stream",
+    )
     video = reader.dataset["metadata"].get("video")
     if not video:
-        raise BackendOptionError(f"{reader.dir} holds no video (converted without --frames): train from it with "
-                                 "train.data_backend='datapipe', or convert with 'robo-loaders convert robomimic "
-                                 f"{path} OUT_DIR --frames h264' for video_stream")
+        raise BackendOptionError(
+            f"{reader.dir} holds no video (converted without --frames): train from it with "
+            "train.data_backend='datapipe', or convert with 'robo-loaders convert robomimic "
+            f"{path} OUT_DIR --frames h264' for video_stream"
+        )
     transform = None
     if options.buffer == "lz4":  # decoded once per load, then held LZ4-compressed (decoded again per batch)
         codec = FrameCodec("lz4", 1)
 
         def transform(arrays):
-            return {k: EncodedFrames.encode(v.decode_all(), codec, v.where) if isinstance(v, VideoSegmentFrames) else v
-                    for k, v in arrays.items()}
+            return {
+                k: EncodedFrames.encode(v.decode_all(), codec, v.where) if isinstance(v, VideoSegmentFrames) else v
+                for k, v in arrays.items()
+            }
 
     def describe_frames(n_demos: int) -> str:  # the buffer never holds more demos than the split has
-        return (f"; camera frames from {video.get('codec')} video (crf {video.get('crf')}), decoded on the CPU, "
-                f"{options.buffer} buffer of {min(passes.episode_capacity, n_demos)} demos")
+        return (
+            f"; camera frames from {video.get('codec')} video (crf {video.get('crf')}), decoded on the CPU, "
+            f"{options.buffer} buffer of {min(passes.episode_capacity, n_demos)} demos"
+        )
 
-    return shard_samples(config, opts, path, filter_by_attribute, reader, hold, (passes, bound), "video_stream",
-                          transform, decode_on_load=options.buffer == "raw", decode_threads=options.decode_threads,
-                          describe_frames=describe_frames)
+    return shard_samples(
+        config,
+        opts,
+        path,
+        filter_by_attribute,
+        reader,
+        hold,
+        (passes, bound),
+        "video_stream",
+        transform,
+        decode_on_load=options.buffer == "raw",
+        decode_threads=options.decode_threads,
+        describe_frames=describe_frames,
+    )

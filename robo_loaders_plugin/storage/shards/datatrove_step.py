@@ -10,6 +10,7 @@ Why ``skip_completed=False`` on every executor built here: the manifest, not dat
 records what is done. A rank marked complete by datatrove would be skipped on a re-run even when its units must be
 converted again (a shard deleted since is planned again), and a rank that converts nothing costs a few seconds.
 """
+
 from __future__ import annotations
 
 import os
@@ -52,8 +53,9 @@ class ConvertUnits(PipelineStep):
     name = "convert robo-shards units"
     type = "robo-loaders"
 
-    def __init__(self, worker: Callable, args, out_dir: str, publish: Mapping | None = None,
-                 markers: str | None = None):
+    def __init__(
+        self, worker: Callable, args, out_dir: str, publish: Mapping | None = None, markers: str | None = None
+    ):
         super().__init__()
         self.worker, self.args, self.out_dir = worker, args, out_dir
         self.publish, self.markers = (dict(publish) if publish is not None else None), markers
@@ -82,8 +84,9 @@ class ConvertUnits(PipelineStep):
         return data
 
 
-def local_executor(step: ConvertUnits, tasks: int, workers: int, logging_dir: str,
-                   start_method: str = "forkserver") -> LocalPipelineExecutor:
+def local_executor(
+    step: ConvertUnits, tasks: int, workers: int, logging_dir: str, start_method: str = "forkserver"
+) -> LocalPipelineExecutor:
     """datatrove's ``LocalPipelineExecutor`` running ``step`` in ``tasks`` tasks, ``skip_completed=False`` (see the
     module's docstring).
 
@@ -97,8 +100,14 @@ def local_executor(step: ConvertUnits, tasks: int, workers: int, logging_dir: st
     Returns:
         The executor, not yet run.
     """
-    return LocalPipelineExecutor(pipeline=[step], tasks=tasks, workers=workers, logging_dir=logging_dir,
-                                 skip_completed=False, start_method=start_method)
+    return LocalPipelineExecutor(
+        pipeline=[step],
+        tasks=tasks,
+        workers=workers,
+        logging_dir=logging_dir,
+        skip_completed=False,
+        start_method=start_method,
+    )
 
 
 def default_env_command() -> str | None:
@@ -109,11 +118,22 @@ def default_env_command() -> str | None:
     return None
 
 
-def slurm_executor(step: ConvertUnits, tasks: int, logging_dir: str, partition: str, time: str = "24:00:00",
-                   cpus_per_task: int = 1, mem_per_cpu_gb: int = 4, job_name: str = "robo-loaders-convert",
-                   qos: str | None = None, sbatch_args: Mapping | None = None, env_command: str | None = None,
-                   workers: int = -1, slurm_logs_folder: str | None = None,
-                   **extra) -> SlurmPipelineExecutor:
+def slurm_executor(
+    step: ConvertUnits,
+    tasks: int,
+    logging_dir: str,
+    partition: str,
+    time: str = "24:00:00",
+    cpus_per_task: int = 1,
+    mem_per_cpu_gb: int = 4,
+    job_name: str = "robo-loaders-convert",
+    qos: str | None = None,
+    sbatch_args: Mapping | None = None,
+    env_command: str | None = None,
+    workers: int = -1,
+    slurm_logs_folder: str | None = None,
+    **extra,
+) -> SlurmPipelineExecutor:
     """A job array of ``tasks`` Slurm tasks running ``step`` (datatrove's ``SlurmPipelineExecutor``, not submitted).
 
     Args:
@@ -136,7 +156,19 @@ def slurm_executor(step: ConvertUnits, tasks: int, logging_dir: str, partition: 
         The executor.
     """
     return SlurmPipelineExecutor(
-        pipeline=[step], tasks=tasks, time=time, partition=partition, cpus_per_task=cpus_per_task,
-        mem_per_cpu_gb=mem_per_cpu_gb, job_name=job_name, qos=qos, sbatch_args=dict(sbatch_args or {}),
-        env_command=env_command if env_command is not None else default_env_command(), workers=workers,
-        logging_dir=logging_dir, slurm_logs_folder=slurm_logs_folder, skip_completed=False, **extra)
+        pipeline=[step],
+        tasks=tasks,
+        time=time,
+        partition=partition,
+        cpus_per_task=cpus_per_task,
+        mem_per_cpu_gb=mem_per_cpu_gb,
+        job_name=job_name,
+        qos=qos,
+        sbatch_args=dict(sbatch_args or {}),
+        env_command=env_command if env_command is not None else default_env_command(),
+        workers=workers,
+        logging_dir=logging_dir,
+        slurm_logs_folder=slurm_logs_folder,
+        skip_completed=False,
+        **extra,
+    )

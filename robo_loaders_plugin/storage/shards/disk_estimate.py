@@ -1,19 +1,22 @@
 """What a conversion into robo-shards will write, estimated from the source's metadata, and the refusal before
 converting when the disk cannot take it (``robo-loaders convert`` and a conversion on first use alike).
 """
+
 from __future__ import annotations
 
 import os
-from robo_loaders_plugin.core.footprint import (HEADROOM, Available, Footprint)
-from robo_loaders_plugin.core.units import format_bytes
+
 from robo_loaders_plugin.core.data_size import EXPECTED_LOSSLESS_RATIO, DataSize
+from robo_loaders_plugin.core.footprint import HEADROOM, Available, Footprint
 from robo_loaders_plugin.core.log import get_logger
+from robo_loaders_plugin.core.units import format_bytes
 
 logger = get_logger(__name__)
 
 
-def conversion_estimate(size: DataSize, *, video: bool, ratio: float = EXPECTED_LOSSLESS_RATIO,
-                        video_ratio: float = 20.0) -> int:
+def conversion_estimate(
+    size: DataSize, *, video: bool, ratio: float = EXPECTED_LOSSLESS_RATIO, video_ratio: float = 20.0
+) -> int:
     """Bytes a conversion into robo-shards will write: frames at ``ratio`` (lossless) or ``video_ratio`` (video
     members), everything else raw, plus tar headers (2,048 bytes per member: each camera and 8 more per episode).
 
@@ -30,8 +33,9 @@ def conversion_estimate(size: DataSize, *, video: bool, ratio: float = EXPECTED_
     return int(frames + size.other_bytes + 2048 * (len(size.lengths) * (len(size.frame_step_bytes) + 8)))
 
 
-def check_conversion_disk(size: DataSize, out_dir: str, *, video: bool, command: str, alternatives=(),
-                          option_prefix: str = "") -> int:
+def check_conversion_disk(
+    size: DataSize, out_dir: str, *, video: bool, command: str, alternatives=(), option_prefix: str = ""
+) -> int:
     """Refuse, before any data is read, a conversion into ``out_dir`` whose estimated output the disk cannot hold
     (with headroom, leaving the writers' reserve free: ``core.footprint.disk_reserve``), naming both sizes; what
     ``out_dir`` already holds (a conversion being resumed) is counted as written.
@@ -57,19 +61,29 @@ def check_conversion_disk(size: DataSize, out_dir: str, *, video: bool, command:
     done = path_bytes(out_dir) if os.path.isdir(out_dir) else 0
     need = max(0, conversion_estimate(size, video=video) - done)
     kind = "video members" if video else f"lossless frames at an estimated {EXPECTED_LOSSLESS_RATIO}:1"
-    bound = (f"{size.describe()}; the shards ({kind}) need about {format_bytes(need)} more in {out_dir}; the "
-             "conversion stops before the disk runs out")
+    bound = (
+        f"{size.describe()}; the shards ({kind}) need about {format_bytes(need)} more in {out_dir}; the "
+        "conversion stops before the disk runs out"
+    )
     fp = Footprint(disk_bytes=need, disk_dir=out_dir, bound=bound)
     available = Available.measure(disk_dir=out_dir)
-    check_fits(fp, available, backend=command, option_prefix=option_prefix,
-               alternatives=alternatives, subject=f"{command} cannot write {out_dir}")
+    check_fits(
+        fp,
+        available,
+        backend=command,
+        option_prefix=option_prefix,
+        alternatives=alternatives,
+        subject=f"{command} cannot write {out_dir}",
+    )
     worst = max(0, conversion_estimate(size, video=video, ratio=1.0) - done)
     if not video and available.disk_bytes is not None and worst > HEADROOM * available.disk_usable:
         # the estimate fits, frames that do not compress would not (camera noise: L480 packed 1.25:1, not 1.5:1)
         kept = f" less the {format_bytes(available.disk_reserve)} kept free" if available.disk_reserve else ""
-        logger.warning(f"{command}: {out_dir} has room for the estimate ({format_bytes(need)} at "
-                       f"{EXPECTED_LOSSLESS_RATIO}:1) but not for frames that do not compress ({format_bytes(worst)}, "
-                       f"{format_bytes(available.disk_bytes)} free{kept}); if it runs short the conversion stops "
-                       "with both sizes before the disk is full, keeping its completed work units for the same "
-                       "command to resume")
+        logger.warning(
+            f"{command}: {out_dir} has room for the estimate ({format_bytes(need)} at "
+            f"{EXPECTED_LOSSLESS_RATIO}:1) but not for frames that do not compress ({format_bytes(worst)}, "
+            f"{format_bytes(available.disk_bytes)} free{kept}); if it runs short the conversion stops "
+            "with both sizes before the disk is full, keeping its completed work units for the same "
+            "command to resume"
+        )
     return need

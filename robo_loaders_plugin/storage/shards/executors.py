@@ -25,6 +25,7 @@ Executors (``--executor``):
 Options of each executor are keyword arguments of :func:`execute` (:data:`OPTIONS`); :func:`options_from_cli`
 maps the command line's to them.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -50,8 +51,20 @@ EXECUTORS = ("local", "datatrove-local", "datatrove-slurm")
 OPTIONS = {
     "local": (),
     "datatrove-local": ("logging_dir", "workers", "start_method"),
-    "datatrove-slurm": ("logging_dir", "partition", "time", "cpus_per_task", "mem_per_cpu_gb", "job_name", "qos",
-                        "sbatch_args", "env_command", "workers", "slurm_logs_folder", "extra"),
+    "datatrove-slurm": (
+        "logging_dir",
+        "partition",
+        "time",
+        "cpus_per_task",
+        "mem_per_cpu_gb",
+        "job_name",
+        "qos",
+        "sbatch_args",
+        "env_command",
+        "workers",
+        "slurm_logs_folder",
+        "extra",
+    ),
 }
 LOGGING_SUBDIR = "datatrove"  # default logging_dir: <out_dir>/datatrove (readers ignore it, as manifest.json)
 POLL_S = 0.5
@@ -65,6 +78,7 @@ class ExecutorError(RoboLoadersError, ValueError):
 @dataclasses.dataclass(frozen=True)
 class Submitted:
     """What :func:`execute` returns for ``datatrove-slurm``: the conversion runs on as a Slurm job array."""
+
     job_id: str
     tasks: int
     units: int
@@ -101,13 +115,26 @@ def check_options(executor: str, options: Mapping) -> None:
         try:
             import datatrove  # noqa: F401
         except ImportError:
-            raise ExecutorError(f"executor {executor!r} needs datatrove: pip install 'robo-loaders-plugin[datatrove]' "
-                                "(or datatrove==0.10.1)") from None
+            raise ExecutorError(
+                f"executor {executor!r} needs datatrove: pip install 'robo-loaders-plugin[datatrove]' "
+                "(or datatrove==0.10.1)"
+            ) from None
 
 
-def execute(executor: str, out_dir: str, worker: Callable, args, num_workers: int, codec: FrameCodec,
-            metadata: Mapping, source: Mapping, desc: str, progress: bool = True, timeout_s: float | None = None,
-            **options) -> Converted | Submitted:
+def execute(
+    executor: str,
+    out_dir: str,
+    worker: Callable,
+    args,
+    num_workers: int,
+    codec: FrameCodec,
+    metadata: Mapping,
+    source: Mapping,
+    desc: str,
+    progress: bool = True,
+    timeout_s: float | None = None,
+    **options,
+) -> Converted | Submitted:
     """Convert the units planned in ``out_dir/manifest.json`` with ``worker(args)``, and publish ``index.json``
     when every unit is done.
 
@@ -139,8 +166,9 @@ def execute(executor: str, out_dir: str, worker: Callable, args, num_workers: in
     if executor == "local":
         return manifest.run(out_dir, worker, args, num_workers, codec, metadata, source, desc, progress, timeout_s)
     if executor == "datatrove-local":
-        return _datatrove_local(out_dir, worker, args, num_workers, codec, metadata, source, desc, progress,
-                                timeout_s, **options)
+        return _datatrove_local(
+            out_dir, worker, args, num_workers, codec, metadata, source, desc, progress, timeout_s, **options
+        )
     return _datatrove_slurm(out_dir, worker, args, num_workers, codec, metadata, source, desc, **options)
 
 
@@ -155,6 +183,7 @@ def _logging_dir(out_dir: str, logging_dir: str | None) -> str:
 
 
 # ---- datatrove-local --------------------------------------------------------------------------------------------
+
 
 def _alive(pid: int) -> bool:
     try:
@@ -183,8 +212,21 @@ def _task_states(markers: str, tasks: int) -> tuple[list[int], list[int]]:
     return finished, dead
 
 
-def _datatrove_local(out_dir, worker, args, num_workers, codec, metadata, source, desc, progress, timeout_s,
-                     logging_dir=None, workers=None, start_method="forkserver") -> Converted:
+def _datatrove_local(
+    out_dir,
+    worker,
+    args,
+    num_workers,
+    codec,
+    metadata,
+    source,
+    desc,
+    progress,
+    timeout_s,
+    logging_dir=None,
+    workers=None,
+    start_method="forkserver",
+) -> Converted:
     from robo_loaders_plugin.storage.shards import datatrove_step
 
     total, pending = _counts(out_dir)
@@ -193,8 +235,13 @@ def _datatrove_local(out_dir, worker, args, num_workers, codec, metadata, source
     markers = os.path.join(logging_dir, "robo-loaders-tasks", uuid.uuid4().hex[:12])  # this run's only
     if pending:
         step = datatrove_step.ConvertUnits(worker, args, out_dir, publish=None, markers=markers)
-        ex = datatrove_step.local_executor(step, tasks=tasks, workers=min(int(workers or tasks), tasks),
-                                           logging_dir=logging_dir, start_method=start_method)
+        ex = datatrove_step.local_executor(
+            step,
+            tasks=tasks,
+            workers=min(int(workers or tasks), tasks),
+            logging_dir=logging_dir,
+            start_method=start_method,
+        )
         outcome: dict = {}
 
         def run():
@@ -216,8 +263,10 @@ def _datatrove_local(out_dir, worker, args, num_workers, codec, metadata, source
                     gone_since = gone_since or time.monotonic()
                     if time.monotonic() - gone_since > DEAD_TASK_GRACE_S and thread.is_alive():
                         # datatrove's pool never returns a killed task's result: stop waiting for it
-                        logger.warning(f"{out_dir}: datatrove task(s) {manifest._ids(dead)} died without "
-                                       "finishing; converting what they left here")
+                        logger.warning(
+                            f"{out_dir}: datatrove task(s) {manifest._ids(dead)} died without "
+                            "finishing; converting what they left here"
+                        )
                         break
         finally:
             bar.close()
@@ -234,8 +283,18 @@ def _datatrove_local(out_dir, worker, args, num_workers, codec, metadata, source
 
 # ---- datatrove-slurm --------------------------------------------------------------------------------------------
 
-def build_slurm(out_dir: str, worker: Callable, args, tasks: int, codec: FrameCodec, metadata: Mapping,
-                source: Mapping, logging_dir: str | None = None, **options):
+
+def build_slurm(
+    out_dir: str,
+    worker: Callable,
+    args,
+    tasks: int,
+    codec: FrameCodec,
+    metadata: Mapping,
+    source: Mapping,
+    logging_dir: str | None = None,
+    **options,
+):
     """The ``SlurmPipelineExecutor`` :func:`execute` submits (not submitted): its tasks publish ``index.json``.
 
     Args:
@@ -260,14 +319,20 @@ def build_slurm(out_dir: str, worker: Callable, args, tasks: int, codec: FrameCo
 
     check_options("datatrove-slurm", options)
     extra = dict(options.pop("extra", None) or {})
-    step = datatrove_step.ConvertUnits(worker, args, os.path.abspath(out_dir),
-                                       publish={"codec": codec, "metadata": dict(metadata), "source": dict(source)})
-    return datatrove_step.slurm_executor(step, tasks=tasks, logging_dir=_logging_dir(out_dir, logging_dir),
-                                         **options, **extra)
+    step = datatrove_step.ConvertUnits(
+        worker,
+        args,
+        os.path.abspath(out_dir),
+        publish={"codec": codec, "metadata": dict(metadata), "source": dict(source)},
+    )
+    return datatrove_step.slurm_executor(
+        step, tasks=tasks, logging_dir=_logging_dir(out_dir, logging_dir), **options, **extra
+    )
 
 
-def _datatrove_slurm(out_dir, worker, args, num_workers, codec, metadata, source, desc, logging_dir=None,
-                     **options) -> Converted | Submitted:
+def _datatrove_slurm(
+    out_dir, worker, args, num_workers, codec, metadata, source, desc, logging_dir=None, **options
+) -> Converted | Submitted:
     published = manifest._finish(out_dir, codec, metadata, source)
     total, pending = _counts(out_dir)  # after _finish, which plans damaged units again
     if published is not None:  # every unit done already (a job that converted them all but did not publish)
@@ -276,13 +341,22 @@ def _datatrove_slurm(out_dir, worker, args, num_workers, codec, metadata, source
     ex = build_slurm(out_dir, worker, args, tasks, codec, metadata, source, logging_dir, **options)
     # launch_job, not run: run() inside a Slurm array task (an interactive job) would convert instead of submitting
     ex.launch_job()  # writes executor.pik and launch_script.slurm into logging_dir, then calls sbatch
-    logger.info(f"{desc}: submitted Slurm job {ex.job_id} ({tasks} task(s), {pending} of {total} unit(s) "
-                f"to convert); the last task to finish publishes {os.path.join(out_dir, 'index.json')}")
-    return Submitted(job_id=str(ex.job_id), tasks=tasks, units=total, pending_units=pending,
-                     logging_dir=ex.logging_dir.path, launch_script=ex.logging_dir.resolve_paths("launch_script.slurm"))
+    logger.info(
+        f"{desc}: submitted Slurm job {ex.job_id} ({tasks} task(s), {pending} of {total} unit(s) "
+        f"to convert); the last task to finish publishes {os.path.join(out_dir, 'index.json')}"
+    )
+    return Submitted(
+        job_id=str(ex.job_id),
+        tasks=tasks,
+        units=total,
+        pending_units=pending,
+        logging_dir=ex.logging_dir.path,
+        launch_script=ex.logging_dir.resolve_paths("launch_script.slurm"),
+    )
 
 
 # ---- the command line -------------------------------------------------------------------------------------------
+
 
 def parse_sbatch_args(pairs: Iterable[str]) -> dict:
     """``["KEY=VALUE", "KEY"]`` (``--sbatch-arg`` given several times) as ``{"KEY": "VALUE", "KEY": ""}``; a
@@ -307,15 +381,33 @@ def parse_sbatch_args(pairs: Iterable[str]) -> dict:
     return out
 
 
-CLI_PARAMS = ("logging_dir", "concurrent_tasks", "slurm_partition", "slurm_time", "slurm_cpus_per_task",
-              "slurm_mem_per_cpu_gb", "slurm_job_name", "slurm_qos", "sbatch_arg", "slurm_env_command")
+CLI_PARAMS = (
+    "logging_dir",
+    "concurrent_tasks",
+    "slurm_partition",
+    "slurm_time",
+    "slurm_cpus_per_task",
+    "slurm_mem_per_cpu_gb",
+    "slurm_job_name",
+    "slurm_qos",
+    "sbatch_arg",
+    "slurm_env_command",
+)
 
 
-def options_from_cli(executor: str, logging_dir: str | None = None, concurrent_tasks: int | None = None,
-                     slurm_partition: str | None = None, slurm_time: str | None = None,
-                     slurm_cpus_per_task: int | None = None, slurm_mem_per_cpu_gb: int | None = None,
-                     slurm_job_name: str | None = None, slurm_qos: str | None = None, sbatch_arg: Iterable[str] = (),
-                     slurm_env_command: str | None = None) -> dict:
+def options_from_cli(
+    executor: str,
+    logging_dir: str | None = None,
+    concurrent_tasks: int | None = None,
+    slurm_partition: str | None = None,
+    slurm_time: str | None = None,
+    slurm_cpus_per_task: int | None = None,
+    slurm_mem_per_cpu_gb: int | None = None,
+    slurm_job_name: str | None = None,
+    slurm_qos: str | None = None,
+    sbatch_arg: Iterable[str] = (),
+    slurm_env_command: str | None = None,
+) -> dict:
     """The command line's executor options as :func:`execute`'s keyword arguments.
 
     Options given for another executor than the chosen one are an error (they would be silently ignored).
@@ -339,13 +431,25 @@ def options_from_cli(executor: str, logging_dir: str | None = None, concurrent_t
     Raises:
         ExecutorError: an option that does not apply to ``executor``, or see :func:`check_options`.
     """
-    given = {"logging_dir": logging_dir, "workers": concurrent_tasks, "partition": slurm_partition, "time": slurm_time,
-             "cpus_per_task": slurm_cpus_per_task, "mem_per_cpu_gb": slurm_mem_per_cpu_gb,
-             "job_name": slurm_job_name, "qos": slurm_qos, "env_command": slurm_env_command,
-             "sbatch_args": parse_sbatch_args(sbatch_arg) or None}
+    given = {
+        "logging_dir": logging_dir,
+        "workers": concurrent_tasks,
+        "partition": slurm_partition,
+        "time": slurm_time,
+        "cpus_per_task": slurm_cpus_per_task,
+        "mem_per_cpu_gb": slurm_mem_per_cpu_gb,
+        "job_name": slurm_job_name,
+        "qos": slurm_qos,
+        "env_command": slurm_env_command,
+        "sbatch_args": parse_sbatch_args(sbatch_arg) or None,
+    }
     options = {k: v for k, v in given.items() if v is not None}
-    flags = {"logging_dir": "--logging-dir", "workers": "--concurrent-tasks", "sbatch_args": "--sbatch-arg",
-             "env_command": "--slurm-env-command"}
+    flags = {
+        "logging_dir": "--logging-dir",
+        "workers": "--concurrent-tasks",
+        "sbatch_args": "--sbatch-arg",
+        "env_command": "--slurm-env-command",
+    }
     wrong = [flags.get(k, "--slurm-" + k.replace("_", "-")) for k in options if k not in OPTIONS.get(executor, ())]
     if executor in EXECUTORS and wrong:
         raise ExecutorError(f"{', '.join(wrong)} do(es) not apply to --executor {executor}")
@@ -367,23 +471,42 @@ def click_options(logging_dir_default: str):
     import click
 
     options = [
-        click.option("--executor", type=click.Choice(list(EXECUTORS)), default="local", show_default=True,
-                     help="where the work units run (docs/distributed-conversion.md); --num-workers is the number "
-                          "of tasks"),
-        click.option("--concurrent-tasks", type=click.IntRange(min=1), default=None,
-                     help="datatrove: tasks running at once (default: all of them)"),
-        click.option("--logging-dir", type=click.Path(file_okay=False), default=None,
-                     help=f"datatrove: logs, stats and the Slurm job's files (default: {logging_dir_default})"),
+        click.option(
+            "--executor",
+            type=click.Choice(list(EXECUTORS)),
+            default="local",
+            show_default=True,
+            help="where the work units run (docs/distributed-conversion.md); --num-workers is the number of tasks",
+        ),
+        click.option(
+            "--concurrent-tasks",
+            type=click.IntRange(min=1),
+            default=None,
+            help="datatrove: tasks running at once (default: all of them)",
+        ),
+        click.option(
+            "--logging-dir",
+            type=click.Path(file_okay=False),
+            default=None,
+            help=f"datatrove: logs, stats and the Slurm job's files (default: {logging_dir_default})",
+        ),
         click.option("--slurm-partition", default=None, help="datatrove-slurm: partition (required)"),
         click.option("--slurm-time", default=None, help="datatrove-slurm: time limit per task [24:00:00]"),
         click.option("--slurm-cpus-per-task", type=click.IntRange(min=1), default=None, help="datatrove-slurm [1]"),
         click.option("--slurm-mem-per-cpu-gb", type=click.IntRange(min=1), default=None, help="datatrove-slurm [4]"),
         click.option("--slurm-job-name", default=None, help="datatrove-slurm [robo-loaders-convert]"),
         click.option("--slurm-qos", default=None, help="datatrove-slurm [the cluster's default]"),
-        click.option("--sbatch-arg", multiple=True, metavar="KEY=VALUE",
-                     help="datatrove-slurm: an extra #SBATCH --KEY=VALUE line (repeatable; KEY alone for a flag)"),
-        click.option("--slurm-env-command", default=None,
-                     help="datatrove-slurm: run before each task [source <this virtualenv>/bin/activate]"),
+        click.option(
+            "--sbatch-arg",
+            multiple=True,
+            metavar="KEY=VALUE",
+            help="datatrove-slurm: an extra #SBATCH --KEY=VALUE line (repeatable; KEY alone for a flag)",
+        ),
+        click.option(
+            "--slurm-env-command",
+            default=None,
+            help="datatrove-slurm: run before each task [source <this virtualenv>/bin/activate]",
+        ),
     ]
 
     def decorate(f):

@@ -13,6 +13,7 @@ damaged index would otherwise point at another episode's bytes); every shard has
 
 The writer lives in ``writer.py``, the reader in ``reader.py``; the package exports both.
 """
+
 from __future__ import annotations
 
 import errno
@@ -67,7 +68,6 @@ def field_token(field: str) -> str:
     return token
 
 
-
 def member_name(episode: str, field: str, kind: str) -> str:
     """The member holding one field of one episode: ``<episode>.<field token>.<npy|frames|mp4>``.
 
@@ -95,7 +95,7 @@ def part_member(member: str, part: int) -> str:
     Returns:
         The part's member name.
     """
-    return f"{member[:-len('.frames')]}.part{int(part):05d}.frames"
+    return f"{member[: -len('.frames')]}.part{int(part):05d}.frames"
 
 
 def part_bounds(rows: int, step_bytes: int, part_bytes: int | None = None) -> list[int] | None:
@@ -231,11 +231,13 @@ def listing_problems(names: list[str], listed: list[str] | None, where: str) -> 
     missing = [n for n in listed if n not in have]
     extra = sorted(have - wanted)
     if missing:
-        problems.append(f"{where}: {len(missing)} episode(s) listed in dataset.json are not in index.json "
-                        f"(e.g. {missing[:3]})")
+        problems.append(
+            f"{where}: {len(missing)} episode(s) listed in dataset.json are not in index.json (e.g. {missing[:3]})"
+        )
     if extra:
-        problems.append(f"{where}: index.json holds {len(extra)} episode(s) dataset.json does not list "
-                        f"(e.g. {extra[:3]})")
+        problems.append(
+            f"{where}: index.json holds {len(extra)} episode(s) dataset.json does not list (e.g. {extra[:3]})"
+        )
     return problems
 
 
@@ -258,9 +260,11 @@ def disk_full_error(directory: str, exc: OSError, needed: str | None, doing: str
     except OSError:
         free = "unknown"
     need = f"; {needed}" if needed else ""
-    return ShardError(f"{directory}: {exc.strerror or 'no space left on device'} while {doing} ({free} free{need}). "
-                      "Free some space or choose another output directory, then run the same command again "
-                      "(a conversion resumes where it stopped)")
+    return ShardError(
+        f"{directory}: {exc.strerror or 'no space left on device'} while {doing} ({free} free{need}). "
+        "Free some space or choose another output directory, then run the same command again "
+        "(a conversion resumes where it stopped)"
+    )
 
 
 def check_output_dir(out_dir: str) -> None:
@@ -281,8 +285,10 @@ def check_output_dir(out_dir: str) -> None:
         os.close(fd)
         os.unlink(probe)
     except OSError as exc:
-        raise ShardError(f"{out_dir}: cannot write the output directory ({exc.strerror or exc}); choose a "
-                         "directory you can write to, or fix its permissions") from None
+        raise ShardError(
+            f"{out_dir}: cannot write the output directory ({exc.strerror or exc}); choose a "
+            "directory you can write to, or fix its permissions"
+        ) from None
 
 
 def _atomic_json(path: str, payload) -> None:

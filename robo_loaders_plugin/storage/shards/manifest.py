@@ -27,6 +27,7 @@ itself, records each output (a path relative to ``out_dir``, and its size) where
 or resized output is planned again like a shard, and passes a :class:`Publisher` where a :class:`FrameCodec` is
 expected (:func:`run`, :func:`finish`, ``executors.execute``): publishing is then its ``publish``, not index.json.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -38,8 +39,8 @@ import re
 import socket
 import time
 import uuid
-from typing import NamedTuple
 from collections.abc import Callable, Iterable, Mapping
+from typing import NamedTuple
 
 from tqdm.auto import tqdm
 
@@ -71,6 +72,7 @@ _HELD: dict[tuple[str, int], _Lease] = {}  # (realpath of out_dir, unit id) -> l
 @dataclasses.dataclass(frozen=True)
 class Converted:
     """What :func:`run` published: ``units`` planned (one shard each), ``shards`` and ``episodes`` in index.json."""
+
     units: int
     shards: int
     episodes: int
@@ -84,8 +86,9 @@ class Publisher:
 
     unit = "unit"  # what the progress bar counts
 
-    def publish(self, out_dir: str, entries: list[dict], outputs: list[dict], metadata: Mapping,
-                source: Mapping) -> None:
+    def publish(
+        self, out_dir: str, entries: list[dict], outputs: list[dict], metadata: Mapping, source: Mapping
+    ) -> None:
         """Publish the finished conversion (called under the manifest lock once every unit is done and intact).
 
         Must be idempotent: a later :func:`finish` publishes again.
@@ -130,6 +133,7 @@ def _normalized(value):
 
 # ---- unit locks: only ever opened under the manifest lock -------------------------------------------------------
 
+
 def _lock_path(out_dir: str, unit_id: int) -> str:
     return os.path.join(out_dir, "locks", f"unit-{unit_id:06d}.lock")
 
@@ -165,6 +169,7 @@ def _available(out_dir: str, u: dict) -> bool:
 
 # ---- repairs on resume ------------------------------------------------------------------------------------------
 
+
 def _shard_intact(out_dir: str, shard: dict) -> bool:
     try:
         return os.path.getsize(os.path.join(out_dir, shard["name"])) == shard["bytes"]
@@ -186,8 +191,10 @@ def _replan_damaged(out_dir: str, m: dict) -> list[int]:
             u.pop("shards", None)
             replanned.append(u["id"])
     if replanned:
-        logger.warning(f"{out_dir}: converting unit(s) {_ids(replanned)} again (their shard is missing or "
-                       "does not match manifest.json)")
+        logger.warning(
+            f"{out_dir}: converting unit(s) {_ids(replanned)} again (their shard is missing or "
+            "does not match manifest.json)"
+        )
         with contextlib.suppress(FileNotFoundError):
             os.unlink(os.path.join(out_dir, "index.json"))
     return replanned
@@ -216,6 +223,7 @@ def _ids(ids: Iterable[int], limit: int = 10) -> str:
 
 
 # ---- the manifest's life cycle ----------------------------------------------------------------------------------
+
 
 def plan(out_dir: str, source_fingerprint, units: list[list[str]], options: Mapping) -> dict:
     """Create the manifest, or check that an existing one is for the same source and options (resume) and repair
@@ -251,12 +259,18 @@ def plan(out_dir: str, source_fingerprint, units: list[list[str]], options: Mapp
             m = None
         if m is not None:
             if m["source"] != fingerprint or m["options"] != options:
-                raise ShardError(f"{out_dir} holds a conversion of another source or with other options; "
-                                 "use an empty output directory")
+                raise ShardError(
+                    f"{out_dir} holds a conversion of another source or with other options; "
+                    "use an empty output directory"
+                )
             changed = bool(_replan_damaged(out_dir, m))
         else:
-            m = {"version": MANIFEST_VERSION, "source": fingerprint, "options": options,
-                 "units": [{"id": i, "episodes": list(eps), "state": "planned"} for i, eps in enumerate(units)]}
+            m = {
+                "version": MANIFEST_VERSION,
+                "source": fingerprint,
+                "options": options,
+                "units": [{"id": i, "episodes": list(eps), "state": "planned"} for i, eps in enumerate(units)],
+            }
             changed = True
         _sweep_leftovers(out_dir, m)
         if changed:
@@ -318,12 +332,15 @@ def complete(out_dir: str, unit_id: int, episodes: list[dict], shards: list[dict
         m = _read(out_dir)
         u = m["units"][unit_id]
         if not _owned(u, _HELD.get(key)):
-            raise ShardError(f"{out_dir}: unit {unit_id} is not leased by this process (taken over while it was "
-                             "written?)")
+            raise ShardError(
+                f"{out_dir}: unit {unit_id} is not leased by this process (taken over while it was written?)"
+            )
         names = [e["name"] for e in episodes]
         if names != u["episodes"]:
-            raise ShardError(f"{out_dir}: unit {unit_id} was written with episodes {names[:3]}... "
-                             f"({len(names)}), planned {u['episodes'][:3]}... ({len(u['episodes'])})")
+            raise ShardError(
+                f"{out_dir}: unit {unit_id} was written with episodes {names[:3]}... "
+                f"({len(names)}), planned {u['episodes'][:3]}... ({len(u['episodes'])})"
+            )
         u.update(state="done", index=episodes, shards=shards)
         u.pop("lease", None)
         _write(out_dir, m)
@@ -355,8 +372,9 @@ def release(out_dir: str, unit_id: int) -> None:
         os.close(held.fd)
 
 
-def work(out_dir: str, codec: FrameCodec, read_episode: Callable[[str], tuple[dict, set]],
-         lease_s: float = 3600.0) -> int:
+def work(
+    out_dir: str, codec: FrameCodec, read_episode: Callable[[str], tuple[dict, set]], lease_s: float = 3600.0
+) -> int:
     """Lease and convert units until none is left, each into one shard (the shards' worker).
 
     A unit that fails is given back before the error propagates.
@@ -393,8 +411,7 @@ def work(out_dir: str, codec: FrameCodec, read_episode: Callable[[str], tuple[di
     return done
 
 
-def _finish(out_dir: str, codec: FrameCodec | Publisher, metadata: Mapping,
-            source: Mapping) -> tuple[int, int] | None:
+def _finish(out_dir: str, codec: FrameCodec | Publisher, metadata: Mapping, source: Mapping) -> tuple[int, int] | None:
     """Publish if every unit is done and intact: (shards, episodes) published, else None. ``codec`` a
     :class:`Publisher`: it publishes instead of index.json/dataset.json."""
     with _locked(out_dir):
@@ -408,8 +425,10 @@ def _finish(out_dir: str, codec: FrameCodec | Publisher, metadata: Mapping,
         shards = [s for u in m["units"] for s in u["shards"]]
         planned = [n for u in m["units"] for n in u["episodes"]]
         if [e["name"] for e in episodes] != planned:  # _replan_damaged makes this impossible; never publish it
-            raise ShardError(f"{out_dir}: the converted episodes differ from the planned ones; delete the directory "
-                             "and convert again")
+            raise ShardError(
+                f"{out_dir}: the converted episodes differ from the planned ones; delete the directory "
+                "and convert again"
+            )
         if isinstance(codec, Publisher):
             codec.publish(out_dir, episodes, shards, metadata, source)
         else:
@@ -506,8 +525,18 @@ def _show_progress(out_dir: str, bar) -> None:
     bar.refresh()
 
 
-def run(out_dir: str, worker: Callable, args: tuple, num_workers: int, codec: FrameCodec, metadata: Mapping,
-        source: Mapping, desc: str, progress: bool = True, timeout_s: float | None = None) -> Converted:
+def run(
+    out_dir: str,
+    worker: Callable,
+    args: tuple,
+    num_workers: int,
+    codec: FrameCodec,
+    metadata: Mapping,
+    source: Mapping,
+    desc: str,
+    progress: bool = True,
+    timeout_s: float | None = None,
+) -> Converted:
     """Convert every planned unit, wait for other processes converting into the same directory, then publish.
 
     ``worker(args)`` (which calls :func:`work`) runs in this process or in ``num_workers`` spawned ones, with a
@@ -547,19 +576,25 @@ def run(out_dir: str, worker: Callable, args: tuple, num_workers: int, codec: Fr
             available, held = _pending(out_dir)
             if available:  # given back by a killed process, or planned again: convert them here
                 if set(available) == left_over:  # the workers returned without converting them
-                    raise ShardError(f"{out_dir}: some units are not done yet (unit(s) {_ids(available)} were left "
-                                     "unconverted by the workers); run the same command again")
+                    raise ShardError(
+                        f"{out_dir}: some units are not done yet (unit(s) {_ids(available)} were left "
+                        "unconverted by the workers); run the same command again"
+                    )
                 left_over = set(available)
                 run_workers(worker, args, num_workers, out_dir, show_progress, POLL_S)
                 continue
             if deadline is None:
                 deadline = time.monotonic() + timeout
-                logger.info(f"{out_dir}: waiting for another process converting {_holders(held)} "
-                            f"(at most {timeout:.0f} s, {ENV_LOCK_TIMEOUT})")
+                logger.info(
+                    f"{out_dir}: waiting for another process converting {_holders(held)} "
+                    f"(at most {timeout:.0f} s, {ENV_LOCK_TIMEOUT})"
+                )
             elif time.monotonic() > deadline:
-                raise ShardError(f"{out_dir}: timed out after {timeout:.0f} s waiting for another process "
-                                 f"converting {_holders(held)}; run the same command again once it has finished, "
-                                 f"or raise {ENV_LOCK_TIMEOUT} to wait longer")
+                raise ShardError(
+                    f"{out_dir}: timed out after {timeout:.0f} s waiting for another process "
+                    f"converting {_holders(held)}; run the same command again once it has finished, "
+                    f"or raise {ENV_LOCK_TIMEOUT} to wait longer"
+                )
             _show_progress(out_dir, bar)
             time.sleep(POLL_S)
     finally:

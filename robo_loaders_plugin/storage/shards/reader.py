@@ -15,6 +15,7 @@ data and never a stray TypeError):
   would escape on extraction, each at the offset the index records), no overlapping members, every episode
   decoded in full.
 """
+
 from __future__ import annotations
 
 import bisect
@@ -34,10 +35,26 @@ import numpy as np
 from numpy.lib import format as npy_format
 
 from robo_loaders_plugin.storage import encoded_frames  # the module, not its names: it imports this package
-from robo_loaders_plugin.storage.shards.format import (_AGAIN, EP_RE, FORMAT, KIND_EXT, MEMBER_RE, READ_VERSIONS,
-                                                       SHARD_RE, ShardError, _dtype, _sha256, _short, header_member,
-                                                       is_int, json_checksum, listed_episodes, listing_problems,
-                                                       member_name, part_member)
+from robo_loaders_plugin.storage.shards.format import (
+    _AGAIN,
+    EP_RE,
+    FORMAT,
+    KIND_EXT,
+    MEMBER_RE,
+    READ_VERSIONS,
+    SHARD_RE,
+    ShardError,
+    _dtype,
+    _sha256,
+    _short,
+    header_member,
+    is_int,
+    json_checksum,
+    listed_episodes,
+    listing_problems,
+    member_name,
+    part_member,
+)
 
 _NPY_HEADER_BYTES = 16384  # magic, length and a header of at most numpy's 10000-character limit
 _NPY_HEADER_READERS = {(1, 0): npy_format.read_array_header_1_0, (2, 0): npy_format.read_array_header_2_0}
@@ -45,8 +62,14 @@ _MAX_PROBLEMS = 50
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 _PART_RE = re.compile(r"\.part[0-9]{5}\.frames$")  # format.part_member
 _EXT_KIND = {ext: kind for kind, ext in KIND_EXT.items()}
-_TAR_KINDS = {tarfile.SYMTYPE: "symbolic link", tarfile.LNKTYPE: "hard link", tarfile.DIRTYPE: "directory",
-              tarfile.CHRTYPE: "character device", tarfile.BLKTYPE: "block device", tarfile.FIFOTYPE: "FIFO"}
+_TAR_KINDS = {
+    tarfile.SYMTYPE: "symbolic link",
+    tarfile.LNKTYPE: "hard link",
+    tarfile.DIRTYPE: "directory",
+    tarfile.CHRTYPE: "character device",
+    tarfile.BLKTYPE: "block device",
+    tarfile.FIFOTYPE: "FIFO",
+}
 
 
 def _load_document(out_dir: str, name: str) -> dict:
@@ -67,15 +90,18 @@ def _load_document(out_dir: str, name: str) -> dict:
         raise ShardError(f"{path}: not a {FORMAT} document")
     version = doc.get("version")
     if version == 1:
-        raise ShardError(f"{out_dir}: converted by an earlier robo-loaders ({FORMAT} version 1, without per-member "
-                         f"checksums); {_AGAIN} (the same convert command, or delete it if it is a cache entry)")
+        raise ShardError(
+            f"{out_dir}: converted by an earlier robo-loaders ({FORMAT} version 1, without per-member "
+            f"checksums); {_AGAIN} (the same convert command, or delete it if it is a cache entry)"
+        )
     if version not in READ_VERSIONS:
-        raise ShardError(f"{path}: {FORMAT} version {_short(version)}, this robo-loaders reads versions "
-                         f"{', '.join(map(str, READ_VERSIONS))}; "
-                         f"{_AGAIN} with this robo-loaders, or install the one that wrote it")
+        raise ShardError(
+            f"{path}: {FORMAT} version {_short(version)}, this robo-loaders reads versions "
+            f"{', '.join(map(str, READ_VERSIONS))}; "
+            f"{_AGAIN} with this robo-loaders, or install the one that wrote it"
+        )
     if doc.get("checksum") != json_checksum(doc):
-        raise ShardError(f"{path}: checksum mismatch: the file was edited or damaged after it was written; "
-                         f"{_AGAIN}")
+        raise ShardError(f"{path}: checksum mismatch: the file was edited or damaged after it was written; {_AGAIN}")
     return doc
 
 
@@ -95,12 +121,17 @@ def _index_problems(index: dict) -> list[str]:
     for j, s in enumerate(shards):
         name = s.get("name") if isinstance(s, dict) else None
         if not isinstance(name, str) or not SHARD_RE.match(name):
-            if bad(f"shard {j}: refusing shard path {_short(name)} (outside the dataset directory, or not "
-                   "shards/<name>.tar)"):
+            if bad(
+                f"shard {j}: refusing shard path {_short(name)} (outside the dataset directory, or not "
+                "shards/<name>.tar)"
+            ):
                 return problems
             continue
-        for key, ok in (("bytes", is_int(s.get("bytes"))), ("members", is_int(s.get("members"))),
-                        ("sha256", isinstance(s.get("sha256"), str) and _SHA256_RE.match(s["sha256"]))):
+        for key, ok in (
+            ("bytes", is_int(s.get("bytes"))),
+            ("members", is_int(s.get("members"))),
+            ("sha256", isinstance(s.get("sha256"), str) and _SHA256_RE.match(s["sha256"])),
+        ):
             if not ok and bad(f"shard {name}: {key} {_short(s.get(key))} is not valid"):
                 return problems
         if name in sizes and bad(f"shard {name} is listed twice"):
@@ -122,8 +153,9 @@ def _index_problems(index: dict) -> list[str]:
             if bad(f"episode {name}: shard {_short(shard)} is not a valid shard of the index"):
                 return problems
             continue
-        if not is_int(e.get("length")) and bad(f"episode {name}: length {_short(e.get('length'))} is not an integer "
-                                                f"in [0, 2**62]"):
+        if not is_int(e.get("length")) and bad(
+            f"episode {name}: length {_short(e.get('length'))} is not an integer in [0, 2**62]"
+        ):
             return problems
         members = e.get("members")
         if not isinstance(members, dict) or header_member(name) not in members:
@@ -136,8 +168,9 @@ def _index_problems(index: dict) -> list[str]:
                 return problems
         counted[shard] += len(members)
     for name, count in counted.items():
-        if count != declared[name] and bad(f"shard {name}: lists {_short(declared[name])} members, its episodes "
-                                           f"have {count}"):
+        if count != declared[name] and bad(
+            f"shard {name}: lists {_short(declared[name])} members, its episodes have {count}"
+        ):
             return problems
     return problems
 
@@ -146,9 +179,18 @@ def _member_problem(episode: str, member: str, loc, shard: str, shard_bytes: int
     """What is wrong with one member's entry in index.json, if anything."""
     if type(loc) is dict:  # the common case first: this runs for every member of a dataset when it is opened
         offset, size, crc = loc.get("offset"), loc.get("size"), loc.get("crc32")
-        if type(offset) is int and type(size) is int and type(crc) is int and offset >= tarfile.BLOCKSIZE \
-                and not offset % tarfile.BLOCKSIZE and size >= 0 and offset + size <= shard_bytes \
-                and 0 <= crc < 2**32 and member.startswith(episode + ".") and MEMBER_RE.match(member):
+        if (
+            type(offset) is int
+            and type(size) is int
+            and type(crc) is int
+            and offset >= tarfile.BLOCKSIZE
+            and not offset % tarfile.BLOCKSIZE
+            and size >= 0
+            and offset + size <= shard_bytes
+            and 0 <= crc < 2**32
+            and member.startswith(episode + ".")
+            and MEMBER_RE.match(member)
+        ):
             return None
     m = MEMBER_RE.match(member)
     if not m or m.group(1) != episode:
@@ -219,36 +261,55 @@ def _read_exactly(f, offset: int, size: int) -> np.ndarray | None:
 
 def _check_header(header, ep: dict, where: str) -> dict:
     """The header member's ``fields``, checked against the index entry (cheap: a few fields per episode)."""
-    if not isinstance(header, dict) or header.get("name") != ep["name"] or header.get("length") != ep["length"] \
-            or not isinstance(header.get("fields"), dict):
-        raise ShardError(f"{where}: header does not describe episode {ep['name']!r} of length {ep['length']} "
-                         "(index.json and the shard disagree)")
+    if (
+        not isinstance(header, dict)
+        or header.get("name") != ep["name"]
+        or header.get("length") != ep["length"]
+        or not isinstance(header.get("fields"), dict)
+    ):
+        raise ShardError(
+            f"{where}: header does not describe episode {ep['name']!r} of length {ep['length']} "
+            "(index.json and the shard disagree)"
+        )
     members = {header_member(ep["name"])}
     for field, desc in header["fields"].items():
         try:
-            ok = isinstance(desc, dict) and desc.get("kind") in ("raw", "frames", "video") \
+            ok = (
+                isinstance(desc, dict)
+                and desc.get("kind") in ("raw", "frames", "video")
                 and desc.get("member") == member_name(ep["name"], field, desc["kind"])
+            )
         except ShardError:  # a field name that cannot be a member name
             ok = False
         if not ok:
             raise ShardError(f"{where}: header entry of field {_short(field)} is malformed")
         shape = desc.get("shape")
         if not isinstance(shape, list) or not shape or not all(is_int(n) for n in shape) or shape[0] != ep["length"]:
-            raise ShardError(f"{where}: field {field!r} has shape {_short(shape)}, the episode has "
-                             f"{ep['length']} steps")
+            raise ShardError(
+                f"{where}: field {field!r} has shape {_short(shape)}, the episode has {ep['length']} steps"
+            )
         parts = desc.get("parts")
         if parts is None:
             members.add(desc["member"])
             continue
-        if desc["kind"] != "frames" or not isinstance(parts, list) or len(parts) < 2 \
-                or not all(is_int(n) for n in parts) or parts[0] != 0 or parts[-1] != shape[0] \
-                or any(b <= a for a, b in itertools.pairwise(parts)):
-            raise ShardError(f"{where}: field {field!r}: parts {_short(parts)} are not increasing row boundaries "
-                             f"from 0 to {shape[0]}")
+        if (
+            desc["kind"] != "frames"
+            or not isinstance(parts, list)
+            or len(parts) < 2
+            or not all(is_int(n) for n in parts)
+            or parts[0] != 0
+            or parts[-1] != shape[0]
+            or any(b <= a for a, b in itertools.pairwise(parts))
+        ):
+            raise ShardError(
+                f"{where}: field {field!r}: parts {_short(parts)} are not increasing row boundaries "
+                f"from 0 to {shape[0]}"
+            )
         members.update(part_member(desc["member"], k) for k in range(len(parts) - 1))
     if members != set(ep["members"]):
-        raise ShardError(f"{where}: the header's members {sorted(members)} differ from index.json's "
-                         f"{sorted(ep['members'])}")
+        raise ShardError(
+            f"{where}: the header's members {sorted(members)} differ from index.json's {sorted(ep['members'])}"
+        )
     for field, desc in header["fields"].items():  # each part holds exactly its rows' frames, by the frame table
         parts = desc.get("parts")
         if parts is None:
@@ -258,8 +319,10 @@ def _check_header(header, ep: dict, where: str) -> dict:
             raise ShardError(f"{where}: field {field!r}: frame table does not match its parts")
         for k, (a, b) in enumerate(itertools.pairwise(parts)):
             if ep["members"][part_member(desc["member"], k)]["size"] != offsets[b] - offsets[a]:
-                raise ShardError(f"{where}: field {field!r}: part {k} (rows {a}..{b - 1}) does not hold those rows' "
-                                 f"frames by the frame table (edited or damaged); {_AGAIN}")
+                raise ShardError(
+                    f"{where}: field {field!r}: part {k} (rows {a}..{b - 1}) does not hold those rows' "
+                    f"frames by the frame table (edited or damaged); {_AGAIN}"
+                )
     return header["fields"]
 
 
@@ -283,11 +346,15 @@ def _npy_array(data: np.ndarray, desc: dict, where: str) -> np.ndarray:
         raise ShardError(f"{where}: .npy shape {_short(shape)} is invalid")
     count = math.prod(shape)
     if count * dtype.itemsize != len(data) - start:
-        raise ShardError(f"{where}: .npy header claims shape {_short(shape)} of {dtype} "
-                         f"({count * dtype.itemsize} bytes), the member holds {len(data) - start}")
+        raise ShardError(
+            f"{where}: .npy header claims shape {_short(shape)} of {dtype} "
+            f"({count * dtype.itemsize} bytes), the member holds {len(data) - start}"
+        )
     if not shape or shape[0] != desc["shape"][0]:  # the header's length was checked against the index
-        raise ShardError(f"{where}: .npy holds {shape[0] if shape else 'no'} rows, the episode has "
-                         f"{desc['shape'][0]} steps (index.json points at another episode's data?)")
+        raise ShardError(
+            f"{where}: .npy holds {shape[0] if shape else 'no'} rows, the episode has "
+            f"{desc['shape'][0]} steps (index.json points at another episode's data?)"
+        )
     if dtype != _dtype(desc.get("dtype"), where) or list(shape) != desc["shape"]:
         raise ShardError(f"{where}: .npy holds {shape} {dtype}, the header says {desc['shape']} {desc['dtype']}")
     try:
@@ -318,7 +385,7 @@ class MemberTable(Mapping):
         self._prefix, self._layout, self._locs = prefix, layout, locs
 
     def __getitem__(self, member: str) -> dict:
-        row = self._layout[1].get(member[len(self._prefix):]) if member.startswith(self._prefix) else None
+        row = self._layout[1].get(member[len(self._prefix) :]) if member.startswith(self._prefix) else None
         if row is None:
             raise KeyError(member)
         offset, size, crc = self._locs[row].tolist()
@@ -355,13 +422,13 @@ def compact_members(episodes: list[dict]) -> list[dict]:
         prefix = f"{e['name']}."
         if not all(m.startswith(prefix) for m in members):
             continue
-        suffixes = tuple(m[len(prefix):] for m in members)
+        suffixes = tuple(m[len(prefix) :] for m in members)
         layout = layouts.get(suffixes)
         if layout is None:
             layout = layouts[suffixes] = (suffixes, {x: i for i, x in enumerate(suffixes)})
         k = len(suffixes)
-        table[row:row + k] = [(loc["offset"], loc["size"], loc["crc32"]) for loc in members.values()]
-        e["members"] = MemberTable(prefix, layout, table[row:row + k])
+        table[row : row + k] = [(loc["offset"], loc["size"], loc["crc32"]) for loc in members.values()]
+        e["members"] = MemberTable(prefix, layout, table[row : row + k])
         row += k
     return episodes
 
@@ -430,16 +497,20 @@ class ShardReader:
         raw = _read_exactly(f, loc["offset"] - tarfile.BLOCKSIZE, loc["size"] + tarfile.BLOCKSIZE)
         if raw is None:
             raise ShardError(f"{path} is truncated (member {member!r} of episode {ep['name']!r}); {_AGAIN}")
-        problem = _tar_header_problem(raw[:tarfile.BLOCKSIZE], member, loc["size"])
+        problem = _tar_header_problem(raw[: tarfile.BLOCKSIZE], member, loc["size"])
         if problem:
-            raise ShardError(f"{path}: member {member!r} of episode {ep['name']!r}: {problem}, so index.json points at "
-                             f"bytes that are not this member's (edited or damaged); {_AGAIN} ('robo-loaders verify' "
-                             "lists every misplaced member)")
-        data = raw[tarfile.BLOCKSIZE:]
+            raise ShardError(
+                f"{path}: member {member!r} of episode {ep['name']!r}: {problem}, so index.json points at "
+                f"bytes that are not this member's (edited or damaged); {_AGAIN} ('robo-loaders verify' "
+                "lists every misplaced member)"
+            )
+        data = raw[tarfile.BLOCKSIZE :]
         if zlib.crc32(data) != loc["crc32"]:
-            raise ShardError(f"{path}: member {member!r} of episode {ep['name']!r} is damaged (CRC32 mismatch: the "
-                             f"shard changed after conversion); {_AGAIN} ('robo-loaders verify' lists every "
-                             "damaged member)")
+            raise ShardError(
+                f"{path}: member {member!r} of episode {ep['name']!r} is damaged (CRC32 mismatch: the "
+                f"shard changed after conversion); {_AGAIN} ('robo-loaders verify' lists every "
+                "damaged member)"
+            )
         return data
 
     @contextlib.contextmanager
@@ -454,8 +525,9 @@ class ShardReader:
         with f:
             size, expected = os.fstat(f.fileno()).st_size, self.shards[ep["shard"]]["bytes"]
             if size != expected:
-                raise ShardError(f"{path}: size {size} differs from the index ({expected}); truncated or replaced; "
-                                 f"{_AGAIN}")
+                raise ShardError(
+                    f"{path}: size {size} differs from the index ({expected}); truncated or replaced; {_AGAIN}"
+                )
             where = f"{path}: episode {ep['name']!r}"
             try:
                 header = json.loads(self._member(f, path, ep, header_member(ep["name"])).tobytes())
@@ -488,8 +560,12 @@ class ShardReader:
                 desc = descs[field]
                 member_where = f"{where}, member {desc['member']!r}"
                 if desc.get("parts") is not None:  # every part, checked, back to back
-                    data = np.concatenate([self._member(f, path, ep, part_member(desc["member"], k))
-                                           for k in range(len(desc["parts"]) - 1)])
+                    data = np.concatenate(
+                        [
+                            self._member(f, path, ep, part_member(desc["member"], k))
+                            for k in range(len(desc["parts"]) - 1)
+                        ]
+                    )
                 else:
                     data = self._member(f, path, ep, desc["member"])
                 if desc["kind"] == "raw":
@@ -516,14 +592,15 @@ class ShardReader:
         ep = self.episodes[i]
         prefix, header = f"{ep['name']}.", header_member(ep["name"])
         members = [m for m in ep["members"] if m != header and m.startswith(prefix)]
-        parted = {m[:-len(".part00001.frames")] for m in members if m.endswith(".part00001.frames")
-                  and _PART_RE.search(m)}
+        parted = {
+            m[: -len(".part00001.frames")] for m in members if m.endswith(".part00001.frames") and _PART_RE.search(m)
+        }
         out = {}
         for m in members:
-            base, ext = m[:m.rindex(".")], m[m.rindex(".") + 1:]
-            if _PART_RE.search(m) and base[:-len(".part00000")] in parted:
-                base = base[:-len(".part00000")]
-            out[base[len(prefix):].replace("~", "/")] = _EXT_KIND.get(ext, ext)
+            base, ext = m[: m.rindex(".")], m[m.rindex(".") + 1 :]
+            if _PART_RE.search(m) and base[: -len(".part00000")] in parted:
+                base = base[: -len(".part00000")]
+            out[base[len(prefix) :].replace("~", "/")] = _EXT_KIND.get(ext, ext)
         return out
 
     def has_parts(self, i: int) -> bool:
@@ -560,8 +637,10 @@ class ShardReader:
         """
         ep = self.episodes[i]
         if not 0 <= lo < hi <= ep["length"]:
-            raise ShardError(f"{self._paths[ep['shard']]}: episode {ep['name']!r}: rows {lo}..{hi - 1} are outside "
-                             f"its {ep['length']} rows")
+            raise ShardError(
+                f"{self._paths[ep['shard']]}: episode {ep['name']!r}: rows {lo}..{hi - 1} are outside "
+                f"its {ep['length']} rows"
+            )
         with self._episode_file(ep) as (f, path, where, _, descs):
             out = {}
             for field in fields:
@@ -574,15 +653,19 @@ class ShardReader:
                 if desc.get("parts") is None:
                     data = self._member(f, path, ep, desc["member"])
                 else:
-                    data = np.concatenate([self._member(f, path, ep, part_member(desc["member"], k))
-                                           for k in range(first, last)])
+                    data = np.concatenate(
+                        [self._member(f, path, ep, part_member(desc["member"], k)) for k in range(first, last)]
+                    )
                 base, end = parts[first], parts[last]
                 span = dict(desc, shape=[end - base] + list(desc["shape"][1:]))
                 offsets = desc.get("offsets")
-                if not isinstance(offsets, list) or len(offsets) != ep["length"] + 1 \
-                        or not all(is_int(o) for o in (offsets[base], offsets[end])):
+                if (
+                    not isinstance(offsets, list)
+                    or len(offsets) != ep["length"] + 1
+                    or not all(is_int(o) for o in (offsets[base], offsets[end]))
+                ):
                     raise ShardError(f"{where}, member {desc['member']!r}: frame table does not match its data")
-                span["offsets"] = [o - offsets[base] if is_int(o) else o for o in offsets[base:end + 1]]
+                span["offsets"] = [o - offsets[base] if is_int(o) else o for o in offsets[base : end + 1]]
                 frames = encoded_frames.EncodedFrames.from_member(data, span, f"{where}, member {desc['member']!r}")
                 out[field] = frames.rows(lo - base, hi - base)
         return out
@@ -636,8 +719,9 @@ def _tar_problems(path: str, episodes: list[dict]) -> list[str]:
                 if info.name.startswith("/") or ".." in parts or "\\" in info.name:
                     problems.append(f"{what}: absolute or '..' path (extraction would write outside its directory)")
                 if info.type not in (tarfile.REGTYPE, tarfile.AREGTYPE):
-                    problems.append(f"{what}: a {_TAR_KINDS.get(info.type, f'member of type {info.type!r}')}, "
-                                    "not a regular file")
+                    problems.append(
+                        f"{what}: a {_TAR_KINDS.get(info.type, f'member of type {info.type!r}')}, not a regular file"
+                    )
                 loc = expected.get(info.name)
                 if loc is None:
                     named = "" if MEMBER_RE.match(info.name) else " and not named <episode>.<field>.<ext>"
@@ -645,22 +729,26 @@ def _tar_problems(path: str, episodes: list[dict]) -> list[str]:
                 elif info.name in seen:
                     problems.append(f"{what}: appears twice")
                 elif (info.offset_data, info.size) != (loc["offset"], loc["size"]):
-                    problems.append(f"{what}: data at offset {info.offset_data} ({info.size} bytes), index.json "
-                                    f"says offset {loc['offset']} ({loc['size']} bytes)")
+                    problems.append(
+                        f"{what}: data at offset {info.offset_data} ({info.size} bytes), index.json "
+                        f"says offset {loc['offset']} ({loc['size']} bytes)"
+                    )
                 seen.add(info.name)
     except (tarfile.TarError, OSError) as exc:
         problems.append(f"{path}: cannot be read as a tar file ({exc})")
     missing = [m for m in expected if m not in seen]
     if missing:
-        problems.append(f"{path}: {len(missing)} member(s) of index.json have no tar header in it "
-                        f"(e.g. {missing[:3]})")
+        problems.append(f"{path}: {len(missing)} member(s) of index.json have no tar header in it (e.g. {missing[:3]})")
     return problems
 
 
 def _overlap_problems(path: str, episodes: list[dict]) -> list[str]:
     spans = sorted((loc["offset"], loc["offset"] + loc["size"], m) for e in episodes for m, loc in e["members"].items())
-    return [f"{path}: members {a[2]!r} and {b[2]!r} overlap in index.json"
-            for a, b in itertools.pairwise(spans) if b[0] < a[1]]
+    return [
+        f"{path}: members {a[2]!r} and {b[2]!r} overlap in index.json"
+        for a, b in itertools.pairwise(spans)
+        if b[0] < a[1]
+    ]
 
 
 def verify_dir(out_dir: str) -> list[str]:

@@ -6,6 +6,7 @@ has its own pipe, whose end-of-file says the process is gone, so a dead worker i
 What the workers do (lease units from ``manifest.json`` and convert them) is the manifest's business
 (:func:`~robo_loaders_plugin.storage.shards.manifest.run` calls :func:`run_workers`); this module only runs them.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -52,8 +53,9 @@ def _died(process) -> str:
     return f"exited with status {code} without reporting"
 
 
-def run_workers(worker: Callable, args: tuple, num_workers: int, out_dir: str, on_poll: Callable[[], None],
-                poll_s: float) -> None:
+def run_workers(
+    worker: Callable, args: tuple, num_workers: int, out_dir: str, on_poll: Callable[[], None], poll_s: float
+) -> None:
     """``worker(args)`` here, or in ``num_workers`` spawned processes until each returns.
 
     The first error a worker raises is raised here (its traceback chained) and stops the others; so does a worker
@@ -84,8 +86,7 @@ def run_workers(worker: Callable, args: tuple, num_workers: int, out_dir: str, o
     try:
         for _ in range(num_workers):
             recv, send = ctx.Pipe(duplex=False)
-            p = ctx.Process(target=_worker_process, args=(worker, args, send), daemon=True,
-                            name="robo-loaders-worker")
+            p = ctx.Process(target=_worker_process, args=(worker, args, send), daemon=True, name="robo-loaders-worker")
             p.start()
             send.close()  # the child's copy only: its end-of-file then says the child is gone
             procs.append((p, recv))
@@ -100,8 +101,10 @@ def run_workers(worker: Callable, args: tuple, num_workers: int, out_dir: str, o
                     outcome = conn.recv()
                 except EOFError:  # nothing sent: the process is gone
                     p.join()
-                    raise ShardError(f"{out_dir}: a worker process (pid {p.pid}) {_died(p)}; the units it held "
-                                     "are free again: run the same command again to resume") from None
+                    raise ShardError(
+                        f"{out_dir}: a worker process (pid {p.pid}) {_died(p)}; the units it held "
+                        "are free again: run the same command again to resume"
+                    ) from None
                 del live[p]
                 p.join()
                 if outcome is not None:

@@ -5,6 +5,7 @@ the index is published only once its shards exist, so a killed or failed writer 
 would take for data. A failed writer removes its temporary file (:meth:`ShardWriter.abort`); a full disk becomes a
 :class:`ShardError` saying how much space is free and needed instead of an ``OSError`` and a disk left full.
 """
+
 from __future__ import annotations
 
 import collections
@@ -21,18 +22,37 @@ import numpy as np
 
 from robo_loaders_plugin.core.units import format_bytes
 from robo_loaders_plugin.storage.codec import FrameCodec
+from robo_loaders_plugin.storage.shards.format import (
+    DEFAULT_SHARD_BYTES,
+    EP_RE,
+    FORMAT,
+    VERSION,
+    ShardError,
+    _atomic_json,
+    _sha256,
+    disk_full_error,
+    header_member,
+    listed_episodes,
+    listing_problems,
+    member_name,
+    part_bounds,
+    part_member,
+    with_checksum,
+)
 from robo_loaders_plugin.storage.video import VideoSegment
-from robo_loaders_plugin.storage.shards.format import (DEFAULT_SHARD_BYTES, EP_RE, FORMAT, VERSION, ShardError,
-                                                       _atomic_json, _sha256, disk_full_error, header_member,
-                                                       listed_episodes, listing_problems, member_name, part_bounds,
-                                                       part_member, with_checksum)
 
 
 class ShardWriter:
     """Append episodes; shards roll over at ``shard_bytes``; ``close()`` publishes index.json and dataset.json."""
 
-    def __init__(self, out_dir: str, codec: FrameCodec, metadata: Mapping, shard_bytes: int = DEFAULT_SHARD_BYTES,
-                 shard_prefix: str = "shard"):
+    def __init__(
+        self,
+        out_dir: str,
+        codec: FrameCodec,
+        metadata: Mapping,
+        shard_bytes: int = DEFAULT_SHARD_BYTES,
+        shard_prefix: str = "shard",
+    ):
         self.out_dir = out_dir
         self.codec = codec
         self.metadata = dict(metadata)
@@ -49,9 +69,12 @@ class ShardWriter:
         from robo_loaders_plugin.core.footprint import DiskGuard
 
         # a conversion stops before the disk falls below its reserve (the estimate assumed a compression ratio)
-        self.guard = DiskGuard(out_dir, f"converting into {out_dir}",
-                               leftover="The shard being written is removed; completed work units are kept, so "
-                                        "the same command resumes once there is room.")
+        self.guard = DiskGuard(
+            out_dir,
+            f"converting into {out_dir}",
+            leftover="The shard being written is removed; completed work units are kept, so "
+            "the same command resumes once there is room.",
+        )
 
     def _open_shard(self):
         self._name = f"shards/{self.prefix}-{len(self.shards):06d}.tar"
@@ -70,8 +93,9 @@ class ShardWriter:
         self._file.close()
         final = os.path.join(self.out_dir, self._name)
         os.replace(self._tmp, final)
-        self.shards.append({"name": self._name, "bytes": os.path.getsize(final), "sha256": _sha256(final),
-                            "members": self._count})
+        self.shards.append(
+            {"name": self._name, "bytes": os.path.getsize(final), "sha256": _sha256(final), "members": self._count}
+        )
         self._tar = self._file = self._tmp = None
 
     def _add(self, name: str, data: bytes) -> dict:
@@ -95,8 +119,9 @@ class ShardWriter:
                 written = self._file.tell()
             where = self._tmp or self.out_dir
             self.abort()
-            err = disk_full_error(self.out_dir, exc, f"the shard being written needs at least "
-                                  f"{format_bytes(written + pending)}", doing)
+            err = disk_full_error(
+                self.out_dir, exc, f"the shard being written needs at least {format_bytes(written + pending)}", doing
+            )
             raise (err or ShardError(f"{where}: cannot write ({exc}) while {doing}")) from exc
 
     def add_episode(self, name: str, fields: Mapping[str, np.ndarray], compressed: Iterable[str] = ()) -> None:
@@ -124,16 +149,21 @@ class ShardWriter:
         compressed = set(compressed)
         payloads, header = {}, {"name": name, "length": None, "fields": {}}
         frame_rows = [np.asarray(a) for k, a in fields.items() if k in compressed and not isinstance(a, VideoSegment)]
-        bounds = part_bounds(len(frame_rows[0]), sum(a[0].nbytes for a in frame_rows if len(a))) \
-            if frame_rows and all(a.ndim and len(a) == len(frame_rows[0]) for a in frame_rows) else None
+        bounds = (
+            part_bounds(len(frame_rows[0]), sum(a[0].nbytes for a in frame_rows if len(a)))
+            if frame_rows and all(a.ndim and len(a) == len(frame_rows[0]) for a in frame_rows)
+            else None
+        )
         for field, arr in fields.items():
             if isinstance(arr, VideoSegment):  # encoded by the converter (it knows the codec settings)
                 desc = video_desc(name, field, arr)
                 if header["length"] is None:
                     header["length"] = desc["shape"][0]
                 elif desc["shape"][0] != header["length"]:
-                    raise ShardError(f"episode {name}: video field {field!r} has {desc['shape'][0]} frames, the "
-                                     f"episode has {header['length']} steps")
+                    raise ShardError(
+                        f"episode {name}: video field {field!r} has {desc['shape'][0]} frames, the "
+                        f"episode has {header['length']} steps"
+                    )
                 payloads[desc["member"]] = arr.data
                 header["fields"][field] = desc
                 continue
@@ -146,11 +176,17 @@ class ShardWriter:
             if header["length"] is None:
                 header["length"] = int(arr.shape[0])
             elif arr.shape[0] != header["length"]:
-                raise ShardError(f"episode {name}: field {field!r} has {arr.shape[0]} rows, the episode has "
-                                 f"{header['length']} (from its first field); every field needs one row per step")
+                raise ShardError(
+                    f"episode {name}: field {field!r} has {arr.shape[0]} rows, the episode has "
+                    f"{header['length']} (from its first field); every field needs one row per step"
+                )
             kind = "frames" if field in compressed else "raw"
-            desc = {"kind": kind, "dtype": arr.dtype.str, "shape": list(arr.shape),
-                    "member": member_name(name, field, kind)}
+            desc = {
+                "kind": kind,
+                "dtype": arr.dtype.str,
+                "shape": list(arr.shape),
+                "member": member_name(name, field, kind),
+            }
             if kind == "frames":
                 blobs = [self.codec.compress(arr[i]) for i in range(arr.shape[0])]
                 desc.update(codec=self.codec.as_dict(), offsets=list(itertools.accumulate(map(len, blobs), initial=0)))
@@ -164,13 +200,17 @@ class ShardWriter:
                 buf = io.BytesIO()
                 np.save(buf, arr, allow_pickle=False)
                 if buf.getbuffer()[6:8].tobytes() not in (b"\x01\x00", b"\x02\x00"):
-                    raise ShardError(f"episode {name}: field {field!r} (dtype {arr.dtype}) needs .npy format 3.0, "
-                                     "which robo-shards does not read; rename its non-Latin-1 field names")
+                    raise ShardError(
+                        f"episode {name}: field {field!r} (dtype {arr.dtype}) needs .npy format 3.0, "
+                        "which robo-shards does not read; rename its non-Latin-1 field names"
+                    )
                 payloads[desc["member"]] = buf.getvalue()
             header["fields"][field] = desc
         if len(payloads) != sum(len(d.get("parts") or [0, 0]) - 1 for d in header["fields"].values()):
-            raise ShardError(f"episode {name}: two fields would be stored under the same member name (a field named "
-                             "like another field's part); rename one")
+            raise ShardError(
+                f"episode {name}: two fields would be stored under the same member name (a field named "
+                "like another field's part); rename one"
+            )
         hdr = json.dumps(header, sort_keys=True).encode()
         size = len(hdr) + sum(len(p) for p in payloads.values())
         self.guard.check(size + 2 * tarfile.BLOCKSIZE * (len(payloads) + 1), self._written())
@@ -241,13 +281,24 @@ def video_desc(episode: str, field: str, segment: VideoSegment) -> dict:
         ``kind`` (``video``), ``dtype`` (uint8), ``shape``, ``member``, ``video`` (the settings) and ``mse`` (per
         value).
     """
-    return {"kind": "video", "dtype": np.dtype(np.uint8).str, "shape": list(segment.shape),
-            "member": member_name(episode, field, "video"), "video": segment.settings.as_dict(),
-            "mse": segment.sse / max(1, segment.values)}
+    return {
+        "kind": "video",
+        "dtype": np.dtype(np.uint8).str,
+        "shape": list(segment.shape),
+        "member": member_name(episode, field, "video"),
+        "video": segment.settings.as_dict(),
+        "mse": segment.sse / max(1, segment.values),
+    }
 
 
-def publish(out_dir: str, episodes: list[dict], shards: list[dict], codec: FrameCodec, metadata: Mapping,
-            source: Mapping | None = None) -> None:
+def publish(
+    out_dir: str,
+    episodes: list[dict],
+    shards: list[dict],
+    codec: FrameCodec,
+    metadata: Mapping,
+    source: Mapping | None = None,
+) -> None:
     """Write index.json then dataset.json, atomically and checksummed, once every listed shard exists with its
     recorded size and the episodes are exactly those the metadata lists (each once): a reader never finds an index
     that names missing or partial data.
@@ -276,13 +327,27 @@ def publish(out_dir: str, episodes: list[dict], shards: list[dict], codec: Frame
     if twice:
         problems.append(f"episode(s) {twice[:5]} would be listed twice")
     shard_names = {s["name"] for s in shards}
-    problems += [f"episode {e['name']} is in {e['shard']}, which is not among the shards"
-                 for e in episodes if e["shard"] not in shard_names][:5]
+    problems += [
+        f"episode {e['name']} is in {e['shard']}, which is not among the shards"
+        for e in episodes
+        if e["shard"] not in shard_names
+    ][:5]
     problems += listing_problems(names, listed_episodes(dict(metadata)), out_dir)
     if problems:
         raise ShardError(f"{out_dir}: cannot publish: {'; '.join(problems)}")
-    _atomic_json(os.path.join(out_dir, "index.json"),
-                 with_checksum({"format": FORMAT, "version": VERSION, "episodes": episodes, "shards": shards}))
-    _atomic_json(os.path.join(out_dir, "dataset.json"),
-                 with_checksum({"format": FORMAT, "version": VERSION, "codec": codec.as_dict(),
-                                "metadata": dict(metadata), "source": dict(source or {})}))
+    _atomic_json(
+        os.path.join(out_dir, "index.json"),
+        with_checksum({"format": FORMAT, "version": VERSION, "episodes": episodes, "shards": shards}),
+    )
+    _atomic_json(
+        os.path.join(out_dir, "dataset.json"),
+        with_checksum(
+            {
+                "format": FORMAT,
+                "version": VERSION,
+                "codec": codec.as_dict(),
+                "metadata": dict(metadata),
+                "source": dict(source or {}),
+            }
+        ),
+    )
