@@ -157,6 +157,33 @@ class ServedDataset(torch.utils.data.Dataset):
     def __init__(self, *, serving: Serving, **kwargs):
         super().__init__(**kwargs)
         self.serving = serving
+        self._closed = False
+
+    def close(self) -> None:
+        """Release what the dataset holds now rather than at garbage collection: its frame source's files, maps,
+        memory and spill files (``frames.close()``), its storage hold (the cache entry it uses may then be pruned, a
+        RAM file removed) and its recycled batch arrays. Idempotent; a read afterwards fails with one line naming
+        what was closed. Batch threads belong to a pass (a ``BatchSource``) and stop with it.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        closed = getattr(getattr(self, "frames", None), "closed", None)
+        if callable(closed):  # a FrameSource (frames.base): closed, and every read after refused
+            self.frames = closed(str(getattr(self, "location", None) or type(self).__name__))
+        holds = self.serving.hold if isinstance(self.serving.hold, (list, tuple)) else [self.serving.hold]
+        for hold in holds:
+            if hold is not None and callable(getattr(hold, "release", None)):
+                hold.release()
+        pool = getattr(self, "_pool", None)
+        if pool is not None:  # the recycled batch arrays go with it
+            self._pool = type(pool)(max_per_shape=1)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 class IndexedDataset(ServedDataset, abc.ABC):

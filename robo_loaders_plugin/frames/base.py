@@ -65,6 +65,23 @@ class FrameSource(abc.ABC):
             out: The destination, ``steps.shape + step shape``, of the field's dtype.
         """
 
+    def close(self) -> None:  # noqa: B027 - a default that does nothing, not an abstract method
+        """Release files, maps and threads now rather than at garbage collection (a frame source holding none
+        keeps this default, which does nothing)."""
+
+    def closed(self, where: str) -> FrameSource:
+        """:meth:`close` this source and return what its dataset reads from afterwards: a source refusing every
+        read with one line naming ``where``.
+
+        Args:
+            where: What was closed (the dataset's location), for the message.
+
+        Returns:
+            A :class:`ClosedFrames`.
+        """
+        self.close()
+        return ClosedFrames(getattr(self, "lengths", ()), where)
+
     def gather(self, field: str, episodes: np.ndarray, steps: np.ndarray, pool=None):
         """``field`` at (episode, step) pairs as one ``steps.shape + step shape`` array.
 
@@ -171,3 +188,35 @@ def broadcast_episodes(episodes: np.ndarray, steps: np.ndarray) -> np.ndarray:
         ``episodes`` broadcast to ``steps.shape`` (a read-only view).
     """
     return np.broadcast_to(episodes.reshape(episodes.shape + (1,) * (steps.ndim - 1)), steps.shape)
+
+
+class ClosedFrames(FrameSource):
+    """What a closed dataset reads from: every read fails with one line naming what was closed, instead of an
+    error from a closed map or file deep inside a gather."""
+
+    def __init__(self, lengths, where: str):
+        self.lengths, self.where = np.asarray(lengths, dtype=np.int64), where
+
+    def info(self, field: str) -> FieldInfo:
+        """Refuses: the dataset was closed.
+
+        Args:
+            field: The field asked for.
+
+        Raises:
+            RoboLoadersError: always, naming the dataset.
+        """
+        from robo_loaders_plugin.core.errors import RoboLoadersError
+
+        raise RoboLoadersError(f"the dataset over {self.where} was closed; build it again to read from it")
+
+    def take(self, field, episodes, steps, out) -> None:
+        """Refuses, as :meth:`info` does.
+
+        Args:
+            field: The field asked for.
+            episodes: Unused.
+            steps: Unused.
+            out: Unused.
+        """
+        self.info(field)

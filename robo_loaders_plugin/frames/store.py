@@ -47,6 +47,12 @@ class StoreFrames(FrameSource):
     def __setstate__(self, state):
         self.__init__(state["store"], state["hold"])
 
+    def close(self) -> None:
+        """Drop the lookup tables (views of the mapped file) and unmap the store now; the hold is the dataset's
+        to release."""
+        self._infos, self._flat, self._rows, self._bounds, self._blocks = {}, {}, {}, {}, {}
+        self.store.close()
+
     def info(self, field: str) -> FieldInfo:
         """dtype and per-step shape of ``field``, checked the same in every episode (first call per field).
 

@@ -11,7 +11,6 @@ import dataclasses
 import functools
 import importlib
 import os
-from typing import Any
 
 import numpy as np
 
@@ -23,7 +22,6 @@ from robo_loaders_plugin.frames.base import FieldInfo, FrameSource
 from robo_loaders_plugin.lerobot.dataset import LeRobotSamples
 from robo_loaders_plugin.robomimic.dataset import RobomimicSamples
 from robo_loaders_plugin.sdk import FrameStore, StoreEpisodes, cache_root
-from robo_loaders_plugin.storage.buffers import BufferPool
 
 logger = get_logger(__name__)
 
@@ -137,36 +135,12 @@ class StoreFrames(FrameSource):
             close()
 
 
-class _Lifecycle:
-    """``close()`` and ``with`` for the datasets a frame store serves: what garbage collection would release,
-    released now (the cache entry's hold, so it may be pruned; the store's frame source; the batch buffers)."""
-
-    frames: FrameSource  # set by the dataset this is mixed into (a StoreFrames)
-    serving: Any
-
-    def close(self) -> None:
-        """Release the store (idempotent); reading afterwards raises naming the store."""
-        frames = self.frames
-        assert isinstance(frames, StoreFrames)  # what the SDK's factories build every dataset on
-        frames.close()
-        hold = getattr(self.serving, "hold", None)
-        if hold is not None and callable(getattr(hold, "release", None)):
-            hold.release()
-        self._pool = BufferPool(max_per_shape=1)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
+class StoreRobomimicSamples(RobomimicSamples):
+    """``RobomimicSamples`` over a frame store (``close()`` and ``with``: ``core.iteration.ServedDataset``)."""
 
 
-class StoreRobomimicSamples(_Lifecycle, RobomimicSamples):
-    """``RobomimicSamples`` over a frame store, with ``close()`` and ``with`` (see :class:`_Lifecycle`)."""
-
-
-class StoreLeRobotSamples(_Lifecycle, LeRobotSamples):
-    """``LeRobotSamples`` over a frame store, with ``close()`` and ``with`` (see :class:`_Lifecycle`)."""
+class StoreLeRobotSamples(LeRobotSamples):
+    """``LeRobotSamples`` over a frame store (``close()`` and ``with``: ``core.iteration.ServedDataset``)."""
 
 
 def _open(

@@ -164,6 +164,15 @@ class CompressedRows:
                 self._map = np.frombuffer(mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ), np.uint8)
             return self._index, ([self._map] if self._file is not None else self.buffers)
 
+    def close(self) -> None:
+        """Drop the compressed rows and close the spill file now (it is unlinked already: its space returns)."""
+        with self._lock:
+            self.buffers, self.buf_of_row, self.starts, self.sums = [], [], [], []
+            self._index, self._map = None, None
+            if self._file is not None:
+                self._file.close()
+                self._file = None
+
     def decode_into(self, rows: np.ndarray, out: np.ndarray) -> None:
         """Decompress the frame of global row ``rows[j]`` into ``out[j]``, for every ``j`` (thread-safe: the
         threads building batches call it at once).
@@ -356,6 +365,14 @@ class TieredFrames(TensorFrames):
                     comp.append(a)
                     self._check_host(ep)
         self.filled[ep] = True
+
+    def close(self) -> None:
+        """Release every tier now (GPU memory, pinned host memory, the compressed rows and their spill file)
+        rather than at garbage collection."""
+        for _, _, comp in self.parts.values():
+            if comp is not None:
+                comp.close()
+        self.tensors, self.parts = {}, {}
 
     @property
     def compressed_bytes(self) -> int:
