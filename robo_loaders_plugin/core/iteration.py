@@ -215,6 +215,8 @@ class Built:
         seed: The order seed every rank shares, when the adapter knows it (robomimic's ``train.seed``).
         setup: ``{name: value}`` every rank must share (the seed, the options, the source's identity), checked at
             the first pass of a dataset split across ranks here (:func:`pass_batches`); empty in a one-process run.
+        served_as: The kind that drives its passes when it is not the choice's (a mixture of any backend's datasets
+            is a ``batch`` dataset); ``None``: the choice's.
     """
 
     choice: BackendChoice
@@ -222,11 +224,12 @@ class Built:
     world_size: int = 1
     seed: int | None = None
     setup: dict = dataclasses.field(default_factory=dict)
+    served_as: str | None = None
 
     @property
     def kind(self) -> str:
-        """Who drives the dataset's passes (the choice's kind)."""
-        return self.choice.kind
+        """Who drives the dataset's passes (``served_as``, else the choice's kind)."""
+        return self.served_as or self.choice.kind
 
 
 _KIND_BASES = {INDEXED: IndexedDataset, BATCH: BatchDataset}
@@ -240,6 +243,7 @@ def record_built(
     world_size: int = 1,
     seed: int | None = None,
     setup: dict | None = None,
+    served_as: str | None = None,
 ) -> Built:
     """Remember how ``dataset`` was built, for the adapters' dispatch (:func:`pass_batches`).
 
@@ -251,6 +255,7 @@ def record_built(
         seed: The order seed they share.
         setup: ``{name: value}`` the ranks must share, checked at the first pass when ``world_size`` > 1
             (named as the user sets them: robomimic's ``train.seed``, ``train.data_backend_kwargs``, ...).
+        served_as: The kind that drives its passes when it is not the choice's (``BATCH`` for a mixture).
 
     Returns:
         The :class:`Built` record.
@@ -258,13 +263,14 @@ def record_built(
     Raises:
         RoboLoadersError: the dataset is not of the base class the choice's kind requires, naming the backend.
     """
-    base = _KIND_BASES.get(choice.kind)
+    kind = served_as or choice.kind
+    base = _KIND_BASES.get(kind)
     if base is not None and not isinstance(dataset, base):
         raise RoboLoadersError(
-            f"backend {choice.name!r} (plugin {choice.spec.plugin!r}) declares kind {choice.kind!r} "
+            f"backend {choice.name!r} (plugin {choice.spec.plugin!r}) declares kind {kind!r} "
             f"but its factory returned a {type(dataset).__name__}, not a {base.__name__}"
         )
-    built = Built(choice, int(rank), int(world_size), seed, dict(setup or {}))
+    built = Built(choice, int(rank), int(world_size), seed, dict(setup or {}), served_as)
     with contextlib.suppress(TypeError):  # not weak-referenceable: treated as a plain sample dataset
         _BUILT[dataset] = built
     return built

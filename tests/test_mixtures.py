@@ -1,0 +1,245 @@
+"""The framework-neutral mixture layer: parsing (one line per refusal), the pass order (shares within a binomial
+bound, every window once when weighted by size, rank shares, resume) and the mixed dataset's batches."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from robo_loaders_plugin.core.iteration import IndexedDataset, SamplingPlan, Serving
+from robo_loaders_plugin.mixtures.batches import MixtureBatches
+from robo_loaders_plugin.mixtures.dataset import DATASET_INDEX, MixtureDataset, MixtureHooks
+from robo_loaders_plugin.mixtures.sampling import MixtureOrder
+from robo_loaders_plugin.mixtures.spec import MixtureError, parse_mixture
+
+WHERE = "train.data_mixture"
+
+
+@pytest.fixture
+def files(tmp_path):
+    paths = []
+    for name in ("a.hdf5", "b.hdf5"):
+        p = tmp_path / name
+        p.write_bytes(b"")
+        paths.append(str(p))
+    (tmp_path / "root").mkdir()
+    return paths, str(tmp_path / "root")
+
+
+# -- parsing -------------------------------------------------------------------------------------------------------
+def test_parse_file_inline_dict_and_list(files, tmp_path):
+    (a, b), root = files
+    comps = [{"path": "a.hdf5", "weight": 1, "rename": {"x": "y"}}, {"path": b, "weight": 3.5, "filter_key": "train"}]
+    f = tmp_path / "mix.json"
+    f.write_text(json.dumps({"components": comps}))
+    spec = parse_mixture(str(f), "robomimic", WHERE)  # relative to the file's directory
+    assert [c.source for c in spec.components] == [a, b]
+    assert spec.weight_vector() == [1.0, 3.5] and spec.components[0].rename == {"x": "y"}
+    assert spec.components[1].filter_key == "train" and spec.components[0].name == "a.hdf5"
+    inline = parse_mixture(json.dumps([{"path": a, "weight": 1}, {"path": b, "weight": 1}]), "robomimic", WHERE)
+    assert inline.weights == "given" and len(inline.components) == 2
+    sized = parse_mixture({"components": [{"repo_id": "u/a", "root": root}, {"repo_id": "u/b"}], "weights": "size",
+                           "target_fps": 10}, "lerobot", WHERE)  # fmt: skip
+    assert sized.weight_vector() is None and sized.target_fps == 10.0 and sized.components[0].root == root
+    remote = parse_mixture(
+        [{"repo_id": "u/a", "root": "s3://bucket/a", "weight": 1, "episodes": [3, 1]}], "lerobot", WHERE
+    )
+    assert remote.components[0].root == "s3://bucket/a" and remote.components[0].episodes == (3, 1)
+
+
+BAD = [
+    ("robomimic", [{"path": "{a}", "weight": 1, "colour": 2}], "component 0 ({a}): unknown key(s) ['colour']"),
+    ("robomimic", [{"path": "{a}x", "weight": 1}], "does not exist; fix the path"),
+    ("lerobot", [{"repo_id": "u/a", "root": "{root}/nope", "weight": 1}], "root {root}/nope does not exist"),
+    (
+        "robomimic",
+        [{"path": "{a}", "weight": 1}, {"path": "{a}", "weight": 2}],
+        "component 1 ({a}) duplicates component 0",
+    ),
+    (
+        "lerobot",
+        [{"repo_id": "u/a", "weight": 1, "episodes": [1]}, {"repo_id": "u/a", "weight": 1, "episodes": [1]}],
+        "duplicates component 0",
+    ),
+    ("robomimic", [{"path": "{a}", "weight": 0}], "weight must be a positive finite number, got 0"),
+    ("robomimic", [{"path": "{a}", "weight": -1}], "got -1"),
+    ("robomimic", [{"path": "{a}", "weight": float("nan")}], "got nan"),
+    ("robomimic", [{"path": "{a}", "weight": float("inf")}], "got inf"),
+    ("robomimic", [{"path": "{a}", "weight": "2"}], "got '2'"),
+    ("robomimic", [{"path": "{a}", "weight": True}], "got True"),
+    ("robomimic", [{"path": "{a}", "weight": 0}, {"path": "{b}", "weight": 0}], "component 0 ({a}): weight"),
+    ("robomimic", [{"path": "{a}"}], "has no weight; give every component a weight, or set the mixture's weights"),
+    ("robomimic", {"components": [{"path": "{a}", "weight": 1}], "weights": "size"}, "remove it or set weights"),
+    ("robomimic", {"components": [{"path": "{a}", "weight": 1}], "weights": "equal"}, "weights must be 'given'"),
+    ("robomimic", [{"path": "{a}", "weight": 1, "rename": {"p": "z", "q": "z"}}], "maps both 'p' and 'q' onto 'z'"),
+    ("robomimic", [{"path": "{a}", "weight": 1, "rename": {"p": 3}}], "rename must be an object"),
+    ("lerobot", [{"repo_id": "u/a", "weight": 1, "episodes": [1, 1]}], "lists an episode twice"),
+    ("lerobot", [{"repo_id": "u/a", "weight": 1, "episodes": [-1]}], "episodes must be a non-empty list"),
+    ("lerobot", [{"path": "u/a", "weight": 1}], "unknown key(s) ['path']"),
+    ("lerobot", [{"weight": 1}], "'repo_id' is missing"),
+    ("robomimic", {"components": [{"path": "{a}", "weight": 1}], "target_fps": 0}, "target_fps must be a positive"),
+    ("robomimic", {"components": [], "weights": "size"}, "'components' must be a non-empty list"),
+    ("robomimic", {"parts": []}, "unknown key(s) ['parts']"),
+    ("robomimic", "{not json", "not valid JSON"),
+    ("robomimic", "/no/such/mix.json", "neither a JSON file that exists nor inline JSON"),
+    ("robomimic", 3, "got int"),
+]
+
+
+@pytest.mark.parametrize("framework, value, expected", BAD)
+def test_bad_mixtures_are_one_line_naming_the_setting_and_component(files, framework, value, expected):
+    (a, b), root = files
+
+    def fill(v):
+        if isinstance(v, str):
+            return v.replace("{a}", a).replace("{b}", b).replace("{root}", root)
+        if isinstance(v, list):
+            return [fill(x) for x in v]
+        if isinstance(v, dict):
+            return {k: fill(x) for k, x in v.items()}
+        return v
+
+    with pytest.raises(MixtureError) as err:
+        parse_mixture(fill(value), framework, WHERE)
+    msg = str(err.value)
+    assert "\n" not in msg and msg.startswith(f"{WHERE}: "), msg
+    assert fill(expected) in msg, msg
+
+
+def test_a_good_component_passes_where_the_bad_one_failed(files):
+    """Control: the checks refuse the bad value, not everything (same components, valid values)."""
+    (a, b), _ = files
+    spec = parse_mixture([{"path": a, "weight": 1, "rename": {"p": "z", "q": "w"}}, {"path": b, "weight": 1e-3}],
+                         "robomimic", WHERE)  # fmt: skip
+    assert len(spec.components) == 2
+
+
+# -- the pass order ------------------------------------------------------------------------------------------------
+def shares_within_bound(order: MixtureOrder, picked: np.ndarray, p: np.ndarray, sigmas: float = 4.0) -> bool:
+    """Each component's count among ``picked`` global indices is within ``sigmas`` binomial sigmas of ``n p``."""
+    comps, _ = order.split(picked)
+    n = len(picked)
+    counts = np.bincount(comps, minlength=len(p))
+    return bool(all(abs(counts[k] - n * p[k]) <= sigmas * math.sqrt(n * p[k] * (1 - p[k])) for k in range(len(p))))
+
+
+def test_component_shares_follow_the_weights_within_a_binomial_bound():
+    sizes, weights = [400, 1600, 240], [1.0, 1.0, 6.0]
+    order = MixtureOrder(sizes, weights, seed=7)
+    p = np.asarray(weights) / sum(weights)
+    for epoch in range(3):
+        assert shares_within_bound(order, order.indices_of(epoch), p)
+    # negative control: concatenation (shares by size) is a wrong order for these weights, and the bound says so
+    wrong = MixtureOrder(sizes, None, seed=7)
+    assert not shares_within_bound(wrong, wrong.indices_of(0), p)
+
+
+def test_weighted_order_is_pure_and_never_repeats_a_window_within_a_cycle():
+    sizes = [5, 300, 40]
+    order = MixtureOrder(sizes, [1, 1, 1], seed=3)
+    g = order.indices_of(0)
+    assert np.array_equal(g, MixtureOrder(sizes, [1, 1, 1], seed=3).indices_of(0))
+    assert not np.array_equal(g, order.indices_of(1)) and not np.array_equal(
+        g, MixtureOrder(sizes, [1, 1, 1], 4).indices_of(0)
+    )
+    comps, local = order.split(g)
+    for k, size in enumerate(sizes):
+        mine = local[comps == k]
+        for start in range(0, len(mine), size):  # each cycle through the component: distinct windows
+            cycle = mine[start : start + size]
+            assert len(np.unique(cycle)) == len(cycle)
+        assert mine.max() < size
+    assert len(local[comps == 0]) > sizes[0]  # the small component was cycled (so the check above had cycles)
+
+
+@pytest.mark.parametrize("shuffle", [True, False])
+def test_weighted_by_size_serves_every_window_exactly_once(shuffle):
+    order = MixtureOrder([7, 30, 13], None, seed=1, shuffle=shuffle)
+    g = order.indices_of(2)
+    assert np.array_equal(np.sort(g), np.arange(50))
+    assert shuffle != np.array_equal(g, np.arange(50))
+
+
+@pytest.mark.parametrize("weights", [None, [1.0, 3.0]])
+@pytest.mark.parametrize("total, world", [(120, 4), (121, 3)])
+def test_rank_shares_are_disjoint_pieces_covering_the_pass(weights, total, world):
+    order = MixtureOrder([total - 40, 40], weights, seed=5)
+    full = order.indices_of(0)
+    pieces = [order.rank_indices(0, r, world) for r in range(world)]
+    assert len({len(p) for p in pieces}) == 1  # the same batch count on every rank
+    joined = np.concatenate(pieces)
+    assert np.array_equal(joined[:total], full)  # disjoint positions covering the pass, in order
+    assert np.array_equal(joined[total:], full[: len(joined) - total])  # the completion wraps (< world items)
+
+
+# -- batches and resume --------------------------------------------------------------------------------------------
+def test_resume_mid_pass_gives_the_same_remaining_batches():
+    order = MixtureOrder([30, 50, 17], [2, 1, 1], seed=9)
+    plan = SamplingPlan(batch_size=8, drop_last=True)
+    first = MixtureBatches(list, order, plan, names=["a", "b", "c"])
+    passes = [list(first), list(first)]
+    assert len(passes[0]) == len(first) == 97 // 8 and passes[0] != passes[1]
+    assert "mixture of 3" in first.describe() and "a 50.0%" in first.describe()
+    resumed = MixtureBatches(list, order, SamplingPlan(batch_size=8, drop_last=True, start_epoch=1, start_batch=5))
+    assert list(resumed) == passes[1][5:]
+    stopped = MixtureBatches(list, order, plan, num_threads=2)
+    it = iter(stopped)
+    head = [next(it) for _ in range(3)]
+    state = stopped.state_dict()
+    again = MixtureBatches(list, order, plan)
+    again.load_state_dict(state)
+    assert head + list(again) == passes[0]
+
+
+# -- the mixed dataset ---------------------------------------------------------------------------------------------
+class Plain(torch.utils.data.Dataset):
+    def __init__(self, n, base, key="x"):
+        self.n, self.base, self.key = n, base, key
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        return {self.key: torch.tensor([self.base + i, 0]), "extra": torch.tensor(i), "task": f"t{self.base}"}
+
+
+class Indexed(IndexedDataset):
+    def __init__(self, n, base):
+        super().__init__(serving=Serving("indexed"))
+        self.plain = Plain(n, base)
+
+    def __len__(self):
+        return self.plain.n
+
+    def __getitem__(self, i):
+        return self.plain[i]
+
+    def collate(self, indices):
+        return torch.utils.data.default_collate([self.plain[i] for i in indices])
+
+
+def test_mixture_dataset_batches_follow_the_global_order_renamed_with_dataset_index():
+    datasets = [Plain(10, 100), Indexed(5, 200), Plain(7, 300, key="z")]
+    mix = MixtureDataset(
+        datasets, ["a", "b", "c"], [{}, {}, {"z": "x"}], {"x", "task"}, MixtureHooks(), [1, 1, 1], 0, Serving("m")
+    )
+    assert len(mix) == 22 and mix.offsets.tolist() == [0, 10, 15]
+    idx = [21, 0, 12, 3, 15, 11]
+    batch = mix.collate(idx)
+    assert set(batch) == {"x", "task", DATASET_INDEX}
+    assert batch["x"][:, 0].tolist() == [306, 100, 202, 103, 300, 201]
+    assert batch["task"] == ["t300", "t100", "t200", "t100", "t300", "t200"]
+    assert batch[DATASET_INDEX].dtype == torch.int64 and batch[DATASET_INDEX].tolist() == [2, 0, 1, 0, 2, 1]
+    for j, i in enumerate(idx):  # every item equals its component's item after the rename
+        item = mix[i]
+        assert torch.equal(item["x"], batch["x"][j]) and int(item[DATASET_INDEX]) == batch[DATASET_INDEX][j]
+    source = mix.batch_source(SamplingPlan(batch_size=4, drop_last=False, seed=3))
+    served = torch.cat([b["x"][:, 0] for b in source])
+    assert sorted(served.tolist()) != list(range(len(served)))  # mixed values
+    assert len(served) == 22
+    with pytest.raises(IndexError):
+        mix.collate([22])
