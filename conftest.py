@@ -92,7 +92,7 @@ def lerobot_datasets(tmp_path_factory):
     }
 
 
-# -- a LeRobot mixture: three small H.264 datasets at 20 fps; "c" records its main camera as cam1 (renamed in mixtures) --
+# -- a LeRobot mixture: three small H.264 datasets at 20 fps; "c" records its main camera as cam1 (mixtures rename it)
 LEROBOT_MIXTURE = {
     "a": {"episode_lengths": (20, 26, 14), "cameras": 1, "seed": 21},
     "b": {"episode_lengths": (18, 30), "cameras": 1, "seed": 22},

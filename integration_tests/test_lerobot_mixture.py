@@ -6,6 +6,7 @@ conftest's ``lerobot_mixture_datasets``: three of 60, 48 and 50 frames, "c" reco
 import json
 import math
 import os
+import re
 
 import numpy as np
 import pytest
@@ -82,9 +83,7 @@ BACKENDS = [
 
 
 @pytest.mark.parametrize("backend,options", BACKENDS, ids=[b for b, _ in BACKENDS])
-def test_every_item_equals_its_component_item_and_shares_follow_the_weights(
-    lerobot_mixture_datasets, backend, options
-):
+def test_every_item_equals_its_component_item_and_shares_follow_the_weights(lerobot_mixture_datasets, backend, options):
     """A whole pass, batch by batch: every row equals ``LeRobotDataset[i]`` of its component after the rename map
     (byte for byte), with ``dataset_index``; each component's share within 4 sigma of its weight's."""
     ds = lerobot_mixture_datasets
@@ -157,7 +156,7 @@ def test_stats_checks_and_refusals_from_metadata(lerobot_mixture_datasets):
     layout = check_components(spec, metas, None)  # the good mixture passes
     assert CAM in layout.features and "observation.images.wrist" not in layout.features
     assert layout.dropped == [[], [], ["observation.images.cam0"]] and layout.fps == 20
-    assert f"{CAM}_is_pad" in layout.keep and layout.renames[2][f"observation.images.cam1_is_pad"] == f"{CAM}_is_pad"
+    assert f"{CAM}_is_pad" in layout.keep and layout.renames[2]["observation.images.cam1_is_pad"] == f"{CAM}_is_pad"
 
     # statistics: LeRobot's own aggregation of the components' on-disk stats under the rename map
     raw = [LeRobotDatasetMetadata(*ds[n][:1], root=ds[n][1]).stats for n in "abc"]
@@ -206,11 +205,11 @@ def test_stats_checks_and_refusals_from_metadata(lerobot_mixture_datasets):
     for cfg, words in [
         (flags(repo_id="x/y", backend="native", backend_kwargs={}), "leave --dataset.repo_id out"),
         (flags(streaming=True, backend="native", backend_kwargs={}), "--dataset.streaming=true"),
-        (flags(backend="datapipe", backend_kwargs={"shards": "/tmp"}), "--dataset.backend_kwargs.shards names one"),
+        (flags(backend="video_stream", backend_kwargs={"source": "https://h/x"}), "backend_kwargs.source names one"),
     ]:
-        with pytest.raises(Exception, match=words):
+        with pytest.raises(Exception, match=re.escape(words)):
             check_flags(cfg, spec)
-    with pytest.raises(MixtureError, match="target_fps=10 needs a backend that converts frame rates .*gpu_resampler"):
+    with pytest.raises(MixtureError, match=r"target_fps=10 needs a backend that converts frame rates .*gpu_resampler"):
         check_flags(flags(backend="compressed_cache", backend_kwargs={}), spec_of(ds, target_fps=10))
     check_flags(flags(backend="gpu_resampler", backend_kwargs={}), spec_of(ds, target_fps=10))  # control
 
@@ -248,7 +247,7 @@ def test_config_flag_is_checked_at_parsing_and_saved_resolved(lerobot_mixture_da
         ({"mixture": text.replace(ds["a"][1], ds["a"][1] + "_gone")}, "does not exist"),
         ({"mixture": "[{"}, "--dataset.mixture"),
     ]:
-        with pytest.raises(DecodingError, match=words.replace("(", r"\(").replace(")", r"\)")):
+        with pytest.raises(DecodingError, match=re.escape(words)):
             BackendDatasetConfig(**kw)
 
 

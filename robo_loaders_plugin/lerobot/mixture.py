@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import os
 import sys
 
 import numpy as np
 
 from robo_loaders_plugin.core.errors import RoboLoadersError
-from robo_loaders_plugin.core.iteration import Serving
+from robo_loaders_plugin.core.iteration import ServedDataset, Serving
 from robo_loaders_plugin.core.log import get_logger
 from robo_loaders_plugin.core.spec import DEFAULT_BACKEND
 from robo_loaders_plugin.mixtures.dataset import MixtureDataset, MixtureHooks
@@ -639,6 +640,21 @@ class LeRobotMixture(MixtureDataset):
         self.episodes = None
         self.absolute_to_relative_idx = None
 
+    def batch_threads(self, plan) -> int:
+        """Threads building batches: none when a component is LeRobot's own ``LeRobotDataset`` (``native``).
+
+        Why: a ``LeRobotDataset`` keeps one video decoder per file per process and is made for DataLoader worker
+        processes; two threads reading items of one video file seek the same decoder and get each other's frames
+        (``FrameTimestampError``, or worse, wrong frames within the tolerance). The backends' datasets build batches
+        in threads by design.
+
+        Args:
+            plan: The pass (``core.iteration.SamplingPlan``).
+        """
+        if any(not isinstance(d, ServedDataset) for d in self.datasets):
+            return 0
+        return super().batch_threads(plan)
+
     @property
     def num_frames(self) -> int:
         """Rows served, over every component."""
@@ -713,7 +729,9 @@ def build_mixture(spec, natives, choice, *, layout: Layout | None = None, use_im
             )
     component_choice = _component_choice(choice, target)
     served = [
-        n if component_choice.name == DEFAULT_BACKEND else build_dataset(n, component_choice, repo_id=c.source, seed=seed)
+        n
+        if component_choice.name == DEFAULT_BACKEND
+        else build_dataset(n, component_choice, repo_id=c.source, seed=seed)
         for n, c in zip(natives, spec.components)
     ]
     component_stats = [renamed_stats(n.meta.stats, dict(c.rename or {})) for n, c in zip(natives, spec.components)]
@@ -799,7 +817,7 @@ def resume_position(state: dict, sampler_frames: int, mixture_frames: int, batch
         ``(epoch, batch)`` of the mixture's passes.
     """
     per_step = batch_size * world_size
-    sampler_batches = -(-(-(-int(sampler_frames) // batch_size)) // world_size)
+    sampler_batches = math.ceil(math.ceil(int(sampler_frames) / batch_size) / world_size)  # LeRobot's count
     step = int(state["epoch"]) * sampler_batches + int(state["start_index"]) // per_step
     mixture_batches = max(1, -(-int(mixture_frames) // per_step))
     return divmod(step, mixture_batches)
