@@ -209,6 +209,9 @@ def test_stats_checks_and_refusals_from_metadata(lerobot_mixture_datasets):
     ]:
         with pytest.raises(Exception, match=re.escape(words)):
             check_flags(cfg, spec)
+    remote = parse([{"repo_id": "x/y", "root": "https://h/x/y", "weight": 1}])
+    with pytest.raises(Exception, match=re.escape("component 0 (x/y): root https://h/x/y is remote; mixtures read")):
+        check_flags(flags(backend="video_stream", backend_kwargs={}), remote)
     with pytest.raises(MixtureError, match=r"target_fps=10 needs a backend that converts frame rates .*gpu_resampler"):
         check_flags(flags(backend="compressed_cache", backend_kwargs={}), spec_of(ds, target_fps=10))
     check_flags(flags(backend="gpu_resampler", backend_kwargs={}), spec_of(ds, target_fps=10))  # control
@@ -252,7 +255,10 @@ def test_config_flag_is_checked_at_parsing_and_saved_resolved(lerobot_mixture_da
 
 
 # -- lerobot-train ---------------------------------------------------------------------------------------------------
-def test_lerobot_train_on_a_mixture_native_then_a_backend_resumed(lerobot_mixture_datasets, tmp_path):
+def test_lerobot_train_on_a_mixture_native_then_resumed_on_a_backend(lerobot_mixture_datasets, tmp_path):
+    """The real console script: 3 steps on the native mixture, then ``--resume=true`` from the saved config (the
+    mixture file moved away: the config holds it) with ``--dataset.backend=compressed_cache``, continuing at the
+    batch after the checkpoint's of the same mixture order."""
     from test_lerobot_train_cli import lerobot_train, saved_dataset_config
 
     ds = lerobot_mixture_datasets
@@ -260,34 +266,40 @@ def test_lerobot_train_on_a_mixture_native_then_a_backend_resumed(lerobot_mixtur
     comps = [{"repo_id": ds[n][0], "root": ds[n][1], "weight": w} for n, w in zip("abc", WEIGHTS)]
     comps[2]["rename"] = RENAME_C
     mix.write_text(json.dumps({"components": comps}))
-    flag = f"--dataset.mixture={mix}"
+    out = str(tmp_path / "run")
 
-    rc, log = lerobot_train(None, str(tmp_path / "native"), flag, repo=None)
+    rc, log = lerobot_train(None, out, f"--dataset.mixture={mix}", repo=None)
     assert rc == 0, log[-3000:]
     assert "lerobot data backend: native [mixture(mix/a, mix/b, mix/c)] mixture of 3 (weighted)" in log, log[-3000:]
     assert "lerobot-train's batches come from mixture of 3 (weighted: mix/a 16.7%, mix/b 33.3%, mix/c 50.0%)" in log
-    saved = saved_dataset_config(str(tmp_path / "native"), 3)
+    saved = saved_dataset_config(out, 3)
     assert saved["backend"] == "native" and json.loads(saved["mixture"])["components"][2]["rename"] == RENAME_C
 
-    out = str(tmp_path / "cc")
-    rc, log = lerobot_train(None, out, flag, "--dataset.backend=compressed_cache", repo=None)
+    os.rename(mix, tmp_path / "moved.json")  # the saved config holds the mixture itself
+    cfg = os.path.join(out, "checkpoints", "000003", "pretrained_model", "train_config.json")
+    args = (f"--config_path={cfg}", "--resume=true", "--dataset.backend=compressed_cache")
+    rc, log = lerobot_train(None, out, *args, repo=None, steps=5)
     assert rc == 0, log[-3000:]
     assert "lerobot data backend: compressed_cache [mixture(mix/a, mix/b, mix/c)]" in log, log[-3000:]
-    cfg = os.path.join(out, "checkpoints", "000003", "pretrained_model", "train_config.json")
-    os.rename(mix, tmp_path / "moved.json")  # the saved config holds the mixture itself
-    rc, log = lerobot_train(None, out, f"--config_path={cfg}", "--resume=true", repo=None, steps=5)
-    assert rc == 0, log[-3000:]
-    assert "starting at epoch 0 batch 3" in log and "mixture of 3" in log, log[-3000:]
-    assert saved_dataset_config(out, 5)["backend"] == "compressed_cache"
+    assert "starting at epoch 0 batch 3" in log, log[-3000:]
+    assert saved_dataset_config(out, 5)["mixture"] == saved["mixture"]
 
 
-def test_lerobot_train_refuses_a_bad_mixture_in_one_line_before_reading_data(lerobot_mixture_datasets, tmp_path):
-    from test_lerobot_train_cli import lerobot_train
+def test_command_line_refuses_a_bad_mixture_in_one_line_before_lerobots_parser(lerobot_mixture_datasets, capsys):
+    """What lerobot-train's patched ``train`` runs first (``check_command_line``): a bad mixture is ``error: ...``
+    on one line and exit status 1, before LeRobot's parser reads the flag as YAML; a good one passes untouched."""
+    from robo_loaders_plugin.lerobot.integration import check_command_line
 
     ds = lerobot_mixture_datasets
-    comps = [{"repo_id": ds["a"][0], "root": ds["a"][1], "weight": 1}, {"repo_id": ds["b"][0], "root": ds["b"][1]}]
-    rc, log = lerobot_train(None, str(tmp_path / "bad"), f"--dataset.mixture={json.dumps(comps)}", repo=None)
-    assert rc == 1, log[-3000:]
-    line = next(ln for ln in log.splitlines() if ln.startswith("error: --dataset.mixture: component 1 (mix/b)"))
-    assert "weight" in line, line
-    assert "Creating dataset" not in log and "Traceback" not in log, log[-3000:]
+    good = [{"repo_id": ds["a"][0], "root": ds["a"][1], "weight": 1}, {"repo_id": ds["b"][0], "root": ds["b"][1]}]
+    for bad, words in [
+        (good, "error: --dataset.mixture: component 1 (mix/b): has no weight"),
+        ('[{"repo_id": "x", "weight": 1}', "error: --dataset.mixture: the inline mixture is not valid JSON"),
+    ]:
+        with pytest.raises(SystemExit) as info:
+            check_command_line(["--steps=3", "--dataset.mixture", bad if isinstance(bad, str) else json.dumps(bad)])
+        err = capsys.readouterr().err
+        assert info.value.code == 1 and err.startswith(words) and err.count("\n") == 1, err
+    good[1]["weight"] = 2
+    argv = [f"--dataset.mixture={json.dumps(good)}"]
+    assert check_command_line(argv) == argv  # control

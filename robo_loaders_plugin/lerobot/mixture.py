@@ -221,9 +221,9 @@ def check_flags(dataset_cfg, spec) -> None:
         spec: Its ``MixtureSpec``.
 
     Raises:
-        RoboLoadersError: ``--dataset.repo_id``/``root``/``episodes`` given too, ``--dataset.streaming``, a
-            ``target_fps`` the backend cannot convert to (or two that differ), or a backend option naming one
-            dataset's data.
+        RoboLoadersError: ``--dataset.repo_id``/``root``/``episodes`` given too, ``--dataset.streaming``, a remote
+            component root, a ``target_fps`` the backend cannot convert to (or two that differ), or a backend option
+            naming one dataset's data.
     """
     from robo_loaders_plugin.lerobot.integration import OPTIONS_FLAG, backend_choice
 
@@ -238,6 +238,14 @@ def check_flags(dataset_cfg, spec) -> None:
             f"{MIXTURE_FLAG} cannot be combined with --dataset.streaming=true (a mixture draws its own order over "
             "map-style datasets)"
         )
+    from robo_loaders_plugin.sources.lerobot_v3 import is_remote
+
+    for k, c in enumerate(spec.components):
+        if c.root is not None and is_remote(str(c.root)):
+            raise RoboLoadersError(
+                f"{MIXTURE_FLAG}: {component_name(spec, k)}: root {c.root} is remote; mixtures read local roots (or "
+                "LeRobot's own download of a Hub repo_id, root left out): copy it locally first"
+            )
     choice = backend_choice(dataset_cfg)
     check_rates(spec, choice)
     own = getattr(choice.options, "target_fps", None) if converts_rates(choice) else None
