@@ -5,8 +5,8 @@ the start-up import hook right after robomimic's module code runs, or by ``robom
 idempotent and keeps the original in :data:`ORIGINALS`). This module imports nothing from the adapter: it is a
 leaf, so what touches robomimic's inside can be read (and audited against a new robomimic) alone.
 
-1. ``robomimic.config.base_config.BaseConfig.train_config`` also sets ``train.data_backend`` (null) and
-   ``train.data_backend_kwargs`` ({}), for every algorithm;
+1. ``robomimic.config.base_config.BaseConfig.train_config`` also sets ``train.data_backend`` (null),
+   ``train.data_backend_kwargs`` ({}) and ``train.data_mixture`` (null), for every algorithm;
 2. ``robomimic.utils.train_utils.dataset_factory`` builds the configured backend's dataset;
 3. ``robomimic.utils.train_utils.load_data_for_training`` checks the backend choice before anything is read;
 4. ``robomimic.utils.train_utils.run_epoch`` iterates what the backend's kind says (``core.iteration``) instead of
@@ -15,10 +15,11 @@ leaf, so what touches robomimic's inside can be read (and audited against a new 
 Run by robomimic's training script, the plugin's errors raised through 2-4 end the process with one line and exit
 status 1 (:func:`patch_train_utils`), because the script's ``main`` catches every error and exits 0.
 
-Private reads: ``SequenceDataset._index_to_demo_id`` (only the benchmark's episode-mix metric for ``native``);
-the line ``robomimic.scripts.train`` prints when a run fails (:data:`TRAIN_FAILED`: its ``main`` catches every error
-and exits 0, so ``robo-loaders robomimic-train`` watches for it); the ``input()`` of ``train_utils.get_exp_dir``
-(answered by :func:`keep_existing_runs` when there is no terminal).
+Private reads and writes: ``ObsUtils.OBS_KEYS_TO_MODALITIES`` (a mixture component's renamed obs key gets its mixture
+key's modality, :func:`register_obs_key_like`); ``SequenceDataset._index_to_demo_id`` (only the benchmark's episode-mix
+metric for ``native``); the line ``robomimic.scripts.train`` prints when a run fails (:data:`TRAIN_FAILED`: its ``main``
+catches every error and exits 0, so ``robo-loaders robomimic-train`` watches for it); the ``input()`` of
+``train_utils.get_exp_dir`` (answered by :func:`keep_existing_runs` when there is no terminal).
 Side effects relied on: ``import robomimic.algo`` registers the observation encoders SequenceDataset needs.
 
 On another robomimic version the patches are not applied (robomimic then runs unmodified and says so once) and the
@@ -86,15 +87,17 @@ def original(name: str):
     if name == "train_config":
         from robomimic.config.base_config import BaseConfig
 
-        return BaseConfig.train_config
+        # the import may have run the start-up hook, which patched it and kept the original
+        return ORIGINALS.get(name, BaseConfig.train_config)
     import robomimic.utils.train_utils as TrainUtils
 
-    return getattr(TrainUtils, name)
+    return ORIGINALS.get(name, getattr(TrainUtils, name))  # as above: the import may have patched it just now
 
 
 def patch_base_config(module) -> None:
-    """Make ``BaseConfig.train_config`` also set ``train.data_backend`` (null: robomimic's own SequenceDataset)
-    and ``train.data_backend_kwargs`` ({}: a plain dict, open to any key after the config is locked). Idempotent.
+    """Make ``BaseConfig.train_config`` also set ``train.data_backend`` (null: robomimic's own SequenceDataset),
+    ``train.data_backend_kwargs`` ({}: a plain dict, open to any key after the config is locked) and
+    ``train.data_mixture`` (null: ``train.data`` alone; else a mixture, docs/mixtures.md). Idempotent.
 
     Args:
         module: ``robomimic.config.base_config``, freshly imported.
@@ -114,6 +117,7 @@ def patch_base_config(module) -> None:
         orig(self)
         self.train.data_backend = None  # null = robomimic's own SequenceDataset
         self.train.data_backend_kwargs = {}  # a plain dict: stays open to any key after lock()
+        self.train.data_mixture = None  # null = train.data alone; a JSON file, inline JSON, object or list
 
     setattr(train_config, _MARK, True)
     BaseConfig.train_config = train_config
@@ -212,6 +216,30 @@ def keep_existing_runs(train_utils_module) -> None:
 def register_observation_encoders() -> None:
     """SequenceDataset (and robomimic's obs processing) need the encoders ``robomimic.algo`` registers on import."""
     import robomimic.algo  # noqa: F401
+
+
+def register_obs_key_like(key: str, like: str) -> None:
+    """Give obs key ``key`` the modality of ``like`` in robomimic's obs-key registry, when ``like`` has one.
+
+    Why: a mixture component's camera may be stored under another name (``rename``); robomimic's SequenceDataset asks
+    the modality of every key it loads (``hdf5_cache_mode='low_dim'`` caches the low-dim ones), and an unknown key
+    is registered as low-dim with a printed warning.
+
+    Args:
+        key: The component's own obs key.
+        like: The mixture's obs key it is renamed to.
+    """
+    import robomimic.utils.obs_utils as ObsUtils
+
+    registry = ObsUtils.OBS_KEYS_TO_MODALITIES
+    if registry is None:
+        return
+    modality = dict.get(registry, like)  # dict.get: its __getitem__ registers unknown keys
+    if modality is not None and key not in registry:
+        registry[key] = modality
+        keys = ObsUtils.OBS_MODALITIES_TO_KEYS
+        if keys is not None and key not in keys.get(modality, []):
+            keys.setdefault(modality, []).append(key)
 
 
 def demo_of_index(sequence_dataset):

@@ -14,7 +14,7 @@ from robo_loaders_plugin.core.log import get_logger
 from robo_loaders_plugin.core.ranks import check_ranks_agree, resolve_ranks, source_identity
 from robo_loaders_plugin.core.registry import choose_backend
 from robo_loaders_plugin.core.spec import DEFAULT_BACKEND, SAMPLE, BackendChoice
-from robo_loaders_plugin.robomimic import compat
+from robo_loaders_plugin.robomimic import compat, mixture
 
 logger = get_logger(__name__)
 
@@ -61,12 +61,18 @@ def dataset_factory(config, obs_keys, filter_by_attribute=None, dataset_path=Non
         world_size: The number of such processes (default as for ``rank``).
 
     Returns:
-        The dataset robomimic's ``train()`` builds its DataLoader over.
+        The dataset robomimic's ``train()`` builds its DataLoader over: with ``train.data_mixture`` set, for
+        ``train.data``, the mixture (``robomimic.mixture``) whatever the backend, ``native`` included.
 
     Raises:
-        RoboLoadersError: a bad backend choice, option or source, named.
+        RoboLoadersError: a bad backend choice, option, source or mixture, named.
     """
+    mixed = mixture.applies(config, dataset_path)
+    if mixed:
+        mixture.mixture_spec(config)  # the mixture's refusals first: they say why an option does not apply
     choice = backend_choice(config)
+    if mixed:
+        return mixture.build_mixture(config, obs_keys, choice, filter_by_attribute, rank, world_size)
     if config.train.get("data_backend") is None:
         return compat.original("dataset_factory")(
             config, obs_keys, filter_by_attribute=filter_by_attribute, dataset_path=dataset_path
@@ -145,8 +151,8 @@ def choose(backend: str, **options) -> BackendChoice:
 
 
 def load_data_for_training(config, obs_keys):
-    """robomimic's own ``load_data_for_training``, after checking the backend choice up front (before anything is
-    read).
+    """robomimic's own ``load_data_for_training``, after checking the backend choice and the mixture up front
+    (before anything is read).
 
     Args:
         config: robomimic's config.
@@ -156,8 +162,9 @@ def load_data_for_training(config, obs_keys):
         What robomimic's function returns (train and validation datasets).
 
     Raises:
-        RoboLoadersError: a bad backend choice or option.
+        RoboLoadersError: a bad backend choice or option, or a bad ``train.data_mixture``.
     """
+    mixture.mixture_spec(config)
     backend_choice(config)
     return compat.original("load_data_for_training")(config, obs_keys)
 

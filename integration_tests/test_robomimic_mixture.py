@@ -1,0 +1,249 @@
+"""robomimic on a weighted mixture (``train.data_mixture``): every served sample is its component's SequenceDataset
+sample after the rename (for every backend), ``dataset_index`` names the component, the weights set the shares,
+``weights: "size"`` serves every window once, bad mixtures are one line, and robomimic's unmodified training script
+trains on a 3-component mixture."""
+
+import json
+import math
+import os
+import shutil
+import sys
+
+import h5py
+import numpy as np
+import pytest
+import torch
+from robomimic_helpers import RGB, make_config, obs_keys
+
+from robo_loaders_plugin.core import iteration
+from robo_loaders_plugin.mixtures.dataset import DATASET_INDEX
+from robo_loaders_plugin.mixtures.spec import MixtureError
+from robo_loaders_plugin.robomimic import dataset_factory
+from robo_loaders_plugin.robomimic.mixture import RobomimicMixture
+from robo_loaders_plugin.testing import assert_same
+
+WRIST = "robot0_eye_in_hand_image"
+LOW_DIM = ["robot0_eef_pos", "object"]
+BACKENDS = ["native", "compressed_cache", "datapipe", "gpu_resampler", "video_stream"]
+LOSSY = {"video_stream": {f"{g}/{k}": 25.0 for g in ("obs", "next_obs") for k in RGB}}
+
+
+def _write(path, seed, demos, size=16, **kw):
+    from robo_loaders_plugin.sample_data.robomimic_hdf5 import write_robomimic_hdf5
+
+    return write_robomimic_hdf5(
+        path, demos=demos, image_size=size, cameras=2, seed=seed, min_length=12, max_length=20,
+        valid_fraction=0.34, progress=False, **kw,
+    )  # fmt: skip
+
+
+def _rename_camera(path, old, new):
+    with h5py.File(path, "r+") as f:
+        for demo in f["data"]:
+            for group in ("obs", "next_obs"):
+                f.move(f"data/{demo}/{group}/{old}", f"data/{demo}/{group}/{new}")
+    return path
+
+
+def _set_rate(path, hz):
+    with h5py.File(path, "r+") as f:
+        env = json.loads(f["data"].attrs["env_args"])
+        env["env_kwargs"]["control_freq"] = hz
+        f["data"].attrs["env_args"] = json.dumps(env)
+    return path
+
+
+@pytest.fixture(scope="module")
+def parts(tmp_path_factory):
+    """Three small files: a (4 demos), b (3 demos), c (3 demos, its wrist camera stored as ``wrist_image``)."""
+    d = tmp_path_factory.mktemp("mix")
+    a = _write(str(d / "a.hdf5"), 1, 4)
+    b = _write(str(d / "b.hdf5"), 2, 3)
+    c = _rename_camera(_write(str(d / "c.hdf5"), 3, 3), WRIST, "wrist_image")
+    return a, b, c
+
+
+def _mixture(parts, weights=(1, 1, 2), mode="given"):
+    a, b, c = parts
+    comps = [{"path": a}, {"path": b}, {"path": c, "rename": {"wrist_image": WRIST}}]
+    if mode == "given":
+        for comp, w in zip(comps, weights, strict=True):
+            comp["weight"] = w
+    return {"components": comps, "weights": mode}
+
+
+def _config(parts, backend=None, mixture=None, **train):
+    cfg = make_config(
+        parts[0],
+        low_dim=LOW_DIM,
+        backend=backend,
+        seq_length=3,
+        hdf5_cache_mode="low_dim",
+        hdf5_load_next_obs=True,
+        **train,
+    )
+    with cfg.values_unlocked():
+        cfg.train.data_mixture = mixture if mixture is not None else _mixture(parts)
+    return cfg
+
+
+def _references(parts):
+    """Each component's own SequenceDataset (robomimic's, unpatched: native, no mixture), with its own key names."""
+    refs = []
+    for path, rgb in zip(parts, (RGB, RGB, [RGB[0], "wrist_image"]), strict=True):
+        cfg = make_config(
+            path, rgb=rgb, low_dim=LOW_DIM, seq_length=3, hdf5_cache_mode="low_dim", hdf5_load_next_obs=True
+        )
+        refs.append(dataset_factory(cfg, obs_keys(cfg)))
+    return refs
+
+
+def _renamed(sample, k):
+    if k != 2:
+        return sample
+    out = dict(sample)
+    for g in ("obs", "next_obs", "goal_obs"):
+        if g not in sample:
+            continue
+        out[g] = {(WRIST if key == "wrist_image" else key): v for key, v in sample[g].items()}
+    return out
+
+
+@pytest.mark.parametrize("backend", [pytest.param("native", marks=pytest.mark.fast), *BACKENDS[1:]])
+def test_every_sample_is_its_components_sequence_dataset_sample(parts, backend):
+    cfg = _config(parts, backend if backend != "native" else None)
+    mix = dataset_factory(cfg, obs_keys(cfg))
+    built = iteration.built_by(mix)
+    assert isinstance(mix, RobomimicMixture) and built is not None and built.kind == "batch"
+    refs = _references(parts)
+    assert mix.sizes == [len(r) for r in refs] and len(mix) == sum(map(len, refs))
+    min_psnr = LOSSY.get(backend)
+    for i in range(len(mix)):
+        k, local = mix.locate(i)
+        ours = dict(mix[i])
+        assert int(ours.pop(DATASET_INDEX)) == k
+        assert_same(ours, _renamed(refs[k][local], k), f"{backend} mixture item {i}", min_psnr)
+    # a batch across components, in its order: the components' samples collated
+    idx = np.random.default_rng(0).permutation(len(mix))[:24].tolist()
+    batch = mix.collate(idx)
+    assert batch[DATASET_INDEX].dtype == torch.int64
+    want = torch.utils.data.default_collate([_renamed(refs[k][j], k) for k, j in map(mix.locate, idx)])
+    got = {key: v for key, v in batch.items() if key != DATASET_INDEX}
+    assert_same(
+        torch.utils.data.default_collate([mix[i] for i in idx])[DATASET_INDEX], batch[DATASET_INDEX], "dataset_index"
+    )
+    assert_same({k: _cpu(v) for k, v in got.items()}, want, f"{backend} mixed batch", min_psnr)
+
+
+def _cpu(v):
+    return {k: _cpu(x) for k, x in v.items()} if isinstance(v, dict) else v.cpu()
+
+
+def _passes(cfg, mix, passes=1, batch_size=8):
+    """What robomimic's run_epoch iterates for the DataLoader its train() builds over ``mix``."""
+    loader = torch.utils.data.DataLoader(mix, batch_size=batch_size, shuffle=True, drop_last=False)
+    source = iteration.pass_batches(loader, lambda dl, b: __import__(
+        "robo_loaders_plugin.robomimic.integration", fromlist=["x"]).sampling_plan(dl, b))  # fmt: skip
+    assert source is not loader
+    return [list(source) for _ in range(passes)]
+
+
+def test_component_shares_follow_the_weights(parts):
+    cfg = _config(parts, "compressed_cache", mixture=_mixture(parts, weights=(1, 1, 6)))
+    mix = dataset_factory(cfg, obs_keys(cfg))
+    served = torch.cat([b[DATASET_INDEX] for p in _passes(cfg, mix, passes=3) for b in p]).numpy()
+    p = np.array([1, 1, 6]) / 8
+    n = len(served)
+    counts = np.bincount(served, minlength=3)
+    assert all(abs(counts[k] - n * p[k]) <= 4 * math.sqrt(n * p[k] * (1 - p[k])) for k in range(3)), counts
+    # control: the components' sizes would put component 2 near 3/10, far outside the bound for 6/8
+    sizes = np.array(mix.sizes) / len(mix)
+    assert abs(counts[2] - n * sizes[2]) > 4 * math.sqrt(n * sizes[2] * (1 - sizes[2]))
+
+
+def test_weighted_by_size_serves_every_window_once_per_pass(parts):
+    cfg = _config(parts, "compressed_cache", mixture=_mixture(parts, mode="size"))
+    mix = dataset_factory(cfg, obs_keys(cfg))
+    refs = _references(parts)
+
+    def key(actions, k):
+        return (int(k), np.asarray(actions, dtype=np.float32).tobytes())
+
+    want = sorted(key(refs[k][j]["actions"], k) for k in range(3) for j in range(len(refs[k])))
+    for one_pass in _passes(cfg, mix, passes=2):
+        got = sorted(key(a, k) for b in one_pass for a, k in zip(b["actions"], b[DATASET_INDEX], strict=True))
+        assert got == want
+    assert len(set(want)) > 0.9 * len(want)  # the check can tell windows apart (actions are distinct per window)
+
+
+# -- refusals, one line each, before data is read ------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def odd(tmp_path_factory, parts):
+    d = tmp_path_factory.mktemp("odd")
+    small = _write(str(d / "small.hdf5"), 4, 2, size=8)
+    slow = _set_rate(shutil.copy(parts[1], d / "slow.hdf5"), 10)
+    return {"small": small, "slow": str(slow)}
+
+
+def _refused(cfg, match, backend=None):
+    with pytest.raises(MixtureError) as err:
+        dataset_factory(cfg, obs_keys(cfg))
+    assert "\n" not in str(err.value) and match in str(err.value), str(err.value)
+    assert str(err.value).startswith("train.data_mixture") or "train.data_backend_kwargs" in str(err.value)
+
+
+def test_refusals_name_the_component_and_key(parts, odd):
+    a, b, c = parts
+    _refused(_config(parts, mixture=[{"path": a, "weight": 1}, {"path": c, "weight": 1}]),
+             f"component 1 ({c}): has no obs/{WRIST}")  # fmt: skip
+    _refused(_config(parts, mixture=[{"path": a, "weight": 1}, {"path": odd["small"], "weight": 1}]),
+             "obs/agentview_image is (8, 8, 3) uint8 but (16, 16, 3) uint8 in component 0")  # fmt: skip
+    onto = [{"path": a, "weight": 1}, {"path": b, "weight": 1, "rename": {"agentview_image": WRIST}}]
+    _refused(_config(parts, mixture=onto), f"maps 'agentview_image' onto '{WRIST}', a key it already has")
+    _refused(_config(parts, mixture=[{"path": a, "weight": 1}, {"path": b, "weight": 1, "rename": {"nope": "x"}}]),
+             "rename names obs key 'nope'")  # fmt: skip
+    rates = [{"path": a, "weight": 1}, {"path": odd["slow"], "weight": 1}]
+    _refused(
+        _config(parts, mixture=rates), "component 1 (" + odd["slow"] + ") was recorded at 10 Hz but component 0 at 20"
+    )
+    _refused(_config(parts, "compressed_cache", mixture={"components": rates, "target_fps": 10}),
+             "target_fps needs a backend that converts rates (gpu_resampler)")  # fmt: skip
+    _refused(_config(parts, mixture=[{"path": b, "weight": 1}, {"path": a, "weight": 1}]),
+             "must be the mixture's first component")  # fmt: skip
+    shards = os.path.dirname(a)  # a directory: the option's own check passes, the mixture's refuses it
+    _refused(
+        _config(parts, "datapipe", backend_kwargs={"shards": shards}), "train.data_backend_kwargs.shards names one"
+    )
+    _refused(_config(parts, mixture=[{"path": a, "weight": 1}, {"path": b, "weight": 0}]), "component 1 (")
+
+
+def test_target_fps_converts_every_component_with_gpu_resampler(parts, odd):
+    a = parts[0]
+    cfg = _config(parts, "gpu_resampler", mixture={"components": [{"path": a, "weight": 1},
+                  {"path": odd["slow"], "weight": 1}], "target_fps": 20})  # fmt: skip
+    mix = dataset_factory(cfg, obs_keys(cfg))
+    # the slow component (10 Hz) at 20 Hz: twice its windows; the 20 Hz one unchanged
+    refs = _references(parts)
+    assert mix.sizes[0] == len(refs[0]) and mix.sizes[1] > 1.8 * len(refs[1])
+
+
+# -- robomimic's own training script ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("backend", [None, "compressed_cache"])
+def test_unmodified_train_script_trains_on_a_mixture(parts, tmp_path, backend):
+    from test_robomimic_train_script import assert_trained, run, write_config
+
+    name = f"mix_{backend or 'native'}"
+    cfg_path = write_config(tmp_path, parts[0], backend, name)
+    cfg = json.loads(open(cfg_path).read())
+    cfg["train"]["data_mixture"] = _mixture(parts)
+    cfg["train"]["seq_length"] = 3
+    cfg["algo"]["rnn"]["horizon"] = 3
+    cfg["train"]["num_epochs"] = 2
+    with open(cfg_path, "w") as f:
+        json.dump(cfg, f)
+    rc, out = run([sys.executable, "-m", "robomimic.scripts.train", "--config", cfg_path])
+    assert rc == 0, out[-3000:]
+    line = f"[robo-loaders] robomimic data backend: {backend or 'native'} [train] mixture of 3"
+    assert_trained(out, tmp_path, name, line)
+    assert f"robomimic data backend: {backend or 'native'} [valid] mixture of 3" in out
+    assert os.path.basename(parts[2]) in out
