@@ -92,6 +92,31 @@ def lerobot_datasets(tmp_path_factory):
     }
 
 
+# -- a LeRobot mixture: three small H.264 datasets at 20 fps; "c" records its main camera as cam1 (mixtures rename it)
+LEROBOT_MIXTURE = {
+    "a": {"episode_lengths": (20, 26, 14), "cameras": 1, "seed": 21},
+    "b": {"episode_lengths": (18, 30), "cameras": 1, "seed": 22},
+    "c": {"episode_lengths": (16, 22, 12), "cameras": 2, "seed": 23},
+    # refused beside "a": another frame rate; a camera of another size
+    "slow": {"episode_lengths": (6,), "cameras": 1, "seed": 24, "fps": 10},
+    "small_cam": {"episode_lengths": (6,), "cameras": 1, "seed": 25, "image_size": (16, 16)},
+}
+
+
+@pytest.fixture(scope="session")
+def lerobot_mixture_datasets(tmp_path_factory):
+    """``{name: (repo_id, root)}`` of :data:`LEROBOT_MIXTURE`, written with LeRobot's own writer (~2 s each)."""
+    from robo_loaders_plugin.sample_data.lerobot_v3 import write_lerobot_dataset
+
+    base = tmp_path_factory.mktemp("lerobot_mixture")
+    out = {}
+    for name, kw in LEROBOT_MIXTURE.items():
+        kw = {"image_size": (24, 32), **kw}
+        repo = f"mix/{name}"
+        out[name] = (repo, str(write_lerobot_dataset(base / name, repo_id=repo, mode="h264", progress=False, **kw)))
+    return out
+
+
 @pytest.hookimpl(tryfirst=True)  # before pytest's own -m selection, which must see the fast marks added here
 def pytest_collection_modifyitems(config, items):
     """Tests under ``tests/`` are the unit tier (``fast``). Tests marked ``cuda`` run only where torch sees a GPU

@@ -12,10 +12,10 @@ from lerobot_helpers import REPO
 BIN = os.path.dirname(sys.executable)
 
 
-def lerobot_train(root, out, *extra, env_extra=None, steps=3):
+def lerobot_train(root, out, *extra, env_extra=None, steps=3, repo=REPO):
     args = [
         os.path.join(BIN, "lerobot-train"),
-        f"--dataset.repo_id={REPO}",
+        *([f"--dataset.repo_id={repo}"] if repo else []),
         *([f"--dataset.root={root}"] if root is not None else []),
         "--policy.type=act",
         "--policy.pretrained_backbone_weights=null",

@@ -24,23 +24,33 @@ from robo_loaders_plugin.core.spec import DEFAULT_BACKEND
 
 @dataclass
 class BackendDatasetConfig(DatasetConfig):
-    """LeRobot's dataset options plus --dataset.backend and --dataset.backend_kwargs (robo-loaders-plugin)."""
+    """LeRobot's dataset options plus --dataset.backend, --dataset.backend_kwargs and --dataset.mixture
+    (robo-loaders-plugin)."""
 
+    # The dataset (LeRobot's own flag). Not given with --dataset.mixture, whose components name theirs: so it has a
+    # default here, and a run with neither flag is refused naming both.
+    repo_id: str = ""
     # Dataset backend from robo-loaders-plugin ('robo-loaders list'); "native" = LeRobot's own LeRobotDataset.
     backend: str = DEFAULT_BACKEND
     # Backend options as a JSON object (double quotes), e.g. --dataset.backend_kwargs='{"codec": "zstd"}';
     # 'robo-loaders list --json' lists each backend's options.
     backend_kwargs: dict[str, Any] = field(default_factory=dict)
+    # Train on several datasets at once: a JSON file or inline JSON naming each component's repo_id, root, weight
+    # (optional episodes, rename), e.g. --dataset.mixture=mix.json; docs/mixtures.md. Saved resolved (inline JSON).
+    mixture: str | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
         from robo_loaders_plugin.core.errors import RoboLoadersError
         from robo_loaders_plugin.lerobot.integration import backend_choice, command_line_options
+        from robo_loaders_plugin.lerobot.mixture import command_line_mixture, resolve_mixture_flag
 
         # DecodingError, not ValueError: LeRobot's parser prints it as one "error: ..." line (exit 1); an empty key
         # path, because the message already names the flag as the user typed it
         try:
             self.backend_kwargs = command_line_options(self.backend_kwargs)  # JSON numbers, not YAML's strings
             backend_choice(self)
+            self.mixture = command_line_mixture(self.mixture)  # the JSON text typed, not YAML's reading of it
+            self.mixture = resolve_mixture_flag(self)  # checked now; saved resolved, so --resume reads the same
         except RoboLoadersError as exc:
             raise DecodingError((), str(exc)) from None

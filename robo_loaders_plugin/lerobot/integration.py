@@ -17,6 +17,8 @@ from robo_loaders_plugin.core.registry import choose_backend
 from robo_loaders_plugin.core.spec import DEFAULT_BACKEND, BackendChoice
 from robo_loaders_plugin.core.units import plural
 from robo_loaders_plugin.lerobot import compat
+from robo_loaders_plugin.lerobot.mixture import resume_position
+from robo_loaders_plugin.mixtures.dataset import MixtureDataset
 from robo_loaders_plugin.sources.lerobot_v3 import is_remote, mirror_tables
 
 logger = get_logger(__name__)
@@ -158,6 +160,10 @@ def make_dataset(cfg):
         RoboLoadersError: a bad choice, option or source.
     """
     backend_choice(cfg.dataset)  # fail on a bad name/option before reading anything
+    from robo_loaders_plugin.lerobot import mixture
+
+    if mixture.mixture_of(cfg.dataset) is not None:  # --dataset.mixture: one dataset per component
+        return mixture.make_mixture_datasets(cfg, split=False)[0]
     with _streamed_source(cfg):
         native = compat.original("make_dataset")(cfg)
     if getattr(_state, "raw", False):  # called from make_train_eval_datasets: converted there
@@ -179,13 +185,34 @@ def make_train_eval_datasets(cfg):
         RoboLoadersError: a bad choice, option or source.
     """
     backend_choice(cfg.dataset)
+    from robo_loaders_plugin.lerobot import mixture
+
+    if mixture.mixture_of(cfg.dataset) is not None:  # --dataset.mixture: each component split as LeRobot splits
+        return mixture.make_mixture_datasets(cfg, split=True)
+    train, evaluation = native_datasets(cfg, split=True)
+    return convert(train, cfg), convert(evaluation, cfg)
+
+
+def native_datasets(cfg, split: bool):
+    """LeRobot's own dataset(s) for ``cfg``, built by LeRobot's own factory, not yet served by a backend (a backend
+    reading a remote source has LeRobot build them from a local mirror of the tables).
+
+    Args:
+        cfg: lerobot-train's config (one dataset: a mixture's component config, or the run's own).
+        split: Split episodes as ``make_train_eval_datasets`` does (``--dataset.eval_split``).
+
+    Returns:
+        ``(train, eval)``; ``eval`` is ``None`` when not split (or ``eval_split`` is 0).
+    """
+    if not split:
+        with _streamed_source(cfg):
+            return compat.original("make_dataset")(cfg), None
     _state.raw = True
     try:
         with _streamed_source(cfg):
-            train, evaluation = compat.original("make_train_eval_datasets")(cfg)
+            return compat.original("make_train_eval_datasets")(cfg)
     finally:
         _state.raw = False
-    return convert(train, cfg), convert(evaluation, cfg)
 
 
 def sampling_plan(dataloader, built: iteration.Built | None = None) -> iteration.SamplingPlan:
@@ -223,6 +250,10 @@ def sampling_plan(dataloader, built: iteration.Built | None = None) -> iteration
             f"{type(sampler).__name__}; this LeRobot version is not supported"
         ) from None
     batch_size = int(batch_sampler.batch_size)
+    start_epoch, start_batch = int(state["epoch"]), int(state["start_index"]) // (batch_size * split.world_size)
+    dataset = getattr(dataloader, "dataset", None)
+    if isinstance(dataset, MixtureDataset) and len(items) != len(dataset):  # the sampler left episode ends out
+        start_epoch, start_batch = resume_position(state, len(items), len(dataset), batch_size, split.world_size)
     return iteration.SamplingPlan(
         batch_size=batch_size,
         drop_last=bool(batch_sampler.drop_last),
@@ -230,8 +261,8 @@ def sampling_plan(dataloader, built: iteration.Built | None = None) -> iteration
         seed=seed,
         num_workers=max(1, int(dataloader.num_workers)),
         items=items,
-        start_epoch=int(state["epoch"]),
-        start_batch=int(state["start_index"]) // (batch_size * split.world_size),
+        start_epoch=start_epoch,
+        start_batch=start_batch,
         pin_memory=bool(getattr(dataloader, "pin_memory", False)) and torch.cuda.is_available(),
         rank=split.rank,
         world_size=split.world_size,
@@ -286,34 +317,49 @@ def check_same_setup(dataloader, built: iteration.Built) -> None:
     sampler = getattr(getattr(dataloader, "batch_sampler", None), "sampler", None)
     split = compat.rank_split(dataloader)
     seed = getattr(getattr(split.batch_sampler, "sampler", sampler), "seed", None)
+    mixed = isinstance(dataset, MixtureDataset)
     check_ranks_agree(
         lambda: {
             "--seed (the sampler's)": seed,
             "--dataset.backend": built.choice.name,
             "--dataset.backend_kwargs": built.choice.options.shared(),
             "frames": len(dataset),
-            "source (file sizes)": source_identity(str(dataset.root)),
+            **({"--dataset.mixture (components, weights)": [dataset.names, dataset.weights]} if mixed else {}),
+            "source (file sizes)": (
+                [source_identity(r) for r in dataset.roots] if mixed else source_identity(str(dataset.root))
+            ),
         },
         f"LeRobot data backend {built.choice.name}",
     )
 
 
-def _options_text(argv: list[str]) -> tuple[int, str, str] | None:
-    """Where ``--dataset.backend_kwargs``'s value is in ``argv``: ``(position, what precedes the value there,
-    the value)`` (``--flag value``: ``""``; ``--flag=value``: ``"--flag="``), as LeRobot's parser reads it (given
-    twice, the last one counts); ``None`` when it is not there."""
+def flag_text(argv: list[str], flag: str = OPTIONS_FLAG) -> tuple[int, str, str] | None:
+    """Where ``flag``'s value is in ``argv``: ``(position, what precedes the value there, the value)`` (``--flag
+    value``: ``""``; ``--flag=value``: ``"--flag="``), as LeRobot's parser reads it (given twice, the last one
+    counts); ``None`` when it is not there.
+
+    Args:
+        argv: The command line without the program.
+        flag: The flag (default: ``--dataset.backend_kwargs``).
+
+    Returns:
+        The position and text of its value, or ``None``.
+    """
     found = None
     for i, arg in enumerate(argv):
-        if arg == OPTIONS_FLAG and i + 1 < len(argv):
+        if arg == flag and i + 1 < len(argv):
             found = (i + 1, "", argv[i + 1])
-        elif arg.startswith(OPTIONS_FLAG + "="):
-            found = (i, OPTIONS_FLAG + "=", arg[len(OPTIONS_FLAG) + 1 :])
+        elif arg.startswith(flag + "="):
+            found = (i, flag + "=", arg[len(flag) + 1 :])
     return found
+
+
+_options_text = flag_text
 
 
 def check_command_line(argv: list[str]) -> list[str]:
     """``--dataset.backend_kwargs`` on lerobot-train's command line must be a JSON object (its ``--help`` says so),
-    checked before LeRobot's parser reads it.
+    and ``--dataset.mixture`` a mixture (``lerobot.mixture``), checked before LeRobot's parser reads them.
 
     Why: LeRobot's parser reads it as YAML, which accepts ``{codec: zstd}``, answers a malformed object with a long
     traceback, and reads JSON numbers in exponent form (``1e9``, ``5e-2``) as strings; an empty value
@@ -333,7 +379,14 @@ def check_command_line(argv: list[str]) -> list[str]:
     """
     import sys
 
+    from robo_loaders_plugin.lerobot.mixture import check_mixture_text
+
     argv = list(argv)
+    try:
+        check_mixture_text(argv)  # a mixture's JSON, read as JSON before LeRobot's parser reads it as YAML
+    except RoboLoadersError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(1)
     found = _options_text(argv)
     if found is None:
         return argv
