@@ -65,6 +65,19 @@ def test_items_equal_lerobot_dataset(lerobot_datasets, name, preset, return_uint
         same_item(ours[i], nat[i], f"{name}/{preset}[{i}]")
 
 
+@pytest.mark.parametrize("buffer", ["raw", "lz4"])
+def test_the_dataset_pickles_for_a_dataloader_with_workers(lerobot_datasets, buffer):
+    """LeRobot's evaluation loader (``--dataset.eval_split``) serves the dataset from worker processes: it must
+    pickle (it failed: a closure decoded the units) and serve the same items once unpickled."""
+    import pickle
+
+    nat = native(lerobot_datasets["h264_3cam_multifile"], "act")
+    ours = serve("video_stream", nat, buffer=buffer)
+    again = pickle.loads(pickle.dumps(ours))
+    for i in (0, len(nat) // 2, len(nat) - 1):
+        same_item(again[i], nat[i], f"unpickled[{i}]")
+
+
 def test_a_pass_serves_every_frame_once_in_a_seeded_order_and_resumes(lerobot_datasets):
     nat = native(lerobot_datasets["h264_3cam_multifile"], "diffusion", episodes=[0, 2, 3, 4])
     ds = serve("video_stream", nat, shuffle_buffer=2, cache_episodes=2, decode_threads=1)

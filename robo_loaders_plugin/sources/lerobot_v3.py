@@ -596,6 +596,12 @@ class EpisodeVideoDecoder:
         self._local = threading.local()  # decoders (and remote file objects) are not thread-safe: one set per thread
         self._fallbacks: set[str] = set()
 
+    def __getstate__(self):  # a DataLoader worker opens its own decoders (they are per thread, and not picklable)
+        return {"source": self.source, "tolerance_s": self.tolerance_s, "device": self.device}
+
+    def __setstate__(self, state):
+        self.__init__(state["source"], state["tolerance_s"], state["device"])
+
     @property
     def fallbacks(self) -> set[str]:
         """Video files NVDEC could not take, which torchcodec decoded on the CPU instead."""

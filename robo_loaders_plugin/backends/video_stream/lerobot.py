@@ -115,16 +115,8 @@ def video_stream_dataset(native, *, options):
         infos[key] = FieldInfo(np.dtype(np.uint8), (c, h, w), True)
     codec = FrameCodec("lz4", 1) if options.buffer == "lz4" else None
 
-    def load(ep: int, lo: int, hi: int) -> dict:
-        arrays = episodes.read_frames(ep, lo, hi)
-        if codec is not None:
-            arrays = {
-                k: EncodedFrames.encode(v, codec, f"{source.url} episode {ep} {k} rows {lo}..{hi - 1}")
-                for k, v in arrays.items()
-            }
-        return arrays
-
     units = split_runs(episodes.runs, step)
+    load = _UnitLoader(episodes, codec, source.url)
     frames = ChunkFrames(units, episodes.rows, infos, episodes.arrays, load, margin, passes.episode_capacity)
     cached = f", videos copied whole into {source.file_cache.directory}" if source.file_cache else ""
     split = len(units) > len(episodes.runs)
@@ -151,6 +143,24 @@ def video_stream_dataset(native, *, options):
         decode_threads=options.decode_threads,
         serving=Serving(summary),
     )
+
+
+class _UnitLoader:
+    """Decodes a unit's rows (an episode, or part of one) for the episode buffer, kept LZ4-compressed when the
+    ``buffer`` option says so. A module-level class, not a closure: the dataset is pickled when a DataLoader with
+    workers serves it (LeRobot's evaluation loader, ``--dataset.eval_split``)."""
+
+    def __init__(self, episodes: LeRobotEpisodes, codec: FrameCodec | None, url: str):
+        self.episodes, self.codec, self.url = episodes, codec, url
+
+    def __call__(self, ep: int, lo: int, hi: int) -> dict:
+        arrays = self.episodes.read_frames(ep, lo, hi)
+        if self.codec is not None:
+            arrays = {
+                k: EncodedFrames.encode(v, self.codec, f"{self.url} episode {ep} {k} rows {lo}..{hi - 1}")
+                for k, v in arrays.items()
+            }
+        return arrays
 
 
 def _decode_device(option: str, source) -> str:
