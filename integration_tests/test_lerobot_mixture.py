@@ -303,3 +303,40 @@ def test_command_line_refuses_a_bad_mixture_in_one_line_before_lerobots_parser(l
     good[1]["weight"] = 2
     argv = [f"--dataset.mixture={json.dumps(good)}"]
     assert check_command_line(argv) == argv  # control
+
+
+def test_whole_mixture_footprint_is_refused_before_any_component_is_built(lerobot_mixture_datasets, monkeypatch):
+    """gpu_resampler with ``max_memory``: each component's tiers fit host RAM alone, not together; refused in one
+    line naming the mixture, each component's share and the numbers before any component is built; each component
+    alone is accepted on the same machine (negative control)."""
+    from robo_loaders_plugin.core.footprint import Available, Footprint, ResourceRefused
+    from robo_loaders_plugin.core.units import format_bytes
+    from robo_loaders_plugin.lerobot.integration import build_dataset
+
+    ds = lerobot_mixture_datasets
+    spec, nats = spec_of(ds), natives(ds)
+    probe = choose("gpu_resampler", device="cpu")
+    plans = [probe.plan(n, committed=Footprint()) for n in nats]
+    need = [p.footprint.host_bytes for p in plans]
+    choice = choose("gpu_resampler", device="cpu", max_memory=max(need))
+    host = int(max(need) / 0.9) + 1  # any one component fits
+    held = [p.kept.host_bytes for p in plans]
+    assert held[0] + held[1] + need[2] > 0.9 * host  # not all three
+    monkeypatch.setattr(Available, "measure", classmethod(lambda cls, disk_dir=None, device=None, shm_dir=None: (
+        Available(host_bytes=host, shm_bytes=0, shm_dir="/dev/shm", disk_dir=disk_dir))))  # fmt: skip
+    built = []
+    monkeypatch.setattr(type(choice), "build", lambda self, *a, **k: built.append(a) or pytest.fail("built"))
+    with pytest.raises(ResourceRefused) as refused:
+        build_mixture(spec, nats, choice, seed=0)
+    line = str(refused.value)
+    assert "\n" not in line and line.startswith("--dataset.mixture: backend 'gpu_resampler'"), line
+    assert f"host RAM: needs {format_bytes(held[0] + held[1] + need[2])}, {format_bytes(host)} available" in line
+    for k, c in enumerate(spec.components):
+        assert f"[{k}] {c.source}: host RAM {format_bytes(need[k])}" in line, line
+    assert "Would fit: the first 2 components" in line and "--dataset.backend_kwargs" in line, line
+    assert built == []
+    monkeypatch.undo()  # negative control: each component alone fits the same machine
+    monkeypatch.setattr(Available, "measure", classmethod(lambda cls, disk_dir=None, device=None, shm_dir=None: (
+        Available(host_bytes=host, shm_bytes=0, shm_dir="/dev/shm", disk_dir=disk_dir))))  # fmt: skip
+    for n, c in zip(nats, spec.components):
+        assert len(build_dataset(n, choice, repo_id=c.source)) == len(n)

@@ -247,3 +247,91 @@ def test_unmodified_train_script_trains_on_a_mixture(parts, tmp_path, backend):
     assert_trained(out, tmp_path, name, line)
     assert f"robomimic data backend: {backend or 'native'} [valid] mixture of 3" in out
     assert os.path.basename(parts[2]) in out
+
+
+def _machine(monkeypatch, disk_bytes=None, host_bytes=10**12):
+    """``Available.measure`` answering a machine with this disk (and host RAM), no RAM files: what every backend and
+    the mixture's check measure."""
+    from robo_loaders_plugin.core.footprint import Available
+
+    def measure(cls, disk_dir=None, device=None, shm_dir=None):
+        return Available(
+            host_bytes=host_bytes, shm_bytes=0, shm_dir="/dev/shm", shm_is_ram=True, disk_dir=disk_dir and
+            os.path.abspath(disk_dir), disk_bytes=None if disk_dir is None else disk_bytes, disk_reserve=0,
+        )  # fmt: skip
+
+    monkeypatch.setattr(Available, "measure", classmethod(measure))
+
+
+def _rlc(cache):
+    return sorted(str(p) for p in __import__("pathlib").Path(cache).rglob("*.rlc"))
+
+
+def test_whole_mixture_footprint_is_refused_before_any_component_is_built(parts, tmp_path, monkeypatch):
+    """Components whose caches each fit the disk but not together: refused in one line naming the mixture, every
+    component's share and the numbers, before any cache is written; each component alone is accepted (negative
+    control), and once their caches exist (reused: nothing more to write) the mixture is too."""
+    from robo_loaders_plugin.core.footprint import Footprint, ResourceRefused
+    from robo_loaders_plugin.core.registry import choose_backend
+
+    cache = str(tmp_path / "cache")
+    kwargs = {"cache_dir": cache}
+    cfg = _config(parts, "compressed_cache", backend_kwargs=kwargs)
+    choice = choose_backend(
+        "robomimic",
+        "compressed_cache",
+        kwargs,
+        name_where="train.data_backend",
+        options_where="train.data_backend_kwargs",
+    )
+    names = [os.path.basename(p) for p in parts]
+    keys = [obs_keys(cfg), obs_keys(cfg), [k if k != WRIST else "wrist_image" for k in obs_keys(cfg)]]
+    disk = [choice.plan(cfg, keys[k], dataset_path=p, committed=Footprint()).footprint.disk_bytes for k, p in
+            enumerate(parts)]  # fmt: skip
+    assert min(disk) > 0
+    usable = int((max(disk) + min(disk)) / 0.9)  # any one (any two smallest) fit, not all three together
+    assert sum(disk) > 0.9 * usable
+    _machine(monkeypatch, disk_bytes=usable)
+    with pytest.raises(ResourceRefused) as refused:
+        dataset_factory(cfg, obs_keys(cfg))
+    line = str(refused.value)
+    assert "\n" not in line and line.startswith("train.data_mixture: backend 'compressed_cache'"), line
+    assert f"needs {__import__('robo_loaders_plugin.core.units', fromlist=['x']).format_bytes(sum(disk))}" in line
+    for k, name in enumerate(names):
+        assert f"[{k}] {name}: " in line, line
+    assert "Would fit: the first" in line and "train.data_backend_kwargs" in line, line
+    assert _rlc(cache) == [], "a component was built before the refusal"
+    # negative control: each component alone fits the same machine
+    for k, path in enumerate(parts):
+        alone = make_config(path, rgb=[RGB[0], "wrist_image"] if k == 2 else RGB,
+                            low_dim=LOW_DIM, backend="compressed_cache", backend_kwargs=kwargs, seq_length=3,
+                            hdf5_cache_mode="low_dim", hdf5_load_next_obs=True)  # fmt: skip
+        assert len(dataset_factory(alone, obs_keys(alone))) > 0
+    assert len(_rlc(cache)) == 3
+    # their caches are reused by the mixture: nothing left to write, so it fits
+    mix = dataset_factory(cfg, obs_keys(cfg))
+    assert isinstance(mix, RobomimicMixture) and mix.sizes == [len(d) for d in mix.datasets]
+
+
+def test_a_component_whose_source_changed_is_rebuilt_alone(parts, tmp_path):
+    """compressed_cache caches each component in the cache directory; editing one component's HDF5 after a first
+    build rebuilds that component's cache only (the others reused) and the mixture serves the new data."""
+    work = [shutil.copy(p, tmp_path / os.path.basename(p)) for p in parts]
+    work = [str(p) for p in work]
+    kwargs = {"cache_dir": str(tmp_path / "cache")}
+
+    def built():
+        cfg = _config(work, "compressed_cache", mixture=_mixture(work), backend_kwargs=kwargs)
+        mix = dataset_factory(cfg, obs_keys(cfg))
+        return mix, [iteration.summary_of(d) for d in mix.datasets]
+
+    _, first = built()
+    assert not any("reused" in s for s in first), first
+    with h5py.File(work[1], "r+") as f:
+        demo = sorted(f["data"])[0]
+        f[f"data/{demo}/obs/robot0_eef_pos"][0] = [7.0, 8.0, 9.0]
+    mix, second = built()
+    assert ["reused" in s for s in second] == [True, False, True], second
+    first_of_b = int(mix.offsets[1])
+    assert mix.locate(first_of_b) == (1, 0)
+    assert np.array_equal(mix[first_of_b]["obs"]["robot0_eef_pos"][0], np.float32([7.0, 8.0, 9.0]))

@@ -83,6 +83,61 @@ class Footprint:
             parts.append(f"build ~{format_seconds(self.build_s)}")
         return ", ".join(parts)
 
+    def __add__(self, other: Footprint) -> Footprint:
+        """Two footprints held at once (a mixture's components): every resource summed, the first disk directory,
+        the build times summed; no bound (each part states its own).
+
+        Args:
+            other: The other footprint.
+
+        Returns:
+            The sum.
+        """
+        builds = [s for s in (self.build_s, other.build_s) if s is not None]
+        return Footprint(
+            host_bytes=self.host_bytes + other.host_bytes,
+            shm_bytes=self.shm_bytes + other.shm_bytes,
+            device_bytes=self.device_bytes + other.device_bytes,
+            disk_bytes=self.disk_bytes + other.disk_bytes,
+            disk_dir=self.disk_dir or other.disk_dir,
+            build_s=sum(builds) if builds else None,
+        )
+
+
+def peak(a: Footprint, b: Footprint) -> Footprint:
+    """The larger of two footprints, resource by resource (what a machine must hold for either of two moments).
+
+    Args:
+        a: One footprint.
+        b: The other.
+
+    Returns:
+        Each resource's maximum (``a``'s disk directory unless it has none).
+    """
+    return Footprint(
+        host_bytes=max(a.host_bytes, b.host_bytes),
+        shm_bytes=max(a.shm_bytes, b.shm_bytes),
+        device_bytes=max(a.device_bytes, b.device_bytes),
+        disk_bytes=max(a.disk_bytes, b.disk_bytes),
+        disk_dir=a.disk_dir or b.disk_dir,
+        build_s=a.build_s if b.build_s is None else b.build_s if a.build_s is None else max(a.build_s, b.build_s),
+    )
+
+
+def total(footprints: Iterable[Footprint]) -> Footprint:
+    """Footprints held at once, summed (:meth:`Footprint.__add__`; an empty one for none).
+
+    Args:
+        footprints: The parts.
+
+    Returns:
+        Their sum.
+    """
+    out = Footprint()
+    for fp in footprints:
+        out = out + fp
+    return out
+
 
 def format_seconds(s: float) -> str:
     """A duration as people read it in a log line: ``42 s``, ``12 min``, ``2.5 h``.
@@ -241,6 +296,58 @@ class Available:
         """
         usable = self.disk_usable
         return usable is not None and nbytes <= HEADROOM * usable
+
+    def less(self, committed: Footprint) -> Available:
+        """What is left for one more footprint once ``committed`` is held, so that a footprint fits what is left
+        exactly when it fits together with ``committed`` (each resource is reduced by ``committed / HEADROOM``:
+        the headroom is kept once for the whole, not once per part).
+
+        Why: a mixture plans its components one after the other before building any, each by its backend's own
+        rule (a store that RAM cannot hold goes to disk, tiers fill what memory is left), as each would be planned
+        once the earlier ones were built; the sum then fits the machine when every part fits what is left.
+
+        Args:
+            committed: What earlier parts hold (``Footprint()``: nothing; this object is returned as it is).
+
+        Returns:
+            The reduced :class:`Available` (never below 0).
+        """
+
+        def left(have: int | None, need: int) -> int | None:
+            return None if have is None else max(0, int(have - need / HEADROOM))
+
+        host = committed.host_bytes + (committed.shm_bytes if self.shm_is_ram else 0)
+        return dataclasses.replace(
+            self,
+            host_bytes=left(self.host_bytes, host) or 0,
+            shm_bytes=left(self.shm_bytes, committed.shm_bytes),
+            device_bytes=left(self.device_bytes, committed.device_bytes),
+            disk_bytes=left(self.disk_bytes, committed.disk_bytes),
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Planned:
+    """A backend's plan for one dataset, before any data is read (``BackendSpec.footprints``): what it will need,
+    what the machine had when it was planned, and what would fit instead.
+
+    Attributes:
+        footprint: What the backend will need for the dataset.
+        available: What the machine has, as measured (before any reduction for other datasets).
+        alternatives: What would fit instead (the backend's own refusal names them), one phrase each.
+        held: What stays held once the dataset is built, when less than :attr:`footprint` (a buffer used only while
+            building is given back); ``None``: all of it.
+    """
+
+    footprint: Footprint
+    available: Available
+    alternatives: tuple[str, ...] = ()
+    held: Footprint | None = None
+
+    @property
+    def kept(self) -> Footprint:
+        """What stays held once built (:attr:`held`, else :attr:`footprint`)."""
+        return self.footprint if self.held is None else self.held
 
 
 def shortfalls(footprint: Footprint, available: Available) -> list[tuple[str, int, int]]:

@@ -71,6 +71,13 @@ class BackendSpec:
             ``factory(lerobot_dataset, *, options)``; ``options`` is the typed object of :attr:`options`. The
             protocols are declared in ``core.hookspecs`` and checked when the backend is registered.
         options: ``{name: Option}``, every option the backend takes (``core.options``).
+        footprints: ``{framework: "module:function"}`` (or the callable): what the backend will need for one
+            dataset, from its metadata, without reading data or building anything, as its factory plans it. Called
+            with the factory's positional arguments and ``options=``, ``committed=`` (a
+            ``core.footprint.Footprint`` other datasets served beside it hold: the machine is measured and
+            reduced by it, ``Available.less``); returns a ``core.footprint.Planned``. A mixture plans every
+            component with it and checks their sum once before building any (``mixtures.footprint``). A
+            framework without one: the factory's own check only, when the component is built.
         constraints: Checks across options, called with the resolved options object (raise ``ValueError``).
         lossless: ``LOSSLESS``, ``LOSSY_FRAMES`` or ``NOT_BIT_IDENTICAL_ON_NVDEC``, or ``{framework: value}``.
         gpu: ``GPU_NO``, ``GPU_OPTIONAL`` or ``GPU_REQUIRED`` (refused before reading data on a machine without
@@ -93,6 +100,9 @@ class BackendSpec:
         default_factory=dict, compare=False, repr=False
     )
     options: Mapping[str, Option] = dataclasses.field(default_factory=dict, compare=False, repr=False)
+    footprints: Mapping[str, Callable[..., Any] | str] = dataclasses.field(
+        default_factory=dict, compare=False, repr=False
+    )
     constraints: Callable[[Options], None] | None = dataclasses.field(default=None, compare=False, repr=False)
     lossless: str | Mapping[str, str] = LOSSLESS
     gpu: str | Mapping[str, str] = GPU_NO
@@ -290,6 +300,30 @@ class BackendChoice:
                     f"backend {self.name!r} needs a CUDA GPU and torch sees none "
                     "(torch.cuda.is_available() is False); choose another backend"
                 )
+
+    def plan(self, *args, committed=None, **kwargs):
+        """What the backend will need for one dataset, from metadata (``BackendSpec.footprints``), with
+        ``committed`` already held by other datasets; nothing is read or built.
+
+        Args:
+            *args: The factory's positional arguments for the dataset.
+            committed: A ``core.footprint.Footprint`` held beside it (``None``: nothing).
+            **kwargs: The factory's keyword arguments.
+
+        Returns:
+            A ``core.footprint.Planned``, or ``None`` when the backend declares no footprint for this framework.
+        """
+        fn = self.spec.footprints.get(self.framework)
+        if fn is None:
+            return None
+        if isinstance(fn, str):
+            import importlib
+
+            module, _, attr = fn.partition(":")
+            fn = getattr(importlib.import_module(module), attr)
+        from robo_loaders_plugin.core.footprint import Footprint
+
+        return fn(*args, options=self.options, committed=committed or Footprint(), **kwargs)
 
     def build(self, *args, **kwargs):
         """Call the backend's factory for this framework with the resolved options (``options=``)."""

@@ -717,6 +717,8 @@ def build_mixture(spec, natives, choice, *, layout: Layout | None = None, use_im
     Raises:
         MixtureError: the components' metadata disagree (:func:`check_components`), or ``target_fps`` with a
             backend that does not convert rates.
+        ResourceRefused: the components do not fit the machine together (``mixtures.footprint``), before any is
+            built.
         RoboLoadersError: a component is refused by the backend (its own message, naming the dataset).
     """
     from robo_loaders_plugin.core import iteration
@@ -736,6 +738,17 @@ def build_mixture(spec, natives, choice, *, layout: Layout | None = None, use_im
                 f"mixture: {component_name(spec, k)}'s {dropped} left out (not in every component after the renames)"
             )
     component_choice = _component_choice(choice, target)
+    if component_choice.name != DEFAULT_BACKEND:
+        from robo_loaders_plugin.lerobot.dataset import OPTION_PREFIX
+        from robo_loaders_plugin.mixtures.footprint import check_mixture_fits
+
+        check_mixture_fits(
+            MIXTURE_FLAG,
+            names,
+            lambda k, committed: component_choice.plan(natives[k], committed=committed),
+            backend=component_choice.name,
+            option_prefix=OPTION_PREFIX,
+        )
     served = [
         n
         if component_choice.name == DEFAULT_BACKEND

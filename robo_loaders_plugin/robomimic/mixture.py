@@ -23,6 +23,7 @@ from robo_loaders_plugin.core.ranks import check_ranks_agree, resolve_ranks, sou
 from robo_loaders_plugin.core.registry import choose_backend
 from robo_loaders_plugin.core.spec import BATCH, BackendChoice
 from robo_loaders_plugin.mixtures.dataset import MixtureDataset, MixtureHooks
+from robo_loaders_plugin.mixtures.footprint import check_mixture_fits
 from robo_loaders_plugin.mixtures.spec import SIZE, MixtureError, MixtureSpec, parse_mixture
 from robo_loaders_plugin.robomimic import compat
 
@@ -298,6 +299,8 @@ def build_mixture(config, obs_keys, choice: BackendChoice, filter_by_attribute=N
     Raises:
         MixtureError: a bad mixture, components whose keys, shapes, dtypes or rates disagree, or options that
             cannot apply to a mixture; before any data is read.
+        ResourceRefused: the components do not fit the machine together (``mixtures.footprint``), before any is
+            built.
         RoboLoadersError: what a single dataset's build raises.
     """
     spec = mixture_spec(config)
@@ -311,13 +314,25 @@ def build_mixture(config, obs_keys, choice: BackendChoice, filter_by_attribute=N
     filters = [filter_by_attribute if validating else (c.filter_key or filter_by_attribute) for c in spec.components]
     rates = check_components(spec, config, list(obs_keys), filters)
     choices = _rate_choices(spec, choice, config, rates)
-    datasets = []
-    for k, comp in enumerate(spec.components):
+    comp_keys = []
+    for comp in spec.components:
         inverse = {dst: src for src, dst in comp.rename.items()}
         for src, dst in comp.rename.items():  # robomimic's own loader asks the obs key's modality
             compat.register_obs_key_like(src, dst)
-        comp_keys = [inverse.get(key, key) for key in obs_keys]
-        dataset = choices[k].build(config, comp_keys, filter_by_attribute=filters[k], dataset_path=comp.source)
+        comp_keys.append([inverse.get(key, key) for key in obs_keys])
+    check_mixture_fits(
+        WHERE,
+        [os.path.basename(c.source) for c in spec.components],
+        lambda k, committed: choices[k].plan(
+            config, comp_keys[k], filter_by_attribute=filters[k], dataset_path=spec.components[k].source,
+            committed=committed,
+        ),
+        backend=choice.name,
+        option_prefix="train.data_backend_kwargs",
+    )  # fmt: skip
+    datasets = []
+    for k, comp in enumerate(spec.components):
+        dataset = choices[k].build(config, comp_keys[k], filter_by_attribute=filters[k], dataset_path=comp.source)
         logger.info(
             f"robomimic data mixture component {k} ({os.path.basename(comp.source)}, {filters[k] or 'all demos'}): "
             f"{iteration.summary_of(dataset)}"

@@ -63,6 +63,10 @@ SPEC = BackendSpec(
         "robomimic": "robo_loaders_plugin.backends.compressed_cache.robomimic:compressed_cache_dataset",
         "lerobot": "robo_loaders_plugin.backends.compressed_cache.lerobot:compressed_cache_dataset",
     },
+    footprints={
+        "robomimic": "robo_loaders_plugin.backends.compressed_cache.robomimic:compressed_cache_footprint",
+        "lerobot": "robo_loaders_plugin.backends.compressed_cache.lerobot:compressed_cache_footprint",
+    },
     options=COMPRESSED_CACHE_OPTIONS,
 )
 

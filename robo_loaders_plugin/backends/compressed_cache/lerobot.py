@@ -43,15 +43,7 @@ def compressed_cache_dataset(native, *, options):
         core.footprint.ResourceRefused: the store fits neither RAM nor the disk.
     """
     frame_codec = FrameCodec(options.codec, options.level, options.filter)
-    source, settings = native_source(native)
-    key = {
-        "root": str(source.root),
-        "episodes": native.episodes,
-        "codec": frame_codec.as_dict(),
-        "tolerance_s": settings.tolerance_s,
-        "video_backend": settings.video_backend,
-        "v": 2,
-    }
+    source, settings, key = _metadata(native, options)
     plan, cache_dir = plan_store(
         source.data_size(native.episodes),
         kind="lerobot",
@@ -101,3 +93,49 @@ def compressed_cache_dataset(native, *, options):
         location=store.path,
         serving=Serving(summary, hold=hold),
     )
+
+
+def _metadata(native, options):
+    """``(source, settings, key)``: the dataset's source and LeRobot settings (``meta/`` only) and the cache key."""
+    source, settings = native_source(native)
+    key = {
+        "root": str(source.root),
+        "episodes": native.episodes,
+        "codec": FrameCodec(options.codec, options.level, options.filter).as_dict(),
+        "tolerance_s": settings.tolerance_s,
+        "video_backend": settings.video_backend,
+        "v": 2,
+    }
+    return source, settings, key
+
+
+def compressed_cache_footprint(native, *, options, committed):
+    """What the store of this dataset will need, placed as :func:`compressed_cache_dataset` places it, with
+    ``committed`` held beside it (``BackendSpec.footprints``): ``meta/`` only, nothing read or built.
+
+    Args:
+        native: The ``LeRobotDataset`` LeRobot's own factory built.
+        options: The backend's resolved options object.
+        committed: A ``core.footprint.Footprint`` other datasets hold beside this one.
+
+    Returns:
+        A ``core.footprint.Planned``.
+
+    Raises:
+        CompatError: the installed LeRobot is not the version the backends support.
+        SourceError: the dataset is not supported.
+    """
+    from robo_loaders_plugin.backends.compressed_cache.placement import place_store
+    from robo_loaders_plugin.core.footprint import Planned
+
+    source, _, key = _metadata(native, options)
+    plan, _, available = place_store(
+        source.data_size(native.episodes),
+        kind="lerobot",
+        key_desc=key,
+        source_path=str(source.root),
+        options=options,
+        option_prefix=OPTION_PREFIX,
+        committed=committed,
+    )
+    return Planned(plan.footprint, available, ALTERNATIVES)

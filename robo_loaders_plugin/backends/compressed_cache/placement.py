@@ -110,9 +110,51 @@ def compressed_cache_plan(
     )
 
 
+def place_store(size, *, kind: str, key_desc: dict, source_path: str, options, option_prefix: str, committed=None):
+    """Where ``compressed_cache`` keeps its store (:func:`compressed_cache_plan`) on the machine as measured now,
+    less what ``committed`` holds, not yet checked: the plan :func:`plan_store` checks, and a mixture sums.
+
+    Args:
+        size: The dataset's ``core.data_size.DataSize`` (from metadata).
+        kind: The cache entry kind (``robomimic``, ``lerobot``).
+        key_desc: The cache key (as :func:`open_or_build` gets it).
+        source_path: The source file or directory (for the stat-only reuse check).
+        options: The backend's options (``cache_dir``, ``max_memory``, ``codec``, ``build_workers``).
+        option_prefix: How the user sets options.
+        committed: A ``core.footprint.Footprint`` held beside this store (other components of a mixture).
+
+    Returns:
+        ``(plan, root, available)``: the :class:`StorePlan`, the cache directory it would use, and the machine as
+        measured (before ``committed`` is taken off).
+    """
+    root = (
+        cache.cache_root(options.cache_dir, f"{option_prefix}.cache_dir") if options.cache_dir else cache.default_root()
+    )
+    measured = Available.measure(disk_dir=root)
+    available = measured.less(committed) if committed is not None else measured
+    workers = options.build_workers or min(8, os.cpu_count() or 1)
+
+    def placed(reusable: bool) -> StorePlan:
+        return compressed_cache_plan(
+            size,
+            cache_dir=options.cache_dir,
+            max_memory=options.max_memory,
+            codec=options.codec,
+            workers=workers,
+            option_prefix=option_prefix,
+            available=available,
+            reusable=reusable,
+        )
+
+    plan = placed(False)
+    if not plan.in_ram and cache.holds_current(root, kind, keyed(key_desc), source_path, recorded_fingerprint, ".rlc"):
+        plan = placed(True)
+    return plan, root, measured
+
+
 def plan_store(size, *, kind: str, key_desc: dict, source_path: str, options, option_prefix: str, alternatives):
-    """Where ``compressed_cache`` keeps its store (:func:`compressed_cache_plan`), checked against what the
-    machine has before any data is read; a store spilled to disk is said in the log.
+    """Where ``compressed_cache`` keeps its store (:func:`place_store`), checked against what the machine has
+    before any data is read; a store spilled to disk is said in the log.
 
     Args:
         size: The dataset's ``core.data_size.DataSize`` (from metadata).
@@ -130,33 +172,11 @@ def plan_store(size, *, kind: str, key_desc: dict, source_path: str, options, op
     Raises:
         core.footprint.ResourceRefused: the store fits neither RAM nor the disk.
     """
-    from robo_loaders_plugin.core.footprint import Available, check_fits
+    from robo_loaders_plugin.core.footprint import check_fits
 
-    root = (
-        cache.cache_root(options.cache_dir, f"{option_prefix}.cache_dir") if options.cache_dir else cache.default_root()
+    plan, root, available = place_store(
+        size, kind=kind, key_desc=key_desc, source_path=source_path, options=options, option_prefix=option_prefix
     )
-    available = Available.measure(disk_dir=root)
-    workers = options.build_workers or min(8, os.cpu_count() or 1)
-    plan = compressed_cache_plan(
-        size,
-        cache_dir=options.cache_dir,
-        max_memory=options.max_memory,
-        codec=options.codec,
-        workers=workers,
-        option_prefix=option_prefix,
-        available=available,
-    )
-    if not plan.in_ram and cache.holds_current(root, kind, keyed(key_desc), source_path, recorded_fingerprint, ".rlc"):
-        plan = compressed_cache_plan(
-            size,
-            cache_dir=options.cache_dir,
-            max_memory=options.max_memory,
-            codec=options.codec,
-            workers=workers,
-            option_prefix=option_prefix,
-            available=available,
-            reusable=True,
-        )
     check_fits(
         plan.footprint, available, backend="compressed_cache", option_prefix=option_prefix, alternatives=alternatives
     )

@@ -47,14 +47,8 @@ def compressed_cache_dataset(config, obs_keys, filter_by_attribute=None, dataset
         SourceError: the file is not a valid robomimic file, or the filter key selects no demos.
         core.footprint.ResourceRefused: the store fits neither RAM nor the disk.
     """
-    opts, path = sequence_options(config, obs_keys, dataset_path)
+    opts, path, source, demos, size, key = _metadata(config, obs_keys, filter_by_attribute, dataset_path, options)
     frame_codec = FrameCodec(options.codec, options.level, options.filter)
-    source = RobomimicHdf5(path, cache_dir=options.cache_dir)  # its validation record goes there too
-    with source.open() as f:
-        demos = source.demos(f, filter_by_attribute)
-        if not demos:
-            raise SourceError(f"{path}: no demos selected (filter key {filter_by_attribute!r} is empty)")
-        size = data_size(source, f, demos, opts)
     split = filter_by_attribute or "all demos"
 
     def write(writer):
@@ -67,15 +61,6 @@ def compressed_cache_dataset(config, obs_keys, filter_by_attribute=None, dataset
                     {n for n in opts.field_names()[len(opts.dataset_keys) :] if arrays[n][0].nbytes >= FRAME_MIN_BYTES},
                 )
 
-    key = {
-        "source": os.path.realpath(path),
-        "demos": demos,
-        "fields": opts.field_names(),
-        "float32_dataset_keys": opts.hdf5_cache_mode in ("all", "low_dim"),
-        "codec": frame_codec.as_dict(),
-        "frame_min_bytes": FRAME_MIN_BYTES,
-        "v": 2,
-    }
     plan, cache_dir = plan_store(
         size,
         kind="robomimic",
@@ -120,3 +105,61 @@ def compressed_cache_dataset(config, obs_keys, filter_by_attribute=None, dataset
         location=f"{store.path} ({store.file_nbytes} bytes)",
         serving=Serving(summary, hold=hold),
     )
+
+
+def _metadata(config, obs_keys, filter_by_attribute, dataset_path, options):
+    """What the store is planned from, read from the file's metadata only: ``(opts, path, source, demos, size,
+    key)`` (the sequence settings, the file, its source, the selected demos, their ``DataSize`` and the cache
+    key)."""
+    opts, path = sequence_options(config, obs_keys, dataset_path)
+    frame_codec = FrameCodec(options.codec, options.level, options.filter)
+    source = RobomimicHdf5(path, cache_dir=options.cache_dir)  # its validation record goes there too
+    with source.open() as f:
+        demos = source.demos(f, filter_by_attribute)
+        if not demos:
+            raise SourceError(f"{path}: no demos selected (filter key {filter_by_attribute!r} is empty)")
+        size = data_size(source, f, demos, opts)
+    key = {
+        "source": os.path.realpath(path),
+        "demos": demos,
+        "fields": opts.field_names(),
+        "float32_dataset_keys": opts.hdf5_cache_mode in ("all", "low_dim"),
+        "codec": frame_codec.as_dict(),
+        "frame_min_bytes": FRAME_MIN_BYTES,
+        "v": 2,
+    }
+    return opts, path, source, demos, size, key
+
+
+def compressed_cache_footprint(config, obs_keys, filter_by_attribute=None, dataset_path=None, *, options, committed):
+    """What the store of this file will need, placed as :func:`compressed_cache_dataset` places it, with
+    ``committed`` held beside it (``BackendSpec.footprints``): metadata only, nothing built.
+
+    Args:
+        config: robomimic's config.
+        obs_keys: The observation keys to serve.
+        filter_by_attribute: A filter key under ``mask/`` (``None``: every demo).
+        dataset_path: The HDF5 file (``None``: ``config.train.data``).
+        options: The backend's resolved options object.
+        committed: A ``core.footprint.Footprint`` other datasets hold beside this one.
+
+    Returns:
+        A ``core.footprint.Planned``.
+
+    Raises:
+        RoboLoadersError: bad sequence settings; SourceError: not a robomimic file, or no demo selected.
+    """
+    from robo_loaders_plugin.backends.compressed_cache.placement import place_store
+    from robo_loaders_plugin.core.footprint import Planned
+
+    _, path, _, _, size, key = _metadata(config, obs_keys, filter_by_attribute, dataset_path, options)
+    plan, _, available = place_store(
+        size,
+        kind="robomimic",
+        key_desc=key,
+        source_path=path,
+        options=options,
+        option_prefix=OPTION_PREFIX,
+        committed=committed,
+    )
+    return Planned(plan.footprint, available, ALTERNATIVES)

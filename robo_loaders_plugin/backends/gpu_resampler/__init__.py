@@ -112,6 +112,10 @@ SPEC = BackendSpec(
         "robomimic": "robo_loaders_plugin.backends.gpu_resampler.robomimic:gpu_resampler_dataset",
         "lerobot": "robo_loaders_plugin.backends.gpu_resampler.lerobot:gpu_resampler_dataset",
     },
+    footprints={
+        "robomimic": "robo_loaders_plugin.backends.gpu_resampler.robomimic:gpu_resampler_footprint",
+        "lerobot": "robo_loaders_plugin.backends.gpu_resampler.lerobot:gpu_resampler_footprint",
+    },
     options=GPU_RESAMPLER_OPTIONS,
     constraints=_gpu_resampler_constraints,
 )

@@ -124,3 +124,30 @@ def _delta_steps(native, delta_indices, target_fps, delta_timestamps) -> dict | 
     if delta_indices is None or target_fps is None:
         return None
     return {k: [float(i) * fps / target_fps for i in v] for k, v in delta_indices.items()}
+
+
+def gpu_resampler_footprint(native, *, options, committed):
+    """What the tiers of this dataset will need, planned as :func:`gpu_resampler_dataset` plans them, with
+    ``committed`` held beside them (``BackendSpec.footprints``): ``meta/`` only, nothing read.
+
+    Args:
+        native: The ``LeRobotDataset`` LeRobot's own factory built.
+        options: The backend's resolved options object.
+        committed: A ``core.footprint.Footprint`` other datasets hold beside this one.
+
+    Returns:
+        A ``core.footprint.Planned``.
+
+    Raises:
+        CompatError: the installed LeRobot is not the version the backends support.
+        BackendOptionError: a bad ``device``.
+        core.footprint.ResourceRefused: ``max_memory`` is below the least any plan holds.
+    """
+    from robo_loaders_plugin.backends.gpu_resampler.tensors import training_device
+    from robo_loaders_plugin.backends.gpu_resampler.tiers import planned_tiers
+
+    source, _ = native_source(native)
+    train_device = training_device(options.device, OPTION_PREFIX)
+    return planned_tiers(
+        source.data_size(native.episodes), train_device, options, OPTION_PREFIX, ALTERNATIVES, committed
+    )

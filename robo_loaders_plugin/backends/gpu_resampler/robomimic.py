@@ -128,3 +128,37 @@ def gpu_resampler_dataset(config, obs_keys, filter_by_attribute=None, dataset_pa
         device=train_device,
         serving=Serving(summary, batch_threads=0 if on_device else None),
     )
+
+
+def gpu_resampler_footprint(config, obs_keys, filter_by_attribute=None, dataset_path=None, *, options, committed):
+    """What the tiers of this file will need, planned as :func:`gpu_resampler_dataset` plans them, with
+    ``committed`` held beside them (``BackendSpec.footprints``): metadata only, nothing read into the tiers.
+
+    Args:
+        config: robomimic's config.
+        obs_keys: The observation keys to serve.
+        filter_by_attribute: A filter key under ``mask/`` (``None``: every demo).
+        dataset_path: The HDF5 file (``None``: ``config.train.data``).
+        options: The backend's resolved options object.
+        committed: A ``core.footprint.Footprint`` other datasets hold beside this one.
+
+    Returns:
+        A ``core.footprint.Planned``.
+
+    Raises:
+        SourceError: not a robomimic file, or no demo selected.
+        BackendOptionError: a bad ``device``.
+        core.footprint.ResourceRefused: ``max_memory`` is below the least any plan holds.
+    """
+    from robo_loaders_plugin.backends.gpu_resampler.tensors import training_device
+    from robo_loaders_plugin.backends.gpu_resampler.tiers import planned_tiers
+
+    opts, path = sequence_options(config, obs_keys, dataset_path)
+    train_device = training_device(options.device, OPTION_PREFIX, prefer_cuda=bool(config.train.cuda))
+    source = RobomimicHdf5(path, cache_dir=options.cache_dir)
+    with source.open() as f:
+        demos = source.demos(f, filter_by_attribute)
+        if not demos:
+            raise SourceError(f"{path}: no demos selected (filter key {filter_by_attribute!r} is empty)")
+        size = data_size(source, f, demos, opts)
+    return planned_tiers(size, train_device, options, OPTION_PREFIX, ALTERNATIVES, committed)

@@ -519,12 +519,41 @@ def plan_tiers_checked(size, device: torch.device, options, where: str, alternat
             a file on disk: the fields that are not frames, and the episode being read while filling), naming that
             least; or the plan does not fit the machine, naming both sizes and what would fit.
     """
+    from robo_loaders_plugin.core.footprint import check_fits
+
+    plan, tiers_limit, available, spilled = plan_tiers_for(size, device, options, where, alternatives)
+    check_fits(plan.footprint, available, backend="gpu_resampler", option_prefix=where, alternatives=list(alternatives))
+    if spilled and not quiet:
+        logger.info(f"gpu_resampler: spilled: {spilled}")
+    return plan, tiers_limit  # what the tiers may fill: the episode being read is kept out
+
+
+def plan_tiers_for(size, device: torch.device, options, where: str, alternatives=(), committed=None):
+    """The tiers :func:`plan_tiers_checked` checks, on the machine as measured now less what ``committed`` holds
+    (other components of a mixture), not yet checked against it.
+
+    Args:
+        size: The dataset's ``core.data_size.DataSize``.
+        device: The training device.
+        options: The backend's options.
+        where: How the user sets options.
+        alternatives: What would fit instead, for a refusal.
+        committed: A ``core.footprint.Footprint`` held beside these tiers (``None``: nothing).
+
+    Returns:
+        ``(plan, host_limit, available, spilled)``: as :func:`plan_tiers_checked`, the machine as measured (before
+        ``committed`` is taken off) and why the compressed tier went to disk (empty: it did not).
+
+    Raises:
+        core.footprint.ResourceRefused: ``max_memory`` is below the least any plan holds.
+    """
     import dataclasses
 
     from robo_loaders_plugin.backends.gpu_resampler.footprint import plan_tiers
-    from robo_loaders_plugin.core.footprint import HEADROOM, Available, ResourceRefused, check_fits
+    from robo_loaders_plugin.core.footprint import HEADROOM, Available, ResourceRefused
 
-    available = Available.measure(device=device if device.type == "cuda" else None)
+    measured = Available.measure(device=device if device.type == "cuda" else None)
+    available = measured.less(committed) if committed is not None else measured
     device_budget = None
     if device.type == "cuda":
         device_budget = options.max_device_memory
@@ -547,7 +576,8 @@ def plan_tiers_checked(size, device: torch.device, options, where: str, alternat
         from robo_loaders_plugin.storage.cache import location
 
         root = location(getattr(options, "cache_dir", None))
-        available = Available.measure(disk_dir=root, device=device if device.type == "cuda" else None)
+        measured = Available.measure(disk_dir=root, device=device if device.type == "cuda" else None)
+        available = measured.less(committed) if committed is not None else measured
         plan = plan_tiers(size, device_budget=device_budget, host_budget=tiers_limit, spill_dir=root)
         spilled = (
             f"even compressed (~{format_bytes(plan.compressed_bytes)}, estimated) the frames exceed {said}: "
@@ -582,7 +612,32 @@ def plan_tiers_checked(size, device: torch.device, options, where: str, alternat
             "before reading any data.",
             [("host RAM (max_memory)", least, given)],
         )
-    check_fits(fp, available, backend="gpu_resampler", option_prefix=where, alternatives=list(alternatives))
-    if spilled and not quiet:
-        logger.info(f"gpu_resampler: spilled: {spilled}")
-    return plan, tiers_limit  # what the tiers may fill: the episode being read is kept out
+    return plan, tiers_limit, measured, spilled
+
+
+def planned_tiers(size, device: torch.device, options, where: str, alternatives, committed):
+    """The tiers' plan as ``BackendSpec.footprints`` gives it (:func:`plan_tiers_for`): the episode being read
+    while the tiers fill is held only while building, so what stays held is the tiers alone.
+
+    Args:
+        size: The dataset's ``core.data_size.DataSize``.
+        device: The training device.
+        options: The backend's options.
+        where: How the user sets options.
+        alternatives: What would fit instead.
+        committed: A ``core.footprint.Footprint`` held beside these tiers.
+
+    Returns:
+        A ``core.footprint.Planned``.
+
+    Raises:
+        core.footprint.ResourceRefused: ``max_memory`` is below the least any plan holds.
+    """
+    import dataclasses
+
+    from robo_loaders_plugin.core.footprint import Planned
+
+    plan, _, measured, _ = plan_tiers_for(size, device, options, where, alternatives, committed)
+    filling = BUILD_EPISODES * int(np.max(size.episode_frame_bytes(), initial=0))
+    held = dataclasses.replace(plan.footprint, host_bytes=max(0, plan.footprint.host_bytes - filling))
+    return Planned(plan.footprint, measured, tuple(alternatives), held)
