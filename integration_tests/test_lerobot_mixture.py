@@ -340,3 +340,26 @@ def test_whole_mixture_footprint_is_refused_before_any_component_is_built(lerobo
         Available(host_bytes=host, shm_bytes=0, shm_dir="/dev/shm", disk_dir=disk_dir))))  # fmt: skip
     for n, c in zip(nats, spec.components):
         assert len(build_dataset(n, choice, repo_id=c.source)) == len(n)
+
+
+@pytest.mark.parametrize("backend", ["datapipe", "video_stream"])
+def test_the_buffer_backends_count_in_the_whole_mixture_footprint(lerobot_mixture_datasets, monkeypatch, backend):
+    """The episode-buffer backends declare their footprint too: their buffers together, not one by one, are
+    checked before any component is built (or converted); each buffer alone fits the same machine (control)."""
+    from robo_loaders_plugin.core.footprint import Available, Footprint, ResourceRefused
+    from robo_loaders_plugin.mixtures.footprint import check_mixture_fits
+
+    ds = lerobot_mixture_datasets
+    spec, nats = spec_of(ds), natives(ds)
+    choice = choose(backend)
+    need = [choice.plan(n, committed=Footprint()).footprint.host_bytes for n in nats]
+    assert all(need)
+    host = int(max(need) / 0.9) + 1  # any one buffer fits, not the three together
+    monkeypatch.setattr(Available, "measure", classmethod(lambda cls, disk_dir=None, device=None, shm_dir=None: (
+        Available(host_bytes=host, shm_bytes=0, shm_dir="/dev/shm", disk_dir=disk_dir))))  # fmt: skip
+    monkeypatch.setattr(type(choice), "build", lambda self, *a, **k: pytest.fail("a component was built"))
+    with pytest.raises(ResourceRefused, match=rf"--dataset.mixture: backend '{backend}' cannot serve these 3"):
+        build_mixture(spec, nats, choice, seed=0)
+    for k in range(3):  # negative control: each alone fits
+        check_mixture_fits("m", ["x"], lambda _, c, k=k: choice.plan(nats[k], committed=c), backend=backend,
+                           option_prefix="o")  # fmt: skip

@@ -335,3 +335,27 @@ def test_a_component_whose_source_changed_is_rebuilt_alone(parts, tmp_path):
     first_of_b = int(mix.offsets[1])
     assert mix.locate(first_of_b) == (1, 0)
     assert np.array_equal(mix[first_of_b]["obs"]["robot0_eef_pos"][0], np.float32([7.0, 8.0, 9.0]))
+
+
+@pytest.mark.parametrize("backend", ["datapipe", "video_stream"])
+def test_the_buffer_backends_count_in_the_whole_mixture_footprint(parts, monkeypatch, backend):
+    """The episode-buffer backends declare their footprint too: their buffers together, not one by one, are checked
+    before any component is built or converted; each buffer alone fits the same machine (negative control)."""
+    from robo_loaders_plugin.core.footprint import Footprint, ResourceRefused
+    from robo_loaders_plugin.core.registry import choose_backend
+    from robo_loaders_plugin.mixtures.footprint import check_mixture_fits
+
+    cfg = _config(parts, backend)
+    choice = choose_backend(
+        "robomimic", backend, {}, name_where="train.data_backend", options_where="train.data_backend_kwargs"
+    )
+    keys = [obs_keys(cfg), obs_keys(cfg), [k if k != WRIST else "wrist_image" for k in obs_keys(cfg)]]
+    plans = [choice.plan(cfg, keys[k], dataset_path=p, committed=Footprint()) for k, p in enumerate(parts)]
+    need = [p.footprint.host_bytes for p in plans]
+    assert all(need)
+    _machine(monkeypatch, host_bytes=int(max(need) / 0.9) + 1)  # any one buffer fits, not the three
+    monkeypatch.setattr(type(choice), "build", lambda self, *a, **k: pytest.fail("a component was built"))
+    with pytest.raises(ResourceRefused, match=rf"train.data_mixture: backend '{backend}' cannot serve these 3"):
+        dataset_factory(cfg, obs_keys(cfg))
+    for k in range(3):  # negative control: each alone fits
+        check_mixture_fits("m", ["x"], lambda _, c, k=k: plans[k], backend=backend, option_prefix="o")

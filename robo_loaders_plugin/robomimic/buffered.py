@@ -104,10 +104,7 @@ def fit_buffer(sizing: Sizing, passes: PassOptions, backend: str, units=None):
     Raises:
         core.footprint.ResourceRefused: the buffer does not fit host memory.
     """
-    if units is None:
-        held, unit = held_bytes(runs_of(sizing.lengths), sizing.row_bytes), "demos"
-    else:
-        held, unit = held_bytes(units, sizing.row_bytes, sizing.window - 1), "units"
+    held, unit = _held(sizing, units)
     passes, buffer = passes.fit(
         held,
         sizing.batch,
@@ -118,6 +115,34 @@ def fit_buffer(sizing: Sizing, passes: PassOptions, backend: str, units=None):
         alternatives=[f"{OPTION_PREFIX}.cache_memory (bytes) smaller, or cache_episodes unset"],
     )
     return passes, buffer.footprint.bound
+
+
+def _held(sizing: Sizing, units) -> tuple[np.ndarray, str]:
+    """Bytes held per buffered unit (whole demos, or ``units`` with the ``window - 1`` steps after each), and
+    what a unit is called."""
+    if units is None:
+        return held_bytes(runs_of(sizing.lengths), sizing.row_bytes), "demos"
+    return held_bytes(units, sizing.row_bytes, sizing.window - 1), "units"
+
+
+def buffer_footprint(sizing: Sizing, passes: PassOptions, units=None, alternatives=()):
+    """What the buffer :func:`fit_buffer` sizes will hold, without checking it (``BackendSpec.footprints``: a
+    mixture sums its components' and checks the sum once).
+
+    Args:
+        sizing: From :func:`buffer_sizing`.
+        passes: The pass options as given.
+        units: As for :func:`fit_buffer`.
+        alternatives: What would fit instead, for the mixture's refusal.
+
+    Returns:
+        A ``core.footprint.Planned``.
+    """
+    from robo_loaders_plugin.core.footprint import Available, Planned
+
+    held, unit = _held(sizing, units)
+    _, plan = passes.sized(held, sizing.batch, OPTION_PREFIX, unit=unit, threads=sizing.threads)
+    return Planned(plan.footprint, Available.measure(), tuple(alternatives))
 
 
 def demo_units(lengths, frame_step: int) -> list[tuple[int, int, int]] | None:

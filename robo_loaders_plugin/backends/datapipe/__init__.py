@@ -54,6 +54,10 @@ SPEC = BackendSpec(
         "robomimic": "robo_loaders_plugin.backends.datapipe.robomimic:datapipe_dataset",
         "lerobot": "robo_loaders_plugin.backends.datapipe.lerobot:datapipe_dataset",
     },
+    footprints={
+        "robomimic": "robo_loaders_plugin.backends.datapipe.robomimic:datapipe_footprint",
+        "lerobot": "robo_loaders_plugin.backends.datapipe.lerobot:datapipe_footprint",
+    },
     options=DATAPIPE_OPTIONS,
     requires={"robomimic": (TORCHDATA,), "lerobot": (TORCHDATA, TORCHCODEC)},
 )

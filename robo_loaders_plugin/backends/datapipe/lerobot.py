@@ -36,6 +36,51 @@ class LeRobotShardSamples(LeRobotSamples, PipelineDataset):
     frames its EpisodeAwareSampler would serve."""
 
 
+# what fits when the buffer does not
+BUFFER_FITS = (
+    f"{OPTION_PREFIX}.cache_memory (bytes) smaller, or cache_episodes unset",
+    "backend 'video_stream' (parts of long episodes, a bounded buffer)",
+)
+
+
+def _estimated_unit_bytes(native, source, settings) -> tuple[np.ndarray, str]:
+    """Bytes the buffer will hold per unit, estimated from metadata before anything is converted: episodes, long
+    ones in parts (``frames.chunks``) with the rows their windows reach, frames compressed at the expected lossless
+    ratio (sized again from the shards once they are open); and what a unit is called."""
+    size = source.data_size(native.episodes)
+    step = sum(size.frame_step_bytes.values())
+    meta_units = split_lengths(size.lengths, step)
+    parts = len(meta_units) > len(size.lengths)
+    reach = sum(camera_reach(settings.delta_indices, source.video_keys + source.image_keys))
+    held = held_bytes(meta_units, step / EXPECTED_LOSSLESS_RATIO + size.other_step_bytes, reach if parts else 0)
+    return held, "units" if parts else "episodes"
+
+
+def datapipe_footprint(native, *, options, committed):
+    """What this dataset's episode buffer will hold, estimated as :func:`datapipe_dataset` estimates it before
+    converting, from ``meta/`` only (``BackendSpec.footprints``: a mixture checks its components' sum once, before
+    building any; each conversion still checks its own disk as it writes).
+
+    Args:
+        native: The ``LeRobotDataset`` LeRobot's own factory built.
+        options: The backend's resolved options object.
+        committed: What other datasets hold beside this one (the buffer is bounded in bytes whatever they hold).
+
+    Returns:
+        A ``core.footprint.Planned``.
+
+    Raises:
+        CompatError: the installed LeRobot is not the version the backends support.
+        SourceError: the dataset is not supported.
+    """
+    from robo_loaders_plugin.core.footprint import Available, Planned
+
+    source, settings = native_source(native)
+    held, unit = _estimated_unit_bytes(native, source, settings)
+    _, plan = PassOptions.of(options).sized(held, 0, OPTION_PREFIX, unit=unit)
+    return Planned(plan.footprint, Available.measure(), BUFFER_FITS)
+
+
 def datapipe_dataset(native, *, options):
     """LeRobot items from lossless robo-shards (converted on first use), passes ordered by the torchdata pipeline
     over the frames lerobot-train's sampler would serve (``datapipe``). The episode buffer is sized in bytes from
@@ -64,16 +109,10 @@ def datapipe_dataset(native, *, options):
     # batch): sized in bytes from metadata before anything is read or converted, again from the shards once open
     size = source.data_size(native.episodes)
     step = sum(size.frame_step_bytes.values())
-    meta_units = split_lengths(size.lengths, step)
-    parts = len(meta_units) > len(size.lengths)
-    reach = sum(camera_reach(settings.delta_indices, source.video_keys + source.image_keys))
-    held = held_bytes(meta_units, step / EXPECTED_LOSSLESS_RATIO + size.other_step_bytes, reach if parts else 0)
-    fits_instead = [
-        f"{OPTION_PREFIX}.cache_memory (bytes) smaller, or cache_episodes unset",
-        "backend 'video_stream' (parts of long episodes, a bounded buffer)",
-    ]
+    held, unit = _estimated_unit_bytes(native, source, settings)
+    fits_instead = list(BUFFER_FITS)
     passes.fit(
-        held, 0, OPTION_PREFIX, backend="datapipe", alternatives=fits_instead, unit="units" if parts else "episodes"
+        held, 0, OPTION_PREFIX, backend="datapipe", alternatives=fits_instead, unit=unit
     )  # before converting; sized again from the shards below
 
     def convert(out_dir, fingerprint):

@@ -89,3 +89,35 @@ def datapipe_dataset(config, obs_keys, filter_by_attribute=None, dataset_path=No
         refit=lambda: fit_buffer(sizing, PassOptions.of(options), "datapipe"),
         unit_step=sizing.frame_step if units is not None else None,
     )
+
+
+def datapipe_footprint(config, obs_keys, filter_by_attribute=None, dataset_path=None, *, options, committed):
+    """What this file's episode buffer will hold, sized as :func:`datapipe_dataset` sizes it, from metadata only
+    (``BackendSpec.footprints``: a mixture checks its components' sum once, before building any).
+
+    Args:
+        config: robomimic's config.
+        obs_keys: The observation keys to serve.
+        filter_by_attribute: A filter key under ``mask/`` (``None``: every demo).
+        dataset_path: The HDF5 file (``None``: ``config.train.data``).
+        options: The backend's resolved options object.
+        committed: What other datasets hold beside this one (the buffer is bounded in bytes whatever they hold).
+
+    Returns:
+        A ``core.footprint.Planned``.
+
+    Raises:
+        SourceError: not a robomimic file, or no demo selected.
+    """
+    from robo_loaders_plugin.robomimic.buffered import buffer_footprint
+
+    opts, path = sequence_options(config, obs_keys, dataset_path)
+    source = RobomimicHdf5(path, cache_dir=options.cache_dir)
+    sizing = buffer_sizing(config, source, opts, filter_by_attribute, held_ratio=1.0)
+    units = demo_units(sizing.lengths, sizing.frame_step)
+    return buffer_footprint(
+        sizing,
+        PassOptions.of(options),
+        units,
+        [f"{OPTION_PREFIX}.cache_memory (bytes) smaller, or cache_episodes unset"],
+    )

@@ -116,6 +116,10 @@ SPEC = BackendSpec(
         "lerobot": "robo_loaders_plugin.backends.video_stream.lerobot:video_stream_dataset",
         "robomimic": "robo_loaders_plugin.backends.video_stream.robomimic:video_stream_dataset",
     },
+    footprints={
+        "robomimic": "robo_loaders_plugin.backends.video_stream.robomimic:video_stream_footprint",
+        "lerobot": "robo_loaders_plugin.backends.video_stream.lerobot:video_stream_footprint",
+    },
     options=VIDEO_STREAM_OPTIONS,
     requires={"robomimic": (TORCHDATA, PYAV), "lerobot": (TORCHDATA, TORCHCODEC)},
     constraints=_video_stream_constraints,

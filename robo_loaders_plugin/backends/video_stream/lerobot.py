@@ -20,6 +20,7 @@ from robo_loaders_plugin.lerobot.dataset import (
     check_meta_match,
     check_rows_match,
     check_supported,
+    native_source,
 )
 from robo_loaders_plugin.pipeline.batches import PipelineDataset
 from robo_loaders_plugin.pipeline.buffer_plan import held_bytes
@@ -91,22 +92,10 @@ def video_stream_dataset(native, *, options):
     device = _decode_device(options.decode_device, source)
     # the buffer, sized in bytes from metadata before anything is read: long episodes are cut into units of
     # ~32 MB decoded (frames.chunks), each loaded with the frames its windows reach outside it
-    size = source.data_size(native.episodes)
-    step = sum(size.frame_step_bytes.values())
+    held, unit = _unit_bytes(native, source, settings, options)
+    step = sum(source.data_size(native.episodes).frame_step_bytes.values())
     margin = camera_reach(settings.delta_indices, source.video_keys + source.image_keys)
-    held_per_step = step / EXPECTED_LOSSLESS_RATIO if options.buffer == "lz4" else step
-    meta_units = split_lengths(size.lengths, step)
-    passes, buffer = passes.fit(
-        held_bytes(meta_units, held_per_step, sum(margin)),
-        0,
-        OPTION_PREFIX,
-        backend="video_stream",
-        unit="units" if len(meta_units) > len(size.lengths) else "episodes",
-        alternatives=[
-            f"{OPTION_PREFIX}.cache_memory (bytes) smaller, or cache_episodes unset",
-            f"{OPTION_PREFIX}.buffer='lz4' (units held compressed)",
-        ],
-    )
+    passes, buffer = passes.fit(held, 0, OPTION_PREFIX, backend="video_stream", unit=unit, alternatives=BUFFER_FITS)
     episodes = LeRobotEpisodes(source, settings.tolerance_s, native.episodes, decode_device=device)
     check_rows_match(native, episodes.columns, episodes.arrays["index"], episodes.arrays)
     infos = {k: FieldInfo(a.dtype, tuple(a.shape[1:]), False) for k, a in episodes.arrays.items()}
@@ -143,6 +132,49 @@ def video_stream_dataset(native, *, options):
         decode_threads=options.decode_threads,
         serving=Serving(summary),
     )
+
+
+# what fits when the buffer does not
+BUFFER_FITS = (
+    f"{OPTION_PREFIX}.cache_memory (bytes) smaller, or cache_episodes unset",
+    f"{OPTION_PREFIX}.buffer='lz4' (units held compressed)",
+)
+
+
+def _unit_bytes(native, source, settings, options) -> tuple[np.ndarray, str]:
+    """Bytes the buffer holds per unit, from metadata: long episodes cut into units of ~32 MB decoded
+    (``frames.chunks``), each loaded with the frames its windows reach outside it; and what a unit is called."""
+    size = source.data_size(native.episodes)
+    step = sum(size.frame_step_bytes.values())
+    margin = camera_reach(settings.delta_indices, source.video_keys + source.image_keys)
+    held_per_step = step / EXPECTED_LOSSLESS_RATIO if options.buffer == "lz4" else step
+    meta_units = split_lengths(size.lengths, step)
+    unit = "units" if len(meta_units) > len(size.lengths) else "episodes"
+    return held_bytes(meta_units, held_per_step, sum(margin)), unit
+
+
+def video_stream_footprint(native, *, options, committed):
+    """What this dataset's episode buffer will hold, sized as :func:`video_stream_dataset` sizes it, from
+    ``meta/`` only (``BackendSpec.footprints``: a mixture checks its components' sum once, before building any).
+
+    Args:
+        native: The ``LeRobotDataset`` LeRobot's own factory built.
+        options: The backend's resolved options object.
+        committed: What other datasets hold beside this one (the buffer is bounded in bytes whatever they hold).
+
+    Returns:
+        A ``core.footprint.Planned``.
+
+    Raises:
+        CompatError: the installed LeRobot is not the version the backends support.
+        SourceError: the dataset is not supported.
+    """
+    from robo_loaders_plugin.core.footprint import Available, Planned
+
+    source, settings = native_source(native)
+    held, unit = _unit_bytes(native, source, settings, options)
+    _, plan = PassOptions.of(options).sized(held, 0, OPTION_PREFIX, unit=unit)
+    return Planned(plan.footprint, Available.measure(), BUFFER_FITS)
 
 
 class _UnitLoader:

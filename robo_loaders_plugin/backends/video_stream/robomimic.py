@@ -108,3 +108,37 @@ def video_stream_dataset(config, obs_keys, filter_by_attribute=None, dataset_pat
         decode_threads=options.decode_threads,
         describe_frames=describe_frames,
     )
+
+
+def video_stream_footprint(config, obs_keys, filter_by_attribute=None, dataset_path=None, *, options, committed):
+    """What this file's episode buffer will hold, sized as :func:`video_stream_dataset` sizes it, from metadata only
+    (``BackendSpec.footprints``: a mixture checks its components' sum once, before building any).
+
+    Args:
+        config: robomimic's config.
+        obs_keys: The observation keys to serve.
+        filter_by_attribute: A filter key under ``mask/`` (``None``: every demo).
+        dataset_path: The HDF5 file (``None``: ``config.train.data``).
+        options: The backend's resolved options object.
+        committed: What other datasets hold beside this one (the buffer is bounded in bytes whatever they hold).
+
+    Returns:
+        A ``core.footprint.Planned``.
+
+    Raises:
+        SourceError: not a robomimic file, or no demo selected.
+    """
+    from robo_loaders_plugin.robomimic.buffered import buffer_footprint
+
+    opts, path = sequence_options(config, obs_keys, dataset_path)
+    source = RobomimicHdf5(path, cache_dir=options.cache_dir)
+    sizing = buffer_sizing(
+        config, source, opts, filter_by_attribute, held_ratio=1.0 if options.buffer == "raw" else 1.5
+    )
+    units = None
+    return buffer_footprint(
+        sizing,
+        PassOptions.of(options),
+        units,
+        [f"{OPTION_PREFIX}.cache_memory (bytes) smaller, or cache_episodes unset"],
+    )
