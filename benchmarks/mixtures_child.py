@@ -1,0 +1,179 @@
+"""One measured run of ``benchmarks/mixtures.py``: a LeRobot mixture built and served one way, timed from the first
+metadata read to the first batch, then its steady batches.
+
+``python -m benchmarks.mixtures_child '<json args>' OUT.json`` (started by ``robo_loaders_plugin.bench.runner.
+run_child``, one process per run, so no run inherits another's decoders, caches or imports), or :func:`run` in
+the calling process (the quick test). Two ways of serving the same components:
+
+- ``reference``: what a user writes by hand today, LeRobot having no mixture: one ``LeRobotDataset`` per component
+  (``delta_timestamps`` of the preset at the component's own rate, ``return_uint8=True``, as ``make_dataset``
+  builds one), each wrapped to rename its keys, keep the keys every component has and add ``dataset_index``
+  (:class:`Renamed`), a ``ConcatDataset`` of them and a ``WeightedRandomSampler`` giving component *k* the share
+  ``w_k / sum(w)``, in the DataLoader ``lerobot-train`` builds (spawned, persistent workers, prefetch 4).
+- any plugin backend (``native`` included): ``lerobot.mixture.build_mixture`` over the same ``LeRobotDataset``\\ s,
+  served through the DataLoader ``lerobot-train`` builds and the patched ``cycle`` (the mixture's own order,
+  batches built in threads of the training process), as ``lerobot-train --dataset.mixture`` serves it.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+
+class Renamed:
+    """A component of the hand-written reference: its items renamed, only the mixture's keys, plus
+    ``dataset_index`` (a module-level class, so spawned DataLoader workers can unpickle it).
+
+    Args:
+        dataset: The component's ``LeRobotDataset``.
+        rename: ``{its key: mixture key}``.
+        keep: The mixture's keys.
+        index: The component's position.
+    """
+
+    def __init__(self, dataset, rename: dict, keep: frozenset, index: int):
+        self.dataset, self.rename, self.keep, self.index = dataset, dict(rename), frozenset(keep), int(index)
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, i):
+        import torch
+
+        item = self.dataset[i]
+        out = {self.rename.get(k, k): v for k, v in item.items()}
+        out = {k: v for k, v in out.items() if k in self.keep}
+        out["dataset_index"] = torch.tensor(self.index)
+        return out
+
+
+def item_keys(meta, delta: dict | None) -> set[str]:
+    """The keys a ``LeRobotDataset`` item has: its features, ``<key>_is_pad`` for each key with delta timestamps,
+    and ``task`` (known from ``meta/``, so the reference reads no item to choose its keys).
+
+    Args:
+        meta: The component's ``LeRobotDatasetMetadata``.
+        delta: Its ``delta_timestamps``, or ``None``.
+    """
+    return set(meta.features) | {f"{k}_is_pad" for k in (delta or {})} | {"task"}
+
+
+def reference_loader(natives, components, deltas, batch_size: int, num_workers: int, seed: int):
+    """The hand-written mixture (module docstring) and its DataLoader.
+
+    Args:
+        natives: Each component's ``LeRobotDataset``.
+        components: Each component's ``{"weight", "rename"}``.
+        deltas: Each component's ``delta_timestamps``.
+        batch_size: Samples per batch.
+        num_workers: DataLoader workers (spawned, persistent, prefetch 4, as lerobot-train's).
+        seed: The sampler's seed.
+
+    Returns:
+        The ``torch.utils.data.DataLoader``.
+    """
+    import torch
+
+    renamed_keys = []
+    for n, c, d in zip(natives, components, deltas):
+        rename = c.get("rename") or {}
+        renamed_keys.append({rename.get(k, k) for k in item_keys(n.meta, d)})
+    keep = frozenset(set.intersection(*renamed_keys))
+    parts = [Renamed(n, c.get("rename") or {}, keep, k) for k, (n, c) in enumerate(zip(natives, components))]
+    concat = torch.utils.data.ConcatDataset(parts)
+    weights = [float(c.get("weight", 1.0)) for c in components]
+    per_sample = torch.cat([torch.full((len(p),), w / len(p), dtype=torch.float64) for p, w in zip(parts, weights)])
+    sampler = torch.utils.data.WeightedRandomSampler(
+        per_sample, num_samples=len(concat), replacement=True, generator=torch.Generator().manual_seed(seed)
+    )
+    extra = dict(prefetch_factor=4, persistent_workers=True, multiprocessing_context="spawn") if num_workers else {}
+    return torch.utils.data.DataLoader(
+        concat, batch_size=batch_size, sampler=sampler, num_workers=num_workers, drop_last=False, **extra
+    )
+
+
+def run(a: dict) -> dict:
+    """Build the mixture one way and time it (module docstring).
+
+    Args:
+        a: ``backend`` (``reference`` or a plugin backend), ``kwargs`` (its options), ``components`` (the mixture's
+            components: ``repo_id``, ``root``, ``weight``, ``rename``), ``target_fps``, ``preset``, ``batch_size``,
+            ``num_workers``, ``batches``, ``seed``.
+
+    Returns:
+        The row: ``build_s`` (metadata, datasets, mixture and DataLoader built), ``first_batch_s``, ``startup_s``
+        (their sum: the first metadata read to the first batch), ``samples_per_s`` over ``batches`` timed batches
+        after the first, ``batch_latency_ms``, ``num_samples``, ``share`` (each component's share of the samples
+        served), ``summary`` and ``baseline_pss_bytes``.
+    """
+    import numpy as np
+    import torch
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset, LeRobotDatasetMetadata
+
+    from robo_loaders_plugin.bench.lerobot_run import train_loader
+    from robo_loaders_plugin.bench.runner import baseline_pss, time_loader
+    from robo_loaders_plugin.lerobot.presets import delta_timestamps
+
+    torch.manual_seed(0)
+    baseline = baseline_pss()
+    components = a["components"]
+    t = time.perf_counter()
+    natives, deltas = [], []
+    for c in components:  # as make_dataset builds one dataset: its metadata, the policy's deltas, the dataset
+        meta = LeRobotDatasetMetadata(c["repo_id"], root=c["root"])
+        delta = delta_timestamps(a["preset"], meta)
+        natives.append(LeRobotDataset(c["repo_id"], root=c["root"], delta_timestamps=delta, return_uint8=True))
+        deltas.append(delta)
+    if a["backend"] == "reference":
+        loader = reference_loader(natives, components, deltas, a["batch_size"], a["num_workers"], a["seed"])
+        batches = loader
+        summary = f"ConcatDataset of {len(natives)} LeRobotDataset + WeightedRandomSampler"
+    else:
+        from robo_loaders_plugin.core.iteration import summary_of
+        from robo_loaders_plugin.lerobot.integration import choose, cycle
+        from robo_loaders_plugin.lerobot.mixture import build_mixture, parse
+
+        spec = {"components": components}
+        if a.get("target_fps") is not None:
+            spec["target_fps"] = a["target_fps"]
+        mix = build_mixture(parse(spec), natives, choose(a["backend"], **(a.get("kwargs") or {})), seed=a["seed"])
+        loader = train_loader(mix, a["batch_size"], a["num_workers"])
+        batches = cycle(loader)
+        summary = summary_of(mix)
+    build_s = time.perf_counter() - t
+    served = np.zeros(len(components), dtype=np.int64)
+
+    def count(batch):
+        served[:] += np.bincount(batch["dataset_index"].numpy(), minlength=len(components))
+        return len(batch["dataset_index"])
+
+    timing = time_loader(batches, a["batches"], count)
+    return dict(
+        timing,
+        build_s=build_s,
+        startup_s=build_s + timing["first_batch_s"],
+        num_samples=sum(len(n) for n in natives),
+        frames=sum(n.num_frames for n in natives),
+        share=(served / max(1, served.sum())).round(4).tolist(),
+        summary=summary,
+        baseline_pss_bytes=baseline,
+    )
+
+
+def main():
+    """``python -m benchmarks.mixtures_child '<json args>' OUT.json``.
+
+    Why through the imported module: the reference's :class:`Renamed` is pickled for spawned DataLoader workers by
+    its module's name, which must not be ``__main__``.
+    """
+    from benchmarks import mixtures_child
+
+    out = mixtures_child.run(json.loads(sys.argv[1]))
+    with open(sys.argv[2], "w") as f:
+        json.dump(out, f)
+
+
+if __name__ == "__main__":
+    main()

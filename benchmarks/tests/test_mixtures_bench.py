@@ -1,0 +1,83 @@
+"""``benchmarks/mixtures.py`` at its smallest setting, in process (seconds: tiny datasets, 1-2 timed batches), so the
+script keeps running as the mixture code changes; and docs/benchmarks.md's mixture tables against the committed
+result. No timing is asserted: the numbers are the benchmark's, on its machine."""
+
+import copy
+import json
+import os
+
+import pytest
+
+from benchmarks import mixtures
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+RESULT = os.path.join(ROOT, "benchmarks", "results", "mixtures.json")
+DOC = os.path.join(ROOT, "docs", "benchmarks.md")
+
+
+def test_smallest_setting_measures_every_loader_and_removes_its_data(tmp_path):
+    work = tmp_path / "work"  # created by the run, so removed with it
+    out = tmp_path / "mixtures.json"
+    result = mixtures.run("small", out=str(out), plots=str(tmp_path / "plots"), workdir=str(work), in_process=True)
+    assert not work.exists(), "the generated datasets must be removed after the run"
+    assert json.loads(out.read_text())["kind"] == "mixtures"
+    rows = result["rows"]
+    assert not [r for r in rows if r.get("error")], [r["error"] for r in rows if r.get("error")]
+
+    small = mixtures.SIZES["small"]
+    layouts = [r for r in rows if r["kind"] == "throughput" and r["setting"] == "layouts"]
+    assert [r["backend"] for r in layouts] == [mixtures.REFERENCE, *small["backends"]]
+    rates = [r for r in rows if r["kind"] == "throughput" and r["setting"] == "rates"]
+    assert [r["backend"] for r in rates] == [mixtures.REFERENCE, "gpu_resampler"]
+    for r in layouts + rates:
+        assert r["samples_per_s"] > 0 and r["startup_s"] >= r["build_s"] > 0
+        assert r["ratios"]["samples_per_s_vs_reference"] > 0
+        assert len(r["share"]) == 3 and abs(sum(r["share"]) - 1) < 1e-3
+    # the components really differ in layout and rate, and the mixture keeps the camera every one has
+    comps = result["components"]
+    assert [c["rename"] for c in comps["layouts"]] == [layout[1] for layout in mixtures.LAYOUTS.values()]
+    assert [c["root"] for c in comps["rates"]] == ["a20", "b10", "c30"]
+    assert "20 fps" in next(r for r in rates if r["backend"] == "gpu_resampler")["summary"]
+
+    startup = [r for r in rows if r["kind"] == "startup"]
+    settings = {(r["components"], r["frames_scale"]) for r in startup}
+    assert {(n, 1) for n in small["startup_components"]} <= settings
+    assert {(small["startup_scaled"], s) for s in small["startup_scales"]} <= settings
+    for r in startup:
+        assert r["startup_s"] > 0 and r["prepare_s"] >= 0
+        assert ("once_s" in r) == (r["backend"] == "compressed_cache")
+    # more frames per component at the same count of components: the frames axis really grows
+    scaled = sorted((r for r in startup if r["components"] == small["startup_scaled"]), key=lambda r: r["frames_scale"])
+    assert scaled[0]["frames"] < scaled[-1]["frames"]
+
+    assert sorted(os.listdir(tmp_path / "plots")) == ["mixtures_startup.png", "mixtures_throughput.png"]
+    table = mixtures.tables(result)
+    for r in layouts:
+        assert f"`{r['backend']}`" in table
+
+
+def test_data_is_never_generated_inside_the_repository(tmp_path):
+    with pytest.raises(SystemExit, match="inside the repository"):
+        mixtures.work_dir(os.path.join(ROOT, "bench_out"))
+    made, created = mixtures.work_dir(str(tmp_path))  # control: outside it, a fresh directory in the one given
+    assert os.path.dirname(made) == str(tmp_path) and created is None
+
+
+def doc_tables() -> str:
+    text = open(DOC).read()
+    start, end = text.index(mixtures.DOC_BEGIN) + len(mixtures.DOC_BEGIN), text.index(mixtures.DOC_END)
+    return text[start:end].strip("\n")
+
+
+@pytest.mark.fast
+def test_docs_tables_are_the_committed_results():
+    """docs/benchmarks.md's mixture tables are ``python -m benchmarks.mixtures table`` of the committed result."""
+    with open(RESULT) as f:
+        result = json.load(f)
+    assert doc_tables() == mixtures.tables(result).strip("\n"), (
+        "docs/benchmarks.md's mixture tables differ from benchmarks/results/mixtures.json: paste "
+        "`python -m benchmarks.mixtures table benchmarks/results/mixtures.json` between its markers"
+    )
+    changed = copy.deepcopy(result)  # control: another number is caught
+    next(r for r in changed["rows"] if not r.get("error"))["samples_per_s"] *= 2
+    assert doc_tables() != mixtures.tables(changed).strip("\n")
