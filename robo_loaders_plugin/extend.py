@@ -51,6 +51,7 @@ name                                what it is
 ``ResourceRefused``                 a footprint the machine cannot hold (with the numbers)
 **the footprint contract**
 ``Footprint``                       what a backend will hold and write, from metadata
+``Planned``                         a backend's plan for one dataset (footprint, what was measured, alternatives)
 ``Available``                       what the machine has now (``Available.measure``)
 ``check_fits``                      refuse a footprint that does not fit, before any data is read
 ``HEADROOM``                        the fraction of a resource a footprint may use (90%)
@@ -72,6 +73,7 @@ name                                what it is
 **frames, windows, datasets**
 ``FrameSource``                     (lazy) the one question a storage answers: field F at (episode, step) pairs
 ``FieldInfo``                       (lazy) how a frame source stores a field (dtype, step shape, frames)
+``ClosedFrames``                    (lazy) what a closed dataset reads from (``FrameSource.closed``): refuses reads
 ``FRAME_MIN_BYTES``                 a field of at least this many bytes per step is camera frames
 ``BufferPool``                      (lazy) recycles batch arrays (``FrameSource.gather``'s ``pool``)
 ``SequenceOptions``                 (lazy) ``SequenceDataset``'s window settings
@@ -122,7 +124,15 @@ from robo_loaders_plugin.core.errors import BackendOptionError, RoboLoadersError
 from robo_loaders_plugin.core.files import atomic_write_bytes, sha256_file  # noqa: F401  (a backend's own files)
 
 # the footprint contract: what a backend will need, estimated from metadata, checked before any data is read
-from robo_loaders_plugin.core.footprint import HEADROOM, Available, DiskGuard, Footprint, ResourceRefused, check_fits  # noqa: F401
+from robo_loaders_plugin.core.footprint import (  # noqa: F401
+    HEADROOM,
+    Available,
+    DiskGuard,
+    Footprint,
+    Planned,
+    ResourceRefused,
+    check_fits,
+)
 from robo_loaders_plugin.core.hookspecs import hookimpl  # noqa: F401
 from robo_loaders_plugin.core.options import Option, Options  # noqa: F401
 from robo_loaders_plugin.core.spec import (  # noqa: F401
@@ -145,7 +155,7 @@ from robo_loaders_plugin.sdk import FrameStore, StoreEpisodes, cache_dir_option,
 if TYPE_CHECKING:  # the rest is imported on first use: listing backends must not import torch or a framework
     from robo_loaders_plugin.core.data_size import DataSize  # noqa: F401
     from robo_loaders_plugin.core.iteration import BatchDataset, BatchSource, IndexedDataset, SamplingPlan, Serving  # noqa: F401
-    from robo_loaders_plugin.frames.base import FieldInfo, FrameSource  # noqa: F401
+    from robo_loaders_plugin.frames.base import ClosedFrames, FieldInfo, FrameSource  # noqa: F401
     from robo_loaders_plugin.lerobot.dataset import LeRobotSamples  # noqa: F401
     from robo_loaders_plugin.pipeline.batches import PipelineDataset  # noqa: F401
     from robo_loaders_plugin.pipeline.options import PassOptions  # noqa: F401
@@ -167,6 +177,7 @@ _LAZY = {
     # frame sources (frames.base): the one question every storage answers
     "FrameSource": "robo_loaders_plugin.frames.base",
     "FieldInfo": "robo_loaders_plugin.frames.base",
+    "ClosedFrames": "robo_loaders_plugin.frames.base",
     "BufferPool": "robo_loaders_plugin.storage.buffers",
     # the SDK's pickling wrapper of what a FrameStore opens
     "StoreFrames": "robo_loaders_plugin.sdk.serve",

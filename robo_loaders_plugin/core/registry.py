@@ -165,6 +165,25 @@ def refused_backends() -> dict[str, str]:
     return dict(_REFUSED)
 
 
+def rate_converting_backends(framework: str) -> list[str]:
+    """The backends that convert frame rates under ``framework`` (they declare a ``target_fps`` option for it),
+    for checks and messages: a generic module names no backend itself.
+
+    Args:
+        framework: ``robomimic`` or ``lerobot``.
+
+    Returns:
+        Their names, ``native`` first then by name.
+    """
+    out = []
+    for name in list_backends():
+        spec = _backends()[name]
+        opt = spec.options.get("target_fps")
+        if framework in spec.frameworks and opt is not None and opt.applies_to(framework):
+            out.append(name)
+    return out
+
+
 def list_backends() -> list[str]:
     """Names of all registered backends, ``native`` first."""
     names = list(_backends())

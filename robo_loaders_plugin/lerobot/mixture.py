@@ -175,18 +175,9 @@ def canonical_json(spec) -> str:
 
 def _rate_converting_backends() -> list[str]:
     """Backends whose LeRobot options include ``target_fps`` (they convert rates)."""
-    from robo_loaders_plugin.core.registry import get_backend, list_backends
+    from robo_loaders_plugin.core.registry import rate_converting_backends
 
-    names = []
-    for name in list_backends():
-        try:
-            spec = get_backend(name)
-        except RoboLoadersError:
-            continue
-        opt = spec.options.get("target_fps")
-        if FRAMEWORK in spec.frameworks and opt is not None and opt.applies_to(FRAMEWORK):
-            names.append(name)
-    return names
+    return rate_converting_backends(FRAMEWORK)
 
 
 def converts_rates(choice) -> bool:

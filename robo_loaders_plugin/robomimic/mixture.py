@@ -20,7 +20,7 @@ import torch
 from robo_loaders_plugin.core import iteration
 from robo_loaders_plugin.core.log import get_logger
 from robo_loaders_plugin.core.ranks import check_ranks_agree, resolve_ranks, source_identity
-from robo_loaders_plugin.core.registry import choose_backend
+from robo_loaders_plugin.core.registry import choose_backend, rate_converting_backends
 from robo_loaders_plugin.core.spec import BATCH, BackendChoice
 from robo_loaders_plugin.mixtures.dataset import MixtureDataset, MixtureHooks
 from robo_loaders_plugin.mixtures.footprint import check_mixture_fits
@@ -37,7 +37,6 @@ PER_DATASET_OPTIONS = {
     "source": "each component is converted on first use into the cache directory",
     "source_fps": "each component's rate is read from its env_args control_freq",
 }
-RATE_CONVERTING_BACKENDS = ("gpu_resampler",)
 
 
 def mixture_spec(config) -> MixtureSpec | None:
@@ -249,13 +248,15 @@ def _rate_choices(spec: MixtureSpec, choice: BackendChoice, config, rates) -> li
                 k0, r0 = known[0]
                 raise MixtureError(
                     f"{WHERE}: component {k} ({spec.components[k].source}) was recorded at {r:g} Hz but component "
-                    f"{k0} at {r0:g} Hz; set target_fps in the mixture (converted by backend 'gpu_resampler')"
+                    f"{k0} at {r0:g} Hz; set target_fps in the mixture (converted by backend "
+                    f"{', '.join(repr(n) for n in rate_converting_backends('robomimic'))})"
                 )
         return [choice] * len(rates)
-    if choice.name not in RATE_CONVERTING_BACKENDS:
+    converting = rate_converting_backends("robomimic")
+    if choice.name not in converting:
         raise MixtureError(
-            f"{WHERE}: target_fps needs a backend that converts rates ({', '.join(RATE_CONVERTING_BACKENDS)}); "
-            f"train.data_backend is {choice.name!r}: set train.data_backend to 'gpu_resampler' or remove target_fps"
+            f"{WHERE}: target_fps needs a backend that converts rates ({', '.join(converting)}); "
+            f"train.data_backend is {choice.name!r}: set train.data_backend to one of them or remove target_fps"
         )
     out = []
     for k, rate in enumerate(rates):
