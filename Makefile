@@ -38,7 +38,7 @@ $(STAMP): pyproject.toml Makefile scripts/find_python312.sh
 # (benchmarks/tests) and the example third-party backend's; 29 min on a quiet 2-core machine (budget: 30; the 25
 # slowest are listed at the end, to see where the time goes)
 test: setup lint
-	$(PY) -m pytest -ra -p no:cacheprovider --durations=25 tests integration_tests benchmarks/tests examples/jpeg_backend/tests
+	$(PY) -m pytest -ra -p no:cacheprovider -n 2 --dist loadscope --durations=25 tests integration_tests benchmarks/tests examples/jpeg_backend/tests
 
 # the inner loop, -m fast: every unit test (tests/), the quick parity checks marked fast in integration_tests/ (one
 # per backend and framework, against the native loaders) and the harness's fake-row tests: 2 min on a quiet
