@@ -109,9 +109,11 @@ class LeRobotSamples(IndexedDataset):
         self.image_transforms = settings.image_transforms
         self.delta_indices = settings.delta_indices
         self.return_uint8 = settings.return_uint8
-        # batch arrays reused once nothing references them (fresh ones page-fault): cameras of one shape share a
-        # key, and about 8 batches are in flight (assembling, prefetched, in the training step)
-        self._pool = BufferPool(max_per_shape=8 * max(1, len(self.layout.camera_keys)))
+        # batch arrays reused once nothing references them (fresh ones page-fault): arrays of one shape share a key
+        # (the int64 columns of a batch, cameras of one size), and about 8 batches are in flight (assembling,
+        # prefetched, in the training step); the pool keeps only arrays that were alive together
+        fields = len(self.layout.columns) + len(self.layout.video_keys) + len(self.delta_indices or {})
+        self.buffer_pool = BufferPool(max_per_shape=8 * max(1, fields))
 
     def __getstate__(self):
         """Pickled with its runs packed (``core.packed``: a list of 10,000 (episode, start, end) tuples was 147 kB of
@@ -201,7 +203,9 @@ class LeRobotSamples(IndexedDataset):
         Raises:
             IndexError: an index is out of range.
         """
-        return rules.collate(self.layout, self.frames, self.rowmap, self.windows, self._check(indices), self._pool)
+        return rules.collate(
+            self.layout, self.frames, self.rowmap, self.windows, self._check(indices), self.buffer_pool
+        )
 
     def episode_of(self, indices=None) -> np.ndarray:
         """Frame-source unit (episode run, or part of one) of rows ``indices``, for the pipeline's episode-buffer

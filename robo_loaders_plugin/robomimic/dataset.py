@@ -66,7 +66,7 @@ class RobomimicSamples(IndexedDataset):
         # next_obs of a camera, cameras of one size) share a key, and about 8 batches are in flight
         o = windows.opts
         fields = len(o.dataset_keys) + len(o.obs_keys) * (1 + bool(o.load_next_obs) + (o.goal_mode == "last"))
-        self._pool = BufferPool(max_per_shape=8 * max(1, fields))
+        self.buffer_pool = BufferPool(max_per_shape=8 * max(1, fields))
 
     # -- what robomimic's train() uses ----------------------------------------------------------------------------
     def __len__(self):
@@ -128,7 +128,7 @@ class RobomimicSamples(IndexedDataset):
         Returns:
             The batch: numpy arrays, or tensors for a device-resident frame source.
         """
-        return rules.collate(self.frames, self.windows, indices, self._pool, self.modes)
+        return rules.collate(self.frames, self.windows, indices, self.buffer_pool, self.modes)
 
     def __getitem__(self, index):
         return rules.row(self.gather([int(index)]), 0)

@@ -31,6 +31,7 @@ class BufferPool:
         self.max_per_shape = max_per_shape
         self._free: dict[tuple, list[np.ndarray]] = {}
         self._lock = threading.Lock()
+        self.allocations = 0  # arrays allocated, kept or not: what recycling saves (tests and benchmarks read it)
 
     def empty(self, shape: tuple, dtype) -> np.ndarray:
         """An uninitialised array of ``shape`` and ``dtype``: a kept buffer nothing references any more, else a new one.
@@ -49,9 +50,24 @@ class BufferPool:
                 if sys.getrefcount(buf) == _FREE_REFS:
                     return buf
             out = np.empty(shape, dtype=dtype)
+            self.allocations += 1
             if len(bufs) < self.max_per_shape:
                 bufs.append(out)
             return out
+
+    def held(self) -> tuple[int, int]:
+        """What the pool keeps: its buffers and their bytes, in use or free.
+
+        Why: the pool grows only while batches are alive together (the ones being assembled, prefetched and held by
+        the training step), so a pass that drops its batches must end with as many buffers as it started the second
+        pass with; this is how the tests and the benchmarks see that.
+
+        Returns:
+            ``(buffers, bytes)``.
+        """
+        with self._lock:
+            bufs = [b for v in self._free.values() for b in v]
+        return len(bufs), sum(b.nbytes for b in bufs)
 
     def __getstate__(self):
         return {"max_per_shape": self.max_per_shape}
