@@ -140,6 +140,52 @@ def test_weights_size_serves_every_window_once_per_pass(lerobot_mixture_datasets
     assert len(seen) == len(weighted) and len(set(seen)) < len(seen)
 
 
+def served_rows(mix, plan):
+    """Every ``(component, index)`` a pass serves, and whether each is among its episode's last frames (by
+    ``frame_index`` and the episode's length in its component's ``meta``)."""
+    lengths = [np.asarray(n.meta.episodes["length"]) for n in mix.natives]
+    out = []
+    for batch in mix.batch_source(plan).batches(0):
+        for k, i, e, f in zip(*(batch[c].tolist() for c in ("dataset_index", "index", "episode_index", "frame_index"))):
+            out.append((k, i, int(lengths[k][e]) - f))  # frames left in the episode, this one included
+    return out
+
+
+def test_drop_n_last_frames_leaves_each_episodes_last_frames_out(lerobot_mixture_datasets):
+    """As LeRobot's sampler for one dataset (diffusion's ``drop_n_last_frames``): no served item is among the last
+    ``n`` frames of its episode, "size" serves every other row once (b with an episode filter: its rows only), the
+    pass has the length of lerobot-train's sampler over the mixture (its resume position is then its own).
+    Negative control: the check fails on the pass that does not leave them out."""
+    from lerobot.datasets import EpisodeAwareSampler, LeRobotDataset
+
+    ds, n = lerobot_mixture_datasets, 7
+    nats = natives(ds, preset="none")
+    nats[1] = LeRobotDataset(ds["b"][0], root=ds["b"][1], episodes=[1], return_uint8=True)  # rows 18..47 only
+    choice = choose("compressed_cache")
+    mix = build_mixture(spec_of(ds, mode="size"), nats, choice, seed=1, drop_n_last_frames=n)
+    assert len(mix) == sum(map(len, nats)) and mix.pass_length == len(mix) - n * 7  # 7 episodes served
+    lerobot_sampler = EpisodeAwareSampler(
+        mix.meta.episodes["dataset_from_index"], mix.meta.episodes["dataset_to_index"], drop_n_last_frames=n
+    )
+    assert len(lerobot_sampler) == mix.pass_length
+    plan = SamplingPlan(batch_size=16, seed=2)
+    seen = served_rows(mix, plan)
+    assert min(left for *_, left in seen) > n
+    expected = sorted(
+        (k, int(i))
+        for k, nat in enumerate(nats)
+        for i, e, f in zip(nat.hf_dataset["index"], nat.hf_dataset["episode_index"], nat.hf_dataset["frame_index"])
+        if int(nat.meta.episodes["length"][int(e)]) - int(f) > n
+    )
+    assert sorted((k, i) for k, i, _ in seen) == expected
+    weighted = build_mixture(spec_of(ds), nats, choice, seed=1, drop_n_last_frames=n)
+    assert min(left for *_, left in served_rows(weighted, plan)) > n  # drawn by weight: eligible rows only
+    # negative control: without it, the pass serves episode ends, and the check says so
+    assert min(left for *_, left in served_rows(build_mixture(spec_of(ds, mode="size"), nats, choice), plan)) <= n
+    with pytest.raises(MixtureError, match=r"^--dataset.mixture: component 0 \(mix/a\): LeRobot's sampler serves none"):
+        build_mixture(spec_of(ds), nats, choice, drop_n_last_frames=40)
+
+
 @pytest.mark.fast
 def test_stats_checks_and_refusals_from_metadata(lerobot_mixture_datasets):
     """Statistics are LeRobot's ``aggregate_stats`` of the components' (renamed), ImageNet's on the cameras; every

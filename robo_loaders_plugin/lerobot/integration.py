@@ -252,8 +252,8 @@ def sampling_plan(dataloader, built: iteration.Built | None = None) -> iteration
     batch_size = int(batch_sampler.batch_size)
     start_epoch, start_batch = int(state["epoch"]), int(state["start_index"]) // (batch_size * split.world_size)
     dataset = getattr(dataloader, "dataset", None)
-    if isinstance(dataset, MixtureDataset) and len(items) != len(dataset):  # the sampler left episode ends out
-        start_epoch, start_batch = resume_position(state, len(items), len(dataset), batch_size, split.world_size)
+    if isinstance(dataset, MixtureDataset) and len(items) != dataset.pass_length:  # another count: the step's place
+        start_epoch, start_batch = resume_position(state, len(items), dataset.pass_length, batch_size, split.world_size)
     return iteration.SamplingPlan(
         batch_size=batch_size,
         drop_last=bool(batch_sampler.drop_last),

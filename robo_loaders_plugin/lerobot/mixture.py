@@ -17,7 +17,9 @@ mixture of them the way LeRobot's factory builds one. It is the facade over two 
    the chosen backend as a single dataset would be (``native``: LeRobot's object itself).
 4. The mixture (:class:`LeRobotMixture`, a ``mixtures.dataset.MixtureDataset``) is a ``batch`` kind dataset for the
    adapter whatever the backend: its passes are drawn by weight (``mixtures.sampling``), never by LeRobot's
-   ``EpisodeAwareSampler``, whose order is a plain concatenation. Its ``meta`` (:class:`MixtureMetadata`) is what
+   ``EpisodeAwareSampler``, whose order is a plain concatenation; they draw, per component, only the rows that
+   sampler would serve of that component alone (:func:`sampler_rows`: the episode filter, the policy's
+   ``drop_n_last_frames``). Its ``meta`` (:class:`MixtureMetadata`) is what
    ``make_policy`` and the processors read: the common features, ``stats`` aggregated with LeRobot's own
    ``aggregate_stats`` (ImageNet statistics applied as LeRobot's factory applies them), the frame rate.
 """
@@ -64,6 +66,7 @@ from robo_loaders_plugin.lerobot.mixture_meta import (  # noqa: F401
     renamed_stats,
 )
 from robo_loaders_plugin.mixtures.dataset import MixtureDataset, MixtureHooks
+from robo_loaders_plugin.mixtures.spec import MixtureError
 
 logger = get_logger(__name__)
 
@@ -89,6 +92,61 @@ def component_config(cfg, component):
     out = copy.copy(cfg)
     out.dataset = dataset
     return out
+
+
+def drop_n_last_frames_of(cfg) -> int:
+    """The frames lerobot-train's sampler leaves out at each episode's end: the trained config's
+    ``drop_n_last_frames`` (diffusion: 7), read as lerobot-train 0.6.1 reads it (``cfg.trainable_config``: the
+    policy's, or the reward model's).
+
+    Args:
+        cfg: lerobot-train's ``TrainPipelineConfig``.
+
+    Returns:
+        The count (0 when the config has none).
+    """
+    active = getattr(cfg, "trainable_config", None) or getattr(cfg, "policy", None)
+    return int(getattr(active, "drop_n_last_frames", 0) or 0)
+
+
+def sampler_rows(native, drop_n_last_frames: int, where: str = "a component") -> np.ndarray:
+    """The rows lerobot-train's sampler serves of ``native`` alone: LeRobot's own ``EpisodeAwareSampler``, built
+    as lerobot-train 0.6.1 builds it for one dataset (its episode table, its episode filter, ``drop_n_last_frames``),
+    its frames read as the single-dataset backends read them (``compat.sampler_indices``).
+
+    Why LeRobot's sampler itself: the rule (which episodes, which frames at their ends, episodes too short for it
+    skipped) stays LeRobot's, for a mixture's component as for one dataset.
+
+    Args:
+        native: A component's ``LeRobotDataset``.
+        drop_n_last_frames: Frames left out at each episode's end (:func:`drop_n_last_frames_of`).
+        where: The component, for the message.
+
+    Returns:
+        The rows (the dataset's indices), in the sampler's unshuffled order.
+
+    Raises:
+        MixtureError: no row is left (every episode shorter than ``drop_n_last_frames``).
+    """
+    from lerobot.datasets import EpisodeAwareSampler
+
+    from robo_loaders_plugin.lerobot import compat
+
+    episodes = native.meta.episodes
+    try:
+        sampler = EpisodeAwareSampler(
+            episodes["dataset_from_index"],
+            episodes["dataset_to_index"],
+            episode_indices_to_use=getattr(native, "episodes", None),
+            drop_n_last_frames=int(drop_n_last_frames),
+            absolute_to_relative_idx=getattr(native, "absolute_to_relative_idx", None),
+        )
+    except ValueError as exc:
+        raise MixtureError(
+            f"{MIXTURE_FLAG}: {where}: LeRobot's sampler serves none of its frames with drop_n_last_frames="
+            f"{int(drop_n_last_frames)} (the policy's; {exc}); leave it out or give it longer episodes"
+        ) from None
+    return compat.sampler_indices(sampler)
 
 
 def _component_choice(choice, target_fps: float | None):
@@ -171,7 +229,16 @@ class LeRobotMixture(MixtureDataset):
         return f"LeRobotMixture({parts}; {how}; fps={self.fps:g})"
 
 
-def build_mixture(spec, natives, choice, *, layout: Layout | None = None, use_imagenet_stats: bool = True, seed=None):
+def build_mixture(
+    spec,
+    natives,
+    choice,
+    *,
+    layout: Layout | None = None,
+    use_imagenet_stats: bool = True,
+    seed=None,
+    drop_n_last_frames: int = 0,
+):
     """Serve LeRobot datasets as one mixture through a backend, as ``lerobot-train --dataset.mixture`` does.
 
     Args:
@@ -182,13 +249,16 @@ def build_mixture(spec, natives, choice, *, layout: Layout | None = None, use_im
         layout: What the metadata decided (default: checked here from ``natives``' metadata).
         use_imagenet_stats: ImageNet's mean and std on the mixture's camera statistics, as LeRobot's factory.
         seed: The order seed when lerobot-train's sampler gives none (its ``--seed``).
+        drop_n_last_frames: Frames each pass leaves out at every episode's end, as LeRobot's sampler does for one
+            dataset (the policy's ``drop_n_last_frames``; :func:`sampler_rows`). Every row stays an item
+            (``mix[i]``, ``len``); only the passes skip them.
 
     Returns:
         The :class:`LeRobotMixture`, recorded as a ``batch`` dataset for the adapter (``cycle``).
 
     Raises:
-        MixtureError: the components' metadata disagree (:func:`check_components`), or ``target_fps`` with a
-            backend that does not convert rates.
+        MixtureError: the components' metadata disagree (:func:`check_components`), ``target_fps`` with a
+            backend that does not convert rates, or a component whose episodes ``drop_n_last_frames`` empties.
         ResourceRefused: the components do not fit the machine together (``mixtures.footprint``), before any is
             built.
         RoboLoadersError: a component is refused by the backend (its own message, naming the dataset).
@@ -204,6 +274,7 @@ def build_mixture(spec, natives, choice, *, layout: Layout | None = None, use_im
     if layout is None:
         layout = check_components(spec, [n.meta for n in natives], target)
     names = [c.source for c in spec.components]
+    eligible = [sampler_rows(n, drop_n_last_frames, component_name(spec, k)) for k, n in enumerate(natives)]
     for k, dropped in enumerate(layout.dropped):
         if dropped:
             logger.info(
@@ -238,6 +309,7 @@ def build_mixture(spec, natives, choice, *, layout: Layout | None = None, use_im
         f"mixture of {len(served)} ({'weighted by size' if weights is None else 'weighted'}): "
         + ", ".join(f"{n} {len(d)} frames" for n, d in zip(names, served))
         + f"; {len(layout.features)} common features at {layout.fps:g} fps"
+        + (f"; passes leave each episode's last {drop_n_last_frames} out" if drop_n_last_frames else "")
     )
     mixture = LeRobotMixture(
         served,
@@ -248,6 +320,7 @@ def build_mixture(spec, natives, choice, *, layout: Layout | None = None, use_im
         weights,
         0 if seed is None else int(seed),
         Serving(summary),
+        eligible,
         meta=meta,
         natives=natives,
     )
@@ -285,24 +358,28 @@ def make_mixture_datasets(cfg, split: bool):
         evals.append(evaluation)
     imagenet = bool(getattr(cfg.dataset, "use_imagenet_stats", True))
     seed = getattr(cfg, "seed", None)
-    train = build_mixture(spec, trains, choice, layout=layout, use_imagenet_stats=imagenet, seed=seed)
+    drop = drop_n_last_frames_of(cfg)  # the training sampler's; lerobot-train's eval loader has no sampler
+    train = build_mixture(
+        spec, trains, choice, layout=layout, use_imagenet_stats=imagenet, seed=seed, drop_n_last_frames=drop
+    )
     if any(e is None for e in evals):
         return train, None
     return train, build_mixture(spec, evals, choice, layout=layout, use_imagenet_stats=imagenet, seed=seed)
 
 
-def resume_position(state: dict, sampler_frames: int, mixture_frames: int, batch_size: int, world_size: int):
+def resume_position(state: dict, sampler_frames: int, pass_length: int, batch_size: int, world_size: int):
     """The mixture's (epoch, batch) a resumed run starts at, from the state ``--resume`` gave LeRobot's sampler.
 
     Why: LeRobot positions its ``EpisodeAwareSampler`` from the checkpoint's step with the sampler's length
-    (``compute_sampler_state``), which leaves out each episode's last frames when the policy says so
-    (``drop_n_last_frames``); a mixture's pass has every row, so the step is recovered and cut by the mixture's
-    pass instead.
+    (``compute_sampler_state``). That sampler runs over the mixture's episode table; the mixture's pass draws each
+    component's rows its own sampler would serve (:func:`sampler_rows`), the same count in LeRobot's usual layout
+    (then this is the sampler's own position), not when a component's rows are not its episodes' (then the step is
+    recovered from the sampler's count and cut by the mixture's pass).
 
     Args:
         state: The sampler's ``{"epoch", "start_index"}``.
         sampler_frames: The sampler's length.
-        mixture_frames: The mixture's rows (its pass length).
+        pass_length: The mixture's pass length (``MixtureDataset.pass_length``).
         batch_size: Items per batch per process.
         world_size: Processes.
 
@@ -312,5 +389,5 @@ def resume_position(state: dict, sampler_frames: int, mixture_frames: int, batch
     per_step = batch_size * world_size
     sampler_batches = math.ceil(math.ceil(int(sampler_frames) / batch_size) / world_size)  # LeRobot's count
     step = int(state["epoch"]) * sampler_batches + int(state["start_index"]) // per_step
-    mixture_batches = max(1, -(-int(mixture_frames) // per_step))
+    mixture_batches = max(1, -(-int(pass_length) // per_step))
     return divmod(step, mixture_batches)
