@@ -14,7 +14,10 @@ mixture of them the way LeRobot's factory builds one. It is the facade over two 
    rates that differ without ``target_fps``. Each refusal is one line naming the component and the key.
 3. Each component is LeRobot's own ``LeRobotDataset``, built by LeRobot's own factory with the run's settings
    (delta timestamps from the policy, image transforms, tolerance, video backend, ``eval_split``), then served by
-   the chosen backend as a single dataset would be (``native``: LeRobot's object itself).
+   the chosen backend as a single dataset would be (``native``: LeRobot's object itself). A component whose
+   ``root`` is remote is read as one remote dataset is, by a backend that streams (``remote_source_option``): its
+   tables mirrored into the backend's cache directory for LeRobot (:func:`local_tables`), its frames streamed from
+   the root (the backend's source option set to it).
 4. The mixture (:class:`LeRobotMixture`, a ``mixtures.dataset.MixtureDataset``) is a ``batch`` kind dataset for the
    adapter whatever the backend: its passes are drawn by weight (``mixtures.sampling``), never by LeRobot's
    ``EpisodeAwareSampler``, whose order is a plain concatenation; they draw, per component, only the rows that
@@ -42,10 +45,12 @@ from robo_loaders_plugin.lerobot.mixture_flag import (  # noqa: F401
     check_flags,
     check_mixture_text,
     check_rates,
+    check_remote_roots,
     command_line_mixture,
     converts_rates,
     mixture_of,
     parse,
+    remote_root,
     resolve_mixture_flag,
     target_fps_of,
 )
@@ -149,6 +154,47 @@ def sampler_rows(native, drop_n_last_frames: int, where: str = "a component") ->
     return compat.sampler_indices(sampler)
 
 
+def local_tables(spec, choice):
+    """The mixture with every remote component ``root`` replaced by a local mirror of its tables
+    (``integration.remote_tables``, in the backend's cache directory): what LeRobot reads its metadata and builds
+    its dataset object from, as for one remote dataset; the frames are streamed from the root by the backend.
+
+    Args:
+        spec: The ``MixtureSpec``.
+        choice: The backend choice (refused unless it reads a remote source, when a root is remote).
+
+    Returns:
+        ``(local spec, remote roots)``: the spec with local roots, and each component's remote root or ``None``.
+
+    Raises:
+        MixtureError: a remote root with a backend that reads local roots only (:func:`check_remote_roots`).
+        SourceError: a remote root holding no LeRobot dataset.
+    """
+    import dataclasses
+
+    from robo_loaders_plugin.lerobot.integration import remote_tables
+
+    check_remote_roots(spec, choice)
+    remotes = [remote_root(c) for c in spec.components]
+    if not any(remotes):
+        return spec, remotes
+    components = tuple(
+        c if url is None else dataclasses.replace(c, root=remote_tables(url, choice))
+        for c, url in zip(spec.components, remotes)
+    )
+    return dataclasses.replace(spec, components=components), remotes
+
+
+def _streamed_choice(choice, component):
+    """The backend choice serving ``component``: the run's, reading a remote ``root`` as its source."""
+    url = remote_root(component)
+    if url is None:
+        return choice
+    from robo_loaders_plugin.lerobot.integration import choose
+
+    return choose(choice.name, **{**choice.options.given(), choice.spec.remote_source_option: url})
+
+
 def _component_choice(choice, target_fps: float | None):
     """The backend choice each component is built with: the run's, with the mixture's ``target_fps`` given to a
     backend that converts rates."""
@@ -242,9 +288,11 @@ def build_mixture(
     """Serve LeRobot datasets as one mixture through a backend, as ``lerobot-train --dataset.mixture`` does.
 
     Args:
-        spec: The ``MixtureSpec`` (:func:`parse`); its components in the order of ``natives``.
+        spec: The ``MixtureSpec`` (:func:`parse`); its components in the order of ``natives``. A remote ``root`` is
+            streamed by the backend (its source option set to the root; ``native`` refuses it).
         natives: Each component's ``LeRobotDataset`` (built by LeRobot's factory, or by user code with the same
-            ``delta_timestamps``, transforms and ``return_uint8=True`` for every component).
+            ``delta_timestamps``, transforms and ``return_uint8=True`` for every component); a remote component's
+            built from a local copy of its tables (:func:`local_tables`) or of the dataset.
         choice: The backend choice (``integration.choose``/``backend_choice``); ``native`` serves ``natives``.
         layout: What the metadata decided (default: checked here from ``natives``' metadata).
         use_imagenet_stats: ImageNet's mean and std on the mixture's camera statistics, as LeRobot's factory.
@@ -258,7 +306,8 @@ def build_mixture(
 
     Raises:
         MixtureError: the components' metadata disagree (:func:`check_components`), ``target_fps`` with a
-            backend that does not convert rates, or a component whose episodes ``drop_n_last_frames`` empties.
+            backend that does not convert rates, a component whose episodes ``drop_n_last_frames`` empties, or a
+            remote root with a backend that reads local roots only.
         ResourceRefused: the components do not fit the machine together (``mixtures.footprint``), before any is
             built.
         RoboLoadersError: a component is refused by the backend (its own message, naming the dataset).
@@ -270,6 +319,7 @@ def build_mixture(
     if len(natives) != len(spec.components):
         raise ValueError(f"{len(natives)} datasets for a mixture of {len(spec.components)} components")
     check_rates(spec, choice)
+    check_remote_roots(spec, choice)
     target = target_fps_of(spec, choice)
     if layout is None:
         layout = check_components(spec, [n.meta for n in natives], target)
@@ -281,6 +331,7 @@ def build_mixture(
                 f"mixture: {component_name(spec, k)}'s {dropped} left out (not in every component after the renames)"
             )
     component_choice = _component_choice(choice, target)
+    choices = [_streamed_choice(component_choice, c) for c in spec.components]
     if component_choice.name != DEFAULT_BACKEND:
         from robo_loaders_plugin.lerobot.dataset import OPTION_PREFIX
         from robo_loaders_plugin.mixtures.footprint import check_mixture_fits
@@ -288,15 +339,13 @@ def build_mixture(
         check_mixture_fits(
             MIXTURE_FLAG,
             names,
-            lambda k, committed: component_choice.plan(natives[k], committed=committed),
+            lambda k, committed: choices[k].plan(natives[k], committed=committed),
             backend=component_choice.name,
             option_prefix=OPTION_PREFIX,
         )
     served = [
-        n
-        if component_choice.name == DEFAULT_BACKEND
-        else build_dataset(n, component_choice, repo_id=c.source, seed=seed)
-        for n, c in zip(natives, spec.components)
+        n if component_choice.name == DEFAULT_BACKEND else build_dataset(n, ch, repo_id=c.source, seed=seed)
+        for n, c, ch in zip(natives, spec.components, choices)
     ]
     component_stats = [renamed_stats(n.meta.stats, dict(c.rename or {})) for n, c in zip(natives, spec.components)]
     stats = mixture_stats(component_stats, layout.features, use_imagenet_stats)
@@ -331,8 +380,9 @@ def build_mixture(
 
 def make_mixture_datasets(cfg, split: bool):
     """``make_dataset``/``make_train_eval_datasets`` for ``--dataset.mixture``: metadata checked first, then each
-    component built by LeRobot's own factory (split by ``--dataset.eval_split`` as LeRobot splits one dataset) and
-    served by the backend, then the mixture(s).
+    component built by LeRobot's own factory (split by ``--dataset.eval_split`` as LeRobot splits one dataset; a
+    remote root from the local mirror of its tables, :func:`local_tables`) and served by the backend, then the
+    mixture(s).
 
     Args:
         cfg: lerobot-train's config (``cfg.dataset.mixture`` set).
@@ -345,15 +395,20 @@ def make_mixture_datasets(cfg, split: bool):
         MixtureError: the flags or the components' metadata are refused.
         RoboLoadersError: a component is refused by the backend.
     """
+    import contextlib
+
+    from robo_loaders_plugin.lerobot import compat
     from robo_loaders_plugin.lerobot.integration import backend_choice, native_datasets
 
     spec = mixture_of(cfg.dataset)
     choice = backend_choice(cfg.dataset)
     check_flags(cfg.dataset, spec)  # a config built in Python skipped the parser's check
-    layout = check_components(spec, component_metas(spec, cfg.dataset), target_fps_of(spec, choice))
+    local, remotes = local_tables(spec, choice)
+    layout = check_components(local, component_metas(local, cfg.dataset), target_fps_of(spec, choice))
     trains, evals = [], []
-    for c in spec.components:
-        train, evaluation = native_datasets(component_config(cfg, c), split)
+    for c, url in zip(local.components, remotes):
+        with compat.tables_only() if url else contextlib.nullcontext():  # its videos are streamed, not local
+            train, evaluation = native_datasets(component_config(cfg, c), split)
         trains.append(train)
         evals.append(evaluation)
     imagenet = bool(getattr(cfg.dataset, "use_imagenet_stats", True))
