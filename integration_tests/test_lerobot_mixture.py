@@ -140,6 +140,52 @@ def test_weights_size_serves_every_window_once_per_pass(lerobot_mixture_datasets
     assert len(seen) == len(weighted) and len(set(seen)) < len(seen)
 
 
+def served_rows(mix, plan):
+    """Every ``(component, index)`` a pass serves, and whether each is among its episode's last frames (by
+    ``frame_index`` and the episode's length in its component's ``meta``)."""
+    lengths = [np.asarray(n.meta.episodes["length"]) for n in mix.natives]
+    out = []
+    for batch in mix.batch_source(plan).batches(0):
+        for k, i, e, f in zip(*(batch[c].tolist() for c in ("dataset_index", "index", "episode_index", "frame_index"))):
+            out.append((k, i, int(lengths[k][e]) - f))  # frames left in the episode, this one included
+    return out
+
+
+def test_drop_n_last_frames_leaves_each_episodes_last_frames_out(lerobot_mixture_datasets):
+    """As LeRobot's sampler for one dataset (diffusion's ``drop_n_last_frames``): no served item is among the last
+    ``n`` frames of its episode, "size" serves every other row once (b with an episode filter: its rows only), the
+    pass has the length of lerobot-train's sampler over the mixture (its resume position is then its own).
+    Negative control: the check fails on the pass that does not leave them out."""
+    from lerobot.datasets import EpisodeAwareSampler, LeRobotDataset
+
+    ds, n = lerobot_mixture_datasets, 7
+    nats = natives(ds, preset="none")
+    nats[1] = LeRobotDataset(ds["b"][0], root=ds["b"][1], episodes=[1], return_uint8=True)  # rows 18..47 only
+    choice = choose("compressed_cache")
+    mix = build_mixture(spec_of(ds, mode="size"), nats, choice, seed=1, drop_n_last_frames=n)
+    assert len(mix) == sum(map(len, nats)) and mix.pass_length == len(mix) - n * 7  # 7 episodes served
+    lerobot_sampler = EpisodeAwareSampler(
+        mix.meta.episodes["dataset_from_index"], mix.meta.episodes["dataset_to_index"], drop_n_last_frames=n
+    )
+    assert len(lerobot_sampler) == mix.pass_length
+    plan = SamplingPlan(batch_size=16, seed=2)
+    seen = served_rows(mix, plan)
+    assert min(left for *_, left in seen) > n
+    expected = sorted(
+        (k, int(i))
+        for k, nat in enumerate(nats)
+        for i, e, f in zip(nat.hf_dataset["index"], nat.hf_dataset["episode_index"], nat.hf_dataset["frame_index"])
+        if int(nat.meta.episodes["length"][int(e)]) - int(f) > n
+    )
+    assert sorted((k, i) for k, i, _ in seen) == expected
+    weighted = build_mixture(spec_of(ds), nats, choice, seed=1, drop_n_last_frames=n)
+    assert min(left for *_, left in served_rows(weighted, plan)) > n  # drawn by weight: eligible rows only
+    # negative control: without it, the pass serves episode ends, and the check says so
+    assert min(left for *_, left in served_rows(build_mixture(spec_of(ds, mode="size"), nats, choice), plan)) <= n
+    with pytest.raises(MixtureError, match=r"^--dataset.mixture: component 0 \(mix/a\): LeRobot's sampler serves none"):
+        build_mixture(spec_of(ds), nats, choice, drop_n_last_frames=40)
+
+
 @pytest.mark.fast
 def test_stats_checks_and_refusals_from_metadata(lerobot_mixture_datasets):
     """Statistics are LeRobot's ``aggregate_stats`` of the components' (renamed), ImageNet's on the cameras; every
@@ -210,11 +256,72 @@ def test_stats_checks_and_refusals_from_metadata(lerobot_mixture_datasets):
         with pytest.raises(Exception, match=re.escape(words)):
             check_flags(cfg, spec)
     remote = parse([{"repo_id": "x/y", "root": "https://h/x/y", "weight": 1}])
-    with pytest.raises(Exception, match=re.escape("component 0 (x/y): root https://h/x/y is remote; mixtures read")):
-        check_flags(flags(backend="video_stream", backend_kwargs={}), remote)
+    with pytest.raises(MixtureError) as info:
+        check_flags(flags(backend="native", backend_kwargs={}), remote)
+    line = str(info.value)
+    assert "\n" not in line and line.startswith(
+        "--dataset.mixture: component 0 (x/y): root https://h/x/y is remote and"
+    ), line
+    assert "--dataset.backend=native reads local roots only" in line and "'video_stream'" in line, line
+    check_flags(flags(backend="video_stream", backend_kwargs={}), remote)  # control: a backend that streams
     with pytest.raises(MixtureError, match=r"target_fps=10 needs a backend that converts frame rates .*gpu_resampler"):
         check_flags(flags(backend="compressed_cache", backend_kwargs={}), spec_of(ds, target_fps=10))
     check_flags(flags(backend="gpu_resampler", backend_kwargs={}), spec_of(ds, target_fps=10))  # control
+
+
+def test_a_component_served_over_http_is_streamed_by_video_stream(lerobot_mixture_datasets, tmp_path):
+    """A component whose ``root`` is an HTTP URL (a real server with byte ranges), with ``video_stream``, as
+    lerobot-train builds it (``make_mixture_datasets``: the flag checked at parsing, diffusion's delta timestamps and
+    ``drop_n_last_frames``): its tables mirrored into ``cache_dir``, its frames streamed from the URL; every item of
+    a pass equals its component's ``LeRobotDataset`` item (built from the local copy) after the rename map, and no
+    pass serves an episode's last 7 frames. The refusal with ``native``: test_stats_checks_and_refusals_from_metadata.
+    """
+    from types import SimpleNamespace
+
+    from lerobot.datasets.factory import resolve_delta_timestamps
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset, LeRobotDatasetMetadata
+    from lerobot.policies.diffusion.configuration_diffusion import DiffusionConfig
+    from remote_servers import HttpServer
+    from torch.utils.data import default_collate
+
+    from robo_loaders_plugin.lerobot.config import BackendDatasetConfig
+    from robo_loaders_plugin.lerobot.mixture import make_mixture_datasets
+
+    ds, policy = lerobot_mixture_datasets, DiffusionConfig()
+    refs = []
+    for name in "abc":
+        meta = LeRobotDatasetMetadata(ds[name][0], root=ds[name][1])
+        dt = resolve_delta_timestamps(policy, meta)
+        refs.append(LeRobotDataset(ds[name][0], root=ds[name][1], delta_timestamps=dt, return_uint8=True))
+    with HttpServer(ds["b"][1]) as server:
+        comps = [{"repo_id": ds[n][0], "root": ds[n][1], "weight": w} for n, w in zip("abc", WEIGHTS)]
+        comps[1]["root"], comps[2]["rename"] = server.url, RENAME_C
+        dataset = BackendDatasetConfig(
+            mixture=json.dumps(comps), backend="video_stream", backend_kwargs={"cache_dir": str(tmp_path)}
+        )
+        cfg = SimpleNamespace(dataset=dataset, policy=policy, trainable_config=policy, tolerance_s=1e-4, num_workers=0)
+        mix, _ = make_mixture_datasets(cfg, split=False)
+        assert json.loads(dataset.mixture)["components"][1]["root"] == server.url  # saved as given
+        assert str(mix.natives[1].root).startswith(str(tmp_path)) and mix.pass_length == len(mix) - 7 * 8
+        seen, b_rows, left = 0, [], []
+        lengths = [np.asarray(r.meta.episodes["length"]) for r in refs]
+        for batch in mix.batch_source(SamplingPlan(batch_size=16, seed=5)).batches(0):
+            which, rows = batch["dataset_index"].tolist(), batch["index"].tolist()
+            theirs = default_collate(
+                [expected_item(refs[k][i], mix.renames[k], mix.keep, k) for k, i in zip(which, rows)]
+            )
+            same_batch(batch, theirs, f"http mixture batch {seen}")
+            seen += len(rows)
+            b_rows += [i for k, i in zip(which, rows) if k == 1]
+            ends = zip(which, batch["episode_index"].tolist(), batch["frame_index"].tolist())
+            left += [int(lengths[k][e]) - f for k, e, f in ends]
+        streamed = sum(v for k, v in server.served.items() if k.endswith(".mp4"))
+        assert seen == mix.pass_length and min(left) > 7 and len(b_rows) > 20  # b (over HTTP) was served
+        shifted = [expected_item(refs[1][i + 1], mix.renames[1], mix.keep, 1) for i in b_rows[:8]]
+        ours = mix.collate([int(mix.offsets[1]) + i for i in b_rows[:8]])
+        with pytest.raises(AssertionError, match="values differ"):  # negative control: b's frames are told apart
+            same_batch(ours, default_collate(shifted), "control")
+    assert streamed > 0 and not os.path.exists(os.path.join(str(mix.natives[1].root), "videos"))
 
 
 def test_resume_position_recovers_the_step_from_lerobots_sampler_state():

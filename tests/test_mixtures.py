@@ -176,6 +176,39 @@ def test_rank_shares_are_disjoint_pieces_covering_the_pass(weights, total, world
     assert np.array_equal(joined[total:], full[: len(joined) - total])  # the completion wraps (< world items)
 
 
+def eligible_only(order: MixtureOrder, g: np.ndarray, eligible) -> bool:
+    """Every served global index is among its component's eligible windows."""
+    comps, local = order.split(g)
+    return all(np.isin(local[comps == k], e).all() for k, e in enumerate(eligible))
+
+
+@pytest.mark.parametrize("weights", [None, [1.0, 1.0, 4.0]])
+def test_eligible_windows_only_are_drawn_and_by_size_each_exactly_once(weights):
+    """A pass draws only the eligible windows (e.g. LeRobot's sampler's rows), indices still over every window; by
+    size each eligible window exactly once. Negative control: the same check fails on the pass without them."""
+    sizes = [12, 30, 9]
+    eligible = [np.array([0, 1, 2, 5, 6]), np.arange(3, 30), np.array([8])]
+    order = MixtureOrder(sizes, weights, seed=4, eligible=eligible)
+    assert len(order) == 5 + 27 + 1 and order.rows == sum(sizes)
+    for epoch in (0, 1):
+        g = order.indices_of(epoch)
+        assert len(g) == len(order) and eligible_only(order, g, eligible)
+        if weights is None:
+            served = np.sort(np.concatenate([o + e for o, e in zip(order.offsets, eligible)]))
+            assert np.array_equal(np.sort(g), served)
+    assert np.array_equal(order.split([sizes[0] + 1])[1], [1])  # an index of a left-out window still splits
+    plain = MixtureOrder(sizes, weights, seed=4)
+    assert not eligible_only(plain, plain.indices_of(0), eligible)  # negative control
+    every = MixtureOrder(sizes, weights, seed=4, eligible=[np.arange(s) for s in sizes])
+    assert np.array_equal(every.indices_of(0), plain.indices_of(0))  # all eligible: the same order as none given
+    for bad, words in [([np.array([])] * 3, "component 0 has no eligible window"),
+                       ([None, np.array([30]), None], "component 1's eligible windows must be distinct"),
+                       ([None, np.array([1, 1]), None], "component 1's eligible windows must be distinct"),
+                       ([None], "for 3 components")]:  # fmt: skip
+        with pytest.raises(ValueError, match=words):
+            MixtureOrder(sizes, weights, eligible=bad)
+
+
 # -- batches and resume --------------------------------------------------------------------------------------------
 def test_resume_mid_pass_gives_the_same_remaining_batches():
     order = MixtureOrder([30, 50, 17], [2, 1, 1], seed=9)

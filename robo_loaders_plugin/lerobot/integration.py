@@ -122,24 +122,42 @@ def choose(backend: str, **options) -> BackendChoice:
     return choose_backend("lerobot", backend, options, name_where=NAME_FLAG, options_where=OPTIONS_FLAG)
 
 
+def remote_tables(url: str, choice: BackendChoice) -> str:
+    """A local copy of a remote dataset's tables (``meta/`` and ``data/``, refreshed when they change) in the
+    backend's cache directory, for LeRobot to build its dataset object from while the backend streams the rest from
+    ``url`` (with the backend's ``storage_options``).
+
+    Args:
+        url: The dataset's remote root.
+        choice: A backend reading a remote source (``BackendSpec.remote_source_option``).
+
+    Returns:
+        The local directory holding the tables.
+
+    Raises:
+        SourceError: ``url`` holds no LeRobot dataset.
+    """
+    from robo_loaders_plugin.storage.cache import cache_root, short_hash
+
+    spec = choice.spec
+    root = cache_root(getattr(choice.options, "cache_dir", None), f"{OPTIONS_FLAG}.cache_dir")
+    local = os.path.join(root, f"remote-tables-{short_hash(url)}")
+    logger.info(f"{choice.name}: tables of {url} copied to {local}; videos streamed from {url}")
+    storage = getattr(choice.options, spec.remote_storage_option) if spec.remote_storage_option else None
+    return mirror_tables(url, local, storage)
+
+
 @contextlib.contextmanager
 def _streamed_source(cfg):
     """A backend reading a remote source (``BackendSpec.remote_source_option``): LeRobot builds its dataset object
-    from a local copy of the tables (``meta/`` and ``data/``, refreshed when they change), the rest stays where it
-    is."""
+    from a local copy of the tables (:func:`remote_tables`), the rest stays where it is."""
     choice = backend_choice(cfg.dataset)
     spec = choice.spec
     url = getattr(choice.options, spec.remote_source_option) if spec.remote_source_option else None
     if not is_remote(url):
         yield
         return
-    from robo_loaders_plugin.storage.cache import cache_root, short_hash
-
-    root = cache_root(getattr(choice.options, "cache_dir", None), f"{OPTIONS_FLAG}.cache_dir")
-    local = os.path.join(root, f"remote-tables-{short_hash(url)}")
-    logger.info(f"{choice.name}: tables of {url} copied to {local}; videos streamed from {url}")
-    storage = getattr(choice.options, spec.remote_storage_option) if spec.remote_storage_option else None
-    cfg.dataset.root = mirror_tables(url, local, storage)
+    cfg.dataset.root = remote_tables(url, choice)
     with compat.tables_only():
         yield
 
@@ -252,8 +270,8 @@ def sampling_plan(dataloader, built: iteration.Built | None = None) -> iteration
     batch_size = int(batch_sampler.batch_size)
     start_epoch, start_batch = int(state["epoch"]), int(state["start_index"]) // (batch_size * split.world_size)
     dataset = getattr(dataloader, "dataset", None)
-    if isinstance(dataset, MixtureDataset) and len(items) != len(dataset):  # the sampler left episode ends out
-        start_epoch, start_batch = resume_position(state, len(items), len(dataset), batch_size, split.world_size)
+    if isinstance(dataset, MixtureDataset) and len(items) != dataset.pass_length:  # another count: the step's place
+        start_epoch, start_batch = resume_position(state, len(items), dataset.pass_length, batch_size, split.world_size)
     return iteration.SamplingPlan(
         batch_size=batch_size,
         drop_last=bool(batch_sampler.drop_last),

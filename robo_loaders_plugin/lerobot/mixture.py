@@ -14,10 +14,15 @@ mixture of them the way LeRobot's factory builds one. It is the facade over two 
    rates that differ without ``target_fps``. Each refusal is one line naming the component and the key.
 3. Each component is LeRobot's own ``LeRobotDataset``, built by LeRobot's own factory with the run's settings
    (delta timestamps from the policy, image transforms, tolerance, video backend, ``eval_split``), then served by
-   the chosen backend as a single dataset would be (``native``: LeRobot's object itself).
+   the chosen backend as a single dataset would be (``native``: LeRobot's object itself). A component whose
+   ``root`` is remote is read as one remote dataset is, by a backend that streams (``remote_source_option``): its
+   tables mirrored into the backend's cache directory for LeRobot (:func:`local_tables`), its frames streamed from
+   the root (the backend's source option set to it).
 4. The mixture (:class:`LeRobotMixture`, a ``mixtures.dataset.MixtureDataset``) is a ``batch`` kind dataset for the
    adapter whatever the backend: its passes are drawn by weight (``mixtures.sampling``), never by LeRobot's
-   ``EpisodeAwareSampler``, whose order is a plain concatenation. Its ``meta`` (:class:`MixtureMetadata`) is what
+   ``EpisodeAwareSampler``, whose order is a plain concatenation; they draw, per component, only the rows that
+   sampler would serve of that component alone (:func:`sampler_rows`: the episode filter, the policy's
+   ``drop_n_last_frames``). Its ``meta`` (:class:`MixtureMetadata`) is what
    ``make_policy`` and the processors read: the common features, ``stats`` aggregated with LeRobot's own
    ``aggregate_stats`` (ImageNet statistics applied as LeRobot's factory applies them), the frame rate.
 """
@@ -40,10 +45,12 @@ from robo_loaders_plugin.lerobot.mixture_flag import (  # noqa: F401
     check_flags,
     check_mixture_text,
     check_rates,
+    check_remote_roots,
     command_line_mixture,
     converts_rates,
     mixture_of,
     parse,
+    remote_root,
     resolve_mixture_flag,
     target_fps_of,
 )
@@ -64,6 +71,7 @@ from robo_loaders_plugin.lerobot.mixture_meta import (  # noqa: F401
     renamed_stats,
 )
 from robo_loaders_plugin.mixtures.dataset import MixtureDataset, MixtureHooks
+from robo_loaders_plugin.mixtures.spec import MixtureError
 
 logger = get_logger(__name__)
 
@@ -89,6 +97,102 @@ def component_config(cfg, component):
     out = copy.copy(cfg)
     out.dataset = dataset
     return out
+
+
+def drop_n_last_frames_of(cfg) -> int:
+    """The frames lerobot-train's sampler leaves out at each episode's end: the trained config's
+    ``drop_n_last_frames`` (diffusion: 7), read as lerobot-train 0.6.1 reads it (``cfg.trainable_config``: the
+    policy's, or the reward model's).
+
+    Args:
+        cfg: lerobot-train's ``TrainPipelineConfig``.
+
+    Returns:
+        The count (0 when the config has none).
+    """
+    active = getattr(cfg, "trainable_config", None) or getattr(cfg, "policy", None)
+    return int(getattr(active, "drop_n_last_frames", 0) or 0)
+
+
+def sampler_rows(native, drop_n_last_frames: int, where: str = "a component") -> np.ndarray:
+    """The rows lerobot-train's sampler serves of ``native`` alone: LeRobot's own ``EpisodeAwareSampler``, built
+    as lerobot-train 0.6.1 builds it for one dataset (its episode table, its episode filter, ``drop_n_last_frames``),
+    its frames read as the single-dataset backends read them (``compat.sampler_indices``).
+
+    Why LeRobot's sampler itself: the rule (which episodes, which frames at their ends, episodes too short for it
+    skipped) stays LeRobot's, for a mixture's component as for one dataset.
+
+    Args:
+        native: A component's ``LeRobotDataset``.
+        drop_n_last_frames: Frames left out at each episode's end (:func:`drop_n_last_frames_of`).
+        where: The component, for the message.
+
+    Returns:
+        The rows (the dataset's indices), in the sampler's unshuffled order.
+
+    Raises:
+        MixtureError: no row is left (every episode shorter than ``drop_n_last_frames``).
+    """
+    from lerobot.datasets import EpisodeAwareSampler
+
+    from robo_loaders_plugin.lerobot import compat
+
+    episodes = native.meta.episodes
+    try:
+        sampler = EpisodeAwareSampler(
+            episodes["dataset_from_index"],
+            episodes["dataset_to_index"],
+            episode_indices_to_use=getattr(native, "episodes", None),
+            drop_n_last_frames=int(drop_n_last_frames),
+            absolute_to_relative_idx=getattr(native, "absolute_to_relative_idx", None),
+        )
+    except ValueError as exc:
+        raise MixtureError(
+            f"{MIXTURE_FLAG}: {where}: LeRobot's sampler serves none of its frames with drop_n_last_frames="
+            f"{int(drop_n_last_frames)} (the policy's; {exc}); leave it out or give it longer episodes"
+        ) from None
+    return compat.sampler_indices(sampler)
+
+
+def local_tables(spec, choice):
+    """The mixture with every remote component ``root`` replaced by a local mirror of its tables
+    (``integration.remote_tables``, in the backend's cache directory): what LeRobot reads its metadata and builds
+    its dataset object from, as for one remote dataset; the frames are streamed from the root by the backend.
+
+    Args:
+        spec: The ``MixtureSpec``.
+        choice: The backend choice (refused unless it reads a remote source, when a root is remote).
+
+    Returns:
+        ``(local spec, remote roots)``: the spec with local roots, and each component's remote root or ``None``.
+
+    Raises:
+        MixtureError: a remote root with a backend that reads local roots only (:func:`check_remote_roots`).
+        SourceError: a remote root holding no LeRobot dataset.
+    """
+    import dataclasses
+
+    from robo_loaders_plugin.lerobot.integration import remote_tables
+
+    check_remote_roots(spec, choice)
+    remotes = [remote_root(c) for c in spec.components]
+    if not any(remotes):
+        return spec, remotes
+    components = tuple(
+        c if url is None else dataclasses.replace(c, root=remote_tables(url, choice))
+        for c, url in zip(spec.components, remotes)
+    )
+    return dataclasses.replace(spec, components=components), remotes
+
+
+def _streamed_choice(choice, component):
+    """The backend choice serving ``component``: the run's, reading a remote ``root`` as its source."""
+    url = remote_root(component)
+    if url is None:
+        return choice
+    from robo_loaders_plugin.lerobot.integration import choose
+
+    return choose(choice.name, **{**choice.options.given(), choice.spec.remote_source_option: url})
 
 
 def _component_choice(choice, target_fps: float | None):
@@ -171,24 +275,39 @@ class LeRobotMixture(MixtureDataset):
         return f"LeRobotMixture({parts}; {how}; fps={self.fps:g})"
 
 
-def build_mixture(spec, natives, choice, *, layout: Layout | None = None, use_imagenet_stats: bool = True, seed=None):
+def build_mixture(
+    spec,
+    natives,
+    choice,
+    *,
+    layout: Layout | None = None,
+    use_imagenet_stats: bool = True,
+    seed=None,
+    drop_n_last_frames: int = 0,
+):
     """Serve LeRobot datasets as one mixture through a backend, as ``lerobot-train --dataset.mixture`` does.
 
     Args:
-        spec: The ``MixtureSpec`` (:func:`parse`); its components in the order of ``natives``.
+        spec: The ``MixtureSpec`` (:func:`parse`); its components in the order of ``natives``. A remote ``root`` is
+            streamed by the backend (its source option set to the root; ``native`` refuses it).
         natives: Each component's ``LeRobotDataset`` (built by LeRobot's factory, or by user code with the same
-            ``delta_timestamps``, transforms and ``return_uint8=True`` for every component).
+            ``delta_timestamps``, transforms and ``return_uint8=True`` for every component); a remote component's
+            built from a local copy of its tables (:func:`local_tables`) or of the dataset.
         choice: The backend choice (``integration.choose``/``backend_choice``); ``native`` serves ``natives``.
         layout: What the metadata decided (default: checked here from ``natives``' metadata).
         use_imagenet_stats: ImageNet's mean and std on the mixture's camera statistics, as LeRobot's factory.
         seed: The order seed when lerobot-train's sampler gives none (its ``--seed``).
+        drop_n_last_frames: Frames each pass leaves out at every episode's end, as LeRobot's sampler does for one
+            dataset (the policy's ``drop_n_last_frames``; :func:`sampler_rows`). Every row stays an item
+            (``mix[i]``, ``len``); only the passes skip them.
 
     Returns:
         The :class:`LeRobotMixture`, recorded as a ``batch`` dataset for the adapter (``cycle``).
 
     Raises:
-        MixtureError: the components' metadata disagree (:func:`check_components`), or ``target_fps`` with a
-            backend that does not convert rates.
+        MixtureError: the components' metadata disagree (:func:`check_components`), ``target_fps`` with a
+            backend that does not convert rates, a component whose episodes ``drop_n_last_frames`` empties, or a
+            remote root with a backend that reads local roots only.
         ResourceRefused: the components do not fit the machine together (``mixtures.footprint``), before any is
             built.
         RoboLoadersError: a component is refused by the backend (its own message, naming the dataset).
@@ -200,16 +319,19 @@ def build_mixture(spec, natives, choice, *, layout: Layout | None = None, use_im
     if len(natives) != len(spec.components):
         raise ValueError(f"{len(natives)} datasets for a mixture of {len(spec.components)} components")
     check_rates(spec, choice)
+    check_remote_roots(spec, choice)
     target = target_fps_of(spec, choice)
     if layout is None:
         layout = check_components(spec, [n.meta for n in natives], target)
     names = [c.source for c in spec.components]
+    eligible = [sampler_rows(n, drop_n_last_frames, component_name(spec, k)) for k, n in enumerate(natives)]
     for k, dropped in enumerate(layout.dropped):
         if dropped:
             logger.info(
                 f"mixture: {component_name(spec, k)}'s {dropped} left out (not in every component after the renames)"
             )
     component_choice = _component_choice(choice, target)
+    choices = [_streamed_choice(component_choice, c) for c in spec.components]
     if component_choice.name != DEFAULT_BACKEND:
         from robo_loaders_plugin.lerobot.dataset import OPTION_PREFIX
         from robo_loaders_plugin.mixtures.footprint import check_mixture_fits
@@ -217,15 +339,13 @@ def build_mixture(spec, natives, choice, *, layout: Layout | None = None, use_im
         check_mixture_fits(
             MIXTURE_FLAG,
             names,
-            lambda k, committed: component_choice.plan(natives[k], committed=committed),
+            lambda k, committed: choices[k].plan(natives[k], committed=committed),
             backend=component_choice.name,
             option_prefix=OPTION_PREFIX,
         )
     served = [
-        n
-        if component_choice.name == DEFAULT_BACKEND
-        else build_dataset(n, component_choice, repo_id=c.source, seed=seed)
-        for n, c in zip(natives, spec.components)
+        n if component_choice.name == DEFAULT_BACKEND else build_dataset(n, ch, repo_id=c.source, seed=seed)
+        for n, c, ch in zip(natives, spec.components, choices)
     ]
     component_stats = [renamed_stats(n.meta.stats, dict(c.rename or {})) for n, c in zip(natives, spec.components)]
     stats = mixture_stats(component_stats, layout.features, use_imagenet_stats)
@@ -238,6 +358,7 @@ def build_mixture(spec, natives, choice, *, layout: Layout | None = None, use_im
         f"mixture of {len(served)} ({'weighted by size' if weights is None else 'weighted'}): "
         + ", ".join(f"{n} {len(d)} frames" for n, d in zip(names, served))
         + f"; {len(layout.features)} common features at {layout.fps:g} fps"
+        + (f"; passes leave each episode's last {drop_n_last_frames} out" if drop_n_last_frames else "")
     )
     mixture = LeRobotMixture(
         served,
@@ -248,6 +369,7 @@ def build_mixture(spec, natives, choice, *, layout: Layout | None = None, use_im
         weights,
         0 if seed is None else int(seed),
         Serving(summary),
+        eligible,
         meta=meta,
         natives=natives,
     )
@@ -258,8 +380,9 @@ def build_mixture(spec, natives, choice, *, layout: Layout | None = None, use_im
 
 def make_mixture_datasets(cfg, split: bool):
     """``make_dataset``/``make_train_eval_datasets`` for ``--dataset.mixture``: metadata checked first, then each
-    component built by LeRobot's own factory (split by ``--dataset.eval_split`` as LeRobot splits one dataset) and
-    served by the backend, then the mixture(s).
+    component built by LeRobot's own factory (split by ``--dataset.eval_split`` as LeRobot splits one dataset; a
+    remote root from the local mirror of its tables, :func:`local_tables`) and served by the backend, then the
+    mixture(s).
 
     Args:
         cfg: lerobot-train's config (``cfg.dataset.mixture`` set).
@@ -272,37 +395,46 @@ def make_mixture_datasets(cfg, split: bool):
         MixtureError: the flags or the components' metadata are refused.
         RoboLoadersError: a component is refused by the backend.
     """
+    import contextlib
+
+    from robo_loaders_plugin.lerobot import compat
     from robo_loaders_plugin.lerobot.integration import backend_choice, native_datasets
 
     spec = mixture_of(cfg.dataset)
     choice = backend_choice(cfg.dataset)
     check_flags(cfg.dataset, spec)  # a config built in Python skipped the parser's check
-    layout = check_components(spec, component_metas(spec, cfg.dataset), target_fps_of(spec, choice))
+    local, remotes = local_tables(spec, choice)
+    layout = check_components(local, component_metas(local, cfg.dataset), target_fps_of(spec, choice))
     trains, evals = [], []
-    for c in spec.components:
-        train, evaluation = native_datasets(component_config(cfg, c), split)
+    for c, url in zip(local.components, remotes):
+        with compat.tables_only() if url else contextlib.nullcontext():  # its videos are streamed, not local
+            train, evaluation = native_datasets(component_config(cfg, c), split)
         trains.append(train)
         evals.append(evaluation)
     imagenet = bool(getattr(cfg.dataset, "use_imagenet_stats", True))
     seed = getattr(cfg, "seed", None)
-    train = build_mixture(spec, trains, choice, layout=layout, use_imagenet_stats=imagenet, seed=seed)
+    drop = drop_n_last_frames_of(cfg)  # the training sampler's; lerobot-train's eval loader has no sampler
+    train = build_mixture(
+        spec, trains, choice, layout=layout, use_imagenet_stats=imagenet, seed=seed, drop_n_last_frames=drop
+    )
     if any(e is None for e in evals):
         return train, None
     return train, build_mixture(spec, evals, choice, layout=layout, use_imagenet_stats=imagenet, seed=seed)
 
 
-def resume_position(state: dict, sampler_frames: int, mixture_frames: int, batch_size: int, world_size: int):
+def resume_position(state: dict, sampler_frames: int, pass_length: int, batch_size: int, world_size: int):
     """The mixture's (epoch, batch) a resumed run starts at, from the state ``--resume`` gave LeRobot's sampler.
 
     Why: LeRobot positions its ``EpisodeAwareSampler`` from the checkpoint's step with the sampler's length
-    (``compute_sampler_state``), which leaves out each episode's last frames when the policy says so
-    (``drop_n_last_frames``); a mixture's pass has every row, so the step is recovered and cut by the mixture's
-    pass instead.
+    (``compute_sampler_state``). That sampler runs over the mixture's episode table; the mixture's pass draws each
+    component's rows its own sampler would serve (:func:`sampler_rows`), the same count in LeRobot's usual layout
+    (then this is the sampler's own position), not when a component's rows are not its episodes' (then the step is
+    recovered from the sampler's count and cut by the mixture's pass).
 
     Args:
         state: The sampler's ``{"epoch", "start_index"}``.
         sampler_frames: The sampler's length.
-        mixture_frames: The mixture's rows (its pass length).
+        pass_length: The mixture's pass length (``MixtureDataset.pass_length``).
         batch_size: Items per batch per process.
         world_size: Processes.
 
@@ -312,5 +444,5 @@ def resume_position(state: dict, sampler_frames: int, mixture_frames: int, batch
     per_step = batch_size * world_size
     sampler_batches = math.ceil(math.ceil(int(sampler_frames) / batch_size) / world_size)  # LeRobot's count
     step = int(state["epoch"]) * sampler_batches + int(state["start_index"]) // per_step
-    mixture_batches = max(1, -(-int(mixture_frames) // per_step))
+    mixture_batches = max(1, -(-int(pass_length) // per_step))
     return divmod(step, mixture_batches)

@@ -149,8 +149,8 @@ def check_flags(dataset_cfg, spec) -> None:
 
     Raises:
         RoboLoadersError: ``--dataset.repo_id``/``root``/``episodes`` given too, ``--dataset.streaming``, a remote
-            component root, a ``target_fps`` the backend cannot convert to (or two that differ), or a backend option
-            naming one dataset's data.
+            component root with a backend that reads no remote source, a ``target_fps`` the backend cannot convert to
+            (or two that differ), or a backend option naming one dataset's data.
     """
     from robo_loaders_plugin.lerobot.integration import OPTIONS_FLAG, backend_choice
 
@@ -165,15 +165,8 @@ def check_flags(dataset_cfg, spec) -> None:
             f"{MIXTURE_FLAG} cannot be combined with --dataset.streaming=true (a mixture draws its own order over "
             "map-style datasets)"
         )
-    from robo_loaders_plugin.sources.lerobot_v3 import is_remote
-
-    for k, c in enumerate(spec.components):
-        if c.root is not None and is_remote(str(c.root)):
-            raise RoboLoadersError(
-                f"{MIXTURE_FLAG}: {component_name(spec, k)}: root {c.root} is remote; mixtures read local roots (or "
-                "LeRobot's own download of a Hub repo_id, root left out): copy it locally first"
-            )
     choice = backend_choice(dataset_cfg)
+    check_remote_roots(spec, choice)
     check_rates(spec, choice)
     own = getattr(choice.options, "target_fps", None) if converts_rates(choice) else None
     if spec.target_fps is not None and own is not None and float(own) != float(spec.target_fps):
@@ -187,8 +180,49 @@ def check_flags(dataset_cfg, spec) -> None:
     if per_dataset:
         raise RoboLoadersError(
             f"{OPTIONS_FLAG}.{per_dataset[0]} names one dataset's data; with {MIXTURE_FLAG} leave it out (each "
-            "component is read from its own root, converted into the cache directory where the backend converts)"
+            "component is read from its own root, converted into the cache directory where the backend converts; "
+            "a remote dataset is a component whose root is its URL)"
         )
+
+
+def remote_root(component) -> str | None:
+    """A component's ``root`` when it is remote (``s3://``, ``http(s)://``, ``hf://``), else ``None``.
+
+    Args:
+        component: A ``mixtures.spec.Component``.
+    """
+    from robo_loaders_plugin.sources.lerobot_v3 import is_remote
+
+    root = None if component.root is None else str(component.root)
+    return root if is_remote(root) else None
+
+
+def check_remote_roots(spec, choice) -> None:
+    """A remote component root needs a backend that reads a remote source (``BackendSpec.remote_source_option``):
+    its tables are mirrored locally for LeRobot, its frames streamed (also checked when the mixture is built).
+
+    Args:
+        spec: The ``MixtureSpec``.
+        choice: The LeRobot ``BackendChoice``.
+
+    Raises:
+        MixtureError: a remote root with a backend that reads local roots only, naming the component, the root and
+            the backends that stream.
+    """
+    from robo_loaders_plugin.core.registry import streaming_backends
+    from robo_loaders_plugin.lerobot.integration import NAME_FLAG
+    from robo_loaders_plugin.mixtures.spec import MixtureError
+
+    if choice.spec.remote_source_option:
+        return
+    for k, c in enumerate(spec.components):
+        root = remote_root(c)
+        if root is not None:
+            raise MixtureError(
+                f"{MIXTURE_FLAG}: {component_name(spec, k)}: root {root} is remote and {NAME_FLAG}={choice.name} "
+                f"reads local roots only; choose a backend that streams remote datasets ({NAME_FLAG}="
+                f"{streaming_backends(FRAMEWORK)}) or copy it locally first"
+            )
 
 
 def _rate_converting_backends() -> list[str]:

@@ -135,9 +135,12 @@ class MixtureDataset(BatchDataset):
         weights: One weight per component, or ``None`` (weighted by size: plain concatenation).
         seed: The order seed when the framework's plan gives none.
         serving: What the adapters log and hold (``core.iteration.Serving``).
+        eligible: Per component, the local windows a pass serves (``MixtureOrder``'s ``eligible``; ``None``: every
+            window): the framework's own per-dataset rule, e.g. LeRobot's sampler leaving episode ends out. Every
+            window stays reachable by index (``len``, ``[i]``, ``collate``).
 
     Raises:
-        ValueError: the lists differ in length, or a component has no window.
+        ValueError: the lists differ in length, a component has no window, or eligible windows are wrong.
     """
 
     def __init__(
@@ -150,6 +153,7 @@ class MixtureDataset(BatchDataset):
         weights: Sequence[float] | None,
         seed: int,
         serving: Serving,
+        eligible: Sequence[np.ndarray | None] | None = None,
     ):
         super().__init__(serving=serving)
         if not (len(datasets) == len(names) == len(renames)) or (weights is not None and len(weights) != len(names)):
@@ -160,10 +164,17 @@ class MixtureDataset(BatchDataset):
         self.weights = None if weights is None else [float(w) for w in weights]
         self.seed = int(seed)
         self.sizes = [len(d) for d in self.datasets]
-        self._layout = MixtureOrder(self.sizes, self.weights, self.seed)  # raises on an empty component
+        self._layout = MixtureOrder(self.sizes, self.weights, self.seed, eligible=eligible)  # raises when empty
         self.offsets = self._layout.offsets
+        self.eligible = self._layout.eligible
 
     def __len__(self) -> int:
+        """Every window of every component (the global index range)."""
+        return self._layout.rows
+
+    @property
+    def pass_length(self) -> int:
+        """Positions of a pass: every component's eligible windows (``len(self)`` when all are)."""
         return self._layout.total
 
     def order(self, seed: int | None = None, shuffle: bool = True) -> MixtureOrder:
@@ -176,7 +187,7 @@ class MixtureDataset(BatchDataset):
         Returns:
             The :class:`MixtureOrder`.
         """
-        return MixtureOrder(self.sizes, self.weights, self.seed if seed is None else seed, shuffle)
+        return MixtureOrder(self.sizes, self.weights, self.seed if seed is None else seed, shuffle, self.eligible)
 
     def locate(self, index: int) -> tuple[int, int]:
         """The (component, local index) of a global index.

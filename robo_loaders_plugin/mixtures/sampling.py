@@ -6,6 +6,10 @@ batch it stopped at, and every rank of a multi-process run must cut the same seq
 
 Global indices: component ``k``'s local window ``i`` is ``offsets[k] + i`` (``offsets`` = the cumulative sum of the
 components' sizes), so a pass is one array of integers whatever the frameworks' datasets are.
+
+Eligible windows: a framework may serve only some windows of a component in a pass (LeRobot's sampler leaves each
+episode's last ``drop_n_last_frames`` frames out); the pass then draws from those only, while the global indices
+still span every window, so ``split`` and the items of any index are unchanged.
 """
 
 from __future__ import annotations
@@ -20,31 +24,46 @@ from robo_loaders_plugin.core.ranks import rank_share
 class MixtureOrder:
     """Which window of which component each position of a pass serves.
 
-    A pass has ``N = sum(sizes)`` positions. Weighted by size (``weights=None``) it is a permutation of every global
-    index (``shuffle=False``: in order): plain concatenation, every window exactly once. With weights, each position
-    draws its component independently with probability ``w_k / sum(w)`` (Open X-Embodiment's convention), from
-    ``default_rng([seed, epoch, 1])``; component ``k``'s positions take its windows in the order of
-    ``default_rng([seed, epoch, 2, k]).permutation(size_k)``, followed by fresh permutations
-    (``[seed, epoch, 2, k, cycle]``) when it is drawn more often than it has windows: no window is served twice
-    within one cycle through its component (``shuffle=False``: the cycles are in order).
+    A pass has ``N = sum(n_k)`` positions, ``n_k`` the windows component ``k`` serves in a pass (its size, or its
+    eligible windows' count). Weighted by size (``weights=None``) it is a permutation of every served window's global
+    index (``shuffle=False``: in order): plain concatenation, every served window exactly once. With weights, each
+    position draws its component independently with probability ``w_k / sum(w)`` (Open X-Embodiment's convention),
+    from ``default_rng([seed, epoch, 1])``; component ``k``'s positions take its served windows in the order of
+    ``default_rng([seed, epoch, 2, k]).permutation(n_k)``, followed by fresh permutations (``[seed, epoch, 2, k,
+    cycle]``) when it is drawn more often than it has windows: no window is served twice within one cycle through
+    its component (``shuffle=False``: the cycles are in order).
 
     Args:
-        sizes: Windows per component (each at least 1).
-        weights: One positive finite weight per component, or ``None`` for weighting by size.
+        sizes: Windows per component (each at least 1): the global indices span them all.
+        weights: One positive finite weight per component, or ``None`` for weighting by size (by served windows).
         seed: The order seed (the same on every rank).
         shuffle: Whether the order is drawn (``False``: concatenation in order, or each component's windows in order).
+        eligible: Per component, the local windows a pass may serve (``None`` in the list, or no list: all of
+            them), e.g. what LeRobot's sampler would serve of that component alone.
 
     Raises:
-        ValueError: no component, a component without windows, or weights of another length, not positive or not
-            finite.
+        ValueError: no component, a component without windows (or without eligible windows), eligible windows
+            outside the component or repeated, or weights of another length, not positive or not finite.
     """
 
-    def __init__(self, sizes: Sequence[int], weights: Sequence[float] | None = None, seed: int = 0, shuffle=True):
+    def __init__(
+        self,
+        sizes: Sequence[int],
+        weights: Sequence[float] | None = None,
+        seed: int = 0,
+        shuffle=True,
+        eligible: Sequence[np.ndarray | None] | None = None,
+    ):
         self.sizes = np.asarray([int(s) for s in sizes], dtype=np.int64)
         if self.sizes.size == 0 or (self.sizes < 1).any():
             raise ValueError(f"a mixture needs components of at least one window each, got sizes {self.sizes.tolist()}")
         self.offsets = np.concatenate([[0], np.cumsum(self.sizes)[:-1]]).astype(np.int64)
-        self.total = int(self.sizes.sum())
+        self.rows = int(self.sizes.sum())
+        self.eligible = _eligible(self.sizes, eligible)
+        self.counts = np.asarray(
+            [int(s) if e is None else len(e) for s, e in zip(self.sizes, self.eligible)], dtype=np.int64
+        )
+        self.total = int(self.counts.sum())
         self.weights = None
         if weights is not None:
             w = np.asarray([float(x) for x in weights], dtype=np.float64)
@@ -54,13 +73,27 @@ class MixtureOrder:
         self.seed, self.shuffle = int(seed), bool(shuffle)
 
     def __len__(self) -> int:
+        """Positions of a pass (``sum(n_k)``)."""
         return self.total
 
     @property
     def probabilities(self) -> np.ndarray:
-        """Each component's share of a pass: its weight's share, or its size's share."""
-        w = self.sizes.astype(np.float64) if self.weights is None else self.weights
+        """Each component's share of a pass: its weight's share, or its served windows' share."""
+        w = self.counts.astype(np.float64) if self.weights is None else self.weights
         return w / w.sum()
+
+    def served(self, c: int) -> np.ndarray:
+        """Component ``c``'s global indices a pass may serve, in order.
+
+        Args:
+            c: The component.
+
+        Returns:
+            ``offsets[c]`` plus its eligible local windows (all of them when none were given).
+        """
+        e = self.eligible[c]
+        local = np.arange(int(self.sizes[c]), dtype=np.int64) if e is None else e
+        return self.offsets[c] + local
 
     def indices_of(self, epoch: int) -> np.ndarray:
         """A pass's global indices, in serving order.
@@ -72,21 +105,28 @@ class MixtureOrder:
             ``N`` global indices (``int64``).
         """
         epoch = int(epoch)
-        if self.weights is None:
-            if not self.shuffle:
-                return np.arange(self.total, dtype=np.int64)
-            return np.random.default_rng([self.seed, epoch]).permutation(self.total).astype(np.int64)
         k = len(self.sizes)
+        if self.weights is None:
+            every = all(e is None for e in self.eligible)
+            if not self.shuffle:
+                return np.arange(self.total, dtype=np.int64) if every else self._served_all()
+            perm = np.random.default_rng([self.seed, epoch]).permutation(self.total).astype(np.int64)
+            return perm if every else self._served_all()[perm]
         comps = np.random.default_rng([self.seed, epoch, 1]).choice(k, size=self.total, p=self.probabilities)
         out = np.empty(self.total, dtype=np.int64)
         for c in range(k):
             where = np.flatnonzero(comps == c)
-            out[where] = self.offsets[c] + self._local(epoch, c, len(where))
+            local = self._local(epoch, c, len(where))
+            e = self.eligible[c]
+            out[where] = self.offsets[c] + (local if e is None else e[local])
         return out
 
+    def _served_all(self) -> np.ndarray:
+        return np.concatenate([self.served(c) for c in range(len(self.sizes))])
+
     def _local(self, epoch: int, c: int, n: int) -> np.ndarray:
-        """Component ``c``'s first ``n`` local windows of a pass: cycles through its windows."""
-        size = int(self.sizes[c])
+        """Positions among component ``c``'s served windows of its first ``n`` draws of a pass: cycles through them."""
+        size = int(self.counts[c])
         parts: list[np.ndarray] = []
         for cycle in range(-(-n // size)):
             if not self.shuffle:
@@ -113,16 +153,36 @@ class MixtureOrder:
         """Global indices as (component, local index) pairs.
 
         Args:
-            global_indices: Indices in ``[0, N)``.
+            global_indices: Indices in ``[0, sum(sizes))`` (every window, eligible or not).
 
         Returns:
             ``(components, locals)``, two ``int64`` arrays.
 
         Raises:
-            IndexError: an index outside ``[0, N)``.
+            IndexError: an index outside ``[0, sum(sizes))``.
         """
         g = np.asarray(global_indices, dtype=np.int64).reshape(-1)
-        if g.size and (g.min() < 0 or g.max() >= self.total):
-            raise IndexError(f"mixture index out of range [0, {self.total}): {g[(g < 0) | (g >= self.total)][:5]}")
+        if g.size and (g.min() < 0 or g.max() >= self.rows):
+            raise IndexError(f"mixture index out of range [0, {self.rows}): {g[(g < 0) | (g >= self.rows)][:5]}")
         comps = np.searchsorted(self.offsets, g, side="right") - 1
         return comps.astype(np.int64), g - self.offsets[comps]
+
+
+def _eligible(sizes: np.ndarray, eligible) -> list[np.ndarray | None]:
+    """Each component's eligible local windows, checked (``None``: all of them)."""
+    if eligible is None:
+        return [None] * len(sizes)
+    if len(eligible) != len(sizes):
+        raise ValueError(f"eligible windows must be given for {len(sizes)} components, got {len(eligible)}")
+    out: list[np.ndarray | None] = []
+    for k, (size, e) in enumerate(zip(sizes.tolist(), eligible)):
+        if e is None:
+            out.append(None)
+            continue
+        e = np.asarray(e, dtype=np.int64).reshape(-1)
+        if e.size == 0:
+            raise ValueError(f"component {k} has no eligible window to serve")
+        if e.min() < 0 or e.max() >= size or np.unique(e).size != e.size:
+            raise ValueError(f"component {k}'s eligible windows must be distinct indices in [0, {size})")
+        out.append(None if e.size == size and (e == np.arange(size)).all() else e)
+    return out
