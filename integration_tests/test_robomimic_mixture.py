@@ -361,3 +361,44 @@ def test_the_buffer_backends_count_in_the_whole_mixture_footprint(parts, monkeyp
         dataset_factory(cfg, obs_keys(cfg))
     for k in range(3):  # negative control: each alone fits
         check_mixture_fits("m", ["x"], lambda _, c, k=k: plans[k], backend=backend, option_prefix="o")
+
+
+# -- recycled batch arrays -------------------------------------------------------------------------------------------
+def _clone(batch):
+    if isinstance(batch, dict):
+        return {k: _clone(v) for k, v in batch.items()}
+    return batch.clone() if isinstance(batch, torch.Tensor) else batch
+
+
+def _kept_pass_intact(parts) -> list[str]:
+    """One pass of a mixture's batches, every batch kept, as robomimic's loop would see them: which batches changed
+    after they were handed out."""
+    from robo_loaders_plugin.robomimic.integration import epoch_loader
+
+    cfg = _config(parts, backend="compressed_cache")
+    ds = dataset_factory(cfg, obs_keys(cfg))
+    loader = torch.utils.data.DataLoader(ds, batch_size=8, shuffle=True, num_workers=2)
+    kept = [(batch, _clone(batch)) for batch in epoch_loader(loader)]
+    assert len(kept) > 8
+    changed = []
+    for b, (batch, copy) in enumerate(kept):
+        for key in ("actions", "obs"):
+            mine, theirs = batch[key], copy[key]
+            if isinstance(mine, dict):
+                if any(not torch.equal(mine[k], theirs[k]) for k in mine):
+                    changed.append(f"batch {b} {key}")
+            elif not torch.equal(mine, theirs):
+                changed.append(f"batch {b} {key}")
+    return changed
+
+
+def test_a_loop_keeping_every_mixed_batch_sees_them_intact(parts, monkeypatch):
+    """The mixed batches are scattered into recycled arrays: a loop that keeps every batch of a pass finds each as
+    it was handed out; negative control: the same pass with buffers handed out again while still in use."""
+    assert _kept_pass_intact(parts) == []
+    from test_batch_buffers import _careless_empty
+
+    from robo_loaders_plugin.storage import buffers
+
+    monkeypatch.setattr(buffers.BufferPool, "empty", _careless_empty)
+    assert _kept_pass_intact(parts) != []

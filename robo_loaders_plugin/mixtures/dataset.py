@@ -18,6 +18,7 @@ import torch
 from robo_loaders_plugin.core.iteration import BatchDataset, IndexedDataset, SamplingPlan, ServedDataset, Serving
 from robo_loaders_plugin.mixtures.batches import MixtureBatches
 from robo_loaders_plugin.mixtures.sampling import MixtureOrder
+from robo_loaders_plugin.storage.buffers import BufferPool
 
 DATASET_INDEX = "dataset_index"  # the key every mixed item carries: its component's position in the mixture
 
@@ -77,17 +78,22 @@ class MixtureHooks:
         out = {mapping.get(k, k): v for k, v in batch_or_item.items()}
         return out if keep is None else {k: v for k, v in out.items() if k in keep}
 
-    def concat(self, batches: list, order: np.ndarray | None) -> Any:
-        """Join component batches into one, then put its items in ``order``.
+    def concat(self, batches: list, positions: list[np.ndarray], size: int, pool: BufferPool | None) -> Any:
+        """Join component batches into one: component batch ``j``'s rows go to rows ``positions[j]``.
+
+        Why a scatter into one array: joining then reordering copied every batch twice, and into new arrays each
+        time (a fresh array page-faults); one copy into a recycled array is what a single dataset's batch costs.
 
         Args:
             batches: Renamed component batches with the same keys.
-            order: ``result[j] = joined[order[j]]`` (``None``: as joined).
+            positions: Where each batch's rows go in the mixed batch (together: every row once).
+            size: Rows of the mixed batch.
+            pool: Recycles the mixed batch's CPU arrays (``storage.buffers.BufferPool``), or ``None``.
 
         Returns:
             The mixed batch.
         """
-        return _concat(batches, None if order is None else torch.as_tensor(order))
+        return _scatter(batches, positions, int(size), pool)
 
     def dataset_index(self, components: np.ndarray, batch: bool) -> Any:
         """The ``dataset_index`` value: an ``int64`` tensor of one entry per item (``batch``), or a scalar.
@@ -103,20 +109,54 @@ class MixtureHooks:
         return values if batch else values[0]
 
 
-def _concat(batches: list, order):
+def _span(pos: np.ndarray) -> slice | None:
+    """``pos`` as a slice when it is a run of consecutive rows (a plain copy instead of an indexed one)."""
+    if pos.size and int(pos[-1]) - int(pos[0]) + 1 == pos.size and (pos.size == 1 or (np.diff(pos) == 1).all()):
+        return slice(int(pos[0]), int(pos[-1]) + 1)
+    return None
+
+
+def _scatter(batches: list, positions: list[np.ndarray], size: int, pool):
     first = batches[0]
     if isinstance(first, Mapping):
-        return {k: _concat([b[k] for b in batches], order) for k in first}
+        return {k: _scatter([b[k] for b in batches], positions, size, pool) for k in first}
+    if len(batches) == 1 and _span(positions[0]) == slice(0, size):
+        return first  # one component, rows in order: its batch as built
     if isinstance(first, torch.Tensor):
-        joined = first if len(batches) == 1 else torch.cat([b.to(first.device) for b in batches])
-        return joined if order is None else joined[order.to(joined.device)]
+        shape = (size,) + tuple(first.shape[1:])
+        np_dtype = _numpy_dtype(first.dtype)
+        if pool is not None and first.device.type == "cpu" and np_dtype is not None:
+            out = torch.from_numpy(pool.empty(shape, np_dtype))
+        else:
+            out = torch.empty(shape, dtype=first.dtype, device=first.device)
+        for b, pos in zip(batches, positions):
+            span = _span(pos)
+            if span is not None:
+                out[span].copy_(b)
+            else:
+                out[torch.from_numpy(pos).to(out.device)] = b.to(out.device)
+        return out
     if isinstance(first, np.ndarray):
-        arrays = first if len(batches) == 1 else np.concatenate(batches)
-        return arrays if order is None else arrays[order.numpy()]
+        shape = (size,) + first.shape[1:]
+        arr = pool.empty(shape, first.dtype) if pool is not None else np.empty(shape, dtype=first.dtype)
+        for b, pos in zip(batches, positions):
+            arr[pos] = b
+        return arr
     if isinstance(first, (list, tuple)):
-        joined_list = [x for b in batches for x in b]
-        return joined_list if order is None else [joined_list[int(j)] for j in order]
+        rows: list = [None] * size
+        for b, pos in zip(batches, positions):
+            for x, p in zip(b, pos.tolist()):
+                rows[p] = x
+        return rows
     raise TypeError(f"cannot join batch values of type {type(first).__name__}")
+
+
+def _numpy_dtype(dtype: torch.dtype):
+    """The numpy dtype of a torch dtype, or ``None`` (bfloat16 has none)."""
+    try:
+        return torch.empty(0, dtype=dtype).numpy().dtype
+    except TypeError:
+        return None
 
 
 class MixtureDataset(BatchDataset):
@@ -166,6 +206,9 @@ class MixtureDataset(BatchDataset):
         self.sizes = [len(d) for d in self.datasets]
         self._layout = MixtureOrder(self.sizes, self.weights, self.seed, eligible=eligible)  # raises when empty
         self.offsets = self._layout.offsets
+        # the mixed batches' arrays, recycled once nothing references them (as a single dataset's are); it keeps
+        # only arrays that were alive together (the batches in flight), so the cap is rarely reached
+        self.buffer_pool = BufferPool(max_per_shape=64)
         self.eligible = self._layout.eligible
 
     def __len__(self) -> int:
@@ -227,9 +270,8 @@ class MixtureDataset(BatchDataset):
             batch = self.hooks.component_batch(self.datasets[k], local[sel].tolist())
             parts.append(self.hooks.rename(batch, self.renames[k], self.keep))
             positions.append(sel)
-        joined_at = np.concatenate(positions)
-        order = None if (np.diff(joined_at) > 0).all() else np.argsort(joined_at, kind="stable")
-        batch = self.hooks.concat(parts, order)
+        batch = self.hooks.concat(parts, positions, len(comps), self.buffer_pool)
+        del parts  # the components' arrays go back to their pools
         batch[DATASET_INDEX] = self.hooks.dataset_index(comps, batch=True)
         return batch
 
