@@ -401,7 +401,7 @@ def test_batch_arrays_are_recycled_for_every_field_of_a_shape(tiny_hdf5):
     assert len(pointers(held)) == 20 and ds[0]["obs"][cams[0]].shape == ds[0]["obs"][cams[1]].shape
     del held
     again = [ds.collate(ix) for ix in batches]
-    pooled = {buf.ctypes.data for bufs in ds._pool._free.values() for buf in bufs}
+    pooled = {buf.ctypes.data for bufs in ds.buffer_pool._free.values() for buf in bufs}
     assert len(pointers(again)) == 20 and pointers(again) <= pooled, (
         f"{len(pointers(again) - pooled)} of 20 image arrays are not the pool's (allocated fresh, never reused)"
     )

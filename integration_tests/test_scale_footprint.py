@@ -547,7 +547,10 @@ def test_video_stream_decodes_each_unit_once_per_pass_when_its_cache_is_tight(le
     # units loaded ahead for the next pass near this one's end may be loaded a second time: at most `ahead` of them
     once = len(ds.frames.lengths) + (source.decode_ahead.ahead if source.decode_ahead else 0)
     if fitted:
-        assert ds.frames.cache.loads <= once, "units decoded more than once in a pass"
+        # a slack of 3 units: on a loaded machine (the suite runs in two processes on 2 cores) a thread assembling
+        # a batch may fall behind the order and see one unit evicted and decoded again (57-58 loads for 57 seen);
+        # the unfitted control decodes ~190
+        assert ds.frames.cache.loads <= once + 3, f"units decoded more than once in a pass: {ds.frames.cache.loads}"
         assert "shuffle buffer" in source.describe()
         a2r = nat.absolute_to_relative_idx
         for b in (0, len(batches) - 1):

@@ -122,7 +122,7 @@ def test_batches_held_are_never_overwritten_and_dropped_ones_are_recycled(lerobo
     del held, copies, batch
     dl = torch.utils.data.DataLoader(ds, batch_size=16, sampler=sampler_for(nat), num_workers=2)
     ptrs = [batch[cam].data_ptr() for batch in ds.batch_source(sampling_plan(dl))]  # each dropped at once
-    pooled = {buf.ctypes.data for bufs in ds._pool._free.values() for buf in bufs}
+    pooled = {buf.ctypes.data for bufs in ds.buffer_pool._free.values() for buf in bufs}
     assert set(ptrs) <= pooled and len(set(ptrs)) <= 3 * 8 < len(ptrs), "dropped batches' arrays are not recycled"
 
 

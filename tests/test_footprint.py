@@ -352,3 +352,56 @@ def test_an_entry_recording_the_sources_current_stat_counts_as_reused(tmp_path):
     assert not cache.holds_current(str(tmp_path / "none"), "robomimic", key, str(src), recorded.get)
     os.utime(src, ns=(1, 1))  # the source changed since the entry was made
     assert not held("robomimic", key)
+
+
+def test_the_default_buffer_holds_the_whole_dataset_when_it_takes_a_small_share_of_memory():
+    """``cache_memory`` not given: every unit when the dataset takes at most WHOLE_DATASET_SHARE of the available
+    memory (each loaded once per run), the 1GB bound otherwise; the log line says which. Control: the same units on
+    a machine with 3x less memory get the bound."""
+    from robo_loaders_plugin.pipeline.buffer_plan import DEFAULT_CACHE_MEMORY, WHOLE_DATASET_SHARE
+
+    units = np.full(4 * 12, 36 * 10**6, np.int64)  # 48 units of 36 MB: 1.7 GB, as a 480p set of 3 cameras
+    whole = int(units.sum())
+
+    def plan(available):
+        return buffer_plan(
+            units,
+            cache_memory=None,
+            cache_episodes=None,
+            shuffle_buffer=16,
+            shuffle_given=False,
+            batch_bytes=0,
+            prefetch=2,
+            option_prefix="p",
+            available_bytes=available,
+        )
+
+    roomy = plan(int(whole / WHOLE_DATASET_SHARE) + 1)
+    assert roomy.capacity == len(units) and roomy.footprint.host_bytes == whole
+    assert "cache_memory not given: every unit, 1.7 GB, within 25% of the" in roomy.footprint.bound
+    tight = plan(int(whole / WHOLE_DATASET_SHARE / 3))
+    assert tight.capacity == DEFAULT_CACHE_MEMORY // (36 * 10**6) < len(units)
+    assert "cache_memory=1.0 GB, the default: the whole dataset, 1.7 GB, is above 25% of the" in tight.footprint.bound
+    given = buffer_plan(
+        units, cache_memory=5 * 10**8, cache_episodes=None, shuffle_buffer=16, shuffle_given=False, batch_bytes=0,
+        prefetch=2, option_prefix="p", available_bytes=10**12,
+    )  # fmt: skip
+    assert given.capacity == 13 and "cache_memory=500.0 MB" in given.footprint.bound
+
+
+def test_a_mixture_component_keeps_the_bound_unless_the_user_sized_the_buffer():
+    """Components are built before any buffer fills, so each would see the same free memory: a mixture gives
+    each the 1GB bound (mixtures.footprint.bounded_buffer); given options are kept."""
+    from robo_loaders_plugin.core.registry import choose_backend
+    from robo_loaders_plugin.mixtures.footprint import bounded_buffer
+
+    def choose(name, given):
+        return choose_backend("robomimic", name, given, name_where="n", options_where="o")
+
+    plain = bounded_buffer(choose("datapipe", {}), lambda g: choose("datapipe", g))
+    assert plain.options.cache_memory == 10**9 and plain.options.given() == {"cache_memory": 10**9}
+    for given in ({"cache_memory": "2GB"}, {"cache_episodes": 8}):
+        kept = bounded_buffer(choose("datapipe", given), lambda g: choose("datapipe", g))
+        assert kept.options.given() == choose("datapipe", given).options.given()
+    cache = choose("compressed_cache", {})
+    assert bounded_buffer(cache, lambda g: choose("compressed_cache", g)) is cache  # no episode buffer

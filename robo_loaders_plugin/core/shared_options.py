@@ -163,7 +163,9 @@ def pass_options(shuffle_default: dict, cache_default: int | None, items: str) -
             (float, str),
             None,
             "memory the episode buffer may take (bytes, '2GB', '512MiB'; "
-            "default 1GB): as many episodes (or parts of long ones, "
+            "default: the whole dataset when it takes at most 25% of the available memory, "
+            "each episode then loaded once per run, else 1GB; 1GB per component of a mixture): "
+            "as many episodes (or parts of long ones, "
             "for a backend buffering parts) are kept as fit, and the shuffle buffer "
             "is at most half of them unless given (less when a batch opens "
             "many: the log says); cache_episodes, when given, decides "

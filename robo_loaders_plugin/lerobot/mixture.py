@@ -330,7 +330,11 @@ def build_mixture(
             logger.info(
                 f"mixture: {component_name(spec, k)}'s {dropped} left out (not in every component after the renames)"
             )
+    from robo_loaders_plugin.lerobot.integration import choose
+    from robo_loaders_plugin.mixtures.footprint import bounded_buffer
+
     component_choice = _component_choice(choice, target)
+    component_choice = bounded_buffer(component_choice, lambda given: choose(component_choice.name, **given))
     choices = [_streamed_choice(component_choice, c) for c in spec.components]
     if component_choice.name != DEFAULT_BACKEND:
         from robo_loaders_plugin.lerobot.dataset import OPTION_PREFIX

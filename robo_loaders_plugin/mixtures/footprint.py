@@ -102,3 +102,29 @@ def check_mixture_fits(
         f"Estimated from the components' metadata before building any (options: {option_prefix}).",
         missing,
     )
+
+
+def bounded_buffer(choice, rechoose):
+    """A component's backend choice with its episode buffer at the default byte bound when the user set neither
+    ``cache_memory`` nor ``cache_episodes``.
+
+    Why: alone, a pipeline-served backend's buffer defaults to the whole dataset when that takes a small share of
+    the available memory (``pipeline.buffer_plan.WHOLE_DATASET_SHARE``), measured as the dataset is built; a
+    mixture's components are built one after the other before any buffer fills, so each would measure the same
+    free memory and together take several shares. The bound keeps what :func:`check_mixture_fits` checked equal to
+    what is built.
+
+    Args:
+        choice: The component's ``core.registry.BackendChoice``.
+        rechoose: ``rechoose(options)``: the same backend chosen with these options (as the user would give them).
+
+    Returns:
+        ``choice``, or the choice with ``cache_memory`` at the bound.
+    """
+    from robo_loaders_plugin.pipeline.buffer_plan import DEFAULT_CACHE_MEMORY
+
+    opt = choice.spec.options.get("cache_memory")
+    given = choice.options.given()
+    if opt is None or not opt.applies_to(choice.framework) or "cache_memory" in given or "cache_episodes" in given:
+        return choice
+    return rechoose({**given, "cache_memory": DEFAULT_CACHE_MEMORY})

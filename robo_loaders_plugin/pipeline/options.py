@@ -66,7 +66,15 @@ class PassOptions:
         and the ones loaded ahead)."""
         return max(self.cache_episodes or 0, 2 * self.shuffle_buffer)
 
-    def sized(self, unit_bytes, batch_bytes: int, option_prefix: str, unit: str = "units", threads: int | None = None):
+    def sized(
+        self,
+        unit_bytes,
+        batch_bytes: int,
+        option_prefix: str,
+        unit: str = "units",
+        threads: int | None = None,
+        committed_bytes: int = 0,
+    ):
         """These options with the buffer sized for units of ``unit_bytes`` (``buffer_plan.buffer_plan``): returns
         ``(options, plan)``; the plan's footprint says what the buffer holds and how it is bounded.
 
@@ -76,8 +84,15 @@ class PassOptions:
             option_prefix: How the user sets options (for messages).
             unit: What a unit is, plural, for the bound's wording (``episodes``, ``demos``, ``units``).
             threads: Threads assembling batches, when known (``None``: the training script's; named in the bound).
+            committed_bytes: Host memory other datasets of the run hold (a mixture's other components), taken off
+                the available memory the default budget is a share of.
         """
+        from robo_loaders_plugin.core.footprint import Available
         from robo_loaders_plugin.pipeline.buffer_plan import buffer_plan
+
+        available = None
+        if self.cache_memory is None and self.cache_episodes is None:  # the default budget: a share of the machine
+            available = max(0, Available.measure().host_bytes - int(committed_bytes))
 
         plan = buffer_plan(
             unit_bytes,
@@ -90,6 +105,7 @@ class PassOptions:
             option_prefix=option_prefix,
             unit=unit,
             threads=threads,
+            available_bytes=available,
         )
         return dataclasses.replace(
             self, cache_episodes=plan.capacity, shuffle_buffer=plan.shuffle_buffer, option_prefix=option_prefix

@@ -278,6 +278,22 @@ def _rate_choices(spec: MixtureSpec, choice: BackendChoice, config, rates) -> li
     return out
 
 
+def _bounded(choice: BackendChoice) -> BackendChoice:
+    """The component's choice with its episode buffer at the default bound (``mixtures.footprint.bounded_buffer``)."""
+    from robo_loaders_plugin.mixtures.footprint import bounded_buffer
+
+    return bounded_buffer(
+        choice,
+        lambda given: choose_backend(
+            "robomimic",
+            choice.name,
+            given,
+            name_where="train.data_backend",
+            options_where="train.data_backend_kwargs",
+        ),
+    )
+
+
 def build_mixture(config, obs_keys, choice: BackendChoice, filter_by_attribute=None, rank=None, world_size=None):
     """The mixture's dataset for robomimic's ``dataset_factory`` call on ``train.data``.
 
@@ -314,7 +330,7 @@ def build_mixture(config, obs_keys, choice: BackendChoice, filter_by_attribute=N
     validating = validating and filter_by_attribute == t.hdf5_validation_filter_key != t.hdf5_filter_key
     filters = [filter_by_attribute if validating else (c.filter_key or filter_by_attribute) for c in spec.components]
     rates = check_components(spec, config, list(obs_keys), filters)
-    choices = _rate_choices(spec, choice, config, rates)
+    choices = [_bounded(c) for c in _rate_choices(spec, choice, config, rates)]
     comp_keys = []
     for comp in spec.components:
         inverse = {dst: src for src, dst in comp.rename.items()}
