@@ -9,7 +9,7 @@
 #            render-like frames, next_obs images omitted (BC-RNN image configs do not load them)
 # Usage: benchmarks/scale.sh STAGE...  (generate-r240 generate-l480 generate-l480-h264 generate-l480-5g content
 #        r240 r240-native-all r240-ceiling l480-video l480-decode l480-gpu l480-datapipe l480-cache l480-5g
-#        l480-5g-unit-loads disk-read clean-conversions)
+#        l480-5g-unit-loads disk-read spilled-tier clean-conversions)
 # Every benchmark runs under `flock /work/bench.lock` so that it never overlaps another engineer's; results go to
 # benchmarks/results/scale_*.json (ratios against the native loader measured in the same run).
 set -euo pipefail
@@ -143,6 +143,8 @@ for stage in "$@"; do
         --json "$results/scale_l480_decode_h264.json" ;;
     disk-read)  # the disk's read rate with nothing cached: what bounds a pass over a lossless copy bigger than RAM
       locked python "$here/disk_read.py" "$W" "$results/scale_disk_read.json" ;;
+    spilled-tier)  # gpu_resampler's compressed tier spilled to disk, read cold: as it was against the file's order
+      locked python "$here/spilled_tier.py" "$W" "$results/spilled_tier.json" ;;
     clean-conversions)
       rm -rf "$W/R240_shards" "$W/L480_shards" ;;
     *) echo "unknown stage $stage" >&2; exit 2 ;;

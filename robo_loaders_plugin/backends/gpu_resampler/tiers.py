@@ -20,14 +20,19 @@ logger = get_logger(__name__)
 class CompressedRows:
     """Camera frames of a run of rows kept compressed, one Blosc2 blob per frame (the last ``gpu_resampler``
     tier): in host memory, or, when even compressed they exceed the memory budget, in a file on local disk
-    (``spill_dir``; unlinked at once, so nothing is left behind, and mapped: the page cache keeps the hot part).
-    Episodes are appended in row order; a row is found by (buffer, offsets).
+    (``spill_dir``; unlinked at once, so nothing is left behind; the page cache keeps the hot part). Episodes are
+    appended in row order; a row is found by (buffer, offsets).
+
+    From the file, a batch's blobs are read whole, in the file's order, adjacent ones together, all of them announced
+    to the kernel first, into a buffer of the thread asking, then decoded into their places in the batch (the
+    sampler's order kept; ``spill_reads``): read frame by frame through a mapping in the sampler's order they came
+    at a fraction of the disk's rate (docs/scale.md).
 
     Each blob's checksum (``storage.store.checksum``) is kept beside it, and a frame read from the file on disk is
-    checked after it is decoded: a file changed while the run reads it (a failing disk, a process writing to it
-    through ``/proc``) is a ``StoreError`` naming the directory, the episode, the field and the frame, never wrong
-    pixels or Blosc2's anonymous ``Cannot decompress``. Blobs in host memory are not checked: no other process
-    can write this process's memory.
+    checked (the bytes read, after their decode): a file changed or cut short while the run reads it (a failing
+    disk, a process writing to it through ``/proc``) is a ``StoreError`` naming the directory, the episode, the
+    field and the frame, never wrong pixels, Blosc2's anonymous ``Cannot decompress`` or a crash. Blobs in host
+    memory are not checked: no other process can write this process's memory.
 
     Args:
         first_row: The global row of the first frame held.
@@ -66,6 +71,8 @@ class CompressedRows:
         self._map: np.ndarray | None = None
         self.guard = guard
         self._lock = threading.Lock()
+        self._local = threading.local()  # each batch-building thread's read buffer
+        self.prefetch: bool | None = None  # announce a batch's reads first (None: spill_reads.PREFETCH)
         if spill_dir is not None:
             import os
             import tempfile
@@ -149,26 +156,36 @@ class CompressedRows:
         self._index = None
         return int(offsets[-1])
 
-    def _rows(self):
+    def _indexed(self):
+        """Every row's (buffer, begin, end, checksum), built once after the last append (which is flushed to the
+        spill file first, so that what the index names can be read)."""
         with self._lock:
             if self._index is None:
                 bufs = np.concatenate(self.buf_of_row) if self.buf_of_row else np.zeros(0, np.int64)
                 begin = np.concatenate([o[:-1] for o in self.starts]) if self.starts else np.zeros(0, np.int64)
                 end = np.concatenate([o[1:] for o in self.starts]) if self.starts else np.zeros(0, np.int64)
                 sums = np.concatenate(self.sums) if self.sums else np.zeros(0, np.uint64)
+                if self._file is not None:
+                    self._file.flush()
                 self._index = (bufs, begin, end, sums)
+            return self._index
+
+    def _rows(self):
+        """The index and the buffers its rows are in: the blobs in memory, or the spill file mapped."""
+        index = self._indexed()
+        with self._lock:
             if self._file is not None and self._map is None:
                 import mmap
 
-                self._file.flush()
                 self._map = np.frombuffer(mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ), np.uint8)
-            return self._index, ([self._map] if self._file is not None else self.buffers)
+            return index, ([self._map] if self._file is not None else self.buffers)
 
     def close(self) -> None:
         """Drop the compressed rows and close the spill file now (it is unlinked already: its space returns)."""
         with self._lock:
             self.buffers, self.buf_of_row, self.starts, self.sums = [], [], [], []
             self._index, self._map = None, None
+            self._local = type(self._local)()  # the read buffers go too (the threads may outlive the tier)
             if self._file is not None:
                 self._file.close()
                 self._file = None
@@ -186,26 +203,42 @@ class CompressedRows:
                 after it was written).
         """
         from robo_loaders_plugin.storage.codec import FrameCodec
-        from robo_loaders_plugin.storage.store import checksum
 
-        (bufs, begin, end, sums), buffers = self._rows()
         local = np.asarray(rows, dtype=np.int64) - self.first_row
-        decompress = FrameCodec.decompress_into_unchecked
-        if self._file is None:  # host memory: this process's own
-            for j, (b, s, e) in enumerate(zip(bufs[local].tolist(), begin[local].tolist(), end[local].tolist())):
-                decompress(buffers[b][s:e], out[j])
+        if self._file is not None:  # the spill file: read in its order, every frame checked
+            from robo_loaders_plugin.backends.gpu_resampler.spill_reads import decode_spilled
+
+            _, begin, end, sums = self._indexed()
+            decode_spilled(
+                self._file.fileno(),
+                np.asarray(rows),
+                begin[local],
+                end[local],
+                sums[local],
+                out,
+                buffer=self._buffer,
+                damaged=self._damaged,
+                reader=self._pread,
+                prefetch=self.prefetch,
+            )
             return
-        data = buffers[0]  # the mapped file; each frame checked after its decode (a change during it is seen)
-        for j, (s, e, c) in enumerate(zip(begin[local].tolist(), end[local].tolist(), sums[local].tolist())):
-            blob = data[s:e]
-            try:
-                decompress(blob, out[j])
-            except Exception as exc:  # noqa: BLE001 - Blosc2's RuntimeError names nothing: name the frame
-                raise self._damaged(
-                    int(rows[j]), exc if checksum(blob) == c else None, f"; Blosc2 could not decompress it: {exc}"
-                ) from None
-            if checksum(blob) != c:
-                raise self._damaged(int(rows[j]))
+        (bufs, begin, end, _), buffers = self._rows()  # host memory: this process's own
+        decompress = FrameCodec.decompress_into_unchecked
+        for j, (b, s, e) in enumerate(zip(bufs[local].tolist(), begin[local].tolist(), end[local].tolist())):
+            decompress(buffers[b][s:e], out[j])
+
+    def _pread(self, fd: int, buf: memoryview, offset: int) -> int:
+        """``spill_reads.pread``; a method so that a test can record the reads."""
+        from robo_loaders_plugin.backends.gpu_resampler.spill_reads import pread
+
+        return pread(fd, buf, offset)
+
+    def _buffer(self, n: int) -> np.ndarray:
+        """The calling thread's read buffer, at least ``n`` bytes (kept: no page faults on every batch)."""
+        buf = getattr(self._local, "buf", None)
+        if buf is None or len(buf) < n:
+            buf = self._local.buf = np.empty(n, dtype=np.uint8)
+        return buf
 
     def _damaged(self, row: int, undecodable=None, detail: str = ""):
         """The error for a frame read from disk: damaged (its checksum fails), or refused by Blosc2 though its
