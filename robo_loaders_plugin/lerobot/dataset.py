@@ -529,3 +529,32 @@ def camera_reach(delta_indices: dict | None, cameras) -> tuple[int, int]:
     if not deltas:
         return 0, 0
     return max(0, -int(np.floor(min(deltas)))), max(0, int(np.ceil(max(deltas))))
+
+
+def unit_bytes(native, source, settings, *, frame_ratio: float, row_bytes: bool, margin_always: bool):
+    """Bytes a pipeline-served backend's buffer holds per unit, from metadata before anything is read: episodes,
+    long ones in parts (``frames.chunks``), each with the rows its camera windows reach outside it; and what a unit
+    is called. The one estimate ``datapipe`` and ``video_stream`` size their buffers with.
+
+    Args:
+        native: The ``LeRobotDataset``.
+        source: Its ``LeRobotV3`` (:func:`native_source`).
+        settings: Its ``ReaderSettings``.
+        frame_ratio: Decoded camera bytes per byte held (``1.0``: held decoded).
+        row_bytes: Whether a unit also holds the fields that are not camera frames.
+        margin_always: Whether whole episodes are loaded with their windows' reach too (else only parts).
+
+    Returns:
+        ``(int64 bytes per unit, "units" or "episodes")``.
+    """
+    from robo_loaders_plugin.frames.chunks import split_lengths
+    from robo_loaders_plugin.pipeline.buffer_plan import held_bytes
+
+    size = source.data_size(native.episodes)
+    step = sum(size.frame_step_bytes.values())
+    units = split_lengths(size.lengths, step)
+    parts = len(units) > len(size.lengths)
+    reach = sum(camera_reach(settings.delta_indices, source.video_keys + source.image_keys))
+    per_row = step / frame_ratio + (size.other_step_bytes if row_bytes else 0)
+    held = held_bytes(units, per_row, reach if (parts or margin_always) else 0)
+    return held, "units" if parts else "episodes"

@@ -145,6 +145,41 @@ def buffer_footprint(sizing: Sizing, passes: PassOptions, units=None, alternativ
     return Planned(plan.footprint, Available.measure(), tuple(alternatives))
 
 
+def file_buffer_footprint(
+    config, obs_keys, filter_by_attribute, dataset_path, options, *, held_ratio: float, parts: bool
+):
+    """What one HDF5 file's episode buffer will hold, from metadata only: the footprint both pipeline-served
+    backends declare (``BackendSpec.footprints``: a mixture checks its components' sum once, before building any).
+
+    Args:
+        config: robomimic's config.
+        obs_keys: The observation keys to serve.
+        filter_by_attribute: A filter key under ``mask/`` (``None``: every demo).
+        dataset_path: The HDF5 file (``None``: ``config.train.data``).
+        options: The backend's resolved options object (its ``cache_dir`` and pass options).
+        held_ratio: Decoded bytes per byte held (``1.0``: held as decoded or as stored).
+        parts: Whether long demos are buffered in parts (:func:`demo_units`), else whole.
+
+    Returns:
+        A ``core.footprint.Planned``.
+
+    Raises:
+        SourceError: not a robomimic file, or no demo selected.
+    """
+    from robo_loaders_plugin.robomimic.sequence import sequence_options
+
+    opts, path = sequence_options(config, obs_keys, dataset_path)
+    source = RobomimicHdf5(path, cache_dir=options.cache_dir)
+    sizing = buffer_sizing(config, source, opts, filter_by_attribute, held_ratio=held_ratio)
+    units = demo_units(sizing.lengths, sizing.frame_step) if parts else None
+    return buffer_footprint(
+        sizing,
+        PassOptions.of(options),
+        units,
+        [f"{OPTION_PREFIX}.cache_memory (bytes) smaller, or cache_episodes unset"],
+    )
+
+
 def demo_units(lengths, frame_step: int) -> list[tuple[int, int, int]] | None:
     """Demos cut into units of about ``frames.chunks.UNIT_BYTES`` decoded (``(demo, first row, end row)`` in the
     rows of the demos laid end to end), or ``None`` when every demo stays whole.

@@ -13,7 +13,7 @@ from robo_loaders_plugin.core.errors import SourceError
 from robo_loaders_plugin.core.iteration import Serving
 from robo_loaders_plugin.core.log import get_logger
 from robo_loaders_plugin.frames.base import FieldInfo
-from robo_loaders_plugin.frames.chunks import ChunkFrames, split_lengths, split_runs
+from robo_loaders_plugin.frames.chunks import ChunkFrames, split_runs
 from robo_loaders_plugin.frames.episodes import EpisodeFrames
 from robo_loaders_plugin.lerobot.compat import hf_cache_files, hf_fingerprint, hf_selection_digest
 from robo_loaders_plugin.lerobot.dataset import (
@@ -22,6 +22,7 @@ from robo_loaders_plugin.lerobot.dataset import (
     camera_reach,
     check_rows_match,
     native_source,
+    unit_bytes,
 )
 from robo_loaders_plugin.pipeline.batches import PipelineDataset
 from robo_loaders_plugin.pipeline.buffer_plan import held_bytes
@@ -44,16 +45,11 @@ BUFFER_FITS = (
 
 
 def _estimated_unit_bytes(native, source, settings) -> tuple[np.ndarray, str]:
-    """Bytes the buffer will hold per unit, estimated from metadata before anything is converted: episodes, long
-    ones in parts (``frames.chunks``) with the rows their windows reach, frames compressed at the expected lossless
-    ratio (sized again from the shards once they are open); and what a unit is called."""
-    size = source.data_size(native.episodes)
-    step = sum(size.frame_step_bytes.values())
-    meta_units = split_lengths(size.lengths, step)
-    parts = len(meta_units) > len(size.lengths)
-    reach = sum(camera_reach(settings.delta_indices, source.video_keys + source.image_keys))
-    held = held_bytes(meta_units, step / EXPECTED_LOSSLESS_RATIO + size.other_step_bytes, reach if parts else 0)
-    return held, "units" if parts else "episodes"
+    """Bytes the buffer will hold per unit, estimated before anything is converted: frames compressed at the
+    expected lossless ratio, with the rows' other fields (sized again from the shards once they are open)."""
+    return unit_bytes(
+        native, source, settings, frame_ratio=EXPECTED_LOSSLESS_RATIO, row_bytes=True, margin_always=False
+    )
 
 
 def datapipe_footprint(native, *, options, committed):

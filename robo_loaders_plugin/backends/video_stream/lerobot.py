@@ -11,7 +11,7 @@ from robo_loaders_plugin.core.errors import BackendOptionError, SourceError
 from robo_loaders_plugin.core.iteration import Serving
 from robo_loaders_plugin.core.log import get_logger
 from robo_loaders_plugin.frames.base import FieldInfo
-from robo_loaders_plugin.frames.chunks import ChunkFrames, split_lengths, split_runs
+from robo_loaders_plugin.frames.chunks import ChunkFrames, split_runs
 from robo_loaders_plugin.lerobot.compat import check_version, reader_settings
 from robo_loaders_plugin.lerobot.dataset import (
     OPTION_PREFIX,
@@ -21,9 +21,9 @@ from robo_loaders_plugin.lerobot.dataset import (
     check_rows_match,
     check_supported,
     native_source,
+    unit_bytes,
 )
 from robo_loaders_plugin.pipeline.batches import PipelineDataset
-from robo_loaders_plugin.pipeline.buffer_plan import held_bytes
 from robo_loaders_plugin.pipeline.options import PassOptions
 from robo_loaders_plugin.sources.lerobot_v3 import LeRobotEpisodes, LeRobotV3, is_remote
 from robo_loaders_plugin.storage.codec import FrameCodec
@@ -142,15 +142,10 @@ BUFFER_FITS = (
 
 
 def _unit_bytes(native, source, settings, options) -> tuple[np.ndarray, str]:
-    """Bytes the buffer holds per unit, from metadata: long episodes cut into units of ~32 MB decoded
-    (``frames.chunks``), each loaded with the frames its windows reach outside it; and what a unit is called."""
-    size = source.data_size(native.episodes)
-    step = sum(size.frame_step_bytes.values())
-    margin = camera_reach(settings.delta_indices, source.video_keys + source.image_keys)
-    held_per_step = step / EXPECTED_LOSSLESS_RATIO if options.buffer == "lz4" else step
-    meta_units = split_lengths(size.lengths, step)
-    unit = "units" if len(meta_units) > len(size.lengths) else "episodes"
-    return held_bytes(meta_units, held_per_step, sum(margin)), unit
+    """Bytes the buffer holds per unit (decoded, or at the expected lossless ratio with ``buffer: lz4``), each
+    unit decoded with the frames its windows reach outside it."""
+    ratio = EXPECTED_LOSSLESS_RATIO if options.buffer == "lz4" else 1.0
+    return unit_bytes(native, source, settings, frame_ratio=ratio, row_bytes=False, margin_always=True)
 
 
 def video_stream_footprint(native, *, options, committed):

@@ -128,17 +128,14 @@ def video_stream_footprint(config, obs_keys, filter_by_attribute=None, dataset_p
     Raises:
         SourceError: not a robomimic file, or no demo selected.
     """
-    from robo_loaders_plugin.robomimic.buffered import buffer_footprint
+    from robo_loaders_plugin.robomimic.buffered import file_buffer_footprint
 
-    opts, path = sequence_options(config, obs_keys, dataset_path)
-    source = RobomimicHdf5(path, cache_dir=options.cache_dir)
-    sizing = buffer_sizing(
-        config, source, opts, filter_by_attribute, held_ratio=1.0 if options.buffer == "raw" else 1.5
-    )
-    units = None
-    return buffer_footprint(
-        sizing,
-        PassOptions.of(options),
-        units,
-        [f"{OPTION_PREFIX}.cache_memory (bytes) smaller, or cache_episodes unset"],
+    return file_buffer_footprint(
+        config,
+        obs_keys,
+        filter_by_attribute,
+        dataset_path,
+        options,
+        held_ratio=1.0 if options.buffer == "raw" else 1.5,
+        parts=False,
     )
