@@ -53,3 +53,75 @@ def pair_actions_wrongly(dataset) -> None:
         return batch
 
     dataset.collate = shuffled_actions
+
+
+ACT_METRICS = ("loss", "L1", "L2", "cosine")
+
+
+def act_losses(meta, sampler_of, dataset, batches_of, steps: int, chunk: int = 10):
+    """A small ACT policy (initialised from seed 0) trained ``steps`` steps on a LeRobot dataset's batches as
+    lerobot-train 0.6.1 gets them: per step its loss and the L1, L2 and cosine distance of its predicted actions.
+
+    Args:
+        meta: The dataset's metadata (``make_policy`` and the normalisation read it).
+        sampler_of: ``sampler_of()``: the EpisodeAwareSampler lerobot-train would build.
+        dataset: The dataset the DataLoader wraps.
+        batches_of: ``batches_of(loader)``: what the training loop iterates (the DataLoader, or the plugin's cycle).
+        steps: Training steps.
+        chunk: ACT's chunk size (the dataset's action window).
+
+    Returns:
+        ``(steps x 4 array of ACT_METRICS, how far the weights moved)``: a policy that did not move would make the
+        comparison meaningless.
+    """
+    from lerobot.policies.act.configuration_act import ACTConfig
+    from lerobot.policies.factory import make_policy, make_pre_post_processors
+
+    torch.manual_seed(0)
+    cfg = ACTConfig(
+        device="cpu", chunk_size=chunk, n_action_steps=chunk, dim_model=32, n_heads=2, dim_feedforward=64,
+        n_encoder_layers=1, n_decoder_layers=1, use_vae=False, pretrained_backbone_weights=None, push_to_hub=False,
+    )  # fmt: skip
+    policy = make_policy(cfg, ds_meta=meta)
+    pre, _post = make_pre_post_processors(cfg, dataset_stats=meta.stats)
+    opt = torch.optim.AdamW(policy.parameters(), lr=1e-3)
+    loader = batches_of(dataset, sampler_of())
+    initial = [p.detach().clone() for p in policy.parameters()]
+    logs = []
+    for _, batch in zip(range(steps), loader):
+        for k in meta.camera_keys:  # what lerobot-train does before its preprocessor
+            if batch[k].dtype == torch.uint8:
+                batch[k] = batch[k].to(dtype=torch.float32) / 255.0
+        batch = pre(batch)
+        policy.train()
+        loss, _ = policy.forward(batch)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        with torch.no_grad():
+            policy.eval()
+            pred, target = policy.predict_action_chunk(batch), batch["action"]
+            logs.append(
+                [
+                    loss.item(),
+                    (pred - target).abs().mean().item(),
+                    ((pred - target) ** 2).mean().item(),
+                    torch.nn.functional.cosine_similarity(pred.flatten(1), target.flatten(1)).mean().item(),
+                ]
+            )
+    moved = max(float((p.detach() - q).abs().max()) for p, q in zip(policy.parameters(), initial, strict=True))
+    return np.array(logs), moved
+
+
+def episode_sampler(ds, seed: int):
+    """The EpisodeAwareSampler lerobot-train 0.6.1 builds for ``ds`` (shuffled, with this seed)."""
+    from lerobot.datasets import EpisodeAwareSampler
+
+    return EpisodeAwareSampler(
+        ds.meta.episodes["dataset_from_index"],
+        ds.meta.episodes["dataset_to_index"],
+        episode_indices_to_use=ds.episodes,
+        shuffle=True,
+        seed=seed,
+        absolute_to_relative_idx=ds.absolute_to_relative_idx,
+    )

@@ -13,6 +13,7 @@ another sampler seed and other weights give other losses under the same comparis
 import numpy as np
 import pytest
 import torch
+from loss_stats import act_losses, episode_sampler
 from test_lerobot_mixture import RENAME_C
 
 from robo_loaders_plugin.lerobot.integration import choose, cycle
@@ -37,10 +38,7 @@ def mixture(ds, weights=(1.0, 2.0, 3.0)):
 
 def train(ds, backend="native", options=None, sampler_seed=3, weights=(1.0, 2.0, 3.0)):
     """Per-step loss, L1, L2 and cosine distance of ACT (initialised from seed 0) trained on the mixture."""
-    from lerobot.datasets import EpisodeAwareSampler
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
-    from lerobot.policies.act.configuration_act import ACTConfig
-    from lerobot.policies.factory import make_policy, make_pre_post_processors
 
     natives = [
         LeRobotDataset(
@@ -52,57 +50,11 @@ def train(ds, backend="native", options=None, sampler_seed=3, weights=(1.0, 2.0,
         for n in "abc"
     ]
     mix = build_mixture(mixture(ds, weights), natives, choose(backend, **(options or {})), seed=sampler_seed)
-    torch.manual_seed(0)
-    cfg = ACTConfig(
-        device="cpu",
-        chunk_size=CHUNK,
-        n_action_steps=CHUNK,
-        dim_model=32,
-        n_heads=2,
-        dim_feedforward=64,
-        n_encoder_layers=1,
-        n_decoder_layers=1,
-        use_vae=False,
-        pretrained_backbone_weights=None,
-        push_to_hub=False,
-    )
-    policy = make_policy(cfg, ds_meta=mix.meta)
-    pre, _post = make_pre_post_processors(cfg, dataset_stats=mix.meta.stats)
-    opt = torch.optim.AdamW(policy.parameters(), lr=1e-3)
-    sampler = EpisodeAwareSampler(  # as lerobot-train 0.6.1 builds it
-        mix.meta.episodes["dataset_from_index"],
-        mix.meta.episodes["dataset_to_index"],
-        episode_indices_to_use=mix.episodes,
-        shuffle=True,
-        seed=sampler_seed,
-        absolute_to_relative_idx=mix.absolute_to_relative_idx,
-    )
-    loader = torch.utils.data.DataLoader(mix, batch_size=8, sampler=sampler, num_workers=0, drop_last=False)
-    initial = [p.detach().clone() for p in policy.parameters()]
-    logs = []
-    for _, batch in zip(range(STEPS), cycle(loader)):
-        for k in mix.meta.camera_keys:  # what lerobot-train does before its preprocessor
-            if batch[k].dtype == torch.uint8:
-                batch[k] = batch[k].to(dtype=torch.float32) / 255.0
-        batch = pre(batch)
-        policy.train()
-        loss, _ = policy.forward(batch)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        with torch.no_grad():
-            policy.eval()
-            pred, target = policy.predict_action_chunk(batch), batch["action"]
-            logs.append(
-                [
-                    loss.item(),
-                    (pred - target).abs().mean().item(),
-                    ((pred - target) ** 2).mean().item(),
-                    torch.nn.functional.cosine_similarity(pred.flatten(1), target.flatten(1)).mean().item(),
-                ]
-            )
-    moved = max(float((p.detach() - q).abs().max()) for p, q in zip(policy.parameters(), initial, strict=True))
-    return np.array(logs), moved
+
+    def batches(dataset, sampler):
+        return cycle(torch.utils.data.DataLoader(dataset, batch_size=8, sampler=sampler, num_workers=0))
+
+    return act_losses(mix.meta, lambda: episode_sampler(mix, sampler_seed), mix, batches, STEPS, chunk=CHUNK)
 
 
 @pytest.fixture(scope="module")
