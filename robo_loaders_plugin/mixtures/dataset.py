@@ -133,6 +133,9 @@ def _scatter(batches: list, positions: list[np.ndarray], size: int, pool):
             span = _span(pos)
             if span is not None:
                 out[span].copy_(b)
+            elif _numpy_ok(out, b):
+                # numpy's fancy-index assignment: ~10x faster than torch's index_put_ for camera frames on the CPU
+                out.numpy()[pos] = b.numpy()
             else:
                 out[torch.from_numpy(pos).to(out.device)] = b.to(out.device)
         return out
@@ -149,6 +152,17 @@ def _scatter(batches: list, positions: list[np.ndarray], size: int, pool):
                 rows[p] = x
         return rows
     raise TypeError(f"cannot join batch values of type {type(first).__name__}")
+
+
+def _numpy_ok(out: torch.Tensor, part: torch.Tensor) -> bool:
+    """Whether a part can be written into ``out`` through numpy (both on the CPU, same dtype, no grad)."""
+    return (
+        out.device.type == "cpu"
+        and part.device.type == "cpu"
+        and part.dtype == out.dtype
+        and not part.requires_grad
+        and _numpy_dtype(out.dtype) is not None
+    )
 
 
 def _numpy_dtype(dtype: torch.dtype):
