@@ -27,6 +27,7 @@ from robo_loaders_plugin.pipeline.batches import PipelineDataset
 from robo_loaders_plugin.pipeline.buffer_plan import held_bytes
 from robo_loaders_plugin.pipeline.options import PassOptions, open_shards
 from robo_loaders_plugin.storage.encoded_frames import EncodedFrames
+from robo_loaders_plugin.storage.shards.format import LAYOUT_VERSION
 
 logger = get_logger(__name__)
 
@@ -144,6 +145,17 @@ def datapipe_dataset(native, *, options):
             f"{OPTION_PREFIX}.cache_dir on a disk with room",
         ],
     )
+    if reader.version < LAYOUT_VERSION:  # read as stored: an earlier version's frames field records no layout
+        again = (
+            "delete it and the next run converts it again"
+            if hold is not None
+            else f"convert it again ('robo-loaders convert lerobot {source.root} OUT_DIR')"
+        )
+        logger.info(
+            f"datapipe: {reader.dir} stores camera frames channels first (robo-shards version {reader.version}, "
+            f"converted by an earlier robo-loaders): read as stored, the same bytes; {again} to store them channels "
+            "last, which packs camera frames smaller"
+        )
     meta = reader.dataset.get("metadata", {})
     if settings.tolerance_s < float(meta.get("tolerance_s", 0.0)):
         raise SourceError(
