@@ -190,6 +190,7 @@ def open_shards(
     size=None,
     video: bool = False,
     alternatives=(),
+    frame_ratio: Callable[[], float | None] | None = None,
 ):
     """(reader, hold) of the shards a run reads: ``shards``, checked against ``source`` (unless
     ``check_source`` is false), or an entry of the cache directory converted on first use and reused while
@@ -212,6 +213,9 @@ def open_shards(
         video: The conversion writes video members (for the estimate).
         backend: The backend converting, for messages.
         alternatives: What would fit instead, for a refusal.
+        frame_ratio: Measures the ratio the source's frames pack at (a few sampled and compressed,
+            ``storage.frame_layout.sampled_ratio``), called only when a conversion's disk is checked (``None``: the
+            assumed ratio).
 
     Returns:
         ``(reader, hold)``: the :class:`ShardReader`, and the cache entry's hold (``None`` for given ``shards``).
@@ -265,6 +269,7 @@ def open_shards(
             size,
             root,
             video=video,
+            ratio=frame_ratio() if frame_ratio is not None and not video else None,
             command=f"backend {backend!r} (converting on first use)",
             alternatives=alternatives,
             option_prefix=option_prefix,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from robo_loaders_plugin.core.data_size import DataSize
+from robo_loaders_plugin.core.data_size import EXPECTED_LOSSLESS_RATIO, DataSize
 from robo_loaders_plugin.core.footprint import HEADROOM, Available, Footprint
 from robo_loaders_plugin.core.log import get_logger
 from robo_loaders_plugin.core.units import format_bytes
@@ -45,6 +45,7 @@ def compressed_cache_plan(
     option_prefix: str,
     available: Available | None = None,
     reusable: bool = False,
+    ratio: float | None = None,
 ) -> StorePlan:
     """Place ``compressed_cache``'s store: in RAM when its worst case fits ``max_memory`` and ``/dev/shm`` (and the
     host's memory), else file-backed in the cache directory on local disk (mapped: the page cache keeps the
@@ -59,13 +60,17 @@ def compressed_cache_plan(
         option_prefix: How the user sets options (for messages).
         available: What the machine has (default: measured now).
         reusable: A store of this source and options is already on disk (nothing new to write).
+        ratio: The ratio the frames pack at, measured on a few of them (``storage.frame_layout.sampled_ratio``):
+            the expected size on disk (``None``: ``core.data_size.EXPECTED_LOSSLESS_RATIO`` assumed). RAM placement
+            never depends on it (the worst case must fit).
 
     Returns:
         The :class:`StorePlan`.
     """
     from robo_loaders_plugin.storage import cache
 
-    upper, expected = size.store_upper_bytes(), size.store_expected_bytes()
+    upper = size.store_upper_bytes()
+    expected = size.store_expected_bytes() if ratio is None else size.store_expected_bytes(ratio)
     limit = max_memory
     build_s = size.build_seconds(codec, workers)
     if cache_dir is None:
@@ -91,10 +96,11 @@ def compressed_cache_plan(
         why = ""
         available = available or Available.measure(disk_dir=cache.cache_root(cache_dir, f"{option_prefix}.cache_dir"))
     where = available.disk_dir
+    at = f"an assumed {EXPECTED_LOSSLESS_RATIO}:1" if ratio is None else f"{ratio:.2f}:1, measured on sampled frames"
     bound = (
         f"a file-backed cache on local disk in {where}, mapped: the page cache holds the frames training "
-        f"touches and gives them back under memory pressure; about {format_bytes(expected)} (at most "
-        f"{format_bytes(upper)}), the build stops before the disk runs out"
+        f"touches and gives them back under memory pressure; about {format_bytes(expected)} (frames at {at}; at "
+        f"most {format_bytes(upper)}), the build stops before the disk runs out"
     )
     return StorePlan(
         False,
@@ -110,7 +116,17 @@ def compressed_cache_plan(
     )
 
 
-def place_store(size, *, kind: str, key_desc: dict, source_path: str, options, option_prefix: str, committed=None):
+def place_store(
+    size,
+    *,
+    kind: str,
+    key_desc: dict,
+    source_path: str,
+    options,
+    option_prefix: str,
+    committed=None,
+    frame_ratio=None,
+):
     """Where ``compressed_cache`` keeps its store (:func:`compressed_cache_plan`) on the machine as measured now,
     less what ``committed`` holds, not yet checked: the plan :func:`plan_store` checks, and a mixture sums.
 
@@ -122,6 +138,8 @@ def place_store(size, *, kind: str, key_desc: dict, source_path: str, options, o
         options: The backend's options (``cache_dir``, ``max_memory``, ``codec``, ``build_workers``).
         option_prefix: How the user sets options.
         committed: A ``core.footprint.Footprint`` held beside this store (other components of a mixture).
+        frame_ratio: Measures the ratio the frames pack at (a few sampled and compressed), called only when the store
+            goes to disk and is not there yet (``None``: the assumed ratio; a footprint reads metadata only).
 
     Returns:
         ``(plan, root, available)``: the :class:`StorePlan`, the cache directory it would use, and the machine as
@@ -134,7 +152,7 @@ def place_store(size, *, kind: str, key_desc: dict, source_path: str, options, o
     available = measured.less(committed) if committed is not None else measured
     workers = options.build_workers or min(8, os.cpu_count() or 1)
 
-    def placed(reusable: bool) -> StorePlan:
+    def placed(reusable: bool, ratio: float | None = None) -> StorePlan:
         return compressed_cache_plan(
             size,
             cache_dir=options.cache_dir,
@@ -144,15 +162,20 @@ def place_store(size, *, kind: str, key_desc: dict, source_path: str, options, o
             option_prefix=option_prefix,
             available=available,
             reusable=reusable,
+            ratio=ratio,
         )
 
     plan = placed(False)
     if not plan.in_ram and cache.holds_current(root, kind, keyed(key_desc), source_path, recorded_fingerprint, ".rlc"):
         plan = placed(True)
+    elif not plan.in_ram and frame_ratio is not None:
+        plan = placed(False, frame_ratio())
     return plan, root, measured
 
 
-def plan_store(size, *, kind: str, key_desc: dict, source_path: str, options, option_prefix: str, alternatives):
+def plan_store(
+    size, *, kind: str, key_desc: dict, source_path: str, options, option_prefix: str, alternatives, frame_ratio=None
+):
     """Where ``compressed_cache`` keeps its store (:func:`place_store`), checked against what the machine has
     before any data is read; a store spilled to disk is said in the log.
 
@@ -164,6 +187,7 @@ def plan_store(size, *, kind: str, key_desc: dict, source_path: str, options, op
         options: The backend's options (``cache_dir``, ``max_memory``, ``codec``, ``build_workers``).
         option_prefix: How the user sets options.
         alternatives: What would fit instead, for the refusal.
+        frame_ratio: Measures the ratio the frames pack at (:func:`place_store`; ``None``: assumed).
 
     Returns:
         ``(plan, cache_dir)``: the :class:`StorePlan` and the ``cache_dir`` to pass to :func:`open_or_build`
@@ -175,7 +199,13 @@ def plan_store(size, *, kind: str, key_desc: dict, source_path: str, options, op
     from robo_loaders_plugin.core.footprint import check_fits
 
     plan, root, available = place_store(
-        size, kind=kind, key_desc=key_desc, source_path=source_path, options=options, option_prefix=option_prefix
+        size,
+        kind=kind,
+        key_desc=key_desc,
+        source_path=source_path,
+        options=options,
+        option_prefix=option_prefix,
+        frame_ratio=frame_ratio,
     )
     check_fits(
         plan.footprint, available, backend="compressed_cache", option_prefix=option_prefix, alternatives=alternatives

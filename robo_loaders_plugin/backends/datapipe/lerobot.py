@@ -26,7 +26,9 @@ from robo_loaders_plugin.lerobot.dataset import (
 from robo_loaders_plugin.pipeline.batches import PipelineDataset
 from robo_loaders_plugin.pipeline.buffer_plan import held_bytes
 from robo_loaders_plugin.pipeline.options import PassOptions, open_shards
+from robo_loaders_plugin.storage.codec import FrameCodec
 from robo_loaders_plugin.storage.encoded_frames import EncodedFrames
+from robo_loaders_plugin.storage.frame_layout import sampled_ratio
 from robo_loaders_plugin.storage.shards.format import LAYOUT_VERSION
 
 logger = get_logger(__name__)
@@ -139,6 +141,7 @@ def datapipe_dataset(native, *, options):
         option_prefix=OPTION_PREFIX,
         convert_hint=f"'robo-loaders convert lerobot {source.root} OUT_DIR'",
         size=source.data_size(),
+        frame_ratio=lambda: sampled_ratio(source.sample_frames(), FrameCodec()),  # what convert_lerobot writes with
         backend="datapipe",
         alternatives=[
             "backend 'video_stream' (trains from the videos, writes nothing)",
