@@ -268,6 +268,18 @@ def test_the_conversion_estimate_uses_the_ratio_measured_on_sampled_frames(tmp_p
     assert check_conversion_disk(s, str(tmp_path), video=False, command="convert", ratio=smooth) == estimates[1]
     with pytest.raises(ResourceRefused, match=r"lossless frames at 1\.0\d:1, measured on sampled frames"):
         check_conversion_disk(s, str(tmp_path), video=False, command="convert", ratio=noisy)
+    # measured only once the disk holds what no ratio makes smaller: a disk short of that is refused unread
+    sampled = []
+    assert check_conversion_disk(s, str(tmp_path), video=False, command="c", ratio=lambda: sampled.append(1) or smooth)
+    assert sampled == [1]
+    monkeypatch.setattr(
+        Available,
+        "measure",
+        classmethod(lambda cls, disk_dir=None, **k: Available(host_bytes=GB, disk_bytes=10_000, disk_dir=disk_dir)),
+    )
+    with pytest.raises(ResourceRefused, match=r"lossless frames, however well they pack\) need at least"):
+        check_conversion_disk(s, str(tmp_path), video=False, command="c", ratio=lambda: sampled.append(2) or smooth)
+    assert sampled == [1]
     # negative control: the fixed assumption gives both contents one estimate, short of the noisy one's needs
     assert estimates[1] < conversion_estimate(s, video=False) < estimates[0]
     # the compressed_cache store on disk likewise (RAM placement takes the worst case, whatever the ratio)

@@ -122,12 +122,12 @@ def convert_lerobot(
     source = LeRobotV3(root)
     check_output_dir(out_dir)
     # the output must fit the disk: estimated from meta/info.json, the episode lengths and a few frames compressed
-    # as the shards store them, before the conversion reads the source
+    # as the shards store them (sampled once the disk holds what no ratio makes smaller), before converting
     check_conversion_disk(
         source.data_size(),
         out_dir,
         video=False,
-        ratio=sampled_ratio(source.sample_frames(), codec),
+        ratio=lambda: sampled_ratio(source.sample_frames(), codec),
         command="robo-loaders convert lerobot",
         alternatives=[
             "--codec zstd (smaller, slower to decode)",

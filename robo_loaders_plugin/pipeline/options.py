@@ -214,7 +214,8 @@ def open_shards(
         backend: The backend converting, for messages.
         alternatives: What would fit instead, for a refusal.
         frame_ratio: Measures the ratio the source's frames pack at (a few sampled and compressed,
-            ``storage.frame_layout.sampled_ratio``), called only when a conversion's disk is checked (``None``: the
+            ``storage.frame_layout.sampled_ratio``), called only when a conversion's disk is checked, after the disk
+            was found to hold what no ratio makes smaller (``disk_estimate.check_conversion_disk``; ``None``: the
             assumed ratio).
 
     Returns:
@@ -269,7 +270,7 @@ def open_shards(
             size,
             root,
             video=video,
-            ratio=frame_ratio() if frame_ratio is not None and not video else None,
+            ratio=frame_ratio,
             command=f"backend {backend!r} (converting on first use)",
             alternatives=alternatives,
             option_prefix=option_prefix,

@@ -142,7 +142,7 @@ def convert_robomimic(
         size,
         out_dir,
         video=video is not None,
-        ratio=None if video is not None else frame_ratio(source, codec),
+        ratio=lambda: frame_ratio(source, codec),
         command="robo-loaders convert robomimic",
         alternatives=["--frames h264 (video members, ~20x smaller)"] if video is None else (),
     )

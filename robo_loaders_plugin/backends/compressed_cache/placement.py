@@ -5,6 +5,7 @@ directory on disk), decided from the dataset's sizes and the machine before any 
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 
 from robo_loaders_plugin.core.data_size import EXPECTED_LOSSLESS_RATIO, DataSize
@@ -97,6 +98,8 @@ def compressed_cache_plan(
         available = available or Available.measure(disk_dir=cache.cache_root(cache_dir, f"{option_prefix}.cache_dir"))
     where = available.disk_dir
     at = f"an assumed {EXPECTED_LOSSLESS_RATIO}:1" if ratio is None else f"{ratio:.2f}:1, measured on sampled frames"
+    if ratio == math.inf:
+        at = "no size, the least the store needs however well they pack"
     bound = (
         f"a file-backed cache on local disk in {where}, mapped: the page cache holds the frames training "
         f"touches and gives them back under memory pressure; about {format_bytes(expected)} (frames at {at}; at "
@@ -125,7 +128,7 @@ def place_store(
     options,
     option_prefix: str,
     committed=None,
-    frame_ratio=None,
+    ratio: float | None = None,
 ):
     """Where ``compressed_cache`` keeps its store (:func:`compressed_cache_plan`) on the machine as measured now,
     less what ``committed`` holds, not yet checked: the plan :func:`plan_store` checks, and a mixture sums.
@@ -138,8 +141,8 @@ def place_store(
         options: The backend's options (``cache_dir``, ``max_memory``, ``codec``, ``build_workers``).
         option_prefix: How the user sets options.
         committed: A ``core.footprint.Footprint`` held beside this store (other components of a mixture).
-        frame_ratio: Measures the ratio the frames pack at (a few sampled and compressed), called only when the store
-            goes to disk and is not there yet (``None``: the assumed ratio; a footprint reads metadata only).
+        ratio: The ratio the frames pack at, measured on a few (:func:`plan_store`; ``None``: the assumed ratio,
+            what a footprint from metadata takes).
 
     Returns:
         ``(plan, root, available)``: the :class:`StorePlan`, the cache directory it would use, and the machine as
@@ -152,7 +155,7 @@ def place_store(
     available = measured.less(committed) if committed is not None else measured
     workers = options.build_workers or min(8, os.cpu_count() or 1)
 
-    def placed(reusable: bool, ratio: float | None = None) -> StorePlan:
+    def placed(reusable: bool) -> StorePlan:
         return compressed_cache_plan(
             size,
             cache_dir=options.cache_dir,
@@ -168,8 +171,6 @@ def place_store(
     plan = placed(False)
     if not plan.in_ram and cache.holds_current(root, kind, keyed(key_desc), source_path, recorded_fingerprint, ".rlc"):
         plan = placed(True)
-    elif not plan.in_ram and frame_ratio is not None:
-        plan = placed(False, frame_ratio())
     return plan, root, measured
 
 
@@ -177,7 +178,8 @@ def plan_store(
     size, *, kind: str, key_desc: dict, source_path: str, options, option_prefix: str, alternatives, frame_ratio=None
 ):
     """Where ``compressed_cache`` keeps its store (:func:`place_store`), checked against what the machine has
-    before any data is read; a store spilled to disk is said in the log.
+    before any data is read (a store built on disk: what it needs however well its frames pack, then its estimate
+    at the ratio of a few sampled frames); a store spilled to disk is said in the log.
 
     Args:
         size: The dataset's ``core.data_size.DataSize`` (from metadata).
@@ -187,7 +189,9 @@ def plan_store(
         options: The backend's options (``cache_dir``, ``max_memory``, ``codec``, ``build_workers``).
         option_prefix: How the user sets options.
         alternatives: What would fit instead, for the refusal.
-        frame_ratio: Measures the ratio the frames pack at (:func:`place_store`; ``None``: assumed).
+        frame_ratio: Measures the ratio the frames pack at (a few sampled and compressed), called only for a store
+            to build on disk, once the disk was found to hold what no ratio makes smaller (``None``: the assumed
+            ratio).
 
     Returns:
         ``(plan, cache_dir)``: the :class:`StorePlan` and the ``cache_dir`` to pass to :func:`open_or_build`
@@ -198,18 +202,32 @@ def plan_store(
     """
     from robo_loaders_plugin.core.footprint import check_fits
 
-    plan, root, available = place_store(
-        size,
-        kind=kind,
-        key_desc=key_desc,
-        source_path=source_path,
-        options=options,
-        option_prefix=option_prefix,
-        frame_ratio=frame_ratio,
-    )
-    check_fits(
-        plan.footprint, available, backend="compressed_cache", option_prefix=option_prefix, alternatives=alternatives
-    )
+    def placed(ratio: float | None = None):
+        return place_store(
+            size,
+            kind=kind,
+            key_desc=key_desc,
+            source_path=source_path,
+            options=options,
+            option_prefix=option_prefix,
+            ratio=ratio,
+        )
+
+    def check(plan: StorePlan, available) -> None:
+        check_fits(
+            plan.footprint,
+            available,
+            backend="compressed_cache",
+            option_prefix=option_prefix,
+            alternatives=alternatives,
+        )
+
+    plan, root, available = placed()
+    if frame_ratio is not None and not plan.in_ram and plan.footprint.disk_bytes:  # a build on disk: measured
+        least, _, measured_now = placed(math.inf)  # what no ratio makes smaller, checked before any frame is read
+        check(least, measured_now)
+        plan, root, available = placed(frame_ratio())
+    check(plan, available)
     if plan.in_ram:
         return plan, None
     if plan.spilled:

@@ -9,7 +9,9 @@ source compressed as the shards will store them (``storage.frame_layout.sampled_
 
 from __future__ import annotations
 
+import math
 import os
+from collections.abc import Callable
 
 from robo_loaders_plugin.core.data_size import EXPECTED_LOSSLESS_RATIO, DataSize
 from robo_loaders_plugin.core.footprint import HEADROOM, Available, Footprint
@@ -46,11 +48,15 @@ def check_conversion_disk(
     command: str,
     alternatives=(),
     option_prefix: str = "",
-    ratio: float | None = None,
+    ratio: float | Callable[[], float | None] | None = None,
 ) -> int:
-    """Refuse, before any data is read, a conversion into ``out_dir`` whose estimated output the disk cannot hold
-    (with headroom, leaving the writers' reserve free: ``core.footprint.disk_reserve``), naming both sizes; what
-    ``out_dir`` already holds (a conversion being resumed) is counted as written.
+    """Refuse a conversion into ``out_dir`` whose estimated output the disk cannot hold (with headroom, leaving the
+    writers' reserve free: ``core.footprint.disk_reserve``), naming both sizes; what ``out_dir`` already holds (a
+    conversion being resumed) is counted as written.
+
+    With a measurement to make (``ratio`` a function), what the output needs whatever the frames' ratio (frames
+    packed to nothing) is checked first, so a disk that cannot hold even that is refused before any data is read;
+    then a few frames are sampled and the estimate checked at their ratio.
 
     Args:
         size: The source's ``DataSize`` (from metadata).
@@ -60,8 +66,9 @@ def check_conversion_disk(
             first use).
         alternatives: What would fit instead.
         option_prefix: How the user sets options, when a backend converts on first use.
-        ratio: The lossless ratio measured on sampled frames (``storage.frame_layout.sampled_ratio``; ``None``:
-            :data:`~robo_loaders_plugin.core.data_size.EXPECTED_LOSSLESS_RATIO` assumed).
+        ratio: The lossless ratio measured on sampled frames (``storage.frame_layout.sampled_ratio``), or a function
+            measuring it (called only for lossless frames, after the first check); ``None`` (or a function returning
+            it): :data:`~robo_loaders_plugin.core.data_size.EXPECTED_LOSSLESS_RATIO` assumed.
 
     Returns:
         The estimated bytes still to write.
@@ -73,25 +80,32 @@ def check_conversion_disk(
     from robo_loaders_plugin.storage.cache import path_bytes
 
     done = path_bytes(out_dir) if os.path.isdir(out_dir) else 0
+    available = Available.measure(disk_dir=out_dir)
+
+    def check(need: int, kind: str, about: str = "about") -> None:
+        bound = (
+            f"{size.describe()}; the shards ({kind}) need {about} {format_bytes(need)} more in {out_dir}; the "
+            "conversion stops before the disk runs out"
+        )
+        check_fits(
+            Footprint(disk_bytes=need, disk_dir=out_dir, bound=bound),
+            available,
+            backend=command,
+            option_prefix=option_prefix,
+            alternatives=alternatives,
+            subject=f"{command} cannot write {out_dir}",
+        )
+
+    if callable(ratio):
+        if not video:  # what no ratio makes smaller, before any frame is read
+            least = max(0, conversion_estimate(size, video=False, ratio=math.inf) - done)
+            check(least, "lossless frames, however well they pack", "at least")
+        ratio = ratio() if not video else None
     measured = ratio is not None
     ratio = ratio if measured else EXPECTED_LOSSLESS_RATIO
     need = max(0, conversion_estimate(size, video=video, ratio=ratio) - done)
     at = f"{ratio:.2f}:1, measured on sampled frames" if measured else f"an assumed {ratio}:1"
-    kind = "video members" if video else f"lossless frames at {at}"
-    bound = (
-        f"{size.describe()}; the shards ({kind}) need about {format_bytes(need)} more in {out_dir}; the "
-        "conversion stops before the disk runs out"
-    )
-    fp = Footprint(disk_bytes=need, disk_dir=out_dir, bound=bound)
-    available = Available.measure(disk_dir=out_dir)
-    check_fits(
-        fp,
-        available,
-        backend=command,
-        option_prefix=option_prefix,
-        alternatives=alternatives,
-        subject=f"{command} cannot write {out_dir}",
-    )
+    check(need, "video members" if video else f"lossless frames at {at}")
     worst = max(0, conversion_estimate(size, video=video, ratio=1.0) - done)
     if not video and available.disk_bytes is not None and worst > HEADROOM * available.disk_usable:
         # the estimate fits, frames that do not compress would not (camera noise: L480 packed 1.25:1, not 1.5:1)
