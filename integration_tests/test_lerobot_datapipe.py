@@ -381,3 +381,50 @@ def test_a_run_that_ends_mid_pass_exits_cleanly(lerobot_datasets, shards):
             timeout=300,
         )
         assert p.returncode == 0, (attempt, p.returncode, p.stderr[-2000:])
+
+
+def test_shards_converted_channels_first_serve_the_same_items_and_say_so(lerobot_datasets, shards, tmp_path, capsys):
+    """Shards of an earlier version store camera frames channels first (as LeRobot serves them); read as stored,
+    with one line saying so, their items equal LeRobotDataset's, as the channels-last shards' do. Negative control:
+    the channels-last shards' frames read as if stored channels first give other items, which the check catches."""
+    from robo_loaders_plugin.storage import frame_layout
+    from robo_loaders_plugin.storage.encoded_frames import EncodedFrames
+    from robo_loaders_plugin.storage.shards import ShardReader
+    from robo_loaders_plugin.storage.shards import writer as shard_writer
+
+    root = lerobot_datasets["av1_1cam"]
+    old = str(tmp_path / "old")
+    with pytest.MonkeyPatch.context() as m:  # what robo-loaders converted before robo-shards version 4
+        m.setattr(shard_writer, "VERSION", 3)
+        m.setattr(frame_layout, "stored_layout", lambda shape: None)
+        convert_lerobot(root, old, repo_id=REPO, progress=False)
+    assert ShardReader(old).version == 3 and ShardReader(shards["av1_1cam"]).version == 4
+    capsys.readouterr()
+    nat = native(root, "diffusion")
+    ours = serve("datapipe", nat, shards=old)
+    said = [x for x in capsys.readouterr().out.splitlines() if "stores camera frames channels first" in x]
+    assert len(said) == 1 and f"{old} stores camera frames channels first (robo-shards version 3" in said[0]
+    indices = random_indices(len(nat), 60, seed=11)
+    for i in indices:
+        same_item(ours[i], nat[i], f"old shards[{i}]")
+    new = serve("datapipe", nat, shards=shards["av1_1cam"])
+    assert not [x for x in capsys.readouterr().out.splitlines() if "channels first" in x]
+    for i in indices:
+        same_item(new[i], nat[i], f"new shards[{i}]")
+    with pytest.MonkeyPatch.context() as m:  # negative control: channels-last frames read as stored as served
+        m.setattr(EncodedFrames, "decode_into", _ignoring_layout(EncodedFrames.decode_into))
+        wrong = serve("datapipe", native(root, "diffusion"), shards=shards["av1_1cam"])
+        with pytest.raises(AssertionError, match="values differ"):
+            for i in indices:
+                same_item(wrong[i], nat[i], f"layout ignored[{i}]")
+
+
+def _ignoring_layout(decode_into):
+    def decode(self, indices, out, out_rows=None):
+        layout, self.layout = self.layout, None
+        try:
+            decode_into(self, indices, out, out_rows)
+        finally:
+            self.layout = layout
+
+    return decode

@@ -102,3 +102,43 @@ def test_pickles_small_and_works_in_spawn_workers(lerobot_datasets, monkeypatch)
     assert len(got) == len(ref) == 6
     for a, b in zip(got, ref):
         same_item(a, b, "batch")
+
+
+def test_a_cache_built_channels_first_is_built_again_channels_last_with_the_same_items(
+    lerobot_datasets, tmp_path, capsys
+):
+    """A compressed cache of the earlier store format (camera frames channels first) is never read as this one:
+    it is removed with a line saying why and built again channels last; both serve LeRobotDataset's items.
+    Negative control: the new cache read as if its frames were stored as served gives other items."""
+    import os
+
+    from robo_loaders_plugin.storage import frame_layout, store_cache
+    from robo_loaders_plugin.storage import store as store_module
+
+    root, cache_dir = lerobot_datasets["h264_3cam_multifile"], str(tmp_path / "cache")
+    nat = native(root, "act")
+    indices = random_indices(len(nat), 60, seed=12)
+    with pytest.MonkeyPatch.context() as m:  # what an earlier robo-loaders built
+        m.setattr(store_module, "FORMAT_VERSION", 2)
+        m.setattr(store_cache, "FORMAT_VERSION", 2)
+        m.setattr(frame_layout, "stored_layout", lambda shape: None)
+        old = serve("compressed_cache", nat, cache_dir=cache_dir)
+        old_path = old.frames.store.path
+        assert old.frames.store.header["format"] == 2
+        for i in indices:
+            same_item(old[i], nat[i], f"channels-first cache[{i}]")
+        old.close()
+    capsys.readouterr()
+    new = serve("compressed_cache", native(root, "act"), cache_dir=cache_dir)
+    said = [x for x in capsys.readouterr().out.splitlines() if f"removed {old_path}" in x]
+    assert len(said) == 1 and "in an earlier store format" in said[0] and not os.path.exists(old_path)
+    store = new.frames.store
+    assert store.header["format"] == 3 and store.frame_layout(0, "observation.images.cam0") == "hwc"
+    for i in indices:
+        same_item(new[i], nat[i], f"channels-last cache[{i}]")
+    with pytest.MonkeyPatch.context() as m:  # negative control: the layout ignored when reading
+        m.setattr(store_module.EpisodeStore, "frame_layout", lambda self, ep, key: None)
+        wrong = serve("compressed_cache", native(root, "act"), cache_dir=cache_dir)
+        with pytest.raises(AssertionError, match="values differ"):
+            for i in indices:
+                same_item(wrong[i], nat[i], f"layout ignored[{i}]")

@@ -294,19 +294,28 @@ def test_a_store_damaged_while_it_is_read_is_an_error_naming_file_episode_field_
 
 
 def test_a_store_of_another_format_gets_another_cache_entry_and_is_refused_if_opened(tmp_path):
-    """The checksum tables changed the store's format (1 -> 2): its cache key holds the format, so a store of
-    format 1 is never found for this version (rebuilt beside it), and one opened anyway is refused naming both."""
+    """A change of the store's format (2 -> 3: camera frames channels last) changes its cache key, so a store of
+    format 2 is never found for this version (rebuilt beside it), and one opened anyway is refused naming both."""
     from robo_loaders_plugin.storage import store as store_module
     from robo_loaders_plugin.storage.store_cache import keyed
 
-    assert keyed({"source": "x"}) == {"source": "x", "store_format": store_module.FORMAT_VERSION}
+    now = store_module.FORMAT_VERSION
+    assert keyed({"source": "x"}) == {"source": "x", "store_format": now}
     path = tmp_path / "s.rlc"
     build(path)
-    data = path.read_bytes()
-    old = data.replace(b'"format": 2', b'"format": 1')
-    hoff, hlen, _, end = store_module._FOOTER.unpack(data[-store_module._FOOTER.size :])
-    header = old[hoff : hoff + hlen]
-    footer = store_module._FOOTER.pack(hoff, hlen, zlib.crc32(header), end)  # a valid header of format 1
-    (tmp_path / "old.rlc").write_bytes(old[: hoff + hlen] + footer)
-    with pytest.raises(StoreError, match=r"old\.rlc: cache format 1 is not 2 .*delete it and it will be rebuilt"):
+    (tmp_path / "old.rlc").write_bytes(_with_header(path.read_bytes(), lambda h: dict(h, format=now - 1)))
+    with pytest.raises(
+        StoreError, match=rf"old\.rlc: cache format {now - 1} is not {now} .*delete it and it will be rebuilt"
+    ):
         EpisodeStore(str(tmp_path / "old.rlc"))
+
+
+def _with_header(data: bytes, edit) -> bytes:
+    """A store file's bytes with its JSON header replaced by ``edit(header)``, footer and header CRC made valid."""
+    import json
+
+    from robo_loaders_plugin.storage import store as store_module
+
+    hoff, hlen, _, end = store_module._FOOTER.unpack(data[-store_module._FOOTER.size :])
+    header = json.dumps(edit(json.loads(data[hoff : hoff + hlen])), sort_keys=True).encode()
+    return data[:hoff] + header + store_module._FOOTER.pack(hoff, len(header), zlib.crc32(header), end)

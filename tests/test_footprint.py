@@ -237,6 +237,69 @@ def test_conversion_estimate_is_lossless_at_the_expected_ratio_or_video():
     assert conversion_estimate(s, video=True) < s.frame_bytes / 10
 
 
+def _camera(noise: bool, n: int = 6) -> list:
+    """Channels-first frames as LeRobot serves them: sensor noise (packs ~1:1) or flat regions, as a render has (packs
+    several times)."""
+    rng = np.random.default_rng(0)
+    if noise:
+        return [rng.integers(0, 256, (3, 48, 64), dtype=np.uint8) for _ in range(n)]
+    return [rng.integers(0, 256, (3, 6, 8), dtype=np.uint8).repeat(8, 1).repeat(8, 2) for _ in range(n)]
+
+
+def test_the_conversion_estimate_uses_the_ratio_measured_on_sampled_frames(tmp_path, monkeypatch):
+    """Two contents of the same metadata: noise packs ~1:1 and smooth frames several times better, so their estimates
+    differ (the fixed 1.5:1 gave both the same), and a disk holding the smooth estimate refuses the noisy one."""
+    from robo_loaders_plugin.storage.codec import FrameCodec
+    from robo_loaders_plugin.storage.frame_layout import sampled_ratio
+    from robo_loaders_plugin.storage.shards.disk_estimate import check_conversion_disk
+
+    s = size()  # 1.0 GB of frames
+    noisy, smooth = (sampled_ratio(_camera(n), FrameCodec()) for n in (True, False))
+    assert 0.95 < noisy < 1.05 and smooth > 3
+    assert sampled_ratio([], FrameCodec()) is None
+    estimates = [conversion_estimate(s, video=False, ratio=r) for r in (noisy, smooth)]
+    assert estimates[0] > 2.5 * estimates[1]
+    free = (estimates[0] + estimates[1]) / 2 / 0.9  # room (with headroom) for the smooth estimate, not the noisy one
+    monkeypatch.setattr(
+        Available,
+        "measure",
+        classmethod(lambda cls, disk_dir=None, **k: Available(host_bytes=GB, disk_bytes=int(free), disk_dir=disk_dir)),
+    )
+    assert check_conversion_disk(s, str(tmp_path), video=False, command="convert", ratio=smooth) == estimates[1]
+    with pytest.raises(ResourceRefused, match=r"lossless frames at 1\.0\d:1, measured on sampled frames"):
+        check_conversion_disk(s, str(tmp_path), video=False, command="convert", ratio=noisy)
+    # measured only once the disk holds what no ratio makes smaller: a disk short of that is refused unread
+    sampled = []
+    assert check_conversion_disk(s, str(tmp_path), video=False, command="c", ratio=lambda: sampled.append(1) or smooth)
+    assert sampled == [1]
+    monkeypatch.setattr(
+        Available,
+        "measure",
+        classmethod(lambda cls, disk_dir=None, **k: Available(host_bytes=GB, disk_bytes=10_000, disk_dir=disk_dir)),
+    )
+    with pytest.raises(ResourceRefused, match=r"lossless frames, however well they pack\) need at least"):
+        check_conversion_disk(s, str(tmp_path), video=False, command="c", ratio=lambda: sampled.append(2) or smooth)
+    assert sampled == [1]
+    # negative control: the fixed assumption gives both contents one estimate, short of the noisy one's needs
+    assert estimates[1] < conversion_estimate(s, video=False) < estimates[0]
+    # the compressed_cache store on disk likewise (RAM placement takes the worst case, whatever the ratio)
+    plans = [
+        compressed_cache_plan(
+            s,
+            cache_dir="/c",
+            max_memory=None,
+            codec="lz4hc",
+            workers=2,
+            option_prefix="p",
+            available=machine(),
+            ratio=r,
+        )
+        for r in (noisy, smooth)
+    ]
+    assert plans[0].footprint.disk_bytes == s.store_expected_bytes(noisy) > 2.5 * plans[1].footprint.disk_bytes
+    assert "frames at 1.0" in plans[0].footprint.bound and "measured on sampled frames" in plans[1].footprint.bound
+
+
 def test_a_disk_holding_the_estimate_but_not_incompressible_frames_is_warned_about(tmp_path, monkeypatch, capsys):
     from robo_loaders_plugin.storage.shards.disk_estimate import check_conversion_disk
 
@@ -252,7 +315,8 @@ def test_a_disk_holding_the_estimate_but_not_incompressible_frames_is_warned_abo
         check_conversion_disk(s, str(tmp_path), video=False, command="robo-loaders convert lerobot")
         out = capsys.readouterr().out
         assert (
-            "has room for the estimate (667.0 MB at 1.5:1) but not for frames that do not compress (1.0 GB" in out
+            "has room for the estimate (667.0 MB, frames at an assumed 1.5:1) but not for frames that do not "
+            "compress (1.0 GB" in out
         ) is warned, out
     with pytest.raises(ResourceRefused, match="cannot write"):  # below the estimate: refused, as before
         monkeypatch.setattr(

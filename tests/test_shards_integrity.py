@@ -373,9 +373,9 @@ def test_format_version_1_is_refused_with_convert_again(tmp_path):
     with pytest.raises(ShardError, match=r"converted by an earlier robo-loaders \(robo-shards version 1.*convert"):
         ShardReader(str(tmp_path))
     doc = json.loads((tmp_path / "index.json").read_text())
-    doc["version"] = 4
+    doc["version"] = 5
     (tmp_path / "index.json").write_text(json.dumps(with_checksum(doc)))
-    with pytest.raises(ShardError, match="version 4, this robo-loaders reads versions 2, 3"):
+    with pytest.raises(ShardError, match="version 5, this robo-loaders reads versions 2, 3, 4"):
         ShardReader(str(tmp_path))
 
 

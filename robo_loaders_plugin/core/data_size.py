@@ -5,9 +5,10 @@ and ``num_samples``; LeRobot: ``meta/info.json`` features and ``meta/episodes`` 
 footprint says from it what the backend will need and how it stays bounded.
 
 Lossless estimates: how well camera frames compress is a property of the pixels, which the metadata does not
-give. Decisions that must never overcommit RAM use the frames' uncompressed size; disk estimates use
-:data:`EXPECTED_LOSSLESS_RATIO` (camera images with sensor noise compress about 1.5-1.7:1 with LZ4, renders 2-5:1:
-docs/scale.md), and every writer checks the disk as it writes (``core.footprint.DiskGuard``).
+give. Decisions that must never overcommit RAM use the frames' uncompressed size; disk estimates use the ratio a
+few sampled frames pack at where a build or conversion reads its source anyway (``storage.frame_layout``), else
+:data:`EXPECTED_LOSSLESS_RATIO` (camera images with sensor noise compress about 1.75:1 with LZ4HC channels last,
+renders 2-5:1: docs/scale.md), and every writer checks the disk as it writes (``core.footprint.DiskGuard``).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from robo_loaders_plugin.core.footprint import estimate_seconds
 from robo_loaders_plugin.core.units import format_bytes
 
 EXPECTED_LOSSLESS_RATIO = (
-    1.5  # LZ4 on camera-like 480p frames measured 1.6-1.7:1 (docs/scale.md); renders compress more
+    1.5  # LZ4HC on camera-like 480p frames measured 1.75:1 channels last (docs/scale.md); renders compress more
 )
 
 

@@ -224,15 +224,18 @@ class ChunkFrames(FrameSource):
             return
         B = len(units)
         rows = g.reshape(B, -1)
-        flat_out = out.reshape((B, rows.shape[1]) + tuple(info.shape))
+        T = rows.shape[1]
+        flat_out = out.reshape((B, T) + tuple(info.shape))
         uniq, inverse = np.unique(units, return_inverse=True)
         for i, u in enumerate(uniq.tolist()):
             at = np.flatnonzero(inverse == i)
             local = self._local(field, u, rows[at])
             values = self.cache.get(u)[field]
-            if isinstance(values, EncodedFrames):
-                for j, r in enumerate(at.tolist()):
-                    values.decode_into(local[j].tolist(), flat_out[r])
+            if isinstance(values, EncodedFrames):  # one call per unit (frames put back a group at a time)
+                dest = (at[:, None] * T + np.arange(T)).reshape(-1)
+                values.decode_into(
+                    local.reshape(-1).tolist(), flat_out.reshape((B * T,) + tuple(info.shape)), dest.tolist()
+                )
             else:
                 flat_out[at] = values[local]
 

@@ -146,13 +146,18 @@ class EpisodeFrames(FrameSource):
                 flat_out[at] = values[rows[at]]
             return
         T = rows.shape[1]
+        if encoded:  # one call per episode: frames stored channels last are put back a group at a time
+            every = flat_out.reshape((B * T,) + tuple(info.shape))
+            for i, values in enumerate(loaded):
+                at = np.flatnonzero(inverse == i)
+                dest = (at[:, None] * T + np.arange(T)).reshape(-1)
+                values.decode_into(rows[at].reshape(-1).tolist(), every, dest.tolist())
+            return
         starts = rows[:, 0].tolist()
         contiguous = (rows[:, -1] - rows[:, 0] == T - 1).tolist()  # clamped windows are monotone
         for r, i in enumerate(inverse.tolist()):
             values = loaded[i]
-            if encoded:
-                values.decode_into(rows[r].tolist(), flat_out[r])
-            elif contiguous[r]:
+            if contiguous[r]:
                 flat_out[r] = values[starts[r] : starts[r] + T]
             else:
                 flat_out[r] = values[rows[r]]

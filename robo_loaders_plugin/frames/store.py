@@ -2,8 +2,9 @@
 
 Raw (low-dim) fields are read where they lie in the mapped file, a batch of windows with one fancy index over a
 rows view of it (no per-process copy of every episode's rows); camera frames are decompressed straight into the
-output array, and a repeated step in a window (padding repeats the first/last step) is copied from its neighbour
-instead of decoded again.
+output array (frames stored channels last through a scratch of a few frames, put back as served while copied:
+``storage.frame_layout``), and a repeated step in a window (padding repeats the first/last step) is copied from its
+neighbour instead of decoded again.
 
 Every read is checked against the store's checksums after it is copied or decoded (a frame per blob, raw rows per
 block of about 4 kB): bytes of the mapped file that change while the run reads it are a ``StoreError`` naming the
@@ -72,12 +73,18 @@ class StoreFrames(FrameSource):
             # per-episode accessors cost ~2 us a call, a second per field of a 10,000-episode store in each process)
             descs = [e["fields"].get(field) for e in self.store.episodes]
             for ep, d in enumerate(descs):
-                if d is None or d["dtype"] != descs[0]["dtype"] or d["shape"][1:] != descs[0]["shape"][1:]:
+                if (
+                    d is None
+                    or d["dtype"] != descs[0]["dtype"]
+                    or d["shape"][1:] != descs[0]["shape"][1:]
+                    or d.get("layout") != descs[0].get("layout")
+                ):
                     other = self.store.frame_info(ep, field)  # raises naming the episode when the field is absent
                     raise StoreError(
                         f"{self.store.path}: {self.store.episodes[ep]['name']}/{field} is "
-                        f"{other[:2]} but {self.store.episodes[0]['name']}/{field} is {first[:2]} "
-                        "(dtype, shape); every episode must store a field the same way"
+                        f"{other[:2]}, layout {d.get('layout')} but {self.store.episodes[0]['name']}/{field} is "
+                        f"{first[:2]}, layout {descs[0].get('layout')} (dtype, shape, stored layout); every "
+                        "episode must store a field the same way"
                     )
             info = self._infos[field] = FieldInfo(*first)
         return info
@@ -154,8 +161,9 @@ class StoreFrames(FrameSource):
                 expected,
                 np.zeros(len(starts), dtype=bool),
                 self.store.frame_sums(field),
+                self.store.frame_layout(0, field),  # the same in every episode (info)
             )
-        starts, ends, expected, checked, sums = layout
+        starts, ends, expected, checked, sums, stored = layout
         T = steps.shape[-1] if steps.ndim > 1 else 1
         fresh = np.ones(g.size, dtype=bool)
         fresh[1:] = g[1:] != g[:-1]
@@ -174,6 +182,7 @@ class StoreFrames(FrameSource):
             sums=sums[blobs].tolist(),
             frames=blobs,
             key=field,
+            layout=stored,
         )
         if len(todo) < g.size:  # padding: repeat the previous step of the row
             src = np.maximum.accumulate(np.where(fresh, np.arange(g.size), 0))

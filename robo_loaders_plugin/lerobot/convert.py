@@ -19,6 +19,7 @@ from robo_loaders_plugin.core.registry import streaming_backends
 from robo_loaders_plugin.sources.lerobot_v3 import LeRobotEpisodes, LeRobotV3
 from robo_loaders_plugin.storage.codec import FrameCodec, use_single_thread
 from robo_loaders_plugin.storage.fingerprint import Fingerprint
+from robo_loaders_plugin.storage.frame_layout import sampled_ratio
 from robo_loaders_plugin.storage.shards import DEFAULT_SHARD_BYTES, ShardReader, executors, manifest, verify_dir
 from robo_loaders_plugin.storage.shards.disk_estimate import check_conversion_disk
 from robo_loaders_plugin.storage.shards.format import check_output_dir
@@ -85,8 +86,9 @@ def convert_lerobot(
     executor_options: Mapping | None = None,
 ) -> dict:
     """Convert a LeRobot v3 dataset into robo-shards in ``out_dir``: every camera frame decoded once (as
-    ``LeRobotDataset`` decodes it) and stored losslessly, one record per episode. The disk is checked against the
-    estimated output before any frame is read; re-running with the same source and settings resumes an
+    ``LeRobotDataset`` decodes it) and stored losslessly (channels last: ``storage.frame_layout``), one record per
+    episode. The disk is checked against the estimated output (frames at the ratio a few sampled frames pack at)
+    before the conversion starts; re-running with the same source and settings resumes an
     interrupted conversion (``storage.shards.manifest``).
 
     Args:
@@ -119,11 +121,13 @@ def convert_lerobot(
     codec = codec or FrameCodec()
     source = LeRobotV3(root)
     check_output_dir(out_dir)
-    # the output must fit the disk: estimated from meta/info.json and the episode lengths before any frame is read
+    # the output must fit the disk: estimated from meta/info.json, the episode lengths and a few frames compressed
+    # as the shards store them (sampled once the disk holds what no ratio makes smaller), before converting
     check_conversion_disk(
         source.data_size(),
         out_dir,
         video=False,
+        ratio=lambda: sampled_ratio(source.sample_frames(), codec),
         command="robo-loaders convert lerobot",
         alternatives=[
             "--codec zstd (smaller, slower to decode)",

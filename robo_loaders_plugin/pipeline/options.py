@@ -206,6 +206,7 @@ def open_shards(
     size=None,
     video: bool = False,
     alternatives=(),
+    frame_ratio: Callable[[], float | None] | None = None,
 ):
     """(reader, hold) of the shards a run reads: ``shards``, checked against ``source`` (unless
     ``check_source`` is false), or an entry of the cache directory converted on first use and reused while
@@ -228,6 +229,10 @@ def open_shards(
         video: The conversion writes video members (for the estimate).
         backend: The backend converting, for messages.
         alternatives: What would fit instead, for a refusal.
+        frame_ratio: Measures the ratio the source's frames pack at (a few sampled and compressed,
+            ``storage.frame_layout.sampled_ratio``), called only when a conversion's disk is checked, after the disk
+            was found to hold what no ratio makes smaller (``disk_estimate.check_conversion_disk``; ``None``: the
+            assumed ratio).
 
     Returns:
         ``(reader, hold)``: the :class:`ShardReader`, and the cache entry's hold (``None`` for given ``shards``).
@@ -281,6 +286,7 @@ def open_shards(
             size,
             root,
             video=video,
+            ratio=frame_ratio,
             command=f"backend {backend!r} (converting on first use)",
             alternatives=alternatives,
             option_prefix=option_prefix,

@@ -21,6 +21,7 @@ from robo_loaders_plugin.core.units import format_bytes
 from robo_loaders_plugin.sources.robomimic_hdf5 import RobomimicHdf5, datasets
 from robo_loaders_plugin.storage.codec import FrameCodec
 from robo_loaders_plugin.storage.fingerprint import Fingerprint
+from robo_loaders_plugin.storage.frame_layout import sampled_ratio
 from robo_loaders_plugin.storage.shards import DEFAULT_SHARD_BYTES, ShardReader, executors, manifest, verify_dir
 from robo_loaders_plugin.storage.shards.disk_estimate import check_conversion_disk
 from robo_loaders_plugin.storage.shards.format import check_output_dir
@@ -66,6 +67,23 @@ def _recorded_fps(meta: dict) -> int:
         return DEFAULT_FPS
 
 
+def frame_ratio(source: RobomimicHdf5, codec: FrameCodec | None = None) -> float | None:
+    """The ratio the file's camera frames pack at in lossless shards, measured on a few of them
+    (``storage.frame_layout.sampled_ratio``): the disk estimate of a conversion.
+
+    Args:
+        source: The file.
+        codec: The shards' frame codec (``None``: ``FrameCodec()``'s default, what a conversion on first use takes).
+
+    Returns:
+        Decoded bytes / compressed bytes, or ``None`` when the file has no camera frames.
+    """
+    with source.open() as f:
+        demos = source.demos(f, None)
+        size = source.data_size(f, demos, [name for name, _ in datasets(f[f"data/{demos[0]}"])])
+        return sampled_ratio(source.sample_frames(f, demos, size.frame_step_bytes), codec or FrameCodec())
+
+
 def convert_robomimic(
     in_path: str,
     out_dir: str,
@@ -81,9 +99,9 @@ def convert_robomimic(
     cache_dir: str | None = None,
 ) -> dict:
     """Convert a robomimic HDF5 file into robo-shards in ``out_dir``, one record per demo. The file is validated
-    and the disk checked against the estimated output before any array is read; re-running with the same source
-    and settings resumes an interrupted conversion (``storage.shards.manifest``), with other video settings it is
-    refused.
+    and the disk checked against the estimated output (frames at the ratio a few sampled frames pack at) before
+    the conversion starts; re-running with the same source and settings resumes an interrupted conversion
+    (``storage.shards.manifest``), with other video settings it is refused.
 
     Args:
         in_path: The robomimic HDF5 file.
@@ -117,13 +135,14 @@ def convert_robomimic(
     codec = codec or FrameCodec()
     source = RobomimicHdf5(in_path, cache_dir=cache_dir)  # validated: demos, num_samples against every array
     check_output_dir(out_dir)
-    with source.open() as f:  # the output must fit the disk: estimated from shapes before any array is read
+    with source.open() as f:  # the output must fit the disk: estimated from shapes and a few frames (frame_ratio)
         demos = source.demos(f, None)
         size = source.data_size(f, demos, [name for name, _ in datasets(f[f"data/{demos[0]}"])])
     check_conversion_disk(
         size,
         out_dir,
         video=video is not None,
+        ratio=lambda: frame_ratio(source, codec),
         command="robo-loaders convert robomimic",
         alternatives=["--frames h264 (video members, ~20x smaller)"] if video is None else (),
     )

@@ -551,6 +551,48 @@ class LeRobotV3:
             frames.append(np.asarray(img).transpose(2, 0, 1))
         return np.ascontiguousarray(np.stack(frames)) if frames else np.zeros((0,), np.uint8)
 
+    def sample_frames(self, episodes: list[int] | None = None, per_camera: int = 4) -> list[np.ndarray]:
+        """A few camera frames spread over the dataset, decoded as LeRobot decodes them (uint8 (C, H, W)): what a
+        disk estimate measures the compression of (``storage.frame_layout.sampled_ratio``) before converting.
+
+        Video cameras: one frame from each of ``per_camera`` episodes spread over ``episodes``, each from a
+        different part of its episode (first episode near its start, last near its end), the first frames of an
+        episode often being still. Image cameras: ``per_camera`` rows spread over the first data file's first
+        row group (reading every file's PNG column would read the dataset).
+
+        Args:
+            episodes: The episodes sampled from (``None``: every episode).
+            per_camera: Frames per camera.
+
+        Returns:
+            The frames, every camera's.
+
+        Raises:
+            SourceError: a video cannot be opened or decoded, or the data file cannot be read.
+        """
+        eps = sorted(self.episodes) if episodes is None else sorted(int(e) for e in episodes)
+        picks = [eps[int(i)] for i in np.linspace(0, len(eps) - 1, min(per_camera, len(eps))).round()] if eps else []
+        frames = []
+        decoder = EpisodeVideoDecoder(self, float("inf"))  # no tolerance to enforce: a sample, not a sample served
+        fps = float(self.info["fps"])
+        for key in self.video_keys:
+            for j, ep in enumerate(picks):
+                length = int(self.episodes[ep]["length"])
+                row = min(length - 1, int(length * (j + 0.5) / len(picks)))
+                frames.append(decoder.episode(ep, key, np.array([row / fps]))[0])
+        if self.image_keys:
+            import pyarrow.parquet as pq
+
+            try:
+                with self.fs.open(self.data_files()[0], "rb") as f:
+                    table = pq.ParquetFile(f).read_row_group(0, columns=list(self.image_keys))
+            except (OSError, ValueError) as exc:
+                raise SourceError(f"{self.root}: cannot read the data parquet files ({exc})") from exc
+            rows = np.linspace(0, table.num_rows - 1, min(per_camera, table.num_rows)).round().astype(int)
+            for key in self.image_keys:
+                frames += [self.png_frames(table, key, slice(r, r + 1))[0] for r in rows.tolist()]
+        return frames
+
     # -- staleness ------------------------------------------------------------------------------------------------
     def fingerprint(self, recorded: fp.Fingerprint | None = None) -> fp.Fingerprint:
         """The dataset's fingerprint (``storage.fingerprint``): every file's stat, and a digest of every file's name,

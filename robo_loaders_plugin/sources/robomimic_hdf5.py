@@ -481,6 +481,30 @@ class RobomimicHdf5:
         return DataSize(lengths, frames, other, source_bytes=os.path.getsize(self.path), unit="demo")
 
     @staticmethod
+    def sample_frames(f: h5py.File, demos: list[str], fields, per_field: int = 4) -> list[np.ndarray]:
+        """A few camera frames spread over the file, as stored (robomimic serves them so): what a disk estimate
+        measures the compression of (``storage.frame_layout.sampled_ratio``) before converting. One frame of each of
+        ``per_field`` demos spread over ``demos``, each from a different part of its demo.
+
+        Args:
+            f: The file, open.
+            demos: The demos sampled from.
+            fields: The camera fields (``obs/agentview_image``; :meth:`data_size`'s ``frame_step_bytes`` keys).
+            per_field: Frames per field.
+
+        Returns:
+            The frames, every field's (a field a demo lacks is skipped).
+        """
+        picks = [demos[int(i)] for i in np.linspace(0, len(demos) - 1, min(per_field, len(demos))).round()]
+        frames = []
+        for key in fields:
+            for j, demo in enumerate(picks):
+                ds = f[f"data/{demo}"].get(key)
+                if isinstance(ds, h5py.Dataset) and ds.ndim > 1 and len(ds):
+                    frames.append(ds[min(len(ds) - 1, int(len(ds) * (j + 0.5) / len(picks)))])
+        return frames
+
+    @staticmethod
     def nbytes(f: h5py.File, demo: str) -> int:
         """A demo's bytes uncompressed, every dataset under it (from shapes: nothing is read), to balance a
         conversion's work units.

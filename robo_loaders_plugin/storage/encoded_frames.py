@@ -7,7 +7,8 @@ Why a module of their own, outside ``shards/``: the robo-shards reader produces 
 builds them with :meth:`EncodedFrames.encode`), decoding only the frames a batch needs. In ``storage/``, not
 ``frames/``, so that storage never imports the frame layer: the reader and the frame sources both import this
 module. Errors are :class:`ShardError`: the frames come from a shard (or were encoded here), so damage the CRC did
-not catch means the shard must be converted again.
+not catch means the shard must be converted again. Frames stored in another layout than served (channels last,
+``storage.frame_layout``) are put back as served while each is copied out, never in a second pass.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import math
 
 import numpy as np
 
+from robo_loaders_plugin.storage import frame_layout
 from robo_loaders_plugin.storage.codec import CodecError, FrameCodec
 from robo_loaders_plugin.storage.shards.format import _AGAIN, ShardError, _dtype, _short, is_int
 
@@ -23,11 +25,17 @@ from robo_loaders_plugin.storage.shards.format import _AGAIN, ShardError, _dtype
 class EncodedFrames:
     """One frames member still compressed. Why: a LeRobot sample uses each camera frame about once per pass,
     so decoding a whole episode up front would only multiply the memory of an episode buffer by the
-    compression ratio; frames are decompressed when a batch needs them, like the compressed cache does."""
+    compression ratio; frames are decompressed when a batch needs them, like the compressed cache does.
 
-    def __init__(self, data: bytes, offsets: np.ndarray, dtype: np.dtype, shape: tuple, where: str):
+    ``shape`` is the served frames' (N, ...); ``layout`` how each is stored (``storage.frame_layout``; ``None``: as
+    served)."""
+
+    def __init__(
+        self, data: bytes, offsets: np.ndarray, dtype: np.dtype, shape: tuple, where: str, layout: str | None = None
+    ):
         self.data = np.frombuffer(data, dtype=np.uint8)
         self.offsets, self.dtype, self.shape, self.where = offsets, dtype, shape, where
+        self.layout = layout
 
     @classmethod
     def from_member(cls, data: bytes, desc: dict, where: str) -> EncodedFrames:
@@ -36,20 +44,25 @@ class EncodedFrames:
 
         Args:
             data: The member's bytes (the frames' Blosc2 chunks, back to back).
-            desc: The member's description in the episode header (``shape``, ``dtype``, ``offsets``).
+            desc: The member's description in the episode header (``shape``, ``dtype``, ``offsets``, and ``layout``
+                when the frames are stored in another layout than served).
             where: Names the member in errors.
 
         Returns:
             The frames, still compressed.
 
         Raises:
-            ShardError: an invalid shape or dtype, a frame table that does not match the data, or a frame whose header
-                announces another size.
+            ShardError: an invalid shape, dtype or layout, a frame table that does not match the data, or a frame
+                whose header announces another size.
         """
         shape, dtype = desc.get("shape"), _dtype(desc.get("dtype"), where)
         if not isinstance(shape, list) or not shape or not all(is_int(n) for n in shape):
             raise ShardError(f"{where}: shape {_short(shape)} is invalid")
         shape = tuple(shape)
+        try:
+            layout = frame_layout.checked_layout(desc.get("layout"), shape[1:])
+        except ValueError as exc:
+            raise ShardError(f"{where}: {exc}; convert it again with this robo-loaders") from None
         try:
             offsets = np.asarray(desc.get("offsets"))
         except (TypeError, ValueError, OverflowError):
@@ -63,7 +76,7 @@ class EncodedFrames:
         ):
             raise ShardError(f"{where}: frame table does not match its data")
         offsets = offsets.astype(np.int64)
-        frames = cls(data, offsets, dtype, shape, where)
+        frames = cls(data, offsets, dtype, shape, where, layout)
         nbytes = math.prod(shape[1:]) * dtype.itemsize
         try:
             for j in range(shape[0]):
@@ -108,10 +121,13 @@ class EncodedFrames:
             self.dtype,
             (hi - lo,) + tuple(self.shape[1:]),
             self.where,
+            self.layout,
         )
 
     def decode_into(self, indices, out: np.ndarray, out_rows=None) -> None:
-        """Decompress frame ``indices[j]`` into ``out[out_rows[j]]`` (``out[j]`` by default).
+        """Decompress frame ``indices[j]`` into ``out[out_rows[j]]`` (``out[j]`` by default), as served: frames
+        stored in another layout are decompressed into a scratch of a few frames and copied into their rows
+        transposed (``frame_layout.ServedRows``).
 
         Args:
             indices: Frame indices, in any order, repeats allowed.
@@ -123,9 +139,16 @@ class EncodedFrames:
         """
         data, offs = self.data, self.offsets
         decompress = FrameCodec.decompress_into_unchecked
+        rows = range(len(indices)) if out_rows is None else out_rows
         try:
-            for j, i in zip(range(len(indices)) if out_rows is None else out_rows, indices):
-                decompress(data[offs[i] : offs[i + 1]], out[j])
+            if self.layout is None:
+                for j, i in zip(rows, indices):
+                    decompress(data[offs[i] : offs[i + 1]], out[j])
+                return
+            served = frame_layout.ServedRows(out, self.layout)
+            for j, i in zip(rows, indices):
+                decompress(data[offs[i] : offs[i + 1]], served.slot(j))
+            served.flush()
         except RuntimeError as exc:  # Blosc2's "Cannot decompress"; the CRC makes this a hostile-input case
             raise ShardError(f"{self.where}: frame {i} cannot be decompressed ({exc})") from None
 
@@ -146,7 +169,7 @@ class VideoSegmentFrames(EncodedFrames):
     def __init__(self, data, settings: dict, shape: tuple, where: str, threads: int = 1):
         self.data = np.frombuffer(data, dtype=np.uint8)
         self.offsets, self.dtype, self.shape, self.where = None, np.dtype(np.uint8), shape, where
-        self.settings, self.threads, self.mse = settings, threads, None
+        self.settings, self.threads, self.mse, self.layout = settings, threads, None, None
 
     @classmethod
     def from_member(cls, data, desc: dict, where: str) -> VideoSegmentFrames:

@@ -12,8 +12,9 @@ Layout (little-endian)::
     u64 header length | u32 crc32 of header | b"RLPSTEND"
 
 The header lists, per episode and field, either a raw array (dtype, shape, offset) or a frame table (dtype,
-frame shape, offset of an int64 table of N+1 blob offsets), each with a table of checksums: one per frame blob, one
-per block of whole rows of a raw array (about :data:`RAW_BLOCK_BYTES`). No pickle anywhere.
+frame shape as served, offset of an int64 table of N+1 blob offsets, and ``layout`` when the frames are stored
+channels last: ``storage.frame_layout``), each with a table of checksums: one per frame blob, one per block of whole
+rows of a raw array (about :data:`RAW_BLOCK_BYTES`). No pickle anywhere.
 
 Why checksums per frame and per block, beside the whole-file CRC32 checked before a store is reused: the file is
 mapped, so bytes that change while a run reads it (another process writing to it, a failing disk) reach the run
@@ -53,11 +54,14 @@ from robo_loaders_plugin.core.errors import RoboLoadersError
 from robo_loaders_plugin.core.files import try_flock
 from robo_loaders_plugin.core.paths import ENV_RAM_DIR, default_shm_dir  # noqa: F401  (re-exported)
 from robo_loaders_plugin.core.units import format_bytes
+from robo_loaders_plugin.storage import frame_layout
 from robo_loaders_plugin.storage.codec import FrameCodec, use_single_thread
 
 MAGIC = b"RLPSTORE"
 END_MAGIC = b"RLPSTEND"
-FORMAT_VERSION = 2  # 2: a checksum table per frames field and per raw field (format 1 had none)
+# 2: a checksum table per frames field and per raw field (format 1 had none); 3: channels-first camera frames stored
+# channels last (``storage.frame_layout``), the field's ``layout`` says so
+FORMAT_VERSION = 3
 RAW_BLOCK_BYTES = 4096  # a raw array is checked in blocks of whole rows of about this size (one row when larger)
 # of each frame blob and raw block, recorded in the header. Why xxh3 and not CRC32 (the shards' check): it runs on
 # every frame served, and xxh3 takes ~0.25 us for a 10 kB blob where CRC32 takes ~2.8 us, half a decode
@@ -292,7 +296,8 @@ class StoreWriter:
         Args:
             name: The episode's name (``demo_3``, ``episode_7``), kept in the header.
             fields: ``{field: array with one row per step}``; the episode's length is the first field's rows.
-            compressed: The fields stored as compressed frames (camera frames).
+            compressed: The fields stored as compressed frames (camera frames); channels-first frames are stored
+                channels last (``storage.frame_layout``: they pack better), the field's ``layout`` says so.
 
         Raises:
             StoreError: a field is a scalar, or the disk (or ``/dev/shm``) is full (the temporary file is removed).
@@ -316,7 +321,10 @@ class StoreWriter:
                     entry["length"] = int(arr.shape[0])
                 desc = {"dtype": arr.dtype.str, "shape": list(arr.shape)}
                 if key in compressed:
-                    frames = [arr[i] for i in range(arr.shape[0])]
+                    layout = frame_layout.stored_layout(arr.shape[1:])
+                    if layout is not None:
+                        desc["layout"] = layout
+                    frames = [frame_layout.to_stored(arr[i], layout) for i in range(arr.shape[0])]
                     blobs = (
                         list(self._pool.map(self.codec.compress, frames))
                         if self._pool
@@ -452,7 +460,8 @@ class EpisodeStore:
         if self.header.get("format") != FORMAT_VERSION or self.header.get("checksum") != CHECKSUM:
             raise StoreError(
                 f"{self.path}: cache format {self.header.get('format')} is not {FORMAT_VERSION} "
-                f"(frames checked with {CHECKSUM}); delete it and it will be rebuilt"
+                f"(frames checked with {CHECKSUM}; format 3 stores camera frames channels last); delete it and it "
+                "will be rebuilt"
             )
         self._buf = np.frombuffer(self._mm, dtype=np.uint8)
         self._view = memoryview(self._buf)  # slices of it cost less than numpy's, on the per-frame path
@@ -661,10 +670,13 @@ class EpisodeStore:
                 f"bytes, the store holds {int(ends[j] - starts[j])})"
             )
 
-    def decode_frames(self, starts, ends, out: np.ndarray, rows, *, sums, frames=None, key: str = "frames") -> None:
+    def decode_frames(
+        self, starts, ends, out: np.ndarray, rows, *, sums, frames=None, key: str = "frames", layout=None
+    ) -> None:
         """Decompress blob ``[starts[j], ends[j])`` into ``out[rows[j]]`` and check it against ``sums[j]``. Each
         blob's size was checked once before (:meth:`check_blobs`, through :meth:`blob_bounds` or a reader's first
-        decode of it), so Blosc2 decodes it unchecked.
+        decode of it), so Blosc2 decodes it unchecked. Frames stored channels last (``layout``) are decompressed
+        into a scratch of a few frames and copied into their rows as served (``frame_layout.ServedRows``).
 
         Why the checksum after decoding, not before: bytes that change between a check and the decode would be
         decoded unseen; checked afterwards, any change before or during the decode is seen.
@@ -678,6 +690,7 @@ class EpisodeStore:
             frames: Each blob's global row (:meth:`locate`), to name a damaged frame (``None``: its position in
                 this call).
             key: The field, to name a damaged frame.
+            layout: How the field's frames are stored (:meth:`frame_layout`; ``None``: as served).
 
         Raises:
             StoreError: a blob does not match its checksum, or cannot be decompressed (damaged after the store was
@@ -685,14 +698,16 @@ class EpisodeStore:
         """
         buf = self._view
         decompress = FrameCodec.decompress_into_unchecked
+        served = frame_layout.ServedRows(out, layout)
         for j, (s, e, r, c) in enumerate(zip(starts, ends, rows, sums)):
             blob = buf[s:e]
             try:
-                decompress(blob, out[r])
+                decompress(blob, served.slot(r))
             except Exception as exc:  # noqa: BLE001 - Blosc2's RuntimeError names nothing: name the frame
                 raise self._frame_error(key, frames, j, blob, c, exc) from None
             if checksum(blob) != c:
                 raise self._frame_error(key, frames, j)
+        served.flush()
 
     def _frame_error(self, key: str, frames, j: int, blob=None, expected=None, exc=None) -> StoreError:
         """The error for frame ``j`` of a read: damaged (its checksum fails), or, when Blosc2 refused a blob whose
@@ -755,6 +770,25 @@ class EpisodeStore:
                 last = min(first + per[ep], int(self.episodes[ep]["length"])) - 1
                 steps = f"step {first}" if first == last else f"steps {first}-{last}"
                 raise self._damaged(f"{self.episodes[ep]['name']} {key} {steps}")
+
+    def frame_layout(self, ep: int, key: str) -> str | None:
+        """How a frames field's frames are stored in an episode (``storage.frame_layout``).
+
+        Args:
+            ep: The episode's position in the store.
+            key: The field.
+
+        Returns:
+            ``frame_layout.CHANNELS_LAST``, or ``None``: as served.
+
+        Raises:
+            StoreError: the episode has no such field, or its layout is unknown or does not fit its frames.
+        """
+        d = self.field(ep, key)
+        try:
+            return frame_layout.checked_layout(d.get("layout"), d["shape"][1:])
+        except ValueError as exc:
+            raise StoreError(f"{self.path}: {self.episodes[ep]['name']}/{key}: {exc}; delete the file") from None
 
     def frame_info(self, ep: int, key: str) -> tuple[np.dtype, tuple, bool]:
         """How a field is stored in an episode.

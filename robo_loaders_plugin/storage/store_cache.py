@@ -126,6 +126,29 @@ def keyed(key_desc: dict) -> dict:
     return dict(key_desc, store_format=FORMAT_VERSION)
 
 
+def retire_earlier_formats(root: str, kind: str, key_desc: dict) -> list[str]:
+    """Remove the entries of this source and options written in an earlier store format that nothing uses.
+
+    Why: the format is part of the cache key (:func:`keyed`), so a new format builds a new entry and never finds
+    the old one, which would hold its disk (53 GB of channels-first frames at L480) until the size limit pruned it.
+
+    Args:
+        root: The cache root.
+        kind: The entry kind.
+        key_desc: The adapter's key (without ``store_format``).
+
+    Returns:
+        The paths removed (entries in use or being built are kept).
+    """
+    removed = []
+    for old in range(1, FORMAT_VERSION):
+        prefix = f"{kind}-{cache.short_hash(dict(key_desc, store_format=old))}-"
+        for e in cache.entries(root):
+            if e.name.startswith(prefix) and e.name.endswith(".rlc") and e.remove():
+                removed.append(e.path)
+    return removed
+
+
 def open_or_build(
     *,
     kind: str,
@@ -143,7 +166,9 @@ def open_or_build(
 ):
     """Open the store of this source and these options, reusing one while its source is unchanged and its data
     checksum holds, or build it: in RAM shared by the host's processes (``storage.ramfile``) without
-    ``cache_dir``, else in the cache directory. A store that cannot be used is rebuilt, with a log line.
+    ``cache_dir``, else in the cache directory. A store that cannot be used is rebuilt, with a log line; in the
+    cache directory, this source's stores of an earlier format are removed first (:func:`retire_earlier_formats`),
+    with a log line each.
 
     Args:
         kind: The cache entry kind (``robomimic``, ``lerobot``), first part of its name.
@@ -173,7 +198,7 @@ def open_or_build(
     """
     max_bytes = max_memory
     workers = build_workers or min(8, os.cpu_count() or 1)
-    key_desc = keyed(key_desc)
+    key_desc_given, key_desc = key_desc, keyed(key_desc)
 
     def usable(path: str) -> bool:
         try:
@@ -214,6 +239,12 @@ def open_or_build(
         hold = ramfile.RamHold(entry, use)
     else:
         root = cache.cache_root(cache_dir, f"{option_prefix}.cache_dir")
+        for path in retire_earlier_formats(root, kind, key_desc_given):
+            logger.info(
+                f"removed {path}: the compressed cache of this source and these options in an earlier store format "
+                f"(written by an earlier robo-loaders, camera frames channels first); it is built again in format "
+                f"{FORMAT_VERSION} (camera frames channels last, which pack smaller)"
+            )
         entry, hold, reused, _ = cache.obtain(
             root, kind, key_desc, source.fingerprint, recorded_fingerprint, usable, build, description, suffix=".rlc"
         )

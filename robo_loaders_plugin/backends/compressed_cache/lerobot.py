@@ -13,6 +13,7 @@ from robo_loaders_plugin.frames.store import StoreFrames
 from robo_loaders_plugin.lerobot.dataset import OPTION_PREFIX, LeRobotSamples, check_rows_match, native_source
 from robo_loaders_plugin.sources.lerobot_v3 import LeRobotEpisodes
 from robo_loaders_plugin.storage.codec import FrameCodec
+from robo_loaders_plugin.storage.frame_layout import sampled_ratio
 from robo_loaders_plugin.storage.store_cache import open_or_build, summarize
 
 # what fits when this backend does not (its refusal names these)
@@ -52,6 +53,7 @@ def compressed_cache_dataset(native, *, options):
         options=options,
         option_prefix=OPTION_PREFIX,
         alternatives=ALTERNATIVES,
+        frame_ratio=lambda: sampled_ratio(source.sample_frames(native.episodes), frame_codec),
     )
     episodes = LeRobotEpisodes(source, settings.tolerance_s, native.episodes)
     check_rows_match(native, episodes.columns, episodes.arrays["index"], episodes.arrays)

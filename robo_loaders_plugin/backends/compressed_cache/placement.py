@@ -5,9 +5,10 @@ directory on disk), decided from the dataset's sizes and the machine before any 
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 
-from robo_loaders_plugin.core.data_size import DataSize
+from robo_loaders_plugin.core.data_size import EXPECTED_LOSSLESS_RATIO, DataSize
 from robo_loaders_plugin.core.footprint import HEADROOM, Available, Footprint
 from robo_loaders_plugin.core.log import get_logger
 from robo_loaders_plugin.core.units import format_bytes
@@ -45,6 +46,7 @@ def compressed_cache_plan(
     option_prefix: str,
     available: Available | None = None,
     reusable: bool = False,
+    ratio: float | None = None,
 ) -> StorePlan:
     """Place ``compressed_cache``'s store: in RAM when its worst case fits ``max_memory`` and ``/dev/shm`` (and the
     host's memory), else file-backed in the cache directory on local disk (mapped: the page cache keeps the
@@ -59,13 +61,17 @@ def compressed_cache_plan(
         option_prefix: How the user sets options (for messages).
         available: What the machine has (default: measured now).
         reusable: A store of this source and options is already on disk (nothing new to write).
+        ratio: The ratio the frames pack at, measured on a few of them (``storage.frame_layout.sampled_ratio``):
+            the expected size on disk (``None``: ``core.data_size.EXPECTED_LOSSLESS_RATIO`` assumed). RAM placement
+            never depends on it (the worst case must fit).
 
     Returns:
         The :class:`StorePlan`.
     """
     from robo_loaders_plugin.storage import cache
 
-    upper, expected = size.store_upper_bytes(), size.store_expected_bytes()
+    upper = size.store_upper_bytes()
+    expected = size.store_expected_bytes() if ratio is None else size.store_expected_bytes(ratio)
     limit = max_memory
     build_s = size.build_seconds(codec, workers)
     if cache_dir is None:
@@ -91,10 +97,13 @@ def compressed_cache_plan(
         why = ""
         available = available or Available.measure(disk_dir=cache.cache_root(cache_dir, f"{option_prefix}.cache_dir"))
     where = available.disk_dir
+    at = f"an assumed {EXPECTED_LOSSLESS_RATIO}:1" if ratio is None else f"{ratio:.2f}:1, measured on sampled frames"
+    if ratio == math.inf:
+        at = "no size, the least the store needs however well they pack"
     bound = (
         f"a file-backed cache on local disk in {where}, mapped: the page cache holds the frames training "
-        f"touches and gives them back under memory pressure; about {format_bytes(expected)} (at most "
-        f"{format_bytes(upper)}), the build stops before the disk runs out"
+        f"touches and gives them back under memory pressure; about {format_bytes(expected)} (frames at {at}; at "
+        f"most {format_bytes(upper)}), the build stops before the disk runs out"
     )
     return StorePlan(
         False,
@@ -110,7 +119,17 @@ def compressed_cache_plan(
     )
 
 
-def place_store(size, *, kind: str, key_desc: dict, source_path: str, options, option_prefix: str, committed=None):
+def place_store(
+    size,
+    *,
+    kind: str,
+    key_desc: dict,
+    source_path: str,
+    options,
+    option_prefix: str,
+    committed=None,
+    ratio: float | None = None,
+):
     """Where ``compressed_cache`` keeps its store (:func:`compressed_cache_plan`) on the machine as measured now,
     less what ``committed`` holds, not yet checked: the plan :func:`plan_store` checks, and a mixture sums.
 
@@ -122,6 +141,8 @@ def place_store(size, *, kind: str, key_desc: dict, source_path: str, options, o
         options: The backend's options (``cache_dir``, ``max_memory``, ``codec``, ``build_workers``).
         option_prefix: How the user sets options.
         committed: A ``core.footprint.Footprint`` held beside this store (other components of a mixture).
+        ratio: The ratio the frames pack at, measured on a few (:func:`plan_store`; ``None``: the assumed ratio,
+            what a footprint from metadata takes).
 
     Returns:
         ``(plan, root, available)``: the :class:`StorePlan`, the cache directory it would use, and the machine as
@@ -144,6 +165,7 @@ def place_store(size, *, kind: str, key_desc: dict, source_path: str, options, o
             option_prefix=option_prefix,
             available=available,
             reusable=reusable,
+            ratio=ratio,
         )
 
     plan = placed(False)
@@ -152,9 +174,12 @@ def place_store(size, *, kind: str, key_desc: dict, source_path: str, options, o
     return plan, root, measured
 
 
-def plan_store(size, *, kind: str, key_desc: dict, source_path: str, options, option_prefix: str, alternatives):
+def plan_store(
+    size, *, kind: str, key_desc: dict, source_path: str, options, option_prefix: str, alternatives, frame_ratio=None
+):
     """Where ``compressed_cache`` keeps its store (:func:`place_store`), checked against what the machine has
-    before any data is read; a store spilled to disk is said in the log.
+    before any data is read (a store built on disk: what it needs however well its frames pack, then its estimate
+    at the ratio of a few sampled frames); a store spilled to disk is said in the log.
 
     Args:
         size: The dataset's ``core.data_size.DataSize`` (from metadata).
@@ -164,6 +189,9 @@ def plan_store(size, *, kind: str, key_desc: dict, source_path: str, options, op
         options: The backend's options (``cache_dir``, ``max_memory``, ``codec``, ``build_workers``).
         option_prefix: How the user sets options.
         alternatives: What would fit instead, for the refusal.
+        frame_ratio: Measures the ratio the frames pack at (a few sampled and compressed), called only for a store
+            to build on disk, once the disk was found to hold what no ratio makes smaller (``None``: the assumed
+            ratio).
 
     Returns:
         ``(plan, cache_dir)``: the :class:`StorePlan` and the ``cache_dir`` to pass to :func:`open_or_build`
@@ -174,12 +202,32 @@ def plan_store(size, *, kind: str, key_desc: dict, source_path: str, options, op
     """
     from robo_loaders_plugin.core.footprint import check_fits
 
-    plan, root, available = place_store(
-        size, kind=kind, key_desc=key_desc, source_path=source_path, options=options, option_prefix=option_prefix
-    )
-    check_fits(
-        plan.footprint, available, backend="compressed_cache", option_prefix=option_prefix, alternatives=alternatives
-    )
+    def placed(ratio: float | None = None):
+        return place_store(
+            size,
+            kind=kind,
+            key_desc=key_desc,
+            source_path=source_path,
+            options=options,
+            option_prefix=option_prefix,
+            ratio=ratio,
+        )
+
+    def check(plan: StorePlan, available) -> None:
+        check_fits(
+            plan.footprint,
+            available,
+            backend="compressed_cache",
+            option_prefix=option_prefix,
+            alternatives=alternatives,
+        )
+
+    plan, root, available = placed()
+    if frame_ratio is not None and not plan.in_ram and plan.footprint.disk_bytes:  # a build on disk: measured
+        least, _, measured_now = placed(math.inf)  # what no ratio makes smaller, checked before any frame is read
+        check(least, measured_now)
+        plan, root, available = placed(frame_ratio())
+    check(plan, available)
     if plan.in_ram:
         return plan, None
     if plan.spilled:

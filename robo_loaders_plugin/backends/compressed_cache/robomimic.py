@@ -16,6 +16,7 @@ from robo_loaders_plugin.robomimic.dataset import RobomimicSamples
 from robo_loaders_plugin.robomimic.sequence import OPTION_PREFIX, data_size, read_demo, sequence_options
 from robo_loaders_plugin.sources.robomimic_hdf5 import FRAME_MIN_BYTES, RobomimicHdf5
 from robo_loaders_plugin.storage.codec import FrameCodec
+from robo_loaders_plugin.storage.frame_layout import sampled_ratio
 from robo_loaders_plugin.storage.store_cache import open_or_build, summarize
 from robo_loaders_plugin.windows.robomimic import SequenceWindows
 
@@ -69,6 +70,7 @@ def compressed_cache_dataset(config, obs_keys, filter_by_attribute=None, dataset
         options=options,
         option_prefix=OPTION_PREFIX,
         alternatives=ALTERNATIVES,
+        frame_ratio=lambda: measured_ratio(source, demos, size, frame_codec),
     )
     store, hold, reused = open_or_build(
         kind="robomimic",
@@ -105,6 +107,23 @@ def compressed_cache_dataset(config, obs_keys, filter_by_attribute=None, dataset
         location=f"{store.path} ({store.file_nbytes} bytes)",
         serving=Serving(summary, hold=hold),
     )
+
+
+def measured_ratio(source: RobomimicHdf5, demos: list[str], size, codec: FrameCodec) -> float | None:
+    """The ratio the selected demos' camera frames pack at, measured on a few of them (the disk estimate of a store
+    spilled to disk).
+
+    Args:
+        source: The HDF5 source.
+        demos: The demos served.
+        size: Their ``DataSize`` (its camera fields are sampled).
+        codec: The store's frame codec.
+
+    Returns:
+        Decoded bytes / compressed bytes, or ``None`` without camera frames.
+    """
+    with source.open() as f:
+        return sampled_ratio(source.sample_frames(f, demos, size.frame_step_bytes), codec)
 
 
 def _metadata(config, obs_keys, filter_by_attribute, dataset_path, options):

@@ -27,7 +27,10 @@ from robo_loaders_plugin.lerobot.dataset import (
 from robo_loaders_plugin.pipeline.batches import PipelineDataset
 from robo_loaders_plugin.pipeline.buffer_plan import held_bytes
 from robo_loaders_plugin.pipeline.options import PassOptions, open_shards
+from robo_loaders_plugin.storage.codec import FrameCodec
 from robo_loaders_plugin.storage.encoded_frames import EncodedFrames
+from robo_loaders_plugin.storage.frame_layout import sampled_ratio
+from robo_loaders_plugin.storage.shards.format import LAYOUT_VERSION
 
 logger = get_logger(__name__)
 
@@ -134,12 +137,24 @@ def datapipe_dataset(native, *, options):
         option_prefix=OPTION_PREFIX,
         convert_hint=f"'robo-loaders convert lerobot {source.root} OUT_DIR'",
         size=source.data_size(),
+        frame_ratio=lambda: sampled_ratio(source.sample_frames(), FrameCodec()),  # what convert_lerobot writes with
         backend="datapipe",
         alternatives=[
             "backend 'video_stream' (trains from the videos, writes nothing)",
             f"{OPTION_PREFIX}.cache_dir on a disk with room",
         ],
     )
+    if reader.version < LAYOUT_VERSION:  # read as stored: an earlier version's frames field records no layout
+        again = (
+            "delete it and the next run converts it again"
+            if hold is not None
+            else f"convert it again ('robo-loaders convert lerobot {source.root} OUT_DIR')"
+        )
+        logger.info(
+            f"datapipe: {reader.dir} stores camera frames channels first (robo-shards version {reader.version}, "
+            f"converted by an earlier robo-loaders): read as stored, the same bytes; {again} to store them channels "
+            "last, which packs camera frames smaller"
+        )
     meta = reader.dataset.get("metadata", {})
     if settings.tolerance_s < float(meta.get("tolerance_s", 0.0)):
         raise SourceError(

@@ -57,6 +57,11 @@ def datapipe_dataset(config, obs_keys, filter_by_attribute=None, dataset_path=No
             path, out_dir, num_workers=options.convert_workers, fingerprint=fingerprint, cache_dir=options.cache_dir
         )
 
+    def measured_ratio():  # only when converting on first use
+        from robo_loaders_plugin.robomimic.convert import frame_ratio
+
+        return frame_ratio(source)
+
     reader, hold = open_shards(
         framework="robomimic",
         source=source,
@@ -68,6 +73,7 @@ def datapipe_dataset(config, obs_keys, filter_by_attribute=None, dataset_path=No
         option_prefix=OPTION_PREFIX,
         convert_hint=f"'robo-loaders convert robomimic {path} OUT_DIR'",
         size=sizing.whole,
+        frame_ratio=measured_ratio,
         backend="datapipe",
         alternatives=ALTERNATIVES,
     )

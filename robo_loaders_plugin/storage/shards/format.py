@@ -30,8 +30,11 @@ from robo_loaders_plugin.core.files import atomic_write_json, sha256_file
 from robo_loaders_plugin.core.units import format_bytes
 
 FORMAT = "robo-shards"
-VERSION = 3  # 2: CRC32 per member, checksummed index.json / dataset.json; 3: frames members of long episodes in parts
-READ_VERSIONS = (2, 3)  # what the reader opens (a version-2 directory simply has no parts)
+# 2: CRC32 per member, checksummed index.json / dataset.json; 3: frames members of long episodes in parts; 4: camera
+# frames channels first stored channels last, the field's ``layout`` says so (``storage.frame_layout``)
+VERSION = 4
+READ_VERSIONS = (2, 3, 4)  # what the reader opens (earlier versions have no parts, no layout: frames as served)
+LAYOUT_VERSION = 4  # the first version storing channels-first frames channels last
 FRAMES_PART_BYTES = 8 << 20  # decoded bytes (every camera) of one part of a long episode's frames members
 DEFAULT_SHARD_BYTES = 256 * 2**20
 MAX_INT = 2**62  # bound on every size, offset and length in the index: no overflow in int64 arithmetic

@@ -4,7 +4,7 @@
 What is checked when (the rule: damaged or hostile input is an error naming the file, episode and member, never
 data and never a stray TypeError):
 
-- opening (once per process): ``index.json`` and ``dataset.json`` parse, are format version 2 or 3 and match their
+- opening (once per process): ``index.json`` and ``dataset.json`` parse, are format version 2, 3 or 4 and match their
   checksum; every value of the index has the right type and range (offsets and sizes inside their shard); the
   episodes are those the metadata lists; every shard exists with its recorded size (a ``stat`` each).
 - every read (once per episode per pass, so only cheap checks): the shard's size, the tar header before each
@@ -456,6 +456,13 @@ class ShardReader:
         problems = self._shard_file_problems()
         if problems:
             raise ShardError(_problem_summary(out_dir, problems, "shards changed after conversion"))
+
+    @property
+    def version(self) -> int:
+        """The robo-shards version the directory was written in (``dataset.json``): before
+        ``format.LAYOUT_VERSION``, camera frames are stored as served (a LeRobot dataset's channels first), which
+        this reader reads as they are."""
+        return int(self.dataset["version"])
 
     def _shard_file_problems(self) -> list[str]:
         problems = []

@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 
 from robo_loaders_plugin.core.units import format_bytes
+from robo_loaders_plugin.storage import frame_layout
 from robo_loaders_plugin.storage.codec import FrameCodec
 from robo_loaders_plugin.storage.shards.format import (
     DEFAULT_SHARD_BYTES,
@@ -134,7 +135,9 @@ class ShardWriter:
                 named in ``compressed``), or already encoded
                 :class:`~robo_loaders_plugin.storage.video.VideoSegment` s, stored as ``.mp4`` video members.
             compressed: The array fields stored as lossless compressed frames (camera frames). A long episode's
-                frames members are cut into parts (``format.part_bounds``), listed in the field's ``parts``.
+                frames members are cut into parts (``format.part_bounds``), listed in the field's ``parts``;
+                channels-first frames are stored channels last (``storage.frame_layout``: they pack better), the
+                field's ``layout`` says so.
 
         Raises:
             ShardError: a bad name, no fields, a field with an object dtype, a scalar, another number of rows than
@@ -188,8 +191,11 @@ class ShardWriter:
                 "member": member_name(name, field, kind),
             }
             if kind == "frames":
-                blobs = [self.codec.compress(arr[i]) for i in range(arr.shape[0])]
+                layout = frame_layout.stored_layout(arr.shape[1:])
+                blobs = [self.codec.compress(frame_layout.to_stored(arr[i], layout)) for i in range(arr.shape[0])]
                 desc.update(codec=self.codec.as_dict(), offsets=list(itertools.accumulate(map(len, blobs), initial=0)))
+                if layout is not None:
+                    desc["layout"] = layout
                 if bounds is None:
                     payloads[desc["member"]] = b"".join(blobs)
                 else:  # a long episode: parts a reader of some rows reads and checks alone (format.part_bounds)
