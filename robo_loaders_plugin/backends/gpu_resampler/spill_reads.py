@@ -42,13 +42,31 @@ def plan_reads(begin: np.ndarray, end: np.ndarray, gap: int = READ_GAP, limit: i
 
 
 def pread(fd: int, buf: memoryview, offset: int) -> int:
-    """Read into ``buf`` from ``fd`` at ``offset`` (no copy of the bytes): the bytes read, fewer at the file's end."""
+    """Read into ``buf`` from ``fd`` at ``offset`` (no copy of the bytes).
+
+    Args:
+        fd: The open file.
+        buf: Where the bytes go.
+        offset: The file position of the first byte.
+
+    Returns:
+        The bytes read, fewer at the file's end.
+    """
     return os.preadv(fd, [buf], offset)
 
 
 def read_range(reader, fd: int, view: np.ndarray, start: int) -> int:
-    """Fill ``view`` from the file at ``start`` with ``reader`` (:func:`pread`'s signature), however many calls it
-    takes; the bytes the file has there (short of ``len(view)``: it ends before)."""
+    """Fill ``view`` from the file at ``start`` with ``reader``, however many calls it takes.
+
+    Args:
+        reader: Reads into a buffer (:func:`pread`'s signature).
+        fd: The open file.
+        view: A uint8 array filled in place.
+        start: The file position of its first byte.
+
+    Returns:
+        The bytes the file has there (short of ``len(view)``: it ends before).
+    """
     got, mv = 0, memoryview(view)
     while got < len(view):
         n = reader(fd, mv[got:], start + got)
