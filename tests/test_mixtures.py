@@ -243,3 +243,23 @@ def test_mixture_dataset_batches_follow_the_global_order_renamed_with_dataset_in
     assert len(served) == 22
     with pytest.raises(IndexError):
         mix.collate([22])
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.float32, torch.bool, torch.bfloat16])
+def test_component_batches_are_joined_into_the_batch_order_for_every_dtype(dtype):
+    """Joining writes each component's rows straight to their places (numpy, one copy) where it can, torch's
+    ``cat`` and indexing otherwise (bfloat16, which numpy lacks): the same batch either way."""
+    rows = torch.tensor([[(r >> b) & 1 for b in range(6)] for r in range(1, 10)]).reshape(9, 3, 2).to(dtype)
+    parts = list(rows.split([3, 2, 4]))  # every row distinct, in every dtype
+    order = np.array([4, 0, 7, 2, 8, 1, 5, 3, 6])
+    inverse = np.argsort(order)
+    assert not np.array_equal(inverse, order)  # so placing by the wrong one of the two would be caught
+    want = torch.cat(parts)[torch.as_tensor(order)]
+    arrays = [p.float().numpy() for p in parts]  # the numpy arrays a component may serve
+    hooks = MixtureHooks()
+    got = hooks.concat([{"x": p, "n": a} for p, a in zip(parts, arrays)], order)
+    assert got["x"].dtype == dtype and torch.equal(got["x"], want)
+    assert got["n"].dtype == np.float32 and np.array_equal(got["n"], np.concatenate(arrays)[order])
+    assert torch.equal(hooks.concat(parts, None), torch.cat(parts))  # as joined
+    # control: the batch in the other permutation's order is another batch
+    assert not torch.equal(torch.cat(parts)[torch.as_tensor(inverse)], want)

@@ -108,15 +108,60 @@ def _concat(batches: list, order):
     if isinstance(first, Mapping):
         return {k: _concat([b[k] for b in batches], order) for k in first}
     if isinstance(first, torch.Tensor):
-        joined = first if len(batches) == 1 else torch.cat([b.to(first.device) for b in batches])
+        if len(batches) == 1:
+            return first if order is None else first[order.to(first.device)]
+        placed = _placed_on_cpu(batches, order)
+        if placed is not None:
+            return placed
+        joined = torch.cat([b.to(first.device) for b in batches])
         return joined if order is None else joined[order.to(joined.device)]
     if isinstance(first, np.ndarray):
-        arrays = first if len(batches) == 1 else np.concatenate(batches)
-        return arrays if order is None else arrays[order.numpy()]
+        if len(batches) == 1:
+            return first if order is None else first[order.numpy()]
+        out = np.empty((sum(len(b) for b in batches), *first.shape[1:]), dtype=np.result_type(*batches))
+        _place(out, [np.asarray(b) for b in batches], order)
+        return out
     if isinstance(first, (list, tuple)):
         joined_list = [x for b in batches for x in b]
         return joined_list if order is None else [joined_list[int(j)] for j in order]
     raise TypeError(f"cannot join batch values of type {type(first).__name__}")
+
+
+def _placed_on_cpu(batches: list, order) -> torch.Tensor | None:
+    """The joined, reordered batch written once into a fresh tensor through numpy, or ``None`` where that does not
+    apply (a GPU tensor, a dtype numpy lacks such as bfloat16, a tensor needing grad, parts that differ in dtype or
+    shape: torch's own path then joins them, or says why not).
+
+    Why: ``torch.cat`` and then indexing copies a batch twice through torch's CPU kernels, about 10x slower than one
+    numpy fancy-index assignment for camera frames (a BC-RNN batch of two 84x84 cameras over 10 steps: ~17 ms
+    against ~1.5 ms per key on one core), which made a mixture's batches several times slower than the same
+    backend's on one dataset.
+    """
+    first = batches[0]
+    shape, dtype = first.shape[1:], first.dtype
+    if any(b.device.type != "cpu" or b.requires_grad or b.dtype != dtype or b.shape[1:] != shape for b in batches):
+        return None
+    try:
+        arrays = [b.numpy() for b in batches]
+    except TypeError:  # a dtype numpy lacks
+        return None
+    out = torch.empty((sum(len(b) for b in batches), *shape), dtype=dtype)
+    _place(out.numpy(), arrays, order)
+    return out
+
+
+def _place(out: np.ndarray, arrays: list, order) -> None:
+    """``out[j] = joined[order[j]]`` for ``joined`` the rows of ``arrays`` in turn, without building ``joined``:
+    each array's rows go straight to their positions (``order``'s inverse)."""
+    if order is None:
+        dest = np.arange(len(out))
+    else:
+        dest = np.empty(len(out), dtype=np.int64)
+        dest[np.asarray(order)] = np.arange(len(out))
+    start = 0
+    for a in arrays:
+        out[dest[start : start + len(a)]] = a
+        start += len(a)
 
 
 class MixtureDataset(BatchDataset):
