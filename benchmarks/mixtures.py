@@ -1,29 +1,38 @@
-"""LeRobot mixtures: each backend's speed against a hand-written mixture, and start-up as components are added.
+"""Mixtures of datasets, LeRobot and robomimic: each backend's speed against a hand-written mixture, and start-up as
+components are added.
 
 ``python -m benchmarks.mixtures run --json benchmarks/results/mixtures.json --plots benchmarks/results/mixtures_plots``
 (``bash benchmarks/mixtures.sh``) generates its datasets outside the repository (a fresh directory in
-``$ROBO_LOADERS_WORKLOADS``, else in the system's temporary directory; removed afterwards unless ``--keep``), then:
+``$ROBO_LOADERS_WORKLOADS``, else in the system's temporary directory; removed afterwards unless ``--keep``), then
+measures every loader in its own process (``robo_loaders_plugin.bench.runner.run_child``), each one against the
+**reference** measured in the same run: what a user writes by hand without the plugin, a ``ConcatDataset`` of the
+framework's own datasets, each renamed to the common keys, with a ``WeightedRandomSampler``, in the DataLoader the
+framework's training script builds (``benchmarks/mixtures_child.py`` for LeRobot,
+``benchmarks/mixtures_robomimic_child.py`` for robomimic).
 
-1. **throughput** (``kind: throughput`` rows): a 3-component mixture, weights 1/2/3, ACT's delta timestamps, served
-   by every backend and by the **reference**, what a user writes by hand (a ``ConcatDataset`` of ``LeRobotDataset``
-   \\ s, each renamed to the common keys, with a ``WeightedRandomSampler``, in lerobot-train's DataLoader:
-   ``benchmarks/mixtures_child.py``), each in its own process, in the same run. Two settings:
+1. **throughput** (``kind: throughput`` rows, part ``throughput``: LeRobot; part ``robomimic``): mixtures with
+   weights 1/2/3 (cycling over the components), in three settings per framework:
 
-   - ``layouts``: three components at the same rate with different camera layouts (1 camera; 2 cameras whose second
-     is renamed ``wrist``; 2 cameras recorded the other way round, renamed back), so the mixture serves the one
-     camera every component has; every backend.
-   - ``rates``: the same layouts recorded at 20, 10 and 30 fps, served at ``target_fps`` 20 by ``gpu_resampler``
-     (the backend that converts rates); the reference serves each component at its own rate (LeRobot cannot
-     convert rates: same shapes, other time spans).
+   - ``layouts``: three components at the same rate with different camera layouts, every backend. LeRobot (ACT's
+     delta timestamps): 1 camera; 2 cameras whose second is renamed ``wrist``; 2 cameras recorded the other way
+     round, renamed back, so the mixture serves the one camera every component has. robomimic (an image BC-RNN's
+     windows, ``benchmarks/mixtures_robomimic.py``): both cameras in every component, the wrist camera stored under
+     another name in the second and the two cameras swapped in the third, renamed back.
+   - ``rates``: the same layouts recorded at 20, 10 and 30 fps (robomimic: ``control_freq``), served at
+     ``target_fps`` 20 by ``gpu_resampler`` (the backend that converts rates); the reference serves each component
+     at its own rate (neither framework converts rates: same shapes, other time spans).
+   - ``many``: 100 small components (2 episodes of 20-24 frames), every backend: a mixture's per-component costs
+     at scale (LeRobot: the start-up datasets below, one camera; robomimic: the three layouts in turn).
 
-2. **start-up** (``kind: startup`` rows): the first metadata read to the first batch of mixtures of 1, 10, 30 and 100
-   small datasets (2 episodes of 20-24 frames), and of 10 datasets 10x and 100x as long, for the reference, the
-   plugin's ``native`` and ``compressed_cache`` (its cache persisted by a first run with its ``cache_dir`` option,
-   timed as ``once_s``, and reused by the measured one, as in every training run after the first). HF
-   ``datasets``' Arrow copy of each parquet file, which every ``LeRobotDataset`` makes on its first load whatever
-   serves it, is made before the measured runs (timed as ``prepare_s``).
+2. **start-up** (``kind: startup`` rows, part ``startup``, LeRobot): the first metadata read to the first batch of
+   mixtures of 1, 10, 30 and 100 small datasets (2 episodes of 20-24 frames), and of 10 datasets 10x and 100x as
+   long, for the reference, the plugin's ``native`` and ``compressed_cache`` (its cache persisted by a first run with
+   its ``cache_dir`` option, timed as ``once_s``, and reused by the measured one, as in every training run after the
+   first). HF ``datasets``' Arrow copy of each parquet file, which every ``LeRobotDataset`` makes on its first load
+   whatever serves it, is made before the measured runs (timed as ``prepare_s``).
 
-``plot RESULT --out DIR`` draws the figures, ``table RESULT`` prints the markdown tables of docs/benchmarks.md.
+``plot RESULT --out DIR`` draws the figures, ``table RESULT`` prints the markdown tables of docs/benchmarks.md
+(``benchmarks/mixtures_report.py``).
 """
 
 from __future__ import annotations
@@ -37,13 +46,14 @@ import tempfile
 import time
 
 from benchmarks.harness.growth import WORKLOADS_ENV
+from benchmarks.mixtures_report import REFERENCE, plot, tables
+
+__all__ = ["REFERENCE", "SIZES", "main", "plot", "run", "tables", "work_dir"]
 
 CAM = "observation.images.cam0"
 CAM1 = "observation.images.cam1"
 WRIST = "observation.images.wrist"
 BACKENDS = ("native", "compressed_cache", "datapipe", "gpu_resampler", "video_stream")
-REFERENCE = "reference"
-REFERENCE_COLOR = "#9a9a9a"  # a light grey: the plugin's native mixture has the report's dark grey
 WEIGHTS = (1.0, 2.0, 3.0)
 # the three layouts: (cameras, rename); "b" keeps cam0 and calls its second camera wrist, "c" recorded its main
 # camera as cam1 and its wrist camera as cam0
@@ -52,7 +62,7 @@ RATES = {"a": 20, "b": 10, "c": 30}
 TARGET_FPS = 20
 
 SIZES = {
-    # what benchmarks/mixtures.sh runs (about 10 minutes on 2 cores)
+    # what benchmarks/mixtures.sh runs (about 20-25 minutes on 2 quiet cores, 34 on them shared)
     "full": {
         "episodes": 8,
         "lengths": (90, 110),
@@ -69,6 +79,24 @@ SIZES = {
         "startup_batch_size": 32,
         "startup_batches": 3,
         "startup_backends": (REFERENCE, "native", "compressed_cache"),
+        "many_components": 100,  # the startup_components-sized datasets of that count, served by every backend
+        "many_batch_size": 32,
+        "many_batches": 30,
+        "robomimic": {
+            "demos": 20,
+            "lengths": (45, 55),
+            "image_size": 84,  # Lift-PH's two 84x84 cameras
+            "seq_length": 10,  # BC-RNN's windows
+            "cache_mode": "low_dim",  # robomimic's image configs, and the robomimic benchmark's native:low_dim
+            "batch_size": 64,
+            "batches": 60,
+            "backends": BACKENDS,
+            "many_components": 100,
+            "many_lengths": (20, 24),
+            "many_image_size": 32,
+            "many_batch_size": 32,
+            "many_batches": 30,
+        },
     },
     # the quick test's (benchmarks/tests/test_mixtures_bench.py): seconds, in process
     "small": {
@@ -87,12 +115,30 @@ SIZES = {
         "startup_batch_size": 8,
         "startup_batches": 1,
         "startup_backends": (REFERENCE, "compressed_cache"),
+        "many_components": 3,
+        "many_batch_size": 8,
+        "many_batches": 1,
+        "robomimic": {
+            "demos": 2,
+            "lengths": (12, 16),
+            "image_size": 16,
+            "seq_length": 3,
+            "cache_mode": "low_dim",
+            "batch_size": 8,
+            "batches": 2,
+            "backends": ("native", "compressed_cache", "gpu_resampler"),
+            "many_components": 3,
+            "many_lengths": (10, 12),
+            "many_image_size": 16,
+            "many_batch_size": 8,
+            "many_batches": 1,
+        },
     },
 }
 # docs/benchmarks.md holds tables() of the committed result between these lines (benchmarks/tests checks it)
 DOC_BEGIN = "<!-- python -m benchmarks.mixtures table benchmarks/results/mixtures.json -->"
 DOC_END = "<!-- /python -m benchmarks.mixtures table -->"
-MIN_FREE_BYTES = 2 * 10**9  # the full size writes ~60 MB of datasets and caches; refuse a nearly full disk anyway
+MIN_FREE_BYTES = 2 * 10**9  # the full size writes ~0.5 GB of datasets and caches; refuse a nearly full disk anyway
 
 
 def echo(*args):
@@ -168,67 +214,89 @@ def generate_throughput(base: str, size: dict) -> dict:
     return out
 
 
-def generate_startup(base: str, size: dict) -> dict:
-    """The start-up settings' components: ``{(components, scale): [component, ...]}`` (module docstring)."""
-    import numpy as np
-
+def startup_settings(size: dict) -> list[tuple[int, int]]:
+    """The start-up settings, ``(components, frames scale)`` (module docstring)."""
     settings = [(n, 1) for n in size["startup_components"]]
-    settings += [
+    return settings + [
         (size["startup_scaled"], s) for s in size["startup_scales"] if (size["startup_scaled"], s) not in settings
     ]
+
+
+def generate_startup(base: str, size: dict, settings: list[tuple[int, int]]) -> dict:
+    """The small datasets of the start-up settings (and of LeRobot's ``many`` setting).
+
+    Args:
+        base: The run's directory.
+        size: The size's settings.
+        settings: ``(components, frames scale)`` pairs to write.
+
+    Returns:
+        ``{(components, scale): [component, ...]}``; the datasets of one scale are shared by its settings (the 10
+        of 10 components are the first 10 of 100).
+    """
+    import numpy as np
+
     out = {}
     for n, scale in settings:
         comps = []
         for i in range(n):
-            rng = np.random.default_rng(1000 + i)
             repo = f"mix/s{scale}_{i:03d}"
             root = os.path.join(base, f"startup_x{scale}", f"{i:03d}")
-            write(
-                root,
-                repo,
-                episode_lengths=lengths(rng, 2, size["startup_lengths"], scale),
-                cameras=1,
-                image_size=size["startup_image_size"],
-                seed=i,
-            )
-            comps.append({"repo_id": repo, "root": root, "weight": 1.0 + i % 3, "rename": {}})
+            if not os.path.exists(root):
+                write(
+                    root,
+                    repo,
+                    episode_lengths=lengths(np.random.default_rng(1000 + i), 2, size["startup_lengths"], scale),
+                    cameras=1,
+                    image_size=size["startup_image_size"],
+                    seed=i,
+                )
+            comps.append({"repo_id": repo, "root": root, "weight": WEIGHTS[i % len(WEIGHTS)], "rename": {}})
         out[(n, scale)] = comps
     return out
 
 
-def measure(args: dict, label: str, log_dir: str, in_process: bool, cache: str | None, timeout: float) -> dict:
+def measure(args: dict, label: str, log_dir: str, in_process: bool, cache: str | None, timeout: float, child=None):
     """One run: a child process (``run_child``: memory sampled, the cache directory ``cache`` or a fresh one), or
-    ``mixtures_child.run`` here (the quick test).
+    the child module's ``run`` here (the quick test).
+
+    Args:
+        args: The child's arguments.
+        label: The row's ``backend``.
+        log_dir: The directory of the child's output and log.
+        in_process: Run here (a failure raises).
+        cache: The cache directory to use (``None``: a fresh one).
+        timeout: Seconds before a child is killed.
+        child: The child module (default: ``benchmarks.mixtures_child``, LeRobot's).
 
     Returns:
-        The row, with ``measured_at`` (UTC); a child's has ``error`` when it failed (in process, the failure
-        raises).
+        The row, with ``measured_at`` (UTC) and ``load_avg`` (the machine's 1-minute load average before and after
+        the run: other users' work on a shared machine, beside its timings); a child's has ``error`` when it failed
+        (in process, the failure raises).
     """
     at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    return dict(_measure(args, label, log_dir, in_process, cache, timeout), measured_at=at)
+    before = os.getloadavg()[0]
+    row = _measure(args, label, log_dir, in_process, cache, timeout, child or LEROBOT_CHILD)
+    return dict(row, measured_at=at, load_avg=[round(before, 2), round(os.getloadavg()[0], 2)])
 
 
-def _measure(args: dict, label: str, log_dir: str, in_process: bool, cache: str | None, timeout: float) -> dict:
-    if in_process:  # a failure raises, with its traceback (the quick test)
-        from benchmarks import mixtures_child
+LEROBOT_CHILD = "benchmarks.mixtures_child"
 
-        old = os.environ.get("ROBO_LOADERS_CACHE")
-        os.environ["ROBO_LOADERS_CACHE"] = cache or tempfile.mkdtemp(prefix="cache-", dir=log_dir)
-        try:
-            return dict(mixtures_child.run(args), backend=label)
-        finally:
-            if old is None:
-                os.environ.pop("ROBO_LOADERS_CACHE", None)
-            else:
-                os.environ["ROBO_LOADERS_CACHE"] = old
+
+def _measure(args: dict, label: str, log_dir: str, in_process: bool, cache: str | None, timeout: float, child: str):
+    import importlib
+
     from robo_loaders_plugin.bench.runner import run_child
 
-    if cache is None:
-        return run_child("benchmarks.mixtures_child", args, label, log_dir, timeout, fresh_cache=True)
     old = os.environ.get("ROBO_LOADERS_CACHE")
-    os.environ["ROBO_LOADERS_CACHE"] = cache
     try:
-        return run_child("benchmarks.mixtures_child", args, label, log_dir, timeout, fresh_cache=False)
+        if in_process:  # a failure raises, with its traceback (the quick test)
+            os.environ["ROBO_LOADERS_CACHE"] = cache or tempfile.mkdtemp(prefix="cache-", dir=log_dir)
+            return dict(importlib.import_module(child).run(args), backend=label)
+        if cache is None:
+            return run_child(child, args, label, log_dir, timeout, fresh_cache=True)
+        os.environ["ROBO_LOADERS_CACHE"] = cache
+        return run_child(child, args, label, log_dir, timeout, fresh_cache=False)
     finally:
         if old is None:
             os.environ.pop("ROBO_LOADERS_CACHE", None)
@@ -239,41 +307,87 @@ def _measure(args: dict, label: str, log_dir: str, in_process: bool, cache: str 
 OPTIONS = {"gpu_resampler": {"device": "cpu"}}  # this machine has no GPU; the option is recorded in the result
 
 
-def run_throughput(comps: dict, size: dict, log_dir: str, in_process: bool, repeats: int, timeout: float) -> list:
-    """Every backend and the reference on the ``layouts`` mixture, ``gpu_resampler`` and the reference on the
-    ``rates`` mixture; ratios against the reference of the same setting, measured in the same run."""
+def compare(framework: str, setting: str, labels, base: dict, log_dir: str, in_process: bool, repeats: int,
+            timeout: float, child: str) -> list:  # fmt: skip
+    """Every loader of ``labels`` on one mixture, each in its own process, in rounds; ratios against the reference
+    measured in the same run.
+
+    Args:
+        framework: ``lerobot`` or ``robomimic`` (recorded in the rows).
+        setting: ``layouts``, ``rates`` or ``many`` (recorded in the rows).
+        labels: The reference first, then the backends.
+        base: The child's arguments but ``backend`` and ``kwargs``; its ``target_fps`` is not given to the
+            reference (no framework converts rates).
+        log_dir: Where the runs' logs go.
+        in_process: Measure here (the quick test).
+        repeats: Rounds (each row its median run).
+        timeout: Seconds before a child is killed.
+        child: The child module.
+
+    Returns:
+        The rows.
+    """
     from robo_loaders_plugin.bench.report import add_ratios
     from robo_loaders_plugin.bench.runner import in_rounds
 
+    log = os.path.join(log_dir, f"{framework}_{setting}")
+    os.makedirs(log, exist_ok=True)
+
+    def one(label):
+        args = dict(base, backend=label, kwargs=OPTIONS.get(label, {}))
+        if label == REFERENCE:
+            args["target_fps"] = None
+        return measure(args, label, log, in_process, None, timeout, child)
+
+    echo(f"[mixtures] {framework} throughput, {setting}: {', '.join(labels)}")
+    found = in_rounds(list(labels), repeats, one, echo=echo)
+    add_ratios(found, [REFERENCE], fields=("samples_per_s", "peak_mem_bytes", "startup_s"))
+    for r in found:
+        r.update(kind="throughput", framework=framework, setting=setting, options=OPTIONS.get(r["backend"], {}))
+        echo(
+            f"[mixtures]   {r['backend']}: "
+            + (r["error"].strip().splitlines()[-1] if r.get("error") else f"{r['samples_per_s']:.0f} samples/s")
+        )
+    return found
+
+
+def run_throughput(comps: dict, many: list, size: dict, log_dir: str, in_process: bool, repeats: int,
+                   timeout: float) -> list:  # fmt: skip
+    """LeRobot: every backend and the reference on the ``layouts`` and ``many`` mixtures, ``gpu_resampler`` and the
+    reference on the ``rates`` mixture.
+
+    Args:
+        comps: The ``layouts`` and ``rates`` components (:func:`generate_throughput`).
+        many: The ``many`` setting's components (its Arrow copies made here first, as for the start-up rows).
+        size: The size's settings.
+        log_dir: Where the runs' logs go.
+        in_process: Measure here (the quick test).
+        repeats: Rounds (each row its median run).
+        timeout: Seconds before a child is killed.
+
+    Returns:
+        The rows.
+    """
+    common = {"preset": "act", "num_workers": size["num_workers"], "seed": 0}
     rows = []
-    for setting, labels in (("layouts", (REFERENCE, *size["backends"])), ("rates", (REFERENCE, "gpu_resampler"))):
+    for setting in ("layouts", "rates"):
         if setting == "rates" and "gpu_resampler" not in size["backends"]:
             continue
-        base = {
-            "components": comps[setting],
-            "preset": "act",
-            "batch_size": size["batch_size"],
-            "num_workers": size["num_workers"],
-            "batches": size["batches"],
-            "seed": 0,
-            "target_fps": TARGET_FPS if setting == "rates" else None,
-        }
-
-        def one(label, base=base, setting=setting):
-            args = dict(base, backend=label, kwargs=OPTIONS.get(label, {}))
-            if label == REFERENCE:
-                args["target_fps"] = None
-            log = os.path.join(log_dir, f"throughput_{setting}")
-            os.makedirs(log, exist_ok=True)
-            return measure(args, label, log, in_process, None, timeout)
-
-        echo(f"[mixtures] throughput, {setting}: {', '.join(labels)}")
-        found = in_rounds(list(labels), repeats, one, echo=echo)
-        add_ratios(found, [REFERENCE], fields=("samples_per_s", "peak_mem_bytes", "startup_s"))
-        for r in found:
-            r.update(kind="throughput", setting=setting, options=OPTIONS.get(r["backend"], {}))
-        rows += found
-    return rows
+        labels = (REFERENCE, *size["backends"]) if setting == "layouts" else (REFERENCE, "gpu_resampler")
+        base = dict(
+            common,
+            components=comps[setting],
+            batch_size=size["batch_size"],
+            batches=size["batches"],
+            target_fps=TARGET_FPS if setting == "rates" else None,
+        )
+        rows += compare("lerobot", setting, labels, base, log_dir, in_process, repeats, timeout, LEROBOT_CHILD)
+    prepare(many)
+    base = dict(
+        common, components=many, batch_size=size["many_batch_size"], batches=size["many_batches"], target_fps=None
+    )
+    labels = (REFERENCE, *size["backends"])
+    return rows + compare("lerobot", "many", labels, base, log_dir, in_process, repeats, timeout, LEROBOT_CHILD)
 
 
 def run_startup(comps: dict, size: dict, log_dir: str, in_process: bool, timeout: float) -> list:
@@ -304,6 +418,7 @@ def run_startup(comps: dict, size: dict, log_dir: str, in_process: bool, timeout
             shutil.rmtree(cache, ignore_errors=True)
             r.update(
                 kind="startup",
+                framework="lerobot",
                 components=n,
                 frames_scale=scale,
                 prepare_s=prepare_s,
@@ -319,6 +434,31 @@ def run_startup(comps: dict, size: dict, log_dir: str, in_process: bool, timeout
     return rows
 
 
+PARTS = ("throughput", "startup", "robomimic")
+
+
+def part_of(row: dict) -> str:
+    """The part of the run that measured a row (``--parts``; ``--merge`` keeps the others' rows)."""
+    return "robomimic" if row.get("framework") == "robomimic" else row["kind"]
+
+
+def runs_per_part(rows: list[dict]) -> dict:
+    """Runs behind each part's rows (``--repeats``; rows merged from an earlier run keep theirs).
+
+    Returns:
+        ``{part: runs}``, from the rows (a row of several runs lists each one's samples/s).
+    """
+    out: dict = {}
+    for r in rows:
+        out[part_of(r)] = max(out.get(part_of(r), 1), len(r.get("samples_per_s_runs", ())))
+    return out
+
+
+def described(comps: list[dict], key: str) -> list[dict]:
+    """Components as the result records them: the path's last element only (the data is removed afterwards)."""
+    return [dict(c, **{key: os.path.basename(c[key])}) for c in comps]
+
+
 def run(
     size_name: str = "full",
     out: str | None = None,
@@ -327,7 +467,7 @@ def run(
     keep: bool = False,
     in_process: bool = False,
     repeats: int = 1,
-    parts=("throughput", "startup"),
+    parts=PARTS,
     timeout: float = 600.0,
     merge: bool = False,
 ) -> dict:
@@ -342,23 +482,30 @@ def run(
         keep: Keep the generated datasets.
         in_process: Measure in this process (no memory sampling; the quick test).
         repeats: Rounds of the throughput runs, each row its median run.
-        parts: ``throughput`` and/or ``startup``.
+        parts: ``throughput`` (LeRobot), ``startup`` (LeRobot) and/or ``robomimic`` (its throughput settings).
         timeout: Seconds before a child is killed.
         merge: Keep the rows of the parts not run from ``out`` (an earlier run of the same size).
 
     Returns:
         The result (``kind: mixtures``).
+
+    Raises:
+        SystemExit: an unknown part.
     """
+    from benchmarks import mixtures_robomimic
     from robo_loaders_plugin.bench.report import machine
 
+    unknown = set(parts) - set(PARTS)
+    if unknown:
+        raise SystemExit(f"--parts: unknown {sorted(unknown)}; choose among {', '.join(PARTS)}")
     size = SIZES[size_name]
-    kept, kept_parts, kept_generation = [], {}, {}
+    kept, kept_components, kept_generation = [], {}, {}
     if merge and out and os.path.exists(out):  # the other parts' rows of an earlier run of the same size
         with open(out) as f:
             earlier = json.load(f)
         if earlier.get("size") == size_name:
-            kept = [r for r in earlier["rows"] if r["kind"] not in parts]
-            kept_parts = {k: earlier[k] for k in ("components",) if "throughput" not in parts and k in earlier}
+            kept = [r for r in earlier["rows"] if part_of(r) not in parts]
+            kept_components = {k: v for k, v in earlier.get("components", {}).items() if k not in parts}
             kept_generation = {k: v for k, v in earlier.get("generation_s", {}).items() if k not in parts}
     base, created = work_dir(workdir)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -367,35 +514,45 @@ def run(
     echo(f"[mixtures] data and logs under {base}")
     result = {
         "kind": "mixtures",
-        "version": 1,
-        "framework": "lerobot",
+        "version": 2,
+        "frameworks": ["lerobot", "robomimic"],
         "size": size_name,
         "machine": machine(),
-        "settings": {k: (list(v) if isinstance(v, tuple) else v) for k, v in size.items() if k not in ("backends",)},
+        "settings": plain(size),
         "rows": kept,
         "generation_s": kept_generation,
-        **kept_parts,
+        "components": kept_components,
     }
-    result["settings"].update(preset="act", weights=list(WEIGHTS), target_fps=TARGET_FPS, repeats=repeats)
+    result["settings"].update(preset="act", weights=list(WEIGHTS), rates=list(RATES.values()), target_fps=TARGET_FPS)
     try:
-        t = time.perf_counter()
         if "throughput" in parts:
+            t = time.perf_counter()
             comps = generate_throughput(base, size)
+            many = generate_startup(base, size, [(size["many_components"], 1)])[(size["many_components"], 1)]
             result["generation_s"]["throughput"] = round(time.perf_counter() - t, 2)
-            result["components"] = {
-                s: [dict(c, root=os.path.basename(c["root"])) for c in cs] for s, cs in comps.items()
-            }
-            result["rows"] += run_throughput(comps, size, log_dir, in_process, repeats, timeout)
+            result["components"]["throughput"] = {s: described(cs, "root") for s, cs in comps.items()}
+            result["components"]["throughput"]["many"] = f"{len(many)} of the start-up datasets (x1)"
+            result["rows"] += run_throughput(comps, many, size, log_dir, in_process, repeats, timeout)
         if "startup" in parts:
             t = time.perf_counter()
-            startup = generate_startup(base, size)
+            startup = generate_startup(base, size, startup_settings(size))
             result["generation_s"]["startup"] = round(time.perf_counter() - t, 2)
             result["rows"] += run_startup(startup, size, log_dir, in_process, timeout)
+        if "robomimic" in parts:
+            t = time.perf_counter()
+            comps = mixtures_robomimic.generate(os.path.join(base, "robomimic"), size["robomimic"])
+            result["generation_s"]["robomimic"] = round(time.perf_counter() - t, 2)
+            result["components"]["robomimic"] = {
+                s: described(cs, "path") if s != "many" else f"{len(cs)} files, the three layouts in turn"
+                for s, cs in comps.items()
+            }
+            result["rows"] += mixtures_robomimic.run_rows(comps, size, log_dir, in_process, repeats, timeout)
     finally:
         if not keep:
             shutil.rmtree(base, ignore_errors=True)
             if created:
                 shutil.rmtree(created, ignore_errors=True)
+    result["settings"]["repeats"] = runs_per_part(result["rows"])
     if out:
         os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
         with open(out, "w") as f:
@@ -406,235 +563,13 @@ def run(
     return result
 
 
-# -- tables and figures ----------------------------------------------------------------------------------------------
-def _ok(rows):
-    return [r for r in rows if not r.get("error")]
-
-
-def machine_line(result: dict) -> str:
-    """The machine, as the captions say it."""
-    from robo_loaders_plugin.bench.tables import machine_caption
-
-    return machine_caption(result.get("machine"))
-
-
-def tables(result: dict) -> str:
-    """The markdown tables of docs/benchmarks.md's mixture section (every number from ``result``).
-
-    Args:
-        result: A ``kind: mixtures`` result.
-
-    Returns:
-        Markdown: a throughput table per setting, then the start-up table.
-    """
-    from robo_loaders_plugin.bench.plots import significant
-
-    lines = []
-    for setting in ("layouts", "rates"):
-        rows = [r for r in result["rows"] if r["kind"] == "throughput" and r["setting"] == setting]
-        if not rows:
-            continue
-        lines += [
-            f"**{setting}**" + (f" (served at {TARGET_FPS} fps)" if setting == "rates" else ""),
-            "",
-            "| loader | samples/s | vs reference | first batch (s) | build (s) | start-up vs reference | peak mem |",
-            "|---|---:|---:|---:|---:|---:|---:|",
-        ]
-        for r in rows:
-            if r.get("error"):
-                lines.append(f"| `{r['backend']}` | FAILED: {r['error'].strip().splitlines()[-1]} | | | | | |")
-                continue
-            ratios = r.get("ratios", {})
-            vs = ratios.get(f"samples_per_s_vs_{REFERENCE}")
-            su = ratios.get(f"startup_s_vs_{REFERENCE}")
-            mem = r.get("peak_mem_bytes")
-            lines.append(
-                f"| `{r['backend']}` | {significant(r['samples_per_s'])} | "
-                + ("" if vs is None else f"{vs:.2f}x")
-                + f" | {r['first_batch_s']:.2f} | {r['build_s']:.2f} | "
-                + ("" if su is None else f"{su:.2f}x")
-                + " | "
-                + ("" if not mem else f"{mem / 1e9:.2f} GB")
-                + " |"
-            )
-        lines.append("")
-    rows = [r for r in result["rows"] if r["kind"] == "startup"]
-    if rows:
-        labels = list(dict.fromkeys(r["backend"] for r in rows))
-        settings = sorted({(r["components"], r["frames_scale"]) for r in rows})
-        lines += [
-            "**start-up** (first metadata read to first batch, seconds; `compressed_cache`'s cache built by an earlier "
-            "run, its first run in brackets)",
-            "",
-            "| components | frames | " + " | ".join(f"`{b}`" for b in labels) + " |",
-            "|---:|---:|" + "---:|" * len(labels),
-        ]
-        for n, scale in settings:
-            cells = []
-            frames = None
-            for b in labels:
-                r = next((r for r in rows if (r["components"], r["frames_scale"], r["backend"]) == (n, scale, b)), None)
-                if r is None or r.get("error"):
-                    cells.append("FAILED" if r else "")
-                    continue
-                frames = r["frames"]
-                cells.append(f"{r['startup_s']:.2f}" + (f" ({r['once_s']:.2f})" if r.get("once_s") is not None else ""))
-            lines.append(f"| {n} | {'' if frames is None else f'{frames:,}'} | " + " | ".join(cells) + " |")
-        lines.append("")
-    lines.append(f"<sub>Machine: {machine_line(result)}.</sub>")
-    return "\n".join(lines) + "\n"
-
-
-def plot(result: dict, out_dir: str, source: str = "mixtures.json") -> list[str]:
-    """Two figures: ``mixtures_throughput.png`` (samples/s per loader and setting, the ratio to the reference above
-    each bar) and ``mixtures_startup.png`` (start-up against components, and against frames at a fixed number of
-    components, log-log, a line per loader).
-
-    Args:
-        result: A ``kind: mixtures`` result.
-        out_dir: Where the PNGs go.
-        source: The result's file name, for the captions.
-
-    Returns:
-        The paths written.
-    """
-    import textwrap
-
-    from matplotlib.figure import Figure
-
-    from robo_loaders_plugin.bench.plots import color_of, significant
-    from robo_loaders_plugin.core.units import plural
-
-    os.makedirs(out_dir, exist_ok=True)
-    caption = f"Source: {source} | machine: {machine_line(result)} (shared, noisy)"
-    written = []
-    thr = _ok([r for r in result["rows"] if r["kind"] == "throughput"])
-    if thr:
-        settings = [s for s in ("layouts", "rates") if any(r["setting"] == s for r in thr)]
-        fig = Figure(figsize=(11, 4.8), layout="constrained")
-        axes = fig.subplots(
-            1,
-            len(settings),
-            squeeze=False,
-            width_ratios=[max(2, sum(r["setting"] == s for r in thr)) for s in settings],
-        )[0]
-        for ax, s in zip(axes, settings):
-            rows = [r for r in thr if r["setting"] == s]
-            names = [r["backend"] for r in rows]
-            values = [r["samples_per_s"] for r in rows]
-            bars = ax.bar(
-                names,
-                values,
-                color=[REFERENCE_COLOR if n == REFERENCE else color_of(n) for n in names],
-            )
-            for bar, r in zip(bars, rows):
-                vs = r.get("ratios", {}).get(f"samples_per_s_vs_{REFERENCE}")
-                ax.annotate(
-                    significant(r["samples_per_s"]) + ("" if vs is None else f"\n{vs:.2f}x"),
-                    (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-                    ha="center",
-                    va="bottom",
-                    fontsize=8,
-                )
-            if max(values) >= 10 * min(values):
-                ax.set_yscale("log")
-                ax.set_ylabel("samples/s (log scale)")
-            else:
-                ax.set_ylabel("samples/s")
-            ax.tick_params(axis="x", rotation=30, labelsize=8)
-            title = {
-                "layouts": "3 components, 3 camera layouts, 20 fps",
-                "rates": f"20/10/30 fps served at {TARGET_FPS} fps",
-            }
-            ax.set_title(title[s], fontsize=10)
-            ax.margins(y=0.2)
-        fig.suptitle(
-            "LeRobot mixture: loader-only samples/s against a hand-written ConcatDataset + WeightedRandomSampler"
-        )
-        st = result["settings"]
-        fig.supxlabel(
-            textwrap.fill(
-                f"{caption} | batch {st['batch_size']}, {st['num_workers']} workers, ACT deltas, {st['batches']} timed "
-                "batches, weights 1/2/3; the ratio is to the reference of the same run",
-                160,
-            ),
-            fontsize=8,
-            color="#444444",
-        )
-        path = os.path.join(out_dir, "mixtures_throughput.png")
-        fig.savefig(path, dpi=110)
-        written.append(path)
-    st_rows = _ok([r for r in result["rows"] if r["kind"] == "startup"])
-    if st_rows:
-        fig = Figure(figsize=(11, 4.8), layout="constrained")
-        ax_n, ax_f = fig.subplots(1, 2)
-        labels = list(dict.fromkeys(r["backend"] for r in st_rows))
-        scaled = result["settings"]["startup_scaled"]
-        for b in labels:
-            color = REFERENCE_COLOR if b == REFERENCE else color_of(b)
-            by_n = sorted(
-                (r for r in st_rows if r["backend"] == b and r["frames_scale"] == 1), key=lambda r: r["components"]
-            )
-            by_f = sorted(
-                (r for r in st_rows if r["backend"] == b and r["components"] == scaled), key=lambda r: r["frames"]
-            )
-            if by_n:
-                ax_n.plot(
-                    [r["components"] for r in by_n], [r["startup_s"] for r in by_n], marker="o", color=color, label=b
-                )
-            if by_f:
-                ax_f.plot([r["frames"] for r in by_f], [r["startup_s"] for r in by_f], marker="o", color=color, label=b)
-            once = [r for r in by_n if r.get("once_s") is not None]
-            if once:
-                ax_n.plot(
-                    [r["components"] for r in once],
-                    [r["once_s"] for r in once],
-                    ls=":",
-                    marker=".",
-                    color=color,
-                    label=f"{b}, first run (builds its cache)",
-                )
-            once = [r for r in by_f if r.get("once_s") is not None]
-            if once:
-                ax_f.plot(
-                    [r["frames"] for r in once],
-                    [r["once_s"] for r in once],
-                    ls=":",
-                    marker=".",
-                    color=color,
-                    label=f"{b}, first run (builds its cache)",
-                )
-        lo, hi = result["settings"]["startup_lengths"]
-        for ax, xlabel, title in (
-            (ax_n, f"components (each 2 episodes of {lo}-{hi} frames)", "against the number of components"),
-            (
-                ax_f,
-                f"frames in all ({plural(scaled, 'component')})",
-                f"against their frames, {plural(scaled, 'component')}",
-            ),
-        ):
-            ax.set_xscale("log")
-            ax.set_yscale("log")
-            ax.set_xlabel(xlabel)
-            ax.set_ylabel("first metadata read to first batch (s)")
-            ax.set_title(title, fontsize=10)
-            ax.grid(True, which="both", alpha=0.3)
-        ax_n.legend(fontsize=8)
-        fig.suptitle("LeRobot mixture start-up: against the number of components, and against their frames")
-        st = result["settings"]
-        fig.supxlabel(
-            textwrap.fill(
-                f"{caption} | batch {st['startup_batch_size']}, {st['num_workers']} workers, ACT deltas; HF datasets' "
-                "Arrow copies made beforehand",
-                160,
-            ),
-            fontsize=8,
-            color="#444444",
-        )
-        path = os.path.join(out_dir, "mixtures_startup.png")
-        fig.savefig(path, dpi=110)
-        written.append(path)
-    return written
+def plain(size: dict) -> dict:
+    """A size's settings as JSON holds them (tuples as lists, the backends left out: the rows name them)."""
+    return {
+        k: plain(v) if isinstance(v, dict) else list(v) if isinstance(v, tuple) else v
+        for k, v in size.items()
+        if k != "backends"
+    }
 
 
 def main(argv=None) -> int:
@@ -651,7 +586,7 @@ def main(argv=None) -> int:
     )
     r.add_argument("--keep", action="store_true", help="keep the generated datasets")
     r.add_argument("--repeats", type=int, default=1, help="rounds of the throughput runs (median reported)")
-    r.add_argument("--parts", default="throughput,startup", help="throughput and/or startup")
+    r.add_argument("--parts", default=",".join(PARTS), help="throughput (LeRobot), startup (LeRobot) and/or robomimic")
     r.add_argument("--merge", action="store_true", help="keep the other parts' rows of the --json file")
     pl = sub.add_parser("plot", help="draw the figures of a result")
     pl.add_argument("result")

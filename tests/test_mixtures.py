@@ -276,3 +276,29 @@ def test_mixture_dataset_batches_follow_the_global_order_renamed_with_dataset_in
     assert len(served) == 22
     with pytest.raises(IndexError):
         mix.collate([22])
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.float32, torch.bool, torch.bfloat16])
+@pytest.mark.parametrize("pooled", [False, True])
+def test_component_batches_are_scattered_into_the_batch_order_for_every_dtype(dtype, pooled):
+    """Joining writes each component's rows straight to their places (numpy's assignment where it can, torch's
+    indexing otherwise: bfloat16, which numpy lacks), into a recycled array or a new one: the same batch."""
+    from robo_loaders_plugin.storage.buffers import BufferPool
+
+    rows = torch.tensor([[(r >> b) & 1 for b in range(6)] for r in range(1, 10)]).reshape(9, 3, 2).to(dtype)
+    parts = list(rows.split([3, 2, 4]))  # every row distinct, in every dtype
+    order = np.array([4, 0, 7, 2, 8, 1, 5, 3, 6])  # result[j] = joined[order[j]]
+    inverse = np.argsort(order)  # where each joined row goes
+    assert not np.array_equal(inverse, order)  # so placing by the wrong one of the two would be caught
+    positions = np.split(inverse, [3, 5])
+    want = torch.cat(parts)[torch.as_tensor(order)]
+    arrays = [p.float().numpy() for p in parts]  # the numpy arrays a component may serve
+    hooks, pool = MixtureHooks(), BufferPool() if pooled else None
+    got = hooks.concat([{"x": p, "n": a} for p, a in zip(parts, arrays)], positions, 9, pool)
+    assert got["x"].dtype == dtype and torch.equal(got["x"], want)
+    assert got["n"].dtype == np.float32 and np.array_equal(got["n"], np.concatenate(arrays)[order])
+    in_order = np.split(np.arange(9), [3, 5])
+    assert torch.equal(hooks.concat(parts, in_order, 9, pool), torch.cat(parts))  # as joined
+    # control: the batch placed by the other permutation is another batch
+    wrong = hooks.concat(parts, np.split(order, [3, 5]), 9, pool)
+    assert not torch.equal(wrong, want)

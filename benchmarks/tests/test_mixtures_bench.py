@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from benchmarks import mixtures
+from benchmarks import mixtures, mixtures_report, mixtures_robomimic
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RESULT = os.path.join(ROOT, "benchmarks", "results", "mixtures.json")
@@ -25,19 +25,44 @@ def test_smallest_setting_measures_every_loader_and_removes_its_data(tmp_path):
     assert not [r for r in rows if r.get("error")], [r["error"] for r in rows if r.get("error")]
 
     small = mixtures.SIZES["small"]
-    layouts = [r for r in rows if r["kind"] == "throughput" and r["setting"] == "layouts"]
-    assert [r["backend"] for r in layouts] == [mixtures.REFERENCE, *small["backends"]]
-    rates = [r for r in rows if r["kind"] == "throughput" and r["setting"] == "rates"]
-    assert [r["backend"] for r in rates] == [mixtures.REFERENCE, "gpu_resampler"]
-    for r in layouts + rates:
+    rm = small["robomimic"]
+    thr = [r for r in rows if r["kind"] == "throughput"]
+
+    def setting(framework, name):
+        return [r for r in thr if r["framework"] == framework and r["setting"] == name]
+
+    expected = {
+        ("lerobot", "layouts"): [mixtures.REFERENCE, *small["backends"]],
+        ("lerobot", "rates"): [mixtures.REFERENCE, "gpu_resampler"],
+        ("lerobot", "many"): [mixtures.REFERENCE, *small["backends"]],
+        ("robomimic", "layouts"): [mixtures.REFERENCE, *rm["backends"]],
+        ("robomimic", "rates"): [mixtures.REFERENCE, "gpu_resampler"],
+        ("robomimic", "many"): [mixtures.REFERENCE, *rm["backends"]],
+    }
+    for (framework, name), labels in expected.items():
+        assert [r["backend"] for r in setting(framework, name)] == labels, (framework, name)
+    assert len(thr) == sum(map(len, expected.values()))
+    for r in thr:
+        n = small["many_components"] if r["setting"] == "many" and r["framework"] == "lerobot" else 3
+        n = rm["many_components"] if r["setting"] == "many" and r["framework"] == "robomimic" else n
         assert r["samples_per_s"] > 0 and r["startup_s"] >= r["build_s"] > 0
         assert r["ratios"]["samples_per_s_vs_reference"] > 0
-        assert len(r["share"]) == 3 and abs(sum(r["share"]) - 1) < 1e-3
+        assert len(r["share"]) == n and abs(sum(r["share"]) - 1) < 1e-3, r
+        assert len(r["load_avg"]) == 2  # the machine's state beside the timing
     # the components really differ in layout and rate, and the mixture keeps the camera every one has
     comps = result["components"]
-    assert [c["rename"] for c in comps["layouts"]] == [layout[1] for layout in mixtures.LAYOUTS.values()]
-    assert [c["root"] for c in comps["rates"]] == ["a20", "b10", "c30"]
-    assert "20 fps" in next(r for r in rates if r["backend"] == "gpu_resampler")["summary"]
+    lr = comps["throughput"]
+    assert [c["rename"] for c in lr["layouts"]] == [layout[1] for layout in mixtures.LAYOUTS.values()]
+    assert [c["root"] for c in lr["rates"]] == ["a20", "b10", "c30"]
+    assert "20 fps" in next(r for r in setting("lerobot", "rates") if r["backend"] == "gpu_resampler")["summary"]
+    rc = comps["robomimic"]
+    assert [c["rename"] for c in rc["layouts"]] == list(mixtures_robomimic.LAYOUTS.values())
+    assert [c["path"] for c in rc["rates"]] == ["a20.hdf5", "b10.hdf5", "c30.hdf5"]
+    # robomimic's rates really differ: converted to 20 Hz, the 10 Hz file has about twice the windows, the 30 Hz
+    # one two thirds (the reference serves them at their own rates)
+    rates = {r["backend"]: r for r in setting("robomimic", "rates")}
+    assert rates["gpu_resampler"]["num_samples"] != rates[mixtures.REFERENCE]["num_samples"]
+    assert rates["gpu_resampler"]["frames"] == rates[mixtures.REFERENCE]["frames"]
 
     startup = [r for r in rows if r["kind"] == "startup"]
     settings = {(r["components"], r["frames_scale"]) for r in startup}
@@ -52,8 +77,8 @@ def test_smallest_setting_measures_every_loader_and_removes_its_data(tmp_path):
 
     assert sorted(os.listdir(tmp_path / "plots")) == ["mixtures_startup.png", "mixtures_throughput.png"]
     table = mixtures.tables(result)
-    for r in layouts:
-        assert f"`{r['backend']}`" in table
+    for framework, name in expected:
+        assert f"{mixtures_report.FRAMEWORK_NAMES[framework]}, {name}**" in table
 
 
 def test_data_is_never_generated_inside_the_repository(tmp_path):
