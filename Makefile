@@ -35,8 +35,8 @@ $(STAMP): pyproject.toml Makefile scripts/find_python312.sh
 	touch $(STAMP)
 
 # every test (the README's and CI's command): the package's unit and integration tests, the benchmark harness's
-# (benchmarks/tests) and the example third-party backend's; 29 min on a quiet 2-core machine (budget: 30; the 25
-# slowest are listed at the end, to see where the time goes)
+# (benchmarks/tests) and the example third-party backend's, in two processes (pytest-xdist; a module's tests stay
+# in one); 24-32 min measured on a 2-core machine other jobs shared (budget: 30; the 25 slowest are listed at the end)
 test: setup lint
 	$(PY) -m pytest -ra -p no:cacheprovider -n 2 --dist loadscope --durations=25 tests integration_tests benchmarks/tests examples/jpeg_backend/tests
 
