@@ -111,17 +111,3 @@ def act_losses(meta, sampler_of, dataset, batches_of, steps: int, chunk: int = 1
             )
     moved = max(float((p.detach() - q).abs().max()) for p, q in zip(policy.parameters(), initial, strict=True))
     return np.array(logs), moved
-
-
-def episode_sampler(ds, seed: int):
-    """The EpisodeAwareSampler lerobot-train 0.6.1 builds for ``ds`` (shuffled, with this seed)."""
-    from lerobot.datasets import EpisodeAwareSampler
-
-    return EpisodeAwareSampler(
-        ds.meta.episodes["dataset_from_index"],
-        ds.meta.episodes["dataset_to_index"],
-        episode_indices_to_use=ds.episodes,
-        shuffle=True,
-        seed=seed,
-        absolute_to_relative_idx=ds.absolute_to_relative_idx,
-    )

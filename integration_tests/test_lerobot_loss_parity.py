@@ -6,7 +6,8 @@ import pytest
 import torch
 from lerobot.datasets.lerobot_dataset import LeRobotDataset
 from lerobot_helpers import REPO, serve
-from loss_stats import ACT_METRICS, act_losses, episode_sampler
+from loss_stats import ACT_METRICS, act_losses
+from test_video_stream import sampler_for
 
 from benchmarks.harness.loss_curves import loss_curves_path, loss_run, write_loss_curves
 from robo_loaders_plugin.lerobot.integration import cycle
@@ -25,7 +26,7 @@ def train(root, backend, sampler_seed=3, steps=4, workers=0):
         loader = torch.utils.data.DataLoader(dataset, batch_size=8, sampler=sampler, num_workers=workers, **kw)
         return cycle(loader) if backend == "gpu_resampler" else loader
 
-    values, moved = act_losses(ds.meta, lambda: episode_sampler(ds, sampler_seed), ds, batches, steps)
+    values, moved = act_losses(ds.meta, lambda: sampler_for(ds, sampler_seed), ds, batches, steps)
     logs = [dict(zip(ACT_METRICS, row)) for row in values.tolist()]
     # how far the weights moved: 0 would mean the losses compared came from an untrained policy
     logs[-1]["weights_moved"] = moved

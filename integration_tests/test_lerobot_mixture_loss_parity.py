@@ -13,8 +13,9 @@ another sampler seed and other weights give other losses under the same comparis
 import numpy as np
 import pytest
 import torch
-from loss_stats import act_losses, episode_sampler
+from loss_stats import act_losses
 from test_lerobot_mixture import RENAME_C
+from test_video_stream import sampler_for
 
 from robo_loaders_plugin.lerobot.integration import choose, cycle
 from robo_loaders_plugin.lerobot.mixture import build_mixture, parse
@@ -54,7 +55,7 @@ def train(ds, backend="native", options=None, sampler_seed=3, weights=(1.0, 2.0,
     def batches(dataset, sampler):
         return cycle(torch.utils.data.DataLoader(dataset, batch_size=8, sampler=sampler, num_workers=0))
 
-    return act_losses(mix.meta, lambda: episode_sampler(mix, sampler_seed), mix, batches, STEPS, chunk=CHUNK)
+    return act_losses(mix.meta, lambda: sampler_for(mix, sampler_seed), mix, batches, STEPS, chunk=CHUNK)
 
 
 @pytest.fixture(scope="module")
