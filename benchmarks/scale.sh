@@ -106,7 +106,7 @@ for stage in "$@"; do
       locked robo-loaders convert lerobot "$W/L480" "$W/L480_shards" --num-workers "$workers" \
         | tee "$results/scale_l480_convert.txt"
       record convert-L480-lossless $((SECONDS - t0)) "$W/L480_shards"
-      for preset in act diffusion; do
+      for preset in ${PRESETS:-act diffusion}; do
         locked robo-loaders bench lerobot --root "$W/L480" --repo-id local/L480 --backends native,datapipe \
           --backend-kwargs "datapipe={\"shards\": \"$W/L480_shards\"}" \
           --batch-size 64 --num-workers "$workers" --batches "$batches" --delta-timestamps "$preset" --profile-samples 10 \

@@ -1,25 +1,29 @@
-"""What bounds a loader on R240 (docs/scale.md): each BC-RNN sample is 10 frames of 2 cameras at 240x240 (3.46 MB),
-so at these sizes every backend is a memory-bandwidth problem, and the ceiling is this machine's copy rate.
+"""What bounds an in-RAM loader (docs/scale.md): on R240 each BC-RNN sample is 10 frames of 2 cameras at 240x240
+(3.46 MB); on the 84x84 workloads W1 (robomimic) and W2 (LeRobot) a batch is a few MB copied hundreds of times a
+second. At these rates every backend is a memory-bandwidth problem, and the ceiling is this machine's copy rate.
 
-``python benchmarks/scale_ceiling.py OUT.json [NATIVE_RESULT.json]``: on a 4 GB array of R240-shaped frames (more than
-any CPU cache, every page resident), the rate of
+``python benchmarks/scale_ceiling.py OUT.json [NATIVE_RESULT.json] [--workload r240|w1|w2]``: on arrays shaped like
+the workload's frames (:data:`WORKLOADS`; R240's 4 GB is more than any CPU cache; every page resident), the rate of
 
 - ``memcpy``: one large contiguous copy (numpy ``copyto``), one thread and two;
 - ``gather``: batches of 16 random windows of 10 consecutive frames copied out, as an in-RAM backend serves them
   (numpy fancy indexing, one thread; ``torch.index_select`` with torch's threads, 1 and 2);
+- ``gather into reused buffers``: the torch gather written into the same output arrays every batch, as the recycled
+  batch buffers (``storage.buffers.BufferPool``) do;
 - ``gather + copy``: the same plus one more copy of each batch (what a batch built in a DataLoader worker costs
   again when it is handed to the training process);
 - the numpy gathers again in a process whose glibc keeps freed memory for reuse (``MALLOC_MMAP_THRESHOLD_`` 1 GB):
   glibc hands allocations above 32 MB (a batch is 55 MB) back to the kernel when freed, so every new batch
   page-faults all its pages in again; the difference is what that costs.
 
-Each rate is given in samples/s and, when the R240 result of ``benchmarks/scale.sh r240`` is named, as a multiple
-of native ``low_dim``'s samples/s measured there: the highest ratio any backend can reach here with that many
-copies. No dataset code runs.
+Each rate is given in samples/s and, when the workload's benchmark result is named (``benchmarks/scale.sh r240``,
+``robomimic_lift.sh``, ``lerobot.sh``), as a multiple of the native loader's samples/s measured there: the highest
+ratio any backend can reach here with that many copies. No dataset code runs.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import threading
@@ -27,9 +31,52 @@ import time
 
 import numpy as np
 
-FRAME = (2, 240, 240, 3)  # both cameras of one step
-WINDOW, BATCH = 10, 16
-SAMPLE_BYTES = WINDOW * int(np.prod(FRAME))
+
+@dataclasses.dataclass(frozen=True)
+class Workload:
+    """The shape of what one workload's batches copy: ``arrays`` arrays of ``rows`` steps of ``frame`` each (one per
+    camera, or per camera and ``obs``/``next_obs``), read as ``batch`` random windows of ``window`` steps."""
+
+    title: str
+    arrays: int
+    frame: tuple
+    rows: int
+    window: int
+    batch: int
+    native: str  # the native backend's row in the named result
+
+    @property
+    def sample_bytes(self) -> int:
+        return self.arrays * self.window * int(np.prod(self.frame))
+
+    @property
+    def array_bytes(self) -> int:
+        return self.arrays * self.rows * int(np.prod(self.frame))
+
+
+WORKLOADS = {
+    # both cameras of a step in one array, 4 GB: more than any CPU cache
+    "r240": Workload(
+        "R240 (2 cameras 240x240, BC-RNN windows of 10, batch 16)", 1, (2, 240, 240, 3), 12428, 10, 16, "native:low_dim"
+    ),
+    # benchmarks/robomimic_lift.sh's Lift-sized set: 200 demos of ~50 steps, obs and next_obs of 2 cameras
+    "w1": Workload(
+        "W1: robomimic 84x84 (2 cameras, obs and next_obs, BC-RNN windows of 10, batch 64)",
+        4,
+        (84, 84, 3),
+        10000,
+        10,
+        64,
+        "native:low_dim",
+    ),
+    # benchmarks/lerobot.sh's set: 10,540 frames of 2 cameras, diffusion windows (the previous frame and this one)
+    "w2": Workload(
+        "W2: LeRobot 84x84 (2 cameras, diffusion windows of 2 frames, batch 64)", 2, (3, 84, 84), 10540, 2, 64, "native"
+    ),
+}
+FRAME = WORKLOADS["r240"].frame  # kept for R240's earlier results
+WINDOW, BATCH = WORKLOADS["r240"].window, WORKLOADS["r240"].batch
+SAMPLE_BYTES = WORKLOADS["r240"].sample_bytes
 
 
 def _best(fn, repeat: int = 3) -> float:
@@ -55,46 +102,61 @@ def memcpy(src: np.ndarray, dst: np.ndarray, threads: int) -> float:
     return src.nbytes / _best(run)
 
 
-def gather(data: np.ndarray, batches: int, extra_copy: bool, torch_threads: int | None) -> float:
-    """Samples per second of ``batches`` batches of random windows copied out of ``data``."""
+def gather(
+    data, batches: int, extra_copy: bool, torch_threads: int | None, w: Workload | None = None, reuse: bool = False
+) -> float:
+    """Samples per second of ``batches`` batches of random windows copied out of ``data`` (one array, or one per
+    camera of workload ``w``); ``reuse``: into the same output arrays every batch (torch only), as the recycled
+    batch buffers do."""
+    w = w or WORKLOADS["r240"]
+    arrays = data if isinstance(data, list) else [data]
     rng = np.random.default_rng(0)
-    idx = rng.integers(len(data) - WINDOW, size=(batches, BATCH))[:, :, None] + np.arange(WINDOW)
+    idx = rng.integers(len(arrays[0]) - w.window, size=(batches, w.batch))[:, :, None] + np.arange(w.window)
     if torch_threads is None:
 
         def run():
             for b in range(batches):
-                out = data[idx[b].ravel()]
-                if extra_copy:
-                    out.copy()
+                for a in arrays:
+                    out = a[idx[b].ravel()]
+                    if extra_copy:
+                        out.copy()
     else:
         import torch
 
         torch.set_num_threads(torch_threads)
-        t_data = torch.from_numpy(data)
+        t_data = [torch.from_numpy(a) for a in arrays]
         t_idx = [torch.from_numpy(i.ravel()) for i in idx]
+        outs = [torch.empty((w.batch * w.window,) + a.shape[1:], dtype=a.dtype) for a in t_data]
 
         def run():
             for b in range(batches):
-                out = t_data.index_select(0, t_idx[b])
-                if extra_copy:
-                    out.clone()
+                for t, o in zip(t_data, outs):
+                    out = torch.index_select(t, 0, t_idx[b], out=o) if reuse else t.index_select(0, t_idx[b])
+                    if extra_copy:
+                        out.clone()
 
-    return batches * BATCH / _best(run)
+    return batches * w.batch / _best(run)
 
 
 KEEP_FREED = {"MALLOC_MMAP_THRESHOLD_": str(1 << 30), "MALLOC_TRIM_THRESHOLD_": str(2 << 30)}
 
 
-def _gathers_keeping_freed_memory() -> list[tuple[str, float]]:
+def _arrays(w: Workload):
+    """The workload's arrays, written (every page resident): one for R240's both cameras, one per camera otherwise."""
+    arrays = [np.ones((w.rows, *w.frame), dtype=np.uint8) for _ in range(w.arrays)]
+    return arrays[0] if w.arrays == 1 else arrays
+
+
+def _gathers_keeping_freed_memory(name: str) -> list[tuple[str, float]]:
     """The numpy gathers in a child process started with :data:`KEEP_FREED` (glibc reads it at start only)."""
     import os
     import subprocess
 
     here = os.path.dirname(os.path.abspath(__file__))
     code = (
-        f"import json, sys; sys.path.insert(0, {here!r}); import scale_ceiling as s, numpy as np; "
-        "d = np.ones(((4 << 30) // int(np.prod(s.FRAME)), *s.FRAME), np.uint8); "
-        "print(json.dumps([s.gather(d, 100, False, None), s.gather(d, 100, True, None)]))"
+        f"import json, sys; sys.path.insert(0, {here!r}); import scale_ceiling as s; "
+        f"w = s.WORKLOADS[{name!r}]; d = s._arrays(w); "
+        "print(json.dumps([s.gather(d, 100, False, None, w), s.gather(d, 100, True, None, w)]))"
     )
     p = subprocess.run(
         [sys.executable, "-c", code], env=dict(os.environ, **KEEP_FREED), capture_output=True, text=True, check=True
@@ -106,52 +168,65 @@ def _gathers_keeping_freed_memory() -> list[tuple[str, float]]:
     ]
 
 
-def main(out_path: str, native_path: str | None = None) -> dict:
-    frames = (4 << 30) // int(np.prod(FRAME))
-    data = np.ones((frames, *FRAME), dtype=np.uint8)  # written: every page resident
+def main(out_path: str, native_path: str | None = None, name: str = "r240") -> dict:
+    """Measure every rate of the module's docstring for workload ``name`` and write them to ``out_path``.
+
+    Args:
+        out_path: The result JSON.
+        native_path: A benchmark result with the workload's native row (its ratios are computed against it).
+        name: A key of :data:`WORKLOADS`.
+
+    Returns:
+        The result written.
+    """
+    w = WORKLOADS[name]
+    data = _arrays(w)
     native = None
     if native_path:
         with open(native_path) as f:
             rows = json.load(f)["results"]
-        native = next(r["samples_per_s"] for r in rows if r["backend"] == "native:low_dim")
+        native = next(r["samples_per_s"] for r in rows if r["backend"] == w.native)
     results = []
+    ratio = "vs_native_low_dim" if w.native == "native:low_dim" else "vs_native"
 
     def add(what, per_s, unit="samples/s"):
         row = {"what": what, unit.replace("/", "_per_"): per_s}
         if unit == "samples/s":
-            row["gb_per_s"] = per_s * SAMPLE_BYTES / 1e9
+            row["gb_per_s"] = per_s * w.sample_bytes / 1e9
             if native:
-                row["vs_native_low_dim"] = per_s / native
+                row[ratio] = per_s / native
         else:
-            row["samples_per_s_equivalent"] = per_s / SAMPLE_BYTES
+            row["samples_per_s_equivalent"] = per_s / w.sample_bytes
             if native:
-                row["vs_native_low_dim"] = per_s / SAMPLE_BYTES / native
+                row[ratio] = per_s / w.sample_bytes / native
         results.append(row)
         print(json.dumps(row))
 
-    half = data[: frames // 2]
+    first = data if isinstance(data, np.ndarray) else data[0]
+    half = first[: len(first) // 2]
     dst = np.empty_like(half)
     dst.fill(0)
     for threads in (1, 2):
         add(f"memcpy, {threads} thread(s), {half.nbytes / 1e9:.1f} GB", memcpy(half, dst, threads), "bytes/s")
     del dst
-    add("gather, numpy, 1 thread", gather(data, 100, False, None))
-    add("gather + copy, numpy, 1 thread", gather(data, 100, True, None))
+    add("gather, numpy, 1 thread", gather(data, 100, False, None, w))
+    add("gather + copy, numpy, 1 thread", gather(data, 100, True, None, w))
     for threads in (1, 2):
-        add(f"gather, torch index_select, {threads} thread(s)", gather(data, 100, False, threads))
-        add(f"gather + copy, torch, {threads} thread(s)", gather(data, 100, True, threads))
+        add(f"gather, torch index_select, {threads} thread(s)", gather(data, 100, False, threads, w))
+        add(f"gather + copy, torch, {threads} thread(s)", gather(data, 100, True, threads, w))
+        add(f"gather into reused buffers, torch, {threads} thread(s)", gather(data, 100, False, threads, w, True))
     del data
-    for what, per_s in _gathers_keeping_freed_memory():
+    for what, per_s in _gathers_keeping_freed_memory(name):
         add(what, per_s)
     from robo_loaders_plugin.bench.report import machine
 
     out = {
         "kind": "scale_ceiling",
-        "workload": "R240 (2 cameras 240x240, BC-RNN windows of 10, batch 16)",
-        "sample_bytes": SAMPLE_BYTES,
-        "array_bytes": frames * int(np.prod(FRAME)),
+        "workload": w.title,
+        "sample_bytes": w.sample_bytes,
+        "array_bytes": w.array_bytes,
         "keep_freed_env": KEEP_FREED,
-        "native_low_dim_samples_per_s": native,
+        f"{w.native.replace(':', '_')}_samples_per_s": native,
         "native_result": native_path,
         "machine": machine(),
         "results": results,
@@ -162,4 +237,11 @@ def main(out_path: str, native_path: str | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else None)
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out")
+    parser.add_argument("native", nargs="?")
+    parser.add_argument("--workload", choices=sorted(WORKLOADS), default="r240")
+    a = parser.parse_args()
+    main(a.out, a.native, a.workload)
