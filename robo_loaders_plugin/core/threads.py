@@ -7,6 +7,7 @@ sampler's order, so training sees exactly the native sequence.
 
 from __future__ import annotations
 
+import sys
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -28,11 +29,13 @@ def ordered_map[T, R](
         ``fn(item)``, in order. An exception raised by ``fn`` is raised here, at its item's turn.
 
     When the consumer stops early (robomimic stops an epoch after ``epoch_every_n_steps``) or the generator is
-    closed, queued items are cancelled and the running ones waited for, so no thread outlives the pass.
+    closed, queued items are cancelled and the running ones waited for, so no thread outlives the pass. A pass
+    still suspended when the interpreter exits ends quietly.
     """
     if threads <= 0:
         yield from map(fn, items)
         return
+    finalizing = sys.is_finalizing  # held here: at interpreter exit the module's globals may already be gone
     pool = ThreadPoolExecutor(int(threads), thread_name_prefix=name)
     pending: deque = deque()
     depth = max(1, int(depth))
@@ -44,4 +47,10 @@ def ordered_map[T, R](
         while pending:
             yield pending.popleft().result()
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+        try:
+            pool.shutdown(wait=True, cancel_futures=True)
+        except Exception:
+            # a pass left suspended until the interpreter exits is finalized after the modules the shutdown uses
+            # (``queue``); its threads are ending anyway, and the traceback would only alarm the user
+            if not finalizing():
+                raise
