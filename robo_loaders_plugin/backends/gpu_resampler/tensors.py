@@ -22,48 +22,6 @@ logger = get_logger(__name__)
 
 DEFAULT_VRAM_FRACTION = 0.5  # of the free memory of the training GPU, when max_device_memory is not given
 
-HUGE_PAGE = 2 << 20  # x86-64's transparent huge page; host tensors at least this big are advised to use them
-
-
-def _advise_huge_pages(t: torch.Tensor) -> None:
-    """Ask the kernel to back a large host tensor with transparent huge pages (``madvise(MADV_HUGEPAGE)``).
-
-    Why: a batch gathers rows at random from tensors of hundreds of MB. With 4 KiB pages every 21 KB frame row spans
-    six pages, each a TLB miss on a random read, and the gathers were measured 15-30% slower than from the same
-    tensor on 2 MiB pages (84x84 frames, 2 cores). Most distributions set THP to ``madvise``, so without the advice
-    the kernel never uses huge pages here. Called before the tensor is filled, so its pages are faulted in huge.
-    Where the kernel refuses (THP ``never``, not Linux), nothing changes.
-    """
-    import ctypes
-    import mmap
-
-    advice = getattr(mmap, "MADV_HUGEPAGE", None)
-    if advice is None or t.device.type != "cpu" or t.is_pinned() or t.nbytes < 2 * HUGE_PAGE:
-        return
-    start = -(-t.data_ptr() // HUGE_PAGE) * HUGE_PAGE
-    end = (t.data_ptr() + t.nbytes) // HUGE_PAGE * HUGE_PAGE
-    if end > start:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
-        libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), advice)
-
-
-def host_tensor(shape: tuple, dtype: torch.dtype, pinned: bool = False) -> torch.Tensor:
-    """An uninitialised host tensor for a tier, on transparent huge pages when it is large and not pinned.
-
-    Args:
-        shape: The tensor's shape.
-        dtype: Its dtype.
-        pinned: Page-locked (for uploads to a CUDA training device); pinned memory comes from CUDA's allocator and is
-            left as it is.
-
-    Returns:
-        The tensor (contents undefined).
-    """
-    t = torch.empty(shape, dtype=dtype, pin_memory=pinned)
-    _advise_huge_pages(t)
-    return t
-
 
 def _torch_dtype(dtype) -> torch.dtype:
     return torch.from_numpy(np.zeros(0, dtype=dtype)).dtype
@@ -176,11 +134,7 @@ class TensorFrames(FrameSource):
         self.storage, self.output_device, self.pinned = storage, output_device, pinned
         total = int(self.lengths.sum())
         self.tensors = {
-            k: (
-                host_tensor((total,) + tuple(v.shape), _torch_dtype(v.dtype), pinned)
-                if storage.type == "cpu"
-                else torch.empty((total,) + tuple(v.shape), dtype=_torch_dtype(v.dtype), device=storage)
-            )
+            k: torch.empty((total,) + tuple(v.shape), dtype=_torch_dtype(v.dtype), device=storage, pin_memory=pinned)
             for k, v in self.infos.items()
         }
         self.filled = np.zeros(len(self.lengths), dtype=bool)

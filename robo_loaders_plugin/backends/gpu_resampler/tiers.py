@@ -9,12 +9,7 @@ import warnings
 import numpy as np
 import torch
 
-from robo_loaders_plugin.backends.gpu_resampler.tensors import (
-    DEFAULT_VRAM_FRACTION,
-    TensorFrames,
-    _torch_dtype,
-    host_tensor,
-)
+from robo_loaders_plugin.backends.gpu_resampler.tensors import DEFAULT_VRAM_FRACTION, TensorFrames, _torch_dtype
 from robo_loaders_plugin.core.log import get_logger
 from robo_loaders_plugin.core.units import format_bytes
 from robo_loaders_plugin.frames.base import FieldInfo, broadcast_episodes
@@ -322,10 +317,8 @@ class TieredFrames(TensorFrames):
         for k, v in self.infos.items():
             dt = _torch_dtype(v.dtype)
             if not v.frames:
-                self.tensors[k] = (
-                    host_tensor((total,) + tuple(v.shape), dt, cuda)
-                    if first.type == "cpu"
-                    else torch.empty((total,) + tuple(v.shape), dtype=dt, device=first)
+                self.tensors[k] = torch.empty(
+                    (total,) + tuple(v.shape), dtype=dt, device=first, pin_memory=cuda and first.type == "cpu"
                 )
                 continue
             dev = (
@@ -334,7 +327,7 @@ class TieredFrames(TensorFrames):
                 else None
             )
             raw = (
-                host_tensor((self.raw_rows - self.dev_rows,) + tuple(v.shape), dt, cuda)
+                torch.empty((self.raw_rows - self.dev_rows,) + tuple(v.shape), dtype=dt, pin_memory=cuda)
                 if self.raw_rows > self.dev_rows
                 else None
             )
