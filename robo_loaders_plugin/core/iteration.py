@@ -17,7 +17,7 @@ import abc
 import contextlib
 import dataclasses
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol, cast
 
 import numpy as np
@@ -348,7 +348,8 @@ class SamplerBatches:
     released can instead build the same batches in threads, straight into the arrays that become the batch
     tensors. The DataLoader's own batch sampler supplies the indices and its generator is advanced exactly as
     ``DataLoader.__iter__`` advances it, so the sample order and the global RNG stream (hence the training losses)
-    are the same as with the DataLoader.
+    are the same as with the DataLoader. ``index_batches``, when given, computes those batches of indices faster
+    than iterating the batch sampler (the adapter's, for a sampler it knows; it answers ``None`` for any other).
     """
 
     def __init__(
@@ -359,8 +360,10 @@ class SamplerBatches:
         num_threads: int = 0,
         prefetch_per_thread: int = 2,
         seed_once: bool = False,
+        index_batches: Callable[[Any], Iterable[list] | None] | None = None,
     ):
         self.collate = collate
+        self.index_batches = index_batches
         self.batch_sampler = batch_sampler
         self.generator = generator
         self.num_threads = int(num_threads)
@@ -376,9 +379,10 @@ class SamplerBatches:
         if not (self.seed_once and self._seeded):
             draw_dataloader_base_seed(self.generator)
             self._seeded = True
-        yield from ordered_map(
-            self.collate, (list(indices) for indices in self.batch_sampler), self.num_threads, self.depth
-        )
+        batches = self.index_batches(self.batch_sampler) if self.index_batches is not None else None
+        if batches is None:
+            batches = (list(indices) for indices in self.batch_sampler)
+        yield from ordered_map(self.collate, batches, self.num_threads, self.depth)
 
 
 class RankBatches(BatchSource):
@@ -456,7 +460,11 @@ def in_process_compatible(data_loader) -> bool:
     )
 
 
-def pass_batches(data_loader, plan_for: Callable[[Any, Built], SamplingPlan]):
+def pass_batches(
+    data_loader,
+    plan_for: Callable[[Any, Built], SamplingPlan],
+    index_batches: Callable[[Any], Iterable[list] | None] | None = None,
+):
     """What one pass should iterate instead of ``data_loader``, by the kind of the backend choice that built its
     dataset.
 
@@ -464,6 +472,8 @@ def pass_batches(data_loader, plan_for: Callable[[Any, Built], SamplingPlan]):
         data_loader: The DataLoader the framework built.
         plan_for: ``plan_for(data_loader, built)`` describes the native pass (framework-specific), for a ``batch``
             backend, or an ``indexed`` one whose passes this process shares with others.
+        index_batches: ``index_batches(batch_sampler)``: the framework's faster equivalent of iterating its batch
+            sampler, or ``None`` where it has none (``indexed`` backends in one process; see :class:`SamplerBatches`).
 
     Returns:
         ``data_loader`` itself (``sample`` kind, or a DataLoader whose batches cannot be rebuilt in-process), a
@@ -488,6 +498,7 @@ def pass_batches(data_loader, plan_for: Callable[[Any, Built], SamplingPlan]):
                 data_loader.generator,
                 _batch_threads(indexed, data_loader),
                 seed_once=bool(data_loader.num_workers and data_loader.persistent_workers),
+                index_batches=index_batches,
             )
         logger.info(
             f"{built.choice.name}: this DataLoader has a custom collate_fn or worker_init_fn, so its "

@@ -305,7 +305,7 @@ def cycle(dataloader):
     built = iteration.built_by(getattr(dataloader, "dataset", None))
     if built is not None:
         check_same_setup(dataloader, built)
-    source = iteration.pass_batches(dataloader, sampling_plan)
+    source = iteration.pass_batches(dataloader, sampling_plan, compat.sampler_batches)
     if isinstance(source, iteration.BatchSource):
         logger.info(f"{built.choice.name}: lerobot-train's batches come from {source.describe()}")
     elif isinstance(source, iteration.SamplerBatches):
