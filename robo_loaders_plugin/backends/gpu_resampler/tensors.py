@@ -117,6 +117,34 @@ def _check_host_memory(nbytes: int, where: str) -> None:
         )
 
 
+def host_gather(src: torch.Tensor, rows: np.ndarray, out: torch.Tensor) -> torch.Tensor:
+    """Rows ``rows`` of a host tensor written into the host tensor ``out``, by numpy's ``take``: one thread, the GIL
+    released while it copies.
+
+    Why not ``torch.index_select``: batches are built by several threads at once (one per ``num_workers``), and
+    torch splits each gather over its intra-op thread pool as well, so on a machine with as many cores as batch
+    threads the two pools contend: a gather of R240-shaped rows (16 windows of 10 frames of 2 cameras 240x240) took
+    5-27 ms with torch's two threads, 3-6 ms by numpy's take on one (docs/scale.md).
+
+    Args:
+        src: The held tensor (on the CPU).
+        rows: Row indices (1-D, int64).
+        out: A C-contiguous CPU tensor of ``(len(rows),) + src.shape[1:]`` and ``src``'s dtype.
+
+    Returns:
+        ``out``.
+
+    Raises:
+        IndexError: a row outside ``src``.
+    """
+    if rows.size and (int(rows.min()) < 0 or int(rows.max()) >= src.shape[0]):
+        raise IndexError(f"rows {int(rows.min())}..{int(rows.max())} outside the {src.shape[0]} rows held")
+    # mode="clip" (the rows are checked above): numpy buffers the whole output of mode="raise" to undo a partial
+    # write, a second copy of every batch (2-4x slower on R240-shaped batches)
+    np.take(src.numpy(), rows, axis=0, out=out.numpy(), mode="clip")
+    return out
+
+
 class TensorFrames(FrameSource):
     """``fill(ep, arrays)`` every episode once; then ``gather`` returns tensors on ``output_device``."""
 
@@ -199,7 +227,8 @@ class TensorFrames(FrameSource):
         return torch.from_numpy(flat).to(self.storage, non_blocking=True)
 
     def gather(self, field, episodes, steps, pool=None) -> torch.Tensor:
-        """``field`` at (episode, step) pairs in one ``index_select`` (:meth:`FrameSource.gather`); from pinned host
+        """``field`` at (episode, step) pairs in one gather (:meth:`FrameSource.gather`; :func:`host_gather` on the
+        CPU, ``index_select`` on the GPU); from pinned host
         memory, gathered into pinned memory and uploaded to ``output_device`` with one non-blocking copy.
 
         Args:
@@ -218,17 +247,19 @@ class TensorFrames(FrameSource):
         if field not in self.tensors:
             self.info(field)  # raises the KeyError naming the fields held
         t = self.tensors[field]
-        idx = self._index(np.asarray(episodes), np.asarray(steps))
+        episodes, steps = np.asarray(episodes), np.asarray(steps)
+        if t.device.type != "cpu":
+            out = torch.index_select(t, 0, self._index(episodes, steps))
+            return out.reshape(tuple(np.shape(steps)) + tuple(t.shape[1:]))
+        rows = (self.starts[broadcast_episodes(episodes, steps)] + steps).reshape(-1)
+        shape = (rows.size,) + tuple(t.shape[1:])
         if self.pinned:  # gathered into pinned memory, then one non-blocking upload
-            out = torch.empty((idx.numel(),) + tuple(t.shape[1:]), dtype=t.dtype, pin_memory=True)
-            torch.index_select(t, 0, idx, out=out)
+            out = host_gather(t, rows, torch.empty(shape, dtype=t.dtype, pin_memory=True))
             out = out.to(self.output_device, non_blocking=True)
-        elif pool is not None and t.device.type == "cpu":
-            info = self.infos[field]
-            out = torch.from_numpy(pool.empty((idx.numel(),) + tuple(t.shape[1:]), info.dtype))
-            torch.index_select(t, 0, idx, out=out)
+        elif pool is not None:
+            out = host_gather(t, rows, torch.from_numpy(pool.empty(shape, self.infos[field].dtype)))
         else:
-            out = torch.index_select(t, 0, idx)
+            out = host_gather(t, rows, torch.empty(shape, dtype=t.dtype))
         return out.reshape(tuple(np.shape(steps)) + tuple(t.shape[1:]))
 
     def take(self, field, episodes, steps, out):

@@ -9,7 +9,12 @@ import warnings
 import numpy as np
 import torch
 
-from robo_loaders_plugin.backends.gpu_resampler.tensors import DEFAULT_VRAM_FRACTION, TensorFrames, _torch_dtype
+from robo_loaders_plugin.backends.gpu_resampler.tensors import (
+    DEFAULT_VRAM_FRACTION,
+    TensorFrames,
+    _torch_dtype,
+    host_gather,
+)
 from robo_loaders_plugin.core.log import get_logger
 from robo_loaders_plugin.core.units import format_bytes
 from robo_loaders_plugin.frames.base import FieldInfo, broadcast_episodes
@@ -492,12 +497,15 @@ class TieredFrames(TensorFrames):
         in_raw = rows < self.raw_rows
         if in_raw.all():
             assert raw is not None  # a tier exists whenever one of its rows is asked for
-            torch.index_select(raw, 0, torch.from_numpy(rows - self.dev_rows), out=staged)
+            host_gather(raw, rows - self.dev_rows, staged)
         else:
             r = np.flatnonzero(in_raw)
             if r.size:
                 assert raw is not None
-                staged[torch.from_numpy(r)] = torch.index_select(raw, 0, torch.from_numpy(rows[r] - self.dev_rows))
+                part = host_gather(
+                    raw, rows[r] - self.dev_rows, torch.empty((r.size,) + tuple(info.shape), dtype=raw.dtype)
+                )
+                staged[torch.from_numpy(r)] = part
             c = np.flatnonzero(~in_raw)
             assert comp is not None
             view = staged.numpy()
