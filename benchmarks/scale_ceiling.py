@@ -35,7 +35,7 @@ import numpy as np
 @dataclasses.dataclass(frozen=True)
 class Workload:
     """The shape of what one workload's batches copy: ``arrays`` arrays of ``rows`` steps of ``frame`` each (one per
-    camera, or per camera and ``obs``/``next_obs``), read as ``batch`` random windows of ``window`` steps."""
+    camera), read as ``batch`` random windows of ``window`` steps."""
 
     title: str
     arrays: int
@@ -59,12 +59,13 @@ WORKLOADS = {
     "r240": Workload(
         "R240 (2 cameras 240x240, BC-RNN windows of 10, batch 16)", 1, (2, 240, 240, 3), 12428, 10, 16, "native:low_dim"
     ),
-    # benchmarks/robomimic_lift.sh's Lift-sized set: 200 demos of ~50 steps, obs and next_obs of 2 cameras
+    # benchmarks/robomimic_lift.sh's Lift-sized set: 200 demos of ~50 steps, 2 cameras (robomimic's bc config does
+    # not load next_obs: train.hdf5_load_next_obs is False)
     "w1": Workload(
-        "W1: robomimic 84x84 (2 cameras, obs and next_obs, BC-RNN windows of 10, batch 64)",
-        4,
+        "W1: robomimic 84x84 (2 cameras, BC-RNN windows of 10, batch 64)",
+        2,
         (84, 84, 3),
-        10000,
+        10002,
         10,
         64,
         "native:low_dim",

@@ -11,8 +11,8 @@ from benchmarks import scale_ceiling as sc
 
 
 def test_each_workload_copies_the_bytes_its_batches_hold():
-    # W1: obs and next_obs of 2 cameras 84x84, windows of 10; W2: 2 cameras, 2 frames; R240: both cameras 240x240
-    assert sc.WORKLOADS["w1"].sample_bytes == 4 * 10 * 84 * 84 * 3
+    # W1: 2 cameras 84x84, windows of 10 (no next_obs); W2: 2 cameras, 2 frames; R240: both cameras 240x240
+    assert sc.WORKLOADS["w1"].sample_bytes == 2 * 10 * 84 * 84 * 3
     assert sc.WORKLOADS["w2"].sample_bytes == 2 * 2 * 3 * 84 * 84
     assert sc.WORKLOADS["r240"].sample_bytes == sc.SAMPLE_BYTES == 10 * 2 * 240 * 240 * 3
 
