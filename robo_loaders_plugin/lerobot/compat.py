@@ -631,6 +631,18 @@ def checks() -> list[Check]:
                 "what a pipeline-served backend serves per pass, and where --resume continues",
             )
         )
+        source = inspect.getsource(EpisodeAwareSampler)
+        private = [a for a in ("_epoch", "_start_index", "_num_frames", *_SAMPLER_ATTRS) if f"self.{a} =" not in source]
+        ok = not private and hasattr(EpisodeAwareSampler, "_epoch_generator")
+        rows.append(
+            Check(
+                "LeRobot private reads EpisodeAwareSampler._epoch/_start_index/_epoch_generator/_cum_lengths/...",
+                ok,
+                "computing a pass's indices with numpy"
+                + ("" if ok else f": {', '.join(private) or '_epoch_generator'} gone, the sampler is iterated instead"),
+                required=False,
+            )
+        )
     except (ImportError, OSError) as exc:
         rows.append(Check("LeRobot DatasetReader", False, str(exc)))
     return rows + _hf_checks()
