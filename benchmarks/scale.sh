@@ -8,7 +8,7 @@
 #   R240     robomimic HDF5, 2 cameras 240x240, 200 demos x 150 steps (30,000 steps, 10.4 GB of observation frames),
 #            render-like frames, next_obs images omitted (BC-RNN image configs do not load them)
 # Usage: benchmarks/scale.sh STAGE...  (generate-r240 generate-l480 generate-l480-h264 generate-l480-5g content
-#        r240 r240-native-all r240-ceiling l480-video l480-decode l480-gpu l480-datapipe l480-cache l480-5g
+#        r240 r240-gpu r240-native-all r240-ceiling l480-video l480-decode l480-gpu l480-datapipe l480-cache l480-5g
 #        l480-5g-unit-loads disk-read spilled-tier clean-conversions)
 # Every benchmark runs under `flock /work/bench.lock` so that it never overlaps another engineer's; results go to
 # benchmarks/results/scale_*.json (ratios against the native loader measured in the same run).
@@ -76,6 +76,10 @@ for stage in "$@"; do
         --seq-length 10 --batch-size 16 --num-workers "$workers" --batches "${R240_BATCHES:-300}" \
         --json "$results/scale_r240_bc_rnn_w${workers}.json" || true
       rm -rf "$W/R240_shards" ;;
+    r240-gpu)  # gpu_resampler held in RAM against native low_dim alone, one run (the copy-ceiling goal, docs/scale.md)
+      locked robo-loaders bench robomimic --dataset "$W/R240.hdf5" --backends native:low_dim,gpu_resampler \
+        --seq-length 10 --batch-size 16 --num-workers "$workers" --batches "${R240_BATCHES:-300}" \
+        --json "$results/scale_r240_gpu_w${workers}.json" || true ;;
     r240-native-all)  # robomimic's hdf5_cache_mode "all" holds every window: run alone, its address space capped
       # at 14 GiB (prlimit) so that it fails with a MemoryError instead of pushing the machine into the OOM killer
       locked prlimit --as=$((14 * 1024 * 1024 * 1024)) robo-loaders bench robomimic --dataset "$W/R240.hdf5" \
