@@ -79,9 +79,11 @@ def user(mode, src, log="") -> subprocess.Popen:
     )
 
 
-def line(proc: subprocess.Popen, timeout: float = 60, logs: bool = False) -> str | None:
+def line(proc: subprocess.Popen, timeout: float = 180, logs: bool = False) -> str | None:
     """The next line ``proc`` prints (``logs``: including robo-loaders' own messages), or None if it prints nothing
-    within ``timeout`` seconds."""
+    within ``timeout`` seconds. The default is long: three processes importing torch at once on a loaded 2-core
+    machine (``make test`` runs two test processes) took over 60 s to print their first line; a check that a
+    process does *not* print passes its own short timeout."""
     sel = selectors.DefaultSelector()
     sel.register(proc.stdout, selectors.EVENT_READ)
     while True:
