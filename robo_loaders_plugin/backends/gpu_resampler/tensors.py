@@ -222,9 +222,9 @@ class TensorFrames(FrameSource):
         except KeyError:
             raise KeyError(f"field {field!r} is not held (held: {sorted(self.infos)})") from None
 
-    def _index(self, episodes, steps) -> torch.Tensor:
-        flat = (self.starts[broadcast_episodes(episodes, steps)] + steps).reshape(-1)
-        return torch.from_numpy(flat).to(self.storage, non_blocking=True)
+    def _rows(self, episodes: np.ndarray, steps: np.ndarray) -> np.ndarray:
+        """The held rows of (episode, step) pairs, flattened: episodes lie end to end in every tensor."""
+        return (self.starts[broadcast_episodes(episodes, steps)] + steps).reshape(-1)
 
     def gather(self, field, episodes, steps, pool=None) -> torch.Tensor:
         """``field`` at (episode, step) pairs in one gather (:meth:`FrameSource.gather`; :func:`host_gather` on the
@@ -249,9 +249,10 @@ class TensorFrames(FrameSource):
         t = self.tensors[field]
         episodes, steps = np.asarray(episodes), np.asarray(steps)
         if t.device.type != "cpu":
-            out = torch.index_select(t, 0, self._index(episodes, steps))
+            idx = torch.from_numpy(self._rows(episodes, steps)).to(t.device, non_blocking=True)
+            out = torch.index_select(t, 0, idx)
             return out.reshape(tuple(np.shape(steps)) + tuple(t.shape[1:]))
-        rows = (self.starts[broadcast_episodes(episodes, steps)] + steps).reshape(-1)
+        rows = self._rows(episodes, steps)
         shape = (rows.size,) + tuple(t.shape[1:])
         if self.pinned:  # gathered into pinned memory, then one non-blocking upload
             out = host_gather(t, rows, torch.empty(shape, dtype=t.dtype, pin_memory=True))

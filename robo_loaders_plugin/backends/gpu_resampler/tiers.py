@@ -17,7 +17,7 @@ from robo_loaders_plugin.backends.gpu_resampler.tensors import (
 )
 from robo_loaders_plugin.core.log import get_logger
 from robo_loaders_plugin.core.units import format_bytes
-from robo_loaders_plugin.frames.base import FieldInfo, broadcast_episodes
+from robo_loaders_plugin.frames.base import FieldInfo
 
 logger = get_logger(__name__)
 
@@ -477,7 +477,7 @@ class TieredFrames(TensorFrames):
             return super().gather(field, episodes, steps, pool)
         info = self.infos[field]
         dev, raw, comp = self.parts[field]
-        g = (self.starts[broadcast_episodes(np.asarray(episodes), np.asarray(steps))] + np.asarray(steps)).reshape(-1)
+        g = self._rows(np.asarray(episodes), np.asarray(steps))
         shape = (g.size,) + tuple(info.shape)
         cuda = self.output_device.type == "cuda"
         in_dev = g < self.dev_rows
