@@ -108,12 +108,11 @@ def run(a: dict) -> dict:
         after the first, ``batch_latency_ms``, ``num_samples``, ``share`` (each component's share of the samples
         served), ``summary`` and ``baseline_pss_bytes``.
     """
-    import numpy as np
     import torch
     from lerobot.datasets.lerobot_dataset import LeRobotDataset, LeRobotDatasetMetadata
 
     from robo_loaders_plugin.bench.lerobot_run import train_loader
-    from robo_loaders_plugin.bench.runner import baseline_pss, time_loader
+    from robo_loaders_plugin.bench.runner import baseline_pss
     from robo_loaders_plugin.lerobot.presets import delta_timestamps
 
     torch.manual_seed(0)
@@ -143,22 +142,45 @@ def run(a: dict) -> dict:
         batches = cycle(loader)
         summary = summary_of(mix)
     build_s = time.perf_counter() - t
-    served = np.zeros(len(components), dtype=np.int64)
+    return dict(
+        timed_shares(batches, a["batches"], len(components), build_s),
+        num_samples=sum(len(n) for n in natives),
+        frames=sum(n.num_frames for n in natives),
+        summary=summary,
+        baseline_pss_bytes=baseline,
+    )
+
+
+def timed_shares(batches, timed: int, components: int, build_s: float) -> dict:
+    """``time_loader``'s timing of ``batches``, with the start-up and each component's share of what was served:
+    the part of a row both frameworks' mixture children measure the same way.
+
+    Args:
+        batches: The batches, each with a ``dataset_index`` (a tensor or an array).
+        timed: Batches timed after the first.
+        components: How many components the mixture has.
+        build_s: Seconds from the first metadata read to the loader built.
+
+    Returns:
+        ``time_loader``'s keys, ``build_s``, ``startup_s`` (``build_s`` plus the first batch) and ``share``.
+    """
+    import numpy as np
+
+    from robo_loaders_plugin.bench.runner import time_loader
+
+    served = np.zeros(components, dtype=np.int64)
 
     def count(batch):
-        served[:] += np.bincount(batch["dataset_index"].numpy(), minlength=len(components))
-        return len(batch["dataset_index"])
+        index = np.asarray(batch["dataset_index"])
+        served[:] += np.bincount(index, minlength=components)
+        return len(index)
 
-    timing = time_loader(batches, a["batches"], count)
+    timing = time_loader(batches, timed, count)
     return dict(
         timing,
         build_s=build_s,
         startup_s=build_s + timing["first_batch_s"],
-        num_samples=sum(len(n) for n in natives),
-        frames=sum(n.num_frames for n in natives),
         share=(served / max(1, served.sum())).round(4).tolist(),
-        summary=summary,
-        baseline_pss_bytes=baseline,
     )
 
 

@@ -136,7 +136,8 @@ def run(a: dict) -> dict:
     import robomimic.utils.obs_utils as ObsUtils
     import torch
 
-    from robo_loaders_plugin.bench.runner import baseline_pss, time_loader
+    from benchmarks.mixtures_child import timed_shares
+    from robo_loaders_plugin.bench.runner import baseline_pss
     from robo_loaders_plugin.robomimic.compat import register_observation_encoders
 
     register_observation_encoders()
@@ -183,20 +184,10 @@ def run(a: dict) -> dict:
         num_samples = len(mix)
         summary = summary_of(mix)
     build_s = time.perf_counter() - t
-    served = np.zeros(len(components), dtype=np.int64)
-
-    def count(batch):
-        served[:] += np.bincount(np.asarray(batch["dataset_index"]), minlength=len(components))
-        return len(batch["dataset_index"])
-
-    timing = time_loader(batches, a["batches"], count)
     return dict(
-        timing,
-        build_s=build_s,
-        startup_s=build_s + timing["first_batch_s"],
+        timed_shares(batches, a["batches"], len(components), build_s),
         num_samples=num_samples,
         frames=sum(frames_of(c["path"]) for c in components),
-        share=(served / max(1, served.sum())).round(4).tolist(),
         summary=summary,
         baseline_pss_bytes=baseline,
     )
