@@ -16,6 +16,7 @@ from robo_loaders_plugin.backends.datapipe.lerobot import LeRobotShardSamples
 from robo_loaders_plugin.lerobot.convert import convert_lerobot, verify_lerobot
 from robo_loaders_plugin.lerobot.integration import cycle, sampling_plan
 from robo_loaders_plugin.lerobot.presets import delta_timestamps
+from robo_loaders_plugin.testing import episode_aware_sampler
 
 BIN = os.path.dirname(sys.executable)
 NAMES = ["av1_1cam", "h264_3cam_multifile", "png_1cam"]
@@ -41,17 +42,8 @@ def shards(lerobot_datasets, tmp_path_factory):
 
 
 def sampler_for(nat, drop_n_last=0, seed=3):
-    from lerobot.datasets import EpisodeAwareSampler
-
-    return EpisodeAwareSampler(
-        nat.meta.episodes["dataset_from_index"],
-        nat.meta.episodes["dataset_to_index"],
-        episode_indices_to_use=nat.episodes,
-        drop_n_last_frames=drop_n_last,
-        shuffle=True,
-        seed=seed,
-        absolute_to_relative_idx=nat.absolute_to_relative_idx,
-    )
+    """lerobot-train's sampler for ``nat`` (seed 3 unless given)."""
+    return episode_aware_sampler(nat, seed=seed, drop_n_last=drop_n_last)
 
 
 def one_pass(ds, dataloader):

@@ -18,6 +18,7 @@ from robo_loaders_plugin.lerobot.integration import cycle, sampling_plan
 from robo_loaders_plugin.lerobot.presets import delta_timestamps
 from robo_loaders_plugin.sources.lerobot_v3 import LeRobotV3
 from robo_loaders_plugin.sources.nvdec import nvdec_problem
+from robo_loaders_plugin.testing import episode_aware_sampler
 
 NAMES = ["av1_1cam", "h264_3cam_multifile", "png_1cam"]
 
@@ -32,16 +33,8 @@ def native(root, preset="none", return_uint8=True, **kw):
 
 
 def sampler_for(nat, seed=3):
-    from lerobot.datasets import EpisodeAwareSampler
-
-    return EpisodeAwareSampler(
-        nat.meta.episodes["dataset_from_index"],
-        nat.meta.episodes["dataset_to_index"],
-        episode_indices_to_use=nat.episodes,
-        shuffle=True,
-        seed=seed,
-        absolute_to_relative_idx=nat.absolute_to_relative_idx,
-    )
+    """lerobot-train's sampler for ``nat`` (seed 3 unless given)."""
+    return episode_aware_sampler(nat, seed=seed)
 
 
 def video_bytes(root) -> int:

@@ -329,6 +329,32 @@ def _batch_indices(case, native, batch_size: int, batches: int, seed: int, exhau
     return out
 
 
+def episode_aware_sampler(native, seed: int = 0, drop_n_last: int = 0):
+    """The sampler ``lerobot-train`` builds for a dataset (``EpisodeAwareSampler`` over its episodes, shuffled), for
+    a DataLoader compared against the native one.
+
+    Args:
+        native: The ``LeRobotDataset`` (or a mixture with the same ``meta``, ``episodes`` and
+            ``absolute_to_relative_idx``).
+        seed: The sampler's seed.
+        drop_n_last: Frames dropped at the end of every episode (``drop_n_last_frames``).
+
+    Returns:
+        The ``EpisodeAwareSampler``.
+    """
+    from lerobot.datasets import EpisodeAwareSampler
+
+    return EpisodeAwareSampler(
+        native.meta.episodes["dataset_from_index"],
+        native.meta.episodes["dataset_to_index"],
+        episode_indices_to_use=native.episodes,
+        drop_n_last_frames=drop_n_last,
+        shuffle=True,
+        seed=seed,
+        absolute_to_relative_idx=native.absolute_to_relative_idx,
+    )
+
+
 # -- the checks ----------------------------------------------------------------------------------------------------
 def assert_same_samples(
     case,
@@ -472,19 +498,10 @@ def assert_same_pass(
                 ds, batch_size=batch_size, shuffle=True, num_workers=num_workers, drop_last=kind != BATCH
             )
     else:
-        from lerobot.datasets import EpisodeAwareSampler
-
         from robo_loaders_plugin.lerobot.integration import sampling_plan
 
         def loader(ds):
-            sampler = EpisodeAwareSampler(
-                native.meta.episodes["dataset_from_index"],
-                native.meta.episodes["dataset_to_index"],
-                episode_indices_to_use=native.episodes,
-                shuffle=True,
-                seed=seed,
-                absolute_to_relative_idx=native.absolute_to_relative_idx,
-            )
+            sampler = episode_aware_sampler(native, seed)
             torch.manual_seed(seed)  # workers' seeds (image transforms) come from torch's global RNG
             # spawned workers, as lerobot-train 0.6.1 starts them: a forked worker inherits the parent's open
             # torchcodec decoders and their file offsets, and LeRobotDataset fails in it at random ("Could not
