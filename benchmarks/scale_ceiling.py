@@ -2,7 +2,7 @@
 (3.46 MB); on the 84x84 workloads W1 (robomimic) and W2 (LeRobot) a batch is a few MB copied hundreds of times a
 second. At these rates every backend is a memory-bandwidth problem, and the ceiling is this machine's copy rate.
 
-``python benchmarks/scale_ceiling.py OUT.json [NATIVE_RESULT.json] [--workload r240|w1|w2]``: on arrays shaped like
+``python benchmarks/scale_ceiling.py OUT.json [NATIVE_RESULT.json] [--workload r240|w1|w2|l480]``: on arrays shaped like
 the workload's frames (:data:`WORKLOADS`; R240's 4 GB is more than any CPU cache; every page resident), the rate of
 
 - ``memcpy``: one large contiguous copy (numpy ``copyto``), one thread and two;
@@ -15,6 +15,13 @@ the workload's frames (:data:`WORKLOADS`; R240's 4 GB is more than any CPU cache
 - the numpy gathers again in a process whose glibc keeps freed memory for reuse (``MALLOC_MMAP_THRESHOLD_`` 1 GB):
   glibc hands allocations above 32 MB (a batch is 55 MB) back to the kernel when freed, so every new batch
   page-faults all its pages in again; the difference is what that costs.
+
+For L480 (``--workload l480``: 3 cameras 480x640, diffusion windows of 2 frames, batch 64, served by ``datapipe``
+from robo-shards) the frames are not in RAM but compressed on disk, so its ceiling is decompression instead
+(:func:`decompress_ceiling`): camera-like frames (``sample_data.camera``) compressed as the conversion stores them
+(channels last, the conversion's codec), decompressed by 1 and 2 threads into reused batches, with and without the
+put-back to the channels-first layout LeRobot serves (``storage.frame_layout.copy_served``), and the disk's
+sequential read rate (``scale_disk_read.json``) as the rate of the compressed bytes.
 
 Each rate is given in samples/s and, when the workload's benchmark result is named (``benchmarks/scale.sh r240``,
 ``robomimic_lift.sh``, ``lerobot.sh``), as a multiple of the native loader's samples/s measured there: the highest
@@ -74,7 +81,19 @@ WORKLOADS = {
     "w2": Workload(
         "W2: LeRobot 84x84 (2 cameras, diffusion windows of 2 frames, batch 64)", 2, (3, 84, 84), 10540, 2, 64, "native"
     ),
+    # docs/scale.md's L480 through datapipe: 3 cameras 480x640 served channels first, diffusion windows, batch 64;
+    # 24,000 steps (66.4 GB decoded): only :func:`decompress_ceiling` runs on it (no array of it is allocated)
+    "l480": Workload(
+        "L480: LeRobot 480x640 from robo-shards (3 cameras, diffusion windows of 2 frames, batch 64)",
+        3,
+        (3, 480, 640),
+        24000,
+        2,
+        64,
+        "native",
+    ),
 }
+SHARD_CODEC = {"codec": "lz4hc", "level": 5, "filter": "none"}  # the L480 conversion's (scale_l480_shard_ratio.json)
 FRAME = WORKLOADS["r240"].frame  # kept for R240's earlier results
 WINDOW, BATCH = WORKLOADS["r240"].window, WORKLOADS["r240"].batch
 SAMPLE_BYTES = WORKLOADS["r240"].sample_bytes
@@ -139,6 +158,111 @@ def gather(
     return batches * w.batch / _best(run)
 
 
+def camera_blobs(w: Workload, per_camera: int = 8) -> tuple[list[list[bytes]], float]:
+    """Camera-like frames of ``w``'s shape (``sample_data.camera``: texture, shake, sensor noise), compressed as the
+    conversion stores them: channels last, with :data:`SHARD_CODEC`.
+
+    Args:
+        w: The workload (``frame`` is (C, H, W) as served).
+        per_camera: Frames rendered per camera (they are reused round robin).
+
+    Returns:
+        ``(blobs per camera, the decoded/compressed ratio)``.
+    """
+    from robo_loaders_plugin.sample_data.camera import CameraScene
+    from robo_loaders_plugin.storage.codec import FrameCodec
+
+    codec = FrameCodec(**SHARD_CODEC)
+    blobs, raw, packed = [], 0, 0
+    for cam in range(w.arrays):
+        scene = CameraScene(w.frame[1:], cam, np.random.default_rng(cam))
+        mine = []
+        for i in range(per_camera):
+            frame = scene.render((0.4 + 0.02 * i, 0.6), (0.5, 0.3 + 0.02 * i), 0.5, i / 30.0)
+            mine.append(codec.compress(frame))
+            raw, packed = raw + frame.nbytes, packed + len(mine[-1])
+        blobs.append(mine)
+    return blobs, raw / packed
+
+
+def decompress_ceiling(w: Workload, blobs: list[list[bytes]], threads: int, batches: int, put_back: bool) -> float:
+    """Samples per second of ``threads`` threads each filling its own reused batch of ``w`` (``batch`` samples of
+    ``window`` steps of every camera) by decompressing one blob per frame (the GIL released), into a channels-last
+    scratch put back channels first into the batch (``put_back``), or straight into the batch's memory.
+
+    Args:
+        w: The workload.
+        blobs: :func:`camera_blobs`'s frames.
+        threads: Threads, each building ``batches`` batches.
+        batches: Batches per thread.
+        put_back: Put each frame back channels first (what LeRobot is served) instead of leaving it as stored.
+
+    Returns:
+        Samples per second over every thread (the best of 3 runs).
+    """
+    import blosc2
+
+    from robo_loaders_plugin.storage.frame_layout import CHANNELS_LAST, copy_served
+
+    c, h, wd = w.frame
+    outs = [np.empty((w.batch, w.window, w.arrays, c, h, wd), np.uint8) for _ in range(threads)]
+    scratches = [np.empty((h, wd, c), np.uint8) for _ in range(threads)]
+
+    def build(k: int) -> None:
+        out, scratch, n = outs[k], scratches[k], 0
+        for _ in range(batches):
+            for b in range(w.batch):
+                for s in range(w.window):
+                    for cam in range(w.arrays):
+                        blob = blobs[cam][n % len(blobs[cam])]
+                        n += 1
+                        if put_back:
+                            blosc2.decompress(blob, dst=scratch)
+                            copy_served(scratch, out[b, s, cam], CHANNELS_LAST)
+                        else:
+                            blosc2.decompress(blob, dst=out[b, s, cam])
+
+    def run():
+        ts = [threading.Thread(target=build, args=(k,)) for k in range(threads)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+
+    for o in outs:
+        o.fill(0)  # every page resident before timing, as a recycled batch is
+    return threads * batches * w.batch / _best(run)
+
+
+def _l480_results(w: Workload, add, batches: int = 3) -> dict:
+    """L480's rows (module docstring); returns what the result records beside them."""
+    import os
+
+    blobs, ratio = camera_blobs(w)
+    for threads in (1, 2):
+        add(
+            f"decompress, {threads} thread(s), left channels last",
+            decompress_ceiling(w, blobs, threads, batches, False),
+        )
+        add(
+            f"decompress + put back channels first, {threads} thread(s)",
+            decompress_ceiling(w, blobs, threads, batches, True),
+        )
+    disk = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "scale_disk_read.json")
+    extra = {"shard_codec": SHARD_CODEC, "sampled_ratio": round(ratio, 3)}
+    if os.path.exists(disk):
+        with open(disk) as f:
+            read = json.load(f)["read_bytes_per_s"]
+        stored = os.path.join(os.path.dirname(disk), "scale_l480_shard_ratio.json")
+        packed = ratio
+        if os.path.exists(stored):
+            with open(stored) as f:
+                packed = json.load(f)["stored_ratio"]  # what the conversion of L480 actually packed
+        add(f"sequential disk read of the shards' bytes ({packed:g}:1)", read * packed, "bytes/s")
+        extra.update(disk_read_bytes_per_s=read, stored_ratio=packed)
+    return extra
+
+
 KEEP_FREED = {"MALLOC_MMAP_THRESHOLD_": str(1 << 30), "MALLOC_TRIM_THRESHOLD_": str(2 << 30)}
 
 
@@ -181,7 +305,6 @@ def main(out_path: str, native_path: str | None = None, name: str = "r240") -> d
         The result written.
     """
     w = WORKLOADS[name]
-    data = _arrays(w)
     native = None
     if native_path:
         with open(native_path) as f:
@@ -203,6 +326,33 @@ def main(out_path: str, native_path: str | None = None, name: str = "r240") -> d
         results.append(row)
         print(json.dumps(row))
 
+    extra: dict = {}
+    if name == "l480":
+        extra = _l480_results(w, add)
+    else:
+        _copy_results(w, name, add)
+    from robo_loaders_plugin.bench.report import machine
+
+    out = {
+        "kind": "scale_ceiling",
+        "workload": w.title,
+        "sample_bytes": w.sample_bytes,
+        "array_bytes": w.array_bytes,
+        **({} if name == "l480" else {"keep_freed_env": KEEP_FREED}),
+        f"{w.native.replace(':', '_')}_samples_per_s": native,
+        "native_result": native_path,
+        "machine": machine(),
+        **extra,
+        "results": results,
+    }
+    with open(out_path, "w") as f:
+        json.dump(out, f, indent=1)
+    return out
+
+
+def _copy_results(w: Workload, name: str, add) -> None:
+    """The in-RAM workloads' rows (module docstring)."""
+    data = _arrays(w)
     first = data if isinstance(data, np.ndarray) else data[0]
     half = first[: len(first) // 2]
     dst = np.empty_like(half)
@@ -219,22 +369,6 @@ def main(out_path: str, native_path: str | None = None, name: str = "r240") -> d
     del data
     for what, per_s in _gathers_keeping_freed_memory(name):
         add(what, per_s)
-    from robo_loaders_plugin.bench.report import machine
-
-    out = {
-        "kind": "scale_ceiling",
-        "workload": w.title,
-        "sample_bytes": w.sample_bytes,
-        "array_bytes": w.array_bytes,
-        "keep_freed_env": KEEP_FREED,
-        f"{w.native.replace(':', '_')}_samples_per_s": native,
-        "native_result": native_path,
-        "machine": machine(),
-        "results": results,
-    }
-    with open(out_path, "w") as f:
-        json.dump(out, f, indent=1)
-    return out
 
 
 if __name__ == "__main__":

@@ -28,3 +28,43 @@ def test_gather_counts_samples_over_every_array(threads, reuse, monkeypatch):
         reuse = False  # numpy gathers have no reused variant
     assert sc.gather(data, 10, False, threads, small, reuse) == 10 * small.batch / 0.5
     assert len(calls) == 1
+
+
+def test_l480_blobs_are_the_frames_channels_last_and_the_ceiling_counts_every_thread(monkeypatch):
+    import blosc2
+
+    small = dataclasses.replace(sc.WORKLOADS["l480"], frame=(3, 24, 32), batch=4)
+    blobs, ratio = sc.camera_blobs(small, per_camera=2)
+    assert [len(b) for b in blobs] == [2, 2, 2] and ratio > 0  # noise-dominated tiny frames may not pack
+    frame = np.frombuffer(blosc2.decompress(blobs[0][0]), np.uint8)
+    assert frame.size == 24 * 32 * 3
+    calls = []
+    monkeypatch.setattr(sc, "_best", lambda fn, repeat=3: (calls.append(fn()), 0.5)[1])
+    for threads in (1, 2):
+        assert sc.decompress_ceiling(small, blobs, threads, 3, put_back=True) == threads * 3 * small.batch / 0.5
+    assert len(calls) == 2
+
+
+def test_l480_ceiling_puts_the_frames_back_channels_first(monkeypatch):
+    # what a batch of the ceiling holds: every frame as LeRobot serves it, (C, H, W); the control: left channels
+    # last, the same bytes are not the served frame
+    small = dataclasses.replace(sc.WORKLOADS["l480"], frame=(3, 24, 32), batch=1, window=1, arrays=1)
+    blobs, _ = sc.camera_blobs(small, per_camera=1)
+    import blosc2
+
+    stored = np.frombuffer(blosc2.decompress(blobs[0][0]), np.uint8).reshape(24, 32, 3)
+    seen = {}
+    real_empty = np.empty
+
+    def spy(shape, dtype):
+        a = real_empty(shape, dtype)
+        if len(shape) == 6:
+            seen.setdefault("out", []).append(a)
+        return a
+
+    monkeypatch.setattr(sc.np, "empty", spy)
+    monkeypatch.setattr(sc, "_best", lambda fn, repeat=3: (fn(), 1.0)[1])
+    sc.decompress_ceiling(small, blobs, 1, 1, put_back=True)
+    assert np.array_equal(seen["out"][-1][0, 0, 0], stored.transpose(2, 0, 1))
+    sc.decompress_ceiling(small, blobs, 1, 1, put_back=False)
+    assert not np.array_equal(seen["out"][-1][0, 0, 0], stored.transpose(2, 0, 1))
