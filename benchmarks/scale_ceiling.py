@@ -18,10 +18,11 @@ the workload's frames (:data:`WORKLOADS`; R240's 4 GB is more than any CPU cache
 
 For L480 (``--workload l480``: 3 cameras 480x640, diffusion windows of 2 frames, batch 64, served by ``datapipe``
 from robo-shards) the frames are not in RAM but compressed on disk, so its ceiling is decompression instead
-(:func:`decompress_ceiling`): camera-like frames (``sample_data.camera``) compressed as the conversion stores them
-(channels last, the conversion's codec), decompressed by 1 and 2 threads into reused batches, with and without the
-put-back to the channels-first layout LeRobot serves (``storage.frame_layout.copy_served``), and the disk's
-sequential read rate (``scale_disk_read.json``) as the rate of the compressed bytes.
+(:func:`decompress_ceiling`): camera-like frames (``sample_data.camera``, through an AV1 video as L480's were)
+compressed as the conversion stores them (channels last, the conversion's codec), decompressed by 1 and 2 threads
+into reused batches through the backends' own call (``FrameCodec.decompress_into``), with and without the put-back
+to the channels-first layout LeRobot serves (``storage.frame_layout.copy_served``), and the disk's sequential read
+rate (``scale_disk_read.json``) as the rate of the compressed bytes.
 
 Each rate is given in samples/s and, when the workload's benchmark result is named (``benchmarks/scale.sh r240``,
 ``robomimic_lift.sh``, ``lerobot.sh``), as a multiple of the native loader's samples/s measured there: the highest
@@ -158,31 +159,65 @@ def gather(
     return batches * w.batch / _best(run)
 
 
-def camera_blobs(w: Workload, per_camera: int = 8) -> tuple[list[list[bytes]], float]:
+def camera_blobs(w: Workload, per_camera: int = 8, via_video: bool = False) -> tuple[list[list[bytes]], float]:
     """Camera-like frames of ``w``'s shape (``sample_data.camera``: texture, shake, sensor noise), compressed as the
     conversion stores them: channels last, with :data:`SHARD_CODEC`.
 
+    Why ``via_video``: L480's shards hold frames decoded from its AV1 videos, which the encoder has smoothed (they
+    packed 1.745:1, where the frames as rendered pack ~1.2:1); with it the frames are written to a LeRobot dataset
+    by ``robo-loaders sample-data`` (AV1, as L480 was) and decoded back with torchcodec first.
+
     Args:
         w: The workload (``frame`` is (C, H, W) as served).
-        per_camera: Frames rendered per camera (they are reused round robin).
+        per_camera: Frames per camera (they are reused round robin).
+        via_video: Through an AV1 video first (slower: an encode and a decode).
 
     Returns:
         ``(blobs per camera, the decoded/compressed ratio)``.
     """
-    from robo_loaders_plugin.sample_data.camera import CameraScene
     from robo_loaders_plugin.storage.codec import FrameCodec
 
     codec = FrameCodec(**SHARD_CODEC)
-    blobs, raw, packed = [], 0, 0
+    frames = _video_frames(w, per_camera) if via_video else _rendered_frames(w, per_camera)
+    blobs = [[codec.compress(f) for f in cam] for cam in frames]
+    raw = sum(f.nbytes for cam in frames for f in cam)
+    return blobs, raw / sum(len(b) for cam in blobs for b in cam)
+
+
+def _rendered_frames(w: Workload, per_camera: int) -> list[list[np.ndarray]]:
+    from robo_loaders_plugin.sample_data.camera import CameraScene
+
+    out = []
     for cam in range(w.arrays):
         scene = CameraScene(w.frame[1:], cam, np.random.default_rng(cam))
-        mine = []
-        for i in range(per_camera):
-            frame = scene.render((0.4 + 0.02 * i, 0.6), (0.5, 0.3 + 0.02 * i), 0.5, i / 30.0)
-            mine.append(codec.compress(frame))
-            raw, packed = raw + frame.nbytes, packed + len(mine[-1])
-        blobs.append(mine)
-    return blobs, raw / packed
+        out.append(
+            [scene.render((0.4 + 0.02 * i, 0.6), (0.5, 0.3 + 0.02 * i), 0.5, i / 30.0) for i in range(per_camera)]
+        )
+    return out
+
+
+def _video_frames(w: Workload, per_camera: int) -> list[list[np.ndarray]]:
+    import glob
+    import os
+    import subprocess
+    import tempfile
+
+    from torchcodec.decoders import VideoDecoder
+
+    h, wd = w.frame[1:]
+    with tempfile.TemporaryDirectory(prefix="ceiling-l480-") as tmp:
+        root = os.path.join(tmp, "l480")
+        subprocess.run(
+            [sys.executable, "-m", "robo_loaders_plugin.cli", "sample-data", "lerobot", root, "--repo-id", "local/c",
+             "--episodes", "1", "--min-length", str(per_camera), "--max-length", str(per_camera), "--cameras",
+             str(w.arrays), "--image-size", f"{h}x{wd}", "--fps", "30", "--codec", "av1", "--content", "camera"],
+            check=True, capture_output=True,
+        )  # fmt: skip
+        out = []
+        for video in sorted(glob.glob(os.path.join(root, "videos", "*", "*", "*.mp4"))):
+            chw = VideoDecoder(video)[:].numpy()
+            out.append([np.ascontiguousarray(f.transpose(1, 2, 0)) for f in chw])
+    return out
 
 
 def decompress_ceiling(w: Workload, blobs: list[list[bytes]], threads: int, batches: int, put_back: bool) -> float:
@@ -200,8 +235,7 @@ def decompress_ceiling(w: Workload, blobs: list[list[bytes]], threads: int, batc
     Returns:
         Samples per second over every thread (the best of 3 runs).
     """
-    import blosc2
-
+    from robo_loaders_plugin.storage.codec import FrameCodec
     from robo_loaders_plugin.storage.frame_layout import CHANNELS_LAST, copy_served
 
     c, h, wd = w.frame
@@ -217,10 +251,10 @@ def decompress_ceiling(w: Workload, blobs: list[list[bytes]], threads: int, batc
                         blob = blobs[cam][n % len(blobs[cam])]
                         n += 1
                         if put_back:
-                            blosc2.decompress(blob, dst=scratch)
+                            FrameCodec.decompress_into(blob, scratch)
                             copy_served(scratch, out[b, s, cam], CHANNELS_LAST)
-                        else:
-                            blosc2.decompress(blob, dst=out[b, s, cam])
+                        else:  # the same bytes, left channels last in the batch's memory
+                            FrameCodec.decompress_into(blob, out[b, s, cam].reshape(scratch.shape))
 
     def run():
         ts = [threading.Thread(target=build, args=(k,)) for k in range(threads)]
@@ -238,7 +272,7 @@ def _l480_results(w: Workload, add, batches: int = 3) -> dict:
     """L480's rows (module docstring); returns what the result records beside them."""
     import os
 
-    blobs, ratio = camera_blobs(w)
+    blobs, ratio = camera_blobs(w, via_video=True)
     for threads in (1, 2):
         add(
             f"decompress, {threads} thread(s), left channels last",

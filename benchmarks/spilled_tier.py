@@ -65,7 +65,7 @@ def _mapped_in_sampler_order(self, rows, out):
     data = buffers[0]
     for j, (s, e, c) in enumerate(zip(begin[local].tolist(), end[local].tolist(), sums[local].tolist())):
         blob = data[s:e]
-        FrameCodec.decompress_into_unchecked(blob, out[j])
+        FrameCodec.decompress_into(blob, out[j])
         if checksum(blob) != c:
             raise self._damaged(int(rows[j]))
 
@@ -90,7 +90,7 @@ def _madvised_in_file_order(self, rows, out):
     data = buffers[0]
     for u, j in enumerate(first.tolist()):
         blob = data[int(offsets[u]) : int(e[j])]
-        FrameCodec.decompress_into_unchecked(blob, out[j])
+        FrameCodec.decompress_into(blob, out[j])
         if checksum(blob) != int(c[j]):
             raise self._damaged(int(rows[j]))
     rep = np.flatnonzero(first[inverse] != np.arange(len(rows)))

@@ -65,13 +65,13 @@ def unchecked(monkeypatch) -> None:
 
     def decode_frames(self, starts, ends, out, rows, **_):
         for s, e, r in zip(starts, ends, rows):
-            FrameCodec.decompress_into_unchecked(self._buf[s:e], out[r])
+            FrameCodec.decompress_into(self._buf[s:e], out[r])
 
     def decode_into(self, rows, out):
         (bufs, begin, end, _), buffers = self._rows()
         local = np.asarray(rows, dtype=np.int64) - self.first_row
         for j, (b, s, e) in enumerate(zip(bufs[local].tolist(), begin[local].tolist(), end[local].tolist())):
-            FrameCodec.decompress_into_unchecked(buffers[b][s:e], out[j])
+            FrameCodec.decompress_into(buffers[b][s:e], out[j])
 
     monkeypatch.setattr(EpisodeStore, "decode_frames", decode_frames)
     monkeypatch.setattr(StoreFrames, "_check_rows", lambda *a: None)

@@ -39,8 +39,8 @@ class EncodedFrames:
 
     @classmethod
     def from_member(cls, data: bytes, desc: dict, where: str) -> EncodedFrames:
-        """A frames member read from a shard, checked: the frame table and each frame's header (cheap); the hot path
-        then decodes unchecked.
+        """A frames member read from a shard, checked: the frame table and each frame's header (cheap), so that a
+        damaged member is refused as it is read rather than at a frame's first decode.
 
         Args:
             data: The member's bytes (the frames' Blosc2 chunks, back to back).
@@ -138,7 +138,7 @@ class EncodedFrames:
             ShardError: a frame cannot be decompressed (damage the member's CRC did not catch).
         """
         data, offs = self.data, self.offsets
-        decompress = FrameCodec.decompress_into_unchecked
+        decompress = FrameCodec.decompress_into
         rows = range(len(indices)) if out_rows is None else out_rows
         try:
             if self.layout is None:
@@ -149,7 +149,7 @@ class EncodedFrames:
             for j, i in zip(rows, indices):
                 decompress(data[offs[i] : offs[i + 1]], served.slot(j))
             served.flush()
-        except RuntimeError as exc:  # Blosc2's "Cannot decompress"; the CRC makes this a hostile-input case
+        except CodecError as exc:  # a frame Blosc2 refuses; the CRC makes this a hostile-input case
             raise ShardError(f"{self.where}: frame {i} cannot be decompressed ({exc})") from None
 
     def decode_all(self) -> np.ndarray:

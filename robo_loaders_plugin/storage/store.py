@@ -636,9 +636,9 @@ class EpisodeStore:
     def check_blobs(
         self, key: str, starts: np.ndarray, ends: np.ndarray, expected: np.ndarray, frames=None, sums=None
     ) -> None:
-        """Check blobs' declared sizes so that the hot path can decode them unchecked: the Blosc2 header of each
-        blob read with numpy (its uncompressed and compressed sizes), the blobs that disagree then parsed by Blosc2
-        for the error (a call per frame took ~1.5 s per million frames).
+        """Check blobs' declared sizes up front, so that a damaged header is named before any batch: the Blosc2
+        header of each blob read with numpy (its uncompressed and compressed sizes), the blobs that disagree then
+        parsed by Blosc2 for the error (a call per frame took ~1.5 s per million frames).
 
         Args:
             key: The field (for messages).
@@ -675,7 +675,8 @@ class EpisodeStore:
     ) -> None:
         """Decompress blob ``[starts[j], ends[j])`` into ``out[rows[j]]`` and check it against ``sums[j]``. Each
         blob's size was checked once before (:meth:`check_blobs`, through :meth:`blob_bounds` or a reader's first
-        decode of it), so Blosc2 decodes it unchecked. Frames stored channels last (``layout``) are decompressed
+        decode of it); the decode checks only its header's size again (``FrameCodec.decompress_into``), on a copy of the
+        blob (the mapped bytes may change under the read). Frames stored channels last (``layout``) are decompressed
         into a scratch of a few frames and copied into their rows as served (``frame_layout.ServedRows``).
 
         Why the checksum after decoding, not before: bytes that change between a check and the decode would be
@@ -697,10 +698,10 @@ class EpisodeStore:
                 built); the message names the file, the episode, the field and the frame.
         """
         buf = self._view
-        decompress = FrameCodec.decompress_into_unchecked
+        decompress = FrameCodec.decompress_into
         served = frame_layout.ServedRows(out, layout)
         for j, (s, e, r, c) in enumerate(zip(starts, ends, rows, sums)):
-            blob = buf[s:e]
+            blob = bytes(buf[s:e])  # a copy: the mapped bytes checked, decompressed and summed are the same bytes
             try:
                 decompress(blob, served.slot(r))
             except Exception as exc:  # noqa: BLE001 - Blosc2's RuntimeError names nothing: name the frame

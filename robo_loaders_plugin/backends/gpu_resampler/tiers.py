@@ -228,7 +228,7 @@ class CompressedRows:
             )
             return
         (bufs, begin, end, _), buffers = self._rows()  # host memory: this process's own
-        decompress = FrameCodec.decompress_into_unchecked
+        decompress = FrameCodec.decompress_into
         for j, (b, s, e) in enumerate(zip(bufs[local].tolist(), begin[local].tolist(), end[local].tolist())):
             decompress(buffers[b][s:e], out[j])
 
