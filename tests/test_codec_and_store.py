@@ -41,23 +41,32 @@ def test_codec_errors():
 
 
 def test_decompression_releases_the_gil_and_never_writes_past_its_output():
-    """Batch threads decompress side by side only if Blosc2 releases the GIL (``set_releasegil``, set at import;
-    ``blosc2.decompress`` holds it whatever that says). ``decompress2`` writes as many bytes as the header says, so a
-    header announcing more than the output holds must be refused before it runs; the control: Blosc2 itself, given
-    that header, writes past a smaller output's end (seen in a guard region after it)."""
+    """Batch threads decompress large frames side by side only if Blosc2 releases the GIL (``set_releasegil``, set at
+    import; ``blosc2.decompress`` holds it whatever that says). ``decompress2`` writes as many bytes as the header
+    says, so a header announcing more than the output holds must be refused before it runs; the control: Blosc2
+    itself, given that header, writes past a smaller output's end (seen in a guard region after it). Small frames
+    keep ``decompress``, which writes at most the output's size."""
     import blosc2
+
+    from robo_loaders_plugin.storage.codec import GIL_FREE_MIN_BYTES
 
     assert blosc2.set_releasegil(True) is True  # already set by importing the codec
     c = FrameCodec()
-    f = frames(1)[0]
-    blob = c.compress(f)
-    guard = np.full(2 * f.nbytes, 7, np.uint8)
-    small = guard[: f.nbytes // 2]
-    with pytest.raises(CodecError, match="expected"):
-        c.decompress_into(blob, small)
-    assert (guard[f.nbytes // 2 :] == 7).all()  # nothing written beyond the output
-    blosc2.decompress2(blob, dst=guard[: f.nbytes // 2], nthreads=1)  # the control: unguarded, it writes on
-    assert not (guard[f.nbytes // 2 : f.nbytes] == 7).all()
+    rng = np.random.default_rng(0)
+    for side in (24, 160):  # 1.7 kB (decompress) and 77 kB (decompress2)
+        f = rng.integers(0, 4, (side, side, 3), dtype=np.uint8)
+        assert (f.nbytes >= GIL_FREE_MIN_BYTES) == (side == 160)
+        blob = c.compress(f)
+        out = np.empty_like(f)
+        c.decompress_into(blob, out, shared=True)
+        assert out.tobytes() == f.tobytes()
+        guard = np.full(2 * f.nbytes, 7, np.uint8)
+        half = f.nbytes // 2
+        with pytest.raises(CodecError, match="expected"):
+            c.decompress_into(blob, guard[:half])
+        assert (guard[half:] == 7).all()  # nothing written beyond the output
+    blosc2.decompress2(blob, dst=guard[:half], nthreads=1)  # the control: unguarded, it writes on
+    assert not (guard[half : f.nbytes] == 7).all()
 
 
 def build(path, **kw):

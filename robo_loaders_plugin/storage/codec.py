@@ -6,19 +6,23 @@ can be decompressed alone. Why Blosc2: it decompresses straight into a caller-pr
 LZ4 and Zstandard behind one API, and decompresses with the GIL released through its context API (below). The
 measured comparison that picked the default is in docs/codecs.md; ``benchmarks/codecs.py`` reproduces it.
 
-Why ``decompress2`` with ``set_releasegil(True)``: ``blosc2.decompress`` holds the GIL and goes through the
-library's global context, so batch threads decompressing side by side took turns: two threads decompressed 480x640
-frames at 0.9x the rate of one. ``decompress2`` decompresses with a context of its own, with the GIL released
-once ``set_releasegil(True)`` is set (process-wide; this module sets it at import): two threads then ran 1.75x one
-on 480x640 frames and 1.45x on 84x84 ones (one thread alone pays ~4 us more per call on 84x84 frames). It writes as
-many bytes as the blob's header announces, whatever the output holds, so every call checks that header against the
-output first (:meth:`FrameCodec.decompress_into`); blobs in memory another process may write (a mapped file) are
-copied first, so that the bytes checked are the bytes decompressed.
+Why ``decompress2`` with ``set_releasegil(True)`` for large frames: ``blosc2.decompress`` holds the GIL and goes
+through the library's global context, so batch threads decompressing side by side took turns: two threads
+decompressed 480x640 frames at 0.9x the rate of one. ``decompress2`` decompresses with a context of its own, with the
+GIL released once ``set_releasegil(True)`` is set (process-wide; this module sets it at import): two threads then ran
+1.75x one on 480x640 frames. Its per-call cost (~4 us) outweighs that on small frames (84x84: 1,280 frames of a
+robomimic batch decoded in 17.5 ms against 13.0), so frames under :data:`GIL_FREE_MIN_BYTES` keep ``decompress``.
+``decompress2`` writes as many bytes as the blob's header announces, whatever the output holds, so every large
+frame's header is checked against its output first (:meth:`FrameCodec.decompress_into`), on a copy where the blob
+lies in memory another process may write (a mapped file).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+from collections.abc import Callable
+from typing import Any
 
 import blosc2
 import numpy as np
@@ -33,6 +37,10 @@ FILTER_CHOICES = {
 DEFAULT_LEVEL = 5
 
 blosc2.set_releasegil(True)  # decompress2 and compress2 release the GIL (the module's docstring)
+# frames this large or larger are decompressed with the GIL released; below it the per-call cost of decompress2 (a
+# context, the header check, the GIL handed over: ~4 us) outweighs what two threads gain (84x84 frames: one
+# compressed_cache batch of 1,280 frames took 17.5 ms that way against 13.0 ms through decompress, one thread)
+GIL_FREE_MIN_BYTES = 64 << 10
 
 
 class CodecError(ValueError):
@@ -114,21 +122,53 @@ class FrameCodec:
             raise CodecError(f"{where}: corrupt compressed frame: holds {n} bytes, expected {nbytes}")
 
     @classmethod
-    def decompress_into(cls, blob, out: np.ndarray) -> None:
-        """Decompress one chunk straight into ``out``, after checking its header's size, with the GIL released.
+    def decoder(cls, frame_nbytes: int, shared: bool = False) -> Callable[[Any, np.ndarray], None]:
+        """:meth:`decompress_into` for frames of one size, chosen once per read: for small frames the call itself is
+        a noticeable part of each frame's cost (~0.7 us of 9), so they get the bare function.
 
-        The check is what keeps ``decompress2`` (which writes the header's size) inside ``out``; ``blob`` must not
-        change during the call (copy a blob of a mapped file first).
+        Args:
+            frame_nbytes: The size of every frame it will decompress.
+            shared: As :meth:`decompress_into`'s.
+
+        Returns:
+            ``decode(blob, out)``.
+        """
+        if frame_nbytes < GIL_FREE_MIN_BYTES:
+            return _decompress_small
+        return functools.partial(cls.decompress_into, shared=shared)
+
+    @classmethod
+    def decompress_into(cls, blob, out: np.ndarray, shared: bool = False) -> None:
+        """Decompress one chunk straight into ``out``: a frame of :data:`GIL_FREE_MIN_BYTES` or more with the GIL
+        released, after checking its header's size; a smaller one as before (module docstring).
 
         Args:
             blob: The compressed chunk.
             out: A writable, C-contiguous array of the frame's size.
+            shared: ``blob`` lies in memory another process may write (a mapped file): a large frame's blob is
+                copied first, so that the header checked is the header ``decompress2`` reads.
 
         Raises:
-            CodecError: the chunk does not hold ``out.nbytes`` bytes, or Blosc2 cannot decompress it.
+            CodecError: Blosc2 cannot decompress the chunk, or a large frame's chunk does not hold ``out.nbytes``
+                bytes (a small frame's size is checked where its table is loaded, and the stores check each frame's
+                sum after decoding it).
         """
+        if out.nbytes < GIL_FREE_MIN_BYTES:
+            _decompress_small(blob, out)
+            return
+        if shared:
+            blob = bytes(blob)
         cls.check_size(blob, out.nbytes)
         try:
             blosc2.decompress2(blob, dst=out, nthreads=1)
         except ValueError as exc:  # Blosc2's "Error while decompressing"
             raise CodecError(f"corrupt compressed frame ({exc})") from None
+
+
+def _decompress_small(blob, out: np.ndarray) -> None:
+    """A frame under :data:`GIL_FREE_MIN_BYTES`: ``blosc2.decompress`` (writes at most ``out.nbytes``)."""
+    try:
+        blosc2.decompress(blob, dst=out)
+    except RuntimeError:  # Blosc2's "Cannot decompress": say why when the header tells
+        FrameCodec.check_size(blob, out.nbytes)
+        raise CodecError("corrupt compressed frame (Blosc2 cannot decompress it)") from None

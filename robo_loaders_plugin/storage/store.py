@@ -675,9 +675,10 @@ class EpisodeStore:
     ) -> None:
         """Decompress blob ``[starts[j], ends[j])`` into ``out[rows[j]]`` and check it against ``sums[j]``. Each
         blob's size was checked once before (:meth:`check_blobs`, through :meth:`blob_bounds` or a reader's first
-        decode of it); the decode checks only its header's size again (``FrameCodec.decompress_into``), on a copy of the
-        blob (the mapped bytes may change under the read). Frames stored channels last (``layout``) are decompressed
-        into a scratch of a few frames and copied into their rows as served (``frame_layout.ServedRows``).
+        decode of it); a large frame's decode checks its header's size again, on a copy of the blob
+        (``FrameCodec.decompress_into``: the mapped bytes may change under the read). Frames stored channels last
+        (``layout``) are decompressed into a scratch of a few frames and copied into their rows as served
+        (``frame_layout.ServedRows``).
 
         Why the checksum after decoding, not before: bytes that change between a check and the decode would be
         decoded unseen; checked afterwards, any change before or during the decode is seen.
@@ -698,10 +699,10 @@ class EpisodeStore:
                 built); the message names the file, the episode, the field and the frame.
         """
         buf = self._view
-        decompress = FrameCodec.decompress_into
+        decompress = FrameCodec.decoder(out[0].nbytes if len(out) else 0, shared=True)  # a mapped file
         served = frame_layout.ServedRows(out, layout)
         for j, (s, e, r, c) in enumerate(zip(starts, ends, rows, sums)):
-            blob = bytes(buf[s:e])  # a copy: the mapped bytes checked, decompressed and summed are the same bytes
+            blob = buf[s:e]
             try:
                 decompress(blob, served.slot(r))
             except Exception as exc:  # noqa: BLE001 - Blosc2's RuntimeError names nothing: name the frame
