@@ -348,3 +348,18 @@ def _with_header(data: bytes, edit) -> bytes:
     hoff, hlen, _, end = store_module._FOOTER.unpack(data[-store_module._FOOTER.size :])
     header = json.dumps(edit(json.loads(data[hoff : hoff + hlen])), sort_keys=True).encode()
     return data[:hoff] + header + store_module._FOOTER.pack(hoff, len(header), zlib.crc32(header), end)
+
+
+def test_decompress_into_refuses_a_small_frame_whose_header_announces_fewer_bytes():
+    """A blob of a smaller frame decoded into a larger output would leave the output's tail as it was (stale bytes
+    served silently): ``decompress_into`` checks the header first. The control: the hot path's bare call (sizes
+    checked where the table is loaded) writes the blob's bytes and raises nothing."""
+    c = FrameCodec()
+    f = frames(1)[0]
+    blob = c.compress(f[:12])  # half the frame
+    out = np.full_like(f, 9)
+    with pytest.raises(CodecError, match="expected"):
+        c.decompress_into(blob, out)
+    assert (out == 9).all()
+    FrameCodec.decoder(out.nbytes)(blob, out)
+    assert out[:12].tobytes() == f[:12].tobytes() and (out[12:] == 9).all()

@@ -123,8 +123,10 @@ class FrameCodec:
 
     @classmethod
     def decoder(cls, frame_nbytes: int, shared: bool = False) -> Callable[[Any, np.ndarray], None]:
-        """:meth:`decompress_into` for frames of one size, chosen once per read: for small frames the call itself is
-        a noticeable part of each frame's cost (~0.7 us of 9), so they get the bare function.
+        """The hot path's :meth:`decompress_into` for frames of one size, chosen once per read. Small frames get the
+        bare ``blosc2.decompress`` call without the header check (the call and the check are a noticeable part of
+        each frame's ~9 us): their sizes were checked where their tables were loaded, ``decompress`` writes at most
+        the output's size, and the stores check each frame's sum after decoding it.
 
         Args:
             frame_nbytes: The size of every frame it will decompress.
@@ -139,8 +141,9 @@ class FrameCodec:
 
     @classmethod
     def decompress_into(cls, blob, out: np.ndarray, shared: bool = False) -> None:
-        """Decompress one chunk straight into ``out``: a frame of :data:`GIL_FREE_MIN_BYTES` or more with the GIL
-        released, after checking its header's size; a smaller one as before (module docstring).
+        """Decompress one chunk straight into ``out``, after checking its header's size: a frame of
+        :data:`GIL_FREE_MIN_BYTES` or more with the GIL released (module docstring). The hot paths, whose sizes were
+        checked where their tables were loaded, take :meth:`decoder`'s function instead.
 
         Args:
             blob: The compressed chunk.
@@ -149,16 +152,14 @@ class FrameCodec:
                 copied first, so that the header checked is the header ``decompress2`` reads.
 
         Raises:
-            CodecError: Blosc2 cannot decompress the chunk, or a large frame's chunk does not hold ``out.nbytes``
-                bytes (a small frame's size is checked where its table is loaded, and the stores check each frame's
-                sum after decoding it).
+            CodecError: the chunk does not hold ``out.nbytes`` bytes, or Blosc2 cannot decompress it.
         """
+        if shared and out.nbytes >= GIL_FREE_MIN_BYTES:
+            blob = bytes(blob)
+        cls.check_size(blob, out.nbytes)
         if out.nbytes < GIL_FREE_MIN_BYTES:
             _decompress_small(blob, out)
             return
-        if shared:
-            blob = bytes(blob)
-        cls.check_size(blob, out.nbytes)
         try:
             blosc2.decompress2(blob, dst=out, nthreads=1)
         except ValueError as exc:  # Blosc2's "Error while decompressing"
