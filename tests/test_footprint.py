@@ -154,80 +154,32 @@ def test_tier_budgets_move_the_boundaries_monotonically():
     assert raws == sorted(raws) and raws[0] < raws[-1] == 20
 
 
+def planned(units, **given):
+    """``buffer_plan`` with the defaults these tests share (no budget given, shuffle buffer 16, no batch bytes)."""
+    kw = dict(cache_memory=None, cache_episodes=None, shuffle_buffer=16, shuffle_given=False, batch_bytes=0)
+    kw.update(given)
+    return buffer_plan(units, prefetch=kw.pop("prefetch", 2), option_prefix="p", **kw)
+
+
 # -- buffers -------------------------------------------------------------------------------------------------------
 def test_buffers_are_sized_in_bytes_unless_cache_episodes_is_given():
     units = np.full(50, 100 * 2**20, np.int64)  # 100 MiB per unit
-    plan = buffer_plan(
-        units,
-        cache_memory=1 << 30,
-        cache_episodes=None,
-        shuffle_buffer=16,
-        shuffle_given=False,
-        batch_bytes=0,
-        prefetch=2,
-        option_prefix="p",
-    )
+    plan = planned(units, cache_memory=1 << 30)
     assert plan.capacity == 10 and plan.shuffle_buffer == 5 and plan.footprint.host_bytes == 10 * 100 * 2**20
     assert "cache_memory=1.1 GB" in plan.footprint.bound
-    kept = buffer_plan(
-        units,
-        cache_memory=None,
-        cache_episodes=40,
-        shuffle_buffer=16,
-        shuffle_given=False,
-        batch_bytes=0,
-        prefetch=2,
-        option_prefix="p",
-    )
+    kept = planned(units, cache_episodes=40)
     assert kept.capacity == 40 and kept.shuffle_buffer == 16 and kept.footprint.host_bytes == 40 * 100 * 2**20
-    small = buffer_plan(
-        np.full(5, 10**6),
-        cache_memory=None,
-        cache_episodes=None,
-        shuffle_buffer=16,
-        shuffle_given=False,
-        batch_bytes=10,
-        prefetch=2,
-        option_prefix="p",
-    )
+    small = planned(np.full(5, 10**6), batch_bytes=10)
     assert small.capacity == 5 and small.shuffle_buffer == 16  # small episodes: the defaults as before
-    given = buffer_plan(
-        units,
-        cache_memory=1 << 30,
-        cache_episodes=None,
-        shuffle_buffer=8,
-        shuffle_given=True,
-        batch_bytes=0,
-        prefetch=2,
-        option_prefix="p",
-    )
+    given = planned(units, cache_memory=1 << 30, shuffle_buffer=8, shuffle_given=True)
     assert given.shuffle_buffer == 8 and given.capacity == 16
 
 
 def test_batches_in_flight_are_the_prefetched_one_per_thread_and_the_one_training_holds():
     units = np.full(4, 1000, np.int64)
-    known = buffer_plan(
-        units,
-        cache_memory=None,
-        cache_episodes=4,
-        shuffle_buffer=2,
-        shuffle_given=False,
-        batch_bytes=100,
-        prefetch=2,
-        option_prefix="p",
-        threads=3,
-    )
+    known = planned(units, cache_episodes=4, shuffle_buffer=2, batch_bytes=100, threads=3)
     assert known.footprint.host_bytes == 4 * 1000 + (2 + 3 + 1) * 100 and "6 batches in flight" in known.footprint.bound
-    named = buffer_plan(
-        units,
-        cache_memory=None,
-        cache_episodes=4,
-        shuffle_buffer=2,
-        shuffle_given=False,
-        batch_bytes=0,
-        prefetch=2,
-        option_prefix="p",
-    )
+    named = planned(units, cache_episodes=4, shuffle_buffer=2)
     assert "2 prefetched + 1 per num_workers thread + 1 held by training" in named.footprint.bound
 
 
@@ -428,17 +380,7 @@ def test_the_default_buffer_holds_the_whole_dataset_when_it_takes_a_small_share_
     whole = int(units.sum())
 
     def plan(available):
-        return buffer_plan(
-            units,
-            cache_memory=None,
-            cache_episodes=None,
-            shuffle_buffer=16,
-            shuffle_given=False,
-            batch_bytes=0,
-            prefetch=2,
-            option_prefix="p",
-            available_bytes=available,
-        )
+        return planned(units, available_bytes=available)
 
     roomy = plan(int(whole / WHOLE_DATASET_SHARE) + 1)
     assert roomy.capacity == len(units) and roomy.footprint.host_bytes == whole
@@ -446,10 +388,7 @@ def test_the_default_buffer_holds_the_whole_dataset_when_it_takes_a_small_share_
     tight = plan(int(whole / WHOLE_DATASET_SHARE / 3))
     assert tight.capacity == DEFAULT_CACHE_MEMORY // (36 * 10**6) < len(units)
     assert "cache_memory=1.0 GB, the default: the whole dataset, 1.7 GB, is above 25% of the" in tight.footprint.bound
-    given = buffer_plan(
-        units, cache_memory=5 * 10**8, cache_episodes=None, shuffle_buffer=16, shuffle_given=False, batch_bytes=0,
-        prefetch=2, option_prefix="p", available_bytes=10**12,
-    )  # fmt: skip
+    given = planned(units, cache_memory=5 * 10**8, available_bytes=10**12)
     assert given.capacity == 13 and "cache_memory=500.0 MB" in given.footprint.bound
 
 
