@@ -190,7 +190,9 @@ def run_child(module: str, args: dict, label: str, log_dir: str, timeout: float,
         res = json.load(f)
     res.update(
         backend=label,
-        peak_mem_bytes=mem.peak_pss,
+        # the child's own PSS before its data (baseline_pss_bytes) is a moment of the tree's life the 0.5-s samples
+        # can miss, and PSS moves as other processes map the same libraries: the peak is at least that moment
+        peak_mem_bytes=max(mem.peak_pss, int(res.get("baseline_pss_bytes") or 0)),
         peak_rss_sum_bytes=mem.peak_rss,
         shm_bytes=mem.peak_shm,
         peak_anon_bytes=mem.peak_anon,
