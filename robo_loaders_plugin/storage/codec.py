@@ -37,10 +37,7 @@ FILTER_CHOICES = {
 DEFAULT_LEVEL = 5
 
 blosc2.set_releasegil(True)  # decompress2 and compress2 release the GIL (the module's docstring)
-# frames this large or larger are decompressed with the GIL released; below it the per-call cost of decompress2 (a
-# context, the header check, the GIL handed over: ~4 us) outweighs what two threads gain (84x84 frames: one
-# compressed_cache batch of 1,280 frames took 17.5 ms that way against 13.0 ms through decompress, one thread)
-GIL_FREE_MIN_BYTES = 64 << 10
+GIL_FREE_MIN_BYTES = 64 << 10  # frames this large or larger take decompress2 (the module's docstring says why)
 
 
 class CodecError(ValueError):

@@ -40,7 +40,8 @@ class EncodedFrames:
     @classmethod
     def from_member(cls, data: bytes, desc: dict, where: str) -> EncodedFrames:
         """A frames member read from a shard, checked: the frame table and each frame's header (cheap), so that a
-        damaged member is refused as it is read rather than at a frame's first decode.
+        damaged member is refused as it is read, and the hot path decodes small frames without checking each header
+        again (``FrameCodec.decoder``).
 
         Args:
             data: The member's bytes (the frames' Blosc2 chunks, back to back).

@@ -636,7 +636,8 @@ class EpisodeStore:
     def check_blobs(
         self, key: str, starts: np.ndarray, ends: np.ndarray, expected: np.ndarray, frames=None, sums=None
     ) -> None:
-        """Check blobs' declared sizes up front, so that a damaged header is named before any batch: the Blosc2
+        """Check blobs' declared sizes up front, so that a damaged header is named before any batch and the hot path
+        decodes small frames without checking each header again (``FrameCodec.decoder``): the Blosc2
         header of each blob read with numpy (its uncompressed and compressed sizes), the blobs that disagree then
         parsed by Blosc2 for the error (a call per frame took ~1.5 s per million frames).
 
