@@ -246,3 +246,21 @@ def test_a_cache_of_the_earlier_format_is_removed_and_built_again_channels_last(
     assert served(store) == want
     store.close()
     hold.release()
+
+
+def test_channels_first_copies_a_decoders_channels_first_view_exactly():
+    """torchcodec hands back (N, C, H, W) views of (N, H, W, C) memory; ``channels_first`` makes them C-contiguous
+    with OpenCV, byte for byte what numpy's transpose gives; anything else goes through numpy unchanged. Control:
+    planes written in another order are caught by the same comparison."""
+    from robo_loaders_plugin.storage.frame_layout import channels_first
+
+    rng = np.random.default_rng(0)
+    hwc = rng.integers(0, 256, (3, 48, 64, 3), dtype=np.uint8)
+    view = hwc.transpose(0, 3, 1, 2)
+    got = channels_first(view)
+    assert got.flags.c_contiguous and np.array_equal(got, np.ascontiguousarray(view))
+    assert not np.array_equal(got[:, ::-1], view)  # the control: swapped planes differ
+    already = np.ascontiguousarray(view)
+    assert channels_first(already) is already
+    floats = view.astype(np.float32)
+    assert np.array_equal(channels_first(floats), floats) and channels_first(floats).flags.c_contiguous

@@ -135,3 +135,41 @@ def test_episodes_done_by_batch_lists_each_episode_at_its_last_item():
     plan = np.array([[e, 0] for e in (0, 1, 0, 2, 1, 3, 3, 2)])  # batches of 3: [0 1 0] [2 1 3] [3 2]
     assert episodes_done_by_batch(plan, 3) == {0: [0], 1: [1], 2: [2, 3]}
     assert episodes_done_by_batch(plan[:0], 3) == {}
+
+
+@pytest.mark.parametrize("many", [True, False])
+def test_iter_loaded_loads_what_no_one_is_loading_before_waiting(many):
+    """Two threads wanting the same keys in the same order: with ``iter_loaded`` the second loads the key the first is
+    not loading instead of waiting on the first's (a 480p first batch decoded its units one after another). The load
+    of "a" waits (up to 2 s) for the load of "b" to start; control (``get`` one by one): "b" waits behind "a"."""
+    a_started, b_started = threading.Event(), threading.Event()
+    overlapped = []
+
+    def load(key):
+        if key == "a":
+            a_started.set()
+            overlapped.append(b_started.wait(2))
+        else:
+            b_started.set()
+        return key
+
+    cache = LoadOnceLRU(load, capacity=4)
+
+    def fetch(keys):
+        if not many:
+            return [cache.get(k) for k in keys]
+        out = [None] * len(keys)
+        for i, value in cache.iter_loaded(keys):
+            out[i] = value
+        return out
+
+    got = []
+    first = threading.Thread(target=lambda: got.append(fetch(["a", "b"])))
+    first.start()
+    assert a_started.wait(5)
+    second = threading.Thread(target=lambda: got.append(fetch(["a", "b", "c"])))
+    second.start()
+    first.join()
+    second.join()
+    assert sorted(map(tuple, got)) == [("a", "b"), ("a", "b", "c")] and cache.loads == 3
+    assert overlapped == [many]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterator
 
 
 class LoadOnceLRU[K: Hashable, V]:
@@ -80,6 +80,33 @@ class LoadOnceLRU[K: Hashable, V]:
             with self._lock:
                 self._loading.pop(key, None)
             event.set()
+
+    def iter_loaded(self, keys: list[K]) -> Iterator[tuple[int, V]]:
+        """``(position in keys, value)`` of every key: cached ones first, then those no other thread is loading
+        (loaded here), and last those another thread is loading (waited for).
+
+        Why: the threads assembling consecutive batches want mostly the same keys, in the same (sorted) order. Asked
+        for one by one, the second thread waits on the first's load of its first key while its next key, which no
+        one is loading, waits too; a 480p first batch then decoded its shuffle buffer's units one after another.
+        Loading what no one else is loading first keeps every thread decoding. Values are yielded one at a time, so a
+        caller that uses and drops each holds no more than it did with :meth:`get`.
+
+        Args:
+            keys: What to look up (each once).
+
+        Yields:
+            ``(i, value of keys[i])``, every position once.
+        """
+        busy = []
+        for i, key in enumerate(keys):
+            with self._lock:
+                loading = key not in self._items and key in self._loading
+            if loading:
+                busy.append(i)
+            else:  # cached (``get`` marks it used) or loaded here (unless another thread began meanwhile)
+                yield i, self.get(key)
+        for i in busy:
+            yield i, self.get(keys[i])
 
     def release(self, key: K) -> None:
         """``key`` will not be asked for again soon (its last use in a pass is served): it is the first evicted.

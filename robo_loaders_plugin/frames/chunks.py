@@ -20,6 +20,7 @@ import torch
 
 from robo_loaders_plugin.core.lru import LoadOnceLRU
 from robo_loaders_plugin.frames.base import FieldInfo, FrameSource, broadcast_episodes
+from robo_loaders_plugin.frames.episodes import ROW_COPY_BYTES
 from robo_loaders_plugin.storage.encoded_frames import EncodedFrames
 
 UNIT_BYTES = 32 << 20  # decoded camera bytes of one unit: 12 frames of three 480p cameras, whole 84x84 episodes
@@ -227,17 +228,23 @@ class ChunkFrames(FrameSource):
         T = rows.shape[1]
         flat_out = out.reshape((B, T) + tuple(info.shape))
         uniq, inverse = np.unique(units, return_inverse=True)
-        for i, u in enumerate(uniq.tolist()):
+        # units no other thread is loading are loaded first, those being loaded elsewhere waited for last
+        for i, loaded in self.cache.iter_loaded(uniq.tolist()):
             at = np.flatnonzero(inverse == i)
-            local = self._local(field, u, rows[at])
-            values = self.cache.get(u)[field]
+            local = self._local(field, int(uniq[i]), rows[at])
+            values = loaded[field]
             if isinstance(values, EncodedFrames):  # one call per unit (frames put back a group at a time)
                 dest = (at[:, None] * T + np.arange(T)).reshape(-1)
                 values.decode_into(
                     local.reshape(-1).tolist(), flat_out.reshape((B * T,) + tuple(info.shape)), dest.tolist()
                 )
-            else:
+            elif values[0].nbytes < ROW_COPY_BYTES:  # small steps: one fancy index per unit
                 flat_out[at] = values[local]
+            else:  # frames: each window copied straight into the batch, no temporary (a slice where it is one)
+                first = local[:, 0]
+                contiguous = (local[:, -1] - first == T - 1).tolist()  # clamped windows are monotone
+                for r, lo, whole, row in zip(at.tolist(), first.tolist(), contiguous, local):
+                    flat_out[r] = values[lo : lo + T] if whole else values[row]
 
 
 class EpisodeUnits(FrameSource):

@@ -138,7 +138,9 @@ class EpisodeFrames(FrameSource):
         rows = steps.reshape(B, -1)
         flat_out = out.reshape((B, rows.shape[1]) + tuple(info.shape))
         uniq, inverse = np.unique(episodes, return_inverse=True)
-        loaded = [self.cache.get(int(e))[field] for e in uniq]
+        loaded = [None] * len(uniq)  # episodes no other thread is loading are loaded first (LoadOnceLRU)
+        for i, values in self.cache.iter_loaded([int(e) for e in uniq]):
+            loaded[i] = values[field]
         encoded = isinstance(loaded[0], EncodedFrames)
         if not encoded and np.dtype(info.dtype).itemsize * int(np.prod(info.shape)) < ROW_COPY_BYTES:
             for i, values in enumerate(loaded):  # small steps: one fancy index per episode

@@ -309,7 +309,11 @@ class BatchPlanNode(BaseNode):
     :meth:`seek` positions the next ``reset()`` without a state dict.
 
     When a pass starts, the next pass is planned in a background thread (:meth:`plan_ahead`): planning is ~0.2 s
-    per million items, and the pass that needs it starts on the training thread."""
+    per million items, and the pass that needs it starts on the training thread.
+
+    With ``endless``, the end of a pass is not the end of the node: the next pass follows at once (its first
+    batch after the last of this one), so a pipeline over it is not stopped and restarted between passes.
+    """
 
     def __init__(
         self,
@@ -322,9 +326,10 @@ class BatchPlanNode(BaseNode):
         replacement: bool = False,
         rank: int = 0,
         world_size: int = 1,
+        endless: bool = False,
     ):
         super().__init__()
-        self.rank, self.world_size = int(rank), int(world_size)
+        self.rank, self.world_size, self.endless = int(rank), int(world_size), bool(endless)
         self.counts = np.asarray(items_per_episode, dtype=np.int64)
         self.batch_size, self.drop_last, self.seed = int(batch_size), bool(drop_last), int(seed)
         self.buffer_episodes, self.shuffle, self.replacement = int(buffer_episodes), bool(shuffle), bool(replacement)
@@ -455,10 +460,14 @@ class BatchPlanNode(BaseNode):
             (B, 2) (episode, k) pairs, a view of the pass's plan; B is ``batch_size`` but for the last batch.
 
         Raises:
-            StopIteration: the pass is over.
+            StopIteration: the pass is over (never, with ``endless``, unless a pass has no batch).
         """
         if self._batch >= self.num_batches():
-            raise StopIteration
+            if not self.endless or not self.num_batches():
+                raise StopIteration
+            self.epoch, self._batch = self.epoch + 1, 0  # the next pass, planned in the background meanwhile
+            self.plan = self.plan_of(self.epoch)
+            self.plan_ahead(self.epoch + 1)
         b = self._batch
         self._batch += 1
         return self.plan[b * self.batch_size : (b + 1) * self.batch_size]

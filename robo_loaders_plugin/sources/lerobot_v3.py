@@ -31,6 +31,7 @@ import numpy as np
 from robo_loaders_plugin.core.errors import SourceError
 from robo_loaders_plugin.core.log import get_logger
 from robo_loaders_plugin.storage import fingerprint as fp
+from robo_loaders_plugin.storage.frame_layout import channels_first
 
 logger = get_logger(__name__)
 
@@ -751,7 +752,7 @@ class EpisodeVideoDecoder:
             )
         # torchcodec decodes to (N, H, W, C) and hands back a channels-first *view*: copied into (N, C, H, W) order
         # once here, every window that covers a frame is then a plain copy (not a strided transpose per use)
-        return np.ascontiguousarray(batch.data.numpy()) if self.device == "cpu" else batch.data.contiguous()
+        return channels_first(batch.data.numpy()) if self.device == "cpu" else batch.data.contiguous()
 
 
 class LeRobotEpisodes:

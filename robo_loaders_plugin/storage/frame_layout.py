@@ -112,6 +112,28 @@ def copy_served(stored: np.ndarray, out: np.ndarray, layout: str | None) -> None
     np.copyto(out, stored.transpose(2, 0, 1))
 
 
+def channels_first(frames: np.ndarray) -> np.ndarray:
+    """A C-contiguous (N, C, H, W) copy of ``frames``, which a video decoder hands back as a channels-first view of
+    (N, H, W, C) memory (torchcodec does).
+
+    Why not ``np.ascontiguousarray``: its strided transpose was a sixth of a 480p unit's decode (0.52 of 3.2 ms a
+    frame); :func:`copy_served` writes the planes with OpenCV at nearly copy speed.
+
+    Args:
+        frames: (N, C, H, W) frames of any strides.
+
+    Returns:
+        The frames, C-contiguous (``frames`` itself when they already are).
+    """
+    stored = frames.transpose(0, 2, 3, 1)
+    if frames.ndim != 4 or frames.dtype != np.uint8 or not stored.flags.c_contiguous or frames.flags.c_contiguous:
+        return np.ascontiguousarray(frames)
+    out = np.empty(frames.shape, np.uint8)
+    for n in range(len(out)):
+        copy_served(stored[n], out[n], CHANNELS_LAST)
+    return out
+
+
 GROUP_BYTES = 512 << 10  # small frames are put back a group at a time: one OpenCV call per group, not per frame
 
 
