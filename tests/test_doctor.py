@@ -148,3 +148,23 @@ def test_doctor_checks_the_hf_datasets_internals_on_a_real_dataset(monkeypatch):
     assert r.exit_code == 0, r.output
     assert row(r.output, "Dataset._fingerprint").startswith("warn")
     assert row(r.output, "Dataset._indices").startswith("ok")
+
+
+def test_installed_versions_are_read_once_per_process(monkeypatch):
+    """``importlib.metadata.version`` scans every installed distribution (~10 ms), and the in-process batch path asks
+    for LeRobot's version at every pass: it is read once. Control: the uncached function reads it again."""
+    import importlib.metadata
+
+    from robo_loaders_plugin.core import checks
+
+    real = importlib.metadata.version
+    calls = []
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: calls.append(name) or real(name))
+    checks.installed_version.cache_clear()
+    try:
+        first, again = checks.installed_version("torch"), checks.installed_version("torch")
+        assert first == again == real("torch") and calls == ["torch"]
+        assert checks.installed_version.__wrapped__("torch") == first and calls == ["torch", "torch"]
+        assert checks.installed_version("not-a-distribution-here") is None
+    finally:
+        checks.installed_version.cache_clear()

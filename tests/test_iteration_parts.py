@@ -310,11 +310,16 @@ def test_the_first_batches_of_a_pass_are_loaded_ahead(order_late, monkeypatch):
     groups = ItemGroups(np.arange(n_eps * per_ep), np.repeat(np.arange(n_eps), per_ep), n_eps)
     cache = LoadOnceLRU(lambda ep: {"ep": ep}, capacity=n_eps)
     decode = DecodeAhead(cache.load_ahead, threads=1, ahead=4)
+    delivered = threading.Event()
     if order_late:
         start_pass = decode.start_pass
 
-        def late(*args, **kwargs):  # the order arrives after the assembling threads have asked for their batches
-            threading.Timer(0.5, start_pass, args, kwargs).start()
+        def late(*args, **kwargs):  # the order arrives once the first batch is out (what a late order did)
+            def deliver():
+                delivered.wait(30)
+                start_pass(*args, **kwargs)
+
+            threading.Thread(target=deliver).start()
 
         monkeypatch.setattr(decode, "start_pass", late)
 
@@ -328,8 +333,8 @@ def test_the_first_batches_of_a_pass_are_loaded_ahead(order_late, monkeypatch):
         it = source.batches(0)
         next(it)
         submitted = decode.submitted
-        time.sleep(0.6 if order_late else 0)
     finally:
+        delivered.set()
         source.shutdown()
     if order_late:
         assert submitted == 0  # the control: nothing was loaded ahead of the first batches
@@ -338,10 +343,10 @@ def test_the_first_batches_of_a_pass_are_loaded_ahead(order_late, monkeypatch):
 
 
 def test_passes_follow_each_other_without_a_reset_and_any_other_position_resets():
-    """The pipeline runs from pass to pass: a pass asked for where the last one ended is not reset (a reset stopped
-    the threads and dropped what was prefetched: 0.2-0.35 s of a 10-batch 480p pass). A pass abandoned part-way, a
-    resumed position or a failed batch resets it, and every pass serves its own plan exactly (the control: the
-    plan of another pass differs)."""
+    """An endless pipeline (every episode cached) runs from pass to pass: a pass asked for where the last one ended
+    is not reset (a reset stopped the threads and dropped what was prefetched: 0.2-0.35 s of a 10-batch 480p pass).
+    A pass abandoned part-way, a resumed position or a failed batch resets it, and every pass serves its own plan
+    exactly (the control: the plan of another pass differs). Not endless (a smaller cache), each pass resets."""
     from robo_loaders_plugin.core.iteration import SamplingPlan
     from robo_loaders_plugin.pipeline.batches import PipelineBatches
 
@@ -354,7 +359,8 @@ def test_passes_follow_each_other_without_a_reset_and_any_other_position_resets(
             raise ValueError("bad batch")
         return idx.copy()
 
-    source = PipelineBatches(groups, collate, SamplingPlan(batch_size=4, num_workers=2), seed=5, shuffle_buffer=2)
+    plan = SamplingPlan(batch_size=4, num_workers=2)
+    source = PipelineBatches(groups, collate, plan, seed=5, shuffle_buffer=2, endless=True)
     resets = []
     reset = source.root.reset
     source.root.reset = lambda *a: resets.append(1) or reset(*a)
@@ -371,9 +377,9 @@ def test_passes_follow_each_other_without_a_reset_and_any_other_position_resets(
         assert [next(it).tolist(), next(it).tolist()] == expected(3)[:2]
         del it
         assert [b.tolist() for b in source] == expected(4) and len(resets) == 2
+        fail_at.add(tuple(expected(8)[1]))  # before pass 7: pass 8's first batches are assembled during its end
         source.load_state_dict({"epoch": 7, "batch": 3})  # a resumed position
         assert [b.tolist() for b in source] == expected(7, 3) and len(resets) == 3
-        fail_at.add(tuple(expected(8)[1]))
         it = iter(source)
         assert next(it).tolist() == expected(8)[0]
         with pytest.raises(ValueError, match="bad batch"):
@@ -383,3 +389,12 @@ def test_passes_follow_each_other_without_a_reset_and_any_other_position_resets(
         assert [b.tolist() for b in source] == expected(8, 1) and len(resets) == 4
     finally:
         source.shutdown()
+    # not endless (an episode cache smaller than the dataset): the same passes, each from a reset
+    per_pass = PipelineBatches(groups, collate, plan, seed=5, shuffle_buffer=2)
+    reset = per_pass.root.reset
+    per_pass.root.reset = lambda *a: resets.append(1) or reset(*a)
+    try:
+        assert [[b.tolist() for b in per_pass] for _ in range(3)] == [expected(e) for e in range(3)]
+        assert len(resets) == 4 + 3
+    finally:
+        per_pass.shutdown()

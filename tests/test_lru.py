@@ -141,14 +141,14 @@ def test_episodes_done_by_batch_lists_each_episode_at_its_last_item():
 def test_iter_loaded_loads_what_no_one_is_loading_before_waiting(many):
     """Two threads wanting the same keys in the same order: with ``iter_loaded`` the second loads the key the first is
     not loading instead of waiting on the first's (a 480p first batch decoded its units one after another). The load
-    of "a" waits (up to 2 s) for the load of "b" to start; control (``get`` one by one): "b" waits behind "a"."""
+    of "a" waits (up to 10 s) for the load of "b" to start; control (``get`` one by one): "b" waits behind "a"."""
     a_started, b_started = threading.Event(), threading.Event()
     overlapped = []
 
     def load(key):
         if key == "a":
             a_started.set()
-            overlapped.append(b_started.wait(2))
+            overlapped.append(b_started.wait(10 if many else 0.5))  # the control's "b" cannot start meanwhile
         else:
             b_started.set()
         return key

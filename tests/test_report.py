@@ -58,6 +58,8 @@ def test_repeated_benchmark_runs_reported_by_their_median_and_a_failure_is_never
 
     runs = [{"samples_per_s": v, "run": i} for i, v in enumerate([300.0, 100.0, 200.0, 400.0])]
     assert median_run(runs[:3]) == dict(runs[2], samples_per_s_runs=[300.0, 100.0, 200.0])
+    timed = [dict(r, first_batch_s=float(i)) for i, r in enumerate(runs[:3])]
+    assert median_run(timed)["first_batch_s_runs"] == [0.0, 1.0, 2.0] and median_run(timed)["first_batch_s"] == 2.0
     assert median_run(runs)["run"] == 2  # even count: the lower middle run, not a better one
     assert median_run([runs[0]]) == runs[0]
     failed = {"error": "Traceback ...\nRuntimeError: boom"}

@@ -86,20 +86,25 @@ def check_labels(framework: str, labels: list[str], kwargs: dict, special: tuple
 
 
 def median_run(runs: list[dict]) -> dict:
-    """The run with the median samples/s (the lower middle one of an even count), with every run's samples/s
-    beside it; a failed run is returned as the result, so that a failure is never hidden by the others.
+    """The run with the median samples/s (the lower middle one of an even count), with every run's samples/s and
+    first batch beside it (the median run's first batch alone can be any of them); a failed run is returned as the
+    result, so that a failure is never hidden by the others.
 
     Args:
         runs: One label's result rows, at least one.
 
     Returns:
-        The first failed run; else the only run; else a copy of the median run with ``samples_per_s_runs``.
+        The first failed run; else the only run; else a copy of the median run with ``samples_per_s_runs`` and,
+        when the runs have one, ``first_batch_s_runs``.
     """
     failed = [r for r in runs if r.get("error")]
     if failed or len(runs) == 1:
         return failed[0] if failed else runs[0]
     ordered = sorted(runs, key=lambda r: r["samples_per_s"])
-    return dict(ordered[(len(ordered) - 1) // 2], samples_per_s_runs=[r["samples_per_s"] for r in runs])
+    median = dict(ordered[(len(ordered) - 1) // 2], samples_per_s_runs=[r["samples_per_s"] for r in runs])
+    if all("first_batch_s" in r for r in runs):
+        median["first_batch_s_runs"] = [r["first_batch_s"] for r in runs]
+    return median
 
 
 def in_rounds(labels: list[str], repeats: int, run_one, echo=print) -> list[dict]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 
@@ -28,8 +29,13 @@ class Check:
         return "ok" if self.ok else ("FAIL" if self.required else "warn")
 
 
+@functools.cache
 def installed_version(distribution: str) -> str | None:
-    """The installed version of a distribution, without importing it.
+    """The installed version of a distribution, without importing it; read once per process.
+
+    Why once: ``importlib.metadata.version`` scans every installed distribution's metadata (~10 ms here), and
+    the in-process batch path checks LeRobot's version at every pass (two calls per pass of ~165 batches: a
+    seventh of the training thread's time at LeRobot 84x84's 37,000 samples/s).
 
     Args:
         distribution: The distribution's name on PyPI (``"lerobot"``, ``"robomimic"``).

@@ -289,6 +289,10 @@ class PipelineBatches(BatchSource):
         note: Said in :meth:`describe` (how the pass was fitted to the episode cache), or empty.
         release: ``release(episode)`` once a pass has served an episode's last item (``LoadOnceLRU.release`` of an
             episode cache smaller than the dataset), or ``None``.
+        endless: Run from pass to pass without a reset (the next pass's first batches assembled while this one's
+            last are served). Only for an episode cache holding every episode: with a smaller one, the batches in
+            flight across the boundary would need the next pass's shuffle buffer beside this pass's open episodes,
+            more than the pass was fitted to (``fit_to_cache``), and evict episodes still in use.
     """
 
     def __init__(
@@ -305,6 +309,7 @@ class PipelineBatches(BatchSource):
         first_plan: np.ndarray | None = None,
         note: str = "",
         release: Callable[[int], None] | None = None,
+        endless: bool = False,
     ):
         super().__init__(plan.start_epoch, plan.start_batch)
         self.groups = groups
@@ -320,8 +325,9 @@ class PipelineBatches(BatchSource):
             replacement,
             plan.rank,
             plan.world_size,
-            endless=True,
+            endless=endless,
         )
+        self.endless = bool(endless)
         # the pass and batch the running pipeline yields next (None: not started, or left where it cannot be
         # trusted): a pass asked for right where the last one ended continues it without a reset
         self._next: tuple[int, int] | None = None
@@ -399,14 +405,19 @@ class PipelineBatches(BatchSource):
         # threads at once, and a first batch that told DecodeAhead it was reached before the order was set got
         # nothing loaded ahead (its shuffle buffer's units were decoded one after another by the assembling
         # thread: 2.6 s of a 480p first batch). plan_of makes the plan once; the reset below reuses it.
+        # an endless pipeline runs from pass to pass (BatchPlanNode(endless=True)): the pass that follows the one
+        # just served is already being assembled, and only another position resets it. A reset between passes
+        # stopped the threads, dropped what was prefetched and started again from an empty pipeline: 0.2-0.35 s a
+        # pass, a third of a 10-batch pass at 480p
+        continuing = self.endless and self._next == (epoch, start)
+        if not continuing:
+            # stopped and joined first: torchdata's reset only drops the running iterator, whose thread may still
+            # be taking a batch from the plan node, which would then be missing from the new position's pass
+            shutdown_node_threads(self.root)
         rest = self.plan_node.plan_of(epoch)[start * self.plan_node.batch_size :]
         if self.decode_ahead is not None:
             self.decode_ahead.start_pass(rest, upcoming=lambda: self.plan_node.plan_of(epoch + 1))
-        # the pipeline runs from pass to pass (BatchPlanNode(endless=True)): the pass that follows the one just
-        # served is already being assembled, and only another position resets it. A reset between passes stopped
-        # the threads, dropped what was prefetched and started again from an empty pipeline: 0.2-0.35 s a pass,
-        # a third of a 10-batch pass at 480p
-        if self._next != (epoch, start):
+        if not continuing:
             self.plan_node.seek(epoch, start)
             self.root.reset()
         self._next = None  # until a batch comes out: an error or an abandoned generator leaves nothing to trust
@@ -415,7 +426,7 @@ class PipelineBatches(BatchSource):
         for b in range(start, n):
             try:
                 batch = next(self.root)
-            except StopIteration:  # only a pass without batches ends the endless node
+            except StopIteration:  # a pass without batches (an endless node ends no other)
                 return
             if isinstance(batch, _Failed):
                 self._next = None  # the failed batch was consumed: a retry starts from a reset
@@ -521,6 +532,7 @@ class PipelineDataset(BatchDataset):
             first_plan=plans.get(use.shuffle_buffer),
             note=use.note,
             release=getattr(cache, "release", None) if use.entering else None,
+            endless=cache is None or cache.capacity >= n_episodes,  # every episode held: nothing to evict
         )
         return source
 
