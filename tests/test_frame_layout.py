@@ -264,3 +264,5 @@ def test_channels_first_copies_a_decoders_channels_first_view_exactly():
     assert channels_first(already) is already
     floats = view.astype(np.float32)
     assert np.array_equal(channels_first(floats), floats) and channels_first(floats).flags.c_contiguous
+    for other in (hwc[0].transpose(2, 0, 1), view[:, :, ::2]):  # one frame; a view of no channels-last memory
+        assert np.array_equal(channels_first(other), other) and channels_first(other).flags.c_contiguous
