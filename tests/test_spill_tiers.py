@@ -12,7 +12,7 @@ from robo_loaders_plugin.backends.gpu_resampler.footprint import plan_tiers
 from robo_loaders_plugin.backends.gpu_resampler.tiers import CompressedRows, TieredFrames
 from robo_loaders_plugin.core.data_size import DataSize
 from robo_loaders_plugin.core.footprint import ResourceRefused
-from robo_loaders_plugin.frames.base import FieldInfo, gather
+from robo_loaders_plugin.frames.base import FieldInfo, gather, gather_many
 from robo_loaders_plugin.frames.chunks import ChunkFrames, split_runs
 from robo_loaders_plugin.storage.buffers import BufferPool
 
@@ -55,6 +55,9 @@ def _check_parity(frames, eps, pool=None):
     steps = np.stack([np.clip(rng.integers(-1, LENGTHS[e] + 1, 3), 0, LENGTHS[e] - 1) for e in ep])
     for k in INFOS:
         got = gather(frames, k, ep, steps, pool)
+        want = np.stack([eps[e][k][s] for e, s in zip(ep, steps)])
+        assert got.shape == want.shape and got.numpy().tobytes() == want.tobytes(), k
+    for k, got in gather_many(frames, list(INFOS), ep, steps, pool).items():  # every field in one call
         want = np.stack([eps[e][k][s] for e, s in zip(ep, steps)])
         assert got.shape == want.shape and got.numpy().tobytes() == want.tobytes(), k
 

@@ -8,7 +8,7 @@ import torch
 
 from robo_loaders_plugin.backends.gpu_resampler.tensors import TensorFrames, placement, training_device
 from robo_loaders_plugin.core.errors import BackendOptionError
-from robo_loaders_plugin.frames.base import FieldInfo, gather, gather_at
+from robo_loaders_plugin.frames.base import FieldInfo, gather, gather_at, gather_many
 
 
 def test_gather_equals_the_arrays_and_checks_what_it_is_filled_with():
@@ -32,6 +32,28 @@ def test_gather_equals_the_arrays_and_checks_what_it_is_filled_with():
     torch.testing.assert_close(blended[0, 1], torch.from_numpy((eps[1]["a"][1] + eps[1]["a"][2]) / 2))
     with pytest.raises(ValueError, match="episode 0: field 'a' is float64"):
         frames.fill(0, {"a": eps[0]["a"].astype(np.float64), "cam": eps[0]["cam"]})
+
+
+def test_gather_fields_reads_each_field_as_gather_does_and_checks_the_rows_once():
+    rng = np.random.default_rng(2)
+    infos = {"a": FieldInfo(np.dtype(np.float32), (2,), False), "cam": FieldInfo(np.dtype(np.uint8), (3, 4, 4), True)}
+    frames = TensorFrames([5, 3, 7], infos, torch.device("cpu"), torch.device("cpu"))
+    for i, n in enumerate((5, 3, 7)):
+        frames.fill(
+            i,
+            {
+                "a": rng.normal(size=(n, 2)).astype(np.float32),
+                "cam": rng.integers(0, 255, (n, 3, 4, 4)).astype(np.uint8),
+            },
+        )
+    ep, steps = np.array([2, 0, 1]), np.array([[6, 5], [0, 4], [2, 1]])
+    got = gather_many(frames, ["cam", "a"], ep, steps)
+    assert list(got) == ["cam", "a"]
+    for k in infos:
+        assert got[k].shape == (3, 2) + infos[k].shape and np.array_equal(got[k].numpy(), gather(frames, k, ep, steps))
+    # the one check guards every field: numpy's take (mode="clip") would serve the last held row instead
+    with pytest.raises(IndexError, match=re.escape("rows 15..15 outside the 15 rows held")):
+        gather_many(frames, ["a", "cam"], np.array([2]), np.array([7]))
 
 
 def test_device_choice_and_placement_errors(monkeypatch):

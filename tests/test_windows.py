@@ -90,3 +90,18 @@ def test_lerobot_delta_windows_clamp_into_the_episode_and_mark_padding():
         assert pad["action_is_pad"][r].tolist() == ((target < start[r]) | (target >= end[r])).tolist()
     unit, steps = RowMap([5, 3]).locate(rows["action"], np.arange(8))
     assert unit.tolist() == [0] * 5 + [1] * 3 and steps.min() == 0 and steps[5:].max() == 2
+
+
+def test_lerobot_keys_with_the_same_offsets_share_their_rows_and_keep_their_own_pad_masks():
+    """Shared rows let a batch gather a camera and ``observation.state`` in one call; each key's pad mask stays its
+    own tensor in the batch (LeRobot's items hold one per key)."""
+    abs_index, start, end = np.arange(8), np.array([0] * 5 + [5] * 3), np.array([5] * 5 + [8] * 3)
+    w = DeltaWindows(abs_index, start, end, {"state": [-1, 0], "cam": [-1, 0], "action": [0, 1, 2]})
+    rows, pad = w.locate(np.arange(8))
+    assert rows["state"] is rows["cam"] and rows["action"] is not rows["state"]
+    assert np.array_equal(pad["state_is_pad"], pad["cam_is_pad"]) and pad["state_is_pad"] is not pad["cam_is_pad"]
+    alone, alone_pad = DeltaWindows(abs_index, start, end, {"cam": [-1, 0]}).locate(np.arange(8))
+    assert np.array_equal(rows["cam"], alone["cam"]) and np.array_equal(pad["cam_is_pad"], alone_pad["cam_is_pad"])
+    # control: offsets that differ in one place are different windows, not shared
+    rows, _ = DeltaWindows(abs_index, start, end, {"state": [-1, 0], "cam": [-2, 0]}).locate(np.arange(8))
+    assert rows["state"] is not rows["cam"] and not np.array_equal(rows["state"], rows["cam"])

@@ -127,6 +127,17 @@ class StoreFrames(FrameSource):
         """
         return self.inner.gather(field, episodes, steps, pool)
 
+    def gather_fields(self, fields, episodes, steps, pool=None) -> dict:
+        """See :meth:`FrameSource.gather_fields` (the store's own: it may find the rows once for every field).
+
+        Args:
+            fields: The fields' names.
+            episodes: (B,) episode indices.
+            steps: (B,) or (B, T) step indices.
+            pool: Recycles the output arrays, or ``None``.
+        """
+        return self.inner.gather_fields(fields, episodes, steps, pool)
+
     def close(self) -> None:
         """Close the store's frame source (its ``close()``, when it has one); reads after this raise."""
         inner, self.inner = self.inner, _Closed(self.lengths, self.directory)

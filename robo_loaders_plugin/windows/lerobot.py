@@ -17,7 +17,7 @@ import torch
 import torch.utils.data
 
 from robo_loaders_plugin.core.packed import pack_ints, unpack_ints
-from robo_loaders_plugin.frames.base import FrameSource, gather, gather_at
+from robo_loaders_plugin.frames.base import FrameSource, gather_at, gather_many
 
 
 class RowMap:
@@ -138,12 +138,18 @@ class DeltaWindows:
             idx: Dataset rows (B,), non-negative.
 
         Returns:
-            ``({key: rows (B, T)}, {"<key>_is_pad": bool (B, T)})``; rows are fractional for fractional offsets
+            ``({key: rows (B, T)}, {"<key>_is_pad": bool (B, T)})``; keys with the same offsets share one rows
+            array (they are gathered together), each its own pad mask; rows are fractional for fractional offsets
             (then the pad mask allows 1e-6 of rounding).
         """
         rows, padding = {}, {}
         abs_idx, start, end = (a[:, None] for a in self._bounds(idx))
+        done: dict[bytes, str] = {}  # keys with the same offsets share one rows array (gathered together)
         for key, deltas in self.deltas.items():
+            same = done.setdefault(deltas.dtype.str.encode() + deltas.tobytes(), key)
+            if same != key:
+                rows[key], padding[f"{key}_is_pad"] = rows[same], padding[f"{same}_is_pad"].copy()
+                continue
             target = abs_idx + deltas[None, :]
             if deltas.dtype.kind == "f":
                 padding[f"{key}_is_pad"] = (target < start - 1e-6) | (target > end - 1 + 1e-6)
@@ -174,23 +180,43 @@ def _tensor(x):
 def _gathered(
     layout: ItemLayout, frames: FrameSource, rowmap: RowMap, windows: DeltaWindows, idx: np.ndarray, pool=None
 ):
-    """(columns at the rows, delta keys at their window rows, cameras, pad masks), one gather per key; arrays
-    recycled from ``pool`` (a ``storage.buffers.BufferPool``) when given."""
+    """(columns at the rows, delta keys at their window rows, cameras, pad masks); arrays recycled from ``pool`` (a
+    ``storage.buffers.BufferPool``) when given.
 
-    def values(key, rows):
-        unit, steps = rowmap.locate(rows, idx)
-        if steps.dtype.kind == "f":
-            out = _tensor(gather_at(frames, key, unit, steps, layout.modes[key], pool))
-        else:
-            out = _tensor(gather(frames, key, unit, steps, pool))
-        return out.to(dtype=torch.float32).div(255) if key in layout.image_keys else out
-
-    row = {name: values(name, idx) for name in layout.columns}
+    Keys read at the same rows are gathered in one call (:func:`~robo_loaders_plugin.frames.base.gather_many`):
+    every tabular column at the items' rows, and delta keys with the same offsets (a camera and
+    ``observation.state``) at their shared window. A delta key's column is read once, at its window: the item's
+    value at its own row is replaced by the window in LeRobot's item, so it takes that place in ``columns``.
+    """
     query_rows, padding = windows.locate(idx)
-    query = {key: values(key, r) for key, r in query_rows.items() if key not in layout.video_keys}
+    unit = rowmap.run_of_row[idx]
+    first = rowmap.run_start[unit]
+    groups: dict[int, tuple[np.ndarray, list]] = {}
+    for key in layout.columns:
+        if key not in query_rows:
+            groups.setdefault(id(idx), (idx, []))[1].append(key)
+    for key, rows in query_rows.items():
+        groups.setdefault(id(rows), (rows, []))[1].append(key)
+    plain = idx[:, None]  # cameras without a window: one frame each
+    for key in layout.video_keys:
+        if key not in query_rows:
+            groups.setdefault(id(plain), (plain, []))[1].append(key)
+    values = {}
+    for rows, keys in groups.values():
+        steps = rows - first.reshape(first.shape + (1,) * (rows.ndim - 1))
+        if steps.dtype.kind == "f":
+            for key in keys:
+                values[key] = _tensor(gather_at(frames, key, unit, steps, layout.modes[key], pool))
+        else:
+            values.update((k, _tensor(v)) for k, v in gather_many(frames, keys, unit, steps, pool).items())
+    for key in layout.image_keys:
+        if key in values:
+            values[key] = values[key].to(dtype=torch.float32).div(255)
+    row = {name: values[name] for name in layout.columns}
+    query = {key: values[key] for key in query_rows if key not in layout.video_keys}
     cams = {}
     for key in layout.video_keys:
-        t = values(key, query_rows.get(key, idx[:, None]))
+        t = values[key]
         cams[key] = t if layout.return_uint8 else t.type(torch.float32) / 255
     device = next(iter(row.values())).device if row else None
     padding = {k: torch.from_numpy(v).to(device) for k, v in padding.items()}

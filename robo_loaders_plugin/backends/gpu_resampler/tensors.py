@@ -8,6 +8,7 @@ copy). No per-sample Python, no worker processes, no decompression.
 
 from __future__ import annotations
 
+import functools
 import warnings
 
 import numpy as np
@@ -117,7 +118,7 @@ def _check_host_memory(nbytes: int, where: str) -> None:
         )
 
 
-def host_gather(src: torch.Tensor, rows: np.ndarray, out: torch.Tensor) -> torch.Tensor:
+def host_gather(src: torch.Tensor, rows: np.ndarray, out: torch.Tensor, checked: bool = False) -> torch.Tensor:
     """Rows ``rows`` of a host tensor written into the host tensor ``out``, by numpy's ``take``: one thread, the GIL
     released while it copies.
 
@@ -130,6 +131,7 @@ def host_gather(src: torch.Tensor, rows: np.ndarray, out: torch.Tensor) -> torch
         src: The held tensor (on the CPU).
         rows: Row indices (1-D, int64).
         out: A C-contiguous CPU tensor of ``(len(rows),) + src.shape[1:]`` and ``src``'s dtype.
+        checked: The caller has checked that every row lies in ``src`` (once for several fields' gathers).
 
     Returns:
         ``out``.
@@ -137,11 +139,31 @@ def host_gather(src: torch.Tensor, rows: np.ndarray, out: torch.Tensor) -> torch
     Raises:
         IndexError: a row outside ``src``.
     """
-    if rows.size and (int(rows.min()) < 0 or int(rows.max()) >= src.shape[0]):
+    take_rows(src.numpy(), rows, out.numpy(), checked)
+    return out
+
+
+def take_rows(src: np.ndarray, rows: np.ndarray, out: np.ndarray, checked: bool = False) -> np.ndarray:
+    """:func:`host_gather` on numpy arrays (the held tensors' numpy views): a small field's gather is a few
+    microseconds of copying, and the tensor round trips (``.numpy()``, ``reshape``) cost as much again.
+
+    Args:
+        src: The held array.
+        rows: Row indices (1-D, int64).
+        out: A C-contiguous array of ``(len(rows),) + src.shape[1:]`` and ``src``'s dtype.
+        checked: The caller has checked that every row lies in ``src``.
+
+    Returns:
+        ``out``.
+
+    Raises:
+        IndexError: a row outside ``src``.
+    """
+    if not checked and rows.size and (int(rows.min()) < 0 or int(rows.max()) >= src.shape[0]):
         raise IndexError(f"rows {int(rows.min())}..{int(rows.max())} outside the {src.shape[0]} rows held")
     # mode="clip" (the rows are checked above): numpy buffers the whole output of mode="raise" to undo a partial
     # write, a second copy of every batch (2-4x slower on R240-shaped batches)
-    np.take(src.numpy(), rows, axis=0, out=out.numpy(), mode="clip")
+    np.take(src, rows, axis=0, out=out, mode="clip")
     return out
 
 
@@ -160,7 +182,7 @@ class TensorFrames(FrameSource):
         self.infos = dict(infos)
         self.starts = np.concatenate([[0], np.cumsum(self.lengths)[:-1]]).astype(np.int64)
         self.storage, self.output_device, self.pinned = storage, output_device, pinned
-        total = int(self.lengths.sum())
+        total = self.total_rows = int(self.lengths.sum())
         self.tensors = {
             k: torch.empty((total,) + tuple(v.shape), dtype=_torch_dtype(v.dtype), device=storage, pin_memory=pinned)
             for k, v in self.infos.items()
@@ -243,25 +265,54 @@ class TensorFrames(FrameSource):
 
         Raises:
             KeyError: the field is not held.
+            IndexError: a pair outside the held rows.
         """
+        return self.gather_fields((field,), episodes, steps, pool)[field]
+
+    def gather_fields(self, fields, episodes, steps, pool=None) -> dict:
+        """Several fields at the same pairs (:meth:`FrameSource.gather_fields`): the held rows are found, and
+        checked, once for all of them; each field then as :meth:`gather` reads it.
+
+        Args:
+            fields: The fields' names.
+            episodes: (B,) episode indices.
+            steps: (B,) or (B, T) step indices within each row's episode.
+            pool: As for :meth:`gather`.
+
+        Returns:
+            ``{field: tensor}`` in the order of ``fields``.
+
+        Raises:
+            KeyError: a field is not held.
+            IndexError: a pair outside the held rows.
+        """
+        steps = np.asarray(steps)
+        rows = self._rows(np.asarray(episodes), steps)
+        if rows.size and (int(rows.min()) < 0 or int(rows.max()) >= self.total_rows):
+            raise IndexError(f"rows {int(rows.min())}..{int(rows.max())} outside the {self.total_rows} rows held")
+        return {f: self._gather_rows(f, rows, tuple(steps.shape), pool) for f in fields}
+
+    def _gather_rows(self, field, rows: np.ndarray, steps_shape: tuple, pool) -> torch.Tensor:
+        """``field`` at held rows ``rows`` (flat, already checked), shaped ``steps_shape + step shape``."""
         if field not in self.tensors:
             self.info(field)  # raises the KeyError naming the fields held
         t = self.tensors[field]
-        episodes, steps = np.asarray(episodes), np.asarray(steps)
         if t.device.type != "cpu":
-            idx = torch.from_numpy(self._rows(episodes, steps)).to(t.device, non_blocking=True)
-            out = torch.index_select(t, 0, idx)
-            return out.reshape(tuple(np.shape(steps)) + tuple(t.shape[1:]))
-        rows = self._rows(episodes, steps)
+            idx = torch.from_numpy(rows).to(t.device, non_blocking=True)
+            return torch.index_select(t, 0, idx).reshape(steps_shape + tuple(t.shape[1:]))
         shape = (rows.size,) + tuple(t.shape[1:])
         if self.pinned:  # gathered into pinned memory, then one non-blocking upload
-            out = host_gather(t, rows, torch.empty(shape, dtype=t.dtype, pin_memory=True))
-            out = out.to(self.output_device, non_blocking=True)
-        elif pool is not None:
-            out = host_gather(t, rows, torch.from_numpy(pool.empty(shape, self.infos[field].dtype)))
-        else:
-            out = host_gather(t, rows, torch.empty(shape, dtype=t.dtype))
-        return out.reshape(tuple(np.shape(steps)) + tuple(t.shape[1:]))
+            out = host_gather(t, rows, torch.empty(shape, dtype=t.dtype, pin_memory=True), checked=True)
+            return out.to(self.output_device, non_blocking=True).reshape(steps_shape + tuple(t.shape[1:]))
+        dtype = self.infos[field].dtype
+        arr = pool.empty(shape, dtype) if pool is not None else np.empty(shape, dtype=dtype)
+        take_rows(self._host_arrays[field], rows, arr, checked=True)
+        return torch.from_numpy(arr.reshape(steps_shape + arr.shape[1:]))
+
+    @functools.cached_property
+    def _host_arrays(self) -> dict:
+        """The numpy views of the tensors in host memory (they share their memory: filled in place)."""
+        return {k: t.numpy() for k, t in self.tensors.items() if t.device.type == "cpu"}
 
     def take(self, field, episodes, steps, out):
         """:meth:`gather` copied into a numpy array (:meth:`FrameSource.take`).

@@ -4,6 +4,7 @@ compressed (in RAM, then in a file on disk), served by one gather per field what
 
 from __future__ import annotations
 
+import functools
 import warnings
 
 import numpy as np
@@ -14,6 +15,7 @@ from robo_loaders_plugin.backends.gpu_resampler.tensors import (
     TensorFrames,
     _torch_dtype,
     host_gather,
+    take_rows,
 )
 from robo_loaders_plugin.core.log import get_logger
 from robo_loaders_plugin.core.units import format_bytes
@@ -306,7 +308,7 @@ class TieredFrames(TensorFrames):
         self.starts = np.concatenate([[0], np.cumsum(self.lengths)[:-1]]).astype(np.int64)
         self.output_device = output_device
         self.plan = plan
-        total = int(self.lengths.sum())
+        total = self.total_rows = int(self.lengths.sum())
         cuda = output_device.type == "cuda"
         bound = np.concatenate([self.starts, [total]])
         self.dev_rows, self.raw_rows = int(bound[plan.device]), int(bound[plan.raw])
@@ -350,6 +352,11 @@ class TieredFrames(TensorFrames):
         self.host_bytes = sum(t.numel() * t.element_size() for t in self.tensors.values() if t.device.type == "cpu")
         self.host_bytes += sum(p[1].numel() * p[1].element_size() for p in self.parts.values() if p[1] is not None)
         self.filled = np.zeros(len(self.lengths), dtype=bool)
+
+    @functools.cached_property
+    def _raw_arrays(self) -> dict:
+        """The numpy views of the uncompressed host tier (they share its memory: filled in place)."""
+        return {k: p[1].numpy() for k, p in self.parts.items() if p[1] is not None}
 
     def locate(self, row: int) -> str:
         """A global row named for messages: its episode and step (``demo_3 step 12``).
@@ -454,39 +461,32 @@ class TieredFrames(TensorFrames):
         )
         logger.warning(f"gpu_resampler: spilled while filling episode {ep}: {self.spilled_while_filling}")
 
-    def gather(self, field, episodes, steps, pool=None) -> torch.Tensor:
-        """``field`` at (episode, step) pairs, in the order asked, each row read from its tier: device rows with
-        ``index_select``, host rows gathered (raw) or decompressed (compressed) into a staging buffer (pinned when
-        training on CUDA) that is uploaded with one copy. Fields that are not camera frames as
-        :meth:`TensorFrames.gather`.
-
-        Args:
-            field: The field's name.
-            episodes: (B,) episode indices.
-            steps: (B,) or (B, T) step indices within each row's episode.
-            pool: On the CPU, when every row is in host memory, the batch array is taken from it (recycled) instead
-                of allocated; ``None``: always allocated.
-
-        Returns:
-            A tensor of ``steps.shape + step shape`` on ``output_device`` (on the CPU when it is not CUDA).
-
-        Raises:
-            KeyError: the field is not held.
+    def _gather_rows(self, field, rows: np.ndarray, steps_shape: tuple, pool) -> torch.Tensor:
+        """``field`` at held rows ``rows`` (:meth:`TensorFrames.gather`), each row read from its tier: device rows
+        with ``index_select``, host rows gathered (raw) or decompressed (compressed) into a staging buffer (pinned
+        when training on CUDA) that is uploaded with one copy, in the order asked. Fields that are not camera
+        frames as :class:`TensorFrames` reads them. On the CPU, when every row is in host memory, the batch array
+        is taken from ``pool`` (recycled) when one is given.
         """
         if field not in self.parts:
-            return super().gather(field, episodes, steps, pool)
+            return super()._gather_rows(field, rows, steps_shape, pool)
         info = self.infos[field]
         dev, raw, comp = self.parts[field]
-        g = self._rows(np.asarray(episodes), np.asarray(steps))
+        g = rows
         shape = (g.size,) + tuple(info.shape)
         cuda = self.output_device.type == "cuda"
+        if not cuda and raw is not None and g.size and self.dev_rows <= int(g.min()) <= int(g.max()) < self.raw_rows:
+            # every row uncompressed in host memory, the batch on the CPU: one take into the batch array
+            arr = pool.empty(shape, info.dtype) if pool is not None else np.empty(shape, dtype=info.dtype)
+            take_rows(self._raw_arrays[field], g - self.dev_rows, arr, checked=True)
+            return torch.from_numpy(arr.reshape(steps_shape + arr.shape[1:]))
         in_dev = g < self.dev_rows
         host = ~in_dev
         if not host.any():  # every row on the GPU
             assert dev is not None  # a tier exists whenever one of its rows is asked for
             idx = torch.from_numpy(g).to(self.output_device, non_blocking=True)
             out = torch.index_select(dev, 0, idx)
-            return out.reshape(tuple(np.shape(steps)) + tuple(info.shape))
+            return out.reshape(steps_shape + tuple(info.shape))
         # host rows into a staging buffer (pinned for the upload; the batch itself on the CPU)
         at = np.flatnonzero(host)
         if pool is not None and not cuda and at.size == g.size:  # the batch array itself, recycled (no page faults)
@@ -517,10 +517,10 @@ class TieredFrames(TensorFrames):
                 view[c] = tmp
         if not cuda:
             if at.size == g.size:
-                return staged.reshape(tuple(np.shape(steps)) + tuple(info.shape))
+                return staged.reshape(steps_shape + tuple(info.shape))
             out = torch.empty(shape, dtype=staged.dtype)
             out[torch.from_numpy(at)] = staged
-            return out.reshape(tuple(np.shape(steps)) + tuple(info.shape))
+            return out.reshape(steps_shape + tuple(info.shape))
         out = torch.empty(shape, dtype=staged.dtype, device=self.output_device)
         out[torch.from_numpy(at).to(self.output_device)] = staged.to(self.output_device, non_blocking=True)
         d = np.flatnonzero(in_dev)
@@ -529,7 +529,7 @@ class TieredFrames(TensorFrames):
             out[torch.from_numpy(d).to(self.output_device)] = torch.index_select(
                 dev, 0, torch.from_numpy(g[d]).to(self.output_device)
             )
-        return out.reshape(tuple(np.shape(steps)) + tuple(info.shape))
+        return out.reshape(steps_shape + tuple(info.shape))
 
 
 BUILD_EPISODES = 2  # host memory kept free while filling: the largest episode decoded, and copies of it in flight
