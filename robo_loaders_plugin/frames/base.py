@@ -14,6 +14,8 @@ import dataclasses
 
 import numpy as np
 
+from robo_loaders_plugin.storage.encoded_frames import EncodedFrames
+
 # how a field is read at a position between two recorded steps (rate conversion, ``windows.rates``)
 NEAREST, PREVIOUS, LINEAR = "nearest", "previous", "linear"
 MODES = (NEAREST, PREVIOUS, LINEAR)
@@ -213,6 +215,39 @@ def lerp(a, b, w: np.ndarray):
     import torch
 
     return torch.lerp(a, b, torch.from_numpy(w).to(device=a.device, dtype=a.dtype))
+
+
+ROW_COPY_BYTES = 256  # fields whose steps are at least this big are copied window by window (a slice per row)
+
+
+def copy_windows(values, local: np.ndarray, out: np.ndarray, at: np.ndarray) -> None:
+    """One held episode's (or unit's) windows copied into a batch: ``out[at[j]] = values[local[j]]``.
+
+    Why one function: :class:`~robo_loaders_plugin.frames.episodes.EpisodeFrames` (whole episodes) and
+    :class:`~robo_loaders_plugin.frames.chunks.ChunkFrames` (units of episodes) hold the same kinds of arrays, and
+    each kind has one fastest copy: compressed frames
+    (:class:`~robo_loaders_plugin.storage.encoded_frames.EncodedFrames`) are decoded straight into ``out`` in one
+    call; steps under :data:`ROW_COPY_BYTES` take one fancy index; larger ones (camera frames) are copied window by
+    window, a slice where the window's steps are consecutive, because a fancy index first builds a temporary of
+    the windows and the batch copies it again (two copies of every frame).
+
+    Args:
+        values: The held steps (an array, steps first) or their ``EncodedFrames``.
+        local: (n, T) steps within ``values``, one window per row, each monotone (clamped windows are).
+        out: The batch, ``(B, T) + step shape``, written in place.
+        at: (n,) the batch rows the windows go to.
+    """
+    T = local.shape[1]
+    if isinstance(values, EncodedFrames):  # frames stored channels last are put back a group at a time
+        dest = (at[:, None] * T + np.arange(T)).reshape(-1)
+        values.decode_into(local.reshape(-1).tolist(), out.reshape((-1,) + out.shape[2:]), dest.tolist())
+    elif values[0].nbytes < ROW_COPY_BYTES:
+        out[at] = values[local]
+    else:
+        first = local[:, 0]
+        contiguous = (local[:, -1] - first == T - 1).tolist()
+        for r, lo, whole, row in zip(at.tolist(), first.tolist(), contiguous, local):
+            out[r] = values[lo : lo + T] if whole else values[row]
 
 
 def broadcast_episodes(episodes: np.ndarray, steps: np.ndarray) -> np.ndarray:

@@ -19,9 +19,7 @@ import numpy as np
 import torch
 
 from robo_loaders_plugin.core.lru import LoadOnceLRU
-from robo_loaders_plugin.frames.base import FieldInfo, FrameSource, broadcast_episodes
-from robo_loaders_plugin.frames.episodes import ROW_COPY_BYTES
-from robo_loaders_plugin.storage.encoded_frames import EncodedFrames
+from robo_loaders_plugin.frames.base import FieldInfo, FrameSource, broadcast_episodes, copy_windows
 
 UNIT_BYTES = 32 << 20  # decoded camera bytes of one unit: 12 frames of three 480p cameras, whole 84x84 episodes
 
@@ -231,20 +229,7 @@ class ChunkFrames(FrameSource):
         # units no other thread is loading are loaded first, those being loaded elsewhere waited for last
         for i, loaded in self.cache.iter_loaded(uniq.tolist()):
             at = np.flatnonzero(inverse == i)
-            local = self._local(field, int(uniq[i]), rows[at])
-            values = loaded[field]
-            if isinstance(values, EncodedFrames):  # one call per unit (frames put back a group at a time)
-                dest = (at[:, None] * T + np.arange(T)).reshape(-1)
-                values.decode_into(
-                    local.reshape(-1).tolist(), flat_out.reshape((B * T,) + tuple(info.shape)), dest.tolist()
-                )
-            elif values[0].nbytes < ROW_COPY_BYTES:  # small steps: one fancy index per unit
-                flat_out[at] = values[local]
-            else:  # frames: each window copied straight into the batch, no temporary (a slice where it is one)
-                first = local[:, 0]
-                contiguous = (local[:, -1] - first == T - 1).tolist()  # clamped windows are monotone
-                for r, lo, whole, row in zip(at.tolist(), first.tolist(), contiguous, local):
-                    flat_out[r] = values[lo : lo + T] if whole else values[row]
+            copy_windows(loaded[field], self._local(field, int(uniq[i]), rows[at]), flat_out, at)
 
 
 class EpisodeUnits(FrameSource):

@@ -16,10 +16,8 @@ import numpy as np
 import torch
 
 from robo_loaders_plugin.core.lru import LoadOnceLRU
-from robo_loaders_plugin.frames.base import FieldInfo, FrameSource
+from robo_loaders_plugin.frames.base import FieldInfo, FrameSource, copy_windows
 from robo_loaders_plugin.storage.encoded_frames import EncodedFrames
-
-ROW_COPY_BYTES = 256  # fields whose steps are at least this big are copied window by window (a slice per row)
 
 
 class EpisodeFrames(FrameSource):
@@ -138,28 +136,7 @@ class EpisodeFrames(FrameSource):
         rows = steps.reshape(B, -1)
         flat_out = out.reshape((B, rows.shape[1]) + tuple(info.shape))
         uniq, inverse = np.unique(episodes, return_inverse=True)
-        loaded = [None] * len(uniq)  # episodes no other thread is loading are loaded first (LoadOnceLRU)
+        # episodes no other thread is loading are loaded first (LoadOnceLRU)
         for i, values in self.cache.iter_loaded([int(e) for e in uniq]):
-            loaded[i] = values[field]
-        encoded = isinstance(loaded[0], EncodedFrames)
-        if not encoded and np.dtype(info.dtype).itemsize * int(np.prod(info.shape)) < ROW_COPY_BYTES:
-            for i, values in enumerate(loaded):  # small steps: one fancy index per episode
-                at = np.flatnonzero(inverse == i)
-                flat_out[at] = values[rows[at]]
-            return
-        T = rows.shape[1]
-        if encoded:  # one call per episode: frames stored channels last are put back a group at a time
-            every = flat_out.reshape((B * T,) + tuple(info.shape))
-            for i, values in enumerate(loaded):
-                at = np.flatnonzero(inverse == i)
-                dest = (at[:, None] * T + np.arange(T)).reshape(-1)
-                values.decode_into(rows[at].reshape(-1).tolist(), every, dest.tolist())
-            return
-        starts = rows[:, 0].tolist()
-        contiguous = (rows[:, -1] - rows[:, 0] == T - 1).tolist()  # clamped windows are monotone
-        for r, i in enumerate(inverse.tolist()):
-            values = loaded[i]
-            if contiguous[r]:
-                flat_out[r] = values[starts[r] : starts[r] + T]
-            else:
-                flat_out[r] = values[rows[r]]
+            at = np.flatnonzero(inverse == i)
+            copy_windows(values[field], rows[at], flat_out, at)
