@@ -363,3 +363,19 @@ def test_decompress_into_refuses_a_small_frame_whose_header_announces_fewer_byte
     assert (out == 9).all()
     FrameCodec.decoder(out.nbytes)(blob, out)
     assert out[:12].tobytes() == f[:12].tobytes() and (out[12:] == 9).all()
+
+
+def test_decoder_into_chooses_by_the_size_of_one_frame_of_the_batch():
+    """Small frames take the bare call (their sizes checked where their tables were loaded), large ones the checked
+    one; an empty batch asks for no frame. The control: a large batch of frames is checked per frame, so a short
+    blob is refused."""
+    from robo_loaders_plugin.storage import codec as codec_module
+
+    small = np.zeros((4, codec_module.GIL_FREE_MIN_BYTES // 2), np.uint8)
+    large = np.zeros((2, codec_module.GIL_FREE_MIN_BYTES), np.uint8)
+    assert FrameCodec.decoder_into(small) is codec_module._decompress_small
+    assert FrameCodec.decoder_into(small[:0]) is codec_module._decompress_small
+    decode = FrameCodec.decoder_into(large)
+    assert decode is not codec_module._decompress_small
+    with pytest.raises(CodecError, match="expected"):
+        decode(FrameCodec().compress(large[0, :100]), large[0])

@@ -137,6 +137,20 @@ class FrameCodec:
         return functools.partial(cls.decompress_into, shared=shared)
 
     @classmethod
+    def decoder_into(cls, out: np.ndarray, shared: bool = False) -> Callable[[Any, np.ndarray], None]:
+        """:meth:`decoder` for the frames of ``out`` (frames first; the size of one, none when it is empty): what
+        every read that decodes a batch of frames into one array asks.
+
+        Args:
+            out: The destination, ``(n,) + frame shape``.
+            shared: As :meth:`decompress_into`'s.
+
+        Returns:
+            ``decode(blob, out)``.
+        """
+        return cls.decoder(out[0].nbytes if len(out) else 0, shared)
+
+    @classmethod
     def decompress_into(cls, blob, out: np.ndarray, shared: bool = False) -> None:
         """Decompress one chunk straight into ``out``, after checking its header's size: a frame of
         :data:`GIL_FREE_MIN_BYTES` or more with the GIL released (module docstring). The hot paths, whose sizes were

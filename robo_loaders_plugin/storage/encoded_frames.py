@@ -139,7 +139,7 @@ class EncodedFrames:
             ShardError: a frame cannot be decompressed (damage the member's CRC did not catch).
         """
         data, offs = self.data, self.offsets
-        decompress = FrameCodec.decoder(out[0].nbytes if len(out) else 0)
+        decompress = FrameCodec.decoder_into(out)
         rows = range(len(indices)) if out_rows is None else out_rows
         try:
             if self.layout is None:

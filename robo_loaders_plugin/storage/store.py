@@ -700,7 +700,7 @@ class EpisodeStore:
                 built); the message names the file, the episode, the field and the frame.
         """
         buf = self._view
-        decompress = FrameCodec.decoder(out[0].nbytes if len(out) else 0, shared=True)  # a mapped file
+        decompress = FrameCodec.decoder_into(out, shared=True)  # a mapped file
         served = frame_layout.ServedRows(out, layout)
         for j, (s, e, r, c) in enumerate(zip(starts, ends, rows, sums)):
             blob = buf[s:e]

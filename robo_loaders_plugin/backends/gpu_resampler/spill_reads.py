@@ -106,7 +106,7 @@ def decode_spilled(fd: int, rows, begin, end, sums, out, *, buffer, damaged, rea
         for start, stop in ranges.tolist():
             os.posix_fadvise(fd, start, stop - start, os.POSIX_FADV_WILLNEED)
     buf = buffer(int((ranges[:, 1] - ranges[:, 0]).max(initial=0)))
-    decompress = FrameCodec.decoder(out[0].nbytes if len(out) else 0)
+    decompress = FrameCodec.decoder_into(out)
     lo = 0
     for r, (start, stop) in enumerate(ranges.tolist()):
         hi = int(np.searchsorted(run, r, side="right"))

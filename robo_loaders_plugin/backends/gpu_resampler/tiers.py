@@ -230,7 +230,7 @@ class CompressedRows:
             )
             return
         (bufs, begin, end, _), buffers = self._rows()  # host memory: this process's own
-        decompress = FrameCodec.decoder(out[0].nbytes if len(out) else 0)
+        decompress = FrameCodec.decoder_into(out)
         for j, (b, s, e) in enumerate(zip(bufs[local].tolist(), begin[local].tolist(), end[local].tolist())):
             decompress(buffers[b][s:e], out[j])
 
