@@ -398,3 +398,44 @@ def test_passes_follow_each_other_without_a_reset_and_any_other_position_resets(
         assert len(resets) == 4 + 3
     finally:
         per_pass.shutdown()
+
+
+def test_a_pipeline_nobody_holds_stops_its_threads_and_frees_its_dataset():
+    """An endless pipeline's threads never run out of work, and they hold the dataset (through ``collate``) and
+    the batches they assembled ahead: once nobody holds the pipeline (its DataLoader dropped) they must stop, and
+    the dataset be freed, instead of both living until the process ends. torchdata's iterators stop their threads
+    when they are collected, which holds only while nothing the threads reach refers back to the pipeline (an
+    assembling function that captured it would keep it alive for ever). The control: while the pipeline is held,
+    its threads run and the dataset lives, so the check below sees threads that would have stayed."""
+    import gc
+    import threading
+    import weakref
+
+    from robo_loaders_plugin.core.iteration import SamplingPlan
+    from robo_loaders_plugin.pipeline.batches import PipelineBatches
+
+    class Data:  # what collate is bound to: a dataset
+        def collate(self, idx):
+            return idx.copy()
+
+    n_eps, per_ep = 6, 5
+    groups = ItemGroups(np.arange(n_eps * per_ep), np.repeat(np.arange(n_eps), per_ep), n_eps)
+    data = Data()
+    dataset = weakref.ref(data)
+    before = set(threading.enumerate())
+    source = PipelineBatches(
+        groups, data.collate, SamplingPlan(batch_size=4, num_workers=2), seed=5, shuffle_buffer=2, endless=True
+    )
+    it = iter(source)
+    next(it)
+    del data
+    gc.collect()
+    started = [t for t in threading.enumerate() if t not in before]
+    assert started and all(t.is_alive() for t in started) and dataset() is not None  # the control
+    del it, source
+    gc.collect()
+    for t in started:
+        t.join(timeout=30)
+    assert not [t.name for t in started if t.is_alive()]
+    gc.collect()
+    assert dataset() is None
