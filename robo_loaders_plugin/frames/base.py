@@ -15,6 +15,7 @@ import dataclasses
 import numpy as np
 
 from robo_loaders_plugin.storage.encoded_frames import EncodedFrames
+from robo_loaders_plugin.storage.pages import empty_small_pages
 
 # how a field is read at a position between two recorded steps (rate conversion, ``windows.rates``)
 NEAREST, PREVIOUS, LINEAR = "nearest", "previous", "linear"
@@ -99,7 +100,7 @@ class FrameSource(abc.ABC):
         """
         info = self.info(field)
         shape = tuple(steps.shape) + tuple(info.shape)
-        out = pool.empty(shape, info.dtype) if pool is not None else np.empty(shape, dtype=info.dtype)
+        out = pool.empty(shape, info.dtype) if pool is not None else empty_small_pages(shape, info.dtype)
         self.take(field, episodes, steps, out)
         return out
 

@@ -13,6 +13,8 @@ import threading
 
 import numpy as np
 
+from robo_loaders_plugin.storage.pages import empty_small_pages
+
 _FREE_REFS = 3  # the pool's list, the loop variable, getrefcount's argument
 
 
@@ -49,7 +51,7 @@ class BufferPool:
             for buf in bufs:
                 if sys.getrefcount(buf) == _FREE_REFS:
                     return buf
-            out = np.empty(shape, dtype=dtype)
+            out = empty_small_pages(shape, dtype)
             self.allocations += 1
             if len(bufs) < self.max_per_shape:
                 bufs.append(out)

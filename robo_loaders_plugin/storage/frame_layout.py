@@ -17,6 +17,8 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from robo_loaders_plugin.storage.pages import empty_small_pages
+
 CHANNELS_LAST = "hwc"  # a (C, H, W) frame stored as (H, W, C); a field without ``layout`` is stored as served
 LAYOUTS = (CHANNELS_LAST,)
 _MAX_CHANNELS = 4
@@ -131,7 +133,7 @@ def channels_first(frames: np.ndarray) -> np.ndarray:
     stored = frames.transpose(0, 2, 3, 1)
     if not stored.flags.c_contiguous:  # not a view of channels-last memory: numpy's copy
         return np.ascontiguousarray(frames)
-    out = np.empty(frames.shape, np.uint8)
+    out = empty_small_pages(frames.shape, np.uint8)
     for n in range(len(out)):
         copy_served(stored[n], out[n], CHANNELS_LAST)
     return out
