@@ -189,8 +189,6 @@ def _gathered(
     value at its own row is replaced by the window in LeRobot's item, so it takes that place in ``columns``.
     """
     query_rows, padding = windows.locate(idx)
-    unit = rowmap.run_of_row[idx]
-    first = rowmap.run_start[unit]
     groups: dict[int, tuple[np.ndarray, list]] = {}
     for key in layout.columns:
         if key not in query_rows:
@@ -203,7 +201,7 @@ def _gathered(
             groups.setdefault(id(plain), (plain, []))[1].append(key)
     values = {}
     for rows, keys in groups.values():
-        steps = rows - first.reshape(first.shape + (1,) * (rows.ndim - 1))
+        unit, steps = rowmap.locate(rows, idx)
         if steps.dtype.kind == "f":
             for key in keys:
                 values[key] = _tensor(gather_at(frames, key, unit, steps, layout.modes[key], pool))
