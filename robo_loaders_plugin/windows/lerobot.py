@@ -129,6 +129,9 @@ class DeltaWindows:
             d = np.asarray(v, dtype=np.float64)
             near = np.rint(d)
             self.deltas[k] = near.astype(np.int64) if np.all(np.abs(d - near) < 1e-6) else d
+        # keys with the same offsets share one rows array in locate() (gathered together): each key's first twin
+        first: dict[bytes, str] = {}
+        self.same_as = {k: first.setdefault(d.dtype.str.encode() + d.tobytes(), k) for k, d in self.deltas.items()}
 
     def locate(self, idx: np.ndarray):
         """The delta keys' window rows of items ``idx``, as LeRobot's ``get_item`` computes them: rows clamped into
@@ -144,9 +147,8 @@ class DeltaWindows:
         """
         rows, padding = {}, {}
         abs_idx, start, end = (a[:, None] for a in self._bounds(idx))
-        done: dict[bytes, str] = {}  # keys with the same offsets share one rows array (gathered together)
         for key, deltas in self.deltas.items():
-            same = done.setdefault(deltas.dtype.str.encode() + deltas.tobytes(), key)
+            same = self.same_as[key]
             if same != key:
                 rows[key], padding[f"{key}_is_pad"] = rows[same], padding[f"{same}_is_pad"].copy()
                 continue
