@@ -79,11 +79,15 @@ def consistent(r, epochs, steps_per_epoch, batch_size, waits=True):
     assert r["stall_fraction"] == pytest.approx(sum(e["data_s"] for e in measured) / r["measured_s"])
     assert r["first_epoch_s"] == r["epochs"][0]["step_s"] > 0
     assert r["dataset_build_s"] > 0
-    # launch -> end of epoch 1 holds the imports, the dataset build and epoch 1; the whole run holds more
-    assert r["time_to_first_epoch_end_s"] > r["dataset_build_s"] + r["first_epoch_s"]
-    # certain whatever the pipe's timing: the process outlives the lines it printed and every step it timed
+    # dataset_build_s is timed from outside (between two log lines as read from the pipe), the epochs inside: a
+    # reader held up for seconds stamps the second line late and inflates the build (CI: build 10.0 s and epoch 1
+    # 10.0 s before a first epoch end read at 13.6 s), so no bound adds an outside span to an inside one. What
+    # holds whatever the pipe's timing: lines are read in order and after they are printed, and the process
+    # outlives the lines it printed and every step it timed.
+    assert r["time_to_first_epoch_end_s"] > r["dataset_build_s"]
+    assert r["time_to_first_epoch_end_s"] > r["first_epoch_s"]
     assert r["wall_s"] > r["time_to_first_epoch_end_s"]
-    assert r["wall_s"] > sum(e["step_s"] for e in r["epochs"]) + r["dataset_build_s"]
+    assert r["wall_s"] > sum(e["step_s"] for e in r["epochs"])
     assert r["peak_mem_bytes"] > 100e6  # a process with torch imported, sampled from outside
 
 
