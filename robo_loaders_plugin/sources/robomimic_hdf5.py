@@ -454,7 +454,8 @@ class RobomimicHdf5:
             demos: The demos served, at least one.
             fields: The fields served (``actions``, ``obs/<key>``, ...); those the first demo lacks, or that are not
                 datasets, are left out.
-            float32_fields: Fields held as float32 when they are floating point.
+            float32_fields: Fields held as float32 whatever their dtype (robomimic's cache modes cast the dataset
+                keys so: an int64 ``dones`` is served as float32).
 
         Returns:
             A ``DataSize``: per-demo lengths, camera-frame bytes per step (per-step arrays of at least
@@ -471,7 +472,7 @@ class RobomimicHdf5:
             if key not in g or not isinstance(g[key], h5py.Dataset):
                 continue
             ds = g[key]
-            itemsize = 4 if key in float32_fields and ds.dtype.kind == "f" else ds.dtype.itemsize
+            itemsize = 4 if key in float32_fields else ds.dtype.itemsize
             per_step = int(np.prod(ds.shape[1:], dtype=np.int64)) * itemsize
             if ds.ndim > 1 and per_step >= FRAME_MIN_BYTES:
                 frames[key] = per_step
