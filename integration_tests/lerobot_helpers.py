@@ -31,3 +31,24 @@ def serve(backend: str, native, **options):
     from robo_loaders_plugin.lerobot.integration import build_dataset, choose
 
     return build_dataset(native, choose(backend, **options))
+
+
+def cfg_for(root, backend=None, backend_kwargs=None, eval_split=0.0):
+    """A TrainPipelineConfig as lerobot-train builds it (through draccus), for the library entry points."""
+    import draccus
+    from lerobot.configs.train import TrainPipelineConfig
+    from lerobot.policies.act.configuration_act import ACTConfig  # noqa: F401  (registers --policy.type=act)
+
+    args = [
+        f"--dataset.repo_id={REPO}",
+        f"--dataset.root={root}",
+        "--policy.type=act",
+        "--policy.device=cpu",
+        "--policy.push_to_hub=false",
+        f"--dataset.eval_split={eval_split}",
+    ]
+    if backend:
+        args.append(f"--dataset.backend={backend}")
+    if backend_kwargs is not None:
+        args.append(f"--dataset.backend_kwargs={backend_kwargs}")
+    return draccus.parse(TrainPipelineConfig, args=args)

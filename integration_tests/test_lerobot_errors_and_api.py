@@ -8,7 +8,7 @@ import types
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from lerobot_helpers import REPO, random_indices, same_item, serve
+from lerobot_helpers import REPO, cfg_for, random_indices, same_item, serve
 
 from robo_loaders_plugin import BackendOptionError, RoboLoadersError, UnknownBackendError
 
@@ -85,27 +85,6 @@ def test_bad_options(lerobot_datasets):
         serve("compressed_cache", nat, loader="dataloader")
     with pytest.raises(BackendOptionError, match=r"max_memory.*expected a size like 2GB"):
         serve("compressed_cache", nat, max_memory="lots")
-
-
-def cfg_for(root, backend=None, backend_kwargs=None, eval_split=0.0):
-    """A TrainPipelineConfig as lerobot-train builds it (through draccus), for the library entry points."""
-    import draccus
-    from lerobot.configs.train import TrainPipelineConfig
-    from lerobot.policies.act.configuration_act import ACTConfig  # noqa: F401  (registers --policy.type=act)
-
-    args = [
-        f"--dataset.repo_id={REPO}",
-        f"--dataset.root={root}",
-        "--policy.type=act",
-        "--policy.device=cpu",
-        "--policy.push_to_hub=false",
-        f"--dataset.eval_split={eval_split}",
-    ]
-    if backend:
-        args.append(f"--dataset.backend={backend}")
-    if backend_kwargs is not None:
-        args.append(f"--dataset.backend_kwargs={backend_kwargs}")
-    return draccus.parse(TrainPipelineConfig, args=args)
 
 
 def is_store_dataset(ds) -> bool:

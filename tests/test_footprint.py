@@ -180,7 +180,7 @@ def test_batches_in_flight_are_the_prefetched_one_per_thread_and_the_one_trainin
     known = planned(units, cache_episodes=4, shuffle_buffer=2, batch_bytes=100, threads=3)
     assert known.footprint.host_bytes == 4 * 1000 + (2 + 3 + 1) * 100 and "6 batches in flight" in known.footprint.bound
     named = planned(units, cache_episodes=4, shuffle_buffer=2)
-    assert "2 prefetched + 1 per num_workers thread + 1 held by training" in named.footprint.bound
+    assert "2 prefetched + 1 per num_workers thread (counted as 1) + 1 held by training" in named.footprint.bound
 
 
 def test_conversion_estimate_is_lossless_at_the_expected_ratio_or_video():

@@ -531,6 +531,49 @@ def camera_reach(delta_indices: dict | None, cameras) -> tuple[int, int]:
     return max(0, -int(np.floor(min(deltas)))), max(0, int(np.ceil(max(deltas))))
 
 
+def sample_bytes(size, settings, delta_steps: dict | None = None) -> int:
+    """Bytes of one item as ``LeRobotDataset`` serves it, from metadata: camera frames as float32 (uint8 with
+    ``return_uint8``), each key over its ``delta_timestamps`` window; the other columns together over the longest
+    window among them (an upper bound: ``DataSize`` sums their bytes per step). What a batch in flight holds per
+    sample (``core.in_flight``).
+
+    Args:
+        size: The dataset's ``core.data_size.DataSize`` (``LeRobotV3.data_size``).
+        settings: Its ``ReaderSettings``.
+        delta_steps: Each windowed key's offsets when a backend replaces LeRobot's (``gpu_resampler``'s rates;
+            ``None``: ``settings.delta_indices``).
+
+    Returns:
+        Bytes.
+    """
+    deltas = delta_steps if delta_steps is not None else (settings.delta_indices or {})
+    per_pixel = 1 if settings.return_uint8 else 4
+    frames = sum(b * per_pixel * len(deltas.get(k, (0,))) for k, b in size.frame_step_bytes.items())
+    other = max((len(v) for k, v in deltas.items() if k not in size.frame_step_bytes), default=1)
+    return int(frames + size.other_step_bytes * other)
+
+
+def pipeline_batches(size, settings) -> tuple[int, int | None]:
+    """What a pipeline-served backend's buffer plan counts beside its units (``pipeline.buffer_plan``): one batch of
+    the training loop the adapter stated (``core.in_flight``: lerobot-train's ``--batch_size``), and the threads
+    building batches (one per ``--num_workers``).
+
+    Args:
+        size: The dataset's ``core.data_size.DataSize``.
+        settings: Its ``ReaderSettings``.
+
+    Returns:
+        ``(batch bytes, threads)``; ``(0, None)`` outside a stated loop (the bound then names the batches instead of
+        counting them).
+    """
+    from robo_loaders_plugin.core.in_flight import current_training_loop
+
+    loop = current_training_loop()
+    if loop is None:
+        return 0, None
+    return int(loop.batch_size) * sample_bytes(size, settings), max(1, int(loop.workers))
+
+
 def unit_bytes(native, source, settings, *, frame_ratio: float, row_bytes: bool, margin_always: bool):
     """Bytes a pipeline-served backend's buffer holds per unit, from metadata before anything is read: episodes,
     long ones in parts (``frames.chunks``), each with the rows its camera windows reach outside it; and what a unit

@@ -11,6 +11,7 @@ import torch
 from robo_loaders_plugin.core import iteration
 from robo_loaders_plugin.core.backend_json import parse_backend_kwargs
 from robo_loaders_plugin.core.errors import RoboLoadersError
+from robo_loaders_plugin.core.in_flight import TrainingLoop, current_training_loop, training_loop
 from robo_loaders_plugin.core.log import get_logger
 from robo_loaders_plugin.core.ranks import check_ranks_agree, source_identity
 from robo_loaders_plugin.core.registry import choose_backend
@@ -80,7 +81,14 @@ def convert(dataset, cfg):
     return build_dataset(dataset, choice, repo_id=cfg.dataset.repo_id, seed=getattr(cfg, "seed", None))
 
 
-def build_dataset(native, choice: BackendChoice, repo_id: str | None = None, seed: int | None = None):
+def build_dataset(
+    native,
+    choice: BackendChoice,
+    repo_id: str | None = None,
+    seed: int | None = None,
+    batch_size: int | None = None,
+    num_workers: int = 0,
+):
     """Serve a ``LeRobotDataset`` through a backend, as ``lerobot-train --dataset.backend`` does.
 
     Args:
@@ -89,6 +97,9 @@ def build_dataset(native, choice: BackendChoice, repo_id: str | None = None, see
         repo_id: Shown in the log line (default: ``native.repo_id``).
         seed: lerobot-train's ``--seed`` (recorded; the sampler's own seed is what :func:`cycle` checks across
             ranks).
+        batch_size: Items per batch of the DataLoader that will serve it, so that the footprint counts the batches
+            in flight (``core.in_flight``; ``None``: lerobot-train's, when called from it, else not counted).
+        num_workers: That DataLoader's workers.
 
     Returns:
         The backend's dataset, recorded for the adapter's dispatch (``lerobot-train``'s ``cycle``).
@@ -100,7 +111,9 @@ def build_dataset(native, choice: BackendChoice, repo_id: str | None = None, see
         raise RoboLoadersError(f"backend choice {choice.name!r} was resolved for {choice.framework}, not LeRobot")
     compat.check_version()
     choice.check_device()
-    out = choice.build(native)
+    loop = TrainingLoop(int(batch_size), int(num_workers)) if batch_size is not None else current_training_loop()
+    with training_loop(loop):
+        out = choice.build(native)
     iteration.record_built(out, choice, seed=seed)
     logger.info(f"lerobot data backend: {choice.name} [{repo_id or native.repo_id}] {iteration.summary_of(out)}")
     return out
@@ -180,13 +193,14 @@ def make_dataset(cfg):
     backend_choice(cfg.dataset)  # fail on a bad name/option before reading anything
     from robo_loaders_plugin.lerobot import mixture
 
-    if mixture.mixture_of(cfg.dataset) is not None:  # --dataset.mixture: one dataset per component
-        return mixture.make_mixture_datasets(cfg, split=False)[0]
-    with _streamed_source(cfg):
-        native = compat.original("make_dataset")(cfg)
-    if getattr(_state, "raw", False):  # called from make_train_eval_datasets: converted there
-        return native
-    return convert(native, cfg)
+    with training_loop(training_loop_of(cfg)):  # the batches in flight, counted in the footprints
+        if mixture.mixture_of(cfg.dataset) is not None:  # --dataset.mixture: one dataset per component
+            return mixture.make_mixture_datasets(cfg, split=False)[0]
+        with _streamed_source(cfg):
+            native = compat.original("make_dataset")(cfg)
+        if getattr(_state, "raw", False):  # called from make_train_eval_datasets: converted there
+            return native
+        return convert(native, cfg)
 
 
 def make_train_eval_datasets(cfg):
@@ -205,10 +219,27 @@ def make_train_eval_datasets(cfg):
     backend_choice(cfg.dataset)
     from robo_loaders_plugin.lerobot import mixture
 
-    if mixture.mixture_of(cfg.dataset) is not None:  # --dataset.mixture: each component split as LeRobot splits
-        return mixture.make_mixture_datasets(cfg, split=True)
-    train, evaluation = native_datasets(cfg, split=True)
-    return convert(train, cfg), convert(evaluation, cfg)
+    with training_loop(training_loop_of(cfg)):  # the batches in flight, counted in the footprints
+        if mixture.mixture_of(cfg.dataset) is not None:  # --dataset.mixture: each split as LeRobot splits
+            return mixture.make_mixture_datasets(cfg, split=True)
+        train, evaluation = native_datasets(cfg, split=True)
+        return convert(train, cfg), convert(evaluation, cfg)
+
+
+def training_loop_of(cfg) -> TrainingLoop | None:
+    """The training loop lerobot-train runs with ``cfg``: ``--batch_size`` items per batch, built by
+    ``--num_workers`` DataLoader workers (``core.in_flight``); ``None`` for a config without them.
+
+    Args:
+        cfg: lerobot-train's config.
+
+    Returns:
+        A ``core.in_flight.TrainingLoop``, or ``None``.
+    """
+    batch_size, workers = getattr(cfg, "batch_size", None), getattr(cfg, "num_workers", None)
+    if not isinstance(batch_size, int) or not isinstance(workers, int):
+        return None
+    return TrainingLoop(batch_size, workers)
 
 
 def native_datasets(cfg, split: bool):

@@ -9,7 +9,8 @@ import dataclasses
 
 import numpy as np
 
-from robo_loaders_plugin.core.footprint import Footprint
+from robo_loaders_plugin.core.footprint import Available, Footprint, Planned
+from robo_loaders_plugin.core.in_flight import BatchesInFlight
 from robo_loaders_plugin.core.units import format_bytes
 
 DEFAULT_CACHE_MEMORY = 10**9  # bytes (1GB): the episode buffers' bound when the whole dataset does not fit the share
@@ -29,12 +30,29 @@ class BufferPlan:
         shuffle_buffer: Units open at once (items drawn from them).
         unit_bytes: The largest unit's bytes as held.
         footprint: What it needs (host RAM: ``capacity`` units, plus the batches in flight).
+        in_flight: The batches in flight it counts.
     """
 
     capacity: int
     shuffle_buffer: int
     unit_bytes: int
     footprint: Footprint
+    in_flight: BatchesInFlight
+
+    def planned(self, available: Available, alternatives) -> Planned:
+        """This plan as ``BackendSpec.footprints`` gives it: what stays held beside other datasets is the buffer,
+        not the batches in flight (a mixture's batches are counted once, not once per component).
+
+        Args:
+            available: The machine as measured.
+            alternatives: What would fit instead.
+
+        Returns:
+            A ``core.footprint.Planned``.
+        """
+        fp = self.footprint
+        held = dataclasses.replace(fp, host_bytes=fp.host_bytes - self.in_flight.host_bytes)
+        return Planned(fp, available, tuple(alternatives), held)
 
 
 def buffer_plan(
@@ -90,22 +108,24 @@ def buffer_plan(
     capacity = min(capacity, max(1, len(unit_bytes)))
     held = int(np.sum(np.sort(np.asarray(unit_bytes, np.int64))[::-1][:capacity]))
     if threads is None:  # the training script's num_workers: named, counted as one
-        flying, count = 2 + int(prefetch), f"{int(prefetch)} prefetched + 1 per num_workers thread + 1 held by training"
+        flight = BatchesInFlight(
+            2 + int(prefetch),
+            int(batch_bytes),
+            f"{int(prefetch)} prefetched + 1 per num_workers thread (counted as 1) + 1 held by training",
+        )
     else:
-        flying = int(prefetch) + max(1, int(threads)) + 1
-        count = f"{flying}"
-    host = held + flying * int(batch_bytes)
-    flight = (
-        f"{count} batches in flight ({format_bytes(flying * int(batch_bytes))}"
-        f"{' with 1 thread' if threads is None else ''})"
-        if batch_bytes
-        else f"{count} batches in flight (not counted: the training script sets their size)"
-    )
+        workers = max(1, int(threads))
+        flight = BatchesInFlight(
+            int(prefetch) + workers + 1,
+            int(batch_bytes),
+            f"{int(prefetch)} prefetched + 1 per thread ({workers}) + 1 held by training",
+        )
+    host = held + flight.host_bytes
     bound = (
         f"at most {capacity} {unit} of up to {format_bytes(largest)} held ({said}; {format_bytes(held)}) plus "
-        f"{flight}, whatever the dataset's size"
+        f"{flight.describe()}, whatever the dataset's size"
     )
-    return BufferPlan(capacity, shuffle, largest, Footprint(host_bytes=host, bound=bound))
+    return BufferPlan(capacity, shuffle, largest, Footprint(host_bytes=host, bound=bound), flight)
 
 
 def _byte_budget(unit_bytes, cache_memory, available_bytes: int | None, unit: str) -> tuple[int | None, str]:

@@ -20,7 +20,7 @@ from robo_loaders_plugin.pipeline.batches import PipelineDataset
 from robo_loaders_plugin.pipeline.buffer_plan import held_bytes
 from robo_loaders_plugin.pipeline.options import PassOptions
 from robo_loaders_plugin.robomimic.dataset import RobomimicSamples
-from robo_loaders_plugin.robomimic.sequence import OPTION_PREFIX, data_size
+from robo_loaders_plugin.robomimic.sequence import OPTION_PREFIX, data_size, sample_bytes
 from robo_loaders_plugin.sources.robomimic_hdf5 import FRAME_MIN_BYTES, RobomimicHdf5
 from robo_loaders_plugin.storage.encoded_frames import EncodedFrames
 from robo_loaders_plugin.windows.robomimic import SequenceOptions, SequenceWindows, episode_fields
@@ -80,7 +80,7 @@ def buffer_sizing(
         lengths=np.asarray(size.lengths, dtype=np.int64),
         row_bytes=frames / held_ratio + size.other_step_bytes,
         frame_step=int(frames),
-        batch=int(config.train.batch_size) * window * (frames + size.other_step_bytes),
+        batch=int(config.train.batch_size) * sample_bytes(size, opts),
         window=window,
         threads=max(1, int(config.train.num_data_workers)),
         whole=whole,
@@ -138,11 +138,11 @@ def buffer_footprint(sizing: Sizing, passes: PassOptions, units=None, alternativ
     Returns:
         A ``core.footprint.Planned``.
     """
-    from robo_loaders_plugin.core.footprint import Available, Planned
+    from robo_loaders_plugin.core.footprint import Available
 
     held, unit = _held(sizing, units)
     _, plan = passes.sized(held, sizing.batch, OPTION_PREFIX, unit=unit, threads=sizing.threads)
-    return Planned(plan.footprint, Available.measure(), tuple(alternatives))
+    return plan.planned(Available.measure(), alternatives)
 
 
 def file_buffer_footprint(

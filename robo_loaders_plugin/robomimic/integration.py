@@ -10,11 +10,13 @@ import torch.utils.data
 
 from robo_loaders_plugin.core import iteration
 from robo_loaders_plugin.core.errors import RoboLoadersError
+from robo_loaders_plugin.core.in_flight import training_loop
 from robo_loaders_plugin.core.log import get_logger
 from robo_loaders_plugin.core.ranks import check_ranks_agree, resolve_ranks, source_identity
 from robo_loaders_plugin.core.registry import choose_backend
 from robo_loaders_plugin.core.spec import DEFAULT_BACKEND, SAMPLE, BackendChoice
 from robo_loaders_plugin.robomimic import compat, mixture
+from robo_loaders_plugin.robomimic.sequence import training_loop_of
 
 logger = get_logger(__name__)
 
@@ -72,7 +74,8 @@ def dataset_factory(config, obs_keys, filter_by_attribute=None, dataset_path=Non
         mixture.mixture_spec(config)  # the mixture's refusals first: they say why an option does not apply
     choice = backend_choice(config)
     if mixed:
-        return mixture.build_mixture(config, obs_keys, choice, filter_by_attribute, rank, world_size)
+        with training_loop(training_loop_of(config)):  # the batches in flight, counted in the footprints
+            return mixture.build_mixture(config, obs_keys, choice, filter_by_attribute, rank, world_size)
     if config.train.get("data_backend") is None:
         return compat.original("dataset_factory")(
             config, obs_keys, filter_by_attribute=filter_by_attribute, dataset_path=dataset_path
@@ -106,7 +109,8 @@ def build_dataset(
     compat.check_version()
     choice.check_device()
     path = os.path.expanduser(dataset_path if dataset_path is not None else config.train.data)
-    dataset = choice.build(config, obs_keys, filter_by_attribute=filter_by_attribute, dataset_path=dataset_path)
+    with training_loop(training_loop_of(config)):  # the batches in flight, counted in the footprint
+        dataset = choice.build(config, obs_keys, filter_by_attribute=filter_by_attribute, dataset_path=dataset_path)
 
     def setup():  # what every rank must share
         return {

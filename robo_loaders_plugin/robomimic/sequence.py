@@ -103,6 +103,37 @@ def data_size(source: RobomimicHdf5, f, demos: list[str], opts: SequenceOptions)
     return source.data_size(f, demos, opts.field_names(), float32)
 
 
+def sample_bytes(size, opts: SequenceOptions) -> int:
+    """Bytes of one sample as SequenceDataset serves it: every field of ``size`` (``next_obs`` included) over the
+    window of ``frame_stack + seq_length - 1`` steps (a ``goal_mode="last"`` goal, one step, is counted as a
+    window: an upper bound); what a batch in flight holds per sample (``core.in_flight``).
+
+    Args:
+        size: The ``core.data_size.DataSize`` of the served fields (:func:`data_size`).
+        opts: SequenceDataset's arguments.
+
+    Returns:
+        Bytes.
+    """
+    window = opts.frame_stack + opts.seq_length - 1
+    return int(window * (sum(size.frame_step_bytes.values()) + size.other_step_bytes))
+
+
+def training_loop_of(config):
+    """The training loop robomimic's ``train()`` runs with this config: ``train.batch_size`` samples per batch,
+    built by ``train.num_data_workers`` workers (``core.in_flight``).
+
+    Args:
+        config: robomimic's config.
+
+    Returns:
+        A ``core.in_flight.TrainingLoop``.
+    """
+    from robo_loaders_plugin.core.in_flight import TrainingLoop
+
+    return TrainingLoop(int(config.train.batch_size), int(config.train.num_data_workers))
+
+
 def recorded_fps(source: RobomimicHdf5, f) -> float | None:
     """The rate a robomimic file was recorded at, when its ``env_args`` say (robosuite's ``control_freq``): what
     ``target_fps`` converts from when ``source_fps`` is not given.

@@ -16,11 +16,14 @@ import numpy as np
 
 from robo_loaders_plugin.core.errors import RoboLoadersError, SourceError
 from robo_loaders_plugin.core.footprint import Available, Footprint, check_fits
+from robo_loaders_plugin.core.in_flight import BatchesInFlight, indexed_in_flight
 from robo_loaders_plugin.core.iteration import Serving
 from robo_loaders_plugin.core.log import get_logger
 from robo_loaders_plugin.frames.base import FieldInfo, FrameSource
 from robo_loaders_plugin.lerobot.dataset import LeRobotSamples
+from robo_loaders_plugin.lerobot.dataset import sample_bytes as lerobot_sample_bytes
 from robo_loaders_plugin.robomimic.dataset import RobomimicSamples
+from robo_loaders_plugin.robomimic.sequence import data_size, sample_bytes, training_loop_of
 from robo_loaders_plugin.sdk import FrameStore, StoreEpisodes, cache_root
 
 logger = get_logger(__name__)
@@ -166,12 +169,14 @@ def _open(
     key: dict,
     options,
     option_prefix: str,
+    batches: BatchesInFlight,
 ):
-    """Footprint, cache entry, open: what both frameworks share. Returns ``(frames, directory, hold, reused,
-    footprint)``."""
+    """Footprint, cache entry, open: what both frameworks share. The store's footprint is counted with the batches
+    in flight (``core.in_flight``: served from the built-in datasets' buffers, whatever the store). Returns
+    ``(frames, directory, hold, reused, footprint)``."""
     cache_dir = getattr(options, "cache_dir", None)
     root = cache_root(cache_dir, f"{option_prefix}.cache_dir")
-    footprint = dataclasses.replace(store.footprint(size, options), disk_dir=root)
+    footprint = _with_batches(store.footprint(size, options), batches, root)
     # RAM, /dev/shm and GPU before anything is read; the disk when (and only if) the store is built
     check_fits(
         dataclasses.replace(footprint, disk_bytes=0), Available.measure(), backend=backend, option_prefix=option_prefix
@@ -204,6 +209,13 @@ def _open(
             "build() was given them?); delete it to rebuild it"
         )
     return frames, directory, hold, reused, footprint
+
+
+def _with_batches(footprint: Footprint, batches: BatchesInFlight, disk_dir: str | None = None) -> Footprint:
+    """A store's footprint with the batches in flight in host memory (and its disk directory)."""
+    return dataclasses.replace(
+        footprint, host_bytes=footprint.host_bytes + batches.host_bytes, disk_dir=disk_dir or footprint.disk_dir
+    )
 
 
 def _summary(
@@ -247,8 +259,8 @@ def robomimic_dataset(
         demos = source.demos(f, filter_by_attribute)
         if not demos:
             raise SourceError(f"{path}: no demos selected (filter key {filter_by_attribute!r} is empty)")
-        float32 = opts.dataset_keys if opts.hdf5_cache_mode in ("all", "low_dim") else ()
-        size = source.data_size(f, demos, opts.field_names(), float32)
+        size = data_size(source, f, demos, opts)
+    batches = indexed_in_flight(sample_bytes(size, opts), training_loop_of(config))
 
     def read():
         with source.open() as f:
@@ -263,7 +275,7 @@ def robomimic_dataset(
         "framework": "robomimic",
     }
     frames, directory, hold, reused, footprint = _open(
-        store, ref, backend, source, size, demos, size.frame_step_bytes, read, key, options, ROBOMIMIC_OPTIONS
+        store, ref, backend, source, size, demos, size.frame_step_bytes, read, key, options, ROBOMIMIC_OPTIONS, batches
     )
     windows = SequenceWindows(frames.lengths, opts)
     summary = _summary(store, frames, directory, reused, footprint, f"{len(demos)} demos, {len(windows)} samples")
@@ -300,10 +312,11 @@ def lerobot_dataset(ref: str, backend: str, native, *, options) -> StoreLeRobotS
     from robo_loaders_plugin.lerobot.dataset import native_source
 
     store = load_store(ref)
-    meta, _ = native_source(native)  # meta/ only: the footprint is checked before any table row or frame is read
+    meta, settings = native_source(native)  # meta/ only: the footprint is checked before any row or frame is read
     size = meta.data_size(native.episodes)
+    batches = indexed_in_flight(lerobot_sample_bytes(size, settings))
     check_fits(
-        dataclasses.replace(store.footprint(size, options), disk_bytes=0),
+        dataclasses.replace(_with_batches(store.footprint(size, options), batches), disk_bytes=0),
         Available.measure(),
         backend=backend,
         option_prefix=LEROBOT_OPTIONS,
@@ -325,7 +338,7 @@ def lerobot_dataset(ref: str, backend: str, native, *, options) -> StoreLeRobotS
         "framework": "lerobot",
     }
     frames, directory, hold, reused, footprint = _open(
-        store, ref, backend, source, size, names, episodes.camera_keys, read, key, options, LEROBOT_OPTIONS
+        store, ref, backend, source, size, names, episodes.camera_keys, read, key, options, LEROBOT_OPTIONS, batches
     )
     summary = _summary(
         store, frames, directory, reused, footprint, f"{len(names)} episodes, {int(frames.lengths.sum())} samples"

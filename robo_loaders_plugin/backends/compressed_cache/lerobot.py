@@ -8,9 +8,16 @@ from tqdm.auto import tqdm
 
 from robo_loaders_plugin.backends.compressed_cache.placement import plan_store
 from robo_loaders_plugin.core.errors import SourceError
+from robo_loaders_plugin.core.in_flight import indexed_in_flight
 from robo_loaders_plugin.core.iteration import Serving
 from robo_loaders_plugin.frames.store import StoreFrames
-from robo_loaders_plugin.lerobot.dataset import OPTION_PREFIX, LeRobotSamples, check_rows_match, native_source
+from robo_loaders_plugin.lerobot.dataset import (
+    OPTION_PREFIX,
+    LeRobotSamples,
+    check_rows_match,
+    native_source,
+    sample_bytes,
+)
 from robo_loaders_plugin.sources.lerobot_v3 import LeRobotEpisodes
 from robo_loaders_plugin.storage.codec import FrameCodec
 from robo_loaders_plugin.storage.frame_layout import sampled_ratio
@@ -45,8 +52,10 @@ def compressed_cache_dataset(native, *, options):
     """
     frame_codec = FrameCodec(options.codec, options.level, options.filter)
     source, settings, key = _metadata(native, options)
+    size = source.data_size(native.episodes)
+    batches = indexed_in_flight(sample_bytes(size, settings))
     plan, cache_dir = plan_store(
-        source.data_size(native.episodes),
+        size,
         kind="lerobot",
         key_desc=key,
         source_path=str(source.root),
@@ -54,6 +63,7 @@ def compressed_cache_dataset(native, *, options):
         option_prefix=OPTION_PREFIX,
         alternatives=ALTERNATIVES,
         frame_ratio=lambda: sampled_ratio(source.sample_frames(native.episodes), frame_codec),
+        batches=batches,
     )
     episodes = LeRobotEpisodes(source, settings.tolerance_s, native.episodes)
     check_rows_match(native, episodes.columns, episodes.arrays["index"], episodes.arrays)
@@ -127,17 +137,19 @@ def compressed_cache_footprint(native, *, options, committed):
         CompatError: the installed LeRobot is not the version the backends support.
         SourceError: the dataset is not supported.
     """
-    from robo_loaders_plugin.backends.compressed_cache.placement import place_store
-    from robo_loaders_plugin.core.footprint import Planned
+    from robo_loaders_plugin.backends.compressed_cache.placement import place_store, planned_store
 
-    source, _, key = _metadata(native, options)
+    source, settings, key = _metadata(native, options)
+    size = source.data_size(native.episodes)
+    batches = indexed_in_flight(sample_bytes(size, settings))
     plan, _, available = place_store(
-        source.data_size(native.episodes),
+        size,
         kind="lerobot",
         key_desc=key,
         source_path=str(source.root),
         options=options,
         option_prefix=OPTION_PREFIX,
         committed=committed,
+        batches=batches,
     )
-    return Planned(plan.footprint, available, ALTERNATIVES)
+    return planned_store(plan, available, ALTERNATIVES, batches)

@@ -9,7 +9,8 @@ import math
 import os
 
 from robo_loaders_plugin.core.data_size import EXPECTED_LOSSLESS_RATIO, DataSize
-from robo_loaders_plugin.core.footprint import HEADROOM, Available, Footprint
+from robo_loaders_plugin.core.footprint import HEADROOM, Available, Footprint, Planned
+from robo_loaders_plugin.core.in_flight import BatchesInFlight
 from robo_loaders_plugin.core.log import get_logger
 from robo_loaders_plugin.core.units import format_bytes
 from robo_loaders_plugin.storage import cache
@@ -47,6 +48,7 @@ def compressed_cache_plan(
     available: Available | None = None,
     reusable: bool = False,
     ratio: float | None = None,
+    batches: BatchesInFlight | None = None,
 ) -> StorePlan:
     """Place ``compressed_cache``'s store: in RAM when its worst case fits ``max_memory`` and ``/dev/shm`` (and the
     host's memory), else file-backed in the cache directory on local disk (mapped: the page cache keeps the
@@ -64,6 +66,8 @@ def compressed_cache_plan(
         ratio: The ratio the frames pack at, measured on a few of them (``storage.frame_layout.sampled_ratio``):
             the expected size on disk (``None``: ``core.data_size.EXPECTED_LOSSLESS_RATIO`` assumed). RAM placement
             never depends on it (the worst case must fit).
+        batches: The batches in flight beside the store (``core.in_flight``), in host memory whichever the
+            placement (``None``: none counted).
 
     Returns:
         The :class:`StorePlan`.
@@ -74,16 +78,16 @@ def compressed_cache_plan(
     expected = size.store_expected_bytes() if ratio is None else size.store_expected_bytes(ratio)
     limit = max_memory
     build_s = size.build_seconds(codec, workers)
+    host = size.other_bytes + (batches.host_bytes if batches is not None else 0)
+    flying = f"; plus {batches.describe()}" if batches is not None else ""
     if cache_dir is None:
         available = available or Available.measure(disk_dir=cache.default_root())
-        if (limit is None or upper <= limit) and available.fits_shm(upper, size.other_bytes):
+        if (limit is None or upper <= limit) and available.fits_shm(upper, host):
             bound = (
                 f"a RAM file of at most {format_bytes(upper)} (every frame uncompressed; the codec makes it "
-                f"smaller) in {available.shm_dir}, shared by the host's processes"
+                f"smaller) in {available.shm_dir}, shared by the host's processes{flying}"
             )
-            return StorePlan(
-                True, None, "", Footprint(host_bytes=size.other_bytes, shm_bytes=upper, build_s=build_s, bound=bound)
-            )
+            return StorePlan(True, None, "", Footprint(host_bytes=host, shm_bytes=upper, build_s=build_s, bound=bound))
         if limit is not None and upper > limit:
             why = f"{option_prefix}.max_memory={format_bytes(limit)} cannot hold up to {format_bytes(upper)}"
         else:
@@ -92,6 +96,11 @@ def compressed_cache_plan(
                 f"{available.shm_dir} ({format_bytes(shm)} free) and the host's memory "
                 f"({format_bytes(available.host_bytes)} available) cannot hold up to {format_bytes(upper)} "
                 f"with {1 - HEADROOM:.0%} to spare"
+                + (
+                    f" beside the batches in flight ({format_bytes(host - size.other_bytes)})"
+                    if host > size.other_bytes
+                    else ""
+                )
             )
     else:
         why = ""
@@ -103,14 +112,14 @@ def compressed_cache_plan(
     bound = (
         f"a file-backed cache on local disk in {where}, mapped: the page cache holds the frames training "
         f"touches and gives them back under memory pressure; about {format_bytes(expected)} (frames at {at}; at "
-        f"most {format_bytes(upper)}), the build stops before the disk runs out"
+        f"most {format_bytes(upper)}), the build stops before the disk runs out{flying}"
     )
     return StorePlan(
         False,
         cache_dir,
         why,
         Footprint(
-            host_bytes=size.other_bytes,
+            host_bytes=host,
             disk_bytes=0 if reusable else expected,
             disk_dir=where,
             build_s=None if reusable else build_s,
@@ -129,6 +138,7 @@ def place_store(
     option_prefix: str,
     committed=None,
     ratio: float | None = None,
+    batches: BatchesInFlight | None = None,
 ):
     """Where ``compressed_cache`` keeps its store (:func:`compressed_cache_plan`) on the machine as measured now,
     less what ``committed`` holds, not yet checked: the plan :func:`plan_store` checks, and a mixture sums.
@@ -143,6 +153,7 @@ def place_store(
         committed: A ``core.footprint.Footprint`` held beside this store (other components of a mixture).
         ratio: The ratio the frames pack at, measured on a few (:func:`plan_store`; ``None``: the assumed ratio,
             what a footprint from metadata takes).
+        batches: The batches in flight beside the store (``None``: none counted).
 
     Returns:
         ``(plan, root, available)``: the :class:`StorePlan`, the cache directory it would use, and the machine as
@@ -166,6 +177,7 @@ def place_store(
             available=available,
             reusable=reusable,
             ratio=ratio,
+            batches=batches,
         )
 
     plan = placed(False)
@@ -174,8 +186,35 @@ def place_store(
     return plan, root, measured
 
 
+def planned_store(plan: StorePlan, available: Available, alternatives, batches: BatchesInFlight | None) -> Planned:
+    """The store's plan as ``BackendSpec.footprints`` gives it: what stays held beside other datasets is the store,
+    not the batches in flight (a mixture's batches are counted once, not once per component).
+
+    Args:
+        plan: The :class:`StorePlan` (:func:`place_store`).
+        available: The machine as measured.
+        alternatives: What would fit instead.
+        batches: The batches in flight the plan counted (``None``: none).
+
+    Returns:
+        A ``core.footprint.Planned``.
+    """
+    fp = plan.footprint
+    held = None if batches is None else dataclasses.replace(fp, host_bytes=fp.host_bytes - batches.host_bytes)
+    return Planned(fp, available, tuple(alternatives), held)
+
+
 def plan_store(
-    size, *, kind: str, key_desc: dict, source_path: str, options, option_prefix: str, alternatives, frame_ratio=None
+    size,
+    *,
+    kind: str,
+    key_desc: dict,
+    source_path: str,
+    options,
+    option_prefix: str,
+    alternatives,
+    frame_ratio=None,
+    batches: BatchesInFlight | None = None,
 ):
     """Where ``compressed_cache`` keeps its store (:func:`place_store`), checked against what the machine has
     before any data is read (a store built on disk: what it needs however well its frames pack, then its estimate
@@ -192,6 +231,7 @@ def plan_store(
         frame_ratio: Measures the ratio the frames pack at (a few sampled and compressed), called only for a store
             to build on disk, once the disk was found to hold what no ratio makes smaller (``None``: the assumed
             ratio).
+        batches: The batches in flight beside the store (``core.in_flight``; ``None``: none counted).
 
     Returns:
         ``(plan, cache_dir)``: the :class:`StorePlan` and the ``cache_dir`` to pass to :func:`open_or_build`
@@ -211,6 +251,7 @@ def plan_store(
             options=options,
             option_prefix=option_prefix,
             ratio=ratio,
+            batches=batches,
         )
 
     def check(plan: StorePlan, available) -> None:

@@ -10,10 +10,18 @@ from tqdm.auto import tqdm
 
 from robo_loaders_plugin.backends.compressed_cache.placement import plan_store
 from robo_loaders_plugin.core.errors import RoboLoadersError, SourceError
+from robo_loaders_plugin.core.in_flight import indexed_in_flight
 from robo_loaders_plugin.core.iteration import Serving
 from robo_loaders_plugin.frames.store import StoreFrames
 from robo_loaders_plugin.robomimic.dataset import RobomimicSamples
-from robo_loaders_plugin.robomimic.sequence import OPTION_PREFIX, data_size, read_demo, sequence_options
+from robo_loaders_plugin.robomimic.sequence import (
+    OPTION_PREFIX,
+    data_size,
+    read_demo,
+    sample_bytes,
+    sequence_options,
+    training_loop_of,
+)
 from robo_loaders_plugin.sources.robomimic_hdf5 import FRAME_MIN_BYTES, RobomimicHdf5
 from robo_loaders_plugin.storage.codec import FrameCodec
 from robo_loaders_plugin.storage.frame_layout import sampled_ratio
@@ -50,6 +58,7 @@ def compressed_cache_dataset(config, obs_keys, filter_by_attribute=None, dataset
     """
     opts, path, source, demos, size, key = _metadata(config, obs_keys, filter_by_attribute, dataset_path, options)
     frame_codec = FrameCodec(options.codec, options.level, options.filter)
+    batches = indexed_in_flight(sample_bytes(size, opts), training_loop_of(config))
     split = filter_by_attribute or "all demos"
 
     def write(writer):
@@ -71,6 +80,7 @@ def compressed_cache_dataset(config, obs_keys, filter_by_attribute=None, dataset
         option_prefix=OPTION_PREFIX,
         alternatives=ALTERNATIVES,
         frame_ratio=lambda: measured_ratio(source, demos, size, frame_codec),
+        batches=batches,
     )
     store, hold, reused = open_or_build(
         kind="robomimic",
@@ -168,10 +178,10 @@ def compressed_cache_footprint(config, obs_keys, filter_by_attribute=None, datas
     Raises:
         RoboLoadersError: bad sequence settings; SourceError: not a robomimic file, or no demo selected.
     """
-    from robo_loaders_plugin.backends.compressed_cache.placement import place_store
-    from robo_loaders_plugin.core.footprint import Planned
+    from robo_loaders_plugin.backends.compressed_cache.placement import place_store, planned_store
 
-    _, path, _, _, size, key = _metadata(config, obs_keys, filter_by_attribute, dataset_path, options)
+    opts, path, _, _, size, key = _metadata(config, obs_keys, filter_by_attribute, dataset_path, options)
+    batches = indexed_in_flight(sample_bytes(size, opts), training_loop_of(config))
     plan, _, available = place_store(
         size,
         kind="robomimic",
@@ -180,5 +190,6 @@ def compressed_cache_footprint(config, obs_keys, filter_by_attribute=None, datas
         options=options,
         option_prefix=OPTION_PREFIX,
         committed=committed,
+        batches=batches,
     )
-    return Planned(plan.footprint, available, ALTERNATIVES)
+    return planned_store(plan, available, ALTERNATIVES, batches)

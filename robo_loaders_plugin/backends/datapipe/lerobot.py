@@ -22,6 +22,7 @@ from robo_loaders_plugin.lerobot.dataset import (
     camera_reach,
     check_rows_match,
     native_source,
+    pipeline_batches,
     unit_bytes,
 )
 from robo_loaders_plugin.pipeline.batches import PipelineDataset
@@ -72,12 +73,13 @@ def datapipe_footprint(native, *, options, committed):
         CompatError: the installed LeRobot is not the version the backends support.
         SourceError: the dataset is not supported.
     """
-    from robo_loaders_plugin.core.footprint import Available, Planned
+    from robo_loaders_plugin.core.footprint import Available
 
     source, settings = native_source(native)
     held, unit = _estimated_unit_bytes(native, source, settings)
-    _, plan = PassOptions.of(options).sized(held, 0, OPTION_PREFIX, unit=unit)
-    return Planned(plan.footprint, Available.measure(), BUFFER_FITS)
+    batch, threads = pipeline_batches(source.data_size(native.episodes), settings)
+    _, plan = PassOptions.of(options).sized(held, batch, OPTION_PREFIX, unit=unit, threads=threads)
+    return plan.planned(Available.measure(), BUFFER_FITS)
 
 
 def datapipe_dataset(native, *, options):
@@ -110,8 +112,9 @@ def datapipe_dataset(native, *, options):
     step = sum(size.frame_step_bytes.values())
     held, unit = _estimated_unit_bytes(native, source, settings)
     fits_instead = list(BUFFER_FITS)
+    flight = pipeline_batches(size, settings)  # (batch bytes, threads) of the batches in flight
     passes.fit(
-        held, 0, OPTION_PREFIX, backend="datapipe", alternatives=fits_instead, unit=unit
+        held, flight[0], OPTION_PREFIX, backend="datapipe", alternatives=fits_instead, unit=unit, threads=flight[1]
     )  # before converting; sized again from the shards below
 
     def convert(out_dir, fingerprint):
@@ -192,6 +195,7 @@ def datapipe_dataset(native, *, options):
                 settings,
                 arrays["index"],
                 fits_instead,
+                flight,
             )
         logger.warning(
             f"datapipe: {reader.dir} stores its long episodes whole (converted by an earlier "
@@ -201,11 +205,12 @@ def datapipe_dataset(native, *, options):
     # EXPECTED_LOSSLESS_RATIO, and camera noise packs worse (L480: 1.25:1), which held more than the bound said
     passes, buffer = passes.fit(
         np.array([reader.episode_bytes(r) for r in records], np.int64),
-        0,
+        flight[0],
         OPTION_PREFIX,
         backend="datapipe",
         alternatives=fits_instead,
         unit="episodes",
+        threads=flight[1],
     )
 
     def read(unit: int, fields):
@@ -247,7 +252,7 @@ def datapipe_dataset(native, *, options):
 
 
 def _datapipe_units(
-    native, options, reader, hold, runs, records, units, columns, cameras, settings, index, fits_instead
+    native, options, reader, hold, runs, records, units, columns, cameras, settings, index, fits_instead, flight
 ):
     """datapipe over parts of long episodes (``frames.chunks``), as video_stream buffers them: each unit loaded with
     the rows its windows reach outside it, only the shard parts holding those rows read (``format.part_bounds``).
@@ -260,11 +265,12 @@ def _datapipe_units(
     stored_row = max(reader.episode_bytes(r) / max(1, e - s) for r, (_, s, e) in zip(records, runs))
     passes, buffer = PassOptions.of(options).fit(
         held_bytes(units, stored_row, sum(margin)),
-        0,
+        flight[0],
         OPTION_PREFIX,
         backend="datapipe",
         alternatives=fits_instead,
         unit="units",
+        threads=flight[1],
     )
     numeric = [c for c in columns if c not in cameras]
     served = [reader.read_episode(r, decode_frames=False, fields=numeric)[1] for r in records]

@@ -10,9 +10,16 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from robo_loaders_plugin.core.errors import BackendOptionError
+from robo_loaders_plugin.core.in_flight import indexed_in_flight
 from robo_loaders_plugin.core.iteration import Serving
 from robo_loaders_plugin.frames.base import FieldInfo
-from robo_loaders_plugin.lerobot.dataset import OPTION_PREFIX, LeRobotSamples, check_rows_match, native_source
+from robo_loaders_plugin.lerobot.dataset import (
+    OPTION_PREFIX,
+    LeRobotSamples,
+    check_rows_match,
+    native_source,
+    sample_bytes,
+)
 from robo_loaders_plugin.sources.lerobot_v3 import LeRobotEpisodes
 
 # what fits when this backend does not (its refusal names these)
@@ -53,8 +60,10 @@ def gpu_resampler_dataset(native, *, options):
     source, settings = native_source(native)
     train_device = training_device(options.device, OPTION_PREFIX)
     delta_steps = _delta_steps(native, settings.delta_indices, target_fps, options.delta_timestamps)
+    meta_size = source.data_size(native.episodes)
+    batches = indexed_in_flight(sample_bytes(meta_size, settings, delta_steps))
     plan_tiers_checked(
-        source.data_size(native.episodes), train_device, options, OPTION_PREFIX, ALTERNATIVES, quiet=True
+        meta_size, train_device, options, OPTION_PREFIX, ALTERNATIVES, quiet=True, batches=batches
     )  # before reading any data; made again below in the rows' order
     episodes = LeRobotEpisodes(source, settings.tolerance_s, native.episodes)
     check_rows_match(native, episodes.columns, episodes.arrays["index"], episodes.arrays)
@@ -70,8 +79,8 @@ def gpu_resampler_dataset(native, *, options):
     modes = resolve_modes({k: infos[k] for k in delta_steps or {}}, options.modes, OPTION_PREFIX)
     lengths = [e - s for _, s, e in episodes.runs]
     # the tiers again in the rows' order (the check above summed the episodes in index order: the same bytes)
-    size = dataclasses.replace(source.data_size(native.episodes), lengths=np.asarray(lengths, dtype=np.int64))
-    plan, host_limit = plan_tiers_checked(size, train_device, options, OPTION_PREFIX, ALTERNATIVES)
+    size = dataclasses.replace(meta_size, lengths=np.asarray(lengths, dtype=np.int64))
+    plan, host_limit = plan_tiers_checked(size, train_device, options, OPTION_PREFIX, ALTERNATIVES, batches=batches)
     frames = TieredFrames(
         lengths,
         infos,
@@ -146,8 +155,9 @@ def gpu_resampler_footprint(native, *, options, committed):
     from robo_loaders_plugin.backends.gpu_resampler.tensors import training_device
     from robo_loaders_plugin.backends.gpu_resampler.tiers import planned_tiers
 
-    source, _ = native_source(native)
+    source, settings = native_source(native)
     train_device = training_device(options.device, OPTION_PREFIX)
-    return planned_tiers(
-        source.data_size(native.episodes), train_device, options, OPTION_PREFIX, ALTERNATIVES, committed
-    )
+    size = source.data_size(native.episodes)
+    delta_steps = _delta_steps(native, settings.delta_indices, options.target_fps, options.delta_timestamps)
+    batches = indexed_in_flight(sample_bytes(size, settings, delta_steps))
+    return planned_tiers(size, train_device, options, OPTION_PREFIX, ALTERNATIVES, committed, batches)

@@ -7,10 +7,19 @@ from __future__ import annotations
 from tqdm.auto import tqdm
 
 from robo_loaders_plugin.core.errors import BackendOptionError, SourceError
+from robo_loaders_plugin.core.in_flight import indexed_in_flight
 from robo_loaders_plugin.core.iteration import Serving
 from robo_loaders_plugin.frames.base import FieldInfo
 from robo_loaders_plugin.robomimic.dataset import RobomimicSamples
-from robo_loaders_plugin.robomimic.sequence import OPTION_PREFIX, data_size, read_demo, recorded_fps, sequence_options
+from robo_loaders_plugin.robomimic.sequence import (
+    OPTION_PREFIX,
+    data_size,
+    read_demo,
+    recorded_fps,
+    sample_bytes,
+    sequence_options,
+    training_loop_of,
+)
 from robo_loaders_plugin.sources.robomimic_hdf5 import FRAME_MIN_BYTES, RobomimicHdf5
 from robo_loaders_plugin.windows.robomimic import SequenceWindows
 
@@ -79,9 +88,9 @@ def gpu_resampler_dataset(config, obs_keys, filter_by_attribute=None, dataset_pa
                     f"<= {MAX_UPSAMPLING * recorded:g}"
                 )
             rate = recorded / target_fps
-        plan, host_limit = plan_tiers_checked(
-            data_size(source, f, demos, opts), train_device, options, OPTION_PREFIX, ALTERNATIVES
-        )
+        size = data_size(source, f, demos, opts)
+        batches = indexed_in_flight(sample_bytes(size, opts), training_loop_of(config))
+        plan, host_limit = plan_tiers_checked(size, train_device, options, OPTION_PREFIX, ALTERNATIVES, batches=batches)
         first = read_demo(source, f, demos[0], opts, lengths[0])
     infos = {
         k: FieldInfo(a.dtype, tuple(a.shape[1:]), a.ndim > 1 and a[0].nbytes >= FRAME_MIN_BYTES)
@@ -161,4 +170,5 @@ def gpu_resampler_footprint(config, obs_keys, filter_by_attribute=None, dataset_
         if not demos:
             raise SourceError(f"{path}: no demos selected (filter key {filter_by_attribute!r} is empty)")
         size = data_size(source, f, demos, opts)
-    return planned_tiers(size, train_device, options, OPTION_PREFIX, ALTERNATIVES, committed)
+    batches = indexed_in_flight(sample_bytes(size, opts), training_loop_of(config))
+    return planned_tiers(size, train_device, options, OPTION_PREFIX, ALTERNATIVES, committed, batches)

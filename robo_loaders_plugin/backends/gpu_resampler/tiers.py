@@ -535,7 +535,9 @@ class TieredFrames(TensorFrames):
 BUILD_EPISODES = 2  # host memory kept free while filling: the largest episode decoded, and copies of it in flight
 
 
-def plan_tiers_checked(size, device: torch.device, options, where: str, alternatives=(), quiet: bool = False):
+def plan_tiers_checked(
+    size, device: torch.device, options, where: str, alternatives=(), quiet: bool = False, batches=None
+):
     """``gpu_resampler``'s tiers for a dataset (``footprint.plan_tiers``) under its budgets, checked against the
     machine before any data is read: the GPU holds episodes up to ``max_device_memory`` (default: half of its free
     memory), host memory the rest up to ``max_memory`` (default: what the machine has available, with headroom),
@@ -550,6 +552,11 @@ def plan_tiers_checked(size, device: torch.device, options, where: str, alternat
         where: How the user sets options (``train.data_backend_kwargs``, ...).
         alternatives: What would fit instead, for a refusal.
         quiet: Do not log a spill (a first check before the plan is made again in the rows' order).
+        batches: The batches in flight (``core.in_flight.BatchesInFlight``; ``None``: none counted). On the CPU they
+            are host memory: within the default budget they are kept out of it as the episode being read while
+            filling is (the larger of the two: one is held while filling, the other while serving); a given
+            ``max_memory`` is the data's budget and they come on top of it, in the footprint checked against the
+            machine. On CUDA they are GPU memory.
 
     Returns:
         ``(plan, host_limit)``: the ``footprint.TierPlan`` (its footprint's ``bound`` says how it is bounded) and
@@ -562,14 +569,14 @@ def plan_tiers_checked(size, device: torch.device, options, where: str, alternat
     """
     from robo_loaders_plugin.core.footprint import check_fits
 
-    plan, tiers_limit, available, spilled = plan_tiers_for(size, device, options, where, alternatives)
+    plan, tiers_limit, available, spilled = plan_tiers_for(size, device, options, where, alternatives, batches=batches)
     check_fits(plan.footprint, available, backend="gpu_resampler", option_prefix=where, alternatives=list(alternatives))
     if spilled and not quiet:
         logger.info(f"gpu_resampler: spilled: {spilled}")
     return plan, tiers_limit  # what the tiers may fill: the episode being read is kept out
 
 
-def plan_tiers_for(size, device: torch.device, options, where: str, alternatives=(), committed=None):
+def plan_tiers_for(size, device: torch.device, options, where: str, alternatives=(), committed=None, batches=None):
     """The tiers :func:`plan_tiers_checked` checks, on the machine as measured now less what ``committed`` holds
     (other components of a mixture), not yet checked against it.
 
@@ -580,6 +587,7 @@ def plan_tiers_for(size, device: torch.device, options, where: str, alternatives
         where: How the user sets options.
         alternatives: What would fit instead, for a refusal.
         committed: A ``core.footprint.Footprint`` held beside these tiers (``None``: nothing).
+        batches: The batches in flight, as for :func:`plan_tiers_checked`.
 
     Returns:
         ``(plan, host_limit, available, spilled)``: as :func:`plan_tiers_checked`, the machine as measured (before
@@ -604,8 +612,12 @@ def plan_tiers_for(size, device: torch.device, options, where: str, alternatives
     host_limit = given if given is not None else int(HEADROOM * available.host_bytes)
     # the episode being read and compressed while the tiers fill is held too (decoded, plus the decoder's and the
     # compressor's copies): at L480 (1.66 GB episodes) max_memory 8GB held 11.4 GB without this reserve
-    filling = BUILD_EPISODES * int(np.max(size.episode_frame_bytes(), initial=0))
-    tiers_limit = max(0, host_limit - filling)
+    filling, flying, device_batches = _transient(size, device, batches)
+    # the batches in flight while serving (never at once with the filling): within the default budget, kept out of
+    # it as the filling is; a given max_memory is the data's budget (as compressed_cache's), the batches on top of
+    # it, counted in the footprint checked against the machine
+    in_budget = flying if given is None else 0
+    tiers_limit = max(0, host_limit - max(filling, in_budget))
     plan = plan_tiers(size, device_budget=device_budget, host_budget=tiers_limit)
     said = (
         f"{where}.max_memory={format_bytes(given)}"
@@ -624,20 +636,32 @@ def plan_tiers_for(size, device: torch.device, options, where: str, alternatives
             f"even compressed (~{format_bytes(plan.compressed_bytes)}, estimated) the frames exceed {said}: "
             f"the compressed tier is a file on local disk in {root}, mapped"
         )
-    reserve = f", {format_bytes(filling)} of it kept for the {plan.unit} being read while filling" if filling else ""
+    if filling >= in_budget:
+        kept_out = (
+            f", {format_bytes(filling)} of it kept for the {plan.unit} being read while filling" if filling else ""
+        )
+    else:  # served batches weigh more than the episode being read: the larger is kept out of the budget
+        kept_out = ", less the batches in flight"
     if plan.raw < plan.episodes:
         bound = (
             f"frames of {plan.episodes - plan.raw} of {plan.episodes} {plan.unit}s compressed"
             + (" in a mapped file on disk" if plan.spill_dir else "")
-            + f", host memory within {said}{reserve}"
+            + f", host memory within {said}{kept_out}"
         )
     else:
-        bound = f"every {plan.unit} held uncompressed within {said}{reserve}"
+        bound = f"every {plan.unit} held uncompressed within {said}{kept_out}"
     if device_budget is not None:
         bound += f", at most {format_bytes(device_budget)} on {device}"
+    if batches is not None:
+        joined = ": " if filling < in_budget else "; plus "
+        bound += f"{joined}{batches.describe()}" + (f" on {device}" if device_batches else "")
     plan = dataclasses.replace(plan, footprint=dataclasses.replace(plan.footprint, bound=bound))
     tiers_host = plan.footprint.host_bytes  # the tiers alone: the episode being read is transient
-    fp = dataclasses.replace(plan.footprint, host_bytes=tiers_host + filling)
+    fp = dataclasses.replace(
+        plan.footprint,
+        host_bytes=tiers_host + max(filling, flying),
+        device_bytes=plan.footprint.device_bytes + device_batches,
+    )
     plan = dataclasses.replace(plan, footprint=fp)
     if given is not None and tiers_host + filling > given:
         # the least any plan holds: every frame compressed in a file on disk, the other fields, the episode being read
@@ -656,9 +680,18 @@ def plan_tiers_for(size, device: torch.device, options, where: str, alternatives
     return plan, tiers_limit, measured, spilled
 
 
-def planned_tiers(size, device: torch.device, options, where: str, alternatives, committed):
+def _transient(size, device: torch.device, batches) -> tuple[int, int, int]:
+    """``(filling, host batches, device batches)``: the bytes held besides the tiers, the episode being read only
+    while they fill, the batches in flight only while serving (in GPU memory when training on CUDA)."""
+    filling = BUILD_EPISODES * int(np.max(size.episode_frame_bytes(), initial=0))
+    flying = batches.host_bytes if batches is not None else 0
+    return (filling, 0, flying) if device.type == "cuda" else (filling, flying, 0)
+
+
+def planned_tiers(size, device: torch.device, options, where: str, alternatives, committed, batches=None):
     """The tiers' plan as ``BackendSpec.footprints`` gives it (:func:`plan_tiers_for`): the episode being read
-    while the tiers fill is held only while building, so what stays held is the tiers alone.
+    while the tiers fill is held only while building and the batches in flight are the mixture's (counted once,
+    not per component), so what stays held beside other datasets is the tiers alone.
 
     Args:
         size: The dataset's ``core.data_size.DataSize``.
@@ -667,6 +700,7 @@ def planned_tiers(size, device: torch.device, options, where: str, alternatives,
         where: How the user sets options.
         alternatives: What would fit instead.
         committed: A ``core.footprint.Footprint`` held beside these tiers.
+        batches: The batches in flight (``None``: none counted).
 
     Returns:
         A ``core.footprint.Planned``.
@@ -678,7 +712,12 @@ def planned_tiers(size, device: torch.device, options, where: str, alternatives,
 
     from robo_loaders_plugin.core.footprint import Planned
 
-    plan, _, measured, _ = plan_tiers_for(size, device, options, where, alternatives, committed)
-    filling = BUILD_EPISODES * int(np.max(size.episode_frame_bytes(), initial=0))
-    held = dataclasses.replace(plan.footprint, host_bytes=max(0, plan.footprint.host_bytes - filling))
+    plan, _, measured, _ = plan_tiers_for(size, device, options, where, alternatives, committed, batches)
+    filling, flying, device_batches = _transient(size, device, batches)
+    fp = plan.footprint
+    held = dataclasses.replace(
+        fp,
+        host_bytes=max(0, fp.host_bytes - max(filling, flying)),
+        device_bytes=max(0, fp.device_bytes - device_batches),
+    )
     return Planned(plan.footprint, measured, tuple(alternatives), held)

@@ -21,6 +21,7 @@ from robo_loaders_plugin.lerobot.dataset import (
     check_rows_match,
     check_supported,
     native_source,
+    pipeline_batches,
     unit_bytes,
 )
 from robo_loaders_plugin.pipeline.batches import PipelineDataset
@@ -93,9 +94,13 @@ def video_stream_dataset(native, *, options):
     # the buffer, sized in bytes from metadata before anything is read: long episodes are cut into units of
     # ~32 MB decoded (frames.chunks), each loaded with the frames its windows reach outside it
     held, unit = _unit_bytes(native, source, settings, options)
-    step = sum(source.data_size(native.episodes).frame_step_bytes.values())
+    size = source.data_size(native.episodes)
+    step = sum(size.frame_step_bytes.values())
     margin = camera_reach(settings.delta_indices, source.video_keys + source.image_keys)
-    passes, buffer = passes.fit(held, 0, OPTION_PREFIX, backend="video_stream", unit=unit, alternatives=BUFFER_FITS)
+    batch, threads = pipeline_batches(size, settings)
+    passes, buffer = passes.fit(
+        held, batch, OPTION_PREFIX, backend="video_stream", unit=unit, alternatives=BUFFER_FITS, threads=threads
+    )
     episodes = LeRobotEpisodes(source, settings.tolerance_s, native.episodes, decode_device=device)
     check_rows_match(native, episodes.columns, episodes.arrays["index"], episodes.arrays)
     infos = {k: FieldInfo(a.dtype, tuple(a.shape[1:]), False) for k, a in episodes.arrays.items()}
@@ -164,12 +169,13 @@ def video_stream_footprint(native, *, options, committed):
         CompatError: the installed LeRobot is not the version the backends support.
         SourceError: the dataset is not supported.
     """
-    from robo_loaders_plugin.core.footprint import Available, Planned
+    from robo_loaders_plugin.core.footprint import Available
 
     source, settings = native_source(native)
     held, unit = _unit_bytes(native, source, settings, options)
-    _, plan = PassOptions.of(options).sized(held, 0, OPTION_PREFIX, unit=unit)
-    return Planned(plan.footprint, Available.measure(), BUFFER_FITS)
+    batch, threads = pipeline_batches(source.data_size(native.episodes), settings)
+    _, plan = PassOptions.of(options).sized(held, batch, OPTION_PREFIX, unit=unit, threads=threads)
+    return plan.planned(Available.measure(), BUFFER_FITS)
 
 
 class _UnitLoader:
