@@ -8,6 +8,7 @@ import types
 import numpy as np
 import pytest
 import torch
+from fake_machine import patch_available
 
 from robo_loaders_plugin.backends.compressed_cache.placement import compressed_cache_plan, planned_store
 from robo_loaders_plugin.backends.gpu_resampler import tiers
@@ -83,25 +84,6 @@ def test_compressed_cache_counts_its_batches_in_host_memory_beside_the_store():
     assert kept.footprint.host_bytes - kept.kept.host_bytes == 500 * MB
 
 
-def _patched_machine(monkeypatch, host, device=None):
-    monkeypatch.setattr(
-        Available,
-        "measure",
-        classmethod(
-            lambda cls, **k: Available(
-                host_bytes=host,
-                shm_bytes=0,
-                shm_dir="/dev/shm",
-                shm_is_ram=True,
-                disk_bytes=10**12,
-                disk_dir=k.get("disk_dir"),
-                device_bytes=device,
-                device="cuda:0" if device else None,
-            )
-        ),
-    )
-
-
 def test_gpu_resampler_keeps_its_batches_out_of_the_default_budget_and_counts_them_on_top_of_a_given_one(
     monkeypatch, tmp_path
 ):
@@ -112,7 +94,7 @@ def test_gpu_resampler_keeps_its_batches_out_of_the_default_budget_and_counts_th
     monkeypatch.setenv("ROBO_LOADERS_CACHE", str(tmp_path))
     s = _size(episodes=10, length=100, frame=10_000, other=10)  # 1 MB of frames per episode
     host = int(12 * MB / HEADROOM) + 1  # a default budget of 12 MB
-    _patched_machine(monkeypatch, host)
+    patch_available(monkeypatch, host)
     batches = BatchesInFlight(3, MB, "2 ahead per thread or DataLoader worker (1) + 1 held by training")
     opts = types.SimpleNamespace(max_memory=None, max_device_memory=None)
     cpu = torch.device("cpu")
@@ -137,7 +119,7 @@ def test_gpu_resampler_on_cuda_counts_its_batches_in_gpu_memory(monkeypatch):
     """On CUDA the batches are gathered into GPU memory: counted there, not in the host's (the control: the host
     side is the plan without batches). The plan is made from the sizes alone: no GPU is touched."""
     s = _size(episodes=4, length=100, frame=10_000, other=10)
-    _patched_machine(monkeypatch, 10 * GB, device=10 * GB)
+    patch_available(monkeypatch, 10 * GB, device=10 * GB)
     batches = BatchesInFlight(3, 2 * MB, "2 ahead per thread or DataLoader worker (1) + 1 held by training")
     opts = types.SimpleNamespace(max_memory=None, max_device_memory=None)
     cuda = torch.device("cuda:0")

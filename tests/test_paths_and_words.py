@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+from fake_machine import patch_available
 
 from robo_loaders_plugin.core import paths
 from robo_loaders_plugin.core.errors import BackendOptionError, one_line
@@ -203,23 +204,8 @@ def test_gpu_resampler_spills_into_its_cache_dir(tmp_path, monkeypatch):
 
     from robo_loaders_plugin.backends.gpu_resampler import tiers as tensors
     from robo_loaders_plugin.core.data_size import DataSize
-    from robo_loaders_plugin.core.footprint import Available
 
-    monkeypatch.setattr(
-        Available,
-        "measure",
-        classmethod(
-            lambda cls, **k: Available(
-                host_bytes=10**12,
-                shm_bytes=0,
-                shm_dir="/dev/shm",
-                shm_is_ram=True,
-                disk_bytes=10**12,
-                disk_dir=k.get("disk_dir"),
-                device_bytes=None,
-            )
-        ),
-    )
+    patch_available(monkeypatch)
     monkeypatch.setenv("ROBO_LOADERS_CACHE", str(tmp_path / "env"))
     lengths = (5, 3, 7, 4, 6)
     size = DataSize(np.array(lengths), {"cam": 3 * 32 * 32}, 8)

@@ -7,6 +7,7 @@ import itertools
 import numpy as np
 import pytest
 import torch
+from fake_machine import patch_available
 
 from robo_loaders_plugin.backends.gpu_resampler.footprint import plan_tiers
 from robo_loaders_plugin.backends.gpu_resampler.tiers import CompressedRows, TieredFrames
@@ -335,23 +336,8 @@ def test_the_host_budget_keeps_room_for_the_episode_being_read_while_filling(mon
     import types
 
     from robo_loaders_plugin.backends.gpu_resampler import tiers as tensors
-    from robo_loaders_plugin.core.footprint import Available
 
-    monkeypatch.setattr(
-        Available,
-        "measure",
-        classmethod(
-            lambda cls, **k: Available(
-                host_bytes=10**12,
-                shm_bytes=0,
-                shm_dir="/dev/shm",
-                shm_is_ram=True,
-                disk_bytes=10**12,
-                disk_dir=k.get("disk_dir"),
-                device_bytes=None,
-            )
-        ),
-    )
+    patch_available(monkeypatch)
     size = _size()
     frame = 3 * 32 * 32
     budget = (sum(LENGTHS) - 1) * frame  # every episode raw but the last would fit the tiers alone
@@ -372,25 +358,10 @@ def test_a_max_memory_below_the_least_any_plan_holds_is_refused_naming_it(monkey
     import types
 
     from robo_loaders_plugin.backends.gpu_resampler import tiers as tensors
-    from robo_loaders_plugin.core.footprint import Available
     from robo_loaders_plugin.core.units import format_bytes
 
     monkeypatch.setenv("ROBO_LOADERS_CACHE", str(tmp_path))
-    monkeypatch.setattr(
-        Available,
-        "measure",
-        classmethod(
-            lambda cls, **k: Available(
-                host_bytes=10**12,
-                shm_bytes=0,
-                shm_dir="/dev/shm",
-                shm_is_ram=True,
-                disk_bytes=10**12,
-                disk_dir=k.get("disk_dir"),
-                device_bytes=None,
-            )
-        ),
-    )
+    patch_available(monkeypatch)
     size = _size()
     reserve = tensors.BUILD_EPISODES * max(LENGTHS) * 3 * 32 * 32
     least = size.other_bytes + reserve
