@@ -56,6 +56,10 @@ name                                what it is
 ``check_fits``                      refuse a footprint that does not fit, before any data is read
 ``HEADROOM``                        the fraction of a resource a footprint may use (90%)
 ``DiskGuard``                       stops a writer before the disk falls below the reserve
+``current_training_loop``           the loop the adapter stated while a factory runs (``None``: not known)
+``TrainingLoop``                    what it returns: ``batch_size`` and ``workers``
+``indexed_in_flight``               the batches in flight of a backend over the framework's sampler, counted
+``BatchesInFlight``                 batches alive at once and their bytes (``host_bytes``, ``describe``)
 ``DataSize``                        (lazy) a dataset's sizes from metadata (steps, bytes per step)
 **sources**
 ``RobomimicHdf5``                   (lazy) robomimic's HDF5: demos, fields, ``data_size``, ``fingerprint``
@@ -134,6 +138,14 @@ from robo_loaders_plugin.core.footprint import (  # noqa: F401
     check_fits,
 )
 from robo_loaders_plugin.core.hookspecs import hookimpl  # noqa: F401
+
+# the batches a training loop keeps alive beside the data, counted in a footprint (core.in_flight)
+from robo_loaders_plugin.core.in_flight import (  # noqa: F401
+    BatchesInFlight,
+    TrainingLoop,
+    current_training_loop,
+    indexed_in_flight,
+)
 from robo_loaders_plugin.core.options import Option, Options  # noqa: F401
 from robo_loaders_plugin.core.spec import (  # noqa: F401
     BATCH,
