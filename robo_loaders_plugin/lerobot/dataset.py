@@ -574,13 +574,14 @@ def pipeline_batches(size, settings) -> tuple[int, int | None]:
     return int(loop.batch_size) * sample_bytes(size, settings), max(1, int(loop.workers))
 
 
-def unit_bytes(native, source, settings, *, frame_ratio: float, row_bytes: bool, margin_always: bool):
+def unit_bytes(size, source, settings, *, frame_ratio: float, row_bytes: bool, margin_always: bool):
     """Bytes a pipeline-served backend's buffer holds per unit, from metadata before anything is read: episodes,
     long ones in parts (``frames.chunks``), each with the rows its camera windows reach outside it; and what a unit
     is called. The one estimate ``datapipe`` and ``video_stream`` size their buffers with.
 
     Args:
-        native: The ``LeRobotDataset``.
+        size: The selected episodes' ``core.data_size.DataSize`` (``source.data_size(native.episodes)``, read once
+            by the caller: it walks the dataset's files for their size).
         source: Its ``LeRobotV3`` (:func:`native_source`).
         settings: Its ``ReaderSettings``.
         frame_ratio: Decoded camera bytes per byte held (``1.0``: held decoded).
@@ -593,7 +594,6 @@ def unit_bytes(native, source, settings, *, frame_ratio: float, row_bytes: bool,
     from robo_loaders_plugin.frames.chunks import split_lengths
     from robo_loaders_plugin.pipeline.buffer_plan import held_bytes
 
-    size = source.data_size(native.episodes)
     step = sum(size.frame_step_bytes.values())
     units = split_lengths(size.lengths, step)
     parts = len(units) > len(size.lengths)

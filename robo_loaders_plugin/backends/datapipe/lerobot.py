@@ -48,12 +48,10 @@ BUFFER_FITS = (
 )
 
 
-def _estimated_unit_bytes(native, source, settings) -> tuple[np.ndarray, str]:
+def _estimated_unit_bytes(size, source, settings) -> tuple[np.ndarray, str]:
     """Bytes the buffer will hold per unit, estimated before anything is converted: frames compressed at the
     expected lossless ratio, with the rows' other fields (sized again from the shards once they are open)."""
-    return unit_bytes(
-        native, source, settings, frame_ratio=EXPECTED_LOSSLESS_RATIO, row_bytes=True, margin_always=False
-    )
+    return unit_bytes(size, source, settings, frame_ratio=EXPECTED_LOSSLESS_RATIO, row_bytes=True, margin_always=False)
 
 
 def datapipe_footprint(native, *, options, committed):
@@ -76,8 +74,9 @@ def datapipe_footprint(native, *, options, committed):
     from robo_loaders_plugin.core.footprint import Available
 
     source, settings = native_source(native)
-    held, unit = _estimated_unit_bytes(native, source, settings)
-    batch, threads = pipeline_batches(source.data_size(native.episodes), settings)
+    size = source.data_size(native.episodes)
+    held, unit = _estimated_unit_bytes(size, source, settings)
+    batch, threads = pipeline_batches(size, settings)
     _, plan = PassOptions.of(options).sized(held, batch, OPTION_PREFIX, unit=unit, threads=threads)
     return plan.planned(Available.measure(), BUFFER_FITS)
 
@@ -110,7 +109,7 @@ def datapipe_dataset(native, *, options):
     # batch): sized in bytes from metadata before anything is read or converted, again from the shards once open
     size = source.data_size(native.episodes)
     step = sum(size.frame_step_bytes.values())
-    held, unit = _estimated_unit_bytes(native, source, settings)
+    held, unit = _estimated_unit_bytes(size, source, settings)
     fits_instead = list(BUFFER_FITS)
     flight = pipeline_batches(size, settings)  # (batch bytes, threads) of the batches in flight
     passes.fit(

@@ -93,8 +93,8 @@ def video_stream_dataset(native, *, options):
     device = _decode_device(options.decode_device, source)
     # the buffer, sized in bytes from metadata before anything is read: long episodes are cut into units of
     # ~32 MB decoded (frames.chunks), each loaded with the frames its windows reach outside it
-    held, unit = _unit_bytes(native, source, settings, options)
     size = source.data_size(native.episodes)
+    held, unit = _unit_bytes(size, source, settings, options)
     step = sum(size.frame_step_bytes.values())
     margin = camera_reach(settings.delta_indices, source.video_keys + source.image_keys)
     batch, threads = pipeline_batches(size, settings)
@@ -146,11 +146,11 @@ BUFFER_FITS = (
 )
 
 
-def _unit_bytes(native, source, settings, options) -> tuple[np.ndarray, str]:
+def _unit_bytes(size, source, settings, options) -> tuple[np.ndarray, str]:
     """Bytes the buffer holds per unit (decoded, or at the expected lossless ratio with ``buffer: lz4``), each
     unit decoded with the frames its windows reach outside it."""
     ratio = EXPECTED_LOSSLESS_RATIO if options.buffer == "lz4" else 1.0
-    return unit_bytes(native, source, settings, frame_ratio=ratio, row_bytes=False, margin_always=True)
+    return unit_bytes(size, source, settings, frame_ratio=ratio, row_bytes=False, margin_always=True)
 
 
 def video_stream_footprint(native, *, options, committed):
@@ -172,8 +172,9 @@ def video_stream_footprint(native, *, options, committed):
     from robo_loaders_plugin.core.footprint import Available
 
     source, settings = native_source(native)
-    held, unit = _unit_bytes(native, source, settings, options)
-    batch, threads = pipeline_batches(source.data_size(native.episodes), settings)
+    size = source.data_size(native.episodes)
+    held, unit = _unit_bytes(size, source, settings, options)
+    batch, threads = pipeline_batches(size, settings)
     _, plan = PassOptions.of(options).sized(held, batch, OPTION_PREFIX, unit=unit, threads=threads)
     return plan.planned(Available.measure(), BUFFER_FITS)
 
