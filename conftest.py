@@ -92,6 +92,17 @@ def lerobot_datasets(tmp_path_factory):
     }
 
 
+@pytest.fixture(scope="session")
+def lerobot_zero_episodes(tmp_path_factory):
+    """A LeRobot dataset with 0 episodes, as LeRobot's writer leaves one created and finalized before any
+    ``save_episode`` (``meta/info.json`` only, ``total_episodes`` 0): bad input LeRobot cannot train from."""
+    from robo_loaders_plugin.sample_data.lerobot_v3 import write_lerobot_dataset
+
+    return write_lerobot_dataset(
+        tmp_path_factory.mktemp("lerobot_zero") / "zero", episode_lengths=(), mode="h264", progress=False
+    )
+
+
 # -- a LeRobot mixture: three small H.264 datasets at 20 fps; "c" records its main camera as cam1 (mixtures rename it)
 LEROBOT_MIXTURE = {
     "a": {"episode_lengths": (20, 26, 14), "cameras": 1, "seed": 21},
@@ -117,6 +128,28 @@ def lerobot_mixture_datasets(tmp_path_factory):
     return out
 
 
+# -- a mixture of robots: a 7-dof arm, a 14-dof bimanual robot (two cameras), a 6-dof arm; tiny, 20 fps
+LEROBOT_ROBOTS = {
+    "arm7": {"episode_lengths": (8, 10), "cameras": 1, "seed": 31, "state_dim": 7, "action_dim": 7},
+    "bimanual14": {"episode_lengths": (9,), "cameras": 2, "seed": 32, "state_dim": 14, "action_dim": 14},
+    "arm6": {"episode_lengths": (7, 8), "cameras": 1, "seed": 33, "state_dim": 6, "action_dim": 6},
+}
+
+
+@pytest.fixture(scope="session")
+def lerobot_robots(tmp_path_factory):
+    """``{name: (repo_id, root)}`` of :data:`LEROBOT_ROBOTS`, written with LeRobot's own writer (~1 s each)."""
+    from robo_loaders_plugin.sample_data.lerobot_v3 import write_lerobot_dataset
+
+    base = tmp_path_factory.mktemp("lerobot_robots")
+    out = {}
+    for name, kw in LEROBOT_ROBOTS.items():
+        repo = f"robots/{name}"
+        root = write_lerobot_dataset(base / name, repo_id=repo, mode="h264", image_size=(16, 16), progress=False, **kw)
+        out[name] = (repo, str(root))
+    return out
+
+
 @pytest.hookimpl(tryfirst=True)  # before pytest's own -m selection, which must see the fast marks added here
 def pytest_collection_modifyitems(config, items):
     """Tests under ``tests/`` are the unit tier (``fast``). Tests marked ``cuda`` run only where torch sees a GPU
@@ -132,3 +165,13 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "cuda" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_call(item):
+    """A test runs at normal priority even when a fixture's AV1 encode (SVT-AV1 as root, through LeRobot's writer in a
+    thread the package cannot wrap) left this worker at real-time priority: inherited by the ``lerobot-train`` and
+    DataLoader processes a test starts, it made two training processes starve each other (core/sched.py)."""
+    from robo_loaders_plugin.core.sched import back_to_normal
+
+    back_to_normal()

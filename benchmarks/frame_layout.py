@@ -32,16 +32,18 @@ SHARED = os.path.join(HERE, "..", "..", "shared", "data")
 @contextlib.contextmanager
 def channels_first():
     """What robo-loaders wrote before: frames as served, robo-shards version 3, store format 2."""
-    from robo_loaders_plugin.storage import frame_layout, store, store_cache
+    from robo_loaders_plugin.backends.compressed_cache import episode_store as store
+    from robo_loaders_plugin.backends.compressed_cache.store import CompressedStore
+    from robo_loaders_plugin.storage import frame_layout
     from robo_loaders_plugin.storage.shards import writer
 
-    saved = frame_layout.stored_layout, writer.VERSION, store.FORMAT_VERSION, store_cache.FORMAT_VERSION
+    saved = frame_layout.stored_layout, writer.VERSION, store.FORMAT_VERSION, CompressedStore.kind
     frame_layout.stored_layout = lambda shape: None
-    writer.VERSION, store.FORMAT_VERSION, store_cache.FORMAT_VERSION = 3, 2, 2
+    writer.VERSION, store.FORMAT_VERSION, CompressedStore.kind = 3, 2, "compressed-cache-2"
     try:
         yield
     finally:
-        frame_layout.stored_layout, writer.VERSION, store.FORMAT_VERSION, store_cache.FORMAT_VERSION = saved
+        frame_layout.stored_layout, writer.VERSION, store.FORMAT_VERSION, CompressedStore.kind = saved
 
 
 def frame_members(out_dir: str) -> tuple[int, int]:
@@ -74,11 +76,11 @@ def shard_bytes(out_dir: str) -> int:
 
 def lerobot_sizes(root: str, work: str) -> dict:
     """Shards and compressed store of ``root``, channels last and channels first."""
+    from robo_loaders_plugin.backends.compressed_cache.episode_store import EpisodeStore, StoreWriter
     from robo_loaders_plugin.lerobot.convert import convert_lerobot
     from robo_loaders_plugin.sources.lerobot_v3 import LeRobotEpisodes, LeRobotV3
     from robo_loaders_plugin.storage.codec import FrameCodec
     from robo_loaders_plugin.storage.frame_layout import sampled_ratio
-    from robo_loaders_plugin.storage.store import EpisodeStore, StoreWriter
 
     out = {}
     source = LeRobotV3(root)
@@ -182,19 +184,19 @@ def read_throughput(shards_last: str, shards_first: str, reps: int = 25) -> dict
 
 def store_batch_read(store_last: str, store_first: str, reps: int = 25, batch: int = 64) -> dict:
     """A compressed_cache batch of ``batch`` windows of 2 steps of the first camera, gathered from each store
-    (``frames.store.StoreFrames``: checksums and padding included), µs per frame served; best of ``reps``
-    interleaved."""
-    from robo_loaders_plugin.frames.store import StoreFrames
+    (``backends.compressed_cache.frames.CompressedFrames``: checksums and padding included), µs per frame served;
+    best of ``reps`` interleaved."""
+    from robo_loaders_plugin.backends.compressed_cache.episode_store import EpisodeStore
+    from robo_loaders_plugin.backends.compressed_cache.frames import CompressedFrames
     from robo_loaders_plugin.storage import frame_layout
-    from robo_loaders_plugin.storage.store import EpisodeStore
 
     opencv = frame_layout._cv2()
     with channels_first():  # a store of format 2, opened as the code before it opened it
         before = EpisodeStore(store_first)
     sources = {
-        "channels_first": (StoreFrames(before), opencv),
-        "channels_last_opencv": (StoreFrames(EpisodeStore(store_last)), opencv),
-        "channels_last_numpy": (StoreFrames(EpisodeStore(store_last)), None),
+        "channels_first": (CompressedFrames(before), opencv),
+        "channels_last_opencv": (CompressedFrames(EpisodeStore(store_last)), opencv),
+        "channels_last_numpy": (CompressedFrames(EpisodeStore(store_last)), None),
     }
     frames, _ = next(iter(sources.values()))
     cam = next(k for k, d in frames.store.episodes[0]["fields"].items() if d["kind"] == "frames")

@@ -82,6 +82,7 @@ def write(path: str, name: str, seed: int, demos: int, bounds, image_size: int) 
         max_length=bounds[1],
         next_obs=False,
         progress=False,
+        overwrite=True,  # a rerun writes its own files again
     )
     store_as(path, LAYOUTS[name])
     return path

@@ -58,7 +58,7 @@ def _mapped_in_sampler_order(self, rows, out):
     import numpy as np
 
     from robo_loaders_plugin.storage.codec import FrameCodec
-    from robo_loaders_plugin.storage.store import checksum
+    from robo_loaders_plugin.storage.integrity import checksum
 
     (_, begin, end, sums), buffers = self._rows()
     local = np.asarray(rows, dtype=np.int64) - self.first_row
@@ -76,7 +76,7 @@ def _madvised_in_file_order(self, rows, out):
 
     from robo_loaders_plugin.backends.gpu_resampler.spill_reads import plan_reads
     from robo_loaders_plugin.storage.codec import FrameCodec
-    from robo_loaders_plugin.storage.store import checksum
+    from robo_loaders_plugin.storage.integrity import checksum
 
     (_, begin, end, sums), buffers = self._rows()
     local = np.asarray(rows, dtype=np.int64) - self.first_row

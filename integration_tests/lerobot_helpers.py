@@ -33,15 +33,16 @@ def serve(backend: str, native, **options):
     return build_dataset(native, choose(backend, **options))
 
 
-def cfg_for(root, backend=None, backend_kwargs=None, eval_split=0.0):
-    """A TrainPipelineConfig as lerobot-train builds it (through draccus), for the library entry points."""
+def cfg_for(root, backend=None, backend_kwargs=None, eval_split=0.0, *extra, repo=REPO):
+    """A TrainPipelineConfig as lerobot-train builds it (through draccus), for the library entry points (``root``
+    ``None``: no ``--dataset.root``; ``extra``: more flags)."""
     import draccus
     from lerobot.configs.train import TrainPipelineConfig
     from lerobot.policies.act.configuration_act import ACTConfig  # noqa: F401  (registers --policy.type=act)
 
     args = [
-        f"--dataset.repo_id={REPO}",
-        f"--dataset.root={root}",
+        f"--dataset.repo_id={repo}",
+        *([f"--dataset.root={root}"] if root is not None else []),
         "--policy.type=act",
         "--policy.device=cpu",
         "--policy.push_to_hub=false",
@@ -51,4 +52,4 @@ def cfg_for(root, backend=None, backend_kwargs=None, eval_split=0.0):
         args.append(f"--dataset.backend={backend}")
     if backend_kwargs is not None:
         args.append(f"--dataset.backend_kwargs={backend_kwargs}")
-    return draccus.parse(TrainPipelineConfig, args=args)
+    return draccus.parse(TrainPipelineConfig, args=[*args, *extra])

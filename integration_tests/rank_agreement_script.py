@@ -39,7 +39,7 @@ def main(hdf5, root, cache):
     from lerobot_helpers import REPO
     from robomimic_helpers import RGB, make_config, obs_keys
 
-    from robo_loaders_plugin.lerobot import integration
+    from robo_loaders_plugin.lerobot import integration, single
 
     def robomimic(seed, **kwargs):
         config = make_config(
@@ -68,10 +68,10 @@ def main(hdf5, root, cache):
                 ),
             )
             if accelerator.is_main_process:
-                dataset = integration.convert(native, cfg)
+                dataset = single.convert(native, cfg)
             accelerator.wait_for_everyone()
             if not accelerator.is_main_process:
-                dataset = integration.convert(native, cfg)
+                dataset = single.convert(native, cfg)
             sampler = EpisodeAwareSampler(
                 native.meta.episodes["dataset_from_index"],
                 native.meta.episodes["dataset_to_index"],

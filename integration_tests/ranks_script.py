@@ -39,7 +39,7 @@ def lerobot(root, specs):
     from lerobot.datasets import EpisodeAwareSampler, LeRobotDataset
     from lerobot_helpers import REPO
 
-    from robo_loaders_plugin.lerobot import integration
+    from robo_loaders_plugin.lerobot import integration, single
 
     accelerator = Accelerator(cpu=True)
     served = {}
@@ -48,7 +48,7 @@ def lerobot(root, specs):
         cfg = SimpleNamespace(
             dataset=SimpleNamespace(backend=name, backend_kwargs=kwargs, repo_id=REPO, streaming=False)
         )
-        dataset = integration.convert(native, cfg)
+        dataset = single.convert(native, cfg)
         sampler = EpisodeAwareSampler(
             native.meta.episodes["dataset_from_index"],
             native.meta.episodes["dataset_to_index"],

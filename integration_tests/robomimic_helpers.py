@@ -68,3 +68,46 @@ def assert_same_sample(ours, theirs, path="sample"):
     assert ours.dtype == theirs.dtype, f"{path}: dtype {ours.dtype} != {theirs.dtype}"
     assert ours.shape == theirs.shape, f"{path}: shape {ours.shape} != {theirs.shape}"
     assert ours.tobytes() == theirs.tobytes(), f"{path}: bytes differ"
+
+
+def _sample_key(sample) -> bytes:
+    """Every array of a (nested) sample, its bytes in key order: a window's identity by content."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for k in sorted(sample):
+        v = sample[k]
+        if isinstance(v, dict):
+            h.update(_sample_key(v))
+        else:
+            h.update(k.encode() + np.ascontiguousarray(np.asarray(v)).tobytes())
+    return h.digest()
+
+
+def windows_served(batches, reference) -> list[int]:
+    """The index in ``reference`` (robomimic's ``SequenceDataset``) of every row of ``batches``, found by its bytes
+    (every key), in serving order; -1 for a row that equals none of its windows.
+
+    Why by content and not by the backend's plan: a pass that served another pass's batches (or the same batch
+    twice) would still have a plan listing every window once; only what was served shows it."""
+    index = {_sample_key(reference[i]): i for i in range(len(reference))}
+    served = []
+    for batch in batches:
+        for r in range(len(batch["actions"])):
+            row = {k: ({kk: vv[r] for kk, vv in v.items()} if isinstance(v, dict) else v[r]) for k, v in batch.items()}
+            served.append(index.get(_sample_key(row), -1))
+    return served
+
+
+def interleaved(*iterators) -> list[list]:
+    """Every batch of each iterator, one batch from each in turn until all are exhausted (two passes at once, as
+    code that zips, cycles or peeks at a loader runs them)."""
+    served: list[list] = [[] for _ in iterators]
+    live = list(range(len(iterators)))
+    while live:
+        for j in list(live):
+            try:
+                served[j].append(next(iterators[j]))
+            except StopIteration:
+                live.remove(j)
+    return served

@@ -25,11 +25,15 @@ def test_close_makes_the_cache_entry_prunable_and_later_reads_say_so(tiny_hdf5, 
     before = ds.collate([0, 1])
     names = sorted(e.path for e in cache.entries(str(tmp_path)))
     assert names
-    # negative control: while the dataset lives and is open, pruning everything leaves its entry alone
+    # negative control: while the dataset lives and is open, pruning everything leaves its entry alone, and its
+    # recycled batch arrays are kept
     assert not set(cache.prune(str(tmp_path), 0)) & set(names)
+    pool = ds.buffer_pool
+    assert pool.held()[0] > 0
     with ds:
         assert ds.collate([0, 1]).keys() == before.keys()
     assert set(names) <= set(cache.prune(str(tmp_path), 0)), "the closed dataset still held its cache entry"
+    assert pool.held() == (0, 0), "the closed dataset still kept its recycled batch arrays"
     with pytest.raises(RoboLoadersError, match="was closed; build it again"):
         ds.collate([0, 1])
     ds.close()  # idempotent

@@ -146,6 +146,30 @@ def test_passes_differ_are_seeded_and_resume_at_the_samplers_offset(lerobot_data
     assert first_batches({"epoch": 1, "start_index": 2 * 8}) == stream[per_pass + 2 : per_pass + 5]
 
 
+def test_two_cycles_over_one_dataloader_at_once_each_serve_every_frame_once(lerobot_datasets, shards):
+    """lerobot-train's cycle(dataloader) twice over one DataLoader, consumed in turn: each stream's first pass serves
+    every frame the sampler would, once (by each item's ``index``), and its batches equal LeRobotDataset's items.
+    Control: two passes driving the one pipeline at once (as every pass did) miss frames."""
+    from itertools import islice
+
+    from robo_loaders_plugin.core.iteration import pass_batches
+
+    nat = native(lerobot_datasets["av1_1cam"], "act")
+    ds = serve("datapipe", nat, shards=shards["av1_1cam"], shuffle_buffer=2)
+    dl = torch.utils.data.DataLoader(ds, batch_size=16, sampler=sampler_for(nat), num_workers=2)
+    per_pass = -(-len(nat) // 16)
+    both = list(zip(islice(lerobot_cycle(ds, dl), per_pass), islice(lerobot_cycle(ds, dl), per_pass)))
+    for stream in zip(*both):
+        assert sorted(int(i) for batch in stream for i in batch["index"]) == list(range(len(nat)))
+        for b in (0, per_pass - 1):
+            rows = [int(i) for i in stream[b]["index"]]
+            same_item(stream[b], torch.utils.data.default_collate([nat[r] for r in rows]), f"batch {b}")
+    source = pass_batches(dl, sampling_plan)  # the control: the one pipeline driven by two passes at once
+    shared = list(zip(source.batches(5), source.batches(6)))
+    served = [sorted(int(i) for batch in stream for i in batch["index"]) for stream in zip(*shared)]
+    assert any(s != list(range(len(nat))) for s in served)
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (pinned memory)")
 def test_pinned_batches_on_cuda(lerobot_datasets, shards):
     nat = native(lerobot_datasets["av1_1cam"], "act")

@@ -1,4 +1,4 @@
-"""Loss parity for LeRobot's datapipe: a fixed ACT policy scored on the batches each loader serves, over 3 passes.
+"""Loss parity for LeRobot's datapipe: a fixed ACT policy scored on the batches each loader serves, over 2 passes.
 
 What is compared, and why these tolerances:
 - Per pass, the mean L1 / L2 / cosine between the policy's action chunks and the targets over every sample served.
@@ -27,7 +27,7 @@ from robo_loaders_plugin.lerobot.integration import cycle
 
 FPS = 20
 SEEDS = (11, 12, 13)
-PASSES = 3
+PASSES = 2  # a pass and the next (datapipe reshuffles between them): a third pass would check nothing new
 BATCH = 16
 K_SIGMA = 4.0
 REL_FLOOR = 0.05
@@ -159,7 +159,7 @@ def test_same_losses_per_pass_and_a_native_like_batch_spread(setup, native_runs)
     assert not spread_outside_native(native_runs, run), (spread_outside_native(native_runs, run), native_runs)
 
 
-def train_full_pass_steps(setup, backend, seed, corrupt=None, epochs=3):
+def train_full_pass_steps(setup, backend, seed, corrupt=None, epochs=2):
     """Train a copy of the policy for ``epochs`` passes with one SGD step per pass, its gradient accumulated over
     the loader's minibatches (each weighted by its size): the step is then a function of the pass's multiset of
     samples only, so a correct loader trains the same model as native whatever its order. Returns L1 / L2 /
@@ -207,8 +207,10 @@ def test_training_a_few_epochs_gives_the_same_losses(setup):
     """Order-independent training (one SGD step per pass): a correct loader trains the same model as native, up to
     float32 gradients summed in another order. How large that rounding gets is measured, not assumed: two native
     runs with different sampler seeds (same samples, other order) set the scale, and datapipe must stay within 10x
-    of it. Measured here (largest relative difference over 3 epochs x L1/L2/cosine, cosine being the small one):
-    native vs native 6e-3..1e-2, datapipe 4e-3, wrong data (each sample given its neighbour's actions) 1.5."""
+    of it. Two epochs: the second scores the model after a step, which is where another order's rounding shows
+    (a third added nothing the check needs). Measured here (largest relative difference over 2 epochs x
+    L1/L2/cosine, cosine being the small one): native vs native 1.0e-2 (3 epochs: 6e-3..1e-2), datapipe 1.3e-2
+    (tolerance 0.10), wrong data (each sample given its neighbour's actions) 1.5; L1 1.02 -> 0.84 after the step."""
     ref = train_full_pass_steps(setup, "native", seed=11)
     other_order = train_full_pass_steps(setup, "native", seed=12)
     assert ref[0]["L1"] > ref[-1]["L1"]  # the steps do train

@@ -1,7 +1,9 @@
 """Clear errors on bad LeRobot input, naming the file and episode; the library entry points."""
 
+import contextlib
 import glob
 import os
+import re
 import shutil
 import types
 
@@ -89,10 +91,10 @@ def test_bad_options(lerobot_datasets):
 
 def is_store_dataset(ds) -> bool:
     """A LeRobot dataset served by compressed_cache (LeRobot items from a compressed episode store)."""
-    from robo_loaders_plugin.frames.store import StoreFrames
+    from robo_loaders_plugin.backends.compressed_cache.frames import CompressedFrames
     from robo_loaders_plugin.lerobot.dataset import LeRobotSamples
 
-    return type(ds) is LeRobotSamples and isinstance(ds.frames, StoreFrames)
+    return isinstance(ds, LeRobotSamples) and isinstance(getattr(ds.frames, "inner", None), CompressedFrames)
 
 
 def test_make_dataset_mirrors_lerobot(lerobot_datasets, tmp_path):
@@ -105,7 +107,7 @@ def test_make_dataset_mirrors_lerobot(lerobot_datasets, tmp_path):
     ours = rl.make_dataset(cfg_for(root, "compressed_cache", '{"cache_dir": "%s"}' % (tmp_path / "c")))
     theirs = original("make_dataset")(cfg_for(root))
     assert is_store_dataset(ours) and type(theirs).__name__ == "LeRobotDataset"
-    assert glob.glob(str(tmp_path / "c" / "*.rlc"))
+    assert glob.glob(str(tmp_path / "c" / "*" / "store.rlc"))
     # ImageNet stats overwrite, as LeRobot's factory does
     for k in theirs.meta.camera_keys:
         assert (ours.meta.stats[k]["mean"] == theirs.meta.stats[k]["mean"]).all()
@@ -123,17 +125,135 @@ def test_unknown_backend_at_parse_time(lerobot_datasets):
     with pytest.raises(DecodingError, match=r"unknown data backend 'nope'.*compressed_cache"):
         cfg_for(lerobot_datasets["av1_1cam"], "nope")
     with pytest.raises(UnknownBackendError):
-        from robo_loaders_plugin.lerobot.integration import backend_choice
+        from robo_loaders_plugin.lerobot.flags import backend_choice
 
         backend_choice(types.SimpleNamespace(backend="nope", backend_kwargs={}))
+
+
+def test_a_root_or_episodes_lerobot_cannot_train_from_is_refused_at_parsing(
+    lerobot_datasets, lerobot_zero_episodes, tmp_path, monkeypatch
+):
+    """Issue 42 items 11 and 14: an empty --dataset.root, one that does not exist, a dataset with 0 episodes or
+    --dataset.episodes naming an episode it does not have: LeRobot took each for a partial download and went to the
+    Hub (off here: ~200 lines ending in OfflineModeIsEnabled), whatever the backend. Now one line at parsing naming
+    the flag, the path, what is missing and what to do; ``make_dataset`` checks a config edited after parsing.
+    Controls: episodes the dataset has are built; with the Hub on, an empty or missing root is left to LeRobot (it
+    downloads repo_id into it), while 0 episodes or an episode it does not have are refused all the same."""
+    import huggingface_hub.constants
+    from draccus.utils import DecodingError
+
+    import robo_loaders_plugin.lerobot as rl
+
+    root, zero = lerobot_datasets["av1_1cam"], lerobot_zero_episodes  # 5 episodes; 0
+    empty, missing, a_file = tmp_path / "empty", tmp_path / "missing", tmp_path / "a_file"
+    empty.mkdir()
+    a_file.write_text("not a dataset")
+    offline = "and the Hugging Face Hub is off (HF_HUB_OFFLINE), so LeRobot cannot download local/sample into it; "
+    fix = "point --dataset.root at the directory holding the dataset's meta/info.json"
+    cases = [
+        (empty, None, (), f"--dataset.root={empty} holds no LeRobot dataset (no meta/info.json) {offline}{fix}"),
+        (missing, "compressed_cache", (), f"--dataset.root={missing} does not exist {offline}{fix}"),
+        (zero, None, (), f"--dataset.root={zero}: {REPO} has 0 episodes ({zero}/meta/info.json: total_episodes 0)"),
+        (
+            root,
+            "compressed_cache",
+            ("--dataset.episodes=[0,7]",),
+            f"--dataset.episodes: episode 7 of [0, 7] is not in {root}, which has 5 episodes (0..4, "
+            f"{root}/meta/info.json); list only episodes 0..4",
+        ),
+        (root, None, ("--dataset.episodes=[]",), "--dataset.episodes is empty; list episodes 0..4"),
+        (a_file, None, (), f"--dataset.root={a_file} is a file, not a dataset directory; {fix}"),
+    ]
+    for where, backend, extra, words in cases:
+        with pytest.raises(DecodingError) as err:
+            cfg_for(where, backend, None, 0.0, *extra)
+        assert words in str(err.value) and "\n" not in str(err.value), (where, str(err.value))
+    cfg = cfg_for(root)
+    cfg.dataset.root = str(empty)  # a config changed after parsing: make_dataset checks it too
+    with pytest.raises(RoboLoadersError, match=re.escape(f"--dataset.root={empty} holds no LeRobot dataset")):
+        rl.make_dataset(cfg)
+
+    # controls: the episodes the dataset has are built, LeRobot's own items
+    two = rl.make_dataset(cfg_for(root, None, None, 0.0, "--dataset.episodes=[0,4]"))
+    assert type(two).__name__ == "LeRobotDataset" and two.episodes == [0, 4] and len(two) == 90 + 111
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)  # the Hub on: LeRobot downloads there
+    for where in (empty, missing):
+        assert cfg_for(where).dataset.root == str(where)
+    with pytest.raises(DecodingError, match="has 0 episodes"):
+        cfg_for(zero)
+    with pytest.raises(DecodingError, match="episode 7 of"):
+        cfg_for(root, None, None, 0.0, "--dataset.episodes=[0,7]")
+
+
+def test_lerobot_going_to_the_offline_hub_is_one_line_naming_the_dataset(copy_of, monkeypatch):
+    """What parsing cannot see (no --dataset.root and no copy in LeRobot's cache, or a copy whose data files are
+    missing) sends LeRobot to the Hub when the dataset is built: one line naming the dataset, where LeRobot looked
+    and what to do. Negative control: without that, LeRobot's own OfflineModeIsEnabled (the ~200-line traceback)."""
+    from huggingface_hub.errors import OfflineModeIsEnabled
+
+    import robo_loaders_plugin.lerobot as rl
+    from robo_loaders_plugin.lerobot import single
+
+    absent = "local/never-downloaded"
+    with pytest.raises(RoboLoadersError) as err:
+        rl.make_dataset(cfg_for(None, repo=absent))
+    text = str(err.value)
+    assert (
+        text.startswith(f"--dataset.repo_id={absent}: LeRobot found no local copy of {absent} (not in ")
+        and "went to the Hugging Face Hub, which is off (HF_HUB_OFFLINE; Cannot reach https://" in text
+    ), text
+    assert "give --dataset.root (the directory holding its meta/, data/ and videos/)" in text and "\n" not in text
+    root = copy_of("av1_1cam")
+    for data_file in glob.glob(str(root / "data" / "*" / "*.parquet")):
+        os.remove(data_file)
+    with pytest.raises(RoboLoadersError, match=re.escape(f"LeRobot found no complete copy of {REPO} in {root} ")):
+        rl.make_dataset(cfg_for(root, "compressed_cache"))
+    monkeypatch.setattr(single, "local_copy_required", lambda *a: contextlib.nullcontext())
+    with pytest.raises(OfflineModeIsEnabled):  # control: what LeRobot raised before
+        rl.make_dataset(cfg_for(root))
+
+
+def test_native_refuses_options_at_parsing_and_a_resumed_run_drops_saved_ones(lerobot_datasets, tmp_path, monkeypatch):
+    """Issue 42 item 16: --dataset.backend=native (or no --dataset.backend) with --dataset.backend_kwargs trained with
+    the options ignored and saved. native now refuses every option, as every backend refuses the ones it does not
+    take. A run resumed with native from a config saved with another backend's options is told to drop them with
+    --dataset.backend_kwargs={}, which does (LeRobot's parser merges the flag into the saved options). Controls:
+    native without options parses; resumed as saved, the options are kept, and given ones are added to them."""
+    import sys
+
+    from draccus.utils import DecodingError
+    from lerobot.configs.train import TrainPipelineConfig
+
+    root = lerobot_datasets["av1_1cam"]
+    refusal = "--dataset.backend_kwargs: unknown option 'codec' for backend 'native'; valid options: (none)"
+    for backend in ("native", None):
+        with pytest.raises(DecodingError, match=re.escape(refusal)):
+            cfg_for(root, backend, '{"codec": "zstd"}')
+    assert cfg_for(root, "native", "{}").dataset.backend_kwargs == {}  # control
+
+    cfg_for(root, "compressed_cache", '{"codec": "zstd"}').save_pretrained(tmp_path)
+
+    def resumed(*args):
+        monkeypatch.setattr(sys, "argv", ["lerobot-train", f"--config_path={tmp_path}", *args])
+        return TrainPipelineConfig.from_pretrained(tmp_path, cli_args=list(args)).dataset
+
+    with pytest.raises(DecodingError) as err:
+        resumed("--dataset.backend=native")
+    assert f"{refusal}; these options come from the --config_path file (a resumed run keeps its saved options): " in (
+        str(err.value)
+    ) and str(err.value).endswith("give --dataset.backend_kwargs={} to drop them"), str(err.value)
+    dataset = resumed("--dataset.backend=native", "--dataset.backend_kwargs={}")
+    assert dataset.backend == "native" and dataset.backend_kwargs == {}
+    assert resumed().backend_kwargs == {"codec": "zstd"}  # controls: kept as saved, or added to
+    assert resumed('--dataset.backend_kwargs={"level": 5}').backend_kwargs == {"codec": "zstd", "level": 5}
 
 
 def test_cache_dir_reuse_and_rebuild(copy_of, tmp_path):
     root = copy_of("av1_1cam")
     cache = tmp_path / "cache"
     first = serve("compressed_cache", native(root), cache_dir=str(cache))
-    files = glob.glob(str(cache / "*"))
-    assert len(files) == 1 and files[0].endswith(".rlc")
+    files = glob.glob(str(cache / "*" / "*.rlc"))
+    assert len(files) == 1 and files[0].endswith("/store.rlc") and len(glob.glob(str(cache / "*"))) == 1
     again = serve("compressed_cache", native(root), cache_dir=str(cache))
     assert "reused" in again.serving.summary and "reused" not in first.serving.summary
     for i in random_indices(len(first), 50, seed=2):
@@ -362,6 +482,44 @@ def test_meta_info_changed_after_lerobot_read_it_is_refused_by_every_backend(cop
         ours = serve(backend, nat)
         for i in random_indices(len(nat), 20, seed=3):
             same_item(ours[i], nat[i], f"{backend}[{i}]")
+
+
+def test_the_meta_check_reads_lerobots_episode_table_in_place_and_still_refuses_other_rows(
+    lerobot_datasets, monkeypatch
+):
+    """Issue 44 item 3: ``check_meta_match`` took LeRobot's ``meta.episodes`` through ``with_format("arrow")[:]``,
+    which copies the dataset object (its features deep-copied three times), per component of a mixture at every
+    start (9 s of a 100-component start). It reads the columns in place now: no copy of the dataset or its
+    features; LeRobot's table selecting other rows (``select``: the rows it serves, not the file's) is still
+    refused, naming the episode and both values (control: the same check passes on the table as LeRobot read it)."""
+    import copy
+
+    import datasets
+
+    from robo_loaders_plugin.core.errors import SourceError
+    from robo_loaders_plugin.lerobot.dataset import check_meta_match
+    from robo_loaders_plugin.sources.lerobot_v3 import LeRobotV3
+
+    nat = native(lerobot_datasets["h264_3cam_multifile"])
+    source = LeRobotV3(nat.root)
+    copied, deepcopy = [], copy.deepcopy
+
+    def counting(x, *args, **kwargs):
+        if isinstance(x, (datasets.Dataset, datasets.Features)):
+            copied.append(type(x).__name__)
+        return deepcopy(x, *args, **kwargs)
+
+    monkeypatch.setattr(copy, "deepcopy", counting)
+    check_meta_match(nat, source)
+    assert copied == []
+    nat.meta.episodes.with_format("arrow")[:]  # control: the old read copies the dataset object
+    assert "Dataset" in copied
+    n = len(nat.meta.episodes)
+    nat.meta.episodes = nat.meta.episodes.select(list(reversed(range(n))))
+    with pytest.raises(SourceError, match=rf"episode 0's episode_index is 0 there, {n - 1} in LeRobot's dataset"):
+        check_meta_match(nat, source)
+    nat.meta.episodes = nat.meta.episodes.select(list(reversed(range(n))))  # back in the file's order: accepted
+    check_meta_match(nat, source)
 
 
 def test_meta_tasks_edited_every_backend_serves_lerobots_task_strings(copy_of):

@@ -7,6 +7,7 @@ import json
 import math
 import os
 import re
+import sys
 
 import numpy as np
 import pytest
@@ -15,14 +16,9 @@ from lerobot_helpers import same_item
 
 from robo_loaders_plugin.core.iteration import SamplingPlan, built_by
 from robo_loaders_plugin.lerobot.integration import choose
-from robo_loaders_plugin.lerobot.mixture import (
-    build_mixture,
-    check_components,
-    check_flags,
-    component_metas,
-    parse,
-    resume_position,
-)
+from robo_loaders_plugin.lerobot.mixture import build_mixture, parse, resume_position
+from robo_loaders_plugin.lerobot.mixture_flag import check_flags
+from robo_loaders_plugin.lerobot.mixture_meta import check_components, component_metas
 from robo_loaders_plugin.lerobot.presets import delta_timestamps
 from robo_loaders_plugin.mixtures.spec import MixtureError
 
@@ -151,6 +147,23 @@ def served_rows(mix, plan):
     return out
 
 
+def test_episode_boundaries_read_in_place_are_lerobots_columns_in_its_row_order(lerobot_mixture_datasets):
+    """Issue 44 item 3: ``sampler_rows`` and ``mixture_episodes`` read ``meta.episodes["dataset_from_index"]``
+    (Python objects, one per episode) twice per component at every start; ``compat.episode_boundaries`` reads the
+    Arrow columns in place. Its values are ``datasets``' own, in the rows the table serves (after a ``select``, as
+    LeRobot's filtered tables are); control: the table's stored column, read without the selection, differs."""
+    from robo_loaders_plugin.lerobot import compat
+
+    episodes = natives(lerobot_mixture_datasets, names=("b",), preset="none")[0].meta.episodes
+    order = list(reversed(range(len(episodes))))
+    for table in (episodes, episodes.select(order)):
+        starts, ends = compat.episode_boundaries(table)
+        assert starts.dtype == ends.dtype == np.int64
+        assert starts.tolist() == list(table["dataset_from_index"]) and ends.tolist() == list(table["dataset_to_index"])
+    stored = np.asarray(episodes.select(order).data.column("dataset_from_index").to_numpy())
+    assert stored.tolist() != compat.episode_boundaries(episodes.select(order))[0].tolist()
+
+
 def test_drop_n_last_frames_leaves_each_episodes_last_frames_out(lerobot_mixture_datasets):
     """As LeRobot's sampler for one dataset (diffusion's ``drop_n_last_frames``): no served item is among the last
     ``n`` frames of its episode, "size" serves every other row once (b with an episode filter: its rows only), the
@@ -194,7 +207,7 @@ def test_stats_checks_and_refusals_from_metadata(lerobot_mixture_datasets):
     from lerobot.datasets.dataset_metadata import LeRobotDatasetMetadata
     from lerobot.utils.constants import IMAGENET_STATS
 
-    from robo_loaders_plugin.lerobot.mixture import mixture_stats, renamed_stats
+    from robo_loaders_plugin.lerobot.mixture_meta import mixture_stats, renamed_stats
 
     ds = lerobot_mixture_datasets
     spec = spec_of(ds)
@@ -269,6 +282,200 @@ def test_stats_checks_and_refusals_from_metadata(lerobot_mixture_datasets):
     check_flags(flags(backend="gpu_resampler", backend_kwargs={}), spec_of(ds, target_fps=10))  # control
 
 
+@pytest.mark.fast
+def test_the_mixture_index_serves_lerobots_metadata_and_reads_an_edited_component_alone(
+    lerobot_mixture_datasets, tmp_path, monkeypatch
+):
+    """Issue 44 item 3: the components' ``meta/`` is read into the mixture index once (``mixture_meta.indexed_metas``)
+    and reused while unchanged. What the index gives back equals LeRobot's ``LeRobotDatasetMetadata`` (features, rate,
+    every statistic's values and dtype) and decides the same layout; a second start reads no component (LeRobot's
+    reader never called); b's ``meta/stats.json`` edited: b alone is read, its new statistics served. Negative
+    control: with the fingerprint comparison disabled (on a copy of the index), b's old statistics are served."""
+    import shutil
+
+    from robo_loaders_plugin.lerobot import mixture_meta
+    from robo_loaders_plugin.lerobot.mixture_meta import IndexedMeta, indexed_metas
+    from robo_loaders_plugin.storage.fingerprint import Fingerprint
+
+    ds = {}
+    for name, (repo, root) in lerobot_mixture_datasets.items():
+        if name in "abc":  # meta/ is all the checks read: a copy of it is a component here
+            shutil.copytree(os.path.join(root, "meta"), tmp_path / name / "meta")
+            ds[name] = (repo, str(tmp_path / name))
+    spec = spec_of(ds)
+    cache = str(tmp_path / "cache")
+    theirs = component_metas(spec, None)
+    ours = indexed_metas(spec, None, cache)
+    assert all(isinstance(m, IndexedMeta) for m in ours)
+    for mine, lerobots in zip(ours, theirs, strict=True):
+        assert mine.features == lerobots.features and mine.fps == lerobots.fps
+        assert mine.has_language_columns == lerobots.has_language_columns
+        assert set(mine.stats) == set(lerobots.stats)
+        for key, values in lerobots.stats.items():
+            for stat, value in values.items():
+                got = mine.stats[key][stat]
+                assert got.dtype == np.asarray(value).dtype and np.array_equal(got, value, equal_nan=True), (key, stat)
+    a, b = check_components(spec, ours, None), check_components(spec, theirs, None)
+    assert (a.features, a.renames, a.keep, a.dropped, a.fps) == (b.features, b.renames, b.keep, b.dropped, b.fps)
+
+    read = []
+    lerobot_reader = mixture_meta.component_meta
+    monkeypatch.setattr(mixture_meta, "component_meta", lambda s, k, c: read.append(k) or lerobot_reader(s, k, c))
+    indexed_metas(spec, None, cache)
+    assert read == []  # nothing changed: no component read
+
+    stats_file = tmp_path / "b" / "meta" / "stats.json"
+    stats = json.loads(stats_file.read_text())
+    old = np.asarray(stats["action"]["mean"], dtype=np.float64)
+    stats["action"]["mean"] = [v + 1.0 for v in stats["action"]["mean"]]
+    stats_file.write_text(json.dumps(stats))
+
+    control = cache + "-control"
+    shutil.copytree(cache, control)
+    monkeypatch.setattr(Fingerprint, "differences", lambda self, current: [])
+    stale = indexed_metas(spec, None, control)
+    monkeypatch.undo()
+    assert read == [] and np.allclose(stale[1].stats["action"]["mean"], old)  # what the check keeps out
+
+    monkeypatch.setattr(mixture_meta, "component_meta", lambda s, k, c: read.append(k) or lerobot_reader(s, k, c))
+    now = indexed_metas(spec, None, cache)
+    assert read == [1]
+    assert np.allclose(now[1].stats["action"]["mean"], old + 1.0)
+    assert np.array_equal(now[0].stats["action"]["mean"], ours[0].stats["action"]["mean"])
+
+
+def _edited_copy(root, path, edit):
+    """A copy of a dataset's ``meta/`` (all its metadata checks read) with its features edited by ``edit``."""
+    import shutil
+
+    shutil.copytree(os.path.join(root, "meta"), os.path.join(path, "meta"))
+    info_path = os.path.join(path, "meta", "info.json")
+    with open(info_path) as f:
+        info = json.load(f)
+    edit(info["features"])
+    with open(info_path, "w") as f:
+        json.dump(info, f, indent=4)
+    return str(path)
+
+
+def _warnings_of(capsys, words):
+    return [line for line in capsys.readouterr().out.splitlines() if line.startswith("[robo-loaders] warning") and
+            words in line]  # fmt: skip
+
+
+@pytest.mark.fast
+def test_names_that_differ_and_cameras_sharing_no_name_are_one_warning_each(lerobot_mixture_datasets, tmp_path, capsys):
+    """Issue 42 item 12, from ``meta/`` alone: a key whose ``names`` differ between components (``a0..a3`` and
+    ``gripper, z, y, x``), and components whose cameras share no name (so every camera is dropped), are each one
+    warning naming the components, the key or cameras, and the rename to give, logged once however often the
+    metadata is checked (was: mixed silently; an info line listing the dropped keys). Controls: the same names, and
+    the suggested rename, give no warning and keep the camera."""
+    ds = lerobot_mixture_datasets
+    gripper = ["gripper", "z", "y", "x"]
+    names = _edited_copy(ds["b"][1], tmp_path / "b_names", lambda ft: ft["action"].update(names=gripper))
+    hand = "observation.images.hand"
+    camera = _edited_copy(ds["b"][1], tmp_path / "b_hand", lambda ft: ft.update({hand: ft.pop(CAM)}))
+
+    def check(second, **extra):
+        spec = parse([{"repo_id": ds["a"][0], "root": ds["a"][1], "weight": 1}, {"weight": 1, **second, **extra}])
+        return check_components(spec, component_metas(spec, None), None)
+
+    capsys.readouterr()
+    for _ in range(2):  # lerobot-train checks at parsing and again when it builds the datasets
+        check({"repo_id": "mix/b_names", "root": names})
+    assert _warnings_of(capsys, "names") == [
+        "[robo-loaders] warning: --dataset.mixture: component 1 (mix/b_names)'s 'action' names its values ['gripper', "
+        "'z', 'y', 'x'] but component 0 (mix/a)'s ['a0', 'a1', 'a2', 'a3']; they are mixed position by position: if "
+        'they are not the same values in the same order, give one of them another key ("rename": {"action": '
+        '"<another name>"}) or reorder its data'
+    ]
+    for _ in range(2):
+        layout = check({"repo_id": "mix/b_hand", "root": camera})
+    assert not [key for key in layout.features if key.startswith("observation.images")]
+    assert _warnings_of(capsys, "camera") == [
+        "[robo-loaders] warning: --dataset.mixture: every camera was dropped: no camera key is common to every "
+        f"component (component 0 (mix/a): ['{CAM}']; component 1 (mix/b_hand): ['{hand}']), so the mixture serves "
+        f'no images; rename the cameras that are the same onto one name (e.g. in component 1 (mix/b_hand): "rename": '
+        f'{{"{hand}": "{CAM}"}})'
+    ]
+    # controls: b as recorded (the same names), and b_hand with the rename the warning gives
+    check({"repo_id": ds["b"][0], "root": ds["b"][1]})
+    kept = check({"repo_id": "mix/b_hand", "root": camera}, rename={hand: CAM})
+    assert CAM in kept.features and _warnings_of(capsys, "") == []
+
+
+@pytest.mark.fast
+def test_a_component_without_statistics_is_refused_before_any_data_is_read(lerobot_mixture_datasets, tmp_path):
+    """Issue 42 item 2: a component without ``meta/stats.json`` was mixed silently, the mixture's statistics counting
+    only the other components (LeRobot alone refuses the dataset, with a ``TypeError``); so was one whose statistics
+    lack a key the others have. Now one line naming the flag, the component, its root and the file or key, from
+    ``meta/`` alone: lerobot-train's build (``make_mixture_datasets``) stops before any component dataset is built.
+    Controls: the same copy with its file is accepted and counted; a missing bookkeeping column's (``timestamp``,
+    which no policy normalises) is accepted; the old aggregation, shown on the file-less copy, counts b out."""
+    import shutil
+    from types import SimpleNamespace
+
+    from robo_loaders_plugin.lerobot import mixture
+    from robo_loaders_plugin.lerobot.config import BackendDatasetConfig
+    from robo_loaders_plugin.lerobot.mixture import make_mixture_datasets
+    from robo_loaders_plugin.lerobot.mixture_meta import mixture_stats, renamed_stats
+
+    ds = dict(lerobot_mixture_datasets)
+    copy = tmp_path / "b"
+    shutil.copytree(ds["b"][1], copy)  # the session's datasets stay whole
+    ds["b"] = ("mix/b", str(copy))
+    spec = spec_of(ds)
+    stats_file = copy / "meta" / "stats.json"
+    whole = json.loads(stats_file.read_text())
+
+    a_and_c = component_metas(spec, None)  # a's and c's, read once; b's again after each change of its file
+
+    def metas():
+        from lerobot.datasets.dataset_metadata import LeRobotDatasetMetadata
+
+        return [a_and_c[0], LeRobotDatasetMetadata("mix/b", root=copy), a_and_c[2]]
+
+    def counted(metas):  # the frames the mixture's action statistics count, as aggregated before the check
+        per = [renamed_stats(m.stats, dict(c.rename)) for m, c in zip(metas, spec.components)]
+        return int(mixture_stats(per, {"action": {}}, use_imagenet_stats=False)["action"]["count"][0])
+
+    check_components(spec, a_and_c, None)  # control: with its statistics, accepted
+    assert counted(a_and_c) == 60 + 48 + 50
+
+    stats_file.write_text(json.dumps({k: v for k, v in whole.items() if k != "timestamp"}))
+    check_components(spec, metas(), None)  # control: a bookkeeping column's, not normalised
+
+    def refused(metas):
+        with pytest.raises(MixtureError) as info:
+            check_components(spec, metas, None)
+        line = str(info.value)
+        assert "\n" not in line, line
+        return line
+
+    stats_file.write_text(json.dumps({k: v for k, v in whole.items() if k != "action"}))
+    line = refused(metas())
+    assert line.startswith(
+        f"--dataset.mixture: component 1 (mix/b)'s meta/stats.json (in {copy}) has no statistics of 'action', "
+        "which component 0 (mix/a)'s has"
+    ), line
+
+    stats_file.unlink()
+    without = metas()
+    assert counted(without) == 60 + 50  # what the mixture normalised with before: b's 48 frames left out
+    line = refused(without)
+    assert line.startswith(f"--dataset.mixture: component 1 (mix/b) has no meta/stats.json (in {copy})"), line
+    assert "leave the component out" in line and "recompute_stats" in line, line
+
+    # lerobot-train's build refuses it from meta/ before LeRobot builds any component's dataset
+    comps = [{"repo_id": ds[n][0], "root": ds[n][1], "weight": w} for n, w in zip("abc", WEIGHTS)]
+    comps[2]["rename"] = RENAME_C
+    cfg = SimpleNamespace(dataset=BackendDatasetConfig(mixture=json.dumps(comps)), seed=0)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(mixture, "native_datasets", lambda *a, **k: pytest.fail("a component dataset was built"))
+        with pytest.raises(MixtureError, match=re.escape("component 1 (mix/b) has no meta/stats.json")):
+            make_mixture_datasets(cfg, split=False)
+
+
 def test_a_component_served_over_http_is_streamed_by_video_stream(lerobot_mixture_datasets, tmp_path):
     """A component whose ``root`` is an HTTP URL (a real server with byte ranges), with ``video_stream``, as
     lerobot-train builds it (``make_mixture_datasets``: the flag checked at parsing, diffusion's delta timestamps and
@@ -338,6 +545,121 @@ def test_resume_position_recovers_the_step_from_lerobots_sampler_state():
             assert resume_position(shorter, n - 7, n, bs, world) == divmod(step, per_pass)
 
 
+@pytest.mark.fast
+def test_a_resumed_run_is_refused_other_data_than_its_checkpoint_trained_on(lerobot_mixture_datasets, tmp_path):
+    """Issue 42 item 3: ``--resume=true`` with another ``--dataset.mixture`` trained on the new components from the
+    checkpoint's batch. The data a checkpoint trained on is its ``pretrained_model/train_config.json``'s ``dataset``
+    (written by lerobot-train beside ``training_state/``); a resumed run given another mixture (each field that
+    decides what it serves), a mixture where it trained on one dataset, or the reverse, is refused in one line saying
+    what differs and what to do. Controls: the same mixture (given again from a file elsewhere, or on another backend),
+    one dataset resumed on one dataset, and a new run (no ``--resume``) pass."""
+    from types import SimpleNamespace
+
+    import draccus
+
+    from robo_loaders_plugin.lerobot.config import BackendDatasetConfig
+    from robo_loaders_plugin.lerobot.mixture_resume import check_resumed_dataset
+
+    ds = lerobot_mixture_datasets
+
+    def mixture(weights=WEIGHTS, names="abc", **change):
+        comps = [{"repo_id": ds[n][0], "root": ds[n][1], "weight": w} for n, w in zip(names, weights)]
+        if len(comps) > 2:
+            comps[2]["rename"] = RENAME_C
+        for k, fields in change.items():
+            comps[int(k[1:])].update(fields)
+        return json.dumps({"components": comps})
+
+    def resume(saved, now, resumed=True):
+        """check_resumed_dataset as lerobot-train calls it, the checkpoint saved with ``saved`` as its dataset."""
+        where = tmp_path / "checkpoints" / "000003"
+        (where / "pretrained_model").mkdir(parents=True, exist_ok=True)
+        doc = {"dataset": draccus.encode(saved) if not isinstance(saved, dict) else saved, "resume": False}
+        (where / "pretrained_model" / "train_config.json").write_text(json.dumps(doc))
+        check_resumed_dataset(SimpleNamespace(resume=resumed, checkpoint_path=where, dataset=now))
+        return str(where)
+
+    def refused(saved, now):
+        with pytest.raises(MixtureError) as info:
+            resume(saved, now)
+        line = str(info.value)
+        assert "\n" not in line and line.startswith(
+            f"--dataset.mixture: --resume=true continues checkpoint {tmp_path / 'checkpoints' / '000003'} at its "
+            "step, but it trained on "
+        ), line
+        assert "give no --dataset.mixture" in line and "as a new run (another --output_dir, without --resume)" in line
+        return line.split("but it trained on ", 1)[1].split("; resume on what", 1)[0]
+
+    saved = BackendDatasetConfig(mixture=mixture())
+    moved = tmp_path / "elsewhere" / "mix.json"
+    moved.parent.mkdir()
+    moved.write_text(mixture())
+    resume(saved, BackendDatasetConfig(mixture=str(moved)))  # control: the same mixture, from a file elsewhere
+    resume(saved, BackendDatasetConfig(mixture=mixture(), backend="compressed_cache"))  # on another backend
+    resume(saved, BackendDatasetConfig(mixture=mixture(weights=(1, 2, 4))), resumed=False)  # a new run
+
+    assert refused(saved, BackendDatasetConfig(mixture=mixture(weights=(1, 5, 3)))) == (
+        "another mixture (component 1 (mix/b) weight 2, now 5)"
+    )
+    assert refused(saved, BackendDatasetConfig(mixture=mixture(c1={"episodes": [1]}))) == (
+        "another mixture (component 1 (mix/b) episodes all, now [1])"
+    )
+    assert refused(saved, BackendDatasetConfig(mixture=mixture(c2={"rename": {}}))) == (
+        f"another mixture (component 2 (mix/c) rename {json.dumps(RENAME_C)}, now {{}})"
+    )
+    assert refused(saved, BackendDatasetConfig(mixture=mixture(c0={"drop": ["observation.state"]}))) == (
+        'another mixture (component 0 (mix/a) drop [], now ["observation.state"])'
+    )
+    padded = json.dumps({**json.loads(mixture()), "pad": {"action": 32}})
+    assert refused(saved, BackendDatasetConfig(mixture=padded)) == 'another mixture (pad was {}, now {"action": 32})'
+    resume(BackendDatasetConfig(mixture=padded), BackendDatasetConfig(mixture=padded))  # control: the same padding
+    assert refused(saved, BackendDatasetConfig(mixture=mixture(weights=(1, 2), names="ab"))) == (
+        "another mixture (component 2 (mix/c) left out)"
+    )
+    swapped = refused(saved, BackendDatasetConfig(mixture=mixture(c1={"repo_id": "mix/slow", "root": ds["slow"][1]})))
+    assert swapped == (
+        f"another mixture (component 1 (mix/b) repo_id mix/b, now mix/slow; component 1 (mix/b) root {ds['b'][1]}, "
+        f"now {ds['slow'][1]})"
+    )
+    at_10 = BackendDatasetConfig(mixture=mixture(), backend="gpu_resampler", backend_kwargs={"target_fps": 10})
+    assert refused(saved, at_10) == "another mixture (served at each component's own rate, now 10 fps)"
+    resume(
+        at_10,
+        BackendDatasetConfig(mixture=json.dumps({**json.loads(mixture()), "target_fps": 10}), backend="gpu_resampler"),
+    )  # fmt: skip  (control: the same rate, given so)
+
+    one = BackendDatasetConfig(repo_id=ds["a"][0], root=ds["a"][1])
+    assert refused(saved, one) == (
+        f"a mixture of 3 (mix/a, mix/b, mix/c), and this run gives one dataset (mix/a at {ds['a'][1]})"
+    )
+    assert refused(one, saved) == (
+        f"one dataset (mix/a at {ds['a'][1]}), and this run gives a mixture of 3 (mix/a, mix/b, mix/c)"
+    )
+    without_plugin = {"repo_id": "mix/a", "root": ds["a"][1], "episodes": None}  # LeRobot's own DatasetConfig saved
+    assert refused(without_plugin, saved).startswith("one dataset (mix/a at ")
+    resume(one, BackendDatasetConfig(repo_id=ds["a"][0], root=ds["a"][1], backend="compressed_cache"))  # control
+    resume(without_plugin, one)  # control: one dataset resumed on one dataset, as LeRobot resumes it
+
+    # at argument parsing: --dataset.repo_id/root come from the config --config_path reads (draccus merges them
+    # with the command line), the dataset that run trained on; the message said to leave out flags nobody typed
+    from draccus.utils import DecodingError
+
+    saved_config = tmp_path / "checkpoints" / "000003" / "pretrained_model" / "train_config.json"
+    argv = ["lerobot-train", f"--config_path={saved_config}", "--resume=true", f"--dataset.mixture={mixture()}"]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(sys, "argv", argv)
+        with pytest.raises(DecodingError) as info:
+            BackendDatasetConfig(repo_id=ds["a"][0], root=ds["a"][1], mixture=mixture())
+        assert (
+            f"--dataset.mixture names every dataset, but --config_path={saved_config} gives --dataset.repo_id=mix/a, "
+            f"--dataset.root={ds['a'][1]} (the dataset that run trained on): leave --dataset.mixture out"
+        ) in str(info.value), info.value
+        assert "clear them (--dataset.repo_id= --dataset.root=)" in str(info.value)
+        argv.append(f"--dataset.repo_id={ds['a'][0]}")  # control: typed, the flags' own message
+        with pytest.raises(DecodingError, match=re.escape("leave --dataset.repo_id, --dataset.root out")):
+            BackendDatasetConfig(repo_id=ds["a"][0], root=ds["a"][1], mixture=mixture())
+
+
 def test_config_flag_is_checked_at_parsing_and_saved_resolved(lerobot_mixture_datasets, tmp_path):
     from draccus.utils import DecodingError
 
@@ -361,11 +683,59 @@ def test_config_flag_is_checked_at_parsing_and_saved_resolved(lerobot_mixture_da
             BackendDatasetConfig(**kw)
 
 
+def test_a_components_root_or_episodes_lerobot_cannot_train_from_is_refused_at_parsing(
+    lerobot_mixture_datasets, lerobot_zero_episodes, tmp_path, monkeypatch
+):
+    """Issue 42 item 11 as a component: a root that is an empty directory, a dataset with 0 episodes, episodes
+    [0, 7] of the 2-episode "b": LeRobot went to the Hub (off here: a traceback ending in OfflineModeIsEnabled). Now
+    one line at parsing naming --dataset.mixture, the component and its root; a component with no root whose
+    dataset LeRobot's cache lacks is one line when its metadata is read. Controls: episodes b has parse; with the Hub
+    on, an empty root is LeRobot's download target; the metadata of components that are there is read."""
+    import huggingface_hub.constants
+    from draccus.utils import DecodingError
+
+    from robo_loaders_plugin.core.errors import SourceError
+    from robo_loaders_plugin.lerobot.config import BackendDatasetConfig
+
+    ds, zero = lerobot_mixture_datasets, lerobot_zero_episodes
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    a = {"repo_id": ds["a"][0], "root": ds["a"][1], "weight": 1}
+
+    def mixture(**b):
+        return json.dumps([a, {"repo_id": ds["b"][0], "root": ds["b"][1], "weight": 1, **b}])
+
+    b = "--dataset.mixture: component 1 (mix/b)"
+    for text, words in [
+        (mixture(root=str(empty)), f"{b}: root {empty} holds no LeRobot dataset (no meta/info.json) and the Hugging "),
+        (mixture(root=str(zero)), f"{b}: root {zero}: mix/b has 0 episodes ({zero}/meta/info.json: total_episodes 0)"),
+        (mixture(episodes=[0, 7]), f"{b}: episodes: episode 7 of [0, 7] is not in {ds['b'][1]}, which has 2 episodes"),
+    ]:
+        with pytest.raises(DecodingError) as err:
+            BackendDatasetConfig(mixture=text)
+        assert words in str(err.value) and "\n" not in str(err.value), str(err.value)
+    absent = parse([a, {"repo_id": "mix/never-downloaded", "weight": 1}])
+    with pytest.raises(SourceError) as err:
+        component_metas(absent, None)
+    assert str(err.value).startswith(
+        "--dataset.mixture: component 1 (mix/never-downloaded): LeRobot found no local copy of mix/never-downloaded"
+    ) and "give its root (the directory holding its meta/, data/ and videos/)" in str(err.value), str(err.value)
+
+    def saved_b(text):  # component b as the parsed flag saves it
+        return json.loads(BackendDatasetConfig(mixture=text).mixture)["components"][1]
+
+    assert saved_b(mixture(episodes=[0, 1]))["episodes"] == [0, 1]  # controls
+    assert [m.total_episodes for m in component_metas(parse(mixture()), None)] == [3, 2]
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    assert saved_b(mixture(root=str(empty)))["root"] == str(empty)
+
+
 # -- lerobot-train ---------------------------------------------------------------------------------------------------
 def test_lerobot_train_on_a_mixture_native_then_resumed_on_a_backend(lerobot_mixture_datasets, tmp_path):
     """The real console script: 3 steps on the native mixture, then ``--resume=true`` from the saved config (the
     mixture file moved away: the config holds it) with ``--dataset.backend=compressed_cache``, continuing at the
-    batch after the checkpoint's of the same mixture order."""
+    batch after the checkpoint's of the same mixture order. Resumed on another mixture, or on one dataset, it is
+    refused (issue 42 item 3; every case: test_a_resumed_run_is_refused_other_data_than_its_checkpoint_trained_on)."""
     from test_lerobot_train_cli import lerobot_train, saved_dataset_config
 
     ds = lerobot_mixture_datasets
@@ -384,6 +754,30 @@ def test_lerobot_train_on_a_mixture_native_then_resumed_on_a_backend(lerobot_mix
 
     os.rename(mix, tmp_path / "moved.json")  # the saved config holds the mixture itself
     cfg = os.path.join(out, "checkpoints", "000003", "pretrained_model", "train_config.json")
+
+    # issue 42 item 3: resumed on other data (another weight; one dataset), refused in one line before any data is
+    # read, where it trained on from the checkpoint's batch; the resume below is the control (the same mixture)
+    other = json.loads(json.dumps(comps))
+    other[1]["weight"] = 5
+    one = f"one dataset (mix/a at {ds['a'][1]})"
+    for extra, root, repo, words in [
+        (
+            [f"--dataset.mixture={json.dumps(other)}"],
+            None,
+            None,
+            "another mixture (component 1 (mix/b) weight 2, now 5)",
+        ),
+        (
+            ["--dataset.mixture="],
+            ds["a"][1],
+            ds["a"][0],
+            f"a mixture of 3 (mix/a, mix/b, mix/c), and this run gives {one}",
+        ),
+    ]:
+        rc, log = lerobot_train(root, out, f"--config_path={cfg}", "--resume=true", *extra, repo=repo, steps=5)
+        lines = [ln for ln in log.splitlines() if ln.startswith("error: --dataset.mixture: --resume=true continues")]
+        assert rc == 1 and len(lines) == 1 and f"but it trained on {words}; resume on what" in lines[0], log[-3000:]
+        assert "Traceback" not in log and "lerobot data backend" not in log and "Resuming data" not in log, log[-3000:]
     args = (f"--config_path={cfg}", "--resume=true", "--dataset.backend=compressed_cache")
     rc, log = lerobot_train(None, out, *args, repo=None, steps=5)
     assert rc == 0, log[-3000:]

@@ -7,7 +7,7 @@ import pytest
 import torch
 from lerobot_helpers import REPO, random_indices, same_item, serve
 
-from robo_loaders_plugin.frames.store import StoreFrames
+from robo_loaders_plugin.backends.compressed_cache.frames import CompressedFrames
 from robo_loaders_plugin.lerobot.dataset import LeRobotSamples
 from robo_loaders_plugin.lerobot.presets import delta_timestamps
 
@@ -35,7 +35,7 @@ def native(root, preset="none", return_uint8=True, repo=REPO, **kw):
 def test_same_items_as_lerobot_dataset(lerobot_datasets, name, preset, return_uint8):
     nat = native(lerobot_datasets[name], preset, return_uint8)
     ours = serve("compressed_cache", nat)
-    assert isinstance(ours, LeRobotSamples) and isinstance(ours.frames, StoreFrames)
+    assert isinstance(ours, LeRobotSamples) and isinstance(ours.frames.inner, CompressedFrames)
     assert len(ours) == len(nat) == ours.num_frames and ours.num_episodes == nat.num_episodes
     for i in random_indices(len(nat), 500, seed=zlib.crc32(f"{name}{preset}".encode())):
         same_item(ours[i], nat[i], f"{name}/{preset}[{i}]")
@@ -70,7 +70,7 @@ def test_real_renders(shared_lerobot):
     ours = serve("compressed_cache", nat)
     for i in random_indices(len(nat), 500, seed=6):
         same_item(ours[i], nat[i], f"shared[{i}]")
-    st = ours.frames.store.stats
+    st = ours.frames.inner.store.stats
     assert st["compressed_nbytes"] * 2 < st["decoded_frame_nbytes"]  # "below half of the raw decoded frames"
 
 
@@ -81,7 +81,7 @@ def test_pickles_small_and_works_in_spawn_workers(lerobot_datasets, monkeypatch)
 
     nat = native(lerobot_datasets["av1_1cam"], "act")
     ours = serve("compressed_cache", nat)
-    assert len(pickle.dumps(ours)) < ours.frames.store.file_nbytes  # a path and small arrays, not the frames
+    assert len(pickle.dumps(ours)) < ours.frames.inner.store.file_nbytes  # a path and small arrays, not the frames
     monkeypatch.setenv("ROBO_LOADERS_DISABLE", "1")  # inherited by the spawned workers
 
     def batches(ds, workers):
@@ -112,27 +112,28 @@ def test_a_cache_built_channels_first_is_built_again_channels_last_with_the_same
     Negative control: the new cache read as if its frames were stored as served gives other items."""
     import os
 
-    from robo_loaders_plugin.storage import frame_layout, store_cache
-    from robo_loaders_plugin.storage import store as store_module
+    from robo_loaders_plugin.backends.compressed_cache import episode_store as store_module
+    from robo_loaders_plugin.backends.compressed_cache.store import CompressedStore
+    from robo_loaders_plugin.storage import frame_layout
 
     root, cache_dir = lerobot_datasets["h264_3cam_multifile"], str(tmp_path / "cache")
     nat = native(root, "act")
     indices = random_indices(len(nat), 60, seed=12)
     with pytest.MonkeyPatch.context() as m:  # what an earlier robo-loaders built
         m.setattr(store_module, "FORMAT_VERSION", 2)
-        m.setattr(store_cache, "FORMAT_VERSION", 2)
+        m.setattr(CompressedStore, "kind", "compressed-cache-2")
         m.setattr(frame_layout, "stored_layout", lambda shape: None)
         old = serve("compressed_cache", nat, cache_dir=cache_dir)
-        old_path = old.frames.store.path
-        assert old.frames.store.header["format"] == 2
+        old_path = old.frames.directory
+        assert old.frames.inner.store.header["format"] == 2
         for i in indices:
             same_item(old[i], nat[i], f"channels-first cache[{i}]")
         old.close()
     capsys.readouterr()
     new = serve("compressed_cache", native(root, "act"), cache_dir=cache_dir)
     said = [x for x in capsys.readouterr().out.splitlines() if f"removed {old_path}" in x]
-    assert len(said) == 1 and "in an earlier store format" in said[0] and not os.path.exists(old_path)
-    store = new.frames.store
+    assert len(said) == 1 and "in an earlier format" in said[0] and not os.path.exists(old_path)
+    store = new.frames.inner.store
     assert store.header["format"] == 3 and store.frame_layout(0, "observation.images.cam0") == "hwc"
     for i in indices:
         same_item(new[i], nat[i], f"channels-last cache[{i}]")

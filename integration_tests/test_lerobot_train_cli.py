@@ -8,8 +8,18 @@ import sys
 
 import pytest
 from lerobot_helpers import REPO
+from readme import first_command, section
 
 BIN = os.path.dirname(sys.executable)
+
+
+def run(args, env_extra=None):
+    """``args`` (the program first) with the test environment: no Hub, the plugin's import hook armed."""
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1", PATH=BIN + os.pathsep + os.environ.get("PATH", ""))
+    env.pop("ROBO_LOADERS_DISABLE", None)
+    env.update(env_extra or {})
+    p = subprocess.run(args, capture_output=True, text=True, env=env, timeout=600)
+    return p.returncode, p.stdout + p.stderr
 
 
 def lerobot_train(root, out, *extra, env_extra=None, steps=3, repo=REPO):
@@ -35,11 +45,7 @@ def lerobot_train(root, out, *extra, env_extra=None, steps=3, repo=REPO):
         f"--output_dir={out}",
         *extra,
     ]
-    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1", PATH=BIN + os.pathsep + os.environ.get("PATH", ""))
-    env.pop("ROBO_LOADERS_DISABLE", None)
-    env.update(env_extra or {})
-    p = subprocess.run(args, capture_output=True, text=True, env=env, timeout=600)
-    return p.returncode, p.stdout + p.stderr
+    return run(args, env_extra)
 
 
 def saved_dataset_config(out, step):
@@ -71,6 +77,67 @@ def test_backend_flag_trains_and_is_saved_then_resumes(root, tmp_path):
     assert saved_dataset_config(out, 5)["backend"] == "compressed_cache"
 
 
+def readme_quickstart(root, tmp_path, drop=()) -> list[str]:
+    """The README's LeRobot quickstart command, word for word but for its placeholders: the dataset's repo id and
+    root, a cache directory, and ``...`` ("your other flags") as a 2-step CPU run of a small ACT, offline; ``drop``:
+    words left out."""
+    words = first_command(section("Quickstart: LeRobot"))
+    assert words[0] == "lerobot-train" and words.count("...") == 1, words
+    your_flags = [
+        "--policy.pretrained_backbone_weights=null",  # offline (the README says so)
+        "--policy.device=cpu",
+        "--policy.dim_model=32",
+        "--policy.n_heads=2",
+        "--policy.dim_feedforward=64",
+        "--policy.chunk_size=10",
+        "--policy.n_action_steps=10",
+        "--steps=2",
+        "--batch_size=2",
+        "--num_workers=0",
+        "--save_freq=2",
+        "--log_freq=1",
+        "--wandb.enable=false",
+        f"--output_dir={tmp_path / 'run'}",
+    ]
+    placeholders = {
+        "you/your_dataset": REPO,
+        "/data/your_dataset": str(root),
+        "/scratch/robo-loaders-cache": str(tmp_path / "cache"),
+    }
+    args = [os.path.join(BIN, "lerobot-train")]
+    for word in words[1:]:
+        if word == "...":
+            args += your_flags
+        elif word not in drop:
+            for placeholder, value in placeholders.items():
+                word = word.replace(placeholder, value)
+            args.append(word)
+    return args
+
+
+def test_the_readmes_lerobot_quickstart_trains_as_written(root, tmp_path):
+    """Issue 42 item 15: the README's command could not run on LeRobot 0.6.1 (it needs --policy.push_to_hub=false
+    or a policy repo id). Taken from the README as it is, placeholders filled in, it trains on the backend it
+    names, with its cache_dir. The control (the same command without that flag fails): the next test."""
+    rc, log = run(readme_quickstart(root, tmp_path))
+    assert rc == 0, log[-3000:]
+    assert f"[robo-loaders] lerobot data backend: compressed_cache [{REPO}]" in log and str(tmp_path / "cache") in log
+    assert saved_dataset_config(str(tmp_path / "run"), 2)["backend_kwargs"] == {"cache_dir": str(tmp_path / "cache")}
+
+
+def test_lerobots_own_refusal_reads_as_lerobots(root, tmp_path):
+    """The quickstart without --policy.push_to_hub=false: LeRobot refuses it itself, and its traceback went through
+    the plugin's ``lerobot/compat.py`` (the wrapper around ``train``), so it looked like the plugin's. Now no frame
+    of the plugin is printed: LeRobot's traceback, LeRobot's message, its exit status."""
+    rc, log = run(readme_quickstart(root, tmp_path, drop=("--policy.push_to_hub=false",)))
+    assert rc == 1, log[-3000:]
+    assert log.rstrip().endswith(
+        "ValueError: 'repo_id' argument missing. Please specify it to push the model to the hub."
+    )
+    frames = re.findall(r'^  File "([^"]+)"', log, re.M)
+    assert frames and not [f for f in frames if "robo_loaders_plugin" in f], frames
+
+
 def test_without_flag_lerobot_is_unchanged(root, tmp_path):
     out = str(tmp_path / "native")
     rc, log = lerobot_train(root, out)
@@ -88,6 +155,23 @@ def test_eval_split_serves_both_splits(root, tmp_path):
     assert rc == 0, log[-3000:]
     lines = [line for line in log.splitlines() if "lerobot data backend: compressed_cache" in line]
     assert len(lines) == 2, lines  # the train and eval datasets, not the unsplit one
+
+
+def test_datapipe_evaluates_from_spawned_workers(root, tmp_path):
+    """Issue 42 item 7: the evaluation loader spawns its workers (``--num_workers=1``) with the datapipe dataset
+    pickled into them; its episode loader was a closure (``Can't pickle local object
+    'datapipe_dataset.<locals>.read'``), so the run trained a step and died at its first evaluation (rc 1). Every
+    backend's dataset in such a worker: test_spawned_workers.py."""
+    rc, log = lerobot_train(
+        root,
+        str(tmp_path / "eval"),
+        "--dataset.backend=datapipe",
+        "--dataset.eval_split=0.5",
+        "--eval_steps=2",
+        steps=2,
+    )
+    assert rc == 0, log[-3000:]
+    assert "step 2: eval_loss=" in log, log[-3000:]
 
 
 def test_hook_disabled_flag_unknown_then_discover_packages_path(root, tmp_path):
@@ -268,3 +352,48 @@ def test_bad_paths_fail_at_parse_time(root, tmp_path, backend, kwargs, message):
     )
     assert rc == 1 and message in log, log[-3000:]
     assert "Creating dataset" not in log and "Traceback" not in log and "interrupted" not in log, log[-3000:]
+
+
+@pytest.mark.parametrize("case", ["empty root", "missing root", "episodes", "a component with 0 episodes"])
+def test_a_dataset_lerobot_cannot_train_from_is_one_line_at_parse_time(root, lerobot_zero_episodes, tmp_path, case):
+    """Issue 42 items 11 and 14: an empty --dataset.root (native), one that does not exist (compressed_cache: 223
+    lines), --dataset.episodes=[0,7] on 5 episodes, a mixture component with 0 episodes: a ~70-220-line traceback
+    ending in OfflineModeIsEnabled ... huggingface.co. Now one line naming the flag, the path and what is missing,
+    exit status 1, before LeRobot reads the dataset. Controls: the same root trains
+    (test_without_flag_lerobot_is_unchanged); the Hub-on and in-range counterparts
+    (test_lerobot_errors_and_api.py::test_a_root_or_episodes_lerobot_cannot_train_from_is_refused_at_parsing)."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    component = json.dumps([{"repo_id": "zero/x", "root": str(lerobot_zero_episodes), "weight": 1}])
+    args, line = {
+        "empty root": ((empty,), f"error: --dataset.root={empty} holds no LeRobot dataset (no meta/info.json)"),
+        "missing root": (
+            (tmp_path / "nope", "--dataset.backend=compressed_cache"),
+            f"error: --dataset.root={tmp_path / 'nope'} does not exist and the Hugging Face Hub is off",
+        ),
+        "episodes": (
+            (root, "--dataset.backend=compressed_cache", "--dataset.episodes=[0,7]"),
+            f"error: --dataset.episodes: episode 7 of [0, 7] is not in {root}, which has 5 episodes",
+        ),
+        "a component with 0 episodes": (
+            (None, f"--dataset.mixture={component}"),
+            f"error: --dataset.mixture: component 0 (zero/x): root {lerobot_zero_episodes}: zero/x has 0 episodes",
+        ),
+    }[case]
+    rc, log = lerobot_train(args[0], str(tmp_path / "out"), *args[1:], repo=None if args[0] is None else REPO)
+    assert rc == 1, log[-3000:]
+    errors = [ln for ln in log.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1 and errors[0].startswith(line), log[-3000:]
+    assert "Traceback" not in log and "Creating dataset" not in log and "huggingface.co" not in log, log[-3000:]
+
+
+def test_native_refuses_backend_kwargs_at_parse_time(root, tmp_path):
+    """Issue 42 item 16: --dataset.backend=native with --dataset.backend_kwargs trained, the option ignored and saved
+    in train_config.json. Refused at parse time now, as every backend refuses an option it does not take (control:
+    test_bad_backend_kwargs_fail_at_parse_time; native without options trains: test_without_flag_lerobot_is_unchanged;
+    a resumed run: test_lerobot_errors_and_api.py::test_native_refuses_options_at_parsing_and_a_resumed_run_...)."""
+    out = tmp_path / "native"
+    rc, log = lerobot_train(root, str(out), "--dataset.backend=native", '--dataset.backend_kwargs={"codec": "zstd"}')
+    assert rc == 1, log[-3000:]
+    assert "error: --dataset.backend_kwargs: unknown option 'codec' for backend 'native'; valid options: (none)" in log
+    assert "Creating dataset" not in log and "Traceback" not in log and not out.exists(), log[-3000:]

@@ -270,7 +270,8 @@ def test_lerobot_train_two_processes_loss_parity_with_native(lerobot_datasets, n
     assert f"lerobot data backend: {backend}" in log, log[-3000:]
     assert logged_losses(log) == native_2proc_losses, log[-3000:]
     if backend == "compressed_cache":
-        summaries = re.findall(r"lerobot data backend: compressed_cache .* at (reused )?(\S+\.rlc)", log)
+        summary = r"lerobot data backend: compressed_cache .* at (reused )?(\S*compressed-cache-\S+) \("  # its entry
+        summaries = re.findall(summary, log)
         assert len(summaries) == WORLD and len({path for _, path in summaries}) == 1, log[-3000:]
         assert sorted(r for r, _ in summaries) == ["", "reused "], log[-3000:]  # built once, then shared
 

@@ -13,6 +13,7 @@ from robo_loaders_plugin.testing import (
     assert_same_batches,
     assert_same_pass,
     assert_same_samples,
+    episode_aware_sampler,
     lerobot_case,
     robomimic_case,
 )
@@ -79,7 +80,7 @@ def test_the_checks_fail_on_a_wrong_window_and_a_missing_sample(tiny_hdf5, tmp_p
     import robo_loaders_plugin.testing as testing
 
     monkeypatch.setattr(testing.RobomimicCase, "build", lambda self, backend, options: ds)
-    with pytest.raises(AssertionError, match="not a sample of the native pass, or served more often"):
+    with pytest.raises(AssertionError, match="served more often than the native pass serves it"):
         assert_same_pass(case, "datapipe", {}, batch_size=16)
 
 
@@ -109,6 +110,18 @@ class OnePixelOff(FrameSource):
         return getattr(self.inner, name)
 
 
+def one_pixel_off(ds, camera: str, target: int):
+    """``ds`` (a built dataset with ``frames`` and ``episode_of()``) serves from now on one byte of ``camera`` wrong:
+    the first of the frame at sample ``target``'s own step (one window per step: padded windows), in every sample
+    holding that frame; planted again elsewhere, the earlier byte is served right again."""
+    inner = ds.frames.inner if isinstance(ds.frames, OnePixelOff) else ds.frames
+    unit_of = ds.episode_of()
+    unit = int(unit_of[target])
+    step = target - int(np.flatnonzero(unit_of == unit)[0])
+    ds.frames = OnePixelOff(inner, camera, unit, step)
+    return ds
+
+
 def plant_one_pixel(monkeypatch, case, camera: str, where: str) -> int:
     """Every dataset ``case`` builds from now on serves one byte of ``camera`` wrong, in one frame of the middle
     episode: its first (``"edge"``) or a middle (``"inside"``) one.
@@ -122,15 +135,10 @@ def plant_one_pixel(monkeypatch, case, camera: str, where: str) -> int:
     real_build = type(case).build
 
     def build(self, backend, options):
-        ds = real_build(self, backend, options)
-        unit_of = ds.episode_of()
-        unit = int(unit_of[target])
-        step = target - int(np.flatnonzero(unit_of == unit)[0])  # one window per step (padded windows)
-        ds.frames = OnePixelOff(ds.frames, camera, unit, step)
-        return ds
+        return one_pixel_off(real_build(self, backend, options), camera, target)
 
     monkeypatch.setattr(type(case), "build", build)
-    with pytest.raises(AssertionError, match=r"values differ \(max abs diff 1\.0\)"):  # planted, one byte
+    with pytest.raises(AssertionError, match=r"values differ at element .*; max abs diff 1\.0\)"):  # planted, one byte
         assert_same(case.build("compressed_cache", {})[target], native[target], "planted")
     return target
 
@@ -184,6 +192,120 @@ def test_every_check_catches_one_wrong_pixel_inside_an_episode_when_exhaustive(o
         assert_same_batches(case, "compressed_cache", {}, batch_size=8, batches=1, exhaustive=True)
     with pytest.raises(AssertionError, match=f"pass batch .*{camera}: values differ"):
         assert_same_pass(case, "compressed_cache", {}, batch_size=16)
+
+
+# -- one wrong byte in the frame of one sample only: the pass finds it whatever the seed -----------------------------
+BATCH = 8  # 139 robomimic windows, 12 LeRobot frames: a last, partial batch in both
+
+
+@pytest.fixture(params=["robomimic", "lerobot"])
+def one_window_case(request):
+    """A case in which every camera frame is in one sample only, small enough for 40 passes in seconds, and the camera
+    to plant the error in: robomimic's own defaults (``seq_length`` 1, ``frame_stack`` 1, no next_obs) over the 3
+    "valid" demos (139 windows, held in memory), the second of two cameras; LeRobot the second camera of one episode
+    (12 frames, H.264) of the mixtures' 2-camera dataset."""
+    if request.param == "robomimic":
+        cfg = make_config(request.getfixturevalue("tiny_hdf5"), hdf5_cache_mode="all")
+        return robomimic_case(cfg, obs_keys(cfg), filter_by_attribute="valid"), "obs/robot0_eye_in_hand_image"
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    repo_id, root = request.getfixturevalue("lerobot_mixture_datasets")["c"]
+    native = LeRobotDataset(
+        repo_id, root=root, return_uint8=True, delta_timestamps={"action": [0.0, 0.05, 0.1]}, episodes=[2]
+    )
+    return lerobot_case(native), "observation.images.cam1"
+
+
+def pass_order(case, native, seed: int, drop_last: bool = False) -> list[int]:
+    """The dataset indices in the order the framework's own sampler serves them in a pass of ``seed``: robomimic's
+    shuffled DataLoader from torch's global RNG (``drop_last=True`` as its ``train()`` builds it), LeRobot's
+    ``EpisodeAwareSampler``."""
+    import torch.utils.data
+
+    if case.framework == "robomimic":
+        torch.manual_seed(seed)
+        loader = torch.utils.data.DataLoader(range(len(native)), batch_size=BATCH, shuffle=True, drop_last=drop_last)
+        return [int(i) for batch in loader for i in batch]
+    return [int(i) for i in episode_aware_sampler(native, seed)]
+
+
+def field(sample, path: str) -> np.ndarray:
+    for name in path.split("/"):
+        sample = sample[name]
+    return np.asarray(sample)
+
+
+def test_the_pass_finds_one_wrong_byte_in_any_sample_whatever_the_seed(one_window_case, monkeypatch):
+    """For 40 seeds, one byte of one camera's frame in the one sample the pass serves last (a real backend,
+    ``compressed_cache``, serving it wrong): ``assert_same_pass`` raises naming the batch, the row, the dataset
+    index, the camera, the element and both values. Before, robomimic's pass copied ``drop_last=True``, which drops
+    exactly that sample (139 windows, 3 in the last batch of 8): missed in 40 of 40 seeds (the control below shows
+    robomimic's own DataLoader never serves it); LeRobot's pass caught it but named neither the index nor the
+    element. Controls: the unplanted data passes; on robomimic (samples in memory: cheap), ``assert_same_samples``
+    with ``count=20``, a spot check, misses it in 30 of the 40 seeds, as its docstring says, and where it catches
+    it its message names the index and element too."""
+    case, camera = one_window_case
+    native, ours = case.native(), case.build("compressed_cache", {})
+    monkeypatch.setattr(type(case), "native", lambda self: native)  # built once: 40 passes in seconds
+    monkeypatch.setattr(type(case), "build", lambda self, backend, options: ours)
+    n = len(native)
+    assert n % BATCH and assert_same_pass(case, "compressed_cache", {}, batch_size=BATCH) == -(-n // BATCH)
+    shape = field(native[0], camera).shape
+    element = (0,) * len(shape)  # the frame's first byte, planted
+    spot_missed = 0
+    for seed in range(40):
+        order = pass_order(case, native, seed)
+        target = order[-1]
+        one_pixel_off(ours, camera, target)
+        value = int(field(native[target], camera).flat[0])
+        with pytest.raises(AssertionError) as failed:
+            assert_same_pass(case, "compressed_cache", {}, batch_size=BATCH, seed=seed)
+        last = n % BATCH
+        assert str(failed.value) == (
+            f"compressed_cache pass batch {n // BATCH}:{camera}: values differ at row {last - 1} (index {target}), "
+            f"element {element}: ours {value ^ 1}, native {value} (1 of {last * int(np.prod(shape))} elements differ; "
+            "max abs diff 1.0)"
+        ), seed
+        if case.framework != "robomimic":
+            continue
+        assert target not in pass_order(case, native, seed, drop_last=True)  # what robomimic's train() serves
+        try:
+            assert_same_samples(case, "compressed_cache", {}, count=20, seed=seed)
+            spot_missed += 1
+        except AssertionError as e:
+            assert str(e).startswith(
+                f"compressed_cache[{target}]:{camera}: values differ at element {element}: ours {value ^ 1}, native "
+                f"{value} (1 of {int(np.prod(shape))} elements differ"
+            ), seed
+    assert spot_missed == (30 if case.framework == "robomimic" else 0)
+
+
+def test_a_batch_backend_serving_one_wrong_byte_is_named_by_the_nearest_native_sample(tiny_hdf5, tmp_path, monkeypatch):
+    """A ``batch`` backend (``datapipe``, its own order) serving one wrong byte: the served sample is in no native
+    sample, so the multiset comparison names the nearest native sample not served yet (every exact field but the
+    camera equal), its index and the element, not only 'not a sample of the native pass'. Control: unplanted, the
+    same pass is served."""
+    cfg = make_config(tiny_hdf5, hdf5_cache_mode="all")
+    case = robomimic_case(cfg, obs_keys(cfg), filter_by_attribute="valid")
+    ds = case.build("datapipe", {"cache_dir": str(tmp_path), "shuffle_buffer": 3})
+    monkeypatch.setattr(type(case), "build", lambda self, backend, options: ds)
+    assert assert_same_pass(case, "datapipe", {}, batch_size=BATCH) == -(-len(ds) // BATCH)
+    original, camera, target = ds.collate, "robot0_eye_in_hand_image", 77
+
+    def one_byte_off(indices):
+        batch = original(indices)
+        for r, i in enumerate(indices):
+            if int(i) == target:
+                np.asarray(batch["obs"][camera][r]).reshape(-1)[0] ^= 1
+        return batch
+
+    ds.collate = one_byte_off
+    value = int(field(case.native()[target], f"obs/{camera}").flat[0])
+    with pytest.raises(AssertionError) as failed:
+        assert_same_pass(case, "datapipe", {}, batch_size=BATCH)
+    message = str(failed.value)
+    assert f": not a sample of the native pass; the nearest not served yet, index {target} (" in message
+    assert f"exact fields equal):obs/{camera}: values differ at element (0, 0, 0, 0): ours {value ^ 1}, " in message
 
 
 def test_the_lerobot_pass_spawns_its_workers_so_a_native_decode_cannot_fail_in_a_fork(lerobot_datasets, monkeypatch):

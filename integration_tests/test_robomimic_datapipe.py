@@ -6,9 +6,9 @@ import os
 import numpy as np
 import pytest
 import torch
-from robomimic_helpers import make_config, obs_keys
+from robomimic_helpers import interleaved, make_config, obs_keys, windows_served
 
-from robo_loaders_plugin import SamplingPlan
+from robo_loaders_plugin.extend import SamplingPlan
 from robo_loaders_plugin.robomimic import dataset_factory
 
 COMBOS = [
@@ -100,6 +100,36 @@ def test_passes_differ_and_are_reproducible(tiny_hdf5, tmp_path):
     assert not all(torch.equal(a, b) for a, b in zip(first, second))
     _, again = pair(tiny_hdf5, tmp_path, COMBOS[0])
     assert all(torch.equal(a, b["actions"]) for a, b in zip(first, passes(again, 16, True, True, 2)))
+
+
+def test_two_interleaved_iterators_each_serve_every_window_once(tiny_hdf5, tmp_path, capsys):
+    """Two passes at once over robomimic's DataLoader (a second iter() before the first is exhausted): each serves
+    every SequenceDataset window once, counted by content; the running pass keeps its position. Controls: the same
+    count on two passes driving the one pipeline, as every iter() did, misses windows; one after the other both
+    were whole; an iterator abandoned part-way and dropped (robomimic's epoch_every_n_steps) leaves the next pass
+    to the pipeline."""
+    from robo_loaders_plugin.robomimic.integration import epoch_loader
+
+    native, ds = pair(tiny_hdf5, tmp_path, COMBOS[0], "train")
+    every = list(range(len(native)))
+    loader = torch.utils.data.DataLoader(ds, batch_size=16, shuffle=True, num_workers=2)  # as robomimic's train()
+    source = epoch_loader(loader)  # what robomimic's run_epoch iterates, the same source every epoch
+    abandoned = iter(source)
+    next(abandoned)
+    del abandoned  # collected at once: the pass is over
+    first, second = interleaved(iter(source), iter(source))
+    assert sorted(windows_served(first, native)) == every
+    assert sorted(windows_served(second, native)) == every
+    said = [line for line in capsys.readouterr().out.splitlines() if "apart from" in line]
+    assert len(said) == 1 and "pass 1 is still being served" in said[0], said
+    assert source.state_dict() == {"epoch": 2, "batch": 0}  # pass 1 ended; the one served apart moved nothing
+    # the next pass is the pipeline's again (the interleaved ones are over), whole
+    assert sorted(windows_served(list(iter(source)), native)) == every
+    assert not [line for line in capsys.readouterr().out.splitlines() if "apart from" in line]
+    # control: two passes driving the one pipeline at once (each iter() did) serve each other's batches
+    first, second = interleaved(source.batches(5), source.batches(6))
+    shared = [windows_served(first, native), windows_served(second, native)]
+    assert any(sorted(w) != every for w in shared), "the count did not see the shared pipeline's passes"
 
 
 def test_works_with_no_options_in_the_user_cache_directory(tiny_hdf5, tmp_path, monkeypatch, capsys):

@@ -11,6 +11,7 @@ only from the parts holding a unit's rows.
 """
 
 import hashlib
+import pickle
 
 import h5py
 import numpy as np
@@ -18,7 +19,7 @@ import pytest
 import torch
 from robomimic_helpers import assert_same_sample, decoded_copy, make_config, obs_keys
 
-from robo_loaders_plugin import SamplingPlan
+from robo_loaders_plugin.extend import SamplingPlan
 from robo_loaders_plugin.frames import chunks
 from robo_loaders_plugin.robomimic import dataset_factory
 from robo_loaders_plugin.storage.shards import ShardReader
@@ -159,7 +160,11 @@ def small_units(monkeypatch):
 def test_datapipe_buffers_parts_of_long_demos_and_equals_native(
     long_hdf5, shards_dir, small_units, monkeypatch, combo, filter_key
 ):
-    native, ds = build(long_hdf5, COMBOS[combo], "datapipe", {"cache_dir": shards_dir, "shuffle_buffer": 3}, filter_key)
+    native, built = build(
+        long_hdf5, COMBOS[combo], "datapipe", {"cache_dir": shards_dir, "shuffle_buffer": 3}, filter_key
+    )
+    # served as a spawned DataLoader worker gets it: pickled (its units' and goals' loaders were closures)
+    ds = pickle.loads(pickle.dumps(built))
     assert type(ds.frames).__name__ == "EpisodeUnits"
     assert ds.frames.unit_count > 7 * ds.n_demos  # cut into units of ~40 steps
     assert ds.episode_of().max() == ds.frames.unit_count - 1

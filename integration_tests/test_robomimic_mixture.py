@@ -22,6 +22,7 @@ from robo_loaders_plugin.robomimic import dataset_factory
 from robo_loaders_plugin.robomimic.mixture import RobomimicMixture
 from robo_loaders_plugin.testing import assert_same
 
+WHERE = "train.data_mixture"
 WRIST = "robot0_eye_in_hand_image"
 LOW_DIM = ["robot0_eef_pos", "object"]
 BACKENDS = ["native", "compressed_cache", "datapipe", "gpu_resampler", "video_stream"]
@@ -73,15 +74,8 @@ def _mixture(parts, weights=(1, 1, 2), mode="given"):
 
 
 def _config(parts, backend=None, mixture=None, **train):
-    cfg = make_config(
-        parts[0],
-        low_dim=LOW_DIM,
-        backend=backend,
-        seq_length=3,
-        hdf5_cache_mode="low_dim",
-        hdf5_load_next_obs=True,
-        **train,
-    )
+    train = {"seq_length": 3, "hdf5_cache_mode": "low_dim", "hdf5_load_next_obs": True, **train}
+    cfg = make_config(parts[0], low_dim=LOW_DIM, backend=backend, **train)
     with cfg.values_unlocked():
         cfg.train.data_mixture = mixture if mixture is not None else _mixture(parts)
     return cfg
@@ -148,8 +142,15 @@ def _passes(cfg, mix, passes=1, batch_size=8):
     return [list(source) for _ in range(passes)]
 
 
-def test_component_shares_follow_the_weights(parts):
-    cfg = _config(parts, "compressed_cache", mixture=_mixture(parts, weights=(1, 1, 6)))
+@pytest.mark.parametrize(
+    "backend, weights",
+    [("compressed_cache", (1, 1, 6)), ("native", (2.5e307, 2.5e307, 1.5e308))],
+    ids=["compressed_cache", "native-weights-whose-sum-overflows"],
+)
+def test_component_shares_follow_the_weights(parts, backend, weights):
+    """The shares of [1, 1, 6] over three passes, also from weights whose sum overflows float64 (issue 42 item 6:
+    the first pass died in numpy's ``choice``; the shared order's own test holds the rest)."""
+    cfg = _config(parts, backend, mixture=_mixture(parts, weights=weights))
     mix = dataset_factory(cfg, obs_keys(cfg))
     served = torch.cat([b[DATASET_INDEX] for p in _passes(cfg, mix, passes=3) for b in p]).numpy()
     p = np.array([1, 1, 6]) / 8
@@ -185,6 +186,39 @@ def odd(tmp_path_factory, parts):
     return {"small": small, "slow": str(slow)}
 
 
+def _without_rate(source, path):
+    """A copy of ``source`` whose env_args do not say its rate (no ``control_freq``, as in many real-robot files)."""
+    shutil.copy(source, path)
+    with h5py.File(path, "r+") as f:
+        env = json.loads(f["data"].attrs["env_args"])
+        del env["env_kwargs"]["control_freq"]
+        f["data"].attrs["env_args"] = json.dumps(env)
+    return str(path)
+
+
+def test_a_component_without_a_rate_beside_one_with_a_rate_is_served_with_one_warning(parts, tmp_path, capsys):
+    """Issue 42 item 12: a file with no control_freq mixed with a 20 Hz one (was: silently). Served, as each
+    component's own SequenceDataset is (robomimic trains on it without asking its rate), with one warning naming
+    both components, the rate and what to do, logged once however many splits are built. Control: two components
+    that both say their rate build without it."""
+    a, b, _ = parts
+    unknown = _without_rate(b, tmp_path / "no_rate.hdf5")
+    cfg = _config(parts, mixture=[{"path": a, "weight": 1}, {"path": unknown, "weight": 1}])
+    capsys.readouterr()
+    for _ in range(2):  # robomimic's train() builds the training and the validation mixture
+        assert len(dataset_factory(cfg, obs_keys(cfg))) > 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if "control_freq" in line]
+    assert lines == [
+        f"[robo-loaders] warning: {WHERE}: component 1 ({unknown}) does not say the rate it was recorded at (no "
+        f"control_freq in its env_args) but component 0 ({a}) was recorded at 20 Hz; both are served at their own "
+        "rate, so if component 1 was recorded at another rate its windows span another time: add control_freq to "
+        "its data.attrs['env_args'] env_kwargs (different rates are then refused, or converted with target_fps)"
+    ], lines
+    known = _config(parts, mixture=[{"path": a, "weight": 1}, {"path": b, "weight": 1}])
+    dataset_factory(known, obs_keys(known))
+    assert "warning" not in capsys.readouterr().out  # control
+
+
 def _refused(cfg, match, backend=None):
     with pytest.raises(MixtureError) as err:
         dataset_factory(cfg, obs_keys(cfg))
@@ -217,6 +251,156 @@ def test_refusals_name_the_component_and_key(parts, odd):
     _refused(_config(parts, mixture=[{"path": a, "weight": 1}, {"path": b, "weight": 0}]), "component 1 (")
 
 
+@pytest.mark.parametrize("backend", [None, "native", "compressed_cache"])
+def test_normalize_obs_is_one_line_before_any_component_is_built(parts, backend, monkeypatch):
+    """train.hdf5_normalize_obs=true with a mixture: was, with the native backend, robomimic's train() failing later
+    on a RuntimeError traceback from the mixture's get_obs_normalization_stats (the other backends' single-dataset
+    refusal came from each component's build). Now one line naming train.data_mixture and the option, before any
+    component is built (control: without the option the same mixture builds)."""
+    import robo_loaders_plugin.robomimic.mixture as mixture_module
+
+    built = []
+    monkeypatch.setattr(mixture_module, "check_components", lambda *a, **k: built.append(a) or pytest.fail("read"))
+    _refused(_config(parts, backend, hdf5_normalize_obs=True), "train.hdf5_normalize_obs=true is not supported")
+    assert built == []
+    monkeypatch.undo()
+    cfg = _config(parts, backend)
+    assert len(dataset_factory(cfg, obs_keys(cfg))) > 0  # control
+
+
+@pytest.fixture(scope="module")
+def unservable(tmp_path_factory, parts):
+    """Component files that cannot serve: empty (0 bytes), with no demos, and a directory holding HDF5 files."""
+    d = tmp_path_factory.mktemp("unservable")
+    empty = d / "empty.hdf5"
+    empty.write_bytes(b"")
+    no_demos = shutil.copy(parts[1], d / "no_demos.hdf5")
+    with h5py.File(no_demos, "r+") as f:
+        for demo in list(f["data"]):
+            del f["data"][demo]
+    folder = d / "folder"
+    folder.mkdir()
+    shutil.copy(parts[1], folder / "b.hdf5")
+    return {"empty": str(empty), "no_demos": str(no_demos), "folder": str(folder)}
+
+
+def test_a_component_that_cannot_serve_is_one_line_naming_the_component_and_what_to_do(parts, unservable):
+    """Issue 42 item 9: each refusal names train.data_mixture, the component (index and path), the real problem and
+    what to do (was: "does not exist" for a directory, "filter key None selects no demos", "fix
+    train.hdf5_filter_key" for the component's own filter_key, an empty file's line without the component).
+    Negative control: the same components with a file that has demos, or a filter key the file has, are served."""
+    a, b, _ = parts
+    u = unservable
+
+    def mix(second, **train):
+        return _config(parts, mixture=[{"path": a, "weight": 1}, {**second, "weight": 1}], **train)
+
+    _refused(mix({"path": u["folder"]}), f"component 1 ({u['folder']}): {u['folder']} is a directory, not an HDF5 "
+             "file (it holds b.hdf5); give the path of the HDF5 file itself")  # fmt: skip
+    _refused(mix({"path": u["no_demos"]}), f"component 1 ({u['no_demos']}): the file has 0 demos (data/ holds no "
+             "demo_<i> group), so it has nothing to serve; give a file with demos or remove the component")  # fmt: skip
+    _refused(mix({"path": u["empty"]}), f"component 1 ({u['empty']}): the file is empty (0 bytes), not an HDF5 "
+             "file; copy or regenerate it, or remove the component")  # fmt: skip
+    _refused(mix({"path": b, "filter_key": "20_percent"}), f"component 1 ({b}): its filter_key '20_percent' is "
+             "not in the file's mask/ (it has 'train', 'valid'); set the component's filter_key to a mask/ key it "
+             "has")  # fmt: skip
+    # robomimic's own filter keys (train() passes them as filter_by_attribute), for components without filter_key
+    split = mix({"path": b, "filter_key": "valid"}, hdf5_filter_key="nope", hdf5_validation_filter_key="held_out")
+    for key, setting, advice in [
+        ("nope", "train.hdf5_filter_key", "give this component a filter_key it has"),
+        ("held_out", "train.hdf5_validation_filter_key", "every component's validation split uses it"),
+    ]:
+        with split.values_unlocked():
+            split.experiment.validate = key == "held_out"
+        with pytest.raises(MixtureError) as err:
+            dataset_factory(split, obs_keys(split), filter_by_attribute=key)
+        assert str(err.value).startswith(
+            f"{WHERE}: component 0 ({a}): {setting} '{key}' is not in the file's mask/ (it has 'train', 'valid'); "
+            + advice
+        ), str(err.value)
+    # negative control: a file with demos, a filter key the file has
+    assert len(dataset_factory(mix({"path": b, "filter_key": "valid"}), obs_keys(mix({"path": b})))) > 0
+
+
+def _retyped(source, path, key, dtype):
+    """A copy of ``source`` with ``data/<demo>/<key>`` stored as ``dtype`` in every demo (the values cast)."""
+    shutil.copy(source, path)
+    with h5py.File(path, "r+") as f:
+        for demo in f["data"]:
+            values = f[f"data/{demo}/{key}"][()]
+            del f[f"data/{demo}/{key}"]
+            f[f"data/{demo}/{key}"] = values.astype(dtype)
+    return str(path)
+
+
+def resized(source, path, widths):
+    """A copy of ``source`` with ``data/<demo>/<key>`` (``actions``; an obs key in ``obs`` and ``next_obs``) made
+    ``width`` wide in every demo: its values repeated (wider) or cut (narrower)."""
+    shutil.copy(source, path)
+    with h5py.File(path, "r+") as f:
+        for demo in f["data"]:
+            for key, width in widths.items():
+                names = [key] if key == "actions" else [f"obs/{key}", f"next_obs/{key}"]
+                for name in names:
+                    values = f[f"data/{demo}/{name}"][()]
+                    del f[f"data/{demo}/{name}"]
+                    f[f"data/{demo}/{name}"] = np.stack([np.resize(row, width) for row in values])
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def float32(tmp_path_factory, parts):
+    """b with its actions, and b with its robot0_eef_pos observations, stored as float32 (a stores float64, as
+    robosuite's files do)."""
+    d = tmp_path_factory.mktemp("float32")
+    return {
+        "actions": _retyped(parts[1], d / "b_actions32.hdf5", "actions", np.float32),
+        "obs": _retyped(parts[1], d / "b_eef32.hdf5", "obs/robot0_eef_pos", np.float32),
+    }
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_float32_actions_mix_with_float64_ones_as_robomimic_casts_them(parts, float32, backend):
+    """Issue 42 item 10: under hdf5_cache_mode low_dim robomimic's SequenceDataset casts train.dataset_keys to
+    float32 (load_dataset_in_memory's astype), so a component storing float32 actions serves what a float64 one
+    does; the mixture accepts it and serves every sample byte-equal to its component's own SequenceDataset (was:
+    refused with advice about the observation config). Controls: real disagreements are still refused with a true
+    line: the same actions without a cache mode (robomimic then serves them as stored, shown), and float32
+    observations beside float64 ones (served as stored under every mode)."""
+    a = parts[0]
+    narrow = float32["actions"]
+    mixture = [{"path": a, "weight": 1}, {"path": narrow, "weight": 1}]
+    mix = dataset_factory(cfg := _config(parts, backend if backend != "native" else None, mixture=mixture),
+                          obs_keys(cfg))  # fmt: skip
+    refs = [
+        dataset_factory(c, obs_keys(c))
+        for c in (
+            make_config(p, low_dim=LOW_DIM, seq_length=3, hdf5_cache_mode="low_dim", hdf5_load_next_obs=True)
+            for p in (a, narrow)
+        )
+    ]
+    assert refs[0][0]["actions"].dtype == np.float32  # robomimic's own cast of a's float64 actions, the reference
+    assert mix.sizes == [len(r) for r in refs]
+    for i in range(len(mix)):
+        k, local = mix.locate(i)
+        ours = dict(mix[i])
+        assert int(ours.pop(DATASET_INDEX)) == k
+        assert_same(ours, refs[k][local], f"{backend} item {i}", LOSSY.get(backend))
+    idx = np.random.default_rng(1).permutation(len(mix))[:16].tolist()
+    batch = {key: v for key, v in mix.collate(idx).items() if key != DATASET_INDEX}
+    want = torch.utils.data.default_collate([refs[k][j] for k, j in map(mix.locate, idx)])
+    assert_same({key: _cpu(v) for key, v in batch.items()}, want, f"{backend} mixed batch", LOSSY.get(backend))
+    if backend != "native":
+        return
+    uncached = make_config(a, low_dim=LOW_DIM, seq_length=3, hdf5_cache_mode=None, hdf5_load_next_obs=True)
+    assert dataset_factory(uncached, obs_keys(uncached))[0]["actions"].dtype == np.float64  # what null serves
+    _refused(_config(parts, mixture=mixture, hdf5_cache_mode=None),
+             f"component 1 ({narrow}): actions (train.dataset_keys) is (7,) float32 but (7,) float64 in component 0 "
+             f"({a}); with train.hdf5_cache_mode null robomimic serves it as stored")  # fmt: skip
+    _refused(_config(parts, mixture=[{"path": a, "weight": 1}, {"path": float32["obs"], "weight": 1}]),
+             "obs/robot0_eef_pos is (3,) float32 but (3,) float64 in component 0")  # fmt: skip
+
+
 def test_target_fps_converts_every_component_with_gpu_resampler(parts, odd):
     a = parts[0]
     cfg = _config(parts, "gpu_resampler", mixture={"components": [{"path": a, "weight": 1},
@@ -228,16 +412,26 @@ def test_target_fps_converts_every_component_with_gpu_resampler(parts, odd):
 
 
 # -- robomimic's own training script ---------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def bimanual(tmp_path_factory, parts):
+    """b as a bimanual robot's file: 14-wide actions, two end effectors (``robot0_eef_pos`` 6 wide)."""
+    path = tmp_path_factory.mktemp("bimanual") / "b_bimanual14.hdf5"
+    return resized(parts[1], path, {"actions": 14, "robot0_eef_pos": 6})
+
+
 @pytest.mark.parametrize("backend", [None, *BACKENDS[1:]])
-def test_unmodified_train_script_trains_on_a_mixture(parts, tmp_path, backend):
-    """robomimic's own ``train.py`` on the 3-component mixture, on every backend: two epochs of training and
-    validation, each split served as a mixture of 3 by the chosen backend."""
+def test_unmodified_train_script_trains_on_a_mixture(parts, bimanual, tmp_path, backend):
+    """robomimic's own ``train.py`` on the 3-component mixture plus a bimanual robot's file (issue 44: 14-wide
+    actions beside the others' 7, ``robot0_eef_pos`` 6 beside 3), on every backend: two epochs of training and
+    validation, each split served as a mixture of 4 by the chosen backend, the model built for the padded shapes
+    (robomimic reads them from train.data, a 7-wide file: its BC head would be 7 wide against 14-wide actions)."""
     from test_robomimic_train_script import assert_trained, run, write_config
 
     name = f"mix_{backend or 'native'}"
     cfg_path = write_config(tmp_path, parts[0], backend, name)
     cfg = json.loads(open(cfg_path).read())
     cfg["train"]["data_mixture"] = _mixture(parts)
+    cfg["train"]["data_mixture"]["components"].append({"path": bimanual, "weight": 1})
     cfg["train"]["seq_length"] = 3
     cfg["algo"]["rnn"]["horizon"] = 3
     cfg["train"]["num_epochs"] = 2
@@ -245,9 +439,11 @@ def test_unmodified_train_script_trains_on_a_mixture(parts, tmp_path, backend):
         json.dump(cfg, f)
     rc, out = run([sys.executable, "-m", "robomimic.scripts.train", "--config", cfg_path])
     assert rc == 0, out[-3000:]
-    line = f"[robo-loaders] robomimic data backend: {backend or 'native'} [train] mixture of 3"
+    line = f"[robo-loaders] robomimic data backend: {backend or 'native'} [train] mixture of 4"
     assert_trained(out, tmp_path, name, line)
-    assert f"robomimic data backend: {backend or 'native'} [valid] mixture of 3" in out
+    assert f"robomimic data backend: {backend or 'native'} [valid] mixture of 4" in out
+    assert "robomimic builds its models for the mixture's padded shapes (actions 14, robot0_eef_pos 6)" in out
+    assert "'actions' padded with zeros to 14" in out
     assert os.path.basename(parts[2]) in out
 
 
@@ -402,3 +598,135 @@ def test_a_loop_keeping_every_mixed_batch_sees_them_intact(parts, monkeypatch):
 
     monkeypatch.setattr(buffers.BufferPool, "empty", _careless_empty)
     assert _kept_pass_intact(parts) != []
+
+
+def _pooled_after_passes(parts, passes=6) -> tuple[int, int, str]:
+    """``passes`` passes of a 3-component mixture (train.batch_size 16, num_data_workers 2) through robomimic's
+    DataLoader, each batch dropped as the training step drops it: (bytes every recycled-array pool of the mixture and
+    its components keeps, the batches in flight its footprint states in bytes, a component's summary)."""
+    from test_batches_in_flight import robomimic_sample_bytes
+
+    from robo_loaders_plugin.core.in_flight import TrainingLoop, indexed_in_flight
+    from robo_loaders_plugin.robomimic.integration import epoch_loader
+
+    cfg = _config(parts, backend="compressed_cache", batch_size=16, num_data_workers=2)
+    mix = dataset_factory(cfg, obs_keys(cfg))
+    loader = torch.utils.data.DataLoader(mix, batch_size=16, shuffle=True, num_workers=2)  # as robomimic's train()
+    source = epoch_loader(loader)
+    for _ in range(passes):
+        for batch in source:
+            del batch
+    pools = {id(p): p for p in [mix.buffer_pool] + [d.buffer_pool for d in mix.datasets]}.values()
+    stated = indexed_in_flight(robomimic_sample_bytes(cfg), TrainingLoop(16, 2))
+    return sum(p.held()[1] for p in pools), stated.host_bytes, mix.datasets[0].serving.summary
+
+
+def test_the_recycled_arrays_of_a_mixture_stay_within_its_stated_batches_in_flight(parts, monkeypatch):
+    """After six passes the pools of a 3-component mixture keep no more bytes than the 5 batches in flight its
+    footprint states (2 ahead per thread (2) + 1 held by training); they kept 17.5 batches' bytes, each component's
+    pool a buffer for every part size it saw. Control: the same passes with a pool as it was (a buffer per shape,
+    no bound in bytes) keep more than stated."""
+    from robo_loaders_plugin.core.units import format_bytes
+    from robo_loaders_plugin.storage import buffers
+
+    held, stated, summary = _pooled_after_passes(parts)
+    assert "5 batches in flight (2 ahead per thread or DataLoader worker (2) + 1 held by training; " in summary
+    assert f"{format_bytes(stated)})" in summary  # the bound below is the one the footprint states
+    assert 0 < held <= stated, (held, stated)
+    monkeypatch.setattr(buffers.BufferPool, "bound", lambda self, max_bytes: None)
+    monkeypatch.setattr(buffers.BufferPool, "empty", buffers.BufferPool._empty)
+    unbounded, _, _ = _pooled_after_passes(parts)
+    assert unbounded > 2 * stated, (unbounded, stated)
+
+
+def test_close_closes_every_component_and_later_reads_name_the_mixture(parts, tmp_path):
+    """close() on a mixture closes each component: their cache entries become prunable (3 of 3) and every recycled
+    batch array is released; then [i], collate and a pass are refused in one line naming train.data_mixture and its
+    components. Control: while open, pruning leaves the entries alone and the pools keep arrays."""
+    from robo_loaders_plugin.core.errors import RoboLoadersError
+    from robo_loaders_plugin.storage import cache
+
+    cfg = _config(parts, "compressed_cache", backend_kwargs={"cache_dir": str(tmp_path)})
+    mix = dataset_factory(cfg, obs_keys(cfg))
+    mix.collate(list(range(0, len(mix), 5)))  # a batch across the three components
+    names = sorted(e.path for e in cache.entries(str(tmp_path)))
+    assert len(names) == 3
+    assert not set(cache.prune(str(tmp_path), 0)) & set(names)  # the control: open, nothing pruned
+    pools = {id(p): p for p in [mix.buffer_pool] + [d.buffer_pool for d in mix.datasets]}.values()
+    assert all(p.held()[0] > 0 for p in pools)
+    mix.close()
+    assert set(names) <= set(cache.prune(str(tmp_path), 0)), "a component still held its cache entry"
+    assert [p.held() for p in pools] == [(0, 0)] * len(pools)
+    said = r"^train\.data_mixture: the mixture of 3 components \(a\.hdf5, b\.hdf5, c\.hdf5\) was closed, [^\n]*$"
+    a_pass = mix.batch_source(iteration.SamplingPlan(batch_size=4, num_workers=2))
+    for read in (lambda: mix[0], lambda: mix.collate([0, 1]), lambda: next(iter(a_pass))):
+        with pytest.raises(RoboLoadersError, match=said):
+            read()
+    mix.close()  # idempotent
+
+
+def _checked(cfg, opened, filters=None):
+    """``check_components`` of ``cfg``'s mixture (the metadata pass of a start), and the files it opened."""
+    from robo_loaders_plugin.robomimic.mixture import check_components, mixture_spec
+
+    spec = mixture_spec(cfg)
+    filters = filters or [c.filter_key or cfg.train.hdf5_filter_key for c in spec.components]
+    opened.clear()
+    return check_components(spec, cfg, obs_keys(cfg), filters), sorted(opened)
+
+
+def test_a_second_start_opens_no_components_file_for_the_checks_and_an_edited_one_is_read_alone(
+    parts, tmp_path, monkeypatch
+):
+    """Issue 44 item 3: the mixture index keeps what the checks read of each (file, filter key). A second start's
+    checks open no component's HDF5 (h5py.File counted); a component's env metadata edited in place with its mtime
+    set back (what ``cp -p`` leaves) is read again alone and its new rate used; a file replaced by another at the
+    same path with the recorded mtime is read alone and its rate used; the validation split's filter key is a
+    record of its own. Negative control: with the fingerprint comparison disabled the stale rate is served."""
+    from robo_loaders_plugin.storage.fingerprint import Fingerprint
+
+    work = [str(shutil.copy(p, tmp_path / os.path.basename(p))) for p in parts]
+    cache = str(tmp_path / "cache")
+    cfg = _config(work, mixture=_mixture(work), backend_kwargs={"cache_dir": cache})
+    opened: list[str] = []
+    real_file = h5py.File
+
+    def counting(name, *args, **kwargs):
+        opened.append(str(name))
+        return real_file(name, *args, **kwargs)
+
+    monkeypatch.setattr(h5py, "File", counting)
+    first, read = _checked(cfg, opened)
+    assert read and set(read) == set(work), read
+    second, read = _checked(cfg, opened)
+    assert read == [] and second[0] == first[0] and second[2] == first[2]
+    assert second[1].sizes == first[1].sizes
+
+    stat = os.stat(work[1])
+    _set_rate(work[1], 7)  # env_args rewritten in place
+    os.utime(work[1], ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    control = cache + "-control"  # the control first, on a copy of the index
+    shutil.copytree(cache, control)
+    monkeypatch.setattr(Fingerprint, "differences", lambda self, current: [])
+    cfg_control = _config(work, mixture=_mixture(work), backend_kwargs={"cache_dir": control})
+    (rates, _, _), read = _checked(cfg_control, opened)
+    assert rates[1] == first[0][1] != 7 and read == []  # stale: what the comparison keeps out
+    monkeypatch.undo()
+    monkeypatch.setattr(h5py, "File", counting)
+
+    (rates, _, _), read = _checked(cfg, opened)
+    assert rates == [first[0][0], 7.0, first[0][2]] and set(read) == {work[1]}
+    assert _checked(cfg, opened)[1] == []  # kept: the next start opens nothing again
+
+    other = str(tmp_path / "other.hdf5")
+    _set_rate(shutil.copy(work[0], other), 9)
+    os.utime(other, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    os.replace(other, work[1])  # another file at the same path, with the mtime the index recorded
+    (rates, _, _), read = _checked(cfg, opened)
+    assert rates[1] == 9.0 and set(read) == {work[1]}
+
+    valid = ["valid"] * 3  # the validation split: a record of its own per file, kept apart from the training one
+    assert set(_checked(cfg, opened, valid)[1]) == set(work)
+    assert _checked(cfg, opened, valid)[1] == []
+    records = os.listdir(os.path.join(cache, ".mixture-index", "robomimic-meta-1"))
+    assert len([r for r in records if r.endswith(".json")]) == 6

@@ -23,8 +23,9 @@ def _cc(path, **kw):
 def test_cache_dir_persists_and_is_reused(tiny_hdf5, tmp_path, capsys):
     cfg = _cc(tiny_hdf5, backend_kwargs={"cache_dir": str(tmp_path / "cache")})
     first = dataset_factory(cfg, obs_keys(cfg), filter_by_attribute="train")
-    files = glob.glob(str(tmp_path / "cache" / "*"))
-    assert len(files) == 1 and files[0].endswith(".rlc"), files  # no temp file left behind
+    files = glob.glob(str(tmp_path / "cache" / "*" / "*.rlc"))
+    # one entry, its store file, no temporary left behind
+    assert len(files) == 1 and files[0].endswith("/store.rlc") and len(glob.glob(str(tmp_path / "cache" / "*"))) == 1
     mtime = os.path.getmtime(files[0])
     second = dataset_factory(cfg, obs_keys(cfg), filter_by_attribute="train")
     assert "reused" in second.serving.summary and "reused" not in first.serving.summary
@@ -38,7 +39,7 @@ def test_cache_dir_persists_and_is_reused(tiny_hdf5, tmp_path, capsys):
     # other options -> another cache file; the dataset file changing -> rebuilt
     cfg2 = _cc(tiny_hdf5, backend_kwargs={"cache_dir": str(tmp_path / "cache")}, hdf5_cache_mode=None)
     dataset_factory(cfg2, obs_keys(cfg2), filter_by_attribute="train")
-    assert len(glob.glob(str(tmp_path / "cache" / "*.rlc"))) == 2
+    assert len(glob.glob(str(tmp_path / "cache" / "*" / "store.rlc"))) == 2
     copy = str(tmp_path / "copy.hdf5")
     shutil.copy(tiny_hdf5, copy)
     cfg3 = _cc(copy, backend_kwargs={"cache_dir": str(tmp_path / "cache3")})
@@ -49,7 +50,7 @@ def test_cache_dir_persists_and_is_reused(tiny_hdf5, tmp_path, capsys):
     again = dataset_factory(cfg3, obs_keys(cfg3))
     assert "reused" not in again.serving.summary
     assert again[0]["actions"][0, 0] == np.float32(h5py.File(copy, "r")["data/demo_0/actions"][0, 0])
-    assert glob.glob(str(tmp_path / "cache3" / "*")) == [again.frames.store.path]  # the stale copy was removed
+    assert glob.glob(str(tmp_path / "cache3" / "*")) == [again.frames.directory]  # the stale copy was removed
     # changed again, this time with its mtime restored (cp -p, rsync -t): still rebuilt, not served stale
     st = os.stat(copy)
     with h5py.File(copy, "r+") as f:
@@ -61,7 +62,7 @@ def test_cache_dir_persists_and_is_reused(tiny_hdf5, tmp_path, capsys):
     assert "reused" not in fourth.serving.summary
     demo1 = fourth.windows.first[1] + 2  # demo_1's sample 2 starts at step 2
     assert fourth[int(demo1)]["actions"][0, 3] == np.float32(123.0)
-    assert glob.glob(str(tmp_path / "cache3" / "*")) == [fourth.frames.store.path]
+    assert glob.glob(str(tmp_path / "cache3" / "*")) == [fourth.frames.directory]
 
 
 def test_a_frame_the_old_digest_did_not_sample_edited_with_the_mtime_restored_rebuilds(tmp_path):
@@ -108,7 +109,7 @@ def test_a_frame_the_old_digest_did_not_sample_edited_with_the_mtime_restored_re
         cfg.train.data_backend = None
         cfg.train.data_backend_kwargs = {}
     assert_same_sample(again[step], dataset_factory(cfg, obs_keys(cfg))[step])
-    assert glob.glob(str(tmp_path / "cache" / "*")) == [again.frames.store.path]  # the stale copy was removed
+    assert glob.glob(str(tmp_path / "cache" / "*")) == [again.frames.directory]  # the stale copy was removed
 
 
 def test_cache_dir_that_is_a_file_is_refused(tiny_hdf5, tmp_path):
@@ -129,7 +130,7 @@ from robomimic_helpers import make_config, obs_keys
 from robo_loaders_plugin.robomimic import dataset_factory
 cfg = make_config(sys.argv[1], backend="compressed_cache", backend_kwargs={"cache_dir": sys.argv[2]}, seq_length=5)
 ds = dataset_factory(cfg, obs_keys(cfg))
-print("RESULT", "reused" in ds.serving.summary, ds.frames.store.path, flush=True)
+print("RESULT", "reused" in ds.serving.summary, ds.frames.directory, flush=True)
 """
 
 
@@ -157,7 +158,7 @@ def test_two_runs_started_together_build_once(tiny_hdf5, tmp_path):
 def test_corrupt_persisted_cache_is_rebuilt(tiny_hdf5, tmp_path):
     cfg = _cc(tiny_hdf5, backend_kwargs={"cache_dir": str(tmp_path)})
     ds = dataset_factory(cfg, obs_keys(cfg))
-    path = ds.frames.store.path
+    path = ds.frames.inner.store.path
     with open(path, "r+b") as f:
         f.seek(-20, os.SEEK_END)
         f.write(b"garbage!garbage!")
@@ -171,7 +172,7 @@ def test_ram_cache_file_is_removed_with_the_dataset(tiny_hdf5):
 
     cfg = _cc(tiny_hdf5)
     ds = dataset_factory(cfg, obs_keys(cfg))
-    path = ds.frames.store.path
+    path = ds.frames.inner.store.path
     assert path.startswith("/dev/shm") and os.path.exists(path)
     del ds
     gc.collect()
@@ -184,12 +185,12 @@ def test_max_memory(tiny_hdf5, capsys):
     cfg = _cc(tiny_hdf5, backend_kwargs={"max_memory": "10KB"})
     spilled = dataset_factory(cfg, obs_keys(cfg))
     assert "spilled to disk: train.data_backend_kwargs.max_memory=10.0 kB" in capsys.readouterr().out
-    assert not spilled.frames.store.path.startswith(ramfile.ram_root())
+    assert not spilled.frames.inner.store.path.startswith(ramfile.ram_root())
     # this process's temporaries only: the directory is shared with every other process of this user (another
     # pytest worker building its own RAM cache had one there when CI ran this)
     assert not glob.glob(os.path.join(ramfile.ram_root(), f"*.tmp-{os.getpid()}-*"))
     cfg = _cc(tiny_hdf5, backend_kwargs={"max_memory": "1GB"})
-    assert dataset_factory(cfg, obs_keys(cfg)).frames.store.path.startswith(ramfile.ram_root())
+    assert dataset_factory(cfg, obs_keys(cfg)).frames.inner.store.path.startswith(ramfile.ram_root())
 
 
 def test_unknown_backend_lists_registered_names(tiny_hdf5):

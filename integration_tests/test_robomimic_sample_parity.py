@@ -111,7 +111,7 @@ def test_shared_renders_parity(shared_hdf5):
     ours = dataset_factory(cfg, obs_keys(cfg), filter_by_attribute="train")
     for idx in np.random.default_rng(1).choice(len(native), 500):
         assert_same_sample(ours[int(idx)], native[int(idx)])
-    st = ours.frames.store.stats
+    st = ours.frames.inner.store.stats
     assert st["compressed_nbytes"] < st["decoded_frame_nbytes"]
 
 
@@ -123,7 +123,7 @@ def test_workers_share_one_copy_and_give_native_batches(tiny_hdf5, ctx):
         cfg.train.data_backend = "compressed_cache"
     ours = dataset_factory(cfg, obs_keys(cfg))
     # what a spawn worker receives: a path, not the cache
-    assert len(pickle.dumps(ours)) < 20_000 < ours.frames.store.file_nbytes
+    assert len(pickle.dumps(ours)) < 20_000 < ours.frames.inner.store.file_nbytes
 
     def batches(ds, **kw):
         g = torch.Generator().manual_seed(7)

@@ -25,9 +25,9 @@ import h5py
 import numpy as np
 import pytest
 import torch
-from robomimic_helpers import RGB, decoded_copy, make_config, obs_keys
+from robomimic_helpers import RGB, decoded_copy, interleaved, make_config, obs_keys, windows_served
 
-from robo_loaders_plugin import SamplingPlan
+from robo_loaders_plugin.extend import SamplingPlan
 from robo_loaders_plugin.robomimic import dataset_factory
 from robo_loaders_plugin.robomimic.convert import convert_robomimic, verify_robomimic
 from robo_loaders_plugin.storage.shards import ShardError, ShardReader, verify_dir
@@ -338,6 +338,26 @@ def test_windows_are_sequence_datasets_with_decoded_frames(tiny_hdf5, decoded_hd
     assert others and max(others) < PSNR_FLOOR, others
 
 
+def test_two_interleaved_iterators_each_serve_every_window_once(tiny_hdf5, decoded_hdf5, converted):
+    """Two passes at once over robomimic's DataLoader (a second iter() before the first is exhausted): each serves
+    every window of SequenceDataset over the decoded frames once, by content, and the running pass keeps its
+    position. Control: one after the other, as before; the same count on two passes driving the one pipeline at
+    once (as every iter() did) misses windows."""
+    from robo_loaders_plugin.robomimic.integration import epoch_loader
+
+    reference = build(decoded_hdf5, COMBOS[0], "train")  # SequenceDataset over the decoded frames
+    ds = build(tiny_hdf5, COMBOS[0], "train", source=converted[0], shuffle_buffer=3, cache_episodes=4)
+    every = list(range(len(reference)))
+    source = epoch_loader(torch.utils.data.DataLoader(ds, batch_size=16, shuffle=True, num_workers=2))
+    first, second = interleaved(iter(source), iter(source))
+    assert sorted(windows_served(first, reference)) == every
+    assert sorted(windows_served(second, reference)) == every
+    assert source.state_dict() == {"epoch": 1, "batch": 0}
+    assert sorted(windows_served(list(iter(source)), reference)) == every  # one after the other
+    first, second = interleaved(source.batches(5), source.batches(6))  # control: the one pipeline shared
+    assert any(sorted(windows_served(b, reference)) != every for b in (first, second))
+
+
 def test_lz4_buffer_serves_the_same_batches(tiny_hdf5, converted):
     raw = build(tiny_hdf5, COMBOS[0], source=converted[0], shuffle_buffer=3, cache_episodes=2)
     lz4 = build(tiny_hdf5, COMBOS[0], source=converted[0], shuffle_buffer=3, cache_episodes=2, buffer="lz4")
@@ -393,3 +413,5 @@ def test_unmodified_train_script_with_video_shards(tmp_path):
     assert rc == 0, out[-3000:]
     assert_trained(out, tmp_path, "vs", "[robo-loaders] robomimic data backend: video_stream [train]")
     assert "video_stream [valid]" in out and "camera frames from h264 video" in out, out[-3000:]
+    # each epoch leaves its pass part-way (epoch_every_n_steps) and drops it: the next one is the pipeline's again
+    assert "apart from the running pass" not in out, out[-3000:]

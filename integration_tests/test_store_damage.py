@@ -4,10 +4,10 @@
 per blob, raw rows per block), and so is each frame read from `gpu_resampler`'s compressed tier spilled to disk.
 
 Each test builds the dataset, serves a few samples, has another process flip bits in the file the run has mapped
-(the `.rlc`, or the unlinked spill file through `/proc/<pid>/fd`), then serves every sample: each one equals the
-native loader's, or its read raises a `StoreError` naming the file (or spill directory), the episode, the field and
-the frame or steps. The negative control serves the same damaged file with the reads as they were (no checks) and
-sees wrong data or Blosc2's anonymous error."""
+(the `.rlc`, or the spilled tier's file, the kept entry's `compressed/<i>.blobs`, through `/proc/<pid>/fd`),
+then serves every sample: each one equals the native loader's, or its read raises a `StoreError` naming the
+file, the episode, the field and the frame or steps. The negative control serves the same damaged file with the
+reads as they were (no checks) and sees wrong data or Blosc2's anonymous error."""
 
 import os
 import re
@@ -19,16 +19,16 @@ import pytest
 from lerobot_helpers import REPO, same_item, serve
 from robomimic_helpers import assert_same_sample, make_config, obs_keys
 
+from robo_loaders_plugin.backends.compressed_cache.episode_store import EpisodeStore, StoreError
+from robo_loaders_plugin.backends.compressed_cache.frames import CompressedFrames
 from robo_loaders_plugin.backends.gpu_resampler.tiers import CompressedRows
-from robo_loaders_plugin.frames.store import StoreFrames
 from robo_loaders_plugin.storage.codec import FrameCodec
-from robo_loaders_plugin.storage.store import EpisodeStore, StoreError
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 STORE_DAMAGE = re.compile(r"(demo|episode)_\d+ \S+ (frame \d+|steps? \d+(-\d+)?) is damaged \(checksum mismatch")
-TIER_DAMAGE = re.compile(
-    r"gpu_resampler's compressed tier on disk \(an unlinked file in .+\): \S+ of "
+TIER_DAMAGE = re.compile(  # the spilled tier is the kept entry's file (stored_tiers): named, with the frame
+    r"gpu_resampler's compressed tier on disk \(the cache's file \S+/compressed/\d+\.blobs\): \S+ of "
     r"(demo|episode)_\d+ step \d+ is damaged.* \(checksum mismatch"
 )
 
@@ -74,7 +74,7 @@ def unchecked(monkeypatch) -> None:
             FrameCodec.decompress_into(buffers[b][s:e], out[j])
 
     monkeypatch.setattr(EpisodeStore, "decode_frames", decode_frames)
-    monkeypatch.setattr(StoreFrames, "_check_rows", lambda *a: None)
+    monkeypatch.setattr(CompressedFrames, "_check_rows", lambda *a: None)
     monkeypatch.setattr(CompressedRows, "decode_into", decode_into)
 
 
@@ -144,11 +144,11 @@ def test_robomimic_compressed_cache_damaged_mid_run_is_refused_naming_file_and_f
     to): one check for both."""
     ds = _rm(hdf5_32, "compressed_cache", **({"cache_dir": str(tmp_path / "cache")} if where == "cache_dir" else {}))
     native = _rm(hdf5_32)
-    path = ds.frames.store.path
+    path = ds.frames.inner.store.path
     assert path.startswith(str(tmp_path)) if where == "cache_dir" else "/robo-loaders-" in path
     for i in range(0, len(native), 29):  # the run is under way: every field's tables loaded
         assert_same_sample(ds[i], native[i], f"[{i}]")
-    flip_bits(path, store_positions(ds.frames.store, seed=1))
+    flip_bits(path, store_positions(ds.frames.inner.store, seed=1))
     check_damage_is_refused_never_served(ds, native, assert_same_sample, STORE_DAMAGE, path, monkeypatch)
 
 
@@ -160,7 +160,7 @@ def test_robomimic_gpu_resampler_spilled_tier_damaged_mid_run_is_refused_naming_
     for i in range(0, len(native), 29):
         assert_same_sample(ds[i], native[i], f"[{i}]")
     rng = np.random.default_rng(2)
-    for t in tiers:  # the unlinked file, reached as another process can: through /proc/<pid>/fd
+    for t in tiers:  # the entry's file as the run holds it open, reached as another process can: /proc/<pid>/fd
         t._file.flush()
         flip_bits(f"/proc/{os.getpid()}/fd/{t._file.fileno()}", rng.integers(0, t.nbytes, 25).tolist())
     check_damage_is_refused_never_served(ds, native, assert_same_sample, TIER_DAMAGE, tiers[0].spill_dir, monkeypatch)
@@ -178,10 +178,10 @@ def test_lerobot_compressed_cache_damaged_mid_run_is_refused_naming_file_and_fra
 ):
     native = _native_lr(lerobot_datasets["png_1cam"])
     ds = serve("compressed_cache", native, cache_dir=str(tmp_path / "cache"))
-    path = ds.frames.store.path
+    path = ds.frames.inner.store.path
     for i in range(0, len(native), 50):
         same_item(ds[i], native[i], f"[{i}]")
-    flip_bits(path, store_positions(ds.frames.store, seed=3))
+    flip_bits(path, store_positions(ds.frames.inner.store, seed=3))
     check_damage_is_refused_never_served(ds, native, same_item, STORE_DAMAGE, path, monkeypatch)
 
 

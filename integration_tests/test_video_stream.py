@@ -420,7 +420,7 @@ def test_mirrored_tables_are_checked_by_their_own_sha256_and_downloaded_again(tw
         assert pq.read_table(copy).column("action").to_pylist() == good
         from robo_loaders_plugin.lerobot.compat import tables_only
 
-        with tables_only():  # as lerobot-train builds it (integration._streamed_source): videos are remote
+        with tables_only():  # as lerobot-train builds it (single._streamed_source): videos are remote
             nat = native(local)
         truth = native(root)  # LeRobot on the mirror, and the streamed items, are the source's
         ours = serve("video_stream", nat, source=s3.url, storage_options=s3.storage_options)

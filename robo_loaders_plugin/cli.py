@@ -1,4 +1,8 @@
-"""``robo-loaders`` command line (click)."""
+"""``robo-loaders`` command line (click).
+
+A command's ``--help`` is its docstring up to the first section (``Args:``, ``Raises:``, ``Note:``): the sections
+are for readers of the code (``core.command_help``, the class of every command here and of those loaded lazily).
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ import sys
 import click
 
 from robo_loaders_plugin.core.codecs import CODECS, DEFAULT_CODEC
+from robo_loaders_plugin.core.command_help import Command
 
 
 class _LazyGroup(click.Group):
@@ -16,8 +21,13 @@ class _LazyGroup(click.Group):
     runs, or a help listing names it), as click documents for lazily loaded subcommands: ``robo-loaders list`` or
     ``doctor`` does not import ``robo_loaders_plugin.bench`` (the report's plots and tables) or the transcoder.
 
-    ``lazy_subcommands`` maps a command's name to ``"module.attribute"``, the click command to import.
+    ``lazy_subcommands`` maps a command's name to ``"module.attribute"``, the click command to import. Its commands
+    are :class:`~robo_loaders_plugin.core.command_help.Command` (help cut where the docstring's sections begin) and
+    its subgroups of its own class.
     """
+
+    command_class = Command
+    group_class = type
 
     def __init__(self, *args, lazy_subcommands: dict[str, str] | None = None, **kwargs):
         super().__init__(*args, **kwargs)
@@ -57,30 +67,30 @@ def main():
 )
 def list_cmd(as_json):
     """List the registered backends (built-in and from the robo_loaders entry-point group): one row per backend
-    and framework, then what each backend does.
-
-    \f
-    (click shows the text above as the command's help; what follows is for readers of the code.)
+    and framework, then what each backend does. Exits with status 1, after the backends that work, when a
+    third-party plugin was skipped or one of its backends refused: one error line each on stderr.
 
     Args:
         as_json: ``--json``: print every backend's spec (``BackendSpec.as_dict``) as JSON instead of the table.
 
-    Exits with status 1, after the list, when a plugin's backend was refused (a factory whose signature does not
-    follow its framework's protocol): one line each on stderr naming the plugin, backend, framework and the
-    expected signature.
+    Note:
+        Why status 1 (``core.registry`` skips and refuses): an installation check (a CI step, a setup script) must
+        see that a plugin it installed does not work; the list still shows everything usable.
     """
-    import shutil
     import textwrap
+    import warnings
 
     from tabulate import tabulate
 
-    from robo_loaders_plugin.core.registry import get_backend, list_backends, refused_backends
+    from robo_loaders_plugin.core.registry import get_backend, list_backends, refused_backends, rejected_plugins
 
-    specs = [get_backend(n).as_dict() for n in list_backends()]
-    refused = refused_backends()  # a factory not following its framework's protocol (core.hookspecs)
+    with warnings.catch_warnings():  # said once below, as error lines, rather than as warnings too
+        warnings.simplefilter("ignore")
+        specs = [get_backend(n).as_dict() for n in list_backends()]
+    problems = list(rejected_plugins().values()) + list(refused_backends().values())
     if as_json:
         click.echo(json.dumps(specs, indent=2, default=str))
-        _report_refused(refused)
+        _report_problems(problems)
         return
     rows = [
         [s["name"], fw, s["kind"][fw], s["gpu"][fw], SHORT_LOSSLESS.get(s["lossless"][fw], s["lossless"][fw])]
@@ -88,21 +98,29 @@ def list_cmd(as_json):
         for fw in s["frameworks"]
     ]
     click.echo(tabulate(rows, headers=["backend", "framework", "kind", "GPU", "lossless"]))
-    width = min(100, shutil.get_terminal_size((80, 24)).columns)
+    width = _width()
     click.echo("")
     for s in specs:
         plugin = "" if s["plugin"] == "builtin" else f" (plugin {s['plugin']})"
         click.echo(textwrap.fill(f"{s['name']}{plugin}: {s['description']}", width=width, subsequent_indent="  "))
     click.echo(textwrap.fill("Options: 'robo-loaders list --json', or docs/backends.md.", width=width))
-    _report_refused(refused)
+    _report_problems(problems)
 
 
-def _report_refused(refused: dict) -> None:
-    """One line on stderr per backend whose registration was refused, then exit status 1 (the other backends
-    were listed): a plugin author sees a wrong factory signature here, not at the first training run."""
-    for line in refused.values():
+def _width() -> int:
+    """The width text is wrapped to: the terminal's, at most 100 columns (80 without a terminal)."""
+    import shutil
+
+    return min(100, shutil.get_terminal_size((80, 24)).columns)
+
+
+def _report_problems(problems: list[str]) -> None:
+    """One line on stderr per skipped plugin or refused backend (each once: a skipped plugin's backends are refused
+    with its line), then exit status 1 (the working backends were listed): a plugin author sees what is wrong
+    here, not at the first training run."""
+    for line in dict.fromkeys(problems):
         click.echo(f"error: {line}", err=True)
-    if refused:
+    if problems:
         raise SystemExit(1)
 
 
@@ -111,11 +129,40 @@ SHORT_LOSSLESS = {"yes on the CPU; not bit-identical with NVDEC": "CPU: yes, NVD
 
 @main.group("sample-data")
 def sample_data():
-    """Write small synthetic datasets (no network, no simulator)."""
+    """Write small synthetic datasets (no network, no simulator). An existing OUT is replaced only with
+    --overwrite, and only when it is a dataset sample-data could have written."""
+
+
+def _check_sample_output(out: str, framework: str, overwrite: bool) -> None:
+    """Refuse an existing OUT in one line naming it and ``--overwrite`` (``sample_data.outputs``), before anything
+    is drawn or written."""
+    from robo_loaders_plugin.sample_data.outputs import OutputExistsError, check_output
+
+    try:
+        check_output(out, framework, overwrite, "--overwrite")
+    except OutputExistsError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def _quiet_writers() -> None:
+    """LeRobot's writer prints ~16 lines of SVT-AV1 banner and settings per encoded video, a ``datasets`` "Map:"
+    bar per episode and FFmpeg's "moving the moov atom" per appended episode (81 of the 99 lines of a 5-episode
+    sample): the encoder's log is limited to its errors (``SVT_LOG=1``, read when each encoder starts; a value the
+    user set is kept), the bars are off, and FFmpeg logs errors only (LeRobot hands logging back to FFmpeg's own
+    printer after each encode). Errors still reach stderr."""
+    import os
+
+    os.environ.setdefault("SVT_LOG", "1")
+    os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
+    try:
+        import av.logging
+    except ImportError:  # LeRobot's writer imports PyAV itself: its own error says what is missing
+        return
+    av.logging.set_libav_level(av.logging.ERROR)
 
 
 @sample_data.command("robomimic")
-@click.argument("out", type=click.Path(dir_okay=False))
+@click.argument("out", type=click.Path())
 @click.option("--demos", default=10, show_default=True, type=click.IntRange(min=1))
 @click.option("--image-size", default=84, show_default=True, type=click.IntRange(min=8))
 @click.option("--cameras", default=2, show_default=True, type=click.IntRange(min=0))
@@ -137,11 +184,13 @@ def sample_data():
     type=click.FloatRange(min=0),
     help="--content camera: sensor noise, sigma in grey levels",
 )
-def sample_data_robomimic(out, demos, image_size, cameras, seed, min_length, max_length, no_next_obs, content, noise):
+@click.option(
+    "--overwrite", is_flag=True, help="replace OUT if it is a robomimic HDF5 file (anything else is never replaced)"
+)
+def sample_data_robomimic(
+    out, demos, image_size, cameras, seed, min_length, max_length, no_next_obs, content, noise, overwrite
+):
     """Write a robomimic-format HDF5 file to OUT (docs/scale.md: the large workloads, their time and disk).
-
-    \f
-    (click shows the text above as the command's help; what follows is for readers of the code.)
 
     Args:
         out: OUT, the HDF5 file written.
@@ -154,14 +203,17 @@ def sample_data_robomimic(out, demos, image_size, cameras, seed, min_length, max
         no_next_obs: ``--no-next-obs``: write no ``next_obs/`` group.
         content: ``--content``: ``renders`` (simulator-like frames) or ``camera`` (like a real camera).
         noise: ``--noise``, the sensor noise of ``--content camera`` (sigma in grey levels).
+        overwrite: ``--overwrite`` an existing robomimic HDF5 file at OUT.
 
     Raises:
         click.BadParameter: ``--min-length`` is greater than ``--max-length``.
+        click.ClickException: OUT exists and ``--overwrite`` was not given, or OUT is not a robomimic HDF5 file.
     """
     from robo_loaders_plugin.sample_data.robomimic_hdf5 import write_robomimic_hdf5
 
     if min_length > max_length:
         raise click.BadParameter(f"--min-length {min_length} > --max-length {max_length}")
+    _check_sample_output(out, "robomimic", overwrite)
     write_robomimic_hdf5(
         out,
         demos=demos,
@@ -173,12 +225,13 @@ def sample_data_robomimic(out, demos, image_size, cameras, seed, min_length, max
         next_obs=not no_next_obs,
         content=content,
         noise=noise,
+        overwrite=overwrite,
     )
     click.echo(f"wrote {out}")
 
 
 @sample_data.command("lerobot")
-@click.argument("out", type=click.Path(file_okay=False))
+@click.argument("out", type=click.Path())
 @click.option("--repo-id", default="local/sample", show_default=True)
 @click.option("--episodes", default=5, show_default=True, type=click.IntRange(min=1))
 @click.option("--min-length", default=40, show_default=True, type=click.IntRange(min=2))
@@ -222,7 +275,12 @@ def sample_data_robomimic(out, demos, image_size, cameras, seed, min_length, max
     help="'lerobot': LeRobot's own writer; 'fast': the same files without LeRobot's per-frame PNGs and "
     "per-episode video rewrites (video codecs only; for datasets of a million frames)",
 )
-@click.option("--overwrite", is_flag=True)
+@click.option(
+    "--overwrite",
+    is_flag=True,
+    help="replace OUT if it is a LeRobot dataset holding only what LeRobot writes, or empty (anything else is "
+    "never replaced)",
+)
 @click.option(
     "--content",
     type=click.Choice(["renders", "camera"]),
@@ -266,9 +324,6 @@ def sample_data_lerobot(
     """Write a LeRobot v3 dataset to OUT with LeRobot's own writer or the equivalent fast one (docs/scale.md: the
     large workloads, their time and disk).
 
-    \f
-    (click shows the text above as the command's help; what follows is for readers of the code.)
-
     Args:
         out: OUT, the dataset root written.
         repo_id: ``--repo-id`` recorded in the dataset.
@@ -296,19 +351,25 @@ def sample_data_lerobot(
     Raises:
         click.BadParameter: ``--image-size`` is not ``HxW``, ``--min-length`` is greater than ``--max-length``,
             or ``--writer fast`` is combined with ``--codec png`` or ``--stream-encode``.
-        click.UsageError: OUT exists and ``--overwrite`` was not given.
+        click.ClickException: LeRobot is not installed; OUT exists and ``--overwrite`` was not given, or OUT is
+            not a LeRobot dataset directory.
     """
     import numpy as np
 
+    from robo_loaders_plugin.backends.requirements import LEROBOT_PACKAGE
+    from robo_loaders_plugin.core.installs import missing, missing_line
+
+    gone = missing([LEROBOT_PACKAGE])
+    if gone:
+        raise click.ClickException(missing_line("sample-data lerobot (LeRobot's own writer)", gone))
+    _check_sample_output(out, "lerobot", overwrite)
+    _quiet_writers()
     from robo_loaders_plugin.sample_data.lerobot_v3 import write_lerobot_dataset, write_lerobot_from_robomimic
 
     if from_robomimic:
-        try:
-            write_lerobot_from_robomimic(
-                from_robomimic, out, repo_id=repo_id, repeat=repeat, mode=codec, fps=fps, overwrite=overwrite
-            )
-        except FileExistsError as exc:
-            raise click.UsageError(str(exc)) from None
+        write_lerobot_from_robomimic(
+            from_robomimic, out, repo_id=repo_id, repeat=repeat, mode=codec, fps=fps, overwrite=overwrite
+        )
         click.echo(f"wrote {out} (repo_id {repo_id}) from {from_robomimic} x{repeat}")
         return
 
@@ -331,24 +392,21 @@ def sample_data_lerobot(
         )
     if writer == "fast":
         from robo_loaders_plugin.sample_data.lerobot_fast import write_lerobot_fast as write_lerobot_dataset
-    try:
-        write_lerobot_dataset(
-            out,
-            repo_id=repo_id,
-            episode_lengths=lengths,
-            cameras=cameras,
-            image_size=(h, w),
-            mode=codec,
-            fps=fps,
-            seed=seed,
-            overwrite=overwrite,
-            scenes=scenes,
-            content=content,
-            noise=noise,
-            **({"streaming_encoding": stream_encode} if writer == "lerobot" else {}),
-        )
-    except FileExistsError as exc:
-        raise click.UsageError(str(exc)) from None
+    write_lerobot_dataset(
+        out,
+        repo_id=repo_id,
+        episode_lengths=lengths,
+        cameras=cameras,
+        image_size=(h, w),
+        mode=codec,
+        fps=fps,
+        seed=seed,
+        overwrite=overwrite,
+        scenes=scenes,
+        content=content,
+        noise=noise,
+        **({"streaming_encoding": stream_encode} if writer == "lerobot" else {}),
+    )
     click.echo(f"wrote {out} (repo_id {repo_id}, {sum(lengths)} frames)")
 
 
@@ -359,9 +417,6 @@ def robomimic_train(ctx):
     disabled with ROBO_LOADERS_DISABLE=1). All arguments go to robomimic.scripts.train. Exits 1 when the run
     failed (robomimic's script itself exits 0); without a terminal, an existing run folder of the same name is
     kept and the run written beside it instead of waiting on robomimic's overwrite prompt.
-
-    \f
-    (click shows the text above as the command's help; what follows is for readers of the code.)
 
     Args:
         ctx: The click context; its ``args`` (every argument, unparsed) go to robomimic's training script.
@@ -445,9 +500,6 @@ def bench_robomimic_cmd(
     reuse_cache,
 ):
     """samples/s, first-batch latency, peak memory and batch latency percentiles of robomimic backends.
-
-    \f
-    (click shows the text above as the command's help; what follows is for readers of the code.)
 
     Exits 1 when a backend's run failed.
 
@@ -542,9 +594,6 @@ def bench_lerobot_cmd(
     profile_samples,
 ):
     """samples/s, decoded frames/s, first batch, memory, latency and fetch/decode split vs LeRobotDataset.
-
-    \f
-    (click shows the text above as the command's help; what follows is for readers of the code.)
 
     Exits 1 when a backend's run failed.
 
@@ -654,9 +703,6 @@ def convert_robomimic_cmd(
 ):
     """Convert a robomimic HDF5 file; re-running the same command resumes an interrupted conversion.
 
-    \f
-    (click shows the text above as the command's help; what follows is for readers of the code.)
-
     Args:
         in_path: IN_PATH, the robomimic HDF5 file.
         out_dir: OUT_DIR, the robo-shards directory written.
@@ -726,9 +772,6 @@ def convert_lerobot_cmd(
     """Convert a LeRobot v3 dataset (video decoded once, frames stored losslessly); re-running the same command
     resumes an interrupted conversion.
 
-    \f
-    (click shows the text above as the command's help; what follows is for readers of the code.)
-
     Args:
         root: ROOT, the LeRobot v3 dataset root.
         out_dir: OUT_DIR, the robo-shards directory written.
@@ -776,13 +819,9 @@ def convert_lerobot_cmd(
     help="also compare every array with the source: a robomimic HDF5 file or a LeRobot dataset root",
 )
 def verify_cmd(out_dir, source):
-    """Re-check a robo-shards directory: shard sizes and SHA-256, decoding, and (with --source) the data.
-
-    \f
-    (click shows the text above as the command's help; what follows is for readers of the code.)
-
-    Prints every problem found and exits 1 when there is one. With ``--source``, the framework recorded in
-    OUT_DIR's ``dataset.json`` chooses the comparison (LeRobot's, otherwise robomimic's).
+    """Re-check a robo-shards directory: shard sizes and SHA-256, decoding, and (with --source) the data. Prints
+    every problem found and exits 1 when there is one. With --source, the framework recorded in OUT_DIR's
+    dataset.json chooses the comparison (LeRobot's, otherwise robomimic's).
 
     Args:
         out_dir: OUT_DIR, the robo-shards directory.
@@ -820,12 +859,10 @@ def verify_cmd(out_dir, source):
 def doctor_cmd():
     """Check the installed frameworks against every patch and private read the plugin relies on, the import hook,
     FFmpeg/torchcodec and CUDA/NVDEC; exit 1 when the installed versions cannot work."""
-    import shutil
-
     from robo_loaders_plugin.doctor import all_checks, render
 
     rows = all_checks()
-    for line in render(rows, min(100, shutil.get_terminal_size((80, 24)).columns)):
+    for line in render(rows, _width()):
         click.echo(line)
     failed = [r for r in rows if r.status == "FAIL"]
     if failed:
@@ -842,22 +879,44 @@ def cache_group():
     """The cache directory: conversions and persisted caches, reused while their source is unchanged."""
 
 
-def _cache_root(cache_dir):
+def _cache_command(name: str, *options):
+    """A ``cache`` subcommand: its ``--cache-dir`` (declared once for the three) resolved to the cache root, created,
+    before the command runs; the command receives ``root`` and its own ``options`` (click options, declared in
+    order)."""
+    import functools
+
+    def declare(run):
+        @functools.wraps(run)
+        def command(cache_dir, **given):
+            from robo_loaders_plugin.storage import cache
+
+            return run(cache.cache_root(cache_dir, "--cache-dir"), **given)
+
+        for option in reversed(options):
+            command = option(command)
+        command = click.option(
+            "--cache-dir", default=None, help="default: $ROBO_LOADERS_CACHE or ~/.cache/robo-loaders"
+        )(command)
+        return cache_group.command(name)(command)
+
+    return declare
+
+
+def _remove_unused(root: str, limit: int | None, where: str | None = None) -> None:
+    """Remove builds' leftovers and, least recently used first, the entries nothing uses until ``root`` fits
+    ``limit`` (``None``: no limit; 0: every one), each removal echoed (``storage.cache.prune``)."""
     from robo_loaders_plugin.storage import cache
 
-    return cache.cache_root(cache_dir)
+    for p in cache.sweep_temporary(root) + cache.prune(root, limit, where=where or cache.ENV_SIZE):
+        click.echo(f"removed {p}")
 
 
-@cache_group.command("list")
-@click.option("--cache-dir", default=None, help="default: $ROBO_LOADERS_CACHE or ~/.cache/robo-loaders")
-def cache_list(cache_dir):
+@_cache_command("list")
+def cache_list(root):
     """Entries with their size, last use and whether a process uses them now.
 
-    \f
-    (click shows the text above as the command's help; what follows is for readers of the code.)
-
     Args:
-        cache_dir: ``--cache-dir`` (``None``: ``$ROBO_LOADERS_CACHE`` or ``~/.cache/robo-loaders``).
+        root: The cache root, from ``--cache-dir`` (default: ``$ROBO_LOADERS_CACHE`` or ``~/.cache/robo-loaders``).
     """
     import datetime
 
@@ -866,8 +925,6 @@ def cache_list(cache_dir):
     from robo_loaders_plugin.core.units import format_bytes
     from robo_loaders_plugin.storage import cache
 
-    root = _cache_root(cache_dir)
-    entries = cache.entries(root)
     rows = [
         [
             e.name,
@@ -875,42 +932,37 @@ def cache_list(cache_dir):
             datetime.datetime.fromtimestamp(e.last_used()).isoformat(" ", "seconds"),
             "yes" if e.in_use() else "",
         ]
-        for e in entries
+        for e in cache.entries(root)
     ]
     limit = format_bytes(cache.size_limit() or 0) if cache.size_limit() else "none"
     click.echo(f"{root} (limit {cache.ENV_SIZE}={limit})")
     click.echo(tabulate(rows, headers=["entry", "size", "last used", "in use"]) if rows else "(empty)")
 
 
-@cache_group.command("prune")
-@click.option("--cache-dir", default=None, help="default: $ROBO_LOADERS_CACHE or ~/.cache/robo-loaders")
-@click.option(
-    "--max-size",
-    default=None,
-    help="prune to this size, e.g. 10GB; 0: no limit, as ROBO_LOADERS_CACHE_SIZE=0 (default: "
-    "ROBO_LOADERS_CACHE_SIZE, 50GB when unset; `cache clear` removes every entry nothing uses)",
+@_cache_command(
+    "prune",
+    click.option(
+        "--max-size",
+        default=None,
+        help="prune to this size, e.g. 10GB; 0: no limit, as ROBO_LOADERS_CACHE_SIZE=0 (default: "
+        "ROBO_LOADERS_CACHE_SIZE, 50GB when unset; `cache clear` removes every entry nothing uses)",
+    ),
 )
-def cache_prune(cache_dir, max_size):
+def cache_prune(root, max_size):
     """Remove least recently used entries nothing uses until the cache fits its limit, and builds' leftovers.
 
     Entries a run uses are kept, and so is anything in the directory that is not one of its entries (another
     cache directory inside it, such as a run's cache_dir: prune that one with --cache-dir).
 
-    \f
-    (click shows the text above as the command's help; what follows is for readers of the code.)
-
     Args:
-        cache_dir: ``--cache-dir`` (``None``: ``$ROBO_LOADERS_CACHE`` or ``~/.cache/robo-loaders``).
+        root: The cache root, from ``--cache-dir`` (default: ``$ROBO_LOADERS_CACHE`` or ``~/.cache/robo-loaders``).
         max_size: ``--max-size`` as text (e.g. ``10GB``; 0: no limit; ``None``: the cache's limit,
             ``$ROBO_LOADERS_CACHE_SIZE``), read by ``storage.cache.parse_size_limit`` as the variable is.
     """
     from robo_loaders_plugin.storage import cache
 
-    root = _cache_root(cache_dir)
     limit = cache.parse_size_limit(max_size, "--max-size") if max_size is not None else cache.size_limit()
-    where = "--max-size" if max_size is not None else cache.ENV_SIZE
-    for p in cache.sweep_temporary(root) + cache.prune(root, limit, where=where):
-        click.echo(f"removed {p}")
+    _remove_unused(root, limit, "--max-size" if max_size is not None else cache.ENV_SIZE)
     if limit is None:
         given = "--max-size 0" if max_size is not None else f"{cache.ENV_SIZE}=0"
         click.echo(
@@ -919,22 +971,14 @@ def cache_prune(cache_dir, max_size):
         )
 
 
-@cache_group.command("clear")
-@click.option("--cache-dir", default=None, help="default: $ROBO_LOADERS_CACHE or ~/.cache/robo-loaders")
-def cache_clear(cache_dir):
+@_cache_command("clear")
+def cache_clear(root):
     """Remove every entry nothing uses (another cache directory inside it is left alone).
 
-    \f
-    (click shows the text above as the command's help; what follows is for readers of the code.)
-
     Args:
-        cache_dir: ``--cache-dir`` (``None``: ``$ROBO_LOADERS_CACHE`` or ``~/.cache/robo-loaders``).
+        root: The cache root, from ``--cache-dir`` (default: ``$ROBO_LOADERS_CACHE`` or ``~/.cache/robo-loaders``).
     """
-    from robo_loaders_plugin.storage import cache
-
-    root = _cache_root(cache_dir)
-    for p in cache.sweep_temporary(root) + cache.prune(root, 0):
-        click.echo(f"removed {p}")
+    _remove_unused(root, 0)
 
 
 def _run():

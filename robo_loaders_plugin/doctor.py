@@ -55,25 +55,50 @@ def hook_checks() -> list[Check]:
     return rows
 
 
-def video_checks() -> list[Check]:
-    """Rows about video decoding: torchcodec loads with FFmpeg's libraries; whether torch sees CUDA; and, when it
-    does, the NVDEC probes (:func:`nvdec_checks`). A row that fails here is a warning, never a doctor failure.
+def torchcodec_check() -> Check:
+    """The row about torchcodec, saying which of two different fixes applies: the pip package is not installed (the
+    ``[video]`` extra), or it is installed and cannot load FFmpeg's shared libraries (a system package: apt).
+
+    Why two: doctor said ``apt-get install ffmpeg`` where the missing piece was a pip extra.
+
+    Returns:
+        An ok row, or a warning naming the one command that fixes it.
     """
+    from robo_loaders_plugin.backends.requirements import TORCHCODEC
+    from robo_loaders_plugin.core.checks import installed_version
+    from robo_loaders_plugin.core.installs import install_command, is_installed
+
+    module, hint = TORCHCODEC
+    if not is_installed(module):
+        return Check(
+            "torchcodec",
+            False,
+            f"not installed: LeRobot video datasets need it ({install_command([hint])})",
+            required=False,
+        )
     try:
         import torchcodec
         from torchcodec.decoders import VideoDecoder  # noqa: F401  (loads FFmpeg's libraries)
+    except Exception as exc:  # noqa: BLE001 - RuntimeError/OSError when FFmpeg's libraries are missing, or broken
+        return Check(
+            " ".join(filter(None, ("torchcodec", installed_version(module), "with FFmpeg"))),
+            False,
+            f"installed, but cannot load FFmpeg's shared libraries ({type(exc).__name__}: "
+            f"{str(exc).splitlines()[0][:120].rstrip(':')}): install FFmpeg 4-8 (apt-get install ffmpeg; "
+            "conda install ffmpeg)",
+            required=False,
+        )
+    return Check(f"torchcodec {torchcodec.__version__} with FFmpeg", True, "decodes LeRobot videos on the CPU")
 
-        rows = [Check(f"torchcodec {torchcodec.__version__} with FFmpeg", True, "decodes LeRobot videos on the CPU")]
-    except Exception as exc:  # noqa: BLE001 - ImportError, or RuntimeError/OSError when FFmpeg's libraries are missing
-        return [
-            Check(
-                "torchcodec with FFmpeg",
-                False,
-                f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}; "
-                "LeRobot video datasets need it (apt-get install ffmpeg)",
-                required=False,
-            )
-        ]
+
+def video_checks() -> list[Check]:
+    """Rows about video decoding: torchcodec loads with FFmpeg's libraries (:func:`torchcodec_check`); whether
+    torch sees CUDA; and, when it does, the NVDEC probes (:func:`nvdec_checks`). A row that fails here is a
+    warning, never a doctor failure.
+    """
+    rows = [torchcodec_check()]
+    if not rows[0].ok:
+        return rows
     import torch
 
     if not torch.cuda.is_available():

@@ -1,15 +1,19 @@
-"""The public API for writing a backend: everything a third-party backend needs, and nothing it must not touch.
+"""The plugin author's module: every name a third-party backend needs, and the contracts it implements.
 
 This module *is* the reference (as pytest's ``hookspec.py`` is for pytest plugins): every name below is stable,
-typed and documented; anything imported from elsewhere in ``robo_loaders_plugin`` is private and may change.
-docs/writing-a-backend.md walks through a complete backend (``examples/jpeg_backend``) built from these names only,
-and ``robo_loaders_plugin.testing`` proves a backend serves the native loader's samples.
+typed and documented, and defined once in the package (``robo_loaders_plugin`` itself re-exports the few a *user*
+needs, the same objects: ``list_backends``, ``get_backend`` and the errors); anything imported from elsewhere in
+``robo_loaders_plugin`` is private and may change. docs/writing-a-backend.md walks through a complete backend
+(``examples/jpeg_backend``) built from these names only, and ``robo_loaders_plugin.testing`` proves a backend serves
+the native loader's samples.
 
 The short way (the SDK): a backend that keeps frames in its own files writes a :class:`FrameStore` (``build``,
-``open``, optionally ``footprint``, ``verify``, ``key``, ``describe``) and registers it with :func:`frame_backend`;
-the SDK does the rest for robomimic and LeRobot (the footprint checked before any data is read, the cache entry,
-verification on reuse, the serving summary, pickling for DataLoader workers, a ``per_host`` ``cache_dir``,
-``close()``). The long way (a backend that is not a frame store: another kind, its own datasets) uses the building
+``open``, optionally ``footprint``, ``place``, ``verify``, ``key``, ``describe``, ``alternatives``) and registers
+it with :func:`frame_backend`; the SDK does the rest for robomimic and LeRobot (where the store goes, RAM or disk,
+and its footprint there, checked before any data is read and counted in a mixture's; the cache entry, its files'
+sizes and ``verify`` checked on reuse; the episodes' fields and lengths recorded and checked; the serving summary;
+pickling for DataLoader workers; a ``per_host`` ``cache_dir``; ``close()``). The built-in ``compressed_cache`` is
+such a store. The long way (a backend that is not a frame store: another kind, its own datasets) uses the building
 blocks below the same way the SDK and the built-in backends do.
 
 Every name, where it comes from in words (names loaded on first use are marked *lazy*: listing backends must not
@@ -22,11 +26,15 @@ name                                what it is
 ``FrameStore``                      base class of a store: how a backend writes, checks and reads its frames
 ``StoreEpisodes``                   what ``FrameStore.build`` is given: episode names, camera fields, sizes, data
 ``frame_backend``                   a ``BackendSpec`` serving both frameworks from a ``FrameStore``
-``StoreFrames``                     (lazy) the pickling wrapper of what ``FrameStore.open`` returns (``.inner``)
+``PlaceRequest``                    what ``FrameStore.place`` is given: sizes, the machine, the batches in flight
+``Placement``                       what it returns: in RAM or on disk, the footprint there, why it was spilled
+``StoreRecord``                     (lazy) what the SDK recorded of a built store: names, lengths, ``info(field)``
+``StoreFrames``                     (lazy) the checked, pickling wrapper of what ``FrameStore.open`` returns
 ``cache_dir_option``                the ``cache_dir`` declaration (``per_host``, checked writable)
+``max_memory_option``               the ``max_memory`` declaration (the RAM a store that may live in RAM may take)
 ``cache_root``                      the cache root a backend writes under (created)
 **registration and options**
-``hookimpl``                        marks a plugin's ``robo_loaders_backends`` hook
+``hookimpl``                        marks a plugin's ``robo_loaders_backends`` hook (the contracts, below)
 ``BackendSpec``                     a backend as its plugin declares it (factories checked at registration)
 ``BackendChoice``                   a user's choice of a backend, its options resolved
 ``Option``                          one option's declaration (type, default, help, range, ``per_host``, ...)
@@ -43,11 +51,16 @@ name                                what it is
 ``ROBOMIMIC_OPTIONS``               how robomimic users set options (for messages)
 ``LEROBOT_OPTIONS``                 how LeRobot users set options (for messages)
 ``pass_options``                    the option declarations of a pipeline-served (``batch``) backend
+``list_backends``                   the registered backends' names, the default (the framework's own loader) first
+``get_backend``                     a registered backend's ``BackendSpec`` by name
+``get_plugin_manager``              the process's pluggy ``PluginManager`` the backends are read from
 **errors**
 ``RoboLoadersError``                base of every error the plugin raises
+``UnknownBackendError``             a backend name nothing registered (the message names the close ones)
 ``BackendOptionError``              an option unknown or of a bad value
 ``SourceError``                     a source that cannot be served as it is
 ``StaleSourceError``                a source changed since data was made from it
+``CompatError``                     an installed framework version the plugin does not reproduce
 ``ResourceRefused``                 a footprint the machine cannot hold (with the numbers)
 **the footprint contract**
 ``Footprint``                       what a backend will hold and write, from metadata
@@ -71,14 +84,14 @@ name                                what it is
 ``LeRobotV3``                       (lazy) a LeRobot v3 dataset's files (``LeRobotEpisodes.source``)
 ``Fingerprint``                     (lazy) what a source's ``fingerprint()`` returns (staleness)
 **storage**
-``build_or_reuse``                  a cache directory built once per source and options, atomically, locked
+``build_or_reuse``                  (lazy) a cache directory built once per source and options, atomically, locked
 ``atomic_write_bytes``              write a file so that readers see the old or the new one, whole
 ``sha256_file``                     a file's SHA-256 (checksums for ``verify``)
 **frames, windows, datasets**
 ``FrameSource``                     (lazy) the one question a storage answers: field F at (episode, step) pairs
 ``FieldInfo``                       (lazy) how a frame source stores a field (dtype, step shape, frames)
 ``ClosedFrames``                    (lazy) what a closed dataset reads from (``FrameSource.closed``): refuses reads
-``FRAME_MIN_BYTES``                 a field of at least this many bytes per step is camera frames
+``FRAME_MIN_BYTES``                 (lazy) a field of at least this many bytes per step is camera frames
 ``BufferPool``                      (lazy) recycles batch arrays (``FrameSource.gather``'s ``pool``)
 ``SequenceOptions``                 (lazy) ``SequenceDataset``'s window settings
 ``SequenceWindows``                 (lazy) ``SequenceDataset``'s window rules over episode lengths
@@ -90,17 +103,48 @@ name                                what it is
 ``BatchDataset``                    (lazy) ``batch`` kind: ``batch_source(plan)``
 ``BatchSource``                     (lazy) one pass after another (``batches(epoch, start)``), resumable
 ``SamplingPlan``                    (lazy) what the native loop would serve (batch size, items, seed, rank)
-``PipelineDataset``                 (lazy) the torchdata pipeline the built-in ``datapipe`` uses
+``PipelineDataset``                 (lazy) the torchdata pipeline of the built-in pipeline-served backends
 ``PassOptions``                     (lazy) the pipeline's pass options (``PassOptions.of``)
 =================================== ===========================================================================
 
+The contracts a backend implements (each is checked where it says):
+
+- **The hook**, ``robo_loaders_backends() -> Iterable[BackendSpec]``, a ``@hookimpl`` function of a module the
+  ``robo_loaders`` entry-point group names (``[project.entry-points.robo_loaders]`` ``my_backend =
+  "my_package.plugin"``). It is called once per process, the first time a backend is looked up (``robo-loaders
+  list``, robomimic's ``train.data_backend``, ``lerobot-train --dataset.backend``), and must be cheap: factories
+  are ``"module:function"`` strings, so listing imports neither the backend's code nor torch nor a framework.
+  Backend names are unique across plugins. A plugin that fails to import, whose hook raises or returns anything
+  but ``BackendSpec`` objects, or that declares a built-in's name, is skipped with one line naming its entry point
+  and distribution (``robo-loaders list``: an ``error:`` line, exit status 1); a name two plugins declare is
+  refused for both.
+- **The factories** (``BackendSpec.factories``), called exactly so by the adapters; one whose signature cannot
+  take the call is refused when the backends are registered. robomimic:
+  ``factory(config, obs_keys, filter_by_attribute=None, dataset_path=None, *, options)`` builds what robomimic's
+  ``dataset_factory`` would (``config``: robomimic's config, ``train.*`` decides the windows; ``obs_keys``: the
+  observation keys; ``filter_by_attribute``: a filter key of the HDF5's masks, ``None`` for every demo;
+  ``dataset_path``: the HDF5, ``None`` for ``config.train.data``). LeRobot: ``factory(native, *, options)``, from
+  the ``LeRobotDataset`` LeRobot's own ``make_dataset`` built (its episodes, ``delta_timestamps``, transforms and
+  tolerance decide the items). ``options`` is the backend's resolved, typed options object. What a factory
+  returns, by ``BackendSpec.kind``: ``sample``, a map-style ``torch.utils.data.Dataset`` in the framework's
+  sample layout; ``indexed``, an :class:`IndexedDataset` (``collate(indices)``); ``batch``, a
+  :class:`BatchDataset` (``batch_source(plan)``). The adapter checks it against the kind and names the backend
+  otherwise.
+- **A frame source** (:class:`FrameSource`), what the window rules and datasets read through: ``lengths``
+  (steps per episode; every episode stores a field the same way); ``info(field)`` returns the field's
+  :class:`FieldInfo` and ``take(field, episodes, steps, out)`` writes ``out[b, ...] =
+  field[episodes[b]][steps[b, ...]]`` (both required); ``gather(field, episodes, steps, pool=None)`` (one array,
+  new or from the pool; a device-resident source returns a tensor where its data lives),
+  ``gather_fields(fields, episodes, steps, pool=None)`` (several fields at the same rows, the rows found once),
+  ``close()`` (release files, maps and threads now) and ``closed(where)`` (what a closed dataset reads from) have
+  defaults. ``FieldInfo(dtype, shape, frames)``: the field's dtype, the shape of one step, and whether it is camera
+  frames (stored compressed or decoded per step, copied row by row).
+
 How a backend is put together by hand (the SDK and the built-in ones are built the same way):
 
-1. **Registration** (``robo_loaders_plugin``): a ``@hookimpl`` function ``robo_loaders_backends()`` returning
-   :class:`BackendSpec` objects, exposed through the ``robo_loaders`` entry-point group; every option declared once
-   as an :class:`Option`. Each factory must follow its framework's protocol (``core/hookspecs.py``:
-   ``factory(config, obs_keys, filter_by_attribute=None, dataset_path=None, *, options)``,
-   ``factory(native, *, options)``); one that does not is refused by ``robo-loaders list``.
+1. **Registration**: a ``@hookimpl`` function ``robo_loaders_backends()`` returning :class:`BackendSpec` objects,
+   exposed through the ``robo_loaders`` entry-point group; every option declared once as an :class:`Option`; each
+   factory following its framework's protocol (the contracts, above), or refused by ``robo-loaders list``.
 2. **A source reader**: :class:`RobomimicHdf5` (robomimic's HDF5; pass the backend's ``cache_dir`` so its
    validation records go there) or :func:`lerobot_episodes` (a LeRobot v3 dataset, its videos decoded exactly as
    ``LeRobotDataset`` decodes them), each with a ``fingerprint()`` for the staleness rules.
@@ -120,11 +164,16 @@ How a backend is put together by hand (the SDK and the built-in ones are built t
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-# -- registration and the serving contract (also exported by robo_loaders_plugin) -------------------------------
-from robo_loaders_plugin.core.errors import BackendOptionError, RoboLoadersError, SourceError, StaleSourceError  # noqa: F401
+from robo_loaders_plugin.core.errors import (  # noqa: F401
+    BackendOptionError,
+    CompatError,
+    RoboLoadersError,
+    SourceError,
+    StaleSourceError,
+    UnknownBackendError,
+)
 from robo_loaders_plugin.core.files import atomic_write_bytes, sha256_file  # noqa: F401  (a backend's own files)
 
 # the footprint contract: what a backend will need, estimated from metadata, checked before any data is read
@@ -146,7 +195,9 @@ from robo_loaders_plugin.core.in_flight import (  # noqa: F401
     current_training_loop,
     indexed_in_flight,
 )
-from robo_loaders_plugin.core.options import Option, Options  # noqa: F401
+from robo_loaders_plugin.core.options import LEROBOT_OPTIONS, ROBOMIMIC_OPTIONS, Option, Options  # noqa: F401
+from robo_loaders_plugin.core.registry import get_backend, get_plugin_manager, list_backends  # noqa: F401
+from robo_loaders_plugin.core.shared_options import pass_options  # noqa: F401
 from robo_loaders_plugin.core.spec import (  # noqa: F401
     BATCH,
     GPU_NO,
@@ -162,7 +213,16 @@ from robo_loaders_plugin.core.spec import (  # noqa: F401
 )
 
 # the SDK: a backend that only says how it stores and serves frames (light: a plugin's registration imports it)
-from robo_loaders_plugin.sdk import FrameStore, StoreEpisodes, cache_dir_option, cache_root, frame_backend  # noqa: F401
+from robo_loaders_plugin.sdk import (  # noqa: F401
+    FrameStore,
+    Placement,
+    PlaceRequest,
+    StoreEpisodes,
+    cache_dir_option,
+    cache_root,
+    frame_backend,
+    max_memory_option,
+)
 
 if TYPE_CHECKING:  # the rest is imported on first use: listing backends must not import torch or a framework
     from robo_loaders_plugin.core.data_size import DataSize  # noqa: F401
@@ -172,10 +232,12 @@ if TYPE_CHECKING:  # the rest is imported on first use: listing backends must no
     from robo_loaders_plugin.pipeline.batches import PipelineDataset  # noqa: F401
     from robo_loaders_plugin.pipeline.options import PassOptions  # noqa: F401
     from robo_loaders_plugin.robomimic.dataset import RobomimicSamples  # noqa: F401
+    from robo_loaders_plugin.sdk.records import StoreRecord  # noqa: F401
     from robo_loaders_plugin.sdk.serve import StoreFrames  # noqa: F401
     from robo_loaders_plugin.sources.lerobot_v3 import LeRobotEpisodes, LeRobotV3  # noqa: F401
-    from robo_loaders_plugin.sources.robomimic_hdf5 import RobomimicHdf5
+    from robo_loaders_plugin.sources.robomimic_hdf5 import FRAME_MIN_BYTES, RobomimicHdf5  # noqa: F401
     from robo_loaders_plugin.storage.buffers import BufferPool  # noqa: F401
+    from robo_loaders_plugin.storage.cached_dir import build_or_reuse  # noqa: F401
     from robo_loaders_plugin.storage.fingerprint import Fingerprint  # noqa: F401
     from robo_loaders_plugin.windows.robomimic import SequenceOptions, SequenceWindows  # noqa: F401
 
@@ -191,14 +253,18 @@ _LAZY = {
     "FieldInfo": "robo_loaders_plugin.frames.base",
     "ClosedFrames": "robo_loaders_plugin.frames.base",
     "BufferPool": "robo_loaders_plugin.storage.buffers",
-    # the SDK's pickling wrapper of what a FrameStore opens
+    # the SDK's checked, pickling wrapper of what a FrameStore opens, and what it recorded when the store was built
     "StoreFrames": "robo_loaders_plugin.sdk.serve",
+    "StoreRecord": "robo_loaders_plugin.sdk.records",
     # a dataset's sizes from metadata, what a footprint is computed from
     "DataSize": "robo_loaders_plugin.core.data_size",
     # what a source's fingerprint() returns (build_or_reuse records it beside an entry and compares it on reuse)
     "Fingerprint": "robo_loaders_plugin.storage.fingerprint",
-    # robomimic: its HDF5, SequenceDataset's window rules, the dataset serving them
+    # a directory in the cache, built once per source and options
+    "build_or_reuse": "robo_loaders_plugin.storage.cached_dir",
+    # robomimic: its HDF5 (and which of its fields are camera frames), SequenceDataset's window rules, the dataset
     "RobomimicHdf5": "robo_loaders_plugin.sources.robomimic_hdf5",
+    "FRAME_MIN_BYTES": "robo_loaders_plugin.sources.robomimic_hdf5",
     "SequenceOptions": "robo_loaders_plugin.windows.robomimic",
     "SequenceWindows": "robo_loaders_plugin.windows.robomimic",
     "RobomimicSamples": "robo_loaders_plugin.robomimic.dataset",
@@ -211,12 +277,6 @@ _LAZY = {
     "PassOptions": "robo_loaders_plugin.pipeline.options",
 }
 
-# robomimic's and LeRobot's option settings, as users type them (for messages that name an option)
-ROBOMIMIC_OPTIONS = "train.data_backend_kwargs"
-LEROBOT_OPTIONS = "--dataset.backend_kwargs"
-# a field whose steps are at least this many bytes is treated as camera frames (FieldInfo.frames)
-FRAME_MIN_BYTES = 1024
-
 
 def __getattr__(name: str):
     if name in _LAZY:
@@ -228,28 +288,6 @@ def __getattr__(name: str):
 
 def __dir__():
     return sorted(set(globals()) | set(_LAZY))
-
-
-# -- option declarations ----------------------------------------------------------------------------------------
-def pass_options(shuffle_buffer: int | dict, cache_episodes: int = 64, items: str = "windows") -> dict[str, Option]:
-    """The declarations of the options every pipeline-served (``batch`` kind) backend takes, the same way the
-    built-in ones declare them: ``shuffle_buffer``, ``seed``, ``prefetch``, ``cache_episodes``, ``replacement``
-    (read back with :meth:`PassOptions.of`).
-
-    Args:
-        shuffle_buffer: The default number of episodes open at once, or ``{framework: default}``.
-        cache_episodes: The default number of episodes kept loaded.
-        items: What a pass draws, for the help text ("windows", "frames").
-
-    Returns:
-        ``{name: Option}``, to merge into a :class:`BackendSpec`'s ``options``.
-    """
-    from robo_loaders_plugin.core.shared_options import pass_options as declare
-
-    defaults = (
-        shuffle_buffer if isinstance(shuffle_buffer, dict) else {"robomimic": shuffle_buffer, "lerobot": shuffle_buffer}
-    )
-    return declare(defaults, cache_episodes, items)
 
 
 # -- robomimic ---------------------------------------------------------------------------------------------------
@@ -329,66 +367,9 @@ def lerobot_episodes(native, decode_device: str = "cpu") -> LeRobotEpisodes:
         SourceError: a layout robo-loaders does not reproduce (another video backend, depth or language
             features), or rows that differ from what the ``LeRobotDataset`` object holds.
     """
-    from robo_loaders_plugin.lerobot.dataset import check_rows_match, native_source
-    from robo_loaders_plugin.sources.lerobot_v3 import LeRobotEpisodes
+    from robo_loaders_plugin.lerobot.dataset import native_episodes
 
-    source, settings = native_source(native)
-    episodes = LeRobotEpisodes(source, settings.tolerance_s, native.episodes, decode_device=decode_device)
-    check_rows_match(native, episodes.columns, episodes.arrays["index"], episodes.arrays)
-    return episodes
+    return native_episodes(native, decode_device)
 
 
-# -- storage -------------------------------------------------------------------------------------------------------
-def build_or_reuse(
-    *,
-    kind: str,
-    source,
-    key: dict,
-    build: Callable[[str], None],
-    cache_dir: str | None = None,
-    check: Callable[[str], bool] | None = None,
-    description: str = "",
-    option_prefix: str = "cache_dir",
-) -> tuple[str, Any, bool]:
-    """A directory in the cache, built once per source and options and reused while the source is unchanged.
-
-    The build writes into a temporary directory renamed into place when complete (a killed build leaves nothing
-    that looks finished); concurrent runs build once (the others wait); the entry is never pruned while the
-    returned hold lives; a source edited since (size, mtime or content digest) gets a new entry and the old one is
-    removed once unused.
-
-    Args:
-        kind: Names the backend and format (``"jpeg-frames"``): the entry's name starts with it.
-        source: ``RobomimicHdf5``, ``lerobot_episodes(...).source``, or anything with ``fingerprint(recorded)``.
-        key: The source's path and every option the content depends on.
-        build: ``build(directory)`` writes the entry's files into an empty directory.
-        cache_dir: The cache root (default: ``$ROBO_LOADERS_CACHE`` or ``~/.cache/robo-loaders``).
-        check: ``check(path) -> bool`` whether a complete entry is intact (checksums); else it is rebuilt.
-        description: For log lines.
-        option_prefix: How the user set ``cache_dir`` (for errors), e.g. :data:`ROBOMIMIC_OPTIONS`.
-
-    Returns:
-        ``(path, hold, reused)``: pass ``hold`` to :class:`Serving` so the entry stays in use while the dataset
-        lives.
-
-    Raises:
-        RoboLoadersError: the cache root cannot be created, or another process's build did not finish in time.
-    """
-    from robo_loaders_plugin.storage.cached_dir import build_or_reuse as build_dir
-
-    return build_dir(
-        kind=kind,
-        source=source,
-        key=key,
-        build=build,
-        cache_dir=cache_dir,
-        check=check,
-        description=description,
-        option_prefix=option_prefix,
-    )
-
-
-__all__ = sorted(
-    [n for n in globals() if not n.startswith("_") and n not in ("annotations", "TYPE_CHECKING", "Any", "Callable")]
-    + list(_LAZY)
-)
+__all__ = sorted([n for n in globals() if n[0] != "_" and n not in ("annotations", "TYPE_CHECKING")] + [*_LAZY])

@@ -11,18 +11,22 @@ dataset through the same adapter path training uses (options checked, kind recor
 - :func:`assert_same_batches`: whole collated batches (``collate(indices)`` of an ``indexed`` backend) against
   the framework's ``default_collate`` of the native samples, batches that together hold the first and last index of
   every episode (or every index);
-- :func:`assert_same_pass`: one training pass as the framework drives it: for ``sample`` and ``indexed`` kinds,
-  batch for batch the native DataLoader's (same order, same RNG use); for the ``batch`` kind, every native sample
-  served exactly once (as a multiset of contents).
+- :func:`assert_same_pass`: one training pass as the framework drives it, every sample of it (the last, partial
+  batch too: robomimic's ``drop_last=True`` is not copied): for ``sample`` and ``indexed`` kinds, batch for batch
+  the native DataLoader's (same order, same RNG use); for the ``batch`` kind, every native sample served exactly
+  once (as a multiset of contents).
 
 Why every episode: a backend's bugs sit where episodes (and the files holding them) begin and end, and random
 indices alone skip whole episodes of a larger dataset. Every key of a sample is compared, so every camera is. A
 one-pixel error in one frame inside an episode is found for sure only where that frame is compared: by
-:func:`assert_same_pass` (every sample a training pass serves) or with ``exhaustive=True``.
+:func:`assert_same_pass` (every sample of the pass, whatever the seed) or with ``exhaustive=True``; the ``count``
+random indices of :func:`assert_same_samples` are a spot check that finds an error held by one sample with
+probability about ``count / len(dataset)``.
 
 Lossy backends state their tolerance per field with ``min_psnr`` (``{"obs/agentview_image": 35.0}``): those fields
 must match dtype and shape and reach that PSNR; every other field must still be byte-identical. The checks raise
-``AssertionError`` naming the sample, field and what differs.
+``AssertionError`` at the first difference, naming the field, the dataset index (for a batch, the row and its
+index) and the element (multi-index) where it is, with both values.
 """
 
 from __future__ import annotations
@@ -212,7 +216,13 @@ def _lossy(path: str, min_psnr: Mapping[str, float] | None) -> float | None:
 
 
 def assert_same(
-    ours, theirs, where: str = "sample", min_psnr: Mapping[str, float] | None = None, _path: str = ""
+    ours,
+    theirs,
+    where: str = "sample",
+    min_psnr: Mapping[str, float] | None = None,
+    _path: str = "",
+    *,
+    rows: list[int] | None = None,
 ) -> None:
     """``ours`` equals ``theirs``: the same nested keys in the same order, types, dtypes, shapes and bytes; fields
     named in ``min_psnr`` may differ but must reach that PSNR.
@@ -222,18 +232,25 @@ def assert_same(
         theirs: The native one.
         where: Names the sample in the message.
         min_psnr: ``{field: dB}`` of lossy fields (a field's path, e.g. ``obs/agentview_image``).
+        rows: For a batch, the dataset index of each of its rows: the message then names the row, its index and
+            the element within the row.
 
     Raises:
-        AssertionError: naming ``where``, the field and the difference.
+        AssertionError: naming ``where``, the field and the difference: for values, the element (multi-index) of
+            the first one that differs, both values, how many differ and the largest difference; for a lossy field
+            below its floor, the PSNR (and for a batch the row with the lowest).
     """
     at = f"{where}:{_path or '/'}"
     if isinstance(theirs, Mapping):
         assert isinstance(ours, Mapping), f"{at}: {type(ours).__name__} is not a dict"
         assert list(ours) == list(theirs), f"{at}: keys {list(ours)} != {list(theirs)}"
         for k in theirs:
-            assert_same(ours[k], theirs[k], where, min_psnr, f"{_path}/{k}" if _path else str(k))
+            assert_same(ours[k], theirs[k], where, min_psnr, f"{_path}/{k}" if _path else str(k), rows=rows)
         return
     if isinstance(theirs, (list, tuple)) and theirs and isinstance(theirs[0], str):
+        if list(ours) != list(theirs) and rows is not None and len(ours) == len(theirs):
+            r = next(r for r, (x, y) in enumerate(zip(ours, theirs)) if x != y)
+            raise AssertionError(f"{at}: {_row_name(r, rows)}: {ours[r]!r} != {theirs[r]!r}")
         assert list(ours) == list(theirs), f"{at}: {ours!r} != {theirs!r}"
         return
     if isinstance(theirs, (str, int, float, bool)):
@@ -245,10 +262,52 @@ def assert_same(
     assert a.shape == b.shape, f"{at}: shape {a.shape} != {b.shape}"
     floor = _lossy(_path, min_psnr)
     if floor is None:
-        assert a.tobytes() == b.tobytes(), f"{at}: values differ (max abs diff {_max_diff(a, b)})"
+        assert a.tobytes() == b.tobytes(), f"{at}: {_values_differ(a, b, rows)}"
     else:
         got = psnr(a, b)
-        assert got >= floor, f"{at}: PSNR {got:.1f} dB is below the stated {floor:g} dB"
+        assert got >= floor, f"{at}: PSNR {got:.1f} dB is below the stated {floor:g} dB{_worst_row(a, b, rows)}"
+
+
+def _row_name(r: int, rows: list[int] | None) -> str:
+    return f"row {r} (index {rows[r]})" if rows is not None and r < len(rows) else f"row {r}"
+
+
+def _values_differ(a: np.ndarray, b: np.ndarray, rows: list[int] | None) -> str:
+    """Where two arrays of one dtype and shape first differ, byte for byte (as ``tobytes`` compares them, so a NaN
+    equals itself and -0.0 differs from 0.0): the element's multi-index (after the row and its dataset index, for a
+    batch), both values, how many elements differ and the largest difference. One wrong byte in a frame is then
+    found in the message, not by bisecting the data."""
+    flat_a, flat_b = a.reshape(-1), b.reshape(-1)
+    if a.dtype.hasobject or a.itemsize == 0:
+        differs = np.asarray(flat_a != flat_b, dtype=bool)
+    else:
+        bytes_a = np.ascontiguousarray(flat_a).view(np.uint8).reshape(flat_a.size, a.itemsize)
+        bytes_b = np.ascontiguousarray(flat_b).view(np.uint8).reshape(flat_b.size, b.itemsize)
+        differs = np.any(bytes_a != bytes_b, axis=1)
+    wrong = np.flatnonzero(differs)
+    if wrong.size == 0:  # pragma: no cover - only called when the bytes differ
+        return "values differ"
+    first = tuple(int(i) for i in np.unravel_index(int(wrong[0]), a.shape))
+    if rows is not None and a.ndim:
+        place = f"{_row_name(first[0], rows)}, element {first[1:]}"
+    else:
+        place = f"element {first}"
+    return (
+        f"values differ at {place}: ours {_value(a[first])!r}, native {_value(b[first])!r} "
+        f"({wrong.size} of {a.size} elements differ; max abs diff {_max_diff(a, b)})"
+    )
+
+
+def _value(x):
+    return x.item() if isinstance(x, np.generic) else x
+
+
+def _worst_row(a: np.ndarray, b: np.ndarray, rows: list[int] | None) -> str:
+    """For a batch, the row whose PSNR is lowest (where the lossy error is worst) and its value."""
+    if rows is None or a.ndim == 0 or len(a) < 2:
+        return ""
+    worst = min(range(len(a)), key=lambda r: psnr(a[r], b[r]))
+    return f" (lowest at {_row_name(worst, rows)}: {psnr(a[worst], b[worst]):.1f} dB)"
 
 
 def _max_diff(a: np.ndarray, b: np.ndarray):
@@ -370,8 +429,10 @@ def assert_same_samples(
     """The backend's ``dataset[i]`` equals the native ``dataset[i]``: every key of the sample (so every camera), for
     the first and last index of every episode and ``count`` random indices, or for every index.
 
-    A one-pixel error in one frame inside an episode is found for sure only where that frame is compared: with
-    ``exhaustive=True``, or by :func:`assert_same_pass` (every sample a training pass serves).
+    The ``count`` random indices are a spot check, not a proof: an error held by one sample inside an episode (one
+    wrong byte of a frame only one window holds) is compared with probability about ``count / len(dataset)``, so
+    ``count=20`` misses it in most seeds. It is found for sure only where that sample is compared: with
+    ``exhaustive=True``, or by :func:`assert_same_pass` (every sample of a training pass).
 
     Args:
         case: :func:`robomimic_case` or :func:`lerobot_case`.
@@ -388,7 +449,8 @@ def assert_same_samples(
         The backend's dataset (for further checks).
 
     Raises:
-        AssertionError: the first difference, naming the index and field; or a length that differs.
+        AssertionError: the first difference, naming the index, the field and the element (multi-index) where it
+            is, with both values; or a length that differs.
         ValueError: both ``indices`` and ``exhaustive=True`` given.
     """
     if indices is not None and exhaustive:
@@ -429,7 +491,8 @@ def assert_same_batches(
         The backend's dataset.
 
     Raises:
-        AssertionError: the first difference, naming the batch, its indices and the field.
+        AssertionError: the first difference, naming the batch, its indices, the field, and the row, dataset index
+            and element where it is.
     """
     import torch.utils.data
 
@@ -437,7 +500,7 @@ def assert_same_batches(
     assert hasattr(ours, "collate"), f"{backend}: {type(ours).__name__} has no collate(indices) (not indexed)"
     for b, idx in enumerate(_batch_indices(case, native, batch_size, batches, seed, exhaustive)):
         theirs = torch.utils.data.default_collate([native[i] for i in idx])
-        assert_same(ours.collate(idx), theirs, f"{backend} batch {b} (indices {idx})", min_psnr)
+        assert_same(ours.collate(idx), theirs, f"{backend} batch {b} (indices {idx})", min_psnr, rows=idx)
     return ours
 
 
@@ -451,16 +514,21 @@ def assert_same_pass(
     seed: int = 0,
     min_psnr: Mapping[str, float] | None = None,
 ):
-    """One training pass, driven the way the framework drives it, serves the native pass.
+    """One training pass, driven the way the framework drives it, serves the native pass: every sample of it,
+    the last, partial batch included, so one wrong byte anywhere in the data the pass serves is found whatever
+    the seed.
 
-    robomimic: the DataLoader its ``train()`` builds (shuffled, ``drop_last=True``; ``False`` for a ``batch``
-    backend, whose whole pass is compared) iterated through the patched ``run_epoch``'s path. LeRobot: the
-    DataLoader ``lerobot-train`` builds over its ``EpisodeAwareSampler`` (seeded; workers spawned, as
-    ``lerobot-train`` 0.6.1 starts them, so that the native ``LeRobotDataset`` never decodes in a forked worker,
-    where torchcodec fails at random), iterated through its patched ``cycle``'s path. ``sample`` and ``indexed``
-    backends must give the native DataLoader's batches, batch for batch, from the same seed; a ``batch`` backend
-    orders its passes itself and must serve every sample the native pass serves exactly once (compared as a
-    multiset of contents; lossy fields by PSNR against the native sample with the same exact fields).
+    robomimic: the DataLoader its ``train()`` builds (shuffled from torch's global RNG) but with
+    ``drop_last=False``: robomimic's ``drop_last=True`` drops the windows of the last, partial batch, another few
+    in every seed, and a window holding the only wrong byte was then never compared (it keeps the same order
+    otherwise, so training's batches are the first ones compared), iterated through the patched ``run_epoch``'s
+    path. LeRobot: the DataLoader ``lerobot-train`` builds over its ``EpisodeAwareSampler`` (seeded,
+    ``drop_last=False`` as there; workers spawned, as ``lerobot-train`` 0.6.1 starts them, so that the native
+    ``LeRobotDataset`` never decodes in a forked worker, where torchcodec fails at random), iterated through its
+    patched ``cycle``'s path. ``sample`` and ``indexed`` backends must give the native DataLoader's batches, batch
+    for batch, from the same seed; a ``batch`` backend orders its passes itself and must serve every sample the
+    native pass serves exactly once (compared as a multiset of contents; lossy fields by PSNR against the native
+    sample with the same exact fields).
 
     Args:
         case: :func:`robomimic_case` or :func:`lerobot_case`.
@@ -476,7 +544,8 @@ def assert_same_pass(
         The number of batches served.
 
     Raises:
-        AssertionError: a batch or sample that differs, a sample missing from the pass or served twice.
+        AssertionError: a batch or sample that differs (naming the batch, the row, its dataset index, the field
+            and the element of the first difference), a sample missing from the pass or served twice.
     """
     import torch
 
@@ -492,10 +561,10 @@ def assert_same_pass(
 
         def loader(ds):
             torch.manual_seed(seed)  # robomimic's RandomSampler draws from torch's global RNG
-            # drop_last as robomimic's train() sets it; a batch backend's whole pass is compared (its own order
-            # drops other samples than the native one would)
+            # not robomimic's drop_last=True: the windows of the last, partial batch are compared too (the order
+            # is the same: drop_last only cuts the sampler's tail)
             return torch.utils.data.DataLoader(
-                ds, batch_size=batch_size, shuffle=True, num_workers=num_workers, drop_last=kind != BATCH
+                ds, batch_size=batch_size, shuffle=True, num_workers=num_workers, drop_last=False
             )
     else:
         from robo_loaders_plugin.lerobot.integration import sampling_plan
@@ -516,28 +585,94 @@ def assert_same_pass(
             )
 
     served = list(pass_batches(loader(ours), sampling_plan))
+    expected = [(index.tolist(), batch) for index, batch in loader(_IndexedSamples(native))]
+    _assert_serves_every_index(expected, len(native))
     if kind != BATCH:
-        expected = list(loader(native))
         assert len(served) == len(expected), f"{backend}: {len(served)} batches, the native pass has {len(expected)}"
-        for b, (mine, theirs) in enumerate(zip(served, expected)):
-            assert_same(mine, theirs, f"{backend} pass batch {b}", min_psnr)
+        for b, (mine, (index, theirs)) in enumerate(zip(served, expected)):
+            assert_same(mine, theirs, f"{backend} pass batch {b}", min_psnr, rows=index)
         return len(served)
-    native_loader = loader(native)
-    wanted: dict[bytes, list] = {}
-    for batch in native_loader:
-        for sample in _rows(batch, _batch_len(batch)):
-            wanted.setdefault(_content_key(sample, min_psnr), []).append(sample)
-    total = sum(len(v) for v in wanted.values())
-    got = 0
+    wanted: dict[bytes, list] = {}  # content -> the native (index, sample) pairs not served yet
+    for index, batch in expected:
+        for i, sample in zip(index, _rows(batch, len(index))):
+            wanted.setdefault(_content_key(sample, min_psnr), []).append((i, sample))
+    native_index = {key: [i for i, _ in pairs] for key, pairs in wanted.items()}
     for b, batch in enumerate(served):
         for r, sample in enumerate(_rows(batch, _batch_len(batch))):
+            where = f"{backend} pass batch {b} row {r}"
             key = _content_key(sample, min_psnr)
-            assert wanted.get(key), (
-                f"{backend} pass batch {b} row {r}: not a sample of the native pass, or served "
-                "more often than the native pass serves it"
-            )
-            assert_same(sample, wanted[key].pop(), f"{backend} pass batch {b} row {r}", min_psnr)
-            got += 1
-    missing = total - got
-    assert missing <= 0, f"{backend}: {missing} of the native pass's {total} samples were never served"
+            if key in native_index and not wanted[key]:
+                raise AssertionError(
+                    f"{where}: served more often than the native pass serves it (the sample at index "
+                    f"{native_index[key][0]}, {len(native_index[key])} time(s) in the native pass)"
+                )
+            if key not in native_index:
+                _raise_nearest(sample, wanted, where, min_psnr)
+            i, theirs = wanted[key].pop()
+            assert_same(sample, theirs, f"{where} (index {i})", min_psnr)
+    never = sorted(i for pairs in wanted.values() for i, _ in pairs)
+    assert not never, (
+        f"{backend}: {len(never)} of the native pass's {len(native)} samples were never served "
+        f"(indices {never[:10]}{' ...' if len(never) > 10 else ''})"
+    )
     return len(served)
+
+
+class _IndexedSamples:
+    """``(i, native[i])`` for a DataLoader that must say which dataset index each row of its batches holds:
+    ``default_collate`` collates the pair element-wise, so the batch part is exactly what a DataLoader over
+    ``native`` builds, from the same sampler and RNG. A module-level class, so spawned workers can unpickle it."""
+
+    def __init__(self, native):
+        self.native = native
+
+    def __len__(self) -> int:
+        return len(self.native)
+
+    def __getitem__(self, i):
+        return int(i), self.native[i]
+
+
+def _assert_serves_every_index(expected: list, n: int) -> None:
+    """The native pass compared serves each of the dataset's ``n`` indices once: what makes the pass find one
+    wrong byte anywhere for sure (a sampler that skipped some would compare less than it claims)."""
+    counts = np.bincount(np.asarray([i for index, _ in expected for i in index], dtype=np.int64), minlength=n)
+    assert len(counts) == n and np.all(counts == 1), (
+        f"the native pass serves {int(np.count_nonzero(counts))} of the dataset's {n} indices, "
+        f"{int(np.sum(counts > 1))} more than once: it cannot stand for every sample"
+    )
+
+
+def _field_digests(sample, min_psnr, _path: str = "") -> dict[str, bytes]:
+    """The digest of each exact field of a sample (lossy fields left out), by path."""
+    if isinstance(sample, Mapping):
+        out: dict[str, bytes] = {}
+        for k, v in sample.items():
+            out.update(_field_digests(v, min_psnr, f"{_path}/{k}" if _path else str(k)))
+        return out
+    return {} if _lossy(_path, min_psnr) is not None else {_path: _content_key(sample, min_psnr, _path)}
+
+
+def _raise_nearest(sample, wanted: dict[bytes, list], where: str, min_psnr) -> None:
+    """A ``batch`` backend served a sample the native pass does not hold: compare it with the native sample not
+    served yet that shares the most exact fields with it, so the message names a field, an index and an element
+    (one wrong byte in a frame) rather than only 'no such sample'."""
+    mine = _field_digests(sample, min_psnr)
+    best, same = None, -1
+    for pairs in wanted.values():
+        for i, theirs in pairs:
+            digests = _field_digests(theirs, min_psnr)
+            equal = sum(digests.get(path) == d for path, d in mine.items())
+            if equal > same:
+                best, same = (i, theirs), equal
+    if best is None:
+        raise AssertionError(f"{where}: not a sample of the native pass (every native sample was served already)")
+    i, theirs = best
+    assert_same(
+        sample,
+        theirs,
+        f"{where}: not a sample of the native pass; the nearest not served yet, index {i} "
+        f"({same} of {len(mine)} exact fields equal)",
+        min_psnr,
+    )
+    raise AssertionError(f"{where}: not a sample of the native pass")  # pragma: no cover - equal exact fields match

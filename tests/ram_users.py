@@ -1,5 +1,6 @@
-"""A process using a RAM cache through ``store_cache.open_or_build`` (what every backend does without
-``cache_dir``), for tests/test_ramfile.py; run as a script it is one of the processes of a host.
+"""A process using a RAM cache through ``storage.cached_dir.build_or_reuse`` (what the SDK does for a store that may
+live in RAM, ``compressed_cache``'s, without ``cache_dir``), for tests/test_ramfile.py; run as a script it is one
+of the processes of a host.
 
 ``python tests/ram_users.py MODE SOURCE LOG``: opens the RAM cache of SOURCE (a file whose bytes become the cached
 array), appends its pid to LOG when it builds, prints ``<cache path> built|reused`` and then waits for a line on
@@ -18,9 +19,11 @@ import time
 
 import numpy as np
 
+from robo_loaders_plugin.backends.compressed_cache.episode_store import EpisodeStore, StoreWriter, drop_publish_lock
+from robo_loaders_plugin.backends.compressed_cache.store import CompressedStore, store_file
 from robo_loaders_plugin.storage import fingerprint as fp_mod
+from robo_loaders_plugin.storage.cached_dir import build_or_reuse
 from robo_loaders_plugin.storage.codec import FrameCodec
-from robo_loaders_plugin.storage.store_cache import open_or_build
 
 
 class FileSource:
@@ -33,32 +36,49 @@ class FileSource:
         return fp_mod.fingerprint(self.path, lambda: hashlib.sha256(open(self.path, "rb").read()).hexdigest(), recorded)
 
 
-def open_ram(src, log=None, hang_in_build=False, max_memory=None):
-    """``(store, hold, reused)`` of the RAM cache of ``src``."""
+def open_cached(src, write=None, cache_dir=None, kind="test", log=None, hang_in_build=False, max_memory=None):
+    """``(store, hold, reused)`` of the cache entry of ``src``: an episode store (``store.rlc``) in the entry's
+    directory, built and checked as ``compressed_cache``'s store is, in RAM without ``cache_dir``.
 
-    def write(w):
+    ``write(writer)`` adds the episodes (default: one, ``demo_0``, whose ``low`` field is the source's bytes)."""
+
+    def build(directory):
         if log:
             with open(log, "a") as f:
                 f.write(f"{os.getpid()}\n")
-        data = np.frombuffer(open(src, "rb").read(), dtype=np.uint8).reshape(-1, 1)
-        w.add_episode("demo_0", {"low": data})
-        if hang_in_build:
-            print("building", flush=True)
-            time.sleep(600)
+        w = StoreWriter(store_file(directory), FrameCodec(), max_bytes=max_memory)
+        try:
+            if write is None:
+                w.add_episode("demo_0", {"low": np.frombuffer(open(src, "rb").read(), dtype=np.uint8).reshape(-1, 1)})
+            else:
+                write(w)
+            if hang_in_build:
+                print("building", flush=True)
+                time.sleep(600)
+            w.finish({})
+        except BaseException:
+            w.abort()
+            raise
+        drop_publish_lock(store_file(directory))
 
-    return open_or_build(
-        kind="test",
+    path, hold, reused = build_or_reuse(
+        kind=kind,
         source=FileSource(src),
-        key_desc={"source": str(src)},
-        write=write,
-        codec=FrameCodec(),
-        cache_dir=None,
-        max_memory=max_memory,
-        build_workers=1,
-        meta={},
+        key={"source": str(src)},
+        build=build,
+        cache_dir=cache_dir,
+        check=CompressedStore().verify,
+        description="test store",
         option_prefix="test",
-        description="a test cache",
+        in_ram=cache_dir is None,
+        ram_budget=max_memory,
     )
+    return EpisodeStore(store_file(path)), hold, reused
+
+
+def open_ram(src, log=None, hang_in_build=False, max_memory=None):
+    """``(store, hold, reused)`` of the RAM cache of ``src`` (:func:`open_cached`)."""
+    return open_cached(src, log=log, hang_in_build=hang_in_build, max_memory=max_memory)
 
 
 def main(mode, src, log):

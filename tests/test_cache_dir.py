@@ -188,6 +188,32 @@ def test_obtain_reuses_rebuilds_on_change_and_retires_the_old_copy(tmp_path):
     assert sorted(e.name for e in cache.entries(root)) == sorted([e2.name, eb.name])
 
 
+def test_a_source_looks_only_at_its_own_entries_and_sees_one_written_meanwhile(tmp_path, monkeypatch):
+    """Issue 44 item 3: ``obtain`` checked every name in the root (``is_entry``, a stat each) to find its own
+    source's entries, so a mixture's components, each obtaining its entry from one root holding every component's,
+    made start-up grow with the square of the components. Only the names of the source's own prefix are checked now;
+    the directory is listed at every call (never kept), so an entry written meanwhile (by another process) is found
+    at the next look. Control: listing without the prefix checks every other source's name."""
+    root, built = cache.cache_root(str(tmp_path)), []
+    others = [_obtain(root, f"other{k}", "v1", built)[0] for k in range(20)]
+    a, _hold_a, *_ = _obtain(root, "a", "v1", built)
+    checked, is_entry = [], cache.is_entry
+    monkeypatch.setattr(cache, "is_entry", lambda r, n: checked.append(n) or is_entry(r, n))
+    again, _hold, reused, _ = _obtain(root, "a", "v1", built)
+    prefix = a.name.rsplit("-", 1)[0] + "-"
+    assert reused and again.name == a.name and checked and all(n.startswith(prefix) for n in checked)
+    b_prefix = others[0].name.rsplit("-", 1)[0] + "-"
+    assert [e.name for e in cache.entries(root, prefix)] == [a.name]  # two sources' entries, each found by its own
+    assert [e.name for e in cache.entries(root, b_prefix)] == [others[0].name]
+    written = cache.Entry(root, prefix + "0123456789abcdef")  # another process's entry of the same source
+    with open(written.path, "wb") as f:
+        f.write(b"z")
+    assert sorted(e.name for e in cache.entries(root, prefix)) == sorted([a.name, written.name])
+    checked.clear()
+    cache.entries(root)  # control: without the prefix every name is checked
+    assert len(checked) >= len(others) + 2
+
+
 def test_prune_keeps_entries_in_use_and_removes_least_recently_used(tmp_path):
     root, built = cache.cache_root(str(tmp_path)), []
     ea, _ha, *_ = _obtain(root, "a", "v", built)
@@ -449,3 +475,35 @@ def test_a_size_limit_of_zero_means_no_limit_in_the_variable_and_in_prune(tmp_pa
     assert str(r.exception) == "--max-size: expected a size like 2GB or 512MiB, got 'abc' (0: no limit)"
     r = CliRunner().invoke(main, ["cache", "prune", "--cache-dir", root, "--max-size", "1"])
     assert r.output == f"removed {entry.path}\n" and not os.path.exists(entry.path)
+
+
+def test_the_three_cache_commands_take_cache_dir_alike(tmp_path):
+    """``cache list``, ``prune`` and ``clear`` declare ``--cache-dir`` once (``cli._cache_command``): the same option,
+    resolved to the same created root, and a bad one refused in one line naming ``--cache-dir`` as typed (was
+    ``cache_dir='...'``, the backend option's name). ``list`` shows an entry that ``clear`` then removes. Control:
+    the same file given as a backend's cache_dir is named by that setting."""
+    from click.testing import CliRunner
+
+    from robo_loaders_plugin.cli import main
+
+    root, built = str(tmp_path / "root"), []
+    entry, _, _, _ = _obtain(cache.cache_root(root), "a", "v1", built)
+    helps = set()
+    for command in ("list", "prune", "clear"):
+        r = CliRunner().invoke(main, ["cache", command, "--help"])
+        helps.add(next(line for line in r.output.splitlines() if line.lstrip().startswith("--cache-dir")))
+    assert len(helps) == 1 and "$ROBO_LOADERS_CACHE or ~/.cache/robo-loaders" in helps.pop()
+    r = CliRunner().invoke(main, ["cache", "list", "--cache-dir", root])
+    assert r.exit_code == 0 and os.path.basename(entry.path) in r.output and "in use" in r.output, r.output
+    r = CliRunner().invoke(main, ["cache", "clear", "--cache-dir", root])
+    assert r.exit_code == 0 and r.output == f"removed {entry.path}\n", r.output
+    r = CliRunner().invoke(main, ["cache", "list", "--cache-dir", root])
+    assert r.output.endswith("(empty)\n"), r.output
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    for command in ("list", "prune", "clear"):
+        r = CliRunner().invoke(main, ["cache", command, "--cache-dir", str(a_file)])
+        assert isinstance(r.exception, cache.CacheError), r.output
+        assert str(r.exception).startswith(f"--cache-dir={str(a_file)!r} is a file, not a directory"), r.exception
+    with pytest.raises(cache.CacheError, match=r"^train\.data_backend_kwargs\.cache_dir='"):
+        cache.cache_root(str(a_file), "train.data_backend_kwargs.cache_dir")

@@ -5,9 +5,14 @@ import zlib
 import numpy as np
 import pytest
 
+from robo_loaders_plugin.backends.compressed_cache.episode_store import (
+    EpisodeStore,
+    MemoryBudgetExceeded,
+    StoreError,
+    StoreWriter,
+)
 from robo_loaders_plugin.core.units import format_bytes, parse_bytes
 from robo_loaders_plugin.storage.codec import CodecError, FrameCodec
-from robo_loaders_plugin.storage.store import EpisodeStore, MemoryBudgetExceeded, StoreError, StoreWriter
 
 
 def frames(n=5, seed=0):
@@ -180,24 +185,59 @@ def test_buffer_pool_never_hands_out_a_buffer_in_use():
     assert len({id(h) for h in held}) == 6 and not any(np.shares_memory(h, t.numpy()) for h in held)
 
 
+def test_a_bounded_pool_keeps_no_more_bytes_than_its_bound_and_lets_go_of_free_buffers_first():
+    """Arrays of many shapes (a mixture's parts) kept within ``max_bytes``: the least recently handed out buffers
+    nothing references are let go to make room, a buffer in use never; beyond the bound arrays are handed out unkept.
+    With ``round_rows`` (the batch size) an array of fewer rows is a view of a buffer of a power of two rows, so
+    parts of every size share a few buffers, and a batch's array is its buffer itself; a view keeps its buffer busy.
+    The control: the same arrays from a pool without the bound keep a buffer per shape, past it."""
+    import torch
+
+    from robo_loaders_plugin.storage.buffers import BufferPool
+
+    row = 100  # bytes of a row of (rows, 100) uint8
+    unbounded, pool = BufferPool(max_per_shape=64), BufferPool(max_per_shape=64, max_bytes=40 * row)
+    for rows in range(1, 17):
+        unbounded.empty((rows, 100), np.uint8)
+        pool.empty((rows, 100), np.uint8)
+    assert unbounded.held() == (16, 136 * row)  # the control: every shape kept
+    assert pool.held() == (2, 31 * row)  # 15 + 16 rows: the most recent that fit, older ones let go
+    busy = pool.empty((16, 100), np.uint8)
+    busy[:] = 7
+    pool.bound(20 * row)  # only the free ones go: the one in use stays, and stays intact
+    assert pool.held() == (1, 16 * row) and (busy == 7).all()
+    assert pool.empty((16, 100), np.uint8) is not busy  # in use: never handed out again; no room: not kept
+    assert pool.held() == (1, 16 * row)
+    del busy
+    rounded = BufferPool(max_per_shape=8, round_rows=16)
+    parts = [rounded.empty((rows, 100), np.uint8) for rows in (3, 5, 9, 16)]
+    assert [p.shape[0] for p in parts] == [3, 5, 9, 16] and parts[3].base is None  # a batch's own shape
+    assert sorted(len(b) for bufs in rounded._free.values() for b in bufs) == [4, 8, 16, 16]
+    view = torch.from_numpy(parts[0][1:])  # a tensor on a view of a part keeps its buffer busy
+    del parts
+    again = rounded.empty((4, 100), np.uint8)
+    assert not np.shares_memory(again, view.numpy()) and rounded.allocations == 5
+
+
 def test_the_store_summary_counts_in_the_frameworks_word_and_says_when_there_are_no_frames(tmp_path):
     """Issue 23 B12: a store of low-dim fields only (every step under 1024 bytes) was summarised "frames 0 B -> 0 B,
-    nanx"; robomimic's summary said "episodes" where robomimic (and the rest of its log) says demos."""
-    from robo_loaders_plugin.storage.store_cache import summarize
+    nanx"; robomimic's summary said "episodes" where robomimic (and the rest of its log) says demos. The summary's
+    head is the SDK's (``sdk.serve.served_head``), what the store holds its own (``CompressedStore.describe``)."""
+    from robo_loaders_plugin.backends.compressed_cache.frames import CompressedFrames
+    from robo_loaders_plugin.backends.compressed_cache.store import CompressedStore
+    from robo_loaders_plugin.sdk.serve import served_head
 
     build(tmp_path / "s.rlc")
-    with_frames = summarize(EpisodeStore(str(tmp_path / "s.rlc")), 3, 10, False, "demo")
-    assert (
-        with_frames.startswith("3 demos, 10 samples, cache ")
-        and "frames " in with_frames
-        and "x; low-dim" in with_frames
-        and "nan" not in with_frames
-    )
+    with_frames = CompressedStore().describe(CompressedFrames(EpisodeStore(str(tmp_path / "s.rlc"))), str(tmp_path))
+    assert served_head(3, 10, "demo") == "3 demos, 10 samples"
+    assert with_frames.startswith("cache ") and "frames " in with_frames and "x; low-dim" in with_frames
+    assert "nan" not in with_frames
     w = StoreWriter(str(tmp_path / "low.rlc"), FrameCodec())
     w.add_episode("demo_0", {"low": np.zeros((5, 2))}, compressed=set())
     w.finish({})
-    low = summarize(EpisodeStore(str(tmp_path / "low.rlc")), 1, 5, True)
-    assert low.startswith("1 episode, 5 samples, cache ") and "(no camera frames; low-dim 80 B) at reused " in low
+    low = CompressedStore().describe(CompressedFrames(EpisodeStore(str(tmp_path / "low.rlc"))), str(tmp_path))
+    assert served_head(1, 5, "episode") == "1 episode, 5 samples"
+    assert low.startswith("cache ") and low.endswith("(no camera frames; low-dim 80 B)"), low
     assert "nan" not in low and "0 B ->" not in low
 
 
@@ -229,7 +269,7 @@ def test_store_frames_check_each_blob_before_its_first_decode_not_all_at_open(tm
     of the mapped file per frame: seconds per million frames in every process, issue 22) and checks each blob once,
     before it is first decoded: a blob damaged in episode 2 is refused when a batch needs it (negative control),
     episodes 0 and 1 read before it, and a checked blob is not checked again."""
-    from robo_loaders_plugin.frames.store import StoreFrames
+    from robo_loaders_plugin.backends.compressed_cache.frames import CompressedFrames
 
     path = tmp_path / "s.rlc"
     eps = build(path)
@@ -247,7 +287,7 @@ def test_store_frames_check_each_blob_before_its_first_decode_not_all_at_open(tm
         "check_blobs",
         lambda self, k, s, e, x, **kw: (checked.append(len(s)), real(self, k, s, e, x, **kw)),
     )
-    frames = StoreFrames(EpisodeStore(str(bad)))
+    frames = CompressedFrames(EpisodeStore(str(bad)))
     out = np.empty((2, 24, 24, 3), np.uint8)
     frames.take("img", np.array([0, 1]), np.array([3, 4]), out)
     assert out[0].tobytes() == eps[0][0][3].tobytes() and out[1].tobytes() == eps[1][0][4].tobytes()
@@ -261,11 +301,11 @@ def test_store_frames_read_raw_rows_where_they_lie(tmp_path):
     """Raw fields are read from the mapped file's bytes per batch (no per-process concatenation of every
     episode's rows, seconds at a million frames in each DataLoader worker): windows across episodes equal the
     rows written; negative control: another episode's offsets give other values."""
-    from robo_loaders_plugin.frames.store import StoreFrames
+    from robo_loaders_plugin.backends.compressed_cache.frames import CompressedFrames
 
     path = tmp_path / "s.rlc"
     eps = build(path)
-    frames = StoreFrames(EpisodeStore(str(path)))
+    frames = CompressedFrames(EpisodeStore(str(path)))
     episodes, steps = np.array([2, 0, 1]), np.array([[0, 5, 5], [1, 2, 3], [4, 4, 0]])
     out = np.empty((3, 3, 2), np.float64)
     frames.take("low", episodes, steps, out)
@@ -292,11 +332,11 @@ def test_a_store_damaged_while_it_is_read_is_an_error_naming_file_episode_field_
     after its rows are copied: a StoreError naming the file, the episode, the field and the frame or steps. Negative
     control: the damaged blob decoded unchecked gives other pixels (or Blosc2's error naming nothing), the damaged
     rows are other values."""
-    from robo_loaders_plugin.frames.store import StoreFrames
+    from robo_loaders_plugin.backends.compressed_cache.frames import CompressedFrames
 
     path = tmp_path / "s.rlc"
     eps = build(path)
-    frames = StoreFrames(EpisodeStore(str(path)))
+    frames = CompressedFrames(EpisodeStore(str(path)))
     img, low = np.empty((1, 2, 24, 24, 3), np.uint8), np.empty((1, 2, 2), np.float64)
     frames.take("img", np.array([1]), np.array([[2, 3]]), img)  # the run is under way: the tables are loaded
     frames.take("low", np.array([2]), np.array([[0, 1]]), low)
@@ -323,13 +363,14 @@ def test_a_store_damaged_while_it_is_read_is_an_error_naming_file_episode_field_
 
 
 def test_a_store_of_another_format_gets_another_cache_entry_and_is_refused_if_opened(tmp_path):
-    """A change of the store's format (2 -> 3: camera frames channels last) changes its cache key, so a store of
-    format 2 is never found for this version (rebuilt beside it), and one opened anyway is refused naming both."""
-    from robo_loaders_plugin.storage import store as store_module
-    from robo_loaders_plugin.storage.store_cache import keyed
+    """A change of the store's format (2 -> 3: camera frames channels last) changes its cache entries' kind, so a
+    store of format 2 is never found for this version (rebuilt beside it), and one opened anyway is refused naming
+    both."""
+    from robo_loaders_plugin.backends.compressed_cache import episode_store as store_module
+    from robo_loaders_plugin.backends.compressed_cache.store import CompressedStore
 
     now = store_module.FORMAT_VERSION
-    assert keyed({"source": "x"}) == {"source": "x", "store_format": now}
+    assert CompressedStore.kind == f"compressed-cache-{now}"
     path = tmp_path / "s.rlc"
     build(path)
     (tmp_path / "old.rlc").write_bytes(_with_header(path.read_bytes(), lambda h: dict(h, format=now - 1)))
@@ -343,7 +384,7 @@ def _with_header(data: bytes, edit) -> bytes:
     """A store file's bytes with its JSON header replaced by ``edit(header)``, footer and header CRC made valid."""
     import json
 
-    from robo_loaders_plugin.storage import store as store_module
+    from robo_loaders_plugin.backends.compressed_cache import episode_store as store_module
 
     hoff, hlen, _, end = store_module._FOOTER.unpack(data[-store_module._FOOTER.size :])
     header = json.dumps(edit(json.loads(data[hoff : hoff + hlen])), sort_keys=True).encode()

@@ -168,3 +168,51 @@ def test_installed_versions_are_read_once_per_process(monkeypatch):
         assert checks.installed_version("not-a-distribution-here") is None
     finally:
         checks.installed_version.cache_clear()
+
+
+TORCHCODEC_ROW = """
+import sys
+if sys.argv[1] == "not installed":
+    sys.modules["torchcodec"] = None  # how Python blocks an import: an environment without the pip package
+elif sys.argv[1] == "no FFmpeg":
+    import torch
+
+    def load_library(path):  # what loading torchcodec's libraries does where FFmpeg's shared libraries are missing
+        raise OSError("libavutil.so.59: cannot open shared object file: No such file or directory")
+
+    torch.ops.load_library = load_library
+from robo_loaders_plugin.doctor import torchcodec_check
+
+row = torchcodec_check()
+print(row.status, row.what, "|", row.detail)
+"""
+
+
+@pytest.mark.parametrize(
+    "case, fix, not_said",
+    [
+        (
+            "not installed",
+            'not installed: LeRobot video datasets need it (pip install "robo-loaders-plugin[video]")',
+            "apt",
+        ),
+        ("no FFmpeg", "installed, but cannot load FFmpeg's shared libraries", "pip install"),
+    ],
+)
+def test_doctor_tells_a_missing_pip_package_from_missing_ffmpeg_libraries(case, fix, not_said):
+    """Issue 42 item 17: without torchcodec doctor said ``apt-get install ffmpeg``, where a pip extra was missing.
+    A missing package names the extra; torchcodec installed but unable to load FFmpeg's libraries (its loader
+    failing as dlopen fails) names the system package. Control: installed and loading, the row is ok."""
+    import os
+    import subprocess
+    import sys
+
+    from robo_loaders_plugin.doctor import torchcodec_check
+
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    p = subprocess.run([sys.executable, "-c", TORCHCODEC_ROW, case], capture_output=True, text=True, env=env)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith("warn torchcodec") and fix in p.stdout and not_said not in p.stdout, p.stdout
+    if case == "no FFmpeg":
+        assert "apt-get install ffmpeg" in p.stdout
+    assert torchcodec_check().ok  # the control, in this process: installed, FFmpeg's libraries load

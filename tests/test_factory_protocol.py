@@ -1,7 +1,8 @@
-"""Factories are checked against their framework's protocol when the backends are registered
-(``core.hookspecs.FACTORY_PROTOCOLS``): a wrong signature is refused by ``robo-loaders list`` with one line naming
-the plugin, backend, framework and the expected signature, not at the first training run; and the check reads the
-factory's source, so listing still imports neither torch nor the factory's module."""
+"""Factories are checked against their framework's protocol (``core.hookspecs.FACTORY_PROTOCOLS``) by binding the
+adapters' calls to the imported factory's ``inspect.signature``: a third-party factory with a wrong signature is
+refused by ``robo-loaders list`` with one line naming the plugin, backend, framework and the expected signature, not
+at the first training run. The built-ins' factories are checked here (importing them would cost every listing
+torch's import: ``test_backend_packages.py::test_built_in_plugins_import_nothing_heavy``) and when they build."""
 
 import functools
 import json
@@ -11,12 +12,13 @@ import sys
 
 import pytest
 
+from robo_loaders_plugin.core import installs
 from robo_loaders_plugin.core.factory_check import expected_signature, factory_problem
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 PLUGIN = """
-from robo_loaders_plugin import SAMPLE, BackendSpec, hookimpl
+from robo_loaders_plugin.extend import SAMPLE, BackendSpec, hookimpl
 
 @hookimpl
 def robo_loaders_backends():
@@ -27,7 +29,7 @@ def robo_loaders_backends():
                         factories={"robomimic": "proto_factories:good_robomimic",
                                    "lerobot": "proto_factories:wrong_lerobot"})]
 """
-# the factories' module imports torch at the top, as a real one does: the check must not import it
+# the factories' module imports torch at the top, as a real one may: the check imports it (listing pays torch's import)
 FACTORIES = """
 import torch
 
@@ -53,12 +55,13 @@ CODE = (
 )
 
 
-def install(site, name="proto", module="proto_plugin"):
-    """What ``pip install`` leaves for an entry point of the ``robo_loaders`` group."""
+def install(site, name="proto", module="proto_plugin", entry=None):
+    """What ``pip install`` leaves for an entry point of the ``robo_loaders`` group: distribution ``name`` 0.1,
+    entry point ``entry`` (default: ``name``) naming ``module``."""
     dist = site / f"{name}-0.1.dist-info"
     dist.mkdir()
     (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n")
-    (dist / "entry_points.txt").write_text(f"[robo_loaders]\n{name} = {module}\n")
+    (dist / "entry_points.txt").write_text(f"[robo_loaders]\n{entry or name} = {module}\n")
 
 
 def run_list(site, *argv):
@@ -82,11 +85,11 @@ def test_a_wrong_factory_signature_is_refused_by_list_naming_plugin_backend_fram
     assert lines[0] == (
         "error: plugin 'proto': backend 'wrong_one' refused: its lerobot factory "
         "proto_factories:wrong_lerobot has the signature (native); expected "
-        "factory(native, *, options) (the protocol: robo_loaders_plugin/core/hookspecs.py)"
+        "factory(native, *, options) (the protocols: robo_loaders_plugin.extend)"
     )
-    assert not r["torch"] and not r["factories"], r  # read from source: nothing imported
+    assert r["factories"], r  # the imported factory's signature, not its source
     j = run_list(tmp_path, "--json")
-    assert j["code"] == 1 and "wrong_one" in j["err"] and not j["torch"] and not j["factories"]
+    assert j["code"] == 1 and "wrong_one" in j["err"]
     assert [d["name"] for d in json.loads(j["out"]) if d["plugin"] == "proto"] == ["good_one"]
 
 
@@ -160,29 +163,77 @@ def test_callables_and_references(factory, framework, ok):
         assert expected_signature(framework) in problem
 
 
-def test_a_factory_that_is_not_a_def_is_checked_when_imported(tmp_path, monkeypatch):
-    """A factory assigned in its module cannot be read from source: it is registered, and refused with the same
-    line when its module is imported (``BackendSpec.factory_for``), still before it is called."""
-    from robo_loaders_plugin import SAMPLE, BackendSpec, RoboLoadersError
-
-    (tmp_path / "assigned_factories.py").write_text("def _make(native):\n    return 1\n\nmake = _make\n")
+def test_a_factory_that_is_not_a_def_or_does_not_import_is_refused_at_registration(tmp_path, monkeypatch):
+    """What source parsing could not read (a factory assigned in its module, a method) is checked as any other,
+    by its signature once imported; a module that fails to import, or lacks the name, is one line too."""
+    (tmp_path / "assigned_factories.py").write_text(
+        "def _make(native):\n    return 1\n\nmake = _make\n\n"
+        "class Maker:\n    @staticmethod\n    def build(native, *, options):\n        return 1\n"
+    )
+    (tmp_path / "broken_factories.py").write_text("import no_such_module_for_this_test\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     try:
-        assert factory_problem("assigned_factories:make", "lerobot") is None  # cannot be told from source
-        spec = BackendSpec(
-            name="assigned",
-            description="d",
-            frameworks=("lerobot",),
-            kind=SAMPLE,
-            factories={"lerobot": "assigned_factories:make"},
-            plugin="p",
+        assert factory_problem("assigned_factories:make", "lerobot") == (
+            "factory assigned_factories:make has the signature (native); expected factory(native, *, options)"
         )
+        assert factory_problem("assigned_factories:Maker.build", "lerobot") is None
+        assert factory_problem("assigned_factories:missing", "lerobot") == (
+            "factory 'assigned_factories:missing' cannot be imported (AttributeError: module "
+            "'assigned_factories' has no attribute 'missing')"
+        )
+        assert factory_problem("broken_factories:f", "lerobot") == (
+            "factory 'broken_factories:f' cannot be imported (ModuleNotFoundError: No module named "
+            "'no_such_module_for_this_test')"
+        )
+    finally:
+        for m in ("assigned_factories", "broken_factories"):
+            sys.modules.pop(m, None)
+
+
+def test_a_factory_whose_declared_modules_are_missing_is_checked_when_chosen(tmp_path, monkeypatch):
+    """A factory module that needs what its backend declares missing is not imported at registration (it would
+    fail on that import): the backend is listed, choosing it names what to install, and the build checks its
+    signature when it imports it (``BackendSpec.factory_for``), built-ins included."""
+    from robo_loaders_plugin.core import registry
+    from robo_loaders_plugin.extend import SAMPLE, BackendSpec, RoboLoadersError
+
+    (tmp_path / "needs_factories.py").write_text("def make(native):\n    return 1\n")
+    spec = BackendSpec(
+        name="needs",
+        description="d",
+        frameworks=("lerobot",),
+        kind=SAMPLE,
+        factories={"lerobot": "needs_factories:make"},
+        requires={"lerobot": (("no_such_module_for_this_test", "pip install it"),)},
+        plugin="p",
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        assert registry._factory_refusal(spec) is None and "needs_factories" not in sys.modules
+        with pytest.raises(RoboLoadersError, match=r"no_such_module_for_this_test.*pip install it"):
+            spec.check_requirements("lerobot")
         with pytest.raises(
             RoboLoadersError,
-            match=r"plugin 'p': backend 'assigned' refused: its lerobot factory "
-            r"_make has the signature \(native\); expected "
-            r"factory\(native, \*, options\)",
+            match=r"^plugin 'p': backend 'needs' refused: its lerobot factory needs_factories:make has the signature "
+            r"\(native\); expected factory\(native, \*, options\)",
         ):
             spec.factory_for("lerobot")
+        # control: with its modules present, registration imports and refuses it
+        ok = BackendSpec(**{**spec.__dict__, "requires": {}})
+        assert "needs_factories:make has the signature (native)" in registry._factory_refusal(ok)
     finally:
-        sys.modules.pop("assigned_factories", None)
+        sys.modules.pop("needs_factories", None)
+
+
+def test_every_built_in_factory_follows_its_protocol():
+    """The built-ins are not imported at registration: their signatures are held here (a wrong one is caught by
+    the same check: ``test_callables_and_references``)."""
+    from robo_loaders_plugin.core import registry
+
+    checked = 0
+    for spec in registry.builtin_specs():
+        for framework, factory in spec.factories.items():
+            if not installs.missing(spec.requires.get(framework, ())):
+                assert factory_problem(factory, framework) is None, (spec.name, framework)
+                checked += 1
+    assert checked >= 9, checked  # native, compressed_cache, datapipe, gpu_resampler: both; video_stream

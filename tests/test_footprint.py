@@ -321,8 +321,8 @@ def test_a_disk_fits_only_what_leaves_the_writers_reserve_free(tmp_path, monkeyp
 
 
 def test_a_store_on_a_full_disk_stops_and_leaves_no_file(tmp_path, monkeypatch):
+    from robo_loaders_plugin.backends.compressed_cache.episode_store import StoreWriter
     from robo_loaders_plugin.storage.codec import FrameCodec
-    from robo_loaders_plugin.storage.store import StoreWriter
 
     monkeypatch.setattr("shutil.disk_usage", lambda p: _Usage(GB + 1000))
     path = str(tmp_path / "s.rlc")

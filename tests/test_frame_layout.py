@@ -10,15 +10,15 @@ import zlib
 import numpy as np
 import pytest
 
-from robo_loaders_plugin.frames.store import StoreFrames
+from robo_loaders_plugin.backends.compressed_cache import episode_store as store_module
+from robo_loaders_plugin.backends.compressed_cache.episode_store import EpisodeStore, StoreWriter
+from robo_loaders_plugin.backends.compressed_cache.frames import CompressedFrames
 from robo_loaders_plugin.storage import frame_layout
-from robo_loaders_plugin.storage import store as store_module
 from robo_loaders_plugin.storage.codec import FrameCodec
 from robo_loaders_plugin.storage.encoded_frames import EncodedFrames
 from robo_loaders_plugin.storage.shards import ShardError, ShardReader, ShardWriter
 from robo_loaders_plugin.storage.shards import format as shard_format
 from robo_loaders_plugin.storage.shards import writer as shard_writer
-from robo_loaders_plugin.storage.store import EpisodeStore, StoreWriter
 
 
 def camera(n: int, seed: int = 0, shape=(3, 12, 16)) -> np.ndarray:
@@ -166,14 +166,14 @@ def test_stores_keep_channels_first_frames_channels_last_and_serve_them_as_given
     steps = np.array([[0, 0, 1, 2], [3, 4, 4, 4]])  # padding repeats
     episodes = np.array([0, 1])
     for field in ("cam", "hwc", "state"):
-        got = StoreFrames(store).gather(field, episodes, steps)
+        got = CompressedFrames(store).gather(field, episodes, steps)
         want = np.stack([eps[e][field][s] for e, s in zip(episodes, steps)])
         assert got.tobytes() == want.tobytes(), field
     # negative control: the same store with its layout dropped from the header (an old reader's view) serves other
     # bytes, and the check above catches it
     store.close()
     with_header(path, lambda h: dict(h, episodes=[_no_layout(e) for e in h["episodes"]]))
-    got = StoreFrames(EpisodeStore(path)).gather("cam", episodes, steps)
+    got = CompressedFrames(EpisodeStore(path)).gather("cam", episodes, steps)
     assert got.tobytes() != np.stack([eps[e]["cam"][s] for e, s in zip(episodes, steps)]).tobytes()
 
 
@@ -184,65 +184,50 @@ def _no_layout(episode: dict) -> dict:
 
 
 def test_a_cache_of_the_earlier_format_is_removed_and_built_again_channels_last(tmp_path, monkeypatch, capsys):
-    """A store written channels first (format 2) is never read as format 3: its cache entry (another key) is removed
-    with a line saying why and the store built again; one found at this format's path is refused and rebuilt."""
+    """A store written channels first (format 2) is never read as format 3: its cache entry (another kind,
+    ``compressed-cache-2``) is removed with a line saying why and the store built again; one found at this format's
+    entry, rewritten, is refused and rebuilt."""
     sys.path.insert(0, os.path.dirname(__file__))
-    from ram_users import FileSource
-
-    from robo_loaders_plugin.storage import store_cache
+    from ram_users import open_cached
 
     src = tmp_path / "src.bin"
     src.write_bytes(b"source")
     eps = [record(5), record(4, seed=2)]
 
-    def opened():
-        def write(w):
-            for e, fields in enumerate(eps):
-                w.add_episode(f"demo_{e}", fields, compressed={"cam", "hwc"})
+    def write(w):
+        for e, fields in enumerate(eps):
+            w.add_episode(f"demo_{e}", fields, compressed={"cam", "hwc"})
 
-        return store_cache.open_or_build(
-            kind="test",
-            source=FileSource(src),
-            key_desc={"source": str(src)},
-            write=write,
-            codec=FrameCodec(),
-            cache_dir=str(tmp_path / "cache"),
-            max_memory=None,
-            build_workers=1,
-            meta={},
-            option_prefix="test",
-            description="a test cache",
-        )
+    def opened(version=store_module.FORMAT_VERSION):
+        return open_cached(src, write, cache_dir=str(tmp_path / "cache"), kind=f"compressed-cache-{version}")
 
     def served(store) -> bytes:
-        return StoreFrames(store).gather("cam", np.array([0, 1]), np.array([[1, 2], [3, 3]])).tobytes()
+        return CompressedFrames(store).gather("cam", np.array([0, 1]), np.array([[1, 2], [3, 3]])).tobytes()
 
     want = np.stack([eps[0]["cam"][[1, 2]], eps[1]["cam"][[3, 3]]]).tobytes()
     with monkeypatch.context() as m:  # what an earlier robo-loaders built: format 2, channels first
         m.setattr(store_module, "FORMAT_VERSION", 2)
-        m.setattr(store_cache, "FORMAT_VERSION", 2)
         m.setattr(frame_layout, "stored_layout", lambda shape: None)
-        old, hold, reused = opened()
+        old, hold, reused = opened(2)
         assert not reused and served(old) == want and "layout" not in old.field(0, "cam")
-        old_path = old.path
+        old_entry = os.path.dirname(old.path)
         old.close()
         hold.release()
     capsys.readouterr()
     store, hold, reused = opened()
     out = capsys.readouterr().out
-    assert not reused and store.path != old_path and not os.path.exists(old_path)
-    assert (
-        f"removed {old_path}: the compressed cache of this source and these options in an earlier store format" in out
-    )
+    assert not reused and os.path.dirname(store.path) != old_entry and not os.path.exists(old_entry)
+    assert f"removed {old_entry}: the test store of this source and these options in an earlier format" in out
     assert store.frame_layout(0, "cam") == "hwc" and served(store) == want
     path = store.path
     store.close()
     hold.release()
-    # a format-2 file where this format's store is (copied there, or an edited header): refused, then rebuilt
+    # a format-2 header written over this format's store (an edited file): refused (its size is no longer the one
+    # its build wrote), then rebuilt
     with_header(path, lambda h: dict(h, format=2, episodes=[_no_layout(e) for e in h["episodes"]]))
     store, hold, reused = opened()
     out = capsys.readouterr().out
-    assert not reused and "cache format 2 is not 3" in out and "rebuilding" in out
+    assert not reused and "store.rlc is " in out and "were written" in out and "rebuilding" in out, out
     assert served(store) == want
     store.close()
     hold.release()

@@ -10,7 +10,7 @@ import pytest
 import torch
 from fake_machine import patch_available
 
-from robo_loaders_plugin.backends.compressed_cache.placement import compressed_cache_plan, planned_store
+from robo_loaders_plugin.backends.compressed_cache.placement import compressed_cache_plan
 from robo_loaders_plugin.backends.gpu_resampler import tiers
 from robo_loaders_plugin.core.data_size import DataSize
 from robo_loaders_plugin.core.footprint import HEADROOM, Available
@@ -23,6 +23,7 @@ from robo_loaders_plugin.core.in_flight import (
 )
 from robo_loaders_plugin.core.units import format_bytes
 from robo_loaders_plugin.pipeline.buffer_plan import buffer_plan
+from robo_loaders_plugin.sdk.placement import planned
 
 MB = 10**6
 GB = 10**9
@@ -80,7 +81,7 @@ def test_compressed_cache_counts_its_batches_in_host_memory_beside_the_store():
     assert not beside.in_ram and "beside the batches in flight (500.0 MB)" in beside.spilled, beside.spilled
     assert beside.footprint.host_bytes == s.other_bytes + 500 * MB
     assert beside.footprint.bound.endswith("; plus " + batches.describe()), beside.footprint.bound
-    kept = planned_store(beside, _machine(GB), ["x"], batches)
+    kept = planned(beside, _machine(GB), ["x"], batches)
     assert kept.footprint.host_bytes - kept.kept.host_bytes == 500 * MB
 
 

@@ -168,6 +168,29 @@ def test_batch_source_position_resume_and_abandoned_passes():
     assert list(Counting(3, start_epoch=5, start_batch=1)) == [(5, 1), (5, 2)]
 
 
+def test_a_pass_asked_for_while_another_is_served_is_whole_and_moves_no_position(capsys):
+    """A second iter() while a pass is being served (not exhausted, closed or dropped) is a whole pass of its own,
+    the pass after the running one, served by batches_apart; the running pass keeps its position and ends it. An
+    abandoned pass that is dropped (robomimic's epoch_every_n_steps), closed or failed is over: the next pass is the
+    running one (it moves the position). The control: the position the old shared counter reached."""
+    src = Counting(4)
+    running = iter(src)
+    assert next(running) == (0, 0)
+    assert list(src) == [(1, b) for b in range(4)]  # whole, apart
+    assert src.state_dict() == {"epoch": 0, "batch": 1}  # the running pass's (a shared counter said epoch 1)
+    assert list(running) == [(0, b) for b in range(1, 4)] and src.state_dict() == {"epoch": 1, "batch": 0}
+    assert sum("apart from the running pass" in line for line in capsys.readouterr().out.splitlines()) == 1
+    abandoned = iter(src)
+    assert next(abandoned) == (1, 0)
+    del abandoned  # dropped: the next pass is served as the running one and moves the position
+    assert list(src) == [(2, b) for b in range(4)] and src.state_dict() == {"epoch": 3, "batch": 0}
+    closed = iter(src)
+    next(closed)
+    closed.close()
+    assert next(iter(src)) == (4, 0) and src.state_dict() == {"epoch": 4, "batch": 1}
+    assert not capsys.readouterr().out  # said once per source
+
+
 def test_sampler_batches_consume_the_rng_like_a_persistent_worker_dataloader():
     """With persistent workers a DataLoader draws its base seed once for the whole run, not once per pass."""
     data = list(range(20))
@@ -439,3 +462,28 @@ def test_a_pipeline_nobody_holds_stops_its_threads_and_frees_its_dataset():
     assert not [t.name for t in started if t.is_alive()]
     gc.collect()
     assert dataset() is None
+
+
+def test_the_threaded_passes_that_keep_their_own_ordered_map_run_without_torchdata():
+    """``core.threads.ordered_map`` is kept beside torchdata's ``ParallelMapper(in_order=True)`` because its users
+    (the ``indexed`` kind's passes, mixtures) must not require the optional ``[datapipe]`` extra: with torchdata
+    blocked as Python blocks an import, they import and serve in order. Control: the batch pipeline, which uses
+    ``ParallelMapper``, does not import."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "sys.modules['torchdata'] = None\n"
+        "import torch\n"
+        "from robo_loaders_plugin.core.iteration import SamplerBatches\n"
+        "import robo_loaders_plugin.mixtures.batches\n"
+        "dl = torch.utils.data.DataLoader(range(10), batch_size=3)\n"
+        "print([b for b in SamplerBatches(lambda idx: idx, dl.batch_sampler, None, num_threads=3)])\n"
+        "try:\n"
+        "    import robo_loaders_plugin.pipeline.batches\n"
+        "except ImportError as exc:\n"
+        "    print(type(exc).__name__)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.splitlines() == ["[[0, 1, 2], [3, 4, 5], [6, 7, 8], [9]]", "ModuleNotFoundError"], out

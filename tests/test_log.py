@@ -50,6 +50,22 @@ def test_lines_keep_their_words_on_the_stdout_of_the_moment(capsys):
     assert capsys.readouterr().out == ""  # negative control: nothing went to the stdout it replaced
 
 
+def test_warn_once_logs_a_warning_once_per_process(capsys):
+    """The same warning asked for again (a mixture checked at parsing, then for each split) is one line; another
+    message, or the same one on another logger, is its own line (control: the logger's own warning repeats)."""
+    logger = log.get_logger("robo_loaders_plugin.mixtures.test_warn_once")
+    assert log.warn_once(logger, "warning: components disagree") is True
+    assert log.warn_once(logger, "warning: components disagree") is False
+    assert log.warn_once(logger, "warning: another thing") is True
+    assert log.warn_once(log.get_logger("x.test_warn_once"), "warning: components disagree") is True
+    assert capsys.readouterr().out == "".join(
+        f"[robo-loaders] warning: {m}\n" for m in ("components disagree", "another thing", "components disagree")
+    )
+    logger.warning("warning: components disagree")
+    logger.warning("warning: components disagree")
+    assert capsys.readouterr().out.count("components disagree") == 2
+
+
 def test_loggers_are_children_of_robo_loaders_with_one_handler_and_no_propagation():
     from robo_loaders_plugin.storage import cache
 

@@ -57,6 +57,11 @@ BAD = [
     ("lerobot", [{"repo_id": "u/a", "root": "{root}/nope", "weight": 1}], "root {root}/nope does not exist"),
     (
         "robomimic",
+        [{"path": "{root}", "weight": 1}],
+        "component 0 ({root}): {root} is a directory, not an HDF5 file (it holds no .hdf5 file); give the path",
+    ),
+    (
+        "robomimic",
         [{"path": "{a}", "weight": 1}, {"path": "{a}", "weight": 2}],
         "component 1 ({a}) duplicates component 0",
     ),
@@ -136,6 +141,52 @@ def test_component_shares_follow_the_weights_within_a_binomial_bound():
     # negative control: concatenation (shares by size) is a wrong order for these weights, and the bound says so
     wrong = MixtureOrder(sizes, None, seed=7)
     assert not shares_within_bound(wrong, wrong.indices_of(0), p)
+
+
+SCALED = {  # [1, 1, 6] as users may write it: huge (the sum overflows float64), subnormal, plainly huge or tiny
+    "sum overflows": [2.5e307, 2.5e307, 1.5e308],
+    "huge": [1e300, 1e300, 6e300],
+    "tiny": [1e-300, 1e-300, 6e-300],
+    "subnormal": [1e-310, 1e-310, 6e-310],
+}
+
+
+@pytest.mark.parametrize("weights", list(SCALED.values()), ids=list(SCALED))
+def test_any_finite_positive_weights_give_their_shares(weights):
+    """Weights whose sum overflows, or too small for float64's normal range, draw a working pass with the shares of
+    [1, 1, 6] (issue 42 item 6: [1e308, 1e308] died in numpy's ``choice``). Negative control: the plain ``w /
+    w.sum()`` of the overflowing weights is refused by numpy, as the first pass was."""
+    sizes, p = [400, 1600, 240], np.array([1.0, 1.0, 6.0]) / 8
+    order = MixtureOrder(sizes, weights, seed=7)
+    np.testing.assert_allclose(order.probabilities, p, rtol=1e-9)
+    for epoch in range(2):
+        assert shares_within_bound(order, order.indices_of(epoch), p)
+    w = np.asarray(weights)
+    with np.errstate(over="ignore"):
+        total = w.sum()
+    if not np.isfinite(total):
+        with pytest.raises(ValueError, match="do not sum to 1"):
+            np.random.default_rng(0).choice(3, size=10, p=w / total)
+
+
+def test_weights_1e308_pairs_and_ratios_beyond_float64():
+    """Two 1e308 weights share a pass half and half; a weight 1e-616 times the largest (its share rounds to 0 in
+    float64) is never drawn, the pass still works; weights whose sum is finite keep ``w / w.sum()`` bit for bit (the
+    orders of earlier versions, so resumed runs, unchanged); the spec's log line shows the shares, not 0.0%."""
+    pair = MixtureOrder([300, 300], [1e308, 1e308], seed=1)
+    assert pair.probabilities.tolist() == [0.5, 0.5]
+    assert shares_within_bound(pair, pair.indices_of(0), np.array([0.5, 0.5]))
+    lopsided = MixtureOrder([50, 50], [1e308, 1e-308], seed=1)
+    assert lopsided.probabilities.tolist() == [1.0, 0.0]
+    assert (lopsided.split(lopsided.indices_of(0))[0] == 0).all()
+    for w in ([1.0, 1.0, 6.0], [0.3, 0.7, 1e-3], [1e-5, 2.0]):
+        assert np.array_equal(MixtureOrder([5] * len(w), w).probabilities, np.asarray(w) / np.sum(w))
+
+
+def test_the_spec_describes_shares_of_weights_whose_sum_overflows(files):
+    (a, b), _ = files
+    spec = parse_mixture([{"path": a, "weight": 1e308}, {"path": b, "weight": 1e308}], "robomimic", WHERE)
+    assert spec.describe() == "a.hdf5 (50.0%), b.hdf5 (50.0%)"
 
 
 def test_weighted_order_is_pure_and_never_repeats_a_window_within_a_cycle():
@@ -302,3 +353,42 @@ def test_component_batches_are_scattered_into_the_batch_order_for_every_dtype(dt
     # control: the batch placed by the other permutation is another batch
     wrong = hooks.concat(parts, np.split(order, [3, 5]), 9, pool)
     assert not torch.equal(wrong, want)
+
+
+@pytest.mark.parametrize("framework", ["lerobot", "robomimic"])
+def test_missing_camera_zeros_and_flags_are_made_on_the_batch_s_device(framework):
+    """``"missing_cameras": "zeros"``: a component's zeros, ``_is_pad`` and ``_is_missing`` are made where its own
+    batch is (a ``gpu_resampler`` batch on CUDA), not on the CPU, whatever device the template (another component's
+    item) is on. The ``meta`` device stands for the GPU here (a CPU run cannot see the difference otherwise).
+    Control: the template's and the CPU's device differ from the batch's, so made as before (the flag from numpy,
+    the mask on the CPU) they would be on the CPU."""
+    from robo_loaders_plugin.mixtures.missing import fill_flat, missing_key
+    from robo_loaders_plugin.robomimic.mixture import RobomimicHooks
+
+    meta, rows = torch.device("meta"), 4
+    own = torch.zeros((rows, 3), device=meta)
+    if framework == "lerobot":
+        templates = {"cam": torch.zeros((2, 8, 8), dtype=torch.uint8), "cam_is_pad": torch.zeros(2, dtype=torch.bool)}
+        out = fill_flat({"state": own}, ["cam"], templates, rows)
+        made = [out["cam"], out["cam_is_pad"], out[missing_key("cam")]]
+    else:
+        templates = {("obs", "cam"): np.zeros((2, 8, 8), dtype=np.uint8)}
+        out = RobomimicHooks.fill(object.__new__(RobomimicHooks), {"obs": {"state": own}}, ["cam"], templates, rows)
+        made = [out["obs"]["cam"], out[missing_key("cam")]]
+    assert [t.device.type for t in made] == ["meta"] * len(made)
+    assert made[-1].dtype == torch.bool and made[-1].shape == (rows,)
+    cpu = fill_flat({"state": torch.zeros((rows, 3))}, ["cam"], {"cam": torch.zeros((2,), device=meta)}, rows)
+    assert cpu["cam"].device.type == "cpu" and cpu[missing_key("cam")].device.type == "cpu"  # the control
+
+
+def test_a_padded_key_s_mask_is_made_on_the_batch_s_device():
+    """A padded key's ``_dim_mask`` is made where the padded batch is (``meta`` standing for the GPU), with the same
+    values as on the CPU. Control: the CPU batch's mask is on the CPU (made from numpy as before, it always was)."""
+    from robo_loaders_plugin.mixtures.padding import mask_key, pad_flat
+
+    on_meta = pad_flat({"action": torch.zeros((4, 2), device=torch.device("meta"))}, {"action": (2, 5)}, 4)
+    on_cpu = pad_flat({"action": torch.zeros((4, 2))}, {"action": (2, 5)}, 4)
+    assert on_meta[mask_key("action")].device.type == "meta" and on_meta[mask_key("action")].shape == (4, 5)
+    assert on_cpu[mask_key("action")].device.type == "cpu"
+    assert on_cpu[mask_key("action")].tolist() == [[True, True, False, False, False]] * 4
+    assert pad_flat({"a": torch.zeros(2)}, {"a": (2, 3)}, None)[mask_key("a")].tolist() == [True, True, False]

@@ -4,6 +4,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -169,9 +170,39 @@ def test_the_excepthook_prints_the_plugins_errors_in_one_line_and_nothing_else(e
         assert p.stderr == "error: /data/x: bad\n"
 
 
+PASSED_ON = """
+from robo_loaders_plugin.core.errors import install_one_line_excepthook, pass_through
+install_one_line_excepthook()
+def lerobots_own():
+    raise ValueError("'repo_id' argument missing. Please specify it to push the model to the hub.")
+def plugin_wrapper():
+    return lerobots_own()
+{mark}
+plugin_wrapper()
+"""
+
+
+@pytest.mark.parametrize("marked", [True, False])
+def test_an_error_the_framework_raises_itself_is_printed_without_the_plugins_wrapper(marked):
+    """Issue 42 item 15: LeRobot's own refusal (no --policy.push_to_hub=false) printed a traceback through the
+    plugin's ``lerobot/compat.py`` (the wrapper around LeRobot's ``train``), so it looked like the plugin's. A
+    wrapper marked ``pass_through`` is left out of the printed traceback, every other frame kept in order, the
+    error unchanged. Negative control: the same wrapper unmarked is printed."""
+    code = PASSED_ON.format(mark="plugin_wrapper = pass_through(plugin_wrapper)" if marked else "")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert p.returncode == 1
+    frames = re.findall(r", in (\S+)\n", p.stderr)
+    assert frames == (["<module>", "lerobots_own"] if marked else ["<module>", "plugin_wrapper", "lerobots_own"])
+    assert p.stderr.splitlines()[-1] == (
+        "ValueError: 'repo_id' argument missing. Please specify it to push the model to the hub."
+    )
+
+
 # -- item 5: --dataset.backend_kwargs is JSON ---------------------------------------------------------------------
 def test_lerobot_command_line_is_read_as_json():
-    from robo_loaders_plugin.lerobot.integration import check_command_line, command_line_options
+    from robo_loaders_plugin.lerobot.flags import command_line_options
+    from robo_loaders_plugin.lerobot.integration import check_command_line
 
     assert check_command_line([f"{FLAG}="]) == [f"{FLAG}={{}}"]  # empty: no options, as typed elsewhere
     assert check_command_line([FLAG, "  ", "--x=1"]) == [FLAG, "{}", "--x=1"]

@@ -263,8 +263,8 @@ def test_delta_windows_of_runs_equal_the_per_row_windows():
 
 def test_guard_store_blob_bounds_run_no_python_per_frame(tmp_path):
     """Locating every frame blob of a store (each process opening a compressed_cache) is numpy per frame."""
+    from robo_loaders_plugin.backends.compressed_cache.episode_store import EpisodeStore, StoreWriter
     from robo_loaders_plugin.storage.codec import FrameCodec
-    from robo_loaders_plugin.storage.store import EpisodeStore, StoreWriter
 
     frames, episodes = 20_000, 40
     writer = StoreWriter(str(tmp_path / "s.store"), FrameCodec("lz4", 1))
@@ -283,11 +283,9 @@ def test_a_verified_cache_is_not_read_again_until_it_changes(tmp_path, monkeypat
     import sys
 
     sys.path.insert(0, os.path.dirname(__file__))
-    from ram_users import FileSource
+    from ram_users import open_cached
 
-    from robo_loaders_plugin.storage import store as store_mod
-    from robo_loaders_plugin.storage.codec import FrameCodec
-    from robo_loaders_plugin.storage.store_cache import open_or_build
+    from robo_loaders_plugin.backends.compressed_cache import episode_store as store_mod
 
     src = tmp_path / "src.bin"
     src.write_bytes(bytes(range(256)) * 64)
@@ -296,31 +294,17 @@ def test_a_verified_cache_is_not_read_again_until_it_changes(tmp_path, monkeypat
     monkeypatch.setattr(store_mod.EpisodeStore, "verify", lambda self: checks.append(1) or verify(self))
 
     def opened():
-        def write(w):
-            w.add_episode("demo_0", {"low": np.frombuffer(src.read_bytes(), np.uint8).reshape(-1, 1)})
-
-        store, hold, reused = open_or_build(
-            kind="test",
-            source=FileSource(src),
-            key_desc={"source": str(src)},
-            write=write,
-            codec=FrameCodec(),
-            cache_dir=str(tmp_path / "cache"),
-            max_memory=None,
-            build_workers=1,
-            meta={},
-            option_prefix="test",
-            description="a test cache",
-        )
+        store, hold, reused = open_cached(src, cache_dir=str(tmp_path / "cache"))
         path = store.path
         store.close()
         hold.release()
         return path, reused
 
     path, reused = opened()
+    entry = os.path.dirname(path)  # the cache entry: a directory holding the store file
     assert not reused and checks == []
     assert opened()[1] and checks == []  # built by this process (its CRC computed as it was written)
-    os.unlink(os.path.join(os.path.dirname(path), ".verified", os.path.basename(path) + ".json"))
+    os.unlink(os.path.join(os.path.dirname(entry), ".verified", os.path.basename(entry) + ".json"))
     assert opened()[1] and checks == [1]  # a cache of unknown history: checked
     assert opened()[1] and checks == [1]  # unchanged since: not read again
     data = bytearray(open(path, "rb").read())  # negative control: a byte of the data region flipped in place

@@ -1,12 +1,13 @@
 import json
 import re
+import sys
 
 import pytest
 from click.testing import CliRunner
 
-import robo_loaders_plugin as rlp
-from robo_loaders_plugin import BATCH, BackendOptionError, BackendSpec, Option, UnknownBackendError
+from robo_loaders_plugin import extend as rlp
 from robo_loaders_plugin.cli import main
+from robo_loaders_plugin.extend import BATCH, BackendOptionError, BackendSpec, Option, UnknownBackendError
 
 
 def test_builtin_backends_listed_native_first():
@@ -99,7 +100,7 @@ def test_cli_list_table_and_json():
 
 
 PLUGIN = """
-from robo_loaders_plugin import SAMPLE, BackendSpec, hookimpl
+from robo_loaders_plugin.extend import SAMPLE, BackendSpec, hookimpl
 
 @hookimpl
 def robo_loaders_backends():
@@ -109,16 +110,14 @@ def robo_loaders_backends():
 
 def test_a_broken_entry_point_is_skipped(tmp_path, monkeypatch):
     """One plugin failing to import must not hide the others (pluggy's loader stops at the first failure)."""
-    import sys
     import warnings
+
+    from test_factory_protocol import install
 
     from robo_loaders_plugin.core import registry
 
-    for name, entry in (("aaa_broken-0.1", "broken = no_such_module_anywhere"), ("zzz_good-0.1", "good = good_plugin")):
-        dist = tmp_path / f"{name}.dist-info"
-        dist.mkdir()
-        (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name.split('-')[0]}\nVersion: 0.1\n")
-        (dist / "entry_points.txt").write_text(f"[robo_loaders]\n{entry}\n")
+    install(tmp_path, "aaa_broken", "no_such_module_anywhere", entry="broken")
+    install(tmp_path, "zzz_good", "good_plugin", entry="good")
     (tmp_path / "good_plugin.py").write_text(PLUGIN)
     monkeypatch.syspath_prepend(str(tmp_path))
     registry.reset_cache()
@@ -128,7 +127,11 @@ def test_a_broken_entry_point_is_skipped(tmp_path, monkeypatch):
             names = registry.list_backends()
         assert "good_backend" in names and "compressed_cache" in names
         assert any(
-            "skipping plugin 'broken'" in str(w.message) and "no_such_module_anywhere" in str(w.message) for w in caught
+            "plugin 'broken' (entry point 'broken = no_such_module_anywhere' of distribution aaa_broken 0.1) "
+            "skipped: it failed to load"
+            in str(w.message)
+            and "no_such_module_anywhere" in str(w.message)
+            for w in caught
         )
     finally:
         monkeypatch.undo()
@@ -136,24 +139,198 @@ def test_a_broken_entry_point_is_skipped(tmp_path, monkeypatch):
         registry.reset_cache()
 
 
-def test_a_missing_dependency_names_the_extra_to_install(monkeypatch):
-    """Choosing datapipe without torchdata (the [robomimic] extra alone) is one line naming the extra, before any
-    data is read; a backend whose modules are present is chosen as before."""
-    import importlib.util
+# Issue 42 item 8: third-party plugins that are wrong in each way a registration can be, beside a good one. Each
+# module's hook is marked with {order} (pluggy calls tryfirst hooks first, trylast ones last, the others in reverse
+# order of registration: after the built-ins, before them or between): none may take the built-ins down.
+_SPEC = 'BackendSpec(name="{}", description="d", frameworks=("robomimic",), kind=SAMPLE)'
+_HEAD = (
+    "from robo_loaders_plugin.extend import SAMPLE, BackendSpec, hookimpl\n\n"
+    "@hookimpl{order}\ndef robo_loaders_backends():\n"
+)
+BAD = {  # distribution: (entry point, its module's hook body, what the line says is wrong, a backend it declares)
+    "junk": ("junk", f"    return [{_SPEC.format('junk_extra')}, 42]", "returned 42 (int) at position 1", "junk_extra"),
+    "shadow": (
+        "shadow",
+        f"    return [{_SPEC.format('native')}, {_SPEC.format('shadow_extra')}]",
+        "it declares backend 'native', a built-in backend's name",
+        "shadow_extra",
+    ),
+    "dpname": (
+        "datapipe",
+        f"    return [{_SPEC.format('dp_fast')}]",
+        "entry-point name 'datapipe' is a built-in",
+        "dp_fast",
+    ),
+    "raising": (
+        "raising",
+        "    raise RuntimeError('boom')",
+        "robo_loaders_backends() raised RuntimeError('boom')",
+        None,
+    ),
+}
+FIXED = {  # the same plugins, right: the control
+    "junk": f"    return [{_SPEC.format('junk_extra')}]",
+    "shadow": f"    return [{_SPEC.format('shadow_native')}, {_SPEC.format('shadow_extra')}]",
+    "raising": f"    return [{_SPEC.format('raising_extra')}]",
+    "twin_b": f"    return [{_SPEC.format('twin_b')}]",
+}
+TWINS = {"twin_a": f"    return [{_SPEC.format('twin')}]", "twin_b": f"    return [{_SPEC.format('twin')}]"}
+
+
+def _install_plugins(site, order="", fixed=False):
+    """The bad plugins, the two plugins declaring one backend name and the good one, installed in ``site`` as ``pip
+    install`` leaves them; ``fixed``: the same plugins right (``dpname`` under its own entry-point name)."""
+    from test_factory_protocol import install
+
+    plugins = {dist: (entry, body) for dist, (entry, body, _, _) in BAD.items()}
+    plugins.update({dist: (dist, body) for dist, body in TWINS.items()})
+    for dist, (entry, body) in plugins.items():
+        install(site, dist, f"{dist}_plugin", entry=dist if fixed else entry)
+        (site / f"{dist}_plugin.py").write_text(_HEAD.format(order=order) + (FIXED.get(dist, body) if fixed else body))
+    install(site, "good", "good_plugin")
+    (site / "good_plugin.py").write_text(PLUGIN)
+
+
+def _forget_plugins():
+    from robo_loaders_plugin.core import registry
+
+    for module in [f"{d}_plugin" for d in (*BAD, *TWINS, "good")]:
+        sys.modules.pop(module, None)
+    registry.reset_cache()
+
+
+@pytest.mark.parametrize("order", ["", "(tryfirst=True)", "(trylast=True)"])
+def test_a_bad_plugin_is_skipped_in_one_line_and_every_other_backend_works(tmp_path, monkeypatch, order):
+    """A plugin returning something that is not a BackendSpec, declaring a built-in's name (before or after the
+    built-ins are asked), registered under a built-in's entry-point name, or whose hook raises: each is skipped
+    with one line naming its entry point and distribution and what is wrong; choosing one of its backends says so.
+    Two plugins declaring one name: that backend is refused (which one served depended on the installation order).
+    The built-ins, ``native`` (``data_backend: null``) and the good plugin keep working. Before: ``native`` and
+    every other backend failed (``robo-loaders list`` exited 2), and the ``datapipe`` entry point was skipped
+    without a word."""
+    import warnings
+
+    from robo_loaders_plugin import RoboLoadersError
+    from robo_loaders_plugin.core import registry
+
+    _install_plugins(tmp_path, order)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    registry.reset_cache()
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            names = registry.list_backends()
+        builtins = ["native", "compressed_cache", "datapipe", "gpu_resampler", "video_stream"]
+        assert set(builtins) | {"good_backend"} <= set(names) and not {"junk_extra", "twin"} & set(names), names
+        assert registry.get_backend("native").plugin == registry.get_backend("datapipe").plugin == "builtin"
+        for framework, name in (("robomimic", "native"), ("lerobot", "native"), ("robomimic", "compressed_cache")):
+            assert registry.choose_backend(framework, name, None, name_where="w", options_where="o").name == name
+        rejected = registry.rejected_plugins()
+        assert sorted(rejected) == sorted(entry for entry, _, _, _ in BAD.values()), rejected
+        warned = [str(w.message) for w in caught]
+        for dist, (entry, _, wrong, declared) in BAD.items():
+            line = rejected[entry]
+            assert line.startswith(
+                f"plugin '{entry}' (entry point '{entry} = {dist}_plugin' of distribution {dist} 0.1) skipped: "
+            ), line
+            assert wrong in line and "\n" not in line, line
+            assert [w for w in warned if line in w] == [f"robo-loaders: {line}"]  # warned once
+            if declared:  # choosing its backend says why it is unavailable
+                with pytest.raises(RoboLoadersError, match=re.escape(f"train.data_backend: {line}")):
+                    registry.get_backend(declared, "train.data_backend")
+        twin = registry.refused_backends()["twin"]
+        assert twin.startswith("backend 'twin' refused: declared by plugin 'twin_a' (entry point 'twin_a = ") and (
+            "plugin 'twin_b'" in twin
+        )
+        with pytest.raises(RoboLoadersError, match="backend 'twin' refused"):
+            registry.get_backend("twin")
+    finally:
+        monkeypatch.undo()
+        _forget_plugins()
+
+
+def test_the_same_plugins_right_are_listed(tmp_path, monkeypatch):
+    """Control: fixed, every plugin is registered and nothing is skipped or refused (one of the twins alone
+    serves its name)."""
+    from robo_loaders_plugin.core import registry
+
+    _install_plugins(tmp_path, fixed=True)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    registry.reset_cache()
+    try:
+        names = registry.list_backends()
+        wanted = {"junk_extra", "shadow_native", "shadow_extra", "dp_fast", "raising_extra", "twin", "twin_b"}
+        assert wanted | {"native", "good_backend"} <= set(names), names
+        assert not registry.rejected_plugins() and not registry.refused_backends()
+        assert registry.get_backend("twin").plugin == "twin_a"
+    finally:
+        monkeypatch.undo()
+        _forget_plugins()
+
+
+def test_robo_loaders_list_shows_the_working_backends_and_one_line_per_bad_plugin(tmp_path):
+    """``robo-loaders list`` (and ``--json``): every working backend, then one ``error:`` line per skipped plugin or
+    refused backend, exit status 1 (an installation check must see that a plugin does not work). Control: the same
+    plugins fixed, exit status 0 and no error line."""
+    from test_factory_protocol import run_list
+
+    _install_plugins(tmp_path)
+    r = run_list(tmp_path)
+    assert r["code"] == 1, r
+    for name in ("native", "compressed_cache", "datapipe", "video_stream", "good_backend"):
+        assert name in r["out"], r["out"]
+    errors = r["err"].splitlines()
+    assert len(errors) == len(BAD) + 1 and all(e.startswith("error: ") for e in errors), r["err"]  # no warnings too
+    assert sum(f"error: plugin '{entry}' (entry point" in r["err"] for entry, _, _, _ in BAD.values()) == len(BAD)
+    j = run_list(tmp_path, "--json")
+    listed = [d["name"] for d in json.loads(j["out"])]
+    assert j["code"] == 1 and "native" in listed and "good_backend" in listed and "junk_extra" not in listed
+
+    fixed = tmp_path / "fixed"
+    fixed.mkdir()
+    _install_plugins(fixed, fixed=True)
+    r = run_list(fixed)
+    assert r["code"] == 0 and not r["err"] and "dp_fast" in r["out"] and "twin_b" in r["out"], r
+
+
+def test_every_missing_dependency_is_named_in_one_line_with_one_pip_command(monkeypatch):
+    """Choosing a backend whose modules are missing is one line naming every one of them and the one pip command
+    that installs their extras, before any data is read (issue 42 item 17: ``video_stream`` asked for
+    ``[datapipe]``, then, once installed, for ``[video]``). Modules are blocked as Python blocks an import (``None``
+    in ``sys.modules``). Controls: one missing names its extra alone; with the modules present the backend is
+    chosen."""
+    import sys
 
     from robo_loaders_plugin import RoboLoadersError
 
-    real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torchdata" else real(name, *a))
-    with pytest.raises(
-        RoboLoadersError,
-        match=r"backend 'datapipe' needs torchdata, which is not installed: pip "
-        r"install 'robo-loaders-plugin\[datapipe\]'",
-    ):
+    monkeypatch.setitem(sys.modules, "torchdata", None)
+    monkeypatch.setitem(sys.modules, "torchcodec", None)
+    with pytest.raises(RoboLoadersError) as caught:
+        rlp.get_backend("video_stream").choose("lerobot", {}, "--dataset.backend_kwargs")
+    assert str(caught.value) == (
+        "backend 'video_stream' needs torchdata and torchcodec, which are not installed: "
+        'pip install "robo-loaders-plugin[datapipe,video]"'
+    )
+    monkeypatch.delitem(sys.modules, "torchcodec")
+    with pytest.raises(RoboLoadersError) as caught:
         rlp.get_backend("datapipe").choose("robomimic", {}, "w")
-    with pytest.raises(RoboLoadersError, match=r"video_stream' needs torchdata"):
-        rlp.get_backend("video_stream").choose("lerobot", {}, "w")
+    assert str(caught.value) == (
+        "backend 'datapipe' needs torchdata, which is not installed: pip install \"robo-loaders-plugin[datapipe]\""
+    )
     assert rlp.get_backend("gpu_resampler").choose("robomimic", {}, "w").name == "gpu_resampler"
+    monkeypatch.delitem(sys.modules, "torchdata")
+    assert rlp.get_backend("video_stream").choose("lerobot", {}, "w").name == "video_stream"
+
+
+def test_install_hints_of_one_package_merge_into_one_command():
+    """Extras of one package in one pair of brackets, whatever quotes a hint used; a hint of another form (a
+    third-party backend's) kept whole after it."""
+    from robo_loaders_plugin.core.installs import install_command
+
+    assert install_command(['pip install "p[a]"', "pip install 'p[b]'", 'pip install "p[a]"', "apt-get install x"]) == (
+        'pip install "p[a,b]"; apt-get install x'
+    )
+    assert install_command(["pip install x"]) == "pip install x"
 
 
 def test_modes_without_rate_conversion_are_refused_naming_the_options():

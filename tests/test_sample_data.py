@@ -1,4 +1,7 @@
 import json
+import os
+import subprocess
+import sys
 
 import h5py
 import numpy as np
@@ -62,3 +65,123 @@ def test_sample_data_is_deterministic(tmp_path):
     b = write_robomimic_hdf5(str(tmp_path / "b.hdf5"), demos=2, image_size=16, seed=7, progress=False)
     with h5py.File(a, "r") as fa, h5py.File(b, "r") as fb:
         assert (fa["data/demo_1/obs/agentview_image"][()] == fb["data/demo_1/obs/agentview_image"][()]).all()
+
+
+# -- issue 42 item 13: nothing that exists is replaced unless asked, and then only a dataset sample-data writes ---
+def sample(*args):
+    """``robo-loaders sample-data ARGS``: (exit code, output lines)."""
+    r = CliRunner().invoke(main, ["sample-data", *map(str, args)])
+    return r.exit_code, r.output.splitlines()
+
+
+def demos_in(path) -> int:
+    with h5py.File(path, "r") as f:
+        return len(f["data"])
+
+
+def test_sample_data_robomimic_refuses_an_existing_output_unless_asked_and_then_only_a_robomimic_file(tmp_path):
+    """It wrote over anything: an 8-demo file became a 2-demo one, a LeRobot dataset's ``meta/info.json`` became
+    HDF5, a directory raised click's three-line usage error. Now an existing OUT is refused in one line naming it and
+    ``--overwrite``; with the flag a robomimic HDF5 file is replaced, anything else is still refused, untouched.
+    Negative control: with ``--overwrite`` the same command does replace the robomimic file."""
+    out = tmp_path / "d.hdf5"
+    assert sample("robomimic", out, "--demos", 3, "--image-size", 8, "--cameras", 1)[0] == 0
+    code, lines = sample("robomimic", out, "--demos", 1, "--image-size", 8, "--cameras", 1)
+    assert code == 1 and lines == [f"Error: {out} exists: add --overwrite to replace it, or choose another output path"]
+    assert demos_in(out) == 3 and not list(tmp_path.glob("*.tmp-*"))
+    code, lines = sample("robomimic", out, "--demos", 1, "--image-size", 8, "--cameras", 1, "--overwrite")
+    assert code == 0 and demos_in(out) == 1, lines  # the control: replaced when asked
+    info = tmp_path / "ds" / "meta" / "info.json"
+    info.parent.mkdir(parents=True)
+    info.write_text('{"codebase_version": "v3.0"}')
+    for target, what in ((info, "is not an HDF5 file"), (info.parent, "is a directory")):
+        code, lines = sample("robomimic", target, "--demos", 1, "--image-size", 8, "--overwrite")
+        assert code == 1 and len(lines) == 1, lines
+        assert lines[0].startswith(f"Error: {target} {what}: --overwrite replaces only a robomimic HDF5 file"), lines
+    assert info.read_text() == '{"codebase_version": "v3.0"}' and sorted(p.name for p in info.parent.iterdir()) == [
+        "info.json"
+    ]
+
+
+def episodes_in(root) -> int:
+    with open(root / "meta" / "info.json") as f:
+        return json.load(f)["total_episodes"]
+
+
+def test_sample_data_lerobot_names_the_flag_replaces_only_a_lerobot_dataset_and_never_leaves_a_partial_one(
+    tmp_path, monkeypatch
+):
+    """The LeRobot variant refused, but said "pass overwrite=True" where the flag is ``--overwrite``; with it, it
+    deleted whatever directory OUT was. Now: one line naming OUT and ``--overwrite``; with it, a LeRobot dataset
+    (or an empty directory) is replaced and one that holds anything else is refused, kept whole; the new dataset is
+    written beside OUT and renamed into place, so a run that fails midway leaves the old dataset (read back by
+    LeRobotDataset) and no partial directory. Control: the same command with --overwrite replaces the dataset."""
+    from robo_loaders_plugin.sample_data import lerobot_v3
+
+    for quiet in ("SVT_LOG", "HF_DATASETS_DISABLE_PROGRESS_BARS"):  # what the command sets: this process's again after
+        monkeypatch.setenv(quiet, os.environ.get(quiet, "1"))
+    out = tmp_path / "ds"
+    small = ["--min-length", 4, "--max-length", 6, "--image-size", "16x16", "--codec", "h264"]
+    assert sample("lerobot", out, "--episodes", 2, *small)[0] == 0
+    code, lines = sample("lerobot", out, "--episodes", 1, *small)
+    assert code == 1 and lines == [f"Error: {out} exists: add --overwrite to replace it, or choose another output path"]
+    assert episodes_in(out) == 2
+    code, lines = sample("lerobot", out, "--episodes", 1, *small, "--overwrite")
+    assert code == 0 and episodes_in(out) == 1, lines  # the control: replaced when asked
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ds"]  # no partial or replaced copy left beside it
+
+    def fails_midway(*args, **kwargs):
+        contents = real(*args, **kwargs)
+        yield next(contents)
+        raise RuntimeError("the writer stopped")
+
+    real = lerobot_v3.episode_contents
+    monkeypatch.setattr(lerobot_v3, "episode_contents", fails_midway)
+    r = CliRunner().invoke(main, ["sample-data", "lerobot", str(out), "--episodes", 3, *map(str, small), "--overwrite"])
+    assert isinstance(r.exception, RuntimeError)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ds"]
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    assert LeRobotDataset("local/sample", root=out).meta.total_episodes == 1  # the old one, whole
+    monkeypatch.setattr(lerobot_v3, "episode_contents", real)
+
+    (out / "notes.txt").write_text("mine")
+    code, lines = sample("lerobot", out, "--episodes", 1, *small, "--overwrite")
+    assert code == 1 and lines == [
+        f"Error: {out} is a LeRobot dataset that also holds notes.txt, which sample-data does not write: --overwrite "
+        "replaces only a LeRobot dataset directory sample-data could have written; remove it yourself or choose "
+        "another output path"
+    ]
+    assert (out / "notes.txt").read_text() == "mine" and episodes_in(out) == 1
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "thesis.tex").write_text("x")
+    assert sample("lerobot", mine, *small, "--overwrite")[0] == 1 and (mine / "thesis.tex").read_text() == "x"
+
+
+BLOCK_LEROBOT = """
+import sys
+sys.modules["lerobot"] = None  # how Python blocks an import: what an environment without LeRobot sees
+from robo_loaders_plugin.cli import main
+main(["sample-data", "lerobot", sys.argv[1]])
+"""
+
+
+def test_sample_data_lerobot_without_lerobot_is_one_line_naming_the_extra(tmp_path):
+    """Without LeRobot it was a 29-line ``ModuleNotFoundError``. Now one line with the pip command, before OUT is
+    touched. Control: with LeRobot there, the same command gets past that check (to refusing the existing OUT)."""
+
+    def run(out, block=True):
+        code = BLOCK_LEROBOT if block else BLOCK_LEROBOT.replace('sys.modules["lerobot"] = None', "")
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+        return subprocess.run([sys.executable, "-c", code, str(out)], capture_output=True, text=True, env=env)
+
+    p = run(tmp_path / "new")
+    assert p.returncode == 1 and p.stderr.splitlines() == [
+        "Error: sample-data lerobot (LeRobot's own writer) needs lerobot, which is not installed: "
+        'pip install "robo-loaders-plugin[lerobot]"'
+    ], p.stderr
+    assert not (tmp_path / "new").exists()
+    (tmp_path / "there").mkdir()
+    p = run(tmp_path / "there", block=False)
+    assert p.returncode == 1 and "exists: add --overwrite" in p.stderr and "not installed" not in p.stderr

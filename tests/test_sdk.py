@@ -1,40 +1,69 @@
-"""The SDK's declaration half (``extend.frame_backend``, ``cache_dir_option``, ``cache_root``), without data: the
-spec it makes, what it refuses, and that its factories pass the registration's protocol check. (Serving a store
-against the native loaders: examples/jpeg_backend/tests.)"""
+"""The SDK (``extend.frame_backend``, ``FrameStore``) without a framework: the spec it makes (footprints included, so
+a mixture counts a store's), what it refuses (a store class that does not exist, at ``robo-loaders list``), the
+default footprint as an upper bound of what a store of every field writes, the placement between RAM and disk, the
+records of the episodes' fields, and the entry's manifest. (Serving a store against the native loaders, and a
+store inside a mixture: examples/jpeg_backend/tests; compressed_cache, the built-in store: integration_tests.)"""
 
+import json
 import os
 import pickle
+import sys
 
+import numpy as np
 import pytest
 
-from robo_loaders_plugin import INDEXED, LOSSY_FRAMES, SAMPLE, BackendOptionError, Option
 from robo_loaders_plugin.core.factory_check import factory_problem
-from robo_loaders_plugin.extend import BATCH, FrameStore, cache_dir_option, cache_root, frame_backend
+from robo_loaders_plugin.extend import (
+    BATCH,
+    INDEXED,
+    LOSSY_FRAMES,
+    SAMPLE,
+    Available,
+    BackendOptionError,
+    BatchesInFlight,
+    FieldInfo,
+    FrameStore,
+    Option,
+    PlaceRequest,
+    SourceError,
+    StoreEpisodes,
+    StoreRecord,
+    cache_dir_option,
+    cache_root,
+    frame_backend,
+    max_memory_option,
+)
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from toy_store import EveryFieldStore, InRamStore  # noqa: E402
+
+GB = 10**9
+STORE = "toy_store:EveryFieldStore"
 
 
-def make(**kw):
-    return frame_backend("toy_frames", "toy_store:ToyStore", description="d", **kw)
+def make(store=STORE, **kw):
+    return frame_backend("toy_frames", store, description="d", **kw)
 
 
 def test_the_spec_it_makes():
     spec = make(lossless=LOSSY_FRAMES, options={"quality": Option(int, 90, "q", min=1, max=100)})
     assert spec.kind_for("robomimic") == INDEXED and spec.kind_for("lerobot") == SAMPLE
-    assert set(spec.options) == {"cache_dir", "quality"} and spec.options["cache_dir"].per_host
+    assert list(spec.options) == ["quality", "cache_dir"] and spec.options["cache_dir"].per_host  # the author's order
     for fw in ("robomimic", "lerobot"):
         assert factory_problem(spec.factories[fw], fw) is None  # registration accepts its factories
+        # a mixture plans the store from metadata before building any component (it said "states no footprint")
+        assert spec.footprints[fw].keywords == {"store": STORE, "backend": "toy_frames"}
     choice = spec.choose("robomimic", {"quality": 50}, "w")
     assert choice.options.shared() == {"quality": 50}  # per_host cache_dir is not part of the store's key
     with pytest.raises(BackendOptionError, match="quality"):
         spec.choose("lerobot", {"quality": 0}, "w")
-    assert pickle.loads(pickle.dumps(spec.factories["lerobot"])).keywords == {
-        "store": "toy_store:ToyStore",
-        "backend": "toy_frames",
-    }
+    assert pickle.loads(pickle.dumps(spec.factories["lerobot"])).keywords == {"store": STORE, "backend": "toy_frames"}
 
 
 def test_what_it_refuses():
     with pytest.raises(ValueError, match="store must be 'module:Class'"):
-        frame_backend("x", "toy_store.ToyStore", description="d")
+        make("toy_store.EveryFieldStore")
     with pytest.raises(ValueError, match="serves the sample or indexed kind"):
         make(kind=BATCH)
     with pytest.raises(ValueError, match="'cache_dir' is a local path and must be declared per_host=True"):
@@ -42,6 +71,325 @@ def test_what_it_refuses():
     assert make(options={"cache_dir": cache_dir_option("mine")}).options["cache_dir"].help == "mine"
 
 
+def test_a_store_that_does_not_exist_is_refused_without_importing_it(monkeypatch):
+    """A misspelled class or module is refused when the backend is declared, naming what the module has; the store's
+    module is read, not imported (a registration must not import torch). Control: the right name is accepted."""
+    monkeypatch.delitem(sys.modules, "toy_store")
+    with pytest.raises(
+        ValueError,
+        match=r"backend 'toy_frames': store 'toy_store:EveryFieldStor': toy_store has no 'EveryFieldStor' "
+        r"\(its classes: EveryFieldFrames, EveryFieldStore, FrameSource, FrameStore, InRamStore, StoreRecord\); "
+        r"fix the store= of frame_backend\(\)",
+    ):
+        make("toy_store:EveryFieldStor")
+    with pytest.raises(ValueError, match=r"store 'toy_stor:EveryFieldStore': no module named 'toy_stor'"):
+        make("toy_stor:EveryFieldStore")
+    assert make().name == "toy_frames" and "toy_store" not in sys.modules
+
+
+PLUGIN = """
+from robo_loaders_plugin.extend import frame_backend, hookimpl
+
+@hookimpl
+def robo_loaders_backends():
+    return [frame_backend("toy_frames", "toy_store:{cls}", description="every field as .npy")]
+"""
+
+
+@pytest.mark.parametrize("cls,listed", [("EveryFieldStor", False), ("EveryFieldStore", True)])
+def test_robo_loaders_list_refuses_a_misspelled_store_in_one_line(tmp_path, cls, listed):
+    """It passed ``robo-loaders list`` and failed at the first build ("is not a FrameStore subclass"); now the
+    plugin is refused by ``list`` in one line naming it and the class, exit status 1. Control: spelled right, it is
+    listed, exit status 0."""
+    from test_factory_protocol import install, run_list
+
+    install(tmp_path, name="toy", module="toy_plugin")
+    (tmp_path / "toy_plugin.py").write_text(PLUGIN.format(cls=cls))
+    (tmp_path / "toy_store.py").write_text(open(os.path.join(HERE, "toy_store.py")).read())
+    r = run_list(tmp_path)
+    errors = [line for line in r["err"].splitlines() if line.startswith("error:")]
+    if listed:
+        assert r["code"] == 0 and "toy_frames" in r["out"] and not errors, r
+        return
+    assert r["code"] == 1 and "toy_frames" not in r["out"] and len(errors) == 1, r
+    assert errors[0].startswith("error: plugin 'toy' (") and "toy_store has no 'EveryFieldStor'" in errors[0], errors
+    assert "\n" not in errors[0] and "Traceback" not in r["err"]
+
+
+# -- the default footprint: an upper bound ---------------------------------------------------------------------------
+def robomimic_episodes(path: str) -> StoreEpisodes:
+    """Every field robomimic's SequenceDataset serves of a file (cameras, low-dim, next_obs, float32 actions), read
+    as the SDK reads them for a store."""
+    from robo_loaders_plugin.robomimic.sequence import data_size, read_demo
+    from robo_loaders_plugin.sources.robomimic_hdf5 import RobomimicHdf5
+    from robo_loaders_plugin.windows.robomimic import SequenceOptions
+
+    opts = SequenceOptions(
+        obs_keys=("robot0_eef_pos", "object", "agentview_image", "robot0_eye_in_hand_image"),
+        dataset_keys=("actions", "rewards", "dones"),
+        load_next_obs=True,
+        frame_stack=1,
+        seq_length=3,
+        pad_frame_stack=True,
+        pad_seq_length=True,
+        get_pad_mask=False,
+        goal_mode=None,
+        hdf5_cache_mode="low_dim",
+    )
+    source = RobomimicHdf5(path)
+    with source.open() as f:
+        demos = source.demos(f, None)
+        size = data_size(source, f, demos, opts)
+
+    def read():
+        with source.open() as f:
+            for d in demos:
+                yield d, read_demo(source, f, d, opts, source.length(f, d))
+
+    return StoreEpisodes(tuple(demos), frozenset(size.frame_step_bytes), size, read)
+
+
+def test_the_default_footprint_bounds_what_a_store_of_every_field_writes(tiny_hdf5, tmp_path):
+    """A store writing every field of every episode uncompressed, a .npy file each, wrote more than the default
+    footprint stated (frames and other fields' bytes: the files' headers were not counted; the issue measured
+    1,059,039 bytes written for 1.0 MB stated). Now the footprint bounds it, and the SDK's own records are within
+    ``records_bytes``. Negative control: the old statement is below what is written."""
+    from robo_loaders_plugin.sdk.placement import ARRAY_OVERHEAD
+    from robo_loaders_plugin.sdk.records import Recorder, records_bytes
+
+    episodes = robomimic_episodes(tiny_hdf5)
+    size = episodes.size
+    stated = EveryFieldStore().footprint(size, None)
+    recorder = Recorder(episodes.names, size.lengths, episodes.cameras, episodes.read, "tiny")
+    EveryFieldStore().build(str(tmp_path), StoreEpisodes(episodes.names, episodes.cameras, size, recorder.read), None)
+    written = sum(os.path.getsize(tmp_path / n) for n in os.listdir(tmp_path))
+    arrays = len(size.lengths) * (len(size.frame_step_bytes) + size.other_fields)
+    # every field counted: 4 obs, 4 next_obs, actions, rewards, dones (the 16x16 cameras are below FRAME_MIN_BYTES)
+    assert len(os.listdir(tmp_path)) == arrays and len(size.frame_step_bytes) + size.other_fields == 11, size
+    assert written <= stated.disk_bytes < written + ARRAY_OVERHEAD * arrays, (written, stated.disk_bytes)
+    assert size.frame_bytes + size.other_bytes < written  # the control: what the default stated before
+    recorder.write(str(tmp_path))
+    assert os.path.getsize(tmp_path / "robo-loaders-fields.json") <= records_bytes(len(size.lengths), 11)
+
+
+# -- placement between RAM and disk ----------------------------------------------------------------------------------
+def machine(shm=20 * GB, host=20 * GB, disk=50 * GB) -> Available:
+    return Available(
+        host_bytes=host, shm_bytes=shm, shm_dir="/dev/shm", shm_is_ram=True, disk_bytes=disk, disk_dir="/d"
+    )
+
+
+def toy_size(episodes=10, length=100, frame=100_000):
+    from robo_loaders_plugin.extend import DataSize
+
+    return DataSize(np.full(episodes, length, np.int64), {"cam": frame}, 40, other_fields=2)
+
+
+def options(**given):
+    spec = make(options={"max_memory": max_memory_option()})
+    return spec.choose("robomimic", given, "p").options
+
+
+def test_a_store_that_may_live_in_ram_goes_there_when_it_fits_else_to_disk_saying_why():
+    """``FrameStore.ram``: without cache_dir the store's files go to RAM when they fit max_memory, /dev/shm and the
+    host's memory beside the batches in flight; else to disk, with why. Controls: a store that may not live in RAM
+    goes to disk whatever fits; with cache_dir, disk; a store found on disk writes nothing."""
+    size = toy_size()  # 100 MB of frames
+    batches = BatchesInFlight(3, 10**6, "2 ahead + 1 held")
+    files = InRamStore().footprint(size, None).disk_bytes
+
+    def place(store, machine_=None, reusable=False, **given):
+        request = PlaceRequest(size, machine_ or machine(), batches, reusable, "toy_frames", "robomimic", "p")
+        return store.place(request, options(**given))
+
+    ram = place(InRamStore())
+    assert ram.in_ram and ram.footprint.shm_bytes == files and not ram.footprint.disk_bytes and not ram.spilled
+    assert ram.footprint.host_bytes == size.other_bytes + batches.host_bytes
+    assert "its files in RAM, at most" in ram.footprint.bound and ram.footprint.bound.endswith(
+        "2 ahead + 1 held; 3.0 MB)"
+    )
+    budget = place(InRamStore(), max_memory="50MB")
+    assert not budget.in_ram and budget.footprint.disk_bytes == files and budget.footprint.disk_dir == "/d"
+    assert budget.spilled == f"p.max_memory=50.0 MB cannot hold up to {files / 1e6:.1f} MB"
+    small = place(InRamStore(), machine(shm=GB // 20))
+    assert not small.in_ram and small.spilled.startswith("/dev/shm (50.0 MB free) and the host's memory")
+    assert not place(InRamStore(), cache_dir="/c").in_ram and not place(InRamStore(), cache_dir="/c").spilled
+    assert not place(EveryFieldStore()).in_ram and not place(EveryFieldStore()).spilled  # may not live in RAM
+    found = place(EveryFieldStore(), reusable=True)
+    assert found.footprint.disk_bytes == 0 and found.footprint.build_s is None
+
+
+def test_a_mixture_keeps_the_store_held_not_its_batches():
+    from robo_loaders_plugin.sdk.placement import planned
+
+    batches = BatchesInFlight(3, 10**6, "2 ahead + 1 held")
+    request = PlaceRequest(toy_size(), machine(), batches, False, "toy_frames", "robomimic", "p")
+    plan = planned(InRamStore().place(request, options()), machine(), ["x"], batches)
+    assert plan.footprint.host_bytes - plan.kept.host_bytes == batches.host_bytes and plan.alternatives == ("x",)
+
+
+# -- the records of a store's episodes -------------------------------------------------------------------------------
+def episodes_of(*eps):
+    names = tuple(f"ep{i}" for i in range(len(eps)))
+    return names, [len(next(iter(e.values()))) for e in eps], (lambda: iter(zip(names, eps)))
+
+
+def test_the_episodes_a_store_is_built_from_are_checked_and_recorded(tmp_path):
+    from robo_loaders_plugin.sdk.records import Recorder
+
+    good = {"cam": np.zeros((4, 2, 2, 3), np.uint8), "low": np.zeros((4, 2), np.float32)}
+    names, lengths, read = episodes_of(good, good)
+    recorder = Recorder(names, lengths, {"cam"}, read, "src")
+    assert len(list(recorder.read())) == 2
+    recorder.write(str(tmp_path))
+    record = StoreRecord.read(str(tmp_path))
+    assert record.names == ("ep0", "ep1") and record.lengths.tolist() == [4, 4]
+    assert record.info("cam") == FieldInfo(np.dtype(np.uint8), (2, 2, 3), True) and not record.info("low").frames
+    with pytest.raises(KeyError, match=rf"field 'x' is not in {tmp_path} \(it has \['cam', 'low'\]\)"):
+        record.info("x")
+    wrong = {
+        "dtype": ({**good, "low": np.zeros((4, 2), np.float64)}, r"ep1/low is float64\(2,\), ep0/low is float32\(2,\)"),
+        "shape": ({**good, "cam": np.zeros((4, 2, 2, 1), np.uint8)}, r"ep1/cam is uint8\(2, 2, 1\)"),
+        "rows": ({**good, "low": np.zeros((3, 2), np.float32)}, r"ep1/low has 3 rows, the metadata says 4 steps"),
+        "fields": ({"cam": good["cam"]}, r"ep1 holds the fields \['cam'\], ep0 holds \['cam', 'low'\]"),
+    }
+    for what, (second, said) in wrong.items():
+        names, lengths, read = episodes_of(good, second)
+        recorder = Recorder(names, [4, 4], {"cam"}, read, "src")
+        with pytest.raises(SourceError, match=f"^src: {said}"):
+            list(recorder.read())
+        assert not recorder.complete, what
+    half = Recorder(names, [4, 4], {"cam"}, read, "src")
+    next(half.read())  # a build that stopped reading after the first episode
+    with pytest.raises(SourceError, match="returned before reading every episode; it must store all 2"):
+        half.write(str(tmp_path))
+    with pytest.raises(SourceError, match=r"robo-loaders-fields\.json cannot be read .*delete .* to rebuild"):
+        StoreRecord.read(str(tmp_path / "none"))
+
+
+def test_a_store_that_writes_the_sdks_file_names_is_refused_not_overwritten(tmp_path):
+    """The SDK writes robo-loaders-fields.json (the record) and robo-loaders-source.json (the entry's manifest)
+    beside a store's files after its build: a build that wrote either would lose that file to ours, silently (the
+    old behaviour). Controls: the same record and entry are written when the store's files have other names."""
+    from robo_loaders_plugin.core.errors import RoboLoadersError
+    from robo_loaders_plugin.sdk.records import Recorder
+    from robo_loaders_plugin.storage.cached_dir import build_or_reuse
+
+    good = {"cam": np.zeros((4, 2, 2, 3), np.uint8)}
+    for name, refused in (("index.json", False), ("robo-loaders-fields.json", True)):
+        directory = tmp_path / name.replace(".", "_")
+        directory.mkdir()
+        (directory / name).write_text("the store's own")
+        names, lengths, read = episodes_of(good)
+        recorder = Recorder(names, lengths, {"cam"}, read, "src")
+        list(recorder.read())
+        if refused:
+            with pytest.raises(SourceError, match=r"^src: the store's build\(\) wrote robo-loaders-fields\.json"):
+                recorder.write(str(directory))
+            assert (directory / name).read_text() == "the store's own"
+        else:
+            recorder.write(str(directory))
+            assert StoreRecord.read(str(directory)).names == ("ep0",)
+    src = tmp_path / "src.txt"
+    src.write_text("abc")
+    for name, refused in (("data.json", False), ("robo-loaders-source.json", True)):
+
+        def build(directory, name=name):
+            with open(os.path.join(directory, name), "w") as f:
+                f.write("the store's own")
+
+        def entry(name=name, build=build):
+            path, hold, _ = build_or_reuse(
+                kind="toy-1", source=FileSource(src), key={"n": name}, build=build, cache_dir=str(tmp_path / "c"),
+                description="toy store",
+            )  # fmt: skip
+            hold.release()
+            return path
+
+        if refused:
+            with pytest.raises(RoboLoadersError, match=r"^toy store: its build wrote robo-loaders-source\.json"):
+                entry()
+        else:
+            assert json.load(open(os.path.join(entry(), "robo-loaders-source.json")))["files"] == {name: 15}
+
+
+# -- the one build-or-reuse helper: its manifest, earlier versions ---------------------------------------------------
+class FileSource:
+    def __init__(self, path):
+        self.path = str(path)
+
+    def fingerprint(self, recorded=None):
+        from robo_loaders_plugin.storage import fingerprint
+
+        return fingerprint.fingerprint(self.path, lambda: open(self.path).read(), recorded)
+
+
+def test_an_entry_whose_files_changed_since_its_build_is_rebuilt(tmp_path, capsys):
+    """The entry records every file's size (its manifest): one truncated, grown, removed or added since is rebuilt
+    with a line naming the file, without reading any data; an entry whose files are as written is reused
+    (control). The store's own check then runs once per version of its files."""
+    from robo_loaders_plugin.storage.cached_dir import build_or_reuse
+
+    src = tmp_path / "src.txt"
+    src.write_text("abc")
+    built, checked = [], []
+
+    def build(directory):
+        built.append(directory)
+        with open(os.path.join(directory, "data.bin"), "wb") as f:
+            f.write(b"x" * 1000)
+
+    def entry():
+        path, hold, reused = build_or_reuse(
+            kind="toy-1", source=FileSource(src), key={"s": 1}, build=build, cache_dir=str(tmp_path / "c"),
+            check=lambda p: checked.append(p) or True,
+        )  # fmt: skip
+        hold.release()
+        return path, reused
+
+    path, reused = entry()
+    assert not reused and json.load(open(os.path.join(path, "robo-loaders-source.json")))["files"] == {"data.bin": 1000}
+    assert entry() == (path, True) and checked == []  # written by this process: trusted until its files change
+    with open(os.path.join(path, "data.bin"), "r+b") as f:
+        f.truncate(10)
+    capsys.readouterr()
+    assert entry() == (path, False) and len(built) == 2
+    assert (
+        f"ignoring unusable cache {path} (data.bin is 10 bytes, 1000 were written); rebuilding"
+        in capsys.readouterr().out
+    )
+    open(os.path.join(path, "extra"), "w").close()
+    assert entry() == (path, False) and "(extra was not written by its build)" in capsys.readouterr().out
+    os.utime(os.path.join(path, "data.bin"), ns=(1, 1))  # same size, another version: the store's check runs
+    assert entry() == (path, True) and checked == [path]
+
+
+def test_entries_of_an_earlier_version_of_a_kind_are_removed(tmp_path, capsys):
+    """A kind ending in ``-<version>`` replaces the entries of the same source and key its earlier versions wrote
+    (a new format never finds them). Controls: another key's entry and a kind without a version are kept."""
+    from robo_loaders_plugin.storage.cached_dir import build_or_reuse
+
+    src = tmp_path / "src.txt"
+    src.write_text("abc")
+
+    def entry(kind, key):
+        path, hold, _ = build_or_reuse(
+            kind=kind, source=FileSource(src), key=key, build=lambda d: None, cache_dir=str(tmp_path / "c"),
+            description="toy store",
+        )  # fmt: skip
+        hold.release()
+        return path
+
+    old, other, plain = entry("toy-1", {"s": 1}), entry("toy-1", {"s": 2}), entry("toy", {"s": 1})
+    capsys.readouterr()
+    new = entry("toy-2", {"s": 1})
+    assert not os.path.exists(old) and all(os.path.exists(p) for p in (new, other, plain))
+    assert f"removed {old}: the toy store of this source and these options in an earlier format" in (
+        capsys.readouterr().out
+    )
+
+
+# -- unchanged from before -------------------------------------------------------------------------------------------
 def test_cache_dir_is_checked_when_options_are_resolved(tmp_path):
     (tmp_path / "file").write_text("x")
     with pytest.raises(BackendOptionError, match=r"cache_dir.*is a file, not a directory"):
@@ -51,10 +399,10 @@ def test_cache_dir_is_checked_when_options_are_resolved(tmp_path):
 
 def test_options_pickle_by_value():
     """A spawned worker reopens a store with the options it was built with (the options class is generated)."""
-    options = make(options={"quality": Option(int, 90, "q")}).choose("lerobot", {"quality": 7}, "w").options
-    copy = pickle.loads(pickle.dumps(options))
+    options_ = make(options={"quality": Option(int, 90, "q")}).choose("lerobot", {"quality": 7}, "w").options
+    copy = pickle.loads(pickle.dumps(options_))
     assert copy.quality == 7 and copy.cache_dir is None and copy.given() == {"quality": 7}
-    assert copy.shared() == options.shared()
+    assert copy.shared() == options_.shared()
 
 
 def test_a_store_must_implement_build_and_open():

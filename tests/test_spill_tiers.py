@@ -57,10 +57,12 @@ def _check_parity(frames, eps, pool=None):
     for k in INFOS:
         got = gather(frames, k, ep, steps, pool)
         want = np.stack([eps[e][k][s] for e, s in zip(ep, steps)])
-        assert got.shape == want.shape and got.numpy().tobytes() == want.tobytes(), k
+        same = got.shape == want.shape and got.numpy().tobytes() == want.tobytes()  # a bool: pytest diffs no bytes
+        assert same, k
     for k, got in gather_many(frames, list(INFOS), ep, steps, pool).items():  # every field in one call
         want = np.stack([eps[e][k][s] for e, s in zip(ep, steps)])
-        assert got.shape == want.shape and got.numpy().tobytes() == want.tobytes(), k
+        same = got.shape == want.shape and got.numpy().tobytes() == want.tobytes()  # a bool: pytest diffs no bytes
+        assert same, k
 
 
 @pytest.mark.parametrize("host_budget,tiers", [(None, "raw"), (65_000, "raw+compressed"), (10, "compressed")])
@@ -119,7 +121,7 @@ def test_a_spilled_tier_damaged_on_disk_is_an_error_naming_the_directory_episode
     directory, the field, the episode and the step; the other frames are still served. Negative control: the
     damaged blob decoded unchecked serves the damage. The tier in host memory is this process's own: not checked."""
     from robo_loaders_plugin.storage.codec import FrameCodec
-    from robo_loaders_plugin.storage.store import StoreError
+    from robo_loaders_plugin.storage.integrity import StoreError
 
     plan = plan_tiers(_size(), device_budget=None, host_budget=10, spill_dir=str(tmp_path))
     eps = _episodes()
@@ -237,7 +239,7 @@ def test_a_spill_file_cut_short_is_an_error_naming_the_frame_not_a_crash(tmp_pat
     """A spill file truncated while the run reads it (through ``/proc/<pid>/fd``; a full disk's filesystem after a
     failure): the rows still in it are served, a row past its end is a StoreError naming the directory, the row and
     where the file ends. Through the mapping the read was SIGBUS, the process killed."""
-    from robo_loaders_plugin.storage.store import StoreError
+    from robo_loaders_plugin.storage.integrity import StoreError
 
     comp, frames = _compressed(tmp_path)
     _, begin, end, _ = comp._indexed()
@@ -257,6 +259,49 @@ def test_a_spill_file_cut_short_is_an_error_naming_the_frame_not_a_crash(tmp_pat
         rf"\(checksum mismatch on read; the file ends at byte {cut}, before the frame's end {int(end[last])}\)",
     ):
         comp.decode_into(rows[[0, last]], out[:2])
+
+
+@pytest.mark.parametrize("where", ["memory", "disk"])
+def test_a_compressed_tier_pickled_for_a_worker_serves_the_same_bytes_from_its_own_file(tmp_path, where):
+    """A DataLoader's spawned worker gets the tier pickled (issue 42 item 7): it failed (``cannot pickle
+    '_thread.lock'``; on disk ``'BufferedRandom'``). The copy, made after the tier served (its index, mapping and
+    read buffers exist), serves the same bytes; on disk it reads the unlinked file through a descriptor of its own,
+    still there once the original is closed."""
+    import pickle
+
+    comp, frames = _compressed(tmp_path if where == "disk" else None)
+    rows = np.random.default_rng(3).integers(0, len(frames), 48)
+    out = np.empty((len(rows),) + frames.shape[1:], np.uint8)
+    comp.decode_into(rows, out)
+    copy = pickle.loads(pickle.dumps(comp))
+    comp.close()
+    out[:] = 0
+    copy.decode_into(rows, out)
+    assert out.tobytes() == frames[rows].tobytes()
+    assert copy.on_disk == (where == "disk")
+
+
+@pytest.mark.parametrize("host_budget", [None, 65_000])
+def test_tiers_pickled_for_a_worker_leave_this_process_serving_the_same_bytes(host_budget):
+    """torch's pickler for workers moved a host tensor's storage into shared memory under the numpy views the
+    tiers gather through: the copy got the freed memory's bytes, and this process read freed memory next (both
+    served other bytes). The host tensors now go to shared memory by a copy this process switches to
+    (``TensorFrames.share_host``). Every host tier: raw alone, raw and compressed."""
+    import pickle
+    from multiprocessing.reduction import ForkingPickler
+
+    import torch.multiprocessing  # noqa: F401  (registers torch's reductions for workers on ForkingPickler)
+
+    plan = plan_tiers(_size(), device_budget=None, host_budget=host_budget)
+    assert plan.device < plan.raw and (plan.raw < plan.episodes) == (host_budget is not None)
+    eps = _episodes()
+    frames = _tiered(plan, eps=eps)
+    _check_parity(frames, eps)  # this process has served: its numpy views exist
+    copy = pickle.loads(bytes(ForkingPickler.dumps(frames)))
+    junk = [np.full(1 << 16, 255, np.uint8) for _ in range(64)]  # memory freed by a move would be reused now
+    _check_parity(frames, eps)
+    _check_parity(copy, eps)
+    assert all(t.is_shared() for t in frames.tensors.values()) and junk
 
 
 @pytest.mark.cuda

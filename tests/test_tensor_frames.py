@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from robo_loaders_plugin.backends.gpu_resampler.tensors import TensorFrames, placement, training_device
+from robo_loaders_plugin.backends.gpu_resampler.tensors import TensorFrames, training_device
 from robo_loaders_plugin.core.errors import BackendOptionError
 from robo_loaders_plugin.frames.base import FieldInfo, gather, gather_at, gather_many
 
@@ -56,7 +56,7 @@ def test_gather_fields_reads_each_field_as_gather_does_and_checks_the_rows_once(
         gather_many(frames, ["a", "cam"], np.array([2]), np.array([7]))
 
 
-def test_device_choice_and_placement_errors(monkeypatch):
+def test_device_choice_errors():
     assert training_device("auto", "w", prefer_cuda=False).type == "cpu"
     assert training_device("cpu", "w").type == "cpu"
     with pytest.raises(BackendOptionError, match=re.escape("w.device must be")):
@@ -65,12 +65,3 @@ def test_device_choice_and_placement_errors(monkeypatch):
         assert training_device("auto", "w").type == "cpu"
         with pytest.raises(BackendOptionError, match=re.escape("w.device='cuda:1' but torch sees no CUDA GPU")):
             training_device("cuda:1", "w")
-    storage, pinned, said = placement(1000, torch.device("cpu"), None, "w")
-    assert storage.type == "cpu" and not pinned and "on the CPU" in said
-
-    class Tiny:
-        available = 10_000
-
-    monkeypatch.setattr("psutil.virtual_memory", lambda: Tiny)
-    with pytest.raises(BackendOptionError, match=r"uncompressed: 2\.0 GB here, but only 10\.0 kB .*compressed_cache"):
-        placement(2 * 10**9, torch.device("cpu"), None, "w")

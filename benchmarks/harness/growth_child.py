@@ -22,7 +22,7 @@ DATA_ATTRIBUTES = {
     "hdf5_cache",  # robomimic SequenceDataset: the loaded arrays (data)
     "hdf5_file",
     "_hdf5_file",
-    "store",  # StoreFrames: the compressed episode file (mapped)
+    "store",  # CompressedFrames: the compressed episode file (mapped)
     "cache",  # EpisodeFrames: the loaded episodes (data, bounded)
     "_small",  # EpisodeFrames: every episode's small (low-dim) fields, kept between loads (data)
     "tensors",  # TensorFrames: every frame (data)

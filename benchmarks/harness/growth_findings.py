@@ -171,9 +171,9 @@ def store_costs(tmp: str, echo, frames: int = 1_000_000, episodes: int = 10_000)
     """A store of a million small frames in 10,000 episodes: locating every frame blob (each process opening a
     compressed_cache; checked one by one before, each now checked before its first decode), preparing a raw field
     (concatenated per process before, its episodes' offsets now), and the data CRC a reuse read before issue 22."""
-    from robo_loaders_plugin.frames.store import StoreFrames
+    from robo_loaders_plugin.backends.compressed_cache.episode_store import EpisodeStore, StoreWriter
+    from robo_loaders_plugin.backends.compressed_cache.frames import CompressedFrames
     from robo_loaders_plugin.storage.codec import FrameCodec
-    from robo_loaders_plugin.storage.store import EpisodeStore, StoreWriter
 
     path = os.path.join(tmp, "findings.rlc")
     writer = StoreWriter(path, FrameCodec("lz4", 1), workers=2)
@@ -200,7 +200,7 @@ def store_costs(tmp: str, echo, frames: int = 1_000_000, episodes: int = 10_000)
 
     # at open, a reader now only locates the blobs; each is checked before its first decode
     b_before, b_after = _timed(bounds_old), _timed(store.blob_layout, "img")
-    src = StoreFrames(store)
+    src = CompressedFrames(store)
     info = src.info("low")
     f_before = _timed(lambda: np.concatenate([store.raw(ep, "low") for ep in range(len(store.episodes))]))
     # a raw field is now read where it lies: what a process prepares is each episode's offset

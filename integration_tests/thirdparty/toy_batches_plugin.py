@@ -4,7 +4,7 @@ batches from its BatchSource instead of from its DataLoader."""
 
 import torch
 
-from robo_loaders_plugin import BATCH, BackendSpec, BatchDataset, BatchSource, Option, Serving, hookimpl
+from robo_loaders_plugin.extend import BATCH, BackendSpec, BatchDataset, BatchSource, Option, Serving, hookimpl
 
 
 class ToyBatches(BatchDataset):

@@ -53,8 +53,8 @@ def decode_split(ds, native: bool, samples: int = 200) -> dict:
     """Wall time per sample spent getting camera frames vs everything else (single process, random order).
 
     LeRobot's video queries (all cameras of a sample) for ``native``, camera-frame gathers for the others. Both are
-    timed by wrapping them in place (``DatasetReader._query_videos``, or the dataset's ``frames.take``), so the
-    dataset is left instrumented.
+    timed by wrapping them in place (``DatasetReader._query_videos``, or the dataset's ``frames.take``, ``gather``
+    and ``gather_fields``), so the dataset is left instrumented.
 
     Args:
         ds: The dataset.
@@ -70,19 +70,30 @@ def decode_split(ds, native: bool, samples: int = 200) -> dict:
 
         time_video_queries(spent)
     else:
-        take = ds.frames.take
+        frames = ds.frames
         me = threading.get_ident()
+        inside = [False]  # a timed call made inside another (gather_fields calling take) is counted once
 
-        def timed(field, *args):  # this thread's calls only: the timed batches' pipeline may still be assembling
-            if not ds.frames.info(field).frames or threading.get_ident() != me:
-                return take(field, *args)
-            t = time.perf_counter()
-            try:
-                return take(field, *args)
-            finally:
-                spent[0] += time.perf_counter() - t
+        def timed(method, fields_of):
+            def call(*args):
+                if inside[0] or threading.get_ident() != me or not any(frames.info(f).frames for f in fields_of(args)):
+                    return method(*args)  # this thread's camera reads only: the batches' pipeline may still run
+                inside[0] = True
+                t = time.perf_counter()
+                try:
+                    return method(*args)
+                finally:
+                    spent[0] += time.perf_counter() - t
+                    inside[0] = False
 
-        ds.frames.take = timed
+            return call
+
+        # every way a frame source is read: take, gather, and gather_fields (a store may read every field at once);
+        # a source may offer only some of them (the FrameSource contract requires take alone)
+        reads = {"take": lambda a: [a[0]], "gather": lambda a: [a[0]], "gather_fields": lambda a: list(a[0])}
+        for name, fields_of in reads.items():
+            if callable(getattr(frames, name, None)):
+                setattr(frames, name, timed(getattr(frames, name), fields_of))
     idx = np.random.default_rng(0).choice(len(ds), samples)
     t = time.perf_counter()
     for i in idx:
@@ -154,7 +165,8 @@ def run(a: dict) -> dict:
 
 
 def stored_bytes(ds) -> int:
-    """What the backend keeps its frames in: the RAM cache file, the tensors, or the shards on disk (datapipe).
+    """What the backend keeps its frames in: a frame store's files (compressed_cache's RAM cache), the tensors, or
+    the shards on disk (datapipe).
 
     Args:
         ds: The dataset built.
@@ -163,13 +175,14 @@ def stored_bytes(ds) -> int:
         The bytes; 0 for LeRobot's own dataset and for backends that store nothing (video_stream).
     """
     from robo_loaders_plugin.backends.gpu_resampler.tensors import TensorFrames
-    from robo_loaders_plugin.frames.store import StoreFrames
     from robo_loaders_plugin.lerobot.dataset import LeRobotSamples
+    from robo_loaders_plugin.sdk.serve import StoreFrames
+    from robo_loaders_plugin.storage.cache import path_bytes
 
     if not isinstance(ds, LeRobotSamples):
         return 0
-    if isinstance(ds.frames, StoreFrames):
-        return ds.frames.store.file_nbytes
+    if isinstance(ds.frames, StoreFrames):  # any store served by the SDK: its directory's files
+        return path_bytes(ds.frames.directory)
     if isinstance(ds.frames, TensorFrames):
         return TensorFrames.nbytes(ds.frames.lengths, ds.frames.infos)
     from robo_loaders_plugin.backends.datapipe.lerobot import LeRobotShardSamples

@@ -16,7 +16,7 @@ import time
 
 import psutil
 
-from robo_loaders_plugin.storage.store import default_shm_dir
+from robo_loaders_plugin.core.paths import default_shm_dir
 
 
 def _tree(pid: int):
@@ -95,7 +95,7 @@ class TreeMemorySampler:
         ram_files = []
         # parsing every mapping (smaps) of a torch process costs CPU the measured loader competes for on a small
         # machine: only when a RAM cache exists at all
-        scan_maps = bool(glob.glob(glob.escape(self.ram_prefix) + "*/*.rlc*"))
+        scan_maps = bool(glob.glob(glob.escape(self.ram_prefix) + "*/[!.]*"))  # an entry (or a build) of any store
         for p in procs:
             try:
                 info = p.memory_full_info()

@@ -26,6 +26,7 @@ from robo_loaders_plugin.bench.tables import (
     machine_caption,
     settings_caption,
 )
+from robo_loaders_plugin.core.command_help import Command
 from robo_loaders_plugin.core.units import format_bytes, plural
 
 KNOWN_COLORS = {
@@ -851,7 +852,7 @@ def report(result_paths, out_dir: str, skipped: list | None = None) -> str:
     return path
 
 
-@click.command("report", options_metavar="--out DIR [OPTIONS]")
+@click.command("report", cls=Command, options_metavar="--out DIR [OPTIONS]")
 @click.argument("results", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
 @click.option(
     "--out",
@@ -865,9 +866,6 @@ def report_cmd(results, out_dir):
     """Plots and a markdown page from benchmark, matrix, training-benchmark and loss-curve results (other files
     given, e.g. benchmarks/results/codecs.json or the project's cost-growth results, are skipped with one line
     each).
-
-    \f
-    (click shows the text above as the command's help; what follows is for readers of the code.)
 
     Args:
         results: RESULTS, the result JSON files (required: click refuses none, as the usage line says).

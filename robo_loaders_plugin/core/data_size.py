@@ -42,6 +42,8 @@ class DataSize:
         lengths: Steps (frames, rows) of each episode, in the order the backend stores them.
         frame_step_bytes: ``{camera field: decoded bytes per step}``.
         other_step_bytes: Bytes per step of every other field the backend holds.
+        other_fields: How many fields :attr:`other_step_bytes` sums (0: not counted), for what a store writes per
+            array beyond its bytes (headers).
         video_pixels_per_step: Pixels decoded per step to read the cameras from video (0: no video).
         source_bytes: Bytes of the source files (what a build reads).
         unit: What the framework calls an episode (robomimic: ``demo``), for messages.
@@ -50,6 +52,7 @@ class DataSize:
     lengths: np.ndarray
     frame_step_bytes: dict
     other_step_bytes: int
+    other_fields: int = 0
     video_pixels_per_step: int = 0
     source_bytes: int = 0
     unit: str = "episode"
@@ -105,19 +108,21 @@ class DataSize:
 
     def _other_stored(self) -> int:
         """The other fields as a store holds them: their rows, and a checksum of 8 bytes per block of about 4 kB
-        (``storage.store.RAW_BLOCK_BYTES``), counted as one per 2 kB for blocks that end short."""
+        (the store's ``RAW_BLOCK_BYTES``), counted as one per 2 kB for blocks that end short."""
         return self.other_bytes + 8 * (self.other_bytes // 2048 + 1)
 
     def build_seconds(self, codec: str, workers: int, decode_video: bool = True) -> float:
         """The estimated build time: reading the source, decoding its videos and compressing the frames once.
 
         Args:
-            codec: The Blosc2 codec compressing the frames.
+            codec: The codec whose speed is assumed for compressing the frames once: ``lz4``, ``lz4hc``, ``zstd`` or
+                ``blosclz`` (Blosc2's, level 5; any other name is taken at ``lz4hc``'s rate). A store that does
+                not compress passes ``lz4``, the fastest, as the SDK's default footprint does.
             workers: Cores compressing and decoding.
             decode_video: Whether the build decodes the source's video (false: frames are read as they are).
 
         Returns:
-            Seconds (rough: ``core.footprint.estimate_seconds``).
+            Seconds (rough: for the log and the footprint's build time, never a limit).
         """
         return estimate_seconds(
             read_bytes=self.source_bytes,

@@ -85,10 +85,64 @@ def exit_with_one_line(exc: BaseException, status: int = 1):
     raise SystemExit(status)
 
 
+_PASS_THROUGH: set = set()  # the code of the plugin's wrappers that only hand a framework's call on (pass_through)
+
+
+def pass_through(function):
+    """Mark a wrapper the plugin puts around a framework's function that only hands the call on (a patch that
+    checks the command line, then calls LeRobot's ``train``): its frame is left out of the tracebacks the one-line
+    hook prints (:func:`install_one_line_excepthook`).
+
+    Why: an error LeRobot raised itself (``lerobot-train`` without ``--policy.push_to_hub=false`` or a policy
+    repo id) printed a traceback through ``robo_loaders_plugin/lerobot/compat.py``, and looked like the plugin's.
+
+    Args:
+        function: The wrapper.
+
+    Returns:
+        ``function``, marked.
+    """
+    _PASS_THROUGH.add(function.__code__)
+    return function
+
+
+def without_pass_through(exc: BaseException) -> BaseException:
+    """``exc`` (and the exceptions chained to it) with the frames of :func:`pass_through` wrappers taken out of
+    their tracebacks; the other frames, in order, are kept.
+
+    Args:
+        exc: An exception about to be printed.
+
+    Returns:
+        ``exc``.
+    """
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        entries = []
+        tb = e.__traceback__
+        while tb is not None:
+            entries.append(tb)
+            tb = tb.tb_next
+        kept = [t for t in entries if t.tb_frame.f_code not in _PASS_THROUGH]
+        if kept and len(kept) < len(entries):
+            for here, after in zip(kept, [*kept[1:], None], strict=True):
+                here.tb_next = after
+            e.__traceback__ = kept[0]
+        todo += [e.__cause__, e.__context__]
+    return exc
+
+
 def install_one_line_excepthook() -> None:
     """Print the plugin's errors that end a command-line process as one line (:func:`exit_with_one_line`'s words,
-    exit status 1) instead of a traceback; every other error keeps its traceback (the previous hook prints it).
-    Idempotent. Installed only where the process is a training script's command line (``lerobot-train``).
+    exit status 1) instead of a traceback; every other error keeps its traceback (the previous hook prints it),
+    without the frames of the plugin's :func:`pass_through` wrappers, so that an error the framework raised
+    itself reads as the framework's. Idempotent. Installed only where the process is a training script's command
+    line (``lerobot-train``).
     """
     import sys
 
@@ -100,7 +154,8 @@ def install_one_line_excepthook() -> None:
         if isinstance(exc, RoboLoadersError):
             print(f"error: {one_line(exc)}", file=sys.stderr, flush=True)
             return
-        previous(exc_type, exc, tb)
+        exc = without_pass_through(exc)
+        previous(exc_type, exc, exc.__traceback__)
 
     hook._robo_loaders_one_line = True  # type: ignore[attr-defined]  # a mark on the function, read by getattr above
     sys.excepthook = hook

@@ -1,34 +1,38 @@
-"""Factories checked against their framework's protocol when the backends are registered
-(``core.hookspecs.FACTORY_PROTOCOLS``), as pluggy checks a hookimpl's arguments against its hookspec.
+"""Factories checked against their framework's protocol (``core.hookspecs.FACTORY_PROTOCOLS``) by binding the
+adapter's calls to the imported callable's :func:`inspect.signature`.
 
-Why at registration: a factory whose signature cannot take the adapter's call used to fail at the first training
-run, as a ``TypeError`` deep in the framework's start-up. Here ``robo-loaders list`` (and every lookup of a backend)
-refuses it with one line naming the plugin, the backend, the framework and the expected signature.
+Why not pluggy: pluggy checks a hookimpl's argument *names* against its hookspec and accepts an implementation
+that takes fewer arguments, so ``factory(native)`` (no ``options``) would pass; and a factory is one backend's
+callable, chosen by name, not a hook every plugin answers. Binding the adapter's own calls is what a call would do.
 
-Why without importing the factory's module: listing backends must not import torch or a framework, and a factory
-module usually imports both. A ``"module:function"`` factory is read from its module's source (``ast``): its
-module is found with ``importlib.util.find_spec`` (which imports the parent packages only, never the module) and
-its top-level ``def`` gives the parameters. A factory that is not a top-level ``def`` of its module (assigned,
-imported from elsewhere, a compiled module) is checked when it is first imported (``BackendSpec.factory_for``);
-a factory given as a callable is checked with :func:`inspect.signature`.
+Why at registration for third-party backends: a factory whose signature cannot take the adapter's call used to
+fail at the first training run, as a ``TypeError`` deep in the framework's start-up. ``robo-loaders list`` (and
+every lookup of a backend) refuses it with one line naming the plugin, the backend, the framework and the expected
+signature. Checking means importing the factory's module, which usually imports torch: ``robo-loaders list`` then
+pays that import once (measured in docs/architecture.md, "Checks a tool does").
+
+Why not the built-in backends at registration: importing their factory modules costs ``robo-loaders list`` about
+5 s and 0.5 GB (torch), for signatures that cannot change after release; ``tests/test_factory_protocol.py`` checks
+every one of them, and :meth:`~robo_loaders_plugin.core.spec.BackendSpec.factory_for` checks every factory,
+built-in or not, when it is imported to build a dataset.
 """
 
 from __future__ import annotations
 
-import ast
-import importlib.util
+import importlib
 import inspect
 from collections.abc import Callable
 from typing import Any
 
 from robo_loaders_plugin.core.hookspecs import FACTORY_PROTOCOLS
 
-_REQUIRED = inspect.Parameter.empty
-_ARGS: dict[str, list[tuple[tuple[Any, ...], dict[str, Any]]]] = {
+# the calls the adapters make, by framework: the protocol's parameters by position and keyword (robomimic's
+# integration passes filter_by_attribute and dataset_path by keyword)
+_CALLS: dict[str, list[tuple[tuple[Any, ...], dict[str, Any]]]] = {
     "robomimic": [
-        ((1, 2, None, None), {"options": 3}),  # the protocol's parameters, by position and keyword
+        ((1, 2, None, None), {"options": 3}),
         ((1, 2), {"filter_by_attribute": None, "dataset_path": None, "options": 3}),
-    ],  # the adapter's
+    ],
     "lerobot": [((1,), {"options": 3})],
 }
 
@@ -45,121 +49,68 @@ def expected_signature(framework: str) -> str:
     return f"factory{inspect.signature(FACTORY_PROTOCOLS[framework])}"
 
 
-def signature_problem(signature: inspect.Signature, framework: str) -> str | None:
-    """Why a factory of ``signature`` cannot take the adapter's call under ``framework`` (``None``: it can).
+def import_factory(ref: str) -> Callable[..., Any]:
+    """The callable a ``"module:function"`` reference names, imported.
 
     Args:
-        signature: The factory's signature.
-        framework: ``robomimic`` or ``lerobot``.
+        ref: ``"package.module:function"`` (``function`` may be dotted: ``module:Class.method``).
 
     Returns:
-        ``None``, or what the signature is and what it should be.
-    """
-    for args, kwargs in _ARGS[framework]:
-        try:
-            signature.bind(*args, **kwargs)
-        except TypeError:
-            return f"has the signature {signature}; expected {expected_signature(framework)}"
-    return None
-
-
-def _ast_signature(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> inspect.Signature:
-    """A function's signature from its ``def`` (defaults as ``...``: only whether there is one matters)."""
-    P = inspect.Parameter
-    a = fn.args
-    params = []
-    positional = a.posonlyargs + a.args
-    first_default = len(positional) - len(a.defaults)
-    for i, arg in enumerate(positional):
-        kind = P.POSITIONAL_ONLY if i < len(a.posonlyargs) else P.POSITIONAL_OR_KEYWORD
-        params.append(P(arg.arg, kind, default=... if i >= first_default else _REQUIRED))
-    if a.vararg:
-        params.append(P(a.vararg.arg, P.VAR_POSITIONAL))
-    for arg, default in zip(a.kwonlyargs, a.kw_defaults):
-        params.append(P(arg.arg, P.KEYWORD_ONLY, default=_REQUIRED if default is None else ...))
-    if a.kwarg:
-        params.append(P(a.kwarg.arg, P.VAR_KEYWORD))
-    return inspect.Signature(params)
-
-
-def static_signature(ref: str) -> inspect.Signature | None:
-    """The signature of the ``"module:function"`` factory ``ref``, read from its module's source without importing
-    the module.
-
-    Args:
-        ref: ``"package.module:function"``.
-
-    Returns:
-        The signature, or ``None`` when it cannot be read so (no source, or ``function`` is not a top-level
-        ``def`` there): the factory is then checked when it is imported.
+        The object the reference names.
 
     Raises:
-        ModuleNotFoundError: the module (or a parent package) does not exist.
+        ValueError: ``ref`` has no ``:``.
+        ImportError: the module cannot be imported.
+        AttributeError: the module has no such name.
     """
-    module, _, name = ref.partition(":")
-    spec = importlib.util.find_spec(module)
-    if spec is None:
-        raise ModuleNotFoundError(f"no module named {module!r}")
-    origin = spec.origin
-    if not origin or not origin.endswith(".py"):
-        return None
-    try:
-        with open(origin, encoding="utf-8") as f:
-            tree = ast.parse(f.read(), origin)
-    except (OSError, SyntaxError, ValueError):
-        return None  # importing it will say what is wrong
-    found = None
-    for node in tree.body:  # the last top-level definition wins, as at import
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
-            found = node
-        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.ClassDef, ast.Import, ast.ImportFrom)) and any(
-            n == name for n in _bound_names(node)
-        ):
-            found = None
-    return None if found is None else _ast_signature(found)
+    module, sep, attr = ref.partition(":")
+    if not sep or not module or not attr:
+        raise ValueError(f"{ref!r} is not a 'module:function' reference")
+    obj: Any = importlib.import_module(module)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return obj
 
 
-def _bound_names(node) -> list[str]:
-    """The names a top-level statement binds (other than a ``def``)."""
-    if isinstance(node, ast.ClassDef):
-        return [node.name]
-    if isinstance(node, (ast.Import, ast.ImportFrom)):
-        return [(a.asname or a.name).split(".")[0] for a in node.names]
-    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-    return [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]
+def factory_problem(factory: Callable[..., Any] | str, framework: str, name: str | None = None) -> str | None:
+    """Why ``factory`` does not follow its framework's protocol (``None``: it does, or it is a builtin without a
+    signature, which only a call can tell).
 
-
-def factory_problem(factory: Callable[..., Any] | str, framework: str) -> str | None:
-    """Why ``factory`` does not follow its framework's protocol (``None``: it does, or cannot be told yet).
+    A ``"module:function"`` reference is imported first (its module's imports run).
 
     Args:
         factory: A ``"module:function"`` reference or a callable.
         framework: ``robomimic`` or ``lerobot``.
+        name: What the phrase calls the factory (default: the reference, or the callable's qualified name).
 
     Returns:
-        ``None``, or one phrase starting with the factory's name.
+        ``None``, or one phrase starting with ``factory`` and the factory's name.
     """
     if isinstance(factory, str):
-        if ":" not in factory:
-            return f"factory {factory!r} is not a 'module:function' reference"
+        name = name or factory
+        module, _, attr = factory.partition(":")
+        if not module or not attr:
+            return f"factory {name!r} is not a 'module:function' reference"
         try:
-            signature = static_signature(factory)
-        except (ImportError, ValueError) as exc:  # a parent package failing to import, a relative name
-            return f"factory {factory!r} cannot be found ({exc})"
-        name = factory
-    else:
-        try:
-            signature = inspect.signature(factory)
-        except (TypeError, ValueError):  # a builtin without a signature: checked by calling it
-            return None
-        name = getattr(factory, "__qualname__", None) or type(factory).__name__
-        func = getattr(factory, "func", None)
-        if callable(func):  # functools.partial: name the function
-            name = getattr(func, "__qualname__", name)
-    if signature is None:
+            factory = import_factory(factory)
+        except Exception as exc:  # noqa: BLE001 - whatever a plugin's module raises on import is one line
+            return f"factory {name!r} cannot be imported ({type(exc).__name__}: {exc})"
+    elif name is None:
+        func = getattr(factory, "func", factory)  # functools.partial: name the function
+        name = getattr(func, "__qualname__", None) or type(factory).__name__
+    expected = expected_signature(framework)
+    if not callable(factory):
+        return f"factory {name} is a {type(factory).__name__}, not a function; expected {expected}"
+    try:
+        signature = inspect.signature(factory)
+    except (TypeError, ValueError):  # a builtin without a signature
         return None
-    problem = signature_problem(signature, framework)
-    return None if problem is None else f"factory {name} {problem}"
+    for args, kwargs in _CALLS[framework]:
+        try:
+            signature.bind(*args, **kwargs)
+        except TypeError:
+            return f"factory {name} has the signature {signature}; expected {expected}"
+    return None
 
 
 def refusal(plugin: str, backend: str, framework: str, problem: str) -> str:
@@ -175,6 +126,6 @@ def refusal(plugin: str, backend: str, framework: str, problem: str) -> str:
         ``plugin 'P': backend 'B' refused: its robomimic factory F has the signature ...; expected ...``.
     """
     return (
-        f"plugin {plugin!r}: backend {backend!r} refused: its {framework} {problem} (the protocol: "
-        "robo_loaders_plugin/core/hookspecs.py)"
+        f"plugin {plugin!r}: backend {backend!r} refused: its {framework} {problem} (the protocols: "
+        "robo_loaders_plugin.extend)"
     )

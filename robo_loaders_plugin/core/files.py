@@ -7,9 +7,14 @@ the old name is atomic on POSIX filesystems: a reader opens the old file or the 
 one (and at worst a ``<name>.tmp-<pid>-<random>`` leftover, which the cache and shard sweeps recognise by
 ``.tmp-``). The random part keeps two threads of one process writing the same file apart.
 
-Why one non-blocking flock: whether a lock is free is how the caches, the RAM stores and the conversion leases tell
-a live holder from a dead one (the kernel drops a dead process's locks), so "held by someone else" must be told apart
-from a real error the same way everywhere.
+Why every file lock is taken here, one way: whether a lock is free is how the caches, the RAM stores and the
+conversion leases tell a live holder from a dead one (the kernel drops a dead process's locks), so "held by someone
+else" must be told apart from a real error the same way everywhere, and every lock of a file must exclude the
+others. They are all ``flock`` locks on the whole file: exclusive ones through ``filelock`` (its Unix
+``FileLock`` and ``lock_descriptor`` are ``flock(LOCK_EX)``), shared ones with ``fcntl.flock(LOCK_SH)``, because
+``filelock`` has no shared ``flock`` (its ``ReadWriteLock`` is SQLite's, another lock that an ``flock`` on the
+same file does not see: a store or cache entry in use would look free to the sweep that deletes it). No other
+module imports ``fcntl`` or ``filelock`` (``tests/test_files.py``).
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ import json
 import os
 import uuid
 from collections.abc import Iterable
+
+import filelock
 
 _BUSY = (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES)  # EACCES: what some systems return for a conflicting lock
 
@@ -65,12 +72,12 @@ def atomic_write_json(path: str, doc, **dump_options) -> None:
     atomic_write_bytes(path, json.dumps(doc, **dump_options).encode("utf-8"))
 
 
-def try_flock(fd: int, mode: int = fcntl.LOCK_EX) -> bool:
-    """Take an ``flock`` on the open file ``fd`` without waiting.
+def try_lock(fd: int, *, shared: bool = False) -> bool:
+    """Take a lock on the open file ``fd`` without waiting.
 
     Args:
         fd: an open file descriptor (another descriptor of the same file, even in this process, is another holder).
-        mode: ``fcntl.LOCK_EX`` or ``fcntl.LOCK_SH``.
+        shared: a shared lock (several holders at once, none exclusive), else an exclusive one.
 
     Returns:
         True when the lock is now held through ``fd``; False when another open file holds a conflicting one.
@@ -78,13 +85,52 @@ def try_flock(fd: int, mode: int = fcntl.LOCK_EX) -> bool:
     Raises:
         OSError: any other failure (a bad descriptor, a filesystem without locks).
     """
+    if not shared:
+        return filelock.lock_descriptor(fd, blocking=False)
     try:
-        fcntl.flock(fd, mode | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         return True
     except OSError as exc:
         if exc.errno in _BUSY:
             return False
         raise
+
+
+def lock_shared(fd: int) -> None:
+    """Take a shared lock on the open file ``fd``, waiting while another holds an exclusive one.
+
+    Args:
+        fd: an open file descriptor.
+
+    Raises:
+        OSError: the lock cannot be taken (a bad descriptor, a filesystem without locks).
+    """
+    fcntl.flock(fd, fcntl.LOCK_SH)
+
+
+def unlock(fd: int) -> None:
+    """Release the lock held through ``fd`` (the descriptor stays open).
+
+    Args:
+        fd: the descriptor holding the lock.
+
+    Raises:
+        OSError: a bad descriptor.
+    """
+    filelock.unlock_descriptor(fd)
+
+
+def path_lock(path: str) -> filelock.FileLock:
+    """An exclusive lock on the file ``path`` (created if missing, kept on release), taken by ``with``, waiting
+    for other holders (other processes, and other threads of this one: each lock object is its own holder).
+
+    Args:
+        path: the lock file.
+
+    Returns:
+        A ``filelock.FileLock``: ``with path_lock(p): ...``.
+    """
+    return filelock.FileLock(path)
 
 
 def sha256_file(path: str) -> str:

@@ -215,7 +215,7 @@ class Available:
         Args:
             disk_dir: The directory the backend would write to (its nearest existing ancestor is measured).
             device: A CUDA ``torch.device`` to measure (``None`` or a CPU device: no GPU measured).
-            shm_dir: The RAM-file directory (default: ``storage.store.default_shm_dir()``).
+            shm_dir: The RAM-file directory (default: ``$ROBO_LOADERS_RAM_DIR``, else ``/dev/shm``, else the temp dir).
 
         Returns:
             The measured :class:`Available`.
@@ -533,6 +533,6 @@ class DiskGuard:
                 f"{format_bytes(free)} free and robo-loaders leaves {format_bytes(self.reserve)} free for the rest of "
                 f"the machine ({why}). "
                 f"{self.leftover} Free space, choose a directory on a larger disk, or a backend that writes nothing "
-                "(video_stream)",
+                "(one that reads its source where it lies: 'robo-loaders list' describes each)",
                 [("disk", written + more, free)],
             )

@@ -8,8 +8,10 @@ entry-point group::
     [project.entry-points.robo_loaders]
     my_backend = "my_package.robo_loaders_plugin"
 
-An entry point that fails to import, or whose hook raises, is reported with a warning naming it and skipped; the
-other plugins and the built-in backends stay available.
+A third-party plugin that fails to import, whose hook raises or returns anything but ``BackendSpec`` objects, that
+declares a built-in backend's name, or whose entry point is named as a built-in's or another plugin's, is skipped
+with one line naming its entry point and distribution and what is wrong (a warning, and an ``error:`` line of
+``robo-loaders list``); the other plugins and the built-in backends stay available (``core.registry``).
 """
 
 from __future__ import annotations
@@ -36,7 +38,9 @@ def robo_loaders_backends() -> Iterable[BackendSpec]:  # type: ignore[empty-body
     Called once per process, the first time a backend is looked up (``robo-loaders list``, a robomimic config with
     ``train.data_backend``, ``lerobot-train --dataset.backend``). Must be cheap: return
     :class:`~robo_loaders_plugin.core.spec.BackendSpec` objects whose factories are ``"module:function"`` strings,
-    so that listing backends imports neither the backend's code nor robomimic, LeRobot or torch.
+    so that this module imports neither the backend's code nor robomimic, LeRobot or torch. Registration imports a
+    third-party factory's module to check its signature (below): a module that imports torch or a framework only
+    inside its factories keeps ``robo-loaders list`` light.
 
     Contract of what a factory returns, by ``BackendSpec.kind`` (``robo_loaders_plugin.core.iteration``):
 
@@ -45,7 +49,8 @@ def robo_loaders_backends() -> Iterable[BackendSpec]:  # type: ignore[empty-body
     - ``batch``: a :class:`~robo_loaders_plugin.core.iteration.BatchDataset` (``batch_source(plan)``).
 
     The adapter checks the returned object against the declared kind and fails naming the backend otherwise.
-    Backend names must be unique across all plugins.
+    Backend names must be unique across all plugins: a plugin declaring a built-in's name is skipped, and a name
+    two plugins declare is refused (which one served would depend on the installation order).
 
     Every factory must take the call of its framework's protocol (:func:`robomimic_factory`,
     :func:`lerobot_factory`, below); one that cannot is refused when the backends are registered, and
@@ -57,9 +62,9 @@ def robo_loaders_backends() -> Iterable[BackendSpec]:  # type: ignore[empty-body
 # What ``BackendSpec.factories`` must accept, per framework: the adapters call a factory exactly so
 # (``robomimic.integration.build_dataset``: ``factory(config, obs_keys, filter_by_attribute=..., dataset_path=...,
 # options=...)``; ``lerobot.integration``: ``factory(native, options=...)``). A factory whose signature cannot take
-# such a call is refused when the backends are registered (``core.factory_check``), as pluggy refuses a hookimpl
-# whose arguments its hookspec does not have: ``robo-loaders list`` names the plugin, backend, framework and the
-# expected signature, instead of the first training run failing with a ``TypeError``. Extra parameters are
+# such a call is refused (``core.factory_check``: the calls bound to the imported factory's signature), a
+# third-party one when the backends are registered: ``robo-loaders list`` names the plugin, backend, framework and
+# the expected signature, instead of the first training run failing with a ``TypeError``. Extra parameters are
 # allowed when they have defaults; ``**kwargs`` takes anything.
 def robomimic_factory(config, obs_keys, filter_by_attribute=None, dataset_path=None, *, options):
     """The protocol of a robomimic factory (declared here, never called): build the dataset robomimic's

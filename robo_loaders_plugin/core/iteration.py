@@ -77,10 +77,18 @@ class BatchSource(abc.ABC):
     positioned, from its batch on), and :meth:`state_dict` is always the position of the next batch, so a stopped
     run resumes on the same next batch. A pass abandoned part-way (robomimic's ``epoch_every_n_steps``) is not
     resumed by the next ``iter()``: like a DataLoader, that starts a new pass.
+
+    Every ``iter()`` is a complete pass, as a DataLoader's is, even while another pass of the same source is still
+    being served (an iterator neither exhausted, closed nor collected: two iterators interleaved, a peek at one
+    batch in the middle of a pass): that pass is served by :meth:`batches_apart`, without moving the running
+    pass's position. Why: a source whose passes share machinery (one pipeline) would restart it for the second
+    iterator, and each of two interleaved iterators would then serve some windows twice and others never.
     """
 
     def __init__(self, start_epoch: int = 0, start_batch: int = 0):
         self._epoch, self._batch, self._positioned = int(start_epoch), int(start_batch), True
+        self._running = False  # whether a pass started by iter() is being served
+        self._said_apart = False
 
     @abc.abstractmethod
     def __len__(self) -> int:
@@ -98,17 +106,47 @@ class BatchSource(abc.ABC):
             Collated batches, from batch ``start`` to the end of the pass.
         """
 
+    def batches_apart(self, epoch: int) -> Iterator[Any]:
+        """A whole pass served while another pass of this source is being served, sharing nothing with it.
+
+        The default is :meth:`batches`, for a source whose passes share no state (each call its own threads); a
+        source whose :meth:`batches` drives machinery every pass shares (one pipeline) overrides this.
+
+        Args:
+            epoch: The pass number.
+
+        Yields:
+            Collated batches of the whole pass, in order.
+        """
+        return self.batches(epoch, 0)
+
     def __iter__(self) -> Iterator[Any]:
+        if self._running:  # another pass is being served: this one apart, its position untouched
+            epoch = self._epoch + 1  # the pass after the running one: two interleaved passes differ in order
+            if not self._said_apart:
+                self._said_apart = True
+                logger.info(
+                    f"{type(self).__name__}: iter() was called while pass {self._epoch} is still being served (an "
+                    f"iterator neither exhausted nor dropped): the new iterator serves pass {epoch} whole, apart from "
+                    "the running pass, which keeps its position (said once)"
+                )
+            yield from self.batches_apart(epoch)
+            return
         if self._positioned:
             epoch, start = self._epoch, self._batch
         else:
             epoch, start = self._epoch + (1 if self._batch else 0), 0
         self._positioned = False
         self._epoch, self._batch = epoch, start
-        for batch in self.batches(epoch, start):
-            self._batch += 1
-            yield batch
-        self._epoch, self._batch, self._positioned = epoch + 1, 0, True
+        self._running = True
+        try:
+            for batch in self.batches(epoch, start):
+                self._batch += 1
+                yield batch
+            self._epoch, self._batch, self._positioned = epoch + 1, 0, True
+        finally:  # exhausted, failed, closed, or collected once dropped (robomimic's epoch_every_n_steps drops its
+            # iterator part-way): no longer being served, so the next pass is the running one again
+            self._running = False
 
     def describe(self) -> str:
         """One line for the training log: what serves the batches, and from where a resumed run starts."""
@@ -152,11 +190,18 @@ class Serving:
 
 class ServedDataset(torch.utils.data.Dataset):
     """Base of the datasets a backend's factory returns for the ``indexed`` and ``batch`` kinds: a map-style
-    dataset the framework sees (``len()``, ``print()``, a DataLoader over it) with its :class:`Serving`."""
+    dataset the framework sees (``len()``, ``print()``, a DataLoader over it) with its :class:`Serving`.
+
+    Attributes:
+        serving: What the adapters log and hold.
+        buffer_pool: The recycled batch arrays (a ``storage.buffers.BufferPool``), or ``None`` when the dataset
+            keeps none: the one name every dataset keeps them under, so that :meth:`close` releases them.
+    """
 
     def __init__(self, *, serving: Serving, **kwargs):
         super().__init__(**kwargs)
         self.serving = serving
+        self.buffer_pool: Any = None
         self._closed = False
 
     def close(self) -> None:
@@ -175,9 +220,9 @@ class ServedDataset(torch.utils.data.Dataset):
         for hold in holds:
             if hold is not None and callable(getattr(hold, "release", None)):
                 hold.release()
-        pool = getattr(self, "_pool", None)
-        if pool is not None:  # the recycled batch arrays go with it
-            self._pool = type(pool)(max_per_shape=1)
+        release = getattr(self.buffer_pool, "release", None)
+        if callable(release):  # the recycled batch arrays go with it
+            release()
 
     def __enter__(self):
         return self

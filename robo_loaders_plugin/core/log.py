@@ -34,6 +34,8 @@ _PACKAGE = "robo_loaders_plugin"
 
 _lock = threading.Lock()
 _installed = False
+_warned: set[tuple[str, str]] = set()  # (logger name, message) of the warnings warn_once logged in this process
+_warned_lock = threading.Lock()
 
 
 class StdoutHandler(logging.StreamHandler):
@@ -131,3 +133,26 @@ def get_logger(name: str) -> logging.Logger:
             name = name[len(head) + 1 :]
             break
     return logging.getLogger(f"{ROOT}.{name}" if name else ROOT)
+
+
+def warn_once(logger: logging.Logger, message: str) -> bool:
+    """Log ``message`` as a warning on ``logger`` the first time this process is asked to, and never again.
+
+    Why: the same check can run several times in one process for one cause (a mixture's metadata is checked when
+    ``lerobot-train`` parses its flags and again when it builds the training and evaluation sets; robomimic builds a
+    training and a validation mixture), and a warning read three times reads as three problems.
+
+    Args:
+        logger: The module's logger (:func:`get_logger`).
+        message: The whole line (``"warning: ..."``).
+
+    Returns:
+        True when it was logged now, False when it had been already.
+    """
+    key = (logger.name, message)
+    with _warned_lock:
+        if key in _warned:
+            return False
+        _warned.add(key)
+    logger.warning(message)
+    return True

@@ -22,6 +22,10 @@ from typing import Any, ClassVar, cast
 
 from robo_loaders_plugin.core.errors import BackendOptionError
 
+# how robomimic's and LeRobot's users set a backend's options, as they type them (a message names the setting)
+ROBOMIMIC_OPTIONS = "train.data_backend_kwargs"
+LEROBOT_OPTIONS = "--dataset.backend_kwargs"
+
 
 @dataclasses.dataclass(frozen=True)
 class Option:
@@ -261,7 +265,6 @@ class Options:
         """The options every rank of a multi-process run must agree on (those not declared ``per_host``)."""
         return {k: v for k, v in self.as_dict().items() if k not in self._per_host}
 
-    _defaults: ClassVar[dict] = {}  # set per generated class by options_class
     _per_host: ClassVar[frozenset] = frozenset()
 
     def __reduce__(self):
@@ -285,7 +288,7 @@ def _rebuild(backend: str, framework: str, values: dict, given_names: frozenset,
                 frozen=True,
             ),
         )
-        cls.backend, cls.framework, cls._defaults, cls._per_host = backend, framework, {}, per_host
+        cls.backend, cls.framework, cls._per_host = backend, framework, per_host
         _REBUILT[key] = cls
     obj = cls(**values)
     object.__setattr__(obj, "given_names", given_names)
@@ -324,9 +327,6 @@ def options_class(backend: str, framework: str, declared: Mapping[str, Option]) 
             ),
         )
         cls.backend, cls.framework = backend, framework
-        cls._defaults = {
-            name: opt.default_for(framework) for name, opt in declared.items() if opt.applies_to(framework)
-        }
         cls._per_host = frozenset(name for name, opt in declared.items() if opt.per_host)
         _CLASSES[key] = (cls, declared)  # the declarations are kept so that their id is not reused
     return cls

@@ -2,8 +2,8 @@
 
 Why: a spawned DataLoader worker receives its dataset through a pipe, and a payload larger than the pipe's buffer
 (64 kB on Linux) blocks the parent until that worker has imported torch and LeRobot, so the workers start one
-after the other. At 10,000 episodes every per-episode int64 array is 80 kB on its own (LeRobot
-``compressed_cache`` at a million frames sent 0.4 MB and reached its first batch 6 s after native). Index arrays
+after the other. At 10,000 episodes every per-episode int64 array is 80 kB on its own (what that cost at a million
+frames: docs/benchmarks.md, *Measurements behind the code*). Index arrays
 are nearly regular (run starts, episode bounds), so their first differences fit a small integer type and compress
 to a few kB; they are exact: unpacking gives the same values, dtype and shape.
 """

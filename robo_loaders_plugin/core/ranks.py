@@ -118,7 +118,7 @@ def check_ranks_agree(values, where: str, built_for: tuple[int, int] | None = No
 
     Why: every rank computes a pass's global order from (seed, options, data) alone and keeps its own share of it
     (:func:`rank_share`), so ranks that disagree on any of them cut different orders, and the shares overlap
-    silently (with the common ``seed + rank`` idiom, datapipe served 48 of 148 windows twice and 48 never).
+    silently (with the common ``seed + rank`` idiom, some windows are served twice and as many never).
 
     Every rank of the group must call this at the same point (it is a collective). Every rank decides from the same
     gathered values, so either all of them raise or none does: a refusal never leaves a rank waiting for the others.

@@ -2,7 +2,16 @@
 
 Why entry points are loaded one by one (not with ``load_setuptools_entrypoints``): pluggy stops at the first
 entry point that fails to import, which would hide every plugin after it, built-in ones included. Here a broken
-plugin is reported with a warning that names it and skipped.
+third-party plugin is reported and skipped, and every other backend (the built-ins, ``native``) stays available:
+
+- skipped whole, one line naming it (entry point and distribution) and what is wrong, as a warning when the
+  backends are first looked up and as an ``error:`` line of ``robo-loaders list``: a plugin that fails to import,
+  whose hook raises or returns anything but ``BackendSpec`` objects, that declares a built-in backend's name or one
+  name twice, or whose entry point has a built-in's or another plugin's name (pluggy keeps one plugin per name);
+- one backend refused, the plugin's others kept: a factory that does not follow its framework's protocol, or a
+  name two third-party plugins declare (which one would serve depended on the installation order).
+
+Choosing a refused backend, or one a skipped plugin declared, raises that line (:func:`get_backend`).
 """
 
 from __future__ import annotations
@@ -11,7 +20,7 @@ import functools
 import importlib.metadata
 import json
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import pluggy
@@ -35,9 +44,9 @@ def get_plugin_manager() -> pluggy.PluginManager:
     """The process's one PluginManager, built on first use from the ``robo_loaders`` entry-point group: the built-in
     backends (this distribution's entry points, one package each) first, then every third-party plugin.
 
-    A third-party plugin that fails to import is skipped with a warning naming it (see the module's docstring); a
-    built-in one that fails raises (the installation is broken); a name already registered or blocked is not loaded
-    again.
+    A third-party plugin that fails to import, or whose entry-point name is taken (by a built-in, or by another
+    distribution's plugin), is skipped (see the module's docstring; :func:`rejected_plugins`); a built-in one that
+    fails raises (the installation is broken).
 
     Returns:
         The :class:`pluggy.PluginManager` (cached; :func:`reset_cache` forgets it).
@@ -57,59 +66,159 @@ def get_plugin_manager() -> pluggy.PluginManager:
             "putting it on PYTHONPATH"
         )
     for ep in eps:
-        if pm.get_plugin(ep.name) is not None or pm.is_blocked(ep.name):
+        if pm.is_blocked(ep.name):
             continue
         if _is_builtin(ep):
-            pm.register(ep.load(), name=ep.name)
-            _BUILTIN_PLUGINS.add(ep.name)
+            if pm.get_plugin(ep.name) is None:
+                pm.register(ep.load(), name=ep.name)
+                _BUILTIN_PLUGINS.add(ep.name)
             continue
+        origin = _origin(ep)
         try:
-            pm.register(ep.load(), name=ep.name)
+            plugin = ep.load()
         except Exception as exc:  # noqa: BLE001 - a broken third-party plugin must not take the others down with it
-            warnings.warn(
-                f"robo-loaders: skipping plugin {ep.name!r} ({ep.value}) from entry-point group "
-                f"{hookspecs.ENTRY_POINT_GROUP!r}: it failed to load: {exc!r}",
-                stacklevel=2,
+            _reject_plugin(ep.name, origin, f"it failed to load ({exc!r}): update or uninstall it")
+            continue
+        taken = (
+            "a built-in backend's"
+            if ep.name in _BUILTIN_PLUGINS
+            else f"another plugin's ({_ORIGINS[ep.name]})"
+            if pm.get_plugin(ep.name) is not None
+            else None
+        )
+        if taken is not None:  # pluggy keeps one plugin per name: this one would never be asked for its backends
+            _reject_plugin(
+                ep.name,
+                origin,
+                f"its entry-point name {ep.name!r} is {taken}; rename the entry point (its "
+                f"[project.entry-points.{hookspecs.ENTRY_POINT_GROUP}])",
+                _names_declared(plugin),
             )
+            continue
+        pm.register(plugin, name=ep.name)
+        _ORIGINS[ep.name] = origin
     return pm
 
 
 _BUILTIN_PLUGINS: set[str] = set()
+_ORIGINS: dict[str, str] = {}  # a third-party plugin's name -> its entry point and distribution, for messages
+_REJECTED: dict[str, str] = {}  # a skipped third-party plugin's name -> the line saying why
+
+
+def _origin(ep: importlib.metadata.EntryPoint) -> str:
+    """Where a plugin comes from, for messages: ``entry point 'name = module' of distribution dist 0.1``."""
+    dist = getattr(ep, "dist", None)
+    of = f" of distribution {dist.metadata['Name']} {dist.version}" if dist is not None else ""
+    return f"entry point '{ep.name} = {ep.value}'{of}"
+
+
+def _origin_of(plugin_name: str) -> str:
+    """A registered third-party plugin's entry point and distribution (one registered in code has neither)."""
+    return _ORIGINS.get(plugin_name, "registered without an entry point")
+
+
+def _reject_plugin(name: str, origin: str, why: str, declared=()) -> None:
+    """Skip a third-party plugin: one line naming it and ``why``, warned once and kept for ``robo-loaders list``;
+    the backends it ``declared`` are refused with the same line (choosing one says why it is unavailable)."""
+    line = f"plugin {name!r} ({origin}) skipped: {why}; the other backends are unaffected"
+    _REJECTED[name] = line
+    for backend in declared:
+        _REFUSED.setdefault(backend, line)
+    warnings.warn(f"robo-loaders: {line}", stacklevel=3)
+
+
+def _names_declared(plugin) -> list[str]:
+    """The backend names a plugin that is not registered declares, as far as its hook tells (for "why is it
+    unavailable" when one is chosen); none when the hook is missing or fails."""
+    try:
+        specs, _ = _declared_specs(plugin.robo_loaders_backends())
+    except Exception:  # noqa: BLE001 - the plugin is skipped already; only its names are looked for
+        return []
+    return [spec.name for spec in specs]
+
+
+def _declared_specs(returned: Any) -> tuple[list[BackendSpec], str | None]:
+    """What a plugin's ``robo_loaders_backends()`` returned, as specs, or what is wrong with it (``None``: nothing).
+
+    It must return BackendSpec objects (a list, a tuple, any iterable of them; ``None``: none), each name once."""
+    import reprlib
+
+    if returned is None:
+        return [], None
+    if isinstance(returned, (str, bytes, Mapping, BackendSpec)) or not isinstance(returned, Iterable):
+        what = "a single BackendSpec" if isinstance(returned, BackendSpec) else type(returned).__name__
+        return [], (
+            f"its robo_loaders_backends() returned {reprlib.repr(returned)} ({what}), not a list of BackendSpec: "
+            "update or uninstall it"
+        )
+    specs = list(returned)
+    for i, spec in enumerate(specs):
+        if not isinstance(spec, BackendSpec):
+            return [s for s in specs if isinstance(s, BackendSpec)], (
+                f"its robo_loaders_backends() returned {reprlib.repr(spec)} ({type(spec).__name__}) at position {i}, "
+                "not a BackendSpec: update or uninstall it"
+            )
+    names = [spec.name for spec in specs]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        return specs, f"it declares backend {twice[0]!r} twice: update or uninstall it"
+    return specs, None
 
 
 @functools.cache
 def _backends() -> dict[str, BackendSpec]:
     pm = get_plugin_manager()
+    impls = list(reversed(pm.hook.robo_loaders_backends.get_hookimpls()))  # pluggy's call order
+    impls.sort(key=lambda impl: impl.plugin_name not in _BUILTIN_PLUGINS)  # the built-ins first, whatever the order
     out: dict[str, BackendSpec] = {}
-    for impl in reversed(pm.hook.robo_loaders_backends.get_hookimpls()):  # pluggy's call order
+    by: dict[str, list[str]] = {}  # a third-party backend name -> the plugins declaring it
+    for impl in impls:
         plugin_name = impl.plugin_name
         builtin = plugin_name in _BUILTIN_PLUGINS
         try:
-            returned: Any = impl.function()  # whatever the plugin returned: each item is checked below
-            result = list(returned or ())
+            specs, problem = _declared_specs(impl.function())
         except Exception as exc:
             if builtin:
                 raise
-            warnings.warn(
-                f"robo-loaders: plugin {plugin_name!r} failed to list its backends ({exc!r}); skipping it", stacklevel=2
-            )
+            why = f"its robo_loaders_backends() raised {exc!r}: update or uninstall it"
+            _reject_plugin(plugin_name, _origin_of(plugin_name), why)
             continue
-        for spec in result:
-            if not isinstance(spec, BackendSpec):
-                raise RoboLoadersError(f"plugin {plugin_name!r} returned {spec!r}, not a BackendSpec")
-            if spec.name in out:
-                raise RoboLoadersError(
-                    f"backend name {spec.name!r} is registered twice (by {out[spec.name].plugin!r} and {plugin_name!r})"
+        if problem is None and not builtin:
+            taken = [spec.name for spec in specs if spec.name in out and out[spec.name].plugin == BUILTIN]
+            if taken:
+                problem = (
+                    f"it declares backend {taken[0]!r}, a built-in backend's name: a plugin cannot replace a "
+                    "built-in backend; give its backend another name"
                 )
+        if problem is not None:
+            if builtin:
+                raise RoboLoadersError(f"built-in plugin {plugin_name!r}: {problem}")
+            _reject_plugin(plugin_name, _origin_of(plugin_name), problem, [s.name for s in specs if s.name not in out])
+            continue
+        for spec in specs:
+            if builtin and spec.name in out:
+                raise RoboLoadersError(f"built-in backend name {spec.name!r} is registered twice")
             if spec.plugin != (BUILTIN if builtin else plugin_name):
                 spec = BackendSpec(**{**spec.__dict__, "plugin": BUILTIN if builtin else plugin_name})
-            problem = _factory_refusal(spec)
-            if problem is not None:  # refused, as pluggy refuses a hookimpl its hookspec does not match
-                if builtin:
-                    raise RoboLoadersError(problem)
-                _REFUSED[spec.name] = problem
+            if not builtin:
+                by.setdefault(spec.name, []).append(plugin_name)
+            refusal = _factory_refusal(spec)
+            if refusal is not None:  # a third-party factory the adapter's call cannot bind
+                _REFUSED.setdefault(spec.name, refusal)
                 continue
             out[spec.name] = spec
+    for name, plugins in by.items():
+        if len(plugins) > 1:  # which one served would depend on the order the distributions were installed in
+            out.pop(name, None)
+            line = (
+                f"backend {name!r} refused: declared by "
+                + " and ".join(f"plugin {p!r} ({_origin_of(p)})" for p in sorted(plugins))
+                + "; a backend name must be unique: uninstall one of them"
+            )
+            _REFUSED[name] = line
+            warnings.warn(f"robo-loaders: {line}", stacklevel=2)
+    for name in out:  # also declared by a skipped plugin: the plugin that loaded serves it
+        _REFUSED.pop(name, None)
     return out
 
 
@@ -130,7 +239,7 @@ def streaming_backends(framework: str) -> str:
         framework: ``robomimic`` or ``lerobot``.
 
     Returns:
-        Their names quoted and joined (``"'video_stream'"``), or ``"none installed"``.
+        Their names quoted and joined (``"'a', 'b'"``), or ``"none installed"``.
     """
     names = [
         n for n in list_backends() if _backends()[n].remote_source_option and framework in _backends()[n].frameworks
@@ -142,27 +251,48 @@ _REFUSED: dict[str, str] = {}
 
 
 def _factory_refusal(spec: BackendSpec) -> str | None:
-    """The line refusing ``spec`` when one of its factories does not follow its framework's protocol
-    (``core.factory_check``: read from source, nothing imported), else ``None``."""
-    from robo_loaders_plugin.core.factory_check import factory_problem, refusal
+    """The line refusing a third-party ``spec`` when one of its factories does not follow its framework's protocol
+    (``core.factory_check``: the factory is imported), else ``None``.
 
+    The built-ins' factories are not imported here (it would cost every ``robo-loaders list`` torch's import, for
+    signatures a test checks) and neither are those whose declared modules are missing (their import would fail on
+    what ``check_requirements`` names in one line when the backend is chosen): both are checked by
+    ``BackendSpec.factory_for`` when imported to build."""
+    from robo_loaders_plugin.core.factory_check import factory_problem, refusal
+    from robo_loaders_plugin.core.installs import missing
+
+    if spec.plugin == BUILTIN:
+        return None
     for framework in spec.frameworks:
         factory = spec.factories.get(framework)
-        problem = None if factory is None else factory_problem(factory, framework)
+        if factory is None or missing(spec.requires.get(framework, ())):
+            continue
+        problem = factory_problem(factory, framework)
         if problem is not None:
             return refusal(spec.plugin, spec.name, framework, problem)
     return None
 
 
 def refused_backends() -> dict[str, str]:
-    """The backends a plugin declared but registration refused (a factory that does not follow its framework's
-    protocol, ``core.hookspecs.FACTORY_PROTOCOLS``).
+    """The backends a plugin declared but registration refused: a factory that does not follow its framework's
+    protocol (``core.hookspecs.FACTORY_PROTOCOLS``), a name two plugins declare, or a backend of a skipped plugin.
 
     Returns:
         ``{backend name: the one line saying why}`` (``robo-loaders list`` prints them and exits with status 1).
     """
     _backends()
     return dict(_REFUSED)
+
+
+def rejected_plugins() -> dict[str, str]:
+    """The third-party plugins skipped whole (see the module's docstring).
+
+    Returns:
+        ``{plugin name: the one line naming its entry point and distribution and saying why}`` (``robo-loaders
+        list`` prints them and exits with status 1).
+    """
+    _backends()
+    return dict(_REJECTED)
 
 
 def rate_converting_backends(framework: str) -> list[str]:
@@ -259,3 +389,5 @@ def reset_cache() -> None:
     get_plugin_manager.cache_clear()
     _CHOICES.clear()
     _REFUSED.clear()
+    _REJECTED.clear()
+    _ORIGINS.clear()

@@ -124,18 +124,24 @@ def check_storage_options(value: dict) -> None:
 
 
 # the options of every pipeline-served backend (pipeline.options.PassOptions), the same declaration for each
-def pass_options(shuffle_default: dict, cache_default: int | None, items: str) -> dict:
-    """Declarations of the pass options (``shuffle_buffer``, ``seed``, ``prefetch``, ``cache_episodes``,
-    ``cache_memory``, ``replacement``), shared by every pipeline-served backend so they mean the same everywhere.
+def pass_options(
+    shuffle_buffer: int | dict, cache_episodes: int | None = 64, items: str = "windows"
+) -> dict[str, Option]:
+    """The declarations of the options every pipeline-served (``batch`` kind) backend takes (``shuffle_buffer``,
+    ``seed``, ``prefetch``, ``cache_episodes``, ``cache_memory``, ``replacement``; read back with
+    ``PassOptions.of``), declared once so that they mean the same in every backend, the built-in ones included.
 
     Args:
-        shuffle_default: ``shuffle_buffer``'s default per framework (``{"robomimic": 16, ...}``), in episodes.
-        cache_default: ``cache_episodes``' default (``None``: as many episodes as ``cache_memory`` holds).
-        items: What a pass draws (``"windows"``, ``"frames"``), for the help.
+        shuffle_buffer: ``shuffle_buffer``'s default in episodes, or ``{framework: default}``.
+        cache_episodes: ``cache_episodes``' default (``None``: as many episodes as ``cache_memory`` holds).
+        items: What a pass draws (``"windows"``, ``"frames"``), for the help text.
 
     Returns:
-        ``{option name: Option}``.
+        ``{option name: Option}``, to merge into a ``BackendSpec``'s ``options``.
     """
+    shuffle_default = (
+        shuffle_buffer if isinstance(shuffle_buffer, dict) else {"robomimic": shuffle_buffer, "lerobot": shuffle_buffer}
+    )
     return {
         "shuffle_buffer": Option(
             int,
@@ -154,9 +160,9 @@ def pass_options(shuffle_default: dict, cache_default: int | None, items: str) -
         "prefetch": Option(int, 2, "batches prefetched ahead of training", min=0, max=1024),
         "cache_episodes": Option(
             int,
-            cache_default,
+            cache_episodes,
             "episodes kept in memory (at least 2 x shuffle_buffer)"
-            + ("; default: as many as cache_memory holds" if cache_default is None else ""),
+            + ("; default: as many as cache_memory holds" if cache_episodes is None else ""),
             min=1,
         ),
         "cache_memory": Option(

@@ -58,7 +58,7 @@ def _per_framework(value, frameworks, name: str, allowed: tuple | None, backend:
 
 @dataclasses.dataclass(frozen=True)
 class BackendSpec:
-    """A backend, as its plugin declares it (``robo_loaders_backends`` hook, ``core.hookspecs``).
+    """A backend, as its plugin declares it (``robo_loaders_backends`` hook; the contracts: ``extend``).
 
     Attributes:
         name: Unique across plugins; what users write (``train.data_backend``, ``--dataset.backend``).
@@ -69,15 +69,15 @@ class BackendSpec:
             the backend nor a framework) or the callable itself. robomimic:
             ``factory(config, obs_keys, filter_by_attribute=None, dataset_path=None, *, options)``; LeRobot:
             ``factory(lerobot_dataset, *, options)``; ``options`` is the typed object of :attr:`options`. The
-            protocols are declared in ``core.hookspecs`` and checked when the backend is registered.
-        options: ``{name: Option}``, every option the backend takes (``core.options``).
+            protocols are the contracts of ``robo_loaders_plugin.extend``, checked when the backend is registered.
+        options: ``{name: Option}``, every option the backend takes (:class:`Option`).
         footprints: ``{framework: "module:function"}`` (or the callable): what the backend will need for one
             dataset, from its metadata, without reading data or building anything, as its factory plans it. Called
-            with the factory's positional arguments and ``options=``, ``committed=`` (a
-            ``core.footprint.Footprint`` other datasets served beside it hold: the machine is measured and
-            reduced by it, ``Available.less``); returns a ``core.footprint.Planned``. A mixture plans every
-            component with it and checks their sum once before building any (``mixtures.footprint``). A
-            framework without one: the factory's own check only, when the component is built.
+            with the factory's positional arguments and ``options=``, ``committed=`` (a ``Footprint`` other
+            datasets served beside it hold: the machine is measured and reduced by it, ``Available.less``);
+            returns a ``Planned``. A mixture plans every component with it and checks their sum once before
+            building any. A framework without one: the factory's own check only, when the component is built
+            (the mixture's log says the backend "states no footprint"). ``frame_backend`` fills it.
         constraints: Checks across options, called with the resolved options object (raise ``ValueError``).
         lossless: ``LOSSLESS``, ``LOSSY_FRAMES`` or ``NOT_BIT_IDENTICAL_ON_NVDEC``, or ``{framework: value}``.
         gpu: ``GPU_NO``, ``GPU_OPTIONAL`` or ``GPU_REQUIRED`` (refused before reading data on a machine without
@@ -87,8 +87,8 @@ class BackendSpec:
             tables (``meta/``, ``data/``) while the backend reads the rest remotely. ``None``: local data only.
         remote_storage_option: The option holding the fsspec options (endpoint, credentials) for that URL.
         requires: ``{framework: ((module, install hint), ...)}``: importable modules the backend needs there, checked
-            when it is chosen (before any data is read), so a missing one is one line naming what to install
-            (e.g. ``("torchdata", "pip install 'robo-loaders-plugin[datapipe]'")``).
+            when it is chosen (before any data is read), so the missing ones are one line naming what to install,
+            one command for all (e.g. ``("torchdata", 'pip install "robo-loaders-plugin[datapipe]"')``).
         plugin: The plugin that registered it (set by the registry).
     """
 
@@ -200,24 +200,21 @@ class BackendSpec:
         return BackendChoice(self, framework, options)
 
     def check_requirements(self, framework: str) -> None:
-        """Raise naming what to install when a module the backend needs under a framework is missing (found
-        without importing it).
+        """Raise naming what to install when modules the backend needs under a framework are missing (found
+        without importing them), all of them in one line.
 
         Args:
             framework: ``robomimic`` or ``lerobot``.
 
         Raises:
-            RoboLoadersError: ``backend 'X' needs MODULE, which is not installed: pip install ...``.
+            RoboLoadersError: ``backend 'X' needs A and B, which are not installed: pip install "P[a,b]"``: every
+                missing module at once, with one command installing them all (``core.installs``).
         """
-        import importlib.util
+        from robo_loaders_plugin.core.installs import missing, missing_line
 
-        for module, hint in self.requires.get(framework, ()):
-            try:
-                found = importlib.util.find_spec(module) is not None
-            except (ImportError, ValueError):
-                found = False
-            if not found:
-                raise RoboLoadersError(f"backend {self.name!r} needs {module}, which is not installed: {hint}")
+        gone = missing(self.requires.get(framework, ()))
+        if gone:
+            raise RoboLoadersError(missing_line(f"backend {self.name!r}", gone))
 
     def factory_for(self, framework: str) -> Callable[..., Any]:
         """The factory building this backend's dataset under a framework (imported on first use).
@@ -230,31 +227,29 @@ class BackendSpec:
 
         Raises:
             RoboLoadersError: the backend does not serve ``framework``, or its factory does not follow the
-                framework's protocol (``core.hookspecs.FACTORY_PROTOCOLS``).
+                framework's protocol (the contracts, ``robo_loaders_plugin.extend``).
         """
         if framework not in self.factories:
             raise RoboLoadersError(
                 f"backend {self.name!r} does not support {framework}; it supports: {', '.join(self.frameworks)}"
             )
-        factory = self.factories[framework]
-        if isinstance(factory, str):
-            import importlib
+        from robo_loaders_plugin.core.factory_check import factory_problem, import_factory, refusal
 
-            from robo_loaders_plugin.core.factory_check import factory_problem, refusal
-
-            module, _, attr = factory.partition(":")
-            factory = getattr(importlib.import_module(module), attr)
-            # registration read the signature from source where it could; one it could not is checked here
-            problem = factory_problem(factory, framework)
-            if problem is not None:
-                raise RoboLoadersError(refusal(self.plugin, self.name, framework, problem))
+        declared = self.factories[framework]
+        ref = declared if isinstance(declared, str) else None
+        # an import error of the backend's own code keeps its traceback
+        factory = import_factory(declared) if isinstance(declared, str) else declared
+        # registration checked third-party factories already; the built-ins' are checked here, once imported
+        problem = factory_problem(factory, framework, name=ref)
+        if problem is not None:
+            raise RoboLoadersError(refusal(self.plugin, self.name, framework, problem))
         return factory
 
 
 @dataclasses.dataclass(frozen=True)
 class BackendChoice:
     """A backend chosen for one framework, with its options checked: resolved once per run and carried with the
-    dataset it builds (``core.iteration.built_by``).
+    dataset it builds.
 
     Attributes:
         spec: The backend.
@@ -307,11 +302,11 @@ class BackendChoice:
 
         Args:
             *args: The factory's positional arguments for the dataset.
-            committed: A ``core.footprint.Footprint`` held beside it (``None``: nothing).
+            committed: A ``Footprint`` held beside it (``None``: nothing).
             **kwargs: The factory's keyword arguments.
 
         Returns:
-            A ``core.footprint.Planned``, or ``None`` when the backend declares no footprint for this framework.
+            A ``Planned``, or ``None`` when the backend declares no footprint for this framework.
         """
         fn = self.spec.footprints.get(self.framework)
         if fn is None:

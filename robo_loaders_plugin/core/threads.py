@@ -3,6 +3,12 @@
 Why threads: batch building decompresses or gathers with the GIL released, and the batch stays in the training
 process (no worker processes, no copy through shared memory). Why in order: the batches must come out in the
 sampler's order, so training sees exactly the native sequence.
+
+Why not ``torchdata.nodes.ParallelMapper(in_order=True)``, which does the same for the batch-kind backends'
+pipeline (``pipeline/batches.py``): torchdata is an optional extra (``[datapipe]``), and this map serves the
+``indexed`` kind's passes (``core.iteration``: ``SamplerBatches``, ``RankBatches``) and mixtures of any backends
+(``mixtures.batches``), none of which requires it. Used only where torchdata is installed, it would be a second
+code path for the same passes.
 """
 
 from __future__ import annotations

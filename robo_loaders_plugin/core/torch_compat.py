@@ -1,4 +1,4 @@
-"""Every use of torch and torchdata internals, in one place, with the versions they were checked against.
+"""Every use of torch and torchdata internals, in one place (checked against the versions pyproject.toml pins).
 
 Why they are needed: ``indexed`` backends build the DataLoader's batches in-process and must consume its RNG the
 way ``DataLoader.__iter__`` does; torchdata's node threads are daemons that must be stopped before the
@@ -13,9 +13,6 @@ import time
 import torch
 
 from robo_loaders_plugin.core.checks import Check
-
-CHECKED_TORCH = "2.11"
-CHECKED_TORCHDATA = "0.11"
 
 
 def draw_dataloader_base_seed(generator) -> None:

@@ -92,8 +92,7 @@ class FrameSource(abc.ABC):
             field: The field's name.
             episodes: (B,) episode indices.
             steps: (B,) or (B, T) step indices within each row's episode.
-            pool: A :class:`~robo_loaders_plugin.storage.buffers.BufferPool` to recycle the output array from, or
-                ``None`` for a new array.
+            pool: An ``extend.BufferPool`` to recycle the output array from, or ``None`` for a new array.
 
         Returns:
             The values, as a numpy array; device-resident sources return a tensor where their data lives instead.
@@ -109,17 +108,15 @@ class FrameSource(abc.ABC):
 
         Why a call of its own: a LeRobot batch reads most of its keys at the same rows (every tabular column at the
         items' rows; a camera and ``observation.state`` at the same window), and a source that finds where rows
-        live (a global row, a tier, a loaded unit) does it once per call, not once per key: on W2 (LeRobot 84x84,
-        diffusion windows, 11 keys) gpu_resampler's batch took 1.24 ms with a call per key, 0.98 ms with one per
-        rows (least of 5 rounds of 2000 batches). This default calls :meth:`gather` per field; sources with
-        per-call bookkeeping override it.
+        live (a global row, a tier, a loaded unit) does it once per call, not once per key (what that saves:
+        docs/benchmarks.md, *Measurements behind the code*). This default calls :meth:`gather` per field; sources
+        with per-call bookkeeping override it.
 
         Args:
             fields: The fields' names.
             episodes: (B,) episode indices.
             steps: (B,) or (B, T) step indices within each row's episode.
-            pool: Recycles the output arrays (:class:`~robo_loaders_plugin.storage.buffers.BufferPool`), or
-                ``None``.
+            pool: Recycles the output arrays (``extend.BufferPool``), or ``None``.
 
         Returns:
             ``{field: values}`` in the order of ``fields``, each as :meth:`gather` returns it.

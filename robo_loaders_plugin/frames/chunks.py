@@ -1,10 +1,11 @@
-"""Camera frames of parts of episodes, decoded on demand into a bounded cache (``video_stream`` and ``datapipe`` on
-LeRobot; ``datapipe`` on robomimic through :class:`EpisodeUnits`).
+"""Camera frames of parts of episodes, decoded on demand into a bounded cache (the pipeline-served backends' units;
+on robomimic through :class:`EpisodeUnits`).
 
 Why parts of episodes: the pipeline opens a few *units* at a time and draws items from them (``pipeline.plan``),
 decoding each unit once per pass. A unit that is a whole episode is fine at 84x84 (a 100-frame episode of two
 cameras is 4 MB), but a 20-s episode of three 480p cameras is 1.7 GB decoded: a shuffle buffer of them does not fit
-in memory, and the first batch waits for several of them to decode (9.6 s measured). So long episodes are cut
+in memory, and the first batch waits for several of them to decode (measured: docs/benchmarks.md, *Measurements
+behind the code*). So long episodes are cut
 into units of about :data:`UNIT_BYTES` decoded, and each unit is decoded with the frames its items' windows reach
 outside it (``margin``: a diffusion policy's previous frame), so an item never needs a second unit. Fields that are
 not camera frames (a few bytes per row) are held whole for every row.
@@ -127,17 +128,6 @@ class ChunkFrames(FrameSource):
     def _load(self, unit: int) -> dict:
         ep = self.units[unit][0]
         return self.load(ep, int(self.lo[unit]), int(self.hi[unit]))
-
-    def unit_rows(self, unit: int) -> tuple[int, int]:
-        """The rows unit ``unit`` is loaded with (its own and its margins).
-
-        Args:
-            unit: The unit's index in :attr:`units`.
-
-        Returns:
-            ``(first row, end row)``, the dataset's rows, end exclusive.
-        """
-        return int(self.lo[unit]), int(self.hi[unit])
 
     def info(self, field: str) -> FieldInfo:
         """A field's dtype, step shape and whether it is loaded per unit (:meth:`FrameSource.info`).

@@ -1,4 +1,4 @@
-"""Frames from episodes loaded whole, on demand, into a bounded cache (the ``datapipe`` backend's shard records).
+"""Frames from episodes loaded whole, on demand, into a bounded cache (episodes read from robo-shards records).
 
 Why whole episodes: a shuffled pass that draws its windows from a buffer of open episodes touches each episode's
 record about once per pass, so reading (and, for robomimic, decoding) it whole is far cheaper than seeking per

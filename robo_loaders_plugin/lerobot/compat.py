@@ -19,7 +19,7 @@ the original in :data:`ORIGINALS`). This module imports nothing from the adapter
    errors that end it are one line (``sys.excepthook``, command line only).
 
 5. ``lerobot.datasets.dataset_reader.DatasetReader._check_cached_episodes_sufficient``, only inside
-   :func:`tables_only` (the ``video_stream`` backend with a remote source): LeRobot builds its dataset object from a
+   :func:`tables_only` (a backend streaming a remote source): LeRobot builds its dataset object from a
    local copy of the tables while the videos stay remote, so missing local video files must not send it to the Hub.
 
 Private reads (the settings of ``LeRobotDataset``'s private ``DatasetReader``, which decide what an item is):
@@ -49,7 +49,7 @@ import numpy as np
 
 from robo_loaders_plugin.core import checks as checks_module
 from robo_loaders_plugin.core.checks import Check
-from robo_loaders_plugin.core.errors import CompatError, install_one_line_excepthook
+from robo_loaders_plugin.core.errors import CompatError, install_one_line_excepthook, pass_through
 
 SUPPORTED_PREFIX = "0.6."
 ORIGINALS: dict[str, object] = {}
@@ -60,6 +60,7 @@ PATCHED = (
     ("lerobot.datasets.factory", "make_dataset", ("cfg",)),
     ("lerobot.datasets.factory", "make_train_eval_datasets", ("cfg",)),
     ("lerobot.scripts.lerobot_train", "cycle", ("iterable",)),
+    ("lerobot.scripts.lerobot_train", "save_checkpoint", ("checkpoint_dir", "step", "cfg")),
 )
 
 
@@ -200,6 +201,7 @@ def patch_factory(module, replacements) -> None:
         ORIGINALS[name] = current
         new = replacements[name]
 
+        @pass_through
         @functools.wraps(current)
         def wrapper(*args, __new=new, **kwargs):
             return __new(*args, **kwargs)
@@ -209,21 +211,36 @@ def patch_factory(module, replacements) -> None:
     _rebind_script()
 
 
-def patch_train_script(module, cycle, check_command_line) -> None:
+def patch_train_script(module, cycle, check_command_line, after_checkpoint=None) -> None:
     """Replace the training script's ``cycle`` and check its command line before its ``train`` parses it.
 
     Run from the command line, the plugin's errors that end the run (a refusal once the dataset is built: an
     unknown ``delta_timestamps`` key, a footprint that does not fit) are printed as one line, exit status 1, not
-    after a traceback (``core.errors.install_one_line_excepthook``); any other error keeps its traceback.
+    after a traceback (``core.errors.install_one_line_excepthook``); any other error keeps its traceback, without
+    this wrapper's frame (``core.errors.pass_through``): LeRobot's own errors read as LeRobot's.
 
     Args:
         module: ``lerobot.scripts.lerobot_train``, freshly imported.
         cycle: Replaces ``cycle(dataloader)``.
         check_command_line: Called with ``sys.argv[1:]`` when ``train()`` is called without a config (the
             command-line entry point), before LeRobot's parser reads it; returns the command line the parser reads.
+        after_checkpoint: Called as ``after_checkpoint(checkpoint_dir, cfg)`` after the script's
+            ``save_checkpoint`` wrote a checkpoint (``None``: not patched).
     """
     check_version()
     _rebind_script(module)
+    saver = getattr(module, "save_checkpoint", None)
+    if after_checkpoint is not None and saver is not None and not getattr(saver, _MARK, False):
+        ORIGINALS["save_checkpoint"] = saver
+
+        @functools.wraps(saver)
+        def save_checkpoint(checkpoint_dir, *args, **kwargs):
+            saver(checkpoint_dir, *args, **kwargs)
+            cfg = kwargs.get("cfg", args[1] if len(args) > 1 else None)
+            after_checkpoint(checkpoint_dir, cfg)
+
+        setattr(save_checkpoint, _MARK, True)
+        module.save_checkpoint = save_checkpoint
     current = getattr(module, "cycle", None)
     if current is not None and not getattr(current, _MARK, False):
         ORIGINALS["cycle"] = current
@@ -238,6 +255,7 @@ def patch_train_script(module, cycle, check_command_line) -> None:
     if train is not None and not getattr(train, _MARK, False):
         ORIGINALS["train"] = train
 
+        @pass_through  # an error LeRobot's train raises prints as LeRobot's, without this frame
         @functools.wraps(train)
         def checked_train(*args, **kwargs):
             if not args and "cfg" not in kwargs:  # the command line: LeRobot's parser.wrap reads sys.argv
@@ -434,7 +452,7 @@ def _episode_batches(sampler, batch_size: int, drop_last: bool):
 def hf_cache_files(table) -> list[str]:
     """The Arrow files under the datasets cache (``HF_DATASETS_CACHE``) that hold a ``datasets.Dataset``'s table
     (``table.cache_files``): where LeRobot's values come from, named in the messages saying how to refresh them,
-    and part of what datapipe records of a table its rows were checked against.
+    and part of what a backend records of a table its rows were checked against.
 
     Args:
         table: A ``datasets.Dataset`` (LeRobot's ``hf_dataset`` or ``meta.episodes``), or ``None``.
@@ -463,9 +481,69 @@ def hf_column(hf, name: str):
     return col.take(indices.column(0)) if indices is not None else col
 
 
+class HFColumns:
+    """A ``datasets.Dataset``'s columns read in place (:func:`hf_column`), with the Arrow table's ``num_rows``,
+    ``column_names`` and ``column(name)``: what comparing its numeric columns needs.
+
+    Why not ``hf.with_format("arrow")[:]``: ``with_format`` copies the dataset object (``copy.deepcopy``, the
+    features deep-copied three times over), which a mixture paid once per component at every start (issue 44 item 3:
+    9 s of a 100-component start), and ``[:]`` then materialises the table.
+
+    Args:
+        hf: A ``datasets.Dataset`` (LeRobot's ``meta.episodes``).
+    """
+
+    def __init__(self, hf):
+        self._hf = hf
+        self.num_rows = len(hf)
+        self.column_names = list(hf.column_names)
+
+    def column(self, name: str):
+        """Column ``name``, one value per row the dataset serves (:func:`hf_column`).
+
+        Args:
+            name: The column's name in LeRobot's table (e.g. ``"episode_index"``).
+
+        Returns:
+            Its values in the dataset's row order (a row selection respected).
+        """
+        return hf_column(self._hf, name)
+
+
+def hf_table_columns(hf) -> HFColumns:
+    """:class:`HFColumns` of ``hf``.
+
+    Args:
+        hf: A ``datasets.Dataset``.
+
+    Returns:
+        Its columns, read in place.
+    """
+    return HFColumns(hf)
+
+
+def episode_boundaries(episodes) -> tuple[np.ndarray, np.ndarray]:
+    """Every episode's ``dataset_from_index`` and ``dataset_to_index`` in LeRobot's ``meta.episodes``, in its row
+    order, read in place (:func:`hf_column`).
+
+    Why not ``episodes["dataset_from_index"]``: ``datasets`` formats a column read so through Python objects, one
+    per episode; a mixture read both columns of every component two times at every start (issue 44 item 3: 6 s of a
+    100-component start, ``sampler_rows`` and ``mixture_episodes``).
+
+    Args:
+        episodes: LeRobot's ``meta.episodes`` (a ``datasets.Dataset``).
+
+    Returns:
+        ``(from, to)``, int64 arrays of one value per episode row.
+    """
+    starts = np.asarray(hf_column(episodes, "dataset_from_index").to_numpy(), dtype=np.int64)
+    ends = np.asarray(hf_column(episodes, "dataset_to_index").to_numpy(), dtype=np.int64)
+    return starts, ends
+
+
 def hf_fingerprint(hf) -> str | None:
     """The fingerprint ``datasets`` gives a ``Dataset``'s content and every transform applied to it
-    (``hf._fingerprint``): part of what datapipe records of the table its rows were checked against.
+    (``hf._fingerprint``): part of what a backend records of the table its rows were checked against.
 
     Args:
         hf: A ``datasets.Dataset``.

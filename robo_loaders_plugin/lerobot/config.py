@@ -8,7 +8,8 @@ appear in ``--help`` and get saved in ``train_config.json`` (so ``--resume`` wor
 ``isinstance(cfg.dataset, DatasetConfig)`` still holds for LeRobot's code.
 
 Every bad backend name or option (name or value) fails here, at parsing, before LeRobot reads any data: the
-choice is resolved once (``core.registry.choose_backend``) and reused when the dataset is built.
+choice is resolved once (``core.registry.choose_backend``) and reused when the dataset is built. So does a
+``--dataset.root``/``--dataset.episodes`` LeRobot cannot train from (``lerobot.dataset_root``).
 """
 
 from __future__ import annotations
@@ -41,16 +42,20 @@ class BackendDatasetConfig(DatasetConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        from robo_loaders_plugin.core.errors import RoboLoadersError
-        from robo_loaders_plugin.lerobot.integration import backend_choice, command_line_options
-        from robo_loaders_plugin.lerobot.mixture import command_line_mixture, resolve_mixture_flag
+        from robo_loaders_plugin.core.errors import BackendOptionError, RoboLoadersError
+        from robo_loaders_plugin.lerobot.dataset_root import check_dataset_root
+        from robo_loaders_plugin.lerobot.flags import backend_choice, command_line_options, saved_options_hint
+        from robo_loaders_plugin.lerobot.mixture_flag import command_line_mixture, resolve_mixture_flag
 
         # DecodingError, not ValueError: LeRobot's parser prints it as one "error: ..." line (exit 1); an empty key
         # path, because the message already names the flag as the user typed it
         try:
             self.backend_kwargs = command_line_options(self.backend_kwargs)  # JSON numbers, not YAML's strings
-            backend_choice(self)
+            choice = backend_choice(self)
             self.mixture = command_line_mixture(self.mixture)  # the JSON text typed, not YAML's reading of it
             self.mixture = resolve_mixture_flag(self)  # checked now; saved resolved, so --resume reads the same
-        except RoboLoadersError as exc:
-            raise DecodingError((), str(exc)) from None
+            if self.mixture is None:  # a mixture's components are checked with it
+                check_dataset_root(self, choice)  # --dataset.root/episodes, before LeRobot goes to the Hub
+        except RoboLoadersError as exc:  # options a resumed run's config holds: the hint says how to drop them
+            hint = saved_options_hint() if isinstance(exc, BackendOptionError) else ""
+            raise DecodingError((), f"{exc}{hint}") from None

@@ -19,17 +19,19 @@ import torch
 
 from robo_loaders_plugin.core.errors import SourceError
 from robo_loaders_plugin.core.iteration import IndexedDataset
+from robo_loaders_plugin.core.options import LEROBOT_OPTIONS
 from robo_loaders_plugin.core.packed import pack_ints, unpack_ints
 from robo_loaders_plugin.frames.base import FrameSource
+from robo_loaders_plugin.lerobot import compat
 from robo_loaders_plugin.lerobot.compat import ReaderSettings, hf_cache_files, hf_column, reader_settings
 from robo_loaders_plugin.storage.buffers import BufferPool
 from robo_loaders_plugin.windows import lerobot as rules
 
 if TYPE_CHECKING:
-    from robo_loaders_plugin.sources.lerobot_v3 import LeRobotV3
+    from robo_loaders_plugin.sources.lerobot_v3 import LeRobotEpisodes, LeRobotV3
 
 
-OPTION_PREFIX = "--dataset.backend_kwargs"  # how a LeRobot user sets a backend's options, for messages
+OPTION_PREFIX = LEROBOT_OPTIONS  # how a LeRobot user sets a backend's options, for messages
 
 
 class LeRobotSamples(IndexedDataset):
@@ -162,11 +164,6 @@ class LeRobotSamples(IndexedDataset):
     def hf_dataset(self):
         """The native dataset's HF table (read by code that inspects columns, not by the items served here)."""
         return self._native.hf_dataset
-
-    @property
-    def video_frame_keys(self):
-        """Camera keys stored as video (a copy)."""
-        return list(self.layout.video_keys)
 
     def __repr__(self):
         return (
@@ -326,7 +323,9 @@ def check_meta_match(native, source) -> None:
     else:
         held = "LeRobot's dataset object (held in memory)"
         refresh = changed_since.format("meta/episodes")
-    theirs = table.with_format("arrow")[:] if table is not None else None
+    # LeRobot's table read in place (compat.hf_table_columns), not through with_format("arrow")[:]: that copies
+    # the dataset object, deep-copying its features three times, per component of a mixture (issue 44 item 3)
+    theirs = compat.hf_table_columns(table) if table is not None else None
     mine = source.episode_table
     files = source.episode_files
     where = f"{source.url}/meta/episodes" if len(files) != 1 else files[0][0]
@@ -515,6 +514,31 @@ def native_source(native) -> tuple[LeRobotV3, ReaderSettings]:
     return source, reader_settings(native)
 
 
+def native_episodes(native, decode_device: str = "cpu") -> LeRobotEpisodes:
+    """The episodes a ``LeRobotDataset`` selects, read the way it reads them (tables, and videos decoded with
+    torchcodec at its tolerance), after :func:`native_source`'s checks and with every row checked against the
+    dataset object's (:func:`check_rows_match`).
+
+    Args:
+        native: The ``LeRobotDataset`` LeRobot's factory built.
+        decode_device: ``"cpu"`` (byte-identical to LeRobotDataset) or ``"cuda"`` (NVDEC).
+
+    Returns:
+        Its :class:`~robo_loaders_plugin.sources.lerobot_v3.LeRobotEpisodes`.
+
+    Raises:
+        CompatError: not LeRobot 0.6.x.
+        SourceError: a layout robo-loaders does not reproduce, or rows that differ from what the dataset object
+            holds.
+    """
+    from robo_loaders_plugin.sources.lerobot_v3 import LeRobotEpisodes
+
+    source, settings = native_source(native)
+    episodes = LeRobotEpisodes(source, settings.tolerance_s, native.episodes, decode_device=decode_device)
+    check_rows_match(native, episodes.columns, episodes.arrays["index"], episodes.arrays)
+    return episodes
+
+
 def camera_reach(delta_indices: dict | None, cameras) -> tuple[int, int]:
     """Rows a camera window reaches before and after its item (LeRobot's ``delta_indices`` of the cameras).
 
@@ -540,7 +564,7 @@ def sample_bytes(size, settings, delta_steps: dict | None = None) -> int:
     Args:
         size: The dataset's ``core.data_size.DataSize`` (``LeRobotV3.data_size``).
         settings: Its ``ReaderSettings``.
-        delta_steps: Each windowed key's offsets when a backend replaces LeRobot's (``gpu_resampler``'s rates;
+        delta_steps: Each windowed key's offsets when a backend replaces LeRobot's (a rate-converting backend's;
             ``None``: ``settings.delta_indices``).
 
     Returns:
@@ -577,7 +601,7 @@ def pipeline_batches(size, settings) -> tuple[int, int | None]:
 def unit_bytes(size, source, settings, *, frame_ratio: float, row_bytes: bool, margin_always: bool):
     """Bytes a pipeline-served backend's buffer holds per unit, from metadata before anything is read: episodes,
     long ones in parts (``frames.chunks``), each with the rows its camera windows reach outside it; and what a unit
-    is called. The one estimate ``datapipe`` and ``video_stream`` size their buffers with.
+    is called. The one estimate the pipeline-served backends size their buffers with.
 
     Args:
         size: The selected episodes' ``core.data_size.DataSize`` (``source.data_size(native.episodes)``, read once

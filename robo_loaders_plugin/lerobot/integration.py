@@ -1,185 +1,54 @@
-"""LeRobot-facing entry points: what the patches install (``lerobot.compat``), usable directly as a library too."""
+"""LeRobot-facing entry points: what the patches install (``lerobot.compat``), usable directly as a library too.
+
+The top of the adapter: a config goes down from here, never back. ``make_dataset``/``make_train_eval_datasets``
+check what the parser could not (a config built in Python, a resumed run's data) and hand a mixture to ``mixture``,
+one dataset to ``single``; ``cycle`` serves lerobot-train's passes of what they built; ``check_command_line`` reads
+the plugin's flags before LeRobot's parser does. ``choose`` and ``build_dataset`` are the library's (``flags``,
+``single``).
+"""
 
 from __future__ import annotations
-
-import contextlib
-import os
-import threading
 
 import torch
 
 from robo_loaders_plugin.core import iteration
 from robo_loaders_plugin.core.backend_json import parse_backend_kwargs
 from robo_loaders_plugin.core.errors import RoboLoadersError
-from robo_loaders_plugin.core.in_flight import TrainingLoop, current_training_loop, training_loop
+from robo_loaders_plugin.core.in_flight import TrainingLoop, training_loop
 from robo_loaders_plugin.core.log import get_logger
 from robo_loaders_plugin.core.ranks import check_ranks_agree, source_identity
-from robo_loaders_plugin.core.registry import choose_backend
-from robo_loaders_plugin.core.spec import DEFAULT_BACKEND, BackendChoice
 from robo_loaders_plugin.core.units import plural
 from robo_loaders_plugin.lerobot import compat
-from robo_loaders_plugin.lerobot.mixture import resume_position
+from robo_loaders_plugin.lerobot.dataset_root import check_dataset_root
+from robo_loaders_plugin.lerobot.flags import OPTIONS_FLAG, backend_choice, choose, flag_text
+from robo_loaders_plugin.lerobot.mixture import make_mixture_datasets, resume_position, save_component_stats
+from robo_loaders_plugin.lerobot.mixture_flag import check_mixture_text, mixture_of
+from robo_loaders_plugin.lerobot.mixture_resume import check_resumed_dataset
+from robo_loaders_plugin.lerobot.single import build_dataset, convert, inside_lerobot_split, native_datasets
 from robo_loaders_plugin.mixtures.dataset import MixtureDataset
-from robo_loaders_plugin.sources.lerobot_v3 import is_remote, mirror_tables
+
+# the library's: the entry points, and a backend chosen and a LeRobotDataset served from Python (choose,
+# build_dataset: docs/mixtures.md, docs/scale.md), which live in flags and single
+__all__ = [
+    "build_dataset",
+    "check_command_line",
+    "choose",
+    "cycle",
+    "make_dataset",
+    "make_train_eval_datasets",
+    "sampling_plan",
+    "save_component_stats",
+]
 
 logger = get_logger(__name__)
-
-_state = threading.local()
-
-
-NAME_FLAG, OPTIONS_FLAG = "--dataset.backend", "--dataset.backend_kwargs"
-
-
-def backend_choice(dataset_cfg) -> BackendChoice:
-    """The backend choice of ``cfg.dataset`` (``backend`` missing or "native": LeRobot's own), resolved once per
-    distinct (name, options) (``core.registry.choose_backend``): at argument parsing, then reused.
-
-    Args:
-        dataset_cfg: ``cfg.dataset`` (a ``BackendDatasetConfig``, or LeRobot's own ``DatasetConfig``).
-
-    Returns:
-        The :class:`~robo_loaders_plugin.core.spec.BackendChoice`.
-
-    Raises:
-        RoboLoadersError: naming ``--dataset.backend`` / ``--dataset.backend_kwargs`` and what is wrong.
-    """
-    name = getattr(dataset_cfg, "backend", None) or DEFAULT_BACKEND  # LeRobot's own DatasetConfig has no such field
-    kwargs = getattr(dataset_cfg, "backend_kwargs", None) or {}
-    if name == DEFAULT_BACKEND:  # a resumed config may carry options of a backend used before: ignore them
-        kwargs = {}
-    if isinstance(kwargs, str):
-        kwargs = parse_backend_kwargs(kwargs, OPTIONS_FLAG)
-    if not isinstance(kwargs, dict):
-        raise RoboLoadersError(
-            f'{OPTIONS_FLAG} must be a JSON object, e.g. \'{{"codec": "zstd"}}\', got {type(kwargs).__name__}'
-        )
-    return choose_backend("lerobot", name, kwargs, name_where=NAME_FLAG, options_where=OPTIONS_FLAG)
-
-
-def convert(dataset, cfg):
-    """Serve ``dataset`` (a LeRobotDataset built by LeRobot's factory) through the configured backend.
-
-    Args:
-        dataset: LeRobot's dataset, or ``None`` (a split LeRobot left empty).
-        cfg: lerobot-train's config (``cfg.dataset.backend``, ``backend_kwargs``, ``streaming``, ``repo_id``,
-            ``cfg.seed``).
-
-    Returns:
-        ``dataset`` itself for ``native`` (or ``None``), else the backend's dataset (:func:`build_dataset`).
-
-    Raises:
-        RoboLoadersError: a bad choice, a backend combined with ``--dataset.streaming=true``, or a build error.
-    """
-    choice = backend_choice(cfg.dataset)
-    if choice.name == DEFAULT_BACKEND or dataset is None:
-        return dataset
-    if getattr(cfg.dataset, "streaming", False):
-        raise RoboLoadersError(
-            f"--dataset.backend={choice.name} replaces LeRobot's map-style dataset; it cannot be "
-            "combined with --dataset.streaming=true"
-        )
-    return build_dataset(dataset, choice, repo_id=cfg.dataset.repo_id, seed=getattr(cfg, "seed", None))
-
-
-def build_dataset(
-    native,
-    choice: BackendChoice,
-    repo_id: str | None = None,
-    seed: int | None = None,
-    batch_size: int | None = None,
-    num_workers: int = 0,
-):
-    """Serve a ``LeRobotDataset`` through a backend, as ``lerobot-train --dataset.backend`` does.
-
-    Args:
-        native: The ``LeRobotDataset`` LeRobot's factory (or user code) built.
-        choice: The backend choice (:func:`backend_choice`, or ``choose("video_stream", buffer="lz4")``).
-        repo_id: Shown in the log line (default: ``native.repo_id``).
-        seed: lerobot-train's ``--seed`` (recorded; the sampler's own seed is what :func:`cycle` checks across
-            ranks).
-        batch_size: Items per batch of the DataLoader that will serve it, so that the footprint counts the batches
-            in flight (``core.in_flight``; ``None``: lerobot-train's, when called from it, else not counted).
-        num_workers: That DataLoader's workers.
-
-    Returns:
-        The backend's dataset, recorded for the adapter's dispatch (``lerobot-train``'s ``cycle``).
-
-    Raises:
-        RoboLoadersError: the choice is not for LeRobot, needs a GPU torch does not see, or its source is wrong.
-    """
-    if choice.framework != "lerobot":
-        raise RoboLoadersError(f"backend choice {choice.name!r} was resolved for {choice.framework}, not LeRobot")
-    compat.check_version()
-    choice.check_device()
-    loop = TrainingLoop(int(batch_size), int(num_workers)) if batch_size is not None else current_training_loop()
-    with training_loop(loop):
-        out = choice.build(native)
-    iteration.record_built(out, choice, seed=seed)
-    logger.info(f"lerobot data backend: {choice.name} [{repo_id or native.repo_id}] {iteration.summary_of(out)}")
-    return out
-
-
-def choose(backend: str, **options) -> BackendChoice:
-    """A LeRobot backend choice from Python (what ``--dataset.backend=NAME --dataset.backend_kwargs=JSON`` give).
-
-    Args:
-        backend: The backend's name.
-        **options: Its options.
-
-    Returns:
-        The :class:`~robo_loaders_plugin.core.spec.BackendChoice`, for :func:`build_dataset`.
-
-    Raises:
-        RoboLoadersError: an unknown backend, or a bad option, named.
-    """
-    return choose_backend("lerobot", backend, options, name_where=NAME_FLAG, options_where=OPTIONS_FLAG)
-
-
-def remote_tables(url: str, choice: BackendChoice) -> str:
-    """A local copy of a remote dataset's tables (``meta/`` and ``data/``, refreshed when they change) in the
-    backend's cache directory, for LeRobot to build its dataset object from while the backend streams the rest from
-    ``url`` (with the backend's ``storage_options``).
-
-    Args:
-        url: The dataset's remote root.
-        choice: A backend reading a remote source (``BackendSpec.remote_source_option``).
-
-    Returns:
-        The local directory holding the tables.
-
-    Raises:
-        SourceError: ``url`` holds no LeRobot dataset.
-    """
-    from robo_loaders_plugin.storage.cache import cache_root, short_hash
-
-    spec = choice.spec
-    root = cache_root(getattr(choice.options, "cache_dir", None), f"{OPTIONS_FLAG}.cache_dir")
-    local = os.path.join(root, f"remote-tables-{short_hash(url)}")
-    logger.info(f"{choice.name}: tables of {url} copied to {local}; videos streamed from {url}")
-    storage = getattr(choice.options, spec.remote_storage_option) if spec.remote_storage_option else None
-    return mirror_tables(url, local, storage)
-
-
-@contextlib.contextmanager
-def _streamed_source(cfg):
-    """A backend reading a remote source (``BackendSpec.remote_source_option``): LeRobot builds its dataset object
-    from a local copy of the tables (:func:`remote_tables`), the rest stays where it is."""
-    choice = backend_choice(cfg.dataset)
-    spec = choice.spec
-    url = getattr(choice.options, spec.remote_source_option) if spec.remote_source_option else None
-    if not is_remote(url):
-        yield
-        return
-    cfg.dataset.root = remote_tables(url, choice)
-    with compat.tables_only():
-        yield
 
 
 def make_dataset(cfg):
     """Mirror of ``lerobot.datasets.factory.make_dataset(cfg)`` honouring ``cfg.dataset.backend``.
 
-    The choice is checked before anything is read; a backend reading a remote source has LeRobot build its dataset
-    from a local mirror of the tables.
+    The choice is checked before anything is read, and so is a resumed run's data against its checkpoint's
+    (``mixture_resume``); a backend reading a remote source has LeRobot build its dataset from a local mirror of the
+    tables.
 
     Args:
         cfg: lerobot-train's config.
@@ -188,17 +57,19 @@ def make_dataset(cfg):
         LeRobot's dataset served by the backend (LeRobot's own for ``native``).
 
     Raises:
-        RoboLoadersError: a bad choice, option or source.
+        RoboLoadersError: a bad choice, option or source, or a resumed run given other data than its checkpoint
+            trained on (``mixture_resume.check_resumed_dataset``).
     """
-    backend_choice(cfg.dataset)  # fail on a bad name/option before reading anything
-    from robo_loaders_plugin.lerobot import mixture
-
+    choice = backend_choice(cfg.dataset)  # fail on a bad name/option before reading anything
+    inside_split = inside_lerobot_split()  # called from make_train_eval_datasets (a component's, too)
+    if not inside_split:  # checked there
+        check_resumed_dataset(cfg)  # --resume: the data its checkpoint trained on
     with training_loop(training_loop_of(cfg)):  # the batches in flight, counted in the footprints
-        if mixture.mixture_of(cfg.dataset) is not None:  # --dataset.mixture: one dataset per component
-            return mixture.make_mixture_datasets(cfg, split=False)[0]
-        with _streamed_source(cfg):
-            native = compat.original("make_dataset")(cfg)
-        if getattr(_state, "raw", False):  # called from make_train_eval_datasets: converted there
+        if mixture_of(cfg.dataset) is not None:  # --dataset.mixture: one dataset per component
+            return make_mixture_datasets(cfg, split=False)[0]
+        check_dataset_root(cfg.dataset, choice)  # a config built in Python skipped the parser's check
+        native, _ = native_datasets(cfg, split=False)
+        if inside_split:  # converted there
             return native
         return convert(native, cfg)
 
@@ -214,14 +85,15 @@ def make_train_eval_datasets(cfg):
         ``(train, eval)``, each served by the backend.
 
     Raises:
-        RoboLoadersError: a bad choice, option or source.
+        RoboLoadersError: a bad choice, option or source, or a resumed run given other data than its checkpoint
+            trained on (``mixture_resume.check_resumed_dataset``).
     """
-    backend_choice(cfg.dataset)
-    from robo_loaders_plugin.lerobot import mixture
-
+    choice = backend_choice(cfg.dataset)
+    check_resumed_dataset(cfg)  # --resume: the data its checkpoint trained on
     with training_loop(training_loop_of(cfg)):  # the batches in flight, counted in the footprints
-        if mixture.mixture_of(cfg.dataset) is not None:  # --dataset.mixture: each split as LeRobot splits
-            return mixture.make_mixture_datasets(cfg, split=True)
+        if mixture_of(cfg.dataset) is not None:  # --dataset.mixture: each split as LeRobot splits
+            return make_mixture_datasets(cfg, split=True)
+        check_dataset_root(cfg.dataset, choice)  # a config built in Python skipped the parser's check
         train, evaluation = native_datasets(cfg, split=True)
         return convert(train, cfg), convert(evaluation, cfg)
 
@@ -240,28 +112,6 @@ def training_loop_of(cfg) -> TrainingLoop | None:
     if not isinstance(batch_size, int) or not isinstance(workers, int):
         return None
     return TrainingLoop(batch_size, workers)
-
-
-def native_datasets(cfg, split: bool):
-    """LeRobot's own dataset(s) for ``cfg``, built by LeRobot's own factory, not yet served by a backend (a backend
-    reading a remote source has LeRobot build them from a local mirror of the tables).
-
-    Args:
-        cfg: lerobot-train's config (one dataset: a mixture's component config, or the run's own).
-        split: Split episodes as ``make_train_eval_datasets`` does (``--dataset.eval_split``).
-
-    Returns:
-        ``(train, eval)``; ``eval`` is ``None`` when not split (or ``eval_split`` is 0).
-    """
-    if not split:
-        with _streamed_source(cfg):
-            return compat.original("make_dataset")(cfg), None
-    _state.raw = True
-    try:
-        with _streamed_source(cfg):
-            return compat.original("make_train_eval_datasets")(cfg)
-    finally:
-        _state.raw = False
 
 
 def sampling_plan(dataloader, built: iteration.Built | None = None) -> iteration.SamplingPlan:
@@ -382,40 +232,16 @@ def check_same_setup(dataloader, built: iteration.Built) -> None:
     )
 
 
-def flag_text(argv: list[str], flag: str = OPTIONS_FLAG) -> tuple[int, str, str] | None:
-    """Where ``flag``'s value is in ``argv``: ``(position, what precedes the value there, the value)`` (``--flag
-    value``: ``""``; ``--flag=value``: ``"--flag="``), as LeRobot's parser reads it (given twice, the last one
-    counts); ``None`` when it is not there.
-
-    Args:
-        argv: The command line without the program.
-        flag: The flag (default: ``--dataset.backend_kwargs``).
-
-    Returns:
-        The position and text of its value, or ``None``.
-    """
-    found = None
-    for i, arg in enumerate(argv):
-        if arg == flag and i + 1 < len(argv):
-            found = (i + 1, "", argv[i + 1])
-        elif arg.startswith(flag + "="):
-            found = (i, flag + "=", arg[len(flag) + 1 :])
-    return found
-
-
-_options_text = flag_text
-
-
 def check_command_line(argv: list[str]) -> list[str]:
     """``--dataset.backend_kwargs`` on lerobot-train's command line must be a JSON object (its ``--help`` says so),
-    and ``--dataset.mixture`` a mixture (``lerobot.mixture``), checked before LeRobot's parser reads them.
+    and ``--dataset.mixture`` a mixture (``mixture_flag``), checked before LeRobot's parser reads them.
 
     Why: LeRobot's parser reads it as YAML, which accepts ``{codec: zstd}``, answers a malformed object with a long
     traceback, and reads JSON numbers in exponent form (``1e9``, ``5e-2``) as strings; an empty value
     (``--dataset.backend_kwargs=``, an empty shell variable) failed inside its parser with ``AttributeError``. Bad
     JSON exits with one line naming the flag, as LeRobot's parser does for a bad value; an empty or blank value
     means no options, as everywhere else options are typed (``core.backend_json``), and is handed on as ``{}``.
-    The numbers are given their JSON types after LeRobot's parser by :func:`command_line_options`.
+    The numbers are given their JSON types after LeRobot's parser by ``flags.command_line_options``.
 
     Args:
         argv: The command line without the program (``sys.argv[1:]``).
@@ -428,15 +254,13 @@ def check_command_line(argv: list[str]) -> list[str]:
     """
     import sys
 
-    from robo_loaders_plugin.lerobot.mixture import check_mixture_text
-
     argv = list(argv)
     try:
         check_mixture_text(argv)  # a mixture's JSON, read as JSON before LeRobot's parser reads it as YAML
     except RoboLoadersError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(1)
-    found = _options_text(argv)
+    found = flag_text(argv)
     if found is None:
         return argv
     at, head, text = found
@@ -448,29 +272,3 @@ def check_command_line(argv: list[str]) -> list[str]:
     if not text.strip():
         argv[at] = head + "{}"
     return argv
-
-
-def command_line_options(decoded: dict, argv: list[str] | None = None) -> dict:
-    """The backend's options with the values typed on the command line read as JSON, over what LeRobot's parser
-    made of them (YAML: ``1e9`` is the string ``'1e9'`` there, a number in JSON).
-
-    Why after the parser, too: with ``--dataset.discover_packages_path=robo_loaders_plugin`` (the import hook
-    off) the plugin is imported by LeRobot's parser after it read the command line, so :func:`check_command_line`
-    never sees it; this runs on both paths, when the config is built.
-
-    Args:
-        decoded: ``backend_kwargs`` as LeRobot's parser decoded it (merged with a ``--config_path`` file's).
-        argv: The command line (default: ``sys.argv[1:]``).
-
-    Returns:
-        ``decoded`` with every option the command line gives taken from its JSON reading.
-
-    Raises:
-        BackendOptionError: the command line's value is not a JSON object, naming the flag.
-    """
-    import sys
-
-    found = _options_text(sys.argv[1:] if argv is None else argv)
-    if found is None or not isinstance(decoded, dict):
-        return decoded
-    return {**decoded, **parse_backend_kwargs(found[2], OPTIONS_FLAG)}

@@ -1,79 +1,130 @@
-"""LeRobot weighted mixtures: ``lerobot-train --dataset.mixture=<file or inline JSON>``.
+"""LeRobot weighted mixtures: ``lerobot-train --dataset.mixture=<file or inline JSON>``, built and served.
 
 LeRobot 0.6.1 trains on one dataset (its ``make_dataset`` refuses several ``repo_id``\\ s); this module builds a
-mixture of them the way LeRobot's factory builds one. It is the facade over two parts it re-exports: the flag
-(``mixture_flag``: steps 1 and the rate rules) and the metadata (``mixture_meta``: step 2, the statistics and
-``MixtureMetadata``); the build (steps 3 and 4) is here.
+mixture of them the way LeRobot's factory builds one. A mixture's config goes down three modules, each deciding one
+thing and importing only those below it:
 
-1. At argument parsing (:func:`resolve_mixture_flag`): the flag is read as JSON (``mixtures.spec.parse_mixture``)
-   and checked with the other flags (a backend that cannot convert rates given ``target_fps``, options naming one
-   dataset's data, ``--dataset.repo_id`` given beside it); it is saved resolved, as inline JSON, in
-   ``train_config.json``, so ``--resume=true`` trains on the same mixture even if the file changed.
-2. Before any data is read (:func:`check_components`): every component's ``meta/`` (LeRobot's
-   ``LeRobotDatasetMetadata``) is compared: renames onto existing keys, features whose dtype or shape disagree, frame
-   rates that differ without ``target_fps``. Each refusal is one line naming the component and the key.
-3. Each component is LeRobot's own ``LeRobotDataset``, built by LeRobot's own factory with the run's settings
-   (delta timestamps from the policy, image transforms, tolerance, video backend, ``eval_split``), then served by
-   the chosen backend as a single dataset would be (``native``: LeRobot's object itself). A component whose
-   ``root`` is remote is read as one remote dataset is, by a backend that streams (``remote_source_option``): its
-   tables mirrored into the backend's cache directory for LeRobot (:func:`local_tables`), its frames streamed from
-   the root (the backend's source option set to it).
-4. The mixture (:class:`LeRobotMixture`, a ``mixtures.dataset.MixtureDataset``) is a ``batch`` kind dataset for the
+1. The flag, parsed and checked (``mixture_flag``), at argument parsing: the flag is read as JSON
+   (``mixtures.spec.parse_mixture``) and checked with the other flags (a backend that cannot convert rates given
+   ``target_fps``, options naming one dataset's data, ``--dataset.repo_id`` given beside it, each local root's
+   ``meta/info.json``); it is saved resolved, as inline JSON, in ``train_config.json``, so ``--resume=true`` trains
+   on the same mixture even if the file changed.
+2. The components' metadata, read and checked (``mixture_meta``) before any data is read: every component's
+   ``meta/`` (LeRobot's ``LeRobotDatasetMetadata``, read once into the mixture index, ``mixtures.index``, and
+   reused while the component's ``meta/`` is unchanged) is compared: renames onto existing keys, features whose dtype or
+   shape disagree, frame rates that differ without ``target_fps``, statistics missing. Each refusal is one line
+   naming the component and the key.
+3. The build and the serving, here. Each component is LeRobot's own ``LeRobotDataset``, built by LeRobot's own
+   factory with the run's settings (delta timestamps from the policy, image transforms, tolerance, video backend,
+   ``eval_split``), then served by the chosen backend as a single dataset would be (``single``; ``native``:
+   LeRobot's object itself). A component whose ``root`` is remote is read as one remote dataset is, by a backend
+   that streams (``remote_source_option``): its tables mirrored into the backend's cache directory for LeRobot
+   (:func:`local_tables`), its frames streamed from the root (the backend's source option set to it).
+   The mixture (:class:`LeRobotMixture`, a ``mixtures.dataset.MixtureDataset``) is a ``batch`` kind dataset for the
    adapter whatever the backend: its passes are drawn by weight (``mixtures.sampling``), never by LeRobot's
    ``EpisodeAwareSampler``, whose order is a plain concatenation; they draw, per component, only the rows that
    sampler would serve of that component alone (:func:`sampler_rows`: the episode filter, the policy's
-   ``drop_n_last_frames``). Its ``meta`` (:class:`MixtureMetadata`) is what
-   ``make_policy`` and the processors read: the common features, ``stats`` aggregated with LeRobot's own
-   ``aggregate_stats`` (ImageNet statistics applied as LeRobot's factory applies them), the frame rate.
+   ``drop_n_last_frames``). Its ``meta`` (``mixture_meta.MixtureMetadata``) is what ``make_policy`` and the
+   processors read: the common features, ``stats`` aggregated with LeRobot's own ``aggregate_stats`` (ImageNet
+   statistics applied as LeRobot's factory applies them), the frame rate.
+
+From Python: ``build_mixture(parse(path_or_json), natives, choice)`` (``parse`` is ``mixture_flag.parse``,
+importable from here).
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import dataclasses
 import math
 
 import numpy as np
 
+from robo_loaders_plugin.core import iteration
 from robo_loaders_plugin.core.iteration import ServedDataset, Serving
 from robo_loaders_plugin.core.log import get_logger
-from robo_loaders_plugin.core.spec import DEFAULT_BACKEND
-
-# the facade: what the flag, the metadata checks and the build each own, importable from here
-from robo_loaders_plugin.lerobot.mixture_flag import (  # noqa: F401
-    PER_DATASET_OPTIONS,
-    canonical_json,
+from robo_loaders_plugin.core.spec import BATCH, DEFAULT_BACKEND
+from robo_loaders_plugin.lerobot import compat
+from robo_loaders_plugin.lerobot.dataset import OPTION_PREFIX
+from robo_loaders_plugin.lerobot.flags import MIXTURE_FLAG, backend_choice, choose, component_name
+from robo_loaders_plugin.lerobot.mixture_flag import (
     check_flags,
-    check_mixture_text,
     check_rates,
     check_remote_roots,
-    command_line_mixture,
     converts_rates,
     mixture_of,
     parse,
     remote_root,
-    resolve_mixture_flag,
     target_fps_of,
 )
-from robo_loaders_plugin.lerobot.mixture_meta import (  # noqa: F401
-    DATASET_INDEX,
-    DEFAULT_FEATURES,
-    FRAMEWORK,
-    MIXTURE_FLAG,
-    PAD_SUFFIX,
+from robo_loaders_plugin.lerobot.mixture_meta import (
     Layout,
     MixtureMetadata,
     check_components,
-    component_metas,
-    component_name,
-    episode_rows,
+    indexed_metas,
     mixture_episodes,
     mixture_stats,
     renamed_stats,
 )
+from robo_loaders_plugin.lerobot.single import build_dataset, native_datasets, remote_tables
 from robo_loaders_plugin.mixtures.dataset import MixtureDataset, MixtureHooks
+from robo_loaders_plugin.mixtures.footprint import bounded_buffer, check_mixture_fits
 from robo_loaders_plugin.mixtures.spec import MixtureError
 
+__all__ = [
+    "LeRobotMixture",
+    "build_mixture",
+    "make_mixture_datasets",
+    "parse",
+    "resume_position",
+    "save_component_stats",
+]
+
 logger = get_logger(__name__)
+
+# the mixture lerobot-train trains on in this process (make_mixture_datasets'), whose component statistics each
+# checkpoint saves (:func:`save_component_stats`): save_checkpoint is not given the dataset
+TRAINED: list = []
+COMPONENT_STATS_FILE = "component_stats.json"
+
+
+def save_component_stats(checkpoint_dir, cfg) -> None:
+    """Write the trained mixture's ``meta.component_stats`` into the checkpoint's ``pretrained_model/``, beside the
+    policy and its processors' statistics, so a policy can be un-normalised per robot at inference.
+
+    The file: ``{"components": [{"repo_id", "root", "stats": {key: {stat: list}}}], "padding": {key: size}}``
+    (each component's statistics under its rename map, unpadded: its own sizes).
+
+    Args:
+        checkpoint_dir: The checkpoint's directory (``.../checkpoints/<step>``).
+        cfg: lerobot-train's config (nothing is written without ``--dataset.mixture``).
+    """
+    import json
+    import os
+
+    mixture = TRAINED[0] if TRAINED else None
+    if mixture is None or cfg is None or not getattr(getattr(cfg, "dataset", None), "mixture", None):
+        return
+    meta = mixture.meta
+    doc = {
+        "components": [
+            {
+                "repo_id": name,
+                "root": str(native.root),
+                "stats": {
+                    key: {stat: np.asarray(value).tolist() for stat, value in values.items()}
+                    for key, values in stats.items()
+                },
+            }
+            for name, native, stats in zip(meta.names, mixture.natives, meta.component_stats, strict=True)
+        ],
+        "padding": dict(mixture.padding.sizes),
+    }
+    folder = os.path.join(str(checkpoint_dir), "pretrained_model")
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, COMPONENT_STATS_FILE), "w", encoding="utf-8") as f:
+        json.dump(doc, f)
 
 
 def component_config(cfg, component):
@@ -135,13 +186,11 @@ def sampler_rows(native, drop_n_last_frames: int, where: str = "a component") ->
     """
     from lerobot.datasets import EpisodeAwareSampler
 
-    from robo_loaders_plugin.lerobot import compat
-
-    episodes = native.meta.episodes
+    starts, ends = compat.episode_boundaries(native.meta.episodes)
     try:
         sampler = EpisodeAwareSampler(
-            episodes["dataset_from_index"],
-            episodes["dataset_to_index"],
+            starts,
+            ends,
             episode_indices_to_use=getattr(native, "episodes", None),
             drop_n_last_frames=int(drop_n_last_frames),
             absolute_to_relative_idx=getattr(native, "absolute_to_relative_idx", None),
@@ -156,7 +205,7 @@ def sampler_rows(native, drop_n_last_frames: int, where: str = "a component") ->
 
 def local_tables(spec, choice):
     """The mixture with every remote component ``root`` replaced by a local mirror of its tables
-    (``integration.remote_tables``, in the backend's cache directory): what LeRobot reads its metadata and builds
+    (``single.remote_tables``, in the backend's cache directory): what LeRobot reads its metadata and builds
     its dataset object from, as for one remote dataset; the frames are streamed from the root by the backend.
 
     Args:
@@ -170,10 +219,6 @@ def local_tables(spec, choice):
         MixtureError: a remote root with a backend that reads local roots only (:func:`check_remote_roots`).
         SourceError: a remote root holding no LeRobot dataset.
     """
-    import dataclasses
-
-    from robo_loaders_plugin.lerobot.integration import remote_tables
-
     check_remote_roots(spec, choice)
     remotes = [remote_root(c) for c in spec.components]
     if not any(remotes):
@@ -190,8 +235,6 @@ def _streamed_choice(choice, component):
     url = remote_root(component)
     if url is None:
         return choice
-    from robo_loaders_plugin.lerobot.integration import choose
-
     return choose(choice.name, **{**choice.options.given(), choice.spec.remote_source_option: url})
 
 
@@ -200,8 +243,6 @@ def _component_choice(choice, target_fps: float | None):
     backend that converts rates."""
     if target_fps is None or not converts_rates(choice) or getattr(choice.options, "target_fps", None) == target_fps:
         return choice
-    from robo_loaders_plugin.lerobot.integration import choose
-
     return choose(choice.name, **{**choice.options.given(), "target_fps": float(target_fps)})
 
 
@@ -216,6 +257,8 @@ class LeRobotMixture(MixtureDataset):
         natives: Each component's ``LeRobotDataset`` (the backend's dataset serves it).
         **kwargs: ``MixtureDataset``'s.
     """
+
+    setting = MIXTURE_FLAG
 
     def __init__(self, *args, meta: MixtureMetadata, natives, **kwargs):
         super().__init__(*args, **kwargs)
@@ -293,7 +336,7 @@ def build_mixture(
         natives: Each component's ``LeRobotDataset`` (built by LeRobot's factory, or by user code with the same
             ``delta_timestamps``, transforms and ``return_uint8=True`` for every component); a remote component's
             built from a local copy of its tables (:func:`local_tables`) or of the dataset.
-        choice: The backend choice (``integration.choose``/``backend_choice``); ``native`` serves ``natives``.
+        choice: The backend choice (``flags.choose``, ``flags.backend_choice``); ``native`` serves ``natives``.
         layout: What the metadata decided (default: checked here from ``natives``' metadata).
         use_imagenet_stats: ImageNet's mean and std on the mixture's camera statistics, as LeRobot's factory.
         seed: The order seed when lerobot-train's sampler gives none (its ``--seed``).
@@ -305,17 +348,13 @@ def build_mixture(
         The :class:`LeRobotMixture`, recorded as a ``batch`` dataset for the adapter (``cycle``).
 
     Raises:
-        MixtureError: the components' metadata disagree (:func:`check_components`), ``target_fps`` with a
+        MixtureError: the components' metadata disagree (``mixture_meta.check_components``), ``target_fps`` with a
             backend that does not convert rates, a component whose episodes ``drop_n_last_frames`` empties, or a
             remote root with a backend that reads local roots only.
         ResourceRefused: the components do not fit the machine together (``mixtures.footprint``), before any is
             built.
         RoboLoadersError: a component is refused by the backend (its own message, naming the dataset).
     """
-    from robo_loaders_plugin.core import iteration
-    from robo_loaders_plugin.core.spec import BATCH
-    from robo_loaders_plugin.lerobot.integration import build_dataset
-
     if len(natives) != len(spec.components):
         raise ValueError(f"{len(natives)} datasets for a mixture of {len(spec.components)} components")
     check_rates(spec, choice)
@@ -330,16 +369,10 @@ def build_mixture(
             logger.info(
                 f"mixture: {component_name(spec, k)}'s {dropped} left out (not in every component after the renames)"
             )
-    from robo_loaders_plugin.lerobot.integration import choose
-    from robo_loaders_plugin.mixtures.footprint import bounded_buffer
-
     component_choice = _component_choice(choice, target)
     component_choice = bounded_buffer(component_choice, lambda given: choose(component_choice.name, **given))
     choices = [_streamed_choice(component_choice, c) for c in spec.components]
     if component_choice.name != DEFAULT_BACKEND:
-        from robo_loaders_plugin.lerobot.dataset import OPTION_PREFIX
-        from robo_loaders_plugin.mixtures.footprint import check_mixture_fits
-
         check_mixture_fits(
             MIXTURE_FLAG,
             names,
@@ -351,8 +384,10 @@ def build_mixture(
         n if component_choice.name == DEFAULT_BACKEND else build_dataset(n, ch, repo_id=c.source, seed=seed)
         for n, c, ch in zip(natives, spec.components, choices)
     ]
-    component_stats = [renamed_stats(n.meta.stats, dict(c.rename or {})) for n, c in zip(natives, spec.components)]
-    stats = mixture_stats(component_stats, layout.features, use_imagenet_stats)
+    component_stats = [
+        renamed_stats(n.meta.stats, dict(c.rename or {}), c.drop) for n, c in zip(natives, spec.components)
+    ]
+    stats = mixture_stats(component_stats, layout.features, use_imagenet_stats, layout.padding)
     offsets = np.concatenate([[0], np.cumsum([len(d) for d in served])[:-1]]).astype(np.int64)
     meta = MixtureMetadata(
         [n.meta for n in natives], names, layout, stats, component_stats, mixture_episodes(natives, offsets)
@@ -374,6 +409,9 @@ def build_mixture(
         0 if seed is None else int(seed),
         Serving(summary),
         eligible,
+        layout.padding,
+        layout.cameras,
+        layout.missing,
         meta=meta,
         natives=natives,
     )
@@ -399,20 +437,20 @@ def make_mixture_datasets(cfg, split: bool):
         MixtureError: the flags or the components' metadata are refused.
         RoboLoadersError: a component is refused by the backend.
     """
-    import contextlib
-
-    from robo_loaders_plugin.lerobot import compat
-    from robo_loaders_plugin.lerobot.integration import backend_choice, native_datasets
-
     spec = mixture_of(cfg.dataset)
     choice = backend_choice(cfg.dataset)
     check_flags(cfg.dataset, spec)  # a config built in Python skipped the parser's check
     local, remotes = local_tables(spec, choice)
-    layout = check_components(local, component_metas(local, cfg.dataset), target_fps_of(spec, choice))
+    # the components' meta/ read once into the mixture index (mixtures.index), in the backend's cache directory;
+    # a later run reads only the components whose meta/ changed
+    cache_dir = getattr(choice.options, "cache_dir", None)
+    metas = indexed_metas(local, cfg.dataset, cache_dir, f"{OPTION_PREFIX}.cache_dir")
+    layout = check_components(local, metas, target_fps_of(spec, choice))
     trains, evals = [], []
-    for c, url in zip(local.components, remotes):
+    for k, (c, url) in enumerate(zip(local.components, remotes)):
+        where = f"{MIXTURE_FLAG}: {component_name(spec, k)}"
         with compat.tables_only() if url else contextlib.nullcontext():  # its videos are streamed, not local
-            train, evaluation = native_datasets(component_config(cfg, c), split)
+            train, evaluation = native_datasets(component_config(cfg, c), split, where, "its root")
         trains.append(train)
         evals.append(evaluation)
     imagenet = bool(getattr(cfg.dataset, "use_imagenet_stats", True))
@@ -421,6 +459,7 @@ def make_mixture_datasets(cfg, split: bool):
     train = build_mixture(
         spec, trains, choice, layout=layout, use_imagenet_stats=imagenet, seed=seed, drop_n_last_frames=drop
     )
+    TRAINED[:] = [train]
     if any(e is None for e in evals):
         return train, None
     return train, build_mixture(spec, evals, choice, layout=layout, use_imagenet_stats=imagenet, seed=seed)

@@ -1,5 +1,10 @@
-"""``--dataset.mixture``: the flag read as JSON and checked with the other flags at argument parsing, saved
-resolved (inline JSON) in ``train_config.json``; and which backends convert frame rates. No data is read here.
+"""``--dataset.mixture``, parsed and checked: the flag read as JSON and checked with the other flags at argument
+parsing (each local root's ``meta/info.json`` too, ``dataset_root``), saved resolved (inline JSON) in
+``train_config.json``; and which backends convert frame rates. No data is read here.
+
+The first of the mixture's three steps, each a module that imports only those below it: this one decides what the
+mixture is (a ``MixtureSpec``); ``mixture_meta`` reads and checks the components' ``meta/``; ``mixture`` builds and
+serves them.
 """
 
 from __future__ import annotations
@@ -9,7 +14,19 @@ import os
 import sys
 
 from robo_loaders_plugin.core.errors import RoboLoadersError
-from robo_loaders_plugin.lerobot.mixture_meta import FRAMEWORK, MIXTURE_FLAG, component_name
+from robo_loaders_plugin.core.registry import rate_converting_backends, streaming_backends
+from robo_loaders_plugin.lerobot.dataset_root import check_component_roots
+from robo_loaders_plugin.lerobot.flags import (
+    FRAMEWORK,
+    MIXTURE_FLAG,
+    NAME_FLAG,
+    OPTIONS_FLAG,
+    backend_choice,
+    component_name,
+    flag_text,
+)
+from robo_loaders_plugin.mixtures.spec import MixtureError, parse_mixture
+from robo_loaders_plugin.sources.lerobot_v3 import is_remote
 
 # backend options that name one dataset's data: a mixture has one dataset per component
 PER_DATASET_OPTIONS = ("shards",)
@@ -29,8 +46,6 @@ def command_line_mixture(decoded, argv: list[str] | None = None):
     Returns:
         The typed text when the command line gives the flag, else ``decoded``.
     """
-    from robo_loaders_plugin.lerobot.integration import flag_text
-
     found = flag_text(sys.argv[1:] if argv is None else argv, MIXTURE_FLAG)
     return decoded if found is None else found[2]
 
@@ -45,8 +60,6 @@ def check_mixture_text(argv: list[str]) -> None:
     Raises:
         RoboLoadersError: the mixture is refused (one line naming the flag, the component and what to do).
     """
-    from robo_loaders_plugin.lerobot.integration import flag_text
-
     found = flag_text(argv, MIXTURE_FLAG)
     if found is not None and found[2].strip():
         parse(found[2])
@@ -64,8 +77,6 @@ def parse(value):
     Raises:
         MixtureError: naming ``--dataset.mixture``, the component and what to do.
     """
-    from robo_loaders_plugin.mixtures.spec import parse_mixture
-
     return parse_mixture(value, FRAMEWORK, MIXTURE_FLAG)
 
 
@@ -120,8 +131,6 @@ def canonical_json(spec) -> str:
     Returns:
         JSON text ``parse_mixture`` reads back to an equal spec.
     """
-    from robo_loaders_plugin.sources.lerobot_v3 import is_remote
-
     components = []
     for c in spec.components:
         out: dict = {"repo_id": c.source}
@@ -133,10 +142,16 @@ def canonical_json(spec) -> str:
             out["episodes"] = [int(e) for e in c.episodes]
         if c.rename:
             out["rename"] = dict(c.rename)
+        if c.drop:
+            out["drop"] = list(c.drop)
         components.append(out)
     doc: dict = {"components": components, "weights": spec.weights}
     if spec.target_fps is not None:
         doc["target_fps"] = spec.target_fps
+    if spec.pad:
+        doc["pad"] = dict(spec.pad)
+    if spec.missing_cameras != "drop":
+        doc["missing_cameras"] = spec.missing_cameras
     return json.dumps(doc, sort_keys=False)
 
 
@@ -148,13 +163,24 @@ def check_flags(dataset_cfg, spec) -> None:
         spec: Its ``MixtureSpec``.
 
     Raises:
-        RoboLoadersError: ``--dataset.repo_id``/``root``/``episodes`` given too, ``--dataset.streaming``, a remote
-            component root with a backend that reads no remote source, a ``target_fps`` the backend cannot convert to
-            (or two that differ), or a backend option naming one dataset's data.
+        RoboLoadersError: ``--dataset.repo_id``/``root``/``episodes`` given too (on the command line, or by the
+            config ``--config_path`` reads: a run trained on one dataset, resumed with a mixture),
+            ``--dataset.streaming``, a remote component root with a backend that reads no remote source, a
+            ``target_fps`` the backend cannot convert to (or two that differ), a backend option naming one
+            dataset's data, or a component's local root or episodes LeRobot cannot train from
+            (``dataset_root.check_component_roots``).
     """
-    from robo_loaders_plugin.lerobot.integration import OPTIONS_FLAG, backend_choice
-
     given = [f"--dataset.{k}" for k in ("repo_id", "root", "episodes") if getattr(dataset_cfg, k, None)]
+    argv = sys.argv[1:]
+    config_path = flag_text(argv, "--config_path")
+    if given and config_path is not None and not any(flag_text(argv, flag) for flag in given):
+        named = ", ".join(f"{flag}={getattr(dataset_cfg, flag.split('.')[1])}" for flag in given)
+        raise RoboLoadersError(
+            f"{MIXTURE_FLAG} names every dataset, but --config_path={config_path[2]} gives {named} (the dataset "
+            f"that run trained on): leave {MIXTURE_FLAG} out to train on that dataset (--resume=true resumes on it), "
+            f"or clear them ({' '.join(f'{flag}=' for flag in given)}) to train on the mixture as a new run "
+            "(without --resume)"
+        )
     if given:
         raise RoboLoadersError(
             f"{MIXTURE_FLAG} names every dataset: leave {', '.join(given)} out (each component gives its own "
@@ -183,6 +209,7 @@ def check_flags(dataset_cfg, spec) -> None:
             "component is read from its own root, converted into the cache directory where the backend converts; "
             "a remote dataset is a component whose root is its URL)"
         )
+    check_component_roots(spec)  # meta/info.json of each local root, before LeRobot goes to the Hub
 
 
 def remote_root(component) -> str | None:
@@ -191,8 +218,6 @@ def remote_root(component) -> str | None:
     Args:
         component: A ``mixtures.spec.Component``.
     """
-    from robo_loaders_plugin.sources.lerobot_v3 import is_remote
-
     root = None if component.root is None else str(component.root)
     return root if is_remote(root) else None
 
@@ -209,10 +234,6 @@ def check_remote_roots(spec, choice) -> None:
         MixtureError: a remote root with a backend that reads local roots only, naming the component, the root and
             the backends that stream.
     """
-    from robo_loaders_plugin.core.registry import streaming_backends
-    from robo_loaders_plugin.lerobot.integration import NAME_FLAG
-    from robo_loaders_plugin.mixtures.spec import MixtureError
-
     if choice.spec.remote_source_option:
         return
     for k, c in enumerate(spec.components):
@@ -227,8 +248,6 @@ def check_remote_roots(spec, choice) -> None:
 
 def _rate_converting_backends() -> list[str]:
     """Backends whose LeRobot options include ``target_fps`` (they convert rates)."""
-    from robo_loaders_plugin.core.registry import rate_converting_backends
-
     return rate_converting_backends(FRAMEWORK)
 
 
@@ -266,9 +285,6 @@ def check_rates(spec, choice) -> None:
     Raises:
         MixtureError: ``target_fps`` with a backend that does not convert rates.
     """
-    from robo_loaders_plugin.lerobot.integration import NAME_FLAG
-    from robo_loaders_plugin.mixtures.spec import MixtureError
-
     if spec.target_fps is not None and not converts_rates(choice):
         which = ", ".join(_rate_converting_backends()) or "none installed"
         raise MixtureError(

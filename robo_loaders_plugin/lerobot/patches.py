@@ -42,7 +42,9 @@ def patch_train_script(module) -> None:
     """
     from robo_loaders_plugin.lerobot import integration
 
-    compat.patch_train_script(module, integration.cycle, integration.check_command_line)
+    compat.patch_train_script(
+        module, integration.cycle, integration.check_command_line, integration.save_component_stats
+    )
 
 
 def apply_all() -> None:

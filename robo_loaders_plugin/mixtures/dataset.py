@@ -15,12 +15,19 @@ from typing import Any
 import numpy as np
 import torch
 
+from robo_loaders_plugin.core.errors import RoboLoadersError
+from robo_loaders_plugin.core.in_flight import TrainingLoop, indexed_in_flight
 from robo_loaders_plugin.core.iteration import BatchDataset, IndexedDataset, SamplingPlan, ServedDataset, Serving
 from robo_loaders_plugin.mixtures.batches import MixtureBatches
+from robo_loaders_plugin.mixtures.missing import fill_flat
+from robo_loaders_plugin.mixtures.padding import NO_PADDING, Padding, pad_flat
 from robo_loaders_plugin.mixtures.sampling import MixtureOrder
 from robo_loaders_plugin.storage.buffers import BufferPool
 
 DATASET_INDEX = "dataset_index"  # the key every mixed item carries: its component's position in the mixture
+# what a rename map maps a component's dropped key to: a name no mixture keeps, so the key is left out of the item
+# even where another key of the component is renamed onto its name
+DROPPED = "\x00dropped:"
 
 
 class MixtureHooks:
@@ -78,6 +85,48 @@ class MixtureHooks:
         out = {mapping.get(k, k): v for k, v in batch_or_item.items()}
         return out if keep is None else {k: v for k, v in out.items() if k in keep}
 
+    def pad(self, batch_or_item: Any, sizes: Mapping[str, tuple[int, int]], rows: int | None) -> Any:
+        """Pad a component's renamed item or batch to the mixture's sizes and add each padded key's mask (flat
+        dicts: ``mixtures.padding.pad_flat``).
+
+        Args:
+            batch_or_item: A component's renamed item or batch.
+            sizes: ``{mixture key: (the component's size, the mixture's)}`` of every padded key.
+            rows: A batch's rows, or ``None`` for an item.
+
+        Returns:
+            The padded item or batch.
+        """
+        return pad_flat(batch_or_item, sizes, rows)
+
+    def template(self, item: Any, camera: str) -> dict:
+        """What an item of a component that has ``camera`` serves of it (flat dicts: the camera and its ``_is_pad``),
+        from which a component without it gets zeros (``mixtures.missing``).
+
+        Args:
+            item: A renamed item of a component that has the camera.
+            camera: The camera's mixture key.
+
+        Returns:
+            ``{key: value}``.
+        """
+        return {key: item[key] for key in (camera, f"{camera}_is_pad") if key in item}
+
+    def fill(self, batch_or_item: Any, cameras: Sequence[str], templates: Mapping, rows: int | None) -> Any:
+        """Serve every camera of ``cameras``, zeros where the component lacks it, and its ``<camera>_is_missing``
+        flag (flat dicts: ``mixtures.missing.fill_flat``).
+
+        Args:
+            batch_or_item: A component's renamed (and padded) item or batch.
+            cameras: The cameras the mixture serves with ``"missing_cameras": "zeros"``, in its order.
+            templates: What this component lacks, from :meth:`template` (empty when it has every camera).
+            rows: A batch's rows, or ``None`` for an item.
+
+        Returns:
+            The filled item or batch.
+        """
+        return fill_flat(batch_or_item, cameras, templates, rows)
+
     def concat(self, batches: list, positions: list[np.ndarray], size: int, pool: BufferPool | None) -> Any:
         """Join component batches into one: component batch ``j``'s rows go to rows ``positions[j]``.
 
@@ -94,6 +143,16 @@ class MixtureHooks:
             The mixed batch.
         """
         return _scatter(batches, positions, int(size), pool)
+
+    def close_component(self, component_dataset) -> None:
+        """Release what a component's dataset holds (``close()`` on a backend's dataset: its cache entry may then be
+        pruned, its maps, memory and recycled arrays go); the framework's own datasets are left to the framework.
+
+        Args:
+            component_dataset: The component's dataset.
+        """
+        if isinstance(component_dataset, ServedDataset):
+            component_dataset.close()
 
     def dataset_index(self, components: np.ndarray, batch: bool) -> Any:
         """The ``dataset_index`` value: an ``int64`` tensor of one entry per item (``batch``), or a scalar.
@@ -154,6 +213,15 @@ def _scatter(batches: list, positions: list[np.ndarray], size: int, pool):
     raise TypeError(f"cannot join batch values of type {type(first).__name__}")
 
 
+def _array_bytes(batch) -> int:
+    """Bytes of every array of a (nested) batch: what the pool hands out for it."""
+    if isinstance(batch, Mapping):
+        return sum(_array_bytes(v) for v in batch.values())
+    if isinstance(batch, (torch.Tensor, np.ndarray)):
+        return int(batch.nbytes)
+    return 0
+
+
 def _numpy_ok(out: torch.Tensor, part: torch.Tensor) -> bool:
     """Whether a part can be written into ``out`` through numpy (both on the CPU, same dtype, no grad)."""
     return (
@@ -197,6 +265,8 @@ class MixtureDataset(BatchDataset):
         ValueError: the lists differ in length, a component has no window, or eligible windows are wrong.
     """
 
+    setting = "the mixture"  # how the user gives it (train.data_mixture, --dataset.mixture), for messages
+
     def __init__(
         self,
         datasets: Sequence[Any],
@@ -208,6 +278,9 @@ class MixtureDataset(BatchDataset):
         seed: int,
         serving: Serving,
         eligible: Sequence[np.ndarray | None] | None = None,
+        padding: Padding = NO_PADDING,
+        cameras: Sequence[str] = (),
+        missing: Sequence[Sequence[str]] | None = None,
     ):
         super().__init__(serving=serving)
         if not (len(datasets) == len(names) == len(renames)) or (weights is not None and len(weights) != len(names)):
@@ -215,15 +288,44 @@ class MixtureDataset(BatchDataset):
         self.datasets, self.names = list(datasets), list(names)
         self.renames = [dict(r) for r in renames]
         self.keep, self.hooks = keep, hooks
+        self.padding = padding
         self.weights = None if weights is None else [float(w) for w in weights]
         self.seed = int(seed)
         self.sizes = [len(d) for d in self.datasets]
         self._layout = MixtureOrder(self.sizes, self.weights, self.seed, eligible=eligible)  # raises when empty
         self.offsets = self._layout.offsets
-        # the mixed batches' arrays, recycled once nothing references them (as a single dataset's are); it keeps
-        # only arrays that were alive together (the batches in flight), so the cap is rarely reached
+        # the mixed batches' arrays and the components' parts, recycled once nothing references them (as a single
+        # dataset's are), in one pool bounded by the batches in flight once a pass starts (batch_source): the
+        # components' own pools kept a buffer for every part size they saw (17.5 batches' bytes where 5 were stated)
         self.buffer_pool = BufferPool(max_per_shape=64)
+        for dataset in self.datasets:
+            if isinstance(dataset, ServedDataset) and dataset.buffer_pool is not None:
+                dataset.buffer_pool = self.buffer_pool
+        self._sizing: TrainingLoop | None = None  # the pass's loop, until its first batch gives the bytes of one
         self.eligible = self._layout.eligible
+        self.cameras = list(cameras)
+        self.templates = self._templates(missing or [[] for _ in self.datasets])
+
+    def _templates(self, missing: Sequence[Sequence[str]]) -> list[dict]:
+        """Per component, what it lacks of :attr:`cameras`, as one item of the first component that has each
+        camera serves it (read once, here)."""
+        out: list[dict] = [{} for _ in self.datasets]
+        items: dict[int, Any] = {}
+        for k, lacking in enumerate(missing):
+            for camera in lacking:
+                j = next(j for j, others in enumerate(missing) if camera not in others)
+                if j not in items:
+                    items[j] = self.hooks.rename(self.hooks.item(self.datasets[j], 0), self.renames[j], self.keep)
+                out[k].update(self.hooks.template(items[j], camera))
+        return out
+
+    def _complete(self, k: int, values: Any, rows: int | None) -> Any:
+        """A component's renamed item or batch, padded and its cameras filled as the mixture serves them."""
+        if self.padding:
+            values = self.hooks.pad(values, self.padding.of(k), rows)
+        if self.cameras:
+            values = self.hooks.fill(values, self.cameras, self.templates[k], rows)
+        return values
 
     def __len__(self) -> int:
         """Every window of every component (the global index range)."""
@@ -261,9 +363,29 @@ class MixtureDataset(BatchDataset):
         comps, local = self._layout.split([index])
         return int(comps[0]), int(local[0])
 
+    def close(self) -> None:
+        """Close every component (``hooks.close_component``: each backend dataset's cache entry may then be pruned,
+        its maps, memory and recycled arrays released) and the mixture's own recycled arrays. Idempotent; a read
+        afterwards (``[i]``, :meth:`collate`, a pass) fails with one line naming the mixture.
+        """
+        if self._closed:
+            return
+        for dataset in self.datasets:
+            self.hooks.close_component(dataset)
+        super().close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RoboLoadersError(
+                f"{self.setting}: the mixture of {len(self.names)} components ({', '.join(self.names)}) was closed, "
+                "and its components with it; build it again to read from it"
+            )
+
     def __getitem__(self, index):
+        self._check_open()
         k, i = self.locate(int(index))
         item = self.hooks.rename(self.hooks.item(self.datasets[k], i), self.renames[k], self.keep)
+        item = self._complete(k, item, None)
         item[DATASET_INDEX] = self.hooks.dataset_index(np.array([k]), batch=False)
         return item
 
@@ -277,15 +399,20 @@ class MixtureDataset(BatchDataset):
         Returns:
             The mixed batch, with ``dataset_index``.
         """
+        self._check_open()
         comps, local = self._layout.split(indices)
         parts, positions = [], []
         for k in np.unique(comps):
             sel = np.flatnonzero(comps == k)
             batch = self.hooks.component_batch(self.datasets[k], local[sel].tolist())
-            parts.append(self.hooks.rename(batch, self.renames[k], self.keep))
+            parts.append(self._complete(k, self.hooks.rename(batch, self.renames[k], self.keep), len(sel)))
             positions.append(sel)
         batch = self.hooks.concat(parts, positions, len(comps), self.buffer_pool)
-        del parts  # the components' arrays go back to their pools
+        del parts  # the components' arrays go back to the pool
+        loop, self._sizing = self._sizing, None
+        if loop is not None and len(comps):  # a pass's first batch: the pool bounded by its batches in flight
+            row_bytes = -(-_array_bytes(batch) // len(comps))
+            self.buffer_pool.bound(indexed_in_flight(row_bytes, loop).host_bytes)
         batch[DATASET_INDEX] = self.hooks.dataset_index(comps, batch=True)
         return batch
 
@@ -313,6 +440,10 @@ class MixtureDataset(BatchDataset):
             The :class:`MixtureBatches`.
         """
         seed = self.seed if plan.seed is None else int(plan.seed)
+        # the batches in flight as the footprints count them (core.in_flight: 2 ahead per thread + 1 held, which
+        # MixtureBatches keeps), in bytes once the first batch is built: the most the pool keeps
+        self._sizing = TrainingLoop(int(plan.batch_size), int(plan.num_workers))
+        self.buffer_pool.round_rows = int(plan.batch_size)  # parts of any size share the batches' buffers
         return MixtureBatches(
             self.collate, self.order(seed, plan.shuffle), plan, self.batch_threads(plan), names=self.names
         )

@@ -21,6 +21,27 @@ import numpy as np
 from robo_loaders_plugin.core.ranks import rank_share
 
 
+def weight_shares(weights: Sequence[float] | np.ndarray) -> np.ndarray:
+    """Each weight's share of their sum, for any positive finite weights.
+
+    Why not ``w / w.sum()``: the sum of finite weights can overflow (``[1e308, 1e308]`` sums to ``inf``, every share
+    is then 0 and numpy's ``choice`` refuses them). The weights are first scaled by the power of two that brings the
+    largest into ``[0.5, 1)``: scaling by a power of two is exact, so the shares are bit for bit ``w / w.sum()``
+    wherever that sum is finite (the orders drawn by earlier versions are unchanged), and a weight smaller than the
+    largest by more than float64's range (``1e-308`` beside ``1e308``) gets a share of 0, its true share rounded.
+
+    Args:
+        weights: Positive finite weights.
+
+    Returns:
+        ``float64`` shares summing to 1 (within rounding).
+    """
+    w = np.asarray(weights, dtype=np.float64)
+    _, exponent = np.frexp(w.max())
+    scaled = np.ldexp(w, -int(exponent))
+    return scaled / scaled.sum()
+
+
 class MixtureOrder:
     """Which window of which component each position of a pass serves.
 
@@ -79,8 +100,7 @@ class MixtureOrder:
     @property
     def probabilities(self) -> np.ndarray:
         """Each component's share of a pass: its weight's share, or its served windows' share."""
-        w = self.counts.astype(np.float64) if self.weights is None else self.weights
-        return w / w.sum()
+        return weight_shares(self.counts if self.weights is None else self.weights)
 
     def served(self, c: int) -> np.ndarray:
         """Component ``c``'s global indices a pass may serve, in order.

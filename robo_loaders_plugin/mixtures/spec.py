@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from robo_loaders_plugin.core.errors import RoboLoadersError
+from robo_loaders_plugin.mixtures.missing import DROP, MISSING_CAMERAS
 
 GIVEN = "given"  # each component's own weight (Open X-Embodiment's convention)
 SIZE = "size"  # weights proportional to size: plain concatenation, every window once per pass
@@ -27,10 +28,11 @@ WEIGHT_MODES = (GIVEN, SIZE)
 
 # the keys a component may have, per framework
 COMPONENT_KEYS = {
-    "lerobot": ("repo_id", "root", "weight", "episodes", "rename"),
+    "lerobot": ("repo_id", "root", "weight", "episodes", "rename", "drop"),
+    # robomimic reads only the obs keys its config names: a component has nothing to drop
     "robomimic": ("path", "weight", "filter_key", "rename"),
 }
-MIXTURE_KEYS = ("components", "weights", "target_fps")
+MIXTURE_KEYS = ("components", "weights", "target_fps", "pad", "missing_cameras")
 
 
 class MixtureError(RoboLoadersError):
@@ -50,6 +52,8 @@ class Component:
         filter_key: robomimic: the ``mask/`` filter key selecting its demos (``None``: robomimic's own
             ``train.hdf5_filter_key``).
         rename: ``{component key: mixture key}``, applied to every item of this component.
+        drop: LeRobot: the component's own keys it does not serve (left out before the mixture's keys are
+            decided, so another key may be renamed onto one of their names).
     """
 
     source: str
@@ -58,6 +62,7 @@ class Component:
     episodes: tuple[int, ...] | None = None
     filter_key: str | None = None
     rename: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    drop: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
@@ -73,11 +78,15 @@ class MixtureSpec:
         components: The datasets, in order (a served item's ``dataset_index`` is its component's position here).
         weights: ``"given"`` (each component's ``weight``) or ``"size"`` (plain concatenation).
         target_fps: The rate every component is served at (``None``: their own rate, which must then agree).
+        pad: ``{mixture key: size}``: vectors padded to this size (``mixtures.padding``); vectors whose sizes differ
+            between components and are not named here are padded to the largest.
     """
 
     components: tuple[Component, ...]
     weights: str = GIVEN
     target_fps: float | None = None
+    pad: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    missing_cameras: str = DROP
 
     def weight_vector(self) -> list[float] | None:
         """The components' weights, in order (``None``: weighted by size)."""
@@ -89,8 +98,10 @@ class MixtureSpec:
         """One line naming the components and their weights, for the training log."""
         if self.weights == SIZE:
             return ", ".join(c.name for c in self.components) + " (weighted by size)"
-        total = sum(self.weight_vector() or [])
-        return ", ".join(f"{c.name} ({float(c.weight or 0) / total:.1%})" for c in self.components)
+        from robo_loaders_plugin.mixtures.sampling import weight_shares
+
+        shares = weight_shares(self.weight_vector() or [])
+        return ", ".join(f"{c.name} ({p:.1%})" for c, p in zip(self.components, shares, strict=True))
 
 
 def _is_url(text: str) -> bool:
@@ -134,9 +145,9 @@ def parse_mixture(value: Any, framework: str, where: str) -> MixtureSpec:
 
     Args:
         value: A path to a JSON file, inline JSON text, a dict ``{"components": [...], "weights": "given" |
-            "size", "target_fps": ...}`` or a bare list of components. A component is an object with the keys of
-            :data:`COMPONENT_KEYS` for ``framework``. Relative paths are resolved against the JSON file's directory
-            (or the working directory for inline JSON and objects).
+            "size", "target_fps": ..., "pad": {key: size}}`` or a bare list of components. A component is an
+            object with the keys of :data:`COMPONENT_KEYS` for ``framework``. Relative paths are resolved
+            against the JSON file's directory (or the working directory for inline JSON and objects).
         framework: ``"lerobot"`` or ``"robomimic"``.
         where: The setting the mixture came from, named in every message (``--dataset.mixture``,
             ``train.data_mixture``).
@@ -146,10 +157,11 @@ def parse_mixture(value: Any, framework: str, where: str) -> MixtureSpec:
 
     Raises:
         MixtureError: one line naming ``where``, the component (index and name) and what to do: unreadable JSON,
-            unknown keys, a missing local root or path, a duplicated component, a weight that is missing (with
-            ``"given"`` weights), given with ``"size"`` weights, zero, negative, not finite or not a number, episodes
-            that are not distinct non-negative integers, a rename onto one of its own targets twice, a bad
-            ``target_fps``.
+            unknown keys, a missing local root or path, a robomimic path that is a directory, a duplicated component,
+            a weight that is missing (with ``"given"`` weights), given with ``"size"`` weights, zero, negative, not
+            finite or not a number, episodes that are not distinct non-negative integers, a rename onto one of its
+            own targets twice, a bad ``target_fps``, a ``pad`` that is not ``{key: positive integer}``, a ``drop``
+            that is not a list of distinct keys or names a key the component also renames.
         ValueError: ``framework`` is not one of :data:`COMPONENT_KEYS`.
     """
     if framework not in COMPONENT_KEYS:
@@ -171,6 +183,13 @@ def parse_mixture(value: Any, framework: str, where: str) -> MixtureSpec:
         if t is None or not math.isfinite(t) or t <= 0:
             raise MixtureError(f"{where}: target_fps must be a positive number of frames per second, got {target!r}")
         target = t
+    pad = _pad(data.get("pad"), where)
+    missing = data.get("missing_cameras", DROP)
+    if missing not in MISSING_CAMERAS:
+        raise MixtureError(
+            f"{where}: missing_cameras must be 'drop' (a camera some components lack is left out) or 'zeros' (served "
+            f"as zeros with <camera>_is_missing), got {missing!r}"
+        )
     raw = data.get("components")
     if not isinstance(raw, (list, tuple)) or not raw:
         raise MixtureError(f"{where}: 'components' must be a non-empty list of components")
@@ -187,13 +206,39 @@ def parse_mixture(value: Any, framework: str, where: str) -> MixtureSpec:
             )
         seen[key] = i
         components.append(comp)
-    return MixtureSpec(tuple(components), weights, target)
+    return MixtureSpec(tuple(components), weights, target, pad, missing)
+
+
+def _pad(value: Any, where: str) -> dict[str, int]:
+    """The mixture's ``"pad"``: ``{key: size}`` with positive integer sizes."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or any(
+        not isinstance(k, str) or not k or isinstance(v, bool) or not isinstance(v, int) or v <= 0
+        for k, v in value.items()
+    ):
+        raise MixtureError(
+            f'{where}: pad must be an object {{mixture key: size}} of positive integers (e.g. {{"action": 32}}), '
+            f"got {value!r}"
+        )
+    return {k: int(v) for k, v in value.items()}
 
 
 def _label(entry: Any, i: int, framework: str) -> str:
     """How messages name a component: its index and its repo_id or path as the user wrote it."""
     name = entry.get("repo_id" if framework == "lerobot" else "path") if isinstance(entry, dict) else None
     return f"component {i} ({name})" if isinstance(name, str) else f"component {i}"
+
+
+def _hdf5_inside(directory: str) -> str:
+    """`` (it holds a.hdf5, b.hdf5)``: the HDF5 files a directory given as a component holds, for its message."""
+    try:
+        names = sorted(n for n in os.listdir(directory) if n.endswith((".hdf5", ".h5")))
+    except OSError:
+        return ""
+    if not names:
+        return " (it holds no .hdf5 file)"
+    return f" (it holds {', '.join(names[:5])}{', ...' if len(names) > 5 else ''})"
 
 
 def _component(entry: Any, i: int, framework: str, weights: str, base: str | None, where: str) -> Component:
@@ -220,6 +265,9 @@ def _component(entry: Any, i: int, framework: str, weights: str, base: str | Non
     root = None
     if framework == "robomimic":
         source = local(source)
+        if os.path.isdir(source):
+            inside = _hdf5_inside(source)
+            raise fail(f"{source} is a directory, not an HDF5 file{inside}; give the path of the HDF5 file itself")
         if not os.path.isfile(source):
             raise fail(f"{source} does not exist; fix the path")
     elif entry.get("root") is not None:
@@ -269,4 +317,12 @@ def _component(entry: Any, i: int, framework: str, weights: str, base: str | Non
         if v in targets:
             raise fail(f"rename maps both {targets[v]!r} and {k!r} onto {v!r}; give each key its own name")
         targets[v] = k
-    return Component(source, root, weight, episodes, filter_key, dict(rename))
+    drop = entry.get("drop") or []
+    if not isinstance(drop, (list, tuple)) or any(not isinstance(k, str) or not k for k in drop):
+        raise fail(f"drop must be a list of the component's own keys, got {drop!r}")
+    if len(set(drop)) != len(drop):
+        raise fail("drop lists a key twice; list each once")
+    both = sorted(set(drop) & set(rename))
+    if both:
+        raise fail(f"both renames and drops {both}; drop a key or rename it, not both")
+    return Component(source, root, weight, episodes, filter_key, dict(rename), tuple(drop))

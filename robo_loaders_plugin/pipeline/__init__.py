@@ -1,1 +1,2 @@
-"""The datapipe backend's torchdata.nodes pipeline: a batch plan, parallel assembly, prefetch; framework-neutral."""
+"""The torchdata.nodes pipeline of the pipeline-served (``batch`` kind) backends: a batch plan, parallel assembly,
+prefetch; framework-neutral."""

@@ -1,4 +1,4 @@
-"""The datapipe BatchSource: plan -> parallel assembly threads -> prefetch [-> pinned memory] -> batches.
+"""The pipeline's BatchSource: plan -> parallel assembly threads -> prefetch [-> pinned memory] -> batches.
 
 Framework-neutral: it is given the items of a pass grouped by episode and a ``collate(indices)`` that builds a
 batch in the framework's layout; both adapters use it. Threads (not processes): assembly decompresses with the GIL
@@ -14,6 +14,7 @@ import weakref
 from collections.abc import Callable
 
 import numpy as np
+import torch
 from torchdata.nodes import ParallelMapper, Prefetcher
 
 from robo_loaders_plugin.core.iteration import BatchDataset, BatchSource, SamplingPlan
@@ -43,10 +44,9 @@ def decode_room(capacity: int, shuffle_buffer: int, threads: int, entering: int 
     shuffle buffer's worth (or :data:`AHEAD_PER_THREAD` per thread).
 
     Why the cap: a buffer sized in bytes holds thousands of small episodes, and loading thousands ahead only
-    delays the one the shuffle buffer waits for (robomimic ``video_stream`` at 1M steps in 10k demos served 10x
-    fewer samples/s than at 10k steps, its planning thread starved of the CPU). Why ``entering`` counts: episodes
-    loaded ahead are evicted last, so room taken from the episodes in use evicts *them*, and they are loaded again
-    (480p units of 13 frames: 5 enter per batch of 64; 605 decodes of 132 units in 20 batches, docs/scale.md).
+    delays the one the shuffle buffer waits for, the planning thread starved of the CPU (measured at 1M steps:
+    docs/benchmarks.md, *Measurements behind the code*). Why ``entering`` counts: episodes loaded ahead are evicted
+    last, so room taken from the episodes in use evicts *them*, and they are loaded again (docs/scale.md).
 
     Args:
         capacity: Episodes the cache holds.
@@ -272,7 +272,7 @@ class _Failed:
 
 
 class PipelineBatches(BatchSource):
-    """The datapipe :class:`~robo_loaders_plugin.core.iteration.BatchSource`: a plan node ordering each pass, a
+    """The pipeline's :class:`~robo_loaders_plugin.core.iteration.BatchSource`: a plan node ordering each pass, a
     torchdata ``ParallelMapper`` of threads assembling batches in order, a prefetcher, and pinned memory if asked.
 
     Args:
@@ -312,7 +312,7 @@ class PipelineBatches(BatchSource):
         endless: bool = False,
     ):
         super().__init__(plan.start_epoch, plan.start_batch)
-        self.groups = groups
+        self.groups, self.collate, self.pin_memory = groups, collate, bool(plan.pin_memory)
         self.rank, self.world_size = plan.rank, plan.world_size
         self.note, self.release = note, release
         self.plan_node = BatchPlanNode(
@@ -436,6 +436,25 @@ class PipelineBatches(BatchSource):
                 self.release(e)
             yield batch
 
+    def batches_apart(self, epoch):
+        """A whole pass served while another pass is running in the pipeline (two iterators interleaved, a peek):
+        its batches assembled in the calling thread from the same plan, the pipeline left to the running pass.
+
+        Why not the pipeline: it serves one position at a time, and moving it to this pass would take the running
+        pass's batches away from it. Nothing here tells the episode cache which episodes are done (its ``release``
+        follows the running pass), so an episode this pass evicts is loaded again, never served wrong.
+
+        Args:
+            epoch: The pass number.
+
+        Yields:
+            Collated batches of the whole pass, in order (pinned when the pipeline pins them).
+        """
+        plan, size = self.plan_node.plan_of(epoch), self.plan_node.batch_size
+        for b in range(len(self)):
+            batch = self.collate(self.groups.indices(plan[b * size : (b + 1) * size]))
+            yield _pinned(batch) if self.pin_memory else batch
+
     def shutdown(self) -> None:
         """Stop the pipeline's threads and wait for them.
 
@@ -447,6 +466,17 @@ class PipelineBatches(BatchSource):
         shutdown_node_threads(self.root)
         if self.decode_ahead is not None:
             self.decode_ahead.shutdown()
+
+
+def _pinned(batch):
+    """``batch`` with every CPU tensor in pinned memory (what the pipeline's ``PinMemory`` node does to its batches)."""
+    if isinstance(batch, torch.Tensor):
+        return batch.pin_memory()
+    if isinstance(batch, dict):
+        return {k: _pinned(v) for k, v in batch.items()}
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(_pinned(v) for v in batch)
+    return batch
 
 
 @atexit.register

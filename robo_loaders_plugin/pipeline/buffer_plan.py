@@ -20,7 +20,7 @@ DEFAULT_CACHE_MEMORY = 10**9  # bytes (1GB): the episode buffers' bound when the
 WHOLE_DATASET_SHARE = 0.25
 
 
-# -- datapipe and video_stream episode buffers -------------------------------------------------------------------
+# -- the pipeline-served backends' episode buffers --------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class BufferPlan:
     """How many units (episodes, or parts of episodes) a pipeline's episode cache keeps, from a byte budget.

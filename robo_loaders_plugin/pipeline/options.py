@@ -1,4 +1,4 @@
-"""Options of the pipeline-served backends, and where the datapipe backend's shards come from; the same for every
+"""Options of the pipeline-served backends, and where the shards they read come from; the same for every
 framework."""
 
 from __future__ import annotations

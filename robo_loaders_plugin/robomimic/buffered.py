@@ -29,12 +29,12 @@ logger = get_logger(__name__)
 
 
 class RobomimicShardSamples(RobomimicSamples, PipelineDataset):
-    """SequenceDataset's samples read from robo-shards; training passes ordered by the datapipe pipeline."""
+    """SequenceDataset's samples read from robo-shards; training passes ordered by the pipeline (``pipeline``)."""
 
 
 @dataclasses.dataclass(frozen=True)
 class Sizing:
-    """What a robomimic datapipe/video_stream buffer is sized from, read from the HDF5's metadata before anything
+    """What a robomimic shard-reading backend's buffer is sized from, read from the HDF5's metadata before anything
     is converted: ``row_bytes`` per demo step as held, the decoded camera bytes of a step (``frame_step``: where
     long demos are cut into units, ``frames.chunks``), one batch's bytes and the window's steps."""
 
@@ -211,12 +211,12 @@ def shard_samples(
     refit=None,
     unit_step: int | None = None,
 ) -> RobomimicShardSamples:
-    """SequenceDataset's samples from robo-shards, for every backend reading them (``datapipe``, ``video_stream``):
-    they differ only in the shards (lossless frames or video segments) and ``transform(arrays)`` applied to each
-    episode read (e.g. decoded video kept LZ4-compressed). ``sized`` is ``(passes, bound)`` as fitted before the
-    shards were opened; with ``unit_step`` (decoded camera bytes of a step) long demos are served in parts
-    (:func:`unit_samples`) when the shards store them in parts, else ``refit()`` sizes the buffer again for whole
-    demos. ``describe_frames(number of demos)`` adds to the summary line.
+    """SequenceDataset's samples from robo-shards, for every backend reading them: they differ only in the shards
+    (lossless frames or video segments) and ``transform(arrays)`` applied to each episode read (e.g. decoded video
+    kept LZ4-compressed). ``sized`` is ``(passes, bound)`` as fitted before the shards were opened; with
+    ``unit_step`` (decoded camera bytes of a step) long demos are served in parts (:func:`unit_samples`) when the
+    shards store them in parts, else ``refit()`` sizes the buffer again for whole demos. ``describe_frames(number of
+    demos)`` adds to the summary line.
 
     Args:
         config: robomimic's config.
@@ -283,15 +283,7 @@ def shard_samples(
             opts, path, filter_by_attribute, reader, hold, passes, bound, demos, records, lengths, units, backend
         )
 
-    def read(ep: int, fields):
-        demo = demos[ep]
-        _, arrays = reader.read_episode(records[ep], decode_frames=False, fields=fields or wanted)
-        if transform is not None:
-            arrays = transform(arrays)
-        if fields is not None:  # a reload: frames only (the small fields are kept by EpisodeFrames)
-            return arrays
-        return episode_fields(arrays.get, lengths[ep], opts, f"{reader.dir}: {demo}")
-
+    read = ShardDemos(reader, demos, records, lengths, opts, transform)
     stored = read(0, None)
     first = {k: v.decode_all() if isinstance(v, EncodedFrames) else v for k, v in stored.items()}
     # frames: what is reloaded when an episode comes back (video segments of any size among them)
@@ -340,7 +332,7 @@ def unit_samples(
     units: list[tuple[int, int, int]],
     backend: str,
 ) -> RobomimicShardSamples:
-    """datapipe over parts of long demos (``frames.chunks``), as LeRobot's datapipe buffers them: each unit's
+    """Robo-shards served over parts of long demos (``frames.chunks``), as LeRobot's units are buffered: each unit's
     camera frames read from the shard parts holding its rows (``ShardReader.read_frame_rows``) with the
     ``frame_stack + seq_length - 2`` steps after it that its windows reach, decoded once per load; the other fields
     (a few bytes per step) read once and held for every step. A sample is drawn from the unit holding the first
@@ -389,19 +381,13 @@ def unit_samples(
     infos.update({k: FieldInfo(v.dtype, tuple(v.shape[1:]), True) for k, v in first.items()})
     infos = {k: infos[k] for k in wanted}  # SequenceDataset's key order
 
-    def load(ep: int, lo: int, hi: int) -> dict:
-        start = int(starts[ep])
-        return {
-            k: v.decode_all() for k, v in reader.read_frame_rows(records[ep], lo - start, hi - start, cameras).items()
-        }
-
     window = opts.frame_stack + opts.seq_length - 1
     chunks = ChunkFrames(
         units,
         {ep: (int(starts[ep]), int(starts[ep + 1])) for ep in range(len(demos))},
         infos,
         small,
-        load,
+        DemoRows(reader, records, starts, cameras),
         (0, window - 1),
         passes.episode_capacity,
     )
@@ -410,11 +396,7 @@ def unit_samples(
     goals = [k for k in cameras if k.startswith("next_obs/")] if opts.goal_mode == "last" else []
     if goals:
         pinned = windows.goal_positions(np.arange(len(demos)))[:, 0]
-
-        def load_pinned(ep: int) -> dict:
-            g = int(pinned[ep])
-            return {k: v.decode_all()[0] for k, v in reader.read_frame_rows(records[ep], g, g + 1, goals).items()}
-
+        load_pinned = GoalFrames(reader, records, pinned, goals)
     frames = EpisodeUnits(chunks, starts[:-1], lengths, pinned, load_pinned)
     sample_units = frames.units_of(windows.episode_of, windows.first_positions())
     summary = (
@@ -436,3 +418,75 @@ def unit_samples(
         sample_units=sample_units,
         serving=Serving(summary, hold=hold),
     )
+
+
+# The loaders the episode buffers call. Module-level classes, not closures: the dataset is pickled when a DataLoader
+# with spawned workers serves it (robomimic's DataLoader under a spawn start method, a validation loader); they
+# hold the ShardReader, which opens a shard file for each read, so a worker reads the same files with its own
+# handles (nothing open, no lock, no thread is pickled).
+
+
+class ShardDemos:
+    """A demo's fields read from the shards for ``EpisodeFrames`` (``read(ep, fields)``): every field SequenceDataset
+    serves on a first load (checked and shaped by ``episode_fields``), the frame fields only on a reload.
+
+    Args:
+        reader: The open ``ShardReader``.
+        demos: The demos served, in order (for messages).
+        records: Each demo's record in the shards.
+        lengths: Each demo's steps.
+        opts: SequenceDataset's arguments.
+        transform: Applied to each demo's arrays as read (``None``: none); must pickle too.
+    """
+
+    def __init__(self, reader, demos: list[str], records: list[int], lengths: list[int], opts, transform=None):
+        self.reader, self.demos, self.records, self.lengths = reader, demos, records, lengths
+        self.opts, self.transform, self.wanted = opts, transform, opts.field_names()
+
+    def __call__(self, ep: int, fields) -> dict:
+        _, arrays = self.reader.read_episode(self.records[ep], decode_frames=False, fields=fields or self.wanted)
+        if self.transform is not None:
+            arrays = self.transform(arrays)
+        if fields is not None:  # a reload: frames only (the small fields are kept by EpisodeFrames)
+            return arrays
+        return episode_fields(arrays.get, self.lengths[ep], self.opts, f"{self.reader.dir}: {self.demos[ep]}")
+
+
+class DemoRows:
+    """Camera rows ``lo..hi-1`` (rows of the demos laid end to end) of a demo, decoded, for ``ChunkFrames``
+    (``load(ep, lo, hi)``), read from the shard parts holding them.
+
+    Args:
+        reader: The open ``ShardReader``.
+        records: Each demo's record in the shards.
+        starts: Each demo's first row, then the end of the last.
+        cameras: The camera fields.
+    """
+
+    def __init__(self, reader, records: list[int], starts: np.ndarray, cameras: list[str]):
+        self.reader, self.records, self.starts, self.cameras = reader, records, starts, cameras
+
+    def __call__(self, ep: int, lo: int, hi: int) -> dict:
+        start = int(self.starts[ep])
+        rows = self.reader.read_frame_rows(self.records[ep], lo - start, hi - start, self.cameras)
+        return {k: v.decode_all() for k, v in rows.items()}
+
+
+class GoalFrames:
+    """A demo's goal frames (``goal_mode="last"``: its last ``next_obs`` step) for ``EpisodeUnits``
+    (``load_pinned(ep)``), decoded.
+
+    Args:
+        reader: The open ``ShardReader``.
+        records: Each demo's record in the shards.
+        pinned: Each demo's goal step.
+        goals: The ``next_obs/`` camera fields.
+    """
+
+    def __init__(self, reader, records: list[int], pinned: np.ndarray, goals: list[str]):
+        self.reader, self.records, self.pinned, self.goals = reader, records, pinned, goals
+
+    def __call__(self, ep: int) -> dict:
+        g = int(self.pinned[ep])
+        rows = self.reader.read_frame_rows(self.records[ep], g, g + 1, self.goals)
+        return {k: v.decode_all()[0] for k, v in rows.items()}

@@ -10,7 +10,11 @@ leaf, so what touches robomimic's inside can be read (and audited against a new 
 2. ``robomimic.utils.train_utils.dataset_factory`` builds the configured backend's dataset;
 3. ``robomimic.utils.train_utils.load_data_for_training`` checks the backend choice before anything is read;
 4. ``robomimic.utils.train_utils.run_epoch`` iterates what the backend's kind says (``core.iteration``) instead of
-   the DataLoader robomimic builds inside ``train()``.
+   the DataLoader robomimic builds inside ``train()``;
+5. ``robomimic.utils.train_utils.get_exp_dir`` also remembers the run's config (the first call ``train()`` makes
+   with it), so that
+6. ``robomimic.utils.file_utils.get_shape_metadata_from_dataset`` gives a mixture's padded shapes for
+   ``train.data`` (its models are built for what the mixture serves: ``robomimic.mixture.padded_shape_meta``).
 
 Run by robomimic's training script, the plugin's errors raised through 2-4 end the process with one line and exit
 status 1 (:func:`patch_train_utils`), because the script's ``main`` catches every error and exits 0.
@@ -51,6 +55,8 @@ PATCHED = (
         "run_epoch",
         ("model", "data_loader", "epoch", "validate", "num_steps", "obs_normalization_stats"),
     ),
+    ("robomimic.utils.train_utils", "get_exp_dir", ("config",)),
+    ("robomimic.utils.file_utils", "get_shape_metadata_from_dataset", ("dataset_path", "all_obs_keys", "verbose")),
 )
 
 
@@ -154,6 +160,33 @@ def patch_train_utils(module, replacements) -> None:
 
         setattr(wrapper, _MARK, True)
         setattr(module, name, wrapper)
+
+
+def patch_file_utils(module, shape_metadata) -> None:
+    """Make ``get_shape_metadata_from_dataset`` pass its result through ``shape_metadata``.
+
+    Args:
+        module: ``robomimic.utils.file_utils``, freshly imported.
+        shape_metadata: ``shape_metadata(shape_meta, dataset_path) -> shape_meta``.
+    """
+    check_version()
+    current = module.get_shape_metadata_from_dataset
+    if getattr(current, _MARK, False):
+        return
+    ORIGINALS["get_shape_metadata_from_dataset"] = current
+
+    @functools.wraps(current)
+    def get_shape_metadata_from_dataset(dataset_path, all_obs_keys=None, verbose=False):
+        shape_meta = current(dataset_path, all_obs_keys=all_obs_keys, verbose=verbose)
+        try:
+            return shape_metadata(shape_meta, dataset_path)
+        except RoboLoadersError as exc:
+            if running_train_script():
+                exit_with_one_line(exc)
+            raise
+
+    setattr(get_shape_metadata_from_dataset, _MARK, True)
+    module.get_shape_metadata_from_dataset = get_shape_metadata_from_dataset
 
 
 TRAIN_SCRIPT = "robomimic.scripts.train"

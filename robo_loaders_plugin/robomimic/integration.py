@@ -242,3 +242,44 @@ def run_epoch(model, data_loader, epoch, validate=False, num_steps=None, obs_nor
         num_steps=num_steps,
         obs_normalization_stats=obs_normalization_stats,
     )
+
+
+_RUN_CONFIG: list = []  # the config of the run robomimic's train() is setting up (get_exp_dir's), at most one
+
+
+def get_exp_dir(config, *args, **kwargs):
+    """robomimic's ``get_exp_dir``, remembering the run's config for :func:`shape_metadata`.
+
+    Why here: ``train()`` reads ``train.data``'s shapes (``get_shape_metadata_from_dataset``, which is given a
+    path, not the config) before it builds any dataset; ``get_exp_dir(config)`` is its first call with the config.
+
+    Args:
+        config: robomimic's config.
+        *args: ``get_exp_dir``'s.
+        **kwargs: ``get_exp_dir``'s.
+
+    Returns:
+        What robomimic's returns.
+    """
+    _RUN_CONFIG[:] = [config]
+    return compat.original("get_exp_dir")(config, *args, **kwargs)
+
+
+def shape_metadata(shape_meta: dict, dataset_path) -> dict:
+    """The shapes robomimic's models are built for: ``train.data``'s, or with a mixture (``train.data`` its first
+    component) the mixture's padded ones (``mixture.padded_shape_meta``).
+
+    Args:
+        shape_meta: What ``get_shape_metadata_from_dataset`` read from ``dataset_path``.
+        dataset_path: The file it read.
+
+    Returns:
+        ``shape_meta``, padded for a mixture.
+
+    Raises:
+        MixtureError: the mixture is refused (its components' metadata), before any data is read.
+    """
+    config = _RUN_CONFIG[0] if _RUN_CONFIG else None
+    if config is None or not mixture.applies(config, dataset_path):
+        return shape_meta
+    return mixture.padded_shape_meta(config, shape_meta)

@@ -18,12 +18,14 @@ import numpy as np
 import torch
 
 from robo_loaders_plugin.core import iteration
-from robo_loaders_plugin.core.log import get_logger
+from robo_loaders_plugin.core.log import get_logger, warn_once
 from robo_loaders_plugin.core.ranks import check_ranks_agree, resolve_ranks, source_identity
 from robo_loaders_plugin.core.registry import choose_backend, rate_converting_backends
 from robo_loaders_plugin.core.spec import BATCH, BackendChoice
 from robo_loaders_plugin.mixtures.dataset import MixtureDataset, MixtureHooks
 from robo_loaders_plugin.mixtures.footprint import check_mixture_fits
+from robo_loaders_plugin.mixtures.missing import ZEROS, device_of, filler, flag, missing_key
+from robo_loaders_plugin.mixtures.padding import Padding, dim_mask, mask_key, pad_value, plan_padding
 from robo_loaders_plugin.mixtures.spec import SIZE, MixtureError, MixtureSpec, parse_mixture
 from robo_loaders_plugin.robomimic import compat
 
@@ -111,6 +113,81 @@ class RobomimicHooks(MixtureHooks):
                 out[group] = {mapping.get(k, k): v for k, v in out[group].items()}
         return out
 
+    def pad(self, batch_or_item, sizes, rows):
+        """Pad ``actions`` (and any padded ``train.dataset_keys`` key) and the padded low-dim observations under
+        ``obs``/``next_obs``/``goal_obs``; each key's mask ``<key>_dim_mask`` at the top level of the sample, beside
+        ``dataset_index``.
+
+        Why at the top level: robomimic's algorithms read only ``obs``, ``next_obs``, ``goal_obs`` and ``actions``
+        of a batch (``process_batch_for_training``), and slice every key under ``obs`` as a sequence, which a mask
+        there would break; one mask per obs key serves ``obs`` and ``next_obs`` alike.
+
+        Args:
+            batch_or_item: A component's renamed sample or batch.
+            sizes: ``{mixture key: (the component's size, the mixture's)}`` (obs keys and dataset keys).
+            rows: A batch's rows, or ``None`` for a sample.
+
+        Returns:
+            The padded sample or batch.
+        """
+        out = dict(batch_or_item)
+        masks = {}
+        for key, (own, size) in sizes.items():
+            if key in out and not isinstance(out[key], Mapping):
+                out[key] = pad_value(out[key], own, size)
+                masks[mask_key(key)] = dim_mask(out[key], own, size, rows)
+                continue
+            for group in OBS_GROUPS:
+                if isinstance(out.get(group), Mapping) and key in out[group]:
+                    out[group] = dict(out[group])
+                    out[group][key] = pad_value(out[group][key], own, size)
+                    masks.setdefault(mask_key(key), dim_mask(out[group][key], own, size, rows))
+        out.update(masks)
+        return out
+
+    def template(self, item, camera):
+        """What a sample of a component that has ``camera`` serves of it, per obs group.
+
+        Args:
+            item: A renamed sample.
+            camera: The obs key.
+
+        Returns:
+            ``{(group, camera): value}``.
+        """
+        return {
+            (g, camera): item[g][camera] for g in OBS_GROUPS if isinstance(item.get(g), Mapping) and camera in item[g]
+        }
+
+    def fill(self, batch_or_item, cameras, templates, rows):
+        """Every camera of ``cameras`` last in each obs group (the component's own, or zeros shaped as
+        ``templates``), and ``<camera>_is_missing`` at the top level, beside the masks and ``dataset_index``.
+
+        Args:
+            batch_or_item: A component's renamed, padded sample or batch.
+            cameras: The obs keys served with ``"missing_cameras": "zeros"``.
+            templates: ``{(group, camera): value}`` of what this component lacks.
+            rows: A batch's rows, or ``None`` for a sample.
+
+        Returns:
+            The filled sample or batch.
+        """
+        out = dict(batch_or_item)
+        device = device_of(out)  # the component's own: its fillers and flags beside its values (a GPU batch)
+        for group in OBS_GROUPS:
+            if isinstance(out.get(group), Mapping):
+                values = dict(out[group])
+                for camera in cameras:
+                    value = values.pop(camera, None)
+                    if value is None and (group, camera) in templates:
+                        value = filler(templates[(group, camera)], rows, device)
+                    if value is not None:
+                        values[camera] = value
+                out[group] = values
+        for camera in cameras:
+            out[missing_key(camera)] = flag((OBS_GROUPS[0], camera) in templates, rows, tensor=False, device=device)
+        return out
+
     def dataset_index(self, components, batch):
         """An ``int64`` tensor for a batch (as robomimic's collate makes one), a numpy scalar for a sample.
 
@@ -124,10 +201,23 @@ class RobomimicHooks(MixtureHooks):
         values = np.asarray(components, dtype=np.int64)
         return torch.from_numpy(values) if batch else values[0]
 
+    def close_component(self, component_dataset):
+        """A backend's dataset closed; robomimic's own ``SequenceDataset`` (``native``) its HDF5 file handle closed.
+
+        Args:
+            component_dataset: The component's dataset.
+        """
+        super().close_component(component_dataset)
+        close_file = getattr(component_dataset, "close_and_delete_hdf5_handle", None)
+        if callable(close_file):
+            close_file()
+
 
 class RobomimicMixture(MixtureDataset):
     """The mixture robomimic's ``train()`` sees: ``len()``, ``print()``, ``get_dataset_sampler()`` (none: the
     adapter's ``run_epoch`` serves the mixture's passes)."""
+
+    setting = WHERE
 
     def __repr__(self):
         parts = "\n\t".join(
@@ -149,85 +239,230 @@ def _fields(opts_load_next: bool) -> tuple[str, ...]:
     return ("obs", "next_obs") if opts_load_next else ("obs",)
 
 
-def check_components(spec: MixtureSpec, config, obs_keys, filters: list[str | None]) -> list[float | None]:
+def filter_settings(spec: MixtureSpec, filters: list[str | None], validating: bool) -> list[str]:
+    """Where each component's filter key comes from, as a message names it: ``its filter_key``,
+    ``train.hdf5_filter_key`` (the component gives none) or ``train.hdf5_validation_filter_key`` (every component's
+    validation split).
+
+    Args:
+        spec: The mixture.
+        filters: Each component's filter key for this split.
+        validating: Whether this is the validation split.
+
+    Returns:
+        One setting per component.
+    """
+    if validating:
+        return ["train.hdf5_validation_filter_key"] * len(filters)
+    return ["its filter_key" if c.filter_key is not None else "train.hdf5_filter_key" for c in spec.components]
+
+
+def check_components(
+    spec: MixtureSpec, config, obs_keys, filters: list[str | None], settings: list[str] | None = None
+) -> tuple[list[float | None], Padding, list[list[str]]]:
     """Every component has the mixture's obs keys (after its renames) with component 0's shapes and dtypes, the
-    same dataset keys, and its filter key; read from the files' metadata, before any data.
+    same dataset keys, and its filter key; read from the files' metadata, before any data. Vectors (``actions``,
+    low-dim observations: one dimension per step) of one dtype but different sizes are padded
+    (``mixtures.padding``), as are those the mixture's ``pad`` names.
 
     Args:
         spec: The mixture.
         config: robomimic's config (``train.dataset_keys``, ``hdf5_load_next_obs``, ``goal_mode``).
         obs_keys: The mixture's obs keys.
         filters: Each component's filter key.
+        settings: Where each filter key comes from (:func:`filter_settings`; ``None``: the training split's).
 
     Returns:
-        Each component's recorded rate (``env_args`` ``control_freq``; ``None`` where it does not say).
+        Each component's recorded rate (``env_args`` ``control_freq``; ``None`` where it does not say), and the
+        :class:`~robo_loaders_plugin.mixtures.padding.Padding` (keys: ``actions``, obs keys), and per component
+        the cameras it lacks (``"missing_cameras": "zeros"``: served as zeros; component 0, ``train.data``, whose
+        shapes robomimic reads, must have every camera).
 
     Raises:
-        MixtureError: one line naming the component and key: a missing key, a rename onto a key the component
-            already has, a shape or dtype unlike component 0's.
-        SourceError: a file that is not a robomimic file, or a filter key it lacks.
+        MixtureError: one line naming the component and what to do: an empty or unreadable file, a file with no
+            demos, a filter key it lacks (naming the setting it came from and the keys it has) or that selects no
+            demos, a missing key, a rename onto a key the component already has, a field robomimic would serve with
+            another dtype than component 0's (dtypes as served: :func:`served_dtype`), or another shape unless both
+            are vectors; a ``pad`` size smaller than a component's, or of a key that is not a vector.
     """
-    from robo_loaders_plugin.robomimic.sequence import recorded_fps
-    from robo_loaders_plugin.sources.robomimic_hdf5 import RobomimicHdf5
+    from robo_loaders_plugin.robomimic.mixture_meta import component_files
 
     t = config.train
     groups = _fields(bool(t.hdf5_load_next_obs) or t.goal_mode == "last")
+    settings = settings if settings is not None else filter_settings(spec, filters, validating=False)
     reference: dict[str, tuple] = {}
     rates = []
-    for k, comp in enumerate(spec.components):
-        label = f"{WHERE}: component {k} ({comp.source})"
-        source = RobomimicHdf5(comp.source, check=False)
-        with source.open() as f:
-            demos = source.demos(f, filters[k])
-            if not demos:
-                raise MixtureError(f"{label}: filter key {filters[k]!r} selects no demos; choose another filter_key")
-            g = f["data"][demos[0]]
-            own = set(g["obs"].keys()) if "obs" in g else set()
-            for src, dst in comp.rename.items():
-                if src not in own:
+    vectors: list[dict[str, int]] = []
+    missing: list[list[str]] = [[] for _ in spec.components]
+    labels = [f"{WHERE}: component {k} ({comp.source})" for k, comp in enumerate(spec.components)]
+    files = component_files(spec, labels, filters, settings, _cache_dir(config))
+    for k, (comp, g) in enumerate(zip(spec.components, files, strict=True)):
+        label = labels[k]
+        own = g.obs_keys
+        for src, dst in comp.rename.items():
+            if src not in own:
+                raise MixtureError(
+                    f"{label}: rename names obs key {src!r}, which it does not have (it has {sorted(own)})"
+                )
+            if dst in own and dst not in comp.rename:
+                raise MixtureError(
+                    f"{label}: rename maps {src!r} onto {dst!r}, a key it already has; rename {dst!r} too, or "
+                    "leave one of them out of the observation config"
+                )
+        inverse = {dst: src for src, dst in comp.rename.items()}
+        fields = {}
+        for mk in obs_keys:
+            ck = inverse.get(mk, mk)
+            absent = all(f"{gr}/{ck}" not in g.fields for gr in groups)
+            # a camera (H, W, C) component 0 has, which this one lacks: zeros with "missing_cameras": "zeros"
+            if k > 0 and absent and spec.missing_cameras == ZEROS and len(reference[f"{groups[0]}/{mk}"][0]) == 3:
+                missing[k].append(mk)
+                continue
+            for group in groups:
+                name = f"{group}/{ck}"
+                if name not in g.fields:
+                    hint = f" (renamed from {ck!r})" if ck != mk else f"; add a rename {{'<its key>': {mk!r}}}"
                     raise MixtureError(
-                        f"{label}: rename names obs key {src!r}, which it does not have (it has {sorted(own)})"
+                        f"{label}: has no {name} for the mixture's obs key {mk!r}{hint}; its obs keys: {sorted(own)}"
                     )
-                if dst in own and dst not in comp.rename:
-                    raise MixtureError(
-                        f"{label}: rename maps {src!r} onto {dst!r}, a key it already has; rename {dst!r} too, or "
-                        "leave one of them out of the observation config"
-                    )
-            inverse = {dst: src for src, dst in comp.rename.items()}
-            fields = {}
-            for mk in obs_keys:
-                ck = inverse.get(mk, mk)
-                for group in groups:
-                    name = f"{group}/{ck}"
-                    if name not in g:
-                        hint = f" (renamed from {ck!r})" if ck != mk else f"; add a rename {{'<its key>': {mk!r}}}"
-                        raise MixtureError(
-                            f"{label}: has no {name} for the mixture's obs key {mk!r}{hint}; "
-                            f"its obs keys: {sorted(own)}"
-                        )
-                    fields[f"{group}/{mk}"] = (tuple(g[name].shape[1:]), str(g[name].dtype))
-            for key in t.dataset_keys:
-                if key in g:
-                    fields[key] = (tuple(g[key].shape[1:]), str(g[key].dtype))
-                else:
-                    fields[key] = ("missing",)
-            if k == 0:
-                reference = fields
+                shape, stored = g.fields[name]
+                fields[f"{group}/{mk}"] = (shape, served_dtype(name, stored, t.hdf5_cache_mode))
+        for key in t.dataset_keys:
+            if key in g.fields:
+                shape, stored = g.fields[key]
+                fields[key] = (shape, served_dtype(key, stored, t.hdf5_cache_mode))
             else:
-                for name, got in fields.items():
-                    want = reference[name]
-                    if got != want:
-                        raise MixtureError(
-                            f"{label}: {name} is {_shape(got)} but {_shape(want)} in component 0 "
-                            f"({spec.components[0].source}); components must agree on shapes and dtypes (rename "
-                            "another key of the same shape onto it, or leave the key out of the observation config)"
-                        )
-            rates.append(recorded_fps(source, f))
-    return rates
+                fields[key] = ("missing",)
+        vectors.append(_vectors(fields))
+        if k == 0:
+            reference = fields
+        else:
+            for name, got in fields.items():
+                want = reference[name]
+                if got != want and not _both_vectors(got, want):
+                    first = f"component 0 ({spec.components[0].source})"
+                    raise MixtureError(f"{label}: {_disagreement(name, got, want, first, t.hdf5_cache_mode)}")
+        rates.append(g.rate)
+    names = [f"component {k} ({c.source})" for k, c in enumerate(spec.components)]
+    for k, lacking in enumerate(missing):
+        if lacking:
+            logger.info(
+                f"{names[k]} has no {', '.join(lacking)}: served as zeros, flagged by "
+                f"{', '.join(missing_key(c) for c in lacking)}"
+            )
+    return rates, plan_padding(WHERE, names, vectors, dict(spec.pad)), missing
+
+
+def _cache_dir(config) -> str | None:
+    """Where the mixture index is kept: ``train.data_backend_kwargs.cache_dir`` (``None``: the default cache root)."""
+    kwargs = config.train.get("data_backend_kwargs")
+    value = kwargs.get("cache_dir") if isinstance(kwargs, Mapping) else None
+    return None if value is None else str(value)
+
+
+def _both_vectors(got: tuple, want: tuple) -> bool:
+    """Two fields that may be padded to one size: one dimension per step each, of one dtype."""
+    return ("missing",) not in (got, want) and len(got[0]) == 1 and len(want[0]) == 1 and got[1] == want[1]
+
+
+def _vectors(fields: dict[str, tuple]) -> dict[str, int]:
+    """A component's vectors, ``{mixture key: size}``: ``train.dataset_keys`` keys and obs keys (named without their
+    group: ``obs`` and ``next_obs`` have one size) of one dimension per step."""
+    out = {}
+    for name, desc in sorted(fields.items(), key=lambda item: "/" in item[0]):  # actions first, then obs keys
+        if desc != ("missing",) and len(desc[0]) == 1:
+            out[name.split("/", 1)[-1]] = int(desc[0][0])
+    return out
+
+
+CACHED_MODES = ("all", "low_dim")  # robomimic's hdf5_cache_mode values that load train.dataset_keys into memory
+
+
+def served_dtype(key: str, stored: str, cache_mode: str | None) -> str:
+    """The dtype robomimic 0.3.0's ``SequenceDataset`` serves a field in, from the dtype it is stored in.
+
+    Why: under ``hdf5_cache_mode`` ``all`` or ``low_dim`` its ``load_dataset_in_memory`` reads every
+    ``train.dataset_keys`` key with ``.astype('float32')`` (a float64 ``actions`` is served as float32, as a
+    float32 one is); observations are served as stored under every mode, and dataset keys too without a cache mode.
+    Components agree when robomimic serves them alike, not when their files do.
+
+    Args:
+        key: The field (``actions``, or ``obs/<key>``, ``next_obs/<key>``: observations have a ``/``).
+        stored: Its dtype in the file.
+        cache_mode: ``train.hdf5_cache_mode``.
+
+    Returns:
+        The served dtype's name.
+    """
+    return "float32" if "/" not in key and cache_mode in CACHED_MODES else stored
+
+
+def _disagreement(name: str, got: tuple, want: tuple, first: str, cache_mode: str | None) -> str:
+    """What is wrong with a field a component serves unlike the first component, and what to do, by kind of field."""
+    if "/" in name:  # an observation: served as stored under every cache mode
+        why = "shapes" if got[0] != want[0] else "dtypes (robomimic serves observations as stored)"
+        return (
+            f"{name} is {_shape(got)} but {_shape(want)} in {first}; the components would serve different {why}: "
+            "rename another key of the same shape and dtype onto it, or leave the key out of the observation config"
+        )
+    if ("missing",) in (got, want):
+        instead = "zeros of shape (1,) in its place" if cache_mode in CACHED_MODES else "nothing: it fails to read it"
+        where = f"it has no {name}, which {first} has ({_shape(want)})" if got == ("missing",) else (
+            f"{name} is {_shape(got)} but {first} has none"
+        )  # fmt: skip
+        return (
+            f"{where} (train.dataset_keys), and robomimic serves a file without it {instead}; remove {name!r} from "
+            "train.dataset_keys or the component from the mixture"
+        )
+    if got[0] != want[0]:
+        return (
+            f"{name} (train.dataset_keys) is {_shape(got)} but {_shape(want)} in {first}; components must serve it "
+            f"with one shape (for actions: the same action space): mix files that agree, or remove {name!r} from "
+            "train.dataset_keys"
+        )
+    mode = "null" if cache_mode is None else repr(cache_mode)
+    return (
+        f"{name} (train.dataset_keys) is {_shape(got)} but {_shape(want)} in {first}; with train.hdf5_cache_mode "
+        f"{mode} robomimic serves it as stored, so the components would serve different dtypes: set "
+        "train.hdf5_cache_mode to 'low_dim' or 'all' (robomimic then casts it to float32 in every component) or "
+        f"store it as {want[1]} in this file"
+    )
 
 
 def _shape(desc: tuple) -> str:
     return "missing" if desc == ("missing",) else f"{desc[0]} {desc[1]}"
+
+
+def padded_shape_meta(config, shape_meta: dict) -> dict:
+    """robomimic's ``shape_meta`` of ``train.data`` with the mixture's padded sizes: ``ac_dim`` and the padded
+    low-dim observations' shapes, so that the models ``train()`` builds take what the mixture serves.
+
+    Args:
+        config: robomimic's config (``train.data_mixture`` set, ``train.data`` its first component).
+        shape_meta: ``get_shape_metadata_from_dataset``'s result for ``train.data``.
+
+    Returns:
+        A copy with the padded sizes (the same values without padding).
+
+    Raises:
+        MixtureError: the mixture is refused (the checks of :func:`check_components`), before any data is read.
+    """
+    spec = mixture_spec(config)
+    assert spec is not None
+    t = config.train
+    filters = [c.filter_key or t.hdf5_filter_key for c in spec.components]
+    _, padding, _ = check_components(spec, config, list(shape_meta["all_obs_keys"]), filters)
+    out = dict(shape_meta)
+    out["all_shapes"] = type(shape_meta["all_shapes"])(shape_meta["all_shapes"])
+    for key, size in padding.sizes.items():
+        if key == "actions":
+            out["ac_dim"] = int(size)
+        elif key in out["all_shapes"]:
+            out["all_shapes"][key] = [int(size)]
+    if padding:
+        sizes = ", ".join(f"{k} {s}" for k, s in padding.sizes.items())
+        logger.info(f"{WHERE}: robomimic builds its models for the mixture's padded shapes ({sizes})")
+    return out
 
 
 def _rate_choices(spec: MixtureSpec, choice: BackendChoice, config, rates) -> list[BackendChoice]:
@@ -251,6 +486,8 @@ def _rate_choices(spec: MixtureSpec, choice: BackendChoice, config, rates) -> li
                     f"{k0} at {r0:g} Hz; set target_fps in the mixture (converted by backend "
                     f"{', '.join(repr(n) for n in rate_converting_backends('robomimic'))})"
                 )
+        if known:
+            _warn_unknown_rates(spec, rates, known[0])
         return [choice] * len(rates)
     converting = rate_converting_backends("robomimic")
     if choice.name not in converting:
@@ -276,6 +513,26 @@ def _rate_choices(spec: MixtureSpec, choice: BackendChoice, config, rates) -> li
             )
         )
     return out
+
+
+def _warn_unknown_rates(spec: MixtureSpec, rates, known: tuple[int, float]) -> None:
+    """A warning (once) per component that does not say its rate, beside one that does.
+
+    Why a warning and not a refusal: each component is served exactly as its own SequenceDataset (robomimic trains
+    on such a file without asking its rate, and real-robot files often lack robosuite's ``control_freq``); what
+    cannot be checked is only whether its steps are as far apart in time as the others', which the user knows.
+    """
+    k0, r0 = known
+    for k, rate in enumerate(rates):
+        if rate is None:
+            warn_once(
+                logger,
+                f"warning: {WHERE}: component {k} ({spec.components[k].source}) does not say the rate it was "
+                f"recorded at (no control_freq in its env_args) but component {k0} ({spec.components[k0].source}) "
+                f"was recorded at {r0:g} Hz; both are served at their own rate, so if component {k} was recorded "
+                "at another rate its windows span another time: add control_freq to its data.attrs['env_args'] "
+                "env_kwargs (different rates are then refused, or converted with target_fps)",
+            )
 
 
 def _bounded(choice: BackendChoice) -> BackendChoice:
@@ -326,17 +583,25 @@ def build_mixture(config, obs_keys, choice: BackendChoice, filter_by_attribute=N
     compat.check_version()
     choice.check_device()
     t = config.train
+    if t.hdf5_normalize_obs:  # robomimic's train() would ask the mixture for its statistics after the build
+        raise MixtureError(
+            f"{WHERE} with train.hdf5_normalize_obs=true is not supported (robomimic 0.3.0's observation "
+            "normalisation is broken); set train.hdf5_normalize_obs=false"
+        )
     validating = bool(config.experiment.validate) and filter_by_attribute is not None
     validating = validating and filter_by_attribute == t.hdf5_validation_filter_key != t.hdf5_filter_key
     filters = [filter_by_attribute if validating else (c.filter_key or filter_by_attribute) for c in spec.components]
-    rates = check_components(spec, config, list(obs_keys), filters)
+    rates, padding, missing = check_components(
+        spec, config, list(obs_keys), filters, filter_settings(spec, filters, validating)
+    )
     choices = [_bounded(c) for c in _rate_choices(spec, choice, config, rates)]
     comp_keys = []
     for comp in spec.components:
         inverse = {dst: src for src, dst in comp.rename.items()}
         for src, dst in comp.rename.items():  # robomimic's own loader asks the obs key's modality
             compat.register_obs_key_like(src, dst)
-        comp_keys.append([inverse.get(key, key) for key in obs_keys])
+        lacking = missing[len(comp_keys)]
+        comp_keys.append([inverse.get(key, key) for key in obs_keys if key not in lacking])
     check_mixture_fits(
         WHERE,
         [os.path.basename(c.source) for c in spec.components],
@@ -368,6 +633,9 @@ def build_mixture(config, obs_keys, choice: BackendChoice, filter_by_attribute=N
         weights,
         int(t.seed),
         iteration.Serving(summary),
+        padding=padding,
+        cameras=[key for key in obs_keys if any(key in lacking for lacking in missing)],
+        missing=missing,
     )
 
     def setup():  # what every rank must share

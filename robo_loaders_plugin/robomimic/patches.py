@@ -30,14 +30,28 @@ def patch_train_utils(module) -> None:
             "dataset_factory": integration.dataset_factory,
             "load_data_for_training": integration.load_data_for_training,
             "run_epoch": integration.run_epoch,
+            "get_exp_dir": integration.get_exp_dir,
         },
     )
+
+
+def patch_file_utils(module) -> None:
+    """``robomimic.utils.file_utils``: a mixture's padded shapes for ``train.data``.
+
+    Args:
+        module: ``robomimic.utils.file_utils``, freshly imported.
+    """
+    from robo_loaders_plugin.robomimic import integration
+
+    compat.patch_file_utils(module, integration.shape_metadata)
 
 
 def apply_all() -> None:
     """Import robomimic's patched modules and patch them now (for users who disabled the import hook)."""
     import robomimic.config.base_config as base_config
+    import robomimic.utils.file_utils as file_utils
     import robomimic.utils.train_utils as train_utils
 
     patch_base_config(base_config)
     patch_train_utils(train_utils)
+    patch_file_utils(file_utils)

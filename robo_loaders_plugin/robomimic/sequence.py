@@ -7,10 +7,11 @@ from __future__ import annotations
 import os
 
 from robo_loaders_plugin.core.errors import RoboLoadersError
+from robo_loaders_plugin.core.options import ROBOMIMIC_OPTIONS
 from robo_loaders_plugin.sources.robomimic_hdf5 import RobomimicHdf5
 from robo_loaders_plugin.windows.robomimic import SequenceOptions, episode_fields
 
-OPTION_PREFIX = "train.data_backend_kwargs"
+OPTION_PREFIX = ROBOMIMIC_OPTIONS  # how a robomimic user sets a backend's options, for messages
 
 
 def sequence_options(config, obs_keys, dataset_path) -> tuple[SequenceOptions, str]:

@@ -27,9 +27,12 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from robo_loaders_plugin.sample_data.lerobot_v3 import MODES, _fresh_root, episode_contents
+from robo_loaders_plugin.core.sched import keeps_scheduling
+from robo_loaders_plugin.sample_data.lerobot_v3 import MODES, episode_contents
+from robo_loaders_plugin.sample_data.outputs import replacing_dir
 
 
+@keeps_scheduling
 def _encode(frames: np.ndarray, path: Path, fps: int, encoder, threads=None) -> None:
     """``lerobot.datasets.video_utils.encode_video_frames`` from an (n, h, w, 3) uint8 array instead of PNG files."""
     import av
@@ -118,166 +121,176 @@ def write_lerobot_fast(
 
     if mode not in MODES or MODES[mode] is None:
         raise ValueError(f"the fast writer writes video cameras: mode must be 'h264' or 'av1', got {mode!r}")
-    root = _fresh_root(root, overwrite)
-    h, w = image_size
-    feats = {
-        "observation.state": {"dtype": "float32", "shape": (6,), "names": [f"s{i}" for i in range(6)]},
-        "action": {"dtype": "float32", "shape": (4,), "names": [f"a{i}" for i in range(4)]},
-    }
-    video_keys = [f"observation.images.cam{c}" for c in range(cameras)]
-    for key in video_keys:
-        feats[key] = {"dtype": "video", "shape": (h, w, 3), "names": ["height", "width", "channels"]}
-    encoder = RGBEncoderConfig(vcodec=MODES[mode])
-    meta = LeRobotDatasetMetadata.create(
-        repo_id=repo_id,
-        fps=fps,
-        features=feats,
-        root=root,
-        use_videos=True,
-        video_files_size_in_mb=video_files_size_in_mb,
-        data_files_size_in_mb=data_files_size_in_mb,
-    )
-    features = meta.features
-    hf_features = get_hf_features_from_features(features)
-    work = Path(tempfile.mkdtemp(prefix=".fast-writer-", dir=root))
-    encoded: dict = {}  # (camera, scene, length) -> (episode file, duration, stats) of a reused scene
-    videos = {key: {"chunk": 0, "file": 0, "mb": 0.0, "end": 0.0, "parts": []} for key in video_keys}
-    data = {"chunk": 0, "file": 0, "writer": None, "path": None, "start": 0}
-    pending: list = []  # (episode, content, columns, stats, metadata) whose data is not written yet
-    frames_so_far = 0
-
-    def close_video_file(key):
-        v = videos[key]
-        if v["parts"]:
-            out = root / meta.video_path.format(video_key=key, chunk_index=v["chunk"], file_index=v["file"])
-            out.parent.mkdir(parents=True, exist_ok=True)
-            if len(v["parts"]) == 1:  # LeRobot moves a file's first episode in place; it remuxes from the second
-                shutil.copyfile(v["parts"][0], out)
-            else:
-                concatenate_video_files(v["parts"], out)
-            v["parts"] = []
-
-    def video_of(ep: int, key: str, c: int, content) -> dict:
-        """Where the episode's video goes (LeRobot's ``_save_episode_video`` rule) and its statistics."""
-        cache_key = (c,) + content.scene if content.scene is not None else None
-        if cache_key is not None and cache_key in encoded:
-            path, duration, stats = encoded[cache_key]
-        else:
-            path = work / f"{key}-{ep:06d}.mp4"
-            _encode(content.frames[c], path, fps, encoder)
-            duration, stats = get_video_duration_in_s(path), _video_stats(content.frames[c])
-            if cache_key is not None:
-                encoded[cache_key] = (path, duration, stats)
-        size_mb = os.path.getsize(path) / (1024**2)
-        v = videos[key]
-        if ep > 0 and v["mb"] + size_mb >= meta.video_files_size_in_mb:
-            close_video_file(key)
-            v["chunk"], v["file"] = update_chunk_file_indices(v["chunk"], v["file"], meta.chunks_size)
-            v["mb"], v["end"] = 0.0, 0.0
-        start = v["end"] if ep > 0 else 0.0
-        v["parts"].append(Path(path))
-        v["mb"] += size_mb
-        v["end"] = start + duration
-        if ep == 0:  # LeRobot records the codec's settings from the first episode's file
-            first = root / meta.video_path.format(video_key=key, chunk_index=0, file_index=0)
-            first.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(path, first)
-            meta.update_video_info(key, video_encoder=encoder)
-            write_info(meta.info, meta.root)
-        return {
-            f"videos/{key}/chunk_index": v["chunk"],
-            f"videos/{key}/file_index": v["file"],
-            f"videos/{key}/from_timestamp": start,
-            f"videos/{key}/to_timestamp": v["end"],
-        }, stats
-
-    def write_data(batch):
-        """Each episode of ``batch`` as one row group of the data parquet (LeRobot's schema and file rule), then
-        its metadata (which names the data file)."""
-        table = datasets.Dataset.from_dict(
-            {k: np.concatenate([b[2][k] for b in batch]) for k in hf_features}, features=hf_features, split="train"
-        ).with_format("arrow")[:]
-        offset = 0
-        for ep, content, buffer, stats, ep_metadata in batch:
-            n = content.length
-            piece = table.slice(offset, n)
-            offset += n
-            if data["writer"] is not None:
-                size_mb = os.path.getsize(data["path"]) / (1024**2)
-                written = buffer["index"][0] - data["start"]
-                per_frame = size_mb / written if written > 0 else 0
-                if size_mb + per_frame * n >= meta.data_files_size_in_mb:
-                    data["writer"].close()
-                    data["writer"] = None
-                    data["chunk"], data["file"] = update_chunk_file_indices(
-                        data["chunk"], data["file"], meta.chunks_size
-                    )
-                    data["start"] = int(buffer["index"][0])
-            if data["writer"] is None:
-                data["path"] = root / meta.data_path.format(chunk_index=data["chunk"], file_index=data["file"])
-                data["path"].parent.mkdir(parents=True, exist_ok=True)
-                # the file's schema is its first episode's table's as LeRobot makes it (its metadata holds that
-                # table's datasets fingerprint): that one episode goes through LeRobot's own steps
-                first = embed_images(
-                    datasets.Dataset.from_dict({k: buffer[k] for k in hf_features}, features=hf_features, split="train")
-                )
-                data["writer"] = pq.ParquetWriter(
-                    data["path"], schema=first.with_format("arrow")[:].schema, compression="snappy", use_dictionary=True
-                )
-            data["writer"].write_table(piece)
-            ep_metadata["data/chunk_index"], ep_metadata["data/file_index"] = data["chunk"], data["file"]
-            ordered = {k: stats[k] for k in features if k in stats}  # compute_episode_stats' order: the features'
-            meta.save_episode(ep, n, [content.task], ordered, ep_metadata)
-
-    contents = episode_contents(
-        episode_lengths,
-        cameras=cameras,
-        image_size=(h, w),
-        fps=fps,
-        seed=seed,
-        actions_from_state=actions_from_state,
-        scenes=scenes,
-        content=content,
-        noise=noise,
-    )
-    for ep, content in enumerate(
-        tqdm(
-            contents, total=len(episode_lengths), desc=f"sample-data {root.name}", unit="episode", disable=not progress
+    final = Path(root)
+    with replacing_dir(final, overwrite) as root:
+        h, w = image_size
+        feats = {
+            "observation.state": {"dtype": "float32", "shape": (6,), "names": [f"s{i}" for i in range(6)]},
+            "action": {"dtype": "float32", "shape": (4,), "names": [f"a{i}" for i in range(4)]},
+        }
+        video_keys = [f"observation.images.cam{c}" for c in range(cameras)]
+        for key in video_keys:
+            feats[key] = {"dtype": "video", "shape": (h, w, 3), "names": ["height", "width", "channels"]}
+        encoder = RGBEncoderConfig(vcodec=MODES[mode])
+        meta = LeRobotDatasetMetadata.create(
+            repo_id=repo_id,
+            fps=fps,
+            features=feats,
+            root=root,
+            use_videos=True,
+            video_files_size_in_mb=video_files_size_in_mb,
+            data_files_size_in_mb=data_files_size_in_mb,
         )
-    ):
-        n = content.length
-        meta.save_episode_tasks([content.task])
-        buffer = {
-            "observation.state": content.state,
-            "action": content.action,
-            "timestamp": np.arange(n, dtype=np.int64) / fps,
-            "frame_index": np.arange(n, dtype=np.int64),
-            "episode_index": np.full((n,), ep),
-            "index": np.arange(frames_so_far, frames_so_far + n),
-            "task_index": np.full((n,), meta.get_task_index(content.task)),
-        }
-        stats = compute_episode_stats(buffer, features)
-        ep_metadata = {
-            "data/chunk_index": None,
-            "data/file_index": None,
-            "dataset_from_index": frames_so_far,
-            "dataset_to_index": frames_so_far + n,
-            "episode_index": ep,
-        }
-        for c, key in enumerate(video_keys):
-            where, stats[key] = video_of(ep, key, c, content)
-            ep_metadata.update(where)
-        pending.append((ep, content, buffer, stats, ep_metadata))
-        if len(pending) >= batch_episodes:
+        features = meta.features
+        hf_features = get_hf_features_from_features(features)
+        work = Path(tempfile.mkdtemp(prefix=".fast-writer-", dir=root))
+        encoded: dict = {}  # (camera, scene, length) -> (episode file, duration, stats) of a reused scene
+        videos = {key: {"chunk": 0, "file": 0, "mb": 0.0, "end": 0.0, "parts": []} for key in video_keys}
+        data = {"chunk": 0, "file": 0, "writer": None, "path": None, "start": 0}
+        pending: list = []  # (episode, content, columns, stats, metadata) whose data is not written yet
+        frames_so_far = 0
+
+        def close_video_file(key):
+            v = videos[key]
+            if v["parts"]:
+                out = root / meta.video_path.format(video_key=key, chunk_index=v["chunk"], file_index=v["file"])
+                out.parent.mkdir(parents=True, exist_ok=True)
+                if len(v["parts"]) == 1:  # LeRobot moves a file's first episode in place; it remuxes from the second
+                    shutil.copyfile(v["parts"][0], out)
+                else:
+                    concatenate_video_files(v["parts"], out)
+                v["parts"] = []
+
+        def video_of(ep: int, key: str, c: int, content) -> dict:
+            """Where the episode's video goes (LeRobot's ``_save_episode_video`` rule) and its statistics."""
+            cache_key = (c,) + content.scene if content.scene is not None else None
+            if cache_key is not None and cache_key in encoded:
+                path, duration, stats = encoded[cache_key]
+            else:
+                path = work / f"{key}-{ep:06d}.mp4"
+                _encode(content.frames[c], path, fps, encoder)
+                duration, stats = get_video_duration_in_s(path), _video_stats(content.frames[c])
+                if cache_key is not None:
+                    encoded[cache_key] = (path, duration, stats)
+            size_mb = os.path.getsize(path) / (1024**2)
+            v = videos[key]
+            if ep > 0 and v["mb"] + size_mb >= meta.video_files_size_in_mb:
+                close_video_file(key)
+                v["chunk"], v["file"] = update_chunk_file_indices(v["chunk"], v["file"], meta.chunks_size)
+                v["mb"], v["end"] = 0.0, 0.0
+            start = v["end"] if ep > 0 else 0.0
+            v["parts"].append(Path(path))
+            v["mb"] += size_mb
+            v["end"] = start + duration
+            if ep == 0:  # LeRobot records the codec's settings from the first episode's file
+                first = root / meta.video_path.format(video_key=key, chunk_index=0, file_index=0)
+                first.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(path, first)
+                meta.update_video_info(key, video_encoder=encoder)
+                write_info(meta.info, meta.root)
+            return {
+                f"videos/{key}/chunk_index": v["chunk"],
+                f"videos/{key}/file_index": v["file"],
+                f"videos/{key}/from_timestamp": start,
+                f"videos/{key}/to_timestamp": v["end"],
+            }, stats
+
+        def write_data(batch):
+            """Each episode of ``batch`` as one row group of the data parquet (LeRobot's schema and file rule), then
+            its metadata (which names the data file)."""
+            table = datasets.Dataset.from_dict(
+                {k: np.concatenate([b[2][k] for b in batch]) for k in hf_features}, features=hf_features, split="train"
+            ).with_format("arrow")[:]
+            offset = 0
+            for ep, content, buffer, stats, ep_metadata in batch:
+                n = content.length
+                piece = table.slice(offset, n)
+                offset += n
+                if data["writer"] is not None:
+                    size_mb = os.path.getsize(data["path"]) / (1024**2)
+                    written = buffer["index"][0] - data["start"]
+                    per_frame = size_mb / written if written > 0 else 0
+                    if size_mb + per_frame * n >= meta.data_files_size_in_mb:
+                        data["writer"].close()
+                        data["writer"] = None
+                        data["chunk"], data["file"] = update_chunk_file_indices(
+                            data["chunk"], data["file"], meta.chunks_size
+                        )
+                        data["start"] = int(buffer["index"][0])
+                if data["writer"] is None:
+                    data["path"] = root / meta.data_path.format(chunk_index=data["chunk"], file_index=data["file"])
+                    data["path"].parent.mkdir(parents=True, exist_ok=True)
+                    # the file's schema is its first episode's table's as LeRobot makes it (its metadata holds that
+                    # table's datasets fingerprint): that one episode goes through LeRobot's own steps
+                    first = embed_images(
+                        datasets.Dataset.from_dict(
+                            {k: buffer[k] for k in hf_features}, features=hf_features, split="train"
+                        )
+                    )
+                    data["writer"] = pq.ParquetWriter(
+                        data["path"],
+                        schema=first.with_format("arrow")[:].schema,
+                        compression="snappy",
+                        use_dictionary=True,
+                    )
+                data["writer"].write_table(piece)
+                ep_metadata["data/chunk_index"], ep_metadata["data/file_index"] = data["chunk"], data["file"]
+                ordered = {k: stats[k] for k in features if k in stats}  # compute_episode_stats' order: the features'
+                meta.save_episode(ep, n, [content.task], ordered, ep_metadata)
+
+        contents = episode_contents(
+            episode_lengths,
+            cameras=cameras,
+            image_size=(h, w),
+            fps=fps,
+            seed=seed,
+            actions_from_state=actions_from_state,
+            scenes=scenes,
+            content=content,
+            noise=noise,
+        )
+        for ep, content in enumerate(
+            tqdm(
+                contents,
+                total=len(episode_lengths),
+                desc=f"sample-data {final.name}",
+                unit="episode",
+                disable=not progress,
+            )
+        ):
+            n = content.length
+            meta.save_episode_tasks([content.task])
+            buffer = {
+                "observation.state": content.state,
+                "action": content.action,
+                "timestamp": np.arange(n, dtype=np.int64) / fps,
+                "frame_index": np.arange(n, dtype=np.int64),
+                "episode_index": np.full((n,), ep),
+                "index": np.arange(frames_so_far, frames_so_far + n),
+                "task_index": np.full((n,), meta.get_task_index(content.task)),
+            }
+            stats = compute_episode_stats(buffer, features)
+            ep_metadata = {
+                "data/chunk_index": None,
+                "data/file_index": None,
+                "dataset_from_index": frames_so_far,
+                "dataset_to_index": frames_so_far + n,
+                "episode_index": ep,
+            }
+            for c, key in enumerate(video_keys):
+                where, stats[key] = video_of(ep, key, c, content)
+                ep_metadata.update(where)
+            pending.append((ep, content, buffer, stats, ep_metadata))
+            if len(pending) >= batch_episodes:
+                write_data(pending)
+                pending.clear()
+            frames_so_far += n
+        if pending:
             write_data(pending)
-            pending.clear()
-        frames_so_far += n
-    if pending:
-        write_data(pending)
-    for key in video_keys:
-        close_video_file(key)
-    if data["writer"] is not None:
-        data["writer"].close()
-    meta.finalize()
-    shutil.rmtree(work, ignore_errors=True)
-    return root
+        for key in video_keys:
+            close_video_file(key)
+        if data["writer"] is not None:
+            data["writer"].close()
+        meta.finalize()
+        shutil.rmtree(work, ignore_errors=True)
+    return final

@@ -4,8 +4,6 @@ or PNG images stored in the parquet files. Frames are the same procedural scenes
 
 from __future__ import annotations
 
-import os
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
@@ -13,23 +11,15 @@ from typing import NamedTuple
 import numpy as np
 from tqdm.auto import tqdm
 
+from robo_loaders_plugin.core.sched import keeps_scheduling
+from robo_loaders_plugin.sample_data.outputs import replacing_dir
 from robo_loaders_plugin.sample_data.robomimic_hdf5 import CONTENTS, renderer, smooth_path
 
 TASKS = ("lift the red cube", "push the blue block to the left")
 MODES = {"av1": "libsvtav1", "h264": "h264", "png": None}
 
 
-def _fresh_root(root, overwrite: bool) -> Path:
-    """LeRobot's writer wants a directory that does not exist yet."""
-    root = Path(root)
-    if root.exists():
-        if not overwrite:
-            raise FileExistsError(f"{root} exists (pass overwrite=True to replace it)")
-        shutil.rmtree(root)
-    os.makedirs(root.parent, exist_ok=True)
-    return root
-
-
+@keeps_scheduling
 def write_lerobot_dataset(
     root,
     *,
@@ -48,6 +38,8 @@ def write_lerobot_dataset(
     content: str = "renders",
     noise: float = 1.0,
     streaming_encoding: bool = False,
+    state_dim: int = 6,
+    action_dim: int = 4,
 ) -> Path:
     """Create the dataset at ``root`` with LeRobot's own writer, so tests and benchmarks read exactly what LeRobot
     writes; load it with ``LeRobotDataset(repo_id, root=root)``.
@@ -78,6 +70,8 @@ def write_lerobot_dataset(
             writing PNG files first and encoding them at ``save_episode``: the same encoder and settings, without
             1 MB of PNG per 480p frame on disk (what makes large datasets practical to generate). Ignored for
             ``png``.
+        state_dim: Entries of ``observation.state`` (the content's 6 repeated or cut: robots of other sizes).
+        action_dim: Entries of ``action`` (the content's 4 repeated or cut).
 
     Returns:
         ``root``, as a ``Path``.
@@ -93,58 +87,67 @@ def write_lerobot_dataset(
         raise ValueError(f"mode must be one of {sorted(MODES)}, got {mode!r}")
     if content not in CONTENTS:
         raise ValueError(f"content must be one of {CONTENTS}, got {content!r}")
-    root = _fresh_root(root, overwrite)
-    h, w = image_size
-    feats = {
-        "observation.state": {"dtype": "float32", "shape": (6,), "names": [f"s{i}" for i in range(6)]},
-        "action": {"dtype": "float32", "shape": (4,), "names": [f"a{i}" for i in range(4)]},
-    }
-    for c in range(cameras):
-        feats[f"observation.images.cam{c}"] = {
-            "dtype": "image" if mode == "png" else "video",
-            "shape": (h, w, 3),
-            "names": ["height", "width", "channels"],
+    final = Path(root)
+    with replacing_dir(final, overwrite) as root:
+        h, w = image_size
+        feats = {
+            "observation.state": {
+                "dtype": "float32",
+                "shape": (state_dim,),
+                "names": [f"s{i}" for i in range(state_dim)],
+            },
+            "action": {"dtype": "float32", "shape": (action_dim,), "names": [f"a{i}" for i in range(action_dim)]},
         }
-    rgb = RGBEncoderConfig(vcodec=MODES[mode]) if MODES[mode] else None
-    ds = LeRobotDataset.create(
-        repo_id,
-        fps,
-        feats,
-        root=root,
-        use_videos=mode != "png",
-        rgb_encoder=rgb,
-        video_files_size_in_mb=video_files_size_in_mb,
-        streaming_encoding=streaming_encoding and mode != "png",
-        # LeRobot's streaming encoder drops a frame (with a warning) when its queue is full;
-        # frames come from memory here, faster than AV1 encodes them at 480p: a queue that
-        # holds a whole episode can never be full (save_episode waits for the encoder)
-        encoder_queue_maxsize=max([30, *(int(n) for n in episode_lengths)]),
-    )
-    for content_ in tqdm(
-        episode_contents(
-            episode_lengths,
-            cameras=cameras,
-            image_size=(h, w),
-            fps=fps,
-            seed=seed,
-            actions_from_state=actions_from_state,
-            scenes=scenes,
-            content=content,
-            noise=noise,
-        ),
-        total=len(episode_lengths),
-        desc=f"sample-data {root.name}",
-        unit="episode",
-        disable=not progress,
-    ):
-        for i in range(content_.length):
-            frame = {"observation.state": content_.state[i], "action": content_.action[i], "task": content_.task}
-            for c, frames in enumerate(content_.frames):
-                frame[f"observation.images.cam{c}"] = frames[i]  # HWC uint8
-            ds.add_frame(frame)
-        ds.save_episode()
-    ds.finalize()
-    return root
+        for c in range(cameras):
+            feats[f"observation.images.cam{c}"] = {
+                "dtype": "image" if mode == "png" else "video",
+                "shape": (h, w, 3),
+                "names": ["height", "width", "channels"],
+            }
+        rgb = RGBEncoderConfig(vcodec=MODES[mode]) if MODES[mode] else None
+        ds = LeRobotDataset.create(
+            repo_id,
+            fps,
+            feats,
+            root=root,
+            use_videos=mode != "png",
+            rgb_encoder=rgb,
+            video_files_size_in_mb=video_files_size_in_mb,
+            streaming_encoding=streaming_encoding and mode != "png",
+            # LeRobot's streaming encoder drops a frame (with a warning) when its queue is full;
+            # frames come from memory here, faster than AV1 encodes them at 480p: a queue that
+            # holds a whole episode can never be full (save_episode waits for the encoder)
+            encoder_queue_maxsize=max([30, *(int(n) for n in episode_lengths)]),
+        )
+        for content_ in tqdm(
+            episode_contents(
+                episode_lengths,
+                cameras=cameras,
+                image_size=(h, w),
+                fps=fps,
+                seed=seed,
+                actions_from_state=actions_from_state,
+                scenes=scenes,
+                content=content,
+                noise=noise,
+            ),
+            total=len(episode_lengths),
+            desc=f"sample-data {final.name}",
+            unit="episode",
+            disable=not progress,
+        ):
+            for i in range(content_.length):
+                frame = {
+                    "observation.state": np.resize(content_.state[i], state_dim),
+                    "action": np.resize(content_.action[i], action_dim),
+                    "task": content_.task,
+                }
+                for c, frames in enumerate(content_.frames):
+                    frame[f"observation.images.cam{c}"] = frames[i]  # HWC uint8
+                ds.add_frame(frame)
+            ds.save_episode()
+        ds.finalize()
+    return final
 
 
 class EpisodeContent(NamedTuple):
@@ -250,6 +253,7 @@ def _scene_frames(
     return out
 
 
+@keeps_scheduling
 def write_lerobot_from_robomimic(
     hdf5_path,
     root,
@@ -289,8 +293,8 @@ def write_lerobot_from_robomimic(
 
     if mode not in MODES:
         raise ValueError(f"mode must be one of {sorted(MODES)}, got {mode!r}")
-    root = _fresh_root(root, overwrite)
-    with h5py.File(hdf5_path, "r") as f:
+    final = Path(root)
+    with replacing_dir(final, overwrite) as root, h5py.File(hdf5_path, "r") as f:
         demos = sorted(f["data"].keys(), key=lambda n: int(n[5:]))
         obs0 = f[f"data/{demos[0]}/obs"]
         cams = [k for k in obs0 if obs0[k].dtype == np.uint8 and obs0[k].ndim == 4]
@@ -310,7 +314,7 @@ def write_lerobot_from_robomimic(
         rgb = RGBEncoderConfig(vcodec=MODES[mode]) if MODES[mode] else None
         ds = LeRobotDataset.create(repo_id, fps, feats, root=root, use_videos=mode != "png", rgb_encoder=rgb)
         work = [d for _ in range(repeat) for d in demos]
-        for demo in tqdm(work, desc=f"sample-data {root.name}", unit="episode", disable=not progress):
+        for demo in tqdm(work, desc=f"sample-data {final.name}", unit="episode", disable=not progress):
             g = f[f"data/{demo}"]
             images = {c: g[f"obs/{c}"][()] for c in cams}
             state = np.concatenate([g[f"obs/{k}"][()] for k in state_keys], axis=1).astype(np.float32)
@@ -322,4 +326,4 @@ def write_lerobot_from_robomimic(
                 ds.add_frame(frame)
             ds.save_episode()
         ds.finalize()
-    return root
+    return final

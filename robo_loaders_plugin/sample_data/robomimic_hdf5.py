@@ -9,13 +9,12 @@ import h5py
 import numpy as np
 from tqdm.auto import tqdm
 
+from robo_loaders_plugin.sample_data.outputs import check_output
 from robo_loaders_plugin.sample_data.scenes import SceneRenderer
 
 CONTENTS = ("renders", "camera")  # SceneRenderer's simulator-like frames, or camera-like ones (sample_data.camera)
 
 CAMERA_NAMES = ("agentview_image", "robot0_eye_in_hand_image")
-LOW_DIM_KEYS = {"robot0_eef_pos": 3, "robot0_eef_quat": 4, "robot0_gripper_qpos": 2, "object": 10}
-ACTION_DIM = 7
 STATE_DIM = 32
 
 
@@ -126,9 +125,10 @@ def write_robomimic_hdf5(
     progress: bool = True,
     content: str = "renders",
     noise: float = 1.0,
+    overwrite: bool = False,
 ) -> str:
     """Generate ``demos`` demos of a Lift-like task. Written to a temp name, then renamed, so an interrupted run
-    leaves no file that looks complete.
+    leaves no file that looks complete, and a replaced file is the old one or the whole new one.
 
     Args:
         path: The HDF5 file written (its directory is created).
@@ -145,12 +145,15 @@ def write_robomimic_hdf5(
         content: ``renders`` (simulator-like frames) or ``camera`` (camera-like: texture, shake, sensor noise;
             ``sample_data.camera``).
         noise: Sensor noise of ``camera`` content, sigma in grey levels.
+        overwrite: Replace an existing robomimic HDF5 file at ``path`` (anything else there is never replaced:
+            ``sample_data.outputs``).
 
     Returns:
         ``path``.
 
     Raises:
         ValueError: an unknown ``content``, or a count or size out of range.
+        OutputExistsError: ``path`` exists and ``overwrite`` is false, or it is not a robomimic HDF5 file.
     """
     if content not in CONTENTS:
         raise ValueError(f"content must be one of {CONTENTS}, got {content!r}")
@@ -159,6 +162,7 @@ def write_robomimic_hdf5(
             f"bad sample-data options: demos={demos} (>=1), image_size={image_size} (>=8), "
             f"cameras={cameras} (>=0), min_length={min_length} <= max_length={max_length}"
         )
+    check_output(path, "robomimic", overwrite)
     rng = np.random.default_rng(seed)
     cams = camera_names(cameras)
     tmp = f"{path}.tmp-{os.getpid()}"

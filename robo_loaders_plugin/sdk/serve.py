@@ -1,6 +1,8 @@
-"""The serving half of the SDK (``robo_loaders_plugin.sdk``): a :class:`~robo_loaders_plugin.sdk.FrameStore` built
-into the cache and served as robomimic's and LeRobot's samples, with the footprint checked first, the store
-reopened in every worker by path, and an explicit ``close()``.
+"""The serving half of the SDK (``robo_loaders_plugin.sdk``): a :class:`~robo_loaders_plugin.sdk.FrameStore` placed
+in RAM or the cache directory, built once per source and options, checked against what its build recorded, and
+served as robomimic's and LeRobot's samples, with the footprint checked first, the store reopened in every worker
+by path, and an explicit ``close()``. Also each framework's plan of a store from metadata alone, which a mixture
+sums before building any component (``BackendSpec.footprints``).
 
 Imported when a factory first runs (torch, the frameworks' window rules and datasets, the store's module).
 """
@@ -11,25 +13,39 @@ import dataclasses
 import functools
 import importlib
 import os
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from robo_loaders_plugin.core.errors import RoboLoadersError, SourceError
-from robo_loaders_plugin.core.footprint import Available, Footprint, check_fits
+from robo_loaders_plugin.core.footprint import Available, DiskGuard, Footprint, Planned, check_fits
 from robo_loaders_plugin.core.in_flight import BatchesInFlight, indexed_in_flight
 from robo_loaders_plugin.core.iteration import Serving
 from robo_loaders_plugin.core.log import get_logger
+from robo_loaders_plugin.core.options import LEROBOT_OPTIONS, ROBOMIMIC_OPTIONS
+from robo_loaders_plugin.core.units import format_bytes, plural
 from robo_loaders_plugin.frames.base import FieldInfo, FrameSource
 from robo_loaders_plugin.lerobot.dataset import LeRobotSamples
 from robo_loaders_plugin.lerobot.dataset import sample_bytes as lerobot_sample_bytes
 from robo_loaders_plugin.robomimic.dataset import RobomimicSamples
-from robo_loaders_plugin.robomimic.sequence import data_size, sample_bytes, training_loop_of
-from robo_loaders_plugin.sdk import FrameStore, StoreEpisodes, cache_root
+from robo_loaders_plugin.robomimic.sequence import (
+    data_size,
+    read_demo,
+    sample_bytes,
+    sequence_options,
+    training_loop_of,
+)
+from robo_loaders_plugin.sdk.placement import Placement, PlaceRequest, planned
+from robo_loaders_plugin.sdk.records import Recorder, StoreRecord, records_bytes
+from robo_loaders_plugin.sdk.store import FrameStore, StoreEpisodes
+from robo_loaders_plugin.storage import cache
+
+if TYPE_CHECKING:
+    from robo_loaders_plugin.core.data_size import DataSize
+    from robo_loaders_plugin.windows.robomimic import SequenceOptions
 
 logger = get_logger(__name__)
-
-ROBOMIMIC_OPTIONS = "train.data_backend_kwargs"
-LEROBOT_OPTIONS = "--dataset.backend_kwargs"
 
 
 @functools.cache
@@ -57,48 +73,65 @@ def load_store(ref: str) -> FrameStore:
     return cls()
 
 
-class _Closed(FrameSource):
-    """What a closed dataset reads from: every read says so."""
-
-    def __init__(self, lengths: np.ndarray, where: str):
-        self.lengths, self.where = lengths, where
-
-    def info(self, field: str) -> FieldInfo:
-        raise RoboLoadersError(f"the dataset over {self.where} was closed; build it again to read from it")
-
-    def take(self, field, episodes, steps, out) -> None:
-        self.info(field)
-
-
 class StoreFrames(FrameSource):
-    """The frame source a :class:`FrameStore` opened, made safe to pickle: a copy (a spawned DataLoader worker)
-    carries only the store's class, directory and options and reopens the store there, so mapped or loaded data
-    is never pickled (a pickled ``np.memmap`` copies its whole data into the payload).
+    """The frame source a :class:`FrameStore` opened, checked against what the SDK recorded when the store was built
+    (its episodes' lengths, each field's dtype and step shape) and made safe to pickle: a copy (a spawned
+    DataLoader worker) carries only the store's class, directory and options and reopens the store there, so mapped
+    or loaded data is never pickled (a pickled ``np.memmap`` copies its whole data into the payload).
 
     Args:
         store: The store class, ``"module:Class"``.
         directory: The built store.
         options: The backend's resolved options object (pickled by value).
+        check: Check what the store opened against the record (the process that built or found the store; a
+            worker's copy reopens what was checked).
 
     Attributes:
         inner: What :meth:`FrameStore.open` returned in this process.
         directory: The store's directory.
+        record: What the SDK recorded when the store was built (``sdk.records.StoreRecord``).
+
+    Raises:
+        RoboLoadersError: ``open()`` returned something other than a ``FrameSource``.
+        SourceError: what it opened disagrees with the record (naming the directory and the field).
     """
 
-    def __init__(self, store: str, directory: str, options):
+    def __init__(self, store: str, directory: str, options, check: bool = True):
         self._store, self.directory, self._options = store, directory, options
+        self.record = StoreRecord.read(directory)
         self.inner = load_store(store).open(directory, options)
         if not isinstance(self.inner, FrameSource):
             raise RoboLoadersError(
                 f"frame store {store!r}: open() returned {type(self.inner).__name__}, not a FrameSource"
             )
-        self.lengths = np.asarray(self.inner.lengths, dtype=np.int64)
+        self.lengths = np.asarray(getattr(self.inner, "lengths", self.record.lengths), dtype=np.int64)
+        if check:
+            self._check(store)
+
+    def _check(self, store: str) -> None:
+        """What the store opened is what was recorded: the same episodes' lengths, every field served as stored."""
+        if not np.array_equal(self.lengths, self.record.lengths):
+            self.close()
+            raise SourceError(
+                f"{self.directory}: the store opens {len(self.lengths)} episodes of other lengths than the "
+                f"{len(self.record.lengths)} it was built from ({store}: does open() return the episodes in the order "
+                "build() was given them?); delete it to rebuild it"
+            )
+        for field, want in self.record.fields.items():
+            got = self.inner.info(field)
+            if np.dtype(got.dtype) != want.dtype or tuple(got.shape) != want.shape:
+                self.close()
+                raise SourceError(
+                    f"{self.directory}: the store serves {field} as {np.dtype(got.dtype)}{tuple(got.shape)}, it was "
+                    f"built from {want.dtype}{want.shape} ({store}: info() must give each field's dtype and step "
+                    "shape as stored)"
+                )
 
     def __getstate__(self):
         return {"store": self._store, "directory": self.directory, "options": self._options}
 
     def __setstate__(self, state):
-        StoreFrames.__init__(self, state["store"], state["directory"], state["options"])
+        StoreFrames.__init__(self, state["store"], state["directory"], state["options"], check=False)
 
     def info(self, field: str) -> FieldInfo:
         """See :meth:`FrameSource.info`.
@@ -142,11 +175,9 @@ class StoreFrames(FrameSource):
         return self.inner.gather_fields(fields, episodes, steps, pool)
 
     def close(self) -> None:
-        """Close the store's frame source (its ``close()``, when it has one); reads after this raise."""
-        inner, self.inner = self.inner, _Closed(self.lengths, self.directory)
-        close = getattr(inner, "close", None)
-        if callable(close) and not isinstance(inner, _Closed):
-            close()
+        """Close the store's frame source (its ``close()``) and refuse reads afterwards, naming the store."""
+        inner, self.inner = self.inner, self.inner.closed(self.directory)
+        del inner
 
 
 class StoreRobomimicSamples(RobomimicSamples):
@@ -157,74 +188,237 @@ class StoreLeRobotSamples(LeRobotSamples):
     """``LeRobotSamples`` over a frame store (``close()`` and ``with``: ``core.iteration.ServedDataset``)."""
 
 
-def _open(
+@dataclasses.dataclass(frozen=True)
+class _Source:
+    """What both frameworks give the SDK about one dataset: the store's episodes and where they come from."""
+
+    framework: str
+    source: Any  # has fingerprint(recorded=None): RobomimicHdf5, LeRobotV3
+    path: str  # the source file or directory (for the stat-only reuse check)
+    size: DataSize  # lengths in the store's order
+    names: tuple[str, ...]
+    cameras: frozenset[str]
+    key: dict  # the source and every setting the store's content depends on
+    option_prefix: str
+    batches: BatchesInFlight
+    read: Callable[[], Iterator] | None = None  # yields (name, {field: array}) per episode (None: not to be read)
+    sample_frames: Callable | None = None  # a few camera frames, for a store measuring its codec
+
+
+def _place(
     store: FrameStore,
-    ref: str,
     backend: str,
-    source,
-    size,
-    names: list[str],
-    cameras,
-    read,
-    key: dict,
+    src: _Source,
     options,
-    option_prefix: str,
-    batches: BatchesInFlight,
-):
-    """Footprint, cache entry, open: what both frameworks share. The store's footprint is counted with the batches
-    in flight (``core.in_flight``: served from the built-in datasets' buffers, whatever the store). Returns
-    ``(frames, directory, hold, reused, footprint)``."""
-    cache_dir = getattr(options, "cache_dir", None)
-    root = cache_root(cache_dir, f"{option_prefix}.cache_dir")
-    footprint = _with_batches(store.footprint(size, options), batches, root)
-    # RAM, /dev/shm and GPU before anything is read; the disk when (and only if) the store is built
-    check_fits(
-        dataclasses.replace(footprint, disk_bytes=0), Available.measure(), backend=backend, option_prefix=option_prefix
+    available: Available,
+    sample: bool,
+    reusable: bool | None = None,
+) -> Placement:
+    """Where the store goes (:meth:`FrameStore.place`), with the SDK's own records counted where it goes;
+    ``reusable=None``: whether a complete store of this source and key is on disk, from the files' stat."""
+    root = available.disk_dir or cache.location(getattr(options, "cache_dir", None))
+    if reusable is None:
+        reusable = cache.holds_current(root, store.kind, _key(store, src, options), src.path, _recorded)
+    request = PlaceRequest(
+        size=src.size,
+        available=available,
+        batches=src.batches,
+        reusable=reusable,
+        backend=backend,
+        framework=src.framework,
+        option_prefix=src.option_prefix,
+        sample_frames=src.sample_frames if sample else None,
     )
-    episodes = StoreEpisodes(tuple(names), frozenset(cameras), size, read)
+    placement = store.place(request, options)
+    records = records_bytes(len(src.size.lengths), len(src.size.frame_step_bytes) + src.size.other_fields)
+    fp = placement.footprint
+    if placement.in_ram:
+        fp = dataclasses.replace(fp, shm_bytes=fp.shm_bytes + records)
+    elif fp.disk_bytes:
+        fp = dataclasses.replace(fp, disk_bytes=fp.disk_bytes + records)
+    return dataclasses.replace(placement, footprint=fp)
+
+
+def _recorded(path: str):
+    from robo_loaders_plugin.storage.cached_dir import recorded_source
+
+    return recorded_source(path)
+
+
+def _key(store: FrameStore, src: _Source, options) -> dict:
+    return {**src.key, **store.key(options)}
+
+
+def _root(options, option_prefix: str) -> str:
+    return cache.cache_root(getattr(options, "cache_dir", None), f"{option_prefix}.cache_dir")
+
+
+def _checked_placement(store: FrameStore, backend: str, src: _Source, options) -> Placement:
+    """Where the store goes, its footprint checked against the machine before anything is read (a store found on
+    disk writes nothing); a store spilled to disk says so in the log."""
+    root = _root(options, src.option_prefix)
+    placement = _place(store, backend, src, options, Available.measure(disk_dir=root), sample=True)
+    check_fits(
+        placement.footprint, Available.measure(disk_dir=root), backend=backend, option_prefix=src.option_prefix,
+        alternatives=store.alternatives(src.framework),
+    )  # fmt: skip
+    if placement.spilled:
+        logger.info(
+            f"{backend}: spilled to disk: {placement.spilled}; the store is kept in {root} (mapped where the store "
+            "maps its files: the page cache keeps what training touches), serving the same samples"
+        )
+    return placement
+
+
+def _open(store: FrameStore, ref: str, backend: str, src: _Source, options, placement: Placement):
+    """Find or build the placed store's entry and open it: what both frameworks share. Returns ``(frames,
+    directory, hold, reused)``."""
+    from robo_loaders_plugin.storage.cached_dir import build_or_reuse
+
+    footprint = placement.footprint
+    alternatives = store.alternatives(src.framework)
+    in_ram = placement.in_ram
+    budget = getattr(options, "max_memory", None) if in_ram else None
+    key = _key(store, src, options)
 
     def build(directory: str) -> None:
-        check_fits(footprint, Available.measure(disk_dir=directory), backend=backend, option_prefix=option_prefix)
+        if not in_ram:  # the disk again, now (another run may have filled it meanwhile; a found store was rebuilt)
+            need = footprint
+            if not need.disk_bytes:  # placed as found on disk, but it was not usable: what a build writes
+                need = _place(
+                    store, backend, src, options, Available.measure(disk_dir=directory), False, False
+                ).footprint
+            check_fits(
+                dataclasses.replace(need, host_bytes=0, shm_bytes=0, device_bytes=0),
+                Available.measure(disk_dir=directory),
+                backend=backend,
+                option_prefix=src.option_prefix,
+                alternatives=alternatives,
+            )
+        assert src.read is not None  # a source to build from, not one planned from metadata
+        recorder = Recorder(src.names, src.size.lengths, src.cameras, src.read, f"{backend} store of {src.path}")
+        guard = None
+        if not in_ram:
+            guard = DiskGuard(directory, f"building the {backend} store {directory}", footprint.disk_bytes or None)
+        episodes = StoreEpisodes(
+            src.names, src.cameras, src.size, recorder.read, guard=guard, ram_budget=budget, in_ram=in_ram
+        )
         store.build(directory, episodes, options)
+        recorder.write(directory)
+        if budget is not None and cache.path_bytes(directory) > budget:
+            from robo_loaders_plugin.storage.ramfile import MemoryBudgetExceeded
 
-    from robo_loaders_plugin.storage.cached_dir import build_or_reuse
+            raise MemoryBudgetExceeded(
+                f"the {backend} store needs more than {src.option_prefix}.max_memory={format_bytes(budget)} "
+                f"({format_bytes(cache.path_bytes(directory))} written); raise max_memory, or keep it on disk "
+                "with cache_dir"
+            )
 
     directory, hold, reused = build_or_reuse(
         kind=store.kind,
-        source=source,
-        key={**key, **store.key(options)},
+        source=src.source,
+        key=key,
         build=build,
-        cache_dir=cache_dir,
+        cache_dir=getattr(options, "cache_dir", None),
         check=store.verify,
         description=f"{backend} store",
-        option_prefix=option_prefix,
+        option_prefix=src.option_prefix,
+        in_ram=in_ram,
+        ram_budget=budget,
     )
-    frames = StoreFrames(ref, directory, options)
-    expected = np.asarray(size.lengths, dtype=np.int64)
-    if len(frames.lengths) != len(expected) or not np.array_equal(frames.lengths, expected):
-        frames.close()
-        raise SourceError(
-            f"{directory} holds {len(frames.lengths)} episodes of other lengths than the "
-            f"{len(expected)} selected ({store.kind}: does open() return the episodes in the order "
-            "build() was given them?); delete it to rebuild it"
-        )
-    return frames, directory, hold, reused, footprint
+    try:
+        frames = StoreFrames(ref, directory, options)
+        expected = np.asarray(src.size.lengths, dtype=np.int64)
+        if frames.record.names != src.names or not np.array_equal(frames.lengths, expected):
+            frames.close()
+            raise SourceError(
+                f"{directory} holds {len(frames.lengths)} episodes of other names or lengths than the "
+                f"{len(expected)} selected; delete it to rebuild it"
+            )
+    except BaseException:
+        hold.release()
+        raise
+    return frames, directory, hold, reused
 
 
-def _with_batches(footprint: Footprint, batches: BatchesInFlight, disk_dir: str | None = None) -> Footprint:
-    """A store's footprint with the batches in flight in host memory (and its disk directory)."""
-    return dataclasses.replace(
-        footprint, host_bytes=footprint.host_bytes + batches.host_bytes, disk_dir=disk_dir or footprint.disk_dir
-    )
-
-
-def _summary(
-    store: FrameStore, frames: StoreFrames, directory: str, reused: bool, footprint: Footprint, episodes: str
-) -> str:
+def _summary(store: FrameStore, frames: StoreFrames, directory: str, reused: bool, footprint: Footprint, head: str):
+    """The serving summary: what is served, what the store holds and where, what it needs (nothing to build when
+    it was reused) and how it stays within that."""
+    needs = dataclasses.replace(footprint, build_s=None) if reused else footprint
     return (
-        f"{episodes}, {store.describe(frames.inner, directory)} in {'reused ' if reused else ''}{directory} "
-        f"({footprint.describe()})"
+        f"{head}, {store.describe(frames.inner, directory)} at {'reused ' if reused else ''}{directory} "
+        f"({needs.describe()}); bounded: {footprint.bound}"
     )
+
+
+def served_head(episodes: int, samples: int, unit: str) -> str:
+    """The start of the serving summary, in the framework's words: ``18 demos, 945 samples``.
+
+    Args:
+        episodes: Episodes served.
+        samples: Samples served.
+        unit: What the framework calls an episode (robomimic: ``demo``; LeRobot: ``episode``).
+
+    Returns:
+        The phrase.
+    """
+    return f"{plural(episodes, unit)}, {plural(samples, 'sample')}"
+
+
+def _planned(store: FrameStore, backend: str, src: _Source, options, committed: Footprint) -> Planned:
+    """The store's plan from metadata (a mixture's component): what it needs, and what stays held once built (the
+    store, not the batches in flight: a mixture counts its batches once)."""
+    measured = Available.measure(disk_dir=cache.location(getattr(options, "cache_dir", None)))
+    placement = _place(store, backend, src, options, measured.less(committed), sample=False)
+    return planned(placement, measured, store.alternatives(src.framework), src.batches)
+
+
+# -- robomimic ---------------------------------------------------------------------------------------------------
+def _robomimic_source(
+    config, obs_keys, filter_by_attribute, dataset_path, options
+) -> tuple[_Source, SequenceOptions, str]:
+    """The robomimic file's demos and sizes from its metadata (no array read): ``(source, sequence options,
+    path)``."""
+    from robo_loaders_plugin.sources.robomimic_hdf5 import RobomimicHdf5
+
+    opts, path = sequence_options(config, obs_keys, dataset_path)
+    source = RobomimicHdf5(path, cache_dir=getattr(options, "cache_dir", None))  # its records in the same cache
+    with source.open() as f:
+        demos = source.demos(f, filter_by_attribute)
+        if not demos:
+            raise SourceError(f"{path}: no demos selected (filter key {filter_by_attribute!r} is empty)")
+        size = data_size(source, f, demos, opts)
+
+    def read():
+        with source.open() as f:
+            for demo in demos:
+                yield demo, read_demo(source, f, demo, opts, source.length(f, demo))
+
+    def sample_frames():
+        with source.open() as f:
+            return source.sample_frames(f, demos, size.frame_step_bytes)
+
+    key = {
+        "source": os.path.realpath(path),
+        "demos": demos,
+        "fields": opts.field_names(),
+        "cache_mode": opts.hdf5_cache_mode,
+        "framework": "robomimic",
+    }
+    src = _Source(
+        framework="robomimic",
+        source=source,
+        path=path,
+        size=size,
+        names=tuple(demos),
+        cameras=frozenset(size.frame_step_bytes),
+        key=key,
+        option_prefix=ROBOMIMIC_OPTIONS,
+        batches=indexed_in_flight(sample_bytes(size, opts), training_loop_of(config)),
+        read=read,
+        sample_frames=sample_frames,
+    )
+    return src, opts, path
 
 
 def robomimic_dataset(
@@ -248,47 +442,67 @@ def robomimic_dataset(
         SourceError: no demo selected, or a store holding other episodes.
         ResourceRefused: the store's footprint does not fit the machine.
     """
-    from robo_loaders_plugin.extend import robomimic_demo_fields, robomimic_sequence
-    from robo_loaders_plugin.sources.robomimic_hdf5 import RobomimicHdf5
     from robo_loaders_plugin.windows.robomimic import SequenceWindows
 
     store = load_store(ref)
-    opts, path = robomimic_sequence(config, obs_keys, dataset_path)
-    source = RobomimicHdf5(path, cache_dir=getattr(options, "cache_dir", None))  # its records in the same cache
-    with source.open() as f:
-        demos = source.demos(f, filter_by_attribute)
-        if not demos:
-            raise SourceError(f"{path}: no demos selected (filter key {filter_by_attribute!r} is empty)")
-        size = data_size(source, f, demos, opts)
-    batches = indexed_in_flight(sample_bytes(size, opts), training_loop_of(config))
-
-    def read():
-        with source.open() as f:
-            for demo in demos:
-                yield demo, robomimic_demo_fields(source, f, demo, opts)
-
-    key = {
-        "source": os.path.realpath(path),
-        "demos": demos,
-        "fields": opts.field_names(),
-        "cache_mode": opts.hdf5_cache_mode,
-        "framework": "robomimic",
-    }
-    frames, directory, hold, reused, footprint = _open(
-        store, ref, backend, source, size, demos, size.frame_step_bytes, read, key, options, ROBOMIMIC_OPTIONS, batches
-    )
+    src, opts, path = _robomimic_source(config, obs_keys, filter_by_attribute, dataset_path, options)
+    placement = _checked_placement(store, backend, src, options)
+    frames, directory, hold, reused = _open(store, ref, backend, src, options, placement)
+    footprint = placement.footprint
     windows = SequenceWindows(frames.lengths, opts)
-    summary = _summary(store, frames, directory, reused, footprint, f"{len(demos)} demos, {len(windows)} samples")
+    head = served_head(len(src.names), len(windows), "demo")
     return StoreRobomimicSamples(
         frames,
         windows,
-        demos=demos,
+        demos=list(src.names),
         hdf5_path=path,
         filter_by_attribute=filter_by_attribute,
         backend_name=backend,
         location=directory,
-        serving=Serving(summary, hold=hold),
+        serving=Serving(_summary(store, frames, directory, reused, footprint, head), hold=hold),
     )
+
+
+def robomimic_plan(
+    ref: str, backend: str, config, obs_keys, filter_by_attribute=None, dataset_path=None, *, options, committed
+) -> Planned:
+    """What :func:`robomimic_dataset` will need for this file, with ``committed`` held beside it, from metadata.
+
+    Args:
+        ref: The store class, ``"module:Class"``.
+        backend: The backend's name.
+        config: robomimic's config.
+        obs_keys: The observation keys to load.
+        filter_by_attribute: A filter key of the HDF5's masks (``None``: every demo).
+        dataset_path: The HDF5 (``None``: ``config.train.data``).
+        options: The backend's resolved options object.
+        committed: A ``core.footprint.Footprint`` other datasets hold beside this one.
+
+    Returns:
+        A ``core.footprint.Planned``.
+
+    Raises:
+        SourceError: not a robomimic file, or no demo selected.
+    """
+    src, _, _ = _robomimic_source(config, obs_keys, filter_by_attribute, dataset_path, options)
+    return _planned(load_store(ref), backend, src, options, committed)
+
+
+# -- LeRobot -----------------------------------------------------------------------------------------------------
+def _lerobot_meta(native, options):
+    """``meta/`` only: the dataset's source, sizes (episode-index order) and key, the batches in flight."""
+    from robo_loaders_plugin.lerobot.dataset import native_source
+
+    source, settings = native_source(native)
+    size = source.data_size(native.episodes)
+    batches = indexed_in_flight(lerobot_sample_bytes(size, settings))
+    key = {
+        "root": str(source.root),
+        "episodes": native.episodes,
+        "tolerance_s": settings.tolerance_s,
+        "framework": "lerobot",
+    }
+    return source, size, batches, key
 
 
 def lerobot_dataset(ref: str, backend: str, native, *, options) -> StoreLeRobotSamples:
@@ -308,21 +522,25 @@ def lerobot_dataset(ref: str, backend: str, native, *, options) -> StoreLeRobotS
         SourceError: a layout robo-loaders does not reproduce, or a store holding other episodes.
         ResourceRefused: the store's footprint does not fit the machine.
     """
-    from robo_loaders_plugin.extend import lerobot_episodes
-    from robo_loaders_plugin.lerobot.dataset import native_source
+    from robo_loaders_plugin.lerobot.dataset import native_episodes
 
     store = load_store(ref)
-    meta, settings = native_source(native)  # meta/ only: the footprint is checked before any row or frame is read
-    size = meta.data_size(native.episodes)
-    batches = indexed_in_flight(lerobot_sample_bytes(size, settings))
-    check_fits(
-        dataclasses.replace(_with_batches(store.footprint(size, options), batches), disk_bytes=0),
-        Available.measure(),
-        backend=backend,
+    source, size, batches, key = _lerobot_meta(native, options)  # meta/ only: nothing is read before the check
+    meta_src = _Source(
+        framework="lerobot",
+        source=source,
+        path=str(source.root),
+        size=size,
+        names=(),
+        cameras=frozenset(size.frame_step_bytes),
+        key=key,
         option_prefix=LEROBOT_OPTIONS,
+        batches=batches,
+        sample_frames=lambda: source.sample_frames(native.episodes),
     )
-    episodes = lerobot_episodes(native)
-    source = episodes.source
+    # placed and checked before any row is read (the rows are read, and checked against the dataset, next)
+    placement = _checked_placement(store, backend, meta_src, options)
+    episodes = native_episodes(native)
     # the store's episodes in the dataset's row order (meta's sizes are in episode-index order)
     size = dataclasses.replace(size, lengths=np.asarray([e - s for _, s, e in episodes.runs], dtype=np.int64))
 
@@ -330,19 +548,16 @@ def lerobot_dataset(ref: str, backend: str, native, *, options) -> StoreLeRobotS
         for ep, _, _ in episodes.runs:
             yield f"episode_{ep}", episodes.read(ep)[0]
 
-    names = [f"episode_{ep}" for ep, _, _ in episodes.runs]
-    key = {
-        "root": str(source.root),
-        "episodes": native.episodes,
-        "tolerance_s": episodes.tolerance_s,
-        "framework": "lerobot",
-    }
-    frames, directory, hold, reused, footprint = _open(
-        store, ref, backend, source, size, names, episodes.camera_keys, read, key, options, LEROBOT_OPTIONS, batches
+    src = dataclasses.replace(
+        meta_src,
+        size=size,
+        names=tuple(f"episode_{ep}" for ep, _, _ in episodes.runs),
+        cameras=frozenset(episodes.camera_keys),
+        read=read,
     )
-    summary = _summary(
-        store, frames, directory, reused, footprint, f"{len(names)} episodes, {int(frames.lengths.sum())} samples"
-    )
+    frames, directory, hold, reused = _open(store, ref, backend, src, options, placement)
+    footprint = placement.footprint
+    head = served_head(len(src.names), int(frames.lengths.sum()), "episode")
     return StoreLeRobotSamples(
         native,
         frames,
@@ -352,5 +567,37 @@ def lerobot_dataset(ref: str, backend: str, native, *, options) -> StoreLeRobotS
         source.image_keys,
         backend_name=backend,
         location=directory,
-        serving=Serving(summary, hold=hold),
+        serving=Serving(_summary(store, frames, directory, reused, footprint, head), hold=hold),
     )
+
+
+def lerobot_plan(ref: str, backend: str, native, *, options, committed) -> Planned:
+    """What :func:`lerobot_dataset` will need for this dataset, with ``committed`` held beside it, from ``meta/``.
+
+    Args:
+        ref: The store class, ``"module:Class"``.
+        backend: The backend's name.
+        native: The ``LeRobotDataset`` LeRobot's own ``make_dataset`` built.
+        options: The backend's resolved options object.
+        committed: A ``core.footprint.Footprint`` other datasets hold beside this one.
+
+    Returns:
+        A ``core.footprint.Planned``.
+
+    Raises:
+        CompatError: the installed LeRobot is not the version the backends support.
+        SourceError: the dataset is not supported.
+    """
+    source, size, batches, key = _lerobot_meta(native, options)
+    src = _Source(
+        framework="lerobot",
+        source=source,
+        path=str(source.root),
+        size=size,
+        names=(),
+        cameras=frozenset(size.frame_step_bytes),
+        key=key,
+        option_prefix=LEROBOT_OPTIONS,
+        batches=batches,
+    )
+    return _planned(load_store(ref), backend, src, options, committed)

@@ -13,7 +13,7 @@ opens in the same process trust that check.
 
 Why it is safe under several processes (ranks, DataLoader workers) and threads: a download goes to a temporary
 name unique to the process and thread and is renamed over the copy (atomic on POSIX), under a file lock per copy
-(``filelock``), so readers see the old or the new file, never a partial one, and a file is downloaded once.
+(``core.files.path_lock``), so readers see the old or the new file, never a partial one, and a file is downloaded once.
 
 The same checks keep the local mirror of a remote dataset's tables (``sources.lerobot_v3.mirror_tables``): there
 the copies keep their paths relative to the dataset's root (``base``), so the mirror is a dataset root LeRobot can
@@ -29,7 +29,7 @@ import threading
 import uuid
 
 from robo_loaders_plugin.core.errors import SourceError
-from robo_loaders_plugin.core.files import atomic_write_json, sha256_file
+from robo_loaders_plugin.core.files import atomic_write_json, path_lock, sha256_file
 from robo_loaders_plugin.core.log import get_logger
 
 logger = get_logger(__name__)
@@ -225,9 +225,7 @@ class FileCache:
             record = self.record_path(local)
             os.makedirs(os.path.dirname(local), exist_ok=True)
             os.makedirs(os.path.dirname(record), exist_ok=True)
-            from filelock import FileLock
-
-            with FileLock(self._lock_path(local)):
+            with path_lock(self._lock_path(local)):
                 try:
                     ident = remote_identity(self.fs, path, self.endpoint)
                     reason = self._stale(local, ident)

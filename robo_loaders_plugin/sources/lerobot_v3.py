@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from robo_loaders_plugin.core.errors import SourceError
+from robo_loaders_plugin.core.files import path_lock
 from robo_loaders_plugin.core.log import get_logger
 from robo_loaders_plugin.storage import fingerprint as fp
 from robo_loaders_plugin.storage.frame_layout import channels_first
@@ -347,16 +348,17 @@ class LeRobotV3:
         lengths = np.array([int(self.episodes[e]["length"]) for e in eps], dtype=np.int64)
         cams = [k for k in self.video_keys + self.image_keys if cameras is None or k in cameras]
         frames = {k: int(np.prod(self.features[k]["shape"], dtype=np.int64)) for k in cams}
-        other = 0
+        other = others = 0
         for k in self.columns:
             dtype = _numpy_dtype(self.features[k]["dtype"])
             if k not in self.image_keys and dtype is not None:
                 other += int(np.prod(self.features[k]["shape"], dtype=np.int64)) * dtype.itemsize
+                others += 1
         pixels = sum(int(np.prod(self.features[k]["shape"][:2], dtype=np.int64)) for k in self.video_keys if k in cams)
         size = 0
         if self.local:
             size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(self.root) for f in fs)
-        return DataSize(lengths, frames, other, video_pixels_per_step=pixels, source_bytes=size)
+        return DataSize(lengths, frames, other, other_fields=others, video_pixels_per_step=pixels, source_bytes=size)
 
     def video_files(self) -> list[str]:
         """Every video file the episodes use."""
@@ -805,7 +807,7 @@ class LeRobotEpisodes:
 
     def read_frames(self, ep: int, lo: int, hi: int, keys=None) -> dict:
         """Camera frames of rows ``lo..hi-1`` (rows of this object's table, within episode ``ep``), decoded as
-        :meth:`read` decodes them (a part of an episode: ``video_stream`` cuts long ones into units).
+        :meth:`read` decodes them (a part of an episode: a backend may cut long ones into units).
 
         Args:
             ep: The episode index.
@@ -880,7 +882,6 @@ def mirror_tables(url: str, local_dir: str, storage_options: dict | None = None,
         SourceError: ``url`` has no ``meta/info.json``.
     """
     import fsspec
-    from filelock import FileLock
 
     from robo_loaders_plugin.sources.file_cache import RECORDS, FileCache, endpoint_of
 
@@ -895,7 +896,7 @@ def mirror_tables(url: str, local_dir: str, storage_options: dict | None = None,
         raise SourceError(f"{url}: meta/info.json not found; not a LeRobot v3 dataset root")
     cache = FileCache(fs, local_dir, endpoint_of(storage_options), log, base=base, label="remote tables")
     os.makedirs(os.path.join(cache.directory, RECORDS), exist_ok=True)
-    with FileLock(os.path.join(cache.directory, RECORDS, "mirror.lock")):  # ranks mirroring at once: one at a time
+    with path_lock(os.path.join(cache.directory, RECORDS, "mirror.lock")):  # ranks mirroring at once: one at a time
         legacy = os.path.join(cache.directory, ".robo-loaders-mirror.json")  # written before copies had records
         if os.path.exists(legacy):
             (log or logger.info)(

@@ -101,8 +101,9 @@ def nvdec_problem(source, gpu_name: str) -> str | None:
 
 
 def open_decoder(src, device: str):
-    """A torchcodec ``VideoDecoder`` opened the way video_stream opens every one (LeRobot's approximate seek mode;
-    NVDEC under the beta CUDA backend), so that the probe tests exactly what training will use.
+    """A torchcodec ``VideoDecoder`` opened the way the backends decoding video open every one (LeRobot's
+    approximate seek mode; NVDEC under the beta CUDA backend), so that the probe tests exactly what training will
+    use.
 
     Args:
         src: What ``VideoDecoder`` reads: a path, bytes or a file-like object.
@@ -138,8 +139,9 @@ class Probe:
 
 @functools.cache
 def probe(codec: str = "h264", device: str = "cuda") -> Probe:
-    """Decode an 8-frame 64x64 yuv420p clip (LeRobot's pixel format) of ``codec`` on ``device`` as video_stream
-    opens its decoders, and compare it with the frames encoded. Once per process and (codec, device) (cached).
+    """Decode an 8-frame 64x64 yuv420p clip (LeRobot's pixel format) of ``codec`` on ``device`` as
+    :func:`open_decoder` opens the backends' decoders, and compare it with the frames encoded. Once per process and
+    (codec, device) (cached).
 
     Args:
         codec: The codec to encode the clip with (``h264``, ``hevc``, ``av1``).

@@ -466,7 +466,7 @@ class RobomimicHdf5:
         """
         from robo_loaders_plugin.core.data_size import DataSize
 
-        frames, other = {}, 0
+        frames, other, others = {}, 0, 0
         g = f[f"data/{demos[0]}"]
         for key in fields:
             if key not in g or not isinstance(g[key], h5py.Dataset):
@@ -477,9 +477,11 @@ class RobomimicHdf5:
             if ds.ndim > 1 and per_step >= FRAME_MIN_BYTES:
                 frames[key] = per_step
             else:
-                other += per_step
+                other, others = other + per_step, others + 1
         lengths = np.array([self.length(f, d) for d in demos], dtype=np.int64)
-        return DataSize(lengths, frames, other, source_bytes=os.path.getsize(self.path), unit="demo")
+        return DataSize(
+            lengths, frames, other, other_fields=others, source_bytes=os.path.getsize(self.path), unit="demo"
+        )
 
     @staticmethod
     def sample_frames(f: h5py.File, demos: list[str], fields, per_field: int = 4) -> list[np.ndarray]:

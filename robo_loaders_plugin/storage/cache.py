@@ -13,7 +13,7 @@
 - **Size limit**: ``$ROBO_LOADERS_CACHE_SIZE`` (default 50GB; 0 = no limit, as ``cache prune --max-size 0``:
   :func:`parse_size_limit`). After an entry is built, the least recently used entries not in use are removed until
   the root fits. ``robo-loaders cache list|prune|clear``.
-- **Only entries are pruned**: names made by :func:`entry_for` (and the mirrored tables of remote datasets); anything
+- **Only entries are pruned**: names made by :func:`obtain` (and the mirrored tables of remote datasets); anything
   else in the root, above all another cache root nested in it (a run's ``cache_dir`` under the default root, whose
   entries that run holds), is neither counted nor removed (:func:`is_entry`).
 - **Leftovers**: temporary files of builds that were killed (``*.tmp-*`` whose build lock is free) are removed,
@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import fcntl
 import hashlib
 import json
 import os
@@ -35,7 +34,7 @@ import time
 import weakref
 
 from robo_loaders_plugin.core.errors import RoboLoadersError
-from robo_loaders_plugin.core.files import try_flock
+from robo_loaders_plugin.core.files import lock_shared, try_lock, unlock
 from robo_loaders_plugin.core.log import get_logger
 from robo_loaders_plugin.core.units import format_bytes, parse_bytes
 
@@ -80,7 +79,7 @@ def location(option: str | None = None) -> str:
 
 
 def records_dir(option: str | None = None) -> str:
-    """Where the records of checks made once per version of a file go (a robomimic file's validation, datapipe's
+    """Where the records of checks made once per version of a file go (a robomimic file's validation, a backend's
     comparison of its LeRobot rows): ``<cache root>/.validated/`` (hidden: not an entry), under the backend's
     ``cache_dir`` like everything else it writes.
 
@@ -93,24 +92,26 @@ def records_dir(option: str | None = None) -> str:
     return os.path.join(location(option), RECORDS)
 
 
-def cache_root(option: str | None = None, where: str = "cache_dir") -> str:
-    """The cache root, created (with its ``.locks/``), from the option or the default, after a probe file was
-    written in it (``core.paths.writable_dir_problem``).
+def cache_root(cache_dir: str | None = None, where: str = "cache_dir") -> str:
+    """The cache root a backend writes under, created (with its ``.locks/``) after a probe file was written in it
+    (``core.paths.writable_dir_problem``): ``cache_dir``, else ``$ROBO_LOADERS_CACHE``, else
+    ``$XDG_CACHE_HOME/robo-loaders`` or ``~/.cache/robo-loaders`` (:func:`default_root`).
 
     Args:
-        option: The backend's ``cache_dir`` (``~`` expanded), or ``None`` for :func:`default_root`.
-        where: The setting that gave it, for the errors.
+        cache_dir: The backend's ``cache_dir`` option (``~`` expanded), or ``None`` for :func:`default_root`.
+        where: How the user set it, for the errors (``train.data_backend_kwargs.cache_dir``).
 
     Returns:
-        The root's absolute path.
+        Its absolute path.
 
     Raises:
-        CacheError: the path is a file, or the directory cannot be created or written in.
+        RoboLoadersError: (a ``CacheError``) the path is a file, or the directory cannot be created or written in.
     """
     from robo_loaders_plugin.core.paths import writable_dir_problem
 
-    root = location(option)
-    named = f"{where}={root!r}" if option else f"the cache directory {root!r} (${ENV_ROOT}, else ~/.cache/robo-loaders)"
+    root = location(cache_dir)
+    default = f"the cache directory {root!r} (${ENV_ROOT}, else ~/.cache/robo-loaders)"
+    named = f"{where}={root!r}" if cache_dir else default
     if os.path.exists(root) and not os.path.isdir(root):
         raise CacheError(f"{named} is a file, not a directory; point it at a directory (it is created if missing)")
     problem = writable_dir_problem(root)
@@ -261,7 +262,7 @@ class Entry:
         fd = self._open_lock("build")
         try:
             deadline, builder = None, "another process"
-            while not (try_flock(fd, fcntl.LOCK_EX) and self._locked_current(fd, "build")):
+            while not (try_lock(fd) and self._locked_current(fd, "build")):
                 if not self._locked_current(fd, "build"):  # removed meanwhile: lock the file that now has its name
                     os.close(fd)
                     fd = self._open_lock("build")
@@ -293,7 +294,7 @@ class Entry:
         """Mark the entry in use (shared lock) for as long as the returned object lives, and as recently used."""
         while True:
             fd = self._open_lock("use")
-            fcntl.flock(fd, fcntl.LOCK_SH)
+            lock_shared(fd)
             if self._locked_current(fd, "use"):
                 break
             os.close(fd)
@@ -306,8 +307,8 @@ class Entry:
             return False
         fd = self._open_lock("use")
         try:
-            if try_flock(fd, fcntl.LOCK_EX):
-                fcntl.flock(fd, fcntl.LOCK_UN)
+            if try_lock(fd):
+                unlock(fd)
                 return False
             return True
         finally:
@@ -331,7 +332,7 @@ class Entry:
         use = self._open_lock("use")
         build = self._open_lock("build")
         try:
-            if not (try_flock(use, fcntl.LOCK_EX) and try_flock(build, fcntl.LOCK_EX)):
+            if not (try_lock(use) and try_lock(build)):
                 return False
             if not (self._locked_current(use, "use") and self._locked_current(build, "build")):
                 return False  # a lock file removed meanwhile: the one named now may be held (try again later)
@@ -367,23 +368,7 @@ def path_bytes(path: str) -> int:
     return os.path.getsize(path) if os.path.exists(path) else 0
 
 
-def entry_for(root: str, kind: str, source_key: str, content_key: str, suffix: str = "") -> Entry:
-    """The entry named ``<kind>-<source_key>-<content_key><suffix>`` under ``root`` (it may not exist yet).
-
-    Args:
-        root: The cache root.
-        kind: Names the backend and format.
-        source_key: Hash of the source's path and the options the content depends on.
-        content_key: Hash of the source's content identity (:func:`content_key`).
-        suffix: Appended to the name (``.rlc`` for a compressed cache file).
-
-    Returns:
-        The :class:`Entry`.
-    """
-    return Entry(root, f"{kind}-{source_key}-{content_key}{suffix}")
-
-
-# what this project names in a cache root: <kind>-<source key>-<content key>[suffix] (entry_for, obtain), and the
+# what this project names in a cache root: <kind>-<source key>-<content key>[suffix] (obtain), and the
 # mirrored tables of a remote dataset, remote-tables-<key> (lerobot.integration)
 _ENTRY_NAME = re.compile(r"(?:.+-[0-9a-f]{16}-[0-9a-f]{16}|remote-tables-[0-9a-f]{16})(?:\.[A-Za-z0-9]+)?")
 
@@ -408,19 +393,30 @@ def is_entry(root: str, name: str) -> bool:
     return not os.path.isdir(os.path.join(root, name, LOCKS))
 
 
-def entries(root: str) -> list[Entry]:
+def entries(root: str, prefix: str = "") -> list[Entry]:
     """Every entry under ``root`` (:func:`is_entry`: temporary files, locks and what the project did not name as
-    an entry, such as a cache root nested in it, left out), sorted by name.
+    an entry, such as a cache root nested in it, left out), sorted by name; with ``prefix``, only those whose name
+    starts with it.
+
+    Why the prefix is applied to the names before :func:`is_entry`: that check costs a ``stat`` per name, and a
+    mixture's components each look for their own entries (``obtain``, ``holds_current``) in one root holding every
+    component's, so checking every name made a mixture's start-up grow with the square of its components. The
+    directory itself is listed at every call (one ``listdir``, names only), never kept: a listing kept between
+    calls would hide an entry another process wrote meanwhile, and a root's mtime is too coarse to say when to list
+    it again.
 
     Args:
         root: A cache root; one that does not exist holds no entries.
+        prefix: Only names starting with it (``""``: every entry).
 
     Returns:
         The entries.
     """
-    if not os.path.isdir(root):
+    try:
+        names = os.listdir(root)
+    except (FileNotFoundError, NotADirectoryError):
         return []
-    return [Entry(root, n) for n in sorted(os.listdir(root)) if is_entry(root, n)]
+    return [Entry(root, n) for n in sorted(names) if n.startswith(prefix) and is_entry(root, n)]
 
 
 def holds_current(root: str, kind: str, key_desc: dict, source_path: str, recorded_of, suffix: str = "") -> bool:
@@ -446,8 +442,8 @@ def holds_current(root: str, kind: str, key_desc: dict, source_path: str, record
         files = stat_files(os.path.realpath(source_path))
     except OSError:
         return False
-    for e in entries(root):
-        if e.name.startswith(prefix) and e.name.endswith(suffix):
+    for e in entries(root, prefix):
+        if e.name.endswith(suffix):
             recorded = recorded_of(e.path)
             if recorded is not None and recorded.files == files:
                 return True
@@ -464,7 +460,7 @@ def siblings(entry: Entry) -> list[Entry]:
         The other entries whose names differ from it only in the content key.
     """
     prefix = entry.name.rsplit("-", 1)[0] + "-"
-    return [e for e in entries(entry.root) if e.name.startswith(prefix) and e.name != entry.name]
+    return [e for e in entries(entry.root, prefix) if e.name != entry.name]
 
 
 def retire_siblings(entry: Entry) -> list[str]:
@@ -502,7 +498,7 @@ def sweep_temporary(root: str, owned: str | None = None) -> list[str]:
         try:
             # a file that lost its name (a failed build removes its lock) locks nothing: the builder, if any, holds
             # the one named now
-            if entry.name == owned or (try_flock(fd, fcntl.LOCK_EX) and entry._locked_current(fd, "build")):
+            if entry.name == owned or (try_lock(fd) and entry._locked_current(fd, "build")):
                 if os.path.isdir(p):
                     shutil.rmtree(p, ignore_errors=True)
                 else:
@@ -624,7 +620,7 @@ def obtain(
     """
     prefix = f"{kind}-{short_hash(key_desc)}-"
     recorded = None
-    for e in sorted((e for e in entries(root) if e.name.startswith(prefix)), key=lambda e: -e.last_used()):
+    for e in sorted(entries(root, prefix), key=lambda e: -e.last_used()):
         recorded = recorded_of(e.path)
         if recorded is not None:
             break

@@ -7,11 +7,11 @@ LZ4 and Zstandard behind one API, and decompresses with the GIL released through
 measured comparison that picked the default is in docs/codecs.md; ``benchmarks/codecs.py`` reproduces it.
 
 Why ``decompress2`` with ``set_releasegil(True)`` for large frames: ``blosc2.decompress`` holds the GIL and goes
-through the library's global context, so batch threads decompressing side by side took turns: two threads
-decompressed 480x640 frames at 0.9x the rate of one. ``decompress2`` decompresses with a context of its own, with the
-GIL released once ``set_releasegil(True)`` is set (process-wide; this module sets it at import): two threads then ran
-1.75x one on 480x640 frames. Its per-call cost (~4 us) outweighs that on small frames (84x84: 1,280 frames of a
-robomimic batch decoded in 17.5 ms against 13.0), so frames under :data:`GIL_FREE_MIN_BYTES` keep ``decompress``.
+through the library's global context, so batch threads decompressing side by side take turns (two threads are no
+faster than one). ``decompress2`` decompresses with a context of its own, with the GIL released once
+``set_releasegil(True)`` is set (process-wide; this module sets it at import), so threads decompress side by side.
+Its per-call cost outweighs that on small frames, so frames under :data:`GIL_FREE_MIN_BYTES` keep ``decompress``
+(the measurements: docs/benchmarks.md, *Measurements behind the code*).
 ``decompress2`` writes as many bytes as the blob's header announces, whatever the output holds, so every large
 frame's header is checked against its output first (:meth:`FrameCodec.decompress_into`), on a copy where the blob
 lies in memory another process may write (a mapped file).
@@ -45,8 +45,8 @@ class CodecError(ValueError):
 
 
 def use_single_thread() -> None:
-    """Blosc2's internal thread pool costs ~60 us per call on small chunks; DataLoader workers are the
-    parallelism here, so each process decompresses single-threaded."""
+    """Decompress single-threaded in this process: Blosc2's internal thread pool costs more per call than it saves
+    on a frame-sized chunk, and DataLoader workers (or batch threads) are the parallelism here."""
     if blosc2.nthreads != 1:
         blosc2.set_nthreads(1)
 

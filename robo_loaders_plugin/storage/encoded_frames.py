@@ -3,8 +3,8 @@
 
 Why a module of their own, outside ``shards/``: the robo-shards reader produces them
 (``ShardReader.read_episode(decode_frames=False)``), but what holds them is the frame side: the episode buffer of
-``frames/episodes.py`` keeps loaded episodes compressed in RAM (and LeRobot's ``compressed_cache`` "indexed" mode
-builds them with :meth:`EncodedFrames.encode`), decoding only the frames a batch needs. In ``storage/``, not
+``frames/episodes.py`` keeps loaded episodes compressed in RAM (a backend's in-memory store builds them with
+:meth:`EncodedFrames.encode`), decoding only the frames a batch needs. In ``storage/``, not
 ``frames/``, so that storage never imports the frame layer: the reader and the frame sources both import this
 module. Errors are :class:`ShardError`: the frames come from a shard (or were encoded here), so damage the CRC did
 not catch means the shard must be converted again. Frames stored in another layout than served (channels last,

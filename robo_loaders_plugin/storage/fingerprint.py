@@ -1,4 +1,4 @@
-"""The one staleness policy: when persisted data (a compressed_cache file, converted shards) may be served for a
+"""The one staleness policy: when persisted data (a backend's cache file, converted shards) may be served for a
 source (a robomimic HDF5 file, a LeRobot v3 directory).
 
 A source's :class:`Fingerprint` records its path, every file's relative name, size, mtime, inode and ctime, and a

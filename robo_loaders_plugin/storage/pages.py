@@ -2,12 +2,10 @@
 
 Why: numpy asks the kernel for transparent huge pages on every large array (``madvise(MADV_HUGEPAGE)``), and on
 kernels whose THP ``defrag`` setting is ``madvise`` (a common default) each first touch of a 2 MB page then
-allocates, and may compact memory for, a huge page in the faulting thread. A ``video_stream`` pass writes its
-decoded units and batches once each, straight after allocating them, so it pays that at the worst time: on the
-480p set (4 episodes x 150 frames x 3 cameras 480x640) the first batch took 2.85-3.58 s with numpy's default and
-1.60-2.14 s with the units and batches on small pages (three alternating runs each, lerobot-train's loop), and the
-next 8 batches came faster too (``docs/video-stream.md``). Small pages change nothing else: the arrays are read by
-copies, where the TLB is not what bounds them.
+allocates, and may compact memory for, a huge page in the faulting thread. A pass that decodes units and
+assembles batches writes each array once, straight after allocating it, so it pays that at the worst time: its
+first batch waits for it (measured: docs/benchmarks.md, *Measurements behind the code*). Small pages change
+nothing else: the arrays are read by copies, where the TLB is not what bounds them.
 """
 
 from __future__ import annotations

@@ -8,11 +8,13 @@ of the same user on the same source and options) build it once and map the same 
 
 - **Where**: ``<shm>/robo-loaders-<uid>/`` (``/dev/shm`` when writable, else the temp dir; a directory of our own,
   mode 0700: the sticky, world-writable ``/dev/shm`` cannot be used to hand us someone else's file), entries named
-  like the cache directory's (``storage.cache``): ``<kind>-<source key>-<content key>.rlc``. The content key is the
-  source's fingerprint (``storage.fingerprint``), so an edited source gets a new entry and never the old data.
+  like the cache directory's (``storage.cache``): ``<kind>-<source key>-<content key>``, each a directory
+  (``storage.cached_dir``). The content key is the source's fingerprint (``storage.fingerprint``), so an edited
+  source gets a new entry and never the old data.
+- **How much**: a backend's ``max_memory`` bounds what its entry may take (:class:`MemoryBudgetExceeded`).
 - **Built once**: ``storage.cache.obtain``'s build lock; the other processes wait for it (``ROBO_LOADERS_LOCK_TIMEOUT``
-  seconds, default 2 h, then a clear error) and then check the finished file's checksums before they map it. A
-  builder that dies, even by SIGKILL, drops its lock: the next waiter removes its temporary file and builds.
+  seconds, default 2 h, then a clear error) and then check the finished entry before they map it. A builder that
+  dies, even by SIGKILL, drops its lock: the next waiter removes its temporary directory and builds.
 - **Lifetime**: each user holds the entry's ``use`` lock (shared) through a :class:`RamHold`; forked DataLoader
   workers inherit it. When a hold ends (its dataset is collected, the process exits, or gets SIGTERM, after which it
   still dies of SIGTERM) it removes the entry if no other process uses or builds it (exclusive locks taken without
@@ -27,13 +29,21 @@ import atexit
 import contextlib
 import glob
 import os
+import shutil
 import signal
 import stat
 import threading
 import weakref
 
+from robo_loaders_plugin.core.paths import default_shm_dir
 from robo_loaders_plugin.storage import cache
-from robo_loaders_plugin.storage.store import StoreError, default_shm_dir
+from robo_loaders_plugin.storage.integrity import StoreError
+
+
+class MemoryBudgetExceeded(StoreError):
+    """A store needs more than the backend's ``max_memory``: raised while it is built, or when a reused one built by
+    a run with a larger budget is larger than this run's."""
+
 
 # builds in progress in this process: entry path -> pid (forked children inherit the dict and must not touch them)
 _building: dict[str, int] = {}
@@ -100,7 +110,7 @@ def building(path: str):
     """Mark a build of ``path`` in progress in this process: SIGTERM (or exit) removes its temporary files.
 
     Args:
-        path: The entry being built; its temporaries are ``<path>.tmp-<pid>-*``.
+        path: The entry being built; its temporaries (files or directories) are ``<path>.tmp-<pid>-*``.
 
     Yields:
         Nothing; the mark is dropped when the block ends.
@@ -161,8 +171,11 @@ def _remove_owned_files() -> None:
     for path, owner in list(_building.items()):
         if owner == pid:
             for p in glob.glob(glob.escape(path) + f".tmp-{pid}-*"):
-                with contextlib.suppress(OSError):
-                    os.unlink(p)
+                if os.path.isdir(p) and not os.path.islink(p):
+                    shutil.rmtree(p, ignore_errors=True)
+                else:
+                    with contextlib.suppress(OSError):
+                        os.unlink(p)
             _building.pop(path, None)
 
 

@@ -23,6 +23,7 @@ import math
 import numpy as np
 
 from robo_loaders_plugin.core.errors import RoboLoadersError
+from robo_loaders_plugin.core.sched import keeps_scheduling
 
 ENCODERS = {"h264": "libx264", "hevc": "libx265", "av1": "libaom-av1"}  # --frames -> FFmpeg encoder
 # crf defaults: about 38-40 dB on robosuite's 84x84 cameras (libaom's crf scale is 0..63)
@@ -157,6 +158,7 @@ def check_frames(frames: np.ndarray, settings: VideoSettings, where: str) -> Non
         )
 
 
+@keeps_scheduling
 def encode(frames: np.ndarray, settings: VideoSettings, where: str = "frames") -> bytes:
     """(N, H, W, 3) uint8 RGB frames as an MP4 with one video stream, frame i at pts i.
 

@@ -51,6 +51,7 @@ from fractions import Fraction
 
 import click
 
+from robo_loaders_plugin.core.command_help import Command
 from robo_loaders_plugin.core.errors import RoboLoadersError, SourceError
 from robo_loaders_plugin.core.files import atomic_write_json
 from robo_loaders_plugin.sources.lerobot_v3 import LeRobotV3
@@ -584,14 +585,13 @@ class TranscodePublisher(manifest.Publisher):
 
     unit = "file"
 
-    def publish(self, out_dir, entries, outputs, metadata, source) -> None:
+    def publish(self, out_dir, entries, metadata, source) -> None:
         """Publish the transcode once every file is done: check the PSNR floor over all of them, write
         ``report.json``, then ``meta/info.json`` (last: OUT becomes a loadable dataset).
 
         Args:
             out_dir: The state directory (``OUT/.robo-loaders-transcode``).
             entries: Every file's index entry, in plan order.
-            outputs: Every file's output (unused: the entries say it).
             metadata: The source's ``info``, the options, ``min_psnr`` and ``psnr_frames``.
             source: The source's path and content digest, recorded in the report.
 
@@ -806,7 +806,7 @@ def _psnr_frames(ctx, param, value):
 _with_executor_options = executors.click_options(f"OUT/{STATE_DIR}/datatrove")
 
 
-@click.command("transcode")
+@click.command("transcode", cls=Command)
 @click.argument("root", type=click.Path(exists=True, file_okay=False))
 @click.argument("out", type=click.Path(file_okay=False))
 @click.option(
@@ -857,9 +857,6 @@ def transcode_cmd(root, out, codec, crf, gop, preset, num_workers, psnr_frames, 
     GPUs without AV1 support (A100, H100/H200, V100, T4). Tables are copied as they are; frame count and timing are
     kept; every file is compared with its source (PSNR). Re-running the same command resumes an interrupted
     transcode.
-
-    \f
-    (click shows the text above as the command's help; what follows is for readers of the code.)
 
     Args:
         root: ROOT, the LeRobot v3 dataset.

@@ -37,8 +37,8 @@ class RowMap:
 
         Why: a spawned DataLoader worker receives the dataset through a pipe; a payload larger than the pipe's
         buffer blocks the parent until that worker has imported torch and LeRobot, so workers start one after the
-        other (LeRobot ``compressed_cache`` at 100k frames: a 0.5 MB payload, 4 B per row of it this array, and a
-        first batch 3 s later than native's)."""
+        other; this array is 4 B per row of the payload (what it cost at 100k frames: docs/benchmarks.md,
+        *Measurements behind the code*)."""
         return {"run_start": pack_ints(self.run_start), "rows": len(self.run_of_row)}
 
     def __setstate__(self, state):

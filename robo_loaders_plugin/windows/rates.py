@@ -20,27 +20,6 @@ from robo_loaders_plugin.frames.base import LINEAR, MODES, NEAREST, PREVIOUS, Fi
 _EPS = 1e-9
 
 
-def check_rate(name: str, value, where: str) -> float | None:
-    """A rate option's value, checked.
-
-    Args:
-        name: The option's name (``target_fps``, ...).
-        value: Its value, or ``None`` (not set).
-        where: The option's prefix, for the error.
-
-    Returns:
-        The rate as a float, or ``None``.
-
-    Raises:
-        BackendOptionError: not a finite positive number (a bool is refused).
-    """
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise BackendOptionError(f"{where}.{name} must be a positive number of frames per second, got {value!r}")
-    return float(value)
-
-
 def default_mode(info: FieldInfo) -> str:
     """A field's mode when the user names none: ``nearest`` for camera frames (never blended), ``linear`` for float
     fields, ``previous`` for the rest (integer and boolean fields: grippers, flags, indices).

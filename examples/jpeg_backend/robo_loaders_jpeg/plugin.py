@@ -1,8 +1,7 @@
 """The registration: one backend, ``jpeg_frames``, for robomimic and LeRobot, served from :class:`JpegStore`.
 Cheap to import (listing backends imports neither the store nor torch): the store is a ``"module:Class"`` string."""
 
-from robo_loaders_plugin import LOSSY_FRAMES, Option, hookimpl
-from robo_loaders_plugin.extend import frame_backend
+from robo_loaders_plugin.extend import LOSSY_FRAMES, Option, frame_backend, hookimpl
 
 
 @hookimpl

@@ -97,7 +97,7 @@ def test_a_damaged_store_is_rebuilt_not_served(robomimic_hdf5, tmp_path, capsys)
         f.write(bytes([byte[0] ^ 0x10]))
     del first
     again = assert_same_samples(case, "jpeg_frames", options, count=30, min_psnr=psnr)
-    assert "failed its integrity check; building it again" in capsys.readouterr().out
+    assert "(it failed its integrity check); rebuilding" in capsys.readouterr().out
     assert "reused" not in again.serving.summary
 
 

@@ -67,3 +67,35 @@ def test_a_pickled_dataset_reopens_the_store_and_carries_no_frames(robomimic_hdf
         a, b = ds[7], copy[7]
         assert all((a["obs"][k] == b["obs"][k]).all() for k in a["obs"])
         copy.close()
+
+
+@pytest.mark.parametrize("stated", [True, False])
+def test_a_mixture_of_its_datasets_counts_the_stores_footprint(robomimic_hdf5, tmp_path, monkeypatch, capsys, stated):
+    """A mixture plans every component by its backend's footprint before building any (docs/mixtures.md,
+    *Footprint*): the SDK's factories now state the store's placement from metadata (``BackendSpec.footprints``),
+    where a ``FrameStore`` backend logged "states no footprint; each component is checked when built". Negative
+    control (``stated=False``): the same spec without its footprints logs that line again."""
+    import shutil
+
+    from robomimic.utils.train_utils import dataset_factory
+
+    from robo_loaders_plugin.extend import get_backend
+
+    if not stated:
+        monkeypatch.delitem(get_backend("jpeg_frames").footprints, "robomimic")
+    copy = str(tmp_path / "copy.hdf5")
+    shutil.copy(robomimic_hdf5, copy)
+    mixture = {"components": [{"path": robomimic_hdf5, "weight": 1}, {"path": copy, "weight": 1}]}
+    config, keys = robomimic_config(
+        robomimic_hdf5,
+        data_backend="jpeg_frames",
+        data_backend_kwargs={"cache_dir": str(tmp_path / "cache")},
+        data_mixture=mixture,
+    )
+    capsys.readouterr()
+    mix = dataset_factory(config, keys)
+    out = capsys.readouterr().out
+    assert len(mix) > 0
+    said = "train.data_mixture: 2 components on backend 'jpeg_frames' need "
+    silent = "train.data_mixture: backend 'jpeg_frames' states no footprint"
+    assert (said in out, silent in out) == (stated, not stated), out[-2000:]

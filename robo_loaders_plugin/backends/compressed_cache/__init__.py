@@ -1,9 +1,11 @@
 """The ``compressed_cache`` backend: each episode read (video decoded) once, camera frames kept lossless-compressed in
-one store shared by the host's processes, in RAM or file-backed on local disk (``placement``).
+one store shared by the host's processes, in RAM or file-backed on local disk.
 
-This module is the plugin the ``robo_loaders`` entry point ``compressed_cache`` names (as a third party's would be): its
-spec and options. It imports nothing heavy (no torch, no Blosc2, no framework): listing backends imports it, and
-the factories (``robomimic.py``, ``lerobot.py``) are imported only when a dataset is built.
+A frame store served by the SDK (``sdk.frame_backend``), as a third party's would be: this module is the plugin the
+``robo_loaders`` entry point ``compressed_cache`` names, with its spec and options; ``store.py`` is the store (how it
+is written, checked and read: ``episode_store.py``, ``frames.py``) and ``placement.py`` where it goes. It imports
+nothing heavy (no torch, no Blosc2, no framework): listing backends imports it, and the store only when a dataset
+is built.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from robo_loaders_plugin.core.hookspecs import hookimpl
 from robo_loaders_plugin.core.options import Option, check_size, to_bytes
 from robo_loaders_plugin.core.shared_options import check_writable_dir
 from robo_loaders_plugin.core.spec import INDEXED, SAMPLE, BackendSpec
+from robo_loaders_plugin.sdk import frame_backend
 
 COMPRESSED_CACHE_OPTIONS = {
     "codec": Option(str, DEFAULT_CODEC, "Blosc2 codec for camera frames (docs/codecs.md)", choices=CODECS),
@@ -52,21 +55,13 @@ COMPRESSED_CACHE_OPTIONS = {
 }
 
 
-SPEC = BackendSpec(
-    name="compressed_cache",
+SPEC = frame_backend(
+    "compressed_cache",
+    "robo_loaders_plugin.backends.compressed_cache.store:CompressedStore",
     description="each episode read (video decoded) once; camera frames kept lossless-compressed in one "
     "RAM file shared by all workers (file-backed on local disk when RAM cannot hold it)",
-    frameworks=("robomimic", "lerobot"),
     # LeRobot: its DataLoader's workers stay in charge (image transforms draw from their RNG)
     kind={"robomimic": INDEXED, "lerobot": SAMPLE},
-    factories={
-        "robomimic": "robo_loaders_plugin.backends.compressed_cache.robomimic:compressed_cache_dataset",
-        "lerobot": "robo_loaders_plugin.backends.compressed_cache.lerobot:compressed_cache_dataset",
-    },
-    footprints={
-        "robomimic": "robo_loaders_plugin.backends.compressed_cache.robomimic:compressed_cache_footprint",
-        "lerobot": "robo_loaders_plugin.backends.compressed_cache.lerobot:compressed_cache_footprint",
-    },
     options=COMPRESSED_CACHE_OPTIONS,
 )
 

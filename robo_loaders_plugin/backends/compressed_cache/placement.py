@@ -1,40 +1,34 @@
 """Where ``compressed_cache`` keeps its store (RAM shared by the host's processes, or file-backed in the cache
-directory on disk), decided from the dataset's sizes and the machine before any data is read.
+directory on disk), decided from the dataset's sizes and the machine before any data is read: its own rule
+(:meth:`~robo_loaders_plugin.sdk.FrameStore.place`) over the SDK's placement, because a store of compressed frames
+must fit RAM however badly they compress, while on disk it is expected at the ratio a few sampled frames pack at.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 
 from robo_loaders_plugin.core.data_size import EXPECTED_LOSSLESS_RATIO, DataSize
-from robo_loaders_plugin.core.footprint import HEADROOM, Available, Footprint, Planned
+from robo_loaders_plugin.core.footprint import HEADROOM, Available, Footprint, check_fits
 from robo_loaders_plugin.core.in_flight import BatchesInFlight
-from robo_loaders_plugin.core.log import get_logger
+from robo_loaders_plugin.core.options import ROBOMIMIC_OPTIONS
 from robo_loaders_plugin.core.units import format_bytes
+from robo_loaders_plugin.sdk import Placement, PlaceRequest
 from robo_loaders_plugin.storage import cache
-from robo_loaders_plugin.storage.store_cache import keyed, recorded_fingerprint
 
-logger = get_logger(__name__)
-
-
-# -- compressed_cache ---------------------------------------------------------------------------------------------
-@dataclasses.dataclass(frozen=True)
-class StorePlan:
-    """Where ``compressed_cache`` keeps its store, and why.
-
-    Attributes:
-        in_ram: A RAM file shared by the host's processes (``/dev/shm``); else a file-backed store on disk, mapped.
-        cache_dir: The cache directory of a store on disk (``None``: the default one).
-        spilled: Why a store without ``cache_dir`` goes to disk (empty: it was not spilled).
-        footprint: What it needs.
-    """
-
-    in_ram: bool
-    cache_dir: str | None
-    spilled: str
-    footprint: Footprint
+# what fits when this backend does not (its refusal names these), per framework
+ALTERNATIVES = {
+    "robomimic": (
+        "backend 'datapipe' (robo-shards on disk, a bounded episode buffer)",
+        "backend 'video_stream' (video shards, ~20x smaller on disk, a bounded buffer)",
+        f"{ROBOMIMIC_OPTIONS}.cache_dir on a disk with room",
+    ),
+    "lerobot": (
+        "backend 'video_stream' (decodes the dataset's own videos, writes nothing, a bounded buffer)",
+        "backend 'datapipe' with its shards on a disk with room (option shards or cache_dir)",
+    ),
+}
 
 
 def compressed_cache_plan(
@@ -49,7 +43,7 @@ def compressed_cache_plan(
     reusable: bool = False,
     ratio: float | None = None,
     batches: BatchesInFlight | None = None,
-) -> StorePlan:
+) -> Placement:
     """Place ``compressed_cache``'s store: in RAM when its worst case fits ``max_memory`` and ``/dev/shm`` (and the
     host's memory), else file-backed in the cache directory on local disk (mapped: the page cache keeps the
     frames training touches, and gives them back under memory pressure); with ``cache_dir``, there.
@@ -70,10 +64,8 @@ def compressed_cache_plan(
             placement (``None``: none counted).
 
     Returns:
-        The :class:`StorePlan`.
+        The :class:`~robo_loaders_plugin.sdk.Placement`.
     """
-    from robo_loaders_plugin.storage import cache
-
     upper = size.store_upper_bytes()
     expected = size.store_expected_bytes() if ratio is None else size.store_expected_bytes(ratio)
     limit = max_memory
@@ -87,7 +79,7 @@ def compressed_cache_plan(
                 f"a RAM file of at most {format_bytes(upper)} (every frame uncompressed; the codec makes it "
                 f"smaller) in {available.shm_dir}, shared by the host's processes{flying}"
             )
-            return StorePlan(True, None, "", Footprint(host_bytes=host, shm_bytes=upper, build_s=build_s, bound=bound))
+            return Placement(True, Footprint(host_bytes=host, shm_bytes=upper, build_s=build_s, bound=bound))
         if limit is not None and upper > limit:
             why = f"{option_prefix}.max_memory={format_bytes(limit)} cannot hold up to {format_bytes(upper)}"
         else:
@@ -114,10 +106,8 @@ def compressed_cache_plan(
         f"touches and gives them back under memory pressure; about {format_bytes(expected)} (frames at {at}; at "
         f"most {format_bytes(upper)}), the build stops before the disk runs out{flying}"
     )
-    return StorePlan(
+    return Placement(
         False,
-        cache_dir,
-        why,
         Footprint(
             host_bytes=host,
             disk_bytes=0 if reusable else expected,
@@ -125,155 +115,53 @@ def compressed_cache_plan(
             build_s=None if reusable else build_s,
             bound=bound,
         ),
+        why,
     )
 
 
-def place_store(
-    size,
-    *,
-    kind: str,
-    key_desc: dict,
-    source_path: str,
-    options,
-    option_prefix: str,
-    committed=None,
-    ratio: float | None = None,
-    batches: BatchesInFlight | None = None,
-):
-    """Where ``compressed_cache`` keeps its store (:func:`compressed_cache_plan`) on the machine as measured now,
-    less what ``committed`` holds, not yet checked: the plan :func:`plan_store` checks, and a mixture sums.
+def place(request: PlaceRequest, options) -> Placement:
+    """Where the store goes (:func:`compressed_cache_plan`) on the machine ``request`` measured: a store to build
+    on disk is first checked at the least it needs however well its frames pack, and only then are a few frames
+    sampled for its expected size (``request.sample_frames``; a mixture's plan, from metadata only, assumes
+    :data:`~robo_loaders_plugin.core.data_size.EXPECTED_LOSSLESS_RATIO`).
 
     Args:
-        size: The dataset's ``core.data_size.DataSize`` (from metadata).
-        kind: The cache entry kind (``robomimic``, ``lerobot``).
-        key_desc: The cache key (as :func:`open_or_build` gets it).
-        source_path: The source file or directory (for the stat-only reuse check).
-        options: The backend's options (``cache_dir``, ``max_memory``, ``codec``, ``build_workers``).
-        option_prefix: How the user sets options.
-        committed: A ``core.footprint.Footprint`` held beside this store (other components of a mixture).
-        ratio: The ratio the frames pack at, measured on a few (:func:`plan_store`; ``None``: the assumed ratio,
-            what a footprint from metadata takes).
-        batches: The batches in flight beside the store (``None``: none counted).
+        request: The sizes, the machine, the batches in flight, whether a store is on disk already.
+        options: The backend's options (``cache_dir``, ``max_memory``, ``codec``, ``level``, ``filter``,
+            ``build_workers``).
 
     Returns:
-        ``(plan, root, available)``: the :class:`StorePlan`, the cache directory it would use, and the machine as
-        measured (before ``committed`` is taken off).
-    """
-    root = (
-        cache.cache_root(options.cache_dir, f"{option_prefix}.cache_dir") if options.cache_dir else cache.default_root()
-    )
-    measured = Available.measure(disk_dir=root)
-    available = measured.less(committed) if committed is not None else measured
-    workers = options.build_workers or min(8, os.cpu_count() or 1)
+        The :class:`~robo_loaders_plugin.sdk.Placement`.
 
-    def placed(reusable: bool) -> StorePlan:
+    Raises:
+        core.footprint.ResourceRefused: a store to build on disk that no compression ratio makes fit.
+    """
+
+    def placed(ratio: float | None = None) -> Placement:
         return compressed_cache_plan(
-            size,
+            request.size,
             cache_dir=options.cache_dir,
             max_memory=options.max_memory,
             codec=options.codec,
-            workers=workers,
-            option_prefix=option_prefix,
-            available=available,
-            reusable=reusable,
+            workers=options.build_workers or min(8, os.cpu_count() or 1),
+            option_prefix=request.option_prefix,
+            available=request.available,
+            reusable=request.reusable,
             ratio=ratio,
-            batches=batches,
+            batches=request.batches,
         )
 
-    plan = placed(False)
-    if not plan.in_ram and cache.holds_current(root, kind, keyed(key_desc), source_path, recorded_fingerprint, ".rlc"):
-        plan = placed(True)
-    return plan, root, measured
-
-
-def planned_store(plan: StorePlan, available: Available, alternatives, batches: BatchesInFlight | None) -> Planned:
-    """The store's plan as ``BackendSpec.footprints`` gives it: what stays held beside other datasets is the store,
-    not the batches in flight (a mixture's batches are counted once, not once per component).
-
-    Args:
-        plan: The :class:`StorePlan` (:func:`place_store`).
-        available: The machine as measured.
-        alternatives: What would fit instead.
-        batches: The batches in flight the plan counted (``None``: none).
-
-    Returns:
-        A ``core.footprint.Planned``.
-    """
-    fp = plan.footprint
-    held = None if batches is None else dataclasses.replace(fp, host_bytes=fp.host_bytes - batches.host_bytes)
-    return Planned(fp, available, tuple(alternatives), held)
-
-
-def plan_store(
-    size,
-    *,
-    kind: str,
-    key_desc: dict,
-    source_path: str,
-    options,
-    option_prefix: str,
-    alternatives,
-    frame_ratio=None,
-    batches: BatchesInFlight | None = None,
-):
-    """Where ``compressed_cache`` keeps its store (:func:`place_store`), checked against what the machine has
-    before any data is read (a store built on disk: what it needs however well its frames pack, then its estimate
-    at the ratio of a few sampled frames); a store spilled to disk is said in the log.
-
-    Args:
-        size: The dataset's ``core.data_size.DataSize`` (from metadata).
-        kind: The cache entry kind (``robomimic``, ``lerobot``).
-        key_desc: The cache key (as :func:`open_or_build` gets it).
-        source_path: The source file or directory (for the stat-only reuse check).
-        options: The backend's options (``cache_dir``, ``max_memory``, ``codec``, ``build_workers``).
-        option_prefix: How the user sets options.
-        alternatives: What would fit instead, for the refusal.
-        frame_ratio: Measures the ratio the frames pack at (a few sampled and compressed), called only for a store
-            to build on disk, once the disk was found to hold what no ratio makes smaller (``None``: the assumed
-            ratio).
-        batches: The batches in flight beside the store (``core.in_flight``; ``None``: none counted).
-
-    Returns:
-        ``(plan, cache_dir)``: the :class:`StorePlan` and the ``cache_dir`` to pass to :func:`open_or_build`
-        (``None`` for a RAM store; the default cache directory for a spilled one).
-
-    Raises:
-        core.footprint.ResourceRefused: the store fits neither RAM nor the disk.
-    """
-    from robo_loaders_plugin.core.footprint import check_fits
-
-    def placed(ratio: float | None = None):
-        return place_store(
-            size,
-            kind=kind,
-            key_desc=key_desc,
-            source_path=source_path,
-            options=options,
-            option_prefix=option_prefix,
-            ratio=ratio,
-            batches=batches,
-        )
-
-    def check(plan: StorePlan, available) -> None:
+    plan = placed()
+    if request.sample_frames is not None and not plan.in_ram and plan.footprint.disk_bytes:  # a build on disk
         check_fits(
-            plan.footprint,
-            available,
-            backend="compressed_cache",
-            option_prefix=option_prefix,
-            alternatives=alternatives,
+            placed(math.inf).footprint,  # what no ratio makes smaller, checked before any frame is read
+            request.available,
+            backend=request.backend,
+            option_prefix=request.option_prefix,
+            alternatives=ALTERNATIVES.get(request.framework, ()),
         )
+        from robo_loaders_plugin.storage.codec import FrameCodec
+        from robo_loaders_plugin.storage.frame_layout import sampled_ratio
 
-    plan, root, available = placed()
-    if frame_ratio is not None and not plan.in_ram and plan.footprint.disk_bytes:  # a build on disk: measured
-        least, _, measured_now = placed(math.inf)  # what no ratio makes smaller, checked before any frame is read
-        check(least, measured_now)
-        plan, root, available = placed(frame_ratio())
-    check(plan, available)
-    if plan.in_ram:
-        return plan, None
-    if plan.spilled:
-        logger.info(
-            f"compressed_cache: spilled to disk: {plan.spilled}; the cache is a file-backed store in {root} "
-            "(mapped; the page cache keeps the frames training touches), byte-identical to a RAM one"
-        )
-    return plan, root
+        plan = placed(sampled_ratio(request.sample_frames(), FrameCodec(options.codec, options.level, options.filter)))
+    return plan

@@ -212,9 +212,7 @@ def datapipe_dataset(native, *, options):
         threads=flight[1],
     )
 
-    def read(unit: int, fields):
-        return reader.read_episode(records[unit], decode_frames=False, fields=fields)[1]
-
+    read = ShardEpisodes(reader, records)
     first = read(0, None)
     numeric = [k for k, v in first.items() if k in columns and not isinstance(v, EncodedFrames)]
     checked = RowsChecked(native, reader, columns, options.cache_dir)
@@ -278,16 +276,10 @@ def _datapipe_units(
     if not checked.before():  # the rows compared once per version of the shards and of LeRobot's table
         check_rows_match(native, columns, index, small, read_from=f"the shards in {reader.dir}")
         checked.record()
-    position = {ep: i for i, (ep, _, _) in enumerate(runs)}
     first = reader.read_frame_rows(records[0], 0, 1, cameras)
     infos = {k: FieldInfo(v.dtype, tuple(v.shape[1:]), False) for k, v in small.items()}
     infos.update({k: FieldInfo(v.dtype, tuple(v.shape[1:]), True) for k, v in first.items()})
-
-    def load(ep: int, lo: int, hi: int) -> dict:
-        i = position[ep]
-        start = runs[i][1]
-        return reader.read_frame_rows(records[i], lo - start, hi - start, cameras)
-
+    load = EpisodeRows(reader, records, runs, cameras)
     frames = ChunkFrames(units, {ep: (s, e) for ep, s, e in runs}, infos, small, load, margin, passes.episode_capacity)
     summary = (
         f"{len(runs)} episodes in {len(units)} units of up to {int(frames.lengths.max())} frames, "
@@ -307,6 +299,48 @@ def _datapipe_units(
         units=units,
         serving=Serving(summary, hold=hold),
     )
+
+
+# The loaders the episode buffers call. Module-level classes, not closures: LeRobot's evaluation loader
+# (``--dataset.eval_split``) pickles the dataset into its spawned workers; they hold the ShardReader, which opens a
+# shard file for each read, so a worker reads the same files with its own handles (nothing open, no lock, no
+# thread is pickled).
+
+
+class ShardEpisodes:
+    """An episode's fields from the shards for ``EpisodeFrames`` (``read(unit, fields)``; ``None``: every field),
+    camera frames still compressed (decoded per batch).
+
+    Args:
+        reader: The open ``ShardReader``.
+        records: Each served episode's record in the shards, in the order of the runs.
+    """
+
+    def __init__(self, reader, records: list[int]):
+        self.reader, self.records = reader, records
+
+    def __call__(self, unit: int, fields) -> dict:
+        return self.reader.read_episode(self.records[unit], decode_frames=False, fields=fields)[1]
+
+
+class EpisodeRows:
+    """Camera rows ``lo..hi-1`` (the dataset's rows) of an episode for ``ChunkFrames`` (``load(ep, lo, hi)``), read
+    from the shard parts holding them, still compressed.
+
+    Args:
+        reader: The open ``ShardReader``.
+        records: Each run's record in the shards.
+        runs: ``(episode, first row, end row)`` of each served episode.
+        cameras: The camera fields.
+    """
+
+    def __init__(self, reader, records: list[int], runs, cameras: list[str]):
+        self.reader, self.records, self.cameras = reader, records, cameras
+        self.position = {ep: (i, s) for i, (ep, s, _) in enumerate(runs)}
+
+    def __call__(self, ep: int, lo: int, hi: int) -> dict:
+        i, start = self.position[ep]
+        return self.reader.read_frame_rows(self.records[i], lo - start, hi - start, self.cameras)
 
 
 class RowsChecked:

@@ -1,6 +1,6 @@
 """The ``gpu_resampler`` backend: every episode held as tensors in tiers (GPU, host raw, host compressed, a compressed
-file on disk: ``footprint``, ``tiers``, ``tensors``), whole batches of windows in a few gathers, optional rate
-conversion.
+file on disk: ``footprint``, ``tiers``, ``tensors``), kept in the cache directory and mapped on the next start
+(``stored_tiers``), whole batches of windows in a few gathers, optional rate conversion.
 
 This module is the plugin the ``robo_loaders`` entry point ``gpu_resampler`` names (as a third party's would be): its
 spec and options. It imports nothing heavy (no torch, no Blosc2, no framework): listing backends imports it, and
@@ -61,9 +61,8 @@ GPU_RESAMPLER_OPTIONS = {
     "cache_dir": Option(
         str,
         None,
-        "the cache directory it writes in: the compressed frames, when host memory cannot "
-        "hold them, in a file on disk (default: $ROBO_LOADERS_CACHE or "
-        "~/.cache/robo-loaders)",
+        "the cache directory it writes in: the tiers built on the first run, mapped on the "
+        "next (default: $ROBO_LOADERS_CACHE or ~/.cache/robo-loaders)",
         per_host=True,
         check=check_writable_dir,
     ),

@@ -5,6 +5,7 @@ in a few gathers, in the native sampler's order, with optional rate conversion.
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -52,8 +53,8 @@ def gpu_resampler_dataset(native, *, options):
         core.footprint.ResourceRefused: the data does not fit the tiers' budgets or the machine.
     """
     from robo_loaders_plugin.backends.gpu_resampler.tensors import training_device
-    from robo_loaders_plugin.backends.gpu_resampler.tiers import TieredFrames, plan_tiers_checked
-    from robo_loaders_plugin.storage.cache import location
+    from robo_loaders_plugin.backends.gpu_resampler.tiers import plan_tiers_checked
+    from robo_loaders_plugin.backends.gpu_resampler.tiers_at_start import kept_or_filled
     from robo_loaders_plugin.windows.rates import resolve_modes
 
     target_fps = options.target_fps
@@ -67,40 +68,51 @@ def gpu_resampler_dataset(native, *, options):
     )  # before reading any data; made again below in the rows' order
     episodes = LeRobotEpisodes(source, settings.tolerance_s, native.episodes)
     check_rows_match(native, episodes.columns, episodes.arrays["index"], episodes.arrays)
-    first_ep = episodes.runs[0][0]
-    first, cameras = episodes.read(first_ep)
-    infos = {k: FieldInfo(a.dtype, tuple(a.shape[1:]), k in cameras) for k, a in first.items()}
-    unknown = sorted(set(delta_steps or {}) - set(infos))
+    fields = set(episodes.arrays) | set(episodes.camera_keys)
+    unknown = sorted(set(delta_steps or {}) - fields)
     if unknown:
         raise BackendOptionError(
             f"{OPTION_PREFIX}.delta_timestamps names {unknown}, which {native.repo_id} does not "
-            f"have; its features are {sorted(infos)}"
+            f"have; its features are {sorted(fields)}"
         )
-    modes = resolve_modes({k: infos[k] for k in delta_steps or {}}, options.modes, OPTION_PREFIX)
     lengths = [e - s for _, s, e in episodes.runs]
     # the tiers again in the rows' order (the check above summed the episodes in index order: the same bytes)
     size = dataclasses.replace(meta_size, lengths=np.asarray(lengths, dtype=np.int64))
     plan, host_limit = plan_tiers_checked(size, train_device, options, OPTION_PREFIX, ALTERNATIVES, batches=batches)
-    frames = TieredFrames(
-        lengths,
-        infos,
-        plan,
-        train_device,
+    cameras = set(episodes.camera_keys)
+
+    def each_episode():
+        for ep, _, _ in tqdm(episodes.runs, desc=f"gpu_resampler [{native.repo_id}]", unit="episode", mininterval=0.5):
+            yield episodes.read(ep)[0]
+
+    def infos_of(first: dict) -> dict:
+        return {k: FieldInfo(a.dtype, tuple(a.shape[1:]), k in cameras) for k, a in first.items()}
+
+    key = {
+        "framework": "lerobot",
+        "root": os.path.abspath(str(source.root)),
+        "episodes": None if native.episodes is None else [int(e) for e in native.episodes],
+        "tolerance_s": float(settings.tolerance_s),
+        "fields": sorted(fields),
+    }
+    names = [f"episode_{ep}" for ep, _, _ in episodes.runs]
+    frames, held, hold = kept_or_filled(
+        key=key,
+        source=source,
+        size=size,
+        plan=plan,
         host_limit=host_limit,
-        spill_dir=plan.spill_dir,
-        overflow_dir=location(options.cache_dir),
-        names=[f"episode_{ep}" for ep, _, _ in episodes.runs],
+        episodes=each_episode,
+        infos_of=infos_of,
+        options=options,
+        where=OPTION_PREFIX,
+        device=train_device,
+        names=names,
     )
-    held = {first_ep: first}  # read for the field infos: handed to the fill, then not held (an L480 episode is
-    del first  # 1.66 GB decoded)
-    for unit, (ep, _, _) in enumerate(
-        tqdm(episodes.runs, desc=f"gpu_resampler [{native.repo_id}]", unit="episode", mininterval=0.5)
-    ):
-        fields = held.pop(ep) if ep in held else episodes.read(ep)[0]
-        frames.fill(unit, fields)
-        del fields
+    plan = frames.plan  # the entry's tiers (a reused entry keeps the boundary it was built with)
+    modes = resolve_modes({k: frames.infos[k] for k in delta_steps or {}}, options.modes, OPTION_PREFIX)
     rates = f", windows at {target_fps:g} Hz on {source.fps} Hz data" if target_fps else ""
-    where = plan.describe(str(train_device))
+    where = plan.describe(str(train_device)) + f", {held}"
     if frames.spilled_while_filling:
         where += f" (then {frames.spilled_while_filling})"
     summary = (
@@ -119,7 +131,7 @@ def gpu_resampler_dataset(native, *, options):
         location=f"tensors: {where}",
         delta_steps=delta_steps,
         modes=modes,
-        serving=Serving(summary, batch_threads=0 if on_device else None),
+        serving=Serving(summary, batch_threads=0 if on_device else None, hold=hold),
     )
 
 

@@ -4,6 +4,8 @@ in a few gathers, in the native sampler's order, with optional rate conversion.
 
 from __future__ import annotations
 
+import os
+
 from tqdm.auto import tqdm
 
 from robo_loaders_plugin.core.errors import BackendOptionError, SourceError
@@ -60,8 +62,8 @@ def gpu_resampler_dataset(config, obs_keys, filter_by_attribute=None, dataset_pa
         core.footprint.ResourceRefused: the data does not fit the tiers' budgets or the machine.
     """
     from robo_loaders_plugin.backends.gpu_resampler.tensors import training_device
-    from robo_loaders_plugin.backends.gpu_resampler.tiers import TieredFrames, plan_tiers_checked
-    from robo_loaders_plugin.storage.cache import location
+    from robo_loaders_plugin.backends.gpu_resampler.tiers import plan_tiers_checked
+    from robo_loaders_plugin.backends.gpu_resampler.tiers_at_start import kept_or_filled
     from robo_loaders_plugin.windows.rates import resolve_modes
 
     opts, path = sequence_options(config, obs_keys, dataset_path)
@@ -91,32 +93,43 @@ def gpu_resampler_dataset(config, obs_keys, filter_by_attribute=None, dataset_pa
         size = data_size(source, f, demos, opts)
         batches = indexed_in_flight(sample_bytes(size, opts), training_loop_of(config))
         plan, host_limit = plan_tiers_checked(size, train_device, options, OPTION_PREFIX, ALTERNATIVES, batches=batches)
-        first = read_demo(source, f, demos[0], opts, lengths[0])
-    infos = {
-        k: FieldInfo(a.dtype, tuple(a.shape[1:]), a.ndim > 1 and a[0].nbytes >= FRAME_MIN_BYTES)
-        for k, a in first.items()
+    split = filter_by_attribute or "all demos"
+
+    def episodes():
+        with source.open() as f:
+            for demo, n in zip(tqdm(demos, desc=f"gpu_resampler [{split}]", unit="demo", mininterval=0.5), lengths):
+                yield read_demo(source, f, demo, opts, n)
+
+    def infos_of(first: dict) -> dict:
+        return {
+            k: FieldInfo(a.dtype, tuple(a.shape[1:]), a.ndim > 1 and a[0].nbytes >= FRAME_MIN_BYTES)
+            for k, a in first.items()
+        }
+
+    key = {
+        "framework": "robomimic",
+        "path": os.path.abspath(path),
+        "filter_by_attribute": filter_by_attribute,
+        "fields": opts.field_names(),
+        "float32_dataset_keys": opts.hdf5_cache_mode in ("all", "low_dim"),  # episode_fields casts them
     }
-    modes = resolve_modes(infos, options.modes, OPTION_PREFIX)
-    frames = TieredFrames(
-        lengths,
-        infos,
-        plan,
-        train_device,
+    frames, held, hold = kept_or_filled(
+        key=key,
+        source=source,
+        size=size,
+        plan=plan,
         host_limit=host_limit,
-        spill_dir=plan.spill_dir,
-        overflow_dir=location(options.cache_dir),
+        episodes=episodes,
+        infos_of=infos_of,
+        options=options,
+        where=OPTION_PREFIX,
+        device=train_device,
         names=demos,
     )
-    split = filter_by_attribute or "all demos"
-    held = {0: first}  # the first demo, read for the field infos: handed to the fill, then not held
-    del first
-    with source.open() as f:
-        for i, demo in enumerate(tqdm(demos, desc=f"gpu_resampler [{split}]", unit="demo", mininterval=0.5)):
-            fields = held.pop(i) if i in held else read_demo(source, f, demo, opts, lengths[i])
-            frames.fill(i, fields)
-            del fields
+    plan = frames.plan  # the entry's tiers (a reused entry keeps the boundary it was built with)
+    modes = resolve_modes(frames.infos, options.modes, OPTION_PREFIX)
     windows = SequenceWindows(lengths, opts, rate)
-    where = plan.describe(str(train_device))
+    where = plan.describe(str(train_device)) + f", {held}"
     if frames.spilled_while_filling:
         where += f" (then {frames.spilled_while_filling})"
     summary = (
@@ -135,7 +148,7 @@ def gpu_resampler_dataset(config, obs_keys, filter_by_attribute=None, dataset_pa
         location=f"tensors: {where}",
         modes=modes,
         device=train_device,
-        serving=Serving(summary, batch_threads=0 if on_device else None),
+        serving=Serving(summary, batch_threads=0 if on_device else None, hold=hold),
     )
 
 

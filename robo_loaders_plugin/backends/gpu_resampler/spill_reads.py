@@ -85,7 +85,7 @@ def decode_spilled(fd: int, rows, begin, end, sums, out, *, buffer, damaged, rea
         rows: The batch's rows (for messages).
         begin: Each row's blob's first byte in the file.
         end: Its end (exclusive).
-        sums: Its checksum (``storage.store.checksum``).
+        sums: Its checksum (``storage.integrity.checksum``).
         out: ``(len(rows),) + frame shape``, C-contiguous per frame, written in place.
         buffer: ``buffer(n)``: a uint8 array of at least ``n`` bytes to read into (the calling thread's own).
         damaged: ``damaged(row, undecodable=None, detail="")``: the error to raise for a damaged frame.
@@ -97,7 +97,7 @@ def decode_spilled(fd: int, rows, begin, end, sums, out, *, buffer, damaged, rea
         file's end.
     """
     from robo_loaders_plugin.storage.codec import FrameCodec
-    from robo_loaders_plugin.storage.store import checksum
+    from robo_loaders_plugin.storage.integrity import checksum
 
     offsets, first, inverse = np.unique(begin, return_index=True, return_inverse=True)
     ends = end[first]

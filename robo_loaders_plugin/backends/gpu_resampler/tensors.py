@@ -16,7 +16,6 @@ import torch
 
 from robo_loaders_plugin.core.errors import BackendOptionError
 from robo_loaders_plugin.core.log import get_logger
-from robo_loaders_plugin.core.units import format_bytes
 from robo_loaders_plugin.frames.base import FieldInfo, FrameSource, broadcast_episodes
 
 logger = get_logger(__name__)
@@ -63,59 +62,6 @@ def training_device(option: str, where: str, prefer_cuda: bool = True) -> torch.
     if device.type not in ("cpu", "cuda"):
         raise BackendOptionError(f"{where}.device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {option!r}")
     return device
-
-
-def placement(nbytes: int, device: torch.device, max_device_memory, where: str) -> tuple[torch.device, bool, str]:
-    """Where :class:`TensorFrames` keeps every episode: the GPU when ``nbytes`` fits the budget, else host memory
-    (pinned for a CUDA training device, so each batch is one non-blocking upload).
-
-    Args:
-        nbytes: Bytes of every episode's fields, uncompressed (:meth:`TensorFrames.nbytes`).
-        device: The training device (:func:`training_device`).
-        max_device_memory: The ``max_device_memory`` option: bytes or a size string (``None``:
-            :data:`DEFAULT_VRAM_FRACTION` of the GPU's free memory).
-        where: How the user sets options, for messages.
-
-    Returns:
-        ``(where the tensors live, pinned?, a sentence saying why)``.
-
-    Raises:
-        BackendOptionError: host memory is needed and ``nbytes`` exceeds 90% of the memory available.
-        ValueError: ``max_device_memory`` is not a size.
-    """
-    if device.type != "cuda":
-        _check_host_memory(nbytes, where)
-        return torch.device("cpu"), False, f"on the CPU ({format_bytes(nbytes)})"
-    free, _total = torch.cuda.mem_get_info(device)
-    if max_device_memory is None:
-        budget, said = int(DEFAULT_VRAM_FRACTION * free), f"{DEFAULT_VRAM_FRACTION:.0%} of free GPU memory"
-    else:
-        budget, said = max_device_memory, "max_device_memory"
-    if nbytes <= budget:
-        return device, False, f"on {device} ({format_bytes(nbytes)} within {said} = {format_bytes(budget)})"
-    _check_host_memory(nbytes, where)
-    return (
-        torch.device("cpu"),
-        True,
-        (
-            f"in pinned host memory: {format_bytes(nbytes)} needed on {device}, more than "
-            f"{said} = {format_bytes(budget)} (raise {where}.max_device_memory to hold "
-            "them on the GPU)"
-        ),
-    )
-
-
-def _check_host_memory(nbytes: int, where: str) -> None:
-    """Refuse before allocating what the machine cannot hold, rather than be killed by the OOM killer mid-build."""
-    import psutil
-
-    available = psutil.virtual_memory().available
-    if nbytes > 0.9 * available:
-        raise BackendOptionError(
-            f"gpu_resampler holds every episode uncompressed: {format_bytes(nbytes)} here, but "
-            f"only {format_bytes(available)} of memory is available; read fewer observation keys "
-            f"or episodes, or use the compressed_cache or datapipe backend ({where})"
-        )
 
 
 def host_gather(src: torch.Tensor, rows: np.ndarray, out: torch.Tensor, checked: bool = False) -> torch.Tensor:
@@ -167,8 +113,27 @@ def take_rows(src: np.ndarray, rows: np.ndarray, out: np.ndarray, checked: bool 
     return out
 
 
+def in_shared_memory(t: torch.Tensor) -> torch.Tensor:
+    """``t`` in shared memory, for a spawned DataLoader worker to map rather than copy: ``t`` itself when it is
+    there already or on a GPU (torch sends a CUDA tensor by handle), else a copy there; ``t`` is left as it is.
+
+    Args:
+        t: A held tensor.
+
+    Returns:
+        ``t``, or its copy in shared memory.
+    """
+    if t.device.type != "cpu" or t.is_shared():
+        return t
+    return t.clone().share_memory_()
+
+
 class TensorFrames(FrameSource):
-    """``fill(ep, arrays)`` every episode once; then ``gather`` returns tensors on ``output_device``."""
+    """``fill(ep, arrays)`` every episode once; then ``gather`` returns tensors on ``output_device``.
+
+    Pickled for a spawned DataLoader worker (``lerobot-train``'s evaluation loader), its host tensors go through
+    shared memory (:meth:`__getstate__`).
+    """
 
     def __init__(
         self,
@@ -191,7 +156,7 @@ class TensorFrames(FrameSource):
 
     @staticmethod
     def nbytes(lengths, infos: dict[str, FieldInfo]) -> int:
-        """Bytes the tensors will take, before any is allocated (for :func:`placement`).
+        """Bytes the tensors will take, before any is allocated.
 
         Args:
             lengths: Steps per episode.
@@ -313,6 +278,26 @@ class TensorFrames(FrameSource):
     def _host_arrays(self) -> dict:
         """The numpy views of the tensors in host memory (they share their memory: filled in place)."""
         return {k: t.numpy() for k, t in self.tensors.items() if t.device.type == "cpu"}
+
+    def __getstate__(self):
+        """The state a spawned worker gets: the host tensors in shared memory (:meth:`share_host`), the numpy views
+        left out (made again where they are next used).
+
+        Why: torch's pickler for workers moves a host tensor's storage into shared memory in place and frees the old
+        one, under the numpy views this process gathers through (``_host_arrays``): the worker got the views' bytes
+        (garbage, after the move) and this process read freed memory next.
+        """
+        self.share_host()
+        state = dict(self.__dict__)
+        state.pop("_host_arrays", None)
+        return state
+
+    def share_host(self) -> None:
+        """Hold the host tensors in shared memory from now on (a copy each, once: :func:`in_shared_memory`), so that
+        pickling them for a worker moves nothing. A thread gathering meanwhile keeps the view it took, and with it
+        the tensor it viewed; the views are made again at the next gather."""
+        self.tensors = {k: in_shared_memory(t) for k, t in self.tensors.items()}
+        self.__dict__.pop("_host_arrays", None)
 
     def take(self, field, episodes, steps, out):
         """:meth:`gather` copied into a numpy array (:meth:`FrameSource.take`).

@@ -5,7 +5,9 @@ compressed (in RAM, then in a file on disk), served by one gather per field what
 from __future__ import annotations
 
 import functools
+import os
 import warnings
+from typing import IO
 
 import numpy as np
 import torch
@@ -15,6 +17,7 @@ from robo_loaders_plugin.backends.gpu_resampler.tensors import (
     TensorFrames,
     _torch_dtype,
     host_gather,
+    in_shared_memory,
     take_rows,
 )
 from robo_loaders_plugin.core.log import get_logger
@@ -35,7 +38,7 @@ class CompressedRows:
     sampler's order kept; ``spill_reads``): read frame by frame through a mapping in the sampler's order they came
     at a fraction of the disk's rate (docs/scale.md).
 
-    Each blob's checksum (``storage.store.checksum``) is kept beside it, and a frame read from the file on disk is
+    Each blob's checksum (``storage.integrity.checksum``) is kept beside it, and a frame read from the file on disk is
     checked (the bytes read, after their decode): a file changed or cut short while the run reads it (a failing
     disk, a process writing to it through ``/proc``) is a ``StoreError`` naming the directory, the episode, the
     field and the frame, never wrong pixels, Blosc2's anonymous ``Cannot decompress`` or a crash. Blobs in host
@@ -74,12 +77,13 @@ class CompressedRows:
         self.field, self.locate = field, locate
         self.spill_dir: str | None = None
         self._index: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
-        self._file = None
+        self._file: IO[bytes] | None = None
         self._map: np.ndarray | None = None
         self.guard = guard
         self._lock = threading.Lock()
         self._local = threading.local()  # each batch-building thread's read buffer
         self.prefetch: bool | None = None  # announce a batch's reads first (None: spill_reads.PREFETCH)
+        self.file_name: str | None = None  # the file read, when it is a cache entry's (not an unlinked one)
         if spill_dir is not None:
             import os
             import tempfile
@@ -89,6 +93,65 @@ class CompressedRows:
                 dir=spill_dir, prefix="gpu_resampler-compressed-"
             )
             self.spill_dir = spill_dir
+
+    def __getstate__(self):
+        """The state a spawned DataLoader worker gets: the blobs in host memory as they are (compressed), the spill
+        file as a duplicate of its descriptor (it is unlinked: there is no path to reopen; the worker reads the same
+        file); the lock, the threads' read buffers, the mapping and the index are made again in the worker, which
+        never appends (no disk guard)."""
+        from multiprocessing.reduction import DupFd
+
+        state = {k: v for k, v in self.__dict__.items() if k not in ("_lock", "_local", "_map", "_index")}
+        state["guard"] = None
+        if self._file is not None:
+            self._file.flush()  # what the worker reads is written
+            state["_file"] = DupFd(self._file.fileno())
+        return state
+
+    def __setstate__(self, state):
+        import os
+        import threading
+
+        file = state.pop("_file")
+        self.__dict__.update(state)
+        self._index, self._map = None, None
+        self._lock, self._local = threading.Lock(), threading.local()
+        # the parent's read-write descriptor, opened as the parent opened it; nothing here writes (no appends)
+        mode = "rb" if self.file_name is not None else "r+b"  # an entry's file is only read
+        self._file = None if file is None else os.fdopen(file.detach(), mode)
+
+    @classmethod
+    def from_entry(
+        cls, directory: str, field: str, first_row: int, info: FieldInfo, codec, in_memory: bool, locate=None
+    ) -> CompressedRows:
+        """A field's compressed frames of a checked cache entry (``stored_tiers``): loaded into host memory
+        (``in_memory``; the entry's check hashed every frame), or read from the entry's file per batch, every frame
+        checked when read, as a spilled tier's.
+
+        Args:
+            directory: The entry.
+            field: The camera field.
+            first_row: The first compressed row (global).
+            info: The field's ``FieldInfo``.
+            codec: The ``storage.codec.FrameCodec`` the entry was written with.
+            in_memory: Load the blobs into host memory rather than read them from the file.
+            locate: Names a global row for messages.
+
+        Returns:
+            The :class:`CompressedRows` holding every compressed row of ``field``.
+        """
+        from robo_loaders_plugin.backends.gpu_resampler.stored_tiers import compressed_index
+
+        blobs, offsets, sums = compressed_index(directory, field)
+        comp = cls(first_row, info.shape, info.dtype, codec, field=field, locate=locate)
+        comp.sums, comp.starts, comp.nbytes = [sums], [offsets], int(offsets[-1])
+        comp.buf_of_row = [np.zeros(len(sums), dtype=np.int64)]
+        if in_memory:
+            comp.buffers = [np.fromfile(blobs, dtype=np.uint8)]
+        else:
+            comp._file = open(blobs, "rb")  # noqa: SIM115 - lives as long as the tier (close)
+            comp.spill_dir, comp.file_name = directory, blobs
+        return comp
 
     @property
     def on_disk(self) -> bool:
@@ -143,7 +206,7 @@ class CompressedRows:
         Raises:
             ResourceRefused: on disk, the guard's disk would fall below its reserve.
         """
-        from robo_loaders_plugin.storage.store import checksum
+        from robo_loaders_plugin.storage.integrity import checksum
 
         blobs = [self.codec.compress(f) for f in frames]
         offsets = np.concatenate([[0], np.cumsum([len(b) for b in blobs])]).astype(np.int64)
@@ -250,20 +313,25 @@ class CompressedRows:
     def _damaged(self, row: int, undecodable=None, detail: str = ""):
         """The error for a frame read from disk: damaged (its checksum fails), or refused by Blosc2 though its
         checksum holds (``undecodable``: Blosc2's exception)."""
-        from robo_loaders_plugin.storage.store import StoreError
+        from robo_loaders_plugin.storage.integrity import StoreError
 
-        where = f"gpu_resampler's compressed tier on disk (an unlinked file in {self.spill_dir}): {self.field} of " + (
+        held = f"the cache's file {self.file_name}" if self.file_name else f"an unlinked file in {self.spill_dir}"
+        where = f"gpu_resampler's compressed tier on disk ({held}): {self.field} of " + (
             self.locate(row) if self.locate is not None else f"row {row}"
         )
+        anew = "restart the run, which writes the tier anew"
+        if self.file_name:  # a cache entry's: marked for rebuilding (its manifest goes), so a restart builds it
+            from robo_loaders_plugin.backends.gpu_resampler.stored_tiers import discard
+
+            discard(os.path.dirname(os.path.dirname(self.file_name)))
+            anew = "restart the run, which builds the entry again (it is marked for it)"
         if undecodable is not None:
             return StoreError(
-                f"{where} cannot be decompressed though its checksum holds (Blosc2: {undecodable}); "
-                "restart the run, which writes the tier anew"
+                f"{where} cannot be decompressed though its checksum holds (Blosc2: {undecodable}); {anew}"
             )
         return StoreError(
             f"{where} is damaged (checksum mismatch on read{detail}): the file changed after it was "
-            "written, damaged on disk or written by another process; restart the run, which writes the "
-            "tier anew"
+            f"written, damaged on disk or written by another process; {anew}"
         )
 
 
@@ -287,6 +355,11 @@ class TieredFrames(TensorFrames):
         overflow_dir: Where the compressed tier moves when, while filling, it outgrows ``host_limit`` (frames
             that compress worse than the plan assumed); ``None``: the fill stops with both sizes instead.
         names: Each episode's name, for messages (``None``: ``<unit> <position>``).
+        kept: ``(directory, raw)``: the tiers come from an entry of the cache (``stored_tiers``) instead of
+            :meth:`fill`: ``raw`` maps each field to its uncompressed rows (the entry's files, mapped), served as
+            they are on the CPU, copied to the GPU or pinned memory when training on CUDA; the compressed rows are
+            the entry's (in host memory, or read from its file when ``spill_dir`` is given or they exceed
+            ``host_limit``). Use :meth:`from_entry`.
     """
 
     def __init__(
@@ -300,6 +373,7 @@ class TieredFrames(TensorFrames):
         spill_dir: str | None = None,
         overflow_dir: str | None = None,
         names=None,
+        kept: tuple[str, dict] | None = None,
     ):
         from robo_loaders_plugin.storage.codec import FrameCodec
 
@@ -321,25 +395,45 @@ class TieredFrames(TensorFrames):
         self.names = list(names) if names is not None else None
         self.spilled_while_filling = ""
         self.tensors, self.parts = {}, {}
+        mapped = kept[1] if kept is not None else None
+        in_memory = spill_dir is None and (kept is None or self._kept_blobs_fit(kept[0], mapped))
+
+        def held(k: str, lo: int, hi: int, shape: tuple, dt, device: torch.device, pin: bool) -> torch.Tensor:
+            """Rows ``[lo, hi)`` of field ``k``: allocated for :meth:`fill`, or the entry's mapped rows (served
+            where they lie on the CPU, copied to the GPU or to pinned memory)."""
+            if mapped is None:
+                return torch.empty((hi - lo,) + shape, dtype=dt, device=device, pin_memory=pin)
+            with warnings.catch_warnings():  # read-only mapped rows: only read (gathered, copied)
+                warnings.simplefilter("ignore", UserWarning)
+                rows = torch.from_numpy(mapped[k][lo:hi])
+            if device.type == "cpu" and not pin:
+                return rows
+            return torch.empty((hi - lo,) + shape, dtype=dt, device=device, pin_memory=pin).copy_(rows)
+
         for k, v in self.infos.items():
+            if mapped is not None and len(mapped[k]) != (self.raw_rows if v.frames else total):
+                # a plan of another boundary than the entry's: its raw files lack rows, or its compressed rows
+                # start elsewhere; either would serve other rows' bytes
+                raise ValueError(
+                    f"the cache entry {kept[0]} holds {len(mapped[k])} raw rows of {k!r}, the plan "
+                    f"{self.raw_rows if v.frames else total}: map it with its own boundary (stored_tiers.entry_plan)"
+                )
             dt = _torch_dtype(v.dtype)
             if not v.frames:
-                self.tensors[k] = torch.empty(
-                    (total,) + tuple(v.shape), dtype=dt, device=first, pin_memory=cuda and first.type == "cpu"
-                )
+                self.tensors[k] = held(k, 0, total, tuple(v.shape), dt, first, cuda and first.type == "cpu")
                 continue
-            dev = (
-                torch.empty((self.dev_rows,) + tuple(v.shape), dtype=dt, device=output_device)
-                if self.dev_rows
-                else None
-            )
+            dev = held(k, 0, self.dev_rows, tuple(v.shape), dt, output_device, False) if self.dev_rows else None
             raw = (
-                torch.empty((self.raw_rows - self.dev_rows,) + tuple(v.shape), dtype=dt, pin_memory=cuda)
+                held(k, self.dev_rows, self.raw_rows, tuple(v.shape), dt, torch.device("cpu"), cuda)
                 if self.raw_rows > self.dev_rows
                 else None
             )
             comp = None
-            if total > self.raw_rows:
+            if total > self.raw_rows and kept is not None:
+                comp = CompressedRows.from_entry(
+                    kept[0], k, self.raw_rows, v, self.codec, in_memory=in_memory, locate=self.locate
+                )
+            elif total > self.raw_rows:
                 guard = None
                 if spill_dir is not None:
                     from robo_loaders_plugin.core.footprint import DiskGuard
@@ -351,12 +445,87 @@ class TieredFrames(TensorFrames):
             self.parts[k] = (dev, raw, comp)
         self.host_bytes = sum(t.numel() * t.element_size() for t in self.tensors.values() if t.device.type == "cpu")
         self.host_bytes += sum(p[1].numel() * p[1].element_size() for p in self.parts.values() if p[1] is not None)
-        self.filled = np.zeros(len(self.lengths), dtype=bool)
+        self.filled = np.full(len(self.lengths), kept is not None, dtype=bool)
+        if kept is not None and spill_dir is None and not in_memory:
+            blobs = self._kept_blob_bytes(kept[0])
+            why = (
+                f"the frames compress worse than planned (~{format_bytes(blobs)}, estimated "
+                f"~{format_bytes(plan.compressed_bytes)})"
+                if blobs > plan.compressed_bytes
+                else f"the compressed frames (~{format_bytes(blobs)})"
+            )
+            self.spilled_while_filling = (
+                f"{why}: beside the raw rows they exceed host memory's budget ({format_bytes(self.host_limit or 0)}),"
+                f" so the compressed tier is read per batch from the kept entry's file in {kept[0]}"
+            )
+
+    @classmethod
+    def from_entry(
+        cls, directory: str, lengths, plan, output_device: torch.device, host_limit=None, spill_dir=None, names=None
+    ) -> TieredFrames:
+        """The tiers of a checked cache entry (``stored_tiers``), mapped, not filled: its raw rows served from the
+        mapped files (on the CPU) or copied where the plan puts them, its compressed rows in host memory or, when
+        the plan spills (``spill_dir``) or they exceed ``host_limit``, read from the entry's file per batch.
+
+        Args:
+            directory: The entry (``stored_tiers.stored_tiers``).
+            lengths: Steps per episode, in row order (the entry's, checked).
+            plan: The tier plan the entry was built for (its ``raw`` boundary).
+            output_device: Where batches are wanted.
+            host_limit: Host bytes the tiers may take.
+            spill_dir: The plan's spill directory (``None``: the compressed rows in host memory when they fit).
+            names: Each episode's name, for messages.
+
+        Returns:
+            The :class:`TieredFrames`, every episode filled.
+        """
+        from robo_loaders_plugin.backends.gpu_resampler.stored_tiers import mapped_fields
+
+        infos, raw = mapped_fields(directory)
+        return cls(
+            lengths,
+            infos,
+            plan,
+            output_device,
+            host_limit=host_limit,
+            spill_dir=spill_dir,
+            names=names,
+            kept=(directory, raw),
+        )
+
+    def _kept_blobs_fit(self, directory: str, mapped) -> bool:
+        """Whether an entry's compressed frames fit host memory beside the raw rows within ``host_limit``."""
+        if self.host_limit is None:
+            return True
+        raw = sum(a.nbytes for a in mapped.values())
+        return raw + self._kept_blob_bytes(directory) <= self.host_limit
+
+    @staticmethod
+    def _kept_blob_bytes(directory: str) -> int:
+        """Bytes of an entry's compressed frames, every camera field."""
+        from robo_loaders_plugin.backends.gpu_resampler.stored_tiers import read_manifest
+
+        manifest = read_manifest(directory) or {"fields": []}
+        return sum(int(f.get("blob_bytes", 0)) for f in manifest["fields"])
 
     @functools.cached_property
     def _raw_arrays(self) -> dict:
         """The numpy views of the uncompressed host tier (they share its memory: filled in place)."""
         return {k: p[1].numpy() for k, p in self.parts.items() if p[1] is not None}
+
+    def __getstate__(self):
+        """As :meth:`TensorFrames.__getstate__`, the uncompressed host tier too (its numpy views left out)."""
+        state = super().__getstate__()
+        state.pop("_raw_arrays", None)
+        return state
+
+    def share_host(self) -> None:
+        """:meth:`TensorFrames.share_host`, and the uncompressed host tier's tensors too."""
+        super().share_host()
+        self.parts = {
+            k: (dev, None if raw is None else in_shared_memory(raw), comp) for k, (dev, raw, comp) in self.parts.items()
+        }
+        self.__dict__.pop("_raw_arrays", None)
 
     def locate(self, row: int) -> str:
         """A global row named for messages: its episode and step (``demo_3 step 12``).
@@ -418,6 +587,7 @@ class TieredFrames(TensorFrames):
             if comp is not None:
                 comp.close()
         self.tensors, self.parts = {}, {}
+        self.__dict__.pop("_raw_arrays", None)  # the mapped rows' views go too
 
     @property
     def compressed_bytes(self) -> int:
@@ -657,10 +827,15 @@ def plan_tiers_for(size, device: torch.device, options, where: str, alternatives
         bound += f"{joined}{batches.describe()}" + (f" on {device}" if device_batches else "")
     plan = dataclasses.replace(plan, footprint=dataclasses.replace(plan.footprint, bound=bound))
     tiers_host = plan.footprint.host_bytes  # the tiers alone: the episode being read is transient
+    # no disk here: the spilled tier is the kept entry's compressed file, and the entry checks the disk for all it
+    # writes when it is built (stored_tiers, before reading the source); a reuse writes nothing, so counting the
+    # spill file here refused a start that only maps what an earlier run wrote
     fp = dataclasses.replace(
         plan.footprint,
         host_bytes=tiers_host + max(filling, flying),
         device_bytes=plan.footprint.device_bytes + device_batches,
+        disk_bytes=0,
+        disk_dir=None,
     )
     plan = dataclasses.replace(plan, footprint=fp)
     if given is not None and tiers_host + filling > given:

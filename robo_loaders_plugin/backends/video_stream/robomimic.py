@@ -12,7 +12,7 @@ from robo_loaders_plugin.robomimic.buffered import buffer_sizing, fit_buffer, sh
 from robo_loaders_plugin.robomimic.sequence import OPTION_PREFIX, sequence_options
 from robo_loaders_plugin.sources.robomimic_hdf5 import RobomimicHdf5
 from robo_loaders_plugin.storage.codec import FrameCodec
-from robo_loaders_plugin.storage.encoded_frames import EncodedFrames
+from robo_loaders_plugin.storage.encoded_frames import EncodedFrames, VideoSegmentFrames
 
 
 def video_stream_dataset(config, obs_keys, filter_by_attribute=None, dataset_path=None, *, options):
@@ -41,7 +41,6 @@ def video_stream_dataset(config, obs_keys, filter_by_attribute=None, dataset_pat
         core.footprint.ResourceRefused: the buffer does not fit host memory, or a conversion on first use does not
             fit the disk.
     """
-    from robo_loaders_plugin.storage.encoded_frames import VideoSegmentFrames
     from robo_loaders_plugin.storage.video import VideoSettings
 
     opts, path = sequence_options(config, obs_keys, dataset_path)
@@ -78,15 +77,8 @@ def video_stream_dataset(config, obs_keys, filter_by_attribute=None, dataset_pat
             "train.data_backend='datapipe', or convert with 'robo-loaders convert robomimic "
             f"{path} OUT_DIR --frames h264' for video_stream"
         )
-    transform = None
-    if options.buffer == "lz4":  # decoded once per load, then held LZ4-compressed (decoded again per batch)
-        codec = FrameCodec("lz4", 1)
-
-        def transform(arrays):
-            return {
-                k: EncodedFrames.encode(v.decode_all(), codec, v.where) if isinstance(v, VideoSegmentFrames) else v
-                for k, v in arrays.items()
-            }
+    # decoded once per load, then held LZ4-compressed (decoded again per batch)
+    transform = KeptCompressed(FrameCodec("lz4", 1)) if options.buffer == "lz4" else None
 
     def describe_frames(n_demos: int) -> str:  # the buffer never holds more demos than the split has
         return (
@@ -108,6 +100,25 @@ def video_stream_dataset(config, obs_keys, filter_by_attribute=None, dataset_pat
         decode_threads=options.decode_threads,
         describe_frames=describe_frames,
     )
+
+
+class KeptCompressed:
+    """A demo's video segments decoded as read, then kept compressed with ``codec`` in the episode buffer (the
+    ``buffer: "lz4"`` option), the other fields as read. A module-level class, not a closure: the dataset is pickled
+    when a DataLoader with spawned workers serves it.
+
+    Args:
+        codec: The ``FrameCodec`` the decoded frames are kept with.
+    """
+
+    def __init__(self, codec: FrameCodec):
+        self.codec = codec
+
+    def __call__(self, arrays: dict) -> dict:
+        return {
+            k: EncodedFrames.encode(v.decode_all(), self.codec, v.where) if isinstance(v, VideoSegmentFrames) else v
+            for k, v in arrays.items()
+        }
 
 
 def video_stream_footprint(config, obs_keys, filter_by_attribute=None, dataset_path=None, *, options, committed):

@@ -381,20 +381,6 @@ def parse_sbatch_args(pairs: Iterable[str]) -> dict:
     return out
 
 
-CLI_PARAMS = (
-    "logging_dir",
-    "concurrent_tasks",
-    "slurm_partition",
-    "slurm_time",
-    "slurm_cpus_per_task",
-    "slurm_mem_per_cpu_gb",
-    "slurm_job_name",
-    "slurm_qos",
-    "sbatch_arg",
-    "slurm_env_command",
-)
-
-
 def options_from_cli(
     executor: str,
     logging_dir: str | None = None,

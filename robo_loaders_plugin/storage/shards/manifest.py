@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import fcntl
 import json
 import os
 import re
@@ -44,7 +43,7 @@ from typing import NamedTuple
 
 from tqdm.auto import tqdm
 
-from robo_loaders_plugin.core.files import try_flock
+from robo_loaders_plugin.core.files import path_lock, try_lock
 from robo_loaders_plugin.core.log import get_logger
 from robo_loaders_plugin.storage.cache import ENV_LOCK_TIMEOUT, lock_timeout
 from robo_loaders_plugin.storage.codec import FrameCodec
@@ -81,14 +80,12 @@ class Converted:
 class Publisher:
     """Publishes a conversion whose units are not robo-shards. Passed in place of the shards' :class:`FrameCodec`
     (and pickled with it for Slurm tasks), its :meth:`publish` runs under the manifest lock once every unit is done
-    and intact, with every unit's recorded index entries and outputs in plan order, and the ``metadata`` and
+    and intact, with every unit's recorded index entries in plan order, and the ``metadata`` and
     ``source`` given to :func:`run`; it must be idempotent (a later :func:`finish` publishes again)."""
 
     unit = "unit"  # what the progress bar counts
 
-    def publish(
-        self, out_dir: str, entries: list[dict], outputs: list[dict], metadata: Mapping, source: Mapping
-    ) -> None:
+    def publish(self, out_dir: str, entries: list[dict], metadata: Mapping, source: Mapping) -> None:
         """Publish the finished conversion (called under the manifest lock once every unit is done and intact).
 
         Must be idempotent: a later :func:`finish` publishes again.
@@ -96,21 +93,14 @@ class Publisher:
         Args:
             out_dir: The conversion's output directory.
             entries: Every unit's recorded index entries, in plan order.
-            outputs: Every unit's recorded outputs (path relative to ``out_dir``, size), in plan order.
             metadata: As given to :func:`run`.
             source: As given to :func:`run`.
         """
         raise NotImplementedError
 
 
-@contextlib.contextmanager
 def _locked(out_dir: str):
-    with open(os.path.join(out_dir, "manifest.lock"), "a+") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+    return path_lock(os.path.join(out_dir, "manifest.lock"))
 
 
 def _read(out_dir: str) -> dict:
@@ -144,7 +134,7 @@ def _try_lock(out_dir: str, unit_id: int) -> int | None:
     os.makedirs(os.path.join(out_dir, "locks"), exist_ok=True)
     fd = os.open(_lock_path(out_dir, unit_id), os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        if try_flock(fd, fcntl.LOCK_EX):
+        if try_lock(fd):
             return fd
     except OSError:
         os.close(fd)
@@ -430,7 +420,7 @@ def _finish(out_dir: str, codec: FrameCodec | Publisher, metadata: Mapping, sour
                 "and convert again"
             )
         if isinstance(codec, Publisher):
-            codec.publish(out_dir, episodes, shards, metadata, source)
+            codec.publish(out_dir, episodes, metadata, source)
         else:
             publish(out_dir, episodes, shards, codec, metadata, source)
         return len(shards), len(episodes)

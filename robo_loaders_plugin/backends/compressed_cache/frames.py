@@ -1,4 +1,4 @@
-"""Frames from a compressed episode store (the ``compressed_cache`` backend): one file mapped by every process.
+"""Frames from a compressed episode store (``episode_store``): one file mapped by every process.
 
 Raw (low-dim) fields are read where they lie in the mapped file, a batch of windows with one fancy index over a
 rows view of it (no per-process copy of every episode's rows); camera frames are decompressed straight into the
@@ -8,18 +8,18 @@ neighbour instead of decoded again.
 
 Every read is checked against the store's checksums after it is copied or decoded (a frame per blob, raw rows per
 block of about 4 kB): bytes of the mapped file that change while the run reads it are a ``StoreError`` naming the
-file, episode, field and frame or steps, never wrong data (``storage.store``).
+file, episode, field and frame or steps, never wrong data (``episode_store``).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from robo_loaders_plugin.backends.compressed_cache.episode_store import EpisodeStore, StoreError
 from robo_loaders_plugin.frames.base import FieldInfo, FrameSource, broadcast_episodes
-from robo_loaders_plugin.storage.store import EpisodeStore, StoreError
 
 
-class StoreFrames(FrameSource):
+class CompressedFrames(FrameSource):
     """A frame source over a compressed episode store (see the module's docstring).
 
     Pickled (DataLoader workers), it keeps the store and its hold; the lookup tables are rebuilt lazily in each
@@ -46,7 +46,7 @@ class StoreFrames(FrameSource):
         return {"store": self.store, "hold": self.hold}
 
     def __setstate__(self, state):
-        self.__init__(state["store"], state["hold"])
+        CompressedFrames.__init__(self, state["store"], state["hold"])
 
     def close(self) -> None:
         """Drop the lookup tables (views of the mapped file) and unmap the store now; the hold is the dataset's
@@ -200,6 +200,7 @@ class StoreFrames(FrameSource):
             base, per = (layout := self.store.raw_blocks(field))[:2]
             self._blocks[field] = layout = layout + (np.asarray(base, np.int64), np.asarray(per, np.int64))
         base, per = layout[0], layout[1]
+        blocks: range | set[int]
         if len(episodes) == 1:  # one sample: Python ints beat numpy on a handful of steps
             e, s = int(episodes[0]), steps.reshape(-1).tolist()
             blocks = range(base[e] + min(s) // per[e], base[e] + max(s) // per[e] + 1)
@@ -209,8 +210,9 @@ class StoreFrames(FrameSource):
                 blocks = set((first + steps.reshape(-1) // per).tolist())
             else:
                 lo, hi = (first + steps.min(1) // per).tolist(), (first + steps.max(1) // per).tolist()
-                blocks = set(lo).union(hi)
+                spanned = set(lo).union(hi)
                 for a, z in zip(lo, hi):
                     if z - a > 1:  # a window wider than two blocks
-                        blocks.update(range(a + 1, z))
+                        spanned.update(range(a + 1, z))
+                blocks = spanned
         self.store.check_blocks(field, layout[:5], blocks)

@@ -35,7 +35,6 @@ from __future__ import annotations
 import bisect
 import contextlib
 import errno
-import fcntl
 import json
 import mmap
 import os
@@ -46,16 +45,16 @@ import time
 import uuid
 import zlib
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 import numpy as np
-import xxhash
 
-from robo_loaders_plugin.core.errors import RoboLoadersError
-from robo_loaders_plugin.core.files import try_flock
-from robo_loaders_plugin.core.paths import ENV_RAM_DIR, default_shm_dir  # noqa: F401  (re-exported)
+from robo_loaders_plugin.core.files import try_lock
 from robo_loaders_plugin.core.units import format_bytes
 from robo_loaders_plugin.storage import frame_layout
 from robo_loaders_plugin.storage.codec import FrameCodec, use_single_thread
+from robo_loaders_plugin.storage.integrity import CHECKSUM, StoreError, checksum
+from robo_loaders_plugin.storage.ramfile import MemoryBudgetExceeded
 
 MAGIC = b"RLPSTORE"
 END_MAGIC = b"RLPSTEND"
@@ -63,40 +62,15 @@ END_MAGIC = b"RLPSTEND"
 # channels last (``storage.frame_layout``), the field's ``layout`` says so
 FORMAT_VERSION = 3
 RAW_BLOCK_BYTES = 4096  # a raw array is checked in blocks of whole rows of about this size (one row when larger)
-# of each frame blob and raw block, recorded in the header. Why xxh3 and not CRC32 (the shards' check): it runs on
-# every frame served, and xxh3 takes ~0.25 us for a 10 kB blob where CRC32 takes ~2.8 us, half a decode
-CHECKSUM = "xxh3_64"
 _FOOTER = struct.Struct("<QQI8s")
 _ALIGN = 64
 _BLOSC_HEADER = 16  # a Blosc2 chunk starts with version, flags, typesize, then u32 nbytes, blocksize, cbytes
-
-
-class StoreError(RoboLoadersError):
-    """A store file cannot be written, opened or trusted (bad magic, footer, checksum or format; gone; a full disk;
-    another process holding its lock); the message says what to do."""
-
-
-def checksum(data) -> int:
-    """The checksum of one frame blob or raw block (:data:`CHECKSUM`), as stored in the tables.
-
-    Args:
-        data: Bytes, or any buffer (a slice of the mapped file).
-
-    Returns:
-        An unsigned 64-bit integer.
-    """
-    return xxhash.xxh3_64_intdigest(data)
 
 
 _DAMAGED = (
     "the file changed after it was built, written by another process or damaged on disk; stop the run "
     "and delete the file, the next run builds it again"
 )
-
-
-class MemoryBudgetExceeded(StoreError):
-    """A store needs more than the backend's ``max_memory``: raised while it is built, or when a reused one built by
-    a run with a larger budget is larger than this run's."""
 
 
 _LOCK_WAIT_S = 10.0
@@ -154,7 +128,7 @@ def open_locked(path: str, create: bool = False) -> int:
             fd = None
         if fd is not None:
             try:
-                if try_flock(fd, fcntl.LOCK_SH) and names_file(fd, path):
+                if try_lock(fd, shared=True) and names_file(fd, path):
                     return fd
             except BaseException:
                 os.close(fd)
@@ -211,7 +185,9 @@ class StoreWriter:
         self.raw_nbytes = 0
         self.compressed_nbytes = 0
         self.decoded_frame_nbytes = 0
-        self._fd = self._f = self._pool = None
+        self._fd: Any = None  # the temporary file's descriptor, carrying its lock (None once finished or aborted)
+        self._f: Any = None  # the file object over it while writing
+        self._pool: Any = None  # the threads compressing frames (None: the calling thread)
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         with self._writing():
             self._fd = open_locked(self._tmp, create=True)
@@ -244,7 +220,7 @@ class StoreWriter:
         except OSError:
             room = "free space unknown"
         msg = (
-            f"{where} is full ({exc.strerror or os.strerror(exc.errno)}): writing the cache {self.path} failed "
+            f"{where} is full ({exc.strerror or os.strerror(exc.errno or 0)}): writing the cache {self.path} failed "
             f"after {format_bytes(written)} ({room}). "
         )
         if _is_shm(where):
@@ -312,14 +288,14 @@ class StoreWriter:
                 self.abort()
                 raise
         with self._writing():
-            entry = {"name": name, "length": None, "fields": {}}
+            entry: dict[str, Any] = {"name": name, "length": None, "fields": {}}
             for key, arr in fields.items():
                 arr = np.ascontiguousarray(arr)
                 if arr.ndim == 0:
                     raise StoreError(f"episode {name!r}: field {key!r} is a scalar, expected one row per step")
                 if entry["length"] is None:
                     entry["length"] = int(arr.shape[0])
-                desc = {"dtype": arr.dtype.str, "shape": list(arr.shape)}
+                desc: dict[str, Any] = {"dtype": arr.dtype.str, "shape": list(arr.shape)}
                 if key in compressed:
                     layout = frame_layout.stored_layout(arr.shape[1:])
                     if layout is not None:
@@ -433,8 +409,9 @@ class EpisodeStore:
 
     def __init__(self, path: str):
         self.path = path
-        self._mm = None
-        self._buf = self._view = None
+        self._mm: Any = None  # the mapping (None once closed)
+        self._buf: Any = None  # the mapped file as uint8 (None once closed)
+        self._view: Any = None  # a memoryview of it (None once closed)
         self._open()
 
     def _open(self):
@@ -477,7 +454,7 @@ class EpisodeStore:
         return {"path": self.path}
 
     def __setstate__(self, state):
-        self.__init__(state["path"])
+        EpisodeStore.__init__(self, state["path"])
 
     def close(self):
         """Unmap the file (which releases this process's lock on it). Views still alive keep the mapping until they
@@ -524,7 +501,7 @@ class EpisodeStore:
 
     def raw(self, ep: int, key: str) -> np.ndarray:
         """Zero-copy read-only view of a raw field, in the mapped file, unchecked (the serving path,
-        ``frames.store.StoreFrames``, checks the blocks its rows lie in: :meth:`check_blocks`).
+        ``backends.compressed_cache.frames.CompressedFrames``, checks the blocks its rows lie in: :meth:`check_blocks`).
 
         Args:
             ep: The episode's position in the store.
@@ -556,7 +533,7 @@ class EpisodeStore:
 
     def locate(self, row: int) -> tuple[str, int]:
         """Which episode and step a row of the store's global numbering is (episodes end to end, in the store's
-        order: the numbering of :meth:`blob_layout` and ``frames.store.StoreFrames``).
+        order: the numbering of :meth:`blob_layout` and ``backends.compressed_cache.frames.CompressedFrames``).
 
         Args:
             row: The global row.
@@ -604,16 +581,16 @@ class EpisodeStore:
         Returns:
             ``(starts, ends, expected)``: absolute file offsets of each blob and its frame's decoded size in bytes.
         """
-        starts, ends, sizes = [], [], []
+        first, last, sizes = [], [], []
         for ep in range(len(self.episodes)) if episodes is None else episodes:
             d = self.field(ep, key)
             table = self._table(ep, key, d)
-            starts.append(d["offset"] + table[:-1])
-            ends.append(d["offset"] + table[1:])
+            first.append(d["offset"] + table[:-1])
+            last.append(d["offset"] + table[1:])
             sizes.append(int(np.prod(d["shape"][1:])) * np.dtype(d["dtype"]).itemsize)
-        counts = [len(x) for x in starts]
-        starts = np.concatenate(starts) if starts else np.zeros(0, np.int64)
-        ends = np.concatenate(ends) if ends else np.zeros(0, np.int64)
+        counts = [len(x) for x in first]
+        starts = np.concatenate(first) if first else np.zeros(0, np.int64)
+        ends = np.concatenate(last) if last else np.zeros(0, np.int64)
         return starts, ends, np.repeat(np.asarray(sizes, dtype=np.int64), counts)
 
     def frame_sums(self, key: str, episodes=None) -> np.ndarray:

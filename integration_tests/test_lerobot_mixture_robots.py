@@ -1,0 +1,265 @@
+"""LeRobot mixtures of different robots (``--dataset.mixture``): a 7-dof arm, a 14-dof bimanual robot and a 6-dof arm
+(root conftest's ``lerobot_robots``). Every served item is its component's ``LeRobotDataset[i]`` with ``action`` and
+``observation.state`` padded with zeros to 14 and ``<key>_dim_mask`` marking the real entries, on every backend;
+statistics of padded entries are mean 0, std 1, min -1, max 1 and the real entries count-weighted over the
+components that have them; the mapping's refusals come from ``meta/`` before any data is read."""
+
+import numpy as np
+import pytest
+import torch
+from lerobot_helpers import same_item
+from test_lerobot_mixture import BACKENDS, expected_item, natives, same_batch
+
+from robo_loaders_plugin.core.iteration import SamplingPlan
+from robo_loaders_plugin.lerobot.integration import choose
+from robo_loaders_plugin.lerobot.mixture import build_mixture, parse
+from robo_loaders_plugin.lerobot.mixture_meta import check_components, component_metas
+from robo_loaders_plugin.mixtures.spec import MixtureError
+
+ROBOTS = ("arm7", "bimanual14", "arm6")
+VECTORS = ("action", "observation.state")
+
+
+def robots_spec(ds, names=ROBOTS, **extra):
+    comps = [{"repo_id": ds[n][0], "root": ds[n][1], "weight": 1.0 + k} for k, n in enumerate(names)]
+    for comp, n in zip(comps, names):
+        comp.update(extra.pop(n, {}))
+    return parse({"components": comps, **extra})
+
+
+def robot_natives(ds, names=ROBOTS, preset="diffusion"):
+    """Each robot's own ``LeRobotDataset`` (test_lerobot_mixture's ``natives`` over the robots' names)."""
+    return natives(ds, names, preset)
+
+
+def padded_item(native_item, rename, keep, k, sizes, pad_value=0.0, mask_real=None):
+    """What the docs say a padded item is, written out here: the component's item (renamed, the mixture's keys), each
+    padded key's last dimension filled with zeros up to the mixture's size, ``<key>_dim_mask`` (True: the
+    component's own entries) right after it, then ``dataset_index``. ``pad_value``/``mask_real`` build wrong
+    expectations for the negative controls."""
+    item = expected_item(native_item, rename, keep, k)
+    out = {}
+    for key, v in item.items():
+        out[key] = v
+        if key in sizes:
+            own, size = v.shape[-1], sizes[key]
+            out[key] = torch.cat([v, torch.full((*v.shape[:-1], size - own), pad_value, dtype=v.dtype)], -1)
+            out[f"{key}_dim_mask"] = torch.arange(size) < (size if mask_real else own)
+    return out
+
+
+@pytest.mark.parametrize("backend,options", BACKENDS, ids=[b for b, _ in BACKENDS])
+def test_every_item_is_its_robots_item_padded_and_masked(lerobot_robots, backend, options):
+    """Items and a whole pass of batches, every backend: equal to the component's own item padded as documented.
+    Negative controls on the same items: an expectation whose mask marks the padding real, or whose padding is 1,
+    fails the same comparison; so does the bimanual robot's second camera served under the arm's camera name."""
+    ds = lerobot_robots
+    nats = robot_natives(ds)
+    mix = build_mixture(robots_spec(ds), nats, choose(backend, **options), seed=3)
+    sizes = {"action": 14, "observation.state": 14}
+    assert dict(mix.padding.sizes) == sizes
+    assert [dict(o) for o in mix.padding.own] == [dict.fromkeys(VECTORS, n) for n in (7, 14, 6)]
+    assert mix.meta.features["action"]["shape"] == (14,)
+    assert "observation.images.cam1" not in mix.meta.features  # only the bimanual robot has it: left out
+
+    for g in range(len(mix)):
+        k, i = mix.locate(g)
+        same_item(mix[g], padded_item(nats[k][i], mix.renames[k], mix.keep, k, sizes), f"{backend}[{g}]")
+
+    source = mix.batch_source(SamplingPlan(batch_size=8, seed=5, num_workers=2))
+    seen = set()
+    for b, batch in enumerate(source.batches(0)):
+        which, rows = batch["dataset_index"].tolist(), batch["index"].tolist()
+        theirs = torch.utils.data.default_collate(
+            [padded_item(nats[k][i], mix.renames[k], mix.keep, k, sizes) for k, i in zip(which, rows)]
+        )
+        same_batch(batch, theirs, f"{backend} batch {b}")
+        seen.update(which)
+    assert seen == {0, 1, 2}
+
+    # negative controls: the check catches a mask marking padding as real, a wrong pad value, another camera
+    g = mix.offsets[0]  # an item of the 7-dof arm (padded)
+    k, i = mix.locate(g)
+    for wrong in ({"mask_real": True}, {"pad_value": 1.0}):
+        with pytest.raises(AssertionError):
+            same_item(mix[g], padded_item(nats[k][i], mix.renames[k], mix.keep, k, sizes, **wrong), "control")
+    j = mix.offsets[1]
+    swapped = dict(nats[1][0])
+    swapped["observation.images.cam0"] = swapped["observation.images.cam1"]
+    with pytest.raises(AssertionError):
+        same_item(mix[j], padded_item(swapped, mix.renames[1], mix.keep, 1, sizes), "camera control")
+
+
+@pytest.mark.fast
+def test_padded_statistics_and_the_mapping_checked_from_metadata(lerobot_robots):
+    """Statistics of a padded vector: entries 0..5 aggregated over all three robots, 6 over the 7- and 14-dof ones,
+    7..13 the bimanual robot's own; padded entries of each component never enter them. A declared ``pad`` size;
+    the refusals, each one line from ``meta/`` naming the flag, the component and the key."""
+    from lerobot.datasets.compute_stats import aggregate_stats
+
+    from robo_loaders_plugin.lerobot.mixture_meta import mixture_stats, renamed_stats
+    from robo_loaders_plugin.mixtures.padding import PAD_STATS
+
+    ds = lerobot_robots
+    spec = robots_spec(ds)
+    metas = component_metas(spec, None)
+    layout = check_components(spec, metas, None)
+    own = [renamed_stats(m.stats, {}) for m in metas]
+    stats = mixture_stats(own, layout.features, False, layout.padding)
+    for key in VECTORS:
+        got = stats[key]
+
+        def agg(which, lo, hi, stat, key=key):
+            part = [{key: {n: v if n == "count" else v[lo:hi] for n, v in own[c][key].items()}} for c in which]
+            return aggregate_stats(part)[key][stat]
+
+        for stat in ("mean", "std", "min", "max", "q01", "q99"):
+            np.testing.assert_allclose(got[stat][:6], agg([0, 1, 2], 0, 6, stat), rtol=1e-6, err_msg=stat)
+            np.testing.assert_allclose(got[stat][6:7], agg([0, 1], 6, 7, stat), rtol=1e-6, err_msg=stat)
+            np.testing.assert_allclose(got[stat][7:14], agg([1], 7, 14, stat), rtol=1e-6, err_msg=stat)
+        assert int(got["count"][0]) == sum(int(s[key]["count"][0]) for s in own)
+        # negative control: aggregating the components padded with zeros (their padding counted as data) differs
+        zero = [{key: {n: v if n == "count" else np.pad(v, (0, 14 - len(v))) for n, v in s[key].items()}} for s in own]
+        assert not np.allclose(aggregate_stats(zero)[key]["mean"], got["mean"])
+
+    declared = robots_spec(ds, pad={"action": 32})
+    layout = check_components(declared, metas, None)
+    assert layout.padding.sizes == {"action": 32, "observation.state": 14}
+    stats = mixture_stats(own, layout.features, False, layout.padding)["action"]
+    for stat, value in PAD_STATS.items():
+        assert (stats[stat][14:] == np.asarray(value, dtype=stats[stat].dtype)).all(), stat
+    assert layout.features["action"]["shape"] == (32,) and layout.features["action"]["names"][-1] == "pad31"
+
+    flag = r"^--dataset\.mixture: "
+    refusals = [
+        (robots_spec(ds, pad={"action": 10}), flag + r"pad: 'action' is declared 10 wide but component 1 "
+         r"\(robots/bimanual14\)'s is 14; declare at least 14"),
+        (robots_spec(ds, pad={"observation.images.cam0": 32}), flag + r"pad: 'observation.images.cam0' is not a 1-d "
+         "feature every component serves"),
+        (robots_spec(ds, arm6={"drop": ["observation.state.extra"]}), flag + r"component 2 \(robots/arm6\) drops "
+         r"'observation.state.extra', which it does not have"),
+        (robots_spec(ds, arm6={"rename": {"action": "observation.state"}}), flag + r"component 2 \(robots/arm6\) "
+         r"renames 'action' onto 'observation.state', which it already has"),
+    ]  # fmt: skip
+    for bad, match in refusals:
+        with pytest.raises(MixtureError, match=match):
+            check_components(bad, metas, None)
+    with pytest.raises(MixtureError, match=flag + r"component 0 \(robots/arm7\): both renames and drops"):
+        robots_spec(ds, arm7={"drop": ["action"], "rename": {"action": "x"}})
+
+
+@pytest.mark.fast
+def test_a_dropped_key_leaves_the_item_and_its_name_may_be_reused(lerobot_robots):
+    """``drop`` leaves a component's key out before the mixture's keys are decided: the arm's state dropped and
+    its action renamed onto ``observation.state`` serves its action there. Control: without the drop, the rename
+    onto a key it has is refused."""
+    ds = lerobot_robots
+    names = ("arm7", "arm6")
+    spec = robots_spec(ds, names, arm6={"drop": ["observation.state"], "rename": {"action": "observation.state"}})
+    nats = robot_natives(ds, names, preset="none")
+    mix = build_mixture(spec, nats, choose("native"), seed=1)
+    assert "action" not in mix.meta.features  # arm6 serves no action any more: not common
+    item = mix[mix.offsets[1]]
+    assert torch.equal(item["observation.state"][:6], nats[1][0]["action"])
+    assert item["observation.state_dim_mask"].tolist() == [True] * 6 + [False]
+    with pytest.raises(MixtureError, match="which it already has"):
+        check_components(
+            robots_spec(ds, names, arm6={"rename": {"action": "observation.state"}}),
+            component_metas(spec, None),
+            None,
+        )
+
+
+CAM1 = "observation.images.cam1"  # only the bimanual robot has it
+
+
+def filled_item(item, k, cameras=(CAM1,), lacking=((CAM1,), (), (CAM1,)), like=None):
+    """What the docs say an item with ``"missing_cameras": "zeros"`` is: each such camera and its ``_is_pad`` last
+    (the component's own, or zeros of ``like``'s shape and an all-True ``_is_pad``), then its ``_is_missing``."""
+    out = {key: v for key, v in item.items() if key != "dataset_index"}
+    for camera in cameras:
+        for key in (camera, f"{camera}_is_pad"):
+            v = out.pop(key, None)
+            if camera in lacking[k]:
+                v = torch.ones_like(like[key]) if like[key].dtype == torch.bool else torch.zeros_like(like[key])
+            out[key] = v
+        out[f"{camera}_is_missing"] = torch.tensor(camera in lacking[k])
+    out["dataset_index"] = item["dataset_index"]
+    return out
+
+
+@pytest.mark.parametrize("backend,options", BACKENDS, ids=[b for b, _ in BACKENDS])
+def test_a_camera_a_robot_lacks_is_zeros_with_a_flag(lerobot_robots, backend, options):
+    """``"missing_cameras": "zeros"``: the bimanual robot's second camera is served for every robot, zeros (and an
+    all-True ``_is_pad``) with ``observation.images.cam1_is_missing`` True for the arms, its own frames and False for
+    it; every item and a batch equal the components' items completed so. Controls: the default ("drop") leaves it
+    out; an arm's item expected with the bimanual robot's frames, or its flag False, is caught."""
+    ds = lerobot_robots
+    nats = robot_natives(ds)
+    mix = build_mixture(robots_spec(ds, missing_cameras="zeros"), nats, choose(backend, **options), seed=3)
+    sizes = {"action": 14, "observation.state": 14}
+    assert CAM1 in mix.meta.features and mix.cameras == [CAM1]
+    like = nats[1][0]
+    for g in range(len(mix)):
+        k, i = mix.locate(g)
+        want = filled_item(padded_item(nats[k][i], mix.renames[k], mix.keep, k, sizes), k, like=like)
+        same_item(mix[g], want, f"{backend}[{g}]")
+    idx = np.random.default_rng(1).permutation(len(mix))[:16].tolist()
+    batch = mix.collate(idx)
+    theirs = torch.utils.data.default_collate(
+        [
+            filled_item(padded_item(nats[k][i], mix.renames[k], mix.keep, k, sizes), k, like=like)
+            for k, i in map(mix.locate, idx)
+        ]
+    )
+    same_batch(batch, theirs, f"{backend} batch")
+
+    arm = padded_item(nats[0][0], mix.renames[0], mix.keep, 0, sizes)
+    with pytest.raises(AssertionError, match="values differ"):  # the bimanual robot's frames served for the arm
+        same_item(mix[0], filled_item(arm, 0, like=like) | {CAM1: like[CAM1]}, "control")
+    with pytest.raises(AssertionError, match="_is_missing: values differ"):  # the arm's camera flagged as real
+        wrong = filled_item(arm, 0, like=like)
+        wrong[f"{CAM1}_is_missing"] = torch.tensor(False)
+        same_item(mix[0], wrong, "control")
+    if backend == "native":
+        dropped = build_mixture(robots_spec(ds), nats, choose(backend, **options), seed=3)
+        assert CAM1 not in dropped.meta.features and CAM1 not in dropped[0]
+
+
+@pytest.mark.fast
+def test_each_checkpoint_saves_the_robots_own_statistics(lerobot_robots, tmp_path):
+    """lerobot-train's ``save_checkpoint``, patched (``compat.patch_train_script``), writes the trained mixture's
+    ``meta.component_stats`` into ``pretrained_model/component_stats.json``: each robot's own statistics (its sizes),
+    equal to its ``meta/stats.json``, and the padded sizes. Control: a run without ``--dataset.mixture`` writes none."""
+    import json
+    import types
+    from types import SimpleNamespace
+
+    from lerobot.datasets.dataset_metadata import LeRobotDatasetMetadata
+
+    from robo_loaders_plugin.lerobot import compat
+    from robo_loaders_plugin.lerobot import mixture as mixture_module
+
+    ds = lerobot_robots
+    mix = build_mixture(robots_spec(ds), robot_natives(ds, preset="none"), choose("native"), seed=1)
+    script = types.ModuleType("script")
+    written = []
+    script.save_checkpoint = lambda checkpoint_dir, step, cfg, *rest, **kw: written.append(step)
+    compat.patch_train_script(script, lambda d: d, lambda argv: argv, mixture_module.save_component_stats)
+    mixture_module.TRAINED[:] = [mix]
+    try:
+        script.save_checkpoint(tmp_path / "000002", 2, SimpleNamespace(dataset=SimpleNamespace(mixture="mix.json")))
+        script.save_checkpoint(tmp_path / "one", 2, cfg=SimpleNamespace(dataset=SimpleNamespace(mixture=None)))
+    finally:
+        mixture_module.TRAINED[:] = []
+    assert written == [2, 2]  # LeRobot's own save ran both times
+    saved = json.loads((tmp_path / "000002" / "pretrained_model" / "component_stats.json").read_text())
+    assert saved["padding"] == {"observation.state": 14, "action": 14}
+    for c, name, width in zip(saved["components"], ROBOTS, (7, 14, 6)):
+        assert c["repo_id"] == ds[name][0] and c["root"] == ds[name][1]
+        own = LeRobotDatasetMetadata(ds[name][0], root=ds[name][1]).stats
+        assert set(c["stats"]) == set(own) and len(c["stats"]["action"]["mean"]) == width
+        for key, stats in own.items():
+            for stat, value in stats.items():
+                np.testing.assert_allclose(c["stats"][key][stat], value, err_msg=f"{name} {key} {stat}")
+    assert not (tmp_path / "one").exists()  # control: no mixture, no file

@@ -1,0 +1,230 @@
+"""robomimic mixtures of different robots (``train.data_mixture``): a 7-dof arm, a 14-dof bimanual robot (two
+end effectors: ``robot0_eef_pos`` 6 wide) and a 6-dof arm. Every served sample is its file's own
+``SequenceDataset`` sample with ``actions`` and the low-dim observations padded with zeros to the mixture's size and
+``<key>_dim_mask`` at the top level marking the real entries, on every backend; the mapping's refusals come from the
+files' metadata before any data is read."""
+
+import shutil
+
+import h5py
+import numpy as np
+import pytest
+import torch
+from robomimic_helpers import RGB, make_config, obs_keys
+from test_robomimic_mixture import BACKENDS, LOSSY, LOW_DIM, WHERE, _write, resized
+
+from robo_loaders_plugin.mixtures.dataset import DATASET_INDEX
+from robo_loaders_plugin.mixtures.spec import MixtureError
+from robo_loaders_plugin.robomimic import dataset_factory
+from robo_loaders_plugin.testing import assert_same
+
+SIZES = {"actions": 14, "robot0_eef_pos": 6}  # the mixture's: the bimanual robot's
+OWN = [{"actions": 7, "robot0_eef_pos": 3}, {"actions": 14, "robot0_eef_pos": 6}, {"actions": 6, "robot0_eef_pos": 3}]
+
+
+@pytest.fixture(scope="module")
+def robots(tmp_path_factory):
+    """arm7 (the writer's 7-wide actions, 3 demos), bimanual14 (2 demos), arm6 (2 demos)."""
+    d = tmp_path_factory.mktemp("robots")
+    arm7 = _write(str(d / "arm7.hdf5"), 41, 3)
+    bimanual = resized(_write(str(d / "bi.hdf5"), 42, 2), d / "bimanual14.hdf5", {"actions": 14, "robot0_eef_pos": 6})
+    arm6 = resized(_write(str(d / "a6.hdf5"), 43, 2), d / "arm6.hdf5", {"actions": 6})
+    return arm7, bimanual, arm6
+
+
+def robots_config(robots, backend=None, **mixture):
+    cfg = make_config(robots[0], low_dim=LOW_DIM, backend=backend, seq_length=3, hdf5_cache_mode="low_dim",
+                      hdf5_load_next_obs=True)  # fmt: skip
+    with cfg.values_unlocked():
+        cfg.train.data_mixture = {"components": [{"path": p, "weight": 1.0} for p in robots], **mixture}
+    return cfg
+
+
+def padded(sample, k, sizes=SIZES, pad_value=0.0, mask_real=False):
+    """What the docs say a padded sample is, written out here: the component's ``SequenceDataset`` sample with
+    ``actions`` and each padded obs key (``obs``, ``next_obs``) filled with zeros up to the mixture's size, then
+    ``<key>_dim_mask`` at the top level (True: the component's own entries), then ``dataset_index``.
+    ``pad_value``/``mask_real`` build wrong expectations for the negative controls."""
+
+    def pad(v, size):
+        return np.concatenate([v, np.full((*v.shape[:-1], size - v.shape[-1]), pad_value, v.dtype)], -1)
+
+    out = dict(sample)
+    out["actions"] = pad(sample["actions"], sizes["actions"])
+    for group in ("obs", "next_obs"):
+        out[group] = {key: pad(v, sizes[key]) if key in sizes else v for key, v in sample[group].items()}
+    for key, size in sizes.items():
+        out[f"{key}_dim_mask"] = np.arange(size) < (size if mask_real else OWN[k][key])
+    out[DATASET_INDEX] = np.int64(k)
+    return out
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_every_sample_is_its_robots_sample_padded_and_masked(robots, backend):
+    """Every sample and a batch across the three robots equal the files' own ``SequenceDataset`` samples padded as
+    documented. Negative controls on the same samples: a mask marking padding real, padding of 1, and the
+    bimanual robot's wrist camera served as its agentview are each caught by the same comparison."""
+    cfg = robots_config(robots, backend if backend != "native" else None)
+    mix = dataset_factory(cfg, obs_keys(cfg))
+    assert dict(mix.padding.sizes) == SIZES and [dict(o) for o in mix.padding.own] == OWN
+    refs = []
+    for path in robots:
+        one = make_config(path, low_dim=LOW_DIM, seq_length=3, hdf5_cache_mode="low_dim", hdf5_load_next_obs=True)
+        refs.append(dataset_factory(one, obs_keys(one)))
+    min_psnr = LOSSY.get(backend)
+    for i in range(len(mix)):
+        k, local = mix.locate(i)
+        assert_same(mix[i], padded(refs[k][local], k), f"{backend} mixture sample {i}", min_psnr)
+    idx = np.random.default_rng(0).permutation(len(mix))[:24].tolist()
+    batch = mix.collate(idx)
+    want = torch.utils.data.default_collate([padded(refs[k][j], k) for k, j in map(mix.locate, idx)])
+    assert_same({key: _cpu(v) for key, v in batch.items()}, want, f"{backend} mixed batch", min_psnr)
+    assert batch["actions_dim_mask"].dtype == torch.bool and batch["actions_dim_mask"].shape == (24, 14)
+
+    k, local = mix.locate(0)  # the 7-dof arm: padded
+    for wrong in ({"mask_real": True}, {"pad_value": 1.0}):
+        with pytest.raises(AssertionError):
+            assert_same(mix[0], padded(refs[k][local], k, **wrong), "control")
+    g = mix.offsets[1]
+    swapped = dict(refs[1][0])
+    swapped["obs"] = {**swapped["obs"], "agentview_image": swapped["obs"]["robot0_eye_in_hand_image"]}
+    with pytest.raises(AssertionError):
+        assert_same(mix[g], padded(swapped, 1), "camera control", min_psnr)
+
+
+def _cpu(v):
+    return {k: _cpu(x) for k, x in v.items()} if isinstance(v, dict) else v.cpu()
+
+
+@pytest.mark.fast
+def test_a_declared_size_and_the_refusals_from_metadata(robots, tmp_path):
+    """``"pad": {"actions": 32}`` pads every component's actions to 32 (the observations still to the largest);
+    refusals name the setting, the component and the key, before any data is read."""
+    cfg = robots_config(robots, pad={"actions": 32})
+    mix = dataset_factory(cfg, obs_keys(cfg))
+    assert dict(mix.padding.sizes) == {"actions": 32, "robot0_eef_pos": 6}
+    item = mix[mix.offsets[1]]
+    assert item["actions"].shape == (3, 32) and not item["actions"][:, 14:].any()
+    assert item["actions_dim_mask"].tolist() == [True] * 14 + [False] * 18
+
+    def refused(match, **mixture):
+        cfg = robots_config(robots, **mixture)
+        with pytest.raises(MixtureError, match=match):
+            dataset_factory(cfg, obs_keys(cfg))
+
+    refused(rf"^{WHERE}: pad: 'actions' is declared 10 wide but component 1 \(.*bimanual14.hdf5\)'s is 14; declare "
+            "at least 14", pad={"actions": 10})  # fmt: skip
+    refused(rf"^{WHERE}: pad: 'agentview_image' is not a 1-d key every component serves", pad={"agentview_image": 9})
+    # another dtype is still refused, vectors or not
+    f32 = tmp_path / "arm6_f32.hdf5"
+    shutil.copy(robots[2], f32)
+    with h5py.File(f32, "r+") as f:
+        for demo in f["data"]:
+            values = f[f"data/{demo}/obs/robot0_eef_pos"][()]
+            del f[f"data/{demo}/obs/robot0_eef_pos"]
+            f[f"data/{demo}/obs/robot0_eef_pos"] = values.astype(np.float32)
+    cfg = robots_config(robots)
+    with cfg.values_unlocked():
+        cfg.train.data_mixture = {"components": [{"path": robots[0], "weight": 1}, {"path": str(f32), "weight": 1}]}
+    with pytest.raises(MixtureError, match=rf"^{WHERE}: component 1 .*obs/robot0_eef_pos is \(3,\) float32 but"):
+        dataset_factory(cfg, obs_keys(cfg))
+    # robomimic reads only the obs keys its config names: a component has nothing to drop
+    refused(rf"^{WHERE}: component 0 \(.*\): unknown key\(s\) \['drop'\]",
+            components=[{"path": robots[0], "weight": 1, "drop": ["object"]}])  # fmt: skip
+
+
+WRIST = "robot0_eye_in_hand_image"
+
+
+@pytest.fixture(scope="module")
+def one_camera(robots, tmp_path_factory):
+    """arm6 without its wrist camera (obs and next_obs)."""
+    path = str(tmp_path_factory.mktemp("one_camera") / "arm6_agentview_only.hdf5")
+    shutil.copy(robots[2], path)
+    with h5py.File(path, "r+") as f:
+        for demo in f["data"]:
+            for group in ("obs", "next_obs"):
+                del f[f"data/{demo}/{group}/{WRIST}"]
+    return path
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_camera_a_robot_lacks_is_zeros_with_a_flag(robots, one_camera, backend):
+    """``"missing_cameras": "zeros"``: the arm without a wrist camera serves zeros of the others' wrist frames'
+    shape and dtype under ``obs``/``next_obs`` with ``robot0_eye_in_hand_image_is_missing`` True (the others: their
+    own frames, False), every sample and a batch equal to the file's own ``SequenceDataset`` sample completed so.
+    Controls: without it the mixture is refused naming the component and the key; the bimanual robot's wrist frames
+    expected for the arm, or its flag False, are caught."""
+    parts = (robots[0], robots[1], one_camera)
+    cfg = robots_config(parts, backend if backend != "native" else None, missing_cameras="zeros")
+    mix = dataset_factory(cfg, obs_keys(cfg))
+    assert mix.cameras == [WRIST] and mix.templates[0] == {} and mix.templates[1] == {}
+    refs = []
+    for path, rgb in zip(parts, (RGB, RGB, RGB[:1])):
+        one = make_config(path, rgb=rgb, low_dim=LOW_DIM, seq_length=3, hdf5_cache_mode="low_dim",
+                          hdf5_load_next_obs=True)  # fmt: skip
+        refs.append(dataset_factory(one, obs_keys(one)))
+    like = refs[1][0]
+
+    def expected(sample, k, frames=None, missing=None):
+        out = padded(sample, k)
+        index = out.pop(DATASET_INDEX)
+        lacking = k == 2
+        for group in ("obs", "next_obs"):
+            if lacking:
+                out[group] = {**out[group], WRIST: np.zeros_like(like[group][WRIST]) if frames is None else frames}
+        out[f"{WRIST}_is_missing"] = np.bool_(lacking if missing is None else missing)
+        out[DATASET_INDEX] = index
+        return out
+
+    min_psnr = LOSSY.get(backend)
+    for i in range(len(mix)):
+        k, local = mix.locate(i)
+        assert_same(mix[i], expected(refs[k][local], k), f"{backend} mixture sample {i}", min_psnr)
+    idx = np.random.default_rng(0).permutation(len(mix))[:24].tolist()
+    batch = mix.collate(idx)
+    want = torch.utils.data.default_collate([expected(refs[k][j], k) for k, j in map(mix.locate, idx)])
+    assert_same({key: _cpu(v) for key, v in batch.items()}, want, f"{backend} mixed batch", min_psnr)
+
+    g = mix.offsets[2]
+    with pytest.raises(AssertionError):
+        assert_same(mix[g], expected(refs[2][0], 2, frames=like["obs"][WRIST]), "control")
+    with pytest.raises(AssertionError):
+        assert_same(mix[g], expected(refs[2][0], 2, missing=False), "control")
+    if backend == "native":
+        cfg = robots_config(parts)
+        with pytest.raises(MixtureError, match=rf"^{WHERE}: component 2 \(.*\): has no obs/{WRIST}"):
+            dataset_factory(cfg, obs_keys(cfg))
+
+
+@pytest.mark.fast
+def test_robomimics_shape_metadata_is_the_mixtures_padded_one(robots):
+    """What robomimic's ``train()`` reads from ``train.data`` to build its models (``get_shape_metadata_from_dataset``,
+    after ``get_exp_dir(config)``): the mixture's padded ``ac_dim`` and low-dim shapes. Controls: robomimic's own
+    function reads the first file's 7 and 3 (a model 7 wide against 14-wide actions); without a mixture, or for
+    another file, the shapes are robomimic's."""
+    import robomimic.utils.file_utils as FileUtils
+
+    from robo_loaders_plugin.robomimic import compat, integration, patches
+
+    patches.patch_file_utils(FileUtils)  # idempotent: the start-up hook has usually patched it
+    cfg = robots_config(robots)
+    keys = obs_keys(cfg)
+    integration._RUN_CONFIG[:] = [cfg]
+    try:
+        shape = FileUtils.get_shape_metadata_from_dataset(cfg.train.data, all_obs_keys=keys)
+        assert shape["ac_dim"] == 14 and list(shape["all_shapes"]["robot0_eef_pos"]) == [6]
+        assert list(shape["all_shapes"]["agentview_image"]) == list(
+            compat.ORIGINALS["get_shape_metadata_from_dataset"](cfg.train.data, all_obs_keys=keys)["all_shapes"][
+                "agentview_image"
+            ]
+        )
+        own = compat.ORIGINALS["get_shape_metadata_from_dataset"](cfg.train.data, all_obs_keys=keys)
+        assert own["ac_dim"] == 7 and list(own["all_shapes"]["robot0_eef_pos"]) == [3]  # control: robomimic's own
+        other = FileUtils.get_shape_metadata_from_dataset(robots[1], all_obs_keys=keys)
+        assert other["ac_dim"] == 14 and list(other["all_shapes"]["robot0_eef_pos"]) == [6]  # its own sizes
+        alone = make_config(robots[0], low_dim=LOW_DIM)
+        integration._RUN_CONFIG[:] = [alone]
+        assert FileUtils.get_shape_metadata_from_dataset(alone.train.data, all_obs_keys=keys)["ac_dim"] == 7
+    finally:
+        integration._RUN_CONFIG[:] = []

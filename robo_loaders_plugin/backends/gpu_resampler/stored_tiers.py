@@ -1,0 +1,477 @@
+"""``gpu_resampler``'s tiers kept in the cache directory between runs: built once per source and options, mapped on
+every later start instead of read again from the source.
+
+Why: the tiers are every field of every episode, decoded; building them reads the whole source (a million
+robomimic low-dim steps: 36.6 s on the first run, and 22.5 s again on the second), while mapping what the first run
+wrote costs a checksum pass over it. The entry follows the cache's rules (``storage.cached_dir.build_or_reuse``:
+one entry per source fingerprint and options, written in a temporary directory renamed into place, build and use
+locks, ``robo-loaders cache list/prune/clear``).
+
+Layout of an entry (``MANIFEST`` says which files hold what)::
+
+    tiers.json                 format, lengths, every field's dtype/shape, the raw/compressed boundary, checksums
+    raw/<i>.bin                field i's rows end to end, uncompressed (camera frames: the rows before the boundary)
+    compressed/<i>.blobs       field i's camera frames after the boundary, one Blosc2 blob per frame
+    compressed/<i>.index.npz   their offsets (n+1, int64) and checksums (n, uint64)
+
+How it is checked: the manifest must describe what this run expects (the lengths, the fields, the boundary) and
+every file must have its recorded size; the raw files and the indexes are hashed whole when the entry is reused
+(``storage.integrity.checksum``, xxh3: one pass at several GB/s, paid once per start, where a check per read would tax
+every batch's gather, the hot path); the blobs are checked per frame as the spilled tier always was, when read
+(served from the file: ``spill_reads``) or when loaded into host memory. An entry that fails is built again (one
+log line); a frame damaged after the check is a ``StoreError`` naming the file, the episode and the field.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import warnings
+from collections.abc import Callable, Iterator
+
+import numpy as np
+
+from robo_loaders_plugin.core.log import get_logger
+from robo_loaders_plugin.core.units import format_bytes
+from robo_loaders_plugin.frames.base import FieldInfo
+
+logger = get_logger(__name__)
+
+FORMAT = 1  # the layout below; a change bumps it, and the entries of earlier formats are rebuilt, then retired
+KIND = f"gpu_resampler-tiers-{FORMAT}"  # storage.cached_dir's convention: a trailing -<version> retires older ones
+MANIFEST = "tiers.json"
+CODEC = ("lz4hc", 5)  # the compressed tier's codec (part of the entry's key)
+_HASH_BLOCK = 64 << 20  # bytes hashed per step of a whole-file checksum (a bounded buffer)
+
+
+def file_checksum(path: str) -> int:
+    """A whole file's checksum (``storage.integrity.checksum``'s xxh3, streamed), to check an entry on reuse.
+
+    Args:
+        path: The file.
+
+    Returns:
+        An unsigned 64-bit integer.
+
+    Raises:
+        OSError: the file cannot be read.
+    """
+    import xxhash
+
+    h = xxhash.xxh3_64()
+    with open(path, "rb") as f:
+        while block := f.read(_HASH_BLOCK):
+            h.update(block)
+    return h.intdigest()
+
+
+def _fsync_close(f) -> None:
+    f.flush()
+    os.fsync(f.fileno())
+    f.close()
+
+
+def write_tiers(
+    directory: str,
+    lengths,
+    raw_episodes: int,
+    episodes: Iterator[dict],
+    infos_of: Callable[[dict], dict[str, FieldInfo]],
+    guard=None,
+) -> dict:
+    """Write the tiers of every episode into ``directory`` (a new, empty one), episode by episode as ``episodes``
+    yields them, and the manifest last.
+
+    Args:
+        directory: Where the files go (``build_or_reuse``'s temporary directory).
+        lengths: Steps per episode, in row order.
+        raw_episodes: Episodes ``[0, raw_episodes)`` keep their camera frames uncompressed; the others' frames are
+            compressed (``TierPlan.raw``).
+        episodes: Every episode's ``{field: array}``, in row order.
+        infos_of: The fields' ``FieldInfo`` from the first episode's arrays (which fields are camera frames).
+        guard: A ``core.footprint.DiskGuard`` checked before every episode is written (``None``: no check).
+
+    Returns:
+        The manifest written.
+
+    Raises:
+        ValueError: an episode's field has another shape or dtype than the first episode's.
+        ResourceRefused: the guard's disk would fall below its reserve.
+    """
+    from robo_loaders_plugin.storage.codec import FrameCodec
+    from robo_loaders_plugin.storage.integrity import checksum
+
+    lengths = np.asarray(lengths, dtype=np.int64)
+    codec = FrameCodec(*CODEC)
+    os.makedirs(os.path.join(directory, "raw"))
+    os.makedirs(os.path.join(directory, "compressed"))
+    infos: dict[str, FieldInfo] | None = None
+    raw_files: dict[str, object] = {}
+    blob_files: dict[str, object] = {}
+    offsets: dict[str, list] = {}
+    sums: dict[str, list] = {}
+    written = 0
+    for ep, arrays in enumerate(episodes):
+        if infos is None:
+            infos = dict(infos_of(arrays))
+            for i, (k, info) in enumerate(infos.items()):
+                raw_files[k] = open(os.path.join(directory, "raw", f"{i}.bin"), "wb")  # noqa: SIM115 - closed below
+                if info.frames:
+                    blob_files[k] = open(os.path.join(directory, "compressed", f"{i}.blobs"), "wb")  # noqa: SIM115
+                    offsets[k], sums[k] = [np.zeros(1, np.int64)], []
+        n = int(lengths[ep])
+        size = sum(n * int(np.prod(v.shape, dtype=np.int64)) * np.dtype(v.dtype).itemsize for v in infos.values())
+        if guard is not None:
+            guard.check(size, written)  # an upper bound: compressed frames take less
+        for k, info in infos.items():
+            a = np.ascontiguousarray(arrays[k])
+            if a.shape != (n,) + tuple(info.shape) or a.dtype != info.dtype:
+                raise ValueError(
+                    f"episode {ep}: field {k!r} is {a.dtype}{a.shape}, expected {info.dtype}{(n,) + tuple(info.shape)}"
+                )
+            if info.frames and ep >= raw_episodes:
+                blobs = [codec.compress(f) for f in a]
+                lens = np.fromiter(map(len, blobs), dtype=np.int64, count=len(blobs))
+                offsets[k].append(offsets[k][-1][-1] + np.cumsum(lens))
+                sums[k].append(np.fromiter(map(checksum, blobs), dtype=np.uint64, count=len(blobs)))
+                blob_files[k].write(b"".join(blobs))  # type: ignore[attr-defined]
+                written += int(lens.sum())
+            else:
+                raw_files[k].write(memoryview(a).cast("B"))  # type: ignore[attr-defined]
+                written += a.nbytes
+    if infos is None:
+        raise ValueError("no episode to write")
+    fields = []
+    for i, (k, info) in enumerate(infos.items()):
+        _fsync_close(raw_files[k])
+        raw_path = os.path.join(directory, "raw", f"{i}.bin")
+        entry = {
+            "name": k,
+            "dtype": np.dtype(info.dtype).str,
+            "shape": list(info.shape),
+            "frames": bool(info.frames),
+            "raw_bytes": os.path.getsize(raw_path),
+            "raw_sum": file_checksum(raw_path),
+        }
+        if info.frames:
+            _fsync_close(blob_files[k])
+            index_path = os.path.join(directory, "compressed", f"{i}.index.npz")
+            with open(index_path, "wb") as f:
+                np.savez(
+                    f,
+                    offsets=np.concatenate(offsets[k]).astype(np.int64),
+                    sums=np.concatenate(sums[k]) if sums[k] else np.zeros(0, np.uint64),
+                )
+                f.flush()
+                os.fsync(f.fileno())
+            entry["blob_bytes"] = os.path.getsize(os.path.join(directory, "compressed", f"{i}.blobs"))
+            entry["index_sum"] = file_checksum(index_path)
+        fields.append(entry)
+    manifest = {
+        "format": FORMAT,
+        "lengths": lengths.tolist(),
+        "raw_episodes": int(raw_episodes),
+        "codec": list(CODEC),
+        "fields": fields,
+    }
+    with open(os.path.join(directory, MANIFEST), "w") as out:
+        json.dump(manifest, out)
+        out.flush()
+        os.fsync(out.fileno())
+    return manifest
+
+
+def read_manifest(directory: str) -> dict | None:
+    """An entry's manifest, or ``None`` when it is missing, unreadable or of another format.
+
+    Args:
+        directory: The entry.
+
+    Returns:
+        The manifest's dict.
+    """
+    try:
+        with open(os.path.join(directory, MANIFEST)) as f:
+            manifest = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return manifest if isinstance(manifest, dict) and manifest.get("format") == FORMAT else None
+
+
+def problem(directory: str, lengths, blobs_checked: bool) -> str:
+    """What is wrong with an entry, or ``""``: the manifest must describe these lengths, every file must have its
+    recorded size, and the raw files and indexes their recorded checksums (and the blobs, when ``blobs_checked``,
+    every frame its own). The raw/compressed boundary is the entry's own (``raw_episodes``: it followed the free
+    memory of the run that built it, so it is no part of the key; :func:`stored_tiers` decides whether it fits).
+
+    Args:
+        directory: The entry.
+        lengths: Steps per episode this run expects.
+        blobs_checked: Check every compressed frame now (the blobs will be loaded into host memory, where nothing
+            checks them again); otherwise they are checked when read.
+
+    Returns:
+        The problem in words (``""``: none).
+    """
+    manifest = read_manifest(directory)
+    if manifest is None:
+        return f"{MANIFEST} is missing, unreadable or of another format"
+    try:
+        if manifest["lengths"] != [int(n) for n in lengths]:
+            return "it holds other episode lengths than the source's"
+        if manifest["codec"] != list(CODEC):
+            return "it was written with another codec"
+        raw_episodes = int(manifest["raw_episodes"])
+        if not 0 <= raw_episodes <= len(lengths):
+            return f"its raw/compressed boundary ({raw_episodes}) is outside its {len(lengths)} episodes"
+        total = int(np.sum(lengths, dtype=np.int64))
+        raw_rows = int(np.sum(np.asarray(lengths, dtype=np.int64)[:raw_episodes]))
+        for i, f in enumerate(manifest["fields"]):
+            step = int(np.prod(f["shape"], dtype=np.int64)) * np.dtype(f["dtype"]).itemsize
+            rows = raw_rows if f["frames"] else total
+            raw_path = os.path.join(directory, "raw", f"{i}.bin")
+            if os.path.getsize(raw_path) != rows * step or f["raw_bytes"] != rows * step:
+                return f"raw/{i}.bin ({f['name']}) has another size than {rows} rows of {step} bytes"
+            if file_checksum(raw_path) != f["raw_sum"]:
+                return f"raw/{i}.bin ({f['name']}) does not match its checksum"
+            if not f["frames"]:
+                continue
+            index_path = os.path.join(directory, "compressed", f"{i}.index.npz")
+            if file_checksum(index_path) != f["index_sum"]:
+                return f"compressed/{i}.index.npz ({f['name']}) does not match its checksum"
+            blobs_path = os.path.join(directory, "compressed", f"{i}.blobs")
+            if os.path.getsize(blobs_path) != f["blob_bytes"]:
+                return f"compressed/{i}.blobs ({f['name']}) has another size than written"
+            if blobs_checked:
+                bad = _bad_blob(blobs_path, index_path)
+                if bad is not None:
+                    return f"compressed/{i}.blobs ({f['name']}): frame {bad} does not match its checksum"
+    except (OSError, KeyError, TypeError, ValueError) as exc:
+        return f"it cannot be read ({exc})"
+    return ""
+
+
+def _bad_blob(blobs_path: str, index_path: str) -> int | None:
+    """The first compressed frame of a file that does not match its checksum (``None``: all do)."""
+    from robo_loaders_plugin.storage.integrity import checksum
+
+    offsets, sums = _index(index_path)
+    data = np.fromfile(blobs_path, dtype=np.uint8)
+    for j in range(len(sums)):
+        if checksum(data[offsets[j] : offsets[j + 1]]) != int(sums[j]):
+            return j
+    return None
+
+
+def _index(index_path: str) -> tuple[np.ndarray, np.ndarray]:
+    with np.load(index_path) as z:
+        return z["offsets"], z["sums"]
+
+
+def discard(directory: str) -> None:
+    """Mark an entry found damaged while serving for rebuilding: its manifest goes, so the next start's check fails
+    and builds it again (the run reading it keeps its open files).
+
+    Args:
+        directory: The entry.
+    """
+    with contextlib.suppress(OSError):  # gone already, or not ours to remove: the next check reads the damage again
+        os.unlink(os.path.join(directory, MANIFEST))
+
+
+def mapped_fields(directory: str) -> tuple[dict[str, FieldInfo], dict[str, np.ndarray]]:
+    """The fields of a checked entry and their raw rows, mapped read-only (``np.memmap``: pages come from the page
+    cache as the gathers touch them; nothing is copied).
+
+    Args:
+        directory: The entry (checked by :func:`problem`).
+
+    Returns:
+        ``(infos, raw)``: every field's ``FieldInfo`` in the entry's order, and ``{field: rows}`` (camera frames:
+        the rows before the boundary).
+    """
+    manifest = read_manifest(directory)
+    assert manifest is not None  # checked before
+    infos, raw = {}, {}
+    for i, f in enumerate(manifest["fields"]):
+        dtype, shape = np.dtype(f["dtype"]), tuple(f["shape"])
+        infos[f["name"]] = FieldInfo(dtype, shape, bool(f["frames"]))
+        step = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        rows = f["raw_bytes"] // step if step else 0
+        path = os.path.join(directory, "raw", f"{i}.bin")
+        raw[f["name"]] = (
+            np.memmap(path, dtype=dtype, mode="r", shape=(rows,) + shape) if rows else np.zeros((0,) + shape, dtype)
+        )
+    return infos, raw
+
+
+def compressed_index(directory: str, field: str) -> tuple[str, np.ndarray, np.ndarray]:
+    """Where a field's compressed frames of a checked entry are: the blobs' file, their offsets and checksums.
+
+    Args:
+        directory: The entry (checked by :func:`problem`).
+        field: The camera field.
+
+    Returns:
+        ``(path, offsets, sums)``: the file, ``n + 1`` int64 offsets, ``n`` uint64 checksums
+        (``storage.integrity.checksum``).
+    """
+    manifest = read_manifest(directory)
+    assert manifest is not None  # checked before
+    i = next(j for j, f in enumerate(manifest["fields"]) if f["name"] == field)
+    offsets, sums = _index(os.path.join(directory, "compressed", f"{i}.index.npz"))
+    return os.path.join(directory, "compressed", f"{i}.blobs"), offsets, sums
+
+
+def stored_tiers(
+    *,
+    key: dict,
+    source,
+    size,
+    plan,
+    episodes: Callable[[], Iterator[dict]],
+    infos_of: Callable[[dict], dict[str, FieldInfo]],
+    options,
+    where: str,
+    host_limit: int | None = None,
+):
+    """The entry holding the tiers of ``source`` with ``key``'s options: reused when it is intact, made from the
+    source as it is now and its tiers fit this run's host budget, else built from ``episodes()`` under ``plan``
+    (checked against the disk first).
+
+    The raw/compressed boundary is no part of the key: it follows the free memory of the run that builds the entry,
+    and a key holding it made a new entry of every dataset's size at each run (or rank) that read another free
+    memory. A reused entry keeps its own boundary; when it differs from ``plan``'s it is mapped as it is if its raw
+    rows fit ``host_limit`` (one INFO line says so), else it is built again under ``plan`` (one WARNING line).
+
+    Args:
+        key: The source's path and every option the fields' values depend on.
+        source: The source (``fingerprint(recorded=None)``: ``RobomimicHdf5``, ``LeRobotV3``).
+        size: The dataset's ``core.data_size.DataSize`` in row order (its lengths; the disk estimate).
+        plan: This run's ``footprint.TierPlan`` (the boundary a build uses).
+        episodes: Yields every episode's ``{field: array}`` in row order (called only to build).
+        infos_of: The fields' ``FieldInfo`` from the first episode's arrays.
+        options: The backend's options (``cache_dir``).
+        where: How the user sets options, for messages (``train.data_backend_kwargs``).
+        host_limit: Host bytes the tiers may take (``plan_tiers_checked``'s; ``None``: unlimited).
+
+    Returns:
+        ``(directory, hold, reused, plan)``: as ``build_or_reuse`` returns the first three, and the plan of the
+        entry's tiers (``plan`` with the entry's boundary and compressed size).
+
+    Raises:
+        ResourceRefused: the disk cannot hold the tiers (before anything is written) or fills while writing.
+        CacheError: the cache root cannot be created, or another process's build did not finish in time.
+    """
+    from robo_loaders_plugin.core.footprint import DiskGuard, ResourceRefused, disk_reserve
+    from robo_loaders_plugin.storage.cached_dir import build_or_reuse
+
+    lengths = np.asarray(size.lengths, dtype=np.int64)
+    full_key = {**key, "codec": list(CODEC), "format": FORMAT}
+    blobs_checked = plan.spill_dir is None
+
+    def build(directory: str) -> None:
+        import shutil
+
+        estimate = estimate_bytes(size, plan)
+        free = shutil.disk_usage(directory).free
+        reserve = disk_reserve(directory)
+        if free - estimate < reserve:
+            raise ResourceRefused(
+                f"backend 'gpu_resampler' keeps its tiers in {where}.cache_dir ({directory}): they need about "
+                f"{format_bytes(estimate)}, the disk has {format_bytes(free)} free and robo-loaders leaves "
+                f"{format_bytes(reserve)} free for the rest of the machine; free space or set {where}.cache_dir to "
+                "a directory on a larger disk (nothing was written)",
+                [("disk", estimate, max(0, free - reserve))],
+            )
+        guard = DiskGuard(directory, f"gpu_resampler's tiers in {directory} ({where}.cache_dir)", estimate)
+        write_tiers(directory, lengths, plan.raw, episodes(), infos_of, guard)
+
+    def check(directory: str) -> bool:
+        why = problem(directory, lengths, blobs_checked) or _too_large(directory, plan, host_limit, where)
+        if why:
+            logger.warning(f"gpu_resampler: the tiers kept in {directory} are not used: {why}; building them again")
+        return not why
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        directory, hold, reused = build_or_reuse(
+            kind=KIND,
+            source=source,
+            key=full_key,
+            build=build,
+            cache_dir=getattr(options, "cache_dir", None),
+            check=check,
+            description="gpu_resampler tiers",
+            option_prefix=where,
+            recheck=True,  # raw rows are served from the map unchecked: the start's checksums are their only check
+        )
+    kept = entry_plan(directory, plan)
+    if kept.raw != plan.raw:
+        u = plan.unit
+        logger.info(
+            f"gpu_resampler: the tiers kept in {directory} hold {u}s 0-{kept.raw - 1} uncompressed (built under "
+            f"another run's memory budget; this run's would hold {u}s 0-{plan.raw - 1}): mapped as they are, "
+            "the same samples within this run's budget"
+        )
+    return directory, hold, reused, kept
+
+
+def entry_plan(directory: str, plan):
+    """``plan`` with a checked entry's raw/compressed boundary and compressed size (the GPU tier no larger than the
+    entry's raw rows, which it is copied from).
+
+    Args:
+        directory: The entry (checked by :func:`problem`).
+        plan: This run's ``footprint.TierPlan``.
+
+    Returns:
+        The ``TierPlan`` of the entry's tiers.
+    """
+    import dataclasses
+
+    manifest = read_manifest(directory)
+    assert manifest is not None  # checked before
+    raw = int(manifest["raw_episodes"])
+    if raw == plan.raw:
+        return plan
+    blobs = sum(int(f.get("blob_bytes", 0)) for f in manifest["fields"])
+    return dataclasses.replace(
+        plan,
+        raw=raw,
+        device=min(plan.device, raw),
+        compressed_bytes=blobs,
+        spill_dir=plan.spill_dir if raw < plan.episodes else None,
+    )
+
+
+def _too_large(directory: str, plan, host_limit: int | None, where: str) -> str:
+    """Why an entry built with another boundary than ``plan``'s does not fit this run (``""``: it fits): its raw
+    rows must fit ``host_limit`` (an entry with this run's own boundary fits by the plan)."""
+    manifest = read_manifest(directory)
+    if manifest is None or host_limit is None or int(manifest["raw_episodes"]) == plan.raw:
+        return ""
+    raw = sum(int(f["raw_bytes"]) for f in manifest["fields"])
+    if raw <= host_limit:
+        return ""
+    return (
+        f"its {plan.unit}s 0-{int(manifest['raw_episodes']) - 1} uncompressed ({format_bytes(raw)}, built under "
+        f"another run's memory budget) exceed this run's host memory for the tiers ({format_bytes(host_limit)}, "
+        f"{where}.max_memory or the free memory)"
+    )
+
+
+def estimate_bytes(size, plan) -> int:
+    """Bytes an entry will take, from metadata: the fields that are not frames and the frames of the raw episodes
+    uncompressed, the compressed tier as the plan estimates it.
+
+    Args:
+        size: The dataset's ``core.data_size.DataSize`` (in row order).
+        plan: The ``footprint.TierPlan``.
+
+    Returns:
+        Bytes.
+    """
+    raw_frames = int(np.sum(size.episode_frame_bytes()[: plan.raw]))
+    return int(size.other_bytes) + raw_frames + int(plan.compressed_bytes)

@@ -1,0 +1,206 @@
+"""A resumed ``lerobot-train`` run (``--resume=true``) continues on the data its checkpoint trained on: the same
+mixture, or the same one dataset, checked before any data is read.
+
+Why: lerobot-train positions its sampler at the checkpoint's step (``training_state/training_step.json``) whatever
+it is given to train on, so a resumed run given another ``--dataset.mixture`` continued the old run's step on other
+data (the mixture's batch after the checkpoint's), neither the saved run nor a fresh start, without a word; so did a
+run trained on one dataset resumed on a mixture, or the reverse. What a checkpoint trained on is recorded beside its
+step, in the same checkpoint: ``pretrained_model/train_config.json``, which lerobot-train writes at every checkpoint
+(``save_checkpoint``) and reads back through ``--config_path``; its ``dataset`` holds the mixture resolved (inline
+JSON with absolute roots, ``mixture_flag.canonical_json``, saved so since mixtures exist) or the one dataset's
+``repo_id``/``root``. The run's dataset flags override that file, so they are compared with it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from robo_loaders_plugin.core.spec import DEFAULT_BACKEND
+from robo_loaders_plugin.lerobot.flags import MIXTURE_FLAG
+
+MAX_LISTED = 4  # differences named in the refusal; the rest are counted
+DATASET_FLAGS = "--dataset.mixture, --dataset.repo_id, --dataset.root or --dataset.episodes"
+
+
+def saved_dataset(checkpoint_path) -> dict | None:
+    """The ``dataset`` section of a checkpoint's ``pretrained_model/train_config.json``.
+
+    Args:
+        checkpoint_path: The checkpoint's directory (lerobot-train's ``cfg.checkpoint_path``).
+
+    Returns:
+        The section as saved (``mixture`` absent in a run saved without the plugin), or ``None`` when the checkpoint
+        has no readable ``train_config.json`` (nothing to compare with).
+    """
+    from lerobot.configs.train import TRAIN_CONFIG_NAME
+    from lerobot.utils.constants import PRETRAINED_MODEL_DIR
+
+    path = os.path.join(str(checkpoint_path), PRETRAINED_MODEL_DIR, TRAIN_CONFIG_NAME)
+    try:
+        with open(path, encoding="utf-8") as f:
+            dataset = json.load(f).get("dataset")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return dataset if isinstance(dataset, dict) else None
+
+
+def _component(entry: dict) -> dict:
+    """A component's fields that decide what it serves, in one form (roots absolute, weights floats)."""
+    root = entry.get("root")
+    if isinstance(root, str) and "://" not in root:
+        root = os.path.normpath(os.path.abspath(os.path.expanduser(root)))
+    weight, episodes = entry.get("weight"), entry.get("episodes")
+    return {
+        "repo_id": entry.get("repo_id"),
+        "root": root,
+        "weight": None if weight is None else float(weight),
+        "episodes": None if episodes is None else [int(e) for e in episodes],
+        "rename": dict(entry.get("rename") or {}),
+        "drop": list(entry.get("drop") or []),
+    }
+
+
+def served_mixture(mixture, backend: str | None, backend_kwargs) -> dict | None:
+    """What decides the data a mixture serves, in a form two runs' can be compared in.
+
+    Args:
+        mixture: ``dataset.mixture`` as saved (canonical inline JSON) or as the run holds it; ``None`` or blank:
+            no mixture.
+        backend: ``dataset.backend`` (a ``target_fps`` in ``backend_kwargs`` counts for a backend other than
+            ``native``, which takes none; those that take one convert rates).
+        backend_kwargs: ``dataset.backend_kwargs``.
+
+    Returns:
+        ``{"components": [...], "weights": ..., "fps": ...}`` (``fps`` ``None``: each component's own rate), a text
+        that is not a readable mixture as ``{"text": ...}``, or ``None`` without a mixture.
+    """
+    if mixture is None or (isinstance(mixture, str) and not mixture.strip()):
+        return None
+    doc = mixture
+    if isinstance(mixture, str):
+        try:
+            doc = json.loads(mixture)
+        except ValueError:
+            return {"text": mixture.strip()}
+    if isinstance(doc, list):
+        doc = {"components": doc}
+    if not isinstance(doc, dict) or not isinstance(doc.get("components"), list):
+        return {"text": str(mixture)}
+    fps = doc.get("target_fps")
+    if fps is None and (backend or DEFAULT_BACKEND) != DEFAULT_BACKEND and isinstance(backend_kwargs, dict):
+        fps = backend_kwargs.get("target_fps")
+    return {
+        "components": [_component(c) if isinstance(c, dict) else {"entry": c} for c in doc["components"]],
+        "weights": doc.get("weights") or "given",
+        "fps": None if fps is None else float(fps),
+        "pad": dict(doc.get("pad") or {}),
+        "missing_cameras": doc.get("missing_cameras") or "drop",
+    }
+
+
+def _value(field: str, value) -> str:
+    if value is None:
+        return {"episodes": "all", "weight": "none", "root": "LeRobot's default"}.get(field, "none")
+    if isinstance(value, float):
+        return f"{value:g}"
+    return json.dumps(value) if isinstance(value, (dict, list)) else str(value)
+
+
+def mixture_differences(saved: dict, now: dict) -> list[str]:
+    """What differs between two mixtures (:func:`served_mixture`), in words.
+
+    Args:
+        saved: The mixture the checkpoint trained on.
+        now: The run's.
+
+    Returns:
+        One phrase per difference, in the components' order; empty when they serve the same data.
+    """
+    if "text" in saved or "text" in now:
+        return [] if saved == now else [f"{_mixture_words(saved)}, now {_mixture_words(now)}"]
+    out = []
+    before, after = saved["components"], now["components"]
+    for k in range(max(len(before), len(after))):
+        if k >= len(after):
+            out.append(f"component {k} ({before[k].get('repo_id')}) left out")
+        elif k >= len(before):
+            out.append(f"component {k} ({after[k].get('repo_id')}) added")
+        else:
+            out += [
+                f"component {k} ({before[k].get('repo_id')}) {field} {_value(field, before[k].get(field))}, now "
+                + _value(field, after[k].get(field))
+                for field in ("repo_id", "root", "weight", "episodes", "rename", "drop")
+                if before[k].get(field) != after[k].get(field)
+            ]
+    if saved["weights"] != now["weights"]:
+        out.append(f"weights were {saved['weights']!r}, now {now['weights']!r}")
+    if saved.get("pad") != now.get("pad"):
+        out.append(f"pad was {_value('pad', saved.get('pad'))}, now {_value('pad', now.get('pad'))}")
+    if saved.get("missing_cameras", "drop") != now.get("missing_cameras", "drop"):
+        out.append(f"missing_cameras were {saved.get('missing_cameras')!r}, now {now.get('missing_cameras')!r}")
+    if saved["fps"] != now["fps"]:
+        out.append(f"served at {_rate(saved['fps'])}, now {_rate(now['fps'])}")
+    return out
+
+
+def _rate(fps: float | None) -> str:
+    return "each component's own rate" if fps is None else f"{fps:g} fps"
+
+
+def _mixture_words(mixture: dict) -> str:
+    if "text" in mixture:
+        return f"the mixture {mixture['text']!r}"
+    names = ", ".join(str(c.get("repo_id")) for c in mixture["components"])
+    return f"a mixture of {len(mixture['components'])} ({names})"
+
+
+def _dataset_words(repo_id, root) -> str:
+    return f"one dataset ({repo_id}{f' at {root}' if root else ''})"
+
+
+def check_resumed_dataset(cfg) -> None:
+    """Refuse a resumed run given other data than its checkpoint trained on: another mixture (components, roots,
+    weights, episodes, renames, the rate served at), a mixture where it trained on one dataset, or one dataset where
+    it trained on a mixture. Nothing is read but the checkpoint's ``train_config.json``.
+
+    Args:
+        cfg: lerobot-train's config, validated (``cfg.resume``; ``cfg.checkpoint_path``, which LeRobot's
+            ``validate`` sets from ``--config_path``).
+
+    Raises:
+        MixtureError: one line naming ``--dataset.mixture``, the checkpoint, what differs and what to do.
+    """
+    from robo_loaders_plugin.mixtures.spec import MixtureError
+
+    checkpoint = getattr(cfg, "checkpoint_path", None)
+    if not getattr(cfg, "resume", False) or checkpoint is None:
+        return
+    saved = saved_dataset(checkpoint)
+    if saved is None:
+        return
+    dataset = cfg.dataset
+    before = served_mixture(saved.get("mixture"), saved.get("backend"), saved.get("backend_kwargs"))
+    after = served_mixture(
+        getattr(dataset, "mixture", None), getattr(dataset, "backend", None), getattr(dataset, "backend_kwargs", None)
+    )
+    if before is None and after is None:
+        return  # one dataset, as LeRobot resumes it
+    if before is not None and after is not None:
+        differences = mixture_differences(before, after)
+        if not differences:
+            return
+        more = len(differences) - MAX_LISTED
+        what = "; ".join(differences[:MAX_LISTED]) + (f"; and {more} more" if more > 0 else "")
+        trained = f"another mixture ({what})"
+    elif before is not None:
+        trained = f"{_mixture_words(before)}, and this run gives {_dataset_words(dataset.repo_id, dataset.root)}"
+    else:
+        trained = (
+            f"{_dataset_words(saved.get('repo_id'), saved.get('root'))}, and this run gives {_mixture_words(after)}"
+        )
+    raise MixtureError(
+        f"{MIXTURE_FLAG}: --resume=true continues checkpoint {checkpoint} at its step, but it trained on {trained}; "
+        f"resume on what it trained on (give no {DATASET_FLAGS}: its train_config.json holds them), or train on "
+        "this data as a new run (another --output_dir, without --resume)"
+    )

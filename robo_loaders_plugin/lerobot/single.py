@@ -1,0 +1,169 @@
+"""One LeRobot dataset, built and served: LeRobot's own, built by LeRobot's own factory (:func:`native_datasets`),
+then served through the chosen backend (:func:`convert`, :func:`build_dataset`). A backend reading a remote source
+has LeRobot build its object from a local mirror of the tables (:func:`remote_tables`).
+
+The entry points (``integration``) build a run's dataset with these, the mixture (``mixture``) each component.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+
+from robo_loaders_plugin.core import iteration
+from robo_loaders_plugin.core.errors import RoboLoadersError
+from robo_loaders_plugin.core.in_flight import TrainingLoop, current_training_loop, training_loop
+from robo_loaders_plugin.core.log import get_logger
+from robo_loaders_plugin.core.spec import DEFAULT_BACKEND, BackendChoice
+from robo_loaders_plugin.lerobot import compat
+from robo_loaders_plugin.lerobot.dataset_root import ROOT_FLAG, local_copy_required, remote_source
+from robo_loaders_plugin.lerobot.flags import OPTIONS_FLAG, backend_choice
+from robo_loaders_plugin.sources.lerobot_v3 import mirror_tables
+
+logger = get_logger(__name__)
+
+_state = threading.local()
+
+
+def inside_lerobot_split() -> bool:
+    """Whether LeRobot's own ``make_train_eval_datasets`` is running on this thread (:func:`native_datasets` with
+    ``split=True``): the ``make_dataset`` it calls, the patched one, is to give LeRobot's own dataset, neither
+    checked again nor converted (both are done to each split afterwards).
+
+    Returns:
+        ``True`` inside that call.
+    """
+    return bool(getattr(_state, "raw", False))
+
+
+def convert(dataset, cfg):
+    """Serve ``dataset`` (a LeRobotDataset built by LeRobot's factory) through the configured backend.
+
+    Args:
+        dataset: LeRobot's dataset, or ``None`` (a split LeRobot left empty).
+        cfg: lerobot-train's config (``cfg.dataset.backend``, ``backend_kwargs``, ``streaming``, ``repo_id``,
+            ``cfg.seed``).
+
+    Returns:
+        ``dataset`` itself for ``native`` (or ``None``), else the backend's dataset (:func:`build_dataset`).
+
+    Raises:
+        RoboLoadersError: a bad choice, a backend combined with ``--dataset.streaming=true``, or a build error.
+    """
+    choice = backend_choice(cfg.dataset)
+    if choice.name == DEFAULT_BACKEND or dataset is None:
+        return dataset
+    if getattr(cfg.dataset, "streaming", False):
+        raise RoboLoadersError(
+            f"--dataset.backend={choice.name} replaces LeRobot's map-style dataset; it cannot be "
+            "combined with --dataset.streaming=true"
+        )
+    return build_dataset(dataset, choice, repo_id=cfg.dataset.repo_id, seed=getattr(cfg, "seed", None))
+
+
+def build_dataset(
+    native,
+    choice: BackendChoice,
+    repo_id: str | None = None,
+    seed: int | None = None,
+    batch_size: int | None = None,
+    num_workers: int = 0,
+):
+    """Serve a ``LeRobotDataset`` through a backend, as ``lerobot-train --dataset.backend`` does.
+
+    Args:
+        native: The ``LeRobotDataset`` LeRobot's factory (or user code) built.
+        choice: The backend choice (``flags.backend_choice``, or ``choose(name, **options)``).
+        repo_id: Shown in the log line (default: ``native.repo_id``).
+        seed: lerobot-train's ``--seed`` (recorded; the sampler's own seed is what ``integration.cycle`` checks
+            across ranks).
+        batch_size: Items per batch of the DataLoader that will serve it, so that the footprint counts the batches
+            in flight (``core.in_flight``; ``None``: lerobot-train's, when called from it, else not counted).
+        num_workers: That DataLoader's workers.
+
+    Returns:
+        The backend's dataset, recorded for the adapter's dispatch (``lerobot-train``'s ``cycle``).
+
+    Raises:
+        RoboLoadersError: the choice is not for LeRobot, needs a GPU torch does not see, or its source is wrong.
+    """
+    if choice.framework != "lerobot":
+        raise RoboLoadersError(f"backend choice {choice.name!r} was resolved for {choice.framework}, not LeRobot")
+    compat.check_version()
+    choice.check_device()
+    loop = TrainingLoop(int(batch_size), int(num_workers)) if batch_size is not None else current_training_loop()
+    with training_loop(loop):
+        out = choice.build(native)
+    iteration.record_built(out, choice, seed=seed)
+    logger.info(f"lerobot data backend: {choice.name} [{repo_id or native.repo_id}] {iteration.summary_of(out)}")
+    return out
+
+
+def remote_tables(url: str, choice: BackendChoice) -> str:
+    """A local copy of a remote dataset's tables (``meta/`` and ``data/``, refreshed when they change) in the
+    backend's cache directory, for LeRobot to build its dataset object from while the backend streams the rest from
+    ``url`` (with the backend's ``storage_options``).
+
+    Args:
+        url: The dataset's remote root.
+        choice: A backend reading a remote source (``BackendSpec.remote_source_option``).
+
+    Returns:
+        The local directory holding the tables.
+
+    Raises:
+        SourceError: ``url`` holds no LeRobot dataset.
+    """
+    from robo_loaders_plugin.storage.cache import cache_root, short_hash
+
+    spec = choice.spec
+    root = cache_root(getattr(choice.options, "cache_dir", None), f"{OPTIONS_FLAG}.cache_dir")
+    local = os.path.join(root, f"remote-tables-{short_hash(url)}")
+    logger.info(f"{choice.name}: tables of {url} copied to {local}; videos streamed from {url}")
+    storage = getattr(choice.options, spec.remote_storage_option) if spec.remote_storage_option else None
+    return mirror_tables(url, local, storage)
+
+
+@contextlib.contextmanager
+def _streamed_source(cfg):
+    """A backend reading a remote source (``BackendSpec.remote_source_option``): LeRobot builds its dataset object
+    from a local copy of the tables (:func:`remote_tables`), the rest stays where it is."""
+    choice = backend_choice(cfg.dataset)
+    url = remote_source(choice)
+    if url is None:
+        yield
+        return
+    cfg.dataset.root = remote_tables(url, choice)
+    with compat.tables_only():
+        yield
+
+
+def native_datasets(cfg, split: bool, where: str | None = None, root_setting: str = ROOT_FLAG):
+    """LeRobot's own dataset(s) for ``cfg``, built by LeRobot's own factory, not yet served by a backend (a backend
+    reading a remote source has LeRobot build them from a local mirror of the tables).
+
+    Args:
+        cfg: lerobot-train's config (one dataset: a mixture's component config, or the run's own).
+        split: Split episodes as ``make_train_eval_datasets`` does (``--dataset.eval_split``).
+        where: How a refusal names the dataset (default: ``--dataset.repo_id=<repo_id>``).
+        root_setting: The setting giving its root, for a refusal (default: ``--dataset.root``).
+
+    Returns:
+        ``(train, eval)``; ``eval`` is ``None`` when not split (or ``eval_split`` is 0).
+
+    Raises:
+        SourceError: LeRobot went to the Hugging Face Hub with the Hub off (``dataset_root.local_copy_required``).
+    """
+    data = cfg.dataset
+    where = where or f"--dataset.repo_id={data.repo_id}"
+    with local_copy_required(data.repo_id, getattr(data, "root", None), where, root_setting):
+        if not split:
+            with _streamed_source(cfg):
+                return compat.original("make_dataset")(cfg), None
+        _state.raw = True
+        try:
+            with _streamed_source(cfg):
+                return compat.original("make_train_eval_datasets")(cfg)
+        finally:
+            _state.raw = False

@@ -1,0 +1,193 @@
+"""The mixture index (``mixtures.index``): a component's metadata is read once and reused while its files are
+unchanged; a component edited, truncated, renamed, added or given another file is read again, alone, and its new
+values served. Opens are counted with an audit hook, so "not read" means no file of the component was opened."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+
+import pytest
+
+from robo_loaders_plugin.mixtures.index import INDEX_DIR, ComponentIndex
+from robo_loaders_plugin.storage.fingerprint import Fingerprint
+
+OPENED: list[str] = []
+_WATCHING: list[str] = []  # the folder whose opens are counted (an audit hook cannot be removed: it is switched)
+
+
+def _audit(event, args):
+    if event == "open" and _WATCHING and isinstance(args[0], str) and args[0].startswith(_WATCHING[0]):
+        OPENED.append(args[0])
+
+
+sys.addaudithook(_audit)
+
+
+@pytest.fixture
+def components(tmp_path):
+    """Five components with a ``meta/`` folder (an info file and an episodes file) and a data file, the index in
+    its own cache root; yields ``(paths, cache root)`` with the components' opens counted."""
+    base = tmp_path / "data"
+    paths = []
+    for k in range(5):
+        root = base / f"c{k}"
+        (root / "meta" / "episodes").mkdir(parents=True)
+        (root / "meta" / "info.json").write_text(json.dumps({"value": k}))
+        (root / "meta" / "episodes" / "000.bin").write_bytes(bytes(range(k + 1)))
+        (root / "data.bin").write_bytes(b"frames")
+        paths.append(str(root))
+    _WATCHING[:] = [str(base)]
+    OPENED.clear()
+    yield paths, str(tmp_path / "cache")
+    _WATCHING.clear()
+
+
+def index_of(paths, cache_dir):
+    def read(k):
+        with open(os.path.join(paths[k], "meta", "info.json")) as f:
+            doc = json.load(f)
+        size = os.path.getsize(os.path.join(paths[k], "meta", "episodes", "000.bin"))
+        return {"value": doc["value"], "episodes_bytes": size}
+
+    return ComponentIndex("test-meta-1", ("meta",), read, cache_dir)
+
+
+def served(paths, cache_dir):
+    """``(values, components read, files opened)`` of one start."""
+    OPENED.clear()
+    index = index_of(paths, cache_dir)
+    values = [r["value"] for r in index.records(paths)]
+    return values, index.reread, list(OPENED)
+
+
+def test_a_second_start_opens_no_components_file_and_an_edited_one_is_read_alone(components):
+    """Issue 44 item 3. First start: every component read (in the pool). Second: none read, no file of any
+    component opened (the stat says they are unchanged). One component's info edited in place to the same size
+    with its mtime set back (what ``cp -p`` or ``rsync -t`` leave): that one is read again and its new value served,
+    the others not opened. Negative control: with the fingerprint comparison disabled, the stale value is served,
+    so the check is what keeps it out."""
+    paths, cache_dir = components
+    values, read, opened = served(paths, cache_dir)
+    assert values == [0, 1, 2, 3, 4] and read == [0, 1, 2, 3, 4] and opened
+    assert os.path.isdir(os.path.join(cache_dir, INDEX_DIR, "test-meta-1"))
+
+    values, read, opened = served(paths, cache_dir)
+    assert values == [0, 1, 2, 3, 4] and read == [] and opened == []
+
+    info = os.path.join(paths[2], "meta", "info.json")
+    stat = os.stat(info)
+    with open(info, "w") as f:
+        f.write(json.dumps({"value": 7}))  # same size as {"value": 2}
+    os.utime(info, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert os.path.getsize(info) == stat.st_size
+
+    # control first, on a copy of the index: without the comparison it serves the stale value (and reads nothing)
+    control = cache_dir + "-control"
+    shutil.copytree(cache_dir, control)
+    original = Fingerprint.differences
+    Fingerprint.differences = lambda self, current: []
+    try:
+        values, read, _ = served(paths, control)
+    finally:
+        Fingerprint.differences = original
+    assert values[2] == 2 and read == []  # stale: what the check prevents
+
+    values, read, opened = served(paths, cache_dir)
+    assert values == [0, 1, 7, 3, 4] and read == [2]
+    assert opened and all(p.startswith(paths[2] + os.sep) for p in opened), opened
+    assert served(paths, cache_dir)[1:] == ([], [])  # kept: the next start reads nothing again
+
+
+def test_truncated_added_removed_renamed_and_new_components_are_read_again(components):
+    """Every change the index must see: a metadata file truncated, a file added to ``meta/``, one removed, two
+    components swapped between their paths, a component added to the mixture and one left out. Each time exactly
+    the changed components are read and their current values served; a change outside ``meta/`` (the frames) is
+    no metadata change."""
+    paths, cache_dir = components
+    assert served(paths, cache_dir)[1] == [0, 1, 2, 3, 4]
+
+    episodes = os.path.join(paths[1], "meta", "episodes", "000.bin")
+    with open(episodes, "r+b") as f:
+        f.truncate(1)
+    index = index_of(paths, cache_dir)
+    records = index.records(paths)
+    assert index.reread == [1] and records[1]["episodes_bytes"] == 1
+
+    open(os.path.join(paths[3], "meta", "episodes", "001.bin"), "wb").close()
+    assert served(paths, cache_dir)[1] == [3]
+    os.remove(os.path.join(paths[3], "meta", "episodes", "001.bin"))
+    assert served(paths, cache_dir)[1] == [3]
+
+    with open(os.path.join(paths[4], "data.bin"), "ab") as f:
+        f.write(b"more")
+    assert served(paths, cache_dir)[1] == []
+
+    tmp = paths[0] + ".tmp"
+    os.rename(paths[0], tmp)
+    os.rename(paths[4], paths[0])
+    os.rename(tmp, paths[4])
+    values, read, _ = served(paths, cache_dir)
+    assert values == [4, 1, 2, 3, 0] and read == [0, 4]
+
+    extra = os.path.join(os.path.dirname(paths[0]), "c5")
+    shutil.copytree(paths[2], extra)
+    with open(os.path.join(extra, "meta", "info.json"), "w") as f:
+        f.write(json.dumps({"value": 5}))
+    values, read, _ = served([*paths, extra], cache_dir)
+    assert values == [4, 1, 2, 3, 0, 5] and read == [5]
+    values, read, opened = served(paths[1:3], cache_dir)
+    assert values == [1, 2] and read == [] and opened == []
+
+
+def test_a_cache_root_that_cannot_be_written_reads_every_component(components, tmp_path):
+    """Without a writable cache root nothing is kept: every start reads every component (slower, never stale)."""
+    paths, _ = components
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    for _ in range(2):
+        values, read, _ = served(paths, str(blocker))
+        assert values == [0, 1, 2, 3, 4] and read == [0, 1, 2, 3, 4]
+
+
+def test_a_one_file_component_is_keyed_by_its_stat_and_each_key_is_a_record_of_its_own(tmp_path):
+    """A component that is one file (a robomimic HDF5) with ``by_content=False``: reused while its stat holds, read
+    again alone on any change of it, a ``touch`` included (its digest would read every byte of a large file to save
+    a metadata read); an edit in place with the size and mtime kept is read again (the ctime changed), and its new
+    value served. Each key (a filter key) is a record of its own. Negative control: the same edit with the
+    fingerprint comparison disabled serves the stale value."""
+    paths = []
+    for k in range(3):
+        (tmp_path / f"f{k}.bin").write_text(f"v{k}")
+        paths.append(str(tmp_path / f"f{k}.bin"))
+    cache_dir = str(tmp_path / "cache")
+
+    def start(keys, root=cache_dir):
+        def read(k):
+            return {"value": (tmp_path / f"f{k}.bin").read_text()}
+
+        index = ComponentIndex("test-file-1", (), read, root, by_content=False)
+        return [r["value"] for r in index.records(paths, keys)], index.reread
+
+    assert start(["train"] * 3) == (["v0", "v1", "v2"], [0, 1, 2])
+    assert start(["train"] * 3) == (["v0", "v1", "v2"], [])
+    assert start(["valid"] * 3)[1] == [0, 1, 2] and start(["valid"] * 3)[1] == []
+
+    os.utime(paths[0])  # touched: same bytes, new mtime
+    assert start(["train"] * 3) == (["v0", "v1", "v2"], [0])
+
+    stat = os.stat(paths[1])
+    with open(paths[1], "w") as f:
+        f.write("w1")  # same size
+    os.utime(paths[1], ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    control = cache_dir + "-control"
+    shutil.copytree(cache_dir, control)
+    original = Fingerprint.differences
+    Fingerprint.differences = lambda self, current: []
+    try:
+        assert start(["train"] * 3, control) == (["v0", "v1", "v2"], [])  # stale: what the comparison keeps out
+    finally:
+        Fingerprint.differences = original
+    assert start(["train"] * 3) == (["v0", "w1", "v2"], [1])

@@ -1,0 +1,177 @@
+"""gpu_resampler's tiers kept in the cache (issue 45 item 1): an entry written by ``stored_tiers.write_tiers`` and
+mapped by ``TieredFrames.from_entry`` serves the same bytes as the episodes it was written from, whichever tier
+holds a row (raw mapped, compressed in memory, compressed read from the entry's file); a damaged entry (cut short,
+a flipped byte in any file, a stale manifest) fails its check, and a frame damaged after the check is an error
+naming the file, the episode and the field, never other pixels. Episodes, fields and the parity check are
+``test_spill_tiers``'s."""
+
+import os
+
+import numpy as np
+import pytest
+from test_spill_tiers import CPU, INFOS, LENGTHS, _check_parity, _episodes, _size
+
+from robo_loaders_plugin.backends.gpu_resampler import stored_tiers
+from robo_loaders_plugin.backends.gpu_resampler.footprint import plan_tiers
+from robo_loaders_plugin.backends.gpu_resampler.tiers import TieredFrames
+from robo_loaders_plugin.frames.base import gather
+from robo_loaders_plugin.storage.integrity import StoreError
+
+
+def _entry(tmp_path, host_budget=None, spilled=False, eps=None):
+    """An entry of the test episodes under a plan of ``host_budget`` (spilled: the compressed tier in the entry's
+    file), checked; returns ``(directory, plan)``."""
+    plan = plan_tiers(
+        _size(), device_budget=None, host_budget=host_budget, spill_dir=str(tmp_path) if spilled else None
+    )
+    directory = str(tmp_path / "entry")
+    os.makedirs(directory)
+    stored_tiers.write_tiers(directory, LENGTHS, plan.raw, iter(eps or _episodes()), lambda first: INFOS)
+    assert stored_tiers.problem(directory, LENGTHS, blobs_checked=not spilled) == ""
+    return directory, plan
+
+
+def _mapped(directory, plan):
+    return TieredFrames.from_entry(directory, LENGTHS, plan, CPU, spill_dir=plan.spill_dir)
+
+
+@pytest.mark.parametrize(
+    "host_budget,spilled,tiers",
+    [(None, False, "raw"), (65_000, False, "raw+compressed"), (10, False, "compressed"), (10, True, "on disk")],
+)
+def test_an_entry_mapped_serves_the_same_bytes_in_every_tier(tmp_path, host_budget, spilled, tiers):
+    directory, plan = _entry(tmp_path, host_budget, spilled)
+    frames = _mapped(directory, plan)
+    comp = frames.parts["cam"][2]
+    assert (comp is None) == (tiers == "raw") and (comp is not None and comp.on_disk) == spilled, tiers
+    assert frames.filled.all()
+    _check_parity(frames, _episodes())
+
+
+def test_the_parity_check_fails_on_other_episodes(tmp_path):
+    """Control: the entry's check above tells other data from the episodes (a different seed)."""
+    directory, plan = _entry(tmp_path, 65_000, eps=_episodes(seed=5))
+    with pytest.raises(AssertionError):
+        _check_parity(_mapped(directory, plan), _episodes())
+
+
+def _flip(path, offset=0):
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        b = f.read(1)
+        f.seek(offset)
+        f.write(bytes([b[0] ^ 0xFF]))
+
+
+def _cut(path):
+    os.truncate(path, os.path.getsize(path) - 3)
+
+
+def _stale(path):
+    import json
+
+    with open(path) as f:
+        m = json.load(f)
+    m["lengths"][0] += 1
+    with open(path, "w") as f:
+        json.dump(m, f)
+
+
+@pytest.mark.parametrize(
+    "file,damage,named",
+    [
+        ("raw/0.bin", _cut, "raw/0.bin (a) has another size"),
+        ("raw/0.bin", _flip, "raw/0.bin (a) does not match its checksum"),
+        ("raw/1.bin", _flip, "raw/1.bin (cam) does not match its checksum"),
+        ("compressed/1.blobs", _flip, "compressed/1.blobs (cam): frame 0 does not match its checksum"),
+        ("compressed/1.blobs", _cut, "compressed/1.blobs (cam) has another size"),
+        ("compressed/1.index.npz", _flip, "compressed/1.index.npz (cam) does not match its checksum"),
+        ("tiers.json", _stale, "other episode lengths"),
+        ("tiers.json", os.unlink, "tiers.json is missing"),
+    ],
+)
+def test_a_damaged_entry_fails_its_check_naming_the_file(tmp_path, file, damage, named):
+    directory, _ = _entry(tmp_path, 65_000)
+    damage(os.path.join(directory, file))
+    assert named in stored_tiers.problem(directory, LENGTHS, blobs_checked=True)
+
+
+def test_a_flipped_raw_byte_mapped_unchecked_would_serve_other_data(tmp_path):
+    """Control: the damage the check refuses is real: mapped without the check, the flipped row is served."""
+    directory, plan = _entry(tmp_path, 65_000)
+    _flip(os.path.join(directory, "raw", "0.bin"), 0)
+    with pytest.raises(AssertionError):
+        _check_parity(_mapped(directory, plan), _episodes())
+
+
+def test_an_entry_built_under_another_budget_is_mapped_with_its_own_boundary(tmp_path):
+    """The raw/compressed boundary follows the free memory of the run that built the entry, so it is no part of the
+    key (a key holding it made a new multi-GB entry at every run reading another free memory): an entry built under
+    a smaller budget passes its check in a run whose plan holds every episode raw, and is mapped with its own
+    boundary (``entry_plan``), serving the same bytes. Control: mapped under today's plan instead (the rows past the
+    entry's boundary are not in its raw files) or under a smaller boundary (its compressed rows start elsewhere),
+    the mapping is refused naming the entry; never other rows' bytes."""
+    directory, small = _entry(tmp_path, 65_000)
+    today = plan_tiers(_size(), device_budget=None, host_budget=None)
+    assert today.raw == len(LENGTHS) > small.raw  # another boundary than the entry's
+    assert stored_tiers.problem(directory, LENGTHS, blobs_checked=True) == ""
+    kept = stored_tiers.entry_plan(directory, today)
+    assert kept.raw == small.raw and kept.compressed_bytes > 0
+    _check_parity(_mapped(directory, kept), _episodes())
+    for other in (today, plan_tiers(_size(), device_budget=None, host_budget=10)):
+        assert other.raw != kept.raw
+        with pytest.raises(ValueError, match="map it with its own boundary"):
+            _mapped(directory, other)
+
+
+def test_an_entry_of_another_boundary_too_large_for_this_budget_is_said_so(tmp_path):
+    """A reused entry whose raw rows exceed this run's host budget is not mapped beyond it: the check names both
+    (one line) and the entry is built again under this run's plan. Control: the same entry within the budget, or
+    with this run's own boundary, is used."""
+    directory, _ = _entry(tmp_path)  # every episode raw
+    today = plan_tiers(_size(), device_budget=None, host_budget=65_000)
+    why = stored_tiers._too_large(directory, today, 65_000, "train.data_backend_kwargs")
+    assert "exceed this run's host memory for the tiers" in why and "train.data_backend_kwargs.max_memory" in why
+    assert "\n" not in why
+    assert stored_tiers._too_large(directory, today, 10**9, "w") == ""
+    assert stored_tiers._too_large(directory, plan_tiers(_size(), device_budget=None, host_budget=None), 10, "w") == ""
+
+
+def test_the_entry_kind_carries_the_format_version_so_an_older_format_is_retired(tmp_path):
+    """``storage.cached_dir``'s convention: a kind ending in ``-<version>``; an entry written under an earlier
+    version of the same key is removed (never read as this format). Control: an unversioned kind retires nothing."""
+    from robo_loaders_plugin.storage import cache
+    from robo_loaders_plugin.storage.cached_dir import retire_earlier_versions
+
+    assert stored_tiers.KIND.endswith(f"-{stored_tiers.FORMAT}") and stored_tiers.KIND.startswith("gpu_resampler-")
+    key = {"path": "/x"}
+    root = str(tmp_path)
+    old = os.path.join(root, f"gpu_resampler-tiers-{stored_tiers.FORMAT - 1}-{cache.short_hash(key)}-0123456789abcdef")
+    os.makedirs(old)
+    os.makedirs(os.path.join(root, ".locks"))  # as cache_root makes it
+    assert retire_earlier_versions(root, "gpu_resampler-tiers", key) == [] and os.path.isdir(old)  # the control
+    assert retire_earlier_versions(root, stored_tiers.KIND, key) == [old] and not os.path.exists(old)
+
+
+def test_a_spilled_entry_damaged_after_its_check_is_an_error_naming_it_and_marks_it_for_rebuilding(tmp_path):
+    """Served from the entry's file, each frame is checked when read (its blobs are not hashed at the start: the
+    file may exceed memory); a flipped frame names the file, the episode and the field, and the entry's manifest
+    goes so that the next start builds it again. Control: the undamaged entry serves every row."""
+    directory, plan = _entry(tmp_path, 10, spilled=True)
+    frames = _mapped(directory, plan)
+    eps = _episodes()
+    last = len(LENGTHS) - 1
+    np.testing.assert_array_equal(
+        gather(frames, "cam", np.array([last]), np.array([[0]]))[0, 0].numpy(), eps[-1]["cam"][0]
+    )
+    blobs = os.path.join(directory, "compressed", "1.blobs")
+    with np.load(os.path.join(directory, "compressed", "1.index.npz")) as z:
+        offsets = z["offsets"]
+    first_of_last = sum(LENGTHS[:-1])
+    _flip(blobs, int(offsets[first_of_last]) + 20)
+    with pytest.raises(StoreError) as err:
+        gather(frames, "cam", np.array([last]), np.array([[0]]))
+    msg = str(err.value)
+    assert f"the cache's file {blobs}" in msg and "cam of episode 4 step 0" in msg and "\n" not in msg, msg
+    assert "tiers.json is missing" in stored_tiers.problem(directory, LENGTHS, blobs_checked=False)
+    frames.close()
