@@ -137,6 +137,13 @@ LEROBOT_ROBOTS = {
 
 
 @pytest.fixture(scope="session")
+def lerobot_robot_kinds():
+    """:data:`LEROBOT_ROBOTS`: each robot's writer arguments, for a test that writes the robots otherwise (another
+    rate)."""
+    return LEROBOT_ROBOTS
+
+
+@pytest.fixture(scope="session")
 def lerobot_robots(tmp_path_factory):
     """``{name: (repo_id, root)}`` of :data:`LEROBOT_ROBOTS`, written with LeRobot's own writer (~1 s each)."""
     from robo_loaders_plugin.sample_data.lerobot_v3 import write_lerobot_dataset

@@ -786,27 +786,6 @@ def test_lerobot_train_on_a_mixture_native_then_resumed_on_a_backend(lerobot_mix
     assert saved_dataset_config(out, 5)["mixture"] == saved["mixture"]
 
 
-@pytest.mark.parametrize("backend", ["datapipe", "gpu_resampler", "video_stream"])
-def test_lerobot_train_on_a_mixture_with_every_other_backend(lerobot_mixture_datasets, tmp_path, backend):
-    """The real console script on the 3-component mixture with each backend the test above does not run (``native``
-    and ``compressed_cache`` are there): it trains, from the mixture's batches."""
-    from test_lerobot_train_cli import lerobot_train
-
-    ds = lerobot_mixture_datasets
-    comps = [{"repo_id": ds[n][0], "root": ds[n][1], "weight": w} for n, w in zip("abc", WEIGHTS)]
-    comps[2]["rename"] = RENAME_C
-    extra = ['--dataset.backend_kwargs={"device": "cpu"}'] if backend == "gpu_resampler" else []
-    out = str(tmp_path / "run")
-    rc, log = lerobot_train(
-        None, out, f"--dataset.mixture={json.dumps({'components': comps})}", f"--dataset.backend={backend}", *extra,
-        repo=None, steps=2,
-    )  # fmt: skip
-    assert rc == 0, log[-3000:]
-    assert f"lerobot data backend: {backend} [mixture(mix/a, mix/b, mix/c)] mixture of 3 (weighted)" in log, log[-3000:]
-    assert "lerobot-train's batches come from mixture of 3" in log, log[-3000:]
-    assert re.search(r"step:2 .*loss:", log), log[-3000:]
-
-
 def test_command_line_refuses_a_bad_mixture_in_one_line_before_lerobots_parser(lerobot_mixture_datasets, capsys):
     """What lerobot-train's patched ``train`` runs first (``check_command_line``): a bad mixture is ``error: ...``
     on one line and exit status 1, before LeRobot's parser reads the flag as YAML; a good one passes untouched."""

@@ -4,6 +4,8 @@
 statistics of padded entries are mean 0, std 1, min -1, max 1 and the real entries count-weighted over the
 components that have them; the mapping's refusals come from ``meta/`` before any data is read."""
 
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -263,3 +265,64 @@ def test_each_checkpoint_saves_the_robots_own_statistics(lerobot_robots, tmp_pat
             for stat, value in stats.items():
                 np.testing.assert_allclose(c["stats"][key][stat], value, err_msg=f"{name} {key} {stat}")
     assert not (tmp_path / "one").exists()  # control: no mixture, no file
+
+
+# -- lerobot-train on three robots (issue 44's "done when") -----------------------------------------------------------
+@pytest.mark.parametrize("backend", [b for b, _ in BACKENDS])
+def test_lerobot_train_on_three_robots_with_every_backend(lerobot_robots, tmp_path, backend):
+    """The real console script trains on the 7-dof arm, the 14-dof bimanual robot (two cameras) and the 6-dof arm,
+    their vectors padded to 14 and the camera the arms lack served as zeros with its flag, on each backend; each
+    checkpoint saves the robots' own statistics. (Different rates: the next test, with the backend that converts.)"""
+    import json
+    import re
+
+    from test_lerobot_train_cli import lerobot_train
+
+    ds = lerobot_robots
+    comps = [{"repo_id": ds[n][0], "root": ds[n][1], "weight": 1.0 + k} for k, n in enumerate(ROBOTS)]
+    mixture = json.dumps({"components": comps, "missing_cameras": "zeros"})
+    extra = ['--dataset.backend_kwargs={"device": "cpu"}'] if backend == "gpu_resampler" else []
+    out = str(tmp_path / "run")
+    rc, log = lerobot_train(
+        None, out, f"--dataset.mixture={mixture}", f"--dataset.backend={backend}", *extra, repo=None, steps=2
+    )
+    assert rc == 0, log[-3000:]
+    assert f"lerobot data backend: {backend} [mixture(robots/arm7, robots/bimanual14, robots/arm6)]" in log, log[-3000:]
+    assert re.search(r"step:2 .*loss:", log), log[-3000:]
+    saved = os.path.join(out, "checkpoints", "000002", "pretrained_model", "component_stats.json")
+    with open(saved) as f:
+        assert json.load(f)["padding"] == {"observation.state": 14, "action": 14}
+
+
+def test_lerobot_train_on_three_robots_at_three_rates_with_gpu_resampler(lerobot_robot_kinds, tmp_path):
+    """The three robots recorded at 10, 15 and 30 fps train at ``target_fps`` 15 with the backend that converts
+    rates: the log states the rate served. Control: without ``target_fps`` the mixture is refused in one line naming
+    the rates, before any data is read."""
+    import json
+    import re
+
+    from test_lerobot_train_cli import lerobot_train
+
+    from robo_loaders_plugin.sample_data.lerobot_v3 import write_lerobot_dataset
+
+    comps = []
+    for (name, kw), fps in zip(lerobot_robot_kinds.items(), (10, 15, 30)):
+        kw = dict(kw, episode_lengths=tuple(n * fps // 10 for n in kw["episode_lengths"]))
+        root = write_lerobot_dataset(tmp_path / name, repo_id=f"rates/{name}", mode="h264", image_size=(16, 16),
+                                     fps=fps, progress=False, **kw)  # fmt: skip
+        comps.append({"repo_id": f"rates/{name}", "root": str(root), "weight": 1.0})
+    args = ["--dataset.backend=gpu_resampler", '--dataset.backend_kwargs={"device": "cpu"}']
+    rc, log = lerobot_train(
+        None, str(tmp_path / "refused"), f"--dataset.mixture={json.dumps({'components': comps})}", *args, repo=None
+    )
+    refusals = [ln for ln in log.splitlines() if ln.startswith("error: --dataset.mixture: component 1")]
+    assert rc == 1 and len(refusals) == 1 and "Traceback" not in log, log[-3000:]
+    assert "is recorded at 15 fps, component 0 (rates/arm7) at 10 fps; give target_fps" in refusals[0]
+    mixture = json.dumps({"components": comps, "missing_cameras": "zeros", "target_fps": 15})
+    out = str(tmp_path / "run")
+    rc, log = lerobot_train(None, out, f"--dataset.mixture={mixture}", *args, repo=None, steps=2)
+    assert rc == 0, log[-3000:]
+    assert "lerobot data backend: gpu_resampler [mixture(rates/arm7, rates/bimanual14, rates/arm6)]" in log, log[-3000:]
+    for own in (10, 15, 30):  # each robot converted from its own rate
+        assert f"windows at 15 Hz on {own} Hz data" in log, log[-3000:]
+    assert "9 common features at 15 fps" in log and re.search(r"step:2 .*loss:", log), log[-3000:]

@@ -419,19 +419,40 @@ def bimanual(tmp_path_factory, parts):
     return resized(parts[1], path, {"actions": 14, "robot0_eef_pos": 6})
 
 
+@pytest.fixture(scope="module")
+def arm6(tmp_path_factory, parts):
+    """b as a 6-dof arm's file without a wrist camera (obs and next_obs): ``{hz: path}`` recorded at 20 Hz (as the
+    others) and at 10 Hz."""
+    d = tmp_path_factory.mktemp("arm6")
+    path = str(d / "b_arm6_one_camera.hdf5")
+    resized(parts[1], path, {"actions": 6})
+    with h5py.File(path, "r+") as f:
+        for demo in f["data"]:
+            for group in ("obs", "next_obs"):
+                del f[f"data/{demo}/{group}/{WRIST}"]
+    return {20: path, 10: _set_rate(shutil.copy(path, str(d / "b_arm6_one_camera_10hz.hdf5")), 10)}
+
+
 @pytest.mark.parametrize("backend", [None, *BACKENDS[1:]])
-def test_unmodified_train_script_trains_on_a_mixture(parts, bimanual, tmp_path, backend):
-    """robomimic's own ``train.py`` on the 3-component mixture plus a bimanual robot's file (issue 44: 14-wide
-    actions beside the others' 7, ``robot0_eef_pos`` 6 beside 3), on every backend: two epochs of training and
-    validation, each split served as a mixture of 4 by the chosen backend, the model built for the padded shapes
-    (robomimic reads them from train.data, a 7-wide file: its BC head would be 7 wide against 14-wide actions)."""
+def test_unmodified_train_script_trains_on_a_mixture(parts, bimanual, arm6, tmp_path, backend):
+    """robomimic's own ``train.py`` on the 3-component mixture plus a bimanual robot's file and a 6-dof arm's (issue
+    44: 14-wide actions beside the others' 7 and 6, ``robot0_eef_pos`` 6 beside 3, the arm's missing wrist camera
+    served as zeros with its flag), on every backend: two epochs of training and validation, each split served as a
+    mixture of 5 by the chosen backend, the model built for the padded shapes (robomimic reads them from train.data,
+    a 7-wide file: its BC head would be 7 wide against 14-wide actions). With ``gpu_resampler``, which converts
+    rates, the arm is recorded at 10 Hz and served at ``target_fps`` 20 beside the others' 20 Hz (the other backends
+    refuse rates that differ: ``test_refusals_name_the_component_and_key``)."""
     from test_robomimic_train_script import assert_trained, run, write_config
 
     name = f"mix_{backend or 'native'}"
     cfg_path = write_config(tmp_path, parts[0], backend, name)
     cfg = json.loads(open(cfg_path).read())
     cfg["train"]["data_mixture"] = _mixture(parts)
-    cfg["train"]["data_mixture"]["components"].append({"path": bimanual, "weight": 1})
+    hz = 10 if backend == "gpu_resampler" else 20
+    cfg["train"]["data_mixture"]["components"] += [{"path": bimanual, "weight": 1}, {"path": arm6[hz], "weight": 1}]
+    cfg["train"]["data_mixture"]["missing_cameras"] = "zeros"
+    if hz != 20:
+        cfg["train"]["data_mixture"]["target_fps"] = 20
     cfg["train"]["seq_length"] = 3
     cfg["algo"]["rnn"]["horizon"] = 3
     cfg["train"]["num_epochs"] = 2
@@ -439,12 +460,15 @@ def test_unmodified_train_script_trains_on_a_mixture(parts, bimanual, tmp_path, 
         json.dump(cfg, f)
     rc, out = run([sys.executable, "-m", "robomimic.scripts.train", "--config", cfg_path])
     assert rc == 0, out[-3000:]
-    line = f"[robo-loaders] robomimic data backend: {backend or 'native'} [train] mixture of 4"
+    line = f"[robo-loaders] robomimic data backend: {backend or 'native'} [train] mixture of 5"
     assert_trained(out, tmp_path, name, line)
-    assert f"robomimic data backend: {backend or 'native'} [valid] mixture of 4" in out
+    assert f"robomimic data backend: {backend or 'native'} [valid] mixture of 5" in out
     assert "robomimic builds its models for the mixture's padded shapes (actions 14, robot0_eef_pos 6)" in out
     assert "'actions' padded with zeros to 14" in out
     assert os.path.basename(parts[2]) in out
+    assert f"{WRIST}_is_missing" in out
+    if hz != 20:
+        assert "resampled 10 -> 20 Hz" in out  # the arm, converted from its own rate
 
 
 def _machine(monkeypatch, disk_bytes=None, host_bytes=10**12):
