@@ -279,6 +279,29 @@ def test_cache_dir_reuse_and_rebuild(copy_of, tmp_path):
         serve("compressed_cache", native(root), cache_dir=str(cache))
 
 
+def test_without_cache_dir_the_store_is_kept_on_disk_and_reused_at_the_next_start(copy_of, tmp_path, monkeypatch):
+    """Issue 45 item 2: ``keep`` (default): the store goes into the default cache root, kept between runs, and the
+    next start maps it instead of decoding every video again; its items LeRobot's. Control: ``keep: false`` builds
+    a RAM store, in no cache root, rebuilt at the next start."""
+    root = copy_of("av1_1cam")
+    cache = tmp_path / "default-root"
+    monkeypatch.setenv("ROBO_LOADERS_CACHE", str(cache))
+    first = serve("compressed_cache", native(root))
+    stores = glob.glob(str(cache / "*" / "store.rlc"))
+    assert len(stores) == 1 and "kept between runs" in first.serving.summary
+    assert "reused" not in first.serving.summary
+    again = serve("compressed_cache", native(root))
+    assert "reused" in again.serving.summary and glob.glob(str(cache / "*" / "store.rlc")) == stores
+    reference = native(root)
+    for i in random_indices(len(again), 30, seed=3):
+        same_item(again[i], reference[i])
+    for _ in range(2):  # the control, one run after the other: the RAM file goes with its last user
+        ram = serve("compressed_cache", native(root), keep=False)
+        assert "RAM file" in ram.serving.summary and "reused" not in ram.serving.summary, ram.serving.summary
+        ram.close()
+    assert glob.glob(str(cache / "*" / "store.rlc")) == stores
+
+
 def edit_a_row_keeping_the_mtime(data_file, row, column="action", to=None):
     """Add 0.5 to ``column`` in one row of a data parquet file (or set it ``to`` these values) and restore its mtime
     (cp -p, rsync -t): LeRobot's datasets cache, keyed by the files' mtimes, keeps serving the old table. Returns

@@ -170,7 +170,7 @@ def test_corrupt_persisted_cache_is_rebuilt(tiny_hdf5, tmp_path):
 def test_ram_cache_file_is_removed_with_the_dataset(tiny_hdf5):
     import gc
 
-    cfg = _cc(tiny_hdf5)
+    cfg = _cc(tiny_hdf5, backend_kwargs={"keep": False})
     ds = dataset_factory(cfg, obs_keys(cfg))
     path = ds.frames.inner.store.path
     assert path.startswith("/dev/shm") and os.path.exists(path)
@@ -180,16 +180,17 @@ def test_ram_cache_file_is_removed_with_the_dataset(tiny_hdf5):
 
 
 def test_max_memory(tiny_hdf5, capsys):
-    """A cache max_memory cannot hold is not refused any more (issue 21): it is file-backed on disk, said in the
-    log, nothing left in /dev/shm (integration_tests/test_scale_footprint.py checks its samples)."""
-    cfg = _cc(tiny_hdf5, backend_kwargs={"max_memory": "10KB"})
+    """A RAM cache (``keep: false``) max_memory cannot hold is not refused any more (issue 21): it is file-backed on
+    disk, said in the log, nothing left in /dev/shm (integration_tests/test_scale_footprint.py checks its
+    samples)."""
+    cfg = _cc(tiny_hdf5, backend_kwargs={"max_memory": "10KB", "keep": False})
     spilled = dataset_factory(cfg, obs_keys(cfg))
     assert "spilled to disk: train.data_backend_kwargs.max_memory=10.0 kB" in capsys.readouterr().out
     assert not spilled.frames.inner.store.path.startswith(ramfile.ram_root())
     # this process's temporaries only: the directory is shared with every other process of this user (another
     # pytest worker building its own RAM cache had one there when CI ran this)
     assert not glob.glob(os.path.join(ramfile.ram_root(), f"*.tmp-{os.getpid()}-*"))
-    cfg = _cc(tiny_hdf5, backend_kwargs={"max_memory": "1GB"})
+    cfg = _cc(tiny_hdf5, backend_kwargs={"max_memory": "1GB", "keep": False})
     assert dataset_factory(cfg, obs_keys(cfg)).frames.inner.store.path.startswith(ramfile.ram_root())
 
 
@@ -412,3 +413,31 @@ def test_batch_arrays_are_recycled_for_every_field_of_a_shape(tiny_hdf5):
         for j, i in enumerate(batches[b]):
             for k in cams:
                 assert np.array_equal(again[b]["obs"][k][j].numpy(), ds[i]["obs"][k])
+
+
+def test_without_cache_dir_the_store_is_kept_on_disk_and_reused_at_the_next_start(tiny_hdf5, tmp_path, monkeypatch):
+    """Issue 45 item 2: ``keep`` (default): the store goes into the default cache root and the next start maps it
+    (nothing read again), its samples the native ones. Control: ``keep: false`` builds a RAM store, in no cache
+    root, rebuilt at every start."""
+    root = tmp_path / "default-root"
+    monkeypatch.setenv("ROBO_LOADERS_CACHE", str(root))
+    cfg = _cc(tiny_hdf5)
+    first = dataset_factory(cfg, obs_keys(cfg), filter_by_attribute="train")
+    stores = glob.glob(str(root / "*" / "store.rlc"))
+    assert len(stores) == 1 and first.frames.directory == os.path.dirname(stores[0])
+    assert "kept between runs" in first.serving.summary and "reused" not in first.serving.summary
+    second = dataset_factory(cfg, obs_keys(cfg), filter_by_attribute="train")
+    assert "reused" in second.serving.summary and second.frames.directory == first.frames.directory
+    with cfg.values_unlocked():
+        cfg.train.data_backend = None
+        cfg.train.data_backend_kwargs = {}
+    native = dataset_factory(cfg, obs_keys(cfg), filter_by_attribute="train")
+    for i in range(0, len(second), 5):
+        assert_same_sample(second[i], native[i])
+    ram = _cc(tiny_hdf5, backend_kwargs={"keep": False})
+    for _ in range(2):  # one run after the other: the RAM file goes with its last user
+        ds = dataset_factory(ram, obs_keys(ram), filter_by_attribute="train")
+        assert "RAM file" in ds.serving.summary and "reused" not in ds.serving.summary, ds.serving.summary
+        assert not ds.frames.directory.startswith(str(root))
+        ds.close()
+    assert glob.glob(str(root / "*" / "store.rlc")) == stores  # the control wrote nothing there

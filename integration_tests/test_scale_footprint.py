@@ -133,7 +133,7 @@ def _native_rm(path, **train):
 
 
 def test_compressed_cache_beyond_max_memory_spills_to_a_file_on_disk_byte_identical(tiny_hdf5, capsys):
-    ds = _rm(tiny_hdf5, "compressed_cache", max_memory="10KB")()
+    ds = _rm(tiny_hdf5, "compressed_cache", max_memory="10KB", keep=False)()  # RAM wanted, RAM cannot hold it
     out = capsys.readouterr().out
     assert "compressed_cache: spilled to disk: train.data_backend_kwargs.max_memory=10.0 kB cannot hold" in out
     root = os.environ["ROBO_LOADERS_CACHE"]
@@ -143,7 +143,9 @@ def test_compressed_cache_beyond_max_memory_spills_to_a_file_on_disk_byte_identi
     for i in random_indices(len(nat), 200, seed=5):
         assert_same_sample(ds[i], nat[i], f"[{i}]")
     # a budget that holds it: RAM, as before (the control)
-    assert "/robo-loaders-" in _rm(tiny_hdf5, "compressed_cache", max_memory="1GB")().frames.inner.store.path
+    assert (
+        "/robo-loaders-" in _rm(tiny_hdf5, "compressed_cache", max_memory="1GB", keep=False)().frames.inner.store.path
+    )
 
 
 @pytest.fixture(scope="module")
@@ -269,7 +271,7 @@ def test_lerobot_backends_refuse_before_reading_data(
 
 def test_lerobot_compressed_cache_spilled_to_disk_equals_lerobot_dataset(lerobot_datasets, capsys):
     nat = _native_lr(lerobot_datasets["av1_1cam"], "act")
-    ds = serve("compressed_cache", nat, max_memory="1KB")
+    ds = serve("compressed_cache", nat, max_memory="1KB", keep=False)
     assert "spilled to disk" in capsys.readouterr().out
     assert ds.frames.inner.store.path.startswith(os.environ["ROBO_LOADERS_CACHE"])
     for i in random_indices(len(nat), 80, seed=2):
@@ -489,7 +491,7 @@ def test_r240_sibling_spills_under_a_quarter_of_its_frames_byte_identical(r240_s
     compressed (on disk when even that does not fit); both serve native's bytes."""
     frames = 3 * 100 * 2 * 240 * 240 * 3
     nat = _native_rm(r240_sibling, hdf5_load_next_obs=False)
-    cache = _rm(r240_sibling, "compressed_cache", max_memory=frames // 4)()
+    cache = _rm(r240_sibling, "compressed_cache", max_memory=frames // 4, keep=False)()
     gpu = _rm(r240_sibling, "gpu_resampler", max_memory=frames // 4 + 2 * frames // 3)()
     out = capsys.readouterr().out
     assert "compressed_cache: spilled to disk" in out and "file-backed cache on local disk" in cache.serving.summary

@@ -142,7 +142,11 @@ def test_robomimic_compressed_cache_damaged_mid_run_is_refused_naming_file_and_f
 ):
     """The file-backed store of a cache_dir, and the RAM one (a file in /dev/shm any process of the user can write
     to): one check for both."""
-    ds = _rm(hdf5_32, "compressed_cache", **({"cache_dir": str(tmp_path / "cache")} if where == "cache_dir" else {}))
+    ds = _rm(
+        hdf5_32,
+        "compressed_cache",
+        **({"cache_dir": str(tmp_path / "cache")} if where == "cache_dir" else {"keep": False}),
+    )
     native = _rm(hdf5_32)
     path = ds.frames.inner.store.path
     assert path.startswith(str(tmp_path)) if where == "cache_dir" else "/robo-loaders-" in path

@@ -128,6 +128,35 @@ def test_compressed_cache_goes_to_ram_when_its_worst_case_fits_else_to_disk_sayi
     assert reused.footprint.disk_bytes == 0
 
 
+def test_compressed_cache_keeps_its_store_on_disk_by_default_where_the_disk_allows(monkeypatch):
+    """``keep`` (the option's default): without ``cache_dir`` the store goes file-backed into the default cache root,
+    kept between runs, when the disk holds its worst case within the cache's size limit, or a store is there
+    already (nothing written); else the RAM file rebuilt every run, its line saying why it is not kept. Control:
+    ``keep`` false (RAM when it fits, as before)."""
+    s = size()  # 1 GB of frames
+
+    def plan(keep=True, **kw):
+        kw.setdefault("available", machine())
+        return compressed_cache_plan(
+            s, cache_dir=None, max_memory=None, codec="lz4hc", workers=2, option_prefix="p", keep=keep, **kw
+        )
+
+    kept = plan()
+    assert not kept.in_ram and not kept.spilled and kept.footprint.disk_dir == "/data/cache"
+    assert kept.footprint.disk_bytes == s.store_expected_bytes() and not kept.footprint.shm_bytes
+    assert "in /data/cache, kept between runs" in kept.footprint.bound
+    found = plan(reusable=True, available=machine(disk=0))  # a full disk, but the store is there: mapped
+    assert not found.in_ram and found.footprint.disk_bytes == 0 and "kept between runs" in found.footprint.bound
+    full = plan(available=machine(disk=GB // 2))
+    assert full.in_ram and "rebuilt every run (not kept on disk: /data/cache has no room for" in full.footprint.bound
+    monkeypatch.setenv("ROBO_LOADERS_CACHE_SIZE", "100MB")
+    over = plan()
+    assert over.in_ram and "exceeds the cache's size limit 100.0 MB, $ROBO_LOADERS_CACHE_SIZE" in over.footprint.bound
+    monkeypatch.delenv("ROBO_LOADERS_CACHE_SIZE")
+    ram = plan(keep=False)  # the control
+    assert ram.in_ram and "RAM file of at most" in ram.footprint.bound and "not kept" not in ram.footprint.bound
+
+
 # -- gpu_resampler tiers -------------------------------------------------------------------------------------------
 def test_tiers_fill_the_gpu_then_host_raw_then_compressed_within_the_budgets():
     s = size(episodes=10, length=100, frame=10_000, other=10)  # 1 MB of frames per episode

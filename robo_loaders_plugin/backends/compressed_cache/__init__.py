@@ -35,9 +35,16 @@ COMPRESSED_CACHE_OPTIONS = {
         str,
         None,
         "persist the cache in this cache directory and reuse it while the source and "
-        "options are unchanged (default: RAM only, rebuilt every run)",
+        "options are unchanged (default: the default cache directory, see keep)",
         per_host=True,
         check=check_writable_dir,
+    ),
+    "keep": Option(
+        bool,
+        True,
+        "without cache_dir: keep the cache file-backed in the default cache directory and reuse it "
+        "at the next start, when the disk has room for it uncompressed within the cache's size limit "
+        "(else in RAM); false: in RAM (/dev/shm) when it fits, rebuilt every run",
     ),
     "build_workers": Option(
         int, None, "threads compressing frames while building (default: number of CPUs, max 8)", min=1, max=256

@@ -43,10 +43,14 @@ def compressed_cache_plan(
     reusable: bool = False,
     ratio: float | None = None,
     batches: BatchesInFlight | None = None,
+    keep: bool = False,
 ) -> Placement:
-    """Place ``compressed_cache``'s store: in RAM when its worst case fits ``max_memory`` and ``/dev/shm`` (and the
-    host's memory), else file-backed in the cache directory on local disk (mapped: the page cache keeps the
-    frames training touches, and gives them back under memory pressure); with ``cache_dir``, there.
+    """Place ``compressed_cache``'s store: with ``cache_dir``, file-backed there; without it and with ``keep``,
+    file-backed in the default cache root when a store of this source and options is there already, or the disk has
+    room for its worst case within the cache's size limit (kept between runs: the next start maps it instead of
+    reading every episode again); else in RAM when its worst case fits ``max_memory`` and ``/dev/shm`` (and the
+    host's memory), else file-backed in the cache root on local disk. A store on disk is mapped: the page cache
+    keeps the frames training touches, and gives them back under memory pressure.
 
     Args:
         size: The dataset's sizes.
@@ -62,6 +66,7 @@ def compressed_cache_plan(
             never depends on it (the worst case must fit).
         batches: The batches in flight beside the store (``core.in_flight``), in host memory whichever the
             placement (``None``: none counted).
+        keep: The backend's ``keep`` option: keep the store on disk between runs where the disk allows.
 
     Returns:
         The :class:`~robo_loaders_plugin.sdk.Placement`.
@@ -72,12 +77,16 @@ def compressed_cache_plan(
     build_s = size.build_seconds(codec, workers)
     host = size.other_bytes + (batches.host_bytes if batches is not None else 0)
     flying = f"; plus {batches.describe()}" if batches is not None else ""
+    kept = ""
     if cache_dir is None:
         available = available or Available.measure(disk_dir=cache.default_root())
+        kept = _kept_on_disk(available, upper, reusable) if keep else ""
+    if cache_dir is None and kept != "kept":
+        assert available is not None  # measured above
         if (limit is None or upper <= limit) and available.fits_shm(upper, host):
             bound = (
                 f"a RAM file of at most {format_bytes(upper)} (every frame uncompressed; the codec makes it "
-                f"smaller) in {available.shm_dir}, shared by the host's processes{flying}"
+                f"smaller) in {available.shm_dir}, shared by the host's processes, rebuilt every run{kept}{flying}"
             )
             return Placement(True, Footprint(host_bytes=host, shm_bytes=upper, build_s=build_s, bound=bound))
         if limit is not None and upper > limit:
@@ -96,13 +105,18 @@ def compressed_cache_plan(
             )
     else:
         why = ""
-        available = available or Available.measure(disk_dir=cache.cache_root(cache_dir, f"{option_prefix}.cache_dir"))
+        if cache_dir is not None:
+            available = available or Available.measure(
+                disk_dir=cache.cache_root(cache_dir, f"{option_prefix}.cache_dir")
+            )
+    assert available is not None
     where = available.disk_dir
     at = f"an assumed {EXPECTED_LOSSLESS_RATIO}:1" if ratio is None else f"{ratio:.2f}:1, measured on sampled frames"
     if ratio == math.inf:
         at = "no size, the least the store needs however well they pack"
+    between_runs = ", kept between runs of this source and these options" if kept == "kept" else ""
     bound = (
-        f"a file-backed cache on local disk in {where}, mapped: the page cache holds the frames training "
+        f"a file-backed cache on local disk in {where}{between_runs}, mapped: the page cache holds the frames training "
         f"touches and gives them back under memory pressure; about {format_bytes(expected)} (frames at {at}; at "
         f"most {format_bytes(upper)}), the build stops before the disk runs out{flying}"
     )
@@ -117,6 +131,27 @@ def compressed_cache_plan(
         ),
         why,
     )
+
+
+def _kept_on_disk(available: Available, upper: int, reusable: bool) -> str:
+    """Whether a store placed without ``cache_dir`` is kept in the default cache root: ``"kept"`` when a store of
+    this source and options is there (nothing to write), or the disk has room for the store's worst case (every
+    frame uncompressed: a build never stops on a full disk) within the cache's size limit (so it does not push the
+    root past it); else why not, for the log line of the RAM store that is rebuilt every run instead."""
+    where = available.disk_dir
+    if where is None:
+        return ""
+    if reusable:
+        return "kept"
+    limit = cache.size_limit()
+    if not available.fits_disk(upper):
+        return f" (not kept on disk: {where} has no room for {format_bytes(upper)})"
+    if limit is not None and upper > limit:
+        return (
+            f" (not kept on disk: {format_bytes(upper)} exceeds the cache's size limit {format_bytes(limit)}, "
+            f"${cache.ENV_SIZE})"
+        )
+    return "kept"
 
 
 def place(request: PlaceRequest, options) -> Placement:
@@ -149,6 +184,7 @@ def place(request: PlaceRequest, options) -> Placement:
             reusable=request.reusable,
             ratio=ratio,
             batches=request.batches,
+            keep=options.keep,
         )
 
     plan = placed()

@@ -411,7 +411,7 @@ class TieredFrames(TensorFrames):
             return torch.empty((hi - lo,) + shape, dtype=dt, device=device, pin_memory=pin).copy_(rows)
 
         for k, v in self.infos.items():
-            if mapped is not None and len(mapped[k]) != (self.raw_rows if v.frames else total):
+            if kept is not None and mapped is not None and len(mapped[k]) != (self.raw_rows if v.frames else total):
                 # a plan of another boundary than the entry's: its raw files lack rows, or its compressed rows
                 # start elsewhere; either would serve other rows' bytes
                 raise ValueError(
