@@ -364,9 +364,18 @@ def sample_data_lerobot(
         raise click.ClickException(missing_line("sample-data lerobot (LeRobot's own writer)", gone))
     _check_sample_output(out, "lerobot", overwrite)
     _quiet_writers()
-    from robo_loaders_plugin.sample_data.lerobot_v3 import write_lerobot_dataset, write_lerobot_from_robomimic
+    from robo_loaders_plugin.sample_data.lerobot_v3 import (
+        check_cameras,
+        check_image_size,
+        write_lerobot_dataset,
+        write_lerobot_from_robomimic,
+    )
 
     if from_robomimic:
+        try:
+            check_cameras(from_robomimic, codec)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--codec") from None
         write_lerobot_from_robomimic(
             from_robomimic, out, repo_id=repo_id, repeat=repeat, mode=codec, fps=fps, overwrite=overwrite
         )
@@ -377,6 +386,10 @@ def sample_data_lerobot(
         h, w = (int(x) for x in image_size.lower().split("x"))
     except ValueError:
         raise click.BadParameter(f"--image-size must look like 84x84, got {image_size!r}") from None
+    try:
+        check_image_size((h, w), codec)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--image-size") from None
     if min_length > max_length:
         raise click.BadParameter(f"--min-length {min_length} > --max-length {max_length}")
     lengths = np.random.default_rng(seed).integers(min_length, max_length + 1, size=episodes).tolist()

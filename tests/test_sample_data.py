@@ -185,3 +185,41 @@ def test_sample_data_lerobot_without_lerobot_is_one_line_naming_the_extra(tmp_pa
     (tmp_path / "there").mkdir()
     p = run(tmp_path / "there", block=False)
     assert p.returncode == 1 and "exists: add --overwrite" in p.stderr and "not installed" not in p.stderr
+
+
+def test_av1_frames_too_small_for_svt_av1_are_refused_in_one_line_before_anything_is_written(tmp_path):
+    """SVT-AV1 kills the process with SIGFPE on frames 24 pixels wide or narrower (no Python error, no message: the
+    command just died); such a size with ``--codec av1`` (the default) is one line naming ``--image-size`` and what
+    to give, nothing written; the writers refuse it too, and a robomimic file's cameras with ``--from-robomimic``.
+    Control: the smallest size the check lets through encodes (in a child process: were the bound wrong, the crash
+    would take the test process with it)."""
+    import pytest
+
+    from robo_loaders_plugin.sample_data.lerobot_v3 import (
+        MIN_AV1_HEIGHT,
+        MIN_AV1_WIDTH,
+        check_cameras,
+        write_lerobot_dataset,
+    )
+
+    out = tmp_path / "ds"
+    code, lines = sample("lerobot", out, "--image-size", "16x16", "--episodes", 1)
+    assert code == 2 and len([ln for ln in lines if ln.startswith("Error:")]) == 1, lines
+    assert "Invalid value for --image-size: image size 16x16 (height x width): AV1 (SVT-AV1) crashes" in lines[-1]
+    assert f"give at least {MIN_AV1_HEIGHT}x{MIN_AV1_WIDTH}, or codec h264" in lines[-1] and not out.exists()
+    with pytest.raises(ValueError, match="AV1"):
+        write_lerobot_dataset(out, image_size=(84, 24), mode="av1", progress=False)
+    assert not out.exists()
+    robomimic = tmp_path / "small.hdf5"
+    tiny = ["--demos", 1, "--image-size", 16, "--min-length", 3, "--max-length", 3]
+    assert sample("robomimic", robomimic, *tiny)[0] == 0
+    with pytest.raises(ValueError, match=rf"{robomimic} obs/.*_image: image size 16x16"):
+        check_cameras(robomimic, "av1")
+    check_cameras(robomimic, "h264")  # another codec takes them
+    code = subprocess.run(
+        [sys.executable, "-c", "import sys; from robo_loaders_plugin.sample_data.lerobot_v3 import "
+         "write_lerobot_dataset as w; w(sys.argv[1], image_size=(int(sys.argv[2]), int(sys.argv[3])), mode='av1', "
+         "episode_lengths=(3,), progress=False)", str(tmp_path / "smallest"), str(MIN_AV1_HEIGHT), str(MIN_AV1_WIDTH)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert code.returncode == 0, code.stderr[-2000:]

@@ -28,7 +28,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from robo_loaders_plugin.core.sched import keeps_scheduling
-from robo_loaders_plugin.sample_data.lerobot_v3 import MODES, episode_contents
+from robo_loaders_plugin.sample_data.lerobot_v3 import MODES, check_image_size, episode_contents
 from robo_loaders_plugin.sample_data.outputs import replacing_dir
 
 
@@ -106,7 +106,7 @@ def write_lerobot_fast(
         ``root``.
 
     Raises:
-        ValueError: ``mode`` is not a video mode.
+        ValueError: ``mode`` is not a video mode, or a frame size its encoder cannot take (``check_image_size``).
         FileExistsError: ``root`` exists and ``overwrite`` is false.
     """
     import datasets
@@ -121,6 +121,7 @@ def write_lerobot_fast(
 
     if mode not in MODES or MODES[mode] is None:
         raise ValueError(f"the fast writer writes video cameras: mode must be 'h264' or 'av1', got {mode!r}")
+    check_image_size(image_size, mode)
     final = Path(root)
     with replacing_dir(final, overwrite) as root:
         h, w = image_size

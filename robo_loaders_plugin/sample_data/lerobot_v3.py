@@ -17,6 +17,30 @@ from robo_loaders_plugin.sample_data.robomimic_hdf5 import CONTENTS, renderer, s
 
 TASKS = ("lift the red cube", "push the blue block to the left")
 MODES = {"av1": "libsvtav1", "h264": "h264", "png": None}
+# SVT-AV1 (as LeRobot's writer and PyAV 15 run it) kills the process with SIGFPE on frames 24 pixels wide or
+# narrower (26 and 28 encode), and refuses frames 2 pixels high: the smallest sizes measured to encode
+MIN_AV1_WIDTH, MIN_AV1_HEIGHT = 32, 8
+
+
+def check_image_size(image_size, mode: str) -> None:
+    """Refuse a frame size the encoder of ``mode`` cannot take, before anything is written: SVT-AV1 would crash the
+    whole process (no Python error, no message) on frames this narrow.
+
+    Args:
+        image_size: ``(height, width)`` of the frames.
+        mode: ``av1``, ``h264`` or ``png``.
+
+    Raises:
+        ValueError: a size below 1 pixel, or AV1 frames smaller than :data:`MIN_AV1_HEIGHT` x :data:`MIN_AV1_WIDTH`.
+    """
+    h, w = (int(v) for v in image_size)
+    if h < 1 or w < 1:
+        raise ValueError(f"image size {h}x{w}: frames need at least 1 pixel each way")
+    if mode == "av1" and (w < MIN_AV1_WIDTH or h < MIN_AV1_HEIGHT):
+        raise ValueError(
+            f"image size {h}x{w} (height x width): AV1 (SVT-AV1) crashes the process on frames narrower than about "
+            f"26 pixels; give at least {MIN_AV1_HEIGHT}x{MIN_AV1_WIDTH}, or codec h264"
+        )
 
 
 @keeps_scheduling
@@ -77,7 +101,8 @@ def write_lerobot_dataset(
         ``root``, as a ``Path``.
 
     Raises:
-        ValueError: an unknown ``mode`` or ``content``.
+        ValueError: an unknown ``mode`` or ``content``, or a frame size its encoder cannot take
+            (:func:`check_image_size`).
         FileExistsError: ``root`` exists and ``overwrite`` is false.
     """
     from lerobot.configs import RGBEncoderConfig
@@ -85,6 +110,7 @@ def write_lerobot_dataset(
 
     if mode not in MODES:
         raise ValueError(f"mode must be one of {sorted(MODES)}, got {mode!r}")
+    check_image_size(image_size, mode)
     if content not in CONTENTS:
         raise ValueError(f"content must be one of {CONTENTS}, got {content!r}")
     final = Path(root)
@@ -254,6 +280,28 @@ def _scene_frames(
 
 
 @keeps_scheduling
+def check_cameras(hdf5_path, mode: str) -> None:
+    """:func:`check_image_size` of each camera of a robomimic file (its first demo's uint8 (N, H, W, C) obs).
+
+    Args:
+        hdf5_path: The robomimic HDF5 file.
+        mode: ``av1``, ``h264`` or ``png``.
+
+    Raises:
+        ValueError: a camera its encoder cannot take, naming the file and the key.
+    """
+    import h5py
+
+    with h5py.File(hdf5_path, "r") as f:
+        obs0 = f[f"data/{sorted(f['data'].keys())[0]}/obs"]
+        for c in obs0:
+            if obs0[c].dtype == np.uint8 and obs0[c].ndim == 4:
+                try:
+                    check_image_size(obs0[c].shape[1:3], mode)
+                except ValueError as exc:
+                    raise ValueError(f"{hdf5_path} obs/{c}: {exc}") from None
+
+
 def write_lerobot_from_robomimic(
     hdf5_path,
     root,
@@ -285,7 +333,7 @@ def write_lerobot_from_robomimic(
 
     Raises:
         FileExistsError: ``root`` exists and ``overwrite`` is false.
-        ValueError: an unknown ``mode`` (before anything is deleted).
+        ValueError: an unknown ``mode`` (before anything is deleted), or cameras its encoder cannot take.
     """
     import h5py
     from lerobot.configs import RGBEncoderConfig
@@ -298,6 +346,7 @@ def write_lerobot_from_robomimic(
         demos = sorted(f["data"].keys(), key=lambda n: int(n[5:]))
         obs0 = f[f"data/{demos[0]}/obs"]
         cams = [k for k in obs0 if obs0[k].dtype == np.uint8 and obs0[k].ndim == 4]
+        check_cameras(hdf5_path, mode)
         state_keys = [k for k in ("robot0_eef_pos", "robot0_eef_quat", "robot0_gripper_qpos") if k in obs0]
         sdim = sum(obs0[k].shape[1] for k in state_keys)
         adim = f[f"data/{demos[0]}/actions"].shape[1]
