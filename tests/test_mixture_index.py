@@ -191,3 +191,27 @@ def test_a_one_file_component_is_keyed_by_its_stat_and_each_key_is_a_record_of_i
     finally:
         Fingerprint.differences = original
     assert start(["train"] * 3) == (["v0", "w1", "v2"], [1])
+
+
+def test_the_index_line_is_said_once_per_start_unless_something_was_read(components, caplog):
+    """robomimic asks for a mixture's records once per split and check; the "N of M reused" line is said once for
+    the same components, and again whenever a component was read (news). Control: another set of components is
+    said."""
+    import logging
+
+    paths, cache_dir = components
+
+    def lines(ps):
+        caplog.clear()
+        with caplog.at_level(logging.INFO):
+            index_of(paths, cache_dir).records(ps)
+        return [r.getMessage() for r in caplog.records if "mixture index:" in r.getMessage()]
+
+    first = lines(paths)
+    assert len(first) == 1 and "0 of 5 components' metadata reused, 5 read" in first[0], first
+    assert lines(paths) == []  # nothing read, said already
+    with open(os.path.join(paths[0], "meta", "info.json"), "w") as f:
+        json.dump({"value": 9}, f)
+    edited = lines(paths)
+    assert len(edited) == 1 and "4 of 5 components' metadata reused, 1 read" in edited[0], edited
+    assert len(lines(paths[:3])) == 1  # the control: other components

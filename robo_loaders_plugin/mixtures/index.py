@@ -101,6 +101,11 @@ def _recorded(path: str) -> tuple[Fingerprint | None, dict | None]:
         return None, None
 
 
+# what :meth:`ComponentIndex.records` said, per kind and components: robomimic asks for a mixture's records once per
+# split and check (2-3 times a start), and the line repeated said nothing new
+_SAID: set[tuple] = set()
+
+
 class ComponentIndex:
     """Per-component records of a mixture's metadata, reused while each component's files are unchanged.
 
@@ -195,7 +200,9 @@ class ComponentIndex:
         with ThreadPoolExecutor(min(self.threads, max(1, len(paths))), thread_name_prefix="robo-loaders-index") as ex:
             out = list(ex.map(self._one, range(len(paths)), paths, keys or [None] * len(paths)))
         self.reread.sort()
-        if paths and self.root is not None:
+        said = (self.kind, self.root, tuple(paths), tuple(keys or ()))
+        if paths and self.root is not None and (self.reread or said not in _SAID):  # a read is always said
+            _SAID.add(said)
             logger.info(
                 f"mixture index: {len(paths) - len(self.reread)} of {len(paths)} components' metadata reused, "
                 f"{len(self.reread)} read ({os.path.join(self.root, INDEX_DIR, self.kind)})"
