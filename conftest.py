@@ -182,3 +182,12 @@ def pytest_runtest_call(item):
     from robo_loaders_plugin.core.sched import back_to_normal
 
     back_to_normal()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_fixture_setup(fixturedef, request):
+    """As :func:`pytest_runtest_call`, before each fixture: a module fixture that trains (``lerobot-train`` under
+    ``torchrun``) may run right after another fixture's AV1 encode."""
+    from robo_loaders_plugin.core.sched import back_to_normal
+
+    back_to_normal()

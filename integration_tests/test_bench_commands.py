@@ -195,7 +195,7 @@ def test_sample_data_lerobot_cli(tmp_path):
             "native:low_dim,compressed_cache",
             ['compressed_cache={"codex": "zstd"}'],
             "--backend-kwargs compressed_cache: unknown option 'codex' for backend 'compressed_cache' (did you mean "
-            "'codec'?); valid options: build_workers, cache_dir, codec, filter, level, loader, max_memory",
+            "'codec'?); valid options: build_workers, cache_dir, codec, filter, keep, level, loader, max_memory",
         ),
         (
             "robomimic",

@@ -44,7 +44,7 @@ def env():
     return e
 
 
-def torchrun(*args, timeout=900):
+def torchrun(*args, timeout=600):
     cmd = [
         os.path.join(BIN, "torchrun"),
         "--nproc_per_node",
@@ -55,7 +55,11 @@ def torchrun(*args, timeout=900):
         str(free_port()),
         *args,
     ]
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env(), timeout=timeout, cwd=HERE)
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, env=env(), timeout=timeout, cwd=HERE)
+    except subprocess.TimeoutExpired as exc:  # what the ranks printed says where they waited
+        said = "".join(s.decode(errors="replace") if isinstance(s, bytes) else s for s in (exc.stdout, exc.stderr) if s)
+        pytest.fail(f"torchrun {' '.join(map(str, args[:1]))} ran past {timeout} s; its output's end:\n{said[-6000:]}")
     assert p.returncode == 0, (p.stdout + p.stderr)[-6000:]
     return p.stdout + p.stderr
 

@@ -41,7 +41,8 @@ def test_two_cell_matrix_resumes_and_reports(tiny_hdf5, tmp_path):
     assert [(r["backend"], r["seq_length"]) for r in data["rows"]] == [("datapipe", 1), ("datapipe", 5)]
     for r in data["rows"]:
         assert not r.get("error"), r["error"]
-        assert r["samples_per_s"] > 0 and r["first_batch_s"] > 0 and r["peak_mem_bytes"] > r["data_mem_bytes"] > 0
+        # memory recorded; data_mem_bytes may be 0: a cell of 3 tiny batches can end between two 0.5-s samples
+        assert r["samples_per_s"] > 0 and r["first_batch_s"] > 0 and r["peak_mem_bytes"] > r["data_mem_bytes"] >= 0
         assert r["batch_size"] == 8 and r["num_workers"] == 0 and r["machine"]["cores"] == os.cpu_count()
         assert r["ratios"] == {}  # no baseline in this matrix
     (conv,) = data["conversion"]  # one conversion for both datapipe cells, removed once the matrix is complete
