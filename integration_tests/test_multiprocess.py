@@ -269,7 +269,7 @@ def native_2proc_losses(lerobot_datasets, tmp_path_factory):
 def test_lerobot_train_two_processes_loss_parity_with_native(lerobot_datasets, native_2proc_losses, tmp_path, backend):
     """Backends that keep the sampler's order give each rank native's batches: the real lerobot-train under
     torchrun logs the same loss at every step as native 2-process training with the same seed. compressed_cache's
-    RAM cache is built once for the host: one rank builds it, the other maps the same file."""
+    store (kept in the cache root, by default) is built once for the host: one rank builds it, the other maps it."""
     log = lerobot_train_2proc(lerobot_datasets["av1_1cam"], tmp_path / "out", backend)
     assert f"lerobot data backend: {backend}" in log, log[-3000:]
     assert logged_losses(log) == native_2proc_losses, log[-3000:]
