@@ -155,10 +155,18 @@ def test_two_runs_started_together_build_once(tiny_hdf5, tmp_path):
     assert results[0][1] == results[1][1] and glob.glob(str(tmp_path / "cache" / "*")) == [results[0][1]]
 
 
-def test_corrupt_persisted_cache_is_rebuilt(tiny_hdf5, tmp_path):
-    cfg = _cc(tiny_hdf5, backend_kwargs={"cache_dir": str(tmp_path)})
+@pytest.mark.parametrize("where", ["cache_dir", "kept by default"])
+def test_corrupt_persisted_cache_is_rebuilt(tiny_hdf5, tmp_path, monkeypatch, where):
+    """A store damaged between runs, in a given cache_dir or kept in the default cache root (``keep``): the next
+    start rebuilds it rather than serving it."""
+    if where == "cache_dir":
+        cfg = _cc(tiny_hdf5, backend_kwargs={"cache_dir": str(tmp_path)})
+    else:
+        monkeypatch.setenv("ROBO_LOADERS_CACHE", str(tmp_path))
+        cfg = _cc(tiny_hdf5)
     ds = dataset_factory(cfg, obs_keys(cfg))
     path = ds.frames.inner.store.path
+    assert path.startswith(str(tmp_path)), path
     with open(path, "r+b") as f:
         f.seek(-20, os.SEEK_END)
         f.write(b"garbage!garbage!")
