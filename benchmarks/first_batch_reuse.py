@@ -7,7 +7,8 @@ LeRobot's own writer (10,540 frames, 2 cameras 84x84, AV1), generated once into 
 the repository). Each run is a fresh process, timed as ``lerobot-train`` builds and iterates: ``LeRobotDataset``
 with diffusion's ``delta_timestamps``, the backend's dataset (``build_s``), then lerobot-train's DataLoader (spawned
 workers, prefetch 4, its ``EpisodeAwareSampler``) to its first batch through the patched ``cycle``
-(``first_batch_s``). Each round gives each variant a fresh cache root and runs it twice (first: builds; second:
+(``first_batch_s``); the variant ``threads`` (``loader: threads``) builds the batches in the training process
+instead. Each round gives each variant a fresh cache root and runs it twice (first: builds; second:
 ``keep`` maps the kept store, ``keep: false`` builds its RAM store again), then the second run once more with no
 DataLoader workers, which takes the workers' start (spawned interpreters importing torch and LeRobot) out of the
 first batch. The machine's 1-minute load average is recorded before each run.
@@ -30,7 +31,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 SHARED = os.path.join(HERE, "..", "..", "shared", "data", "robosuite_lift_84_20demos.hdf5")
 REPO_ID = "local/lerobot_lift_x10"
-VARIANTS = {"keep": {}, "ram": {"keep": False}}
+VARIANTS = {"keep": {}, "ram": {"keep": False}, "threads": {"loader": "threads"}}
 
 
 def child(a: dict) -> dict:
@@ -117,6 +118,7 @@ def main(argv=None) -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--variants", default="keep,ram", help=f"of {', '.join(VARIANTS)}")
     parser.add_argument("--out", default=os.path.join(HERE, "results", "first_batch_reuse.json"))
     a = parser.parse_args(argv)
     workloads = os.environ.get("ROBO_LOADERS_WORKLOADS")
@@ -125,7 +127,8 @@ def main(argv=None) -> None:
     root = dataset(workloads)
     rows = []
     for r in range(a.rounds):
-        for variant, kwargs in VARIANTS.items():
+        for variant in a.variants.split(","):
+            kwargs = VARIANTS[variant]
             with tempfile.TemporaryDirectory(prefix="first-batch-cache-", dir=workloads) as cache_root:
                 for run, workers in (("first", a.workers), ("second", a.workers), ("second, no workers", 0)):
                     load = os.getloadavg()[0]
@@ -152,7 +155,7 @@ def write(a, rows: list) -> None:
         f"diffusion delta_timestamps, batch {a.batch_size}, lerobot-train's DataLoader ({a.workers} spawned "
         "workers, prefetch 4)",
         "machine": {"cpus": os.cpu_count(), "note": "1-min load average before each run in the rows"},
-        "script": f"python -m benchmarks.first_batch_reuse --rounds {a.rounds}",
+        "script": f"python -m benchmarks.first_batch_reuse --rounds {a.rounds} --variants {a.variants}",
         "median": medians,
         "rows": rows,
     }

@@ -84,7 +84,9 @@ def test_bad_options(lerobot_datasets):
     with pytest.raises(BackendOptionError, match=r"codec must be one of .*got 'brotli'"):
         serve("compressed_cache", nat, codec="brotli")
     with pytest.raises(BackendOptionError, match="robomimic only"):
-        serve("compressed_cache", nat, loader="dataloader")
+        serve("gpu_resampler", nat, source_fps=20.0)  # LeRobot reads the rate from meta/info.json
+    with pytest.raises(BackendOptionError, match=r"loader must be one of .*got 'processes'"):
+        serve("compressed_cache", nat, loader="processes")
     with pytest.raises(BackendOptionError, match=r"max_memory.*expected a size like 2GB"):
         serve("compressed_cache", nat, max_memory="lots")
 

@@ -1,6 +1,7 @@
 """A small ACT policy trained a few steps on native vs compressed_cache / gpu_resampler batches (same seed, same
 EpisodeAwareSampler): L1, L2 and cosine distances between predicted and target actions must match. gpu_resampler's
-batches come from lerobot-train's (patched) cycle(dataloader), built in-process over the sampler's order."""
+batches, and compressed_cache's with ``loader: threads`` (``#threads``), come from lerobot-train's (patched)
+cycle(dataloader), built in-process over the sampler's order."""
 
 import pytest
 import torch
@@ -18,13 +19,14 @@ FPS = 20
 def train(root, backend, sampler_seed=3, steps=4, workers=0):
     torch.manual_seed(0)
     ds = LeRobotDataset(REPO, root=root, delta_timestamps={"action": [i / FPS for i in range(10)]}, return_uint8=True)
-    if backend in ("compressed_cache", "gpu_resampler"):
-        ds = serve(backend, ds)
+    name, _, variant = backend.partition("#")
+    if name in ("compressed_cache", "gpu_resampler"):
+        ds = serve(name, ds, **({"loader": "threads"} if variant == "threads" else {}))
 
     def batches(dataset, sampler):
         kw = dict(multiprocessing_context="spawn") if workers else {}
         loader = torch.utils.data.DataLoader(dataset, batch_size=8, sampler=sampler, num_workers=workers, **kw)
-        return cycle(loader) if backend == "gpu_resampler" else loader
+        return cycle(loader) if name == "gpu_resampler" or variant == "threads" else loader
 
     values, moved = act_losses(ds.meta, lambda: sampler_for(ds, sampler_seed), ds, batches, steps)
     logs = [dict(zip(ACT_METRICS, row)) for row in values.tolist()]
@@ -33,7 +35,10 @@ def train(root, backend, sampler_seed=3, steps=4, workers=0):
     return logs
 
 
-@pytest.mark.parametrize("backend,workers", [("compressed_cache", 0), ("compressed_cache", 2), ("gpu_resampler", 1)])
+@pytest.mark.parametrize(
+    "backend,workers",
+    [("compressed_cache", 0), ("compressed_cache", 2), ("compressed_cache#threads", 1), ("gpu_resampler", 1)],
+)
 def test_same_losses(lerobot_datasets, backend, workers):
     root = lerobot_datasets["av1_1cam"]
     ref = train(root, "native", workers=0)

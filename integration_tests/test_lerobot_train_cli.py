@@ -397,3 +397,18 @@ def test_native_refuses_backend_kwargs_at_parse_time(root, tmp_path):
     assert rc == 1, log[-3000:]
     assert "error: --dataset.backend_kwargs: unknown option 'codec' for backend 'native'; valid options: (none)" in log
     assert "Creating dataset" not in log and "Traceback" not in log and not out.exists(), log[-3000:]
+
+
+def test_compressed_cache_with_loader_threads_trains_without_dataloader_workers(root, tmp_path):
+    """``loader: threads`` on LeRobot (issue 45 item 2: no spawned workers to wait for at the first batch):
+    lerobot-train's batches are built in the training process and it trains. Control: the default ``loader``
+    (``dataloader``) says nothing of the kind, its workers serve the samples."""
+    out = str(tmp_path / "threads")
+    rc, log = lerobot_train(
+        root, out, "--dataset.backend=compressed_cache", '--dataset.backend_kwargs={"loader": "threads"}', steps=2
+    )
+    assert rc == 0 and re.search(r"step:2 .*loss:", log), log[-3000:]
+    built = "compressed_cache: lerobot-train's batches are built in the training process"
+    assert built in log, log[-3000:]
+    rc, log = lerobot_train(root, str(tmp_path / "default"), "--dataset.backend=compressed_cache", steps=1)
+    assert rc == 0 and built not in log, log[-3000:]

@@ -10,7 +10,6 @@ is built.
 
 from __future__ import annotations
 
-from robo_loaders_plugin.backends.requirements import ROBOMIMIC
 from robo_loaders_plugin.core.codecs import CODECS, DEFAULT_CODEC, DEFAULT_FILTER, FILTERS
 from robo_loaders_plugin.core.hookspecs import hookimpl
 from robo_loaders_plugin.core.options import Option, check_size, to_bytes
@@ -53,10 +52,11 @@ COMPRESSED_CACHE_OPTIONS = {
         str,
         "threads",
         "'threads': num_data_workers threads build whole batches in the training "
-        "process (no worker processes, no collate copy); 'dataloader': robomimic's "
-        "DataLoader",
+        "process (no worker processes, no collate copy; LeRobot: image transforms then draw "
+        "from the training process's RNG); 'dataloader': the framework's DataLoader "
+        "(LeRobot's default: its workers' RNG, as LeRobot's)",
         choices=("threads", "dataloader"),
-        frameworks=ROBOMIMIC,
+        framework_defaults={"lerobot": "dataloader"},
         kinds={"threads": INDEXED, "dataloader": SAMPLE},
     ),
 }
