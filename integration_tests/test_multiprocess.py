@@ -44,7 +44,7 @@ def env():
     return e
 
 
-def torchrun(*args, timeout=600):
+def torchrun(*args, timeout=600, env_extra=None):
     cmd = [
         os.path.join(BIN, "torchrun"),
         "--nproc_per_node",
@@ -56,7 +56,9 @@ def torchrun(*args, timeout=600):
         *args,
     ]
     try:
-        p = subprocess.run(cmd, capture_output=True, text=True, env=env(), timeout=timeout, cwd=HERE)
+        p = subprocess.run(
+            cmd, capture_output=True, text=True, env={**env(), **(env_extra or {})}, timeout=timeout, cwd=HERE
+        )
     except subprocess.TimeoutExpired as exc:  # what the ranks printed says where they waited
         said = "".join(s.decode(errors="replace") if isinstance(s, bytes) else s for s in (exc.stdout, exc.stderr) if s)
         pytest.fail(f"torchrun {' '.join(map(str, args[:1]))} ran past {timeout} s; its output's end:\n{said[-6000:]}")
@@ -209,7 +211,7 @@ def test_robomimic_ranks_built_before_the_group_serve_every_window_once(late_gro
         assert len(set(native_windows) - set(served)) > total // 10, "the control missed no window"
 
 
-def lerobot_train_2proc(root, out, backend, *extra):
+def lerobot_train_2proc(root, out, backend, *extra, env_extra=None):
     return torchrun(
         os.path.join(BIN, "lerobot-train"),
         f"--dataset.repo_id={REPO}",
@@ -233,6 +235,7 @@ def lerobot_train_2proc(root, out, backend, *extra):
         f"--output_dir={out}",
         f"--dataset.backend={backend}",
         *extra,
+        env_extra=env_extra,
     )
 
 
@@ -270,7 +273,10 @@ def test_lerobot_train_two_processes_loss_parity_with_native(lerobot_datasets, n
     """Backends that keep the sampler's order give each rank native's batches: the real lerobot-train under
     torchrun logs the same loss at every step as native 2-process training with the same seed. compressed_cache's
     store (kept in the cache root, by default) is built once for the host: one rank builds it, the other maps it."""
-    log = lerobot_train_2proc(lerobot_datasets["av1_1cam"], tmp_path / "out", backend)
+    # a cache root of its own: compressed_cache's store kept by an earlier test of this source would be reused by both
+    log = lerobot_train_2proc(
+        lerobot_datasets["av1_1cam"], tmp_path / "out", backend, env_extra={"ROBO_LOADERS_CACHE": str(tmp_path / "c")}
+    )
     assert f"lerobot data backend: {backend}" in log, log[-3000:]
     assert logged_losses(log) == native_2proc_losses, log[-3000:]
     if backend == "compressed_cache":
