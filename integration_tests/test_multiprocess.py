@@ -18,6 +18,7 @@ from collections import Counter
 
 import pytest
 from lerobot_helpers import REPO
+from process_dump import run_tree
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BIN = os.path.dirname(sys.executable)
@@ -55,15 +56,12 @@ def torchrun(*args, timeout=600, env_extra=None):
         str(free_port()),
         *args,
     ]
-    try:
-        p = subprocess.run(
-            cmd, capture_output=True, text=True, env={**env(), **(env_extra or {})}, timeout=timeout, cwd=HERE
-        )
-    except subprocess.TimeoutExpired as exc:  # what the ranks printed says where they waited
-        said = "".join(s.decode(errors="replace") if isinstance(s, bytes) else s for s in (exc.stdout, exc.stderr) if s)
-        pytest.fail(f"torchrun {' '.join(map(str, args[:1]))} ran past {timeout} s; its output's end:\n{said[-6000:]}")
-    assert p.returncode == 0, (p.stdout + p.stderr)[-6000:]
-    return p.stdout + p.stderr
+    rc, out, err = run_tree(cmd, {**env(), **(env_extra or {})}, timeout, cwd=HERE)
+    if rc is None:  # where the ranks waited: their threads and Python stacks (process_dump)
+        said = (out + err)[-12000:]
+        pytest.fail(f"torchrun {' '.join(map(str, args[:1]))} ran past {timeout} s; its output's end:\n{said}")
+    assert rc == 0, (out + err)[-6000:]
+    return out + err
 
 
 def load(out, framework, ranks):
