@@ -3,8 +3,10 @@ bound, every window once when weighted by size, rank shares, resume) and the mix
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
+import os
 
 import numpy as np
 import pytest
@@ -327,6 +329,51 @@ def test_mixture_dataset_batches_follow_the_global_order_renamed_with_dataset_in
     assert len(served) == 22
     with pytest.raises(IndexError):
         mix.collate([22])
+
+
+class Pid(Plain):
+    """Plain, each item saying which process built it."""
+
+    def __getitem__(self, i):
+        return {**super().__getitem__(i), "pid": torch.tensor(os.getpid())}
+
+
+def passes(source, epochs):
+    return [list(source.batches(e)) for e in epochs]
+
+
+def test_a_native_mixture_builds_its_batches_in_worker_processes_the_same_batches_as_threads():
+    """Components that are the frameworks' own datasets (no ServedDataset): the plan's workers are processes, every
+    batch the one threads build, in order, pass after pass (persistent workers), resumable mid-pass; a mixture with
+    a backend's dataset keeps threads (the control: built in this process)."""
+
+    def mixture(datasets):
+        return MixtureDataset(datasets, ["a", "b"], [{}, {}], {"x", "pid"}, MixtureHooks(), [1, 3], 0, Serving("m"))
+
+    plan = SamplingPlan(batch_size=4, drop_last=False, seed=3, num_workers=2)
+    native = mixture([Pid(10, 100), Pid(9, 200)])
+    source = native.batch_source(plan)
+    assert source.processes is not None and "2 worker processes" in source.describe()
+    got = passes(source, [0, 1, 2])
+    threads = MixtureBatches(native.collate, native.order(3), dataclasses.replace(plan, num_workers=0), 0)
+    want = passes(threads, [0, 1, 2])
+    for g, w in zip(got, want, strict=True):
+        assert [b["x"].tolist() for b in g] == [b["x"].tolist() for b in w]
+        assert [b[DATASET_INDEX].tolist() for b in g] == [b[DATASET_INDEX].tolist() for b in w]
+    pids = {int(p) for one in got for b in one for p in b["pid"]}
+    assert os.getpid() not in pids and len(pids) == 2, pids  # two workers, kept from pass to pass
+    resumed = native.batch_source(dataclasses.replace(plan, start_epoch=1, start_batch=2))
+    assert [b["x"].tolist() for b in resumed.batches(1, 2)] == [b["x"].tolist() for b in want[1][2:]]
+    first = source.batches(0)  # two passes at once: the second is built here, both whole
+    a = [next(first)]
+    b = list(source.batches(0))
+    a += list(first)
+    assert [x["x"].tolist() for x in a] == [x["x"].tolist() for x in b] == [x["x"].tolist() for x in want[0]]
+    assert {int(p) for x in b for p in x["pid"]} == {os.getpid()}
+    native.close()
+    assert native._processes is None
+    served = mixture([Pid(10, 100), Indexed(9, 200)]).batch_source(plan)  # control: a backend's dataset
+    assert served.processes is None and "2 threads" in served.describe()
 
 
 @pytest.mark.parametrize("dtype", [torch.uint8, torch.float32, torch.bool, torch.bfloat16])

@@ -267,6 +267,19 @@ def patch_train_script(module, cycle, check_command_line, after_checkpoint=None)
         module.train = checked_train
 
 
+def fresh_video_decoders() -> None:
+    """Give this process a video decoder cache of its own (LeRobot's module-level ``VideoDecoderCache``).
+
+    Why: a forked worker inherits the training process's open decoders, each reading its file through a Python file
+    object whose descriptor, and so whose offset, the processes share: two processes seeking and reading one file
+    move the offset under each other and decode the wrong bytes. The inherited entries are dropped here (their
+    handles closed in this process only), so that each worker opens its own, as in a fresh process.
+    """
+    from lerobot.datasets import video_utils
+
+    video_utils._default_decoder_cache = video_utils.VideoDecoderCache()
+
+
 def native_cycle(dataloader):
     """LeRobot's own ``cycle`` (the script's original, or ``lerobot.utils.utils.cycle``).
 

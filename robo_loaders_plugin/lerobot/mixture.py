@@ -246,6 +246,14 @@ def _component_choice(choice, target_fps: float | None):
     return choose(choice.name, **{**choice.options.given(), "target_fps": float(target_fps)})
 
 
+class LeRobotHooks(MixtureHooks):
+    """LeRobot's items and batches are flat dicts of tensors (the defaults); a worker process of a ``native``
+    mixture opens its own video decoders (``compat.fresh_video_decoders``)."""
+
+    def in_worker(self, worker_id: int) -> None:
+        compat.fresh_video_decoders()
+
+
 class LeRobotMixture(MixtureDataset):
     """A mixture as ``lerobot-train`` sees a dataset: ``meta`` (:class:`MixtureMetadata`), ``num_frames``,
     ``num_episodes``, ``episodes`` (``None``: every row of :attr:`meta`'s episode table), ``fps``, ``features``; items
@@ -404,7 +412,7 @@ def build_mixture(
         names,
         layout.renames,
         layout.keep,
-        MixtureHooks(),
+        LeRobotHooks(),
         weights,
         0 if seed is None else int(seed),
         Serving(summary),

@@ -1,6 +1,6 @@
 """A mixture's batches: this rank's share of each pass of a
-:class:`~robo_loaders_plugin.mixtures.sampling.MixtureOrder`, built by threads of the training process, resumable
-at any batch.
+:class:`~robo_loaders_plugin.mixtures.sampling.MixtureOrder`, built by threads of the training process (or, for the
+frameworks' own datasets, by worker processes: ``core.worker_processes``), resumable at any batch.
 
 Modelled on ``core.iteration.RankBatches`` (the same cut into rank shares, the same threads), with the pass drawn
 from the mixture's weights instead of a plain permutation.
@@ -14,6 +14,7 @@ from robo_loaders_plugin.core.iteration import BatchSource, SamplingPlan
 from robo_loaders_plugin.core.ranks import rank_share
 from robo_loaders_plugin.core.threads import ordered_map
 from robo_loaders_plugin.core.units import plural
+from robo_loaders_plugin.core.worker_processes import ProcessBatches
 from robo_loaders_plugin.mixtures.sampling import MixtureOrder
 
 
@@ -28,6 +29,8 @@ class MixtureBatches(BatchSource):
         num_threads: Threads building batches (0: the training thread).
         prefetch_per_thread: Batches in flight per thread.
         names: The components' names, for :meth:`describe`.
+        processes: Worker processes building the batches instead of threads (``num_threads`` is then unused), or
+            ``None``.
     """
 
     def __init__(
@@ -38,6 +41,7 @@ class MixtureBatches(BatchSource):
         num_threads: int = 0,
         prefetch_per_thread: int = 2,
         names: Sequence[str] | None = None,
+        processes: ProcessBatches | None = None,
     ):
         super().__init__(plan.start_epoch, plan.start_batch)
         self.collate, self.order, self.plan = collate, order, plan
@@ -45,6 +49,7 @@ class MixtureBatches(BatchSource):
         self._len = share // plan.batch_size if plan.drop_last else -(-share // plan.batch_size)
         self.num_threads, self.depth = int(num_threads), max(1, int(num_threads) * prefetch_per_thread)
         self.names = list(names) if names is not None else [f"component {k}" for k in range(len(order.sizes))]
+        self.processes = processes
 
     def __len__(self) -> int:
         return self._len
@@ -55,9 +60,14 @@ class MixtureBatches(BatchSource):
         shares = ", ".join(f"{n} {p:.1%}" for n, p in zip(self.names, self.order.probabilities, strict=True))
         return (
             f"mixture of {len(self.names)} ({how}: {shares}); rank {self.plan.rank} of {self.plan.world_size}, "
-            f"{len(self)} batches per pass, {plural(self.num_threads, 'thread')}, starting at epoch {self._epoch} "
+            f"{len(self)} batches per pass, {self._builders()}, starting at epoch {self._epoch} "
             f"batch {self._batch}"
         )
+
+    def _builders(self) -> str:
+        if self.processes is not None:
+            return plural(self.processes.workers, "worker process", "worker processes")
+        return plural(self.num_threads, "thread")
 
     def indices_of(self, epoch: int):
         """This rank's global indices of a pass, in serving order.
@@ -71,7 +81,7 @@ class MixtureBatches(BatchSource):
         return self.order.rank_indices(epoch, self.plan.rank, self.plan.world_size)
 
     def batches(self, epoch, start=0):
-        """This rank's batches of a pass, from batch ``start``, built by threads, in order.
+        """This rank's batches of a pass, from batch ``start``, built by threads (or worker processes), in order.
 
         Args:
             epoch: The pass number.
@@ -79,4 +89,7 @@ class MixtureBatches(BatchSource):
         """
         mine, b = self.indices_of(epoch), self.plan.batch_size
         chunks = (mine[i * b : (i + 1) * b].tolist() for i in range(start, len(self)))
+        if self.processes is not None:
+            yield from self.processes.map(list(chunks))
+            return
         yield from ordered_map(self.collate, chunks, self.num_threads, self.depth)

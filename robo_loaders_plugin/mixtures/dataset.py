@@ -18,6 +18,7 @@ import torch
 from robo_loaders_plugin.core.errors import RoboLoadersError
 from robo_loaders_plugin.core.in_flight import TrainingLoop, indexed_in_flight
 from robo_loaders_plugin.core.iteration import BatchDataset, IndexedDataset, SamplingPlan, ServedDataset, Serving
+from robo_loaders_plugin.core.worker_processes import ProcessBatches
 from robo_loaders_plugin.mixtures.batches import MixtureBatches
 from robo_loaders_plugin.mixtures.missing import fill_flat
 from robo_loaders_plugin.mixtures.padding import NO_PADDING, Padding, pad_flat
@@ -143,6 +144,15 @@ class MixtureHooks:
             The mixed batch.
         """
         return _scatter(batches, positions, int(size), pool)
+
+    def in_worker(self, worker_id: int) -> None:
+        """Called in each worker process of a ``native`` mixture before it builds a batch (the DataLoader's
+        ``worker_init_fn``): a framework drops here what a forked worker must not share with the training process,
+        e.g. open video decoders, whose file offsets the processes would move under each other. Default: nothing.
+
+        Args:
+            worker_id: The worker's number.
+        """
 
     def close_component(self, component_dataset) -> None:
         """Release what a component's dataset holds (``close()`` on a backend's dataset: its cache entry may then be
@@ -305,6 +315,13 @@ class MixtureDataset(BatchDataset):
         self.eligible = self._layout.eligible
         self.cameras = list(cameras)
         self.templates = self._templates(missing or [[] for _ in self.datasets])
+        self._processes: ProcessBatches | None = None  # the worker processes of a native mixture's passes
+
+    def __getstate__(self) -> dict:
+        """Pickled for spawned workers without the training process's worker processes."""
+        state = dict(self.__dict__)
+        state["_processes"] = None
+        return state
 
     def _templates(self, missing: Sequence[Sequence[str]]) -> list[dict]:
         """Per component, what it lacks of :attr:`cameras`, as one item of the first component that has each
@@ -370,6 +387,9 @@ class MixtureDataset(BatchDataset):
         """
         if self._closed:
             return
+        if self._processes is not None:
+            self._processes.close()
+            self._processes = None
         for dataset in self.datasets:
             self.hooks.close_component(dataset)
         super().close()
@@ -430,6 +450,21 @@ class MixtureDataset(BatchDataset):
             return 0
         return int(plan.num_workers)
 
+    def worker_processes(self, plan: SamplingPlan) -> int:
+        """Worker processes building batches: the plan's worker budget when every component is the framework's own
+        dataset (``native``: Python item by item, GIL held, so threads would build one batch at a time), else 0
+        (the backends' batches are built by threads, ``batch_threads``).
+
+        Args:
+            plan: What the native loop would serve (its ``num_workers``).
+
+        Returns:
+            The process count (0: threads).
+        """
+        if not self.datasets or any(isinstance(d, ServedDataset) for d in self.datasets):
+            return 0
+        return max(0, int(plan.num_workers))
+
     def batch_source(self, plan: SamplingPlan) -> MixtureBatches:
         """The mixture's passes for a framework's plan (its seed when it gives one, else the dataset's).
 
@@ -444,6 +479,16 @@ class MixtureDataset(BatchDataset):
         # MixtureBatches keeps), in bytes once the first batch is built: the most the pool keeps
         self._sizing = TrainingLoop(int(plan.batch_size), int(plan.num_workers))
         self.buffer_pool.round_rows = int(plan.batch_size)  # parts of any size share the batches' buffers
+        workers = self.worker_processes(plan)
+        if workers and (self._processes is None or self._processes.workers != workers):
+            if self._processes is not None:
+                self._processes.close()
+            self._processes = ProcessBatches(self.collate, workers, seed, worker_init=self.hooks.in_worker)
         return MixtureBatches(
-            self.collate, self.order(seed, plan.shuffle), plan, self.batch_threads(plan), names=self.names
+            self.collate,
+            self.order(seed, plan.shuffle),
+            plan,
+            self.batch_threads(plan),
+            names=self.names,
+            processes=self._processes if workers else None,
         )

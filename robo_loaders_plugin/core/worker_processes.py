@@ -1,0 +1,121 @@
+"""An ordered map over DataLoader worker processes: batches built where the GIL does not serialise them.
+
+Why processes, when :mod:`core.threads` is the plugin's usual way: a batch built from the framework's *own*
+datasets (a ``native`` mixture: ``LeRobotDataset`` decoding video through torchcodec item by item, robomimic's
+``SequenceDataset`` reading HDF5 through h5py) runs Python for every item and holds the GIL, so threads build one
+batch at a time and the training thread waits (a ``native`` LeRobot mixture served 0.59-0.69x the hand-written
+``ConcatDataset`` in the DataLoader's workers). The reference pays for worker processes; so does this, with torch's
+own DataLoader doing the work: persistent workers started once per run, each batch built by one worker
+(``collate(indices)``), yielded in order, through shared memory.
+
+Why a generator of its own: the DataLoader draws its workers' base seed when it starts them. Drawn from torch's
+global RNG it would shift every later draw of the training loop (dropout, augmentation) against a run whose batches
+were built in threads; a ``torch.Generator`` seeded from the order's seed keeps the loop's stream untouched and the
+workers' seeds a function of the run's seed.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import torch
+
+
+def _as_is(batch: Any) -> Any:
+    """The DataLoader's collate: the batch is built by ``collate`` in the worker (a module function: picklable)."""
+    return batch
+
+
+class _CollatedBatches(torch.utils.data.Dataset):
+    """``dataset[indices]`` is ``collate(indices)``: one whole batch per "item" the DataLoader asks a worker for."""
+
+    def __init__(self, collate: Callable[[list], Any]):
+        self.collate = collate
+
+    def __getitem__(self, indices):
+        return self.collate(list(indices))
+
+
+class _Chunks(torch.utils.data.Sampler):
+    """The batches of indices of the pass being served; replaced before each pass (the DataLoader iterates its
+    sampler in the training process, so the workers need not know)."""
+
+    def __init__(self):
+        self.chunks: list[list[int]] = []
+
+    def __iter__(self):
+        return iter(self.chunks)
+
+    def __len__(self) -> int:
+        return len(self.chunks)
+
+
+class ProcessBatches:
+    """``collate(indices)`` for each batch of indices, built by ``workers`` persistent worker processes, in order.
+
+    Args:
+        collate: Builds one batch from a list of indices (runs in the workers: it and what it references are
+            inherited by forked workers, pickled for spawned ones).
+        workers: Worker processes (at least 1).
+        seed: Seeds the workers (``torch.Generator``), without touching torch's global RNG.
+        prefetch_per_worker: Batches each worker builds ahead (the DataLoader's ``prefetch_factor``).
+        context: The multiprocessing context (``None``: the DataLoader's default, fork on Linux).
+        worker_init: ``worker_init(worker_id)`` in each worker before its first batch (the DataLoader's
+            ``worker_init_fn``), or ``None``.
+
+    Two passes at once (a second iterator started before the first is exhausted, a validation peek): the workers
+    serve one pass at a time, so the second is built in the calling thread, as ``core.threads.ordered_map`` with
+    no threads does; both get every batch.
+    """
+
+    def __init__(
+        self,
+        collate: Callable[[list], Any],
+        workers: int,
+        seed: int,
+        prefetch_per_worker: int = 2,
+        context: Any = None,
+        worker_init: Callable[[int], None] | None = None,
+    ):
+        self.collate = collate
+        self.workers = max(1, int(workers))
+        self._chunks = _Chunks()
+        self._loader: torch.utils.data.DataLoader | None = torch.utils.data.DataLoader(
+            _CollatedBatches(collate),
+            sampler=self._chunks,
+            batch_size=None,
+            collate_fn=_as_is,
+            num_workers=self.workers,
+            persistent_workers=True,
+            prefetch_factor=max(1, int(prefetch_per_worker)),
+            generator=torch.Generator().manual_seed(int(seed)),
+            multiprocessing_context=context,
+            worker_init_fn=worker_init,
+        )
+        self._busy = threading.Lock()
+
+    def map(self, chunks: Sequence[list[int]]) -> Iterator[Any]:
+        """The batches of ``chunks``, in order.
+
+        Args:
+            chunks: Lists of indices, one per batch.
+
+        Yields:
+            ``collate(chunk)`` for every chunk. An exception raised in a worker is raised here (torch re-raises
+            it in the training process as its own type).
+        """
+        if self._loader is None or not self._busy.acquire(blocking=False):  # closed, or another pass holds them
+            yield from map(self.collate, chunks)
+            return
+        try:
+            self._chunks.chunks = [list(c) for c in chunks]
+            yield from self._loader
+        finally:
+            self._busy.release()
+
+    def close(self) -> None:
+        """Let the workers go: the DataLoader's iterator stops them when it is collected (at once, unless a pass
+        suspended mid-way still holds it), as it does at exit. Later passes are built in the calling thread."""
+        self._loader = None
