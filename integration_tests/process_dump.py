@@ -65,11 +65,18 @@ def threads_of(pid: int) -> str:
     return "\n".join(lines)
 
 
+def _normal_scheduling() -> None:
+    """In the child before exec: normal scheduling, whatever the thread that started it was left at (an SVT-AV1
+    encode as root leaves threads at real-time priority; ranks inheriting it starved each other once)."""
+    with contextlib.suppress(AttributeError, OSError):
+        os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+
+
 def run_tree(cmd: list[str], env: dict, timeout: float, cwd: str | None = None) -> tuple[int | None, str, str]:
     """Run ``cmd``; past ``timeout`` seconds, describe and stop its whole tree.
 
     Args:
-        cmd: The command (its processes inherit ``PYTHONFAULTHANDLER=1``).
+        cmd: The command (its processes inherit ``PYTHONFAULTHANDLER=1``; it starts at normal scheduling).
         env: Its environment.
         timeout: Seconds it may run.
         cwd: Its working directory.
@@ -86,6 +93,7 @@ def run_tree(cmd: list[str], env: dict, timeout: float, cwd: str | None = None) 
         env={**env, "PYTHONFAULTHANDLER": "1"},
         cwd=cwd,
         start_new_session=True,
+        preexec_fn=_normal_scheduling,
     )
     try:
         out, err = p.communicate(timeout=timeout)
