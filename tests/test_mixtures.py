@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import multiprocessing as mp
 import os
 
 import numpy as np
@@ -342,18 +343,21 @@ def passes(source, epochs):
     return [list(source.batches(e)) for e in epochs]
 
 
-def test_a_native_mixture_builds_its_batches_in_worker_processes_the_same_batches_as_threads():
-    """Components that are the frameworks' own datasets (no ServedDataset): the plan's workers are processes, every
-    batch the one threads build, in order, pass after pass (persistent workers), resumable mid-pass; a mixture with
-    a backend's dataset keeps threads (the control: built in this process)."""
+@pytest.mark.parametrize("context", [None, "spawn"])
+def test_a_native_mixture_builds_its_batches_in_worker_processes_the_same_batches_as_threads(context):
+    """Components that are the frameworks' own datasets (no ServedDataset): the plan's workers are processes started
+    as the framework's DataLoader starts them (forked, or spawned as lerobot-train's), every batch the one threads
+    build, in order, pass after pass (persistent workers), resumable mid-pass; a mixture with a backend's dataset
+    keeps threads (the control: built in this process)."""
 
     def mixture(datasets):
         return MixtureDataset(datasets, ["a", "b"], [{}, {}], {"x", "pid"}, MixtureHooks(), [1, 3], 0, Serving("m"))
 
-    plan = SamplingPlan(batch_size=4, drop_last=False, seed=3, num_workers=2)
+    plan = SamplingPlan(batch_size=4, drop_last=False, seed=3, num_workers=2, worker_context=context)
     native = mixture([Pid(10, 100), Pid(9, 200)])
     source = native.batch_source(plan)
     assert source.processes is not None and "2 worker processes" in source.describe()
+    assert source.processes._loader.multiprocessing_context is (None if context is None else mp.get_context(context))
     got = passes(source, [0, 1, 2])
     threads = MixtureBatches(native.collate, native.order(3), dataclasses.replace(plan, num_workers=0), 0)
     want = passes(threads, [0, 1, 2])

@@ -55,6 +55,10 @@ class SamplingPlan:
         pin_memory: Whether batches go to pinned memory (CUDA training with ``pin_memory``).
         rank: This process's share of a multi-process run (one process: 0).
         world_size: Processes sharing each pass (one process: 1).
+        worker_context: How the framework's DataLoader starts worker processes (its ``multiprocessing_context``:
+            lerobot-train's ``spawn`` by default; ``None``: the platform's default, fork on Linux), for a backend
+            that builds batches in worker processes as the framework would.
+        prefetch_factor: Batches each of those workers prepares ahead (the DataLoader's; ``None``: torch's 2).
     """
 
     batch_size: int
@@ -68,6 +72,8 @@ class SamplingPlan:
     pin_memory: bool = False
     rank: int = 0
     world_size: int = 1
+    worker_context: Any = None
+    prefetch_factor: int | None = None
 
 
 class BatchSource(abc.ABC):

@@ -165,6 +165,8 @@ def sampling_plan(dataloader, built: iteration.Built | None = None) -> iteration
         pin_memory=bool(getattr(dataloader, "pin_memory", False)) and torch.cuda.is_available(),
         rank=split.rank,
         world_size=split.world_size,
+        worker_context=getattr(dataloader, "multiprocessing_context", None),
+        prefetch_factor=getattr(dataloader, "prefetch_factor", None),
     )
 
 

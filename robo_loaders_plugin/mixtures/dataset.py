@@ -316,6 +316,7 @@ class MixtureDataset(BatchDataset):
         self.cameras = list(cameras)
         self.templates = self._templates(missing or [[] for _ in self.datasets])
         self._processes: ProcessBatches | None = None  # the worker processes of a native mixture's passes
+        self._processes_how: tuple = ()  # how they were started (count, context, prefetch)
 
     def __getstate__(self) -> dict:
         """Pickled for spawned workers without the training process's worker processes."""
@@ -480,10 +481,19 @@ class MixtureDataset(BatchDataset):
         self._sizing = TrainingLoop(int(plan.batch_size), int(plan.num_workers))
         self.buffer_pool.round_rows = int(plan.batch_size)  # parts of any size share the batches' buffers
         workers = self.worker_processes(plan)
-        if workers and (self._processes is None or self._processes.workers != workers):
+        how = (workers, plan.worker_context, plan.prefetch_factor)
+        if workers and (self._processes is None or self._processes_how != how):
             if self._processes is not None:
                 self._processes.close()
-            self._processes = ProcessBatches(self.collate, workers, seed, worker_init=self.hooks.in_worker)
+            self._processes = ProcessBatches(
+                self.collate,
+                workers,
+                seed,
+                prefetch_per_worker=plan.prefetch_factor or 2,
+                context=plan.worker_context,
+                worker_init=self.hooks.in_worker,
+            )
+            self._processes_how = how
         return MixtureBatches(
             self.collate,
             self.order(seed, plan.shuffle),

@@ -197,6 +197,8 @@ def sampling_plan(data_loader, built: iteration.Built) -> iteration.SamplingPlan
         pin_memory=bool(data_loader.pin_memory) and torch.cuda.is_available(),
         rank=built.rank,
         world_size=built.world_size,
+        worker_context=data_loader.multiprocessing_context,
+        prefetch_factor=data_loader.prefetch_factor,
     )
 
 
