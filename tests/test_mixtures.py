@@ -339,6 +339,16 @@ class Pid(Plain):
         return {**super().__getitem__(i), "pid": torch.tensor(os.getpid())}
 
 
+class BeforeWorkers(MixtureHooks):
+    """Counts the calls made in this process before the workers start."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def before_workers(self, datasets):
+        self.calls += 1
+
+
 def passes(source, epochs):
     return [list(source.batches(e)) for e in epochs]
 
@@ -351,7 +361,7 @@ def test_a_native_mixture_builds_its_batches_in_worker_processes_the_same_batche
     keeps threads (the control: built in this process)."""
 
     def mixture(datasets):
-        return MixtureDataset(datasets, ["a", "b"], [{}, {}], {"x", "pid"}, MixtureHooks(), [1, 3], 0, Serving("m"))
+        return MixtureDataset(datasets, ["a", "b"], [{}, {}], {"x", "pid"}, BeforeWorkers(), [1, 3], 0, Serving("m"))
 
     plan = SamplingPlan(batch_size=4, drop_last=False, seed=3, num_workers=2, worker_context=context)
     native = mixture([Pid(10, 100), Pid(9, 200)])
@@ -364,6 +374,7 @@ def test_a_native_mixture_builds_its_batches_in_worker_processes_the_same_batche
     for g, w in zip(got, want, strict=True):
         assert [b["x"].tolist() for b in g] == [b["x"].tolist() for b in w]
         assert [b[DATASET_INDEX].tolist() for b in g] == [b[DATASET_INDEX].tolist() for b in w]
+    assert native.hooks.calls == 1  # before the workers started, once for the run
     pids = {int(p) for one in got for b in one for p in b["pid"]}
     assert os.getpid() not in pids and len(pids) == 2, pids  # two workers, kept from pass to pass
     resumed = native.batch_source(dataclasses.replace(plan, start_epoch=1, start_batch=2))

@@ -64,6 +64,7 @@ class ProcessBatches:
         context: The multiprocessing context (``None``: the DataLoader's default, fork on Linux).
         worker_init: ``worker_init(worker_id)`` in each worker before its first batch (the DataLoader's
             ``worker_init_fn``), or ``None``.
+        before_start: Called in this process right before the workers start (at the first pass), or ``None``.
 
     Two passes at once (a second iterator started before the first is exhausted, a validation peek): the workers
     serve one pass at a time, so the second is built in the calling thread, as ``core.threads.ordered_map`` with
@@ -78,6 +79,7 @@ class ProcessBatches:
         prefetch_per_worker: int = 2,
         context: Any = None,
         worker_init: Callable[[int], None] | None = None,
+        before_start: Callable[[], None] | None = None,
     ):
         self.collate = collate
         self.workers = max(1, int(workers))
@@ -95,6 +97,7 @@ class ProcessBatches:
             worker_init_fn=worker_init,
         )
         self._busy = threading.Lock()
+        self._before_start = before_start  # None once the workers are started
 
     def map(self, chunks: Sequence[list[int]]) -> Iterator[Any]:
         """The batches of ``chunks``, in order.
@@ -111,6 +114,9 @@ class ProcessBatches:
             return
         try:
             self._chunks.chunks = [list(c) for c in chunks]
+            start, self._before_start = self._before_start, None
+            if start is not None:
+                start()
             yield from self._loader
         finally:
             self._busy.release()

@@ -9,6 +9,7 @@ share, resuming) is here once.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -144,6 +145,15 @@ class MixtureHooks:
             The mixed batch.
         """
         return _scatter(batches, positions, int(size), pool)
+
+    def before_workers(self, datasets: Sequence[Any]) -> None:
+        """Called in the training process before the worker processes of a ``native`` mixture start (once per
+        run): a framework lets go here of what a worker should open itself (robomimic's HDF5 handles). Default:
+        nothing.
+
+        Args:
+            datasets: The components' datasets.
+        """
 
     def in_worker(self, worker_id: int) -> None:
         """Called in each worker process of a ``native`` mixture before it builds a batch (the DataLoader's
@@ -492,6 +502,7 @@ class MixtureDataset(BatchDataset):
                 prefetch_per_worker=plan.prefetch_factor or 2,
                 context=plan.worker_context,
                 worker_init=self.hooks.in_worker,
+                before_start=functools.partial(self.hooks.before_workers, self.datasets),
             )
             self._processes_how = how
         return MixtureBatches(

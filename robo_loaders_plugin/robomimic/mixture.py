@@ -201,6 +201,20 @@ class RobomimicHooks(MixtureHooks):
         values = np.asarray(components, dtype=np.int64)
         return torch.from_numpy(values) if batch else values[0]
 
+    def before_workers(self, datasets) -> None:
+        """robomimic's own ``SequenceDataset``s close their HDF5 file handles before worker processes start, as
+        robomimic's dataset does at the end of its construction: each worker then opens the file itself instead of
+        reading through a handle (and the HDF5 library's state) inherited from this process. The handle opens again
+        when this process reads.
+
+        Args:
+            datasets: The components' datasets.
+        """
+        for dataset in datasets:
+            close_file = getattr(dataset, "close_and_delete_hdf5_handle", None)
+            if callable(close_file):
+                close_file()
+
     def close_component(self, component_dataset):
         """A backend's dataset closed; robomimic's own ``SequenceDataset`` (``native``) its HDF5 file handle closed.
 
