@@ -102,7 +102,7 @@ def test_every_item_equals_its_component_item_and_shares_follow_the_weights(lero
     source = mix.batch_source(SamplingPlan(batch_size=8, seed=5, num_workers=2))
     if backend == "native":  # LeRobotDatasets: 2 worker processes (the items above opened decoders here first)
         assert "2 worker processes" in source.describe()
-        assert source.processes._loader.worker_init_fn == mix.hooks.in_worker  # each opens its own decoders
+        assert source.processes._loader.worker_init_fn.args == (mix.hooks.in_worker,)  # each opens its own decoders
     counts = np.zeros(3, dtype=np.int64)
     for b, batch in enumerate(source.batches(0)):
         which, rows = batch["dataset_index"].tolist(), batch["index"].tolist()  # no episode filter: row == index

@@ -70,6 +70,8 @@ _foreign = SimpleNamespace(
     thread_count=0,
     thread_type=0,
     pict_type=0,
+    # LeRobot's module-level video decoder cache, replaced in a native mixture's worker (lerobot/compat.py)
+    _default_decoder_cache=0,
 )
 _foreign.data_backend
 _foreign.data_backend_kwargs
@@ -78,6 +80,7 @@ _foreign.low_dim
 _foreign.input
 _foreign.gop_size
 _foreign.thread_count
+_foreign._default_decoder_cache
 _foreign.thread_type
 _foreign.pict_type
 _autopatch.__doc__  # set on a module object (_autopatch's empty macros module)

@@ -16,11 +16,19 @@ workers' seeds a function of the run's seed.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
+
+
+def _init_worker(init: Callable[[], None], worker_id: int) -> None:
+    """The DataLoader's ``worker_init_fn``: ``init()`` in the worker, whichever it is (a module function and a
+    ``functools.partial``: picklable for spawned workers)."""
+    del worker_id  # every worker is set up alike
+    init()
 
 
 def _as_is(batch: Any) -> Any:
@@ -62,7 +70,7 @@ class ProcessBatches:
         seed: Seeds the workers (``torch.Generator``), without touching torch's global RNG.
         prefetch_per_worker: Batches each worker builds ahead (the DataLoader's ``prefetch_factor``).
         context: The multiprocessing context (``None``: the DataLoader's default, fork on Linux).
-        worker_init: ``worker_init(worker_id)`` in each worker before its first batch (the DataLoader's
+        worker_init: ``worker_init()`` in each worker before its first batch (through the DataLoader's
             ``worker_init_fn``), or ``None``.
         before_start: Called in this process right before the workers start (at the first pass), or ``None``.
 
@@ -78,7 +86,7 @@ class ProcessBatches:
         seed: int,
         prefetch_per_worker: int = 2,
         context: Any = None,
-        worker_init: Callable[[int], None] | None = None,
+        worker_init: Callable[[], None] | None = None,
         before_start: Callable[[], None] | None = None,
     ):
         self.collate = collate
@@ -94,7 +102,7 @@ class ProcessBatches:
             prefetch_factor=max(1, int(prefetch_per_worker)),
             generator=torch.Generator().manual_seed(int(seed)),
             multiprocessing_context=context,
-            worker_init_fn=worker_init,
+            worker_init_fn=None if worker_init is None else functools.partial(_init_worker, worker_init),
         )
         self._busy = threading.Lock()
         self._before_start = before_start  # None once the workers are started

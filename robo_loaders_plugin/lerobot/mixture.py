@@ -250,7 +250,8 @@ class LeRobotHooks(MixtureHooks):
     """LeRobot's items and batches are flat dicts of tensors (the defaults); a worker process of a ``native``
     mixture opens its own video decoders (``compat.fresh_video_decoders``)."""
 
-    def in_worker(self, worker_id: int) -> None:
+    def in_worker(self) -> None:
+        """A forked worker drops the video decoders it inherited (``compat.fresh_video_decoders``)."""
         compat.fresh_video_decoders()
 
 

@@ -155,13 +155,10 @@ class MixtureHooks:
             datasets: The components' datasets.
         """
 
-    def in_worker(self, worker_id: int) -> None:
-        """Called in each worker process of a ``native`` mixture before it builds a batch (the DataLoader's
+    def in_worker(self) -> None:
+        """Called in each worker process of a ``native`` mixture before it builds a batch (through the DataLoader's
         ``worker_init_fn``): a framework drops here what a forked worker must not share with the training process,
         e.g. open video decoders, whose file offsets the processes would move under each other. Default: nothing.
-
-        Args:
-            worker_id: The worker's number.
         """
 
     def close_component(self, component_dataset) -> None:
