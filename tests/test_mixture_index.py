@@ -215,3 +215,53 @@ def test_the_index_line_is_said_once_per_start_unless_something_was_read(compone
     edited = lines(paths)
     assert len(edited) == 1 and "4 of 5 components' metadata reused, 1 read" in edited[0], edited
     assert len(lines(paths[:3])) == 1  # the control: other components
+
+
+def test_tqdm_s_lock_is_made_before_threads_read_metadata():
+    """Two threads in tqdm's ``thread_map`` at once (HF ``datasets`` reading two components' parquet files): without
+    a class-wide lock both make one and both delete it, and the second fails (the control, the failure seen in CI);
+    once ``tqdm_lock_made`` ran, both find the lock, put it back, and it stays."""
+    import threading
+
+    from tqdm import tqdm
+    from tqdm.contrib.concurrent import ensure_lock
+
+    from robo_loaders_plugin.mixtures.index import tqdm_lock_made
+
+    both_looked, both_in = threading.Barrier(2, timeout=10), threading.Barrier(2, timeout=10)
+
+    class HfLike(tqdm):  # HF datasets passes its own subclass; this one lets both threads look before either makes
+        @classmethod
+        def get_lock(cls):
+            both_looked.wait()
+            return super().get_lock()
+
+    def two_threads() -> list:
+        errors: list = []
+
+        def one():
+            try:
+                with ensure_lock(HfLike):
+                    both_in.wait()  # both inside before either leaves, as two parquet reads overlap
+            except Exception as exc:  # noqa: BLE001 - collected for the assertion
+                errors.append(exc)
+
+        threads = [threading.Thread(target=one) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        return errors
+
+    saved = tqdm.__dict__.get("_lock")
+    try:
+        for cls in (tqdm, HfLike):
+            if "_lock" in cls.__dict__:
+                delattr(cls, "_lock")
+        errors = two_threads()
+        assert [type(e) for e in errors] == [AttributeError] and "_lock" in str(errors[0])
+        tqdm_lock_made()
+        assert two_threads() == [] and "_lock" in tqdm.__dict__
+    finally:
+        if saved is not None:
+            tqdm._lock = saved

@@ -33,6 +33,8 @@ import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
+from tqdm import tqdm
+
 from robo_loaders_plugin.core.errors import RoboLoadersError, StaleSourceError
 from robo_loaders_plugin.core.files import atomic_write_json, stat_files
 from robo_loaders_plugin.core.log import get_logger
@@ -104,6 +106,18 @@ def _recorded(path: str) -> tuple[Fingerprint | None, dict | None]:
 # what :meth:`ComponentIndex.records` said, per kind and components: robomimic asks for a mixture's records once per
 # split and check (2-3 times a start), and the line repeated said nothing new
 _SAID: set[tuple] = set()
+
+
+def tqdm_lock_made() -> None:
+    """Make tqdm's class-wide lock before components' metadata is read in threads.
+
+    Why: reading a LeRobot component's ``meta/`` goes through HF ``datasets``, whose parquet loading calls tqdm's
+    ``thread_map``; that wraps its work in ``ensure_lock``, which, when ``tqdm._lock`` does not exist yet, creates it
+    and deletes it at the end. Two threads doing so at once both delete it and the second dies with
+    ``AttributeError: type object 'tqdm' has no attribute '_lock'`` (it failed a ``lerobot-train`` start in CI).
+    With the lock made here (``tqdm.get_lock()``, public), every ``ensure_lock`` finds it and puts it back.
+    """
+    tqdm.get_lock()
 
 
 class ComponentIndex:
@@ -197,6 +211,7 @@ class ComponentIndex:
             Whatever ``read`` raises for a component (its own one-line error), after the reads in flight end.
         """
         self.reread = []
+        tqdm_lock_made()
         with ThreadPoolExecutor(min(self.threads, max(1, len(paths))), thread_name_prefix="robo-loaders-index") as ex:
             out = list(ex.map(self._one, range(len(paths)), paths, keys or [None] * len(paths)))
         self.reread.sort()
