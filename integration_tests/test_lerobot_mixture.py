@@ -202,6 +202,30 @@ def test_drop_n_last_frames_leaves_each_episodes_last_frames_out(lerobot_mixture
         build_mixture(spec_of(ds), nats, choice, drop_n_last_frames=40)
 
 
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_native_mixture_starts_the_worker_processes_lerobot_train_asks_for(lerobot_mixture_datasets, workers):
+    """lerobot-train's DataLoader (EpisodeAwareSampler over the mixture) read by the adapter: ``--num_workers=0``
+    builds a native mixture's batches in this process (no worker process, as LeRobot's own loader with 0 workers:
+    what a user debugging in one process asks for), 2 starts two (the control)."""
+    from lerobot.datasets import EpisodeAwareSampler
+
+    from robo_loaders_plugin.lerobot.integration import sampling_plan
+
+    mix = build_mixture(spec_of(lerobot_mixture_datasets), natives(lerobot_mixture_datasets), choose("native"), seed=1)
+    sampler = EpisodeAwareSampler(mix.meta.episodes["dataset_from_index"], mix.meta.episodes["dataset_to_index"])
+    plan = sampling_plan(torch.utils.data.DataLoader(mix, batch_size=8, sampler=sampler, num_workers=workers))
+    assert plan.worker_processes == workers and plan.num_workers == max(1, workers)
+    source = mix.batch_source(plan)
+    try:
+        if workers:
+            assert source.processes is not None and f"{workers} worker processes" in source.describe()
+        else:
+            assert source.processes is None and "worker processes" not in source.describe()
+            assert len(next(iter(source.batches(0)))["index"]) == 8
+    finally:
+        mix.close()
+
+
 @pytest.mark.fast
 def test_stats_checks_and_refusals_from_metadata(lerobot_mixture_datasets):
     """Statistics are LeRobot's ``aggregate_stats`` of the components' (renamed), ImageNet's on the cameras; every

@@ -389,6 +389,11 @@ def test_a_native_mixture_builds_its_batches_in_worker_processes_the_same_batche
     assert native._processes is None
     served = mixture([Pid(10, 100), Indexed(9, 200)]).batch_source(plan)  # control: a backend's dataset
     assert served.processes is None and "2 threads" in served.describe()
+    # LeRobot's --num_workers=0 (its plan keeps a thread, asks for no process): built in this process
+    alone = mixture([Pid(10, 100), Pid(9, 200)])
+    one = alone.batch_source(dataclasses.replace(plan, num_workers=1, worker_processes=0))
+    assert one.processes is None and alone._processes is None
+    assert {int(p) for b in one.batches(0) for p in b["pid"]} == {os.getpid()}
 
 
 @pytest.mark.parametrize("dtype", [torch.uint8, torch.float32, torch.bool, torch.bfloat16])

@@ -59,6 +59,9 @@ class SamplingPlan:
             lerobot-train's ``spawn`` by default; ``None``: the platform's default, fork on Linux), for a backend
             that builds batches in worker processes as the framework would.
         prefetch_factor: Batches each of those workers prepares ahead (the DataLoader's; ``None``: torch's 2).
+        worker_processes: The worker processes the framework's DataLoader itself would start (its ``num_workers``
+            as the user set it, where ``num_workers`` is raised to a thread or more: LeRobot's); 0 asks for none,
+            as a user debugging in one process does. ``None``: ``num_workers``.
     """
 
     batch_size: int
@@ -74,6 +77,7 @@ class SamplingPlan:
     world_size: int = 1
     worker_context: Any = None
     prefetch_factor: int | None = None
+    worker_processes: int | None = None
 
 
 class BatchSource(abc.ABC):

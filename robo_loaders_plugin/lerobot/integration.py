@@ -167,6 +167,7 @@ def sampling_plan(dataloader, built: iteration.Built | None = None) -> iteration
         world_size=split.world_size,
         worker_context=getattr(dataloader, "multiprocessing_context", None),
         prefetch_factor=getattr(dataloader, "prefetch_factor", None),
+        worker_processes=int(dataloader.num_workers),  # --num_workers=0: no worker process, as LeRobot's own
     )
 
 

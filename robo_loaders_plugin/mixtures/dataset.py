@@ -459,9 +459,9 @@ class MixtureDataset(BatchDataset):
         return int(plan.num_workers)
 
     def worker_processes(self, plan: SamplingPlan) -> int:
-        """Worker processes building batches: the plan's worker budget when every component is the framework's own
-        dataset (``native``: Python item by item, GIL held, so threads would build one batch at a time), else 0
-        (the backends' batches are built by threads, ``batch_threads``).
+        """Worker processes building batches: the plan's worker processes (the framework DataLoader's count) when
+        every component is the framework's own dataset (``native``: Python item by item, GIL held, so threads would
+        build one batch at a time), else 0 (the backends' batches are built by threads, ``batch_threads``).
 
         Args:
             plan: What the native loop would serve (its ``num_workers``).
@@ -471,7 +471,8 @@ class MixtureDataset(BatchDataset):
         """
         if not self.datasets or any(isinstance(d, ServedDataset) for d in self.datasets):
             return 0
-        return max(0, int(plan.num_workers))
+        asked = plan.num_workers if plan.worker_processes is None else plan.worker_processes
+        return max(0, int(asked))
 
     def batch_source(self, plan: SamplingPlan) -> MixtureBatches:
         """The mixture's passes for a framework's plan (its seed when it gives one, else the dataset's).
