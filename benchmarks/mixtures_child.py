@@ -24,17 +24,23 @@ import time
 
 class Renamed:
     """A component of the hand-written reference: its items renamed, only the mixture's keys, plus
-    ``dataset_index`` (a module-level class, so spawned DataLoader workers can unpickle it).
+    ``dataset_index`` (a module-level class, so spawned DataLoader workers can unpickle it); for components of
+    different robots, as a user pads them by hand: vectors zero-padded to the mixture's size with a ``_dim_mask``,
+    cameras it lacks as zeros with an ``_is_missing`` flag (the plugin's names, so both serve the same keys).
 
     Args:
         dataset: The component's ``LeRobotDataset``.
         rename: ``{its key: mixture key}``.
         keep: The mixture's keys.
         index: The component's position.
+        pad: ``{key: size}`` of the padded vectors (``None``: none).
+        fill: ``{camera: (C, H, W)}`` of the cameras this component lacks (``None``: none).
+        cameras: The cameras some component lacks (each gets its ``_is_missing`` flag, as the plugin's mixture).
     """
 
-    def __init__(self, dataset, rename: dict, keep: frozenset, index: int):
+    def __init__(self, dataset, rename: dict, keep: frozenset, index: int, pad=None, fill=None, cameras=()):
         self.dataset, self.rename, self.keep, self.index = dataset, dict(rename), frozenset(keep), int(index)
+        self.pad, self.fill, self.cameras = dict(pad or {}), dict(fill or {}), tuple(cameras)
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -45,6 +51,16 @@ class Renamed:
         item = self.dataset[i]
         out = {self.rename.get(k, k): v for k, v in item.items()}
         out = {k: v for k, v in out.items() if k in self.keep}
+        for key, size in self.pad.items():
+            v = out[key]
+            own = v.shape[-1]
+            out[key] = torch.nn.functional.pad(v, (0, size - own)) if own < size else v
+            out[f"{key}_dim_mask"] = torch.arange(size) < own
+        if self.fill or self.pad:
+            for cam in self.cameras:
+                if cam in self.fill:
+                    out[cam] = torch.zeros(self.fill[cam], dtype=torch.uint8)
+                out[f"{cam}_is_missing"] = torch.tensor(cam in self.fill)
         out["dataset_index"] = torch.tensor(self.index)
         return out
 
@@ -60,7 +76,7 @@ def item_keys(meta, delta: dict | None) -> set[str]:
     return set(meta.features) | {f"{k}_is_pad" for k in (delta or {})} | {"task"}
 
 
-def reference_loader(natives, components, deltas, batch_size: int, num_workers: int, seed: int):
+def reference_loader(natives, components, deltas, batch_size: int, num_workers: int, seed: int, robots=False):
     """The hand-written mixture (module docstring) and its DataLoader.
 
     Args:
@@ -70,6 +86,7 @@ def reference_loader(natives, components, deltas, batch_size: int, num_workers: 
         batch_size: Samples per batch.
         num_workers: DataLoader workers (spawned, persistent, prefetch 4, as lerobot-train's).
         seed: The sampler's seed.
+        robots: The components are different robots (``Renamed``'s padding and zero cameras, every key kept).
 
     Returns:
         The ``torch.utils.data.DataLoader``.
@@ -80,8 +97,22 @@ def reference_loader(natives, components, deltas, batch_size: int, num_workers: 
     for n, c, d in zip(natives, components, deltas):
         rename = c.get("rename") or {}
         renamed_keys.append({rename.get(k, k) for k in item_keys(n.meta, d)})
-    keep = frozenset(set.intersection(*renamed_keys))
-    parts = [Renamed(n, c.get("rename") or {}, keep, k) for k, (n, c) in enumerate(zip(natives, components))]
+    if not robots:
+        keep = frozenset(set.intersection(*renamed_keys))
+        parts = [Renamed(n, c.get("rename") or {}, keep, k) for k, (n, c) in enumerate(zip(natives, components))]
+    else:  # different robots: every key any component has, vectors padded to the largest, missing cameras zeros
+        keep = frozenset(set.union(*renamed_keys))
+        sizes: dict = {}
+        for n in natives:
+            for key in ("action", "observation.state"):
+                sizes.setdefault(key, set()).add(int(n.meta.features[key]["shape"][0]))
+        pad = {k: max(v) for k, v in sizes.items() if len(v) > 1}
+        shapes = {k: f["shape"] for n in natives for k, f in n.meta.features.items() if f["dtype"] == "video"}
+        lacked = sorted(cam for cam in shapes if any(cam not in n.meta.video_keys for n in natives))  # flagged
+        parts = []
+        for k, (n, c) in enumerate(zip(natives, components)):
+            fill = {cam: (shapes[cam][2], *shapes[cam][:2]) for cam in lacked if cam not in n.meta.video_keys}
+            parts.append(Renamed(n, c.get("rename") or {}, keep, k, pad, fill, lacked))
     concat = torch.utils.data.ConcatDataset(parts)
     weights = [float(c.get("weight", 1.0)) for c in components]
     per_sample = torch.cat([torch.full((len(p),), w / len(p), dtype=torch.float64) for p, w in zip(parts, weights)])
@@ -100,10 +131,12 @@ def run(a: dict) -> dict:
     Args:
         a: ``backend`` (``reference`` or a plugin backend), ``kwargs`` (its options), ``components`` (the mixture's
             components: ``repo_id``, ``root``, ``weight``, ``rename``), ``target_fps``, ``preset``, ``batch_size``,
-            ``num_workers``, ``batches``, ``seed``.
+            ``num_workers``, ``batches``, ``seed``; ``spec``: the mixture's other keys (``pad``,
+            ``missing_cameras``: components of different robots; the reference pads them by hand).
 
     Returns:
-        The row: ``build_s`` (metadata, datasets, mixture and DataLoader built), ``first_batch_s``, ``startup_s``
+        The row: ``build_s`` (metadata, datasets, mixture and DataLoader built; ``natives_s`` of it the
+        components' ``LeRobotDataset``\\ s, which every loader builds), ``first_batch_s``, ``startup_s``
         (their sum: the first metadata read to the first batch), ``samples_per_s`` over ``batches`` timed batches
         after the first, ``batch_latency_ms``, ``num_samples``, ``share`` (each component's share of the samples
         served), ``summary`` and ``baseline_pss_bytes``.
@@ -125,8 +158,12 @@ def run(a: dict) -> dict:
         delta = delta_timestamps(a["preset"], meta)
         natives.append(LeRobotDataset(c["repo_id"], root=c["root"], delta_timestamps=delta, return_uint8=True))
         deltas.append(delta)
+    natives_s = time.perf_counter() - t
+    extra = a.get("spec") or {}  # the mixture's other keys (pad, missing_cameras): different robots
     if a["backend"] == "reference":
-        loader = reference_loader(natives, components, deltas, a["batch_size"], a["num_workers"], a["seed"])
+        loader = reference_loader(
+            natives, components, deltas, a["batch_size"], a["num_workers"], a["seed"], robots=bool(extra)
+        )
         batches = loader
         summary = f"ConcatDataset of {len(natives)} LeRobotDataset + WeightedRandomSampler"
     else:
@@ -134,7 +171,7 @@ def run(a: dict) -> dict:
         from robo_loaders_plugin.lerobot.integration import choose, cycle
         from robo_loaders_plugin.lerobot.mixture import build_mixture, parse
 
-        spec = {"components": components}
+        spec = {"components": components, **extra}
         if a.get("target_fps") is not None:
             spec["target_fps"] = a["target_fps"]
         mix = build_mixture(parse(spec), natives, choose(a["backend"], **(a.get("kwargs") or {})), seed=a["seed"])
@@ -146,6 +183,7 @@ def run(a: dict) -> dict:
         timed_shares(batches, a["batches"], len(components), build_s),
         num_samples=sum(len(n) for n in natives),
         frames=sum(n.num_frames for n in natives),
+        natives_s=natives_s,
         summary=summary,
         baseline_pss_bytes=baseline,
     )
@@ -162,15 +200,19 @@ def timed_shares(batches, timed: int, components: int, build_s: float) -> dict:
         build_s: Seconds from the first metadata read to the loader built.
 
     Returns:
-        ``time_loader``'s keys, ``build_s``, ``startup_s`` (``build_s`` plus the first batch) and ``share``.
+        ``time_loader``'s keys, ``build_s``, ``startup_s`` (``build_s`` plus the first batch), ``share`` and
+        ``batch_keys`` (the first batch's keys and their shapes).
     """
     import numpy as np
 
     from robo_loaders_plugin.bench.runner import time_loader
 
     served = np.zeros(components, dtype=np.int64)
+    keys: dict = {}
 
     def count(batch):
+        if not keys:  # what a batch holds (each key's shape), so that two loaders are seen to serve the same
+            keys.update((k, list(getattr(v, "shape", (len(v),)))) for k, v in batch.items())
         index = np.asarray(batch["dataset_index"])
         served[:] += np.bincount(index, minlength=components)
         return len(index)
@@ -181,6 +223,7 @@ def timed_shares(batches, timed: int, components: int, build_s: float) -> dict:
         build_s=build_s,
         startup_s=build_s + timing["first_batch_s"],
         share=(served / max(1, served.sum())).round(4).tolist(),
+        batch_keys=dict(sorted(keys.items())),
     )
 
 

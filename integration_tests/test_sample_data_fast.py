@@ -64,10 +64,13 @@ def assert_same_dataset(a, b, repo_id):
             assert torch.equal(x[k], y[k]) if isinstance(x[k], torch.Tensor) else x[k] == y[k], (i, k)
 
 
-@pytest.mark.parametrize("video_mb,scenes", [(None, 3), (0.001, None)])
-def test_fast_writer_writes_what_lerobots_writer_writes(tmp_path, video_mb, scenes):
-    """Default file sizes with reused scenes (encoded once, then copied), and a size limit below one episode's
-    video (every episode starts a new file, so LeRobot's file rule is exercised)."""
+@pytest.mark.parametrize(
+    "video_mb,scenes,dims", [(None, 3, {}), (0.001, None, {}), (None, 3, {"state_dim": 14, "action_dim": 7})]
+)
+def test_fast_writer_writes_what_lerobots_writer_writes(tmp_path, video_mb, scenes, dims):
+    """Default file sizes with reused scenes (encoded once, then copied), a size limit below one episode's video
+    (every episode starts a new file, so LeRobot's file rule is exercised), and a robot of other sizes (a 14-wide
+    state, 7-wide actions: the content's vectors repeated or cut)."""
     kwargs = dict(
         repo_id="local/fast",
         episode_lengths=LENGTHS,
@@ -78,6 +81,7 @@ def test_fast_writer_writes_what_lerobots_writer_writes(tmp_path, video_mb, scen
         video_files_size_in_mb=video_mb,
         progress=False,
         scenes=scenes,
+        **dims,
     )
     theirs = write_lerobot_dataset(tmp_path / "lerobot", **kwargs)
     mine = write_lerobot_fast(tmp_path / "fast", **kwargs)

@@ -106,3 +106,49 @@ def test_docs_tables_are_the_committed_results():
     changed = copy.deepcopy(result)  # control: another number is caught
     next(r for r in changed["rows"] if not r.get("error"))["samples_per_s"] *= 2
     assert doc_tables() != mixtures.tables(changed).strip("\n")
+
+
+def test_pretraining_shaped_mixture_measures_every_loader_on_the_same_keys(tmp_path):
+    """``benchmarks/mixtures_pretraining.py`` at its smallest: the growth curve and the one dataset for every loader,
+    and the hand-written reference serves the keys and shapes the plugin's mixture serves (vectors padded to 14 with
+    their masks, the cameras a robot lacks as zeros with their flags), so the two are compared on the same batches;
+    the control, the reference without its padding, cannot even batch the three robots."""
+    from benchmarks import mixtures_child, mixtures_pretraining
+
+    work = tmp_path / "work"
+    result = mixtures_pretraining.run("small", out=str(tmp_path / "p.json"), workdir=str(work), in_process=True)
+    assert not work.exists()
+    rows = result["rows"]
+    assert not [r for r in rows if r.get("error")], [r["error"] for r in rows if r.get("error")]
+    small = mixtures_pretraining.SIZES["small"]
+    loaders = (mixtures_pretraining.REFERENCE, *small["backends"])
+    assert sorted((r["backend"], r["components"], r["single"]) for r in rows) == sorted(
+        [(b, n, False) for b in loaders for n in small["growth"]] + [(b, 1, True) for b in loaders]
+    )
+    mixed = {r["backend"]: r for r in rows if r["components"] == 3}
+    want = mixed[mixtures_pretraining.REFERENCE]["batch_keys"]
+    assert want["action"][-1] == 14 and "action_dim_mask" in want and "observation.images.cam2_is_missing" in want
+    for backend in small["backends"]:
+        assert mixed[backend]["batch_keys"] == want, backend
+    assert "samples_per_s_vs_single" in mixed["compressed_cache"] and "once_s" in mixed["compressed_cache"]
+    assert "| compressed_cache |" in mixtures_pretraining.tables(result)
+
+    # control: the reference without its padding (the keys every component has) cannot batch them
+    import shutil
+
+    comps, _ = mixtures_pretraining.generate(str(tmp_path / "control"), dict(small, components=3))
+    args = dict(
+        backend=mixtures_pretraining.REFERENCE,
+        components=mixtures_pretraining._child_components(comps),
+        preset="act",
+        batch_size=small["batch_size"],
+        num_workers=0,
+        batches=1,
+        seed=0,
+        target_fps=None,
+    )
+    padded = mixtures_child.run(dict(args, spec=mixtures_pretraining.SPEC))["batch_keys"]
+    assert padded == want
+    with pytest.raises(RuntimeError, match="stack expects each tensor to be equal size"):  # 7, 14, 6 wide vectors
+        mixtures_child.run(dict(args, spec={}))
+    shutil.rmtree(tmp_path / "control")

@@ -88,14 +88,17 @@ def write_lerobot_fast(
     batch_episodes: int = 256,
     content: str = "renders",
     noise: float = 1.0,
+    state_dim: int = 6,
+    action_dim: int = 4,
 ) -> Path:
     """Write the dataset :func:`~robo_loaders_plugin.sample_data.lerobot_v3.write_lerobot_dataset` writes with the
     same arguments, without LeRobot's per-frame files and per-episode rewrites.
 
     Args:
         root: The dataset directory (must not exist unless ``overwrite``).
-        repo_id, episode_lengths, cameras, image_size, fps, seed, actions_from_state, scenes, content, noise: As
-            for ``write_lerobot_dataset`` (the same content, from ``episode_contents``).
+        repo_id, episode_lengths, cameras, image_size, fps, seed, actions_from_state, scenes, content, noise,
+            state_dim, action_dim: As for ``write_lerobot_dataset`` (the same content, from ``episode_contents``;
+            robots of other sizes: the content's vectors repeated or cut).
         mode: "h264" or "av1" (video cameras; PNG images in the parquet files are not written by this writer).
         video_files_size_in_mb, data_files_size_in_mb: LeRobot's file size limits (default: LeRobot's).
         overwrite: Replace ``root`` if it exists.
@@ -126,8 +129,12 @@ def write_lerobot_fast(
     with replacing_dir(final, overwrite) as root:
         h, w = image_size
         feats = {
-            "observation.state": {"dtype": "float32", "shape": (6,), "names": [f"s{i}" for i in range(6)]},
-            "action": {"dtype": "float32", "shape": (4,), "names": [f"a{i}" for i in range(4)]},
+            "observation.state": {
+                "dtype": "float32",
+                "shape": (state_dim,),
+                "names": [f"s{i}" for i in range(state_dim)],
+            },
+            "action": {"dtype": "float32", "shape": (action_dim,), "names": [f"a{i}" for i in range(action_dim)]},
         }
         video_keys = [f"observation.images.cam{c}" for c in range(cameras)]
         for key in video_keys:
@@ -262,8 +269,8 @@ def write_lerobot_fast(
             n = content.length
             meta.save_episode_tasks([content.task])
             buffer = {
-                "observation.state": content.state,
-                "action": content.action,
+                "observation.state": _resized(content.state, state_dim),
+                "action": _resized(content.action, action_dim),
                 "timestamp": np.arange(n, dtype=np.int64) / fps,
                 "frame_index": np.arange(n, dtype=np.int64),
                 "episode_index": np.full((n,), ep),
@@ -295,3 +302,8 @@ def write_lerobot_fast(
         meta.finalize()
         shutil.rmtree(work, ignore_errors=True)
     return final
+
+
+def _resized(rows: np.ndarray, size: int) -> np.ndarray:
+    """Each row repeated or cut to ``size`` entries, as ``np.resize`` makes one row (LeRobot's writer's frames)."""
+    return np.ascontiguousarray(rows[:, np.arange(size) % rows.shape[1]])
