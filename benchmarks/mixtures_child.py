@@ -200,8 +200,9 @@ def timed_shares(batches, timed: int, components: int, build_s: float) -> dict:
         build_s: Seconds from the first metadata read to the loader built.
 
     Returns:
-        ``time_loader``'s keys, ``build_s``, ``startup_s`` (``build_s`` plus the first batch), ``share`` and
-        ``batch_keys`` (the first batch's keys and their shapes).
+        ``time_loader``'s keys, ``build_s``, ``startup_s`` (``build_s`` plus the first batch), ``share``,
+        ``batch_keys`` (the first batch's keys and their shapes) and ``components_per_batch`` (the mean number of
+        components a batch draws from).
     """
     import numpy as np
 
@@ -209,11 +210,13 @@ def timed_shares(batches, timed: int, components: int, build_s: float) -> dict:
 
     served = np.zeros(components, dtype=np.int64)
     keys: dict = {}
+    touched: list[int] = []  # components each batch draws from: the per-component calls a batch makes
 
     def count(batch):
         if not keys:  # what a batch holds (each key's shape), so that two loaders are seen to serve the same
             keys.update((k, list(getattr(v, "shape", (len(v),)))) for k, v in batch.items())
         index = np.asarray(batch["dataset_index"])
+        touched.append(len(np.unique(index)))
         served[:] += np.bincount(index, minlength=components)
         return len(index)
 
@@ -224,6 +227,7 @@ def timed_shares(batches, timed: int, components: int, build_s: float) -> dict:
         startup_s=build_s + timing["first_batch_s"],
         share=(served / max(1, served.sum())).round(4).tolist(),
         batch_keys=dict(sorted(keys.items())),
+        components_per_batch=round(float(np.mean(touched)), 2) if touched else 0.0,
     )
 
 

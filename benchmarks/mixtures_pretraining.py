@@ -350,6 +350,22 @@ def tables(result: dict) -> str:
         startup.append(f"| {label} | " + " | ".join(scells) + f" | {f'{svs:.2f}x' if svs else ''} |")
     lines += ["", "Start-up to the first batch, seconds (cached backends: the run reusing its caches; first: the run "
               "that built them):", "", *startup]  # fmt: skip
+    n = max(growth)
+    lines += [
+        "",
+        f"Where the {n}-component start-up and batches go (the measured run):",
+        "",
+        "| loader | components per batch | LeRobot's datasets built (s) | rest of the build (s) | first batch (s) |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for label in labels:
+        r = _row(rows, label, n)
+        if r is None or r.get("error") or "natives_s" not in r:
+            continue
+        lines.append(
+            f"| {label} | {r.get('components_per_batch', 0):.1f} | {r['natives_s']:.1f} | "
+            f"{r['build_s'] - r['natives_s']:.1f} | {r['first_batch_s']:.2f} |"
+        )
     return "\n".join(lines) + "\n"
 
 
