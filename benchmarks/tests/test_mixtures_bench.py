@@ -152,3 +152,25 @@ def test_pretraining_shaped_mixture_measures_every_loader_on_the_same_keys(tmp_p
     with pytest.raises(RuntimeError, match="stack expects each tensor to be equal size"):  # 7, 14, 6 wide vectors
         mixtures_child.run(dict(args, spec={}))
     shutil.rmtree(tmp_path / "control")
+
+
+@pytest.mark.fast
+def test_docs_pretraining_tables_are_the_committed_result():
+    """docs/benchmarks.md's pretraining-shaped mixture tables are ``python -m benchmarks.mixtures_pretraining table``
+    of the committed result, so no number there is typed by hand or outlives a new run."""
+    from benchmarks import mixtures_pretraining
+
+    path = os.path.join(ROOT, "benchmarks", "results", "mixtures_pretraining.json")
+    with open(path) as f:
+        result = json.load(f)
+    text = open(DOC).read()
+    begin, end = mixtures_pretraining.DOC_BEGIN, mixtures_pretraining.DOC_END
+    doc = text[text.index(begin) + len(begin) : text.index(end)].strip("\n")
+    assert doc == mixtures_pretraining.tables(result).strip("\n"), (
+        "docs/benchmarks.md's pretraining tables differ from benchmarks/results/mixtures_pretraining.json: paste "
+        "`python -m benchmarks.mixtures_pretraining table benchmarks/results/mixtures_pretraining.json` between its "
+        "markers"
+    )
+    changed = copy.deepcopy(result)  # control: another number is caught
+    next(r for r in changed["rows"] if not r.get("error"))["samples_per_s"] *= 2
+    assert doc != mixtures_pretraining.tables(changed).strip("\n")
