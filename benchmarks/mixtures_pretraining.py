@@ -41,6 +41,7 @@ BACKENDS = ("native", "compressed_cache", "datapipe", "gpu_resampler", "video_st
 CACHED = ("compressed_cache", "datapipe", "gpu_resampler", "video_stream")  # built once, reused when measured
 OPTIONS = {"gpu_resampler": {"device": "cpu"}}
 SPEC = {"missing_cameras": "zeros"}  # vectors of different sizes are padded to the largest by default
+SINGLE_VIDEO_MB = 0.5  # the one dataset's video files (generate): ~4,000 frames of 32x32 each
 SIZES = {
     "full": {
         "components": 400,
@@ -118,6 +119,10 @@ def generate(base: str, size: dict) -> tuple[list[dict], dict]:
         state_dim=7,
         action_dim=7,
         scenes=size["scenes"],
+        # video files of ~5 minutes, as LeRobot's size limit makes them at real resolutions: one file of the whole
+        # 8,000 s (these 32x32 frames are ~120 bytes each) put frames past LeRobot 0.6.1's float32 timestamp check
+        # (tolerance 1e-4 s, float32 steps of 0.5 ms at 8,000 s): its reader refused them (FrameTimestampError)
+        video_files_size_in_mb=SINGLE_VIDEO_MB,
     )
     return comps, {"repo_id": "pretrain/single", "root": root, "weight": 1.0, "robot": "arm7", "cameras": 2}
 

@@ -326,3 +326,61 @@ def test_lerobot_train_on_three_robots_at_three_rates_with_gpu_resampler(lerobot
     for own in (10, 15, 30):  # each robot converted from its own rate
         assert f"windows at 15 Hz on {own} Hz data" in log, log[-3000:]
     assert "9 common features at 15 fps" in log and re.search(r"step:2 .*loss:", log), log[-3000:]
+
+
+def _per_component(mix, idx):
+    """The batch built part by part (each component's dataset, renamed, padded, filled, scattered)."""
+    joined, mix.joined = mix.joined, None
+    try:
+        return mix.collate(idx)
+    finally:
+        mix.joined = joined
+
+
+@pytest.mark.parametrize("backend,options", BACKENDS[1:], ids=[b for b, _ in BACKENDS[1:]])
+def test_joined_batches_are_the_per_component_batches_and_the_documented_items(lerobot_robots, backend, options):
+    """Every backend builds a mixture's batches once over all components (``lerobot.joined``: one row map, one set
+    of windows, the frame sources behind one ``JoinedFrames``): each batch of a pass equals, key for key and in the
+    same key order, the batch built per component, and the components' documented items (padded, masked, the
+    missing camera zeros with its flags). Controls: the joined batch with a mask marking the arm's padding real, or
+    the bimanual robot's second camera read for its first, is caught; ``native`` components keep the per-component
+    path."""
+    ds = lerobot_robots
+    nats = robot_natives(ds)
+    mix = build_mixture(robots_spec(ds, missing_cameras="zeros"), nats, choose(backend, **options), seed=3)
+    assert mix.joined is not None
+    sizes = {"action": 14, "observation.state": 14}
+    like = nats[1][0]
+    source = mix.batch_source(SamplingPlan(batch_size=16, seed=5, num_workers=2))
+    order, seen = source.indices_of(0).tolist(), set()
+    for b, batch in enumerate(source.batches(0)):
+        idx, which = order[b * 16 : (b + 1) * 16], batch["dataset_index"].tolist()
+        same_batch(batch, _per_component(mix, idx), f"{backend} batch {b} vs per component")
+        if b < 3:
+            theirs = torch.utils.data.default_collate(
+                [
+                    filled_item(
+                        padded_item(nats[k][mix.locate(g)[1]], mix.renames[k], mix.keep, k, sizes), k, like=like
+                    )
+                    for g, k in zip(idx, which)
+                ]
+            )
+            same_batch(batch, theirs, f"{backend} batch {b}")
+        seen.update(which)
+    assert seen == {0, 1, 2}
+
+    # controls, on a batch holding every robot: the joined path's own mask and camera mapping are what is checked
+    idx = [int(mix.offsets[k]) + j for k in range(3) for j in range(3)]
+    want = _per_component(mix, idx)
+    mix.joined.own["action"] = np.full(3, 14)  # the arms' padding marked real
+    with pytest.raises(AssertionError, match="action_dim_mask: values differ"):
+        same_batch(mix.collate(idx), want, "mask control")
+    mix.joined.own["action"] = np.asarray([7, 14, 6])
+    fields = mix.joined.frames.fields[1]
+    fields["observation.images.cam0"], real = fields[CAM1], fields["observation.images.cam0"]
+    with pytest.raises(AssertionError, match=r"observation\.images\.cam0: values differ"):
+        same_batch(mix.collate(idx), want, "camera control")
+    fields["observation.images.cam0"] = real
+    same_batch(mix.collate(idx), want, "restored")
+
+    assert build_mixture(robots_spec(ds), nats, choose("native"), seed=3).joined is None

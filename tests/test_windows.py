@@ -105,3 +105,34 @@ def test_lerobot_keys_with_the_same_offsets_share_their_rows_and_keep_their_own_
     # control: offsets that differ in one place are different windows, not shared
     rows, _ = DeltaWindows(abs_index, start, end, {"state": [-1, 0], "cam": [-2, 0]}).locate(np.arange(8))
     assert rows["state"] is not rows["cam"] and not np.array_equal(rows["state"], rows["cam"])
+
+
+def test_joined_windows_locate_each_datasets_rows_as_its_own_windows_do():
+    """``DeltaWindows.joined``/``RowMap.joined`` (a LeRobot mixture's joined batches): the joined windows of two
+    datasets (each in its own absolute index space, one with an episode selection) find every row's window and pad
+    mask as that dataset's own windows, its rows shifted by the first's; control: the datasets joined in the other
+    order do not."""
+    deltas = {"action": np.arange(-2, 5), "observation.state": np.array([-1, 0])}
+
+    def windows(runs, first, ep_from, ep_to):
+        rm = RowMap(runs)
+        return rm, DeltaWindows.of_runs(rm, np.array(first), np.array(ep_from), np.array(ep_to), deltas)
+
+    rm_a, a = windows([5, 3], [0, 5], [0, 5], [5, 8])
+    rm_b, b = windows([4, 6], [20, 40], [20, 40], [24, 46])  # episodes 3 and 7 of a larger dataset
+    joined = DeltaWindows.joined([a, b], deltas)
+    rows = RowMap.joined([rm_a, rm_b])
+    assert len(rows) == 18 and rows.run_lengths.tolist() == [5, 3, 4, 6]
+    for own, shift, n in ((a, 0, 8), (b, 8, 10)):
+        idx = np.arange(n)
+        mine, pads = own.locate(idx)
+        theirs, their_pads = joined.locate(idx + shift)
+        for key in deltas:
+            assert np.array_equal(theirs[key], mine[key] + shift), key
+            assert np.array_equal(their_pads[f"{key}_is_pad"], pads[f"{key}_is_pad"]), key
+    swapped = DeltaWindows.joined([b, a], deltas)  # control: the other order finds other windows
+    assert not np.array_equal(
+        swapped.locate(np.arange(8))[1]["action_is_pad"], a.locate(np.arange(8))[1]["action_is_pad"]
+    )
+    with pytest.raises(ValueError, match="per run"):
+        DeltaWindows.joined([DeltaWindows(np.arange(3), np.zeros(3), np.full(3, 3), deltas)], deltas)

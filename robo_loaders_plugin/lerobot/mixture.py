@@ -48,6 +48,7 @@ from robo_loaders_plugin.core.spec import BATCH, DEFAULT_BACKEND
 from robo_loaders_plugin.lerobot import compat
 from robo_loaders_plugin.lerobot.dataset import OPTION_PREFIX
 from robo_loaders_plugin.lerobot.flags import MIXTURE_FLAG, backend_choice, choose, component_name
+from robo_loaders_plugin.lerobot.joined import JoinedBatches
 from robo_loaders_plugin.lerobot.mixture_flag import (
     check_flags,
     check_rates,
@@ -68,7 +69,7 @@ from robo_loaders_plugin.lerobot.mixture_meta import (
     renamed_stats,
 )
 from robo_loaders_plugin.lerobot.single import build_dataset, native_datasets, remote_tables
-from robo_loaders_plugin.mixtures.dataset import MixtureDataset, MixtureHooks
+from robo_loaders_plugin.mixtures.dataset import DATASET_INDEX, MixtureDataset, MixtureHooks
 from robo_loaders_plugin.mixtures.footprint import bounded_buffer, check_mixture_fits
 from robo_loaders_plugin.mixtures.spec import MixtureError
 
@@ -264,17 +265,35 @@ class LeRobotMixture(MixtureDataset):
         *args: ``MixtureDataset``'s.
         meta: The :class:`MixtureMetadata`.
         natives: Each component's ``LeRobotDataset`` (the backend's dataset serves it).
+        joined_batches: Build batches once over all components where they allow it (:meth:`join`); ``False``: part
+            by part (the reference the joined batches are tested against).
         **kwargs: ``MixtureDataset``'s.
     """
 
     setting = MIXTURE_FLAG
 
-    def __init__(self, *args, meta: MixtureMetadata, natives, **kwargs):
+    def __init__(self, *args, meta: MixtureMetadata, natives, joined_batches: bool = True, **kwargs):
         super().__init__(*args, **kwargs)
         self.meta = meta
         self.natives = list(natives)
         self.episodes = None
         self.absolute_to_relative_idx = None
+        if joined_batches:
+            self.join()
+
+    def join(self) -> bool:
+        """Build the batches once over all components from now on (``lerobot.joined``) where they allow it; the
+        keys and their order are those of a batch built per component (one row of the first component is read).
+
+        Returns:
+            Whether the batches are joined.
+        """
+        self.joined = None
+        if JoinedBatches.joinable(self) is None:  # checked before a row is read
+            return False
+        keys = [k for k in self._per_component(np.zeros(1, np.int64), np.zeros(1, np.int64)) if k != DATASET_INDEX]
+        self.joined = JoinedBatches.of(self, keys)
+        return True
 
     def batch_threads(self, plan) -> int:
         """Threads building batches: none when a component is LeRobot's own ``LeRobotDataset`` (``native``).

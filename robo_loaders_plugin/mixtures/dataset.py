@@ -321,7 +321,10 @@ class MixtureDataset(BatchDataset):
         self._sizing: TrainingLoop | None = None  # the pass's loop, until its first batch gives the bytes of one
         self.eligible = self._layout.eligible
         self.cameras = list(cameras)
-        self.templates = self._templates(missing or [[] for _ in self.datasets])
+        self.missing = [list(m) for m in (missing or [[] for _ in self.datasets])]
+        self.templates = self._templates(self.missing)
+        # builds a batch once over all components where the framework can (``lerobot.joined``); None: per component
+        self.joined: Any = None
         self._processes: ProcessBatches | None = None  # the worker processes of a native mixture's passes
         self._processes_how: tuple = ()  # how they were started (count, context, prefetch)
 
@@ -398,6 +401,7 @@ class MixtureDataset(BatchDataset):
         if self._processes is not None:
             self._processes.close()
             self._processes = None
+        self.joined = None  # it holds the components' frame sources, closed below
         for dataset in self.datasets:
             self.hooks.close_component(dataset)
         super().close()
@@ -429,6 +433,20 @@ class MixtureDataset(BatchDataset):
         """
         self._check_open()
         comps, local = self._layout.split(indices)
+        if self.joined is not None and len(comps):
+            batch = self.joined.collate(self.offsets[comps] + local, comps, self.buffer_pool)
+        else:
+            batch = self._per_component(comps, local)
+        loop, self._sizing = self._sizing, None
+        if loop is not None and len(comps):  # a pass's first batch: the pool bounded by its batches in flight
+            row_bytes = -(-_array_bytes(batch) // len(comps))
+            self.buffer_pool.bound(indexed_in_flight(row_bytes, loop).host_bytes)
+        batch[DATASET_INDEX] = self.hooks.dataset_index(comps, batch=True)
+        return batch
+
+    def _per_component(self, comps: np.ndarray, local: np.ndarray) -> Any:
+        """A batch built part by part: each component's rows by its own dataset, renamed, padded and filled, then
+        scattered into the mixed batch (without ``dataset_index``)."""
         parts, positions = [], []
         for k in np.unique(comps):
             sel = np.flatnonzero(comps == k)
@@ -437,11 +455,6 @@ class MixtureDataset(BatchDataset):
             positions.append(sel)
         batch = self.hooks.concat(parts, positions, len(comps), self.buffer_pool)
         del parts  # the components' arrays go back to the pool
-        loop, self._sizing = self._sizing, None
-        if loop is not None and len(comps):  # a pass's first batch: the pool bounded by its batches in flight
-            row_bytes = -(-_array_bytes(batch) // len(comps))
-            self.buffer_pool.bound(indexed_in_flight(row_bytes, loop).host_bytes)
-        batch[DATASET_INDEX] = self.hooks.dataset_index(comps, batch=True)
         return batch
 
     def batch_threads(self, plan: SamplingPlan) -> int:

@@ -32,6 +32,23 @@ class RowMap:
     def __len__(self) -> int:
         return len(self.run_of_row)
 
+    @property
+    def run_lengths(self) -> np.ndarray:
+        """Rows of each run."""
+        return np.diff(np.append(self.run_start, len(self.run_of_row)))
+
+    @classmethod
+    def joined(cls, rowmaps) -> RowMap:
+        """Row maps one after the other: the runs of the first, then the second's, ... (a mixture's components).
+
+        Args:
+            rowmaps: The row maps, in order.
+
+        Returns:
+            The joined :class:`RowMap`.
+        """
+        return cls(np.concatenate([r.run_lengths for r in rowmaps]) if rowmaps else [])
+
     def __getstate__(self):
         """Pickled without ``run_of_row`` (rebuilt from the run starts where it is unpickled).
 
@@ -102,6 +119,39 @@ class DeltaWindows:
         self._from, self._to = np.asarray(episode_from, np.int64), np.asarray(episode_to, np.int64)
         self._set_deltas(delta_steps)
         return self
+
+    @classmethod
+    def joined(cls, windows, delta_steps: dict) -> DeltaWindows:
+        """Windows built with :meth:`of_runs`, one after the other (a mixture's components, their rows joined in
+        order), with the given offsets.
+
+        Why it holds: a window's rows are found relative to its own run's absolute indices and episode bounds, so
+        runs of different datasets (each in its own absolute index space) can sit side by side.
+
+        Args:
+            windows: Each dataset's windows (built by :meth:`of_runs`).
+            delta_steps: The offsets of the joined windows, by key.
+
+        Returns:
+            The joined windows.
+
+        Raises:
+            ValueError: a window was not built by :meth:`of_runs`.
+        """
+        if any(w._rowmap is None for w in windows):
+            raise ValueError("only windows built per run (DeltaWindows.of_runs) can be joined")
+        return cls.of_runs(
+            RowMap.joined([w._rowmap for w in windows]),
+            np.concatenate([w._first for w in windows]),
+            np.concatenate([w._from for w in windows]),
+            np.concatenate([w._to for w in windows]),
+            delta_steps,
+        )
+
+    @property
+    def per_run(self) -> bool:
+        """Whether these windows hold per-run arrays (:meth:`of_runs`): the ones :meth:`joined` takes."""
+        return self._rowmap is not None
 
     def __getstate__(self):
         """Pickled with its index arrays packed (``core.packed``: a spawned worker's payload stays under the pipe's
@@ -179,16 +229,29 @@ def _tensor(x):
     return x if isinstance(x, torch.Tensor) else torch.from_numpy(x)
 
 
-def _gathered(
+def gathered(
     layout: ItemLayout, frames: FrameSource, rowmap: RowMap, windows: DeltaWindows, idx: np.ndarray, pool=None
 ):
     """(columns at the rows, delta keys at their window rows, cameras, pad masks); arrays recycled from ``pool`` (a
-    ``storage.buffers.BufferPool``) when given.
+    ``storage.buffers.BufferPool``) when given. What :func:`items` and :func:`collate` are built from (and a joined
+    mixture's batches, ``lerobot.joined``).
 
     Keys read at the same rows are gathered in one call (:func:`~robo_loaders_plugin.frames.base.gather_many`):
     every tabular column at the items' rows, and delta keys with the same offsets (a camera and
     ``observation.state``) at their shared window. A delta key's column is read once, at its window: the item's
     value at its own row is replaced by the window in LeRobot's item, so it takes that place in ``columns``.
+
+    Args:
+        layout: What an item holds.
+        frames: The frame source every field is read from.
+        rowmap: The dataset's rows as (unit, step) of ``frames``.
+        windows: The ``delta_timestamps`` windows.
+        idx: Dataset rows (B,).
+        pool: Recycles the gathered arrays, or ``None``.
+
+    Returns:
+        ``(row, query, cams, padding)``: ``{column: (B, ...) tensor}``, ``{delta key: (B, T, ...)}``,
+        ``{camera: (B, T, C, H, W) or (B, 1, C, H, W)}`` and ``{"<key>_is_pad": (B, T) bool}``.
     """
     query_rows, padding = windows.locate(idx)
     groups: dict[int, tuple[np.ndarray, list]] = {}
@@ -238,7 +301,7 @@ def items(layout: ItemLayout, frames: FrameSource, rowmap: RowMap, windows: Delt
         B dicts, as ``LeRobotDataset[i]``: the columns, the pad masks and delta keys when there are windows, the
         cameras (image transforms applied), and ``task``.
     """
-    row, query, cams, padding = _gathered(layout, frames, rowmap, windows, idx)
+    row, query, cams, padding = gathered(layout, frames, rowmap, windows, idx)
     out = []
     for b in range(len(idx)):
         item = {k: v[b] for k, v in row.items()}
@@ -277,7 +340,7 @@ def collate(
     """
     if layout.image_transforms is not None:
         return torch.utils.data.default_collate(items(layout, frames, rowmap, windows, idx))
-    row, query, cams, padding = _gathered(layout, frames, rowmap, windows, idx, pool)
+    row, query, cams, padding = gathered(layout, frames, rowmap, windows, idx, pool)
     batch = {k: v.squeeze(1) if v.ndim > 1 and v.shape[1] == 1 else v for k, v in cams.items()}
     batch.update(row)
     if windows.deltas:
