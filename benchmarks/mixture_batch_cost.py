@@ -113,7 +113,8 @@ def measure_backend(backend: str, comps: list[dict], single: dict, batch_size: i
         ``lerobot.joined``), its ``ms`` per batch, ``parts_ms`` and ``reads_per_batch`` (frame-source calls);
         ``mixture_ms`` (the joined path's, what a run serves), ``single_ms``, ``vs_single`` (``single_ms /
         mixture_ms``: the mixture's samples/s as a share of the one dataset's), the one dataset's reads and
-        ``components_per_batch``.
+        ``components_per_batch``; ``build_s`` (the mixture built, its components' ``LeRobotDataset``\\ s aside) and
+        ``join_s`` of it (the joined batches set up again alone: the low-dim tables read).
     """
     import numpy as np
 
@@ -122,7 +123,13 @@ def measure_backend(backend: str, comps: list[dict], single: dict, batch_size: i
 
     timers = _Timers()
     spec = {"components": [{k: c[k] for k in ("repo_id", "root", "weight")} | {"rename": {}} for c in comps]}
-    mix = build_mixture(parse(dict(spec, **SPEC)), _natives(comps), choose(backend, **OPTIONS.get(backend, {})), seed=0)
+    natives = _natives(comps)
+    t = time.perf_counter()
+    mix = build_mixture(parse(dict(spec, **SPEC)), natives, choose(backend, **OPTIONS.get(backend, {})), seed=0)
+    build_s = time.perf_counter() - t
+    t = time.perf_counter()
+    mix.join()  # again, timed alone: what joining adds to the build (the low-dim tables read)
+    join_s = time.perf_counter() - t
     try:
         hooks = mix.hooks
         hooks.component_batch = timers.wrap("component_parts", hooks.component_batch)
@@ -166,6 +173,8 @@ def measure_backend(backend: str, comps: list[dict], single: dict, batch_size: i
         "components": len(comps),
         "components_per_batch": round(comps_per, 2),
         "joined": joined is not None,
+        "build_s": round(build_s, 3),
+        "join_s": round(join_s, 3),
         "paths": paths,
         "mixture_ms": paths["joined"]["ms"],
         "single_ms": round(single_batch * 1e3, 3),
@@ -183,6 +192,7 @@ def run(
     data: str | None = None,
     workdir: str | None = None,
     backends=BACKENDS,
+    size_name: str = "full",
 ) -> dict:
     """Generate (or read ``data``), measure every backend, write the result.
 
@@ -196,6 +206,8 @@ def run(
         workdir: Where a fresh directory holds generated data and the caches (default: ``$ROBO_LOADERS_WORKLOADS``,
             else the system's temporary directory).
         backends: The backends measured.
+        size_name: The pretraining benchmark's shape (``SIZES``) the components are generated in (``small``: the
+            quick test's).
 
     Returns:
         The result (``kind: mixture_batch_cost``).
@@ -210,7 +222,13 @@ def run(
         "version": 1,
         "machine": machine(),
         "load_before": os.getloadavg()[0],
-        "settings": {"components": components, "batches": batches, "batch_size": batch_size, "spec": SPEC},
+        "settings": {
+            "components": components,
+            "batches": batches,
+            "batch_size": batch_size,
+            "spec": SPEC,
+            "shape": size_name,
+        },
         "rows": [],
     }
     try:
@@ -219,7 +237,7 @@ def run(
             if components != len(comps):
                 raise SystemExit(f"--data {data} holds {len(comps)} components and their one dataset; give no --data")
         else:
-            comps, single = generate(os.path.join(base, "data"), dict(SIZES["full"], components=components))
+            comps, single = generate(os.path.join(base, "data"), dict(SIZES[size_name], components=components))
         for backend in backends:
             os.environ["ROBO_LOADERS_CACHE"] = tempfile.mkdtemp(prefix=f"cache-{backend}-", dir=base)
             row = measure_backend(backend, comps, single, batch_size, batches)

@@ -13,6 +13,7 @@ from lerobot_helpers import same_item
 from test_lerobot_mixture import BACKENDS, expected_item, natives, same_batch
 
 from robo_loaders_plugin.core.iteration import SamplingPlan
+from robo_loaders_plugin.lerobot import joined
 from robo_loaders_plugin.lerobot.integration import choose
 from robo_loaders_plugin.lerobot.mixture import build_mixture, parse
 from robo_loaders_plugin.lerobot.mixture_meta import check_components, component_metas
@@ -330,19 +331,22 @@ def test_lerobot_train_on_three_robots_at_three_rates_with_gpu_resampler(lerobot
 
 def _per_component(mix, idx):
     """The batch built part by part (each component's dataset, renamed, padded, filled, scattered)."""
-    joined, mix.joined = mix.joined, None
+    kept, mix.joined = mix.joined, None
     try:
         return mix.collate(idx)
     finally:
-        mix.joined = joined
+        mix.joined = kept
 
 
 @pytest.mark.parametrize("backend,options", BACKENDS[1:], ids=[b for b, _ in BACKENDS[1:]])
-def test_joined_batches_are_the_per_component_batches_and_the_documented_items(lerobot_robots, backend, options):
+def test_joined_batches_are_the_per_component_batches_and_the_documented_items(
+    lerobot_robots, backend, options, monkeypatch
+):
     """Every backend builds a mixture's batches once over all components (``lerobot.joined``: one row map, one set
     of windows, the frame sources behind one ``JoinedFrames``): each batch of a pass equals, key for key and in the
     same key order, the batch built per component, and the components' documented items (padded, masked, the
-    missing camera zeros with its flags). Controls: the joined batch with a mask marking the arm's padding real, or
+    missing camera zeros with its flags), with the low-dim columns kept in one table and, over its memory budget,
+    read per component. Controls: the joined batch with a mask marking the arm's padding real, or
     the bimanual robot's second camera read for its first, is caught; ``native`` components keep the per-component
     path."""
     ds = lerobot_robots
@@ -382,5 +386,16 @@ def test_joined_batches_are_the_per_component_batches_and_the_documented_items(l
         same_batch(mix.collate(idx), want, "camera control")
     fields["observation.images.cam0"] = real
     same_batch(mix.collate(idx), want, "restored")
+    tables = mix.joined.frames.tables
+    assert {"action", "observation.state", "index", "task_index"} <= set(tables)  # the low-dim columns, in RAM
+    wrong = tables["action"].copy()
+    wrong[:, 7:] = 1  # control: the kept table's padding of the 7-dof arm not zeros
+    tables["action"] = wrong
+    with pytest.raises(AssertionError, match="action: values differ"):
+        same_batch(mix.collate(idx), want, "table control")
+
+    monkeypatch.setattr(joined, "LOW_DIM_BYTES", 0)  # over the budget: every column read per component
+    assert mix.join() and not mix.joined.frames.tables
+    same_batch(mix.collate(idx), want, "columns read per component")
 
     assert build_mixture(robots_spec(ds), nats, choose("native"), seed=3).joined is None

@@ -174,3 +174,40 @@ def test_docs_pretraining_tables_are_the_committed_result():
     changed = copy.deepcopy(result)  # control: another number is caught
     next(r for r in changed["rows"] if not r.get("error"))["samples_per_s"] *= 2
     assert doc != mixtures_pretraining.tables(changed).strip("\n")
+
+
+def test_mixture_batch_cost_times_both_ways_of_building_a_mixed_batch(tmp_path):
+    """``benchmarks/mixture_batch_cost.py`` at its smallest: each backend's mixed batches timed per component and
+    joined, with their parts and frame reads counted, and the one dataset's; its data removed afterwards."""
+    from benchmarks import mixture_batch_cost
+
+    work = tmp_path / "work"
+    result = mixture_batch_cost.run(
+        components=3, batches=6, batch_size=4, workdir=str(work), backends=("compressed_cache",), size_name="small"
+    )
+    assert not work.exists()
+    (row,) = result["rows"]
+    assert row["joined"] and row["paths"]["per_component"]["parts_ms"]["component_parts"] > 0
+    assert row["paths"]["joined"]["parts_ms"]["component_parts"] == 0  # joined: no component builds its own part
+    assert row["paths"]["per_component"]["reads_per_batch"] > 0 and row["single_reads_per_batch"] > 0
+    assert "| compressed_cache |" in mixture_batch_cost.table(result)
+
+
+@pytest.mark.fast
+def test_docs_batch_cost_table_is_the_committed_result():
+    """docs/benchmarks.md's mixed-batch cost table is ``python -m benchmarks.mixture_batch_cost table`` of the
+    committed result; control: another number is caught."""
+    from benchmarks import mixture_batch_cost
+
+    with open(os.path.join(ROOT, "benchmarks", "results", "mixture_batch_cost.json")) as f:
+        result = json.load(f)
+    text = open(DOC).read()
+    begin, end = mixture_batch_cost.DOC_BEGIN, mixture_batch_cost.DOC_END
+    doc = text[text.index(begin) + len(begin) : text.index(end)].strip("\n")
+    assert doc == mixture_batch_cost.table(result).strip("\n"), (
+        "docs/benchmarks.md's batch cost table differs from benchmarks/results/mixture_batch_cost.json: paste "
+        "`python -m benchmarks.mixture_batch_cost table benchmarks/results/mixture_batch_cost.json` between its markers"
+    )
+    changed = copy.deepcopy(result)
+    changed["rows"][0]["single_ms"] *= 2
+    assert doc != mixture_batch_cost.table(changed).strip("\n")

@@ -19,13 +19,25 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 import numpy as np
+import psutil
 import torch
 
+from robo_loaders_plugin.core.log import get_logger
+from robo_loaders_plugin.core.units import format_bytes
 from robo_loaders_plugin.frames.base import FieldInfo, FrameSource
 from robo_loaders_plugin.lerobot.dataset import LeRobotSamples
 from robo_loaders_plugin.mixtures.missing import missing_key
 from robo_loaders_plugin.mixtures.padding import Padding, mask_key
 from robo_loaders_plugin.windows import lerobot as rules
+
+logger = get_logger(__name__)
+
+
+# the most bytes the joined low-dim tables may hold (``JoinedFrames.keep_low_dim``), and the share of the memory
+# available at the start they may take: a pretraining mixture's vectors and columns are ~150 bytes a row, so ~1.7
+# million rows fit; beyond that each batch reads them from the components' frame sources as the cameras are
+LOW_DIM_BYTES = 256 << 20
+LOW_DIM_SHARE = 0.05
 
 
 class JoinedFrames(FrameSource):
@@ -33,9 +45,14 @@ class JoinedFrames(FrameSource):
     the mixture's key (read as the component's own, ``fields[k]``), vectors padded with zeros to the mixture's width
     and a key a component lacks (a camera) served as zeros.
 
+    The low-dim fields (columns, actions, states: not camera frames) may be kept in one table of every component's
+    rows (:meth:`keep_low_dim`), read once through each component's own frame source (checked as every read of it
+    is): a batch then reads each of them with one index over all components, where it read them with one call per
+    component, ~30 us each, most of a small-frame mixture's batch (``benchmarks/mixture_batch_cost.py``).
+
     Args:
         sources: Each component's frame source.
-        units: Each component's number of units.
+        unit_lengths: Each component's units' steps (its dataset's ``rowmap.run_lengths``).
         fields: Per component, ``{mixture key: its own key}`` of the keys it serves.
         widths: ``{mixture key: (each component's width, the mixture's)}`` of the padded vectors.
     """
@@ -43,16 +60,72 @@ class JoinedFrames(FrameSource):
     def __init__(
         self,
         sources: Sequence[FrameSource],
-        units: Sequence[int],
+        unit_lengths: Sequence[np.ndarray],
         fields: Sequence[Mapping[str, str]],
         widths: Mapping[str, tuple[Sequence[int], int]],
     ):
         self.sources = list(sources)
-        self.unit_offsets = np.concatenate([[0], np.cumsum(units)]).astype(np.int64)
+        self.unit_lengths = [np.asarray(n, dtype=np.int64) for n in unit_lengths]
+        self.unit_offsets = np.concatenate([[0], np.cumsum([len(n) for n in self.unit_lengths])]).astype(np.int64)
+        joined = np.concatenate(self.unit_lengths) if self.unit_lengths else np.zeros(0, np.int64)
+        self.unit_rows = np.concatenate([[0], np.cumsum(joined)[:-1]]).astype(np.int64) if joined.size else joined
+        self.rows = int(joined.sum())
         self.fields = [dict(f) for f in fields]
         self.widths = dict(widths)
         self._infos: dict[str, FieldInfo] = {}
-        self.lengths = np.zeros(0, dtype=np.int64)  # units are the components' (``unit_offsets``)
+        self.tables: dict[str, np.ndarray] = {}  # kept low-dim fields, one row per joined row (keep_low_dim)
+        self.lengths = joined
+
+    def low_dim_bytes(self, fields: Sequence[str]) -> int:
+        """Bytes of the tables :meth:`keep_low_dim` would hold for ``fields`` (their low-dim ones), from metadata.
+
+        Args:
+            fields: Mixture keys.
+
+        Returns:
+            The bytes.
+        """
+        total = 0
+        for f in fields:
+            info = self.info(f)
+            if not info.frames:
+                total += self.rows * int(np.prod(info.shape, dtype=np.int64)) * info.dtype.itemsize
+        return total
+
+    def keep_low_dim(self, fields: Sequence[str]) -> list[str]:
+        """Read the low-dim fields among ``fields`` of every component's rows into one table each (padded; zeros
+        where a component lacks the field), in joined row order.
+
+        Args:
+            fields: Mixture keys.
+
+        Returns:
+            The fields kept.
+        """
+        kept = []
+        for f in fields:
+            info = self.info(f)
+            if info.frames or f in self.tables:
+                continue
+            table = np.zeros((self.rows, *info.shape), dtype=info.dtype)
+            for k, own in enumerate(self.fields):
+                lengths = self.unit_lengths[k]
+                if f not in own or not len(lengths):
+                    continue
+                units = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
+                steps = np.arange(units.size, dtype=np.int64) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+                value = self.sources[k].gather_fields([own[f]], units, steps)[own[f]]
+                value = value.numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
+                first = int(self.unit_rows[self.unit_offsets[k]])
+                rows = table[first : first + units.size]
+                if f in self.widths:
+                    rows[..., : value.shape[-1]] = value
+                else:
+                    rows[...] = value
+            table.flags.writeable = False
+            self.tables[f] = table
+            kept.append(f)
+        return kept
 
     def info(self, field: str) -> FieldInfo:
         """The mixture's field: the first component serving it says dtype and kind; a padded vector is the
@@ -102,8 +175,19 @@ class JoinedFrames(FrameSource):
             ``{field: numpy array}``.
         """
         units = np.asarray(episodes, dtype=np.int64)
-        comp = np.searchsorted(self.unit_offsets, units, side="right") - 1
         out = {}
+        read = [f for f in fields if f not in self.tables]
+        if len(read) < len(fields):  # kept low-dim fields: one index over every component
+            at = self.unit_rows[units].reshape(units.shape + (1,) * (steps.ndim - 1)) + steps
+            for f in fields:
+                if f in self.tables:
+                    table = self.tables[f]
+                    dest = pool.empty(at.shape + table.shape[1:], table.dtype) if pool is not None else None
+                    out[f] = np.take(table, at, axis=0, out=dest)
+            if not read:
+                return out
+            fields = read
+        comp = np.searchsorted(self.unit_offsets, units, side="right") - 1
         for f in fields:
             info = self.info(f)
             shape = tuple(steps.shape) + tuple(info.shape)
@@ -184,14 +268,31 @@ class JoinedBatches:
         n = len(datasets)
         widths = {key: ([int(padding.own[k][key]) for k in range(n)], int(size)) for key, size in padding.sizes.items()}
         self.frames = JoinedFrames(
-            [d.frames for d in datasets], [len(d.rowmap.run_start) for d in datasets], fields, widths
+            [d.frames for d in datasets], [d.rowmap.run_lengths for d in datasets], fields, widths
         )
         self.rowmap = rules.RowMap.joined([d.rowmap for d in datasets])
         self.windows = rules.DeltaWindows.joined(
             [d.windows for d in datasets], {k: v for k, v in deltas.items() if k in wanted}
         )
         self.own = {key: np.asarray(own) for key, (own, _) in widths.items()}
+        self._keep_low_dim(columns)
         self.lacks = {cam: np.asarray([cam in m for m in missing], dtype=bool) for cam in self.cameras}
+
+    def _keep_low_dim(self, columns: Sequence[str]) -> None:
+        """Keep the low-dim columns in RAM (``JoinedFrames.keep_low_dim``) when they fit the budget, else say so."""
+        need = self.frames.low_dim_bytes(columns)
+        budget = min(LOW_DIM_BYTES, int(LOW_DIM_SHARE * psutil.virtual_memory().available))
+        if need > budget:
+            logger.info(
+                f"mixture: the low-dim columns of {self.frames.rows} rows take {format_bytes(need)}, over the "
+                f"{format_bytes(budget)} kept in memory; each batch reads them from every component it draws from"
+            )
+            return
+        kept = self.frames.keep_low_dim(columns)
+        logger.info(
+            f"mixture: {len(kept)} low-dim columns of {self.frames.rows} rows kept in memory ({format_bytes(need)}), "
+            "each read by one index per batch"
+        )
 
     @staticmethod
     def joinable(mixture) -> dict[str, np.ndarray] | None:
