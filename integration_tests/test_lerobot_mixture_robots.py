@@ -13,10 +13,10 @@ from lerobot_helpers import same_item
 from test_lerobot_mixture import BACKENDS, expected_item, natives, same_batch
 
 from robo_loaders_plugin.core.iteration import SamplingPlan
-from robo_loaders_plugin.lerobot import joined
 from robo_loaders_plugin.lerobot.integration import choose
 from robo_loaders_plugin.lerobot.mixture import build_mixture, parse
 from robo_loaders_plugin.lerobot.mixture_meta import check_components, component_metas
+from robo_loaders_plugin.mixtures import joined_frames
 from robo_loaders_plugin.mixtures.spec import MixtureError
 
 ROBOTS = ("arm7", "bimanual14", "arm6")
@@ -394,7 +394,7 @@ def test_joined_batches_are_the_per_component_batches_and_the_documented_items(
     with pytest.raises(AssertionError, match="action: values differ"):
         same_batch(mix.collate(idx), want, "table control")
 
-    monkeypatch.setattr(joined, "LOW_DIM_BYTES", 0)  # over the budget: every column read per component
+    monkeypatch.setattr(joined_frames, "LOW_DIM_BYTES", 0)  # over the budget: every column read per component
     assert mix.join() and not mix.joined.frames.tables
     same_batch(mix.collate(idx), want, "columns read per component")
 

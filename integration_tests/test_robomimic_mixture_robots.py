@@ -228,3 +228,72 @@ def test_robomimics_shape_metadata_is_the_mixtures_padded_one(robots):
         assert FileUtils.get_shape_metadata_from_dataset(alone.train.data, all_obs_keys=keys)["ac_dim"] == 7
     finally:
         integration._RUN_CONFIG[:] = []
+
+
+def _per_component(mix, idx):
+    """The batch built part by part (each component's dataset, renamed, padded, filled, scattered)."""
+    kept, mix.joined = mix.joined, None
+    try:
+        return mix.collate(idx)
+    finally:
+        mix.joined = kept
+
+
+def _same_batch(ours, theirs, where):
+    """Equal nesting, key order, dtypes, shapes and values (exact: both read the same frame sources)."""
+    assert list(ours) == list(theirs), f"{where}: keys {list(ours)} != {list(theirs)}"
+    for key, v in theirs.items():
+        if isinstance(v, dict):
+            _same_batch(ours[key], v, f"{where}/{key}")
+            continue
+        o = ours[key]
+        assert o.dtype == v.dtype and o.shape == v.shape, f"{where}/{key}: {o.dtype}{tuple(o.shape)} != {v.shape}"
+        assert torch.equal(o.cpu(), v.cpu()), f"{where}/{key}: values differ"
+
+
+@pytest.mark.parametrize("backend", BACKENDS[1:])
+def test_joined_batches_are_the_per_component_batches(robots, one_camera, backend, monkeypatch):
+    """Every backend builds a robomimic mixture's batches once over all components (``robomimic.joined``: one
+    ``SequenceWindows`` over every file's demos, the frame sources behind one ``JoinedFrames``): batches across the
+    three robots, one without its wrist camera, equal the batches built per component in nesting, key order, dtypes
+    and values, with the low-dim fields kept in one table and, over its memory budget, read per component. Controls:
+    a mask marking the arm's padding real, the bimanual robot's wrist camera read for its agentview, a table whose
+    padding is not zeros; ``native`` keeps the per-component path."""
+    from robo_loaders_plugin.mixtures import joined_frames
+
+    parts = (robots[0], robots[1], one_camera)
+    cfg = robots_config(parts, backend, missing_cameras="zeros")
+    mix = dataset_factory(cfg, obs_keys(cfg))
+    assert mix.joined is not None
+    rng = np.random.default_rng(0)
+    for b in range(6):
+        idx = rng.permutation(len(mix))[:16].tolist()
+        _same_batch(mix.collate(idx), _per_component(mix, idx), f"{backend} batch {b}")
+    idx = [int(mix.offsets[k]) + j for k in range(3) for j in range(3)]
+    want = _per_component(mix, idx)
+    _same_batch(mix.collate(idx), want, "every robot")
+
+    mix.joined.own["actions"] = np.full(3, 14)  # control: the arms' padding marked real
+    with pytest.raises(AssertionError, match="actions_dim_mask: values differ"):
+        _same_batch(mix.collate(idx), want, "mask control")
+    mix.joined.own["actions"] = np.asarray([7, 14, 6])
+    fields = mix.joined.frames.fields[1]
+    real = fields["obs/agentview_image"]
+    fields["obs/agentview_image"] = fields[f"obs/{WRIST}"]  # control: another camera's frames
+    with pytest.raises(AssertionError, match="agentview_image: values differ"):
+        _same_batch(mix.collate(idx), want, "camera control")
+    fields["obs/agentview_image"] = real
+    tables = mix.joined.frames.tables
+    assert "actions" in tables and "obs/robot0_eef_pos" in tables  # the low-dim fields, in RAM
+    wrong = tables["actions"].copy()
+    wrong[:, 7:] = 1  # control: the kept table's padding of the 7-dof arm not zeros
+    tables["actions"] = wrong
+    with pytest.raises(AssertionError, match="actions: values differ"):
+        _same_batch(mix.collate(idx), want, "table control")
+
+    monkeypatch.setattr(joined_frames, "LOW_DIM_BYTES", 0)  # over the budget: every field read per component
+    assert mix.join() and not mix.joined.frames.tables
+    _same_batch(mix.collate(idx), want, "fields read per component")
+
+    native = robots_config(parts, None, missing_cameras="zeros")
+    assert dataset_factory(native, obs_keys(native)).joined is None

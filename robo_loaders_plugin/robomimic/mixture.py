@@ -22,12 +22,13 @@ from robo_loaders_plugin.core.log import get_logger, warn_once
 from robo_loaders_plugin.core.ranks import check_ranks_agree, resolve_ranks, source_identity
 from robo_loaders_plugin.core.registry import choose_backend, rate_converting_backends
 from robo_loaders_plugin.core.spec import BATCH, BackendChoice
-from robo_loaders_plugin.mixtures.dataset import MixtureDataset, MixtureHooks
+from robo_loaders_plugin.mixtures.dataset import DATASET_INDEX, MixtureDataset, MixtureHooks
 from robo_loaders_plugin.mixtures.footprint import check_mixture_fits
 from robo_loaders_plugin.mixtures.missing import ZEROS, device_of, filler, flag, missing_key
 from robo_loaders_plugin.mixtures.padding import Padding, dim_mask, mask_key, pad_value, plan_padding
 from robo_loaders_plugin.mixtures.spec import SIZE, MixtureError, MixtureSpec, parse_mixture
 from robo_loaders_plugin.robomimic import compat
+from robo_loaders_plugin.robomimic.joined import JoinedSamples
 
 logger = get_logger(__name__)
 
@@ -232,6 +233,25 @@ class RobomimicMixture(MixtureDataset):
     adapter's ``run_epoch`` serves the mixture's passes)."""
 
     setting = WHERE
+
+    def join(self) -> bool:
+        """Build the batches once over all components from now on (``robomimic.joined``) where they allow it; the
+        nesting and key order are those of a batch built per component (one sample of the first component is read).
+
+        Returns:
+            Whether the batches are joined.
+        """
+        self.joined = None
+        if not JoinedSamples.joinable(self):  # checked before a sample is read
+            return False
+        zero = np.zeros(1, np.int64)
+        template = {k: v for k, v in self._per_component(zero, zero).items() if k != DATASET_INDEX}
+        obs_keys = list(template["obs"]) if "obs" in template else []
+        obs_keys = [k for k in obs_keys if k != "pad_mask"]
+        self.joined = JoinedSamples(
+            self.datasets, self.renames, obs_keys, self.padding, self.cameras, self.missing, template
+        )
+        return True
 
     def __repr__(self):
         parts = "\n\t".join(
@@ -651,6 +671,7 @@ def build_mixture(config, obs_keys, choice: BackendChoice, filter_by_attribute=N
         cameras=[key for key in obs_keys if any(key in lacking for lacking in missing)],
         missing=missing,
     )
+    mix.join()
 
     def setup():  # what every rank must share
         return {

@@ -1,0 +1,235 @@
+"""The components' frame sources of a mixture as one frame source (issue 44 item 2), for the adapters' joined
+batches (``lerobot.joined``, ``robomimic.joined``): a batch of a mixture is then built once over all components by
+the framework's own item rules, not once per component.
+
+Why a frame source: the item rules (``windows``) already turn a batch's indices into (unit, step) reads of one
+source; joining the components' units behind one source lets those rules run once, and this source maps each
+mixture field to the component's own, pads vectors to the mixture's width and zero-fills a field a component lacks
+(a camera), where the per-component path renamed, padded, filled and scattered each component's part.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import psutil
+import torch
+
+from robo_loaders_plugin.core.log import get_logger
+from robo_loaders_plugin.core.units import format_bytes
+from robo_loaders_plugin.frames.base import FieldInfo, FrameSource
+
+logger = get_logger(__name__)
+
+# the most bytes the joined low-dim tables may hold (``JoinedFrames.keep_low_dim``), and the share of the memory
+# available at the start they may take: a pretraining mixture's vectors and columns are ~150 bytes a row, so ~1.7
+# million rows fit; beyond that each batch reads them from the components' frame sources as the cameras are
+LOW_DIM_BYTES = 256 << 20
+LOW_DIM_SHARE = 0.05
+
+
+class JoinedFrames(FrameSource):
+    """The components' frame sources as one: unit ``unit_offsets[k] + u`` is component ``k``'s unit ``u``, a field is
+    the mixture's key (read as the component's own, ``fields[k]``), vectors padded with zeros to the mixture's width
+    and a key a component lacks (a camera) served as zeros.
+
+    The low-dim fields (columns, actions, states: not camera frames) may be kept in one table of every component's
+    rows (:meth:`keep_low_dim`), read once through each component's own frame source (checked as every read of it
+    is): a batch then reads each of them with one index over all components, where it read them with one call per
+    component, ~30 us each, most of a small-frame mixture's batch (``benchmarks/mixture_batch_cost.py``).
+
+    Args:
+        sources: Each component's frame source.
+        unit_lengths: Each component's units' steps (its dataset's ``rowmap.run_lengths``).
+        fields: Per component, ``{mixture key: its own key}`` of the keys it serves.
+        widths: ``{mixture key: (each component's width, the mixture's)}`` of the padded vectors.
+    """
+
+    def __init__(
+        self,
+        sources: Sequence[FrameSource],
+        unit_lengths: Sequence[np.ndarray],
+        fields: Sequence[Mapping[str, str]],
+        widths: Mapping[str, tuple[Sequence[int], int]],
+    ):
+        self.sources = list(sources)
+        self.unit_lengths = [np.asarray(n, dtype=np.int64) for n in unit_lengths]
+        self.unit_offsets = np.concatenate([[0], np.cumsum([len(n) for n in self.unit_lengths])]).astype(np.int64)
+        joined = np.concatenate(self.unit_lengths) if self.unit_lengths else np.zeros(0, np.int64)
+        self.unit_rows = np.concatenate([[0], np.cumsum(joined)[:-1]]).astype(np.int64) if joined.size else joined
+        self.rows = int(joined.sum())
+        self.fields = [dict(f) for f in fields]
+        self.widths = dict(widths)
+        self._infos: dict[str, FieldInfo] = {}
+        self.tables: dict[str, np.ndarray] = {}  # kept low-dim fields, one row per joined row (keep_low_dim)
+        self.lengths = joined
+
+    def low_dim_bytes(self, fields: Sequence[str]) -> int:
+        """Bytes of the tables :meth:`keep_low_dim` would hold for ``fields`` (their low-dim ones), from metadata.
+
+        Args:
+            fields: Mixture keys.
+
+        Returns:
+            The bytes.
+        """
+        total = 0
+        for f in fields:
+            info = self.info(f)
+            if not info.frames:
+                total += self.rows * int(np.prod(info.shape, dtype=np.int64)) * info.dtype.itemsize
+        return total
+
+    def keep_low_dim(self, fields: Sequence[str]) -> list[str]:
+        """Read the low-dim fields among ``fields`` of every component's rows into one table each (padded; zeros
+        where a component lacks the field), in joined row order.
+
+        Args:
+            fields: Mixture keys.
+
+        Returns:
+            The fields kept.
+        """
+        kept = []
+        for f in fields:
+            info = self.info(f)
+            if info.frames or f in self.tables:
+                continue
+            table = np.zeros((self.rows, *info.shape), dtype=info.dtype)
+            for k, own in enumerate(self.fields):
+                lengths = self.unit_lengths[k]
+                if f not in own or not len(lengths):
+                    continue
+                units = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
+                steps = np.arange(units.size, dtype=np.int64) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+                value = self.sources[k].gather_fields([own[f]], units, steps)[own[f]]
+                value = value.numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
+                first = int(self.unit_rows[self.unit_offsets[k]])
+                rows = table[first : first + units.size]
+                if f in self.widths:
+                    rows[..., : value.shape[-1]] = value
+                else:
+                    rows[...] = value
+            table.flags.writeable = False
+            self.tables[f] = table
+            kept.append(f)
+        return kept
+
+    def info(self, field: str) -> FieldInfo:
+        """The mixture's field: the first component serving it says dtype and kind; a padded vector is the
+        mixture's width.
+
+        Args:
+            field: A mixture key.
+
+        Returns:
+            Its :class:`FieldInfo`.
+
+        Raises:
+            KeyError: no component serves it.
+        """
+        info = self._infos.get(field)
+        if info is None:
+            k = next((k for k, f in enumerate(self.fields) if field in f), None)
+            if k is None:
+                raise KeyError(f"no component of the mixture serves {field!r}")
+            own = self.sources[k].info(self.fields[k][field])
+            shape = own.shape if field not in self.widths else (*own.shape[:-1], self.widths[field][1])
+            info = self._infos[field] = FieldInfo(own.dtype, tuple(shape), own.frames)
+        return info
+
+    def take(self, field, episodes, steps, out) -> None:
+        """``out[b, ...] = field[episodes[b]][steps[b, ...]]`` (through :meth:`gather_fields`).
+
+        Args:
+            field: A mixture key.
+            episodes: (B,) joined unit indices.
+            steps: (B,) or (B, T) steps.
+            out: The destination.
+        """
+        out[...] = self.gather_fields([field], np.asarray(episodes), np.asarray(steps))[field]
+
+    def gather_fields(self, fields, episodes: np.ndarray, steps: np.ndarray, pool=None) -> dict:
+        """The fields at joined (unit, step) pairs: one ``gather_fields`` of each component's rows, written into
+        the mixture's arrays (padding and missing keys as zeros).
+
+        Args:
+            fields: Mixture keys.
+            episodes: (B,) joined unit indices.
+            steps: (B,) or (B, T) integer steps.
+            pool: Recycles the output arrays, or ``None``.
+
+        Returns:
+            ``{field: numpy array}``.
+        """
+        units = np.asarray(episodes, dtype=np.int64)
+        out = {}
+        read = [f for f in fields if f not in self.tables]
+        if len(read) < len(fields):  # kept low-dim fields: one index over every component
+            at = self.unit_rows[units].reshape(units.shape + (1,) * (steps.ndim - 1)) + steps
+            for f in fields:
+                if f in self.tables:
+                    table = self.tables[f]
+                    dest = pool.empty(at.shape + table.shape[1:], table.dtype) if pool is not None else None
+                    out[f] = np.take(table, at, axis=0, out=dest)
+            if not read:
+                return out
+            fields = read
+        comp = np.searchsorted(self.unit_offsets, units, side="right") - 1
+        for f in fields:
+            info = self.info(f)
+            shape = tuple(steps.shape) + tuple(info.shape)
+            out[f] = pool.empty(shape, info.dtype) if pool is not None else np.empty(shape, info.dtype)
+        for k in np.unique(comp).tolist():
+            sel = np.flatnonzero(comp == k)
+            own = self.fields[k]
+            mine = [f for f in fields if f in own]
+            values = (
+                self.sources[k].gather_fields([own[f] for f in mine], units[sel] - self.unit_offsets[k], steps[sel])
+                if mine
+                else {}
+            )
+            for f in fields:
+                dest = out[f]
+                if f not in own:
+                    dest[sel] = 0
+                    continue
+                value = values[own[f]]
+                if isinstance(value, torch.Tensor):
+                    value = value.numpy()
+                if f in self.widths and self.widths[f][0][k] != self.widths[f][1]:
+                    w = self.widths[f][0][k]
+                    part = np.zeros((sel.size, *dest.shape[1:]), dest.dtype)
+                    part[..., :w] = value
+                    dest[sel] = part
+                else:
+                    dest[sel] = value
+        return out
+
+
+def keep_low_dim_within_budget(frames: JoinedFrames, fields: Sequence[str]) -> list[str]:
+    """Keep the low-dim ``fields`` in memory (:meth:`JoinedFrames.keep_low_dim`) when they take at most
+    :data:`LOW_DIM_BYTES` and :data:`LOW_DIM_SHARE` of the memory available now; one log line says which.
+
+    Args:
+        frames: The joined frame source.
+        fields: Mixture fields (camera frames among them are left out).
+
+    Returns:
+        The fields kept (none over the budget).
+    """
+    need = frames.low_dim_bytes(fields)
+    budget = min(LOW_DIM_BYTES, int(LOW_DIM_SHARE * psutil.virtual_memory().available))
+    if need > budget:
+        logger.info(
+            f"mixture: the low-dim fields of {frames.rows} steps take {format_bytes(need)}, over the "
+            f"{format_bytes(budget)} kept in memory; each batch reads them from every component it draws from"
+        )
+        return []
+    kept = frames.keep_low_dim(fields)
+    logger.info(
+        f"mixture: {len(kept)} low-dim fields of {frames.rows} steps kept in memory ({format_bytes(need)}), each read "
+        "by one index per batch"
+    )
+    return kept
