@@ -624,10 +624,11 @@ def test_a_loop_keeping_every_mixed_batch_sees_them_intact(parts, monkeypatch):
     assert _kept_pass_intact(parts) != []
 
 
-def _pooled_after_passes(parts, passes=6) -> tuple[int, int, str]:
+def _pooled_after_passes(parts, passes=6, joined=True) -> tuple[int, int, str]:
     """``passes`` passes of a 3-component mixture (train.batch_size 16, num_data_workers 2) through robomimic's
     DataLoader, each batch dropped as the training step drops it: (bytes every recycled-array pool of the mixture and
-    its components keeps, the batches in flight its footprint states in bytes, a component's summary)."""
+    its components keeps, the batches in flight its footprint states in bytes, a component's summary). ``joined``:
+    batches built once over all components (the default), else part by part."""
     from test_batches_in_flight import robomimic_sample_bytes
 
     from robo_loaders_plugin.core.in_flight import TrainingLoop, indexed_in_flight
@@ -635,6 +636,9 @@ def _pooled_after_passes(parts, passes=6) -> tuple[int, int, str]:
 
     cfg = _config(parts, backend="compressed_cache", batch_size=16, num_data_workers=2)
     mix = dataset_factory(cfg, obs_keys(cfg))
+    assert mix.joined is not None
+    if not joined:
+        mix.joined = None
     loader = torch.utils.data.DataLoader(mix, batch_size=16, shuffle=True, num_workers=2)  # as robomimic's train()
     source = epoch_loader(loader)
     for _ in range(passes):
@@ -647,19 +651,20 @@ def _pooled_after_passes(parts, passes=6) -> tuple[int, int, str]:
 
 def test_the_recycled_arrays_of_a_mixture_stay_within_its_stated_batches_in_flight(parts, monkeypatch):
     """After six passes the pools of a 3-component mixture keep no more bytes than the 5 batches in flight its
-    footprint states (2 ahead per thread (2) + 1 held by training); they kept 17.5 batches' bytes, each component's
-    pool a buffer for every part size it saw. Control: the same passes with a pool as it was (a buffer per shape,
-    no bound in bytes) keep more than stated."""
+    footprint states (2 ahead per thread (2) + 1 held by training), its batches built joined or part by part; they
+    kept 17.5 batches' bytes, each component's pool a buffer for every part size it saw. Control: the same passes
+    built part by part with a pool as it was (a buffer per shape, no bound in bytes) keep more than stated."""
     from robo_loaders_plugin.core.units import format_bytes
     from robo_loaders_plugin.storage import buffers
 
-    held, stated, summary = _pooled_after_passes(parts)
-    assert "5 batches in flight (2 ahead per thread or DataLoader worker (2) + 1 held by training; " in summary
-    assert f"{format_bytes(stated)})" in summary  # the bound below is the one the footprint states
-    assert 0 < held <= stated, (held, stated)
+    for joined in (True, False):  # batches built once over all components, and part by part
+        held, stated, summary = _pooled_after_passes(parts, joined=joined)
+        assert "5 batches in flight (2 ahead per thread or DataLoader worker (2) + 1 held by training; " in summary
+        assert f"{format_bytes(stated)})" in summary  # the bound below is the one the footprint states
+        assert 0 < held <= stated, (joined, held, stated)
     monkeypatch.setattr(buffers.BufferPool, "bound", lambda self, max_bytes: None)
     monkeypatch.setattr(buffers.BufferPool, "empty", buffers.BufferPool._empty)
-    unbounded, _, _ = _pooled_after_passes(parts)
+    unbounded, _, _ = _pooled_after_passes(parts, joined=False)  # the control, on the path with the most arrays
     assert unbounded > 2 * stated, (unbounded, stated)
 
 

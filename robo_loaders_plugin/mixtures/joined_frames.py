@@ -111,7 +111,7 @@ class JoinedFrames(FrameSource):
                     rows[..., : value.shape[-1]] = value
                 else:
                     rows[...] = value
-            table.flags.writeable = False
+            table.setflags(write=False)  # a batch reads it; nothing may change what was checked
             self.tables[f] = table
             kept.append(f)
         return kept

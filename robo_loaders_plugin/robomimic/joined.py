@@ -104,14 +104,15 @@ class JoinedSamples:
 
         Returns:
             ``False`` where its components need the per-component path: a component is not a ``RobomimicSamples``
-            (``native``), serves on a GPU or to a device, converts rates, serves parts of demos, or builds its windows
+            (``native``), serves on a GPU or to one, converts rates, serves parts of demos, or builds its windows
             with other options than the first component.
         """
         datasets = mixture.datasets
         if not datasets or not all(isinstance(d, RobomimicSamples) for d in datasets):
             return False
         for d in datasets:
-            if d.serving.batch_threads == 0 or d.device is not None or d.modes or d.windows.rate != 1.0:
+            on_device = d.device is not None and torch.device(d.device).type != "cpu"
+            if d.serving.batch_threads == 0 or on_device or d.windows.rate != 1.0:  # modes: read at rate 1 only
                 return False
             if d.sample_units is not None or not _same_options(d.opts, datasets[0].opts):
                 return False
