@@ -561,3 +561,14 @@ def test_abort_never_raises(tmp_path):
     w.abort()
     w.abort()
     assert os.listdir(tmp_path) == []
+
+
+def test_path_bytes_skips_a_file_removed_while_counted(tmp_path, monkeypatch):
+    """A file listed but removed before its size is read (another process's writability probe, seen in a parallel
+    test run) counts 0 instead of failing the build; the file that stays is counted (control: its 10 bytes)."""
+    (tmp_path / "kept").write_bytes(b"x" * 10)
+    real_walk, real_exists = os.walk, os.path.exists
+    monkeypatch.setattr(cache.os, "walk", lambda p: [(d, ds, [*fs, "gone"]) for d, ds, fs in real_walk(p)])
+    # it existed when listed: a check before the stat would pass, and the stat then fails
+    monkeypatch.setattr(cache.os.path, "exists", lambda p: p.endswith("gone") or real_exists(p))
+    assert cache.path_bytes(str(tmp_path)) == 10

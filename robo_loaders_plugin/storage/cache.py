@@ -359,13 +359,17 @@ def path_bytes(path: str) -> int:
         The total size; 0 when ``path`` does not exist.
     """
     if os.path.isdir(path):
-        return sum(
-            os.path.getsize(os.path.join(d, f))
-            for d, _, files in os.walk(path)
-            for f in files
-            if os.path.exists(os.path.join(d, f))
-        )
-    return os.path.getsize(path) if os.path.exists(path) else 0
+        return sum(_size(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files)
+    return _size(path)
+
+
+def _size(path: str) -> int:
+    """A file's bytes, 0 when it is gone (another process may remove a file between the listing and the stat: a
+    check-then-stat raced with a writability probe removed meanwhile)."""
+    try:
+        return os.path.getsize(path)
+    except FileNotFoundError:
+        return 0
 
 
 # what this project names in a cache root: <kind>-<source key>-<content key>[suffix] (obtain), and the
