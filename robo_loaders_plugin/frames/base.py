@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 
@@ -36,6 +38,24 @@ class FieldInfo:
     dtype: np.dtype
     shape: tuple  # of one step
     frames: bool  # camera frames: stored compressed/decoded per step, copied row by row
+
+
+class JoinedRead(NamedTuple):
+    """One source's part of a read of one field across several sources (:meth:`FrameSource.take_joined`).
+
+    Attributes:
+        source: The frame source read.
+        field: The field's name in that source.
+        episodes: (b,) its episode indices.
+        steps: (b,) or (b, T) step indices within each row's episode.
+        rows: (b,) where its rows go in the output's first axis.
+    """
+
+    source: FrameSource
+    field: str
+    episodes: np.ndarray
+    steps: np.ndarray
+    rows: np.ndarray
 
 
 class FrameSource(abc.ABC):
@@ -122,6 +142,29 @@ class FrameSource(abc.ABC):
             ``{field: values}`` in the order of ``fields``, each as :meth:`gather` returns it.
         """
         return {f: self.gather(f, episodes, steps, pool) for f in fields}
+
+    @classmethod
+    def take_joined(cls, reads: Sequence[JoinedRead], out: np.ndarray) -> bool:
+        """Several sources' reads of one field into one output in one call, when the sources can: for each read,
+        ``out[read.rows] = read.source``'s ``read.field`` at ``(read.episodes, read.steps)``. Called on the class
+        of every read's source (a mixture's joined batch: one read per component, ``mixtures.joined_frames``).
+
+        Why a hook of its own: a batch of a mixture reads each camera from ~25 components' sources, a few frames
+        each, and a source whose reads carry per-call bookkeeping (a decoder and a layout buffer set up, frames
+        put back in their layout, rows located) pays it once per component; a class that holds its frames the same
+        way in every source can set that up once for all of them (``compressed_cache``: ~90 us a read otherwise,
+        ``benchmarks/mixture_batch_cost.py``). This default declines, and the caller reads each source by
+        :meth:`gather_fields`.
+
+        Args:
+            reads: The reads, every ``read.source`` of this class; their ``rows`` disjoint.
+            out: The destination, ``(B, ...) + step shape`` of the field's dtype, C-contiguous.
+
+        Returns:
+            Whether the reads were done (``False``: nothing was written; read each source on its own).
+        """
+        del reads, out
+        return False
 
 
 def gather(source: FrameSource, field: str, episodes, steps, pool=None):

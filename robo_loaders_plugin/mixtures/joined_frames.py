@@ -18,7 +18,7 @@ import torch
 
 from robo_loaders_plugin.core.log import get_logger
 from robo_loaders_plugin.core.units import format_bytes
-from robo_loaders_plugin.frames.base import FieldInfo, FrameSource
+from robo_loaders_plugin.frames.base import FieldInfo, FrameSource, JoinedRead
 
 logger = get_logger(__name__)
 
@@ -37,7 +37,9 @@ class JoinedFrames(FrameSource):
     The low-dim fields (columns, actions, states: not camera frames) may be kept in one table of every component's
     rows (:meth:`keep_low_dim`), read once through each component's own frame source (checked as every read of it
     is): a batch then reads each of them with one index over all components, where it read them with one call per
-    component, ~30 us each, most of a small-frame mixture's batch (``benchmarks/mixture_batch_cost.py``).
+    component, ~30 us each, most of a small-frame mixture's batch (``benchmarks/mixture_batch_cost.py``). A camera
+    is read across all components in one call where their sources' class can (``FrameSource.take_joined``:
+    ``compressed_cache`` decodes every store's frames in one loop), else once per component.
 
     Args:
         sources: Each component's frame source.
@@ -151,8 +153,10 @@ class JoinedFrames(FrameSource):
         out[...] = self.gather_fields([field], np.asarray(episodes), np.asarray(steps))[field]
 
     def gather_fields(self, fields, episodes: np.ndarray, steps: np.ndarray, pool=None) -> dict:
-        """The fields at joined (unit, step) pairs: one ``gather_fields`` of each component's rows, written into
-        the mixture's arrays (padding and missing keys as zeros).
+        """The fields at joined (unit, step) pairs, written into the mixture's arrays (padding and missing keys as
+        zeros): kept low-dim fields by one index into their tables, a camera by one read across the components
+        where their sources' class offers it (:meth:`FrameSource.take_joined`), anything else by one
+        ``gather_fields`` of each component's rows.
 
         Args:
             fields: Mixture keys.
@@ -181,8 +185,9 @@ class JoinedFrames(FrameSource):
             info = self.info(f)
             shape = tuple(steps.shape) + tuple(info.shape)
             out[f] = pool.empty(shape, info.dtype) if pool is not None else np.empty(shape, info.dtype)
-        for k in np.unique(comp).tolist():
-            sel = np.flatnonzero(comp == k)
+        sels = {k: np.flatnonzero(comp == k) for k in np.unique(comp).tolist()}
+        fields = [f for f in fields if not self._take_joined(f, units, steps, sels, out[f])]
+        for k, sel in sels.items() if fields else ():
             own = self.fields[k]
             mine = [f for f in fields if f in own]
             values = (
@@ -206,6 +211,25 @@ class JoinedFrames(FrameSource):
                 else:
                     dest[sel] = value
         return out
+
+    def _take_joined(self, field: str, units, steps, sels: dict, out: np.ndarray) -> bool:
+        """A camera of every component read in one call where their sources' class can
+        (:meth:`FrameSource.take_joined`), the rows of components without it zeros; ``False``: read per
+        component."""
+        if not self.info(field).frames:
+            return False
+        reads = [
+            JoinedRead(self.sources[k], self.fields[k][field], units[sel] - self.unit_offsets[k], steps[sel], sel)
+            for k, sel in sels.items()
+            if field in self.fields[k]
+        ]
+        kinds = {type(r.source) for r in reads}
+        if len(kinds) != 1 or not kinds.pop().take_joined(reads, out):
+            return False
+        for k, sel in sels.items():
+            if field not in self.fields[k]:
+                out[sel] = 0
+        return True
 
 
 def keep_low_dim_within_budget(frames: JoinedFrames, fields: Sequence[str]) -> list[str]:

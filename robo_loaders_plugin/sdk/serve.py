@@ -174,6 +174,21 @@ class StoreFrames(FrameSource):
         """
         return self.inner.gather_fields(fields, episodes, steps, pool)
 
+    @classmethod
+    def take_joined(cls, reads, out) -> bool:
+        """See :meth:`FrameSource.take_joined`: the stores' own, when every read's store is of one class.
+
+        Args:
+            reads: The reads (``frames.base.JoinedRead``), every source a ``StoreFrames``.
+            out: The destination.
+
+        Returns:
+            Whether the stores' class read them all.
+        """
+        inner = [r._replace(source=r.source.inner) for r in reads]
+        kinds = {type(r.source) for r in inner}
+        return len(kinds) == 1 and kinds.pop().take_joined(inner, out)
+
     def close(self) -> None:
         """Close the store's frame source (its ``close()``) and refuse reads afterwards, naming the store."""
         inner, self.inner = self.inner, self.inner.closed(self.directory)

@@ -65,6 +65,8 @@ RAW_BLOCK_BYTES = 4096  # a raw array is checked in blocks of whole rows of abou
 _FOOTER = struct.Struct("<QQI8s")
 _ALIGN = 64
 _BLOSC_HEADER = 16  # a Blosc2 chunk starts with version, flags, typesize, then u32 nbytes, blocksize, cbytes
+_HEADER_WORDS = struct.Struct("<4I")  # the header as 4 words: [1] nbytes (decoded size), [3] cbytes (blob size)
+_FEW_BLOBS = 8  # check_blobs of at most this many blobs unpacks their headers in Python (~1 us each, numpy ~20 us)
 
 
 _DAMAGED = (
@@ -631,22 +633,33 @@ class EpisodeStore:
                 store was built.
             CodecError: a blob's header announces another frame size, or cannot be read.
         """
+        if len(starts) <= _FEW_BLOBS:  # a read of a few frames (a mixture's component): Python beats numpy here
+            unpack, buf, size = _HEADER_WORDS.unpack_from, self._view, len(self._view)
+            for j, (s, e, x) in enumerate(zip(starts.tolist(), ends.tolist(), expected.tolist())):
+                if e - s < _BLOSC_HEADER or e > size or unpack(buf, s)[1::2] != (x, e - s):
+                    self._bad_blob(key, starts, ends, expected, j, frames, sums)
+            return
         ok = (ends - starts) >= _BLOSC_HEADER
         header = np.where(ok, starts, 0)[:, None] + np.arange(_BLOSC_HEADER)
         fields = self._buf[np.minimum(header, len(self._buf) - 1)].view("<u4").astype(np.int64)  # (n, 4)
         ok &= (fields[:, 1] == expected) & (fields[:, 3] == ends - starts)
         for j in np.flatnonzero(~ok).tolist():
-            where = f"{self.path}: {key}"
-            if frames is not None:
-                name, step = self.locate(int(frames[j]))
-                where = f"{self.path}: {name} {key} frame {step}"
-                if sums is not None and checksum(self._buf[starts[j] : ends[j]]) != int(sums[j]):
-                    raise self._damaged(f"{name} {key} frame {step}")
-            FrameCodec.check_size(self._buf[starts[j] : ends[j]], int(expected[j]), where=where)
-            raise StoreError(
-                f"{where}: corrupt compressed frame (its header says {int(fields[j, 3])} compressed "
-                f"bytes, the store holds {int(ends[j] - starts[j])})"
-            )
+            self._bad_blob(key, starts, ends, expected, j, frames, sums)
+
+    def _bad_blob(self, key: str, starts, ends, expected, j: int, frames, sums) -> None:
+        """Raise the error for blob ``j`` of :meth:`check_blobs`, whose header disagrees with its bounds."""
+        where = f"{self.path}: {key}"
+        if frames is not None:
+            name, step = self.locate(int(frames[j]))
+            where = f"{self.path}: {name} {key} frame {step}"
+            if sums is not None and checksum(self._buf[starts[j] : ends[j]]) != int(sums[j]):
+                raise self._damaged(f"{name} {key} frame {step}")
+        FrameCodec.check_size(self._buf[starts[j] : ends[j]], int(expected[j]), where=where)
+        cbytes = int(self._buf[starts[j] + 12 : starts[j] + 16].view("<u4")[0]) if ends[j] - starts[j] >= 16 else 0
+        raise StoreError(
+            f"{where}: corrupt compressed frame (its header says {cbytes} compressed "
+            f"bytes, the store holds {int(ends[j] - starts[j])})"
+        )
 
     def decode_frames(
         self, starts, ends, out: np.ndarray, rows, *, sums, frames=None, key: str = "frames", layout=None
@@ -676,9 +689,33 @@ class EpisodeStore:
             StoreError: a blob does not match its checksum, or cannot be decompressed (damaged after the store was
                 built); the message names the file, the episode, the field and the frame.
         """
-        buf = self._view
-        decompress = FrameCodec.decoder_into(out, shared=True)  # a mapped file
         served = frame_layout.ServedRows(out, layout)
+        self.decode_into(
+            served, FrameCodec.decoder_into(out, shared=True), starts, ends, rows, sums=sums, frames=frames, key=key
+        )
+        served.flush()
+
+    def decode_into(self, served, decompress, starts, ends, rows, *, sums, frames=None, key: str = "frames") -> None:
+        """:meth:`decode_frames`' loop, into an output set up by the caller: the frames land in ``served``'s rows
+        at its next ``flush()``.
+
+        Why apart: a mixture's joined read (``CompressedFrames.take_joined``) decodes the frames of several stores
+        into one output, set up and put back in its layout once for all of them.
+
+        Args:
+            served: The output's ``frame_layout.ServedRows``.
+            decompress: ``FrameCodec.decoder_into`` of the output (``shared=True``: a mapped file).
+            starts: Blob start offsets.
+            ends: Blob end offsets.
+            rows: For each blob, its row of the output.
+            sums: Each blob's checksum (:meth:`frame_sums`).
+            frames: Each blob's global row (:meth:`locate`), to name a damaged frame.
+            key: The field, to name a damaged frame.
+
+        Raises:
+            StoreError: as :meth:`decode_frames`.
+        """
+        buf = self._view
         for j, (s, e, r, c) in enumerate(zip(starts, ends, rows, sums)):
             blob = buf[s:e]
             try:
@@ -687,7 +724,6 @@ class EpisodeStore:
                 raise self._frame_error(key, frames, j, blob, c, exc) from None
             if checksum(blob) != c:
                 raise self._frame_error(key, frames, j)
-        served.flush()
 
     def _frame_error(self, key: str, frames, j: int, blob=None, expected=None, exc=None) -> StoreError:
         """The error for frame ``j`` of a read: damaged (its checksum fails), or, when Blosc2 refused a blob whose

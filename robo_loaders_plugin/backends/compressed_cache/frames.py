@@ -17,6 +17,8 @@ import numpy as np
 
 from robo_loaders_plugin.backends.compressed_cache.episode_store import EpisodeStore, StoreError
 from robo_loaders_plugin.frames.base import FieldInfo, FrameSource, broadcast_episodes
+from robo_loaders_plugin.storage import frame_layout
+from robo_loaders_plugin.storage.codec import FrameCodec
 
 
 class CompressedFrames(FrameSource):
@@ -141,8 +143,8 @@ class CompressedFrames(FrameSource):
                 the message names the file, the episode, the field and the frame or steps.
         """
         info = self.info(field)
-        ep = broadcast_episodes(episodes, steps)
         if not info.frames:
+            ep = broadcast_episodes(episodes, steps)
             n = int(np.prod(info.shape, dtype=np.int64))
             rows, first = self._raw_rows(field, info, n)
             at = (first[ep] + steps * n).reshape(-1)
@@ -150,30 +152,9 @@ class CompressedFrames(FrameSource):
             out.reshape((at.size,) + rows.shape[1:])[...] = rows[at]
             self._check_rows(field, np.asarray(episodes).reshape(-1), steps)
             return
-        g = (self.starts[ep] + steps).reshape(-1)
-        flat_out = out.reshape((g.size,) + tuple(info.shape))
-        layout = self._bounds.get(field)
-        if layout is None:  # located at the first read; each blob checked before its first decode (not all at open)
-            starts, ends, expected = self.store.blob_layout(field)
-            layout = self._bounds[field] = (
-                starts,
-                ends,
-                expected,
-                np.zeros(len(starts), dtype=bool),
-                self.store.frame_sums(field),
-                self.store.frame_layout(0, field),  # the same in every episode (info)
-            )
-        starts, ends, expected, checked, sums, stored = layout
-        T = steps.shape[-1] if steps.ndim > 1 else 1
-        fresh = np.ones(g.size, dtype=bool)
-        fresh[1:] = g[1:] != g[:-1]
-        fresh[::T] = True  # every row decodes its first step
-        todo = np.flatnonzero(fresh)
-        blobs = g[todo]
-        new = blobs[~checked[blobs]]
-        if new.size:
-            self.store.check_blobs(field, starts[new], ends[new], expected[new], frames=new, sums=sums[new])
-            checked[new] = True
+        flat_out = out.reshape((-1,) + tuple(info.shape))
+        starts, ends, _, _, sums, stored = self._frames_layout(field)
+        fresh, todo, blobs = self._fresh_blobs(field, np.asarray(episodes), steps)
         self.store.decode_frames(
             starts[blobs].tolist(),
             ends[blobs].tolist(),
@@ -184,10 +165,92 @@ class CompressedFrames(FrameSource):
             key=field,
             layout=stored,
         )
-        if len(todo) < g.size:  # padding: repeat the previous step of the row
-            src = np.maximum.accumulate(np.where(fresh, np.arange(g.size), 0))
-            rep = np.flatnonzero(~fresh)
-            flat_out[rep] = flat_out[src[rep]]
+        _repeat_padding(flat_out, fresh, None)
+
+    def _frames_layout(self, field: str) -> tuple:
+        """Where a frames field's blobs are (located at its first read; each blob checked before its first decode,
+        not all at open): ``(starts, ends, decoded sizes, checked flags, checksums, stored layout)``."""
+        layout = self._bounds.get(field)
+        if layout is None:
+            starts, ends, expected = self.store.blob_layout(field)
+            layout = self._bounds[field] = (
+                starts,
+                ends,
+                expected,
+                np.zeros(len(starts), dtype=bool),
+                self.store.frame_sums(field),
+                self.store.frame_layout(0, field),  # the same in every episode (info)
+            )
+        return layout
+
+    def _fresh_blobs(self, field: str, episodes: np.ndarray, steps: np.ndarray) -> tuple:
+        """Which steps of a read decode a blob: ``(fresh, positions of the fresh steps, their blobs)``; a step
+        repeating the one before it in its row (padding) is copied after decoding instead. Blobs not read before are
+        checked here (``EpisodeStore.check_blobs``)."""
+        starts, ends, expected, checked, sums, _ = self._frames_layout(field)
+        base = self.starts[episodes]
+        g = (base.reshape(base.shape + (1,) * (steps.ndim - 1)) + steps).reshape(-1)
+        T = steps.shape[-1] if steps.ndim > 1 else 1
+        fresh = np.empty(g.size, dtype=bool)
+        fresh[:1] = True
+        np.not_equal(g[1:], g[:-1], out=fresh[1:])
+        fresh[::T] = True  # every row decodes its first step
+        todo = fresh.nonzero()[0]
+        blobs = g[todo]
+        new = blobs[~checked[blobs]]
+        if new.size:
+            self.store.check_blobs(field, starts[new], ends[new], expected[new], frames=new, sums=sums[new])
+            checked[new] = True
+        return fresh, todo, blobs
+
+    @classmethod
+    def take_joined(cls, reads, out) -> bool:
+        """See :meth:`FrameSource.take_joined`: the frames of every read's store decoded in one loop into ``out``
+        and put back in their served layout once (one ``ServedRows``), where a read per store set that up and
+        flushed it each time (~90 us a read; ``benchmarks/mixture_batch_cost.py``). Each store's blobs are checked
+        and each frame's checksum verified as :meth:`take` does.
+
+        Args:
+            reads: The reads (``frames.base.JoinedRead``), every source a ``CompressedFrames``.
+            out: The destination.
+
+        Returns:
+            ``False`` (nothing read) when the field is not camera frames in every store, or the stores hold it in
+            different dtypes, shapes or layouts; else ``True``.
+        """
+        if not reads:
+            return True
+        infos = [r.source.info(r.field) for r in reads]
+        if not all(i.frames for i in infos) or len({(np.dtype(i.dtype), tuple(i.shape)) for i in infos}) != 1:
+            return False
+        layouts = [r.source._frames_layout(r.field) for r in reads]
+        if len({lay[5] for lay in layouts}) != 1:
+            return False
+        flat_out = out.reshape((-1,) + tuple(infos[0].shape))
+        served = frame_layout.ServedRows(flat_out, layouts[0][5])
+        decompress = FrameCodec.decoder_into(flat_out, shared=True)  # mapped files
+        repeats = []
+        for r, (starts, ends, _, _, sums, _) in zip(reads, layouts):
+            steps = np.asarray(r.steps)
+            fresh, todo, blobs = r.source._fresh_blobs(r.field, np.asarray(r.episodes), steps)
+            T = steps.shape[-1] if steps.ndim > 1 else 1
+            at = (np.asarray(r.rows, dtype=np.int64)[:, None] * T + np.arange(T)).reshape(-1)
+            r.source.store.decode_into(
+                served,
+                decompress,
+                starts[blobs].tolist(),
+                ends[blobs].tolist(),
+                at[todo].tolist(),
+                sums=sums[blobs].tolist(),
+                frames=blobs,
+                key=r.field,
+            )
+            if len(todo) < fresh.size:
+                repeats.append((fresh, at))
+        served.flush()
+        for fresh, at in repeats:
+            _repeat_padding(flat_out, fresh, at)
+        return True
 
     def _check_rows(self, field: str, episodes: np.ndarray, steps: np.ndarray) -> None:
         """Check the blocks of a raw field holding the rows just copied (``EpisodeStore.check_blocks``): per row of
@@ -216,3 +279,16 @@ class CompressedFrames(FrameSource):
                         spanned.update(range(a + 1, z))
                 blocks = spanned
         self.store.check_blocks(field, layout[:5], blocks)
+
+
+def _repeat_padding(flat_out: np.ndarray, fresh: np.ndarray, at: np.ndarray | None) -> None:
+    """Copy each step that repeats the one before it in its row (``~fresh``: padding, not decoded) from the last
+    decoded step; ``at``: each step's row of ``flat_out`` (``None``: its position)."""
+    if fresh.all():
+        return
+    src = np.maximum.accumulate(np.where(fresh, np.arange(fresh.size), 0))
+    rep = np.flatnonzero(~fresh)
+    if at is None:
+        flat_out[rep] = flat_out[src[rep]]
+    else:
+        flat_out[at[rep]] = flat_out[at[src[rep]]]
