@@ -439,3 +439,35 @@ def test_a_max_memory_below_the_least_any_plan_holds_is_refused_naming_it(monkey
         f"{format_bytes(reserve)} of it kept for the episode being read while "
         "filling"
     )
+
+
+@pytest.mark.parametrize("host_budget,tiers", [(None, "raw"), (65_000, "raw+compressed"), (10, "compressed")])
+def test_tiers_read_across_sources_in_one_call(host_budget, tiers):
+    """A mixture's joined batch reads a field of several sources' tiers in one call (``TieredFrames.take_joined``):
+    every row equals the arrays filled, rows interleaved across the sources, from whichever tier holds it (the
+    compressed tier through the source's own gather). Negative controls: the sources swapped give other rows; a
+    step outside a source's rows is an IndexError."""
+    from robo_loaders_plugin.frames.base import JoinedRead
+
+    del tiers
+    plan = plan_tiers(_size(), device_budget=None, host_budget=host_budget)
+    eps = [_episodes(seed=s) for s in (0, 7)]
+    sources = [_tiered(plan, eps=e) for e in eps]
+    parts = [
+        (0, np.array([4, 0, 2]), np.array([[0, 1, 1], [4, 4, 4], [6, 5, 0]]), np.array([0, 2, 3])),
+        (1, np.array([1, 3]), np.array([[0, 1, 2], [3, 3, 0]]), np.array([1, 4])),
+    ]
+    for field in INFOS:
+        want = np.zeros((5, 3, *INFOS[field].shape), INFOS[field].dtype)
+        for k, e, s, r in parts:
+            want[r] = np.stack([eps[k][i][field][j] for i, j in zip(e, s)])
+        out = np.zeros_like(want)
+        assert TieredFrames.take_joined([JoinedRead(sources[k], field, e, s, r) for k, e, s, r in parts], out)
+        assert out.tobytes() == want.tobytes(), field
+        swapped = np.zeros_like(want)
+        TieredFrames.take_joined([JoinedRead(sources[1 - k], field, e, s, r) for k, e, s, r in parts], swapped)
+        assert not np.array_equal(swapped, want), field
+    with pytest.raises(IndexError, match="outside"):
+        TieredFrames.take_joined(
+            [JoinedRead(sources[0], "cam", np.array([4]), np.array([[5, 6, 7]]), np.array([0]))], out
+        )

@@ -39,7 +39,8 @@ class JoinedFrames(FrameSource):
     is): a batch then reads each of them with one index over all components, where it read them with one call per
     component, ~30 us each, most of a small-frame mixture's batch (``benchmarks/mixture_batch_cost.py``). A camera
     is read across all components in one call where their sources' class can (``FrameSource.take_joined``:
-    ``compressed_cache`` decodes every store's frames in one loop), else once per component.
+    ``compressed_cache`` decodes every store's frames in one loop, ``gpu_resampler`` copies host rows straight into
+    the batch), else once per component.
 
     Args:
         sources: Each component's frame source.

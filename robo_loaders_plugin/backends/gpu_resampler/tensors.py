@@ -274,6 +274,57 @@ class TensorFrames(FrameSource):
         take_rows(self._host_arrays[field], rows, arr, checked=True)
         return torch.from_numpy(arr.reshape(steps_shape + arr.shape[1:]))
 
+    @classmethod
+    def take_joined(cls, reads, out) -> bool:
+        """See :meth:`FrameSource.take_joined`: on the CPU, each read's rows copied from its held host array
+        straight into its rows of ``out``, where a read per source gathered into an array of its own that the
+        mixture then copied into the batch (the rows found and checked per read as :meth:`gather_fields` does). A
+        read whose rows are not all in one host array (a compressed tier) is gathered by :meth:`gather_fields` and
+        copied in.
+
+        Args:
+            reads: The reads (``frames.base.JoinedRead``), every source a ``TensorFrames``.
+            out: The destination (numpy).
+
+        Returns:
+            ``False`` (nothing read) when a source serves batches on a GPU or the sources hold the field in
+            different dtypes or step shapes; else ``True``.
+
+        Raises:
+            IndexError: a pair outside a source's held rows.
+        """
+        if not reads:
+            return True
+        infos = [r.source.info(r.field) for r in reads]
+        if (
+            any(r.source.output_device.type != "cpu" for r in reads)
+            or len({(np.dtype(i.dtype), tuple(i.shape)) for i in infos}) != 1
+        ):
+            return False
+        flat = out.reshape((-1,) + tuple(infos[0].shape))
+        for r in reads:
+            src, steps = r.source, np.asarray(r.steps)
+            T = steps.shape[-1] if steps.ndim > 1 else 1
+            at = (np.asarray(r.rows, dtype=np.int64)[:, None] * T + np.arange(T)).reshape(-1)
+            base = src.starts[np.asarray(r.episodes)]
+            rows = (base.reshape(base.shape + (1,) * (steps.ndim - 1)) + steps).reshape(-1)
+            if rows.size and (int(rows.min()) < 0 or int(rows.max()) >= src.total_rows):
+                raise IndexError(f"rows {int(rows.min())}..{int(rows.max())} outside the {src.total_rows} rows held")
+            held = src._host_rows(r.field, rows)
+            if held is not None:
+                array, first = held
+                flat[at] = array[rows - first]
+            else:
+                value = src.gather_fields((r.field,), r.episodes, steps)[r.field]
+                flat[at] = np.asarray(value).reshape((-1,) + flat.shape[1:])
+        return True
+
+    def _host_rows(self, field: str, rows: np.ndarray):
+        """``(array, first row)``: the host array holding every one of ``rows`` of ``field`` and the held row of
+        its first element, or ``None`` (:meth:`take_joined`)."""
+        arrays = self._host_arrays
+        return (arrays[field], 0) if field in arrays else None
+
     @functools.cached_property
     def _host_arrays(self) -> dict:
         """The numpy views of the tensors in host memory (they share their memory: filled in place)."""
