@@ -14,7 +14,8 @@ ways the mixture can, each on batches of its own (the pass's first ``--batches``
   **frame reads** (the frame sources' ``gather``/``gather_fields`` calls, counted), then **padding and filling**
   (``MixtureDataset._complete``) and **joining** (the parts scattered into the mixed batch, ``MixtureHooks.concat``);
 - **joined** (``lerobot.joined``, what a run serves where the components allow it): LeRobot's item rules once over
-  all components, the frame reads still one call per component and key group;
+  all components, a camera read in one call across the components where the backend's frame sources can
+  (``FrameSource.take_joined``: ``compressed_cache``, ``gpu_resampler``), else one call per component and key group;
 
 and the one dataset's batches (a permutation of its rows) through the same ``collate``: for ``datapipe`` and
 ``video_stream`` that is their random access, not the pipelines that serve one dataset in a run (those are in
@@ -28,6 +29,7 @@ docs/benchmarks.md's table.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import shutil
@@ -62,6 +64,25 @@ class _Timers:
             finally:
                 self._depth[part] -= 1
                 if not self._depth[part]:
+                    self.seconds[part] += time.perf_counter() - t
+                    self.calls[part] += 1
+
+        return timed
+
+    def wrap_done(self, part: str, fn):
+        """As :meth:`wrap`, counting only the calls that return true (a hook that may decline, as
+        ``JoinedFrames._take_joined`` does): a declined call's time goes to the calls it then makes instead."""
+
+        def timed(*args, **kwargs):
+            self._depth[part] += 1
+            t = time.perf_counter()
+            done = False
+            try:
+                done = fn(*args, **kwargs)
+                return done
+            finally:
+                self._depth[part] -= 1
+                if done and not self._depth[part]:
                     self.seconds[part] += time.perf_counter() - t
                     self.calls[part] += 1
 
@@ -145,9 +166,12 @@ def measure_backend(backend: str, comps: list[dict], single: dict, batch_size: i
         n = max(1, batches - 3)
         paths = {}
         joined = mix.joined
+        if joined is not None:  # a camera read across every component in one call (FrameSource.take_joined)
+            frames = joined.frames
+            frames._take_joined = timers.wrap_done("frame_reads", frames._take_joined)
         for p, path in enumerate(("per_component", "joined")):
-            mix.joined = joined if path == "joined" else None
-            per_batch = _timed_batches(mix.collate, every[p * batches : (p + 1) * batches], 3, timers)
+            collate = functools.partial(mix.collate, joined=path == "joined")
+            per_batch = _timed_batches(collate, every[p * batches : (p + 1) * batches], 3, timers)
             paths[path] = {
                 "ms": round(per_batch * 1e3, 3),
                 "parts_ms": {p: round(timers.seconds[p] / n * 1e3, 3) for p in PARTS},

@@ -329,15 +329,6 @@ def test_lerobot_train_on_three_robots_at_three_rates_with_gpu_resampler(lerobot
     assert "9 common features at 15 fps" in log and re.search(r"step:2 .*loss:", log), log[-3000:]
 
 
-def _per_component(mix, idx):
-    """The batch built part by part (each component's dataset, renamed, padded, filled, scattered)."""
-    kept, mix.joined = mix.joined, None
-    try:
-        return mix.collate(idx)
-    finally:
-        mix.joined = kept
-
-
 @pytest.mark.parametrize("backend,options", BACKENDS[1:], ids=[b for b, _ in BACKENDS[1:]])
 def test_joined_batches_are_the_per_component_batches_and_the_documented_items(
     lerobot_robots, backend, options, monkeypatch
@@ -359,7 +350,7 @@ def test_joined_batches_are_the_per_component_batches_and_the_documented_items(
     order, seen = source.indices_of(0).tolist(), set()
     for b, batch in enumerate(source.batches(0)):
         idx, which = order[b * 16 : (b + 1) * 16], batch["dataset_index"].tolist()
-        same_batch(batch, _per_component(mix, idx), f"{backend} batch {b} vs per component")
+        same_batch(batch, mix.collate(idx, joined=False), f"{backend} batch {b} vs per component")
         if b < 3:
             theirs = torch.utils.data.default_collate(
                 [
@@ -375,7 +366,7 @@ def test_joined_batches_are_the_per_component_batches_and_the_documented_items(
 
     # controls, on a batch holding every robot: the joined path's own mask and camera mapping are what is checked
     idx = [int(mix.offsets[k]) + j for k in range(3) for j in range(3)]
-    want = _per_component(mix, idx)
+    want = mix.collate(idx, joined=False)
     mix.joined.own["action"] = np.full(3, 14)  # the arms' padding marked real
     with pytest.raises(AssertionError, match="action_dim_mask: values differ"):
         same_batch(mix.collate(idx), want, "mask control")

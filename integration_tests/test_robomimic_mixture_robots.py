@@ -230,15 +230,6 @@ def test_robomimics_shape_metadata_is_the_mixtures_padded_one(robots):
         integration._RUN_CONFIG[:] = []
 
 
-def _per_component(mix, idx):
-    """The batch built part by part (each component's dataset, renamed, padded, filled, scattered)."""
-    kept, mix.joined = mix.joined, None
-    try:
-        return mix.collate(idx)
-    finally:
-        mix.joined = kept
-
-
 def _same_batch(ours, theirs, where):
     """Equal nesting, key order, dtypes, shapes and values (exact: both read the same frame sources)."""
     assert list(ours) == list(theirs), f"{where}: keys {list(ours)} != {list(theirs)}"
@@ -268,9 +259,9 @@ def test_joined_batches_are_the_per_component_batches(robots, one_camera, backen
     rng = np.random.default_rng(0)
     for b in range(6):
         idx = rng.permutation(len(mix))[:16].tolist()
-        _same_batch(mix.collate(idx), _per_component(mix, idx), f"{backend} batch {b}")
+        _same_batch(mix.collate(idx), mix.collate(idx, joined=False), f"{backend} batch {b}")
     idx = [int(mix.offsets[k]) + j for k in range(3) for j in range(3)]
-    want = _per_component(mix, idx)
+    want = mix.collate(idx, joined=False)
     _same_batch(mix.collate(idx), want, "every robot")
 
     mix.joined.own["actions"] = np.full(3, 14)  # control: the arms' padding marked real

@@ -421,19 +421,22 @@ class MixtureDataset(BatchDataset):
         item[DATASET_INDEX] = self.hooks.dataset_index(np.array([k]), batch=False)
         return item
 
-    def collate(self, indices) -> Any:
-        """The batch of these global indices, in their order: each component's part built as its dataset builds a
-        batch, renamed, joined.
+    def collate(self, indices, joined: bool = True) -> Any:
+        """The batch of these global indices, in their order: built once over all components where the mixture
+        set that up (:attr:`joined`), else each component's part built as its dataset builds a batch, renamed,
+        padded and filled, then joined.
 
         Args:
             indices: Global indices.
+            joined: ``False``: built part by part even where the joined batches are set up (the same batch: what
+                tests and benchmarks compare the joined path with).
 
         Returns:
             The mixed batch, with ``dataset_index``.
         """
         self._check_open()
         comps, local = self._layout.split(indices)
-        if self.joined is not None and len(comps):
+        if joined and self.joined is not None and len(comps):
             batch = self.joined.collate(self.offsets[comps] + local, comps, self.buffer_pool)
         else:
             batch = self._per_component(comps, local)
