@@ -37,7 +37,7 @@ import sys
 import tempfile
 import time
 
-from benchmarks.mixtures import echo, work_dir
+from benchmarks.mixtures import echo, work_dir, write_result
 from benchmarks.mixtures_pretraining import OPTIONS, SIZES, SPEC, generate, generated
 
 BACKENDS = ("compressed_cache", "datapipe", "gpu_resampler", "video_stream")
@@ -278,10 +278,7 @@ def run(
         if created:
             shutil.rmtree(created, ignore_errors=True)
     if out:
-        os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-        with open(out, "w") as f:
-            json.dump(result, f, indent=1)
-            f.write("\n")
+        write_result(result, out)
     return result
 
 

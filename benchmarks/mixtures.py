@@ -146,6 +146,20 @@ def echo(*args):
     print(*args, file=sys.stderr, flush=True)
 
 
+def write_result(result: dict, out: str) -> None:
+    """Write a benchmark's result as the committed JSON files are written (indented, a final newline), its
+    directory made first.
+
+    Args:
+        result: The result.
+        out: The file's path.
+    """
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    with open(out, "w") as f:
+        json.dump(result, f, indent=1)
+        f.write("\n")
+
+
 def work_dir(given: str | None) -> tuple[str, str | None]:
     """A fresh directory for the datasets, caches and logs, removed after the run: inside ``given``, else
     ``$ROBO_LOADERS_WORKLOADS``, else the system's temporary directory; never inside the repository.
@@ -554,10 +568,7 @@ def run(
                 shutil.rmtree(created, ignore_errors=True)
     result["settings"]["repeats"] = runs_per_part(result["rows"])
     if out:
-        os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-        with open(out, "w") as f:
-            json.dump(result, f, indent=1)
-            f.write("\n")
+        write_result(result, out)
     if plots:
         plot(result, plots, os.path.basename(out) if out else "mixtures.json")
     return result

@@ -34,7 +34,7 @@ import sys
 import tempfile
 import time
 
-from benchmarks.mixtures import REFERENCE, echo, measure, prepare, work_dir, write
+from benchmarks.mixtures import REFERENCE, echo, measure, prepare, work_dir, write, write_result
 
 ROBOTS = (("arm7", 7), ("bimanual14", 14), ("arm6", 6))  # in turn, by component
 BACKENDS = ("native", "compressed_cache", "datapipe", "gpu_resampler", "video_stream")
@@ -294,10 +294,7 @@ def run(
             if created:
                 shutil.rmtree(created, ignore_errors=True)
     if out:
-        os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-        with open(out, "w") as f:
-            json.dump(result, f, indent=1)
-            f.write("\n")
+        write_result(result, out)
     if plots:
         plot(result, plots, os.path.basename(out) if out else "mixtures_pretraining.json")
     return result

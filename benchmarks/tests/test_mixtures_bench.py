@@ -3,6 +3,7 @@ script keeps running as the mixture code changes; and docs/benchmarks.md's mixtu
 result. No timing is asserted: the numbers are the benchmark's, on its machine."""
 
 import copy
+import importlib
 import json
 import os
 
@@ -154,28 +155,6 @@ def test_pretraining_shaped_mixture_measures_every_loader_on_the_same_keys(tmp_p
     shutil.rmtree(tmp_path / "control")
 
 
-@pytest.mark.fast
-def test_docs_pretraining_tables_are_the_committed_result():
-    """docs/benchmarks.md's pretraining-shaped mixture tables are ``python -m benchmarks.mixtures_pretraining table``
-    of the committed result, so no number there is typed by hand or outlives a new run."""
-    from benchmarks import mixtures_pretraining
-
-    path = os.path.join(ROOT, "benchmarks", "results", "mixtures_pretraining.json")
-    with open(path) as f:
-        result = json.load(f)
-    text = open(DOC).read()
-    begin, end = mixtures_pretraining.DOC_BEGIN, mixtures_pretraining.DOC_END
-    doc = text[text.index(begin) + len(begin) : text.index(end)].strip("\n")
-    assert doc == mixtures_pretraining.tables(result).strip("\n"), (
-        "docs/benchmarks.md's pretraining tables differ from benchmarks/results/mixtures_pretraining.json: paste "
-        "`python -m benchmarks.mixtures_pretraining table benchmarks/results/mixtures_pretraining.json` between its "
-        "markers"
-    )
-    changed = copy.deepcopy(result)  # control: another number is caught
-    next(r for r in changed["rows"] if not r.get("error"))["samples_per_s"] *= 2
-    assert doc != mixtures_pretraining.tables(changed).strip("\n")
-
-
 def test_mixture_batch_cost_times_both_ways_of_building_a_mixed_batch(tmp_path):
     """``benchmarks/mixture_batch_cost.py`` at its smallest: each backend's mixed batches timed per component and
     joined, with their parts and frame reads counted, and the one dataset's; its data removed afterwards."""
@@ -195,21 +174,25 @@ def test_mixture_batch_cost_times_both_ways_of_building_a_mixed_batch(tmp_path):
     assert "| compressed_cache |" in mixture_batch_cost.table(result)
 
 
-@pytest.mark.fast
-def test_docs_batch_cost_table_is_the_committed_result():
-    """docs/benchmarks.md's mixed-batch cost table is ``python -m benchmarks.mixture_batch_cost table`` of the
-    committed result; control: another number is caught."""
-    from benchmarks import mixture_batch_cost
+# (benchmark module, its function rendering docs/benchmarks.md's tables, a number of a row the control changes)
+DOC_TABLES = [("mixtures_pretraining", "tables", "samples_per_s"), ("mixture_batch_cost", "table", "single_ms")]
 
-    with open(os.path.join(ROOT, "benchmarks", "results", "mixture_batch_cost.json")) as f:
+
+@pytest.mark.fast
+@pytest.mark.parametrize("name,render,number", DOC_TABLES, ids=[n for n, _, _ in DOC_TABLES])
+def test_docs_table_is_the_committed_result(name, render, number):
+    """docs/benchmarks.md's tables of ``benchmarks/<name>.py`` are its ``table`` command's output on the committed
+    result, so no number there is typed by hand or outlives a new run; control: another number is caught."""
+    module = importlib.import_module(f"benchmarks.{name}")
+    with open(os.path.join(ROOT, "benchmarks", "results", f"{name}.json")) as f:
         result = json.load(f)
     text = open(DOC).read()
-    begin, end = mixture_batch_cost.DOC_BEGIN, mixture_batch_cost.DOC_END
-    doc = text[text.index(begin) + len(begin) : text.index(end)].strip("\n")
-    assert doc == mixture_batch_cost.table(result).strip("\n"), (
-        "docs/benchmarks.md's batch cost table differs from benchmarks/results/mixture_batch_cost.json: paste "
-        "`python -m benchmarks.mixture_batch_cost table benchmarks/results/mixture_batch_cost.json` between its markers"
+    doc = text[text.index(module.DOC_BEGIN) + len(module.DOC_BEGIN) : text.index(module.DOC_END)].strip("\n")
+    tables = getattr(module, render)
+    assert doc == tables(result).strip("\n"), (
+        f"docs/benchmarks.md's {name} tables differ from benchmarks/results/{name}.json: paste "
+        f"`python -m benchmarks.{name} table benchmarks/results/{name}.json` between its markers"
     )
     changed = copy.deepcopy(result)
-    changed["rows"][0]["single_ms"] *= 2
-    assert doc != mixture_batch_cost.table(changed).strip("\n")
+    next(r for r in changed["rows"] if not r.get("error"))[number] *= 2
+    assert doc != tables(changed).strip("\n")
