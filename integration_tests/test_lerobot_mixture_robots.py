@@ -390,3 +390,21 @@ def test_joined_batches_are_the_per_component_batches_and_the_documented_items(
     same_batch(mix.collate(idx), want, "columns read per component")
 
     assert build_mixture(robots_spec(ds), nats, choose("native"), seed=3).joined is None
+
+
+def test_native_batches_are_built_item_by_item_as_part_by_part(lerobot_robots):
+    """A ``native`` mixture (LeRobot's own ``LeRobotDataset`` per robot) builds a batch from its items
+    (``MixtureDataset._by_items``: each item renamed, padded, filled, then one collate, as LeRobot's DataLoader
+    does), the same batch, key for key and in the same key order, as built part by part (each robot's part by its
+    own collate, then scattered). Control: the part-by-part batch of other indices differs."""
+    ds = lerobot_robots
+    mix = build_mixture(robots_spec(ds, missing_cameras="zeros"), robot_natives(ds), choose("native"), seed=3)
+    idx = [int(mix.offsets[k]) + j for j in range(3) for k in range(3)]  # the robots interleaved
+    comps, local = mix._layout.split(idx)
+    by_parts = mix._by_parts(comps, local)
+    same_batch(mix._by_items(comps, local), by_parts, "native")
+    batch = mix.collate(idx)
+    assert batch["dataset_index"].tolist() == comps.tolist()
+    same_batch({k: v for k, v in batch.items() if k != "dataset_index"}, by_parts, "native collate")
+    with pytest.raises(AssertionError):
+        same_batch(mix._by_items(comps, local), mix._by_parts(*mix._layout.split(idx[::-1])), "control")

@@ -287,3 +287,23 @@ def test_joined_batches_are_the_per_component_batches(robots, one_camera, backen
 
     native = robots_config(parts, None, missing_cameras="zeros")
     assert dataset_factory(native, obs_keys(native)).joined is None
+
+
+def test_native_batches_are_built_item_by_item_as_part_by_part(robots, one_camera):
+    """A ``native`` robomimic mixture (robomimic's own ``SequenceDataset`` per robot) builds a batch from its items
+    (``MixtureDataset._by_items``: each item renamed, padded, filled, then one collate, as robomimic's DataLoader
+    does), the same batch, in nesting, key order, dtypes and values, as built part by part (each robot's part by
+    its own collate, then scattered). Control: the part-by-part batch of other indices differs."""
+    parts = (robots[0], robots[1], one_camera)
+    cfg = robots_config(parts, None, missing_cameras="zeros")
+    mix = dataset_factory(cfg, obs_keys(cfg))
+    idx = [int(mix.offsets[k]) + j for j in range(3) for k in range(3)]  # the robots interleaved
+    comps, local = mix._layout.split(idx)
+    by_parts = mix._by_parts(comps, local)
+    _same_batch(mix._by_items(comps, local), by_parts, "native")
+    batch = mix.collate(idx)
+    assert batch["dataset_index"].tolist() == comps.tolist()
+    _same_batch({k: v for k, v in batch.items() if k != "dataset_index"}, by_parts, "native collate")
+    other = mix._by_parts(*mix._layout.split(idx[::-1]))
+    with pytest.raises(AssertionError, match="values differ"):
+        _same_batch(mix._by_items(comps, local), other, "control")
