@@ -152,8 +152,8 @@ class FrameSource(abc.ABC):
         Why a hook of its own: a batch of a mixture reads each camera from ~25 components' sources, a few frames
         each, and a source whose reads carry per-call bookkeeping (a decoder and a layout buffer set up, frames
         put back in their layout, rows located) pays it once per component; a class that holds its frames the same
-        way in every source can set that up once for all of them (``compressed_cache``: ~90 us a read otherwise,
-        ``benchmarks/mixture_batch_cost.py``). This default declines, and the caller reads each source by
+        way in every source can set that up once for all of them (measured: docs/benchmarks.md, *Where a mixed
+        batch's time goes*). This default declines, and the caller reads each source by
         :meth:`gather_fields`.
 
         Args:

@@ -38,9 +38,9 @@ class JoinedFrames(FrameSource):
     rows (:meth:`keep_low_dim`), read once through each component's own frame source (checked as every read of it
     is): a batch then reads each of them with one index over all components, where it read them with one call per
     component, ~30 us each, most of a small-frame mixture's batch (``benchmarks/mixture_batch_cost.py``). A camera
-    is read across all components in one call where their sources' class can (``FrameSource.take_joined``:
-    ``compressed_cache`` decodes every store's frames in one loop, ``gpu_resampler`` copies host rows straight into
-    the batch), else once per component.
+    is read across all components in one call where their sources' class can (``FrameSource.take_joined``: a
+    store's class may decode every component's frames in one loop, or copy held rows straight into the batch), else
+    once per component.
 
     Args:
         sources: Each component's frame source.
