@@ -62,3 +62,34 @@ def test_read_table_equals_the_dataset_scanner_on_each_layout(lerobot_datasets):
         columns = list(source.columns)
         assert source.read_table(columns).equals(_scanned(source, columns)), name
         assert source.read_table(columns, [1]).equals(_scanned(source, columns, [1])), name
+
+
+def test_episodes_read_directly_equal_lerobots_own_read(lerobot_datasets, tmp_path):
+    """A mixture's components read ``meta/episodes`` with ``compat.episodes_table`` (pyarrow, in memory) instead of
+    LeRobot's ``load_episodes`` (through the datasets cache): the same columns, features and values, over one file
+    and over two; LeRobot's metadata built inside ``episodes_read_directly`` holds that table, and outside it
+    LeRobot's own read is back."""
+    from lerobot.datasets import dataset_metadata
+    from lerobot.datasets.dataset_metadata import LeRobotDatasetMetadata
+    from lerobot.datasets.io_utils import load_episodes
+
+    from robo_loaders_plugin.lerobot import compat
+
+    split = tmp_path / "two_episode_files"
+    shutil.copytree(lerobot_datasets["av1_1cam"], split)
+    (path,) = sorted((split / "meta" / "episodes").glob("*/*.parquet"))
+    table = pq.read_table(path)
+    pq.write_table(table.slice(0, 1), path)
+    pq.write_table(table.slice(1), path.parent / "file-001.parquet")
+    for root in [*lerobot_datasets.values(), split]:
+        theirs, mine = load_episodes(root), compat.episodes_table(root)
+        assert mine.column_names == theirs.column_names and mine.features == theirs.features
+        assert mine.to_dict() == theirs.to_dict() and len(mine) == len(theirs) >= 2
+    with compat.episodes_read_directly():
+        meta = LeRobotDatasetMetadata("local/two_episode_files", root=split)
+    assert meta.episodes.to_dict() == load_episodes(split).to_dict() and not meta.episodes.cache_files
+    assert dataset_metadata.load_episodes is load_episodes  # LeRobot's own read back after the context
+    # negative control: the two files read the other way round are another table, which the comparison sees
+    (path.parent / "file-001.parquet").rename(path.parent / "file-b.parquet")
+    path.rename(path.parent / "file-c.parquet")
+    assert compat.episodes_table(split).to_dict() != load_episodes(lerobot_datasets["av1_1cam"]).to_dict()

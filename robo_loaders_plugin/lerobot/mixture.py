@@ -472,15 +472,16 @@ def make_mixture_datasets(cfg, split: bool):
     # the components' meta/ read once into the mixture index (mixtures.index), in the backend's cache directory;
     # a later run reads only the components whose meta/ changed
     cache_dir = getattr(choice.options, "cache_dir", None)
-    metas = indexed_metas(local, cfg.dataset, cache_dir, f"{OPTION_PREFIX}.cache_dir")
-    layout = check_components(local, metas, target_fps_of(spec, choice))
-    trains, evals = [], []
-    for k, (c, url) in enumerate(zip(local.components, remotes)):
-        where = f"{MIXTURE_FLAG}: {component_name(spec, k)}"
-        with compat.tables_only() if url else contextlib.nullcontext():  # its videos are streamed, not local
-            train, evaluation = native_datasets(component_config(cfg, c), split, where, "its root")
-        trains.append(train)
-        evals.append(evaluation)
+    with compat.episodes_read_directly():  # LeRobot's read of meta/episodes was most of a component's build
+        metas = indexed_metas(local, cfg.dataset, cache_dir, f"{OPTION_PREFIX}.cache_dir")
+        layout = check_components(local, metas, target_fps_of(spec, choice))
+        trains, evals = [], []
+        for k, (c, url) in enumerate(zip(local.components, remotes)):
+            where = f"{MIXTURE_FLAG}: {component_name(spec, k)}"
+            with compat.tables_only() if url else contextlib.nullcontext():  # its videos are streamed, not local
+                train, evaluation = native_datasets(component_config(cfg, c), split, where, "its root")
+            trains.append(train)
+            evals.append(evaluation)
     imagenet = bool(getattr(cfg.dataset, "use_imagenet_stats", True))
     seed = getattr(cfg, "seed", None)
     drop = drop_n_last_frames_of(cfg)  # the training sampler's; lerobot-train's eval loader has no sampler
