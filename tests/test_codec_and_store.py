@@ -109,6 +109,38 @@ def test_store_roundtrip_and_pickle(tmp_path):
     assert st.stats["compressed_nbytes"] > 0 and st.stats["decoded_frame_nbytes"] == out.nbytes
 
 
+def test_blob_layout_read_in_one_pass_equals_each_episodes_tables(tmp_path):
+    """``blob_layout``/``frame_sums`` read every episode's tables with one gather (a mixture opens hundreds of
+    stores): each blob's bounds, decoded size and checksum equal the episode's own tables read one by one, for all
+    episodes and for a selection in any order; a table off its 8-byte boundary is refused."""
+    path = tmp_path / "s.rlc"
+    build(path)
+    st = EpisodeStore(str(path))
+
+    def one_by_one(eps):
+        starts, ends, sizes, sums = [], [], [], []
+        for ep in eps:
+            d = st.field(ep, "img")
+            table = np.frombuffer(st._buf, np.int64, d["shape"][0] + 1, d["table"])
+            starts += (d["offset"] + table[:-1]).tolist()
+            ends += (d["offset"] + table[1:]).tolist()
+            sizes += [24 * 24 * 3] * d["shape"][0]
+            sums += np.frombuffer(st._buf, "<u8", d["shape"][0], d["sums"]).tolist()
+        return starts, ends, sizes, sums
+
+    for eps in (None, [2, 0], [1], []):
+        layout = st.blob_layout("img", eps)
+        got = [x.tolist() for x in layout] + [st.frame_sums("img", eps).tolist()]
+        assert got == list(one_by_one(range(3) if eps is None else eps))
+    assert len(st.blob_layout("img")[0]) == 4 + 5 + 6
+    # negative control: the tables one episode later are another layout, which the comparison sees
+    assert [x.tolist() for x in st.blob_layout("img", [1])] != list(one_by_one([2]))[:3]
+    fresh = EpisodeStore(str(path))
+    fresh.episodes[1]["fields"]["img"]["table"] += 4
+    with pytest.raises(StoreError, match="not aligned"):
+        fresh.blob_layout("img")
+
+
 def test_store_rejects_truncated_and_corrupt(tmp_path):
     path = tmp_path / "s.rlc"
     build(path)
