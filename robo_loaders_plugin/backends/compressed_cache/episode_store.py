@@ -449,7 +449,6 @@ class EpisodeStore:
         self.meta = self.header["meta"]
         self.stats = self.header["stats"]
         self.file_nbytes = size
-        self._tables: dict[tuple[int, str], np.ndarray] = {}
         self._frame_tables_of: dict[str, tuple] = {}  # _frame_tables of every episode, per field
         self._first_rows = None
         use_single_thread()
@@ -467,7 +466,7 @@ class EpisodeStore:
             with contextlib.suppress(BufferError):
                 self._view.release()
         self._buf = self._view = None
-        self._tables, self._frame_tables_of = {}, {}
+        self._frame_tables_of = {}
         if self._mm is not None:
             with contextlib.suppress(BufferError):  # views still alive; the mapping goes with them
                 self._mm.close()
@@ -521,14 +520,6 @@ class EpisodeStore:
         dt = np.dtype(d["dtype"])
         n = int(np.prod(d["shape"])) * dt.itemsize
         return self._buf[d["offset"] : d["offset"] + n].view(dt).reshape(d["shape"])
-
-    def _table(self, ep: int, key: str, d: dict) -> np.ndarray:
-        t = self._tables.get((ep, key))
-        if t is None:
-            n = d["shape"][0] + 1
-            t = self._buf[d["table"] : d["table"] + 8 * n].view(np.int64)
-            self._tables[(ep, key)] = t
-        return t
 
     def _sums(self, d: dict, n: int) -> np.ndarray:
         """A field's checksum table (``n`` entries), copied out of the mapped file: a table damaged after this
