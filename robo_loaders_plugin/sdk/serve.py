@@ -505,7 +505,8 @@ def robomimic_plan(
 
 # -- LeRobot -----------------------------------------------------------------------------------------------------
 def _lerobot_meta(native, options):
-    """``meta/`` only: the dataset's source, sizes (episode-index order) and key, the batches in flight."""
+    """``meta/`` only: the dataset's source, sizes (episode-index order) and key, the batches in flight, the reader
+    settings."""
     from robo_loaders_plugin.lerobot.dataset import native_source
 
     source, settings = native_source(native)
@@ -517,7 +518,7 @@ def _lerobot_meta(native, options):
         "tolerance_s": settings.tolerance_s,
         "framework": "lerobot",
     }
-    return source, size, batches, key
+    return source, size, batches, key, settings
 
 
 def lerobot_dataset(ref: str, backend: str, native, *, options) -> StoreLeRobotSamples:
@@ -540,7 +541,7 @@ def lerobot_dataset(ref: str, backend: str, native, *, options) -> StoreLeRobotS
     from robo_loaders_plugin.lerobot.dataset import native_episodes
 
     store = load_store(ref)
-    source, size, batches, key = _lerobot_meta(native, options)  # meta/ only: nothing is read before the check
+    source, size, batches, key, settings = _lerobot_meta(native, options)  # meta/ only: nothing read before the check
     meta_src = _Source(
         framework="lerobot",
         source=source,
@@ -555,7 +556,7 @@ def lerobot_dataset(ref: str, backend: str, native, *, options) -> StoreLeRobotS
     )
     # placed and checked before any row is read (the rows are read, and checked against the dataset, next)
     placement = _checked_placement(store, backend, meta_src, options)
-    episodes = native_episodes(native)
+    episodes = native_episodes(native, checked=(source, settings))  # meta/ checked above, moments ago
     # the store's episodes in the dataset's row order (meta's sizes are in episode-index order)
     size = dataclasses.replace(size, lengths=np.asarray([e - s for _, s, e in episodes.runs], dtype=np.int64))
 
@@ -603,7 +604,7 @@ def lerobot_plan(ref: str, backend: str, native, *, options, committed) -> Plann
         CompatError: the installed LeRobot is not the version the backends support.
         SourceError: the dataset is not supported.
     """
-    source, size, batches, key = _lerobot_meta(native, options)
+    source, size, batches, key, _ = _lerobot_meta(native, options)
     src = _Source(
         framework="lerobot",
         source=source,
