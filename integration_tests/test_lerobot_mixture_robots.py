@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 from lerobot_helpers import same_item
+from mixture_batches import check_items_batch_is_parts_batch
 from test_lerobot_mixture import BACKENDS, expected_item, natives, same_batch
 
 from robo_loaders_plugin.core.iteration import SamplingPlan
@@ -399,12 +400,4 @@ def test_native_batches_are_built_item_by_item_as_part_by_part(lerobot_robots):
     own collate, then scattered). Control: the part-by-part batch of other indices differs."""
     ds = lerobot_robots
     mix = build_mixture(robots_spec(ds, missing_cameras="zeros"), robot_natives(ds), choose("native"), seed=3)
-    idx = [int(mix.offsets[k]) + j for j in range(3) for k in range(3)]  # the robots interleaved
-    comps, local = mix._layout.split(idx)
-    by_parts = mix._by_parts(comps, local)
-    same_batch(mix._by_items(comps, local), by_parts, "native")
-    batch = mix.collate(idx)
-    assert batch["dataset_index"].tolist() == comps.tolist()
-    same_batch({k: v for k, v in batch.items() if k != "dataset_index"}, by_parts, "native collate")
-    with pytest.raises(AssertionError):
-        same_batch(mix._by_items(comps, local), mix._by_parts(*mix._layout.split(idx[::-1])), "control")
+    check_items_batch_is_parts_batch(mix, same_batch)

@@ -10,6 +10,7 @@ import h5py
 import numpy as np
 import pytest
 import torch
+from mixture_batches import check_items_batch_is_parts_batch
 from robomimic_helpers import RGB, make_config, obs_keys
 from test_robomimic_mixture import BACKENDS, LOSSY, LOW_DIM, WHERE, _write, resized
 
@@ -297,13 +298,4 @@ def test_native_batches_are_built_item_by_item_as_part_by_part(robots, one_camer
     parts = (robots[0], robots[1], one_camera)
     cfg = robots_config(parts, None, missing_cameras="zeros")
     mix = dataset_factory(cfg, obs_keys(cfg))
-    idx = [int(mix.offsets[k]) + j for j in range(3) for k in range(3)]  # the robots interleaved
-    comps, local = mix._layout.split(idx)
-    by_parts = mix._by_parts(comps, local)
-    _same_batch(mix._by_items(comps, local), by_parts, "native")
-    batch = mix.collate(idx)
-    assert batch["dataset_index"].tolist() == comps.tolist()
-    _same_batch({k: v for k, v in batch.items() if k != "dataset_index"}, by_parts, "native collate")
-    other = mix._by_parts(*mix._layout.split(idx[::-1]))
-    with pytest.raises(AssertionError, match="values differ"):
-        _same_batch(mix._by_items(comps, local), other, "control")
+    check_items_batch_is_parts_batch(mix, _same_batch, match="values differ")
