@@ -24,3 +24,28 @@ def check_items_batch_is_parts_batch(mix, same_batch, match: str | None = None) 
     other = mix._by_parts(*mix._layout.split(idx[::-1]))
     with pytest.raises(AssertionError, match=match):
         same_batch(mix._by_items(comps, local), other, "control")
+
+
+def build_steps(monkeypatch, build) -> list[str]:
+    """What a mixture's build does, in order: ``"collect"`` for each full garbage collection it asks for
+    (``mixtures.dataset.collect_build_garbage``), ``"record"`` each time a dataset is recorded as built (a component
+    built as one dataset, then the mixture: the last step).
+
+    Args:
+        monkeypatch: pytest's fixture (``gc.collect`` and ``record_built`` are watched through it).
+        build: Builds the mixture.
+
+    Returns:
+        The steps.
+    """
+    import gc
+
+    from robo_loaders_plugin.core import iteration
+
+    steps: list[str] = []
+    collect, record = gc.collect, iteration.record_built
+    monkeypatch.setattr(gc, "collect", lambda *a: steps.append("collect") or collect(*a))
+    monkeypatch.setattr(iteration, "record_built", lambda *a, **k: steps.append("record") or record(*a, **k))
+    build()
+    monkeypatch.undo()
+    return steps

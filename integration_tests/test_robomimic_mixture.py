@@ -13,12 +13,14 @@ import h5py
 import numpy as np
 import pytest
 import torch
+from mixture_batches import build_steps
 from robomimic_helpers import RGB, make_config, obs_keys
 
 from robo_loaders_plugin.core import iteration
 from robo_loaders_plugin.mixtures.dataset import DATASET_INDEX
 from robo_loaders_plugin.mixtures.spec import MixtureError
 from robo_loaders_plugin.robomimic import dataset_factory
+from robo_loaders_plugin.robomimic import mixture as robomimic_mixture
 from robo_loaders_plugin.robomimic.mixture import RobomimicMixture
 from robo_loaders_plugin.testing import assert_same
 
@@ -160,6 +162,19 @@ def test_component_shares_follow_the_weights(parts, backend, weights):
     # control: the components' sizes would put component 2 near 3/10, far outside the bound for 6/8
     sizes = np.array(mix.sizes) / len(mix)
     assert abs(counts[2] - n * sizes[2]) > 4 * math.sqrt(n * sizes[2] * (1 - sizes[2]))
+
+
+def test_the_builds_garbage_is_collected_before_the_first_batch(parts, monkeypatch):
+    """CPython's full collection runs as a mixture's build ends (``collect_build_garbage``), not in its first
+    batches. Control: without it, nothing collects."""
+    cfg = _config(parts, "compressed_cache", mixture=_mixture(parts))
+
+    def build():
+        dataset_factory(cfg, obs_keys(cfg))
+
+    assert build_steps(monkeypatch, build)[-2:] == ["collect", "record"]
+    monkeypatch.setattr(robomimic_mixture, "collect_build_garbage", lambda: None)
+    assert "collect" not in build_steps(monkeypatch, build)
 
 
 def test_weighted_by_size_serves_every_window_once_per_pass(parts):

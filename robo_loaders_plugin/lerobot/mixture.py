@@ -69,7 +69,7 @@ from robo_loaders_plugin.lerobot.mixture_meta import (
     renamed_stats,
 )
 from robo_loaders_plugin.lerobot.single import build_dataset, native_datasets, remote_tables
-from robo_loaders_plugin.mixtures.dataset import DATASET_INDEX, MixtureDataset, MixtureHooks
+from robo_loaders_plugin.mixtures.dataset import DATASET_INDEX, MixtureDataset, MixtureHooks, collect_build_garbage
 from robo_loaders_plugin.mixtures.footprint import bounded_buffer, check_mixture_fits
 from robo_loaders_plugin.mixtures.spec import MixtureError
 
@@ -443,6 +443,7 @@ def build_mixture(
         meta=meta,
         natives=natives,
     )
+    collect_build_garbage()  # the build's garbage collected now, not in the first batches
     iteration.record_built(mixture, choice, seed=seed, served_as=BATCH)
     logger.info(f"lerobot data backend: {choice.name} [{meta.repo_id}] {summary}")
     return mixture

@@ -22,7 +22,7 @@ from robo_loaders_plugin.core.log import get_logger, warn_once
 from robo_loaders_plugin.core.ranks import check_ranks_agree, resolve_ranks, source_identity
 from robo_loaders_plugin.core.registry import choose_backend, rate_converting_backends
 from robo_loaders_plugin.core.spec import BATCH, BackendChoice
-from robo_loaders_plugin.mixtures.dataset import DATASET_INDEX, MixtureDataset, MixtureHooks
+from robo_loaders_plugin.mixtures.dataset import DATASET_INDEX, MixtureDataset, MixtureHooks, collect_build_garbage
 from robo_loaders_plugin.mixtures.footprint import check_mixture_fits
 from robo_loaders_plugin.mixtures.missing import ZEROS, device_of, filler, flag, missing_key
 from robo_loaders_plugin.mixtures.padding import Padding, dim_mask, mask_key, pad_value, plan_padding
@@ -685,6 +685,7 @@ def build_mixture(config, obs_keys, choice: BackendChoice, filter_by_attribute=N
 
     shared = setup() if world_size > 1 else None
     check_ranks_agree(shared or setup, f"robomimic data backend {choice.name}", (rank, world_size))
+    collect_build_garbage()  # the build's garbage collected now, not in the first batches
     iteration.record_built(mix, choice, rank, world_size, int(t.seed), shared, served_as=BATCH)
     split = filter_by_attribute or "all demos"
     logger.info(f"robomimic data backend: {choice.name} [{split}] {summary}")
