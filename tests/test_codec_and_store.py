@@ -112,7 +112,7 @@ def test_store_roundtrip_and_pickle(tmp_path):
 def test_blob_layout_read_in_one_pass_equals_each_episodes_tables(tmp_path):
     """``blob_layout``/``frame_sums`` read every episode's tables with one gather (a mixture opens hundreds of
     stores): each blob's bounds, decoded size and checksum equal the episode's own tables read one by one, for all
-    episodes and for a selection in any order; a table off its 8-byte boundary is refused."""
+    episodes and for a selection in any order; a table off its 8-byte boundary or past the file is refused."""
     path = tmp_path / "s.rlc"
     build(path)
     st = EpisodeStore(str(path))
@@ -139,6 +139,10 @@ def test_blob_layout_read_in_one_pass_equals_each_episodes_tables(tmp_path):
     fresh.episodes[1]["fields"]["img"]["table"] += 4
     with pytest.raises(StoreError, match="not aligned"):
         fresh.blob_layout("img")
+    past = EpisodeStore(str(path))
+    past.episodes[2]["fields"]["img"]["sums"] = past.file_nbytes // 8 * 8
+    with pytest.raises(StoreError, match="past the end"):
+        past.frame_sums("img")
 
 
 def test_store_rejects_truncated_and_corrupt(tmp_path):

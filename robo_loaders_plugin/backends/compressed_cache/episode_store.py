@@ -628,8 +628,14 @@ class EpisodeStore:
 
     def _words(self, at: np.ndarray, counts: np.ndarray, dtype="<i8") -> np.ndarray:
         """``counts[i]`` 8-byte words of the mapped file from word ``at[i]``, for every ``i``, end to end: one
-        gather (a copy, so a table damaged after this cannot make damaged data pass)."""
+        gather (a copy, so a table damaged after this cannot make damaged data pass).
+
+        Raises:
+            StoreError: a table would end past the file (a header not written by this version's writer).
+        """
         words = self._buf[: self._buf.size // 8 * 8].view(dtype)
+        if at.size and int((at + counts).max()) > words.size:
+            raise StoreError(f"{self.path}: a frame table lies past the end of the file: {_DAMAGED}")
         first = np.cumsum(counts) - counts
         return words[np.repeat(at - first, counts) + np.arange(int(counts.sum()))]
 
