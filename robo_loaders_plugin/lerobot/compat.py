@@ -374,7 +374,10 @@ def episodes_read_directly():
     episodes files was most of the ~120 s before the first batch (issue 44 item 3)."""
     from lerobot.datasets import dataset_metadata
 
-    orig = dataset_metadata.load_episodes
+    orig = getattr(dataset_metadata, "load_episodes", None)
+    if orig is None:  # another layout of LeRobot's reader: its own read (``robo-loaders doctor`` says so)
+        yield
+        return
     dataset_metadata.load_episodes = episodes_table
     try:
         yield
@@ -756,6 +759,18 @@ def checks() -> list[Check]:
                 "LeRobot private method DatasetReader._check_cached_episodes_sufficient",
                 ok,
                 "a backend reading a remote source replaces it while LeRobot loads the tables",
+                required=False,
+            )
+        )
+        from lerobot.datasets import dataset_metadata
+
+        ok = callable(getattr(dataset_metadata, "load_episodes", None))
+        rows.append(
+            Check(
+                "LeRobot patch point lerobot.datasets.dataset_metadata.load_episodes",
+                ok,
+                "a mixture's components read meta/episodes with pyarrow while they are built"
+                + ("" if ok else ": gone, LeRobot's own (slower) read is used"),
                 required=False,
             )
         )
