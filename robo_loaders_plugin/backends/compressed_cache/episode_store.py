@@ -617,6 +617,7 @@ class EpisodeStore:
         cols = np.array(flat, dtype=np.int64).reshape(-1, 4)
         if np.any(cols[:, 1::2] % 8):
             raise StoreError(f"{self.path}: {key}: frame tables not aligned to 8 bytes (not written by this version)")
+        sizes: np.ndarray
         if one_shape:
             sizes = np.full(len(descs), math.prod(step) * np.dtype(dtype).itemsize, dtype=np.int64)
         else:
