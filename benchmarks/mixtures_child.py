@@ -133,7 +133,8 @@ def run(a: dict) -> dict:
     Args:
         a: ``backend`` (``reference`` or a plugin backend), ``kwargs`` (its options), ``components`` (the mixture's
             components: ``repo_id``, ``root``, ``weight``, ``rename``), ``target_fps``, ``preset``, ``batch_size``,
-            ``num_workers``, ``batches``, ``seed``; ``spec``: the mixture's other keys (``pad``,
+            ``num_workers``, ``batches``, ``seed``, optionally ``rounds`` and ``min_round_s`` (``time_loader``'s);
+            ``spec``: the mixture's other keys (``pad``,
             ``missing_cameras``: components of different robots; the reference pads them by hand).
 
     Returns:
@@ -187,7 +188,7 @@ def run(a: dict) -> dict:
         summary = summary_of(mix)
     build_s = time.perf_counter() - t
     return dict(
-        timed_shares(batches, a["batches"], len(components), build_s),
+        timed_shares(batches, a["batches"], len(components), build_s, a.get("rounds", 1), a.get("min_round_s", 0.0)),
         num_samples=sum(len(n) for n in natives),
         frames=sum(n.num_frames for n in natives),
         natives_s=natives_s,
@@ -196,7 +197,9 @@ def run(a: dict) -> dict:
     )
 
 
-def timed_shares(batches, timed: int, components: int, build_s: float) -> dict:
+def timed_shares(
+    batches, timed: int, components: int, build_s: float, rounds: int = 1, min_round_s: float = 0.0
+) -> dict:
     """``time_loader``'s timing of ``batches``, with the start-up and each component's share of what was served:
     the part of a row both frameworks' mixture children measure the same way.
 
@@ -205,6 +208,8 @@ def timed_shares(batches, timed: int, components: int, build_s: float) -> dict:
         timed: Batches timed after the first.
         components: How many components the mixture has.
         build_s: Seconds from the first metadata read to the loader built.
+        rounds: Timed rounds, the median rate reported (``time_loader``).
+        min_round_s: Seconds each round lasts at least.
 
     Returns:
         ``time_loader``'s keys, ``build_s``, ``startup_s`` (``build_s`` plus the first batch), ``share``,
@@ -227,7 +232,7 @@ def timed_shares(batches, timed: int, components: int, build_s: float) -> dict:
         served[:] += np.bincount(index, minlength=components)
         return len(index)
 
-    timing = time_loader(batches, timed, count)
+    timing = time_loader(batches, timed, count, rounds=rounds, min_round_s=min_round_s)
     return dict(
         timing,
         build_s=build_s,

@@ -162,3 +162,24 @@ def test_workload_scratch_sets_one_cache_root_and_leaves_nothing(monkeypatch, tm
         assert os.environ["ROBO_LOADERS_CACHE"] == os.path.join(scratch, "cache-root")
     assert os.environ["ROBO_LOADERS_CACHE"] == "/user/cache"  # the user's, back
     assert not os.path.exists(scratch) and not os.path.exists(log_dir)
+
+
+def test_time_loader_times_rounds_of_a_minimum_duration_and_reports_their_median():
+    """A fast loader is timed for a stretch of wall time, not a fixed count of batches (30 batches of a fast backend
+    last 0.1 s); the rate is the median of the rounds'."""
+    import time
+
+    from robo_loaders_plugin.bench.runner import time_loader
+
+    class Loader:
+        def __iter__(self):
+            while True:
+                time.sleep(0.01)
+                yield [0, 0]
+
+    r = time_loader(Loader(), batches=2, batch_size_of=len, rounds=3, min_round_s=0.05)
+    assert len(r["round_samples_per_s"]) == 3
+    assert r["timed_batches"] >= 3 * 5  # each round went on past its 2 batches until 0.05 s had passed
+    assert round(r["samples_per_s"], 2) == sorted(r["round_samples_per_s"])[1]
+    control = time_loader(Loader(), batches=2, batch_size_of=len, rounds=3)
+    assert control["timed_batches"] == 6  # negative control: without a minimum, exactly 2 batches a round

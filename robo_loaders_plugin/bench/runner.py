@@ -236,20 +236,30 @@ def next_batch(it, loader):
         return it, next(it)
 
 
-def time_loader(loader, batches: int, batch_size_of, warmup: int = 0) -> dict:
-    """First-batch latency (iterator creation included), then ``batches`` timed batches (re-iterating when an
-    epoch ends, as training loops do).
+def time_loader(
+    loader, batches: int, batch_size_of, warmup: int = 0, rounds: int = 1, min_round_s: float = 0.0
+) -> dict:
+    """First-batch latency (iterator creation included), then ``rounds`` rounds of at least ``batches`` timed
+    batches each (re-iterating when an epoch ends, as training loops do), a round going on until it has lasted
+    ``min_round_s``.
+
+    Why rounds of a minimum duration: a fast loader serves 30 batches in 0.1 s, a window in which one scheduling
+    hiccup of its threads moves the rate by half; the rate reported is the median of the rounds' rates, each
+    timed over the same stretch of wall time whatever the loader's speed.
 
     Args:
         loader: Any iterable of batches (a DataLoader).
-        batches: Batches timed after the first (and the warm-up).
+        batches: Batches timed after the first (and the warm-up), at least, per round.
         batch_size_of: ``batch -> number of samples in it``.
         warmup: Batches served untimed between the first and the timed ones (what a pass does once at its start,
             e.g. planning the next pass in a background thread, kept out of a steady rate).
+        rounds: Timed rounds (the median rate is reported).
+        min_round_s: Seconds a round lasts at least (``0``: exactly ``batches`` batches).
 
     Returns:
-        ``first_batch_s`` (seconds), ``samples_per_s`` (over the timed batches) and ``batch_latency_ms``
-        (``p50``, ``p95``, ``p99`` in milliseconds).
+        ``first_batch_s`` (seconds), ``samples_per_s`` (the median of the rounds'), ``round_samples_per_s`` (each
+        round's), ``timed_batches`` (over all rounds) and ``batch_latency_ms`` (``p50``, ``p95``, ``p99`` in
+        milliseconds, over every timed batch).
     """
     t = time.perf_counter()
     it = iter(loader)
@@ -257,15 +267,23 @@ def time_loader(loader, batches: int, batch_size_of, warmup: int = 0) -> dict:
     first = time.perf_counter() - t
     for _ in range(warmup):
         it, _ = next_batch(it, loader)
-    lat, samples = [], 0
-    for _ in range(batches):
-        t = time.perf_counter()
-        it, batch = next_batch(it, loader)
-        lat.append(time.perf_counter() - t)
-        samples += batch_size_of(batch)
+    lat: list[float] = []
+    rates = []
+    for _ in range(max(1, int(rounds))):
+        took, samples, count = 0.0, 0, 0
+        while count < batches or took < min_round_s:
+            t = time.perf_counter()
+            it, batch = next_batch(it, loader)
+            lat.append(time.perf_counter() - t)
+            took += lat[-1]
+            samples += batch_size_of(batch)
+            count += 1
+        rates.append(samples / took if took else 0.0)
     lat_ms = np.array(lat) * 1e3
     return {
         "first_batch_s": first,
-        "samples_per_s": samples / float(np.sum(lat)),
+        "samples_per_s": float(np.median(rates)),
+        "round_samples_per_s": [round(r, 2) for r in rates],
+        "timed_batches": len(lat),
         "batch_latency_ms": {p: float(np.percentile(lat_ms, int(p[1:]))) for p in ("p50", "p95", "p99")},
     }
