@@ -11,7 +11,8 @@ the calling process (the quick test). Two ways of serving the same components:
   (:class:`Renamed`), a ``ConcatDataset`` of them and a ``WeightedRandomSampler`` giving component *k* the share
   ``w_k / sum(w)``, in the DataLoader ``lerobot-train`` builds (spawned, persistent workers, prefetch 4).
 - any plugin backend (``native`` included): ``lerobot.mixture.build_mixture`` over the same ``LeRobotDataset``\\ s
-  (built as ``lerobot-train --dataset.mixture`` builds them: each ``meta/episodes`` read by ``compat.episodes_table``),
+  (built as ``lerobot-train --dataset.mixture`` builds them: their tables read by pyarrow,
+  ``compat.tables_read_directly``),
   served through the DataLoader ``lerobot-train`` builds and the patched ``cycle`` (the mixture's own order,
   batches built in threads of the training process), as ``lerobot-train --dataset.mixture`` serves it.
 """
@@ -149,7 +150,7 @@ def run(a: dict) -> dict:
 
     from robo_loaders_plugin.bench.lerobot_run import train_loader
     from robo_loaders_plugin.bench.runner import baseline_pss
-    from robo_loaders_plugin.lerobot.compat import episodes_read_directly
+    from robo_loaders_plugin.lerobot.compat import tables_read_directly
     from robo_loaders_plugin.lerobot.presets import delta_timestamps
 
     torch.manual_seed(0)
@@ -158,8 +159,8 @@ def run(a: dict) -> dict:
     t = time.perf_counter()
     natives, deltas = [], []
     # the reference builds them as LeRobot does; the plugin's loaders as lerobot-train --dataset.mixture does
-    # (meta/episodes read directly: lerobot.mixture.make_mixture_datasets)
-    building = contextlib.nullcontext() if a["backend"] == "reference" else episodes_read_directly()
+    # (their tables read directly: lerobot.mixture.make_mixture_datasets)
+    building = contextlib.nullcontext() if a["backend"] == "reference" else tables_read_directly()
     with building:
         for c in components:  # as make_dataset builds one dataset: its metadata, the policy's deltas, the dataset
             meta = LeRobotDatasetMetadata(c["repo_id"], root=c["root"])

@@ -64,32 +64,106 @@ def test_read_table_equals_the_dataset_scanner_on_each_layout(lerobot_datasets):
         assert source.read_table(columns, [1]).equals(_scanned(source, columns, [1])), name
 
 
-def test_episodes_read_directly_equal_lerobots_own_read(lerobot_datasets, tmp_path):
-    """A mixture's components read ``meta/episodes`` with ``compat.episodes_table`` (pyarrow, in memory) instead of
-    LeRobot's ``load_episodes`` (through the datasets cache): the same columns, features and values, over one file
-    and over two; LeRobot's metadata built inside ``episodes_read_directly`` holds that table, and outside it
-    LeRobot's own read is back."""
-    from lerobot.datasets import dataset_metadata
+def test_tables_read_directly_equal_lerobots_own_read(lerobot_datasets, tmp_path):
+    """A mixture's components read their tables with pyarrow (``compat.tables_read_directly``) instead of LeRobot's
+    reads through the datasets cache: ``meta/episodes``, ``meta/tasks.parquet`` and ``data/`` give the same columns,
+    features and values (over one file and over two, with and without an episode selection), LeRobot's dataset
+    object built inside the block serves the same items, and outside it LeRobot's own reads are back."""
+    import torch
+    from lerobot.datasets import dataset_metadata, dataset_reader
     from lerobot.datasets.dataset_metadata import LeRobotDatasetMetadata
-    from lerobot.datasets.io_utils import load_episodes
+    from lerobot.datasets.feature_utils import get_hf_features_from_features
+    from lerobot.datasets.io_utils import load_episodes, load_nested_dataset, load_tasks
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
     from robo_loaders_plugin.lerobot import compat
 
-    split = tmp_path / "two_episode_files"
+    split = tmp_path / "two_files"
     shutil.copytree(lerobot_datasets["av1_1cam"], split)
     (path,) = sorted((split / "meta" / "episodes").glob("*/*.parquet"))
     table = pq.read_table(path)
     pq.write_table(table.slice(0, 1), path)
     pq.write_table(table.slice(1), path.parent / "file-001.parquet")
+    _split_data_file(split)
+    originals = (dataset_metadata.load_episodes, dataset_metadata.load_tasks, dataset_reader.load_nested_dataset)
     for root in [*lerobot_datasets.values(), split]:
         theirs, mine = load_episodes(root), compat.episodes_table(root)
         assert mine.column_names == theirs.column_names and mine.features == theirs.features
         assert mine.to_dict() == theirs.to_dict() and len(mine) == len(theirs) >= 2
-    with compat.episodes_read_directly():
-        meta = LeRobotDatasetMetadata("local/two_episode_files", root=split)
-    assert meta.episodes.to_dict() == load_episodes(split).to_dict() and not meta.episodes.cache_files
-    assert dataset_metadata.load_episodes is load_episodes  # LeRobot's own read back after the context
+        features = get_hf_features_from_features(LeRobotDatasetMetadata("local/x", root=root).features)
+        with compat.tables_read_directly() as reads:
+            assert reads.tasks(root).equals(load_tasks(root))
+            for episodes in (None, [3, 1]):
+                theirs = load_nested_dataset(root / "data", features=features, episodes=episodes)
+                mine = reads.data(root / "data", features, episodes, original=load_nested_dataset)
+                assert mine.features == theirs.features and not mine.cache_files and theirs.cache_files
+                assert mine.data.table.equals(theirs.data.table), (root, episodes)
+            native = LeRobotDataset("local/x", root=root, episodes=[1, 3], return_uint8=True)
+        reference = LeRobotDataset("local/x", root=root, episodes=[1, 3], return_uint8=True)
+        assert not native.hf_dataset.cache_files and not native.meta.episodes.cache_files
+        assert len(native) == len(reference)
+        for i in (0, len(native) // 2, len(native) - 1):
+            a, b = native[i], reference[i]
+            assert a.keys() == b.keys()
+            assert all(torch.equal(a[k], b[k]) if isinstance(a[k], torch.Tensor) else a[k] == b[k] for k in a)
+    assert (dataset_metadata.load_episodes, dataset_metadata.load_tasks, dataset_reader.load_nested_dataset) == (
+        originals
+    )  # LeRobot's own reads back after the block
     # negative control: the two files read the other way round are another table, which the comparison sees
     (path.parent / "file-001.parquet").rename(path.parent / "file-b.parquet")
     path.rename(path.parent / "file-c.parquet")
     assert compat.episodes_table(split).to_dict() != load_episodes(lerobot_datasets["av1_1cam"]).to_dict()
+
+
+def test_tables_read_directly_rereads_a_changed_file_and_reads_big_data_as_lerobot(
+    lerobot_datasets, tmp_path, monkeypatch
+):
+    """Within one block a file is read once while it is unchanged (the factory's and the dataset's metadata): an
+    edited file is read again (control: the unchanged file is the same table object); a ``data/`` past
+    ``DIRECT_DATA_BYTES`` is LeRobot's own read, memory-mapped from its datasets cache."""
+    from lerobot.datasets.io_utils import load_nested_dataset
+
+    from robo_loaders_plugin.lerobot import compat
+
+    root = tmp_path / "copy"
+    shutil.copytree(lerobot_datasets["h264_3cam_multifile"], root)
+    tasks = root / "meta" / "tasks.parquet"
+    with compat.tables_read_directly() as reads:
+        first = reads.read(tasks)
+        assert reads.read(tasks) is first  # control: unchanged, read once
+        edited = first.slice(0, 0)
+        pq.write_table(edited, tasks)
+        assert reads.read(tasks).num_rows == 0 != first.num_rows
+        monkeypatch.setattr(compat, "DIRECT_DATA_BYTES", 0)
+        big = reads.data(root / "data", original=load_nested_dataset)
+        assert big.cache_files  # LeRobot's read
+        monkeypatch.setattr(compat, "DIRECT_DATA_BYTES", 64 << 20)
+        assert not reads.data(root / "data", original=load_nested_dataset).cache_files
+
+
+def test_local_copy_checked_per_video_file_as_lerobot_checks_it(lerobot_datasets, tmp_path):
+    """``compat.cached_episodes_sufficient`` answers as LeRobot's ``_check_cached_episodes_sufficient``: complete
+    copies sufficient, a missing video file or a requested episode absent from the table not (each a control of the
+    other), with several cameras and episodes packed into several video files."""
+    from lerobot.datasets.dataset_reader import DatasetReader
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    from robo_loaders_plugin.lerobot import compat
+
+    root = tmp_path / "copy"
+    shutil.copytree(lerobot_datasets["h264_3cam_multifile"], root)
+    original = DatasetReader._check_cached_episodes_sufficient
+    reader = LeRobotDataset("local/x", root=root, return_uint8=True).reader
+    videos = sorted((root / "videos").rglob("*.mp4"))
+    assert len(videos) > 3
+    for episodes in (None, [0, 4], [2]):
+        reader.episodes = episodes
+        assert compat.cached_episodes_sufficient(reader, original) is original(reader) is True
+    videos[-1].rename(videos[-1].with_suffix(".gone"))
+    reader.episodes = None
+    assert compat.cached_episodes_sufficient(reader, original) is original(reader) is False
+    reader.episodes = [0]
+    assert compat.cached_episodes_sufficient(reader, original) is original(reader)
+    videos[-1].with_suffix(".gone").rename(videos[-1])
+    reader.episodes = [0, 99]  # not in the table
+    assert compat.cached_episodes_sufficient(reader, original) is original(reader) is False

@@ -21,8 +21,10 @@ the original in :data:`ORIGINALS`). This module imports nothing from the adapter
 5. ``lerobot.datasets.dataset_reader.DatasetReader._check_cached_episodes_sufficient``, only inside
    :func:`tables_only` (a backend streaming a remote source): LeRobot builds its dataset object from a
    local copy of the tables while the videos stay remote, so missing local video files must not send it to the Hub.
-6. ``lerobot.datasets.dataset_metadata.load_episodes``, only inside :func:`episodes_read_directly` (a mixture's
-   components built): the same table read with pyarrow instead of through the datasets cache (:func:`episodes_table`).
+6. ``lerobot.datasets.dataset_metadata.load_episodes`` and ``load_tasks``, ``lerobot.datasets.dataset_reader
+   .load_nested_dataset`` and ``DatasetReader._check_cached_episodes_sufficient``, only inside
+   :func:`tables_read_directly` (a mixture's components built): the same tables read with pyarrow instead of
+   through the datasets cache (:class:`ParquetReads`), the local copy checked per video file.
 
 Private reads (the settings of ``LeRobotDataset``'s private ``DatasetReader``, which decide what an item is):
 ``reader._tolerance_s``, ``reader._video_backend``, ``reader._image_transforms``, ``reader._return_uint8``,
@@ -331,58 +333,236 @@ def tables_only():
         DatasetReader._check_cached_episodes_sufficient = orig
 
 
-def episodes_table(root):
-    """``meta/episodes`` as LeRobot's ``load_episodes`` gives it (a ``datasets.Dataset`` of every column but the
-    ``stats/`` ones, the files concatenated in path order), read with pyarrow into memory.
+# a data directory read into memory by tables_read_directly() at most this big on disk; a bigger one is read by
+# LeRobot itself (memory-mapped from its datasets cache: a big table is not held in RAM per component)
+DIRECT_DATA_BYTES = 64 << 20
 
-    Why: LeRobot reads the files through ``datasets.Dataset.from_parquet``, which builds an Arrow copy in its cache
-    and derives the features of every ``stats/`` column before dropping them: ~0.15 s a component, three times per
-    component of a mixture (the index's first read, the factory's metadata, the dataset's), against ~0.02 s here.
-    The values are the files' own (no cache keyed by mtimes between them and the run).
+
+class ParquetReads:
+    """Parquet files read with pyarrow, each file once while its name, size, mtime and inode stay the same.
+
+    Why: lerobot-train's factory builds a component's metadata, then its dataset builds the same metadata again,
+    so ``meta/episodes`` and ``meta/tasks.parquet`` are read twice per component of a mixture; the second read is
+    the first's table (Arrow tables are immutable), unless the file changed between them. Held for the duration of
+    one :func:`tables_read_directly` block, never across runs.
+    """
+
+    def __init__(self):
+        self._tables: dict = {}
+
+    def read(self, path, columns=None):
+        """The table of ``path`` (only ``columns`` when given), from an earlier read of the same file as it is now.
+
+        Args:
+            path: A parquet file.
+            columns: Column names to read (``None``: all).
+
+        Returns:
+            A ``pyarrow.Table``.
+        """
+        import os
+
+        import pyarrow.parquet as pq
+
+        st = os.stat(path)
+        key = (os.fspath(path), st.st_size, st.st_mtime_ns, st.st_ino, None if columns is None else tuple(columns))
+        table = self._tables.get(key)
+        if table is None:
+            table = self._tables[key] = pq.ParquetFile(path).read(columns=columns)
+        return table
+
+    def episodes(self, root):
+        """``meta/episodes`` as LeRobot's ``load_episodes`` gives it (a ``datasets.Dataset`` of every column but the
+        ``stats/`` ones, the files concatenated in path order), read with pyarrow into memory.
+
+        Why: LeRobot reads the files through ``datasets.Dataset.from_parquet``, which builds an Arrow copy in its cache
+        and derives the features of every ``stats/`` column before dropping them: ~0.15 s a component, three times
+        per component of a mixture (the index's first read, the factory's metadata, the dataset's), against a few ms
+        here. The values are the files' own (no cache keyed by mtimes between them and the run).
+
+        Args:
+            root: The dataset's local root.
+
+        Returns:
+            The table, held in memory (it is small: the stats columns are left out).
+
+        Raises:
+            FileNotFoundError: no ``meta/episodes/*/*.parquet`` under ``root`` (as LeRobot's reader).
+        """
+        import uuid
+        from pathlib import Path
+
+        import datasets
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        paths = sorted((Path(root) / "meta" / "episodes").glob("*/*.parquet"))
+        if not paths:
+            raise FileNotFoundError(
+                f"Provided directory does not contain any parquet file: {Path(root) / 'meta/episodes'}"
+            )
+        columns = [name for name in pq.read_schema(paths[0]).names if not name.startswith("stats/")]
+        table = pa.concat_tables([self.read(path, columns) for path in paths])
+        # a fingerprint of its own (datasets would hash the whole table with dill, ~70 ms a component): a table held
+        # in memory has no cache files for a fingerprint to find again
+        return datasets.Dataset(table, fingerprint=uuid.uuid4().hex)
+
+    def tasks(self, root):
+        """``meta/tasks.parquet`` as LeRobot's ``load_tasks`` gives it (a ``pandas.DataFrame`` indexed by task, a
+        fresh frame each call: LeRobot may add tasks to it).
+
+        Args:
+            root: The dataset's local root.
+
+        Returns:
+            The frame.
+        """
+        from pathlib import Path
+
+        from lerobot.datasets.utils import DEFAULT_TASKS_PATH
+
+        tasks = self.read(Path(root) / DEFAULT_TASKS_PATH).to_pandas()
+        tasks.index.name = "task"
+        return tasks
+
+    def data(self, pq_dir, features=None, episodes=None, *, original):
+        """LeRobot's ``load_nested_dataset`` (``data/*/*.parquet`` as one ``datasets.Dataset``, cast to
+        ``features``, only the rows of ``episodes``), read with pyarrow into memory when the files are small
+        (:data:`DIRECT_DATA_BYTES`); bigger ones, or files pyarrow cannot put in one table of ``features``' schema,
+        by ``original`` (LeRobot's read through its datasets cache, memory-mapped).
+
+        Args:
+            pq_dir: The dataset's ``data`` directory.
+            features: The ``datasets.Features`` to cast to (``None``: the files' own).
+            episodes: Episode indices to keep (``None``: all).
+            original: LeRobot's ``load_nested_dataset``.
+
+        Returns:
+            The ``datasets.Dataset``.
+
+        Raises:
+            FileNotFoundError: no ``*/*.parquet`` under ``pq_dir`` (as LeRobot's reader).
+        """
+        import os
+        import uuid
+        from pathlib import Path
+
+        import datasets
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        paths = sorted(Path(pq_dir).glob("*/*.parquet"))
+        if not paths:
+            raise FileNotFoundError(f"Provided directory does not contain any parquet file: {pq_dir}")
+        if sum(os.path.getsize(p) for p in paths) > DIRECT_DATA_BYTES:
+            return original(pq_dir, features=features, episodes=episodes)
+        try:
+            table = pa.concat_tables([self.read(p) for p in paths])
+            if episodes is not None:
+                wanted = pa.array(list(episodes), type=table.schema.field("episode_index").type)
+                table = table.filter(pc.is_in(table["episode_index"], value_set=wanted))
+            if features is not None:
+                table = table.cast(features.arrow_schema)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, KeyError, ValueError):
+            return original(pq_dir, features=features, episodes=episodes)  # LeRobot's own read, and its error
+        info = datasets.DatasetInfo(features=features) if features is not None else None
+        return datasets.Dataset(table, info=info, fingerprint=uuid.uuid4().hex)
+
+
+def episodes_table(root):
+    """``meta/episodes`` read with pyarrow as LeRobot's ``load_episodes`` gives it (:meth:`ParquetReads.episodes`,
+    each file read afresh).
 
     Args:
         root: The dataset's local root.
 
     Returns:
-        The table, held in memory (it is small: the stats columns are left out).
+        The ``datasets.Dataset``, held in memory.
 
     Raises:
-        FileNotFoundError: no ``meta/episodes/*/*.parquet`` under ``root`` (as LeRobot's reader).
+        FileNotFoundError: no ``meta/episodes/*/*.parquet`` under ``root``.
     """
-    import uuid
-    from pathlib import Path
+    return ParquetReads().episodes(root)
 
-    import datasets
-    import pyarrow as pa
-    import pyarrow.parquet as pq
 
-    paths = sorted((Path(root) / "meta" / "episodes").glob("*/*.parquet"))
-    if not paths:
-        raise FileNotFoundError(f"Provided directory does not contain any parquet file: {Path(root) / 'meta/episodes'}")
-    columns = [name for name in pq.read_schema(paths[0]).names if not name.startswith("stats/")]
-    table = pa.concat_tables([pq.read_table(path, columns=columns) for path in paths])
-    # a fingerprint of its own (datasets would hash the whole table with dill, ~70 ms a component): a table held in
-    # memory has no cache files for a fingerprint to find again
-    return datasets.Dataset(table, fingerprint=uuid.uuid4().hex)
+def cached_episodes_sufficient(reader, original) -> bool:
+    """LeRobot's ``DatasetReader._check_cached_episodes_sufficient`` (the local copy holds every requested episode
+    and each one's video files), with each distinct video file checked once instead of one table row read per
+    episode and camera (~14 ms a small component).
+
+    Args:
+        reader: LeRobot's ``DatasetReader``.
+        original: LeRobot's own method (used where its answer is an error: an episode past the episode table).
+
+    Returns:
+        Whether the local copy is sufficient.
+    """
+    import pyarrow.compute as pc
+
+    hf = reader.hf_dataset
+    if hf is None or len(hf) == 0:
+        return False
+    meta = reader._meta
+    available = set(pc.unique(hf_column(hf, "episode_index")).to_pylist())
+    requested = set(range(meta.total_episodes)) if reader.episodes is None else {int(e) for e in reader.episodes}
+    if not requested.issubset(available):
+        return False
+    keys = list(meta.video_keys)
+    if not keys or not requested:
+        return True
+    table = meta.episodes
+    if table is None or max(requested) >= len(table):
+        return original(reader)
+    rows = sorted(requested)
+    files = set()
+    for key in keys:
+        chunks = hf_column(table, f"videos/{key}/chunk_index").take(rows).to_pylist()
+        numbers = hf_column(table, f"videos/{key}/file_index").take(rows).to_pylist()
+        files.update((key, c, f) for c, f in zip(chunks, numbers))
+    root = reader.root
+    return all(
+        (root / meta.video_path.format(video_key=key, chunk_index=c, file_index=f)).exists() for key, c, f in files
+    )
 
 
 @contextlib.contextmanager
-def episodes_read_directly():
-    """While active, LeRobot's metadata reads ``meta/episodes`` with :func:`episodes_table` (patch 6).
+def tables_read_directly():
+    """While active, LeRobot reads a dataset's tables with pyarrow (patch 6): ``meta/episodes``
+    (:meth:`ParquetReads.episodes`), ``meta/tasks.parquet`` (:meth:`ParquetReads.tasks`), each file once while it
+    is unchanged, and a small ``data/`` (:meth:`ParquetReads.data`); the local copy's completeness checked per
+    video file (:func:`cached_episodes_sufficient`).
 
-    Why: a mixture builds every component's metadata and dataset object; at 400 components LeRobot's own read of the
-    episodes files was most of the ~120 s before the first batch (issue 44 item 3)."""
-    from lerobot.datasets import dataset_metadata
+    Why: a mixture builds every component's metadata (twice: the factory's, the dataset's) and its dataset object;
+    at 400 components LeRobot's own reads through its datasets cache were most of the start-up (issue 44 item 3).
 
-    orig = getattr(dataset_metadata, "load_episodes", None)
-    if orig is None:  # another layout of LeRobot's reader: its own read (``robo-loaders doctor`` says so)
-        yield
-        return
-    dataset_metadata.load_episodes = episodes_table
+    Yields:
+        The block's :class:`ParquetReads` (its reads end with the block).
+    """
+    from lerobot.datasets import dataset_metadata, dataset_reader
+
+    reads = ParquetReads()
+    saved = {
+        (dataset_metadata, "load_episodes"): reads.episodes,
+        (dataset_metadata, "load_tasks"): reads.tasks,
+    }
+    nested = getattr(dataset_reader, "load_nested_dataset", None)
+    if callable(nested):
+        saved[(dataset_reader, "load_nested_dataset")] = functools.partial(reads.data, original=nested)
+    check = getattr(getattr(dataset_reader, "DatasetReader", None), "_check_cached_episodes_sufficient", None)
+    if callable(check):
+        saved[(dataset_reader.DatasetReader, "_check_cached_episodes_sufficient")] = functools.partialmethod(
+            cached_episodes_sufficient, check
+        )
+    # another layout of LeRobot's reader: its own read where a patch point is gone (``robo-loaders doctor`` says so)
+    present = {(owner, name): getattr(owner, name) for owner, name in saved if callable(getattr(owner, name, None))}
     try:
-        yield
+        for (owner, name), value in saved.items():
+            if (owner, name) in present:
+                setattr(owner, name, value)
+        yield reads
     finally:
-        dataset_metadata.load_episodes = orig
+        for (owner, name), value in present.items():
+            setattr(owner, name, value)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -762,15 +942,23 @@ def checks() -> list[Check]:
                 required=False,
             )
         )
-        from lerobot.datasets import dataset_metadata
+        from lerobot.datasets import dataset_metadata, dataset_reader
 
-        ok = callable(getattr(dataset_metadata, "load_episodes", None))
+        gone = [
+            f"{owner.__name__}.{name}"
+            for owner, name in (
+                (dataset_metadata, "load_episodes"),
+                (dataset_metadata, "load_tasks"),
+                (dataset_reader, "load_nested_dataset"),
+            )
+            if not callable(getattr(owner, name, None))
+        ]
         rows.append(
             Check(
-                "LeRobot patch point lerobot.datasets.dataset_metadata.load_episodes",
-                ok,
-                "a mixture's components read meta/episodes with pyarrow while they are built"
-                + ("" if ok else ": gone, LeRobot's own (slower) read is used"),
+                "LeRobot patch points dataset_metadata.load_episodes/load_tasks, dataset_reader.load_nested_dataset",
+                not gone,
+                "a mixture's components read their tables with pyarrow while they are built"
+                + ("" if not gone else f": {', '.join(gone)} gone, LeRobot's own (slower) read is used"),
                 required=False,
             )
         )

@@ -473,7 +473,7 @@ def make_mixture_datasets(cfg, split: bool):
     # the components' meta/ read once into the mixture index (mixtures.index), in the backend's cache directory;
     # a later run reads only the components whose meta/ changed
     cache_dir = getattr(choice.options, "cache_dir", None)
-    with compat.episodes_read_directly():  # LeRobot's read of meta/episodes was most of a component's build
+    with compat.tables_read_directly():  # LeRobot's reads of its tables were most of a component's build
         metas = indexed_metas(local, cfg.dataset, cache_dir, f"{OPTION_PREFIX}.cache_dir")
         layout = check_components(local, metas, target_fps_of(spec, choice))
         trains, evals = [], []
