@@ -87,7 +87,7 @@ def test_tables_read_directly_equal_lerobots_own_read(lerobot_datasets, tmp_path
     _split_data_file(split)
     originals = (dataset_metadata.load_episodes, dataset_metadata.load_tasks, dataset_reader.load_nested_dataset)
     for root in [*lerobot_datasets.values(), split]:
-        theirs, mine = load_episodes(root), compat.episodes_table(root)
+        theirs, mine = load_episodes(root), compat.ParquetReads().episodes(root)
         assert mine.column_names == theirs.column_names and mine.features == theirs.features
         assert mine.to_dict() == theirs.to_dict() and len(mine) == len(theirs) >= 2
         features = get_hf_features_from_features(LeRobotDatasetMetadata("local/x", root=root).features)
@@ -112,7 +112,7 @@ def test_tables_read_directly_equal_lerobots_own_read(lerobot_datasets, tmp_path
     # negative control: the two files read the other way round are another table, which the comparison sees
     (path.parent / "file-001.parquet").rename(path.parent / "file-b.parquet")
     path.rename(path.parent / "file-c.parquet")
-    assert compat.episodes_table(split).to_dict() != load_episodes(lerobot_datasets["av1_1cam"]).to_dict()
+    assert compat.ParquetReads().episodes(split).to_dict() != load_episodes(lerobot_datasets["av1_1cam"]).to_dict()
 
 
 def test_tables_read_directly_rereads_a_changed_file_and_reads_big_data_as_lerobot(

@@ -469,22 +469,6 @@ class ParquetReads:
         return datasets.Dataset(table, info=info, fingerprint=uuid.uuid4().hex)
 
 
-def episodes_table(root):
-    """``meta/episodes`` read with pyarrow as LeRobot's ``load_episodes`` gives it (:meth:`ParquetReads.episodes`,
-    each file read afresh).
-
-    Args:
-        root: The dataset's local root.
-
-    Returns:
-        The ``datasets.Dataset``, held in memory.
-
-    Raises:
-        FileNotFoundError: no ``meta/episodes/*/*.parquet`` under ``root``.
-    """
-    return ParquetReads().episodes(root)
-
-
 def cached_episodes_sufficient(reader, original) -> bool:
     """LeRobot's ``DatasetReader._check_cached_episodes_sufficient`` (the local copy holds every requested episode
     and each one's video files), with each distinct video file checked once instead of one table row read per
