@@ -576,3 +576,62 @@ def test_meta_tasks_edited_every_backend_serves_lerobots_task_strings(copy_of):
         ours = serve(backend, nat)
         for i in indices:
             same_item(ours[i], nat[i], f"{backend}[{i}]")
+
+
+def test_a_mixture_build_checks_each_components_meta_once(lerobot_datasets, monkeypatch):
+    """Issue 44 item 3: inside ``sources_checked_once`` (one mixture build: its footprint plans, then its
+    backends' datasets) ``native_source`` checks a dataset object's ``meta/`` once and gives the same source after;
+    outside it every call checks again (control), and another dataset object is checked on its own."""
+    from robo_loaders_plugin.lerobot import dataset as lerobot_dataset
+
+    checks = []
+    real = lerobot_dataset.check_meta_match
+    monkeypatch.setattr(lerobot_dataset, "check_meta_match", lambda n, s: (checks.append(n), real(n, s))[1])
+    a = native(lerobot_datasets["h264_3cam_multifile"])
+    b = native(lerobot_datasets["av1_1cam"])
+    with lerobot_dataset.sources_checked_once():
+        first = lerobot_dataset.native_source(a)
+        assert lerobot_dataset.native_source(a) is first
+        assert lerobot_dataset.native_source(b)[0] is not first[0]
+    assert checks == [a, b]
+    assert lerobot_dataset.native_source(a)[0] is not first[0]  # control: outside a build, checked again
+    assert checks == [a, b, a]
+
+
+def test_datapipe_records_its_row_check_of_a_table_held_in_memory_by_its_values(copy_of, tmp_path, monkeypatch):
+    """A mixture's components hold their tables in memory (``compat.tables_read_directly``): no cache files for
+    datapipe's record of its row check to name, so it records a digest of the values. The second start skips the
+    check (same shards, same values); a row edited with the mtime kept is another digest, so the rows are checked
+    again (control) and nothing stale is served: refused, or the new values on both sides."""
+    import torch
+
+    from robo_loaders_plugin.backends.datapipe import lerobot as datapipe_lerobot
+    from robo_loaders_plugin.lerobot import compat
+
+    root = copy_of("av1_1cam")
+    checks = []
+    real = datapipe_lerobot.check_rows_match
+    monkeypatch.setattr(datapipe_lerobot, "check_rows_match", lambda *a, **k: (checks.append(1), real(*a, **k))[1])
+    cache = str(tmp_path / "cache")
+
+    def in_memory():
+        with compat.tables_read_directly():
+            nat = native(root)
+        assert not nat.hf_dataset.cache_files
+        return nat
+
+    serve("datapipe", in_memory(), cache_dir=cache)
+    serve("datapipe", in_memory(), cache_dir=cache)
+    assert checks == [1]  # the second start reused the record
+    row = 200
+    _, new = edit_a_row_keeping_the_mtime(sorted(glob.glob(str(root / "data" / "*" / "*.parquet")))[0], row)
+    nat = in_memory()
+    assert torch.allclose(nat[row]["action"], torch.tensor(new))
+    try:
+        ours = serve("datapipe", nat, cache_dir=cache)
+    except RoboLoadersError as err:
+        assert "column 'action' differs" in str(err), err
+    else:
+        for i in (0, row, len(nat) - 1):
+            same_item(ours[i], nat[i], f"datapipe[{i}]")
+    assert checks == [1, 1]  # checked again: the values changed

@@ -696,6 +696,33 @@ def hf_cache_files(table) -> list[str]:
     return sorted({c["filename"] for c in getattr(table, "cache_files", None) or []})
 
 
+def hf_table_digest(table) -> str:
+    """A digest of the values of the Arrow table under a ``datasets.Dataset`` (``table.data``): every column's
+    name, type and buffers, with each chunk's offset and length.
+
+    Why: a table LeRobot holds in memory (``tables_read_directly``) has no cache files whose names, sizes and
+    mtimes a record of a check could name; its content can (a file edited with its mtime kept gives another
+    digest). Two tables of the same values laid out in other buffers give other digests: the check runs again.
+
+    Args:
+        table: A ``datasets.Dataset``.
+
+    Returns:
+        The sha256 hex digest.
+    """
+    import hashlib
+
+    arrow = table.data.table
+    h = hashlib.sha256()
+    for name, column in zip(arrow.column_names, arrow.columns):
+        h.update(f"{name}\0{column.type}\0".encode())
+        for chunk in column.chunks:
+            h.update(f"{chunk.offset}:{len(chunk)}\0".encode())
+            for buf in chunk.buffers():
+                h.update(b"-" if buf is None else memoryview(buf))
+    return h.hexdigest()
+
+
 def hf_column(hf, name: str):
     """Column ``name`` of a ``datasets.Dataset`` in the order the dataset serves its rows, as Arrow, without
     decoding a row to Python: the table's column (``hf.data``) taken through the dataset's selection

@@ -11,6 +11,7 @@ file).
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import TYPE_CHECKING
 
@@ -506,11 +507,38 @@ def native_source(native) -> tuple[LeRobotV3, ReaderSettings]:
     from robo_loaders_plugin.lerobot.compat import check_version
     from robo_loaders_plugin.sources.lerobot_v3 import LeRobotV3
 
+    held = _CHECKED[-1].get(id(native)) if _CHECKED else None
+    if held is not None and held[0] is native:
+        return held[1]
     check_version()
     check_supported(native)
     source = LeRobotV3(native.root)
     check_meta_match(native, source)  # the meta/ the backend reads is the one LeRobot's object holds
-    return source, reader_settings(native)
+    checked = (source, reader_settings(native))
+    if _CHECKED:
+        _CHECKED[-1][id(native)] = (native, checked)
+    return checked
+
+
+# the sources native_source checked inside sources_checked_once() blocks (innermost last): id -> (native, result)
+_CHECKED: list[dict] = []
+
+
+@contextlib.contextmanager
+def sources_checked_once():
+    """While active, :func:`native_source` checks each ``LeRobotDataset``'s ``meta/`` once and gives the same
+    source to every later call for that dataset object.
+
+    Why: a mixture plans every component's footprint, then builds each one's backend dataset, moments apart; each
+    step checked the component's ``meta/`` against LeRobot's object again (~10 ms a component, twice). The block
+    spans one build (``lerobot.mixture.build_mixture``); what the backends read next (the rows, the stores) is
+    checked on its own.
+    """
+    _CHECKED.append({})
+    try:
+        yield
+    finally:
+        _CHECKED.pop()
 
 
 def native_episodes(native, decode_device: str = "cpu", checked=None) -> LeRobotEpisodes:

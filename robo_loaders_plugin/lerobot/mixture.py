@@ -46,7 +46,7 @@ from robo_loaders_plugin.core.iteration import ServedDataset, Serving
 from robo_loaders_plugin.core.log import get_logger
 from robo_loaders_plugin.core.spec import BATCH, DEFAULT_BACKEND
 from robo_loaders_plugin.lerobot import compat
-from robo_loaders_plugin.lerobot.dataset import OPTION_PREFIX
+from robo_loaders_plugin.lerobot.dataset import OPTION_PREFIX, sources_checked_once
 from robo_loaders_plugin.lerobot.flags import MIXTURE_FLAG, backend_choice, choose, component_name
 from robo_loaders_plugin.lerobot.joined import JoinedBatches
 from robo_loaders_plugin.lerobot.mixture_flag import (
@@ -400,18 +400,19 @@ def build_mixture(
     component_choice = _component_choice(choice, target)
     component_choice = bounded_buffer(component_choice, lambda given: choose(component_choice.name, **given))
     choices = [_streamed_choice(component_choice, c) for c in spec.components]
-    if component_choice.name != DEFAULT_BACKEND:
-        check_mixture_fits(
-            MIXTURE_FLAG,
-            names,
-            lambda k, committed: choices[k].plan(natives[k], committed=committed),
-            backend=component_choice.name,
-            option_prefix=OPTION_PREFIX,
-        )
-    served = [
-        n if component_choice.name == DEFAULT_BACKEND else build_dataset(n, ch, repo_id=c.source, seed=seed)
-        for n, c, ch in zip(natives, spec.components, choices)
-    ]
+    with sources_checked_once():  # each component's meta/ checked once for its plan and its build
+        if component_choice.name != DEFAULT_BACKEND:
+            check_mixture_fits(
+                MIXTURE_FLAG,
+                names,
+                lambda k, committed: choices[k].plan(natives[k], committed=committed),
+                backend=component_choice.name,
+                option_prefix=OPTION_PREFIX,
+            )
+        served = [
+            n if component_choice.name == DEFAULT_BACKEND else build_dataset(n, ch, repo_id=c.source, seed=seed)
+            for n, c, ch in zip(natives, spec.components, choices)
+        ]
     component_stats = [
         renamed_stats(n.meta.stats, dict(c.rename or {}), c.drop) for n, c in zip(natives, spec.components)
     ]

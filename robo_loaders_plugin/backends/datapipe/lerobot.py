@@ -15,7 +15,7 @@ from robo_loaders_plugin.core.log import get_logger
 from robo_loaders_plugin.frames.base import FieldInfo
 from robo_loaders_plugin.frames.chunks import ChunkFrames, split_runs
 from robo_loaders_plugin.frames.episodes import EpisodeFrames
-from robo_loaders_plugin.lerobot.compat import hf_cache_files, hf_fingerprint, hf_selection_digest
+from robo_loaders_plugin.lerobot.compat import hf_cache_files, hf_fingerprint, hf_selection_digest, hf_table_digest
 from robo_loaders_plugin.lerobot.dataset import (
     OPTION_PREFIX,
     LeRobotSamples,
@@ -345,16 +345,18 @@ class EpisodeRows:
 
 class RowsChecked:
     """That datapipe's shards passed ``check_rows_match`` against LeRobot's dataset object as both are now: the
-    shards' index checksum and LeRobot's Arrow cache files (names, sizes, mtimes, inodes, ctimes) and selection,
-    recorded in ``<cache root>/.validated/`` (``storage.cache.records_dir``: under the backend's ``cache_dir``).
+    shards' index checksum and LeRobot's Arrow cache files (names, sizes, mtimes, inodes, ctimes) or, for a table
+    it holds in memory (``compat.tables_read_directly``: a mixture's small components), a digest of its values
+    (``compat.hf_table_digest``), and its selection, recorded in ``<cache root>/.validated/``
+    (``storage.cache.records_dir``: under the backend's ``cache_dir``).
 
     Why: the check reads every row of every numeric column from the shards, a read per episode (~20 s for a
     million frames in 10,000 episodes, at every start); shards that did not change (their index checksum covers
     every member's location and CRC, checked on every read) compared with a LeRobot table that did not change
-    give the same answer. A table LeRobot holds in memory (no cache files) is always checked. Never an error: a
-    record that cannot be read or written only means the rows are checked again."""
+    give the same answer. Never an error: a record that cannot be read or written only means the rows are checked
+    again."""
 
-    METHOD = "lerobot-rows-v1"
+    METHOD = "lerobot-rows-v2"
 
     def __init__(self, native, reader, columns, cache_dir: str | None = None):
         import hashlib
@@ -366,8 +368,6 @@ class RowsChecked:
         self.doc = None
         hf = native.hf_dataset
         files = hf_cache_files(hf)
-        if not files:
-            return
         try:
             self.doc = {
                 "method": self.METHOD,
@@ -375,8 +375,10 @@ class RowsChecked:
                 "index": reader.index.get("checksum"),
                 "columns": list(columns),
                 "episodes": native.episodes,
-                "fingerprint": hf_fingerprint(hf),
+                # in memory: the values themselves (its fingerprint is drawn afresh at every read)
+                "fingerprint": hf_fingerprint(hf) if files else None,
                 "files": [list(stat_files(f)[0]) + [f] for f in files],
+                "values": None if files else hf_table_digest(hf),
                 "indices": hf_selection_digest(hf),
             }
             key = hashlib.sha256(repr(self.doc["shards"]).encode()).hexdigest()[:32]
@@ -388,8 +390,7 @@ class RowsChecked:
         """Whether the rows were checked already against the shards and LeRobot's table as both are now.
 
         Returns:
-            True when the record matches; false when there is none, it differs or cannot be read, or LeRobot holds
-            its table in memory.
+            True when the record matches; false when there is none, it differs or cannot be read.
         """
         import json
 
