@@ -94,29 +94,29 @@ class JoinedFrames(FrameSource):
         Returns:
             The fields kept.
         """
-        kept = []
-        for f in fields:
-            info = self.info(f)
-            if info.frames or f in self.tables:
+        kept = [f for f in dict.fromkeys(fields) if f not in self.tables and not self.info(f).frames]
+        tables = {f: np.zeros((self.rows, *self.info(f).shape), dtype=self.info(f).dtype) for f in kept}
+        for k, own in enumerate(self.fields):
+            lengths = self.unit_lengths[k]
+            mine = [f for f in kept if f in own]
+            if not mine or not len(lengths):
                 continue
-            table = np.zeros((self.rows, *info.shape), dtype=info.dtype)
-            for k, own in enumerate(self.fields):
-                lengths = self.unit_lengths[k]
-                if f not in own or not len(lengths):
-                    continue
-                units = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
-                steps = np.arange(units.size, dtype=np.int64) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-                value = self.sources[k].gather_fields([own[f]], units, steps)[own[f]]
+            # every field of the component in one read of its units (a source reads a unit once for all fields)
+            units = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
+            steps = np.arange(units.size, dtype=np.int64) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+            values = self.sources[k].gather_fields([own[f] for f in mine], units, steps)
+            first = int(self.unit_rows[self.unit_offsets[k]])
+            for f in mine:
+                value = values[own[f]]
                 value = value.numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
-                first = int(self.unit_rows[self.unit_offsets[k]])
-                rows = table[first : first + units.size]
+                rows = tables[f][first : first + units.size]
                 if f in self.widths:
                     rows[..., : value.shape[-1]] = value
                 else:
                     rows[...] = value
-            table.setflags(write=False)  # a batch reads it; nothing may change what was checked
-            self.tables[f] = table
-            kept.append(f)
+        for f in kept:
+            tables[f].setflags(write=False)  # a batch reads it; nothing may change what was checked
+            self.tables[f] = tables[f]
         return kept
 
     def info(self, field: str) -> FieldInfo:
