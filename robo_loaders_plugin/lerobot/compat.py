@@ -320,11 +320,7 @@ def tables_only():
     orig = DatasetReader._check_cached_episodes_sufficient
 
     def tables_sufficient(self) -> bool:
-        if self.hf_dataset is None or len(self.hf_dataset) == 0:
-            return False
-        available = {int(e) for e in self.hf_dataset.unique("episode_index")}
-        requested = set(range(self._meta.total_episodes)) if self.episodes is None else set(self.episodes)
-        return requested.issubset(available)
+        return _requested_episodes_held(self) is not None
 
     DatasetReader._check_cached_episodes_sufficient = tables_sufficient
     try:
@@ -469,6 +465,21 @@ class ParquetReads:
         return datasets.Dataset(table, info=info, fingerprint=uuid.uuid4().hex)
 
 
+def _requested_episodes_held(reader) -> set[int] | None:
+    """The episodes LeRobot's ``DatasetReader`` requests, when its loaded table holds every one of them (the first
+    half of LeRobot's ``_check_cached_episodes_sufficient``, shared by :func:`tables_only` and
+    :func:`cached_episodes_sufficient`); ``None`` when the table is empty or lacks one."""
+    import pyarrow.compute as pc
+
+    hf = reader.hf_dataset
+    if hf is None or len(hf) == 0:
+        return None
+    available = set(pc.unique(hf_column(hf, "episode_index")).to_pylist())
+    meta = reader._meta
+    requested = set(range(meta.total_episodes)) if reader.episodes is None else {int(e) for e in reader.episodes}
+    return requested if requested.issubset(available) else None
+
+
 def cached_episodes_sufficient(reader, original) -> bool:
     """LeRobot's ``DatasetReader._check_cached_episodes_sufficient`` (the local copy holds every requested episode
     and each one's video files), with each distinct video file checked once instead of one table row read per
@@ -481,16 +492,10 @@ def cached_episodes_sufficient(reader, original) -> bool:
     Returns:
         Whether the local copy is sufficient.
     """
-    import pyarrow.compute as pc
-
-    hf = reader.hf_dataset
-    if hf is None or len(hf) == 0:
+    requested = _requested_episodes_held(reader)
+    if requested is None:
         return False
     meta = reader._meta
-    available = set(pc.unique(hf_column(hf, "episode_index")).to_pylist())
-    requested = set(range(meta.total_episodes)) if reader.episodes is None else {int(e) for e in reader.episodes}
-    if not requested.issubset(available):
-        return False
     keys = list(meta.video_keys)
     if not keys or not requested:
         return True
