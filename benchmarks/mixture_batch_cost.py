@@ -15,7 +15,7 @@ ways the mixture can, each on batches of its own (the pass's first ``--batches``
   (``MixtureDataset._complete``) and **joining** (the parts scattered into the mixed batch, ``MixtureHooks.concat``);
 - **joined** (``lerobot.joined``, what a run serves where the components allow it): LeRobot's item rules once over
   all components, a camera read in one call across the components where the backend's frame sources can
-  (``FrameSource.take_joined``: ``compressed_cache``, ``gpu_resampler``), else one call per component and key group;
+  (``FrameSource.join_field``: ``compressed_cache``, ``gpu_resampler``), else one call per component and key group;
 
 and the one dataset's batches (a permutation of its rows) through the same ``collate``: for ``datapipe`` and
 ``video_stream`` that is their random access, not the pipelines that serve one dataset in a run (those are in
@@ -71,7 +71,7 @@ class _Timers:
 
     def wrap_done(self, part: str, fn):
         """As :meth:`wrap`, counting only the calls that return true (a hook that may decline, as
-        ``JoinedFrames._take_joined`` does): a declined call's time goes to the calls it then makes instead."""
+        ``JoinedFrames._read_joined`` does): a declined call's time goes to the calls it then makes instead."""
 
         def timed(*args, **kwargs):
             self._depth[part] += 1
@@ -166,9 +166,9 @@ def measure_backend(backend: str, comps: list[dict], single: dict, batch_size: i
         n = max(1, batches - 3)
         paths = {}
         joined = mix.joined
-        if joined is not None:  # a camera read across every component in one call (FrameSource.take_joined)
+        if joined is not None:  # a camera read across every component in one call (FrameSource.join_field)
             frames = joined.frames
-            frames._take_joined = timers.wrap_done("frame_reads", frames._take_joined)
+            frames._read_joined = timers.wrap_done("frame_reads", frames._read_joined)
         for p, path in enumerate(("per_component", "joined")):
             collate = functools.partial(mix.collate, joined=path == "joined")
             per_batch = _timed_batches(collate, every[p * batches : (p + 1) * batches], 3, timers)

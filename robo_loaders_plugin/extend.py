@@ -91,7 +91,7 @@ name                                what it is
 ``FrameSource``                     (lazy) the one question a storage answers: field F at (episode, step) pairs
 ``FieldInfo``                       (lazy) how a frame source stores a field (dtype, step shape, frames)
 ``ClosedFrames``                    (lazy) what a closed dataset reads from (``FrameSource.closed``): refuses reads
-``JoinedRead``                      (lazy) one source's part of a read across sources (``FrameSource.take_joined``)
+``JoinedField``                     (lazy) one field of several sources read as one (``FrameSource.join_field``)
 ``FRAME_MIN_BYTES``                 (lazy) a field of at least this many bytes per step is camera frames
 ``BufferPool``                      (lazy) recycles batch arrays (``FrameSource.gather``'s ``pool``)
 ``SequenceOptions``                 (lazy) ``SequenceDataset``'s window settings
@@ -138,8 +138,9 @@ The contracts a backend implements (each is checked where it says):
   new or from the pool; a device-resident source returns a tensor where its data lives),
   ``gather_fields(fields, episodes, steps, pool=None)`` (several fields at the same rows, the rows found once),
   ``close()`` (release files, maps and threads now), ``closed(where)`` (what a closed dataset reads from) and the
-  classmethod ``take_joined(reads, out)`` (one field of several sources of the class read in one call, for a
-  mixture's joined batch; each read a :class:`JoinedRead`; the default declines) have defaults.
+  classmethod ``join_field(parts)`` (one field of several sources of the class as one :class:`JoinedField`
+  whose ``take(parts, episodes, steps, rows, out)`` reads a mixture's joined batch in one call; the default
+  declines) have defaults.
   ``FieldInfo(dtype, shape, frames)``: the field's dtype, the shape of one step, and whether it is camera frames
   (stored compressed or decoded per step, copied row by row).
 
@@ -230,7 +231,7 @@ from robo_loaders_plugin.sdk import (  # noqa: F401
 if TYPE_CHECKING:  # the rest is imported on first use: listing backends must not import torch or a framework
     from robo_loaders_plugin.core.data_size import DataSize  # noqa: F401
     from robo_loaders_plugin.core.iteration import BatchDataset, BatchSource, IndexedDataset, SamplingPlan, Serving  # noqa: F401
-    from robo_loaders_plugin.frames.base import ClosedFrames, FieldInfo, FrameSource, JoinedRead  # noqa: F401
+    from robo_loaders_plugin.frames.base import ClosedFrames, FieldInfo, FrameSource, JoinedField  # noqa: F401
     from robo_loaders_plugin.lerobot.dataset import LeRobotSamples  # noqa: F401
     from robo_loaders_plugin.pipeline.batches import PipelineDataset  # noqa: F401
     from robo_loaders_plugin.pipeline.options import PassOptions  # noqa: F401
@@ -255,7 +256,7 @@ _LAZY = {
     "FrameSource": "robo_loaders_plugin.frames.base",
     "FieldInfo": "robo_loaders_plugin.frames.base",
     "ClosedFrames": "robo_loaders_plugin.frames.base",
-    "JoinedRead": "robo_loaders_plugin.frames.base",
+    "JoinedField": "robo_loaders_plugin.frames.base",
     "BufferPool": "robo_loaders_plugin.storage.buffers",
     # the SDK's checked, pickling wrapper of what a FrameStore opens, and what it recorded when the store was built
     "StoreFrames": "robo_loaders_plugin.sdk.serve",

@@ -477,36 +477,39 @@ def _store_of(path, seed: int, chw: bool):
 
 @pytest.mark.parametrize("chw", [False, True], ids=["as_stored", "channels_last_stored"])
 def test_store_frames_read_across_stores_in_one_call(tmp_path, chw):
-    """A mixture's joined batch reads a camera of several stores in one call (``CompressedFrames.take_joined``):
-    every row equals the frames written and each store's own ``take``, with windows repeating a step (padding) and
-    rows interleaved across the stores. Negative controls: the reads' stores swapped give other rows; a damaged
-    frame of the second store is refused naming its file and frame; stores holding the field in other shapes are
-    declined (``False``) with nothing written."""
+    """A mixture's joined batch reads a camera of several stores in one call (``CompressedFrames.join_field``):
+    every row equals the frames written and each store's own ``take``, with windows repeating a step (padding),
+    rows interleaved across the stores and rows of ``out`` left alone. Negative controls: the parts swapped give
+    other rows; a damaged frame of the second store is refused naming its file and frame; stores holding the
+    field in other shapes are declined (``None``)."""
     from robo_loaders_plugin.backends.compressed_cache.frames import CompressedFrames
-    from robo_loaders_plugin.frames.base import JoinedRead
 
     data = [_store_of(tmp_path / f"s{k}.rlc", 10 * k, chw) for k in range(3)]
     sources = [CompressedFrames(EpisodeStore(str(tmp_path / f"s{k}.rlc"))) for k in range(3)]
-    parts = [  # (store, episodes, steps, rows): windows with repeated steps, rows interleaved
-        (0, np.array([2, 0]), np.array([[0, 0, 1], [3, 3, 3]]), np.array([0, 3])),
-        (1, np.array([1, 2, 0]), np.array([[1, 2, 3], [4, 5, 5], [0, 1, 2]]), np.array([1, 4, 5])),
-        (2, np.array([2]), np.array([[5, 5, 5]]), np.array([2])),
+    # (part, episode, steps, row): windows with repeated steps, rows interleaved across parts, row 6 not written
+    reads = [
+        (0, 2, [0, 0, 1], 0),
+        (1, 1, [1, 2, 3], 1),
+        (2, 2, [5, 5, 5], 2),
+        (0, 0, [3, 3, 3], 3),
+        (1, 2, [4, 5, 5], 4),
+        (1, 0, [0, 1, 2], 5),
     ]
+    parts, eps, steps, rows = (np.array([r[i] for r in reads]) for i in range(4))
     shape = data[0][0].shape[1:]
-    written = np.empty((6, 3, *shape), np.uint8)
-    by_take = np.empty_like(written)
-    for k, eps, steps, rows in parts:
-        written[rows] = np.stack([data[k][e][s] for e, s in zip(eps, steps)])
-        part = np.empty((len(rows), 3, *shape), np.uint8)
-        sources[k].take("img", eps, steps, part)
-        by_take[rows] = part
+    written = np.full((7, 3, *shape), 7, np.uint8)
+    by_take = written.copy()
+    for k, e, s, r in reads:
+        written[r] = data[k][e][s]
+        sources[k].take("img", np.array([e]), np.array([s]), by_take[r : r + 1])
+    joined = CompressedFrames.join_field([(source, "img") for source in sources])
     out = np.full_like(written, 7)
-    assert CompressedFrames.take_joined([JoinedRead(sources[k], "img", e, s, r) for k, e, s, r in parts], out)
+    joined.take(parts, eps, steps, rows, out)
     assert out.tobytes() == written.tobytes() == by_take.tobytes()
-    swapped = np.full_like(written, 7)
-    CompressedFrames.take_joined(
-        [JoinedRead(sources[(k + 1) % 3], "img", e, s, r) for k, e, s, r in parts], swapped
-    )  # negative control: the same reads of other stores
+    joined.take(parts, eps, steps, rows, out)  # again: the blobs checked at the first read are not checked again
+    assert out.tobytes() == written.tobytes()
+    swapped = np.full_like(written, 7)  # negative control: the same reads of other stores
+    joined.take((parts + 1) % 3, eps, steps, rows, swapped)
     assert not np.array_equal(swapped, written)
 
     store = EpisodeStore(str(tmp_path / "s1.rlc"))
@@ -516,12 +519,10 @@ def test_store_frames_read_across_stores_in_one_call(tmp_path, chw):
     raw[(s + e) // 2] ^= 0xFF
     (tmp_path / "bad.rlc").write_bytes(bytes(raw))
     damaged = [sources[0], CompressedFrames(EpisodeStore(str(tmp_path / "bad.rlc"))), sources[2]]
+    bad = CompressedFrames.join_field([(source, "img") for source in damaged])
     with pytest.raises(StoreError, match=r"bad\.rlc: demo_1 img frame 2 is damaged"):
-        CompressedFrames.take_joined([JoinedRead(damaged[k], "img", e, s, r) for k, e, s, r in parts], out)
+        bad.take(parts, eps, steps, rows, out)
 
     _store_of(tmp_path / "other.rlc", 99, not chw)  # the other layout: another step shape
     other = CompressedFrames(EpisodeStore(str(tmp_path / "other.rlc")))
-    untouched = np.full_like(written, 7)
-    reads = [JoinedRead(sources[0], "img", *parts[0][1:]), JoinedRead(other, "img", *parts[2][1:])]
-    assert not CompressedFrames.take_joined(reads, untouched)
-    assert (untouched == 7).all()
+    assert CompressedFrames.join_field([(sources[0], "img"), (other, "img")]) is None

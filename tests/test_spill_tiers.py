@@ -443,31 +443,34 @@ def test_a_max_memory_below_the_least_any_plan_holds_is_refused_naming_it(monkey
 
 @pytest.mark.parametrize("host_budget,tiers", [(None, "raw"), (65_000, "raw+compressed"), (10, "compressed")])
 def test_tiers_read_across_sources_in_one_call(host_budget, tiers):
-    """A mixture's joined batch reads a field of several sources' tiers in one call (``TieredFrames.take_joined``):
+    """A mixture's joined batch reads a field of several sources' tiers in one call (``TieredFrames.join_field``):
     every row equals the arrays filled, rows interleaved across the sources, from whichever tier holds it (the
-    compressed tier through the source's own gather). Negative controls: the sources swapped give other rows; a
-    step outside a source's rows is an IndexError."""
-    from robo_loaders_plugin.frames.base import JoinedRead
-
+    compressed tier through the source's own gather), a row of ``out`` not read left alone. Negative controls: the
+    sources swapped give other rows; a step outside a source's rows is an IndexError."""
     del tiers
     plan = plan_tiers(_size(), device_budget=None, host_budget=host_budget)
     eps = [_episodes(seed=s) for s in (0, 7)]
     sources = [_tiered(plan, eps=e) for e in eps]
-    parts = [
-        (0, np.array([4, 0, 2]), np.array([[0, 1, 1], [4, 4, 4], [6, 5, 0]]), np.array([0, 2, 3])),
-        (1, np.array([1, 3]), np.array([[0, 1, 2], [3, 3, 0]]), np.array([1, 4])),
+    # (source, episode, steps, row), rows interleaved across the sources; row 5 not read
+    reads = [
+        (0, 4, [0, 1, 1], 0),
+        (1, 1, [0, 1, 2], 1),
+        (0, 0, [4, 4, 4], 2),
+        (0, 2, [6, 5, 0], 3),
+        (1, 3, [3, 3, 0], 4),
     ]
+    parts, e, s, r = (np.array([x[i] for x in reads]) for i in range(4))
     for field in INFOS:
-        want = np.zeros((5, 3, *INFOS[field].shape), INFOS[field].dtype)
-        for k, e, s, r in parts:
-            want[r] = np.stack([eps[k][i][field][j] for i, j in zip(e, s)])
+        want = np.zeros((6, 3, *INFOS[field].shape), INFOS[field].dtype)
+        for k, i, j, row in reads:
+            want[row] = np.stack([eps[k][i][field][t] for t in j])
+        joined = TieredFrames.join_field([(source, field) for source in sources])
         out = np.zeros_like(want)
-        assert TieredFrames.take_joined([JoinedRead(sources[k], field, e, s, r) for k, e, s, r in parts], out)
+        joined.take(parts, e, s, r, out)
         assert out.tobytes() == want.tobytes(), field
         swapped = np.zeros_like(want)
-        TieredFrames.take_joined([JoinedRead(sources[1 - k], field, e, s, r) for k, e, s, r in parts], swapped)
+        joined.take(1 - parts, e, s, r, swapped)
         assert not np.array_equal(swapped, want), field
+    joined = TieredFrames.join_field([(source, "cam") for source in sources])
     with pytest.raises(IndexError, match="outside"):
-        TieredFrames.take_joined(
-            [JoinedRead(sources[0], "cam", np.array([4]), np.array([[5, 6, 7]]), np.array([0]))], out
-        )
+        joined.take(np.array([0]), np.array([4]), np.array([[5, 6, 7]]), np.array([0]), out)

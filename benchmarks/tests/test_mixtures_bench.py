@@ -169,7 +169,7 @@ def test_mixture_batch_cost_times_both_ways_of_building_a_mixed_batch(tmp_path):
     assert row["joined"] and row["paths"]["per_component"]["parts_ms"]["component_parts"] > 0
     assert row["paths"]["joined"]["parts_ms"]["component_parts"] == 0  # joined: no component builds its own part
     assert row["paths"]["per_component"]["reads_per_batch"] > 0 and row["single_reads_per_batch"] > 0
-    # joined: each camera read across the components in one call (take_joined), fewer calls than per component
+    # joined: each camera read across the components in one call (join_field), fewer calls than per component
     assert 0 < row["paths"]["joined"]["reads_per_batch"] < row["paths"]["per_component"]["reads_per_batch"]
     assert "| compressed_cache |" in mixture_batch_cost.table(result)
 

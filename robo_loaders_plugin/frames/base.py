@@ -12,7 +12,6 @@ from __future__ import annotations
 import abc
 import dataclasses
 from collections.abc import Sequence
-from typing import NamedTuple
 
 import numpy as np
 
@@ -40,22 +39,29 @@ class FieldInfo:
     frames: bool  # camera frames: stored compressed/decoded per step, copied row by row
 
 
-class JoinedRead(NamedTuple):
-    """One source's part of a read of one field across several sources (:meth:`FrameSource.take_joined`).
+class JoinedField(abc.ABC):
+    """One field of several frame sources of one class, read as one (:meth:`FrameSource.join_field`): a mixture's
+    camera across all its components.
 
-    Attributes:
-        source: The frame source read.
-        field: The field's name in that source.
-        episodes: (b,) its episode indices.
-        steps: (b,) or (b, T) step indices within each row's episode.
-        rows: (b,) where its rows go in the output's first axis.
+    Built once per field (in each process), so what a read across the parts needs (where each part's frames lie,
+    which were checked) is laid out once, and a batch is located with a few numpy calls over all its rows instead
+    of a few per part (measured: docs/benchmarks.md, *Where a mixed batch's time goes*).
     """
 
-    source: FrameSource
-    field: str
-    episodes: np.ndarray
-    steps: np.ndarray
-    rows: np.ndarray
+    @abc.abstractmethod
+    def take(self, parts: np.ndarray, episodes: np.ndarray, steps: np.ndarray, rows: np.ndarray, out) -> None:
+        """``out[rows[b], ...] = parts[b]``'s field at ``(episodes[b], steps[b, ...])``, for every ``b``.
+
+        Args:
+            parts: (B,) each row's part: an index into the ``parts`` the field was joined from.
+            episodes: (B,) each row's episode in its part's source.
+            steps: (B,) or (B, T) step indices within each row's episode.
+            rows: (B,) distinct rows of ``out`` to write.
+            out: The destination, ``(N,) + steps.shape[1:] + step shape`` of the field's dtype, C-contiguous.
+
+        Raises:
+            IndexError: a step outside its part's rows, where the parts' class checks it.
+        """
 
 
 class FrameSource(abc.ABC):
@@ -144,27 +150,27 @@ class FrameSource(abc.ABC):
         return {f: self.gather(f, episodes, steps, pool) for f in fields}
 
     @classmethod
-    def take_joined(cls, reads: Sequence[JoinedRead], out: np.ndarray) -> bool:
-        """Several sources' reads of one field into one output in one call, when the sources can: for each read,
-        ``out[read.rows] = read.source``'s ``read.field`` at ``(read.episodes, read.steps)``. Called on the class
-        of every read's source (a mixture's joined batch: one read per component, ``mixtures.joined_frames``).
+    def join_field(cls, parts: Sequence[tuple[FrameSource, str]]) -> JoinedField | None:
+        """One field of several sources of this class as one reader (a mixture's camera across its components,
+        ``mixtures.joined_frames``), or ``None`` to decline. Called once per field and process, on the class of every
+        part's source.
 
         Why a hook of its own: a batch of a mixture reads each camera from ~25 components' sources, a few frames
-        each, and a source whose reads carry per-call bookkeeping (a decoder and a layout buffer set up, frames
-        put back in their layout, rows located) pays it once per component; a class that holds its frames the same
-        way in every source can set that up once for all of them (measured: docs/benchmarks.md, *Where a mixed
-        batch's time goes*). This default declines, and the caller reads each source by
-        :meth:`gather_fields`.
+        each, and a source whose reads carry per-call bookkeeping (a decoder and a layout buffer set up, frames put
+        back in their layout, rows located) pays it once per component; a class that holds its frames the same way
+        in every source can lay them out once for all of them and read a batch in one call (measured:
+        docs/benchmarks.md, *Where a mixed batch's time goes*). This default declines, and the caller reads each
+        source by :meth:`gather_fields`.
 
         Args:
-            reads: The reads, every ``read.source`` of this class; their ``rows`` disjoint.
-            out: The destination, ``(B, ...) + step shape`` of the field's dtype, C-contiguous.
+            parts: ``(source, field)`` pairs, every source of this class: the field's name in that source.
 
         Returns:
-            Whether the reads were done (``False``: nothing was written; read each source on its own).
+            A :class:`JoinedField`, or ``None`` when the sources cannot be read as one (this class, or the sources
+            hold the field in different dtypes, shapes or layouts).
         """
-        del reads, out
-        return False
+        del parts
+        return None
 
 
 def gather(source: FrameSource, field: str, episodes, steps, pool=None):
@@ -289,6 +295,22 @@ def copy_windows(values, local: np.ndarray, out: np.ndarray, at: np.ndarray) -> 
         contiguous = (local[:, -1] - first == T - 1).tolist()
         for r, lo, whole, row in zip(at.tolist(), first.tolist(), contiguous, local):
             out[r] = values[lo : lo + T] if whole else values[row]
+
+
+def runs(keys: np.ndarray) -> list[tuple[int, int, int]]:
+    """``(key, start, end)`` of each run of equal values in ``keys`` (sorted: one run per key), for a joined read's
+    loop over its parts (:class:`JoinedField`).
+
+    Args:
+        keys: (N,) integer keys, equal ones adjacent.
+
+    Returns:
+        The runs, in order.
+    """
+    if not keys.size:
+        return []
+    cuts = [0, *(np.flatnonzero(keys[1:] != keys[:-1]) + 1).tolist(), keys.size]
+    return list(zip(keys[cuts[:-1]].tolist(), cuts[:-1], cuts[1:]))
 
 
 def broadcast_episodes(episodes: np.ndarray, steps: np.ndarray) -> np.ndarray:

@@ -18,7 +18,7 @@ import torch
 
 from robo_loaders_plugin.core.log import get_logger
 from robo_loaders_plugin.core.units import format_bytes
-from robo_loaders_plugin.frames.base import FieldInfo, FrameSource, JoinedRead
+from robo_loaders_plugin.frames.base import FieldInfo, FrameSource
 
 logger = get_logger(__name__)
 
@@ -38,9 +38,9 @@ class JoinedFrames(FrameSource):
     rows (:meth:`keep_low_dim`), read once through each component's own frame source (checked as every read of it
     is): a batch then reads each of them with one index over all components, where it read them with one call per
     component, ~30 us each, most of a small-frame mixture's batch (``benchmarks/mixture_batch_cost.py``). A camera
-    is read across all components in one call where their sources' class can (``FrameSource.take_joined``: a
-    store's class may decode every component's frames in one loop, or copy held rows straight into the batch), else
-    once per component.
+    is read across all components in one call where their sources' class joins it (``FrameSource.join_field``: a
+    store's class may lay out every component's frames once and decode a batch's in one loop, or copy held rows
+    straight into the batch), else once per component.
 
     Args:
         sources: Each component's frame source.
@@ -66,6 +66,7 @@ class JoinedFrames(FrameSource):
         self.widths = dict(widths)
         self._infos: dict[str, FieldInfo] = {}
         self.tables: dict[str, np.ndarray] = {}  # kept low-dim fields, one row per joined row (keep_low_dim)
+        self._joined: dict[str, tuple | None] = {}  # cameras read as one (_joined_field)
         self.lengths = joined
 
     def low_dim_bytes(self, fields: Sequence[str]) -> int:
@@ -156,7 +157,7 @@ class JoinedFrames(FrameSource):
     def gather_fields(self, fields, episodes: np.ndarray, steps: np.ndarray, pool=None) -> dict:
         """The fields at joined (unit, step) pairs, written into the mixture's arrays (padding and missing keys as
         zeros): kept low-dim fields by one index into their tables, a camera by one read across the components
-        where their sources' class offers it (:meth:`FrameSource.take_joined`), anything else by one
+        where their sources' class joins it (:meth:`FrameSource.join_field`), anything else by one
         ``gather_fields`` of each component's rows.
 
         Args:
@@ -186,9 +187,11 @@ class JoinedFrames(FrameSource):
             info = self.info(f)
             shape = tuple(steps.shape) + tuple(info.shape)
             out[f] = pool.empty(shape, info.dtype) if pool is not None else np.empty(shape, info.dtype)
+        fields = [f for f in fields if not self._read_joined(f, comp, units, steps, out[f])]
+        if not fields:
+            return out
         sels = {k: np.flatnonzero(comp == k) for k in np.unique(comp).tolist()}
-        fields = [f for f in fields if not self._take_joined(f, units, steps, sels, out[f])]
-        for k, sel in sels.items() if fields else ():
+        for k, sel in sels.items():
             own = self.fields[k]
             mine = [f for f in fields if f in own]
             values = (
@@ -213,24 +216,45 @@ class JoinedFrames(FrameSource):
                     dest[sel] = value
         return out
 
-    def _take_joined(self, field: str, units, steps, sels: dict, out: np.ndarray) -> bool:
-        """A camera of every component read in one call where their sources' class can
-        (:meth:`FrameSource.take_joined`), the rows of components without it zeros; ``False``: read per
-        component."""
-        if not self.info(field).frames:
+    def _joined_field(self, field: str):
+        """``(reader, each component's part or -1)`` of a camera read across all components as one
+        (:meth:`FrameSource.join_field`, built at its first read in each process), or ``None`` where the
+        components' sources decline or are of several classes."""
+        if field not in self._joined:
+            have = [k for k, own in enumerate(self.fields) if field in own]
+            kinds = {type(self.sources[k]) for k in have}
+            reader = None
+            if self.info(field).frames and len(kinds) == 1:
+                reader = kinds.pop().join_field([(self.sources[k], self.fields[k][field]) for k in have])
+            part = np.full(len(self.sources), -1, dtype=np.int64)
+            part[have] = np.arange(len(have))
+            self._joined[field] = None if reader is None else (reader, part)
+        return self._joined[field]
+
+    def _read_joined(self, field: str, comp: np.ndarray, units, steps, out: np.ndarray) -> bool:
+        """A camera of every component read in one call where their sources' class joins it
+        (:meth:`_joined_field`), the rows of components without it zeros; ``False``: read per component."""
+        joined = self._joined_field(field)
+        if joined is None:
             return False
-        reads = [
-            JoinedRead(self.sources[k], self.fields[k][field], units[sel] - self.unit_offsets[k], steps[sel], sel)
-            for k, sel in sels.items()
-            if field in self.fields[k]
-        ]
-        kinds = {type(r.source) for r in reads}
-        if len(kinds) != 1 or not kinds.pop().take_joined(reads, out):
-            return False
-        for k, sel in sels.items():
-            if field not in self.fields[k]:
-                out[sel] = 0
+        reader, part_of = joined
+        parts = part_of[comp]
+        missing = parts < 0
+        if missing.any():
+            rows = np.flatnonzero(~missing)
+            out[missing] = 0
+            if not rows.size:
+                return True
+            parts, units, steps, comp = parts[rows], units[rows], steps[rows], comp[rows]
+        else:
+            rows = np.arange(parts.size)
+        reader.take(parts, units - self.unit_offsets[comp], steps, rows, out)
         return True
+
+    def __getstate__(self):  # the joined readers hold per-process views (mapped files): built again where used
+        state = self.__dict__.copy()
+        state["_joined"] = {}
+        return state
 
 
 def keep_low_dim_within_budget(frames: JoinedFrames, fields: Sequence[str]) -> list[str]:

@@ -175,19 +175,18 @@ class StoreFrames(FrameSource):
         return self.inner.gather_fields(fields, episodes, steps, pool)
 
     @classmethod
-    def take_joined(cls, reads, out) -> bool:
-        """See :meth:`FrameSource.take_joined`: the stores' own, when every read's store is of one class.
+    def join_field(cls, parts):
+        """See :meth:`FrameSource.join_field`: the stores' own, when every part's store is of one class.
 
         Args:
-            reads: The reads (``frames.base.JoinedRead``), every source a ``StoreFrames``.
-            out: The destination.
+            parts: ``(source, field)`` pairs, every source a ``StoreFrames``.
 
         Returns:
-            Whether the stores' class read them all.
+            The stores' class's joined reader, or ``None``.
         """
-        inner = [r._replace(source=r.source.inner) for r in reads]
-        kinds = {type(r.source) for r in inner}
-        return len(kinds) == 1 and kinds.pop().take_joined(inner, out)
+        inner = [(source.inner, field) for source, field in parts]
+        kinds = {type(source) for source, _ in inner}
+        return kinds.pop().join_field(inner) if len(kinds) == 1 else None
 
     def close(self) -> None:
         """Close the store's frame source (its ``close()``) and refuse reads afterwards, naming the store."""

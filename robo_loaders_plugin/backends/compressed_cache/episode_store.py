@@ -741,7 +741,7 @@ class EpisodeStore:
         """:meth:`decode_frames`' loop, into an output set up by the caller: the frames land in ``served``'s rows
         at its next ``flush()``.
 
-        Why apart: a mixture's joined read (``CompressedFrames.take_joined``) decodes the frames of several stores
+        Why apart: a mixture's joined read (``frames.JoinedStores``) decodes the frames of several stores
         into one output, set up and put back in its layout once for all of them.
 
         Args:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from robo_loaders_plugin.backends.compressed_cache.episode_store import EpisodeStore, StoreError
-from robo_loaders_plugin.frames.base import FieldInfo, FrameSource, broadcast_episodes
+from robo_loaders_plugin.frames.base import FieldInfo, FrameSource, JoinedField, broadcast_episodes, runs
 from robo_loaders_plugin.storage import frame_layout
 from robo_loaders_plugin.storage.codec import FrameCodec
 
@@ -204,53 +204,24 @@ class CompressedFrames(FrameSource):
         return fresh, todo, blobs
 
     @classmethod
-    def take_joined(cls, reads, out) -> bool:
-        """See :meth:`FrameSource.take_joined`: the frames of every read's store decoded in one loop into ``out``
-        and put back in their served layout once (one ``ServedRows``), where a read per store set that up and
-        flushed it each time (~90 us a read; ``benchmarks/mixture_batch_cost.py``). Each store's blobs are checked
-        and each frame's checksum verified as :meth:`take` does.
+    def join_field(cls, parts) -> JoinedStores | None:
+        """See :meth:`FrameSource.join_field`: the field's blobs in every part's store laid out as one
+        (:class:`JoinedStores`).
 
         Args:
-            reads: The reads (``frames.base.JoinedRead``), every source a ``CompressedFrames``.
-            out: The destination.
+            parts: ``(source, field)`` pairs, every source a ``CompressedFrames``.
 
         Returns:
-            ``False`` (nothing read) when the field is not camera frames in every store, or the stores hold it in
-            different dtypes, shapes or layouts; else ``True``.
+            The joined reader, or ``None`` when the field is not camera frames in every store, or the stores hold
+            it in different dtypes, shapes or stored layouts.
         """
-        if not reads:
-            return True
-        infos = [r.source.info(r.field) for r in reads]
-        if not all(i.frames for i in infos) or len({(np.dtype(i.dtype), tuple(i.shape)) for i in infos}) != 1:
-            return False
-        layouts = [r.source._frames_layout(r.field) for r in reads]
-        if len({lay[5] for lay in layouts}) != 1:
-            return False
-        flat_out = out.reshape((-1,) + tuple(infos[0].shape))
-        served = frame_layout.ServedRows(flat_out, layouts[0][5])
-        decompress = FrameCodec.decoder_into(flat_out, shared=True)  # mapped files
-        repeats = []
-        for r, (starts, ends, _, _, sums, _) in zip(reads, layouts):
-            steps = np.asarray(r.steps)
-            fresh, todo, blobs = r.source._fresh_blobs(r.field, np.asarray(r.episodes), steps)
-            T = steps.shape[-1] if steps.ndim > 1 else 1
-            at = (np.asarray(r.rows, dtype=np.int64)[:, None] * T + np.arange(T)).reshape(-1)
-            r.source.store.decode_into(
-                served,
-                decompress,
-                starts[blobs].tolist(),
-                ends[blobs].tolist(),
-                at[todo].tolist(),
-                sums=sums[blobs].tolist(),
-                frames=blobs,
-                key=r.field,
-            )
-            if len(todo) < fresh.size:
-                repeats.append((fresh, at))
-        served.flush()
-        for fresh, at in repeats:
-            _repeat_padding(flat_out, fresh, at)
-        return True
+        infos = [source.info(field) for source, field in parts]
+        if not parts or not all(i.frames for i in infos):
+            return None
+        if len({(np.dtype(i.dtype), tuple(i.shape)) for i in infos}) != 1:
+            return None
+        layouts = {source.store.frame_layout(0, field) for source, field in parts}
+        return JoinedStores(parts, infos[0], layouts.pop()) if len(layouts) == 1 else None
 
     def _check_rows(self, field: str, episodes: np.ndarray, steps: np.ndarray) -> None:
         """Check the blocks of a raw field holding the rows just copied (``EpisodeStore.check_blocks``): per row of
@@ -279,6 +250,99 @@ class CompressedFrames(FrameSource):
                         spanned.update(range(a + 1, z))
                 blocks = spanned
         self.store.check_blocks(field, layout[:5], blocks)
+
+
+class JoinedStores(JoinedField):
+    """One camera of several compressed stores as one (:meth:`CompressedFrames.join_field`): every store's blob
+    table of the field (offsets, decoded sizes, checksums) concatenated once, so a mixture's batch finds, checks
+    and orders all its frames with a few numpy calls over the whole batch, then decodes each store's share in one
+    loop into the batch, put back in its served layout once (``frame_layout.ServedRows``).
+
+    Why: read one store at a time, a batch paid ~10 numpy calls, a decoder and a layout buffer per component it
+    touched, ~35 us each, where one dataset pays them once (``benchmarks/mixture_batch_cost.py``). Each blob is
+    still checked before its first decode and each frame against its checksum after, as :meth:`CompressedFrames.take`
+    does; a damaged frame is named by its file, episode, field and step.
+
+    Args:
+        parts: ``(source, field)`` pairs, every source a ``CompressedFrames`` holding the field as ``info`` says.
+        info: The field's dtype and step shape (one for all parts).
+        layout: How every store holds its frames (``EpisodeStore.frame_layout``).
+    """
+
+    def __init__(self, parts, info: FieldInfo, layout):
+        self.stores = [source.store for source, _ in parts]
+        self.fields = [field for _, field in parts]
+        self.step_shape, self.layout = tuple(info.shape), layout
+        tables = [source.store.blob_layout(field) + (source.store.frame_sums(field),) for source, field in parts]
+        counts = [len(t[0]) for t in tables]
+        self.blob_base = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)  # each part's first blob
+        self.starts, self.ends, self.expected, self.sums = (np.concatenate([t[i] for t in tables]) for i in range(4))
+        self.checked = np.zeros(int(self.blob_base[-1]), dtype=bool)
+        # each part's episodes' first blob, end to end; a part's first entry at episode_base[part]
+        self.first_blob = np.concatenate([self.blob_base[p] + source.starts for p, (source, _) in enumerate(parts)])
+        self.episode_base = np.concatenate([[0], np.cumsum([len(source.starts) for source, _ in parts])]).astype(
+            np.int64
+        )
+
+    def take(self, parts, episodes, steps, rows, out) -> None:
+        """See :meth:`JoinedField.take`.
+
+        Args:
+            parts: (B,) each row's part.
+            episodes: (B,) each row's episode in its part's store.
+            steps: (B,) or (B, T) step indices.
+            rows: (B,) the rows of ``out`` to write.
+            out: The destination.
+
+        Raises:
+            StoreError: what was read does not match its store's checksums; the message names the file, the
+                episode, the field and the frame.
+        """
+        steps = np.asarray(steps)
+        T = steps.shape[-1] if steps.ndim > 1 else 1
+        first = self.first_blob[self.episode_base[parts] + episodes]
+        g = (first[:, None] + steps.reshape(first.size, T)).reshape(-1)
+        fresh = np.empty(g.size, dtype=bool)  # a step repeating the one before it in its row is copied, not decoded
+        fresh[:1] = True
+        np.not_equal(g[1:], g[:-1], out=fresh[1:])
+        fresh[::T] = True
+        todo = fresh.nonzero()[0]
+        blobs = g[todo]
+        owner = np.repeat(parts, T)[todo]
+        order = np.argsort(owner, kind="stable")  # each store's blobs together: one decode loop per store
+        blobs, owner = blobs[order], owner[order]
+        local = blobs - self.blob_base[owner]  # the store's own frame numbers, to name a damaged one
+        new = ~self.checked[blobs]
+        if new.any():
+            self._check(blobs[new], owner[new], local[new])
+        at = (np.asarray(rows, dtype=np.int64)[:, None] * T + np.arange(T)).reshape(-1)
+        starts, ends, sums = self.starts[blobs].tolist(), self.ends[blobs].tolist(), self.sums[blobs].tolist()
+        dest = at[todo][order].tolist()
+        flat_out = out.reshape((-1,) + self.step_shape)
+        served = frame_layout.ServedRows(flat_out, self.layout)
+        decompress = FrameCodec.decoder_into(flat_out, shared=True)  # mapped files
+        for p, a, z in runs(owner):
+            self.stores[p].decode_into(
+                served,
+                decompress,
+                starts[a:z],
+                ends[a:z],
+                dest[a:z],
+                sums=sums[a:z],
+                frames=local[a:z],
+                key=self.fields[p],
+            )
+        served.flush()
+        _repeat_padding(flat_out, fresh, at)
+
+    def _check(self, blobs: np.ndarray, owner: np.ndarray, local: np.ndarray) -> None:
+        """Check blobs not read before (``EpisodeStore.check_blobs``), per store, then mark them checked."""
+        for p, a, z in runs(owner):
+            b = blobs[a:z]
+            self.stores[p].check_blobs(
+                self.fields[p], self.starts[b], self.ends[b], self.expected[b], frames=local[a:z], sums=self.sums[b]
+            )
+        self.checked[blobs] = True
 
 
 def _repeat_padding(flat_out: np.ndarray, fresh: np.ndarray, at: np.ndarray | None) -> None:

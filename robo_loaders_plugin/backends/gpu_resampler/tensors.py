@@ -16,7 +16,7 @@ import torch
 
 from robo_loaders_plugin.core.errors import BackendOptionError
 from robo_loaders_plugin.core.log import get_logger
-from robo_loaders_plugin.frames.base import FieldInfo, FrameSource, broadcast_episodes
+from robo_loaders_plugin.frames.base import FieldInfo, FrameSource, JoinedField, broadcast_episodes, runs
 
 logger = get_logger(__name__)
 
@@ -275,55 +275,29 @@ class TensorFrames(FrameSource):
         return torch.from_numpy(arr.reshape(steps_shape + arr.shape[1:]))
 
     @classmethod
-    def take_joined(cls, reads, out) -> bool:
-        """See :meth:`FrameSource.take_joined`: on the CPU, each read's rows copied from its held host array
-        straight into its rows of ``out``, where a read per source gathered into an array of its own that the
-        mixture then copied into the batch (the rows found and checked per read as :meth:`gather_fields` does). A
-        read whose rows are not all in one host array (a compressed tier) is gathered by :meth:`gather_fields` and
-        copied in.
+    def join_field(cls, parts) -> JoinedHostRows | None:
+        """See :meth:`FrameSource.join_field`: on the CPU, every part's held host rows copied straight into the
+        batch (:class:`JoinedHostRows`).
 
         Args:
-            reads: The reads (``frames.base.JoinedRead``), every source a ``TensorFrames``.
-            out: The destination (numpy).
+            parts: ``(source, field)`` pairs, every source a ``TensorFrames``.
 
         Returns:
-            ``False`` (nothing read) when a source serves batches on a GPU or the sources hold the field in
-            different dtypes or step shapes; else ``True``.
-
-        Raises:
-            IndexError: a pair outside a source's held rows.
+            The joined reader, or ``None`` when a source serves batches on a GPU or the sources hold the field in
+            different dtypes or step shapes.
         """
-        if not reads:
-            return True
-        infos = [r.source.info(r.field) for r in reads]
-        if (
-            any(r.source.output_device.type != "cpu" for r in reads)
-            or len({(np.dtype(i.dtype), tuple(i.shape)) for i in infos}) != 1
-        ):
-            return False
-        flat = out.reshape((-1,) + tuple(infos[0].shape))
-        for r in reads:
-            src, steps = r.source, np.asarray(r.steps)
-            T = steps.shape[-1] if steps.ndim > 1 else 1
-            at = (np.asarray(r.rows, dtype=np.int64)[:, None] * T + np.arange(T)).reshape(-1)
-            base = src.starts[np.asarray(r.episodes)]
-            rows = (base.reshape(base.shape + (1,) * (steps.ndim - 1)) + steps).reshape(-1)
-            if rows.size and (int(rows.min()) < 0 or int(rows.max()) >= src.total_rows):
-                raise IndexError(f"rows {int(rows.min())}..{int(rows.max())} outside the {src.total_rows} rows held")
-            held = src._host_rows(r.field, rows)
-            if held is not None:
-                array, first = held
-                flat[at] = array[rows - first]
-            else:
-                value = src.gather_fields((r.field,), r.episodes, steps)[r.field]
-                flat[at] = np.asarray(value).reshape((-1,) + flat.shape[1:])
-        return True
+        infos = [source.info(field) for source, field in parts]
+        if not parts or any(source.output_device.type != "cpu" for source, _ in parts):
+            return None
+        if len({(np.dtype(i.dtype), tuple(i.shape)) for i in infos}) != 1:
+            return None
+        return JoinedHostRows(parts, infos[0])
 
-    def _host_rows(self, field: str, rows: np.ndarray):
-        """``(array, first row)``: the host array holding every one of ``rows`` of ``field`` and the held row of
-        its first element, or ``None`` (:meth:`take_joined`)."""
+    def _host_span(self, field: str) -> tuple[np.ndarray, int, int] | None:
+        """``(array, first, end)``: the host array holding held rows ``first..end-1`` of ``field`` (its element 0 is
+        row ``first``), or ``None`` when no host array holds it (:class:`JoinedHostRows`)."""
         arrays = self._host_arrays
-        return (arrays[field], 0) if field in arrays else None
+        return (arrays[field], 0, self.total_rows) if field in arrays else None
 
     @functools.cached_property
     def _host_arrays(self) -> dict:
@@ -360,3 +334,62 @@ class TensorFrames(FrameSource):
             out: A numpy array of ``steps.shape + step shape``, written in place.
         """
         out[...] = self.gather(field, episodes, steps).cpu().numpy()
+
+
+class JoinedHostRows(JoinedField):
+    """One field of several ``TensorFrames`` on the CPU as one (:meth:`TensorFrames.join_field`): a batch's rows of
+    every part located and checked with a few numpy calls over the whole batch, then each part's rows copied from
+    its host array straight into the batch (one fancy index a part), where a read per part located and checked its
+    rows on its own (``benchmarks/mixture_batch_cost.py``). A part whose rows are not all in its host array (a
+    compressed tier) is read by its own ``gather_fields`` and copied in.
+
+    Args:
+        parts: ``(source, field)`` pairs, every source a ``TensorFrames`` on the CPU.
+        info: The field's dtype and step shape (one for all parts).
+    """
+
+    def __init__(self, parts, info: FieldInfo):
+        self.sources = [source for source, _ in parts]
+        self.fields = [field for _, field in parts]
+        self.step_shape = tuple(info.shape)
+        self.first_row = np.concatenate([source.starts for source in self.sources]).astype(np.int64)
+        self.episode_base = np.concatenate([[0], np.cumsum([len(s.starts) for s in self.sources])]).astype(np.int64)
+        self.total_rows = np.array([source.total_rows for source in self.sources], dtype=np.int64)
+
+    def take(self, parts, episodes, steps, rows, out) -> None:
+        """See :meth:`JoinedField.take`.
+
+        Args:
+            parts: (B,) each row's part.
+            episodes: (B,) each row's episode in its part's source.
+            steps: (B,) or (B, T) step indices.
+            rows: (B,) the rows of ``out`` to write.
+            out: The destination (numpy).
+
+        Raises:
+            IndexError: a pair outside its part's held rows.
+        """
+        steps = np.asarray(steps)
+        T = steps.shape[-1] if steps.ndim > 1 else 1
+        held = self.first_row[self.episode_base[parts] + episodes][:, None] + steps.reshape(len(parts), T)
+        outside = (held < 0) | (held >= self.total_rows[parts][:, None])
+        if outside.any():
+            b = int(np.flatnonzero(outside.any(axis=1))[0])
+            raise IndexError(
+                f"{self.fields[parts[b]]}: rows {int(held[b].min())}..{int(held[b].max())} outside the "
+                f"{int(self.total_rows[parts[b]])} rows held"
+            )
+        order = np.argsort(parts, kind="stable")  # each part's rows together: one copy a part
+        owner = parts[order]
+        held = held[order]
+        dest = (np.asarray(rows, dtype=np.int64)[order, None] * T + np.arange(T)).reshape(-1)
+        flat = out.reshape((-1,) + self.step_shape)
+        for p, a, z in runs(owner):
+            source, field, mine = self.sources[p], self.fields[p], held[a:z].reshape(-1)
+            span = source._host_span(field)
+            if span is not None and span[1] <= int(mine.min()) and int(mine.max()) < span[2]:
+                flat[dest[a * T : z * T]] = span[0][mine - span[1]]
+            else:
+                sel = order[a:z]
+                value = source.gather_fields((field,), episodes[sel], steps[sel])[field]
+                flat[dest[a * T : z * T]] = np.asarray(value).reshape((-1,) + self.step_shape)

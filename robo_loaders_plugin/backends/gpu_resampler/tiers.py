@@ -631,15 +631,14 @@ class TieredFrames(TensorFrames):
         )
         logger.warning(f"gpu_resampler: spilled while filling episode {ep}: {self.spilled_while_filling}")
 
-    def _host_rows(self, field: str, rows: np.ndarray):
-        """See :meth:`TensorFrames._host_rows`: a camera's rows when every one is in the uncompressed host tier (the
-        entry's mapped rows or the filled ones); the untiered fields as :class:`TensorFrames` holds them."""
+    def _host_span(self, field: str):
+        """See :meth:`TensorFrames._host_span`: a camera's uncompressed host tier (the entry's mapped rows or the
+        filled ones); the untiered fields as :class:`TensorFrames` holds them."""
         if field not in self.parts:
-            return super()._host_rows(field, rows)
-        raw = self.parts[field][1]
-        if raw is None or not rows.size or not self.dev_rows <= int(rows.min()) <= int(rows.max()) < self.raw_rows:
+            return super()._host_span(field)
+        if self.parts[field][1] is None:
             return None
-        return self._raw_arrays[field], self.dev_rows
+        return self._raw_arrays[field], self.dev_rows, self.raw_rows
 
     def _gather_rows(self, field, rows: np.ndarray, steps_shape: tuple, pool) -> torch.Tensor:
         """``field`` at held rows ``rows`` (:meth:`TensorFrames.gather`), each row read from its tier: device rows
