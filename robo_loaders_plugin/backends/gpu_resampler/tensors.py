@@ -370,6 +370,8 @@ class JoinedHostRows(JoinedField):
             IndexError: a pair outside its part's held rows.
         """
         steps = np.asarray(steps)
+        if not len(parts):
+            return
         T = steps.shape[-1] if steps.ndim > 1 else 1
         held = self.first_row[self.episode_base[parts] + episodes][:, None] + steps.reshape(len(parts), T)
         outside = (held < 0) | (held >= self.total_rows[parts][:, None])
@@ -380,16 +382,21 @@ class JoinedHostRows(JoinedField):
                 f"{int(self.total_rows[parts[b]])} rows held"
             )
         order = np.argsort(parts, kind="stable")  # each part's rows together: one copy a part
-        owner = parts[order]
-        held = held[order]
-        dest = (np.asarray(rows, dtype=np.int64)[order, None] * T + np.arange(T)).reshape(-1)
+        groups = runs(parts[order])
+        held, dest = held[order], (np.asarray(rows, dtype=np.int64)[order, None] * T + np.arange(T)).reshape(-1)
+        # where each part's host array holds its rows, asked at every read: sharing a source's host memory with
+        # workers moves it (``share_host``), and a view kept here would outlive it
+        spans = [self.sources[p]._host_span(self.fields[p]) for p, _, _ in groups]
+        counts = [z - a for _, a, z in groups]
+        lo = np.repeat([s[1] if s is not None else 0 for s in spans], counts)[:, None]
+        hi = np.repeat([s[2] if s is not None else 0 for s in spans], counts)[:, None]
+        held_rows = np.logical_and.reduceat(((held >= lo) & (held < hi)).all(axis=1), [a for _, a, _ in groups])
+        local = (held - lo).reshape(-1)
         flat = out.reshape((-1,) + self.step_shape)
-        for p, a, z in runs(owner):
-            source, field, mine = self.sources[p], self.fields[p], held[a:z].reshape(-1)
-            span = source._host_span(field)
-            if span is not None and span[1] <= int(mine.min()) and int(mine.max()) < span[2]:
-                flat[dest[a * T : z * T]] = span[0][mine - span[1]]
-            else:
+        for (p, a, z), span, all_held in zip(groups, spans, held_rows.tolist()):
+            if span is not None and all_held:
+                flat[dest[a * T : z * T]] = span[0][local[a * T : z * T]]
+            else:  # some rows in another tier: the source's own read
                 sel = order[a:z]
-                value = source.gather_fields((field,), episodes[sel], steps[sel])[field]
+                value = self.sources[p].gather_fields((self.fields[p],), episodes[sel], steps[sel])[self.fields[p]]
                 flat[dest[a * T : z * T]] = np.asarray(value).reshape((-1,) + self.step_shape)
