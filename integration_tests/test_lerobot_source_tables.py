@@ -119,7 +119,8 @@ def test_tables_read_directly_rereads_a_changed_file_and_reads_big_data_as_lerob
     lerobot_datasets, tmp_path, monkeypatch
 ):
     """Within one block a file is read once while it is unchanged (the factory's and the dataset's metadata): an
-    edited file is read again (control: the unchanged file is the same table object); a ``data/`` past
+    edited file is read again, its table and its column names (control: the unchanged file is the same table
+    object, the same names); a ``data/`` past
     ``DIRECT_DATA_BYTES`` is LeRobot's own read, memory-mapped from its datasets cache."""
     from lerobot.datasets.io_utils import load_nested_dataset
 
@@ -134,6 +135,11 @@ def test_tables_read_directly_rereads_a_changed_file_and_reads_big_data_as_lerob
         edited = first.slice(0, 0)
         pq.write_table(edited, tasks)
         assert reads.read(tasks).num_rows == 0 != first.num_rows
+        episodes = sorted((root / "meta" / "episodes").glob("*/*.parquet"))[0]
+        names = reads.column_names(episodes)
+        assert reads.column_names(episodes) == names and "length" in names  # control: unchanged, the same names
+        pq.write_table(pq.read_table(episodes).drop_columns(["length"]), episodes)
+        assert reads.column_names(episodes) == [n for n in names if n != "length"]  # edited: its schema read again
         monkeypatch.setattr(compat, "DIRECT_DATA_BYTES", 0)
         big = reads.data(root / "data", original=load_nested_dataset)
         assert big.cache_files  # LeRobot's read

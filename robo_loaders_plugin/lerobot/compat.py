@@ -334,6 +334,14 @@ def tables_only():
 DIRECT_DATA_BYTES = 64 << 20
 
 
+def _file_key(path) -> tuple:
+    """A file as it is now: its name, size, mtime and inode (an edit or a replacement changes one of them)."""
+    import os
+
+    st = os.stat(path)
+    return (os.fspath(path), st.st_size, st.st_mtime_ns, st.st_ino)
+
+
 class ParquetReads:
     """Parquet files read with pyarrow, each file once while its name, size, mtime and inode stay the same.
 
@@ -356,16 +364,31 @@ class ParquetReads:
         Returns:
             A ``pyarrow.Table``.
         """
-        import os
 
         import pyarrow.parquet as pq
 
-        st = os.stat(path)
-        key = (os.fspath(path), st.st_size, st.st_mtime_ns, st.st_ino, None if columns is None else tuple(columns))
+        key = _file_key(path) + (None if columns is None else tuple(columns),)
         table = self._tables.get(key)
         if table is None:
             table = self._tables[key] = pq.ParquetFile(path).read(columns=columns)
         return table
+
+    def column_names(self, path) -> list[str]:
+        """The column names of ``path``, from an earlier read of its schema while the file is as it is now.
+
+        Args:
+            path: A parquet file.
+
+        Returns:
+            The names, in the file's order.
+        """
+        import pyarrow.parquet as pq
+
+        key = _file_key(path) + ("schema",)
+        names = self._tables.get(key)
+        if names is None:
+            names = self._tables[key] = pq.read_schema(path).names
+        return list(names)
 
     def episodes(self, root):
         """``meta/episodes`` as LeRobot's ``load_episodes`` gives it (a ``datasets.Dataset`` of every column but the
@@ -390,14 +413,13 @@ class ParquetReads:
 
         import datasets
         import pyarrow as pa
-        import pyarrow.parquet as pq
 
         paths = sorted((Path(root) / "meta" / "episodes").glob("*/*.parquet"))
         if not paths:
             raise FileNotFoundError(
                 f"Provided directory does not contain any parquet file: {Path(root) / 'meta/episodes'}"
             )
-        columns = [name for name in pq.read_schema(paths[0]).names if not name.startswith("stats/")]
+        columns = [name for name in self.column_names(paths[0]) if not name.startswith("stats/")]
         table = pa.concat_tables([self.read(path, columns) for path in paths])
         # a fingerprint of its own (datasets would hash the whole table with dill, ~70 ms a component): a table held
         # in memory has no cache files for a fingerprint to find again
