@@ -190,11 +190,7 @@ class CompressedFrames(FrameSource):
         starts, ends, expected, checked, sums, _ = self._frames_layout(field)
         base = self.starts[episodes]
         g = (base.reshape(base.shape + (1,) * (steps.ndim - 1)) + steps).reshape(-1)
-        T = steps.shape[-1] if steps.ndim > 1 else 1
-        fresh = np.empty(g.size, dtype=bool)
-        fresh[:1] = True
-        np.not_equal(g[1:], g[:-1], out=fresh[1:])
-        fresh[::T] = True  # every row decodes its first step
+        fresh = _fresh(g, steps.shape[-1] if steps.ndim > 1 else 1)
         todo = fresh.nonzero()[0]
         blobs = g[todo]
         new = blobs[~checked[blobs]]
@@ -302,10 +298,7 @@ class JoinedStores(JoinedField):
         T = steps.shape[-1] if steps.ndim > 1 else 1
         first = self.first_blob[self.episode_base[parts] + episodes]
         g = (first[:, None] + steps.reshape(first.size, T)).reshape(-1)
-        fresh = np.empty(g.size, dtype=bool)  # a step repeating the one before it in its row is copied, not decoded
-        fresh[:1] = True
-        np.not_equal(g[1:], g[:-1], out=fresh[1:])
-        fresh[::T] = True
+        fresh = _fresh(g, T)
         todo = fresh.nonzero()[0]
         blobs = g[todo]
         owner = np.repeat(parts, T)[todo]
@@ -343,6 +336,16 @@ class JoinedStores(JoinedField):
                 self.fields[p], self.starts[b], self.ends[b], self.expected[b], frames=local[a:z], sums=self.sums[b]
             )
         self.checked[blobs] = True
+
+
+def _fresh(blobs: np.ndarray, T: int) -> np.ndarray:
+    """Which of a read's steps (rows of ``T`` blobs, end to end) decode their blob: each row's first, and every
+    step not repeating the one before it in its row (padding repeats a step: copied after decoding instead)."""
+    fresh = np.empty(blobs.size, dtype=bool)
+    fresh[:1] = True
+    np.not_equal(blobs[1:], blobs[:-1], out=fresh[1:])
+    fresh[::T] = True
+    return fresh
 
 
 def _repeat_padding(flat_out: np.ndarray, fresh: np.ndarray, at: np.ndarray | None) -> None:
