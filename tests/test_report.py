@@ -72,3 +72,43 @@ def test_the_caption_says_when_each_row_is_the_median_of_several_runs():
     assert one == "batch 64, delta_timestamps diffusion, 2 workers, 200 timed batches"
     three = tables.settings_caption({"_kind": "bench", "settings": dict(settings, repeats=3)})
     assert three == one + ", median of 3 runs per backend"
+
+
+def test_a_result_says_the_machines_load_and_the_code_it_measured():
+    """Issue 45: a committed table records how busy the machine was and which commit ran, so that no table is read
+    as describing code it predates."""
+    import subprocess
+
+    from robo_loaders_plugin.bench.report import code_version
+    from robo_loaders_plugin.bench.runner import median_run
+
+    runs = [
+        {"samples_per_s": 100.0, "load_1min": [1.2, 1.5]},
+        {"samples_per_s": 200.0, "load_1min": [0.9, 3.4]},
+        {"samples_per_s": 300.0, "load_1min": [1.1, 1.3]},
+    ]
+    assert median_run(runs)["load_1min"] == [0.9, 3.4]  # every run's load, not only the median run's
+    payload = {
+        "_kind": "bench",
+        "settings": {"batch_size": 64},
+        "results": [median_run(runs), {"samples_per_s": 5.0, "load_1min": [0.4, 0.7]}],
+        "code": "abc1234",
+    }
+    assert tables.settings_caption(payload) == "batch 64, 1-min load 0.4-3.4, code abc1234"
+    # control: a result without them (written before) says neither
+    assert (
+        tables.settings_caption(
+            {"_kind": "bench", "settings": {"batch_size": 64}, "results": [runs[0] | {"load_1min": None}]}
+        )
+        == "batch 64"
+    )
+    head = subprocess.run(
+        ["git", "-C", os.path.dirname(tables.__file__), "rev-parse", "--short=7", "HEAD"],
+        capture_output=True,
+        text=True,
+    )
+    version = code_version()
+    if head.returncode != 0:  # an installed copy outside a checkout
+        assert version is None
+    else:
+        assert version is not None and version.split("-")[0] == head.stdout.strip()

@@ -10,7 +10,7 @@ import numpy as np
 from tabulate import tabulate
 
 from robo_loaders_plugin.bench.conversion import conversion_table, dir_bytes, time_conversions
-from robo_loaders_plugin.bench.report import add_ratios, machine
+from robo_loaders_plugin.bench.report import add_ratios, code_version, machine
 from robo_loaders_plugin.bench.runner import (
     FRESH_CACHE,
     USER_CACHE,
@@ -219,6 +219,7 @@ def bench_lerobot(
         "framework": "lerobot",
         "settings": common,
         "machine": machine(),
+        "code": code_version(),
         "results": results,
         "conversion": conversion,
         "memory_note": "peak_mem_bytes: peak PSS of the process tree plus its RAM-only cache files; "

@@ -26,6 +26,30 @@ def machine() -> dict:
     }
 
 
+def code_version() -> str | None:
+    """The commit of the package's checkout that ran the benchmark (short hash, ``-modified`` when tracked files
+    differ from it), so that a committed result says which code it measured; ``None`` outside a git checkout.
+
+    Returns:
+        The version string, or ``None``.
+    """
+    import subprocess
+
+    here = os.path.dirname(os.path.abspath(__file__))
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", "-C", here, *args], capture_output=True, text=True, timeout=30, check=True
+        ).stdout.strip()
+
+    try:
+        commit = git("rev-parse", "--short=7", "HEAD")
+        modified = git("status", "--porcelain", "--untracked-files=no")
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return commit + ("-modified" if modified else "")
+
+
 def add_ratios(results: list[dict], baselines: list[str], fields=("samples_per_s", "peak_mem_bytes")) -> None:
     """Add each result's ratios to the baselines measured in the same run, in place (``r["ratios"]``).
 

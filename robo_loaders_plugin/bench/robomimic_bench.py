@@ -6,7 +6,7 @@ import os
 import tempfile
 
 from robo_loaders_plugin.bench.conversion import conversion_table, time_conversions
-from robo_loaders_plugin.bench.report import add_ratios, machine, table
+from robo_loaders_plugin.bench.report import add_ratios, code_version, machine, table
 from robo_loaders_plugin.bench.runner import (
     FRESH_CACHE,
     USER_CACHE,
@@ -187,6 +187,7 @@ def bench_robomimic(
         "framework": "robomimic",
         "settings": dict(common, repeats=repeats, cache=FRESH_CACHE if fresh_cache else USER_CACHE),
         "machine": machine(),
+        "code": code_version(),
         "results": results,
         "conversion": conversion,
         "episode_mix_note": "mean over one shuffled pass of (distinct demos in a batch / batch size), from the "

@@ -94,8 +94,8 @@ def median_run(runs: list[dict]) -> dict:
         runs: One label's result rows, at least one.
 
     Returns:
-        The first failed run; else the only run; else a copy of the median run with ``samples_per_s_runs`` and,
-        when the runs have one, ``first_batch_s_runs``.
+        The first failed run; else the only run; else a copy of the median run with ``samples_per_s_runs``,
+        when the runs have one ``first_batch_s_runs``, and ``load_1min`` spanning every run's.
     """
     failed = [r for r in runs if r.get("error")]
     if failed or len(runs) == 1:
@@ -104,6 +104,9 @@ def median_run(runs: list[dict]) -> dict:
     median = dict(ordered[(len(ordered) - 1) // 2], samples_per_s_runs=[r["samples_per_s"] for r in runs])
     if all("first_batch_s" in r for r in runs):
         median["first_batch_s_runs"] = [r["first_batch_s"] for r in runs]
+    loads = [x for r in runs for x in r.get("load_1min") or ()]
+    if loads:  # the machine's load over all the label's runs, not only the median one's
+        median["load_1min"] = [min(loads), max(loads)]
     return median
 
 
@@ -154,8 +157,9 @@ def run_child(module: str, args: dict, label: str, log_dir: str, timeout: float,
     Returns:
         The child's result row plus the memory peaks (``peak_mem_bytes``: PSS with RAM cache files,
         ``peak_rss_sum_bytes``, ``shm_bytes``, ``peak_anon_bytes``, ``peak_disk_bytes``), ``cache_dir_bytes``,
-        ``wall_s`` and ``data_mem_bytes``; or ``{"backend", "error"}`` with the exit status and the log's last
-        2,000 characters (from the start of a line) when the child failed or wrote no result.
+        ``wall_s``, ``data_mem_bytes`` and ``load_1min`` (the 1-minute load average before and after); or
+        ``{"backend", "error"}`` with the exit status and the log's last 2,000 characters (from the start of a
+        line) when the child failed or wrote no result.
     """
     import shutil
     import tempfile
@@ -167,6 +171,7 @@ def run_child(module: str, args: dict, label: str, log_dir: str, timeout: float,
     cache = tempfile.mkdtemp(prefix=f"cache-{safe}-", dir=log_dir) if fresh_cache else None
     if cache:
         env["ROBO_LOADERS_CACHE"] = cache
+    load_before = os.getloadavg()[0]
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", module, json.dumps(args), out_path], stdout=log, stderr=subprocess.STDOUT, env=env
@@ -204,6 +209,9 @@ def run_child(module: str, args: dict, label: str, log_dir: str, timeout: float,
         peak_disk_bytes=mem.peak_disk,
         cache_dir_bytes=cache_dir_bytes,
         wall_s=time.time() - t,
+        # the machine's 1-minute load before and after: a 2-core machine shared with other jobs serves less, and a
+        # result says how busy it was (issue 45: every table records its load)
+        load_1min=[round(load_before, 2), round(os.getloadavg()[0], 2)],
     )
     # what loading data costs on top of the interpreter, torch and the framework (~0.9 GB with CUDA-build torch)
     res["data_mem_bytes"] = max(0, res["peak_mem_bytes"] - res["baseline_pss_bytes"])

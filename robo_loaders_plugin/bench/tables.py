@@ -112,7 +112,7 @@ def machine_caption(m: dict | None) -> str:
 
 def settings_parts(payload: dict) -> list[str]:
     """The result's settings worth a caption, as phrases (batch, seq_length, workers, timed batches, repeats,
-    epochs, ...).
+    epochs, ..., the machine's load over the runs and the commit measured, where the result records them).
 
     Args:
         payload: A loaded result.
@@ -146,6 +146,11 @@ def settings_parts(payload: dict) -> list[str]:
         parts.append(f"{s['epochs']} epochs x {s.get('steps_per_epoch')} training steps")
         if s.get("policy") or s.get("algo"):
             parts.append(str(s.get("policy") or s.get("algo")))
+    loads = [x for r in payload.get("results") or () for x in r.get("load_1min") or ()]
+    if loads:
+        parts.append(f"1-min load {min(loads):.1f}-{max(loads):.1f}")
+    if payload.get("code"):
+        parts.append(f"code {payload['code']}")
     return parts
 
 
