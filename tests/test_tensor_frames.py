@@ -65,3 +65,16 @@ def test_device_choice_errors():
         assert training_device("auto", "w").type == "cpu"
         with pytest.raises(BackendOptionError, match=re.escape("w.device='cuda:1' but torch sees no CUDA GPU")):
             training_device("cuda:1", "w")
+
+
+def test_joined_reads_number_parts_end_to_end_and_place_steps_in_rows():
+    """The two helpers every joined read (``frames.base.JoinedField``) and ``copy_windows`` lay out a batch with."""
+    from robo_loaders_plugin.frames.base import part_offsets, step_slots
+
+    assert part_offsets([3, 0, 2]).tolist() == [0, 3, 3, 5] and part_offsets([]).tolist() == [0]
+    assert part_offsets([3, 0, 2]).dtype == np.int64
+    flat = np.arange(4 * 3 * 2).reshape(4, 3, 2)  # a (N=4, T=3, 2) batch
+    slots = step_slots([2, 0], 3)
+    assert slots.tolist() == [6, 7, 8, 0, 1, 2]
+    np.testing.assert_array_equal(flat.reshape(12, 2)[slots], np.concatenate([flat[2], flat[0]]))
+    assert step_slots(np.zeros(0, np.int64), 3).size == 0

@@ -286,7 +286,7 @@ def copy_windows(values, local: np.ndarray, out: np.ndarray, at: np.ndarray) -> 
     """
     T = local.shape[1]
     if isinstance(values, EncodedFrames):  # frames stored channels last are put back a group at a time
-        dest = (at[:, None] * T + np.arange(T)).reshape(-1)
+        dest = step_slots(at, T)
         values.decode_into(local.reshape(-1).tolist(), out.reshape((-1,) + out.shape[2:]), dest.tolist())
     elif values[0].nbytes < ROW_COPY_BYTES:
         out[at] = values[local]
@@ -295,6 +295,34 @@ def copy_windows(values, local: np.ndarray, out: np.ndarray, at: np.ndarray) -> 
         contiguous = (local[:, -1] - first == T - 1).tolist()
         for r, lo, whole, row in zip(at.tolist(), first.tolist(), contiguous, local):
             out[r] = values[lo : lo + T] if whole else values[row]
+
+
+def part_offsets(counts) -> np.ndarray:
+    """Where each part's entries start when the parts' entries are laid end to end (``[0, c0, c0 + c1, ...]``, one
+    more than ``counts``): how a joined read (:class:`JoinedField`) and a mixture number every part's episodes,
+    blobs or units in one array.
+
+    Args:
+        counts: Each part's number of entries.
+
+    Returns:
+        (len(counts) + 1,) int64 offsets; the last is the total.
+    """
+    return np.concatenate([[0], np.cumsum(np.asarray(counts, dtype=np.int64))]).astype(np.int64)
+
+
+def step_slots(rows, T: int) -> np.ndarray:
+    """The flat positions of ``T`` steps of each row in a ``(N, T, ...)`` batch viewed as ``(N * T, ...)``: row
+    ``r``'s steps at ``r * T .. r * T + T - 1``, in the order of ``rows``.
+
+    Args:
+        rows: (B,) batch rows.
+        T: Steps per row.
+
+    Returns:
+        (B * T,) int64 positions.
+    """
+    return (np.asarray(rows, dtype=np.int64)[:, None] * T + np.arange(T)).reshape(-1)
 
 
 def runs(keys: np.ndarray) -> list[tuple[int, int, int]]:

@@ -18,7 +18,7 @@ import torch
 
 from robo_loaders_plugin.core.log import get_logger
 from robo_loaders_plugin.core.units import format_bytes
-from robo_loaders_plugin.frames.base import FieldInfo, FrameSource
+from robo_loaders_plugin.frames.base import FieldInfo, FrameSource, part_offsets
 
 logger = get_logger(__name__)
 
@@ -58,7 +58,7 @@ class JoinedFrames(FrameSource):
     ):
         self.sources = list(sources)
         self.unit_lengths = [np.asarray(n, dtype=np.int64) for n in unit_lengths]
-        self.unit_offsets = np.concatenate([[0], np.cumsum([len(n) for n in self.unit_lengths])]).astype(np.int64)
+        self.unit_offsets = part_offsets([len(n) for n in self.unit_lengths])
         joined = np.concatenate(self.unit_lengths) if self.unit_lengths else np.zeros(0, np.int64)
         self.unit_rows = np.concatenate([[0], np.cumsum(joined)[:-1]]).astype(np.int64) if joined.size else joined
         self.rows = int(joined.sum())

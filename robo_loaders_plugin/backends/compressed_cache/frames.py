@@ -16,7 +16,15 @@ from __future__ import annotations
 import numpy as np
 
 from robo_loaders_plugin.backends.compressed_cache.episode_store import EpisodeStore, StoreError
-from robo_loaders_plugin.frames.base import FieldInfo, FrameSource, JoinedField, broadcast_episodes, runs
+from robo_loaders_plugin.frames.base import (
+    FieldInfo,
+    FrameSource,
+    JoinedField,
+    broadcast_episodes,
+    part_offsets,
+    runs,
+    step_slots,
+)
 from robo_loaders_plugin.storage import frame_layout
 from robo_loaders_plugin.storage.codec import FrameCodec
 
@@ -271,14 +279,12 @@ class JoinedStores(JoinedField):
         self.step_shape, self.layout = tuple(info.shape), layout
         tables = [source.store.blob_layout(field) + (source.store.frame_sums(field),) for source, field in parts]
         counts = [len(t[0]) for t in tables]
-        self.blob_base = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)  # each part's first blob
+        self.blob_base = part_offsets(counts)  # each part's first blob
         self.starts, self.ends, self.expected, self.sums = (np.concatenate([t[i] for t in tables]) for i in range(4))
         self.checked = np.zeros(int(self.blob_base[-1]), dtype=bool)
         # each part's episodes' first blob, end to end; a part's first entry at episode_base[part]
         self.first_blob = np.concatenate([self.blob_base[p] + source.starts for p, (source, _) in enumerate(parts)])
-        self.episode_base = np.concatenate([[0], np.cumsum([len(source.starts) for source, _ in parts])]).astype(
-            np.int64
-        )
+        self.episode_base = part_offsets([len(source.starts) for source, _ in parts])
 
     def take(self, parts, episodes, steps, rows, out) -> None:
         """See :meth:`JoinedField.take`.
@@ -308,7 +314,7 @@ class JoinedStores(JoinedField):
         new = ~self.checked[blobs]
         if new.any():
             self._check(blobs[new], owner[new], local[new])
-        at = (np.asarray(rows, dtype=np.int64)[:, None] * T + np.arange(T)).reshape(-1)
+        at = step_slots(rows, T)
         starts, ends, sums = self.starts[blobs].tolist(), self.ends[blobs].tolist(), self.sums[blobs].tolist()
         dest = at[todo][order].tolist()
         flat_out = out.reshape((-1,) + self.step_shape)

@@ -16,7 +16,15 @@ import torch
 
 from robo_loaders_plugin.core.errors import BackendOptionError
 from robo_loaders_plugin.core.log import get_logger
-from robo_loaders_plugin.frames.base import FieldInfo, FrameSource, JoinedField, broadcast_episodes, runs
+from robo_loaders_plugin.frames.base import (
+    FieldInfo,
+    FrameSource,
+    JoinedField,
+    broadcast_episodes,
+    part_offsets,
+    runs,
+    step_slots,
+)
 
 logger = get_logger(__name__)
 
@@ -353,7 +361,7 @@ class JoinedHostRows(JoinedField):
         self.fields = [field for _, field in parts]
         self.step_shape = tuple(info.shape)
         self.first_row = np.concatenate([source.starts for source in self.sources]).astype(np.int64)
-        self.episode_base = np.concatenate([[0], np.cumsum([len(s.starts) for s in self.sources])]).astype(np.int64)
+        self.episode_base = part_offsets([len(s.starts) for s in self.sources])
         self.total_rows = np.array([source.total_rows for source in self.sources], dtype=np.int64)
 
     def take(self, parts, episodes, steps, rows, out) -> None:
@@ -383,7 +391,7 @@ class JoinedHostRows(JoinedField):
             )
         order = np.argsort(parts, kind="stable")  # each part's rows together: one copy a part
         groups = runs(parts[order])
-        held, dest = held[order], (np.asarray(rows, dtype=np.int64)[order, None] * T + np.arange(T)).reshape(-1)
+        held, dest = held[order], step_slots(np.asarray(rows)[order], T)
         # where each part's host array holds its rows, asked at every read: sharing a source's host memory with
         # workers moves it (``share_host``), and a view kept here would outlive it
         spans = [self.sources[p]._host_span(self.fields[p]) for p, _, _ in groups]

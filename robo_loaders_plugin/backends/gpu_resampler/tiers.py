@@ -22,7 +22,7 @@ from robo_loaders_plugin.backends.gpu_resampler.tensors import (
 )
 from robo_loaders_plugin.core.log import get_logger
 from robo_loaders_plugin.core.units import format_bytes
-from robo_loaders_plugin.frames.base import FieldInfo
+from robo_loaders_plugin.frames.base import FieldInfo, part_offsets
 
 logger = get_logger(__name__)
 
@@ -209,7 +209,7 @@ class CompressedRows:
         from robo_loaders_plugin.storage.integrity import checksum
 
         blobs = [self.codec.compress(f) for f in frames]
-        offsets = np.concatenate([[0], np.cumsum([len(b) for b in blobs])]).astype(np.int64)
+        offsets = part_offsets([len(b) for b in blobs])
         self.sums.append(np.fromiter(map(checksum, blobs), dtype=np.uint64, count=len(blobs)))
         if self._file is not None:
             if self.guard is not None:
