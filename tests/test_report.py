@@ -74,7 +74,7 @@ def test_the_caption_says_when_each_row_is_the_median_of_several_runs():
     assert three == one + ", median of 3 runs per backend"
 
 
-def test_a_result_says_the_machines_load_and_the_code_it_measured():
+def test_a_result_says_the_machines_load_and_the_code_it_measured(tmp_path):
     """Issue 45: a committed table records how busy the machine was and which commit ran, so that no table is read
     as describing code it predates."""
     import subprocess
@@ -102,6 +102,24 @@ def test_a_result_says_the_machines_load_and_the_code_it_measured():
         )
         == "batch 64"
     )
+    # a checkout: results and docs written by the benchmark are no modified code; a changed source file is
+    repo = tmp_path / "repo"
+    (repo / "benchmarks" / "results").mkdir(parents=True)
+    (repo / "pkg.py").write_text("x = 1\n")
+    (repo / "benchmarks" / "results" / "r.json").write_text("{}\n")
+    (repo / "README.md").write_text("a\n")
+    git = ["git", "-C", str(repo), "-c", "user.email=t@t", "-c", "user.name=t"]
+    subprocess.run(git[:3] + ["init", "-q"], check=True)
+    subprocess.run(git + ["add", "."], check=True)
+    subprocess.run(git + ["commit", "-qm", "c"], check=True)
+    commit = subprocess.run(git[:3] + ["rev-parse", "--short=7", "HEAD"], capture_output=True, text=True).stdout
+    assert code_version(str(repo)) == commit.strip()
+    (repo / "benchmarks" / "results" / "r.json").write_text('{"a": 1}\n')
+    (repo / "README.md").write_text("b\n")
+    assert code_version(str(repo)) == commit.strip()
+    (repo / "pkg.py").write_text("x = 2\n")
+    assert code_version(str(repo)) == commit.strip() + "-modified"
+    assert code_version(str(tmp_path)) is None  # not a checkout
     head = subprocess.run(
         ["git", "-C", os.path.dirname(tables.__file__), "rev-parse", "--short=7", "HEAD"],
         capture_output=True,

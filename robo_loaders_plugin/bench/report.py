@@ -26,25 +26,31 @@ def machine() -> dict:
     }
 
 
-def code_version() -> str | None:
-    """The commit of the package's checkout that ran the benchmark (short hash, ``-modified`` when tracked files
-    differ from it), so that a committed result says which code it measured; ``None`` outside a git checkout.
+def code_version(where: str | None = None) -> str | None:
+    """The commit of the package's checkout that ran the benchmark (short hash, ``-modified`` when tracked code
+    differs from it), so that a committed result says which code it measured; ``None`` outside a git checkout.
+
+    Results and docs do not count as modified code: a benchmark script writes several results in turn, and the
+    second would otherwise say its code was modified by the first's JSON.
+
+    Args:
+        where: A directory of the checkout (default: this package's).
 
     Returns:
         The version string, or ``None``.
     """
     import subprocess
 
-    here = os.path.dirname(os.path.abspath(__file__))
+    here = where or os.path.dirname(os.path.abspath(__file__))
 
-    def git(*args: str) -> str:
-        return subprocess.run(
-            ["git", "-C", here, *args], capture_output=True, text=True, timeout=30, check=True
-        ).stdout.strip()
+    def git(*args: str, at: str = here) -> str:
+        return subprocess.run(["git", "-C", at, *args], capture_output=True, text=True, timeout=30, check=True).stdout
 
     try:
-        commit = git("rev-parse", "--short=7", "HEAD")
-        modified = git("status", "--porcelain", "--untracked-files=no")
+        top = git("rev-parse", "--show-toplevel").strip()
+        commit = git("rev-parse", "--short=7", "HEAD").strip()
+        code = (".", ":(exclude)benchmarks/results", ":(exclude)*.md")
+        modified = git("status", "--porcelain", "--untracked-files=no", "--", *code, at=top).strip()
     except (OSError, subprocess.SubprocessError):
         return None
     return commit + ("-modified" if modified else "")
