@@ -102,6 +102,8 @@ def test_a_result_says_the_machines_load_and_the_code_it_measured(tmp_path):
         )
         == "batch 64"
     )
+    # a kind that keeps something else under "results" (a text) has no load to say
+    assert tables.settings_caption({"_kind": "bench", "settings": {"batch_size": 64}, "results": "see x"}) == "batch 64"
     # a checkout: results and docs written by the benchmark are no modified code; a changed source file is
     repo = tmp_path / "repo"
     (repo / "benchmarks" / "results").mkdir(parents=True)

@@ -146,7 +146,9 @@ def settings_parts(payload: dict) -> list[str]:
         parts.append(f"{s['epochs']} epochs x {s.get('steps_per_epoch')} training steps")
         if s.get("policy") or s.get("algo"):
             parts.append(str(s.get("policy") or s.get("algo")))
-    loads = [x for r in payload.get("results") or () for x in r.get("load_1min") or ()]
+    rows = payload.get("results")
+    rows = rows if isinstance(rows, list) else []  # some kinds keep other things under "results"
+    loads = [x for r in rows if isinstance(r, dict) for x in r.get("load_1min") or ()]
     if loads:
         parts.append(f"1-min load {min(loads):.1f}-{max(loads):.1f}")
     if payload.get("code"):
