@@ -476,7 +476,7 @@ def _store_of(path, seed: int, chw: bool):
 
 
 @pytest.mark.parametrize("chw", [False, True], ids=["as_stored", "channels_last_stored"])
-def test_store_frames_read_across_stores_in_one_call(tmp_path, chw):
+def test_store_frames_read_across_stores_in_one_call(tmp_path, chw, monkeypatch):
     """A mixture's joined batch reads a camera of several stores in one call (``CompressedFrames.join_field``):
     every row equals the frames written and each store's own ``take``, with windows repeating a step (padding),
     rows interleaved across the stores and rows of ``out`` left alone. Negative controls: the parts swapped give
@@ -522,6 +522,22 @@ def test_store_frames_read_across_stores_in_one_call(tmp_path, chw):
     bad = CompressedFrames.join_field([(source, "img") for source in damaged])
     with pytest.raises(StoreError, match=r"bad\.rlc: demo_1 img frame 2 is damaged"):
         bad.take(parts, eps, steps, rows, out)
+    raw = bytearray((tmp_path / "s1.rlc").read_bytes())
+    raw[s + 12] ^= 0x01  # its Blosc2 header's compressed size: refused by the first read's check, before a decode
+    (tmp_path / "bad_header.rlc").write_bytes(bytes(raw))
+    damaged = [sources[0], CompressedFrames(EpisodeStore(str(tmp_path / "bad_header.rlc"))), sources[2]]
+    bad = CompressedFrames.join_field([(source, "img") for source in damaged])
+    from robo_loaders_plugin.backends.compressed_cache import frames as cc_frames
+
+    def no_decode(*args, **kwargs):
+        raise AssertionError("decoded before the headers were checked")
+
+    with monkeypatch.context() as m:
+        m.setattr(cc_frames, "decode_across", no_decode)
+        with pytest.raises(StoreError, match=r"bad_header\.rlc: demo_1 img frame 2 is damaged"):
+            bad.take(parts, eps, steps, rows, out)
+        with pytest.raises(AssertionError, match="decoded before"):  # control: sound headers reach the decode
+            CompressedFrames.join_field([(source, "img") for source in sources]).take(parts, eps, steps, rows, out)
 
     _store_of(tmp_path / "other.rlc", 99, not chw)  # the other layout: another step shape
     other = CompressedFrames(EpisodeStore(str(tmp_path / "other.rlc")))

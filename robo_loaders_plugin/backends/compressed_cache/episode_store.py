@@ -863,3 +863,69 @@ class EpisodeStore:
         """
         d = self.field(ep, key)
         return np.dtype(d["dtype"]), tuple(d["shape"][1:]), d["kind"] == "frames"
+
+
+def check_blobs_across(stores, keys, owner, starts, ends, expected, frames, sums) -> None:
+    """:meth:`EpisodeStore.check_blobs` of blobs of several stores, in one loop over the blobs (a mixture's joined
+    read, ``frames.JoinedStores``).
+
+    Why not a call per store: a pretraining mixture's batch reads blobs of ~30 stores per camera, one or two of each,
+    nearly all read for the first time in a long pass; a call per store cost ~7 us of set-up each, over a fifth of
+    the batch (profiled at 400 components). The check itself is the same: each blob's Blosc2 header read and compared
+    with the bounds and decoded size its store's table gives, a disagreeing blob reported by its store's own error
+    (damaged after the build when its checksum fails too; the file, episode, field and frame named).
+
+    Args:
+        stores: The ``EpisodeStore`` of each part.
+        keys: Each part's field.
+        owner: (n,) each blob's part.
+        starts: (n,) absolute file offsets of the blobs in their stores.
+        ends: (n,) their ends.
+        expected: (n,) each blob's decoded size in bytes.
+        frames: (n,) each blob's row in its store (:meth:`EpisodeStore.locate`), to name it.
+        sums: (n,) each blob's checksum.
+
+    Raises:
+        StoreError: as :meth:`EpisodeStore.check_blobs`.
+        CodecError: as :meth:`EpisodeStore.check_blobs`.
+    """
+    unpack = _HEADER_WORDS.unpack_from
+    parts = owner.tolist()
+    views = {p: stores[p]._view for p in set(parts)}
+    for j, (p, s, e, x) in enumerate(zip(parts, starts.tolist(), ends.tolist(), expected.tolist())):
+        buf = views[p]
+        if e - s < _BLOSC_HEADER or e > len(buf) or unpack(buf, s)[1::2] != (x, e - s):
+            one = slice(j, j + 1)
+            stores[p]._bad_blob(keys[p], starts[one], ends[one], expected[one], 0, frames[one], sums[one])
+
+
+def decode_across(stores, keys, served, decompress, owner, starts, ends, rows, sums, frames) -> None:
+    """:meth:`EpisodeStore.decode_into` of blobs of several stores, in one loop (a mixture's joined read, as
+    :func:`check_blobs_across`, and for the same reason: a call per store cost more than the few frames it decoded).
+    Each frame is decompressed into its row and then checked against its checksum, as a store's own read does.
+
+    Args:
+        stores: The ``EpisodeStore`` of each part.
+        keys: Each part's field, to name a damaged frame.
+        served: The output's ``frame_layout.ServedRows``.
+        decompress: ``FrameCodec.decoder_into`` of the output (``shared=True``: mapped files).
+        owner: Each blob's part (a list).
+        starts: Blob start offsets (a list).
+        ends: Blob end offsets (a list).
+        rows: For each blob, its row of the output (a list).
+        sums: Each blob's checksum (a list).
+        frames: Each blob's row in its store, to name a damaged frame.
+
+    Raises:
+        StoreError: a frame does not match its checksum (or Blosc2 refused it); the message names the file, the
+            episode, the field and the frame.
+    """
+    views = {p: stores[p]._view for p in set(owner)}
+    for j, (p, s, e, r, c) in enumerate(zip(owner, starts, ends, rows, sums)):
+        blob = views[p][s:e]
+        try:
+            decompress(blob, served.slot(r))
+        except Exception as exc:  # noqa: BLE001 - Blosc2's RuntimeError names nothing: name the frame
+            raise stores[p]._frame_error(keys[p], frames, j, blob, c, exc) from None
+        if checksum(blob) != c:
+            raise stores[p]._frame_error(keys[p], frames, j)

@@ -15,14 +15,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from robo_loaders_plugin.backends.compressed_cache.episode_store import EpisodeStore, StoreError
+from robo_loaders_plugin.backends.compressed_cache.episode_store import (
+    EpisodeStore,
+    StoreError,
+    check_blobs_across,
+    decode_across,
+)
 from robo_loaders_plugin.frames.base import (
     FieldInfo,
     FrameSource,
     JoinedField,
     broadcast_episodes,
     part_offsets,
-    runs,
     step_slots,
 )
 from robo_loaders_plugin.storage import frame_layout
@@ -308,39 +312,43 @@ class JoinedStores(JoinedField):
         todo = fresh.nonzero()[0]
         blobs = g[todo]
         owner = np.repeat(parts, T)[todo]
-        order = np.argsort(owner, kind="stable")  # each store's blobs together: one decode loop per store
+        order = np.argsort(owner, kind="stable")  # each store's blobs together, in the store's order
         blobs, owner = blobs[order], owner[order]
         local = blobs - self.blob_base[owner]  # the store's own frame numbers, to name a damaged one
         new = ~self.checked[blobs]
         if new.any():
             self._check(blobs[new], owner[new], local[new])
         at = step_slots(rows, T)
-        starts, ends, sums = self.starts[blobs].tolist(), self.ends[blobs].tolist(), self.sums[blobs].tolist()
-        dest = at[todo][order].tolist()
         flat_out = out.reshape((-1,) + self.step_shape)
         served = frame_layout.ServedRows(flat_out, self.layout)
-        decompress = FrameCodec.decoder_into(flat_out, shared=True)  # mapped files
-        for p, a, z in runs(owner):
-            self.stores[p].decode_into(
-                served,
-                decompress,
-                starts[a:z],
-                ends[a:z],
-                dest[a:z],
-                sums=sums[a:z],
-                frames=local[a:z],
-                key=self.fields[p],
-            )
+        decode_across(
+            self.stores,
+            self.fields,
+            served,
+            FrameCodec.decoder_into(flat_out, shared=True),  # mapped files
+            owner.tolist(),
+            self.starts[blobs].tolist(),
+            self.ends[blobs].tolist(),
+            at[todo][order].tolist(),
+            self.sums[blobs].tolist(),
+            local,
+        )
         served.flush()
         _repeat_padding(flat_out, fresh, at)
 
     def _check(self, blobs: np.ndarray, owner: np.ndarray, local: np.ndarray) -> None:
-        """Check blobs not read before (``EpisodeStore.check_blobs``), per store, then mark them checked."""
-        for p, a, z in runs(owner):
-            b = blobs[a:z]
-            self.stores[p].check_blobs(
-                self.fields[p], self.starts[b], self.ends[b], self.expected[b], frames=local[a:z], sums=self.sums[b]
-            )
+        """Check blobs not read before (``episode_store.check_blobs_across``: one loop over every store's new
+        blobs), then mark them checked."""
+        check_blobs_across(
+            self.stores,
+            self.fields,
+            owner,
+            self.starts[blobs],
+            self.ends[blobs],
+            self.expected[blobs],
+            local,
+            self.sums[blobs],
+        )
         self.checked[blobs] = True
 
 
