@@ -675,11 +675,8 @@ class EpisodeStore:
                 store was built.
             CodecError: a blob's header announces another frame size, or cannot be read.
         """
-        if len(starts) <= _FEW_BLOBS:  # a read of a few frames (a mixture's component): Python beats numpy here
-            unpack, buf, size = _HEADER_WORDS.unpack_from, self._view, len(self._view)
-            for j, (s, e, x) in enumerate(zip(starts.tolist(), ends.tolist(), expected.tolist())):
-                if e - s < _BLOSC_HEADER or e > size or unpack(buf, s)[1::2] != (x, e - s):
-                    self._bad_blob(key, starts, ends, expected, j, frames, sums)
+        if len(starts) <= _FEW_BLOBS:  # a read of a few frames: Python beats numpy here
+            check_blobs_across((self,), (key,), np.zeros(len(starts), np.int64), starts, ends, expected, frames, sums)
             return
         ok = (ends - starts) >= _BLOSC_HEADER
         header = np.where(ok, starts, 0)[:, None] + np.arange(_BLOSC_HEADER)
@@ -757,15 +754,7 @@ class EpisodeStore:
         Raises:
             StoreError: as :meth:`decode_frames`.
         """
-        buf = self._view
-        for j, (s, e, r, c) in enumerate(zip(starts, ends, rows, sums)):
-            blob = buf[s:e]
-            try:
-                decompress(blob, served.slot(r))
-            except Exception as exc:  # noqa: BLE001 - Blosc2's RuntimeError names nothing: name the frame
-                raise self._frame_error(key, frames, j, blob, c, exc) from None
-            if checksum(blob) != c:
-                raise self._frame_error(key, frames, j)
+        decode_across((self,), (key,), served, decompress, [0] * len(rows), starts, ends, rows, sums, frames)
 
     def _frame_error(self, key: str, frames, j: int, blob=None, expected=None, exc=None) -> StoreError:
         """The error for frame ``j`` of a read: damaged (its checksum fails), or, when Blosc2 refused a blob whose
@@ -867,7 +856,7 @@ class EpisodeStore:
 
 def check_blobs_across(stores, keys, owner, starts, ends, expected, frames, sums) -> None:
     """:meth:`EpisodeStore.check_blobs` of blobs of several stores, in one loop over the blobs (a mixture's joined
-    read, ``frames.JoinedStores``).
+    read, ``frames.JoinedStores``; a store's own read of a few blobs is the case of one store).
 
     Why not a call per store: a pretraining mixture's batch reads blobs of ~30 stores per camera, one or two of each,
     nearly all read for the first time in a long pass; a call per store cost ~7 us of set-up each, over a fifth of
@@ -882,8 +871,9 @@ def check_blobs_across(stores, keys, owner, starts, ends, expected, frames, sums
         starts: (n,) absolute file offsets of the blobs in their stores.
         ends: (n,) their ends.
         expected: (n,) each blob's decoded size in bytes.
-        frames: (n,) each blob's row in its store (:meth:`EpisodeStore.locate`), to name it.
-        sums: (n,) each blob's checksum.
+        frames: (n,) each blob's row in its store (:meth:`EpisodeStore.locate`), to name it (``None``: not named).
+        sums: (n,) each blob's checksum (``None``: a blob that disagrees is not told apart as damaged after the
+            build).
 
     Raises:
         StoreError: as :meth:`EpisodeStore.check_blobs`.
@@ -896,11 +886,20 @@ def check_blobs_across(stores, keys, owner, starts, ends, expected, frames, sums
         buf = views[p]
         if e - s < _BLOSC_HEADER or e > len(buf) or unpack(buf, s)[1::2] != (x, e - s):
             one = slice(j, j + 1)
-            stores[p]._bad_blob(keys[p], starts[one], ends[one], expected[one], 0, frames[one], sums[one])
+            stores[p]._bad_blob(
+                keys[p],
+                starts[one],
+                ends[one],
+                expected[one],
+                0,
+                None if frames is None else frames[one],
+                None if sums is None else sums[one],
+            )
 
 
 def decode_across(stores, keys, served, decompress, owner, starts, ends, rows, sums, frames) -> None:
-    """:meth:`EpisodeStore.decode_into` of blobs of several stores, in one loop (a mixture's joined read, as
+    """:meth:`EpisodeStore.decode_into` of blobs of several stores, in one loop (a store's own read is the case of one
+    store; a mixture's joined read, as
     :func:`check_blobs_across`, and for the same reason: a call per store cost more than the few frames it decoded).
     Each frame is decompressed into its row and then checked against its checksum, as a store's own read does.
 
@@ -914,7 +913,7 @@ def decode_across(stores, keys, served, decompress, owner, starts, ends, rows, s
         ends: Blob end offsets (a list).
         rows: For each blob, its row of the output (a list).
         sums: Each blob's checksum (a list).
-        frames: Each blob's row in its store, to name a damaged frame.
+        frames: Each blob's row in its store, to name a damaged frame (``None``: named by its position in the read).
 
     Raises:
         StoreError: a frame does not match its checksum (or Blosc2 refused it); the message names the file, the
