@@ -365,6 +365,95 @@ def test_the_first_batches_of_a_pass_are_loaded_ahead(order_late, monkeypatch):
         assert submitted >= 3 + 4  # the shuffle buffer's episodes and those ahead of it
 
 
+WARM_COUNTS = np.full(40, 30)
+
+
+@pytest.mark.parametrize("world_size, replacement", [(1, False), (1, True), (3, False)])
+def test_a_warm_up_reorders_the_first_batches_and_serves_every_item_once(world_size, replacement):
+    """``warm_up``: the first batch is drawn from two open episodes, the second from at most four (and the ones
+    that entered while it was drawn), ... until the buffer is full; the pass is the same items, each episode's in
+    the same order, and the rest of the pass is drawn as before. Control: without it the first batch opens the
+    whole buffer."""
+    batch, buffer = 16, 16
+    for rank in range(world_size):
+        args = dict(seed=4, epoch=0, buffer_episodes=buffer, replacement=replacement, rank=rank, world_size=world_size)
+        plain, warm = plan_windows(WARM_COUNTS, **args), plan_windows(WARM_COUNTS, warm_up=batch, **args)
+        assert sorted(map(tuple, warm.tolist())) == sorted(map(tuple, plain.tolist()))
+        for e in np.unique(plain[:, 0]):  # each episode's items in the pass's order
+            assert np.array_equal(warm[warm[:, 0] == e, 1], plain[plain[:, 0] == e, 1])
+        assert np.array_equal(warm, plan_windows(WARM_COUNTS, warm_up=batch, **args))  # a function of (seed, pass)
+        if rank == world_size - 1 and world_size > 1:
+            continue  # the last share wraps round the pass: an episode in two runs is served without a warm-up
+        assert len(np.unique(warm[:batch, 0])) == 2 < len(np.unique(plain[:batch, 0]))  # control: a full buffer
+        assert len(np.unique(warm[batch : 2 * batch, 0])) <= 4 + 1
+        assert len(np.unique(warm[: 3 * batch, 0])) <= 8 + 2
+    assert np.array_equal(plan_windows(WARM_COUNTS, 4, 0, 2, warm_up=batch), plan_windows(WARM_COUNTS, 4, 0, 2))
+
+
+def _first_entered(plan, n):
+    eps, first = np.unique(plan[:, 0], return_index=True)
+    return eps[np.argsort(first)][:n].tolist()
+
+
+def test_only_the_first_pass_warms_up():
+    """Later passes are loaded ahead while the one before is served, so they draw from a full buffer from their
+    first batch; pass 0's plan is the same however the run got there (a resumed run finds the same batches)."""
+    node = BatchPlanNode(WARM_COUNTS, 16, True, 4, 16, warm_up=True)
+    assert np.array_equal(node.plan_of(0), plan_windows(WARM_COUNTS, 4, 0, 16, warm_up=16))
+    assert not np.array_equal(node.plan_of(0), plan_windows(WARM_COUNTS, 4, 0, 16))
+    assert np.array_equal(node.plan_of(1), plan_windows(WARM_COUNTS, 4, 1, 16))
+    resumed = BatchPlanNode(WARM_COUNTS, 16, True, 4, 16, warm_up=True)
+    resumed.seek(0, 3)
+    resumed.reset()
+    assert np.array_equal(next(resumed), node.plan_of(0)[48:64])
+
+
+@pytest.mark.parametrize("warm_up", [True, False])
+def test_the_first_batch_is_served_once_two_episodes_are_loaded(warm_up):
+    """Every episode but the first two to enter the pass is held back from loading until the first batch is out:
+    with the warm-up the first batch comes; without it (control) it needs the whole buffer and does not come."""
+    import threading
+
+    from robo_loaders_plugin.core.iteration import SamplingPlan
+    from robo_loaders_plugin.pipeline.batches import DecodeAhead, PipelineBatches
+
+    n_eps, per_ep, buffer = 12, 8, 6
+    groups = ItemGroups(np.arange(n_eps * per_ep), np.repeat(np.arange(n_eps), per_ep), n_eps)
+    # the loads ahead follow the plan's entry order (DecodeAhead), so these two are loaded first
+    first_two = _first_entered(plan_windows(groups.counts, 3, 0, buffer, warm_up=8), 2)
+    released = threading.Event()
+
+    def load(ep):
+        if ep not in first_two:
+            released.wait(30)
+        return {"ep": ep}
+
+    cache = LoadOnceLRU(load, capacity=n_eps)
+    decode = DecodeAhead(cache.load_ahead, threads=2, ahead=4)
+
+    def collate(idx):
+        for ep in np.unique(idx // per_ep):
+            cache.get(int(ep))
+        return {"index": torch.as_tensor(idx)}
+
+    plan = SamplingPlan(batch_size=8, num_workers=2)
+    source = PipelineBatches(
+        groups, collate, plan, seed=3, shuffle_buffer=buffer, prefetch=2, decode_ahead=decode, warm_up=warm_up
+    )
+    out = []
+    try:
+        thread = threading.Thread(target=lambda: out.append(next(source.batches(0))), daemon=True)
+        thread.start()
+        thread.join(3)
+        came = bool(out)
+    finally:
+        released.set()
+        thread.join(30)
+        source.shutdown()
+    assert came == warm_up
+    assert set((out[0]["index"].numpy() // per_ep).tolist()) <= set(first_two) or not warm_up
+
+
 def test_passes_follow_each_other_without_a_reset_and_any_other_position_resets():
     """An endless pipeline (every episode cached) runs from pass to pass: a pass asked for where the last one ended
     is not reset (a reset stopped the threads and dropped what was prefetched: 0.2-0.35 s of a 10-batch 480p pass).

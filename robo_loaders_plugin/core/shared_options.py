@@ -128,7 +128,7 @@ def pass_options(
     shuffle_buffer: int | dict, cache_episodes: int | None = 64, items: str = "windows"
 ) -> dict[str, Option]:
     """The declarations of the options every pipeline-served (``batch`` kind) backend takes (``shuffle_buffer``,
-    ``seed``, ``prefetch``, ``cache_episodes``, ``cache_memory``, ``replacement``; read back with
+    ``seed``, ``prefetch``, ``cache_episodes``, ``cache_memory``, ``replacement``, ``warm_up``; read back with
     ``PassOptions.of``), declared once so that they mean the same in every backend, the built-in ones included.
 
     Args:
@@ -184,5 +184,12 @@ def pass_options(
             False,
             f"draw each pass's {items} with replacement (same count per pass, repeats "
             "allowed) instead of every one exactly once",
+        ),
+        "warm_up": Option(
+            bool,
+            True,
+            "the first batches of a run's first pass are drawn from 2, 4, 8 ... open episodes, "
+            "the first served once two are loaded (false: from a full shuffle_buffer, "
+            "the first batch waiting for all of it)",
         ),
     }

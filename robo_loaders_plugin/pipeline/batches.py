@@ -289,6 +289,8 @@ class PipelineBatches(BatchSource):
         note: Said in :meth:`describe` (how the pass was fitted to the episode cache), or empty.
         release: ``release(episode)`` once a pass has served an episode's last item (``LoadOnceLRU.release`` of an
             episode cache smaller than the dataset), or ``None``.
+        warm_up: Pass 0 grows its shuffle buffer over its first batches (``BatchPlanNode``), so the first batch
+            waits for two episodes, not a buffer.
         endless: Run from pass to pass without a reset (the next pass's first batches assembled while this one's
             last are served). Only for an episode cache holding every episode: with a smaller one, the batches in
             flight across the boundary would need the next pass's shuffle buffer beside this pass's open episodes,
@@ -310,6 +312,7 @@ class PipelineBatches(BatchSource):
         note: str = "",
         release: Callable[[int], None] | None = None,
         endless: bool = False,
+        warm_up: bool = False,
     ):
         super().__init__(plan.start_epoch, plan.start_batch)
         self.groups, self.collate, self.pin_memory = groups, collate, bool(plan.pin_memory)
@@ -326,6 +329,7 @@ class PipelineBatches(BatchSource):
             plan.rank,
             plan.world_size,
             endless=endless,
+            warm_up=warm_up,
         )
         self.endless = bool(endless)
         # the pass and batch the running pipeline yields next (None: not started, or left where it cannot be
@@ -533,6 +537,7 @@ class PipelineDataset(BatchDataset):
                     opts.replacement,
                     plan.rank,
                     plan.world_size,
+                    warm_up=opts.warm_up,
                 ).plan_of(plan.start_epoch)
             return plans[shuffle]
 
@@ -563,6 +568,7 @@ class PipelineDataset(BatchDataset):
             note=use.note,
             release=getattr(cache, "release", None) if use.entering else None,
             endless=cache is None or cache.capacity >= n_episodes,  # every episode held: nothing to evict
+            warm_up=opts.warm_up,
         )
         return source
 

@@ -30,6 +30,8 @@ class PassOptions:
             ``None``: as many as ``cache_memory`` holds (``buffer_plan.buffer_plan``, which the factory resolves
             into this field before building).
         replacement: Draw each pass's items with replacement instead of each exactly once.
+        warm_up: The run's first pass draws its first batches from a buffer that grows from two episodes
+            (``pipeline.plan.plan_windows``), so the first batch does not wait for a whole buffer to load.
         cache_memory: The buffer's byte budget in bytes (``None``: the default, 1GB).
         shuffle_given: Whether the user set ``shuffle_buffer``, to any value (else the buffer sizing and the pipeline
             may make it smaller to fit the episode cache: ``buffer_plan.buffer_plan``,
@@ -42,6 +44,7 @@ class PassOptions:
     prefetch: int = 2
     cache_episodes: int | None = 64
     replacement: bool = False
+    warm_up: bool = True
     cache_memory: object = None
     shuffle_given: bool = False
     option_prefix: str = "backend_kwargs"

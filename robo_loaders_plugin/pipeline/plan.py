@@ -68,6 +68,7 @@ def plan_windows(
     replacement: bool = False,
     rank: int = 0,
     world_size: int = 1,
+    warm_up: int = 0,
 ) -> np.ndarray:
     """(N, 2) array of (episode, k) in the order rank ``rank`` serves them in this pass.
 
@@ -88,6 +89,9 @@ def plan_windows(
         shuffle: False: dataset order.
         replacement: Draw as many items with replacement.
         rank, world_size: This process's share of the pass.
+        warm_up: Items served from each step of a growing buffer before the pass draws from ``buffer_episodes``
+            (:func:`_warm_up`; a batch's worth: the first batch waits for :data:`WARM_UP_FIRST` episodes, not a whole
+            buffer); 0: the buffer is full from the first item.
 
     Returns:
         (N, 2) int64 (episode, k) pairs in serving order.
@@ -134,7 +138,61 @@ def plan_windows(
         share = rank_share(len(eps), rank, world_size)
         eps, ks = eps[share], ks[share]
         rng = np.random.default_rng([int(seed), int(epoch), 1 + int(rank)])
+    if warm_up > 0 and buffer_episodes > WARM_UP_FIRST:
+        # its own generator: the rest of the pass draws what it drew before the warm-up existed
+        warm_rng = np.random.default_rng([int(seed), int(epoch), 1 + int(rank), WARM_UP_STREAM])
+        first, eps, ks = _warm_up(eps, ks, buffer_episodes, int(warm_up), warm_rng)
+        if len(first):
+            return np.concatenate([first, _through_buffer(eps, ks, buffer_episodes, rng)])
     return _through_buffer(eps, ks, buffer_episodes, rng)
+
+
+WARM_UP_FIRST = 2  # episodes the first batch of a warm-up is drawn from (the buffer doubles at each batch after)
+WARM_UP_STREAM = 7_919  # the warm-up generator's extra seed word (any constant no other stream uses)
+
+
+def _warm_up(eps: np.ndarray, ks: np.ndarray, buffer_episodes: int, per_step: int, rng):
+    """The first items of a pass served through a buffer that grows: ``per_step`` items from :data:`WARM_UP_FIRST`
+    open episodes, the next ``per_step`` from twice as many, and so on below ``buffer_episodes``.
+
+    Why: a pass drawn from a full buffer cannot serve its first batch before every episode of that buffer is
+    loaded (16 decoded 480p units: over a second on two cores), while training waits. Growing the buffer lets the
+    first batch go as soon as the first episodes are loaded, the loads ahead filling the rest meanwhile; only the
+    first few batches mix fewer episodes. Each step is :func:`_through_buffer` over the episodes it can reach (at
+    most its buffer plus its items), of which its first ``per_step`` draws are kept; what they did not serve (each
+    episode's later items, in order) goes on to the next step, so every item is still served exactly once.
+
+    Args:
+        eps, ks: The pass's sequence, each episode's items in one run, episodes in entry order.
+        buffer_episodes: The full buffer.
+        per_step: Items served at each size.
+        rng: The warm-up's generator.
+
+    Returns:
+        ``(served, eps, ks)``: the (M, 2) pairs served by the warm-up and the sequence left for the full buffer (in
+        the same form); nothing served when an episode's items are not in one run (a rank's share that wraps round
+        the pass).
+    """
+    none = np.zeros((0, 2), dtype=np.int64)
+    if not len(eps):
+        return none, eps, ks
+    served = []
+    size = WARM_UP_FIRST
+    while size < buffer_episodes and len(eps):
+        run_start = np.flatnonzero(np.concatenate([[True], eps[1:] != eps[:-1]]))
+        if np.unique(eps[run_start]).size != len(run_start):
+            return none, eps, ks
+        reach = size + per_step  # each draw empties at most one episode, so no more enter than this
+        cut = int(run_start[reach]) if reach < len(run_start) else len(eps)
+        step = _through_buffer(eps[:cut], ks[:cut], size, rng)[:per_step]
+        served.append(step)
+        # what the step served of each episode is the first items of its run (items come out in sequence order)
+        taken = np.bincount(step[:, 0], minlength=int(eps[:cut].max()) + 1)
+        starts = np.repeat(run_start[run_start < cut], np.diff(np.append(run_start[run_start < cut], cut)))
+        keep = np.arange(cut) - starts >= taken[eps[:cut]]
+        eps, ks = np.concatenate([eps[:cut][keep], eps[cut:]]), np.concatenate([ks[:cut][keep], ks[cut:]])
+        size *= 2
+    return np.concatenate(served), eps, ks
 
 
 def _through_buffer(eps: np.ndarray, ks: np.ndarray, buffer_episodes: int, rng) -> np.ndarray:
@@ -313,6 +371,10 @@ class BatchPlanNode(BaseNode):
 
     With ``endless``, the end of a pass is not the end of the node: the next pass follows at once (its first
     batch after the last of this one), so a pipeline over it is not stopped and restarted between passes.
+
+    With ``warm_up``, pass 0 (the one a run starts with) grows its buffer over its first batches
+    (``plan_windows(warm_up=batch_size)``), so the first batch waits for two episodes, not a buffer; later passes
+    are loaded ahead while the one before is served, and a run resumed in pass 0 finds the same plan.
     """
 
     def __init__(
@@ -327,9 +389,11 @@ class BatchPlanNode(BaseNode):
         rank: int = 0,
         world_size: int = 1,
         endless: bool = False,
+        warm_up: bool = False,
     ):
         super().__init__()
         self.rank, self.world_size, self.endless = int(rank), int(world_size), bool(endless)
+        self.warm_up = bool(warm_up)
         self.counts = np.asarray(items_per_episode, dtype=np.int64)
         self.batch_size, self.drop_last, self.seed = int(batch_size), bool(drop_last), int(seed)
         self.buffer_episodes, self.shuffle, self.replacement = int(buffer_episodes), bool(shuffle), bool(replacement)
@@ -360,6 +424,7 @@ class BatchPlanNode(BaseNode):
             self.replacement,
             self.rank,
             self.world_size,
+            warm_up=self.batch_size if self.warm_up and epoch == 0 else 0,
         )
         if len(self.counts) < 2**31 and (not len(self.counts) or int(self.counts.max()) < 2**31):
             plan = plan.astype(np.int32)
