@@ -2,6 +2,7 @@
 cache itself: tests/test_lru.py)."""
 
 import collections
+import itertools
 
 import numpy as np
 import pytest
@@ -452,6 +453,47 @@ def test_the_first_batch_is_served_once_two_episodes_are_loaded(warm_up):
         source.shutdown()
     assert came == warm_up
     assert set((out[0]["index"].numpy() // per_ep).tolist()) <= set(first_two) or not warm_up
+
+
+@pytest.mark.parametrize("held", [True, False])
+def test_later_batches_wait_for_the_first_batch_of_a_start(held, monkeypatch):
+    """The threads assembling later batches load nothing until the first batch of a start is assembled (at 480p
+    they decoded their own units beside the first batch's on two cores). Control: without the hold the second
+    batch starts while the first is still being assembled."""
+    import threading
+    import time
+
+    from robo_loaders_plugin.core.iteration import SamplingPlan
+    from robo_loaders_plugin.pipeline import batches as pipeline_batches
+
+    if not held:
+        monkeypatch.setattr(pipeline_batches.FirstBatchFirst, "enter", lambda self, pairs: False)
+    n_eps, per_ep = 6, 8
+    groups = ItemGroups(np.arange(n_eps * per_ep), np.repeat(np.arange(n_eps), per_ep), n_eps)
+    spans, lock = [], threading.Lock()
+
+    def collate(idx):
+        start = time.perf_counter()
+        time.sleep(0.3 if not spans else 0.05)
+        with lock:
+            spans.append((start, time.perf_counter(), idx.copy()))
+        return {"index": torch.as_tensor(idx)}
+
+    for start in (0, 2):  # a start at another position holds for its own first batch
+        spans.clear()
+        source = pipeline_batches.PipelineBatches(
+            groups, collate, SamplingPlan(batch_size=8, num_workers=2), seed=3, shuffle_buffer=3, prefetch=2
+        )
+        try:
+            got = list(itertools.islice(source.batches(0, start), 3))
+        finally:
+            source.shutdown()
+        first = groups.indices(source.plan_of(0)[start * 8 : start * 8 + 8])
+        assert np.array_equal(got[0]["index"].numpy(), first)
+        first_span = next(s for s in spans if np.array_equal(s[2], first))
+        others = [s for s in spans if s is not first_span]
+        assert others
+        assert all(s[0] >= first_span[1] for s in others) == held, (start, spans)
 
 
 def test_passes_follow_each_other_without_a_reset_and_any_other_position_resets():

@@ -255,6 +255,59 @@ class DecodeAhead:
         self.pool.shutdown(wait=True, cancel_futures=True)
 
 
+class FirstBatchFirst:
+    """Holds the threads assembling later batches until the first batch of a start is assembled.
+
+    Why: at a start every episode is still to load, and the two cores of a small machine were shared by the thread
+    assembling the first batch, the loads ahead and the threads assembling the next batches, each loading its own
+    episodes: at 480p the first batch's 7 units were decoded beside the second batch's, and it came out after 13-14
+    units had been loaded (docs/benchmarks.md, *The episode buffer's default*). Held, the later threads load nothing
+    until the first batch is out; the loads ahead still follow the pass's order, whose first entries are the first
+    batch's episodes. A hold lasts :data:`HOLD_S` at most: it only orders work, so a first batch that never comes (a
+    pipeline dropped without a shutdown) leaves no thread waiting for ever.
+    """
+
+    HOLD_S = 10.0
+
+    def __init__(self):
+        self._open = threading.Event()
+        self._open.set()
+        self._first: np.ndarray | None = None
+        self._lock = threading.Lock()
+
+    def close(self, first: np.ndarray) -> None:
+        """Hold every batch but ``first`` until ``first`` is assembled.
+
+        Args:
+            first: The (episode, k) pairs of the first batch to serve.
+        """
+        with self._lock:
+            self._first = np.array(first, copy=True)
+            self._open.clear() if len(first) else self._open.set()
+
+    def open(self) -> None:
+        """Let every thread go on (the first batch is assembled, or the pipeline stops)."""
+        with self._lock:
+            self._first = None
+            self._open.set()
+
+    def enter(self, pairs: np.ndarray) -> bool:
+        """Called by a thread about to assemble ``pairs``: waits while the gate is closed, unless ``pairs`` is the
+        first batch.
+
+        Args:
+            pairs: The batch's (episode, k) pairs.
+
+        Returns:
+            Whether ``pairs`` is the first batch (its thread must call :meth:`open` once it is assembled).
+        """
+        with self._lock:
+            first = self._first is not None and np.array_equal(pairs, self._first)
+        if not first:
+            self._open.wait(self.HOLD_S)
+        return first
+
+
 class _Failed:
     """An assembling thread's exception, carried through the pipeline in its batch's place and raised as itself
     where the batches leave it (:meth:`PipelineBatches.batches`).
@@ -340,13 +393,22 @@ class PipelineBatches(BatchSource):
 
         self.decode_ahead = decode_ahead
 
+        # the first batch of a start goes first: the threads assembling later batches wait until it is assembled
+        # before they load anything (FirstBatchFirst)
+        # (a local: the threads must not hold the pipeline, see test_a_pipeline_nobody_holds_...)
+        self.first_gate = gate = FirstBatchFirst()
+
         def assemble(pairs: np.ndarray) -> dict | _Failed:
+            first = gate.enter(pairs)
             try:
                 if decode_ahead is not None:
                     decode_ahead.reached(pairs[:, 0])
                 return collate(groups.indices(pairs))
             except Exception as exc:  # noqa: BLE001 - raised as itself by batches(), not as torchdata's wrapper
                 return _Failed(exc)
+            finally:
+                if first:
+                    gate.open()
 
         self.num_threads = max(1, int(plan.num_workers))
         # one batch in flight per thread (torchdata's default is two): the batches assembled at once need their
@@ -417,8 +479,11 @@ class PipelineBatches(BatchSource):
         if not continuing:
             # stopped and joined first: torchdata's reset only drops the running iterator, whose thread may still
             # be taking a batch from the plan node, which would then be missing from the new position's pass
+            self.first_gate.open()  # a thread waiting for a first batch that will not come goes on
             shutdown_node_threads(self.root)
         rest = self.plan_node.plan_of(epoch)[start * self.plan_node.batch_size :]
+        if not continuing:
+            self.first_gate.close(rest[: self.plan_node.batch_size])
         if self.decode_ahead is not None:
             self.decode_ahead.start_pass(rest, upcoming=lambda: self.plan_node.plan_of(epoch + 1))
         if not continuing:
@@ -467,6 +532,7 @@ class PipelineBatches(BatchSource):
         inside torch or Blosc2 at that moment aborts the process ("terminate called without an active exception",
         exit 134) after a successful run. Every pipeline is shut down at exit; call this to stop one sooner."""
         self._next = None  # a later pass starts the pipeline again
+        self.first_gate.open()
         shutdown_node_threads(self.root)
         if self.decode_ahead is not None:
             self.decode_ahead.shutdown()
