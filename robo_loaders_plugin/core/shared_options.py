@@ -189,7 +189,7 @@ def pass_options(
             bool,
             True,
             "the first batches of a run's first pass are drawn from 2, 4, 8 ... open episodes, "
-            "the first served once two are loaded (false: from a full shuffle_buffer, "
-            "the first batch waiting for all of it)",
+            "the first served once the few holding it are loaded (false: from a full "
+            "shuffle_buffer, the first batch waiting for all of it)",
         ),
     }

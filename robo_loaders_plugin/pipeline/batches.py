@@ -343,7 +343,7 @@ class PipelineBatches(BatchSource):
         release: ``release(episode)`` once a pass has served an episode's last item (``LoadOnceLRU.release`` of an
             episode cache smaller than the dataset), or ``None``.
         warm_up: Pass 0 grows its shuffle buffer over its first batches (``BatchPlanNode``), so the first batch
-            waits for two episodes, not a buffer.
+            waits for the few episodes that hold it (two when they are long), not a buffer.
         endless: Run from pass to pass without a reset (the next pass's first batches assembled while this one's
             last are served). Only for an episode cache holding every episode: with a smaller one, the batches in
             flight across the boundary would need the next pass's shuffle buffer beside this pass's open episodes,

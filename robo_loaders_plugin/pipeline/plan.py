@@ -90,8 +90,9 @@ def plan_windows(
         replacement: Draw as many items with replacement.
         rank, world_size: This process's share of the pass.
         warm_up: Items served from each step of a growing buffer before the pass draws from ``buffer_episodes``
-            (:func:`_warm_up`; a batch's worth: the first batch waits for :data:`WARM_UP_FIRST` episodes, not a whole
-            buffer); 0: the buffer is full from the first item.
+            (:func:`_warm_up`; a batch's worth: the first batch is drawn from :data:`WARM_UP_FIRST` open episodes
+            at a time, the next entering as one runs out, not from a whole buffer); 0: the buffer is full from the
+            first item.
 
     Returns:
         (N, 2) int64 (episode, k) pairs in serving order.
@@ -373,7 +374,7 @@ class BatchPlanNode(BaseNode):
     batch after the last of this one), so a pipeline over it is not stopped and restarted between passes.
 
     With ``warm_up``, pass 0 (the one a run starts with) grows its buffer over its first batches
-    (``plan_windows(warm_up=batch_size)``), so the first batch waits for two episodes, not a buffer; later passes
+    (``plan_windows(warm_up=batch_size)``), so the first batch waits for the few episodes that hold it; later passes
     are loaded ahead while the one before is served, and a run resumed in pass 0 finds the same plan.
     """
 
