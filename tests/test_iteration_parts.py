@@ -392,8 +392,9 @@ def test_a_warm_up_reorders_the_first_batches_and_serves_every_item_once(world_s
 
 
 def _first_entered(plan, n):
-    eps, first = np.unique(plan[:, 0], return_index=True)
-    return eps[np.argsort(first)][:n].tolist()
+    from robo_loaders_plugin.pipeline.batches import _entry_order
+
+    return _entry_order(plan)[:n].tolist()
 
 
 def test_only_the_first_pass_warms_up():

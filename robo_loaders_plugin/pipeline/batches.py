@@ -283,7 +283,10 @@ class FirstBatchFirst:
         """
         with self._lock:
             self._first = np.array(first, copy=True)
-            self._open.clear() if len(first) else self._open.set()
+            if len(first):
+                self._open.clear()
+            else:
+                self._open.set()
 
     def open(self) -> None:
         """Let every thread go on (the first batch is assembled, or the pipeline stops)."""

@@ -177,12 +177,14 @@ def _warm_up(eps: np.ndarray, ks: np.ndarray, buffer_episodes: int, per_step: in
     none = np.zeros((0, 2), dtype=np.int64)
     if not len(eps):
         return none, eps, ks
+    run_start = np.flatnonzero(np.concatenate([[True], eps[1:] != eps[:-1]]))
+    if np.unique(eps[run_start]).size != len(run_start):
+        return none, eps, ks
     served = []
     size = WARM_UP_FIRST
     while size < buffer_episodes and len(eps):
+        # (each step keeps every episode in one run: only its items' first ones are taken out)
         run_start = np.flatnonzero(np.concatenate([[True], eps[1:] != eps[:-1]]))
-        if np.unique(eps[run_start]).size != len(run_start):
-            return none, eps, ks
         reach = size + per_step  # each draw empties at most one episode, so no more enter than this
         cut = int(run_start[reach]) if reach < len(run_start) else len(eps)
         step = _through_buffer(eps[:cut], ks[:cut], size, rng)[:per_step]
