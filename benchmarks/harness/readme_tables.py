@@ -101,7 +101,12 @@ def render_block(spec: str, results_dir: str, base_dir: str, where: str) -> str:
         raise TableError(f"{where}: loss-curve files have no README table (plot them with robo-loaders report)")
     try:
         growth = [p for p in payloads if p["_kind"].startswith("growth")]
-        if growth:  # issue 22's cost-growth results: their own tables (growth_plots.py)
+        costs = [p for p in payloads if p["_kind"] == "sample_costs"]
+        if costs:  # issue 45's per-sample costs: their own table (benchmarks/sample_costs.py)
+            from benchmarks.sample_costs import costs_table
+
+            table = "\n".join(costs_table(p) for p in costs)
+        elif growth:  # issue 22's cost-growth results: their own tables (growth_plots.py)
             from benchmarks.harness.growth_plots import growth_table
 
             table = "\n".join(growth_table(p, opts.get("table", "results")) for p in growth)

@@ -37,14 +37,22 @@ class TableError(ValueError):
 def kind_of(payload: dict) -> str:
     """What a result file is: ``bench``, ``training``, ``matrix``, ``loss_curves``, ``growth`` (with
     ``growth_findings`` and ``growth_conversion``: the project harness's, tables and plots in
-    ``benchmarks/harness/growth_plots.py``), or ``unknown``.
+    ``benchmarks/harness/growth_plots.py``), ``sample_costs`` (``benchmarks/sample_costs.py``'s, its table there), or
+    ``unknown``.
 
     Args:
         payload: The file's JSON content.
     """
     if not isinstance(payload, dict):
         return "unknown"
-    if payload.get("kind") in ("matrix", "loss_curves", "growth", "growth_findings", "growth_conversion"):
+    if payload.get("kind") in (
+        "matrix",
+        "loss_curves",
+        "growth",
+        "growth_findings",
+        "growth_conversion",
+        "sample_costs",
+    ):
         return payload["kind"]
     if payload.get("benchmark") == "training" and "results" in payload:
         return "training"  # the training benchmark (benchmarks/harness/train/)
@@ -142,6 +150,8 @@ def settings_parts(payload: dict) -> list[str]:
         parts.append(f"{s['batches']} timed batches")
     if s.get("repeats", 1) > 1:
         parts.append(f"median of {s['repeats']} runs per backend")
+    if payload["_kind"] == "sample_costs" and "seconds" in s:
+        parts.append(f"{s['seconds']:g} s profiled per backend at {s.get('rate_hz')} Hz")
     if payload["_kind"] == "training" and s.get("epochs"):
         parts.append(f"{s['epochs']} epochs x {s.get('steps_per_epoch')} training steps")
         if s.get("policy") or s.get("algo"):
