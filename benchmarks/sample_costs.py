@@ -33,6 +33,8 @@ import sys
 import tempfile
 import time
 
+from robo_loaders_plugin.bench.runner import backend_of, options_for
+
 # (stage, function-name prefixes, file-path parts), each list space-separated: the innermost frame of a sample that
 # any rule names decides its stage, the first rule naming that frame wins; a stack that no rule names is "other"
 STAGE_RULES: list[tuple[str, str, str]] = [
@@ -194,7 +196,7 @@ def timed_loop(loader, seconds: float, count, profile=None) -> tuple[int, float,
     return n, dt, tuple(y - x for x, y in zip(before, after))
 
 
-def w1_loader(backend: str):
+def w1_loader(backend: str, options: dict):
     """A robomimic backend built as ``train()`` builds it, and what an epoch iterates (``bench.robomimic_run``)."""
     import numpy as np
     import robomimic.utils.obs_utils as ObsUtils
@@ -209,7 +211,7 @@ def w1_loader(backend: str):
     register_observation_encoders()
     torch.manual_seed(0)
     np.random.seed(0)
-    name, mode = parse_backend(backend)
+    name, mode = parse_backend(backend_of(backend))
     a = dict(
         dataset=w1_data(),
         seq_length=10,
@@ -218,7 +220,7 @@ def w1_loader(backend: str):
         num_workers=2,
         cache_mode=mode,
         backend=name,
-        kwargs={},
+        kwargs=options,
     )
     config, keys = make_config(a)
     ObsUtils.initialize_obs_utils_with_config(config)
@@ -227,7 +229,7 @@ def w1_loader(backend: str):
     return epoch_loader(loader), lambda b: len(b["actions"])
 
 
-def w2_loader(backend: str):
+def w2_loader(backend: str, options: dict):
     """A LeRobot backend built as ``lerobot-train`` builds it and what its patched ``cycle`` yields
     (``bench.lerobot_run``), or LeRobot's ``StreamingLeRobotDataset`` as ``--dataset.streaming=true`` builds it."""
     import torch
@@ -256,7 +258,7 @@ def w2_loader(backend: str):
         return loader, lambda b: len(b["index"])
     ds = LeRobotDataset(repo, root=root, delta_timestamps=delta, return_uint8=True)
     if backend != "native":
-        ds = build_dataset(ds, choose(backend))
+        ds = build_dataset(ds, choose(backend_of(backend), **options))
     return cycle(train_loader(ds, 64, 2)), lambda b: len(b["index"])
 
 
@@ -354,18 +356,21 @@ def costs_table(payload: dict) -> str:
 
 DEFAULT_BACKENDS = {
     "w1": "native:low_dim,compressed_cache,datapipe,gpu_resampler",
-    "w2": "native,streaming,compressed_cache,datapipe,gpu_resampler,video_stream",
+    "w2": "native,streaming,compressed_cache,compressed_cache#threads,datapipe,gpu_resampler,video_stream",
 }
+# a "#tag" runs its backend again with these options (more with --backend-kwargs LABEL=JSON)
+LABEL_OPTIONS = {"compressed_cache#threads": {"loader": "threads"}}
 
 
-def child(workload: str, backend: str, seconds: float, raw: str) -> dict:
+def child(workload: str, backend: str, options: dict, seconds: float, raw: str) -> dict:
     """One backend's profiled loop (run in a fresh process: a backend's threads and workers end with it)."""
-    loader, count = (w1_loader if workload == "w1" else w2_loader)(backend)
+    loader, count = (w1_loader if workload == "w1" else w2_loader)(backend, options)
     n, dt, (user, system, faults) = timed_loop(loader, seconds, count, Profiled(raw))
     counts = read_raw(raw)
     total = sum(counts.values())
     return dict(
         backend=backend,
+        options=options,
         samples=n,
         seconds=dt,
         samples_per_s=n / dt,
@@ -398,15 +403,24 @@ def main(argv=None) -> None:
     p.add_argument("--seconds", type=float, default=10.0)
     p.add_argument("--rate", type=int, default=250)
     p.add_argument("--raw", default=None, help="keep py-spy's raw stacks in this directory")
+    p.add_argument(
+        "--backend-kwargs", action="append", default=[], help="LABEL=JSON: options of a backend or name#tag label"
+    )
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--options", default="{}", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.child:
-        row = child(a.workload, a.child, a.seconds, os.path.join(a.raw, f"{a.workload}_{a.child}.txt"))
+        raw_path = os.path.join(a.raw, f"{a.workload}_{a.child}.txt")
+        row = child(a.workload, a.child, json.loads(a.options), a.seconds, raw_path)
         with open(a.out, "w") as f:
             json.dump(row, f)
         return
     raw = a.raw or tempfile.mkdtemp(prefix="sample_costs_")
     os.makedirs(raw, exist_ok=True)
+    given = dict(LABEL_OPTIONS)
+    for spec in a.backend_kwargs:
+        label, _, js = spec.partition("=")
+        given[label] = json.loads(js)
     rows = []
     for backend in (a.backends or DEFAULT_BACKENDS[a.workload]).split(","):
         out = os.path.join(raw, f"{a.workload}_{backend}.json")
@@ -424,6 +438,8 @@ def main(argv=None) -> None:
             raw,
             "--child",
             backend,
+            "--options",
+            json.dumps(options_for(backend, given)),
         ]
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
         with open(out) as f:
