@@ -270,26 +270,16 @@ def workloads_dir() -> str:
     return d
 
 
+def _sample_data(kind: str, out: str, options: str, *more: str) -> None:
+    """``robo-loaders sample-data KIND OUT`` with ``options`` (space-separated) and ``more`` (paths, kept whole): a
+    workload generated where it is missing."""
+    subprocess.run(["robo-loaders", "sample-data", kind, out, *options.split(), *more], check=True)
+
+
 def w1_data() -> str:
     path = os.path.join(workloads_dir(), "lift_like.hdf5")
     if not os.path.exists(path):
-        subprocess.run(
-            [
-                "robo-loaders",
-                "sample-data",
-                "robomimic",
-                path,
-                "--demos",
-                "200",
-                "--min-length",
-                "45",
-                "--max-length",
-                "55",
-                "--seed",
-                "0",
-            ],
-            check=True,
-        )
+        _sample_data("robomimic", path, "--demos 200 --min-length 45 --max-length 55 --seed 0")
     return path
 
 
@@ -300,21 +290,7 @@ def w2_data() -> tuple[str, str]:
         raise SystemExit(f"sample_costs: w2 needs the shared renders {shared}")
     root = os.path.join(workloads_dir(), "lerobot_lift_x10")
     if not os.path.isdir(root):
-        subprocess.run(
-            [
-                "robo-loaders",
-                "sample-data",
-                "lerobot",
-                root,
-                "--repo-id",
-                "local/lerobot_lift_x10",
-                "--from-robomimic",
-                shared,
-                "--repeat",
-                "10",
-            ],
-            check=True,
-        )
+        _sample_data("lerobot", root, "--repo-id local/lerobot_lift_x10 --repeat 10 --from-robomimic", shared)
     return root, "local/lerobot_lift_x10"
 
 
