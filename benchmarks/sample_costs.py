@@ -332,10 +332,11 @@ def costs_table(payload: dict) -> str:
 
 DEFAULT_BACKENDS = {
     "w1": "native:low_dim,compressed_cache,datapipe,gpu_resampler",
-    "w2": "native,streaming,compressed_cache,compressed_cache#threads,datapipe,gpu_resampler,video_stream",
+    "w2": "native,streaming,compressed_cache,compressed_cache#dataloader,datapipe,gpu_resampler,video_stream",
 }
-# a "#tag" runs its backend again with these options (more with --backend-kwargs LABEL=JSON)
-LABEL_OPTIONS = {"compressed_cache#threads": {"loader": "threads"}}
+# a "#tag" runs its backend again with these options (more with --backend-kwargs LABEL=JSON): compressed_cache's
+# LeRobot default builds batches in threads; #dataloader is its default where image transforms are enabled
+LABEL_OPTIONS = {"compressed_cache#dataloader": {"loader": "dataloader"}}
 
 
 def child(workload: str, backend: str, options: dict, seconds: float, raw: str) -> dict:

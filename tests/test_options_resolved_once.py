@@ -49,3 +49,22 @@ def test_an_option_given_at_its_default_value_counts_as_given():
             unit="episodes",
         )
         assert plan.shuffle_buffer == kept, (opts.given(), plan)
+
+
+def test_a_default_that_moves_random_draws_yields_where_items_draw_them():
+    """``compressed_cache``'s ``loader`` defaults to ``threads`` (batches built in the training process), but where
+    LeRobot's items draw random numbers (image transforms) to ``dataloader``, whose workers draw them as LeRobot's
+    do (``Option.random_items_defaults``, applied by ``BackendChoice.for_items``); a value the user gave is kept.
+    Control: the same choice for items drawing nothing keeps ``threads``, and robomimic declares no such default."""
+    from robo_loaders_plugin.core.spec import INDEXED, SAMPLE
+
+    plain = choose("lerobot", "compressed_cache", {"codec": "zstd"})
+    assert plain.options.loader == "threads" and plain.kind == INDEXED
+    assert plain.for_items(draw_random=False) is plain  # control: nothing drawn, nothing changes
+    drawn = plain.for_items(draw_random=True)
+    assert drawn.options.loader == "dataloader" and drawn.kind == SAMPLE
+    assert drawn.options.codec == "zstd" and drawn.options.given() == {"codec": "zstd"}  # the rest unchanged
+    given = choose("lerobot", "compressed_cache", {"loader": "threads"})
+    assert given.for_items(draw_random=True).options.loader == "threads"  # given: kept
+    mimic = choose("robomimic", "compressed_cache", {})
+    assert mimic.for_items(draw_random=True).options.loader == "threads"  # no such default on robomimic

@@ -26,14 +26,14 @@ def test_get_backend_spec_fields():
 
 def test_spec_metadata_is_true_per_framework():
     """What `list --json` promises: video_stream is lossy on robomimic (video shards) and not bit-identical with
-    NVDEC on LeRobot; the GPU backends say "optional"; LeRobot's compressed_cache is driven by LeRobot's
-    DataLoader (a sample backend there), robomimic's by in-process threads unless loader=dataloader."""
+    NVDEC on LeRobot; the GPU backends say "optional"; compressed_cache is driven by in-process threads in both
+    frameworks unless loader=dataloader (LeRobot's default where image transforms draw random numbers)."""
     vs, gr, cc = (rlp.get_backend(n) for n in ("video_stream", "gpu_resampler", "compressed_cache"))
     assert vs.lossless_for("robomimic") == rlp.LOSSY_FRAMES
     assert vs.lossless_for("lerobot") == rlp.NOT_BIT_IDENTICAL_ON_NVDEC
     assert vs.gpu_for("lerobot") == rlp.GPU_OPTIONAL and vs.gpu_for("robomimic") == rlp.GPU_NO
     assert gr.gpu_for("robomimic") == gr.gpu_for("lerobot") == rlp.GPU_OPTIONAL
-    assert cc.kind_for("lerobot") == "sample" and cc.kind_for("robomimic") == "indexed"
+    assert cc.kind_for("lerobot") == cc.kind_for("robomimic") == "indexed"
     assert rlp.get_backend("datapipe").lossless_for("lerobot") == rlp.LOSSLESS
     threads = cc.choose("robomimic", {}, "w")
     dataloader = cc.choose("robomimic", {"loader": "dataloader"}, "w")

@@ -38,8 +38,11 @@ def _value(v) -> str:
 
 def _default(opt) -> str:
     if opt.framework_defaults:
-        return ", ".join(f"{_value(v)} ({_NAMES.get(fw, fw)})" for fw, v in opt.framework_defaults.items())
-    return _value(opt.default)
+        text = ", ".join(f"{_value(v)} ({_NAMES.get(fw, fw)})" for fw, v in opt.framework_defaults.items())
+    else:
+        text = _value(opt.default)
+    random = ", ".join(f"{_value(v)} ({_NAMES.get(fw, fw)})" for fw, v in opt.random_items_defaults.items())
+    return f"{text}; where items draw random numbers (image transforms): {random}" if random else text
 
 
 def _values(opt) -> str:

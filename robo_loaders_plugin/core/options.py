@@ -42,6 +42,11 @@ class Option:
         frameworks: The frameworks the option applies to (``None``: every framework the backend serves). Given
             under another framework it is refused, naming the frameworks it applies to.
         framework_defaults: Per-framework defaults that replace ``default``.
+        random_items_defaults: Per-framework defaults that replace both when the dataset's items draw random
+            numbers (LeRobot's image transforms: :meth:`BackendChoice.for_items
+            <robo_loaders_plugin.core.spec.BackendChoice.for_items>`). Why: a value that serves faster may move
+            those draws out of the framework's workers (another RNG stream, other augmentations); the default
+            takes it only where nothing is drawn, so the samples stay the framework's.
         framework_choices: Per-framework allowed values that replace ``choices``.
         check: Extra check of a given (non-``None``) value: raises ``ValueError`` with the reason, or returns
             nothing. Must be cheap and import nothing heavy (it runs at argument parsing).
@@ -63,6 +68,7 @@ class Option:
     max: float | None = None
     frameworks: tuple[str, ...] | None = None
     framework_defaults: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    random_items_defaults: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     framework_choices: Mapping[str, tuple] = dataclasses.field(default_factory=dict)
     check: Callable[[Any], None] | None = dataclasses.field(default=None, compare=False)
     kinds: Mapping[Any, str] = dataclasses.field(default_factory=dict)
@@ -200,6 +206,8 @@ class Option:
             out["choices"] = list(choices)
         if self.framework_defaults:
             out["framework_defaults"] = dict(self.framework_defaults)
+        if self.random_items_defaults:
+            out["random_items_defaults"] = dict(self.random_items_defaults)
         values = self.describe_values(framework)
         if values:
             out["values"] = values
@@ -260,6 +268,23 @@ class Options:
     def given(self) -> dict:
         """Only the options the user gave (their values as resolved), whatever their values."""
         return {k: v for k, v in self.as_dict().items() if k in self.given_names}
+
+    def with_defaults(self, values: Mapping[str, Any]) -> Options:
+        """A copy in which options the user did not give take other defaults (given ones are kept).
+
+        Args:
+            values: ``{name: value}``, values as resolved (already converted).
+
+        Returns:
+            The copy (this object when nothing changes).
+        """
+        changes = {k: v for k, v in values.items() if k not in self.given_names and getattr(self, k) != v}
+        if not changes:
+            return self
+        # every instance is of an options_class dataclass
+        copy = dataclasses.replace(self, **changes)  # type: ignore[type-var]
+        object.__setattr__(copy, "given_names", self.given_names)
+        return copy
 
     def shared(self) -> dict:
         """The options every rank of a multi-process run must agree on (those not declared ``per_host``)."""

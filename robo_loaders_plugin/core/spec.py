@@ -281,6 +281,30 @@ class BackendChoice:
         """Whether this choice uses a GPU (``GPU_NO``, ``GPU_OPTIONAL``, ``GPU_REQUIRED``)."""
         return self.spec.gpu_for(self.framework)
 
+    def for_items(self, draw_random: bool) -> BackendChoice:
+        """This choice for a dataset whose items do (or do not) draw random numbers: with ``draw_random``, every
+        option the user left to its default takes its ``random_items_defaults`` value for the framework
+        (:attr:`Option.random_items_defaults <robo_loaders_plugin.core.options.Option.random_items_defaults>`).
+
+        Why here and not when the options are read: whether items draw random numbers is known from the
+        framework's dataset object (LeRobot's image transforms), built after the command line is read.
+
+        Args:
+            draw_random: Whether the dataset's items draw random numbers.
+
+        Returns:
+            The choice to build with (this one when nothing changes).
+        """
+        if not draw_random:
+            return self
+        values = {
+            name: opt.random_items_defaults[self.framework]
+            for name, opt in self.spec.options.items()
+            if self.framework in opt.random_items_defaults and opt.applies_to(self.framework)
+        }
+        options = self.options.with_defaults(values)
+        return self if options is self.options else dataclasses.replace(self, options=options)
+
     def check_device(self) -> None:
         """A backend that requires a GPU fails here, before any data is read, on a machine without CUDA.
 

@@ -92,6 +92,8 @@ def build_dataset(
         raise RoboLoadersError(f"backend choice {choice.name!r} was resolved for {choice.framework}, not LeRobot")
     compat.check_version()
     choice.check_device()
+    # options whose default moves random draws out of LeRobot's workers take another where items draw them
+    choice = choice.for_items(draw_random=compat.reader_settings(native).image_transforms is not None)
     loop = TrainingLoop(int(batch_size), int(num_workers)) if batch_size is not None else current_training_loop()
     with training_loop(loop):
         out = choice.build(native)

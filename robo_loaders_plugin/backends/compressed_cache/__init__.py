@@ -52,11 +52,11 @@ COMPRESSED_CACHE_OPTIONS = {
         str,
         "threads",
         "'threads': num_data_workers threads build whole batches in the training "
-        "process (no worker processes, no collate copy; LeRobot: image transforms then draw "
-        "from the training process's RNG); 'dataloader': the framework's DataLoader "
-        "(LeRobot's default: its workers' RNG, as LeRobot's)",
+        "process (no worker processes, no collate copy); 'dataloader': the framework's DataLoader "
+        "(the default on LeRobot where image transforms are enabled: they then draw from its "
+        "workers' RNG, as LeRobot's do)",
         choices=("threads", "dataloader"),
-        framework_defaults={"lerobot": "dataloader"},
+        random_items_defaults={"lerobot": "dataloader"},
         kinds={"threads": INDEXED, "dataloader": SAMPLE},
     ),
 }
@@ -67,8 +67,9 @@ SPEC = frame_backend(
     "robo_loaders_plugin.backends.compressed_cache.store:CompressedStore",
     description="each episode read (video decoded) once; camera frames kept lossless-compressed in one "
     "RAM file shared by all workers (file-backed on local disk when RAM cannot hold it)",
-    # LeRobot: its DataLoader's workers stay in charge (image transforms draw from their RNG)
-    kind={"robomimic": INDEXED, "lerobot": SAMPLE},
+    # threads build the batches; on LeRobot with image transforms its DataLoader's workers stay in charge (the
+    # loader option's default there: the transforms draw from the workers' RNG)
+    kind=INDEXED,
     options=COMPRESSED_CACHE_OPTIONS,
 )
 
