@@ -8,11 +8,11 @@ the repository). Each run is a fresh process, timed as ``lerobot-train`` builds 
 with diffusion's ``delta_timestamps``, the backend's dataset (``build_s``), then lerobot-train's DataLoader (spawned
 workers, prefetch 4, its ``EpisodeAwareSampler``) to its first batch through the patched ``cycle``
 (``first_batch_s``) with ``loader: dataloader``; the variant ``threads`` (``loader: threads``, the default since
-where no image transforms are enabled) builds the batches in the training process instead. Each round gives each
-variant a fresh cache root and runs it twice (first: builds; second: ``keep`` maps the kept store, ``keep: false``
-builds its RAM store again), then the second run once more with no DataLoader workers, which takes the workers'
-start (spawned interpreters importing torch and LeRobot) out of the first batch. The machine's 1-minute load
-average is recorded before each run.
+90b8e42 wherever no image transforms are enabled) builds the batches in the training process instead. Each round
+gives each variant a fresh cache root and runs it twice (first: builds; second: ``keep`` maps the kept store,
+``keep: false`` builds its RAM store again), then the second run once more with no DataLoader workers, which takes
+the workers' start (spawned interpreters importing torch and LeRobot) out of the first batch. The machine's
+1-minute load average is recorded before each run.
 
 ``python -m benchmarks.first_batch_reuse [--rounds 3] [--out benchmarks/results/first_batch_reuse.json]``;
 ``python -m benchmarks.first_batch_reuse child JSON``: one run (the parent starts it).
