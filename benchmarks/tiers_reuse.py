@@ -1,15 +1,17 @@
 """Start-up to the first batch, first run against second run of the same dataset (issue 45 item 1: ``gpu_resampler``
 maps the tiers its first run kept in the cache instead of reading the source again).
 
-A robomimic low-dim file (1,000 demos of 80-120 steps, ~100k steps; ``sample_data``, no cameras) served three
-ways: robomimic's own ``SequenceDataset`` (``native``: ``TrainUtils.dataset_factory``, no plugin), the plugin's
-``datapipe`` and ``gpu_resampler``, each in the DataLoader robomimic's ``train()`` builds (BC-RNN windows of 10,
-batch 100, ``hdf5_cache_mode=all`` as robomimic's low-dim configs), iterated as the patched ``run_epoch`` iterates
-it. Each run is a fresh process (nothing kept in memory between runs) timed from just before the dataset is built
-to its first batch; each round gives every backend a fresh cache directory, runs it twice (first: builds what it
-keeps; second: reuses it), and records the machine's load average before each run.
+A robomimic low-dim file (``--demos`` of 80-120 steps: 1,000 by default, ~100k steps; 10,000 for issue 45's
+million steps; ``sample_data``, no cameras) served by robomimic's own ``SequenceDataset`` (``native``:
+``TrainUtils.dataset_factory``, no plugin) and by each plugin backend (``--backends``), each in the DataLoader
+robomimic's ``train()`` builds (BC-RNN windows of 10, batch 100, ``hdf5_cache_mode=all`` as robomimic's low-dim
+configs), iterated as the patched ``run_epoch`` iterates it. Each run is a fresh process (nothing kept in memory
+between runs) timed from just before the dataset is built to its first batch; each round gives every backend a
+fresh cache directory, runs it twice (first: builds what it keeps; second: reuses it), and records the machine's
+load average before each run.
 
-``python -m benchmarks.tiers_reuse [--data DIR] [--rounds 3] [--out benchmarks/results/tiers_reuse.json]``
+``python -m benchmarks.tiers_reuse [--data DIR] [--rounds 3] [--demos 1000] [--backends native,...]
+[--out benchmarks/results/tiers_reuse.json]``
 (data generated into ``DIR`` once, outside the repository). ``python -m benchmarks.tiers_reuse child JSON``: one
 run (the parent starts it).
 """
@@ -25,7 +27,7 @@ import sys
 import tempfile
 import time
 
-BACKENDS = ("native", "datapipe", "gpu_resampler")
+BACKENDS = ("native", "datapipe", "gpu_resampler", "compressed_cache", "video_stream")
 LOW_DIM = ["object", "robot0_eef_pos", "robot0_eef_quat", "robot0_gripper_qpos"]
 
 
@@ -81,20 +83,21 @@ def child(a: dict) -> dict:
     return {"build_s": build_s, "first_batch_s": first_batch_s, "startup_s": startup_s, "summary": summary}
 
 
-def make_data(directory: str) -> str:
+def make_data(directory: str, demos: int = 1000) -> str:
     """The low-dim file (generated once; a pure function of its arguments).
 
     Args:
         directory: Where it goes (outside the repository).
+        demos: How many demos of 80-120 steps (10,000: issue 45's million steps).
 
     Returns:
         Its path.
     """
     from robo_loaders_plugin.sample_data.robomimic_hdf5 import write_robomimic_hdf5
 
-    path = os.path.join(directory, "lowdim_1000.hdf5")
+    path = os.path.join(directory, f"lowdim_{demos}.hdf5")
     if not os.path.exists(path):
-        write_robomimic_hdf5(path, demos=1000, cameras=0, min_length=80, max_length=120, seed=0, progress=False)
+        write_robomimic_hdf5(path, demos=demos, cameras=0, min_length=80, max_length=120, seed=0, progress=False)
     return path
 
 
@@ -125,20 +128,23 @@ def main() -> None:
     parser.add_argument("args", nargs="?")
     parser.add_argument("--data", default=os.path.join(tempfile.gettempdir(), "robo-loaders-tiers-reuse"))
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--demos", type=int, default=1000, help="demos in the file (10000: a million steps)")
+    parser.add_argument("--backends", default=",".join(BACKENDS), help="comma-separated, in the order run")
     parser.add_argument("--out", default="benchmarks/results/tiers_reuse.json")
     a = parser.parse_args()
     if a.what == "child":
         print(json.dumps(child(json.loads(a.args))))
         return
     os.makedirs(a.data, exist_ok=True)
-    path = make_data(a.data)
+    path = make_data(a.data, a.demos)
+    backends = tuple(a.backends.split(","))
     import h5py
 
     with h5py.File(path, "r") as f:
         steps = int(f["data"].attrs["total"])
     rows: list[dict] = []
     for r in range(a.rounds):
-        for backend in BACKENDS:
+        for backend in backends:
             with tempfile.TemporaryDirectory(dir=a.data, prefix=f"cache-{backend}-") as cache_dir:
                 for run in ("first", "second"):
                     row = dict(one_run(backend, path, cache_dir), backend=backend, run=run, round=r)
@@ -148,26 +154,27 @@ def main() -> None:
                         f"{row['first_batch_s']:5.2f} s  load {row['load_before'][0]:.2f}",
                         flush=True,
                     )
-                    write(a.out, steps, rows)  # after every run: a run stopped early keeps what it measured
+                    write(a.out, steps, a.demos, rows)  # after every run: a run stopped early keeps what it measured
 
 
-def write(out: str, steps: int, rows: list[dict]) -> None:
+def write(out: str, steps: int, demos: int, rows: list[dict]) -> None:
     """The results file: every run's row and, per backend and run, the median start-up over the rounds so far.
 
     Args:
         out: The JSON file.
         steps: The workload's steps.
+        demos: The workload's demos.
         rows: The runs so far.
     """
     medians = {
         f"{b} {run}": statistics.median(x["startup_s"] for x in sel)
-        for b in BACKENDS
+        for b in dict.fromkeys(x["backend"] for x in rows)
         for run in ("first", "second")
         if (sel := [x for x in rows if x["backend"] == b and x["run"] == run])
     }
     result = {
         "what": "start-up to the first batch (build + first batch), seconds, first vs second run, median of rounds",
-        "workload": f"robomimic low-dim, 1000 demos, {steps} steps, seq_length 10, batch 100, hdf5_cache_mode=all",
+        "workload": f"robomimic low-dim, {demos} demos, {steps} steps, seq_length 10, batch 100, hdf5_cache_mode=all",
         "machine": {"cpus": os.cpu_count(), "note": "2 cores shared with other sessions; load recorded per run"},
         "median_startup_s": medians,
         "rows": rows,

@@ -95,3 +95,56 @@ def test_a_file_that_passed_is_not_walked_again_until_it_changes(tmp_path, monke
     with pytest.raises(SourceError, match="demo_1/actions has 9 rows"):
         RobomimicHdf5(path)
     assert len(walks) == 2
+
+
+def test_a_second_start_takes_the_demos_lengths_from_the_record_until_the_file_changes(tmp_path, monkeypatch):
+    """Issue 45 (a million steps on reuse): the lengths the walk read are recorded with it and served by
+    ``lengths`` without reading an attribute; negative controls: an edited file's new lengths are read (not the
+    recorded ones), and a record whose lengths were damaged is not trusted."""
+    monkeypatch.setenv("ROBO_LOADERS_CACHE", str(tmp_path / "cache"))
+    path = write(tmp_path / "f.hdf5", demos=5, rows=6)
+    demos = [f"demo_{i}" for i in range(5)]
+    first = RobomimicHdf5(path)
+    with first.open() as f:
+        assert first.lengths(f, demos).tolist() == [6] * 5
+    reads = []
+    length = RobomimicHdf5.length
+    monkeypatch.setattr(RobomimicHdf5, "length", staticmethod(lambda f, d: reads.append(d) or length(f, d)))
+    second = RobomimicHdf5(path)
+    with second.open() as f:
+        assert second.lengths(f, demos).tolist() == [6] * 5 and reads == []
+        assert second.lengths(f, ["demo_3", "demo_0"]).tolist() == [6, 6]
+    with h5py.File(path, "r+") as f:  # the file changes: demo_1 grows to 9 steps
+        del f["data/demo_1"]
+        g = f.create_group("data/demo_1")
+        g.attrs["num_samples"] = 9
+        for key, shape in (("actions", (9, 2)), ("obs/a", (9, 3)), ("obs/b", (9,))):
+            g.create_dataset(key, data=np.zeros(shape))
+    third = RobomimicHdf5(path)
+    with third.open() as f:
+        assert third.lengths(f, demos).tolist() == [6, 9, 6, 6, 6]
+    (record,) = (tmp_path / "cache" / ".validated").iterdir()
+    text = record.read_text()
+    assert '"demo_1": 9' in text
+    record.write_text(text.replace('"demo_1": 9', '"demo_1": "9"'))
+    walks = []
+    check = RobomimicHdf5._check_demos
+    monkeypatch.setattr(RobomimicHdf5, "_check_demos", lambda self, f, d: walks.append(1) or check(self, f, d))
+    fourth = RobomimicHdf5(path)
+    assert walks == [1]
+    with fourth.open() as f:
+        assert fourth.lengths(f, demos).tolist() == [6, 9, 6, 6, 6]
+
+
+def test_a_source_built_without_its_check_reads_the_lengths(tmp_path, monkeypatch):
+    """``check=False`` (a conversion's workers): nothing recorded is used, every length is read from the file."""
+    monkeypatch.setenv("ROBO_LOADERS_CACHE", str(tmp_path / "cache"))
+    path = write(tmp_path / "f.hdf5", demos=3, rows=4)
+    RobomimicHdf5(path)
+    reads = []
+    length = RobomimicHdf5.length
+    monkeypatch.setattr(RobomimicHdf5, "length", staticmethod(lambda f, d: reads.append(d) or length(f, d)))
+    src = RobomimicHdf5(path, check=False)
+    with src.open() as f:
+        assert src.lengths(f, ["demo_0", "demo_2"]).tolist() == [4, 4]
+    assert reads == ["demo_0", "demo_2"]

@@ -89,7 +89,7 @@ def datasets(group, prefix=""):
             yield from datasets(v, f"{prefix}{k}/")
 
 
-VALIDATION_METHOD = "robomimic-validate-v1"  # what a validation record vouches for; a new check needs a new name
+VALIDATION_METHOD = "robomimic-validate-v2"  # what a validation record vouches for; a new check needs a new name
 
 
 _GROUPS = threading.local()  # the demo group last opened by this thread: (file id, demo, group id)
@@ -148,28 +148,37 @@ def _num_samples(gid, demo: bytes) -> int | None:
 
 class _ValidationRecord:
     """That a file passed :meth:`RobomimicHdf5.validate` as it is now: its path and stat (size, mtime, inode,
-    ctime), in ``<cache root>/.validated/``. Never an error: a record that cannot be read or written only means
-    the file is walked again."""
+    ctime), in ``<cache root>/.validated/``, with every demo's ``num_samples`` the walk read (issue 45: reading
+    10,000 demos' attributes again took ~1 s of a second start, twice). Never an error: a record that cannot be
+    read or written only means the file is walked again."""
 
     def __init__(self, real: str, path: str):
         self.real, self.path = real, path
         self.doc = {"method": VALIDATION_METHOD, "path": real, "files": [list(x) for x in fp.stat_files(real)]}
 
-    def matches(self) -> bool:
+    def matching_lengths(self) -> dict[str, int] | None:
+        """The demos' lengths recorded when the file as it is now passed; None when no record matches (missing,
+        unreadable, of another method, path or stat, or its lengths not a mapping of names to whole numbers)."""
         import json
 
         try:
             with open(self.path) as fh:
-                return json.load(fh) == self.doc
-        except (OSError, ValueError):
-            return False
+                doc = json.load(fh)
+            lengths = doc.pop("lengths")
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return None
+        if doc != self.doc or not isinstance(lengths, dict):
+            return None
+        if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in lengths.values()):
+            return None
+        return lengths
 
-    def save(self) -> None:
+    def save(self, lengths: dict[str, int]) -> None:
         from robo_loaders_plugin.core.files import atomic_write_json
 
         try:
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
-            atomic_write_json(self.path, self.doc)
+            atomic_write_json(self.path, dict(self.doc, lengths=lengths))
         except OSError:
             pass
 
@@ -196,6 +205,7 @@ class RobomimicHdf5:
         validation goes (``storage.cache.records_dir``; ``None``: the default cache root)."""
         self.path = os.path.expanduser(path)
         self.cache_dir = cache_dir
+        self._lengths: dict[str, int] = {}  # num_samples by demo, as the validation read or recorded them
         with open_hdf5(self.path) as f:  # exists and opens, or a clear error now
             if check:
                 self.validate(f)
@@ -210,7 +220,8 @@ class RobomimicHdf5:
         Cost (issue 22): one pass over the file's links and datasets with h5py's low-level API (~0.1 ms per
         dataset; its object API took ~0.5 ms, 50 s for 10,000 demos), once per version of the file: a file whose
         size, mtime, inode and ctime equal those recorded when it last passed is not walked again (the
-        fingerprints' rule: ``storage.fingerprint``).
+        fingerprints' rule: ``storage.fingerprint``). Every demo's ``num_samples`` read by the walk is kept (in this
+        object and in the record), so :meth:`lengths` reads no attribute again for this version of the file.
 
         Args:
             f: The file, open.
@@ -228,22 +239,26 @@ class RobomimicHdf5:
                 "or train on; check that this is the file you meant (train.data)"
             )
         record = _validation_record(self.path, self.cache_dir)
-        if record is not None and record.matches():
+        recorded = record.matching_lengths() if record is not None else None
+        if recorded is not None and set(recorded) == set(demos):
+            self._lengths = recorded
             return
-        self._check_demos(f, demos)
+        self._lengths = self._check_demos(f, demos)
         if record is not None:
-            record.save()
+            record.save(self._lengths)
 
-    def _check_demos(self, f: h5py.File, demos: list[str]) -> None:
+    def _check_demos(self, f: h5py.File, demos: list[str]) -> dict[str, int]:
         """Every demo a group with ``num_samples >= 1`` rows in every dataset under it, first failure raised (demos
-        in robomimic's order, datasets by name, depth first). Anything the low-level walk does not expect (an
-        attribute of another type, a link that is neither group nor dataset) is checked with the object API."""
+        in robomimic's order, datasets by name, depth first); returns each demo's ``num_samples``. Anything the
+        low-level walk does not expect (an attribute of another type, a link that is neither group nor dataset) is
+        checked with the object API."""
         data = f["data"]
         gid = data.id
         links: dict[bytes, list[bytes]] = {}  # every link under data/ by demo, depth first in name order
         gid.links.visit(lambda name: links.setdefault(name.split(b"/", 1)[0], []).append(name) and None)
         kinds: dict[bytes, int] = {}  # the object each link names is a group or a dataset (one name per object)
         h5py.h5o.visit(gid, lambda name, info: kinds.__setitem__(name, info.type) and None, info=True)
+        lengths: dict[str, int] = {}
         for demo in demos:
             key = demo.encode()
             n = None
@@ -253,8 +268,9 @@ class RobomimicHdf5:
             except Exception:  # noqa: BLE001 (the object API says what is wrong)
                 n = None
             if n is None or n < 1:
-                self._check_demo_slowly(f, demo)
+                lengths[demo] = self._check_demo_slowly(f, demo)
                 continue
+            lengths[demo] = n
             group = h5py.h5g.open(gid, key)  # datasets opened inside it: resolving data/<demo> each time is slow
             for name in (x for x in links.get(key, []) if x != key):
                 kind = _kind(gid, name, kinds)
@@ -267,8 +283,9 @@ class RobomimicHdf5:
                 rows = shape[0] if len(shape) else None
                 if rows != n:
                     raise self._rows_error(demo, name.decode()[len(demo) + 1 :], rows, shape, n)
+        return lengths
 
-    def _check_demo_slowly(self, f: h5py.File, demo: str) -> None:
+    def _check_demo_slowly(self, f: h5py.File, demo: str) -> int:
         if not isinstance(f[f"data/{demo}"], h5py.Group):
             raise SourceError(f"{self.path}: data/{demo} is not a group of datasets; this is not a robomimic dataset")
         n = self.length(f, demo)
@@ -276,6 +293,7 @@ class RobomimicHdf5:
             rows = ds.shape[0] if ds.ndim else None
             if rows != n:
                 raise self._rows_error(demo, name, rows, ds.shape, n)
+        return n
 
     def _rows_error(self, demo: str, name: str, rows, shape, n: int) -> SourceError:
         return SourceError(
@@ -362,6 +380,24 @@ class RobomimicHdf5:
                 "per demo (remove the demo or fix the attribute)"
             )
         return n
+
+    def lengths(self, f: h5py.File, demos: list[str]) -> np.ndarray:
+        """The demos' steps (:meth:`length` of each): as this file's validation read them, or recorded them for
+        this version of the file (its record's rule), without reading the attributes again; a demo the validation
+        did not see (this object built with ``check=False``) is read.
+
+        Args:
+            f: The file, open (this source's file).
+            demos: The demos' names.
+
+        Returns:
+            int64 lengths, in the order of ``demos``.
+
+        Raises:
+            SourceError: as :meth:`length`, for a demo read.
+        """
+        known = getattr(self, "_lengths", {})  # objects made without __init__ (tests, subclasses) know none
+        return np.array([known[d] if d in known else self.length(f, d) for d in demos], dtype=np.int64)
 
     @staticmethod
     def has(f: h5py.File, demo: str, key: str) -> bool:
@@ -478,7 +514,7 @@ class RobomimicHdf5:
                 frames[key] = per_step
             else:
                 other, others = other + per_step, others + 1
-        lengths = np.array([self.length(f, d) for d in demos], dtype=np.int64)
+        lengths = self.lengths(f, demos)
         return DataSize(
             lengths, frames, other, other_fields=others, source_bytes=os.path.getsize(self.path), unit="demo"
         )

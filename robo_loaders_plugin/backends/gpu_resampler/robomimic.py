@@ -74,7 +74,7 @@ def gpu_resampler_dataset(config, obs_keys, filter_by_attribute=None, dataset_pa
         demos = source.demos(f, filter_by_attribute)
         if not demos:
             raise SourceError(f"{path}: no demos selected (filter key {filter_by_attribute!r} is empty)")
-        lengths = [source.length(f, d) for d in demos]
+        lengths = source.lengths(f, demos).tolist()
         rate = 1.0
         if target_fps is not None:
             recorded = source_fps or recorded_fps(source, f)
