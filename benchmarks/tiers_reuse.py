@@ -175,7 +175,8 @@ def write(out: str, steps: int, demos: int, rows: list[dict]) -> None:
     result = {
         "what": "start-up to the first batch (build + first batch), seconds, first vs second run, median of rounds",
         "workload": f"robomimic low-dim, {demos} demos, {steps} steps, seq_length 10, batch 100, hdf5_cache_mode=all",
-        "machine": {"cpus": os.cpu_count(), "note": "2 cores shared with other sessions; load recorded per run"},
+        "machine": {"cpus": os.cpu_count(), "note": "1-minute load average before each run recorded per row"},
+        "code": subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip(),
         "median_startup_s": medians,
         "rows": rows,
     }
