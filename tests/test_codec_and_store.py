@@ -542,3 +542,41 @@ def test_store_frames_read_across_stores_in_one_call(tmp_path, chw, monkeypatch)
     _store_of(tmp_path / "other.rlc", 99, not chw)  # the other layout: another step shape
     other = CompressedFrames(EpisodeStore(str(tmp_path / "other.rlc")))
     assert CompressedFrames.join_field([(sources[0], "img"), (other, "img")]) is None
+
+
+def test_raw_blocks_found_in_one_pass_equal_each_episodes_blocks_and_check_every_one(tmp_path):
+    """``raw_blocks`` computes every episode's checked blocks of a raw field at once (issue 45: a loop per
+    episode took ~1 s of the first batch at 10,000 demos): the same bounds and checksums as each episode's own
+    entry read one by one, over episodes of one row, of partial last blocks and of rows of two widths; every
+    block then passes ``check_blocks``, and a byte flipped in any one of them is named (negative control)."""
+    path = tmp_path / "s.rlc"
+    w = StoreWriter(str(path), FrameCodec())
+    rng = np.random.default_rng(3)
+    for e, rows in enumerate((1700, 1, 2300, 257)):
+        w.add_episode(f"demo_{e}", {"low": rng.standard_normal((rows, 2 + 5 * (e % 2))).astype(np.float32)})
+    w.finish({"fingerprint": "abc"})
+    st = EpisodeStore(str(path))
+    base, per, starts, ends, sums = st.raw_blocks("low")
+    want_starts, want_ends, want_sums, want_base = [], [], [], [0]
+    for ep in range(4):
+        d = st.field(ep, "low")
+        rows, p = d["shape"][0], d["block_rows"]
+        row_bytes = int(np.prod(d["shape"][1:])) * np.dtype(d["dtype"]).itemsize
+        n = -(-rows // p)
+        for b in range(n):
+            want_starts.append(d["offset"] + b * p * row_bytes)
+            want_ends.append(d["offset"] + min((b + 1) * p, rows) * row_bytes)
+        want_sums += np.frombuffer(bytes(st._buf[d["sums"] : d["sums"] + 8 * n]), "<u8").tolist()
+        want_base.append(want_base[-1] + n)
+    assert (starts, ends, sums, base) == (want_starts, want_ends, want_sums, want_base)
+    assert len(starts) > 8 and len(set(per)) > 1  # several blocks per episode, two block sizes
+    layout = (base, per, starts, ends, sums)
+    st.check_blocks("low", layout, range(len(starts)))
+    st.close()
+    data = bytearray(path.read_bytes())
+    data[starts[6] + 5] ^= 0x10
+    path.write_bytes(bytes(data))
+    bad = EpisodeStore(str(path))
+    bad.check_blocks("low", bad.raw_blocks("low"), [b for b in range(len(starts)) if b != 6])
+    with pytest.raises(StoreError, match="damaged"):
+        bad.check_blocks("low", bad.raw_blocks("low"), range(len(starts)))

@@ -521,11 +521,6 @@ class EpisodeStore:
         n = int(np.prod(d["shape"])) * dt.itemsize
         return self._buf[d["offset"] : d["offset"] + n].view(dt).reshape(d["shape"])
 
-    def _sums(self, d: dict, n: int) -> np.ndarray:
-        """A field's checksum table (``n`` entries), copied out of the mapped file: a table damaged after this
-        cannot make damaged data pass."""
-        return self._buf[d["sums"] : d["sums"] + 8 * n].view("<u8").copy()
-
     def locate(self, row: int) -> tuple[str, int]:
         """Which episode and step a row of the store's global numbering is (episodes end to end, in the store's
         order: the numbering of :meth:`blob_layout` and ``backends.compressed_cache.frames.CompressedFrames``).
@@ -780,20 +775,32 @@ class EpisodeStore:
             ``(base, per, starts, ends, sums)``, lists indexed by episode (``base``: each episode's first block in
             the field's global block numbering, N+1 entries; ``per``: its rows per block) or by block (absolute file
             offsets, checksum): Python lists, since a read checks a few blocks at a time.
+
+        Raises:
+            StoreError: an episode without the field, or a checksum table past the end of the file.
         """
-        base, per, starts, ends, sums = [0], [], [], [], []
-        for ep in range(len(self.episodes)):
-            d = self.field(ep, key)
-            rows, p = int(d["shape"][0]), int(d["block_rows"])
-            row_bytes = int(np.prod(d["shape"][1:], dtype=np.int64)) * np.dtype(d["dtype"]).itemsize
-            n = -(-rows // p)
-            first = d["offset"] + np.arange(n, dtype=np.int64) * (p * row_bytes)
-            starts += first.tolist()
-            ends += np.minimum(first + p * row_bytes, d["offset"] + rows * row_bytes).tolist()
-            sums += self._sums(d, n).tolist()
-            base.append(base[-1] + n)
-            per.append(p)
-        return base, per, starts, ends, sums
+        entries = [self.field(ep, key) for ep in range(len(self.episodes))]
+        row_bytes_of: dict = {}  # (row shape, dtype) -> bytes a row: the same for nearly every episode
+        offset, rows, per, sums_at, row_bytes = (np.empty(len(entries), np.int64) for _ in range(5))
+        for i, d in enumerate(entries):
+            shape = d["shape"]
+            kind = (tuple(shape[1:]), d["dtype"])
+            if (rb := row_bytes_of.get(kind)) is None:
+                rb = row_bytes_of[kind] = int(np.prod(kind[0], dtype=np.int64)) * np.dtype(kind[1]).itemsize
+            offset[i], rows[i], per[i], sums_at[i], row_bytes[i] = d["offset"], shape[0], d["block_rows"], d["sums"], rb
+        # one pass in numpy, not a loop per episode: 10,000 episodes' 7 fields took ~1 s of a first batch (issue 45)
+        n = -(-rows // per)
+        base = np.concatenate([[0], np.cumsum(n)]).astype(np.int64)
+        j = np.arange(int(base[-1]), dtype=np.int64) - np.repeat(base[:-1], n)  # each block's number in its episode
+        block_bytes = np.repeat(per * row_bytes, n)
+        starts = np.repeat(offset, n) + j * block_bytes
+        ends = np.minimum(starts + block_bytes, np.repeat(offset + rows * row_bytes, n))
+        at = np.repeat(sums_at, n) + 8 * j  # each block's checksum, copied out of the mapped file: a table damaged
+        # after this cannot make damaged data pass
+        if at.size and (int(at.min()) < 0 or int(at.max()) + 8 > self._buf.size):
+            raise StoreError(f"{self.path}: {key}: a checksum table lies past the end of the file: {_DAMAGED}")
+        sums = self._buf[at[:, None] + np.arange(8)].copy().view("<u8").reshape(-1)
+        return base.tolist(), per.tolist(), starts.tolist(), ends.tolist(), sums.tolist()
 
     def check_blocks(self, key: str, layout, blocks) -> None:
         """Check raw blocks against their checksums (after their rows were copied out: a change before or during
