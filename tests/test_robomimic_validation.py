@@ -148,3 +148,16 @@ def test_a_source_built_without_its_check_reads_the_lengths(tmp_path, monkeypatc
     with src.open() as f:
         assert src.lengths(f, ["demo_0", "demo_2"]).tolist() == [4, 4]
     assert reads == ["demo_0", "demo_2"]
+
+
+def test_the_kept_lengths_do_not_travel_with_the_source(tmp_path, monkeypatch):
+    """A pickled source (a worker's copy) leaves the lengths behind and reads them; the original keeps them."""
+    import pickle
+
+    monkeypatch.setenv("ROBO_LOADERS_CACHE", str(tmp_path / "cache"))
+    path = write(tmp_path / "f.hdf5", demos=3, rows=4)
+    src = RobomimicHdf5(path)
+    copy = pickle.loads(pickle.dumps(src))
+    assert src._lengths == {"demo_0": 4, "demo_1": 4, "demo_2": 4} and copy._lengths == {}
+    with copy.open() as f:
+        assert copy.lengths(f, ["demo_1"]).tolist() == [4]

@@ -210,6 +210,11 @@ class RobomimicHdf5:
             if check:
                 self.validate(f)
 
+    def __getstate__(self) -> dict:
+        """The source as it travels to another process: without the lengths the validation kept (10,000 demos
+        would add ~150 kB to every pickle of a dataset holding it; a process that needs them reads them)."""
+        return dict(self.__dict__, _lengths={})
+
     def validate(self, f: h5py.File) -> None:
         """The one validation of a robomimic file, for every backend and ``convert`` (shapes and attributes only,
         nothing is read): a ``data`` group of at least one ``demo_<int>`` group, each with ``num_samples >= 1`` and
