@@ -522,9 +522,11 @@ def test_l480_sibling_video_stream_units_and_gpu_tiers_equal_lerobot_dataset(l48
 def test_video_stream_decodes_each_unit_once_per_pass_when_its_cache_is_tight(lerobot_datasets, monkeypatch, fitted):
     """A cache of 12 units of 10 frames, batches of 32 (~3 units enter per batch): the pass is fitted to the cache
     (shuffle buffer, units entering while 2 batches are assembled, units loaded ahead), so each unit is decoded
-    once and the batches still equal LeRobotDataset's items. The control, the sizing before this fit (shuffle
-    buffer half the cache, the rest loaded ahead, nothing left for the units entering, units evicted by recency
-    alone), decodes units again: L480_5G with diffusion windows decoded 605 units for 132 (docs/scale.md)."""
+    once and the batches still equal LeRobotDataset's items. The control opens twice the units the cache holds and
+    loads none ahead, so about every other item's unit was evicted since its last use, whatever the threads'
+    timing. (The sizing before this fit, shuffle buffer half the cache and the rest loaded ahead, decoded units
+    again only when loading ahead outran the batches, L480_5G 605 units for 132 (docs/scale.md); on a loaded
+    machine it may not, CI once saw each unit decoded once, so it cannot be the control.)"""
     import torch
     from test_video_stream import sampler_for
 
@@ -535,14 +537,10 @@ def test_video_stream_decodes_each_unit_once_per_pass_when_its_cache_is_tight(le
     nat = _native_lr(lerobot_datasets["h264_3cam_multifile"], "diffusion")
     step = 3 * int(np.prod(nat.meta.features[nat.meta.video_keys[0]]["shape"]))
     monkeypatch.setattr(chunks, "UNIT_BYTES", 10 * step)
-    if not fitted:
+    if not fitted:  # 24 units open for a cache of 12, none loaded ahead, no release
         monkeypatch.setattr(
-            pipeline,
-            "fit_to_cache",
-            lambda make_plan, **k: pipeline.BufferUse(  # entering 0:
-                k["shuffle_buffer"], 0, max(1, pipeline.decode_room(k["capacity"], k["shuffle_buffer"], 2))
-            ),
-        )  # no release
+            pipeline, "fit_to_cache", lambda make_plan, **k: pipeline.BufferUse(2 * k["capacity"], 0, 0)
+        )
     ds = serve("video_stream", nat, cache_memory=12 * 11 * step, decode_threads=2)
     assert ds.frames.capacity == 12 and len(ds.frames.lengths) > 50
     dl = torch.utils.data.DataLoader(ds, batch_size=32, sampler=sampler_for(nat), num_workers=2)
@@ -555,7 +553,7 @@ def test_video_stream_decodes_each_unit_once_per_pass_when_its_cache_is_tight(le
     if fitted:
         # a slack of 3 units: on a loaded machine (the suite runs in two processes on 2 cores) a thread assembling
         # a batch may fall behind the order and see one unit evicted and decoded again (57-58 loads for 57 seen);
-        # the unfitted control decodes ~190
+        # the control decodes ~550 for 56 units
         assert ds.frames.cache.loads <= once + 3, f"units decoded more than once in a pass: {ds.frames.cache.loads}"
         assert "shuffle buffer" in source.describe()
         a2r = nat.absolute_to_relative_idx
@@ -563,4 +561,4 @@ def test_video_stream_decodes_each_unit_once_per_pass_when_its_cache_is_tight(le
             rows = [int(i) if a2r is None else a2r[int(i)] for i in batches[b]["index"]]
             same_item(batches[b], torch.utils.data.default_collate([nat[r] for r in rows]), f"batch {b}")
     else:
-        assert ds.frames.cache.loads > once
+        assert ds.frames.cache.loads > once + 3, f"the control decoded each unit once: {ds.frames.cache.loads}"
