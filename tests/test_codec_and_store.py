@@ -548,7 +548,8 @@ def test_raw_blocks_found_in_one_pass_equal_each_episodes_blocks_and_check_every
     """``raw_blocks`` computes every episode's checked blocks of a raw field at once (issue 45: a loop per
     episode took ~1 s of the first batch at 10,000 demos): the same bounds and checksums as each episode's own
     entry read one by one, over episodes of one row, of partial last blocks and of rows of two widths; every
-    block then passes ``check_blocks``, and a byte flipped in any one of them is named (negative control)."""
+    block then passes ``check_blocks``, and a byte flipped in any one of them is named (negative control); a
+    checksum table off its 8-byte boundary or past the file is refused."""
     path = tmp_path / "s.rlc"
     w = StoreWriter(str(path), FrameCodec())
     rng = np.random.default_rng(3)
@@ -580,3 +581,9 @@ def test_raw_blocks_found_in_one_pass_equal_each_episodes_blocks_and_check_every
     bad.check_blocks("low", bad.raw_blocks("low"), [b for b in range(len(starts)) if b != 6])
     with pytest.raises(StoreError, match="damaged"):
         bad.check_blocks("low", bad.raw_blocks("low"), range(len(starts)))
+    bad.episodes[2]["fields"]["low"]["sums"] += 4  # a header the writer did not write: tables off 8 bytes, past the end
+    with pytest.raises(StoreError, match="low: checksum tables not aligned"):
+        bad.raw_blocks("low")
+    bad.episodes[2]["fields"]["low"]["sums"] = bad.file_nbytes // 8 * 8
+    with pytest.raises(StoreError, match="past the end"):
+        bad.raw_blocks("low")

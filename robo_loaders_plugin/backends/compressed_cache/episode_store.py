@@ -631,7 +631,7 @@ class EpisodeStore:
         """
         words = self._buf[: self._buf.size // 8 * 8].view(dtype)
         if at.size and int((at + counts).max()) > words.size:
-            raise StoreError(f"{self.path}: a frame table lies past the end of the file: {_DAMAGED}")
+            raise StoreError(f"{self.path}: a table lies past the end of the file: {_DAMAGED}")
         first = np.cumsum(counts) - counts
         return words[np.repeat(at - first, counts) + np.arange(int(counts.sum()))]
 
@@ -777,7 +777,7 @@ class EpisodeStore:
             offsets, checksum): Python lists, since a read checks a few blocks at a time.
 
         Raises:
-            StoreError: an episode without the field, or a checksum table past the end of the file.
+            StoreError: an episode without the field, or a checksum table misaligned or past the end of the file.
         """
         entries = [self.field(ep, key) for ep in range(len(self.episodes))]
         row_bytes_of: dict = {}  # (row shape, dtype) -> bytes a row: the same for nearly every episode
@@ -795,11 +795,9 @@ class EpisodeStore:
         block_bytes = np.repeat(per * row_bytes, n)
         starts = np.repeat(offset, n) + j * block_bytes
         ends = np.minimum(starts + block_bytes, np.repeat(offset + rows * row_bytes, n))
-        at = np.repeat(sums_at, n) + 8 * j  # each block's checksum, copied out of the mapped file: a table damaged
-        # after this cannot make damaged data pass
-        if at.size and (int(at.min()) < 0 or int(at.max()) + 8 > self._buf.size):
-            raise StoreError(f"{self.path}: {key}: a checksum table lies past the end of the file: {_DAMAGED}")
-        sums = self._buf[at[:, None] + np.arange(8)].copy().view("<u8").reshape(-1)
+        if np.any(sums_at % 8) or np.any(sums_at < 0):
+            raise StoreError(f"{self.path}: {key}: checksum tables not aligned to 8 bytes (not written by this one)")
+        sums = self._words(sums_at // 8, n, "<u8")  # copied out: a table damaged after this cannot pass damaged data
         return base.tolist(), per.tolist(), starts.tolist(), ends.tolist(), sums.tolist()
 
     def check_blocks(self, key: str, layout, blocks) -> None:
