@@ -192,6 +192,22 @@ def test_the_spec_describes_shares_of_weights_whose_sum_overflows(files):
     assert spec.describe() == "a.hdf5 (50.0%), b.hdf5 (50.0%)"
 
 
+def test_a_mixture_of_hundreds_is_described_in_a_line_that_names_a_few():
+    """The training log's mixture line names 8 components and counts the rest with their shares' range (400
+    components wrote ~10 kB on one line); a mixture of 8 or fewer names every one (control)."""
+    from robo_loaders_plugin.mixtures.spec import GIVEN, Component, MixtureSpec
+
+    weights = [1.0] * 399 + [3.0]
+    order = MixtureOrder([10] * 400, weights, seed=0)
+    line = MixtureBatches(list, order, SamplingPlan(batch_size=8), names=[f"c{k}" for k in range(400)]).describe()
+    assert line.startswith("mixture of 400 (weighted: c0 0.2%, c1 0.2%,") and "c7 0.2%, ... and 392 more" in line
+    assert "(0.2%-0.7% each)" in line and "c8 " not in line and len(line) < 300, line
+    spec = MixtureSpec(tuple(Component(f"c{k}", weight=w) for k, w in enumerate(weights)), GIVEN)
+    assert spec.describe().endswith("c7 (0.2%), ... and 392 more (0.2%-0.7% each)"), spec.describe()
+    few = MixtureBatches(list, MixtureOrder([10] * 8, [1] * 8), SamplingPlan(batch_size=8), names=list("abcdefgh"))
+    assert "h 12.5%);" in few.describe() and "more" not in few.describe()
+
+
 def test_weighted_order_is_pure_and_never_repeats_a_window_within_a_cycle():
     sizes = [5, 300, 40]
     order = MixtureOrder(sizes, [1, 1, 1], seed=3)

@@ -102,3 +102,26 @@ def plural(n: int, noun: str, nouns: str | None = None) -> str:
         The count and the noun.
     """
     return f"{n} {noun if n == 1 else (nouns or noun + 's')}"
+
+
+NAMED_IN_A_LINE = 8  # items a log line names before it counts the rest
+
+
+def some_of(items, limit: int = NAMED_IN_A_LINE, rest: str = "") -> str:
+    """``items`` joined by commas, the first ``limit`` of them when there are more, then how many are left.
+
+    Why: a log line names a mixture's components and their shares; with hundreds of components (a pretraining
+    mixture) the line ran to thousands of characters and hid what followed it.
+
+    Args:
+        items: The phrases, in order.
+        limit: Phrases named before the rest are counted.
+        rest: Said of the phrases left out (``"0.0%-1.1% each"``), after their count.
+
+    Returns:
+        ``"a, b, c"`` or ``"a, b, ... and 392 more (rest)"``.
+    """
+    items = list(items)
+    if len(items) <= limit:
+        return ", ".join(items)
+    return ", ".join(items[:limit]) + f", ... and {len(items) - limit} more" + (f" ({rest})" if rest else "")

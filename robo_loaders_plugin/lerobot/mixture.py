@@ -45,6 +45,7 @@ from robo_loaders_plugin.core import iteration
 from robo_loaders_plugin.core.iteration import ServedDataset, Serving
 from robo_loaders_plugin.core.log import get_logger
 from robo_loaders_plugin.core.spec import BATCH, DEFAULT_BACKEND
+from robo_loaders_plugin.core.units import some_of
 from robo_loaders_plugin.lerobot import compat
 from robo_loaders_plugin.lerobot.dataset import OPTION_PREFIX, sources_checked_once
 from robo_loaders_plugin.lerobot.flags import MIXTURE_FLAG, backend_choice, choose, component_name
@@ -332,7 +333,7 @@ class LeRobotMixture(MixtureDataset):
 
     @property
     def repo_id(self) -> str:
-        """``mixture(a, b, ...)``."""
+        """``mixture(a, b, ...)`` (the first 8 components named, the rest counted)."""
         return self.meta.repo_id
 
     @property
@@ -424,7 +425,7 @@ def build_mixture(
     weights = spec.weight_vector()
     summary = (
         f"mixture of {len(served)} ({'weighted by size' if weights is None else 'weighted'}): "
-        + ", ".join(f"{n} {len(d)} frames" for n, d in zip(names, served))
+        + some_of(f"{n} {len(d)} frames" for n, d in zip(names, served))
         + f"; {len(layout.features)} common features at {layout.fps:g} fps"
         + (f"; passes leave each episode's last {drop_n_last_frames} out" if drop_n_last_frames else "")
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from robo_loaders_plugin.core.log import get_logger, warn_once
+from robo_loaders_plugin.core.units import some_of
 from robo_loaders_plugin.lerobot import compat
 from robo_loaders_plugin.lerobot.dataset_root import local_copy_required
 from robo_loaders_plugin.lerobot.flags import FRAMEWORK, MIXTURE_FLAG, component_name
@@ -580,7 +581,7 @@ class MixtureMetadata:
         self.component_stats = component_stats
         self.fps = layout.fps
         self.episodes = episodes
-        self.repo_id = f"mixture({', '.join(self.names)})"
+        self.repo_id = f"mixture({some_of(self.names)})"
         robots = {getattr(m, "robot_type", None) for m in self.components}
         self.robot_type = robots.pop() if len(robots) == 1 else None
 

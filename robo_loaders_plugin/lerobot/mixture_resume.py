@@ -17,6 +17,7 @@ import json
 import os
 
 from robo_loaders_plugin.core.spec import DEFAULT_BACKEND
+from robo_loaders_plugin.core.units import some_of
 from robo_loaders_plugin.lerobot.flags import MIXTURE_FLAG
 
 MAX_LISTED = 4  # differences named in the refusal; the rest are counted
@@ -151,7 +152,7 @@ def _rate(fps: float | None) -> str:
 def _mixture_words(mixture: dict) -> str:
     if "text" in mixture:
         return f"the mixture {mixture['text']!r}"
-    names = ", ".join(str(c.get("repo_id")) for c in mixture["components"])
+    names = some_of(str(c.get("repo_id")) for c in mixture["components"])
     return f"a mixture of {len(mixture['components'])} ({names})"
 
 

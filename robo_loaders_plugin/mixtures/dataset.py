@@ -20,6 +20,7 @@ import torch
 from robo_loaders_plugin.core.errors import RoboLoadersError
 from robo_loaders_plugin.core.in_flight import TrainingLoop, indexed_in_flight
 from robo_loaders_plugin.core.iteration import BatchDataset, IndexedDataset, SamplingPlan, ServedDataset, Serving
+from robo_loaders_plugin.core.units import some_of
 from robo_loaders_plugin.core.worker_processes import ProcessBatches
 from robo_loaders_plugin.mixtures.batches import MixtureBatches
 from robo_loaders_plugin.mixtures.missing import fill_flat
@@ -423,7 +424,7 @@ class MixtureDataset(BatchDataset):
     def _check_open(self) -> None:
         if self._closed:
             raise RoboLoadersError(
-                f"{self.setting}: the mixture of {len(self.names)} components ({', '.join(self.names)}) was closed, "
+                f"{self.setting}: the mixture of {len(self.names)} components ({some_of(self.names)}) was closed, "
                 "and its components with it; build it again to read from it"
             )
 

@@ -96,12 +96,18 @@ class MixtureSpec:
 
     def describe(self) -> str:
         """One line naming the components and their weights, for the training log."""
+        from robo_loaders_plugin.core.units import NAMED_IN_A_LINE, some_of
+
         if self.weights == SIZE:
-            return ", ".join(c.name for c in self.components) + " (weighted by size)"
+            return some_of(c.name for c in self.components) + " (weighted by size)"
         from robo_loaders_plugin.mixtures.sampling import weight_shares
 
         shares = weight_shares(self.weight_vector() or [])
-        return ", ".join(f"{c.name} ({p:.1%})" for c, p in zip(self.components, shares, strict=True))
+        rest = shares[NAMED_IN_A_LINE:]
+        return some_of(
+            (f"{c.name} ({p:.1%})" for c, p in zip(self.components, shares, strict=True)),
+            rest=f"{rest.min():.1%}-{rest.max():.1%} each" if rest.size else "",
+        )
 
 
 def _is_url(text: str) -> bool:

@@ -22,6 +22,7 @@ from robo_loaders_plugin.core.log import get_logger, warn_once
 from robo_loaders_plugin.core.ranks import check_ranks_agree, resolve_ranks, source_identity
 from robo_loaders_plugin.core.registry import choose_backend, rate_converting_backends
 from robo_loaders_plugin.core.spec import BATCH, BackendChoice
+from robo_loaders_plugin.core.units import some_of
 from robo_loaders_plugin.mixtures.dataset import DATASET_INDEX, MixtureDataset, MixtureHooks, collect_build_garbage
 from robo_loaders_plugin.mixtures.footprint import check_mixture_fits
 from robo_loaders_plugin.mixtures.missing import ZEROS, device_of, filler, flag, missing_key
@@ -656,8 +657,8 @@ def build_mixture(config, obs_keys, choice: BackendChoice, filter_by_attribute=N
         datasets.append(dataset)
     weights = None if (validating or spec.weights == SIZE) else spec.weight_vector()
     names = [os.path.basename(c.source) for c in spec.components]
-    how = "by size" if weights is None else ", ".join(f"{w:g}" for w in weights)
-    summary = f"mixture of {len(datasets)} ({', '.join(names)}; weights {how}), {sum(map(len, datasets))} samples"
+    how = "by size" if weights is None else some_of(f"{w:g}" for w in weights)
+    summary = f"mixture of {len(datasets)} ({some_of(names)}; weights {how}), {sum(map(len, datasets))} samples"
     mix = RobomimicMixture(
         datasets,
         names,
