@@ -159,7 +159,8 @@ def run(a: dict) -> dict:
     t = time.perf_counter()
     natives, deltas = [], []
     # the reference builds them as LeRobot does; the plugin's loaders as lerobot-train --dataset.mixture does
-    # (their tables read directly: lerobot.mixture.make_mixture_datasets)
+    # (their tables read directly, and the backends' sources reading the same tables: lerobot.mixture's
+    # make_mixture_datasets)
     building = contextlib.nullcontext() if a["backend"] == "reference" else tables_read_directly()
     with building:
         for c in components:  # as make_dataset builds one dataset: its metadata, the policy's deltas, the dataset
@@ -167,26 +168,26 @@ def run(a: dict) -> dict:
             delta = delta_timestamps(a["preset"], meta)
             natives.append(LeRobotDataset(c["repo_id"], root=c["root"], delta_timestamps=delta, return_uint8=True))
             deltas.append(delta)
-    natives_s = time.perf_counter() - t
-    extra = a.get("spec") or {}  # the mixture's other keys (pad, missing_cameras): different robots
-    if a["backend"] == "reference":
-        loader = reference_loader(
-            natives, components, deltas, a["batch_size"], a["num_workers"], a["seed"], robots=bool(extra)
-        )
-        batches = loader
-        summary = f"ConcatDataset of {len(natives)} LeRobotDataset + WeightedRandomSampler"
-    else:
-        from robo_loaders_plugin.core.iteration import summary_of
-        from robo_loaders_plugin.lerobot.integration import choose, cycle
-        from robo_loaders_plugin.lerobot.mixture import build_mixture, parse
+        natives_s = time.perf_counter() - t
+        extra = a.get("spec") or {}  # the mixture's other keys (pad, missing_cameras): different robots
+        if a["backend"] == "reference":
+            loader = reference_loader(
+                natives, components, deltas, a["batch_size"], a["num_workers"], a["seed"], robots=bool(extra)
+            )
+            batches = loader
+            summary = f"ConcatDataset of {len(natives)} LeRobotDataset + WeightedRandomSampler"
+        else:
+            from robo_loaders_plugin.core.iteration import summary_of
+            from robo_loaders_plugin.lerobot.integration import choose, cycle
+            from robo_loaders_plugin.lerobot.mixture import build_mixture, parse
 
-        spec = {"components": components, **extra}
-        if a.get("target_fps") is not None:
-            spec["target_fps"] = a["target_fps"]
-        mix = build_mixture(parse(spec), natives, choose(a["backend"], **(a.get("kwargs") or {})), seed=a["seed"])
-        loader = train_loader(mix, a["batch_size"], a["num_workers"])
-        batches = cycle(loader)
-        summary = summary_of(mix)
+            spec = {"components": components, **extra}
+            if a.get("target_fps") is not None:
+                spec["target_fps"] = a["target_fps"]
+            mix = build_mixture(parse(spec), natives, choose(a["backend"], **(a.get("kwargs") or {})), seed=a["seed"])
+            loader = train_loader(mix, a["batch_size"], a["num_workers"])
+            batches = cycle(loader)
+            summary = summary_of(mix)
     build_s = time.perf_counter() - t
     return dict(
         timed_shares(batches, a["batches"], len(components), build_s, a.get("rounds", 1), a.get("min_round_s", 0.0)),

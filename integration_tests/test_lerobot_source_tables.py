@@ -4,8 +4,10 @@ it must give the scanner's table exactly, over several data files, with and with
 
 import shutil
 
+import pyarrow as pa
 import pyarrow.dataset as pa_ds
 import pyarrow.parquet as pq
+import pytest
 
 from robo_loaders_plugin.sources.lerobot_v3 import LeRobotV3
 
@@ -173,3 +175,49 @@ def test_local_copy_checked_per_video_file_as_lerobot_checks_it(lerobot_datasets
     videos[-1].with_suffix(".gone").rename(videos[-1])
     reader.episodes = [0, 99]  # not in the table
     assert compat.cached_episodes_sufficient(reader, original) is original(reader) is False
+
+
+def test_a_mixtures_sources_read_the_tables_lerobot_read_and_an_edited_file_again(lerobot_datasets, tmp_path):
+    """Inside ``tables_read_directly`` (a mixture's build) the backend's source of a dataset LeRobot built in the
+    block takes ``meta/episodes`` and ``data/`` from LeRobot's own reads while the files are unchanged: the very
+    table objects (not read again: ~5 ms a component at 400), equal to a fresh read and to the scanner; pickled, the
+    source leaves them behind. An episodes file edited after LeRobot's read is read again, so the check against
+    LeRobot's object still refuses it (the control: the check is not fooled by the shared reads)."""
+    import pickle
+
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    from robo_loaders_plugin.core.errors import SourceError
+    from robo_loaders_plugin.lerobot import compat
+    from robo_loaders_plugin.lerobot.dataset import native_source, sources_checked_once
+
+    root = tmp_path / "copy"
+    shutil.copytree(lerobot_datasets["h264_3cam_multifile"], root)
+    (meta_file,) = sorted((root / "meta" / "episodes").glob("*/*.parquet"))
+    with compat.tables_read_directly() as reads:
+        native = LeRobotDataset("local/x", root=root, return_uint8=True)
+        assert compat.active_reads() is reads
+        source, _ = native_source(native)
+        names = [c for c in reads.column_names(meta_file) if not c.startswith("stats/")]
+        lerobots = reads.held(meta_file, names)
+        assert lerobots is not None and source.episode_table is lerobots  # one file: LeRobot's table itself
+        fresh = pq.read_table(meta_file, columns=names)
+        assert source.episode_table.equals(fresh) and source.episodes.keys() == set(range(len(fresh)))
+        data_files = source.data_files()
+        assert all(reads.held(p) is not None for p in data_files) and len(data_files) >= 1  # LeRobot read them whole
+        columns = list(source.columns)
+        assert source.read_table(columns).equals(_scanned(source, columns))
+        assert source.read_table(columns, [1]).equals(_scanned(source, columns, [1]))
+        assert pickle.loads(pickle.dumps(source))._table_reads is None
+        # control: meta/episodes edited after LeRobot read it (one episode one frame longer) is read again, refused
+        edited = fresh.set_column(
+            fresh.column_names.index("length"),
+            "length",
+            pa.array([fresh["length"][0].as_py() + 1, *fresh["length"].to_pylist()[1:]]),
+        )
+        pq.write_table(edited, meta_file)
+        with sources_checked_once(), pytest.raises(SourceError, match="meta/episodes"):
+            native_source(native)
+    assert compat.active_reads() is None
+    outside = LeRobotV3(str(root), table_reads=None)
+    assert outside.episode_table.equals(edited)  # the source's own read

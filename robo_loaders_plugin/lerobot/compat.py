@@ -373,6 +373,19 @@ class ParquetReads:
             table = self._tables[key] = pq.ParquetFile(path).read(columns=columns)
         return table
 
+    def held(self, path, columns=None):
+        """The table of ``path`` (``columns``) when this block read it and the file is as it was then, else
+        ``None`` (nothing is read: a reader that needs fewer columns reads them itself).
+
+        Args:
+            path: A parquet file.
+            columns: The column names it was read with (``None``: all).
+
+        Returns:
+            A ``pyarrow.Table`` or ``None``.
+        """
+        return self._tables.get(_file_key(path) + (None if columns is None else tuple(columns),))
+
     def column_names(self, path) -> list[str]:
         """The column names of ``path``, from an earlier read of its schema while the file is as it is now.
 
@@ -552,6 +565,7 @@ def tables_read_directly():
     from lerobot.datasets import dataset_metadata, dataset_reader
 
     reads = ParquetReads()
+    _ACTIVE_READS.append(reads)
     saved = {
         (dataset_metadata, "load_episodes"): reads.episodes,
         (dataset_metadata, "load_tasks"): reads.tasks,
@@ -574,6 +588,21 @@ def tables_read_directly():
     finally:
         for (owner, name), value in present.items():
             setattr(owner, name, value)
+        _ACTIVE_READS.remove(reads)
+
+
+_ACTIVE_READS: list[ParquetReads] = []  # the tables_read_directly() blocks open in this process, innermost last
+
+
+def active_reads() -> ParquetReads | None:
+    """The innermost :func:`tables_read_directly` block's reads (``None`` outside one): what a backend's source of
+    a dataset built in the block reads its tables through (``sources.lerobot_v3.LeRobotV3(table_reads=...)``), so a
+    file LeRobot read moments ago and unchanged since is not read again.
+
+    Returns:
+        The :class:`ParquetReads`, or ``None``.
+    """
+    return _ACTIVE_READS[-1] if _ACTIVE_READS else None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -504,7 +504,7 @@ def native_source(native) -> tuple[LeRobotV3, ReaderSettings]:
         CompatError: not LeRobot 0.6.x.
         SourceError: a layout robo-loaders does not reproduce, or ``meta/`` differs from the dataset object's.
     """
-    from robo_loaders_plugin.lerobot.compat import check_version
+    from robo_loaders_plugin.lerobot.compat import active_reads, check_version
     from robo_loaders_plugin.sources.lerobot_v3 import LeRobotV3
 
     held = _CHECKED[-1].get(id(native)) if _CHECKED else None
@@ -512,7 +512,7 @@ def native_source(native) -> tuple[LeRobotV3, ReaderSettings]:
         return held[1]
     check_version()
     check_supported(native)
-    source = LeRobotV3(native.root)
+    source = LeRobotV3(native.root, table_reads=active_reads())  # a mixture's: LeRobot's reads, files unchanged
     check_meta_match(native, source)  # the meta/ the backend reads is the one LeRobot's object holds
     checked = (source, reader_settings(native))
     if _CHECKED:

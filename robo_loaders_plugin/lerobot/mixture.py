@@ -475,7 +475,12 @@ def make_mixture_datasets(cfg, split: bool):
     # the components' meta/ read once into the mixture index (mixtures.index), in the backend's cache directory;
     # a later run reads only the components whose meta/ changed
     cache_dir = getattr(choice.options, "cache_dir", None)
-    with compat.tables_read_directly():  # LeRobot's reads of its tables were most of a component's build
+    imagenet = bool(getattr(cfg.dataset, "use_imagenet_stats", True))
+    seed = getattr(cfg, "seed", None)
+    drop = drop_n_last_frames_of(cfg)  # the training sampler's; lerobot-train's eval loader has no sampler
+    # LeRobot's reads of its tables were most of a component's build; the backends' sources then read the same
+    # files' tables from the block's reads while the files are unchanged (compat.active_reads)
+    with compat.tables_read_directly():
         metas = indexed_metas(local, cfg.dataset, cache_dir, f"{OPTION_PREFIX}.cache_dir")
         layout = check_components(local, metas, target_fps_of(spec, choice))
         trains, evals = [], []
@@ -485,16 +490,13 @@ def make_mixture_datasets(cfg, split: bool):
                 train, evaluation = native_datasets(component_config(cfg, c), split, where, "its root")
             trains.append(train)
             evals.append(evaluation)
-    imagenet = bool(getattr(cfg.dataset, "use_imagenet_stats", True))
-    seed = getattr(cfg, "seed", None)
-    drop = drop_n_last_frames_of(cfg)  # the training sampler's; lerobot-train's eval loader has no sampler
-    train = build_mixture(
-        spec, trains, choice, layout=layout, use_imagenet_stats=imagenet, seed=seed, drop_n_last_frames=drop
-    )
-    TRAINED[:] = [train]
-    if any(e is None for e in evals):
-        return train, None
-    return train, build_mixture(spec, evals, choice, layout=layout, use_imagenet_stats=imagenet, seed=seed)
+        train = build_mixture(
+            spec, trains, choice, layout=layout, use_imagenet_stats=imagenet, seed=seed, drop_n_last_frames=drop
+        )
+        TRAINED[:] = [train]
+        if any(e is None for e in evals):
+            return train, None
+        return train, build_mixture(spec, evals, choice, layout=layout, use_imagenet_stats=imagenet, seed=seed)
 
 
 def resume_position(state: dict, sampler_frames: int, pass_length: int, batch_size: int, world_size: int):

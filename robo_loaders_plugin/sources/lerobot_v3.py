@@ -60,11 +60,17 @@ class LeRobotV3:
         storage_options: dict | None = None,
         videos_from: str | None = None,
         local_cache_dir: str | None = None,
+        table_reads=None,
     ):
         """``videos_from``: read the video files from this URL instead of ``root`` (a local mirror of a remote
         dataset's tables, ``mirror_tables``, streaming the videos from where they are). ``local_cache_dir``: copy
         each remote video whole into this directory on first use and decode the copy (``sources.file_cache``);
-        ignored for local videos."""
+        ignored for local videos. ``table_reads``: the parquet files this process read moments ago
+        (``read(path, columns)``, ``column_names(path)``, ``held(path)``: the LeRobot adapter's ``ParquetReads``,
+        which keys each table by its file's name, size, mtime and inode), so that a local file read by the
+        framework's own dataset object and unchanged since is not read again; its table is then the very one the
+        framework holds (why that is what the adapter's checks compare: ``lerobot.dataset.check_meta_match``).
+        Never pickled."""
         import fsspec
         from fsspec.implementations.local import LocalFileSystem
 
@@ -74,6 +80,7 @@ class LeRobotV3:
         self.url = url
         self.fs, base = fsspec.core.url_to_fs(url, **(storage_options or {}))
         self.local = isinstance(self.fs, LocalFileSystem)
+        self._table_reads = table_reads if self.local else None
         self.root = Path(base) if self.local else base.rstrip("/")  # a URL path keeps its "//"
         self.video_fs, self.video_root = self.fs, str(self.root)
         self._blocks = None
@@ -99,6 +106,9 @@ class LeRobotV3:
         self._episode_table = None
         self._episode_files = []
         self._tasks = None
+
+    def __getstate__(self):  # the tables read in this process stay in it (a worker reads what it needs)
+        return {**self.__dict__, "_table_reads": None}
 
     @property
     def path(self) -> str:
@@ -260,7 +270,11 @@ class LeRobotV3:
             if not paths:
                 raise SourceError(f"{self.url}: no meta/episodes/*/*.parquet; the dataset is incomplete")
             tables = []
+            reads = self._table_reads
             for p in paths:
+                if reads is not None:  # the framework's own read of the file, while it is unchanged (else read now)
+                    tables.append(reads.read(p, [c for c in reads.column_names(p) if not c.startswith("stats/")]))
+                    continue
                 # ParquetFile, not read_table: LeRobot writes a row group per few episodes, and read_table's cost per
                 # row group made 10,000 episodes a 0.9 s read (0.2 s)
                 with self.fs.open(p, "rb") as f:
@@ -431,7 +445,12 @@ class LeRobotV3:
                 ["episode_index"] if episodes is not None and "episode_index" not in columns else []
             )
             tables = []
+            reads = self._table_reads
             for path in self.data_files():
+                held = reads.held(path) if reads is not None else None  # read whole by the framework, unchanged
+                if held is not None:
+                    tables.append(held.select(read))
+                    continue
                 with self.fs.open(path, "rb") as f:
                     tables.append(pq.ParquetFile(f).read(columns=read))
             table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]

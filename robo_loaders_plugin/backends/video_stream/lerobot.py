@@ -12,7 +12,7 @@ from robo_loaders_plugin.core.iteration import Serving
 from robo_loaders_plugin.core.log import get_logger
 from robo_loaders_plugin.frames.base import FieldInfo
 from robo_loaders_plugin.frames.chunks import ChunkFrames, split_runs
-from robo_loaders_plugin.lerobot.compat import check_version, reader_settings
+from robo_loaders_plugin.lerobot.compat import active_reads, check_version, reader_settings
 from robo_loaders_plugin.lerobot.dataset import (
     OPTION_PREFIX,
     LeRobotSamples,
@@ -75,7 +75,11 @@ def video_stream_dataset(native, *, options):
     url = options.source
     if is_remote(url):  # tables from the local copy LeRobot built its dataset from, videos from where they are
         source = LeRobotV3(
-            native.root, options.storage_options, videos_from=url, local_cache_dir=options.local_cache_dir
+            native.root,
+            options.storage_options,
+            videos_from=url,
+            local_cache_dir=options.local_cache_dir,
+            table_reads=active_reads(),
         )
         remote = LeRobotV3(url, options.storage_options)
         if remote.info != source.info or sorted(remote.episodes) != sorted(source.episodes):
@@ -84,7 +88,7 @@ def video_stream_dataset(native, *, options):
                 "differ); point --dataset.root at a copy of its tables, or leave it unset"
             )
     else:
-        source = LeRobotV3(url or native.root)
+        source = LeRobotV3(url or native.root, table_reads=active_reads())  # a mixture's: LeRobot's reads
         if options.local_cache_dir:
             logger.warning(
                 f"video_stream: local_cache_dir ignored: the videos of {url or native.root} are local already"
