@@ -121,8 +121,9 @@ def test_tables_read_directly_rereads_a_changed_file_and_reads_big_data_as_lerob
     lerobot_datasets, tmp_path, monkeypatch
 ):
     """Within one block a file is read once while it is unchanged (the factory's and the dataset's metadata): an
-    edited file is read again, its table and its column names (control: the unchanged file is the same table
-    object, the same names); a ``data/`` past
+    edited file is read again, its table, its column names and the episodes ``Dataset`` LeRobot's metadata
+    objects share (control: the unchanged file is the same table object, the same names, the same Dataset); a
+    ``data/`` past
     ``DIRECT_DATA_BYTES`` is LeRobot's own read, memory-mapped from its datasets cache."""
     from lerobot.datasets.io_utils import load_nested_dataset
 
@@ -140,8 +141,11 @@ def test_tables_read_directly_rereads_a_changed_file_and_reads_big_data_as_lerob
         episodes = sorted((root / "meta" / "episodes").glob("*/*.parquet"))[0]
         names = reads.column_names(episodes)
         assert reads.column_names(episodes) == names and "length" in names  # control: unchanged, the same names
+        held = reads.episodes(root)
+        assert reads.episodes(root) is held  # control: unchanged, one Dataset for every metadata object
         pq.write_table(pq.read_table(episodes).drop_columns(["length"]), episodes)
         assert reads.column_names(episodes) == [n for n in names if n != "length"]  # edited: its schema read again
+        assert "length" in held.column_names and "length" not in reads.episodes(root).column_names
         monkeypatch.setattr(compat, "DIRECT_DATA_BYTES", 0)
         big = reads.data(root / "data", original=load_nested_dataset)
         assert big.cache_files  # LeRobot's read

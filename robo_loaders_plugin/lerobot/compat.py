@@ -433,10 +433,16 @@ class ParquetReads:
                 f"Provided directory does not contain any parquet file: {Path(root) / 'meta/episodes'}"
             )
         columns = [name for name in self.column_names(paths[0]) if not name.startswith("stats/")]
-        table = pa.concat_tables([self.read(path, columns) for path in paths])
-        # a fingerprint of its own (datasets would hash the whole table with dill, ~70 ms a component): a table held
-        # in memory has no cache files for a fingerprint to find again
-        return datasets.Dataset(table, fingerprint=uuid.uuid4().hex)
+        # the factory's metadata and the dataset's get one Dataset while the files are unchanged (building one was
+        # ~3 ms a component; LeRobot replaces ``meta.episodes`` when it writes, never changes it in place)
+        key = ("episodes", *map(_file_key, paths), *columns)
+        held = self._tables.get(key)
+        if held is None:
+            table = pa.concat_tables([self.read(path, columns) for path in paths])
+            # a fingerprint of its own (datasets would hash the whole table with dill, ~70 ms a component): a table
+            # held in memory has no cache files for a fingerprint to find again
+            held = self._tables[key] = datasets.Dataset(table, fingerprint=uuid.uuid4().hex)
+        return held
 
     def tasks(self, root):
         """``meta/tasks.parquet`` as LeRobot's ``load_tasks`` gives it (a ``pandas.DataFrame`` indexed by task, a
