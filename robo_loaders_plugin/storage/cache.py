@@ -420,7 +420,7 @@ def entries(root: str, prefix: str = "") -> list[Entry]:
         names = os.listdir(root)
     except (FileNotFoundError, NotADirectoryError):
         return []
-    return [Entry(root, n) for n in sorted(names) if n.startswith(prefix) and is_entry(root, n)]
+    return [Entry(root, n) for n in sorted(n for n in names if n.startswith(prefix)) if is_entry(root, n)]
 
 
 def holds_current(root: str, kind: str, key_desc: dict, source_path: str, recorded_of, suffix: str = "") -> bool:
