@@ -185,8 +185,9 @@ def test_a_mixtures_sources_read_the_tables_lerobot_read_and_an_edited_file_agai
     """Inside ``tables_read_directly`` (a mixture's build) the backend's source of a dataset LeRobot built in the
     block takes ``meta/episodes`` and ``data/`` from LeRobot's own reads while the files are unchanged: the very
     table objects (not read again: ~5 ms a component at 400), equal to a fresh read and to the scanner; pickled, the
-    source leaves them behind. An episodes file edited after LeRobot's read is read again, so the check against
-    LeRobot's object still refuses it (the control: the check is not fooled by the shared reads)."""
+    source leaves them behind, and once the block ends the reads keep nothing (the sources outlive it). An episodes
+    file edited after LeRobot's read is read again, so the check against LeRobot's object still refuses it (the
+    control: the check is not fooled by the shared reads)."""
     import pickle
 
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
@@ -223,5 +224,7 @@ def test_a_mixtures_sources_read_the_tables_lerobot_read_and_an_edited_file_agai
         with sources_checked_once(), pytest.raises(SourceError, match="meta/episodes"):
             native_source(native)
     assert compat.active_reads() is None
+    assert reads.held(meta_file, names) is None and reads.held(data_files[0]) is None  # closed: nothing kept
+    assert reads.read(meta_file, names).equals(edited) and reads.held(meta_file, names) is None
     outside = LeRobotV3(str(root), table_reads=None)
     assert outside.episode_table.equals(edited)  # the source's own read

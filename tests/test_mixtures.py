@@ -206,6 +206,14 @@ def test_a_mixture_of_hundreds_is_described_in_a_line_that_names_a_few():
     assert spec.describe().endswith("c7 (0.2%), ... and 392 more (0.2%-0.7% each)"), spec.describe()
     few = MixtureBatches(list, MixtureOrder([10] * 8, [1] * 8), SamplingPlan(batch_size=8), names=list("abcdefgh"))
     assert "h 12.5%);" in few.describe() and "more" not in few.describe()
+    # the repo_id LeRobot logs and writes into a checkpoint: 8 names, the count, a digest of every name in order
+    from robo_loaders_plugin.lerobot.mixture_meta import mixture_repo_id
+
+    names = [f"c{k}" for k in range(400)]
+    rid = mixture_repo_id(names)
+    assert rid.startswith("mixture(c0, c1,") and "c7, ... and 392 more; names " in rid and len(rid) < 120, rid
+    assert mixture_repo_id(names[:8] + names[9:] + names[8:9]) != rid  # the same first 8, another mixture
+    assert mixture_repo_id(list("abc")) == "mixture(a, b, c)"
 
 
 def test_weighted_order_is_pure_and_never_repeats_a_window_within_a_cycle():

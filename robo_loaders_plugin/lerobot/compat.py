@@ -348,11 +348,23 @@ class ParquetReads:
     Why: lerobot-train's factory builds a component's metadata, then its dataset builds the same metadata again,
     so ``meta/episodes`` and ``meta/tasks.parquet`` are read twice per component of a mixture; the second read is
     the first's table (Arrow tables are immutable), unless the file changed between them. Held for the duration of
-    one :func:`tables_read_directly` block, never across runs.
+    one :func:`tables_read_directly` block, never across runs: when the block ends it is closed (:meth:`close`), so
+    a backend's source still pointing at it neither keeps its tables in memory for the run nor adds to them.
     """
 
     def __init__(self):
         self._tables: dict = {}
+        self._open = True
+
+    def close(self) -> None:
+        """Let go of every table read; later reads read the file and keep nothing, :meth:`held` finds nothing."""
+        self._open = False
+        self._tables.clear()
+
+    def _keep(self, key, value):
+        if self._open:
+            self._tables[key] = value
+        return value
 
     def read(self, path, columns=None):
         """The table of ``path`` (only ``columns`` when given), from an earlier read of the same file as it is now.
@@ -370,7 +382,7 @@ class ParquetReads:
         key = _file_key(path) + (None if columns is None else tuple(columns),)
         table = self._tables.get(key)
         if table is None:
-            table = self._tables[key] = pq.ParquetFile(path).read(columns=columns)
+            table = self._keep(key, pq.ParquetFile(path).read(columns=columns))
         return table
 
     def held(self, path, columns=None):
@@ -400,7 +412,7 @@ class ParquetReads:
         key = _file_key(path) + ("schema",)
         names = self._tables.get(key)
         if names is None:
-            names = self._tables[key] = pq.read_schema(path).names
+            names = self._keep(key, pq.read_schema(path).names)
         return list(names)
 
     def episodes(self, root):
@@ -441,7 +453,7 @@ class ParquetReads:
             table = pa.concat_tables([self.read(path, columns) for path in paths])
             # a fingerprint of its own (datasets would hash the whole table with dill, ~70 ms a component): a table
             # held in memory has no cache files for a fingerprint to find again
-            held = self._tables[key] = datasets.Dataset(table, fingerprint=uuid.uuid4().hex)
+            held = self._keep(key, datasets.Dataset(table, fingerprint=uuid.uuid4().hex))
         return held
 
     def tasks(self, root):
@@ -571,7 +583,6 @@ def tables_read_directly():
     from lerobot.datasets import dataset_metadata, dataset_reader
 
     reads = ParquetReads()
-    _ACTIVE_READS.append(reads)
     saved = {
         (dataset_metadata, "load_episodes"): reads.episodes,
         (dataset_metadata, "load_tasks"): reads.tasks,
@@ -587,6 +598,7 @@ def tables_read_directly():
     # another layout of LeRobot's reader: its own read where a patch point is gone (``robo-loaders doctor`` says so)
     present = {(owner, name): getattr(owner, name) for owner, name in saved if callable(getattr(owner, name, None))}
     try:
+        _ACTIVE_READS.append(reads)
         for (owner, name), value in saved.items():
             if (owner, name) in present:
                 setattr(owner, name, value)
@@ -594,7 +606,9 @@ def tables_read_directly():
     finally:
         for (owner, name), value in present.items():
             setattr(owner, name, value)
-        _ACTIVE_READS.remove(reads)
+        if reads in _ACTIVE_READS:
+            _ACTIVE_READS.remove(reads)
+        reads.close()  # the sources built in the block keep a reference: they must not keep the tables
 
 
 _ACTIVE_READS: list[ParquetReads] = []  # the tables_read_directly() blocks open in this process, innermost last

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from robo_loaders_plugin.core.log import get_logger, warn_once
-from robo_loaders_plugin.core.units import some_of
+from robo_loaders_plugin.core.units import NAMED_IN_A_LINE, some_of
 from robo_loaders_plugin.lerobot import compat
 from robo_loaders_plugin.lerobot.dataset_root import local_copy_required
 from robo_loaders_plugin.lerobot.flags import FRAMEWORK, MIXTURE_FLAG, component_name
@@ -557,6 +557,29 @@ def _is_depth(ft: dict) -> bool:
 
 
 # -- the facade ----------------------------------------------------------------------------------------------------
+def mixture_repo_id(names) -> str:
+    """The mixture's ``repo_id``: ``mixture(a, b, c)``; past 8 components the first 8, how many more, and a digest of
+    every name in order (``mixture(a, ..., h, ... and 392 more; names 3f2a9c01d4e5)``).
+
+    Why not every name: LeRobot logs the ``repo_id`` and a run's log line grew to ~10 kB at 400 components; why the
+    digest: LeRobot writes it into a checkpoint's training context, where two mixtures sharing their first 8
+    components must still differ.
+
+    Args:
+        names: The components' names, in order.
+
+    Returns:
+        The ``repo_id``.
+    """
+    import hashlib
+
+    names = [str(n) for n in names]
+    if len(names) <= NAMED_IN_A_LINE:
+        return f"mixture({some_of(names)})"
+    digest = hashlib.sha256("\n".join(names).encode()).hexdigest()[:12]
+    return f"mixture({some_of(names)}; names {digest})"
+
+
 class MixtureMetadata:
     """``dataset.meta`` of a mixture: what ``lerobot-train``, ``make_policy`` and the processors read of a
     ``LeRobotDatasetMetadata``.
@@ -581,7 +604,7 @@ class MixtureMetadata:
         self.component_stats = component_stats
         self.fps = layout.fps
         self.episodes = episodes
-        self.repo_id = f"mixture({some_of(self.names)})"
+        self.repo_id = mixture_repo_id(self.names)
         robots = {getattr(m, "robot_type", None) for m in self.components}
         self.robot_type = robots.pop() if len(robots) == 1 else None
 
