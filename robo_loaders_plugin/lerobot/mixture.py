@@ -333,7 +333,8 @@ class LeRobotMixture(MixtureDataset):
 
     @property
     def repo_id(self) -> str:
-        """``mixture(a, b, ...)`` (the first 8 components named, the rest counted)."""
+        """``mixture(a, b, ...)`` (``mixture_meta.mixture_repo_id``: past 8 components, the rest counted and a digest
+        of every name)."""
         return self.meta.repo_id
 
     @property

@@ -10,14 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-import numpy as np
-
 from robo_loaders_plugin.core.iteration import BatchSource, SamplingPlan
 from robo_loaders_plugin.core.ranks import rank_share
 from robo_loaders_plugin.core.threads import ordered_map
-from robo_loaders_plugin.core.units import NAMED_IN_A_LINE, plural, some_of
+from robo_loaders_plugin.core.units import plural
 from robo_loaders_plugin.core.worker_processes import ProcessBatches
-from robo_loaders_plugin.mixtures.sampling import MixtureOrder
+from robo_loaders_plugin.mixtures.sampling import MixtureOrder, named_shares
 
 
 class MixtureBatches(BatchSource):
@@ -59,12 +57,7 @@ class MixtureBatches(BatchSource):
     def describe(self) -> str:
         """One line for the training log: the components and their shares, this rank's batches, the start."""
         how = "weighted by size" if self.order.weights is None else "weighted"
-        probs = np.asarray(self.order.probabilities, dtype=np.float64)
-        rest = probs[NAMED_IN_A_LINE:]
-        shares = some_of(
-            (f"{n} {p:.1%}" for n, p in zip(self.names, probs, strict=True)),
-            rest=f"{rest.min():.1%}-{rest.max():.1%} each" if rest.size else "",
-        )
+        shares = named_shares(self.names, self.order.probabilities)
         return (
             f"mixture of {len(self.names)} ({how}: {shares}); rank {self.plan.rank} of {self.plan.world_size}, "
             f"{len(self)} batches per pass, {self._builders()}, starting at epoch {self._epoch} "

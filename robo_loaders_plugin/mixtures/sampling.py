@@ -19,6 +19,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from robo_loaders_plugin.core.ranks import rank_share
+from robo_loaders_plugin.core.units import NAMED_IN_A_LINE, some_of
 
 
 def weight_shares(weights: Sequence[float] | np.ndarray) -> np.ndarray:
@@ -40,6 +41,26 @@ def weight_shares(weights: Sequence[float] | np.ndarray) -> np.ndarray:
     _, exponent = np.frexp(w.max())
     scaled = np.ldexp(w, -int(exponent))
     return scaled / scaled.sum()
+
+
+def named_shares(names: Sequence[str], shares, form: str = "{} {:.1%}") -> str:
+    """The components and their shares for a log line: the first few named (``core.units.some_of``), the rest
+    counted with the range of their shares.
+
+    Args:
+        names: The components' names, in order.
+        shares: Their shares (summing to 1).
+        form: How one component is written, from its name and share.
+
+    Returns:
+        ``"a 50.0%, b 50.0%"`` or ``"a 0.2%, ..., ... and 392 more (0.2%-0.7% each)"``.
+    """
+    shares = np.asarray(shares, dtype=np.float64)
+    rest = shares[NAMED_IN_A_LINE:]
+    return some_of(
+        (form.format(n, p) for n, p in zip(names, shares, strict=True)),
+        rest=f"{rest.min():.1%}-{rest.max():.1%} each" if rest.size else "",
+    )
 
 
 class MixtureOrder:

@@ -96,18 +96,13 @@ class MixtureSpec:
 
     def describe(self) -> str:
         """One line naming the components and their weights, for the training log."""
-        from robo_loaders_plugin.core.units import NAMED_IN_A_LINE, some_of
+        from robo_loaders_plugin.core.units import some_of
+        from robo_loaders_plugin.mixtures.sampling import named_shares, weight_shares
 
+        names = [c.name for c in self.components]
         if self.weights == SIZE:
-            return some_of(c.name for c in self.components) + " (weighted by size)"
-        from robo_loaders_plugin.mixtures.sampling import weight_shares
-
-        shares = weight_shares(self.weight_vector() or [])
-        rest = shares[NAMED_IN_A_LINE:]
-        return some_of(
-            (f"{c.name} ({p:.1%})" for c, p in zip(self.components, shares, strict=True)),
-            rest=f"{rest.min():.1%}-{rest.max():.1%} each" if rest.size else "",
-        )
+            return some_of(names) + " (weighted by size)"
+        return named_shares(names, weight_shares(self.weight_vector() or []), "{} ({:.1%})")
 
 
 def _is_url(text: str) -> bool:
