@@ -507,3 +507,32 @@ def test_the_three_cache_commands_take_cache_dir_alike(tmp_path):
         assert str(r.exception).startswith(f"--cache-dir={str(a_file)!r} is a file, not a directory"), r.exception
     with pytest.raises(cache.CacheError, match=r"^train\.data_backend_kwargs\.cache_dir='"):
         cache.cache_root(str(a_file), "train.data_backend_kwargs.cache_dir")
+
+
+def test_earlier_formats_of_a_source_are_retired_in_one_listing_and_nothing_else_is(tmp_path, monkeypatch):
+    """``cached_dir.retire_earlier_versions`` looks for every earlier format of one source's entry with one listing
+    of the root (it listed the root once per earlier version, for each component of a mixture): the entries of
+    versions 0..2 of this source go; the current version's, another source's and an unversioned look-alike stay.
+    Control: the same root seen from the current version's key of another source removes nothing of this one."""
+    from robo_loaders_plugin.storage.cached_dir import retire_earlier_versions
+
+    root = cache.cache_root(str(tmp_path))
+    key, other = {"path": "/a"}, {"path": "/b"}
+    h, o = cache.short_hash(key), cache.short_hash(other)
+    earlier = [os.path.join(root, f"compressed-cache-{v}-{h}-0123456789abcdef") for v in range(3)]
+    kept = [
+        os.path.join(root, f"compressed-cache-3-{h}-0123456789abcdef"),  # the current format
+        os.path.join(root, f"compressed-cache-1-{o}-0123456789abcdef"),  # another source's earlier format
+    ]
+    for path in earlier + kept:
+        os.makedirs(path)
+    listed = []
+    listdir = os.listdir
+    monkeypatch.setattr(os, "listdir", lambda p: listed.append(p) or listdir(p))
+    assert retire_earlier_versions(root, "compressed-cache-3", {"path": "/c"}) == []  # control: not this source's
+    assert all(os.path.isdir(p) for p in earlier + kept)
+    listed.clear()
+    assert sorted(retire_earlier_versions(root, "compressed-cache-3", key)) == sorted(earlier)
+    assert listed == [root]  # one listing for the three earlier versions
+    assert not any(os.path.exists(p) for p in earlier) and all(os.path.isdir(p) for p in kept)
+    assert retire_earlier_versions(root, "compressed-cache-0", key) == []  # no earlier version: nothing listed

@@ -397,7 +397,7 @@ def is_entry(root: str, name: str) -> bool:
     return not os.path.isdir(os.path.join(root, name, LOCKS))
 
 
-def entries(root: str, prefix: str = "") -> list[Entry]:
+def entries(root: str, prefix: str | tuple[str, ...] = "") -> list[Entry]:
     """Every entry under ``root`` (:func:`is_entry`: temporary files, locks and what the project did not name as
     an entry, such as a cache root nested in it, left out), sorted by name; with ``prefix``, only those whose name
     starts with it.
@@ -411,7 +411,7 @@ def entries(root: str, prefix: str = "") -> list[Entry]:
 
     Args:
         root: A cache root; one that does not exist holds no entries.
-        prefix: Only names starting with it (``""``: every entry).
+        prefix: Only names starting with it, or with one of a tuple of prefixes (``""``: every entry).
 
     Returns:
         The entries.

@@ -160,11 +160,11 @@ def retire_earlier_versions(root: str, kind: str, key: dict) -> list[str]:
     m = _VERSIONED.match(kind)
     if m is None:
         return []
-    removed, hashed = [], cache.short_hash(key)
-    for old in range(int(m["version"])):
-        prefix = f"{m['base']}-{old}-{hashed}-"
-        removed += [e.path for e in cache.entries(root, prefix) if e.remove()]
-    return removed
+    hashed = cache.short_hash(key)
+    # one listing of the root for every earlier version (a mixture's components each look in one root holding
+    # every component's entries)
+    earlier = tuple(f"{m['base']}-{old}-{hashed}-" for old in range(int(m["version"])))
+    return [e.path for e in cache.entries(root, earlier) if e.remove()] if earlier else []
 
 
 def build_or_reuse(
