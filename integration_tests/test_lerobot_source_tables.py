@@ -95,6 +95,10 @@ def test_tables_read_directly_equal_lerobots_own_read(lerobot_datasets, tmp_path
         features = get_hf_features_from_features(LeRobotDatasetMetadata("local/x", root=root).features)
         with compat.tables_read_directly() as reads:
             assert reads.tasks(root).equals(load_tasks(root))
+            added = reads.tasks(root)  # each call a frame of its own: a task LeRobot adds to one is not in the next
+            added.loc["a task added by the run"] = [len(added)]
+            again = reads.tasks(root)
+            assert again.equals(load_tasks(root)) and not again.equals(added)
             for episodes in (None, [3, 1]):
                 theirs = load_nested_dataset(root / "data", features=features, episodes=episodes)
                 mine = reads.data(root / "data", features, episodes, original=load_nested_dataset)

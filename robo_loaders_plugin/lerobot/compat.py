@@ -460,6 +460,9 @@ class ParquetReads:
         """``meta/tasks.parquet`` as LeRobot's ``load_tasks`` gives it (a ``pandas.DataFrame`` indexed by task, a
         fresh frame each call: LeRobot may add tasks to it).
 
+        Why a copy of the first frame: a table's conversion to pandas (its schema's pandas metadata) was ~1 ms,
+        twice per component of a mixture; a deep copy of a frame of a few tasks is a fraction of that.
+
         Args:
             root: The dataset's local root.
 
@@ -470,9 +473,14 @@ class ParquetReads:
 
         from lerobot.datasets.utils import DEFAULT_TASKS_PATH
 
-        tasks = self.read(Path(root) / DEFAULT_TASKS_PATH).to_pandas()
-        tasks.index.name = "task"
-        return tasks
+        path = Path(root) / DEFAULT_TASKS_PATH
+        key = ("tasks", _file_key(path))
+        held = self._tables.get(key)
+        if held is None:
+            held = self.read(path).to_pandas()
+            held.index.name = "task"
+            self._keep(key, held)
+        return held.copy(deep=True)
 
     def data(self, pq_dir, features=None, episodes=None, *, original):
         """LeRobot's ``load_nested_dataset`` (``data/*/*.parquet`` as one ``datasets.Dataset``, cast to
