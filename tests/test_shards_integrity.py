@@ -585,3 +585,40 @@ def test_any_malformed_header_value_with_parts_is_a_shard_error_never_a_crash(tm
         100,
         [lambda r: r.read_episode(0, decode_frames=False), lambda r: r.read_frame_rows(0, 3, 7, ["obs/cam"])],
     )
+
+
+def test_npy_headers_are_parsed_once_per_distinct_header_and_a_bad_one_fails_every_time(monkeypatch):
+    """``reader._npy_array`` keeps numpy's parse of a header by its bytes (a mixture's start parsed the same few
+    headers for every episode): the same header is parsed once, another shape is parsed on its own and gives its
+    own array, and a header numpy refuses is a ShardError naming the member at every read (a refusal is never
+    kept). Control: with the kept parses cleared, the next read parses again."""
+    import io as _io
+
+    from numpy.lib import format as npy_format
+
+    from robo_loaders_plugin.storage.shards import reader
+
+    def npy(a):
+        f = _io.BytesIO()
+        np.save(f, a)
+        return np.frombuffer(f.getvalue(), dtype=np.uint8)
+
+    parsed = []
+    read_1_0 = npy_format.read_array_header_1_0
+    monkeypatch.setitem(reader._NPY_HEADER_READERS, (1, 0), lambda f: parsed.append(1) or read_1_0(f))
+    reader._npy_header.cache_clear()
+    a, b, c = np.arange(14, dtype=np.float32).reshape(2, 7), np.ones((2, 7), np.float32), np.zeros((3, 7), np.int64)
+    for x in (a, b):
+        np.testing.assert_array_equal(reader._npy_array(npy(x), {"shape": [2, 7], "dtype": "float32"}, "m"), x)
+    assert len(parsed) == 1  # the same header bytes: parsed once
+    np.testing.assert_array_equal(reader._npy_array(npy(c), {"shape": [3, 7], "dtype": "int64"}, "m"), c)
+    assert len(parsed) == 2
+    broken = npy(a).copy()
+    broken[10:20] = np.frombuffer(b"{'descr': ", dtype=np.uint8)[:10][::-1]
+    for _ in range(2):
+        with pytest.raises(ShardError, match=r"^shard x, member y: not a valid \.npy header"):
+            reader._npy_array(broken, {"shape": [2, 7], "dtype": "float32"}, "shard x, member y")
+    assert len(parsed) == 4  # parsed (and refused) at each read
+    reader._npy_header.cache_clear()
+    reader._npy_array(npy(a), {"shape": [2, 7], "dtype": "float32"}, "m")
+    assert len(parsed) == 5

@@ -21,6 +21,7 @@ from __future__ import annotations
 import bisect
 import collections
 import contextlib
+import functools
 import io
 import itertools
 import json
@@ -326,20 +327,55 @@ def _check_header(header, ep: dict, where: str) -> dict:
     return header["fields"]
 
 
+class _BadNpyHeader(ValueError):
+    """A ``.npy`` header numpy does not parse, or of a version this reader does not read."""
+
+
+def _npy_header_bytes(data: np.ndarray) -> bytes:
+    """The bytes of a ``.npy`` member's magic, version, length and header (at most :data:`_NPY_HEADER_BYTES`): all
+    that its parse depends on."""
+    head = bytes(memoryview(data)[:12])
+    if head[6:8] == b"\x01\x00":
+        end = 10 + int.from_bytes(head[8:10], "little")
+    elif head[6:8] in (b"\x02\x00", b"\x03\x00"):
+        end = 12 + int.from_bytes(head[8:12], "little")
+    else:
+        end = 8
+    return bytes(memoryview(data)[: min(end, _NPY_HEADER_BYTES)])
+
+
+@functools.lru_cache(maxsize=4096)
+def _npy_header(head: bytes) -> tuple[tuple, bool, np.dtype, int]:
+    """``(shape, fortran order, dtype, data offset)`` of a ``.npy`` header, parsed by numpy.
+
+    Why kept by its bytes: numpy parses a header with ``ast.literal_eval`` (~50 us), and an episode's fields repeat
+    the headers of the episodes of the same length: a mixture's start read every low-dim member of every episode
+    (10,000 episodes of 7 fields at 400 components) and parsed each header again. The parse is a function of the
+    bytes alone; a header that does not parse raises each time (errors are not kept).
+
+    Raises:
+        _BadNpyHeader: what is wrong with it.
+    """
+    f = io.BytesIO(head)
+    try:
+        version = npy_format.read_magic(f)
+        if version not in _NPY_HEADER_READERS:
+            raise _BadNpyHeader(f".npy format version {version} is not supported")
+        shape, fortran_order, dtype = _NPY_HEADER_READERS[version](f)
+    except _BadNpyHeader:
+        raise
+    except Exception as exc:  # noqa: BLE001 - numpy parses the header with ast.literal_eval: many kinds of error
+        raise _BadNpyHeader(f"not a valid .npy header ({type(exc).__name__}: {exc})") from None
+    return shape, fortran_order, dtype, f.tell()
+
+
 def _npy_array(data: np.ndarray, desc: dict, where: str) -> np.ndarray:
     """The array of a ``.npy`` member, viewing ``data`` (no copy). The header is parsed here and its claimed size
     compared with the member's before anything is allocated (``np.load`` would trust it)."""
-    head = io.BytesIO(bytes(memoryview(data)[:_NPY_HEADER_BYTES]))
     try:
-        version = npy_format.read_magic(head)
-        if version not in _NPY_HEADER_READERS:
-            raise ShardError(f"{where}: .npy format version {version} is not supported")
-        shape, fortran_order, dtype = _NPY_HEADER_READERS[version](head)
-    except ShardError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - numpy parses the header with ast.literal_eval: many kinds of error
-        raise ShardError(f"{where}: not a valid .npy header ({type(exc).__name__}: {exc})") from None
-    start = head.tell()
+        shape, fortran_order, dtype, start = _npy_header(_npy_header_bytes(data))
+    except _BadNpyHeader as exc:
+        raise ShardError(f"{where}: {exc}") from None
     if dtype.hasobject:
         raise ShardError(f"{where}: .npy of dtype {dtype} would need pickle; refused")
     if not all(is_int(n) for n in shape):
