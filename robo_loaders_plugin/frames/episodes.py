@@ -33,6 +33,10 @@ class EpisodeFrames(FrameSource):
             are asked for.
         capacity: How many loaded episodes the cache holds.
         decode_on_load: Decode compressed frames once per load instead of per batch.
+        fields_alone: ``read(ep, fields)`` gives any of the fields as a first load gives them: a field that is not
+            frames is then read with the other such fields only, the episode's frames not loaded. Why: a mixture's
+            start reads every component's low-dim fields into one table (``mixtures.joined_frames``), which loaded
+            every episode of every component whole, frames included, ~1 ms each.
     """
 
     def __init__(
@@ -43,11 +47,13 @@ class EpisodeFrames(FrameSource):
         *,
         capacity: int,
         decode_on_load: bool,
+        fields_alone: bool = False,
     ):
         self.lengths = np.asarray(lengths, dtype=np.int64)
         self.infos = dict(infos)
         self.read = read
         self.decode_on_load = bool(decode_on_load)
+        self.fields_alone = bool(fields_alone)
         self.frame_fields = [k for k, v in self.infos.items() if v.frames]
         self.capacity = int(capacity)
         self._small: dict[int, dict] = {}
@@ -72,6 +78,14 @@ class EpisodeFrames(FrameSource):
         else:
             fields = dict(small, **fields)
         return fields
+
+    def _small_of(self, ep: int) -> dict:
+        """Episode ``ep``'s fields that are not frames, read without its frames the first time (``fields_alone``)."""
+        small = self._small.get(ep)
+        if small is None:
+            wanted = [k for k in self.infos if k not in self.frame_fields]
+            small = self._small.setdefault(ep, {k: v for k, v in self.read(ep, wanted).items() if k in wanted})
+        return small
 
     def info(self, field: str) -> FieldInfo:
         """dtype and per-step shape of ``field``.
@@ -105,6 +119,8 @@ class EpisodeFrames(FrameSource):
         Returns:
             A ``steps.shape + step shape`` numpy array, or a tensor on the episodes' device.
         """
+        if self.fields_alone and not self.info(field).frames:  # arrays read without the frames (:meth:`take`)
+            return super().gather(field, episodes, steps, pool)
         first = self.cache.get(int(episodes[0]))[field]
         if not isinstance(first, torch.Tensor):
             return super().gather(field, episodes, steps, pool)
@@ -136,6 +152,11 @@ class EpisodeFrames(FrameSource):
         rows = steps.reshape(B, -1)
         flat_out = out.reshape((B, rows.shape[1]) + tuple(info.shape))
         uniq, inverse = np.unique(episodes, return_inverse=True)
+        if self.fields_alone and not info.frames:
+            for i, e in enumerate(uniq.tolist()):
+                at = np.flatnonzero(inverse == i)
+                copy_windows(self._small_of(e)[field], rows[at], flat_out, at)
+            return
         # episodes no other thread is loading are loaded first (LoadOnceLRU)
         for i, values in self.cache.iter_loaded([int(e) for e in uniq]):
             at = np.flatnonzero(inverse == i)

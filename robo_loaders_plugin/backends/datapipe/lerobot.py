@@ -228,7 +228,12 @@ def datapipe_dataset(native, *, options):
         checked.record()
     infos = {k: FieldInfo(v.dtype, tuple(v.shape[1:]), isinstance(v, EncodedFrames)) for k, v in first.items()}
     frames = EpisodeFrames(
-        [e - s for _, s, e in runs], infos, read, capacity=passes.episode_capacity, decode_on_load=False
+        [e - s for _, s, e in runs],
+        infos,
+        read,
+        capacity=passes.episode_capacity,
+        decode_on_load=False,
+        fields_alone=True,  # ShardEpisodes reads any fields as a first load does
     )
     summary = (
         f"{len(runs)} episodes, {sum(e - s for _, s, e in runs)} frames from {len(reader.shards)} shard(s) "
