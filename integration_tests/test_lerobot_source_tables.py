@@ -145,10 +145,14 @@ def test_tables_read_directly_rereads_a_changed_file_and_reads_big_data_as_lerob
         episodes = sorted((root / "meta" / "episodes").glob("*/*.parquet"))[0]
         names = reads.column_names(episodes)
         assert reads.column_names(episodes) == names and "length" in names  # control: unchanged, the same names
+        without_stats = reads.read_except(episodes, "stats/")  # names and columns through one open of the file
+        assert reads.read_except(episodes, "stats/") is without_stats and "length" in without_stats.column_names
+        assert without_stats.column_names == [n for n in names if not n.startswith("stats/")]
         held = reads.episodes(root)
         assert reads.episodes(root) is held  # control: unchanged, one Dataset for every metadata object
         pq.write_table(pq.read_table(episodes).drop_columns(["length"]), episodes)
         assert reads.column_names(episodes) == [n for n in names if n != "length"]  # edited: its schema read again
+        assert "length" not in reads.read_except(episodes, "stats/").column_names  # and its table
         assert "length" in held.column_names and "length" not in reads.episodes(root).column_names
         monkeypatch.setattr(compat, "DIRECT_DATA_BYTES", 0)
         big = reads.data(root / "data", original=load_nested_dataset)

@@ -66,7 +66,7 @@ class LeRobotV3:
         dataset's tables, ``mirror_tables``, streaming the videos from where they are). ``local_cache_dir``: copy
         each remote video whole into this directory on first use and decode the copy (``sources.file_cache``);
         ignored for local videos. ``table_reads``: the parquet files this process read moments ago
-        (``read(path, columns)``, ``column_names(path)``, ``held(path)``: the LeRobot adapter's ``ParquetReads``,
+        (``read(path, columns)``, ``read_except(path, prefix)``, ``held(path)``: the LeRobot adapter's ``ParquetReads``,
         which keys each table by its file's name, size, mtime and inode), so that a local file read by the
         framework's own dataset object and unchanged since is not read again; its table is then the very one the
         framework holds (why that is what the adapter's checks compare: ``lerobot.dataset.check_meta_match``).
@@ -273,7 +273,7 @@ class LeRobotV3:
             reads = self._table_reads
             for p in paths:
                 if reads is not None:  # the framework's own read of the file, while it is unchanged (else read now)
-                    tables.append(reads.read(p, [c for c in reads.column_names(p) if not c.startswith("stats/")]))
+                    tables.append(reads.read_except(p, "stats/"))
                     continue
                 # ParquetFile, not read_table: LeRobot writes a row group per few episodes, and read_table's cost per
                 # row group made 10,000 episodes a 0.9 s read (0.2 s)
