@@ -536,3 +536,31 @@ def test_earlier_formats_of_a_source_are_retired_in_one_listing_and_nothing_else
     assert listed == [root]  # one listing for the three earlier versions
     assert not any(os.path.exists(p) for p in earlier) and all(os.path.isdir(p) for p in kept)
     assert retire_earlier_versions(root, "compressed-cache-0", key) == []  # no earlier version: nothing listed
+
+
+def test_holds_current_answers_once_per_source_inside_a_mixtures_planning_block(tmp_path):
+    """``cache.placements_planned_once``: a mixture's plan and build each asked whether a component's store is on
+    disk (a stat of its files, a listing, a record read); inside the block the first answer is given again, per
+    source, kind and key (another source's question is asked on its own); outside it every call looks again.
+    Control: the entry removed, a call outside the block sees it gone."""
+    from robo_loaders_plugin.storage.fingerprint import stat_files
+
+    root = cache.cache_root(str(tmp_path / "cache"))
+    src = tmp_path / "src"
+    src.write_bytes(b"x" * 10)
+    files = stat_files(str(src))
+    entry = os.path.join(root, f"kind-{cache.short_hash({'k': 1})}-0123456789abcdef")
+    os.makedirs(entry)
+    looked = []
+
+    def recorded(path):
+        looked.append(path)
+        return Fingerprint(str(src), files, "c")
+
+    with cache.placements_planned_once():
+        assert cache.holds_current(root, "kind", {"k": 1}, str(src), recorded)
+        shutil.rmtree(entry)  # gone after the plan: the block keeps its first answer (the build looks itself)
+        assert cache.holds_current(root, "kind", {"k": 1}, str(src), recorded)
+        assert not cache.holds_current(root, "kind", {"k": 2}, str(src), recorded)  # another key: asked
+        assert len(looked) == 1
+    assert not cache.holds_current(root, "kind", {"k": 1}, str(src), recorded)  # the control: outside, looked again

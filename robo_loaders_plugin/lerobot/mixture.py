@@ -73,6 +73,7 @@ from robo_loaders_plugin.lerobot.single import build_dataset, native_datasets, r
 from robo_loaders_plugin.mixtures.dataset import DATASET_INDEX, MixtureDataset, MixtureHooks, collect_build_garbage
 from robo_loaders_plugin.mixtures.footprint import bounded_buffer, check_mixture_fits
 from robo_loaders_plugin.mixtures.spec import MixtureError
+from robo_loaders_plugin.storage import cache
 
 __all__ = [
     "LeRobotMixture",
@@ -402,7 +403,8 @@ def build_mixture(
     component_choice = _component_choice(choice, target)
     component_choice = bounded_buffer(component_choice, lambda given: choose(component_choice.name, **given))
     choices = [_streamed_choice(component_choice, c) for c in spec.components]
-    with sources_checked_once():  # each component's meta/ checked once for its plan and its build
+    # each component's meta/ checked once, and its store looked for once, for its plan and its build
+    with sources_checked_once(), cache.placements_planned_once():
         if component_choice.name != DEFAULT_BACKEND:
             check_mixture_fits(
                 MIXTURE_FLAG,

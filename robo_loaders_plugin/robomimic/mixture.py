@@ -30,6 +30,7 @@ from robo_loaders_plugin.mixtures.padding import Padding, dim_mask, mask_key, pa
 from robo_loaders_plugin.mixtures.spec import SIZE, MixtureError, MixtureSpec, parse_mixture
 from robo_loaders_plugin.robomimic import compat
 from robo_loaders_plugin.robomimic.joined import JoinedSamples
+from robo_loaders_plugin.storage import cache
 
 logger = get_logger(__name__)
 
@@ -637,24 +638,25 @@ def build_mixture(config, obs_keys, choice: BackendChoice, filter_by_attribute=N
             compat.register_obs_key_like(src, dst)
         lacking = missing[len(comp_keys)]
         comp_keys.append([inverse.get(key, key) for key in obs_keys if key not in lacking])
-    check_mixture_fits(
-        WHERE,
-        [os.path.basename(c.source) for c in spec.components],
-        lambda k, committed: choices[k].plan(
-            config, comp_keys[k], filter_by_attribute=filters[k], dataset_path=spec.components[k].source,
-            committed=committed,
-        ),
-        backend=choice.name,
-        option_prefix="train.data_backend_kwargs",
-    )  # fmt: skip
     datasets = []
-    for k, comp in enumerate(spec.components):
-        dataset = choices[k].build(config, comp_keys[k], filter_by_attribute=filters[k], dataset_path=comp.source)
-        logger.info(
-            f"robomimic data mixture component {k} ({os.path.basename(comp.source)}, {filters[k] or 'all demos'}): "
-            f"{iteration.summary_of(dataset)}"
-        )
-        datasets.append(dataset)
+    with cache.placements_planned_once():  # each component's store looked for once, for its plan and its build
+        check_mixture_fits(
+            WHERE,
+            [os.path.basename(c.source) for c in spec.components],
+            lambda k, committed: choices[k].plan(
+                config, comp_keys[k], filter_by_attribute=filters[k], dataset_path=spec.components[k].source,
+                committed=committed,
+            ),
+            backend=choice.name,
+            option_prefix="train.data_backend_kwargs",
+        )  # fmt: skip
+        for k, comp in enumerate(spec.components):
+            dataset = choices[k].build(config, comp_keys[k], filter_by_attribute=filters[k], dataset_path=comp.source)
+            logger.info(
+                f"robomimic data mixture component {k} ({os.path.basename(comp.source)}, "
+                f"{filters[k] or 'all demos'}): {iteration.summary_of(dataset)}"
+            )
+            datasets.append(dataset)
     weights = None if (validating or spec.weights == SIZE) else spec.weight_vector()
     names = [os.path.basename(c.source) for c in spec.components]
     how = "by size" if weights is None else some_of(f"{w:g}" for w in weights)

@@ -271,9 +271,10 @@ def _checked_placement(store: FrameStore, backend: str, src: _Source, options) -
     """Where the store goes, its footprint checked against the machine before anything is read (a store found on
     disk writes nothing); a store spilled to disk says so in the log."""
     root = _root(options, src.option_prefix)
-    placement = _place(store, backend, src, options, Available.measure(disk_dir=root), sample=True)
+    available = Available.measure(disk_dir=root)
+    placement = _place(store, backend, src, options, available, sample=True)
     check_fits(
-        placement.footprint, Available.measure(disk_dir=root), backend=backend, option_prefix=src.option_prefix,
+        placement.footprint, available, backend=backend, option_prefix=src.option_prefix,
         alternatives=store.alternatives(src.framework),
     )  # fmt: skip
     if placement.spilled:

@@ -423,6 +423,27 @@ def entries(root: str, prefix: str | tuple[str, ...] = "") -> list[Entry]:
     return [Entry(root, n) for n in sorted(n for n in names if n.startswith(prefix)) if is_entry(root, n)]
 
 
+# holds_current's answers kept inside placements_planned_once() blocks (innermost last)
+_PLANNED: list[dict] = []
+
+
+@contextlib.contextmanager
+def placements_planned_once():
+    """While active, :func:`holds_current` answers each (root, kind, key, source) once and gives that answer again.
+
+    Why: a mixture plans every component's footprint from metadata, then builds each one moments later; both ask
+    whether the component's store is on disk (a stat of the source's files, a listing of the root and a read of the
+    entry's record, ~1 ms a component, twice). The answer only sizes a footprint (a store found needs no disk):
+    finding or building the store (:func:`obtain`) checks the entry itself, and a store placed as found that turns
+    out unusable is placed again as new before it is built (``sdk.serve``). The block spans one mixture's build.
+    """
+    _PLANNED.append({})
+    try:
+        yield
+    finally:
+        _PLANNED.pop()
+
+
 def holds_current(root: str, kind: str, key_desc: dict, source_path: str, recorded_of, suffix: str = "") -> bool:
     """Whether ``root`` holds an entry of this kind and key whose recorded source fingerprint has the source's
     current file stats: it will be reused, so nothing new is written. A stat-only check (no byte of the source is
@@ -437,13 +458,24 @@ def holds_current(root: str, kind: str, key_desc: dict, source_path: str, record
         suffix: Only entries whose name ends so (``""``: any).
 
     Returns:
-        True when such an entry exists.
+        True when such an entry exists (inside :func:`placements_planned_once`, the block's first answer).
     """
+    prefix = f"{kind}-{short_hash(key_desc)}-"
+    kept = _PLANNED[-1] if _PLANNED else None
+    asked = (root, prefix, os.path.realpath(source_path), recorded_of, suffix)
+    if kept is not None and asked in kept:
+        return kept[asked]
+    found = _holds(root, prefix, asked[2], recorded_of, suffix)
+    if kept is not None:
+        kept[asked] = found
+    return found
+
+
+def _holds(root: str, prefix: str, source_path: str, recorded_of, suffix: str) -> bool:
     from robo_loaders_plugin.storage.fingerprint import stat_files
 
-    prefix = f"{kind}-{short_hash(key_desc)}-"
     try:
-        files = stat_files(os.path.realpath(source_path))
+        files = stat_files(source_path)
     except OSError:
         return False
     for e in entries(root, prefix):
