@@ -483,3 +483,42 @@ def test_a_padded_key_s_mask_is_made_on_the_batch_s_device():
     assert on_cpu[mask_key("action")].device.type == "cpu"
     assert on_cpu[mask_key("action")].tolist() == [[True, True, False, False, False]] * 4
     assert pad_flat({"a": torch.zeros(2)}, {"a": (2, 3)}, None)[mask_key("a")].tolist() == [True, True, False]
+
+
+@pytest.mark.parametrize("components", [400, 3])
+def test_a_mixture_refused_for_its_footprint_says_so_in_a_bounded_line(components):
+    """``mixtures.footprint.check_mixture_fits``' refusal named every component's share and every component that
+    would fit (~100 characters each: a line of tens of kB at 400 components). Past 8 components it names the 8
+    largest shares (largest first) and counts the rest, and the components that would fit by their first 8 names;
+    a mixture of a few names every share in order (the control: nothing left out)."""
+    from robo_loaders_plugin.core.footprint import Available, Footprint, Planned, ResourceRefused
+    from robo_loaders_plugin.core.units import format_bytes
+    from robo_loaders_plugin.mixtures.footprint import check_mixture_fits
+
+    sizes = [(1 + (k * 7919) % 13) << 20 for k in range(components)]
+    available = Available(host_bytes=int(sum(sizes[: components - 1]) / 0.9) + 1, shm_bytes=0, shm_dir="/dev/shm")
+    names = [f"lab/robot_{k:03d}" for k in range(components)]
+    with pytest.raises(ResourceRefused) as refused:
+        check_mixture_fits(
+            "--dataset.mixture",
+            names,
+            lambda k, committed: Planned(Footprint(host_bytes=sizes[k]), available),
+            backend="compressed_cache",
+            option_prefix="--dataset.backend_kwargs",
+        )
+    line = str(refused.value)
+    assert "\n" not in line and line.startswith("--dataset.mixture: backend 'compressed_cache' cannot serve")
+    assert f"Would fit: the first {components - 1} components" in line
+    if components <= 8:
+        shares = "Each component's share: " + "; ".join(
+            f"[{k}] {n}: host RAM {format_bytes(s)}" for k, (n, s) in enumerate(zip(names, sizes))
+        )
+        assert shares in line and ", ".join(names[:-1]) in line
+        return
+    assert len(line) < 2000, len(line)
+    largest = sorted(range(components), key=lambda k: -sizes[k])[:8]
+    named = "The largest components' shares: " + "; ".join(
+        f"[{k}] {names[k]}: host RAM {format_bytes(sizes[k])}" for k in largest
+    )
+    assert named + f"; ... and {components - 8} more." in line, line
+    assert f"({', '.join(names[:8])}, ... and {components - 9} more)" in line

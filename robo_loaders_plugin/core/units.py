@@ -107,7 +107,7 @@ def plural(n: int, noun: str, nouns: str | None = None) -> str:
 NAMED_IN_A_LINE = 8  # items a log line names before it counts the rest
 
 
-def some_of(items, limit: int = NAMED_IN_A_LINE, rest: str = "") -> str:
+def some_of(items, limit: int = NAMED_IN_A_LINE, rest: str = "", sep: str = ", ") -> str:
     """``items`` joined by commas, the first ``limit`` of them when there are more, then how many are left.
 
     Why: a log line names a mixture's components and their shares; with hundreds of components (a pretraining
@@ -117,11 +117,12 @@ def some_of(items, limit: int = NAMED_IN_A_LINE, rest: str = "") -> str:
         items: The phrases, in order.
         limit: Phrases named before the rest are counted.
         rest: Said of the phrases left out (``"0.0%-1.1% each"``), after their count.
+        sep: What joins the phrases (``"; "`` for phrases holding commas).
 
     Returns:
         ``"a, b, c"`` or ``"a, b, ... and 392 more (rest)"``.
     """
     items = list(items)
     if len(items) <= limit:
-        return ", ".join(items)
-    return ", ".join(items[:limit]) + f", ... and {len(items) - limit} more" + (f" ({rest})" if rest else "")
+        return sep.join(items)
+    return sep.join(items[:limit]) + f"{sep}... and {len(items) - limit} more" + (f" ({rest})" if rest else "")

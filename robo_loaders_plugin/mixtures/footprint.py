@@ -23,7 +23,7 @@ from robo_loaders_plugin.core.footprint import (
     shortfalls,
 )
 from robo_loaders_plugin.core.log import get_logger
-from robo_loaders_plugin.core.units import format_bytes
+from robo_loaders_plugin.core.units import NAMED_IN_A_LINE, format_bytes, some_of
 
 logger = get_logger(__name__)
 
@@ -55,7 +55,8 @@ def check_mixture_fits(
 
     Raises:
         ResourceRefused: one line: the mixture, every resource that does not fit (needed vs available), each
-            component's share, what would fit instead; or a component's own refusal (``max_memory`` below the
+            component's share (past ``core.units.NAMED_IN_A_LINE`` components the largest, the rest counted), what
+            would fit instead; or a component's own refusal (``max_memory`` below the
             least its backend holds), prefixed with the component.
     """
     committed, need = Footprint(), Footprint()
@@ -88,17 +89,24 @@ def check_mixture_fits(
         f"{format_bytes(HEADROOM * have)} may be used)"
         for what, n, have in missing
     )
-    each = "; ".join(f"[{k}] {name}: {fp.describe()}" for k, (name, fp) in enumerate(zip(names, shares)))
+    # every share named for a few components; the largest named, the rest counted, for hundreds (one line)
+    order = list(range(len(names)))
+    heading = "Each component's share"
+    if len(names) > NAMED_IN_A_LINE:
+        order.sort(key=lambda k: -(shares[k].host_bytes + shares[k].shm_bytes + shares[k].device_bytes
+                                   + shares[k].disk_bytes))  # fmt: skip
+        heading = "The largest components' shares"
+    each = some_of((f"[{k}] {names[k]}: {shares[k].describe()}" for k in order), sep="; ")
     fits = [k for k, n in enumerate(needs) if not shortfalls(n, available)]
     would = []
     if fits and fits[-1] + 1 < len(names):
         first = fits[-1] + 1
-        would.append(f"the first {first} component{'s' * (first != 1)} ({', '.join(names[:first])})")
+        would.append(f"the first {first} component{'s' * (first != 1)} ({some_of(names[:first])})")
     would += list(alternatives)
     would_say = f" Would fit: {'; '.join(would)}." if would else ""
     raise ResourceRefused(
         f"{mixture}: backend {backend!r} cannot serve these {len(names)} components together on this "
-        f"machine: {said}. Each component's share: {each}.{would_say} "
+        f"machine: {said}. {heading}: {each}.{would_say} "
         f"Estimated from the components' metadata before building any (options: {option_prefix}).",
         missing,
     )
