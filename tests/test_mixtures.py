@@ -522,3 +522,28 @@ def test_a_mixture_refused_for_its_footprint_says_so_in_a_bounded_line(component
     )
     assert named + f"; ... and {components - 8} more." in line, line
     assert f"({', '.join(names[:8])}, ... and {components - 9} more)" in line
+
+
+@pytest.mark.parametrize("components", [400, 3])
+def test_the_padding_log_line_stays_short_with_hundreds_of_components(components, caplog):
+    """``mixtures.padding.plan_padding`` logs one line per padded key with each component's size: past 8
+    components, each size with how many components have it and the first three of them (400 components made a
+    ~10 kB line per key); a few components are each named with their size (the control)."""
+    import logging
+
+    from robo_loaders_plugin.mixtures.padding import plan_padding
+
+    names = [f"component {k} (lab/robot_{k:03d})" for k in range(components)]
+    widths = [(7, 14, 6)[k % 3] for k in range(components)]
+    with caplog.at_level(logging.INFO, logger="robo_loaders_plugin"):
+        padding = plan_padding("--dataset.mixture", names, [{"action": w} for w in widths], {})
+    assert padding.sizes == {"action": 14}
+    (line,) = [r.getMessage() for r in caplog.records if "padded with zeros" in r.getMessage()]
+    assert line.endswith("action_dim_mask marks the real entries"), line
+    if components <= 8:
+        assert "(sizes: " + ", ".join(f"{n} {w}" for n, w in zip(names, widths)) + ")" in line
+        return
+    assert len(line) < 600, line
+    assert f"7 for 134 components ({', '.join(names[0:9:3])}, ... and 131 more)" in line, line
+    assert f"14 for 133 components ({', '.join(names[1:10:3])}, ... and 130 more)" in line, line
+    assert "6 for 133 components" in line

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from robo_loaders_plugin.core.log import get_logger
+from robo_loaders_plugin.core.units import NAMED_IN_A_LINE, plural, some_of
 from robo_loaders_plugin.mixtures.spec import MixtureError
 
 logger = get_logger(__name__)
@@ -122,12 +123,22 @@ def plan_padding(
         each = [int(v[key]) for v in vectors]
         if key in declared or len(set(each)) > 1:
             sizes[key] = int(declared.get(key, max(each)))
-            per = ", ".join(f"{n} {s}" for n, s in zip(names, each, strict=True))
             logger.info(
-                f"mixture: {key!r} padded with zeros to {sizes[key]} (sizes: {per}); {mask_key(key)} marks the real "
-                "entries"
+                f"mixture: {key!r} padded with zeros to {sizes[key]} (sizes: {_sizes_of(names, each)}); "
+                f"{mask_key(key)} marks the real entries"
             )
     return Padding(sizes, tuple({key: int(v[key]) for key in sizes} for v in vectors))
+
+
+def _sizes_of(names: Sequence[str], each: Sequence[int]) -> str:
+    """Each component's size, for the log line: every one for a few components; for more, each size with how many
+    components have it and the first of them (a pretraining mixture of 400 made a line of ~10 kB per key)."""
+    if len(names) <= NAMED_IN_A_LINE:
+        return ", ".join(f"{n} {s}" for n, s in zip(names, each, strict=True))
+    having: dict[int, list[str]] = {}
+    for n, s in zip(names, each, strict=True):
+        having.setdefault(s, []).append(n)
+    return "; ".join(f"{s} for {plural(len(ns), 'component')} ({some_of(ns, 3)})" for s, ns in having.items())
 
 
 def pad_value(value: Any, own: int, size: int) -> Any:
