@@ -45,3 +45,58 @@ def test_a_low_dim_field_is_read_without_the_frames_when_the_reader_reads_fields
     if fields_alone:
         assert sorted(asked[2:]) == [(0, ("cam",)), (2, ("cam",))]  # the frames, alone
     assert all(e != 1 for e, _ in asked)  # an episode nothing asked for is not read
+
+
+def _chunks(eps, margin=(0, 2)):
+    """Each episode of ``eps`` as units of at most 3 rows (``ChunkFrames``), loaded with ``margin``."""
+    from robo_loaders_plugin.frames.chunks import ChunkFrames, runs_of, split_runs
+
+    lengths = [len(e["cam"]) for e in eps]
+    rows = runs_of(lengths)
+    units = split_runs(rows, 1, 2)
+    cams = np.concatenate([e["cam"] for e in eps])
+    small = {"a": np.concatenate([e["a"] for e in eps])}
+    return ChunkFrames(units, {ep: (s, e) for ep, s, e in rows}, INFOS, small,
+                       lambda ep, lo, hi: {"cam": cams[lo:hi]}, margin, capacity=2)  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", ["episodes", "chunks"])
+def test_a_camera_of_several_sources_is_read_as_one_into_any_rows_of_a_batch(kind):
+    """``EpisodeFrames.join_field`` / ``ChunkFrames.join_field`` (``frames.joined_loads``): a mixture's camera read
+    across three sources writes each part's windows straight into the batch's rows, equal to each source's own
+    ``gather`` of the same (episode, steps), rows in any order and parts interleaved; sources holding the field in
+    another shape are not joined. Control: the same read with two parts' sources swapped differs."""
+    rng = np.random.default_rng(1)
+    sets = [_episodes() for _ in range(3)]
+    for eps in sets:  # each source its own values
+        for e in eps:
+            e["cam"] = rng.integers(0, 255, e["cam"].shape, np.uint8)
+    if kind == "episodes":
+        sources = [
+            EpisodeFrames(LENGTHS, INFOS, lambda ep, f, eps=eps: eps[ep], capacity=2, decode_on_load=False)
+            for eps in sets
+        ]
+    else:
+        sources = [_chunks(eps) for eps in sets]
+    cls = type(sources[0])
+    joined = cls.join_field([(s, "cam") for s in sources])
+    assert joined is not None
+    n = 12
+    parts = rng.integers(0, 3, n)
+    units = np.array([rng.integers(0, len(s.lengths)) for s in (sources[p] for p in parts)])
+    steps = np.stack([np.minimum(np.arange(2) + rng.integers(0, sources[p].lengths[u]), sources[p].lengths[u] - 1)
+                      for p, u in zip(parts, units)])  # fmt: skip
+    rows = rng.permutation(n + 3)[:n]
+    out = np.zeros((n + 3, 2, 3, 4, 4), np.uint8)
+    joined.take(parts, units, steps, rows, out)
+    for b in range(n):
+        want = sources[parts[b]].gather("cam", units[b : b + 1], steps[b : b + 1])[0]
+        assert np.array_equal(out[rows[b]], want), b
+    untouched = np.setdiff1d(np.arange(n + 3), rows)
+    assert not out[untouched].any()  # only the batch's rows are written
+    swapped = cls.join_field([(sources[1], "cam"), (sources[0], "cam"), (sources[2], "cam")])
+    other = np.zeros_like(out)
+    swapped.take(parts, units, steps, rows, other)
+    assert not np.array_equal(other, out)  # the control: another source's frames are seen
+    odd = type("Odd", (), {"info": lambda self, f: FieldInfo(np.dtype(np.uint8), (3, 4, 5), True)})()
+    assert cls.join_field([(sources[0], "cam"), (odd, "cam")]) is None  # another shape: read part by part

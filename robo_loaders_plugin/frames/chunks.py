@@ -21,6 +21,7 @@ import torch
 
 from robo_loaders_plugin.core.lru import LoadOnceLRU
 from robo_loaders_plugin.frames.base import FieldInfo, FrameSource, broadcast_episodes, copy_windows
+from robo_loaders_plugin.frames.joined_loads import JoinedLoads
 
 UNIT_BYTES = 32 << 20  # decoded camera bytes of one unit: 12 frames of three 480p cameras, whole 84x84 episodes
 
@@ -207,19 +208,49 @@ class ChunkFrames(FrameSource):
         """
         info = self.info(field)
         units = np.asarray(episodes)
-        g = self.unit_start[broadcast_episodes(units, steps)] + steps  # the dataset's rows
         if not info.frames:
+            g = self.unit_start[broadcast_episodes(units, steps)] + steps  # the dataset's rows
             np.take(self.small[field], g.reshape(-1), axis=0, out=out.reshape((-1,) + tuple(info.shape)))
             return
         B = len(units)
-        rows = g.reshape(B, -1)
-        T = rows.shape[1]
-        flat_out = out.reshape((B, T) + tuple(info.shape))
+        st = np.asarray(steps).reshape(B, -1)
+        self.take_into(field, units, st, out.reshape((B, st.shape[1]) + tuple(info.shape)), np.arange(B))
+
+    def take_into(self, field: str, episodes: np.ndarray, steps: np.ndarray, out: np.ndarray, rows: np.ndarray):
+        """``out[rows[b]] = field[unit episodes[b]][steps[b]]`` for a frame field: what :meth:`take` and a
+        mixture's joined read (``frames.joined_loads``) write, into any rows of a batch.
+
+        Args:
+            field: A frame field's name.
+            episodes: (n,) unit indices.
+            steps: (n, T) row offsets from each unit's first row.
+            out: The batch, ``(N, T) + step shape``, C-contiguous.
+            rows: (n,) distinct rows of ``out``.
+
+        Raises:
+            IndexError: a row reaches outside what its unit was loaded with.
+        """
+        units = np.asarray(episodes)
+        g = self.unit_start[units][:, None] + steps  # the dataset's rows
         uniq, inverse = np.unique(units, return_inverse=True)
         # units no other thread is loading are loaded first, those being loaded elsewhere waited for last
         for i, loaded in self.cache.iter_loaded(uniq.tolist()):
             at = np.flatnonzero(inverse == i)
-            copy_windows(loaded[field], self._local(field, int(uniq[i]), rows[at]), flat_out, at)
+            held = loaded[field]
+            held = held.numpy() if isinstance(held, torch.Tensor) else held
+            copy_windows(held, self._local(field, int(uniq[i]), g[at]), out, rows[at])
+
+    @classmethod
+    def join_field(cls, parts) -> JoinedLoads | None:
+        """A mixture's camera across its components' sources of this class (``frames.joined_loads``).
+
+        Args:
+            parts: ``(source, field)`` pairs.
+
+        Returns:
+            The joined reader, or ``None`` when the parts hold the field in different dtypes or shapes.
+        """
+        return JoinedLoads.of(parts)
 
 
 class EpisodeUnits(FrameSource):

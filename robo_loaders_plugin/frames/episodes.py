@@ -17,6 +17,7 @@ import torch
 
 from robo_loaders_plugin.core.lru import LoadOnceLRU
 from robo_loaders_plugin.frames.base import FieldInfo, FrameSource, copy_windows
+from robo_loaders_plugin.frames.joined_loads import JoinedLoads
 from robo_loaders_plugin.storage.encoded_frames import EncodedFrames
 
 
@@ -150,14 +151,39 @@ class EpisodeFrames(FrameSource):
         info = self.info(field)
         B = len(episodes)
         rows = steps.reshape(B, -1)
-        flat_out = out.reshape((B, rows.shape[1]) + tuple(info.shape))
+        self.take_into(field, episodes, rows, out.reshape((B, rows.shape[1]) + tuple(info.shape)), np.arange(B))
+
+    def take_into(self, field: str, episodes: np.ndarray, steps: np.ndarray, out: np.ndarray, rows: np.ndarray):
+        """``out[rows[b]] = field[episodes[b]][steps[b]]``: what :meth:`take` and a mixture's joined read
+        (``frames.joined_loads``) write, into any rows of a batch.
+
+        Args:
+            field: The field's name.
+            episodes: (n,) episode indices.
+            steps: (n, T) step indices.
+            out: The batch, ``(N, T) + step shape``, C-contiguous.
+            rows: (n,) distinct rows of ``out``.
+        """
         uniq, inverse = np.unique(episodes, return_inverse=True)
-        if self.fields_alone and not info.frames:
+        if self.fields_alone and not self.infos[field].frames:
             for i, e in enumerate(uniq.tolist()):
                 at = np.flatnonzero(inverse == i)
-                copy_windows(self._small_of(e)[field], rows[at], flat_out, at)
+                copy_windows(self._small_of(e)[field], steps[at], out, rows[at])
             return
         # episodes no other thread is loading are loaded first (LoadOnceLRU)
         for i, values in self.cache.iter_loaded([int(e) for e in uniq]):
             at = np.flatnonzero(inverse == i)
-            copy_windows(values[field], rows[at], flat_out, at)
+            held = values[field]
+            copy_windows(held.numpy() if isinstance(held, torch.Tensor) else held, steps[at], out, rows[at])
+
+    @classmethod
+    def join_field(cls, parts) -> JoinedLoads | None:
+        """A mixture's camera across its components' sources of this class (``frames.joined_loads``).
+
+        Args:
+            parts: ``(source, field)`` pairs.
+
+        Returns:
+            The joined reader, or ``None`` when the parts hold the field in different dtypes or shapes.
+        """
+        return JoinedLoads.of(parts)
