@@ -14,6 +14,7 @@ from mixture_batches import check_items_batch_is_parts_batch
 from test_lerobot_mixture import BACKENDS, expected_item, natives, same_batch
 
 from robo_loaders_plugin.core.iteration import SamplingPlan
+from robo_loaders_plugin.frames.joined_loads import JoinedLoads
 from robo_loaders_plugin.lerobot.integration import choose
 from robo_loaders_plugin.lerobot.mixture import build_mixture, parse
 from robo_loaders_plugin.lerobot.mixture_meta import check_components, component_metas
@@ -380,6 +381,10 @@ def test_joined_batches_are_the_per_component_batches_and_the_documented_items(
     fields["observation.images.cam0"] = real
     mix.joined.frames._joined.clear()
     same_batch(mix.collate(idx), want, "restored")
+    reader = mix.joined.frames._joined_field("observation.images.cam0")  # the camera read across components
+    assert reader is not None
+    if backend in ("datapipe", "video_stream"):  # sources that load episodes or units: frames.joined_loads
+        assert isinstance(reader[0], JoinedLoads), type(reader[0])
     tables = mix.joined.frames.tables
     assert {"action", "observation.state", "index", "task_index"} <= set(tables)  # the low-dim columns, in RAM
     wrong = tables["action"].copy()

@@ -538,11 +538,12 @@ def test_earlier_formats_of_a_source_are_retired_in_one_listing_and_nothing_else
     assert retire_earlier_versions(root, "compressed-cache-0", key) == []  # no earlier version: nothing listed
 
 
-def test_holds_current_answers_once_per_source_inside_a_mixtures_planning_block(tmp_path):
+def test_holds_current_answers_a_placement_once_per_source_inside_a_mixtures_planning_block(tmp_path):
     """``cache.placements_planned_once``: a mixture's plan and build each asked whether a component's store is on
-    disk (a stat of its files, a listing, a record read); inside the block the first answer is given again, per
-    source, kind and key (another source's question is asked on its own); outside it every call looks again.
-    Control: the entry removed, a call outside the block sees it gone."""
+    disk (a stat of its files, a listing, a record read); inside the block a placement's "found" is given again,
+    per source, kind and key; "not found" is asked again (a store built meanwhile, a dataset listed twice, is
+    found). Controls: a question not for a placement (the shards' disk check) and any question outside the block
+    look again."""
     from robo_loaders_plugin.storage.fingerprint import stat_files
 
     root = cache.cache_root(str(tmp_path / "cache"))
@@ -557,10 +558,16 @@ def test_holds_current_answers_once_per_source_inside_a_mixtures_planning_block(
         looked.append(path)
         return Fingerprint(str(src), files, "c")
 
+    def holds(key, placement=True):
+        return cache.holds_current(root, "kind", {"k": key}, str(src), recorded, for_placement=placement)
+
     with cache.placements_planned_once():
-        assert cache.holds_current(root, "kind", {"k": 1}, str(src), recorded)
-        shutil.rmtree(entry)  # gone after the plan: the block keeps its first answer (the build looks itself)
-        assert cache.holds_current(root, "kind", {"k": 1}, str(src), recorded)
-        assert not cache.holds_current(root, "kind", {"k": 2}, str(src), recorded)  # another key: asked
-        assert len(looked) == 1
-    assert not cache.holds_current(root, "kind", {"k": 1}, str(src), recorded)  # the control: outside, looked again
+        assert holds(1)
+        shutil.rmtree(entry)  # gone after the plan: the block keeps its "found" (the build checks the entry itself)
+        assert holds(1) and len(looked) == 1
+        assert not holds(1, placement=False)  # the control: not a placement's question, looked again
+        later = os.path.join(root, f"kind-{cache.short_hash({'k': 2})}-0123456789abcdef")
+        assert not holds(2)
+        os.makedirs(later)  # built meanwhile (the same dataset earlier in the mixture)
+        assert holds(2)  # "not found" was not kept
+    assert not holds(1)  # the control: outside the block, looked again (the entry is gone)

@@ -547,3 +547,27 @@ def test_the_padding_log_line_stays_short_with_hundreds_of_components(components
     assert f"7 for 134 components ({', '.join(names[0:9:3])}, ... and 131 more)" in line, line
     assert f"14 for 133 components ({', '.join(names[1:10:3])}, ... and 130 more)" in line, line
     assert "6 for 133 components" in line
+
+
+def test_a_refusal_names_the_components_largest_in_what_is_short():
+    """Past 8 components the refusal ranks the shares by the resource that does not fit: with the disk short and
+    RAM plenty, the components writing the most are named, not those holding the most RAM (control: with RAM
+    short, the RAM's largest)."""
+    from robo_loaders_plugin.core.footprint import Available, Footprint, Planned, ResourceRefused
+    from robo_loaders_plugin.mixtures.footprint import check_mixture_fits
+
+    n = 20
+    shares = [Footprint(host_bytes=(n - k) << 20, disk_bytes=(k + 1) << 30, disk_dir="/c") for k in range(n)]
+    names = [f"c{k:02d}" for k in range(n)]
+
+    def refusal(available):
+        with pytest.raises(ResourceRefused) as refused:
+            check_mixture_fits("m", names, lambda k, c: Planned(shares[k], available), backend="b", option_prefix="o")
+        return str(refused.value)
+
+    disk_short = Available(host_bytes=100 << 30, shm_bytes=0, shm_dir="/s", disk_bytes=20 << 30, disk_dir="/c")
+    line = refusal(disk_short)
+    assert "shares: [19] c19: " in line and "[0] c00" not in line.split("Would fit")[0], line
+    ram_short = Available(host_bytes=50 << 20, shm_bytes=0, shm_dir="/s", disk_bytes=1 << 50, disk_dir="/c")
+    line = refusal(ram_short)
+    assert "shares: [0] c00: " in line and "[19] c19" not in line, line

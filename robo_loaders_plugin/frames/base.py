@@ -129,6 +129,24 @@ class FrameSource(abc.ABC):
         self.take(field, episodes, steps, out)
         return out
 
+    def gather_low_dim(self, fields, episodes: np.ndarray, steps: np.ndarray) -> dict:
+        """Fields that are not camera frames at many (episode, step) pairs at once: what a mixture reads once at its
+        start, every component's low-dim rows into one table each (``mixtures.joined_frames``).
+
+        Why a call of its own: a source that loads whole episodes may read them here without their frames (a
+        mixture of hundreds of components read every episode whole for its low-dim rows); training's reads keep
+        their own order. This default is :meth:`gather_fields`.
+
+        Args:
+            fields: The fields' names (none of them frames).
+            episodes: (B,) episode indices.
+            steps: (B,) or (B, T) step indices within each row's episode.
+
+        Returns:
+            ``{field: values}`` as :meth:`gather_fields` returns them.
+        """
+        return self.gather_fields(fields, episodes, steps)
+
     def gather_fields(self, fields, episodes: np.ndarray, steps: np.ndarray, pool=None) -> dict:
         """Several fields at the same (episode, step) pairs, as :meth:`gather` returns each.
 

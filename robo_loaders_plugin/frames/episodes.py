@@ -34,10 +34,11 @@ class EpisodeFrames(FrameSource):
             are asked for.
         capacity: How many loaded episodes the cache holds.
         decode_on_load: Decode compressed frames once per load instead of per batch.
-        fields_alone: ``read(ep, fields)`` gives any of the fields as a first load gives them: a field that is not
-            frames is then read with the other such fields only, the episode's frames not loaded. Why: a mixture's
-            start reads every component's low-dim fields into one table (``mixtures.joined_frames``), which loaded
-            every episode of every component whole, frames included, ~1 ms each.
+        fields_alone: ``read(ep, fields)`` gives any of the fields as a first load gives them, so
+            :meth:`gather_low_dim` reads the fields that are not frames without the episodes' frames. Why: a
+            mixture's start reads every component's low-dim fields into one table (``mixtures.joined_frames``),
+            which loaded every episode of every component whole, frames included, ~1 ms each. Training's reads are
+            unchanged (an episode's first load reads it whole).
     """
 
     def __init__(
@@ -81,7 +82,8 @@ class EpisodeFrames(FrameSource):
         return fields
 
     def _small_of(self, ep: int) -> dict:
-        """Episode ``ep``'s fields that are not frames, read without its frames the first time (``fields_alone``)."""
+        """Episode ``ep``'s fields that are not frames, read without its frames the first time
+        (:meth:`gather_low_dim`)."""
         small = self._small.get(ep)
         if small is None:
             wanted = [k for k in self.infos if k not in self.frame_fields]
@@ -120,8 +122,6 @@ class EpisodeFrames(FrameSource):
         Returns:
             A ``steps.shape + step shape`` numpy array, or a tensor on the episodes' device.
         """
-        if self.fields_alone and not self.info(field).frames:  # arrays read without the frames (:meth:`take`)
-            return super().gather(field, episodes, steps, pool)
         first = self.cache.get(int(episodes[0]))[field]
         if not isinstance(first, torch.Tensor):
             return super().gather(field, episodes, steps, pool)
@@ -165,16 +165,39 @@ class EpisodeFrames(FrameSource):
             rows: (n,) distinct rows of ``out``.
         """
         uniq, inverse = np.unique(episodes, return_inverse=True)
-        if self.fields_alone and not self.infos[field].frames:
-            for i, e in enumerate(uniq.tolist()):
-                at = np.flatnonzero(inverse == i)
-                copy_windows(self._small_of(e)[field], steps[at], out, rows[at])
-            return
         # episodes no other thread is loading are loaded first (LoadOnceLRU)
         for i, values in self.cache.iter_loaded([int(e) for e in uniq]):
             at = np.flatnonzero(inverse == i)
             held = values[field]
             copy_windows(held.numpy() if isinstance(held, torch.Tensor) else held, steps[at], out, rows[at])
+
+    def gather_low_dim(self, fields, episodes: np.ndarray, steps: np.ndarray) -> dict:
+        """Fields that are not frames at many (episode, step) pairs (:meth:`FrameSource.gather_low_dim`): with
+        ``fields_alone``, each episode's non-frame fields read without its frames the first time and kept (as a
+        first load keeps them); otherwise :meth:`gather_fields`.
+
+        Args:
+            fields: The fields' names.
+            episodes: (B,) episode indices.
+            steps: (B,) or (B, T) step indices.
+
+        Returns:
+            ``{field: numpy array of steps.shape + step shape}``.
+        """
+        if not self.fields_alone or any(self.info(f).frames for f in fields):
+            return super().gather_low_dim(fields, episodes, steps)
+        episodes, steps = np.asarray(episodes), np.asarray(steps)
+        B = len(episodes)
+        rows = steps.reshape(B, -1)
+        out = {f: np.empty(steps.shape + tuple(self.infos[f].shape), self.infos[f].dtype) for f in fields}
+        flat = {f: a.reshape((B, rows.shape[1]) + tuple(self.infos[f].shape)) for f, a in out.items()}
+        uniq, inverse = np.unique(episodes, return_inverse=True)
+        for i, e in enumerate(uniq.tolist()):
+            at = np.flatnonzero(inverse == i)
+            small = self._small_of(e)
+            for f in fields:
+                copy_windows(small[f], rows[at], flat[f], at)
+        return out
 
     @classmethod
     def join_field(cls, parts) -> JoinedLoads | None:

@@ -77,6 +77,8 @@ class JoinedLoads(JoinedField):
         B = len(parts)
         if not B:
             return
+        if not out.flags.c_contiguous:  # a reshape would copy it, and the rows written would be lost
+            raise ValueError(f"a joined read writes into a C-contiguous batch, not one of strides {out.strides}")
         st = np.asarray(steps).reshape(B, -1)
         flat_out = out.reshape((out.shape[0], st.shape[1]) + out.shape[np.ndim(steps) :])
         order = np.argsort(parts, kind="stable")

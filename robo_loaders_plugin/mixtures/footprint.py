@@ -89,12 +89,12 @@ def check_mixture_fits(
         f"{format_bytes(HEADROOM * have)} may be used)"
         for what, n, have in missing
     )
-    # every share named for a few components; the largest named, the rest counted, for hundreds (one line)
+    # every share named for a few components; for hundreds (one line), the largest in what is short, the rest
+    # counted
     order = list(range(len(names)))
     heading = "Each component's share"
     if len(names) > NAMED_IN_A_LINE:
-        order.sort(key=lambda k: -(shares[k].host_bytes + shares[k].shm_bytes + shares[k].device_bytes
-                                   + shares[k].disk_bytes))  # fmt: skip
+        order.sort(key=lambda k: -_short_bytes(shares[k], [what for what, _, _ in missing]))
         heading = "The largest components' shares"
     each = some_of((f"[{k}] {names[k]}: {shares[k].describe()}" for k in order), sep="; ")
     fits = [k for k, n in enumerate(needs) if not shortfalls(n, available)]
@@ -109,6 +109,18 @@ def check_mixture_fits(
         f"machine: {said}. {heading}: {each}.{would_say} "
         f"Estimated from the components' metadata before building any (options: {option_prefix}).",
         missing,
+    )
+
+
+def _short_bytes(share: Footprint, short: list[str]) -> int:
+    """``share``'s bytes of the resources named short (``core.footprint.shortfalls``' names: ``host RAM``, ``RAM
+    files (...)``, ``GPU memory (...)``, ``disk (...)``), what ranks the components a refusal names."""
+    kinds = {what.split(" ", 1)[0] for what in short}
+    return (
+        (share.host_bytes + share.shm_bytes if "host" in kinds else 0)
+        + (share.shm_bytes if "RAM" in kinds else 0)
+        + (share.device_bytes if "GPU" in kinds else 0)
+        + (share.disk_bytes if "disk" in kinds else 0)
     )
 
 

@@ -105,7 +105,7 @@ class JoinedFrames(FrameSource):
             # every field of the component in one read of its units (a source reads a unit once for all fields)
             units = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
             steps = np.arange(units.size, dtype=np.int64) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-            values = self.sources[k].gather_fields([own[f] for f in mine], units, steps)
+            values = self.sources[k].gather_low_dim([own[f] for f in mine], units, steps)
             first = int(self.unit_rows[self.unit_offsets[k]])
             for f in mine:
                 value = values[own[f]]

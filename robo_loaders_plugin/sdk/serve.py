@@ -232,7 +232,9 @@ def _place(
     ``reusable=None``: whether a complete store of this source and key is on disk, from the files' stat."""
     root = available.disk_dir or cache.location(getattr(options, "cache_dir", None))
     if reusable is None:
-        reusable = cache.holds_current(root, store.kind, _key(store, src, options), src.path, _recorded)
+        reusable = cache.holds_current(
+            root, store.kind, _key(store, src, options), src.path, _recorded, for_placement=True
+        )
     request = PlaceRequest(
         size=src.size,
         available=available,

@@ -23,6 +23,7 @@
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
 import hashlib
 import json
@@ -423,28 +424,39 @@ def entries(root: str, prefix: str | tuple[str, ...] = "") -> list[Entry]:
     return [Entry(root, n) for n in sorted(n for n in names if n.startswith(prefix)) if is_entry(root, n)]
 
 
-# holds_current's answers kept inside placements_planned_once() blocks (innermost last)
-_PLANNED: list[dict] = []
+# holds_current's "found" answers for placements, kept inside a placements_planned_once() block
+_PLANNED: contextvars.ContextVar[dict | None] = contextvars.ContextVar("placements_planned", default=None)
 
 
 @contextlib.contextmanager
 def placements_planned_once():
-    """While active, :func:`holds_current` answers each (root, kind, key, source) once and gives that answer again.
+    """While active, :func:`holds_current` asked with ``for_placement=True`` gives the block's first "found" answer
+    for each (root, kind, key, source) again instead of looking again.
 
     Why: a mixture plans every component's footprint from metadata, then builds each one moments later; both ask
     whether the component's store is on disk (a stat of the source's files, a listing of the root and a read of the
-    entry's record, ~1 ms a component, twice). The answer only sizes a footprint (a store found needs no disk):
-    finding or building the store (:func:`obtain`) checks the entry itself, and a store placed as found that turns
-    out unusable is placed again as new before it is built (``sdk.serve``). The block spans one mixture's build.
+    entry's record, ~1 ms a component, twice). Only a placement's answer is kept (``sdk.serve``: it sizes the
+    footprint, a store found needing no disk; finding or building the store, :func:`obtain`, checks the entry
+    itself, and a store placed as found that turns out unusable is placed again as new, its disk checked, before
+    it is built). Only "found" is kept: a store not found is looked for again, so one built meanwhile (a dataset
+    listed twice) is found. The block spans one mixture's build, in its thread (a context variable).
     """
-    _PLANNED.append({})
+    token = _PLANNED.set({})
     try:
         yield
     finally:
-        _PLANNED.pop()
+        _PLANNED.reset(token)
 
 
-def holds_current(root: str, kind: str, key_desc: dict, source_path: str, recorded_of, suffix: str = "") -> bool:
+def holds_current(
+    root: str,
+    kind: str,
+    key_desc: dict,
+    source_path: str,
+    recorded_of,
+    suffix: str = "",
+    for_placement: bool = False,
+) -> bool:
     """Whether ``root`` holds an entry of this kind and key whose recorded source fingerprint has the source's
     current file stats: it will be reused, so nothing new is written. A stat-only check (no byte of the source is
     read), made before a footprint counts the disk a new entry would take.
@@ -456,18 +468,20 @@ def holds_current(root: str, kind: str, key_desc: dict, source_path: str, record
         source_path: The source file or directory.
         recorded_of: ``recorded_of(entry path)`` returns the fingerprint the entry recorded, or ``None``.
         suffix: Only entries whose name ends so (``""``: any).
+        for_placement: The answer only sizes a store's placement, which its build checks again
+            (:func:`placements_planned_once` may answer it).
 
     Returns:
-        True when such an entry exists (inside :func:`placements_planned_once`, the block's first answer).
+        True when such an entry exists.
     """
     prefix = f"{kind}-{short_hash(key_desc)}-"
-    kept = _PLANNED[-1] if _PLANNED else None
+    kept = _PLANNED.get() if for_placement else None
     asked = (root, prefix, os.path.realpath(source_path), recorded_of, suffix)
-    if kept is not None and asked in kept:
-        return kept[asked]
+    if kept is not None and kept.get(asked):
+        return True
     found = _holds(root, prefix, asked[2], recorded_of, suffix)
-    if kept is not None:
-        kept[asked] = found
+    if kept is not None and found:
+        kept[asked] = True
     return found
 
 
