@@ -137,7 +137,9 @@ The contracts a backend implements (each is checked where it says):
   field[episodes[b]][steps[b, ...]]`` (both required); ``gather(field, episodes, steps, pool=None)`` (one array,
   new or from the pool; a device-resident source returns a tensor where its data lives),
   ``gather_fields(fields, episodes, steps, pool=None)`` (several fields at the same rows, the rows found once),
-  ``close()`` (release files, maps and threads now), ``closed(where)`` (what a closed dataset reads from) and the
+  ``gather_low_dim(fields, episodes, steps)`` (a mixture's start reading every component's low-dim rows; a source
+  loading whole episodes may read them without their frames), ``close()`` (release files, maps and threads
+  now), ``closed(where)`` (what a closed dataset reads from) and the
   classmethod ``join_field(parts)`` (one field of several sources of the class as one :class:`JoinedField`
   whose ``take(parts, episodes, steps, rows, out)`` reads a mixture's joined batch in one call; the default
   declines) have defaults.
