@@ -21,7 +21,7 @@ import torch
 
 from robo_loaders_plugin.core.lru import LoadOnceLRU
 from robo_loaders_plugin.frames.base import FieldInfo, FrameSource, broadcast_episodes, copy_windows
-from robo_loaders_plugin.frames.joined_loads import JoinedLoads
+from robo_loaders_plugin.frames.joined_loads import JoinsLoads
 
 UNIT_BYTES = 32 << 20  # decoded camera bytes of one unit: 12 frames of three 480p cameras, whole 84x84 episodes
 
@@ -82,7 +82,7 @@ def split_lengths(lengths, step_bytes: int) -> list[tuple[int, int, int]]:
     return split_runs(runs_of(lengths), step_bytes)
 
 
-class ChunkFrames(FrameSource):
+class ChunkFrames(JoinsLoads, FrameSource):
     """Units (parts of episodes, in row order) whose camera frames are loaded whole, with margins, on demand.
 
     Args:
@@ -239,18 +239,6 @@ class ChunkFrames(FrameSource):
             held = loaded[field]
             held = held.numpy() if isinstance(held, torch.Tensor) else held
             copy_windows(held, self._local(field, int(uniq[i]), g[at]), out, rows[at])
-
-    @classmethod
-    def join_field(cls, parts) -> JoinedLoads | None:
-        """A mixture's camera across its components' sources of this class (``frames.joined_loads``).
-
-        Args:
-            parts: ``(source, field)`` pairs.
-
-        Returns:
-            The joined reader, or ``None`` when the parts hold the field in different dtypes or shapes.
-        """
-        return JoinedLoads.of(parts)
 
 
 class EpisodeUnits(FrameSource):

@@ -17,11 +17,11 @@ import torch
 
 from robo_loaders_plugin.core.lru import LoadOnceLRU
 from robo_loaders_plugin.frames.base import FieldInfo, FrameSource, copy_windows
-from robo_loaders_plugin.frames.joined_loads import JoinedLoads
+from robo_loaders_plugin.frames.joined_loads import JoinsLoads
 from robo_loaders_plugin.storage.encoded_frames import EncodedFrames
 
 
-class EpisodeFrames(FrameSource):
+class EpisodeFrames(JoinsLoads, FrameSource):
     """A frame source of episodes loaded whole, on demand, into a bounded cache (see the module's docstring).
 
     Pickled (spawned DataLoader workers), it starts with an empty cache: each process opens its own.
@@ -198,15 +198,3 @@ class EpisodeFrames(FrameSource):
             for f in fields:
                 copy_windows(small[f], rows[at], flat[f], at)
         return out
-
-    @classmethod
-    def join_field(cls, parts) -> JoinedLoads | None:
-        """A mixture's camera across its components' sources of this class (``frames.joined_loads``).
-
-        Args:
-            parts: ``(source, field)`` pairs.
-
-        Returns:
-            The joined reader, or ``None`` when the parts hold the field in different dtypes or shapes.
-        """
-        return JoinedLoads.of(parts)

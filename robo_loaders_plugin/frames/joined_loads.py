@@ -86,3 +86,19 @@ class JoinedLoads(JoinedField):
             sel = order[a:b]
             source, field = self.parts[p]
             source.take_into(field, np.asarray(episodes)[sel], st[sel], flat_out, np.asarray(rows)[sel])
+
+
+class JoinsLoads:
+    """Mixed into a loading source's class (before ``FrameSource``): its ``join_field`` is :class:`JoinedLoads`."""
+
+    @classmethod
+    def join_field(cls, parts) -> JoinedLoads | None:
+        """A mixture's camera across its components' sources of this class (the module's docstring).
+
+        Args:
+            parts: ``(source, field)`` pairs.
+
+        Returns:
+            The joined reader, or ``None`` when the parts hold the field in different dtypes or shapes.
+        """
+        return JoinedLoads.of(parts)
