@@ -260,14 +260,21 @@ def lerobot_train_2proc(root, out, backend, *extra, env_extra=None):
 
 def lerobot_train_torchrun(out, *args, env_extra=None):
     """lerobot-train under torchrun writing to ``out``: a run that hangs after "End of training" runs once more
-    (``torchrun``), from an empty ``out`` when it started one."""
-    fresh = not os.path.exists(out)
+    (``torchrun``), from an empty ``out`` when it started one, and from an empty cache root when it started one
+    (``ROBO_LOADERS_CACHE`` in ``env_extra``): the retry then builds what the first try built, as a test of who
+    built a store expects."""
+    fresh = [p for p in (out, (env_extra or {}).get("ROBO_LOADERS_CACHE")) if p and not os.path.exists(p)]
+
+    def start_again():
+        for path in fresh:
+            shutil.rmtree(path, ignore_errors=True)
+
     return torchrun(
         os.path.join(BIN, "lerobot-train"),
         *args,
         env_extra=env_extra,
         finished="End of training",
-        before_retry=(lambda: shutil.rmtree(out, ignore_errors=True)) if fresh else (lambda: None),
+        before_retry=start_again,
     )
 
 
