@@ -774,3 +774,25 @@ def test_a_second_start_opens_no_components_file_for_the_checks_and_an_edited_on
     assert _checked(cfg, opened, valid)[1] == []
     records = os.listdir(os.path.join(cache, ".mixture-index", "robomimic-meta-1"))
     assert len([r for r in records if r.endswith(".json")]) == 6
+
+
+def test_many_components_log_one_line_and_one_bar(parts, tmp_path, capsys):
+    """Past 8 components robomimic's mixture logs each component's line at DEBUG under one bar over the
+    components (the stores' own bars quieted) and one line counting the stores built and reused; the second build
+    finds all nine (the control for the count: 9 reused)."""
+    paths = [parts[0]] + [shutil.copy(parts[0], tmp_path / f"copy{k}.hdf5") for k in range(1, 9)]
+    mixture = {"components": [{"path": str(p), "weight": 1} for p in paths]}
+
+    def build():
+        cfg = _config(parts, "compressed_cache", mixture=mixture)
+        with cfg.values_unlocked():
+            cfg.train.data_backend_kwargs = {"cache_dir": str(tmp_path / "cache")}
+        dataset_factory(cfg, obs_keys(cfg))
+        return capsys.readouterr()
+
+    first = build()
+    assert "compressed_cache (" not in first.err and "compressed_cache mixture: 100%" in first.err, first.err[-2000:]
+    assert "robomimic data mixture component" not in first.out, first.out[-2000:]
+    (count,) = [line for line in first.out.splitlines() if "components' datasets built by" in line]
+    assert "9 components' datasets built by compressed_cache; their stores: 0 reused, 9 built (component 0 " in count
+    assert "their stores: 9 reused, none built;" in build().out

@@ -87,6 +87,7 @@ name                                what it is
 ``build_or_reuse``                  (lazy) a cache directory built once per source and options, atomically, locked
 ``atomic_write_bytes``              write a file so that readers see the old or the new one, whole
 ``sha256_file``                     a file's SHA-256 (checksums for ``verify``)
+``inner_bars_quiet``                whether a bar made now is inside a mixture's bar (pass it as ``disable``)
 **frames, windows, datasets**
 ``FrameSource``                     (lazy) the one question a storage answers: field F at (episode, step) pairs
 ``FieldInfo``                       (lazy) how a frame source stores a field (dtype, step shape, frames)
@@ -202,6 +203,7 @@ from robo_loaders_plugin.core.in_flight import (  # noqa: F401
     indexed_in_flight,
 )
 from robo_loaders_plugin.core.options import LEROBOT_OPTIONS, ROBOMIMIC_OPTIONS, Option, Options  # noqa: F401
+from robo_loaders_plugin.core.progress import inner_bars_quiet  # noqa: F401  (a store's build bar in a mixture)
 from robo_loaders_plugin.core.registry import get_backend, get_plugin_manager, list_backends  # noqa: F401
 from robo_loaders_plugin.core.shared_options import pass_options  # noqa: F401
 from robo_loaders_plugin.core.spec import (  # noqa: F401

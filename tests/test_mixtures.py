@@ -571,3 +571,90 @@ def test_a_refusal_names_the_components_largest_in_what_is_short():
     ram_short = Available(host_bytes=50 << 20, shm_bytes=0, shm_dir="/s", disk_bytes=1 << 50, disk_dir="/c")
     line = refusal(ram_short)
     assert "shares: [0] c00: " in line and "[19] c19" not in line, line
+
+
+def test_the_missing_camera_lines_group_the_components_lacking_the_same_cameras(caplog):
+    """``mixtures.missing.missing_lines``: one line per set of cameras lacked, naming three of its components and
+    counting the rest (400 components of three robots printed 267 lines); a component alone in its set keeps its
+    own line (the control: the line of one component is as before)."""
+    from robo_loaders_plugin.mixtures.missing import missing_lines
+
+    cams = ["observation.images.cam0", "observation.images.cam1", "observation.images.cam2"]
+    names = [f"component {k} (lab/robot_{k:03d})" for k in range(400)]
+    missing = [cams[1 + k % 3 :] if k % 3 < 2 else [] for k in range(400)]
+    lines = missing_lines(names, missing)
+    assert lines == [
+        f"134 components have no {cams[1]}, {cams[2]} ({', '.join(names[0:7:3])}, ... and 131 more): served as "
+        f"zeros, flagged by {cams[1]}_is_missing, {cams[2]}_is_missing",
+        f"133 components have no {cams[2]} ({', '.join(names[1:8:3])}, ... and 130 more): served as zeros, "
+        f"flagged by {cams[2]}_is_missing",
+    ], lines
+    assert missing_lines(names[:3], [[], [cams[2]], []]) == [
+        f"{names[1]} has no {cams[2]}: served as zeros, flagged by {cams[2]}_is_missing"
+    ]
+    assert missing_lines(names[:2], [[], []]) == []
+
+
+class _Built:
+    def __init__(self, reused):
+        from robo_loaders_plugin.core.iteration import Serving
+
+        self.serving = Serving("served", reused=reused)
+
+
+@pytest.mark.parametrize("components", [9, 8])
+def test_component_lines_past_eight_components_log_at_debug_under_one_bar_and_count(components, caplog, capsys):
+    """``mixtures.component_lines.ComponentLines``: past 8 components each line at DEBUG, the backends' bars
+    quieted (``core.progress.inner_bars_quiet``), and one INFO line counting the stores reused and those built; at
+    8 (the control) each line at INFO, the bars shown, no count."""
+    import logging
+
+    from robo_loaders_plugin.core.progress import inner_bars_quiet
+    from robo_loaders_plugin.mixtures.component_lines import ComponentLines
+
+    logger = logging.getLogger("robo_loaders_plugin.test_component_lines")
+    quiet = []
+    with (
+        caplog.at_level(logging.DEBUG, logger="robo_loaders_plugin"),
+        ComponentLines(components, "compressed_cache", logger, "--dataset.mixture") as lines,
+    ):
+        for k in range(components):
+            quiet.append(inner_bars_quiet())
+            lines.built(f"component {k} (lab/r{k})", _Built(k % 4 != 1), f"component {k}'s line")
+    assert not inner_bars_quiet()
+    levels = {r.getMessage(): r.levelno for r in caplog.records}
+    own = [levels[f"component {k}'s line"] for k in range(components)]
+    if components <= 8:
+        assert own == [logging.INFO] * components and not any(quiet)
+        assert not any("datasets built by" in m for m in levels)
+        return
+    assert own == [logging.DEBUG] * components and all(quiet)
+    assert "compressed_cache mixture: 100%" in capsys.readouterr().err
+    (count,) = [m for m in levels if "datasets built by" in m]
+    assert count == (
+        "--dataset.mixture: 9 components' datasets built by compressed_cache; their stores: 7 reused, 2 built "
+        "(component 1 (lab/r1), component 5 (lab/r5)); each component's line is logged at DEBUG "
+        "(ROBO_LOADERS_LOG_LEVEL=DEBUG prints them)"
+    ), count
+
+
+def test_component_lines_count_nothing_of_datasets_that_keep_no_store_and_nothing_after_an_error(caplog):
+    """A backend that keeps no store between runs (``Serving.reused`` is ``None``) is counted without the stores'
+    clause; a build that fails logs no count (what failed is the error's line)."""
+    import logging
+
+    from robo_loaders_plugin.mixtures.component_lines import ComponentLines
+
+    logger = logging.getLogger("robo_loaders_plugin.test_component_lines")
+    with caplog.at_level(logging.INFO, logger="robo_loaders_plugin"):
+        with ComponentLines(12, "video_stream", logger) as lines:
+            for k in range(12):
+                lines.built(f"component {k}", _Built(None), "its line")
+        with pytest.raises(RuntimeError), ComponentLines(12, "compressed_cache", logger) as lines:
+            lines.built("component 0", _Built(False), "its line")
+            raise RuntimeError("refused")
+    counts = [r.getMessage() for r in caplog.records if "datasets built by" in r.getMessage()]
+    assert counts == [
+        "mixture: 12 components' datasets built by video_stream; each component's line is logged at DEBUG "
+        "(ROBO_LOADERS_LOG_LEVEL=DEBUG prints them)"
+    ], counts

@@ -191,11 +191,14 @@ class Serving:
             gathers the training thread queues on the device).
         hold: Keeps the dataset's storage alive and in use while the dataset lives (a cache entry's use lock, a
             RAM file); ``None`` when there is nothing to hold.
+        reused: Whether the dataset's store was found from an earlier run (``False``: built by this one); ``None``
+            for a dataset that keeps no store between runs. A mixture counts them in its log.
     """
 
     summary: str = ""
     batch_threads: int | None = None
     hold: Any = None
+    reused: bool | None = None
 
 
 class ServedDataset(torch.utils.data.Dataset):

@@ -70,6 +70,7 @@ from robo_loaders_plugin.lerobot.mixture_meta import (
     renamed_stats,
 )
 from robo_loaders_plugin.lerobot.single import build_dataset, native_datasets, remote_tables
+from robo_loaders_plugin.mixtures.component_lines import ComponentLines
 from robo_loaders_plugin.mixtures.dataset import DATASET_INDEX, MixtureDataset, MixtureHooks, collect_build_garbage
 from robo_loaders_plugin.mixtures.footprint import bounded_buffer, check_mixture_fits
 from robo_loaders_plugin.mixtures.spec import MixtureError
@@ -413,10 +414,13 @@ def build_mixture(
                 backend=component_choice.name,
                 option_prefix=OPTION_PREFIX,
             )
-        served = [
-            n if component_choice.name == DEFAULT_BACKEND else build_dataset(n, ch, repo_id=c.source, seed=seed)
-            for n, c, ch in zip(natives, spec.components, choices)
-        ]
+        served = natives
+        if component_choice.name != DEFAULT_BACKEND:
+            with ComponentLines(len(natives), component_choice.name, logger, MIXTURE_FLAG) as lines:
+                served = []
+                for k, (n, c, ch) in enumerate(zip(natives, spec.components, choices)):
+                    served.append(build_dataset(n, ch, repo_id=c.source, seed=seed, log_level=lines.level))
+                    lines.built(component_name(spec, k), served[-1])
     component_stats = [
         renamed_stats(n.meta.stats, dict(c.rename or {}), c.drop) for n, c in zip(natives, spec.components)
     ]

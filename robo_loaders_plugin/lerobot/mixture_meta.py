@@ -16,7 +16,7 @@ from robo_loaders_plugin.lerobot import compat
 from robo_loaders_plugin.lerobot.dataset_root import local_copy_required
 from robo_loaders_plugin.lerobot.flags import FRAMEWORK, MIXTURE_FLAG, component_name
 from robo_loaders_plugin.mixtures.dataset import DROPPED
-from robo_loaders_plugin.mixtures.missing import ZEROS, missing_key
+from robo_loaders_plugin.mixtures.missing import ZEROS, missing_lines
 from robo_loaders_plugin.mixtures.padding import NO_PADDING, PAD_STATS, Padding, plan_padding
 from robo_loaders_plugin.mixtures.spec import MixtureError
 
@@ -191,10 +191,8 @@ def check_components(spec, metas, target_fps: float | None) -> Layout:
     keep = frozenset([*features, *(f"{key}{PAD_SUFFIX}" for key in features), "task"])
     fps = float(target_fps) if target_fps else float(metas[0].fps)
     missing = [[key for key in cameras if key not in f] for f in renamed_features]
-    for k, lacking in enumerate(missing):
-        if lacking:
-            logger.info(f"mixture: {component_name(spec, k)} has no {', '.join(lacking)}: served as zeros, flagged "
-                        f"by {', '.join(missing_key(c) for c in lacking)}")  # fmt: skip
+    for line in missing_lines([component_name(spec, k) for k in range(len(missing))], missing):
+        logger.info(f"mixture: {line}")
     return Layout(features, renames, keep, dropped, fps, padding, tuple(cameras), missing)
 
 

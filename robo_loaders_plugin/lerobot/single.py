@@ -8,6 +8,7 @@ The entry points (``integration``) build a run's dataset with these, the mixture
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import threading
 
@@ -69,6 +70,7 @@ def build_dataset(
     seed: int | None = None,
     batch_size: int | None = None,
     num_workers: int = 0,
+    log_level: int = logging.INFO,
 ):
     """Serve a ``LeRobotDataset`` through a backend, as ``lerobot-train --dataset.backend`` does.
 
@@ -81,6 +83,8 @@ def build_dataset(
         batch_size: Items per batch of the DataLoader that will serve it, so that the footprint counts the batches
             in flight (``core.in_flight``; ``None``: lerobot-train's, when called from it, else not counted).
         num_workers: That DataLoader's workers.
+        log_level: The level of the line saying what is served (a mixture of many components logs its
+            components' at ``DEBUG``: ``mixtures.component_lines``).
 
     Returns:
         The backend's dataset, recorded for the adapter's dispatch (``lerobot-train``'s ``cycle``).
@@ -98,7 +102,9 @@ def build_dataset(
     with training_loop(loop):
         out = choice.build(native)
     iteration.record_built(out, choice, seed=seed)
-    logger.info(f"lerobot data backend: {choice.name} [{repo_id or native.repo_id}] {iteration.summary_of(out)}")
+    logger.log(
+        log_level, f"lerobot data backend: {choice.name} [{repo_id or native.repo_id}] {iteration.summary_of(out)}"
+    )
     return out
 
 

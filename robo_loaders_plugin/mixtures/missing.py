@@ -18,6 +18,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from robo_loaders_plugin.core.units import plural, some_of
+
 DROP = "drop"
 ZEROS = "zeros"
 MISSING_CAMERAS = (DROP, ZEROS)
@@ -34,6 +36,36 @@ def missing_key(camera: str) -> str:
         ``<camera>_is_missing``.
     """
     return f"{camera}{MISSING_SUFFIX}"
+
+
+def missing_lines(names: Sequence[str], missing: Sequence[Sequence[str]]) -> list[str]:
+    """What the log says of the cameras served as zeros: one line per set of cameras lacked, naming the components
+    that lack it (the first three of them, then how many more).
+
+    Why grouped: a pretraining mixture of hundreds of components from a few robots printed one line per component
+    (267 lines at 400 components of three robots), which hid every other line of the start; the components lacking
+    the same cameras are one robot's, and one line says it.
+
+    Args:
+        names: Each component as the log names it (``component 3 (lab/arm)``).
+        missing: Each component's cameras served as zeros (empty: none), in the mixture's camera order.
+
+    Returns:
+        The lines, in the order of each set's first component.
+    """
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for name, lacking in zip(names, missing, strict=True):
+        if lacking:
+            groups.setdefault(tuple(lacking), []).append(name)
+    lines = []
+    for lacking, who in groups.items():
+        flags = ", ".join(missing_key(c) for c in lacking)
+        if len(who) == 1:
+            head = f"{who[0]} has no {', '.join(lacking)}"
+        else:
+            head = f"{plural(len(who), 'component')} have no {', '.join(lacking)} ({some_of(who, 3)})"
+        lines.append(f"{head}: served as zeros, flagged by {flags}")
+    return lines
 
 
 def device_of(values: Mapping) -> torch.device | None:

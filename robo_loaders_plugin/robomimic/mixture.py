@@ -23,9 +23,10 @@ from robo_loaders_plugin.core.ranks import check_ranks_agree, resolve_ranks, sou
 from robo_loaders_plugin.core.registry import choose_backend, rate_converting_backends
 from robo_loaders_plugin.core.spec import BATCH, BackendChoice
 from robo_loaders_plugin.core.units import some_of
+from robo_loaders_plugin.mixtures.component_lines import ComponentLines
 from robo_loaders_plugin.mixtures.dataset import DATASET_INDEX, MixtureDataset, MixtureHooks, collect_build_garbage
 from robo_loaders_plugin.mixtures.footprint import check_mixture_fits
-from robo_loaders_plugin.mixtures.missing import ZEROS, device_of, filler, flag, missing_key
+from robo_loaders_plugin.mixtures.missing import ZEROS, device_of, filler, flag, missing_key, missing_lines
 from robo_loaders_plugin.mixtures.padding import Padding, dim_mask, mask_key, pad_value, plan_padding
 from robo_loaders_plugin.mixtures.spec import SIZE, MixtureError, MixtureSpec, parse_mixture
 from robo_loaders_plugin.robomimic import compat
@@ -380,12 +381,8 @@ def check_components(
                     raise MixtureError(f"{label}: {_disagreement(name, got, want, first, t.hdf5_cache_mode)}")
         rates.append(g.rate)
     names = [f"component {k} ({c.source})" for k, c in enumerate(spec.components)]
-    for k, lacking in enumerate(missing):
-        if lacking:
-            logger.info(
-                f"{names[k]} has no {', '.join(lacking)}: served as zeros, flagged by "
-                f"{', '.join(missing_key(c) for c in lacking)}"
-            )
+    for line in missing_lines(names, missing):
+        logger.info(line)
     return rates, plan_padding(WHERE, names, vectors, dict(spec.pad)), missing
 
 
@@ -650,13 +647,15 @@ def build_mixture(config, obs_keys, choice: BackendChoice, filter_by_attribute=N
             backend=choice.name,
             option_prefix="train.data_backend_kwargs",
         )  # fmt: skip
-        for k, comp in enumerate(spec.components):
-            dataset = choices[k].build(config, comp_keys[k], filter_by_attribute=filters[k], dataset_path=comp.source)
-            logger.info(
-                f"robomimic data mixture component {k} ({os.path.basename(comp.source)}, "
-                f"{filters[k] or 'all demos'}): {iteration.summary_of(dataset)}"
-            )
-            datasets.append(dataset)
+        with ComponentLines(len(spec.components), choice.name, logger, WHERE) as lines:
+            for k, comp in enumerate(spec.components):
+                dataset = choices[k].build(
+                    config, comp_keys[k], filter_by_attribute=filters[k], dataset_path=comp.source
+                )
+                base = os.path.basename(comp.source)
+                line = f"robomimic data mixture component {k} ({base}, {filters[k] or 'all demos'}): "
+                lines.built(f"component {k} ({base})", dataset, line + iteration.summary_of(dataset))
+                datasets.append(dataset)
     weights = None if (validating or spec.weights == SIZE) else spec.weight_vector()
     names = [os.path.basename(c.source) for c in spec.components]
     how = "by size" if weights is None else some_of(f"{w:g}" for w in weights)

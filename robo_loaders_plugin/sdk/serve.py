@@ -476,7 +476,7 @@ def robomimic_dataset(
         filter_by_attribute=filter_by_attribute,
         backend_name=backend,
         location=directory,
-        serving=Serving(_summary(store, frames, directory, reused, footprint, head), hold=hold),
+        serving=Serving(_summary(store, frames, directory, reused, footprint, head), hold=hold, reused=reused),
     )
 
 
@@ -585,7 +585,7 @@ def lerobot_dataset(ref: str, backend: str, native, *, options) -> StoreLeRobotS
         source.image_keys,
         backend_name=backend,
         location=directory,
-        serving=Serving(_summary(store, frames, directory, reused, footprint, head), hold=hold),
+        serving=Serving(_summary(store, frames, directory, reused, footprint, head), hold=hold, reused=reused),
     )
 
 

@@ -70,6 +70,7 @@ class CompressedStore(FrameStore):
         from tqdm.auto import tqdm
 
         from robo_loaders_plugin.backends.compressed_cache.episode_store import StoreWriter, drop_publish_lock
+        from robo_loaders_plugin.core.progress import inner_bars_quiet
 
         path = store_file(directory)
         workers = options.build_workers or min(8, os.cpu_count() or 1)
@@ -80,7 +81,7 @@ class CompressedStore(FrameStore):
             unit = episodes.size.unit
             for name, arrays in tqdm(
                 episodes, total=len(episodes), desc=f"compressed_cache ({len(episodes)} {unit}s)", unit=unit,
-                mininterval=0.5,
+                mininterval=0.5, disable=inner_bars_quiet(),
             ):  # fmt: skip
                 writer.add_episode(name, arrays, [k for k in arrays if k in episodes.cameras])
             writer.finish({})

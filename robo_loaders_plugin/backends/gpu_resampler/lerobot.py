@@ -13,6 +13,7 @@ from tqdm.auto import tqdm
 from robo_loaders_plugin.core.errors import BackendOptionError
 from robo_loaders_plugin.core.in_flight import indexed_in_flight
 from robo_loaders_plugin.core.iteration import Serving
+from robo_loaders_plugin.core.progress import inner_bars_quiet
 from robo_loaders_plugin.frames.base import FieldInfo
 from robo_loaders_plugin.lerobot.dataset import (
     OPTION_PREFIX,
@@ -82,7 +83,13 @@ def gpu_resampler_dataset(native, *, options):
     cameras = set(episodes.camera_keys)
 
     def each_episode():
-        for ep, _, _ in tqdm(episodes.runs, desc=f"gpu_resampler [{native.repo_id}]", unit="episode", mininterval=0.5):
+        for ep, _, _ in tqdm(
+            episodes.runs,
+            desc=f"gpu_resampler [{native.repo_id}]",
+            unit="episode",
+            mininterval=0.5,
+            disable=inner_bars_quiet(),
+        ):
             yield episodes.read(ep)[0]
 
     def infos_of(first: dict) -> dict:

@@ -11,6 +11,7 @@ from tqdm.auto import tqdm
 from robo_loaders_plugin.core.errors import BackendOptionError, SourceError
 from robo_loaders_plugin.core.in_flight import indexed_in_flight
 from robo_loaders_plugin.core.iteration import Serving
+from robo_loaders_plugin.core.progress import inner_bars_quiet
 from robo_loaders_plugin.frames.base import FieldInfo
 from robo_loaders_plugin.robomimic.dataset import RobomimicSamples
 from robo_loaders_plugin.robomimic.sequence import (
@@ -94,10 +95,13 @@ def gpu_resampler_dataset(config, obs_keys, filter_by_attribute=None, dataset_pa
         batches = indexed_in_flight(sample_bytes(size, opts), training_loop_of(config))
         plan, host_limit = plan_tiers_checked(size, train_device, options, OPTION_PREFIX, ALTERNATIVES, batches=batches)
     split = filter_by_attribute or "all demos"
+    quiet = inner_bars_quiet()  # inside a mixture's build, whose bar covers this one (read here: a generator)
 
     def episodes():
         with source.open() as f:
-            for demo, n in zip(tqdm(demos, desc=f"gpu_resampler [{split}]", unit="demo", mininterval=0.5), lengths):
+            for demo, n in zip(
+                tqdm(demos, desc=f"gpu_resampler [{split}]", unit="demo", mininterval=0.5, disable=quiet), lengths
+            ):
                 yield read_demo(source, f, demo, opts, n)
 
     def infos_of(first: dict) -> dict:

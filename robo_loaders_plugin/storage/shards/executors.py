@@ -41,6 +41,7 @@ from tqdm.auto import tqdm
 
 from robo_loaders_plugin.core.errors import RoboLoadersError
 from robo_loaders_plugin.core.log import get_logger
+from robo_loaders_plugin.core.progress import inner_bars_quiet
 from robo_loaders_plugin.storage.codec import FrameCodec
 from robo_loaders_plugin.storage.shards import manifest
 from robo_loaders_plugin.storage.shards.manifest import Converted
@@ -251,7 +252,9 @@ def _datatrove_local(
                 outcome["error"] = exc
 
         thread = threading.Thread(target=run, name="datatrove-local", daemon=True)
-        bar = tqdm(total=total, desc=desc, unit=getattr(codec, "unit", "shard"), disable=not progress)
+        bar = tqdm(
+            total=total, desc=desc, unit=getattr(codec, "unit", "shard"), disable=not progress or inner_bars_quiet()
+        )
         try:
             thread.start()
             gone_since = None

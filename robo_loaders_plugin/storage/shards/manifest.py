@@ -45,6 +45,7 @@ from tqdm.auto import tqdm
 
 from robo_loaders_plugin.core.files import path_lock, try_lock
 from robo_loaders_plugin.core.log import get_logger
+from robo_loaders_plugin.core.progress import inner_bars_quiet
 from robo_loaders_plugin.storage.cache import ENV_LOCK_TIMEOUT, lock_timeout
 from robo_loaders_plugin.storage.codec import FrameCodec
 from robo_loaders_plugin.storage.shards.format import ShardError, _atomic_json
@@ -554,7 +555,7 @@ def run(
     """
     timeout = lock_timeout() if timeout_s is None else float(timeout_s)
     total = len(_read(out_dir)["units"])
-    bar = tqdm(total=total, desc=desc, unit=getattr(codec, "unit", "shard"), disable=not progress)
+    bar = tqdm(total=total, desc=desc, unit=getattr(codec, "unit", "shard"), disable=not progress or inner_bars_quiet())
 
     def show_progress():
         _show_progress(out_dir, bar)
