@@ -924,9 +924,10 @@ def test_many_components_log_one_line_and_one_bar_a_few_each_their_own(lerobot_m
     def build(n, cache):
         spec = parse({"components": [{"repo_id": repo, "root": str(r), "weight": 1.0} for r in roots[:n]]})
         nats = [LeRobotDataset(repo, root=r, return_uint8=True) for r in roots[:n]]
-        build_mixture(spec, nats, choose("compressed_cache", cache_dir=str(cache)), seed=1)
+        built.append(build_mixture(spec, nats, choose("compressed_cache", cache_dir=str(cache)), seed=1))
         return capsys.readouterr()
 
+    built = []
     first = build(9, tmp_path / "c9")
     assert "compressed_cache (" not in first.err, first.err[-2000:]  # the stores' own bars
     assert "compressed_cache mixture: 100%" in first.err and "9/9" in first.err, first.err[-2000:]
@@ -941,6 +942,10 @@ def test_many_components_log_one_line_and_one_bar_a_few_each_their_own(lerobot_m
     ), count
     again = build(9, tmp_path / "c9")
     assert "their stores: 9 reused, none built;" in again.out, again.out[-2000:]
+    frames = len(built[0].datasets[0])
+    assert repr(built[0]) == (
+        f"LeRobotMixture({', '.join([f'{repo} ({frames} frames, weight 1)'] * 8)}, ... and 1 more; weighted; fps=20)"
+    )
 
     few = build(3, tmp_path / "c3")
     assert few.err.count("compressed_cache (3 episodes): 100%") == 3, few.err[-2000:]  # the control: each bar

@@ -787,12 +787,15 @@ def test_many_components_log_one_line_and_one_bar(parts, tmp_path, capsys):
         cfg = _config(parts, "compressed_cache", mixture=mixture)
         with cfg.values_unlocked():
             cfg.train.data_backend_kwargs = {"cache_dir": str(tmp_path / "cache")}
-        dataset_factory(cfg, obs_keys(cfg))
+        built.append(dataset_factory(cfg, obs_keys(cfg)))
         return capsys.readouterr()
 
+    built = []
     first = build()
     assert "compressed_cache (" not in first.err and "compressed_cache mixture: 100%" in first.err, first.err[-2000:]
     assert "robomimic data mixture component" not in first.out, first.out[-2000:]
     (count,) = [line for line in first.out.splitlines() if "components' datasets built by" in line]
     assert "9 components' datasets built by compressed_cache; their stores: 0 reused, 9 built (component 0 " in count
     assert "their stores: 9 reused, none built;" in build().out
+    shown = repr(built[0]).splitlines()  # what robomimic's train script prints: 8 components, then a count
+    assert len(shown) == 12 and shown[9] == "\t... and 1 more components" and shown[8].startswith("\t[7] copy7.hdf5")

@@ -345,8 +345,14 @@ class LeRobotMixture(MixtureDataset):
         return [str(n.root) for n in self.natives]
 
     def __repr__(self):
-        parts = ", ".join(f"{n} ({s} frames)" for n, s in zip(self.names, self.sizes))
-        how = "by size" if self.weights is None else f"weights {self.weights}"
+        """The components (the first :data:`~robo_loaders_plugin.core.units.NAMED_IN_A_LINE`, then how many more)
+        with their frames and weights, on one line whatever the mixture's size."""
+        weights = [None] * len(self.names) if self.weights is None else [f"{w:g}" for w in self.weights]
+        parts = some_of(
+            f"{n} ({s} frames{'' if w is None else f', weight {w}'})"
+            for n, s, w in zip(self.names, self.sizes, weights, strict=True)
+        )
+        how = "weighted by size" if self.weights is None else "weighted"
         return f"LeRobotMixture({parts}; {how}; fps={self.fps:g})"
 
 

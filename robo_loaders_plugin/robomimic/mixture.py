@@ -22,7 +22,7 @@ from robo_loaders_plugin.core.log import get_logger, warn_once
 from robo_loaders_plugin.core.ranks import check_ranks_agree, resolve_ranks, source_identity
 from robo_loaders_plugin.core.registry import choose_backend, rate_converting_backends
 from robo_loaders_plugin.core.spec import BATCH, BackendChoice
-from robo_loaders_plugin.core.units import some_of
+from robo_loaders_plugin.core.units import NAMED_IN_A_LINE, some_of
 from robo_loaders_plugin.mixtures.component_lines import ComponentLines
 from robo_loaders_plugin.mixtures.dataset import DATASET_INDEX, MixtureDataset, MixtureHooks, collect_build_garbage
 from robo_loaders_plugin.mixtures.footprint import check_mixture_fits
@@ -257,10 +257,15 @@ class RobomimicMixture(MixtureDataset):
         return True
 
     def __repr__(self):
-        parts = "\n\t".join(
+        """One line per component, the first :data:`~robo_loaders_plugin.core.units.NAMED_IN_A_LINE` of them and
+        then how many more (robomimic's train script prints the dataset: 400 components were 400 lines)."""
+        rows = [
             f"[{k}] {name}: {len(d)} samples, weight {'by size' if self.weights is None else f'{self.weights[k]:g}'}"
             for k, (name, d) in enumerate(zip(self.names, self.datasets, strict=True))
-        )
+        ]
+        if len(rows) > NAMED_IN_A_LINE:
+            rows = rows[:NAMED_IN_A_LINE] + [f"... and {len(rows) - NAMED_IN_A_LINE} more components"]
+        parts = "\n\t".join(rows)
         return f"RobomimicMixture (\n\t{parts}\n\tnum_sequences={len(self)}\n)"
 
     def get_obs_normalization_stats(self):
