@@ -910,33 +910,37 @@ def test_the_buffer_backends_count_in_the_whole_mixture_footprint(lerobot_mixtur
                            option_prefix="o")  # fmt: skip
 
 
-def test_many_components_log_one_line_and_one_bar_a_few_each_their_own(lerobot_mixture_datasets, tmp_path, capsys):
+@pytest.mark.parametrize("backend,options", [("compressed_cache", {}), ("gpu_resampler", {"device": "cpu"})])
+def test_many_components_log_one_line_and_one_bar_a_few_each_their_own(
+    lerobot_mixture_datasets, tmp_path, capsys, backend, options
+):
     """Past 8 components each component's line is logged at DEBUG, the backend's store bars are quieted under one
     bar over the components, and one line counts the stores reused and built (a pretraining mixture printed 400
     lines of ~900 characters at every start and 400 bars on its first). Nine copies of one dataset: the first
-    build builds the nine stores, the second finds them. Control: three components log their own lines and show
-    each store's bar, and no count."""
+    build builds the nine stores (``gpu_resampler``: its tiers), the second finds them. Control: three components
+    log their own lines and show each store's bar, and no count."""
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
     repo, root = lerobot_mixture_datasets["a"]
     roots = [shutil.copytree(root, tmp_path / f"copy{k}") for k in range(9)]
+    bar = {"compressed_cache": "compressed_cache (3 episodes)", "gpu_resampler": f"gpu_resampler [{repo}]"}[backend]
 
     def build(n, cache):
         spec = parse({"components": [{"repo_id": repo, "root": str(r), "weight": 1.0} for r in roots[:n]]})
         nats = [LeRobotDataset(repo, root=r, return_uint8=True) for r in roots[:n]]
-        built.append(build_mixture(spec, nats, choose("compressed_cache", cache_dir=str(cache)), seed=1))
+        built.append(build_mixture(spec, nats, choose(backend, cache_dir=str(cache), **options), seed=1))
         return capsys.readouterr()
 
     built = []
     first = build(9, tmp_path / "c9")
-    assert "compressed_cache (" not in first.err, first.err[-2000:]  # the stores' own bars
-    assert "compressed_cache mixture: 100%" in first.err and "9/9" in first.err, first.err[-2000:]
-    lines = [line for line in first.out.splitlines() if "lerobot data backend: compressed_cache [" in line]
+    assert bar not in first.err, first.err[-2000:]  # the stores' own bars
+    assert f"{backend} mixture: 100%" in first.err and "9/9" in first.err, first.err[-2000:]
+    lines = [line for line in first.out.splitlines() if f"lerobot data backend: {backend} [" in line]
     assert len(lines) == 1 and "] mixture of 9" in lines[0], lines  # the mixture's own line only
     (count,) = [line for line in first.out.splitlines() if "components' datasets built by" in line]
     names = ", ".join(f"component {k} ({repo})" for k in range(3))
     assert count.endswith(
-        "--dataset.mixture: 9 components' datasets built by compressed_cache; their stores: 0 reused, 9 built "
+        f"--dataset.mixture: 9 components' datasets built by {backend}; their stores: 0 reused, 9 built "
         f"({names}, ... and 6 more); each component's line is logged at DEBUG (ROBO_LOADERS_LOG_LEVEL=DEBUG "
         "prints them)"
     ), count
@@ -948,7 +952,7 @@ def test_many_components_log_one_line_and_one_bar_a_few_each_their_own(lerobot_m
     )
 
     few = build(3, tmp_path / "c3")
-    assert few.err.count("compressed_cache (3 episodes): 100%") == 3, few.err[-2000:]  # the control: each bar
-    lines = [line for line in few.out.splitlines() if "lerobot data backend: compressed_cache [" in line]
+    assert few.err.count(f"{bar}: 100%") == 3, few.err[-2000:]  # the control: each store's bar
+    lines = [line for line in few.out.splitlines() if f"lerobot data backend: {backend} [" in line]
     assert len(lines) == 4, lines  # each component's line, then the mixture's
     assert "datasets built by" not in few.out

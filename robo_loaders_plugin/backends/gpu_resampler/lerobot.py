@@ -103,7 +103,7 @@ def gpu_resampler_dataset(native, *, options):
         "fields": sorted(fields),
     }
     names = [f"episode_{ep}" for ep, _, _ in episodes.runs]
-    frames, held, hold = kept_or_filled(
+    frames, held, hold, reused = kept_or_filled(
         key=key,
         source=source,
         size=size,
@@ -138,7 +138,7 @@ def gpu_resampler_dataset(native, *, options):
         location=f"tensors: {where}",
         delta_steps=delta_steps,
         modes=modes,
-        serving=Serving(summary, batch_threads=0 if on_device else None, hold=hold),
+        serving=Serving(summary, batch_threads=0 if on_device else None, hold=hold, reused=reused),
     )
 
 

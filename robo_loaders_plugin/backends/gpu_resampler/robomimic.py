@@ -117,7 +117,7 @@ def gpu_resampler_dataset(config, obs_keys, filter_by_attribute=None, dataset_pa
         "fields": opts.field_names(),
         "float32_dataset_keys": opts.hdf5_cache_mode in ("all", "low_dim"),  # episode_fields casts them
     }
-    frames, held, hold = kept_or_filled(
+    frames, held, hold, reused = kept_or_filled(
         key=key,
         source=source,
         size=size,
@@ -152,7 +152,7 @@ def gpu_resampler_dataset(config, obs_keys, filter_by_attribute=None, dataset_pa
         location=f"tensors: {where}",
         modes=modes,
         device=train_device,
-        serving=Serving(summary, batch_threads=0 if on_device else None, hold=hold),
+        serving=Serving(summary, batch_threads=0 if on_device else None, hold=hold, reused=reused),
     )
 
 

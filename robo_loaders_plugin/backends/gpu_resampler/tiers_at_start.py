@@ -51,8 +51,9 @@ def kept_or_filled(
         names: Each episode's name, for messages.
 
     Returns:
-        ``(frames, held, hold)``: the ``tiers.TieredFrames``; where they came from, for the log line; the entry's
-        hold (``None``: nothing kept).
+        ``(frames, held, hold, reused)``: the ``tiers.TieredFrames``; where they came from, for the log line; the
+        entry's hold (``None``: nothing kept); whether the entry was found from an earlier start (``None``: nothing
+        kept), for ``Serving.reused``.
 
     Raises:
         ResourceRefused: the disk cannot hold a plan that spills, or the tiers outgrow their budget while filling.
@@ -82,11 +83,12 @@ def kept_or_filled(
         (logger.warning if explicit else logger.info)(
             f"gpu_resampler: the tiers are held in memory only, not kept for the next start ({exc})"
         )
-        return _filled(lengths, plan, host_limit, episodes, infos_of, device, names), "not kept (disk full)", None
+        filled = _filled(lengths, plan, host_limit, episodes, infos_of, device, names)
+        return filled, "not kept (disk full)", None, None
     frames = TieredFrames.from_entry(
         directory, lengths, plan, device, host_limit=host_limit, spill_dir=plan.spill_dir, names=names
     )
-    return frames, f"{'mapped from' if reused else 'built in'} {directory}", hold
+    return frames, f"{'mapped from' if reused else 'built in'} {directory}", hold, bool(reused)
 
 
 def _filled(lengths, plan, host_limit, episodes, infos_of, device, names):
