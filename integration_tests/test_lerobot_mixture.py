@@ -135,17 +135,43 @@ def test_the_builds_garbage_is_collected_before_the_first_batch(lerobot_mixture_
     assert "collect" not in build_steps(monkeypatch, build)
 
 
-def test_weights_size_serves_every_window_once_per_pass(lerobot_mixture_datasets):
+def most_open(units) -> int:
+    """The most units open at once in a sequence of units (a unit opens at its first item, closes after its last)."""
+    first, last = {}, {}
+    for t, u in enumerate(units):
+        first.setdefault(u, t)
+        last[u] = t
+    change = np.zeros(len(units) + 1, dtype=np.int64)
+    for u in first:
+        change[first[u]] += 1
+        change[last[u] + 1] -= 1
+    return int(np.cumsum(change).max())
+
+
+@pytest.mark.parametrize("backend", ["compressed_cache", "datapipe", "video_stream"])
+def test_weights_size_serves_every_window_once_per_pass(lerobot_mixture_datasets, backend):
+    """``weights: "size"`` serves every window once per pass on every backend. The pipeline-served backends serve
+    a pass by unit (``mixtures.sampling.MixtureOrder``'s ``units``): never more episodes open than their shuffle
+    buffer (2 here), where the drawn order (the control) keeps more open."""
     ds = lerobot_mixture_datasets
     nats = natives(ds, preset="none")
-    mix = build_mixture(spec_of(ds, mode="size"), nats, choose("compressed_cache"), seed=1)
+    options = {} if backend == "compressed_cache" else {"shuffle_buffer": 2}
+    mix = build_mixture(spec_of(ds, mode="size"), nats, choose(backend, **options), seed=1)
     for epoch in (0, 1):
         seen = [
-            (k, i)
+            (k, i, e)
             for batch in mix.batch_source(SamplingPlan(batch_size=16, seed=2)).batches(epoch)
-            for k, i in zip(batch["dataset_index"].tolist(), batch["index"].tolist())
+            for k, i, e in zip(*(batch[c].tolist() for c in ("dataset_index", "index", "episode_index")))
         ]
-        assert sorted(seen) == [(k, i) for k, n in enumerate(nats) for i in range(len(n))]
+        assert sorted((k, i) for k, i, _ in seen) == [(k, i) for k, n in enumerate(nats) for i in range(len(n))]
+        if backend == "compressed_cache":
+            assert mix.units() == (None, 1)  # read at random: served in the drawn order
+            continue
+        assert mix.units()[1] == 2 and most_open([(k, e) for k, _, e in seen]) <= 2
+        drawn = mix.order(2).drawn(epoch)  # the control: the same windows in the order they were drawn
+        comps, local = mix.order(2).split(drawn)
+        episodes = [int(mix.datasets[k].episode_of()[i]) for k, i in zip(comps.tolist(), local.tolist())]
+        assert most_open(list(zip(comps.tolist(), episodes))) > 2
     # negative control: given weights draw with replacement, so some window is served twice or left out
     weighted = build_mixture(spec_of(ds), nats, choose("compressed_cache"), seed=1)
     seen = [

@@ -7,6 +7,9 @@ native mixture (robomimic's own ``SequenceDataset`` per component) and every los
 batches and therefore the same losses. ``video_stream`` serves the same windows in the same order with H.264-decoded
 frames (lossy, >= 25 dB PSNR on these 16x16 cameras): its losses must be close to native's, measured against what
 another pass order does to them (see :func:`test_video_stream_losses_close_to_the_native_mixtures`).
+``datapipe`` and ``video_stream`` serve each pass's draws by unit (``MixtureDataset.units``: the same windows, in an
+order that loads each demo once per pass): the native mixture is compared in that order (its ``units`` set to
+theirs); in its own, drawn, order it gives other losses (the control that their order is another).
 
 The model sees the frames (ShallowConv + spatial softmax on both cameras, one of them renamed in component 2), so a
 wrong frame, a wrong rename or a wrong component changes the curves. Negative controls: another order seed and
@@ -48,9 +51,10 @@ def mixture(parts, weights=(1, 2, 3)):
     return {"components": [dict(comp, weight=w) for comp, w in zip(comps, weights, strict=True)]}
 
 
-def train_losses(parts, backend=None, order_seed=1, weights=(1, 2, 3)):
+def train_losses(parts, backend=None, order_seed=1, weights=(1, 2, 3), units=None):
     """Per-epoch losses of BC-RNN (initialised from seed 0) trained on the mixture through robomimic's (patched)
-    ``run_epoch``, over the DataLoader robomimic's ``train()`` builds; the mixture's order seed is ``train.seed``."""
+    ``run_epoch``, over the DataLoader robomimic's ``train()`` builds; the mixture's order seed is ``train.seed``.
+    Returns the losses, how much the model moved and the mixture's ``units()`` (``units``: served in that order)."""
     import robomimic.utils.file_utils as FileUtils
     import robomimic.utils.train_utils as TrainUtils
     from robomimic.algo import algo_factory
@@ -89,6 +93,8 @@ def train_losses(parts, backend=None, order_seed=1, weights=(1, 2, 3)):
             device=torch.device("cpu"),
         )
         dataset = dataset_factory(cfg, keys)
+    if units is not None:
+        dataset.units = lambda: units  # served by these units, as the backend that has them serves its passes
     loader = torch.utils.data.DataLoader(
         dataset, sampler=dataset.get_dataset_sampler(), batch_size=BATCH, shuffle=True, num_workers=0, drop_last=True
     )
@@ -99,7 +105,18 @@ def train_losses(parts, backend=None, order_seed=1, weights=(1, 2, 3)):
             log = TrainUtils.run_epoch(model=model, data_loader=loader, epoch=epoch, num_steps=STEPS)
             logs.append([log[k] for k in LOSSES])
     moved = max(float((p.detach() - q).abs().max()) for p, q in zip(model.nets.parameters(), initial, strict=True))
-    return np.array(logs), moved
+    return np.array(logs), moved, dataset.units()
+
+
+BY_UNIT = ("datapipe", "video_stream")
+
+
+def native_in_order_of(parts, got, units, ref):
+    """The native mixture's losses in the order of a backend served by ``units``, after checking that the drawn
+    order gives other losses than ``got`` (the backend's order is another)."""
+    assert units[0] is not None
+    assert not np.allclose(got, ref, rtol=1e-6, atol=1e-9)
+    return train_losses(parts, units=units)[0]
 
 
 @pytest.fixture(scope="module")
@@ -109,16 +126,20 @@ def native(parts):
 
 @pytest.mark.parametrize("backend", EXACT)
 def test_exact_backends_log_the_native_mixtures_losses(parts, native, backend):
-    ref, moved = native
-    assert moved > 1e-4  # it trained: the losses compared come from a model that moved
-    got, _ = train_losses(parts, backend)
+    ref, moved, native_units = native
+    assert moved > 1e-4 and native_units == (None, 1)  # it trained, in the drawn order
+    got, _, units = train_losses(parts, backend)
+    if backend in BY_UNIT:
+        ref = native_in_order_of(parts, got, units, ref)
+    else:
+        assert units == (None, 1)
     np.testing.assert_allclose(got, ref, rtol=1e-6, atol=1e-9, err_msg=f"{backend}: {LOSSES} per epoch")
 
 
 def test_loss_comparison_can_fail(parts, native):
     """Negative controls: the same comparison fails on another order seed and on other weights (each a different
     sequence of batches from the same three components)."""
-    ref, _ = native
+    ref = native[0]
     for other in (train_losses(parts, "compressed_cache", order_seed=2), train_losses(parts, weights=(3, 2, 1))):
         assert not np.allclose(other[0], ref, rtol=1e-6, atol=1e-9)
 
@@ -136,11 +157,11 @@ def test_video_stream_losses_close_to_the_native_mixtures(parts, native):
     gives (the standard deviation of native runs under ``ORDER_SEEDS``). Measured: the frames move the losses by
     1e-6 to 4e-4 relative, 0.4% of that spread at most; another order moves them by 1% to 280% of it. Negative control:
     ``video_stream`` with another order seed fails the same check."""
-    ref, _ = native
     others = np.stack([train_losses(parts, order_seed=s)[0] for s in ORDER_SEEDS])
     spread = others.std(0, ddof=1)
-    got, _ = train_losses(parts, "video_stream")
+    got, _, units = train_losses(parts, "video_stream")
+    ref = native_in_order_of(parts, got, units, native[0])
     bad = within_order_spread(got, ref, spread)
     assert not bad, f"video_stream losses further from native's than the order's spread allows: {bad}"
-    shifted, _ = train_losses(parts, "video_stream", order_seed=ORDER_SEEDS[0])
+    shifted = train_losses(parts, "video_stream", order_seed=ORDER_SEEDS[0])[0]
     assert len(within_order_spread(shifted, ref, spread)) >= len(LOSSES), "the check cannot tell another order apart"

@@ -658,3 +658,39 @@ def test_component_lines_count_nothing_of_datasets_that_keep_no_store_and_nothin
         "mixture: 12 components' datasets built by video_stream; each component's line is logged at DEBUG "
         "(ROBO_LOADERS_LOG_LEVEL=DEBUG prints them)"
     ], counts
+
+
+def _open_at_most(units: np.ndarray) -> int:
+    """The most units open at once along ``units`` (a unit is open from its first to its last position)."""
+    _, first = np.unique(units, return_index=True)
+    _, last_rev = np.unique(units[::-1], return_index=True)
+    last = len(units) - 1 - last_rev
+    change = np.zeros(len(units) + 1, dtype=np.int64)
+    np.add.at(change, first, 1)
+    np.add.at(change, last + 1, -1)
+    return int(np.cumsum(change).max())
+
+
+@pytest.mark.parametrize("weights", [None, [1.0, 1.0, 6.0]])
+def test_a_pass_served_by_unit_keeps_its_windows_and_shares_and_opens_few_units(weights):
+    """``MixtureOrder(units=...)``: each pass serves the windows it drew (the same multiset, so the same shares),
+    through a buffer of ``unit_buffer`` open units (each unit a run of 10 windows here), a function of (seed, pass)
+    that rank pieces cut as before. Control: the drawn order keeps most units open at once."""
+    sizes = [400, 1600, 240]
+    units = np.arange(sum(sizes)) // 10  # 10 windows per unit, none shared by two components (sizes are multiples)
+    plain = MixtureOrder(sizes, weights, seed=7)
+    by_unit = MixtureOrder(sizes, weights, seed=7, units=units, unit_buffer=8)
+    p = np.asarray(sizes if weights is None else weights, dtype=np.float64)
+    for epoch in range(2):
+        drawn, served = plain.indices_of(epoch), by_unit.indices_of(epoch)
+        assert np.array_equal(by_unit.drawn(epoch), drawn) and np.array_equal(np.sort(served), np.sort(drawn))
+        assert shares_within_bound(by_unit, served, p / p.sum())
+        assert _open_at_most(units[served]) <= 8 < _open_at_most(units[drawn])
+        assert np.array_equal(served, MixtureOrder(sizes, weights, 7, units=units, unit_buffer=8).indices_of(epoch))
+    assert not np.array_equal(by_unit.indices_of(0), by_unit.indices_of(1))
+    pieces = [by_unit.rank_indices(0, r, 3) for r in range(3)]
+    assert np.array_equal(np.concatenate(pieces)[: len(by_unit)], by_unit.indices_of(0))
+    ordered = MixtureOrder(sizes, weights, 7, shuffle=False, units=units, unit_buffer=8)
+    assert np.array_equal(ordered.indices_of(0), ordered.drawn(0))  # an ordered pass stays in order
+    with pytest.raises(ValueError, match="units must be 2240 non-negative integers"):
+        MixtureOrder(sizes, weights, 7, units=units[:-1])

@@ -58,10 +58,13 @@ class MixtureBatches(BatchSource):
         """One line for the training log: the components and their shares, this rank's batches, the start."""
         how = "weighted by size" if self.order.weights is None else "weighted"
         shares = named_shares(self.names, self.order.probabilities)
+        by_unit = ""
+        if self.order.units is not None and self.order.shuffle:
+            by_unit = f", each pass served by unit ({plural(self.order.unit_buffer, 'unit')} open)"
         return (
-            f"mixture of {len(self.names)} ({how}: {shares}); rank {self.plan.rank} of {self.plan.world_size}, "
-            f"{len(self)} batches per pass, {self._builders()}, starting at epoch {self._epoch} "
-            f"batch {self._batch}"
+            f"mixture of {len(self.names)} ({how}: {shares}{by_unit}); rank {self.plan.rank} of "
+            f"{self.plan.world_size}, {len(self)} batches per pass, {self._builders()}, starting at epoch "
+            f"{self._epoch} batch {self._batch}"
         )
 
     def _builders(self) -> str:

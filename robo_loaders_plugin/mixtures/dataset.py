@@ -342,6 +342,7 @@ class MixtureDataset(BatchDataset):
         self.joined: Any = None
         self._processes: ProcessBatches | None = None  # the worker processes of a native mixture's passes
         self._processes_how: tuple = ()  # how they were started (count, context, prefetch)
+        self._units: tuple[np.ndarray | None, int] | None = None  # units(), found on first use
 
     def __getstate__(self) -> dict:
         """Pickled for spawned workers without the training process's worker processes."""
@@ -389,7 +390,40 @@ class MixtureDataset(BatchDataset):
         Returns:
             The :class:`MixtureOrder`.
         """
-        return MixtureOrder(self.sizes, self.weights, self.seed if seed is None else seed, shuffle, self.eligible)
+        units, buffer = self.units()
+        seed = self.seed if seed is None else seed
+        return MixtureOrder(self.sizes, self.weights, seed, shuffle, self.eligible, units, buffer)
+
+    def units(self) -> tuple[np.ndarray | None, int]:
+        """The unit of every global index and the units a pass keeps open, when every component is served by unit
+        (a pipeline-served backend: ``pipeline.batches.PipelineDataset``, whose frame source loads an episode, or a
+        part of one, whole), else ``(None, 1)``: the pass is served in its drawn order.
+
+        Why: such a component loads a whole unit for the first item it serves of it; drawn at random over hundreds
+        of components, a batch's items were each in a unit of its own until every unit had been loaded once (docs
+        and measurements: ``pipeline.plan.serve_by_unit``). The buffer is the smallest of the components' shuffle
+        buffers: each component's episode cache holds at least two of its own (``PassOptions.episode_capacity``),
+        so the units a pass keeps open never evict one another.
+
+        Returns:
+            ``(units, buffer)``: unit ids distinct across components (each component's ``episode_of()`` after the
+            previous components'), and the units open at once.
+        """
+        from robo_loaders_plugin.pipeline.batches import PipelineDataset
+
+        if self._units is None:
+            by_unit = bool(self.datasets) and all(isinstance(d, PipelineDataset) for d in self.datasets)
+            parts, base = [], 0
+            for d in self.datasets if by_unit else ():
+                own = np.asarray(d.episode_of(), dtype=np.int64)
+                if len(own) != len(d):  # not one unit per window: served in the drawn order (slower, as correct)
+                    by_unit = False
+                    break
+                parts.append(own + base)
+                base += int(own.max()) + 1 if len(own) else 0
+            buffer = min(int(d.passes.shuffle_buffer) for d in self.datasets) if by_unit else 1
+            self._units = (np.concatenate(parts), buffer) if by_unit else (None, 1)
+        return self._units
 
     def locate(self, index: int) -> tuple[int, int]:
         """The (component, local index) of a global index.

@@ -75,6 +75,11 @@ class MixtureOrder:
     cycle]``) when it is drawn more often than it has windows: no window is served twice within one cycle through
     its component (``shuffle=False``: the cycles are in order).
 
+    With ``units`` (components read by unit: an episode, or part of one, loaded whole), the drawn pass is then
+    served through a buffer of ``unit_buffer`` open units (``pipeline.plan.serve_by_unit``, generator
+    ``default_rng([seed, epoch, 3])``), as a pipeline serves one dataset's pass: the same windows, so the same shares,
+    in an order that loads each unit about once per pass.
+
     Args:
         sizes: Windows per component (each at least 1): the global indices span them all.
         weights: One positive finite weight per component, or ``None`` for weighting by size (by served windows).
@@ -82,10 +87,14 @@ class MixtureOrder:
         shuffle: Whether the order is drawn (``False``: concatenation in order, or each component's windows in order).
         eligible: Per component, the local windows a pass may serve (``None`` in the list, or no list: all of
             them), e.g. what LeRobot's sampler would serve of that component alone.
+        units: The unit of every global index (``sum(sizes)`` non-negative integers, distinct across components), or
+            ``None``: served in the drawn order.
+        unit_buffer: Units open at once when ``units`` is given (at least 1).
 
     Raises:
         ValueError: no component, a component without windows (or without eligible windows), eligible windows
-            outside the component or repeated, or weights of another length, not positive or not finite.
+            outside the component or repeated, weights of another length, not positive or not finite, or units
+            not one per global index.
     """
 
     def __init__(
@@ -95,6 +104,8 @@ class MixtureOrder:
         seed: int = 0,
         shuffle=True,
         eligible: Sequence[np.ndarray | None] | None = None,
+        units: np.ndarray | None = None,
+        unit_buffer: int = 1,
     ):
         self.sizes = np.asarray([int(s) for s in sizes], dtype=np.int64)
         if self.sizes.size == 0 or (self.sizes < 1).any():
@@ -113,6 +124,10 @@ class MixtureOrder:
                 raise ValueError(f"weights must be {len(self.sizes)} positive finite numbers, got {list(weights)}")
             self.weights = w
         self.seed, self.shuffle = int(seed), bool(shuffle)
+        self.units = None if units is None else np.asarray(units, dtype=np.int64).reshape(-1)
+        if self.units is not None and (len(self.units) != self.rows or (self.units < 0).any()):
+            raise ValueError(f"units must be {self.rows} non-negative integers, one per global index")
+        self.unit_buffer = max(1, int(unit_buffer))
 
     def __len__(self) -> int:
         """Positions of a pass (``sum(n_k)``)."""
@@ -137,7 +152,24 @@ class MixtureOrder:
         return self.offsets[c] + local
 
     def indices_of(self, epoch: int) -> np.ndarray:
-        """A pass's global indices, in serving order.
+        """A pass's global indices, in serving order (by unit when the order has ``units``).
+
+        Args:
+            epoch: The pass number.
+
+        Returns:
+            ``N`` global indices (``int64``).
+        """
+        drawn = self.drawn(epoch)
+        if self.units is None or not self.shuffle:
+            return drawn
+        # imported here: the pipeline needs torchdata (an optional extra), and only its datasets have units
+        from robo_loaders_plugin.pipeline.plan import serve_by_unit
+
+        return serve_by_unit(drawn, self.units, self.unit_buffer, np.random.default_rng([self.seed, int(epoch), 3]))
+
+    def drawn(self, epoch: int) -> np.ndarray:
+        """A pass's global indices in the order they are drawn (before they are served by unit).
 
         Args:
             epoch: The pass number.
