@@ -616,7 +616,9 @@ def test_resume_position_recovers_the_step_from_lerobots_sampler_state():
 
 
 @pytest.mark.fast
-def test_a_resumed_run_is_refused_other_data_than_its_checkpoint_trained_on(lerobot_mixture_datasets, tmp_path):
+def test_a_resumed_run_is_refused_other_data_than_its_checkpoint_trained_on(
+    lerobot_mixture_datasets, tmp_path, capsys
+):
     """Issue 42 item 3: ``--resume=true`` with another ``--dataset.mixture`` trained on the new components from the
     checkpoint's batch. The data a checkpoint trained on is its ``pretrained_model/train_config.json``'s ``dataset``
     (written by lerobot-train beside ``training_state/``); a resumed run given another mixture (each field that
@@ -667,6 +669,18 @@ def test_a_resumed_run_is_refused_other_data_than_its_checkpoint_trained_on(lero
     resume(saved, BackendDatasetConfig(mixture=str(moved)))  # control: the same mixture, from a file elsewhere
     resume(saved, BackendDatasetConfig(mixture=mixture(), backend="compressed_cache"))  # on another backend
     resume(saved, BackendDatasetConfig(mixture=mixture(weights=(1, 2, 4))), resumed=False)  # a new run
+    assert "warning" not in capsys.readouterr().out  # native, then compressed_cache: both in the order drawn
+    # the same data, ordered by unit on datapipe (and with another shuffle_buffer): said, not refused
+    by_unit = BackendDatasetConfig(mixture=mixture(), backend="datapipe")
+    resume(saved, by_unit)
+    said = capsys.readouterr().out
+    assert "with its passes served in the order drawn, this run serves them by unit (shuffle_buffer default)" in said
+    resume(by_unit, BackendDatasetConfig(mixture=mixture(), backend="datapipe", backend_kwargs={"shuffle_buffer": 8}))
+    assert "served by unit (shuffle_buffer default), this run serves them by unit (shuffle_buffer 8)" in (
+        capsys.readouterr().out
+    )
+    resume(by_unit, BackendDatasetConfig(mixture=mixture(), backend="datapipe"))  # control: the same order
+    assert "warning" not in capsys.readouterr().out
 
     assert refused(saved, BackendDatasetConfig(mixture=mixture(weights=(1, 5, 3)))) == (
         "another mixture (component 1 (mix/b) weight 2, now 5)"

@@ -674,23 +674,44 @@ def _open_at_most(units: np.ndarray) -> int:
 @pytest.mark.parametrize("weights", [None, [1.0, 1.0, 6.0]])
 def test_a_pass_served_by_unit_keeps_its_windows_and_shares_and_opens_few_units(weights):
     """``MixtureOrder(units=...)``: each pass serves the windows it drew (the same multiset, so the same shares),
-    through a buffer of ``unit_buffer`` open units (each unit a run of 10 windows here), a function of (seed, pass)
-    that rank pieces cut as before. Control: the drawn order keeps most units open at once."""
-    sizes = [400, 1600, 240]
+    at most ``unit_buffer`` units open at once, each component's share the same in every tenth of the pass and in
+    every rank's piece (the third component, 2,400 windows weighted 6, is drawn ~7 times over: its units are served
+    in visits spread over the pass, so only the others' units are counted open), a function of (seed, pass).
+    Controls: the drawn order keeps most units open; the units served one component after another keep few open but
+    fail the shares per tenth."""
+    sizes = [4000, 16000, 2400]
     units = np.arange(sum(sizes)) // 10  # 10 windows per unit, none shared by two components (sizes are multiples)
     plain = MixtureOrder(sizes, weights, seed=7)
     by_unit = MixtureOrder(sizes, weights, seed=7, units=units, unit_buffer=8)
     p = np.asarray(sizes if weights is None else weights, dtype=np.float64)
+    p = p / p.sum()
+
+    def steady(order, served) -> bool:  # every tenth of the pass within 0.12 of each component's share (~4 sd)
+        comps, _ = order.split(served)
+        return all(
+            np.abs(np.bincount(part, minlength=3) / len(part) - p).max() < 0.12 for part in np.array_split(comps, 10)
+        )
+
+    def most_open(served) -> int:  # units of the components drawn at most once per window
+        once = served[served < sizes[0] + sizes[1]] if weights else served
+        return _open_at_most(units[once])
+
     for epoch in range(2):
         drawn, served = plain.indices_of(epoch), by_unit.indices_of(epoch)
         assert np.array_equal(by_unit.drawn(epoch), drawn) and np.array_equal(np.sort(served), np.sort(drawn))
-        assert shares_within_bound(by_unit, served, p / p.sum())
-        assert _open_at_most(units[served]) <= 8 < _open_at_most(units[drawn])
+        assert shares_within_bound(by_unit, served, p)
+        assert most_open(served) <= 8 < most_open(drawn)
+        assert steady(by_unit, served) and steady(plain, drawn)
+        grouped = drawn[np.argsort(units[drawn], kind="stable")]  # control: one unit, one component, after another
+        assert most_open(grouped) <= 8 and not steady(plain, grouped)
         assert np.array_equal(served, MixtureOrder(sizes, weights, 7, units=units, unit_buffer=8).indices_of(epoch))
     assert not np.array_equal(by_unit.indices_of(0), by_unit.indices_of(1))
     pieces = [by_unit.rank_indices(0, r, 3) for r in range(3)]
     assert np.array_equal(np.concatenate(pieces)[: len(by_unit)], by_unit.indices_of(0))
+    for piece in pieces:
+        comps, _ = by_unit.split(piece)
+        assert np.abs(np.bincount(comps, minlength=3) / len(comps) - p).max() < 0.05
     ordered = MixtureOrder(sizes, weights, 7, shuffle=False, units=units, unit_buffer=8)
     assert np.array_equal(ordered.indices_of(0), ordered.drawn(0))  # an ordered pass stays in order
-    with pytest.raises(ValueError, match="units must be 2240 non-negative integers"):
+    with pytest.raises(ValueError, match="units must be 22400 non-negative integers"):
         MixtureOrder(sizes, weights, 7, units=units[:-1])

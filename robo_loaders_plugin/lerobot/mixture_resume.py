@@ -160,6 +160,48 @@ def _dataset_words(repo_id, root) -> str:
     return f"one dataset ({repo_id}{f' at {root}' if root else ''})"
 
 
+def pass_order(backend: str | None, backend_kwargs) -> str:
+    """How a mixture's passes are ordered on a backend, in words: by unit for the backends whose passes are
+    pipelines (the ``batch`` kind: ``mixtures.sampling.MixtureOrder``'s ``units``, with their ``shuffle_buffer``),
+    else in the order drawn.
+
+    Args:
+        backend: ``dataset.backend`` (``None``: the default).
+        backend_kwargs: ``dataset.backend_kwargs``.
+
+    Returns:
+        ``"in the order drawn"`` or ``"by unit (shuffle_buffer N)"`` (``default`` when not given).
+    """
+    from robo_loaders_plugin.core.registry import get_backend
+    from robo_loaders_plugin.core.spec import BATCH
+
+    try:
+        kind = get_backend(backend or DEFAULT_BACKEND).kind_for("lerobot")
+    except Exception:  # noqa: BLE001 - an unknown backend is refused by the run itself, with its own line
+        return "in the order drawn"
+    if kind != BATCH:
+        return "in the order drawn"
+    buffer = backend_kwargs.get("shuffle_buffer") if isinstance(backend_kwargs, dict) else None
+    return f"by unit (shuffle_buffer {'default' if buffer is None else buffer})"
+
+
+def _warn_order_change(saved: dict, dataset, checkpoint) -> None:
+    """Say when a mixture resumed on the same data is ordered another way than its checkpoint's run: the pass it
+    stopped in continues at the same batch of another order, so until that pass ends some of its windows are
+    served twice and others not at all (the next passes are whole)."""
+    from robo_loaders_plugin.core.log import get_logger
+
+    before = pass_order(saved.get("backend"), saved.get("backend_kwargs"))
+    after = pass_order(getattr(dataset, "backend", None), getattr(dataset, "backend_kwargs", None))
+    if before != after:
+        get_logger(__name__).warning(
+            f"warning: {MIXTURE_FLAG}: checkpoint {checkpoint} trained on this mixture with its passes served "
+            f"{before}, this run serves them {after} (--dataset.backend, shuffle_buffer): the pass it stopped in "
+            "continues at the same batch of another order, so until that pass ends some of its windows are served "
+            "twice and others not at all; resume on the checkpoint's backend and options to continue it exactly"
+        )
+
+
 def check_resumed_dataset(cfg) -> None:
     """Refuse a resumed run given other data than its checkpoint trained on: another mixture (components, roots,
     weights, episodes, renames, the rate served at), a mixture where it trained on one dataset, or one dataset where
@@ -190,6 +232,7 @@ def check_resumed_dataset(cfg) -> None:
     if before is not None and after is not None:
         differences = mixture_differences(before, after)
         if not differences:
+            _warn_order_change(saved, dataset, checkpoint)
             return
         more = len(differences) - MAX_LISTED
         what = "; ".join(differences[:MAX_LISTED]) + (f"; and {more} more" if more > 0 else "")

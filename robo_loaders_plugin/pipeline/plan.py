@@ -233,15 +233,29 @@ def _through_buffer(eps: np.ndarray, ks: np.ndarray, buffer_episodes: int, rng) 
 
 
 def serve_by_unit(indices: np.ndarray, unit_of: np.ndarray, buffer_units: int, rng) -> np.ndarray:
-    """``indices`` (a pass's items, in the order they were drawn) served through a buffer of ``buffer_units`` open
-    units: units enter in the order their first item was drawn, each item is drawn from a random open unit, a unit's
-    items in their drawn order (:func:`_through_buffer`'s rule, the same as a pipeline's pass).
+    """``indices`` (a pass's items, in the order they were drawn) served a few units at a time: at most
+    ``buffer_units`` units open at once, and any stretch of the pass mixing the units as the whole pass does.
 
-    Why: a mixture of pipeline-served components drew each position of a pass at random over every component, so a
-    batch of 32 touched ~29 components' episodes, each loaded (decoded, decompressed) for one or two items until
-    every episode of the mixture had been loaded once: at 400 components the first thousand batches ran at a fifth
-    of the rate that followed. Served by unit, each unit is loaded about once per pass while a batch still mixes
-    ``buffer_units`` units; the items served, and so each component's share, are the same.
+    What is served together is a *visit* of a unit: its drawn items cut into pieces of at most the unit's own size
+    (its count of item indices in ``unit_of``), in the order they were drawn. The visits enter in a random order,
+    one per step, and each visit's items are spread at random over the ``buffer_units - 1`` steps after its entry
+    (each item's time is its visit's entry plus a uniform draw in ``[0, buffer_units - 1)``; items are served in
+    time order), so a visit is open for at most that many steps and at most ``buffer_units`` visits overlap.
+
+    Why visits, entering in a random order, and items spread in proportion to their visit's size: a unit drawn far
+    more often than it has items (a small dataset weighted up in a mixture) would otherwise be served as one long
+    stretch; units entering by their first draw put the most-drawn first; and a buffer drawing each item from a
+    random open unit (a pipeline's rule for one dataset, :func:`_through_buffer`) serves every open unit at the same
+    rate, so the largest units pile up in it and end the pass (measured: a component of 2,000-window episodes beside
+    one of 100-window ones went from 6% to 100% of the served items across a pass). Here each open visit is served
+    at a rate in proportion to its size, so each component's share is the same in any stretch of the pass (and in
+    every rank's contiguous piece of it), up to which visits happen to be open.
+
+    Why at all: a mixture of pipeline-served components drew each position of a pass at random over every
+    component, so a batch of 32 touched ~29 components' episodes, each loaded (decoded, decompressed) for one or two
+    items until every episode of the mixture had been loaded once: at 400 components the first thousand batches ran
+    at a fifth of the rate that followed. Served by unit, each visit loads its unit once; the items served, and so
+    each component's share of the pass, are the same.
 
     Args:
         indices: Item indices of a pass, in drawn order (an item may repeat).
@@ -255,8 +269,19 @@ def serve_by_unit(indices: np.ndarray, unit_of: np.ndarray, buffer_units: int, r
     indices = np.asarray(indices, dtype=np.int64)
     if len(indices) < 2:
         return indices
-    served = _through_buffer(np.asarray(unit_of)[indices], np.arange(len(indices)), max(1, int(buffer_units)), rng)
-    return indices[served[:, 1]]
+    unit_of = np.asarray(unit_of, dtype=np.int64)
+    units = unit_of[indices]
+    by_unit = np.argsort(units, kind="stable")  # each unit's draws together, in drawn order
+    uniq, first, drawn = np.unique(units[by_unit], return_index=True, return_counts=True)
+    size = np.maximum(1, np.bincount(unit_of, minlength=int(uniq[-1]) + 1)[uniq])  # a unit's own items
+    nth = np.arange(len(indices), dtype=np.int64) - np.repeat(first, drawn)  # a draw's rank within its unit
+    visits = -(-drawn // size)
+    visit = np.repeat(np.cumsum(visits) - visits, drawn) + nth // np.repeat(size, drawn)  # of each draw, by_unit
+    entry = rng.permutation(int(visits.sum()))[visit].astype(np.float64)
+    spread = max(0, int(buffer_units) - 1)
+    when = np.empty(len(indices), dtype=np.float64)
+    when[by_unit] = entry + (rng.random(len(indices)) * spread if spread else 0.0)
+    return indices[np.argsort(when, kind="stable")]
 
 
 def _group_in_order(keys: np.ndarray) -> np.ndarray:
