@@ -616,9 +616,7 @@ def test_resume_position_recovers_the_step_from_lerobots_sampler_state():
 
 
 @pytest.mark.fast
-def test_a_resumed_run_is_refused_other_data_than_its_checkpoint_trained_on(
-    lerobot_mixture_datasets, tmp_path, capsys
-):
+def test_a_resumed_run_is_refused_other_data_than_its_checkpoint_trained_on(lerobot_mixture_datasets, tmp_path, capsys):
     """Issue 42 item 3: ``--resume=true`` with another ``--dataset.mixture`` trained on the new components from the
     checkpoint's batch. The data a checkpoint trained on is its ``pretrained_model/train_config.json``'s ``dataset``
     (written by lerobot-train beside ``training_state/``); a resumed run given another mixture (each field that
