@@ -672,12 +672,14 @@ def test_a_resumed_run_is_refused_other_data_than_its_checkpoint_trained_on(lero
     by_unit = BackendDatasetConfig(mixture=mixture(), backend="datapipe")
     resume(saved, by_unit)
     said = capsys.readouterr().out
-    assert "with its passes served in the order drawn, this run serves them by unit (shuffle_buffer default)" in said
+    assert "with its passes served in the order drawn, this run serves them by unit (shuffle_buffer 64)" in said
     resume(by_unit, BackendDatasetConfig(mixture=mixture(), backend="datapipe", backend_kwargs={"shuffle_buffer": 8}))
-    assert "served by unit (shuffle_buffer default), this run serves them by unit (shuffle_buffer 8)" in (
+    assert "served by unit (shuffle_buffer 64), this run serves them by unit (shuffle_buffer 8)" in (
         capsys.readouterr().out
     )
     resume(by_unit, BackendDatasetConfig(mixture=mixture(), backend="datapipe"))  # control: the same order
+    given = BackendDatasetConfig(mixture=mixture(), backend="datapipe", backend_kwargs={"shuffle_buffer": 64})
+    resume(by_unit, given)  # control: the default given as a value is the same order
     assert "warning" not in capsys.readouterr().out
 
     assert refused(saved, BackendDatasetConfig(mixture=mixture(weights=(1, 5, 3)))) == (

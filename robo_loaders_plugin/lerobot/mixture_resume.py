@@ -170,18 +170,21 @@ def pass_order(backend: str | None, backend_kwargs) -> str:
         backend_kwargs: ``dataset.backend_kwargs``.
 
     Returns:
-        ``"in the order drawn"`` or ``"by unit (shuffle_buffer N)"`` (``default`` when not given).
+        ``"in the order drawn"`` or ``"by unit (shuffle_buffer N)"`` (the backend's default when not given).
     """
     from robo_loaders_plugin.core.registry import get_backend
     from robo_loaders_plugin.core.spec import BATCH
 
     try:
-        kind = get_backend(backend or DEFAULT_BACKEND).kind_for("lerobot")
+        spec = get_backend(backend or DEFAULT_BACKEND)
+        kind = spec.kind_for("lerobot")
     except Exception:  # noqa: BLE001 - an unknown backend is refused by the run itself, with its own line
         return "in the order drawn"
     if kind != BATCH:
         return "in the order drawn"
     buffer = backend_kwargs.get("shuffle_buffer") if isinstance(backend_kwargs, dict) else None
+    if buffer is None and "shuffle_buffer" in spec.options:  # the default, as a value: the same order given so
+        buffer = spec.options["shuffle_buffer"].default_for("lerobot")
     return f"by unit (shuffle_buffer {'default' if buffer is None else buffer})"
 
 
