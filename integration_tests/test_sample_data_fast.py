@@ -39,6 +39,10 @@ def video_packets(path):
         return head, [(p.pts, p.dts, p.is_keyframe, bytes(p)) for p in c.demux(s) if p.size]
 
 
+class VideoPacketsDiffer(AssertionError):
+    """Two video files whose packets differ (everything before them in the comparison was equal)."""
+
+
 def assert_same_dataset(a, b, repo_id):
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
@@ -54,7 +58,8 @@ def assert_same_dataset(a, b, repo_id):
             assert pq.ParquetFile(pa).num_row_groups == pq.ParquetFile(pb).num_row_groups, name
         else:  # the same packets; LeRobot's file differs only in the container's bitrate hint (its btrt box),
             # copied from the growing file at each of its per-episode rewrites
-            assert video_packets(pa) == video_packets(pb), name
+            if video_packets(pa) != video_packets(pb):
+                raise VideoPacketsDiffer(name)
     da, db = LeRobotDataset(repo_id, root=a), LeRobotDataset(repo_id, root=b)
     assert len(da) == len(db) == sum(LENGTHS)
     for i in range(len(da)):
@@ -62,6 +67,26 @@ def assert_same_dataset(a, b, repo_id):
         assert x.keys() == y.keys()
         for k in x:
             assert torch.equal(x[k], y[k]) if isinstance(x[k], torch.Tensor) else x[k] == y[k], (i, k)
+
+
+def written_alike(tmp_path, kwargs, tries: int = 3):
+    """Both writers' datasets of ``kwargs``, compared; the fast one's root.
+
+    Why up to three tries, and only on video packets: x264 here is not deterministic from run to run under load.
+    Measured with both writers on this test's episodes while other processes ran: 1 run in ~20 at 32x48 and ~1 in 8
+    at 64x96 had one file whose packets differed from every other run's, written by either writer (so not the fast
+    writer's doing; the same frames encoded 400 times in a quiet process were identical). A writer that differs
+    every time (another frame, another option, another file rule) still fails all three tries; anything but the
+    video packets fails the first."""
+    for attempt in range(tries):
+        theirs = write_lerobot_dataset(tmp_path / f"lerobot{attempt}", **kwargs)
+        mine = write_lerobot_fast(tmp_path / f"fast{attempt}", **kwargs)
+        try:
+            assert_same_dataset(theirs, mine, "local/fast")
+            return mine
+        except VideoPacketsDiffer:
+            if attempt == tries - 1:
+                raise
 
 
 @pytest.mark.parametrize(
@@ -83,9 +108,7 @@ def test_fast_writer_writes_what_lerobots_writer_writes(tmp_path, video_mb, scen
         scenes=scenes,
         **dims,
     )
-    theirs = write_lerobot_dataset(tmp_path / "lerobot", **kwargs)
-    mine = write_lerobot_fast(tmp_path / "fast", **kwargs)
-    assert_same_dataset(theirs, mine, "local/fast")
+    mine = written_alike(tmp_path, kwargs)
     if video_mb:
         assert len(list((mine / "videos").rglob("*.mp4"))) == len(LENGTHS)
 
@@ -116,3 +139,24 @@ def test_scenes_keep_states_and_actions_distinct():
         assert np.array_equal(p.state, q.state) and np.array_equal(p.action, q.action)
     assert np.array_equal(pooled[0].frames[0][:20], pooled[2].frames[0][:20])  # scene 0 again
     assert not np.array_equal(pooled[0].frames[0], pooled[1].frames[0][:20])
+
+
+def test_negative_control_videos_that_differ_every_time_fail_every_try(tmp_path, monkeypatch):
+    """The retries pass only an encoder's run-to-run variation: a fast writer whose videos differ on every run
+    (frames mirrored before encoding; every other file, statistics included, still equal) fails all three tries."""
+    from robo_loaders_plugin.sample_data import lerobot_fast
+
+    encode = lerobot_fast._encode
+    monkeypatch.setattr(lerobot_fast, "_encode", lambda frames, *a, **k: encode(frames[:, :, ::-1], *a, **k))
+    kwargs = dict(
+        repo_id="local/fast",
+        episode_lengths=LENGTHS[:3],
+        cameras=1,
+        image_size=(32, 48),
+        mode="h264",
+        seed=4,
+        progress=False,
+    )
+    with pytest.raises(VideoPacketsDiffer):
+        written_alike(tmp_path, kwargs)
+    assert len(list(tmp_path.glob("fast*"))) == 3
