@@ -159,6 +159,43 @@ def test_exactly_once_per_pass_at_size():
     assert np.array_equal(key, expected)
 
 
+def reference_serve_by_unit(indices, unit_of, buffer_units, rng, reverse_ties=False):
+    """``serve_by_unit`` as first written (comparison sorts): the definition the radix sorts must keep exactly, so
+    that a checkpoint's pass continues in the same order after an upgrade."""
+    units = unit_of[indices]
+    by_unit = np.argsort(units, kind="stable")
+    uniq, first, drawn = np.unique(units[by_unit], return_index=True, return_counts=True)
+    size = np.maximum(1, np.bincount(unit_of, minlength=int(uniq[-1]) + 1)[uniq])
+    nth = np.arange(len(indices), dtype=np.int64) - np.repeat(first, drawn)
+    visits = -(-drawn // size)
+    visit = np.repeat(np.cumsum(visits) - visits, drawn) + nth // np.repeat(size, drawn)
+    entry = rng.permutation(int(visits.sum()))[visit].astype(np.float64)
+    spread = max(0, int(buffer_units) - 1)
+    when = np.empty(len(indices), dtype=np.float64)
+    when[by_unit] = entry + (rng.random(len(indices)) * spread if spread else 0.0)
+    if reverse_ties:  # the negative control's order: equal times served last drawn first
+        return indices[np.lexsort((-np.arange(len(when)), when))]
+    return indices[np.argsort(when, kind="stable")]
+
+
+def test_serve_by_unit_keeps_its_order_with_radix_sorts():
+    """``serve_by_unit``'s radix sorts (units grouped in 16-bit passes, times sorted by their float bits) serve the
+    order its comparison sorts served: units past 65,535, buffers of 1 (every time a tie, kept in drawn order) to
+    64, repeated draws. Negative control: ties broken the other way give another order."""
+    rng = np.random.default_rng(5)
+    for n, per, buffer in ((5000, 7, 1), (5000, 7, 8), (300_000, 3, 4), (200_000, 50, 64), (2, 1, 2)):
+        unit_of = np.arange(n, dtype=np.int64) // per
+        indices = rng.integers(0, n, n)
+        mine = planner.serve_by_unit(indices, unit_of, buffer, np.random.default_rng(n + buffer))
+        assert np.array_equal(
+            mine, reference_serve_by_unit(indices, unit_of, buffer, np.random.default_rng(n + buffer))
+        )
+    unit_of = np.arange(5000, dtype=np.int64) // 7
+    indices = rng.integers(0, 5000, 5000)
+    reversed_ties = reference_serve_by_unit(indices, unit_of, 1, np.random.default_rng(0), reverse_ties=True)
+    assert not np.array_equal(planner.serve_by_unit(indices, unit_of, 1, np.random.default_rng(0)), reversed_ties)
+
+
 @pytest.mark.parametrize("world_size", [2, 3, 8])
 def test_rank_split_unchanged(world_size):
     counts = np.random.default_rng(1).integers(1, 120, size=500)
