@@ -996,3 +996,51 @@ def test_many_components_log_one_line_and_one_bar_a_few_each_their_own(
     lines = [line for line in few.out.splitlines() if f"lerobot data backend: {backend} [" in line]
     assert len(lines) == 4, lines  # each component's line, then the mixture's
     assert "datasets built by" not in few.out
+
+
+@pytest.mark.parametrize("backend", ["datapipe", "video_stream"])
+def test_a_pass_served_by_unit_splits_over_ranks_and_resumes_mid_pass_exactly(lerobot_mixture_datasets, backend):
+    """A mixture served by unit (``MixtureOrder(units=...)``) on two ranks and resumed mid-pass, on real
+    components: each rank's rows are its components' items; the two ranks together serve the pass's rows (each
+    index as often as the one-process pass serves it, up to the padding of the last batch); a fresh pipeline
+    started at batch 3 of pass 1 serves the rest of that pass exactly as the uninterrupted run did (as a resumed
+    ``lerobot-train`` would). Controls: rank 1's rows are not rank 0's, and the pass started one batch later is
+    not the rest."""
+    ds = lerobot_mixture_datasets
+    nats = natives(ds)
+
+    def source(**plan):
+        mix = build_mixture(spec_of(ds), nats, choose(backend), seed=7)
+        assert mix.units()[0] is not None  # served by unit
+        return mix, mix.batch_source(SamplingPlan(batch_size=8, seed=5, num_workers=2, **plan))
+
+    def rows(batches):
+        return [(k, i) for b in batches for k, i in zip(b["dataset_index"].tolist(), b["index"].tolist())]
+
+    mix, whole = source()
+    one = rows(whole.batches(0))
+    ranks = []
+    for rank in range(2):
+        _, src = source(rank=rank, world_size=2)
+        served = list(src.batches(0))
+        for b, batch in enumerate(served[:3]):
+            which, index = batch["dataset_index"].tolist(), batch["index"].tolist()
+            theirs = torch.utils.data.default_collate(
+                [expected_item(nats[k][i], mix.renames[k], mix.keep, k) for k, i in zip(which, index)]
+            )
+            same_batch(batch, theirs, f"{backend} rank {rank} batch {b}")
+        ranks.append(rows(served))
+    assert ranks[0] != ranks[1]
+    together = sorted(ranks[0] + ranks[1])
+    assert len(together) - len(one) < 2 * 8 and set(together) == set(one)
+    extra = sorted(together)
+    for row in one:  # every row of the one-process pass, as often; what is left over is the last batch's padding
+        extra.remove(row)
+    assert len(extra) == len(together) - len(one)
+
+    uninterrupted = [rows([b]) for b in whole.batches(1)]
+    _, resumed = source()
+    rest = [rows([b]) for b in resumed.batches(1, 3)]
+    assert rest == uninterrupted[3:]
+    _, later = source()
+    assert [rows([b]) for b in later.batches(1, 4)] != uninterrupted[3:]

@@ -233,3 +233,60 @@ def test_video_stream_on_long_demos_equals_native_over_the_decoded_frames(long_h
     native = build(decoded, combo, "native")[0]
     ds = build(long_hdf5, combo, "video_stream", {"source": out, "shuffle_buffer": 3})[1]
     assert_pass_is_native(native, ds)
+
+
+@pytest.fixture(scope="module")
+def long_hdf5_b(tmp_path_factory):
+    """A second file of the long shape (2 demos of 300-320 steps), for a mixture of long demos."""
+    from robo_loaders_plugin.sample_data.robomimic_hdf5 import write_robomimic_hdf5
+
+    path = str(tmp_path_factory.mktemp("long-b") / "long_b.hdf5")
+    return write_robomimic_hdf5(
+        path, demos=2, image_size=84, cameras=2, seed=12, min_length=300, max_length=320, valid_fraction=0.5,
+        progress=False,
+    )  # fmt: skip
+
+
+def test_a_mixture_of_long_demos_is_served_by_parts_every_window_once_and_resumes_mid_pass(
+    long_hdf5, long_hdf5_b, shards_dir, small_units
+):
+    """A ``datapipe`` mixture of two files of long demos, each cut into units of ~40 steps: the pass is served by
+    unit (``MixtureOrder(units=...)``, the units being parts of demos), and with ``weights: "size"`` every window of
+    both files is served once, each row byte-identical to its file's SequenceDataset sample; a fresh pipeline
+    started at batch 5 serves the rest of the pass as the uninterrupted one did. Controls: a row compared with the
+    other file's samples is not found; the pass started at batch 6 is not the rest."""
+    from robo_loaders_plugin.mixtures.dataset import DATASET_INDEX
+
+    combo = COMBOS["bc_rnn_next_obs"]
+    natives = [
+        dataset_factory(make_config(p, **combo), obs_keys(make_config(p, **combo))) for p in (long_hdf5, long_hdf5_b)
+    ]
+    cfg = make_config(
+        long_hdf5, backend="datapipe", backend_kwargs={"cache_dir": shards_dir, "shuffle_buffer": 3}, **combo
+    )
+    with cfg.values_unlocked():
+        cfg.train.data_mixture = {"components": [{"path": long_hdf5}, {"path": long_hdf5_b}], "weights": "size"}
+    mix = dataset_factory(cfg, obs_keys(cfg))
+    units, _ = mix.units()
+    assert units is not None and len(np.unique(units)) > 7 * (4 + 2)  # served by unit, the units parts of demos
+    plan = SamplingPlan(batch_size=BATCH, shuffle=True, drop_last=False, num_workers=2)
+
+    def rows(batches):
+        out = []
+        for batch in batches:
+            for r in range(len(batch["actions"])):
+                row = {
+                    k: ({kk: np.asarray(vv[r]) for kk, vv in v.items()} if isinstance(v, dict) else np.asarray(v[r]))
+                    for k, v in batch.items()
+                    if k != DATASET_INDEX
+                }
+                out.append((int(batch[DATASET_INDEX][r]), digest(row)))
+        return out
+
+    served = rows(mix.batch_source(plan).batches(0))
+    want = sorted((k, d) for k, n in enumerate(natives) for d in native_digests(n))
+    assert sorted(served) == want  # every window of both files once, each byte-identical to its native sample
+    assert (1 - served[0][0], served[0][1]) not in set(want)  # control: another file's samples do not hold it
+    resumed = rows(mix.batch_source(plan).batches(0, 5))
+    assert resumed == served[5 * BATCH :]
+    assert rows(mix.batch_source(plan).batches(0, 6)) != served[5 * BATCH :]
