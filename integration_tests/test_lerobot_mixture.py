@@ -628,7 +628,7 @@ def test_a_resumed_run_is_refused_other_data_than_its_checkpoint_trained_on(lero
     import draccus
 
     from robo_loaders_plugin.lerobot.config import BackendDatasetConfig
-    from robo_loaders_plugin.lerobot.mixture_resume import check_resumed_dataset
+    from robo_loaders_plugin.lerobot.mixture_resume import check_resumed_dataset, pass_order
 
     ds = lerobot_mixture_datasets
 
@@ -640,12 +640,19 @@ def test_a_resumed_run_is_refused_other_data_than_its_checkpoint_trained_on(lero
             comps[int(k[1:])].update(fields)
         return json.dumps({"components": comps})
 
-    def resume(saved, now, resumed=True):
-        """check_resumed_dataset as lerobot-train calls it, the checkpoint saved with ``saved`` as its dataset."""
+    def resume(saved, now, resumed=True, recorded=True):
+        """check_resumed_dataset as lerobot-train calls it, the checkpoint saved with ``saved`` as its dataset (and,
+        ``recorded``, the order of its mixture's passes, as ``save_component_stats`` records it)."""
         where = tmp_path / "checkpoints" / "000003"
         (where / "pretrained_model").mkdir(parents=True, exist_ok=True)
         doc = {"dataset": draccus.encode(saved) if not isinstance(saved, dict) else saved, "resume": False}
         (where / "pretrained_model" / "train_config.json").write_text(json.dumps(doc))
+        stats = where / "pretrained_model" / "component_stats.json"
+        stats.unlink(missing_ok=True)
+        if recorded and not isinstance(saved, dict) and saved.mixture:
+            stats.write_text(
+                json.dumps({"components": [], "pass_order": pass_order(saved.backend, saved.backend_kwargs)})
+            )
         check_resumed_dataset(SimpleNamespace(resume=resumed, checkpoint_path=where, dataset=now))
         return str(where)
 
@@ -681,6 +688,15 @@ def test_a_resumed_run_is_refused_other_data_than_its_checkpoint_trained_on(lero
     given = BackendDatasetConfig(mixture=mixture(), backend="datapipe", backend_kwargs={"shuffle_buffer": 64})
     resume(by_unit, given)  # control: the default given as a value is the same order
     assert "warning" not in capsys.readouterr().out
+    # a checkpoint of a version that did not record its order served every mixture in the order drawn, whatever its
+    # backend: resumed on datapipe it is said (the control above, recorded, is not)
+    resume(by_unit, BackendDatasetConfig(mixture=mixture(), backend="datapipe"), recorded=False)
+    assert (
+        "served in the order drawn (the checkpoint records no order: robo-loaders served every mixture so before it "
+        "recorded one), this run serves them by unit (shuffle_buffer 64)"
+    ) in capsys.readouterr().out
+    resume(by_unit, BackendDatasetConfig(mixture=mixture(), backend="compressed_cache"), recorded=False)
+    assert "warning" not in capsys.readouterr().out  # control: unrecorded, resumed in the order drawn
 
     assert refused(saved, BackendDatasetConfig(mixture=mixture(weights=(1, 5, 3)))) == (
         "another mixture (component 1 (mix/b) weight 2, now 5)"

@@ -260,6 +260,7 @@ def test_each_checkpoint_saves_the_robots_own_statistics(lerobot_robots, tmp_pat
     assert written == [2, 2]  # LeRobot's own save ran both times
     saved = json.loads((tmp_path / "000002" / "pretrained_model" / "component_stats.json").read_text())
     assert saved["padding"] == {"observation.state": 14, "action": 14}
+    assert saved["pass_order"] == "in the order drawn"  # native: the order a resumed run compares with its own
     for c, name, width in zip(saved["components"], ROBOTS, (7, 14, 6)):
         assert c["repo_id"] == ds[name][0] and c["root"] == ds[name][1]
         own = LeRobotDatasetMetadata(ds[name][0], root=ds[name][1]).stats
@@ -294,7 +295,9 @@ def test_lerobot_train_on_three_robots_with_every_backend(lerobot_robots, tmp_pa
     assert re.search(r"step:2 .*loss:", log), log[-3000:]
     saved = os.path.join(out, "checkpoints", "000002", "pretrained_model", "component_stats.json")
     with open(saved) as f:
-        assert json.load(f)["padding"] == {"observation.state": 14, "action": 14}
+        doc = json.load(f)
+    assert doc["padding"] == {"observation.state": 14, "action": 14}
+    assert doc["pass_order"].startswith("by unit") == (backend in ("datapipe", "video_stream")), doc["pass_order"]
 
 
 def test_lerobot_train_on_three_robots_at_three_rates_with_gpu_resampler(lerobot_robot_kinds, tmp_path):

@@ -69,6 +69,7 @@ from robo_loaders_plugin.lerobot.mixture_meta import (
     mixture_stats,
     renamed_stats,
 )
+from robo_loaders_plugin.lerobot.mixture_resume import COMPONENT_STATS_FILE, pass_order
 from robo_loaders_plugin.lerobot.single import build_dataset, native_datasets, remote_tables
 from robo_loaders_plugin.mixtures.component_lines import ComponentLines
 from robo_loaders_plugin.mixtures.dataset import DATASET_INDEX, MixtureDataset, MixtureHooks, collect_build_garbage
@@ -90,22 +91,24 @@ logger = get_logger(__name__)
 # the mixture lerobot-train trains on in this process (make_mixture_datasets'), whose component statistics each
 # checkpoint saves (:func:`save_component_stats`): save_checkpoint is not given the dataset
 TRAINED: list = []
-COMPONENT_STATS_FILE = "component_stats.json"
 
 
 def save_component_stats(checkpoint_dir, cfg) -> None:
     """Write the trained mixture's ``meta.component_stats`` into the checkpoint's ``pretrained_model/``, beside the
     policy and its processors' statistics, so a policy can be un-normalised per robot at inference.
 
-    The file: ``{"components": [{"repo_id", "root", "stats": {key: {stat: list}}}], "padding": {key: size}}``
-    (each component's statistics under its rename map, unpadded: its own sizes).
+    The file: ``{"components": [{"repo_id", "root", "stats": {key: {stat: list}}}], "padding": {key: size},
+    "pass_order": str}`` (each component's statistics under its rename map, unpadded: its own sizes; the order the
+    passes were served in, ``mixture_resume.pass_order``, which a resumed run compares with its own). Written
+    atomically: a checkpoint stopped mid-write keeps the previous file or none, never half of one.
 
     Args:
         checkpoint_dir: The checkpoint's directory (``.../checkpoints/<step>``).
         cfg: lerobot-train's config (nothing is written without ``--dataset.mixture``).
     """
-    import json
     import os
+
+    from robo_loaders_plugin.core.files import atomic_write_json
 
     mixture = TRAINED[0] if TRAINED else None
     if mixture is None or cfg is None or not getattr(getattr(cfg, "dataset", None), "mixture", None):
@@ -124,11 +127,11 @@ def save_component_stats(checkpoint_dir, cfg) -> None:
             for name, native, stats in zip(meta.names, mixture.natives, meta.component_stats, strict=True)
         ],
         "padding": dict(mixture.padding.sizes),
+        "pass_order": pass_order(getattr(cfg.dataset, "backend", None), getattr(cfg.dataset, "backend_kwargs", None)),
     }
     folder = os.path.join(str(checkpoint_dir), "pretrained_model")
     os.makedirs(folder, exist_ok=True)
-    with open(os.path.join(folder, COMPONENT_STATS_FILE), "w", encoding="utf-8") as f:
-        json.dump(doc, f)
+    atomic_write_json(os.path.join(folder, COMPONENT_STATS_FILE), doc)
 
 
 def component_config(cfg, component):

@@ -22,6 +22,8 @@ from robo_loaders_plugin.lerobot.flags import MIXTURE_FLAG
 
 MAX_LISTED = 4  # differences named in the refusal; the rest are counted
 DATASET_FLAGS = "--dataset.mixture, --dataset.repo_id, --dataset.root or --dataset.episodes"
+COMPONENT_STATS_FILE = "component_stats.json"  # in a checkpoint's pretrained_model/ (lerobot.mixture writes it)
+DRAWN = "in the order drawn"
 
 
 def saved_dataset(checkpoint_path) -> dict | None:
@@ -179,24 +181,52 @@ def pass_order(backend: str | None, backend_kwargs) -> str:
         spec = get_backend(backend or DEFAULT_BACKEND)
         kind = spec.kind_for("lerobot")
     except Exception:  # noqa: BLE001 - an unknown backend is refused by the run itself, with its own line
-        return "in the order drawn"
+        return DRAWN
     if kind != BATCH:
-        return "in the order drawn"
+        return DRAWN
     buffer = backend_kwargs.get("shuffle_buffer") if isinstance(backend_kwargs, dict) else None
     if buffer is None and "shuffle_buffer" in spec.options:  # the default, as a value: the same order given so
         buffer = spec.options["shuffle_buffer"].default_for("lerobot")
     return f"by unit (shuffle_buffer {'default' if buffer is None else buffer})"
 
 
-def _warn_order_change(saved: dict, dataset, checkpoint) -> None:
+def recorded_order(checkpoint) -> str | None:
+    """The order a checkpoint's mixture passes were served in, as its run recorded it (``pass_order`` in
+    ``pretrained_model/component_stats.json``, :func:`lerobot.mixture.save_component_stats`).
+
+    Why recorded, not derived from the checkpoint's backend: the rules change between versions. Every version
+    before the record served every backend's mixture in the order drawn, so a checkpoint without it (no file, or a
+    file without the key) was served so, whatever its backend serves now.
+
+    Args:
+        checkpoint: The checkpoint's directory.
+
+    Returns:
+        The recorded :func:`pass_order`, else ``None``.
+    """
+    from lerobot.utils.constants import PRETRAINED_MODEL_DIR
+
+    path = os.path.join(str(checkpoint), PRETRAINED_MODEL_DIR, COMPONENT_STATS_FILE)
+    try:
+        with open(path, encoding="utf-8") as f:
+            order = json.load(f).get("pass_order")
+    except (OSError, ValueError, AttributeError):
+        order = None
+    return order if isinstance(order, str) else None
+
+
+def _warn_order_change(dataset, checkpoint) -> None:
     """Say when a mixture resumed on the same data is ordered another way than its checkpoint's run: the pass it
     stopped in continues at the same batch of another order, so until that pass ends some of its windows are
     served twice and others not at all (the next passes are whole)."""
     from robo_loaders_plugin.core.log import get_logger
 
-    before = pass_order(saved.get("backend"), saved.get("backend_kwargs"))
+    recorded = recorded_order(checkpoint)
+    before = recorded or DRAWN
     after = pass_order(getattr(dataset, "backend", None), getattr(dataset, "backend_kwargs", None))
     if before != after:
+        if recorded is None:
+            before += " (the checkpoint records no order: robo-loaders served every mixture so before it recorded one)"
         get_logger(__name__).warning(
             f"warning: {MIXTURE_FLAG}: checkpoint {checkpoint} trained on this mixture with its passes served "
             f"{before}, this run serves them {after} (--dataset.backend, shuffle_buffer): the pass it stopped in "
@@ -235,7 +265,7 @@ def check_resumed_dataset(cfg) -> None:
     if before is not None and after is not None:
         differences = mixture_differences(before, after)
         if not differences:
-            _warn_order_change(saved, dataset, checkpoint)
+            _warn_order_change(dataset, checkpoint)
             return
         more = len(differences) - MAX_LISTED
         what = "; ".join(differences[:MAX_LISTED]) + (f"; and {more} more" if more > 0 else "")
