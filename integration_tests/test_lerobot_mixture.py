@@ -1060,3 +1060,23 @@ def test_a_pass_served_by_unit_splits_over_ranks_and_resumes_mid_pass_exactly(le
     assert rest == uninterrupted[3:]
     _, later = source()
     assert [rows([b]) for b in later.batches(1, 4)] != uninterrupted[3:]
+
+
+def test_a_component_that_keeps_the_whole_mixture_to_one_open_unit_is_said(lerobot_mixture_datasets, capsys):
+    """A pipeline mixture keeps the smallest of its components' ``shuffle_buffer`` open (``MixtureDataset.units``):
+    one component sized down to 1 (large units in little memory) sets it for the whole mixture, said in one warning
+    naming it and what to do. Control: components of equal buffers say nothing."""
+    import dataclasses
+
+    ds = lerobot_mixture_datasets
+    mix = build_mixture(spec_of(ds), natives(ds), choose("datapipe"), seed=7)
+    capsys.readouterr()
+    assert mix.units()[1] > 2
+    assert "warning" not in capsys.readouterr().out  # control
+    small = mix.datasets[1]
+    small.passes = dataclasses.replace(small.passes, shuffle_buffer=1)
+    mix._units = None  # sized again, as a build whose component fitted one unit
+    assert mix.units()[1] == 1
+    said = capsys.readouterr().out
+    assert said.count("warning") == 1 and "--dataset.mixture: each pass keeps 1 unit open" in said, said
+    assert f"{mix.names[1]}: 1; the others up to" in said and "cache_memory" in said, said

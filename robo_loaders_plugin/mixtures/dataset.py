@@ -421,9 +421,30 @@ class MixtureDataset(BatchDataset):
                     break
                 parts.append(own + base)
                 base += int(own.max()) + 1 if len(own) else 0
-            buffer = min(int(d.passes.shuffle_buffer) for d in self.datasets) if by_unit else 1
+            buffer = 1
+            if by_unit:
+                buffers = [int(d.passes.shuffle_buffer) for d in self.datasets]
+                buffer = min(buffers)
+                self._say_buffer(buffers)
             self._units = (np.concatenate(parts), buffer) if by_unit else (None, 1)
         return self._units
+
+    def _say_buffer(self, buffers: list[int]) -> None:
+        """One warning when a few components' shuffle buffers set the whole mixture's well below the others' (a
+        component of large units, sized down to fit its memory): every stretch of every pass then mixes that few
+        units, which the user would otherwise only see as ``(1 unit open)`` in the passes' log line."""
+        buffer, most = min(buffers), max(buffers)
+        if 2 * buffer > most:
+            return
+        from robo_loaders_plugin.core.log import get_logger
+
+        low = [name for name, b in zip(self.names, buffers) if b == buffer]
+        get_logger(__name__).warning(
+            f"warning: {self.setting}: each pass keeps {buffer} unit{'s' if buffer != 1 else ''} open, the smallest "
+            f"shuffle_buffer of its components ({some_of(low)}: {buffer}; the others up to {most}): any stretch of a "
+            "pass mixes that few units (episodes, or parts of long ones), so its batches mix fewer episodes; give "
+            "the backend more memory for them (cache_memory), or serve those components in a mixture of their own"
+        )
 
     def locate(self, index: int) -> tuple[int, int]:
         """The (component, local index) of a global index.
