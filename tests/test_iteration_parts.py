@@ -322,8 +322,10 @@ def test_the_first_batches_of_a_pass_are_loaded_ahead(order_late, monkeypatch):
     """Resetting the pipeline starts its assembling threads at once, so the loads ahead must know the pass's order
     before that: told too late (as the pipeline once did, start_pass after the reset), the first batches' reached()
     calls found no order and loaded nothing ahead, and a 480p first batch decoded its shuffle buffer's 16 units one
-    after another in one assembling thread (2.6 s). Control (``order_late``): the order delivered after the pipeline
-    started leaves nothing submitted when the first batch comes out."""
+    after another in one assembling thread (2.6 s). Checked by what happened first, the order reaching the loads
+    ahead or the first batch being assembled (not by a count at the first batch, which a loaded machine's thread
+    timing moved: 6 of 7 submitted once in a test run). Control (``order_late``): the order delivered after the
+    pipeline started reaches them after the first batch was assembled, and nothing was submitted before."""
     import threading
     import time
 
@@ -335,19 +337,28 @@ def test_the_first_batches_of_a_pass_are_loaded_ahead(order_late, monkeypatch):
     cache = LoadOnceLRU(lambda ep: {"ep": ep}, capacity=n_eps)
     decode = DecodeAhead(cache.load_ahead, threads=1, ahead=4)
     delivered = threading.Event()
+    events: list[str] = []
+    start_pass = decode.start_pass
+
+    def ordered(*args, **kwargs):
+        events.append("order")
+        return start_pass(*args, **kwargs)
+
     if order_late:
-        start_pass = decode.start_pass
 
         def late(*args, **kwargs):  # the order arrives once the first batch is out (what a late order did)
             def deliver():
                 delivered.wait(30)
-                start_pass(*args, **kwargs)
+                ordered(*args, **kwargs)
 
             threading.Thread(target=deliver).start()
 
         monkeypatch.setattr(decode, "start_pass", late)
+    else:
+        monkeypatch.setattr(decode, "start_pass", ordered)
 
     def collate(idx):
+        events.append("batch")
         time.sleep(0.01)
         return {"index": torch.as_tensor(idx)}
 
@@ -356,14 +367,21 @@ def test_the_first_batches_of_a_pass_are_loaded_ahead(order_late, monkeypatch):
     try:
         it = source.batches(0)
         next(it)
-        submitted = decode.submitted
+        submitted_at_first = decode.submitted
+        if not order_late:  # the loads ahead go on: the shuffle buffer's episodes and those ahead of it
+            deadline = time.monotonic() + 10
+            while decode.submitted < 3 + 4 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            submitted = decode.submitted
     finally:
         delivered.set()
         source.shutdown()
     if order_late:
-        assert submitted == 0  # the control: nothing was loaded ahead of the first batches
+        assert submitted_at_first == 0  # the control: nothing was loaded ahead of the first batches
+        assert events[0] == "batch"
     else:
-        assert submitted >= 3 + 4  # the shuffle buffer's episodes and those ahead of it
+        assert events[0] == "order", events[:3]  # known before any batch was assembled
+        assert submitted >= 3 + 4
 
 
 WARM_COUNTS = np.full(40, 30)
