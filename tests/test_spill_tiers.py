@@ -474,3 +474,28 @@ def test_tiers_read_across_sources_in_one_call(host_budget, tiers):
     joined = TieredFrames.join_field([(source, "cam") for source in sources])
     with pytest.raises(IndexError, match="outside"):
         joined.take(np.array([0]), np.array([4]), np.array([[5, 6, 7]]), np.array([0]), out)
+
+
+def test_one_step_windows_of_one_row_per_source_are_read_from_their_rows():
+    """Windows of one step, most sources with one row in the batch (a batch of 32 over hundreds of components): each
+    such row is copied by plain indexing (``JoinedHostRows.take``), the rows of a source with several by one fancy
+    index; every row equals the arrays filled, a row not read is left alone. Negative control: the sources
+    swapped give other rows."""
+    plan = plan_tiers(_size(), device_budget=None, host_budget=None)
+    eps = [_episodes(seed=s) for s in (0, 7, 3)]
+    sources = [_tiered(plan, eps=e) for e in eps]
+    reads = [(0, 4, 1, 0), (1, 1, 2, 1), (2, 0, 4, 2), (1, 3, 0, 3), (2, 2, 5, 5)]  # source 0 once; row 4 not read
+    parts, e, s, r = (np.array([x[i] for x in reads]) for i in range(4))
+    for field in INFOS:
+        want = np.zeros((6, 1, *INFOS[field].shape), INFOS[field].dtype)
+        for k, i, j, row in reads:
+            want[row, 0] = eps[k][i][field][j]
+        joined = TieredFrames.join_field([(source, field) for source in sources])
+        assert type(joined).__name__ == "JoinedHostRows"  # every row in a host array
+        for steps in (s, s[:, None]):  # (B,) and (B, 1)
+            out = np.zeros_like(want)
+            joined.take(parts, e, steps, r, out)
+            assert out.tobytes() == want.tobytes(), field
+        swapped = np.zeros_like(want)
+        joined.take((parts + 1) % 3, e, s, r, swapped)
+        assert not np.array_equal(swapped, want), field

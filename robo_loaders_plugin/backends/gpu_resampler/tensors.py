@@ -401,9 +401,16 @@ class JoinedHostRows(JoinedField):
         held_rows = np.logical_and.reduceat(((held >= lo) & (held < hi)).all(axis=1), [a for _, a, _ in groups])
         local = (held - lo).reshape(-1)
         flat = out.reshape((-1,) + self.step_shape)
+        # a part with one frame in the batch (most, when a batch of 32 windows of one step draws from hundreds of
+        # components) is copied by plain indexing: a fancy index builds index arrays and a temporary first (~5 us
+        # against ~1 us a frame)
+        one_dest, one_local = dest.tolist(), local.tolist()
         for (p, a, z), span, all_held in zip(groups, spans, held_rows.tolist()):
             if span is not None and all_held:
-                flat[dest[a * T : z * T]] = span[0][local[a * T : z * T]]
+                if (z - a) * T == 1:
+                    flat[one_dest[a]] = span[0][one_local[a]]
+                else:
+                    flat[dest[a * T : z * T]] = span[0][local[a * T : z * T]]
             else:  # some rows in another tier: the source's own read
                 sel = order[a:z]
                 value = self.sources[p].gather_fields((self.fields[p],), episodes[sel], steps[sel])[self.fields[p]]
