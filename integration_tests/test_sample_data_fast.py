@@ -72,10 +72,11 @@ def assert_same_dataset(a, b, repo_id):
 def written_alike(tmp_path, kwargs, tries: int = 3):
     """Both writers' datasets of ``kwargs``, compared; the fast one's root.
 
-    Why up to three tries, and only on video packets: x264 here is not deterministic from run to run under load.
-    Measured with both writers on this test's episodes while other processes ran: 1 run in ~20 at 32x48 and ~1 in 8
-    at 64x96 had one file whose packets differed from every other run's, written by either writer (so not the fast
-    writer's doing; the same frames encoded 400 times in a quiet process were identical). A writer that differs
+    Why up to three tries, and only on video packets: the h264 encodes here are not the same from run to run when
+    both writers run in one process under load. Measured on this test's episodes with other processes running: 1
+    run in ~20 at 32x48 and ~1 in 8 at 64x96 had one file whose packets differed from every other run's, written by
+    either writer (so not the fast writer's doing); the fast writer alone gave identical files in 200 runs, and the
+    same frames encoded 400 times in a quiet process were identical. The cause was not found. A writer that differs
     every time (another frame, another option, another file rule) still fails all three tries; anything but the
     video packets fails the first."""
     for attempt in range(tries):
