@@ -207,7 +207,7 @@ class ServedRows:
 def _scatter(out: np.ndarray, rows: list[int], frames: np.ndarray) -> None:
     """``out[rows[j]] = frames[j]`` for every ``j``: one copy per run of consecutive rows when there are few runs,
     else one indexed assignment. Why: a mixture's batch writes each component's frames into its rows, scattered over
-    the batch (runs of one row), and a copy per row was a third of a 32x32 frame's cost at 400 components."""
+    the batch (runs of one row): 64 frames of 32x32 in random rows took 146 us put back a copy per row, 96 us so."""
     runs = list(_runs(rows))
     if len(runs) <= 2:
         for a, b, first in runs:
