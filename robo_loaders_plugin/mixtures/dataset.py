@@ -20,7 +20,7 @@ import torch
 from robo_loaders_plugin.core.errors import RoboLoadersError
 from robo_loaders_plugin.core.in_flight import TrainingLoop, indexed_in_flight
 from robo_loaders_plugin.core.iteration import BatchDataset, IndexedDataset, SamplingPlan, ServedDataset, Serving
-from robo_loaders_plugin.core.units import some_of
+from robo_loaders_plugin.core.units import plural, some_of
 from robo_loaders_plugin.core.worker_processes import ProcessBatches
 from robo_loaders_plugin.mixtures.batches import MixtureBatches
 from robo_loaders_plugin.mixtures.missing import fill_flat
@@ -440,7 +440,7 @@ class MixtureDataset(BatchDataset):
 
         low = [name for name, b in zip(self.names, buffers) if b == buffer]
         get_logger(__name__).warning(
-            f"warning: {self.setting}: each pass keeps {buffer} unit{'s' if buffer != 1 else ''} open, the smallest "
+            f"warning: {self.setting}: each pass keeps {plural(buffer, 'unit')} open, the smallest "
             f"shuffle_buffer of its components ({some_of(low)}: {buffer}; the others up to {most}): any stretch of a "
             "pass mixes that few units (episodes, or parts of long ones), so its batches mix fewer episodes; give "
             "the backend more memory for them (cache_memory), or serve those components in a mixture of their own"
