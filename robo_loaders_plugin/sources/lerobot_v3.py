@@ -163,6 +163,11 @@ class LeRobotV3:
         Returns:
             Paths on this source's filesystem, sorted.
         """
+        if self.local:
+            # pathlib's glob, as LeRobot lists its own files (the same matches as fsspec's, hidden names included):
+            # fsspec compiles a regular expression of the whole path at each call, and a mixture's hundreds of roots
+            # overflow re's cache of compiled patterns (~0.4 ms a call against ~0.05 ms)
+            return sorted(str(p) for p in Path(self.root).glob(pattern))
         return sorted(self.fs.glob(self.full(pattern)))
 
     def open_video(self, path: str):
