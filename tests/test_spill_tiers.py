@@ -365,6 +365,33 @@ def test_units_serve_windows_that_reach_into_their_neighbours_from_their_margins
     assert frames.cache.loads == len(units) and frames.capacity == 3
 
 
+def test_a_batch_drawn_from_several_units_in_any_order_gets_each_rows_frames():
+    """A batch's rows from many units, interleaved (as a shuffle buffer draws them), each with its window's frames:
+    the units' rows are found for the whole batch at once, then copied unit by unit."""
+    frames, units, cam, _small, loads = _chunked(margin=(1, 2), capacity=16)
+    unit_start = np.array([s for _, s, _ in units])
+    bounds = {7: (0, 25), 3: (25, 60)}
+    rng = np.random.default_rng(1)
+    picked = rng.integers(0, len(units), 48)
+    at = np.array([rng.integers(units[u][1], units[u][2]) for u in picked.tolist()])
+    first = np.array([bounds[units[u][0]][0] for u in picked.tolist()])
+    end = np.array([bounds[units[u][0]][1] for u in picked.tolist()])
+    rows = np.clip(at[:, None] + np.array([-1, 0, 2])[None, :], first[:, None], end[:, None] - 1)
+    got = gather(frames, "cam", picked, rows - unit_start[picked][:, None])
+    assert got.tobytes() == cam[rows].tobytes()
+    assert len(loads) == len(np.unique(picked))  # each unit loaded once for the batch
+    assert got.tobytes() != cam[np.clip(rows + 1, 0, len(cam) - 1)].tobytes()  # negative control: a row off
+
+
+def test_a_window_beyond_the_margins_is_refused_before_any_unit_is_loaded():
+    """A batch with one row outside its unit's margins is refused whole: neither that unit nor the ones after it
+    are decoded for it first (only the first row's, which ``gather`` loads to see the frames' kind)."""
+    frames, _units, _cam, _small, loads = _chunked(margin=(0, 0))
+    with pytest.raises(IndexError, match="reach outside unit 1"):
+        gather(frames, "cam", np.array([0, 1, 2]), np.array([[0, 1], [-1, 0], [0, 1]]))
+    assert [lo for _, lo, _ in loads] == [0]
+
+
 def test_a_window_beyond_the_margins_is_an_error_not_another_units_frames():
     """Negative control: without margins, the previous frame of a unit's first row is not loaded."""
     frames, _units, _cam, _small, _loads = _chunked(margin=(0, 0))

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from robo_loaders_plugin.core.lru import LoadOnceLRU
-from robo_loaders_plugin.frames.base import FieldInfo, FrameSource, broadcast_episodes, copy_windows
+from robo_loaders_plugin.frames.base import FieldInfo, FrameSource, broadcast_episodes, copy_windows, runs
 from robo_loaders_plugin.frames.joined_loads import JoinsLoads
 
 UNIT_BYTES = 32 << 20  # decoded camera bytes of one unit: 12 frames of three 480p cameras, whole 84x84 episodes
@@ -232,13 +232,22 @@ class ChunkFrames(JoinsLoads, FrameSource):
         """
         units = np.asarray(episodes)
         g = self.unit_start[units][:, None] + steps  # the dataset's rows
-        uniq, inverse = np.unique(units, return_inverse=True)
+        local = g - self.lo[units][:, None]  # rows within each unit's loaded rows
+        # every row checked and every unit's rows found at once, before any unit is loaded: per unit, the check and
+        # the search were a fifth of the assembling threads' time holding the GIL (docs/scale.md, the copy ceiling)
+        outside = ((local < 0) | (local >= (self.hi - self.lo)[units][:, None])).any(axis=1)
+        if outside.any():
+            u = int(units[outside].min())
+            self._local(field, u, g[units == u])  # raises, naming the unit and its rows
+        order = np.argsort(units, kind="stable")  # each unit's rows together, in batch order within it
+        groups = runs(units[order])
         # units no other thread is loading are loaded first, those being loaded elsewhere waited for last
-        for i, loaded in self.cache.iter_loaded(uniq.tolist()):
-            at = np.flatnonzero(inverse == i)
+        for i, loaded in self.cache.iter_loaded([u for u, _, _ in groups]):
+            _, a, z = groups[i]
+            at = order[a:z]
             held = loaded[field]
             held = held.numpy() if isinstance(held, torch.Tensor) else held
-            copy_windows(held, self._local(field, int(uniq[i]), g[at]), out, rows[at])
+            copy_windows(held, local[at], out, rows[at])
 
 
 class EpisodeUnits(FrameSource):
