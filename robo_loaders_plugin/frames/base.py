@@ -359,6 +359,23 @@ def runs(keys: np.ndarray) -> list[tuple[int, int, int]]:
     return list(zip(keys[cuts[:-1]].tolist(), cuts[:-1], cuts[1:]))
 
 
+def grouped(keys) -> tuple[np.ndarray, list[tuple[int, int, int]]]:
+    """A batch's positions grouped by key: one stable sort, then :func:`runs` over it. Why not a search per key
+    (``np.unique`` and ``flatnonzero(inverse == i)`` for each): that costs a pass over the batch per key, and a
+    batch drawn from many episodes, units or parts has as many keys as rows.
+
+    Args:
+        keys: (N,) integer keys (episodes, units, parts), in batch order.
+
+    Returns:
+        ``(order, groups)``: the positions sorted by key (in batch order within a key), and ``(key, start, end)`` of
+        each key's positions in ``order[start:end]``, keys ascending.
+    """
+    keys = np.asarray(keys)
+    order = np.argsort(keys, kind="stable")
+    return order, runs(keys[order])
+
+
 def broadcast_episodes(episodes: np.ndarray, steps: np.ndarray) -> np.ndarray:
     """Episode of every element of ``steps``.
 

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from robo_loaders_plugin.core.lru import LoadOnceLRU
-from robo_loaders_plugin.frames.base import FieldInfo, FrameSource, broadcast_episodes, copy_windows, runs
+from robo_loaders_plugin.frames.base import FieldInfo, FrameSource, broadcast_episodes, copy_windows, grouped
 from robo_loaders_plugin.frames.joined_loads import JoinsLoads
 
 UNIT_BYTES = 32 << 20  # decoded camera bytes of one unit: 12 frames of three 480p cameras, whole 84x84 episodes
@@ -239,8 +239,7 @@ class ChunkFrames(JoinsLoads, FrameSource):
         if outside.any():
             u = int(units[outside].min())
             self._local(field, u, g[units == u])  # raises, naming the unit and its rows
-        order = np.argsort(units, kind="stable")  # each unit's rows together, in batch order within it
-        groups = runs(units[order])
+        order, groups = grouped(units)
         # units no other thread is loading are loaded first, those being loaded elsewhere waited for last
         for i, loaded in self.cache.iter_loaded([u for u, _, _ in groups]):
             _, a, z = groups[i]

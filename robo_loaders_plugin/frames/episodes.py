@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from robo_loaders_plugin.core.lru import LoadOnceLRU
-from robo_loaders_plugin.frames.base import FieldInfo, FrameSource, copy_windows
+from robo_loaders_plugin.frames.base import FieldInfo, FrameSource, copy_windows, grouped
 from robo_loaders_plugin.frames.joined_loads import JoinsLoads
 from robo_loaders_plugin.storage.encoded_frames import EncodedFrames
 
@@ -164,10 +164,11 @@ class EpisodeFrames(JoinsLoads, FrameSource):
             out: The batch, ``(N, T) + step shape``, C-contiguous.
             rows: (n,) distinct rows of ``out``.
         """
-        uniq, inverse = np.unique(episodes, return_inverse=True)
+        order, groups = grouped(episodes)
         # episodes no other thread is loading are loaded first (LoadOnceLRU)
-        for i, values in self.cache.iter_loaded([int(e) for e in uniq]):
-            at = np.flatnonzero(inverse == i)
+        for i, values in self.cache.iter_loaded([e for e, _, _ in groups]):
+            _, a, z = groups[i]
+            at = order[a:z]
             held = values[field]
             copy_windows(held.numpy() if isinstance(held, torch.Tensor) else held, steps[at], out, rows[at])
 

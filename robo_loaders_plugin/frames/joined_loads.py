@@ -15,7 +15,7 @@ from typing import Protocol
 
 import numpy as np
 
-from robo_loaders_plugin.frames.base import FieldInfo, JoinedField, runs
+from robo_loaders_plugin.frames.base import FieldInfo, JoinedField, grouped
 
 
 class LoadingSource(Protocol):
@@ -81,8 +81,8 @@ class JoinedLoads(JoinedField):
             raise ValueError(f"a joined read writes into a C-contiguous batch, not one of strides {out.strides}")
         st = np.asarray(steps).reshape(B, -1)
         flat_out = out.reshape((out.shape[0], st.shape[1]) + out.shape[np.ndim(steps) :])
-        order = np.argsort(parts, kind="stable")
-        for p, a, b in runs(np.asarray(parts)[order]):
+        order, groups = grouped(parts)
+        for p, a, b in groups:
             sel = order[a:b]
             source, field = self.parts[p]
             source.take_into(field, np.asarray(episodes)[sel], st[sel], flat_out, np.asarray(rows)[sel])

@@ -21,8 +21,8 @@ from robo_loaders_plugin.frames.base import (
     FrameSource,
     JoinedField,
     broadcast_episodes,
+    grouped,
     part_offsets,
-    runs,
     step_slots,
 )
 
@@ -389,8 +389,7 @@ class JoinedHostRows(JoinedField):
                 f"{self.fields[parts[b]]}: rows {int(held[b].min())}..{int(held[b].max())} outside the "
                 f"{int(self.total_rows[parts[b]])} rows held"
             )
-        order = np.argsort(parts, kind="stable")  # each part's rows together: one copy a part
-        groups = runs(parts[order])
+        order, groups = grouped(parts)  # each part's rows together: one copy a part
         held, dest = held[order], step_slots(np.asarray(rows)[order], T)
         # where each part's host array holds its rows, asked at every read: sharing a source's host memory with
         # workers moves it (``share_host``), and a view kept here would outlive it
