@@ -635,3 +635,19 @@ def test_datapipe_records_its_row_check_of_a_table_held_in_memory_by_its_values(
         for i in (0, row, len(nat) - 1):
             same_item(ours[i], nat[i], f"datapipe[{i}]")
     assert checks == [1, 1]  # checked again: the values changed
+
+
+def test_rows_in_another_column_order_than_lerobots_are_refused(lerobot_datasets):
+    """``lerobot.dataset.check_rows_match`` compares the served columns with LeRobot's table's, in order (read as the
+    table's column names, which datasets keeps in its features' order): LeRobot's own order passes that check (the
+    next one, the ``index`` column, refuses an empty read), the same names in another order are refused."""
+    from robo_loaders_plugin.core.errors import SourceError
+    from robo_loaders_plugin.lerobot.dataset import check_rows_match
+
+    nat = native(lerobot_datasets["av1_1cam"])
+    columns = list(nat.hf_dataset.features)
+    assert columns == nat.hf_dataset.column_names and len(columns) > 1
+    with pytest.raises(SourceError, match="index column"):
+        check_rows_match(nat, columns, np.zeros(0, np.int64), {})
+    with pytest.raises(SourceError, match=r"columns \[.*\] differ from LeRobot's"):
+        check_rows_match(nat, columns[::-1], np.zeros(0, np.int64), {})

@@ -1,6 +1,7 @@
 """``LeRobotV3.glob`` on a local root lists with pathlib (as LeRobot lists its own files), not fsspec: the same paths
 as fsspec's glob, the general path every remote root still takes, on a tree with the names that tell listers apart
-(hidden files and directories, a directory named like a file, deeper levels, near-miss suffixes)."""
+(hidden files and directories, a directory named like a file, deeper levels, near-miss suffixes); and the local
+root's size (``local_bytes``), walked once per source object."""
 
 from __future__ import annotations
 
@@ -57,3 +58,20 @@ def test_the_tree_tells_a_lister_that_skips_hidden_names_apart(root):
     source = LeRobotV3(root)
     other = sorted(glob.glob(f"{os.path.realpath(root)}/{pattern}"))
     assert other != source.glob(pattern)
+
+
+def test_local_bytes_is_the_roots_size_walked_once(root, monkeypatch):
+    """``LeRobotV3.local_bytes`` (what ``data_size`` records as ``source_bytes``) is every file's size under the root,
+    summed by one walk per source object: a mixture plans, then builds, each component from one object. Control: a
+    root with one more byte gives another size."""
+    (root / "data" / "chunk-000" / "file-000.parquet").write_bytes(b"x" * 100)
+    expected = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(root) for f in fs)
+    walks = []
+    real_walk = os.walk
+    monkeypatch.setattr(os, "walk", lambda *a, **k: walks.append(a) or real_walk(*a, **k))
+    source = LeRobotV3(root)
+    assert source.local_bytes() == expected == 100 + len(json.dumps({"fps": 10, "features": {}}))
+    assert source.local_bytes() == expected
+    assert len(walks) == 1
+    (root / "data" / "chunk-000" / "file-000.parquet").write_bytes(b"x" * 101)
+    assert LeRobotV3(root).local_bytes() == expected + 1
