@@ -403,6 +403,43 @@ def test_joined_batches_are_the_per_component_batches_and_the_documented_items(
     assert build_mixture(robots_spec(ds), nats, choose("native"), seed=3).joined is None
 
 
+def test_episode_records_low_dim_rows_are_kept_as_batches_first_reach_them(lerobot_robots):
+    """``datapipe``'s sources read whole episode records (``frames.episodes.EpisodeFrames``): a mixture does not read
+    every record at its start for the kept low-dim tables (``FrameSource.low_dim_up_front``; 2.5 s at 400 pretraining
+    components); each unit's rows are written at the first batch that reaches it, after the batch's reads loaded
+    it, and the batches equal the per-component batches. ``compressed_cache``'s stores read theirs at the start.
+    Control: units marked filled without their rows written serve zeros, which differ."""
+    ds = lerobot_robots
+    nats = robot_natives(ds)
+    idx = lambda mix: [int(mix.offsets[k]) + j for k in range(3) for j in (0, 5, 9)]  # noqa: E731
+
+    mix = build_mixture(robots_spec(ds, missing_cameras="zeros"), nats, choose("datapipe"), seed=3)
+    frames = mix.joined.frames
+    assert {"action", "observation.state", "index"} <= set(frames.tables)
+    assert frames._filled is not None and not frames._filled.any()  # no unit's rows read at the start
+    # nor every episode record read for them (the build's probes read a first episode here and there)
+    assert sum(len(s._small) for s in frames.sources) < sum(len(s.lengths) for s in frames.sources)
+    frames._filled[:] = True  # control: claimed filled, rows never written
+    with pytest.raises(AssertionError, match=r"(action|observation\.state|index): values differ"):
+        same_batch(mix.collate(idx(mix)), mix.collate(idx(mix), joined=False), "filled control")
+
+    mix = build_mixture(robots_spec(ds, missing_cameras="zeros"), nats, choose("datapipe"), seed=3)
+    frames = mix.joined.frames
+    first = [int(mix.offsets[1])]  # one row of the bimanual robot: its one episode
+    got = mix.collate(first)
+    assert frames._filled.tolist() == [False, False, True, False, False]  # that unit's rows, not the others'
+    same_batch(got, mix.collate(first, joined=False), "filled at the first batch")
+    same_batch(mix.collate(idx(mix)), mix.collate(idx(mix), joined=False), "every robot")
+    source = mix.batch_source(SamplingPlan(batch_size=16, seed=5, num_workers=2))
+    order = source.indices_of(0).tolist()
+    for b, batch in enumerate(source.batches(0)):
+        same_batch(batch, mix.collate(order[b * 16 : (b + 1) * 16], joined=False), f"batch {b}")
+    assert frames._filled.all()  # a whole pass reached every unit
+
+    cached = build_mixture(robots_spec(ds, missing_cameras="zeros"), nats, choose("compressed_cache"), seed=3)
+    assert cached.joined.frames.tables and cached.joined.frames._filled is None  # read at the start
+
+
 def test_native_batches_are_built_item_by_item_as_part_by_part(lerobot_robots):
     """A ``native`` mixture (LeRobot's own ``LeRobotDataset`` per robot) builds a batch from its items
     (``MixtureDataset._by_items``: each item renamed, padded, filled, then one collate, as LeRobot's DataLoader

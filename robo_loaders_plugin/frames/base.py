@@ -69,6 +69,12 @@ class FrameSource(abc.ABC):
 
     lengths: np.ndarray
 
+    # whether a mixture reads this source's low-dim rows of every episode at its start (``mixtures.joined_frames``:
+    # True, the rows are at hand: in memory, or one read of a store) or as its batches first reach each episode
+    # (False: a source that reads whole episode records, where reading them all means reading every record, and
+    # an episode's first load for a batch keeps its low-dim fields anyway)
+    low_dim_up_front: bool = True
+
     @abc.abstractmethod
     def info(self, field: str) -> FieldInfo:
         """dtype and per-step shape of ``field``.
@@ -146,6 +152,21 @@ class FrameSource(abc.ABC):
             ``{field: values}`` as :meth:`gather_fields` returns them.
         """
         return self.gather_fields(fields, episodes, steps)
+
+    def low_dim_of_unit(self, fields, episode: int) -> dict:
+        """Fields that are not camera frames at every step of one episode: what a mixture keeps of an episode as
+        its batches first reach it (``low_dim_up_front`` false; ``mixtures.joined_frames``). This default is
+        :meth:`gather_low_dim` over its steps.
+
+        Args:
+            fields: The fields' names (none of them frames).
+            episode: The episode's index.
+
+        Returns:
+            ``{field: values}``, each ``(steps,) + step shape``.
+        """
+        n = int(self.lengths[episode])
+        return self.gather_low_dim(fields, np.full(n, episode, dtype=np.int64), np.arange(n, dtype=np.int64))
 
     def gather_fields(self, fields, episodes: np.ndarray, steps: np.ndarray, pool=None) -> dict:
         """Several fields at the same (episode, step) pairs, as :meth:`gather` returns each.

@@ -10,6 +10,7 @@ mixture field to the component's own, pads vectors to the mixture's width and ze
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -36,7 +37,8 @@ class JoinedFrames(FrameSource):
 
     The low-dim fields (columns, actions, states: not camera frames) may be kept in one table of every component's
     rows (:meth:`keep_low_dim`), read once through each component's own frame source (checked as every read of it
-    is): a batch then reads each of them with one index over all components, where it read them with one call per
+    is; at the start, or, for a source that reads whole episode records, as batches first reach each episode):
+    a batch then reads each of them with one index over all components, where it read them with one call per
     component, ~30 us each, most of a small-frame mixture's batch (``benchmarks/mixture_batch_cost.py``). A camera
     is read across all components in one call where their sources' class joins it (``FrameSource.join_field``: a
     store's class may lay out every component's frames once and decode a batch's in one loop, or copy held rows
@@ -66,6 +68,10 @@ class JoinedFrames(FrameSource):
         self.widths = dict(widths)
         self._infos: dict[str, FieldInfo] = {}
         self.tables: dict[str, np.ndarray] = {}  # kept low-dim fields, one row per joined row (keep_low_dim)
+        # which joined units' rows the tables hold (None: all): a source that reads its low-dim rows as batches
+        # reach its units (FrameSource.low_dim_up_front false) fills its units' rows at their first batch
+        self._filled: np.ndarray | None = None
+        self._fill_lock = threading.Lock()
         self._joined: dict[str, tuple | None] = {}  # cameras read as one (_joined_field)
         self.lengths = joined
 
@@ -86,8 +92,10 @@ class JoinedFrames(FrameSource):
         return total
 
     def keep_low_dim(self, fields: Sequence[str]) -> list[str]:
-        """Read the low-dim fields among ``fields`` of every component's rows into one table each (padded; zeros
-        where a component lacks the field), in joined row order.
+        """Keep the low-dim fields among ``fields`` of every component's rows in one table each (padded; zeros
+        where a component lacks the field), in joined row order: read now from the components whose sources have
+        their rows at hand (``FrameSource.low_dim_up_front``), from the others' units as batches first reach them
+        (:meth:`gather_fields`).
 
         Args:
             fields: Mixture keys.
@@ -97,28 +105,70 @@ class JoinedFrames(FrameSource):
         """
         kept = [f for f in dict.fromkeys(fields) if f not in self.tables and not self.info(f).frames]
         tables = {f: np.zeros((self.rows, *self.info(f).shape), dtype=self.info(f).dtype) for f in kept}
+        filled = np.ones(len(self.lengths), dtype=bool) if self._filled is None else self._filled.copy()
         for k, own in enumerate(self.fields):
             lengths = self.unit_lengths[k]
             mine = [f for f in kept if f in own]
             if not mine or not len(lengths):
                 continue
+            if not getattr(self.sources[k], "low_dim_up_front", True):
+                # its units' rows of every kept table, the earlier ones too, written at their first batch
+                filled[self.unit_offsets[k] : self.unit_offsets[k] + len(lengths)] = False
+                continue
             # every field of the component in one read of its units (a source reads a unit once for all fields)
             units = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
             steps = np.arange(units.size, dtype=np.int64) - np.repeat(np.cumsum(lengths) - lengths, lengths)
             values = self.sources[k].gather_low_dim([own[f] for f in mine], units, steps)
-            first = int(self.unit_rows[self.unit_offsets[k]])
-            for f in mine:
-                value = values[own[f]]
-                value = value.numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
-                rows = tables[f][first : first + units.size]
-                if f in self.widths:
-                    rows[..., : value.shape[-1]] = value
-                else:
-                    rows[...] = value
+            self._write_rows(tables, k, mine, values, int(self.unit_rows[self.unit_offsets[k]]))
         for f in kept:
-            tables[f].setflags(write=False)  # a batch reads it; nothing may change what was checked
+            tables[f].setflags(write=False)  # a batch reads it; only a unit's first fill writes (_fill)
             self.tables[f] = tables[f]
+        self._filled = None if filled.all() else filled
         return kept
+
+    def _write_rows(self, tables: Mapping[str, np.ndarray], k: int, mine, values: Mapping, first: int) -> None:
+        """Component ``k``'s values of the mixture fields ``mine`` (``values`` by its own keys) into ``tables``'
+        rows from ``first`` on, padded vectors in their first entries."""
+        own = self.fields[k]
+        for f in mine:
+            value = values[own[f]]
+            value = value.numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
+            rows = tables[f][first : first + len(value)]
+            if f in self.widths:
+                rows[..., : value.shape[-1]] = value
+            else:
+                rows[...] = value
+
+    def _fill(self, units: np.ndarray) -> None:
+        """Write the kept tables' rows of the joined ``units`` not yet filled (components whose sources read their
+        low-dim rows as batches reach their units), each unit's once: read through the component's source
+        (:meth:`FrameSource.low_dim_of_unit`: a unit a batch has loaded keeps them), written under a lock, then
+        marked filled."""
+        filled = self._filled
+        if filled is None:
+            return
+        pending = units[~filled[units]]
+        if not pending.size:
+            return
+        reads = []
+        for u in np.unique(pending).tolist():
+            k = int(np.searchsorted(self.unit_offsets, u, side="right") - 1)
+            own = self.fields[k]
+            mine = [f for f in self.tables if f in own]
+            values = self.sources[k].low_dim_of_unit([own[f] for f in mine], u - int(self.unit_offsets[k]))
+            reads.append((u, k, mine, values))
+        with self._fill_lock:
+            tables = list(self.tables.values())
+            for t in tables:
+                t.setflags(write=True)
+            try:
+                for u, k, mine, values in reads:
+                    if not filled[u]:  # else another thread filled it meanwhile (the same rows)
+                        self._write_rows(self.tables, k, mine, values, int(self.unit_rows[u]))
+                        filled[u] = True
+            finally:
+                for t in tables:
+                    t.setflags(write=False)
 
     def info(self, field: str) -> FieldInfo:
         """The mixture's field: the first component serving it says dtype and kind; a padded vector is the
@@ -170,18 +220,22 @@ class JoinedFrames(FrameSource):
             ``{field: numpy array}``.
         """
         units = np.asarray(episodes, dtype=np.int64)
-        out = {}
         read = [f for f in fields if f not in self.tables]
+        out = self._gather_read(read, units, steps, pool) if read else {}
         if len(read) < len(fields):  # kept low-dim fields: one index over every component
+            self._fill(units)  # after the reads above: a unit they loaded keeps its low-dim fields
             at = self.unit_rows[units].reshape(units.shape + (1,) * (steps.ndim - 1)) + steps
             for f in fields:
                 if f in self.tables:
                     table = self.tables[f]
                     dest = pool.empty(at.shape + table.shape[1:], table.dtype) if pool is not None else None
                     out[f] = np.take(table, at, axis=0, out=dest)
-            if not read:
-                return out
-            fields = read
+        return {f: out[f] for f in dict.fromkeys(fields)}
+
+    def _gather_read(self, fields, units: np.ndarray, steps: np.ndarray, pool) -> dict:
+        """The fields not kept in tables (:meth:`gather_fields`): each camera by one joined read where its sources'
+        class joins it, the rest per component."""
+        out = {}
         comp = np.searchsorted(self.unit_offsets, units, side="right") - 1
         for f in fields:
             info = self.info(f)
@@ -254,7 +308,12 @@ class JoinedFrames(FrameSource):
     def __getstate__(self):  # the joined readers hold per-process views (mapped files): built again where used
         state = self.__dict__.copy()
         state["_joined"] = {}
+        del state["_fill_lock"]
         return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._fill_lock = threading.Lock()
 
 
 def keep_low_dim_within_budget(frames: JoinedFrames, fields: Sequence[str]) -> list[str]:
