@@ -428,13 +428,14 @@ def test_episode_records_low_dim_rows_are_kept_as_batches_first_reach_them(lerob
     first = [int(mix.offsets[1])]  # one row of the bimanual robot: its one episode
     got = mix.collate(first)
     assert frames._filled.tolist() == [False, False, True, False, False]  # that unit's rows, not the others'
+    assert frames.pending_units() == 4
     same_batch(got, mix.collate(first, joined=False), "filled at the first batch")
     same_batch(mix.collate(idx(mix)), mix.collate(idx(mix), joined=False), "every robot")
     source = mix.batch_source(SamplingPlan(batch_size=16, seed=5, num_workers=2))
     order = source.indices_of(0).tolist()
     for b, batch in enumerate(source.batches(0)):
         same_batch(batch, mix.collate(order[b * 16 : (b + 1) * 16], joined=False), f"batch {b}")
-    assert frames._filled.all()  # a whole pass reached every unit
+    assert frames._filled.all() and frames.pending_units() == 0  # a whole pass reached every unit
 
     cached = build_mixture(robots_spec(ds, missing_cameras="zeros"), nats, choose("compressed_cache"), seed=3)
     assert cached.joined.frames.tables and cached.joined.frames._filled is None  # read at the start

@@ -126,6 +126,14 @@ class JoinedFrames(FrameSource):
         self._filled = None if filled.all() else filled
         return kept
 
+    def pending_units(self) -> int:
+        """Joined units whose rows the kept tables do not hold yet (written as batches first reach them).
+
+        Returns:
+            The count (0 when the tables hold every unit's rows).
+        """
+        return 0 if self._filled is None else int((~self._filled).sum())
+
     def _write_rows(self, tables: Mapping[str, np.ndarray], k: int, mine, values: Mapping, first: int) -> None:
         """Component ``k``'s values of the mixture fields ``mine`` (``values`` by its own keys) into ``tables``'
         rows from ``first`` on, padded vectors in their first entries."""
@@ -336,8 +344,10 @@ def keep_low_dim_within_budget(frames: JoinedFrames, fields: Sequence[str]) -> l
         )
         return []
     kept = frames.keep_low_dim(fields)
+    later = frames.pending_units()
+    when = f"; {later} episodes' rows written as batches first reach them (their sources read whole records)"
     logger.info(
         f"mixture: {len(kept)} low-dim fields of {frames.rows} steps kept in memory ({format_bytes(need)}), each read "
-        "by one index per batch"
+        f"by one index per batch{when if later else ''}"
     )
     return kept
