@@ -139,8 +139,11 @@ The contracts a backend implements (each is checked where it says):
   new or from the pool; a device-resident source returns a tensor where its data lives),
   ``gather_fields(fields, episodes, steps, pool=None)`` (several fields at the same rows, the rows found once),
   ``gather_low_dim(fields, episodes, steps)`` (a mixture's start reading every component's low-dim rows; a source
-  loading whole episodes may read them without their frames), ``close()`` (release files, maps and threads
-  now), ``closed(where)`` (what a closed dataset reads from) and the
+  loading whole episodes may read them without their frames), ``low_dim_of_unit(fields, episode)`` (one episode's
+  low-dim rows, whole: what a mixture keeps of it at the first batch reaching it when the class attribute
+  ``low_dim_up_front`` is false, as for a source reading whole episode records, whose every record a start would
+  otherwise read), ``close()`` (release files, maps and threads now), ``closed(where)`` (what a closed dataset
+  reads from) and the
   classmethod ``join_field(parts)`` (one field of several sources of the class as one :class:`JoinedField`
   whose ``take(parts, episodes, steps, rows, out)`` reads a mixture's joined batch in one call; the default
   declines) have defaults.
