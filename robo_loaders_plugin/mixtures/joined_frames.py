@@ -111,7 +111,7 @@ class JoinedFrames(FrameSource):
             mine = [f for f in kept if f in own]
             if not mine or not len(lengths):
                 continue
-            if not getattr(self.sources[k], "low_dim_up_front", True):
+            if not self.sources[k].low_dim_up_front:
                 # its units' rows of every kept table, the earlier ones too, written at their first batch
                 filled[self.unit_offsets[k] : self.unit_offsets[k] + len(lengths)] = False
                 continue

@@ -88,18 +88,15 @@ def video_stream_dataset(native, *, options):
                 "differ); point --dataset.root at a copy of its tables, or leave it unset"
             )
         check_meta_match(native, source)  # the local tables' meta/ is LeRobot's
+    elif url:
+        source = LeRobotV3(url, table_reads=active_reads())  # a mixture's: LeRobot's reads
+        check_meta_match(native, source)  # the meta/ read is LeRobot's
     else:
-        if url:
-            source = LeRobotV3(url, table_reads=active_reads())  # a mixture's: LeRobot's reads
-            check_meta_match(native, source)  # the meta/ read is LeRobot's
-        else:
-            # the dataset's own root: the source native_source checked (once per build: a mixture plans each
-            # component's footprint from it moments before, and a second source re-read and re-checked meta/)
-            source, _ = native_source(native)
-        if options.local_cache_dir:
-            logger.warning(
-                f"video_stream: local_cache_dir ignored: the videos of {url or native.root} are local already"
-            )
+        # the dataset's own root: the source native_source checked (once per build: a mixture plans each
+        # component's footprint from it moments before, and a second source re-read and re-checked meta/)
+        source, _ = native_source(native)
+    if not is_remote(url) and options.local_cache_dir:
+        logger.warning(f"video_stream: local_cache_dir ignored: the videos of {url or native.root} are local already")
     device = _decode_device(options.decode_device, source)
     # the buffer, sized in bytes from metadata before anything is read: long episodes are cut into units of
     # ~32 MB decoded (frames.chunks), each loaded with the frames its windows reach outside it
