@@ -11,6 +11,7 @@ only from the parts holding a unit's rows.
 """
 
 import hashlib
+import itertools
 import pickle
 
 import h5py
@@ -290,3 +291,59 @@ def test_a_mixture_of_long_demos_is_served_by_parts_every_window_once_and_resume
     resumed = rows(mix.batch_source(plan).batches(0, 5))
     assert resumed == served[5 * BATCH :]
     assert rows(mix.batch_source(plan).batches(0, 6)) != served[5 * BATCH :]
+
+
+def test_a_joined_mixture_of_long_demos_keeps_each_demos_low_dim_rows_at_its_first_batch(
+    long_hdf5, long_hdf5_b, shards_dir
+):
+    """A ``datapipe`` mixture of two files of long demos served whole (units are demos): its batches are joined
+    over both files (``robomimic.joined``), the low-dim rows (``actions``, the low-dim ``obs`` and ``next_obs``)
+    kept in one table each and written demo by demo at the first batch that reaches it
+    (``FrameSource.low_dim_up_front`` false for ``datapipe``'s whole-record sources), not read at the start; over a
+    whole pass every window of both files is served once, byte-identical to its file's SequenceDataset sample.
+    Control: demos marked written without their rows serve zeros, which differ from SequenceDataset's samples."""
+    from robo_loaders_plugin.mixtures.dataset import DATASET_INDEX
+
+    combo = COMBOS["bc_rnn_next_obs"]
+    natives = [
+        dataset_factory(make_config(p, **combo), obs_keys(make_config(p, **combo))) for p in (long_hdf5, long_hdf5_b)
+    ]
+    want = sorted((k, d) for k, n in enumerate(natives) for d in native_digests(n))
+
+    def mixture():
+        cfg = make_config(long_hdf5, backend="datapipe", backend_kwargs={"cache_dir": shards_dir}, **combo)
+        with cfg.values_unlocked():
+            cfg.train.data_mixture = {"components": [{"path": long_hdf5}, {"path": long_hdf5_b}], "weights": "size"}
+        return dataset_factory(cfg, obs_keys(cfg))
+
+    def rows(batches):
+        out = []
+        for batch in batches:
+            for r in range(len(batch["actions"])):
+                row = {
+                    k: ({kk: np.asarray(vv[r]) for kk, vv in v.items()} if isinstance(v, dict) else np.asarray(v[r]))
+                    for k, v in batch.items()
+                    if k != DATASET_INDEX
+                }
+                out.append((int(batch[DATASET_INDEX][r]), digest(row)))
+        return out
+
+    plan = SamplingPlan(batch_size=BATCH, shuffle=True, drop_last=False, num_workers=2)
+    mix = mixture()
+    assert mix.joined is not None
+    frames = mix.joined.frames
+    assert {"actions", "obs/robot0_eef_pos", "next_obs/object"} <= set(frames.tables)
+    assert len(frames.lengths) == 4 + 2 and min(frames.lengths) >= 300  # units are the long demos, whole
+    assert frames.pending_units() == len(frames.lengths)  # no demo's rows read at the start
+    served = rows(mix.batch_source(plan).batches(0))
+    assert frames.pending_units() == 0  # the pass reached every demo
+    assert sorted(served) == want  # every window of both files once, each byte-identical to its native sample
+
+    mix = mixture()
+    mix.joined.frames._filled[:] = True  # control: marked written, rows never written
+    source = mix.batch_source(plan)
+    try:
+        first = rows(itertools.islice(source.batches(0), 1))
+    finally:
+        source.shutdown()
+    assert len(first) == BATCH and not set(first) & set(want)
