@@ -341,9 +341,9 @@ def test_a_joined_mixture_of_long_demos_keeps_each_demos_low_dim_rows_at_its_fir
 
     mix = mixture()
     mix.joined.frames._filled[:] = True  # control: marked written, rows never written
-    source = mix.batch_source(plan)
+    batches = mix.batch_source(plan).batches(0)
     try:
-        first = rows(itertools.islice(source.batches(0), 1))
+        first = rows(itertools.islice(batches, 1))
     finally:
-        source.shutdown()
+        batches.close()  # the pipeline's threads stop with the generator
     assert len(first) == BATCH and not set(first) & set(want)
