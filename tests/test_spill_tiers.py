@@ -9,6 +9,7 @@ import pytest
 import torch
 from fake_machine import patch_available
 
+from robo_loaders_plugin.backends.gpu_resampler import tensors
 from robo_loaders_plugin.backends.gpu_resampler.footprint import plan_tiers
 from robo_loaders_plugin.backends.gpu_resampler.tiers import CompressedRows, TieredFrames
 from robo_loaders_plugin.core.data_size import DataSize
@@ -503,15 +504,20 @@ def test_tiers_read_across_sources_in_one_call(host_budget, tiers):
         joined.take(np.array([0]), np.array([4]), np.array([[5, 6, 7]]), np.array([0]), out)
 
 
-def test_one_step_windows_of_one_row_per_source_are_read_from_their_rows():
-    """Windows of one step, most sources with one row in the batch (a batch of 32 over hundreds of components): each
-    such row is copied by plain indexing (``JoinedHostRows.take``), the rows of a source with several by one fancy
-    index; every row equals the arrays filled, a row not read is left alone. Negative control: the sources
-    swapped give other rows."""
+@pytest.mark.parametrize("small_step_bytes", [tensors.SMALL_STEP_BYTES, 0])
+@pytest.mark.parametrize("rows", ["a row not read", "every row"])
+def test_one_step_windows_of_one_row_per_source_are_read_from_their_rows(rows, small_step_bytes, monkeypatch):
+    """Windows of one step, most sources with one row in the batch (a batch of 32 over hundreds of components):
+    each row is a view of its source's host array (``JoinedHostRows.take``), the views copied in one concatenate,
+    into the batch's rows in place when they are consecutive, else gathered and scattered (small frames) or copied
+    row by row (frames over ``SMALL_STEP_BYTES``); every row equals the arrays filled, a row not read is left alone.
+    Negative control: the sources swapped give other rows."""
+    monkeypatch.setattr(tensors, "SMALL_STEP_BYTES", small_step_bytes)
     plan = plan_tiers(_size(), device_budget=None, host_budget=None)
     eps = [_episodes(seed=s) for s in (0, 7, 3)]
     sources = [_tiered(plan, eps=e) for e in eps]
-    reads = [(0, 4, 1, 0), (1, 1, 2, 1), (2, 0, 4, 2), (1, 3, 0, 3), (2, 2, 5, 5)]  # source 0 once; row 4 not read
+    last = 5 if rows == "a row not read" else 4
+    reads = [(0, 4, 1, 0), (1, 1, 2, 1), (2, 0, 4, 2), (1, 3, 0, 3), (2, 2, 5, last)]  # source 0 once
     parts, e, s, r = (np.array([x[i] for x in reads]) for i in range(4))
     for field in INFOS:
         want = np.zeros((6, 1, *INFOS[field].shape), INFOS[field].dtype)

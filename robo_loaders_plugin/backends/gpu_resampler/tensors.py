@@ -9,6 +9,7 @@ copy). No per-sample Python, no worker processes, no decompression.
 from __future__ import annotations
 
 import functools
+import operator
 import warnings
 
 import numpy as np
@@ -28,6 +29,9 @@ from robo_loaders_plugin.frames.base import (
 
 logger = get_logger(__name__)
 
+# a camera step at most this big is gathered into a batch of its own, then scattered into the joined batch in one copy
+# (JoinedHostRows.take: ~0.5 us a row less than a copy per row); a bigger one is copied row by row in place
+SMALL_STEP_BYTES = 64 << 10
 DEFAULT_VRAM_FRACTION = 0.5  # of the free memory of the training GPU, when max_device_memory is not given
 
 
@@ -346,10 +350,10 @@ class TensorFrames(FrameSource):
 
 class JoinedHostRows(JoinedField):
     """One field of several ``TensorFrames`` on the CPU as one (:meth:`TensorFrames.join_field`): a batch's rows of
-    every part located and checked with a few numpy calls over the whole batch, then each part's rows copied from
-    its host array straight into the batch (one fancy index a part), where a read per part located and checked its
-    rows on its own (``benchmarks/mixture_batch_cost.py``). A part whose rows are not all in its host array (a
-    compressed tier) is read by its own ``gather_fields`` and copied in.
+    every part located and checked with a few numpy calls over the whole batch, then each row taken as a view of its
+    part's host array and the views copied into the batch by one concatenate, where a read per part located and
+    checked its rows on its own (``benchmarks/mixture_batch_cost.py``). A row not all in its part's host array (a
+    compressed tier) is read by its part's own ``gather_fields`` and copied in.
 
     Args:
         parts: ``(source, field)`` pairs, every source a ``TensorFrames`` on the CPU.
@@ -389,28 +393,48 @@ class JoinedHostRows(JoinedField):
                 f"{self.fields[parts[b]]}: rows {int(held[b].min())}..{int(held[b].max())} outside the "
                 f"{int(self.total_rows[parts[b]])} rows held"
             )
-        order, groups = grouped(parts)  # each part's rows together: one copy a part
-        held, dest = held[order], step_slots(np.asarray(rows)[order], T)
+        rows = np.asarray(rows, dtype=np.int64)
         # where each part's host array holds its rows, asked at every read: sharing a source's host memory with
         # workers moves it (``share_host``), and a view kept here would outlive it
-        spans = [self.sources[p]._host_span(self.fields[p]) for p, _, _ in groups]
-        counts = [z - a for _, a, z in groups]
-        lo = np.repeat([s[1] if s is not None else 0 for s in spans], counts)[:, None]
-        hi = np.repeat([s[2] if s is not None else 0 for s in spans], counts)[:, None]
-        held_rows = np.logical_and.reduceat(((held >= lo) & (held < hi)).all(axis=1), [a for _, a, _ in groups])
-        local = (held - lo).reshape(-1)
+        plist = parts.tolist()
+        span_of = {p: self.sources[p]._host_span(self.fields[p]) for p in set(plist)}
+        per_row = [span_of[p] for p in plist]
+        bounds = np.array([(s[1], s[2]) if s is not None else (0, 0) for s in per_row], dtype=np.int64)
+        lo = bounds[:, :1]
+        direct = ((held >= lo) & (held < bounds[:, 1:])).all(axis=1)  # every step of the row in a host array
+        local = held - lo
         flat = out.reshape((-1,) + self.step_shape)
-        # a part with one frame in the batch (most, when a batch of 32 windows of one step draws from hundreds of
-        # components) is copied by plain indexing: a fancy index builds index arrays and a temporary first (~5 us
-        # against ~1 us a frame)
-        one_dest, one_local = dest.tolist(), local.tolist()
-        for (p, a, z), span, all_held in zip(groups, spans, held_rows.tolist()):
-            if span is not None and all_held:
-                if (z - a) * T == 1:
-                    flat[one_dest[a]] = span[0][one_local[a]]
-                else:
-                    flat[dest[a * T : z * T]] = span[0][local[a * T : z * T]]
-            else:  # some rows in another tier: the source's own read
-                sel = order[a:z]
-                value = self.sources[p].gather_fields((self.fields[p],), episodes[sel], steps[sel])[self.fields[p]]
-                flat[dest[a * T : z * T]] = np.asarray(value).reshape((-1,) + self.step_shape)
+        # each row's steps as a view of its part's host array where they follow one another (a window inside its
+        # episode; a single step always), else by a fancy index; the views copied into the batch by one
+        # concatenate. Why not a copy per part: rows of a batch drawn from hundreds of components come from as
+        # many parts, and grouping, locating and copying each part's rows cost ~5 us a part
+        first = local[:, 0]
+        arrays = [s[0] if s is not None else None for s in per_row]
+        every = bool(direct.all())
+        if T == 1 and every:
+            views = list(map(operator.getitem, arrays, map(slice, first.tolist(), (first + 1).tolist())))
+        else:  # a view only of a row held in its part's host array (a slice past an array's end is short, not an error)
+            run = (np.diff(local, axis=1) == 1).all(axis=1)
+            views = [
+                (a[f : f + T] if r else a[local[b]]) if d else None
+                for b, (a, f, r, d) in enumerate(zip(arrays, first.tolist(), run.tolist(), direct.tolist()))
+            ]
+        if every:
+            B = len(rows)
+            if int(rows[-1]) - int(rows[0]) == B - 1 and bool((np.diff(rows) == 1).all()):
+                np.concatenate(views, out=flat[int(rows[0]) * T : (int(rows[-1]) + 1) * T])  # in place, one copy
+            elif flat[:1].nbytes <= SMALL_STEP_BYTES:  # small frames: joined first, then one scatter
+                flat[step_slots(rows, T)] = np.concatenate(views)
+            else:  # large frames: each row copied in place (no second copy of the batch)
+                for r, view in zip(rows.tolist(), views):
+                    flat[r * T : (r + 1) * T] = view
+            return
+        for r, view in zip(rows.tolist(), views):
+            if view is not None:
+                flat[r * T : (r + 1) * T] = view
+        left = np.flatnonzero(~direct)  # rows with a step in another tier: their source's own read, per part
+        order, groups = grouped(parts[left])
+        for p, a, z in groups:
+            sel = left[order[a:z]]
+            value = self.sources[p].gather_fields((self.fields[p],), episodes[sel], steps[sel])[self.fields[p]]
+            flat[step_slots(rows[sel], T)] = np.asarray(value).reshape((-1,) + self.step_shape)
