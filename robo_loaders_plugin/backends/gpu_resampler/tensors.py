@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import operator
 import warnings
+from typing import Any
 
 import numpy as np
 import torch
@@ -409,8 +410,9 @@ class JoinedHostRows(JoinedField):
         # concatenate. Why not a copy per part: rows of a batch drawn from hundreds of components come from as
         # many parts, and grouping, locating and copying each part's rows cost ~5 us a part
         first = local[:, 0]
-        arrays = [s[0] if s is not None else None for s in per_row]
+        arrays: list[Any] = [s[0] if s is not None else None for s in per_row]
         every = bool(direct.all())
+        views: list[Any]
         if T == 1 and every:
             views = list(map(operator.getitem, arrays, map(slice, first.tolist(), (first + 1).tolist())))
         else:  # a view only of a row held in its part's host array (a slice past an array's end is short, not an error)
