@@ -22,6 +22,7 @@ from robomimic_helpers import assert_same_sample, decoded_copy, make_config, obs
 
 from robo_loaders_plugin.extend import SamplingPlan
 from robo_loaders_plugin.frames import chunks
+from robo_loaders_plugin.mixtures.dataset import DATASET_INDEX
 from robo_loaders_plugin.robomimic import dataset_factory
 from robo_loaders_plugin.storage.shards import ShardReader
 
@@ -103,13 +104,27 @@ def mismatches(native, order, batches, limit=None) -> list:
     for b, batch in enumerate(batches[:limit]):
         for r in range(len(batch["actions"])):
             i = int(order[b * BATCH + r])
-            row = {
-                k: ({kk: np.asarray(vv[r]) for kk, vv in v.items()} if isinstance(v, dict) else np.asarray(v[r]))
-                for k, v in batch.items()
-            }
-            if digest(row) != expected[i]:
+            if digest(batch_row(batch, r)) != expected[i]:
                 bad.append((b, r, i))
     return bad
+
+
+def batch_row(batch, r: int) -> dict:
+    """Row ``r`` of a batch, nested as a sample (a mixture's ``dataset_index`` left out: no native sample has it)."""
+    return {
+        k: ({kk: np.asarray(vv[r]) for kk, vv in v.items()} if isinstance(v, dict) else np.asarray(v[r]))
+        for k, v in batch.items()
+        if k != DATASET_INDEX
+    }
+
+
+def mixture_rows(batches) -> list:
+    """(component, digest) of every row of a mixture's batches, in the order served."""
+    return [
+        (int(batch[DATASET_INDEX][r]), digest(batch_row(batch, r)))
+        for batch in batches
+        for r in range(len(batch["actions"]))
+    ]
 
 
 def assert_pass_is_native(native, ds):
@@ -256,8 +271,6 @@ def test_a_mixture_of_long_demos_is_served_by_parts_every_window_once_and_resume
     both files is served once, each row byte-identical to its file's SequenceDataset sample; a fresh pipeline
     started at batch 5 serves the rest of the pass as the uninterrupted one did. Controls: a row compared with the
     other file's samples is not found; the pass started at batch 6 is not the rest."""
-    from robo_loaders_plugin.mixtures.dataset import DATASET_INDEX
-
     combo = COMBOS["bc_rnn_next_obs"]
     natives = [
         dataset_factory(make_config(p, **combo), obs_keys(make_config(p, **combo))) for p in (long_hdf5, long_hdf5_b)
@@ -272,25 +285,13 @@ def test_a_mixture_of_long_demos_is_served_by_parts_every_window_once_and_resume
     assert units is not None and len(np.unique(units)) > 7 * (4 + 2)  # served by unit, the units parts of demos
     plan = SamplingPlan(batch_size=BATCH, shuffle=True, drop_last=False, num_workers=2)
 
-    def rows(batches):
-        out = []
-        for batch in batches:
-            for r in range(len(batch["actions"])):
-                row = {
-                    k: ({kk: np.asarray(vv[r]) for kk, vv in v.items()} if isinstance(v, dict) else np.asarray(v[r]))
-                    for k, v in batch.items()
-                    if k != DATASET_INDEX
-                }
-                out.append((int(batch[DATASET_INDEX][r]), digest(row)))
-        return out
-
-    served = rows(mix.batch_source(plan).batches(0))
+    served = mixture_rows(mix.batch_source(plan).batches(0))
     want = sorted((k, d) for k, n in enumerate(natives) for d in native_digests(n))
     assert sorted(served) == want  # every window of both files once, each byte-identical to its native sample
     assert (1 - served[0][0], served[0][1]) not in set(want)  # control: another file's samples do not hold it
-    resumed = rows(mix.batch_source(plan).batches(0, 5))
+    resumed = mixture_rows(mix.batch_source(plan).batches(0, 5))
     assert resumed == served[5 * BATCH :]
-    assert rows(mix.batch_source(plan).batches(0, 6)) != served[5 * BATCH :]
+    assert mixture_rows(mix.batch_source(plan).batches(0, 6)) != served[5 * BATCH :]
 
 
 def test_a_joined_mixture_of_long_demos_keeps_each_demos_low_dim_rows_at_its_first_batch(
@@ -302,8 +303,6 @@ def test_a_joined_mixture_of_long_demos_keeps_each_demos_low_dim_rows_at_its_fir
     (``FrameSource.low_dim_up_front`` false for ``datapipe``'s whole-record sources), not read at the start; over a
     whole pass every window of both files is served once, byte-identical to its file's SequenceDataset sample.
     Control: demos marked written without their rows serve zeros, which differ from SequenceDataset's samples."""
-    from robo_loaders_plugin.mixtures.dataset import DATASET_INDEX
-
     combo = COMBOS["bc_rnn_next_obs"]
     natives = [
         dataset_factory(make_config(p, **combo), obs_keys(make_config(p, **combo))) for p in (long_hdf5, long_hdf5_b)
@@ -316,18 +315,6 @@ def test_a_joined_mixture_of_long_demos_keeps_each_demos_low_dim_rows_at_its_fir
             cfg.train.data_mixture = {"components": [{"path": long_hdf5}, {"path": long_hdf5_b}], "weights": "size"}
         return dataset_factory(cfg, obs_keys(cfg))
 
-    def rows(batches):
-        out = []
-        for batch in batches:
-            for r in range(len(batch["actions"])):
-                row = {
-                    k: ({kk: np.asarray(vv[r]) for kk, vv in v.items()} if isinstance(v, dict) else np.asarray(v[r]))
-                    for k, v in batch.items()
-                    if k != DATASET_INDEX
-                }
-                out.append((int(batch[DATASET_INDEX][r]), digest(row)))
-        return out
-
     plan = SamplingPlan(batch_size=BATCH, shuffle=True, drop_last=False, num_workers=2)
     mix = mixture()
     assert mix.joined is not None
@@ -335,7 +322,7 @@ def test_a_joined_mixture_of_long_demos_keeps_each_demos_low_dim_rows_at_its_fir
     assert {"actions", "obs/robot0_eef_pos", "next_obs/object"} <= set(frames.tables)
     assert len(frames.lengths) == 4 + 2 and min(frames.lengths) >= 300  # units are the long demos, whole
     assert frames.pending_units() == len(frames.lengths)  # no demo's rows read at the start
-    served = rows(mix.batch_source(plan).batches(0))
+    served = mixture_rows(mix.batch_source(plan).batches(0))
     assert frames.pending_units() == 0  # the pass reached every demo
     assert sorted(served) == want  # every window of both files once, each byte-identical to its native sample
 
@@ -343,7 +330,7 @@ def test_a_joined_mixture_of_long_demos_keeps_each_demos_low_dim_rows_at_its_fir
     mix.joined.frames._filled[:] = True  # control: marked written, rows never written
     batches = mix.batch_source(plan).batches(0)
     try:
-        first = rows(itertools.islice(batches, 1))
+        first = mixture_rows(itertools.islice(batches, 1))
     finally:
         batches.close()  # the pipeline's threads stop with the generator
     assert len(first) == BATCH and not set(first) & set(want)
