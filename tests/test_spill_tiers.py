@@ -532,3 +532,44 @@ def test_one_step_windows_of_one_row_per_source_are_read_from_their_rows(rows, s
         swapped = np.zeros_like(want)
         joined.take((parts + 1) % 3, e, s, r, swapped)
         assert not np.array_equal(swapped, want), field
+
+
+@pytest.mark.parametrize("moved", ["share_host", "a new fill after share_host"])
+def test_a_joined_read_takes_the_spans_again_after_a_source_moves_its_host_memory(moved, monkeypatch):
+    """``JoinedHostRows`` keeps every source's host span across reads (``_host_spans``), taken again when a source's
+    host arrays are replaced (``share_host`` for workers, ``close``). After a move, rows filled into the new arrays
+    are served, not the replaced arrays' bytes. Negative control: without the move counted
+    (``host_moved`` a no-op), the read serves the replaced arrays' bytes (stale frames)."""
+    plan = plan_tiers(_size(), device_budget=None, host_budget=None)
+    eps = [_episodes(seed=s) for s in (0, 7)]
+    parts, e, s, r = np.array([0, 1, 1]), np.array([2, 0, 4]), np.array([1, 2, 3]), np.array([0, 1, 2])
+
+    def served(sources):
+        joined = TieredFrames.join_field([(source, "cam") for source in sources])
+        out = np.zeros((3, *INFOS["cam"].shape), np.uint8)
+        joined.take(parts, e, s, r, out)
+        before = out.copy()
+        for source in sources:
+            source.share_host()
+        if moved == "a new fill after share_host":  # rows written into the new arrays after the move
+            for source in sources:
+                for i, ep in enumerate(_episodes(seed=11)):
+                    source.fill(i, ep)
+        joined.take(parts, e, s, r, out)
+        return before, out
+
+    def want(episodes):
+        return np.stack([episodes[k][i]["cam"][j] for k, i, j in zip(parts, e, s)])
+
+    after = _episodes(seed=11) if moved == "a new fill after share_host" else None
+    before, out = served([_tiered(plan, eps=x) for x in eps])
+    assert before.tobytes() == want(eps).tobytes()
+    assert out.tobytes() == want([after, after] if after else eps).tobytes()
+    if after is None:
+        return
+    import robo_loaders_plugin.backends.gpu_resampler.tiers as tiers_module
+
+    monkeypatch.setattr(tensors, "host_moved", lambda: None)
+    monkeypatch.setattr(tiers_module, "host_moved", lambda: None)
+    _, stale = served([_tiered(plan, eps=x) for x in eps])
+    assert stale.tobytes() == want(eps).tobytes() != want([after, after]).tobytes()

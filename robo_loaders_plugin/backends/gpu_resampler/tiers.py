@@ -17,6 +17,7 @@ from robo_loaders_plugin.backends.gpu_resampler.tensors import (
     TensorFrames,
     _torch_dtype,
     host_gather,
+    host_moved,
     in_shared_memory,
     take_rows,
 )
@@ -526,6 +527,7 @@ class TieredFrames(TensorFrames):
             k: (dev, None if raw is None else in_shared_memory(raw), comp) for k, (dev, raw, comp) in self.parts.items()
         }
         self.__dict__.pop("_raw_arrays", None)
+        host_moved()
 
     def locate(self, row: int) -> str:
         """A global row named for messages: its episode and step (``demo_3 step 12``).
@@ -588,6 +590,7 @@ class TieredFrames(TensorFrames):
                 comp.close()
         self.tensors, self.parts = {}, {}
         self.__dict__.pop("_raw_arrays", None)  # the mapped rows' views go too
+        host_moved()
 
     @property
     def compressed_bytes(self) -> int:
