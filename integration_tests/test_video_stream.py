@@ -540,3 +540,72 @@ def test_bench_lerobot_streaming_baseline_entry(lerobot_datasets, tmp_path):
     assert by["streaming"]["frames_per_sample"] == 2  # diffusion: 2 observation frames of the one camera
     assert by["video_stream"]["ratios"]["samples_per_s_vs_streaming"] > 0
     assert json.loads(out.read_text())["results"][0]["backend"] == "streaming"
+
+
+def test_decoders_are_shared_by_the_reading_threads_and_bounded(lerobot_datasets, monkeypatch):
+    """``EpisodeVideoDecoder``'s decoders are taken and given back by the threads that read (one thread at a time
+    per decoder): one file's episodes read by four threads in turn open it once; four threads reading every
+    (episode, camera) concurrently in a shuffled order get the frames one thread gets, and at most ``max_idle``
+    decoders stay open; a decoder whose decode failed is not given back. Negative control: with no decoder kept
+    (``max_idle`` 0) every read opens its file again, so the count checked can fail."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from robo_loaders_plugin.sources.lerobot_v3 import EpisodeVideoDecoder, LeRobotEpisodes
+
+    episodes = LeRobotEpisodes(LeRobotV3(lerobot_datasets["h264_3cam_multifile"]), 1e-4)
+    source = episodes.source
+    stamps = {ep: episodes.arrays["timestamp"][s:e] for ep, s, e in episodes.runs}
+    keys = list(source.video_keys)
+    pairs = [(ep, key) for ep in stamps for key in keys]
+    files = {}
+    for ep, key in pairs:
+        files.setdefault(source.video_path(ep, key), []).append((ep, key))
+    shared = max(files.values(), key=len)  # the episodes one file holds
+    assert len(files) > 3 and len(shared) >= 2
+    opened = []
+    real_open = EpisodeVideoDecoder._open
+
+    def counted(self, p):
+        opened.append(p)
+        return real_open(self, p)
+
+    monkeypatch.setattr(EpisodeVideoDecoder, "_open", counted)
+
+    def in_turn(videos):
+        opened.clear()
+        for _ in range(4):
+            t = threading.Thread(target=lambda: [videos.episode(ep, k, stamps[ep]) for ep, k in shared])
+            t.start()
+            t.join()
+        return len(opened)
+
+    assert in_turn(EpisodeVideoDecoder(source, 1e-4)) == 1
+    control = EpisodeVideoDecoder(source, 1e-4)
+    control.max_idle = 0
+    assert in_turn(control) == 4 * len(shared)
+
+    videos = EpisodeVideoDecoder(source, 1e-4)
+    want = {(ep, k): EpisodeVideoDecoder(source, 1e-4).episode(ep, k, stamps[ep]) for ep, k in pairs}
+    order = [pairs[i] for i in np.random.default_rng(0).permutation(len(pairs))] * 3
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda pk: videos.episode(pk[0], pk[1], stamps[pk[0]]), order))
+    assert all(np.array_equal(g, want[pk]) for g, pk in zip(got, order))
+    assert 0 < videos.idle <= videos.max_idle < len(files)
+
+    broken = EpisodeVideoDecoder(source, 1e-4)
+
+    def failing(self, p):
+        dec = real_open(self, p)
+
+        def fail(indices):
+            raise RuntimeError("decode failed")
+
+        dec.get_frames_at = fail
+        return dec
+
+    monkeypatch.setattr(EpisodeVideoDecoder, "_open", failing)
+    ep, key = pairs[0]
+    with pytest.raises(SourceError, match="failed"):
+        broken.episode(ep, key, stamps[ep])
+    assert broken.idle == 0

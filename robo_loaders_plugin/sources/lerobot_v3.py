@@ -37,6 +37,8 @@ from robo_loaders_plugin.storage.frame_layout import channels_first
 logger = get_logger(__name__)
 
 REQUIRED_COLUMNS = ("index", "episode_index", "timestamp", "task_index")
+# decoders an EpisodeVideoDecoder keeps open between reads, per camera of its source (EpisodeVideoDecoder.max_idle)
+IDLE_DECODERS_PER_CAMERA = 2
 
 
 def _numpy_dtype(feature_dtype: str):
@@ -672,19 +674,27 @@ class LeRobotV3:
 
 
 class EpisodeVideoDecoder:
-    """One torchcodec decoder per video file and thread, opened lazily and reused for every episode stored in that
-    file.
+    """torchcodec decoders of a source's video files, opened lazily and reused for every episode stored in a file:
+    a thread takes an idle decoder of the file (or opens one), decodes, and gives it back; at most
+    :attr:`max_idle` stay open between reads, the least recently used closed first.
     ``device="cuda"`` decodes with NVDEC (frames then come back as CUDA tensors); torchcodec silently falls back to
-    a CPU decoder when NVDEC cannot take a stream, which is said once, with the reason."""
+    a CPU decoder when NVDEC cannot take a stream, which is said once, with the reason.
+
+    Why shared by the threads, not one set per thread: a decoder is not thread-safe, but one thread at a time may
+    use it. Opening one probes the file (~1 ms for a small file), as long as decoding a short episode; a mixture's
+    component holds a file per camera that each assembling thread opened for itself, so opening was half of a
+    pretraining mixture's first pass (``benchmarks/mixtures_pretraining.py``)."""
 
     def __init__(self, source: LeRobotV3, tolerance_s: float, device: str = "cpu"):
         self.source = source
         self.tolerance_s = float(tolerance_s)
         self.device = device
-        self._local = threading.local()  # decoders (and remote file objects) are not thread-safe: one set per thread
+        self.max_idle = max(1, len(source.video_keys)) * IDLE_DECODERS_PER_CAMERA
+        self._lock = threading.Lock()
+        self._idle: dict[str, list] = {}  # file -> its idle decoders (and remote file objects), least recent first
         self._fallbacks: set[str] = set()
 
-    def __getstate__(self):  # a DataLoader worker opens its own decoders (they are per thread, and not picklable)
+    def __getstate__(self):  # a DataLoader worker opens its own decoders (not picklable)
         return {"source": self.source, "tolerance_s": self.tolerance_s, "device": self.device}
 
     def __setstate__(self, state):
@@ -696,10 +706,10 @@ class EpisodeVideoDecoder:
         return set(self._fallbacks)
 
     @property
-    def _decoders(self) -> dict:
-        if not hasattr(self._local, "decoders"):
-            self._local.decoders = {}
-        return self._local.decoders
+    def idle(self) -> int:
+        """Decoders open and not in use."""
+        with self._lock:
+            return sum(len(v) for v in self._idle.values())
 
     def _open(self, p: str):
         from robo_loaders_plugin.sources.nvdec import open_decoder
@@ -723,33 +733,54 @@ class EpisodeVideoDecoder:
             )
         return SourceError(f"{what}: {exc}; the file is truncated or corrupt")
 
-    def _decoder(self, path: str, ep: int, key: str):
+    def _take(self, path: str, ep: int, key: str):
+        """An idle decoder of ``path``, else one opened now (outside the lock: opening probes the file); the caller
+        gives it back with :meth:`_give_back` once decoded."""
         p = str(path)
-        if p not in self._decoders:
-            try:
-                exists = self.source.video_exists(p)
-            except Exception as exc:
-                from fsspec.implementations.local import LocalFileSystem
+        with self._lock:
+            idle = self._idle.get(p)
+            if idle:
+                dec = idle.pop()
+                if not idle:
+                    del self._idle[p]
+                return dec
+        try:
+            exists = self.source.video_exists(p)
+        except Exception as exc:
+            from fsspec.implementations.local import LocalFileSystem
 
-                if isinstance(self.source.video_fs, LocalFileSystem):
-                    raise
-                raise SourceError(
-                    f"video {self.source.video_fs.unstrip_protocol(p)} (episode {ep}, {key}): asking "
-                    f"the remote store for it failed ({type(exc).__name__}: {exc}); check the network, "
-                    "the endpoint and the credentials, then run again"
-                ) from exc
-            if not exists:
-                raise SourceError(f"video file {path} (episode {ep}, {key}) is missing")
-            if len(self._decoders) >= max(1, len(self.source.video_keys)):  # one open file per camera is enough
-                self._decoders.pop(next(iter(self._decoders)))
-            seen = self.source.remote_failures(p)[0]
-            try:
-                self._decoders[p] = self._open(p)
-            except SourceError:  # local_cache_dir's copy could not be made: it says why
+            if isinstance(self.source.video_fs, LocalFileSystem):
                 raise
-            except Exception as exc:
-                raise self._read_error(p, seen, f"cannot open video {path} (episode {ep}, {key})", exc) from exc
-        return self._decoders[p]
+            raise SourceError(
+                f"video {self.source.video_fs.unstrip_protocol(p)} (episode {ep}, {key}): asking "
+                f"the remote store for it failed ({type(exc).__name__}: {exc}); check the network, "
+                "the endpoint and the credentials, then run again"
+            ) from exc
+        if not exists:
+            raise SourceError(f"video file {path} (episode {ep}, {key}) is missing")
+        seen = self.source.remote_failures(p)[0]
+        try:
+            return self._open(p)
+        except SourceError:  # local_cache_dir's copy could not be made: it says why
+            raise
+        except Exception as exc:
+            raise self._read_error(p, seen, f"cannot open video {path} (episode {ep}, {key})", exc) from exc
+
+    def _give_back(self, path: str, dec) -> None:
+        """``dec`` idle again (most recently used); past :attr:`max_idle` idle decoders, the least recently used
+        one is let go (closed when collected)."""
+        p = str(path)
+        with self._lock:
+            mine = self._idle.pop(p, [])  # re-inserted last: the most recently used file
+            mine.append(dec)
+            self._idle[p] = mine
+            over = sum(len(v) for v in self._idle.values()) - self.max_idle
+            while over > 0:
+                oldest = next(iter(self._idle))
+                self._idle[oldest].pop(0)
+                if not self._idle[oldest]:
+                    del self._idle[oldest]
+                over -= 1
 
     def episode(self, ep: int, key: str, timestamps: np.ndarray) -> np.ndarray:
         """uint8 (N, C, H, W) frames of one episode's rows, in row order, decoded as LeRobot decodes them (frame
@@ -769,7 +800,7 @@ class EpisodeVideoDecoder:
                 ``FrameTimestampError``).
         """
         path = self.source.video_path(ep, key)
-        dec = self._decoder(path, ep, key)
+        dec = self._take(path, ep, key)
         start = float(self.source.episodes[ep][f"videos/{key}/from_timestamp"])
         query = [start + float(ts) for ts in timestamps.tolist()]
         fps = dec.metadata.average_fps
@@ -777,13 +808,14 @@ class EpisodeVideoDecoder:
         seen = self.source.remote_failures(str(path))[0]
         try:
             batch = dec.get_frames_at(indices=indices)
-        except Exception as exc:
+        except Exception as exc:  # the decoder is let go, not given back: its state after a failure is unknown
             raise self._read_error(
                 str(path),
                 seen,
                 f"decoding {path} (episode {ep}, {key}, frames {indices[0]}..{indices[-1]}) failed",
                 exc,
             ) from exc
+        self._give_back(path, dec)
         pts = batch.pts_seconds.cpu().numpy()
         dist = np.abs(pts - np.asarray(query))
         bad = np.flatnonzero(~(dist < self.tolerance_s))
