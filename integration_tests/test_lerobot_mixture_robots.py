@@ -441,6 +441,37 @@ def test_episode_records_low_dim_rows_are_kept_as_batches_first_reach_them(lerob
     assert cached.joined.frames.tables and cached.joined.frames._filled is None  # read at the start
 
 
+@pytest.mark.parametrize("order", ["frames first", "control: low-dim first"])
+def test_a_batch_reads_each_episode_record_once(lerobot_robots, order, monkeypatch):
+    """A joined ``datapipe`` batch reads the cameras' keys before the low-dim ones (``windows.lerobot.frames_first``):
+    each episode record a batch first reaches is read once, whole, and the low-dim tables are filled from what that
+    load kept. Control: the low-dim keys read first (the groups' own order) read every record twice, once without
+    its frames, then its frames; the batch is the same either way."""
+    from robo_loaders_plugin.core.lru import LoadOnceLRU
+    from robo_loaders_plugin.windows import lerobot as rules
+
+    if order.startswith("control"):
+        monkeypatch.setattr(rules, "frames_first", lambda frames, groups: groups)
+    ds = lerobot_robots
+    mix = build_mixture(robots_spec(ds, missing_cameras="zeros"), robot_natives(ds), choose("datapipe"), seed=3)
+    reads = []
+    for k, source in enumerate(mix.joined.frames.sources):
+        source.cache = LoadOnceLRU(source._load, source.capacity)  # nothing the build's probes loaded
+        source._small.clear()
+
+        def counted(ep, fields=None, read=source.read, k=k):
+            reads.append((k, int(ep)))
+            return read(ep, fields)
+
+        source.read = counted
+    rows = [int(mix.offsets[k]) + j for k in range(3) for j in (0, 5, 9)]
+    got = mix.collate(rows)
+    episodes = len(set(reads))
+    assert episodes >= 3
+    assert len(reads) == (episodes if order == "frames first" else 2 * episodes)
+    same_batch(got, mix.collate(rows, joined=False), order)
+
+
 def test_native_batches_are_built_item_by_item_as_part_by_part(lerobot_robots):
     """A ``native`` mixture (LeRobot's own ``LeRobotDataset`` per robot) builds a batch from its items
     (``MixtureDataset._by_items``: each item renamed, padded, filled, then one collate, as LeRobot's DataLoader

@@ -229,6 +229,25 @@ def _tensor(x):
     return x if isinstance(x, torch.Tensor) else torch.from_numpy(x)
 
 
+def frames_first(frames: FrameSource, groups: list) -> list:
+    """:func:`gathered`'s groups of keys read at the same rows, those holding camera frames first (otherwise in
+    their order).
+
+    Why: a source that loads a unit whole, its frames and the rest (``frames.episodes.EpisodeFrames`` over
+    shards), keeps the unit's other fields at that load; a mixture's low-dim tables are filled from
+    them after the reads (``mixtures.joined_frames.JoinedFrames``). Read first, the low-dim fields read each unit
+    without its frames, and its frames were then read again: two reads of every record a pass first reaches.
+
+    Args:
+        frames: The frame source the keys are read from.
+        groups: ``(rows, keys)`` pairs.
+
+    Returns:
+        The same pairs, reordered.
+    """
+    return sorted(groups, key=lambda group: not any(frames.info(key).frames for key in group[1]))
+
+
 def gathered(
     layout: ItemLayout, frames: FrameSource, rowmap: RowMap, windows: DeltaWindows, idx: np.ndarray, pool=None
 ):
@@ -265,7 +284,7 @@ def gathered(
         if key not in query_rows:
             groups.setdefault(id(plain), (plain, []))[1].append(key)
     values = {}
-    for rows, keys in groups.values():
+    for rows, keys in frames_first(frames, list(groups.values())):
         unit, steps = rowmap.locate(rows, idx)
         if steps.dtype.kind == "f":
             for key in keys:
