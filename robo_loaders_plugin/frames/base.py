@@ -440,3 +440,22 @@ class ClosedFrames(FrameSource):
             out: Unused.
         """
         self.info(field)
+
+
+def frames_first(frames: FrameSource, groups: list) -> list:
+    """Groups of fields read together (``(anything, field names)`` pairs: the item rules' reads of one batch),
+    those holding camera frames first, otherwise in their order.
+
+    Why: a source that loads a unit whole, its frames and the rest (``frames.episodes.EpisodeFrames`` over
+    shards), keeps the unit's other fields at that load; a mixture's low-dim tables are filled from
+    them after the reads (``mixtures.joined_frames.JoinedFrames``). Read first, the low-dim fields read each unit
+    without its frames, and its frames were then read again: two reads of every record a pass first reaches.
+
+    Args:
+        frames: The frame source the keys are read from.
+        groups: ``(anything, field names)`` pairs.
+
+    Returns:
+        The same pairs, reordered.
+    """
+    return sorted(groups, key=lambda group: not any(frames.info(key).frames for key in group[1]))

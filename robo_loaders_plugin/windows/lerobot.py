@@ -17,7 +17,7 @@ import torch
 import torch.utils.data
 
 from robo_loaders_plugin.core.packed import pack_ints, unpack_ints
-from robo_loaders_plugin.frames.base import FrameSource, gather_at, gather_many
+from robo_loaders_plugin.frames.base import FrameSource, frames_first, gather_at, gather_many
 
 
 class RowMap:
@@ -227,25 +227,6 @@ class ItemLayout:
 
 def _tensor(x):
     return x if isinstance(x, torch.Tensor) else torch.from_numpy(x)
-
-
-def frames_first(frames: FrameSource, groups: list) -> list:
-    """:func:`gathered`'s groups of keys read at the same rows, those holding camera frames first (otherwise in
-    their order).
-
-    Why: a source that loads a unit whole, its frames and the rest (``frames.episodes.EpisodeFrames`` over
-    shards), keeps the unit's other fields at that load; a mixture's low-dim tables are filled from
-    them after the reads (``mixtures.joined_frames.JoinedFrames``). Read first, the low-dim fields read each unit
-    without its frames, and its frames were then read again: two reads of every record a pass first reaches.
-
-    Args:
-        frames: The frame source the keys are read from.
-        groups: ``(rows, keys)`` pairs.
-
-    Returns:
-        The same pairs, reordered.
-    """
-    return sorted(groups, key=lambda group: not any(frames.info(key).frames for key in group[1]))
 
 
 def gathered(
