@@ -5,6 +5,7 @@ it must give the scanner's table exactly, over several data files, with and with
 import shutil
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as pa_ds
 import pyarrow.parquet as pq
 import pytest
@@ -236,3 +237,50 @@ def test_a_mixtures_sources_read_the_tables_lerobot_read_and_an_edited_file_agai
     assert reads.read(meta_file, names).equals(edited) and reads.held(meta_file, names) is None
     outside = LeRobotV3(str(root), table_reads=None)
     assert outside.episode_table.equals(edited)  # the source's own read
+
+
+def _episodes_edited(root, edit):
+    """``meta/episodes`` of the dataset at ``root`` rewritten through ``edit(table) -> table``."""
+    (path,) = sorted((root / "meta" / "episodes").glob("*/*.parquet"))
+    pq.write_table(edit(pq.read_table(path)), path)
+
+
+def _set(table, column, row, value):
+    values = table[column].to_pylist()
+    values[row] = value
+    return table.set_column(table.schema.get_field_index(column), column, pa.array(values, table[column].type))
+
+
+def test_episode_columns_checked_against_the_rows_read(lerobot_datasets, tmp_path):
+    """The checks a source makes of ``meta/episodes`` against the data rows it reads (``episode_runs``,
+    ``LeRobotEpisodes``), and ``data_size``'s lengths, read from ``episode_ints``: an episode whose recorded length,
+    first row or entry disagrees with the data files is refused, naming it. Control: the unedited copy passes, and
+    ``data_size`` counts each episode's recorded length."""
+    from robo_loaders_plugin.core.errors import SourceError
+    from robo_loaders_plugin.sources.lerobot_v3 import LeRobotEpisodes
+
+    def copy(name):
+        root = tmp_path / name
+        shutil.copytree(lerobot_datasets["av1_1cam"], root)
+        return root
+
+    source = LeRobotV3(str(copy("same")))
+    episodes = LeRobotEpisodes(source, 1e-4)  # control
+    lengths = pq.read_table(sorted((tmp_path / "same/meta/episodes").glob("*/*.parquet"))[0])["length"].to_pylist()
+    assert list(source.data_size().lengths) == lengths and sum(lengths) == len(episodes.arrays["index"])
+    assert list(source.data_size([1]).lengths) == [lengths[1]]
+
+    root = copy("length")
+    _episodes_edited(root, lambda t: _set(t, "length", 1, lengths[1] - 1))
+    with pytest.raises(SourceError, match=f"episode 1: {lengths[1]} rows in the data files but meta/episodes says"):
+        LeRobotEpisodes(LeRobotV3(str(root)), 1e-4)
+    root = copy("first")
+    _episodes_edited(root, lambda t: _set(t, "dataset_from_index", 1, t["dataset_from_index"][1].as_py() + 1))
+    with pytest.raises(SourceError, match="episode 1: the 'index' column is not"):
+        LeRobotEpisodes(LeRobotV3(str(root)), 1e-4)
+    root = copy("missing")
+    _episodes_edited(root, lambda t: t.filter(pc.not_equal(t["episode_index"], 2)))
+    with pytest.raises(SourceError, match="episode 2 has rows in data/ but no entry in meta/episodes"):
+        LeRobotEpisodes(LeRobotV3(str(root)), 1e-4)
+    with pytest.raises(SourceError, match=r"episodes \[2\] are not in meta/episodes"):
+        LeRobotV3(str(root)).data_size([1, 2])

@@ -105,6 +105,7 @@ class LeRobotV3:
         self.image_keys = [k for k, f in self.features.items() if f["dtype"] == "image"]
         self.columns = [k for k, f in self.features.items() if f["dtype"] != "video"]
         self._episodes = None
+        self._episode_ints: dict[str, dict[int, int]] = {}
         self._local_bytes = None
         self._episode_table = None
         self._episode_files = []
@@ -257,6 +258,27 @@ class LeRobotV3:
             self._episodes = {int(r["episode_index"]): r for r in self.episode_table.to_pylist()}
         return self._episodes
 
+    def episode_ints(self, column: str) -> dict[int, int]:
+        """``{episode_index: value}`` of one integer column of ``meta/episodes`` (``length``,
+        ``dataset_from_index``), from :attr:`episode_table`, kept.
+
+        Why not :attr:`episodes`: its rows hold every column as Python objects (~0.7 ms a small dataset's episodes);
+        the checks and sizes a build makes read one or two columns, and a backend whose frames are cached never
+        needs the rest (a 400-component mixture's start built all of them).
+
+        Args:
+            column: The column's name.
+
+        Returns:
+            The values by episode index.
+        """
+        got = self._episode_ints.get(column)
+        if got is None:
+            table = self.episode_table
+            got = dict(zip(table["episode_index"].to_pylist(), table[column].to_pylist()))
+            self._episode_ints[column] = got
+        return got
+
     @property
     def episode_table(self):
         """meta/episodes as read (stats columns left out): one Arrow table of the files concatenated in LeRobot's
@@ -363,12 +385,12 @@ class LeRobotV3:
         """
         from robo_loaders_plugin.core.data_size import DataSize
 
-        rows = self.episodes  # a property: read once here, not once per episode (~40k reads a 400-dataset mixture)
+        rows = self.episode_ints("length")
         eps = sorted(rows) if episodes is None else sorted(int(e) for e in episodes)
         missing = [e for e in eps if e not in rows]
         if missing:
             raise SourceError(f"{self.url}: episodes {missing[:5]} are not in meta/episodes")
-        lengths = np.array([int(rows[e]["length"]) for e in eps], dtype=np.int64)
+        lengths = np.array([int(rows[e]) for e in eps], dtype=np.int64)
         cams = [k for k in self.video_keys + self.image_keys if cameras is None or k in cameras]
         frames = {k: int(np.prod(self.features[k]["shape"], dtype=np.int64)) for k in cams}
         other = others = 0
@@ -547,6 +569,7 @@ class LeRobotV3:
         ends = np.concatenate([cuts, [len(episode_index)]])
         runs = [(int(episode_index[s]), int(s), int(e)) for s, e in zip(starts, ends)]
         seen = set()
+        recorded = self.episode_ints("length")
         for ep, s, e in runs:
             if ep in seen:
                 raise SourceError(
@@ -554,9 +577,9 @@ class LeRobotV3:
                     "robo-loaders needs each episode's rows together (as LeRobot writes them)"
                 )
             seen.add(ep)
-            if ep not in self.episodes:
+            if ep not in recorded:
                 raise SourceError(f"{self.root}: episode {ep} has rows in data/ but no entry in meta/episodes")
-            length = int(self.episodes[ep]["length"])
+            length = int(recorded[ep])
             if e - s != length:
                 raise SourceError(
                     f"{self.root}: episode {ep}: {e - s} rows in the data files but meta/episodes says "
@@ -847,8 +870,9 @@ class LeRobotEpisodes:
         numeric = [c for c in self.columns if c not in source.image_keys]
         self.arrays = source.column_arrays(self.table, numeric)
         self.runs = source.episode_runs(self.arrays["episode_index"])
+        firsts = source.episode_ints("dataset_from_index")
         for ep, s, e in self.runs:
-            first = int(source.episodes[ep]["dataset_from_index"])
+            first = int(firsts[ep])
             if not np.array_equal(self.arrays["index"][s:e], np.arange(first, first + e - s)):
                 raise SourceError(
                     f"{source.root}: episode {ep}: the 'index' column is not "
