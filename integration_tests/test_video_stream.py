@@ -609,3 +609,48 @@ def test_decoders_are_shared_by_the_reading_threads_and_bounded(lerobot_datasets
     with pytest.raises(SourceError, match="failed"):
         broken.episode(ep, key, stamps[ep])
     assert broken.idle == 0
+
+
+def _forked_reads(videos, pairs, stamps, want, keep_parents, out):
+    """In a forked child: how many decoders it holds before reading (``keep_parents``: its pool not renewed, the
+    control), then whether every (episode, camera) it reads equals ``want``."""
+    import os
+
+    if keep_parents:  # the control only counts: reading through the parent's decoders could fail or hang
+        videos._pid = os.getpid()
+        out.send((videos.idle, None))
+        return
+    held = videos.idle
+    out.send((held, all(np.array_equal(videos.episode(ep, k, stamps[ep]), want[ep, k]) for ep, k in pairs)))
+
+
+def test_a_forked_process_opens_its_own_decoders(lerobot_datasets):
+    """A process forked after decoders were opened (a DataLoader worker started by ``fork``) does not read through
+    its parent's: their descriptors share the file offset with the parent, whose reads would move it under the
+    child's (wrong bytes decoded). The child starts with none idle and reads the right frames while the parent keeps
+    reading; the parent's stay its own. Negative control: a child that keeps its parent's pool holds its decoders."""
+    import multiprocessing as mp
+
+    from robo_loaders_plugin.sources.lerobot_v3 import EpisodeVideoDecoder, LeRobotEpisodes
+
+    episodes = LeRobotEpisodes(LeRobotV3(lerobot_datasets["h264_3cam_multifile"]), 1e-4)
+    stamps = {ep: episodes.arrays["timestamp"][s:e] for ep, s, e in episodes.runs}
+    pairs = [(ep, key) for ep in stamps for key in episodes.source.video_keys]
+    want = {(ep, k): EpisodeVideoDecoder(episodes.source, 1e-4).episode(ep, k, stamps[ep]) for ep, k in pairs}
+    videos = EpisodeVideoDecoder(episodes.source, 1e-4)
+    for ep, k in pairs:
+        videos.episode(ep, k, stamps[ep])
+    opened = videos.idle
+    assert opened > 0
+    ctx = mp.get_context("fork")
+    for keep in (False, True):
+        mine, theirs = ctx.Pipe()
+        child = ctx.Process(target=_forked_reads, args=(videos, pairs, stamps, want, keep, theirs))
+        child.start()
+        theirs.close()
+        same_here = all(np.array_equal(videos.episode(ep, k, stamps[ep]), want[ep, k]) for ep, k in pairs * 2)
+        assert mine.poll(120), "the forked reader did not answer"
+        held, same_there = mine.recv()
+        child.join(30)
+        assert same_here and videos.idle == opened and same_there is (None if keep else True)
+        assert held == (opened if keep else 0), keep  # the control holds its parent's

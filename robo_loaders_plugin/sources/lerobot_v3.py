@@ -715,6 +715,7 @@ class EpisodeVideoDecoder:
         self.max_idle = max(1, len(source.video_keys)) * IDLE_DECODERS_PER_CAMERA
         self._lock = threading.Lock()
         self._idle: dict[str, list] = {}  # file -> its idle decoders (and remote file objects), least recent first
+        self._pid = os.getpid()  # the process the idle decoders were opened in (:meth:`_pool`)
         self._fallbacks: set[str] = set()
 
     def __getstate__(self):  # a DataLoader worker opens its own decoders (not picklable)
@@ -728,10 +729,23 @@ class EpisodeVideoDecoder:
         """Video files NVDEC could not take, which torchcodec decoded on the CPU instead."""
         return set(self._fallbacks)
 
+    def _pool(self) -> threading.Lock:
+        """The lock of this process's idle decoders; in a process forked since they were opened, none.
+
+        Why: a forked child (a DataLoader's worker started by ``fork``) inherits the idle decoders, each reading its
+        file through a descriptor whose offset the two processes share: seeks and reads of both move it under each
+        other and decode the wrong bytes (torchcodec's "Could not push packet", or worse, other frames). The child
+        lets go of them (their descriptors closed in the child only) and opens its own; the lock is made anew, since
+        another thread may have held it at the fork.
+        """
+        if self._pid != os.getpid():
+            self._lock, self._idle, self._pid = threading.Lock(), {}, os.getpid()
+        return self._lock
+
     @property
     def idle(self) -> int:
-        """Decoders open and not in use."""
-        with self._lock:
+        """Decoders open and not in use (in this process)."""
+        with self._pool():
             return sum(len(v) for v in self._idle.values())
 
     def _open(self, p: str):
@@ -760,7 +774,7 @@ class EpisodeVideoDecoder:
         """An idle decoder of ``path``, else one opened now (outside the lock: opening probes the file); the caller
         gives it back with :meth:`_give_back` once decoded."""
         p = str(path)
-        with self._lock:
+        with self._pool():
             idle = self._idle.get(p)
             if idle:
                 dec = idle.pop()
@@ -793,7 +807,7 @@ class EpisodeVideoDecoder:
         """``dec`` idle again (most recently used); past :attr:`max_idle` idle decoders, the least recently used
         one is let go (closed when collected)."""
         p = str(path)
-        with self._lock:
+        with self._pool():
             mine = self._idle.pop(p, [])  # re-inserted last: the most recently used file
             mine.append(dec)
             self._idle[p] = mine
