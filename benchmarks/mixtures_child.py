@@ -152,22 +152,26 @@ def run(a: dict) -> dict:
     from robo_loaders_plugin.bench.runner import baseline_pss
     from robo_loaders_plugin.lerobot.compat import tables_read_directly
     from robo_loaders_plugin.lerobot.presets import delta_timestamps
+    from robo_loaders_plugin.lerobot.single import natives_built
 
     torch.manual_seed(0)
     baseline = baseline_pss()
     components = a["components"]
     t = time.perf_counter()
-    natives, deltas = [], []
     # the reference builds them as LeRobot does; the plugin's loaders as lerobot-train --dataset.mixture does
     # (their tables read directly, and the backends' sources reading the same tables: lerobot.mixture's
     # make_mixture_datasets)
     building = contextlib.nullcontext() if a["backend"] == "reference" else tables_read_directly()
+
+    def native(k: int):  # as make_dataset builds one dataset: its metadata, the policy's deltas, the dataset
+        c = components[k]
+        delta = delta_timestamps(a["preset"], LeRobotDatasetMetadata(c["repo_id"], root=c["root"]))
+        return LeRobotDataset(c["repo_id"], root=c["root"], delta_timestamps=delta, return_uint8=True), delta
+
     with building:
-        for c in components:  # as make_dataset builds one dataset: its metadata, the policy's deltas, the dataset
-            meta = LeRobotDatasetMetadata(c["repo_id"], root=c["root"])
-            delta = delta_timestamps(a["preset"], meta)
-            natives.append(LeRobotDataset(c["repo_id"], root=c["root"], delta_timestamps=delta, return_uint8=True))
-            deltas.append(delta)
+        # the reference one after another, as a hand-written loop does; the plugin's as make_mixture_datasets does
+        built = [native(k) for k in range(len(components))] if a["backend"] == "reference" else None
+        natives, deltas = map(list, zip(*(built or natives_built(native, len(components)))))
         natives_s = time.perf_counter() - t
         extra = a.get("spec") or {}  # the mixture's other keys (pad, missing_cameras): different robots
         if a["backend"] == "reference":

@@ -1080,3 +1080,50 @@ def test_a_component_that_keeps_the_whole_mixture_to_one_open_unit_is_said(lerob
     said = capsys.readouterr().out
     assert said.count("warning") == 1 and "--dataset.mixture: each pass keeps 1 unit open" in said, said
     assert f"{mix.names[1]}: 1; the others up to" in said and "cache_memory" in said, said
+
+
+@pytest.mark.fast
+def test_components_are_built_in_threads_in_order_and_a_remote_one_alone():
+    """``make_mixture_datasets`` builds its components' LeRobot objects in threads (``single.natives_built``): the
+    results in the components' order, the first failure in that order raised with the builds queued behind it
+    cancelled, and a component whose build patches LeRobot for the whole process (a remote one's
+    ``compat.tables_only``) built first, in the caller's thread, with nothing built beside it. Control: the same
+    components without ``alone`` are built beside others, which the check sees."""
+    import threading
+    import time
+
+    from robo_loaders_plugin.lerobot.single import NATIVE_BUILD_THREADS, natives_built
+
+    lock, main = threading.Lock(), threading.get_ident()
+
+    def recorder(fail=None):
+        running: set = set()
+        log: list = []
+
+        def build(k):
+            with lock:
+                running.add(k)
+                log.append((k, threading.get_ident(), frozenset(running)))
+            time.sleep(0.02)
+            with lock:
+                running.discard(k)
+            if k == fail:
+                raise ValueError(f"component {k} refused")
+            return k * 10
+
+        return build, log
+
+    def alone_ok(log, ks):
+        return all(t == main and seen == {k} for k, t, seen in log if k in ks)
+
+    build, log = recorder()
+    assert natives_built(build, 9, alone=[1, 4]) == [k * 10 for k in range(9)]
+    assert [k for k, *_ in log[:2]] == [1, 4] and alone_ok(log, {1, 4})
+    assert max(len(seen) for *_, seen in log) > 1  # the others overlap
+    build, log = recorder()
+    assert natives_built(build, 9) == [k * 10 for k in range(9)]
+    assert not alone_ok(log, {1, 4})  # control: built in the pool, beside others
+    build, log = recorder(fail=3)
+    with pytest.raises(ValueError, match="component 3 refused"):
+        natives_built(build, 60)
+    assert max(k for k, *_ in log) < 3 + 2 * NATIVE_BUILD_THREADS + NATIVE_BUILD_THREADS  # the queue cancelled

@@ -70,7 +70,7 @@ from robo_loaders_plugin.lerobot.mixture_meta import (
     renamed_stats,
 )
 from robo_loaders_plugin.lerobot.mixture_resume import COMPONENT_STATS_FILE, pass_order
-from robo_loaders_plugin.lerobot.single import build_dataset, native_datasets, remote_tables
+from robo_loaders_plugin.lerobot.single import build_dataset, native_datasets, natives_built, remote_tables
 from robo_loaders_plugin.mixtures.component_lines import ComponentLines
 from robo_loaders_plugin.mixtures.dataset import DATASET_INDEX, MixtureDataset, MixtureHooks, collect_build_garbage
 from robo_loaders_plugin.mixtures.footprint import bounded_buffer, check_mixture_fits
@@ -499,13 +499,15 @@ def make_mixture_datasets(cfg, split: bool):
     with compat.tables_read_directly():
         metas = indexed_metas(local, cfg.dataset, cache_dir, f"{OPTION_PREFIX}.cache_dir")
         layout = check_components(local, metas, target_fps_of(spec, choice))
-        trains, evals = [], []
-        for k, (c, url) in enumerate(zip(local.components, remotes)):
+
+        def native(k: int):
             where = f"{MIXTURE_FLAG}: {component_name(spec, k)}"
-            with compat.tables_only() if url else contextlib.nullcontext():  # its videos are streamed, not local
-                train, evaluation = native_datasets(component_config(cfg, c), split, where, "its root")
-            trains.append(train)
-            evals.append(evaluation)
+            with compat.tables_only() if remotes[k] else contextlib.nullcontext():  # videos streamed, not local
+                return native_datasets(component_config(cfg, local.components[k]), split, where, "its root")
+
+        built = natives_built(native, len(remotes), alone=[k for k, url in enumerate(remotes) if url])
+        trains = [train for train, _ in built]
+        evals = [evaluation for _, evaluation in built]
         train = build_mixture(
             spec, trains, choice, layout=layout, use_imagenet_stats=imagenet, seed=seed, drop_n_last_frames=drop
         )
