@@ -654,3 +654,48 @@ def test_a_forked_process_opens_its_own_decoders(lerobot_datasets):
         child.join(30)
         assert same_here and videos.idle == opened and same_there is (None if keep else True)
         assert held == (opened if keep else 0), keep  # the control holds its parent's
+
+
+def test_gpu_decoders_stay_with_the_thread_that_opened_them(lerobot_datasets, monkeypatch):
+    """With ``device="cuda"`` (NVDEC) a thread's decoders are its own, as when measured on a GPU (a CUDA decoder used
+    from another thread has not been run on one here), each thread keeping at most ``max_idle`` (let go with the
+    thread); the frames are the CPU path's. Run here with CPU decoders standing for NVDEC's (``_open`` replaced).
+    Control: on the CPU a second thread takes the first one's decoder."""
+    import threading
+
+    from robo_loaders_plugin.sources.lerobot_v3 import EpisodeVideoDecoder, LeRobotEpisodes
+    from robo_loaders_plugin.sources.nvdec import open_decoder
+
+    episodes = LeRobotEpisodes(LeRobotV3(lerobot_datasets["h264_3cam_multifile"]), 1e-4)
+    source = episodes.source
+    stamps = {ep: episodes.arrays["timestamp"][s:e] for ep, s, e in episodes.runs}
+    pairs = [(ep, key) for ep in stamps for key in source.video_keys]
+    opened = []
+
+    def on_cpu(self, p):
+        opened.append((p, threading.current_thread()))
+        return open_decoder(self.source.open_video(p), "cpu")
+
+    monkeypatch.setattr(EpisodeVideoDecoder, "_open", on_cpu)
+    want = {pk: EpisodeVideoDecoder(source, 1e-4).episode(pk[0], pk[1], stamps[pk[0]]) for pk in pairs}
+
+    def two_threads(device):
+        videos = EpisodeVideoDecoder(source, 1e-4, device)
+        opened.clear()
+        got = []
+        for _ in range(2):
+            t = threading.Thread(
+                target=lambda: got.extend(videos.episode(ep, k, stamps[ep]) for ep, k in pairs[:1] * 2)
+            )
+            t.start()
+            t.join()
+        assert all(np.array_equal(np.asarray(g), want[pairs[0]]) for g in got)
+        threads = len({t for _, t in opened})  # the threads that opened the file both read
+        for ep, k in pairs:  # this thread: its own decoders, at most max_idle kept
+            assert np.array_equal(np.asarray(videos.episode(ep, k, stamps[ep])), want[ep, k])
+        return videos, threads
+
+    videos, threads = two_threads("cuda")
+    assert threads == 2 and 0 < videos.idle <= videos.max_idle  # this thread's own
+    assert not videos._idle  # none shared
+    assert two_threads("cpu")[1] == 1  # control: shared on the CPU

@@ -20,6 +20,7 @@ relative name, size and every byte.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -706,7 +707,9 @@ class EpisodeVideoDecoder:
     Why shared by the threads, not one set per thread: a decoder is not thread-safe, but one thread at a time may
     use it. Opening one probes the file (~1 ms for a small file), as long as decoding a short episode; a mixture's
     component holds a file per camera that each assembling thread opened for itself, so opening was half of a
-    pretraining mixture's first pass (``benchmarks/mixtures_pretraining.py``)."""
+    pretraining mixture's first pass (``benchmarks/mixtures_pretraining.py``). NVDEC decoders (``device="cuda"``) stay
+    with the thread that opened them, as they were when measured on a GPU: a CUDA decoder used from another thread
+    has not been run on one here."""
 
     def __init__(self, source: LeRobotV3, tolerance_s: float, device: str = "cpu"):
         self.source = source
@@ -715,6 +718,7 @@ class EpisodeVideoDecoder:
         self.max_idle = max(1, len(source.video_keys)) * IDLE_DECODERS_PER_CAMERA
         self._lock = threading.Lock()
         self._idle: dict[str, list] = {}  # file -> its idle decoders (and remote file objects), least recent first
+        self._local = threading.local()  # on a GPU, each thread's own ``idle`` dict (class docstring)
         self._pid = os.getpid()  # the process the idle decoders were opened in (:meth:`_pool`)
         self._fallbacks: set[str] = set()
 
@@ -729,24 +733,32 @@ class EpisodeVideoDecoder:
         """Video files NVDEC could not take, which torchcodec decoded on the CPU instead."""
         return set(self._fallbacks)
 
-    def _pool(self) -> threading.Lock:
-        """The lock of this process's idle decoders; in a process forked since they were opened, none.
+    def _pool(self) -> tuple:
+        """``(lock, idle)``: the idle decoders this thread takes from and gives back to (the process's on the CPU,
+        this thread's own on a GPU, let go with the thread, as before they were shared) and the lock guarding them;
+        in a process forked since they were opened, none.
 
-        Why: a forked child (a DataLoader's worker started by ``fork``) inherits the idle decoders, each reading its
-        file through a descriptor whose offset the two processes share: seeks and reads of both move it under each
-        other and decode the wrong bytes (torchcodec's "Could not push packet", or worse, other frames). The child
-        lets go of them (their descriptors closed in the child only) and opens its own; the lock is made anew, since
-        another thread may have held it at the fork.
+        Why none after a fork: a forked child (a DataLoader's worker started by ``fork``) inherits the idle
+        decoders, each reading its file through a descriptor whose offset the two processes share: seeks and reads
+        of both move it under each other and decode the wrong bytes (torchcodec's "Could not push packet", or worse,
+        other frames). The child lets go of them (their descriptors closed in the child only) and opens its own; the
+        lock is made anew, since another thread may have held it at the fork.
         """
         if self._pid != os.getpid():
-            self._lock, self._idle, self._pid = threading.Lock(), {}, os.getpid()
-        return self._lock
+            self._lock, self._idle, self._local, self._pid = threading.Lock(), {}, threading.local(), os.getpid()
+        if self.device == "cpu":
+            return self._lock, self._idle
+        mine = getattr(self._local, "idle", None)
+        if mine is None:
+            mine = self._local.idle = {}
+        return contextlib.nullcontext(), mine
 
     @property
     def idle(self) -> int:
-        """Decoders open and not in use (in this process)."""
-        with self._pool():
-            return sum(len(v) for v in self._idle.values())
+        """Decoders open and not in use (in this process; on a GPU, this thread's)."""
+        lock, idle = self._pool()
+        with lock:
+            return sum(len(v) for v in idle.values())
 
     def _open(self, p: str):
         from robo_loaders_plugin.sources.nvdec import open_decoder
@@ -774,12 +786,13 @@ class EpisodeVideoDecoder:
         """An idle decoder of ``path``, else one opened now (outside the lock: opening probes the file); the caller
         gives it back with :meth:`_give_back` once decoded."""
         p = str(path)
-        with self._pool():
-            idle = self._idle.get(p)
+        lock, pool = self._pool()
+        with lock:
+            idle = pool.get(p)
             if idle:
                 dec = idle.pop()
                 if not idle:
-                    del self._idle[p]
+                    del pool[p]
                 return dec
         try:
             exists = self.source.video_exists(p)
@@ -804,19 +817,20 @@ class EpisodeVideoDecoder:
             raise self._read_error(p, seen, f"cannot open video {path} (episode {ep}, {key})", exc) from exc
 
     def _give_back(self, path: str, dec) -> None:
-        """``dec`` idle again (most recently used); past :attr:`max_idle` idle decoders, the least recently used
-        one is let go (closed when collected)."""
+        """``dec`` idle again (most recently used); past :attr:`max_idle` idle decoders (on a GPU, of this thread),
+        the least recently used one is let go (closed when collected)."""
         p = str(path)
-        with self._pool():
-            mine = self._idle.pop(p, [])  # re-inserted last: the most recently used file
+        lock, pool = self._pool()
+        with lock:
+            mine = pool.pop(p, [])  # re-inserted last: the most recently used file
             mine.append(dec)
-            self._idle[p] = mine
-            over = sum(len(v) for v in self._idle.values()) - self.max_idle
+            pool[p] = mine
+            over = sum(len(v) for v in pool.values()) - self.max_idle
             while over > 0:
-                oldest = next(iter(self._idle))
-                self._idle[oldest].pop(0)
-                if not self._idle[oldest]:
-                    del self._idle[oldest]
+                oldest = next(iter(pool))
+                pool[oldest].pop(0)
+                if not pool[oldest]:
+                    del pool[oldest]
                 over -= 1
 
     def episode(self, ep: int, key: str, timestamps: np.ndarray) -> np.ndarray:
