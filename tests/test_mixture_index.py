@@ -265,3 +265,75 @@ def test_tqdm_s_lock_is_made_before_threads_read_metadata():
     finally:
         if saved is not None:
             tqdm._lock = saved
+
+
+def _kept(cache_dir, kind="test-meta-1"):
+    folder = os.path.join(cache_dir, INDEX_DIR, kind)
+    return [os.path.join(folder, n) for n in sorted(os.listdir(folder))]
+
+
+def test_an_edited_or_damaged_record_is_read_again_never_served(components):
+    """A kept record is served only while it is what was written: one edited (or bit-flipped) so that it still
+    parses, with the component unchanged, is read again from the component's files and its true value served; one of
+    another shape that ``parse`` refuses (a key missing, with its digest made to match) is read again too, not a
+    failed start. Negative control: with the record's digest not compared, the edited value is served."""
+    from robo_loaders_plugin.mixtures import index as index_module
+
+    paths, cache_dir = components
+    assert served(paths, cache_dir)[1] == [0, 1, 2, 3, 4]
+    stored = {json.load(open(p))["record"]["value"]: p for p in _kept(cache_dir)}
+    with open(stored[2]) as f:
+        text = f.read()
+    flipped = text.replace('"value": 2', '"value": 3')
+    assert flipped != text
+    control = cache_dir + "-control"
+    shutil.copytree(cache_dir, control)
+    with open(stored[2], "w") as f:
+        f.write(flipped)
+    with open(stored[2].replace(cache_dir, control), "w") as f:
+        f.write(flipped)
+
+    original = index_module.record_digest
+    index_module.record_digest = lambda record: json.load(open(stored[2].replace(cache_dir, control)))["record_digest"]
+    try:
+        values, read, _ = served(paths, control)
+    finally:
+        index_module.record_digest = original
+    assert values[2] == 3 and 2 not in read  # the control: the edit served
+
+    values, read, _ = served(paths, cache_dir)
+    assert values == [0, 1, 2, 3, 4] and read == [2]
+
+    doc = json.load(open(stored[4]))
+    del doc["record"]["value"]
+    doc["record_digest"] = index_module.record_digest(doc["record"])
+    with open(stored[4], "w") as f:
+        json.dump(doc, f)
+    index = ComponentIndex(
+        "test-meta-1", ("meta",), index_of(paths, cache_dir).read, cache_dir, parse=lambda r: r["value"]
+    )
+    assert index.records(paths) == [0, 1, 2, 3, 4] and index.reread == [4]
+
+
+def test_a_first_run_and_a_reuse_give_the_same_values(tmp_path):
+    """A record just read is given as a kept one comes back (through JSON: tuples as lists), so what a start decides
+    from it does not depend on whether the index held it; LeRobot's records become metadata with LeRobot's tuple
+    shapes either way (``IndexedMeta``)."""
+    from robo_loaders_plugin.lerobot.mixture_meta import IndexedMeta
+
+    root = tmp_path / "c"
+    (root / "meta").mkdir(parents=True)
+    (root / "meta" / "info.json").write_text("{}")
+    record = {
+        "features": {"action": {"dtype": "float32", "shape": (7,), "names": None}},
+        "fps": 15,
+        "root": str(root),
+        "has_language_columns": False,
+        "stats": None,
+    }
+    index = ComponentIndex("test-lerobot-1", ("meta",), lambda k: record, str(tmp_path / "cache"), parse=IndexedMeta)
+    first, again = index.records([str(root)])[0], index.records([str(root)])[0]
+    assert index.reread == [] and first.features == again.features
+    assert first.features["action"]["shape"] == (7,) and again.features["action"]["shape"] == (7,)
+    raw = ComponentIndex("test-raw-1", ("meta",), lambda k: record, str(tmp_path / "cache"))
+    assert raw.records([str(root)])[0] == raw.records([str(root)])[0]  # the first given through JSON too

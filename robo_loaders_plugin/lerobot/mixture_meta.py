@@ -381,7 +381,12 @@ class IndexedMeta:
     """
 
     def __init__(self, record: dict):
-        self.features = record["features"]
+        # shapes as tuples, as LeRobot's metadata holds them (``DatasetInfo``): JSON gives lists back, and LeRobot
+        # compares some with tuples (``get_hf_features_from_features``: ``ft["shape"] == (1,)``)
+        self.features = {
+            key: {**ft, "shape": tuple(ft["shape"])} if isinstance(ft.get("shape"), list) else dict(ft)
+            for key, ft in record["features"].items()
+        }
         self.fps = record["fps"]
         self.root = record["root"]
         self.has_language_columns = bool(record["has_language_columns"])
@@ -450,13 +455,15 @@ def indexed_metas(spec, dataset_cfg, cache_dir=None, where: str = "cache_dir") -
 
     kept = [k for k, c in enumerate(spec.components) if _indexable(c)]
     index = ComponentIndex(
-        INDEX_KIND, ("meta",), lambda i: meta_record(component_meta(spec, kept[i], dataset_cfg)), cache_dir, where
+        INDEX_KIND,
+        ("meta",),
+        lambda i: meta_record(component_meta(spec, kept[i], dataset_cfg)),
+        cache_dir,
+        where,
+        parse=IndexedMeta,
     )
     records = dict(zip(kept, index.records([str(spec.components[k].root) for k in kept])))
-    return [
-        IndexedMeta(records[k]) if k in records else component_meta(spec, k, dataset_cfg)
-        for k in range(len(spec.components))
-    ]
+    return [records[k] if k in records else component_meta(spec, k, dataset_cfg) for k in range(len(spec.components))]
 
 
 # -- statistics ----------------------------------------------------------------------------------------------------

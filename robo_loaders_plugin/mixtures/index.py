@@ -28,10 +28,12 @@ One component may hold several records (a robomimic file's filter keys): ``recor
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from tqdm import tqdm
 
@@ -94,11 +96,33 @@ def _record_path(root: str, kind: str, real: str, key: str | None = None) -> str
     return os.path.join(root, INDEX_DIR, kind, cache.short_hash(name) + ".json")
 
 
+def record_digest(record) -> str:
+    """The digest a record is kept with: SHA-256 of its canonical JSON (keys sorted, no spaces).
+
+    Why: the fingerprint says the component's files are unchanged, not that the record is what was read from them;
+    a record edited by hand or bit-flipped on disk that still parses would be served (a wrong size, rate or shape
+    for the checks and the padding). A record whose digest differs is read again from the component's files.
+
+    Args:
+        record: The record (JSON-able).
+
+    Returns:
+        The hex digest.
+    """
+    return hashlib.sha256(json.dumps(record, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
 def _recorded(path: str) -> tuple[Fingerprint | None, dict | None]:
+    """The fingerprint and the record kept at ``path``; ``(None, None)`` when there is none, or it cannot be read,
+    or its record's digest differs from the one it was kept with (edited, damaged)."""
     try:
         with open(path, encoding="utf-8") as f:
             doc = json.load(f)
-        return Fingerprint.from_dict(doc["fingerprint"]), doc["record"]
+        record = doc["record"]
+        if doc["record_digest"] != record_digest(record):
+            logger.info(f"mixture index: {path} does not hold the record it was written with; read again")
+            return None, None
+        return Fingerprint.from_dict(doc["fingerprint"]), record
     except (OSError, ValueError, KeyError, TypeError, StaleSourceError):
         return None, None
 
@@ -135,6 +159,10 @@ class ComponentIndex:
         by_content: Whether a component whose stat changed keeps its record when its content digest is unchanged
             (``True``: small metadata files, a ``touch`` or ``cp -p`` reads nothing again); ``False``: any change of
             the stat reads the component again (one large file, whose digest would read every byte).
+        parse: ``parse(record) -> value``: what :meth:`records` gives for a record (default: the record itself). A
+            kept record it refuses (``KeyError``, ``TypeError``, ``ValueError``, ``IndexError``, ``AttributeError``:
+            a record of another shape) is read again from the component's files, never a failed start; a record
+            just read is given through JSON first, so a first run and a reuse give the same values.
     """
 
     def __init__(
@@ -146,9 +174,11 @@ class ComponentIndex:
         where: str = "cache_dir",
         threads: int = READ_THREADS,
         by_content: bool = True,
+        parse: Callable[[dict], Any] | None = None,
     ):
         self.kind, self.folders, self.read = kind, tuple(folders), read
         self.by_content = by_content
+        self.parse = parse if parse is not None else (lambda record: record)
         try:
             self.root: str | None = cache.cache_root(cache_dir, where)
         except RoboLoadersError as exc:  # slower, never wrong: every component read, as before the index
@@ -157,7 +187,7 @@ class ComponentIndex:
         self.threads = max(1, int(threads))
         self.reread: list[int] = []  # the components the last :meth:`records` read from their files
 
-    def _one(self, k: int, path: str, key: str | None = None) -> dict:
+    def _one(self, k: int, path: str, key: str | None = None) -> Any:
         """Component ``k``'s record: the index's while its files match, else read (and kept for the next run).
 
         Why the fingerprint is taken before the read: a file changed during the read then no longer matches what
@@ -166,7 +196,7 @@ class ComponentIndex:
         """
         if self.root is None:
             self.reread.append(k)
-            return self.read(k)
+            return self._parsed(self.read(k))
         real = os.path.realpath(path)
         names = [] if os.path.isfile(real) else files_under(real, self.folders)
         stored = _record_path(self.root, self.kind, real, key)
@@ -178,24 +208,34 @@ class ComponentIndex:
                 now = _by_stat(real, names, recorded)
         except OSError:
             self.reread.append(k)
-            return self.read(k)
+            return self._parsed(self.read(k))
         if recorded is not None and record is not None and not recorded.differences(now):
-            if now is not recorded:  # same content under a new stat (a touch, cp -p): keep the new stat
-                self._write(stored, now, record)
-            return record
-        record = self.read(k)
+            try:
+                value = self.parse(record)
+            except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+                logger.info(f"mixture index: {stored} holds a record of another shape ({exc!r}); read again")
+            else:
+                if now is not recorded:  # same content under a new stat (a touch, cp -p): keep the new stat
+                    self._write(stored, now, record)
+                return value
+        record = json.loads(json.dumps(self.read(k)))  # as a kept one comes back (tuples as lists)
         self._write(stored, now, record)
         self.reread.append(k)
-        return record
+        return self.parse(record)
+
+    def _parsed(self, record: dict):
+        """A record just read, given as a kept one would be: through JSON, then :attr:`parse`."""
+        return self.parse(json.loads(json.dumps(record)))
 
     def _write(self, stored: str, now: Fingerprint, record: dict) -> None:
         try:
             os.makedirs(os.path.dirname(stored), exist_ok=True)
-            atomic_write_json(stored, {"fingerprint": now.as_dict(), "record": record})
+            doc = {"fingerprint": now.as_dict(), "record": record, "record_digest": record_digest(record)}
+            atomic_write_json(stored, doc)
         except OSError as exc:  # the next run reads the component again; never an error of this one
             logger.info(f"mixture index: could not write {stored} ({exc.strerror}); read again next run")
 
-    def records(self, paths: Sequence[str], keys: Sequence[str | None] | None = None) -> list[dict]:
+    def records(self, paths: Sequence[str], keys: Sequence[str | None] | None = None) -> list:
         """Every component's record, in order: from the index where its files are unchanged, else read, in
         parallel.
 
@@ -205,7 +245,7 @@ class ComponentIndex:
                 one record per component.
 
         Returns:
-            The records; :attr:`reread` lists the components read from their files.
+            The records (as ``parse`` gives them); :attr:`reread` lists the components read from their files.
 
         Raises:
             Whatever ``read`` raises for a component (its own one-line error), after the reads in flight end.

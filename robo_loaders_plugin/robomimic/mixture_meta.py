@@ -103,8 +103,9 @@ def component_files(
         cache_dir,
         CACHE_DIR_OPTION,
         by_content=False,
+        parse=ComponentFile,
     )
-    return [ComponentFile(r) for r in index.records(sources, [json.dumps(key) for key in filters])]
+    return index.records(sources, [json.dumps(key) for key in filters])
 
 
 def _open_component(label: str, path: str):
