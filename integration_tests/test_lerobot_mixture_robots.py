@@ -480,3 +480,49 @@ def test_native_batches_are_built_item_by_item_as_part_by_part(lerobot_robots):
     ds = lerobot_robots
     mix = build_mixture(robots_spec(ds, missing_cameras="zeros"), robot_natives(ds), choose("native"), seed=3)
     check_items_batch_is_parts_batch(mix, same_batch)
+
+
+def test_joined_fills_survive_pickles_and_forks(lerobot_robots):
+    """The lazy low-dim fills of a joined ``datapipe`` mixture (``JoinedFrames._fill``) where its frames go: pickled
+    at protocol 5 (cloudpickle's; read-only tables come back on immutable buffers) they fill and serve the
+    per-component batch; in a process forked while another thread held the fills' lock, the child's first fill does
+    not wait for it. Controls: a table on an immutable buffer refuses the write the fill makes, and the inherited
+    lock is held in the child."""
+    import multiprocessing as mp
+    import pickle
+
+    ds = lerobot_robots
+    nats = robot_natives(ds)
+    idx = lambda mix: [int(mix.offsets[k]) + j for k in range(3) for j in (0, 5, 9)]  # noqa: E731
+    mix = build_mixture(robots_spec(ds, missing_cameras="zeros"), nats, choose("datapipe"), seed=3)
+    frames = mix.joined.frames
+    assert frames.pending_units() > 0
+    table = next(iter(frames.tables.values()))
+    copied = pickle.loads(pickle.dumps(table, protocol=5))
+    with pytest.raises(ValueError, match="WRITEABLE"):  # control: what a fill met before
+        copied.setflags(write=True)
+    mix.joined.frames = pickle.loads(pickle.dumps(frames, protocol=5))
+    same_batch(mix.collate(idx(mix)), mix.collate(idx(mix), joined=False), "after a protocol-5 pickle")
+    assert mix.joined.frames.pending_units() < frames.pending_units()
+
+    mix = build_mixture(robots_spec(ds, missing_cameras="zeros"), nats, choose("datapipe"), seed=3)
+    frames = mix.joined.frames
+    ctx = mp.get_context("fork")
+    for renewed in (True, False):
+        frames._fill_lock.acquire()  # another thread filling at the fork
+        mine, theirs = ctx.Pipe()
+        child = ctx.Process(target=_fill_in_child, args=(mix, idx(mix), renewed, theirs))
+        child.start()
+        frames._fill_lock.release()
+        assert mine.poll(120), "the forked child did not answer"
+        assert mine.recv() == ("served" if renewed else "held")  # control: the inherited lock held
+        child.join(30)
+
+
+def _fill_in_child(mix, rows, renewed, out):
+    frames = mix.joined.frames
+    if not renewed:  # the control only looks: the inherited lock is held
+        out.send("held" if frames._fill_lock.locked() else "free")
+        return
+    same_batch(mix.collate(rows), mix.collate(rows, joined=False), "forked")
+    out.send("served")

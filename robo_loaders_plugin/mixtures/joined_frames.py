@@ -10,6 +10,7 @@ mixture field to the component's own, pads vectors to the mixture's width and ze
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Mapping, Sequence
 
@@ -72,6 +73,7 @@ class JoinedFrames(FrameSource):
         # reach its units (FrameSource.low_dim_up_front false) fills its units' rows at their first batch
         self._filled: np.ndarray | None = None
         self._fill_lock = threading.Lock()
+        self._fill_pid = os.getpid()  # the process the lock was made in (:meth:`_lock`)
         self._joined: dict[str, tuple | None] = {}  # cameras read as one (_joined_field)
         self.lengths = joined
 
@@ -165,7 +167,7 @@ class JoinedFrames(FrameSource):
             mine = [f for f in self.tables if f in own]
             values = self.sources[k].low_dim_of_unit([own[f] for f in mine], u - int(self.unit_offsets[k]))
             reads.append((u, k, mine, values))
-        with self._fill_lock:
+        with self._lock():
             tables = list(self.tables.values())
             for t in tables:
                 t.setflags(write=True)
@@ -177,6 +179,13 @@ class JoinedFrames(FrameSource):
             finally:
                 for t in tables:
                     t.setflags(write=False)
+
+    def _lock(self) -> threading.Lock:
+        """The fills' lock; made anew in a process forked since it was made (a DataLoader's worker started by
+        ``fork``): another thread may have held it at the fork, and the child's first fill would wait forever."""
+        if self._fill_pid != os.getpid():
+            self._fill_lock, self._fill_pid = threading.Lock(), os.getpid()
+        return self._fill_lock
 
     def info(self, field: str) -> FieldInfo:
         """The mixture's field: the first component serving it says dtype and kind; a padded vector is the
@@ -321,7 +330,15 @@ class JoinedFrames(FrameSource):
 
     def __setstate__(self, state):
         self.__dict__.update(state)
-        self._fill_lock = threading.Lock()
+        self._fill_lock, self._fill_pid = threading.Lock(), os.getpid()
+        if self._filled is None:
+            return
+        for f, table in self.tables.items():  # rows still to fill: each table must be writable again
+            try:
+                table.setflags(write=True)
+            except ValueError:  # its memory is an immutable buffer (pickle protocol 5's read-only arrays)
+                table = self.tables[f] = table.copy()
+            table.setflags(write=False)
 
 
 def keep_low_dim_within_budget(frames: JoinedFrames, fields: Sequence[str]) -> list[str]:
