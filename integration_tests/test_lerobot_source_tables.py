@@ -2,6 +2,7 @@
 ``pyarrow.dataset`` (whose cost per row group made a million rows in LeRobot's row group per episode a 4-6 s read):
 it must give the scanner's table exactly, over several data files, with and without an episode selection."""
 
+import os
 import shutil
 
 import pyarrow as pa
@@ -284,3 +285,33 @@ def test_episode_columns_checked_against_the_rows_read(lerobot_datasets, tmp_pat
         LeRobotEpisodes(LeRobotV3(str(root)), 1e-4)
     with pytest.raises(SourceError, match=r"episodes \[2\] are not in meta/episodes"):
         LeRobotV3(str(root)).data_size([1, 2])
+
+
+def test_an_episodes_file_replaced_while_read_is_read_again(lerobot_datasets, tmp_path, monkeypatch):
+    """``compat.ParquetReads.episodes`` keys the table it keeps by the files as they were before it read them: one
+    replaced during the read (here right after it) is not found under its new stat holding the old table, so the
+    next read (the dataset's metadata, or another component on the root) gives the file's new values. The first
+    read's table is the old file's, so the check sees the replacement (a key taken after the read served it)."""
+    from robo_loaders_plugin.lerobot.compat import ParquetReads
+
+    root = tmp_path / "replaced"
+    shutil.copytree(lerobot_datasets["av1_1cam"], root)
+    (path,) = sorted((root / "meta" / "episodes").glob("*/*.parquet"))
+    old = pq.read_table(path)["length"].to_pylist()
+    reads = ParquetReads()
+    real = ParquetReads.read_except
+
+    def replaced_after(self, p, prefix):
+        table = real(self, p, prefix)
+        if str(p) == str(path) and not getattr(self, "_replaced", False):
+            self._replaced = True
+            edited = _set(pq.read_table(path), "length", 0, old[0] + 1)
+            pq.write_table(edited, str(path) + ".new")
+            os.replace(str(path) + ".new", path)  # a writer's atomic replace: a new inode
+        return table
+
+    monkeypatch.setattr(ParquetReads, "read_except", replaced_after)
+    first = reads.episodes(root)
+    assert first["length"] == old  # read before the replacement
+    again = reads.episodes(root)
+    assert again["length"] == [old[0] + 1, *old[1:]]

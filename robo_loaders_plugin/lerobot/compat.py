@@ -473,11 +473,14 @@ class ParquetReads:
             raise FileNotFoundError(
                 f"Provided directory does not contain any parquet file: {Path(root) / 'meta/episodes'}"
             )
+        # the files as they are before they are read: one replaced during the reads is then not found under its new
+        # stat holding the old table (the next caller reads it again)
+        stats = list(map(_file_key, paths))
         first = self.read_except(paths[0], "stats/")
         columns = first.column_names
         # the factory's metadata and the dataset's get one Dataset while the files are unchanged (building one was
         # ~3 ms a component; LeRobot replaces ``meta.episodes`` when it writes, never changes it in place)
-        key = ("episodes", *map(_file_key, paths), *columns)
+        key = ("episodes", *stats, *columns)
         held = self._tables.get(key)
         if held is None:
             table = pa.concat_tables([first] + [self.read(path, columns) for path in paths[1:]])
