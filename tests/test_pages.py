@@ -9,18 +9,28 @@ import pytest
 from robo_loaders_plugin.storage.pages import SMALL_PAGES_MIN_BYTES, empty_small_pages
 
 
-def _huge_kb() -> int:
+def _huge_kb_under(start: int, end: int) -> int:
+    """AnonHugePages of the mappings overlapping ``[start, end)`` only: the process-wide sum moves with whatever
+    other threads and earlier tests in this worker map, free or have collapsed meanwhile (CI once saw -2048 kB)."""
+    total = 0
     with open("/proc/self/smaps") as f:
-        return sum(int(kb) for kb in re.findall(r"AnonHugePages:\s+(\d+) kB", f.read()))
+        overlaps = False
+        for line in f:
+            head = re.match(r"([0-9a-f]+)-([0-9a-f]+) ", line)
+            if head:
+                lo, hi = int(head.group(1), 16), int(head.group(2), 16)
+                overlaps = lo < end and start < hi
+            elif overlaps and line.startswith("AnonHugePages:"):
+                total += int(line.split()[1])
+    return total
 
 
 def _touched_huge_kb(make) -> int:
-    before = _huge_kb()
     arr = make((64 << 20,), np.uint8)
     arr[:] = 1
-    grown = _huge_kb() - before
-    del arr
-    return grown
+    addr = arr.ctypes.data
+    page = 4096
+    return _huge_kb_under(-(-addr // page) * page, (addr + arr.nbytes) // page * page)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="transparent huge pages are Linux's")
