@@ -370,6 +370,27 @@ def test_lz4_buffer_serves_the_same_batches(tiny_hdf5, converted):
     assert raw.frames.cache.loads > raw.n_demos and lz4.frames.cache.loads > lz4.n_demos
 
 
+def test_building_decodes_no_segment(tiny_hdf5, converted, monkeypatch):
+    """A dataset learns its cameras' dtype and frame shape from the segments' headers: a mixture of 100 files
+    decoded each file's first demo to build (200 segments), then again when a batch reached it. Control: the
+    first batch decodes, through the same counter."""
+    import robo_loaders_plugin.storage.video as video
+
+    decoded = []
+    real = video.decode
+    monkeypatch.setattr(video, "decode", lambda *a, **k: decoded.append(a[3]) or real(*a, **k))
+    ds = build(tiny_hdf5, COMBOS[1], source=converted[0])
+    assert decoded == []
+    native = build(tiny_hdf5, COMBOS[1])
+    first = next(iter(ds.batch_source(SamplingPlan(batch_size=4, shuffle=False, drop_last=True, num_workers=0))))
+    assert decoded and all(".mp4" in w for w in decoded)
+    for r, got in enumerate(rows([first])):
+        for k, v in leaves(native[r]):
+            a = dict(leaves(got))[k].numpy()
+            assert a.dtype == v.dtype and a.shape == v.shape, k
+            assert psnr(a, v) >= PSNR_FLOOR if is_image(k) else a.tobytes() == v.tobytes(), (r, k)
+
+
 def test_no_options_converts_on_first_use(two_demos, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("ROBO_LOADERS_CACHE", str(tmp_path / "home"))
     combo = dict(seq_length=5)

@@ -202,8 +202,9 @@ def natives_built(build, count: int, alone=()) -> list:
         ``[build(k) for k in range(count)]``.
 
     Raises:
-        Whatever ``build`` raises for the first component (in order) that fails; the builds queued behind it are
-        cancelled and the running ones waited for.
+        Whatever ``build`` raises for the first component that fails: an ``alone`` one (built first) before any
+        other, else the first in the components' order; the builds queued behind it are cancelled and the running
+        ones waited for.
     """
     from robo_loaders_plugin.mixtures.index import tqdm_lock_made
 

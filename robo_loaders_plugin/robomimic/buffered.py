@@ -284,17 +284,9 @@ def shard_samples(
         )
 
     read = ShardDemos(reader, demos, records, lengths, opts, transform)
-    stored = read(0, None)
-    first = {k: v.decode_all() if isinstance(v, EncodedFrames) else v for k, v in stored.items()}
-    # frames: what is reloaded when an episode comes back (video segments of any size among them)
-    infos = {
-        k: FieldInfo(
-            a.dtype,
-            tuple(a.shape[1:]),
-            isinstance(stored[k], EncodedFrames) or (a.ndim > 1 and a[0].nbytes >= FRAME_MIN_BYTES),
-        )
-        for k, a in first.items()
-    }
+    # the fields' dtypes and step shapes from the first demo as read, frames still encoded: their headers say what
+    # they decode to (checked again when a load decodes them), so no component of a mixture decodes a demo to build
+    infos = {k: _field_info(v) for k, v in read(0, None).items()}
     frames = EpisodeFrames(lengths, infos, read, capacity=passes.episode_capacity, decode_on_load=decode_on_load)
     windows = SequenceWindows(lengths, opts)
     summary = (
@@ -316,6 +308,15 @@ def shard_samples(
         decode_threads=decode_threads,
         serving=Serving(summary, hold=hold),
     )
+
+
+def _field_info(value) -> FieldInfo:
+    """A field's dtype and step shape as a demo's read value says (still-encoded frames by their header); frames
+    (encoded, video segments of any size among them, or raw steps of at least ``FRAME_MIN_BYTES``) are what is
+    reloaded when an episode comes back."""
+    if isinstance(value, EncodedFrames):
+        return FieldInfo(np.dtype(value.dtype), tuple(value.shape[1:]), True)
+    return FieldInfo(value.dtype, tuple(value.shape[1:]), value.ndim > 1 and value[0].nbytes >= FRAME_MIN_BYTES)
 
 
 def unit_samples(
