@@ -65,6 +65,47 @@ def test_cache_dir_persists_and_is_reused(tiny_hdf5, tmp_path, capsys):
     assert glob.glob(str(tmp_path / "cache3" / "*")) == [fourth.frames.directory]
 
 
+def test_a_file_replaced_while_its_store_is_built_keeps_no_store(tmp_path, monkeypatch):
+    """A reviewer's reproduction: the file replaced (mv) while its compressed store was written left a store named
+    for the first version holding the second's actions, reused without a word for the first version moved back
+    with its mtime. Now the build is refused in one line and nothing is kept; the next start builds from the file
+    as it is. Control: the store built from the unchanged file is kept and reused."""
+    from robo_loaders_plugin import StaleSourceError
+    from robo_loaders_plugin.backends.compressed_cache import episode_store
+    from robo_loaders_plugin.sample_data.robomimic_hdf5 import write_robomimic_hdf5
+
+    path = write_robomimic_hdf5(
+        str(tmp_path / "data.hdf5"), demos=2, image_size=16, cameras=1, seed=3, next_obs=False, progress=False
+    )
+    v2 = str(tmp_path / "v2.hdf5")
+    shutil.copyfile(path, v2)
+    with h5py.File(v2, "r+") as f:
+        f["data/demo_0/actions"][...] += 100.0
+    cfg = make_config(
+        path,
+        backend="compressed_cache",
+        rgb=["agentview_image"],
+        seq_length=1,
+        backend_kwargs={"cache_dir": str(tmp_path / "cache")},
+        hdf5_load_next_obs=False,
+    )
+    writer_init = episode_store.StoreWriter.__init__
+
+    def swapped_as_written(self, *a, **k):
+        os.replace(path, str(tmp_path / "v1.hdf5"))
+        os.replace(v2, path)
+        writer_init(self, *a, **k)
+
+    monkeypatch.setattr(episode_store.StoreWriter, "__init__", swapped_as_written)
+    with pytest.raises(StaleSourceError, match=r"data\.hdf5 changed while the .* was built from it"):
+        dataset_factory(cfg, obs_keys(cfg))
+    monkeypatch.setattr(episode_store.StoreWriter, "__init__", writer_init)
+    assert [p for p in glob.glob(str(tmp_path / "cache" / "*")) if "compressed" in os.path.basename(p)] == []
+    built = dataset_factory(cfg, obs_keys(cfg))  # control: the file as it is now, built and kept
+    assert "reused" not in built.serving.summary and float(built[0]["actions"][0, 0]) > 50
+    assert "reused" in dataset_factory(cfg, obs_keys(cfg)).serving.summary
+
+
 def test_a_frame_the_old_digest_did_not_sample_edited_with_the_mtime_restored_rebuilds(tmp_path):
     """Issue 23 A5: the digest sampled the first, middle and last frame of each camera; one pixel of another frame
     changed with the mtime restored (cp -p, rsync -t) reused the cache and served the old frame. Now the stat

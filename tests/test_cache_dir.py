@@ -188,6 +188,42 @@ def test_obtain_reuses_rebuilds_on_change_and_retires_the_old_copy(tmp_path):
     assert sorted(e.name for e in cache.entries(root)) == sorted([e2.name, eb.name])
 
 
+def test_a_source_replaced_while_its_entry_is_built_keeps_nothing(tmp_path):
+    """An entry is named after the fingerprint taken before its build; a source replaced during the build (mv)
+    left an entry named for the first version holding what was read of the second, reused once the first came back
+    with its mtime. The source is fingerprinted again after the build (a stat when unchanged): changed, the entry is
+    removed and the run refused in one line. Control: a build that only reads the source keeps its entry."""
+    from robo_loaders_plugin.storage.fingerprint import fingerprint
+
+    src = tmp_path / "source.bin"
+    src.write_bytes(b"v1" * 100)
+    root = cache.cache_root(str(tmp_path / "cache"))
+
+    def source_fp(recorded):
+        return fingerprint(str(src), lambda: digest_of(str(src)), recorded)
+
+    def obtain(build):
+        return cache.obtain(root, "kind", {"src": str(src)}, source_fp, lambda p: None, os.path.exists, build, "copy")
+
+    def replaced_meanwhile(path, _fp):
+        (tmp_path / "v2").write_bytes(b"v2" * 100)
+        os.replace(tmp_path / "v2", src)  # the same size: only the inode, ctime and bytes differ
+        with open(path, "wb") as f:
+            f.write(src.read_bytes())
+
+    with pytest.raises(StaleSourceError, match=r"source\.bin changed while the copy was built from it .*run again"):
+        obtain(replaced_meanwhile)
+    assert list(cache.entries(root)) == []
+
+    def read_only(path, _fp):
+        with open(path, "wb") as f:
+            f.write(src.read_bytes())
+
+    entry, _hold, reused, _ = obtain(read_only)  # control
+    assert not reused and open(entry.path, "rb").read() == b"v2" * 100
+    assert [e.name for e in cache.entries(root)] == [entry.name]
+
+
 def test_a_source_looks_only_at_its_own_entries_and_sees_one_written_meanwhile(tmp_path, monkeypatch):
     """Issue 44 item 3: ``obtain`` checked every name in the root (``is_entry``, a stat each) to find its own
     source's entries, so a mixture's components, each obtaining its entry from one root holding every component's,

@@ -34,7 +34,7 @@ import socket
 import time
 import weakref
 
-from robo_loaders_plugin.core.errors import RoboLoadersError
+from robo_loaders_plugin.core.errors import RoboLoadersError, StaleSourceError
 from robo_loaders_plugin.core.files import lock_shared, try_lock, unlock
 from robo_loaders_plugin.core.log import get_logger
 from robo_loaders_plugin.core.units import format_bytes, parse_bytes
@@ -667,6 +667,7 @@ def obtain(
 
     Raises:
         CacheError: another process's build did not finish within the lock timeout.
+        StaleSourceError: the source changed while the entry was built from it (the entry is removed).
     """
     prefix = f"{kind}-{short_hash(key_desc)}-"
     recorded = None
@@ -681,7 +682,40 @@ def obtain(
         if not reused:
             sweep_temporary(root, owned=entry.name)
             build(entry.path, fp)
+            _source_kept_while_built(entry, fp, fingerprint(fp), description)
         hold = entry.hold()
     if not reused and housekeeping:
         after_build(entry)
     return entry, hold, reused, fp
+
+
+def _source_kept_while_built(entry: Entry, before, after, description: str) -> None:
+    """Remove what was just built and refuse it when the source changed while it was read.
+
+    Why: the entry is named after the fingerprint taken before the build and records it, but the build reads the
+    source as it is during the build; a source replaced meanwhile (``mv``, a copy finishing) left an entry named
+    for the first version holding the second's data, reused without a word once the first version came back with
+    its mtime (``cp -p``, ``rsync -t``, an archive). The fingerprint again after the build is a stat of the files
+    when nothing changed (its fast path). Called under the entry's build lock, so no other process has used it.
+
+    Args:
+        entry: The entry just built.
+        before: The source's fingerprint the build was given.
+        after: The source's fingerprint now (``fingerprint(before)``).
+        description: What was built, for the message.
+
+    Raises:
+        StaleSourceError: the source's files or content differ from ``before``'s.
+    """
+    if after.identity() == before.identity():
+        return
+    if os.path.isdir(entry.path):
+        shutil.rmtree(entry.path, ignore_errors=True)
+    elif os.path.lexists(entry.path):
+        os.unlink(entry.path)
+    diff = before.differences(after) or ["its files were replaced"]
+    shown = "; ".join(diff[:3]) + (f"; and {len(diff) - 3} more" if len(diff) > 3 else "")
+    raise StaleSourceError(
+        f"{before.path} changed while the {description} was built from it ({shown}); nothing built from it was "
+        "kept: run again once the source no longer changes"
+    )
