@@ -198,6 +198,46 @@ def test_a_camera_a_robot_lacks_is_zeros_with_a_flag(robots, one_camera, backend
             dataset_factory(cfg, obs_keys(cfg))
 
 
+@pytest.mark.parametrize("backend", ["native", "compressed_cache", "gpu_resampler"])
+def test_a_camera_renamed_away_is_not_served_under_its_old_name(robots, one_camera, backend):
+    """A reviewer's reproduction: the arm whose one camera is really a wrist camera renames it
+    (``{"agentview_image": "robot0_eye_in_hand_image"}``) in a mixture that serves both cameras. The mixture's
+    ``agentview_image`` was resolved to the renamed-away key, so the arm's batches lacked it: joined they served it as
+    zeros without a flag, per component they raised ``KeyError``. Now the arm has no key for it: refused in one line
+    naming the component and the key, or, with ``"missing_cameras": "zeros"``, zeros with
+    ``agentview_image_is_missing`` True while its wrist is its own camera's frames. Controls: those frames are not
+    zeros; the flag False is caught."""
+    parts = (robots[0], robots[1], one_camera)
+    cfg = robots_config(parts, backend if backend != "native" else None)
+    with cfg.values_unlocked():
+        cfg.train.data_mixture["components"][2]["rename"] = {"agentview_image": WRIST}
+    with pytest.raises(
+        MixtureError,
+        match=rf"^{WHERE}: component 2 \(.*\): renames 'agentview_image' to '{WRIST}', "
+        r"and the mixture also serves 'agentview_image'.*\(or set \"missing_cameras\": \"zeros\"\)$",
+    ):
+        dataset_factory(cfg, obs_keys(cfg))
+    with cfg.values_unlocked():
+        cfg.train.data_mixture["missing_cameras"] = "zeros"
+    mix = dataset_factory(cfg, obs_keys(cfg))
+    assert mix.cameras == ["agentview_image"] and mix.missing[2] == ["agentview_image"]
+    one = make_config(one_camera, rgb=RGB[:1], low_dim=LOW_DIM, seq_length=3, hdf5_cache_mode="low_dim",
+                      hdf5_load_next_obs=True)  # fmt: skip
+    own = dataset_factory(one, obs_keys(one))
+    g, rows = int(mix.offsets[2]), [0, 1, int(mix.offsets[1])]
+    batch = mix.collate([g + j for j in range(3)] + rows)
+    for j in range(3):
+        for group in ("obs", "next_obs"):
+            wrist = batch[group][WRIST][j].cpu().numpy()
+            assert_same(wrist, own[j][group]["agentview_image"], f"{backend} {group} wrist {j}", LOSSY.get(backend))
+            assert wrist.any() and not batch[group]["agentview_image"][j].any()
+    assert batch["agentview_image_is_missing"].tolist() == [True] * 3 + [False] * 3
+    if backend != "native":
+        _same_batch(batch, mix.collate([g + j for j in range(3)] + rows, joined=False), "joined vs per component")
+    with pytest.raises(AssertionError):
+        assert batch["agentview_image_is_missing"].tolist() == [False] * 6, "control"
+
+
 @pytest.mark.fast
 def test_robomimics_shape_metadata_is_the_mixtures_padded_one(robots):
     """What robomimic's ``train()`` reads from ``train.data`` to build its models (``get_shape_metadata_from_dataset``,

@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import torch
 
+from robo_loaders_plugin.core.errors import RoboLoadersError
 from robo_loaders_plugin.mixtures.joined_frames import JoinedFrames, keep_low_dim_within_budget
 from robo_loaders_plugin.mixtures.missing import missing_key
 from robo_loaders_plugin.mixtures.padding import Padding, mask_key
@@ -82,6 +83,12 @@ class JoinedSamples:
                 for group in GROUPS:
                     own[f"{group}/{rename.get(key, key)}"] = f"{group}/{key}"
             fields.append(own)
+            served = {f"{GROUPS[0]}/{key}" for key in obs_keys if key not in missing[len(fields) - 1]}
+            if not served <= set(own):  # JoinedFrames fills what a map lacks with zeros: only missing cameras may
+                raise RoboLoadersError(
+                    f"robomimic mixture: component {len(fields) - 1} serves none of {sorted(served - set(own))} "
+                    "and they are not cameras it lacks (an internal error: please report it)"
+                )
         n = len(datasets)
         widths = {}
         for key, size in padding.sizes.items():

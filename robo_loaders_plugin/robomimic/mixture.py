@@ -299,6 +299,27 @@ def filter_settings(spec: MixtureSpec, filters: list[str | None], validating: bo
     return ["its filter_key" if c.filter_key is not None else "train.hdf5_filter_key" for c in spec.components]
 
 
+def component_key(rename: Mapping[str, str], key: str) -> str | None:
+    """A component's own obs key served as the mixture's ``key``: the one its rename maps onto ``key``, else ``key``
+    itself unless the component renames ``key`` away (then ``None``: it has no key for it).
+
+    Why ``None`` and not ``key``: a component renaming its ``agentview_image`` to ``robot0_eye_in_hand_image`` in a
+    mixture that also serves ``agentview_image`` was given its renamed-away camera for it, which its batches then
+    lacked: joined, they served zeros without a flag.
+
+    Args:
+        rename: The component's ``{its key: mixture key}``.
+        key: A mixture obs key.
+
+    Returns:
+        The component's key, or ``None``.
+    """
+    for src, dst in rename.items():
+        if dst == key:
+            return src
+    return None if key in rename else key
+
+
 def check_components(
     spec: MixtureSpec, config, obs_keys, filters: list[str | None], settings: list[str] | None = None
 ) -> tuple[list[float | None], Padding, list[list[str]]]:
@@ -351,15 +372,21 @@ def check_components(
                     f"{label}: rename maps {src!r} onto {dst!r}, a key it already has; rename {dst!r} too, or "
                     "leave one of them out of the observation config"
                 )
-        inverse = {dst: src for src, dst in comp.rename.items()}
         fields = {}
         for mk in obs_keys:
-            ck = inverse.get(mk, mk)
-            absent = all(f"{gr}/{ck}" not in g.fields for gr in groups)
+            ck = component_key(comp.rename, mk)
+            absent = ck is None or all(f"{gr}/{ck}" not in g.fields for gr in groups)
             # a camera (H, W, C) component 0 has, which this one lacks: zeros with "missing_cameras": "zeros"
-            if k > 0 and absent and spec.missing_cameras == ZEROS and len(reference[f"{groups[0]}/{mk}"][0]) == 3:
+            if k > 0 and absent and spec.missing_cameras == ZEROS and _is_camera(reference, groups, mk):
                 missing[k].append(mk)
                 continue
+            if ck is None:
+                raise MixtureError(
+                    f"{label}: renames {mk!r} to {comp.rename[mk]!r}, and the mixture also serves {mk!r}, which "
+                    f"this component then has no key for; rename another of its keys onto {mk!r}, or leave {mk!r} "
+                    "out of the observation config"
+                    + (' (or set "missing_cameras": "zeros")' if k > 0 and _is_camera(reference, groups, mk) else "")
+                )
             for group in groups:
                 name = f"{group}/{ck}"
                 if name not in g.fields:
@@ -389,6 +416,12 @@ def check_components(
     for line in missing_lines(names, missing):
         logger.info(line)
     return rates, plan_padding(WHERE, names, vectors, dict(spec.pad)), missing
+
+
+def _is_camera(reference: Mapping, groups, key: str) -> bool:
+    """Whether component 0 serves the mixture's obs ``key`` as a camera (frames of (H, W, C))."""
+    field = reference.get(f"{groups[0]}/{key}")
+    return field is not None and len(field[0]) == 3
 
 
 def _cache_dir(config) -> str | None:
@@ -635,11 +668,10 @@ def build_mixture(config, obs_keys, choice: BackendChoice, filter_by_attribute=N
     choices = [_bounded(c) for c in _rate_choices(spec, choice, config, rates)]
     comp_keys = []
     for comp in spec.components:
-        inverse = {dst: src for src, dst in comp.rename.items()}
         for src, dst in comp.rename.items():  # robomimic's own loader asks the obs key's modality
             compat.register_obs_key_like(src, dst)
         lacking = missing[len(comp_keys)]
-        comp_keys.append([inverse.get(key, key) for key in obs_keys if key not in lacking])
+        comp_keys.append([component_key(comp.rename, key) for key in obs_keys if key not in lacking])
     datasets = []
     with cache.placements_planned_once():  # each component's store looked for once, for its plan and its build
         check_mixture_fits(
