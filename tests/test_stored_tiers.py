@@ -32,7 +32,11 @@ def _entry(tmp_path, host_budget=None, spilled=False, eps=None):
 
 
 def _mapped(directory, plan):
-    return TieredFrames.from_entry(directory, LENGTHS, plan, CPU, spill_dir=plan.spill_dir)
+    entry = stored_tiers.OpenedTiers(directory)
+    try:
+        return TieredFrames.from_entry(entry, LENGTHS, plan, CPU, spill_dir=plan.spill_dir)
+    finally:
+        entry.close()
 
 
 @pytest.mark.parametrize(
@@ -67,14 +71,43 @@ def _cut(path):
     os.truncate(path, os.path.getsize(path) - 3)
 
 
-def _stale(path):
-    import json
+def _edited(edit):
+    """A manifest edited by ``edit``, its own checksum written again (``resummed``) or kept (damage)."""
 
-    with open(path) as f:
-        m = json.load(f)
+    def damage(path, resummed=True):
+        import json
+
+        with open(path) as f:
+            m = json.load(f)
+        edit(m)
+        if resummed:
+            m["sum"] = stored_tiers._manifest_sum(m)
+        with open(path, "w") as f:
+            json.dump(m, f)
+
+    return damage
+
+
+def _longer(m):
     m["lengths"][0] += 1
-    with open(path, "w") as f:
-        json.dump(m, f)
+
+
+def _swapped(m):
+    m["fields"][0]["name"], m["fields"][1]["name"] = m["fields"][1]["name"], m["fields"][0]["name"]
+
+
+def _big_endian(m):
+    m["fields"][0]["dtype"] = m["fields"][0]["dtype"].replace("<", ">")
+
+
+def _bit_flipped(edit):
+    def damage(path):
+        _edited(edit)(path, resummed=False)
+
+    return damage
+
+
+_stale = _edited(_longer)
 
 
 @pytest.mark.parametrize(
@@ -88,12 +121,55 @@ def _stale(path):
         ("compressed/1.index.npz", _flip, "compressed/1.index.npz (cam) does not match its checksum"),
         ("tiers.json", _stale, "other episode lengths"),
         ("tiers.json", os.unlink, "tiers.json is missing"),
+        ("tiers.json", _bit_flipped(_big_endian), "damaged (it does not match its checksum)"),
+        ("tiers.json", _bit_flipped(_swapped), "damaged (it does not match its checksum)"),
+        ("tiers.json", _edited(_big_endian), "are not in this machine's byte order"),
     ],
 )
 def test_a_damaged_entry_fails_its_check_naming_the_file(tmp_path, file, damage, named):
+    """A reviewer's reproductions among them: the manifest was checked by its size only, so one flipped bit in it
+    (``<f8`` read as ``>f8``: every start crashed in torch) or two camera names exchanged (every frame served under
+    the other's name) passed; it now matches its own checksum, and its dtypes are native."""
     directory, _ = _entry(tmp_path, 65_000)
     damage(os.path.join(directory, file))
     assert named in stored_tiers.problem(directory, LENGTHS, blobs_checked=True)
+
+
+def test_an_entry_of_other_fields_fails_its_check(tmp_path):
+    """The fields a run serves are the entry's: another set is refused, naming both. Control: the same names in
+    any order pass."""
+    directory, _ = _entry(tmp_path, 65_000)
+    assert "it holds the fields ['a', 'cam'], this run serves ['a', 'other']" in stored_tiers.problem(
+        directory, LENGTHS, blobs_checked=True, names=["a", "other"]
+    )
+    assert stored_tiers.problem(directory, LENGTHS, blobs_checked=True, names=["cam", "a"]) == ""
+
+
+def test_an_entry_rebuilt_by_another_run_after_its_check_serves_what_was_checked(tmp_path):
+    """A reviewer's reproduction: a run checked an entry, then read its files by path field by field; another run
+    with a smaller memory budget built the entry again meanwhile (another raw/compressed boundary), and the first
+    served its old raw rows beside the new index: other rows' frames, each matching its checksum. What a run reads
+    is now opened at once under the entry's lock (``OpenedTiers``), so the rebuild changes nothing it serves.
+    Control: the new entry's index beside the old raw rows is refused (``CompressedRows.from_entry``), never
+    served."""
+    import shutil
+
+    directory, plan = _entry(tmp_path, 65_000)
+    entry = stored_tiers.OpenedTiers(directory)
+    other = plan_tiers(_size(), device_budget=None, host_budget=10)
+    assert other.raw != plan.raw
+    shutil.rmtree(directory)  # as build_or_reuse rebuilds an entry in place
+    os.makedirs(directory)
+    stored_tiers.write_tiers(directory, LENGTHS, other.raw, iter(_episodes()), lambda first: INFOS)
+    try:
+        _check_parity(TieredFrames.from_entry(entry, LENGTHS, plan, CPU), _episodes())
+    finally:
+        entry.close()
+    mixed = stored_tiers.OpenedTiers(directory)
+    mixed.raw = entry.raw  # the old raw rows beside the new index
+    with pytest.raises(StoreError, match="does not match the entry's raw rows"):
+        TieredFrames.from_entry(mixed, LENGTHS, plan, CPU)
+    mixed.close()
 
 
 def test_a_flipped_raw_byte_mapped_unchecked_would_serve_other_data(tmp_path):
@@ -115,7 +191,7 @@ def test_an_entry_built_under_another_budget_is_mapped_with_its_own_boundary(tmp
     today = plan_tiers(_size(), device_budget=None, host_budget=None)
     assert today.raw == len(LENGTHS) > small.raw  # another boundary than the entry's
     assert stored_tiers.problem(directory, LENGTHS, blobs_checked=True) == ""
-    kept = stored_tiers.entry_plan(directory, today)
+    kept = stored_tiers.entry_plan(stored_tiers.OpenedTiers(directory), today)
     assert kept.raw == small.raw and kept.compressed_bytes > 0
     _check_parity(_mapped(directory, kept), _episodes())
     for other in (today, plan_tiers(_size(), device_budget=None, host_budget=10)):

@@ -180,6 +180,7 @@ def build_or_reuse(
     in_ram: bool = False,
     ram_budget: int | None = None,
     recheck: bool = False,
+    opened: Callable[[str], None] | None = None,
 ):
     """The entry of ``source`` built with the options in ``key``: reused when complete, intact (its manifest, then
     ``check``) and made from the source as it is now, else (re)built.
@@ -206,6 +207,10 @@ def build_or_reuse(
             entries whose reads are not checked one by one (a mapped array served where it lies), so that the check
             at the start is the only one; the stamp of the files' version catches edits through the filesystem, not
             a disk's or a network filesystem's silent changes.
+        opened: ``opened(path)`` opens what the caller will read of the entry, called under the entry's build lock
+            right after it was checked (reused) or built: a run reading the entry's files by path after the lock
+            could read those of another run's rebuild of it (one with another memory budget) beside the files it
+            checked. ``None``: nothing opened there.
 
     Returns:
         ``(path, hold, reused)``: the entry's directory; an object keeping it in use (never pruned; a RAM entry
@@ -245,6 +250,8 @@ def build_or_reuse(
         if problem is not None:
             logger.warning(f"ignoring unusable cache {path} ({problem}); rebuilding")
             return False
+        if opened is not None:
+            opened(path)
         return True
 
     def do_build(path: str, fingerprint: Fingerprint) -> None:
@@ -277,6 +284,8 @@ def build_or_reuse(
                 do_build(path, fingerprint)
         else:
             do_build(path, fingerprint)
+        if opened is not None:
+            opened(path)
 
     entry, use, reused, _ = cache.obtain(
         root,

@@ -10,16 +10,19 @@ locks, ``robo-loaders cache list/prune/clear``).
 Layout of an entry (``MANIFEST`` says which files hold what)::
 
     tiers.json                 format, lengths, every field's dtype/shape, the raw/compressed boundary, checksums
+                               (its own among them: ``sum``, over the rest of it)
     raw/<i>.bin                field i's rows end to end, uncompressed (camera frames: the rows before the boundary)
     compressed/<i>.blobs       field i's camera frames after the boundary, one Blosc2 blob per frame
     compressed/<i>.index.npz   their offsets (n+1, int64) and checksums (n, uint64)
 
-How it is checked: the manifest must describe what this run expects (the lengths, the fields, the boundary) and
-every file must have its recorded size; the raw files and the indexes are hashed whole when the entry is reused
-(``storage.integrity.checksum``, xxh3: one pass at several GB/s, paid once per start, where a check per read would tax
-every batch's gather, the hot path); the blobs are checked per frame as the spilled tier always was, when read
-(served from the file: ``spill_reads``) or when loaded into host memory. An entry that fails is built again (one
-log line); a frame damaged after the check is a ``StoreError`` naming the file, the episode and the field.
+How it is checked: the manifest must match its own checksum and describe what this run expects (the lengths, the
+fields' names, native dtypes, the boundary) and every file must have its recorded size; the raw files and the
+indexes are hashed whole when the entry is reused (``storage.integrity.checksum``, xxh3: one pass at several GB/s,
+paid once per start, where a check per read would tax every batch's gather, the hot path); the blobs are checked per
+frame as the spilled tier always was, when read (served from the file: ``spill_reads``) or when loaded into host
+memory. An entry that fails is built again (one log line); a frame damaged after the check is a ``StoreError``
+naming the file, the episode and the field. What a run reads of a checked entry is opened at once under its build
+lock (:class:`OpenedTiers`), so another run building it again meanwhile changes nothing it serves.
 """
 
 from __future__ import annotations
@@ -38,7 +41,9 @@ from robo_loaders_plugin.frames.base import FieldInfo
 
 logger = get_logger(__name__)
 
-FORMAT = 1  # the layout below; a change bumps it, and the entries of earlier formats are rebuilt, then retired
+# the layout below; a change bumps it, and the entries of earlier formats are rebuilt, then retired (2: the manifest
+# holds its own checksum)
+FORMAT = 2
 KIND = f"gpu_resampler-tiers-{FORMAT}"  # storage.cached_dir's convention: a trailing -<version> retires older ones
 MANIFEST = "tiers.json"
 CODEC = ("lz4hc", 5)  # the compressed tier's codec (part of the entry's key)
@@ -176,50 +181,74 @@ def write_tiers(
         "fields": fields,
     }
     with open(os.path.join(directory, MANIFEST), "w") as out:
-        json.dump(manifest, out)
+        json.dump({**manifest, "sum": _manifest_sum(manifest)}, out)
         out.flush()
         os.fsync(out.fileno())
     return manifest
 
 
+def _manifest_sum(manifest: dict) -> int:
+    """The checksum a manifest records of itself: xxh3 of its canonical JSON (``sum`` left out).
+
+    Why its own: the raw files and indexes are checked against the checksums the manifest holds, but the manifest
+    was checked only by its size, so a flipped bit that kept it valid JSON (``<f8`` read as ``>f8``; two camera names
+    or a frame's shape exchanged) was mapped and served, or crashed every start."""
+    import xxhash
+
+    body = {k: v for k, v in manifest.items() if k != "sum"}
+    return xxhash.xxh3_64_intdigest(json.dumps(body, sort_keys=True, separators=(",", ":")).encode())
+
+
 def read_manifest(directory: str) -> dict | None:
-    """An entry's manifest, or ``None`` when it is missing, unreadable or of another format.
+    """An entry's manifest, or ``None`` when it is missing, unreadable, of another format or does not match its own
+    checksum.
 
     Args:
         directory: The entry.
 
     Returns:
-        The manifest's dict.
+        The manifest's dict (without its checksum).
     """
     try:
         with open(os.path.join(directory, MANIFEST)) as f:
             manifest = json.load(f)
     except (OSError, ValueError):
         return None
-    return manifest if isinstance(manifest, dict) and manifest.get("format") == FORMAT else None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        return None
+    recorded = manifest.pop("sum", None)
+    return manifest if recorded == _manifest_sum(manifest) else None
 
 
-def problem(directory: str, lengths, blobs_checked: bool) -> str:
-    """What is wrong with an entry, or ``""``: the manifest must describe these lengths, every file must have its
-    recorded size, and the raw files and indexes their recorded checksums (and the blobs, when ``blobs_checked``,
-    every frame its own). The raw/compressed boundary is the entry's own (``raw_episodes``: it followed the free
-    memory of the run that built it, so it is no part of the key; :func:`stored_tiers` decides whether it fits).
+def problem(directory: str, lengths, blobs_checked: bool, names=None) -> str:
+    """What is wrong with an entry, or ``""``: the manifest must match its own checksum and describe these lengths
+    (and fields of these names, in native dtypes), every file must have its recorded size, and the raw files and
+    indexes their recorded checksums (and the blobs, when ``blobs_checked``, every frame its own). The raw/compressed
+    boundary is the entry's own (``raw_episodes``: it followed the free memory of the run that built it, so it is no
+    part of the key; :func:`stored_tiers` decides whether it fits).
 
     Args:
         directory: The entry.
         lengths: Steps per episode this run expects.
         blobs_checked: Check every compressed frame now (the blobs will be loaded into host memory, where nothing
             checks them again); otherwise they are checked when read.
+        names: The fields this run serves (``None``: not compared).
 
     Returns:
         The problem in words (``""``: none).
     """
     manifest = read_manifest(directory)
     if manifest is None:
-        return f"{MANIFEST} is missing, unreadable or of another format"
+        return f"{MANIFEST} is missing, unreadable, of another format or damaged (it does not match its checksum)"
     try:
         if manifest["lengths"] != [int(n) for n in lengths]:
             return "it holds other episode lengths than the source's"
+        held = sorted(f["name"] for f in manifest["fields"])
+        if names is not None and held != sorted(names):
+            return f"it holds the fields {held}, this run serves {sorted(names)}"
+        foreign = [f["name"] for f in manifest["fields"] if not np.dtype(f["dtype"]).isnative]
+        if foreign:
+            return f"its fields {foreign} are not in this machine's byte order"
         if manifest["codec"] != list(CODEC):
             return "it was written with another codec"
         raw_episodes = int(manifest["raw_episodes"])
@@ -280,48 +309,83 @@ def discard(directory: str) -> None:
         os.unlink(os.path.join(directory, MANIFEST))
 
 
-def mapped_fields(directory: str) -> tuple[dict[str, FieldInfo], dict[str, np.ndarray]]:
-    """The fields of a checked entry and their raw rows, mapped read-only (``np.memmap``: pages come from the page
-    cache as the gathers touch them; nothing is copied).
+class OpenedTiers:
+    """A checked entry's tiers opened at once, under the entry's build lock (``build_or_reuse(opened=...)``): its
+    manifest read once, its raw files mapped, every camera's index loaded and its blobs' file open.
+
+    Why at once and under the lock: read by path, field by field, after the lock, a run read part of another run's
+    rebuild of the same entry (a run with a smaller memory budget builds it again with another raw/compressed
+    boundary): the old raw rows beside the new index served other rows' frames, each matching its own checksum (a
+    reviewer's reproduction). What is open here stays the checked entry's whatever becomes of its directory.
 
     Args:
-        directory: The entry (checked by :func:`problem`).
+        directory: The entry, just checked by :func:`problem` or built.
 
-    Returns:
-        ``(infos, raw)``: every field's ``FieldInfo`` in the entry's order, and ``{field: rows}`` (camera frames:
-        the rows before the boundary).
+    Attributes:
+        directory: The entry (for messages, and :func:`discard`).
+        manifest: Its manifest.
+        infos: Every field's ``FieldInfo``, in the entry's order.
+        raw: ``{field: rows}``, mapped read-only (``np.memmap``: pages come from the page cache as the gathers
+            touch them; camera frames: the rows before the boundary).
+        index: ``{camera field: (offsets, sums)}``: ``n + 1`` int64 offsets and ``n`` uint64 checksums
+            (``storage.integrity.checksum``) of its compressed frames.
+        blobs: ``{camera field: (path, file)}``: the compressed frames' file, open for reading.
+
+    Raises:
+        CacheError: the manifest is gone or damaged (another process found a frame damaged meanwhile: run again).
     """
-    manifest = read_manifest(directory)
-    assert manifest is not None  # checked before
-    infos, raw = {}, {}
-    for i, f in enumerate(manifest["fields"]):
-        dtype, shape = np.dtype(f["dtype"]), tuple(f["shape"])
-        infos[f["name"]] = FieldInfo(dtype, shape, bool(f["frames"]))
-        step = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        rows = f["raw_bytes"] // step if step else 0
-        path = os.path.join(directory, "raw", f"{i}.bin")
-        raw[f["name"]] = (
-            np.memmap(path, dtype=dtype, mode="r", shape=(rows,) + shape) if rows else np.zeros((0,) + shape, dtype)
-        )
-    return infos, raw
 
+    def __init__(self, directory: str):
+        from robo_loaders_plugin.storage.cache import CacheError
 
-def compressed_index(directory: str, field: str) -> tuple[str, np.ndarray, np.ndarray]:
-    """Where a field's compressed frames of a checked entry are: the blobs' file, their offsets and checksums.
+        manifest = read_manifest(directory)
+        if manifest is None:
+            raise CacheError(f"{directory}: {MANIFEST} went or changed while the entry was opened; run again")
+        self.directory, self.manifest = directory, manifest
+        self.infos: dict[str, FieldInfo] = {}
+        self.raw: dict[str, np.ndarray] = {}
+        self.index: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self.blobs: dict[str, tuple[str, object]] = {}
+        for i, f in enumerate(manifest["fields"]):
+            name, dtype, shape = f["name"], np.dtype(f["dtype"]), tuple(f["shape"])
+            self.infos[name] = FieldInfo(dtype, shape, bool(f["frames"]))
+            step = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+            rows = f["raw_bytes"] // step if step else 0
+            path = os.path.join(directory, "raw", f"{i}.bin")
+            self.raw[name] = (
+                np.memmap(path, dtype=dtype, mode="r", shape=(rows,) + shape) if rows else np.zeros((0,) + shape, dtype)
+            )
+            if f["frames"]:
+                self.index[name] = _index(os.path.join(directory, "compressed", f"{i}.index.npz"))
+                blobs = os.path.join(directory, "compressed", f"{i}.blobs")
+                self.blobs[name] = (blobs, open(blobs, "rb"))  # noqa: SIM115 - taken by the tier, or closed
 
-    Args:
-        directory: The entry (checked by :func:`problem`).
-        field: The camera field.
+    @property
+    def raw_episodes(self) -> int:
+        """The entry's raw/compressed boundary (episodes, or units, before it keep their frames uncompressed)."""
+        return int(self.manifest["raw_episodes"])
 
-    Returns:
-        ``(path, offsets, sums)``: the file, ``n + 1`` int64 offsets, ``n`` uint64 checksums
-        (``storage.integrity.checksum``).
-    """
-    manifest = read_manifest(directory)
-    assert manifest is not None  # checked before
-    i = next(j for j, f in enumerate(manifest["fields"]) if f["name"] == field)
-    offsets, sums = _index(os.path.join(directory, "compressed", f"{i}.index.npz"))
-    return os.path.join(directory, "compressed", f"{i}.blobs"), offsets, sums
+    @property
+    def blob_bytes(self) -> int:
+        """Bytes of the entry's compressed frames, every camera field."""
+        return sum(int(f.get("blob_bytes", 0)) for f in self.manifest["fields"])
+
+    def take_blobs(self, field: str):
+        """The open file of a camera field's compressed frames, handed over (the caller closes it).
+
+        Args:
+            field: The camera field.
+
+        Returns:
+            ``(path, file)``.
+        """
+        return self.blobs.pop(field)
+
+    def close(self) -> None:
+        """Close the blobs' files not handed over (:meth:`take_blobs`)."""
+        for _, f in self.blobs.values():
+            f.close()  # type: ignore[attr-defined]
+        self.blobs.clear()
 
 
 def stored_tiers(
@@ -357,8 +421,9 @@ def stored_tiers(
         host_limit: Host bytes the tiers may take (``plan_tiers_checked``'s; ``None``: unlimited).
 
     Returns:
-        ``(directory, hold, reused, plan)``: as ``build_or_reuse`` returns the first three, and the plan of the
-        entry's tiers (``plan`` with the entry's boundary and compressed size).
+        ``(entry, hold, reused, plan)``: the entry's :class:`OpenedTiers` (opened under its build lock), its hold and
+        whether it was reused (as ``build_or_reuse`` returns them), and the plan of the entry's tiers (``plan`` with
+        the entry's boundary and compressed size).
 
     Raises:
         ResourceRefused: the disk cannot hold the tiers (before anything is written) or fills while writing.
@@ -389,11 +454,14 @@ def stored_tiers(
         write_tiers(directory, lengths, plan.raw, episodes(), infos_of, guard)
 
     def check(directory: str) -> bool:
-        why = problem(directory, lengths, blobs_checked) or _too_large(directory, plan, host_limit, where)
+        why = problem(directory, lengths, blobs_checked, key.get("fields")) or _too_large(
+            directory, plan, host_limit, where
+        )
         if why:
             logger.warning(f"gpu_resampler: the tiers kept in {directory} are not used: {why}; building them again")
         return not why
 
+    opened: list[OpenedTiers] = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ResourceWarning)
         directory, hold, reused = build_or_reuse(
@@ -406,8 +474,12 @@ def stored_tiers(
             description="gpu_resampler tiers",
             option_prefix=where,
             recheck=True,  # raw rows are served from the map unchecked: the start's checksums are their only check
+            opened=lambda path: opened.append(OpenedTiers(path)),
         )
-    kept = entry_plan(directory, plan)
+    entry = opened[-1]
+    for other in opened[:-1]:  # a reused entry opened, then refused by the cache's own checks and built again
+        other.close()
+    kept = entry_plan(entry, plan)
     if kept.raw != plan.raw:
         u = plan.unit
         logger.info(
@@ -415,15 +487,15 @@ def stored_tiers(
             f"another run's memory budget; this run's would hold {u}s 0-{plan.raw - 1}): mapped as they are, "
             "the same samples within this run's budget"
         )
-    return directory, hold, reused, kept
+    return entry, hold, reused, kept
 
 
-def entry_plan(directory: str, plan):
-    """``plan`` with a checked entry's raw/compressed boundary and compressed size (the GPU tier no larger than the
+def entry_plan(entry: OpenedTiers, plan):
+    """``plan`` with an opened entry's raw/compressed boundary and compressed size (the GPU tier no larger than the
     entry's raw rows, which it is copied from).
 
     Args:
-        directory: The entry (checked by :func:`problem`).
+        entry: The entry (:class:`OpenedTiers`).
         plan: This run's ``footprint.TierPlan``.
 
     Returns:
@@ -431,17 +503,14 @@ def entry_plan(directory: str, plan):
     """
     import dataclasses
 
-    manifest = read_manifest(directory)
-    assert manifest is not None  # checked before
-    raw = int(manifest["raw_episodes"])
+    raw = entry.raw_episodes
     if raw == plan.raw:
         return plan
-    blobs = sum(int(f.get("blob_bytes", 0)) for f in manifest["fields"])
     return dataclasses.replace(
         plan,
         raw=raw,
         device=min(plan.device, raw),
-        compressed_bytes=blobs,
+        compressed_bytes=entry.blob_bytes,
         spill_dir=plan.spill_dir if raw < plan.episodes else None,
     )
 

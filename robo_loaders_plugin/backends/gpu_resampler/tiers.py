@@ -123,14 +123,15 @@ class CompressedRows:
 
     @classmethod
     def from_entry(
-        cls, directory: str, field: str, first_row: int, info: FieldInfo, codec, in_memory: bool, locate=None
+        cls, entry, field: str, first_row: int, info: FieldInfo, codec, in_memory: bool, locate=None
     ) -> CompressedRows:
         """A field's compressed frames of a checked cache entry (``stored_tiers``): loaded into host memory
         (``in_memory``; the entry's check hashed every frame), or read from the entry's file per batch, every frame
         checked when read, as a spilled tier's.
 
         Args:
-            directory: The entry.
+            entry: The entry, opened (``stored_tiers.OpenedTiers``): its index and the blobs' open file are read,
+                never the directory again.
             field: The camera field.
             first_row: The first compressed row (global).
             info: The field's ``FieldInfo``.
@@ -140,18 +141,37 @@ class CompressedRows:
 
         Returns:
             The :class:`CompressedRows` holding every compressed row of ``field``.
-        """
-        from robo_loaders_plugin.backends.gpu_resampler.stored_tiers import compressed_index
 
-        blobs, offsets, sums = compressed_index(directory, field)
+        Raises:
+            StoreError: the index holds another number of rows than the entry's compressed rows of the field, or
+                the blobs' file another size than its offsets say.
+        """
+        from robo_loaders_plugin.storage.integrity import StoreError
+
+        offsets, sums = entry.index[field]
+        blobs, file = entry.take_blobs(field)
         comp = cls(first_row, info.shape, info.dtype, codec, field=field, locate=locate)
+        total = int(np.sum(entry.manifest["lengths"], dtype=np.int64))
+        if (
+            len(offsets) != len(sums) + 1
+            or len(entry.raw[field]) != first_row
+            or first_row + len(sums) != total
+            or int(offsets[-1]) != os.fstat(file.fileno()).st_size
+        ):
+            file.close()
+            raise StoreError(
+                f"{blobs}: its index of {len(sums)} frames from row {first_row} does not match the entry's raw rows "
+                f"({len(entry.raw[field])}) or the file's size; the cache entry is damaged: run again to build it "
+                "again"
+            )
         comp.sums, comp.starts, comp.nbytes = [sums], [offsets], int(offsets[-1])
         comp.buf_of_row = [np.zeros(len(sums), dtype=np.int64)]
         if in_memory:
-            comp.buffers = [np.fromfile(blobs, dtype=np.uint8)]
+            with file:
+                comp.buffers = [np.fromfile(file, dtype=np.uint8)]
         else:
-            comp._file = open(blobs, "rb")  # noqa: SIM115 - lives as long as the tier (close)
-            comp.spill_dir, comp.file_name = directory, blobs
+            comp._file = file  # lives as long as the tier (close)
+            comp.spill_dir, comp.file_name = entry.directory, blobs
         return comp
 
     @property
@@ -356,11 +376,11 @@ class TieredFrames(TensorFrames):
         overflow_dir: Where the compressed tier moves when, while filling, it outgrows ``host_limit`` (frames
             that compress worse than the plan assumed); ``None``: the fill stops with both sizes instead.
         names: Each episode's name, for messages (``None``: ``<unit> <position>``).
-        kept: ``(directory, raw)``: the tiers come from an entry of the cache (``stored_tiers``) instead of
-            :meth:`fill`: ``raw`` maps each field to its uncompressed rows (the entry's files, mapped), served as
-            they are on the CPU, copied to the GPU or pinned memory when training on CUDA; the compressed rows are
-            the entry's (in host memory, or read from its file when ``spill_dir`` is given or they exceed
-            ``host_limit``). Use :meth:`from_entry`.
+        kept: The tiers come from an entry of the cache (``stored_tiers.OpenedTiers``) instead of :meth:`fill`:
+            its ``raw`` maps each field to its uncompressed rows (the entry's files, mapped), served as they are on
+            the CPU, copied to the GPU or pinned memory when training on CUDA; the compressed rows are the entry's
+            (in host memory, or read from its file when ``spill_dir`` is given or they exceed ``host_limit``). Use
+            :meth:`from_entry`.
     """
 
     def __init__(
@@ -374,7 +394,7 @@ class TieredFrames(TensorFrames):
         spill_dir: str | None = None,
         overflow_dir: str | None = None,
         names=None,
-        kept: tuple[str, dict] | None = None,
+        kept=None,
     ):
         from robo_loaders_plugin.storage.codec import FrameCodec
 
@@ -396,8 +416,8 @@ class TieredFrames(TensorFrames):
         self.names = list(names) if names is not None else None
         self.spilled_while_filling = ""
         self.tensors, self.parts = {}, {}
-        mapped = kept[1] if kept is not None else None
-        in_memory = spill_dir is None and (kept is None or self._kept_blobs_fit(kept[0], mapped))
+        mapped = kept.raw if kept is not None else None
+        in_memory = spill_dir is None and (kept is None or self._kept_blobs_fit(kept))
 
         def held(k: str, lo: int, hi: int, shape: tuple, dt, device: torch.device, pin: bool) -> torch.Tensor:
             """Rows ``[lo, hi)`` of field ``k``: allocated for :meth:`fill`, or the entry's mapped rows (served
@@ -416,7 +436,7 @@ class TieredFrames(TensorFrames):
                 # a plan of another boundary than the entry's: its raw files lack rows, or its compressed rows
                 # start elsewhere; either would serve other rows' bytes
                 raise ValueError(
-                    f"the cache entry {kept[0]} holds {len(mapped[k])} raw rows of {k!r}, the plan "
+                    f"the cache entry {kept.directory} holds {len(mapped[k])} raw rows of {k!r}, the plan "
                     f"{self.raw_rows if v.frames else total}: map it with its own boundary (stored_tiers.entry_plan)"
                 )
             dt = _torch_dtype(v.dtype)
@@ -432,7 +452,7 @@ class TieredFrames(TensorFrames):
             comp = None
             if total > self.raw_rows and kept is not None:
                 comp = CompressedRows.from_entry(
-                    kept[0], k, self.raw_rows, v, self.codec, in_memory=in_memory, locate=self.locate
+                    kept, k, self.raw_rows, v, self.codec, in_memory=in_memory, locate=self.locate
                 )
             elif total > self.raw_rows:
                 guard = None
@@ -448,7 +468,7 @@ class TieredFrames(TensorFrames):
         self.host_bytes += sum(p[1].numel() * p[1].element_size() for p in self.parts.values() if p[1] is not None)
         self.filled = np.full(len(self.lengths), kept is not None, dtype=bool)
         if kept is not None and spill_dir is None and not in_memory:
-            blobs = self._kept_blob_bytes(kept[0])
+            blobs = kept.blob_bytes
             why = (
                 f"the frames compress worse than planned (~{format_bytes(blobs)}, estimated "
                 f"~{format_bytes(plan.compressed_bytes)})"
@@ -457,19 +477,19 @@ class TieredFrames(TensorFrames):
             )
             self.spilled_while_filling = (
                 f"{why}: beside the raw rows they exceed host memory's budget ({format_bytes(self.host_limit or 0)}),"
-                f" so the compressed tier is read per batch from the kept entry's file in {kept[0]}"
+                f" so the compressed tier is read per batch from the kept entry's file in {kept.directory}"
             )
 
     @classmethod
     def from_entry(
-        cls, directory: str, lengths, plan, output_device: torch.device, host_limit=None, spill_dir=None, names=None
+        cls, entry, lengths, plan, output_device: torch.device, host_limit=None, spill_dir=None, names=None
     ) -> TieredFrames:
         """The tiers of a checked cache entry (``stored_tiers``), mapped, not filled: its raw rows served from the
         mapped files (on the CPU) or copied where the plan puts them, its compressed rows in host memory or, when
         the plan spills (``spill_dir``) or they exceed ``host_limit``, read from the entry's file per batch.
 
         Args:
-            directory: The entry (``stored_tiers.stored_tiers``).
+            entry: The entry, opened under its build lock (``stored_tiers.OpenedTiers``).
             lengths: Steps per episode, in row order (the entry's, checked).
             plan: The tier plan the entry was built for (its ``raw`` boundary).
             output_device: Where batches are wanted.
@@ -480,34 +500,22 @@ class TieredFrames(TensorFrames):
         Returns:
             The :class:`TieredFrames`, every episode filled.
         """
-        from robo_loaders_plugin.backends.gpu_resampler.stored_tiers import mapped_fields
-
-        infos, raw = mapped_fields(directory)
         return cls(
             lengths,
-            infos,
+            entry.infos,
             plan,
             output_device,
             host_limit=host_limit,
             spill_dir=spill_dir,
             names=names,
-            kept=(directory, raw),
+            kept=entry,
         )
 
-    def _kept_blobs_fit(self, directory: str, mapped) -> bool:
+    def _kept_blobs_fit(self, entry) -> bool:
         """Whether an entry's compressed frames fit host memory beside the raw rows within ``host_limit``."""
         if self.host_limit is None:
             return True
-        raw = sum(a.nbytes for a in mapped.values())
-        return raw + self._kept_blob_bytes(directory) <= self.host_limit
-
-    @staticmethod
-    def _kept_blob_bytes(directory: str) -> int:
-        """Bytes of an entry's compressed frames, every camera field."""
-        from robo_loaders_plugin.backends.gpu_resampler.stored_tiers import read_manifest
-
-        manifest = read_manifest(directory) or {"fields": []}
-        return sum(int(f.get("blob_bytes", 0)) for f in manifest["fields"])
+        return sum(a.nbytes for a in entry.raw.values()) + entry.blob_bytes <= self.host_limit
 
     @functools.cached_property
     def _raw_arrays(self) -> dict:

@@ -65,7 +65,7 @@ def kept_or_filled(
 
     lengths = np.asarray(size.lengths, dtype=np.int64)
     try:
-        directory, hold, reused, plan = stored_tiers(
+        entry, hold, reused, plan = stored_tiers(
             key=key,
             source=source,
             size=size,
@@ -85,10 +85,13 @@ def kept_or_filled(
         )
         filled = _filled(lengths, plan, host_limit, episodes, infos_of, device, names)
         return filled, "not kept (disk full)", None, None
-    frames = TieredFrames.from_entry(
-        directory, lengths, plan, device, host_limit=host_limit, spill_dir=plan.spill_dir, names=names
-    )
-    return frames, f"{'mapped from' if reused else 'built in'} {directory}", hold, bool(reused)
+    try:
+        frames = TieredFrames.from_entry(
+            entry, lengths, plan, device, host_limit=host_limit, spill_dir=plan.spill_dir, names=names
+        )
+    finally:
+        entry.close()  # the blobs' files no tier took
+    return frames, f"{'mapped from' if reused else 'built in'} {entry.directory}", hold, bool(reused)
 
 
 def _filled(lengths, plan, host_limit, episodes, infos_of, device, names):
