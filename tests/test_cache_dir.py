@@ -69,6 +69,39 @@ def test_fingerprint_fast_path_trusts_only_an_identical_stat(tmp_path):
     assert fingerprint(str(src), digest, recorded=first).content != first.content and len(calls) == 2
 
 
+def test_files_under_a_linked_directory_are_fingerprinted_and_a_link_cycle_ends(tmp_path):
+    """A reviewer's reproduction: a dataset whose ``videos/`` is a symbolic link (moved to another disk) was
+    fingerprinted without the files under it, so editing them kept its caches in use, serving the old frames. The
+    walk follows directory links, each real directory once (a link back up the tree ends). Control: the walk
+    without following links does not see the file."""
+    from robo_loaders_plugin.core.files import files_under, stat_files
+
+    elsewhere = tmp_path / "other_disk" / "videos"
+    (elsewhere / "chunk-000").mkdir(parents=True)
+    video = elsewhere / "chunk-000" / "file-000.mp4"
+    video.write_bytes(b"v1" * 50)
+    root = tmp_path / "dataset"
+    (root / "meta").mkdir(parents=True)
+    (root / "meta" / "info.json").write_text("{}")
+    os.symlink(elsewhere, root / "videos")
+    os.symlink(root, root / "meta" / "loop")  # a cycle: listed once, then not followed again
+    names = sorted(files_under(str(root)))
+    assert names == ["meta/info.json", "videos/chunk-000/file-000.mp4"]
+    plain = [os.path.relpath(os.path.join(d, f), root) for d, _, fs in os.walk(root) for f in fs]
+    assert "videos/chunk-000/file-000.mp4" not in plain  # control
+
+    def digest():
+        h = new_digest()
+        for name, size, *_ in stat_files(str(root)):
+            hash_file(h, str(root / name), size)
+        return h.hexdigest()
+
+    first = fingerprint(str(root), digest)
+    video.write_bytes(b"v2" * 50)  # another recording, the same size
+    again = fingerprint(str(root), digest, recorded=first)
+    assert again.content != first.content and first.differences(again)
+
+
 def legacy_sampled_digest(path):
     """The digest before issue 23 (A5): a file under 1 MiB whole, a larger one as its size and 16 evenly spaced
     64 KiB blocks."""

@@ -148,12 +148,38 @@ def sha256_file(path: str) -> str:
         return hashlib.file_digest(f, "sha256").hexdigest()
 
 
+def files_under(path: str) -> list[str]:
+    """Every file under a directory, as names relative to it, directories reached through symbolic links included
+    (each real directory once: a link back up the tree is not followed twice).
+
+    Why links are followed: a dataset whose ``videos/`` or ``data/`` is a link to another disk was fingerprinted
+    without the files under it, so editing them left its caches and shards in use, serving the old frames (a
+    reviewer's reproduction).
+
+    Args:
+        path: The directory.
+
+    Returns:
+        The relative names, in walk order.
+    """
+    seen: set[str] = set()
+    out: list[str] = []
+    for d, dirs, files in os.walk(path, followlinks=True):
+        real = os.path.realpath(d)
+        if real in seen:
+            dirs[:] = []
+            continue
+        seen.add(real)
+        out.extend(os.path.relpath(os.path.join(d, f), path) for f in files)
+    return out
+
+
 def stat_files(path: str, names: Iterable[str] | None = None) -> tuple:
     """The stat of ``path`` itself (a file: name ``""``) or of every file under it.
 
     Args:
         path: A file or directory (symbolic links resolved).
-        names: For a directory, the relative names to stat (default: every file under it).
+        names: For a directory, the relative names to stat (default: every file under it, :func:`files_under`).
 
     Returns:
         ``((name, size, mtime_ns, inode, ctime_ns), ...)``, sorted by name.
@@ -166,7 +192,7 @@ def stat_files(path: str, names: Iterable[str] | None = None) -> tuple:
         st = os.stat(path)
         return (("", st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns),)
     if names is None:
-        names = [os.path.relpath(os.path.join(d, f), path) for d, _, files in os.walk(path) for f in files]
+        names = files_under(path)
     out = []
     for n in sorted(names):
         st = os.stat(os.path.join(path, n))

@@ -60,10 +60,12 @@ def files_under(path: str, folders: Sequence[str]) -> list[str]:
     Returns:
         Relative names; an added or removed file changes the list, so the record is read again.
     """
+    from robo_loaders_plugin.core import files
+
     out = []
-    for folder in folders:
-        for d, _, files in os.walk(os.path.join(path, folder)):
-            out += [os.path.relpath(os.path.join(d, n), path) for n in files]
+    for folder in folders:  # folders reached through symbolic links included (core.files.files_under)
+        base = os.path.join(path, folder)
+        out += [os.path.relpath(os.path.join(base, n), path) for n in files.files_under(base)]
     return sorted(out)
 
 
