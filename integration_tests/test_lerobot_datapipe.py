@@ -293,6 +293,35 @@ def test_stale_or_mismatched_shards_are_refused(lerobot_datasets, shards, tmp_pa
         serve("datapipe", native(lerobot_datasets["av1_1cam"], tolerance_s=1e-5), shards=shards["av1_1cam"])
 
 
+def test_a_dataset_changed_while_converted_is_withdrawn_not_published(lerobot_datasets, tmp_path, monkeypatch):
+    """As for robomimic (``test_robomimic_convert``): a file of the dataset replaced while ``robo-loaders convert
+    lerobot`` ran; the conversion is withdrawn (no ``index.json``, ``dataset.json``), refused in one line. Control:
+    the unchanged dataset's conversion is published."""
+    import shutil
+
+    from robo_loaders_plugin import StaleSourceError
+    from robo_loaders_plugin.storage.shards import executors
+
+    copy = tmp_path / "copy"
+    shutil.copytree(lerobot_datasets["av1_1cam"], copy)
+    execute = executors.execute
+
+    def replaced_meanwhile(*args, **kwargs):
+        video = next((copy / "videos").rglob("*.mp4"))
+        shutil.copy(video, str(video) + ".new")
+        os.replace(str(video) + ".new", video)  # another file at its path (a sync tool, a re-encode)
+        return execute(*args, **kwargs)
+
+    monkeypatch.setattr(executors, "execute", replaced_meanwhile)
+    out = tmp_path / "shards"
+    with pytest.raises(StaleSourceError, match=r"copy changed while it was converted into .*withdrawn"):
+        convert_lerobot(copy, out, repo_id=REPO, progress=False)
+    assert not (out / "index.json").exists() and not (out / "dataset.json").exists()
+    monkeypatch.setattr(executors, "execute", execute)
+    convert_lerobot(copy, tmp_path / "control", repo_id=REPO, progress=False)
+    assert (tmp_path / "control" / "index.json").exists()
+
+
 def test_cache_dir_rebuilds_when_the_source_changes_and_retires_the_old_copy(lerobot_datasets, tmp_path, monkeypatch):
     """No options: converted into the user cache directory; a source changed in place (same size, mtime restored)
     is converted again, the new shards serve the new values, and the old copy is removed."""

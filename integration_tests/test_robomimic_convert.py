@@ -159,3 +159,116 @@ def test_a_read_only_output_directory_is_one_line_naming_it(tiny_hdf5, tmp_path)
                 "system); choose a directory you can write to, or fix its "
                 "permissions"
             ] or ("Permission denied" in log and f"error: {out}: cannot write the output directory" in log), log
+
+
+def test_a_file_replaced_while_converted_is_withdrawn_not_published(tiny_hdf5, tmp_path, monkeypatch):
+    """A reviewer's reproduction: the file replaced (mv) while ``robo-loaders convert`` ran left shards recording
+    the first version's fingerprint and holding the second's arrays, accepted as the first once it came back with
+    its mtime. Now the source is fingerprinted again after the conversion: changed, ``index.json`` and
+    ``dataset.json`` are removed and the conversion refused in one line. Control: converting the unchanged file
+    publishes them."""
+    import shutil
+
+    import pytest
+
+    from robo_loaders_plugin import StaleSourceError
+    from robo_loaders_plugin.storage.shards import executors
+
+    path = str(tmp_path / "data.hdf5")
+    shutil.copy2(tiny_hdf5, path)
+    other = str(tmp_path / "other.hdf5")
+    shutil.copy2(tiny_hdf5, other)
+    with h5py.File(other, "r+") as f:
+        f["data/demo_0/actions"][...] += 1.0
+    execute = executors.execute
+
+    def replaced_meanwhile(*args, **kwargs):
+        os.replace(other, path)
+        return execute(*args, **kwargs)
+
+    monkeypatch.setattr(executors, "execute", replaced_meanwhile)
+    out = str(tmp_path / "shards")
+    with pytest.raises(StaleSourceError, match=r"data\.hdf5 changed while it was converted into .*withdrawn"):
+        convert_robomimic(path, out, progress=False)
+    assert not os.path.exists(os.path.join(out, "index.json"))
+    assert not os.path.exists(os.path.join(out, "dataset.json"))
+    monkeypatch.setattr(executors, "execute", execute)
+    control = str(tmp_path / "control")
+    convert_robomimic(path, control, progress=False)  # the file as it is now, unchanged meanwhile
+    assert os.path.exists(os.path.join(control, "index.json")) and verify_robomimic(control, path) == []
+
+
+def _flip_member_byte(out, episode=0, key="actions"):
+    """One bit of a member flipped in place: the shard keeps its size."""
+    r = ShardReader(out)
+    ep = r.episodes[episode]
+    loc = ep["members"][f"{ep['name']}.{key}.npy"]
+    with open(os.path.join(out, ep["shard"]), "r+b") as f:
+        f.seek(loc["offset"] + loc["size"] - 1)
+        b = f.read(1)
+        f.seek(-1, 1)
+        f.write(bytes([b[0] ^ 1]))
+
+
+def test_converting_again_repairs_a_member_damaged_in_place(tiny_hdf5, tmp_path):
+    """A reviewer's reproduction: a flipped bit in a member is refused by the reader, which says to convert again;
+    the conversion run again checked the done shards' sizes only and published the same damaged shard. Now a done
+    unit's shard must match its recorded SHA-256, so it is converted again. Control: the damage is refused before
+    the repair."""
+    import pytest
+
+    from robo_loaders_plugin.storage.shards import ShardError
+
+    out = str(tmp_path / "shards")
+    convert_robomimic(tiny_hdf5, out, progress=False)
+    _flip_member_byte(out)
+    with pytest.raises(ShardError, match=r"CRC32 mismatch.*convert the dataset again"):
+        ShardReader(out).read_episode(0)  # control
+    convert_robomimic(tiny_hdf5, out, progress=False)
+    reader = ShardReader(out)
+    for i in range(len(reader.episodes)):
+        reader.read_episode(i)
+    assert verify_robomimic(out, tiny_hdf5) == []
+
+
+def test_a_damaged_member_of_a_conversion_kept_in_the_cache_is_converted_again_next_run(tiny_hdf5, tmp_path):
+    """The same damage in a conversion on first use (``open_shards``): every later run reused the entry (its check
+    reads sizes) and failed at that demo. Now the refusal withdraws the cached conversion (its ``index.json``), said
+    in the message, and the next run converts it again. Control: shards a user gave are never withdrawn."""
+    import pytest
+
+    from robo_loaders_plugin.pipeline.options import open_shards
+    from robo_loaders_plugin.sources.robomimic_hdf5 import RobomimicHdf5
+    from robo_loaders_plugin.storage.shards import ShardError
+
+    cache = str(tmp_path / "cache")
+
+    def opened(shards=None):
+        return open_shards(
+            framework="robomimic",
+            source=RobomimicHdf5(tiny_hdf5, cache_dir=cache),
+            shards=shards,
+            cache_dir=cache,
+            check_source=True,
+            key_desc={"source": os.path.realpath(tiny_hdf5), "test": 1},
+            convert=lambda out, fp: convert_robomimic(tiny_hdf5, out, fingerprint=fp, cache_dir=cache, progress=False),
+            option_prefix="train.data_backend_kwargs",
+            convert_hint="convert",
+            backend="datapipe",
+        )[0]
+
+    first = opened()
+    _flip_member_byte(first.dir, episode=1)
+    with pytest.raises(ShardError, match=r"CRC32 mismatch.*withdrawn: the next run converts it again"):
+        opened().read_episode(1)
+    again = opened()
+    assert again.dir == first.dir
+    for i in range(len(again.episodes)):
+        again.read_episode(i)
+    assert verify_robomimic(again.dir, tiny_hdf5) == []
+    given = str(tmp_path / "given")
+    convert_robomimic(tiny_hdf5, given, progress=False)
+    _flip_member_byte(given, episode=1)
+    with pytest.raises(ShardError, match="CRC32 mismatch") as err:
+        opened(shards=given).read_episode(1)
+    assert "withdrawn" not in str(err.value) and os.path.exists(os.path.join(given, "index.json"))

@@ -116,6 +116,7 @@ def convert_lerobot(
         SourceError: ``root`` is not a readable LeRobot v3 dataset (metadata or tables).
         ShardError: ``out_dir`` cannot be written, or a worker failed.
         core.footprint.ResourceRefused: the estimated output does not fit the disk.
+        StaleSourceError: the source changed while it was converted (the conversion is withdrawn).
     """
     executors.check_options(executor, executor_options or {})
     codec = codec or FrameCodec()
@@ -167,6 +168,7 @@ def convert_lerobot(
     )
     if isinstance(res, executors.Submitted):
         return {**res.as_dict(), "source_bytes": sum(f[1] for f in fp.files), "frame_bytes": sum(sizes.values())}
+    manifest.withdraw_if_source_changed(out_dir, fp, source.fingerprint(fp), str(source.root))
     return {
         "episodes": res.episodes,
         "shards": res.shards,

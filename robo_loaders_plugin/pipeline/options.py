@@ -304,4 +304,6 @@ def open_shards(
         convert,
         f"conversion into robo-shards for {framework}",
     )
-    return opened.get(entry.path) or ShardReader(entry.path), hold
+    reader = opened.get(entry.path) or ShardReader(entry.path)
+    reader.withdraw_on_damage = True  # the cache's own conversion: a damaged member makes the next run convert again
+    return reader, hold

@@ -130,6 +130,7 @@ def convert_robomimic(
         ShardError: ``out_dir`` cannot be written, or a worker failed.
         VideoError: the video encoder is not available.
         core.footprint.ResourceRefused: the estimated output does not fit the disk.
+        StaleSourceError: the source changed while it was converted (the conversion is withdrawn).
     """
     executors.check_options(executor, executor_options or {})
     codec = codec or FrameCodec()
@@ -177,6 +178,7 @@ def convert_robomimic(
     )
     if isinstance(res, executors.Submitted):
         return res.as_dict()
+    manifest.withdraw_if_source_changed(out_dir, fp, source.fingerprint(fp), in_path)
     out = {"episodes": res.episodes, "shards": res.shards}
     if video is not None:
         out["video"] = video_report(out_dir, in_path)

@@ -43,7 +43,7 @@ from typing import NamedTuple
 
 from tqdm.auto import tqdm
 
-from robo_loaders_plugin.core.files import path_lock, try_lock
+from robo_loaders_plugin.core.files import path_lock, sha256_file, try_lock
 from robo_loaders_plugin.core.log import get_logger
 from robo_loaders_plugin.core.progress import inner_bars_quiet
 from robo_loaders_plugin.storage.cache import ENV_LOCK_TIMEOUT, lock_timeout
@@ -162,15 +162,23 @@ def _available(out_dir: str, u: dict) -> bool:
 
 
 def _shard_intact(out_dir: str, shard: dict) -> bool:
+    """Whether a done unit's shard is the one its unit recorded: its size, then its SHA-256 (every byte read).
+
+    Why every byte: a member damaged in place (one flipped bit) keeps the shard's size; readers refuse it and say to
+    convert again, and a conversion run again that checked sizes only published the same damaged shard again."""
+    path = os.path.join(out_dir, shard["name"])
     try:
-        return os.path.getsize(os.path.join(out_dir, shard["name"])) == shard["bytes"]
+        if os.path.getsize(path) != shard["bytes"]:
+            return False
+        return shard.get("sha256") is None or sha256_file(path) == shard["sha256"]
     except OSError:
         return False
 
 
 def _replan_damaged(out_dir: str, m: dict) -> list[int]:
-    """Plan again the done units whose shards are missing or resized, or whose recorded index entries are not
-    exactly their episodes; withdraw index.json meanwhile (it would list shards being rewritten)."""
+    """Plan again the done units whose shards are missing, resized or changed (their SHA-256), or whose recorded
+    index entries are not exactly their episodes; withdraw index.json meanwhile (it would list shards being
+    rewritten)."""
     replanned = []
     for u in m["units"]:
         if u["state"] != "done":
@@ -183,7 +191,7 @@ def _replan_damaged(out_dir: str, m: dict) -> list[int]:
             replanned.append(u["id"])
     if replanned:
         logger.warning(
-            f"{out_dir}: converting unit(s) {_ids(replanned)} again (their shard is missing or "
+            f"{out_dir}: converting unit(s) {_ids(replanned)} again (their shard is missing, changed or "
             "does not match manifest.json)"
         )
         with contextlib.suppress(FileNotFoundError):
@@ -211,6 +219,37 @@ def _sweep_leftovers(out_dir: str, m: dict) -> list[str]:
 def _ids(ids: Iterable[int], limit: int = 10) -> str:
     ids = list(ids)
     return ", ".join(map(str, ids[:limit])) + (f" and {len(ids) - limit} more" if len(ids) > limit else "")
+
+
+def withdraw_if_source_changed(out_dir: str, before, after, source_path: str) -> None:
+    """Withdraw a finished conversion whose source changed while it was converted.
+
+    Why: the shards record the fingerprint taken before the conversion read the source; a source replaced during it
+    (``mv`` of another version) left shards recording the first version and holding the second's arrays, served as
+    the first once it came back with its mtime (``cp -p``, ``rsync -t``; a reviewer's reproduction).
+
+    Args:
+        out_dir: The conversion's output directory (``index.json`` and ``dataset.json`` published).
+        before: The source's fingerprint the conversion recorded.
+        after: Its fingerprint now (``source.fingerprint(before)``: a stat when unchanged).
+        source_path: The source, for the message.
+
+    Raises:
+        StaleSourceError: the source's files or content differ from ``before``'s; ``index.json`` and
+            ``dataset.json`` are removed first, so no reader opens the shards.
+    """
+    from robo_loaders_plugin.core.errors import StaleSourceError
+
+    if after.identity() == before.identity():
+        return
+    for name in ("index.json", "dataset.json"):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(out_dir, name))
+    diff = before.differences(after) or ["its files were replaced"]
+    raise StaleSourceError(
+        f"{source_path} changed while it was converted into {out_dir} ({'; '.join(diff[:3])}); the conversion is "
+        "withdrawn (no reader opens it): convert again into an empty directory once the source no longer changes"
+    )
 
 
 # ---- the manifest's life cycle ----------------------------------------------------------------------------------

@@ -470,7 +470,16 @@ def compact_members(episodes: list[dict]) -> list[dict]:
 
 
 class ShardReader:
-    """Random access to a robo-shards directory; validates names and offsets against hostile or damaged input."""
+    """Random access to a robo-shards directory; validates names and offsets against hostile or damaged input.
+
+    Attributes:
+        withdraw_on_damage: A member found damaged (its CRC32 or tar header, or cut short) removes ``index.json``
+            as it is refused: set for a conversion kept in the cache (``pipeline.options.open_shards``), so that the
+            next run converts it again instead of opening the same damaged shard (its size unchanged, nothing at
+            the start reads its bytes). Never set for shards a user gave.
+    """
+
+    withdraw_on_damage = False
 
     def __init__(self, out_dir: str):
         self.dir = out_dir
@@ -539,22 +548,31 @@ class ShardReader:
             raise ShardError(f"{path}: episode {ep['name']!r}: member {member!r} is not in index.json")
         raw = _read_exactly(f, loc["offset"] - tarfile.BLOCKSIZE, loc["size"] + tarfile.BLOCKSIZE)
         if raw is None:
-            raise ShardError(f"{path} is truncated (member {member!r} of episode {ep['name']!r}); {_AGAIN}")
+            raise self._damaged(f"{path} is truncated (member {member!r} of episode {ep['name']!r}); {_AGAIN}")
         problem = _tar_header_problem(raw[: tarfile.BLOCKSIZE], member, loc["size"])
         if problem:
-            raise ShardError(
+            raise self._damaged(
                 f"{path}: member {member!r} of episode {ep['name']!r}: {problem}, so index.json points at "
                 f"bytes that are not this member's (edited or damaged); {_AGAIN} ('robo-loaders verify' "
                 "lists every misplaced member)"
             )
         data = raw[tarfile.BLOCKSIZE :]
         if zlib.crc32(data) != loc["crc32"]:
-            raise ShardError(
+            raise self._damaged(
                 f"{path}: member {member!r} of episode {ep['name']!r} is damaged (CRC32 mismatch: the "
                 f"shard changed after conversion); {_AGAIN} ('robo-loaders verify' lists every "
                 "damaged member)"
             )
         return data
+
+    def _damaged(self, message: str) -> ShardError:
+        """The error refusing a damaged member; a conversion kept in the cache is withdrawn first
+        (:attr:`withdraw_on_damage`), and the message says the next run converts it again."""
+        if self.withdraw_on_damage:
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(self.dir, "index.json"))
+            message += "; this conversion kept in the cache is withdrawn: the next run converts it again"
+        return ShardError(message)
 
     @contextlib.contextmanager
     def _episode_file(self, ep: dict):
