@@ -89,6 +89,10 @@ BAD = [
     ("lerobot", [{"repo_id": "u/a", "weight": 1, "episodes": [-1]}], "episodes must be a non-empty list"),
     ("lerobot", [{"path": "u/a", "weight": 1}], "unknown key(s) ['path']"),
     ("lerobot", [{"weight": 1}], "'repo_id' is missing"),
+    # LeRobot's bookkeeping keys: the joined batches looked a row's task up through a renamed or dropped task_index
+    ("lerobot", [{"repo_id": "u/a", "weight": 1, "drop": ["task_index"]}], "renames or drops ['task_index'], which"),
+    ("lerobot", [{"repo_id": "u/a", "weight": 1, "rename": {"frame_index": "x"}}], "renames or drops ['frame_index']"),
+    ("lerobot", [{"repo_id": "u/a", "weight": 1, "rename": {"obs.id": "task_index"}}], "drops ['task_index']"),
     ("robomimic", {"components": [{"path": "{a}", "weight": 1}], "target_fps": 0}, "target_fps must be a positive"),
     ("robomimic", {"components": [], "weights": "size"}, "'components' must be a non-empty list"),
     ("robomimic", {"parts": []}, "unknown key(s) ['parts']"),
@@ -124,6 +128,10 @@ def test_a_good_component_passes_where_the_bad_one_failed(files):
     spec = parse_mixture([{"path": a, "weight": 1, "rename": {"p": "z", "q": "w"}}, {"path": b, "weight": 1e-3}],
                          "robomimic", WHERE)  # fmt: skip
     assert len(spec.components) == 2
+    renamed = {"observation.images.c0": "observation.images.top"}
+    lerobot = parse_mixture([{"repo_id": "u/a", "weight": 1, "rename": renamed, "drop": ["observation.extra"]}],
+                            "lerobot", WHERE)  # fmt: skip
+    assert lerobot.components[0].drop == ("observation.extra",)
 
 
 # -- the pass order ------------------------------------------------------------------------------------------------

@@ -105,6 +105,12 @@ class MixtureSpec:
         return named_shares(names, weight_shares(self.weight_vector() or []), "{} ({:.1%})")
 
 
+# LeRobot's bookkeeping keys (its DEFAULT_FEATURES, and the task string an item carries): every item of every component
+# has them, and a batch's task strings are looked up through the component's own task_index; renamed or dropped, a
+# mixture's joined batches served another column's tasks, or task 0 (a reviewer's reproduction)
+LEROBOT_BOOKKEEPING = frozenset({"timestamp", "frame_index", "episode_index", "index", "task_index", "task"})
+
+
 def _is_url(text: str) -> bool:
     return "://" in text
 
@@ -326,4 +332,11 @@ def _component(entry: Any, i: int, framework: str, weights: str, base: str | Non
     both = sorted(set(drop) & set(rename))
     if both:
         raise fail(f"both renames and drops {both}; drop a key or rename it, not both")
+    if framework == "lerobot":
+        kept = sorted((set(rename) | set(rename.values()) | set(drop)) & LEROBOT_BOOKKEEPING)
+        if kept:
+            raise fail(
+                f"renames or drops {kept}, which LeRobot keeps in every item to say where it comes from (its "
+                f"{', '.join(sorted(LEROBOT_BOOKKEEPING))}); rename or drop other keys"
+            )
     return Component(source, root, weight, episodes, filter_key, dict(rename), tuple(drop))
