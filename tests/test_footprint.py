@@ -421,6 +421,23 @@ def test_the_default_buffer_holds_the_whole_dataset_when_it_takes_a_small_share_
     assert given.capacity == 13 and "cache_memory=500.0 MB" in given.footprint.bound
 
 
+def test_the_shuffle_buffer_and_so_the_order_never_follow_the_free_memory():
+    """A reviewer's reproduction: the default shuffle buffer was half of what the buffer held, the whole dataset on
+    a roomy machine, the 1GB bound on a tight one, so a run resumed with less memory free went on in another order
+    than the pass it stopped in (130 of 1,000 windows served twice, 130 never). It is sized under the budget the
+    options name, whatever is free; the buffer's capacity still follows the memory. Control: a ``cache_memory``
+    given sizes it, and a ``shuffle_buffer`` given is kept."""
+    from robo_loaders_plugin.pipeline.buffer_plan import DEFAULT_CACHE_MEMORY
+
+    units = np.full(40, 50 * 2**20, np.int64)  # 40 units of 50 MiB
+    plans = [planned(units, available_bytes=free) for free in (16 << 30, 6 << 30, 1 << 30)]
+    assert len({p.shuffle_buffer for p in plans}) == 1
+    assert plans[0].shuffle_buffer == DEFAULT_CACHE_MEMORY // (50 * 2**20) // 2
+    assert plans[0].capacity == len(units) > plans[1].capacity  # the whole dataset held where it fits
+    assert planned(units, cache_memory=5 * 10**8, available_bytes=16 << 30).shuffle_buffer == 4  # 9 held
+    assert planned(units, shuffle_buffer=30, shuffle_given=True, available_bytes=1 << 30).shuffle_buffer == 30
+
+
 def test_a_mixture_component_keeps_the_bound_unless_the_user_sized_the_buffer():
     """Components are built before any buffer fills, so each would see the same free memory: a mixture gives
     each the 1GB bound (mixtures.footprint.bounded_buffer); given options are kept."""

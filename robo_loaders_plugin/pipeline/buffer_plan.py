@@ -70,8 +70,9 @@ def buffer_plan(
     available_bytes: int | None = None,
 ) -> BufferPlan:
     """Size a pipeline's episode cache: ``cache_episodes`` when given (kept working), else as many of the largest
-    units as ``cache_memory`` holds; the shuffle buffer is at most half of it (the open units and those loaded
-    ahead), unless given. Memory: the cache, plus the batches in flight: ``prefetch`` prefetched, one being
+    units as ``cache_memory`` holds; the shuffle buffer is at most half of what the budget the options name holds
+    (``cache_memory``, else :data:`DEFAULT_CACHE_MEMORY`, whatever memory is free: the pass's order must not change
+    with it), unless given. Memory: the cache, plus the batches in flight: ``prefetch`` prefetched, one being
     assembled per thread (``pipeline.batches.PipelineBatches`` keeps one per thread) and the one training holds.
 
     Args:
@@ -103,7 +104,13 @@ def buffer_plan(
         if limit is None:  # the whole dataset: every unit (and room for the shuffle buffer the option asks)
             limit = max(1, largest) * max(len(unit_bytes), 2 * int(shuffle_buffer))
         fit = max(2, limit // max(1, largest))
-        shuffle = int(shuffle_buffer) if shuffle_given else max(1, min(int(shuffle_buffer), fit // 2))
+        # the pass's order follows the shuffle buffer, so it never follows the free memory (the default budget's
+        # choice between the whole dataset and DEFAULT_CACHE_MEMORY): a run resumed with less memory free went on
+        # in another order than the pass it stopped in (windows served twice, others never; a reviewer's
+        # reproduction). The buffer is sized as under the budget the options name, whatever is free.
+        named = DEFAULT_CACHE_MEMORY if cache_memory is None else int(cache_memory)
+        order_fit = max(2, named // max(1, largest))
+        shuffle = int(shuffle_buffer) if shuffle_given else max(1, min(int(shuffle_buffer), order_fit // 2))
         capacity = max(fit, 2 * shuffle)
     capacity = min(capacity, max(1, len(unit_bytes)))
     held = int(np.sum(np.sort(np.asarray(unit_bytes, np.int64))[::-1][:capacity]))
