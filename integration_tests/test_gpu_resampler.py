@@ -210,6 +210,38 @@ def test_robomimic_options_are_checked(tiny_hdf5):
             dataset_factory(cfg, obs_keys(cfg))
 
 
+def test_robomimic_rate_modes_follow_the_modality_not_the_bytes_of_a_step(tmp_path):
+    """A reviewer's reproduction: whether a field was camera frames was told by the bytes of a step (1 kB), so at
+    30 -> 20 Hz a 16x16 camera (768 bytes) was held (``previous``) instead of ``nearest``, and a 128-wide float
+    observation was ``nearest`` and refused ``linear``. robomimic's modalities say it now. Control: the stored flag
+    still calls the camera not frames (its tiering is unchanged)."""
+    from robo_loaders_plugin.sample_data.robomimic_hdf5 import write_robomimic_hdf5
+
+    path = write_robomimic_hdf5(
+        str(tmp_path / "small.hdf5"), demos=2, image_size=16, cameras=1, seed=1, next_obs=False, progress=False
+    )
+    with h5py.File(path, "r+") as f:
+        for demo in f["data"]:
+            n = f[f"data/{demo}/actions"].shape[0]
+            f[f"data/{demo}/obs/big"] = np.arange(n, dtype=np.float64)[:, None].repeat(128, 1)
+        recorded = f["data/demo_0/obs/agentview_image"][:3]
+    kwargs = {"device": "cpu", "target_fps": 20, "source_fps": 30, "cache_dir": str(tmp_path / "cache")}
+    cfg = make_config(path, rgb=["agentview_image"], low_dim=["big"], backend="gpu_resampler", backend_kwargs=kwargs,
+                      seq_length=3, hdf5_load_next_obs=False)  # fmt: skip
+    ds = dataset_factory(cfg, obs_keys(cfg))
+    assert not ds.frames.infos["obs/agentview_image"].frames  # control: 768 bytes a step, tiered as low-dim
+    item = ds[0]  # target step 1 is recorded position 1.5
+    assert np.array_equal(item["obs"]["agentview_image"][1], recorded[2])  # nearest (ties to the later step)
+    assert item["obs"]["big"][1][0] == 1.5  # linear
+    with cfg.values_unlocked():
+        cfg.train.data_backend_kwargs = {**kwargs, "modes": {"obs/big": "previous"}}
+    assert dataset_factory(cfg, obs_keys(cfg))[0]["obs"]["big"][1][0] == 1.0
+    with cfg.values_unlocked():
+        cfg.train.data_backend_kwargs = {**kwargs, "modes": {"obs/agentview_image": "linear"}}
+    with pytest.raises(BackendOptionError, match="never blended"):
+        dataset_factory(cfg, obs_keys(cfg))
+
+
 @pytest.mark.cuda
 def test_cuda_batches_are_on_the_gpu_and_equal_the_cpu_path(lerobot_datasets):
     nat = native(lerobot_datasets["h264_3cam_multifile"], "diffusion", return_uint8=False)

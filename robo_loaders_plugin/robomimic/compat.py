@@ -275,6 +275,22 @@ def register_obs_key_like(key: str, like: str) -> None:
             keys.setdefault(modality, []).append(key)
 
 
+def obs_modality(key: str) -> str | None:
+    """The modality robomimic's obs-key registry gives an obs key (``rgb``, ``depth``, ``low_dim``, ``scan``), or
+    ``None`` where it names none (or is not initialised); read without registering the key.
+
+    Args:
+        key: An obs key (a mixture component's own name included: :func:`register_obs_key_like`).
+
+    Returns:
+        The modality, or ``None``.
+    """
+    import robomimic.utils.obs_utils as ObsUtils
+
+    registry = ObsUtils.OBS_KEYS_TO_MODALITIES
+    return None if registry is None else dict.get(registry, key)  # dict.get: its __getitem__ registers unknown keys
+
+
 def demo_of_index(sequence_dataset):
     """Demo index of every sample of robomimic's own SequenceDataset (its private ``_index_to_demo_id`` map).
 

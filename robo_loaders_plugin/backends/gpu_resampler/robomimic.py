@@ -131,7 +131,7 @@ def gpu_resampler_dataset(config, obs_keys, filter_by_attribute=None, dataset_pa
         names=demos,
     )
     plan = frames.plan  # the entry's tiers (a reused entry keeps the boundary it was built with)
-    modes = resolve_modes(frames.infos, options.modes, OPTION_PREFIX)
+    modes = resolve_modes(_by_modality(frames.infos), options.modes, OPTION_PREFIX)
     windows = SequenceWindows(lengths, opts, rate)
     where = plan.describe(str(train_device)) + f", {held}"
     if frames.spilled_while_filling:
@@ -154,6 +154,24 @@ def gpu_resampler_dataset(config, obs_keys, filter_by_attribute=None, dataset_pa
         device=train_device,
         serving=Serving(summary, batch_threads=0 if on_device else None, hold=hold, reused=reused),
     )
+
+
+def _by_modality(infos: dict) -> dict:
+    """The fields' infos with camera frames as robomimic's modalities say (``rgb``, ``depth``), for the rate
+    conversion's modes (camera frames ``nearest`` and never blended, float fields ``linear``).
+
+    Why not the stored flag: it follows the bytes of a step (what is tiered and compressed), so a 16x16 camera (768
+    bytes a step) was held with ``previous`` and a 128-float low-dim observation could not be ``linear`` (a
+    reviewer's reproduction). Where robomimic names no modality (its registry not initialised), the stored flag."""
+    import dataclasses
+
+    from robo_loaders_plugin.robomimic import compat
+
+    out = {}
+    for field, info in infos.items():
+        modality = compat.obs_modality(field.split("/", 1)[1]) if "/" in field else None
+        out[field] = info if modality is None else dataclasses.replace(info, frames=modality in ("rgb", "depth"))
+    return out
 
 
 def gpu_resampler_footprint(config, obs_keys, filter_by_attribute=None, dataset_path=None, *, options, committed):
