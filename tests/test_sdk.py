@@ -172,6 +172,65 @@ def test_the_default_footprint_bounds_what_a_store_of_every_field_writes(tiny_hd
     assert os.path.getsize(tmp_path / "robo-loaders-fields.json") <= records_bytes(len(size.lengths), 11)
 
 
+def _sdk_dataset(ref, name, path, cache_dir):
+    """A robomimic dataset of ``path`` served by the SDK backend ``name`` of store ``ref``."""
+    import robomimic.algo  # noqa: F401
+    import robomimic.utils.obs_utils as ObsUtils
+    from robomimic.config import config_factory
+
+    from robo_loaders_plugin.sdk.serve import robomimic_dataset
+
+    config = config_factory("bc")
+    with config.values_unlocked():
+        config.train.data = path
+        config.observation.modalities.obs.rgb = ["agentview_image"]
+        config.observation.modalities.obs.low_dim = ["robot0_eef_pos"]
+        config.train.seq_length = 3
+    ObsUtils.initialize_obs_utils_with_config(config)
+    options = frame_backend(name, ref, description="d").choose("robomimic", {"cache_dir": cache_dir}, "w").options
+    return robomimic_dataset(ref, name, config, ["robot0_eef_pos", "agentview_image"], options=options)
+
+
+def test_an_edited_record_is_built_again_never_served(tiny_hdf5, tmp_path):
+    """A reviewer's reproduction: the SDK's record was checked by its size only, and a store taking its fields'
+    dtypes from it (the documented pattern, ``toy_store``) served a float64 field as int64 after a same-size edit
+    (``<f8`` -> ``<i8``). The record holds a checksum of itself (format 2): an edited one makes the entry be built
+    again. Control: the unedited entry is reused."""
+    cache_dir = str(tmp_path / "cache")
+    first = _sdk_dataset(STORE, "toy_frames", tiny_hdf5, cache_dir)
+    want = first[3]["obs"]["robot0_eef_pos"].copy()
+    assert want.dtype == np.float64
+    first.close()
+    again = _sdk_dataset(STORE, "toy_frames", tiny_hdf5, cache_dir)
+    assert again.serving.reused  # control
+    again.close()
+    record = os.path.join(again.location, "robo-loaders-fields.json")
+    text = open(record).read()
+    edited = text.replace('"obs/robot0_eef_pos": {"dtype": "<f8"', '"obs/robot0_eef_pos": {"dtype": "<i8"')
+    assert edited != text and len(edited) == len(text)
+    open(record, "w").write(edited)
+    rebuilt = _sdk_dataset(STORE, "toy_frames", tiny_hdf5, cache_dir)
+    got = rebuilt[3]["obs"]["robot0_eef_pos"]
+    assert not rebuilt.serving.reused and got.dtype == np.float64 and np.array_equal(got, want)
+
+
+def test_two_stores_naming_their_entries_alike_are_refused(tiny_hdf5, tmp_path):
+    """A reviewer's reproduction: a store inheriting its parent's ``kind`` opened the parent's entry of the same
+    source and served it as its own (float fields not doubled). The record names the store that built it: another
+    store finding it is refused in one line. Control: a store with a kind of its own builds beside it."""
+    cache_dir = str(tmp_path / "cache")
+    _sdk_dataset(STORE, "toy_frames", tiny_hdf5, cache_dir).close()
+    from robo_loaders_plugin import RoboLoadersError
+
+    refusal = (
+        r"was built by the frame store toy_store:EveryFieldStore, not toy_store_same_kind:SameKindStore: both name "
+        r"their entries 'every-field-1'; give each store a kind"
+    )
+    with pytest.raises(RoboLoadersError, match=refusal):
+        _sdk_dataset("toy_store_same_kind:SameKindStore", "same_kind", tiny_hdf5, cache_dir)
+    _sdk_dataset("toy_store:InRamStore", "in_ram", tiny_hdf5, cache_dir).close()
+
+
 # -- placement between RAM and disk ----------------------------------------------------------------------------------
 def machine(shm=20 * GB, host=20 * GB, disk=50 * GB) -> Available:
     return Available(

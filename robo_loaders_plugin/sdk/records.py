@@ -23,7 +23,17 @@ from robo_loaders_plugin.core.errors import SourceError
 from robo_loaders_plugin.frames.base import FieldInfo
 
 RECORD_FILE = "robo-loaders-fields.json"
-FORMAT = 1
+# 2: the record names the store that built it and holds a SHA-256 of its own canonical JSON (1, read as before: no
+# store, no checksum)
+FORMAT = 2
+
+
+def _record_sum(doc: dict) -> str:
+    """The checksum a record holds of itself: SHA-256 of its canonical JSON (``sum`` left out)."""
+    import hashlib
+
+    body = {k: v for k, v in doc.items() if k != "sum"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
 def records_bytes(names: int, fields: int) -> int:
@@ -49,12 +59,14 @@ class StoreRecord:
         names: The episodes' names, in serving order.
         lengths: Steps per episode (int64), in the same order.
         fields: ``{field: FieldInfo}`` (``frames``: a camera field).
+        store: The store that built it (``"module:Class"``; ``None`` in a record of format 1).
     """
 
     directory: str
     names: tuple[str, ...]
     lengths: np.ndarray
     fields: dict[str, FieldInfo]
+    store: str | None = None
 
     @classmethod
     def read(cls, directory: str) -> StoreRecord:
@@ -67,18 +79,25 @@ class StoreRecord:
             The :class:`StoreRecord`.
 
         Raises:
-            SourceError: the record is missing or unreadable, naming the directory.
+            SourceError: the record is missing, unreadable, of another format or does not match its own checksum
+                (edited or damaged: a store taking its fields' dtypes from it served float64 values as int64),
+                naming the directory.
         """
         path = os.path.join(directory, RECORD_FILE)
         try:
             with open(path) as f:
                 doc = json.load(f)
+            if doc.get("format") not in (1, FORMAT):
+                raise ValueError(f"format {doc.get('format')!r}, this robo-loaders reads 1 and {FORMAT}")
+            if doc["format"] == FORMAT and doc.get("sum") != _record_sum(doc):
+                raise ValueError("it does not match its checksum: edited or damaged")
             fields = {
                 k: FieldInfo(np.dtype(v["dtype"]), tuple(v["shape"]), bool(v["camera"]))
                 for k, v in doc["fields"].items()
             }
-            return cls(directory, tuple(doc["names"]), np.asarray(doc["lengths"], dtype=np.int64), fields)
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+            lengths = np.asarray(doc["lengths"], dtype=np.int64)
+            return cls(directory, tuple(doc["names"]), lengths, fields, doc.get("store"))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise SourceError(
                 f"{path} cannot be read ({type(exc).__name__}: {exc}); delete {directory} to rebuild the store"
             ) from None
@@ -160,11 +179,13 @@ class Recorder:
                     f"{np.dtype(first['dtype'])}{tuple(first['shape'])}; every episode must hold a field the same way"
                 )
 
-    def write(self, directory: str) -> None:
+    def write(self, directory: str, store: str | None = None) -> None:
         """Record what was read into the store's directory.
 
         Args:
             directory: The store being built.
+            store: The store building it (``"module:Class"``), recorded so that another store naming its entries
+                alike is refused rather than served this one's files.
 
         Raises:
             SourceError: the store's build returned before reading every episode, or wrote a file named as this
@@ -180,6 +201,12 @@ class Recorder:
                 f"{self.where}: the store's build() wrote {RECORD_FILE}, the name of the SDK's record of the store; "
                 "give that file another name"
             )
-        doc = {"format": FORMAT, "names": list(self.names), "lengths": self.lengths.tolist(), "fields": self.fields}
+        doc = {
+            "format": FORMAT,
+            "store": store,
+            "names": list(self.names),
+            "lengths": self.lengths.tolist(),
+            "fields": self.fields,
+        }
         with open(os.path.join(directory, RECORD_FILE), "w") as f:
-            json.dump(doc, f)
+            json.dump({**doc, "sum": _record_sum(doc)}, f)

@@ -321,7 +321,7 @@ def _open(store: FrameStore, ref: str, backend: str, src: _Source, options, plac
             src.names, src.cameras, src.size, recorder.read, guard=guard, ram_budget=budget, in_ram=in_ram
         )
         store.build(directory, episodes, options)
-        recorder.write(directory)
+        recorder.write(directory, ref)
         if budget is not None and cache.path_bytes(directory) > budget:
             from robo_loaders_plugin.storage.ramfile import MemoryBudgetExceeded
 
@@ -337,7 +337,7 @@ def _open(store: FrameStore, ref: str, backend: str, src: _Source, options, plac
         key=key,
         build=build,
         cache_dir=getattr(options, "cache_dir", None),
-        check=store.verify,
+        check=functools.partial(_intact, store),
         description=f"{backend} store",
         option_prefix=src.option_prefix,
         in_ram=in_ram,
@@ -345,6 +345,12 @@ def _open(store: FrameStore, ref: str, backend: str, src: _Source, options, plac
     )
     try:
         frames = StoreFrames(ref, directory, options)
+        if frames.record.store not in (None, ref):
+            frames.close()
+            raise RoboLoadersError(
+                f"{directory} was built by the frame store {frames.record.store}, not {ref}: both name their "
+                f"entries {store.kind!r}; give each store a kind of its own (a subclass inherits its parent's)"
+            )
         expected = np.asarray(src.size.lengths, dtype=np.int64)
         if frames.record.names != src.names or not np.array_equal(frames.lengths, expected):
             frames.close()
@@ -356,6 +362,13 @@ def _open(store: FrameStore, ref: str, backend: str, src: _Source, options, plac
         hold.release()
         raise
     return frames, directory, hold, reused
+
+
+def _intact(store: FrameStore, directory: str) -> bool:
+    """An entry's check before it is reused: the SDK's record reads and matches its own checksum (else the entry is
+    built again, the reason logged), then the store's own ``verify``."""
+    StoreRecord.read(directory)  # raises SourceError (a RoboLoadersError) naming what is wrong: rebuilt
+    return bool(store.verify(directory))
 
 
 def _summary(store: FrameStore, frames: StoreFrames, directory: str, reused: bool, footprint: Footprint, head: str):
