@@ -78,3 +78,16 @@ def test_joined_reads_number_parts_end_to_end_and_place_steps_in_rows():
     assert slots.tolist() == [6, 7, 8, 0, 1, 2]
     np.testing.assert_array_equal(flat.reshape(12, 2)[slots], np.concatenate([flat[2], flat[0]]))
     assert step_slots(np.zeros(0, np.int64), 3).size == 0
+
+
+def test_copy_windows_copies_a_slice_only_of_steps_that_follow_one_another():
+    """A window clamped at an episode's edge repeats steps: ``7, 10, 11, 11, 11`` spans 4 steps as ``7..11`` does,
+    and was copied as that slice (a reviewer's reproduction through ``video_stream``). Control: a run is copied
+    right too."""
+    from robo_loaders_plugin.frames.base import ROW_COPY_BYTES, copy_windows
+
+    values = np.repeat(np.arange(12, dtype=np.uint8)[:, None], ROW_COPY_BYTES, 1)  # step r: 256 bytes of r
+    local = np.array([[7, 10, 11, 11, 11], [0, 0, 2, 5, 6], [3, 4, 5, 6, 7]])
+    out = np.zeros((3, 5, ROW_COPY_BYTES), dtype=np.uint8)
+    copy_windows(values, local, out, np.arange(3))
+    np.testing.assert_array_equal(out, values[local])

@@ -319,7 +319,7 @@ def copy_windows(values, local: np.ndarray, out: np.ndarray, at: np.ndarray) -> 
 
     Args:
         values: The held steps (an array, steps first) or their ``EncodedFrames``.
-        local: (n, T) steps within ``values``, one window per row, each monotone (clamped windows are).
+        local: (n, T) steps within ``values``, one window per row (clamped at the episode's edges: repeats).
         out: The batch, ``(B, T) + step shape``, written in place.
         at: (n,) the batch rows the windows go to.
     """
@@ -331,7 +331,9 @@ def copy_windows(values, local: np.ndarray, out: np.ndarray, at: np.ndarray) -> 
         out[at] = values[local]
     else:
         first = local[:, 0]
-        contiguous = (local[:, -1] - first == T - 1).tolist()
+        # consecutive steps, each one after the other: a clamped window of sparse offsets can span T - 1 steps with
+        # repeats ((-4, -1, 0, 2, 6) at an episode's last step reads 7, 10, 11, 11, 11: a slice served 7..11)
+        contiguous = (np.diff(local, axis=1) == 1).all(axis=1).tolist()
         for r, lo, whole, row in zip(at.tolist(), first.tolist(), contiguous, local):
             out[r] = values[lo : lo + T] if whole else values[row]
 
