@@ -5,6 +5,7 @@ passes, resume at the sampler's offset, about the videos' size read per pass; le
 import glob
 import json
 import os
+import pickle
 
 import numpy as np
 import pytest
@@ -56,6 +57,102 @@ def test_items_equal_lerobot_dataset(lerobot_datasets, name, preset, return_uint
     assert isinstance(ours, LeRobotStreamSamples) and len(ours) == len(nat)
     for i in random_indices(len(nat), 120, seed=len(name) + len(preset)):
         same_item(ours[i], nat[i], f"{name}/{preset}[{i}]")
+
+
+@pytest.mark.parametrize("buffer", ["raw", "lz4"])
+def test_sparse_windows_clamped_at_episode_edges_equal_lerobot_dataset(lerobot_datasets, buffer):
+    """A reviewer's reproduction: offsets that do not follow one another ((-4, -1, 0, 2, 6) frames), clamped at an
+    episode's last step, read steps 7, 10, 11, 11, 11, whose span is T - 1 like a run's: the raw buffer copied the
+    slice 7..11, other frames than LeRobot's with the same ``_is_pad``. Every item at the episodes' edges is
+    LeRobot's. Control: some of them are clamped (a padded step)."""
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset, LeRobotDatasetMetadata
+
+    root = lerobot_datasets["h264_3cam_multifile"]
+    meta = LeRobotDatasetMetadata(REPO, root=root)
+    deltas = {k: [d / meta.fps for d in (-4, -1, 0, 2, 6)] for k in meta.camera_keys}
+    deltas["action"] = [d / meta.fps for d in (0, 5, 10)]
+    nat = LeRobotDataset(REPO, root=root, delta_timestamps=deltas, return_uint8=True)
+    ours = serve("video_stream", nat, buffer=buffer)
+    starts = nat.meta.episodes["dataset_from_index"]
+    ends = nat.meta.episodes["dataset_to_index"]
+    edges = sorted({i for a, z in zip(starts, ends) for i in (*range(a, a + 3), *range(z - 7, z)) if a <= i < z})
+    padded = 0
+    for i in edges:
+        theirs = nat[i]
+        padded += int(theirs[f"{meta.camera_keys[0]}_is_pad"].any())
+        same_item(ours[i], theirs, f"sparse/{buffer}[{i}]")
+    assert padded >= 4  # control
+
+
+def _edge_timestamp(start: float, ts: float, pts: float, tol: float, lerobot_serves: bool) -> float | None:
+    """A float32 timestamp near ``ts`` whose frame LeRobot serves (or refuses) while float64 arithmetic would say
+    the opposite: LeRobot compares ``|start + ts - pts|`` as float32 tensors with the tolerance as a float32."""
+    for way in (np.inf, -np.inf):
+        t = np.float32(ts)
+        for _ in range(20_000):
+            t = np.nextafter(t, np.float32(way))
+            d64 = abs(start + float(t) - pts)
+            d32 = abs(np.float32(start + float(t)) - np.float32(pts))
+            if bool(d32 < np.float32(tol)) == lerobot_serves and (d64 < tol) != lerobot_serves:
+                return float(t)
+    return None
+
+
+@pytest.mark.parametrize("lerobot_serves", [True, False])
+def test_the_timestamp_tolerance_at_its_edge_decides_as_lerobot(lerobot_datasets, tmp_path, lerobot_serves):
+    """A reviewer's reproduction: LeRobot compares a frame's time with its query in float32, the plugin compared in
+    float64, so a timestamp at the tolerance's edge (an episode deep in a shared video file) was refused where
+    LeRobot served it, or served where LeRobot raises ``FrameTimestampError``. One row's timestamp is moved to such
+    an edge; ``video_stream`` decides as LeRobot. Control: float64 arithmetic decides the other way for it."""
+    import shutil
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset, LeRobotDatasetMetadata
+    from torchcodec.decoders import VideoDecoder
+
+    root = tmp_path / "edge"
+    shutil.copytree(lerobot_datasets["h264_3cam_multifile"], root)
+    meta = LeRobotDatasetMetadata(REPO, root=root)
+    key, tol = meta.camera_keys[0], 1e-4
+    episodes = meta.episodes
+    edge = None
+    for ep in range(len(episodes)):  # a row whose float32 rounding decides the other way: deep in a shared file
+        start = float(episodes[f"videos/{key}/from_timestamp"][ep])
+        video = root / meta.video_path.format(
+            video_key=key,
+            chunk_index=episodes[f"videos/{key}/chunk_index"][ep],
+            file_index=episodes[f"videos/{key}/file_index"][ep],
+        )
+        decoder = VideoDecoder(str(video))
+        for step in range(3, 40):
+            ts = step / meta.fps
+            pts = float(decoder.get_frames_at([round((start + ts) * decoder.metadata.average_fps)]).pts_seconds[0])
+            edge = _edge_timestamp(start, ts, pts, tol, lerobot_serves)
+            if edge is not None:
+                break
+        if edge is not None:
+            break
+    assert edge is not None
+    row = int(episodes["dataset_from_index"][ep]) + step
+    assert (abs(start + edge - pts) < tol) != lerobot_serves  # control: float64 decides the other way
+    for path in sorted((root / "data").rglob("*.parquet")):
+        table = pq.read_table(path)
+        index = table.column("index").to_numpy()
+        if row in index:
+            stamps = table.column("timestamp").to_numpy().copy()
+            stamps[int(np.flatnonzero(index == row)[0])] = np.float32(edge)
+            i = table.schema.get_field_index("timestamp")
+            pq.write_table(table.set_column(i, "timestamp", pa.array(stamps, pa.float32())), path)
+    nat = LeRobotDataset(REPO, root=root, return_uint8=True, tolerance_s=tol)
+    if lerobot_serves:
+        ours = serve("video_stream", nat)
+        same_item(ours[row], nat[row], f"edge[{row}]")
+    else:
+        with pytest.raises(Exception, match="tolerance"):
+            nat[row]
+        with pytest.raises(SourceError, match="violate the timestamp tolerance"):
+            serve("video_stream", nat)[row]
 
 
 @pytest.mark.parametrize("buffer", ["raw", "lz4"])
@@ -126,6 +223,11 @@ def test_over_http_only_the_videos_bytes_are_read_once_per_pass(lerobot_datasets
         ours = serve("video_stream", nat, source=server.url)
         for i in random_indices(len(nat), 40, seed=1):
             same_item(ours[i], nat[i], f"http[{i}]")
+        # having served items (its remote blocks held, with locks), it still pickles for a spawned worker, which
+        # reads its own blocks (a reviewer's reproduction: "cannot pickle '_thread.lock' object")
+        assert ours.source._blocks is not None  # control: it holds them here
+        copy = pickle.loads(pickle.dumps(ours))
+        same_item(copy[3], nat[3], "http, unpickled")
         fresh = serve("video_stream", nat, source=server.url)
         before = sum(v for k, v in server.served.items() if k.endswith(".mp4"))
         batches = one_pass(fresh, nat)

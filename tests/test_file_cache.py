@@ -32,3 +32,31 @@ def test_a_file_of_unknown_size_is_cached_and_reused(tmp_path):
     third = FileCache(NoSize(), str(tmp_path / "cache"), log=lambda *a: None)
     assert open(third.get(str(src)), "rb").read() == src.read_bytes() and third.downloads == 1
     assert os.path.getsize(local) == 3000
+
+
+class NoVersion(LocalFileSystem):
+    """A filesystem whose ``info`` gives a size but no version (an HTTP server without ETag and Last-Modified)."""
+
+    def info(self, path, **kwargs):
+        info = dict(super().info(path, **kwargs))
+        for key in ("mtime", "created", "ETag", "LastModified"):
+            info.pop(key, None)
+        return info
+
+
+def test_a_copy_of_a_file_whose_store_gives_no_version_is_not_reused_by_a_later_process(tmp_path):
+    """A reviewer's reproduction: with neither ETag nor Last-Modified, a copy's identity was its size alone, so a
+    remote file replaced by one of the same size was served stale by every later run, without a word. Such a copy
+    is now reused only within the process that made it; a later one downloads again and says why. Control: a store
+    that gives a version reuses the copy (the test above)."""
+    src = tmp_path / "remote" / "video.mp4"
+    src.parent.mkdir()
+    src.write_bytes(b"A" * 3000)
+    said = []
+    first = FileCache(NoVersion(), str(tmp_path / "cache"), log=said.append)
+    local = first.get(str(src))
+    assert first.get(str(src)) == local and first.downloads == 1  # reused within the process
+    src.write_bytes(b"B" * 3000)  # replaced: the same name and size
+    later = FileCache(NoVersion(), str(tmp_path / "cache"), log=said.append)
+    assert open(later.get(str(src)), "rb").read() == b"B" * 3000 and later.downloads == 1
+    assert any("gives no version for it (no ETag or Last-Modified)" in line for line in said), said

@@ -5,7 +5,9 @@ passes from S3/HTTP and has the disk space asks for the files to be copied once;
 local copies and the remote store only answers one metadata request per file and process.
 
 Why a copy is never served stale: each copy has a sidecar recording the remote file's identity when it was copied
-(URL, endpoint, size, and its ETag or else its modification time, from ``fs.info``) and the SHA-256 of the copy. The
+(URL, endpoint, size, and its ETag or else its modification time, from ``fs.info``) and the SHA-256 of the copy; a
+store that gives neither ETag nor modification time has no identity beyond the size, so its copies are not reused
+by a later process (each downloads the file again, saying why). The
 first time a process wants a file it asks the remote store for the identity again and hashes the local copy; a
 changed identity (the remote file was replaced), a copy of the wrong size (truncated) or another hash (a flipped
 bit) downloads the file again and says why in the log. Hashing costs one read of each file per process; later
@@ -257,6 +259,11 @@ class FileCache:
             return "its record (sidecar) is unreadable"
         if not os.path.exists(local):
             return "the local copy is missing"
+        if ident["version"] is None:  # its size alone: a file replaced by one of the same size was served stale
+            return (
+                "the remote store gives no version for it (no ETag or Last-Modified), so a copy made earlier cannot "
+                "be shown to be the file it serves now (a copy is reused only within a process)"
+            )
         recorded = meta.get("remote") or {}
         for key, what in (("url", "URL"), ("endpoint", "endpoint"), ("size", "size"), ("version", "version")):
             if recorded.get(key) != ident[key]:

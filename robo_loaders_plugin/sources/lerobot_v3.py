@@ -112,8 +112,11 @@ class LeRobotV3:
         self._episode_files = []
         self._tasks = None
 
-    def __getstate__(self):  # the tables read in this process stay in it (a worker reads what it needs)
-        return {**self.__dict__, "_table_reads": None}
+    def __getstate__(self):
+        # the tables read in this process stay in it (a worker reads what it needs); so do the remote blocks and the
+        # failed reads kept (locks: a dataset that had served an item of a remote source could not be pickled for a
+        # spawned DataLoader worker, a reviewer's reproduction), made again in the worker as they are first needed
+        return {**self.__dict__, "_table_reads": None, "_blocks": None, "_read_failures": None}
 
     @property
     def path(self) -> str:
@@ -868,8 +871,11 @@ class EpisodeVideoDecoder:
             ) from exc
         self._give_back(path, dec)
         pts = batch.pts_seconds.cpu().numpy()
-        dist = np.abs(pts - np.asarray(query))
-        bad = np.flatnonzero(~(dist < self.tolerance_s))
+        # compared as LeRobot compares them (decode_video_frames_torchcodec: both times as float32 tensors, the
+        # tolerance as a float32 scalar): in float64 a frame at the tolerance's edge was refused where LeRobot served
+        # it, or served where it raises (a reviewer's reproduction)
+        dist = np.abs(np.asarray(query, dtype=np.float32) - pts.astype(np.float32))
+        bad = np.flatnonzero(~(dist < np.float32(self.tolerance_s)))
         if bad.size:
             i = int(bad[0])
             raise SourceError(
