@@ -160,7 +160,7 @@ def test_a_lease_whose_lock_is_free_is_stale_even_if_its_pid_is_alive(tmp_path):
     m["units"][1].update(
         state="leased", lease={"pid": os.getpid(), "host": socket.gethostname(), "time": time.time(), "token": "x"}
     )
-    (tmp_path / "manifest.json").write_text(json.dumps(m))
+    manifest._write(str(tmp_path), m)  # another writer's state, its checksum written
     assert convert(tmp_path).episodes == 6
     assert_complete(tmp_path)
 
@@ -172,7 +172,7 @@ def test_a_held_lease_is_never_taken_over_and_waiting_times_out(tmp_path, other_
     m = json.loads((tmp_path / "manifest.json").read_text())
     assert m["units"][0]["state"] == "leased"
     m["units"][0]["lease"]["pid"] = 2**22 + 12345  # no such process on this host
-    (tmp_path / "manifest.json").write_text(json.dumps(m))
+    manifest._write(str(tmp_path), m)  # another writer's state, its checksum written
     monkeypatch.setenv(manifest.ENV_LOCK_TIMEOUT, "1")
     with pytest.raises(
         ShardError,
@@ -215,12 +215,32 @@ def test_a_done_unit_whose_shard_is_gone_is_converted_again(tmp_path):
     assert_complete(tmp_path)
 
 
+def test_a_manifest_damaged_keeping_valid_json_is_converted_again_from_the_start(tmp_path, capsys):
+    """A reviewer's 60 random bit flips in a finished conversion's manifest.json: one that kept it valid JSON was
+    trusted, its units published again as index.json at every run (refused by readers, blaming the shard) or the
+    finish crashed with a KeyError. The manifest holds a checksum of itself: a damaged one is refused when read, and
+    a conversion run again starts over from the start and finishes. Control: the intact manifest is read."""
+    make_plan(tmp_path)
+    assert convert(tmp_path).episodes == 6
+    path = tmp_path / "manifest.json"
+    manifest._read(str(tmp_path))  # control
+    text = path.read_text()
+    damaged = text.replace('"state": "done"', '"state": "dome"', 1)
+    assert damaged != text
+    path.write_text(damaged)
+    with pytest.raises(ShardError, match=r"manifest\.json is damaged \(it does not match its checksum\)"):
+        manifest._read(str(tmp_path))
+    assert convert(tmp_path).episodes == 6
+    assert "converting again from the start" in capsys.readouterr().out
+    assert_complete(tmp_path)
+
+
 def test_a_done_unit_with_an_empty_index_is_converted_again_and_counts_are_published_ones(tmp_path):
     make_plan(tmp_path)
     manifest.work(str(tmp_path), CODEC, read_episode)
     m = json.loads((tmp_path / "manifest.json").read_text())
     m["units"][2]["index"] = []
-    (tmp_path / "manifest.json").write_text(json.dumps(m))
+    manifest._write(str(tmp_path), m)  # another writer's state, its checksum written
     assert convert(tmp_path, plan=False).episodes == 6  # checked before publishing, not only when planning
     assert_complete(tmp_path)
 

@@ -9,9 +9,26 @@ wait for that load; the cache's lock is never held while loading, so other keys 
 
 from __future__ import annotations
 
+import os
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator
+
+# every cache of this process, made ready again in a forked child (_after_fork)
+_CACHES: weakref.WeakSet = weakref.WeakSet()
+
+
+def _after_fork() -> None:
+    """In a forked child: each cache's lock made anew (another thread may have held it at the fork) and the loads
+    in flight forgotten (the threads loading them are not in the child: waiting for their events never ended)."""
+    for cache in list(_CACHES):
+        cache._lock = threading.Lock()
+        cache._loading = {}
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
 
 
 class LoadOnceLRU[K: Hashable, V]:
@@ -38,6 +55,7 @@ class LoadOnceLRU[K: Hashable, V]:
         self._lock = threading.Lock()
         self._loading: dict[K, threading.Event] = {}
         self.loads = 0
+        _CACHES.add(self)
 
     def get(self, key: K, ahead: bool = False) -> V:
         """The value of ``key``, loaded now (or by the thread already loading it) unless cached.

@@ -104,17 +104,41 @@ def _locked(out_dir: str):
     return path_lock(os.path.join(out_dir, "manifest.lock"))
 
 
+def _manifest_sum(m: dict) -> str:
+    """The checksum a manifest holds of itself: SHA-256 of its canonical JSON (``sum`` left out).
+
+    Why: the manifest's recorded units become ``index.json`` when a conversion finishes; one flipped bit that kept
+    it valid JSON was published again at every run (refused by readers, blaming the shard) or crashed the finish
+    with a ``KeyError`` (a reviewer's 60 random flips)."""
+    import hashlib
+
+    body = {k: v for k, v in m.items() if k != "sum"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
 def _read(out_dir: str) -> dict:
+    """The manifest, checked against its own checksum (one written before it held one is read as it is).
+
+    Raises:
+        ShardError: it is not JSON, not an object, or does not match its checksum.
+    """
     path = os.path.join(out_dir, MANIFEST)
     try:
         with open(path) as f:
-            return json.load(f)
+            m = json.load(f)
+        if not isinstance(m, dict):
+            raise ValueError(f"a {type(m).__name__}, not an object")
+        recorded = m.pop("sum", None)
+        if recorded is not None and recorded != _manifest_sum(m):
+            raise ValueError("it does not match its checksum")
+        return m
     except ValueError as exc:
         raise ShardError(f"{path} is damaged ({exc}); delete it and run the conversion again") from None
 
 
 def _write(out_dir: str, m: dict) -> None:
-    _atomic_json(os.path.join(out_dir, MANIFEST), m)
+    body = {k: v for k, v in m.items() if k != "sum"}
+    _atomic_json(os.path.join(out_dir, MANIFEST), {**body, "sum": _manifest_sum(body)})
 
 
 def _normalized(value):
@@ -281,7 +305,13 @@ def plan(out_dir: str, source_fingerprint, units: list[list[str]], options: Mapp
     os.makedirs(os.path.join(out_dir, "shards"), exist_ok=True)
     with _locked(out_dir):
         path = os.path.join(out_dir, MANIFEST)
-        m = _read(out_dir) if os.path.exists(path) else None
+        try:
+            m = _read(out_dir) if os.path.exists(path) else None
+        except ShardError as exc:  # damaged: what it recorded cannot be trusted, so nothing done is kept
+            logger.warning(f"{exc}: converting again from the start")
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(out_dir, "index.json"))
+            m = None
         if m is not None and m.get("version") != MANIFEST_VERSION:
             logger.info(f"{out_dir}: conversion state from an earlier robo-loaders; converting again")
             with contextlib.suppress(FileNotFoundError):
