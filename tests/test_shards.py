@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from robo_loaders_plugin.storage.codec import FrameCodec
+from robo_loaders_plugin.storage.integrity import with_checksum
 from robo_loaders_plugin.storage.shards import ShardError, ShardReader, ShardWriter
-from robo_loaders_plugin.storage.shards.format import with_checksum
 
 
 def episodes(n=5, seed=0):

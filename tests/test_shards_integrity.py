@@ -14,8 +14,8 @@ import pytest
 from test_shards import episodes, rewrite_index, write
 
 from robo_loaders_plugin.storage.codec import FrameCodec
+from robo_loaders_plugin.storage.integrity import with_checksum
 from robo_loaders_plugin.storage.shards import ShardError, ShardReader, ShardWriter, verify_dir
-from robo_loaders_plugin.storage.shards.format import with_checksum
 
 NAMES = [f"demo_{e}" for e in range(5)]
 

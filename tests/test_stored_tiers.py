@@ -81,7 +81,9 @@ def _edited(edit):
             m = json.load(f)
         edit(m)
         if resummed:
-            m["sum"] = stored_tiers._manifest_sum(m)
+            from robo_loaders_plugin.storage.integrity import json_checksum
+
+            m["checksum"] = json_checksum(m)
         with open(path, "w") as f:
             json.dump(m, f)
 

@@ -21,19 +21,12 @@ import numpy as np
 
 from robo_loaders_plugin.core.errors import SourceError
 from robo_loaders_plugin.frames.base import FieldInfo
+from robo_loaders_plugin.storage.integrity import json_checksum, with_checksum
 
 RECORD_FILE = "robo-loaders-fields.json"
-# 2: the record names the store that built it and holds a SHA-256 of its own canonical JSON (1, read as before: no
-# store, no checksum)
+# 2: the record names the store that built it and holds a checksum of itself (storage.integrity.json_checksum; 1,
+# read as before: no store, no checksum)
 FORMAT = 2
-
-
-def _record_sum(doc: dict) -> str:
-    """The checksum a record holds of itself: SHA-256 of its canonical JSON (``sum`` left out)."""
-    import hashlib
-
-    body = {k: v for k, v in doc.items() if k != "sum"}
-    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
 def records_bytes(names: int, fields: int) -> int:
@@ -89,7 +82,7 @@ class StoreRecord:
                 doc = json.load(f)
             if doc.get("format") not in (1, FORMAT):
                 raise ValueError(f"format {doc.get('format')!r}, this robo-loaders reads 1 and {FORMAT}")
-            if doc["format"] == FORMAT and doc.get("sum") != _record_sum(doc):
+            if doc["format"] == FORMAT and doc.get("checksum") != json_checksum(doc):
                 raise ValueError("it does not match its checksum: edited or damaged")
             fields = {
                 k: FieldInfo(np.dtype(v["dtype"]), tuple(v["shape"]), bool(v["camera"]))
@@ -209,4 +202,4 @@ class Recorder:
             "fields": self.fields,
         }
         with open(os.path.join(directory, RECORD_FILE), "w") as f:
-            json.dump({**doc, "sum": _record_sum(doc)}, f)
+            json.dump(with_checksum(doc), f)

@@ -10,6 +10,9 @@ one checks the same way.
 
 from __future__ import annotations
 
+import hashlib
+import json
+
 import xxhash
 
 from robo_loaders_plugin.core.errors import RoboLoadersError
@@ -34,3 +37,33 @@ def checksum(data) -> int:
         An unsigned 64-bit integer.
     """
     return xxhash.xxh3_64_intdigest(data)
+
+
+def json_checksum(doc: dict) -> str:
+    """The checksum a JSON document keeps of itself (why: a flipped bit that keeps it valid JSON is otherwise
+    trusted): SHA-256 of the canonical JSON of ``doc`` without its ``checksum`` key (sorted keys, no whitespace, ASCII).
+
+    Args:
+        doc: A JSON document as a dict (``index.json``, ``dataset.json``, a conversion's ``manifest.json``, the
+            SDK's store record, a backend's own manifest).
+
+    Returns:
+        The hex digest.
+    """
+    body = {k: v for k, v in doc.items() if k != "checksum"}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=True)
+    return hashlib.sha256(text.encode("ascii")).hexdigest()
+
+
+def with_checksum(doc: dict) -> dict:
+    """``doc`` as it reads back from JSON (tuples as lists, keys as strings), plus its ``checksum``.
+
+    Args:
+        doc: The document to write.
+
+    Returns:
+        A new dict; ``doc`` is not changed.
+    """
+    doc = json.loads(json.dumps(doc))
+    doc["checksum"] = json_checksum(doc)
+    return doc

@@ -10,7 +10,7 @@ locks, ``robo-loaders cache list/prune/clear``).
 Layout of an entry (``MANIFEST`` says which files hold what)::
 
     tiers.json                 format, lengths, every field's dtype/shape, the raw/compressed boundary, checksums
-                               (its own among them: ``sum``, over the rest of it)
+                               (its own among them: ``checksum``, over the rest of it)
     raw/<i>.bin                field i's rows end to end, uncompressed (camera frames: the rows before the boundary)
     compressed/<i>.blobs       field i's camera frames after the boundary, one Blosc2 blob per frame
     compressed/<i>.index.npz   their offsets (n+1, int64) and checksums (n, uint64)
@@ -38,6 +38,7 @@ import numpy as np
 from robo_loaders_plugin.core.log import get_logger
 from robo_loaders_plugin.core.units import format_bytes
 from robo_loaders_plugin.frames.base import FieldInfo
+from robo_loaders_plugin.storage.integrity import json_checksum, with_checksum
 
 logger = get_logger(__name__)
 
@@ -181,22 +182,10 @@ def write_tiers(
         "fields": fields,
     }
     with open(os.path.join(directory, MANIFEST), "w") as out:
-        json.dump({**manifest, "sum": _manifest_sum(manifest)}, out)
+        json.dump(with_checksum(manifest), out)
         out.flush()
         os.fsync(out.fileno())
     return manifest
-
-
-def _manifest_sum(manifest: dict) -> int:
-    """The checksum a manifest records of itself: xxh3 of its canonical JSON (``sum`` left out).
-
-    Why its own: the raw files and indexes are checked against the checksums the manifest holds, but the manifest
-    was checked only by its size, so a flipped bit that kept it valid JSON (``<f8`` read as ``>f8``; two camera names
-    or a frame's shape exchanged) was mapped and served, or crashed every start."""
-    import xxhash
-
-    body = {k: v for k, v in manifest.items() if k != "sum"}
-    return xxhash.xxh3_64_intdigest(json.dumps(body, sort_keys=True, separators=(",", ":")).encode())
 
 
 def read_manifest(directory: str) -> dict | None:
@@ -216,8 +205,13 @@ def read_manifest(directory: str) -> dict | None:
         return None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         return None
-    recorded = manifest.pop("sum", None)
-    return manifest if recorded == _manifest_sum(manifest) else None
+    # its own checksum: the raw files and indexes are checked against the checksums it holds, but it was checked by
+    # its size only, so a flipped bit keeping it valid JSON (<f8 read as >f8; two camera names or a frame's shape
+    # exchanged) was mapped and served, or crashed every start (a reviewer's reproductions)
+    if manifest.get("checksum") != json_checksum(manifest):
+        return None
+    manifest.pop("checksum")
+    return manifest
 
 
 def problem(directory: str, lengths, blobs_checked: bool, names=None) -> str:

@@ -17,8 +17,6 @@ The writer lives in ``writer.py``, the reader in ``reader.py``; the package expo
 from __future__ import annotations
 
 import errno
-import hashlib
-import json
 import os
 import re
 import shutil
@@ -164,34 +162,6 @@ def _dtype(text, where: str) -> np.dtype:
     if dtype is None or dtype.hasobject:
         raise ShardError(f"{where}: dtype {_short(text)} is not a plain array dtype")
     return dtype
-
-
-def json_checksum(doc: dict) -> str:
-    """SHA-256 of the canonical JSON of ``doc`` without its ``checksum`` key (sorted keys, no whitespace, ASCII).
-
-    Args:
-        doc: ``index.json`` or ``dataset.json`` as a dict.
-
-    Returns:
-        The hex digest.
-    """
-    body = {k: v for k, v in doc.items() if k != "checksum"}
-    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=True)
-    return hashlib.sha256(text.encode("ascii")).hexdigest()
-
-
-def with_checksum(doc: dict) -> dict:
-    """``doc`` as it reads back from JSON (tuples as lists, keys as strings), plus its ``checksum``.
-
-    Args:
-        doc: The document to write.
-
-    Returns:
-        A new dict; ``doc`` is not changed.
-    """
-    doc = json.loads(json.dumps(doc))
-    doc["checksum"] = json_checksum(doc)
-    return doc
 
 
 def listed_episodes(metadata) -> list[str] | None:

@@ -48,6 +48,7 @@ from robo_loaders_plugin.core.log import get_logger
 from robo_loaders_plugin.core.progress import inner_bars_quiet
 from robo_loaders_plugin.storage.cache import ENV_LOCK_TIMEOUT, lock_timeout
 from robo_loaders_plugin.storage.codec import FrameCodec
+from robo_loaders_plugin.storage.integrity import json_checksum, with_checksum
 from robo_loaders_plugin.storage.shards.format import ShardError, _atomic_json
 from robo_loaders_plugin.storage.shards.worker_pool import run_workers
 from robo_loaders_plugin.storage.shards.writer import ShardWriter, publish
@@ -104,20 +105,13 @@ def _locked(out_dir: str):
     return path_lock(os.path.join(out_dir, "manifest.lock"))
 
 
-def _manifest_sum(m: dict) -> str:
-    """The checksum a manifest holds of itself: SHA-256 of its canonical JSON (``sum`` left out).
-
-    Why: the manifest's recorded units become ``index.json`` when a conversion finishes; one flipped bit that kept
-    it valid JSON was published again at every run (refused by readers, blaming the shard) or crashed the finish
-    with a ``KeyError`` (a reviewer's 60 random flips)."""
-    import hashlib
-
-    body = {k: v for k, v in m.items() if k != "sum"}
-    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
-
-
 def _read(out_dir: str) -> dict:
-    """The manifest, checked against its own checksum (one written before it held one is read as it is).
+    """The manifest, checked against the checksum it holds of itself (one written before it held one is read as it
+    is).
+
+    Why the checksum: the manifest's recorded units become ``index.json`` when a conversion finishes; one flipped
+    bit that kept it valid JSON was published again at every run (refused by readers, blaming the shard) or crashed
+    the finish with a ``KeyError`` (a reviewer's 60 random flips).
 
     Raises:
         ShardError: it is not JSON, not an object, or does not match its checksum.
@@ -128,17 +122,16 @@ def _read(out_dir: str) -> dict:
             m = json.load(f)
         if not isinstance(m, dict):
             raise ValueError(f"a {type(m).__name__}, not an object")
-        recorded = m.pop("sum", None)
-        if recorded is not None and recorded != _manifest_sum(m):
+        if "checksum" in m and m["checksum"] != json_checksum(m):
             raise ValueError("it does not match its checksum")
+        m.pop("checksum", None)
         return m
     except ValueError as exc:
         raise ShardError(f"{path} is damaged ({exc}); delete it and run the conversion again") from None
 
 
 def _write(out_dir: str, m: dict) -> None:
-    body = {k: v for k, v in m.items() if k != "sum"}
-    _atomic_json(os.path.join(out_dir, MANIFEST), {**body, "sum": _manifest_sum(body)})
+    _atomic_json(os.path.join(out_dir, MANIFEST), with_checksum(m))
 
 
 def _normalized(value):

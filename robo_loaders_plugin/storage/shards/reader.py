@@ -36,6 +36,7 @@ import numpy as np
 from numpy.lib import format as npy_format
 
 from robo_loaders_plugin.storage import encoded_frames  # the module, not its names: it imports this package
+from robo_loaders_plugin.storage.integrity import json_checksum
 from robo_loaders_plugin.storage.shards.format import (
     _AGAIN,
     EP_RE,
@@ -50,7 +51,6 @@ from robo_loaders_plugin.storage.shards.format import (
     _short,
     header_member,
     is_int,
-    json_checksum,
     listed_episodes,
     listing_problems,
     member_name,

@@ -23,6 +23,7 @@ import numpy as np
 from robo_loaders_plugin.core.units import format_bytes
 from robo_loaders_plugin.storage import frame_layout
 from robo_loaders_plugin.storage.codec import FrameCodec
+from robo_loaders_plugin.storage.integrity import with_checksum
 from robo_loaders_plugin.storage.shards.format import (
     DEFAULT_SHARD_BYTES,
     EP_RE,
@@ -38,7 +39,6 @@ from robo_loaders_plugin.storage.shards.format import (
     member_name,
     part_bounds,
     part_member,
-    with_checksum,
 )
 from robo_loaders_plugin.storage.video import VideoSegment
 
