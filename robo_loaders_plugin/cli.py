@@ -1004,5 +1004,5 @@ def _run():
         sys.exit(2)
 
 
-if __name__ == "__main__":
-    main()
+if __name__ == "__main__":  # python -m robo_loaders_plugin.cli: the same one-line errors as the robo-loaders script
+    _run()

@@ -332,13 +332,23 @@ def test_a_second_builder_waits_for_the_first_then_times_out_clearly(tmp_path, m
         p.wait()
 
 
-def test_leftovers_of_killed_builds_are_swept(tmp_path):
+def test_leftovers_of_killed_builds_are_swept_and_nothing_else(tmp_path):
+    """The temporaries a killed build leaves beside its entry (a store file's writer: pid, thread, 8 hex; a build
+    directory: pid, 8 hex) go. A reviewer's reproduction: every name holding ``.tmp-`` went, so a user's files in a
+    cache_dir holding other files (``draft.tmp-2024.txt``, a ``results.tmp-keep/`` directory) were removed by
+    ``cache prune`` and before every build; they are kept now, as are names of no entry."""
     root = cache.cache_root(str(tmp_path))
-    (tmp_path / "kind-a-b.rlc.tmp-123-456").write_bytes(b"partial")
-    (tmp_path / "kind-c-d.tmp-9").mkdir()
-    assert sorted(cache.sweep_temporary(root)) == sorted(
-        [str(tmp_path / "kind-a-b.rlc.tmp-123-456"), str(tmp_path / "kind-c-d.tmp-9")]
-    )
+    entry = "compressed-cache-3-0123456789abcdef-fedcba9876543210"
+    leftovers = [tmp_path / f"{entry}.rlc.tmp-123-456-0a1b2c3d", tmp_path / f"{entry}.tmp-9-deadbeef"]
+    leftovers[0].write_bytes(b"partial")
+    leftovers[1].mkdir()
+    users = [tmp_path / "draft.tmp-2024.txt", tmp_path / "results.tmp-keep", tmp_path / "kind-a-b.tmp-9-deadbeef"]
+    users[0].write_text("mine")
+    users[1].mkdir()
+    (users[1] / "model.ckpt").write_text("mine")
+    users[2].write_text("not an entry's name")
+    assert sorted(cache.sweep_temporary(root)) == sorted(map(str, leftovers))
+    assert all(p.exists() for p in users) and not any(p.exists() for p in leftovers)
     assert os.listdir(tmp_path / ".locks") == []  # nor the lock files the sweep opened for them
 
 
@@ -640,3 +650,20 @@ def test_holds_current_answers_a_placement_once_per_source_inside_a_mixtures_pla
         os.makedirs(later)  # built meanwhile (the same dataset earlier in the mixture)
         assert holds(2)  # "not found" was not kept
     assert not holds(1)  # the control: outside the block, looked again (the entry is gone)
+
+
+def test_python_dash_m_cli_gives_the_scripts_one_line_errors(tmp_path):
+    """``python -m robo_loaders_plugin.cli`` ran ``main`` without the one-line handling of the ``robo-loaders``
+    script: a refusal was a traceback with status 1 (a reviewer's reproduction). It runs the same entry now."""
+    a_file = tmp_path / "f"
+    a_file.write_text("x")
+    p = subprocess.run(
+        [sys.executable, "-m", "robo_loaders_plugin.cli", "cache", "list", "--cache-dir", str(a_file)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
+    assert p.stderr.strip().splitlines() == [f"error: --cache-dir={str(a_file)!r} is a file, not a directory"] or (
+        p.stderr.startswith("error: ") and len(p.stderr.strip().splitlines()) == 1
+    ), p.stderr

@@ -375,6 +375,9 @@ def _size(path: str) -> int:
 
 # what this project names in a cache root: <kind>-<source key>-<content key>[suffix] (obtain), and the
 # mirrored tables of a remote dataset, remote-tables-<key> (lerobot.integration)
+# a temporary file or directory a build writes beside its entry (storage.cached_dir, core.files' atomic writes, a
+# store file's writer): what sweep_temporary removes of a build that was killed
+_TMP_NAME = re.compile(r"(?P<entry>.+)\.tmp-\d+(?:-\d+)?-[0-9a-f]{8}")
 _ENTRY_NAME = re.compile(r"(?:.+-[0-9a-f]{16}-[0-9a-f]{16}|remote-tables-[0-9a-f]{16})(?:\.[A-Za-z0-9]+)?")
 
 
@@ -540,9 +543,12 @@ def sweep_temporary(root: str, owned: str | None = None) -> list[str]:
     """
     removed = []
     for n in os.listdir(root) if os.path.isdir(root) else []:
-        if ".tmp-" not in n or n.startswith("."):
+        leftover = _TMP_NAME.fullmatch(n)
+        # only what a build of this project writes (``<entry>.tmp-<pid>[-<thread>]-<8 hex>`` of a name it gives an
+        # entry): a user's ``notes.tmp-2024`` in a cache_dir holding other files was removed as a leftover
+        if n.startswith(".") or leftover is None or not _ENTRY_NAME.fullmatch(leftover["entry"]):
             continue
-        entry = Entry(root, n.split(".tmp-")[0])
+        entry = Entry(root, leftover["entry"])
         p = os.path.join(root, n)
         fd = entry._open_lock("build")
         try:
