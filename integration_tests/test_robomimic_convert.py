@@ -272,3 +272,33 @@ def test_a_damaged_member_of_a_conversion_kept_in_the_cache_is_converted_again_n
     with pytest.raises(ShardError, match="CRC32 mismatch") as err:
         opened(shards=given).read_episode(1)
     assert "withdrawn" not in str(err.value) and os.path.exists(os.path.join(given, "index.json"))
+
+
+def test_an_output_directory_of_the_users_or_inside_the_source_is_refused_before_converting(tiny_hdf5, tmp_path):
+    """A reviewer's reproductions: ``convert`` into a directory of the user's own replaced its index.json and
+    dataset.json without a word; into a directory inside a LeRobot dataset it converted everything, was withdrawn
+    as "changed while converted" and refused at every run after. Both are refused in one line before anything is
+    written. Controls: a new directory, an empty one and one holding a conversion (resumed) are accepted."""
+    import pytest
+
+    from robo_loaders_plugin.storage.shards import ShardError
+    from robo_loaders_plugin.storage.shards.format import check_output_dir
+
+    users = tmp_path / "project"
+    users.mkdir()
+    (users / "index.json").write_text('{"my": "web app index"}')
+    with pytest.raises(ShardError, match=r"project: holds files of its own \(index\.json\) and no conversion"):
+        convert_robomimic(tiny_hdf5, str(users), progress=False)
+    assert (users / "index.json").read_text() == '{"my": "web app index"}' and not (users / "shards").exists()
+    root = tmp_path / "lerobot_root"
+    (root / "meta").mkdir(parents=True)
+    with pytest.raises(ShardError, match=r"the output directory is inside the source .*lerobot_root"):
+        check_output_dir(str(root / "shards"), str(root))
+    with pytest.raises(ShardError, match=r"the output directory is holding the source"):
+        check_output_dir(str(tmp_path), str(root))
+    (tmp_path / "empty").mkdir()
+    for ok in (tmp_path / "new", tmp_path / "empty"):
+        check_output_dir(str(ok), tiny_hdf5)  # controls
+    done = tmp_path / "done"
+    convert_robomimic(tiny_hdf5, str(done), progress=False)
+    convert_robomimic(tiny_hdf5, str(done), progress=False)  # a conversion there: resumed (nothing to do)

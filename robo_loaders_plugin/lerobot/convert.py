@@ -121,7 +121,7 @@ def convert_lerobot(
     executors.check_options(executor, executor_options or {})
     codec = codec or FrameCodec()
     source = LeRobotV3(root)
-    check_output_dir(out_dir)
+    check_output_dir(out_dir, str(root))
     # the output must fit the disk: estimated from meta/info.json, the episode lengths and a few frames compressed
     # as the shards store them (sampled once the disk holds what no ratio makes smaller), before converting
     check_conversion_disk(

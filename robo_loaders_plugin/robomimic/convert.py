@@ -135,7 +135,7 @@ def convert_robomimic(
     executors.check_options(executor, executor_options or {})
     codec = codec or FrameCodec()
     source = RobomimicHdf5(in_path, cache_dir=cache_dir)  # validated: demos, num_samples against every array
-    check_output_dir(out_dir)
+    check_output_dir(out_dir, str(in_path))
     with source.open() as f:  # the output must fit the disk: estimated from shapes and a few frames (frame_ratio)
         demos = source.demos(f, None)
         size = source.data_size(f, demos, [name for name, _ in datasets(f[f"data/{demos[0]}"])])

@@ -240,18 +240,46 @@ def disk_full_error(directory: str, exc: OSError, needed: str | None, doing: str
     )
 
 
-def check_output_dir(out_dir: str) -> None:
-    """``out_dir`` exists (created) and this process can create files in it, or one clear error naming it (not an
-    OSError traceback from deep inside a conversion).
+# what a conversion writes in its output directory before its manifest exists (a run killed that early leaves them)
+_OWN_NAMES = {"shards", "locks", "datatrove", "manifest.lock"}
+
+
+def check_output_dir(out_dir: str, source: str | None = None) -> None:
+    """``out_dir`` can hold a conversion, or one clear error naming it (not an OSError traceback from deep inside a
+    conversion, nor a user's files overwritten): it is created when missing, this process can create files in it,
+    it is empty unless it holds a conversion already (``manifest.json``: resumed), and it is neither inside the
+    source nor holding it.
+
+    Why empty: a conversion publishes ``index.json`` and ``dataset.json`` there, and a directory of the user's own
+    (``convert robomimic data/demo.hdf5 data/``) had its files of those names replaced without a word (a reviewer's
+    reproduction). Why not inside the source: the conversion's own files change the source's fingerprint, so it was
+    withdrawn at its end as "changed while converted", and refused at every run after.
 
     Args:
         out_dir: The output directory.
+        source: The source file or directory (``None``: not compared).
 
     Raises:
-        ShardError: it cannot be created, or a probe file cannot be created in it.
+        ShardError: it is inside the source or holds it, holds files and no conversion, cannot be created, or a
+            probe file cannot be created in it.
     """
     import tempfile
 
+    if source is not None:
+        out, src = os.path.realpath(out_dir), os.path.realpath(source)
+        if out == src or out.startswith(src + os.sep) or src.startswith(out + os.sep):
+            raise ShardError(
+                f"{out_dir}: the output directory is {'inside' if out.startswith(src) else 'holding'} the source "
+                f"{source}; convert into a directory outside it"
+            )
+    if os.path.isdir(out_dir) and not os.path.exists(os.path.join(out_dir, "manifest.json")):
+        theirs = sorted(n for n in os.listdir(out_dir) if n not in _OWN_NAMES and not n.startswith(".robo-loaders"))
+        if theirs:
+            shown = ", ".join(theirs[:3]) + (f" and {len(theirs) - 3} more" if len(theirs) > 3 else "")
+            raise ShardError(
+                f"{out_dir}: holds files of its own ({shown}) and no conversion (no manifest.json); convert into an "
+                "empty or new directory (a conversion writes index.json, dataset.json and shards/ there)"
+            )
     try:
         os.makedirs(out_dir, exist_ok=True)
         fd, probe = tempfile.mkstemp(prefix=".robo-loaders-write-test-", dir=out_dir)

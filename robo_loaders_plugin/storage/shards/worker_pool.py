@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing as mp
+import os
 import signal
 import threading
 from collections.abc import Callable
@@ -25,11 +26,31 @@ class RemoteTraceback(Exception):
         return self.args[0]
 
 
-def _worker_process(worker: Callable, args, conn) -> None:
-    """Body of one spawned worker: runs ``worker(args)`` and sends back None or (error, its traceback)."""
+def _die_with(parent: int) -> None:
+    """End this worker when the process that started it dies (Linux: ``PR_SET_PDEATHSIG``), and now if it has
+    already.
+
+    Why: the parent ends its workers in a ``finally``, which a SIGTERM (``kill``, ``timeout``), a SIGKILL or the OOM
+    killer skips: the workers went on converting as orphans, writing into the output directory a user had stopped
+    (a reviewer's reproduction)."""
+    import ctypes
+    import sys
+
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:  # gone before the request took effect
+        os._exit(1)
+
+
+def _worker_process(worker: Callable, args, conn, parent: int | None = None) -> None:
+    """Body of one spawned worker: runs ``worker(args)`` and sends back None or (error, its traceback); ends with
+    ``parent`` (:func:`_die_with`)."""
     import pickle
     import traceback
 
+    if parent is not None:
+        _die_with(parent)
     try:
         worker(args)
         conn.send(None)
@@ -86,7 +107,12 @@ def run_workers(
     try:
         for _ in range(num_workers):
             recv, send = ctx.Pipe(duplex=False)
-            p = ctx.Process(target=_worker_process, args=(worker, args, send), daemon=True, name="robo-loaders-worker")
+            p = ctx.Process(
+                target=_worker_process,
+                args=(worker, args, send, os.getpid()),
+                daemon=True,
+                name="robo-loaders-worker",
+            )
             p.start()
             send.close()  # the child's copy only: its end-of-file then says the child is gone
             procs.append((p, recv))
