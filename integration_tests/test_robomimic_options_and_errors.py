@@ -490,3 +490,40 @@ def test_without_cache_dir_the_store_is_kept_on_disk_and_reused_at_the_next_star
         assert not ds.frames.directory.startswith(str(root))
         ds.close()
     assert glob.glob(str(root / "*" / "store.rlc")) == stores  # the control wrote nothing there
+
+
+def test_arrays_stored_in_another_file_are_refused_naming_them(tmp_path):
+    """A reviewer's reproduction: a demo's actions behind an ``h5py.ExternalLink`` were read through the link, but
+    the caches were keyed by this file's stat and bytes, so an edit of the linked file was served stale. Arrays
+    stored elsewhere (an external link, a virtual dataset) are refused in one line naming them. Control: the same
+    file with the arrays copied in is served."""
+    from robo_loaders_plugin import SourceError
+
+    ext = tmp_path / "actions.hdf5"
+    with h5py.File(ext, "w") as f:
+        f["demo_0"] = np.zeros((5, 7))
+    files = {}
+    for how in ("link", "virtual", "copied"):
+        path = str(tmp_path / f"{how}.hdf5")
+        with h5py.File(path, "w") as f:
+            g = f.create_group("data/demo_0")
+            g.attrs["num_samples"] = 5
+            if how == "link":
+                g["actions"] = h5py.ExternalLink(str(ext), "demo_0")
+            elif how == "virtual":
+                layout = h5py.VirtualLayout(shape=(5, 7), dtype="f8")
+                layout[:] = h5py.VirtualSource(str(ext), "demo_0", shape=(5, 7))
+                g.create_virtual_dataset("actions", layout)
+            else:
+                g["actions"] = np.zeros((5, 7))
+            for group in ("obs", "next_obs"):
+                g[f"{group}/robot0_eef_pos"] = np.arange(15.0).reshape(5, 3)
+        files[how] = path
+    for how, kind in (("link", "an external link"), ("virtual", "a virtual dataset or external storage")):
+        cfg = make_config(files[how], rgb=[], low_dim=["robot0_eef_pos"], backend="compressed_cache",
+                          backend_kwargs={"cache_dir": str(tmp_path / "cache")}, seq_length=2)  # fmt: skip
+        with pytest.raises(SourceError, match=rf"data/demo_0/actions is stored in another file \({kind}\)"):
+            dataset_factory(cfg, obs_keys(cfg))
+    cfg = make_config(files["copied"], rgb=[], low_dim=["robot0_eef_pos"], backend="compressed_cache",
+                      backend_kwargs={"cache_dir": str(tmp_path / "cache")}, seq_length=2)  # fmt: skip
+    assert dataset_factory(cfg, obs_keys(cfg))[0]["actions"].shape == (2, 7)

@@ -38,6 +38,14 @@ COMBOS = [
     dict(hdf5_cache_mode="low_dim", seq_length=60, frame_stack=1),  # window longer than every demo
     dict(hdf5_cache_mode="all", seq_length=10, frame_stack=1, dataset_keys=("actions", "rewards", "dones", "states")),
     dict(hdf5_cache_mode="low_dim", seq_length=2, frame_stack=1, dataset_keys=("actions", "not_in_file")),
+    # dataset keys naming observations: served as stored, as robomimic reads them (a reviewer's reproduction: cast to
+    # float32, they replaced the observations of the same field name, a float64 eef_pos, a uint8 camera)
+    dict(
+        hdf5_cache_mode="low_dim",
+        seq_length=3,
+        frame_stack=1,
+        dataset_keys=("actions", "obs/robot0_eef_pos", "obs/agentview_image"),
+    ),
 ]
 FILTERS = [None, "train", "valid"]
 

@@ -435,6 +435,8 @@ def _robomimic_source(
         "cache_mode": opts.hdf5_cache_mode,
         "framework": "robomimic",
     }
+    if any("/" in k for k in opts.dataset_keys):  # served as stored since 2026-12-05 (stores built before: float32)
+        key["observation_dataset_keys"] = "as stored"
     src = _Source(
         framework="robomimic",
         source=source,

@@ -89,7 +89,8 @@ def datasets(group, prefix=""):
             yield from datasets(v, f"{prefix}{k}/")
 
 
-VALIDATION_METHOD = "robomimic-validate-v2"  # what a validation record vouches for; a new check needs a new name
+# what a validation record vouches for; a new check needs a new name (v3: no array stored in another file)
+VALIDATION_METHOD = "robomimic-validate-v3"
 
 
 _GROUPS = threading.local()  # the demo group last opened by this thread: (file id, demo, group id)
@@ -233,7 +234,8 @@ class RobomimicHdf5:
 
         Raises:
             SourceError: no ``data`` group, no demos, a demo name that is not ``demo_<int>``, a demo that is not a
-                group, without ``num_samples >= 1``, or with a dataset of another number of rows.
+                group, without ``num_samples >= 1``, with a dataset of another number of rows, or with an array
+                stored in another file (an external link, a virtual dataset, external storage).
         """
         if "data" not in f or not isinstance(f["data"], h5py.Group):
             raise SourceError(f"{self.path}: no 'data' group; this is not a robomimic dataset")
@@ -278,13 +280,19 @@ class RobomimicHdf5:
             lengths[demo] = n
             group = h5py.h5g.open(gid, key)  # datasets opened inside it: resolving data/<demo> each time is slow
             for name in (x for x in links.get(key, []) if x != key):
+                if gid.links.get_info(name).type == h5py.h5l.TYPE_EXTERNAL:
+                    raise self._elsewhere(name.decode(), "an external link")
                 kind = _kind(gid, name, kinds)
                 if kind == h5py.h5o.TYPE_GROUP:
                     continue
                 if kind != h5py.h5o.TYPE_DATASET:
                     self._check_demo_slowly(f, demo)
                     break
-                shape = h5py.h5d.open(group, name[len(key) + 1 :]).shape
+                dataset = h5py.h5d.open(group, name[len(key) + 1 :])
+                plist = dataset.get_create_plist()
+                if plist.get_layout() == h5py.h5d.VIRTUAL or plist.get_external_count():
+                    raise self._elsewhere(name.decode(), "a virtual dataset or external storage")
+                shape = dataset.shape
                 rows = shape[0] if len(shape) else None
                 if rows != n:
                     raise self._rows_error(demo, name.decode()[len(demo) + 1 :], rows, shape, n)
@@ -299,6 +307,15 @@ class RobomimicHdf5:
             if rows != n:
                 raise self._rows_error(demo, name, rows, ds.shape, n)
         return n
+
+    def _elsewhere(self, name: str, how: str) -> SourceError:
+        """The refusal of an array stored in another file: h5py reads it through the link, but this file's stat
+        and bytes, which caches, shards and validation records are keyed by, do not change when that file does (a
+        reviewer's reproduction: an edited linked file was served stale by compressed_cache and gpu_resampler)."""
+        return SourceError(
+            f"{self.path}: data/{name} is stored in another file ({how}), whose changes caches and shards made "
+            "from this file would not see; make the file self-contained (e.g. h5repack it, or copy the arrays in)"
+        )
 
     def _rows_error(self, demo: str, name: str, rows, shape, n: int) -> SourceError:
         return SourceError(

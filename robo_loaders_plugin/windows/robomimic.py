@@ -208,7 +208,8 @@ class SequenceWindows:
 def episode_fields(read, length: int, opts: SequenceOptions, where: str, names=None) -> dict:
     """One demo's arrays as SequenceDataset serves them: ``obs/<k>`` and ``next_obs/<k>`` in file dtypes, dataset
     keys cast to float32 under ``hdf5_cache_mode`` all/low_dim (a missing key becomes zeros (L, 1), as robomimic
-    substitutes).
+    substitutes), except a dataset key naming an observation (``obs/<k>``), served as stored as robomimic does (a
+    reviewer's reproduction: cast, it replaced the observation of the same field name with float32 values).
 
     Args:
         read: ``read(key)`` returns the demo's array, or ``None`` when the demo lacks it.
@@ -238,6 +239,13 @@ def episode_fields(read, length: int, opts: SequenceOptions, where: str, names=N
         out[name] = a
     for k in opts.dataset_keys:
         if wanted is not None and k not in wanted:
+            continue
+        if "/" in k:  # obs/<key>: robomimic reads the observation as stored (get_dataset_for_ep), never cast
+            if k not in out:  # the obs field of the same name, when served, is that array already
+                a = read(k)
+                if a is None:
+                    raise SourceError(f"{where}/{k} is missing; remove {k!r} from train.dataset_keys or add it")
+                out[k] = a
             continue
         a = read(k)
         if a is not None:
