@@ -358,6 +358,42 @@ def test_a_value_edited_in_any_row_with_the_mtime_kept_is_refused_by_every_backe
             same_item(ours[i], nat[i], f"{backend}[{i}]")
 
 
+def test_a_png_edited_with_the_mtime_kept_is_refused_by_every_backend(copy_of):
+    """A reviewer's reproduction: the row check compared the numeric columns only, so a PNG image replaced in a
+    data file with its mtime kept was served new by every backend and old by LeRobotDataset (its datasets cache),
+    unnoticed. Image columns' bytes are compared too: refused, naming the column. Control: once LeRobot reads the
+    files again, both serve the new image."""
+    import pyarrow as pa
+    import torch
+
+    root = copy_of("png_1cam")
+    nat = native(root)
+    key = nat.meta.camera_keys[0]
+    assert nat.hf_dataset.cache_files  # LeRobot's cached copy of the table exists
+    data_file = sorted(glob.glob(str(root / "data" / "*" / "*.parquet")))[0]
+    st = os.stat(data_file)
+    table = pq.read_table(data_file)
+    images = table.column(key).to_pylist()
+    images[0] = images[5]  # row 0's PNG replaced by row 5's (same size)
+    i = table.schema.get_field_index(key)
+    pq.write_table(
+        table.set_column(i, table.schema.field(key), pa.array(images, table.schema.field(key).type)), data_file
+    )
+    os.utime(data_file, ns=(st.st_atime_ns, st.st_mtime_ns))
+    nat = native(root)
+    assert not torch.equal(nat[0][key], nat[5][key])  # LeRobot still serves the old row 0
+    backends = ("compressed_cache", "gpu_resampler", "video_stream", "datapipe")
+    for backend in backends:
+        with pytest.raises(RoboLoadersError, match=rf"image column '{key}' differs at 1 of {len(nat)} rows "
+                           r"\(first: row 0, index 0: other PNG bytes in the data parquet files"):  # fmt: skip
+            serve(backend, nat)
+    shutil.rmtree(os.path.dirname(nat.hf_dataset.cache_files[0]["filename"]))  # control
+    nat = native(root)
+    assert torch.equal(nat[0][key], nat[5][key])
+    for backend in backends:
+        same_item(serve(backend, nat)[0], nat[0], f"{backend}[0]")
+
+
 def test_the_refusal_of_an_edited_row_is_one_line_however_long_its_values_print(copy_of):
     """Issue 30 item 10c: the row check's refusal printed both rows with numpy's printout, which breaks lines past
     75 characters (6 values of mixed magnitudes, as positions beside velocities, print in scientific notation): the

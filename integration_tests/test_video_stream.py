@@ -237,6 +237,26 @@ def test_over_http_only_the_videos_bytes_are_read_once_per_pass(lerobot_datasets
     assert fresh.frames.cache.loads >= len(nat.meta.episodes)  # ...decoding every episode of the pass
 
 
+def test_the_mirror_of_a_remote_datasets_tables_is_held_while_used(lerobot_datasets, tmp_path):
+    """A reviewer's reproduction: the local mirror of a remote dataset's tables took no use lock, so ``robo-loaders
+    cache clear`` (or another run's prune) removed it under the run reading it. It is held for the process's life.
+    Control: a mirror no process holds is removed."""
+    from robo_loaders_plugin.lerobot.integration import choose
+    from robo_loaders_plugin.lerobot.single import remote_tables
+    from robo_loaders_plugin.storage import cache
+
+    root = lerobot_datasets["av1_1cam"]
+    with HttpServer(root) as server:
+        choice = choose("video_stream", source=server.url, cache_dir=str(tmp_path / "cache"))
+        local = remote_tables(server.url, choice)
+    entry = cache.Entry(os.path.dirname(local), os.path.basename(local))
+    assert os.path.isdir(os.path.join(local, "meta")) and entry.in_use()
+    assert not entry.remove() and os.path.isdir(local)
+    stale = cache.Entry(os.path.dirname(local), "remote-tables-0123456789abcdef")
+    os.makedirs(stale.path)
+    assert stale.remove() and not os.path.exists(stale.path)  # control
+
+
 def test_from_s3_items_equal_and_remote_mismatch_refused(lerobot_datasets):
     root = lerobot_datasets["av1_1cam"]
     nat = native(root, "diffusion")

@@ -373,7 +373,12 @@ def _column(table, name: str) -> np.ndarray | None:
 
 
 def check_rows_match(
-    native, columns: list[str], index_column: np.ndarray, served: dict, read_from: str | None = None
+    native,
+    columns: list[str],
+    index_column: np.ndarray,
+    served: dict,
+    read_from: str | None = None,
+    images: dict | None = None,
 ) -> None:
     """The rows a backend serves are the native dataset's rows, in its order, with LeRobot's values: every tabular
     column's dtype and shape against LeRobot's first row, and **every value** of every served tabular column against
@@ -392,6 +397,9 @@ def check_rows_match(
         served: ``{column: array of every row, in the native dataset's order}`` for the numeric columns the
             backend serves (columns LeRobot does not serve as tensors are skipped).
         read_from: Where the backend read them, for messages (``None``: the data parquet files).
+        images: ``{column: Arrow column of HF Image structs, every row in the native order}``: the PNG image columns
+            as the data files hold them now, their bytes compared with LeRobot's (a reviewer's reproduction: left
+            out, a PNG replaced with the mtime kept was served new by a backend and old by LeRobot, unnoticed).
 
     Raises:
         SourceError: the columns, the rows (``index``), a column's dtype or shape, or any value differs from
@@ -453,11 +461,42 @@ def check_rows_match(
             raise SourceError(
                 f"{native.root}: column {name!r} differs at {len(differs)} of {n} rows (first: row {r}, index "
                 f"{int(native_index[r])}: {_shown(values[r])} in {mine_from}, {_shown(theirs[r])} in {theirs_from}). "
-                "LeRobot's datasets cache is keyed by the files' mtimes, so a data file changed with its mtime kept "
-                "(cp -p, rsync -t, an edit with the mtime restored) leaves it serving the old values: delete "
-                f"{' and '.join(cache_files) or 'the cache'} (or point HF_DATASETS_CACHE at an empty directory) so "
-                "that LeRobot reads the files again, then run again"
+                + _stale_cache_advice(cache_files)
             )
+    for name, column in (images or {}).items():
+        differs = _image_rows_differing(hf_column(hf, name), column)
+        if differs.size:
+            r = int(differs[0])
+            raise SourceError(
+                f"{native.root}: image column {name!r} differs at {differs.size} of {len(native_index)} rows (first: "
+                f"row {r}, index {int(native_index[r])}: other PNG bytes in the data parquet files than in "
+                f"{theirs_from}). " + _stale_cache_advice(cache_files)
+            )
+
+
+def _stale_cache_advice(cache_files: list[str]) -> str:
+    """What a refusal of values LeRobot's cache holds otherwise says to do."""
+    return (
+        "LeRobot's datasets cache is keyed by the files' mtimes, so a data file changed with its mtime kept "
+        "(cp -p, rsync -t, an edit with the mtime restored) leaves it serving the old values: delete "
+        f"{' and '.join(cache_files) or 'the cache'} (or point HF_DATASETS_CACHE at an empty directory) so "
+        "that LeRobot reads the files again, then run again"
+    )
+
+
+def _image_rows_differing(theirs, mine) -> np.ndarray:
+    """The rows whose PNG bytes differ between two Arrow columns of HF Image structs (``bytes``, ``path``), or whose
+    counts differ (then every row)."""
+    import pyarrow.compute as pc
+
+    def png_bytes(col):
+        return pc.struct_field(col, "bytes") if hasattr(col.type, "num_fields") else col
+
+    a, b = png_bytes(theirs), png_bytes(mine)
+    if len(a) != len(b):
+        return np.arange(max(len(a), len(b)))
+    same = pc.fill_null(pc.or_kleene(pc.equal(a, b), pc.and_(pc.is_null(a), pc.is_null(b))), False)
+    return np.flatnonzero(~np.asarray(same.to_numpy(zero_copy_only=False), dtype=bool))
 
 
 def _shown(row: np.ndarray) -> str:
@@ -566,7 +605,7 @@ def native_episodes(native, decode_device: str = "cpu", checked=None) -> LeRobot
 
     source, settings = checked or native_source(native)
     episodes = LeRobotEpisodes(source, settings.tolerance_s, native.episodes, decode_device=decode_device)
-    check_rows_match(native, episodes.columns, episodes.arrays["index"], episodes.arrays)
+    check_rows_match(native, episodes.columns, episodes.arrays["index"], episodes.arrays, images=episodes.images())
     return episodes
 
 

@@ -109,6 +109,9 @@ def build_dataset(
     return out
 
 
+_MIRRORS_HELD: list = []  # the use locks of the remote tables' mirrors this process reads (remote_tables)
+
+
 def remote_tables(url: str, choice: BackendChoice) -> str:
     """A local copy of a remote dataset's tables (``meta/`` and ``data/``, refreshed when they change) in the
     backend's cache directory, for LeRobot to build its dataset object from while the backend streams the rest from
@@ -124,11 +127,16 @@ def remote_tables(url: str, choice: BackendChoice) -> str:
     Raises:
         SourceError: ``url`` holds no LeRobot dataset.
     """
-    from robo_loaders_plugin.storage.cache import cache_root, short_hash
+    from robo_loaders_plugin.storage.cache import Entry, cache_root, short_hash
 
     spec = choice.spec
     root = cache_root(getattr(choice.options, "cache_dir", None), f"{OPTIONS_FLAG}.cache_dir")
-    local = os.path.join(root, f"remote-tables-{short_hash(url)}")
+    name = f"remote-tables-{short_hash(url)}"
+    local = os.path.join(root, name)
+    # held (the cache's use lock) for the rest of the process, as every entry a run reads is: a prune or clear
+    # (another run's, or `robo-loaders cache clear`) removed the mirror under the run using it (a reviewer's
+    # reproduction)
+    _MIRRORS_HELD.append(Entry(root, name).hold())
     logger.info(f"{choice.name}: tables of {url} copied to {local}; videos streamed from {url}")
     storage = getattr(choice.options, spec.remote_storage_option) if spec.remote_storage_option else None
     return mirror_tables(url, local, storage)

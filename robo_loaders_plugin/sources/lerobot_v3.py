@@ -915,6 +915,15 @@ class LeRobotEpisodes:
         self._rows = {ep: (s, e) for ep, s, e in self.runs}
         self.videos = EpisodeVideoDecoder(source, tolerance_s, decode_device)
 
+    def images(self) -> dict:
+        """The PNG image columns as the data files hold them (HF Image structs), every row in order: what
+        ``lerobot.dataset.check_rows_match`` compares with LeRobot's table (``{}`` for a video dataset).
+
+        Returns:
+            ``{column: Arrow column}``.
+        """
+        return {k: self.table.column(k) for k in self.source.image_keys if k in self.columns}
+
     @property
     def camera_keys(self) -> list[str]:
         """The camera fields: video keys, then image keys."""

@@ -176,6 +176,12 @@ def datapipe_dataset(native, *, options):
             )
     columns = list(meta.get("columns", []))
     records = [reader.by_name[f"episode_{ep}"] for ep, _, _ in runs]
+
+    def images() -> dict:  # the PNG columns as the data files hold them, read only when the rows are compared
+        keys = [k for k in source.image_keys if k in columns]
+        table = source.read_table(keys, native.episodes) if keys else None
+        return {k: table.column(k) for k in keys} if table is not None else {}
+
     cameras = list(meta.get("video_keys", [])) + list(meta.get("image_keys", []))
     units = split_runs(runs, step)
     if len(units) > len(runs):  # long episodes: buffered in parts when the shards store them in parts
@@ -195,6 +201,7 @@ def datapipe_dataset(native, *, options):
                 arrays["index"],
                 fits_instead,
                 flight,
+                images,
             )
         logger.warning(
             f"datapipe: {reader.dir} stores its long episodes whole (converted by an earlier "
@@ -224,6 +231,7 @@ def datapipe_dataset(native, *, options):
             arrays["index"],
             {k: np.concatenate([e[k] for e in served]) for k in numeric},
             read_from=f"the shards in {reader.dir}",
+            images=images(),
         )
         checked.record()
     infos = {k: FieldInfo(v.dtype, tuple(v.shape[1:]), isinstance(v, EncodedFrames)) for k, v in first.items()}
@@ -254,7 +262,7 @@ def datapipe_dataset(native, *, options):
 
 
 def _datapipe_units(
-    native, options, reader, hold, runs, records, units, columns, cameras, settings, index, fits_instead, flight
+    native, options, reader, hold, runs, records, units, columns, cameras, settings, index, fits_instead, flight, images
 ):
     """datapipe over parts of long episodes (``frames.chunks``), as video_stream buffers them: each unit loaded with
     the rows its windows reach outside it, only the shard parts holding those rows read (``format.part_bounds``).
@@ -279,7 +287,7 @@ def _datapipe_units(
     small = {k: np.concatenate([e[k] for e in served]) for k in numeric}
     checked = RowsChecked(native, reader, columns, options.cache_dir)
     if not checked.before():  # the rows compared once per version of the shards and of LeRobot's table
-        check_rows_match(native, columns, index, small, read_from=f"the shards in {reader.dir}")
+        check_rows_match(native, columns, index, small, read_from=f"the shards in {reader.dir}", images=images())
         checked.record()
     first = reader.read_frame_rows(records[0], 0, 1, cameras)
     infos = {k: FieldInfo(v.dtype, tuple(v.shape[1:]), False) for k, v in small.items()}

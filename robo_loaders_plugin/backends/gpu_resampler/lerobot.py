@@ -68,7 +68,7 @@ def gpu_resampler_dataset(native, *, options):
         meta_size, train_device, options, OPTION_PREFIX, ALTERNATIVES, quiet=True, batches=batches
     )  # before reading any data; made again below in the rows' order
     episodes = LeRobotEpisodes(source, settings.tolerance_s, native.episodes)
-    check_rows_match(native, episodes.columns, episodes.arrays["index"], episodes.arrays)
+    check_rows_match(native, episodes.columns, episodes.arrays["index"], episodes.arrays, images=episodes.images())
     fields = set(episodes.arrays) | set(episodes.camera_keys)
     unknown = sorted(set(delta_steps or {}) - fields)
     if unknown:

@@ -109,7 +109,7 @@ def video_stream_dataset(native, *, options):
         held, batch, OPTION_PREFIX, backend="video_stream", unit=unit, alternatives=BUFFER_FITS, threads=threads
     )
     episodes = LeRobotEpisodes(source, settings.tolerance_s, native.episodes, decode_device=device)
-    check_rows_match(native, episodes.columns, episodes.arrays["index"], episodes.arrays)
+    check_rows_match(native, episodes.columns, episodes.arrays["index"], episodes.arrays, images=episodes.images())
     infos = {k: FieldInfo(a.dtype, tuple(a.shape[1:]), False) for k, a in episodes.arrays.items()}
     for key in episodes.camera_keys:  # decoded as (C, H, W) uint8 from the (H, W, C) the features state
         h, w, c = source.features[key]["shape"]
