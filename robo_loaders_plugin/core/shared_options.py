@@ -173,7 +173,9 @@ def pass_options(
             "each episode then loaded once per run, else 1GB; 1GB per component of a mixture): "
             "as many episodes (or parts of long ones, "
             "for a backend buffering parts) are kept as fit, and the shuffle buffer "
-            "is at most half of them unless given (less when a batch opens "
+            "is at most half of what the budget named holds (cache_memory, else 1GB, "
+            "whatever memory is free, so that a pass resumed with less memory free goes "
+            "on in its own order) unless given (less when a batch opens "
             "many: the log says); cache_episodes, when given, decides "
             "instead",
             check=check_size,
