@@ -41,16 +41,20 @@ def main(hdf5, root, cache):
 
     from robo_loaders_plugin.lerobot import integration, single
 
-    def robomimic(seed, **kwargs):
+    def robomimic(seed, seq_length=3, ranks=None, **kwargs):
         config = make_config(
             hdf5,
             rgb=RGB,
             low_dim=["robot0_eef_pos"],
             backend="datapipe",
-            seq_length=3,
+            seq_length=seq_length,
             seed=seed,
             backend_kwargs=dict({"cache_dir": os.path.join(cache, f"host{rank}")}, **kwargs),
         )
+        if ranks is not None:  # the plugin's own factory, given the ranks
+            from robo_loaders_plugin.robomimic import dataset_factory
+
+            return lambda: dataset_factory(config, obs_keys(config), rank=ranks[0], world_size=ranks[1])
         return lambda: TrainUtils.dataset_factory(config, obs_keys(config))
 
     def lerobot(seed, **kwargs):
@@ -86,6 +90,9 @@ def main(hdf5, root, cache):
     attempt("robomimic seed + rank", robomimic(11 + rank))
     attempt("robomimic per-rank option", robomimic(11, shuffle_buffer=2 + rank))
     attempt("robomimic same setup, per-host cache_dir", robomimic(11))
+    attempt("robomimic per-rank seq_length", robomimic(11, seq_length=3 + rank))
+    attempt("robomimic one process on every rank", robomimic(11, ranks=(0, 1)))
+    attempt("robomimic explicit ranks", robomimic(11, ranks=(rank, 2)))
     attempt("lerobot seed + rank", lerobot(1000 + rank))
     attempt("lerobot same setup", lerobot(1000))
     with open(os.path.join(cache, f"rank{rank}.txt"), "w") as f:

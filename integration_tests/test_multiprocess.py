@@ -366,10 +366,15 @@ def test_ranks_set_up_differently_are_refused(tiny_hdf5, lerobot_datasets, tmp_p
     lines = [line for r in range(WORLD) for line in (tmp_path / f"rank{r}.txt").read_text().splitlines()]
     log = "\n".join(lines)
     cases = Counter(line.split(": ", 1)[0] + ": " + line.split(": ", 2)[1].split(" ")[0] for line in lines)
-    for name in ("robomimic seed + rank", "robomimic per-rank option", "lerobot seed + rank"):
+    refused = ("robomimic seed + rank", "robomimic per-rank option", "lerobot seed + rank")
+    # a reviewer's reproductions: another seq_length (the same sample count here would not tell them apart), and a
+    # dataset built for one process on every rank (each served every sample)
+    refused += ("robomimic per-rank seq_length", "robomimic one process on every rank")
+    for name in refused:
         assert cases[f"CASE {name}: REFUSED"] == WORLD, (name, lines)
-    for name in ("robomimic same setup, per-host cache_dir", "lerobot same setup"):
+    for name in ("robomimic same setup, per-host cache_dir", "lerobot same setup", "robomimic explicit ranks"):
         assert cases[f"CASE {name}: BUILT"] == WORLD, (name, lines)
     assert "disagree on train.seed (rank 0: 11; rank 1: 12)" in log
+    assert "built their datasets as one process, one process" in log
     assert "disagree on train.data_backend_kwargs" in log and "'shuffle_buffer': 2" in log
     assert "disagree on --seed (the sampler's) (rank 0: 1000; rank 1: 1001)" in log

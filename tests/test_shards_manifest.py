@@ -185,9 +185,11 @@ def test_a_held_lease_is_never_taken_over_and_waiting_times_out(tmp_path, other_
     assert [u["state"] for u in after[1:]] == ["done", "done"]
     assert not (tmp_path / "index.json").exists()
     assert capsys.readouterr().out.count("waiting for another process") == 1
-    monkeypatch.setenv(manifest.ENV_LOCK_TIMEOUT, "soon")
-    with pytest.raises(RoboLoadersError, match="ROBO_LOADERS_LOCK_TIMEOUT must be a number of seconds"):
-        convert(tmp_path)
+    # not a number, and numbers no deadline follows (a reviewer's reproduction: with nan a wait never ended)
+    for bad in ("soon", "nan", "inf", "-1"):
+        monkeypatch.setenv(manifest.ENV_LOCK_TIMEOUT, bad)
+        with pytest.raises(RoboLoadersError, match="ROBO_LOADERS_LOCK_TIMEOUT must be a finite number of seconds"):
+            convert(tmp_path)
 
 
 def test_two_processes_on_one_directory_the_second_waits_then_publishes(tmp_path, other_process, capsys):

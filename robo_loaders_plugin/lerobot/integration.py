@@ -226,6 +226,8 @@ def check_same_setup(dataloader, built: iteration.Built) -> None:
             "--dataset.backend": built.choice.name,
             "--dataset.backend_kwargs": built.choice.options.shared(),
             "frames": len(dataset),
+            # which episodes (ranks of the same frame count could serve other ones; a reviewer's reading)
+            **({} if mixed else {"--dataset.episodes": _episodes_of(dataset)}),
             **({"--dataset.mixture (components, weights)": [dataset.names, dataset.weights]} if mixed else {}),
             "source (file sizes)": (
                 [source_identity(r) for r in dataset.roots] if mixed else source_identity(str(dataset.root))
@@ -233,6 +235,14 @@ def check_same_setup(dataloader, built: iteration.Built) -> None:
         },
         f"LeRobot data backend {built.choice.name}",
     )
+
+
+def _episodes_of(dataset) -> str | None:
+    """The episodes a dataset serves, as a short hash (``None``: every episode)."""
+    from robo_loaders_plugin.storage.cache import short_hash
+
+    episodes = getattr(dataset, "episodes", None)
+    return None if episodes is None else short_hash([int(e) for e in episodes])
 
 
 def check_command_line(argv: list[str]) -> list[str]:

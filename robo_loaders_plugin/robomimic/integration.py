@@ -16,7 +16,8 @@ from robo_loaders_plugin.core.ranks import check_ranks_agree, resolve_ranks, sou
 from robo_loaders_plugin.core.registry import choose_backend
 from robo_loaders_plugin.core.spec import DEFAULT_BACKEND, SAMPLE, BackendChoice
 from robo_loaders_plugin.robomimic import compat, mixture
-from robo_loaders_plugin.robomimic.sequence import training_loop_of
+from robo_loaders_plugin.robomimic.sequence import training_loop_of, window_settings
+from robo_loaders_plugin.storage.cache import short_hash
 
 logger = get_logger(__name__)
 
@@ -119,6 +120,11 @@ def build_dataset(
             "train.data_backend_kwargs": choice.options.shared(),
             "samples": len(dataset),
             "source (file sizes)": source_identity(path),
+            # which demos and which windows: ranks of the same sample count built from other demos (another filter
+            # key) or windows (another seq_length) kept their shares of different passes (a reviewer's reproduction)
+            "filter key": filter_by_attribute,
+            "demos": short_hash(list(getattr(dataset, "demos", []) or [])),
+            "windows (train.*, obs keys)": window_settings(config, obs_keys),
         }
 
     # checked now when the process group exists, and again at the first pass: a custom loop may initialise the

@@ -31,6 +31,7 @@ from robo_loaders_plugin.mixtures.padding import Padding, dim_mask, mask_key, pa
 from robo_loaders_plugin.mixtures.spec import SIZE, MixtureError, MixtureSpec, parse_mixture
 from robo_loaders_plugin.robomimic import compat
 from robo_loaders_plugin.robomimic.joined import JoinedSamples
+from robo_loaders_plugin.robomimic.sequence import window_settings
 from robo_loaders_plugin.storage import cache
 
 logger = get_logger(__name__)
@@ -720,6 +721,8 @@ def build_mixture(config, obs_keys, choice: BackendChoice, filter_by_attribute=N
             WHERE: repr(spec),
             "samples": len(mix),
             "sources (file sizes)": [source_identity(c.source) for c in spec.components],
+            "filter keys": filters,
+            "windows (train.*, obs keys)": window_settings(config, list(obs_keys)),
         }
 
     shared = setup() if world_size > 1 else None

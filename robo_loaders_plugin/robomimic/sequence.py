@@ -14,6 +14,26 @@ from robo_loaders_plugin.windows.robomimic import SequenceOptions, episode_field
 OPTION_PREFIX = ROBOMIMIC_OPTIONS  # how a robomimic user sets a backend's options, for messages
 
 
+def window_settings(config, obs_keys) -> dict:
+    """The ``train.*`` settings and obs keys that decide what a sample index is: what every rank of a run must share
+    (``core.ranks.check_ranks_agree``), read as robomimic's config holds them (the ``native`` backend included).
+
+    Args:
+        config: robomimic's config.
+        obs_keys: The observation keys served.
+
+    Returns:
+        ``{setting: value}``, JSON-able.
+    """
+    t = config.train
+    names = ("seq_length", "frame_stack", "pad_seq_length", "pad_frame_stack", "goal_mode", "hdf5_load_next_obs",
+             "hdf5_cache_mode", "hdf5_filter_key")  # fmt: skip
+    out = {name: t.get(name) for name in names}
+    out["dataset_keys"] = list(t.get("dataset_keys") or [])
+    out["obs_keys"] = list(obs_keys)
+    return out
+
+
 def sequence_options(config, obs_keys, dataset_path) -> tuple[SequenceOptions, str]:
     """The SequenceDataset arguments robomimic's dataset_factory would pass, checked the way it checks them, and
     the HDF5 path.

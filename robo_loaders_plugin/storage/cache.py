@@ -27,6 +27,7 @@ import contextvars
 import dataclasses
 import hashlib
 import json
+import math
 import os
 import re
 import shutil
@@ -176,11 +177,14 @@ def short_hash(desc) -> str:
 def lock_timeout() -> float:
     """Seconds a process waits for another's lock (a build here, conversion leases in ``shards.manifest``)."""
     try:
-        return float(os.environ.get(ENV_LOCK_TIMEOUT, DEFAULT_LOCK_TIMEOUT_S))
+        seconds = float(os.environ.get(ENV_LOCK_TIMEOUT, DEFAULT_LOCK_TIMEOUT_S))
     except ValueError:
+        seconds = math.nan
+    if not math.isfinite(seconds) or seconds < 0:  # nan: no deadline ever passed, a wait never ended
         raise CacheError(
-            f"{ENV_LOCK_TIMEOUT} must be a number of seconds, got {os.environ[ENV_LOCK_TIMEOUT]!r}"
-        ) from None
+            f"{ENV_LOCK_TIMEOUT} must be a finite number of seconds >= 0, got {os.environ[ENV_LOCK_TIMEOUT]!r}"
+        )
+    return seconds
 
 
 class EntryHold:
