@@ -30,8 +30,8 @@ from robomimic_helpers import RGB, decoded_copy, interleaved, make_config, obs_k
 from robo_loaders_plugin.extend import SamplingPlan
 from robo_loaders_plugin.robomimic import dataset_factory
 from robo_loaders_plugin.robomimic.convert import convert_robomimic, verify_robomimic
+from robo_loaders_plugin.storage.integrity import with_checksum
 from robo_loaders_plugin.storage.shards import ShardError, ShardReader, verify_dir
-from robo_loaders_plugin.storage.shards.format import with_checksum
 from robo_loaders_plugin.storage.video import VideoError, VideoSettings, psnr
 
 PSNR_FLOOR = 35.0  # dB, per frame; measured on tiny's 16x16 cameras at H.264 crf 18 4:4:4: 36.8 dB at worst

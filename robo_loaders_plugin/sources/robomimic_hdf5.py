@@ -311,7 +311,7 @@ class RobomimicHdf5:
     def _elsewhere(self, name: str, how: str) -> SourceError:
         """The refusal of an array stored in another file: h5py reads it through the link, but this file's stat
         and bytes, which caches, shards and validation records are keyed by, do not change when that file does (a
-        reviewer's reproduction: an edited linked file was served stale by compressed_cache and gpu_resampler)."""
+        reviewer's reproduction: an edited linked file was served stale from the caches built before the edit)."""
         return SourceError(
             f"{self.path}: data/{name} is stored in another file ({how}), whose changes caches and shards made "
             "from this file would not see; make the file self-contained (e.g. h5repack it, or copy the arrays in)"
