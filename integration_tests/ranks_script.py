@@ -81,6 +81,10 @@ def robomimic(hdf5, specs):
         datasets[spec] = TrainUtils.dataset_factory(config, obs_keys(config))
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # after the datasets: their first pass checks the ranks
         torch.distributed.init_process_group("gloo")
+    # as robomimic's train() seeds torch (its config.train.seed): the DataLoader's shuffle draws its seed from
+    # torch's generator, so an unseeded run's order (and which windows drop_last leaves out) changed at every run,
+    # and the single process's passes were not the ones the ranks split
+    torch.manual_seed(11)
     for spec, dataset in datasets.items():
         loader = torch.utils.data.DataLoader(
             dataset, sampler=None, batch_size=BATCH, shuffle=True, num_workers=0, drop_last=True
