@@ -2,6 +2,7 @@
 
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -293,6 +294,28 @@ def test_prune_keeps_entries_in_use_and_removes_least_recently_used(tmp_path):
     removed = cache.prune(root, 2000)
     assert removed == [eb.path]  # b: least recently used and unused; a: in use; c: newer
     assert cache.prune(root, 0) == [ec.path] and os.path.exists(ea.path)
+
+
+def test_the_build_lock_names_its_holder_without_truncating_a_lock_file_it_reuses(tmp_path, monkeypatch):
+    """The holder's record is written in place, padded (truncating a file that holds data makes ext4 flush it, ~2 ms
+    at every reused entry of a mixture); a longer record left by another writer is cut, so a waiter reads this
+    holder's line, not a mix of both."""
+    root = cache.cache_root(str(tmp_path))
+    entry = cache.Entry(root, "kind-x-y")
+    with entry.building("test"):
+        pass
+    truncated = []
+    real = os.ftruncate
+    monkeypatch.setattr(os, "ftruncate", lambda fd, n: (truncated.append(n), real(fd, n)))
+    with entry.building("test"), open(entry._lock_path("build"), "rb") as f:
+        record = f.read()
+    assert truncated == [] and record.strip() == f"pid {os.getpid()} on {socket.gethostname()}".encode()
+    with open(entry._lock_path("build"), "wb") as f:  # control: a longer record written otherwise
+        f.write(b"pid 1 on another-host " + b"x" * 500)
+    with entry.building("test"), open(entry._lock_path("build"), "rb") as f:
+        record = f.read()
+    assert truncated == [cache._HOLDER_BYTES]
+    assert record.strip() == f"pid {os.getpid()} on {socket.gethostname()}".encode()
 
 
 HOLD_BUILD = """
