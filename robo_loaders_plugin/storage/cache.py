@@ -738,9 +738,7 @@ def _source_kept_while_built(entry: Entry, before, after, description: str) -> N
         shutil.rmtree(entry.path, ignore_errors=True)
     elif os.path.lexists(entry.path):
         os.unlink(entry.path)
-    diff = before.differences(after) or ["its files were replaced"]
-    shown = "; ".join(diff[:3]) + (f"; and {len(diff) - 3} more" if len(diff) > 3 else "")
     raise StaleSourceError(
-        f"{before.path} changed while the {description} was built from it ({shown}); nothing built from it was "
-        "kept: run again once the source no longer changes"
+        f"{before.path} changed while the {description} was built from it ({before.shown_differences(after)}); "
+        "nothing built from it was kept: run again once the source no longer changes"
     )

@@ -133,6 +133,23 @@ class Fingerprint:
             out.append("same files, sizes and mtimes, but the content digest differs (data changed in place)")
         return out
 
+    def shown_differences(self, current: Fingerprint, first: int = 3) -> str:
+        """:meth:`differences` as one phrase for a message: the first ``first`` of them and how many more.
+
+        Why one place: every refusal of data made from another version of a source (a cache entry, a conversion,
+        shards) names what changed the same way.
+
+        Args:
+            current: The source's fingerprint now.
+            first: How many differences to name.
+
+        Returns:
+            ``"a; b; c; and 2 more"``; ``"its files were replaced"`` when no difference is recorded (a source
+            replaced by one with the same files' stats and digest method, seen only by its identity).
+        """
+        diff = self.differences(current) or ["its files were replaced"]
+        return "; ".join(diff[:first]) + (f"; and {len(diff) - first} more" if len(diff) > first else "")
+
 
 def fingerprint(
     path: str, digest: Callable[[], str], recorded: Fingerprint | None = None, names: Iterable[str] | None = None
@@ -170,11 +187,10 @@ def check_same_source(recorded: Fingerprint, current: Fingerprint, what: str, fi
     Raises:
         StaleSourceError: naming both sources and the first five differences (:meth:`Fingerprint.differences`).
     """
-    diff = recorded.differences(current)
-    if diff:
-        shown = "; ".join(diff[:5]) + (f"; and {len(diff) - 5} more" if len(diff) > 5 else "")
+    if recorded.differences(current):
         raise StaleSourceError(
-            f"{what} was made from {recorded.path}, which does not match {current.path} now ({shown}). {fix}"
+            f"{what} was made from {recorded.path}, which does not match {current.path} now "
+            f"({recorded.shown_differences(current, 5)}). {fix}"
         )
 
 

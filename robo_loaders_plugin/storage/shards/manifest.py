@@ -262,10 +262,10 @@ def withdraw_if_source_changed(out_dir: str, before, after, source_path: str) ->
     for name in ("index.json", "dataset.json"):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(os.path.join(out_dir, name))
-    diff = before.differences(after) or ["its files were replaced"]
     raise StaleSourceError(
-        f"{source_path} changed while it was converted into {out_dir} ({'; '.join(diff[:3])}); the conversion is "
-        "withdrawn (no reader opens it): convert again into an empty directory once the source no longer changes"
+        f"{source_path} changed while it was converted into {out_dir} ({before.shown_differences(after)}); the "
+        "conversion is withdrawn (no reader opens it): convert again into an empty directory once the source no "
+        "longer changes"
     )
 
 
