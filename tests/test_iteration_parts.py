@@ -286,6 +286,16 @@ def test_a_pass_is_fitted_to_the_episode_cache_with_the_units_entering_while_bat
     assert (exact.shuffle_buffer, exact.entering, exact.ahead) == (1, 1, 0) and not capsys.readouterr().out
 
 
+def test_the_fitted_shuffle_buffer_does_not_depend_on_the_threads():
+    """The order is a function of what a resumed run keeps: LeRobot resumes exactly with another ``--num_workers``,
+    so the buffer fitted for 1, 2, 4 or 8 threads is the same; the threads only change the room for loading ahead and
+    the warning (8 threads need more units than the cache holds)."""
+    counts = [13] * 132
+    fits = {t: _fit(counts, capacity=27, shuffle=13, batch=64, threads=t) for t in (1, 2, 4, 8)}
+    assert len({f.shuffle_buffer for f in fits.values()}) == 1 and fits[4].shuffle_buffer < 13
+    assert fits[1].entering < fits[4].entering < fits[8].entering  # control: the threads do change what enters
+
+
 @pytest.mark.parametrize("ours", [True, False])
 def test_pipeline_threads_are_joined_even_when_an_item_takes_seconds(ours):
     """A 480p unit decodes for seconds; torchdata's own shutdown waits 0.5 s per thread and leaves it running

@@ -121,6 +121,10 @@ class BufferUse:
     note: str = ""
 
 
+# the batches in flight a shuffle buffer the user did not set is fitted for: lerobot-train's default --num_workers
+FIT_WINDOW = 4
+
+
 def fit_to_cache(
     make_plan: Callable[[int], np.ndarray],
     *,
@@ -137,12 +141,18 @@ def fit_to_cache(
     the ones loaded ahead must all be held, or episodes in use are evicted and loaded again.
 
     A shuffle buffer the user did not set is made smaller until they fit (the order is then that of the smaller
-    buffer: a function of the options, the batch size and the number of threads, so a resumed run given the same
-    ones continues the same order); one the user set is kept, with a warning naming the ``cache_memory`` that would
-    fit. A cache holding every episode needs nothing.
+    buffer). Why it is fitted on the first pass's plan for :data:`FIT_WINDOW` batches in flight, whatever pass the
+    run starts at and however many threads it has: the order must be a function of what a resumed run keeps (the
+    options, the seed, the batch size and the number of processes), or a run resumed mid-pass serves the rest of
+    another order (the batches before its offset were another order's: windows twice, others never). A run resumed
+    at pass 1 fitted on pass 1's plan (pass 0 has the warm-up), and one resumed with another ``--num_workers`` (which
+    LeRobot resumes exactly) fitted for other batches in flight. The threads only decide the room left for loading
+    ahead, and the warning when more batches are in flight than the cache holds units for. One the user set is
+    kept, with a warning naming the ``cache_memory`` that would fit. A cache holding every episode needs nothing.
 
     Args:
-        make_plan: ``make_plan(shuffle_buffer)`` -> the first pass's (episode, k) plan with that buffer.
+        make_plan: ``make_plan(shuffle_buffer)`` -> the plan of the run's first pass (pass 0, warm-up included) with
+            that buffer.
         capacity: Episodes the cache holds.
         episodes: Episodes (units) the dataset has.
         shuffle_buffer: The shuffle buffer as sized from bytes.
@@ -158,13 +168,15 @@ def fit_to_cache(
     if capacity >= episodes:
         room = decode_room(capacity, shuffle_buffer, decode_threads) if decode_threads else 0
         return BufferUse(shuffle_buffer, 0, room)
-    window = max(1, int(threads))  # the batches in flight: PipelineBatches' max_concurrent
     shuffle, note = int(shuffle_buffer), ""
-    entering = entering_at_once(make_plan(shuffle), batch_size, window)
+    entering = entering_at_once(make_plan(shuffle), batch_size, FIT_WINDOW)
     for _ in range(4):  # entering barely depends on the buffer: one or two rounds settle it
         if shuffle + entering <= capacity or shuffle_given or shuffle == 1:
             break
         shuffle = max(1, capacity - entering)
+        entering = entering_at_once(make_plan(shuffle), batch_size, FIT_WINDOW)
+    window = max(1, int(threads))  # the batches in flight: PipelineBatches' max_concurrent
+    if window != FIT_WINDOW:
         entering = entering_at_once(make_plan(shuffle), batch_size, window)
     if shuffle != shuffle_buffer:
         note = (
@@ -177,7 +189,7 @@ def fit_to_cache(
             f"warning: the episode cache holds {capacity} units but a pass keeps up to {want} in use "
             f"(shuffle buffer {shuffle} + {entering} entering while {window} batches of {batch_size} are "
             f"assembled): units will be loaded more than once. Give {option_prefix}.cache_memory room "
-            f"for {want} units, or set a smaller {option_prefix}.shuffle_buffer or batch size"
+            f"for {want} units, or set a smaller {option_prefix}.shuffle_buffer, batch size or number of workers"
         )
     room = decode_room(capacity, shuffle, decode_threads, entering) if decode_threads else 0
     return BufferUse(shuffle, entering, room, note)
@@ -592,7 +604,7 @@ class PipelineDataset(BatchDataset):
         groups = ItemGroups(items, self.episode_of(), getattr(self.frames, "unit_count", len(self.frames.lengths)))
         opts = self.passes
         seed = opts.seed if opts.seed is not None else (plan.seed or 0)
-        plans = {}
+        plans = {}  # pass 0's plans by shuffle buffer: the buffer is fitted on pass 0 whatever pass the run starts at
 
         def make_plan(shuffle: int) -> np.ndarray:
             if shuffle not in plans:
@@ -607,7 +619,7 @@ class PipelineDataset(BatchDataset):
                     plan.rank,
                     plan.world_size,
                     warm_up=opts.warm_up,
-                ).plan_of(plan.start_epoch)
+                ).plan_of(0)
             return plans[shuffle]
 
         cache = getattr(self.frames, "cache", None)  # a frame source without an episode cache holds every episode
@@ -633,7 +645,7 @@ class PipelineDataset(BatchDataset):
             replacement=opts.replacement,
             prefetch=opts.prefetch,
             decode_ahead=ahead,
-            first_plan=plans.get(use.shuffle_buffer),
+            first_plan=plans.get(use.shuffle_buffer) if plan.start_epoch == 0 else None,
             note=use.note,
             release=getattr(cache, "release", None) if use.entering else None,
             endless=cache is None or cache.capacity >= n_episodes,  # every episode held: nothing to evict
