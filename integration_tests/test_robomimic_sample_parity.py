@@ -142,3 +142,33 @@ def test_workers_share_one_copy_and_give_native_batches(tiny_hdf5, ctx):
     assert len(ref) == len(got)
     for a, b in zip(got, ref):
         assert_same_sample(dict(a), b)
+
+
+@pytest.mark.parametrize("backend", ["compressed_cache", "gpu_resampler"])
+def test_a_one_dimensional_observation_and_its_goal_are_served_as_sequence_dataset_serves_them(tmp_path, backend):
+    """A low-dim observation stored as (L,), with goals: robomimic's ``goal[k][0]`` of it is a numpy scalar. A
+    reviewer's reproduction: ``gpu_resampler``'s ``ds[i]``, cut from a batch of tensors, served a 0-d ndarray (its
+    batches were equal). Control: a 0-d ndarray is not what SequenceDataset serves."""
+    import h5py
+
+    from robo_loaders_plugin.sample_data.robomimic_hdf5 import write_robomimic_hdf5
+
+    path = write_robomimic_hdf5(str(tmp_path / "one_dim.hdf5"), demos=3, image_size=16, cameras=1, seed=4,
+                                progress=False)  # fmt: skip
+    with h5py.File(path, "r+") as f:
+        for demo in f["data"]:
+            n = f[f"data/{demo}/actions"].shape[0]
+            for group in ("obs", "next_obs"):
+                f[f"data/{demo}/{group}/scalar"] = np.random.default_rng(n).random(n).astype(np.float32)
+    combo = dict(hdf5_cache_mode="low_dim", seq_length=3, goal_mode="last", hdf5_load_next_obs=True)
+    cfg = make_config(path, rgb=["agentview_image"], low_dim=["scalar", "robot0_eef_pos"], **combo)
+    native = dataset_factory(cfg, obs_keys(cfg))
+    with cfg.values_unlocked():
+        cfg.train.data_backend = backend
+        cfg.train.data_backend_kwargs = {"cache_dir": str(tmp_path / "cache")}
+    ours = dataset_factory(cfg, obs_keys(cfg))
+    for i in (0, len(native) // 2, len(native) - 1):
+        assert_same_sample(ours[i], native[i], f"[{i}]")
+    goal = native[0]["goal_obs"]["scalar"]
+    with pytest.raises(AssertionError, match="ndarray is not float32"):
+        assert_same_sample(np.asarray(goal), goal)

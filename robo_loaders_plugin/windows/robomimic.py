@@ -316,12 +316,17 @@ def row(batch: dict, b: int) -> dict:
         b: The sample's position in the batch.
 
     Returns:
-        The same nesting, each array at ``b`` (tensors copied to numpy on the CPU).
+        The same nesting, each array at ``b`` (tensors copied to numpy on the CPU; a 0-d one as the numpy scalar
+        that indexing a numpy batch gives, as robomimic's ``goal[k][0]`` of a 1-d observation is).
     """
-    return {
-        k: row(v, b) if isinstance(v, dict) else (v[b].cpu().numpy() if isinstance(v, torch.Tensor) else v[b])
-        for k, v in batch.items()
-    }
+    return {k: row(v, b) if isinstance(v, dict) else _at(v, b) for k, v in batch.items()}
+
+
+def _at(v, b: int):
+    if not isinstance(v, torch.Tensor):
+        return v[b]
+    x = v[b].cpu().numpy()
+    return x[()] if x.ndim == 0 else x
 
 
 def to_torch(batch: dict, device=None) -> dict:
