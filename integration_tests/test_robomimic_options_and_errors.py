@@ -347,16 +347,55 @@ def test_normalize_obs_is_refused(tiny_hdf5):
         dataset_factory(cfg, obs_keys(cfg))
 
 
-def test_demo_shorter_than_frame_stack_without_padding(tmp_path):
-    """robomimic's SequenceDataset asserts on such a demo; the backend refuses it with a clear error."""
+@pytest.mark.parametrize("backend", ["compressed_cache", "datapipe", "video_stream", "gpu_resampler"])
+@pytest.mark.parametrize(
+    "settings,match",
+    [
+        (dict(frame_stack=5, pad_frame_stack=False, seq_length=1), r"has 3 steps: shorter than frame_stack=5"),
+        (dict(seq_length=5, pad_seq_length=False), r"has 3 steps: too short for frame_stack=1, seq_length=5"),
+    ],
+)
+def test_a_demo_too_short_without_padding_is_refused_naming_it_before_anything_is_built(
+    tmp_path, backend, settings, match
+):
+    """robomimic's SequenceDataset asserts on such a demo; every backend refuses it in one line naming the file, the
+    demo and the train.* settings (a reviewer's reproduction: "a demo of length 3", in a file of thousands), before
+    it builds a store or converts the file. Control: the demo after it, long enough, is served."""
+    import h5py
+
     from robo_loaders_plugin.sample_data.robomimic_hdf5 import write_robomimic_hdf5
 
     path = write_robomimic_hdf5(
-        str(tmp_path / "short.hdf5"), demos=2, image_size=8, min_length=3, max_length=3, progress=False
+        str(tmp_path / "short.hdf5"), demos=3, image_size=8, min_length=12, max_length=12, progress=False
     )
-    cfg = make_config(path, backend="compressed_cache", frame_stack=5, pad_frame_stack=False, seq_length=1)
-    with pytest.raises(RoboLoadersError, match="shorter than frame_stack=5"):
+    with h5py.File(path, "r+") as f:  # demo_1 cut to 3 steps
+        demo = f["data/demo_1"]
+        for name in list(_datasets_of(demo)):
+            data = demo[name][:3]
+            del demo[name]
+            demo[name] = data
+        demo.attrs["num_samples"] = 3
+    cache = tmp_path / "cache"
+    kwargs = {"device": "cpu"} if backend == "gpu_resampler" else {}
+    cfg = make_config(path, backend=backend, backend_kwargs={**kwargs, "cache_dir": str(cache)}, **settings)
+    with pytest.raises(RoboLoadersError, match=f"short.hdf5: demo_1 {match}.*train.hdf5_filter_key") as err:
         dataset_factory(cfg, obs_keys(cfg))
+    assert "\n" not in str(err.value)
+    built = [p.name for p in cache.iterdir() if p.name != ".validated"] if cache.exists() else []
+    assert built == []  # nothing built or converted (the file's validation record only)
+    with h5py.File(path, "r+") as f:  # control: without demo_1 the file is served
+        f["mask/long"] = np.array([b"demo_0", b"demo_2"])
+    with cfg.values_unlocked():
+        cfg.train.hdf5_filter_key = "long"
+    assert len(dataset_factory(cfg, obs_keys(cfg), filter_by_attribute="long")) > 0
+
+
+def _datasets_of(group, prefix=""):
+    for name, item in group.items():
+        if isinstance(item, h5py.Dataset):
+            yield prefix + name
+        else:
+            yield from _datasets_of(item, prefix + name + "/")
 
 
 def test_inconsistent_dtype_across_demos(tiny_hdf5, tmp_path):

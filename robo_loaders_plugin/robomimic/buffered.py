@@ -23,7 +23,7 @@ from robo_loaders_plugin.robomimic.dataset import RobomimicSamples
 from robo_loaders_plugin.robomimic.sequence import OPTION_PREFIX, data_size, sample_bytes
 from robo_loaders_plugin.sources.robomimic_hdf5 import FRAME_MIN_BYTES, RobomimicHdf5
 from robo_loaders_plugin.storage.encoded_frames import EncodedFrames
-from robo_loaders_plugin.windows.robomimic import SequenceOptions, SequenceWindows, episode_fields
+from robo_loaders_plugin.windows.robomimic import SequenceOptions, SequenceWindows, episode_fields, sequence_counts
 
 logger = get_logger(__name__)
 
@@ -72,6 +72,11 @@ def buffer_sizing(
         if not demos:
             raise SourceError(f"{source.path}: no demos selected (filter key {filter_by_attribute!r} is empty)")
         size = data_size(source, f, demos, opts)
+        # a demo robomimic would fail on is refused now, naming it, before the file is converted
+        sequence_counts(
+            size.lengths, opts.frame_stack, opts.seq_length, opts.pad_frame_stack, opts.pad_seq_length, demos,
+            source.path,
+        )  # fmt: skip
         every = source.demos(f, None)
         whole = source.data_size(f, every, [name for name, _ in datasets(f[f"data/{every[0]}"])])
     frames = sum(size.frame_step_bytes.values())
@@ -288,7 +293,7 @@ def shard_samples(
     # they decode to (checked again when a load decodes them), so no component of a mixture decodes a demo to build
     infos = {k: _field_info(v) for k, v in read(0, None).items()}
     frames = EpisodeFrames(lengths, infos, read, capacity=passes.episode_capacity, decode_on_load=decode_on_load)
-    windows = SequenceWindows(lengths, opts)
+    windows = SequenceWindows(lengths, opts, names=demos, where=path)
     summary = (
         f"{len(demos)} demos, {len(windows)} samples from {len(reader.shards)} shard(s) in {reader.dir}, "
         + passes.describe_shuffle(len(demos), "demos")
@@ -392,7 +397,7 @@ def unit_samples(
         (0, window - 1),
         passes.episode_capacity,
     )
-    windows = SequenceWindows(lengths, opts)
+    windows = SequenceWindows(lengths, opts, names=demos, where=path)
     pinned, load_pinned = None, None
     goals = [k for k in cameras if k.startswith("next_obs/")] if opts.goal_mode == "last" else []
     if goals:

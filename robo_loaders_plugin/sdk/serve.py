@@ -478,10 +478,11 @@ def robomimic_dataset(
 
     store = load_store(ref)
     src, opts, path = _robomimic_source(config, obs_keys, filter_by_attribute, dataset_path, options)
+    # a demo robomimic would fail on is refused before the store is built (the store opens these very lengths)
+    windows = SequenceWindows(src.size.lengths, opts, names=src.names, where=path)
     placement = _checked_placement(store, backend, src, options)
     frames, directory, hold, reused = _open(store, ref, backend, src, options, placement)
     footprint = placement.footprint
-    windows = SequenceWindows(frames.lengths, opts)
     head = served_head(len(src.names), len(windows), "demo")
     return StoreRobomimicSamples(
         frames,

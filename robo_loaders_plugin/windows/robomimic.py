@@ -49,7 +49,15 @@ class SequenceOptions:
         return list(self.dataset_keys) + [f"{p}/{k}" for p in prefixes for k in self.obs_keys]
 
 
-def sequence_counts(lengths, frame_stack: int, seq_length: int, pad_frame_stack: bool, pad_seq_length: bool):
+def sequence_counts(
+    lengths,
+    frame_stack: int,
+    seq_length: int,
+    pad_frame_stack: bool,
+    pad_seq_length: bool,
+    names=None,
+    where: str = "",
+):
     """Number of samples per demo, exactly as ``SequenceDataset.load_demo_info`` counts them (an array; numpy over
     the demos, the first demo robomimic would fail on named in the error).
 
@@ -59,13 +67,16 @@ def sequence_counts(lengths, frame_stack: int, seq_length: int, pad_frame_stack:
         seq_length: Steps per sample.
         pad_frame_stack: Pad the start of a demo (robomimic's ``pad_frame_stack``).
         pad_seq_length: Pad the end of a demo (robomimic's ``pad_seq_length``).
+        names: Each demo's name, for the error (``None``: demos named by position).
+        where: The file or shards the demos are in, for the error (``""``: not named).
 
     Returns:
         int64 samples per demo.
 
     Raises:
         SequenceSetupError: a demo robomimic would fail on: no steps, too short for ``frame_stack`` and
-            ``seq_length`` without padding, or shorter than ``frame_stack`` without ``pad_frame_stack``.
+            ``seq_length`` without padding, or shorter than ``frame_stack`` without ``pad_frame_stack``; the
+            message names the file, the demo and the ``train.*`` settings.
     """
     L = np.asarray(lengths, dtype=np.int64).reshape(-1)
     n = L.copy()
@@ -85,26 +96,33 @@ def sequence_counts(lengths, frame_stack: int, seq_length: int, pad_frame_stack:
     bad = np.flatnonzero(problem)
     if bad.size:
         i = int(bad[0])
+        demo = f"{where + ': ' if where else ''}{names[i] if names is not None else f'demo number {i}'}"
+        others = f" ({len(bad) - 1} other demo(s) too)" if len(bad) > 1 else ""
         if problem[i] == 1:
-            raise SequenceSetupError("a demo has num_samples < 1")
+            raise SequenceSetupError(f"{demo} has no steps{others}; robomimic's SequenceDataset fails on it too")
         if problem[i] == 2:
             raise SequenceSetupError(
-                f"a demo of length {int(L[i])} is too short for frame_stack={frame_stack}, "
-                f"seq_length={seq_length} without padding (enable pad_seq_length/pad_frame_stack)"
+                f"{demo} has {int(L[i])} steps{others}: too short for frame_stack={frame_stack}, "
+                f"seq_length={seq_length} without padding (train.pad_seq_length/train.pad_frame_stack false); "
+                "robomimic's SequenceDataset fails on it too: set them true, or leave such demos out with a filter "
+                "key (train.hdf5_filter_key)"
             )
         raise SequenceSetupError(
-            f"a demo of length {int(L[i])} is shorter than frame_stack={frame_stack} with "
-            "pad_frame_stack=false; robomimic's SequenceDataset fails on it too (assert "
-            "index_in_demo < demo_length): enable pad_frame_stack or drop short demos"
+            f"{demo} has {int(L[i])} steps{others}: shorter than frame_stack={frame_stack} with "
+            "train.pad_frame_stack false; robomimic's SequenceDataset fails on it too (assert "
+            "index_in_demo < demo_length): set train.pad_frame_stack true, or leave such demos out with a filter key "
+            "(train.hdf5_filter_key)"
         )
     return n
 
 
 class SequenceWindows:
     """SequenceDataset's index over demos of the given lengths; with ``rate`` (recorded steps per target step, e.g.
-    2.0 for a 10 Hz policy on 20 Hz data), over the demos as if recorded at the target rate."""
+    2.0 for a 10 Hz policy on 20 Hz data), over the demos as if recorded at the target rate. ``names`` and
+    ``where`` (the demos' names, their file) name a demo robomimic would fail on in the error
+    (:func:`sequence_counts`)."""
 
-    def __init__(self, lengths, opts: SequenceOptions, rate: float = 1.0):
+    def __init__(self, lengths, opts: SequenceOptions, rate: float = 1.0, names=None, where: str = ""):
         self.opts = opts
         self.rate = float(rate)
         self.recorded_lengths = np.asarray(lengths, dtype=np.int64)
@@ -115,7 +133,8 @@ class SequenceWindows:
         )
         self.F, self.S = int(opts.frame_stack), int(opts.seq_length)
         self.counts = np.asarray(
-            sequence_counts(self.lengths, self.F, self.S, opts.pad_frame_stack, opts.pad_seq_length), dtype=np.int64
+            sequence_counts(self.lengths, self.F, self.S, opts.pad_frame_stack, opts.pad_seq_length, names, where),
+            dtype=np.int64,
         )
         # int32: a million windows' demo index in 4 MB, not 8 (demos are far fewer than 2**31)
         self.episode_of = np.repeat(np.arange(len(self.lengths), dtype=np.int32), self.counts)

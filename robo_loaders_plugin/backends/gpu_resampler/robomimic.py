@@ -92,8 +92,11 @@ def gpu_resampler_dataset(config, obs_keys, filter_by_attribute=None, dataset_pa
                 )
             rate = recorded / target_fps
         size = data_size(source, f, demos, opts)
-        batches = indexed_in_flight(sample_bytes(size, opts), training_loop_of(config))
-        plan, host_limit = plan_tiers_checked(size, train_device, options, OPTION_PREFIX, ALTERNATIVES, batches=batches)
+    # a demo robomimic would fail on is refused now, naming it, before any array is read
+    at = f" at {target_fps:g} Hz" if rate != 1.0 else ""
+    windows = SequenceWindows(lengths, opts, rate, names=demos, where=f"{path}{at}")
+    batches = indexed_in_flight(sample_bytes(size, opts), training_loop_of(config))
+    plan, host_limit = plan_tiers_checked(size, train_device, options, OPTION_PREFIX, ALTERNATIVES, batches=batches)
     split = filter_by_attribute or "all demos"
     quiet = inner_bars_quiet()  # inside a mixture's build, whose bar covers this one (read here: a generator)
 
@@ -132,7 +135,6 @@ def gpu_resampler_dataset(config, obs_keys, filter_by_attribute=None, dataset_pa
     )
     plan = frames.plan  # the entry's tiers (a reused entry keeps the boundary it was built with)
     modes = resolve_modes(_by_modality(frames.infos), options.modes, OPTION_PREFIX)
-    windows = SequenceWindows(lengths, opts, rate)
     where = plan.describe(str(train_device)) + f", {held}"
     if frames.spilled_while_filling:
         where += f" (then {frames.spilled_while_filling})"
