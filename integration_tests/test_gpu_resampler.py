@@ -12,7 +12,7 @@ import torch
 from lerobot_helpers import REPO, random_indices, same_item, serve
 from robomimic_helpers import assert_same_sample, make_config, obs_keys
 
-from robo_loaders_plugin import BackendOptionError
+from robo_loaders_plugin import BackendOptionError, RoboLoadersError
 from robo_loaders_plugin.core.iteration import built_by
 from robo_loaders_plugin.lerobot.integration import cycle
 from robo_loaders_plugin.lerobot.presets import delta_timestamps
@@ -208,6 +208,30 @@ def test_robomimic_options_are_checked(tiny_hdf5):
         cfg = make_config(tiny_hdf5, backend="gpu_resampler", backend_kwargs=kwargs, seq_length=5)
         with pytest.raises(BackendOptionError, match=match):
             dataset_factory(cfg, obs_keys(cfg))
+
+
+def test_robomimic_a_demo_holding_a_field_another_way_is_refused_naming_the_file_and_the_demo(tmp_path):
+    """A reviewer's reproduction: a demo whose low-dim observation is float32 where the others' is float64 was
+    refused with a bare ``ValueError: episode 2: ...``, the position in the filter key's selection (the file's
+    ``demo_2`` was fine). Now one line names the file, the demo and the first demo's dtype, as compressed_cache's
+    store says it. Control: the selection without that demo is served."""
+    from robo_loaders_plugin.sample_data.robomimic_hdf5 import write_robomimic_hdf5
+
+    path = write_robomimic_hdf5(str(tmp_path / "mixed.hdf5"), demos=8, image_size=8, cameras=1, seed=3,
+                                next_obs=False, progress=False)  # fmt: skip
+    with h5py.File(path, "r+") as f:
+        eef = f["data/demo_7/obs/robot0_eef_pos"][:].astype(np.float32)
+        del f["data/demo_7/obs/robot0_eef_pos"]
+        f["data/demo_7/obs/robot0_eef_pos"] = eef
+        f["mask/some"] = np.array([b"demo_2", b"demo_7", b"demo_5"])
+        f["mask/fine"] = np.array([b"demo_2", b"demo_5"])
+    kwargs = {"device": "cpu", "cache_dir": str(tmp_path / "cache")}
+    cfg = make_config(path, rgb=["agentview_image"], low_dim=["robot0_eef_pos"], backend="gpu_resampler",
+                      backend_kwargs=kwargs, seq_length=3, hdf5_load_next_obs=False)  # fmt: skip
+    with pytest.raises(RoboLoadersError, match=r"mixed.hdf5: demo_7/obs/robot0_eef_pos is float32\(3,\), "
+                       r"demo_2/obs/robot0_eef_pos is float64\(3,\)"):  # fmt: skip
+        dataset_factory(cfg, obs_keys(cfg), filter_by_attribute="some")
+    assert len(dataset_factory(cfg, obs_keys(cfg), filter_by_attribute="fine")) > 0
 
 
 def test_robomimic_rate_modes_follow_the_modality_not_the_bytes_of_a_step(tmp_path):

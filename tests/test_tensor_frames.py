@@ -30,7 +30,9 @@ def test_gather_equals_the_arrays_and_checks_what_it_is_filled_with():
         assert np.array_equal(got.numpy(), want)
     blended = gather_at(frames, "a", np.array([1]), np.array([[0.25, 1.5]]), "linear")
     torch.testing.assert_close(blended[0, 1], torch.from_numpy((eps[1]["a"][1] + eps[1]["a"][2]) / 2))
-    with pytest.raises(ValueError, match="episode 0: field 'a' is float64"):
+    from robo_loaders_plugin.backends.gpu_resampler.tensors import EpisodeFieldMismatch
+
+    with pytest.raises(EpisodeFieldMismatch, match=r"episode 0: field 'a' is float64\(2,\), expected float32\(2,\)"):
         frames.fill(0, {"a": eps[0]["a"].astype(np.float64), "cam": eps[0]["cam"]})
 
 

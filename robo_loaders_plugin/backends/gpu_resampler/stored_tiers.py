@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
+from robo_loaders_plugin.backends.gpu_resampler.tensors import check_episode_field
 from robo_loaders_plugin.core.log import get_logger
 from robo_loaders_plugin.core.units import format_bytes
 from robo_loaders_plugin.frames.base import FieldInfo
@@ -102,7 +103,7 @@ def write_tiers(
         The manifest written.
 
     Raises:
-        ValueError: an episode's field has another shape or dtype than the first episode's.
+        EpisodeFieldMismatch: an episode's field has another shape or dtype than the first episode's.
         ResourceRefused: the guard's disk would fall below its reserve.
     """
     from robo_loaders_plugin.storage.codec import FrameCodec
@@ -132,10 +133,7 @@ def write_tiers(
             guard.check(size, written)  # an upper bound: compressed frames take less
         for k, info in infos.items():
             a = np.ascontiguousarray(arrays[k])
-            if a.shape != (n,) + tuple(info.shape) or a.dtype != info.dtype:
-                raise ValueError(
-                    f"episode {ep}: field {k!r} is {a.dtype}{a.shape}, expected {info.dtype}{(n,) + tuple(info.shape)}"
-                )
+            check_episode_field(ep, k, a, n, info)
             if info.frames and ep >= raw_episodes:
                 blobs = [codec.compress(f) for f in a]
                 lens = np.fromiter(map(len, blobs), dtype=np.int64, count=len(blobs))

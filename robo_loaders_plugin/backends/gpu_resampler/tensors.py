@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from robo_loaders_plugin.core.errors import BackendOptionError
+from robo_loaders_plugin.core.errors import BackendOptionError, SourceError
 from robo_loaders_plugin.core.log import get_logger
 from robo_loaders_plugin.frames.base import (
     FieldInfo,
@@ -39,6 +39,67 @@ DEFAULT_VRAM_FRACTION = 0.5  # of the free memory of the training GPU, when max_
 # how many times host arrays of a TensorFrames were replaced in this process (share_host, close): a reader keeping
 # their spans across batches (JoinedHostRows) takes them again when it changed, never a replaced array's view
 _HOST_MOVES = [0]
+
+
+class EpisodeFieldMismatch(SourceError):
+    """An episode holds a field another way than the first episode (dtype or step shape), or with another number of
+    steps than its metadata says: what one array per field cannot hold.
+
+    Why a class: the tiers know an episode only by its position; :meth:`named` says it again with the source and the
+    episodes' names, as ``tiers_at_start.kept_or_filled`` knows them (a bare ``episode 2`` named the third demo of a
+    filter key's selection, not ``demo_2``).
+
+    Args:
+        ep: The episode's position.
+        field: The field's name.
+        got: What the episode holds (``float32(3,)``; for ``steps``, its number of steps).
+        expected: What the first episode holds (for ``steps``, the steps its metadata says).
+        steps: Whether the number of steps differs (else the dtype or step shape).
+    """
+
+    def __init__(self, ep: int, field: str, got: str, expected: str, steps: bool = False):
+        self.ep, self.field, self.got, self.expected, self.steps = ep, field, got, expected, steps
+        super().__init__(f"episode {ep}: field {field!r} is {got}, expected {expected}")
+
+    def named(self, where: str, names) -> SourceError:
+        """The same refusal naming the source and the episodes.
+
+        Args:
+            where: The source, as the message starts.
+            names: Each episode's name, by position.
+
+        Returns:
+            The ``SourceError`` to raise.
+        """
+        this = f"{names[self.ep]}/{self.field}"
+        if self.steps:
+            return SourceError(
+                f"{where}: {this} has {self.got} steps, its metadata says {self.expected}; the file disagrees with "
+                "itself: write it again"
+            )
+        return SourceError(
+            f"{where}: {this} is {self.got}, {names[0]}/{self.field} is {self.expected}; every episode must hold a "
+            "field the same way"
+        )
+
+
+def check_episode_field(ep: int, field: str, a: np.ndarray, steps: int, info: FieldInfo) -> None:
+    """Refuse an episode's field that does not fit the tiers' array of that field.
+
+    Args:
+        ep: The episode's position.
+        field: The field's name.
+        a: Its steps.
+        steps: The steps its metadata says.
+        info: The field as the first episode holds it.
+
+    Raises:
+        EpisodeFieldMismatch: another dtype or step shape, or another number of steps.
+    """
+    if a.shape[1:] != tuple(info.shape) or a.dtype != info.dtype:
+        raise EpisodeFieldMismatch(ep, field, f"{a.dtype}{a.shape[1:]}", f"{np.dtype(info.dtype)}{tuple(info.shape)}")
+    if len(a) != steps:
+        raise EpisodeFieldMismatch(ep, field, str(len(a)), str(steps), steps=True)
 
 
 def host_moves() -> int:
@@ -209,17 +270,13 @@ class TensorFrames(FrameSource):
             arrays: ``{field: array of the episode's steps}`` for every held field.
 
         Raises:
-            ValueError: a field's shape or dtype is not the one declared.
+            EpisodeFieldMismatch: a field's shape or dtype is not the one declared.
             KeyError: a held field is missing from ``arrays``.
         """
         s, n = int(self.starts[ep]), int(self.lengths[ep])
         for k, t in self.tensors.items():
             a = np.ascontiguousarray(arrays[k])
-            if a.shape != (n,) + tuple(t.shape[1:]) or a.dtype != self.infos[k].dtype:
-                raise ValueError(
-                    f"episode {ep}: field {k!r} is {a.dtype}{a.shape}, expected {self.infos[k].dtype}"
-                    f"{(n,) + tuple(t.shape[1:])}"
-                )
+            check_episode_field(ep, k, a, n, self.infos[k])
             with warnings.catch_warnings():  # read-only source arrays (a mapped file) are only read here
                 warnings.simplefilter("ignore", UserWarning)
                 t[s : s + n].copy_(torch.from_numpy(a))

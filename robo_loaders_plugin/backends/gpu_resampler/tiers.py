@@ -16,6 +16,7 @@ from robo_loaders_plugin.backends.gpu_resampler.tensors import (
     DEFAULT_VRAM_FRACTION,
     TensorFrames,
     _torch_dtype,
+    check_episode_field,
     host_gather,
     host_moved,
     in_shared_memory,
@@ -561,17 +562,14 @@ class TieredFrames(TensorFrames):
             arrays: ``{field: array of the episode's steps}`` for every field.
 
         Raises:
-            ValueError: a field's shape or dtype is not the one declared.
+            EpisodeFieldMismatch: a field's shape or dtype is not the one declared.
             ResourceRefused: the compressed tier outgrew ``host_limit`` without ``overflow_dir``, or a disk it is
                 written to would fall below its reserve.
         """
         s, n = int(self.starts[ep]), int(self.lengths[ep])
         for k, info in self.infos.items():
             a = np.ascontiguousarray(arrays[k])
-            if a.shape != (n,) + tuple(info.shape) or a.dtype != info.dtype:
-                raise ValueError(
-                    f"episode {ep}: field {k!r} is {a.dtype}{a.shape}, expected {info.dtype}{(n,) + tuple(info.shape)}"
-                )
+            check_episode_field(ep, k, a, n, info)
             with warnings.catch_warnings():  # read-only source arrays (a mapped file) are only read here
                 warnings.simplefilter("ignore", UserWarning)
                 if k in self.tensors:

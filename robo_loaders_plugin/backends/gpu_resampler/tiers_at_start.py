@@ -57,8 +57,18 @@ def kept_or_filled(
 
     Raises:
         ResourceRefused: the disk cannot hold a plan that spills, or the tiers outgrow their budget while filling.
+        SourceError: an episode holds a field another way than the first (naming the source and the episode).
         CacheError: the cache root cannot be created, or another process's build did not finish in time.
     """
+    from robo_loaders_plugin.backends.gpu_resampler.tensors import EpisodeFieldMismatch
+
+    try:
+        return _kept_or_filled(key, source, size, plan, host_limit, episodes, infos_of, options, where, device, names)
+    except EpisodeFieldMismatch as exc:
+        raise exc.named(f"gpu_resampler tiers of {source.path}", names) from None
+
+
+def _kept_or_filled(key, source, size, plan, host_limit, episodes, infos_of, options, where, device, names):
     from robo_loaders_plugin.backends.gpu_resampler.stored_tiers import stored_tiers
     from robo_loaders_plugin.backends.gpu_resampler.tiers import TieredFrames
     from robo_loaders_plugin.core.footprint import ResourceRefused
