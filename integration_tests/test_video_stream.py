@@ -821,3 +821,17 @@ def test_gpu_decoders_stay_with_the_thread_that_opened_them(lerobot_datasets, mo
     assert threads == 2 and 0 < videos.idle <= videos.max_idle  # this thread's own
     assert not videos._idle  # none shared
     assert two_threads("cpu")[1] == 1  # control: shared on the CPU
+
+
+def test_an_unreachable_remote_store_is_said_so_not_called_a_root_without_meta(tmp_path):
+    """fsspec's ``exists`` answers False for any failure, and its HTTP ``open`` raises FileNotFoundError for a
+    server that does not answer: an unreachable server was "meta/info.json not found; not a LeRobot v3 dataset
+    root" (noticed in a review). Control: a server that answers 404 is still a root without meta/info.json."""
+    from remote_servers import free_port
+
+    url = f"http://127.0.0.1:{free_port()}/ds"  # nothing listens there
+    with pytest.raises(SourceError, match=r"/ds: could not read meta/info.json from the remote store \(Client.*"
+                       r"check the URL, the network and storage_options"):  # fmt: skip
+        LeRobotV3(url)
+    with HttpServer(tmp_path) as server, pytest.raises(SourceError, match=r"meta/info\.json not found; not a"):
+        LeRobotV3(server.url + "/ds")

@@ -94,12 +94,21 @@ class LeRobotV3:
             from robo_loaders_plugin.sources.file_cache import FileCache, endpoint_of
 
             self.file_cache = FileCache(self.video_fs, local_cache_dir, endpoint_of(storage_options))
-        if not self.exists("meta/info.json"):
-            raise SourceError(f"{self.url}: meta/info.json not found; not a LeRobot v3 dataset root")
         try:
             self.info = json.loads(self.read_bytes("meta/info.json"))
+        except FileNotFoundError:
+            raise SourceError(f"{self.url}: meta/info.json not found; not a LeRobot v3 dataset root") from None
         except json.JSONDecodeError as exc:
             raise SourceError(f"{self.url}/meta/info.json: not valid JSON ({exc})") from None
+        except Exception as exc:  # any store's failure (aiohttp, botocore, OSError), said in one line
+            # fsspec's exists() answers False for any failure, so an unreachable server was "not found; not a
+            # LeRobot v3 dataset root"
+            if self.local:
+                raise
+            raise SourceError(
+                f"{self.url}: could not read meta/info.json from the remote store ({type(exc).__name__}: "
+                f"{str(exc).strip() or 'no message'}); check the URL, the network and storage_options"
+            ) from None
         self.fps = self.info["fps"]
         self.features = self.info["features"]
         self.video_keys = [k for k, f in self.features.items() if f["dtype"] == "video"]
@@ -159,8 +168,8 @@ class LeRobotV3:
         Raises:
             FileNotFoundError: it does not exist.
         """
-        with self.fs.open(self.full(rel), "rb") as f:
-            return f.read()
+        # cat_file, not open().read(): fsspec's HTTP open turns an unreachable server into FileNotFoundError too
+        return self.fs.cat_file(self.full(rel))
 
     def glob(self, pattern: str) -> list[str]:
         """Full paths matching ``pattern`` (relative to the root), sorted as LeRobot sorts them.
@@ -335,13 +344,15 @@ class LeRobotV3:
     def tasks(self) -> list[str]:
         """Task strings by position, as LeRobot looks them up (``meta.tasks.iloc[task_index].name``)."""
         if self._tasks is None:
-            if not self.exists("meta/tasks.parquet"):
-                self._tasks = []
-            else:
-                import pandas as pd
+            import io
 
-                with self.fs.open(self.full("meta/tasks.parquet"), "rb") as f:
-                    self._tasks = [str(t) for t in pd.read_parquet(f).index]
+            import pandas as pd
+
+            try:  # read, not exists() first: fsspec's exists answers False for a remote store that failed to answer
+                data = self.read_bytes("meta/tasks.parquet")
+            except FileNotFoundError:
+                data = None
+            self._tasks = [] if data is None else [str(t) for t in pd.read_parquet(io.BytesIO(data)).index]
         return self._tasks
 
     def stats(self) -> dict | None:
@@ -350,7 +361,10 @@ class LeRobotV3:
         Returns:
             The parsed JSON, or ``None`` when the dataset has none.
         """
-        return json.loads(self.read_bytes("meta/stats.json")) if self.exists("meta/stats.json") else None
+        try:  # read, not exists() first: fsspec's exists answers False for a remote store that failed to answer
+            return json.loads(self.read_bytes("meta/stats.json"))
+        except FileNotFoundError:
+            return None
 
     def video_path(self, ep: int, key: str) -> str:
         """The video file holding an episode's camera, from ``info.json``'s ``video_path`` template and the
