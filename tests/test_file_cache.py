@@ -60,3 +60,21 @@ def test_a_copy_of_a_file_whose_store_gives_no_version_is_not_reused_by_a_later_
     later = FileCache(NoVersion(), str(tmp_path / "cache"), log=said.append)
     assert open(later.get(str(src)), "rb").read() == b"B" * 3000 and later.downloads == 1
     assert any("gives no version for it (no ETag or Last-Modified)" in line for line in said), said
+
+
+def test_what_a_killed_download_left_is_removed_when_the_file_is_next_copied(tmp_path):
+    """A download killed midway (a preempted job) left ``<copy>.tmp-<pid>-<thread>-<hex>``, a whole video, which
+    nothing removed. The next process that takes the copy's lock removes such leftovers of that file (no one else can
+    be writing them). Control: another file's leftover and a user's file of a like name stay."""
+    src = tmp_path / "remote" / "video.mp4"
+    src.parent.mkdir()
+    src.write_bytes(b"abc" * 1000)
+    cache = FileCache(NoSize(), str(tmp_path / "cache"), log=lambda *a: None)
+    local = cache.local_path(str(src))
+    os.makedirs(os.path.dirname(local))
+    leftover, other, user = local + ".tmp-4242-1-0123abcd", local + "x.tmp-4242-1-0123abcd", local + "-notes.txt"
+    for p in (leftover, other, user):
+        with open(p, "wb") as f:
+            f.write(b"partial")
+    assert cache.get(str(src)) == local and open(local, "rb").read() == src.read_bytes()
+    assert not os.path.exists(leftover) and os.path.exists(other) and os.path.exists(user)

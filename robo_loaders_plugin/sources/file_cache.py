@@ -25,6 +25,7 @@ open, and their records live apart, under ``.robo-loaders/``.
 from __future__ import annotations
 
 import contextlib
+import glob
 import json
 import os
 import threading
@@ -38,6 +39,17 @@ logger = get_logger(__name__)
 
 SIDECAR = ".robo-loaders.json"
 RECORDS = ".robo-loaders"  # with ``base``: the records (and locks) of the copies, apart from them
+
+
+def _remove_leftovers(local: str) -> None:
+    """Remove what killed downloads of ``local`` left (``<copy>.tmp-<pid>-<thread>-<hex>``, a whole video each).
+
+    Why here: the caller holds the copy's lock, which every download of it holds, so no such file is being written;
+    nothing else ever removed them, and a run killed mid-download (a preempted job) left one per file it was copying.
+    """
+    for leftover in glob.glob(glob.escape(local) + ".tmp-*"):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(leftover)
 
 
 def endpoint_of(storage_options: dict | None) -> str | None:
@@ -228,6 +240,7 @@ class FileCache:
             os.makedirs(os.path.dirname(local), exist_ok=True)
             os.makedirs(os.path.dirname(record), exist_ok=True)
             with path_lock(self._lock_path(local)):
+                _remove_leftovers(local)
                 try:
                     ident = remote_identity(self.fs, path, self.endpoint)
                     reason = self._stale(local, ident)
