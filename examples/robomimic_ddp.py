@@ -117,8 +117,9 @@ def main(argv=None):
 
     trainset, _ = TrainUtils.load_data_for_training(config, obs_keys=shape_meta["all_obs_keys"])
     sampler = trainset.get_dataset_sampler()
-    native = config.train.get("data_backend") in (None, "native")
-    if native and sampler is None:  # the plugin's backends split each pass themselves; SequenceDataset does not
+    # the plugin's backends (and mixtures, native ones too) split each pass themselves; SequenceDataset does not
+    native = config.train.get("data_backend") in (None, "native") and not config.train.get("data_mixture")
+    if native and sampler is None:
         sampler = torch.utils.data.distributed.DistributedSampler(
             trainset, num_replicas=world, rank=rank, seed=config.train.seed, drop_last=True
         )

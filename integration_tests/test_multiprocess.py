@@ -360,21 +360,24 @@ def test_ranks_set_up_differently_are_refused(tiny_hdf5, lerobot_datasets, tmp_p
     and serve some samples twice and others never: refused on every rank (robomimic: when the dataset is built;
     LeRobot: at cycle(), since lerobot-train builds it on rank 0 first and on the others after a barrier), naming
     the value and the ranks. The same setup (per-host cache directories allowed) builds."""
-    log = torchrun(
+    stdout = torchrun(
         os.path.join(HERE, "rank_agreement_script.py"), tiny_hdf5, str(lerobot_datasets["av1_1cam"]), str(tmp_path)
     )
     lines = [line for r in range(WORLD) for line in (tmp_path / f"rank{r}.txt").read_text().splitlines()]
     log = "\n".join(lines)
     cases = Counter(line.split(": ", 1)[0] + ": " + line.split(": ", 2)[1].split(" ")[0] for line in lines)
     refused = ("robomimic seed + rank", "robomimic per-rank option", "lerobot seed + rank")
-    # a reviewer's reproductions: another seq_length (the same sample count here would not tell them apart), and a
-    # dataset built for one process on every rank (each served every sample)
-    refused += ("robomimic per-rank seq_length", "robomimic one process on every rank")
+    # a reviewer's reproduction: another seq_length (the same sample count here would not tell them apart)
+    refused += ("robomimic per-rank seq_length",)
     for name in refused:
         assert cases[f"CASE {name}: REFUSED"] == WORLD, (name, lines)
-    for name in ("robomimic same setup, per-host cache_dir", "lerobot same setup", "robomimic explicit ranks"):
+    # rank=0, world_size=1 given explicitly: a dataset for one process, whichever ranks build one (said in a line);
+    # built on rank 0 alone it gathers nothing (a reviewer's reproduction: it waited for the other ranks forever)
+    built = ("robomimic same setup, per-host cache_dir", "lerobot same setup", "robomimic explicit ranks")
+    for name in built + ("robomimic one process on every rank",):
         assert cases[f"CASE {name}: BUILT"] == WORLD, (name, lines)
+    assert cases["CASE robomimic one process on rank 0 alone: BUILT"] == 1, lines
+    assert "this process serves every sample, and the other ranks are not consulted" in stdout
     assert "disagree on train.seed (rank 0: 11; rank 1: 12)" in log
-    assert "built their datasets as one process, one process" in log
     assert "disagree on train.data_backend_kwargs" in log and "'shuffle_buffer': 2" in log
     assert "disagree on --seed (the sampler's) (rank 0: 1000; rank 1: 1001)" in log

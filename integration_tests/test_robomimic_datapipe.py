@@ -102,6 +102,34 @@ def test_passes_differ_and_are_reproducible(tiny_hdf5, tmp_path):
     assert all(torch.equal(a, b["actions"]) for a, b in zip(first, passes(again, 16, True, True, 2)))
 
 
+def test_a_distributed_sampler_shuffles_and_a_sampler_the_backend_cannot_follow_is_refused(tiny_hdf5, tmp_path):
+    """A custom loop's DataLoader with a DistributedSampler (``examples/robomimic_ddp.py`` gives one for native):
+    the backend plans each pass itself, and took any sampler but a RandomSampler for "in order": every pass the
+    same unshuffled order, the same tail windows dropped at every epoch (a reviewer's reproduction under torchrun).
+    Now a shuffling DistributedSampler shuffles, one that does not keeps the order, and a sampler whose choice of
+    windows the backend would drop (weighted) is refused in one line. Control: shuffle=False serves in order."""
+    from robo_loaders_plugin import RoboLoadersError
+    from robo_loaders_plugin.robomimic.integration import epoch_loader
+
+    native, ds = pair(tiny_hdf5, tmp_path, COMBOS[0])
+    every = list(range(len(native)))
+
+    def served(**loader_kw):
+        loader = torch.utils.data.DataLoader(ds, batch_size=16, **loader_kw)
+        source = epoch_loader(loader)
+        return [windows_served(list(iter(source)), native) for _ in range(2)]
+
+    sampler = torch.utils.data.distributed.DistributedSampler(ds, num_replicas=1, rank=0, seed=1)
+    first, second = served(sampler=sampler)
+    assert sorted(first) == every and sorted(second) == every
+    assert first != every and first != second  # shuffled, another order each pass
+    in_order = torch.utils.data.distributed.DistributedSampler(ds, num_replicas=1, rank=0, shuffle=False)
+    assert served(sampler=in_order) == [every, every] == served(shuffle=False)  # control: in order
+    weighted = torch.utils.data.WeightedRandomSampler([1.0] * len(ds), len(ds))
+    with pytest.raises(RoboLoadersError, match="sampler is a WeightedRandomSampler, whose order the backend"):
+        served(sampler=weighted)
+
+
 def test_two_interleaved_iterators_each_serve_every_window_once(tiny_hdf5, tmp_path, capsys):
     """Two passes at once over robomimic's DataLoader (a second iter() before the first is exhausted): each serves
     every SequenceDataset window once, counted by content; the running pass keeps its position. Controls: the same

@@ -13,6 +13,9 @@ import os
 import numpy as np
 
 from robo_loaders_plugin.core.errors import RoboLoadersError
+from robo_loaders_plugin.core.log import get_logger
+
+logger = get_logger(__name__)
 
 
 def rank_share(total: int, rank: int, world_size: int) -> np.ndarray:
@@ -113,7 +116,7 @@ def source_identity(path: str) -> str:
     return h.hexdigest()[:16]
 
 
-def check_ranks_agree(values, where: str, built_for: tuple[int, int] | None = None) -> bool:
+def check_ranks_agree(values, where: str, built_for: tuple[int, int] | None = None, alone: bool = False) -> bool:
     """Refuse a multi-process run whose ranks were set up differently: one ``all_gather`` of ``values``.
 
     Why: every rank computes a pass's global order from (seed, options, data) alone and keeps its own share of it
@@ -130,6 +133,10 @@ def check_ranks_agree(values, where: str, built_for: tuple[int, int] | None = No
         built_for: This process's ``(rank, world_size)`` the dataset was split for, when the plugin splits passes
             itself: the group's ranks must hold every share of the group's world size once (``None``: not
             checked).
+        alone: The caller gave ``rank=0, world_size=1`` explicitly: a dataset for this process alone (a rank-0
+            evaluation set), built on whichever ranks want one. Nothing is gathered (a collective on rank 0 alone
+            waited for the other ranks forever: a reviewer's reproduction); in a group of two or more, one line says
+            that this process serves every sample.
 
     Returns:
         Whether the ranks were checked (``False``: no initialised process group of two or more processes).
@@ -143,6 +150,14 @@ def check_ranks_agree(values, where: str, built_for: tuple[int, int] | None = No
     if not (dist.is_available() and dist.is_initialized()):
         return False
     group_world = dist.get_world_size()
+    if alone:
+        if group_world > 1:
+            logger.info(
+                f"{where}: built with rank=0, world_size=1 in a torch.distributed group of {group_world}: this "
+                "process serves every sample, and the other ranks are not consulted (give no rank=/world_size= "
+                "for the group's share)"
+            )
+        return False
     if group_world < 2:
         if built_for is not None and built_for[1] > 1:
             raise RoboLoadersError(_split_mismatch(where, [built_for]))

@@ -106,6 +106,7 @@ def build_dataset(
     """
     if choice.framework != "robomimic":
         raise RoboLoadersError(f"backend choice {choice.name!r} was resolved for {choice.framework}, not robomimic")
+    alone = (rank, world_size) == (0, 1)  # given so explicitly: a dataset for this process alone
     rank, world_size = resolve_ranks(rank, world_size, "robomimic dataset_factory: ")
     compat.check_version()
     choice.check_device()
@@ -130,7 +131,7 @@ def build_dataset(
     # checked now when the process group exists, and again at the first pass: a custom loop may initialise the
     # group after building the dataset (iteration.check_first_pass)
     shared = setup() if world_size > 1 else None
-    check_ranks_agree(shared or setup, f"robomimic data backend {choice.name}", (rank, world_size))
+    check_ranks_agree(shared or setup, f"robomimic data backend {choice.name}", (rank, world_size), alone)
     iteration.record_built(dataset, choice, rank, world_size, int(config.train.seed), shared)
     if world_size > 1 and choice.kind == SAMPLE:
         logger.info(
@@ -182,10 +183,10 @@ def load_data_for_training(config, obs_keys):
 def sampling_plan(data_loader, built: iteration.Built) -> iteration.SamplingPlan:
     """robomimic's pass, from the DataLoader its ``train()`` builds.
 
-    Shuffled (RandomSampler) or in order, its batch size and ``drop_last``, and ``num_data_workers`` as the worker
-    budget; rank, world size and the shared order seed (``train.seed``) as :func:`dataset_factory` recorded them. In
-    a one-process run robomimic has no order seed of its own (the backend's ``seed`` option, default
-    ``train.seed``, applies).
+    Shuffled (a RandomSampler, or a shuffling DistributedSampler) or in order, its batch size and ``drop_last``, and
+    ``num_data_workers`` as the worker budget; rank, world size and the shared order seed (``train.seed``) as
+    :func:`dataset_factory` recorded them. In a one-process run robomimic has no order seed of its own (the
+    backend's ``seed`` option, default ``train.seed``, applies).
 
     Args:
         data_loader: The DataLoader robomimic built.
@@ -193,11 +194,14 @@ def sampling_plan(data_loader, built: iteration.Built) -> iteration.SamplingPlan
 
     Returns:
         The :class:`~robo_loaders_plugin.core.iteration.SamplingPlan`.
+
+    Raises:
+        RoboLoadersError: a sampler whose order the backend cannot reproduce (:func:`_shuffled`).
     """
     return iteration.SamplingPlan(
         batch_size=int(data_loader.batch_size),
         drop_last=bool(data_loader.drop_last),
-        shuffle=isinstance(data_loader.sampler, torch.utils.data.RandomSampler),
+        shuffle=_shuffled(data_loader.sampler, built),
         num_workers=int(data_loader.num_workers),
         seed=built.seed if built.world_size > 1 else None,
         pin_memory=bool(data_loader.pin_memory) and torch.cuda.is_available(),
@@ -205,6 +209,32 @@ def sampling_plan(data_loader, built: iteration.Built) -> iteration.SamplingPlan
         world_size=built.world_size,
         worker_context=data_loader.multiprocessing_context,
         prefetch_factor=data_loader.prefetch_factor,
+    )
+
+
+def _shuffled(sampler, built: iteration.Built) -> bool:
+    """Whether the DataLoader's sampler shuffles, for a pass the backend plans itself (its own order, split across
+    ranks by the backend).
+
+    Why a ``DistributedSampler`` is read and any other sampler refused: robomimic's ``train()`` builds its DataLoader
+    with ``shuffle=True`` (a ``RandomSampler``), but a custom loop (``examples/robomimic_ddp.py`` for ``native``) may
+    give its own sampler, which the backend does not iterate. A shuffling ``DistributedSampler`` was taken for "in
+    order": every pass the same unshuffled order, the same tail windows dropped at every epoch (a reviewer's
+    reproduction); a weighted or subset sampler's choice of windows was dropped without a word.
+
+    Raises:
+        RoboLoadersError: a sampler whose order the backend cannot reproduce.
+    """
+    if isinstance(sampler, torch.utils.data.RandomSampler):
+        return True
+    if isinstance(sampler, torch.utils.data.SequentialSampler):
+        return False
+    if isinstance(sampler, torch.utils.data.distributed.DistributedSampler):
+        return bool(sampler.shuffle)  # its split is the backend's own (rank and world size as the dataset was built)
+    raise RoboLoadersError(
+        f"robomimic data backend {built.choice.name}: the DataLoader's sampler is a {type(sampler).__name__}, whose "
+        "order the backend does not reproduce (it plans each pass itself, split across ranks); build the DataLoader "
+        "with shuffle=True (or shuffle=False) and no sampler, or a DistributedSampler"
     )
 
 

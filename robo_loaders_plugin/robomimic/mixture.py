@@ -651,6 +651,7 @@ def build_mixture(config, obs_keys, choice: BackendChoice, filter_by_attribute=N
     """
     spec = mixture_spec(config)
     assert spec is not None  # applies() said there is one
+    alone = (rank, world_size) == (0, 1)  # given so explicitly: a dataset for this process alone
     rank, world_size = resolve_ranks(rank, world_size, "robomimic dataset_factory: ")
     compat.check_version()
     choice.check_device()
@@ -726,7 +727,7 @@ def build_mixture(config, obs_keys, choice: BackendChoice, filter_by_attribute=N
         }
 
     shared = setup() if world_size > 1 else None
-    check_ranks_agree(shared or setup, f"robomimic data backend {choice.name}", (rank, world_size))
+    check_ranks_agree(shared or setup, f"robomimic data backend {choice.name}", (rank, world_size), alone)
     collect_build_garbage()  # the build's garbage collected now, not in the first batches
     iteration.record_built(mix, choice, rank, world_size, int(t.seed), shared, served_as=BATCH)
     split = filter_by_attribute or "all demos"
