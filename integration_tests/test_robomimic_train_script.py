@@ -177,6 +177,31 @@ def test_a_late_refusal_is_one_line_and_a_failed_exit_status(e2e_hdf5, tmp_path,
     assert "Traceback" not in out and "run failed with error" not in out, out[-3000:]
 
 
+@pytest.mark.parametrize("bad", ["obs key", "filter key", "validation filter key"])
+def test_a_missing_key_through_the_script_is_one_line_naming_it(e2e_hdf5, tmp_path, bad):
+    """A reviewer's reproduction: through robomimic's script, an observation key or filter key the file lacks was
+    h5py's bare ``KeyError`` and robomimic's traceback (exit status 0 with ``-m``), read by robomimic before the
+    plugin's factory names it. With a backend chosen, one line naming the file, the key and what the file has, exit
+    status 1. Control: the same config with the key fixed trains (the test above and the e2e runs)."""
+    cfg_path = write_config(tmp_path, e2e_hdf5, "compressed_cache", "missing")
+    cfg = json.loads(open(cfg_path).read())
+    if bad == "obs key":
+        cfg["observation"]["modalities"]["obs"]["low_dim"].append("no_such_key")
+        want = "data/demo_0/obs/no_such_key is missing (available under /data/demo_0/obs:"
+    elif bad == "filter key":
+        cfg["train"]["hdf5_filter_key"] = "nope"
+        want = "filter key 'nope' not found under mask/ (available: ['train', 'valid'])"
+    else:
+        cfg["train"]["hdf5_validation_filter_key"] = "nope"
+        want = "filter key 'nope' not found under mask/ (available: ['train', 'valid'])"
+    with open(cfg_path, "w") as f:
+        json.dump(cfg, f)
+    rc, out = run([sys.executable, "-m", "robomimic.scripts.train", "--config", cfg_path])
+    lines = [ln for ln in out.splitlines() if want in ln]
+    assert rc == 1 and len(lines) == 1 and lines[0].startswith(f"error: {e2e_hdf5}: "), out[-3000:]
+    assert "Traceback" not in out and "KeyError" not in out, out[-3000:]
+
+
 def test_a_bug_keeps_its_traceback_in_robomimics_script(e2e_hdf5, tmp_path):
     """Negative control of item 6: an error that is not the plugin's (robomimic's own, the file is not there) is
     left to robomimic's handler: its traceback, and its exit status 0."""

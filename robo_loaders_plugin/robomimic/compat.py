@@ -162,12 +162,14 @@ def patch_train_utils(module, replacements) -> None:
         setattr(module, name, wrapper)
 
 
-def patch_file_utils(module, shape_metadata) -> None:
-    """Make ``get_shape_metadata_from_dataset`` pass its result through ``shape_metadata``.
+def patch_file_utils(module, shape_metadata, check=None) -> None:
+    """Make ``get_shape_metadata_from_dataset`` pass its result through ``shape_metadata``, after ``check``.
 
     Args:
         module: ``robomimic.utils.file_utils``, freshly imported.
         shape_metadata: ``shape_metadata(shape_meta, dataset_path) -> shape_meta``.
+        check: ``check(dataset_path, all_obs_keys)``, called first: may raise a ``RoboLoadersError`` naming what is
+            wrong where robomimic's read would raise h5py's bare ``KeyError`` (``None``: nothing checked).
     """
     check_version()
     current = module.get_shape_metadata_from_dataset
@@ -177,8 +179,10 @@ def patch_file_utils(module, shape_metadata) -> None:
 
     @functools.wraps(current)
     def get_shape_metadata_from_dataset(dataset_path, all_obs_keys=None, verbose=False):
-        shape_meta = current(dataset_path, all_obs_keys=all_obs_keys, verbose=verbose)
         try:
+            if check is not None:
+                check(dataset_path, all_obs_keys)
+            shape_meta = current(dataset_path, all_obs_keys=all_obs_keys, verbose=verbose)
             return shape_metadata(shape_meta, dataset_path)
         except RoboLoadersError as exc:
             if running_train_script():

@@ -9,7 +9,7 @@ import torch
 import torch.utils.data
 
 from robo_loaders_plugin.core import iteration
-from robo_loaders_plugin.core.errors import RoboLoadersError
+from robo_loaders_plugin.core.errors import RoboLoadersError, SourceError
 from robo_loaders_plugin.core.in_flight import training_loop
 from robo_loaders_plugin.core.log import get_logger
 from robo_loaders_plugin.core.ranks import check_ranks_agree, resolve_ranks, source_identity
@@ -175,9 +175,63 @@ def load_data_for_training(config, obs_keys):
     Raises:
         RoboLoadersError: a bad backend choice or option, or a bad ``train.data_mixture``.
     """
-    mixture.mixture_spec(config)
+    spec = mixture.mixture_spec(config)
     backend_choice(config)
+    # robomimic's own read raises h5py's bare KeyError on a bad filter key (a native run keeps that behaviour)
+    if spec is None and config.train.get("data_backend") is not None:
+        _check_filter_keys(config)
     return compat.original("load_data_for_training")(config, obs_keys)
+
+
+def _check_filter_keys(config) -> None:
+    """The filter keys robomimic's ``load_data_for_training`` will read (``train.hdf5_filter_key``, and with
+    ``experiment.validate`` ``train.hdf5_validation_filter_key``) are in ``train.data``'s ``mask/``: one line
+    naming the file, the key and the keys it has, before robomimic's read fails on it with h5py's ``KeyError``."""
+    from robo_loaders_plugin.sources.robomimic_hdf5 import RobomimicHdf5
+
+    keys = [config.train.hdf5_filter_key]
+    if config.experiment.validate:
+        keys.append(config.train.hdf5_validation_filter_key)
+    keys = [k for k in keys if k is not None]
+    path = os.path.expanduser(config.train.data)
+    if not keys or not os.path.isfile(path):
+        return  # nothing to check, or a missing file: the dataset factory says so
+    with RobomimicHdf5(path).open() as f:
+        for key in keys:
+            RobomimicHdf5.demos(f, key)
+
+
+def check_obs_keys(dataset_path, all_obs_keys) -> None:
+    """The observation keys robomimic's ``get_shape_metadata_from_dataset`` reads from the file's first demo are
+    there, in a run whose config picks a backend: one line naming the file, the key and what the demo has, before
+    robomimic's read fails on it with h5py's ``KeyError`` (a native run keeps robomimic's own behaviour).
+
+    Args:
+        dataset_path: The file robomimic reads the shapes of.
+        all_obs_keys: The observation keys it reads.
+
+    Raises:
+        SourceError: a key the first demo lacks.
+    """
+    import h5py
+
+    config = _RUN_CONFIG[0] if _RUN_CONFIG else None
+    if config is None or config.train.get("data_backend") is None or not all_obs_keys:
+        return
+    path = os.path.expanduser(str(dataset_path))
+    if not os.path.isfile(path) or not h5py.is_hdf5(path):
+        return  # the dataset factory names what is wrong with the file itself
+    with h5py.File(path, "r") as f:
+        demos = list(f["data"].keys()) if "data" in f else []
+        if not demos or f"data/{demos[0]}/obs" not in f:
+            return
+        obs = f[f"data/{demos[0]}/obs"]
+        missing = [k for k in all_obs_keys if k not in obs]
+        if missing:
+            raise SourceError(
+                f"{path}: data/{demos[0]}/obs/{missing[0]} is missing (available under {obs.name}: "
+                f"{sorted(obs.keys())}); check the obs keys in observation.modalities"
+            )
 
 
 def sampling_plan(data_loader, built: iteration.Built) -> iteration.SamplingPlan:
