@@ -758,6 +758,16 @@ def test_a_resumed_run_is_refused_other_data_than_its_checkpoint_trained_on(lero
         argv.append(f"--dataset.repo_id={ds['a'][0]}")  # control: typed, the flags' own message
         with pytest.raises(DecodingError, match=re.escape("leave --dataset.repo_id, --dataset.root out")):
             BackendDatasetConfig(repo_id=ds["a"][0], root=ds["a"][1], mixture=mixture())
+        # the reverse: the mixture from the saved config, the dataset flags typed (a reviewer's reproduction: the
+        # message blamed --dataset.mixture, which nobody typed)
+        mp.setattr(sys, "argv", ["lerobot-train", f"--config_path={saved_config}", "--resume=true",
+                                 f"--dataset.repo_id={ds['a'][0]}", f"--dataset.root={ds['a'][1]}"])  # fmt: skip
+        with pytest.raises(DecodingError) as info:
+            BackendDatasetConfig(repo_id=ds["a"][0], root=ds["a"][1], mixture=mixture())
+        assert (
+            f"--config_path={saved_config} gives --dataset.mixture (that run trained on a mixture), and this command "
+            "line gives --dataset.repo_id, --dataset.root: leave --dataset.repo_id, --dataset.root out"
+        ) in str(info.value), info.value
 
 
 def test_config_flag_is_checked_at_parsing_and_saved_resolved(lerobot_mixture_datasets, tmp_path):

@@ -181,6 +181,14 @@ def check_flags(dataset_cfg, spec) -> None:
             f"or clear them ({' '.join(f'{flag}=' for flag in given)}) to train on the mixture as a new run "
             "(without --resume)"
         )
+    if given and config_path is not None and flag_text(argv, MIXTURE_FLAG) is None:
+        # the mixture is the saved config's (a run trained on a mixture), the dataset flags this command line's: a
+        # reviewer's reproduction blamed --dataset.mixture, which the user never typed
+        raise RoboLoadersError(
+            f"--config_path={config_path[2]} gives {MIXTURE_FLAG} (that run trained on a mixture), and this command "
+            f"line gives {', '.join(given)}: leave {', '.join(given)} out to go on with the mixture (--resume=true "
+            f"resumes it), or train on one dataset as a new run (without --resume and --config_path)"
+        )
     if given:
         raise RoboLoadersError(
             f"{MIXTURE_FLAG} names every dataset: leave {', '.join(given)} out (each component gives its own "
