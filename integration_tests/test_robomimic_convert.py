@@ -79,10 +79,9 @@ def test_two_processes_on_one_folder(tiny_hdf5, tmp_path):
         for _ in range(2)
     ]
     outs = [p.communicate(timeout=600)[0] for p in procs]
-    assert any(p.returncode == 0 for p in procs), outs
-    if not os.path.exists(os.path.join(out, "index.json")):  # the slower one may have found units still leased
-        rc, log = cli("convert", "robomimic", tiny_hdf5, out, "--shard-size", "50KB")
-        assert rc == 0, log
+    # both succeed: the slower converts what is left, waits for the other's units and publishes (one was refused
+    # once in 40 runs, its check of the directory finding the other's manifest.json.tmp-*: a reviewer's reproduction)
+    assert all(p.returncode == 0 for p in procs), outs
     assert verify_robomimic(out, tiny_hdf5) == []
     m = json.load(open(os.path.join(out, "manifest.json")))
     assert all(u["state"] == "done" for u in m["units"])
@@ -302,3 +301,11 @@ def test_an_output_directory_of_the_users_or_inside_the_source_is_refused_before
     done = tmp_path / "done"
     convert_robomimic(tiny_hdf5, str(done), progress=False)
     convert_robomimic(tiny_hdf5, str(done), progress=False)  # a conversion there: resumed (nothing to do)
+    # what another conversion into it writes before its manifest, or a run killed then leaves (a reviewer's
+    # reproduction: one of two identical conversions started together was refused, 1 run in 40)
+    early = tmp_path / "early"
+    (early / "shards").mkdir(parents=True)
+    (early / "manifest.lock").write_text("")
+    (early / "manifest.json.tmp-4242-0123abcd").write_text("{")
+    convert_robomimic(tiny_hdf5, str(early), progress=False)
+    assert (early / "index.json").exists() and not (early / "manifest.json.tmp-4242-0123abcd").exists()

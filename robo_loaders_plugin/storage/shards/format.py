@@ -242,6 +242,8 @@ def disk_full_error(directory: str, exc: OSError, needed: str | None, doing: str
 
 # what a conversion writes in its output directory before its manifest exists (a run killed that early leaves them)
 _OWN_NAMES = {"shards", "locks", "datatrove", "manifest.lock"}
+# the temporaries of its JSON documents (core.files.atomic_write_json), there while one is written or left by a kill
+JSON_TMP_RE = re.compile(r"^(manifest|index|dataset)\.json\.tmp-\d+(-[0-9a-f]+)?$")
 
 
 def check_output_dir(out_dir: str, source: str | None = None) -> None:
@@ -273,7 +275,14 @@ def check_output_dir(out_dir: str, source: str | None = None) -> None:
                 f"{source}; convert into a directory outside it"
             )
     if os.path.isdir(out_dir) and not os.path.exists(os.path.join(out_dir, "manifest.json")):
-        theirs = sorted(n for n in os.listdir(out_dir) if n not in _OWN_NAMES and not n.startswith(".robo-loaders"))
+        # the conversion's own names, and its manifest's temporary: another process converting into it writes
+        # manifest.json.tmp-* before manifest.json (two identical conversions started together: one was refused,
+        # a reviewer's reproduction in 1 of 40 runs), and a run killed then leaves one
+        theirs = sorted(
+            n
+            for n in os.listdir(out_dir)
+            if n not in _OWN_NAMES and not n.startswith(".robo-loaders") and not JSON_TMP_RE.match(n)
+        )
         if theirs:
             shown = ", ".join(theirs[:3]) + (f" and {len(theirs) - 3} more" if len(theirs) > 3 else "")
             raise ShardError(

@@ -49,6 +49,7 @@ from robo_loaders_plugin.core.progress import inner_bars_quiet
 from robo_loaders_plugin.storage.cache import ENV_LOCK_TIMEOUT, lock_timeout
 from robo_loaders_plugin.storage.codec import FrameCodec
 from robo_loaders_plugin.storage.integrity import json_checksum, with_checksum
+from robo_loaders_plugin.storage.shards.format import JSON_TMP_RE as _JSON_TMP_RE
 from robo_loaders_plugin.storage.shards.format import ShardError, _atomic_json
 from robo_loaders_plugin.storage.shards.worker_pool import run_workers
 from robo_loaders_plugin.storage.shards.writer import ShardWriter, publish
@@ -59,7 +60,6 @@ MANIFEST = "manifest.json"
 MANIFEST_VERSION = 2  # 2: leases are locks; index entries carry CRC32s (format version 2)
 POLL_S = 0.5
 _UNIT_TMP_RE = re.compile(r"^unit-(\d+)-\d+\.tar\.tmp-\d+$")
-_JSON_TMP_RE = re.compile(r"^(manifest|index|dataset)\.json\.tmp-\d+(-[0-9a-f]+)?$")  # core.files temporaries
 
 
 class _Lease(NamedTuple):
