@@ -690,3 +690,46 @@ def test_python_dash_m_cli_gives_the_scripts_one_line_errors(tmp_path):
     assert p.stderr.strip().splitlines() == [f"error: --cache-dir={str(a_file)!r} is a file, not a directory"] or (
         p.stderr.startswith("error: ") and len(p.stderr.strip().splitlines()) == 1
     ), p.stderr
+
+
+def test_another_users_read_only_lock_file_is_locked_read_only_and_an_unopenable_one_is_one_line(tmp_path, monkeypatch):
+    """A ``cache_dir`` shared by a group: lock files the first user created 0644 could not be opened read-write by
+    the second, a ``PermissionError`` traceback (a reviewer's reproduction, two uids). Lock files are now created
+    0666 less the umask, and one that stays read-only is locked through a read-only descriptor (an ``flock`` needs
+    no write access; its holder record is left as it is). Root ignores file modes, so the refusal is simulated.
+    Control: a lock file that cannot be opened at all is one ``CacheError`` line naming it and the directory."""
+    from robo_loaders_plugin.core import files
+
+    root = cache.cache_root(str(tmp_path))
+    entry = cache.Entry(root, "kind-x-y")
+    with entry.building("test"):
+        os.makedirs(entry.path)
+    theirs = b"pid 1 on their-host".ljust(cache._HOLDER_BYTES)
+    with open(entry._lock_path("build"), "wb") as f:
+        f.write(theirs)
+    first = entry.hold()  # the use lock file exists now too, held
+    real_open = os.open
+
+    def their_files(path, flags, *mode):
+        if str(path).startswith(os.path.join(root, cache.LOCKS)) and flags & os.O_RDWR:
+            raise PermissionError(13, "Permission denied", path)
+        return real_open(path, flags, *mode)
+
+    monkeypatch.setattr(files.os, "open", their_files)
+    with entry.building("test"):  # the build lock taken through a read-only descriptor
+        assert entry.in_use()  # the hold above, seen through another read-only descriptor
+    hold = entry.hold()
+    assert open(entry._lock_path("build"), "rb").read() == theirs  # not written through a read-only descriptor
+    hold.release()
+    first.release()
+
+    def nothing(path, flags, *mode):
+        raise PermissionError(13, "Permission denied", path)
+
+    monkeypatch.setattr(files.os, "open", nothing)
+    refused = r"cannot open the cache's lock file .*kind-x-y\.build \(Permission denied\); the cache directory"
+    with (
+        pytest.raises(cache.CacheError, match=refused + " .* must be writable by every user of it"),
+        entry.building("test"),
+    ):
+        pass

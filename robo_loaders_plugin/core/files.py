@@ -96,6 +96,31 @@ def try_lock(fd: int, *, shared: bool = False) -> bool:
         raise
 
 
+def open_lock_file(path: str) -> int:
+    """Open (create if missing) a lock file, read-write where this user may, else read-only.
+
+    Why: a ``cache_dir`` shared by a group (setgid, group-writable) held lock files created with mode 0644 by the
+    first user, so the second one's read-write open was a ``PermissionError`` traceback (a reviewer's reproduction).
+    New files are created 0666 less the umask, as the directories around them are, and an ``flock`` needs no write
+    access, so another user's file that stays read-only to this one is locked through a read-only descriptor (its
+    holder record is then not written: ``os.pwrite`` on it raises ``OSError``).
+
+    Args:
+        path: The lock file.
+
+    Returns:
+        Its descriptor.
+
+    Raises:
+        OSError: it cannot be opened either way (its directory cannot be written to create it, or it is not
+            readable).
+    """
+    try:
+        return os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    except PermissionError:
+        return os.open(path, os.O_RDONLY)
+
+
 def lock_shared(fd: int) -> None:
     """Take a shared lock on the open file ``fd``, waiting while another holds an exclusive one.
 

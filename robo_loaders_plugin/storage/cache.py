@@ -36,7 +36,7 @@ import time
 import weakref
 
 from robo_loaders_plugin.core.errors import RoboLoadersError, StaleSourceError
-from robo_loaders_plugin.core.files import lock_shared, try_lock, unlock
+from robo_loaders_plugin.core.files import lock_shared, open_lock_file, try_lock, unlock
 from robo_loaders_plugin.core.log import get_logger
 from robo_loaders_plugin.core.units import format_bytes, parse_bytes
 
@@ -198,9 +198,12 @@ def _record_holder(fd: int) -> None:
     its build lock once: 400 components spent ~1.4 s of a mixture's start-up there.
     """
     record = f"pid {os.getpid()} on {socket.gethostname()}".encode()[:_HOLDER_BYTES].ljust(_HOLDER_BYTES)
-    os.pwrite(fd, record, 0)
-    if os.fstat(fd).st_size > _HOLDER_BYTES:  # a lock file written otherwise (a longer record)
-        os.ftruncate(fd, _HOLDER_BYTES)
+    try:
+        os.pwrite(fd, record, 0)
+        if os.fstat(fd).st_size > _HOLDER_BYTES:  # a lock file written otherwise (a longer record)
+            os.ftruncate(fd, _HOLDER_BYTES)
+    except OSError:  # another user's lock file, read-only to this one (core.files.open_lock_file): no record
+        pass
 
 
 class EntryHold:
@@ -248,7 +251,14 @@ class Entry:
         return os.path.join(self.root, LOCKS, f"{self.name}.{what}")
 
     def _open_lock(self, what: str) -> int:
-        return os.open(self._lock_path(what), os.O_RDWR | os.O_CREAT, 0o644)
+        path = self._lock_path(what)
+        try:
+            return open_lock_file(path)
+        except OSError as exc:
+            raise CacheError(
+                f"cannot open the cache's lock file {path} ({exc.strerror or exc}); the cache directory "
+                f"{self.root} must be writable by every user of it (a shared one: group-writable, setgid, umask 002)"
+            ) from None
 
     def _locked_current(self, fd: int, what: str) -> bool:
         """Whether the lock file ``fd`` (locked by the caller) is still the one named ``<entry>.<what>``. :meth:`remove`
@@ -318,7 +328,8 @@ class Entry:
             if self._locked_current(fd, "use"):
                 break
             os.close(fd)
-        os.utime(self._lock_path("use"))
+        with contextlib.suppress(PermissionError):  # another user's lock file, read-only to this one
+            os.utime(self._lock_path("use"))
         return EntryHold(fd)
 
     def in_use(self) -> bool:

@@ -43,7 +43,7 @@ from typing import NamedTuple
 
 from tqdm.auto import tqdm
 
-from robo_loaders_plugin.core.files import path_lock, sha256_file, try_lock
+from robo_loaders_plugin.core.files import open_lock_file, path_lock, sha256_file, try_lock
 from robo_loaders_plugin.core.log import get_logger
 from robo_loaders_plugin.core.progress import inner_bars_quiet
 from robo_loaders_plugin.storage.cache import ENV_LOCK_TIMEOUT, lock_timeout
@@ -150,7 +150,7 @@ def _try_lock(out_dir: str, unit_id: int) -> int | None:
     """The unit's lock, taken (its descriptor), or None while another holder (any process, or this one through
     another descriptor) has it."""
     os.makedirs(os.path.join(out_dir, "locks"), exist_ok=True)
-    fd = os.open(_lock_path(out_dir, unit_id), os.O_RDWR | os.O_CREAT, 0o644)
+    fd = open_lock_file(_lock_path(out_dir, unit_id))
     try:
         if try_lock(fd):
             return fd
