@@ -436,3 +436,22 @@ def test_unmodified_train_script_with_video_shards(tmp_path):
     assert "video_stream [valid]" in out and "camera frames from h264 video" in out, out[-3000:]
     # each epoch leaves its pass part-way (epoch_every_n_steps) and drops it: the next one is the pipeline's again
     assert "apart from the running pass" not in out, out[-3000:]
+
+
+def test_hevc_segments_of_two_frames_encode_and_frames_too_low_are_refused():
+    """A reviewer's reproduction: libx265 with B-frames flushed packets of nonsense DTS for 2-frame segments (a demo
+    of 2 steps), which the MP4 muxer refused ("Not yet implemented in FFmpeg"), about half the time once 2-frame
+    segments came first in the process. Such segments are encoded without B-frames now; each one decodes to its two
+    frames at their positions. Frames lower than 8 pixels are refused before libx265 fails on them."""
+    from robo_loaders_plugin.storage.video import decode, encode
+
+    settings = VideoSettings("hevc")
+    rng = np.random.default_rng(5)
+    for k in range(12):
+        frames = rng.integers(0, 256, size=(2, 84, 84, 3), dtype=np.uint8)
+        frames[:, : 8 + k, :, :] = 20 * k  # content that differs from segment to segment
+        out = decode(encode(frames, settings, f"segment {k}"), 2, (84, 84, 3))
+        assert out.shape == (2, 84, 84, 3)
+        assert np.abs(out[:, : 8 + k].astype(int) - 20 * k).mean() < 8  # the segment's own content
+    with pytest.raises(VideoError, match="frames 7 pixels high; libx265 cannot encode frames lower than 8 pixels"):
+        encode(np.zeros((3, 7, 64, 3), np.uint8), settings, "frames")

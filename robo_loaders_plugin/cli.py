@@ -991,7 +991,7 @@ def cache_clear(root):
     Args:
         root: The cache root, from ``--cache-dir`` (default: ``$ROBO_LOADERS_CACHE`` or ``~/.cache/robo-loaders``).
     """
-    _remove_unused(root, 0)
+    _remove_unused(root, 0, "cache clear")
 
 
 def _run():

@@ -544,6 +544,13 @@ def test_prune_leaves_a_cache_dir_nested_in_the_root_and_what_a_run_holds_there(
             "removed now\n"
         ), r.output
         assert os.path.exists(os.path.join(held, "shard.tar")) and (tmp_path / "root" / "my-notes").is_dir()
+        # clear with the entry in use: said as such, not "over its limit of 0 B (ROBO_LOADERS_CACHE_SIZE)", a limit
+        # nobody set (a reviewer's reproduction)
+        r = CliRunner().invoke(main, ["cache", "clear", "--cache-dir", nested])
+        assert r.exit_code == 0 and r.output == (
+            f"[robo-loaders] cache clear: the cache {nested} keeps 1.0 kB in entries in use by running processes; "
+            "they can be removed once nothing uses them\n"
+        ), r.output
     finally:
         run.stdin.close()
         run.wait(timeout=60)

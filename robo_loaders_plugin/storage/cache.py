@@ -629,7 +629,12 @@ def prune(root: str, limit: int | None, keep: tuple[str, ...] = (), where: str =
         if e.remove():
             total -= sizes[e.name]
             removed.append(e.path)
-    if total > limit:
+    if total > limit and limit == 0:  # remove everything unused (cache clear): what stays is in use, no limit
+        logger.warning(
+            f"{where}: the cache {root} keeps {format_bytes(total)} in entries in use by running processes; they "
+            "can be removed once nothing uses them"
+        )
+    elif total > limit:
         logger.warning(
             f"the cache {root} holds {format_bytes(total)}, over its limit of {format_bytes(limit)} "
             f"({where}), with entries in use; nothing more can be removed now"

@@ -36,6 +36,7 @@ DEFAULT_FPS = 20  # the stream's time base only (robomimic files rarely say thei
 _ENCODER_OPTIONS = {"libaom-av1": {"cpu-used": "8", "row-mt": "1"}, "libx265": {"x265-params": "log-level=error"}}
 PSNR_CAP = 100.0  # dB reported for identical frames (MSE 0)
 MIN_HEVC_WIDTH = 64  # libx265 (as PyAV 15 bundles it) corrupts its heap on narrower frames and aborts the process
+MIN_HEVC_HEIGHT = 8  # and refuses lower ones ("Invalid argument", a reviewer's 7x64 frames)
 
 
 class VideoError(RoboLoadersError):
@@ -140,8 +141,9 @@ def check_frames(frames: np.ndarray, settings: VideoSettings, where: str) -> Non
         where: Names the frames in the error.
 
     Raises:
-        VideoError: the frames are not (N >= 1, H, W, 3) uint8; narrower than :data:`MIN_HEVC_WIDTH` for ``hevc``
-            (libx265 aborts the process on them); or of odd size for ``yuv420p``.
+        VideoError: the frames are not (N >= 1, H, W, 3) uint8; narrower than :data:`MIN_HEVC_WIDTH` or lower
+            than :data:`MIN_HEVC_HEIGHT` for ``hevc`` (libx265 aborts the process on the first, fails on the
+            second); or of odd size for ``yuv420p``.
     """
     if frames.dtype != np.uint8 or frames.ndim != 4 or frames.shape[-1] != 3 or frames.shape[0] < 1:
         raise VideoError(f"{where}: video segments hold (N, H, W, 3) uint8 frames, got {frames.shape} {frames.dtype}")
@@ -150,6 +152,11 @@ def check_frames(frames: np.ndarray, settings: VideoSettings, where: str) -> Non
         raise VideoError(
             f"{where}: frames {w} pixels wide; libx265 crashes on frames narrower than "
             f"{MIN_HEVC_WIDTH} pixels (the whole process aborts), so use --frames h264 or av1"
+        )
+    if settings.codec == "hevc" and h < MIN_HEVC_HEIGHT:
+        raise VideoError(
+            f"{where}: frames {h} pixels high; libx265 cannot encode frames lower than {MIN_HEVC_HEIGHT} pixels, "
+            "so use --frames h264 or av1"
         )
     if settings.pix_fmt == "yuv420p" and (h % 2 or w % 2):
         raise VideoError(
@@ -183,7 +190,13 @@ def encode(frames: np.ndarray, settings: VideoSettings, where: str = "frames") -
             stream = container.add_stream(settings.encoder, rate=settings.fps)
             stream.width, stream.height, stream.pix_fmt = frames.shape[2], frames.shape[1], settings.pix_fmt
             stream.codec_context.gop_size = settings.gop
-            stream.options = dict(_ENCODER_OPTIONS.get(settings.encoder, {}), crf=str(settings.crf))
+            options = dict(_ENCODER_OPTIONS.get(settings.encoder, {}), crf=str(settings.crf))
+            if settings.encoder == "libx265" and len(frames) <= 2:
+                # libx265 with B-frames flushed packets of nonsense DTS for 2-frame segments, which the MP4 muxer
+                # refused ("Not yet implemented in FFmpeg"), a demo of 2 steps failing a conversion (a reviewer's
+                # reproduction); a segment that short has nothing to gain from B-frames
+                options["x265-params"] += ":bframes=0"
+            stream.options = options
             for i, rgb in enumerate(frames):
                 frame = av.VideoFrame.from_ndarray(rgb, format="rgb24")
                 frame.pts = i
