@@ -353,6 +353,15 @@ def test_executor_options_are_checked_before_the_source_is_read(tmp_path):
         with pytest.raises(executors.ExecutorError, match=message.replace("(", r"\(").replace(")", r"\)")):
             convert_robomimic(missing, str(tmp_path / "out"), executor=executor, executor_options=options)
     assert not os.path.exists(tmp_path / "out")
+    # paths datatrove writes unquoted into the job script: every task failed to start (a reviewer's reproduction)
+    for out, options in (
+        (tmp_path / "out dir", {"partition": "cpu"}),  # its default logging directory, <out>/datatrove
+        (tmp_path / "out", {"partition": "cpu", "logging_dir": str(tmp_path / "my logs")}),
+    ):
+        with pytest.raises(executors.ExecutorError, match=r"--logging-dir .* holds a space or shell character"):
+            convert_robomimic(missing, str(out), executor="datatrove-slurm", executor_options=options)
+        assert not os.path.exists(out)
+    executors.check_options("datatrove-slurm", {"partition": "cpu"}, str(tmp_path / "out"))  # control
 
     assert executors.options_from_cli(
         "datatrove-slurm",

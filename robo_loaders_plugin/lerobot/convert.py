@@ -118,7 +118,7 @@ def convert_lerobot(
         core.footprint.ResourceRefused: the estimated output does not fit the disk.
         StaleSourceError: the source changed while it was converted (the conversion is withdrawn).
     """
-    executors.check_options(executor, executor_options or {})
+    executors.check_options(executor, executor_options or {}, out_dir)
     codec = codec or FrameCodec()
     source = LeRobotV3(root)
     check_output_dir(out_dir, str(root))

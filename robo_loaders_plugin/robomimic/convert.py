@@ -132,7 +132,7 @@ def convert_robomimic(
         core.footprint.ResourceRefused: the estimated output does not fit the disk.
         StaleSourceError: the source changed while it was converted (the conversion is withdrawn).
     """
-    executors.check_options(executor, executor_options or {})
+    executors.check_options(executor, executor_options or {}, out_dir)
     codec = codec or FrameCodec()
     source = RobomimicHdf5(in_path, cache_dir=cache_dir)  # validated: demos, num_samples against every array
     check_output_dir(out_dir, str(in_path))

@@ -687,7 +687,7 @@ def transcode(
         SourceError: ``root`` is not a v3 dataset with videos, or a video file is missing.
         ExecutorError: a bad executor or executor option.
     """
-    executors.check_options(executor, executor_options or {})
+    executors.check_options(executor, executor_options or {}, os.path.join(out, STATE_DIR))
     encoder = check_encoder(codec)
     crf = DEFAULT_CRF[codec] if crf is None else int(crf)
     if not 0 <= crf <= 51:

@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import re
 import shutil
 import threading
 import time
@@ -92,16 +93,19 @@ class Submitted:
         return dataclasses.asdict(self)
 
 
-def check_options(executor: str, options: Mapping) -> None:
+def check_options(executor: str, options: Mapping, out_dir: str | None = None) -> None:
     """Refuse an executor that does not take these options or cannot run here; converters call it before planning,
     so a typo fails before the source is read.
 
     Args:
         executor: One of :data:`EXECUTORS`.
         options: Its options (keyword arguments of :func:`execute`).
+        out_dir: The conversion's output directory, for ``datatrove-slurm``'s default logging directory in it
+            (``None``: only a given ``logging_dir`` is checked).
 
     Raises:
-        ExecutorError: an unknown executor, an option it does not take, ``datatrove-slurm`` without a partition, or
+        ExecutorError: an unknown executor, an option it does not take, ``datatrove-slurm`` without a partition or
+            with a path datatrove writes unquoted into the job script holding a space or shell character, or
             datatrove not installed for a datatrove executor.
     """
     if executor not in EXECUTORS:
@@ -112,6 +116,8 @@ def check_options(executor: str, options: Mapping) -> None:
         raise ExecutorError(f"executor {executor!r} does not take option(s) {', '.join(unknown)} (it takes {takes})")
     if executor == "datatrove-slurm" and not options.get("partition"):
         raise ExecutorError("executor 'datatrove-slurm' needs a Slurm partition (--slurm-partition)")
+    if executor == "datatrove-slurm":
+        _check_script_paths(options, out_dir)
     if executor.startswith("datatrove"):
         try:
             import datatrove  # noqa: F401
@@ -120,6 +126,36 @@ def check_options(executor: str, options: Mapping) -> None:
                 f"executor {executor!r} needs datatrove: pip install 'robo-loaders-plugin[datatrove]' "
                 "(or datatrove==0.10.1)"
             ) from None
+
+
+_UNQUOTABLE = re.compile(r"[\s'\"$`\\;&|<>()*?!#~{}\[\]]")  # what a shell reads as other than the path
+
+
+def _check_script_paths(options: Mapping, out_dir: str | None) -> None:
+    """The paths datatrove's Slurm executor writes unquoted into the job script (``#SBATCH --output``, ``srun ...
+    <logging_dir>/executor.pik``, ``source <venv>/bin/activate``) hold no space or shell character.
+
+    Why: with one (an output directory ``my data/``), submission succeeded and every array task failed to start
+    ("unrecognized arguments: data/.../executor.pik"), writing nothing (a reviewer's reproduction with a fake Slurm).
+    """
+    from robo_loaders_plugin.storage.shards import datatrove_step
+
+    paths = {}
+    if options.get("logging_dir") or out_dir is not None:
+        paths["--logging-dir (default <out>/datatrove)"] = _logging_dir(out_dir or "", options.get("logging_dir"))
+    if options.get("slurm_logs_folder"):
+        paths["slurm_logs_folder"] = str(options["slurm_logs_folder"])
+    if options.get("env_command") is None:
+        activate = datatrove_step.default_env_command()
+        if activate:
+            paths["this virtualenv (its activate script)"] = activate.removeprefix("source ")
+    for what, path in paths.items():
+        if _UNQUOTABLE.search(path):
+            raise ExecutorError(
+                f"executor 'datatrove-slurm': {what} is {path!r}, which holds a space or shell character; datatrove "
+                "writes it unquoted into the job script, so every task would fail to start: choose a path without "
+                "them (--logging-dir for the logs), or give env_command yourself"
+            )
 
 
 def execute(
@@ -320,7 +356,7 @@ def build_slurm(
     """
     from robo_loaders_plugin.storage.shards import datatrove_step
 
-    check_options("datatrove-slurm", options)
+    check_options("datatrove-slurm", options, out_dir)
     extra = dict(options.pop("extra", None) or {})
     step = datatrove_step.ConvertUnits(
         worker,
