@@ -1,5 +1,6 @@
 """compressed_cache options (cache_dir, max_memory) and clear errors on bad input, with real robomimic."""
 
+import dataclasses
 import glob
 import os
 import re
@@ -566,3 +567,36 @@ def test_arrays_stored_in_another_file_are_refused_naming_them(tmp_path):
     cfg = make_config(files["copied"], rgb=[], low_dim=["robot0_eef_pos"], backend="compressed_cache",
                       backend_kwargs={"cache_dir": str(tmp_path / "cache")}, seq_length=2)  # fmt: skip
     assert dataset_factory(cfg, obs_keys(cfg))[0]["actions"].shape == (2, 7)
+
+
+def test_a_ram_store_that_fits_only_without_the_sdks_records_goes_to_disk_not_refused(tiny_hdf5, tmp_path, monkeypatch):
+    """A reviewer's reproduction on a small tmpfs: the store's worst case fit the RAM directory, the store plus the
+    SDK's records (a few kB) did not, so the store was placed in RAM and then refused ("needs 6.8 MB, ... at most
+    90% = 6.8 MB may be used") instead of going to disk as docs/scale.md says. The store is now placed with the
+    records' room taken out. Control: with room for both it stays in RAM."""
+    from robo_loaders_plugin.core.footprint import HEADROOM, Available
+    from robo_loaders_plugin.robomimic.integration import choose
+    from robo_loaders_plugin.sdk.records import records_bytes
+    from robo_loaders_plugin.sdk.serve import _robomimic_source
+
+    cfg = make_config(tiny_hdf5, backend="compressed_cache", backend_kwargs={"keep": False})
+    options = choose("compressed_cache", keep=False).options
+    src, _, _ = _robomimic_source(cfg, obs_keys(cfg), None, None, options)
+    upper = src.size.store_upper_bytes()
+    records = records_bytes(len(src.size.lengths), len(src.size.frame_step_bytes) + src.size.other_fields)
+    real = Available.measure.__func__
+
+    def measure_with(shm):
+        def measure(cls, **kw):
+            return dataclasses.replace(real(cls, **kw), shm_bytes=shm, shm_dir=str(tmp_path / "ram"), host_bytes=10**12)
+
+        return classmethod(measure)
+
+    (tmp_path / "ram").mkdir()
+    monkeypatch.setenv("ROBO_LOADERS_RAM_DIR", str(tmp_path / "ram"))
+    monkeypatch.setenv("ROBO_LOADERS_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(Available, "measure", measure_with(int((upper + records / 2) / HEADROOM)))
+    ds = dataset_factory(cfg, obs_keys(cfg))
+    assert "file-backed cache on local disk" in ds.serving.summary, ds.serving.summary
+    monkeypatch.setattr(Available, "measure", measure_with(int((upper + 2 * records) / HEADROOM)))  # control
+    assert "a RAM file of at most" in dataset_factory(cfg, obs_keys(cfg)).serving.summary

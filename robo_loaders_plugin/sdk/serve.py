@@ -235,9 +235,12 @@ def _place(
         reusable = cache.holds_current(
             root, store.kind, _key(store, src, options), src.path, _recorded, for_placement=True
         )
+    records = records_bytes(len(src.size.lengths), len(src.size.frame_step_bytes) + src.size.other_fields)
     request = PlaceRequest(
         size=src.size,
-        available=available,
+        # the room the SDK's own records take beside the store wherever it goes: a store placed in RAM by a few
+        # kB, then refused once they were added, instead of going to disk (a reviewer's reproduction)
+        available=available.less(Footprint(shm_bytes=records, disk_bytes=records)),
         batches=src.batches,
         reusable=reusable,
         backend=backend,
@@ -246,7 +249,6 @@ def _place(
         sample_frames=src.sample_frames if sample else None,
     )
     placement = store.place(request, options)
-    records = records_bytes(len(src.size.lengths), len(src.size.frame_step_bytes) + src.size.other_fields)
     fp = placement.footprint
     if placement.in_ram:
         fp = dataclasses.replace(fp, shm_bytes=fp.shm_bytes + records)
