@@ -1,6 +1,7 @@
 """compressed_cache options (cache_dir, max_memory) and clear errors on bad input, with real robomimic."""
 
 import dataclasses
+import gc
 import glob
 import os
 import re
@@ -600,3 +601,37 @@ def test_a_ram_store_that_fits_only_without_the_sdks_records_goes_to_disk_not_re
     assert "file-backed cache on local disk" in ds.serving.summary, ds.serving.summary
     monkeypatch.setattr(Available, "measure", measure_with(int((upper + 2 * records) / HEADROOM)))  # control
     assert "a RAM file of at most" in dataset_factory(cfg, obs_keys(cfg)).serving.summary
+
+
+def test_a_second_run_takes_the_ram_store_another_run_holds_instead_of_a_copy_on_disk(tiny_hdf5, tmp_path, monkeypatch):
+    """A reviewer's reproduction on an 8 MB tmpfs: a second run of the same source and options placed its store
+    against the RAM left beside the first run's RAM store, found no room, and built a second copy on disk (one
+    cache per host, docs/multi-process.md). The store found in RAM is now taken as it is. Control: with no store in
+    RAM the same machine places it on disk."""
+    from robo_loaders_plugin.core.footprint import Available
+
+    real = Available.measure.__func__
+
+    def measure_with(shm):
+        def measure(cls, **kw):
+            return dataclasses.replace(real(cls, **kw), shm_bytes=shm, shm_dir=str(tmp_path / "ram"), host_bytes=10**12)
+
+        return classmethod(measure)
+
+    (tmp_path / "ram").mkdir()
+    monkeypatch.setenv("ROBO_LOADERS_RAM_DIR", str(tmp_path / "ram"))
+    monkeypatch.setenv("ROBO_LOADERS_CACHE", str(tmp_path / "cache"))
+    cfg = make_config(tiny_hdf5, backend="compressed_cache", backend_kwargs={"keep": False})
+    monkeypatch.setattr(Available, "measure", measure_with(10**10))
+    first = dataset_factory(cfg, obs_keys(cfg))
+    assert "a RAM file of at most" in first.serving.summary and not first.serving.reused
+    monkeypatch.setattr(Available, "measure", measure_with(10**4))  # the RAM left beside it: no room for another
+    second = dataset_factory(cfg, obs_keys(cfg))
+    assert "another run of this host built and holds" in second.serving.summary, second.serving.summary
+    assert second.serving.reused and not list((tmp_path / "cache").glob("compressed-cache-*"))
+    for i in (0, len(first) - 1):
+        assert_same_sample(second[i], first[i], f"[{i}]")
+    del first, second  # the RAM store goes with its last user
+    gc.collect()
+    control = dataset_factory(cfg, obs_keys(cfg))
+    assert "file-backed cache on local disk" in control.serving.summary, control.serving.summary

@@ -45,6 +45,8 @@ class PlaceRequest:
         option_prefix: How the user sets the backend's options, for messages.
         sample_frames: Returns a few camera frames of the dataset, as served (what a store measures its codec's
             ratio on); ``None`` where nothing may be read (a mixture's plan, from metadata only).
+        reusable_in_ram: A complete store of this source and options is in this user's RAM directory already
+            (another run of the host built it and holds it: placed there, it takes nothing new).
     """
 
     size: DataSize
@@ -55,6 +57,7 @@ class PlaceRequest:
     framework: str = ""
     option_prefix: str = ""
     sample_frames: Callable[[], list] | None = dataclasses.field(default=None, repr=False)
+    reusable_in_ram: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,6 +119,12 @@ def place_by_rule(footprint: Footprint, request: PlaceRequest, options: Any, ram
     limit = getattr(options, "max_memory", None)
     spilled = ""
     if ram and getattr(options, "cache_dir", None) is None:
+        if (limit is None or files <= limit) and request.reusable_in_ram:  # another run's, taken as it is
+            bound = (
+                f"{footprint.bound}; its files in RAM in {available.shm_dir}, built and held by another run of "
+                f"this host, shared{flying}"
+            )
+            return Placement(True, dataclasses.replace(footprint, host_bytes=host, disk_bytes=0, bound=bound))
         if (limit is None or files <= limit) and available.fits_shm(files, host):
             bound = (
                 f"{footprint.bound}; its files in RAM, at most {format_bytes(files)} in {available.shm_dir}, "

@@ -231,10 +231,12 @@ def _place(
     """Where the store goes (:meth:`FrameStore.place`), with the SDK's own records counted where it goes;
     ``reusable=None``: whether a complete store of this source and key is on disk, from the files' stat."""
     root = available.disk_dir or cache.location(getattr(options, "cache_dir", None))
+    in_ram = False
     if reusable is None:
         reusable = cache.holds_current(
             root, store.kind, _key(store, src, options), src.path, _recorded, for_placement=True
         )
+        in_ram = _held_in_ram(store, src, options)
     records = records_bytes(len(src.size.lengths), len(src.size.frame_step_bytes) + src.size.other_fields)
     request = PlaceRequest(
         size=src.size,
@@ -243,6 +245,7 @@ def _place(
         available=available.less(Footprint(shm_bytes=records, disk_bytes=records)),
         batches=src.batches,
         reusable=reusable,
+        reusable_in_ram=in_ram,
         backend=backend,
         framework=src.framework,
         option_prefix=src.option_prefix,
@@ -250,11 +253,27 @@ def _place(
     )
     placement = store.place(request, options)
     fp = placement.footprint
-    if placement.in_ram:
+    if placement.in_ram and not in_ram:  # a store found in RAM has its records there already
         fp = dataclasses.replace(fp, shm_bytes=fp.shm_bytes + records)
     elif fp.disk_bytes:
         fp = dataclasses.replace(fp, disk_bytes=fp.disk_bytes + records)
     return dataclasses.replace(placement, footprint=fp)
+
+
+def _held_in_ram(store: FrameStore, src: _Source, options) -> bool:
+    """Whether this user's RAM directory holds a current store of this source and options (a run of the host built
+    it and holds it). Why asked: a second run placed its store against the RAM left beside the first one's, found
+    no room, and built a second copy on disk (a reviewer's reproduction; docs/multi-process.md: one cache per
+    host)."""
+    from robo_loaders_plugin.storage import ramfile
+
+    if not os.path.isdir(os.path.join(ramfile.default_shm_dir(), f"robo-loaders-{os.getuid()}")):
+        return False
+    try:
+        root = ramfile.ram_root()
+    except RoboLoadersError:
+        return False  # not ours to use: the build says so
+    return cache.holds_current(root, store.kind, _key(store, src, options), src.path, _recorded, for_placement=True)
 
 
 def _recorded(path: str):

@@ -41,6 +41,7 @@ def compressed_cache_plan(
     option_prefix: str,
     available: Available | None = None,
     reusable: bool = False,
+    reusable_in_ram: bool = False,
     ratio: float | None = None,
     batches: BatchesInFlight | None = None,
     keep: bool = False,
@@ -61,6 +62,8 @@ def compressed_cache_plan(
         option_prefix: How the user sets options (for messages).
         available: What the machine has (default: measured now).
         reusable: A store of this source and options is already on disk (nothing new to write).
+        reusable_in_ram: One is already in this user's RAM directory, held by another run of the host: a store
+            placed in RAM takes it as it is (nothing new to hold; ``max_memory`` is checked against it when found).
         ratio: The ratio the frames pack at, measured on a few of them (``storage.frame_layout.sampled_ratio``):
             the expected size on disk (``None``: ``core.data_size.EXPECTED_LOSSLESS_RATIO`` assumed). RAM placement
             never depends on it (the worst case must fit).
@@ -83,6 +86,12 @@ def compressed_cache_plan(
         kept = _kept_on_disk(available, upper, reusable) if keep else ""
     if cache_dir is None and kept != "kept":
         assert available is not None  # measured above
+        if (limit is None or upper <= limit) and reusable_in_ram:
+            bound = (
+                f"the RAM file another run of this host built and holds in {available.shm_dir} (at most "
+                f"{format_bytes(upper)}), shared{kept}{flying}"
+            )
+            return Placement(True, Footprint(host_bytes=host, bound=bound))
         if (limit is None or upper <= limit) and available.fits_shm(upper, host):
             bound = (
                 f"a RAM file of at most {format_bytes(upper)} (every frame uncompressed; the codec makes it "
@@ -182,6 +191,7 @@ def place(request: PlaceRequest, options) -> Placement:
             option_prefix=request.option_prefix,
             available=request.available,
             reusable=request.reusable,
+            reusable_in_ram=request.reusable_in_ram,
             ratio=ratio,
             batches=request.batches,
             keep=options.keep,
