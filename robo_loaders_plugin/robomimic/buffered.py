@@ -291,7 +291,7 @@ def shard_samples(
     read = ShardDemos(reader, demos, records, lengths, opts, transform)
     # the fields' dtypes and step shapes from the first demo as read, frames still encoded: their headers say what
     # they decode to (checked again when a load decodes them), so no component of a mixture decodes a demo to build
-    infos = {k: _field_info(v) for k, v in read(0, None).items()}
+    infos = read.field_infos(0)
     frames = EpisodeFrames(lengths, infos, read, capacity=passes.episode_capacity, decode_on_load=decode_on_load)
     windows = SequenceWindows(lengths, opts, names=demos, where=path)
     summary = (
@@ -456,6 +456,24 @@ class ShardDemos:
         if fields is not None:  # a reload: frames only (the small fields are kept by EpisodeFrames)
             return arrays
         return episode_fields(arrays.get, self.lengths[ep], self.opts, f"{self.reader.dir}: {self.demos[ep]}")
+
+    def field_infos(self, ep: int = 0) -> dict[str, FieldInfo]:
+        """Every field's dtype and step shape from demo ``ep`` as read, without the transform: frames still encoded,
+        their headers say what they decode to.
+
+        Why without it: ``video_stream``'s ``buffer: "lz4"`` transform decodes a demo's video segments to keep them
+        compressed, so learning the fields decoded the first demo of every file at build (a 100-file mixture, 200
+        segments; a reviewer's reproduction); the transform keeps each field's dtype and step shape.
+
+        Args:
+            ep: The demo.
+
+        Returns:
+            ``{field: FieldInfo}``.
+        """
+        _, arrays = self.reader.read_episode(self.records[ep], decode_frames=False, fields=self.wanted)
+        served = episode_fields(arrays.get, self.lengths[ep], self.opts, f"{self.reader.dir}: {self.demos[ep]}")
+        return {k: _field_info(v) for k, v in served.items()}
 
 
 class DemoRows:
