@@ -324,6 +324,22 @@ def test_slurm_job_is_built_submitted_and_its_array_tasks_convert_and_publish(
     assert again == {"episodes": 12, "shards": 12} and len(submitted(fake_slurm)) == 4
 
 
+def test_slurm_paths_are_checked_as_given_and_after_datatrove_is_found(tiny_hdf5, tmp_path, fake_slurm, monkeypatch):
+    """A reviewer's reproductions of this session's path check: an output directory with a space and a clean
+    logging directory (the only one the job script names) was refused after planning, the default <out>/datatrove
+    checked instead of the directory given; without datatrove the check imported it first (a traceback, not the
+    install hint). Control: the same logging directory inside the spaced output directory is refused up front."""
+    out, logs = tmp_path / "out dir", str(tmp_path / "logs")
+    res = convert_robomimic(tiny_hdf5, str(out), num_workers=2, progress=False, executor="datatrove-slurm",
+                            executor_options={"partition": "cpu", "logging_dir": logs})  # fmt: skip
+    assert res["job_id"] == "4242" and res["logging_dir"] == logs
+    with pytest.raises(executors.ExecutorError, match="holds a space or shell character"):
+        executors.check_options("datatrove-slurm", {"partition": "cpu"}, str(out))
+    monkeypatch.setitem(sys.modules, "datatrove", None)  # not installed
+    with pytest.raises(executors.ExecutorError, match=r"needs datatrove: pip install"):
+        executors.check_options("datatrove-slurm", {"partition": "cpu"}, str(out))
+
+
 def run_array_tasks(logs, n) -> list[str]:
     env = {**os.environ, "SLURM_NODELIST": "node001", "SLURM_JOB_ID": "4242"}
     tasks = [

@@ -41,10 +41,19 @@ ROBOMIMIC = [("compressed_cache", {}), ("datapipe", {}), ("video_stream", {}), (
 def test_a_robomimic_backend_given_a_cache_dir_writes_nothing_outside_it(
     tiny_hdf5, tmp_path, elsewhere, backend, options
 ):
+    import robomimic.utils.train_utils as TrainUtils
+
     mine = tmp_path / "mine"
     cfg = make_config(tiny_hdf5, backend=backend, backend_kwargs=dict(options, cache_dir=str(mine)), seq_length=5)
     ds = dataset_factory(cfg, obs_keys(cfg), filter_by_attribute="train")
     ds[0], ds[len(ds) - 1]
+    # and through what robomimic's train() calls, which checks the filter keys first (a reviewer's reproduction:
+    # that check wrote the file's validation record into the default root)
+    with cfg.values_unlocked():
+        cfg.train.hdf5_filter_key = "train"
+        cfg.train.hdf5_validation_filter_key = "valid"
+        cfg.experiment.validate = True
+    TrainUtils.load_data_for_training(cfg, obs_keys(cfg))
     for name, place in elsewhere.items():
         assert files_under(place) == set(), f"{backend} wrote into {name}: {sorted(files_under(place))}"
     written = files_under(mine)

@@ -187,7 +187,7 @@ def _check_filter_keys(config) -> None:
     """The filter keys robomimic's ``load_data_for_training`` will read (``train.hdf5_filter_key``, and with
     ``experiment.validate`` ``train.hdf5_validation_filter_key``) are in ``train.data``'s ``mask/``: one line
     naming the file, the key and the keys it has, before robomimic's read fails on it with h5py's ``KeyError``."""
-    from robo_loaders_plugin.sources.robomimic_hdf5 import RobomimicHdf5
+    from robo_loaders_plugin.sources.robomimic_hdf5 import RobomimicHdf5, open_hdf5
 
     keys = [config.train.hdf5_filter_key]
     if config.experiment.validate:
@@ -196,7 +196,7 @@ def _check_filter_keys(config) -> None:
     path = os.path.expanduser(config.train.data)
     if not keys or not os.path.isfile(path):
         return  # nothing to check, or a missing file: the dataset factory says so
-    with RobomimicHdf5(path).open() as f:
+    with open_hdf5(path) as f:  # mask/ only: no validation record written (outside the backend's cache_dir)
         for key in keys:
             RobomimicHdf5.demos(f, key)
 

@@ -116,8 +116,6 @@ def check_options(executor: str, options: Mapping, out_dir: str | None = None) -
         raise ExecutorError(f"executor {executor!r} does not take option(s) {', '.join(unknown)} (it takes {takes})")
     if executor == "datatrove-slurm" and not options.get("partition"):
         raise ExecutorError("executor 'datatrove-slurm' needs a Slurm partition (--slurm-partition)")
-    if executor == "datatrove-slurm":
-        _check_script_paths(options, out_dir)
     if executor.startswith("datatrove"):
         try:
             import datatrove  # noqa: F401
@@ -126,6 +124,8 @@ def check_options(executor: str, options: Mapping, out_dir: str | None = None) -
                 f"executor {executor!r} needs datatrove: pip install 'robo-loaders-plugin[datatrove]' "
                 "(or datatrove==0.10.1)"
             ) from None
+    if executor == "datatrove-slurm":  # after datatrove's check: its activate line is datatrove_step's
+        _check_script_paths(options, out_dir)
 
 
 _UNQUOTABLE = re.compile(r"[\s'\"$`\\;&|<>()*?!#~{}\[\]]")  # what a shell reads as other than the path
@@ -356,7 +356,9 @@ def build_slurm(
     """
     from robo_loaders_plugin.storage.shards import datatrove_step
 
-    check_options("datatrove-slurm", options, out_dir)
+    # logging_dir is this function's own argument: checked as given, not as the default in out_dir (a reviewer's
+    # reproduction: an output directory with a space and a clean logging_dir was refused after planning)
+    check_options("datatrove-slurm", {**options, "logging_dir": _logging_dir(out_dir, logging_dir)})
     extra = dict(options.pop("extra", None) or {})
     step = datatrove_step.ConvertUnits(
         worker,
