@@ -461,9 +461,9 @@ class ShardDemos:
         """Every field's dtype and step shape from demo ``ep`` as read, without the transform: frames still encoded,
         their headers say what they decode to.
 
-        Why without it: ``video_stream``'s ``buffer: "lz4"`` transform decodes a demo's video segments to keep them
-        compressed, so learning the fields decoded the first demo of every file at build (a 100-file mixture, 200
-        segments; a reviewer's reproduction); the transform keeps each field's dtype and step shape.
+        Why without it: a transform that keeps decoded frames compressed decodes a demo's video segments, so
+        learning the fields decoded the first demo of every file at build (a 100-file mixture, 200 segments; a
+        reviewer's reproduction); a transform keeps each field's dtype and step shape.
 
         Args:
             ep: The demo.
