@@ -64,6 +64,24 @@ def test_image_transforms_applied_the_same_way(lerobot_datasets):
         same_item(a, b, f"transforms[{i}]")
 
 
+def test_image_transforms_in_batches_built_in_process_are_refused(lerobot_datasets):
+    """A reviewer's reproduction: with image transforms, a backend building batches in the training process drew
+    them from its RNG, not from lerobot-train's workers', and its threads in no fixed order: other augmentations
+    than LeRobot's, and other ones at every run of the same seed. Refused in one line naming what serves them as
+    LeRobot does. Control: without transforms it builds."""
+    from lerobot.transforms import ImageTransforms, ImageTransformsConfig
+
+    from robo_loaders_plugin import RoboLoadersError
+
+    tf = ImageTransforms(ImageTransformsConfig(enable=True, max_num_transforms=2))
+    nat = native(lerobot_datasets["av1_1cam"], "act", image_transforms=tf)
+    in_process = (("gpu_resampler", {"device": "cpu"}), ("datapipe", {}), ("compressed_cache", {"loader": "threads"}))
+    for backend, options in in_process:
+        with pytest.raises(RoboLoadersError, match=r"builds batches in the training process, .* use one of native"):
+            serve(backend, nat, **options)
+    assert len(serve("gpu_resampler", native(lerobot_datasets["av1_1cam"], "act"), device="cpu")) == len(nat)
+
+
 def test_real_renders(shared_lerobot):
     """The simulator-rendered Lift dataset in ../shared (AV1, 2 cameras 84x84)."""
     nat = native(shared_lerobot, "diffusion", repo="local/robosuite_lift")

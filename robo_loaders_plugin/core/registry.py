@@ -27,7 +27,7 @@ import pluggy
 
 from robo_loaders_plugin.core import hookspecs
 from robo_loaders_plugin.core.errors import RoboLoadersError, UnknownBackendError
-from robo_loaders_plugin.core.spec import DEFAULT_BACKEND, BackendChoice, BackendSpec
+from robo_loaders_plugin.core.spec import DEFAULT_BACKEND, SAMPLE, BackendChoice, BackendSpec
 
 # the distribution whose entry points are the built-in backends (pyproject.toml's [project.entry-points.robo_loaders])
 BUILTIN_DISTRIBUTION = "robo-loaders-plugin"
@@ -310,6 +310,29 @@ def rate_converting_backends(framework: str) -> list[str]:
         spec = _backends()[name]
         opt = spec.options.get("target_fps")
         if framework in spec.frameworks and opt is not None and opt.applies_to(framework):
+            out.append(name)
+    return out
+
+
+def random_item_backends(framework: str) -> list[str]:
+    """The backends whose items may draw random numbers under ``framework`` as the framework's own do: ``native``,
+    those whose kind is ``sample`` (the framework's DataLoader workers build the items), and those with an option
+    whose default moves the items into those workers when they draw random numbers (``random_items_defaults``);
+    for messages: a generic module names no backend itself.
+
+    Args:
+        framework: ``robomimic`` or ``lerobot``.
+
+    Returns:
+        Their names, ``native`` first then by name.
+    """
+    out = []
+    for name in list_backends():
+        spec = _backends()[name]
+        if framework not in spec.frameworks:
+            continue
+        moves = any(framework in opt.random_items_defaults for opt in spec.options.values())
+        if name == DEFAULT_BACKEND or spec.kind_for(framework) == SAMPLE or moves:
             out.append(name)
     return out
 

@@ -16,7 +16,7 @@ from robo_loaders_plugin.core import iteration
 from robo_loaders_plugin.core.errors import RoboLoadersError
 from robo_loaders_plugin.core.in_flight import TrainingLoop, current_training_loop, training_loop
 from robo_loaders_plugin.core.log import get_logger
-from robo_loaders_plugin.core.spec import DEFAULT_BACKEND, BackendChoice
+from robo_loaders_plugin.core.spec import DEFAULT_BACKEND, SAMPLE, BackendChoice
 from robo_loaders_plugin.core.threads import ordered_map
 from robo_loaders_plugin.lerobot import compat
 from robo_loaders_plugin.lerobot.dataset_root import ROOT_FLAG, local_copy_required, remote_source
@@ -98,7 +98,23 @@ def build_dataset(
     compat.check_version()
     choice.check_device()
     # options whose default moves random draws out of LeRobot's workers take another where items draw them
-    choice = choice.for_items(draw_random=compat.reader_settings(native).image_transforms is not None)
+    draws = compat.reader_settings(native).image_transforms is not None
+    choice = choice.for_items(draw_random=draws)
+    if draws and choice.kind != SAMPLE:
+        # batches built in the training process: LeRobot's image transforms would draw from its RNG, not from
+        # lerobot-train's workers', and threads draw in no fixed order (the same --seed gave other augmentations
+        # at every run: a reviewer's reproduction with an indexed backend, and with a loader option set to threads)
+        from robo_loaders_plugin.core.registry import random_item_backends
+
+        given = ", ".join(f"{k}={v!r}" for k, v in choice.options.given().items() if k in choice.spec.options)
+        others = ", ".join(n for n in random_item_backends("lerobot") if n != choice.name)
+        raise RoboLoadersError(
+            f"{choice.name}{f' ({given})' if given else ''} builds batches in the training process, where "
+            "LeRobot's image transforms would draw other random numbers than lerobot-train's DataLoader workers (and "
+            "its threads in no fixed order): the augmentations would not be LeRobot's, nor the same from run to run; "
+            f"leave its options to their defaults if one moves the items into the workers, use one of {others}, or "
+            "train without --dataset.image_transforms.enable=true"
+        )
     loop = TrainingLoop(int(batch_size), int(num_workers)) if batch_size is not None else current_training_loop()
     with training_loop(loop):
         out = choice.build(native)
