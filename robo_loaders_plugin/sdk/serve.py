@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from robo_loaders_plugin.core.errors import RoboLoadersError, SourceError
-from robo_loaders_plugin.core.footprint import Available, DiskGuard, Footprint, Planned, check_fits
+from robo_loaders_plugin.core.footprint import HEADROOM, Available, DiskGuard, Footprint, Planned, check_fits
 from robo_loaders_plugin.core.in_flight import BatchesInFlight, indexed_in_flight
 from robo_loaders_plugin.core.iteration import Serving
 from robo_loaders_plugin.core.log import get_logger
@@ -240,9 +240,11 @@ def _place(
     records = records_bytes(len(src.size.lengths), len(src.size.frame_step_bytes) + src.size.other_fields)
     request = PlaceRequest(
         size=src.size,
-        # the room the SDK's own records take beside the store wherever it goes: a store placed in RAM by a few
-        # kB, then refused once they were added, instead of going to disk (a reviewer's reproduction)
-        available=available.less(Footprint(shm_bytes=records, disk_bytes=records)),
+        # the room the SDK's own records take beside a store in RAM left out: a store placed in RAM by a few kB,
+        # then refused once they were added, instead of going to disk (a reviewer's reproduction). On disk the
+        # records are added to the store's footprint below and checked with it (what a refusal reports is the
+        # disk as measured)
+        available=dataclasses.replace(available, shm_bytes=_less(available.shm_bytes, records)),
         batches=src.batches,
         reusable=reusable,
         reusable_in_ram=in_ram,
@@ -258,6 +260,11 @@ def _place(
     elif fp.disk_bytes:
         fp = dataclasses.replace(fp, disk_bytes=fp.disk_bytes + records)
     return dataclasses.replace(placement, footprint=fp)
+
+
+def _less(have: int | None, used: int) -> int | None:
+    """``have`` less ``used`` counted with the headroom a fit keeps (``None``: not measured)."""
+    return None if have is None else max(0, int(have - used / HEADROOM))
 
 
 def _held_in_ram(store: FrameStore, src: _Source, options) -> bool:
