@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from robo_loaders_plugin.core.errors import RoboLoadersError, SourceError
-from robo_loaders_plugin.core.footprint import HEADROOM, Available, DiskGuard, Footprint, Planned, check_fits
+from robo_loaders_plugin.core.footprint import Available, DiskGuard, Footprint, Planned, check_fits
 from robo_loaders_plugin.core.in_flight import BatchesInFlight, indexed_in_flight
 from robo_loaders_plugin.core.iteration import Serving
 from robo_loaders_plugin.core.log import get_logger
@@ -244,7 +244,7 @@ def _place(
         # then refused once they were added, instead of going to disk (a reviewer's reproduction). On disk the
         # records are added to the store's footprint below and checked with it (what a refusal reports is the
         # disk as measured)
-        available=dataclasses.replace(available, shm_bytes=_less(available.shm_bytes, records)),
+        available=available.less(Footprint(shm_bytes=records)),
         batches=src.batches,
         reusable=reusable,
         reusable_in_ram=in_ram,
@@ -262,11 +262,6 @@ def _place(
     return dataclasses.replace(placement, footprint=fp)
 
 
-def _less(have: int | None, used: int) -> int | None:
-    """``have`` less ``used`` counted with the headroom a fit keeps (``None``: not measured)."""
-    return None if have is None else max(0, int(have - used / HEADROOM))
-
-
 def _held_in_ram(store: FrameStore, src: _Source, options) -> bool:
     """Whether this user's RAM directory holds a current store of this source and options (a run of the host built
     it and holds it). Why asked: a second run placed its store against the RAM left beside the first one's, found
@@ -274,7 +269,7 @@ def _held_in_ram(store: FrameStore, src: _Source, options) -> bool:
     host)."""
     from robo_loaders_plugin.storage import ramfile
 
-    if not os.path.isdir(os.path.join(ramfile.default_shm_dir(), f"robo-loaders-{os.getuid()}")):
+    if not os.path.isdir(ramfile.ram_root_path()):  # no RAM store of this user on the host (nothing created)
         return False
     try:
         root = ramfile.ram_root()

@@ -53,6 +53,18 @@ _cleanup_pid: int | None = None  # the process whose SIGTERM handler is installe
 _previous_handler = None
 
 
+def ram_root_path(shm_dir: str | None = None) -> str:
+    """Where :func:`ram_root` keeps this user's RAM caches, without creating or checking it.
+
+    Args:
+        shm_dir: Where RAM caches live (default: ``/dev/shm`` when writable, else the temp dir).
+
+    Returns:
+        ``<shm_dir>/robo-loaders-<uid>``.
+    """
+    return os.path.join(shm_dir or default_shm_dir(), f"robo-loaders-{os.getuid()}")
+
+
 def ram_root(shm_dir: str | None = None) -> str:
     """This user's directory of RAM caches (created), refused when it is not a private directory of ours.
 
@@ -66,7 +78,7 @@ def ram_root(shm_dir: str | None = None) -> str:
         StoreError: the path is not a directory owned by this user with mode 0700.
         CacheError: it cannot be created.
     """
-    root = os.path.join(shm_dir or default_shm_dir(), f"robo-loaders-{os.getuid()}")
+    root = ram_root_path(shm_dir)
     with contextlib.suppress(FileExistsError):
         os.mkdir(root, 0o700)
     st = os.lstat(root)
