@@ -570,6 +570,25 @@ def test_arrays_stored_in_another_file_are_refused_naming_them(tmp_path):
     assert dataset_factory(cfg, obs_keys(cfg))[0]["actions"].shape == (2, 7)
 
 
+def _ram_machine(tmp_path, monkeypatch):
+    """A RAM directory of its own (``tmp_path/ram``) and a cache root, and ``measure_with(shm)``: ``Available.measure``
+    as measured but for the RAM directory's free bytes (``shm``) and ample host memory, to patch in."""
+    from robo_loaders_plugin.core.footprint import Available
+
+    real = Available.measure.__func__
+
+    def measure_with(shm):
+        def measure(cls, **kw):
+            return dataclasses.replace(real(cls, **kw), shm_bytes=shm, shm_dir=str(tmp_path / "ram"), host_bytes=10**12)
+
+        return classmethod(measure)
+
+    (tmp_path / "ram").mkdir()
+    monkeypatch.setenv("ROBO_LOADERS_RAM_DIR", str(tmp_path / "ram"))
+    monkeypatch.setenv("ROBO_LOADERS_CACHE", str(tmp_path / "cache"))
+    return measure_with
+
+
 def test_a_ram_store_that_fits_only_without_the_sdks_records_goes_to_disk_not_refused(tiny_hdf5, tmp_path, monkeypatch):
     """A reviewer's reproduction on a small tmpfs: the store's worst case fit the RAM directory, the store plus the
     SDK's records (a few kB) did not, so the store was placed in RAM and then refused ("needs 6.8 MB, ... at most
@@ -585,17 +604,7 @@ def test_a_ram_store_that_fits_only_without_the_sdks_records_goes_to_disk_not_re
     src, _, _ = _robomimic_source(cfg, obs_keys(cfg), None, None, options)
     upper = src.size.store_upper_bytes()
     records = records_bytes(len(src.size.lengths), len(src.size.frame_step_bytes) + src.size.other_fields)
-    real = Available.measure.__func__
-
-    def measure_with(shm):
-        def measure(cls, **kw):
-            return dataclasses.replace(real(cls, **kw), shm_bytes=shm, shm_dir=str(tmp_path / "ram"), host_bytes=10**12)
-
-        return classmethod(measure)
-
-    (tmp_path / "ram").mkdir()
-    monkeypatch.setenv("ROBO_LOADERS_RAM_DIR", str(tmp_path / "ram"))
-    monkeypatch.setenv("ROBO_LOADERS_CACHE", str(tmp_path / "cache"))
+    measure_with = _ram_machine(tmp_path, monkeypatch)
     monkeypatch.setattr(Available, "measure", measure_with(int((upper + records / 2) / HEADROOM)))
     ds = dataset_factory(cfg, obs_keys(cfg))
     assert "file-backed cache on local disk" in ds.serving.summary, ds.serving.summary
@@ -610,17 +619,7 @@ def test_a_second_run_takes_the_ram_store_another_run_holds_instead_of_a_copy_on
     RAM the same machine places it on disk."""
     from robo_loaders_plugin.core.footprint import Available
 
-    real = Available.measure.__func__
-
-    def measure_with(shm):
-        def measure(cls, **kw):
-            return dataclasses.replace(real(cls, **kw), shm_bytes=shm, shm_dir=str(tmp_path / "ram"), host_bytes=10**12)
-
-        return classmethod(measure)
-
-    (tmp_path / "ram").mkdir()
-    monkeypatch.setenv("ROBO_LOADERS_RAM_DIR", str(tmp_path / "ram"))
-    monkeypatch.setenv("ROBO_LOADERS_CACHE", str(tmp_path / "cache"))
+    measure_with = _ram_machine(tmp_path, monkeypatch)
     cfg = make_config(tiny_hdf5, backend="compressed_cache", backend_kwargs={"keep": False})
     monkeypatch.setattr(Available, "measure", measure_with(10**10))
     first = dataset_factory(cfg, obs_keys(cfg))

@@ -305,13 +305,12 @@ def rate_converting_backends(framework: str) -> list[str]:
     Returns:
         Their names, ``native`` first then by name.
     """
-    out = []
-    for name in list_backends():
-        spec = _backends()[name]
+
+    def converts(name: str, spec: BackendSpec) -> bool:
         opt = spec.options.get("target_fps")
-        if framework in spec.frameworks and opt is not None and opt.applies_to(framework):
-            out.append(name)
-    return out
+        return opt is not None and opt.applies_to(framework)
+
+    return _backends_where(framework, converts)
 
 
 def random_item_backends(framework: str) -> list[str]:
@@ -326,15 +325,19 @@ def random_item_backends(framework: str) -> list[str]:
     Returns:
         Their names, ``native`` first then by name.
     """
-    out = []
-    for name in list_backends():
-        spec = _backends()[name]
-        if framework not in spec.frameworks:
-            continue
+
+    def draws_as_the_framework(name: str, spec: BackendSpec) -> bool:
         moves = any(framework in opt.random_items_defaults for opt in spec.options.values())
-        if name == DEFAULT_BACKEND or spec.kind_for(framework) == SAMPLE or moves:
-            out.append(name)
-    return out
+        return name == DEFAULT_BACKEND or spec.kind_for(framework) == SAMPLE or moves
+
+    return _backends_where(framework, draws_as_the_framework)
+
+
+def _backends_where(framework: str, keep) -> list[str]:
+    """The backends serving ``framework`` for which ``keep(name, spec)`` holds, ``native`` first then by name."""
+    return [
+        name for name in list_backends() if framework in _backends()[name].frameworks and keep(name, _backends()[name])
+    ]
 
 
 def list_backends() -> list[str]:
