@@ -1137,3 +1137,40 @@ def test_components_are_built_in_threads_in_order_and_a_remote_one_alone():
     with pytest.raises(ValueError, match="component 3 refused"):
         natives_built(build, 60)
     assert max(k for k, *_ in log) < 3 + 2 * NATIVE_BUILD_THREADS + NATIVE_BUILD_THREADS  # the queue cancelled
+
+
+def test_image_transforms_draw_in_worker_processes_seeded_by_the_run(lerobot_mixture_datasets, monkeypatch):
+    """A reviewer-class bug: a mixture of compressed_cache components (the backend LeRobot's image transforms are
+    served by) built its batches in threads of the training process, so the transforms drew from its RNG, in no
+    fixed order: two runs of one seed trained on other augmentations. Now drawn in worker processes seeded from the
+    run's seed (as LeRobot's own workers), whatever the training process's RNG holds. Negative control: the same
+    mixture built in threads gives other frames when only the training process's RNG differs."""
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+    from lerobot.transforms import ImageTransforms, ImageTransformsConfig
+
+    from robo_loaders_plugin.mixtures.dataset import MixtureDataset
+
+    tf = ImageTransforms(ImageTransformsConfig(enable=True, max_num_transforms=3, random_order=True))
+    names = ("a", "b")
+    spec = spec_of(lerobot_mixture_datasets, names)
+
+    def first_frames(global_seed):
+        ds = [
+            LeRobotDataset(r, root=p, return_uint8=True, image_transforms=tf)
+            for r, p in (lerobot_mixture_datasets[n] for n in names)
+        ]
+        mix = build_mixture(spec, ds, choose("compressed_cache"), seed=3)
+        try:
+            torch.manual_seed(global_seed)
+            source = mix.batch_source(SamplingPlan(batch_size=4, num_workers=2, seed=3))
+            batches = iter(source.batches(0))
+            return source.processes is not None, [next(batches)[CAM].clone() for _ in range(3)]
+        finally:
+            mix.close()
+
+    (in_workers, one), (_, other) = first_frames(100), first_frames(101)
+    assert in_workers
+    assert all(torch.equal(x, y) for x, y in zip(one, other)), "one seed, other augmentations"
+    monkeypatch.setattr(MixtureDataset, "worker_processes", lambda self, plan: 0)
+    (in_workers, one), (_, other) = first_frames(100), first_frames(101)
+    assert not in_workers and not all(torch.equal(x, y) for x, y in zip(one, other))

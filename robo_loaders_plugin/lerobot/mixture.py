@@ -254,12 +254,17 @@ def _component_choice(choice, target_fps: float | None):
 
 
 class LeRobotHooks(MixtureHooks):
-    """LeRobot's items and batches are flat dicts of tensors (the defaults); a worker process of a ``native``
-    mixture opens its own video decoders (``compat.fresh_video_decoders``)."""
+    """LeRobot's items and batches are flat dicts of tensors (the defaults); a worker process of a mixture opens its
+    own video decoders (``compat.fresh_video_decoders``); image transforms draw random numbers."""
 
     def in_worker(self) -> None:
         """A forked worker drops the video decoders it inherited (``compat.fresh_video_decoders``)."""
         compat.fresh_video_decoders()
+
+    def draws_random(self, component_dataset) -> bool:
+        """LeRobot's image transforms draw random numbers per item (``image_transforms`` of a ``LeRobotDataset`` and
+        of the backends' datasets alike)."""
+        return getattr(component_dataset, "image_transforms", None) is not None
 
 
 class LeRobotMixture(MixtureDataset):

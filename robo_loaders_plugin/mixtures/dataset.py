@@ -163,6 +163,21 @@ class MixtureHooks:
         e.g. open video decoders, whose file offsets the processes would move under each other. Default: nothing.
         """
 
+    def draws_random(self, component_dataset) -> bool:
+        """Whether a component's items draw random numbers (LeRobot's image transforms), so that its batches must be
+        built where the framework builds them, in worker processes seeded from the run's seed: in the training
+        process they would draw from its RNG, and its threads in no fixed order (other augmentations at every run
+        of one seed). Default: ``False``.
+
+        Args:
+            component_dataset: The component's dataset.
+
+        Returns:
+            Whether its items draw random numbers.
+        """
+        del component_dataset  # items draw nothing unless a framework says so
+        return False
+
     def close_component(self, component_dataset) -> None:
         """Release what a component's dataset holds (``close()`` on a backend's dataset: its cache entry may then be
         pruned, its maps, memory and recycled arrays go); the framework's own datasets are left to the framework.
@@ -568,7 +583,10 @@ class MixtureDataset(BatchDataset):
     def worker_processes(self, plan: SamplingPlan) -> int:
         """Worker processes building batches: the plan's worker processes (the framework DataLoader's count) when
         every component is the framework's own dataset (``native``: Python item by item, GIL held, so threads would
-        build one batch at a time), else 0 (the backends' batches are built by threads, ``batch_threads``).
+        build one batch at a time), or when a component's items draw random numbers (:meth:`MixtureHooks.draws_random`:
+        drawn in workers seeded from the run's seed, as the framework draws them, the same at every run of a seed;
+        a component serving from the GPU builds none there), else 0 (the backends' batches are built by threads,
+        ``batch_threads``).
 
         Args:
             plan: What the native loop would serve (its ``num_workers``).
@@ -576,7 +594,12 @@ class MixtureDataset(BatchDataset):
         Returns:
             The process count (0: threads).
         """
-        if not self.datasets or any(isinstance(d, ServedDataset) for d in self.datasets):
+        if not self.datasets:
+            return 0
+        served = [d for d in self.datasets if isinstance(d, ServedDataset)]
+        if served and not any(self.hooks.draws_random(d) for d in self.datasets):
+            return 0
+        if any(d.serving.batch_threads == 0 for d in served):
             return 0
         asked = plan.num_workers if plan.worker_processes is None else plan.worker_processes
         return max(0, int(asked))
