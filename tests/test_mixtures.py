@@ -134,6 +134,23 @@ def test_a_good_component_passes_where_the_bad_one_failed(files):
     assert lerobot.components[0].drop == ("observation.extra",)
 
 
+def test_the_same_file_through_a_symlink_is_a_duplicate(files, tmp_path):
+    """A reviewer's finding: the duplicate check compared paths as written, so one file named through a symlink
+    was two components, drawn twice as often as its weight. Control: two files are two components."""
+    (a, b), root = files
+    os.symlink(a, tmp_path / "link.hdf5")
+    os.symlink(root, tmp_path / "root_link")
+    with pytest.raises(MixtureError, match=r"component 1 \(.*link.hdf5\) duplicates component 0"):
+        parse_mixture(
+            [{"path": a, "weight": 1}, {"path": str(tmp_path / "link.hdf5"), "weight": 1}], "robomimic", WHERE
+        )
+    with pytest.raises(MixtureError, match="duplicates component 0"):
+        link = str(tmp_path / "root_link")
+        parse_mixture([{"repo_id": "u/a", "root": root, "weight": 1}, {"repo_id": "u/b", "root": link, "weight": 1}],
+                      "lerobot", WHERE)  # fmt: skip
+    assert len(parse_mixture([{"path": a, "weight": 1}, {"path": b, "weight": 1}], "robomimic", WHERE).components) == 2
+
+
 # -- the pass order ------------------------------------------------------------------------------------------------
 def shares_within_bound(order: MixtureOrder, picked: np.ndarray, p: np.ndarray, sigmas: float = 4.0) -> bool:
     """Each component's count among ``picked`` global indices is within ``sigmas`` binomial sigmas of ``n p``."""

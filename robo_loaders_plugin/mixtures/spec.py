@@ -204,7 +204,9 @@ def parse_mixture(value: Any, framework: str, where: str) -> MixtureSpec:
     seen: dict[tuple, int] = {}
     for i, entry in enumerate(raw):
         comp = _component(entry, i, framework, weights, base, where)
-        key = (comp.root or comp.source, comp.episodes, comp.filter_key)
+        # the files themselves, not the paths as written: the same file through a symlink or a hard-linked copy's
+        # directory named twice would be drawn twice as often as its weight says
+        key = (_identity(comp.root or comp.source), comp.episodes, comp.filter_key)
         if key in seen:
             raise MixtureError(
                 f"{where}: {_label(raw[i], i, framework)} duplicates component {seen[key]} (same "
@@ -214,6 +216,12 @@ def parse_mixture(value: Any, framework: str, where: str) -> MixtureSpec:
         seen[key] = i
         components.append(comp)
     return MixtureSpec(tuple(components), weights, target, pad, missing)
+
+
+def _identity(path: str) -> str:
+    """What a component's file or root is, whatever the path it is named by: a local path with its symlinks resolved;
+    a URL or a repo id as written."""
+    return path if _is_url(path) or not os.path.isabs(path) else os.path.realpath(path)
 
 
 def _pad(value: Any, where: str) -> dict[str, int]:
