@@ -1,11 +1,12 @@
 """The read-through file cache with a server that does not say a file's size (an HTTP server without
 Content-Length): the copy is checked against the size it had when copied, and reused."""
 
+import hashlib
 import os
 
 from fsspec.implementations.local import LocalFileSystem
 
-from robo_loaders_plugin.sources.file_cache import FileCache
+from robo_loaders_plugin.sources.file_cache import FileCache, remote_identity
 
 
 class NoSize(LocalFileSystem):
@@ -78,3 +79,75 @@ def test_what_a_killed_download_left_is_removed_when_the_file_is_next_copied(tmp
             f.write(b"partial")
     assert cache.get(str(src)) == local and open(local, "rb").read() == src.read_bytes()
     assert not os.path.exists(leftover) and os.path.exists(other) and os.path.exists(user)
+
+
+class HubLike(LocalFileSystem):
+    """A filesystem whose ``info`` has the Hub's shape (``HfFileSystem.info``): a content hash, no time, no ETag."""
+
+    protocol = "hf"
+
+    def info(self, path, **kwargs):
+        info = dict(super().info(path, **kwargs))
+        for key in ("mtime", "created", "ETag", "LastModified"):
+            info.pop(key, None)
+        with open(path, "rb") as f:
+            info["blob_id"] = hashlib.sha1(f.read()).hexdigest()
+        return info
+
+
+def test_a_copy_of_a_hub_file_is_reused_by_its_blob_id_and_a_replaced_one_is_copied_again(tmp_path):
+    """A reviewer's finding: none of the keys the Hub's ``info`` gives was taken as a version, so every ``hf://``
+    copy (videos under ``local_cache_dir``, the mirrored tables) was downloaded again by every run. Its blob id, a
+    content hash, is the version now. Control: a file replaced with one of the same size is copied again."""
+    src = tmp_path / "remote" / "video.mp4"
+    src.parent.mkdir()
+    src.write_bytes(b"A" * 3000)
+    said = []
+    first = FileCache(HubLike(), str(tmp_path / "cache"), log=said.append)
+    local = first.get(str(src))
+    later = FileCache(HubLike(), str(tmp_path / "cache"), log=said.append)
+    assert later.get(str(src)) == local and later.downloads == 0 and not said
+    assert not remote_identity(HubLike(), str(src), None)["by_time"]
+    src.write_bytes(b"B" * 3000)
+    third = FileCache(HubLike(), str(tmp_path / "cache"), log=said.append)
+    assert open(third.get(str(src)), "rb").read() == b"B" * 3000 and third.downloads == 1
+    assert any("the remote file changed since it was copied (version blob_id=" in line for line in said), said
+
+
+class HttpLike(LocalFileSystem):
+    """A filesystem whose ``info`` has an HTTP server's shape: an ETag made of the modification time and size."""
+
+    protocol = ("http", "https")
+
+    def info(self, path, **kwargs):
+        info = dict(super().info(path, **kwargs))
+        info["ETag"] = f'"{int(info.pop("mtime")):x}-{info["size"]:x}"'
+        return info
+
+
+def test_copies_reused_by_modification_time_say_what_is_not_noticed(tmp_path):
+    """A reviewer's reproduction: an HTTP file replaced with one of the same size and modification time (rsync -t,
+    cp -p) was served from the old copy by later runs, and the docs said no copy is served stale. Such a store
+    gives nothing that tells the two apart, so the copies are reused and a run says so once, with what to do.
+    Control: a store whose version changes at every write (S3's ETag) says nothing."""
+    src = tmp_path / "remote" / "video.mp4"
+    src.parent.mkdir()
+    src.write_bytes(b"A" * 3000)
+    said = []
+    FileCache(HttpLike(), str(tmp_path / "cache"), log=said.append).get(str(src))
+    later = FileCache(HttpLike(), str(tmp_path / "cache"), log=said.append)
+    later.get(str(src))
+    later.get(str(src))
+    other = src.parent / "other.mp4"
+    other.write_bytes(b"C" * 10)
+    later.get(str(other))
+    later.get(str(other))  # copied by the later run, reused by it: nothing more is said
+    lines = [line for line in said if "is not noticed" in line]
+    assert len(lines) == 1 and "ETag: the store gives no content version" in lines[0], said
+    assert f"remove {tmp_path / 'cache'}" in lines[0]
+    assert remote_identity(HttpLike(), str(src), None)["by_time"]
+    assert remote_identity(LocalFileSystem(), str(src), None)["by_time"]  # an mtime
+    said.clear()
+    FileCache(NoSize(), str(tmp_path / "etag"), log=said.append).get(str(src))
+    FileCache(NoSize(), str(tmp_path / "etag"), log=said.append).get(str(src))
+    assert not said and not remote_identity(NoSize(), str(src), None)["by_time"]

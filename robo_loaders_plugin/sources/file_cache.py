@@ -4,10 +4,12 @@ Why: streaming reads only the byte ranges a pass decodes, and reads them again e
 passes from S3/HTTP and has the disk space asks for the files to be copied once; from then on a pass reads the
 local copies and the remote store only answers one metadata request per file and process.
 
-Why a copy is never served stale: each copy has a sidecar recording the remote file's identity when it was copied
-(URL, endpoint, size, and its ETag or else its modification time, from ``fs.info``) and the SHA-256 of the copy; a
-store that gives neither ETag nor modification time has no identity beyond the size, so its copies are not reused
-by a later process (each downloads the file again, saying why). The
+Why a copy is not served stale: each copy has a sidecar recording the remote file's identity when it was copied
+(URL, endpoint, size, and a version from ``fs.info``: S3's ETag, the Hub's blob id, GCS's hashes, or else a
+modification time) and the SHA-256 of the copy; a store that gives no version has no identity beyond the size, so
+its copies are not reused by a later process (each downloads the file again, saying why). A store that gives only
+a modification time (HTTP's Last-Modified, or its ETag, which servers derive from the time and size) cannot show a
+file replaced with the same size and time: that is said once per run, with what to do. The
 first time a process wants a file it asks the remote store for the identity again and hashes the local copy; a
 changed identity (the remote file was replaced), a copy of the wrong size (truncated) or another hash (a flipped
 bit) downloads the file again and says why in the log. Hashing costs one read of each file per process; later
@@ -65,9 +67,19 @@ def endpoint_of(storage_options: dict | None) -> str | None:
     return (storage_options or {}).get("endpoint_url") or client.get("endpoint_url")
 
 
+# the keys of ``fs.info`` that say which version of a file a store serves, in the order they are taken: those that
+# change at every write or are derived from the bytes (S3's ETag is the content's MD5, or of its parts; the Hub's
+# blob_id and xet_hash and GCS's md5Hash/crc32c are content hashes), then modification times, which a replacement
+# can keep (rsync -t, cp -p, touch -r, an archive unpacked on the server)
+VERSION_KEYS = ("ETag", "etag", "VersionId", "blob_id", "xet_hash", "md5Hash", "crc32c", "generation")
+TIME_KEYS = ("Last-Modified", "LastModified", "mtime", "last_modified", "updated")
+# an HTTP server's ETag is a modification time and a size by default (nginx, Apache): a time too
+HTTP_PROTOCOLS = ("http", "https")
+
+
 def remote_identity(fs, path: str, endpoint: str | None) -> dict:
-    """What says a remote file is still the one copied: its size and version (S3's ETag, HTTP's ETag or
-    Last-Modified, or an mtime). One metadata request (``fs.info``).
+    """What says a remote file is still the one copied: its size and version (S3's ETag, the Hub's blob id, HTTP's
+    ETag or Last-Modified, or an mtime). One metadata request (``fs.info``).
 
     Args:
         fs: The fsspec filesystem.
@@ -75,16 +87,26 @@ def remote_identity(fs, path: str, endpoint: str | None) -> dict:
         endpoint: The endpoint (:func:`endpoint_of`), recorded with the identity.
 
     Returns:
-        ``{"url", "endpoint", "size", "version"}``; ``version`` is the first of the known keys ``fs.info`` gives, as
-        ``"key=value"``, or ``None``.
+        ``{"url", "endpoint", "size", "version", "by_time"}``; ``version`` is the first of the known keys ``fs.info``
+        gives (:data:`VERSION_KEYS`, then :data:`TIME_KEYS`), as ``"key=value"``, or ``None``; ``by_time``: it is a
+        modification time (or an HTTP ETag), which a file replaced with the same size can keep.
     """
     info = fs.info(path)
-    version = None
-    for key in ("ETag", "etag", "VersionId", "Last-Modified", "LastModified", "mtime", "last_modified", "updated"):
+    version, by_time = None, False
+    protocols = fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,)
+    http = any(p in HTTP_PROTOCOLS for p in protocols)
+    for key in VERSION_KEYS + TIME_KEYS:
         if info.get(key) is not None:
             version = f"{key}={info[key]}"
+            by_time = key in TIME_KEYS or (http and key.lower() == "etag")
             break
-    return {"url": fs.unstrip_protocol(path), "endpoint": endpoint, "size": info.get("size"), "version": version}
+    return {
+        "url": fs.unstrip_protocol(path),
+        "endpoint": endpoint,
+        "size": info.get("size"),
+        "version": version,
+        "by_time": by_time,
+    }
 
 
 sha256_of = sha256_file  # a copy's own digest (core.files)
@@ -128,11 +150,12 @@ class FileCache:
         self.downloaded = 0
         self.downloads = 0
         self._checked: dict[str, str] = {}  # remote path -> local copy verified by this process
+        self._said_by_time = False  # the line saying copies are reused by size and modification time, once
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
 
     def __getstate__(self):  # a copy in another process checks its files again (its own locks, its own log)
-        state = dict(self.__dict__, _checked={}, _locks={})
+        state = dict(self.__dict__, _checked={}, _locks={}, _said_by_time=True)
         state.pop("_guard")
         return state
 
@@ -250,6 +273,8 @@ class FileCache:
                                 f"{self.label}: {ident['url']}: {reason}; downloading it again into {local}"
                             )
                         self._download(path, local, ident)
+                    elif ident["by_time"]:
+                        self._say_reused_by_time(ident)
                 except SourceError:
                     raise
                 except Exception as exc:  # the store's error (a dropped connection), or the local disk's
@@ -260,6 +285,24 @@ class FileCache:
                     ) from exc
             self._checked[path] = local
             return local
+
+    def _say_reused_by_time(self, ident: dict) -> None:
+        """Say once per run that copies are reused by their remote file's size and modification time only.
+
+        Why: such a store gives no version that changes at every write, so a file replaced with one of the same
+        size that keeps the modification time (``rsync -t``, ``cp -p``, ``touch -r``, an archive unpacked on the
+        server) cannot be told from the one copied; the user who replaces files that way must know to clear the
+        copies."""
+        with self._guard:
+            if self._said_by_time:
+                return
+            self._said_by_time = True
+        (self.log or logger.info)(
+            f"{self.label}: copies in {self.directory} are reused while the remote file keeps its size and "
+            f"modification time ({ident['version'].split('=', 1)[0]}: the store gives no content version, e.g. "
+            f"{ident['url']}); a remote file replaced with one of the same size and modification time (rsync -t, "
+            f"cp -p) is not noticed: remove {self.directory} after replacing files that way"
+        )
 
     def _stale(self, local: str, ident: dict) -> str | None:
         """Why the local copy cannot be served (None: it is the remote file, byte for byte as copied)."""
