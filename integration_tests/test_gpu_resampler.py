@@ -145,7 +145,10 @@ def cycle_native(dl):
 
 @pytest.fixture(scope="module")
 def half_rate_hdf5(tiny_hdf5, tmp_path_factory):
-    """The tiny file with every other step of every demo: what a 10 Hz recording of the 20 Hz one would be."""
+    """The tiny file with every other step of every demo: what a 10 Hz recording of the 20 Hz one would be. A
+    transition there spans two recorded steps, so its ``next_obs``, ``rewards`` and ``dones`` are those of the second
+    (``next_obs[k]`` is ``obs[2k + 2]``, the demo's last done kept): a copy of ``[::2]`` of them was not a recording,
+    and it hid the served ``next_obs`` one recorded step ahead (a reviewer's reproduction)."""
     out = str(tmp_path_factory.mktemp("half") / "half.hdf5")
     with h5py.File(tiny_hdf5, "r") as src, h5py.File(out, "w") as dst:
         src.copy("mask", dst)
@@ -157,9 +160,12 @@ def half_rate_hdf5(tiny_hdf5, tmp_path_factory):
             n = src[f"data/{demo}"].attrs["num_samples"]
             g.attrs["num_samples"] = (n + 1) // 2
 
+            ends = np.minimum(np.arange(1, n, 2).tolist() + ([n - 1] if n % 2 else []), n - 1)
+
             def copy(name, obj):
                 if isinstance(obj, h5py.Dataset):
-                    g.create_dataset(name, data=obj[()][::2])  # noqa: B023 (visititems runs it at once)
+                    at = ends if name.startswith("next_obs/") or name in ("rewards", "dones") else slice(None, None, 2)  # noqa: B023
+                    g.create_dataset(name, data=obj[()][at])  # noqa: B023 (visititems runs it at once)
 
             src[f"data/{demo}"].visititems(copy)
     return out
@@ -167,7 +173,19 @@ def half_rate_hdf5(tiny_hdf5, tmp_path_factory):
 
 @pytest.mark.parametrize(
     "combo",
-    [dict(seq_length=5, frame_stack=1), dict(seq_length=3, frame_stack=2, pad_frame_stack=False, hdf5_cache_mode=None)],
+    [
+        dict(seq_length=5, frame_stack=1),
+        dict(seq_length=3, frame_stack=2, pad_frame_stack=False, hdf5_cache_mode=None),
+        # offline RL's transitions: next_obs, rewards and dones of the transition to the next target step, the goal
+        dict(
+            seq_length=2,
+            frame_stack=1,
+            hdf5_load_next_obs=True,
+            dataset_keys=["actions", "rewards", "dones"],
+            goal_mode="last",
+            hdf5_cache_mode="low_dim",
+        ),
+    ],
 )
 def test_robomimic_half_rate_equals_sequence_dataset_on_a_half_rate_file(tiny_hdf5, half_rate_hdf5, combo):
     with h5py.File(tiny_hdf5, "r") as f:
@@ -203,6 +221,10 @@ def test_robomimic_options_are_checked(tiny_hdf5):
             "modes apply to rate conversion .* give target_fps too, or leave modes out",
         ),
         ({"delta_timestamps": {"actions": [0.0]}}, "delta_timestamps: applies to lerobot only"),
+        (
+            {"modes": {"dones": "previous"}, "target_fps": 10, "source_fps": 20},
+            "rewards and dones are read at the last",
+        ),
         ({"device": "tpu"}, "device must be"),
     ]:
         cfg = make_config(tiny_hdf5, backend="gpu_resampler", backend_kwargs=kwargs, seq_length=5)

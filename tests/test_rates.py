@@ -57,7 +57,11 @@ MODES = {"pos": "linear", "grip": "previous", "cam": "nearest"}
 @pytest.mark.parametrize("rate", [3.0, 2.5, 1.7, 0.6])
 @pytest.mark.parametrize("F,S,pad_fs,pad_seq", [(1, 5, True, True), (2, 3, False, True), (1, 4, True, False)])
 def test_robomimic_windows_at_a_target_rate_equal_the_resampled_reference(rate, F, S, pad_fs, pad_seq):
-    """A sample equals SequenceDataset's sample of the demo resampled to the target rate by the reference."""
+    """A sample equals SequenceDataset's sample of the demo resampled to the target rate by the reference: its
+    ``next_obs`` the observation at the next target step (the demo's final next_obs past its end), its ``dones``
+    those of the last recorded step the transition to the next target step covers (a reviewer's reproduction:
+    ``next_obs`` was read at the observation's own recorded position, one recorded step ahead, and the demo's last
+    done was never served)."""
     lengths = [
         L
         for L in LENGTHS
@@ -68,27 +72,42 @@ def test_robomimic_windows_at_a_target_rate_equal_the_resampled_reference(rate, 
     frames = ArrayFrames(episodes)
     opts = rm.SequenceOptions(
         obs_keys=("pos", "grip", "cam"),
-        dataset_keys=(),
+        dataset_keys=("dones",),
         frame_stack=F,
         seq_length=S,
         pad_frame_stack=pad_fs,
         pad_seq_length=pad_seq,
-        load_next_obs=False,
+        load_next_obs=True,
     )
-    # the sources' fields are named obs/<k>; the frame source here serves them under those names
-    frames.episodes = [{f"obs/{k}": v for k, v in e.items()} for e in episodes]
-    w = rm.SequenceWindows(lengths, opts, rate)
-    modes = {f"obs/{k}": m for k, m in MODES.items()}
-    batch = rm.collate(frames, w, np.arange(len(w)), modes=modes)
-    resampled = [
+    # the sources' fields are named obs/<k>, next_obs/<k> (the next step's, then a final state) and dones
+    finals = [{k: RNG.integers(0, 2, size=v.shape[1:]).astype(v.dtype) for k, v in e.items()} for e in episodes]
+    dones = [RNG.integers(0, 2, size=len(e["pos"])).astype(np.int64) for e in episodes]
+    frames.episodes = [
         {
-            k: np.stack(
-                [reference_value(e[k], j * rate, MODES[k]) for j in range(resampled_length(len(e["pos"]), rate))]
-            )
-            for k in MODES
+            **{f"obs/{k}": v for k, v in e.items()},
+            **{f"next_obs/{k}": np.concatenate([v[1:], f[k][None]]) for k, v in e.items()},
+            "dones": d,
         }
-        for e in episodes
+        for e, f, d in zip(episodes, finals, dones)
     ]
+    w = rm.SequenceWindows(lengths, opts, rate)
+    modes = {f"{p}/{k}": m for k, m in MODES.items() for p in ("obs", "next_obs")} | {"dones": "previous"}
+    batch = rm.collate(frames, w, np.arange(len(w)), modes=modes)
+    resampled = []
+    for e, f, d in zip(episodes, finals, dones):
+        L = len(e["pos"])
+        steps = range(resampled_length(L, rate))
+        states = {k: np.concatenate([v, f[k][None]]) for k, v in e.items()}  # obs, then the final next_obs
+        resampled.append(
+            {
+                **{k: np.stack([reference_value(e[k], j * rate, MODES[k]) for j in steps]) for k in MODES},
+                **{
+                    f"next/{k}": np.stack([reference_value(states[k], min((j + 1) * rate, L), MODES[k]) for j in steps])
+                    for k in MODES
+                },
+                "dones": np.array([d[max(s for s in range(L) if s < (j + 1) * rate - 1e-6)] for j in steps]),
+            }
+        )
     i = 0
     for d, e in enumerate(resampled):
         L = len(e["pos"])
@@ -97,11 +116,15 @@ def test_robomimic_windows_at_a_target_rate_equal_the_resampled_reference(rate, 
             start = k + (0 if pad_fs else F - 1)
             steps = np.clip(np.arange(start - (F - 1), start + S), 0, L - 1)
             for key in MODES:
-                got, want = batch["obs"][key][i], e[key][steps].astype(batch["obs"][key].dtype)
-                if MODES[key] == "linear":
-                    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6, err_msg=f"{d}/{k}/{key}")
-                else:
-                    assert np.array_equal(got, want), (d, k, key)
+                for got, want in (
+                    (batch["obs"][key][i], e[key][steps].astype(batch["obs"][key].dtype)),
+                    (batch["next_obs"][key][i], e[f"next/{key}"][steps].astype(batch["next_obs"][key].dtype)),
+                ):
+                    if MODES[key] == "linear":
+                        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6, err_msg=f"{d}/{k}/{key}")
+                    else:
+                        assert np.array_equal(got, want), (d, k, key)
+            assert np.array_equal(batch["dones"][i], e["dones"][steps]), (d, k, "dones")
             i += 1
     assert i == len(w)
 

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from robo_loaders_plugin.core.errors import RoboLoadersError, SourceError
-from robo_loaders_plugin.frames.base import FrameSource, gather, gather_at
+from robo_loaders_plugin.frames.base import NEAREST, PREVIOUS, FrameSource, gather, gather_at, lerp
 from robo_loaders_plugin.windows.rates import resampled_length, to_recorded
 
 
@@ -212,6 +212,34 @@ class SequenceWindows:
         """
         return (self.lengths[ep] - (0 if self.opts.pad_seq_length else self.S - 1) - 1)[:, None]
 
+    def transition_ends(self, ep: np.ndarray, steps: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Where the transitions that start at target ``steps`` end in the recorded demo: what ``next_obs``,
+        ``rewards`` and ``dones`` are read at when the rate is converted.
+
+        Why: a transition at the target rate goes from target step ``t`` to ``t + 1``, recorded position
+        ``(t + 1) * rate``; reading ``next_obs`` at ``t``'s own recorded position served the observation one recorded
+        step later, not one target step (at half the rate ``next_obs[t]`` was ``obs`` at ``2t + 1``, not ``2t + 2``),
+        and point-sampled ``dones`` never served the demo's last one (a reviewer's reproduction). A recorded demo's
+        ``next_obs[j]`` is ``obs[j + 1]``, so the next observation at position ``p`` is ``next_obs`` at ``p - 1`` (up
+        to the demo's last ``next_obs``), or ``obs`` at ``p`` where ``p < 1`` (upsampling: between the first two
+        observations).
+
+        Args:
+            ep: Demo indices (B,).
+            steps: (B, T) target steps, clamped into each demo.
+
+        Returns:
+            ``(next_obs positions, before_first, last steps)``: fractional positions of ``next_obs`` (B, T) clamped to
+            the demo's; where ``before_first``, ``obs`` at ``next_obs position + 1`` instead; and the last recorded
+            step each transition covers (int64, for ``rewards`` and ``dones``).
+        """
+        end = np.asarray(self.recorded(np.asarray(steps) + 1), dtype=np.float64)
+        last = (self.recorded_lengths[ep] - 1).reshape((-1,) + (1,) * (end.ndim - 1))
+        before_first = end < 1.0 - 1e-9
+        positions = np.clip(end - 1.0, -1.0, last)
+        ends = np.clip(np.ceil(end - 1e-6).astype(np.int64) - 1, 0, last)
+        return positions, before_first, ends
+
     def recorded(self, steps: np.ndarray) -> np.ndarray:
         """Steps of the (resampled) demo as positions in the recorded demo (``windows.rates.to_recorded``).
 
@@ -279,6 +307,33 @@ def episode_fields(read, length: int, opts: SequenceOptions, where: str, names=N
     return out
 
 
+# dataset keys that are a transition's outcome: with the rate converted, read at the last recorded step the
+# transition to the next target step covers (the demo's last done and reward are served), never by mode
+TRANSITION_KEYS = ("rewards", "dones")
+
+
+def _before_first(frames: FrameSource, name: str, ep: np.ndarray, p: np.ndarray, mode: str, shape) -> object:
+    """``next_obs/<k>``'s observation at positions ``p`` in ``[0, 1)`` (upsampling): between the demo's first
+    observation and its first ``next_obs`` (which is the second observation, or the final state of a 1-step demo),
+    by ``mode`` as ``frames.base.gather_at`` reads between recorded steps."""
+    zero = np.zeros(shape, dtype=np.int64)
+    before = gather(frames, f"obs/{name.split('/', 1)[1]}", ep, zero)
+    if mode == PREVIOUS:
+        return before
+    after = gather(frames, name, ep, zero)
+    if mode == NEAREST:
+        return select(p >= 0.5 - 1e-6, after, before)
+    return lerp(before, after, np.clip(p, 0.0, 1.0))
+
+
+def select(mask: np.ndarray, a, b):
+    """``a`` where ``mask`` (per position, broadcast over the per-step dims), else ``b`` (numpy or torch, as ``b``)."""
+    if isinstance(b, np.ndarray):
+        return np.where(mask.reshape(mask.shape + (1,) * (b.ndim - mask.ndim)), a, b)
+    m = torch.as_tensor(mask, device=b.device).reshape(mask.shape + (1,) * (b.ndim - mask.ndim))
+    return torch.where(m, a, b)
+
+
 def collate(frames: FrameSource, windows: SequenceWindows, indices, pool=None, modes: dict | None = None) -> dict:
     """Collated arrays (leading batch dim; numpy, or tensors for device-resident frame sources) for sample
     indices: the nested dict robomimic's ``default_collate`` builds from SequenceDataset samples.
@@ -289,7 +344,9 @@ def collate(frames: FrameSource, windows: SequenceWindows, indices, pool=None, m
         indices: Sample indices (negative ones count from the end).
         pool: Recycles the gathered arrays (a ``storage.buffers.BufferPool``; ``None``: new arrays).
         modes: How each field is read between recorded steps when ``windows`` converts the rate
-            (``windows.rates``); unused at rate 1.
+            (``windows.rates``); unused at rate 1. ``next_obs`` is then the observation at the next target step
+            and ``rewards``/``dones`` those of the transition's last recorded step
+            (:meth:`SequenceWindows.transition_ends`).
 
     Returns:
         The dataset keys (B, T, ...), ``obs`` (and ``next_obs`` when loaded) as ``{key: (B, T, ...)}``,
@@ -309,6 +366,14 @@ def collate(frames: FrameSource, windows: SequenceWindows, indices, pool=None, m
     def field(name, steps):
         if windows.rate == 1.0:
             return gather(frames, name, ep, steps, pool)
+        if name.startswith("next_obs/"):  # the observation at the next target step (transition_ends)
+            at, before_first, _ = windows.transition_ends(ep, steps)
+            out = gather_at(frames, name, ep, np.maximum(at, 0.0), modes[name], pool)
+            if not before_first.any():
+                return out
+            return select(before_first, _before_first(frames, name, ep, at + 1.0, modes[name], np.shape(steps)), out)
+        if name in TRANSITION_KEYS:  # what the transition to the next target step ends with: its last recorded step
+            return gather(frames, name, ep, windows.transition_ends(ep, steps)[2], pool)
         return gather_at(frames, name, ep, windows.recorded(steps), modes[name], pool)
 
     batch = {k: field(k, pos) for k in opts.dataset_keys}

@@ -66,6 +66,7 @@ def gpu_resampler_dataset(config, obs_keys, filter_by_attribute=None, dataset_pa
     from robo_loaders_plugin.backends.gpu_resampler.tiers import plan_tiers_checked
     from robo_loaders_plugin.backends.gpu_resampler.tiers_at_start import kept_or_filled
     from robo_loaders_plugin.windows.rates import resolve_modes
+    from robo_loaders_plugin.windows.robomimic import TRANSITION_KEYS
 
     opts, path = sequence_options(config, obs_keys, dataset_path)
     target_fps, source_fps = options.target_fps, options.source_fps
@@ -135,6 +136,12 @@ def gpu_resampler_dataset(config, obs_keys, filter_by_attribute=None, dataset_pa
     )
     plan = frames.plan  # the entry's tiers (a reused entry keeps the boundary it was built with)
     modes = resolve_modes(_by_modality(frames.infos), options.modes, OPTION_PREFIX)
+    fixed = sorted(set(options.modes or {}) & set(TRANSITION_KEYS))
+    if fixed and rate != 1.0:
+        raise BackendOptionError(
+            f"{OPTION_PREFIX}.modes names {fixed}: a transition's rewards and dones are read at the last recorded "
+            "step it covers (so the demo's last ones are served), not by mode; remove them from modes"
+        )
     where = plan.describe(str(train_device)) + f", {held}"
     if frames.spilled_while_filling:
         where += f" (then {frames.spilled_while_filling})"
