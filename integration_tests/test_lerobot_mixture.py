@@ -1148,6 +1148,7 @@ def test_image_transforms_draw_in_worker_processes_seeded_by_the_run(lerobot_mix
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
     from lerobot.transforms import ImageTransforms, ImageTransformsConfig
 
+    from robo_loaders_plugin import RoboLoadersError
     from robo_loaders_plugin.mixtures.dataset import MixtureDataset
 
     tf = ImageTransforms(ImageTransformsConfig(enable=True, max_num_transforms=3, random_order=True))
@@ -1171,6 +1172,19 @@ def test_image_transforms_draw_in_worker_processes_seeded_by_the_run(lerobot_mix
     (in_workers, one), (_, other) = first_frames(100), first_frames(101)
     assert in_workers
     assert all(torch.equal(x, y) for x, y in zip(one, other)), "one seed, other augmentations"
+    # --num_workers=0: the training thread, as LeRobot's loader without workers (a thread drew beside the loop's)
+    ds = [
+        LeRobotDataset(r, root=p, return_uint8=True, image_transforms=tf)
+        for r, p in (lerobot_mixture_datasets[n] for n in names)
+    ]
+    mix = build_mixture(spec, ds, choose("compressed_cache"), seed=3)
+    source = mix.batch_source(SamplingPlan(batch_size=4, num_workers=1, seed=3, worker_processes=0))
+    assert source.processes is None and source.num_threads == 0
+    mix.close()
+    # a backend building batches in the training process is refused naming the flag and the options the user gave
+    # (not those the mixture's buffer bound adds)
+    with pytest.raises(RoboLoadersError, match=r"^--dataset.mixture: datapipe builds batches in the training process"):
+        build_mixture(spec, ds, choose("datapipe"), seed=3)
     monkeypatch.setattr(MixtureDataset, "worker_processes", lambda self, plan: 0)
     (in_workers, one), (_, other) = first_frames(100), first_frames(101)
     assert not in_workers and not all(torch.equal(x, y) for x, y in zip(one, other))

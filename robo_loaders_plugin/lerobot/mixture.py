@@ -70,7 +70,13 @@ from robo_loaders_plugin.lerobot.mixture_meta import (
     renamed_stats,
 )
 from robo_loaders_plugin.lerobot.mixture_resume import COMPONENT_STATS_FILE, pass_order
-from robo_loaders_plugin.lerobot.single import build_dataset, native_datasets, natives_built, remote_tables
+from robo_loaders_plugin.lerobot.single import (
+    build_dataset,
+    items_choice,
+    native_datasets,
+    natives_built,
+    remote_tables,
+)
 from robo_loaders_plugin.mixtures.component_lines import ComponentLines
 from robo_loaders_plugin.mixtures.dataset import DATASET_INDEX, MixtureDataset, MixtureHooks, collect_build_garbage
 from robo_loaders_plugin.mixtures.footprint import bounded_buffer, check_mixture_fits
@@ -416,6 +422,8 @@ def build_mixture(
                 f"mixture: {component_name(spec, k)}'s {dropped} left out (not in every component after the renames)"
             )
     component_choice = _component_choice(choice, target)
+    for native in natives[:1]:  # one factory's settings for every component: the user's options checked once
+        items_choice(native, component_choice, f"{MIXTURE_FLAG}: ")
     component_choice = bounded_buffer(component_choice, lambda given: choose(component_choice.name, **given))
     choices = [_streamed_choice(component_choice, c) for c in spec.components]
     # each component's meta/ checked once, and its store looked for once, for its plan and its build

@@ -64,6 +64,43 @@ def convert(dataset, cfg):
     return build_dataset(dataset, choice, repo_id=cfg.dataset.repo_id, seed=getattr(cfg, "seed", None))
 
 
+def items_choice(native, choice: BackendChoice, where: str = "") -> BackendChoice:
+    """The backend choice for a dataset whose items may draw random numbers (LeRobot's image transforms): options
+    whose default moves the draws out of lerobot-train's workers take another (``BackendChoice.for_items``), and a
+    backend that still builds batches in the training process is refused.
+
+    Why: there LeRobot's image transforms would draw from the training process's RNG, not from lerobot-train's
+    workers', and threads draw in no fixed order: the same ``--seed`` gave other augmentations at every run (a
+    reviewer's reproduction with an indexed backend, and with a loader option set to threads).
+
+    Args:
+        native: The ``LeRobotDataset``.
+        choice: The backend choice, with the options the user gave.
+        where: Starts the refusal (``--dataset.mixture: ``), or ``""``.
+
+    Returns:
+        The choice to build ``native`` with.
+
+    Raises:
+        RoboLoadersError: image transforms with a backend (or options) building batches in the training process.
+    """
+    draws = compat.reader_settings(native).image_transforms is not None
+    out = choice.for_items(draw_random=draws)
+    if draws and out.kind != SAMPLE:
+        from robo_loaders_plugin.core.registry import random_item_backends
+
+        given = ", ".join(f"{k}={v!r}" for k, v in choice.options.given().items() if k in choice.spec.options)
+        others = ", ".join(n for n in random_item_backends("lerobot") if n != choice.name)
+        raise RoboLoadersError(
+            f"{where}{choice.name}{f' ({given})' if given else ''} builds batches in the training process, where "
+            "LeRobot's image transforms would draw other random numbers than lerobot-train's DataLoader workers (and "
+            "its threads in no fixed order): the augmentations would not be LeRobot's, nor the same from run to run; "
+            f"leave its options to their defaults if one moves the items into the workers, use one of {others}, or "
+            "train without --dataset.image_transforms.enable=true"
+        )
+    return out
+
+
 def build_dataset(
     native,
     choice: BackendChoice,
@@ -97,24 +134,7 @@ def build_dataset(
         raise RoboLoadersError(f"backend choice {choice.name!r} was resolved for {choice.framework}, not LeRobot")
     compat.check_version()
     choice.check_device()
-    # options whose default moves random draws out of LeRobot's workers take another where items draw them
-    draws = compat.reader_settings(native).image_transforms is not None
-    choice = choice.for_items(draw_random=draws)
-    if draws and choice.kind != SAMPLE:
-        # batches built in the training process: LeRobot's image transforms would draw from its RNG, not from
-        # lerobot-train's workers', and threads draw in no fixed order (the same --seed gave other augmentations
-        # at every run: a reviewer's reproduction with an indexed backend, and with a loader option set to threads)
-        from robo_loaders_plugin.core.registry import random_item_backends
-
-        given = ", ".join(f"{k}={v!r}" for k, v in choice.options.given().items() if k in choice.spec.options)
-        others = ", ".join(n for n in random_item_backends("lerobot") if n != choice.name)
-        raise RoboLoadersError(
-            f"{choice.name}{f' ({given})' if given else ''} builds batches in the training process, where "
-            "LeRobot's image transforms would draw other random numbers than lerobot-train's DataLoader workers (and "
-            "its threads in no fixed order): the augmentations would not be LeRobot's, nor the same from run to run; "
-            f"leave its options to their defaults if one moves the items into the workers, use one of {others}, or "
-            "train without --dataset.image_transforms.enable=true"
-        )
+    choice = items_choice(native, choice)
     loop = TrainingLoop(int(batch_size), int(num_workers)) if batch_size is not None else current_training_loop()
     with training_loop(loop):
         out = choice.build(native)

@@ -568,7 +568,7 @@ class MixtureDataset(BatchDataset):
 
     def batch_threads(self, plan: SamplingPlan) -> int:
         """Threads building batches: the plan's worker budget, none when a component builds its batches on the
-        training thread (GPU-resident data).
+        training thread (GPU-resident data) or its items draw random numbers (:meth:`MixtureHooks.draws_random`).
 
         Args:
             plan: What the native loop would serve (its ``num_workers``).
@@ -577,6 +577,10 @@ class MixtureDataset(BatchDataset):
             The thread count (0: the training thread).
         """
         if any(isinstance(d, ServedDataset) and d.serving.batch_threads == 0 for d in self.datasets):
+            return 0
+        if any(self.hooks.draws_random(d) for d in self.datasets):
+            # no worker process asked for (:meth:`worker_processes`): the training thread, in order, as the
+            # framework's own loader without workers; a thread would draw beside the training loop's own draws
             return 0
         return int(plan.num_workers)
 
