@@ -271,6 +271,39 @@ def test_robomimics_shape_metadata_is_the_mixtures_padded_one(robots):
         integration._RUN_CONFIG[:] = []
 
 
+def test_a_first_component_that_renames_a_key_gives_robomimic_its_shapes(robots, tmp_path):
+    """A reviewer's reproduction: robomimic reads the shapes its models are built for from ``train.data`` (the first
+    component) under the config's names, so a first component holding a key under its own name (renamed onto the
+    mixture's) failed robomimic's script (h5py's ``KeyError``; with a backend, a line blaming the intact file). Its
+    shapes are now read under its own names. Control: robomimic's own read of that file fails on the key."""
+    import robomimic.utils.file_utils as FileUtils
+
+    from robo_loaders_plugin.robomimic import compat, integration, patches
+
+    patches.patch_file_utils(FileUtils)
+    own = str(tmp_path / "arm7_own_names.hdf5")
+    shutil.copy(robots[0], own)
+    with h5py.File(own, "r+") as f:
+        for demo in f["data"]:
+            for group in ("obs", "next_obs"):
+                f.move(f"data/{demo}/{group}/robot0_eef_pos", f"data/{demo}/{group}/eef")
+    for backend in (None, "compressed_cache"):
+        cfg = robots_config((own, *robots[1:]), backend=backend)
+        with cfg.values_unlocked():
+            cfg.train.data_mixture["components"][0]["rename"] = {"eef": "robot0_eef_pos"}
+        keys = obs_keys(cfg)
+        integration._RUN_CONFIG[:] = [cfg]
+        try:
+            shape = FileUtils.get_shape_metadata_from_dataset(own, all_obs_keys=keys)
+            assert shape["ac_dim"] == 14 and list(shape["all_shapes"]["robot0_eef_pos"]) == [6]
+            assert list(shape["all_shapes"]) == sorted(keys) and shape["all_obs_keys"] == keys
+            with pytest.raises(KeyError):
+                compat.ORIGINALS["get_shape_metadata_from_dataset"](own, all_obs_keys=keys)
+        finally:
+            integration._RUN_CONFIG[:] = []
+    assert compat.obs_modality("eef") is None  # the read's modality for the file's name is not left registered
+
+
 def _same_batch(ours, theirs, where):
     """Equal nesting, key order, dtypes, shapes and values (exact: both read the same frame sources)."""
     assert list(ours) == list(theirs), f"{where}: keys {list(ours)} != {list(theirs)}"

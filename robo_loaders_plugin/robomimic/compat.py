@@ -14,13 +14,15 @@ leaf, so what touches robomimic's inside can be read (and audited against a new 
 5. ``robomimic.utils.train_utils.get_exp_dir`` also remembers the run's config (the first call ``train()`` makes
    with it), so that
 6. ``robomimic.utils.file_utils.get_shape_metadata_from_dataset`` gives a mixture's padded shapes for
-   ``train.data`` (its models are built for what the mixture serves: ``robomimic.mixture.padded_shape_meta``).
+   ``train.data`` (its models are built for what the mixture serves: ``robomimic.mixture.padded_shape_meta``),
+   reading the keys its first component renames under the file's own names.
 
 Run by robomimic's training script, the plugin's errors raised through 2-4 end the process with one line and exit
 status 1 (:func:`patch_train_utils`), because the script's ``main`` catches every error and exits 0.
 
 Private reads and writes: ``ObsUtils.OBS_KEYS_TO_MODALITIES`` (a mixture component's renamed obs key gets its mixture
-key's modality, :func:`register_obs_key_like`); ``SequenceDataset._index_to_demo_id`` (only the benchmark's episode-mix
+key's modality, :func:`register_obs_key_like`; for the one read of ``train.data``'s shapes under its own names,
+:func:`patch_file_utils`'s ``own_keys``, then restored); ``SequenceDataset._index_to_demo_id`` (only the benchmark's episode-mix
 metric for ``native``); the line ``robomimic.scripts.train`` prints when a run fails (:data:`TRAIN_FAILED`: its ``main``
 catches every error and exits 0, so ``robo-loaders robomimic-train`` watches for it); the ``input()`` of
 ``train_utils.get_exp_dir`` (answered by :func:`keep_existing_runs` when there is no terminal).
@@ -32,6 +34,7 @@ backends refuse to build, naming the version: ``robo-loaders doctor`` shows whic
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 
@@ -162,14 +165,47 @@ def patch_train_utils(module, replacements) -> None:
         setattr(module, name, wrapper)
 
 
-def patch_file_utils(module, shape_metadata, check=None) -> None:
+@contextlib.contextmanager
+def _modalities_of_own_keys(own: dict[str, str]):
+    """robomimic's ``OBS_KEYS_TO_MODALITIES`` (private registry) with each file key of ``own`` ({config key: the
+    file's key}) given its config key's modality, for one read of the file's shapes; restored after."""
+    import robomimic.utils.obs_utils as ObsUtils
+
+    registry = ObsUtils.OBS_KEYS_TO_MODALITIES
+    saved = None if registry is None else dict(registry)
+    try:
+        if saved is not None:
+            registry.update({file_key: saved[key] for key, file_key in own.items() if key in saved})
+        yield
+    finally:
+        if saved is not None:
+            registry.clear()
+            registry.update(saved)
+
+
+def _named_as_config(shape_meta: dict, own: dict[str, str], asked) -> dict:
+    """``shape_meta`` read under the file's own keys, keyed by the config's (``all_shapes`` sorted, as robomimic
+    builds it)."""
+    back = {file_key: key for key, file_key in own.items()}
+    out = dict(shape_meta)
+    shapes = shape_meta["all_shapes"]
+    out["all_shapes"] = type(shapes)(sorted((back.get(k, k), v) for k, v in shapes.items()))
+    out["all_obs_keys"] = asked if asked is not None else [back.get(k, k) for k in shape_meta["all_obs_keys"]]
+    return out
+
+
+def patch_file_utils(module, shape_metadata, check=None, own_keys=None) -> None:
     """Make ``get_shape_metadata_from_dataset`` pass its result through ``shape_metadata``, after ``check``.
 
     Args:
         module: ``robomimic.utils.file_utils``, freshly imported.
         shape_metadata: ``shape_metadata(shape_meta, dataset_path) -> shape_meta``.
-        check: ``check(dataset_path, all_obs_keys)``, called first: may raise a ``RoboLoadersError`` naming what is
-            wrong where robomimic's read would raise h5py's bare ``KeyError`` (``None``: nothing checked).
+        check: ``check(dataset_path, all_obs_keys)``, called first with the keys as the file names them: may raise
+            a ``RoboLoadersError`` naming what is wrong where robomimic's read would raise h5py's bare ``KeyError``
+            (``None``: nothing checked).
+        own_keys: ``own_keys(dataset_path) -> {config key: the file's key}`` for keys the file holds under another
+            name (a mixture's first component that renames them): robomimic reads their shapes under the file's
+            names, each with its config key's modality, and the result is keyed by the config's (``None``: none).
     """
     check_version()
     current = module.get_shape_metadata_from_dataset
@@ -180,9 +216,14 @@ def patch_file_utils(module, shape_metadata, check=None) -> None:
     @functools.wraps(current)
     def get_shape_metadata_from_dataset(dataset_path, all_obs_keys=None, verbose=False):
         try:
+            own = own_keys(dataset_path) if own_keys is not None else {}
+            read = all_obs_keys if all_obs_keys is None or not own else [own.get(k, k) for k in all_obs_keys]
             if check is not None:
-                check(dataset_path, all_obs_keys)
-            shape_meta = current(dataset_path, all_obs_keys=all_obs_keys, verbose=verbose)
+                check(dataset_path, read)
+            with _modalities_of_own_keys(own) if own else contextlib.nullcontext():
+                shape_meta = current(dataset_path, all_obs_keys=read, verbose=verbose)
+            if own:
+                shape_meta = _named_as_config(shape_meta, own, all_obs_keys)
             return shape_metadata(shape_meta, dataset_path)
         except RoboLoadersError as exc:
             if running_train_script():

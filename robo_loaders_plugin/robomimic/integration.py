@@ -357,6 +357,28 @@ def get_exp_dir(config, *args, **kwargs):
     return compat.original("get_exp_dir")(config, *args, **kwargs)
 
 
+def own_obs_keys(dataset_path) -> dict[str, str]:
+    """The observation keys ``train.data`` holds under another name than the config's: those a mixture's first
+    component renames (``{config key: its own key}``), for robomimic's read of its shapes.
+
+    Why: robomimic reads the shapes its models are built for from ``train.data`` under the config's names; a first
+    component that renames a key has it under its own name, so the read failed (h5py's ``KeyError``, or the one-line
+    check blaming an intact file: a reviewer's reproduction).
+
+    Args:
+        dataset_path: The file robomimic reads the shapes of.
+
+    Returns:
+        The renamed keys (empty: none, or no mixture).
+    """
+    config = _RUN_CONFIG[0] if _RUN_CONFIG else None
+    if config is None or not mixture.applies(config, dataset_path):
+        return {}
+    spec = mixture.mixture_spec(config)
+    rename = dict((spec.components[0].rename or {}) if spec is not None else {})
+    return {key: own for own, key in rename.items() if own != key}
+
+
 def shape_metadata(shape_meta: dict, dataset_path) -> dict:
     """The shapes robomimic's models are built for: ``train.data``'s, or with a mixture (``train.data`` its first
     component) the mixture's padded ones (``mixture.padded_shape_meta``).

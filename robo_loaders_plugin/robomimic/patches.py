@@ -43,7 +43,7 @@ def patch_file_utils(module) -> None:
     """
     from robo_loaders_plugin.robomimic import integration
 
-    compat.patch_file_utils(module, integration.shape_metadata, integration.check_obs_keys)
+    compat.patch_file_utils(module, integration.shape_metadata, integration.check_obs_keys, integration.own_obs_keys)
 
 
 def apply_all() -> None:
