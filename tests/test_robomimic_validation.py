@@ -161,3 +161,27 @@ def test_the_kept_lengths_do_not_travel_with_the_source(tmp_path, monkeypatch):
     assert src._lengths == {"demo_0": 4, "demo_1": 4, "demo_2": 4} and copy._lengths == {}
     with copy.open() as f:
         assert copy.lengths(f, ["demo_1"]).tolist() == [4]
+
+
+def test_a_record_whose_lengths_were_edited_is_not_trusted(tmp_path, monkeypatch):
+    """A reviewer's reproduction: a record whose demo length was changed by one, still a whole number (a hand edit,
+    a flipped digit), was trusted over the file's ``num_samples``, and every backend then refused the intact file
+    ("has shape (30, 3) but ... num_samples=29"). The record holds its own checksum: such a record is ignored and
+    the file walked again. Control: the untouched record is used (no walk)."""
+    monkeypatch.setenv("ROBO_LOADERS_CACHE", str(tmp_path / "cache"))
+    path = write(tmp_path / "f.hdf5", demos=3, rows=6)
+    demos = [f"demo_{i}" for i in range(3)]
+    RobomimicHdf5(path)
+    walks = []
+    check = RobomimicHdf5._check_demos
+    monkeypatch.setattr(RobomimicHdf5, "_check_demos", lambda self, f, d: walks.append(1) or check(self, f, d))
+    RobomimicHdf5(path)
+    assert walks == []
+    (record,) = (tmp_path / "cache" / ".validated").iterdir()
+    text = record.read_text()
+    assert '"demo_1": 6' in text
+    record.write_text(text.replace('"demo_1": 6', '"demo_1": 5'))
+    source = RobomimicHdf5(path)
+    assert walks == [1]
+    with source.open() as f:
+        assert source.lengths(f, demos).tolist() == [6, 6, 6]

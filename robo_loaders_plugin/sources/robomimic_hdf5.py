@@ -150,7 +150,7 @@ def _num_samples(gid, demo: bytes) -> int | None:
 class _ValidationRecord:
     """That a file passed :meth:`RobomimicHdf5.validate` as it is now: its path and stat (size, mtime, inode,
     ctime), in ``<cache root>/.validated/``, with every demo's ``num_samples`` the walk read (issue 45: reading
-    10,000 demos' attributes again took ~1 s of a second start, twice). Never an error: a record that cannot be
+    10,000 demos' attributes again took ~1 s of a second start, twice), and its own checksum. Never an error: a record that cannot be
     read or written only means the file is walked again."""
 
     def __init__(self, real: str, path: str):
@@ -162,9 +162,15 @@ class _ValidationRecord:
         unreadable, of another method, path or stat, or its lengths not a mapping of names to whole numbers)."""
         import json
 
+        from robo_loaders_plugin.storage.integrity import json_checksum
+
         try:
             with open(self.path) as fh:
                 doc = json.load(fh)
+            # its own checksum: an edited or bit-flipped length was trusted over the file's num_samples, and every
+            # backend then refused the intact file (a reviewer's reproduction)
+            if doc.pop("checksum") != json_checksum(doc):
+                return None
             lengths = doc.pop("lengths")
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return None
@@ -176,10 +182,11 @@ class _ValidationRecord:
 
     def save(self, lengths: dict[str, int]) -> None:
         from robo_loaders_plugin.core.files import atomic_write_json
+        from robo_loaders_plugin.storage.integrity import with_checksum
 
         try:
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
-            atomic_write_json(self.path, dict(self.doc, lengths=lengths))
+            atomic_write_json(self.path, with_checksum(dict(self.doc, lengths=lengths)))
         except OSError:
             pass
 
