@@ -20,12 +20,13 @@ leaf, so what touches robomimic's inside can be read (and audited against a new 
 Run by robomimic's training script, the plugin's errors raised through 2-4 end the process with one line and exit
 status 1 (:func:`patch_train_utils`), because the script's ``main`` catches every error and exits 0.
 
-Private reads and writes: ``ObsUtils.OBS_KEYS_TO_MODALITIES`` (a mixture component's renamed obs key gets its mixture
-key's modality, :func:`register_obs_key_like`; for the one read of ``train.data``'s shapes under its own names,
-:func:`patch_file_utils`'s ``own_keys``, then restored); ``SequenceDataset._index_to_demo_id`` (only the benchmark's episode-mix
-metric for ``native``); the line ``robomimic.scripts.train`` prints when a run fails (:data:`TRAIN_FAILED`: its ``main``
-catches every error and exits 0, so ``robo-loaders robomimic-train`` watches for it); the ``input()`` of
-``train_utils.get_exp_dir`` (answered by :func:`keep_existing_runs` when there is no terminal).
+Private reads and writes: ``ObsUtils.OBS_KEYS_TO_MODALITIES`` (a mixture component's renamed obs key gets its
+mixture key's modality, :func:`register_obs_key_like`; for the one read of ``train.data``'s shapes under its own
+names, :func:`patch_file_utils`'s ``own_keys``, then restored); ``SequenceDataset._index_to_demo_id`` (only the
+benchmark's episode-mix metric for ``native``); the line ``robomimic.scripts.train`` prints when a run fails
+(:data:`TRAIN_FAILED`: its ``main`` catches every error and exits 0, so ``robo-loaders robomimic-train`` watches for
+it); the ``input()`` of ``train_utils.get_exp_dir`` (answered by :func:`keep_existing_runs` when there is no
+terminal).
 Side effects relied on: ``import robomimic.algo`` registers the observation encoders SequenceDataset needs.
 
 On another robomimic version the patches are not applied (robomimic then runs unmodified and says so once) and the

@@ -150,8 +150,8 @@ def _num_samples(gid, demo: bytes) -> int | None:
 class _ValidationRecord:
     """That a file passed :meth:`RobomimicHdf5.validate` as it is now: its path and stat (size, mtime, inode,
     ctime), in ``<cache root>/.validated/``, with every demo's ``num_samples`` the walk read (issue 45: reading
-    10,000 demos' attributes again took ~1 s of a second start, twice), and its own checksum. Never an error: a record that cannot be
-    read or written only means the file is walked again."""
+    10,000 demos' attributes again took ~1 s of a second start, twice), and its own checksum. Never an error: a
+    record that cannot be read or written only means the file is walked again."""
 
     def __init__(self, real: str, path: str):
         self.real, self.path = real, path
