@@ -269,7 +269,14 @@ class LeRobotHooks(MixtureHooks):
 
     def draws_random(self, component_dataset) -> bool:
         """LeRobot's image transforms draw random numbers per item (``image_transforms`` of a ``LeRobotDataset`` and
-        of the backends' datasets alike)."""
+        of the backends' datasets alike).
+
+        Args:
+            component_dataset: The component's dataset.
+
+        Returns:
+            Whether it applies image transforms.
+        """
         return getattr(component_dataset, "image_transforms", None) is not None
 
 

@@ -322,11 +322,11 @@ def _before_first(frames: FrameSource, name: str, ep: np.ndarray, p: np.ndarray,
         return before
     after = gather(frames, name, ep, zero)
     if mode == NEAREST:
-        return select(p >= 0.5 - 1e-6, after, before)
+        return _select(p >= 0.5 - 1e-6, after, before)
     return lerp(before, after, np.clip(p, 0.0, 1.0))
 
 
-def select(mask: np.ndarray, a, b):
+def _select(mask: np.ndarray, a, b):
     """``a`` where ``mask`` (per position, broadcast over the per-step dims), else ``b`` (numpy or torch, as ``b``)."""
     if isinstance(b, np.ndarray):
         return np.where(mask.reshape(mask.shape + (1,) * (b.ndim - mask.ndim)), a, b)
@@ -371,7 +371,7 @@ def collate(frames: FrameSource, windows: SequenceWindows, indices, pool=None, m
             out = gather_at(frames, name, ep, np.maximum(at, 0.0), modes[name], pool)
             if not before_first.any():
                 return out
-            return select(before_first, _before_first(frames, name, ep, at + 1.0, modes[name], np.shape(steps)), out)
+            return _select(before_first, _before_first(frames, name, ep, at + 1.0, modes[name], np.shape(steps)), out)
         if name in TRANSITION_KEYS:  # what the transition to the next target step ends with: its last recorded step
             return gather(frames, name, ep, windows.transition_ends(ep, steps)[2], pool)
         return gather_at(frames, name, ep, windows.recorded(steps), modes[name], pool)
