@@ -175,6 +175,8 @@ def test_a_file_replaced_while_converted_is_withdrawn_not_published(tiny_hdf5, t
 
     path = str(tmp_path / "data.hdf5")
     shutil.copy2(tiny_hdf5, path)
+    backup = str(tmp_path / "backup.hdf5")
+    shutil.copy2(tiny_hdf5, backup)
     other = str(tmp_path / "other.hdf5")
     shutil.copy2(tiny_hdf5, other)
     with h5py.File(other, "r+") as f:
@@ -192,6 +194,11 @@ def test_a_file_replaced_while_converted_is_withdrawn_not_published(tiny_hdf5, t
     assert not os.path.exists(os.path.join(out, "index.json"))
     assert not os.path.exists(os.path.join(out, "dataset.json"))
     monkeypatch.setattr(executors, "execute", execute)
+    # the first version back with its mtime (cp -p): the same command resumed the withdrawn units and published the
+    # other version's arrays as the first's (a reviewer's reproduction); every unit is converted again now
+    shutil.copy2(backup, path)
+    convert_robomimic(path, out, progress=False)
+    assert verify_robomimic(out, path) == []
     control = str(tmp_path / "control")
     convert_robomimic(path, control, progress=False)  # the file as it is now, unchanged meanwhile
     assert os.path.exists(os.path.join(control, "index.json")) and verify_robomimic(control, path) == []

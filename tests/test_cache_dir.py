@@ -257,6 +257,18 @@ def test_a_source_replaced_while_its_entry_is_built_keeps_nothing(tmp_path):
     assert not reused and open(entry.path, "rb").read() == b"v2" * 100
     assert [e.name for e in cache.entries(root)] == [entry.name]
 
+    def refused_by_its_own_check(path, _fp):  # a conversion that saw the source change raises before obtain checks
+        os.makedirs(path)
+        (tmp_path / "marker").write_bytes(b"")
+        open(os.path.join(path, "manifest.json"), "w").close()
+        raise StaleSourceError("changed while it was converted")
+
+    src.write_bytes(b"v3" * 100)
+    with pytest.raises(StaleSourceError, match="changed while it was converted"):
+        obtain(refused_by_its_own_check)
+    # nothing of it kept (a reviewer's reproduction: datapipe's next run resumed the withdrawn conversion in place)
+    assert [e.name for e in cache.entries(root)] == [entry.name] and (tmp_path / "marker").exists()
+
 
 def test_a_source_looks_only_at_its_own_entries_and_sees_one_written_meanwhile(tmp_path, monkeypatch):
     """Issue 44 item 3: ``obtain`` checked every name in the root (``is_entry``, a stat each) to find its own

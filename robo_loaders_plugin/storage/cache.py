@@ -722,12 +722,26 @@ def obtain(
         reused = os.path.exists(entry.path) and usable(entry.path)
         if not reused:
             sweep_temporary(root, owned=entry.name)
-            build(entry.path, fp)
+            try:
+                build(entry.path, fp)
+            except StaleSourceError:
+                # the build saw the source change (a conversion's own check): nothing of it is kept, or the next
+                # run resumed it once the first version was back with its mtime (a reviewer's reproduction)
+                _remove_entry_path(entry)
+                raise
             _source_kept_while_built(entry, fp, fingerprint(fp), description)
         hold = entry.hold()
     if not reused and housekeeping:
         after_build(entry)
     return entry, hold, reused, fp
+
+
+def _remove_entry_path(entry: Entry) -> None:
+    """Remove what a build left at the entry's path (a directory or a file), under its build lock."""
+    if os.path.isdir(entry.path):
+        shutil.rmtree(entry.path, ignore_errors=True)
+    elif os.path.lexists(entry.path):
+        os.unlink(entry.path)
 
 
 def _source_kept_while_built(entry: Entry, before, after, description: str) -> None:
@@ -750,10 +764,7 @@ def _source_kept_while_built(entry: Entry, before, after, description: str) -> N
     """
     if after.identity() == before.identity():
         return
-    if os.path.isdir(entry.path):
-        shutil.rmtree(entry.path, ignore_errors=True)
-    elif os.path.lexists(entry.path):
-        os.unlink(entry.path)
+    _remove_entry_path(entry)
     raise StaleSourceError(
         f"{before.path} changed while the {description} was built from it ({before.shown_differences(after)}); "
         "nothing built from it was kept: run again once the source no longer changes"

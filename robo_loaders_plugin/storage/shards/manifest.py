@@ -253,15 +253,27 @@ def withdraw_if_source_changed(out_dir: str, before, after, source_path: str) ->
 
     Raises:
         StaleSourceError: the source's files or content differ from ``before``'s; ``index.json`` and
-            ``dataset.json`` are removed first, so no reader opens the shards.
+            ``dataset.json`` are removed first, so no reader opens the shards, and every unit is planned again, so
+            no later run resumes what was read from two versions.
     """
     from robo_loaders_plugin.core.errors import StaleSourceError
 
     if after.identity() == before.identity():
         return
-    for name in ("index.json", "dataset.json"):
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(os.path.join(out_dir, name))
+    with _locked(out_dir):
+        for name in ("index.json", "dataset.json"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(out_dir, name))
+        # every unit planned again: kept done, the next run of the same command resumed them and published the two
+        # versions' arrays once the first version was back with its mtime (cp -p; a reviewer's reproduction)
+        with contextlib.suppress(FileNotFoundError, ShardError):
+            m = _read(out_dir)
+            for u in m["units"]:
+                if u["state"] == "done":
+                    u["state"] = "planned"
+                    u.pop("index", None)
+                    u.pop("shards", None)
+            _write(out_dir, m)
     raise StaleSourceError(
         f"{source_path} changed while it was converted into {out_dir} ({before.shown_differences(after)}); the "
         "conversion is withdrawn (no reader opens it): convert again into an empty directory once the source no "
