@@ -225,6 +225,39 @@ def test_a_killed_transcode_is_resumed_redoing_only_the_unfinished_files(source,
     assert encoded == [] and open(os.path.join(out, "meta", "info.json"), "rb").read() == info
 
 
+def test_a_source_changed_while_transcoded_is_withdrawn_and_transcoded_again(source, tmp_path, monkeypatch):
+    """A reviewer's reproduction: a source video replaced midway gave an OUT mixed from two versions (each file was
+    compared with the source at its own turn), published, and accepted again by the same command once the first
+    version was back with its mtime. The source is fingerprinted again after the run: changed, OUT is withdrawn (no
+    meta/info.json) and every file planned again. Control: the rerun on the unchanged source encodes every file and
+    publishes."""
+    from robo_loaders_plugin.core.errors import StaleSourceError
+
+    src = str(tmp_path / "src")
+    shutil.copytree(source, src)
+    out = str(tmp_path / "out")
+    touched = os.path.join(src, sorted(tc.video_files(LeRobotV3(src)))[-1])
+    mtime = os.stat(touched).st_mtime_ns
+    encoded = []
+    real_encode = tc._encode
+
+    def changed_meanwhile(path, *a, **k):
+        if not encoded:
+            os.utime(touched, ns=(mtime + 10**9, mtime + 10**9))  # as a replacement of that file does
+        encoded.append(path)
+        return real_encode(path, *a, **k)
+
+    monkeypatch.setattr(tc, "_encode", changed_meanwhile)
+    with pytest.raises(StaleSourceError, match=r"changed while it was transcoded into .*withdrawn"):
+        tc.transcode(src, out, progress=False)
+    assert not os.path.exists(os.path.join(out, "meta", "info.json"))
+    os.utime(touched, ns=(mtime, mtime))  # the first version back, mtime and all
+    encoded.clear()
+    monkeypatch.setattr(tc, "_encode", lambda path, *a, **k: encoded.append(path) or real_encode(path, *a, **k))
+    report = tc.transcode(src, out, progress=False)
+    assert len(encoded) == len(report["files"]) == 4 and os.path.exists(os.path.join(out, "meta", "info.json"))
+
+
 @pytest.mark.timeout(120)
 def test_a_worker_process_killed_by_a_signal_fails_the_run_instead_of_hanging_and_a_rerun_resumes(source, tmp_path):
     """A worker that dies without returning (the OOM killer, or libx265 aborting the process on frames under 64 px

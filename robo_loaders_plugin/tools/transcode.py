@@ -743,8 +743,38 @@ def transcode(
     )
     if isinstance(res, executors.Submitted):
         return res.as_dict()
+    _withdraw_if_source_changed(out, state, fp, source.fingerprint(fp), src_root)
     with open(os.path.join(state, REPORT)) as f:
         return json.load(f)
+
+
+def _withdraw_if_source_changed(out: str, state: str, before, after, src_root: str) -> None:
+    """Withdraw a finished transcode whose source changed while it ran: OUT no longer loads as a dataset
+    (``meta/info.json`` and the report removed) and every file is planned again.
+
+    Why: the files were encoded from the source as it was at each file's turn and compared with it then, so a
+    source replaced midway (a camera's video swapped) gave an OUT mixed from two versions, published and, once the
+    first version was back with its mtime, accepted again by the same command (a reviewer's reproduction; the
+    convert commands re-check their source the same way).
+
+    Raises:
+        StaleSourceError: the source's files or content differ from ``before``'s.
+    """
+    from robo_loaders_plugin.core.errors import StaleSourceError
+
+    if after.identity() == before.identity():
+        return
+    for path in (os.path.join(out, "meta", "info.json"), os.path.join(state, REPORT)):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+    try:
+        manifest.withdraw_if_source_changed(state, before, after, src_root)
+    except StaleSourceError:
+        raise StaleSourceError(
+            f"{src_root} changed while it was transcoded into {out} ({before.shown_differences(after)}); the "
+            "output is withdrawn (it no longer loads as a dataset, and the next run transcodes every file again): "
+            "run again once the source no longer changes"
+        ) from None
 
 
 def report_table(report: dict) -> str:
