@@ -103,6 +103,25 @@ def test_verify_finds_differences_from_the_source(tiny_hdf5, tmp_path):
     assert rc == 1 and "demo_1/actions" in log
 
 
+def test_verify_passes_byte_identical_arrays_that_hold_nan(tiny_hdf5, tmp_path):
+    """A reviewer's reproduction: ``verify --source`` said a field holding NaN "differs from the source" though the
+    shards were byte-identical (``np.array_equal``: NaN != NaN). Control: a NaN where the source holds a number
+    differs."""
+    import shutil
+
+    src = str(tmp_path / "src.hdf5")
+    shutil.copy(tiny_hdf5, src)
+    with h5py.File(src, "r+") as f:
+        f["data/demo_0/actions"][0, 0] = np.nan
+    out = str(tmp_path / "shards")
+    convert_robomimic(src, out, progress=False)
+    assert verify_robomimic(out, src) == []
+    with h5py.File(src, "r+") as f:
+        f["data/demo_0/actions"][0, 0] = 0.5
+        f["data/demo_0/actions"][0, 1] = np.nan
+    assert [p for p in verify_robomimic(out, src)] == ["demo_0/actions: differs from the source"]
+
+
 def test_a_file_with_no_demos_is_refused_at_convert(tiny_hdf5, tmp_path):
     """Issue 23 B7: 0 demos converted with rc 0 ("0 episodes in 0 shards"), then datapipe raised IndexError."""
     path = str(tmp_path / "empty.hdf5")
