@@ -368,3 +368,37 @@ def test_spawned_workers_convert_in_parallel(tmp_path):
     res = manifest.run(str(tmp_path), pool_worker, str(tmp_path), 2, CODEC, META, {}, "test", progress=False)
     assert res == manifest.Converted(units=3, shards=3, episodes=6)
     assert_complete(tmp_path)
+
+
+def test_a_slurm_task_publishes_only_while_the_source_keeps_its_stat(tmp_path):
+    """A reviewer's reading: a conversion run as a datatrove-slurm job array was published by its last task without
+    the source being looked at again (the launching process checks it only for local runs), so a source edited while
+    the job ran gave shards of two versions. The publishing task compares the source's files' stats with those
+    recorded: changed, nothing is published and every unit is planned again. Control: unchanged, it publishes."""
+    pytest.importorskip("datatrove")
+    from robo_loaders_plugin import StaleSourceError
+    from robo_loaders_plugin.storage.fingerprint import fingerprint
+    from robo_loaders_plugin.storage.shards.datatrove_step import ConvertUnits
+
+    src = tmp_path / "src.hdf5"
+    src.write_bytes(b"v1" * 100)
+    fp = fingerprint(str(src), lambda: "digest")
+    source = {"path": fp.path, "fingerprint": fp.as_dict()}
+
+    def task(out):
+        make_plan(out)
+        step = ConvertUnits(
+            lambda _: manifest.work(str(out), CODEC, read_episode),
+            None,
+            str(out),
+            publish={"codec": CODEC, "metadata": META, "source": source},
+        )
+        return step.run(None, 0, 1)
+
+    task(tmp_path / "control")
+    assert (tmp_path / "control" / "index.json").exists()
+    os.utime(src, ns=(1, 10**18))  # edited while the job ran
+    with pytest.raises(StaleSourceError, match=r"src\.hdf5 changed while it was converted into .*withdrawn"):
+        task(tmp_path / "out")
+    assert not (tmp_path / "out" / "index.json").exists()
+    assert {u["state"] for u in units(tmp_path / "out")} == {"planned"}

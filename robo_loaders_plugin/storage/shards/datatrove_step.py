@@ -78,6 +78,8 @@ class ConvertUnits(PipelineStep):
         with self.track_time("task"):
             converted = self.worker(self.args)
         self.stat_update("units", value=int(converted or 0), unit="task")
+        if self.publish is not None:  # the source looked at again before anything is published (a stat per file)
+            manifest.withdraw_if_source_stat_changed(self.out_dir, self.publish["source"])
         if self.publish is not None and manifest.finish(self.out_dir, **self.publish):
             logger.info(f"task {rank}/{world_size}: every unit is done; published {self.out_dir}/index.json")
         _marker(self.markers, "finished", rank)

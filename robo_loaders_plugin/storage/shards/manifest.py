@@ -281,6 +281,41 @@ def withdraw_if_source_changed(out_dir: str, before, after, source_path: str) ->
     )
 
 
+def withdraw_if_source_stat_changed(out_dir: str, source: Mapping) -> None:
+    """:func:`withdraw_if_source_changed` where the source's content digest cannot be taken (a datatrove-slurm task
+    publishing the conversion: the framework's source is not at hand): its files' names, sizes and mtimes against
+    those recorded.
+
+    Why: a conversion run as a job array was published by its last task without the source being looked at again,
+    so a source edited while the job ran gave shards holding two versions (a reviewer's reading; the launching
+    process checks the content when it publishes itself).
+
+    Args:
+        out_dir: The conversion's output directory.
+        source: What the conversion records of its source (``{"path", "fingerprint"}``; without a fingerprint,
+            nothing is checked).
+
+    Raises:
+        StaleSourceError: a recorded file is gone, resized or has another mtime (the conversion is withdrawn).
+    """
+    from robo_loaders_plugin.core.files import stat_files
+    from robo_loaders_plugin.storage.fingerprint import Fingerprint
+
+    recorded = source.get("fingerprint")
+    if not isinstance(recorded, Mapping):
+        return
+    before = Fingerprint.from_dict(dict(recorded))
+    names = None if [f[0] for f in before.files] == [""] else [f[0] for f in before.files]
+    try:
+        files = stat_files(before.path, names)
+    except OSError:
+        files = ()
+    # the same digest claimed only so that identities compare the stats: a changed stat is a changed identity
+    withdraw_if_source_changed(
+        out_dir, before, Fingerprint(before.path, files, before.content, before.method), before.path
+    )
+
+
 # ---- the manifest's life cycle ----------------------------------------------------------------------------------
 
 
