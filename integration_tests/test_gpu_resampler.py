@@ -92,6 +92,17 @@ def test_lerobot_delta_timestamps_between_frames_and_bad_options(lerobot_dataset
         assert torch.equal(got[0], plain[i]["action"]) and torch.equal(got[1], plain[i]["action"])
     with pytest.raises(BackendOptionError, match="delta_timestamps names \\['no_such_key'\\]"):
         serve("gpu_resampler", native(root), delta_timestamps={"no_such_key": [0.0]})
+    # with a policy's windows (a reviewer's reproduction: ACT failed in its forward pass on 10 offsets for its 5)
+    act = native(root, "act")
+    n, fps = len(delta_timestamps("act", act.meta)["action"]), float(act.meta.fps)
+    with pytest.raises(
+        BackendOptionError, match=rf"delta_timestamps\['action'\] has 3 offsets, the policy's window has {n}"
+    ):
+        serve("gpu_resampler", act, delta_timestamps={"action": [0.0, 0.025, 0.075]})
+    with pytest.raises(BackendOptionError, match=r"has the keys \['observation.state'\], the policy's windows are for"):
+        serve("gpu_resampler", act, delta_timestamps={"observation.state": [0.0] * n})
+    shifted = serve("gpu_resampler", act, delta_timestamps={"action": [(i + 0.5) / fps for i in range(n)]})  # control
+    assert shifted[0]["action"].shape == act[0]["action"].shape
     with pytest.raises(BackendOptionError, match="never blended"):
         serve("gpu_resampler", native(root, "diffusion"), target_fps=10, modes={"observation.images.cam0": "linear"})
     # issue 23 B12: both said "modes names ['action'], which this run does not read; its fields are []"

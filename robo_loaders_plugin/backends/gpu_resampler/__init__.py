@@ -84,7 +84,8 @@ GPU_RESAMPLER_OPTIONS = {
     "delta_timestamps": Option(
         dict,
         None,
-        "offsets in seconds per key, at any offsets (not only multiples of 1/fps), instead of the policy's",
+        "offsets in seconds per key, at any offsets (not only multiples of 1/fps), instead of the policy's: "
+        "its keys, as many offsets per key",
         check=check_offsets,
         frameworks=LEROBOT,
     ),

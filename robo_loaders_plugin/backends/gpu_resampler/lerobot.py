@@ -118,7 +118,9 @@ def gpu_resampler_dataset(native, *, options):
     )
     plan = frames.plan  # the entry's tiers (a reused entry keeps the boundary it was built with)
     modes = resolve_modes({k: frames.infos[k] for k in delta_steps or {}}, options.modes, OPTION_PREFIX)
-    rates = f", windows at {target_fps:g} Hz on {source.fps} Hz data" if target_fps else ""
+    rates = f", windows at {target_fps:g} Hz on {source.fps} Hz data" if target_fps and delta_steps else ""
+    if target_fps and not delta_steps:  # nothing converted: the items are the recorded frames (a reviewer's finding)
+        rates = f", target_fps {target_fps:g} converts nothing (no delta_timestamps windows: items are single frames)"
     where = plan.describe(str(train_device)) + f", {held}"
     if frames.spilled_while_filling:
         where += f" (then {frames.spilled_while_filling})"
@@ -148,10 +150,37 @@ def _delta_steps(native, delta_indices, target_fps, delta_timestamps) -> dict | 
     itself only accepts multiples of 1/fps)."""
     fps = float(native.meta.fps)
     if delta_timestamps is not None:  # checked (finite, bounded, not with target_fps) by the option declarations
+        _check_policy_shapes(delta_timestamps, delta_indices, fps)
         return {key: [float(x) * fps for x in offsets] for key, offsets in delta_timestamps.items()}
     if delta_indices is None or target_fps is None:
         return None
     return {k: [float(i) * fps / target_fps for i in v] for k, v in delta_indices.items()}
+
+
+def _check_policy_shapes(delta_timestamps: dict, delta_indices: dict | None, fps: float) -> None:
+    """The ``delta_timestamps`` option gives the keys and the number of offsets per key of the policy's windows
+    (``delta_indices``, when the dataset has them): its offsets may be anywhere, but another count or another key
+    changes the batches' shapes, and the policy failed deep in its forward pass (a reviewer's reproduction: ACT with
+    10 action offsets for its chunk of 5).
+
+    Raises:
+        BackendOptionError: a key the policy has no window for, or lacks, or another number of offsets.
+    """
+    if delta_indices is None:
+        return
+    given, policy = set(delta_timestamps), set(delta_indices)
+    if given != policy:
+        raise BackendOptionError(
+            f"{OPTION_PREFIX}.delta_timestamps has the keys {sorted(given)}, the policy's windows are for "
+            f"{sorted(policy)}; give offsets for exactly those keys (or leave the option out)"
+        )
+    for key in sorted(policy):
+        if len(delta_timestamps[key]) != len(delta_indices[key]):
+            seconds = [round(float(i) / fps, 6) for i in delta_indices[key]]
+            raise BackendOptionError(
+                f"{OPTION_PREFIX}.delta_timestamps[{key!r}] has {len(delta_timestamps[key])} offsets, the policy's "
+                f"window has {len(delta_indices[key])} ({seconds} s at {fps:g} fps); give as many, at any offsets"
+            )
 
 
 def gpu_resampler_footprint(native, *, options, committed):
