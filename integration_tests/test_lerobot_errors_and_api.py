@@ -119,6 +119,9 @@ def test_make_dataset_mirrors_lerobot(lerobot_datasets, tmp_path):
     train, evaluation = rl.make_train_eval_datasets(cfg_for(root, "compressed_cache", eval_split=0.4))
     assert is_store_dataset(train) and is_store_dataset(evaluation)
     assert sorted(train.episodes + evaluation.episodes) == list(range(5))
+    # a split leaving no training episode: LeRobot's ValueError named no dataset (a mixture's component either)
+    with pytest.raises(RoboLoadersError, match=r"^--dataset.repo_id=.*: eval_split=0.99 leaves 0 training episodes"):
+        rl.make_train_eval_datasets(cfg_for(root, "compressed_cache", eval_split=0.99))
 
 
 def test_unknown_backend_at_parse_time(lerobot_datasets):

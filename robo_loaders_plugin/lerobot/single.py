@@ -207,6 +207,7 @@ def native_datasets(cfg, split: bool, where: str | None = None, root_setting: st
 
     Raises:
         SourceError: LeRobot went to the Hugging Face Hub with the Hub off (``dataset_root.local_copy_required``).
+        RoboLoadersError: ``eval_split`` leaves the dataset no training episode (LeRobot's line, naming it).
     """
     data = cfg.dataset
     where = where or f"--dataset.repo_id={data.repo_id}"
@@ -218,6 +219,15 @@ def native_datasets(cfg, split: bool, where: str | None = None, root_setting: st
         try:
             with _streamed_source(cfg):
                 return compat.original("make_train_eval_datasets")(cfg)
+        except ValueError as exc:
+            if "eval_split" not in str(exc):
+                raise
+            # LeRobot's own line names no dataset: a mixture's component that has too few episodes to split was
+            # a traceback naming none of them
+            raise RoboLoadersError(
+                f"{where}: {exc} (the last ceil(episodes x eval_split) of each task are held out); lower "
+                "--dataset.eval_split, or give it more episodes"
+            ) from None
         finally:
             _state.raw = False
 
