@@ -87,7 +87,7 @@ def test_bad_options(lerobot_datasets):
         serve("gpu_resampler", nat, source_fps=20.0)  # LeRobot reads the rate from meta/info.json
     with pytest.raises(BackendOptionError, match=r"loader must be one of .*got 'processes'"):
         serve("compressed_cache", nat, loader="processes")
-    with pytest.raises(BackendOptionError, match=r"max_memory.*expected a size like 2GB"):
+    with pytest.raises(BackendOptionError, match=r"max_memory must be a size like 2GB or 512MiB"):
         serve("compressed_cache", nat, max_memory="lots")
 
 

@@ -231,6 +231,50 @@ def test_two_stores_naming_their_entries_alike_are_refused(tiny_hdf5, tmp_path):
     _sdk_dataset("toy_store:InRamStore", "in_ram", tiny_hdf5, cache_dir).close()
 
 
+def test_a_store_not_declared_thread_safe_is_read_by_one_thread_at_a_time(tiny_hdf5, tmp_path):
+    """A reviewer's reproduction: robomimic's ``num_data_workers`` threads called a store's ``take`` together, and a
+    store reading rows through one file handle (seek, read) served other samples' rows; nothing documented that
+    ``take`` must be thread-safe. A store not declared ``thread_safe`` is read by one thread at a time. Control: one
+    declared thread-safe is read by several at once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from toy_store_threads import OverlapFrames
+
+    for ref, most in (("toy_store_threads:OverlapStore", 1), ("toy_store_threads:ThreadSafeOverlapStore", 4)):
+        ds = _sdk_dataset(ref, ref.split(":")[1].lower(), tiny_hdf5, str(tmp_path / "cache"))
+        OverlapFrames.most = 0
+        with ThreadPoolExecutor(4) as pool:
+            served = list(pool.map(lambda i, ds=ds: ds[i]["obs"]["robot0_eef_pos"], range(0, 160, 10)))
+        assert OverlapFrames.most == most if most == 1 else OverlapFrames.most > 1, (ref, OverlapFrames.most)
+        assert all(np.array_equal(a, ds[i]["obs"]["robot0_eef_pos"]) for a, i in zip(served, range(0, 160, 10)))
+        ds.close()
+
+
+def test_a_stores_own_error_names_it_and_its_low_dim_hooks_are_its_own(tiny_hdf5, tmp_path):
+    """A reviewer's reproductions: an error a store's ``take`` raised reached the user bare (``could not broadcast
+    ...``), naming no backend; and the SDK's wrapper hid a store's ``low_dim_up_front`` and low-dim hooks, so a
+    mixture read every episode whole at its start. Controls: the store's own line is kept in the message."""
+    from toy_store_threads import OverlapFrames
+
+    from robo_loaders_plugin import RoboLoadersError
+
+    ds = _sdk_dataset("toy_store_threads:OverlapStore", "overlap", tiny_hdf5, str(tmp_path / "cache"))
+    assert ds.frames.low_dim_up_front is False
+    OverlapFrames.hooks.clear()
+    fields = ["obs/robot0_eef_pos"]
+    ds.frames.gather_low_dim(fields, np.zeros(2, np.int64), np.arange(2))
+    ds.frames.low_dim_of_unit(fields, 0)
+    assert OverlapFrames.hooks[:2] == ["gather_low_dim", "low_dim_of_unit"]
+    OverlapFrames.fail = True
+    try:
+        with pytest.raises(RoboLoadersError, match=r"frame store 'toy_store_threads:OverlapStore': (take|gather\w*)\(\) failed: "
+                           r"ValueError: could not broadcast"):  # fmt: skip
+            ds[0]
+    finally:
+        OverlapFrames.fail = False
+        ds.close()
+
+
 # -- placement between RAM and disk ----------------------------------------------------------------------------------
 def machine(shm=20 * GB, host=20 * GB, disk=50 * GB) -> Available:
     return Available(
@@ -473,3 +517,15 @@ def test_a_store_must_implement_build_and_open():
 
     with pytest.raises(TypeError, match=r"abstract method 'open'|abstract methods? .*open"):
         Half()
+
+
+def test_option_messages_read_as_the_built_in_backends(tmp_path):
+    """A reviewer's findings: an SDK backend's cache_dir refusal dropped the built-in wording ("must be a directory
+    you can write to: ..."), and a bad size read "max_memory a size: expected a size like ...". Control: the
+    built-in backend's cache_dir line."""
+    (tmp_path / "f").write_text("x")
+    spec = make(options={"max_memory": max_memory_option()})
+    with pytest.raises(BackendOptionError, match=r"cache_dir must be a directory you can write to: "):
+        spec.choose("robomimic", {"cache_dir": str(tmp_path / "f")}, "train.data_backend_kwargs")
+    with pytest.raises(BackendOptionError, match=r"max_memory must be a size like 2GB or 512MiB, got 'abc'"):
+        spec.choose("robomimic", {"max_memory": "abc"}, "train.data_backend_kwargs")

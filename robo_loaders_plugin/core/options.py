@@ -435,7 +435,11 @@ def check_size(value) -> None:
     """
     from robo_loaders_plugin.core.units import parse_bytes
 
-    parse_bytes(value, "a size")
+    try:
+        parse_bytes(value, "size")
+    except ValueError as exc:  # read after the option's name: "<prefix>.max_memory must be a size like ..."
+        why = str(exc).split(": ", 1)[1]
+        raise ValueError(f"must be {why[len('expected ') :]}" if why.startswith("expected ") else why) from None
 
 
 def to_bytes(value) -> int:

@@ -24,6 +24,7 @@ import importlib.util
 from collections.abc import Callable, Mapping
 
 from robo_loaders_plugin.core.options import Option, Options, check_size, to_bytes
+from robo_loaders_plugin.core.shared_options import check_writable_dir
 from robo_loaders_plugin.core.spec import GPU_NO, INDEXED, LOSSLESS, SAMPLE, BackendSpec
 from robo_loaders_plugin.sdk.placement import Placement, PlaceRequest
 from robo_loaders_plugin.sdk.store import FrameStore, StoreEpisodes
@@ -32,15 +33,6 @@ from robo_loaders_plugin.storage.cache import cache_root  # the cache root a bac
 # what a frame store's dataset is driven by, by default: robomimic's batches built by threads in the training
 # process over its own sampler; LeRobot's DataLoader workers (its image transforms draw from their RNG)
 DEFAULT_KIND = {"robomimic": INDEXED, "lerobot": SAMPLE}
-
-
-def _check_cache_dir(value: str) -> None:
-    """A ``cache_dir`` value, at argument parsing: created when missing, and must take a file."""
-    from robo_loaders_plugin.core.paths import writable_dir_problem
-
-    problem = writable_dir_problem(value)
-    if problem:
-        raise ValueError(problem)
 
 
 def cache_dir_option(help: str = "") -> Option:
@@ -64,7 +56,7 @@ def cache_dir_option(help: str = "") -> Option:
         or "the cache directory the store is built in (default: $ROBO_LOADERS_CACHE or "
         "~/.cache/robo-loaders); reused while the source and options are unchanged",
         per_host=True,
-        check=_check_cache_dir,
+        check=check_writable_dir,
     )
 
 

@@ -13,6 +13,7 @@ import dataclasses
 import functools
 import importlib
 import os
+import threading
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -73,6 +74,21 @@ def load_store(ref: str) -> FrameStore:
     return cls()
 
 
+def _named_errors(store: str, call: str, method, *args):
+    """``method(*args)``, a frame store's own code: an error it raises that is not the plugin's (whose message names
+    what to do) is re-raised naming the store and the call, its traceback chained.
+
+    Raises:
+        RoboLoadersError: the store's error, as ``frame store '<module:Class>': take() failed: <error>``.
+    """
+    try:
+        return method(*args)
+    except RoboLoadersError:
+        raise
+    except Exception as exc:
+        raise RoboLoadersError(f"frame store {store!r}: {call} failed: {type(exc).__name__}: {exc}") from exc
+
+
 class StoreFrames(FrameSource):
     """The frame source a :class:`FrameStore` opened, checked against what the SDK recorded when the store was built
     (its episodes' lengths, each field's dtype and step shape) and made safe to pickle: a copy (a spawned
@@ -99,7 +115,13 @@ class StoreFrames(FrameSource):
     def __init__(self, store: str, directory: str, options, check: bool = True):
         self._store, self.directory, self._options = store, directory, options
         self.record = StoreRecord.read(directory)
-        self.inner = load_store(store).open(directory, options)
+        frame_store = load_store(store)
+        # a store that does not say it may be read by several threads at once is read by one at a time: the
+        # training process's threads (robomimic's num_data_workers, a mixture's batch threads) call take() together,
+        # and a store reading rows through one file handle (seek, read) served other samples' rows (a reviewer's
+        # reproduction)
+        self._lock = None if frame_store.thread_safe else threading.Lock()
+        self.inner = _named_errors(store, "open()", frame_store.open, directory, options)
         if not isinstance(self.inner, FrameSource):
             raise RoboLoadersError(
                 f"frame store {store!r}: open() returned {type(self.inner).__name__}, not a FrameSource"
@@ -141,6 +163,14 @@ class StoreFrames(FrameSource):
         """
         return self.inner.info(field)
 
+    def _read(self, call: str, method, *args):
+        """``method(*args)`` of the store's frame source: under the lock of a store not declared thread-safe, and an
+        error of the store's own named with it (a bare ``ValueError: could not broadcast ...`` named no backend)."""
+        if self._lock is None:
+            return _named_errors(self._store, call, method, *args)
+        with self._lock:
+            return _named_errors(self._store, call, method, *args)
+
     def take(self, field, episodes, steps, out) -> None:
         """See :meth:`FrameSource.take`.
 
@@ -150,7 +180,7 @@ class StoreFrames(FrameSource):
             steps: (B,) or (B, T) step indices.
             out: The destination.
         """
-        self.inner.take(field, episodes, steps, out)
+        self._read("take()", self.inner.take, field, episodes, steps, out)
 
     def gather(self, field, episodes, steps, pool=None):
         """See :meth:`FrameSource.gather` (the store's own, for device-resident sources).
@@ -161,7 +191,7 @@ class StoreFrames(FrameSource):
             steps: (B,) or (B, T) step indices.
             pool: Recycles the output array, or ``None``.
         """
-        return self.inner.gather(field, episodes, steps, pool)
+        return self._read("gather()", self.inner.gather, field, episodes, steps, pool)
 
     def gather_fields(self, fields, episodes, steps, pool=None) -> dict:
         """See :meth:`FrameSource.gather_fields` (the store's own: it may find the rows once for every field).
@@ -172,7 +202,32 @@ class StoreFrames(FrameSource):
             steps: (B,) or (B, T) step indices.
             pool: Recycles the output arrays, or ``None``.
         """
-        return self.inner.gather_fields(fields, episodes, steps, pool)
+        return self._read("gather_fields()", self.inner.gather_fields, fields, episodes, steps, pool)
+
+    @property
+    def low_dim_up_front(self) -> bool:  # type: ignore[override]
+        """The store's own (:attr:`FrameSource.low_dim_up_front`): a mixture read every episode whole at its start
+        for a store saying it reads whole records (a reviewer's reproduction: the wrapper gave the default)."""
+        return bool(getattr(self.inner, "low_dim_up_front", True))
+
+    def gather_low_dim(self, fields, episodes, steps) -> dict:
+        """See :meth:`FrameSource.gather_low_dim` (the store's own).
+
+        Args:
+            fields: The fields' names (none of them frames).
+            episodes: (B,) episode indices.
+            steps: (B,) or (B, T) step indices.
+        """
+        return self._read("gather_low_dim()", self.inner.gather_low_dim, fields, episodes, steps)
+
+    def low_dim_of_unit(self, fields, episode: int) -> dict:
+        """See :meth:`FrameSource.low_dim_of_unit` (the store's own).
+
+        Args:
+            fields: The fields' names (none of them frames).
+            episode: The episode's index.
+        """
+        return self._read("low_dim_of_unit()", self.inner.low_dim_of_unit, fields, episode)
 
     @classmethod
     def join_field(cls, parts):

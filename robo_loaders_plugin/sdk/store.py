@@ -86,10 +86,15 @@ class FrameStore(abc.ABC):
         ram: Whether the store may live in RAM: without ``cache_dir`` it is built in this user's RAM directory,
             shared by the host's processes and removed with its last user, when it fits there (and the backend's
             ``max_memory``, :func:`max_memory_option`); else on disk, saying why. Default: always on disk.
+        thread_safe: Whether what :meth:`open` returns may be read by several threads at once (its ``take`` and
+            ``gather*`` called together by the training process's threads: robomimic's ``num_data_workers``, a
+            mixture's batch threads). Default ``False``: the SDK reads it under one lock per opened store; set it
+            for a store that reads through maps or per-call file handles, never one shared file position.
     """
 
     kind: str = ""
     ram: bool = False
+    thread_safe: bool = False
 
     @abc.abstractmethod
     def build(self, directory: str, episodes: StoreEpisodes, options: Options) -> None:

@@ -47,6 +47,7 @@ class JpegStore(FrameStore):
     """Camera frames as JPEG at ``options.quality``, every other field raw."""
 
     kind = "jpeg-frames-1"  # names the cache entries; the 1 changes with the format of the files
+    thread_safe = True  # reads through maps, decodes into each call's own arrays: several threads at once are fine
 
     def build(self, directory: str, episodes: StoreEpisodes, options: Options) -> None:
         positions: dict[str, list[tuple[int, int]]] = {}  # camera field -> (start, end) of each JPEG in frames.bin

@@ -52,6 +52,7 @@ class CompressedStore(FrameStore):
 
     kind = f"compressed-cache-{FORMAT_VERSION}"  # the store file's format: a new one never opens an old entry
     ram = True
+    thread_safe = True  # reads through the store's map; decodes into each call's own arrays (loader threads)
 
     def build(self, directory, episodes, options) -> None:
         """Every episode into the store file, camera frames compressed by ``build_workers`` threads.
