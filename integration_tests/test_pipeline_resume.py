@@ -78,3 +78,43 @@ def test_a_run_resumed_in_a_later_pass_or_with_other_workers_serves_the_rest_of_
     other = _stream(ds, nat, workers_after, state, seed=4)  # control: the rest of another order
     twice, _ = _pass_served(batches[-stop:], [next(other)["index"].tolist() for _ in range(per_pass - stop)])
     assert twice
+
+
+@pytest.mark.parametrize("backend", ["datapipe", "video_stream"])
+def test_a_run_resumed_with_less_memory_free_serves_the_rest_of_its_pass(many_short, backend, monkeypatch):
+    """A reviewer's reproduction: with no option given, the episode cache holds the whole dataset when it fits a
+    share of the free memory, else the default budget; the shuffle buffer was fitted to that cache, so a run resumed
+    on a busier machine fitted a smaller buffer and served the rest of another order (16 frames twice, 16 never). It
+    is fitted to the budget the options name now, whatever is free. Scaled down: the default budget is 400 kB (the 1
+    GB default against 480p units), the free memory faked. Control: another seed's order at the same offset serves
+    frames twice."""
+    import dataclasses
+
+    from robo_loaders_plugin.core import footprint
+    from robo_loaders_plugin.pipeline import buffer_plan
+
+    monkeypatch.setattr(buffer_plan, "DEFAULT_CACHE_MEMORY", 400_000)
+    measure = footprint.Available.measure.__func__
+
+    def free(host_bytes):
+        monkeypatch.setattr(
+            footprint.Available,
+            "measure",
+            classmethod(lambda cls, *a, **k: dataclasses.replace(measure(cls, *a, **k), host_bytes=host_bytes)),
+        )
+
+    nat = LeRobotDataset(REPO, root=many_short[MODE[backend]])
+    per_pass, stop = -(-len(nat) // BATCH), 3
+    free(64 << 30)  # the run starts with plenty free: the whole dataset is cached
+    run = _stream(serve(backend, nat), nat, 2)
+    first = [next(run)["index"].tolist() for _ in range(per_pass)]
+    free(2 << 20)  # resumed with 2 MB free: the cache holds what the default budget does
+    state = {"epoch": 0, "start_index": stop * BATCH}
+    resumed = _stream(serve(backend, nat), nat, 2, state)
+    rest = [next(resumed)["index"].tolist() for _ in range(per_pass - stop)]
+    assert rest == first[stop:]
+    twice, served = _pass_served(first[:stop], rest)
+    assert twice == [] and sorted(served) == list(range(len(nat)))
+    other = _stream(serve(backend, nat), nat, 2, state, seed=4)  # control
+    twice, _ = _pass_served(first[:stop], [next(other)["index"].tolist() for _ in range(per_pass - stop)])
+    assert twice

@@ -136,6 +136,7 @@ def fit_to_cache(
     threads: int,
     decode_threads: int,
     option_prefix: str = "",
+    order_capacity: int | None = None,
 ) -> BufferUse:
     """Fit a pass to its episode cache: the open episodes, those entering while ``threads`` assemble batches, and
     the ones loaded ahead must all be held, or episodes in use are evicted and loaded again.
@@ -161,26 +162,31 @@ def fit_to_cache(
         threads: Threads assembling batches.
         decode_threads: Threads loading ahead (0: none).
         option_prefix: How the user sets options (``--dataset.backend_kwargs``), for the warning.
+        order_capacity: The units the budget the options name holds, whatever memory is free (``PassOptions.
+            order_capacity``): the buffer is fitted to it, never to ``capacity`` where that follows the free memory
+            (a run resumed with less memory free fitted another buffer and served the rest of another order: 16
+            frames twice, 16 never, in a reviewer's reproduction); ``None``: ``capacity``.
 
     Returns:
         The :class:`BufferUse`.
     """
-    if capacity >= episodes:
+    fitted = capacity if order_capacity is None else min(int(capacity), int(order_capacity))
+    if fitted >= episodes:
         room = decode_room(capacity, shuffle_buffer, decode_threads) if decode_threads else 0
         return BufferUse(shuffle_buffer, 0, room)
     shuffle, note = int(shuffle_buffer), ""
     entering = entering_at_once(make_plan(shuffle), batch_size, FIT_WINDOW)
     for _ in range(4):  # entering barely depends on the buffer: one or two rounds settle it
-        if shuffle + entering <= capacity or shuffle_given or shuffle == 1:
+        if shuffle + entering <= fitted or shuffle_given or shuffle == 1:
             break
-        shuffle = max(1, capacity - entering)
+        shuffle = max(1, fitted - entering)
         entering = entering_at_once(make_plan(shuffle), batch_size, FIT_WINDOW)
     window = max(1, int(threads))  # the batches in flight: PipelineBatches' max_concurrent
     if window != FIT_WINDOW:
         entering = entering_at_once(make_plan(shuffle), batch_size, window)
     if shuffle != shuffle_buffer:
         note = (
-            f"shuffle buffer {shuffle} units (not {shuffle_buffer}): the cache holds {capacity}, and up to "
+            f"shuffle buffer {shuffle} units (not {shuffle_buffer}): the cache holds {fitted}, and up to "
             f"{entering} enter while {window} batches of {batch_size} are assembled"
         )
     if shuffle + entering > capacity:
@@ -634,6 +640,7 @@ class PipelineDataset(BatchDataset):
             threads=max(1, int(plan.num_workers)),
             decode_threads=self.decode_threads,
             option_prefix=opts.option_prefix,
+            order_capacity=opts.order_capacity,
         )
         ahead = DecodeAhead(cache.load_ahead, self.decode_threads, use.ahead) if use.ahead and cache else None
         source = PipelineBatches(

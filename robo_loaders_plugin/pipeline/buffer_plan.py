@@ -31,6 +31,9 @@ class BufferPlan:
         unit_bytes: The largest unit's bytes as held.
         footprint: What it needs (host RAM: ``capacity`` units, plus the batches in flight).
         in_flight: The batches in flight it counts.
+        order_capacity: The units the budget the options name holds, whatever memory is free: what a pass's order
+            is fitted to (``pipeline.batches.fit_to_cache``), so that it never follows the free memory (``None``:
+            ``capacity``).
     """
 
     capacity: int
@@ -38,6 +41,7 @@ class BufferPlan:
     unit_bytes: int
     footprint: Footprint
     in_flight: BatchesInFlight
+    order_capacity: int | None = None
 
     def planned(self, available: Available, alternatives) -> Planned:
         """This plan as ``BackendSpec.footprints`` gives it: what stays held beside other datasets is the buffer,
@@ -95,6 +99,7 @@ def buffer_plan(
         The :class:`BufferPlan`; its capacity is at most the number of units (at least 1).
     """
     largest = int(np.max(unit_bytes)) if len(unit_bytes) else 0
+    order_capacity = None  # the capacity itself, where the options name it
     if cache_episodes is not None:
         capacity = max(int(cache_episodes), 2 * int(shuffle_buffer))
         said = f"cache_episodes={cache_episodes}"
@@ -112,6 +117,8 @@ def buffer_plan(
         order_fit = max(2, named // max(1, largest))
         shuffle = int(shuffle_buffer) if shuffle_given else max(1, min(int(shuffle_buffer), order_fit // 2))
         capacity = max(fit, 2 * shuffle)
+        if cache_memory is None:  # the default budget: the cache may hold more where memory is free, the order not
+            order_capacity = min(max(order_fit, 2 * shuffle), max(1, len(unit_bytes)))
     capacity = min(capacity, max(1, len(unit_bytes)))
     held = int(np.sum(np.sort(np.asarray(unit_bytes, np.int64))[::-1][:capacity]))
     if threads is None:  # the training script's num_workers: named, counted as one
@@ -132,7 +139,9 @@ def buffer_plan(
         f"at most {capacity} {unit} of up to {format_bytes(largest)} held ({said}; {format_bytes(held)}) plus "
         f"{flight.describe()}, whatever the dataset's size"
     )
-    return BufferPlan(capacity, shuffle, largest, Footprint(host_bytes=host, bound=bound), flight)
+    return BufferPlan(
+        capacity, shuffle, largest, Footprint(host_bytes=host, bound=bound), flight, order_capacity or capacity
+    )
 
 
 def _byte_budget(unit_bytes, cache_memory, available_bytes: int | None, unit: str) -> tuple[int | None, str]:

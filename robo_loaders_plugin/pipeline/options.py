@@ -37,6 +37,8 @@ class PassOptions:
             may make it smaller to fit the episode cache: ``buffer_plan.buffer_plan``,
             ``pipeline.batches.fit_to_cache``); from the options object's record of what was given (:meth:`of`).
         option_prefix: How the user sets these options, for messages; set by :meth:`sized`.
+        order_capacity: The units the budget the options name holds, whatever memory is free, which a pass's order
+            is fitted to (``buffer_plan.BufferPlan.order_capacity``); set by :meth:`sized` (``None``: the cache's).
     """
 
     shuffle_buffer: int
@@ -48,6 +50,7 @@ class PassOptions:
     cache_memory: object = None
     shuffle_given: bool = False
     option_prefix: str = "backend_kwargs"
+    order_capacity: int | None = None
 
     @classmethod
     def of(cls, options) -> PassOptions:
@@ -111,7 +114,11 @@ class PassOptions:
             available_bytes=available,
         )
         return dataclasses.replace(
-            self, cache_episodes=plan.capacity, shuffle_buffer=plan.shuffle_buffer, option_prefix=option_prefix
+            self,
+            cache_episodes=plan.capacity,
+            shuffle_buffer=plan.shuffle_buffer,
+            option_prefix=option_prefix,
+            order_capacity=plan.order_capacity,
         ), plan
 
     def fit(
