@@ -198,6 +198,17 @@ def test_datapipe_buffers_parts_of_long_demos_and_equals_native(
     assert whole_reads == []
 
 
+def test_datapipe_one_step_windows_with_goals_over_parts_equal_native(long_hdf5, shards_dir, small_units):
+    """A reviewer's reproduction: goal-conditioned BC (``seq_length=1``, ``frame_stack=1``, ``goal_mode="last"``) on
+    demos cut into units: the observation window of the sample at a demo's last step is the goal's step, and the
+    units served every camera at that step from the pinned goal rows, which hold the ``next_obs/`` cameras only (a
+    ``KeyError: 'obs/agentview_image'``). Only the goal's fields are pinned now."""
+    combo = dict(hdf5_cache_mode="low_dim", seq_length=1, frame_stack=1, goal_mode="last", hdf5_load_next_obs=True)
+    native, ds = build(long_hdf5, combo, "datapipe", {"cache_dir": shards_dir, "shuffle_buffer": 3})
+    assert type(ds.frames).__name__ == "EpisodeUnits" and ds.frames.pinned_fields
+    assert_pass_is_native(native, ds)
+
+
 def test_the_unit_parity_check_fails_on_shifted_frames_or_goals(long_hdf5, shards_dir, small_units):
     """Negative controls: the comparison above sees a unit's frames one step off and wrong goal frames; a unit
     loaded without the steps its windows reach after it is an error, never other frames."""

@@ -268,6 +268,9 @@ class EpisodeUnits(FrameSource):
         pinned_steps: One step per episode served from ``load_pinned`` (``None``: none).
         load_pinned: ``load_pinned(episode)`` -> ``{frame field: one row}`` (the frames at that episode's pinned
             step).
+        pinned_fields: The fields ``load_pinned`` gives (the goal's cameras); every other field at a pinned step
+            comes from the units (the observation window of a one-step sample at the demo's last step asked the
+            pinned rows for an ``obs/`` camera they do not hold: a ``KeyError``, in a reviewer's reproduction).
     """
 
     def __init__(
@@ -277,12 +280,14 @@ class EpisodeUnits(FrameSource):
         lengths,
         pinned_steps=None,
         load_pinned: Callable[[int], dict] | None = None,
+        pinned_fields=(),
     ):
         self.chunks = chunks
         self.starts = np.asarray(episode_starts, dtype=np.int64)
         self.lengths = np.asarray(lengths, dtype=np.int64)
         self.pinned_steps = None if pinned_steps is None else np.asarray(pinned_steps, dtype=np.int64)
         self.load_pinned = load_pinned
+        self.pinned_fields = frozenset(pinned_fields)
         self._pinned = LoadOnceLRU(self._load_pinned, len(self.lengths))
 
     @property
@@ -347,7 +352,7 @@ class EpisodeUnits(FrameSource):
         flat = np.asarray(steps).reshape(B, -1)
         info = self.chunks.info(field)
         todo = np.arange(B)
-        if info.frames and self.pinned_steps is not None and flat.shape[1] == 1:
+        if info.frames and self.pinned_steps is not None and field in self.pinned_fields and flat.shape[1] == 1:
             pinned = np.flatnonzero(flat[:, 0] == self.pinned_steps[episodes])
             if len(pinned):
                 flat_out = out.reshape((B,) + tuple(info.shape))

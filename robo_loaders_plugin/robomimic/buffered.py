@@ -403,7 +403,7 @@ def unit_samples(
     if goals:
         pinned = windows.goal_positions(np.arange(len(demos)))[:, 0]
         load_pinned = GoalFrames(reader, records, pinned, goals)
-    frames = EpisodeUnits(chunks, starts[:-1], lengths, pinned, load_pinned)
+    frames = EpisodeUnits(chunks, starts[:-1], lengths, pinned, load_pinned, pinned_fields=goals)
     sample_units = frames.units_of(windows.episode_of, windows.first_positions())
     summary = (
         f"{len(demos)} demos in {len(units)} units of up to {int(chunks.lengths.max())} steps, "
