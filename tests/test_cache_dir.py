@@ -752,3 +752,19 @@ def test_another_users_read_only_lock_file_is_locked_read_only_and_an_unopenable
         entry.building("test"),
     ):
         pass
+
+
+def test_a_bad_size_limit_is_refused_before_anything_is_built_or_reused(tmp_path, monkeypatch):
+    """A reviewer's reproduction: ``ROBO_LOADERS_CACHE_SIZE=lots`` was read only after a build (the entry kept, the
+    run refused), and a later run reusing the entry never read it. Control: a size builds."""
+    root, built = cache.cache_root(str(tmp_path)), []
+    monkeypatch.setenv("ROBO_LOADERS_CACHE_SIZE", "lots")
+    with pytest.raises(cache.CacheError, match=r"ROBO_LOADERS_CACHE_SIZE: expected a size like 2GB"):
+        _obtain(root, "a", "v1", built)
+    assert built == [] and list(cache.entries(root)) == []
+    monkeypatch.setenv("ROBO_LOADERS_CACHE_SIZE", "1GB")
+    _obtain(root, "a", "v1", built)
+    monkeypatch.setenv("ROBO_LOADERS_CACHE_SIZE", "lots")
+    with pytest.raises(cache.CacheError, match=r"ROBO_LOADERS_CACHE_SIZE"):  # reusing it too
+        _obtain(root, "a", "v1", built)
+    assert len(built) == 1
