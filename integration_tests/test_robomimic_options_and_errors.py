@@ -634,3 +634,40 @@ def test_a_second_run_takes_the_ram_store_another_run_holds_instead_of_a_copy_on
     gc.collect()
     control = dataset_factory(cfg, obs_keys(cfg))
     assert "file-backed cache on local disk" in control.serving.summary, control.serving.summary
+
+
+def test_a_ram_store_of_many_short_demos_and_fields_stays_within_its_worst_case(tmp_path, monkeypatch):
+    """A reviewer's reproduction: 60 demos of 5-6 steps with 23 low-dim observations, no camera: the RAM store was
+    2.4x the worst case it was placed by (its header's entry per episode and field, and the alignment of 26 fields,
+    were counted for 12), so ``max_memory`` set to that worst case, placed in RAM as fitting, was refused half-way
+    through the build. Control: a max_memory below the worst case places it on disk."""
+    from robo_loaders_plugin.robomimic.integration import choose
+    from robo_loaders_plugin.sample_data.robomimic_hdf5 import write_robomimic_hdf5
+    from robo_loaders_plugin.sdk.serve import _robomimic_source
+    from robo_loaders_plugin.storage import cache
+
+    monkeypatch.setenv("ROBO_LOADERS_RAM_DIR", str(tmp_path / "ram"))
+    (tmp_path / "ram").mkdir()
+    path = str(tmp_path / "fields.hdf5")
+    write_robomimic_hdf5(path, demos=60, image_size=8, cameras=0, seed=1, min_length=5, max_length=6, progress=False)
+    rng = np.random.default_rng(0)
+    with h5py.File(path, "r+") as f:
+        for d in f["data"]:
+            n = f[f"data/{d}/actions"].shape[0]
+            for i in range(20):
+                for g in ("obs", "next_obs"):
+                    f[f"data/{d}/{g}/extra_{i:02d}"] = rng.normal(size=(n, 1)).astype(np.float32)
+    low = ["robot0_eef_pos", "robot0_eef_quat", "object"] + [f"extra_{i:02d}" for i in range(20)]
+
+    def config(**kw):
+        return make_config(path, backend="compressed_cache", rgb=[], low_dim=low, backend_kwargs={"keep": False, **kw})
+
+    cfg = config()
+    src, _, _ = _robomimic_source(cfg, obs_keys(cfg), None, None, choose("compressed_cache", keep=False).options)
+    upper = src.size.store_upper_bytes()
+    ds = dataset_factory(config(max_memory=upper), obs_keys(cfg))
+    assert "a RAM file of at most" in ds.serving.summary and cache.path_bytes(ds.location) <= upper
+    ds.close()
+    on_disk = dataset_factory(config(max_memory=upper // 4), obs_keys(cfg))  # control: below it, placed on disk
+    assert "file-backed cache on local disk" in on_disk.serving.summary
+    on_disk.close()
