@@ -245,3 +245,10 @@ def test_gpu_resampler_spills_into_its_cache_dir(tmp_path, monkeypatch):
         opts = types.SimpleNamespace(max_memory=budget, max_device_memory=None, cache_dir=cache_dir)
         plan, _ = tensors.plan_tiers_checked(size, torch.device("cpu"), opts, "kw", quiet=True)
         assert plan.spill_dir == where, (plan.spill_dir, where)
+
+
+def test_the_kept_tiers_name_their_raw_demos_in_words():
+    """A reviewer's finding: tiers holding no raw demo were said to hold "demos 0--1"."""
+    from robo_loaders_plugin.backends.gpu_resampler.stored_tiers import _first
+
+    assert [_first(n, "demo") for n in (0, 1, 5)] == ["no demos", "demo 0", "demos 0-4"]

@@ -473,13 +473,19 @@ def stored_tiers(
         other.close()
     kept = entry_plan(entry, plan)
     if kept.raw != plan.raw:
-        u = plan.unit
         logger.info(
-            f"gpu_resampler: the tiers kept in {directory} hold {u}s 0-{kept.raw - 1} uncompressed (built under "
-            f"another run's memory budget; this run's would hold {u}s 0-{plan.raw - 1}): mapped as they are, "
-            "the same samples within this run's budget"
+            f"gpu_resampler: the tiers kept in {directory} hold {_first(kept.raw, plan.unit)} uncompressed (built "
+            f"under another run's memory budget; this run's would hold {_first(plan.raw, plan.unit)}): mapped as "
+            "they are, the same samples within this run's budget"
         )
     return entry, hold, reused, kept
+
+
+def _first(count: int, unit: str) -> str:
+    """``demos 0-4``, ``demo 0``, or ``no demos`` (a reviewer saw ``demos 0--1``)."""
+    if count <= 0:
+        return f"no {unit}s"
+    return f"{unit} 0" if count == 1 else f"{unit}s 0-{count - 1}"
 
 
 def entry_plan(entry: OpenedTiers, plan):
@@ -517,7 +523,7 @@ def _too_large(directory: str, plan, host_limit: int | None, where: str) -> str:
     if raw <= host_limit:
         return ""
     return (
-        f"its {plan.unit}s 0-{int(manifest['raw_episodes']) - 1} uncompressed ({format_bytes(raw)}, built under "
+        f"its {_first(int(manifest['raw_episodes']), plan.unit)} uncompressed ({format_bytes(raw)}, built under "
         f"another run's memory budget) exceed this run's host memory for the tiers ({format_bytes(host_limit)}, "
         f"{where}.max_memory or the free memory)"
     )
