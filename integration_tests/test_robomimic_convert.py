@@ -119,7 +119,7 @@ def test_verify_passes_byte_identical_arrays_that_hold_nan(tiny_hdf5, tmp_path):
     with h5py.File(src, "r+") as f:
         f["data/demo_0/actions"][0, 0] = 0.5
         f["data/demo_0/actions"][0, 1] = np.nan
-    assert [p for p in verify_robomimic(out, src)] == ["demo_0/actions: differs from the source"]
+    assert verify_robomimic(out, src) == ["demo_0/actions: differs from the source"]
 
 
 def test_a_file_with_no_demos_is_refused_at_convert(tiny_hdf5, tmp_path):

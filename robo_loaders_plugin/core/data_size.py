@@ -103,12 +103,7 @@ class DataSize:
             Bytes.
         """
         blobs = self.steps * len(self.frame_step_bytes)
-        return (
-            int(self.frame_bytes / ratio)
-            + blobs * BLOB_OVERHEAD
-            + self._other_stored()
-            + self._index_bytes()
-        )
+        return int(self.frame_bytes / ratio) + blobs * BLOB_OVERHEAD + self._other_stored() + self._index_bytes()
 
     def _index_bytes(self) -> int:
         """What a store holds beside the fields' bytes: per episode and field its alignment, checksums and header
