@@ -81,12 +81,14 @@ demo: setup
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" bash examples/demo.sh $(DEMO_DIR)
 
 # the README's loader tables: every backend against the native loader in the same run (3 rounds, each backend
-# reported by its median run), written to benchmarks/results/, then the README's tables regenerated from them; data
-# generated into bench_out/ (about 1 GB); tens of minutes on a 2-core machine. REPEATS=1 for a quicker look.
+# reported by its median run), written to benchmarks/results/, then the generated tables of every doc that has them
+# (README.md, docs/benchmarks.md, docs/scale.md, docs/training-benchmark.md) regenerated from benchmarks/results/;
+# data generated into bench_out/ (about 1 GB); tens of minutes on a 2-core machine. REPEATS=1 for a quicker look.
+GENERATED_DOCS := README.md docs/benchmarks.md docs/scale.md docs/training-benchmark.md
 bench: setup
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" REPEATS=$${REPEATS:-3} bash benchmarks/robomimic_lift.sh
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" REPEATS=$${REPEATS:-3} PRESETS="$${PRESETS:-diffusion}" bash benchmarks/lerobot.sh
-	$(PY) -m benchmarks.harness readme
+	for doc in $(GENERATED_DOCS); do $(PY) -m benchmarks.harness readme $$doc || exit 1; done
 
 clean:
 	rm -rf $(VENV) $(DEMO_DIR)

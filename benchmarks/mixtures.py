@@ -424,7 +424,9 @@ def run_startup(comps: dict, size: dict, log_dir: str, in_process: bool, timeout
         for label in size["startup_backends"]:
             cache = tempfile.mkdtemp(prefix=f"cache-{label}-", dir=log)
             once, run_args = None, dict(args, backend=label)
-            if label == "compressed_cache":  # persisted (its cache_dir option; RAM only by default) and reused
+            # compressed_cache: persisted in a fresh cache_dir (its option; by default it keeps the store in the
+            # default cache directory between runs, when the disk has room) and reused
+            if label == "compressed_cache":
                 run_args["kwargs"] = {"cache_dir": cache}
                 first = measure(run_args, label, log, in_process, cache, timeout)
                 once = None if first.get("error") else first["startup_s"]

@@ -511,7 +511,7 @@ def results_table(payloads: list[dict], opts: dict | None = None) -> str:
     if growth:  # issue 22's cost-growth results: the harness's tables (benchmarks/harness/growth_plots.py)
         raise TableError(
             f"{', '.join(growth)}: cost-growth results have their tables in the project's harness "
-            "(`python -m benchmarks.harness readme` or `growth report`, from a clone)"
+            "(`python -m benchmarks.harness readme DOC.md` or `growth report`, from a clone)"
         )
     frameworks = {p.get("framework") for p in payloads}
     if len(frameworks) > 1:

@@ -65,8 +65,10 @@ COMPRESSED_CACHE_OPTIONS = {
 SPEC = frame_backend(
     "compressed_cache",
     "robo_loaders_plugin.backends.compressed_cache.store:CompressedStore",
-    description="each episode read (video decoded) once; camera frames kept lossless-compressed in one "
-    "RAM file shared by all workers (file-backed on local disk when RAM cannot hold it)",
+    description="each episode read (video decoded) once; camera frames kept lossless-compressed in one store "
+    "shared by the host's processes: by default a file on local disk in the cache directory, mapped and reused by "
+    "later runs; with keep false, or no room for it uncompressed on disk within the cache's size limit, a RAM file "
+    "(/dev/shm) rebuilt every run (file-backed on disk when RAM cannot hold it either)",
     # threads build the batches; on LeRobot with image transforms its DataLoader's workers stay in charge (the
     # loader option's default there: the transforms draw from the workers' RNG)
     kind=INDEXED,
