@@ -99,7 +99,7 @@ def test_lerobot_delta_timestamps_between_frames_and_bad_options(lerobot_dataset
         BackendOptionError, match=rf"delta_timestamps\['action'\] has 3 offsets, the policy's window has {n}"
     ):
         serve("gpu_resampler", act, delta_timestamps={"action": [0.0, 0.025, 0.075]})
-    with pytest.raises(BackendOptionError, match=r"has the keys \['observation.state'\], the policy's windows are for"):
+    with pytest.raises(BackendOptionError, match=r"has windows for \['observation.state'\], which the policy takes as"):
         serve("gpu_resampler", act, delta_timestamps={"observation.state": [0.0] * n})
     shifted = serve("gpu_resampler", act, delta_timestamps={"action": [(i + 0.5) / fps for i in range(n)]})  # control
     assert shifted[0]["action"].shape == act[0]["action"].shape

@@ -1188,3 +1188,35 @@ def test_image_transforms_draw_in_worker_processes_seeded_by_the_run(lerobot_mix
     monkeypatch.setattr(MixtureDataset, "worker_processes", lambda self, plan: 0)
     (in_workers, one), (_, other) = first_frames(100), first_frames(101)
     assert not in_workers and not all(torch.equal(x, y) for x, y in zip(one, other))
+
+
+def test_gpu_resampler_delta_timestamps_give_a_mixtures_windows_whatever_its_components_drop(lerobot_mixture_datasets):
+    """A reviewer's reproduction of this project's own regression: the ``delta_timestamps`` option was required to
+    give every window of each component's policy, and LeRobot's factory windows every observation key of a
+    component, the keys the mixture leaves out included ("c"'s second camera): no option could be given. Windows the
+    option leaves out are not refused; another count, or a window for a key the policy takes whole, still is."""
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset, LeRobotDatasetMetadata
+
+    from robo_loaders_plugin import BackendOptionError
+
+    names = ("a", "c")
+    ds = []
+    for name in names:
+        repo, root = lerobot_mixture_datasets[name]
+        meta = LeRobotDatasetMetadata(repo, root=root)
+        fps = float(meta.fps)
+        windows = {k: [-1 / fps, 0.0] for k in meta.features if k.startswith("observation.")}
+        ds.append(LeRobotDataset(repo, root=root, delta_timestamps={**windows, "action": [i / fps for i in range(4)]}))
+    spec = parse(
+        {
+            "components": [
+                {"repo_id": r, "root": p, "weight": 1.0} for r, p in (lerobot_mixture_datasets[n] for n in names)
+            ]
+        }
+    )
+    given = {CAM: [-0.04, 0.0], "observation.state": [-0.04, 0.0], "action": [i * 0.045 for i in range(4)]}
+    mix = build_mixture(spec, ds, choose("gpu_resampler", device="cpu", delta_timestamps=given), seed=0)
+    assert mix[0][CAM].shape[0] == 2 and mix[0]["action"].shape[0] == 4
+    mix.close()
+    with pytest.raises(BackendOptionError, match=r"delta_timestamps\['action'\] has 3 offsets"):
+        build_mixture(spec, ds, choose("gpu_resampler", device="cpu", delta_timestamps={**given, "action": [0.0] * 3}))

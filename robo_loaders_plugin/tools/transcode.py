@@ -772,8 +772,9 @@ def _withdraw_if_source_changed(out: str, state: str, before, after, src_root: s
     except StaleSourceError:
         raise StaleSourceError(
             f"{src_root} changed while it was transcoded into {out} ({before.shown_differences(after)}); the "
-            "output is withdrawn (it no longer loads as a dataset, and the next run transcodes every file again): "
-            "run again once the source no longer changes"
+            "output is withdrawn (it no longer loads as a dataset): transcode again into a new or empty directory "
+            "once ROOT no longer changes (or into this one once ROOT is back as it was: every file is transcoded "
+            "again)"
         ) from None
 
 

@@ -158,23 +158,24 @@ def _delta_steps(native, delta_indices, target_fps, delta_timestamps) -> dict | 
 
 
 def _check_policy_shapes(delta_timestamps: dict, delta_indices: dict | None, fps: float) -> None:
-    """The ``delta_timestamps`` option gives the keys and the number of offsets per key of the policy's windows
-    (``delta_indices``, when the dataset has them): its offsets may be anywhere, but another count or another key
-    changes the batches' shapes, and the policy failed deep in its forward pass (a reviewer's reproduction: ACT with
-    10 action offsets for its chunk of 5).
+    """The ``delta_timestamps`` option gives windows of the policy's (``delta_indices``, when the dataset has them)
+    with as many offsets: its offsets may be anywhere, but another count, or a window for a key the policy takes
+    whole, changes the batches' shapes, and the policy failed deep in its forward pass (a reviewer's reproduction:
+    ACT with 10 action offsets for its chunk of 5). A policy window the option leaves out is not refused: a
+    mixture's component has windows for keys the mixture drops (LeRobot's factory windows every observation key).
 
     Raises:
-        BackendOptionError: a key the policy has no window for, or lacks, or another number of offsets.
+        BackendOptionError: a key the policy has no window for, or another number of offsets.
     """
     if delta_indices is None:
         return
-    given, policy = set(delta_timestamps), set(delta_indices)
-    if given != policy:
+    extra = sorted(set(delta_timestamps) - set(delta_indices))
+    if extra:
         raise BackendOptionError(
-            f"{OPTION_PREFIX}.delta_timestamps has the keys {sorted(given)}, the policy's windows are for "
-            f"{sorted(policy)}; give offsets for exactly those keys (or leave the option out)"
+            f"{OPTION_PREFIX}.delta_timestamps has windows for {extra}, which the policy takes as single frames (its "
+            f"windows are for {sorted(delta_indices)}); give offsets for those keys only (or leave the option out)"
         )
-    for key in sorted(policy):
+    for key in sorted(set(delta_timestamps)):
         if len(delta_timestamps[key]) != len(delta_indices[key]):
             seconds = [round(float(i) / fps, 6) for i in delta_indices[key]]
             raise BackendOptionError(
