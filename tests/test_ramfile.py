@@ -572,3 +572,15 @@ def test_path_bytes_skips_a_file_removed_while_counted(tmp_path, monkeypatch):
     # it existed when listed: a check before the stat would pass, and the stat then fails
     monkeypatch.setattr(cache.os.path, "exists", lambda p: p.endswith("gone") or real_exists(p))
     assert cache.path_bytes(str(tmp_path)) == 10
+
+
+def test_a_ram_dir_that_does_not_exist_is_one_line_naming_the_variable(tmp_path, monkeypatch):
+    """A reviewer's reproduction: ``ROBO_LOADERS_RAM_DIR`` naming a directory that does not exist was a raw
+    ``FileNotFoundError`` traceback. Control: an existing directory takes the RAM caches."""
+    from robo_loaders_plugin.storage.cache import CacheError
+
+    monkeypatch.setenv("ROBO_LOADERS_RAM_DIR", str(tmp_path / "no_such_dir"))
+    with pytest.raises(CacheError, match=r"cannot be created .*point \$ROBO_LOADERS_RAM_DIR='.*no_such_dir' at an"):
+        ramfile.ram_root()
+    monkeypatch.setenv("ROBO_LOADERS_RAM_DIR", str(tmp_path))
+    assert ramfile.ram_root().startswith(str(tmp_path))

@@ -35,7 +35,7 @@ import stat
 import threading
 import weakref
 
-from robo_loaders_plugin.core.paths import default_shm_dir
+from robo_loaders_plugin.core.paths import ENV_RAM_DIR, default_shm_dir
 from robo_loaders_plugin.storage import cache
 from robo_loaders_plugin.storage.integrity import StoreError
 
@@ -79,8 +79,16 @@ def ram_root(shm_dir: str | None = None) -> str:
         CacheError: it cannot be created.
     """
     root = ram_root_path(shm_dir)
-    with contextlib.suppress(FileExistsError):
+    try:
         os.mkdir(root, 0o700)
+    except FileExistsError:
+        pass
+    except OSError as exc:  # a $ROBO_LOADERS_RAM_DIR that does not exist, or is not writable: a traceback before
+        where = f"${ENV_RAM_DIR}={os.environ[ENV_RAM_DIR]!r}" if os.environ.get(ENV_RAM_DIR) else repr(shm_dir)
+        raise cache.CacheError(
+            f"the RAM cache directory {root} cannot be created ({exc.strerror}); point {where} at an existing "
+            "writable tmpfs directory, or set the backend option cache_dir to keep the cache on disk"
+        ) from None
     st = os.lstat(root)
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
         raise StoreError(
