@@ -185,3 +185,16 @@ def test_a_record_whose_lengths_were_edited_is_not_trusted(tmp_path, monkeypatch
     assert walks == [1]
     with source.open() as f:
         assert source.lengths(f, demos).tolist() == [6, 6, 6]
+
+
+def test_a_source_of_the_other_kind_is_one_line(tmp_path):
+    """A reviewer's reproduction (``verify --source`` given the other framework's data): a LeRobot root that is a
+    file was a ``NotADirectoryError`` traceback, and a robomimic path that is a directory was called "truncated,
+    corrupt or not an HDF5 file; re-download it"."""
+    from robo_loaders_plugin.sources.lerobot_v3 import LeRobotV3
+
+    path = write(tmp_path / "f.hdf5")
+    with pytest.raises(SourceError, match=r"f\.hdf5: meta/info.json not found; not a LeRobot v3 dataset root"):
+        LeRobotV3(path)
+    with pytest.raises(SourceError, match=r"is a directory, not an HDF5 file; give the \.hdf5 file's path"):
+        RobomimicHdf5(str(tmp_path))

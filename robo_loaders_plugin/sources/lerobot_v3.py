@@ -96,7 +96,7 @@ class LeRobotV3:
             self.file_cache = FileCache(self.video_fs, local_cache_dir, endpoint_of(storage_options))
         try:
             self.info = json.loads(self.read_bytes("meta/info.json"))
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # a root that is a file (an HDF5 given as a root)
             raise SourceError(f"{self.url}: meta/info.json not found; not a LeRobot v3 dataset root") from None
         except json.JSONDecodeError as exc:
             raise SourceError(f"{self.url}/meta/info.json: not valid JSON ({exc})") from None

@@ -35,6 +35,8 @@ def open_hdf5(path: str) -> h5py.File:
     path = os.path.expanduser(path)
     if not os.path.exists(path):
         raise SourceError(f"robomimic dataset {path} does not exist (check train.data)")
+    if os.path.isdir(path):  # h5py's error was read as a corrupt file ("re-download it")
+        raise SourceError(f"robomimic dataset {path} is a directory, not an HDF5 file; give the .hdf5 file's path")
     try:
         return h5py.File(path, "r")
     except OSError as exc:
