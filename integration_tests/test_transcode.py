@@ -362,6 +362,13 @@ def test_refusals(source, transcoded, tmp_path, monkeypatch):
     with pytest.raises(tc.TranscodeError, match="is a transcode of another dataset"):
         tc.transcode(str(changed), transcoded, progress=False)
     assert {n: os.stat(os.path.join(transcoded, n)).st_mtime_ns for n in before} == before
+    # a preset typo: refused before OUT records it (it failed in the worker, and the corrected command was refused)
+    typo = str(tmp_path / "typo")
+    with pytest.raises(tc.TranscodeError, match=r"--preset 'veryslw': must be one of ultrafast"):
+        tc.transcode(source, typo, preset="veryslw", progress=False)
+    assert not os.path.exists(typo)
+    res = CliRunner().invoke(tc.transcode_cmd, [source, typo, "--preset", "veryslw"])
+    assert res.exit_code == 2 and "Invalid value for '--preset'" in res.output and not os.path.exists(typo)
     # OUT inside ROOT
     with pytest.raises(tc.TranscodeError, match="overlap"):
         tc.transcode(source, os.path.join(source, "h264"), progress=False)

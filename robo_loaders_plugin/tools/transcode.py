@@ -63,6 +63,9 @@ REPORT = "report.json"
 ENCODERS = {"h264": "libx264", "hevc": "libx265"}  # --codec -> PyAV/FFmpeg encoder
 DEFAULT_CRF = {"h264": 18, "hevc": 20}
 DEFAULT_GOP = 10
+# libx264's and libx265's speed presets: checked before anything is written (a typo failed in the first worker, after
+# OUT recorded it, so the corrected command was refused as "other options": a reviewer's reproduction)
+PRESETS = ("ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow", "placebo")
 DEFAULT_MIN_PSNR = 35.0  # dB, per frame, against the source as decoded by torchcodec
 PSNR_CAP = 100.0  # dB reported for a frame identical to the source (MSE 0)
 COMPARE_CHUNK = 32  # frames decoded at once per file when comparing
@@ -694,6 +697,8 @@ def transcode(
         raise TranscodeError(f"--crf {crf}: must be within 0..51")
     if int(gop) < 1:
         raise TranscodeError(f"--gop {gop}: must be at least 1")
+    if preset is not None and preset not in PRESETS:
+        raise TranscodeError(f"--preset {preset!r}: must be one of {', '.join(PRESETS)}")
     if psnr_frames is not None and int(psnr_frames) < 1:
         raise TranscodeError(f"--psnr-frames {psnr_frames}: 'all' or at least 1")
     _check_torchcodec()
@@ -860,7 +865,7 @@ _with_executor_options = executors.click_options(f"OUT/{STATE_DIR}/datatrove")
     show_default=True,
     help="keyframe every N frames (plus one at every episode's first frame)",
 )
-@click.option("--preset", default=None, help="x264/x265 speed preset (ultrafast .. veryslow) [medium]")
+@click.option("--preset", default=None, type=click.Choice(PRESETS), help="x264/x265 speed preset [medium]")
 @click.option(
     "--num-workers",
     default=1,
