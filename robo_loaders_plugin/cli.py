@@ -230,6 +230,17 @@ def sample_data_robomimic(
     click.echo(f"wrote {out}")
 
 
+def _given_flags(ctx: click.Context) -> set[str]:
+    """The parameters of this command the user gave on the command line (or through the environment), not defaults."""
+    from click.core import ParameterSource
+
+    return {
+        name
+        for name in ctx.params
+        if ctx.get_parameter_source(name) not in (ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP, None)
+    }
+
+
 @sample_data.command("lerobot")
 @click.argument("out", type=click.Path())
 @click.option("--repo-id", default="local/sample", show_default=True)
@@ -346,11 +357,13 @@ def sample_data_lerobot(
         noise: ``--noise``, the sensor noise of ``--content camera`` (sigma in grey levels).
         stream_encode: ``--stream-encode``: LeRobot's writer encodes each frame as it is added.
 
-    With ``--from-robomimic`` only ``repo_id``, ``repeat``, ``codec``, ``fps`` and ``overwrite`` apply.
+    With ``--from-robomimic`` only ``repo_id``, ``repeat``, ``codec``, ``fps`` and ``overwrite`` apply (the others are
+    refused), and ``--repeat`` only with it.
 
     Raises:
         click.BadParameter: ``--image-size`` is not ``HxW``, ``--min-length`` is greater than ``--max-length``,
             or ``--writer fast`` is combined with ``--codec png`` or ``--stream-encode``.
+        click.UsageError: a drawing flag with ``--from-robomimic``, or ``--repeat`` without it.
         click.ClickException: LeRobot is not installed; OUT exists and ``--overwrite`` was not given, or OUT is
             not a LeRobot dataset directory.
     """
@@ -371,6 +384,18 @@ def sample_data_lerobot(
         write_lerobot_from_robomimic,
     )
 
+    # flags that do not apply to the chosen way of writing are refused, not ignored (--image-size 64x64 with
+    # --from-robomimic wrote the file's 16x16 frames, --writer fast LeRobot's slow writer: a reviewer's reproduction)
+    given = _given_flags(click.get_current_context())
+    drawing = ("episodes", "min_length", "max_length", "cameras", "image_size", "seed", "scenes", "writer", "content",
+               "noise", "stream_encode")  # fmt: skip
+    unused = [n for n in (drawing if from_robomimic else ("repeat",)) if n in given]
+    if unused:
+        flags = ", ".join("--" + n.replace("_", "-") for n in unused)
+        raise click.UsageError(
+            f"{flags} {'do' if len(unused) > 1 else 'does'} not apply "
+            + ("with --from-robomimic (the file's demos are written)" if from_robomimic else "without --from-robomimic")
+        )
     if from_robomimic:
         try:
             check_cameras(from_robomimic, codec)

@@ -223,3 +223,21 @@ def test_av1_frames_too_small_for_svt_av1_are_refused_in_one_line_before_anythin
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert code.returncode == 0, code.stderr[-2000:]
+
+
+def test_flags_that_do_not_apply_with_or_without_from_robomimic_are_refused(tmp_path):
+    """A reviewer's reproduction: with ``--from-robomimic`` every drawing flag was silently ignored (``--image-size
+    64x64`` wrote the file's 16x16 frames, ``--writer fast`` LeRobot's slow writer), combinations it otherwise
+    refuses included, and ``--repeat`` without it too. Refused in one usage line naming them, nothing written."""
+    hdf5 = str(tmp_path / "demo.hdf5")
+    r = CliRunner().invoke(main, ["sample-data", "robomimic", hdf5, "--demos", "1", "--image-size", "16"])
+    assert r.exit_code == 0, r.output
+    out = tmp_path / "le"
+    r = CliRunner().invoke(
+        main,
+        ["sample-data", "lerobot", str(out), "--from-robomimic", hdf5, "--image-size", "64x64", "--writer", "fast"],
+    )
+    assert r.exit_code == 2 and "--image-size, --writer do not apply with --from-robomimic" in r.output, r.output
+    r = CliRunner().invoke(main, ["sample-data", "lerobot", str(out), "--repeat", "3"])
+    assert r.exit_code == 2 and "--repeat does not apply without --from-robomimic" in r.output, r.output
+    assert not out.exists()
