@@ -246,3 +246,15 @@ def test_bench_labels_that_are_right_pass_the_check():
     lerobot_bench.check_backends(
         ["native", "streaming", "datapipe#b"], {"datapipe": {"shuffle_buffer": 2}, "streaming": {"buffer_size": 10}}
     )
+
+
+def test_bench_lerobot_on_a_root_holding_no_dataset_is_one_line(tmp_path):
+    """A reviewer's reproduction: ``bench lerobot --root`` on a directory with no dataset ran every backend, each
+    "FAILED: httpx.ConnectError" (LeRobot went to the Hub for it). Refused before anything runs, naming --root."""
+    from click.testing import CliRunner
+
+    from robo_loaders_plugin.cli import main
+
+    r = CliRunner().invoke(main, ["bench", "lerobot", "--root", str(tmp_path), "--batches", "2"])
+    assert r.exit_code == 2 and "holds no LeRobot dataset (no meta/info.json)" in r.output, r.output
+    assert "[bench]" not in r.output and "FAILED" not in r.output

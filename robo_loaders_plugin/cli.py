@@ -651,13 +651,19 @@ def bench_lerobot_cmd(
 
     Raises:
         click.UsageError: before anything runs: an unknown backend, a bad option, options for a label
-            ``--backends`` does not list.
+            ``--backends`` does not list, a ``--root`` holding no LeRobot dataset.
     """
     import os
 
     from robo_loaders_plugin.bench.lerobot_bench import bench_lerobot, check_backends
 
     labels, kwargs = _bench_args(check_backends, backends, backend_kwargs)
+    if not os.path.isfile(os.path.join(root, "meta", "info.json")):  # LeRobot would go to the Hub for it
+        raise click.BadParameter(
+            f"{root} holds no LeRobot dataset (no meta/info.json); give a LeRobot v3 dataset root "
+            "(robo-loaders sample-data lerobot writes one)",
+            param_hint="--root",
+        )
     repo_id = repo_id or f"local/{os.path.basename(os.path.abspath(root))}"
     payload = bench_lerobot(
         root,
