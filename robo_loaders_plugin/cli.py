@@ -136,12 +136,19 @@ def sample_data():
 def _check_sample_output(out: str, framework: str, overwrite: bool) -> None:
     """Refuse an existing OUT in one line naming it and ``--overwrite`` (``sample_data.outputs``), before anything
     is drawn or written."""
+    import os
+
+    from robo_loaders_plugin.core.paths import writable_dir_problem
     from robo_loaders_plugin.sample_data.outputs import OutputExistsError, check_output
 
     try:
         check_output(out, framework, overwrite, "--overwrite")
     except OutputExistsError as exc:
         raise click.ClickException(str(exc)) from None
+    # a read-only or full location: one line now, not an OSError traceback after the data was drawn
+    problem = writable_dir_problem(os.path.dirname(os.path.abspath(os.path.expanduser(out))))
+    if problem:
+        raise click.ClickException(f"{out}: {problem}; choose a location you can write to")
 
 
 def _quiet_writers() -> None:

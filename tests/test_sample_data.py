@@ -241,3 +241,23 @@ def test_flags_that_do_not_apply_with_or_without_from_robomimic_are_refused(tmp_
     r = CliRunner().invoke(main, ["sample-data", "lerobot", str(out), "--repeat", "3"])
     assert r.exit_code == 2 and "--repeat does not apply without --from-robomimic" in r.output, r.output
     assert not out.exists()
+
+
+def test_an_output_that_cannot_be_written_is_one_line_and_nothing_partial_stays(tmp_path, monkeypatch):
+    """A reviewer's reproduction: sample-data into a read-only location was an OSError traceback after the data was
+    drawn, and a failure mid-write (a full disk, Ctrl-C) left ``OUT.tmp-PID`` behind (77 MB). The location is probed
+    first, and the temporary file goes with a failure. Control: a writable location is written."""
+    import pytest
+
+    from robo_loaders_plugin.sample_data import robomimic_hdf5
+
+    r = CliRunner().invoke(main, ["sample-data", "robomimic", "/proc/no-such-dir/x.hdf5", "--demos", "1"])
+    assert r.exit_code == 1 and "cannot create '/proc/no-such-dir'" in r.output and "Traceback" not in r.output
+
+    def full_disk(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(robomimic_hdf5, "_episode", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        robomimic_hdf5.write_robomimic_hdf5(str(tmp_path / "x.hdf5"), demos=2, progress=False)
+    assert os.listdir(tmp_path) == []

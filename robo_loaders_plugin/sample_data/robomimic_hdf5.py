@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 
@@ -168,45 +169,52 @@ def write_robomimic_hdf5(
     tmp = f"{path}.tmp-{os.getpid()}"
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     total = 0
-    with h5py.File(tmp, "w") as f:
-        data = f.create_group("data")
-        for i in tqdm(range(demos), desc=f"sample-data {os.path.basename(path)}", unit="demo", disable=not progress):
-            length = int(rng.integers(min_length, max_length + 1))
-            obs, actions, rewards, dones, states = _episode(rng, length, cams, image_size, content, noise)
-            g = data.create_group(f"demo_{i}")
-            g.attrs["num_samples"] = length
-            g.attrs["model_file"] = ""
-            g.create_dataset("actions", data=actions)
-            g.create_dataset("rewards", data=rewards)
-            g.create_dataset("dones", data=dones)
-            g.create_dataset("states", data=states)
-            for k, v in obs.items():
-                g.create_dataset(f"obs/{k}", data=v)
-                if next_obs:
-                    g.create_dataset(f"next_obs/{k}", data=np.concatenate([v[1:], v[-1:]]))
-            total += length
-        data.attrs["total"] = total
-        data.attrs["env_args"] = json.dumps(
-            {
-                "env_name": "Lift",
-                "type": 1,
-                "env_kwargs": {
-                    "has_renderer": False,
-                    "has_offscreen_renderer": cameras > 0,
-                    "use_camera_obs": cameras > 0,
-                    "camera_names": [c[: -len("_image")] for c in cams],
-                    "camera_heights": image_size,
-                    "camera_widths": image_size,
-                    "control_freq": 20,
-                    "robots": ["Panda"],
-                },
-            }
-        )
-        names = [f"demo_{i}" for i in range(demos)]
-        n_valid = max(1, round(demos * valid_fraction)) if demos > 1 else 0
-        valid = sorted(rng.choice(demos, size=n_valid, replace=False).tolist()) if n_valid else []
-        train = [n for i, n in enumerate(names) if i not in valid]
-        f.create_dataset("mask/train", data=np.array(train, dtype="S"))
-        f.create_dataset("mask/valid", data=np.array([names[i] for i in valid], dtype="S"))
-    os.replace(tmp, path)
+    try:
+        with h5py.File(tmp, "w") as f:
+            data = f.create_group("data")
+            for i in tqdm(
+                range(demos), desc=f"sample-data {os.path.basename(path)}", unit="demo", disable=not progress
+            ):
+                length = int(rng.integers(min_length, max_length + 1))
+                obs, actions, rewards, dones, states = _episode(rng, length, cams, image_size, content, noise)
+                g = data.create_group(f"demo_{i}")
+                g.attrs["num_samples"] = length
+                g.attrs["model_file"] = ""
+                g.create_dataset("actions", data=actions)
+                g.create_dataset("rewards", data=rewards)
+                g.create_dataset("dones", data=dones)
+                g.create_dataset("states", data=states)
+                for k, v in obs.items():
+                    g.create_dataset(f"obs/{k}", data=v)
+                    if next_obs:
+                        g.create_dataset(f"next_obs/{k}", data=np.concatenate([v[1:], v[-1:]]))
+                total += length
+            data.attrs["total"] = total
+            data.attrs["env_args"] = json.dumps(
+                {
+                    "env_name": "Lift",
+                    "type": 1,
+                    "env_kwargs": {
+                        "has_renderer": False,
+                        "has_offscreen_renderer": cameras > 0,
+                        "use_camera_obs": cameras > 0,
+                        "camera_names": [c[: -len("_image")] for c in cams],
+                        "camera_heights": image_size,
+                        "camera_widths": image_size,
+                        "control_freq": 20,
+                        "robots": ["Panda"],
+                    },
+                }
+            )
+            names = [f"demo_{i}" for i in range(demos)]
+            n_valid = max(1, round(demos * valid_fraction)) if demos > 1 else 0
+            valid = sorted(rng.choice(demos, size=n_valid, replace=False).tolist()) if n_valid else []
+            train = [n for i, n in enumerate(names) if i not in valid]
+            f.create_dataset("mask/train", data=np.array(train, dtype="S"))
+            f.create_dataset("mask/valid", data=np.array([names[i] for i in valid], dtype="S"))
+        os.replace(tmp, path)
+    except BaseException:  # a full disk, Ctrl-C: the partial file is not left behind (a reviewer's reproduction)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
     return path
