@@ -132,6 +132,10 @@ def test_other_codecs_and_the_floor_fails_at_crf_51(two_demos, tmp_path, codec):
     if codec == "hevc":  # libx265 aborts the process on frames narrower than 64 px: refused with a clear error
         with pytest.raises(VideoError, match="16 pixels wide; libx265 crashes on frames narrower than 64 pixels"):
             convert_robomimic(two_demos, str(tmp_path / "narrow"), video=VideoSettings(codec), progress=False)
+        # refused before the output recorded the settings: the corrected command converts into the same directory
+        # (it was refused as "another source or other options": a reviewer's reproduction)
+        assert not os.path.exists(tmp_path / "narrow" / "manifest.json")
+        convert_robomimic(two_demos, str(tmp_path / "narrow"), video=VideoSettings("h264"), progress=False)
         from robo_loaders_plugin.sample_data.robomimic_hdf5 import write_robomimic_hdf5
 
         source = write_robomimic_hdf5(

@@ -25,7 +25,14 @@ from robo_loaders_plugin.storage.frame_layout import sampled_ratio
 from robo_loaders_plugin.storage.shards import DEFAULT_SHARD_BYTES, ShardReader, executors, manifest, verify_dir
 from robo_loaders_plugin.storage.shards.disk_estimate import check_conversion_disk
 from robo_loaders_plugin.storage.shards.format import check_output_dir
-from robo_loaders_plugin.storage.video import DEFAULT_FPS, VideoSettings, encode_segment, psnr_from_mse, squared_error
+from robo_loaders_plugin.storage.video import (
+    DEFAULT_FPS,
+    VideoSettings,
+    check_frame_size,
+    encode_segment,
+    psnr_from_mse,
+    squared_error,
+)
 
 
 def is_camera(arr: np.ndarray) -> bool:
@@ -156,6 +163,10 @@ def convert_robomimic(
     ratio = 2
     if video is not None:
         video.check_available()
+        with source.open() as f:  # every camera's frame size, from the first demo's shapes, before anything is planned
+            for name, ds in datasets(f[f"data/{meta['demos'][0]}"]):
+                if ds.dtype == np.uint8 and len(ds.shape) == 4 and ds.shape[-1] == 3:
+                    check_frame_size(ds.shape[1], ds.shape[2], video, f"{in_path}: data/{meta['demos'][0]}/{name}")
         if video.fps == DEFAULT_FPS:
             video = dataclasses.replace(video, fps=_recorded_fps(meta))
         meta["video"] = options["video"] = video.as_dict()  # resuming with other settings is refused

@@ -147,7 +147,23 @@ def check_frames(frames: np.ndarray, settings: VideoSettings, where: str) -> Non
     """
     if frames.dtype != np.uint8 or frames.ndim != 4 or frames.shape[-1] != 3 or frames.shape[0] < 1:
         raise VideoError(f"{where}: video segments hold (N, H, W, 3) uint8 frames, got {frames.shape} {frames.dtype}")
-    h, w = frames.shape[1:3]
+    check_frame_size(*frames.shape[1:3], settings, where)
+
+
+def check_frame_size(h: int, w: int, settings: VideoSettings, where: str) -> None:
+    """Refuse a frame size these settings cannot encode: :func:`check_frames` from the shape alone, so that a
+    conversion checks its cameras before it plans anything (a refusal from the first worker came after the output
+    recorded the settings, so the corrected command was refused as "other options": a reviewer's reproduction).
+
+    Args:
+        h: Frame height in pixels.
+        w: Frame width in pixels.
+        settings: How they would be encoded.
+        where: Names the frames in the error.
+
+    Raises:
+        VideoError: see :func:`check_frames`.
+    """
     if settings.codec == "hevc" and w < MIN_HEVC_WIDTH:
         raise VideoError(
             f"{where}: frames {w} pixels wide; libx265 crashes on frames narrower than "
