@@ -150,14 +150,14 @@ def _delta_steps(native, delta_indices, target_fps, delta_timestamps) -> dict | 
     itself only accepts multiples of 1/fps)."""
     fps = float(native.meta.fps)
     if delta_timestamps is not None:  # checked (finite, bounded, not with target_fps) by the option declarations
-        _check_policy_shapes(delta_timestamps, delta_indices, fps)
+        _check_policy_shapes(delta_timestamps, delta_indices, fps, set(native.meta.features))
         return {key: [float(x) * fps for x in offsets] for key, offsets in delta_timestamps.items()}
     if delta_indices is None or target_fps is None:
         return None
     return {k: [float(i) * fps / target_fps for i in v] for k, v in delta_indices.items()}
 
 
-def _check_policy_shapes(delta_timestamps: dict, delta_indices: dict | None, fps: float) -> None:
+def _check_policy_shapes(delta_timestamps: dict, delta_indices: dict | None, fps: float, features=()) -> None:
     """The ``delta_timestamps`` option gives windows of the policy's (``delta_indices``, when the dataset has them)
     with as many offsets: its offsets may be anywhere, but another count, or a window for a key the policy takes
     whole, changes the batches' shapes, and the policy failed deep in its forward pass (a reviewer's reproduction:
@@ -169,13 +169,14 @@ def _check_policy_shapes(delta_timestamps: dict, delta_indices: dict | None, fps
     """
     if delta_indices is None:
         return
-    extra = sorted(set(delta_timestamps) - set(delta_indices))
+    # a key the dataset does not have is named by the check of the dataset's fields, with what it has
+    extra = sorted((set(delta_timestamps) & set(features)) - set(delta_indices))
     if extra:
         raise BackendOptionError(
             f"{OPTION_PREFIX}.delta_timestamps has windows for {extra}, which the policy takes as single frames (its "
             f"windows are for {sorted(delta_indices)}); give offsets for those keys only (or leave the option out)"
         )
-    for key in sorted(set(delta_timestamps)):
+    for key in sorted(set(delta_timestamps) & set(delta_indices)):
         if len(delta_timestamps[key]) != len(delta_indices[key]):
             seconds = [round(float(i) / fps, 6) for i in delta_indices[key]]
             raise BackendOptionError(
