@@ -835,3 +835,40 @@ def test_an_unreachable_remote_store_is_said_so_not_called_a_root_without_meta(t
         LeRobotV3(url)
     with HttpServer(tmp_path) as server, pytest.raises(SourceError, match=r"meta/info\.json not found; not a"):
         LeRobotV3(server.url + "/ds")
+
+
+def test_a_camera_encoded_at_another_rate_than_the_dataset_is_refused(tmp_path):
+    """A reviewer's reproduction: a camera re-encoded at 15 fps in a 30 fps dataset, with a tolerance_s LeRobot
+    accepts: LeRobot picks a window's frames by nearest time among those its queries load, a frame decoded per row
+    is another frame, and 15 of 35 items' windows differed silently (video_stream and compressed_cache, which decode
+    alike). Refused in one line naming the file and both rates. Control: the dataset as LeRobot wrote it serves."""
+    import av
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    from robo_loaders_plugin.sample_data.lerobot_v3 import write_lerobot_dataset
+
+    root = write_lerobot_dataset(
+        tmp_path / "half", mode="h264", cameras=2, image_size=(32, 48), episode_lengths=(12, 9), fps=30, progress=False
+    )
+    deltas = {"observation.images.cam0": [-1 / 30, 0.0], "observation.images.cam1": [-1 / 30, 0.0]}
+
+    def native():
+        return LeRobotDataset(REPO, root=root, delta_timestamps=deltas, return_uint8=True, tolerance_s=0.04)
+
+    nat = native()
+    same_item(serve("video_stream", nat)[3], nat[3], "control")
+    for p in sorted(glob.glob(f"{root}/videos/observation.images.cam1/*/*.mp4")):  # cam1 re-encoded at 15 fps
+        with av.open(p) as c:
+            frames = [f.to_ndarray(format="rgb24") for f in c.decode(video=0)][::2]
+        with av.open(p, "w", format="mp4") as out:
+            s = out.add_stream("libx264", rate=15)
+            s.width, s.height, s.pix_fmt = frames[0].shape[1], frames[0].shape[0], "yuv444p"
+            for i, fr in enumerate(frames):
+                vf = av.VideoFrame.from_ndarray(fr, format="rgb24")
+                vf.pts = i
+                out.mux(s.encode(vf))
+            out.mux(s.encode(None))
+    with pytest.raises(SourceError, match=r"observation.images.cam1 is encoded at 15 fps, the dataset at 30 fps"):
+        ds = serve("video_stream", native())
+        for i in range(len(ds)):
+            ds[i]

@@ -872,6 +872,16 @@ class EpisodeVideoDecoder:
         start = float(self.source.episodes[ep][f"videos/{key}/from_timestamp"])
         query = [start + float(ts) for ts in timestamps.tolist()]
         fps = dec.metadata.average_fps
+        rate = float(self.source.fps)
+        if fps and abs(fps - rate) > 0.01 * rate:
+            # LeRobot picks a window's frames by nearest time among the frames its queries load; a frame decoded per
+            # row is that frame only when the video has a frame per row: a 15 fps camera in a 30 fps dataset (with
+            # a tolerance_s LeRobot accepts) served other frames in windows, silently (a reviewer's reproduction)
+            raise SourceError(
+                f"{path}: {key} is encoded at {fps:g} fps, the dataset at {rate:g} fps; its frames would not be "
+                "LeRobot's in delta_timestamps windows: re-encode it at the dataset's rate, or use "
+                "--dataset.backend=native"
+            )
         indices = [round(ts * fps) for ts in query]
         seen = self.source.remote_failures(str(path))[0]
         try:
