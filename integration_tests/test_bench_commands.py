@@ -258,3 +258,19 @@ def test_bench_lerobot_on_a_root_holding_no_dataset_is_one_line(tmp_path):
     r = CliRunner().invoke(main, ["bench", "lerobot", "--root", str(tmp_path), "--batches", "2"])
     assert r.exit_code == 2 and "holds no LeRobot dataset (no meta/info.json)" in r.output, r.output
     assert "[bench]" not in r.output and "FAILED" not in r.output
+
+
+def test_outputs_that_cannot_be_written_are_refused_before_anything_runs(tiny_hdf5, tmp_path):
+    """A reviewer's reproduction: ``bench --json`` into a read-only location was an OSError traceback after the
+    whole benchmark ran, and ``report --out`` one at once. Both are refused first, naming the option."""
+    from click.testing import CliRunner
+
+    from robo_loaders_plugin.cli import main
+
+    r = CliRunner().invoke(main, ["bench", "robomimic", "--dataset", tiny_hdf5, "--json", "/proc/nope/b.json"])
+    assert r.exit_code == 2 and "--json" in r.output and "cannot create '/proc/nope'" in r.output, r.output
+    assert "[bench]" not in r.output and "Traceback" not in r.output
+    result = tmp_path / "r.json"
+    result.write_text("{}")
+    r = CliRunner().invoke(main, ["report", str(result), "--out", "/proc/nope"])
+    assert r.exit_code == 2 and "--out" in r.output and "cannot create '/proc/nope'" in r.output, r.output

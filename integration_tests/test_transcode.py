@@ -369,6 +369,9 @@ def test_refusals(source, transcoded, tmp_path, monkeypatch):
     assert not os.path.exists(typo)
     res = CliRunner().invoke(tc.transcode_cmd, [source, typo, "--preset", "veryslw"])
     assert res.exit_code == 2 and "Invalid value for '--preset'" in res.output and not os.path.exists(typo)
+    # OUT where nothing can be written (an OSError traceback before)
+    with pytest.raises(tc.TranscodeError, match=r"OUT /proc/nope/out: cannot create"):
+        tc.transcode(source, "/proc/nope/out", progress=False)
     # OUT inside ROOT
     with pytest.raises(tc.TranscodeError, match="overlap"):
         tc.transcode(source, os.path.join(source, "h264"), progress=False)

@@ -495,6 +495,18 @@ def _bench_args(check, backends: str, backend_kwargs) -> tuple[list[str], dict]:
     return labels, kwargs
 
 
+def _check_json_out(json_out: str | None) -> None:
+    """``--json``'s location can be written, checked before the benchmark runs (a read-only one was an OSError
+    traceback after the whole run: a reviewer's reproduction)."""
+    import os
+
+    from robo_loaders_plugin.core.paths import writable_dir_problem
+
+    problem = json_out and writable_dir_problem(os.path.dirname(os.path.abspath(os.path.expanduser(json_out))))
+    if problem:
+        raise click.BadParameter(f"{problem}; give a file in a directory you can write to", param_hint="--json")
+
+
 @bench.command("robomimic")
 @click.option("--dataset", required=True, type=click.Path(exists=True, dir_okay=False))
 @click.option(
@@ -569,6 +581,7 @@ def bench_robomimic_cmd(
     from robo_loaders_plugin.bench.robomimic_bench import bench_robomimic, check_backends
 
     labels, kwargs = _bench_args(check_backends, backends, backend_kwargs)
+    _check_json_out(json_out)
     payload = bench_robomimic(
         dataset,
         labels,
@@ -665,6 +678,7 @@ def bench_lerobot_cmd(
     from robo_loaders_plugin.bench.lerobot_bench import bench_lerobot, check_backends
 
     labels, kwargs = _bench_args(check_backends, backends, backend_kwargs)
+    _check_json_out(json_out)
     if not os.path.isfile(os.path.join(root, "meta", "info.json")):  # LeRobot would go to the Hub for it
         raise click.BadParameter(
             f"{root} holds no LeRobot dataset (no meta/info.json); give a LeRobot v3 dataset root "

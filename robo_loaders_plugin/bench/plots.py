@@ -879,6 +879,11 @@ def report_cmd(results, out_dir):
         results: RESULTS, the result JSON files (required: click refuses none, as the usage line says).
         out_dir: ``--out``, where the plots and report.md go (required, as the usage line says).
     """
+    from robo_loaders_plugin.core.paths import writable_dir_problem
+
+    problem = writable_dir_problem(out_dir)  # a read-only location was an OSError traceback (a reviewer's)
+    if problem:
+        raise click.BadParameter(f"{problem}; give a directory you can write to", param_hint="--out")
     skipped = []
     try:
         path = report(results, out_dir, skipped)

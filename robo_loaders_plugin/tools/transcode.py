@@ -186,6 +186,11 @@ def _check_out(root: str, out: str) -> None:
             f"OUT {out} exists, is not empty and is not a transcode (no {STATE_DIR}/"
             f"{manifest.MANIFEST}); give a new or empty directory"
         )
+    from robo_loaders_plugin.core.paths import writable_dir_problem
+
+    problem = writable_dir_problem(out)  # a read-only or full location was an OSError traceback (a reviewer's)
+    if problem:
+        raise TranscodeError(f"OUT {out}: {problem}; give a directory you can write to")
 
 
 def _check_recorded(out: str, source_id: dict, options: dict) -> None:
