@@ -173,3 +173,28 @@ def test_iter_loaded_loads_what_no_one_is_loading_before_waiting(many):
     second.join()
     assert sorted(map(tuple, got)) == [("a", "b"), ("a", "b", "c")] and cache.loads == 3
     assert overlapped == [many]
+
+
+def test_a_server_ignoring_range_requests_is_named_not_a_corrupt_file():
+    """A reviewer's finding: a server answering every range with the whole file had that kept as one block, and
+    decoding then said the file was truncated or corrupt. A block of another length is refused, saying why.
+    Control: a server answering ranges is read."""
+    import pytest
+
+    from robo_loaders_plugin.sources.remote_blocks import BlockCache
+
+    class NoRanges:
+        def size(self, path):
+            return 100
+
+        def cat_file(self, path, start=None, end=None):
+            return bytes(100)
+
+    with pytest.raises(OSError, match="the server answered 100 bytes for bytes 0-16 .*ignores HTTP Range requests"):
+        BlockCache(NoRanges(), block=16).open("f").read(10)
+
+    class Ranges(NoRanges):
+        def cat_file(self, path, start=None, end=None):
+            return bytes(end - start)
+
+    assert BlockCache(Ranges(), block=16).open("f").read(10) == bytes(10)

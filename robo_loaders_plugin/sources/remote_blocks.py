@@ -70,7 +70,14 @@ class BlockCache:
     def _fetch(self, key: tuple) -> bytes:
         path, i = key
         start = i * self.block
-        data = self.fs.cat_file(path, start=start, end=min(start + self.block, self.size(path)))
+        end = min(start + self.block, self.size(path))
+        data = self.fs.cat_file(path, start=start, end=end)
+        if len(data) != end - start:  # a server ignoring Range answers the whole file: it was kept as this block,
+            # and decoding said the file was truncated or corrupt (a reviewer's reproduction)
+            raise OSError(
+                f"{path}: the server answered {len(data)} bytes for bytes {start}-{end} of the file (it changed "
+                "while being read, or the server ignores HTTP Range requests: serve it from one that answers them)"
+            )
         with self._count:
             self.fetched += len(data)
         return data
