@@ -190,7 +190,7 @@ def test_a_server_ignoring_range_requests_is_named_not_a_corrupt_file():
         def cat_file(self, path, start=None, end=None):
             return bytes(100)
 
-    with pytest.raises(OSError, match="the server answered 100 bytes for bytes 0-16 .*ignores HTTP Range requests"):
+    with pytest.raises(OSError, match=r"the server answered 100 bytes for bytes 0-16 .*ignores HTTP Range requests"):
         BlockCache(NoRanges(), block=16).open("f").read(10)
 
     class Ranges(NoRanges):
