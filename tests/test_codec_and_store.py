@@ -180,7 +180,7 @@ def test_store_rejects_truncated_and_corrupt(tmp_path):
 
 def test_budget_and_abort_leave_nothing(tmp_path):
     path = tmp_path / "s.rlc"
-    with pytest.raises(MemoryBudgetExceeded, match="max_memory"):
+    with pytest.raises(MemoryBudgetExceeded, match=r"max_memory.*or choose a stronger codec"):
         w = StoreWriter(str(path), FrameCodec(), max_bytes=500)
         try:
             w.add_episode("demo_0", {"img": frames(8)}, compressed={"img"})
@@ -188,6 +188,13 @@ def test_budget_and_abort_leave_nothing(tmp_path):
             w.abort()
             raise
     assert os.listdir(tmp_path) == []
+    # a store without frames is not told to choose a codec (a reviewer's finding)
+    w = StoreWriter(str(path), FrameCodec(), max_bytes=500)
+    with pytest.raises(MemoryBudgetExceeded, match=r"select fewer obs keys or demos\Z"):
+        try:
+            w.add_episode("demo_0", {"low": np.zeros((200, 8), np.float32)})
+        finally:
+            w.abort()
     w.abort()  # again: does nothing, raises nothing
     assert os.listdir(tmp_path) == []
 

@@ -188,6 +188,7 @@ class StoreWriter:
         self.raw_nbytes = 0
         self.compressed_nbytes = 0
         self.decoded_frame_nbytes = 0
+        self._frames_seen = False  # whether a field was stored as compressed frames (the budget's hint names a codec)
         self._fd: Any = None  # the temporary file's descriptor, carrying its lock (None once finished or aborted)
         self._f: Any = None  # the file object over it while writing
         self._pool: Any = None  # the threads compressing frames (None: the calling thread)
@@ -265,7 +266,9 @@ class StoreWriter:
             raise MemoryBudgetExceeded(
                 f"the compressed cache needs more than max_memory={format_bytes(self.max_bytes)} "
                 f"(already {format_bytes(self._pos)} after {len(self._episodes)} episodes); raise max_memory, "
-                "select fewer obs keys or demos, or choose a stronger codec (codec='zstd')"
+                "select fewer obs keys or demos"
+                # a codec only makes frames smaller (a store without frames was told to choose one: a reviewer's)
+                + (", or choose a stronger codec (codec='zstd')" if self._frames_seen else "")
             )
 
     def add_episode(self, name: str, fields: Mapping[str, np.ndarray], compressed: Iterable[str] = ()) -> None:
@@ -300,6 +303,7 @@ class StoreWriter:
                     entry["length"] = int(arr.shape[0])
                 desc: dict[str, Any] = {"dtype": arr.dtype.str, "shape": list(arr.shape)}
                 if key in compressed:
+                    self._frames_seen = True
                     layout = frame_layout.stored_layout(arr.shape[1:])
                     if layout is not None:
                         desc["layout"] = layout
