@@ -136,9 +136,7 @@ def sample_data():
 def _check_sample_output(out: str, framework: str, overwrite: bool) -> None:
     """Refuse an existing OUT in one line naming it and ``--overwrite`` (``sample_data.outputs``), before anything
     is drawn or written."""
-    import os
-
-    from robo_loaders_plugin.core.paths import writable_dir_problem
+    from robo_loaders_plugin.core.paths import writable_parent_problem
     from robo_loaders_plugin.sample_data.outputs import OutputExistsError, check_output
 
     try:
@@ -146,7 +144,7 @@ def _check_sample_output(out: str, framework: str, overwrite: bool) -> None:
     except OutputExistsError as exc:
         raise click.ClickException(str(exc)) from None
     # a read-only or full location: one line now, not an OSError traceback after the data was drawn
-    problem = writable_dir_problem(os.path.dirname(os.path.abspath(os.path.expanduser(out))))
+    problem = writable_parent_problem(out)
     if problem:
         raise click.ClickException(f"{out}: {problem}; choose a location you can write to")
 
@@ -498,11 +496,9 @@ def _bench_args(check, backends: str, backend_kwargs) -> tuple[list[str], dict]:
 def _check_json_out(json_out: str | None) -> None:
     """``--json``'s location can be written, checked before the benchmark runs (a read-only one was an OSError
     traceback after the whole run: a reviewer's reproduction)."""
-    import os
+    from robo_loaders_plugin.core.paths import writable_parent_problem
 
-    from robo_loaders_plugin.core.paths import writable_dir_problem
-
-    problem = json_out and writable_dir_problem(os.path.dirname(os.path.abspath(os.path.expanduser(json_out))))
+    problem = json_out and writable_parent_problem(json_out)
     if problem:
         raise click.BadParameter(f"{problem}; give a file in a directory you can write to", param_hint="--json")
 

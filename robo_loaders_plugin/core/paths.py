@@ -48,6 +48,19 @@ def writable_dir_problem(path: str) -> str | None:
     return None
 
 
+def writable_parent_problem(path: str) -> str | None:
+    """Why the file ``path`` cannot be written where it is named (``None``: its directory takes files): its
+    directory as :func:`writable_dir_problem` checks it, before a command draws, converts or measures anything.
+
+    Args:
+        path: A file to be written (``~`` expanded).
+
+    Returns:
+        ``None``, or one sentence about its directory.
+    """
+    return writable_dir_problem(os.path.dirname(os.path.abspath(os.path.expanduser(path))))
+
+
 def shards_dir_problem(path: str) -> str | None:
     """Why ``path`` is not a robo-shards directory a backend can read (``None``: it has its ``index.json``; the
     reader checks the rest when it opens it).
