@@ -768,3 +768,26 @@ def test_a_bad_size_limit_is_refused_before_anything_is_built_or_reused(tmp_path
     with pytest.raises(cache.CacheError, match=r"ROBO_LOADERS_CACHE_SIZE"):  # reusing it too
         _obtain(root, "a", "v1", built)
     assert len(built) == 1
+
+
+def test_a_recorded_fingerprint_with_a_short_file_entry_is_unusable_not_a_crash(tmp_path):
+    """A reviewer's reproduction: a mixture index record whose fingerprint had a file entry shortened to
+    ``[name, size]`` (still valid JSON) crashed start-up with an ``IndexError`` in the comparison; docs/mixtures.md
+    says such a record is read again. Control: the record as written is used."""
+    import json
+
+    from robo_loaders_plugin.mixtures.index import _recorded, record_digest
+    from robo_loaders_plugin.storage.fingerprint import Fingerprint
+
+    fp = Fingerprint("/src", (("a", 1, 2, 3, 4),), "digest")
+    path = tmp_path / "record.json"
+    doc = {"fingerprint": fp.as_dict(), "record": {"x": 1}, "record_digest": record_digest({"x": 1})}
+    path.write_text(json.dumps(doc))
+    assert _recorded(str(path)) == (fp, {"x": 1})
+    for files in ([["a", 1]], [[]], [["a", "1", 2, 3, 4]]):
+        path.write_text(json.dumps({**doc, "fingerprint": {**fp.as_dict(), "files": files}}))
+        assert _recorded(str(path)) == (None, None), files
+        with pytest.raises(StaleSourceError, match="malformed source fingerprint"):
+            Fingerprint.from_dict({**fp.as_dict(), "files": files})
+    path.write_text("[" * 100_000 + "]" * 100_000)  # parses as JSON nested too deep for Python
+    assert _recorded(str(path)) == (None, None)

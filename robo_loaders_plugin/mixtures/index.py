@@ -125,7 +125,7 @@ def _recorded(path: str) -> tuple[Fingerprint | None, dict | None]:
             logger.info(f"mixture index: {path} does not hold the record it was written with; read again")
             return None, None
         return Fingerprint.from_dict(doc["fingerprint"]), record
-    except (OSError, ValueError, KeyError, TypeError, StaleSourceError):
+    except (OSError, ValueError, KeyError, TypeError, RecursionError, StaleSourceError):  # deeply nested JSON too
         return None, None
 
 

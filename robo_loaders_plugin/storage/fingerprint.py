@@ -81,12 +81,17 @@ class Fingerprint:
             StaleSourceError: ``d`` is malformed (written by another version: the data must be rebuilt).
         """
         try:
-            return cls(
-                str(d["path"]),
-                tuple(tuple(f) for f in d["files"]),
-                str(d["content"]),
-                str(d.get("method", LEGACY_METHOD)),
-            )
+            files = tuple(tuple(f) for f in d["files"])
+            # every entry (name, size, mtime_ns, inode, ctime_ns): a shorter one that still parsed crashed the
+            # comparison of the mixture index with an IndexError (a reviewer's reproduction)
+            if not all(
+                len(f) == 5
+                and isinstance(f[0], str)
+                and all(isinstance(x, int) and not isinstance(x, bool) for x in f[1:])
+                for f in files
+            ):
+                raise TypeError("a file entry is not (name, size, mtime_ns, inode, ctime_ns)")
+            return cls(str(d["path"]), files, str(d["content"]), str(d.get("method", LEGACY_METHOD)))
         except (KeyError, TypeError, AttributeError) as exc:
             raise StaleSourceError(
                 f"malformed source fingerprint ({exc!r}); the data was written by another "
