@@ -202,6 +202,8 @@ def test_lerobot_an_entry_built_under_another_budget_is_mapped_not_built_again(
     assert not decoded and "mapped from" in large.location and len(_entries(root)) == 1
     assert large.frames.plan.raw == boundary
     assert any("mapped as they are" in r.getMessage() for r in caplog.records)
+    # the bound describes the entry's tiers, not this run's plan ("every episode held uncompressed": a reviewer's)
+    assert large.serving.summary.count("bounded: frames of") == 1 and "held uncompressed" not in large.serving.summary
     for i in random_indices(len(nat), 40):
         same_item(large[i], nat[i], f"[{i}]")
     large.close()

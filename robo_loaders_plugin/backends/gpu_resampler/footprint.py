@@ -40,6 +40,18 @@ class TierPlan:
     spill_dir: str | None = None
     unit: str = "episode"
 
+    def frames_clause(self) -> str:
+        """How the camera frames are held, the start of the footprint's bound: ``frames of 3 of 7 demos compressed``
+        (``in a mapped file on disk`` when spilled), or ``every demo held uncompressed``.
+
+        Returns:
+            The clause.
+        """
+        if self.raw < self.episodes:
+            spilled = " in a mapped file on disk" if self.spill_dir else ""
+            return f"frames of {self.episodes - self.raw} of {self.episodes} {self.unit}s compressed{spilled}"
+        return f"every {self.unit} held uncompressed"
+
     def describe(self, device_name: str) -> str:
         """Which tier holds what, for the log line (tiers holding nothing are left out).
 

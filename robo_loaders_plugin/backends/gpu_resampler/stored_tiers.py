@@ -504,13 +504,17 @@ def entry_plan(entry: OpenedTiers, plan):
     raw = entry.raw_episodes
     if raw == plan.raw:
         return plan
-    return dataclasses.replace(
+    kept = dataclasses.replace(
         plan,
         raw=raw,
         device=min(plan.device, raw),
         compressed_bytes=entry.blob_bytes,
         spill_dir=plan.spill_dir if raw < plan.episodes else None,
     )
+    # the bound says how the entry's frames are held, not how this run's plan would have held them (the log line
+    # said "every demo held uncompressed" beside the compressed tiers it served: a reviewer's reproduction)
+    bound = plan.footprint.bound.replace(plan.frames_clause(), kept.frames_clause(), 1)
+    return dataclasses.replace(kept, footprint=dataclasses.replace(plan.footprint, bound=bound))
 
 
 def _too_large(directory: str, plan, host_limit: int | None, where: str) -> str:

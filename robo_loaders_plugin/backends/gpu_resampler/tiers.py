@@ -831,13 +831,9 @@ def plan_tiers_for(size, device: torch.device, options, where: str, alternatives
     else:  # served batches weigh more than the episode being read: the larger is kept out of the budget
         kept_out = ", less the batches in flight"
     if plan.raw < plan.episodes:
-        bound = (
-            f"frames of {plan.episodes - plan.raw} of {plan.episodes} {plan.unit}s compressed"
-            + (" in a mapped file on disk" if plan.spill_dir else "")
-            + f", host memory within {said}{kept_out}"
-        )
+        bound = f"{plan.frames_clause()}, host memory within {said}{kept_out}"
     else:
-        bound = f"every {plan.unit} held uncompressed within {said}{kept_out}"
+        bound = f"{plan.frames_clause()} within {said}{kept_out}"
     if device_budget is not None:
         bound += f", at most {format_bytes(device_budget)} on {device}"
     if batches is not None:
