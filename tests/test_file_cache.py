@@ -45,17 +45,22 @@ class NoVersion(LocalFileSystem):
         return info
 
 
+def _copied_once(tmp_path, fs):
+    """A remote file of 3000 bytes copied once by a first process through ``fs``: ``(src, said, first, local)``."""
+    src = tmp_path / "remote" / "video.mp4"
+    src.parent.mkdir()
+    src.write_bytes(b"A" * 3000)
+    said = []
+    first = FileCache(fs, str(tmp_path / "cache"), log=said.append)
+    return src, said, first, first.get(str(src))
+
+
 def test_a_copy_of_a_file_whose_store_gives_no_version_is_not_reused_by_a_later_process(tmp_path):
     """A reviewer's reproduction: with neither ETag nor Last-Modified, a copy's identity was its size alone, so a
     remote file replaced by one of the same size was served stale by every later run, without a word. Such a copy
     is now reused only within the process that made it; a later one downloads again and says why. Control: a store
     that gives a version reuses the copy (the test above)."""
-    src = tmp_path / "remote" / "video.mp4"
-    src.parent.mkdir()
-    src.write_bytes(b"A" * 3000)
-    said = []
-    first = FileCache(NoVersion(), str(tmp_path / "cache"), log=said.append)
-    local = first.get(str(src))
+    src, said, first, local = _copied_once(tmp_path, NoVersion())
     assert first.get(str(src)) == local and first.downloads == 1  # reused within the process
     src.write_bytes(b"B" * 3000)  # replaced: the same name and size
     later = FileCache(NoVersion(), str(tmp_path / "cache"), log=said.append)
@@ -99,12 +104,7 @@ def test_a_copy_of_a_hub_file_is_reused_by_its_blob_id_and_a_replaced_one_is_cop
     """A reviewer's finding: none of the keys the Hub's ``info`` gives was taken as a version, so every ``hf://``
     copy (videos under ``local_cache_dir``, the mirrored tables) was downloaded again by every run. Its blob id, a
     content hash, is the version now. Control: a file replaced with one of the same size is copied again."""
-    src = tmp_path / "remote" / "video.mp4"
-    src.parent.mkdir()
-    src.write_bytes(b"A" * 3000)
-    said = []
-    first = FileCache(HubLike(), str(tmp_path / "cache"), log=said.append)
-    local = first.get(str(src))
+    src, said, _first, local = _copied_once(tmp_path, HubLike())
     later = FileCache(HubLike(), str(tmp_path / "cache"), log=said.append)
     assert later.get(str(src)) == local and later.downloads == 0 and not said
     assert not remote_identity(HubLike(), str(src), None)["by_time"]
