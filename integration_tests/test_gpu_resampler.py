@@ -312,3 +312,84 @@ def test_cuda_batches_are_on_the_gpu_and_equal_the_cpu_path(lerobot_datasets):
     c = small.collate(idx)
     assert c["action"].is_cuda
     same_item({k: v.cpu() if isinstance(v, torch.Tensor) else v for k, v in c.items()}, a, "pinned batch")
+
+
+@pytest.fixture(scope="module")
+def outcome_recordings(tmp_path_factory):
+    """A 30 fps recording whose ``next.reward`` after recorded step ``t`` of episode ``e`` is ``100 e + t`` (and
+    ``next.done`` on the last step), and the same episodes recorded at 10 fps: frame ``k`` is recorded step ``3k``,
+    its outcome the one of the last recorded step the transition to frame ``k + 1`` covers (robomimic's rule,
+    ``half_rate_hdf5``), written by LeRobot's own writer."""
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    base = tmp_path_factory.mktemp("outcomes")
+    lengths = [5, 7, 8, 12, 13]  # lengths - 1 of every residue modulo 3: the last done on and off the 10 fps grid
+    features = {
+        "observation.state": {"dtype": "float32", "shape": (2,), "names": ["t", "e"]},
+        "action": {"dtype": "float32", "shape": (2,), "names": ["t", "e"]},
+        "next.reward": {"dtype": "float32", "shape": (1,), "names": None},
+        "next.done": {"dtype": "bool", "shape": (1,), "names": None},
+    }
+    roots = {}
+    for fps in (30, 10):
+        rate = 30 // fps
+        roots[fps] = base / f"fps{fps}"
+        ds = LeRobotDataset.create(f"local/fps{fps}", fps, features, root=roots[fps], use_videos=False)
+        for e, n in enumerate(lengths):
+            for t in range(0, n, rate):
+                last = min(t + rate - 1, n - 1)
+                ds.add_frame(
+                    {
+                        "observation.state": np.array([t, e], np.float32),
+                        "action": np.array([t, -e], np.float32),
+                        "next.reward": np.array([100 * e + last], np.float32),
+                        "next.done": np.array([last == n - 1]),
+                        "task": "reach",
+                    }
+                )
+            ds.save_episode()
+        ds.finalize()
+    return roots
+
+
+def test_lerobot_transition_outcomes_at_a_third_of_the_rate_equal_a_recording_at_that_rate(outcome_recordings):
+    """``next.reward``/``next.done`` windows at ``target_fps``: what each transition to the next target step ended
+    with, as LeRobot serves the same episodes recorded at that rate (a reviewer's reproduction: read at each step's
+    own recorded row, the reward was the first recorded step's of the transition, and an episode's last done was
+    never served when its length was not a multiple of the rate)."""
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    def windows(fps):  # TDMPC's shape: outcomes over the horizon
+        steps = [i / fps for i in range(4)]
+        return {"observation.state": steps + [4 / fps], "action": steps, "next.reward": steps, "next.done": steps}
+
+    src = LeRobotDataset("local/fps30", root=outcome_recordings[30], delta_timestamps=windows(30))
+    ref = LeRobotDataset("local/fps10", root=outcome_recordings[10], delta_timestamps=windows(10))
+    ours = serve("gpu_resampler", src, target_fps=10)
+    first = {int(e["episode_index"]): int(e["dataset_from_index"]) for e in ref.meta.episodes}
+    compared = dones = 0
+    for i in range(len(src)):
+        item = ours[i]
+        k, ep = int(item["frame_index"]), int(item["episode_index"])
+        if k % 3:
+            continue
+        want = ref[first[ep] + k // 3]
+        for key in ("observation.state", "action", "next.reward", "next.done"):
+            assert torch.equal(item[f"{key}_is_pad"], want[f"{key}_is_pad"]), (i, key)
+            real = ~want[f"{key}_is_pad"]
+            assert torch.equal(item[key][real], want[key][real]), (i, key, item[key], want[key])
+        compared += 1
+        dones += int(want["next.done"][~want["next.done_is_pad"]].any())
+    assert compared == sum(len(range(0, n, 3)) for n in (5, 7, 8, 12, 13)) and dones >= 5  # every episode's done
+    # between recorded steps (30 -> 20 fps): an outcome is a recorded step's, never a blend of two
+    third = serve("gpu_resampler", src, target_fps=20)
+    for i in random_indices(len(src), 20, seed=8):
+        item, plain = third[i], src.hf_dataset[i]
+        t, e = int(plain["frame_index"]), int(plain["episode_index"])
+        n = (5, 7, 8, 12, 13)[e]
+        for j, reward in enumerate(item["next.reward"].flatten().tolist()):
+            assert reward == 100 * e + min(int(np.ceil((j + 1) * 1.5 - 1e-6)) - 1 + t, n - 1), (i, j)
+    with pytest.raises(BackendOptionError, match=r"modes names \['next.reward'\]: what a transition ended with"):
+        serve("gpu_resampler", src, target_fps=20, modes={"next.reward": "linear"})
+    with pytest.raises(BackendOptionError, match=r"delta_timestamps has windows for \['next.done'\], what a transit"):
+        serve("gpu_resampler", src, delta_timestamps={"next.done": [0.0, 0.05, 0.1, 0.15]})

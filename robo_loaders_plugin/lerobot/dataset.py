@@ -56,6 +56,8 @@ class LeRobotSamples(IndexedDataset):
         modes: How each delta key is read between recorded steps.
         units: The frame source's units when they are not the episode runs (parts of episodes, in row order:
             ``frames.chunks``); ``None``: the runs.
+        transition_ends: For ``next.*`` keys at a converted rate, the integer offsets they are read at
+            (``windows.lerobot.transition_ends``); ``None``: read at their offsets.
         **kwargs: ``serving`` (``core.iteration.Serving``) and, for subclasses, their bases' arguments.
     """
 
@@ -72,6 +74,7 @@ class LeRobotSamples(IndexedDataset):
         delta_steps: dict | None = None,
         modes: dict | None = None,
         units: list[tuple[int, int, int]] | None = None,
+        transition_ends: dict | None = None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -97,7 +100,12 @@ class LeRobotSamples(IndexedDataset):
         self._runs = runs
         first, last = episode_bounds(self.meta, run_episode)
         self.windows = rules.DeltaWindows.of_runs(
-            run_rows, first, first, last, settings.delta_indices if delta_steps is None else delta_steps
+            run_rows,
+            first,
+            first,
+            last,
+            settings.delta_indices if delta_steps is None else delta_steps,
+            transition_ends,
         )
         self.layout = rules.ItemLayout(
             columns=list(columns),

@@ -86,12 +86,17 @@ class DeltaWindows:
     episode run: the same windows with 8 bytes per row instead of 24 (a million-frame dataset: 8 MB, not 24)."""
 
     def __init__(
-        self, abs_index: np.ndarray, episode_from: np.ndarray, episode_to: np.ndarray, delta_steps: dict | None
+        self,
+        abs_index: np.ndarray,
+        episode_from: np.ndarray,
+        episode_to: np.ndarray,
+        delta_steps: dict | None,
+        ends: dict | None = None,
     ):
         self.abs_index = np.asarray(abs_index, dtype=np.int64)
         self.start, self.end = np.asarray(episode_from, np.int64), np.asarray(episode_to, np.int64)
         self._rowmap = None
-        self._set_deltas(delta_steps)
+        self._set_deltas(delta_steps, ends)
 
     @classmethod
     def of_runs(
@@ -101,6 +106,7 @@ class DeltaWindows:
         episode_from: np.ndarray,
         episode_to: np.ndarray,
         delta_steps: dict | None,
+        ends: dict | None = None,
     ) -> DeltaWindows:
         """Windows over the rows of ``rowmap``'s runs: run ``u``'s first row has absolute index ``first_index[u]``,
         its episode spans absolute indices ``[episode_from[u], episode_to[u])``.
@@ -110,6 +116,9 @@ class DeltaWindows:
             first_index: Absolute index of each run's first row.
             episode_from, episode_to: Each run's episode bounds, as absolute indices.
             delta_steps: Each delta key's offsets in recorded steps.
+            ends: For keys read at other rows than their offsets (a transition's outcome when the rate is
+                converted: :func:`transition_ends`), the integer offsets read; their pad masks still follow
+                ``delta_steps``. ``None``: every key is read at its offsets.
 
         Returns:
             The windows, holding per-run arrays only."""
@@ -117,7 +126,7 @@ class DeltaWindows:
         self._rowmap = rowmap
         self._first = np.asarray(first_index, dtype=np.int64)
         self._from, self._to = np.asarray(episode_from, np.int64), np.asarray(episode_to, np.int64)
-        self._set_deltas(delta_steps)
+        self._set_deltas(delta_steps, ends)
         return self
 
     @classmethod
@@ -140,6 +149,8 @@ class DeltaWindows:
         """
         if any(w._rowmap is None for w in windows):
             raise ValueError("only windows built per run (DeltaWindows.of_runs) can be joined")
+        if any(w.ends for w in windows):
+            raise ValueError("windows read at transition ends (a converted rate) are not joined")
         return cls.of_runs(
             RowMap.joined([w._rowmap for w in windows]),
             np.concatenate([w._first for w in windows]),
@@ -162,10 +173,6 @@ class DeltaWindows:
             "rest": {k: v for k, v in self.__dict__.items() if k not in arrays},
         }
 
-    def __setstate__(self, state):
-        self.__dict__.update(state["rest"])
-        self.__dict__.update({k: unpack_ints(v) for k, v in state["packed"].items()})
-
     def _bounds(self, idx: np.ndarray):
         """(absolute index, episode start, episode end) of rows ``idx``."""
         if self._rowmap is None:
@@ -173,15 +180,23 @@ class DeltaWindows:
         run = self._rowmap.run_of_row[idx]
         return self._first[run] + (idx - self._rowmap.run_start[run]), self._from[run], self._to[run]
 
-    def _set_deltas(self, delta_steps: dict | None) -> None:
+    def _set_deltas(self, delta_steps: dict | None, ends: dict | None = None) -> None:
         self.deltas = {}
         for k, v in (delta_steps or {}).items():
             d = np.asarray(v, dtype=np.float64)
             near = np.rint(d)
             self.deltas[k] = near.astype(np.int64) if np.all(np.abs(d - near) < 1e-6) else d
+        self.ends = {k: np.asarray(v, dtype=np.int64) for k, v in (ends or {}).items() if k in self.deltas}
         # keys with the same offsets share one rows array in locate() (gathered together): each key's first twin
         first: dict[bytes, str] = {}
-        self.same_as = {k: first.setdefault(d.dtype.str.encode() + d.tobytes(), k) for k, d in self.deltas.items()}
+        self.same_as = {
+            k: first.setdefault(d.dtype.str.encode() + d.tobytes() + b"|" + self.ends.get(k, d[:0]).tobytes(), k)
+            for k, d in self.deltas.items()
+        }
+
+    def __setstate__(self, state):
+        self.__dict__.update(state["rest"])
+        self.__dict__.update({k: unpack_ints(v) for k, v in state["packed"].items()})
 
     def locate(self, idx: np.ndarray):
         """The delta keys' window rows of items ``idx``, as LeRobot's ``get_item`` computes them: rows clamped into
@@ -207,8 +222,39 @@ class DeltaWindows:
                 padding[f"{key}_is_pad"] = (target < start - 1e-6) | (target > end - 1 + 1e-6)
             else:
                 padding[f"{key}_is_pad"] = (target < start) | (target >= end)
-            rows[key] = idx[:, None] + (np.clip(target, start, end - 1) - abs_idx)  # an episode's rows are contiguous
+            read = target if key not in self.ends else abs_idx + self.ends[key][None, :]
+            rows[key] = idx[:, None] + (np.clip(read, start, end - 1) - abs_idx)  # an episode's rows are contiguous
         return rows, padding
+
+
+# LeRobot's keys that hold what a transition from a frame to the next one ended with (``next.reward``,
+# ``next.done``, ``next.success``): at a converted rate, read at the last recorded step the transition covers
+TRANSITION_PREFIX = "next."
+
+
+def transition_ends(delta_indices: dict, rate: float) -> dict[str, np.ndarray]:
+    """The rows a transition's outcome (``next.*`` keys) is read at when windows are served at another rate: for the
+    policy's step ``i`` (recorded offset ``i * rate``), the last recorded step the transition to step ``i + 1``
+    covers, ``ceil((i + 1) * rate) - 1``, as robomimic's ``rewards`` and ``dones`` are read
+    (``windows.robomimic.SequenceWindows.transition_ends``).
+
+    Why: read at the step's own recorded offset, ``next.reward`` was the reward of the first recorded step of the
+    transition, not of the one reaching the next target step (``rate - 1`` recorded steps behind), and an episode's
+    last ``next.done`` was never served when its length was not a multiple of the rate (a reviewer's reproduction);
+    a fractional offset blended a sparse reward (0.5 for a 0/1 reward).
+
+    Args:
+        delta_indices: The policy's windows in its own steps (LeRobot's ``delta_indices``).
+        rate: Recorded steps per policy step (recorded fps / target fps).
+
+    Returns:
+        ``{key: int64 offsets}`` for the windowed ``next.*`` keys (``DeltaWindows.of_runs``'s ``ends``).
+    """
+    return {
+        k: np.ceil((np.asarray(v, dtype=np.float64) + 1) * float(rate) - 1e-6).astype(np.int64) - 1
+        for k, v in delta_indices.items()
+        if k.startswith(TRANSITION_PREFIX)
+    }
 
 
 @dataclasses.dataclass

@@ -23,6 +23,7 @@ from robo_loaders_plugin.lerobot.dataset import (
     sample_bytes,
 )
 from robo_loaders_plugin.sources.lerobot_v3 import LeRobotEpisodes
+from robo_loaders_plugin.windows.lerobot import TRANSITION_PREFIX, transition_ends
 
 # what fits when this backend does not (its refusal names these)
 ALTERNATIVES = (
@@ -117,7 +118,17 @@ def gpu_resampler_dataset(native, *, options):
         names=names,
     )
     plan = frames.plan  # the entry's tiers (a reused entry keeps the boundary it was built with)
-    modes = resolve_modes({k: frames.infos[k] for k in delta_steps or {}}, options.modes, OPTION_PREFIX)
+    ends = None
+    if target_fps and delta_steps and options.delta_timestamps is None:
+        ends = transition_ends(settings.delta_indices, float(native.meta.fps) / float(target_fps)) or None
+    named = sorted(set(options.modes or {}) & set(ends or {}))
+    if named:
+        raise BackendOptionError(
+            f"{OPTION_PREFIX}.modes names {named}: what a transition ended with is read at the last recorded step "
+            f"the transition covers, not between recorded steps; leave {named} out of modes"
+        )
+    between = {k: frames.infos[k] for k in delta_steps or {} if k not in (ends or {})}
+    modes = resolve_modes(between, options.modes, OPTION_PREFIX)
     rates = f", windows at {target_fps:g} Hz on {source.fps} Hz data" if target_fps and delta_steps else ""
     if target_fps and not delta_steps:  # nothing converted: the items are the recorded frames (a reviewer's finding)
         rates = f", target_fps {target_fps:g} converts nothing (no delta_timestamps windows: items are single frames)"
@@ -140,6 +151,7 @@ def gpu_resampler_dataset(native, *, options):
         location=f"tensors: {where}",
         delta_steps=delta_steps,
         modes=modes,
+        transition_ends=ends,
         serving=Serving(summary, batch_threads=0 if on_device else None, hold=hold, reused=reused),
     )
 
@@ -151,6 +163,13 @@ def _delta_steps(native, delta_indices, target_fps, delta_timestamps) -> dict | 
     fps = float(native.meta.fps)
     if delta_timestamps is not None:  # checked (finite, bounded, not with target_fps) by the option declarations
         _check_policy_shapes(delta_timestamps, delta_indices, fps, set(native.meta.features))
+        outcomes = sorted(k for k in delta_timestamps if k.startswith(TRANSITION_PREFIX))
+        if outcomes:  # a window in seconds does not say where each transition ends (transition_ends)
+            raise BackendOptionError(
+                f"{OPTION_PREFIX}.delta_timestamps has windows for {outcomes}, what a transition to the next step "
+                f"ended with: offsets in seconds do not say where each transition ends; leave them out and give "
+                f"target_fps instead (they are then read at the last recorded step each transition covers)"
+            )
         return {key: [float(x) * fps for x in offsets] for key, offsets in delta_timestamps.items()}
     if delta_indices is None or target_fps is None:
         return None
