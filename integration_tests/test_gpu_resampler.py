@@ -393,3 +393,68 @@ def test_lerobot_transition_outcomes_at_a_third_of_the_rate_equal_a_recording_at
         serve("gpu_resampler", src, target_fps=20, modes={"next.reward": "linear"})
     with pytest.raises(BackendOptionError, match=r"delta_timestamps has windows for \['next.done'\], what a transit"):
         serve("gpu_resampler", src, delta_timestamps={"next.done": [0.0, 0.05, 0.1, 0.15]})
+
+
+def test_lerobot_drop_n_last_frames_counts_the_policys_steps_at_target_fps(outcome_recordings):
+    """A policy's ``drop_n_last_frames`` is in its steps: at a third of the rate the sampler leaves out three times
+    as many recorded frames, so the frames served on the target grid are LeRobot's on the recording at that rate,
+    alone (lerobot-train's sampler, through ``cycle``) and in a mixture (a reviewer's reproduction: 7 recorded frames
+    left out for diffusion's 7 steps, and most items served were windows of padding LeRobot never serves)."""
+    import types
+
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    from robo_loaders_plugin.bench.lerobot_run import train_loader
+    from robo_loaders_plugin.lerobot import compat
+    from robo_loaders_plugin.lerobot.mixture import build_mixture, parse, sampler_rows
+    from robo_loaders_plugin.lerobot.single import convert
+
+    def windows(fps):  # diffusion's shape
+        return {"observation.state": [-1 / fps, 0.0], "action": [i / fps for i in range(-1, 3)]}
+
+    src = LeRobotDataset("local/fps30", root=outcome_recordings[30], delta_timestamps=windows(30))
+    ref = LeRobotDataset("local/fps10", root=outcome_recordings[10], delta_timestamps=windows(10))
+
+    def on_grid(native, rows, scale=1):  # (episode, recorded frame) of the rows on the 10 fps grid
+        table = native.hf_dataset
+        pairs = ((int(table[i]["episode_index"]), scale * int(table[i]["frame_index"])) for i in rows)
+        return {(e, f) for e, f in pairs if f % 3 == 0}
+
+    want = on_grid(ref, sampler_rows(ref, 2), scale=3)
+
+    cfg = types.SimpleNamespace(
+        dataset=types.SimpleNamespace(
+            backend="gpu_resampler", backend_kwargs={"target_fps": 10}, streaming=False, repo_id="local/fps30"
+        ),
+        seed=0,
+        policy=types.SimpleNamespace(drop_n_last_frames=2),
+    )
+    ours = convert(src, cfg)
+    assert ours.sampler_drop == 6
+    loader = train_loader(ours, 4, 0)
+    sampler = loader.batch_sampler.sampler
+    assert on_grid(src, compat.sampler_indices(sampler)) != want  # the policy's 2 as recorded frames: other frames
+    cycle(loader)
+    assert on_grid(src, compat.sampler_indices(sampler)) == want
+    mix = build_mixture(
+        parse(
+            {
+                "components": [{"repo_id": "local/fps30", "root": str(outcome_recordings[30]), "weight": 1}],
+                "target_fps": 10,
+            }
+        ),
+        [src],
+        choose_gpu_resampler(),
+        seed=0,
+        drop_n_last_frames=2,
+    )
+    try:
+        assert mix.eligible[0] is not None and on_grid(src, mix.eligible[0]) == want
+    finally:
+        mix.close()
+
+
+def choose_gpu_resampler():
+    from robo_loaders_plugin.lerobot.integration import choose
+
+    return choose("gpu_resampler", device="cpu")

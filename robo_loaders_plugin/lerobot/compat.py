@@ -53,7 +53,12 @@ import numpy as np
 
 from robo_loaders_plugin.core import checks as checks_module
 from robo_loaders_plugin.core.checks import Check
-from robo_loaders_plugin.core.errors import CompatError, install_one_line_excepthook, pass_through
+from robo_loaders_plugin.core.errors import (
+    CompatError,
+    RoboLoadersError,
+    install_one_line_excepthook,
+    pass_through,
+)
 
 SUPPORTED_PREFIX = "0.6."
 ORIGINALS: dict[str, object] = {}
@@ -749,6 +754,65 @@ def sampler_indices(sampler) -> np.ndarray:
 
 
 _EPOCH_ATTRS = ("_epoch", "_start_index", "_num_frames", "shuffle", "_epoch_generator")
+
+
+def drop_sampler_frames(dataloader, native, drop: int, position) -> None:
+    """Make lerobot-train's ``EpisodeAwareSampler`` leave out ``drop`` frames at each episode's end instead of the
+    count it was built with (the policy's ``drop_n_last_frames``), keeping the epoch and the step ``--resume``
+    positioned it at.
+
+    Why here: lerobot-train builds its sampler from the policy's count in recorded frames; at a converted rate the
+    count is the policy's steps (``windows.rates.recorded_frames``), and the sampler is what every pass's order,
+    in process or in LeRobot's workers, comes from. Private writes of LeRobot 0.6's sampler (its frames:
+    ``_starts``, ``_cum_lengths``, ``_num_frames``; its position: ``_epoch``, ``_start_index``), copied from a
+    sampler LeRobot builds itself with the new count.
+
+    Args:
+        dataloader: The DataLoader lerobot-train iterates (prepared by accelerate or not).
+        native: The ``LeRobotDataset`` its dataset serves (episode table, episode filter, index mapping).
+        drop: Recorded frames to leave out at each episode's end.
+        position: ``position(state, sampler_frames, pass_length, batch_size, world_size) -> (epoch, batch)``: the
+            new pass's place of the old sampler's (``lerobot.mixture.resume_position``).
+
+    Raises:
+        CompatError: the sampler is not LeRobot 0.6's ``EpisodeAwareSampler``.
+        RoboLoadersError: no frame is left (every episode shorter than ``drop``).
+    """
+    from lerobot.datasets import EpisodeAwareSampler
+
+    split = rank_split(dataloader)
+    sampler = getattr(split.batch_sampler, "sampler", None)
+    attrs = ("_starts", "_cum_lengths", "_num_frames", "_epoch", "_start_index", "seed", "shuffle")
+    if (
+        type(sampler).__name__ != "EpisodeAwareSampler"
+        or not (installed_version() or "").startswith(SUPPORTED_PREFIX)
+        or not all(hasattr(sampler, a) for a in attrs)
+    ):
+        raise CompatError(
+            f"at target_fps the policy's drop_n_last_frames counts its steps ({drop} recorded frames here), and "
+            f"this DataLoader's sampler ({type(sampler).__name__}) cannot be told so; use LeRobot "
+            f"{SUPPORTED_PREFIX}x's lerobot-train, or leave target_fps out"
+        )
+    try:
+        fresh = EpisodeAwareSampler(
+            native.meta.episodes["dataset_from_index"],
+            native.meta.episodes["dataset_to_index"],
+            episode_indices_to_use=native.episodes,
+            drop_n_last_frames=int(drop),
+            shuffle=bool(sampler.shuffle),
+            seed=int(sampler.seed),
+            absolute_to_relative_idx=getattr(native, "absolute_to_relative_idx", None),
+        )
+    except ValueError as exc:
+        raise RoboLoadersError(
+            f"at target_fps the policy's drop_n_last_frames leaves out {drop} recorded frames of each episode of "
+            f"{native.repo_id}, and no frame is left ({exc}); give a higher target_fps or longer episodes"
+        ) from None
+    batch_size = int(getattr(split.batch_sampler, "batch_size", 1) or 1)
+    state = {"epoch": sampler._epoch, "start_index": sampler._start_index}
+    epoch, batch = position(state, int(sampler._num_frames), int(fresh._num_frames), batch_size, split.world_size)
+    sampler._starts, sampler._cum_lengths, sampler._num_frames = fresh._starts, fresh._cum_lengths, fresh._num_frames
+    sampler._epoch, sampler._start_index = int(epoch), int(batch) * batch_size * split.world_size
 
 
 def sampler_batches(batch_sampler):

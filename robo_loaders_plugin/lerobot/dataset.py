@@ -58,6 +58,9 @@ class LeRobotSamples(IndexedDataset):
             ``frames.chunks``); ``None``: the runs.
         transition_ends: For ``next.*`` keys at a converted rate, the integer offsets they are read at
             (``windows.lerobot.transition_ends``); ``None``: read at their offsets.
+        target_fps: The rate the policy's windows are served at when it is not the recorded one (then
+            lerobot-train's sampler leaves out the policy's ``drop_n_last_frames`` in steps at this rate:
+            ``sampler_drop``); ``None``: the recorded rate.
         **kwargs: ``serving`` (``core.iteration.Serving``) and, for subclasses, their bases' arguments.
     """
 
@@ -75,10 +78,15 @@ class LeRobotSamples(IndexedDataset):
         modes: dict | None = None,
         units: list[tuple[int, int, int]] | None = None,
         transition_ends: dict | None = None,
+        target_fps: float | None = None,
         **kwargs,
     ):
         super().__init__(**kwargs)
         self.location = location
+        self.target_fps = target_fps
+        # recorded frames lerobot-train's sampler leaves out at each episode's end, when not the policy's own
+        # drop_n_last_frames (set by lerobot.single.convert at a converted rate; applied by lerobot.integration.cycle)
+        self.sampler_drop: int | None = None
         settings = reader_settings(native)
         self._native = native  # the LeRobotDataset this one mirrors: meta, episode selection, HF table
         self.meta = native.meta

@@ -146,3 +146,18 @@ def saved_options_hint(argv: list[str] | None = None) -> str:
         f"; these options come from the --config_path file (a resumed run keeps its saved options): give "
         f"{OPTIONS_FLAG}={{}} to drop them"
     )
+
+
+def drop_n_last_frames_of(cfg) -> int:
+    """The frames lerobot-train's sampler leaves out at each episode's end: the trained config's
+    ``drop_n_last_frames`` (diffusion: 7), read as lerobot-train 0.6.1 reads it (``cfg.trainable_config``: the
+    policy's, or the reward model's).
+
+    Args:
+        cfg: lerobot-train's ``TrainPipelineConfig``.
+
+    Returns:
+        The count (0 when the config has none).
+    """
+    active = getattr(cfg, "trainable_config", None) or getattr(cfg, "policy", None)
+    return int(getattr(active, "drop_n_last_frames", 0) or 0)

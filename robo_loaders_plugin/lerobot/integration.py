@@ -189,6 +189,9 @@ def cycle(dataloader):
     built = iteration.built_by(getattr(dataloader, "dataset", None))
     if built is not None:
         check_same_setup(dataloader, built)
+    drop = getattr(getattr(dataloader, "dataset", None), "sampler_drop", None)
+    if drop is not None:  # a converted rate: the policy's drop_n_last_frames in its steps (lerobot.single.convert)
+        compat.drop_sampler_frames(dataloader, dataloader.dataset._native, drop, resume_position)
     source = iteration.pass_batches(dataloader, sampling_plan, compat.sampler_batches)
     if isinstance(source, iteration.BatchSource):
         logger.info(f"{built.choice.name}: lerobot-train's batches come from {source.describe()}")

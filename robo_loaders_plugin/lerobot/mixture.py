@@ -48,7 +48,13 @@ from robo_loaders_plugin.core.spec import BATCH, DEFAULT_BACKEND
 from robo_loaders_plugin.core.units import some_of
 from robo_loaders_plugin.lerobot import compat
 from robo_loaders_plugin.lerobot.dataset import OPTION_PREFIX, sources_checked_once
-from robo_loaders_plugin.lerobot.flags import MIXTURE_FLAG, backend_choice, choose, component_name
+from robo_loaders_plugin.lerobot.flags import (
+    MIXTURE_FLAG,
+    backend_choice,
+    choose,
+    component_name,
+    drop_n_last_frames_of,
+)
 from robo_loaders_plugin.lerobot.joined import JoinedBatches
 from robo_loaders_plugin.lerobot.mixture_flag import (
     check_flags,
@@ -82,6 +88,7 @@ from robo_loaders_plugin.mixtures.dataset import DATASET_INDEX, MixtureDataset, 
 from robo_loaders_plugin.mixtures.footprint import bounded_buffer, check_mixture_fits
 from robo_loaders_plugin.mixtures.spec import MixtureError
 from robo_loaders_plugin.storage import cache
+from robo_loaders_plugin.windows.rates import recorded_frames
 
 __all__ = [
     "LeRobotMixture",
@@ -163,21 +170,6 @@ def component_config(cfg, component):
     return out
 
 
-def drop_n_last_frames_of(cfg) -> int:
-    """The frames lerobot-train's sampler leaves out at each episode's end: the trained config's
-    ``drop_n_last_frames`` (diffusion: 7), read as lerobot-train 0.6.1 reads it (``cfg.trainable_config``: the
-    policy's, or the reward model's).
-
-    Args:
-        cfg: lerobot-train's ``TrainPipelineConfig``.
-
-    Returns:
-        The count (0 when the config has none).
-    """
-    active = getattr(cfg, "trainable_config", None) or getattr(cfg, "policy", None)
-    return int(getattr(active, "drop_n_last_frames", 0) or 0)
-
-
 def sampler_rows(native, drop_n_last_frames: int, where: str = "a component") -> np.ndarray:
     """The rows lerobot-train's sampler serves of ``native`` alone: LeRobot's own ``EpisodeAwareSampler``, built
     as lerobot-train 0.6.1 builds it for one dataset (its episode table, its episode filter, ``drop_n_last_frames``),
@@ -214,6 +206,15 @@ def sampler_rows(native, drop_n_last_frames: int, where: str = "a component") ->
             f"{int(drop_n_last_frames)} (the policy's; {exc}); leave it out or give it longer episodes"
         ) from None
     return compat.sampler_indices(sampler)
+
+
+def _dropped(steps: int, drops: list[int], target_fps: float | None) -> str:
+    """The frames each component's passes leave out at an episode's end, for the summary line."""
+    counts = sorted(set(drops))
+    if target_fps is None:
+        return f"{steps}"
+    shown = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
+    return f"{shown} recorded frames (the policy's {steps} steps at {target_fps:g} fps)"
 
 
 def local_tables(spec, choice):
@@ -422,7 +423,10 @@ def build_mixture(
     if layout is None:
         layout = check_components(spec, [n.meta for n in natives], target)
     names = [c.source for c in spec.components]
-    eligible = [sampler_rows(n, drop_n_last_frames, component_name(spec, k)) for k, n in enumerate(natives)]
+    # the policy counts drop_n_last_frames in its steps: at a converted rate, each component's recorded frames
+    converting = target if converts_rates(choice) else None
+    drops = [recorded_frames(drop_n_last_frames, float(n.meta.fps), converting) for n in natives]
+    eligible = [sampler_rows(n, d, component_name(spec, k)) for k, (n, d) in enumerate(zip(natives, drops))]
     for k, dropped in enumerate(layout.dropped):
         if dropped:
             logger.info(
@@ -463,7 +467,11 @@ def build_mixture(
         f"mixture of {len(served)} ({'weighted by size' if weights is None else 'weighted'}): "
         + some_of(f"{n} {len(d)} frames" for n, d in zip(names, served))
         + f"; {len(layout.features)} common features at {layout.fps:g} fps"
-        + (f"; passes leave each episode's last {drop_n_last_frames} out" if drop_n_last_frames else "")
+        + (
+            f"; passes leave each episode's last {_dropped(drop_n_last_frames, drops, converting)} out"
+            if drop_n_last_frames
+            else ""
+        )
     )
     mixture = LeRobotMixture(
         served,

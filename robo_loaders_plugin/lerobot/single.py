@@ -20,8 +20,9 @@ from robo_loaders_plugin.core.spec import DEFAULT_BACKEND, SAMPLE, BackendChoice
 from robo_loaders_plugin.core.threads import ordered_map
 from robo_loaders_plugin.lerobot import compat
 from robo_loaders_plugin.lerobot.dataset_root import ROOT_FLAG, local_copy_required, remote_source
-from robo_loaders_plugin.lerobot.flags import OPTIONS_FLAG, backend_choice
+from robo_loaders_plugin.lerobot.flags import OPTIONS_FLAG, backend_choice, drop_n_last_frames_of
 from robo_loaders_plugin.sources.lerobot_v3 import mirror_tables
+from robo_loaders_plugin.windows.rates import recorded_frames
 
 logger = get_logger(__name__)
 
@@ -61,7 +62,12 @@ def convert(dataset, cfg):
             f"--dataset.backend={choice.name} replaces LeRobot's map-style dataset; it cannot be "
             "combined with --dataset.streaming=true"
         )
-    return build_dataset(dataset, choice, repo_id=cfg.dataset.repo_id, seed=getattr(cfg, "seed", None))
+    built = build_dataset(dataset, choice, repo_id=cfg.dataset.repo_id, seed=getattr(cfg, "seed", None))
+    target = getattr(built, "target_fps", None)
+    drop = drop_n_last_frames_of(cfg)
+    if target is not None and drop:  # the policy counts it in its steps (windows.rates.recorded_frames)
+        built.sampler_drop = recorded_frames(drop, float(dataset.meta.fps), target)
+    return built
 
 
 def items_choice(native, choice: BackendChoice, where: str = "") -> BackendChoice:

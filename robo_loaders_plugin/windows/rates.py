@@ -111,3 +111,26 @@ def to_recorded(steps: np.ndarray, rate: float) -> np.ndarray:
     pos = steps * rate
     near = np.rint(pos)
     return np.where(np.abs(pos - near) < 1e-6, near, pos) if pos.dtype.kind == "f" else pos
+
+
+def recorded_frames(steps: int, recorded_fps: float, target_fps: float | None) -> int:
+    """How many recorded frames ``steps`` steps at ``target_fps`` span: a count a policy gives in its own steps
+    (LeRobot's ``drop_n_last_frames``, the frames its sampler leaves out at each episode's end) applied to data
+    recorded at another rate.
+
+    Why: lerobot-train's sampler counts recorded frames; at a third of the recorded rate, diffusion's 7 dropped
+    frames were 7 recorded ones (2.3 policy steps), and most of the items it then served had action windows of
+    mostly padding, which LeRobot on the same data recorded at the target rate never serves (a reviewer's
+    reproduction).
+
+    Args:
+        steps: The count in policy steps.
+        recorded_fps: The data's rate.
+        target_fps: The policy's rate (``None``: the recorded one).
+
+    Returns:
+        ``ceil(steps * recorded_fps / target_fps)``, or ``steps`` itself at the recorded rate.
+    """
+    if not steps or target_fps is None or float(target_fps) == float(recorded_fps):
+        return int(steps)
+    return math.ceil(int(steps) * float(recorded_fps) / float(target_fps) - _EPS)

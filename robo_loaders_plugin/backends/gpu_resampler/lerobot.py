@@ -152,6 +152,7 @@ def gpu_resampler_dataset(native, *, options):
         delta_steps=delta_steps,
         modes=modes,
         transition_ends=ends,
+        target_fps=float(target_fps) if target_fps and delta_steps else None,
         serving=Serving(summary, batch_threads=0 if on_device else None, hold=hold, reused=reused),
     )
 
