@@ -120,7 +120,7 @@ def gpu_resampler_dataset(native, *, options):
     plan = frames.plan  # the entry's tiers (a reused entry keeps the boundary it was built with)
     ends = None
     if target_fps and delta_steps and options.delta_timestamps is None:
-        ends = transition_ends(settings.delta_indices, float(native.meta.fps) / float(target_fps)) or None
+        ends = transition_ends(settings.delta_indices or {}, float(native.meta.fps) / float(target_fps)) or None
     named = sorted(set(options.modes or {}) & set(ends or {}))
     if named:
         raise BackendOptionError(
