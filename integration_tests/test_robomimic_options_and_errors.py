@@ -301,6 +301,26 @@ def test_missing_mask_key(tiny_hdf5):
         dataset_factory(cfg, obs_keys(cfg), filter_by_attribute="nope")
 
 
+@pytest.mark.parametrize("backend", ["compressed_cache", "datapipe", "gpu_resampler", "video_stream"])
+def test_a_mask_listing_a_demo_twice_is_refused_naming_it(tiny_hdf5, tmp_path, backend):
+    """robomimic indexes a demo listed twice from its second listing's start and serves other windows (a reviewer's
+    reproduction: every backend served the demo twice, silently other samples than robomimic's). Control: the same
+    mask listing each demo once is served."""
+    import shutil
+
+    import h5py
+
+    path = str(tmp_path / "dup.hdf5")
+    shutil.copy(tiny_hdf5, path)
+    with h5py.File(path, "a") as f:
+        f["mask/dup"] = np.array([b"demo_2", b"demo_1", b"demo_2"])
+        f["mask/once"] = np.array([b"demo_2", b"demo_1"])
+    cfg = make_config(path, backend=backend)
+    with pytest.raises(RoboLoadersError, match=r"dup\.hdf5: mask/dup lists \['demo_2'\] more than once"):
+        dataset_factory(cfg, obs_keys(cfg), filter_by_attribute="dup")
+    assert len(dataset_factory(cfg, obs_keys(cfg), filter_by_attribute="once")) > 0
+
+
 def test_missing_next_obs(tmp_path):
     from robo_loaders_plugin.sample_data.robomimic_hdf5 import write_robomimic_hdf5
 

@@ -359,7 +359,7 @@ class RobomimicHdf5:
 
         Raises:
             SourceError: no ``data`` group, an unknown filter key (the available ones are listed), a mask naming
-                demos not in ``data/``, or a demo name that is not ``demo_<int>``.
+                demos not in ``data/`` or a demo twice, or a demo name that is not ``demo_<int>``.
         """
         if "data" not in f:
             raise SourceError(f"{f.filename}: no 'data' group; this is not a robomimic dataset")
@@ -375,6 +375,12 @@ class RobomimicHdf5:
         missing = [n for n in names if n not in f["data"]]
         if missing:
             raise SourceError(f"{f.filename}: mask/{filter_key} lists demos missing from data/: {missing[:5]}")
+        twice = sorted({n for n in names if names.count(n) > 1}) if len(set(names)) != len(names) else []
+        if twice:  # robomimic then indexes the first listing's windows from the second's start (a reviewer's repro)
+            raise SourceError(
+                f"{f.filename}: mask/{filter_key} lists {twice[:5]} more than once; robomimic serves other windows "
+                "for such a mask (or fails in hdf5_cache_mode 'all'): list each demo once"
+            )
         return sorted_demos(names)
 
     @staticmethod
