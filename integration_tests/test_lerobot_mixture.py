@@ -352,6 +352,19 @@ def test_stats_checks_and_refusals_from_metadata(lerobot_mixture_datasets):
     check_flags(flags(backend="gpu_resampler", backend_kwargs={}), spec_of(ds, target_fps=10))  # control
 
 
+def test_target_fps_with_the_backends_delta_timestamps_is_refused_naming_both(lerobot_mixture_datasets):
+    """Components at 20 and 10 fps: refused without target_fps (give it), and with it beside gpu_resampler's own
+    delta_timestamps the backend's check said to give one of target_fps and delta_timestamps, naming its options,
+    which hold no target_fps (a reviewer's reproduction: two messages sending the user in a loop)."""
+    ds = lerobot_mixture_datasets
+    nats = natives(ds, ("a", "slow"), preset="none")
+    windows = choose("gpu_resampler", device="cpu", delta_timestamps={"action": [0.0, 0.1]})
+    with pytest.raises(MixtureError, match=r"target_fps \(10\) and --dataset.backend_kwargs.delta_timestamps both"):
+        build_mixture(spec_of(ds, names=("a", "slow"), target_fps=10), nats, windows, seed=0)
+    mix = build_mixture(spec_of(ds, names=("a", "slow"), target_fps=10), nats, choose("gpu_resampler", device="cpu"))
+    mix.close()  # control
+
+
 @pytest.mark.fast
 def test_the_mixture_index_serves_lerobots_metadata_and_reads_an_edited_component_alone(
     lerobot_mixture_datasets, tmp_path, monkeypatch

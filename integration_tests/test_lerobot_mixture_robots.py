@@ -175,6 +175,46 @@ def test_a_dropped_key_leaves_the_item_and_its_name_may_be_reused(lerobot_robots
         )
 
 
+@pytest.mark.parametrize("backend,options", BACKENDS[:2], ids=[b for b, _ in BACKENDS[:2]])
+def test_a_key_renamed_onto_a_windowed_name_is_served_with_that_names_window(lerobot_robots, backend, options):
+    """LeRobot's factory windows a key by its name: the arm's ``action`` renamed onto ``observation.state`` was
+    built with the action window and the other robot's ``observation.state`` with the observation window (a
+    reviewer's reproduction: ``native`` crashed in its collate and the joined backends served another component's
+    window). Such components are refused naming the key; lerobot-train's build gives each component the windows
+    of its keys' mixture names (``windows_by_mixture_names``), and the item is the component's own item with them."""
+    from lerobot.datasets.factory import resolve_delta_timestamps
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset, LeRobotDatasetMetadata
+    from lerobot.policies.diffusion.configuration_diffusion import DiffusionConfig
+
+    from robo_loaders_plugin.lerobot.mixture import windows_by_mixture_names
+
+    ds, names, policy = lerobot_robots, ("arm7", "arm6"), DiffusionConfig()
+    spec = robots_spec(ds, names, arm6={"drop": ["observation.state"], "rename": {"action": "observation.state"}})
+    nats = []
+    for name in names:  # as LeRobot's factory builds each alone
+        repo, root = ds[name]
+        windows = resolve_delta_timestamps(policy, LeRobotDatasetMetadata(repo, root=root))
+        nats.append(LeRobotDataset(repo, root=root, delta_timestamps=windows, return_uint8=True))
+    assert nats[1][5]["action"].shape == (len(policy.action_delta_indices), 6)  # the action window
+    with pytest.raises(
+        MixtureError, match=r"component 1 \(.*\)'s 'action' \(served as 'observation.state'\) has the win"
+    ):
+        build_mixture(spec, nats, choose(backend, **options), seed=1)
+    for component, native in zip(spec.components, nats):
+        windows_by_mixture_names(native, component, policy)
+    assert nats[1][5]["action"].shape == (2, 6)  # LeRobot's own item: the observation window
+    mix = build_mixture(spec, nats, choose(backend, **options), seed=1)
+    try:
+        g = int(mix.offsets[1]) + 5
+        item, own = mix[g], nats[1][5]
+        assert torch.equal(item["observation.state"], torch.cat([own["action"], torch.zeros(2, 1)], -1))
+        assert torch.equal(item["observation.state_is_pad"], own["action_is_pad"])
+        batch = mix.collate([0, g])
+        assert torch.equal(batch["observation.state"][1], item["observation.state"])
+    finally:
+        mix.close()
+
+
 CAM1 = "observation.images.cam1"  # only the bimanual robot has it
 
 

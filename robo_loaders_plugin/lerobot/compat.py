@@ -137,6 +137,58 @@ def reader_settings(native) -> ReaderSettings:
         ) from None
 
 
+def set_windows(native, delta_timestamps: dict | None) -> None:
+    """Give a built ``LeRobotDataset`` other ``delta_timestamps`` windows, as if LeRobot's factory had built it with
+    them: checked against its rate by LeRobot's own check, then its reader's ``delta_indices`` (a private write of
+    LeRobot 0.6's ``DatasetReader``) and the dataset's ``delta_timestamps`` (a reader created again takes them).
+
+    Why: LeRobot's factory gives a key a window by its name (``action``, ``next.reward``, ``observation.*``); a
+    mixture's component whose key is renamed onto such a name (``"rename": {"actions": "action"}``) was built
+    without the window the policy gives that name, and served a single step where the others served a chunk (a
+    reviewer's reproduction).
+
+    Args:
+        native: The ``LeRobotDataset``.
+        delta_timestamps: ``{key: offsets in seconds}`` by its own key names, or ``None``.
+
+    Raises:
+        CompatError: the reader lacks ``delta_indices`` (another LeRobot version).
+        ValueError: LeRobot's check refuses an offset (not a multiple of 1/fps within its tolerance).
+    """
+    from lerobot.datasets.feature_utils import check_delta_timestamps, get_delta_indices
+
+    reader = native.reader
+    if not hasattr(reader, "delta_indices"):
+        raise CompatError(
+            "LeRobotDataset's reader has no delta_indices in this LeRobot version; a mixture component's windows "
+            "cannot follow its renamed keys (use LeRobot 0.6.x)"
+        )
+    fps = native.meta.fps
+    if delta_timestamps:
+        check_delta_timestamps(delta_timestamps, fps, float(getattr(reader, "_tolerance_s", 1e-4)))
+    native.delta_timestamps = delta_timestamps or None
+    reader.delta_indices = get_delta_indices(delta_timestamps, fps) if delta_timestamps else None
+
+
+def policy_windows(trained_cfg, names, fps: float) -> dict | None:
+    """The ``delta_timestamps`` LeRobot's factory gives a dataset whose features are ``names`` (LeRobot's own
+    ``resolve_delta_timestamps``: it reads the features' names and the rate only).
+
+    Args:
+        trained_cfg: What is trained (lerobot-train's ``cfg.trainable_config``: the policy or the reward model).
+        names: The feature names.
+        fps: The rate.
+
+    Returns:
+        ``{name: offsets in seconds}``, or ``None`` when no name has a window.
+    """
+    import types
+
+    from lerobot.datasets.factory import resolve_delta_timestamps
+
+    return resolve_delta_timestamps(trained_cfg, types.SimpleNamespace(features=dict.fromkeys(names), fps=fps))
+
+
 def retype_dataset_field(cls, new_type, expected) -> bool:
     """Point ``cls.dataset`` (TrainPipelineConfig) at ``new_type``. Idempotent.
 

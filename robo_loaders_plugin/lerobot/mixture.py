@@ -170,6 +170,51 @@ def component_config(cfg, component):
     return out
 
 
+def windows_by_mixture_names(native, component, trained_cfg) -> None:
+    """Give a component's ``LeRobotDataset`` the windows LeRobot's factory gives its keys' mixture names (a key
+    renamed onto ``action`` gets the policy's action window), where they differ from those of its own names.
+
+    Args:
+        native: The component's ``LeRobotDataset``, built by LeRobot's factory.
+        component: Its ``mixtures.spec.Component`` (``rename``).
+        trained_cfg: What is trained (lerobot-train's ``cfg.trainable_config``).
+    """
+    own = list(native.meta.features)
+    served = [component.rename.get(key, key) for key in own]
+    by_mixture_name = compat.policy_windows(trained_cfg, served, native.meta.fps) or {}
+    wanted = {key: by_mixture_name[name] for key, name in zip(own, served) if name in by_mixture_name} or None
+    if wanted != (native.delta_timestamps or None):
+        compat.set_windows(native, wanted)
+
+
+def check_windows(spec, natives, layout) -> None:
+    """Every component windows a served key the same way (LeRobot's ``delta_indices``, in steps), or not at all.
+
+    Why: a batch is one key's values stacked over components; a component with no window for a key the others
+    window (a key renamed onto ``action`` in datasets built outside ``lerobot-train``) crashed the ``native``
+    mixture's collate and was served another's window by the joined batches (a reviewer's reproduction).
+
+    Raises:
+        MixtureError: two components window a served key differently, naming both and the key.
+    """
+    seen: dict[str, tuple[int, list | None]] = {}
+    for k, native in enumerate(natives):
+        deltas = compat.reader_settings(native).delta_indices or {}
+        for key in native.meta.features:
+            name = spec.components[k].rename.get(key, key)
+            if name not in layout.features:
+                continue
+            mine = None if deltas.get(key) is None else [int(x) for x in deltas[key]]
+            first, theirs = seen.setdefault(name, (k, mine))
+            if theirs != mine:
+                served = f" (served as {name!r})" if name != key else ""
+                raise MixtureError(
+                    f"{MIXTURE_FLAG}: {component_name(spec, k)}'s {key!r}{served} has the window {mine}, "
+                    f"{component_name(spec, first)}'s {name!r} has {theirs} (delta_timestamps in steps): build every "
+                    f"component with the same delta_timestamps by mixture names (lerobot-train does)"
+                )
+
+
 def sampler_rows(native, drop_n_last_frames: int, where: str = "a component") -> np.ndarray:
     """The rows lerobot-train's sampler serves of ``native`` alone: LeRobot's own ``EpisodeAwareSampler``, built
     as lerobot-train 0.6.1 builds it for one dataset (its episode table, its episode filter, ``drop_n_last_frames``),
@@ -257,6 +302,12 @@ def _component_choice(choice, target_fps: float | None):
     backend that converts rates."""
     if target_fps is None or not converts_rates(choice) or getattr(choice.options, "target_fps", None) == target_fps:
         return choice
+    if getattr(choice.options, "delta_timestamps", None) is not None:  # the backend's check blamed its own options
+        raise MixtureError(
+            f"{MIXTURE_FLAG}'s target_fps ({target_fps:g}) and {OPTION_PREFIX}.delta_timestamps both set where the "
+            f"windows' offsets fall; leave delta_timestamps out (the policy's windows are then served at "
+            f"{target_fps:g} fps in every component)"
+        )
     return choose(choice.name, **{**choice.options.given(), "target_fps": float(target_fps)})
 
 
@@ -422,6 +473,7 @@ def build_mixture(
     target = target_fps_of(spec, choice)
     if layout is None:
         layout = check_components(spec, [n.meta for n in natives], target)
+    check_windows(spec, natives, layout)
     names = [c.source for c in spec.components]
     # the policy counts drop_n_last_frames in its steps: at a converted rate, each component's recorded frames
     converting = target if converts_rates(choice) else None
@@ -536,6 +588,11 @@ def make_mixture_datasets(cfg, split: bool):
         built = natives_built(native, len(remotes), alone=[k for k, url in enumerate(remotes) if url])
         trains = [train for train, _ in built]
         evals = [evaluation for _, evaluation in built]
+        trained = getattr(cfg, "trainable_config", None) or getattr(cfg, "policy", None)
+        for c, train, evaluation in zip(local.components, trains, evals):
+            for n in (train, evaluation):
+                if n is not None and trained is not None:
+                    windows_by_mixture_names(n, c, trained)
         train = build_mixture(
             spec, trains, choice, layout=layout, use_imagenet_stats=imagenet, seed=seed, drop_n_last_frames=drop
         )
