@@ -466,6 +466,34 @@ def test_num_samples_that_disagree_with_the_arrays_are_refused_by_every_backend(
     assert len(dataset_factory(cfg, obs_keys(cfg))) == len(dataset_factory(arrays_cfg, obs_keys(arrays_cfg)))
 
 
+@pytest.mark.parametrize("backend", ["compressed_cache", "datapipe", "gpu_resampler", "video_stream"])
+def test_per_demo_metadata_of_another_length_is_served_as_robomimic_serves_the_file(tiny_hdf5, tmp_path, backend):
+    """MimicGen writes ``data/demo_i/src_demo_inds`` (one entry per subtask) beside the per-step arrays; robomimic
+    never reads it and trains on the file, which every backend refused as inconsistent (a reviewer's
+    reproduction). Served as robomimic serves it (video_stream's frames are lossy: its other keys); the same
+    dataset named in ``train.dataset_keys`` is refused naming it (control)."""
+    path = str(tmp_path / "mimicgen.hdf5")
+    shutil.copy(tiny_hdf5, path)
+    with h5py.File(path, "r+") as f:
+        for demo in f["data"]:
+            f[f"data/{demo}"].create_dataset("src_demo_inds", data=np.array([3, 7]))
+    native_cfg = make_config(path, seq_length=5)
+    theirs = dataset_factory(native_cfg, obs_keys(native_cfg))
+    cfg = make_config(path, backend=backend, seq_length=5)
+    ours = dataset_factory(cfg, obs_keys(cfg))
+    assert len(ours) == len(theirs)
+    for i in (0, len(theirs) // 2, len(theirs) - 1):
+        mine, want = ours[i], theirs[i]
+        if backend == "video_stream":
+            for part in [p for p in ("obs", "next_obs", "goal_obs") if p in want]:
+                mine[part] = {k: v for k, v in mine[part].items() if "image" not in k}
+                want[part] = {k: v for k, v in want[part].items() if "image" not in k}
+        assert_same_sample(mine, want, f"{backend}[{i}]")
+    named = make_config(path, backend=backend, seq_length=5, dataset_keys=("actions", "src_demo_inds"))
+    with pytest.raises(RoboLoadersError, match=r"data/demo_\d+/src_demo_inds has 2 rows \(shape \(2,\)\)"):
+        dataset_factory(named, obs_keys(named))
+
+
 @pytest.mark.parametrize("value,shown", [("abc", "'abc'"), (np.array([40, 41]), "array([40, 41])")])
 def test_a_num_samples_that_is_no_number_is_one_line_naming_file_demo_and_attribute(tiny_hdf5, tmp_path, value, shown):
     """Issue 30 item 10b: ``num_samples="abc"`` said "invalid literal for int() with base 10: 'abc'" naming no

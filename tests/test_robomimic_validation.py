@@ -34,28 +34,36 @@ BREAK = {
 }
 
 
-def slow_error(path):
-    """What the object-API walk (the validation before issue 22) raises for this file, or None."""
+def slow_walk(path):
+    """What the object-API walk (the validation before issue 22) raises for this file (or None), and the datasets
+    it found with another number of rows than their demo's ``num_samples`` (``RobomimicHdf5.unsized``)."""
     src = RobomimicHdf5.__new__(RobomimicHdf5)
-    src.path = path
+    src.path, src.unsized = path, {}
     with h5py.File(path, "r") as f:
         try:
             for demo in rh.sorted_demos(f["data"].keys()):
                 src._check_demo_slowly(f, demo)
         except SourceError as exc:
-            return str(exc)
-    return None
+            return str(exc), src.unsized
+    return None, src.unsized
 
 
 @pytest.mark.parametrize("damage", sorted(BREAK))
 def test_the_low_level_walk_raises_what_the_object_api_walk_raised(tmp_path, monkeypatch, damage):
+    """Both walks refuse the same files with the same line, and find the same datasets not sized per step, which
+    are refused where served (``check_sized``: a served ``obs/b`` of 5 rows in a demo of 6)."""
     monkeypatch.setenv("ROBO_LOADERS_CACHE", str(tmp_path / "cache"))
     path = write(tmp_path / "f.hdf5")
     with h5py.File(path, "r+") as f:
         BREAK[damage](f)
-    expected = slow_error(path)
+    expected, unsized = slow_walk(path)
     if expected is None:  # a soft link to a dataset of the right length is a dataset of the demo
-        RobomimicHdf5(path)
+        src = RobomimicHdf5(path)
+        assert src.unsized == unsized and bool(unsized) == (damage in ("rows", "scalar"))
+        src.check_sized(["actions"])  # sized: served
+        for name in unsized:
+            with pytest.raises(SourceError, match=rf"data/demo_\d/{name} has .* rows .* but data/demo_\d has"):
+                src.check_sized(["actions", name])
         return
     with pytest.raises(SourceError) as err:
         RobomimicHdf5(path)
@@ -89,11 +97,13 @@ def test_a_file_that_passed_is_not_walked_again_until_it_changes(tmp_path, monke
     RobomimicHdf5(path)
     assert len(walks) == 1 and os.listdir(tmp_path / "cache" / ".validated")
     # negative control: the file changed (an array resized, as issue 23 A6's attack): walked again, and refused
+    # where served, also from the record of that walk
     with h5py.File(path, "r+") as f:
         del f["data/demo_1/actions"]
         f.create_dataset("data/demo_1/actions", data=np.zeros((9, 2)))
-    with pytest.raises(SourceError, match="demo_1/actions has 9 rows"):
-        RobomimicHdf5(path)
+    for _ in range(2):
+        with pytest.raises(SourceError, match="demo_1/actions has 9 rows"):
+            RobomimicHdf5(path).check_sized(["obs/a", "actions"])
     assert len(walks) == 2
 
 

@@ -47,6 +47,10 @@ def is_camera(arr: np.ndarray) -> bool:
     return arr.dtype == np.uint8 and arr.ndim == 4 and arr.shape[-1] == 3
 
 
+# a demo's datasets robomimic's SequenceDataset reads step by step besides obs/ and next_obs/ (its dataset_keys)
+STEP_KEYS = ("actions", "rewards", "dones", "states")
+
+
 def _worker(args):
     in_path, out_dir, codec_dict, lease_s = args[:4]
     video = VideoSettings.from_dict(args[4]) if len(args) > 4 and args[4] else None
@@ -145,7 +149,10 @@ def convert_robomimic(
     check_output_dir(out_dir, str(in_path))
     with source.open() as f:  # the output must fit the disk: estimated from shapes and a few frames (frame_ratio)
         demos = source.demos(f, None)
-        size = source.data_size(f, demos, [name for name, _ in datasets(f[f"data/{demos[0]}"])])
+        every = [name for name, _ in datasets(f[f"data/{demos[0]}"])]
+        # what robomimic may serve has a row per step (per-demo metadata of another length is stored as it is)
+        source.check_sized([name for name in every if name in STEP_KEYS or name.startswith(("obs/", "next_obs/"))])
+        size = source.data_size(f, demos, every)
     check_conversion_disk(
         size,
         out_dir,
@@ -294,7 +301,8 @@ def verify_robomimic(out_dir: str, in_path: str) -> list[str]:
             return [f"{out_dir}: holds {len(reader.episodes)} demos, {in_path} has {len(demos)}"]
         for i, d in enumerate(demos):
             header, fields = reader.read_episode(i)
-            src = dict(datasets(f[f"data/{d}"]))
+            n = source.length(f, d)  # per-demo metadata of another length is not converted (read_all)
+            src = {k: ds for k, ds in datasets(f[f"data/{d}"]) if ds.ndim and ds.shape[0] == n}
             if set(fields) != set(src):
                 problems.append(f"{d}: fields {sorted(fields)} != source {sorted(src)}")
                 continue

@@ -119,7 +119,11 @@ def data_size(source: RobomimicHdf5, f, demos: list[str], opts: SequenceOptions)
 
     Returns:
         The ``DataSize``.
+
+    Raises:
+        SourceError: a served field is not sized per step (``RobomimicHdf5.check_sized``).
     """
+    source.check_sized(opts.field_names())  # before any data is read
     float32 = opts.dataset_keys if opts.hdf5_cache_mode in ("all", "low_dim") else ()
     return source.data_size(f, demos, opts.field_names(), float32)
 

@@ -149,6 +149,11 @@ def _num_samples(gid, demo: bytes) -> int | None:
     return int(value.reshape(-1)[0])
 
 
+def _rows(ds) -> int | None:
+    """A dataset's rows (its first dimension; ``None`` for a scalar)."""
+    return ds.shape[0] if ds.ndim else None
+
+
 class _ValidationRecord:
     """That a file passed :meth:`RobomimicHdf5.validate` as it is now: its path and stat (size, mtime, inode,
     ctime), in ``<cache root>/.validated/``, with every demo's ``num_samples`` the walk read (issue 45: reading
@@ -159,9 +164,10 @@ class _ValidationRecord:
         self.real, self.path = real, path
         self.doc = {"method": VALIDATION_METHOD, "path": real, "files": [list(x) for x in fp.stat_files(real)]}
 
-    def matching_lengths(self) -> dict[str, int] | None:
-        """The demos' lengths recorded when the file as it is now passed; None when no record matches (missing,
-        unreadable, of another method, path or stat, or its lengths not a mapping of names to whole numbers)."""
+    def matching_lengths(self) -> tuple[dict[str, int], dict[str, list]] | None:
+        """The demos' lengths recorded when the file as it is now passed, and its datasets not sized per step
+        (``RobomimicHdf5.unsized``); None when no record matches (missing, unreadable, of another method, path or
+        stat, or its lengths not a mapping of names to whole numbers)."""
         import json
 
         from robo_loaders_plugin.storage.integrity import json_checksum
@@ -174,21 +180,24 @@ class _ValidationRecord:
             if doc.pop("checksum") != json_checksum(doc):
                 return None
             lengths = doc.pop("lengths")
+            unsized = doc.pop("unsized", {})  # records written before it held none (no such file passed then)
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return None
-        if doc != self.doc or not isinstance(lengths, dict):
+        if doc != self.doc or not isinstance(lengths, dict) or not isinstance(unsized, dict):
             return None
         if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in lengths.values()):
             return None
-        return lengths
+        if not all(isinstance(v, list) and len(v) == 4 for v in unsized.values()):
+            return None
+        return lengths, unsized
 
-    def save(self, lengths: dict[str, int]) -> None:
+    def save(self, lengths: dict[str, int], unsized: dict[str, list]) -> None:
         from robo_loaders_plugin.core.files import atomic_write_json
         from robo_loaders_plugin.storage.integrity import with_checksum
 
         try:
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
-            atomic_write_json(self.path, with_checksum(dict(self.doc, lengths=lengths)))
+            atomic_write_json(self.path, with_checksum(dict(self.doc, lengths=lengths, unsized=unsized)))
         except OSError:
             pass
 
@@ -216,6 +225,10 @@ class RobomimicHdf5:
         self.path = os.path.expanduser(path)
         self.cache_dir = cache_dir
         self._lengths: dict[str, int] = {}  # num_samples by demo, as the validation read or recorded them
+        # datasets under a demo with another number of rows than its num_samples, by name under the demo: [demo,
+        # rows, shape, num_samples] of the first found (per-demo metadata, e.g. MimicGen's src_demo_inds): refused
+        # only where served (check_sized)
+        self.unsized: dict[str, list] = {}
         with open_hdf5(self.path) as f:  # exists and opens, or a clear error now
             if check:
                 self.validate(f)
@@ -256,12 +269,30 @@ class RobomimicHdf5:
             )
         record = _validation_record(self.path, self.cache_dir)
         recorded = record.matching_lengths() if record is not None else None
-        if recorded is not None and set(recorded) == set(demos):
-            self._lengths = recorded
+        if recorded is not None and set(recorded[0]) == set(demos):
+            self._lengths, self.unsized = recorded
             return
         self._lengths = self._check_demos(f, demos)
         if record is not None:
-            record.save(self._lengths)
+            record.save(self._lengths, self.unsized)
+
+    def check_sized(self, fields) -> None:
+        """Every served field has a row per step in every demo (the validation's walk found which do not).
+
+        Why not refused at the walk: robomimic reads only the fields it serves, and a file may hold per-demo
+        metadata of another length under a demo (MimicGen's ``src_demo_inds``, one entry per subtask), which
+        robomimic trains on and every backend refused (a reviewer's reproduction).
+
+        Args:
+            fields: The fields served (``actions``, ``obs/<key>``, ``next_obs/<key>``, ...).
+
+        Raises:
+            SourceError: a served field has another number of rows than its demo's ``num_samples``.
+        """
+        for name in fields:
+            if name in self.unsized:
+                demo, rows, shape, n = self.unsized[name]
+                raise self._rows_error(demo, name, rows, shape, n)
 
     def _check_demos(self, f: h5py.File, demos: list[str]) -> dict[str, int]:
         """Every demo a group with ``num_samples >= 1`` rows in every dataset under it, first failure raised (demos
@@ -304,7 +335,7 @@ class RobomimicHdf5:
                 shape = dataset.shape
                 rows = shape[0] if len(shape) else None
                 if rows != n:
-                    raise self._rows_error(demo, name.decode()[len(demo) + 1 :], rows, shape, n)
+                    self.unsized.setdefault(name.decode()[len(demo) + 1 :], [demo, rows, list(shape), n])
         return lengths
 
     def _check_demo_slowly(self, f: h5py.File, demo: str) -> int:
@@ -314,7 +345,7 @@ class RobomimicHdf5:
         for name, ds in datasets(f[f"data/{demo}"]):
             rows = ds.shape[0] if ds.ndim else None
             if rows != n:
-                raise self._rows_error(demo, name, rows, ds.shape, n)
+                self.unsized.setdefault(name, [demo, rows, list(ds.shape), n])
         return n
 
     def _elsewhere(self, name: str, how: str) -> SourceError:
@@ -330,8 +361,8 @@ class RobomimicHdf5:
         return SourceError(
             f"{self.path}: data/{demo}/{name} has {rows if rows is not None else 'no'} rows (shape "
             f"{tuple(shape)}) but data/{demo} has num_samples={n}; robomimic indexes the demo by "
-            "num_samples, so the file is inconsistent: fix the attribute or the arrays (or regenerate "
-            "the file)"
+            "num_samples, so it would serve other windows of this field: fix the attribute or the arrays (or "
+            "regenerate the file), or leave the field out of the config"
         )
 
     def open(self) -> h5py.File:
@@ -508,13 +539,15 @@ class RobomimicHdf5:
             demo: The demo's name.
 
         Returns:
-            ``(fields, frames)``: ``{name: array}`` (names as :func:`datasets` gives them), and the names of the
+            ``(fields, frames)``: ``{name: array}`` (names as :func:`datasets` gives them) of the datasets with a row
+            per step (per-demo metadata of another length, :meth:`check_sized`, is left out), and the names of the
             per-step arrays of at least :data:`FRAME_MIN_BYTES` (compressed as frames).
 
         Raises:
             SourceError: a dataset cannot be read.
         """
-        fields = {key: self.read(f, demo, key) for key, _ in datasets(f[f"data/{demo}"])}
+        n = self.length(f, demo)  # per-demo metadata of another length (check_sized) is not a per-step field
+        fields = {key: self.read(f, demo, key) for key, ds in datasets(f[f"data/{demo}"]) if _rows(ds) == n}
         return fields, {k for k, a in fields.items() if a.ndim > 1 and a[0].nbytes >= FRAME_MIN_BYTES}
 
     def data_size(self, f: h5py.File, demos: list[str], fields: list[str], float32_fields=()):
