@@ -194,6 +194,11 @@ def check_windows(spec, natives, layout) -> None:
     window (a key renamed onto ``action`` in datasets built outside ``lerobot-train``) crashed the ``native``
     mixture's collate and was served another's window by the joined batches (a reviewer's reproduction).
 
+    Args:
+        spec: The ``MixtureSpec`` (each component's ``rename``).
+        natives: The components' ``LeRobotDataset`` objects.
+        layout: The mixture's ``Layout`` (its served features).
+
     Raises:
         MixtureError: two components window a served key differently, naming both and the key.
     """
