@@ -39,13 +39,18 @@ def test_convert_parallel_and_verify(tiny_hdf5, tmp_path):
 
 
 def test_foreign_manifest_is_refused(tiny_hdf5, tmp_path):
+    """A conversion of another source, or of this one with other options, is refused naming what differs (a
+    reviewer's finding: "another source or with other options" said neither)."""
+    import pytest
+
     out = str(tmp_path / "shards")
     units.plan(out, "another-fingerprint", [["demo_0"]], {})
-    try:
+    with pytest.raises(units.ShardError, match="holds a conversion of another version of the source"):
         convert_robomimic(tiny_hdf5, out, shard_bytes=100_000, progress=False)
-        raise AssertionError("a manifest for another source must be refused")
-    except units.ShardError as exc:
-        assert "another source" in str(exc)
+    other = str(tmp_path / "other")
+    convert_robomimic(tiny_hdf5, other, shard_bytes=100_000, progress=False)
+    with pytest.raises(units.ShardError, match=r"this source with other options \(shard_bytes 100000 -> 200000\)"):
+        convert_robomimic(tiny_hdf5, other, shard_bytes=200_000, progress=False)
 
 
 def test_resume_after_a_killed_worker(tiny_hdf5, tmp_path, monkeypatch):
@@ -221,6 +226,45 @@ def test_a_file_replaced_while_converted_is_withdrawn_not_published(tiny_hdf5, t
     control = str(tmp_path / "control")
     convert_robomimic(path, control, progress=False)  # the file as it is now, unchanged meanwhile
     assert os.path.exists(os.path.join(control, "index.json")) and verify_robomimic(control, path) == []
+
+
+def test_a_unit_read_while_the_file_was_edited_then_restored_with_its_mtime_is_converted_again(
+    tiny_hdf5, tmp_path, monkeypatch
+):
+    """A reviewer's reproduction: the file edited while units were read, then restored from a backup with its
+    mtime (``cp -p``) before the end: the end-of-run check saw the first version's content and mtime, and the
+    conversion of two versions was published and served. Each unit now records the stat (size, mtime, inode,
+    ctime) it was read under; a unit read under another stat than the file's when publishing is converted again.
+    Control: without the restore's new ctime (the manifest naming no source files), the edited unit is published."""
+    import shutil
+
+    from robo_loaders_plugin.sources.robomimic_hdf5 import RobomimicHdf5
+
+    path = str(tmp_path / "data.hdf5")
+    shutil.copy2(tiny_hdf5, path)
+    backup = str(tmp_path / "backup.hdf5")
+    shutil.copy2(tiny_hdf5, backup)
+    read_all = RobomimicHdf5.read_all
+    edits = []
+
+    def edited_meanwhile(self, f, demo):
+        fields, frames = read_all(self, f, demo)
+        if demo == "demo_2" and not edits:  # what this unit read was written meanwhile, then the file restored
+            edits.append(demo)
+            fields["actions"] = fields["actions"] + 1.0
+            shutil.copy2(backup, path)  # cp -p: content and mtime back, a new ctime
+        return fields, frames
+
+    monkeypatch.setattr(RobomimicHdf5, "read_all", edited_meanwhile)
+    out = str(tmp_path / "shards")
+    convert_robomimic(path, out, shard_bytes=100_000, progress=False)
+    assert edits and verify_robomimic(out, path) == []  # the unit read before the restore was converted again
+    plan = units.plan
+    edits.clear()
+    monkeypatch.setattr(units, "plan", lambda *a, source_files=None, **k: plan(*a, **k))  # control: no stat kept
+    control = str(tmp_path / "control")
+    convert_robomimic(path, control, shard_bytes=100_000, progress=False)
+    assert edits and any("demo_2/actions" in p for p in verify_robomimic(control, path))
 
 
 def _flip_member_byte(out, episode=0, key="actions"):

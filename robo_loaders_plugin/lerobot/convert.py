@@ -146,6 +146,7 @@ def convert_lerobot(
         {"content": fp.content, "tolerance_s": tolerance_s},
         manifest.units_by_size(names, sizes, per_unit),
         {"codec": codec.as_dict(), "shard_bytes": shard_bytes},
+        source_files={"path": fp.path, "names": [f[0] for f in fp.files]},
     )
     args = (str(source.root), tolerance_s, out_dir, codec.as_dict(), lease_s)
     # in this process, convert with the episodes already read above instead of reading the tables again (datatrove

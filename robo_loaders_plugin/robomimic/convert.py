@@ -179,7 +179,8 @@ def convert_robomimic(
         meta["video"] = options["video"] = video.as_dict()  # resuming with other settings is refused
         ratio = 20
     per_unit = manifest.unit_bytes(sum(sizes.values()), ratio * shard_bytes, num_workers)
-    manifest.plan(out_dir, fp.content, manifest.units_by_size(meta["demos"], sizes, per_unit), options)
+    units = manifest.units_by_size(meta["demos"], sizes, per_unit)
+    manifest.plan(out_dir, fp.content, units, options, source_files={"path": os.path.abspath(in_path), "names": None})
     args = (os.path.abspath(in_path), out_dir, codec.as_dict(), lease_s) + ((video.as_dict(),) if video else ())
     res = executors.execute(
         executor,

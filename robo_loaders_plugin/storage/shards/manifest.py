@@ -216,6 +216,32 @@ def _replan_damaged(out_dir: str, m: dict) -> list[int]:
     return replanned
 
 
+def _replan_read_elsewhen(out_dir: str, m: dict) -> list[int]:
+    """Plan again the done units read under another stat of the source's files than theirs now (``plan``'s
+    ``source_files``); returns their ids.
+
+    Why: a source edited while it was converted and restored with its mtime (``cp -p``) gave a conversion of two
+    versions that the end-of-run check passed (the restored file's content and mtime are the first's), published
+    and served (a reviewer's reproduction); nor did a run resumed after such an edit see the units done before it.
+    The restore leaves another ctime (and often inode), which each unit's recorded stat shows. A unit whose stat
+    changed while it was read records none that matches."""
+    now = _source_stat(m)
+    if now is None:
+        return []
+    stale = [u["id"] for u in m["units"] if u["state"] == "done" and u.get("source_stat") != now]
+    for i in stale:
+        u = m["units"][i]
+        u["state"] = "planned"
+        for key in ("index", "shards", "source_stat"):
+            u.pop(key, None)
+    if stale:
+        logger.warning(
+            f"{out_dir}: unit(s) {_ids(stale)} were read while the source's files had another stat (size, mtime, "
+            "inode or ctime) than now: converting them again"
+        )
+    return stale
+
+
 def _sweep_leftovers(out_dir: str, m: dict) -> list[str]:
     """Remove temporary files of writers that are gone: shards of units whose lock is free, and JSON files (only
     ever written under the manifest lock, which the caller holds)."""
@@ -236,6 +262,31 @@ def _sweep_leftovers(out_dir: str, m: dict) -> list[str]:
 def _ids(ids: Iterable[int], limit: int = 10) -> str:
     ids = list(ids)
     return ", ".join(map(str, ids[:limit])) + (f" and {len(ids) - limit} more" if len(ids) > limit else "")
+
+
+def _what_differs(m: dict, fingerprint, options: dict) -> str:
+    """What a resumed conversion's source or options change, for the refusal (a reviewer's finding: "another source
+    or with other options" said neither)."""
+    if m["source"] != fingerprint:
+        return "another version of the source (its content differs from the one converted)"
+    old, new = m["options"], options
+    keys = sorted(set(old) | set(new), key=str)
+    shown = [f"{k} {old.get(k)!r} -> {new.get(k)!r}" for k in keys if old.get(k) != new.get(k)]
+    return f"this source with other options ({'; '.join(shown)})"
+
+
+def _source_stat(m: dict) -> list | None:
+    """The stat of the source's files the manifest names (``plan``'s ``source_files``), as JSON; ``None`` when it
+    names none, or a file cannot be stat-ed (then no unit's recorded stat matches)."""
+    from robo_loaders_plugin.core.files import stat_files
+
+    files = m.get("source_files")
+    if not files:
+        return None
+    try:
+        return _normalized([list(f) for f in stat_files(files["path"], files["names"])])
+    except OSError:
+        return ["gone"]
 
 
 def withdraw_if_source_changed(out_dir: str, before, after, source_path: str) -> None:
@@ -319,7 +370,9 @@ def withdraw_if_source_stat_changed(out_dir: str, source: Mapping) -> None:
 # ---- the manifest's life cycle ----------------------------------------------------------------------------------
 
 
-def plan(out_dir: str, source_fingerprint, units: list[list[str]], options: Mapping) -> dict:
+def plan(
+    out_dir: str, source_fingerprint, units: list[list[str]], options: Mapping, source_files: Mapping | None = None
+) -> dict:
     """Create the manifest, or check that an existing one is for the same source and options (resume) and repair
     it (see the module's docstring).
 
@@ -330,6 +383,10 @@ def plan(out_dir: str, source_fingerprint, units: list[list[str]], options: Mapp
         source_fingerprint: Any JSON value identifying the source, compared with ``==`` after a JSON round trip.
         units: The episodes of each unit, in order (one shard each).
         options: Everything the output depends on (codec, shard size, ...), compared the same way.
+        source_files: ``{"path", "names"}`` of the source's files (``core.files.stat_files``'s arguments;
+            ``names`` ``None`` for one file): each unit records their stat (size, mtime, inode, ctime) as it read
+            them, and a unit read under another stat than the source's when publishing is converted again
+            (:func:`work`, :func:`_finish`). ``None``: not recorded.
 
     Returns:
         The manifest as a dict.
@@ -360,10 +417,12 @@ def plan(out_dir: str, source_fingerprint, units: list[list[str]], options: Mapp
         if m is not None:
             if m["source"] != fingerprint or m["options"] != options:
                 raise ShardError(
-                    f"{out_dir} holds a conversion of another source or with other options; "
-                    "use an empty output directory"
+                    f"{out_dir} holds a conversion of {_what_differs(m, fingerprint, options)}; use an empty output "
+                    "directory (or the options it was converted with)"
                 )
             changed = bool(_replan_damaged(out_dir, m))
+            if source_files is not None and m.get("source_files") != _normalized(dict(source_files)):
+                m["source_files"], changed = _normalized(dict(source_files)), True
         else:
             m = {
                 "version": MANIFEST_VERSION,
@@ -371,6 +430,8 @@ def plan(out_dir: str, source_fingerprint, units: list[list[str]], options: Mapp
                 "options": options,
                 "units": [{"id": i, "episodes": list(eps), "state": "planned"} for i, eps in enumerate(units)],
             }
+            if source_files is not None:
+                m["source_files"] = _normalized(dict(source_files))
             changed = True
         _sweep_leftovers(out_dir, m)
         if changed:
@@ -415,7 +476,9 @@ def _owned(u: dict, held: _Lease | None) -> bool:
     return held is not None and u["state"] == "leased" and u.get("lease", {}).get("token") == held.token
 
 
-def complete(out_dir: str, unit_id: int, episodes: list[dict], shards: list[dict]) -> None:
+def complete(
+    out_dir: str, unit_id: int, episodes: list[dict], shards: list[dict], source_stat: list | None = None
+) -> None:
     """Record a leased unit as done with its index entries, and let go of its lock.
 
     Args:
@@ -423,6 +486,7 @@ def complete(out_dir: str, unit_id: int, episodes: list[dict], shards: list[dict
         unit_id: The unit, leased by this process.
         episodes: The unit's index entries, one per planned episode, in plan order.
         shards: The unit's outputs (shards: name and size).
+        source_stat: The stat of the source's files it was read under (``None``: the manifest names no files).
 
     Raises:
         ShardError: the unit is not leased by this process, or the entries are not its planned episodes.
@@ -442,6 +506,8 @@ def complete(out_dir: str, unit_id: int, episodes: list[dict], shards: list[dict
                 f"({len(names)}), planned {u['episodes'][:3]}... ({len(u['episodes'])})"
             )
         u.update(state="done", index=episodes, shards=shards)
+        if source_stat is not None:
+            u["source_stat"] = source_stat
         u.pop("lease", None)
         _write(out_dir, m)
     os.close(_HELD.pop(key).fd)
@@ -490,17 +556,21 @@ def work(
         How many units this process converted.
     """
     with _locked(out_dir):
-        _sweep_leftovers(out_dir, _read(out_dir))
+        planned = _read(out_dir)
+        _sweep_leftovers(out_dir, planned)
     done = 0
     while (unit := lease(out_dir)) is not None:
         writer = None
         try:
+            before = _source_stat(planned)
             writer = ShardWriter(out_dir, codec, {}, shard_bytes=2**62, shard_prefix=f"unit-{unit['id']:06d}")
             for name in unit["episodes"]:
                 fields, compressed = read_episode(name)
                 writer.add_episode(name, fields, compressed)
             episodes, shards = writer.finish_shards()
-            complete(out_dir, unit["id"], episodes, shards)
+            after = _source_stat(planned)
+            # the stat the unit was read under; changed while it was read: none matches (_finish converts it again)
+            complete(out_dir, unit["id"], episodes, shards, before if before == after else ["changed"])
         except BaseException:
             if writer is not None:
                 writer.abort()
@@ -516,7 +586,7 @@ def _finish(out_dir: str, codec: FrameCodec | Publisher, metadata: Mapping, sour
     :class:`Publisher`: it publishes instead of index.json/dataset.json."""
     with _locked(out_dir):
         m = _read(out_dir)
-        if _replan_damaged(out_dir, m):
+        if _replan_damaged(out_dir, m) or _replan_read_elsewhen(out_dir, m):
             _write(out_dir, m)
             return None
         if any(u["state"] != "done" for u in m["units"]):
