@@ -378,6 +378,13 @@ def test_executor_options_are_checked_before_the_source_is_read(tmp_path):
             convert_robomimic(missing, str(out), executor="datatrove-slurm", executor_options=options)
         assert not os.path.exists(out)
     executors.check_options("datatrove-slurm", {"partition": "cpu"}, str(tmp_path / "out"))  # control
+    # a logging directory datatrove cannot create: a traceback after the manifest was written (a reviewer's)
+    (tmp_path / "afile").write_text("")
+    for executor, options in (("datatrove-local", {}), ("datatrove-slurm", {"partition": "cpu"})):
+        options = dict(options, logging_dir=str(tmp_path / "afile" / "logs"))
+        with pytest.raises(executors.ExecutorError, match=r"--logging-dir: cannot create .*afile/logs"):
+            convert_robomimic(missing, str(tmp_path / "out"), executor=executor, executor_options=options)
+        assert not os.path.exists(tmp_path / "out")
 
     assert executors.options_from_cli(
         "datatrove-slurm",

@@ -105,8 +105,8 @@ def check_options(executor: str, options: Mapping, out_dir: str | None = None) -
 
     Raises:
         ExecutorError: an unknown executor, an option it does not take, ``datatrove-slurm`` without a partition or
-            with a path datatrove writes unquoted into the job script holding a space or shell character, or
-            datatrove not installed for a datatrove executor.
+            with a path datatrove writes unquoted into the job script holding a space or shell character, a
+            ``logging_dir`` that cannot be written in, or datatrove not installed for a datatrove executor.
     """
     if executor not in EXECUTORS:
         raise ExecutorError(f"unknown executor {executor!r}; choose one of {', '.join(EXECUTORS)}")
@@ -126,6 +126,12 @@ def check_options(executor: str, options: Mapping, out_dir: str | None = None) -
             ) from None
     if executor == "datatrove-slurm":  # after datatrove's check: its activate line is datatrove_step's
         _check_script_paths(options, out_dir)
+    if options.get("logging_dir"):  # datatrove creates it inside its run: a traceback after planning (a reviewer's)
+        from robo_loaders_plugin.core.paths import writable_dir_problem
+
+        problem = writable_dir_problem(str(options["logging_dir"]))
+        if problem:
+            raise ExecutorError(f"--logging-dir: {problem}; give a directory datatrove can write its logs in")
 
 
 _UNQUOTABLE = re.compile(r"[\s'\"$`\\;&|<>()*?!#~{}\[\]]")  # what a shell reads as other than the path
