@@ -99,6 +99,9 @@ def test_robomimic_video_shards_source_and_good_paths(tmp_path):
     for backend in ("compressed_cache", "datapipe", "gpu_resampler", "video_stream"):
         assert choose_backend("lerobot", backend, {"cache_dir": cache}).options.cache_dir == cache
     assert choose_backend("lerobot", "video_stream", {"source": "s3://bucket/ds"}).options.source == "s3://bucket/ds"
+    # robomimic reads its shards from a local directory: a URL was taken for a relative path (a reviewer's finding)
+    with pytest.raises(BackendOptionError, match=r"source 'http://h/rm_vid' is a URL; robomimic's video shards are"):
+        choose_backend("robomimic", "video_stream", {"source": "http://h/rm_vid"}, options_where="x")
 
 
 def test_cache_dir_is_an_option_of_every_backend_that_writes():

@@ -28,7 +28,15 @@ def _video_stream_constraints(options) -> None:
     from robo_loaders_plugin.core.paths import existing_dir_problem, shards_dir_problem
 
     source = options.source
-    if not source or ("://" in source and not source.startswith("file://")):
+    if not source:
+        return
+    remote = "://" in source and not source.startswith("file://")
+    if remote and options.framework == "robomimic":  # read as a relative path: a garbled "does not exist" (a review)
+        raise ValueError(
+            f"source {source!r} is a URL; robomimic's video shards are read from a local directory (URLs are for "
+            "LeRobot datasets): copy the shards here and give their path"
+        )
+    if remote:
         return
     path = source[len("file://") :] if source.startswith("file://") else source
     if options.framework == "robomimic":
