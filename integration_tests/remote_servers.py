@@ -21,7 +21,7 @@ class _RangeHandler(http.server.SimpleHTTPRequestHandler):
         pass
 
     def do_GET(self):
-        rng = self.headers.get("Range")
+        rng = self.headers.get("Range") if self.server.ranges else None
         path = self.translate_path(self.path)
         if not rng or not os.path.isfile(path):
             return self._count(super().do_GET)
@@ -67,11 +67,13 @@ class _RangeHandler(http.server.SimpleHTTPRequestHandler):
 
 
 class HttpServer:
-    """``with HttpServer(directory) as url:``; ``served`` counts the body bytes sent per path."""
+    """``with HttpServer(directory) as url:``; ``served`` counts the body bytes sent per path; ``ranges=False``:
+    Range headers ignored, whole files sent, as ``python -m http.server`` does."""
 
-    def __init__(self, directory: str):
+    def __init__(self, directory: str, ranges: bool = True):
         handler = lambda *a, **k: _RangeHandler(*a, directory=str(directory), **k)  # noqa: E731
         self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", free_port()), handler)
+        self.httpd.ranges = ranges
         self.httpd.served = Counter()
         self.served = self.httpd.served
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"

@@ -427,6 +427,27 @@ def test_local_cache_dir_over_http_second_run_served_zero_video_bytes(lerobot_da
     assert video_bytes(root) <= first <= video_bytes(root) + 2048 and second == 0, (first, second)
 
 
+def test_a_server_ignoring_range_requests_is_served_from_whole_copies(lerobot_datasets, tmp_path):
+    """``python -m http.server`` ignores Range requests: the remote episode table was read by ranges and failed
+    with a traceback through pyarrow, even with ``local_cache_dir``, whose whole copies need no Range (a
+    reviewer's reproduction, on a table larger than fsspec's block: here the block is made smaller than the
+    table). The table is now fetched whole, and every item equals LeRobot's (control: a server answering ranges)."""
+    root = lerobot_datasets["av1_1cam"]
+    nat = native(root)
+    small_blocks = {"block_size": 512}
+    for ranges in (False, True):
+        with HttpServer(root, ranges=ranges) as server:
+            copies = serve(
+                "video_stream",
+                nat,
+                source=server.url,
+                storage_options=small_blocks,
+                local_cache_dir=str(tmp_path / str(ranges)),
+            )
+            for i in random_indices(len(nat), 10, seed=6):
+                same_item(copies[i], nat[i], f"whole copies, ranges {ranges} [{i}]")
+
+
 def test_local_cache_dir_refreshes_a_replaced_remote_file_and_damaged_copies(twin_datasets, tmp_path, capsys):
     import s3fs
 

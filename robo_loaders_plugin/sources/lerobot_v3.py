@@ -171,6 +171,26 @@ class LeRobotV3:
         # cat_file, not open().read(): fsspec's HTTP open turns an unreachable server into FileNotFoundError too
         return self.fs.cat_file(self.full(rel))
 
+    def _opened(self, path: str):
+        """A small file opened for reading: locally the file; remotely its whole bytes, fetched with one request.
+
+        Why whole: fsspec's HTTP files read by Range requests, and a server that ignores them (``python -m
+        http.server``) failed the episode table's read with a traceback through pyarrow, even where the videos were
+        to be copied whole (``local_cache_dir``; a reviewer's reproduction).
+
+        Raises:
+            SourceError: the remote file cannot be fetched (the server and the reason named).
+        """
+        import io
+
+        protocols = (self.fs.protocol,) if isinstance(self.fs.protocol, str) else tuple(self.fs.protocol)
+        if "file" in protocols:
+            return self.fs.open(path, "rb")
+        try:
+            return io.BytesIO(self.fs.cat_file(path))
+        except (OSError, ValueError) as exc:
+            raise SourceError(f"{self.url}: cannot fetch {path} ({exc})") from None
+
     def glob(self, pattern: str) -> list[str]:
         """Full paths matching ``pattern`` (relative to the root), sorted as LeRobot sorts them.
 
@@ -320,7 +340,7 @@ class LeRobotV3:
                     continue
                 # ParquetFile, not read_table: LeRobot writes a row group per few episodes, and read_table's cost per
                 # row group made 10,000 episodes a 0.9 s read (0.2 s)
-                with self.fs.open(p, "rb") as f:
+                with self._opened(p) as f:
                     pf = pq.ParquetFile(f)
                     tables.append(pf.read(columns=[c for c in pf.schema_arrow.names if not c.startswith("stats/")]))
             try:
