@@ -320,13 +320,17 @@ class FileCache:
                 "the remote store gives no version for it (no ETag or Last-Modified), so a copy made earlier cannot "
                 "be shown to be the file it serves now (a copy is reused only within a process)"
             )
+        if ident["size"] is None:  # no Content-Length: a download cut short is a shorter file, kept as complete
+            return (
+                "the remote store gives no size for it (no Content-Length), so a copy made earlier cannot be shown "
+                "complete (a copy is reused only within a process)"
+            )
         recorded = meta.get("remote") or {}
         for key, what in (("url", "URL"), ("endpoint", "endpoint"), ("size", "size"), ("version", "version")):
             if recorded.get(key) != ident[key]:
                 return f"the remote file changed since it was copied ({what} {recorded.get(key)} -> {ident[key]})"
         size = os.path.getsize(local)
-        # a server that does not say the size (no Content-Length): the copy must have the size it had when copied
-        expected = ident["size"] if ident["size"] is not None else meta.get("bytes")
+        expected = ident["size"]
         if size != expected:
             return f"the local copy is truncated or damaged ({size} bytes, the remote file has {expected})"
         if sha256_of(local) != meta.get("sha256"):
