@@ -60,7 +60,8 @@ def resolve_modes(infos: dict[str, FieldInfo], overrides: dict | None, where: st
         )
     if unknown:
         raise BackendOptionError(
-            f"{where}.modes names {unknown}, which this run does not read; its fields are {sorted(infos)}"
+            f"{where}.modes names {unknown}, which this run does not read between recorded steps (only "
+            f"{sorted(infos)} are: the windows the rate conversion moves)"
         )
     modes = {}
     for name, info in infos.items():
