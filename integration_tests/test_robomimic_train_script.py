@@ -202,6 +202,22 @@ def test_a_missing_key_through_the_script_is_one_line_naming_it(e2e_hdf5, tmp_pa
     assert "Traceback" not in out and "KeyError" not in out, out[-3000:]
 
 
+@pytest.mark.parametrize("where", ["experiment", "top level"])
+def test_a_plugin_key_outside_train_is_one_line_naming_it(e2e_hdf5, tmp_path, where):
+    """A reviewer's finding: ``data_backend`` put under ``experiment`` (or at the top level) gave robomimic's
+    "key-locked" traceback, word for word what the plugin not installed gives. Now one line naming the key and the
+    section it belongs in, exit status 1. Control: the same key under ``train`` trains (the tests above)."""
+    cfg_path = write_config(tmp_path, e2e_hdf5, None, "misplaced")
+    cfg = json.loads(open(cfg_path).read())
+    del cfg["train"]["data_backend"]
+    (cfg["experiment"] if where == "experiment" else cfg)["data_backend"] = "compressed_cache"
+    with open(cfg_path, "w") as f:
+        json.dump(cfg, f)
+    rc, out = run([sys.executable, "-m", "robomimic.scripts.train", "--config", cfg_path])
+    want = 'error: the config gives "data_backend" outside its "train" section; robo-loaders reads it as train.data'
+    assert rc == 1 and want in out and "Traceback" not in out, out[-3000:]
+
+
 def test_a_bug_keeps_its_traceback_in_robomimics_script(e2e_hdf5, tmp_path):
     """Negative control of item 6: an error that is not the plugin's (robomimic's own, the file is not there) is
     left to robomimic's handler: its traceback, and its exit status 0."""

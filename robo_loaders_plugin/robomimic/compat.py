@@ -15,7 +15,9 @@ leaf, so what touches robomimic's inside can be read (and audited against a new 
    with it), so that
 6. ``robomimic.utils.file_utils.get_shape_metadata_from_dataset`` gives a mixture's padded shapes for
    ``train.data`` (its models are built for what the mixture serves: ``robomimic.mixture.padded_shape_meta``),
-   reading the keys its first component renames under the file's own names.
+   reading the keys its first component renames under the file's own names;
+7. ``robomimic.config.config.Config.update`` names a plugin key (``data_backend``, ...) given outside ``train``
+   in one line instead of robomimic's "key-locked" traceback, which read as the plugin not being installed.
 
 Run by robomimic's training script, the plugin's errors raised through 2-4 end the process with one line and exit
 status 1 (:func:`patch_train_utils`), because the script's ``main`` catches every error and exits 0.
@@ -61,7 +63,10 @@ PATCHED = (
     ),
     ("robomimic.utils.train_utils", "get_exp_dir", ("config",)),
     ("robomimic.utils.file_utils", "get_shape_metadata_from_dataset", ("dataset_path", "all_obs_keys", "verbose")),
+    ("robomimic.config.config", "Config.update", ("self",)),
 )
+# the keys the plugin adds to every algorithm's ``train`` section (patch_base_config)
+TRAIN_KEYS = ("data_backend", "data_backend_kwargs", "data_mixture")
 
 
 def installed_version() -> str | None:
@@ -131,6 +136,37 @@ def patch_base_config(module) -> None:
 
     setattr(train_config, _MARK, True)
     BaseConfig.train_config = train_config
+    _patch_config_update(module.Config)
+
+
+def _patch_config_update(Config) -> None:
+    """Make ``Config.update`` refuse a plugin key given outside ``train`` in one line naming it (robomimic's
+    training script updates the algorithm's config with the JSON file's; a ``data_backend`` put under
+    ``experiment`` or at the top level raised "this config has been key-locked and key 'data_backend' does not
+    exist" with a traceback, word for word what the plugin not installed gives: a reviewer's finding)."""
+    orig = Config.update
+    if getattr(orig, _MARK, False):
+        return
+    ORIGINALS["update"] = orig  # by its last name, as patch_point_checks reads the originals
+
+    @functools.wraps(orig)
+    def update(self, *args, **kwargs):
+        try:
+            return orig(self, *args, **kwargs)
+        except RuntimeError as exc:
+            key = next((k for k in TRAIN_KEYS if f"key '{k}' does not exist" in str(exc)), None)
+            if key is None:
+                raise
+            err = RoboLoadersError(
+                f'the config gives "{key}" outside its "train" section; robo-loaders reads it as train.{key}: '
+                'move it under "train"'
+            )
+            if running_train_script():
+                exit_with_one_line(err)
+            raise err from None
+
+    setattr(update, _MARK, True)
+    Config.update = update
 
 
 def patch_train_utils(module, replacements) -> None:
