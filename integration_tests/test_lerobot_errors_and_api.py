@@ -188,6 +188,15 @@ def test_a_root_or_episodes_lerobot_cannot_train_from_is_refused_at_parsing(
         cfg_for(zero)
     with pytest.raises(DecodingError, match="episode 7 of"):
         cfg_for(root, None, None, 0.0, "--dataset.episodes=[0,7]")
+    # the dataset's parent folder given: LeRobot went to the Hub with it (a 34-frame connection traceback, or a
+    # download into that folder) whether the Hub was on or off (a reviewer's finding)
+    parent = os.path.dirname(root)
+    for offline in (False, True):
+        monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", offline)
+        with pytest.raises(DecodingError) as err:
+            cfg_for(parent)
+        words = f"--dataset.root={parent} holds no LeRobot dataset (no meta/info.json) but its folder"
+        assert words in str(err.value) and str(root) in str(err.value) and "\n" not in str(err.value), str(err.value)
 
 
 def test_lerobot_going_to_the_offline_hub_is_one_line_naming_the_dataset(copy_of, monkeypatch):

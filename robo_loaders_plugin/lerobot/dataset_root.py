@@ -115,7 +115,8 @@ def check_local_dataset(
         fix_root: What to do about a root holding no dataset.
 
     Raises:
-        SourceError: the root is a file; it holds no ``meta/info.json`` while the Hub is off; ``meta/info.json`` is
+        SourceError: the root is a file; it holds no ``meta/info.json`` while the Hub is off, or while a folder in
+            it does (the parent of the dataset given); ``meta/info.json`` is
             unreadable or lacks ``total_episodes``; the dataset has 0 episodes; ``episodes`` is empty or names an
             episode the dataset does not have.
     """
@@ -123,6 +124,13 @@ def check_local_dataset(
         raise SourceError(f"{root_label} is a file, not a dataset directory; {fix_root}")
     info_path = os.path.join(root, "meta", "info.json")
     if not os.path.isfile(info_path):
+        inside = _datasets_inside(root)
+        if inside:  # the parent folder of a dataset: LeRobot would download repo_id into it, Hub on or off
+            shown = ", ".join(os.path.join(root, name) for name in inside[:3])
+            raise SourceError(
+                f"{root_label} holds no LeRobot dataset (no meta/info.json) but its folder"
+                f"{'s' if len(inside) > 1 else ''} {shown} do{'' if len(inside) > 1 else 'es'}; {fix_root}"
+            )
         if not hub_is_off():
             return  # LeRobot downloads repo_id into it
         what = "holds no LeRobot dataset (no meta/info.json)" if os.path.isdir(root) else "does not exist"
@@ -156,6 +164,16 @@ def check_local_dataset(
             f"{episodes_label}: episode {outside[0]} of {episodes} is not in {root}, which has {total} episode"
             f"{'s' if total != 1 else ''} (0..{total - 1}, {info_path}); list only episodes 0..{total - 1}"
         )
+
+
+def _datasets_inside(root: str) -> list[str]:
+    """The direct subfolders of ``root`` that hold a LeRobot dataset (``meta/info.json``), sorted; none when
+    ``root`` is not a directory."""
+    try:
+        names = sorted(os.listdir(root))
+    except OSError:
+        return []
+    return [n for n in names if os.path.isfile(os.path.join(root, n, "meta", "info.json"))]
 
 
 @contextlib.contextmanager
