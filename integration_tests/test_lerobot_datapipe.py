@@ -322,6 +322,52 @@ def test_a_dataset_changed_while_converted_is_withdrawn_not_published(lerobot_da
     assert (tmp_path / "control" / "index.json").exists()
 
 
+def test_tables_read_while_a_data_file_was_edited_then_restored_with_its_mtime_are_read_again(
+    lerobot_datasets, tmp_path, monkeypatch
+):
+    """A reviewer's reproduction: the data parquet edited while ``convert_lerobot`` read the tables (before any
+    unit), then restored with its mtime (``cp -p``): every unit recorded the restored stat, the end-of-run check saw
+    the first version's content, and shards holding the edited actions were published. The stat taken before the
+    tables are read is each unit's, so the units are converted again from tables read again. Control: with no
+    stat kept (the manifest naming no source files), the edited actions are published."""
+    import shutil
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from robo_loaders_plugin.lerobot import convert as lerobot_convert
+    from robo_loaders_plugin.storage.shards import manifest
+
+    copy = tmp_path / "copy"
+    shutil.copytree(lerobot_datasets["png_1cam"], copy)
+    data = next((copy / "data").rglob("*.parquet"))
+    backup = tmp_path / "backup.parquet"
+    shutil.copy2(data, backup)
+    read_tables = lerobot_convert.LeRobotEpisodes
+    edits = []
+
+    def edited_meanwhile(source, tolerance_s, *a, **k):
+        if not edits:  # someone writes the file while the tables are read, then restores it with cp -p
+            edits.append(1)
+            table = pq.read_table(data)
+            i = table.schema.get_field_index("action")
+            shifted = pa.array([[x + 100.0 for x in row] for row in table.column(i).to_pylist()], table.field(i).type)
+            pq.write_table(table.set_column(i, table.field(i), shifted), data)
+            episodes = read_tables(source, tolerance_s, *a, **k)
+            shutil.copy2(backup, data)
+            return episodes
+        return read_tables(source, tolerance_s, *a, **k)
+
+    monkeypatch.setattr(lerobot_convert, "LeRobotEpisodes", edited_meanwhile)
+    convert_lerobot(copy, tmp_path / "shards", repo_id=REPO, progress=False)
+    assert edits and verify_lerobot(str(tmp_path / "shards"), copy) == []
+    plan = manifest.plan
+    edits.clear()
+    monkeypatch.setattr(manifest, "plan", lambda *a, source_files=None, **k: plan(*a, **k))  # control: no stat kept
+    convert_lerobot(copy, tmp_path / "control", repo_id=REPO, progress=False)
+    assert edits and any("action" in p for p in verify_lerobot(str(tmp_path / "control"), copy))
+
+
 def test_cache_dir_rebuilds_when_the_source_changes_and_retires_the_old_copy(lerobot_datasets, tmp_path, monkeypatch):
     """No options: converted into the user cache directory; a source changed in place (same size, mtime restored)
     is converted again, the new shards serve the new values, and the old copy is removed."""

@@ -65,8 +65,9 @@ def _metadata(episodes: LeRobotEpisodes, repo_id: str | None) -> dict:
 def _worker(args):
     root, tolerance_s, out_dir, codec_dict, lease_s = args
     use_single_thread()
+    since = manifest.source_stat_digest(out_dir)  # before the tables every unit is served from are read
     episodes = LeRobotEpisodes(LeRobotV3(root), tolerance_s)
-    return manifest.work(out_dir, FrameCodec(**codec_dict), _record_reader(episodes), lease_s)
+    return manifest.work(out_dir, FrameCodec(**codec_dict), _record_reader(episodes), lease_s, since)
 
 
 def convert_lerobot(
@@ -135,7 +136,10 @@ def convert_lerobot(
         ],
     )
     fp = fingerprint or source.fingerprint()
-    episodes = LeRobotEpisodes(source, tolerance_s)
+    # the stat the tables below are read under, or an earlier one (what this process converts units from): a change
+    # since makes the units recorded under it convert again, from tables read again (run_here)
+    read = {"since": manifest.stat_digest(fp.files), "episodes": LeRobotEpisodes(source, tolerance_s)}
+    episodes = read["episodes"]
     meta = _metadata(episodes, repo_id)
     names = [e["name"] for e in meta["episodes"]]
     sizes = {f"episode_{ep}": episodes.frame_bytes(ep) for ep, _, _ in episodes.runs}
@@ -152,7 +156,14 @@ def convert_lerobot(
     # in this process, convert with the episodes already read above instead of reading the tables again (datatrove
     # runs its tasks in other processes, or pickles them for Slurm: they need the module-level worker)
     in_process = num_workers <= 1 and executor == "local"
-    worker = _worker if not in_process else lambda _: manifest.work(out_dir, codec, _record_reader(episodes), lease_s)
+
+    def run_here(_):  # in this process, from the tables read above while the source's stat is the one they were read
+        now = manifest.source_stat_digest(out_dir)
+        if now is not None and now != read["since"]:  # changed since: read again (taken before the read)
+            read.update(since=now, episodes=LeRobotEpisodes(source, tolerance_s))
+        return manifest.work(out_dir, codec, _record_reader(read["episodes"]), lease_s, read["since"])
+
+    worker = _worker if not in_process else run_here
     res = executors.execute(
         executor,
         out_dir,
