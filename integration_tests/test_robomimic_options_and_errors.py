@@ -477,6 +477,9 @@ def test_per_demo_metadata_of_another_length_is_served_as_robomimic_serves_the_f
     with h5py.File(path, "r+") as f:
         for demo in f["data"]:
             f[f"data/{demo}"].create_dataset("src_demo_inds", data=np.array([3, 7]))
+            # an observation the config does not serve, of another length: datapipe's and video_stream's conversion
+            # on first use refused it (a reviewer's reproduction)
+            f[f"data/{demo}"].create_dataset("obs/extra", data=np.zeros((3, 2), np.float32))
     native_cfg = make_config(path, seq_length=5)
     theirs = dataset_factory(native_cfg, obs_keys(native_cfg))
     cfg = make_config(path, backend=backend, seq_length=5)
