@@ -257,6 +257,31 @@ def test_a_source_replaced_while_its_entry_is_built_keeps_nothing(tmp_path):
     assert not reused and open(entry.path, "rb").read() == b"v2" * 100
     assert [e.name for e in cache.entries(root)] == [entry.name]
 
+    # changed in place and put back with its mtime while the build read it (cp -p of an edit, then of a backup): the
+    # identity after the build was the first version's, and the entry holding the edit was kept (a reviewer's
+    # reproduction); the files' ctime tells
+    other = cache.cache_root(str(tmp_path / "cache2"))
+
+    def edited_and_restored_meanwhile(path, _fp):
+        before = src.stat()
+        src.write_bytes(b"v3" * 100)
+        with open(path, "wb") as f:
+            f.write(src.read_bytes())
+        src.write_bytes(b"v2" * 100)
+        os.utime(src, ns=(before.st_atime_ns, before.st_mtime_ns))
+
+    def content_fp(recorded):  # the content digest itself (equal for the put-back bytes)
+        return fingerprint(str(src), digest_of(str(src)), recorded)
+
+    def obtain_other(build):
+        return cache.obtain(other, "kind", {"src": str(src)}, content_fp, lambda p: None, os.path.exists, build, "copy")
+
+    with pytest.raises(StaleSourceError, match=r"changed while the copy was built from it \(its files were written"):
+        obtain_other(edited_and_restored_meanwhile)
+    assert list(cache.entries(other)) == []
+    kept, _hold, reused, _ = obtain_other(read_only)  # control: the same source read only
+    assert not reused and open(kept.path, "rb").read() == b"v2" * 100
+
     def refused_by_its_own_check(path, _fp):  # a conversion that saw the source change raises before obtain checks
         os.makedirs(path)
         (tmp_path / "marker").write_bytes(b"")

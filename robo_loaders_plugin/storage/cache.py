@@ -767,7 +767,7 @@ def _source_kept_while_built(entry: Entry, before, after, description: str) -> N
     Raises:
         StaleSourceError: the source's files or content differ from ``before``'s.
     """
-    if after.identity() == before.identity():
+    if after.identity() == before.identity() and not before.rewritten(after):
         return
     _remove_entry_path(entry)
     raise StaleSourceError(

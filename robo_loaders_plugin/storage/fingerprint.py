@@ -152,8 +152,29 @@ class Fingerprint:
             ``"a; b; c; and 2 more"``; ``"its files were replaced"`` when no difference is recorded (a source
             replaced by one with the same files' stats and digest method, seen only by its identity).
         """
-        diff = self.differences(current) or ["its files were replaced"]
+        diff = self.differences(current) or [
+            "its files were written (another inode or ctime) and hold the same bytes again"
+            if self.rewritten(current)
+            else "its files were replaced"
+        ]
         return "; ".join(diff[:first]) + (f"; and {len(diff) - first} more" if len(diff) > first else "")
+
+    def rewritten(self, current: Fingerprint) -> bool:
+        """Whether a file was written (or replaced) between the two stats, though its name, size, mtime and the
+        content digest are the same again: another inode or ctime.
+
+        Why: a build reads the source between two fingerprints; a source changed in place during it and put back
+        with its mtime (``cp -p`` of a backup) has the first version's identity after the build, while the build
+        read the other version's bytes (a reviewer's reproduction: kept and reused by every later run). The kernel
+        moves ctime at every write, and nothing sets it back.
+
+        Args:
+            current: The source's fingerprint now (a stat taken after the other's).
+
+        Returns:
+            True when the files' full stats differ.
+        """
+        return [list(f) for f in self.files] != [list(f) for f in current.files]
 
 
 def fingerprint(
