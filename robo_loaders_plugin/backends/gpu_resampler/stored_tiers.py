@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 
 from robo_loaders_plugin.backends.gpu_resampler.tensors import check_episode_field
+from robo_loaders_plugin.core.errors import RoboLoadersError
 from robo_loaders_plugin.core.log import get_logger
 from robo_loaders_plugin.core.units import format_bytes
 from robo_loaders_plugin.frames.base import FieldInfo
@@ -449,9 +450,9 @@ def stored_tiers(
         why = problem(directory, lengths, blobs_checked, key.get("fields")) or _too_large(
             directory, plan, host_limit, where
         )
-        if why:
-            logger.warning(f"gpu_resampler: the tiers kept in {directory} are not used: {why}; building them again")
-        return not why
+        if why:  # said by the cache's line as the reason (returning False read as a failed integrity check)
+            raise RoboLoadersError(f"gpu_resampler's kept tiers are not used: {why}")
+        return True
 
     opened: list[OpenedTiers] = []
     with warnings.catch_warnings():
