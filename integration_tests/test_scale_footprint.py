@@ -11,6 +11,7 @@ import pytest
 from lerobot_helpers import REPO, random_indices, same_item, serve
 from robomimic_helpers import assert_same_sample, make_config, obs_keys
 
+from robo_loaders_plugin.core.errors import BackendOptionError
 from robo_loaders_plugin.core.footprint import Available, ResourceRefused
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -440,8 +441,10 @@ def test_video_stream_cuts_long_episodes_into_units_and_serves_every_frame_once(
 
 def test_video_stream_buffer_is_sized_in_bytes(lerobot_datasets):
     nat = _native_lr(lerobot_datasets["h264_3cam_multifile"], "act")
-    small = serve("video_stream", nat, cache_memory="300KB")
-    assert small.frames.capacity < len(nat.meta.episodes) and "cache_memory=300.0 kB" in small.serving.summary
+    small = serve("video_stream", nat, cache_memory="5MB")  # two of its episodes of up to 2.1 MB decoded
+    assert small.frames.capacity < len(nat.meta.episodes) and "cache_memory=5.0 MB" in small.serving.summary
+    with pytest.raises(BackendOptionError, match=r"cache_memory=300.0 kB cannot hold the 2 episodes a pass keeps"):
+        serve("video_stream", nat, cache_memory="300KB")  # it held two anyway, over the budget named
     kept = serve("video_stream", nat, cache_episodes=3, shuffle_buffer=1)
     assert kept.frames.capacity == 3 and "cache_episodes=3" in kept.serving.summary
 

@@ -9,6 +9,7 @@ import pytest
 from robo_loaders_plugin.backends.compressed_cache.placement import compressed_cache_plan
 from robo_loaders_plugin.backends.gpu_resampler.footprint import plan_tiers
 from robo_loaders_plugin.core.data_size import DataSize
+from robo_loaders_plugin.core.errors import BackendOptionError
 from robo_loaders_plugin.core.footprint import (
     HEADROOM,
     Available,
@@ -202,6 +203,11 @@ def test_buffers_are_sized_in_bytes_unless_cache_episodes_is_given():
     assert small.capacity == 5 and small.shuffle_buffer == 16  # small episodes: the defaults as before
     given = planned(units, cache_memory=1 << 30, shuffle_buffer=8, shuffle_given=True)
     assert given.shuffle_buffer == 8 and given.capacity == 16
+    # a budget under two of the largest units: refused naming the minimum (it held two anyway, 1200x a 1 kB budget:
+    # a reviewer's finding); control: two units' worth is taken
+    with pytest.raises(BackendOptionError, match=r"p.cache_memory=1.0 kB cannot hold the 2 units .* at least 209.7 MB"):
+        planned(units, cache_memory=1000)
+    assert planned(units, cache_memory=200 * 2**20).capacity == 2
 
 
 def test_batches_in_flight_are_the_prefetched_one_per_thread_and_the_one_training_holds():

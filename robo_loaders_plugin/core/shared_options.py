@@ -176,8 +176,8 @@ def pass_options(
             "is at most half of what the budget named holds (cache_memory, else 1GB, "
             "whatever memory is free, so that a pass resumed with less memory free goes "
             "on in its own order) unless given (less when a batch opens "
-            "many: the log says); cache_episodes, when given, decides "
-            "instead",
+            "many: the log says); a budget under 1GB that cannot hold two of the largest "
+            "episodes (or parts) is refused; cache_episodes, when given, decides instead",
             check=check_size,
             convert=to_bytes,
         ),

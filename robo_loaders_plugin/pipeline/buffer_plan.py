@@ -9,6 +9,7 @@ import dataclasses
 
 import numpy as np
 
+from robo_loaders_plugin.core.errors import BackendOptionError
 from robo_loaders_plugin.core.footprint import Available, Footprint, Planned
 from robo_loaders_plugin.core.in_flight import BatchesInFlight
 from robo_loaders_plugin.core.units import format_bytes
@@ -97,6 +98,11 @@ def buffer_plan(
 
     Returns:
         The :class:`BufferPlan`; its capacity is at most the number of units (at least 1).
+
+    Raises:
+        BackendOptionError: ``cache_memory``, under the default bound, holds fewer than 2 of the largest units (a
+            reviewer's finding: 1 kB was accepted and 1.2 MB held, while the README says what a backend cannot hold
+            is refused up front).
     """
     largest = int(np.max(unit_bytes)) if len(unit_bytes) else 0
     order_capacity = None  # the capacity itself, where the options name it
@@ -105,6 +111,14 @@ def buffer_plan(
         said = f"cache_episodes={cache_episodes}"
         shuffle = int(shuffle_buffer)
     else:
+        # the floor below holds two units whatever the budget: a budget under them is refused, except from the
+        # default bound on (a mixture's components are given it: mixtures.footprint.bounded_buffer)
+        if cache_memory is not None and int(cache_memory) < min(2 * largest, DEFAULT_CACHE_MEMORY):
+            raise BackendOptionError(
+                f"{option_prefix}.cache_memory={format_bytes(int(cache_memory))} cannot hold the 2 {unit} a pass "
+                f"keeps at least (the largest is {format_bytes(largest)}): give at least "
+                f"{format_bytes(2 * largest)}, or leave cache_memory out"
+            )
         limit, said = _byte_budget(unit_bytes, cache_memory, available_bytes, unit)
         if limit is None:  # the whole dataset: every unit (and room for the shuffle buffer the option asks)
             limit = max(1, largest) * max(len(unit_bytes), 2 * int(shuffle_buffer))
