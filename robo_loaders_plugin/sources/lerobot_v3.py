@@ -925,8 +925,8 @@ class EpisodeVideoDecoder:
             raise SourceError(
                 f"{path}: episode {ep}, {key}: {bad.size} frame(s) violate the timestamp tolerance "
                 f"(tolerance_s={self.tolerance_s}); first: row {i} queries t={query[i]:.6f}s, nearest frame at "
-                f"{pts[i]:.6f}s. LeRobotDataset would raise FrameTimestampError on these samples; fix the "
-                "episode's timestamps or raise --tolerance_s"
+                f"{pts[i]:.6f}s ({float(dist[i]):.3g} s apart). LeRobotDataset would raise FrameTimestampError on "
+                "these samples; fix the episode's timestamps or raise --tolerance_s"
             )
         # torchcodec decodes to (N, H, W, C) and hands back a channels-first *view*: copied into (N, C, H, W) order
         # once here, every window that covers a frame is then a plain copy (not a strided transpose per use)
