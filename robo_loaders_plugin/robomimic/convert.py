@@ -148,8 +148,7 @@ def convert_robomimic(
         every = [name for name, _ in datasets(f[f"data/{demos[0]}"])]
         # every demo's actions have a row per step (the file's num_samples is right); any other dataset of another
         # length is left out of the shards (read_all), refused where a config serves it (sequence.data_size): a
-        # conversion on first use (datapipe, video_stream) refused an observation the config did not serve (a
-        # reviewer's reproduction)
+        # backend converting on first use refused an observation the config did not serve (a reviewer's reproduction)
         source.check_sized(["actions"])
         size = source.data_size(f, demos, [name for name in every if name not in source.unsized])
     check_conversion_disk(
