@@ -359,6 +359,46 @@ def test_workers_that_convert_nothing_are_an_error_not_a_hang(tmp_path):
     assert not (tmp_path / "index.json").exists()
 
 
+def test_a_source_that_keeps_changing_is_said_so_not_left_unconverted(tmp_path):
+    """Each unit records the stat of the source's files it was read under, and a unit read under another stat than
+    the files' when publishing is converted again; a source whose ctime changed at every pass was reported as
+    units "left unconverted by the workers" (a reviewer's reproduction). Control: a source that changes once is
+    converted again and published."""
+    from robo_loaders_plugin import StaleSourceError
+
+    src = tmp_path / "source.bin"
+    src.write_bytes(b"x")
+    out = tmp_path / "out"
+    files = {"path": str(src), "names": None}
+    manifest.plan(str(out), {"content": "abc"}, UNITS, {"codec": CODEC.as_dict()}, source_files=files)
+    changes = []
+
+    def touching(name):  # the file written (its ctime) as each unit is read, mtime kept
+        if name in (NAMES[0], NAMES[2]):
+            st = src.stat()
+            src.write_bytes(b"x")
+            os.utime(src, ns=(st.st_atime_ns, st.st_mtime_ns))
+            changes.append(name)
+        return read_episode(name)
+
+    def run(read):
+        return manifest.run(
+            str(out), lambda _: manifest.work(str(out), CODEC, read), None, 1, CODEC, META, {}, "t", progress=False
+        )
+
+    with pytest.raises(StaleSourceError, match=r"source\.bin: its files kept changing .* while they were converted"):
+        run(touching)
+    assert len(changes) >= 4 and not (out / "index.json").exists()
+    changes.clear()
+
+    def once(name):
+        if not changes:
+            touching(name)
+        return read_episode(name)
+
+    assert run(once).episodes == 6 and changes  # control: converted again once, then published
+
+
 def pool_worker(out):
     return manifest.work(out, CODEC, read_episode)
 

@@ -235,11 +235,20 @@ def _replan_read_elsewhen(out_dir: str, m: dict) -> list[int]:
         for key in ("index", "shards", "source_stat"):
             u.pop(key, None)
     if stale:
+        key = os.path.realpath(out_dir)
+        _STAT_REPLANS[key] = _STAT_REPLANS.get(key, 0) + 1
         logger.warning(
             f"{out_dir}: unit(s) {_ids(stale)} were read while the source's files had another stat (size, mtime, "
             "inode or ctime) than now: converting them again"
         )
     return stale
+
+
+# how many times this process planned units of an output directory again because the source's stat changed: a
+# source that keeps changing ends the run after MAX_STAT_REPLANS rounds (it looped converting them again and again,
+# or said the workers had left them: a reviewer's reproduction)
+_STAT_REPLANS: dict[str, int] = {}
+MAX_STAT_REPLANS = 3
 
 
 def _sweep_leftovers(out_dir: str, m: dict) -> list[str]:
@@ -782,8 +791,21 @@ def run(
     try:
         run_workers(worker, args, num_workers, out_dir, show_progress, POLL_S)
         deadline, left_over = None, None
+        key, replans = os.path.realpath(out_dir), 0
+        _STAT_REPLANS.pop(key, None)
         while (published := _finish(out_dir, codec, metadata, source)) is None:
             available, held = _pending(out_dir)
+            if _STAT_REPLANS.get(key, 0) != replans:  # planned again for the source's stat, not left by the workers
+                replans, left_over = _STAT_REPLANS[key], None
+            if replans >= MAX_STAT_REPLANS:
+                from robo_loaders_plugin.core.errors import StaleSourceError
+
+                files = _read(out_dir).get("source_files") or {}
+                raise StaleSourceError(
+                    f"{files.get('path', 'the source')}: its files kept changing (size, mtime, inode or ctime) while "
+                    f"they were converted into {out_dir}: units read from them were converted again "
+                    f"{MAX_STAT_REPLANS} times; run the same command once the source no longer changes"
+                )
             if available:  # given back by a killed process, or planned again: convert them here
                 if set(available) == left_over:  # the workers returned without converting them
                     raise ShardError(
