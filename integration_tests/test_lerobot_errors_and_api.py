@@ -191,12 +191,17 @@ def test_a_root_or_episodes_lerobot_cannot_train_from_is_refused_at_parsing(
     # the dataset's parent folder given: LeRobot went to the Hub with it (a 34-frame connection traceback, or a
     # download into that folder) whether the Hub was on or off (a reviewer's finding)
     parent = os.path.dirname(root)
+    import shutil
+
+    home = tmp_path / "home"  # LeRobot's own layout, HF_LEROBOT_HOME/<org>/<name>: the repo_id's folder named
+    shutil.copytree(root, home / REPO)
     for offline in (False, True):
         monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", offline)
-        with pytest.raises(DecodingError) as err:
-            cfg_for(parent)
-        words = f"--dataset.root={parent} holds no LeRobot dataset (no meta/info.json) but its folder"
-        assert words in str(err.value) and str(root) in str(err.value) and "\n" not in str(err.value), str(err.value)
+        for given, inside in ((parent, str(root)), (str(home), str(home / REPO))):
+            with pytest.raises(DecodingError) as err:
+                cfg_for(given)
+            words = f"--dataset.root={given} holds no LeRobot dataset (no meta/info.json) but its folder"
+            assert words in str(err.value) and inside in str(err.value) and "\n" not in str(err.value), str(err.value)
 
 
 def test_lerobot_going_to_the_offline_hub_is_one_line_naming_the_dataset(copy_of, monkeypatch):

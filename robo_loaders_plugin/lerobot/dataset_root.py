@@ -124,7 +124,7 @@ def check_local_dataset(
         raise SourceError(f"{root_label} is a file, not a dataset directory; {fix_root}")
     info_path = os.path.join(root, "meta", "info.json")
     if not os.path.isfile(info_path):
-        inside = _datasets_inside(root)
+        inside = _datasets_inside(root, repo_id)
         if inside:  # the parent folder of a dataset: LeRobot would download repo_id into it, Hub on or off
             shown = ", ".join(os.path.join(root, name) for name in inside[:3])
             raise SourceError(
@@ -166,14 +166,21 @@ def check_local_dataset(
         )
 
 
-def _datasets_inside(root: str) -> list[str]:
-    """The direct subfolders of ``root`` that hold a LeRobot dataset (``meta/info.json``), sorted; none when
-    ``root`` is not a directory."""
+def _datasets_inside(root: str, repo_id: str) -> list[str]:
+    """The folders in ``root`` holding a LeRobot dataset (``meta/info.json``): ``<root>/<repo_id>`` (LeRobot's own
+    layout, ``HF_LEROBOT_HOME/<org>/<name>``: a reviewer's finding) when it does, else its subfolders one and two
+    levels down, sorted; none when ``root`` is not a directory."""
+    if repo_id and os.path.isfile(os.path.join(root, repo_id, "meta", "info.json")):
+        return [repo_id]
     try:
-        names = sorted(os.listdir(root))
+        names = sorted(n for n in os.listdir(root) if os.path.isdir(os.path.join(root, n)))
     except OSError:
         return []
-    return [n for n in names if os.path.isfile(os.path.join(root, n, "meta", "info.json"))]
+    deeper = []
+    for n in names:
+        with contextlib.suppress(OSError):
+            deeper += [f"{n}/{m}" for m in sorted(os.listdir(os.path.join(root, n)))]
+    return [n for n in names + deeper if os.path.isfile(os.path.join(root, n, "meta", "info.json"))]
 
 
 @contextlib.contextmanager
