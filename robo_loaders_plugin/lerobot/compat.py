@@ -808,6 +808,37 @@ def sampler_indices(sampler) -> np.ndarray:
 _EPOCH_ATTRS = ("_epoch", "_start_index", "_num_frames", "shuffle", "_epoch_generator")
 
 
+def episode_sampler(native, drop_n_last_frames: int, shuffle: bool = False, seed: int = 0):
+    """LeRobot's own ``EpisodeAwareSampler`` over ``native``, built as lerobot-train 0.6.1 builds it for one dataset
+    (its episode table, its episode filter, ``drop_n_last_frames``), its episode bounds read in place
+    (:func:`episode_boundaries`).
+
+    Args:
+        native: The ``LeRobotDataset``.
+        drop_n_last_frames: Frames left out at each episode's end.
+        shuffle: Whether its passes are shuffled.
+        seed: Its order's seed.
+
+    Returns:
+        The sampler.
+
+    Raises:
+        ValueError: LeRobot's own: no frame is left (every episode shorter than ``drop_n_last_frames``).
+    """
+    from lerobot.datasets import EpisodeAwareSampler
+
+    starts, ends = episode_boundaries(native.meta.episodes)
+    return EpisodeAwareSampler(
+        starts,
+        ends,
+        episode_indices_to_use=getattr(native, "episodes", None),
+        drop_n_last_frames=int(drop_n_last_frames),
+        shuffle=shuffle,
+        seed=seed,
+        absolute_to_relative_idx=getattr(native, "absolute_to_relative_idx", None),
+    )
+
+
 def drop_sampler_frames(dataloader, native, drop: int, position) -> None:
     """Make lerobot-train's ``EpisodeAwareSampler`` leave out ``drop`` frames at each episode's end instead of the
     count it was built with (the policy's ``drop_n_last_frames``), keeping the epoch and the step ``--resume``
@@ -830,8 +861,6 @@ def drop_sampler_frames(dataloader, native, drop: int, position) -> None:
         CompatError: the sampler is not LeRobot 0.6's ``EpisodeAwareSampler``.
         RoboLoadersError: no frame is left (every episode shorter than ``drop``).
     """
-    from lerobot.datasets import EpisodeAwareSampler
-
     split = rank_split(dataloader)
     sampler = getattr(split.batch_sampler, "sampler", None)
     attrs = ("_starts", "_cum_lengths", "_num_frames", "_epoch", "_start_index", "seed", "shuffle")
@@ -846,15 +875,7 @@ def drop_sampler_frames(dataloader, native, drop: int, position) -> None:
             f"{SUPPORTED_PREFIX}x's lerobot-train, or leave target_fps out"
         )
     try:
-        fresh = EpisodeAwareSampler(
-            native.meta.episodes["dataset_from_index"],
-            native.meta.episodes["dataset_to_index"],
-            episode_indices_to_use=native.episodes,
-            drop_n_last_frames=int(drop),
-            shuffle=bool(sampler.shuffle),
-            seed=int(sampler.seed),
-            absolute_to_relative_idx=getattr(native, "absolute_to_relative_idx", None),
-        )
+        fresh = episode_sampler(native, drop, shuffle=bool(sampler.shuffle), seed=int(sampler.seed))
     except ValueError as exc:
         raise RoboLoadersError(
             f"at target_fps the policy's drop_n_last_frames leaves out {drop} recorded frames of each episode of "

@@ -239,17 +239,8 @@ def sampler_rows(native, drop_n_last_frames: int, where: str = "a component") ->
     Raises:
         MixtureError: no row is left (every episode shorter than ``drop_n_last_frames``).
     """
-    from lerobot.datasets import EpisodeAwareSampler
-
-    starts, ends = compat.episode_boundaries(native.meta.episodes)
     try:
-        sampler = EpisodeAwareSampler(
-            starts,
-            ends,
-            episode_indices_to_use=getattr(native, "episodes", None),
-            drop_n_last_frames=int(drop_n_last_frames),
-            absolute_to_relative_idx=getattr(native, "absolute_to_relative_idx", None),
-        )
+        sampler = compat.episode_sampler(native, drop_n_last_frames)
     except ValueError as exc:
         raise MixtureError(
             f"{MIXTURE_FLAG}: {where}: LeRobot's sampler serves none of its frames with drop_n_last_frames="
