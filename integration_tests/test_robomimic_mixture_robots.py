@@ -38,6 +38,7 @@ def robots_config(robots, backend=None, **mixture):
                       hdf5_load_next_obs=True)  # fmt: skip
     with cfg.values_unlocked():
         cfg.train.data_mixture = {"components": [{"path": p, "weight": 1.0} for p in robots], **mixture}
+        cfg.experiment.rollout.enabled = False  # train.data's environment takes 7-wide actions (test below)
     return cfg
 
 
@@ -129,6 +130,31 @@ def test_a_declared_size_and_the_refusals_from_metadata(robots, tmp_path):
         cfg.train.data_mixture = {"components": [{"path": robots[0], "weight": 1}, {"path": str(f32), "weight": 1}]}
     with pytest.raises(MixtureError, match=rf"^{WHERE}: component 1 .*obs/robot0_eef_pos is \(3,\) float32 but"):
         dataset_factory(cfg, obs_keys(cfg))
+    # vectors of other sizes and other dtypes: the dtype is named, never the size, which is padded (the size was
+    # blamed, telling the user to drop actions from train.dataset_keys)
+    retyped = {}
+    for name in ("obs/robot0_eef_pos", "actions"):
+        retyped[name] = tmp_path / f"bimanual14_{name.replace('/', '_')}_f32.hdf5"
+        shutil.copy(robots[1], retyped[name])
+        with h5py.File(retyped[name], "r+") as f:
+            for demo in f["data"]:
+                values = f[f"data/{demo}/{name}"][()]
+                del f[f"data/{demo}/{name}"]
+                f[f"data/{demo}/{name}"] = values.astype(np.float32)
+    for mode, key, why in (
+        ("low_dim", "obs/robot0_eef_pos", "different dtypes (robomimic serves observations as stored)"),
+        (None, "actions", "with train.hdf5_cache_mode null robomimic serves it as stored"),
+    ):
+        cfg = robots_config(robots)
+        with cfg.values_unlocked():
+            cfg.train.hdf5_cache_mode = mode
+            cfg.train.data_mixture = {
+                "components": [{"path": robots[0], "weight": 1}, {"path": str(retyped[key]), "weight": 1}]
+            }
+        with pytest.raises(MixtureError) as refusal:
+            dataset_factory(cfg, obs_keys(cfg))
+        assert f"{key}" in str(refusal.value) and why in str(refusal.value), str(refusal.value)
+        assert "same action space" not in str(refusal.value) and "different shapes" not in str(refusal.value)
     # robomimic reads only the obs keys its config names: a component has nothing to drop
     refused(rf"^{WHERE}: component 0 \(.*\): unknown key\(s\) \['drop'\]",
             components=[{"path": robots[0], "weight": 1, "drop": ["object"]}])  # fmt: skip
@@ -267,6 +293,38 @@ def test_robomimics_shape_metadata_is_the_mixtures_padded_one(robots):
         alone = make_config(robots[0], low_dim=LOW_DIM)
         integration._RUN_CONFIG[:] = [alone]
         assert FileUtils.get_shape_metadata_from_dataset(alone.train.data, all_obs_keys=keys)["ac_dim"] == 7
+    finally:
+        integration._RUN_CONFIG[:] = []
+
+
+@pytest.mark.fast
+def test_rollouts_in_a_narrower_robots_environment_are_refused_before_training(robots):
+    """A reviewer's reproduction: robomimic's script runs rollouts (``experiment.rollout.enabled``, its default) in
+    ``train.data``'s environment, which gives that robot's own observations and takes its own actions; the models
+    built for the mixture's padded shapes failed at the first rollout, ``rollout.rate`` epochs into training. Refused
+    when the shapes are read, naming the option and the sizes; control: with the widest robot as ``train.data``
+    padding leaves its shapes as they are and rollouts stay on."""
+    import robomimic.utils.file_utils as FileUtils
+
+    from robo_loaders_plugin.robomimic import integration, patches
+
+    patches.patch_file_utils(FileUtils)
+    cfg = robots_config(robots)
+    with cfg.values_unlocked():
+        cfg.experiment.rollout.enabled = True
+    integration._RUN_CONFIG[:] = [cfg]
+    try:
+        with pytest.raises(MixtureError, match=rf"^{WHERE}: experiment.rollout.enabled runs the policy in train.data's "
+                           r"environment.*\(actions 7 -> 14, robot0_eef_pos 3 -> 6\): set experiment.rollout.enabled "
+                           "to false"):  # fmt: skip
+            FileUtils.get_shape_metadata_from_dataset(cfg.train.data, all_obs_keys=obs_keys(cfg))
+        widest = robots_config([robots[1], robots[0], robots[2]])
+        with widest.values_unlocked():
+            widest.train.data = robots[1]
+            widest.experiment.rollout.enabled = True
+        integration._RUN_CONFIG[:] = [widest]
+        shape = FileUtils.get_shape_metadata_from_dataset(widest.train.data, all_obs_keys=obs_keys(widest))
+        assert shape["ac_dim"] == 14 and list(shape["all_shapes"]["robot0_eef_pos"]) == [6]
     finally:
         integration._RUN_CONFIG[:] = []
 

@@ -470,9 +470,14 @@ def served_dtype(key: str, stored: str, cache_mode: str | None) -> str:
 
 
 def _disagreement(name: str, got: tuple, want: tuple, first: str, cache_mode: str | None) -> str:
-    """What is wrong with a field a component serves unlike the first component, and what to do, by kind of field."""
+    """What is wrong with a field a component serves unlike the first component, and what to do, by kind of field.
+
+    Two vectors of different sizes are padded to one (``plan_padding``): where they also differ in dtype, the dtype
+    is what is wrong, and the message says so (it blamed the size, telling the user to drop ``actions``)."""
+    vectors = ("missing",) not in (got, want) and len(got[0]) == 1 and len(want[0]) == 1
+    shapes_differ = got[0] != want[0] and not vectors
     if "/" in name:  # an observation: served as stored under every cache mode
-        why = "shapes" if got[0] != want[0] else "dtypes (robomimic serves observations as stored)"
+        why = "shapes" if shapes_differ else "dtypes (robomimic serves observations as stored)"
         return (
             f"{name} is {_shape(got)} but {_shape(want)} in {first}; the components would serve different {why}: "
             "rename another key of the same shape and dtype onto it, or leave the key out of the observation config"
@@ -486,7 +491,7 @@ def _disagreement(name: str, got: tuple, want: tuple, first: str, cache_mode: st
             f"{where} (train.dataset_keys), and robomimic serves a file without it {instead}; remove {name!r} from "
             "train.dataset_keys or the component from the mixture"
         )
-    if got[0] != want[0]:
+    if shapes_differ:
         return (
             f"{name} (train.dataset_keys) is {_shape(got)} but {_shape(want)} in {first}; components must serve it "
             f"with one shape (for actions: the same action space): mix files that agree, or remove {name!r} from "
@@ -524,6 +529,7 @@ def padded_shape_meta(config, shape_meta: dict) -> dict:
     t = config.train
     filters = [c.filter_key or t.hdf5_filter_key for c in spec.components]
     _, padding, _ = check_components(spec, config, list(shape_meta["all_obs_keys"]), filters)
+    _check_rollouts(config, shape_meta, padding.sizes)
     out = dict(shape_meta)
     out["all_shapes"] = type(shape_meta["all_shapes"])(shape_meta["all_shapes"])
     for key, size in padding.sizes.items():
@@ -535,6 +541,30 @@ def padded_shape_meta(config, shape_meta: dict) -> dict:
         sizes = ", ".join(f"{k} {s}" for k, s in padding.sizes.items())
         logger.info(f"{WHERE}: robomimic builds its models for the mixture's padded shapes ({sizes})")
     return out
+
+
+def _check_rollouts(config, shape_meta: Mapping, sizes: Mapping[str, int]) -> None:
+    """Refuse rollouts where the models are built for padded shapes ``train.data``'s environment does not have.
+
+    Why: robomimic's script runs rollouts (``experiment.rollout.enabled``, every ``rollout.rate`` epochs) in the
+    environment of ``train.data``, which gives that robot's own observations and takes its own actions; a model built
+    for wider ones fails at its first rollout (``input.size(-1) must be equal to input_size``), after the first
+    ``rollout.rate`` epochs of training (a reviewer's reproduction). Refused before any data is read instead.
+    Where ``train.data`` holds the widest sizes, padding leaves its shapes as they are and rollouts run.
+    """
+    experiment = config.get("experiment") if hasattr(config, "get") else None
+    rollout = experiment.get("rollout") if experiment is not None else None
+    if rollout is None or not rollout.get("enabled"):
+        return
+    own = {"actions": shape_meta.get("ac_dim")}
+    own.update({k: list(v)[-1] for k, v in shape_meta["all_shapes"].items() if len(v) == 1})
+    wider = [f"{k} {own[k]} -> {size}" for k, size in sizes.items() if k in own and own[k] != size]
+    if wider:
+        raise MixtureError(
+            f"{WHERE}: experiment.rollout.enabled runs the policy in train.data's environment, which serves and "
+            f"takes its own sizes, but the models are built for the mixture's padded ones ({', '.join(wider)}): set "
+            "experiment.rollout.enabled to false, or make train.data (the first component) a file of the widest sizes"
+        )
 
 
 def _rate_choices(spec: MixtureSpec, choice: BackendChoice, config, rates) -> list[BackendChoice]:
