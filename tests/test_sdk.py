@@ -172,8 +172,9 @@ def test_the_default_footprint_bounds_what_a_store_of_every_field_writes(tiny_hd
     assert os.path.getsize(tmp_path / "robo-loaders-fields.json") <= records_bytes(len(size.lengths), 11)
 
 
-def _sdk_dataset(ref, name, path, cache_dir):
-    """A robomimic dataset of ``path`` served by the SDK backend ``name`` of store ``ref``."""
+def _sdk_dataset(ref, name, path, cache_dir, declared=None, given=None, **train):
+    """A robomimic dataset of ``path`` served by the SDK backend ``name`` of store ``ref`` (options ``declared``,
+    ``given`` values; ``train``: robomimic ``train.*`` settings)."""
     import robomimic.algo  # noqa: F401
     import robomimic.utils.obs_utils as ObsUtils
     from robomimic.config import config_factory
@@ -186,8 +187,11 @@ def _sdk_dataset(ref, name, path, cache_dir):
         config.observation.modalities.obs.rgb = ["agentview_image"]
         config.observation.modalities.obs.low_dim = ["robot0_eef_pos"]
         config.train.seq_length = 3
+        for k, v in train.items():
+            config.train[k] = v
     ObsUtils.initialize_obs_utils_with_config(config)
-    options = frame_backend(name, ref, description="d").choose("robomimic", {"cache_dir": cache_dir}, "w").options
+    spec = frame_backend(name, ref, description="d", options=declared)
+    options = spec.choose("robomimic", {"cache_dir": cache_dir, **(given or {})}, "w").options
     return robomimic_dataset(ref, name, config, ["robot0_eef_pos", "agentview_image"], options=options)
 
 
@@ -214,21 +218,109 @@ def test_an_edited_record_is_built_again_never_served(tiny_hdf5, tmp_path):
     assert not rebuilt.serving.reused and got.dtype == np.float64 and np.array_equal(got, want)
 
 
-def test_two_stores_naming_their_entries_alike_are_refused(tiny_hdf5, tmp_path):
-    """A reviewer's reproduction: a store inheriting its parent's ``kind`` opened the parent's entry of the same
-    source and served it as its own (float fields not doubled). The record names the store that built it: another
-    store finding it is refused in one line. Control: a store with a kind of its own builds beside it."""
+def test_two_stores_naming_their_entries_alike_keep_entries_of_their_own(tiny_hdf5, tmp_path):
+    """Reviewers' reproductions: a store inheriting its parent's ``kind`` opened the parent's entry of the same
+    source and served it as its own (float fields not doubled); then, refused by the record, it had already run its
+    ``verify`` on the parent's files and rebuilt the parent's entry in place. The store's class is part of the
+    entry's key: each store builds and serves its own entry, the other's left as it was. Control: the parent's
+    entry is reused afterwards, serving its own values."""
     cache_dir = str(tmp_path / "cache")
-    _sdk_dataset(STORE, "toy_frames", tiny_hdf5, cache_dir).close()
+    parent = _sdk_dataset(STORE, "toy_frames", tiny_hdf5, cache_dir)
+    want = parent[3]["obs"]["robot0_eef_pos"].copy()
+    parent.close()
+    child = _sdk_dataset("toy_store_same_kind:SameKindStore", "same_kind", tiny_hdf5, cache_dir)
+    assert not child.serving.reused and child.location != parent.location
+    assert np.array_equal(child[3]["obs"]["robot0_eef_pos"], want * 2)  # its own encoding, not the parent's
+    child.close()
+    again = _sdk_dataset(STORE, "toy_frames", tiny_hdf5, cache_dir)
+    assert again.serving.reused and again.location == parent.location  # control: left as it was
+    assert np.array_equal(again[3]["obs"]["robot0_eef_pos"], want)
+    again.close()
+
+
+def test_a_store_option_named_like_the_sdks_key_never_replaces_it(tiny_hdf5, tmp_path):
+    """A reviewer's reproduction: the entry's key was the SDK's reading of the source merged with the store's
+    ``key(options)``, so a store option named ``cache_mode`` replaced the SDK's ``cache_mode`` (robomimic's
+    ``hdf5_cache_mode``, which decides the served dtypes): the store built under ``low_dim`` was reused under
+    ``null``, serving float32 actions where robomimic serves float64. Each is apart now: one entry per cache mode.
+    Control: the same option under another name gives the same entries."""
+    from robo_loaders_plugin.extend import Option
+
+    for name in ("cache_mode", "read_mode"):
+        declared = {name: Option(str, "mmap", "how the store reads its files", choices=("mmap", "read"))}
+        cache_dir = str(tmp_path / name)
+        served = {}
+        for mode in ("low_dim", None):
+            ds = _sdk_dataset(STORE, "toy_frames", tiny_hdf5, cache_dir, declared, hdf5_cache_mode=mode)
+            served[mode] = (ds.location, ds.serving.reused, ds[3]["actions"].dtype)
+            ds.close()
+        assert served["low_dim"][0] != served[None][0] and not served[None][1], (name, served)
+        assert served["low_dim"][2] == np.float32 and served[None][2] == np.float64, (name, served)
+
+
+def test_a_damaged_store_whose_verify_raises_is_rebuilt_and_a_store_error_names_the_store(tiny_hdf5, tmp_path):
+    """Reviewers' reproductions: a store's ``verify`` parsing a damaged file of its own raised the parser's error
+    (``JSONDecodeError``) bare on every run, the entry never rebuilt; and an error a store's ``build`` raised reached
+    the user naming no store. Now the entry is rebuilt, the error named in the log, and ``build``'s error names the
+    store and the call. Control: the intact entry is reused."""
+    import toy_store_parsed
+
     from robo_loaders_plugin import RoboLoadersError
 
-    refusal = (
-        r"was built by the frame store toy_store:EveryFieldStore, not toy_store_same_kind:SameKindStore: both name "
-        r"their entries 'every-field-1'; give each store a kind"
-    )
-    with pytest.raises(RoboLoadersError, match=refusal):
-        _sdk_dataset("toy_store_same_kind:SameKindStore", "same_kind", tiny_hdf5, cache_dir)
-    _sdk_dataset("toy_store:InRamStore", "in_ram", tiny_hdf5, cache_dir).close()
+    ref, cache_dir = "toy_store_parsed:ParsedMetaStore", str(tmp_path / "cache")
+    _sdk_dataset(ref, "parsed", tiny_hdf5, cache_dir).close()
+    again = _sdk_dataset(ref, "parsed", tiny_hdf5, cache_dir)
+    assert again.serving.reused  # control
+    again.close()
+    meta = os.path.join(again.location, "meta.json")
+    with open(meta, "r+") as f:
+        f.write("[")  # same size: the SDK's manifest of sizes passes it
+    rebuilt = _sdk_dataset(ref, "parsed", tiny_hdf5, cache_dir)
+    assert not rebuilt.serving.reused
+    rebuilt.close()
+    toy_store_parsed.ParsedMetaStore.FAIL_BUILD = True
+    try:
+        with pytest.raises(
+            RoboLoadersError,
+            match=r"frame store 'toy_store_parsed:ParsedMetaStore': build\(\) failed: ValueError: injected",
+        ):
+            _sdk_dataset(ref, "parsed", tiny_hdf5, str(tmp_path / "other"))
+    finally:
+        toy_store_parsed.ParsedMetaStore.FAIL_BUILD = False
+
+
+def test_max_memory_is_no_part_of_a_stores_default_key():
+    """A reviewer's reproduction: the default ``key`` held every shared option, ``max_memory`` too, so two runs of
+    other budgets built two copies of one store in RAM (docs: one copy shared by the host's processes) and a changed
+    budget rebuilt a store on disk. Control: an option the content depends on is in the key."""
+    declared = {"max_memory": max_memory_option(), "level": Option(int, 3, "a content option")}
+    spec = make(options=declared)
+    store = EveryFieldStore()
+    keys = [store.key(spec.choose("robomimic", {"max_memory": m}, "p").options) for m in ("1GB", "2GB")]
+    assert keys[0] == keys[1] and "max_memory" not in keys[0]
+    assert store.key(spec.choose("robomimic", {"level": 4}, "p").options) != keys[0]  # control
+
+
+def test_an_option_default_its_own_declaration_refuses_is_refused_at_registration():
+    """A reviewer's reproduction: ``Option(int, "90")`` or a default under its ``min`` was registered silently and
+    handed to the store, while the same value given by the user was refused. Refused at registration (``robo-loaders
+    list``) in one line naming the plugin, the backend and the option. Control: a valid default registers."""
+    import dataclasses
+
+    from robo_loaders_plugin.core.registry import _factory_refusal
+
+    for bad, why in (
+        (Option(int, "90", "q"), "must be an integer, got str '90'"),
+        (Option(int, 5, "l", min=10), ">= 10"),
+    ):
+        spec = dataclasses.replace(make(options={"quality": bad}), plugin="my-plugin")
+        refusal = _factory_refusal(spec)
+        assert refusal is not None and refusal.startswith(
+            "plugin 'my-plugin': backend 'toy_frames' refused: the default of its option 'quality' "
+        ), refusal
+        assert why in refusal, refusal
+    ok = dataclasses.replace(make(options={"quality": Option(int, 90, "q", min=10)}), plugin="my-plugin")
+    assert _factory_refusal(ok) is None  # control
 
 
 def test_a_store_not_declared_thread_safe_is_read_by_one_thread_at_a_time(tiny_hdf5, tmp_path):

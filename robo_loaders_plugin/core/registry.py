@@ -251,8 +251,9 @@ _REFUSED: dict[str, str] = {}
 
 
 def _factory_refusal(spec: BackendSpec) -> str | None:
-    """The line refusing a third-party ``spec`` when one of its factories does not follow its framework's protocol
-    (``core.factory_check``: the factory is imported), else ``None``.
+    """The line refusing a third-party ``spec`` when an option's default breaks the option's own declaration, or one
+    of its factories does not follow its framework's protocol (``core.factory_check``: the factory is imported),
+    else ``None``.
 
     The built-ins' factories are not imported here (it would cost every ``robo-loaders list`` torch's import, for
     signatures a test checks) and neither are those whose declared modules are missing (their import would fail on
@@ -264,6 +265,16 @@ def _factory_refusal(spec: BackendSpec) -> str | None:
     if spec.plugin == BUILTIN:
         return None
     for framework in spec.frameworks:
+        for name, opt in spec.options.items():
+            # a default that breaks its own declaration reached the store unchecked (Option(int, "90"); a
+            # default under its min): the user's value would be refused, the default served (a reviewer's reproduction)
+            default = opt.default_for(framework) if opt.applies_to(framework) else None
+            problem = None if default is None else opt.validate(default, framework)
+            if problem is not None:
+                return (
+                    f"plugin {spec.plugin!r}: backend {spec.name!r} refused: the default of its option {name!r} "
+                    f"{problem} under {framework}: declare a default the option accepts"
+                )
         factory = spec.factories.get(framework)
         if factory is None or missing(spec.requires.get(framework, ())):
             continue

@@ -89,6 +89,11 @@ def _named_errors(store: str, call: str, method, *args):
         raise RoboLoadersError(f"frame store {store!r}: {call} failed: {type(exc).__name__}: {exc}") from exc
 
 
+def _ref_of(store: FrameStore) -> str:
+    """A store object's ``"module:Class"``, for messages naming it where its reference is not at hand."""
+    return f"{type(store).__module__}:{type(store).__qualname__}"
+
+
 class StoreFrames(FrameSource):
     """The frame source a :class:`FrameStore` opened, checked against what the SDK recorded when the store was built
     (its episodes' lengths, each field's dtype and step shape) and made safe to pickle: a copy (a spawned
@@ -140,7 +145,7 @@ class StoreFrames(FrameSource):
                 "build() was given them?); delete it to rebuild it"
             )
         for field, want in self.record.fields.items():
-            got = self.inner.info(field)
+            got = _named_errors(store, "info()", self.inner.info, field)
             if np.dtype(got.dtype) != want.dtype or tuple(got.shape) != want.shape:
                 self.close()
                 raise SourceError(
@@ -308,7 +313,7 @@ def _place(
         option_prefix=src.option_prefix,
         sample_frames=src.sample_frames if sample else None,
     )
-    placement = store.place(request, options)
+    placement = _named_errors(_ref_of(store), "place()", store.place, request, options)
     fp = placement.footprint
     if placement.in_ram and not in_ram:  # a store found in RAM has its records there already
         fp = dataclasses.replace(fp, shm_bytes=fp.shm_bytes + records)
@@ -340,7 +345,14 @@ def _recorded(path: str):
 
 
 def _key(store: FrameStore, src: _Source, options) -> dict:
-    return {**src.key, **store.key(options)}
+    """The cache key of a store's entry: what the SDK reads from the source, what the store's content depends on
+    and the store's class, each apart.
+
+    Why apart: merged, a store option named like one of the SDK's entries (``cache_mode``, ``episodes``) replaced it,
+    so a store built under another robomimic cache mode was reused and served another dtype (a reviewer's
+    reproduction); and two stores of one ``kind`` found each other's entries, one checking and rebuilding the
+    other's files in place."""
+    return {"sdk": src.key, "store": store.key(options), "class": _ref_of(store)}
 
 
 def _root(options, option_prefix: str) -> str:
@@ -398,7 +410,7 @@ def _open(store: FrameStore, ref: str, backend: str, src: _Source, options, plac
         episodes = StoreEpisodes(
             src.names, src.cameras, src.size, recorder.read, guard=guard, ram_budget=budget, in_ram=in_ram
         )
-        store.build(directory, episodes, options)
+        _named_errors(ref, "build()", store.build, directory, episodes, options)
         recorder.write(directory, ref)
         if budget is not None and cache.path_bytes(directory) > budget:
             from robo_loaders_plugin.storage.ramfile import MemoryBudgetExceeded
@@ -415,20 +427,14 @@ def _open(store: FrameStore, ref: str, backend: str, src: _Source, options, plac
         key=key,
         build=build,
         cache_dir=getattr(options, "cache_dir", None),
-        check=functools.partial(_intact, store),
+        check=functools.partial(_intact, store, ref),
         description=f"{backend} store",
         option_prefix=src.option_prefix,
         in_ram=in_ram,
         ram_budget=budget,
     )
     try:
-        frames = StoreFrames(ref, directory, options)
-        if frames.record.store not in (None, ref):
-            frames.close()
-            raise RoboLoadersError(
-                f"{directory} was built by the frame store {frames.record.store}, not {ref}: both name their "
-                f"entries {store.kind!r}; give each store a kind of its own (a subclass inherits its parent's)"
-            )
+        frames = StoreFrames(ref, directory, options)  # an entry of another store class has another key (_key)
         expected = np.asarray(src.size.lengths, dtype=np.int64)
         if frames.record.names != src.names or not np.array_equal(frames.lengths, expected):
             frames.close()
@@ -442,20 +448,29 @@ def _open(store: FrameStore, ref: str, backend: str, src: _Source, options, plac
     return frames, directory, hold, reused
 
 
-def _intact(store: FrameStore, directory: str) -> bool:
+def _intact(store: FrameStore, ref: str, directory: str) -> bool:
     """An entry's check before it is reused: the SDK's record reads and matches its own checksum (else the entry is
-    built again, the reason logged), then the store's own ``verify``."""
+    built again, the reason logged), then the store's own ``verify``.
+
+    Why any error of ``verify`` means "rebuild": it reads files that may be damaged, where a store's own code raises
+    whatever its parser does (``json.JSONDecodeError`` on a flipped byte); raised as such, every run failed on the
+    damaged entry without naming it, and it was never rebuilt (a reviewer's reproduction)."""
     StoreRecord.read(directory)  # raises SourceError (a RoboLoadersError) naming what is wrong: rebuilt
-    return bool(store.verify(directory))
+    try:
+        return bool(store.verify(directory))
+    except RoboLoadersError:
+        raise
+    except Exception as exc:  # the store's own parser on a damaged file: the entry is rebuilt
+        raise SourceError(f"frame store {ref!r}: verify() raised {type(exc).__name__}: {exc}") from exc
 
 
 def _summary(store: FrameStore, frames: StoreFrames, directory: str, reused: bool, footprint: Footprint, head: str):
     """The serving summary: what is served, what the store holds and where, what it needs (nothing to build when
     it was reused) and how it stays within that."""
     needs = dataclasses.replace(footprint, build_s=None) if reused else footprint
+    holds = _named_errors(_ref_of(store), "describe()", store.describe, frames.inner, directory)
     return (
-        f"{head}, {store.describe(frames.inner, directory)} at {'reused ' if reused else ''}{directory} "
-        f"({needs.describe()}); bounded: {footprint.bound}"
+        f"{head}, {holds} at {'reused ' if reused else ''}{directory} ({needs.describe()}); bounded: {footprint.bound}"
     )
 
 

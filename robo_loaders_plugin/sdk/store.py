@@ -162,7 +162,8 @@ class FrameStore(abc.ABC):
     def verify(self, directory: str) -> bool:
         """Whether a complete store found in the cache is intact (e.g. its checksums hold); one that is not is
         rebuilt. Called after the SDK found every file the size its build wrote (the manifest); on disk, once per
-        version of the files. Default: trusted.
+        version of the files. An error it raises (its parser on a damaged file) also rebuilds the store, the error
+        named in the log. Default: trusted.
 
         Args:
             directory: The store.
@@ -174,7 +175,10 @@ class FrameStore(abc.ABC):
 
     def key(self, options: Options) -> dict:
         """The options the store's content depends on: one cache entry per distinct value. Default: every option
-        but those declared ``per_host`` (a local path such as ``cache_dir`` changes where, not what).
+        but those declared ``per_host`` (a local path such as ``cache_dir`` changes where, not what) and
+        ``max_memory`` (:func:`~robo_loaders_plugin.sdk.max_memory_option`: it decides where the store lives, RAM
+        or disk, not what it holds; in the key, two runs of other budgets built two copies of one store in RAM, and a
+        changed budget rebuilt a store on disk).
 
         Args:
             options: The backend's resolved options object.
@@ -182,7 +186,7 @@ class FrameStore(abc.ABC):
         Returns:
             A JSON-able ``{name: value}``.
         """
-        return options.shared()
+        return {k: v for k, v in options.shared().items() if k != "max_memory"}
 
     def describe(self, frames: FrameSource, directory: str) -> str:
         """What the store holds, for the serving summary (``"camera frames as JPEG q90 (12.1 MB -> 1.0 MB)"``).

@@ -1,0 +1,30 @@
+"""A store whose ``verify`` parses a file of its own, for tests/test_sdk.py (a damaged one raises the parser's
+error), and whose ``build`` fails on demand (a store's own bug)."""
+
+from __future__ import annotations
+
+import os
+
+from toy_store import EveryFieldStore
+
+
+class ParsedMetaStore(EveryFieldStore):
+    """The same store with a ``meta.json`` its ``verify`` parses (the documented pattern: a store checking its own
+    index), so a damaged one raises the parser's own error; ``build`` raises ``ValueError`` while ``FAIL_BUILD``
+    is set (a store's own bug)."""
+
+    kind = "parsed-meta-1"
+    FAIL_BUILD = False
+
+    def build(self, directory, episodes, options):
+        if ParsedMetaStore.FAIL_BUILD:
+            raise ValueError("injected failure in build")
+        super().build(directory, episodes, options)
+        with open(os.path.join(directory, "meta.json"), "w") as f:
+            f.write('{"format": 1}')
+
+    def verify(self, directory):
+        import json
+
+        with open(os.path.join(directory, "meta.json")) as f:
+            return json.load(f)["format"] == 1
