@@ -427,3 +427,32 @@ def test_a_shard_deleted_under_a_running_pass_is_the_one_shard_error_line(tiny_h
         for _ in it:
             pass
     assert str(exc.value) == f"{shard}: missing (deleted after the dataset was opened); convert the dataset again"
+
+
+def test_a_pass_suspended_at_interpreter_exit_ends_without_a_traceback(tiny_hdf5, tmp_path):
+    """A reviewer's reproduction: a pass kept suspended to the end of a script (its iterator in a module global)
+    printed torchdata's ``Exception ignored in: ... _ParallelMapperIter.__del__ ... AttributeError`` after a
+    successful run: its iterators were collected during finalisation, the modules' globals cleared. They are
+    dropped at exit now. Control: the script served its batch (the first line it prints)."""
+    import subprocess
+    import sys
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    script = tmp_path / "suspended.py"
+    script.write_text(
+        "import sys\n"
+        f"sys.path.insert(0, {here!r})\n"
+        "import torch\n"
+        "from robomimic_helpers import make_config, obs_keys\n"
+        "from robo_loaders_plugin.robomimic import dataset_factory\n"
+        "from robo_loaders_plugin.robomimic.integration import epoch_loader\n"
+        f"c = make_config({tiny_hdf5!r}, backend='datapipe', seq_length=3,"
+        f" backend_kwargs={{'cache_dir': {str(tmp_path / 'cache')!r}}})\n"
+        "loader = torch.utils.data.DataLoader(dataset_factory(c, obs_keys(c)), batch_size=8, shuffle=True,"
+        " num_workers=2)\n"
+        "it = iter(epoch_loader(loader))\n"
+        "print('served', tuple(next(it)['actions'].shape))\n"
+    )
+    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0 and "\nserved (8, 3, " in p.stdout, p.stdout + p.stderr
+    assert "Exception ignored" not in p.stderr and "Traceback" not in p.stderr, p.stderr

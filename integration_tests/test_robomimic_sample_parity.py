@@ -172,3 +172,37 @@ def test_a_one_dimensional_observation_and_its_goal_are_served_as_sequence_datas
     goal = native[0]["goal_obs"]["scalar"]
     with pytest.raises(AssertionError, match="ndarray is not float32"):
         assert_same_sample(np.asarray(goal), goal)
+
+
+@pytest.mark.parametrize("backend", ["compressed_cache", "gpu_resampler"])
+def test_persistent_workers_epochs_keep_the_dataloaders_order_and_rng(tiny_hdf5, backend):
+    """A reviewer's reproduction: robomimic asks for each epoch's batches anew (the patched ``run_epoch``), and a
+    DataLoader of persistent workers draws its base seed once for the run; the in-process batches drew it at every
+    epoch, so from the second epoch on the order and torch's global RNG (dropout, crops) left native's. Three
+    epochs through ``epoch_loader`` serve native's order, the RNG left where native leaves it. Control: the batches
+    the in-process path would serve drawing the seed at every epoch differ from native's from the second on."""
+    from robo_loaders_plugin.core.iteration import SamplerBatches
+    from robo_loaders_plugin.robomimic.integration import epoch_loader
+
+    cfg = make_config(tiny_hdf5, seq_length=3, frame_stack=1, hdf5_cache_mode="low_dim")
+    native = dataset_factory(cfg, obs_keys(cfg))
+    with cfg.values_unlocked():
+        cfg.train.data_backend = backend
+    ours = dataset_factory(cfg, obs_keys(cfg))
+
+    def epochs(ds, each=None):
+        torch.manual_seed(11)
+        loader = torch.utils.data.DataLoader(
+            ds, batch_size=8, shuffle=True, drop_last=True, num_workers=2, persistent_workers=True
+        )
+        iterate = each or (epoch_loader if ds is ours else (lambda dl: dl))
+        got = [[a.numpy().tobytes() for b in iterate(loader) for a in b["actions"]] for _ in range(3)]
+        return got, torch.rand(1).item()
+
+    (want, want_rng), (got, got_rng) = epochs(native), epochs(ours)
+    assert isinstance(
+        epoch_loader(torch.utils.data.DataLoader(ours, num_workers=1, persistent_workers=True)), SamplerBatches
+    )
+    assert got == want and got_rng == want_rng
+    redrawn, _ = epochs(ours, lambda dl: SamplerBatches(ours.collate, dl.batch_sampler, dl.generator, 0))
+    assert redrawn[0] == want[0] and redrawn[1] != want[1]  # control: a seed drawn at every epoch

@@ -550,7 +550,10 @@ def pass_batches(
             return _source_for(data_loader, built, plan_for, rank_split=True)
         if in_process_compatible(data_loader):
             indexed = cast(IndexedDataset, dataset)  # record_built checked an indexed backend's dataset type
-            return SamplerBatches(
+            kept = _SAMPLER_BATCHES.get(data_loader)
+            if kept is not None and kept.collate == indexed.collate:
+                return kept  # its persistent workers' one draw of the base seed is made already
+            batches = SamplerBatches(
                 indexed.collate,
                 data_loader.batch_sampler,
                 data_loader.generator,
@@ -558,6 +561,9 @@ def pass_batches(
                 seed_once=bool(data_loader.num_workers and data_loader.persistent_workers),
                 index_batches=index_batches,
             )
+            if batches.seed_once:
+                _SAMPLER_BATCHES[data_loader] = batches
+            return batches
         logger.info(
             f"{built.choice.name}: this DataLoader has a custom collate_fn or worker_init_fn, so its "
             "batches come from its worker processes, not from the backend's in-process path"
@@ -572,6 +578,11 @@ def _batch_threads(dataset: IndexedDataset, data_loader) -> int:
 
 
 _SOURCES: weakref.WeakKeyDictionary[Any, BatchSource] = weakref.WeakKeyDictionary()
+# One SamplerBatches per DataLoader of persistent workers, kept across passes: such a DataLoader draws its base seed
+# once for the run, and robomimic asks for each epoch's batches anew (run_epoch: pass_batches once per epoch), so a
+# new SamplerBatches drew it again at every epoch, the order and the global RNG leaving the DataLoader's from the
+# second epoch on (a reviewer's reproduction)
+_SAMPLER_BATCHES: weakref.WeakKeyDictionary[Any, SamplerBatches] = weakref.WeakKeyDictionary()
 
 
 def _source_for(data_loader, built: Built, plan_for, rank_split: bool = False) -> BatchSource:

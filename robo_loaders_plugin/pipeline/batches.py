@@ -19,7 +19,7 @@ from torchdata.nodes import ParallelMapper, Prefetcher
 
 from robo_loaders_plugin.core.iteration import BatchDataset, BatchSource, SamplingPlan
 from robo_loaders_plugin.core.log import get_logger
-from robo_loaders_plugin.core.torch_compat import shutdown_node_threads
+from robo_loaders_plugin.core.torch_compat import release_node_iterators, shutdown_node_threads
 from robo_loaders_plugin.core.units import plural
 from robo_loaders_plugin.pipeline.options import PassOptions
 from robo_loaders_plugin.pipeline.plan import BatchPlanNode, ItemGroups
@@ -573,7 +573,9 @@ def _pinned(batch):
 @atexit.register
 def _shutdown_live() -> None:
     for source in list(_LIVE):
+        root = source.root
         source.shutdown()
+        release_node_iterators(root)  # collected now, not during finalisation (torch_compat)
 
 
 class PipelineDataset(BatchDataset):
