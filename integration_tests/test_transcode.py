@@ -258,6 +258,39 @@ def test_a_source_changed_while_transcoded_is_withdrawn_and_transcoded_again(sou
     assert len(encoded) == len(report["files"]) == 4 and os.path.exists(os.path.join(out, "meta", "info.json"))
 
 
+def test_a_file_rewritten_while_encoded_and_put_back_with_its_mtime_is_encoded_again(source, tmp_path, monkeypatch):
+    """A reviewer's reproduction: a camera's video swapped for another recording's while it was encoded, then put
+    back with its mtime (``cp -p``), was published from the other recording: the end-of-run check compares names,
+    sizes, mtimes and content, all equal again. Each file's encoding now records the stat of the source's files it
+    was read under (ctime and inode too), and a file encoded under another stat is encoded again before publishing.
+    Here the file is rewritten in place while encoded (its ctime moves) and its mtime set back (the stat is the
+    source's files' together: the files encoded before the rewrite are encoded again too)."""
+    src = str(tmp_path / "src")
+    shutil.copytree(source, src)
+    out = str(tmp_path / "out")
+    touched = os.path.join(src, sorted(tc.video_files(LeRobotV3(src)))[-1])
+    encoded = []
+    real_encode = tc._encode
+
+    def rewritten_meanwhile(path, *a, **k):
+        got = real_encode(path, *a, **k)
+        if os.path.realpath(path) == os.path.realpath(touched) and path not in encoded:
+            st = os.stat(touched)
+            data = open(touched, "rb").read()
+            with open(touched, "r+b") as f:  # in place, as a copy onto it does: the inode kept, the ctime moved
+                f.write(data)
+            os.utime(touched, ns=(st.st_atime_ns, st.st_mtime_ns))  # mtime set back
+        encoded.append(path)
+        return got
+
+    monkeypatch.setattr(tc, "_encode", rewritten_meanwhile)
+    report = tc.transcode(src, out, progress=False)
+    assert os.path.exists(os.path.join(out, "meta", "info.json"))
+    again = [p for p in encoded if os.path.realpath(p) == os.path.realpath(touched)]
+    assert len(again) == 2, encoded  # encoded again under the files' stat at publishing
+    assert len(report["files"]) == 4  # every file published (those encoded before the rewrite encoded again too)
+
+
 @pytest.mark.timeout(120)
 def test_a_worker_process_killed_by_a_signal_fails_the_run_instead_of_hanging_and_a_rerun_resumes(source, tmp_path):
     """A worker that dies without returning (the OOM killer, or libx265 aborting the process on frames under 64 px

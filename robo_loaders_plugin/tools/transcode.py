@@ -521,10 +521,17 @@ def _worker(args) -> int:
     while (unit := manifest.lease(state)) is not None:
         rel = unit["episodes"][0]
         try:
+            before = manifest.source_stat_digest(state)
             entry = transcode_file(os.path.join(root, rel), os.path.join(out, rel), files[rel]["starts"], settings)
             entry = {"name": rel, "key": files[rel]["key"], **entry}
+            after = manifest.source_stat_digest(state)
+            # the stat the file was encoded under; changed meanwhile: none matches (publishing encodes it again)
             manifest.complete(
-                state, unit["id"], [entry], [{"name": os.path.join(os.pardir, rel), "bytes": entry["bytes"]}]
+                state,
+                unit["id"],
+                [entry],
+                [{"name": os.path.join(os.pardir, rel), "bytes": entry["bytes"]}],
+                before if before == after else "changed",
             )
         except BaseException:
             with contextlib.suppress(Exception):  # the original error matters; the lock goes in any case
@@ -719,7 +726,11 @@ def transcode(
     _check_recorded(out, source_id, options)
     state = os.path.join(out, STATE_DIR)
     try:
-        m = manifest.plan(state, source_id, [[rel] for rel in files], options)
+        # each file's encoding records the stat of the source's files it was read under: a file swapped while it was
+        # encoded and put back with its mtime (cp -p) was published from the other recording (a reviewer's
+        # reproduction; the end-of-run check compares names, sizes, mtimes and content, all equal again)
+        source_files = {"path": fp.path, "names": [f[0] for f in fp.files]}
+        m = manifest.plan(state, source_id, [[rel] for rel in files], options, source_files=source_files)
     except ShardError as exc:
         raise TranscodeError(f"{out}: {exc}") from None
     if any(u["state"] != "done" for u in m["units"]):  # a partial OUT must not load as a dataset
