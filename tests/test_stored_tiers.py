@@ -182,6 +182,20 @@ def test_a_flipped_raw_byte_mapped_unchecked_would_serve_other_data(tmp_path):
         _check_parity(_mapped(directory, plan), _episodes())
 
 
+def test_raw_rows_written_in_place_after_the_start_are_never_served(tmp_path):
+    """A reviewer's reproduction: the raw files are checked once, at the start; served where they lie (mapped, on
+    the CPU), a byte written into one in place afterwards by another process was served unchecked, every later
+    sample differing from the source. The rows are copied at the start, after the check: what is served is what was
+    checked. Control: the same flip before the rows are taken is served (test above), so the flip reaches them."""
+    directory, plan = _entry(tmp_path)  # every episode raw
+    frames = _mapped(directory, plan)
+    raw = os.path.join(directory, "raw")
+    for name in sorted(os.listdir(raw)):
+        for offset in range(0, os.path.getsize(os.path.join(raw, name)), 97):
+            _flip(os.path.join(raw, name), offset)
+    _check_parity(frames, _episodes())
+
+
 def test_an_entry_built_under_another_budget_is_mapped_with_its_own_boundary(tmp_path):
     """The raw/compressed boundary follows the free memory of the run that built the entry, so it is no part of the
     key (a key holding it made a new multi-GB entry at every run reading another free memory): an entry built under

@@ -421,15 +421,18 @@ class TieredFrames(TensorFrames):
         in_memory = spill_dir is None and (kept is None or self._kept_blobs_fit(kept))
 
         def held(k: str, lo: int, hi: int, shape: tuple, dt, device: torch.device, pin: bool) -> torch.Tensor:
-            """Rows ``[lo, hi)`` of field ``k``: allocated for :meth:`fill`, or the entry's mapped rows (served
-            where they lie on the CPU, copied to the GPU or to pinned memory)."""
+            """Rows ``[lo, hi)`` of field ``k``: allocated for :meth:`fill`, or the entry's mapped rows copied
+            (to the GPU, to pinned memory, or to the process's own memory on the CPU).
+
+            Why copied on the CPU too: the entry's raw files are checked once, at the start (whole-file xxh3);
+            served where they lie, a file written in place afterwards (another process) was served unchecked,
+            every sample after the write differing from the source (a reviewer's reproduction). The plan counts
+            these rows in host memory as a fresh build holds them, so the copy takes what a build would."""
             if mapped is None:
                 return torch.empty((hi - lo,) + shape, dtype=dt, device=device, pin_memory=pin)
-            with warnings.catch_warnings():  # read-only mapped rows: only read (gathered, copied)
+            with warnings.catch_warnings():  # read-only mapped rows: only read (copied)
                 warnings.simplefilter("ignore", UserWarning)
                 rows = torch.from_numpy(mapped[k][lo:hi])
-            if device.type == "cpu" and not pin:
-                return rows
             return torch.empty((hi - lo,) + shape, dtype=dt, device=device, pin_memory=pin).copy_(rows)
 
         for k, v in self.infos.items():
