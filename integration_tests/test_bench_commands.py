@@ -274,3 +274,23 @@ def test_outputs_that_cannot_be_written_are_refused_before_anything_runs(tiny_hd
     result.write_text("{}")
     r = CliRunner().invoke(main, ["report", str(result), "--out", "/proc/nope"])
     assert r.exit_code == 2 and "--out" in r.output and "cannot create '/proc/nope'" in r.output, r.output
+
+
+def test_bench_robomimic_refuses_a_file_that_is_no_hdf5_and_unknown_obs_keys(tiny_hdf5, tmp_path):
+    """A reviewer's reproductions: ``bench robomimic --dataset`` on a file that is no HDF5 printed an h5py
+    traceback per backend; ``--obs-keys`` with a misspelled key dropped it, the benchmark running without that
+    camera. Both refused before anything runs, naming the option. Control: the keys the file has pass the check."""
+    from click.testing import CliRunner
+
+    from robo_loaders_plugin.cli import _check_bench_obs_keys, main
+
+    text = tmp_path / "notes.txt"
+    text.write_text("not hdf5\n")
+    r = CliRunner().invoke(main, ["bench", "robomimic", "--dataset", str(text), "--batches", "2"])
+    assert r.exit_code == 2 and "not an HDF5 file" in r.output and "--dataset" in r.output, r.output
+    assert "[bench]" not in r.output and "Traceback" not in r.output
+    args = ["bench", "robomimic", "--dataset", tiny_hdf5, "--obs-keys", "agentview_imag,robot0_eef_pos"]
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 2 and "'agentview_imag' not among" in r.output and "--obs-keys" in r.output, r.output
+    assert "agentview_image" in r.output and "[bench]" not in r.output
+    _check_bench_obs_keys(tiny_hdf5, "agentview_image,robot0_eef_pos")  # control

@@ -45,12 +45,21 @@ def test_foreign_manifest_is_refused(tiny_hdf5, tmp_path):
 
     out = str(tmp_path / "shards")
     units.plan(out, "another-fingerprint", [["demo_0"]], {})
-    with pytest.raises(units.ShardError, match="holds a conversion of another version of the source"):
+    with pytest.raises(units.ShardError, match="holds a conversion of another source, or another version of this one"):
         convert_robomimic(tiny_hdf5, out, shard_bytes=100_000, progress=False)
     other = str(tmp_path / "other")
     convert_robomimic(tiny_hdf5, other, shard_bytes=100_000, progress=False)
     with pytest.raises(units.ShardError, match=r"this source with other options \(shard_bytes 100000 -> 200000\)"):
         convert_robomimic(tiny_hdf5, other, shard_bytes=200_000, progress=False)
+    # a reviewer's reproduction: LeRobot's --tolerance-s, kept beside the source's content, was called another version
+    # of the source; it is shown as the option it is (control: another content is still another source)
+    lerobot = {"source": {"content": "c1", "tolerance_s": 1e-4}, "options": {"shard_bytes": 1}}
+    assert units._what_differs(lerobot, {"content": "c1", "tolerance_s": 0.01}, {"shard_bytes": 1}) == (
+        "this source with other options (tolerance_s 0.0001 -> 0.01)"
+    )
+    assert units._what_differs(lerobot, {"content": "c2", "tolerance_s": 1e-4}, {"shard_bytes": 1}).startswith(
+        "another source, or another version of this one"
+    )
 
 
 def test_resume_after_a_killed_worker(tiny_hdf5, tmp_path, monkeypatch):
@@ -379,3 +388,30 @@ def test_an_output_directory_of_the_users_or_inside_the_source_is_refused_before
     (early / "manifest.json.tmp-4242-0123abcd").write_text("{")
     convert_robomimic(tiny_hdf5, str(early), progress=False)
     assert (early / "index.json").exists() and not (early / "manifest.json.tmp-4242-0123abcd").exists()
+
+
+def test_verify_compares_the_filter_keys_and_attributes_with_the_source(tiny_hdf5, tmp_path):
+    """A reviewer's reproduction: ``verify --source`` compared the demos' arrays only, so a source whose
+    ``mask/train`` or ``env_args`` was edited after converting verified "ok", though the shards' masks and
+    attributes are what ``datapipe`` serves for filter keys and env metadata. Control: the unedited copy is ok."""
+    import shutil
+
+    src = str(tmp_path / "src.hdf5")
+    shutil.copy(tiny_hdf5, src)
+    out = str(tmp_path / "shards")
+    convert_robomimic(src, out, shard_bytes=100_000, progress=False)
+    assert verify_robomimic(out, src) == []  # control
+    with h5py.File(src, "r+") as f:
+        train = f["mask/train"][()]
+        del f["mask/train"]
+        f["mask/train"] = train[:-1]
+    assert verify_robomimic(out, src) == [f"{out}: its filter keys (mask/) differ from {src}'s"]
+    with h5py.File(src, "r+") as f:
+        del f["mask/train"]
+        f["mask/train"] = train
+        f["data"].attrs["env_args"] = json.dumps({"env_name": "Other", "env_kwargs": {}})
+        f["data/demo_1"].attrs["model_file"] = "<xml>another model</xml>"
+    assert verify_robomimic(out, src) == [
+        f"{out}: its data attributes differ from {src}'s",
+        f"{out}: its attributes of demo_1 differ from {src}'s",
+    ]

@@ -274,7 +274,8 @@ def format_video_report(report: dict) -> str:
 
 
 def verify_robomimic(out_dir: str, in_path: str) -> list[str]:
-    """Checksums and decoding (``verify_dir``), then every demo's arrays against the source file: lossless ones
+    """Checksums and decoding (``verify_dir``), then the filter keys and attributes, and every demo's arrays against
+    the source file: lossless ones
     byte for byte, video ones by their loss against the source matching the loss recorded at conversion (within
     1%). What ``robo-loaders verify --source`` runs on a robomimic conversion.
 
@@ -283,8 +284,9 @@ def verify_robomimic(out_dir: str, in_path: str) -> list[str]:
         in_path: The robomimic HDF5 file it was converted from.
 
     Returns:
-        One line per problem (empty: the shards match the source). The comparison stops at the first check that
-        fails: shard problems, then different demo lists.
+        One line per problem (empty: the shards match the source): the arrays, the filter keys and the data and
+        demo attributes. The comparison stops at the first check that fails: shard problems, then different demo
+        lists.
 
     Raises:
         SourceError: ``in_path`` is not a valid robomimic file.
@@ -298,12 +300,25 @@ def verify_robomimic(out_dir: str, in_path: str) -> list[str]:
         demos = source.demos(f, None)
         if [e["name"] for e in reader.episodes] != demos:
             return [f"{out_dir}: holds {len(reader.episodes)} demos, {in_path} has {len(demos)}"]
+        # what datapipe serves besides the arrays (filter keys, env metadata): compared too (a mask or env_args
+        # edited in the source verified "ok": a reviewer's reproduction)
+        kept, now = reader.dataset.get("metadata") or {}, source.metadata(f)
+        for part, what in (("masks", "filter keys (mask/)"), ("data_attrs", "data attributes"), ("demo_attrs", "")):
+            if kept.get(part) != now[part]:
+                if part == "demo_attrs":
+                    demos_differing = [d for d in now[part] if (kept.get(part) or {}).get(d) != now[part][d]]
+                    what = f"attributes of {', '.join(demos_differing[:5]) or 'its demos'}"
+                problems.append(f"{out_dir}: its {what} differ from {in_path}'s")
         for i, d in enumerate(demos):
             header, fields = reader.read_episode(i)
             n = source.length(f, d)  # per-demo metadata of another length is not converted (read_all)
             src = {k: ds for k, ds in datasets(f[f"data/{d}"]) if ds.ndim and ds.shape[0] == n}
             if set(fields) != set(src):
-                problems.append(f"{d}: fields {sorted(fields)} != source {sorted(src)}")
+                problems.append(
+                    f"{d}: fields {sorted(fields)} != source {sorted(src)}"
+                    if src
+                    else f"{d}: the source has no arrays of its {n} steps (its num_samples or its arrays changed)"
+                )
                 continue
             for k, ds in src.items():
                 a = ds[()]

@@ -275,10 +275,17 @@ def _ids(ids: Iterable[int], limit: int = 10) -> str:
 
 def _what_differs(m: dict, fingerprint, options: dict) -> str:
     """What a resumed conversion's source or options change, for the refusal (a reviewer's finding: "another source
-    or with other options" said neither)."""
-    if m["source"] != fingerprint:
-        return "another version of the source (its content differs from the one converted)"
-    old, new = m["options"], options
+    or with other options" said neither). A source given as its content beside the options it is read with
+    (LeRobot's ``tolerance_s``) is compared by its content; those options are shown with the others (another
+    ``--tolerance-s`` was called another version of the source)."""
+    old_src, new_src = m["source"], fingerprint
+    old, new = dict(m["options"]), dict(options)
+    if isinstance(old_src, dict) and isinstance(new_src, dict):
+        old.update((k, v) for k, v in old_src.items() if k != "content")
+        new.update((k, v) for k, v in new_src.items() if k != "content")
+        old_src, new_src = old_src.get("content"), new_src.get("content")
+    if old_src != new_src:
+        return "another source, or another version of this one (its content differs from the one converted)"
     keys = sorted(set(old) | set(new), key=str)
     shown = [f"{k} {old.get(k)!r} -> {new.get(k)!r}" for k in keys if old.get(k) != new.get(k)]
     return f"this source with other options ({'; '.join(shown)})"
@@ -460,7 +467,7 @@ def plan(
             if m["source"] != fingerprint or m["options"] != options:
                 raise ShardError(
                     f"{out_dir} holds a conversion of {_what_differs(m, fingerprint, options)}; use an empty output "
-                    "directory (or the options it was converted with)"
+                    "directory"
                 )
             changed = bool(_replan_damaged(out_dir, m))
             if source_files is not None and m.get("source_files") != _normalized(dict(source_files)):
