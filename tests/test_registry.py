@@ -167,11 +167,13 @@ BAD = {  # distribution: (entry point, its module's hook body, what the line say
         "robo_loaders_backends() raised RuntimeError('boom')",
         None,
     ),
+    "noreturn": ("noreturn", "    specs = []", "returned None (a missing return?)", None),  # its return forgotten
 }
 FIXED = {  # the same plugins, right: the control
     "junk": f"    return [{_SPEC.format('junk_extra')}]",
     "shadow": f"    return [{_SPEC.format('shadow_native')}, {_SPEC.format('shadow_extra')}]",
     "raising": f"    return [{_SPEC.format('raising_extra')}]",
+    "noreturn": f"    return [{_SPEC.format('noreturn_extra')}]",
     "twin_b": f"    return [{_SPEC.format('twin_b')}]",
 }
 TWINS = {"twin_a": f"    return [{_SPEC.format('twin')}]", "twin_b": f"    return [{_SPEC.format('twin')}]"}

@@ -140,11 +140,16 @@ def _names_declared(plugin) -> list[str]:
 def _declared_specs(returned: Any) -> tuple[list[BackendSpec], str | None]:
     """What a plugin's ``robo_loaders_backends()`` returned, as specs, or what is wrong with it (``None``: nothing).
 
-    It must return BackendSpec objects (a list, a tuple, any iterable of them; ``None``: none), each name once."""
+    It must return BackendSpec objects (a list, a tuple, any iterable of them; an empty one: none), each name once.
+    ``None`` is a hook without its ``return`` (a reviewer's reproduction: its plugin was silently empty, and choosing
+    its backend said "unknown data backend"): skipped with one line as any other wrong return."""
     import reprlib
 
     if returned is None:
-        return [], None
+        return [], (
+            "its robo_loaders_backends() returned None (a missing return?), not a list of BackendSpec: return the "
+            "list (an empty one declares no backends)"
+        )
     if isinstance(returned, (str, bytes, Mapping, BackendSpec)) or not isinstance(returned, Iterable):
         what = "a single BackendSpec" if isinstance(returned, BackendSpec) else type(returned).__name__
         return [], (
