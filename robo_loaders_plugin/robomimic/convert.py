@@ -300,8 +300,8 @@ def verify_robomimic(out_dir: str, in_path: str) -> list[str]:
         demos = source.demos(f, None)
         if [e["name"] for e in reader.episodes] != demos:
             return [f"{out_dir}: holds {len(reader.episodes)} demos, {in_path} has {len(demos)}"]
-        # what datapipe serves besides the arrays (filter keys, env metadata): compared too (a mask or env_args
-        # edited in the source verified "ok": a reviewer's reproduction)
+        # what a backend reading the shards serves besides the arrays (filter keys, env metadata): compared too
+        # (a mask or env_args edited in the source verified "ok": a reviewer's reproduction)
         kept, now = reader.dataset.get("metadata") or {}, source.metadata(f)
         for part, what in (("masks", "filter keys (mask/)"), ("data_attrs", "data attributes"), ("demo_attrs", "")):
             if kept.get(part) != now[part]:
