@@ -469,3 +469,27 @@ def test_hevc_segments_of_two_frames_encode_and_frames_too_low_are_refused():
         assert np.abs(out[:, : 8 + k].astype(int) - 20 * k).mean() < 8  # the segment's own content
     with pytest.raises(VideoError, match="frames 7 pixels high; libx265 cannot encode frames lower than 8 pixels"):
         encode(np.zeros((3, 7, 64, 3), np.uint8), settings, "frames")
+
+
+def test_a_source_of_another_file_is_refused_without_suggesting_an_option_video_stream_lacks(
+    tiny_hdf5, converted, tmp_path
+):
+    """A reviewer's reproduction: video shards given as ``source`` for a file that is not the one converted (here a
+    copy: another mtime) were refused telling the user to set ``check_source`` to false, which ``video_stream``
+    then refused as an unknown option. The refusal names converting again only. Control: ``datapipe``, which has the
+    option, still suggests it."""
+    import shutil
+
+    from robo_loaders_plugin.core.errors import StaleSourceError
+
+    copy = str(tmp_path / "copy.hdf5")
+    shutil.copyfile(tiny_hdf5, copy)
+    cfg = make_config(copy, backend="video_stream", backend_kwargs={"source": converted[0]}, seq_length=5)
+    with pytest.raises(StaleSourceError, match=r"Convert it again \('robo-loaders convert robomimic") as refusal:
+        dataset_factory(cfg, obs_keys(cfg))
+    assert "check_source" not in str(refusal.value), str(refusal.value)
+    lossless = str(tmp_path / "lossless")
+    convert_robomimic(tiny_hdf5, lossless, progress=False)
+    cfg = make_config(copy, backend="datapipe", backend_kwargs={"shards": lossless}, seq_length=5)
+    with pytest.raises(StaleSourceError, match=r"or set train.data_backend_kwargs.check_source to false"):
+        dataset_factory(cfg, obs_keys(cfg))  # control

@@ -893,3 +893,94 @@ def test_a_camera_encoded_at_another_rate_than_the_dataset_is_refused(tmp_path):
         ds = serve("video_stream", native())
         for i in range(len(ds)):
             ds[i]
+
+
+def test_a_remote_server_that_fails_is_not_called_a_missing_video(lerobot_datasets, tmp_path):
+    """A reviewer's reproduction: fsspec's HTTP ``info`` turns every failure of its requests (a 500, a server that is
+    down) into ``FileNotFoundError``, so an outage was reported as "video file ... is missing". Only a 404 (or 410)
+    is a missing file; anything else is reported as the failed remote read it is. Control: a video removed from the
+    served copy is still called missing."""
+    import shutil
+
+    root = str(tmp_path / "copy")
+    shutil.copytree(lerobot_datasets["av1_1cam"], root)
+    nat = native(root)
+    server = HttpServer(root).__enter__()
+    try:
+        ours = serve("video_stream", nat, decode_threads=0, source=server.url)
+        video = sorted(glob.glob(os.path.join(root, "videos", "*", "*", "*.mp4")))[0]
+        os.rename(video, video + ".gone")
+        with pytest.raises(SourceError, match=r"video file .* \(episode 0, .*\) is missing"):
+            ours[0]  # control: a 404
+        os.rename(video + ".gone", video)
+    finally:
+        server.__exit__(None, None, None)
+    with pytest.raises(SourceError, match=r"asking the remote store for it failed \(Client\w*Error"):
+        ours[0]
+
+
+def test_a_video_missing_a_frame_under_a_raised_tolerance_is_refused_not_served_as_other_frames(
+    lerobot_datasets, tmp_path, monkeypatch
+):
+    """A reviewer's reproduction: a camera's video missing one frame (the later frames keep their times, so the
+    video has a gap) under a ``tolerance_s`` raised past a frame: LeRobot picks each of a window's frames as the
+    nearest among the frames the window's queries load, the plugin decoded one frame per row, and the windows around
+    the gap differed from LeRobot's, silently. A frame half a frame or more from its row is refused now: every item
+    equals LeRobot's or raises naming the gap. Control: with the check off, the windows around the gap differ."""
+    import fractions
+    import shutil
+
+    import av
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    root = str(tmp_path / "gap")
+    shutil.copytree(lerobot_datasets["h264_3cam_multifile"], root)
+    probe = LeRobotDataset(REPO, root=root)
+    fps, cam = probe.fps, probe.meta.video_keys[0]
+    video = os.path.join(root, "videos", cam, "chunk-000", "file-000.mp4")
+    with av.open(video) as c:
+        frames = [f.to_ndarray(format="rgb24") for f in c.decode(c.streams.video[0])]
+    with av.open(video + ".tmp.mp4", "w") as out:
+        stream = out.add_stream("libx264", rate=fps)
+        stream.width, stream.height, stream.pix_fmt = frames[0].shape[1], frames[0].shape[0], "yuv420p"
+        stream.codec_context.time_base = fractions.Fraction(1, fps)
+        for i, f in enumerate(frames):
+            if i != 10:  # a frame missing: the later ones keep their times
+                frame = av.VideoFrame.from_ndarray(f, format="rgb24")
+                frame.pts, frame.time_base = i, fractions.Fraction(1, fps)
+                for packet in stream.encode(frame):
+                    out.mux(packet)
+        for packet in stream.encode():
+            out.mux(packet)
+    os.replace(video + ".tmp.mp4", video)
+    windows = {c: [k / fps for k in (-2, -1, 0, 1, 2)] for c in probe.meta.camera_keys}
+    nat = LeRobotDataset(REPO, root=root, delta_timestamps=windows, tolerance_s=1.6 / fps, return_uint8=True)
+
+    def compare(ours, rows):
+        found = {"same": 0, "differ": 0, "refused": 0}
+        for i in rows:
+            try:
+                want = nat[i]
+            except Exception:  # noqa: BLE001 - LeRobot's own FrameTimestampError: nothing to compare
+                continue
+            try:
+                got = ours[i]
+            except SourceError as exc:
+                assert "half a frame or more from their rows" in str(exc), str(exc)
+                found["refused"] += 1
+                continue
+            try:
+                same_item(got, want)
+                found["same"] += 1
+            except AssertionError:
+                found["differ"] += 1
+        return found
+
+    rows = range(30)
+    found = compare(serve("video_stream", nat, decode_threads=0), rows)
+    assert found["differ"] == 0 and found["refused"] > 0, found
+    import robo_loaders_plugin.sources.lerobot_v3 as v3
+
+    monkeypatch.setattr(v3, "ROW_FRAME_SLACK", 1e9)  # control: the check off, the windows around the gap differ
+    found = compare(serve("video_stream", nat, decode_threads=0), rows)
+    assert found["differ"] > 0 and found["refused"] == 0, found

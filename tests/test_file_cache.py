@@ -163,3 +163,37 @@ class ContentVersion(LocalFileSystem):
 
     def info(self, path, **kwargs):
         return dict(super().info(path, **kwargs), ETag="v1")
+
+
+class CutShort(LocalFileSystem):
+    """A server whose GET sends half of every file while its HEAD reports the whole size (a truncated response)."""
+
+    def get_file(self, rpath, lpath, **kwargs):
+        with open(rpath, "rb") as src, open(lpath, "wb") as dst:
+            dst.write(src.read()[: os.path.getsize(rpath) // 2])
+
+
+def test_a_response_cut_short_is_called_so_not_a_file_that_kept_changing(tmp_path):
+    """A reviewer's reproduction: a server sending half of a file it reports whole was said to have a file that
+    "kept changing while it was copied", sending the user to wait for a writer that did not exist. The same file
+    each time, cut short: the message says so, with the bytes. Control: a file replaced during every copy is still
+    one that kept changing."""
+    import pytest
+
+    from robo_loaders_plugin.core.errors import SourceError
+
+    src = tmp_path / "remote" / "video.mp4"
+    src.parent.mkdir()
+    src.write_bytes(b"A" * 3000)
+    cache = FileCache(CutShort(), str(tmp_path / "cache"), log=lambda *a: None)
+    with pytest.raises(SourceError, match=r"the server sent 1500 of the 3000 bytes it reports for it \(a truncated"):
+        cache.get(str(src))
+
+    class Rewritten(LocalFileSystem):
+        def get_file(self, rpath, lpath, **kwargs):
+            super().get_file(rpath, lpath, **kwargs)
+            with open(rpath, "ab") as f:  # the remote file grows during every copy
+                f.write(b"B")
+
+    with pytest.raises(SourceError, match="kept changing while it was copied"):  # control
+        FileCache(Rewritten(), str(tmp_path / "cache2"), log=lambda *a: None).get(str(src))

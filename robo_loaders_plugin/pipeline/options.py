@@ -80,6 +80,7 @@ class PassOptions:
         unit: str = "units",
         threads: int | None = None,
         committed_bytes: int = 0,
+        order_unit_bytes=None,
     ):
         """These options with the buffer sized for units of ``unit_bytes`` (``buffer_plan.buffer_plan``): returns
         ``(options, plan)``; the plan's footprint says what the buffer holds and how it is bounded.
@@ -92,6 +93,8 @@ class PassOptions:
             threads: Threads assembling batches, when known (``None``: the training script's; named in the bound).
             committed_bytes: Host memory other datasets of the run hold (a mixture's other components), taken off
                 the available memory the default budget is a share of.
+            order_unit_bytes: The units' bytes the pass's order is sized from, where ``unit_bytes`` depends on how
+                the data was stored (``buffer_plan.buffer_plan``; ``None``: ``unit_bytes``).
         """
         from robo_loaders_plugin.core.footprint import Available
         from robo_loaders_plugin.pipeline.buffer_plan import buffer_plan
@@ -112,6 +115,7 @@ class PassOptions:
             unit=unit,
             threads=threads,
             available_bytes=available,
+            order_unit_bytes=order_unit_bytes,
         )
         return dataclasses.replace(
             self,
@@ -131,6 +135,7 @@ class PassOptions:
         alternatives=(),
         unit: str = "units",
         threads: int | None = None,
+        order_unit_bytes=None,
     ):
         """:meth:`sized`, then checked against what the machine has (``core.footprint.check_fits``) before any data
         is read: the one way a pipeline-served backend sizes its buffer.
@@ -143,6 +148,7 @@ class PassOptions:
             alternatives: What would fit instead, for the refusal.
             unit: What a unit is, plural (``episodes``, ``demos``, ``units``).
             threads: Threads assembling batches, when known.
+            order_unit_bytes: The units' bytes the pass's order is sized from (:meth:`sized`).
 
         Returns:
             ``(options, plan)`` as :meth:`sized` gives them.
@@ -152,7 +158,9 @@ class PassOptions:
         """
         from robo_loaders_plugin.core.footprint import Available, check_fits
 
-        passes, plan = self.sized(unit_bytes, batch_bytes, option_prefix, unit=unit, threads=threads)
+        passes, plan = self.sized(
+            unit_bytes, batch_bytes, option_prefix, unit=unit, threads=threads, order_unit_bytes=order_unit_bytes
+        )
         check_fits(
             plan.footprint,
             Available.measure(),
@@ -217,6 +225,7 @@ def open_shards(
     video: bool = False,
     alternatives=(),
     frame_ratio: Callable[[], float | None] | None = None,
+    check_source_option: bool = True,
 ):
     """(reader, hold) of the shards a run reads: ``shards``, checked against ``source`` (unless
     ``check_source`` is false), or an entry of the cache directory converted on first use and reused while
@@ -243,6 +252,8 @@ def open_shards(
             ``storage.frame_layout.sampled_ratio``), called only when a conversion's disk is checked, after the disk
             was found to hold what no ratio makes smaller (``disk_estimate.check_conversion_disk``; ``None``: the
             assumed ratio).
+        check_source_option: The backend has a ``check_source`` option, which a refusal may suggest (one without it
+            was told to set it, then refused it as an unknown option: a reviewer's reproduction).
 
     Returns:
         ``(reader, hold)``: the :class:`ShardReader`, and the cache entry's hold (``None`` for given ``shards``).
@@ -260,18 +271,17 @@ def open_shards(
             raise RoboLoadersError(f"{reader.dir}: converted from a {meta.get('framework')!r} dataset, not {framework}")
         if check_source:
             recorded = recorded_source(reader)
+            skip = f", or set {option_prefix}.check_source to false" if check_source_option else ""
             if recorded is None:
                 raise StaleSourceError(
                     f"{reader.dir} records no source fingerprint, so it cannot be checked against "
-                    f"{source.path}; {convert_hint}, or set {option_prefix}.check_source "
-                    "to false"
+                    f"{source.path}; {convert_hint}{skip}"
                 )
             check_same_source(
                 recorded,
                 source.fingerprint(recorded),
                 f"shards {reader.dir}",
-                f"Convert it again ({convert_hint}), or set {option_prefix}.check_source to false if "
-                "you know the data is the same",
+                f"Convert it again ({convert_hint}){skip}{' if you know the data is the same' if skip else ''}",
             )
         return reader, None
 

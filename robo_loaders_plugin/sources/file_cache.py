@@ -338,6 +338,7 @@ class FileCache:
         return None
 
     def _download(self, path: str, local: str, ident: dict) -> None:
+        short = None  # (bytes received, bytes the server reports) of a copy cut short while the file stayed the same
         for _ in range(3):
             tmp = f"{local}.tmp-{os.getpid()}-{threading.get_ident()}-{uuid.uuid4().hex[:8]}"
             try:
@@ -348,6 +349,7 @@ class FileCache:
                     self.downloads += 1
                 after = remote_identity(self.fs, path, self.endpoint)
                 if after != ident or (ident["size"] is not None and size != ident["size"]):  # replaced meanwhile
+                    short = (size, ident["size"]) if after == ident else None
                     ident = after
                     continue
                 digest = sha256_of(tmp)
@@ -357,6 +359,12 @@ class FileCache:
                     os.unlink(tmp)
             atomic_write_json(self.record_path(local), {"remote": ident, "sha256": digest, "bytes": size}, indent=1)
             return
+        if short is not None:  # the same file each time, its body cut short: the server's, not a change
+            raise SourceError(
+                f"{ident['url']}: the server sent {short[0]} of the {short[1]} bytes it reports for it (a truncated "
+                f"response), three times, while copying it into {local}; check the server or the network, then run "
+                "again"
+            )
         raise SourceError(
             f"{ident['url']} kept changing while it was copied into {local}; retry when the remote "
             "dataset is no longer being written"

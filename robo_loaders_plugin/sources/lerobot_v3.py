@@ -280,7 +280,10 @@ class LeRobotV3:
         try:
             self.video_fs.info(path)
             return True
-        except FileNotFoundError:
+        except FileNotFoundError as exc:
+            failure = _http_failure(self.video_fs, exc)
+            if failure is not None:
+                raise failure from None
             return False
 
     # -- metadata ------------------------------------------------------------------------------------------------
@@ -884,8 +887,8 @@ class EpisodeVideoDecoder:
 
         Raises:
             SourceError: the video file is missing or cannot be opened or decoded (naming a failed remote read as
-                such), or a frame is further than ``tolerance_s`` from its timestamp (as LeRobot's
-                ``FrameTimestampError``).
+                such), a frame is further than ``tolerance_s`` from its timestamp (as LeRobot's
+                ``FrameTimestampError``), or half a frame or more (LeRobot's windows would pick other frames).
         """
         path = self.source.video_path(ep, key)
         dec = self._take(path, ep, key)
@@ -928,9 +931,51 @@ class EpisodeVideoDecoder:
                 f"{pts[i]:.6f}s ({float(dist[i]):.3g} s apart). LeRobotDataset would raise FrameTimestampError on "
                 "these samples; fix the episode's timestamps or raise --tolerance_s"
             )
+        far = np.flatnonzero(dist >= np.float32(ROW_FRAME_SLACK / rate))
+        if far.size:
+            # within a raised tolerance_s, but half a frame or more from its row: LeRobot picks each of a window's
+            # frames as the nearest among the frames the window's queries load, which is the row's own frame only
+            # when every frame lies within half a frame of its row. A video missing a frame (the later frames one
+            # index early) served other frames than LeRobot's in delta_timestamps windows, silently (a reviewer's
+            # reproduction); refused, as a camera encoded at another rate is above
+            i = int(far[0])
+            raise SourceError(
+                f"{path}: episode {ep}, {key}: {far.size} frame(s) lie half a frame or more from their rows (row "
+                f"{i} queries t={query[i]:.6f}s, its frame is at {pts[i]:.6f}s; a frame missing from the video?); "
+                "LeRobot would pick other frames for delta_timestamps windows: re-encode the video with a frame per "
+                "row, or use --dataset.backend=native"
+            )
         # torchcodec decodes to (N, H, W, C) and hands back a channels-first *view*: copied into (N, C, H, W) order
         # once here, every window that covers a frame is then a plain copy (not a strided transpose per use)
         return channels_first(batch.data.numpy()) if self.device == "cpu" else batch.data.contiguous()
+
+
+# how far (in frames of the dataset's rate) a row's decoded frame may lie from the row's time: below half a frame,
+# the frame nearest a window's query among the frames its queries load is the row's own (EpisodeVideoDecoder.episode)
+ROW_FRAME_SLACK = 0.5
+
+
+def _http_failure(fs, exc: FileNotFoundError) -> BaseException | None:
+    """The error behind fsspec HTTP's ``FileNotFoundError``, where it is not a missing file.
+
+    Why: fsspec's ``HTTPFileSystem.info`` turns every failure of its HEAD and GET (a 500, a 403, a server that is
+    down) into ``FileNotFoundError(url)``, so a server outage was reported as "video file ... is missing" (a
+    reviewer's reproduction). Only a 404 or 410 is a missing file; anything else is the request's own error, which
+    the caller reports as a failed remote read.
+
+    Args:
+        fs: The video filesystem.
+        exc: What its ``info`` raised.
+
+    Returns:
+        The underlying error, or ``None`` (a missing file, or not HTTP).
+    """
+    from fsspec.implementations.http import HTTPFileSystem
+
+    cause = exc.__cause__
+    if not isinstance(fs, HTTPFileSystem) or cause is None:
+        return None
+    return None if getattr(cause, "status", None) in (404, 410) else cause
 
 
 class LeRobotEpisodes:

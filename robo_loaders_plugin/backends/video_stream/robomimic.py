@@ -69,6 +69,7 @@ def video_stream_dataset(config, obs_keys, filter_by_attribute=None, dataset_pat
         size=sizing.whole,
         video=True,
         backend="video_stream",
+        check_source_option=False,  # no such option: a source of another file is converted again, never served
     )
     video = reader.dataset["metadata"].get("video")
     if not video:
