@@ -519,3 +519,31 @@ def _ignoring_layout(decode_into):
             self.layout = layout
 
     return decode
+
+
+def test_the_pass_order_is_the_same_over_shards_of_another_codec(lerobot_datasets, shards, tmp_path):
+    """A reviewer's reproduction: the shuffle buffer (so each pass's order) was sized from the shards' stored bytes,
+    which change with the codec, its level or the compressor's version: a run resumed over the dataset converted
+    again went on in another order (19 of 141 frames served twice, as many never). It is sized from the frames'
+    decoded bytes (metadata; no lossless store exceeds them): the same buffer and order over either conversion.
+    Control: the two conversions do store other bytes."""
+    from robo_loaders_plugin.storage.codec import FrameCodec
+    from robo_loaders_plugin.storage.shards import ShardReader
+
+    name = "h264_3cam_multifile"
+    other = str(tmp_path / "zstd")
+    convert_lerobot(
+        lerobot_datasets[name], other, repo_id=REPO, shard_bytes=200_000, progress=False,
+        codec=FrameCodec(codec="zstd", level=9),
+    )  # fmt: skip
+    stored = [
+        sum(map(ShardReader(d).episode_bytes, range(len(ShardReader(d).episodes)))) for d in (shards[name], other)
+    ]
+    assert stored[0] != stored[1]  # control
+    nat = native(lerobot_datasets[name], "diffusion")
+    orders = []
+    for d in (shards[name], other):
+        ds = serve("datapipe", nat, shards=d, cache_memory="5MB")
+        dl = torch.utils.data.DataLoader(ds, batch_size=8, sampler=sampler_for(nat, seed=5), num_workers=1)
+        orders.append((ds.passes.shuffle_buffer, ds.batch_source(sampling_plan(dl)).plan_of(0)))
+    assert orders[0][0] == orders[1][0] and np.array_equal(orders[0][1], orders[1][1])

@@ -169,6 +169,30 @@ def test_batch_source_position_resume_and_abandoned_passes():
     assert list(Counting(3, start_epoch=5, start_batch=1)) == [(5, 1), (5, 2)]
 
 
+def test_the_position_after_an_abandoned_pass_is_the_next_pass():
+    """A reviewer's reproduction: robomimic's ``run_epoch`` takes ``epoch_every_n_steps`` batches and drops its
+    iterator, and the next epoch's ``iter()`` starts the next pass; ``state_dict()`` saved after such an epoch still
+    said the abandoned pass's next batch, so the resumed run served the rest of the old pass. Now it says the next
+    pass, and a resumed source serves what the uninterrupted one serves. Control: while the iterator lives, the
+    position is its next batch."""
+
+    def run_epoch(src, steps=3):
+        it = iter(src)
+        return [next(it) for _ in range(steps)]  # the iterator dropped on return
+
+    src = Counting(10)
+    run_epoch(src)
+    live = iter(src)
+    next(live)
+    assert src.state_dict() == {"epoch": 1, "batch": 1}  # control: a live iterator's next batch
+    del live
+    checkpoint = src.state_dict()
+    assert checkpoint == {"epoch": 2, "batch": 0}
+    resumed = Counting(10)
+    resumed.load_state_dict(checkpoint)
+    assert [run_epoch(resumed) for _ in range(2)] == [run_epoch(src) for _ in range(2)]
+
+
 def test_a_pass_asked_for_while_another_is_served_is_whole_and_moves_no_position(capsys):
     """A second iter() while a pass is being served (not exhausted, closed or dropped) is a whole pass of its own,
     the pass after the running one, served by batches_apart; the running pass keeps its position and ends it. An

@@ -379,3 +379,16 @@ def test_non_finite_offsets_and_runaway_rates_are_refused_naming_the_option():
             spec.choose(framework, {"target_fps": 1e9}, where)
         with pytest.raises(BackendOptionError, match=rf"^{where}.target_fps must be a finite number, got nan"):
             spec.choose(framework, {"target_fps": float("nan")}, where)
+
+
+@pytest.mark.parametrize("backend", ["datapipe", "video_stream"])
+def test_a_negative_seed_is_refused_naming_the_option(backend):
+    """A reviewer's reproduction: ``seed: -1`` was accepted and failed at the first batch with numpy's "expected
+    non-negative integer", naming neither the option nor the backend. Refused when the options are resolved.
+    Control: 0 is a seed."""
+    from robo_loaders_plugin import BackendOptionError
+    from robo_loaders_plugin.core import registry
+
+    with pytest.raises(BackendOptionError, match=r"^o\.seed must be >= 0, got -1"):
+        registry.choose_backend("robomimic", backend, {"seed": -1}, name_where="w", options_where="o")
+    assert registry.choose_backend("robomimic", backend, {"seed": 0}, name_where="w", options_where="o").name == backend

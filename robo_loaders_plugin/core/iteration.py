@@ -165,8 +165,14 @@ class BatchSource(abc.ABC):
         )
 
     def state_dict(self) -> dict:
-        """The position of the next batch to serve: ``{"epoch": ..., "batch": ...}``."""
-        if self._batch >= len(self):
+        """The position of the next batch to serve: ``{"epoch": ..., "batch": ...}``.
+
+        A pass abandoned part-way (its iterator dropped or closed: robomimic's ``epoch_every_n_steps`` ends each of
+        its epochs so) is over: the next ``iter()`` starts the pass after it, so that is the position (it was the
+        abandoned pass's next batch, and a run resumed from a checkpoint saved after such an epoch served the rest of
+        the old pass where the run it resumes served a new one: a reviewer's reproduction)."""
+        abandoned = not self._running and not self._positioned and self._batch > 0
+        if self._batch >= len(self) or abandoned:
             return {STATE_EPOCH: self._epoch + 1, STATE_BATCH: 0}
         return {STATE_EPOCH: self._epoch, STATE_BATCH: self._batch}
 

@@ -156,6 +156,7 @@ def pass_options(
             None,
             "shuffling seed (default: train.seed / lerobot-train's --seed); the order is a "
             "function of (seed, pass), so a resumed run continues on the same next batch",
+            min=0,  # numpy's seed sequence takes no negative seed: -1 failed at the first batch, naming nothing
         ),
         "prefetch": Option(int, 2, "batches prefetched ahead of training", min=0, max=1024),
         "cache_episodes": Option(

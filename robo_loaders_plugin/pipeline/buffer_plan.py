@@ -73,6 +73,7 @@ def buffer_plan(
     unit: str = "units",
     threads: int | None = None,
     available_bytes: int | None = None,
+    order_unit_bytes=None,
 ) -> BufferPlan:
     """Size a pipeline's episode cache: ``cache_episodes`` when given (kept working), else as many of the largest
     units as ``cache_memory`` holds; the shuffle buffer is at most half of what the budget the options name holds
@@ -95,6 +96,10 @@ def buffer_plan(
         available_bytes: Host memory available (``core.footprint.Available.host_bytes``), for the default when
             neither ``cache_memory`` nor ``cache_episodes`` is given: the whole dataset when it takes at most
             :data:`WHOLE_DATASET_SHARE` of it, else :data:`DEFAULT_CACHE_MEMORY` (``None``: that bound).
+        order_unit_bytes: The units' bytes the pass's order is sized from, where ``unit_bytes`` depends on how
+            the data was stored (``None``: ``unit_bytes``). Why: shards' compressed sizes change with the codec,
+            its level or the compressor's version, and a shuffle buffer sized from them gave another order to a
+            run resumed over shards converted again (frames served twice, others never: a reviewer's reproduction).
 
     Returns:
         The :class:`BufferPlan`; its capacity is at most the number of units (at least 1).
@@ -128,7 +133,8 @@ def buffer_plan(
         # in another order than the pass it stopped in (windows served twice, others never; a reviewer's
         # reproduction). The buffer is sized as under the budget the options name, whatever is free.
         named = DEFAULT_CACHE_MEMORY if cache_memory is None else int(cache_memory)
-        order_fit = max(2, named // max(1, largest))
+        ordered = largest if order_unit_bytes is None or not len(order_unit_bytes) else int(np.max(order_unit_bytes))
+        order_fit = max(2, named // max(1, ordered))
         shuffle = int(shuffle_buffer) if shuffle_given else max(1, min(int(shuffle_buffer), order_fit // 2))
         capacity = max(fit, 2 * shuffle)
         if cache_memory is None:  # the default budget: the cache may hold more where memory is free, the order not

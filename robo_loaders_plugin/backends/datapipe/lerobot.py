@@ -76,8 +76,11 @@ def datapipe_footprint(native, *, options, committed):
     source, settings = native_source(native)
     size = source.data_size(native.episodes)
     held, unit = _estimated_unit_bytes(size, source, settings)
+    decoded, _ = unit_bytes(size, source, settings, frame_ratio=1.0, row_bytes=True, margin_always=False)
     batch, threads = pipeline_batches(size, settings)
-    _, plan = PassOptions.of(options).sized(held, batch, OPTION_PREFIX, unit=unit, threads=threads)
+    _, plan = PassOptions.of(options).sized(
+        held, batch, OPTION_PREFIX, unit=unit, threads=threads, order_unit_bytes=decoded
+    )
     return plan.planned(Available.measure(), BUFFER_FITS)
 
 
@@ -110,10 +113,21 @@ def datapipe_dataset(native, *, options):
     size = source.data_size(native.episodes)
     step = sum(size.frame_step_bytes.values())
     held, unit = _estimated_unit_bytes(size, source, settings)
+    # the pass's order (its shuffle buffer) is sized from the frames' decoded bytes, which no lossless store exceeds:
+    # from metadata, the same whatever codec the shards were written with (sized from the shards' bytes, a run
+    # resumed over shards converted again went on in another order: a reviewer's reproduction)
+    decoded, _ = unit_bytes(size, source, settings, frame_ratio=1.0, row_bytes=True, margin_always=False)
     fits_instead = list(BUFFER_FITS)
     flight = pipeline_batches(size, settings)  # (batch bytes, threads) of the batches in flight
     passes.fit(
-        held, flight[0], OPTION_PREFIX, backend="datapipe", alternatives=fits_instead, unit=unit, threads=flight[1]
+        held,
+        flight[0],
+        OPTION_PREFIX,
+        backend="datapipe",
+        alternatives=fits_instead,
+        unit=unit,
+        threads=flight[1],
+        order_unit_bytes=decoded,
     )  # before converting; sized again from the shards below
 
     def convert(out_dir, fingerprint):
@@ -202,6 +216,7 @@ def datapipe_dataset(native, *, options):
                 fits_instead,
                 flight,
                 images,
+                decoded,
             )
         logger.warning(
             f"datapipe: {reader.dir} stores its long episodes whole (converted by an earlier "
@@ -217,6 +232,7 @@ def datapipe_dataset(native, *, options):
         alternatives=fits_instead,
         unit="episodes",
         threads=flight[1],
+        order_unit_bytes=decoded,
     )
 
     read = ShardEpisodes(reader, records)
@@ -262,7 +278,21 @@ def datapipe_dataset(native, *, options):
 
 
 def _datapipe_units(
-    native, options, reader, hold, runs, records, units, columns, cameras, settings, index, fits_instead, flight, images
+    native,
+    options,
+    reader,
+    hold,
+    runs,
+    records,
+    units,
+    columns,
+    cameras,
+    settings,
+    index,
+    fits_instead,
+    flight,
+    images,
+    decoded,
 ):
     """datapipe over parts of long episodes (``frames.chunks``), as video_stream buffers them: each unit loaded with
     the rows its windows reach outside it, only the shard parts holding those rows read (``format.part_bounds``).
@@ -281,6 +311,7 @@ def _datapipe_units(
         alternatives=fits_instead,
         unit="units",
         threads=flight[1],
+        order_unit_bytes=decoded,
     )
     numeric = [c for c in columns if c not in cameras]
     served = [reader.read_episode(r, decode_frames=False, fields=numeric)[1] for r in records]
