@@ -5,6 +5,7 @@ statistics of padded entries are mean 0, std 1, min -1, max 1 and the real entri
 components that have them; the mapping's refusals come from ``meta/`` before any data is read."""
 
 import os
+import re
 
 import numpy as np
 import pytest
@@ -146,6 +147,14 @@ def test_padded_statistics_and_the_mapping_checked_from_metadata(lerobot_robots)
         (robots_spec(ds, arm6={"rename": {"action": "observation.state"}}), flag + r"component 2 \(robots/arm6\) "
          r"renames 'action' onto 'observation.state', which it already has"),
     ]  # fmt: skip
+    # a reviewer's reproduction: a rename onto a name the mixture makes itself was accepted, and a camera renamed
+    # onto 'action_dim_mask' was served as the bool mask, its frames dropped without a word
+    for made in ("action_dim_mask", "dataset_index", "observation.images.cam0_is_missing", "action_is_pad"):
+        refusals.append((
+            robots_spec(ds, arm6={"rename": {"action": made}}),
+            flag + rf"component 2 \(robots/arm6\) renames 'action' onto '{re.escape(made)}', a name the mixture "
+            "makes itself",
+        ))  # fmt: skip
     for bad, match in refusals:
         with pytest.raises(MixtureError, match=match):
             check_components(bad, metas, None)
@@ -173,6 +182,31 @@ def test_a_dropped_key_leaves_the_item_and_its_name_may_be_reused(lerobot_robots
             component_metas(spec, None),
             None,
         )
+
+
+@pytest.mark.fast
+def test_a_dropped_keys_window_is_not_compared(lerobot_robots):
+    """A reviewer's reproduction: components built in one's own script with windows by their own names, one
+    dropping ``observation.state`` and renaming its ``action`` onto it: both window the served
+    ``observation.state`` alike, yet the mixture was refused naming the dropped key's window (``None``). A dropped
+    key is not served, so its window is not compared. Control: a served key windowed otherwise is still refused."""
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    ds = lerobot_robots
+    names = ("arm7", "arm6")
+    spec = robots_spec(ds, names, arm6={"drop": ["observation.state"], "rename": {"action": "observation.state"}})
+
+    def built(name, key, steps):
+        repo, root = ds[name]
+        fps = LeRobotDataset(repo, root=root).fps
+        return LeRobotDataset(repo, root=root, delta_timestamps={key: [s / fps for s in steps]}, return_uint8=True)
+
+    nats = [built("arm7", "observation.state", (-1, 0)), built("arm6", "action", (-1, 0))]
+    mix = build_mixture(spec, nats, choose("native"), seed=1)
+    assert mix[mix.offsets[1]]["observation.state"].shape[0] == 2
+    nats[1] = built("arm6", "action", (-2, 0))
+    with pytest.raises(MixtureError, match=r"'action' \(served as 'observation.state'\) has the window \[-2, 0\]"):
+        build_mixture(spec, nats, choose("native"), seed=1)  # control
 
 
 @pytest.mark.parametrize("backend,options", BACKENDS[:2], ids=[b for b, _ in BACKENDS[:2]])

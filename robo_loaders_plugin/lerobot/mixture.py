@@ -206,7 +206,7 @@ def check_windows(spec, natives, layout) -> None:
     for k, native in enumerate(natives):
         deltas = compat.reader_settings(native).delta_indices or {}
         for key in native.meta.features:
-            name = spec.components[k].rename.get(key, key)
+            name = layout.renames[k].get(key, key)  # a dropped key maps to no served name (it is not served)
             if name not in layout.features:
                 continue
             mine = None if deltas.get(key) is None else [int(x) for x in deltas[key]]

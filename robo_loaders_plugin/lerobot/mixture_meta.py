@@ -15,9 +15,9 @@ from robo_loaders_plugin.core.units import NAMED_IN_A_LINE, some_of
 from robo_loaders_plugin.lerobot import compat
 from robo_loaders_plugin.lerobot.dataset_root import local_copy_required
 from robo_loaders_plugin.lerobot.flags import FRAMEWORK, MIXTURE_FLAG, component_name
-from robo_loaders_plugin.mixtures.dataset import DROPPED
-from robo_loaders_plugin.mixtures.missing import ZEROS, missing_lines
-from robo_loaders_plugin.mixtures.padding import NO_PADDING, PAD_STATS, Padding, plan_padding
+from robo_loaders_plugin.mixtures.dataset import DATASET_INDEX, DROPPED
+from robo_loaders_plugin.mixtures.missing import MISSING_SUFFIX, ZEROS, missing_lines
+from robo_loaders_plugin.mixtures.padding import MASK_SUFFIX, NO_PADDING, PAD_STATS, Padding, plan_padding
 from robo_loaders_plugin.mixtures.spec import MixtureError
 
 logger = get_logger(__name__)
@@ -75,6 +75,13 @@ def _is_vector(ft: dict) -> bool:
     return isinstance(shape, (list, tuple)) and len(shape) == 1 and ft.get("dtype") not in ("image", "video", "string")
 
 
+def _generated(name: str) -> bool:
+    """Whether ``name`` is one the mixture makes itself: a component's key served under it replaced it or was
+    replaced (a camera renamed onto ``action_dim_mask`` was served as the bool mask, its frames dropped without a
+    word: a reviewer's reproduction)."""
+    return name == DATASET_INDEX or name.endswith(("_is_pad", MASK_SUFFIX, MISSING_SUFFIX))
+
+
 def check_components(spec, metas, target_fps: float | None) -> Layout:
     """Compare the components' metadata before any data is read.
 
@@ -120,6 +127,14 @@ def check_components(spec, metas, target_fps: float | None) -> Layout:
             raise MixtureError(
                 f"{MIXTURE_FLAG}: {name} has language columns, which mixtures do not serve yet; leave it out"
             )
+        for key in features:
+            served = rename.get(key, key)
+            if _generated(served):
+                how = f"renames {key!r} onto {served!r}" if served != key else f"has a feature {key!r}"
+                raise MixtureError(
+                    f"{MIXTURE_FLAG}: {name} {how}, a name the mixture makes itself ({DATASET_INDEX!r}, "
+                    f"'<key>_is_pad', '<key>{MASK_SUFFIX}', '<camera>{MISSING_SUFFIX}'); rename it to another name"
+                )
         renamed_features.append({rename.get(key, key): ft for key, ft in features.items()})
 
     first = renamed_features[0]
