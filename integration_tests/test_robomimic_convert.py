@@ -398,6 +398,8 @@ def test_verify_compares_the_filter_keys_and_attributes_with_the_source(tiny_hdf
 
     src = str(tmp_path / "src.hdf5")
     shutil.copy(tiny_hdf5, src)
+    with h5py.File(src, "r+") as f:  # a NaN attribute equals itself (a reviewer's reproduction: it failed verify)
+        f["data/demo_0"].attrs["success_rate"] = np.nan
     out = str(tmp_path / "shards")
     convert_robomimic(src, out, shard_bytes=100_000, progress=False)
     assert verify_robomimic(out, src) == []  # control

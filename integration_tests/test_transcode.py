@@ -447,3 +447,30 @@ def test_refusals(source, transcoded, tmp_path, monkeypatch):
     assert res.exit_code == 2 and "'all' or a number of frames" in res.output
     with contextlib.suppress(FileNotFoundError):
         assert not os.listdir(tmp_path / "o4")
+
+
+def test_an_output_of_the_earlier_version_is_not_transcoded_again(source, tmp_path, monkeypatch):
+    """A reviewer's reproduction: an OUT transcoded by the previous robo-loaders (its manifest without the source's
+    files or each file's stat) was transcoded again whole by the next run, warning of a stat change that never
+    happened. Its done files are trusted as that version trusted them (the content digest, unchanged). Control: a
+    rerun on this version's OUT encodes nothing either."""
+    from robo_loaders_plugin.storage.shards import manifest
+
+    src = str(tmp_path / "src")
+    shutil.copytree(source, src)
+    out = str(tmp_path / "out")
+    tc.transcode(src, out, progress=False)
+    encoded = []
+    real_encode = tc._encode
+    monkeypatch.setattr(tc, "_encode", lambda path, *a, **k: encoded.append(path) or real_encode(path, *a, **k))
+    tc.transcode(src, out, progress=False)
+    assert encoded == []  # control
+    state = os.path.join(out, tc.STATE_DIR)
+    with manifest._locked(state):  # as the earlier version wrote it
+        m = manifest._read(state)
+        m.pop("source_files")
+        for u in m["units"]:
+            u.pop("source_stat")
+        manifest._write(state, m)
+    tc.transcode(src, out, progress=False)
+    assert encoded == []

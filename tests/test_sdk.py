@@ -322,6 +322,12 @@ def test_an_option_default_its_own_declaration_refuses_is_refused_at_registratio
     ok = dataclasses.replace(make(options={"quality": Option(int, 90, "q", min=10)}), plugin="my-plugin")
     assert _factory_refusal(ok) is None  # control
 
+    def looks_at_the_machine(value):  # a check= of what the machine holds: never run at registration
+        raise AssertionError(f"check ran at registration on {value!r}")
+
+    probed = Option(str, "/data/shards", "a path checked when used", check=looks_at_the_machine)
+    assert _factory_refusal(dataclasses.replace(make(options={"shards": probed}), plugin="my-plugin")) is None
+
 
 def test_a_store_not_declared_thread_safe_is_read_by_one_thread_at_a_time(tiny_hdf5, tmp_path):
     """A reviewer's reproduction: robomimic's ``num_data_workers`` threads called a store's ``take`` together, and a

@@ -16,6 +16,7 @@ Choosing a refused backend, or one a skipped plugin declared, raises that line (
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib.metadata
 import json
@@ -274,7 +275,9 @@ def _factory_refusal(spec: BackendSpec) -> str | None:
             # a default that breaks its own declaration reached the store unchecked (Option(int, "90"); a
             # default under its min): the user's value would be refused, the default served (a reviewer's reproduction)
             default = opt.default_for(framework) if opt.applies_to(framework) else None
-            problem = None if default is None else opt.validate(default, framework)
+            # the declaration only (type, choices, range): not its check=, which may look at the machine (a
+            # directory that must exist, made writable) where registering must touch nothing
+            problem = None if default is None else dataclasses.replace(opt, check=None).validate(default, framework)
             if problem is not None:
                 return (
                     f"plugin {spec.plugin!r}: backend {spec.name!r} refused: the default of its option {name!r} "

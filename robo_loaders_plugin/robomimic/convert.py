@@ -273,6 +273,13 @@ def format_video_report(report: dict) -> str:
     return "\n".join(lines)
 
 
+def _canonical(value) -> str:
+    """``value`` as the JSON ``dataset.json`` keeps it, compared as text: a NaN attribute equals itself (as Python
+    objects it never does, so an untouched source with a NaN attribute failed ``verify``: a reviewer's
+    reproduction)."""
+    return json.dumps(value, sort_keys=True, default=str)
+
+
 def verify_robomimic(out_dir: str, in_path: str) -> list[str]:
     """Checksums and decoding (``verify_dir``), then the filter keys and attributes, and every demo's arrays against
     the source file: lossless ones
@@ -304,9 +311,11 @@ def verify_robomimic(out_dir: str, in_path: str) -> list[str]:
         # (a mask or env_args edited in the source verified "ok": a reviewer's reproduction)
         kept, now = reader.dataset.get("metadata") or {}, source.metadata(f)
         for part, what in (("masks", "filter keys (mask/)"), ("data_attrs", "data attributes"), ("demo_attrs", "")):
-            if kept.get(part) != now[part]:
+            if _canonical(kept.get(part)) != _canonical(now[part]):
                 if part == "demo_attrs":
-                    demos_differing = [d for d in now[part] if (kept.get(part) or {}).get(d) != now[part][d]]
+                    demos_differing = [
+                        d for d in now[part] if _canonical((kept.get(part) or {}).get(d)) != _canonical(now[part][d])
+                    ]
                     what = f"attributes of {', '.join(demos_differing[:5]) or 'its demos'}"
                 problems.append(f"{out_dir}: its {what} differ from {in_path}'s")
         for i, d in enumerate(demos):

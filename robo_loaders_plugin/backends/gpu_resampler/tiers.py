@@ -378,10 +378,10 @@ class TieredFrames(TensorFrames):
             that compress worse than the plan assumed); ``None``: the fill stops with both sizes instead.
         names: Each episode's name, for messages (``None``: ``<unit> <position>``).
         kept: The tiers come from an entry of the cache (``stored_tiers.OpenedTiers``) instead of :meth:`fill`:
-            its ``raw`` maps each field to its uncompressed rows (the entry's files, mapped), served as they are on
-            the CPU, copied to the GPU or pinned memory when training on CUDA; the compressed rows are the entry's
-            (in host memory, or read from its file when ``spill_dir`` is given or they exceed ``host_limit``). Use
-            :meth:`from_entry`.
+            its ``raw`` maps each field to its uncompressed rows (the entry's files, mapped), copied once checked
+            (to the GPU or pinned memory when training on CUDA, else to host memory); the compressed rows are the
+            entry's (in host memory, or read from its file when ``spill_dir`` is given or they exceed
+            ``host_limit``). Use :meth:`from_entry`.
     """
 
     def __init__(

@@ -216,6 +216,22 @@ def _replan_damaged(out_dir: str, m: dict) -> list[int]:
     return replanned
 
 
+def _stamp_unstamped(m: dict) -> None:
+    """Give the done units an earlier robo-loaders recorded without a stat (no per-unit stat then) the stat of the
+    source's files now: they are trusted as that version trusted them (the content digest, which :func:`plan` has
+    just found unchanged).
+
+    Why: without a stat they never matched the files' stat, so a conversion or transcode made by the earlier version
+    was converted again whole on its next run, warning of a change that never happened (a reviewer's
+    reproduction)."""
+    now = _source_stat(m)
+    if now is None:
+        return
+    for u in m["units"]:
+        if u["state"] == "done" and "source_stat" not in u:
+            u["source_stat"] = now
+
+
 def _replan_read_elsewhen(out_dir: str, m: dict) -> list[int]:
     """Plan again the done units read under another stat of the source's files than theirs now (``plan``'s
     ``source_files``); returns their ids.
@@ -465,13 +481,13 @@ def plan(
             m = None
         if m is not None:
             if m["source"] != fingerprint or m["options"] != options:
-                raise ShardError(
-                    f"{out_dir} holds a conversion of {_what_differs(m, fingerprint, options)}; use an empty output "
-                    "directory"
-                )
+                what = _what_differs(m, fingerprint, options)
+                same = " (or the options it was converted with)" if what.startswith("this source") else ""
+                raise ShardError(f"{out_dir} holds a conversion of {what}; use an empty output directory{same}")
             changed = bool(_replan_damaged(out_dir, m))
             if source_files is not None and m.get("source_files") != _normalized(dict(source_files)):
                 m["source_files"], changed = _normalized(dict(source_files)), True
+                _stamp_unstamped(m)
         else:
             m = {
                 "version": MANIFEST_VERSION,
