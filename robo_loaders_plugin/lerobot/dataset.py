@@ -617,10 +617,11 @@ def native_episodes(native, decode_device: str = "cpu", checked=None) -> LeRobot
         SourceError: a layout robo-loaders does not reproduce, or rows that differ from what the dataset object
             holds.
     """
-    from robo_loaders_plugin.sources.lerobot_v3 import LeRobotEpisodes
+    from robo_loaders_plugin.sources.lerobot_v3 import LeRobotEpisodes, window_gaps
 
     source, settings = checked or native_source(native)
     episodes = LeRobotEpisodes(source, settings.tolerance_s, native.episodes, decode_device=decode_device)
+    episodes.videos.window_gaps = window_gaps(settings.delta_indices, source.video_keys)
     check_rows_match(native, episodes.columns, episodes.arrays["index"], episodes.arrays, images=episodes.images())
     return episodes
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import itertools
 import json
 import os
 import threading
@@ -761,12 +762,21 @@ class EpisodeVideoDecoder:
         self._local = threading.local()  # on a GPU, each thread's own ``idle`` dict (class docstring)
         self._pid = os.getpid()  # the process the idle decoders were opened in (:meth:`_pool`)
         self._fallbacks: set[str] = set()
+        # cameras served in delta_timestamps windows: the smallest step between their offsets (window_gaps); a
+        # frame that far from its row by half of it is refused (episode)
+        self.window_gaps: dict[str, int] = {}
 
     def __getstate__(self):  # a DataLoader worker opens its own decoders (not picklable)
-        return {"source": self.source, "tolerance_s": self.tolerance_s, "device": self.device}
+        return {
+            "source": self.source,
+            "tolerance_s": self.tolerance_s,
+            "device": self.device,
+            "window_gaps": self.window_gaps,
+        }
 
     def __setstate__(self, state):
         self.__init__(state["source"], state["tolerance_s"], state["device"])
+        self.window_gaps = dict(state.get("window_gaps") or {})
 
     @property
     def fallbacks(self) -> set[str]:
@@ -931,16 +941,18 @@ class EpisodeVideoDecoder:
                 f"{pts[i]:.6f}s ({float(dist[i]):.3g} s apart). LeRobotDataset would raise FrameTimestampError on "
                 "these samples; fix the episode's timestamps or raise --tolerance_s"
             )
-        far = np.flatnonzero(dist >= np.float32(ROW_FRAME_SLACK / rate))
+        gap = self.window_gaps.get(key)
+        far = np.flatnonzero(dist >= np.float32(ROW_FRAME_SLACK * gap / rate)) if gap else dist[:0]
         if far.size:
-            # within a raised tolerance_s, but half a frame or more from its row: LeRobot picks each of a window's
-            # frames as the nearest among the frames the window's queries load, which is the row's own frame only
-            # when every frame lies within half a frame of its row. A video missing a frame (the later frames one
-            # index early) served other frames than LeRobot's in delta_timestamps windows, silently (a reviewer's
-            # reproduction); refused, as a camera encoded at another rate is above
+            # within a raised tolerance_s, but half a window step or more from its row: LeRobot picks each of a
+            # window's frames as the nearest among the frames the window's queries load, which is the row's own
+            # frame only when every frame lies within half the window's step of its row. A video missing a frame
+            # (the later frames one index early) served other frames than LeRobot's in delta_timestamps windows,
+            # silently (a reviewer's reproduction); refused, as a camera encoded at another rate is above. A camera
+            # without a window loads one frame per query, as here: served as LeRobot serves it
             i = int(far[0])
             raise SourceError(
-                f"{path}: episode {ep}, {key}: {far.size} frame(s) lie half a frame or more from their rows (row "
+                f"{path}: episode {ep}, {key}: {far.size} frame(s) lie half a window step or more from their rows (row "
                 f"{i} queries t={query[i]:.6f}s, its frame is at {pts[i]:.6f}s; a frame missing from the video?); "
                 "LeRobot would pick other frames for delta_timestamps windows: re-encode the video with a frame per "
                 "row, or use --dataset.backend=native"
@@ -950,9 +962,29 @@ class EpisodeVideoDecoder:
         return channels_first(batch.data.numpy()) if self.device == "cpu" else batch.data.contiguous()
 
 
-# how far (in frames of the dataset's rate) a row's decoded frame may lie from the row's time: below half a frame,
-# the frame nearest a window's query among the frames its queries load is the row's own (EpisodeVideoDecoder.episode)
+# how far (in steps of a camera's delta_timestamps window, frames of the dataset's rate) a row's decoded frame may lie
+# from the row's time: below half a step, the frame nearest a window's query among the frames its queries load is
+# the row's own (EpisodeVideoDecoder.episode)
 ROW_FRAME_SLACK = 0.5
+
+
+def window_gaps(delta_indices, cameras) -> dict[str, int]:
+    """The cameras served in windows of several frames, each with the smallest step between its window's offsets:
+    what :class:`EpisodeVideoDecoder` checks each row's frame against (``window_gaps``).
+
+    Args:
+        delta_indices: LeRobot's ``delta_indices`` (offsets in frames per key; ``None``: none).
+        cameras: The video keys.
+
+    Returns:
+        ``{camera: smallest step}`` (cameras with one offset or none left out).
+    """
+    out = {}
+    for key in cameras:
+        offsets = sorted({round(float(x)) for x in (delta_indices or {}).get(key) or ()})
+        if len(offsets) > 1:
+            out[key] = min(b - a for a, b in itertools.pairwise(offsets))
+    return out
 
 
 def _http_failure(fs, exc: FileNotFoundError) -> BaseException | None:

@@ -22,7 +22,7 @@ from robo_loaders_plugin.lerobot.dataset import (
     native_source,
     sample_bytes,
 )
-from robo_loaders_plugin.sources.lerobot_v3 import LeRobotEpisodes
+from robo_loaders_plugin.sources.lerobot_v3 import LeRobotEpisodes, window_gaps
 from robo_loaders_plugin.windows.lerobot import TRANSITION_PREFIX, transition_ends
 
 # what fits when this backend does not (its refusal names these)
@@ -69,6 +69,7 @@ def gpu_resampler_dataset(native, *, options):
         meta_size, train_device, options, OPTION_PREFIX, ALTERNATIVES, quiet=True, batches=batches
     )  # before reading any data; made again below in the rows' order
     episodes = LeRobotEpisodes(source, settings.tolerance_s, native.episodes)
+    episodes.videos.window_gaps = window_gaps(settings.delta_indices, source.video_keys)
     check_rows_match(native, episodes.columns, episodes.arrays["index"], episodes.arrays, images=episodes.images())
     fields = set(episodes.arrays) | set(episodes.camera_keys)
     unknown = sorted(set(delta_steps or {}) - fields)
