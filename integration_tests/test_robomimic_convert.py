@@ -417,3 +417,28 @@ def test_verify_compares_the_filter_keys_and_attributes_with_the_source(tiny_hdf
         f"{out}: its data attributes differ from {src}'s",
         f"{out}: its attributes of demo_1 differ from {src}'s",
     ]
+
+
+def test_attributes_of_several_values_are_converted_and_verified(tiny_hdf5, tmp_path):
+    """A reviewer's reproduction: an attribute holding several values (``np.arange(5.0)``, an array of byte
+    strings) made the conversion fail (``can only convert an array of size 1 to a Python scalar``), so such a file
+    could not be converted nor served by the backends that convert it; a one-value array of bytes failed JSON. They
+    are kept as lists (one value: a scalar, as before) and verify against the source. Control: an edited one is
+    found."""
+    import shutil
+
+    src = str(tmp_path / "src.hdf5")
+    shutil.copy(tiny_hdf5, src)
+    with h5py.File(src, "r+") as f:
+        f["data/demo_0"].attrs["init_state"] = np.arange(5.0)
+        f["data"].attrs["cameras"] = np.array([b"agentview", b"wrist"])
+        f["data"].attrs["one"] = np.array([b"abc"])
+    out = str(tmp_path / "shards")
+    convert_robomimic(src, out, shard_bytes=100_000, progress=False)
+    meta = ShardReader(out).dataset["metadata"]
+    assert meta["demo_attrs"]["demo_0"]["init_state"] == [0.0, 1.0, 2.0, 3.0, 4.0]
+    assert meta["data_attrs"]["cameras"] == ["agentview", "wrist"] and meta["data_attrs"]["one"] == "abc"
+    assert verify_robomimic(out, src) == []
+    with h5py.File(src, "r+") as f:
+        f["data/demo_0"].attrs["init_state"] = np.arange(1.0, 6.0)
+    assert verify_robomimic(out, src) == [f"{out}: its attributes of demo_0 differ from {src}'s"]  # control

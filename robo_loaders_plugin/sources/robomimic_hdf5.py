@@ -71,7 +71,20 @@ def sorted_demos(names) -> list[str]:
 
 
 def _text(v):
-    return v.decode() if isinstance(v, bytes) else v.item() if hasattr(v, "item") else v
+    """An HDF5 attribute as JSON keeps it: text for bytes, Python numbers for numpy scalars and one-value arrays,
+    lists for arrays of several values.
+
+    Why lists: an attribute holding several values (``np.arange(5.0)``, an array of names) failed ``.item()``, so a
+    file robomimic reads could not be converted, nor served by the backends that convert it (a reviewer's
+    reproduction)."""
+    if isinstance(v, bytes):
+        return v.decode()
+    if isinstance(v, np.ndarray):
+        # one value: a scalar, as conversions always kept it (a 1-element array too)
+        return _text(v.item()) if v.size == 1 else [_text(x) for x in v.tolist()]
+    if isinstance(v, np.generic):
+        return _text(v.item())
+    return v
 
 
 def datasets(group, prefix=""):
