@@ -103,6 +103,16 @@ def test_lerobot_delta_timestamps_between_frames_and_bad_options(lerobot_dataset
         serve("gpu_resampler", act, delta_timestamps={"observation.state": [0.0] * n})
     shifted = serve("gpu_resampler", act, delta_timestamps={"action": [(i + 0.5) / fps for i in range(n)]})  # control
     assert shifted[0]["action"].shape == act[0]["action"].shape
+    # a reviewer's reproduction: an option naming some keys replaced the policy's windows of the others, served
+    # as single frames without their pad masks (a policy's forward pass failed on them); they keep their windows
+    diffusion = native(root, "diffusion")
+    m = len(delta_timestamps("diffusion", diffusion.meta)["action"])
+    partial = serve("gpu_resampler", diffusion, delta_timestamps={"action": [(i + 0.5) / fps for i in range(m)]})
+    for i in random_indices(len(diffusion), 10, seed=3):
+        want, got = diffusion[i], partial[i]
+        for key in ("observation.state", "observation.images.cam0"):
+            assert got[key].shape == want[key].shape and torch.equal(got[key], want[key]), key
+            assert torch.equal(got[f"{key}_is_pad"], want[f"{key}_is_pad"]), key
     with pytest.raises(BackendOptionError, match="never blended"):
         serve("gpu_resampler", native(root, "diffusion"), target_fps=10, modes={"observation.images.cam0": "linear"})
     # issue 23 B12: both said "modes names ['action'], which this run does not read; its fields are []"

@@ -85,7 +85,7 @@ GPU_RESAMPLER_OPTIONS = {
         dict,
         None,
         "offsets in seconds per key, at any offsets (not only multiples of 1/fps), instead of the policy's: "
-        "for keys it windows, as many offsets per key",
+        "for keys it windows, as many offsets per key; keys not named keep the policy's windows",
         check=check_offsets,
         frameworks=LEROBOT,
     ),

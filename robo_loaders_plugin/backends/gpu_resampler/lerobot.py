@@ -172,7 +172,11 @@ def _delta_steps(native, delta_indices, target_fps, delta_timestamps) -> dict | 
                 f"ended with: offsets in seconds do not say where each transition ends; leave them out and give "
                 f"target_fps instead (they are then read at the last recorded step each transition covers)"
             )
-        return {key: [float(x) * fps for x in offsets] for key, offsets in delta_timestamps.items()}
+        # the keys it names at its offsets; the policy's other windows kept (they replaced them, so a partial
+        # option served the other keys as single frames without their pad masks: a reviewer's reproduction)
+        steps = {k: [float(i) for i in v] for k, v in (delta_indices or {}).items()}
+        steps.update({key: [float(x) * fps for x in offsets] for key, offsets in delta_timestamps.items()})
+        return steps
     if delta_indices is None or target_fps is None:
         return None
     return {k: [float(i) * fps / target_fps for i in v] for k, v in delta_indices.items()}
