@@ -163,15 +163,21 @@ def test_padded_statistics_and_the_mapping_checked_from_metadata(lerobot_robots)
 
 
 @pytest.mark.fast
-def test_a_dropped_key_leaves_the_item_and_its_name_may_be_reused(lerobot_robots):
+def test_a_dropped_key_leaves_the_item_and_its_name_may_be_reused(lerobot_robots, capsys):
     """``drop`` leaves a component's key out before the mixture's keys are decided: the arm's state dropped and
-    its action renamed onto ``observation.state`` serves its action there. Control: without the drop, the rename
-    onto a key it has is refused."""
+    its action renamed onto ``observation.state`` serves its action there; the log says which keys its ``drop``
+    lists and which no other component has (a dropped key was said to be "not in every component"). Control:
+    without the drop, the rename onto a key it has is refused."""
     ds = lerobot_robots
     names = ("arm7", "arm6")
     spec = robots_spec(ds, names, arm6={"drop": ["observation.state"], "rename": {"action": "observation.state"}})
     nats = robot_natives(ds, names, preset="none")
+    capsys.readouterr()
     mix = build_mixture(spec, nats, choose("native"), seed=1)
+    out = capsys.readouterr().out
+    assert "(robots/arm6)'s ['observation.state'] left out (its drop lists them)" in out
+    assert "(robots/arm7)'s ['action'] left out (not in every component after the renames)" in out
+    assert "observation.state'] left out (not in every" not in out
     assert "action" not in mix.meta.features  # arm6 serves no action any more: not common
     item = mix[mix.offsets[1]]
     assert torch.equal(item["observation.state"][:6], nats[1][0]["action"])

@@ -77,8 +77,12 @@ def test_image_transforms_in_batches_built_in_process_are_refused(lerobot_datase
     nat = native(lerobot_datasets["av1_1cam"], "act", image_transforms=tf)
     in_process = (("gpu_resampler", {"device": "cpu"}), ("datapipe", {}), ("compressed_cache", {"loader": "threads"}))
     for backend, options in in_process:
-        with pytest.raises(RoboLoadersError, match=r"builds batches in the training process, .* use one of native"):
+        refused = r"builds batches in the training process, .* use one of native"
+        with pytest.raises(RoboLoadersError, match=refused) as e:
             serve(backend, nat, **options)
+        # only compressed_cache has an option (loader) whose default moves the items into the workers
+        assert ("leave loader to its default, use one of" in str(e.value)) == (backend == "compressed_cache")
+        assert "leave its options" not in str(e.value)
     assert len(serve("gpu_resampler", native(lerobot_datasets["av1_1cam"], "act"), device="cpu")) == len(nat)
 
 

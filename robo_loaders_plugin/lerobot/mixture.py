@@ -476,9 +476,13 @@ def build_mixture(
     drops = [recorded_frames(drop_n_last_frames, float(n.meta.fps), converting) for n in natives]
     eligible = [sampler_rows(n, d, component_name(spec, k)) for k, (n, d) in enumerate(zip(natives, drops))]
     for k, dropped in enumerate(layout.dropped):
-        if dropped:
+        listed = [key for key in dropped if key in spec.components[k].drop]
+        uncommon = [key for key in dropped if key not in listed]
+        if listed:
+            logger.info(f"mixture: {component_name(spec, k)}'s {listed} left out (its drop lists them)")
+        if uncommon:
             logger.info(
-                f"mixture: {component_name(spec, k)}'s {dropped} left out (not in every component after the renames)"
+                f"mixture: {component_name(spec, k)}'s {uncommon} left out (not in every component after the renames)"
             )
     component_choice = _component_choice(choice, target)
     for native in natives[:1]:  # one factory's settings for every component: the user's options checked once

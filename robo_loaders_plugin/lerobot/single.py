@@ -97,12 +97,15 @@ def items_choice(native, choice: BackendChoice, where: str = "") -> BackendChoic
 
         given = ", ".join(f"{k}={v!r}" for k, v in choice.options.given().items() if k in choice.spec.options)
         others = ", ".join(n for n in random_item_backends("lerobot") if n != choice.name)
+        # only an option with a default for random items moves them into the workers (a reviewer found the advice
+        # to "leave its options to their defaults" given for backends no option of which does)
+        movers = [n for n, o in choice.spec.options.items() if "lerobot" in o.random_items_defaults]
+        leave = f"leave {', '.join(movers)} to {'its' if len(movers) == 1 else 'their'} default, " if movers else ""
         raise RoboLoadersError(
             f"{where}{choice.name}{f' ({given})' if given else ''} builds batches in the training process, where "
             "LeRobot's image transforms would draw other random numbers than lerobot-train's DataLoader workers (and "
             "its threads in no fixed order): the augmentations would not be LeRobot's, nor the same from run to run; "
-            f"leave its options to their defaults if one moves the items into the workers, use one of {others}, or "
-            "train without --dataset.image_transforms.enable=true"
+            f"{leave}use one of {others}, or train without --dataset.image_transforms.enable=true"
         )
     return out
 
