@@ -722,3 +722,29 @@ def test_a_ram_store_of_many_short_demos_and_fields_stays_within_its_worst_case(
     on_disk = dataset_factory(config(max_memory=upper // 4), obs_keys(cfg))  # control: below it, placed on disk
     assert "file-backed cache on local disk" in on_disk.serving.summary
     on_disk.close()
+
+
+@pytest.mark.parametrize("backend", ["datapipe", "video_stream"])
+def test_a_dataset_key_some_demos_lack_is_refused_naming_it(tiny_hdf5, tmp_path, backend):
+    """A reviewer's finding: robomimic serves zeros of shape (steps, 1) for a dataset key a demo lacks, so a key
+    some demos lack has another step shape there; datapipe and video_stream failed with numpy's bare broadcast
+    error at the first batch mixing them. Refused in one line naming the demo, the key and what to do. Control: the
+    same file with the key in every demo serves the same samples as native (the check passes on good data)."""
+    path = str(tmp_path / "lacks.hdf5")
+    shutil.copy(tiny_hdf5, path)
+    cfg = make_config(path, backend=backend, seq_length=5, backend_kwargs={"cache_dir": str(tmp_path / "c")})
+    ds = dataset_factory(cfg, obs_keys(cfg))
+    native = dataset_factory(make_config(path, seq_length=5), obs_keys(cfg))
+    for i in (0, len(ds) - 1):
+        assert sorted(ds[i]) == sorted(native[i])
+        np.testing.assert_array_equal(ds[i]["actions"], native[i]["actions"])
+    with h5py.File(path, "a") as f:
+        del f["data/demo_3/dones"]
+    ds = dataset_factory(cfg, obs_keys(cfg))
+    message = (
+        r"demo_3: dones has step shape \(1,\), demo_0 \(\); robomimic serves zeros of shape \(steps, 1\) for a "
+        r"dataset key a demo lacks: add 'dones' to every demo or remove it from train.dataset_keys"
+    )
+    with pytest.raises(RoboLoadersError, match=message):
+        for i in range(len(ds)):
+            ds[i]

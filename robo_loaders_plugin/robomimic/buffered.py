@@ -23,7 +23,13 @@ from robo_loaders_plugin.robomimic.dataset import RobomimicSamples
 from robo_loaders_plugin.robomimic.sequence import OPTION_PREFIX, data_size, sample_bytes
 from robo_loaders_plugin.sources.robomimic_hdf5 import FRAME_MIN_BYTES, RobomimicHdf5
 from robo_loaders_plugin.storage.encoded_frames import EncodedFrames
-from robo_loaders_plugin.windows.robomimic import SequenceOptions, SequenceWindows, episode_fields, sequence_counts
+from robo_loaders_plugin.windows.robomimic import (
+    SequenceOptions,
+    SequenceWindows,
+    check_step_shapes,
+    episode_fields,
+    sequence_counts,
+)
 
 logger = get_logger(__name__)
 
@@ -292,6 +298,7 @@ def shard_samples(
     # the fields' dtypes and step shapes from the first demo as read, frames still encoded: their headers say what
     # they decode to (checked again when a load decodes them), so no component of a mixture decodes a demo to build
     infos = read.field_infos(0)
+    read.shapes = {k: i.shape for k, i in infos.items()}
     frames = EpisodeFrames(lengths, infos, read, capacity=passes.episode_capacity, decode_on_load=decode_on_load)
     windows = SequenceWindows(lengths, opts, names=demos, where=path)
     summary = (
@@ -380,6 +387,8 @@ def unit_samples(
         )
         for d, r, L in zip(demos, records, lengths)
     ]
+    for d, p in zip(demos[1:], parts[1:]):
+        check_step_shapes(p, {k: v.shape[1:] for k, v in parts[0].items()}, where + d, demos[0])
     small = {k: np.concatenate([p[k] for p in parts]) for k in small_names}
     del parts
     first = {k: v.decode_all() for k, v in reader.read_frame_rows(records[0], 0, 1, cameras).items()}
@@ -448,6 +457,7 @@ class ShardDemos:
     def __init__(self, reader, demos: list[str], records: list[int], lengths: list[int], opts, transform=None):
         self.reader, self.demos, self.records, self.lengths = reader, demos, records, lengths
         self.opts, self.transform, self.wanted = opts, transform, opts.field_names()
+        self.shapes: dict = {}  # each field's step shape in demo 0, once known (check_step_shapes)
 
     def __call__(self, ep: int, fields) -> dict:
         _, arrays = self.reader.read_episode(self.records[ep], decode_frames=False, fields=fields or self.wanted)
@@ -455,7 +465,11 @@ class ShardDemos:
             arrays = self.transform(arrays)
         if fields is not None:  # a reload: frames only (the small fields are kept by EpisodeFrames)
             return arrays
-        return episode_fields(arrays.get, self.lengths[ep], self.opts, f"{self.reader.dir}: {self.demos[ep]}")
+        where = f"{self.reader.dir}: {self.demos[ep]}"
+        served = episode_fields(arrays.get, self.lengths[ep], self.opts, where)
+        small = {k: v for k, v in served.items() if not isinstance(v, EncodedFrames)}
+        check_step_shapes(small, self.shapes, where, self.demos[0])
+        return served
 
     def field_infos(self, ep: int = 0) -> dict[str, FieldInfo]:
         """Every field's dtype and step shape from demo ``ep`` as read, without the transform: frames still encoded,

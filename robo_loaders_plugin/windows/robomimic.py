@@ -307,6 +307,38 @@ def episode_fields(read, length: int, opts: SequenceOptions, where: str, names=N
     return out
 
 
+def check_step_shapes(served: dict, shapes: dict, where: str, first: str) -> None:
+    """Check one demo's fields (:func:`episode_fields`) against the step shapes of the demo a reader of demos laid
+    out its fields from.
+
+    Why: robomimic substitutes zeros of shape (L, 1) for a dataset key a demo lacks (``rewards``, ``dones``), so a
+    key some demos lack has another step shape there than in the others; a backend that copies demos into one batch
+    failed with numpy's bare broadcast error (robomimic's own DataLoader cannot stack them either).
+
+    Args:
+        served: The demo's ``{field: array}``.
+        shapes: ``{field: step shape}`` of the first demo.
+        where: Names the demo (``<file>: demo_3``).
+        first: Names the first demo.
+
+    Raises:
+        SourceError: a field of another step shape, naming it, both demos and what to change.
+    """
+    for k, v in served.items():
+        want = shapes.get(k)
+        if want is not None and tuple(v.shape[1:]) != tuple(want):
+            lacks = "/" not in k and (tuple(want) == (1,) or v.shape[1:] == (1,))
+            raise SourceError(
+                f"{where}: {k} has step shape {tuple(v.shape[1:])}, {first} {tuple(want)}; "
+                + (
+                    f"robomimic serves zeros of shape (steps, 1) for a dataset key a demo lacks: add {k!r} to every "
+                    f"demo or remove it from train.dataset_keys"
+                    if lacks
+                    else "every demo must hold a key with one step shape"
+                )
+            )
+
+
 # dataset keys that are a transition's outcome: with the rate converted, read at the last recorded step the
 # transition to the next target step covers (the demo's last done and reward are served), never by mode
 TRANSITION_KEYS = ("rewards", "dones")
