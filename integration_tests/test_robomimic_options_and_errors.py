@@ -748,3 +748,36 @@ def test_a_dataset_key_some_demos_lack_is_refused_naming_it(tiny_hdf5, tmp_path,
     with pytest.raises(RoboLoadersError, match=message):
         for i in range(len(ds)):
             ds[i]
+
+
+@pytest.mark.parametrize("backend", ["datapipe", "video_stream"])
+def test_a_per_step_string_dataset_the_config_does_not_serve_is_left_out(tiny_hdf5, tmp_path, backend):
+    """A reviewer's reproduction: a per-step dataset of variable-length strings (a language annotation per step),
+    which robomimic never reads, failed the conversions of datapipe and video_stream ("object dtype (it would need
+    pickle)") where native serves the file. Left out of the shards now: the samples are native's. Control: a
+    config naming it is refused before any data is read, naming the file, the key and what to change (left out of
+    the shards, it was served as the zeros robomimic substitutes for a missing key; robomimic fails on it)."""
+    path = str(tmp_path / "language.hdf5")
+    shutil.copy(tiny_hdf5, path)
+    with h5py.File(path, "a") as f:
+        for d in f["data"]:
+            n = int(f[f"data/{d}"].attrs["num_samples"])
+            f[f"data/{d}"].create_dataset("language", data=["pick the cube"] * n, dtype=h5py.string_dtype())
+    cfg = make_config(path, backend=backend, seq_length=5, backend_kwargs={"cache_dir": str(tmp_path / "c")})
+    ds = dataset_factory(cfg, obs_keys(cfg))
+    native = dataset_factory(make_config(path, seq_length=5), obs_keys(cfg))
+    assert len(ds) == len(native)
+    for i in (0, len(ds) // 2, len(ds) - 1):
+        assert sorted(ds[i]) == sorted(native[i])
+        for k in ("actions", "rewards", "dones"):
+            np.testing.assert_array_equal(ds[i][k], native[i][k])
+        np.testing.assert_array_equal(ds[i]["obs"]["robot0_eef_pos"], native[i]["obs"]["robot0_eef_pos"])
+    served = make_config(path, backend=backend, seq_length=5, backend_kwargs={"cache_dir": str(tmp_path / "c")})
+    with served.values_unlocked():
+        served.train.dataset_keys = ["actions", "language"]
+    refused = r"language.hdf5: data/demo_0/language holds strings or other objects .* remove 'language' from the"
+    for b in (backend, "compressed_cache"):
+        with served.values_unlocked():
+            served.train.data_backend = b
+        with pytest.raises(RoboLoadersError, match=refused):
+            dataset_factory(served, obs_keys(served))

@@ -121,9 +121,11 @@ def data_size(source: RobomimicHdf5, f, demos: list[str], opts: SequenceOptions)
         The ``DataSize``.
 
     Raises:
-        SourceError: a served field is not sized per step (``RobomimicHdf5.check_sized``).
+        SourceError: a served field is not sized per step (``RobomimicHdf5.check_sized``) or holds strings
+            (``RobomimicHdf5.check_numbers``).
     """
     source.check_sized(opts.field_names())  # before any data is read
+    source.check_numbers(f, demos[0], opts.field_names())
     float32 = opts.dataset_keys if opts.hdf5_cache_mode in ("all", "low_dim") else ()
     return source.data_size(f, demos, opts.field_names(), float32)
 

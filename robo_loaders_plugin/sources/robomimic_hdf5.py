@@ -553,14 +553,23 @@ class RobomimicHdf5:
 
         Returns:
             ``(fields, frames)``: ``{name: array}`` (names as :func:`datasets` gives them) of the datasets with a row
-            per step (per-demo metadata of another length, :meth:`check_sized`, is left out), and the names of the
+            per step (per-demo metadata of another length, :meth:`check_sized`, and datasets of strings or other
+            objects are left out), and the names of the
             per-step arrays of at least :data:`FRAME_MIN_BYTES` (compressed as frames).
 
         Raises:
             SourceError: a dataset cannot be read.
         """
         n = self.length(f, demo)  # per-demo metadata of another length (check_sized) is not a per-step field
-        fields = {key: self.read(f, demo, key) for key, ds in datasets(f[f"data/{demo}"]) if _rows(ds) == n}
+        # a per-step dataset of variable-length strings or other objects (a language annotation per step) is left
+        # out: robomimic never serves one (its cache modes cast dataset keys to float32, its collate stacks
+        # numbers), and no shard stores an object array without pickle, so a file holding one failed every
+        # conversion (a reviewer's reproduction); a config naming it is told the demo lacks it
+        fields = {
+            key: self.read(f, demo, key)
+            for key, ds in datasets(f[f"data/{demo}"])
+            if _rows(ds) == n and not ds.dtype.hasobject
+        }
         return fields, {k for k, a in fields.items() if a.ndim > 1 and a[0].nbytes >= FRAME_MIN_BYTES}
 
     def data_size(self, f: h5py.File, demos: list[str], fields: list[str], float32_fields=()):
@@ -601,6 +610,29 @@ class RobomimicHdf5:
         return DataSize(
             lengths, frames, other, other_fields=others, source_bytes=os.path.getsize(self.path), unit="demo"
         )
+
+    def check_numbers(self, f: h5py.File, demo: str, fields) -> None:
+        """The served fields hold numbers: a per-step dataset of strings or other objects (a language annotation)
+        is left out of conversions (:meth:`read_all`), and served it was the zeros robomimic substitutes for a
+        missing dataset key, where robomimic fails on it (its cache modes cast dataset keys to float32).
+
+        Args:
+            f: The file, open.
+            demo: A served demo (the fields' dtypes are checked there; every demo's are, as read, by the stores).
+            fields: The fields served.
+
+        Raises:
+            SourceError: a field of strings or other objects, naming the file, the dataset and what to change.
+        """
+        g = f[f"data/{demo}"]
+        for key in fields:
+            ds = g.get(key)
+            if isinstance(ds, h5py.Dataset) and ds.dtype.hasobject:
+                raise SourceError(
+                    f"{self.path}: data/{demo}/{key} holds strings or other objects ({ds.dtype}); robomimic "
+                    f"serves numbers only (its cache modes cast dataset keys to float32): remove {key!r} from the "
+                    "config (train.dataset_keys or the obs keys)"
+                )
 
     @staticmethod
     def sample_frames(f: h5py.File, demos: list[str], fields, per_field: int = 4) -> list[np.ndarray]:
