@@ -132,3 +132,33 @@ def test_lerobot_video_stream_mirrors_a_remote_sources_tables_into_its_cache_dir
         assert len(ds) == len(native(lerobot_datasets["av1_1cam"]))
     assert files_under(env_cache) == set(), sorted(files_under(env_cache))
     assert [n for n in os.listdir(mine) if n.startswith("remote-tables-")], os.listdir(mine)
+
+
+@pytest.mark.parametrize("backend", ["compressed_cache", "gpu_resampler"])
+def test_a_cache_dir_inside_the_lerobot_dataset_is_refused_before_anything_is_written(
+    lerobot_datasets, tmp_path, monkeypatch, backend
+):
+    """A reviewer's reproduction: a cache_dir inside the dataset's root made the entry's own files files of the
+    dataset, so every build saw its source "changed while built", removed what it built and said to run again, at
+    every run, leaving its lock files in the dataset. Refused up front naming the option (or the environment
+    variable), nothing written in the dataset (the option's check leaves the directory it probed). Control: a
+    cache_dir beside the dataset serves it."""
+    import shutil
+
+    from robo_loaders_plugin import RoboLoadersError
+
+    root = tmp_path / "dataset"
+    shutil.copytree(lerobot_datasets["av1_1cam"], root)
+    nat = native(root)
+    before = files_under(root)
+    options = {"device": "cpu"} if backend == "gpu_resampler" else {}
+    refused = r"--dataset.backend_kwargs.cache_dir='.*/dataset/\.robo_cache' is inside the dataset .*: .* outside"
+    with pytest.raises(RoboLoadersError, match=refused):
+        serve(backend, nat, cache_dir=str(root / ".robo_cache"), **options)
+    monkeypatch.setenv("ROBO_LOADERS_CACHE", str(root / "cache"))
+    with pytest.raises(RoboLoadersError, match=r"the cache directory '.*/dataset/cache' \(\$ROBO_LOADERS_CACHE\) is"):
+        serve(backend, nat, **options)
+    # the option's check of a writable directory made it (empty): nothing else was written in the dataset
+    assert files_under(root) - before <= {str(root / ".robo_cache")} and not os.listdir(root / ".robo_cache")
+    ds = serve(backend, nat, cache_dir=str(tmp_path / "beside"), **options)
+    assert len(ds) == len(nat)

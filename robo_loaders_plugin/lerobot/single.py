@@ -137,12 +137,18 @@ def build_dataset(
         The backend's dataset, recorded for the adapter's dispatch (``lerobot-train``'s ``cycle``).
 
     Raises:
-        RoboLoadersError: the choice is not for LeRobot, needs a GPU torch does not see, or its source is wrong.
+        RoboLoadersError: the choice is not for LeRobot, needs a GPU torch does not see, its cache directory is
+            inside the dataset, or its source is wrong.
     """
     if choice.framework != "lerobot":
         raise RoboLoadersError(f"backend choice {choice.name!r} was resolved for {choice.framework}, not LeRobot")
     compat.check_version()
     choice.check_device()
+    if "cache_dir" in choice.spec.options:  # before the backend writes anything under its cache root
+        from robo_loaders_plugin.storage.cache import check_root_outside, location
+
+        given = getattr(choice.options, "cache_dir", None)
+        check_root_outside(location(given), str(native.root), f"{OPTIONS_FLAG}.cache_dir" if given else None)
     choice = items_choice(native, choice)
     loop = TrainingLoop(int(batch_size), int(num_workers)) if batch_size is not None else current_training_loop()
     with training_loop(loop):

@@ -127,6 +127,33 @@ def cache_root(cache_dir: str | None = None, where: str = "cache_dir") -> str:
     return root
 
 
+def check_root_outside(root: str, source, where: str | None) -> None:
+    """Refuse a cache root inside a dataset's directory (a LeRobot root), before anything is written there.
+
+    Why: the cache's own files (an entry's lock, its record, its store) are then files of the dataset, so every
+    build saw its source "changed while built", removed what it built and asked to run again, at every run, leaving
+    its locks in the dataset (a reviewer's reproduction); a conversion refuses an output inside its source the same
+    way (``shards.format.check_output_dir``).
+
+    Args:
+        root: The cache root (:func:`location`; not created).
+        source: The dataset's path (a file cannot hold a cache: not compared), or ``None``.
+        where: The option that set the root (``None``: ``$ROBO_LOADERS_CACHE`` or the default).
+
+    Raises:
+        CacheError: the root is the dataset's directory or inside it.
+    """
+    if source is None or not os.path.isdir(source):
+        return
+    real, inside = os.path.realpath(source), os.path.realpath(root)
+    if inside == real or inside.startswith(real + os.sep):
+        named = f"{where}={root!r}" if where else f"the cache directory {root!r} (${ENV_ROOT})"
+        raise CacheError(
+            f"{named} is inside the dataset {source}: the cache's files would change the dataset's fingerprint, so "
+            "nothing built there could be kept; choose a directory outside the dataset"
+        )
+
+
 def parse_size_limit(value, where: str) -> int | None:
     """A cache size limit as given by the user: one meaning wherever it is given (``$ROBO_LOADERS_CACHE_SIZE``,
     ``robo-loaders cache prune --max-size``), 0 being no limit (as ccache's ``max_size``). Why one rule: the two

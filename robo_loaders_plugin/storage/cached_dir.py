@@ -217,7 +217,8 @@ def build_or_reuse(
         removed when the last such object is released) while it lives; whether it was reused.
 
     Raises:
-        CacheError: the cache root cannot be created, or another process's build did not finish in time.
+        CacheError: the cache root cannot be created or is inside the source's directory, or another process's
+            build did not finish in time.
         MemoryBudgetExceeded: a reused RAM entry is larger than ``ram_budget``.
         RoboLoadersError: ``build`` wrote a file named as the entry's record (``robo-loaders-source.json``), which
             would be overwritten.
@@ -228,9 +229,10 @@ def build_or_reuse(
         root = ramfile.ram_root()
         ramfile.sweep_stale(root)
     else:
-        root = cache.cache_root(
-            cache_dir, f"{option_prefix}.cache_dir" if option_prefix != "cache_dir" else "cache_dir"
-        )
+        where = f"{option_prefix}.cache_dir" if option_prefix != "cache_dir" else "cache_dir"
+        src = getattr(source, "root", None) or getattr(source, "path", None)
+        cache.check_root_outside(cache.location(cache_dir), src, where if cache_dir else None)
+        root = cache.cache_root(cache_dir, where)
         for path in retire_earlier_versions(root, kind, key):
             logger.info(
                 f"removed {path}: the {description or kind} of this source and these options in an earlier format"
