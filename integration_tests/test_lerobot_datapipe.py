@@ -547,3 +547,64 @@ def test_the_pass_order_is_the_same_over_shards_of_another_codec(lerobot_dataset
         dl = torch.utils.data.DataLoader(ds, batch_size=8, sampler=sampler_for(nat, seed=5), num_workers=1)
         orders.append((ds.passes.shuffle_buffer, ds.batch_source(sampling_plan(dl)).plan_of(0)))
     assert orders[0][0] == orders[1][0] and np.array_equal(orders[0][1], orders[1][1])
+
+
+def test_feature_names_lerobot_accepts_are_converted_and_served(tmp_path):
+    """A reviewer's reproduction: LeRobot accepts any feature name without '/' ('observation.gripper:pos', a camera
+    'observation.images.left cam'); datapipe's conversion refused them at its first episode ("cannot be stored in a
+    shard member name") where every other backend served the dataset. Escaped in member names now, every item
+    LeRobot's (windows included). Control: the escaped names come back as the features' own, and a camera's frames
+    are not another field's."""
+    from lerobot.configs import RGBEncoderConfig
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    from robo_loaders_plugin.storage.shards import ShardReader
+
+    cam, grip = "observation.images.left cam", "observation.gripper:pos"
+    feats = {
+        "observation.state": {"dtype": "float32", "shape": (2,), "names": None},
+        "action": {"dtype": "float32", "shape": (2,), "names": None},
+        cam: {"dtype": "video", "shape": (16, 32, 3), "names": ["height", "width", "channels"]},
+        grip: {"dtype": "float32", "shape": (1,), "names": None},
+    }
+    root = tmp_path / "odd"
+    ds = LeRobotDataset.create(REPO, 10, feats, root=root, rgb_encoder=RGBEncoderConfig(vcodec="h264"))
+    rng = np.random.default_rng(1)
+    for n in (5, 6):
+        for _ in range(n):
+            ds.add_frame({
+                "observation.state": rng.normal(size=2).astype(np.float32),
+                "action": rng.normal(size=2).astype(np.float32),
+                cam: rng.integers(0, 256, (16, 32, 3), dtype=np.uint8),
+                grip: np.array([rng.normal()], np.float32),
+                "task": "x",
+            })  # fmt: skip
+        ds.save_episode()
+    ds.finalize()
+    nat = LeRobotDataset(REPO, root=root, delta_timestamps={cam: [-0.1, 0.0], grip: [0.0, 0.1]})
+    ours = serve("datapipe", nat, cache_dir=str(tmp_path / "cache"))
+    assert len(ours) == len(nat)
+    for i in range(len(nat)):
+        same_item(ours[i], nat[i], f"odd names[{i}]")
+    out = str(tmp_path / "shards")
+    convert_lerobot(root, out, repo_id=REPO, progress=False)
+    stored = ShardReader(out).stored_fields(0)
+    assert stored[cam] == "frames" and grip in stored and "observation.gripper%3Apos" not in stored
+
+
+def test_episodes_given_as_a_numpy_array_are_served_after_an_earlier_build(lerobot_datasets, tmp_path):
+    """A reviewer's reproduction: LeRobot serves ``episodes=np.array([...])``; datapipe's record of its row check
+    kept them as given, so once an earlier build of the dataset had left a record, json refused the array: a bare
+    TypeError at every build. Served now, every item LeRobot's, as given as numpy ints and as a list."""
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    root = lerobot_datasets["h264_3cam_multifile"]
+    cache = str(tmp_path / "cache")
+    serve("datapipe", native(root), cache_dir=cache)  # the earlier run: leaves the record
+    picked = [int(e) for e in np.random.default_rng(0).permutation(LeRobotDataset(REPO, root=root).num_episodes)[:3]]
+    for episodes in (np.array(picked), [np.int64(e) for e in picked], picked):
+        nat = LeRobotDataset(REPO, root=root, episodes=episodes)
+        ours = serve("datapipe", nat, cache_dir=cache)
+        assert len(ours) == len(nat)
+        for i in random_indices(len(nat), 40, seed=1):
+            same_item(ours[i], nat[i], f"episodes {episodes!r}[{i}]")

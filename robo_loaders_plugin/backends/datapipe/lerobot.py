@@ -418,7 +418,9 @@ class RowsChecked:
                 "shards": os.path.realpath(reader.dir),
                 "index": reader.index.get("checksum"),
                 "columns": list(columns),
-                "episodes": native.episodes,
+                # as JSON holds them: LeRobot takes a numpy array (or numpy ints) too, which json.dumps refused in
+                # before(), a bare TypeError at every build after a record existed (a reviewer's reproduction)
+                "episodes": None if native.episodes is None else [int(e) for e in native.episodes],
                 # in memory: the values themselves (its fingerprint is drawn afresh at every read)
                 "fingerprint": hf_fingerprint(hf) if files else None,
                 "files": [list(stat_files(f)[0]) + [f] for f in files],
@@ -443,7 +445,7 @@ class RowsChecked:
         try:
             with open(self.path) as f:
                 return json.load(f) == json.loads(json.dumps(self.doc))
-        except (OSError, ValueError):
+        except (OSError, ValueError, TypeError):
             return False
 
     def record(self) -> None:

@@ -37,11 +37,11 @@ FRAMES_PART_BYTES = 8 << 20  # decoded bytes (every camera) of one part of a lon
 DEFAULT_SHARD_BYTES = 256 * 2**20
 MAX_INT = 2**62  # bound on every size, offset and length in the index: no overflow in int64 arithmetic
 EP_RE = re.compile(r"^[A-Za-z0-9_-]+$")
-MEMBER_RE = re.compile(r"^([A-Za-z0-9_-]+)\.([A-Za-z0-9_~.-]+)\.(json|npy|frames|mp4)$")
+MEMBER_RE = re.compile(r"^([A-Za-z0-9_-]+)\.([A-Za-z0-9_~.%-]+)\.(json|npy|frames|mp4)$")
 # field kind -> member extension: raw arrays as .npy, lossless Blosc2 frames, lossy video segments (storage/video.py)
 KIND_EXT = {"raw": "npy", "frames": "frames", "video": "mp4"}
 SHARD_RE = re.compile(r"^shards/[A-Za-z0-9_-]+\.tar$")
-_TOKEN_RE = re.compile(r"^[A-Za-z0-9_~.-]+$")
+_TOKEN_RE = re.compile(r"^[A-Za-z0-9_~.%-]+$")
 _AGAIN = "convert the dataset again"  # what every error about a damaged shard tells the user to do
 
 
@@ -52,7 +52,13 @@ class ShardError(RoboLoadersError):
 
 
 def field_token(field: str) -> str:
-    """A field name as it appears in member names (``obs/cam`` -> ``obs~cam``).
+    """A field name as it appears in member names (``obs/cam`` -> ``obs~cam``): any other character outside
+    ``[A-Za-z0-9_.-]`` percent-escaped (its UTF-8 bytes, :func:`urllib.parse.quote`), as are a leading ``.`` and
+    the second of two dots, so a member name never holds a path step; :func:`token_field` reverses it.
+
+    Why escaped, not refused: LeRobot accepts any feature name without ``/`` (``observation.gripper:pos``,
+    ``observation.images.left cam``), and a conversion of such a dataset failed at its first episode where the other
+    backends served it (a reviewer's reproduction). Names of the characters kept are their own tokens, as before.
 
     Args:
         field: The field's name.
@@ -61,12 +67,31 @@ def field_token(field: str) -> str:
         The token.
 
     Raises:
-        ShardError: the name has characters a member name cannot hold, starts with ``.`` or contains ``..``.
+        ShardError: the name is empty.
     """
-    token = field.replace("/", "~")
-    if not _TOKEN_RE.match(token) or token.startswith(".") or ".." in token:
+    from urllib.parse import quote
+
+    if not field:
+        raise ShardError("an empty field name cannot be stored in a shard member name")
+    token = re.sub(r"\.(?=\.)", "%2E", quote(field, safe="/").replace("~", "%7E").replace("/", "~"))
+    token = "%2E" + token[1:] if token.startswith(".") else token
+    if not _TOKEN_RE.match(token):  # quote keeps only [A-Za-z0-9_.~-]
         raise ShardError(f"field name {field!r} cannot be stored in a shard member name")
     return token
+
+
+def token_field(token: str) -> str:
+    """The field name a member name's token stands for (:func:`field_token` reversed).
+
+    Args:
+        token: The token.
+
+    Returns:
+        The field's name.
+    """
+    from urllib.parse import unquote
+
+    return unquote(token.replace("~", "/"))
 
 
 def member_name(episode: str, field: str, kind: str) -> str:

@@ -55,6 +55,7 @@ from robo_loaders_plugin.storage.shards.format import (
     listing_problems,
     member_name,
     part_member,
+    token_field,
 )
 
 _NPY_HEADER_BYTES = 16384  # magic, length and a header of at most numpy's 10000-character limit
@@ -661,7 +662,7 @@ class ShardReader:
             base, ext = m[: m.rindex(".")], m[m.rindex(".") + 1 :]
             if _PART_RE.search(m) and base[: -len(".part00000")] in parted:
                 base = base[: -len(".part00000")]
-            out[base[len(prefix) :].replace("~", "/")] = _EXT_KIND.get(ext, ext)
+            out[token_field(base[len(prefix) :])] = _EXT_KIND.get(ext, ext)
         return out
 
     def has_parts(self, i: int) -> bool:
