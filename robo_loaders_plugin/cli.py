@@ -978,8 +978,19 @@ def _cache_command(name: str, *options):
     def declare(run):
         @functools.wraps(run)
         def command(cache_dir, **given):
+            import os
+
             from robo_loaders_plugin.storage import cache
 
+            # a directory the user named (or $ROBO_LOADERS_CACHE) that does not exist is a typo: created, it was
+            # listed as an empty cache and left behind (a reviewer's finding); the default root is created
+            named = f"--cache-dir {cache_dir}" if cache_dir else f"${cache.ENV_ROOT}={os.environ.get(cache.ENV_ROOT)}"
+            root = cache.location(cache_dir)
+            if (cache_dir or os.environ.get(cache.ENV_ROOT)) and not os.path.exists(root):
+                raise click.ClickException(
+                    f"{named}: no such directory (a run makes its cache directory when it first writes there); "
+                    "check the path"
+                )
             return run(cache.cache_root(cache_dir, "--cache-dir"), **given)
 
         for option in reversed(options):

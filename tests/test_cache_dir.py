@@ -655,6 +655,39 @@ def test_the_three_cache_commands_take_cache_dir_alike(tmp_path):
         cache.cache_root(str(a_file), "train.data_backend_kwargs.cache_dir")
 
 
+def test_a_cache_dir_that_does_not_exist_is_refused_not_made_and_clear_removes_stamps(tmp_path, monkeypatch):
+    """A reviewer's findings: ``cache list|prune|clear --cache-dir <typo>`` made the directory and listed it as an
+    empty cache (so did a mistyped ``$ROBO_LOADERS_CACHE``); refused in one line, nothing made. ``cache clear`` left
+    the removed entries' verification stamps in ``.verified/``; removed with them now. Control: an existing
+    directory is listed, and an entry in use keeps its stamp."""
+    from click.testing import CliRunner
+
+    from robo_loaders_plugin.cli import main
+    from robo_loaders_plugin.storage.cached_dir import mark_verified
+
+    typo = tmp_path / "typo_dir"
+    for command in ("list", "prune", "clear"):
+        r = CliRunner().invoke(main, ["cache", command, "--cache-dir", str(typo)])
+        assert r.exit_code == 1 and f"--cache-dir {typo}: no such directory" in r.output, r.output
+        assert "Traceback" not in r.output and not typo.exists()
+    monkeypatch.setenv(cache.ENV_ROOT, str(typo))
+    r = CliRunner().invoke(main, ["cache", "list"])
+    assert r.exit_code == 1 and f"$ROBO_LOADERS_CACHE={typo}: no such directory" in r.output and not typo.exists()
+    monkeypatch.delenv(cache.ENV_ROOT)
+    root, built = cache.cache_root(str(tmp_path / "root")), []
+    gone, _, _, _ = _obtain(root, "a", "v1", built)
+    kept, hold, _, _ = _obtain(root, "b", "v1", built)
+    for e in (gone, kept):
+        mark_verified(e.path)
+        assert os.path.exists(cache.verified_stamp(e.path))
+    r = CliRunner().invoke(main, ["cache", "list", "--cache-dir", root])
+    assert r.exit_code == 0 and gone.name in r.output, r.output
+    r = CliRunner().invoke(main, ["cache", "clear", "--cache-dir", root])
+    assert r.exit_code == 0 and not os.path.exists(gone.path), r.output
+    assert not os.path.exists(cache.verified_stamp(gone.path)) and os.path.exists(cache.verified_stamp(kept.path))
+    del hold
+
+
 def test_earlier_formats_of_a_source_are_retired_in_one_listing_and_nothing_else_is(tmp_path, monkeypatch):
     """``cached_dir.retire_earlier_versions`` looks for every earlier format of one source's entry with one listing
     of the root (it listed the root once per earlier version, for each component of a mixture): the entries of

@@ -43,6 +43,7 @@ from robo_loaders_plugin.core.units import format_bytes, parse_bytes
 logger = get_logger(__name__)
 
 ENV_ROOT = "ROBO_LOADERS_CACHE"
+VERIFIED = ".verified"  # <root>/.verified/<entry>.json: an entry's files when its check passed (storage.cached_dir)
 ENV_SIZE = "ROBO_LOADERS_CACHE_SIZE"
 ENV_LOCK_TIMEOUT = "ROBO_LOADERS_LOCK_TIMEOUT"
 DEFAULT_SIZE = "50GB"
@@ -398,13 +399,27 @@ class Entry:
                 shutil.rmtree(self.path, ignore_errors=True)
             elif os.path.exists(self.path):
                 os.unlink(self.path)
-            for what in ("use", "build"):
+            # its verification stamp too (it could never match another entry's files, but it piled up beside the
+            # entries: a reviewer's finding)
+            for gone in (self._lock_path("use"), self._lock_path("build"), verified_stamp(self.path)):
                 with contextlib.suppress(FileNotFoundError):
-                    os.unlink(self._lock_path(what))
+                    os.unlink(gone)
             return True
         finally:
             os.close(use)
             os.close(build)
+
+
+def verified_stamp(path: str) -> str:
+    """Where the record that an entry's files passed their check lies (``storage.cached_dir``).
+
+    Args:
+        path: The entry's path.
+
+    Returns:
+        ``<root>/.verified/<entry name>.json``.
+    """
+    return os.path.join(os.path.dirname(os.path.abspath(path)), VERIFIED, os.path.basename(path) + ".json")
 
 
 def path_bytes(path: str) -> int:

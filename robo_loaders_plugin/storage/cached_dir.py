@@ -39,7 +39,6 @@ from robo_loaders_plugin.storage.fingerprint import Fingerprint
 logger = get_logger(__name__)
 
 SOURCE_FILE = "robo-loaders-source.json"  # the source's fingerprint, the key and the manifest (every file's size)
-VERIFIED = ".verified"  # <root>/.verified/<entry>.json: the entry's files as they were when its check passed
 _VERSIONED = re.compile(r"^(?P<base>.+)-(?P<version>\d+)$")
 
 
@@ -104,7 +103,7 @@ def manifest_problem(path: str) -> str | None:
 
 
 def _stamp(path: str) -> str:
-    return os.path.join(os.path.dirname(os.path.abspath(path)), VERIFIED, os.path.basename(path) + ".json")
+    return cache.verified_stamp(path)
 
 
 def _stat_doc(path: str) -> list:
