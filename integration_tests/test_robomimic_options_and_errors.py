@@ -781,3 +781,43 @@ def test_a_per_step_string_dataset_the_config_does_not_serve_is_left_out(tiny_hd
             served.train.data_backend = b
         with pytest.raises(RoboLoadersError, match=refused):
             dataset_factory(served, obs_keys(served))
+
+
+@pytest.mark.parametrize(
+    "backend, options",
+    [("compressed_cache", {}), ("datapipe", {}), ("gpu_resampler", {"device": "cpu"}), ("video_stream", {})],
+)
+def test_an_empty_demo_or_another_group_a_filter_key_leaves_out_is_served_as_robomimic_does(
+    tiny_hdf5, tmp_path, backend, options
+):
+    """A reviewer's reproductions: an empty demo (an aborted recording, num_samples=0) and a group that is not a demo
+    (``data/zz_info``) beside the demos were refused by every backend even when the filter key leaves them out,
+    where robomimic trains on the file (it reads the demos the mask names); the second refusal did not name the
+    file. Served now, equal to native. Controls: without a filter key the other group is refused naming the file
+    (robomimic fails on it too), and a mask selecting the empty demo is refused naming it (robomimic asserts)."""
+    path = str(tmp_path / "odd.hdf5")
+    shutil.copy(tiny_hdf5, path)
+    with h5py.File(path, "a") as f:
+        empty = f["data"].create_group("demo_99")
+        empty.attrs["num_samples"] = 0
+        for name, ds in [(n, d) for n, d in f["data/demo_0"].items() if isinstance(d, h5py.Dataset)]:
+            empty.create_dataset(name, shape=(0, *ds.shape[1:]), dtype=ds.dtype)
+        for group in ("obs", "next_obs"):
+            for name, ds in f[f"data/demo_0/{group}"].items():
+                empty.create_dataset(f"{group}/{name}", shape=(0, *ds.shape[1:]), dtype=ds.dtype)
+        f["data"].create_group("zz_info").attrs["note"] = "not a demo"
+        train = [bytes(n) for n in f["mask/train"][:]]
+        f.create_dataset("mask/with_empty", data=np.array(train[:2] + [b"demo_99"]))
+    kw = {"backend_kwargs": dict(options, cache_dir=str(tmp_path / "c")), "seq_length": 5}
+    cfg = make_config(path, backend=backend, **kw)
+    native = dataset_factory(make_config(path, seq_length=5), obs_keys(cfg), filter_by_attribute="train")
+    ds = dataset_factory(cfg, obs_keys(cfg), filter_by_attribute="train")
+    assert len(ds) == len(native)
+    for i in (0, len(ds) // 2, len(ds) - 1):
+        if backend != "video_stream":  # lossy frames: compared in its own tests
+            assert_same_sample(ds[i], native[i])
+        np.testing.assert_array_equal(ds[i]["actions"], native[i]["actions"])
+    with pytest.raises(RoboLoadersError, match=r"odd\.hdf5: demo names must look like demo_<int> .*'zz_info'"):
+        dataset_factory(cfg, obs_keys(cfg))
+    with pytest.raises(RoboLoadersError, match=r"odd\.hdf5: data/demo_99 has num_samples=0; robomimic needs"):
+        dataset_factory(cfg, obs_keys(cfg), filter_by_attribute="with_empty")

@@ -83,7 +83,7 @@ def buffer_sizing(
             size.lengths, opts.frame_stack, opts.seq_length, opts.pad_frame_stack, opts.pad_seq_length, demos,
             source.path,
         )  # fmt: skip
-        every = source.demos(f, None)
+        every = source.stored_demos(f)
         whole = source.data_size(f, every, [name for name, _ in datasets(f[f"data/{every[0]}"])])
     frames = sum(size.frame_step_bytes.values())
     window = opts.frame_stack + opts.seq_length - 1

@@ -86,7 +86,7 @@ def frame_ratio(source: RobomimicHdf5, codec: FrameCodec | None = None) -> float
         Decoded bytes / compressed bytes, or ``None`` when the file has no camera frames.
     """
     with source.open() as f:
-        demos = source.demos(f, None)
+        demos = source.stored_demos(f)
         size = source.data_size(f, demos, [name for name, _ in datasets(f[f"data/{demos[0]}"])])
         return sampled_ratio(source.sample_frames(f, demos, size.frame_step_bytes), codec or FrameCodec())
 
@@ -144,7 +144,7 @@ def convert_robomimic(
     source = RobomimicHdf5(in_path, cache_dir=cache_dir)  # validated: demos, num_samples against every array
     check_output_dir(out_dir, str(in_path))
     with source.open() as f:  # the output must fit the disk: estimated from shapes and a few frames (frame_ratio)
-        demos = source.demos(f, None)
+        demos = source.stored_demos(f)
         every = [name for name, _ in datasets(f[f"data/{demos[0]}"])]
         # every demo's actions have a row per step (the file's num_samples is right); any other dataset of another
         # length is left out of the shards (read_all), refused where a config serves it (sequence.data_size): a
@@ -304,7 +304,7 @@ def verify_robomimic(out_dir: str, in_path: str) -> list[str]:
     reader = ShardReader(out_dir)
     source = RobomimicHdf5(in_path)
     with source.open() as f:
-        demos = source.demos(f, None)
+        demos = source.stored_demos(f)
         if [e["name"] for e in reader.episodes] != demos:
             return [f"{out_dir}: holds {len(reader.episodes)} demos, {in_path} has {len(demos)}"]
         # what a backend reading the shards serves besides the arrays (filter keys, env metadata): compared too

@@ -46,11 +46,21 @@ def open_hdf5(path: str) -> h5py.File:
         ) from exc
 
 
-def sorted_demos(names) -> list[str]:
+def _is_demo(name: str) -> bool:
+    """Whether robomimic can sort ``name`` among demos (``int(name[5:])``)."""
+    try:
+        int(name[5:])
+    except ValueError:
+        return False
+    return True
+
+
+def sorted_demos(names, where: str = "") -> list[str]:
     """Demos in robomimic's order: ``int(name[5:])``, the key SequenceDataset sorts by.
 
     Args:
         names: Demo names (``demo_<int>``).
+        where: Names the file in the error (``"<path>: "``).
 
     Returns:
         The names, sorted.
@@ -59,14 +69,12 @@ def sorted_demos(names) -> list[str]:
         SourceError: a name whose sixth character on is not an integer (the first five are listed).
     """
     names = list(names)
-    bad = []
-    for n in names:
-        try:
-            int(n[5:])
-        except ValueError:
-            bad.append(n)
+    bad = [n for n in names if not _is_demo(n)]
     if bad:
-        raise SourceError(f"demo names must look like demo_<int> (robomimic sorts by int(name[5:])), found {bad[:5]}")
+        raise SourceError(
+            f"{where}demo names must look like demo_<int> (robomimic sorts by int(name[5:])), found {bad[:5]} under "
+            "data/: robomimic fails on them too unless a filter key (train.hdf5_filter_key) selects the demos"
+        )
     return sorted(names, key=lambda n: int(n[5:]))
 
 
@@ -160,6 +168,14 @@ def _num_samples(gid, demo: bytes) -> int | None:
     value = np.empty(attr.shape, dtype=attr.dtype)
     attr.read(value)
     return int(value.reshape(-1)[0])
+
+
+def _num_samples_or_none(gid, demo: bytes) -> int | None:
+    """:func:`_num_samples`, ``None`` where it cannot be read (what reads the demo then says what is wrong)."""
+    try:
+        return _num_samples(gid, demo)
+    except Exception:  # noqa: BLE001
+        return None
 
 
 def _rows(ds) -> int | None:
@@ -274,7 +290,9 @@ class RobomimicHdf5:
         """
         if "data" not in f or not isinstance(f["data"], h5py.Group):
             raise SourceError(f"{self.path}: no 'data' group; this is not a robomimic dataset")
-        demos = sorted_demos(f["data"].keys())
+        # a group robomimic cannot sort among demos is left to the selection (refused without a filter key, as
+        # robomimic fails on it; a filter key may leave it out: a reviewer's reproduction)
+        demos = sorted_demos(n for n in f["data"] if _is_demo(n))
         if not demos:
             raise SourceError(
                 f"{self.path}: data/ holds no demos (no demo_<i> group), so there is nothing to convert "
@@ -327,6 +345,11 @@ class RobomimicHdf5:
                     n = _num_samples(gid, key)
             except Exception:  # noqa: BLE001 (the object API says what is wrong)
                 n = None
+            if n == 0:
+                # an empty demo (an aborted recording) is refused only where selected (lengths: robomimic asserts
+                # on it then); a filter key leaving it out trains as robomimic does (a reviewer's reproduction).
+                # Left out of this file's demos (stored_demos): conversions store none of it
+                continue
             if n is None or n < 1:
                 lengths[demo] = self._check_demo_slowly(f, demo)
                 continue
@@ -408,7 +431,7 @@ class RobomimicHdf5:
         if "data" not in f:
             raise SourceError(f"{f.filename}: no 'data' group; this is not a robomimic dataset")
         if filter_key is None:
-            return sorted_demos(f["data"].keys())
+            return sorted_demos(f["data"].keys(), f"{f.filename}: ")
         masks = sorted(f["mask"].keys()) if "mask" in f else []
         if filter_key not in masks:
             raise SourceError(
@@ -425,7 +448,22 @@ class RobomimicHdf5:
                 f"{f.filename}: mask/{filter_key} lists {twice[:5]} more than once; robomimic serves other windows "
                 "for such a mask (or fails in hdf5_cache_mode 'all'): list each demo once"
             )
-        return sorted_demos(names)
+        return sorted_demos(names, f"{f.filename}: ")
+
+    def stored_demos(self, f: h5py.File) -> list[str]:
+        """The demos a conversion stores, in robomimic's order: every ``demo_<int>`` of at least one step (whatever
+        a filter key selects: conversions are shared by every filter key).
+
+        Args:
+            f: The file, open.
+
+        Returns:
+            Demo names.
+        """
+        names = sorted_demos(n for n in f["data"] if _is_demo(n))
+        if self._lengths:  # as validated: an empty demo is not among them
+            return [d for d in names if d in self._lengths]
+        return [d for d in names if _num_samples_or_none(f["data"].id, d.encode()) != 0]
 
     @staticmethod
     def length(f: h5py.File, demo: str) -> int:
@@ -672,8 +710,7 @@ class RobomimicHdf5:
         """
         return sum(ds.nbytes for _, ds in datasets(f[f"data/{demo}"]))
 
-    @staticmethod
-    def metadata(f: h5py.File) -> dict:
+    def metadata(self, f: h5py.File) -> dict:
         """What converted shards keep of the file besides the arrays: attributes, masks, demo order.
 
         Args:
@@ -681,12 +718,9 @@ class RobomimicHdf5:
 
         Returns:
             ``framework`` (``robomimic``), ``data_attrs``, ``demo_attrs`` (per demo), ``masks`` (``{filter key:
-            [demo names]}``) and ``demos`` (robomimic's order); bytes decoded to text.
-
-        Raises:
-            SourceError: a demo name that is not ``demo_<int>``.
+            [demo names]}``) and ``demos`` (:meth:`stored_demos`, robomimic's order); bytes decoded to text.
         """
-        demos = sorted_demos(f["data"].keys())
+        demos = self.stored_demos(f)
         masks = {
             k: [_text(x) if isinstance(x, bytes) else str(x) for x in f[f"mask/{k}"][:]]
             for k in (f["mask"].keys() if "mask" in f else [])
