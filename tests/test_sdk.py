@@ -287,6 +287,15 @@ def test_a_damaged_store_whose_verify_raises_is_rebuilt_and_a_store_error_names_
             _sdk_dataset(ref, "parsed", tiny_hdf5, str(tmp_path / "other"))
     finally:
         toy_store_parsed.ParsedMetaStore.FAIL_BUILD = False
+    toy_store_parsed.ParsedMetaStore.FAIL_KEY = True  # a reviewer's reproduction: key()'s error was bare
+    try:
+        with pytest.raises(
+            RoboLoadersError,
+            match=r"frame store 'toy_store_parsed:ParsedMetaStore': key\(\) failed: ValueError: injected",
+        ):
+            _sdk_dataset(ref, "parsed", tiny_hdf5, str(tmp_path / "other"))
+    finally:
+        toy_store_parsed.ParsedMetaStore.FAIL_KEY = False
 
 
 def test_max_memory_is_no_part_of_a_stores_default_key():
@@ -627,3 +636,26 @@ def test_option_messages_read_as_the_built_in_backends(tmp_path):
         spec.choose("robomimic", {"cache_dir": str(tmp_path / "f")}, "train.data_backend_kwargs")
     with pytest.raises(BackendOptionError, match=r"max_memory must be a size like 2GB or 512MiB, got 'abc'"):
         spec.choose("robomimic", {"max_memory": "abc"}, "train.data_backend_kwargs")
+
+
+def test_a_sample_backend_whose_factory_returns_no_dataset_is_refused_naming_it():
+    """A reviewer's reproduction: a ``SAMPLE``-kind backend's factory returning ``None`` failed later as a bare
+    ``TypeError: object of type 'NoneType' has no len()`` naming no backend (the hook spec promises the returned
+    object is checked against the declared kind). Refused naming the backend. Control: a list (indexed and sized)
+    is recorded; an indexed backend returning a list is refused as before."""
+    from robo_loaders_plugin import RoboLoadersError
+    from robo_loaders_plugin.core.iteration import record_built
+    from robo_loaders_plugin.extend import BackendSpec
+
+    def spec(kind):
+        return BackendSpec(
+            name="hand_b", description="d", frameworks=("robomimic",), kind=kind, factories={"robomimic": "m:f"}
+        )
+
+    choice = spec(SAMPLE).choose("robomimic", {}, "w")
+    with pytest.raises(RoboLoadersError, match=r"backend 'hand_b' .* declares kind 'sample' but its factory returned a "
+                       r"NoneType, not a map-style dataset"):  # fmt: skip
+        record_built(None, choice)
+    record_built([1, 2], choice)
+    with pytest.raises(RoboLoadersError, match=r"returned a list, not a IndexedDataset"):
+        record_built([1, 2], spec(INDEXED).choose("robomimic", {}, "w"))

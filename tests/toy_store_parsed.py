@@ -11,10 +11,16 @@ from toy_store import EveryFieldStore
 class ParsedMetaStore(EveryFieldStore):
     """The same store with a ``meta.json`` its ``verify`` parses (the documented pattern: a store checking its own
     index), so a damaged one raises the parser's own error; ``build`` raises ``ValueError`` while ``FAIL_BUILD``
-    is set (a store's own bug)."""
+    is set, ``key`` while ``FAIL_KEY`` is (a store's own bug)."""
 
     kind = "parsed-meta-1"
     FAIL_BUILD = False
+    FAIL_KEY = False
+
+    def key(self, options):
+        if ParsedMetaStore.FAIL_KEY:
+            raise ValueError("injected failure in key")
+        return super().key(options)
 
     def build(self, directory, episodes, options):
         if ParsedMetaStore.FAIL_BUILD:

@@ -352,7 +352,8 @@ def record_built(
         The :class:`Built` record.
 
     Raises:
-        RoboLoadersError: the dataset is not of the base class the choice's kind requires, naming the backend.
+        RoboLoadersError: the dataset is not of the base class the choice's kind requires (a sample dataset: not
+            indexed and sized), naming the backend.
     """
     kind = served_as or choice.kind
     base = _KIND_BASES.get(kind)
@@ -360,6 +361,13 @@ def record_built(
         raise RoboLoadersError(
             f"backend {choice.name!r} (plugin {choice.spec.plugin!r}) declares kind {kind!r} "
             f"but its factory returned a {type(dataset).__name__}, not a {base.__name__}"
+        )
+    if base is None and not (hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__")):
+        # a sample dataset is indexed and sized by the framework's DataLoader; anything else (None) failed later
+        # as a bare TypeError naming no backend (a reviewer's reproduction)
+        raise RoboLoadersError(
+            f"backend {choice.name!r} (plugin {choice.spec.plugin!r}) declares kind {kind!r} "
+            f"but its factory returned a {type(dataset).__name__}, not a map-style dataset (__getitem__ and __len__)"
         )
     built = Built(choice, int(rank), int(world_size), seed, dict(setup or {}), served_as)
     with contextlib.suppress(TypeError):  # not weak-referenceable: treated as a plain sample dataset

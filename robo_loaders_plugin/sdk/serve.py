@@ -352,7 +352,13 @@ def _key(store: FrameStore, src: _Source, options) -> dict:
     so a store built under another robomimic cache mode was reused and served another dtype (a reviewer's
     reproduction); and two stores of one ``kind`` found each other's entries, one checking and rebuilding the
     other's files in place."""
-    return {"sdk": src.key, "store": store.key(options), "class": _ref_of(store)}
+    ref = _ref_of(store)
+    return {"sdk": src.key, "store": _named_errors(ref, "key()", store.key, options), "class": ref}
+
+
+def _alternatives(store: FrameStore, framework: str) -> list:
+    """The store's ``alternatives(framework)``, an error it raises named with the store."""
+    return _named_errors(_ref_of(store), "alternatives()", store.alternatives, framework)
 
 
 def _root(options, option_prefix: str) -> str:
@@ -367,7 +373,7 @@ def _checked_placement(store: FrameStore, backend: str, src: _Source, options) -
     placement = _place(store, backend, src, options, available, sample=True)
     check_fits(
         placement.footprint, available, backend=backend, option_prefix=src.option_prefix,
-        alternatives=store.alternatives(src.framework),
+        alternatives=_alternatives(store, src.framework),
     )  # fmt: skip
     if placement.spilled:
         logger.info(
@@ -383,7 +389,7 @@ def _open(store: FrameStore, ref: str, backend: str, src: _Source, options, plac
     from robo_loaders_plugin.storage.cached_dir import build_or_reuse
 
     footprint = placement.footprint
-    alternatives = store.alternatives(src.framework)
+    alternatives = _alternatives(store, src.framework)
     in_ram = placement.in_ram
     budget = getattr(options, "max_memory", None) if in_ram else None
     key = _key(store, src, options)
@@ -493,7 +499,7 @@ def _planned(store: FrameStore, backend: str, src: _Source, options, committed: 
     store, not the batches in flight: a mixture counts its batches once)."""
     measured = Available.measure(disk_dir=cache.location(getattr(options, "cache_dir", None)))
     placement = _place(store, backend, src, options, measured.less(committed), sample=False)
-    return planned(placement, measured, store.alternatives(src.framework), src.batches)
+    return planned(placement, measured, _alternatives(store, src.framework), src.batches)
 
 
 # -- robomimic ---------------------------------------------------------------------------------------------------
