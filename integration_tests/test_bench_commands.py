@@ -260,6 +260,28 @@ def test_bench_lerobot_on_a_root_holding_no_dataset_is_one_line(tmp_path):
     assert "[bench]" not in r.output and "FAILED" not in r.output
 
 
+def test_bench_lerobot_on_an_unreadable_dataset_is_one_line(lerobot_datasets, tmp_path):
+    """A reviewer's reproduction: a ``meta/info.json`` that is no JSON, or a copy without its data files, gave each
+    backend's child its own traceback (78 lines each). Refused before anything runs, naming --root, as lerobot-train
+    refuses them."""
+    import shutil
+
+    from click.testing import CliRunner
+
+    from robo_loaders_plugin.cli import main
+
+    broken, no_data = tmp_path / "broken", tmp_path / "no_data"
+    shutil.copytree(lerobot_datasets["av1_1cam"], broken)
+    shutil.copytree(lerobot_datasets["av1_1cam"], no_data)
+    (broken / "meta" / "info.json").write_text('{"fps": 20,')
+    shutil.rmtree(no_data / "data")
+    for root, said in ((broken, "info.json is not readable JSON"), (no_data, "no data/*/*.parquet files")):
+        args = ["bench", "lerobot", "--root", str(root), "--backends", "native", "--batches", "1"]
+        r = CliRunner().invoke(main, args)
+        assert r.exit_code == 2 and "Invalid value for --root" in r.output and said in r.output, r.output
+        assert "[bench]" not in r.output and "Traceback" not in r.output
+
+
 def test_outputs_that_cannot_be_written_are_refused_before_anything_runs(tiny_hdf5, tmp_path):
     """A reviewer's reproduction: ``bench --json`` into a read-only location was an OSError traceback after the
     whole benchmark ran, and ``report --out`` one at once. Both are refused first, naming the option."""

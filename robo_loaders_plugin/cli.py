@@ -218,6 +218,7 @@ def sample_data_robomimic(
 
     if min_length > max_length:
         raise click.BadParameter(f"--min-length {min_length} > --max-length {max_length}")
+    _check_noise(_given_flags(click.get_current_context()), content)
     _check_sample_output(out, "robomimic", overwrite)
     write_robomimic_hdf5(
         out,
@@ -233,6 +234,31 @@ def sample_data_robomimic(
         overwrite=overwrite,
     )
     click.echo(f"wrote {out}")
+
+
+def _check_bench_root(root: str, repo_id: str) -> None:
+    """The LeRobot dataset ``bench lerobot`` measures is readable, as ``lerobot-train`` checks it at parsing: a
+    ``meta/info.json`` that is no JSON, or a copy without its data files, gave each backend's child process its own
+    traceback (a reviewer's reproduction)."""
+    from robo_loaders_plugin.core.errors import RoboLoadersError
+    from robo_loaders_plugin.lerobot.dataset_root import check_local_dataset
+    from robo_loaders_plugin.sources.lerobot_v3 import LeRobotV3
+
+    fix = "give a LeRobot v3 dataset root (robo-loaders sample-data lerobot writes one)"
+    try:
+        check_local_dataset(root, repo_id, None, root_label=root, episodes_label="--episodes", fix_root=fix)
+        LeRobotV3(root).data_files()
+    except RoboLoadersError as exc:
+        raise click.BadParameter(str(exc), param_hint="--root") from None
+
+
+def _check_noise(given, content: str) -> None:
+    """``--noise`` is the sensor noise of ``--content camera``: given with renders, it was ignored without a word (a
+    reviewer's reproduction: the frames were those of the same command without it)."""
+    if "noise" in given and content != "camera":
+        raise click.BadParameter(
+            f"--noise is the sensor noise of --content camera; --content {content} draws none", param_hint="--noise"
+        )
 
 
 def _given_flags(ctx: click.Context) -> set[str]:
@@ -402,8 +428,12 @@ def sample_data_lerobot(
             + ("with --from-robomimic (the file's demos are written)" if from_robomimic else "without --from-robomimic")
         )
     if from_robomimic:
+        from robo_loaders_plugin.core.errors import SourceError
+
         try:
             check_cameras(from_robomimic, codec)
+        except SourceError as exc:
+            raise click.BadParameter(str(exc), param_hint="--from-robomimic") from None
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--codec") from None
         write_lerobot_from_robomimic(
@@ -426,6 +456,11 @@ def sample_data_lerobot(
     if writer == "fast" and codec == "png":
         raise click.BadParameter(
             "--writer fast writes video cameras: choose --codec h264 or av1", param_hint="--writer"
+        )
+    _check_noise(given, content)
+    if stream_encode and codec == "png":
+        raise click.BadParameter(
+            "--stream-encode encodes video cameras; --codec png writes images: drop one", param_hint="--stream-encode"
         )
     if writer == "fast" and stream_encode:
         raise click.BadParameter(
@@ -464,8 +499,11 @@ def robomimic_train(ctx):
     Args:
         ctx: The click context; its ``args`` (every argument, unparsed) go to robomimic's training script.
     """
-    from robo_loaders_plugin.robomimic.train_cli import run_robomimic_train
+    from robo_loaders_plugin.robomimic.train_cli import config_problem, run_robomimic_train
 
+    problem = config_problem(list(ctx.args))
+    if problem:
+        raise click.UsageError(problem)
     sys.exit(run_robomimic_train(list(ctx.args)))
 
 
@@ -711,6 +749,7 @@ def bench_lerobot_cmd(
             param_hint="--root",
         )
     repo_id = repo_id or f"local/{os.path.basename(os.path.abspath(root))}"
+    _check_bench_root(root, repo_id)
     payload = bench_lerobot(
         root,
         repo_id,
@@ -852,7 +891,7 @@ def convert_robomimic_cmd(
     "--tolerance-s",
     default=1e-4,
     show_default=True,
-    type=float,
+    type=click.FloatRange(min=0, min_open=True),
     help="timestamp tolerance checked on every frame, as lerobot-train's --tolerance_s",
 )
 @_executor_options

@@ -261,3 +261,59 @@ def test_an_output_that_cannot_be_written_is_one_line_and_nothing_partial_stays(
     with pytest.raises(OSError, match="No space left"):
         robomimic_hdf5.write_robomimic_hdf5(str(tmp_path / "x.hdf5"), demos=2, progress=False)
     assert os.listdir(tmp_path) == []
+
+
+def test_a_from_robomimic_file_that_is_no_robomimic_dataset_and_flags_that_change_nothing_are_one_line(tmp_path):
+    """A reviewer's reproductions: ``--from-robomimic`` with a file that is not HDF5, an HDF5 without ``data/`` or
+    with no demo printed h5py's traceback; ``--noise`` without ``--content camera`` and ``--stream-encode`` with
+    ``--codec png`` were accepted and changed nothing; ``convert lerobot --tolerance-s -1`` was taken (and tied its
+    output to it). Each is one line naming the flag now, nothing written. Control: ``--noise`` with
+    ``--content camera`` is taken."""
+    import h5py
+
+    not_hdf5 = tmp_path / "env.sh"
+    not_hdf5.write_text("export X=1\n")
+    no_data, no_demo = str(tmp_path / "no_data.h5"), str(tmp_path / "no_demo.h5")
+    with h5py.File(no_data, "w") as f:
+        f.create_dataset("x", data=[1])
+    with h5py.File(no_demo, "w") as f:
+        f.create_group("data")
+    out = tmp_path / "le"
+    for bad in (str(not_hdf5), no_data, no_demo):
+        r = CliRunner().invoke(main, ["sample-data", "lerobot", str(out), "--from-robomimic", bad])
+        assert r.exit_code == 2 and "Invalid value for --from-robomimic" in r.output, r.output
+        assert "Traceback" not in r.output and isinstance(r.exception, SystemExit)
+    noisy = ["sample-data", "robomimic", str(tmp_path / "n.hdf5"), "--demos", "1", "--noise", "50"]
+    r = CliRunner().invoke(main, noisy)
+    assert r.exit_code == 2 and "--noise is the sensor noise of --content camera" in r.output, r.output
+    r = CliRunner().invoke(main, ["sample-data", "lerobot", str(out), "--episodes", "1", "--noise", "50"])
+    assert r.exit_code == 2 and "--noise is the sensor noise of --content camera" in r.output, r.output
+    r = CliRunner().invoke(main, ["sample-data", "lerobot", str(out), "--codec", "png", "--stream-encode"])
+    assert r.exit_code == 2 and "--stream-encode encodes video cameras" in r.output, r.output
+    negative = ["convert", "lerobot", str(tmp_path / "x"), str(tmp_path / "y"), "--tolerance-s", "-1"]
+    r = CliRunner().invoke(main, negative)
+    assert r.exit_code == 2 and "--tolerance-s" in r.output, r.output
+    assert not out.exists() and not (tmp_path / "n.hdf5").exists() and not (tmp_path / "y").exists()
+    r = CliRunner().invoke(
+        main,
+        ["sample-data", "robomimic", str(tmp_path / "c.hdf5"), "--demos", "1", "--image-size", "16",
+         "--content", "camera", "--noise", "5", "--min-length", "4", "--max-length", "4"],
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+
+
+def test_robomimic_train_refuses_a_config_it_cannot_read_in_one_line(tmp_path):
+    """A reviewer's reproduction: ``robo-loaders robomimic-train --config nope.json`` (or a file that is no JSON)
+    ended in robomimic's traceback; one usage line naming ``--config`` now, before robomimic is imported."""
+    bad_json = tmp_path / "env.sh"
+    bad_json.write_text("export X=1\n")
+    a_list = tmp_path / "list.json"
+    a_list.write_text("[1, 2]")
+    for args, said in (
+        (["--config", str(tmp_path / "nope.json")], "nope.json: no such file"),
+        ([f"--config={bad_json}"], "env.sh: not a JSON file"),
+        (["--config", str(a_list)], "holds a JSON list, not a robomimic config"),
+        (["--config"], "--config needs a path"),
+    ):
+        r = CliRunner().invoke(main, ["robomimic-train", *args])
+        assert r.exit_code == 2 and said in r.output and "Traceback" not in r.output, r.output

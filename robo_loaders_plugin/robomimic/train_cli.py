@@ -37,6 +37,44 @@ class _Watch(io.TextIOBase):
         return self.inner.isatty()
 
 
+def config_problem(argv: list[str]) -> str | None:
+    """What is wrong with robomimic's ``--config`` in ``argv`` before its script runs (``None``: nothing seen).
+
+    Why: robomimic's script opens the file itself, so a mistyped path or a file that is no JSON object ended the
+    wrapper's run in a traceback (a reviewer's reproduction); the rest of the config is robomimic's to check.
+
+    Args:
+        argv: robomimic's command line without the program.
+
+    Returns:
+        One sentence naming ``--config``, or ``None``.
+    """
+    import json
+
+    path = None
+    for i, arg in enumerate(argv):
+        if arg == "--config":
+            path = argv[i + 1] if i + 1 < len(argv) else ""
+        elif arg.startswith("--config="):
+            path = arg.split("=", 1)[1]
+    if path is None:
+        return None
+    if not path:
+        return "--config needs a path to a robomimic config JSON"
+    try:
+        with open(path) as f:
+            doc = json.load(f)
+    except FileNotFoundError:
+        return f"--config {path}: no such file"
+    except (OSError, UnicodeDecodeError) as exc:
+        return f"--config {path}: cannot be read ({exc})"
+    except ValueError as exc:
+        return f"--config {path}: not a JSON file ({exc}); give a robomimic config JSON"
+    if not isinstance(doc, dict):
+        return f"--config {path}: holds a JSON {type(doc).__name__}, not a robomimic config (a JSON object)"
+    return None
+
+
 def run_robomimic_train(argv: list[str]) -> int:
     """Run ``robomimic.scripts.train`` with ``argv``, patched, as ``__main__``.
 

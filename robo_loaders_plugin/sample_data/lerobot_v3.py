@@ -289,11 +289,21 @@ def check_cameras(hdf5_path, mode: str) -> None:
 
     Raises:
         ValueError: a camera its encoder cannot take, naming the file and the key.
+        SourceError: the file is no robomimic HDF5 (no HDF5, no ``data`` group, no demo, a first demo without
+            ``obs``): h5py's traceback was shown (a reviewer's reproduction).
     """
     import h5py
 
-    with h5py.File(hdf5_path, "r") as f:
-        obs0 = f[f"data/{sorted(f['data'].keys())[0]}/obs"]
+    from robo_loaders_plugin.core.errors import SourceError
+    from robo_loaders_plugin.sources.robomimic_hdf5 import open_hdf5, sorted_demos
+
+    with open_hdf5(str(hdf5_path)) as f:
+        if not isinstance(f.get("data"), h5py.Group):
+            raise SourceError(f"{hdf5_path}: no 'data' group; this is not a robomimic dataset")
+        demos = sorted_demos([n for n in f["data"] if n.startswith("demo_") and n[5:].isdigit()])
+        if not demos or not isinstance(f["data"][demos[0]].get("obs"), h5py.Group):
+            raise SourceError(f"{hdf5_path}: data/ holds no demo_<i> group with obs/; this is not a robomimic dataset")
+        obs0 = f[f"data/{demos[0]}/obs"]
         for c in obs0:
             if obs0[c].dtype == np.uint8 and obs0[c].ndim == 4:
                 try:

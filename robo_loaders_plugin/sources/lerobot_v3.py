@@ -939,7 +939,8 @@ class EpisodeVideoDecoder:
                 f"{path}: episode {ep}, {key}: {bad.size} frame(s) violate the timestamp tolerance "
                 f"(tolerance_s={self.tolerance_s}); first: row {i} queries t={query[i]:.6f}s, nearest frame at "
                 f"{pts[i]:.6f}s ({float(dist[i]):.3g} s apart). LeRobotDataset would raise FrameTimestampError on "
-                "these samples; fix the episode's timestamps or raise --tolerance_s"
+                "these samples; fix the episode's timestamps or raise the tolerance (lerobot-train's --tolerance_s, "
+                "robo-loaders convert's --tolerance-s)"
             )
         gap = self.window_gaps.get(key)
         far = np.flatnonzero(dist >= np.float32(ROW_FRAME_SLACK * gap / rate)) if gap else dist[:0]
