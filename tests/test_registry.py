@@ -168,11 +168,18 @@ BAD = {  # distribution: (entry point, its module's hook body, what the line say
         None,
     ),
     "noreturn": ("noreturn", "    specs = []", "returned None (a missing return?)", None),  # its return forgotten
+    "badname": (  # a reviewer's finding: accepted, and unusable on a command line
+        "badname",
+        f"    return [{_SPEC.format('bad name!')}]",
+        "it declares backend 'bad name!', not a backend name",
+        None,
+    ),
 }
 FIXED = {  # the same plugins, right: the control
     "junk": f"    return [{_SPEC.format('junk_extra')}]",
     "shadow": f"    return [{_SPEC.format('shadow_native')}, {_SPEC.format('shadow_extra')}]",
     "raising": f"    return [{_SPEC.format('raising_extra')}]",
+    "badname": f"    return [{_SPEC.format('bad-name.ok_1')}]",
     "noreturn": f"    return [{_SPEC.format('noreturn_extra')}]",
     "twin_b": f"    return [{_SPEC.format('twin_b')}]",
 }
@@ -262,6 +269,7 @@ def test_the_same_plugins_right_are_listed(tmp_path, monkeypatch):
     try:
         names = registry.list_backends()
         wanted = {"junk_extra", "shadow_native", "shadow_extra", "dp_fast", "raising_extra", "twin", "twin_b"}
+        wanted.add("bad-name.ok_1")
         assert wanted | {"native", "good_backend"} <= set(names), names
         assert not registry.rejected_plugins() and not registry.refused_backends()
         assert registry.get_backend("twin").plugin == "twin_a"

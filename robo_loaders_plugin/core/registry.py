@@ -20,6 +20,7 @@ import dataclasses
 import functools
 import importlib.metadata
 import json
+import re
 import warnings
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -138,6 +139,9 @@ def _names_declared(plugin) -> list[str]:
     return [spec.name for spec in specs]
 
 
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
 def _declared_specs(returned: Any) -> tuple[list[BackendSpec], str | None]:
     """What a plugin's ``robo_loaders_backends()`` returned, as specs, or what is wrong with it (``None``: nothing).
 
@@ -165,6 +169,12 @@ def _declared_specs(returned: Any) -> tuple[list[BackendSpec], str | None]:
                 "not a BackendSpec: update or uninstall it"
             )
     names = [spec.name for spec in specs]
+    bad = [n for n in names if not isinstance(n, str) or not _NAME_RE.match(n)]
+    if bad:  # typed on a command line and in JSON configs, shown in messages (a reviewer saw "bad name!" accepted)
+        return [s for s in specs if s.name not in bad], (
+            f"it declares backend {bad[0]!r}, not a backend name (letters, digits, '_', '-' or '.', starting with a "
+            "letter or digit): update or uninstall it"
+        )
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
         return specs, f"it declares backend {twice[0]!r} twice: update or uninstall it"

@@ -61,7 +61,9 @@ class BackendSpec:
     """A backend, as its plugin declares it (``robo_loaders_backends`` hook; the contracts: ``extend``).
 
     Attributes:
-        name: Unique across plugins; what users write (``train.data_backend``, ``--dataset.backend``).
+        name: Unique across plugins; what users write (``train.data_backend``, ``--dataset.backend``): letters,
+            digits, ``_``, ``-`` or ``.``, starting with a letter or digit (a plugin declaring another name is skipped
+            with one line).
         description: One sentence for ``robo-loaders list``.
         frameworks: The frameworks it serves (``robomimic``, ``lerobot``).
         kind: Who drives a pass (``SAMPLE``, ``INDEXED``, ``BATCH``), or ``{framework: kind}``.
