@@ -275,7 +275,11 @@ def test_bench_lerobot_on_an_unreadable_dataset_is_one_line(lerobot_datasets, tm
     shutil.copytree(lerobot_datasets["av1_1cam"], no_data)
     (broken / "meta" / "info.json").write_text('{"fps": 20,')
     shutil.rmtree(no_data / "data")
-    for root, said in ((broken, "info.json is not readable JSON"), (no_data, "no data/*/*.parquet files")):
+    no_fps = tmp_path / "no_fps" / "meta"
+    no_fps.mkdir(parents=True)
+    (no_fps / "info.json").write_text('{"total_episodes": 3}')
+    cases = [(broken, "info.json is not readable JSON"), (no_data, "no data/*/*.parquet files")]
+    for root, said in cases + [(no_fps.parent, "info.json is not a LeRobot v3 dataset's (KeyError")]:
         args = ["bench", "lerobot", "--root", str(root), "--backends", "native", "--batches", "1"]
         r = CliRunner().invoke(main, args)
         assert r.exit_code == 2 and "Invalid value for --root" in r.output and said in r.output, r.output

@@ -741,11 +741,18 @@ def test_a_dataset_key_some_demos_lack_is_refused_naming_it(tiny_hdf5, tmp_path,
     with h5py.File(path, "a") as f:
         del f["data/demo_3/dones"]
     ds = dataset_factory(cfg, obs_keys(cfg))
-    message = (
-        r"demo_3: dones has step shape \(1,\), demo_0 \(\); robomimic serves zeros of shape \(steps, 1\) for a "
-        r"dataset key a demo lacks: add 'dones' to every demo or remove it from train.dataset_keys"
+    message = (  # naming the file the user edits (a reviewer found the shards' directory named)
+        r"lacks.hdf5: demo_3 lacks dones \(robomimic serves zeros of shape \(steps, 1\) for a dataset key a demo "
+        r"lacks\), demo_0 holds it of step shape \(\): add 'dones' to every demo or remove it from train.dataset_keys"
     )
     with pytest.raises(RoboLoadersError, match=message):
+        for i in range(len(ds)):
+            ds[i]
+    with h5py.File(path, "a") as f:  # present, of another width: not called lacking (a reviewer's reproduction)
+        n = int(f["data/demo_3"].attrs["num_samples"])
+        f.create_dataset("data/demo_3/dones", data=np.zeros((n, 2)))
+    ds = dataset_factory(cfg, obs_keys(cfg))
+    with pytest.raises(RoboLoadersError, match=r"demo_3: dones has step shape \(2,\), demo_0 \(\); every demo must"):
         for i in range(len(ds)):
             ds[i]
 
@@ -759,8 +766,8 @@ def test_a_per_step_string_dataset_the_config_does_not_serve_is_left_out(tiny_hd
     the shards, it was served as the zeros robomimic substitutes for a missing key; robomimic fails on it)."""
     path = str(tmp_path / "language.hdf5")
     shutil.copy(tiny_hdf5, path)
-    with h5py.File(path, "a") as f:
-        for d in f["data"]:
+    with h5py.File(path, "a") as f:  # demo_0 without it: its absence there hid it (served as zeros: a reviewer's)
+        for d in [d for d in f["data"] if d != "demo_0"]:
             n = int(f[f"data/{d}"].attrs["num_samples"])
             f[f"data/{d}"].create_dataset("language", data=["pick the cube"] * n, dtype=h5py.string_dtype())
     cfg = make_config(path, backend=backend, seq_length=5, backend_kwargs={"cache_dir": str(tmp_path / "c")})
@@ -775,7 +782,12 @@ def test_a_per_step_string_dataset_the_config_does_not_serve_is_left_out(tiny_hd
     served = make_config(path, backend=backend, seq_length=5, backend_kwargs={"cache_dir": str(tmp_path / "c")})
     with served.values_unlocked():
         served.train.dataset_keys = ["actions", "language"]
-    refused = r"language.hdf5: data/demo_0/language holds strings or other objects .* remove 'language' from the"
+    from robo_loaders_plugin.robomimic.convert import convert_robomimic, verify_robomimic
+
+    out = str(tmp_path / "converted")  # a conversion of it verifies against it (the strings were called missing)
+    convert_robomimic(path, out, progress=False)
+    assert verify_robomimic(out, path) == []
+    refused = r"language.hdf5: data/demo_\d+/language holds strings or other objects .* remove 'language' from the"
     for b in (backend, "compressed_cache"):
         with served.values_unlocked():
             served.train.data_backend = b
@@ -821,3 +833,34 @@ def test_an_empty_demo_or_another_group_a_filter_key_leaves_out_is_served_as_rob
         dataset_factory(cfg, obs_keys(cfg))
     with pytest.raises(RoboLoadersError, match=r"odd\.hdf5: data/demo_99 has num_samples=0; robomimic needs"):
         dataset_factory(cfg, obs_keys(cfg), filter_by_attribute="with_empty")
+
+
+@pytest.mark.parametrize(
+    "backend, options",
+    [("compressed_cache", {}), ("datapipe", {}), ("gpu_resampler", {"device": "cpu"}), ("video_stream", {})],
+)
+def test_an_observation_of_no_values_per_step_is_served_as_robomimic_serves_it(tiny_hdf5, tmp_path, backend, options):
+    """An observation of shape (N, 0), which robomimic serves as (T, 0) arrays, failed the compressed_cache and
+    gpu_resampler builds (``memoryview`` cannot cast a view with a zero in its shape; gpu_resampler then mapped no
+    rows back). Served now, built and reused, every sample's fields native's."""
+    from robomimic_helpers import LOW_DIM
+
+    path = str(tmp_path / "empty_obs.hdf5")
+    shutil.copy(tiny_hdf5, path)
+    with h5py.File(path, "a") as f:
+        for d in f["data"]:
+            n = int(f[f"data/{d}"].attrs["num_samples"])
+            for group in ("obs", "next_obs"):
+                f[f"data/{d}/{group}"].create_dataset("empty", data=np.zeros((n, 0), np.float32))
+    kw = {"low_dim": [*LOW_DIM, "empty"], "seq_length": 5, "hdf5_load_next_obs": True}
+    native = dataset_factory(make_config(path, **kw), obs_keys(make_config(path, **kw)))
+    cfg = make_config(path, backend=backend, backend_kwargs=dict(options, cache_dir=str(tmp_path / "c")), **kw)
+    for _ in range(2):  # built, then reused
+        ds = dataset_factory(cfg, obs_keys(cfg))
+        assert len(ds) == len(native)
+        for i in (0, len(ds) // 2, len(ds) - 1):
+            a, b = ds[i], native[i]
+            assert a["obs"]["empty"].shape == b["obs"]["empty"].shape == (5, 0)
+            assert a["next_obs"]["empty"].dtype == b["next_obs"]["empty"].dtype
+            if backend != "video_stream":  # lossy frames: compared in its own tests
+                assert_same_sample(a, b)

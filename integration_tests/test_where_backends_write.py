@@ -162,3 +162,7 @@ def test_a_cache_dir_inside_the_lerobot_dataset_is_refused_before_anything_is_wr
     assert files_under(root) - before <= {str(root / ".robo_cache")} and not os.listdir(root / ".robo_cache")
     ds = serve(backend, nat, cache_dir=str(tmp_path / "beside"), **options)
     assert len(ds) == len(nat)
+    # a reviewer's reproduction: video_stream writes nothing for a local dataset; a cache root inside it is taken
+    if backend == "compressed_cache":
+        monkeypatch.setenv("ROBO_LOADERS_CACHE", str(root / "inner"))
+        assert len(serve("video_stream", nat)) == len(nat) and not (root / "inner").exists()

@@ -250,6 +250,11 @@ def _check_bench_root(root: str, repo_id: str) -> None:
         LeRobotV3(root).data_files()
     except RoboLoadersError as exc:
         raise click.BadParameter(str(exc), param_hint="--root") from None
+    except (KeyError, TypeError, AttributeError, ValueError) as exc:  # an info.json of another shape (no fps)
+        raise click.BadParameter(
+            f"{root}/meta/info.json is not a LeRobot v3 dataset's ({type(exc).__name__}: {exc}); {fix}",
+            param_hint="--root",
+        ) from None
 
 
 def _check_noise(given, content: str) -> None:

@@ -278,8 +278,17 @@ def test_a_from_robomimic_file_that_is_no_robomimic_dataset_and_flags_that_chang
         f.create_dataset("x", data=[1])
     with h5py.File(no_demo, "w") as f:
         f.create_group("data")
+    other_group, empty_demo = str(tmp_path / "other.hdf5"), str(tmp_path / "empty.hdf5")
+    for path, damage in ((other_group, "group"), (empty_demo, "empty")):
+        r = CliRunner().invoke(main, ["sample-data", "robomimic", path, "--demos", "2", "--image-size", "16"])
+        assert r.exit_code == 0, r.output
+        with h5py.File(path, "a") as f:  # the writer then failed with a traceback (a reviewer's reproduction)
+            if damage == "group":
+                f["data"].create_group("zz_info")
+            else:
+                f["data/demo_1"].attrs["num_samples"] = 0
     out = tmp_path / "le"
-    for bad in (str(not_hdf5), no_data, no_demo):
+    for bad in (str(not_hdf5), no_data, no_demo, other_group, empty_demo):
         r = CliRunner().invoke(main, ["sample-data", "lerobot", str(out), "--from-robomimic", bad])
         assert r.exit_code == 2 and "Invalid value for --from-robomimic" in r.output, r.output
         assert "Traceback" not in r.output and isinstance(r.exception, SystemExit)

@@ -144,7 +144,9 @@ def build_dataset(
         raise RoboLoadersError(f"backend choice {choice.name!r} was resolved for {choice.framework}, not LeRobot")
     compat.check_version()
     choice.check_device()
-    if "cache_dir" in choice.spec.options:  # before the backend writes anything under its cache root
+    # before the backend writes anything under its cache root; a backend reading the dataset where it lies writes
+    # nothing there for a local one (its cache_dir holds a remote source's tables: a reviewer's reproduction)
+    if "cache_dir" in choice.spec.options and not choice.spec.remote_source_option:
         from robo_loaders_plugin.storage.cache import check_root_outside, location
 
         given = getattr(choice.options, "cache_dir", None)

@@ -294,7 +294,7 @@ def shard_samples(
             opts, path, filter_by_attribute, reader, hold, passes, bound, demos, records, lengths, units, backend
         )
 
-    read = ShardDemos(reader, demos, records, lengths, opts, transform)
+    read = ShardDemos(reader, demos, records, lengths, opts, transform, origin=path)
     # the fields' dtypes and step shapes from the first demo as read, frames still encoded: their headers say what
     # they decode to (checked again when a load decodes them), so no component of a mixture decodes a demo to build
     infos = read.field_infos(0)
@@ -376,19 +376,15 @@ def unit_samples(
     kinds = reader.stored_fields(records[0])
     cameras = [k for k in wanted if kinds.get(k) == "frames"]
     small_names = [k for k in wanted if k not in cameras]
-    where = f"{reader.dir}: "
-    parts = [
-        episode_fields(
-            reader.read_episode(r, decode_frames=False, fields=small_names)[1].get,
-            L,
-            opts,
-            where + d,
-            names=small_names,
-        )
-        for d, r, L in zip(demos, records, lengths)
-    ]
-    for d, p in zip(demos[1:], parts[1:]):
-        check_step_shapes(p, {k: v.shape[1:] for k, v in parts[0].items()}, where + d, demos[0])
+    where = f"{path}: "  # the file the user edits, not the shards
+    parts, lacking = [], []
+    for d, r, L in zip(demos, records, lengths):
+        arrays = reader.read_episode(r, decode_frames=False, fields=small_names)[1]
+        parts.append(episode_fields(arrays.get, L, opts, where + d, names=small_names))
+        lacking.append(_lacking(arrays, opts))
+    for d, p, lacks in zip(demos[1:], parts[1:], lacking[1:]):
+        shapes = {k: v.shape[1:] for k, v in parts[0].items()}
+        check_step_shapes(p, shapes, where + d, demos[0], lacks, lacking[0])
     small = {k: np.concatenate([p[k] for p in parts]) for k in small_names}
     del parts
     first = {k: v.decode_all() for k, v in reader.read_frame_rows(records[0], 0, 1, cameras).items()}
@@ -454,10 +450,14 @@ class ShardDemos:
         transform: Applied to each demo's arrays as read (``None``: none); must pickle too.
     """
 
-    def __init__(self, reader, demos: list[str], records: list[int], lengths: list[int], opts, transform=None):
+    def __init__(
+        self, reader, demos: list[str], records: list[int], lengths: list[int], opts, transform=None, origin=None
+    ):
         self.reader, self.demos, self.records, self.lengths = reader, demos, records, lengths
         self.opts, self.transform, self.wanted = opts, transform, opts.field_names()
+        self.origin = origin or reader.dir  # what messages about a demo's arrays name: the source file
         self.shapes: dict = {}  # each field's step shape in demo 0, once known (check_step_shapes)
+        self.first_lacks: set = set()  # the dataset keys demo 0 lacks (field_infos)
 
     def __call__(self, ep: int, fields) -> dict:
         _, arrays = self.reader.read_episode(self.records[ep], decode_frames=False, fields=fields or self.wanted)
@@ -465,10 +465,10 @@ class ShardDemos:
             arrays = self.transform(arrays)
         if fields is not None:  # a reload: frames only (the small fields are kept by EpisodeFrames)
             return arrays
-        where = f"{self.reader.dir}: {self.demos[ep]}"
-        served = episode_fields(arrays.get, self.lengths[ep], self.opts, where)
+        served = episode_fields(arrays.get, self.lengths[ep], self.opts, f"{self.reader.dir}: {self.demos[ep]}")
         small = {k: v for k, v in served.items() if not isinstance(v, EncodedFrames)}
-        check_step_shapes(small, self.shapes, where, self.demos[0])
+        where = f"{self.origin}: {self.demos[ep]}"
+        check_step_shapes(small, self.shapes, where, self.demos[0], _lacking(arrays, self.opts), self.first_lacks)
         return served
 
     def field_infos(self, ep: int = 0) -> dict[str, FieldInfo]:
@@ -487,7 +487,14 @@ class ShardDemos:
         """
         _, arrays = self.reader.read_episode(self.records[ep], decode_frames=False, fields=self.wanted)
         served = episode_fields(arrays.get, self.lengths[ep], self.opts, f"{self.reader.dir}: {self.demos[ep]}")
+        if ep == 0:
+            self.first_lacks = _lacking(arrays, self.opts)
         return {k: _field_info(v) for k, v in served.items()}
+
+
+def _lacking(arrays: dict, opts) -> set:
+    """The dataset keys a demo's stored arrays lack (robomimic serves zeros of shape (steps, 1) for them)."""
+    return {k for k in opts.dataset_keys if "/" not in k and k not in arrays}
 
 
 class DemoRows:

@@ -300,7 +300,15 @@ def check_cameras(hdf5_path, mode: str) -> None:
     with open_hdf5(str(hdf5_path)) as f:
         if not isinstance(f.get("data"), h5py.Group):
             raise SourceError(f"{hdf5_path}: no 'data' group; this is not a robomimic dataset")
-        demos = sorted_demos([n for n in f["data"] if n.startswith("demo_") and n[5:].isdigit()])
+        others = [n for n in f["data"] if not (n.startswith("demo_") and n[5:].isdigit())]
+        empty = [n for n in f["data"] if n not in others and int(f["data"][n].attrs.get("num_samples", 1)) < 1]
+        if others or empty:  # the writer converts every demo under data/, in robomimic's order
+            raise SourceError(
+                f"{hdf5_path}: data/ holds {'groups that are no demo_<i> ' + str(others[:3]) if others else ''}"
+                f"{' and ' if others and empty else ''}{'empty demos ' + str(empty[:3]) if empty else ''}; "
+                "--from-robomimic writes every demo of the file: remove them from a copy"
+            )
+        demos = sorted_demos(list(f["data"]))
         if not demos or not isinstance(f["data"][demos[0]].get("obs"), h5py.Group):
             raise SourceError(f"{hdf5_path}: data/ holds no demo_<i> group with obs/; this is not a robomimic dataset")
         obs0 = f[f"data/{demos[0]}/obs"]

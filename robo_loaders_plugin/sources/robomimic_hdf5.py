@@ -113,7 +113,7 @@ def datasets(group, prefix=""):
 
 
 # what a validation record vouches for; a new check needs a new name (v3: no array stored in another file)
-VALIDATION_METHOD = "robomimic-validate-v3"
+VALIDATION_METHOD = "robomimic-validate-v4"  # v4: the datasets of strings (RobomimicHdf5.strings)
 
 
 _GROUPS = threading.local()  # the demo group last opened by this thread: (file id, demo, group id)
@@ -193,10 +193,11 @@ class _ValidationRecord:
         self.real, self.path = real, path
         self.doc = {"method": VALIDATION_METHOD, "path": real, "files": [list(x) for x in fp.stat_files(real)]}
 
-    def matching_lengths(self) -> tuple[dict[str, int], dict[str, list]] | None:
-        """The demos' lengths recorded when the file as it is now passed, and its datasets not sized per step
-        (``RobomimicHdf5.unsized``); None when no record matches (missing, unreadable, of another method, path or
-        stat, or its lengths not a mapping of names to whole numbers)."""
+    def matching_lengths(self) -> tuple[dict[str, int], dict[str, list], dict[str, str]] | None:
+        """The demos' lengths recorded when the file as it is now passed, its datasets not sized per step
+        (``RobomimicHdf5.unsized``) and its datasets of strings (``RobomimicHdf5.strings``); None when no record
+        matches (missing, unreadable, of another method, path or stat, or its lengths not a mapping of names to
+        whole numbers)."""
         import json
 
         from robo_loaders_plugin.storage.integrity import json_checksum
@@ -210,23 +211,27 @@ class _ValidationRecord:
                 return None
             lengths = doc.pop("lengths")
             unsized = doc.pop("unsized", {})  # records written before it held none (no such file passed then)
+            strings = doc.pop("strings")
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return None
         if doc != self.doc or not isinstance(lengths, dict) or not isinstance(unsized, dict):
+            return None
+        if not isinstance(strings, dict) or not all(isinstance(v, str) for v in strings.values()):
             return None
         if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in lengths.values()):
             return None
         if not all(isinstance(v, list) and len(v) == 4 for v in unsized.values()):
             return None
-        return lengths, unsized
+        return lengths, unsized, strings
 
-    def save(self, lengths: dict[str, int], unsized: dict[str, list]) -> None:
+    def save(self, lengths: dict[str, int], unsized: dict[str, list], strings: dict[str, str]) -> None:
         from robo_loaders_plugin.core.files import atomic_write_json
         from robo_loaders_plugin.storage.integrity import with_checksum
 
         try:
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
-            atomic_write_json(self.path, with_checksum(dict(self.doc, lengths=lengths, unsized=unsized)))
+            doc = dict(self.doc, lengths=lengths, unsized=unsized, strings=strings)
+            atomic_write_json(self.path, with_checksum(doc))
         except OSError:
             pass
 
@@ -258,6 +263,9 @@ class RobomimicHdf5:
         # rows, shape, num_samples] of the first found (per-demo metadata, e.g. MimicGen's src_demo_inds): refused
         # only where served (check_sized)
         self.unsized: dict[str, list] = {}
+        # datasets of strings or other objects under a demo, by name under the demo: the first demo holding one
+        # (a per-step language annotation): refused where served (check_numbers), left out of conversions
+        self.strings: dict[str, str] = {}
         with open_hdf5(self.path) as f:  # exists and opens, or a clear error now
             if check:
                 self.validate(f)
@@ -301,11 +309,11 @@ class RobomimicHdf5:
         record = _validation_record(self.path, self.cache_dir)
         recorded = record.matching_lengths() if record is not None else None
         if recorded is not None and set(recorded[0]) == set(demos):
-            self._lengths, self.unsized = recorded
+            self._lengths, self.unsized, self.strings = recorded
             return
         self._lengths = self._check_demos(f, demos)
         if record is not None:
-            record.save(self._lengths, self.unsized)
+            record.save(self._lengths, self.unsized, self.strings)
 
     def check_sized(self, fields) -> None:
         """Every served field has a row per step in every demo (the validation's walk found which do not).
@@ -368,6 +376,8 @@ class RobomimicHdf5:
                 plist = dataset.get_create_plist()
                 if plist.get_layout() == h5py.h5d.VIRTUAL or plist.get_external_count():
                     raise self._elsewhere(name.decode(), "a virtual dataset or external storage")
+                if dataset.dtype.kind in "OSU":
+                    self.strings.setdefault(name.decode()[len(demo) + 1 :], demo)
                 shape = dataset.shape
                 rows = shape[0] if len(shape) else None
                 if rows != n:
@@ -379,6 +389,8 @@ class RobomimicHdf5:
             raise SourceError(f"{self.path}: data/{demo} is not a group of datasets; this is not a robomimic dataset")
         n = self.length(f, demo)
         for name, ds in datasets(f[f"data/{demo}"]):
+            if ds.dtype.kind in "OSU":
+                self.strings.setdefault(name, demo)
             rows = ds.shape[0] if ds.ndim else None
             if rows != n:
                 self.unsized.setdefault(name, [demo, rows, list(ds.shape), n])
@@ -656,7 +668,8 @@ class RobomimicHdf5:
 
         Args:
             f: The file, open.
-            demo: A served demo (the fields' dtypes are checked there; every demo's are, as read, by the stores).
+            demo: A served demo: its fields are checked (those of every demo the validation's walk saw are, by
+                :attr:`strings`: a key the first demo lacks was served as zeros, a reviewer's reproduction).
             fields: The fields served.
 
         Raises:
@@ -665,9 +678,13 @@ class RobomimicHdf5:
         g = f[f"data/{demo}"]
         for key in fields:
             ds = g.get(key)
-            if isinstance(ds, h5py.Dataset) and ds.dtype.hasobject:
+            holder = self.strings.get(key)  # any demo's, as the validation's walk found them
+            if holder is None and isinstance(ds, h5py.Dataset) and ds.dtype.kind in "OSU":
+                holder = demo
+            if holder is not None:
+                dtype = f[f"data/{holder}/{key}"].dtype
                 raise SourceError(
-                    f"{self.path}: data/{demo}/{key} holds strings or other objects ({ds.dtype}); robomimic "
+                    f"{self.path}: data/{holder}/{key} holds strings or other objects ({dtype}); robomimic "
                     f"serves numbers only (its cache modes cast dataset keys to float32): remove {key!r} from the "
                     "config (train.dataset_keys or the obs keys)"
                 )

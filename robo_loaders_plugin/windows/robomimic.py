@@ -307,7 +307,7 @@ def episode_fields(read, length: int, opts: SequenceOptions, where: str, names=N
     return out
 
 
-def check_step_shapes(served: dict, shapes: dict, where: str, first: str) -> None:
+def check_step_shapes(served: dict, shapes: dict, where: str, first: str, lacks=(), first_lacks=()) -> None:
     """Check one demo's fields (:func:`episode_fields`) against the step shapes of the demo a reader of demos laid
     out its fields from.
 
@@ -320,23 +320,26 @@ def check_step_shapes(served: dict, shapes: dict, where: str, first: str) -> Non
         shapes: ``{field: step shape}`` of the first demo.
         where: Names the demo (``<file>: demo_3``).
         first: Names the first demo.
+        lacks: The dataset keys this demo lacks (served as robomimic's zeros).
+        first_lacks: The dataset keys the first demo lacks.
 
     Raises:
         SourceError: a field of another step shape, naming it, both demos and what to change.
     """
     for k, v in served.items():
         want = shapes.get(k)
-        if want is not None and tuple(v.shape[1:]) != tuple(want):
-            lacks = "/" not in k and (tuple(want) == (1,) or v.shape[1:] == (1,))
-            raise SourceError(
-                f"{where}: {k} has step shape {tuple(v.shape[1:])}, {first} {tuple(want)}; "
-                + (
-                    f"robomimic serves zeros of shape (steps, 1) for a dataset key a demo lacks: add {k!r} to every "
-                    f"demo or remove it from train.dataset_keys"
-                    if lacks
-                    else "every demo must hold a key with one step shape"
-                )
-            )
+        if want is None or tuple(v.shape[1:]) == tuple(want):
+            continue
+        fix = f"add {k!r} to every demo or remove it from train.dataset_keys"
+        zeros = "robomimic serves zeros of shape (steps, 1) for a dataset key a demo lacks"
+        if k in lacks:
+            raise SourceError(f"{where} lacks {k} ({zeros}), {first} holds it of step shape {tuple(want)}: {fix}")
+        if k in first_lacks:
+            raise SourceError(f"{where}: {k} has step shape {tuple(v.shape[1:])}, {first} lacks it ({zeros}): {fix}")
+        raise SourceError(
+            f"{where}: {k} has step shape {tuple(v.shape[1:])}, {first} {tuple(want)}; every demo must hold a key "
+            "with one step shape"
+        )
 
 
 # dataset keys that are a transition's outcome: with the rate converted, read at the last recorded step the

@@ -255,7 +255,10 @@ class StoreWriter:
     def _write(self, data) -> int:
         self._align()
         off = self._pos
-        mv = memoryview(data).cast("B")
+        # an array's bytes through numpy: memoryview refuses to cast a view with a zero in its shape (an observation
+        # of no values per step, (N, 0), which robomimic serves)
+        mv = memoryview(np.ascontiguousarray(data).reshape(-1).view(np.uint8) if isinstance(data, np.ndarray) else data)
+        mv = mv.cast("B") if mv.format != "B" or mv.ndim != 1 else mv
         self._emit(mv)
         self._pos += mv.nbytes
         self._check_budget()

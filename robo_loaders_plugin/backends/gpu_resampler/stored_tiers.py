@@ -143,7 +143,7 @@ def write_tiers(
                 blob_files[k].write(b"".join(blobs))  # type: ignore[attr-defined]
                 written += int(lens.sum())
             else:
-                raw_files[k].write(memoryview(a).cast("B"))  # type: ignore[attr-defined]
+                raw_files[k].write(a.reshape(-1).view(np.uint8))  # type: ignore[attr-defined]  # (N, 0) too
                 written += a.nbytes
     if infos is None:
         raise ValueError("no episode to write")
@@ -343,10 +343,13 @@ class OpenedTiers:
             name, dtype, shape = f["name"], np.dtype(f["dtype"]), tuple(f["shape"])
             self.infos[name] = FieldInfo(dtype, shape, bool(f["frames"]))
             step = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-            rows = f["raw_bytes"] // step if step else 0
+            # a field of no values per step (an (N, 0) observation) holds no bytes: its rows are the episodes' rows
+            rows = f["raw_bytes"] // step if step else (0 if f["frames"] else int(sum(manifest["lengths"])))
             path = os.path.join(directory, "raw", f"{i}.bin")
             self.raw[name] = (
-                np.memmap(path, dtype=dtype, mode="r", shape=(rows,) + shape) if rows else np.zeros((0,) + shape, dtype)
+                np.memmap(path, dtype=dtype, mode="r", shape=(rows,) + shape)
+                if rows and step
+                else np.zeros((rows,) + shape, dtype)
             )
             if f["frames"]:
                 self.index[name] = _index(os.path.join(directory, "compressed", f"{i}.index.npz"))

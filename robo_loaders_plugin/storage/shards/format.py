@@ -53,8 +53,9 @@ class ShardError(RoboLoadersError):
 
 def field_token(field: str) -> str:
     """A field name as it appears in member names (``obs/cam`` -> ``obs~cam``): any other character outside
-    ``[A-Za-z0-9_.-]`` percent-escaped (its UTF-8 bytes, :func:`urllib.parse.quote`), as are a leading ``.`` and
-    the second of two dots, so a member name never holds a path step; :func:`token_field` reverses it.
+    ``[A-Za-z0-9_.~-]`` percent-escaped (its UTF-8 bytes, :func:`urllib.parse.quote`), as are a leading ``.`` and a
+    dot followed by another, so a member name never holds a path step; :func:`token_field` reverses it (a literal
+    ``~`` is kept as earlier versions wrote it, and read back as ``/`` as they read it).
 
     Why escaped, not refused: LeRobot accepts any feature name without ``/`` (``observation.gripper:pos``,
     ``observation.images.left cam``), and a conversion of such a dataset failed at its first episode where the other
@@ -73,7 +74,8 @@ def field_token(field: str) -> str:
 
     if not field:
         raise ShardError("an empty field name cannot be stored in a shard member name")
-    token = re.sub(r"\.(?=\.)", "%2E", quote(field, safe="/").replace("~", "%7E").replace("/", "~"))
+    # a literal "~" stays as it was written before escaping (shards converted then are read and reused as they are)
+    token = re.sub(r"\.(?=\.)", "%2E", quote(field, safe="/~").replace("/", "~"))
     token = "%2E" + token[1:] if token.startswith(".") else token
     if not _TOKEN_RE.match(token):  # quote keeps only [A-Za-z0-9_.~-]
         raise ShardError(f"field name {field!r} cannot be stored in a shard member name")
