@@ -448,6 +448,27 @@ def test_a_server_ignoring_range_requests_is_served_from_whole_copies(lerobot_da
                 same_item(copies[i], nat[i], f"whole copies, ranges {ranges} [{i}]")
 
 
+def test_a_server_ignoring_range_requests_without_local_copies_is_said_so(lerobot_datasets, monkeypatch):
+    """A reviewer's reproduction: streamed by blocks (no ``local_cache_dir``) from a server ignoring Range, a video
+    larger than a block was refused with "the connection broke ... check the network, the endpoint and the
+    credentials", which does not apply; the line says what does (a server answering ranges, or local_cache_dir).
+    Control: the same server with ranges serves LeRobot's items."""
+    from robo_loaders_plugin.sources import remote_blocks
+
+    small = remote_blocks.BlockCache.__init__
+    monkeypatch.setattr(  # the videos span several blocks
+        remote_blocks.BlockCache, "__init__", lambda self, fs, block=1024, **kw: small(self, fs, block, **kw)
+    )
+    nat = native(lerobot_datasets["av1_1cam"])
+    with HttpServer(lerobot_datasets["av1_1cam"], ranges=False) as server:
+        ours = serve("video_stream", nat, source=server.url)
+        with pytest.raises(SourceError, match=r"ignores HTTP Range requests.*or set local_cache_dir") as err:
+            ours[0]
+        assert "check the network" not in str(err.value)
+    with HttpServer(lerobot_datasets["av1_1cam"]) as server:
+        same_item(serve("video_stream", nat, source=server.url)[0], nat[0], "ranges answered")
+
+
 def test_local_cache_dir_refreshes_a_replaced_remote_file_and_damaged_copies(twin_datasets, tmp_path, capsys):
     import s3fs
 
@@ -856,6 +877,11 @@ def test_an_unreachable_remote_store_is_said_so_not_called_a_root_without_meta(t
         LeRobotV3(url)
     with HttpServer(tmp_path) as server, pytest.raises(SourceError, match=r"meta/info\.json not found; not a"):
         LeRobotV3(server.url + "/ds")
+    # the mirror of the tables lerobot-train makes first: a traceback for the same server (a reviewer's reproduction)
+    from robo_loaders_plugin.sources.lerobot_v3 import mirror_tables
+
+    with pytest.raises(SourceError, match=r"/ds: could not list the dataset's tables \(Client.*check the URL"):
+        mirror_tables(url, str(tmp_path / "mirror"))
 
 
 def test_a_camera_encoded_at_another_rate_than_the_dataset_is_refused(tmp_path):
@@ -991,3 +1017,19 @@ def test_a_video_missing_a_frame_under_a_raised_tolerance_is_refused_not_served_
     monkeypatch.setattr(v3, "ROW_FRAME_SLACK", 1e9)  # control: the check off, the windows around the gap differ
     found = compare(serve("video_stream", nat, decode_threads=0), rows)
     assert found["differ"] > 0 and found["refused"] == 0, found
+
+
+def test_a_remote_source_of_the_same_layout_but_other_data_is_refused(twin_datasets):
+    """A reviewer's reproduction: local tables and a remote ``source`` of another recording with the same
+    ``meta/info.json`` and episode rows (lengths, timestamps, files) were taken as one dataset: items mixed the
+    local actions with the remote frames. The statistics (and the tasks) are compared too now, and it is refused.
+    Control: the remote copy of the same dataset serves LeRobot's items."""
+    a, b = twin_datasets
+    nat = native(a)
+    refused = r"is not the dataset at .* \(meta/stats.json differs\)"
+    with HttpServer(b) as other, pytest.raises(SourceError, match=refused):
+        serve("video_stream", nat, source=other.url)
+    with HttpServer(a) as same:
+        ours = serve("video_stream", nat, source=same.url)
+        for i in (0, len(nat) - 1):
+            same_item(ours[i], nat[i], f"remote copy[{i}]")

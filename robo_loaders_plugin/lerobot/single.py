@@ -190,9 +190,10 @@ def remote_tables(url: str, choice: BackendChoice) -> str:
     # (another run's, or `robo-loaders cache clear`) removed the mirror under the run using it (a reviewer's
     # reproduction)
     _MIRRORS_HELD.append(Entry(root, name).hold())
-    logger.info(f"{choice.name}: tables of {url} copied to {local}; videos streamed from {url}")
     storage = getattr(choice.options, spec.remote_storage_option) if spec.remote_storage_option else None
-    return mirror_tables(url, local, storage)
+    mirror_tables(url, local, storage)
+    logger.info(f"{choice.name}: tables of {url} copied to {local}; videos streamed from {url}")  # once they are
+    return local
 
 
 @contextlib.contextmanager
@@ -204,6 +205,11 @@ def _streamed_source(cfg):
     if url is None:
         yield
         return
+    if cfg.dataset.root is not None:  # replaced without a word before (a reviewer's finding)
+        logger.warning(
+            f"{ROOT_FLAG}={cfg.dataset.root} ignored: {choice.name} reads the dataset at {url} (its tables are "
+            f"copied into {OPTIONS_FLAG}.cache_dir); leave {ROOT_FLAG} unset with a remote source"
+        )
     cfg.dataset.root = remote_tables(url, choice)
     with compat.tables_only():
         yield

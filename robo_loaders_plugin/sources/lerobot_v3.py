@@ -825,6 +825,10 @@ class EpisodeVideoDecoder:
         count, failure = self.source.remote_failures(p)
         if count > seen:
             url = self.source.video_fs.unstrip_protocol(p)
+            from robo_loaders_plugin.sources.remote_blocks import RangeIgnored
+
+            if isinstance(failure, RangeIgnored):  # the server's answer, not a broken connection (a reviewer's)
+                return SourceError(f"{what}: reading {url} from the remote store failed: {failure}")
             return SourceError(
                 f"{what}: reading {url} from the remote store failed ({type(failure).__name__}: "
                 f"{failure}); the connection broke, the file is not known to be damaged: check the "
@@ -1151,13 +1155,21 @@ def mirror_tables(url: str, local_dir: str, storage_options: dict | None = None,
 
     fs, base = fsspec.core.url_to_fs(url, **(storage_options or {}))
     base = base.rstrip("/")
-    files = [
-        p
-        for pattern in ("meta/*.json", "meta/*.parquet", "meta/*/*/*.parquet", "data/*/*.parquet")
-        for p in fs.glob(f"{base}/{pattern}")
-    ]
+    try:
+        files = [
+            p
+            for pattern in ("meta/*.json", "meta/*.parquet", "meta/*/*/*.parquet", "data/*/*.parquet")
+            for p in fs.glob(f"{base}/{pattern}")
+        ]
+    except Exception as exc:  # noqa: BLE001  any store's failure (aiohttp, botocore, OSError) in one line
+        # an unreachable server, or one refusing directory listings, was a 230-line traceback (a reviewer's)
+        raise SourceError(
+            f"{url}: could not list the dataset's tables ({type(exc).__name__}: {str(exc).strip() or 'no message'}); "
+            "check the URL, the network and storage_options (an HTTP server must list its directories)"
+        ) from None
     if not any(p.endswith("meta/info.json") for p in files):
-        raise SourceError(f"{url}: meta/info.json not found; not a LeRobot v3 dataset root")
+        listed = "" if files else " (the listing of its directories is empty: an HTTP server must list them)"
+        raise SourceError(f"{url}: meta/info.json not found{listed}; not a LeRobot v3 dataset root")
     cache = FileCache(fs, local_dir, endpoint_of(storage_options), log, base=base, label="remote tables")
     os.makedirs(os.path.join(cache.directory, RECORDS), exist_ok=True)
     with path_lock(os.path.join(cache.directory, RECORDS, "mirror.lock")):  # ranks mirroring at once: one at a time

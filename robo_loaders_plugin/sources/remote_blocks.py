@@ -25,6 +25,11 @@ BLOCK = 256 * 1024
 DEFAULT_CACHE_BYTES = 512 << 20
 
 
+class RangeIgnored(OSError):
+    """A block read answered with another number of bytes than asked for: the file changed while read, or the
+    server ignores HTTP Range requests. Not a broken connection: the advice to check the network does not apply."""
+
+
 class BlockCache:
     """Blocks of remote files, least recently used evicted beyond ``max_bytes``; each block is fetched once even
     when several threads want it at the same time (:class:`~robo_loaders_plugin.core.lru.LoadOnceLRU`).
@@ -74,9 +79,10 @@ class BlockCache:
         data = self.fs.cat_file(path, start=start, end=end)
         if len(data) != end - start:  # a server ignoring Range answers the whole file: it was kept as this block,
             # and decoding said the file was truncated or corrupt (a reviewer's reproduction)
-            raise OSError(
+            raise RangeIgnored(
                 f"{path}: the server answered {len(data)} bytes for bytes {start}-{end} of the file (it changed "
-                "while being read, or the server ignores HTTP Range requests: serve it from one that answers them)"
+                "while being read, or the server ignores HTTP Range requests: serve it from one that answers them, "
+                "or set local_cache_dir to copy each video whole)"
             )
         with self._count:
             self.fetched += len(data)

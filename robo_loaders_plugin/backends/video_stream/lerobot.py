@@ -82,10 +82,23 @@ def video_stream_dataset(native, *, options):
             table_reads=active_reads(),
         )
         remote = LeRobotV3(url, options.storage_options)
-        if remote.info != source.info or sorted(remote.episodes) != sorted(source.episodes):
+        # the episode table's rows, the statistics (a digest of the data and the frames: another recording of the
+        # same lengths differs there) and the tasks, not only the episodes' indices: another dataset of the same
+        # layout was served as a mix, the local tables' actions with the remote's frames (a reviewer's reproduction)
+        differ = [
+            what
+            for what, same in (
+                ("meta/info.json", lambda: remote.info == source.info),
+                ("the episode table", lambda: remote.episodes == source.episodes),
+                ("meta/stats.json", lambda: _same_json(remote.stats(), source.stats())),
+                ("meta/tasks.parquet", lambda: remote.tasks == source.tasks),
+            )
+            if not same()
+        ]
+        if differ:
             raise SourceError(
-                f"{url} is not the dataset at {native.root} (meta/info.json or the episode table "
-                "differ); point --dataset.root at a copy of its tables, or leave it unset"
+                f"{url} is not the dataset at {native.root} ({differ[0]} differs); "
+                "point --dataset.root at a copy of its tables, or leave it unset"
             )
         check_meta_match(native, source)  # the local tables' meta/ is LeRobot's
     elif url:
@@ -203,6 +216,13 @@ class _UnitLoader:
                 for k, v in arrays.items()
             }
         return arrays
+
+
+def _same_json(a, b) -> bool:
+    """Two parsed JSON documents are the same (NaN equal to NaN, as their text is)."""
+    import json
+
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
 
 
 def _decode_device(option: str, source) -> str:
