@@ -136,3 +136,28 @@ def test_the_reader_keeps_index_members_compactly_and_reads_them_as_written(tmp_
     r.episodes[1]["members"]._locs[0, 0] += 512  # the first member's offset, one tar block off
     with pytest.raises(ShardError, match=re.escape("index.json points at bytes that are not this member's")):
         r.read_episode(1)
+
+
+def test_field_names_of_any_characters_round_trip_and_earlier_member_names_are_read(tmp_path, monkeypatch):
+    """Member names escape what a name may not hold (a reviewer's reproductions: LeRobot's
+    ``observation.gripper:pos`` was refused; a robomimic obs ``eef~pos`` was read back as ``eef/pos``, "~" standing
+    for "/"); ``stored_fields`` gives the names back. Shards written before escaping (a literal "~" as it is) are
+    still read. Control: a writer of the earlier names is read by the same reader, field for field."""
+    from robo_loaders_plugin.storage.shards import format as shard_format
+    from robo_loaders_plugin.storage.shards import writer as shard_writer
+
+    names = ["obs/eef~pos", "observation.gripper:pos", "a..b", ".x", "ü/é", "100%", "obs/cam"]
+    fields = {n: np.arange(6.0).reshape(3, 2) + i for i, n in enumerate(names)}
+    for sub, legacy in (("now", False), ("earlier", True)):
+        if legacy:  # as versions before escaping wrote them (names they could store: no ':', '%', ...)
+            monkeypatch.setattr(shard_writer, "member_name", shard_format.legacy_member_name)
+            fields = {"observation.x~y": np.ones((3, 2)), "obs/cam": np.zeros((3, 2))}
+        w = ShardWriter(str(tmp_path / sub), FrameCodec(), {"framework": "test"})
+        w.add_episode("ep_0", fields)
+        w.close(source={"path": "x"})
+        r = ShardReader(str(tmp_path / sub))
+        _, read = r.read_episode(0)
+        assert sorted(read) == sorted(fields) and all(read[k].tobytes() == v.tobytes() for k, v in fields.items())
+        if not legacy:
+            assert sorted(r.stored_fields(0)) == sorted(names)
+        assert r.verify() == []

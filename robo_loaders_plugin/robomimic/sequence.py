@@ -125,7 +125,7 @@ def data_size(source: RobomimicHdf5, f, demos: list[str], opts: SequenceOptions)
             (``RobomimicHdf5.check_numbers``).
     """
     source.check_sized(opts.field_names())  # before any data is read
-    source.check_numbers(f, demos[0], opts.field_names())
+    source.check_numbers(f, demos, opts.field_names())
     float32 = opts.dataset_keys if opts.hdf5_cache_mode in ("all", "low_dim") else ()
     return source.data_size(f, demos, opts.field_names(), float32)
 

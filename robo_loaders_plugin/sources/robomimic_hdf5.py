@@ -178,6 +178,12 @@ def _num_samples_or_none(gid, demo: bytes) -> int | None:
         return None
 
 
+def _strings_at(f: h5py.File, demo: str, key: str) -> bool:
+    """Whether ``data/<demo>/<key>`` is a dataset of strings or other objects."""
+    ds = f[f"data/{demo}"].get(key)
+    return isinstance(ds, h5py.Dataset) and ds.dtype.kind in "OSU"
+
+
 def _rows(ds) -> int | None:
     """A dataset's rows (its first dimension; ``None`` for a scalar)."""
     return ds.shape[0] if ds.ndim else None
@@ -661,26 +667,29 @@ class RobomimicHdf5:
             lengths, frames, other, other_fields=others, source_bytes=os.path.getsize(self.path), unit="demo"
         )
 
-    def check_numbers(self, f: h5py.File, demo: str, fields) -> None:
-        """The served fields hold numbers: a per-step dataset of strings or other objects (a language annotation)
-        is left out of conversions (:meth:`read_all`), and served it was the zeros robomimic substitutes for a
-        missing dataset key, where robomimic fails on it (its cache modes cast dataset keys to float32).
+    def check_numbers(self, f: h5py.File, demos: list[str], fields) -> None:
+        """The served fields hold numbers in the served demos: a per-step dataset of strings or other objects (a
+        language annotation) is left out of conversions (:meth:`read_all`), and served it was the zeros robomimic
+        substitutes for a missing dataset key, where robomimic fails on it (its cache modes cast dataset keys to
+        float32). Held only by demos the filter key leaves out, it is served as robomimic serves it (zeros).
 
         Args:
             f: The file, open.
-            demo: A served demo: its fields are checked (those of every demo the validation's walk saw are, by
-                :attr:`strings`: a key the first demo lacks was served as zeros, a reviewer's reproduction).
+            demos: The served demos: the first one's fields are checked, and, for a field the validation's walk
+                found strings in (:attr:`strings`), every one's (a key the first demo lacks was served as zeros:
+                a reviewer's reproduction).
             fields: The fields served.
 
         Raises:
-            SourceError: a field of strings or other objects, naming the file, the dataset and what to change.
+            SourceError: a field of strings or other objects in a served demo, naming the file, the dataset and what
+                to change.
         """
-        g = f[f"data/{demo}"]
         for key in fields:
-            ds = g.get(key)
-            holder = self.strings.get(key)  # any demo's, as the validation's walk found them
-            if holder is None and isinstance(ds, h5py.Dataset) and ds.dtype.kind in "OSU":
-                holder = demo
+            holder = self.strings.get(key)
+            if holder is not None and holder not in demos:  # found elsewhere: is it in a served demo?
+                holder = next((d for d in demos if _strings_at(f, d, key)), None)
+            if holder is None and _strings_at(f, demos[0], key):
+                holder = demos[0]
             if holder is not None:
                 dtype = f[f"data/{holder}/{key}"].dtype
                 raise SourceError(

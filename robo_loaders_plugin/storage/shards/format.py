@@ -53,9 +53,8 @@ class ShardError(RoboLoadersError):
 
 def field_token(field: str) -> str:
     """A field name as it appears in member names (``obs/cam`` -> ``obs~cam``): any other character outside
-    ``[A-Za-z0-9_.~-]`` percent-escaped (its UTF-8 bytes, :func:`urllib.parse.quote`), as are a leading ``.`` and a
-    dot followed by another, so a member name never holds a path step; :func:`token_field` reverses it (a literal
-    ``~`` is kept as earlier versions wrote it, and read back as ``/`` as they read it).
+    ``[A-Za-z0-9_.-]`` percent-escaped (its UTF-8 bytes, :func:`urllib.parse.quote`; ``~`` too), as are a leading
+    ``.`` and a dot followed by another, so a member name never holds a path step; :func:`token_field` reverses it.
 
     Why escaped, not refused: LeRobot accepts any feature name without ``/`` (``observation.gripper:pos``,
     ``observation.images.left cam``), and a conversion of such a dataset failed at its first episode where the other
@@ -74,8 +73,9 @@ def field_token(field: str) -> str:
 
     if not field:
         raise ShardError("an empty field name cannot be stored in a shard member name")
-    # a literal "~" stays as it was written before escaping (shards converted then are read and reused as they are)
-    token = re.sub(r"\.(?=\.)", "%2E", quote(field, safe="/~").replace("/", "~"))
+    # a literal "~" is escaped: "~" stands for "/" (an obs key "eef~pos" was read back as "eef/pos", a reviewer's);
+    # members written before escaping keep their names (ShardReader accepts them: legacy_member_name)
+    token = re.sub(r"\.(?=\.)", "%2E", quote(field, safe="/").replace("~", "%7E").replace("/", "~"))
     token = "%2E" + token[1:] if token.startswith(".") else token
     if not _TOKEN_RE.match(token):  # quote keeps only [A-Za-z0-9_.~-]
         raise ShardError(f"field name {field!r} cannot be stored in a shard member name")
@@ -94,6 +94,21 @@ def token_field(token: str) -> str:
     from urllib.parse import unquote
 
     return unquote(token.replace("~", "/"))
+
+
+def legacy_member_name(episode: str, field: str, kind: str) -> str:
+    """The member name versions before escaping wrote (``/`` as ``~``, nothing else changed), which a reader still
+    accepts: a LeRobot feature named with a ``~`` was converted so, and is reused as it is.
+
+    Args:
+        episode: The episode's name.
+        field: The field's name.
+        kind: ``raw``, ``frames`` or ``video``.
+
+    Returns:
+        ``<episode>.<field with / as ~>.<ext>``.
+    """
+    return f"{episode}.{field.replace('/', '~')}.{KIND_EXT.get(kind, 'npy')}"
 
 
 def member_name(episode: str, field: str, kind: str) -> str:

@@ -51,6 +51,7 @@ from robo_loaders_plugin.storage.shards.format import (
     _short,
     header_member,
     is_int,
+    legacy_member_name,
     listed_episodes,
     listing_problems,
     member_name,
@@ -279,7 +280,8 @@ def _check_header(header, ep: dict, where: str) -> dict:
             ok = (
                 isinstance(desc, dict)
                 and desc.get("kind") in ("raw", "frames", "video")
-                and desc.get("member") == member_name(ep["name"], field, desc["kind"])
+                and desc.get("member")
+                in (member_name(ep["name"], field, desc["kind"]), legacy_member_name(ep["name"], field, desc["kind"]))
             )
         except ShardError:  # a field name that cannot be a member name
             ok = False
