@@ -4,6 +4,7 @@ metadata included), videos with the same packets, and the same ``LeRobotDataset`
 scenes included, one video file per episode included)."""
 
 import json
+import shutil
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -43,7 +44,7 @@ class VideoPacketsDiffer(AssertionError):
     """Two video files whose packets differ (everything before them in the comparison was equal)."""
 
 
-def assert_same_dataset(a, b, repo_id):
+def assert_same_dataset(a, b, repo_id, frames=sum(LENGTHS)):
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
     assert files(a) == files(b)
@@ -61,7 +62,7 @@ def assert_same_dataset(a, b, repo_id):
             if video_packets(pa) != video_packets(pb):
                 raise VideoPacketsDiffer(name)
     da, db = LeRobotDataset(repo_id, root=a), LeRobotDataset(repo_id, root=b)
-    assert len(da) == len(db) == sum(LENGTHS)
+    assert len(da) == len(db) == frames
     for i in range(len(da)):
         x, y = da[i], db[i]
         assert x.keys() == y.keys()
@@ -69,25 +70,57 @@ def assert_same_dataset(a, b, repo_id):
             assert torch.equal(x[k], y[k]) if isinstance(x[k], torch.Tensor) else x[k] == y[k], (i, k)
 
 
-def written_alike(tmp_path, kwargs, tries: int = 3):
+TRIES = 4
+
+
+def written_alike(tmp_path, kwargs, tries: int = TRIES):
     """Both writers' datasets of ``kwargs``, compared; the fast one's root.
 
-    Why up to three tries, and only on video packets: the h264 encodes here are not the same from run to run when
-    both writers run in one process under load. Measured on this test's episodes with other processes running: 1
-    run in ~20 at 32x48 and ~1 in 8 at 64x96 had one file whose packets differed from every other run's, written by
-    either writer (so not the fast writer's doing); the fast writer alone gave identical files in 200 runs, and the
-    same frames encoded 400 times in a quiet process were identical. The cause was not found. A writer that differs
-    every time (another frame, another option, another file rule) still fails all three tries; anything but the
-    video packets fails the first."""
+    Why several tries, and only for video packets: the h264 encodes here are not the same from run to run when both
+    writers run in one process under load. Measured on this test's episodes with other processes running: 1 run in
+    ~20 at 32x48 and ~1 in 8 at 64x96 had one file whose packets differed from every other run's, written by either
+    writer (so not the fast writer's doing); the fast writer alone gave identical files in 200 runs, and the same
+    frames encoded 150-400 times in one process, quiet or beside three busy processes, were identical. The cause was
+    not found. With one file per episode (eight files) a whole try often holds one such file, so three whole tries
+    failed together in CI; the versions are therefore pooled per file: each try's files are kept, and a video passes
+    once some version the fast writer wrote has the packets of some version LeRobot's writer wrote. The matched
+    versions are copied into the last try's two datasets, which are then compared whole (every file and every
+    ``LeRobotDataset`` item). A writer that encodes differently every time (another frame, another option, another
+    file rule) still fails every try; anything but the video packets fails the first."""
+    theirs_versions: dict[str, list] = {}  # video name -> [(path, packets)] of every try
+    mine_versions: dict[str, list] = {}
     for attempt in range(tries):
         theirs = write_lerobot_dataset(tmp_path / f"lerobot{attempt}", **kwargs)
         mine = write_lerobot_fast(tmp_path / f"fast{attempt}", **kwargs)
-        try:
-            assert_same_dataset(theirs, mine, "local/fast")
+        assert files(theirs) == files(mine)
+        unmatched = []
+        for name in (n for n in files(theirs) if n.endswith(".mp4")):
+            theirs_versions.setdefault(name, []).append((theirs / name, video_packets(theirs / name)))
+            mine_versions.setdefault(name, []).append((mine / name, video_packets(mine / name)))
+            pair = next(((a, b) for a, pa in theirs_versions[name] for b, pb in mine_versions[name] if pa == pb), None)
+            if pair is None:
+                unmatched.append(name)
+            else:
+                for version, path in zip(pair, (theirs / name, mine / name)):
+                    if version != path:
+                        shutil.copyfile(version, path)
+        if not unmatched:
+            assert_same_dataset(theirs, mine, "local/fast", sum(kwargs["episode_lengths"]))
             return mine
-        except VideoPacketsDiffer:
-            if attempt == tries - 1:
-                raise
+    raise VideoPacketsDiffer(
+        f"{unmatched} after {tries} tries: {_first_difference(theirs_versions, mine_versions, unmatched[0])}"
+    )
+
+
+def _first_difference(theirs_versions, mine_versions, name) -> str:
+    """Where the first versions of ``name`` differ (the stream head, or a packet's timestamps or bytes)."""
+    (ha, pa), (hb, pb) = theirs_versions[name][0][1], mine_versions[name][0][1]
+    if ha != hb:
+        return f"stream {ha} != {hb}"
+    for i, (x, y) in enumerate(zip(pa, pb)):
+        if x != y:
+            return f"packet {i}: pts/dts/key {x[:3]} vs {y[:3]}, {len(x[3])} vs {len(y[3])} bytes"
+    return f"{len(pa)} vs {len(pb)} packets"
 
 
 @pytest.mark.parametrize(
@@ -144,7 +177,7 @@ def test_scenes_keep_states_and_actions_distinct():
 
 def test_negative_control_videos_that_differ_every_time_fail_every_try(tmp_path, monkeypatch):
     """The retries pass only an encoder's run-to-run variation: a fast writer whose videos differ on every run
-    (frames mirrored before encoding; every other file, statistics included, still equal) fails all three tries."""
+    (frames mirrored before encoding; every other file, statistics included, still equal) fails every try."""
     from robo_loaders_plugin.sample_data import lerobot_fast
 
     encode = lerobot_fast._encode
@@ -160,4 +193,34 @@ def test_negative_control_videos_that_differ_every_time_fail_every_try(tmp_path,
     )
     with pytest.raises(VideoPacketsDiffer):
         written_alike(tmp_path, kwargs)
-    assert len(list(tmp_path.glob("fast*"))) == 3
+    assert len(list(tmp_path.glob("fast*"))) == TRIES
+
+
+def test_a_video_that_differs_in_one_try_only_is_matched_from_another_try(tmp_path, monkeypatch):
+    """The pooling does what its docstring says: one file of the fast writer's first try encoded from other frames
+    (an encoder's one-off variation) is matched by the same file of its next try, and the datasets then compared
+    whole are the matched versions (the second try's, not the first's)."""
+    from robo_loaders_plugin.sample_data import lerobot_fast
+
+    encode, calls = lerobot_fast._encode, []
+
+    def once_mirrored(frames, *a, **k):
+        calls.append(1)
+        return encode(frames[:, :, ::-1] if len(calls) == 2 else frames, *a, **k)
+
+    monkeypatch.setattr(lerobot_fast, "_encode", once_mirrored)
+    kwargs = dict(
+        repo_id="local/fast",
+        episode_lengths=LENGTHS[:3],
+        cameras=1,
+        image_size=(32, 48),
+        mode="h264",
+        seed=4,
+        video_files_size_in_mb=0.001,
+        progress=False,
+    )
+    mine = written_alike(tmp_path, kwargs)
+    assert mine == tmp_path / "fast1" and len(calls) == 6
+    assert video_packets(mine / "videos/observation.images.cam0/chunk-000/file-001.mp4") == video_packets(
+        tmp_path / "lerobot0/videos/observation.images.cam0/chunk-000/file-001.mp4"
+    )
