@@ -258,7 +258,9 @@ def test_a_store_option_named_like_the_sdks_key_never_replaces_it(tiny_hdf5, tmp
         assert served["low_dim"][2] == np.float32 and served[None][2] == np.float64, (name, served)
 
 
-def test_a_damaged_store_whose_verify_raises_is_rebuilt_and_a_store_error_names_the_store(tiny_hdf5, tmp_path):
+def test_a_damaged_store_whose_verify_raises_is_rebuilt_and_a_store_error_names_the_store(
+    tiny_hdf5, tmp_path, monkeypatch
+):
     """Reviewers' reproductions: a store's ``verify`` parsing a damaged file of its own raised the parser's error
     (``JSONDecodeError``) bare on every run, the entry never rebuilt; and an error a store's ``build`` raised reached
     the user naming no store. Now the entry is rebuilt, the error named in the log, and ``build``'s error names the
@@ -278,24 +280,14 @@ def test_a_damaged_store_whose_verify_raises_is_rebuilt_and_a_store_error_names_
     rebuilt = _sdk_dataset(ref, "parsed", tiny_hdf5, cache_dir)
     assert not rebuilt.serving.reused
     rebuilt.close()
-    toy_store_parsed.ParsedMetaStore.FAIL_BUILD = True
-    try:
-        with pytest.raises(
-            RoboLoadersError,
-            match=r"frame store 'toy_store_parsed:ParsedMetaStore': build\(\) failed: ValueError: injected",
-        ):
-            _sdk_dataset(ref, "parsed", tiny_hdf5, str(tmp_path / "other"))
-    finally:
-        toy_store_parsed.ParsedMetaStore.FAIL_BUILD = False
-    toy_store_parsed.ParsedMetaStore.FAIL_KEY = True  # a reviewer's reproduction: key()'s error was bare
-    try:
-        with pytest.raises(
-            RoboLoadersError,
-            match=r"frame store 'toy_store_parsed:ParsedMetaStore': key\(\) failed: ValueError: injected",
-        ):
-            _sdk_dataset(ref, "parsed", tiny_hdf5, str(tmp_path / "other"))
-    finally:
-        toy_store_parsed.ParsedMetaStore.FAIL_KEY = False
+    for flag, call in (("FAIL_BUILD", "build"), ("FAIL_KEY", "key")):  # FAIL_KEY: key()'s error was bare
+        with monkeypatch.context() as patched:
+            patched.setattr(toy_store_parsed.ParsedMetaStore, flag, True)
+            with pytest.raises(
+                RoboLoadersError,
+                match=rf"frame store 'toy_store_parsed:ParsedMetaStore': {call}\(\) failed: ValueError: injected",
+            ):
+                _sdk_dataset(ref, "parsed", tiny_hdf5, str(tmp_path / "other"))
 
 
 def test_max_memory_is_no_part_of_a_stores_default_key():
