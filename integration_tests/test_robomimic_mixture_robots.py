@@ -14,6 +14,7 @@ from mixture_batches import check_items_batch_is_parts_batch
 from robomimic_helpers import RGB, make_config, obs_keys
 from test_robomimic_mixture import BACKENDS, LOSSY, LOW_DIM, WHERE, _write, resized
 
+from robo_loaders_plugin import RoboLoadersError
 from robo_loaders_plugin.mixtures.dataset import DATASET_INDEX
 from robo_loaders_plugin.mixtures.spec import MixtureError
 from robo_loaders_plugin.robomimic import dataset_factory
@@ -327,6 +328,30 @@ def test_rollouts_in_a_narrower_robots_environment_are_refused_before_training(r
         assert shape["ac_dim"] == 14 and list(shape["all_shapes"]["robot0_eef_pos"]) == [6]
     finally:
         integration._RUN_CONFIG[:] = []
+
+
+@pytest.mark.fast
+def test_a_demo_storing_a_key_at_another_width_is_one_line_naming_the_component(robots, tmp_path):
+    """A reviewer's reproduction: a file whose last demo stores ``actions`` 6 wide where its first stores 7 was
+    served by ``native`` until that demo's first sample, which raised a bare ``ValueError`` naming no component,
+    file or key. One line now, naming the setting, the component's file and the key. Control: the intact file's
+    last sample is served, padded."""
+    ragged = str(tmp_path / "arm7_ragged.hdf5")
+    shutil.copy(robots[0], ragged)
+    with h5py.File(ragged, "r+") as f:
+        last = sorted(f["data"], key=lambda d: int(d.split("_")[1]))[-1]
+        actions = f[f"data/{last}/actions"][()]
+        del f[f"data/{last}/actions"]
+        f[f"data/{last}/actions"] = actions[:, :6]
+    for path, bad in ((robots[0], False), (ragged, True)):
+        cfg = robots_config([robots[1], path], backend="native")
+        mixture = dataset_factory(cfg, obs_keys(cfg))
+        if not bad:
+            assert mixture[len(mixture) - 1]["actions"].shape[-1] == 14  # control
+            continue
+        with pytest.raises(RoboLoadersError, match=rf"^{WHERE}: component 1 \(.*arm7_ragged.hdf5.*\): actions is 6 "
+                           r"wide in this sample but 7 wide in the component's metadata"):  # fmt: skip
+            mixture[len(mixture) - 1]
 
 
 def test_a_first_component_that_renames_a_key_gives_robomimic_its_shapes(robots, tmp_path):

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from robo_loaders_plugin.core.errors import RoboLoadersError
+from robo_loaders_plugin.core.errors import RoboLoadersError, SourceError
 from robo_loaders_plugin.core.in_flight import TrainingLoop, indexed_in_flight
 from robo_loaders_plugin.core.iteration import BatchDataset, IndexedDataset, SamplingPlan, ServedDataset, Serving
 from robo_loaders_plugin.core.units import plural, some_of
@@ -381,7 +381,10 @@ class MixtureDataset(BatchDataset):
     def _complete(self, k: int, values: Any, rows: int | None) -> Any:
         """A component's renamed item or batch, padded and its cameras filled as the mixture serves them."""
         if self.padding:
-            values = self.hooks.pad(values, self.padding.of(k), rows)
+            try:
+                values = self.hooks.pad(values, self.padding.of(k), rows)
+            except ValueError as exc:  # a demo storing a key wider or narrower than the first (a bare error)
+                raise SourceError(f"{self.setting}: component {k} ({self.names[k]}): {exc}") from exc
         if self.cameras:
             values = self.hooks.fill(values, self.cameras, self.templates[k], rows)
         return values

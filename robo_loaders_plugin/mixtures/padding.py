@@ -141,13 +141,14 @@ def _sizes_of(names: Sequence[str], each: Sequence[int]) -> str:
     return "; ".join(f"{s} for {plural(len(ns), 'component')} ({some_of(ns, 3)})" for s, ns in having.items())
 
 
-def pad_value(value: Any, own: int, size: int) -> Any:
+def pad_value(value: Any, own: int, size: int, key: str = "a padded value") -> Any:
     """``value`` with its last dimension ``own`` padded with zeros to ``size`` (the same object when equal).
 
     Args:
         value: A tensor or array whose last dimension is ``own`` wide.
         own: The component's size.
         size: The mixture's size.
+        key: The value's key, for the error.
 
     Returns:
         The padded value, of the same type, dtype and device.
@@ -157,7 +158,10 @@ def pad_value(value: Any, own: int, size: int) -> Any:
     """
     width = int(value.shape[-1]) if value.ndim else -1
     if width != own:
-        raise ValueError(f"a padded value's last dimension is {width}, but its metadata says {own}")
+        raise ValueError(
+            f"{key} is {width} wide in this sample but {own} wide in the component's metadata (its first episode); "
+            "every episode must store it with one width"
+        )
     if own == size:
         return value
     out: Any
@@ -206,7 +210,7 @@ def pad_flat(values: dict, sizes: Mapping[str, tuple[int, int]], rows: int | Non
     for key, value in values.items():
         if key in sizes:
             own, size = sizes[key]
-            out[key] = pad_value(value, own, size)
+            out[key] = pad_value(value, own, size, key)
             out[mask_key(key)] = dim_mask(out[key], own, size, rows)
         else:
             out[key] = value

@@ -139,13 +139,13 @@ class RobomimicHooks(MixtureHooks):
         masks = {}
         for key, (own, size) in sizes.items():
             if key in out and not isinstance(out[key], Mapping):
-                out[key] = pad_value(out[key], own, size)
+                out[key] = pad_value(out[key], own, size, key)
                 masks[mask_key(key)] = dim_mask(out[key], own, size, rows)
                 continue
             for group in OBS_GROUPS:
                 if isinstance(out.get(group), Mapping) and key in out[group]:
                     out[group] = dict(out[group])
-                    out[group][key] = pad_value(out[group][key], own, size)
+                    out[group][key] = pad_value(out[group][key], own, size, f"{group}/{key}")
                     masks.setdefault(mask_key(key), dim_mask(out[group][key], own, size, rows))
         out.update(masks)
         return out
