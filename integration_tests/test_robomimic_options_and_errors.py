@@ -724,6 +724,54 @@ def test_a_ram_store_of_many_short_demos_and_fields_stays_within_its_worst_case(
     on_disk.close()
 
 
+def _restored_as(path: str, key: str, dtype) -> np.dtype:
+    """``key`` of ``path`` (``data/<demo>/...``) stored again in ``dtype``, the same values; its dtype before."""
+    with h5py.File(path, "a") as f:
+        values = f[key][()]
+        del f[key]
+        f.create_dataset(key, data=values.astype(dtype))
+    return values.dtype
+
+
+@pytest.mark.parametrize("backend,units", [("datapipe", False), ("datapipe", True), ("video_stream", False)])
+def test_a_key_some_demos_store_in_another_dtype_is_refused_naming_it(tmp_path, backend, units, monkeypatch):
+    """A reviewer's reproduction: a key stored in another dtype by a later demo (merged files: a depth map uint16
+    in one demo, float32 in [0, 1) in the next) was copied into a batch of the first demo's dtype by datapipe and
+    video_stream, the fractions served as zeros, silently (compressed_cache and gpu_resampler refuse the file).
+    Refused in one line naming the file, the demo and the key, for a low-dim observation and a camera (32x32, held
+    as frames), whole demos and demos buffered in parts (``units``, datapipe's). Control: the same file before the
+    change serves native's samples."""
+    from robo_loaders_plugin.frames import chunks
+    from robo_loaders_plugin.sample_data.robomimic_hdf5 import write_robomimic_hdf5
+    from robo_loaders_plugin.storage.shards import format as shard_format
+
+    step = 2 * 32 * 32 * 3  # decoded camera bytes of one step: 2 cameras (no next_obs here)
+    if units:  # stored in parts of 2 steps, buffered in units of 4 (as large cameras make long demos)
+        monkeypatch.setattr(shard_format, "FRAMES_PART_BYTES", 2 * step)
+        monkeypatch.setattr(chunks, "UNIT_BYTES", 4 * step)
+    path = write_robomimic_hdf5(
+        str(tmp_path / "dtypes.hdf5"), demos=3, image_size=32, cameras=2, seed=5, min_length=20, max_length=24
+    )
+    cfg = make_config(path, backend=backend, seq_length=3, backend_kwargs={"cache_dir": str(tmp_path / "c")})
+    native = dataset_factory(make_config(path, seq_length=3), obs_keys(cfg))
+    ds = dataset_factory(cfg, obs_keys(cfg))
+    assert (type(ds.frames).__name__ == "EpisodeUnits") == units
+    for i in (0, len(ds) - 1):  # control (video_stream's frames are lossy: its other fields)
+        if backend == "datapipe":
+            assert_same_sample(ds[i], native[i], f"{backend}[{i}]")
+        else:
+            np.testing.assert_array_equal(ds[i]["obs"]["robot0_eef_pos"], native[i]["obs"]["robot0_eef_pos"])
+    for key, dtype in (("obs/robot0_eef_pos", np.float32), ("obs/agentview_image", np.uint16)):
+        before = _restored_as(path, f"data/demo_2/{key}", dtype)
+        assert before != dtype
+        with pytest.raises(RoboLoadersError, match=rf"dtypes.hdf5: demo_2: {key} is stored as {np.dtype(dtype)}, "
+                           rf"in demo_0 as {before}; every demo must store a key in one dtype"):  # fmt: skip
+            ds = dataset_factory(cfg, obs_keys(cfg))
+            for i in range(len(ds)):
+                ds[i]
+        _restored_as(path, f"data/demo_2/{key}", before)
+
+
 @pytest.mark.parametrize("backend", ["datapipe", "video_stream"])
 def test_a_dataset_key_some_demos_lack_is_refused_naming_it(tiny_hdf5, tmp_path, backend):
     """A reviewer's finding: robomimic serves zeros of shape (steps, 1) for a dataset key a demo lacks, so a key

@@ -299,6 +299,7 @@ def shard_samples(
     # they decode to (checked again when a load decodes them), so no component of a mixture decodes a demo to build
     infos = read.field_infos(0)
     read.shapes = {k: i.shape for k, i in infos.items()}
+    read.dtypes = {k: i.dtype for k, i in infos.items()}
     frames = EpisodeFrames(lengths, infos, read, capacity=passes.episode_capacity, decode_on_load=decode_on_load)
     windows = SequenceWindows(lengths, opts, names=demos, where=path)
     summary = (
@@ -382,9 +383,10 @@ def unit_samples(
         arrays = reader.read_episode(r, decode_frames=False, fields=small_names)[1]
         parts.append(episode_fields(arrays.get, L, opts, where + d, names=small_names))
         lacking.append(_lacking(arrays, opts))
+    shapes = {k: v.shape[1:] for k, v in parts[0].items()}
+    dtypes = {k: v.dtype for k, v in parts[0].items()}
     for d, p, lacks in zip(demos[1:], parts[1:], lacking[1:]):
-        shapes = {k: v.shape[1:] for k, v in parts[0].items()}
-        check_step_shapes(p, shapes, where + d, demos[0], lacks, lacking[0])
+        check_step_shapes(p, shapes, where + d, demos[0], lacks, lacking[0], dtypes)
     small = {k: np.concatenate([p[k] for p in parts]) for k in small_names}
     del parts
     first = {k: v.decode_all() for k, v in reader.read_frame_rows(records[0], 0, 1, cameras).items()}
@@ -398,7 +400,7 @@ def unit_samples(
         {ep: (int(starts[ep]), int(starts[ep + 1])) for ep in range(len(demos))},
         infos,
         small,
-        DemoRows(reader, records, starts, cameras),
+        DemoRows(reader, records, starts, cameras, (where, demos, {k: first[k] for k in cameras})),
         (0, window - 1),
         passes.episode_capacity,
     )
@@ -457,6 +459,7 @@ class ShardDemos:
         self.opts, self.transform, self.wanted = opts, transform, opts.field_names()
         self.origin = origin or reader.dir  # what messages about a demo's arrays name: the source file
         self.shapes: dict = {}  # each field's step shape in demo 0, once known (check_step_shapes)
+        self.dtypes: dict = {}  # each field's dtype in demo 0, frames by their header (check_step_shapes)
         self.first_lacks: set = set()  # the dataset keys demo 0 lacks (field_infos)
 
     def __call__(self, ep: int, fields) -> dict:
@@ -469,6 +472,7 @@ class ShardDemos:
         small = {k: v for k, v in served.items() if not isinstance(v, EncodedFrames)}
         where = f"{self.origin}: {self.demos[ep]}"
         check_step_shapes(small, self.shapes, where, self.demos[0], _lacking(arrays, self.opts), self.first_lacks)
+        check_step_shapes(served, self.shapes, where, self.demos[0], dtypes=self.dtypes)  # frames by their header
         return served
 
     def field_infos(self, ep: int = 0) -> dict[str, FieldInfo]:
@@ -506,15 +510,23 @@ class DemoRows:
         records: Each demo's record in the shards.
         starts: Each demo's first row, then the end of the last.
         cameras: The camera fields.
+        first: ``(the source's "<file>: " prefix, the demos' names, {camera: the first demo's first row})``: each
+            read is checked against the first demo's dtype and step shape (``check_step_shapes``).
     """
 
-    def __init__(self, reader, records: list[int], starts: np.ndarray, cameras: list[str]):
+    def __init__(self, reader, records: list[int], starts: np.ndarray, cameras: list[str], first: tuple):
         self.reader, self.records, self.starts, self.cameras = reader, records, starts, cameras
+        where, self.demos, rows = first
+        self.where = where
+        self.shapes = {k: v.shape[1:] for k, v in rows.items()}
+        self.dtypes = {k: v.dtype for k, v in rows.items()}
 
     def __call__(self, ep: int, lo: int, hi: int) -> dict:
         start = int(self.starts[ep])
         rows = self.reader.read_frame_rows(self.records[ep], lo - start, hi - start, self.cameras)
-        return {k: v.decode_all() for k, v in rows.items()}
+        out = {k: v.decode_all() for k, v in rows.items()}
+        check_step_shapes(out, self.shapes, self.where + self.demos[ep], self.demos[0], dtypes=self.dtypes)
+        return out
 
 
 class GoalFrames:

@@ -307,13 +307,18 @@ def episode_fields(read, length: int, opts: SequenceOptions, where: str, names=N
     return out
 
 
-def check_step_shapes(served: dict, shapes: dict, where: str, first: str, lacks=(), first_lacks=()) -> None:
+def check_step_shapes(
+    served: dict, shapes: dict, where: str, first: str, lacks=(), first_lacks=(), dtypes=None
+) -> None:
     """Check one demo's fields (:func:`episode_fields`) against the step shapes of the demo a reader of demos laid
-    out its fields from.
+    out its fields from, and their dtypes where given.
 
     Why: robomimic substitutes zeros of shape (L, 1) for a dataset key a demo lacks (``rewards``, ``dones``), so a
     key some demos lack has another step shape there than in the others; a backend that copies demos into one batch
-    failed with numpy's bare broadcast error (robomimic's own DataLoader cannot stack them either).
+    failed with numpy's bare broadcast error (robomimic's own DataLoader cannot stack them either). And a key stored
+    in another dtype by some demos (merged files: a depth map uint16 in one demo, float32 in [0, 1) in the next) was
+    cast into the first demo's dtype by numpy's unsafe copy into the batch, the fractions served as zeros, silently
+    (a reviewer's reproduction); the backends that store every demo at build refuse such a file there.
 
     Args:
         served: The demo's ``{field: array}``.
@@ -322,9 +327,10 @@ def check_step_shapes(served: dict, shapes: dict, where: str, first: str, lacks=
         first: Names the first demo.
         lacks: The dataset keys this demo lacks (served as robomimic's zeros).
         first_lacks: The dataset keys the first demo lacks.
+        dtypes: ``{field: dtype}`` of the first demo (``None``: not checked).
 
     Raises:
-        SourceError: a field of another step shape, naming it, both demos and what to change.
+        SourceError: a field of another step shape or dtype, naming it, both demos and what to change.
     """
     for k, v in served.items():
         want = shapes.get(k)
@@ -340,6 +346,14 @@ def check_step_shapes(served: dict, shapes: dict, where: str, first: str, lacks=
             f"{where}: {k} has step shape {tuple(v.shape[1:])}, {first} {tuple(want)}; every demo must hold a key "
             "with one step shape"
         )
+    for k, v in served.items():
+        want = (dtypes or {}).get(k)
+        if want is not None and np.dtype(v.dtype) != np.dtype(want):
+            raise SourceError(
+                f"{where}: {k} is stored as {np.dtype(v.dtype)}, in {first} as {np.dtype(want)}; every demo must store "
+                f"a key in one dtype: convert {k} to one dtype in every demo (robomimic's own collate casts them to "
+                "a common type; this backend copies every demo into one batch of the first demo's dtype)"
+            )
 
 
 # dataset keys that are a transition's outcome: with the rate converted, read at the last recorded step the
