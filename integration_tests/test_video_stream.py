@@ -1033,3 +1033,37 @@ def test_a_remote_source_of_the_same_layout_but_other_data_is_refused(twin_datas
         ours = serve("video_stream", nat, source=same.url)
         for i in (0, len(nat) - 1):
             same_item(ours[i], nat[i], f"remote copy[{i}]")
+
+
+@pytest.mark.parametrize("kind", ["video", "image"])
+def test_a_camera_declared_channels_first_is_served_as_lerobot_serves_it(tmp_path, kind):
+    """A reviewer's reproduction: LeRobot's writer accepts a camera declared channels-first (``shape (3, H, W)``,
+    ``names ["channels", "height", "width"]``) and ``LeRobotDataset`` serves it as (C, H, W); video_stream read every
+    declared shape as (H, W, C), laid out its buffer (W, C, H) and failed at the first item with numpy's broadcast
+    error. Every backend serves LeRobot's items now; control: a frame changed in the served copy is seen."""
+    from lerobot.configs import RGBEncoderConfig
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    root = tmp_path / "chw"
+    feats = {
+        "action": {"dtype": "float32", "shape": (2,), "names": None},
+        "observation.images.cam": {"dtype": kind, "shape": (3, 16, 24), "names": ["channels", "height", "width"]},
+    }
+    rgb = RGBEncoderConfig(vcodec="h264") if kind == "video" else None
+    written = LeRobotDataset.create("local/chw", 10, feats, root=root, use_videos=kind == "video", rgb_encoder=rgb)
+    for i in range(6):
+        frame = np.full((3, 16, 24), 30 * i, np.uint8)
+        written.add_frame({"action": np.full(2, i, np.float32), "task": "t", "observation.images.cam": frame})
+    written.save_episode()
+    written.finalize()
+    native = LeRobotDataset("local/chw", root=root)
+    assert tuple(native[0]["observation.images.cam"].shape) == (3, 16, 24)
+    for backend, options in (("video_stream", {}), ("compressed_cache", {}), ("datapipe", {}),
+                             ("gpu_resampler", {"device": "cpu"})):  # fmt: skip
+        ours = serve(backend, native, cache_dir=str(tmp_path / "cache"), **options)
+        for i in range(len(native)):
+            same_item(ours[i], native[i], f"{backend}[{i}]")
+    item = dict(ours[2])
+    item["observation.images.cam"] = item["observation.images.cam"].flip(-1).contiguous() + 1e-3
+    with pytest.raises(AssertionError):
+        same_item(item, native[2], "control")

@@ -54,6 +54,56 @@ def _numpy_dtype(feature_dtype: str):
     return None
 
 
+def decoder_identity() -> str:
+    """The video decoder frames are decoded with here: torchcodec's version and the FFmpeg it was built against.
+
+    Why: a cache of decoded frames is ``LeRobotDataset``'s items only while LeRobot decodes the videos to the same
+    pixels; after ``pip install -U torchcodec`` (or a build against another FFmpeg, whose colour conversion changed
+    between releases) LeRobot serves new pixels while a cache keyed by the source alone served the old ones,
+    silently (a reviewer's reproduction). Every LeRobot cache of decoded frames is keyed by this string, and
+    converted shards record it.
+
+    Returns:
+        ``"torchcodec <version>, FFmpeg <version> (libavcodec a.b.c, ...)"``; the FFmpeg part is the major version
+        alone where torchcodec does not say more.
+    """
+    import torchcodec
+
+    try:  # torchcodec says the libraries' versions only in _core (0.11); its major version is public
+        from torchcodec._core import get_ffmpeg_library_versions
+
+        libs = dict(get_ffmpeg_library_versions())
+        parts = ", ".join(f"{name} {'.'.join(map(str, v))}" for name, v in libs.items() if name != "ffmpeg_version")
+        ffmpeg = f"{libs.get('ffmpeg_version', '?')} ({parts})"
+    except Exception:  # noqa: BLE001 - another torchcodec: the major version still tells builds apart
+        ffmpeg = str(getattr(torchcodec, "ffmpeg_major_version", "?"))
+    return f"torchcodec {torchcodec.__version__}, FFmpeg {ffmpeg}"
+
+
+def camera_chw(feature: dict) -> tuple[int, int, int]:
+    """A camera feature's ``(channels, height, width)``, read from its declared ``shape`` as LeRobot reads it.
+
+    Why: LeRobot's writer accepts a camera declared channels-first (``names: ["channels", "height", "width"]``) as
+    well as channels-last, and ``LeRobotDataset`` serves both as (C, H, W); ``dataset_to_policy_features`` takes the
+    shape as (H, W, C) when ``names[2]`` is ``"channel"``/``"channels"``, else as (C, H, W). A backend that read every
+    declared shape as (H, W, C) laid out a channels-first camera's buffer wrong and failed at the first item (a
+    reviewer's reproduction). Without names, a last dimension of 1, 3 or 4 is taken as the channels.
+
+    Args:
+        feature: The camera's entry of ``meta/info.json``'s ``features``.
+
+    Returns:
+        ``(c, h, w)``.
+    """
+    a, b, c = (int(x) for x in feature["shape"])
+    names = list(feature.get("names") or ())
+    if len(names) == 3 and names[2] in ("channel", "channels"):
+        return c, a, b
+    if len(names) == 3 or c not in (1, 3, 4):
+        return a, b, c
+    return c, a, b
+
+
 class LeRobotV3:
     """The dataset at ``root`` (a local path, or any fsspec URL: ``s3://``, ``http(s)://``, ``hf://``): metadata and
     tables, read once; episodes decoded on request. ``storage_options`` go to fsspec (credentials, endpoints)."""
@@ -441,7 +491,7 @@ class LeRobotV3:
             if k not in self.image_keys and dtype is not None:
                 other += int(np.prod(self.features[k]["shape"], dtype=np.int64)) * dtype.itemsize
                 others += 1
-        pixels = sum(int(np.prod(self.features[k]["shape"][:2], dtype=np.int64)) for k in self.video_keys if k in cams)
+        pixels = sum(int(np.prod(camera_chw(self.features[k])[1:])) for k in self.video_keys if k in cams)
         return DataSize(
             lengths, frames, other, other_fields=others, video_pixels_per_step=pixels, source_bytes=self.local_bytes()
         )

@@ -26,7 +26,7 @@ from robo_loaders_plugin.lerobot.dataset import (
 )
 from robo_loaders_plugin.pipeline.batches import PipelineDataset
 from robo_loaders_plugin.pipeline.options import PassOptions
-from robo_loaders_plugin.sources.lerobot_v3 import LeRobotEpisodes, LeRobotV3, is_remote, window_gaps
+from robo_loaders_plugin.sources.lerobot_v3 import LeRobotEpisodes, LeRobotV3, camera_chw, is_remote, window_gaps
 from robo_loaders_plugin.storage.codec import FrameCodec
 from robo_loaders_plugin.storage.encoded_frames import EncodedFrames
 
@@ -125,9 +125,8 @@ def video_stream_dataset(native, *, options):
     episodes.videos.window_gaps = window_gaps(settings.delta_indices, source.video_keys)
     check_rows_match(native, episodes.columns, episodes.arrays["index"], episodes.arrays, images=episodes.images())
     infos = {k: FieldInfo(a.dtype, tuple(a.shape[1:]), False) for k, a in episodes.arrays.items()}
-    for key in episodes.camera_keys:  # decoded as (C, H, W) uint8 from the (H, W, C) the features state
-        h, w, c = source.features[key]["shape"]
-        infos[key] = FieldInfo(np.dtype(np.uint8), (c, h, w), True)
+    for key in episodes.camera_keys:  # decoded as (C, H, W) uint8, whichever layout the features state
+        infos[key] = FieldInfo(np.dtype(np.uint8), camera_chw(source.features[key]), True)
     codec = FrameCodec("lz4", 1) if options.buffer == "lz4" else None
 
     units = split_runs(episodes.runs, step)
