@@ -608,3 +608,43 @@ def test_episodes_given_as_a_numpy_array_are_served_after_an_earlier_build(lerob
         assert len(ours) == len(nat)
         for i in random_indices(len(nat), 40, seed=1):
             same_item(ours[i], nat[i], f"episodes {episodes!r}[{i}]")
+
+
+def test_frames_decoded_by_another_torchcodec_or_ffmpeg_are_not_served_from_a_cache(
+    lerobot_datasets, tmp_path, monkeypatch
+):
+    """A reviewer's reproduction: the caches of decoded frames (compressed_cache, datapipe, gpu_resampler) were keyed
+    by the source alone, so after an upgrade of torchcodec (or a build against another FFmpeg) LeRobot decoded new
+    pixels while the caches served the old ones, silently. The decoder's versions are in every key now (another
+    entry is built), and given shards converted by another decoder are refused naming both. Controls: the same
+    decoder reuses the entry and reads the shards."""
+    from robo_loaders_plugin import StaleSourceError
+    from robo_loaders_plugin.backends.datapipe import lerobot as datapipe_lerobot
+    from robo_loaders_plugin.backends.gpu_resampler import lerobot as gpu_lerobot
+    from robo_loaders_plugin.sources import lerobot_v3
+
+    def upgraded(mp):
+        for module in (lerobot_v3, datapipe_lerobot, gpu_lerobot):
+            mp.setattr(module, "decoder_identity", lambda: "torchcodec 9.9.9, FFmpeg 9.9", raising=False)
+
+    root = lerobot_datasets["av1_1cam"]
+    for backend, options in (("compressed_cache", {}), ("datapipe", {}), ("gpu_resampler", {"device": "cpu"})):
+        options = dict(options, cache_dir=str(tmp_path / backend))
+
+        def entry(ds):  # gpu_resampler's location also says how its tiers were made (built, mapped)
+            return ds.location.split()[-1]
+
+        first = serve(backend, native(root), **options)
+        assert entry(serve(backend, native(root), **options)) == entry(first), backend  # control
+        with monkeypatch.context() as mp:
+            upgraded(mp)
+            assert entry(serve(backend, native(root), **options)) != entry(first), backend
+        del first
+    out = str(tmp_path / "shards")
+    convert_lerobot(str(root), out, progress=False)
+    serve("datapipe", native(root), shards=out)  # control
+    with monkeypatch.context() as mp:
+        upgraded(mp)
+        with pytest.raises(StaleSourceError, match=r"were converted with decoder_version torchcodec .*, this run's is "
+                           r"torchcodec 9.9.9, FFmpeg 9.9: their frames may differ"):  # fmt: skip
+            serve("datapipe", native(root), shards=out)

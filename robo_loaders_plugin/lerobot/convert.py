@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from tqdm.auto import tqdm
 
 from robo_loaders_plugin.core.registry import streaming_backends
-from robo_loaders_plugin.sources.lerobot_v3 import LeRobotEpisodes, LeRobotV3
+from robo_loaders_plugin.sources.lerobot_v3 import LeRobotEpisodes, LeRobotV3, decoder_identity
 from robo_loaders_plugin.storage.codec import FrameCodec, use_single_thread
 from robo_loaders_plugin.storage.fingerprint import Fingerprint
 from robo_loaders_plugin.storage.frame_layout import sampled_ratio
@@ -59,6 +59,7 @@ def _metadata(episodes: LeRobotEpisodes, repo_id: str | None) -> dict:
         ],
         "tolerance_s": episodes.tolerance_s,
         "decoder": "torchcodec",
+        "decoder_version": decoder_identity(),  # what decoded the frames: given shards are checked against it
     }
 
 

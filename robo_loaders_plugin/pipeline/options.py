@@ -226,6 +226,7 @@ def open_shards(
     alternatives=(),
     frame_ratio: Callable[[], float | None] | None = None,
     check_source_option: bool = True,
+    must_record: dict | None = None,
 ):
     """(reader, hold) of the shards a run reads: ``shards``, checked against ``source`` (unless
     ``check_source`` is false), or an entry of the cache directory converted on first use and reused while
@@ -254,13 +255,17 @@ def open_shards(
             assumed ratio).
         check_source_option: The backend has a ``check_source`` option, which a refusal may suggest (one without it
             was told to set it, then refused it as an unknown option: a reviewer's reproduction).
+        must_record: ``{metadata key: value}`` given ``shards`` must record as this run would (with ``check_source``),
+            e.g. the video decoder that decoded their frames; shards recording no such key (converted before it was
+            recorded) are read with a warning. Put in ``key_desc`` too, so a cache entry follows it.
 
     Returns:
         ``(reader, hold)``: the :class:`ShardReader`, and the cache entry's hold (``None`` for given ``shards``).
 
     Raises:
         RoboLoadersError: given ``shards`` were converted from another framework's dataset.
-        StaleSourceError: given ``shards`` record no fingerprint or another source (with ``check_source``).
+        StaleSourceError: given ``shards`` record no fingerprint, another source, or another value of a
+            ``must_record`` key (with ``check_source``).
         ShardError: given ``shards`` cannot be read.
         core.footprint.ResourceRefused: a conversion on first use does not fit the disk.
     """
@@ -283,6 +288,19 @@ def open_shards(
                 f"shards {reader.dir}",
                 f"Convert it again ({convert_hint}){skip}{' if you know the data is the same' if skip else ''}",
             )
+            for name, want in (must_record or {}).items():
+                have = meta.get(name)
+                if have == want:
+                    continue
+                if have is None:  # converted before the key was recorded
+                    logger.warning(f"{reader.dir} records no {name} version, so its frames cannot be checked against "
+                                   f"{want}'s; convert it again ({convert_hint}) to have them checked")  # fmt: skip
+                    continue
+                raise StaleSourceError(
+                    f"shards {reader.dir} were converted with {name} {have}, this run's is {want}: their frames may "
+                    f"differ from the source's as decoded now. Convert it again ({convert_hint}){skip}"
+                    f"{' if you know the frames are the same' if skip else ''}"
+                )
         return reader, None
 
     opened = {}

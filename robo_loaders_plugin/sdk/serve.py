@@ -625,6 +625,7 @@ def _lerobot_meta(native, options):
     """``meta/`` only: the dataset's source, sizes (episode-index order) and key, the batches in flight, the reader
     settings."""
     from robo_loaders_plugin.lerobot.dataset import native_source
+    from robo_loaders_plugin.sources.lerobot_v3 import decoder_identity
 
     source, settings = native_source(native)
     size = source.data_size(native.episodes)
@@ -634,6 +635,7 @@ def _lerobot_meta(native, options):
         "episodes": native.episodes,
         "tolerance_s": settings.tolerance_s,
         "framework": "lerobot",
+        "decoder": decoder_identity(),  # frames decoded by another torchcodec/FFmpeg are another store
     }
     return source, size, batches, key, settings
 

@@ -28,6 +28,7 @@ from robo_loaders_plugin.lerobot.dataset import (
 from robo_loaders_plugin.pipeline.batches import PipelineDataset
 from robo_loaders_plugin.pipeline.buffer_plan import held_bytes
 from robo_loaders_plugin.pipeline.options import PassOptions, open_shards
+from robo_loaders_plugin.sources.lerobot_v3 import decoder_identity
 from robo_loaders_plugin.storage.codec import FrameCodec
 from robo_loaders_plugin.storage.encoded_frames import EncodedFrames
 from robo_loaders_plugin.storage.frame_layout import sampled_ratio
@@ -142,13 +143,15 @@ def datapipe_dataset(native, *, options):
             fingerprint=fingerprint,
         )
 
+    decoder = decoder_identity()
     reader, hold = open_shards(
         framework="lerobot",
         source=source,
         shards=options.shards,
         cache_dir=options.cache_dir,
         check_source=options.check_source,
-        key_desc={"root": str(source.root), "tolerance_s": settings.tolerance_s, "v": 3},
+        key_desc={"root": str(source.root), "tolerance_s": settings.tolerance_s, "v": 3, "decoder": decoder},
+        must_record={"decoder_version": decoder},  # given shards decoded by another torchcodec/FFmpeg are refused
         convert=convert,
         option_prefix=OPTION_PREFIX,
         convert_hint=f"'robo-loaders convert lerobot {source.root} OUT_DIR'",

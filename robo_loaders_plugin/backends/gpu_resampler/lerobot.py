@@ -22,7 +22,7 @@ from robo_loaders_plugin.lerobot.dataset import (
     native_source,
     sample_bytes,
 )
-from robo_loaders_plugin.sources.lerobot_v3 import LeRobotEpisodes, window_gaps
+from robo_loaders_plugin.sources.lerobot_v3 import LeRobotEpisodes, decoder_identity, window_gaps
 from robo_loaders_plugin.windows.lerobot import TRANSITION_PREFIX, transition_ends
 
 # what fits when this backend does not (its refusal names these)
@@ -103,6 +103,7 @@ def gpu_resampler_dataset(native, *, options):
         "episodes": None if native.episodes is None else [int(e) for e in native.episodes],
         "tolerance_s": float(settings.tolerance_s),
         "fields": sorted(fields),
+        "decoder": decoder_identity(),  # frames decoded by another torchcodec/FFmpeg are another tier
     }
     names = [f"episode_{ep}" for ep, _, _ in episodes.runs]
     frames, held, hold, reused = kept_or_filled(
