@@ -216,3 +216,32 @@ def test_a_source_of_the_other_kind_is_one_line(tmp_path):
         LeRobotV3(path)
     with pytest.raises(SourceError, match=r"is a directory, not an HDF5 file; give the \.hdf5 file's path"):
         RobomimicHdf5(str(tmp_path))
+
+
+def test_a_file_replaced_after_the_open_does_not_get_the_old_files_record(tmp_path, monkeypatch):
+    """A reviewer's reproduction: a file renamed over the path between the source's open and its validation record
+    paired the new file's stat with the old file's demo lengths, and every later start trusted them (every backend
+    refused the new file: 'has 16 rows, the metadata says 19 steps'). The record is made and used only for the file
+    opened. Control: without the replacement the record is saved and the next start reads no attribute."""
+    monkeypatch.setenv("ROBO_LOADERS_CACHE", str(tmp_path / "cache"))
+    path = write(tmp_path / "f.hdf5", demos=3, rows=6)
+    new = write(tmp_path / "new.hdf5", demos=3, rows=4)
+    record = rh._validation_record
+
+    def replaced_meanwhile(p, c):
+        if os.path.exists(new):
+            os.replace(new, path)
+        return record(p, c)
+
+    monkeypatch.setattr(rh, "_validation_record", replaced_meanwhile)
+    RobomimicHdf5(path)  # opened the 6-row file; the path names the 4-row one when the record is made
+    monkeypatch.setattr(rh, "_validation_record", record)
+    source = RobomimicHdf5(path)
+    with source.open() as f:
+        assert source.lengths(f, ["demo_0", "demo_1", "demo_2"]).tolist() == [4, 4, 4]
+    reads = []  # control: this start's record (of the file opened) is used by the next one
+    length = RobomimicHdf5.length
+    monkeypatch.setattr(RobomimicHdf5, "length", staticmethod(lambda f, d: reads.append(d) or length(f, d)))
+    again = RobomimicHdf5(path)
+    with again.open() as f:
+        assert again.lengths(f, ["demo_0", "demo_1", "demo_2"]).tolist() == [4, 4, 4] and reads == []

@@ -242,6 +242,21 @@ class _ValidationRecord:
             pass
 
 
+def _opened_is(f: h5py.File, path: str) -> bool:
+    """Whether the open file ``f`` is the file ``path`` names now (device, inode, size, mtime); False where the
+    driver gives no file descriptor to compare."""
+    try:
+        opened, named = os.fstat(f.id.get_vfd_handle()), os.stat(path)
+    except (OSError, TypeError, ValueError, RuntimeError):
+        return False
+    return (opened.st_dev, opened.st_ino, opened.st_size, opened.st_mtime_ns) == (
+        named.st_dev,
+        named.st_ino,
+        named.st_size,
+        named.st_mtime_ns,
+    )
+
+
 def _validation_record(path: str, cache_dir: str | None) -> _ValidationRecord | None:
     import hashlib
 
@@ -312,7 +327,13 @@ class RobomimicHdf5:
                 f"{self.path}: data/ holds no demos (no demo_<i> group), so there is nothing to convert "
                 "or train on; check that this is the file you meant (train.data)"
             )
-        record = _validation_record(self.path, self.cache_dir)
+        # the record is of the file the path names now; it is used and saved only for the file opened here, the
+        # same before and after it was made: a file replaced (renamed over) after the open paired the new file's
+        # stat with the old file's lengths, and every backend then refused the new file (a reviewer's reproduction)
+        same = _opened_is(f, self.path)
+        record = _validation_record(self.path, self.cache_dir) if same else None
+        if record is not None and not _opened_is(f, self.path):
+            record = None
         recorded = record.matching_lengths() if record is not None else None
         if recorded is not None and set(recorded[0]) == set(demos):
             self._lengths, self.unsized, self.strings = recorded
