@@ -4,6 +4,7 @@ batches follow the native sampler, so training losses are the native ones. CPU h
 without a GPU (pytest -m cuda)."""
 
 import json
+import shutil
 
 import h5py
 import numpy as np
@@ -275,6 +276,31 @@ def test_robomimic_a_demo_holding_a_field_another_way_is_refused_naming_the_file
                        r"demo_2/obs/robot0_eef_pos is float64\(3,\)"):  # fmt: skip
         dataset_factory(cfg, obs_keys(cfg), filter_by_attribute="some")
     assert len(dataset_factory(cfg, obs_keys(cfg), filter_by_attribute="fine")) > 0
+
+
+@pytest.mark.parametrize("control_freq", [float("nan"), 0, -20])
+def test_robomimic_a_recorded_rate_that_is_no_rate_asks_for_source_fps(tiny_hdf5, tmp_path, control_freq):
+    """A reviewer's reproduction: a file whose ``control_freq`` is NaN crashed with numpy's bare 'cannot convert
+    float NaN to integer', and 0 or -20 gave a refusal asking for a target_fps <= 0. Each is a file that does not say
+    its rate now: one line asking for source_fps, which then converts it (control). And source_fps without
+    target_fps (ignored without a word) is refused."""
+    path = str(tmp_path / "rate.hdf5")
+    shutil.copy(tiny_hdf5, path)
+    with h5py.File(path, "a") as f:
+        env = json.loads(f["data"].attrs["env_args"])
+        env["env_kwargs"]["control_freq"] = control_freq
+        f["data"].attrs["env_args"] = json.dumps(env)
+    cfg = make_config(path, backend="gpu_resampler", backend_kwargs={"device": "cpu", "target_fps": 10})
+    message = r"rate.hdf5 does not say the rate it was recorded at \(no control_freq above 0 in its env_args\)"
+    with pytest.raises(BackendOptionError, match=message + r": set train.data_backend_kwargs.source_fps"):
+        dataset_factory(cfg, obs_keys(cfg))
+    with cfg.values_unlocked():
+        cfg.train.data_backend_kwargs = {"device": "cpu", "target_fps": 10, "source_fps": 20}
+    assert len(dataset_factory(cfg, obs_keys(cfg))) > 0  # control
+    with cfg.values_unlocked():
+        cfg.train.data_backend_kwargs = {"device": "cpu", "source_fps": 20}
+    with pytest.raises(BackendOptionError, match=r"source_fps=20 is the rate target_fps converts from, and no "):
+        dataset_factory(cfg, obs_keys(cfg))
 
 
 def test_robomimic_rate_modes_follow_the_modality_not_the_bytes_of_a_step(tmp_path):

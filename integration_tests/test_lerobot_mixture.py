@@ -365,6 +365,21 @@ def test_target_fps_with_the_backends_delta_timestamps_is_refused_naming_both(le
     mix.close()  # control
 
 
+def test_build_mixture_refuses_a_target_fps_that_differs_from_the_backends(lerobot_mixture_datasets):
+    """A reviewer's reproduction: ``build_mixture`` (the Python entry point) served the mixture's ``target_fps`` and
+    dropped the backend's own, which differed, without a word (``lerobot-train`` refused it). Refused in one line
+    now; control: the same rate given twice is served. And a mixture's ``target_fps`` out of the backend option's
+    range is refused naming the mixture (it named the backend's options, which the user had not set)."""
+    ds = lerobot_mixture_datasets
+    nats = natives(ds, ("a", "slow"), preset="none")
+    spec = spec_of(ds, names=("a", "slow"), target_fps=10)
+    with pytest.raises(MixtureError, match=r"target_fps=10 but --dataset.backend_kwargs.target_fps=15; give one"):
+        build_mixture(spec, nats, choose("gpu_resampler", device="cpu", target_fps=15), seed=0)
+    build_mixture(spec, nats, choose("gpu_resampler", device="cpu", target_fps=10), seed=0).close()  # control
+    with pytest.raises(MixtureError, match=r"target_fps must be a number of frames per second in \(0, 10000\]"):
+        spec_of(ds, names=("a", "slow"), target_fps=1e9)
+
+
 @pytest.mark.fast
 def test_the_mixture_index_serves_lerobots_metadata_and_reads_an_edited_component_alone(
     lerobot_mixture_datasets, tmp_path, monkeypatch

@@ -225,9 +225,10 @@ def test_a_component_without_a_rate_beside_one_with_a_rate_is_served_with_one_wa
     lines = [line for line in capsys.readouterr().out.splitlines() if "control_freq" in line]
     assert lines == [
         f"[robo-loaders] warning: {WHERE}: component 1 ({unknown}) does not say the rate it was recorded at (no "
-        f"control_freq in its env_args) but component 0 ({a}) was recorded at 20 Hz; both are served at their own "
-        "rate, so if component 1 was recorded at another rate its windows span another time: add control_freq to "
-        "its data.attrs['env_args'] env_kwargs (different rates are then refused, or converted with target_fps)"
+        f"control_freq above 0 in its env_args) but component 0 ({a}) was recorded at 20 Hz; both are served at "
+        "their own rate, so if component 1 was recorded at another rate its windows span another time: add "
+        "control_freq to its data.attrs['env_args'] env_kwargs (different rates are then refused, or converted with "
+        "target_fps)"
     ], lines
     known = _config(parts, mixture=[{"path": a, "weight": 1}, {"path": b, "weight": 1}])
     dataset_factory(known, obs_keys(known))

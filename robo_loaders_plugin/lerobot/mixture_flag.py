@@ -202,11 +202,6 @@ def check_flags(dataset_cfg, spec) -> None:
     choice = backend_choice(dataset_cfg)
     check_remote_roots(spec, choice)
     check_rates(spec, choice)
-    own = getattr(choice.options, "target_fps", None) if converts_rates(choice) else None
-    if spec.target_fps is not None and own is not None and float(own) != float(spec.target_fps):
-        raise RoboLoadersError(
-            f"{MIXTURE_FLAG}: target_fps={spec.target_fps:g} but {OPTIONS_FLAG}.target_fps={own:g}; give one"
-        )
     per_dataset = [o for o in PER_DATASET_OPTIONS if o in choice.options.given()]
     remote = choice.spec.remote_source_option
     if remote and remote in choice.options.given():
@@ -284,14 +279,16 @@ def target_fps_of(spec, choice) -> float | None:
 
 
 def check_rates(spec, choice) -> None:
-    """A mixture's ``target_fps`` needs a backend that converts rates (also checked at argument parsing).
+    """A mixture's ``target_fps`` needs a backend that converts rates, and is the backend's ``target_fps`` where
+    both are given (checked at argument parsing and by ``build_mixture``: the Python entry point dropped the
+    backend's silently, a reviewer's reproduction).
 
     Args:
         spec: The ``MixtureSpec``.
         choice: The LeRobot ``BackendChoice``.
 
     Raises:
-        MixtureError: ``target_fps`` with a backend that does not convert rates.
+        MixtureError: ``target_fps`` with a backend that does not convert rates, or two ``target_fps`` that differ.
     """
     if spec.target_fps is not None and not converts_rates(choice):
         which = ", ".join(_rate_converting_backends()) or "none installed"
@@ -299,4 +296,9 @@ def check_rates(spec, choice) -> None:
             f"{MIXTURE_FLAG}: target_fps={spec.target_fps:g} needs a backend that converts frame rates "
             f"({NAME_FLAG}={which}); {NAME_FLAG}={choice.name} serves each dataset at its recorded rate: "
             "leave target_fps out or choose such a backend"
+        )
+    own = getattr(choice.options, "target_fps", None) if converts_rates(choice) else None
+    if spec.target_fps is not None and own is not None and float(own) != float(spec.target_fps):
+        raise MixtureError(
+            f"{MIXTURE_FLAG}: target_fps={spec.target_fps:g} but {OPTIONS_FLAG}.target_fps={own:g}; give one"
         )

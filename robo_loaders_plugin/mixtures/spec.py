@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from robo_loaders_plugin.core.errors import RoboLoadersError
+from robo_loaders_plugin.core.options import MAX_FPS
 from robo_loaders_plugin.mixtures.missing import DROP, MISSING_CAMERAS
 
 GIVEN = "given"  # each component's own weight (Open X-Embodiment's convention)
@@ -187,8 +188,12 @@ def parse_mixture(value: Any, framework: str, where: str) -> MixtureSpec:
     target = data.get("target_fps")
     if target is not None:
         t = _number(target)
-        if t is None or not math.isfinite(t) or t <= 0:
-            raise MixtureError(f"{where}: target_fps must be a positive number of frames per second, got {target!r}")
+        if t is None or not math.isfinite(t) or t <= 0 or t > MAX_FPS:
+            # the range the backend's own option takes: a value out of it was refused naming the backend's
+            # options, which the user had not set (a reviewer's reproduction)
+            raise MixtureError(
+                f"{where}: target_fps must be a number of frames per second in (0, {MAX_FPS:g}], got {target!r}"
+            )
         target = t
     pad = _pad(data.get("pad"), where)
     missing = data.get("missing_cameras", DROP)

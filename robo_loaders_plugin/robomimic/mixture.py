@@ -602,8 +602,8 @@ def _rate_choices(spec: MixtureSpec, choice: BackendChoice, config, rates) -> li
         if rate is None:
             raise MixtureError(
                 f"{WHERE}: component {k} ({spec.components[k].source}) does not say the rate it was recorded at "
-                "(no control_freq in its env_args), so it cannot be converted to target_fps; add control_freq to "
-                "its data.attrs['env_args'] env_kwargs"
+                "(no control_freq above 0 in its env_args), so it cannot be converted to target_fps; add "
+                "control_freq to its data.attrs['env_args'] env_kwargs"
             )
         out.append(
             choose_backend(
@@ -630,10 +630,10 @@ def _warn_unknown_rates(spec: MixtureSpec, rates, known: tuple[int, float]) -> N
             warn_once(
                 logger,
                 f"warning: {WHERE}: component {k} ({spec.components[k].source}) does not say the rate it was "
-                f"recorded at (no control_freq in its env_args) but component {k0} ({spec.components[k0].source}) "
-                f"was recorded at {r0:g} Hz; both are served at their own rate, so if component {k} was recorded "
-                "at another rate its windows span another time: add control_freq to its data.attrs['env_args'] "
-                "env_kwargs (different rates are then refused, or converted with target_fps)",
+                f"recorded at (no control_freq above 0 in its env_args) but component {k0} "
+                f"({spec.components[k0].source}) was recorded at {r0:g} Hz; both are served at their own rate, so if "
+                f"component {k} was recorded at another rate its windows span another time: add control_freq to its "
+                "data.attrs['env_args'] env_kwargs (different rates are then refused, or converted with target_fps)",
             )
 
 

@@ -170,11 +170,16 @@ def recorded_fps(source: RobomimicHdf5, f) -> float | None:
         f: The open HDF5 file.
 
     Returns:
-        The rate in Hz, or ``None`` when ``env_args`` or its ``control_freq`` is missing or unreadable.
+        The rate in Hz, or ``None`` when ``env_args`` or its ``control_freq`` is missing, unreadable, or not a
+        finite rate above 0 (a NaN crashed the window plan with a bare error, 0 or a negative rate gave a
+        refusal asking for a target_fps <= 0: a reviewer's reproduction), so the refusals asking for
+        ``source_fps`` apply.
     """
     import json
+    import math
 
     try:
-        return float(json.loads(f["data"].attrs["env_args"])["env_kwargs"]["control_freq"])
+        rate = float(json.loads(f["data"].attrs["env_args"])["env_kwargs"]["control_freq"])
     except (KeyError, TypeError, ValueError):
         return None
+    return rate if math.isfinite(rate) and rate > 0 else None

@@ -70,6 +70,11 @@ def gpu_resampler_dataset(config, obs_keys, filter_by_attribute=None, dataset_pa
 
     opts, path = sequence_options(config, obs_keys, dataset_path)
     target_fps, source_fps = options.target_fps, options.source_fps
+    if source_fps is not None and target_fps is None:  # it was ignored without a word (a reviewer's reproduction)
+        raise BackendOptionError(
+            f"{OPTION_PREFIX}.source_fps={source_fps:g} is the rate target_fps converts from, and no target_fps is "
+            f"given (the file is served at its recorded rate): set {OPTION_PREFIX}.target_fps or leave source_fps out"
+        )
     train_device = training_device(options.device, OPTION_PREFIX, prefer_cuda=bool(config.train.cuda))
     source = RobomimicHdf5(path, cache_dir=options.cache_dir)  # its validation record goes there too
     with source.open() as f:
@@ -82,8 +87,8 @@ def gpu_resampler_dataset(config, obs_keys, filter_by_attribute=None, dataset_pa
             recorded = source_fps or recorded_fps(source, f)
             if recorded is None:
                 raise BackendOptionError(
-                    f"{path} does not say the rate it was recorded at (no control_freq in its "
-                    f"env_args): set {OPTION_PREFIX}.source_fps"
+                    f"{path} does not say the rate it was recorded at (no control_freq above 0 "
+                    f"in its env_args): set {OPTION_PREFIX}.source_fps"
                 )
             if target_fps > MAX_UPSAMPLING * recorded:
                 raise BackendOptionError(
