@@ -315,7 +315,8 @@ def test_guard_store_blob_bounds_run_no_python_per_frame(tmp_path):
 
 def test_a_verified_cache_is_not_read_again_until_it_changes(tmp_path, monkeypatch, capsys):
     """A persisted compressed_cache is checked (its data CRC, a read of the whole file) once per version of the
-    file, not at every start; a file changed since (here: a byte flipped in place) is checked again and rebuilt."""
+    file (the version its build wrote included), not at every start; a file changed since (here: a byte flipped in
+    place) is checked again and rebuilt."""
     import os
     import sys
 
@@ -339,16 +340,16 @@ def test_a_verified_cache_is_not_read_again_until_it_changes(tmp_path, monkeypat
 
     path, reused = opened()
     entry = os.path.dirname(path)  # the cache entry: a directory holding the store file
-    assert not reused and checks == []
-    assert opened()[1] and checks == []  # built by this process (its CRC computed as it was written)
+    assert not reused and checks == [1]  # checked once as built, before it was renamed into place
+    assert opened()[1] and checks == [1]  # built and checked by this process
     os.unlink(os.path.join(os.path.dirname(entry), ".verified", os.path.basename(entry) + ".json"))
-    assert opened()[1] and checks == [1]  # a cache of unknown history: checked
-    assert opened()[1] and checks == [1]  # unchanged since: not read again
+    assert opened()[1] and checks == [1, 1]  # a cache of unknown history: checked
+    assert opened()[1] and checks == [1, 1]  # unchanged since: not read again
     data = bytearray(open(path, "rb").read())  # negative control: a byte of the data region flipped in place
     data[100] ^= 0xFF
     with open(path, "r+b") as f:
         f.write(data)
-    assert not opened()[1] and checks == [1, 1]
+    assert not opened()[1] and checks == [1, 1, 1, 1]  # found damaged, then the rebuilt files checked
     assert "ignoring unusable cache" in capsys.readouterr().out
 
 

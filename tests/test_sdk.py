@@ -290,6 +290,62 @@ def test_a_damaged_store_whose_verify_raises_is_rebuilt_and_a_store_error_names_
                 _sdk_dataset(ref, "parsed", tiny_hdf5, str(tmp_path / "other"))
 
 
+def test_files_a_build_wrote_that_its_own_verify_rejects_are_refused_not_served(tiny_hdf5, tmp_path, monkeypatch):
+    """A reviewer's reproduction: the files a store's build had just written were stamped as verified without its
+    ``verify`` being asked, so a store whose build wrote files its own check rejects (damaged or cut short after
+    its checksums) was served as built, at that run and every later one. They are checked before the entry is
+    renamed into place now, and refused in one line naming the store. Control: the same store writing good files
+    builds and is reused."""
+    import toy_store_parsed
+
+    from robo_loaders_plugin import RoboLoadersError
+
+    ref, cache_dir = "toy_store_parsed:ParsedMetaStore", str(tmp_path / "cache")
+    monkeypatch.setattr(toy_store_parsed.ParsedMetaStore, "BAD_META", True)
+    with pytest.raises(RoboLoadersError, match=r"the files its build wrote are not served: they fail its integrity"):
+        _sdk_dataset(ref, "parsed", tiny_hdf5, cache_dir)
+    assert not [p for p in os.listdir(cache_dir) if not p.startswith(".")]  # nothing left to be found next time
+    monkeypatch.setattr(toy_store_parsed.ParsedMetaStore, "BAD_META", False)
+    _sdk_dataset(ref, "parsed", tiny_hdf5, cache_dir).close()  # control
+    again = _sdk_dataset(ref, "parsed", tiny_hdf5, cache_dir)
+    assert again.serving.reused
+    again.close()
+
+
+def test_option_names_the_options_object_cannot_hold_are_refused_at_registration():
+    """A reviewer's reproduction: an option named ``my-opt`` (no identifier) or ``shared``/``backend`` (names of the
+    options object's own) was listed as fine, then failed at every use far from its cause (dataclasses' error, or
+    'key() failed: int object is not callable' blaming the store). Refused where declared, naming the option.
+    Control: an ordinary name registers."""
+    for bad in ("my-opt", "shared", "given", "backend", "class"):
+        with pytest.raises(ValueError, match=rf"backend 'toy_frames': option name '{bad}' cannot be used"):
+            make(options={bad: Option(int, 1, "x")})
+    make(options={"level": Option(int, 1, "x")})  # control
+
+
+def test_an_option_named_backend_and_a_store_that_cannot_be_imported_are_one_line():
+    """Reviewers' reproductions: ``choose(name, **given)`` took a given option named ``backend`` as its own argument
+    (TypeError: got multiple values); a store whose module imports a package that is not installed was a traceback
+    naming no store. Each is one line now: the option is checked as any other (here: unknown to the backend), the
+    import failure names the store. And a whole number given to a float option is held as a float (``1`` and
+    ``1.0`` were two keys, two cache entries of one content)."""
+    from robo_loaders_plugin import RoboLoadersError
+    from robo_loaders_plugin.lerobot.flags import choose as lerobot_choose
+    from robo_loaders_plugin.robomimic.integration import choose as robomimic_choose
+    from robo_loaders_plugin.sdk.serve import load_store
+
+    for choose in (robomimic_choose, lerobot_choose):
+        with pytest.raises(BackendOptionError, match=r"unknown option 'backend' for backend 'compressed_cache'"):
+            choose("compressed_cache", backend="cv2")
+    with pytest.raises(RoboLoadersError, match=r"frame store 'no_such_module_x:Store' cannot be imported: "
+                       r"ModuleNotFoundError: .*frame_backend\(requires=...\)"):  # fmt: skip
+        load_store("no_such_module_x:Store")
+    spec = make(options={"ratio": Option(float, 0.5, "a ratio", min=0.0, max=1.0)})
+    ones = [spec.choose("robomimic", {"ratio": v}, "p").options for v in (1, 1.0)]
+    assert ones[0] == ones[1] and type(ones[0].ratio) is float
+    assert EveryFieldStore().key(ones[0]) == EveryFieldStore().key(ones[1])
+
+
 def test_max_memory_is_no_part_of_a_stores_default_key():
     """A reviewer's reproduction: the default ``key`` held every shared option, ``max_memory`` too, so two runs of
     other budgets built two copies of one store in RAM (docs: one copy shared by the host's processes) and a changed
@@ -529,7 +585,7 @@ class FileSource:
 def test_an_entry_whose_files_changed_since_its_build_is_rebuilt(tmp_path, capsys):
     """The entry records every file's size (its manifest): one truncated, grown, removed or added since is rebuilt
     with a line naming the file, without reading any data; an entry whose files are as written is reused
-    (control). The store's own check then runs once per version of its files."""
+    (control). The store's own check then runs once per version of its files (the version a build wrote too)."""
     from robo_loaders_plugin.storage.cached_dir import build_or_reuse
 
     src = tmp_path / "src.txt"
@@ -551,7 +607,8 @@ def test_an_entry_whose_files_changed_since_its_build_is_rebuilt(tmp_path, capsy
 
     path, reused = entry()
     assert not reused and json.load(open(os.path.join(path, "robo-loaders-source.json")))["files"] == {"data.bin": 1000}
-    assert entry() == (path, True) and checked == []  # written by this process: trusted until its files change
+    # checked once as built (before it was renamed into place), then trusted until its files change
+    assert entry() == (path, True) and checked == built
     with open(os.path.join(path, "data.bin"), "r+b") as f:
         f.truncate(10)
     capsys.readouterr()
@@ -563,7 +620,7 @@ def test_an_entry_whose_files_changed_since_its_build_is_rebuilt(tmp_path, capsy
     open(os.path.join(path, "extra"), "w").close()
     assert entry() == (path, False) and "(extra was not written by its build)" in capsys.readouterr().out
     os.utime(os.path.join(path, "data.bin"), ns=(1, 1))  # same size, another version: the store's check runs
-    assert entry() == (path, True) and checked == [path]
+    assert entry() == (path, True) and checked == [*built, path]
 
 
 def test_entries_of_an_earlier_version_of_a_kind_are_removed(tmp_path, capsys):

@@ -91,8 +91,16 @@ class Option:
         return t | None if self.default is None or None in self.framework_defaults.values() else t
 
     def _converted(self, value: Any) -> Any:
-        """A given, valid value as the options object holds it: :attr:`convert` applied (``None`` kept as is)."""
-        return value if value is None or self.convert is None else self.convert(value)
+        """A given, valid value as the options object holds it: :attr:`convert` applied (``None`` kept as is), and a
+        whole number given to an option that takes floats but not ints held as a float (``1`` and ``1.0`` were two
+        keys, so two cache entries of one content: a reviewer's reproduction)."""
+        if value is None:
+            return value
+        if self.convert is not None:
+            return self.convert(value)
+        if type(value) is int and float in self.types and int not in self.types:
+            return float(value)
+        return value
 
     def applies_to(self, framework: str) -> bool:
         """Whether the option may be given under a framework.

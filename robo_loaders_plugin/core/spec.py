@@ -20,11 +20,15 @@ a :class:`BackendChoice` is the one that drives its passes.
 from __future__ import annotations
 
 import dataclasses
+import keyword
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from robo_loaders_plugin.core.errors import RoboLoadersError
 from robo_loaders_plugin.core.options import Option, Options, resolve_options
+
+# names the options object (core.options.Options) holds itself: an option of one of these names would replace them
+_RESERVED = frozenset(name for name in dir(Options) if not name.startswith("__")) | {"backend", "framework"}
 
 SAMPLE = "sample"
 INDEXED = "indexed"
@@ -126,6 +130,14 @@ class BackendSpec:
             if not isinstance(opt, Option):
                 raise ValueError(
                     f"backend {self.name!r}: option {key!r} must be declared as an Option, got {type(opt).__name__}"
+                )
+            # an option is an attribute of the options object the factory receives: a name that is no identifier
+            # failed at every use with dataclasses' error, and one of the object's own names ('shared', 'given',
+            # 'backend') replaced it, failing far away (a reviewer's reproduction)
+            if not isinstance(key, str) or not key.isidentifier() or keyword.iskeyword(key) or key in _RESERVED:
+                raise ValueError(
+                    f"backend {self.name!r}: option name {key!r} cannot be used: an option's name must be a Python "
+                    f"identifier, not a keyword, and none of {sorted(_RESERVED)}; rename it"
                 )
             for value, kind in opt.kinds.items():
                 if kind not in KINDS:

@@ -82,7 +82,7 @@ def backend_choice(dataset_cfg) -> BackendChoice:
     return choose_backend(FRAMEWORK, name, kwargs, name_where=NAME_FLAG, options_where=OPTIONS_FLAG)
 
 
-def choose(backend: str, **options) -> BackendChoice:
+def choose(backend: str, /, **options) -> BackendChoice:
     """A LeRobot backend choice from Python (what ``--dataset.backend=NAME --dataset.backend_kwargs=JSON`` give).
 
     Args:

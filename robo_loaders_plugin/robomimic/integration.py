@@ -143,7 +143,7 @@ def build_dataset(
     return dataset
 
 
-def choose(backend: str, **options) -> BackendChoice:
+def choose(backend: str, /, **options) -> BackendChoice:
     """A robomimic backend choice from Python (what ``train.data_backend`` and ``train.data_backend_kwargs`` give).
 
     Args:

@@ -60,10 +60,17 @@ def load_store(ref: str) -> FrameStore:
         The :class:`FrameStore`.
 
     Raises:
-        RoboLoadersError: the class is missing or is not a ``FrameStore``.
+        RoboLoadersError: the module cannot be imported, the class is missing or is not a ``FrameStore``, or
+            making it raised.
     """
     module, _, name = ref.partition(":")
-    cls = getattr(importlib.import_module(module), name, None)
+    try:  # a store's module needing a package not installed was a traceback naming no store (a reviewer's find)
+        cls = getattr(importlib.import_module(module), name, None)
+    except Exception as exc:  # a third party's import: whatever it raises, named
+        raise RoboLoadersError(
+            f"frame store {ref!r} cannot be imported: {type(exc).__name__}: {exc} (declare what it needs in "
+            "frame_backend(requires=...), or install it)"
+        ) from exc
     if not (isinstance(cls, type) and issubclass(cls, FrameStore)):
         raise RoboLoadersError(
             f"frame store {ref!r} is not a FrameStore subclass (robo_loaders_plugin.extend."
@@ -71,7 +78,7 @@ def load_store(ref: str) -> FrameStore:
         )
     if not cls.kind:
         raise RoboLoadersError(f"frame store {ref!r} sets no kind (it names the cache entries: 'my-frames-1')")
-    return cls()
+    return _named_errors(ref, "__init__()", cls)
 
 
 def _named_errors(store: str, call: str, method, *args):

@@ -195,7 +195,8 @@ def build_or_reuse(
             ``in_ram``.
         check: ``check(path) -> bool``: whether an existing complete entry is intact (e.g. its checksums hold); it
             may raise a ``RoboLoadersError`` saying what is wrong instead of returning ``False``. An entry that fails
-            it is rebuilt, with a log line. On disk it runs once per version of the entry's files.
+            it is rebuilt, with a log line. On disk it runs once per version of the entry's files, the version a build
+            writes included (before the entry is renamed into place: files that fail it are refused, not served).
         description: For the log lines ("waiting for ... to finish building ...").
         option_prefix: How the user sets the backend's options (``train.data_backend_kwargs``), for errors.
         in_ram: Keep the entry in this user's RAM directory (``storage.ramfile``), shared by the host's processes
@@ -219,8 +220,8 @@ def build_or_reuse(
         CacheError: the cache root cannot be created or is inside the source's directory, or another process's
             build did not finish in time.
         MemoryBudgetExceeded: a reused RAM entry is larger than ``ram_budget``.
-        RoboLoadersError: ``build`` wrote a file named as the entry's record (``robo-loaders-source.json``), which
-            would be overwritten.
+        RoboLoadersError: the files ``build`` wrote fail ``check``, or ``build`` wrote a file named as the entry's
+            record (``robo-loaders-source.json``), which would be overwritten.
     """
     from robo_loaders_plugin.storage import ramfile
 
@@ -274,6 +275,18 @@ def build_or_reuse(
                 json.dump(record, f, default=str)
                 f.flush()
                 os.fsync(f.fileno())
+            if check is not None:
+                # the files just written pass the check a reuse runs before they are served: a store whose build
+                # wrote files its own verify rejects (damaged or cut short after its checksums) was served as built,
+                # and the entry, stamped as verified, at every later run (a reviewer's reproduction)
+                try:
+                    problem = None if check(tmp) else "they fail its integrity check"
+                except RoboLoadersError as exc:
+                    problem = str(exc)
+                if problem is not None:
+                    raise RoboLoadersError(
+                        f"{description or kind}: the files its build wrote are not served: {problem}"
+                    )
             os.replace(tmp, path)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)

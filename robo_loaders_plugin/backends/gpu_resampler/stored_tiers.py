@@ -237,8 +237,10 @@ def problem(directory: str, lengths, blobs_checked: bool, names=None) -> str:
         if manifest["lengths"] != [int(n) for n in lengths]:
             return "it holds other episode lengths than the source's"
         held = sorted(f["name"] for f in manifest["fields"])
-        if names is not None and held != sorted(names):
-            return f"it holds the fields {held}, this run serves {sorted(names)}"
+        # a field robomimic's config names twice (an obs key in dataset_keys too) is held once: compared as a set,
+        # or such an entry was never reused (rebuilt at every start)
+        if names is not None and held != sorted(set(names)):
+            return f"it holds the fields {held}, this run serves {sorted(set(names))}"
         foreign = [f["name"] for f in manifest["fields"] if not np.dtype(f["dtype"]).isnative]
         if foreign:
             return f"its fields {foreign} are not in this machine's byte order"
