@@ -385,6 +385,17 @@ def test_executor_options_are_checked_before_the_source_is_read(tmp_path):
         with pytest.raises(executors.ExecutorError, match=r"--logging-dir: cannot create .*afile/logs"):
             convert_robomimic(missing, str(tmp_path / "out"), executor=executor, executor_options=options)
         assert not os.path.exists(tmp_path / "out")
+    # a logging directory inside the LeRobot root: its logs changed the source, and the whole conversion was
+    # withdrawn at its end, every run after refused (a reviewer's reproduction); refused before anything is read
+    from robo_loaders_plugin.lerobot.convert import convert_lerobot
+
+    root = tmp_path / "lerobot_root"
+    root.mkdir()
+    with pytest.raises(executors.ExecutorError, match=r"--logging-dir .*lerobot_root/logs: inside the source"):
+        convert_lerobot(str(root), str(tmp_path / "out"), executor="datatrove-local",
+                        executor_options={"logging_dir": str(root / "logs")})  # fmt: skip
+    assert not os.path.exists(tmp_path / "out") and not os.path.exists(root / "logs")
+    executors.check_options("datatrove-local", {"logging_dir": str(tmp_path / "logs")}, source=str(root))  # control
 
     assert executors.options_from_cli(
         "datatrove-slurm",

@@ -93,7 +93,11 @@ BAD = [
     ("lerobot", [{"repo_id": "u/a", "weight": 1, "drop": ["task_index"]}], "renames or drops ['task_index'], which"),
     ("lerobot", [{"repo_id": "u/a", "weight": 1, "rename": {"frame_index": "x"}}], "renames or drops ['frame_index']"),
     ("lerobot", [{"repo_id": "u/a", "weight": 1, "rename": {"obs.id": "task_index"}}], "drops ['task_index']"),
-    ("robomimic", {"components": [{"path": "{a}", "weight": 1}], "target_fps": 0}, "target_fps must be a positive"),
+    (
+        "robomimic",
+        {"components": [{"path": "{a}", "weight": 1}], "target_fps": 0},
+        "target_fps must be a number of frames per second in",
+    ),
     ("robomimic", {"components": [], "weights": "size"}, "'components' must be a non-empty list"),
     ("robomimic", {"parts": []}, "unknown key(s) ['parts']"),
     ("robomimic", "{not json", "not valid JSON"),

@@ -119,7 +119,7 @@ def convert_lerobot(
         core.footprint.ResourceRefused: the estimated output does not fit the disk.
         StaleSourceError: the source changed while it was converted (the conversion is withdrawn).
     """
-    executors.check_options(executor, executor_options or {}, out_dir)
+    executors.check_options(executor, executor_options or {}, out_dir, source=str(root))
     codec = codec or FrameCodec()
     source = LeRobotV3(root)
     check_output_dir(out_dir, str(root))

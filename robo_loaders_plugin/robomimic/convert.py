@@ -16,6 +16,7 @@ import os
 from collections.abc import Mapping
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from robo_loaders_plugin.core.units import format_bytes
 from robo_loaders_plugin.sources.robomimic_hdf5 import RobomimicHdf5, datasets
@@ -318,7 +319,8 @@ def verify_robomimic(out_dir: str, in_path: str) -> list[str]:
                     ]
                     what = f"attributes of {', '.join(demos_differing[:5]) or 'its demos'}"
                 problems.append(f"{out_dir}: its {what} differ from {in_path}'s")
-        for i, d in enumerate(demos):
+        # a bar: the comparison reads the whole source again (~30 s a GB here), silent until its end (a reviewer's)
+        for i, d in enumerate(tqdm(demos, desc="verify against the source", unit="demo", mininterval=0.5)):
             header, fields = reader.read_episode(i)
             n = source.length(f, d)  # per-demo metadata of another length is not converted (read_all)
             src = {  # as read_all converts them: strings and other objects left out

@@ -702,7 +702,7 @@ def transcode(
         SourceError: ``root`` is not a v3 dataset with videos, or a video file is missing.
         ExecutorError: a bad executor or executor option.
     """
-    executors.check_options(executor, executor_options or {}, os.path.join(out, STATE_DIR))
+    executors.check_options(executor, executor_options or {}, os.path.join(out, STATE_DIR), source=str(root))
     encoder = check_encoder(codec)
     crf = DEFAULT_CRF[codec] if crf is None else int(crf)
     if not 0 <= crf <= 51:

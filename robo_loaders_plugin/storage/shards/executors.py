@@ -93,7 +93,7 @@ class Submitted:
         return dataclasses.asdict(self)
 
 
-def check_options(executor: str, options: Mapping, out_dir: str | None = None) -> None:
+def check_options(executor: str, options: Mapping, out_dir: str | None = None, source: str | None = None) -> None:
     """Refuse an executor that does not take these options or cannot run here; converters call it before planning,
     so a typo fails before the source is read.
 
@@ -102,11 +102,14 @@ def check_options(executor: str, options: Mapping, out_dir: str | None = None) -
         options: Its options (keyword arguments of :func:`execute`).
         out_dir: The conversion's output directory, for ``datatrove-slurm``'s default logging directory in it
             (``None``: only a given ``logging_dir`` is checked).
+        source: The source directory the conversion reads (``None``: not compared): a ``logging_dir`` inside it is
+            refused (its logs would change the source while it is read).
 
     Raises:
         ExecutorError: an unknown executor, an option it does not take, ``datatrove-slurm`` without a partition or
             with a path datatrove writes unquoted into the job script holding a space or shell character, a
-            ``logging_dir`` that cannot be written in, or datatrove not installed for a datatrove executor.
+            ``logging_dir`` that cannot be written in or lies inside ``source``, or datatrove not installed for a
+            datatrove executor.
     """
     if executor not in EXECUTORS:
         raise ExecutorError(f"unknown executor {executor!r}; choose one of {', '.join(EXECUTORS)}")
@@ -129,6 +132,15 @@ def check_options(executor: str, options: Mapping, out_dir: str | None = None) -
     if options.get("logging_dir"):  # datatrove creates it inside its run: a traceback after planning (a reviewer's)
         from robo_loaders_plugin.core.paths import writable_dir_problem
 
+        logs = os.path.realpath(str(options["logging_dir"]))
+        src = os.path.realpath(source) if source is not None else None
+        if src is not None and (logs == src or logs.startswith(src + os.sep)):
+            # its logs changed the source while it was read: the whole conversion was withdrawn at its end, and
+            # every run after refused (a reviewer's reproduction)
+            raise ExecutorError(
+                f"--logging-dir {options['logging_dir']}: inside the source {source}, whose files must not change "
+                "while it is converted; give a directory outside it"
+            )
         problem = writable_dir_problem(str(options["logging_dir"]))
         if problem:
             raise ExecutorError(f"--logging-dir: {problem}; give a directory datatrove can write its logs in")

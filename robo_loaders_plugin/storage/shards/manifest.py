@@ -658,10 +658,15 @@ def _finish(out_dir: str, codec: FrameCodec | Publisher, metadata: Mapping, sour
     :class:`Publisher`: it publishes instead of index.json/dataset.json."""
     with _locked(out_dir):
         m = _read(out_dir)
+        if any(u["state"] != "done" for u in m["units"]):
+            # the done units' shards are hashed once every unit is done, just before publishing: a run waiting for
+            # another process polls here, and hashed every finished shard at each poll, under the manifest's lock
+            # (~1 h a poll for 1 TB; a reviewer's measurement); the source's stat is cheap and checked at each
+            if _replan_read_elsewhen(out_dir, m):
+                _write(out_dir, m)
+            return None
         if _replan_damaged(out_dir, m) or _replan_read_elsewhen(out_dir, m):
             _write(out_dir, m)
-            return None
-        if any(u["state"] != "done" for u in m["units"]):
             return None
         episodes = [e for u in m["units"] for e in u["index"]]
         shards = [s for u in m["units"] for s in u["shards"]]
@@ -813,7 +818,7 @@ def run(
 
     try:
         run_workers(worker, args, num_workers, out_dir, show_progress, POLL_S)
-        deadline, left_over = None, None
+        deadline, left_over, said = None, None, False
         key, replans = os.path.realpath(out_dir), 0
         _STAT_REPLANS.pop(key, None)
         while (published := _finish(out_dir, codec, metadata, source)) is None:
@@ -840,6 +845,9 @@ def run(
                 continue
             if deadline is None:
                 deadline = time.monotonic() + timeout
+            if held and not said:  # none held: the last unit was completed between _finish and _pending (the line
+                # named no unit: a reviewer's find); the next poll publishes
+                said = True
                 logger.info(
                     f"{out_dir}: waiting for another process converting {_holders(held)} "
                     f"(at most {timeout:.0f} s, {ENV_LOCK_TIMEOUT})"

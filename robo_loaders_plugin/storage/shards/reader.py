@@ -734,15 +734,30 @@ class ShardReader:
                 out[field] = frames.rows(lo - base, hi - base)
         return out
 
-    def verify(self) -> list[str]:
+    def verify(self, progress: bool = True) -> list[str]:
         """Everything the reader checks, plus each shard's SHA-256, every tar header, overlaps and a full decode
-        of every episode; returns the problems found (never raises on bad data)."""
+        of every episode; returns the problems found (never raises on bad data).
+
+        Args:
+            progress: Show progress bars (shards by bytes hashed, then episodes decoded): every byte is read, so
+                a large output took minutes without a word (a reviewer's find).
+
+        Returns:
+            One line per problem.
+        """
+        from tqdm.auto import tqdm
+
         problems = []
         by_shard = collections.defaultdict(list)
         for e in self.episodes:
             by_shard[e["shard"]].append(e)
         unreadable = set()
+        hashed = tqdm(
+            total=sum(int(s.get("bytes", 0)) for s in self.shards.values()), desc="verify shards", unit="B",
+            unit_scale=True, mininterval=0.5, disable=not progress,
+        )  # fmt: skip
         for name, s in self.shards.items():
+            hashed.update(int(s.get("bytes", 0)))
             path = self._paths[name]
             try:
                 size = os.path.getsize(path)
@@ -758,7 +773,9 @@ class ShardReader:
                 problems.append(f"{path}: SHA-256 mismatch (changed after conversion)")
             problems += _tar_problems(path, by_shard[name])
             problems += _overlap_problems(path, by_shard[name])
-        for i, e in enumerate(self.episodes):
+        hashed.close()
+        for i, e in enumerate(tqdm(self.episodes, desc="verify episodes", unit="episode", mininterval=0.5,
+                                   disable=not progress)):  # fmt: skip
             if e["shard"] in unreadable:
                 continue
             try:
