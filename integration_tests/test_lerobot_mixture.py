@@ -1177,7 +1177,7 @@ def test_image_transforms_draw_in_worker_processes_seeded_by_the_run(lerobot_mix
     from lerobot.transforms import ImageTransforms, ImageTransformsConfig
 
     from robo_loaders_plugin import RoboLoadersError
-    from robo_loaders_plugin.mixtures.dataset import MixtureDataset
+    from robo_loaders_plugin.mixtures.dataset import DATASET_INDEX, MixtureDataset
 
     tf = ImageTransforms(ImageTransformsConfig(enable=True, max_num_transforms=3, random_order=True))
     names = ("a", "b")
@@ -1200,6 +1200,27 @@ def test_image_transforms_draw_in_worker_processes_seeded_by_the_run(lerobot_mix
     (in_workers, one), (_, other) = first_frames(100), first_frames(101)
     assert in_workers
     assert all(torch.equal(x, y) for x, y in zip(one, other)), "one seed, other augmentations"
+
+    # the draws go to the items in batch order, as native's: a batch mixing components got the same draws on other
+    # items when built part by part, so another augmentation than native's at one seed (a reviewer's reproduction)
+    def batches_of(backend):
+        ds = [
+            LeRobotDataset(r, root=p, return_uint8=True, image_transforms=tf)
+            for r, p in (lerobot_mixture_datasets[n] for n in names)
+        ]
+        mix = build_mixture(spec, ds, choose(backend), seed=3)
+        try:
+            source = mix.batch_source(SamplingPlan(batch_size=8, num_workers=2, seed=3))
+            batches = iter(source.batches(0))
+            return [next(batches) for _ in range(3)]
+        finally:
+            mix.close()
+
+    native_batches, ours = batches_of("native"), batches_of("compressed_cache")
+    assert any(len(set(b[DATASET_INDEX].tolist())) > 1 for b in native_batches)  # batches that mix components
+    for b, (x, y) in enumerate(zip(native_batches, ours)):
+        assert torch.equal(x[DATASET_INDEX], y[DATASET_INDEX]) and torch.equal(x["index"], y["index"]), b
+        assert torch.equal(x[CAM], y[CAM]), f"batch {b}: other augmentations than native's"
     # --num_workers=0: the training thread, as LeRobot's loader without workers (a thread drew beside the loop's)
     ds = [
         LeRobotDataset(r, root=p, return_uint8=True, image_transforms=tf)

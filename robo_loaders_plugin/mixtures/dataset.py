@@ -537,8 +537,17 @@ class MixtureDataset(BatchDataset):
 
     def _per_component(self, comps: np.ndarray, local: np.ndarray) -> Any:
         """A batch built by the components' own datasets (without ``dataset_index``): item by item when they are
-        the frameworks' own (:meth:`_by_items`), else part by part (:meth:`_by_parts`)."""
-        if self.datasets and not any(isinstance(d, IndexedDataset) for d in self.datasets):
+        the frameworks' own (:meth:`_by_items`) or when a component's items draw random numbers, else part by part
+        (:meth:`_by_parts`).
+
+        Why item by item where items draw random numbers (LeRobot's image transforms): the framework's loader
+        draws them item by item in batch order; part by part, a batch mixing components gave the same draws to
+        other items, so one seed trained on other augmentations than ``native``'s (a reviewer's reproduction:
+        the second step's loss differed)."""
+        if self.datasets and (
+            not any(isinstance(d, IndexedDataset) for d in self.datasets)
+            or any(self.hooks.draws_random(d) for d in self.datasets)
+        ):
             return self._by_items(comps, local)
         return self._by_parts(comps, local)
 
