@@ -648,3 +648,32 @@ def test_frames_decoded_by_another_torchcodec_or_ffmpeg_are_not_served_from_a_ca
         with pytest.raises(StaleSourceError, match=r"were converted with decoder_version torchcodec .*, this run's is "
                            r"torchcodec 9.9.9, FFmpeg 9.9: their frames may differ"):  # fmt: skip
             serve("datapipe", native(root), shards=out)
+
+
+def test_a_dataset_of_images_needs_no_decoder_and_camera_layouts_are_read_as_lerobot_reads_them(
+    lerobot_datasets, tmp_path, monkeypatch
+):
+    """A reviewer's reproduction of this session's change: the decoder's versions were read for every LeRobot
+    dataset, so a dataset of PNG images (which LeRobot serves without torchcodec) failed on every cache backend
+    where torchcodec cannot be imported (not installed, or no FFmpeg). Keyed by the decoder only where there are
+    videos now; and ``camera_chw`` takes the layout from names that name the channels' axis, else from the last
+    dimension's size (a channels-last camera named ["height", "width", "rgb"] was taken as channels-first)."""
+    import sys
+
+    from robo_loaders_plugin.sources.lerobot_v3 import camera_chw, decoder_identity
+
+    cases = [
+        ((16, 24, 3), ["height", "width", "channels"]),
+        ((3, 16, 24), ["channels", "height", "width"]),
+        ((16, 24, 3), ["height", "width", "rgb"]),
+        ((16, 24, 3), None),
+        ((3, 16, 24), None),
+    ]
+    for shape, names in cases:
+        assert camera_chw({"shape": shape, "names": names}) == (3, 16, 24), (shape, names)
+    monkeypatch.setitem(sys.modules, "torchcodec", None)  # as if not installed
+    assert decoder_identity().startswith("torchcodec unavailable (")
+    root = lerobot_datasets["png_1cam"]
+    for backend, options in (("compressed_cache", {}), ("gpu_resampler", {"device": "cpu"})):
+        ours = serve(backend, native(root), cache_dir=str(tmp_path / backend), **options)
+        same_item(ours[3], native(root)[3], backend)

@@ -59,7 +59,8 @@ def _metadata(episodes: LeRobotEpisodes, repo_id: str | None) -> dict:
         ],
         "tolerance_s": episodes.tolerance_s,
         "decoder": "torchcodec",
-        "decoder_version": decoder_identity(),  # what decoded the frames: given shards are checked against it
+        # what decoded the frames: given shards are checked against it (PNG images need no decoder)
+        "decoder_version": decoder_identity() if src.video_keys else None,
     }
 
 

@@ -642,7 +642,8 @@ def _lerobot_meta(native, options):
         "episodes": native.episodes,
         "tolerance_s": settings.tolerance_s,
         "framework": "lerobot",
-        "decoder": decoder_identity(),  # frames decoded by another torchcodec/FFmpeg are another store
+        # frames decoded by another torchcodec/FFmpeg are another store (PNG images need no decoder)
+        "decoder": decoder_identity() if source.video_keys else None,
     }
     return source, size, batches, key, settings
 

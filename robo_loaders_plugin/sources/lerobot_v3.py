@@ -65,9 +65,14 @@ def decoder_identity() -> str:
 
     Returns:
         ``"torchcodec <version>, FFmpeg <version> (libavcodec a.b.c, ...)"``; the FFmpeg part is the major version
-        alone where torchcodec does not say more.
+        alone where torchcodec does not say more; ``"torchcodec unavailable (<error>)"`` where it cannot be imported
+        (no FFmpeg: decoding then fails with its own message). Callers key datasets with videos only: a dataset of
+        PNG images needs no torchcodec (a reviewer's reproduction: every cache backend failed on one without it).
     """
-    import torchcodec
+    try:
+        import torchcodec
+    except Exception as exc:  # noqa: BLE001 - a missing FFmpeg raises RuntimeError from torchcodec's import
+        return f"torchcodec unavailable ({type(exc).__name__})"
 
     try:  # torchcodec says the libraries' versions only in _core (0.11); its major version is public
         from torchcodec._core import get_ffmpeg_library_versions
@@ -87,7 +92,8 @@ def camera_chw(feature: dict) -> tuple[int, int, int]:
     well as channels-last, and ``LeRobotDataset`` serves both as (C, H, W); ``dataset_to_policy_features`` takes the
     shape as (H, W, C) when ``names[2]`` is ``"channel"``/``"channels"``, else as (C, H, W). A backend that read every
     declared shape as (H, W, C) laid out a channels-first camera's buffer wrong and failed at the first item (a
-    reviewer's reproduction). Without names, a last dimension of 1, 3 or 4 is taken as the channels.
+    reviewer's reproduction). Without names that name the channels' axis first or last, a last dimension of 1, 3
+    or 4 is taken as the channels.
 
     Args:
         feature: The camera's entry of ``meta/info.json``'s ``features``.
@@ -97,11 +103,14 @@ def camera_chw(feature: dict) -> tuple[int, int, int]:
     """
     a, b, c = (int(x) for x in feature["shape"])
     names = list(feature.get("names") or ())
-    if len(names) == 3 and names[2] in ("channel", "channels"):
+    channels = ("channel", "channels")
+    if len(names) == 3 and names[2] in channels:
         return c, a, b
-    if len(names) == 3 or c not in (1, 3, 4):
+    if len(names) == 3 and names[0] in channels:
         return a, b, c
-    return c, a, b
+    # names that do not name the channels' axis (["height", "width", "rgb"]): the last dimension's size decides (a
+    # reviewer's reproduction: such a channels-last camera was taken as channels-first)
+    return (c, a, b) if c in (1, 3, 4) else (a, b, c)
 
 
 class LeRobotV3:

@@ -143,7 +143,7 @@ def datapipe_dataset(native, *, options):
             fingerprint=fingerprint,
         )
 
-    decoder = decoder_identity()
+    decoder = decoder_identity() if source.video_keys else None  # PNG images need no decoder
     reader, hold = open_shards(
         framework="lerobot",
         source=source,
@@ -151,7 +151,8 @@ def datapipe_dataset(native, *, options):
         cache_dir=options.cache_dir,
         check_source=options.check_source,
         key_desc={"root": str(source.root), "tolerance_s": settings.tolerance_s, "v": 3, "decoder": decoder},
-        must_record={"decoder_version": decoder},  # given shards decoded by another torchcodec/FFmpeg are refused
+        # given shards whose frames another torchcodec/FFmpeg decoded are refused
+        must_record={"decoder_version": decoder} if decoder else None,
         convert=convert,
         option_prefix=OPTION_PREFIX,
         convert_hint=f"'robo-loaders convert lerobot {source.root} OUT_DIR'",

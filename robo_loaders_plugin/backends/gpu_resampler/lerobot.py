@@ -103,7 +103,8 @@ def gpu_resampler_dataset(native, *, options):
         "episodes": None if native.episodes is None else [int(e) for e in native.episodes],
         "tolerance_s": float(settings.tolerance_s),
         "fields": sorted(fields),
-        "decoder": decoder_identity(),  # frames decoded by another torchcodec/FFmpeg are another tier
+        # frames decoded by another torchcodec/FFmpeg are another tier (PNG images need no decoder)
+        "decoder": decoder_identity() if source.video_keys else None,
     }
     names = [f"episode_{ep}" for ep, _, _ in episodes.runs]
     frames, held, hold, reused = kept_or_filled(
