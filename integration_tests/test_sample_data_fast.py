@@ -175,14 +175,9 @@ def test_scenes_keep_states_and_actions_distinct():
     assert not np.array_equal(pooled[0].frames[0], pooled[1].frames[0][:20])
 
 
-def test_negative_control_videos_that_differ_every_time_fail_every_try(tmp_path, monkeypatch):
-    """The retries pass only an encoder's run-to-run variation: a fast writer whose videos differ on every run
-    (frames mirrored before encoding; every other file, statistics included, still equal) fails every try."""
-    from robo_loaders_plugin.sample_data import lerobot_fast
-
-    encode = lerobot_fast._encode
-    monkeypatch.setattr(lerobot_fast, "_encode", lambda frames, *a, **k: encode(frames[:, :, ::-1], *a, **k))
-    kwargs = dict(
+def _small_h264(**more) -> dict:
+    """The writers' arguments of the pooling's tests: three short episodes, one small h264 camera."""
+    return dict(
         repo_id="local/fast",
         episode_lengths=LENGTHS[:3],
         cameras=1,
@@ -190,9 +185,19 @@ def test_negative_control_videos_that_differ_every_time_fail_every_try(tmp_path,
         mode="h264",
         seed=4,
         progress=False,
+        **more,
     )
+
+
+def test_negative_control_videos_that_differ_every_time_fail_every_try(tmp_path, monkeypatch):
+    """The retries pass only an encoder's run-to-run variation: a fast writer whose videos differ on every run
+    (frames mirrored before encoding; every other file, statistics included, still equal) fails every try."""
+    from robo_loaders_plugin.sample_data import lerobot_fast
+
+    encode = lerobot_fast._encode
+    monkeypatch.setattr(lerobot_fast, "_encode", lambda frames, *a, **k: encode(frames[:, :, ::-1], *a, **k))
     with pytest.raises(VideoPacketsDiffer):
-        written_alike(tmp_path, kwargs)
+        written_alike(tmp_path, _small_h264())
     assert len(list(tmp_path.glob("fast*"))) == TRIES
 
 
@@ -209,17 +214,7 @@ def test_a_video_that_differs_in_one_try_only_is_matched_from_another_try(tmp_pa
         return encode(frames[:, :, ::-1] if len(calls) == 2 else frames, *a, **k)
 
     monkeypatch.setattr(lerobot_fast, "_encode", once_mirrored)
-    kwargs = dict(
-        repo_id="local/fast",
-        episode_lengths=LENGTHS[:3],
-        cameras=1,
-        image_size=(32, 48),
-        mode="h264",
-        seed=4,
-        video_files_size_in_mb=0.001,
-        progress=False,
-    )
-    mine = written_alike(tmp_path, kwargs)
+    mine = written_alike(tmp_path, _small_h264(video_files_size_in_mb=0.001))
     assert mine == tmp_path / "fast1" and len(calls) == 6
     assert video_packets(mine / "videos/observation.images.cam0/chunk-000/file-001.mp4") == video_packets(
         tmp_path / "lerobot0/videos/observation.images.cam0/chunk-000/file-001.mp4"

@@ -358,6 +358,7 @@ class MixtureDataset(BatchDataset):
         self._processes: ProcessBatches | None = None  # the worker processes of a native mixture's passes
         self._processes_how: tuple = ()  # how they were started (count, context, prefetch)
         self._units: tuple[np.ndarray | None, int] | None = None  # units(), found on first use
+        self._item_by_item: bool | None = None  # _per_component's choice, made at its first batch
 
     def __getstate__(self) -> dict:
         """Pickled for spawned workers without the training process's worker processes."""
@@ -544,10 +545,12 @@ class MixtureDataset(BatchDataset):
         draws them item by item in batch order; part by part, a batch mixing components gave the same draws to
         other items, so one seed trained on other augmentations than ``native``'s (a reviewer's reproduction:
         the second step's loss differed)."""
-        if self.datasets and (
-            not any(isinstance(d, IndexedDataset) for d in self.datasets)
-            or any(self.hooks.draws_random(d) for d in self.datasets)
-        ):
+        if self._item_by_item is None:  # asked once (a getattr per component per batch: ~400 at 400 components)
+            self._item_by_item = bool(self.datasets) and (
+                not any(isinstance(d, IndexedDataset) for d in self.datasets)
+                or any(self.hooks.draws_random(d) for d in self.datasets)
+            )
+        if self._item_by_item:
             return self._by_items(comps, local)
         return self._by_parts(comps, local)
 
