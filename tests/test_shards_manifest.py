@@ -225,6 +225,28 @@ def test_a_done_unit_whose_shard_is_gone_is_converted_again(tmp_path):
     assert_complete(tmp_path)
 
 
+def test_the_done_shards_check_shows_a_bar_by_bytes_where_it_is_long(tmp_path, capsys, monkeypatch):
+    """The check of the done units' shards reads every byte (SHA-256), minutes at hundreds of GB: a bar by bytes
+    (silent before: between the conversion's bar and its publication, and before a resume's bar), and not for small
+    conversions (below ``CHECK_BAR_FROM_BYTES``). The bar stops at the first damaged shard of a unit, and the unit
+    is planned again."""
+    convert(tmp_path)
+    capsys.readouterr()
+    make_plan(tmp_path)  # 1 GiB: no bar for these few kB
+    assert "check converted shards" not in capsys.readouterr().err
+    monkeypatch.setattr(manifest, "CHECK_BAR_FROM_BYTES", 0)
+    total = sum(s["bytes"] for u in units(tmp_path) for s in u["shards"])
+    make_plan(tmp_path)
+    err = capsys.readouterr().err
+    assert "check converted shards" in err and "100%" in err, err
+    shard = tmp_path / units(tmp_path)[1]["shards"][0]["name"]
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 1  # one bit: the size is kept, the hash is not
+    shard.write_bytes(bytes(data))
+    m = make_plan(tmp_path)
+    assert [u["state"] for u in m["units"]] == ["done", "planned", "done"] and total > 0
+
+
 def test_a_manifest_damaged_keeping_valid_json_is_converted_again_from_the_start(tmp_path, capsys):
     """A reviewer's 60 random bit flips in a finished conversion's manifest.json: one that kept it valid JSON was
     trusted, its units published again as index.json at every run (refused by readers, blaming the shard) or the

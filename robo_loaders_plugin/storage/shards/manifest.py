@@ -58,6 +58,7 @@ logger = get_logger(__name__)
 
 MANIFEST = "manifest.json"
 MANIFEST_VERSION = 2  # 2: leases are locks; index entries carry CRC32s (format version 2)
+CHECK_BAR_FROM_BYTES = 1 << 30  # the done shards' check (every byte hashed) shows a bar from 1 GiB of shards
 POLL_S = 0.5
 _UNIT_TMP_RE = re.compile(r"^unit-(\d+)-\d+\.tar\.tmp-\d+$")
 
@@ -197,15 +198,31 @@ def _replan_damaged(out_dir: str, m: dict) -> list[int]:
     index entries are not exactly their episodes; withdraw index.json meanwhile (it would list shards being
     rewritten)."""
     replanned = []
-    for u in m["units"]:
-        if u["state"] != "done":
-            continue
+    done = [u for u in m["units"] if u["state"] == "done"]
+    total = sum(int(s.get("bytes", 0)) for u in done for s in u.get("shards", []))
+    # every byte is read (SHA-256): minutes at hundreds of GB, so shown where it is long (before a resume's bar and
+    # between the conversion's bar and its publication: a silent wait otherwise)
+    bar = tqdm(
+        total=total,
+        desc="check converted shards",
+        unit="B",
+        unit_scale=True,
+        disable=total < CHECK_BAR_FROM_BYTES or inner_bars_quiet(),
+    )
+    for u in done:
         names = [e.get("name") for e in u.get("index", [])]
-        if names != u["episodes"] or not all(_shard_intact(out_dir, s) for s in u.get("shards", [])):
+        intact = names == u["episodes"]
+        for shard in u.get("shards", []) if intact else ():
+            intact = _shard_intact(out_dir, shard)
+            bar.update(int(shard.get("bytes", 0)))
+            if not intact:
+                break
+        if not intact:
             u["state"] = "planned"
             u.pop("index", None)
             u.pop("shards", None)
             replanned.append(u["id"])
+    bar.close()
     if replanned:
         logger.warning(
             f"{out_dir}: converting unit(s) {_ids(replanned)} again (their shard is missing, changed or "
