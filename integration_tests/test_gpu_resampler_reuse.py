@@ -145,6 +145,37 @@ def test_robomimic_a_disk_that_cannot_hold_the_tiers_serves_from_memory_with_one
     assert "built in" in _robomimic(path, root).location and len(_entries(root)) == 1
 
 
+def test_robomimic_a_write_failing_for_space_serves_from_memory_like_a_full_disk(hdf5_copy, monkeypatch, caplog):
+    """A quota, or another writer filling the disk, is seen by no free-space check: the tiers' write fails with
+    ENOSPC/EDQUOT. That is the same shortfall as a disk seen full (tiers held in memory, one line naming cache_dir),
+    not a bare ``OSError: [Errno 28]`` (a reviewer's reproduction), and nothing partial is left. Control: another
+    OSError is raised as it is."""
+    import errno
+
+    from robo_loaders_plugin.backends.gpu_resampler import stored_tiers
+
+    path, root = hdf5_copy
+    write = stored_tiers.write_tiers
+
+    def failing(code):
+        def write_then_fail(directory, *args, **kwargs):
+            write(directory, *args, **kwargs)
+            raise OSError(code, os.strerror(code))
+
+        return write_then_fail
+
+    monkeypatch.setattr(stored_tiers, "write_tiers", failing(errno.EDQUOT))
+    ds = _robomimic(path, root)
+    assert "not kept (disk full)" in ds.location and not _entries(root)
+    (line,) = [r.getMessage() for r in caplog.records if "not kept for the next start" in r.getMessage()]
+    assert "train.data_backend_kwargs.cache_dir" in line and "quota" in line and "\n" not in line, line
+    assert not [n for n in os.listdir(root) if ".tmp-" in n]
+    _same_as_native(ds, _native_robomimic(path))
+    monkeypatch.setattr(stored_tiers, "write_tiers", failing(errno.EIO))
+    with pytest.raises(OSError, match="Input/output error"):
+        _robomimic(path, root)
+
+
 def _lerobot_act(lerobot_datasets):
     from lerobot.datasets.lerobot_dataset import LeRobotDataset, LeRobotDatasetMetadata
 

@@ -28,6 +28,7 @@ lock (:class:`OpenedTiers`), so another run building it again meanwhile changes 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import warnings
@@ -120,59 +121,65 @@ def write_tiers(
     offsets: dict[str, list] = {}
     sums: dict[str, list] = {}
     written = 0
-    for ep, arrays in enumerate(episodes):
+    try:
+        for ep, arrays in enumerate(episodes):
+            if infos is None:
+                infos = dict(infos_of(arrays))
+                for i, (k, info) in enumerate(infos.items()):
+                    raw_files[k] = open(os.path.join(directory, "raw", f"{i}.bin"), "wb")  # noqa: SIM115 - closed below/on errors
+                    if info.frames:
+                        blob_files[k] = open(os.path.join(directory, "compressed", f"{i}.blobs"), "wb")  # noqa: SIM115
+                        offsets[k], sums[k] = [np.zeros(1, np.int64)], []
+            n = int(lengths[ep])
+            size = sum(n * int(np.prod(v.shape, dtype=np.int64)) * np.dtype(v.dtype).itemsize for v in infos.values())
+            if guard is not None:
+                guard.check(size, written)  # an upper bound: compressed frames take less
+            for k, info in infos.items():
+                a = np.ascontiguousarray(arrays[k])
+                check_episode_field(ep, k, a, n, info)
+                if info.frames and ep >= raw_episodes:
+                    blobs = [codec.compress(f) for f in a]
+                    lens = np.fromiter(map(len, blobs), dtype=np.int64, count=len(blobs))
+                    offsets[k].append(offsets[k][-1][-1] + np.cumsum(lens))
+                    sums[k].append(np.fromiter(map(checksum, blobs), dtype=np.uint64, count=len(blobs)))
+                    blob_files[k].write(b"".join(blobs))  # type: ignore[attr-defined]
+                    written += int(lens.sum())
+                else:
+                    raw_files[k].write(a.reshape(-1).view(np.uint8))  # type: ignore[attr-defined]  # (N, 0) too
+                    written += a.nbytes
         if infos is None:
-            infos = dict(infos_of(arrays))
-            for i, (k, info) in enumerate(infos.items()):
-                raw_files[k] = open(os.path.join(directory, "raw", f"{i}.bin"), "wb")  # noqa: SIM115 - closed below
-                if info.frames:
-                    blob_files[k] = open(os.path.join(directory, "compressed", f"{i}.blobs"), "wb")  # noqa: SIM115
-                    offsets[k], sums[k] = [np.zeros(1, np.int64)], []
-        n = int(lengths[ep])
-        size = sum(n * int(np.prod(v.shape, dtype=np.int64)) * np.dtype(v.dtype).itemsize for v in infos.values())
-        if guard is not None:
-            guard.check(size, written)  # an upper bound: compressed frames take less
-        for k, info in infos.items():
-            a = np.ascontiguousarray(arrays[k])
-            check_episode_field(ep, k, a, n, info)
-            if info.frames and ep >= raw_episodes:
-                blobs = [codec.compress(f) for f in a]
-                lens = np.fromiter(map(len, blobs), dtype=np.int64, count=len(blobs))
-                offsets[k].append(offsets[k][-1][-1] + np.cumsum(lens))
-                sums[k].append(np.fromiter(map(checksum, blobs), dtype=np.uint64, count=len(blobs)))
-                blob_files[k].write(b"".join(blobs))  # type: ignore[attr-defined]
-                written += int(lens.sum())
-            else:
-                raw_files[k].write(a.reshape(-1).view(np.uint8))  # type: ignore[attr-defined]  # (N, 0) too
-                written += a.nbytes
-    if infos is None:
-        raise ValueError("no episode to write")
-    fields = []
-    for i, (k, info) in enumerate(infos.items()):
-        _fsync_close(raw_files[k])
-        raw_path = os.path.join(directory, "raw", f"{i}.bin")
-        entry = {
-            "name": k,
-            "dtype": np.dtype(info.dtype).str,
-            "shape": list(info.shape),
-            "frames": bool(info.frames),
-            "raw_bytes": os.path.getsize(raw_path),
-            "raw_sum": file_checksum(raw_path),
-        }
-        if info.frames:
-            _fsync_close(blob_files[k])
-            index_path = os.path.join(directory, "compressed", f"{i}.index.npz")
-            with open(index_path, "wb") as f:
-                np.savez(
-                    f,
-                    offsets=np.concatenate(offsets[k]).astype(np.int64),
-                    sums=np.concatenate(sums[k]) if sums[k] else np.zeros(0, np.uint64),
-                )
-                f.flush()
-                os.fsync(f.fileno())
-            entry["blob_bytes"] = os.path.getsize(os.path.join(directory, "compressed", f"{i}.blobs"))
-            entry["index_sum"] = file_checksum(index_path)
-        fields.append(entry)
+            raise ValueError("no episode to write")
+        fields = []
+        for i, (k, info) in enumerate(infos.items()):
+            _fsync_close(raw_files[k])
+            raw_path = os.path.join(directory, "raw", f"{i}.bin")
+            entry = {
+                "name": k,
+                "dtype": np.dtype(info.dtype).str,
+                "shape": list(info.shape),
+                "frames": bool(info.frames),
+                "raw_bytes": os.path.getsize(raw_path),
+                "raw_sum": file_checksum(raw_path),
+            }
+            if info.frames:
+                _fsync_close(blob_files[k])
+                index_path = os.path.join(directory, "compressed", f"{i}.index.npz")
+                with open(index_path, "wb") as f:
+                    np.savez(
+                        f,
+                        offsets=np.concatenate(offsets[k]).astype(np.int64),
+                        sums=np.concatenate(sums[k]) if sums[k] else np.zeros(0, np.uint64),
+                    )
+                    f.flush()
+                    os.fsync(f.fileno())
+                entry["blob_bytes"] = os.path.getsize(os.path.join(directory, "compressed", f"{i}.blobs"))
+                entry["index_sum"] = file_checksum(index_path)
+            fields.append(entry)
+    except BaseException:  # a failed write (a full disk, a quota): no file left open in the removed directory
+        for opened in (*raw_files.values(), *blob_files.values()):
+            with contextlib.suppress(OSError):
+                opened.close()  # type: ignore[attr-defined]
+        raise
     manifest = {
         "format": FORMAT,
         "lengths": lengths.tolist(),
@@ -449,7 +456,19 @@ def stored_tiers(
                 [("disk", estimate, max(0, free - reserve))],
             )
         guard = DiskGuard(directory, f"gpu_resampler's tiers in {directory} ({where}.cache_dir)", estimate)
-        write_tiers(directory, lengths, plan.raw, episodes(), infos_of, guard)
+        try:
+            write_tiers(directory, lengths, plan.raw, episodes(), infos_of, guard)
+        except OSError as exc:
+            # the guard sees the disk's free space, not a quota or another writer filling it: a write failing for
+            # space is the same shortfall (held in memory instead, ``tiers_at_start``), not a bare errno 28
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            raise ResourceRefused(
+                f"backend 'gpu_resampler' could not keep its tiers in {where}.cache_dir ({directory}): "
+                f"{exc.strerror or os.strerror(exc.errno or 0)} while writing them; free space (or raise the quota) "
+                f"or set {where}.cache_dir to a directory on a larger disk (the partial tiers were removed)",
+                [("disk", estimate, 0)],
+            ) from exc
 
     def check(directory: str) -> bool:
         why = problem(directory, lengths, blobs_checked, key.get("fields")) or _too_large(
