@@ -828,6 +828,25 @@ def test_a_bad_size_limit_is_refused_before_anything_is_built_or_reused(tmp_path
     assert len(built) == 1
 
 
+def test_a_bad_lock_timeout_is_refused_before_anything_is_built_or_reused(tmp_path, monkeypatch):
+    """A reviewer's reproduction: ``ROBO_LOADERS_LOCK_TIMEOUT=abc`` was read only once a process waited for another's
+    build, so the builder ran and the waiting ranks of a torchrun job failed after fingerprinting the source; a
+    conversion's plan (``shards.manifest.plan``) refuses it too. Control: a number builds."""
+    from robo_loaders_plugin.storage.shards import manifest
+
+    root, built = cache.cache_root(str(tmp_path)), []
+    monkeypatch.setenv("ROBO_LOADERS_LOCK_TIMEOUT", "abc")
+    with pytest.raises(cache.CacheError, match=r"ROBO_LOADERS_LOCK_TIMEOUT must be a finite number of seconds"):
+        _obtain(root, "a", "v1", built)
+    assert built == [] and list(cache.entries(root)) == []
+    with pytest.raises(cache.CacheError, match=r"ROBO_LOADERS_LOCK_TIMEOUT"):
+        manifest.plan(str(tmp_path / "out"), {"content": "c"}, [["demo_0"]], {})
+    assert not (tmp_path / "out" / "manifest.json").exists()
+    monkeypatch.setenv("ROBO_LOADERS_LOCK_TIMEOUT", "5")
+    _obtain(root, "a", "v1", built)
+    assert len(built) == 1
+
+
 def test_a_recorded_fingerprint_with_a_short_file_entry_is_unusable_not_a_crash(tmp_path):
     """A reviewer's reproduction: a mixture index record whose fingerprint had a file entry shortened to
     ``[name, size]`` (still valid JSON) crashed start-up with an ``IndexError`` in the comparison; docs/mixtures.md

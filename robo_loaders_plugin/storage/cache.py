@@ -749,14 +749,18 @@ def obtain(
         it from being pruned while it lives; whether it was reused rather than built; the source's fingerprint.
 
     Raises:
-        CacheError: ``$ROBO_LOADERS_CACHE_SIZE`` is not a size (before anything is read), or another process's
-            build did not finish within the lock timeout.
+        CacheError: ``$ROBO_LOADERS_CACHE_SIZE`` is not a size or ``$ROBO_LOADERS_LOCK_TIMEOUT`` not a number of
+            seconds (before anything is read), or another process's build did not finish within the lock timeout.
         StaleSourceError: the source changed while the entry was built from it (the entry is removed).
     """
     if housekeeping:
         # the limit read before anything is built or reused: a bad value was refused only after a whole build
         # (kept), and a later run reusing the entry never read it (a reviewer's reproduction)
         size_limit()
+    # the lock timeout too, before the source is fingerprinted: read only once a wait began, a bad value let the
+    # process that builds run and failed the others after their digest (a torchrun job's other ranks; a reviewer's
+    # reproduction)
+    lock_timeout()
     prefix = f"{kind}-{short_hash(key_desc)}-"
     recorded = None
     for e in sorted(entries(root, prefix), key=lambda e: -e.last_used()):

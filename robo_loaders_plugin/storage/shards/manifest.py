@@ -476,7 +476,10 @@ def plan(
     Raises:
         ShardError: an episode planned twice; the directory holds a conversion of another source or with other
             options; or its manifest.json is damaged.
+        CacheError: ``$ROBO_LOADERS_LOCK_TIMEOUT`` is not a number of seconds (read here, before any unit is
+            converted: read only when a wait began, it failed the processes that waited after their work).
     """
+    lock_timeout()
     names = [n for unit in units for n in unit]
     if len(set(names)) != len(names):
         raise ShardError(f"{out_dir}: the planned units list some episodes twice")
