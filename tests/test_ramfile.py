@@ -514,6 +514,20 @@ def test_full_disk_is_a_clear_error_and_leaves_nothing(tmp_path, monkeypatch):
     w.abort()
 
 
+def test_full_disk_names_the_cache_directory_not_the_builds_temporary_one(tmp_path, monkeypatch):
+    """A store written inside a cache entry's build directory (``name.tmp-<pid>-<hex>``, removed with the failed
+    build) named that directory as the one that is full (a reviewer's find): the directory the user chose is
+    named. Control: a store outside any build directory names its own."""
+    fill_up_after(monkeypatch, 500)
+    build = tmp_path / "cache" / "compressed_cache-3-abc.tmp-123-deadbeef"
+    with pytest.raises(StoreError) as e:
+        small_store(build / "store.rlc", n=20)
+    assert str(e.value).startswith(f"{tmp_path / 'cache'} is full"), str(e.value)
+    with pytest.raises(StoreError) as e:
+        small_store(tmp_path / "plain" / "store.rlc", n=20)
+    assert str(e.value).startswith(f"{tmp_path / 'plain'} is full"), str(e.value)
+
+
 @pytest.mark.skipif(default_shm_dir() != "/dev/shm", reason="no /dev/shm")
 def test_full_dev_shm_points_at_cache_dir_and_shm_size(monkeypatch):
     fill_up_after(monkeypatch, 500)

@@ -218,6 +218,8 @@ class StoreWriter:
 
     def _out_of_space(self, exc: OSError, written: int) -> str:
         where = os.path.dirname(os.path.abspath(self.path))
+        while ".tmp-" in os.path.basename(where):  # a cache entry's build directory, removed with the build: the
+            where = os.path.dirname(where)  # directory the user chose is the one to name (a reviewer's find)
         try:
             usage = shutil.disk_usage(where)
             room = f"now {format_bytes(usage.free)} free of {format_bytes(usage.total)}, the partial file removed"
