@@ -1067,3 +1067,36 @@ def test_a_camera_declared_channels_first_is_served_as_lerobot_serves_it(tmp_pat
     item["observation.images.cam"] = item["observation.images.cam"].flip(-1).contiguous() + 1e-3
     with pytest.raises(AssertionError):
         same_item(item, native[2], "control")
+
+
+@pytest.mark.parametrize("mode", ["h264", "png"])
+def test_frames_of_another_size_than_info_json_states_are_refused_naming_the_camera(tmp_path, mode):
+    """A reviewer's reproduction: ``meta/info.json`` stating a camera's shape other than its frames' (videos
+    re-encoded or resized without it) made video_stream, whose buffer is sized from it before anything is decoded,
+    fail with a bare numpy broadcast error on every item and batch. Refused in one line naming the camera, the
+    stated and the decoded shapes. Control: the dataset as written serves LeRobot's items."""
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    from robo_loaders_plugin.sample_data.lerobot_v3 import write_lerobot_dataset
+
+    root = write_lerobot_dataset(
+        tmp_path / "ds", mode=mode, cameras=1, image_size=(32, 48), episode_lengths=(6, 5), progress=False
+    )
+    nat = LeRobotDataset(REPO, root=root)
+    ours = serve("video_stream", nat)
+    for i in range(len(nat)):
+        same_item(ours[i], nat[i], f"control[{i}]")
+    info_path = root / "meta" / "info.json"
+    info = json.loads(info_path.read_text())
+    info["features"]["observation.images.cam0"]["shape"] = [48, 32, 3]  # the frames are 32x48
+    info_path.write_text(json.dumps(info, indent=4))
+    nat = LeRobotDataset(REPO, root=root)
+    assert tuple(nat[0]["observation.images.cam0"].shape) == (3, 32, 48)  # LeRobot serves the frames as they are
+    with pytest.raises(SourceError) as e:
+        serve("video_stream", nat)[0]
+    msg = str(e.value)
+    assert "'observation.images.cam0'" in msg and "(3, 32, 48)" in msg and "(3, 48, 32)" in msg, msg
+    assert "meta/info.json" in msg and "\n" not in msg
+    loader = torch.utils.data.DataLoader(serve("video_stream", nat), batch_size=4, sampler=sampler_for(nat))
+    with pytest.raises(SourceError, match=r"meta/info\.json's features"):  # the training batches too
+        next(cycle(loader))

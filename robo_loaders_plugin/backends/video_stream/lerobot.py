@@ -130,7 +130,7 @@ def video_stream_dataset(native, *, options):
     codec = FrameCodec("lz4", 1) if options.buffer == "lz4" else None
 
     units = split_runs(episodes.runs, step)
-    load = _UnitLoader(episodes, codec, source.url)
+    load = _UnitLoader(episodes, codec, source.url, {k: infos[k].shape for k in episodes.camera_keys})
     frames = ChunkFrames(units, episodes.rows, infos, episodes.arrays, load, margin, passes.episode_capacity)
     cached = f", videos copied whole into {source.file_cache.directory}" if source.file_cache else ""
     split = len(units) > len(episodes.runs)
@@ -204,11 +204,25 @@ class _UnitLoader:
     ``buffer`` option says so. A module-level class, not a closure: the dataset is pickled when a DataLoader with
     workers serves it (LeRobot's evaluation loader, ``--dataset.eval_split``)."""
 
-    def __init__(self, episodes: LeRobotEpisodes, codec: FrameCodec | None, url: str):
+    def __init__(
+        self, episodes: LeRobotEpisodes, codec: FrameCodec | None, url: str, cameras: dict[str, tuple] | None = None
+    ):
         self.episodes, self.codec, self.url = episodes, codec, url
+        self.cameras = dict(cameras or {})  # camera -> the (C, H, W) its buffer holds, from meta/info.json
 
     def __call__(self, ep: int, lo: int, hi: int) -> dict:
         arrays = self.episodes.read_frames(ep, lo, hi)
+        for key, chw in self.cameras.items():
+            got = tuple(arrays[key].shape[1:]) if key in arrays else chw
+            if got != chw:
+                # the buffer is sized from meta/info.json before anything is decoded; frames of another size (a
+                # video re-encoded or resized without its info.json) failed as a bare numpy broadcast error
+                # (a reviewer's reproduction)
+                raise SourceError(
+                    f"{self.url}: camera {key!r} of episode {ep} decodes to frames of (C, H, W) {got}, but "
+                    f"meta/info.json's features[{key!r}] states {chw}; correct its shape there (LeRobot's policies "
+                    "are built from it) or encode the frames at the stated size"
+                )
         if self.codec is not None:
             arrays = {
                 k: EncodedFrames.encode(v, self.codec, f"{self.url} episode {ep} {k} rows {lo}..{hi - 1}")
