@@ -325,6 +325,28 @@ def test_missing_obs_key_is_reported_when_the_dataset_is_built(tiny_hdf5, tmp_pa
         dataset_factory(cfg, obs_keys(cfg))
 
 
+@pytest.mark.parametrize("backend", ["datapipe", "video_stream"])
+def test_a_dataset_key_missing_from_the_file_names_the_hdf5_not_the_shards(tiny_hdf5, tmp_path, backend):
+    """A reviewer's reproduction: a ``train.dataset_keys`` entry the file lacks (``hdf5_cache_mode`` None, where
+    robomimic itself would crash) was named under the backends' own conversion in the cache
+    (``.../robomimic-shards-...: demo_0/not_in_file is missing; ... add it to the file``), a directory the user never
+    named: the HDF5 the user edits is named, as compressed_cache and gpu_resampler name it."""
+    from robo_loaders_plugin import SourceError
+
+    cfg = make_config(
+        tiny_hdf5,
+        backend=backend,
+        backend_kwargs={"cache_dir": str(tmp_path)},
+        hdf5_cache_mode=None,
+        dataset_keys=["actions", "not_in_file"],
+    )
+    with pytest.raises(SourceError) as e:
+        dataset_factory(cfg, obs_keys(cfg))
+    msg = str(e.value)
+    assert msg.startswith(f"{tiny_hdf5}: demo_0/not_in_file is missing"), msg
+    assert str(tmp_path) not in msg
+
+
 def test_cache_dir_converts_again_after_an_in_place_edit(tiny_hdf5, tmp_path):
     """A demo's value changed in place (same size, mtime restored): converted again, the new value served, the
     shards of the old content removed."""

@@ -468,7 +468,7 @@ class ShardDemos:
             arrays = self.transform(arrays)
         if fields is not None:  # a reload: frames only (the small fields are kept by EpisodeFrames)
             return arrays
-        served = episode_fields(arrays.get, self.lengths[ep], self.opts, f"{self.reader.dir}: {self.demos[ep]}")
+        served = episode_fields(arrays.get, self.lengths[ep], self.opts, f"{self.origin}: {self.demos[ep]}")
         small = {k: v for k, v in served.items() if not isinstance(v, EncodedFrames)}
         where = f"{self.origin}: {self.demos[ep]}"
         check_step_shapes(small, self.shapes, where, self.demos[0], _lacking(arrays, self.opts), self.first_lacks)
@@ -490,7 +490,7 @@ class ShardDemos:
             ``{field: FieldInfo}``.
         """
         _, arrays = self.reader.read_episode(self.records[ep], decode_frames=False, fields=self.wanted)
-        served = episode_fields(arrays.get, self.lengths[ep], self.opts, f"{self.reader.dir}: {self.demos[ep]}")
+        served = episode_fields(arrays.get, self.lengths[ep], self.opts, f"{self.origin}: {self.demos[ep]}")
         if ep == 0:
             self.first_lacks = _lacking(arrays, self.opts)
         return {k: _field_info(v) for k, v in served.items()}
