@@ -169,6 +169,42 @@ def test_batch_source_position_resume_and_abandoned_passes():
     assert list(Counting(3, start_epoch=5, start_batch=1)) == [(5, 1), (5, 2)]
 
 
+def test_a_position_is_loaded_only_into_a_pass_of_the_same_order_and_range(caplog):
+    """A reviewer's reproduction (robomimic's datapipe/video_stream through ``epoch_loader``): a state saved with
+    batch size 16 loaded into a run of batch size 32 (or another seed) served the same (epoch, batch) of another
+    order, windows twice and never, without a word. The pass that decides the order is saved with the position and
+    compared; a position out of range is one line, not an IndexError or an empty pass; a state of an earlier version
+    (no pass) is loaded, said once. Control: the same pass resumes."""
+    from robo_loaders_plugin import RoboLoadersError
+
+    def source(**key):
+        src = Counting(4)
+        src.pass_key = {"batch_size": 16, "seed": 0, **key}
+        return src
+
+    saved = source()
+    it = iter(saved)
+    next(it)
+    state = saved.state_dict()
+    assert state == {"epoch": 0, "batch": 1, "pass": {"batch_size": 16, "seed": 0}}
+    same = source()
+    same.load_state_dict(state)
+    assert list(same) == [(0, 1), (0, 2), (0, 3)]
+    for other, named in (({"batch_size": 32}, "batch_size 16, this run's has 32"), ({"seed": 5}, "seed 0")):
+        with pytest.raises(RoboLoadersError, match=named):
+            source(**other).load_state_dict(state)
+    with pytest.raises(RoboLoadersError, match="whose pass had items None, this run's has 10"):
+        source(items=10).load_state_dict(state)
+    for bad in ({"epoch": 1, "batch": -3}, {"epoch": -1, "batch": 0}, {"epoch": 1, "batch": 5}):
+        with pytest.raises(RoboLoadersError, match=r"is no position of this run \(epoch >= 0, batch 0\.\.4"):
+            source().load_state_dict({**bad, "pass": state["pass"]})
+    with pytest.raises(RoboLoadersError, match="expected the state_dict"):
+        source().load_state_dict({"epoch": "x"})
+    old = source()
+    old.load_state_dict({"epoch": 0, "batch": 2})
+    assert "does not record its pass" in caplog.text and list(old) == [(0, 2), (0, 3)]
+
+
 def test_the_position_after_an_abandoned_pass_is_the_next_pass():
     """A reviewer's reproduction: robomimic's ``run_epoch`` takes ``epoch_every_n_steps`` batches and drops its
     iterator, and the next epoch's ``iter()`` starts the next pass; ``state_dict()`` saved after such an epoch still

@@ -35,6 +35,7 @@ logger = get_logger(__name__)
 # BatchSource.state_dict() keys: the position of the next batch to serve
 STATE_EPOCH = "epoch"
 STATE_BATCH = "batch"
+STATE_PASS = "pass"  # what decides a pass's order when the position was saved (BatchSource.pass_key)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,6 +81,42 @@ class SamplingPlan:
     worker_processes: int | None = None
 
 
+def pass_key(plan: SamplingPlan, **more: Any) -> dict[str, Any]:
+    """What decides a pass's order in a :class:`BatchSource`: the plan's batch size, ``drop_last``, shuffle and
+    ranks, plus what the source adds (its seed, its items or a digest of them, its shuffle buffer).
+
+    Args:
+        plan: The native pass's plan.
+        **more: The source's own (JSON values).
+
+    Returns:
+        The key, saved with the position (:meth:`BatchSource.state_dict`).
+    """
+    key = {
+        "batch_size": int(plan.batch_size),
+        "drop_last": bool(plan.drop_last),
+        "shuffle": bool(plan.shuffle),
+        "rank": int(plan.rank),
+        "world_size": int(plan.world_size),
+    }
+    return {**key, **more}
+
+
+def digest(values) -> str:
+    """A short digest of an array of integers or floats (the pass's items, sizes or weights) for :func:`pass_key`.
+
+    Args:
+        values: An array-like.
+
+    Returns:
+        16 hex digits.
+    """
+    import hashlib
+
+    a = np.ascontiguousarray(np.asarray(values))
+    return hashlib.sha256(a.dtype.str.encode() + a.tobytes()).hexdigest()[:16]
+
+
 class BatchSource(abc.ABC):
     """Collated batches, one backend-ordered pass after another.
 
@@ -99,6 +136,9 @@ class BatchSource(abc.ABC):
         self._epoch, self._batch, self._positioned = int(start_epoch), int(start_batch), True
         self._running = False  # whether a pass started by iter() is being served
         self._said_apart = False
+        # what decides a pass's order (batch size, seed, items, ranks ...), saved with the position and compared when
+        # a position is loaded: a (pass, batch) of another order is other windows (set by subclasses; {}: unchecked)
+        self.pass_key: dict[str, Any] = {}
 
     @abc.abstractmethod
     def __len__(self) -> int:
@@ -173,16 +213,52 @@ class BatchSource(abc.ABC):
         the old pass where the run it resumes served a new one: a reviewer's reproduction)."""
         abandoned = not self._running and not self._positioned and self._batch > 0
         if self._batch >= len(self) or abandoned:
-            return {STATE_EPOCH: self._epoch + 1, STATE_BATCH: 0}
-        return {STATE_EPOCH: self._epoch, STATE_BATCH: self._batch}
+            position = {STATE_EPOCH: self._epoch + 1, STATE_BATCH: 0}
+        else:
+            position = {STATE_EPOCH: self._epoch, STATE_BATCH: self._batch}
+        return {**position, STATE_PASS: dict(self.pass_key)} if self.pass_key else position
 
     def load_state_dict(self, state: dict) -> None:
         """Position the source so that the next ``iter()`` starts at ``state`` (from :meth:`state_dict`).
 
+        Why the pass is compared: a pass's order is a function of the batch size, the seed, the items and the
+        ranks, so the same (epoch, batch) of a run resumed with another of them is other windows: some served twice
+        in that pass, others never, without a word (a reviewer's reproduction: batch size 16 -> 32, 80 of 546
+        windows never served). A state saved before the pass was recorded is loaded unchecked, said once.
+
         Args:
-            state: ``{"epoch": ..., "batch": ...}``.
+            state: ``{"epoch": ..., "batch": ..., "pass": {...}}`` (``"pass"`` absent in states of earlier versions).
+
+        Raises:
+            RoboLoadersError: the position is out of range (a negative epoch, a batch outside ``0..len(self)``), or
+                the state is of a pass ordered otherwise than this run's (the first difference named).
         """
-        self._epoch, self._batch, self._positioned = int(state[STATE_EPOCH]), int(state[STATE_BATCH]), True
+        try:
+            epoch, batch = int(state[STATE_EPOCH]), int(state[STATE_BATCH])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise RoboLoadersError(
+                f"{type(self).__name__}.load_state_dict: expected the state_dict() of a run, "
+                f"{{'epoch': int, 'batch': int, ...}}, got {state!r}"
+            ) from exc
+        if epoch < 0 or not 0 <= batch <= len(self):
+            raise RoboLoadersError(
+                f"{type(self).__name__}.load_state_dict: epoch {epoch} batch {batch} is no position of this run "
+                f"(epoch >= 0, batch 0..{len(self)}: {len(self)} batches per pass); pass the state_dict() it saved"
+            )
+        saved = state.get(STATE_PASS)
+        if saved is None and self.pass_key:
+            logger.warning(
+                f"{type(self).__name__}: resuming at epoch {epoch} batch {batch} from a state that does not record "
+                "its pass (an earlier robo-loaders): not checked against this run's batch size, seed and items"
+            )
+        elif saved is not None and dict(saved) != self.pass_key:
+            what = next(k for k in sorted(set(saved) | set(self.pass_key)) if saved.get(k) != self.pass_key.get(k))
+            raise RoboLoadersError(
+                f"{type(self).__name__}: cannot resume at epoch {epoch} batch {batch}: the state was saved by a run "
+                f"whose pass had {what} {saved.get(what)!r}, this run's has {self.pass_key.get(what)!r} (the same "
+                f"position would serve other windows); resume with the run's {what}, or start without its state"
+            )
+        self._epoch, self._batch, self._positioned = epoch, batch, True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -476,6 +552,7 @@ class RankBatches(BatchSource):
     ):
         super().__init__(plan.start_epoch, plan.start_batch)
         self.collate, self.num_items, self.plan, self.seed = collate, int(num_items), plan, int(seed)
+        self.pass_key = pass_key(plan, seed=self.seed, items=self.num_items)
         share = len(rank_share(self.num_items, plan.rank, plan.world_size))
         self._len = share // plan.batch_size if plan.drop_last else -(-share // plan.batch_size)
         self.num_threads, self.depth = int(num_threads), max(1, int(num_threads) * prefetch_per_thread)

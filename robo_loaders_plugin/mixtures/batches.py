@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from robo_loaders_plugin.core.iteration import BatchSource, SamplingPlan
+from robo_loaders_plugin.core.iteration import BatchSource, SamplingPlan, digest, pass_key
 from robo_loaders_plugin.core.ranks import rank_share
 from robo_loaders_plugin.core.threads import ordered_map
 from robo_loaders_plugin.core.units import plural
@@ -45,6 +45,15 @@ class MixtureBatches(BatchSource):
     ):
         super().__init__(plan.start_epoch, plan.start_batch)
         self.collate, self.order, self.plan = collate, order, plan
+        self.pass_key = pass_key(
+            plan,
+            seed=order.seed,
+            mixture_shuffle=order.shuffle,
+            sizes=digest(order.sizes),
+            windows=digest(order.counts),
+            weights=None if order.weights is None else digest(order.weights),
+            units=None if order.units is None else [digest(order.units), order.unit_buffer],
+        )
         share = len(rank_share(len(order), plan.rank, plan.world_size))
         self._len = share // plan.batch_size if plan.drop_last else -(-share // plan.batch_size)
         self.num_threads, self.depth = int(num_threads), max(1, int(num_threads) * prefetch_per_thread)

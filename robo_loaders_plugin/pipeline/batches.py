@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torchdata.nodes import ParallelMapper, Prefetcher
 
-from robo_loaders_plugin.core.iteration import BatchDataset, BatchSource, SamplingPlan
+from robo_loaders_plugin.core.iteration import BatchDataset, BatchSource, SamplingPlan, digest, pass_key
 from robo_loaders_plugin.core.log import get_logger
 from robo_loaders_plugin.core.torch_compat import release_node_iterators, shutdown_node_threads
 from robo_loaders_plugin.core.units import plural
@@ -406,6 +406,16 @@ class PipelineBatches(BatchSource):
             warm_up=warm_up,
         )
         self.endless = bool(endless)
+        # endless changes no order (BatchPlanNode: the same passes, the next one started early)
+        self.pass_key = pass_key(
+            plan,
+            seed=int(seed),
+            shuffle_buffer=int(shuffle_buffer),
+            replacement=bool(replacement),
+            warm_up=bool(warm_up),
+            units=digest(groups.counts),
+            items=digest(groups.items) if groups.items is not None else groups.n,
+        )
         # the pass and batch the running pipeline yields next (None: not started, or left where it cannot be
         # trusted): a pass asked for right where the last one ended continues it without a reset
         self._next: tuple[int, int] | None = None
