@@ -493,3 +493,37 @@ def test_a_source_of_another_file_is_refused_without_suggesting_an_option_video_
     cfg = make_config(copy, backend="datapipe", backend_kwargs={"shards": lossless}, seq_length=5)
     with pytest.raises(StaleSourceError, match=r"or set train.data_backend_kwargs.check_source to false"):
         dataset_factory(cfg, obs_keys(cfg))  # control
+
+
+def test_only_the_configs_rgb_keys_are_stored_lossy(two_demos, tmp_path, monkeypatch):
+    """A reviewer's reproduction: a key the config serves as ``low_dim`` (or ``depth``) that is uint8 of shape
+    (N, H, W, 3) (a depth map packed over RGB) was encoded as video on first use like a camera, and served with
+    other values, silently. video_stream now encodes only the config's ``rgb`` keys (the rest byte-identical to
+    SequenceDataset's), and refuses given shards that hold a served non-rgb key as video (the CLI's ``--frames``
+    encodes every such array). Control: the config's rgb camera is still served from video (lossy)."""
+    from robo_loaders_plugin import BackendOptionError
+
+    monkeypatch.setenv("ROBO_LOADERS_CACHE", str(tmp_path / "home"))
+    packed = "robot0_eye_in_hand_image"  # served as low_dim: must be exact
+    combo = dict(seq_length=5, frame_stack=2)
+    keys = dict(rgb=["agentview_image"], low_dim=["robot0_eef_pos", packed])
+    cfg = make_config(two_demos, backend="video_stream", **keys, **combo)
+    ours = dataset_factory(cfg, obs_keys(cfg))
+    native = dataset_factory(make_config(two_demos, **keys, **combo), obs_keys(cfg))
+    lossy = 0
+    for i in range(0, len(native), 3):
+        for k, v in leaves(native[i]):
+            a = dict(leaves(ours[i]))[k]
+            if k.endswith("agentview_image"):
+                lossy += a.tobytes() != v.tobytes()
+                assert psnr(a, v) >= PSNR_FLOOR, (i, k)
+            else:
+                assert a.tobytes() == v.tobytes(), (i, k)
+    assert lossy  # control: the rgb camera is from video
+    stored = ShardReader(ours.location).stored_fields(0)
+    assert stored["obs/agentview_image"] == "video" and stored[f"obs/{packed}"] != "video"
+    cli = str(tmp_path / "cli")
+    convert_robomimic(two_demos, cli, video=SETTINGS, progress=False)  # every uint8 (N, H, W, 3) as video
+    given = make_config(two_demos, backend="video_stream", backend_kwargs={"source": cli}, **keys, **combo)
+    with pytest.raises(BackendOptionError, match=rf"stores obs/{packed} as video \(lossy\), but the config serves"):
+        dataset_factory(given, obs_keys(given))

@@ -274,8 +274,8 @@ def shard_samples(
         stored = reader.stored_fields(r)
         absent = [k for k in wanted[len(opts.dataset_keys) :] if k not in stored]
         if absent:
-            raise SourceError(
-                f"{reader.dir}: {d}/{absent[0]} is missing (the demo has: {sorted(stored)}); "
+            raise SourceError(  # named in the file the user edits (the shards are its conversion)
+                f"{path}: {d}/{absent[0]} is missing (the demo has: {sorted(stored)}); "
                 "check the obs keys in observation.modalities or hdf5_load_next_obs"
             )
     units = demo_units(lengths, unit_step) if unit_step else None

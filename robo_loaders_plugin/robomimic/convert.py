@@ -13,7 +13,7 @@ import dataclasses
 import json
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -48,16 +48,41 @@ def is_camera(arr: np.ndarray) -> bool:
     return arr.dtype == np.uint8 and arr.ndim == 4 and arr.shape[-1] == 3
 
 
+def as_video(name: str, arr: np.ndarray, video_keys) -> bool:
+    """Whether a demo's dataset is stored as video: an RGB camera (:func:`is_camera`) and, where the conversion
+    names the keys it may encode (``video_keys``: a backend's config's ``rgb`` observations), one of them.
+
+    Why the names: a key robomimic serves as ``low_dim`` or ``depth`` may be uint8 of shape (N, H, W, 3) too (a depth
+    map packed into 24 bits over RGB), and encoded lossy it was served with errors of a million units, silently (a
+    reviewer's reproduction); only what the config serves as an RGB image may be lossy.
+
+    Args:
+        name: The dataset's name under the demo (``obs/<key>``, ``next_obs/<key>``, ``actions``).
+        arr: The dataset, read.
+        video_keys: The observation keys that may be encoded, or ``None`` (every RGB camera: the CLI's ``--frames``).
+
+    Returns:
+        Whether it is encoded.
+    """
+    if not is_camera(arr):
+        return False
+    if video_keys is None:
+        return True
+    group, _, key = name.partition("/")
+    return group in ("obs", "next_obs") and key in video_keys
+
+
 def _worker(args):
     in_path, out_dir, codec_dict, lease_s = args[:4]
     video = VideoSettings.from_dict(args[4]) if len(args) > 4 and args[4] else None
+    video_keys = set(args[5]) if len(args) > 5 and args[5] is not None else None
     source = RobomimicHdf5(in_path, check=False)  # validated by convert_robomimic before it planned the units
 
     def read(f, demo):
         fields, compressed = source.read_all(f, demo)
         if video is not None:
             for k in sorted(fields):
-                if is_camera(fields[k]):
+                if as_video(k, fields[k], video_keys):
                     fields[k] = encode_segment(fields[k], video, f"{in_path}: data/{demo}/{k}")
                     compressed.discard(k)
         return fields, compressed
@@ -105,6 +130,7 @@ def convert_robomimic(
     executor_options: Mapping | None = None,
     video: VideoSettings | None = None,
     cache_dir: str | None = None,
+    video_keys: Collection[str] | None = None,
 ) -> dict:
     """Convert a robomimic HDF5 file into robo-shards in ``out_dir``, one record per demo. The file is validated
     and the disk checked against the estimated output (frames at the ratio a few sampled frames pack at) before
@@ -127,6 +153,8 @@ def convert_robomimic(
             :func:`video_report` to the result (``None``: every array lossless).
         cache_dir: The cache directory the record of the file's validation goes to (``storage.cache.records_dir``;
             a backend converting on first use passes its own ``cache_dir``; ``None``: the default cache root).
+        video_keys: With ``video``, the observation keys that may be stored as video (:func:`as_video`: a backend
+            passes its config's ``rgb`` keys); ``None``: every RGB camera. Recorded in the shards' metadata.
 
     Returns:
         ``episodes`` and ``shards`` (and ``video``, the report, with ``video``); for ``datatrove-slurm``, the
@@ -171,16 +199,20 @@ def convert_robomimic(
         video.check_available()
         with source.open() as f:  # every camera's frame size, from the first demo's shapes, before anything is planned
             for name, ds in datasets(f[f"data/{meta['demos'][0]}"]):
-                if ds.dtype == np.uint8 and len(ds.shape) == 4 and ds.shape[-1] == 3:
+                if as_video(name, np.empty((0, *ds.shape[1:]), ds.dtype), video_keys):
                     check_frame_size(ds.shape[1], ds.shape[2], video, f"{in_path}: data/{meta['demos'][0]}/{name}")
         if video.fps == DEFAULT_FPS:
             video = dataclasses.replace(video, fps=_recorded_fps(meta))
         meta["video"] = options["video"] = video.as_dict()  # resuming with other settings is refused
+        if video_keys is not None:
+            meta["video_keys"] = options["video_keys"] = sorted(video_keys)
         ratio = 20
     per_unit = manifest.unit_bytes(sum(sizes.values()), ratio * shard_bytes, num_workers)
     units = manifest.units_by_size(meta["demos"], sizes, per_unit)
     manifest.plan(out_dir, fp.content, units, options, source_files={"path": os.path.abspath(in_path), "names": None})
-    args = (os.path.abspath(in_path), out_dir, codec.as_dict(), lease_s) + ((video.as_dict(),) if video else ())
+    args = (os.path.abspath(in_path), out_dir, codec.as_dict(), lease_s) + (
+        (video.as_dict(), None if video_keys is None else sorted(video_keys)) if video else ()
+    )
     res = executors.execute(
         executor,
         out_dir,

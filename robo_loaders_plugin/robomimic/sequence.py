@@ -146,6 +146,34 @@ def sample_bytes(size, opts: SequenceOptions) -> int:
     return int(window * (sum(size.frame_step_bytes.values()) + size.other_step_bytes))
 
 
+def rgb_keys(config) -> set[str]:
+    """The observation keys the config serves as RGB images (``observation.modalities.<group>.rgb``, for every
+    group: ``obs``, ``goal``, and hbc/iris's ``planner``/``actor`` sub-configs): the only keys a backend may store
+    lossy (``video_stream``'s video members). A key served as ``low_dim`` or ``depth`` stays byte-identical whatever
+    its dtype and shape.
+
+    Args:
+        config: robomimic's config.
+
+    Returns:
+        The keys.
+    """
+    found: set[str] = set()
+
+    def walk(node) -> None:
+        if not hasattr(node, "keys"):
+            return
+        for name in list(node.keys()):
+            value = node[name]
+            if name == "rgb" and isinstance(value, (list, tuple)):
+                found.update(str(k) for k in value)
+            else:
+                walk(value)
+
+    walk(config.observation)
+    return found
+
+
 def training_loop_of(config):
     """The training loop robomimic's ``train()`` runs with this config: ``train.batch_size`` samples per batch,
     built by ``train.num_data_workers`` workers (``core.in_flight``).

@@ -9,7 +9,7 @@ import os
 from robo_loaders_plugin.core.errors import BackendOptionError
 from robo_loaders_plugin.pipeline.options import PassOptions, open_shards
 from robo_loaders_plugin.robomimic.buffered import buffer_sizing, fit_buffer, shard_samples
-from robo_loaders_plugin.robomimic.sequence import OPTION_PREFIX, sequence_options
+from robo_loaders_plugin.robomimic.sequence import OPTION_PREFIX, rgb_keys, sequence_options
 from robo_loaders_plugin.sources.robomimic_hdf5 import RobomimicHdf5
 from robo_loaders_plugin.storage.codec import FrameCodec
 from robo_loaders_plugin.storage.encoded_frames import EncodedFrames, VideoSegmentFrames
@@ -46,6 +46,7 @@ def video_stream_dataset(config, obs_keys, filter_by_attribute=None, dataset_pat
     opts, path = sequence_options(config, obs_keys, dataset_path)
     source = RobomimicHdf5(path, cache_dir=options.cache_dir)  # its validation record goes there too
     settings = VideoSettings()
+    rgb = rgb_keys(config)  # only these are encoded (lossy); low_dim and depth keys stay lossless whatever their shape
     sizing = buffer_sizing(
         config, source, opts, filter_by_attribute, held_ratio=1.0 if options.buffer == "raw" else 1.5
     )
@@ -54,7 +55,9 @@ def video_stream_dataset(config, obs_keys, filter_by_attribute=None, dataset_pat
     def convert(out_dir, fingerprint):
         from robo_loaders_plugin.robomimic.convert import convert_robomimic
 
-        convert_robomimic(path, out_dir, fingerprint=fingerprint, video=settings, cache_dir=options.cache_dir)
+        convert_robomimic(
+            path, out_dir, fingerprint=fingerprint, video=settings, cache_dir=options.cache_dir, video_keys=rgb
+        )
 
     reader, hold = open_shards(
         framework="robomimic",
@@ -64,7 +67,7 @@ def video_stream_dataset(config, obs_keys, filter_by_attribute=None, dataset_pat
         check_source=True,
         convert=convert,
         option_prefix=OPTION_PREFIX,
-        key_desc={"source": os.path.realpath(path), "v": 2, "video": settings.as_dict()},
+        key_desc={"source": os.path.realpath(path), "v": 3, "video": settings.as_dict(), "video_keys": sorted(rgb)},
         convert_hint=f"'robo-loaders convert robomimic {path} OUT_DIR --frames h264'",
         size=sizing.whole,
         video=True,
@@ -72,6 +75,7 @@ def video_stream_dataset(config, obs_keys, filter_by_attribute=None, dataset_pat
         check_source_option=False,  # no such option: a source of another file is converted again, never served
     )
     video = reader.dataset["metadata"].get("video")
+    check_lossy_keys(reader, opts, rgb, f"{OPTION_PREFIX}.source")
     if not video:
         raise BackendOptionError(
             f"{reader.dir} holds no video (converted without --frames): train from it with "
@@ -101,6 +105,33 @@ def video_stream_dataset(config, obs_keys, filter_by_attribute=None, dataset_pat
         decode_threads=options.decode_threads,
         describe_frames=describe_frames,
     )
+
+
+def check_lossy_keys(reader, opts, rgb: set[str], where: str) -> None:
+    """Refuse shards that hold a key the config serves other than as an RGB image as video (lossy): shards converted
+    by the CLI (``--frames`` encodes every uint8 (N, H, W, 3) array) hold a depth map packed over RGB as video, and
+    serving it as ``low_dim``/``depth`` gave other values, silently (a reviewer's reproduction).
+
+    Args:
+        reader: The shards' ``ShardReader``.
+        opts: The served windows' ``SequenceOptions`` (their field names).
+        rgb: The config's RGB keys (:func:`~robo_loaders_plugin.robomimic.sequence.rgb_keys`).
+        where: The option that named the shards, for the message.
+
+    Raises:
+        BackendOptionError: a served key that is not RGB is stored as video.
+    """
+    if not reader.episodes:
+        return
+    kinds = reader.stored_fields(0)
+    for name in opts.field_names():
+        group, _, key = name.partition("/")
+        if kinds.get(name) == "video" and not (group in ("obs", "next_obs") and key in rgb):
+            raise BackendOptionError(
+                f"{where}: {reader.dir} stores {name} as video (lossy), but the config serves {key!r} as another "
+                "modality than rgb, which must be served exactly: convert the file again without --frames, or "
+                "leave the option out (video_stream converts only the config's rgb keys to video)"
+            )
 
 
 class KeptCompressed:
