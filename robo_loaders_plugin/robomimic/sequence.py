@@ -149,8 +149,7 @@ def sample_bytes(size, opts: SequenceOptions) -> int:
 def rgb_keys(config) -> set[str]:
     """The observation keys the config serves as RGB images (``observation.modalities.<group>.rgb``, for every
     group: ``obs``, ``goal``, and hbc/iris's ``planner``/``actor`` sub-configs): the only keys a backend may store
-    lossy (``video_stream``'s video members). A key served as ``low_dim`` or ``depth`` stays byte-identical whatever
-    its dtype and shape.
+    lossy (as video). A key served as ``low_dim`` or ``depth`` stays byte-identical whatever its dtype and shape.
 
     Args:
         config: robomimic's config.
