@@ -20,7 +20,25 @@ class _RangeHandler(http.server.SimpleHTTPRequestHandler):
     def log_message(self, *args):
         pass
 
+    def _refused(self) -> bool:
+        """Answer with the status ``refuse`` gives a path ending so (a server's 403 or 500), if any."""
+        status = next((code for end, code in self.server.refuse.items() if self.path.endswith(end)), None)
+        if status is None:
+            return False
+        self.send_response(status)
+        self.send_header("Content-Length", "6")
+        self.end_headers()
+        if self.command == "GET":
+            self.wfile.write(b"denied")
+        return True
+
+    def do_HEAD(self):
+        if not self._refused():
+            super().do_HEAD()
+
     def do_GET(self):
+        if self._refused():
+            return
         rng = self.headers.get("Range") if self.server.ranges else None
         path = self.translate_path(self.path)
         if not rng or not os.path.isfile(path):
@@ -68,12 +86,15 @@ class _RangeHandler(http.server.SimpleHTTPRequestHandler):
 
 class HttpServer:
     """``with HttpServer(directory) as url:``; ``served`` counts the body bytes sent per path; ``ranges=False``:
-    Range headers ignored, whole files sent, as ``python -m http.server`` does."""
+    Range headers ignored, whole files sent, as ``python -m http.server`` does; ``refuse[path_end] = status``: every
+    request for a path ending so is answered with that status."""
 
     def __init__(self, directory: str, ranges: bool = True):
         handler = lambda *a, **k: _RangeHandler(*a, directory=str(directory), **k)  # noqa: E731
         self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", free_port()), handler)
         self.httpd.ranges = ranges
+        self.httpd.refuse = {}  # path ending -> the status every request for it gets (a 403, a 500)
+        self.refuse = self.httpd.refuse
         self.httpd.served = Counter()
         self.served = self.httpd.served
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"

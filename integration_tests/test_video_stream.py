@@ -1100,3 +1100,42 @@ def test_frames_of_another_size_than_info_json_states_are_refused_naming_the_cam
     loader = torch.utils.data.DataLoader(serve("video_stream", nat), batch_size=4, sampler=sampler_for(nat))
     with pytest.raises(SourceError, match=r"meta/info\.json's features"):  # the training batches too
         next(cycle(loader))
+
+
+@pytest.mark.parametrize("status", [403, 500])
+def test_a_remote_store_failing_a_metadata_file_or_a_copy_is_one_line_naming_the_file(lerobot_datasets, status):
+    """A reviewer's reproduction: a remote store refusing ``meta/stats.json``, ``meta/tasks.parquet`` or an episodes
+    table (a transient 403, a 500) escaped as aiohttp's traceback (its errors are not ``OSError``; only
+    ``meta/info.json``'s failure was one line), and a copy into ``local_cache_dir`` or the tables' mirror called a
+    403 or a 500 ``FileNotFoundError`` (fsspec HTTP's ``info`` says every failure so). Each is one line naming the
+    file and the server's answer. Control: a file the server does not have (404) is still read as absent."""
+    import tempfile
+
+    from robo_loaders_plugin.sources.file_cache import FileCache
+
+    root = lerobot_datasets["av1_1cam"]
+    with HttpServer(root) as server:
+        source = LeRobotV3(server.url)
+        for rel, read in (
+            ("meta/stats.json", lambda s: s.stats()),
+            ("meta/tasks.parquet", lambda s: s.tasks),
+            ("meta/episodes/chunk-000/file-000.parquet", lambda s: s.episode_table),
+        ):
+            server.refuse[rel] = status
+            with pytest.raises(SourceError) as e:
+                read(LeRobotV3(server.url))
+            msg = str(e.value)
+            assert rel in msg and str(status) in msg and "ClientResponseError" in msg and "\n" not in msg, msg
+            del server.refuse[rel]
+        assert source.stats() is not None
+        server.refuse["meta/stats.json"] = 404  # control: absent, as a dataset without statistics
+        assert LeRobotV3(server.url).stats() is None
+        video = sorted(glob.glob(os.path.join(root, "videos", "*", "*", "*.mp4")))[0]
+        rel = os.path.relpath(video, root)
+        server.refuse[rel] = status
+        with tempfile.TemporaryDirectory() as copies:
+            cache = FileCache(source.video_fs, copies)
+            with pytest.raises(SourceError) as e:
+                cache.get(source.video_fs._strip_protocol(f"{server.url}/{rel}"))
+        msg = str(e.value)
+        assert "ClientResponseError" in msg and str(status) in msg and "FileNotFoundError" not in msg, msg

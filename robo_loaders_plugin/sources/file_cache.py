@@ -77,6 +77,29 @@ TIME_KEYS = ("Last-Modified", "LastModified", "mtime", "last_modified", "updated
 HTTP_PROTOCOLS = ("http", "https")
 
 
+def http_failure(fs, exc: FileNotFoundError) -> BaseException | None:
+    """The error behind fsspec HTTP's ``FileNotFoundError``, where it is not a missing file.
+
+    Why: fsspec's ``HTTPFileSystem.info`` turns every failure of its HEAD and GET (a 500, a 403, a server that is
+    down) into ``FileNotFoundError(url)``, so a server outage was reported as "video file ... is missing" (a
+    reviewer's reproduction). Only a 404 or 410 is a missing file; anything else is the request's own error, which
+    the caller reports as a failed remote read.
+
+    Args:
+        fs: The filesystem.
+        exc: What its ``info`` raised.
+
+    Returns:
+        The underlying error, or ``None`` (a missing file, or not HTTP).
+    """
+    from fsspec.implementations.http import HTTPFileSystem
+
+    cause = exc.__cause__
+    if not isinstance(fs, HTTPFileSystem) or cause is None:
+        return None
+    return None if getattr(cause, "status", None) in (404, 410) else cause
+
+
 def remote_identity(fs, path: str, endpoint: str | None) -> dict:
     """What says a remote file is still the one copied: its size and version (S3's ETag, the Hub's blob id, HTTP's
     ETag or Last-Modified, or an mtime). One metadata request (``fs.info``).
@@ -278,6 +301,8 @@ class FileCache:
                 except SourceError:
                     raise
                 except Exception as exc:  # the store's error (a dropped connection), or the local disk's
+                    if isinstance(exc, FileNotFoundError):  # fsspec HTTP's info says a 403 or a 500 so (a reviewer's
+                        exc = http_failure(self.fs, exc) or exc  # reproduction): the server's own answer is named
                     raise SourceError(
                         f"{self.label}: copying {self.fs.unstrip_protocol(path)} into {local} failed "
                         f"({type(exc).__name__}: {exc}); check the network, the endpoint and the "

@@ -33,6 +33,7 @@ import numpy as np
 from robo_loaders_plugin.core.errors import SourceError
 from robo_loaders_plugin.core.files import path_lock
 from robo_loaders_plugin.core.log import get_logger
+from robo_loaders_plugin.sources.file_cache import http_failure
 from robo_loaders_plugin.storage import fingerprint as fp
 from robo_loaders_plugin.storage.frame_layout import channels_first
 
@@ -160,6 +161,8 @@ class LeRobotV3:
             raise SourceError(f"{self.url}: meta/info.json not found; not a LeRobot v3 dataset root") from None
         except json.JSONDecodeError as exc:
             raise SourceError(f"{self.url}/meta/info.json: not valid JSON ({exc})") from None
+        except SourceError:  # read_bytes said it (a remote store's failure)
+            raise
         except Exception as exc:  # any store's failure (aiohttp, botocore, OSError), said in one line
             # fsspec's exists() answers False for any failure, so an unreachable server was "not found; not a
             # LeRobot v3 dataset root"
@@ -227,9 +230,22 @@ class LeRobotV3:
 
         Raises:
             FileNotFoundError: it does not exist.
+            SourceError: a remote store failed to serve it (a 403, a 500, a body cut short: aiohttp's and botocore's
+                errors are not ``OSError``, so a transient failure of ``meta/stats.json`` escaped as a traceback where
+                ``meta/info.json``'s was one line; a reviewer's reproduction), the file and the reason named.
         """
         # cat_file, not open().read(): fsspec's HTTP open turns an unreachable server into FileNotFoundError too
-        return self.fs.cat_file(self.full(rel))
+        try:
+            return self.fs.cat_file(self.full(rel))
+        except FileNotFoundError:
+            raise
+        except Exception as exc:  # any store's failure (aiohttp, botocore, OSError), said in one line
+            if self.local:
+                raise
+            raise SourceError(
+                f"{self.url}: could not read {rel} from the remote store ({type(exc).__name__}: "
+                f"{str(exc).strip() or 'no message'}); check the URL, the network and storage_options"
+            ) from None
 
     def _opened(self, path: str):
         """A small file opened for reading: locally the file; remotely its whole bytes, fetched with one request.
@@ -248,8 +264,11 @@ class LeRobotV3:
             return self.fs.open(path, "rb")
         try:
             return io.BytesIO(self.fs.cat_file(path))
-        except (OSError, ValueError) as exc:
-            raise SourceError(f"{self.url}: cannot fetch {path} ({exc})") from None
+        except Exception as exc:  # noqa: BLE001 - aiohttp's and botocore's errors are not OSError (a reviewer's find)
+            raise SourceError(
+                f"{self.url}: cannot fetch {path} ({type(exc).__name__}: {str(exc).strip() or 'no message'}); "
+                "check the URL, the network and storage_options"
+            ) from None
 
     def glob(self, pattern: str) -> list[str]:
         """Full paths matching ``pattern`` (relative to the root), sorted as LeRobot sorts them.
@@ -341,7 +360,7 @@ class LeRobotV3:
             self.video_fs.info(path)
             return True
         except FileNotFoundError as exc:
-            failure = _http_failure(self.video_fs, exc)
+            failure = http_failure(self.video_fs, exc)
             if failure is not None:
                 raise failure from None
             return False
@@ -1049,29 +1068,6 @@ def window_gaps(delta_indices, cameras) -> dict[str, int]:
         if len(offsets) > 1:
             out[key] = min(b - a for a, b in itertools.pairwise(offsets))
     return out
-
-
-def _http_failure(fs, exc: FileNotFoundError) -> BaseException | None:
-    """The error behind fsspec HTTP's ``FileNotFoundError``, where it is not a missing file.
-
-    Why: fsspec's ``HTTPFileSystem.info`` turns every failure of its HEAD and GET (a 500, a 403, a server that is
-    down) into ``FileNotFoundError(url)``, so a server outage was reported as "video file ... is missing" (a
-    reviewer's reproduction). Only a 404 or 410 is a missing file; anything else is the request's own error, which
-    the caller reports as a failed remote read.
-
-    Args:
-        fs: The video filesystem.
-        exc: What its ``info`` raised.
-
-    Returns:
-        The underlying error, or ``None`` (a missing file, or not HTTP).
-    """
-    from fsspec.implementations.http import HTTPFileSystem
-
-    cause = exc.__cause__
-    if not isinstance(fs, HTTPFileSystem) or cause is None:
-        return None
-    return None if getattr(cause, "status", None) in (404, 410) else cause
 
 
 class LeRobotEpisodes:
