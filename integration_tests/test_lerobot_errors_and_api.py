@@ -133,6 +133,12 @@ def test_unknown_backend_at_parse_time(lerobot_datasets):
         from robo_loaders_plugin.lerobot.flags import backend_choice
 
         backend_choice(types.SimpleNamespace(backend="nope", backend_kwargs={}))
+    # an empty name (`--dataset.backend=$BACKEND`, the variable unset) trained on native without a word (a
+    # reviewer's reproduction): refused as any unknown name; control: no flag at all is the default
+    with pytest.raises(DecodingError, match=r"unknown data backend ''"):
+        cfg_for(lerobot_datasets["av1_1cam"], None, None, 0.0, "--dataset.backend=")
+    assert backend_choice(types.SimpleNamespace(backend=None, backend_kwargs={})).name == "native"
+    assert cfg_for(lerobot_datasets["av1_1cam"]).dataset.backend == "native"
 
 
 def test_a_root_or_episodes_lerobot_cannot_train_from_is_refused_at_parsing(

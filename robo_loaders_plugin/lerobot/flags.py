@@ -71,7 +71,11 @@ def backend_choice(dataset_cfg) -> BackendChoice:
     Raises:
         RoboLoadersError: naming ``--dataset.backend`` / ``--dataset.backend_kwargs`` and what is wrong.
     """
-    name = getattr(dataset_cfg, "backend", None) or DEFAULT_BACKEND  # LeRobot's own DatasetConfig has no such field
+    name = getattr(dataset_cfg, "backend", None)  # LeRobot's own DatasetConfig has no such field
+    if name is None:
+        name = DEFAULT_BACKEND
+    # an empty name is refused (choose_backend), not taken as the default: `--dataset.backend=$BACKEND` with the
+    # variable unset trained on native without a word (a reviewer's reproduction; robomimic refused "" already)
     kwargs = getattr(dataset_cfg, "backend_kwargs", None) or {}
     if isinstance(kwargs, str):
         kwargs = parse_backend_kwargs(kwargs, OPTIONS_FLAG)
