@@ -2,6 +2,7 @@
 
 import contextlib
 import glob
+import json
 import os
 import re
 import shutil
@@ -325,6 +326,25 @@ def test_without_cache_dir_the_store_is_kept_on_disk_and_reused_at_the_next_star
         assert "RAM file" in ram.serving.summary and "reused" not in ram.serving.summary, ram.serving.summary
         ram.close()
     assert glob.glob(str(cache / "*" / "store.rlc")) == stores
+
+
+def test_options_that_ask_for_two_things_or_do_not_apply_are_said(lerobot_datasets, tmp_path, caplog):
+    """A reviewer's finds: ``keep: false`` beside ``cache_dir`` kept the store in ``cache_dir`` and dropped ``keep``
+    without a word (refused now, at argument parsing, naming both); video_stream's ``storage_options`` for a local
+    dataset were dropped without a word (said, as ``local_cache_dir`` is). Controls: each option alone."""
+    from draccus.utils import DecodingError
+
+    root = lerobot_datasets["av1_1cam"]
+    both = json.dumps({"keep": False, "cache_dir": str(tmp_path / "c")})
+    with pytest.raises(DecodingError, match=r"keep false .* and cache_dir .* ask for two different stores"):
+        cfg_for(root, "compressed_cache", both)
+    for alone in ({"keep": False}, {"cache_dir": str(tmp_path / "c")}):
+        assert cfg_for(root, "compressed_cache", json.dumps(alone)).dataset.backend == "compressed_cache"
+    serve("video_stream", native(root), storage_options={"anon": True})
+    assert "storage_options ignored: the videos of" in caplog.text
+    caplog.clear()
+    serve("video_stream", native(root))
+    assert "storage_options" not in caplog.text
 
 
 def edit_a_row_keeping_the_mtime(data_file, row, column="action", to=None):

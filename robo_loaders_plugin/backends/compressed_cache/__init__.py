@@ -62,6 +62,16 @@ COMPRESSED_CACHE_OPTIONS = {
 }
 
 
+def _compressed_cache_constraints(options) -> None:
+    """``keep: false`` (a RAM store rebuilt every run) beside ``cache_dir`` (a store kept there) asks for both: the
+    store was kept in ``cache_dir`` and ``keep`` dropped without a word (a reviewer's find)."""
+    if options.cache_dir and options.keep is False:
+        raise ValueError(
+            "keep false (a store in RAM, rebuilt every run) and cache_dir (a store kept in that directory) ask for "
+            "two different stores: leave keep out to keep it in cache_dir, or cache_dir out for the RAM store"
+        )
+
+
 SPEC = frame_backend(
     "compressed_cache",
     "robo_loaders_plugin.backends.compressed_cache.store:CompressedStore",
@@ -73,6 +83,7 @@ SPEC = frame_backend(
     # loader option's default there: the transforms draw from the workers' RNG)
     kind=INDEXED,
     options=COMPRESSED_CACHE_OPTIONS,
+    constraints=_compressed_cache_constraints,
 )
 
 

@@ -110,6 +110,11 @@ def video_stream_dataset(native, *, options):
         source, _ = native_source(native)
     if not is_remote(url) and options.local_cache_dir:
         logger.warning(f"video_stream: local_cache_dir ignored: the videos of {url or native.root} are local already")
+    if not is_remote(url) and options.storage_options:  # dropped without a word before (a reviewer's find)
+        logger.warning(
+            f"video_stream: storage_options ignored: the videos of {url or native.root} are local (they are for a "
+            "remote source)"
+        )
     device = _decode_device(options.decode_device, source)
     # the buffer, sized in bytes from metadata before anything is read: long episodes are cut into units of
     # ~32 MB decoded (frames.chunks), each loaded with the frames its windows reach outside it
