@@ -252,6 +252,13 @@ def test_robomimic_options_are_checked(tiny_hdf5):
         cfg = make_config(tiny_hdf5, backend="gpu_resampler", backend_kwargs=kwargs, seq_length=5)
         with pytest.raises(BackendOptionError, match=match):
             dataset_factory(cfg, obs_keys(cfg))
+    # the fields an unknown name is told modes may name leave out rewards and dones, which modes may not name (a
+    # reviewer's find: listed as valid, then refused); control: the fields that may be named are listed
+    kwargs = {"modes": {"obs/nope": "linear"}, "target_fps": 10, "source_fps": 20}
+    cfg = make_config(tiny_hdf5, backend="gpu_resampler", backend_kwargs=kwargs, seq_length=5)
+    with pytest.raises(BackendOptionError) as e:
+        dataset_factory(cfg, obs_keys(cfg))
+    assert "'rewards'" not in str(e.value) and "'dones'" not in str(e.value) and "'actions'" in str(e.value)
 
 
 def test_robomimic_a_demo_holding_a_field_another_way_is_refused_naming_the_file_and_the_demo(tmp_path):

@@ -65,7 +65,7 @@ def gpu_resampler_dataset(config, obs_keys, filter_by_attribute=None, dataset_pa
     from robo_loaders_plugin.backends.gpu_resampler.tensors import training_device
     from robo_loaders_plugin.backends.gpu_resampler.tiers import plan_tiers_checked
     from robo_loaders_plugin.backends.gpu_resampler.tiers_at_start import kept_or_filled
-    from robo_loaders_plugin.windows.rates import resolve_modes
+    from robo_loaders_plugin.windows.rates import default_mode, resolve_modes
     from robo_loaders_plugin.windows.robomimic import TRANSITION_KEYS
 
     opts, path = sequence_options(config, obs_keys, dataset_path)
@@ -140,13 +140,18 @@ def gpu_resampler_dataset(config, obs_keys, filter_by_attribute=None, dataset_pa
         names=demos,
     )
     plan = frames.plan  # the entry's tiers (a reused entry keeps the boundary it was built with)
-    modes = resolve_modes(_by_modality(frames.infos), options.modes, OPTION_PREFIX)
     fixed = sorted(set(options.modes or {}) & set(TRANSITION_KEYS))
     if fixed and rate != 1.0:
         raise BackendOptionError(
             f"{OPTION_PREFIX}.modes names {fixed}: a transition's rewards and dones are read at the last recorded "
             "step it covers (so the demo's last ones are served), not by mode; remove them from modes"
         )
+    infos = _by_modality(frames.infos)
+    # the fields modes may name: not rewards and dones where rates are converted (a refusal of a name that
+    # resolve_modes' own message had just listed as valid: a reviewer's find); they keep their default mode
+    movable = {k: v for k, v in infos.items() if k not in TRANSITION_KEYS} if rate != 1.0 else infos
+    modes = resolve_modes(movable, options.modes, OPTION_PREFIX)
+    modes.update({k: default_mode(info) for k, info in infos.items() if k not in modes})
     where = plan.describe(str(train_device)) + f", {held}"
     if frames.spilled_while_filling:
         where += f" (then {frames.spilled_while_filling})"
