@@ -1269,3 +1269,39 @@ def test_gpu_resampler_delta_timestamps_give_a_mixtures_windows_whatever_its_com
     mix.close()
     with pytest.raises(BackendOptionError, match=r"delta_timestamps\['action'\] has 3 offsets"):
         build_mixture(spec, ds, choose("gpu_resampler", device="cpu", delta_timestamps={**given, "action": [0.0] * 3}))
+
+
+def test_a_resumed_mixture_whose_component_was_rewritten_is_told_so(lerobot_mixture_datasets, tmp_path, caplog):
+    """``make_mixture_datasets`` on ``--resume=true`` compares the components' sizes with the checkpoint's
+    ``component_stats.json`` (``mixture_resume.warn_resized``): a component rewritten in place under the same root
+    resumed on other episodes without a word (a reviewer's reproduction). Control: the sizes saved say nothing."""
+    from types import SimpleNamespace
+
+    from lerobot.policies.act.configuration_act import ACTConfig
+
+    from robo_loaders_plugin.lerobot.config import BackendDatasetConfig
+    from robo_loaders_plugin.lerobot.mixture import make_mixture_datasets
+
+    ds = lerobot_mixture_datasets
+    comps = [{"repo_id": ds[n][0], "root": ds[n][1], "weight": w} for n, w in zip("abc", WEIGHTS)]
+    comps[2]["rename"] = RENAME_C
+    checkpoint = tmp_path / "checkpoints" / "000003"
+    (checkpoint / "pretrained_model").mkdir(parents=True)
+    policy = ACTConfig()
+
+    def build(sizes):
+        saved = [{"repo_id": ds[n][0], "root": ds[n][1], "frames": f, "episodes": e} for n, (f, e) in zip("abc", sizes)]
+        (checkpoint / "pretrained_model" / "component_stats.json").write_text(json.dumps({"components": saved}))
+        dataset = BackendDatasetConfig(mixture=json.dumps(comps))
+        cfg = SimpleNamespace(
+            dataset=dataset, policy=policy, trainable_config=policy, tolerance_s=1e-4, num_workers=0, resume=True,
+            checkpoint_path=checkpoint,
+        )  # fmt: skip
+        return make_mixture_datasets(cfg, split=False)[0]
+
+    mix = build([(0, 0)] * 3)
+    sizes = [(int(n.num_frames), int(n.num_episodes)) for n in mix.natives]
+    assert "component 0 (mix/a): 0 frames in 0 episodes at the checkpoint" in caplog.text
+    caplog.clear()
+    build(sizes)
+    assert "trained on components of other sizes" not in caplog.text

@@ -349,6 +349,20 @@ def test_each_checkpoint_saves_the_robots_own_statistics(lerobot_robots, tmp_pat
             for stat, value in stats.items():
                 np.testing.assert_allclose(c["stats"][key][stat], value, err_msg=f"{name} {key} {stat}")
     assert not (tmp_path / "one").exists()  # control: no mixture, no file
+    # the sizes the passes are ordered over are saved; a resumed run whose component was rewritten in place under
+    # the same root (flags unchanged) is told so (a reviewer's reproduction: resumed on 113 frames where the
+    # checkpoint trained on 48, without a word). Control: the same sizes say nothing
+    from robo_loaders_plugin.lerobot.mixture_resume import warn_resized
+
+    now = [(c["repo_id"], c["frames"], c["episodes"]) for c in saved["components"]]
+    assert [n for _, n, _ in now] == [len(n) for n in mix.natives] and all(e > 0 for _, _, e in now)
+    assert warn_resized(tmp_path / "000002", now) == []
+    grown = [now[0], (now[1][0], now[1][1] + 65, now[1][2] + 4), now[2]]
+    said = warn_resized(tmp_path / "000002", grown)
+    assert said == [
+        f"component 1 ({now[1][0]}): {now[1][1]} frames in {now[1][2]} episodes at the checkpoint, "
+        f"{now[1][1] + 65} in {now[1][2] + 4} now"
+    ]
 
 
 # -- lerobot-train on three robots (issue 44's "done when") -----------------------------------------------------------

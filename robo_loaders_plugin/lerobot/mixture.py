@@ -75,7 +75,7 @@ from robo_loaders_plugin.lerobot.mixture_meta import (
     mixture_stats,
     renamed_stats,
 )
-from robo_loaders_plugin.lerobot.mixture_resume import COMPONENT_STATS_FILE, pass_order
+from robo_loaders_plugin.lerobot.mixture_resume import COMPONENT_STATS_FILE, pass_order, warn_resized
 from robo_loaders_plugin.lerobot.single import (
     build_dataset,
     items_choice,
@@ -110,7 +110,8 @@ def save_component_stats(checkpoint_dir, cfg) -> None:
     """Write the trained mixture's ``meta.component_stats`` into the checkpoint's ``pretrained_model/``, beside the
     policy and its processors' statistics, so a policy can be un-normalised per robot at inference.
 
-    The file: ``{"components": [{"repo_id", "root", "stats": {key: {stat: list}}}], "padding": {key: size},
+    The file: ``{"components": [{"repo_id", "root", "frames", "episodes", "stats": {key: {stat: list}}}],
+    "padding": {key: size},
     "pass_order": str}`` (each component's statistics under its rename map, unpadded: its own sizes; the order the
     passes were served in, ``mixture_resume.pass_order``, which a resumed run compares with its own). Written
     atomically: a checkpoint stopped mid-write keeps the previous file or none, never half of one.
@@ -132,6 +133,9 @@ def save_component_stats(checkpoint_dir, cfg) -> None:
             {
                 "repo_id": name,
                 "root": str(native.root),
+                # what the passes are ordered over, compared when a run resumes (mixture_resume.warn_resized)
+                "frames": int(native.num_frames),
+                "episodes": int(native.num_episodes),
                 "stats": {
                     key: {stat: np.asarray(value).tolist() for stat, value in values.items()}
                     for key, values in stats.items()
@@ -597,6 +601,14 @@ def make_mixture_datasets(cfg, split: bool):
             spec, trains, choice, layout=layout, use_imagenet_stats=imagenet, seed=seed, drop_n_last_frames=drop
         )
         TRAINED[:] = [train]
+        if getattr(cfg, "resume", False) and getattr(cfg, "checkpoint_path", None) is not None:
+            warn_resized(
+                cfg.checkpoint_path,
+                [
+                    (n, int(t.num_frames), int(t.num_episodes))
+                    for n, t in zip(train.meta.names, train.natives, strict=True)
+                ],
+            )
         if any(e is None for e in evals):
             return train, None
         return train, build_mixture(spec, evals, choice, layout=layout, use_imagenet_stats=imagenet, seed=seed)

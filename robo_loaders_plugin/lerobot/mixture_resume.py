@@ -215,6 +215,54 @@ def recorded_order(checkpoint) -> str | None:
     return order if isinstance(order, str) else None
 
 
+def warn_resized(checkpoint, now: list[tuple[str, int, int]]) -> list[str]:
+    """Say when a resumed mixture's components hold other frame or episode counts than its checkpoint's run served
+    (a component rewritten in place under the same root: the flags :func:`check_resumed_dataset` compares are the
+    same). The passes are ordered over the components' sizes, so the resumed step is a batch of another order, on
+    other episodes, and the checkpoint's normalisation statistics are the old data's; a reviewer's reproduction
+    resumed on 113 frames where the checkpoint trained on 48, without a word. Said, not refused: LeRobot resumes one
+    edited dataset so too.
+
+    Args:
+        checkpoint: The checkpoint's directory.
+        now: ``(name, frames, episodes)`` of each component, as this run serves them.
+
+    Returns:
+        The differences said (``[]``: none, or the checkpoint records no sizes: an earlier version's).
+    """
+    from lerobot.utils.constants import PRETRAINED_MODEL_DIR
+
+    from robo_loaders_plugin.core.log import get_logger
+
+    path = os.path.join(str(checkpoint), PRETRAINED_MODEL_DIR, COMPONENT_STATS_FILE)
+    try:
+        with open(path, encoding="utf-8") as f:
+            saved = json.load(f).get("components")
+    except (OSError, ValueError, AttributeError):
+        return []
+    if not isinstance(saved, list) or len(saved) != len(now):
+        return []
+    differences = []
+    for k, (entry, (name, frames, episodes)) in enumerate(zip(saved, now)):
+        if not isinstance(entry, dict) or "frames" not in entry:
+            continue
+        if (entry.get("frames"), entry.get("episodes")) != (frames, episodes):
+            differences.append(
+                f"component {k} ({name}): {entry.get('frames')} frames in {entry.get('episodes')} episodes at the "
+                f"checkpoint, {frames} in {episodes} now"
+            )
+    if differences:
+        more = len(differences) - MAX_LISTED
+        what = "; ".join(differences[:MAX_LISTED]) + (f"; and {more} more" if more > 0 else "")
+        get_logger(__name__).warning(
+            f"warning: {MIXTURE_FLAG}: checkpoint {checkpoint} trained on components of other sizes ({what}): "
+            "edited since, so the resumed step is a batch of another order on other episodes, and the checkpoint's "
+            "normalisation statistics are those of the data it trained on; train on the edited data as a new run "
+            "(another --output_dir, without --resume) to start from its own"
+        )
+    return differences
+
+
 def _warn_order_change(dataset, checkpoint) -> None:
     """Say when a mixture resumed on the same data is ordered another way than its checkpoint's run: the pass it
     stopped in continues at the same batch of another order, so until that pass ends some of its windows are
