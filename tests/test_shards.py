@@ -161,3 +161,31 @@ def test_field_names_of_any_characters_round_trip_and_earlier_member_names_are_r
         if not legacy:
             assert sorted(r.stored_fields(0)) == sorted(names)
         assert r.verify() == []
+
+
+def test_shards_of_another_framework_are_refused_naming_the_option_and_what_to_do(tmp_path):
+    """A reviewer's find: shards converted from a LeRobot dataset given to a robomimic run said only
+    ``<dir>: converted from a 'lerobot' dataset, not robomimic``, naming neither the option nor a next step.
+    Control: the refusal is for the other framework only (here: 'test' shards for 'test' pass the check)."""
+    from robo_loaders_plugin import RoboLoadersError
+    from robo_loaders_plugin.pipeline.options import open_shards
+
+    write(tmp_path / "s")  # framework "test"
+    kwargs = dict(
+        source=None,
+        shards=str(tmp_path / "s"),
+        cache_dir=None,
+        check_source=False,
+        key_desc={},
+        convert=None,
+        option_prefix="train.data_backend_kwargs.shards",
+        convert_hint="'robo-loaders convert robomimic IN OUT'",
+        backend="datapipe",
+    )
+    with pytest.raises(RoboLoadersError) as e:
+        open_shards(framework="robomimic", **kwargs)
+    msg = str(e.value)
+    assert msg.startswith("train.data_backend_kwargs.shards: ") and "'test' dataset, not a robomimic one" in msg
+    assert "robo-loaders convert robomimic IN OUT" in msg and "\n" not in msg
+    reader, hold = open_shards(framework="test", **kwargs)
+    assert reader.dir and hold is None

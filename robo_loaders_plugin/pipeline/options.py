@@ -273,7 +273,11 @@ def open_shards(
         reader = ShardReader(os.path.expanduser(shards))
         meta = reader.dataset.get("metadata", {})
         if meta.get("framework") != framework:
-            raise RoboLoadersError(f"{reader.dir}: converted from a {meta.get('framework')!r} dataset, not {framework}")
+            raise RoboLoadersError(  # named with the option and what to do (a reviewer's find)
+                f"{option_prefix}: {reader.dir} was converted from a {meta.get('framework')!r} dataset, not a "
+                f"{framework} one; give shards converted from this dataset ({convert_hint}), or leave the option out "
+                "to convert on first use"
+            )
         if check_source:
             recorded = recorded_source(reader)
             skip = f", or set {option_prefix}.check_source to false" if check_source_option else ""
