@@ -831,9 +831,29 @@ def _report_conversion(out_dir, res, episode: str = "episode"):
     show_default=True,
     help="video: yuv420p halves colour resolution (smaller files; costs 1-4 dB on small images)",
 )
+@click.option(
+    "--min-psnr",
+    type=click.FloatRange(min=0),
+    default=35.0,
+    show_default=True,
+    help="video: the lowest PSNR (dB) of a camera segment over its frames; a segment below it fails the conversion "
+    "naming it (0: no floor)",
+)
 @_executor_options
 def convert_robomimic_cmd(
-    in_path, out_dir, num_workers, shard_size, codec, level, frames, crf, gop, pix_fmt, executor, **executor_cli
+    in_path,
+    out_dir,
+    num_workers,
+    shard_size,
+    codec,
+    level,
+    frames,
+    crf,
+    gop,
+    pix_fmt,
+    min_psnr,
+    executor,
+    **executor_cli,
 ):
     """Convert a robomimic HDF5 file; re-running the same command resumes an interrupted conversion.
 
@@ -848,6 +868,7 @@ def convert_robomimic_cmd(
         crf: ``--crf`` of the video (``None``: the codec's default).
         gop: ``--gop``, video frames between keyframes.
         pix_fmt: ``--pix-fmt`` of the video: ``yuv444p`` or ``yuv420p``.
+        min_psnr: ``--min-psnr``, the video segments' floor in dB (0: none).
         executor: ``--executor``.
         **executor_cli: The executor's options as the command line gives them
             (:func:`~robo_loaders_plugin.storage.shards.executors.options_from_cli`).
@@ -862,8 +883,10 @@ def convert_robomimic_cmd(
     from robo_loaders_plugin.storage.shards.executors import options_from_cli
     from robo_loaders_plugin.storage.video import VideoError, VideoSettings
 
-    if frames == "lossless" and (crf is not None or gop != 32 or pix_fmt != "yuv444p"):
-        raise click.BadParameter("--crf, --gop and --pix-fmt apply to video frames; add --frames h264|hevc|av1")
+    if frames == "lossless" and (crf is not None or gop != 32 or pix_fmt != "yuv444p" or min_psnr != 35.0):
+        raise click.BadParameter(
+            "--crf, --gop, --pix-fmt and --min-psnr apply to video frames; add --frames h264|hevc|av1"
+        )
     try:
         size, frame_codec = parse_bytes(shard_size, "--shard-size"), FrameCodec(codec, level)
         video = None if frames == "lossless" else VideoSettings(frames, crf, gop, pix_fmt)
@@ -878,6 +901,7 @@ def convert_robomimic_cmd(
         executor=executor,
         executor_options=options_from_cli(executor, **executor_cli),
         video=video,
+        min_psnr=min_psnr,
     )
     _report_conversion(out_dir, res, "demo")
     if "video" in res:

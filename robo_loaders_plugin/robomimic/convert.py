@@ -35,6 +35,8 @@ from robo_loaders_plugin.storage.video import (
     squared_error,
 )
 
+DEFAULT_MIN_PSNR = 35.0  # dB, a camera segment over its frames (the floor the docs and parity tests hold them to)
+
 
 def is_camera(arr: np.ndarray) -> bool:
     """What ``--frames`` stores as video: RGB frames (depth maps and other arrays stay lossless).
@@ -72,10 +74,36 @@ def as_video(name: str, arr: np.ndarray, video_keys) -> bool:
     return group in ("obs", "next_obs") and key in video_keys
 
 
+def check_segment_psnr(segment, floor: float, where: str) -> None:
+    """Refuse a camera segment whose decoded frames are further from the source than ``floor`` dB over all its
+    frames.
+
+    Why: the docs hold the robomimic video shards to a floor (35 dB), but it was enforced only by the tests; a noisy
+    64x64 camera at crf 18 was served at 26 dB with nothing said (a reviewer's reproduction).
+
+    Args:
+        segment: The ``VideoSegment`` encoded.
+        floor: The lowest PSNR (dB) allowed (0: none).
+        where: The demo's dataset, for the message.
+
+    Raises:
+        VideoError: the segment is below the floor.
+    """
+    from robo_loaders_plugin.storage.video import VideoError
+
+    if floor > 0 and segment.psnr < floor:
+        raise VideoError(
+            f"{where}: encoded at {segment.psnr:.2f} dB over its frames, below the floor of {floor:g} dB: convert with "
+            "a lower crf ('robo-loaders convert robomimic IN OUT --frames h264 --crf 10', then give OUT as the "
+            "backend's source), lower the floor (--min-psnr), or train with a backend that keeps frames lossless"
+        )
+
+
 def _worker(args):
     in_path, out_dir, codec_dict, lease_s = args[:4]
     video = VideoSettings.from_dict(args[4]) if len(args) > 4 and args[4] else None
     video_keys = set(args[5]) if len(args) > 5 and args[5] is not None else None
+    floor = float(args[6]) if len(args) > 6 else 0.0
     source = RobomimicHdf5(in_path, check=False)  # validated by convert_robomimic before it planned the units
 
     def read(f, demo):
@@ -84,6 +112,7 @@ def _worker(args):
             for k in sorted(fields):
                 if as_video(k, fields[k], video_keys):
                     fields[k] = encode_segment(fields[k], video, f"{in_path}: data/{demo}/{k}")
+                    check_segment_psnr(fields[k], floor, f"{in_path}: data/{demo}/{k}")
                     compressed.discard(k)
         return fields, compressed
 
@@ -131,6 +160,7 @@ def convert_robomimic(
     video: VideoSettings | None = None,
     cache_dir: str | None = None,
     video_keys: Collection[str] | None = None,
+    min_psnr: float = DEFAULT_MIN_PSNR,
 ) -> dict:
     """Convert a robomimic HDF5 file into robo-shards in ``out_dir``, one record per demo. The file is validated
     and the disk checked against the estimated output (frames at the ratio a few sampled frames pack at) before
@@ -155,6 +185,8 @@ def convert_robomimic(
             a backend converting on first use passes its own ``cache_dir``; ``None``: the default cache root).
         video_keys: With ``video``, the observation keys that may be stored as video (:func:`as_video`: a backend
             passes its config's ``rgb`` keys); ``None``: every RGB camera. Recorded in the shards' metadata.
+        min_psnr: With ``video``, the lowest PSNR (dB) of a camera segment over its frames
+            (:func:`check_segment_psnr`; 0: no floor).
 
     Returns:
         ``episodes`` and ``shards`` (and ``video``, the report, with ``video``); for ``datatrove-slurm``, the
@@ -211,7 +243,7 @@ def convert_robomimic(
     units = manifest.units_by_size(meta["demos"], sizes, per_unit)
     manifest.plan(out_dir, fp.content, units, options, source_files={"path": os.path.abspath(in_path), "names": None})
     args = (os.path.abspath(in_path), out_dir, codec.as_dict(), lease_s) + (
-        (video.as_dict(), None if video_keys is None else sorted(video_keys)) if video else ()
+        (video.as_dict(), None if video_keys is None else sorted(video_keys), float(min_psnr)) if video else ()
     )
     res = executors.execute(
         executor,
