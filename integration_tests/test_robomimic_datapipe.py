@@ -262,6 +262,16 @@ def test_a_state_is_resumed_only_by_a_run_of_the_same_pass(tiny_hdf5, tmp_path):
         loader(batch_size=32).load_state_dict(state)
     with pytest.raises(RoboLoadersError, match="whose pass had seed 1, this run's has 5"):
         loader(seed=5).load_state_dict(state)
+    # a custom loop's one checkpoint, saved by rank 0, resumes every rank (each serves the same (epoch, batch) of
+    # its share: the rank was in the key, and rank 1 refused rank 0's state, a review's find); the world size is
+    _, ds = pair(tiny_hdf5, tmp_path, COMBOS[0])
+    ranks = [ds.batch_source(SamplingPlan(batch_size=4, rank=r, world_size=2)) for r in (0, 1, 0)]
+    it = iter(ranks[0])
+    next(it), next(it)
+    ranks[1].load_state_dict(ranks[0].state_dict())
+    assert ranks[1].state_dict()["batch"] == 2
+    with pytest.raises(RoboLoadersError, match="whose pass had world_size 2, this run's has 1"):
+        ds.batch_source(SamplingPlan(batch_size=4)).load_state_dict(ranks[0].state_dict())
 
 
 @pytest.mark.parametrize("combo", COMBOS, ids=["bc_rnn", "framestack_nopad", "goal_all"])

@@ -129,6 +129,13 @@ def test_every_sample_is_its_components_sequence_dataset_sample(parts, backend):
         torch.utils.data.default_collate([mix[i] for i in idx])[DATASET_INDEX], batch[DATASET_INDEX], "dataset_index"
     )
     assert_same({k: _cpu(v) for k, v in got.items()}, want, f"{backend} mixed batch", min_psnr)
+    if backend == "video_stream":  # every component's cameras as video, a renamed one too (stored raw: a review's find)
+        from robo_loaders_plugin.storage.shards import ShardReader
+
+        for k, d in enumerate(mix.datasets):
+            kinds = ShardReader(d.location).stored_fields(0)
+            raw = [f for f, kind in kinds.items() if f.endswith("image") and kind != "video"]
+            assert not raw and any(kind == "video" for kind in kinds.values()), (k, kinds)
 
 
 def _cpu(v):

@@ -83,7 +83,7 @@ class SamplingPlan:
 
 def pass_key(plan: SamplingPlan, **more: Any) -> dict[str, Any]:
     """What decides a pass's order in a :class:`BatchSource`: the plan's batch size, ``drop_last``, shuffle and
-    ranks, plus what the source adds (its seed, its items or a digest of them, its shuffle buffer).
+    world size, plus what the source adds (its seed, its items or a digest of them, its shuffle buffer).
 
     Args:
         plan: The native pass's plan.
@@ -96,7 +96,8 @@ def pass_key(plan: SamplingPlan, **more: Any) -> dict[str, Any]:
         "batch_size": int(plan.batch_size),
         "drop_last": bool(plan.drop_last),
         "shuffle": bool(plan.shuffle),
-        "rank": int(plan.rank),
+        # not the rank: every rank serves the same (epoch, batch) of its share (rank_share: equal batch counts), so
+        # a state saved by rank 0 resumes every rank (a custom loop's one checkpoint); the world size cuts the shares
         "world_size": int(plan.world_size),
     }
     return {**key, **more}
@@ -136,7 +137,7 @@ class BatchSource(abc.ABC):
         self._epoch, self._batch, self._positioned = int(start_epoch), int(start_batch), True
         self._running = False  # whether a pass started by iter() is being served
         self._said_apart = False
-        # what decides a pass's order (batch size, seed, items, ranks ...), saved with the position and compared when
+        # what decides a pass's order (batch size, seed, items, world size ...), saved with the position and compared when
         # a position is loaded: a (pass, batch) of another order is other windows (set by subclasses; {}: unchecked)
         self.pass_key: dict[str, Any] = {}
 
@@ -222,7 +223,7 @@ class BatchSource(abc.ABC):
         """Position the source so that the next ``iter()`` starts at ``state`` (from :meth:`state_dict`).
 
         Why the pass is compared: a pass's order is a function of the batch size, the seed, the items and the
-        ranks, so the same (epoch, batch) of a run resumed with another of them is other windows: some served twice
+        world size, so the same (epoch, batch) of a run resumed with another of them is other windows: some served twice
         in that pass, others never, without a word (a reviewer's reproduction: batch size 16 -> 32, 80 of 546
         windows never served). A state saved before the pass was recorded is loaded unchecked, said once.
 

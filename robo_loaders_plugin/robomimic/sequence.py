@@ -146,18 +146,23 @@ def sample_bytes(size, opts: SequenceOptions) -> int:
     return int(window * (sum(size.frame_step_bytes.values()) + size.other_step_bytes))
 
 
-def rgb_keys(config) -> set[str]:
+def rgb_keys(config, obs_keys=()) -> set[str]:
     """The observation keys the config serves as RGB images (``observation.modalities.<group>.rgb``, for every
     group: ``obs``, ``goal``, and hbc/iris's ``planner``/``actor`` sub-configs): the only keys a backend may store
     lossy (as video). A key served as ``low_dim`` or ``depth`` stays byte-identical whatever its dtype and shape.
 
     Args:
         config: robomimic's config.
+        obs_keys: The keys served (a mixture component's own names, which robomimic's obs-key registry gives the
+            modality of the mixture key they are renamed to: ``compat.register_obs_key_like``); those it calls
+            ``rgb`` count too (a renamed camera was stored raw: a reviewer's find).
 
     Returns:
         The keys.
     """
-    found: set[str] = set()
+    from robo_loaders_plugin.robomimic import compat
+
+    found: set[str] = {str(k) for k in obs_keys if compat.obs_modality(str(k)) == "rgb"}
 
     def walk(node) -> None:
         if not hasattr(node, "keys"):
