@@ -137,8 +137,8 @@ class BatchSource(abc.ABC):
         self._epoch, self._batch, self._positioned = int(start_epoch), int(start_batch), True
         self._running = False  # whether a pass started by iter() is being served
         self._said_apart = False
-        # what decides a pass's order (batch size, seed, items, world size ...), saved with the position and compared when
-        # a position is loaded: a (pass, batch) of another order is other windows (set by subclasses; {}: unchecked)
+        # what decides a pass's order (batch size, seed, items, world size ...), saved with the position and compared
+        # when a position is loaded: a (pass, batch) of another order is other windows (set by subclasses; {}: none)
         self.pass_key: dict[str, Any] = {}
 
     @abc.abstractmethod

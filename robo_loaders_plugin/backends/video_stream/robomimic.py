@@ -46,7 +46,7 @@ def video_stream_dataset(config, obs_keys, filter_by_attribute=None, dataset_pat
     opts, path = sequence_options(config, obs_keys, dataset_path)
     source = RobomimicHdf5(path, cache_dir=options.cache_dir)  # its validation record goes there too
     settings = VideoSettings()
-    rgb = rgb_keys(config, obs_keys)  # only these are encoded (lossy); low_dim and depth keys stay lossless whatever their shape
+    rgb = rgb_keys(config, obs_keys)  # only these are encoded (lossy); low_dim and depth keys stay lossless
     sizing = buffer_sizing(
         config, source, opts, filter_by_attribute, held_ratio=1.0 if options.buffer == "raw" else 1.5
     )
