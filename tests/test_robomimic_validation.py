@@ -216,6 +216,12 @@ def test_a_source_of_the_other_kind_is_one_line(tmp_path):
         LeRobotV3(path)
     with pytest.raises(SourceError, match=r"is a directory, not an HDF5 file; give the \.hdf5 file's path"):
         RobomimicHdf5(str(tmp_path))
+    # meta/info.json that is not JSON, or not even UTF-8 (a binary file copied over it): one line, not a traceback
+    (tmp_path / "ds" / "meta").mkdir(parents=True)
+    for body in (b"{not json", b"{\x80\x81 garbage"):
+        (tmp_path / "ds" / "meta" / "info.json").write_bytes(body)
+        with pytest.raises(SourceError, match=r"ds/meta/info\.json: not valid JSON"):
+            LeRobotV3(str(tmp_path / "ds"))
 
 
 def test_a_file_replaced_after_the_open_does_not_get_the_old_files_record(tmp_path, monkeypatch):

@@ -159,19 +159,8 @@ class LeRobotV3:
             self.info = json.loads(self.read_bytes("meta/info.json"))
         except (FileNotFoundError, NotADirectoryError):  # a root that is a file (an HDF5 given as a root)
             raise SourceError(f"{self.url}: meta/info.json not found; not a LeRobot v3 dataset root") from None
-        except json.JSONDecodeError as exc:
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:  # a remote store's failure is read_bytes' line
             raise SourceError(f"{self.url}/meta/info.json: not valid JSON ({exc})") from None
-        except SourceError:  # read_bytes said it (a remote store's failure)
-            raise
-        except Exception as exc:  # any store's failure (aiohttp, botocore, OSError), said in one line
-            # fsspec's exists() answers False for any failure, so an unreachable server was "not found; not a
-            # LeRobot v3 dataset root"
-            if self.local:
-                raise
-            raise SourceError(
-                f"{self.url}: could not read meta/info.json from the remote store ({type(exc).__name__}: "
-                f"{str(exc).strip() or 'no message'}); check the URL, the network and storage_options"
-            ) from None
         self.fps = self.info["fps"]
         self.features = self.info["features"]
         self.video_keys = [k for k, f in self.features.items() if f["dtype"] == "video"]
