@@ -8,6 +8,7 @@ demo, and whatever else it holds: a change anywhere in it counts).
 
 from __future__ import annotations
 
+import base64
 import os
 import threading
 
@@ -84,9 +85,16 @@ def _text(v):
 
     Why lists: an attribute holding several values (``np.arange(5.0)``, an array of names) failed ``.item()``, so a
     file robomimic reads could not be converted, nor served by the backends that convert it (a reviewer's
-    reproduction)."""
+    reproduction). Bytes that are not UTF-8 text (a pickled blob stored as ``np.void``, h5py's advice for binary)
+    are kept as ``{"base64": ...}`` and an empty attribute (``h5py.Empty``) as None: robomimic never reads them, and
+    they failed the conversion of a file it trains on (a reviewer's reproduction)."""
     if isinstance(v, bytes):
-        return v.decode()
+        try:
+            return v.decode()
+        except UnicodeDecodeError:
+            return {"base64": base64.b64encode(v).decode("ascii")}
+    if isinstance(v, h5py.Empty):
+        return None
     if isinstance(v, np.ndarray):
         # one value: a scalar, as conversions always kept it (a 1-element array too)
         return _text(v.item()) if v.size == 1 else [_text(x) for x in v.tolist()]
@@ -103,11 +111,14 @@ def datasets(group, prefix=""):
         prefix: Prepended to every name (the path of ``group`` below the caller's root).
 
     Yields:
-        ``(name, dataset)``, names like ``actions`` or ``obs/agentview_image``.
+        ``(name, dataset)``, names like ``actions`` or ``obs/agentview_image``; not an empty dataset (a null
+        dataspace, ``h5py.Empty``: metadata with no values, whose shape None failed every conversion of a file
+        robomimic trains on; a reviewer's reproduction).
     """
     for k, v in group.items():
         if isinstance(v, h5py.Dataset):
-            yield prefix + k, v
+            if v.shape is not None:
+                yield prefix + k, v
         else:
             yield from datasets(v, f"{prefix}{k}/")
 
@@ -139,7 +150,9 @@ def _read_plain(f: h5py.File, demo: str, key: str) -> np.ndarray | None:
         dtype = d.dtype
         if dtype.kind not in "biuf" or dtype.fields is not None or dtype.subdtype is not None:
             return None
-        out = np.empty(d.shape, dtype=dtype)
+        # in this machine's byte order, as robomimic serves it: a big-endian array (">u2" depth) was stored and
+        # served big-endian, which torch refuses to batch (a reviewer's reproduction); HDF5 converts as it reads
+        out = np.empty(d.shape, dtype=dtype.newbyteorder("="))
         if out.size:
             d.read(h5py.h5s.ALL, h5py.h5s.ALL, out)
         return out
@@ -185,8 +198,8 @@ def _strings_at(f: h5py.File, demo: str, key: str) -> bool:
 
 
 def _rows(ds) -> int | None:
-    """A dataset's rows (its first dimension; ``None`` for a scalar)."""
-    return ds.shape[0] if ds.ndim else None
+    """A dataset's rows (its first dimension; ``None`` for a scalar or an empty dataset, whose shape is None)."""
+    return ds.shape[0] if ds.shape else None
 
 
 class _ValidationRecord:
@@ -405,7 +418,7 @@ class RobomimicHdf5:
                     raise self._elsewhere(name.decode(), "a virtual dataset or external storage")
                 if dataset.dtype.kind in "OSU":
                     self.strings.setdefault(name.decode()[len(demo) + 1 :], demo)
-                shape = dataset.shape
+                shape = dataset.shape or ()  # None: a null dataspace (h5py.Empty), unsized metadata
                 rows = shape[0] if len(shape) else None
                 if rows != n:
                     self.unsized.setdefault(name.decode()[len(demo) + 1 :], [demo, rows, list(shape), n])
@@ -418,9 +431,9 @@ class RobomimicHdf5:
         for name, ds in datasets(f[f"data/{demo}"]):
             if ds.dtype.kind in "OSU":
                 self.strings.setdefault(name, demo)
-            rows = ds.shape[0] if ds.ndim else None
+            rows = _rows(ds)
             if rows != n:
-                self.unsized.setdefault(name, [demo, rows, list(ds.shape), n])
+                self.unsized.setdefault(name, [demo, rows, list(ds.shape or ()), n])
         return n
 
     def _elsewhere(self, name: str, how: str) -> SourceError:
@@ -616,6 +629,15 @@ class RobomimicHdf5:
             arr = f[path][()]
         except (OSError, RuntimeError, ValueError) as exc:
             raise SourceError(f"{f.filename}: cannot read {path} ({exc}); the file is truncated or corrupt") from exc
+        if isinstance(arr, np.ndarray) and arr.dtype.fields is not None:
+            # stored as its bytes, a compound array was served as "|V8" without its field names, or refused as a
+            # damaged shard (a reviewer's reproduction); robomimic's own batches cannot hold it either
+            raise SourceError(
+                f"{f.filename}: {path} holds records of a compound dtype ({arr.dtype}), which robomimic cannot "
+                "batch; store each field as a dataset of its own, or leave the key out of the config"
+            )
+        if isinstance(arr, np.ndarray) and not arr.dtype.isnative:
+            arr = arr.astype(arr.dtype.newbyteorder("="))
         if length is not None and (arr.ndim == 0 or arr.shape[0] != length):
             raise SourceError(f"{f.filename}: {path} has shape {arr.shape} but data/{demo} has num_samples={length}")
         return arr
