@@ -62,3 +62,57 @@ def test_a_compound_array_is_one_line(tmp_path, backend):
     case = case_of(write(tmp_path / "compound.hdf5", compound=True))
     with pytest.raises(SourceError, match=r"data/demo_0/obs/pos holds records of a compound dtype .* store each field"):
         case.build(backend, {"cache_dir": str(tmp_path / "cache")})
+
+
+def with_nested_mask(path):
+    """Masks as robomimic reads them, ``f["mask/" + key]``: ``train`` and, in a group, ``splits/train``."""
+    with h5py.File(path, "a") as f:
+        f["mask/train"] = np.array([b"demo_0", b"demo_2"])
+        f["mask/splits/train"] = np.array([b"demo_1", b"demo_2"])
+    return path
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_mask_in_a_group_is_a_filter_key(tmp_path, backend):
+    """A group under ``mask/`` failed the conversion of ``datapipe``/``video_stream`` with any filter key (h5py's
+    "Accessing a group is done with bytes or str, not slice"), and ``splits/train``, which robomimic serves, was
+    refused by every backend as not found."""
+    path = with_nested_mask(write(tmp_path / "masks.hdf5"))
+    options = {"cache_dir": str(tmp_path / "cache")}
+    min_psnr = {"obs/cam": 35.0} if backend == "video_stream" else None
+    for key, demos in (("train", ["demo_0", "demo_2"]), ("splits/train", ["demo_1", "demo_2"])):
+        cfg = make_config(path, rgb=["cam"], low_dim=["pos"], hdf5_cache_mode="low_dim", seq_length=4)
+        case = robomimic_case(cfg, obs_keys(cfg), filter_by_attribute=key)
+        assert list(case.native().demos) == demos  # control: robomimic serves these
+        assert_same_samples(case, backend, options, exhaustive=True, min_psnr=min_psnr)
+
+
+def test_a_file_open_for_writing_is_not_called_corrupt(tmp_path):
+    """A recorder or a mask-editing script holding the file open for writing: "truncated, corrupt or not an HDF5
+    file; re-download or regenerate it", for an intact file. Now one line saying another process writes it.
+    Control: once the writer exits, the file opens."""
+    import subprocess
+    import sys
+
+    from robo_loaders_plugin.sources.robomimic_hdf5 import open_hdf5
+
+    path = write(tmp_path / "held.hdf5")
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"import h5py, sys; f = h5py.File({path!r}, 'a'); print('open', flush=True); sys.stdin.read()",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "open"
+        with pytest.raises(SourceError, match=r"held\.hdf5: another process has it open for writing") as info:
+            open_hdf5(path)
+        assert "corrupt" not in str(info.value)
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=60)
+    open_hdf5(path).close()

@@ -41,10 +41,35 @@ def open_hdf5(path: str) -> h5py.File:
     try:
         return h5py.File(path, "r")
     except OSError as exc:
+        if "already open for write" in str(exc) or "unable to lock file" in str(exc):  # intact, held by a writer
+            raise SourceError(
+                f"cannot open robomimic dataset {path}: another process has it open for writing (a recorder, a "
+                "script editing its masks); close that process or wait for it, then start again (the backends read "
+                "a finished file: caches are keyed by its bytes)"
+            ) from exc
         raise SourceError(
             f"cannot open robomimic dataset {path}: it is truncated, corrupt or not an HDF5 file "
             f"({exc}); re-download or regenerate it"
         ) from exc
+
+
+def mask_keys(f: h5py.File) -> list[str]:
+    """The filter keys of a file: every dataset below ``mask/``, by its path there (``train``, ``splits/train``).
+
+    Why paths: robomimic reads ``f["mask/" + key]``, so a mask in a group (``mask/splits/train``) is a filter key it
+    serves, and the group itself is none (its read as a mask failed every conversion; a reviewer's reproduction).
+
+    Args:
+        f: The file, open.
+
+    Returns:
+        The filter keys, sorted (none when the file has no ``mask`` group).
+    """
+    if not isinstance(f.get("mask"), h5py.Group):
+        return []
+    keys: list[str] = []
+    f["mask"].visititems(lambda name, obj: keys.append(name) if isinstance(obj, h5py.Dataset) else None)
+    return sorted(keys)
 
 
 def _is_demo(name: str) -> bool:
@@ -484,7 +509,7 @@ class RobomimicHdf5:
             raise SourceError(f"{f.filename}: no 'data' group; this is not a robomimic dataset")
         if filter_key is None:
             return sorted_demos(f["data"].keys(), f"{f.filename}: ")
-        masks = sorted(f["mask"].keys()) if "mask" in f else []
+        masks = mask_keys(f)
         if filter_key not in masks:
             raise SourceError(
                 f"{f.filename}: filter key {filter_key!r} not found under mask/ (available: "
@@ -790,10 +815,7 @@ class RobomimicHdf5:
             [demo names]}``) and ``demos`` (:meth:`stored_demos`, robomimic's order); bytes decoded to text.
         """
         demos = self.stored_demos(f)
-        masks = {
-            k: [_text(x) if isinstance(x, bytes) else str(x) for x in f[f"mask/{k}"][:]]
-            for k in (f["mask"].keys() if "mask" in f else [])
-        }
+        masks = {k: [_text(x) if isinstance(x, bytes) else str(x) for x in f[f"mask/{k}"][:]] for k in mask_keys(f)}
         return {
             "framework": "robomimic",
             "data_attrs": {k: _text(v) for k, v in f["data"].attrs.items()},
