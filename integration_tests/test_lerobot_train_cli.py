@@ -7,24 +7,57 @@ import subprocess
 import sys
 
 import pytest
+from forked_runs import ForkedRuns
 from lerobot_helpers import REPO
 from readme import first_command, section
 
 BIN = os.path.dirname(sys.executable)
 
 
-def run(args, env_extra=None):
-    """``args`` (the program first) with the test environment: no Hub, the plugin's import hook armed."""
+def test_env(env_extra=None):
+    """The test environment: no Hub, the plugin's import hook armed."""
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1", PATH=BIN + os.pathsep + os.environ.get("PATH", ""))
     env.pop("ROBO_LOADERS_DISABLE", None)
     env.update(env_extra or {})
-    p = subprocess.run(args, capture_output=True, text=True, env=env, timeout=600)
+    return env
+
+
+test_env.__test__ = False  # a helper, not a test
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _forked():
+    """lerobot-train's runs of this module, forked from one process that imported LeRobot (forked_runs.py says
+    why); the README's command, and runs in another environment, start the console script itself."""
+    global FORKED
+    # and what every run imports once it reads --dataset.backend (the backends, torchcodec): ~2 s a run
+    backends = [f"robo_loaders_plugin.backends.{name}" for name in BACKEND_PACKAGES]
+    FORKED = ForkedRuns(["lerobot.scripts.lerobot_train", "torchcodec.decoders", *backends], test_env())
+    yield
+    FORKED.close()
+    FORKED = None
+
+
+FORKED = None
+BACKEND_PACKAGES = ("native", "compressed_cache", "datapipe", "gpu_resampler", "video_stream")
+
+
+def run(args, env_extra=None, fork=False):
+    """``args`` (the program first) in the test environment plus ``env_extra``; ``fork``: a lerobot-train run
+    forked from the module's server (the same process the console script would be, the imports done)."""
+    if fork and not env_extra and FORKED is not None:
+        return FORKED.run(args, entry="lerobot.scripts.lerobot_train:main")
+    p = subprocess.run(args, capture_output=True, text=True, env=test_env(env_extra), timeout=600)
     return p.returncode, p.stdout + p.stderr
 
 
-def lerobot_train(root, out, *extra, env_extra=None, steps=3, repo=REPO):
+def lerobot_train(root, out, *extra, env_extra=None, steps=3, repo=REPO, as_module=False):
+    """``lerobot-train`` (``as_module``: ``python -m lerobot.scripts.lerobot_train``) on a small ACT, CPU."""
+    program = (
+        [sys.executable, "-m", "lerobot.scripts.lerobot_train"] if as_module else [os.path.join(BIN, "lerobot-train")]
+    )
     args = [
-        os.path.join(BIN, "lerobot-train"),
+        *program,
         *([f"--dataset.repo_id={repo}"] if repo else []),
         *([f"--dataset.root={root}"] if root is not None else []),
         "--policy.type=act",
@@ -45,7 +78,7 @@ def lerobot_train(root, out, *extra, env_extra=None, steps=3, repo=REPO):
         f"--output_dir={out}",
         *extra,
     ]
-    return run(args, env_extra)
+    return run(args, env_extra, fork=not as_module)
 
 
 def saved_dataset_config(out, step):
@@ -422,3 +455,33 @@ def test_compressed_cache_builds_batches_in_threads_unless_image_transforms_draw
     )
     refused = "compressed_cache (loader='threads') builds batches in the training process, where LeRobot's image"
     assert rc == 1 and refused in log and "Traceback" not in log, log[-3000:]
+
+
+def test_python_dash_m_is_patched_as_the_console_script(root, tmp_path):
+    """``python -m lerobot.scripts.lerobot_train`` (the form LeRobot's docs print) runs the script as ``__main__``,
+    which the import hook never saw: the log named the backend, but the loop's batches were LeRobot's (datapipe's
+    pipeline unused, a mixture's weights ignored), no component statistics were saved and a late refusal was a
+    traceback (a reviewer's reproduction). Now as the console script: the pipeline's line, the checkpoint's
+    component_stats.json, a late refusal in one line. Control: the console script, the tests above."""
+    out = tmp_path / "m"
+    component = json.dumps(
+        [
+            {"repo_id": REPO, "root": str(root), "weight": 1, "episodes": [0, 1, 2]},
+            {"repo_id": "b/b", "root": str(root), "weight": 3, "episodes": [3, 4]},
+        ]
+    )
+    rc, log = lerobot_train(
+        None, str(out), "--dataset.backend=datapipe", f"--dataset.mixture={component}", repo=None, as_module=True
+    )
+    assert rc == 0, log[-3000:]
+    assert "datapipe: lerobot-train's batches come from mixture of 2" in log, log[-3000:]
+    assert (out / "checkpoints" / "000003" / "pretrained_model" / "component_stats.json").exists()
+    rc, log = lerobot_train(
+        root,
+        str(tmp_path / "late"),
+        "--dataset.backend=gpu_resampler",
+        '--dataset.backend_kwargs={"delta_timestamps": {"nope": [-5e-2, 0]}}',
+        as_module=True,
+    )
+    assert rc == 1 and "Traceback" not in log, log[-3000:]
+    assert [ln for ln in log.splitlines() if ln.startswith("error: --dataset.backend_kwargs.delta_timestamps")]

@@ -11,7 +11,9 @@ if "lerobot" in sys.modules:  # only inside a LeRobot process; importing the plu
     from robo_loaders_plugin.lerobot.patches import apply_all
 
     apply_all()
-    if "lerobot.scripts.lerobot_train" in sys.modules:  # the training script's command line is being parsed
+    from robo_loaders_plugin.lerobot.compat import train_script
+
+    if train_script() is not None:  # the training script's command line is being parsed
         from robo_loaders_plugin.core.errors import install_one_line_excepthook
 
         install_one_line_excepthook()

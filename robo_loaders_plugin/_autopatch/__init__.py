@@ -19,6 +19,7 @@ WATCHED = {
     "robomimic.config.base_config": "robo_loaders_plugin.robomimic.patches:patch_base_config",
     "robomimic.utils.train_utils": "robo_loaders_plugin.robomimic.patches:patch_train_utils",
     "robomimic.utils.file_utils": "robo_loaders_plugin.robomimic.patches:patch_file_utils",
+    "lerobot.configs.parser": "robo_loaders_plugin.lerobot.patches:patch_parser",
     "lerobot.configs.train": "robo_loaders_plugin.lerobot.patches:patch_train_config",
     "lerobot.datasets.factory": "robo_loaders_plugin.lerobot.patches:patch_factory",
     "lerobot.scripts.lerobot_train": "robo_loaders_plugin.lerobot.patches:patch_train_script",

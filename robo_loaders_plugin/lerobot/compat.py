@@ -17,6 +17,9 @@ the original in :data:`ORIGINALS`). This module imports nothing from the adapter
    ``lerobot.scripts.lerobot_train.train``: the command line is checked first (``--dataset.backend_kwargs`` must
    be a JSON object; LeRobot's parser would read it as YAML), then the script's own ``train`` runs; the plugin's
    errors that end it are one line (``sys.excepthook``, command line only).
+   ``lerobot.configs.parser.wrap``: run as ``python -m lerobot.scripts.lerobot_train``, the script is
+   ``__main__`` (no import of ``lerobot.scripts.lerobot_train`` for the hook to see, and its ``main()`` runs as its
+   body ends), so the ``train`` it decorates patches the script at its first call (:func:`patch_parser`).
 
 5. ``lerobot.datasets.dataset_reader.DatasetReader._check_cached_episodes_sufficient``, only inside
    :func:`tables_only` (a backend streaming a remote source): LeRobot builds its dataset object from a
@@ -70,6 +73,7 @@ PATCHED = (
     ("lerobot.datasets.factory", "make_train_eval_datasets", ("cfg",)),
     ("lerobot.scripts.lerobot_train", "cycle", ("iterable",)),
     ("lerobot.scripts.lerobot_train", "save_checkpoint", ("checkpoint_dir", "step", "cfg")),
+    ("lerobot.configs.parser", "wrap", ("config_path",)),
 )
 
 
@@ -328,6 +332,65 @@ def patch_train_script(module, cycle, check_command_line, after_checkpoint=None)
         module.train = checked_train
 
 
+TRAIN_SCRIPT = "lerobot.scripts.lerobot_train"
+
+
+def train_script():
+    """LeRobot's training script's module, imported (``lerobot-train``) or run as ``python -m`` (``__main__``,
+    whose spec names the script); ``None`` when neither runs in this process."""
+    script = sys.modules.get(TRAIN_SCRIPT)
+    if script is not None:
+        return script
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    return main if spec is not None and spec.name == TRAIN_SCRIPT else None
+
+
+def patch_parser(module, patch_script) -> None:
+    """Wrap ``lerobot.configs.parser.wrap`` so that the training script run as ``python -m`` is patched too.
+
+    Why: ``python -m lerobot.scripts.lerobot_train`` (the form LeRobot's docs print) runs the script as
+    ``__main__``: the import hook never sees it, and its ``main()`` runs as its body ends. Only the dataset factory
+    was patched, so the log named the backend while the loop's ``cycle`` was LeRobot's: a mixture's weights were
+    ignored, a pipeline backend's batches not served, with nothing said (a reviewer's reproduction). The ``train`` the
+    script decorates with ``parser.wrap()`` is the first point where its module is complete: at its first call
+    the script is patched (``patch_script``) and its patched ``train`` runs instead.
+
+    Args:
+        module: ``lerobot.configs.parser``, freshly imported.
+        patch_script: Called with the script's module (:func:`patch_train_script` with the adapter's functions).
+    """
+    wrap = getattr(module, "wrap", None)
+    if wrap is None or getattr(wrap, _MARK, False):
+        return
+    ORIGINALS["wrap"] = wrap
+
+    @functools.wraps(wrap)
+    def patched_wrap(*args, **kwargs):
+        decorator = wrap(*args, **kwargs)
+
+        def decorate(fn):
+            wrapped = decorator(fn)
+            if getattr(fn, "__module__", None) != "__main__" or getattr(fn, "__name__", None) != "train":
+                return wrapped
+
+            @pass_through
+            @functools.wraps(wrapped)
+            def train_of_main(*a, **kw):
+                script = train_script()
+                if script is not None and getattr(script, "train", None) is train_of_main:
+                    patch_script(script)  # script.train is now the patched one, handing on to this function
+                    return script.train(*a, **kw)
+                return wrapped(*a, **kw)
+
+            return train_of_main
+
+        return decorate
+
+    setattr(patched_wrap, _MARK, True)
+    module.wrap = patched_wrap
+
+
 def fresh_video_decoders() -> None:
     """Give this process a video decoder cache of its own (LeRobot's module-level ``VideoDecoderCache``).
 
@@ -358,7 +421,7 @@ def native_cycle(dataloader):
 
 
 def _rebind_script(module=None) -> None:
-    module = module or sys.modules.get("lerobot.scripts.lerobot_train")
+    module = module or train_script()
     factory = sys.modules.get("lerobot.datasets.factory")
     if module is None or factory is None:
         return

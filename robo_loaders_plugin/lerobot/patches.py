@@ -4,8 +4,6 @@ modules; :func:`apply_all` patches them on demand (``--dataset.discover_packages
 
 from __future__ import annotations
 
-import sys
-
 from robo_loaders_plugin.lerobot import compat
 
 
@@ -47,6 +45,16 @@ def patch_train_script(module) -> None:
     )
 
 
+def patch_parser(module) -> None:
+    """``lerobot.configs.parser``: its ``wrap``, so that the training script run as ``python -m`` is patched at
+    its ``train``'s first call (``compat.patch_parser``).
+
+    Args:
+        module: ``lerobot.configs.parser``, freshly imported.
+    """
+    compat.patch_parser(module, patch_train_script)
+
+
 def apply_all() -> None:
     """Import LeRobot's patched modules and patch them now."""
     import lerobot.configs.train as train_config
@@ -54,6 +62,6 @@ def apply_all() -> None:
 
     patch_train_config(train_config)
     patch_factory(factory)
-    script = sys.modules.get("lerobot.scripts.lerobot_train")
+    script = compat.train_script()
     if script is not None:
         patch_train_script(script)
