@@ -730,3 +730,73 @@ def test_rows_in_another_column_order_than_lerobots_are_refused(lerobot_datasets
         check_rows_match(nat, columns, np.zeros(0, np.int64), {})
     with pytest.raises(SourceError, match=r"columns \[.*\] differ from LeRobot's"):
         check_rows_match(nat, columns[::-1], np.zeros(0, np.int64), {})
+
+
+def test_meta_episodes_rows_out_of_episode_order_are_refused_by_every_backend(copy_of, monkeypatch):
+    """A reviewer's reproduction: meta/episodes with its rows out of episode order (here the first two swapped).
+    LeRobot 0.6.1 takes an episode's video timestamps from the row at its index, the backends from the row holding
+    its episode_index, so they served other frames than LeRobotDataset with nothing said. Refused now, naming the
+    file and the first row out of order; control: without the check the frames differ."""
+    from robo_loaders_plugin.backends.video_stream import lerobot as video_stream_factory
+    from robo_loaders_plugin.lerobot import dataset as lerobot_dataset
+
+    root = copy_of("h264_3cam_multifile")
+    episodes_file = sorted(glob.glob(str(root / "meta" / "episodes" / "*" / "*.parquet")))[0]
+    table = pq.read_table(episodes_file)
+    assert table.column("episode_index").to_pylist()[:2] == [0, 1]
+    pq.write_table(table.take([1, 0, *range(2, table.num_rows)]), episodes_file)
+    nat = native(root)
+    for backend in BACKENDS:
+        with pytest.raises(RoboLoadersError) as err:
+            serve(backend, nat)
+        text = str(err.value)
+        assert f"{os.path.realpath(episodes_file)}: row 0 holds episode 1; LeRobot reads an episode's row" in text, text
+        assert "\n" not in text
+    key = "observation.images.cam0"
+    with monkeypatch.context() as m:
+        for module in (lerobot_dataset, video_stream_factory):  # every place the check runs
+            m.setattr(module, "check_meta_match", lambda native, source: None)
+        for backend in BACKENDS:
+            assert differing_frames(serve(backend, nat), nat, key, range(0, len(nat), 7)) > 0, backend
+
+
+def test_episodes_added_after_lerobot_read_the_table_say_so(copy_of):
+    """A reviewer's reproduction: an episode appended (a recorder still writing) after LeRobot built its dataset
+    object was refused with the advice for a stale datasets cache ("delete ... mtime kept"), which does not apply:
+    the line now says the table changed since LeRobot read it, and to run again."""
+    import pyarrow as pa
+
+    root = copy_of("h264_3cam_multifile")
+    nat = native(root)
+    episodes_file = sorted(glob.glob(str(root / "meta" / "episodes" / "*" / "*.parquet")))[-1]
+    table = pq.read_table(episodes_file)
+    last = table.slice(table.num_rows - 1)
+    index = last.schema.get_field_index("episode_index")
+    added = last.set_column(index, "episode_index", pa.array([len(nat.meta.episodes)], last.schema.field(index).type))
+    pq.write_table(pa.concat_tables([table, added]), episodes_file)
+    with pytest.raises(RoboLoadersError) as err:
+        serve("compressed_cache", nat)
+    text = str(err.value)
+    assert "6 episodes there, 5 in LeRobot's dataset object" in text and "changed since" in text, text
+    assert "mtime" not in text and "delete" not in text
+
+
+def test_a_timestamp_past_the_videos_end_is_not_called_a_corrupt_file(copy_of):
+    """A reviewer's reproduction: a row's timestamp that maps past its video's last frame (LeRobot fails on that row
+    too) was refused as "the file is truncated or corrupt", sending the user to re-download an intact video. The
+    line now names the episode, the frame, its timestamp and the video's length."""
+    import pyarrow as pa
+
+    root = copy_of("h264_3cam_multifile")
+    data_file = sorted(glob.glob(str(root / "data" / "*" / "*.parquet")))[-1]
+    table = pq.read_table(data_file)
+    stamps = table.column("timestamp").to_pylist()
+    fps = native(root).meta.fps
+    stamps[-1] += 0.6 / fps  # the last frame of the last video: now nearest to a frame after its end
+    index = table.schema.get_field_index("timestamp")
+    pq.write_table(table.set_column(index, "timestamp", pa.array(stamps, table.schema.field(index).type)), data_file)
+    nat = native(root, tolerance_s=1.0 / fps)
+    with pytest.raises(RoboLoadersError) as err:
+        serve("compressed_cache", nat)
+    text = str(err.value)
+    assert "the data's timestamps point past the video's end" in text and "corrupt" not in text, text

@@ -346,8 +346,21 @@ def check_meta_match(native, source) -> None:
     files = source.episode_files
     where = f"{source.url}/meta/episodes" if len(files) != 1 else files[0][0]
     n = 0 if theirs is None else theirs.num_rows
-    if mine.num_rows != n:
-        raise SourceError(f"{where}: {mine.num_rows} episodes there, {n} in {held}; {refresh}")
+    if mine.num_rows != n:  # episodes added or removed since LeRobot read the table (a recorder still writing)
+        raise SourceError(
+            f"{where}: {mine.num_rows} episodes there, {n} in {held}; " + changed_since.format("meta/episodes")
+        )
+    episode = _column(mine, "episode_index")
+    if episode is not None and not np.array_equal(episode, np.arange(len(episode))):
+        # LeRobot 0.6.1 takes an episode's video timestamps from the row at its index: rows out of order gave its
+        # items another episode's frames, and the backends (which look the row up by its episode_index) other ones
+        # than LeRobot's (a reviewer's reproduction)
+        r = int(np.flatnonzero(episode != np.arange(len(episode)))[0])
+        raise SourceError(
+            f"{where}: row {r} holds episode {int(episode[r])}; LeRobot reads an episode's row by its index, so "
+            "its items would be built from another episode's metadata: write meta/episodes in episode order, "
+            "0 to N-1 (as LeRobot's own writer does)"
+        )
     columns = ["episode_index", "length", "dataset_from_index", "dataset_to_index"] + [
         f"videos/{k}/{c}" for k in source.video_keys for c in ("chunk_index", "file_index", "from_timestamp")
     ]

@@ -991,6 +991,16 @@ class EpisodeVideoDecoder:
         try:
             batch = dec.get_frames_at(indices=indices)
         except Exception as exc:  # the decoder is let go, not given back: its state after a failure is unknown
+            frames = dec.metadata.num_frames
+            if frames and max(indices) >= frames:
+                # the file is whole: a row's timestamp points past its end (LeRobot fails on that row too); "truncated
+                # or corrupt" sent the user to re-download an intact video (a reviewer's reproduction)
+                row = int(np.argmax(np.asarray(indices) >= frames))
+                raise SourceError(
+                    f"{path}: episode {ep}'s frame {row} of {key} is at {float(timestamps[row]):.6g} s (from_timestamp "
+                    f"{start:g} s): frame {indices[row]} of a video of {frames} frames; the data's timestamps point "
+                    "past the video's end: fix the timestamps, or the episode's from_timestamp in meta/episodes"
+                ) from exc
             raise self._read_error(
                 str(path),
                 seen,
