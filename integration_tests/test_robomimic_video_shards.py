@@ -462,7 +462,7 @@ def test_hevc_segments_of_two_frames_encode_and_frames_too_low_are_refused():
     """A reviewer's reproduction: libx265 with B-frames flushed packets of nonsense DTS for 2-frame segments (a demo
     of 2 steps), which the MP4 muxer refused ("Not yet implemented in FFmpeg"), about half the time once 2-frame
     segments came first in the process. Such segments are encoded without B-frames now; each one decodes to its two
-    frames at their positions. Frames lower than 8 pixels are refused before libx265 fails on them."""
+    frames at their positions. Frames lower than 16 pixels are refused before libx265 fails on them."""
     from robo_loaders_plugin.storage.video import decode, encode
 
     settings = VideoSettings("hevc")
@@ -473,8 +473,17 @@ def test_hevc_segments_of_two_frames_encode_and_frames_too_low_are_refused():
         out = decode(encode(frames, settings, f"segment {k}"), 2, (84, 84, 3))
         assert out.shape == (2, 84, 84, 3)
         assert np.abs(out[:, : 8 + k].astype(int) - 20 * k).mean() < 8  # the segment's own content
-    with pytest.raises(VideoError, match="frames 7 pixels high; libx265 cannot encode frames lower than 8 pixels"):
-        encode(np.zeros((3, 7, 64, 3), np.uint8), settings, "frames")
+    for height in (7, 12, 15):  # libx265 refuses every height below 16 (a reviewer's 12x96); 16 encodes
+        with pytest.raises(
+            VideoError, match=f"frames {height} pixels high; libx265 cannot encode frames lower than 16"
+        ):
+            encode(np.zeros((3, height, 64, 3), np.uint8), settings, "frames")
+    assert decode(encode(np.zeros((3, 16, 64, 3), np.uint8), settings, "frames"), 3, (16, 64, 3)).shape == (
+        3,
+        16,
+        64,
+        3,
+    )
 
 
 def test_a_source_of_another_file_is_refused_without_suggesting_an_option_video_stream_lacks(
@@ -533,3 +542,28 @@ def test_only_the_configs_rgb_keys_are_stored_lossy(two_demos, tmp_path, monkeyp
     given = make_config(two_demos, backend="video_stream", backend_kwargs={"source": cli}, **keys, **combo)
     with pytest.raises(BackendOptionError, match=rf"stores obs/{packed} as video \(lossy\), but the config serves"):
         dataset_factory(given, obs_keys(given))
+
+
+def test_a_resume_with_another_floor_is_refused_and_a_floor_of_nan_too(two_demos, tmp_path, monkeypatch):
+    """A reviewer's reproduction: a conversion killed at --min-psnr 0 after a noisy demo's unit was done, resumed
+    at the default floor, published that demo's 26 dB segment (the floor holds segments encoded in the run that
+    holds it). Another floor than the interrupted run's is now refused on resume, naming it; the default one
+    resumes as before (conversions on first use keep their options). --min-psnr nan (no floor, said nowhere) is
+    refused."""
+    import contextlib
+
+    from robo_loaders_plugin.storage.shards import manifest
+
+    out = str(tmp_path / "shards")
+    video = VideoSettings("h264", 51)
+    with monkeypatch.context() as m:  # plan only: the run is "killed" before any unit is done
+        m.setattr(manifest, "work", lambda *a, **k: 0)
+        with contextlib.suppress(ShardError):
+            convert_robomimic(two_demos, out, video=video, min_psnr=0, progress=False)
+    with pytest.raises(ShardError, match=r"other options \(min_psnr 0\.0 -> None\)"):
+        convert_robomimic(two_demos, out, video=video, progress=False)
+    assert not os.path.exists(os.path.join(out, "index.json"))
+    convert_robomimic(two_demos, out, video=video, min_psnr=0, progress=False)  # control: the same floor resumes
+    assert os.path.exists(os.path.join(out, "index.json"))
+    with pytest.raises(VideoError, match=r"min_psnr \(--min-psnr\) must be a number of dB >= 0 .*got nan"):
+        convert_robomimic(two_demos, str(tmp_path / "nan"), video=VideoSettings("h264"), min_psnr=float("nan"))

@@ -424,12 +424,27 @@ def test_refusals(source, transcoded, tmp_path, monkeypatch):
     info = json.load(open(narrow / "meta" / "info.json"))
     info["features"]["observation.images.cam1"]["info"]["video.width"] = 48
     (narrow / "meta" / "info.json").write_text(json.dumps(info))
+    height = info["features"]["observation.images.cam1"]["info"]["video.height"]
     with pytest.raises(
         tc.TranscodeError,
-        match=r"observation.images.cam1 is 48 pixels wide; libx265 crashes .*"
+        match=rf"observation.images.cam1 is 48x{height}; libx265 cannot encode frames narrower than 64 .*"
         "--codec h264",
     ):
         tc.transcode(str(narrow), str(tmp_path / "o5"), codec="hevc", progress=False)
+    # ... or too low (every height below 16: a worker failed, and OUT was left with the failed options; a reviewer's)
+    info["features"]["observation.images.cam1"]["info"].update({"video.width": 96, "video.height": 12})
+    (narrow / "meta" / "info.json").write_text(json.dumps(info))
+    with pytest.raises(tc.TranscodeError, match=r"cam1 is 96x12; libx265 cannot encode .* lower than 16 pixels"):
+        tc.transcode(str(narrow), str(tmp_path / "o6"), codec="hevc", progress=False)
+    # an odd size, which yuv420p (the output's format) cannot hold: a PyAV traceback from a worker, for both codecs
+    info["features"]["observation.images.cam1"]["info"].update({"video.width": 85, "video.height": 83})
+    (narrow / "meta" / "info.json").write_text(json.dumps(info))
+    for codec in ("h264", "hevc"):
+        with pytest.raises(tc.TranscodeError, match=rf"cam1 is 85x83; the transcode writes yuv420p, which {codec}"):
+            tc.transcode(str(narrow), str(tmp_path / "o7"), codec=codec, progress=False)
+    # --min-psnr nan: every comparison with it false, so no floor, said nowhere
+    with pytest.raises(tc.TranscodeError, match=r"--min-psnr nan: must be a number of dB >= 0"):
+        tc.transcode(source, str(tmp_path / "o8"), min_psnr=float("nan"), progress=False)
     # an encoder the installed FFmpeg lacks
     monkeypatch.setitem(tc.ENCODERS, "hevc", "libx265_absent")
     with pytest.raises(
@@ -438,7 +453,7 @@ def test_refusals(source, transcoded, tmp_path, monkeypatch):
         r"PyAV .* does not have \(H.264/HEVC encoders it has: .*libx264",
     ):
         tc.transcode(source, str(tmp_path / "o3"), codec="hevc", progress=False)
-    for name in ("o1", "o2", "o3", "o5"):
+    for name in ("o1", "o2", "o3", "o5", "o6", "o7", "o8"):
         assert not os.path.exists(tmp_path / name)  # refused before anything was written
     # on the command line
     res = CliRunner().invoke(tc.transcode_cmd, [source, str(other)])

@@ -201,6 +201,10 @@ def convert_robomimic(
         StaleSourceError: the source changed while it was converted (the conversion is withdrawn).
     """
     executors.check_options(executor, executor_options or {}, out_dir)
+    if not math.isfinite(min_psnr) or min_psnr < 0:  # NaN compared false everywhere: no floor, said nowhere
+        from robo_loaders_plugin.storage.video import VideoError
+
+        raise VideoError(f"min_psnr (--min-psnr) must be a number of dB >= 0 (0: no floor), got {min_psnr!r}")
     codec = codec or FrameCodec()
     source = RobomimicHdf5(in_path, cache_dir=cache_dir)  # validated: demos, num_samples against every array
     check_output_dir(out_dir, str(in_path))
@@ -238,6 +242,11 @@ def convert_robomimic(
         meta["video"] = options["video"] = video.as_dict()  # resuming with other settings is refused
         if video_keys is not None:
             meta["video_keys"] = options["video_keys"] = sorted(video_keys)
+        if float(min_psnr) != DEFAULT_MIN_PSNR:
+            # another floor than an interrupted run's is refused on resume: its done segments were held to that one
+            # (a run killed at --min-psnr 0, resumed at the default, published a 26 dB segment; a reviewer's). The
+            # default is left out, so conversions on first use keep the options they were planned with
+            options["min_psnr"] = float(min_psnr)
         ratio = 20
     per_unit = manifest.unit_bytes(sum(sizes.values()), ratio * shard_bytes, num_workers)
     units = manifest.units_by_size(meta["demos"], sizes, per_unit)

@@ -36,7 +36,7 @@ DEFAULT_FPS = 20  # the stream's time base only (robomimic files rarely say thei
 _ENCODER_OPTIONS = {"libaom-av1": {"cpu-used": "8", "row-mt": "1"}, "libx265": {"x265-params": "log-level=error"}}
 PSNR_CAP = 100.0  # dB reported for identical frames (MSE 0)
 MIN_HEVC_WIDTH = 64  # libx265 (as PyAV 15 bundles it) corrupts its heap on narrower frames and aborts the process
-MIN_HEVC_HEIGHT = 8  # and refuses lower ones ("Invalid argument", a reviewer's 7x64 frames)
+MIN_HEVC_HEIGHT = 16  # and refuses lower ones ("Invalid argument": every height 8-15, reviewers' 7x64, 12x96)
 
 
 class VideoError(RoboLoadersError):

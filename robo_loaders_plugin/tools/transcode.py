@@ -57,6 +57,7 @@ from robo_loaders_plugin.core.files import atomic_write_json
 from robo_loaders_plugin.sources.lerobot_v3 import LeRobotV3
 from robo_loaders_plugin.storage.shards import executors, manifest
 from robo_loaders_plugin.storage.shards.format import ShardError, _atomic_json
+from robo_loaders_plugin.storage.video import MIN_HEVC_HEIGHT, MIN_HEVC_WIDTH
 
 STATE_DIR = ".robo-loaders-transcode"
 REPORT = "report.json"
@@ -149,26 +150,35 @@ def _check_source(source: LeRobotV3) -> None:
             )
 
 
-MIN_HEVC_WIDTH = 64  # libx265 (as PyAV 15 bundles it) corrupts its heap on narrower frames and aborts the process
+def _frame_dim(feature: dict, name: str) -> int | None:
+    """A video feature's ``width`` or ``height`` from ``info.json`` (its ``info``, else its shape by its names)."""
+    info = feature.get("info") or {}
+    names = list(feature.get("names") or [])
+    shape = list(feature.get("shape") or [])
+    value = info.get(f"video.{name}") or (
+        shape[names.index(name)] if name in names and len(shape) == len(names) else None
+    )
+    return None if value is None else int(value)
 
 
 def _check_frame_size(source: LeRobotV3, codec: str) -> None:
-    """Refuse what an encoder cannot do safely, before a worker process dies of it."""
-    if codec != "hevc":
-        return
+    """Refuse what an encoder cannot do, before the options are recorded and a worker fails on it (an odd size
+    in yuv420p, what the output is always in, failed both encoders with a PyAV traceback, and the output was then
+    locked to the failed options; a reviewer's reproduction)."""
     for key in source.video_keys:
-        feat = source.features[key]
-        info = feat.get("info") or {}
-        names = list(feat.get("names") or [])
-        shape = list(feat.get("shape") or [])
-        width = info.get("video.width") or (
-            shape[names.index("width")] if "width" in names and len(shape) == len(names) else None
-        )
-        if width is not None and int(width) < MIN_HEVC_WIDTH:
+        width, height = _frame_dim(source.features[key], "width"), _frame_dim(source.features[key], "height")
+        if width is None or height is None:
+            continue
+        if width % 2 or height % 2:
             raise TranscodeError(
-                f"{source.root}: {key} is {width} pixels wide; libx265 crashes on frames narrower "
-                f"than {MIN_HEVC_WIDTH} pixels (the whole process aborts), so HEVC is refused "
-                "here: use --codec h264"
+                f"{source.root}: {key} is {width}x{height}; the transcode writes yuv420p, which {codec} cannot "
+                "encode at an odd width or height: keep the source's videos (video_stream reads them as they are)"
+            )
+        if codec == "hevc" and (width < MIN_HEVC_WIDTH or height < MIN_HEVC_HEIGHT):
+            raise TranscodeError(
+                f"{source.root}: {key} is {width}x{height}; libx265 cannot encode frames narrower than "
+                f"{MIN_HEVC_WIDTH} or lower than {MIN_HEVC_HEIGHT} pixels (narrower ones abort the whole process), "
+                "so HEVC is refused here: use --codec h264"
             )
 
 
@@ -325,6 +335,13 @@ def _probe(path: str):
             (int(p.pts), int(p.duration or 0), bool(p.is_keyframe)) for p in c.demux(st) if p.size and p.pts is not None
         )
     return facts, frames
+
+
+def _av_errors() -> tuple[type[BaseException], ...]:
+    """PyAV's errors (FFmpeg's, raised by the codecs), imported where a worker encodes."""
+    import av
+
+    return (av.FFmpegError,)
 
 
 def _encode(src: str, dst: str, starts_s: list[float], settings: Mapping) -> dict:
@@ -484,7 +501,10 @@ def transcode_file(src: str, dst: str, starts_s: list[float], settings: Mapping)
     os.makedirs(os.path.dirname(dst), exist_ok=True)
     try:
         t0 = time.perf_counter()
-        encoded = _encode(src, tmp, starts_s, settings)
+        try:
+            encoded = _encode(src, tmp, starts_s, settings)
+        except _av_errors() as exc:  # the encoder's or decoder's own failure: named, not a PyAV traceback
+            raise TranscodeError(f"{src}: the {settings['codec']} re-encode failed ({exc})") from exc
         t1 = time.perf_counter()
         checked = compare(src, tmp, settings.get("psnr_frames"))
         t2 = time.perf_counter()
@@ -713,6 +733,8 @@ def transcode(
         raise TranscodeError(f"--preset {preset!r}: must be one of {', '.join(PRESETS)}")
     if psnr_frames is not None and int(psnr_frames) < 1:
         raise TranscodeError(f"--psnr-frames {psnr_frames}: 'all' or at least 1")
+    if not math.isfinite(min_psnr) or min_psnr < 0:  # NaN compared false everywhere: the floor off, said nowhere
+        raise TranscodeError(f"--min-psnr {min_psnr}: must be a number of dB >= 0 (0: no floor)")
     _check_torchcodec()
     source = LeRobotV3(root)
     _check_source(source)
