@@ -694,6 +694,15 @@ def build_mixture(config, obs_keys, choice: BackendChoice, filter_by_attribute=N
     validating = bool(config.experiment.validate) and filter_by_attribute is not None
     validating = validating and filter_by_attribute == t.hdf5_validation_filter_key != t.hdf5_filter_key
     filters = [filter_by_attribute if validating else (c.filter_key or filter_by_attribute) for c in spec.components]
+    if config.experiment.validate and t.hdf5_validation_filter_key is not None and not validating:
+        from robo_loaders_plugin.robomimic.mixture_meta import check_disjoint_splits
+
+        check_disjoint_splits(
+            [f"{WHERE}: component {k} ({c.source})" for k, c in enumerate(spec.components)],
+            [c.source for c in spec.components],
+            filters,
+            t.hdf5_validation_filter_key,
+        )
     rates, padding, missing = check_components(
         spec, config, list(obs_keys), filters, filter_settings(spec, filters, validating)
     )

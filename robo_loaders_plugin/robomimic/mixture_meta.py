@@ -18,7 +18,7 @@ import os
 
 from robo_loaders_plugin.mixtures.spec import MixtureError, MixtureSpec
 
-INDEX_KIND = "robomimic-meta-1"  # the mixture index's records of robomimic files (mixtures.index)
+INDEX_KIND = "robomimic-meta-2"  # the mixture index's records of robomimic files (mixtures.index)
 CACHE_DIR_OPTION = "train.data_backend_kwargs.cache_dir"  # where the index is kept, as the user sets it
 
 
@@ -64,7 +64,11 @@ def read_record(label: str, path: str, filter_key: str | None, setting: str) -> 
         return {
             "first_demo": demos[0],
             "obs_keys": sorted(g["obs"].keys()) if "obs" in g else [],
-            "fields": {name: [[int(n) for n in d.shape[1:]], str(d.dtype)] for name, d in datasets(g)},
+            # in this machine's byte order, as every loader serves them: a big-endian file beside a little-endian one
+            # was refused as serving another dtype (a reviewer's reproduction)
+            "fields": {
+                name: [[int(n) for n in d.shape[1:]], str(d.dtype.newbyteorder("="))] for name, d in datasets(g)
+            },
             "rate": recorded_fps(source, f),
         }
 
@@ -132,6 +136,37 @@ def _open_component(label: str, path: str):
         ) from None
 
 
+def check_disjoint_splits(labels: list[str], paths: list[str], train_keys: list, valid_key: str) -> None:
+    """Refuse a component whose training demos are among its validation demos, as robomimic's ``train()`` refuses
+    them for ``train.data`` alone: a component's ``filter_key`` was never compared with
+    ``train.hdf5_validation_filter_key``, so a model was validated on demos it trained on, with nothing said (a
+    reviewer's reproduction).
+
+    Args:
+        labels: Each component's label (the mixture's key, its index and file), for the messages.
+        paths: Each component's file.
+        train_keys: Each component's training filter key (its ``filter_key``, else ``train.hdf5_filter_key``;
+            ``None``: every demo).
+        valid_key: ``train.hdf5_validation_filter_key``.
+
+    Raises:
+        MixtureError: a component's two splits share demos, naming both keys and a few of the demos.
+    """
+    for label, path, train_key in zip(labels, paths, train_keys):
+        source = _open_component(label, path)
+        with source.open() as f:
+            train = _component_demos(label, source, f, train_key, "filter_key")
+            valid = set(_component_demos(label, source, f, valid_key, "train.hdf5_validation_filter_key"))
+        shared = [d for d in train if d in valid]
+        if shared:
+            what = f"filter_key {train_key!r}" if train_key is not None else "every demo (no filter key)"
+            raise MixtureError(
+                f"{label}: its training demos ({what}) overlap its validation demos "
+                f"(train.hdf5_validation_filter_key {valid_key!r}): {len(shared)} shared, e.g. {shared[:3]}; give the "
+                "component a filter_key whose demos are not in the validation one"
+            )
+
+
 def _component_demos(label: str, source, f, filter_key: str | None, setting: str) -> list[str]:
     """The component's demos for this split, in robomimic's order; a file without demos, or a filter key it lacks
     or that selects none, refused naming the component and the setting the key came from."""
@@ -150,7 +185,9 @@ def _component_demos(label: str, source, f, filter_key: str | None, setting: str
             "with demos or remove the component"
         )
     if filter_key is not None:
-        masks = sorted(f["mask"].keys()) if isinstance(f.get("mask"), h5py.Group) else []
+        from robo_loaders_plugin.sources.robomimic_hdf5 import mask_keys
+
+        masks = mask_keys(f)  # masks in a group too (splits/train), as robomimic reads them
         if filter_key not in masks:
             has = f"it has {', '.join(map(repr, masks))}" if masks else "it has no mask/ filter keys"
             raise MixtureError(
