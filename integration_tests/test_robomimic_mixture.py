@@ -22,6 +22,7 @@ from robo_loaders_plugin.mixtures.spec import MixtureError
 from robo_loaders_plugin.robomimic import dataset_factory
 from robo_loaders_plugin.robomimic import mixture as robomimic_mixture
 from robo_loaders_plugin.robomimic.mixture import RobomimicMixture
+from robo_loaders_plugin.robomimic.mixture_meta import INDEX_KIND
 from robo_loaders_plugin.testing import assert_same
 
 WHERE = "train.data_mixture"
@@ -780,7 +781,7 @@ def test_a_second_start_opens_no_components_file_for_the_checks_and_an_edited_on
     valid = ["valid"] * 3  # the validation split: a record of its own per file, kept apart from the training one
     assert set(_checked(cfg, opened, valid)[1]) == set(work)
     assert _checked(cfg, opened, valid)[1] == []
-    records = os.listdir(os.path.join(cache, ".mixture-index", "robomimic-meta-1"))
+    records = os.listdir(os.path.join(cache, ".mixture-index", INDEX_KIND))
     assert len([r for r in records if r.endswith(".json")]) == 6
 
 
