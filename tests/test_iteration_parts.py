@@ -239,16 +239,21 @@ def test_a_pass_asked_for_while_another_is_served_is_whole_and_moves_no_position
     assert next(running) == (0, 0)
     assert list(src) == [(1, b) for b in range(4)]  # whole, apart
     assert src.state_dict() == {"epoch": 0, "batch": 1}  # the running pass's (a shared counter said epoch 1)
-    assert list(running) == [(0, b) for b in range(1, 4)] and src.state_dict() == {"epoch": 1, "batch": 0}
+    # the next pass is past the one served apart: pass 1 again repeated its order (a reviewer's reproduction)
+    assert list(running) == [(0, b) for b in range(1, 4)] and src.state_dict() == {"epoch": 2, "batch": 0}
     assert sum("apart from the running pass" in line for line in capsys.readouterr().out.splitlines()) == 1
     abandoned = iter(src)
-    assert next(abandoned) == (1, 0)
+    assert next(abandoned) == (2, 0)
     del abandoned  # dropped: the next pass is served as the running one and moves the position
-    assert list(src) == [(2, b) for b in range(4)] and src.state_dict() == {"epoch": 3, "batch": 0}
+    assert list(src) == [(3, b) for b in range(4)] and src.state_dict() == {"epoch": 4, "batch": 0}
     closed = iter(src)
     next(closed)
     closed.close()
-    assert next(iter(src)) == (4, 0) and src.state_dict() == {"epoch": 4, "batch": 1}
+    assert next(iter(src)) == (5, 0) and src.state_dict() == {"epoch": 5, "batch": 1}
+    running = iter(src)  # abandoned part-way while a pass was served apart: the next is past both
+    assert next(running) == (6, 0) and next(iter(src)) == (7, 0)
+    del running
+    assert next(iter(src)) == (8, 0)
     assert not capsys.readouterr().out  # said once per source
 
 

@@ -137,6 +137,7 @@ class BatchSource(abc.ABC):
         self._epoch, self._batch, self._positioned = int(start_epoch), int(start_batch), True
         self._running = False  # whether a pass started by iter() is being served
         self._said_apart = False
+        self._apart = -1  # the last pass number served apart: the running pass's successor skips past it
         # what decides a pass's order (batch size, seed, items, world size ...), saved with the position and compared
         # when a position is loaded: a (pass, batch) of another order is other windows (set by subclasses; {}: none)
         self.pass_key: dict[str, Any] = {}
@@ -181,12 +182,13 @@ class BatchSource(abc.ABC):
                     f"iterator neither exhausted nor dropped): the new iterator serves pass {epoch} whole, apart from "
                     "the running pass, which keeps its position (said once)"
                 )
+            self._apart = max(self._apart, epoch)
             yield from self.batches_apart(epoch)
             return
         if self._positioned:
             epoch, start = self._epoch, self._batch
         else:
-            epoch, start = self._epoch + (1 if self._batch else 0), 0
+            epoch, start = max(self._epoch + (1 if self._batch else 0), self._apart + 1), 0
         self._positioned = False
         self._epoch, self._batch = epoch, start
         self._running = True
@@ -194,7 +196,8 @@ class BatchSource(abc.ABC):
             for batch in self.batches(epoch, start):
                 self._batch += 1
                 yield batch
-            self._epoch, self._batch, self._positioned = epoch + 1, 0, True
+            # past a pass served apart meanwhile: the next epoch repeated its order (a reviewer's reproduction)
+            self._epoch, self._batch, self._positioned = max(epoch + 1, self._apart + 1), 0, True
         finally:  # exhausted, failed, closed, or collected once dropped (robomimic's epoch_every_n_steps drops its
             # iterator part-way): no longer being served, so the next pass is the running one again
             self._running = False
@@ -260,6 +263,7 @@ class BatchSource(abc.ABC):
                 f"position would serve other windows); resume with the run's {what}, or start without its state"
             )
         self._epoch, self._batch, self._positioned = epoch, batch, True
+        self._apart = -1
 
 
 @dataclasses.dataclass(frozen=True)
