@@ -12,6 +12,7 @@ The server reads one JSON request per line on stdin and answers one line ``{"rc"
 the child's stdout and stderr go, interleaved as on a terminal, to the file the request names.
 """
 
+import contextlib
 import json
 import os
 import select
@@ -82,6 +83,7 @@ class ForkedRuns:
             stderr=subprocess.DEVNULL,
             text=True,
             env=env,
+            start_new_session=True,  # its own process group: a hung run is killed with it (close)
         )
 
     def run(self, argv, *, entry=None, module=None, timeout=600):
@@ -98,8 +100,8 @@ class ForkedRuns:
             self._proc.stdin.flush()
             ready, _, _ = select.select([self._proc.stdout], [], [], timeout)
             line = self._proc.stdout.readline() if ready else ""
-            if not line:
-                self.close()
+            if not line:  # a run that hangs, or a server that died: both gone, with every forked run
+                self._kill()
                 raise RuntimeError(
                     f"the forked run of {argv[:1]} gave no answer in {timeout} s (server exit status "
                     f"{self._proc.poll()})"
@@ -113,5 +115,12 @@ class ForkedRuns:
             try:
                 self._proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
+                self._kill()
+
+    def _kill(self):
+        """The server and every run it forked (one process group)."""
+        import signal
+
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self._proc.pid, signal.SIGKILL)
+        self._proc.wait()

@@ -116,3 +116,24 @@ def test_a_file_open_for_writing_is_not_called_corrupt(tmp_path):
         holder.stdin.close()
         holder.wait(timeout=60)
     open_hdf5(path).close()
+
+
+def test_verify_a_big_endian_file_and_masks_by_any_link_robomimic_follows(tmp_path):
+    """Session review's reproductions: ``verify --source`` reported every big-endian array as differing from the
+    (right) shards; and a filter key that is a soft link or a second hard link under mask/ (robomimic reads
+    ``f["mask/" + key]``) was refused once filter keys were walked by object, one name each."""
+    from robo_loaders_plugin.robomimic.convert import convert_robomimic, verify_robomimic
+    from robo_loaders_plugin.sources.robomimic_hdf5 import RobomimicHdf5, mask_keys
+
+    path = with_nested_mask(write(tmp_path / "links.hdf5"))
+    with h5py.File(path, "a") as f:
+        f["mask/train_alias"] = h5py.SoftLink("/mask/train")
+        f["mask/train_copy"] = f["mask/train"]  # a second hard link
+        f["mask/gone"] = h5py.SoftLink("/mask/nothing")  # dangling: not a key
+    convert_robomimic(path, str(tmp_path / "shards"), progress=False)
+    assert verify_robomimic(str(tmp_path / "shards"), path) == []
+    source = RobomimicHdf5(path)
+    with source.open() as f:
+        assert mask_keys(f) == ["splits/train", "train", "train_alias", "train_copy"]
+        for key in ("train", "train_alias", "train_copy"):
+            assert source.demos(f, key) == ["demo_0", "demo_2"]

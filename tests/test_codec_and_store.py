@@ -594,3 +594,20 @@ def test_raw_blocks_found_in_one_pass_equal_each_episodes_blocks_and_check_every
     bad.episodes[2]["fields"]["low"]["sums"] = bad.file_nbytes // 8 * 8
     with pytest.raises(StoreError, match="past the end"):
         bad.raw_blocks("low")
+
+
+def test_a_store_with_big_endian_arrays_from_an_earlier_version_is_refused_for_a_rebuild(tmp_path):
+    """A session review's reproduction: robomimic sources were stored as their files hold them until files were read
+    in this machine's byte order; a store built so from a big-endian file was reused, and its batches failed in torch
+    (the failure the change fixed). Such a store is refused as outdated, naming the field (control: the same
+    arrays in this machine's order open)."""
+    for order, ok in ((">", False), ("=", True)):
+        path = tmp_path / f"{order != '>'}.rlc"
+        w = StoreWriter(str(path), FrameCodec())
+        w.add_episode("demo_0", {"low": np.arange(6, dtype=np.dtype("f8").newbyteorder(order))}, compressed=set())
+        w.finish({})
+        if ok:
+            assert EpisodeStore(str(path)).raw(0, "low").dtype.isnative
+        else:
+            with pytest.raises(StoreError, match=r"holds 'low' big-endian, as an earlier version .*rebuilt"):
+                EpisodeStore(str(path))

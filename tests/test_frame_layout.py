@@ -251,3 +251,15 @@ def test_channels_first_copies_a_decoders_channels_first_view_exactly():
     assert np.array_equal(channels_first(floats), floats) and channels_first(floats).flags.c_contiguous
     for other in (hwc[0].transpose(2, 0, 1), view[:, :, ::2]):  # one frame; a view of no channels-last memory
         assert np.array_equal(channels_first(other), other) and channels_first(other).flags.c_contiguous
+
+
+def test_shards_with_big_endian_arrays_from_an_earlier_version_are_served_in_this_machines_order(tmp_path):
+    """A session review's reproduction: shards converted before robomimic files were read in this machine's byte
+    order kept a file's big-endian arrays, were reused, and their batches failed in torch. Read now as the source
+    is: the same values, in this machine's order (control: the stored member is big-endian)."""
+    values = np.arange(12, dtype=np.dtype("u2").newbyteorder(">")).reshape(6, 2)
+    write_shards(tmp_path, {"demo_0": {"depth": values}})
+    reader = ShardReader(str(tmp_path))
+    header, fields = reader.read_episode(0)
+    assert header["fields"]["depth"]["dtype"] == ">u2"  # as stored
+    assert fields["depth"].dtype == np.dtype("<u2") and np.array_equal(fields["depth"], values)

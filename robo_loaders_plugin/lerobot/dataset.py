@@ -346,9 +346,11 @@ def check_meta_match(native, source) -> None:
     files = source.episode_files
     where = f"{source.url}/meta/episodes" if len(files) != 1 else files[0][0]
     n = 0 if theirs is None else theirs.num_rows
-    if mine.num_rows != n:  # episodes added or removed since LeRobot read the table (a recorder still writing)
+    if mine.num_rows != n:  # episodes added or removed since LeRobot read the table (a recorder still writing), or
+        # a datasets cache that is stale (a file changed with its mtime kept): which one, only the user knows
+        stale = f"; if no file changed since, {refresh}" if cache_dirs else ""
         raise SourceError(
-            f"{where}: {mine.num_rows} episodes there, {n} in {held}; " + changed_since.format("meta/episodes")
+            f"{where}: {mine.num_rows} episodes there, {n} in {held}; " + changed_since.format("meta/episodes") + stale
         )
     episode = _column(mine, "episode_index")
     if episode is not None and not np.array_equal(episode, np.arange(len(episode))):

@@ -408,6 +408,7 @@ def verify_robomimic(out_dir: str, in_path: str) -> list[str]:
                 continue
             for k, ds in src.items():
                 a = ds[()]
+                a = a if a.dtype.isnative else a.astype(a.dtype.newbyteorder("="))  # stored in this machine's order
                 if fields[k].dtype != a.dtype or fields[k].shape != a.shape:
                     problems.append(f"{d}/{k}: differs from the source")
                 elif header["fields"][k]["kind"] == "video":

@@ -65,10 +65,20 @@ def mask_keys(f: h5py.File) -> list[str]:
     Returns:
         The filter keys, sorted (none when the file has no ``mask`` group).
     """
-    if not isinstance(f.get("mask"), h5py.Group):
-        return []
     keys: list[str] = []
-    f["mask"].visititems(lambda name, obj: keys.append(name) if isinstance(obj, h5py.Dataset) else None)
+
+    def walk(group, prefix: str, depth: int) -> None:
+        # by link name, not visititems (one name per object: a soft link, or a second hard link, robomimic serves
+        # was left out); a group linked into itself stops at the depth
+        for name in group:
+            obj = group.get(name)  # None: a dangling soft link
+            if isinstance(obj, h5py.Dataset):
+                keys.append(prefix + name)
+            elif isinstance(obj, h5py.Group) and depth < 8:
+                walk(obj, f"{prefix}{name}/", depth + 1)
+
+    if isinstance(f.get("mask"), h5py.Group):
+        walk(f["mask"], "", 0)
     return sorted(keys)
 
 

@@ -455,6 +455,12 @@ class EpisodeStore:
         self._buf = np.frombuffer(self._mm, dtype=np.uint8)
         self._view = memoryview(self._buf)  # slices of it cost less than numpy's, on the per-frame path
         self.episodes = self.header["episodes"]
+        swapped = [k for k, d in (self.episodes[0]["fields"] if self.episodes else {}).items() if d["dtype"][0] == ">"]
+        if swapped:  # built before sources were read in this machine's byte order: torch cannot batch its arrays
+            raise StoreError(
+                f"{self.path}: holds {swapped[0]!r} big-endian, as an earlier version stored a file's big-endian "
+                "arrays (its batches failed); delete it and it will be rebuilt"
+            )
         self.meta = self.header["meta"]
         self.stats = self.header["stats"]
         self.file_nbytes = size

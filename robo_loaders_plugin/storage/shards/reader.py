@@ -398,7 +398,10 @@ def _npy_array(data: np.ndarray, desc: dict, where: str) -> np.ndarray:
         raise ShardError(f"{where}: .npy holds {shape} {dtype}, the header says {desc['shape']} {desc['dtype']}")
     try:
         arr = np.frombuffer(data, dtype=dtype, count=count, offset=start)
-        return arr.reshape(shape[::-1]).T if fortran_order else arr.reshape(shape)
+        arr = arr.reshape(shape[::-1]).T if fortran_order else arr.reshape(shape)
+        # shards converted by an earlier version kept a file's big-endian arrays so: served in this machine's byte
+        # order, as the source is read now (torch refused to batch them; a reviewer's reproduction)
+        return arr if dtype.isnative else arr.astype(dtype.newbyteorder("="))
     except ValueError as exc:
         raise ShardError(f"{where}: cannot view the .npy data ({exc})") from None
 
