@@ -220,6 +220,17 @@ def test_hook_disabled_flag_unknown_then_discover_packages_path(root, tmp_path):
     )
     assert rc == 0, log[-3000:]
     assert "lerobot data backend: compressed_cache" in log
+    # malformed JSON on this route: one line, as on the hook's (a ~55-line YAML traceback before; a reviewer's)
+    rc, log = lerobot_train(
+        root,
+        str(tmp_path / "discover_bad"),
+        "--dataset.backend=compressed_cache",
+        '--dataset.backend_kwargs={"codec": "zstd", "level": 3',
+        "--dataset.discover_packages_path=robo_loaders_plugin",
+        env_extra=off,
+    )
+    assert rc == 1 and "error: --dataset.backend_kwargs must be a JSON object" in log, log[-3000:]
+    assert "Traceback" not in log, log[-3000:]
 
 
 def test_unknown_backend_fails_at_parse_time(root, tmp_path):

@@ -15,5 +15,12 @@ if "lerobot" in sys.modules:  # only inside a LeRobot process; importing the plu
 
     if train_script() is not None:  # the training script's command line is being parsed
         from robo_loaders_plugin.core.errors import install_one_line_excepthook
+        from robo_loaders_plugin.lerobot.integration import check_command_line
+
+        # checked as the hook's route checks it, before LeRobot's parser reads it as YAML: malformed JSON in
+        # --dataset.backend_kwargs or --dataset.mixture was a YAML traceback on this route (a reviewer's
+        # reproduction). LeRobot's parser holds its own copy of the command line by now, so an empty value cannot
+        # be handed on as no options here (docs/lerobot.md)
+        check_command_line(sys.argv[1:])
 
         install_one_line_excepthook()
