@@ -18,6 +18,7 @@ from collections.abc import Collection, Mapping
 import numpy as np
 from tqdm.auto import tqdm
 
+from robo_loaders_plugin.core.byte_order import in_native_order
 from robo_loaders_plugin.core.units import format_bytes
 from robo_loaders_plugin.sources.robomimic_hdf5 import RobomimicHdf5, datasets
 from robo_loaders_plugin.storage.codec import FrameCodec
@@ -407,8 +408,7 @@ def verify_robomimic(out_dir: str, in_path: str) -> list[str]:
                 )
                 continue
             for k, ds in src.items():
-                a = ds[()]
-                a = a if a.dtype.isnative else a.astype(a.dtype.newbyteorder("="))  # stored in this machine's order
+                a = in_native_order(ds[()])
                 if fields[k].dtype != a.dtype or fields[k].shape != a.shape:
                     problems.append(f"{d}/{k}: differs from the source")
                 elif header["fields"][k]["kind"] == "video":

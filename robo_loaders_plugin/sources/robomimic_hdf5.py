@@ -15,6 +15,7 @@ import threading
 import h5py
 import numpy as np
 
+from robo_loaders_plugin.core.byte_order import in_native_order
 from robo_loaders_plugin.core.errors import SourceError
 from robo_loaders_plugin.storage import fingerprint as fp
 
@@ -671,8 +672,8 @@ class RobomimicHdf5:
                 f"{f.filename}: {path} holds records of a compound dtype ({arr.dtype}), which robomimic cannot "
                 "batch; store each field as a dataset of its own, or leave the key out of the config"
             )
-        if isinstance(arr, np.ndarray) and not arr.dtype.isnative:
-            arr = arr.astype(arr.dtype.newbyteorder("="))
+        if isinstance(arr, np.ndarray):
+            arr = in_native_order(arr)
         if length is not None and (arr.ndim == 0 or arr.shape[0] != length):
             raise SourceError(f"{f.filename}: {path} has shape {arr.shape} but data/{demo} has num_samples={length}")
         return arr

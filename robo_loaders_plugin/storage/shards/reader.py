@@ -35,6 +35,7 @@ from collections.abc import Mapping
 import numpy as np
 from numpy.lib import format as npy_format
 
+from robo_loaders_plugin.core.byte_order import in_native_order
 from robo_loaders_plugin.storage import encoded_frames  # the module, not its names: it imports this package
 from robo_loaders_plugin.storage.integrity import json_checksum
 from robo_loaders_plugin.storage.shards.format import (
@@ -401,7 +402,7 @@ def _npy_array(data: np.ndarray, desc: dict, where: str) -> np.ndarray:
         arr = arr.reshape(shape[::-1]).T if fortran_order else arr.reshape(shape)
         # shards converted by an earlier version kept a file's big-endian arrays so: served in this machine's byte
         # order, as the source is read now (torch refused to batch them; a reviewer's reproduction)
-        return arr if dtype.isnative else arr.astype(dtype.newbyteorder("="))
+        return in_native_order(arr)
     except ValueError as exc:
         raise ShardError(f"{where}: cannot view the .npy data ({exc})") from None
 
