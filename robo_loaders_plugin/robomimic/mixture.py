@@ -698,10 +698,12 @@ def build_mixture(config, obs_keys, choice: BackendChoice, filter_by_attribute=N
         from robo_loaders_plugin.robomimic.mixture_meta import check_disjoint_splits
 
         check_disjoint_splits(
+            spec,
             [f"{WHERE}: component {k} ({c.source})" for k, c in enumerate(spec.components)],
-            [c.source for c in spec.components],
             filters,
+            filter_settings(spec, filters, validating=False),
             t.hdf5_validation_filter_key,
+            _cache_dir(config),
         )
     rates, padding, missing = check_components(
         spec, config, list(obs_keys), filters, filter_settings(spec, filters, validating)

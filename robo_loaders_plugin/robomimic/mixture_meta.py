@@ -4,7 +4,8 @@ in the mixture index (``mixtures.index``), so a later start opens no component's
 Why: the checks (``mixture.check_components``, run for robomimic's shape read, the training split and the validation
 split) opened every component's file at every start: ~7 ms each at load 3 (``benchmarks/mixture_index.py``), so a
 mixture of hundreds of files paid seconds before any dataset was built, on every run. A component's record holds
-exactly what the checks read: the first demo under the filter key (the one its shapes are read from), its obs keys,
+exactly what the checks read: the demos under the filter key (the first is the one its shapes are read from; all of
+them for the check that the training and validation splits share none), its obs keys,
 the shape and stored dtype of every dataset of that demo (the served dtype depends on ``train.hdf5_cache_mode`` and
 is derived at check time), and the rate its ``env_args`` say. A file whose stat changed (edited in place, truncated,
 replaced, renamed onto the path) is read again alone (``ComponentIndex(by_content=False)``); a file that cannot be
@@ -18,7 +19,7 @@ import os
 
 from robo_loaders_plugin.mixtures.spec import MixtureError, MixtureSpec
 
-INDEX_KIND = "robomimic-meta-2"  # the mixture index's records of robomimic files (mixtures.index)
+INDEX_KIND = "robomimic-meta-3"  # the mixture index's records of robomimic files (mixtures.index)
 CACHE_DIR_OPTION = "train.data_backend_kwargs.cache_dir"  # where the index is kept, as the user sets it
 
 
@@ -30,17 +31,19 @@ class ComponentFile:
         fields: ``{name: (shape per step, stored dtype)}`` of every dataset under the first demo (``actions``,
             ``obs/<key>``, ``next_obs/<key>``, ...).
         rate: The rate its ``env_args`` say (``control_freq``), or ``None``.
+        demos: Its demos under the filter key, in robomimic's order.
     """
 
     def __init__(self, record: dict):
+        self.demos = list(record["demos"])
         self.obs_keys = set(record["obs_keys"])
         self.fields = {name: (tuple(shape), str(dtype)) for name, (shape, dtype) in record["fields"].items()}
         self.rate = None if record["rate"] is None else float(record["rate"])
 
 
 def read_record(label: str, path: str, filter_key: str | None, setting: str) -> dict:
-    """A component's record, read from its file (:class:`ComponentFile` gives it back), as JSON; ``first_demo``
-    says which demo its fields describe (robomimic's order under the filter key).
+    """A component's record, read from its file (:class:`ComponentFile` gives it back), as JSON; its fields
+    describe the first of ``demos`` (robomimic's order under the filter key).
 
     Args:
         label: Names the component in messages (``train.data_mixture: component <k> (<path>)``).
@@ -62,7 +65,7 @@ def read_record(label: str, path: str, filter_key: str | None, setting: str) -> 
         demos = _component_demos(label, source, f, filter_key, setting)
         g = f["data"][demos[0]]
         return {
-            "first_demo": demos[0],
+            "demos": demos,
             "obs_keys": sorted(g["obs"].keys()) if "obs" in g else [],
             # in this machine's byte order, as every loader serves them: a big-endian file beside a little-endian one
             # was refused as serving another dtype (a reviewer's reproduction)
@@ -136,28 +139,39 @@ def _open_component(label: str, path: str):
         ) from None
 
 
-def check_disjoint_splits(labels: list[str], paths: list[str], train_keys: list, valid_key: str) -> None:
+def check_disjoint_splits(
+    spec: MixtureSpec,
+    labels: list[str],
+    train_keys: list,
+    train_settings: list[str],
+    valid_key: str,
+    cache_dir: str | None = None,
+) -> None:
     """Refuse a component whose training demos are among its validation demos, as robomimic's ``train()`` refuses
     them for ``train.data`` alone: a component's ``filter_key`` was never compared with
     ``train.hdf5_validation_filter_key``, so a model was validated on demos it trained on, with nothing said (a
-    reviewer's reproduction).
+    reviewer's reproduction). Both splits' demos come from the mixture index (:func:`component_files`), which the
+    checks of each split read anyway: no component's file is opened again for it.
 
     Args:
+        spec: The mixture.
         labels: Each component's label (the mixture's key, its index and file), for the messages.
-        paths: Each component's file.
         train_keys: Each component's training filter key (its ``filter_key``, else ``train.hdf5_filter_key``;
             ``None``: every demo).
+        train_settings: Where each training filter key comes from (``mixture.filter_settings``).
         valid_key: ``train.hdf5_validation_filter_key``.
+        cache_dir: The cache root the index is kept in (``None``: the default root).
 
     Raises:
-        MixtureError: a component's two splits share demos, naming both keys and a few of the demos.
+        MixtureError: a component's two splits share demos, naming both keys and a few of the demos; or as
+            :func:`read_record`.
     """
-    for label, path, train_key in zip(labels, paths, train_keys):
-        source = _open_component(label, path)
-        with source.open() as f:
-            train = _component_demos(label, source, f, train_key, "filter_key")
-            valid = set(_component_demos(label, source, f, valid_key, "train.hdf5_validation_filter_key"))
-        shared = [d for d in train if d in valid]
+    n = len(spec.components)
+    train = component_files(spec, labels, train_keys, train_settings, cache_dir)
+    valid = component_files(spec, labels, [valid_key] * n, ["train.hdf5_validation_filter_key"] * n, cache_dir)
+    for label, train_key, t, v in zip(labels, train_keys, train, valid, strict=True):
+        held_out = set(v.demos)
+        shared = [d for d in t.demos if d in held_out]
         if shared:
             what = f"filter_key {train_key!r}" if train_key is not None else "every demo (no filter key)"
             raise MixtureError(
