@@ -155,6 +155,24 @@ def test_a_level_that_is_no_level_is_one_line_naming_the_variable_and_ignored():
     assert INFO in r.stdout and DEBUG not in r.stdout, r.stdout
 
 
+def test_a_level_that_is_no_level_is_warned_once_per_run_not_once_per_worker():
+    """A DataLoader worker (here a process started after the warning, with its environment) stays quiet about the
+    value already warned about; another bad value in a child is warned (the control: the marker holds the value)."""
+    code = "from robo_loaders_plugin.core.log import get_logger; get_logger('x')"
+    script = (
+        "import os, subprocess, sys\n"
+        f"{code}\n"
+        f"subprocess.run([sys.executable, '-c', {code!r}], check=True)\n"
+        f"subprocess.run([sys.executable, '-c', {code!r}], env={{**os.environ, {log.ENV_LEVEL!r}: 'LOUDER'}}, "
+        "check=True)\n"
+    )
+    env = {**os.environ, log.ENV_LEVEL: "LOUD"}
+    env["PYTHONPATH"] = os.pathsep.join([ROOT] + [p for p in [env.get("PYTHONPATH")] if p])
+    r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120, check=True)
+    assert r.stdout.count(f"{log.ENV_LEVEL}='LOUD' is not a logging level") == 1, r.stdout
+    assert r.stdout.count(f"{log.ENV_LEVEL}='LOUDER' is not a logging level") == 1, r.stdout
+
+
 def test_a_configured_root_logger_does_not_print_the_lines_twice():
     r = run(setup="logging.basicConfig(level=logging.DEBUG, stream=sys.stdout, format='ROOT %(message)s')")
     assert r.stdout.count("no terminal to answer") == 1 and "ROOT" not in r.stdout, r.stdout

@@ -28,6 +28,9 @@ import threading
 ROOT = "robo_loaders"
 PREFIX = "[robo-loaders]"
 ENV_LEVEL = "ROBO_LOADERS_LOG_LEVEL"
+# set to the bad value once it was warned about: processes started after it (DataLoader workers, spawned or forked,
+# inherit the environment) stay quiet about the same value, so a typo is one line per run, not one per worker
+_WARNED = "_ROBO_LOADERS_LOG_LEVEL_WARNED"
 HANDLER_NAME = "robo_loaders.stdout"
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 _PACKAGE = "robo_loaders_plugin"
@@ -110,8 +113,9 @@ def install_default_handler() -> logging.Logger:
             logger.setLevel(level)
         elif logger.level == logging.NOTSET:
             logger.setLevel(logging.INFO)
-    if problem:
+    if problem and os.environ.get(_WARNED) != os.environ.get(ENV_LEVEL):
         logger.warning(problem)
+        os.environ[_WARNED] = os.environ.get(ENV_LEVEL, "")
     return logger
 
 
