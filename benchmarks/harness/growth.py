@@ -378,7 +378,7 @@ def run_workload(w: Workload, backends, s: Settings, scratch: str, log_dir: str,
 def run_growth(kind: str, sizes, backends, s: Settings, json_out: str, echo=print) -> dict:
     """Every backend at every size of workload ``kind``; writes ``json_out`` (``kind: growth``) after each size, so
     an interrupted run keeps what it measured."""
-    from robo_loaders_plugin.bench.report import machine
+    from robo_loaders_plugin.bench.report import code_version, machine
     from robo_loaders_plugin.core.files import atomic_write_json
 
     workloads = [Workload(kind, size) for size in sizes]
@@ -388,6 +388,8 @@ def run_growth(kind: str, sizes, backends, s: Settings, json_out: str, echo=prin
         "framework": workloads[0].framework,
         "workload": kind,
         "machine": machine(),
+        "code": code_version(),  # which code the rows measured (docs cite it)
+        "date": time.strftime("%Y-%m-%d"),
         "settings": dataclasses.asdict(s),
         "workloads": records,
         "rows": [],

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from tabulate import tabulate
 
 from robo_loaders_plugin.bench.memory import TreeMemorySampler
-from robo_loaders_plugin.bench.report import add_ratios, machine
+from robo_loaders_plugin.bench.report import add_ratios, code_version, machine
 from robo_loaders_plugin.core.files import atomic_write_json
 from robo_loaders_plugin.core.units import format_bytes
 
@@ -146,6 +146,8 @@ def finish(framework: str, settings: dict, results: list[dict], method: dict, js
         "benchmark": "training",
         "settings": settings,
         "machine": dict(machine(), load_avg_1_5_15m=list(os.getloadavg())),
+        "code": code_version(),  # which code the run measured (docs cite it)
+        "date": time.strftime("%Y-%m-%d"),
         "baseline": baselines[0] if baselines else None,
         "method": dict(method, stall_fraction=STALL_NOTE, warmup=WARMUP_NOTE),
         "results": results,
