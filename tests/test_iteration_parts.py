@@ -238,7 +238,8 @@ def test_a_pass_asked_for_while_another_is_served_is_whole_and_moves_no_position
     running = iter(src)
     assert next(running) == (0, 0)
     assert list(src) == [(1, b) for b in range(4)]  # whole, apart
-    assert src.state_dict() == {"epoch": 0, "batch": 1}  # the running pass's (a shared counter said epoch 1)
+    # the running pass's (a shared counter said epoch 1), and the pass after it past the one served apart
+    assert src.state_dict() == {"epoch": 0, "batch": 1, "next_epoch": 2}
     # the next pass is past the one served apart: pass 1 again repeated its order (a reviewer's reproduction)
     assert list(running) == [(0, b) for b in range(1, 4)] and src.state_dict() == {"epoch": 2, "batch": 0}
     assert sum("apart from the running pass" in line for line in capsys.readouterr().out.splitlines()) == 1
@@ -255,6 +256,33 @@ def test_a_pass_asked_for_while_another_is_served_is_whole_and_moves_no_position
     del running
     assert next(iter(src)) == (8, 0)
     assert not capsys.readouterr().out  # said once per source
+
+
+def test_a_run_resumed_after_a_pass_served_apart_skips_it_as_the_saved_run_does():
+    """A reviewer's reproduction: a state saved mid-pass after a second iter() served the next pass apart did not
+    record it, so the resumed run served that pass again after the rest of the running one, where the run it
+    resumed served the pass after it. The state says the next pass now; loaded, the resumed run serves what the
+    uninterrupted one serves. Controls: without a pass served apart the state is the position alone, and a
+    ``next_epoch`` that is not past the position is refused."""
+    from robo_loaders_plugin import RoboLoadersError
+
+    src = Counting(4)
+    running = iter(src)
+    next(running)
+    list(src)  # pass 1, apart
+    state = src.state_dict()
+    assert state == {"epoch": 0, "batch": 1, "next_epoch": 2}
+    uninterrupted = [list(running), list(src), list(src)]
+    resumed = Counting(4)
+    resumed.load_state_dict(state)
+    assert [list(resumed), list(resumed), list(resumed)] == uninterrupted
+    assert [b[0] for b in uninterrupted[1]] == [2] * 4  # past pass 1
+    plain = Counting(4)  # control: nothing apart, no next_epoch
+    it = iter(plain)
+    next(it)
+    assert plain.state_dict() == {"epoch": 0, "batch": 1}
+    with pytest.raises(RoboLoadersError, match="is no position of this run"):
+        Counting(4).load_state_dict({"epoch": 3, "batch": 0, "next_epoch": 3})
 
 
 def test_sampler_batches_consume_the_rng_like_a_persistent_worker_dataloader():

@@ -36,6 +36,9 @@ logger = get_logger(__name__)
 STATE_EPOCH = "epoch"
 STATE_BATCH = "batch"
 STATE_PASS = "pass"  # what decides a pass's order when the position was saved (BatchSource.pass_key)
+# the pass to serve after the one at the position, recorded when it is not the next number: a pass served apart
+# meanwhile (BatchSource.__iter__) is skipped, and a run resumed from the state skips it too
+STATE_NEXT = "next_epoch"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -209,7 +212,8 @@ class BatchSource(abc.ABC):
         )
 
     def state_dict(self) -> dict:
-        """The position of the next batch to serve: ``{"epoch": ..., "batch": ...}``.
+        """The position of the next batch to serve: ``{"epoch": ..., "batch": ...}``, plus ``"next_epoch"`` when the
+        pass after it is not the next number (a pass was served apart meanwhile: the saved run would skip it).
 
         A pass abandoned part-way (its iterator dropped or closed: robomimic's ``epoch_every_n_steps`` ends each of
         its epochs so) is over: the next ``iter()`` starts the pass after it, so that is the position (it was the
@@ -217,13 +221,16 @@ class BatchSource(abc.ABC):
         the old pass where the run it resumes served a new one: a reviewer's reproduction)."""
         abandoned = not self._running and not self._positioned and self._batch > 0
         if self._batch >= len(self) or abandoned:
-            position = {STATE_EPOCH: self._epoch + 1, STATE_BATCH: 0}
+            position = {STATE_EPOCH: max(self._epoch + 1, self._apart + 1), STATE_BATCH: 0}
         else:
             position = {STATE_EPOCH: self._epoch, STATE_BATCH: self._batch}
+        if self._apart >= position[STATE_EPOCH] + 1:  # a later pass was served apart: the one after this is past it
+            position[STATE_NEXT] = self._apart + 1
         return {**position, STATE_PASS: dict(self.pass_key)} if self.pass_key else position
 
     def load_state_dict(self, state: dict) -> None:
-        """Position the source so that the next ``iter()`` starts at ``state`` (from :meth:`state_dict`).
+        """Position the source so that the next ``iter()`` starts at ``state`` (from :meth:`state_dict`), and the
+        pass after it is the one the saved run would have served next (past a pass served apart before the save).
 
         Why the pass is compared: a pass's order is a function of the batch size, the seed, the items and the
         world size, so the same (epoch, batch) of a run resumed with another of them is other windows: some served twice
@@ -231,7 +238,8 @@ class BatchSource(abc.ABC):
         windows never served). A state saved before the pass was recorded is loaded unchecked, said once.
 
         Args:
-            state: ``{"epoch": ..., "batch": ..., "pass": {...}}`` (``"pass"`` absent in states of earlier versions).
+            state: ``{"epoch": ..., "batch": ..., "pass": {...}}`` (``"pass"`` absent in states of earlier versions),
+                with ``"next_epoch"`` when a pass was served apart past the position's.
 
         Raises:
             RoboLoadersError: the position is out of range (a negative epoch, a batch outside ``0..len(self)``), or
@@ -239,12 +247,13 @@ class BatchSource(abc.ABC):
         """
         try:
             epoch, batch = int(state[STATE_EPOCH]), int(state[STATE_BATCH])
-        except (KeyError, TypeError, ValueError) as exc:
+            after = int(state.get(STATE_NEXT, epoch + 1))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise RoboLoadersError(
                 f"{type(self).__name__}.load_state_dict: expected the state_dict() of a run, "
                 f"{{'epoch': int, 'batch': int, ...}}, got {state!r}"
             ) from exc
-        if epoch < 0 or not 0 <= batch <= len(self):
+        if epoch < 0 or not 0 <= batch <= len(self) or after <= epoch:
             raise RoboLoadersError(
                 f"{type(self).__name__}.load_state_dict: epoch {epoch} batch {batch} is no position of this run "
                 f"(epoch >= 0, batch 0..{len(self)}: {len(self)} batches per pass); pass the state_dict() it saved"
@@ -263,7 +272,7 @@ class BatchSource(abc.ABC):
                 f"position would serve other windows); resume with the run's {what}, or start without its state"
             )
         self._epoch, self._batch, self._positioned = epoch, batch, True
-        self._apart = -1
+        self._apart = after - 1  # the pass after this one: past any served apart before the state was saved
 
 
 @dataclasses.dataclass(frozen=True)
