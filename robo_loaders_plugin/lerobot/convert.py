@@ -58,17 +58,27 @@ def _metadata(episodes: LeRobotEpisodes, repo_id: str | None) -> dict:
             for ep, s, e in episodes.runs
         ],
         "tolerance_s": episodes.tolerance_s,
+        # the camera windows every frame was checked against (sources.lerobot_v3.gaps_at_risk): a run with windows
+        # whose tolerance lets a frame lie half a step from its row serves these shards only if they were
+        "window_gaps": dict(episodes.videos.window_gaps),
         "decoder": "torchcodec",
         # what decoded the frames: given shards are checked against it (PNG images need no decoder)
         "decoder_version": decoder_identity() if src.video_keys else None,
     }
 
 
+def _episodes(source: LeRobotV3, tolerance_s: float, window_gaps: Mapping[str, int] | None) -> LeRobotEpisodes:
+    """The episodes to convert, their frames checked against ``window_gaps`` as they are decoded."""
+    episodes = LeRobotEpisodes(source, tolerance_s)
+    episodes.videos.window_gaps = dict(window_gaps or {})
+    return episodes
+
+
 def _worker(args):
-    root, tolerance_s, out_dir, codec_dict, lease_s = args
+    root, tolerance_s, out_dir, codec_dict, lease_s, gaps = args
     use_single_thread()
     since = manifest.source_stat_digest(out_dir)  # before the tables every unit is served from are read
-    episodes = LeRobotEpisodes(LeRobotV3(root), tolerance_s)
+    episodes = _episodes(LeRobotV3(root), tolerance_s, gaps)
     return manifest.work(out_dir, FrameCodec(**codec_dict), _record_reader(episodes), lease_s, since)
 
 
@@ -86,6 +96,7 @@ def convert_lerobot(
     fingerprint: Fingerprint | None = None,
     executor: str = "local",
     executor_options: Mapping | None = None,
+    window_gaps: Mapping[str, int] | None = None,
 ) -> dict:
     """Convert a LeRobot v3 dataset into robo-shards in ``out_dir``: every camera frame decoded once (as
     ``LeRobotDataset`` decodes it) and stored losslessly (channels last: ``storage.frame_layout``), one record per
@@ -107,6 +118,10 @@ def convert_lerobot(
         fingerprint: The source's fingerprint when the caller has it (``None``: computed here).
         executor: Where the work units run (``storage/shards/executors.py``): ``local`` or a datatrove executor.
         executor_options: That executor's options (``None``: none).
+        window_gaps: Cameras to check as served in ``delta_timestamps`` windows, with their windows' smallest step
+            (``sources.lerobot_v3.window_gaps``): a frame half a step or more from its row is refused, and the
+            shards record what was checked (``None``: none; what ``datapipe`` asks for when ``tolerance_s`` lets
+            such frames through, ``gaps_at_risk``).
 
     Returns:
         ``episodes``, ``shards``, ``source_bytes`` and ``frame_bytes`` (decoded camera bytes); for
@@ -140,7 +155,7 @@ def convert_lerobot(
     fp = fingerprint or source.fingerprint()
     # the stat the tables below are read under, or an earlier one (what this process converts units from): a change
     # since makes the units recorded under it convert again, from tables read again (run_here)
-    read = {"since": manifest.stat_digest(fp.files), "episodes": LeRobotEpisodes(source, tolerance_s)}
+    read = {"since": manifest.stat_digest(fp.files), "episodes": _episodes(source, tolerance_s, window_gaps)}
     episodes = read["episodes"]
     meta = _metadata(episodes, repo_id)
     names = [e["name"] for e in meta["episodes"]]
@@ -149,12 +164,18 @@ def convert_lerobot(
     per_unit = manifest.unit_bytes(sum(sizes.values()), 4 * shard_bytes, num_workers)
     manifest.plan(
         out_dir,
-        {"content": fp.content, "tolerance_s": tolerance_s},
+        # what the frames are checked against decides what is written: a conversion resumed with other windows'
+        # check would mix units checked and not (left out when there is none: plans of earlier versions resume)
+        {
+            "content": fp.content,
+            "tolerance_s": tolerance_s,
+            **({"window_gaps": dict(window_gaps)} if window_gaps else {}),
+        },
         manifest.units_by_size(names, sizes, per_unit),
         {"codec": codec.as_dict(), "shard_bytes": shard_bytes},
         source_files={"path": fp.path, "names": [f[0] for f in fp.files]},
     )
-    args = (str(source.root), tolerance_s, out_dir, codec.as_dict(), lease_s)
+    args = (str(source.root), tolerance_s, out_dir, codec.as_dict(), lease_s, dict(window_gaps or {}))
     # in this process, convert with the episodes already read above instead of reading the tables again (datatrove
     # runs its tasks in other processes, or pickles them for Slurm: they need the module-level worker)
     in_process = num_workers <= 1 and executor == "local"
@@ -162,7 +183,7 @@ def convert_lerobot(
     def run_here(_):  # in this process, from the tables read above while the source's stat is the one they were read
         now = manifest.source_stat_digest(out_dir)
         if now is not None and now != read["since"]:  # changed since: read again (taken before the read)
-            read.update(since=now, episodes=LeRobotEpisodes(source, tolerance_s))
+            read.update(since=now, episodes=_episodes(source, tolerance_s, window_gaps))
         return manifest.work(out_dir, codec, _record_reader(read["episodes"]), lease_s, read["since"])
 
     worker = _worker if not in_process else run_here

@@ -1069,6 +1069,31 @@ def window_gaps(delta_indices, cameras) -> dict[str, int]:
     return out
 
 
+def gaps_at_risk(gaps: dict[str, int], tolerance_s: float, rate: float) -> dict[str, int]:
+    """The cameras of ``gaps`` (:func:`window_gaps`) whose frames ``tolerance_s`` lets lie half a window step or
+    more from their rows: only for these can a stored frame be one LeRobot's windows would not pick.
+
+    Why it matters to what is kept: the decoder refuses such frames while it decodes for a run with camera windows
+    (:meth:`EpisodeVideoDecoder.episode`), but a store, tiers or shards built by a run without windows (or with a
+    wider step) never made that check, and reused by a windowed run served other frames than LeRobot's, silently
+    (a reviewer's reproduction). At LeRobot's default tolerance (1e-4 s) no camera is at risk, so what is kept
+    stays shared by runs with and without windows; above half a frame, what is kept is keyed by these gaps and
+    built with the check.
+
+    Args:
+        gaps: ``{camera: smallest step of its window}``, in frames of the dataset's rate.
+        tolerance_s: The timestamp tolerance every frame was (or will be) checked with.
+        rate: The dataset's frame rate.
+
+    Returns:
+        The cameras at risk, with their gaps (empty: none).
+    """
+    # as the decoder compares (float32): a frame passes the tolerance when dist < tolerance_s, and is refused in a
+    # window when dist >= ROW_FRAME_SLACK * gap / rate; both at once only when the tolerance is above that bound
+    tol = np.float32(tolerance_s)
+    return {k: int(g) for k, g in gaps.items() if tol > np.float32(ROW_FRAME_SLACK * g / rate)}
+
+
 class LeRobotEpisodes:
     """The episodes a run uses, each as one record: its tabular columns and every camera's decoded frames.
 

@@ -28,7 +28,7 @@ from robo_loaders_plugin.lerobot.dataset import (
 from robo_loaders_plugin.pipeline.batches import PipelineDataset
 from robo_loaders_plugin.pipeline.buffer_plan import held_bytes
 from robo_loaders_plugin.pipeline.options import PassOptions, open_shards
-from robo_loaders_plugin.sources.lerobot_v3 import decoder_identity
+from robo_loaders_plugin.sources.lerobot_v3 import ROW_FRAME_SLACK, decoder_identity, gaps_at_risk, window_gaps
 from robo_loaders_plugin.storage.codec import FrameCodec
 from robo_loaders_plugin.storage.encoded_frames import EncodedFrames
 from robo_loaders_plugin.storage.frame_layout import sampled_ratio
@@ -141,16 +141,23 @@ def datapipe_dataset(native, *, options):
             num_workers=options.convert_workers,
             tolerance_s=settings.tolerance_s,
             fingerprint=fingerprint,
+            window_gaps=risk,
         )
 
     decoder = decoder_identity() if source.video_keys else None  # PNG images need no decoder
+    # cameras in windows whose frames this run's tolerance lets lie half a step from their rows: converted on first
+    # use with that check, and kept apart from conversions without it (sources.lerobot_v3.gaps_at_risk)
+    risk = gaps_at_risk(window_gaps(settings.delta_indices, source.video_keys), settings.tolerance_s, source.fps)
+    key_desc = {"root": str(source.root), "tolerance_s": settings.tolerance_s, "v": 3, "decoder": decoder}
+    if risk:
+        key_desc["window_gaps"] = risk
     reader, hold = open_shards(
         framework="lerobot",
         source=source,
         shards=options.shards,
         cache_dir=options.cache_dir,
         check_source=options.check_source,
-        key_desc={"root": str(source.root), "tolerance_s": settings.tolerance_s, "v": 3, "decoder": decoder},
+        key_desc=key_desc,
         # given shards whose frames another torchcodec/FFmpeg decoded are refused
         must_record={"decoder_version": decoder} if decoder else None,
         convert=convert,
@@ -182,6 +189,7 @@ def datapipe_dataset(native, *, options):
             f"stricter runs need tolerance_s={settings.tolerance_s}: convert again with --tolerance-s "
             f"{settings.tolerance_s}"
         )
+    _check_windows_checked(reader.dir, meta, settings, source)
     table = source.read_table(["index", "episode_index"], native.episodes)
     arrays = source.column_arrays(table, ["index", "episode_index"])
     runs = source.episode_runs(arrays["episode_index"])
@@ -466,3 +474,24 @@ class RowsChecked:
             atomic_write_json(self.path, self.doc)
         except (OSError, TypeError, ValueError):
             pass
+
+
+def _check_windows_checked(directory: str, meta: dict, settings, source) -> None:
+    """Refuse shards whose frames were never checked against this run's camera windows when their conversion's
+    ``tolerance_s`` lets a frame lie half a window step or more from its row (``sources.lerobot_v3.gaps_at_risk``):
+    served, LeRobot's windows would pick other frames than the shards hold (a reviewer's reproduction: a video
+    missing a frame, converted without windows, served 22 of 30 items otherwise than ``LeRobotDataset``)."""
+    risk = gaps_at_risk(
+        window_gaps(settings.delta_indices, source.video_keys), float(meta.get("tolerance_s", 0.0)), source.fps
+    )
+    checked = meta.get("window_gaps") or {}
+    unchecked = {k: g for k, g in risk.items() if not (isinstance(checked.get(k), int) and checked[k] <= g)}
+    if unchecked:
+        key, gap = next(iter(unchecked.items()))
+        raise SourceError(
+            f"{directory}: its frames were converted with tolerance_s={meta.get('tolerance_s')}, which lets a frame of "
+            f"{key} lie half a window step ({ROW_FRAME_SLACK * gap / source.fps:.4g} s) or more from its row, and "
+            "were not checked against this run's delta_timestamps windows (LeRobot would pick other frames there); "
+            f"convert again with --tolerance-s below {ROW_FRAME_SLACK * gap / source.fps:.4g}, or leave "
+            f"{OPTION_PREFIX}.shards out (a conversion on first use checks them)"
+        )

@@ -22,7 +22,7 @@ from robo_loaders_plugin.lerobot.dataset import (
     native_source,
     sample_bytes,
 )
-from robo_loaders_plugin.sources.lerobot_v3 import LeRobotEpisodes, decoder_identity, window_gaps
+from robo_loaders_plugin.sources.lerobot_v3 import LeRobotEpisodes, decoder_identity, gaps_at_risk, window_gaps
 from robo_loaders_plugin.windows.lerobot import TRANSITION_PREFIX, transition_ends
 
 # what fits when this backend does not (its refusal names these)
@@ -97,7 +97,7 @@ def gpu_resampler_dataset(native, *, options):
     def infos_of(first: dict) -> dict:
         return {k: FieldInfo(a.dtype, tuple(a.shape[1:]), k in cameras) for k, a in first.items()}
 
-    key = {
+    key: dict[str, object] = {
         "framework": "lerobot",
         "root": os.path.abspath(str(source.root)),
         "episodes": None if native.episodes is None else [int(e) for e in native.episodes],
@@ -106,6 +106,9 @@ def gpu_resampler_dataset(native, *, options):
         # frames decoded by another torchcodec/FFmpeg are another tier (PNG images need no decoder)
         "decoder": decoder_identity() if source.video_keys else None,
     }
+    risk = gaps_at_risk(episodes.videos.window_gaps, settings.tolerance_s, source.fps)
+    if risk:  # tiers built without these windows' check are not theirs (gaps_at_risk); absent, keys are as before
+        key["window_gaps"] = risk
     names = [f"episode_{ep}" for ep, _, _ in episodes.runs]
     frames, held, hold, reused = kept_or_filled(
         key=key,
