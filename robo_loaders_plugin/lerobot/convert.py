@@ -120,8 +120,8 @@ def convert_lerobot(
         executor_options: That executor's options (``None``: none).
         window_gaps: Cameras to check as served in ``delta_timestamps`` windows, with their windows' smallest step
             (``sources.lerobot_v3.window_gaps``): a frame half a step or more from its row is refused, and the
-            shards record what was checked (``None``: none; what ``datapipe`` asks for when ``tolerance_s`` lets
-            such frames through, ``gaps_at_risk``).
+            shards record what was checked (``None``: none; what a conversion on first use asks for when
+            ``tolerance_s`` lets such frames through, ``gaps_at_risk``).
 
     Returns:
         ``episodes``, ``shards``, ``source_bytes`` and ``frame_bytes`` (decoded camera bytes); for
