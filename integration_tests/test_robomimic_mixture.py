@@ -867,3 +867,80 @@ def test_grouped_masks_and_big_endian_components_are_served_and_shared_validatio
     mixture["components"][1]["filter_key"] = "splits/train"  # control: disjoint splits build
     cfg.train.data_mixture = mixture
     dataset_factory(cfg, obs_keys(cfg), filter_by_attribute="train")
+
+
+def _first_with_own_masks(src, path, valid=True):
+    """A copy of ``src`` whose training demos are under ``mask/mine``; its ``mask/train`` (unused by a mixture that
+    gives the component ``filter_key: mine``) overlaps ``mask/valid``, which is left out with ``valid=False``."""
+    import shutil
+
+    shutil.copyfile(src, path)
+    with h5py.File(path, "r+") as f:
+        train, held_out = f["mask/train"][()], f["mask/valid"][()]
+        del f["mask/train"]
+        f["mask/mine"] = train
+        f["mask/train"] = np.concatenate([train, held_out[:1]])
+        if not valid:
+            del f["mask/valid"]
+    return path
+
+
+def test_robomimics_split_of_a_mixture_reads_each_components_own_filter_key(parts, tmp_path):
+    """A reviewer's reproduction through robomimic's ``load_data_for_training`` (what its ``train()`` calls): it read
+    ``train.data``'s own ``mask/train`` and ``mask/valid`` before the mixture was built, so a first component
+    selecting its training demos with its own ``filter_key`` was refused by robomimic's overlap assertion (its unused
+    ``mask/train`` overlapping ``mask/valid``), and a first component without ``mask/valid`` was h5py's ``KeyError``.
+    Now both splits are the mixture's: the first component's training demos are its ``filter_key``'s, and a missing
+    validation mask is one line naming it. Control: the same file's ``mask/train`` overlaps, and is refused when it is
+    the component's training split."""
+    import robomimic.utils.train_utils as TrainUtils
+
+    first = _first_with_own_masks(parts[0], str(tmp_path / "first.hdf5"))
+    mixture = {"components": [{"path": first, "weight": 1, "filter_key": "mine"}, {"path": parts[1], "weight": 1}]}
+    cfg = make_config(first, low_dim=LOW_DIM, seq_length=3, hdf5_cache_mode="low_dim", hdf5_load_next_obs=True)
+    with cfg.values_unlocked():
+        cfg.train.data_mixture = mixture
+        cfg.train.hdf5_filter_key, cfg.train.hdf5_validation_filter_key = "train", "valid"
+        cfg.experiment.validate = True
+    train, valid = TrainUtils.load_data_for_training(cfg, obs_keys(cfg))
+    for split, key in ((train, "mine"), (valid, "valid")):
+        ref = make_config(first, low_dim=LOW_DIM, seq_length=3, hdf5_cache_mode="low_dim", hdf5_load_next_obs=True)
+        assert split.sizes[0] == len(dataset_factory(ref, obs_keys(ref), filter_by_attribute=key)), key
+    mixture["components"][0]["filter_key"] = "train"  # control: this file's mask/train overlaps its validation demos
+    with pytest.raises(MixtureError, match=r"component 0 .*its training demos \(filter_key 'train'\) overlap"):
+        TrainUtils.load_data_for_training(cfg, obs_keys(cfg))
+    without = _first_with_own_masks(parts[0], str(tmp_path / "novalid.hdf5"), valid=False)
+    mixture["components"][0] = {"path": without, "weight": 1, "filter_key": "mine"}
+    cfg.train.data = without
+    with pytest.raises(MixtureError) as err:
+        TrainUtils.load_data_for_training(cfg, obs_keys(cfg))
+    assert f"component 0 ({without}): train.hdf5_validation_filter_key 'valid' is not in the file's mask/" in str(
+        err.value
+    ), str(err.value)
+
+
+def test_a_camera_a_component_lacks_names_the_way_to_serve_it(parts):
+    """A reviewer's finding: a component lacking a camera the config names was told only to add a rename, never the
+    documented ``"missing_cameras": "zeros"``; and with it, a first component lacking the camera (whose shapes are
+    the mixture's) was told the same, not to list a component with every camera first. Control: the rename the
+    message offers first serves the mixture."""
+    a, _, c = parts  # c stores the wrist camera as wrist_image
+    cfg = _config(parts, mixture={"components": [{"path": a, "weight": 1}, {"path": c, "weight": 1}]})
+    with pytest.raises(MixtureError) as err:
+        dataset_factory(cfg, obs_keys(cfg))
+    assert f"component 1 ({c}): has no obs/{WRIST}" in str(err.value), str(err.value)
+    assert 'or set "missing_cameras": "zeros" to serve zeros and a flag for it' in str(err.value), str(err.value)
+    first = make_config(c, low_dim=LOW_DIM, seq_length=3, hdf5_cache_mode="low_dim", hdf5_load_next_obs=True)
+    with first.values_unlocked():
+        first.train.data_mixture = {
+            "components": [{"path": c, "weight": 1}, {"path": a, "weight": 1}],
+            "missing_cameras": "zeros",
+        }
+    with pytest.raises(MixtureError) as err:
+        dataset_factory(first, obs_keys(first))
+    assert (
+        f"component 0 ({c}): has no obs/{WRIST} for the mixture's obs key '{WRIST}'; with \"missing_cameras\": "
+        '"zeros" the first component (train.data) must have every camera' in str(err.value)
+    ), str(err.value)
+    first.train.data_mixture["components"][0]["rename"] = {"wrist_image": WRIST}  # control
+    assert dataset_factory(first, obs_keys(first)).sizes[0] > 0

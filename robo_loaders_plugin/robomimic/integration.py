@@ -177,10 +177,41 @@ def load_data_for_training(config, obs_keys):
     """
     spec = mixture.mixture_spec(config)
     backend_choice(config)
+    if spec is not None:
+        return _mixture_splits(config, obs_keys)
     # robomimic's own read raises h5py's bare KeyError on a bad filter key (a native run keeps that behaviour)
-    if spec is None and config.train.get("data_backend") is not None:
+    if config.train.get("data_backend") is not None:
         _check_filter_keys(config)
     return compat.original("load_data_for_training")(config, obs_keys)
+
+
+def _mixture_splits(config, obs_keys):
+    """robomimic's ``load_data_for_training`` for a mixture: its checks of the config, then the mixture of each
+    split, each component's splits checked by the mixture's build (its filter keys, and that its training and
+    validation demos are disjoint: ``mixture_meta.check_disjoint_splits``).
+
+    Why not robomimic's own: it reads ``train.data``'s ``mask/<train.hdf5_filter_key>`` and
+    ``mask/<train.hdf5_validation_filter_key>`` before building anything, so the first component's own
+    ``filter_key`` was never consulted there: a first component selecting its training demos with its own key was
+    refused by h5py's ``KeyError`` for the ``train`` mask it does not have, or by robomimic's overlap assertion for a
+    ``train`` mask it does not use; a first component without the validation mask was h5py's traceback where any
+    other component gets one line (a reviewer's reproduction)."""
+    t = config.train
+    validate = bool(config.experiment.validate)
+    if t.hdf5_validation_filter_key is not None and not validate:
+        raise mixture.MixtureError(
+            f"train.hdf5_validation_filter_key is {t.hdf5_validation_filter_key!r} but experiment.validate is false "
+            "(as robomimic asserts): set experiment.validate to true, or the key to null"
+        )
+    if validate and t.hdf5_validation_filter_key is None:
+        raise mixture.MixtureError(
+            "experiment.validate is true but train.hdf5_validation_filter_key is not set (as robomimic asserts): "
+            "name the mask/ key of every component's validation demos, or set experiment.validate to false"
+        )
+    train = dataset_factory(config, obs_keys, filter_by_attribute=t.hdf5_filter_key)
+    if not validate:
+        return train, None
+    return train, dataset_factory(config, obs_keys, filter_by_attribute=t.hdf5_validation_filter_key)
 
 
 def _check_filter_keys(config) -> None:

@@ -392,6 +392,14 @@ def check_components(
                 name = f"{group}/{ck}"
                 if name not in g.fields:
                     hint = f" (renamed from {ck!r})" if ck != mk else f"; add a rename {{'<its key>': {mk!r}}}"
+                    if k > 0 and _is_camera(reference, groups, mk):  # the documented way, named (a reviewer's finding)
+                        hint += ', or set "missing_cameras": "zeros" to serve zeros and a flag for it'
+                    elif k == 0 and spec.missing_cameras == ZEROS and mk in _rgb_keys(config):
+                        hint = (
+                            '; with "missing_cameras": "zeros" the first component (train.data) must have every '
+                            "camera (its shapes are the mixture's): list a component with every camera first, or "
+                            "leave the key out of observation.modalities"
+                        )
                     raise MixtureError(
                         f"{label}: has no {name} for the mixture's obs key {mk!r}{hint}; its obs keys: {sorted(own)}"
                     )
@@ -417,6 +425,12 @@ def check_components(
     for line in missing_lines(names, missing):
         logger.info(line)
     return rates, plan_padding(WHERE, names, vectors, dict(spec.pad)), missing
+
+
+def _rgb_keys(config) -> set[str]:
+    """The obs keys the config serves as cameras (``observation.modalities.obs.rgb`` and ``goal.rgb``)."""
+    modalities = config.observation.modalities
+    return {k for part in ("obs", "goal") for k in (modalities[part].get("rgb") or ())}
 
 
 def _is_camera(reference: Mapping, groups, key: str) -> bool:
