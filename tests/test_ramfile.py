@@ -360,6 +360,32 @@ def test_forked_and_spawned_copies_of_a_hold_never_remove(ram):
     assert files(shm) == []
 
 
+def test_the_last_user_removes_the_ram_cache_while_a_forked_worker_still_runs(ram):
+    """A reviewer's reproduction: a persistent DataLoader worker (forked) outlives its parent's exit handlers, and
+    its inherited copy of the ``use`` lock's descriptor kept the lock (an flock belongs to the open file), so the
+    parent, the last user, left the RAM cache in ``/dev/shm`` after a normal exit. A forked child now closes its
+    copies at once, as a spawned worker holds none. Control: the parent's lock still keeps the entry from a sweep
+    while it holds it."""
+    shm, src = ram
+    store, hold, _ = open_ram(src)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # a worker that runs until told to stop, as a persistent one does past its parent's atexit
+        os.close(write)
+        os.read(read, 1)
+        os._exit(0)
+    os.close(read)
+    try:
+        assert ramfile.sweep_stale(root_of(shm)) == []  # control: held by this process
+        store.close()
+        hold.release()  # the last user, while the worker still runs
+        assert files(shm) == []
+    finally:
+        os.write(write, b"x")
+        os.close(write)
+        os.waitpid(pid, 0)
+
+
 def test_a_ram_directory_not_private_to_the_user_is_refused(ram):
     shm, src = ram
     os.mkdir(root_of(shm), 0o755)

@@ -245,16 +245,42 @@ class EntryHold:
     def __init__(self, fd: int):
         self.fd = fd
         self._finalizer = weakref.finalize(self, os.close, fd)
+        _live_holds.add(self)
 
     def release(self) -> None:
         """Release the lock now (idempotent)."""
         self._finalizer()
+
+    def _forget_in_child(self) -> None:
+        """In a forked child: close the inherited copy of the descriptor, so the parent alone holds the lock."""
+        if self._finalizer.detach() is not None:
+            with contextlib.suppress(OSError):
+                os.close(self.fd)
+        self.fd = -1
 
     def __getstate__(self):  # a spawned worker gets no lock: its parent holds it for the run
         return {}
 
     def __setstate__(self, state):
         self.fd, self._finalizer = -1, lambda: None
+
+
+# every EntryHold of this process, so that a forked child can drop its copies (_forget_holds_in_child)
+_live_holds: weakref.WeakSet = weakref.WeakSet()
+
+
+def _forget_holds_in_child() -> None:
+    """After a fork, in the child: close the inherited ``use`` lock descriptors, as a spawned worker holds none.
+
+    Why: an flock belongs to the open file, which a forked child's copy of the descriptor keeps open; a persistent
+    DataLoader worker (forked) outlived its parent's exit handlers, so the parent's last-user check found the RAM
+    cache still locked and left it in ``/dev/shm`` (a whole dataset) after a normal exit (a reviewer's
+    reproduction). The parent holds the lock for the run, as it does for spawned workers."""
+    for hold in list(_live_holds):
+        hold._forget_in_child()
+
+
+os.register_at_fork(after_in_child=_forget_holds_in_child)
 
 
 @dataclasses.dataclass
@@ -598,6 +624,24 @@ def retire_siblings(entry: Entry) -> list[str]:
         The paths removed (siblings in use or being built are kept).
     """
     return [e.path for e in siblings(entry) if e.remove()]
+
+
+def temporary_files(root: str) -> list[str]:
+    """The temporary files and directories of builds under ``root`` (``<entry>.tmp-<pid>-*``): a build running now,
+    or the leftovers of a killed one, which :func:`sweep_temporary` removes once nobody builds that entry.
+
+    Args:
+        root: The cache root.
+
+    Returns:
+        Their paths, sorted.
+    """
+    out = []
+    for n in os.listdir(root) if os.path.isdir(root) else []:
+        leftover = _TMP_NAME.fullmatch(n)
+        if not n.startswith(".") and leftover is not None and _ENTRY_NAME.fullmatch(leftover["entry"]):
+            out.append(os.path.join(root, n))
+    return sorted(out)
 
 
 def sweep_temporary(root: str, owned: str | None = None) -> list[str]:
