@@ -446,3 +446,40 @@ def test_attributes_of_several_values_are_converted_and_verified(tiny_hdf5, tmp_
     with h5py.File(src, "r+") as f:
         f["data/demo_0"].attrs["init_state"] = np.arange(1.0, 6.0)
     assert verify_robomimic(out, src) == [f"{out}: its attributes of demo_0 differ from {src}'s"]  # control
+
+
+INTERRUPTED_AFTER_ONE_UNIT = """
+import sys
+from robo_loaders_plugin.storage.shards import manifest
+done = manifest.complete
+
+def complete(*args, **kwargs):  # Ctrl-C right after the first unit is recorded
+    done(*args, **kwargs)
+    raise KeyboardInterrupt
+
+manifest.complete = complete
+sys.argv = ["robo-loaders", *sys.argv[1:]]
+from robo_loaders_plugin.cli import _run
+_run()
+"""
+
+
+def test_ctrl_c_during_a_conversion_says_what_was_kept_and_the_same_command_resumes(tiny_hdf5, tmp_path):
+    """A reviewer's reproduction: Ctrl-C during ``robo-loaders convert`` printed click's "Aborted!" alone. Now one
+    line says how many work units are kept and that the same command resumes, exit status 130; the same command
+    then finishes (control: what it wrote matches the source)."""
+    out = str(tmp_path / "shards")
+    args = ["convert", "robomimic", tiny_hdf5, out, "--shard-size", "50KB"]
+    p = subprocess.run(
+        [sys.executable, "-c", INTERRUPTED_AFTER_ONE_UNIT, *args], capture_output=True, text=True, timeout=600
+    )
+    last = p.stderr.strip().splitlines()[-1]
+    assert p.returncode == 130, p.stdout + p.stderr
+    planned = len(json.load(open(os.path.join(out, "manifest.json")))["units"])
+    assert planned > 1 and last == (
+        f"interrupted: 1 of {planned} work units finished are kept in {out}; run the same command again to resume"
+    ), p.stderr
+    assert "Aborted!" not in p.stdout + p.stderr and "Traceback" not in p.stderr
+    rc, log = cli(*args)
+    assert rc == 0, log
+    assert verify_robomimic(out, tiny_hdf5) == []

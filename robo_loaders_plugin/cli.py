@@ -6,8 +6,10 @@ are for readers of the code (``core.command_help``, the class of every command h
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
+import os
 import sys
 
 import click
@@ -892,17 +894,18 @@ def convert_robomimic_cmd(
         video = None if frames == "lossless" else VideoSettings(frames, crf, gop, pix_fmt)
     except (ValueError, VideoError) as exc:
         raise click.BadParameter(str(exc)) from None
-    res = convert_robomimic(
-        in_path,
-        out_dir,
-        num_workers=num_workers,
-        shard_bytes=size,
-        codec=frame_codec,
-        executor=executor,
-        executor_options=options_from_cli(executor, **executor_cli),
-        video=video,
-        min_psnr=min_psnr,
-    )
+    with _resumable(out_dir):
+        res = convert_robomimic(
+            in_path,
+            out_dir,
+            num_workers=num_workers,
+            shard_bytes=size,
+            codec=frame_codec,
+            executor=executor,
+            executor_options=options_from_cli(executor, **executor_cli),
+            video=video,
+            min_psnr=min_psnr,
+        )
     _report_conversion(out_dir, res, "demo")
     if "video" in res:
         click.echo(format_video_report(res["video"]))
@@ -955,17 +958,18 @@ def convert_lerobot_cmd(
         size, frame_codec = parse_bytes(shard_size, "--shard-size"), FrameCodec(codec, level)
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
-    res = convert_lerobot(
-        root,
-        out_dir,
-        repo_id=repo_id,
-        num_workers=num_workers,
-        shard_bytes=size,
-        codec=frame_codec,
-        tolerance_s=tolerance_s,
-        executor=executor,
-        executor_options=options_from_cli(executor, **executor_cli),
-    )
+    with _resumable(out_dir):
+        res = convert_lerobot(
+            root,
+            out_dir,
+            repo_id=repo_id,
+            num_workers=num_workers,
+            shard_bytes=size,
+            codec=frame_codec,
+            tolerance_s=tolerance_s,
+            executor=executor,
+            executor_options=options_from_cli(executor, **executor_cli),
+        )
     _report_conversion(out_dir, res)
 
 
@@ -1093,6 +1097,12 @@ def cache_list(root):
 
     from robo_loaders_plugin.core.units import format_bytes
     from robo_loaders_plugin.storage import cache
+    from robo_loaders_plugin.storage.shards.manifest import MANIFEST
+
+    def state(e) -> str:  # a conversion on first use that was stopped: planned (manifest), not published (index)
+        if os.path.isfile(os.path.join(e.path, MANIFEST)) and not os.path.exists(os.path.join(e.path, "index.json")):
+            return "unfinished conversion (the next run resumes it)"
+        return ""
 
     rows = [
         [
@@ -1100,12 +1110,21 @@ def cache_list(root):
             format_bytes(e.nbytes()),
             datetime.datetime.fromtimestamp(e.last_used()).isoformat(" ", "seconds"),
             "yes" if e.in_use() else "",
+            state(e),
         ]
         for e in cache.entries(root)
     ]
     limit = format_bytes(cache.size_limit() or 0) if cache.size_limit() else "none"
     click.echo(f"{root} (limit {cache.ENV_SIZE}={limit})")
-    click.echo(tabulate(rows, headers=["entry", "size", "last used", "in use"]) if rows else "(empty)")
+    headers = ["entry", "size", "last used", "in use", "state"]
+    click.echo(tabulate(rows, headers=headers) if rows else "(empty)")
+    temporary = cache.temporary_files(root)
+    if temporary:  # the leftovers of a killed build were not listed at all, "(empty)" beside 16 MB of them
+        size = format_bytes(sum(cache.path_bytes(p) for p in temporary))
+        click.echo(
+            f"plus {len(temporary)} temporary file(s) of builds ({size}): a build running now, or left by a killed "
+            "one (`robo-loaders cache prune` removes those nobody builds)"
+        )
 
 
 @_cache_command(
@@ -1148,6 +1167,23 @@ def cache_clear(root):
         root: The cache root, from ``--cache-dir`` (default: ``$ROBO_LOADERS_CACHE`` or ``~/.cache/robo-loaders``).
     """
     _remove_unused(root, 0, "cache clear")
+
+
+@contextlib.contextmanager
+def _resumable(out_dir: str):
+    """Ctrl-C during a conversion: one line saying what was kept and that the same command resumes, exit status 130.
+
+    Why: click's own handling printed "Aborted!" alone, though the finished work units are kept and the same
+    command goes on from them (a reviewer's reproduction)."""
+    from robo_loaders_plugin.storage.shards import manifest
+
+    try:
+        yield
+    except KeyboardInterrupt:
+        done = manifest.progress(out_dir)
+        kept = f"{done[0]} of {done[1]} work units finished are kept in {out_dir}" if done else "nothing was kept"
+        click.echo(f"interrupted: {kept}; run the same command again to resume", err=True)
+        sys.exit(130)
 
 
 def _run():

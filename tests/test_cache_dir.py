@@ -623,6 +623,39 @@ def test_a_size_limit_of_zero_means_no_limit_in_the_variable_and_in_prune(tmp_pa
     assert r.output == f"removed {entry.path}\n" and not os.path.exists(entry.path)
 
 
+def test_cache_list_shows_leftovers_of_killed_builds_and_unfinished_conversions(tmp_path):
+    """A reviewer's reproduction: after a build killed part-way, ``cache list`` printed "(empty)" beside 16 MB of its
+    temporary file, and a conversion on first use stopped part-way was listed as any entry. Now the temporary files
+    are counted on a line of their own and the conversion is marked unfinished; ``prune`` removes the leftover.
+    Control: a finished conversion has no mark, and a user's file named like a temporary one is not counted."""
+    from click.testing import CliRunner
+
+    from robo_loaders_plugin.cli import main
+
+    root = cache.cache_root(str(tmp_path / "root"))
+    name = "robomimic-shards-0123456789abcdef-0123456789abcdef"
+    for entry, files in (
+        (name, ("manifest.json",)),
+        (name.replace("shards", "other"), ("manifest.json", "index.json")),
+    ):
+        os.makedirs(os.path.join(root, entry))
+        for f in files:
+            open(os.path.join(root, entry, f), "w").write("{}")
+    with open(os.path.join(root, f"compressed-cache-3-{'1' * 16}-{'2' * 16}.tmp-999999-0123abcd"), "wb") as f:
+        f.write(b"x" * 5000)
+    open(os.path.join(root, "notes.tmp-2024"), "w").write("mine")
+    out = CliRunner().invoke(main, ["cache", "list", "--cache-dir", root]).output
+    rows = {line.split()[0]: line for line in out.splitlines() if line.startswith(("robomimic-", "robomimic-other"))}
+    assert "unfinished conversion (the next run resumes it)" in rows[name], out
+    assert "unfinished" not in rows[name.replace("shards", "other")], out
+    assert out.rstrip().endswith(
+        "plus 1 temporary file(s) of builds (5.0 kB): a build running now, or left by a killed one "
+        "(`robo-loaders cache prune` removes those nobody builds)"
+    ), out
+    CliRunner().invoke(main, ["cache", "prune", "--cache-dir", root])
+    assert "temporary file" not in CliRunner().invoke(main, ["cache", "list", "--cache-dir", root]).output
+
+
 def test_the_three_cache_commands_take_cache_dir_alike(tmp_path):
     """``cache list``, ``prune`` and ``clear`` declare ``--cache-dir`` once (``cli._cache_command``): the same option,
     resolved to the same created root, and a bad one refused in one line naming ``--cache-dir`` as typed (was

@@ -782,6 +782,23 @@ def _pending(out_dir: str) -> tuple[list[int], list[dict]]:
         return available, held
 
 
+def progress(out_dir: str) -> tuple[int, int] | None:
+    """How far a conversion into ``out_dir`` got: what an interrupted command says it kept.
+
+    Args:
+        out_dir: The robo-shards directory.
+
+    Returns:
+        ``(units done, units planned)``; ``None`` when no conversion was planned there, or its manifest cannot be
+        read.
+    """
+    try:
+        units = _read(out_dir)["units"]
+        return sum(u["state"] == "done" for u in units), len(units)
+    except (OSError, ShardError, KeyError, TypeError):
+        return None
+
+
 def _holders(units: list[dict]) -> str:
     who = sorted({f"pid {u['lease'].get('pid')} on {u['lease'].get('host')}" for u in units if "lease" in u})
     return f"unit(s) {_ids(u['id'] for u in units)} (leased by {', '.join(who) or 'another process'})"
