@@ -676,23 +676,29 @@ def test_passes_follow_each_other_without_a_reset_and_any_other_position_resets(
         per_pass.shutdown()
 
 
-def test_a_pipeline_nobody_holds_stops_its_threads_and_frees_its_dataset():
+@pytest.mark.parametrize("decode_ahead", [False, True])
+def test_a_pipeline_nobody_holds_stops_its_threads_and_frees_its_dataset(decode_ahead):
     """An endless pipeline's threads never run out of work, and they hold the dataset (through ``collate``) and
     the batches they assembled ahead: once nobody holds the pipeline (its DataLoader dropped) they must stop, and
     the dataset be freed, instead of both living until the process ends. torchdata's iterators stop their threads
     when they are collected, which holds only while nothing the threads reach refers back to the pipeline (an
-    assembling function that captured it would keep it alive for ever). The control: while the pipeline is held,
-    its threads run and the dataset lives, so the check below sees threads that would have stayed."""
+    assembling function that captured it would keep it alive for ever). With loads ahead (``video_stream``'s
+    decoding), the next pass's plan was asked through a lambda over the pipeline: every dropped dataset's pipeline
+    and six threads stayed (a reviewer's reproduction). The control: while the pipeline is held, its threads run
+    and the dataset lives, so the check below sees threads that would have stayed."""
     import gc
     import threading
     import weakref
 
     from robo_loaders_plugin.core.iteration import SamplingPlan
-    from robo_loaders_plugin.pipeline.batches import PipelineBatches
+    from robo_loaders_plugin.pipeline.batches import DecodeAhead, PipelineBatches
 
-    class Data:  # what collate is bound to: a dataset
+    class Data:  # what collate (and the loads ahead) are bound to: a dataset
         def collate(self, idx):
             return idx.copy()
+
+        def load(self, episode):
+            return episode
 
     n_eps, per_ep = 6, 5
     groups = ItemGroups(np.arange(n_eps * per_ep), np.repeat(np.arange(n_eps), per_ep), n_eps)
@@ -700,7 +706,13 @@ def test_a_pipeline_nobody_holds_stops_its_threads_and_frees_its_dataset():
     dataset = weakref.ref(data)
     before = set(threading.enumerate())
     source = PipelineBatches(
-        groups, data.collate, SamplingPlan(batch_size=4, num_workers=2), seed=5, shuffle_buffer=2, endless=True
+        groups,
+        data.collate,
+        SamplingPlan(batch_size=4, num_workers=2),
+        seed=5,
+        shuffle_buffer=2,
+        endless=True,
+        decode_ahead=DecodeAhead(data.load, threads=1, ahead=2) if decode_ahead else None,
     )
     it = iter(source)
     next(it)

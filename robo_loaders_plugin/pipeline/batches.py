@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
+import functools
 import threading
 import weakref
 from collections.abc import Callable
@@ -516,7 +517,10 @@ class PipelineBatches(BatchSource):
         if not continuing:
             self.first_gate.close(rest[: self.plan_node.batch_size])
         if self.decode_ahead is not None:
-            self.decode_ahead.start_pass(rest, upcoming=lambda: self.plan_node.plan_of(epoch + 1))
+            # bound to the plan node, not to this object: a lambda over self held the pipeline from the threads'
+            # own closures, so a dropped dataset's pipeline was never collected and its threads never stopped (six
+            # threads, decoders and their open videos per build of a sweep: a reviewer's reproduction)
+            self.decode_ahead.start_pass(rest, upcoming=functools.partial(self.plan_node.plan_of, epoch + 1))
         if not continuing:
             self.plan_node.seek(epoch, start)
             self.root.reset()
@@ -566,6 +570,7 @@ class PipelineBatches(BatchSource):
         self.first_gate.open()
         shutdown_node_threads(self.root)
         if self.decode_ahead is not None:
+            self.decode_ahead.upcoming = None
             self.decode_ahead.shutdown()
 
 
