@@ -503,7 +503,7 @@ def test_names_that_differ_and_cameras_sharing_no_name_are_one_warning_each(lero
 
 
 @pytest.mark.fast
-def test_a_component_without_statistics_is_refused_before_any_data_is_read(lerobot_mixture_datasets, tmp_path):
+def test_a_component_without_statistics_is_refused_before_any_data_is_read(lerobot_mixture_datasets, tmp_path, caplog):
     """Issue 42 item 2: a component without ``meta/stats.json`` was mixed silently, the mixture's statistics counting
     only the other components (LeRobot alone refuses the dataset, with a ``TypeError``); so was one whose statistics
     lack a key the others have. Now one line naming the flag, the component, its root and the file or key, from
@@ -549,6 +549,21 @@ def test_a_component_without_statistics_is_refused_before_any_data_is_read(lerob
         line = str(info.value)
         assert "\n" not in line, line
         return line
+
+    # a reviewer's reproduction: without quantiles (written before LeRobot computed them) the mixture's statistics
+    # lost them for every component, and a quantile-normalising policy failed naming no component: warned, one line
+    assert any(k.startswith("q") for k in whole["action"]), sorted(whole["action"])
+    plain = {k: {s: v for s, v in f.items() if not s.startswith("q")} for k, f in whole.items()}
+    stats_file.write_text(json.dumps(plain))
+    with caplog.at_level("WARNING", logger="robo_loaders"):
+        check_components(spec, metas(), None)
+    said = [r.getMessage() for r in caplog.records if "augment_dataset_quantile_stats" in r.getMessage()]
+    assert len(said) == 1 and said[0].startswith(
+        f"--dataset.mixture: component 1 (mix/b)'s meta/stats.json (in {copy}) has no q01"
+    ), said
+    caplog.clear()
+    check_components(spec, a_and_c, None)  # control: every component has them
+    assert not [r for r in caplog.records if "augment_dataset_quantile_stats" in r.getMessage()]
 
     stats_file.write_text(json.dumps({k: v for k, v in whole.items() if k != "action"}))
     line = refused(metas())

@@ -311,6 +311,7 @@ def check_stats(spec, metas, features: dict, cameras=()) -> None:
                 "computes the numeric features' only), or leave the component out"
             )
     held = [renamed_stats(meta.stats, dict(c.rename or {}), c.drop) for c, meta in zip(spec.components, metas)]
+    dropped: dict[int, tuple[list[str], list[str]]] = {}  # component -> (statistics it lacks, keys)
     for key in features:
         if key in DEFAULT_FEATURES:
             continue
@@ -327,6 +328,40 @@ def check_stats(spec, metas, features: dict, cameras=()) -> None:
                 f'rename the key apart in one of them ("rename": {{"{key}": "<another name>"}}) or leave the '
                 "component out"
             )
+        _statistics_dropped(held, key, having, dropped)
+    _warn_statistics_dropped(spec, metas, dropped)
+
+
+def _statistics_dropped(held, key: str, having: list[int], dropped: dict) -> None:
+    """Note in ``dropped`` the first component whose statistics of ``key`` lack what others have (quantiles
+    q01..q99, most often: datasets written before LeRobot computed them), with what it lacks."""
+    names = [set(held[k][key]) for k in having if isinstance(held[k].get(key), dict)]
+    if len(names) < 2:
+        return
+    for k in having:
+        missing = sorted(set.union(*names) - set(held[k][key]))
+        if missing:
+            lacks, keys = dropped.setdefault(k, ([], []))
+            lacks.extend(m for m in missing if m not in lacks)
+            keys.append(key)
+            return
+
+
+def _warn_statistics_dropped(spec, metas, dropped: dict) -> None:
+    """One warning per mixture: LeRobot's aggregation, which the mixture's statistics follow, keeps a statistic
+    only when every component has it, so a policy normalising with quantiles failed at its first batch with
+    LeRobot's own error, naming no component (a reviewer's reproduction). Warned, not refused: a policy normalising
+    with mean and std (the default) trains as LeRobot would."""
+    if not dropped:
+        return
+    k, (lacks, keys) = next(iter(dropped.items()))
+    others = f" (and {len(dropped) - 1} other component(s))" if len(dropped) > 1 else ""
+    logger.warning(
+        f"{MIXTURE_FLAG}: {component_name(spec, k)}'s meta/stats.json (in {metas[k].root}){others} has no "
+        f"{', '.join(lacks)} of {', '.join(map(repr, keys))}, which other components have: the mixture's statistics "
+        "keep only what every component has, as LeRobot's aggregation does (a policy normalising with quantiles "
+        "will fail); compute them for that component (LeRobot's augment_dataset_quantile_stats.py) or leave it out"
+    )
 
 
 def renamed_stats_keys(meta, component) -> set[str]:
