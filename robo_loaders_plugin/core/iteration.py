@@ -66,6 +66,9 @@ class SamplingPlan:
         worker_processes: The worker processes the framework's DataLoader itself would start (its ``num_workers``
             as the user set it, where ``num_workers`` is raised to a thread or more: LeRobot's); 0 asks for none,
             as a user debugging in one process does. ``None``: ``num_workers``.
+        sampler_counts_passes: Whether the native sampler says which pass this is (LeRobot's ``EpisodeAwareSampler``
+            holds its epoch, and a new one starts at pass 0, as LeRobot's own order does); ``False``: the backend
+            counts passes over every DataLoader of the dataset, as a ``RandomSampler`` draws a new order for each.
     """
 
     batch_size: int
@@ -82,6 +85,7 @@ class SamplingPlan:
     worker_context: Any = None
     prefetch_factor: int | None = None
     worker_processes: int | None = None
+    sampler_counts_passes: bool = False
 
 
 def pass_key(plan: SamplingPlan, **more: Any) -> dict[str, Any]:
@@ -141,6 +145,8 @@ class BatchSource(abc.ABC):
         self._running = False  # whether a pass started by iter() is being served
         self._said_apart = False
         self._apart = -1  # the last pass number served apart: the running pass's successor skips past it
+        # the next pass of every DataLoader over the same dataset, shared with their sources (_source_for); None: own
+        self._passes: list[int] | None = None
         # what decides a pass's order (batch size, seed, items, world size ...), saved with the position and compared
         # when a position is loaded: a (pass, batch) of another order is other windows (set by subclasses; {}: none)
         self.pass_key: dict[str, Any] = {}
@@ -175,6 +181,12 @@ class BatchSource(abc.ABC):
         """
         return self.batches(epoch, 0)
 
+    def _served(self, epoch: int) -> None:
+        """Record that pass ``epoch`` is being served, for the next DataLoader over the same dataset."""
+        cell = self._passes
+        if cell is not None and cell[0] <= epoch:
+            cell[0] = epoch + 1
+
     def __iter__(self) -> Iterator[Any]:
         if self._running:  # another pass is being served: this one apart, its position untouched
             epoch = self._epoch + 1  # the pass after the running one: two interleaved passes differ in order
@@ -186,6 +198,7 @@ class BatchSource(abc.ABC):
                     "the running pass, which keeps its position (said once)"
                 )
             self._apart = max(self._apart, epoch)
+            self._served(epoch)
             yield from self.batches_apart(epoch)
             return
         if self._positioned:
@@ -194,6 +207,7 @@ class BatchSource(abc.ABC):
             epoch, start = max(self._epoch + (1 if self._batch else 0), self._apart + 1), 0
         self._positioned = False
         self._epoch, self._batch = epoch, start
+        self._served(epoch)
         self._running = True
         try:
             for batch in self.batches(epoch, start):
@@ -674,6 +688,15 @@ def pass_batches(
             "batches come from its worker processes, not from the backend's in-process path"
         )
         return data_loader
+    if data_loader.collate_fn is not torch.utils.data.default_collate or data_loader.worker_init_fn is not None:
+        # the backend builds its batches itself: the user's collate_fn (a normalisation, an augmentation) was
+        # dropped without a word (a reviewer's reproduction); served item by item by the DataLoader instead
+        logger.info(
+            f"{built.choice.name}: this DataLoader has a custom collate_fn or worker_init_fn, which the backend's "
+            "own batches would leave out: its batches come from the DataLoader, item by item (slower; apply the "
+            "function to each batch in your loop to keep the backend's speed)"
+        )
+        return data_loader
     return _source_for(data_loader, built, plan_for)
 
 
@@ -690,11 +713,20 @@ _SOURCES: weakref.WeakKeyDictionary[Any, BatchSource] = weakref.WeakKeyDictionar
 _SAMPLER_BATCHES: weakref.WeakKeyDictionary[Any, SamplerBatches] = weakref.WeakKeyDictionary()
 
 
+# Each dataset's next pass, over every DataLoader built on it: a cell (a list of one int) the dataset's sources share,
+# holding no reference to the dataset (a value referring to its weak key would keep it alive)
+_PASSES: weakref.WeakKeyDictionary[Any, list[int]] = weakref.WeakKeyDictionary()
+
+
 def _source_for(data_loader, built: Built, plan_for, rank_split: bool = False) -> BatchSource:
     """One BatchSource per DataLoader, kept across passes: its position spans them. ``rank_split``: an ``indexed``
     backend's pass cut into this rank's share here (decided by the choice's kind, not by the dataset's classes: a
     ``batch`` backend's dataset may also be indexable). A pass split across ranks here is checked first
-    (:func:`check_first_pass`)."""
+    (:func:`check_first_pass`).
+
+    A new DataLoader over a dataset another DataLoader served passes of starts at the pass after theirs: a loop that
+    builds its DataLoader each epoch started every epoch at pass 0, the same order each time, and with ``drop_last``
+    the same windows were never served (a reviewer's reproduction)."""
     source = _SOURCES.get(data_loader)
     if source is None:
         dataset = data_loader.dataset
@@ -707,6 +739,11 @@ def _source_for(data_loader, built: Built, plan_for, rank_split: bool = False) -
             )
         else:
             source = dataset.batch_source(plan)
+        if not plan.sampler_counts_passes:
+            cell = _PASSES.setdefault(dataset, [0])
+            if (source._epoch, source._batch) == (0, 0):  # a resumed position (the plan's start) is kept as given
+                source._epoch = cell[0]
+            source._passes = cell
         _SOURCES[data_loader] = source
     return source
 

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from robo_loaders_plugin.core.errors import SourceError
+from robo_loaders_plugin.core.indices import item_index
 from robo_loaders_plugin.core.iteration import IndexedDataset
 from robo_loaders_plugin.core.options import LEROBOT_OPTIONS
 from robo_loaders_plugin.core.packed import pack_ints, unpack_ints
@@ -198,7 +199,7 @@ class LeRobotSamples(IndexedDataset):
         return idx % n  # negative indices count from the end, as on LeRobotDataset
 
     def __getitem__(self, idx):
-        return self.__getitems__([idx])[0]
+        return self.__getitems__([item_index(idx, type(self).__name__)])[0]
 
     def __getitems__(self, indices):
         """A batch of items (torch's DataLoader passes whole batches here): one gather per key, then split."""

@@ -134,7 +134,7 @@ def sampling_plan(dataloader, built: iteration.Built | None = None) -> iteration
         The :class:`~robo_loaders_plugin.core.iteration.SamplingPlan`.
 
     Raises:
-        RoboLoadersError: the sampler is not an EpisodeAwareSampler (another LeRobot version).
+        RoboLoadersError: the sampler is not an EpisodeAwareSampler (a custom loop's), or lacks its API.
         CompatError: accelerate splits batches in a way not supported (``compat.rank_split``).
     """
     split = compat.rank_split(dataloader)
@@ -144,9 +144,18 @@ def sampling_plan(dataloader, built: iteration.Built | None = None) -> iteration
         items = compat.sampler_indices(sampler)
         state, seed, shuffle = sampler.state_dict(), int(sampler.seed), bool(sampler.shuffle)
     except AttributeError:
+        # named by what was given: a custom loop's RandomSampler was blamed on "this LeRobot version" (a reviewer's
+        # reproduction); the version is in question only for a sampler of that name without its methods
+        name = built.choice.name if built is not None else "this backend"
+        if type(sampler).__name__ == "EpisodeAwareSampler":
+            raise RoboLoadersError(
+                f"LeRobot data backend {name}: this EpisodeAwareSampler lacks what LeRobot 0.6.1's has "
+                "(state_dict, seed, shuffle); this LeRobot version is not supported"
+            ) from None
         raise RoboLoadersError(
-            f"this backend expects lerobot-train's EpisodeAwareSampler, found "
-            f"{type(sampler).__name__}; this LeRobot version is not supported"
+            f"LeRobot data backend {name}: cycle() needs a DataLoader with lerobot-train's EpisodeAwareSampler "
+            f"(batch_size=N, sampler=EpisodeAwareSampler(...)), found {type(sampler).__name__}; or iterate the "
+            "DataLoader itself, item by item"
         ) from None
     batch_size = int(batch_sampler.batch_size)
     start_epoch, start_batch = int(state["epoch"]), int(state["start_index"]) // (batch_size * split.world_size)
@@ -161,6 +170,7 @@ def sampling_plan(dataloader, built: iteration.Built | None = None) -> iteration
         num_workers=max(1, int(dataloader.num_workers)),
         items=items,
         start_epoch=start_epoch,
+        sampler_counts_passes=True,  # its EpisodeAwareSampler's epoch, as LeRobot's own order
         start_batch=start_batch,
         pin_memory=bool(getattr(dataloader, "pin_memory", False)) and torch.cuda.is_available(),
         rank=split.rank,

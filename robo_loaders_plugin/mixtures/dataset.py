@@ -19,6 +19,7 @@ import torch
 
 from robo_loaders_plugin.core.errors import RoboLoadersError, SourceError
 from robo_loaders_plugin.core.in_flight import TrainingLoop, indexed_in_flight
+from robo_loaders_plugin.core.indices import item_index
 from robo_loaders_plugin.core.iteration import BatchDataset, IndexedDataset, SamplingPlan, ServedDataset, Serving
 from robo_loaders_plugin.core.units import plural, some_of
 from robo_loaders_plugin.core.worker_processes import ProcessBatches
@@ -504,7 +505,7 @@ class MixtureDataset(BatchDataset):
 
     def __getitem__(self, index):
         self._check_open()
-        k, i = self.locate(int(index))
+        k, i = self.locate(item_index(index, type(self).__name__))
         item = self.hooks.rename(self.hooks.item(self.datasets[k], i), self.renames[k], self.keep)
         item = self._complete(k, item, None)
         item[DATASET_INDEX] = self.hooks.dataset_index(np.array([k]), batch=False)

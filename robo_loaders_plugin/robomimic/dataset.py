@@ -11,6 +11,7 @@ import dataclasses
 
 import numpy as np
 
+from robo_loaders_plugin.core.indices import item_index
 from robo_loaders_plugin.core.iteration import IndexedDataset
 from robo_loaders_plugin.frames.base import FrameSource
 from robo_loaders_plugin.storage.buffers import BufferPool
@@ -131,7 +132,7 @@ class RobomimicSamples(IndexedDataset):
         return rules.collate(self.frames, self.windows, indices, self.buffer_pool, self.modes)
 
     def __getitem__(self, index):
-        return rules.row(self.gather([int(index)]), 0)
+        return rules.row(self.gather([item_index(index, type(self).__name__)]), 0)
 
     def __getitems__(self, indices):
         """Called by torch's DataLoader with a whole batch of indices: one gather, then per-sample views."""

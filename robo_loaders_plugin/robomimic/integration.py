@@ -281,8 +281,15 @@ def sampling_plan(data_loader, built: iteration.Built) -> iteration.SamplingPlan
         The :class:`~robo_loaders_plugin.core.iteration.SamplingPlan`.
 
     Raises:
-        RoboLoadersError: a sampler whose order the backend cannot reproduce (:func:`_shuffled`).
+        RoboLoadersError: a sampler whose order the backend cannot reproduce (:func:`_shuffled`), or a DataLoader
+            without a batch size (its own ``batch_sampler``).
     """
+    if data_loader.batch_size is None:  # was int(None)'s TypeError (a reviewer's reproduction)
+        raise RoboLoadersError(
+            f"robomimic data backend {built.choice.name}: the DataLoader has no batch_size (it was given a "
+            "batch_sampler), whose batches the backend does not reproduce (it plans each pass itself); build it with "
+            "batch_size=N and shuffle=True (or False), or iterate the DataLoader itself instead of epoch_loader"
+        )
     return iteration.SamplingPlan(
         batch_size=int(data_loader.batch_size),
         drop_last=bool(data_loader.drop_last),
