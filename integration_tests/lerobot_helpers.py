@@ -53,3 +53,29 @@ def cfg_for(root, backend=None, backend_kwargs=None, eval_split=0.0, *extra, rep
     if backend_kwargs is not None:
         args.append(f"--dataset.backend_kwargs={backend_kwargs}")
     return draccus.parse(TrainPipelineConfig, args=[*args, *extra])
+
+
+def drop_a_frame(video: str, fps: float, missing: int = 10, append_last: bool = False) -> None:
+    """Re-encode ``video`` (H.264) without its frame ``missing``, the later frames keeping their times: a video with
+    a gap, as a recorder that dropped a frame writes it. ``append_last``: the last frame once more at the end, so
+    that the last rows still decode."""
+    import fractions
+    import os
+
+    import av
+
+    with av.open(video) as c:
+        frames = [f.to_ndarray(format="rgb24") for f in c.decode(c.streams.video[0])]
+    with av.open(video + ".tmp.mp4", "w") as out:
+        stream = out.add_stream("libx264", rate=fps)
+        stream.width, stream.height, stream.pix_fmt = frames[0].shape[1], frames[0].shape[0], "yuv420p"
+        stream.codec_context.time_base = fractions.Fraction(1, fps)
+        for i, f in enumerate([*frames, frames[-1]] if append_last else frames):
+            if i != missing:
+                frame = av.VideoFrame.from_ndarray(f, format="rgb24")
+                frame.pts, frame.time_base = i, fractions.Fraction(1, fps)
+                for packet in stream.encode(frame):
+                    out.mux(packet)
+        for packet in stream.encode():
+            out.mux(packet)
+    os.replace(video + ".tmp.mp4", video)

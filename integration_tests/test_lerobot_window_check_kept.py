@@ -11,13 +11,12 @@ without windows is served equal to LeRobot's; at LeRobot's default tolerance a s
 reused by a windowed run (nothing rebuilt); a video without a gap is served in windows.
 """
 
-import fractions
 import os
 import shutil
 
 import pytest
 
-from integration_tests.lerobot_helpers import REPO, same_item, serve
+from integration_tests.lerobot_helpers import REPO, drop_a_frame, same_item, serve
 from robo_loaders_plugin.core.errors import SourceError
 
 KEPT = ["compressed_cache", "gpu_resampler", "datapipe"]
@@ -28,8 +27,6 @@ FPS = 20
 def datasets(tmp_path_factory):
     """``{"whole": root, "gap": root}``: one camera, 3 episodes of 60 frames at 20 fps; in "gap" the video lacks
     frame 10 (the later frames keep their times)."""
-    import av
-
     from robo_loaders_plugin.sample_data.lerobot_v3 import write_lerobot_dataset
 
     base = tmp_path_factory.mktemp("window_check")
@@ -41,22 +38,7 @@ def datasets(tmp_path_factory):
     gap = str(base / "gap")
     shutil.copytree(whole, gap)
     cam = next(d for d in os.listdir(os.path.join(gap, "videos")))
-    video = os.path.join(gap, "videos", cam, "chunk-000", "file-000.mp4")
-    with av.open(video) as c:
-        frames = [f.to_ndarray(format="rgb24") for f in c.decode(c.streams.video[0])]
-    with av.open(video + ".tmp.mp4", "w") as out:
-        stream = out.add_stream("libx264", rate=FPS)
-        stream.width, stream.height, stream.pix_fmt = frames[0].shape[1], frames[0].shape[0], "yuv420p"
-        stream.codec_context.time_base = fractions.Fraction(1, FPS)
-        for i, f in enumerate([*frames, frames[-1]]):  # one frame appended: the last rows still decode
-            if i != 10:
-                frame = av.VideoFrame.from_ndarray(f, format="rgb24")
-                frame.pts, frame.time_base = i, fractions.Fraction(1, FPS)
-                for packet in stream.encode(frame):
-                    out.mux(packet)
-        for packet in stream.encode():
-            out.mux(packet)
-    os.replace(video + ".tmp.mp4", video)
+    drop_a_frame(os.path.join(gap, "videos", cam, "chunk-000", "file-000.mp4"), FPS, append_last=True)
     return {"whole": whole, "gap": gap, "camera": cam}
 
 

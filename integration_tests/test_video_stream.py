@@ -10,7 +10,7 @@ import pickle
 import numpy as np
 import pytest
 import torch
-from lerobot_helpers import REPO, random_indices, same_item, serve
+from lerobot_helpers import REPO, drop_a_frame, random_indices, same_item, serve
 from remote_servers import HttpServer, S3Server
 
 from robo_loaders_plugin import BackendOptionError, SourceError
@@ -953,32 +953,17 @@ def test_a_video_missing_a_frame_under_a_raised_tolerance_is_refused_not_served_
     nearest among the frames the window's queries load, the plugin decoded one frame per row, and the windows around
     the gap differed from LeRobot's, silently. A frame half a frame or more from its row is refused now: every item
     equals LeRobot's or raises naming the gap. Control: with the check off, the windows around the gap differ."""
-    import fractions
     import shutil
 
-    import av
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
     root = str(tmp_path / "gap")
     shutil.copytree(lerobot_datasets["h264_3cam_multifile"], root)
     probe = LeRobotDataset(REPO, root=root)
     fps, cam = probe.fps, probe.meta.video_keys[0]
-    video = os.path.join(root, "videos", cam, "chunk-000", "file-000.mp4")
-    with av.open(video) as c:
-        frames = [f.to_ndarray(format="rgb24") for f in c.decode(c.streams.video[0])]
-    with av.open(video + ".tmp.mp4", "w") as out:
-        stream = out.add_stream("libx264", rate=fps)
-        stream.width, stream.height, stream.pix_fmt = frames[0].shape[1], frames[0].shape[0], "yuv420p"
-        stream.codec_context.time_base = fractions.Fraction(1, fps)
-        for i, f in enumerate(frames):
-            if i != 10:  # a frame missing: the later ones keep their times
-                frame = av.VideoFrame.from_ndarray(f, format="rgb24")
-                frame.pts, frame.time_base = i, fractions.Fraction(1, fps)
-                for packet in stream.encode(frame):
-                    out.mux(packet)
-        for packet in stream.encode():
-            out.mux(packet)
-    os.replace(video + ".tmp.mp4", video)
+    drop_a_frame(
+        os.path.join(root, "videos", cam, "chunk-000", "file-000.mp4"), fps
+    )  # the later frames keep their times
     windows = {c: [k / fps for k in (-2, -1, 0, 1, 2)] for c in probe.meta.camera_keys}
     nat = LeRobotDataset(REPO, root=root, delta_timestamps=windows, tolerance_s=1.6 / fps, return_uint8=True)
 
