@@ -65,6 +65,25 @@ def test_a_custom_collate_fn_is_applied_not_dropped(tiny_hdf5, tmp_path):
     assert "marked" not in next(iter(epoch_loader(plain)))
 
 
+@pytest.mark.parametrize("backend", ["datapipe", "compressed_cache"])
+def test_a_custom_collate_fn_with_a_pass_split_across_processes_is_one_line(tiny_hdf5, tmp_path, backend):
+    """The session's review: with the pass split across ranks by the backend, the DataLoader serving item by item
+        would give every rank the whole pass (its sampler knows no rank), and the backend's share of an indexed backend
+        left the function out. Refused in one line. Control: the same DataLoader without it goes on to be split (here,
+    to the check that the ranks agree, which needs a process group)."""
+    cfg = make_config(tiny_hdf5, **COMBO)
+    with cfg.values_unlocked():
+        cfg.train.data_backend = backend
+        cfg.train.data_backend_kwargs = {"cache_dir": str(tmp_path / "cache")}
+    ds = dataset_factory(cfg, obs_keys(cfg), rank=0, world_size=2)
+    custom = torch.utils.data.DataLoader(ds, batch_size=8, shuffle=True, collate_fn=torch.utils.data.default_convert)
+    with pytest.raises(RoboLoadersError, match="custom collate_fn or worker_init_fn, and its pass is split across 2"):
+        next(iter(epoch_loader(custom)))
+    plain = torch.utils.data.DataLoader(ds, batch_size=8, shuffle=True)  # control: goes on to the ranks' check
+    with pytest.raises(RoboLoadersError, match=r"no torch\.distributed process group is initialised"):
+        next(iter(epoch_loader(plain)))
+
+
 def test_a_batch_sampler_is_one_line_and_batch_size_none_serves_items(tiny_hdf5, tmp_path):
     native, ds = _pair(tiny_hdf5, tmp_path, "datapipe")
     sampler = torch.utils.data.BatchSampler(torch.utils.data.SequentialSampler(ds), 8, False)
@@ -97,7 +116,7 @@ def test_lerobot_cycle_names_the_sampler_it_needs(lerobot_datasets, tmp_path):
         next(cycle(torch.utils.data.DataLoader(ds, batch_size=8, shuffle=True)))
     assert "cycle() needs a DataLoader with lerobot-train's EpisodeAwareSampler" in str(err.value), str(err.value)
     assert "found RandomSampler" in str(err.value) and "LeRobot version" not in str(err.value)
-    for index in ([3, 4], True, 1.5):
+    for index in ([3, 4], True, 1.5, np.True_):
         with pytest.raises((TypeError, AttributeError)):  # LeRobot 0.6.1's own refusals
             native[index]
         with pytest.raises(TypeError, match="indices must be integers"):

@@ -23,9 +23,13 @@ def item_index(index, owner: str) -> int:
         The integer (still to be checked against the length, negative ones counting from the end).
 
     Raises:
-        TypeError: a bool, a float, a slice, a list or an array of several values.
+        TypeError: a bool (numpy's and torch's too), a float, a slice, a list, or an array or tensor of one
+            dimension or more.
     """
-    if not isinstance(index, bool):
+    # Python's, numpy's and torch's bools (an index of True is a mask, not item 1), and arrays of one element
+    # (a tensor of shape (1,) passes operator.index) are no item index
+    boolean = isinstance(index, bool) or str(getattr(index, "dtype", "")) in ("bool", "torch.bool")
+    if not boolean and not getattr(index, "ndim", 0):
         try:
             return operator.index(index)
         except TypeError:

@@ -658,12 +658,21 @@ def pass_batches(
 
     Raises:
         RoboLoadersError: at the first pass of a dataset split across ranks here, the ranks disagree or cannot be
-            checked (:func:`check_first_pass`).
+            checked (:func:`check_first_pass`), or the DataLoader has a custom ``collate_fn`` or ``worker_init_fn``.
     """
     dataset = getattr(data_loader, "dataset", None)
     built = built_by(dataset)
     if built is None or built.kind == SAMPLE:
         return data_loader
+    custom = data_loader.collate_fn is not torch.utils.data.default_collate or data_loader.worker_init_fn is not None
+    if custom and built.world_size > 1:
+        # served by the DataLoader, every rank would take the whole pass (its sampler knows no rank); served by the
+        # backend's share, the function was dropped without a word (a reviewer's reproductions)
+        raise RoboLoadersError(
+            f"{built.choice.name}: this DataLoader has a custom collate_fn or worker_init_fn, and its pass is split "
+            f"across {built.world_size} processes by the backend, whose own batches leave the function out; build "
+            "the DataLoader without it and apply it to each batch in your loop"
+        )
     if built.kind == INDEXED:
         if built.world_size > 1:  # the framework does not split passes: this rank's share, cut here
             return _source_for(data_loader, built, plan_for, rank_split=True)
@@ -688,7 +697,7 @@ def pass_batches(
             "batches come from its worker processes, not from the backend's in-process path"
         )
         return data_loader
-    if data_loader.collate_fn is not torch.utils.data.default_collate or data_loader.worker_init_fn is not None:
+    if custom:
         # the backend builds its batches itself: the user's collate_fn (a normalisation, an augmentation) was
         # dropped without a word (a reviewer's reproduction); served item by item by the DataLoader instead
         logger.info(

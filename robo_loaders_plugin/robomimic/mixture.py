@@ -394,7 +394,7 @@ def check_components(
                     hint = f" (renamed from {ck!r})" if ck != mk else f"; add a rename {{'<its key>': {mk!r}}}"
                     if k > 0 and _is_camera(reference, groups, mk):  # the documented way, named (a reviewer's finding)
                         hint += ', or set "missing_cameras": "zeros" to serve zeros and a flag for it'
-                    elif k == 0 and spec.missing_cameras == ZEROS and mk in _rgb_keys(config):
+                    elif k == 0 and ck == mk and spec.missing_cameras == ZEROS and mk in _rgb_keys(config):
                         hint = (
                             '; with "missing_cameras": "zeros" the first component (train.data) must have every '
                             "camera (its shapes are the mixture's): list a component with every camera first, or "
