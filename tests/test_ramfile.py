@@ -369,12 +369,17 @@ def test_the_last_user_removes_the_ram_cache_while_a_forked_worker_still_runs(ra
     shm, src = ram
     store, hold, _ = open_ram(src)
     read, write = os.pipe()
+    ready_read, ready_write = os.pipe()
     pid = os.fork()
     if pid == 0:  # a worker that runs until told to stop, as a persistent one does past its parent's atexit
         os.close(write)
+        os.write(ready_write, b"r")  # started (its fork hooks ran), as a worker is long before its parent exits
         os.read(read, 1)
         os._exit(0)
     os.close(read)
+    os.read(ready_read, 1)
+    os.close(ready_read)
+    os.close(ready_write)
     try:
         assert ramfile.sweep_stale(root_of(shm)) == []  # control: held by this process
         store.close()
