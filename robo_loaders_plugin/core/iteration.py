@@ -623,18 +623,23 @@ class RankBatches(BatchSource):
         yield from ordered_map(self.collate, chunks, self.num_threads, self.depth)
 
 
+def _custom_functions(data_loader) -> bool:
+    """Whether a DataLoader applies a function of the user's to its batches or workers, which a backend's own
+    batches would leave out."""
+    return data_loader.collate_fn is not torch.utils.data.default_collate or data_loader.worker_init_fn is not None
+
+
 def in_process_compatible(data_loader) -> bool:
     """Whether a DataLoader's batches can be rebuilt in-process with the same result: a plain batch sampler, the
     default collate, no worker hooks (robomimic 0.3.0's and lerobot-train's DataLoaders always are).
 
     Args:
         data_loader: The DataLoader the framework built.
+
+    Returns:
+        ``True`` where the backend may serve the DataLoader's batches itself.
     """
-    return (
-        getattr(data_loader, "batch_sampler", None) is not None
-        and data_loader.collate_fn is torch.utils.data.default_collate
-        and data_loader.worker_init_fn is None
-    )
+    return getattr(data_loader, "batch_sampler", None) is not None and not _custom_functions(data_loader)
 
 
 def pass_batches(
@@ -664,48 +669,43 @@ def pass_batches(
     built = built_by(dataset)
     if built is None or built.kind == SAMPLE:
         return data_loader
-    custom = data_loader.collate_fn is not torch.utils.data.default_collate or data_loader.worker_init_fn is not None
-    if custom and built.world_size > 1:
-        # served by the DataLoader, every rank would take the whole pass (its sampler knows no rank); served by the
-        # backend's share, the function was dropped without a word (a reviewer's reproductions)
-        raise RoboLoadersError(
-            f"{built.choice.name}: this DataLoader has a custom collate_fn or worker_init_fn, and its pass is split "
-            f"across {built.world_size} processes by the backend, whose own batches leave the function out; build "
-            "the DataLoader without it and apply it to each batch in your loop"
-        )
-    if built.kind == INDEXED:
-        if built.world_size > 1:  # the framework does not split passes: this rank's share, cut here
-            return _source_for(data_loader, built, plan_for, rank_split=True)
-        if in_process_compatible(data_loader):
-            indexed = cast(IndexedDataset, dataset)  # record_built checked an indexed backend's dataset type
-            kept = _SAMPLER_BATCHES.get(data_loader)
-            if kept is not None and kept.collate == indexed.collate:
-                return kept  # its persistent workers' one draw of the base seed is made already
-            batches = SamplerBatches(
-                indexed.collate,
-                data_loader.batch_sampler,
-                data_loader.generator,
-                _batch_threads(indexed, data_loader),
-                seed_once=bool(data_loader.num_workers and data_loader.persistent_workers),
-                index_batches=index_batches,
+    if _custom_functions(data_loader):
+        if built.world_size > 1:
+            # served by the DataLoader, every rank would take the whole pass (its sampler knows no rank); served by
+            # the backend's share, the function was dropped without a word (a reviewer's reproductions)
+            raise RoboLoadersError(
+                f"{built.choice.name}: this DataLoader has a custom collate_fn or worker_init_fn, and its pass is "
+                f"split across {built.world_size} processes by the backend, whose own batches leave the function "
+                "out; build the DataLoader without it and apply it to each batch in your loop"
             )
-            if batches.seed_once:
-                _SAMPLER_BATCHES[data_loader] = batches
-            return batches
-        logger.info(
-            f"{built.choice.name}: this DataLoader has a custom collate_fn or worker_init_fn, so its "
-            "batches come from its worker processes, not from the backend's in-process path"
-        )
-        return data_loader
-    if custom:
-        # the backend builds its batches itself: the user's collate_fn (a normalisation, an augmentation) was
-        # dropped without a word (a reviewer's reproduction); served item by item by the DataLoader instead
+        # the backend's own batches would leave the user's function (a normalisation, an augmentation) out: the
+        # DataLoader serves them, item by item in its worker processes, with the function applied
         logger.info(
             f"{built.choice.name}: this DataLoader has a custom collate_fn or worker_init_fn, which the backend's "
             "own batches would leave out: its batches come from the DataLoader, item by item (slower; apply the "
             "function to each batch in your loop to keep the backend's speed)"
         )
         return data_loader
+    if built.kind == INDEXED:
+        if built.world_size > 1:  # the framework does not split passes: this rank's share, cut here
+            return _source_for(data_loader, built, plan_for, rank_split=True)
+        if not in_process_compatible(data_loader):  # no batch sampler (batch_size=None): items, as the DataLoader
+            return data_loader
+        indexed = cast(IndexedDataset, dataset)  # record_built checked an indexed backend's dataset type
+        kept = _SAMPLER_BATCHES.get(data_loader)
+        if kept is not None and kept.collate == indexed.collate:
+            return kept  # its persistent workers' one draw of the base seed is made already
+        batches = SamplerBatches(
+            indexed.collate,
+            data_loader.batch_sampler,
+            data_loader.generator,
+            _batch_threads(indexed, data_loader),
+            seed_once=bool(data_loader.num_workers and data_loader.persistent_workers),
+            index_batches=index_batches,
+        )
+        if batches.seed_once:
+            _SAMPLER_BATCHES[data_loader] = batches
+        return batches
     return _source_for(data_loader, built, plan_for)
 
 

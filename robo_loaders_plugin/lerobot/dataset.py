@@ -642,6 +642,25 @@ def native_episodes(native, decode_device: str = "cpu", checked=None) -> LeRobot
     return episodes
 
 
+def windows_at_risk(source, settings, tolerance_s: float | None = None) -> dict[str, int]:
+    """The cameras whose ``delta_timestamps`` windows could pick other frames than a store made without their check
+    holds (``sources.lerobot_v3.gaps_at_risk`` of the windows' ``window_gaps``): what a kept store's key names and
+    its build checks.
+
+    Args:
+        source: The dataset's :class:`~robo_loaders_plugin.sources.lerobot_v3.LeRobotV3`.
+        settings: Its reader settings (:func:`native_source`): the windows and the run's tolerance.
+        tolerance_s: The tolerance a given conversion was made with (``None``: the run's).
+
+    Returns:
+        ``{camera: smallest step of its window}`` of the cameras at risk (empty: none).
+    """
+    from robo_loaders_plugin.sources.lerobot_v3 import gaps_at_risk, window_gaps
+
+    tolerance = settings.tolerance_s if tolerance_s is None else tolerance_s
+    return gaps_at_risk(window_gaps(settings.delta_indices, source.video_keys), tolerance, source.fps)
+
+
 def camera_reach(delta_indices: dict | None, cameras) -> tuple[int, int]:
     """Rows a camera window reaches before and after its item (LeRobot's ``delta_indices`` of the cameras).
 

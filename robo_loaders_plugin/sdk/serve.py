@@ -631,8 +631,8 @@ def robomimic_plan(
 def _lerobot_meta(native, options):
     """``meta/`` only: the dataset's source, sizes (episode-index order) and key, the batches in flight, the reader
     settings."""
-    from robo_loaders_plugin.lerobot.dataset import native_source
-    from robo_loaders_plugin.sources.lerobot_v3 import decoder_identity, gaps_at_risk, window_gaps
+    from robo_loaders_plugin.lerobot.dataset import native_source, windows_at_risk
+    from robo_loaders_plugin.sources.lerobot_v3 import decoder_identity
 
     source, settings = native_source(native)
     size = source.data_size(native.episodes)
@@ -645,7 +645,7 @@ def _lerobot_meta(native, options):
         # frames decoded by another torchcodec/FFmpeg are another store (PNG images need no decoder)
         "decoder": decoder_identity() if source.video_keys else None,
     }
-    risk = gaps_at_risk(window_gaps(settings.delta_indices, source.video_keys), settings.tolerance_s, source.fps)
+    risk = windows_at_risk(source, settings)
     if risk:  # a store built without these windows' check is not theirs (gaps_at_risk); absent, keys are as before
         key["window_gaps"] = risk
     return source, size, batches, key, settings

@@ -658,14 +658,13 @@ def sweep_temporary(root: str, owned: str | None = None) -> list[str]:
         The paths removed.
     """
     removed = []
-    for n in os.listdir(root) if os.path.isdir(root) else []:
-        leftover = _TMP_NAME.fullmatch(n)
+    for p in temporary_files(root):
         # only what a build of this project writes (``<entry>.tmp-<pid>[-<thread>]-<8 hex>`` of a name it gives an
-        # entry): a user's ``notes.tmp-2024`` in a cache_dir holding other files was removed as a leftover
-        if n.startswith(".") or leftover is None or not _ENTRY_NAME.fullmatch(leftover["entry"]):
-            continue
+        # entry, temporary_files' filter): a user's ``notes.tmp-2024`` in a cache_dir holding other files was
+        # removed as a leftover
+        leftover = _TMP_NAME.fullmatch(os.path.basename(p))
+        assert leftover is not None  # temporary_files matched it
         entry = Entry(root, leftover["entry"])
-        p = os.path.join(root, n)
         fd = entry._open_lock("build")
         try:
             # a file that lost its name (a failed build removes its lock) locks nothing: the builder, if any, holds

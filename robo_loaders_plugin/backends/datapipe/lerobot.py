@@ -24,11 +24,12 @@ from robo_loaders_plugin.lerobot.dataset import (
     native_source,
     pipeline_batches,
     unit_bytes,
+    windows_at_risk,
 )
 from robo_loaders_plugin.pipeline.batches import PipelineDataset
 from robo_loaders_plugin.pipeline.buffer_plan import held_bytes
 from robo_loaders_plugin.pipeline.options import PassOptions, open_shards
-from robo_loaders_plugin.sources.lerobot_v3 import ROW_FRAME_SLACK, decoder_identity, gaps_at_risk, window_gaps
+from robo_loaders_plugin.sources.lerobot_v3 import ROW_FRAME_SLACK, decoder_identity
 from robo_loaders_plugin.storage.codec import FrameCodec
 from robo_loaders_plugin.storage.encoded_frames import EncodedFrames
 from robo_loaders_plugin.storage.frame_layout import sampled_ratio
@@ -147,7 +148,7 @@ def datapipe_dataset(native, *, options):
     decoder = decoder_identity() if source.video_keys else None  # PNG images need no decoder
     # cameras in windows whose frames this run's tolerance lets lie half a step from their rows: converted on first
     # use with that check, and kept apart from conversions without it (sources.lerobot_v3.gaps_at_risk)
-    risk = gaps_at_risk(window_gaps(settings.delta_indices, source.video_keys), settings.tolerance_s, source.fps)
+    risk = windows_at_risk(source, settings)
     key_desc = {"root": str(source.root), "tolerance_s": settings.tolerance_s, "v": 3, "decoder": decoder}
     if risk:
         key_desc["window_gaps"] = risk
@@ -481,9 +482,7 @@ def _check_windows_checked(directory: str, meta: dict, settings, source) -> None
     ``tolerance_s`` lets a frame lie half a window step or more from its row (``sources.lerobot_v3.gaps_at_risk``):
     served, LeRobot's windows would pick other frames than the shards hold (a reviewer's reproduction: a video
     missing a frame, converted without windows, served 22 of 30 items otherwise than ``LeRobotDataset``)."""
-    risk = gaps_at_risk(
-        window_gaps(settings.delta_indices, source.video_keys), float(meta.get("tolerance_s", 0.0)), source.fps
-    )
+    risk = windows_at_risk(source, settings, float(meta.get("tolerance_s", 0.0)))
     checked = meta.get("window_gaps") or {}
     unchecked = {k: g for k, g in risk.items() if not (isinstance(checked.get(k), int) and checked[k] <= g)}
     if unchecked:
