@@ -4,10 +4,12 @@ bound, every window once when weighted by size, rank shares, resume) and the mix
 from __future__ import annotations
 
 import dataclasses
+import gc
 import json
 import math
 import multiprocessing as mp
 import os
+import time
 
 import numpy as np
 import pytest
@@ -447,6 +449,32 @@ def test_a_native_mixture_builds_its_batches_in_worker_processes_the_same_batche
     one = alone.batch_source(dataclasses.replace(plan, num_workers=1, worker_processes=0))
     assert one.processes is None and alone._processes is None
     assert {int(p) for b in one.batches(0) for p in b["pid"]} == {os.getpid()}
+
+
+@pytest.mark.parametrize("context", [None, "spawn"])
+def test_a_native_mixture_dropped_without_close_lets_its_worker_processes_go(context):
+    """A reviewer's reproduction: the mixture's worker DataLoader held its bound collate, a cycle, so a mixture let
+    go without close() kept its worker processes until the cycle collector ran (never, here: collection is off).
+    Now they stop when the mixture goes; the control: while it is kept, they run."""
+    plan = SamplingPlan(batch_size=4, drop_last=False, seed=3, num_workers=2, worker_context=context)
+    native = MixtureDataset(
+        [Pid(10, 100), Pid(9, 200)], ["a", "b"], [{}, {}], {"x", "pid"}, BeforeWorkers(), [1, 3], 0, Serving("m")
+    )
+    gc.collect()
+    gc.disable()
+    try:
+        source = native.batch_source(plan)
+        pids = {int(p) for b in source.batches(0) for p in b["pid"]}
+        assert os.getpid() not in pids and len(pids) == 2
+        alive = {c.pid for c in mp.active_children()}
+        assert pids <= alive  # control: kept, the workers run (persistent)
+        del source, native
+        deadline = time.monotonic() + 30
+        while pids & {c.pid for c in mp.active_children()} and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not pids & {c.pid for c in mp.active_children()}
+    finally:
+        gc.enable()
 
 
 @pytest.mark.parametrize("dtype", [torch.uint8, torch.float32, torch.bool, torch.bfloat16])

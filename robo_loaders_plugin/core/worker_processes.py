@@ -17,7 +17,9 @@ workers' seeds a function of the run's seed.
 from __future__ import annotations
 
 import functools
+import inspect
 import threading
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -37,10 +39,43 @@ def _as_is(batch: Any) -> Any:
 
 
 class _CollatedBatches(torch.utils.data.Dataset):
-    """``dataset[indices]`` is ``collate(indices)``: one whole batch per "item" the DataLoader asks a worker for."""
+    """``dataset[indices]`` is ``collate(indices)``: one whole batch per "item" the DataLoader asks a worker for.
+
+    Why a weak reference in the training process: ``collate`` is the owner's bound method (a mixture's), and the
+    owner keeps the :class:`ProcessBatches` that keeps this: a cycle, so a mixture dropped without ``close()`` kept
+    its worker processes until the cycle collector ran (zombies, and two ``pymp-*`` directories per build, in the
+    meantime; a reviewer's reproduction). Held weakly, the owner goes when the training process lets it go, and its
+    DataLoader stops the workers. A forked worker inherits the owner alive with the process; a spawned one
+    unpickles ``collate`` itself, held strongly there.
+    """
 
     def __init__(self, collate: Callable[[list], Any]):
-        self.collate = collate
+        self._strong: Callable[[list], Any] | None = None
+        self._weak: weakref.WeakMethod | None = None
+        if inspect.ismethod(collate):
+            self._weak = weakref.WeakMethod(collate)
+        else:
+            self._strong = collate
+
+    @property
+    def collate(self) -> Callable[[list], Any]:
+        """The batches' ``collate``.
+
+        Raises:
+            RuntimeError: its owner is gone.
+        """
+        if self._strong is not None:
+            return self._strong
+        collate = self._weak() if self._weak is not None else None
+        if collate is None:  # the owner is gone; its workers are being stopped
+            raise RuntimeError("the batches' owner was closed")
+        return collate
+
+    def __getstate__(self):
+        return {"collate": self.collate}  # pickled for a spawned worker: the owner goes with it
+
+    def __setstate__(self, state):
+        self._strong, self._weak = state["collate"], None
 
     def __getitem__(self, indices):
         return self.collate(list(indices))
@@ -89,11 +124,11 @@ class ProcessBatches:
         worker_init: Callable[[], None] | None = None,
         before_start: Callable[[], None] | None = None,
     ):
-        self.collate = collate
+        self._batches = _CollatedBatches(collate)  # collate held weakly (why: _CollatedBatches)
         self.workers = max(1, int(workers))
         self._chunks = _Chunks()
         self._loader: torch.utils.data.DataLoader | None = torch.utils.data.DataLoader(
-            _CollatedBatches(collate),
+            self._batches,
             sampler=self._chunks,
             batch_size=None,
             collate_fn=_as_is,
@@ -118,7 +153,7 @@ class ProcessBatches:
             it in the training process as its own type).
         """
         if self._loader is None or not self._busy.acquire(blocking=False):  # closed, or another pass holds them
-            yield from map(self.collate, chunks)
+            yield from map(self._batches.collate, chunks)
             return
         try:
             self._chunks.chunks = [list(c) for c in chunks]
