@@ -123,3 +123,69 @@ def test_lerobot_cycle_names_the_sampler_it_needs(lerobot_datasets, tmp_path):
             ds[index]
     loader = torch.utils.data.DataLoader(ds, batch_size=8, sampler=episode_aware_sampler(native, seed=1))
     assert len(next(cycle(loader))["index"]) == 8  # control: lerobot-train's sampler
+
+
+def _skipping_loop(loader, fail_at: int, patch):
+    """A custom loop that skips a batch whose read failed (``except RuntimeError: continue``), the read number
+    ``fail_at`` failing once (``patch(wrap)`` puts the failing read in place). Returns the batches served and the
+    errors caught."""
+    calls = [0]
+
+    def wrap(own):
+        def failing(*args):
+            calls[0] += 1
+            if calls[0] == fail_at + 1:
+                raise RuntimeError("injected read error")
+            return own(*args)
+
+        return failing
+
+    patch(wrap)
+    served, errors = [], 0
+    it = iter(epoch_loader(loader))
+    while True:
+        try:
+            served.append(next(it))
+        except StopIteration:
+            break
+        except RuntimeError:
+            errors += 1
+    return served, errors
+
+
+@pytest.mark.parametrize(
+    ("backend", "workers"),
+    # native's control without workers: a patched read does not reach the DataLoader's worker processes
+    [("native", 0)] + [(b, w) for b in ("compressed_cache", "datapipe", "gpu_resampler") for w in (0, 2)],
+)
+def test_a_loop_that_skips_a_failed_batch_gets_the_rest_of_the_pass(tiny_hdf5, tmp_path, backend, workers, monkeypatch):
+    """A reviewer's reproduction: after one batch failed, every backend's pass ended there without a word (a
+    generator is finished once it raises: 5 batches of 35 served), where a DataLoader's iterator serves the rest of
+    the pass. Now one batch is lost, as with the DataLoader (``native``: robomimic's SequenceDataset in it, the
+    control), and the next pass is whole; with workers, the backends' batches are built by threads in order
+    (``core.threads.ordered_map``), which goes on past a failed batch too."""
+    options = {"device": "cpu"} if backend == "gpu_resampler" else {}
+    if backend == "native":
+        cfg = make_config(tiny_hdf5, **COMBO)
+        native, ds = dataset_factory(cfg, obs_keys(cfg)), dataset_factory(cfg, obs_keys(cfg))
+        kind = type(ds)
+        own = kind.__getitem__
+
+        # the DataLoader reads window by window through the class's __getitem__; only ds's reads may fail
+        def patch(wrap):
+            failing = wrap(own)
+            monkeypatch.setattr(kind, "__getitem__", lambda self, i: failing(self, i) if self is ds else own(self, i))
+
+        fail_at = 5 * 16 + 3
+    else:
+        native, ds = _pair(tiny_hdf5, tmp_path, backend, **options)
+        patch = lambda wrap: monkeypatch.setattr(ds, "collate", wrap(ds.collate))  # noqa: E731
+        fail_at = 5
+    loader = torch.utils.data.DataLoader(ds, batch_size=16, shuffle=True, num_workers=workers)
+    served, errors = _skipping_loop(loader, fail_at, patch)
+    assert errors == 1 and len(served) == len(loader) - 1, (errors, len(served), len(loader))
+    rows = windows_served(served, native)
+    assert len(rows) == len(set(rows)) == len(native) - 16  # every window once but the failed batch's
+    monkeypatch.undo()
+    whole = windows_served(list(epoch_loader(loader)), native)  # the next pass: whole
+    assert sorted(whole) == list(range(len(native)))

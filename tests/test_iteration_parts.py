@@ -169,6 +169,79 @@ def test_batch_source_position_resume_and_abandoned_passes():
     assert list(Counting(3, start_epoch=5, start_batch=1)) == [(5, 1), (5, 2)]
 
 
+class Failing(Counting):
+    """Counting, the batches in ``bad`` raising once each."""
+
+    def __init__(self, n, bad, **kw):
+        super().__init__(n, **kw)
+        self.bad = set(bad)
+
+    def batches(self, epoch, start=0):
+        for b in range(start, self.n):
+            if (epoch, b) in self.bad:
+                self.bad.discard((epoch, b))
+                raise RuntimeError(f"batch {b} failed")
+            yield (epoch, b)
+
+
+def _skipping(it):
+    """A loop that skips the batches that fail: what it served, and the errors it caught."""
+    served, errors = [], []
+    while True:
+        try:
+            served.append(next(it))
+        except StopIteration:
+            return served, errors
+        except RuntimeError as exc:
+            errors.append(str(exc))
+
+
+def test_a_failed_batch_is_lost_and_the_pass_goes_on_as_a_dataloader_iterator_does():
+    """A reviewer's reproduction: the pass was a generator, finished by the raise, so a loop that skips a failed
+    batch saw the pass end there without a word. Now the failed batch is lost (as a DataLoader loses it) and the rest
+    of the pass is served; the position says so; a failure on the last batch ends the pass."""
+    src = Failing(5, {(0, 1), (1, 4)})
+    assert _skipping(iter(src)) == ([(0, 0), (0, 2), (0, 3), (0, 4)], ["batch 1 failed"])
+    assert src.state_dict() == {"epoch": 1, "batch": 0}
+    assert _skipping(iter(src)) == ([(1, b) for b in range(4)], ["batch 4 failed"])  # the last batch
+    assert src.state_dict() == {"epoch": 2, "batch": 0}
+    it = iter(src)  # failed, then stopped: the position is past the failed batch
+    src.bad.add((2, 1))
+    assert next(it) == (2, 0)
+    with pytest.raises(RuntimeError):
+        next(it)
+    assert src.state_dict() == {"epoch": 3, "batch": 0}  # a stopped pass is abandoned unless it goes on
+    assert next(it) == (2, 2) and src.state_dict() == {"epoch": 2, "batch": 3}  # it goes on
+
+
+def test_a_stopped_pass_replaced_by_another_says_so_instead_of_serving_beside_it():
+    """After a failed batch, an iter() (or a loaded position) before the failed pass goes on starts as after any
+    stopped pass (the next pass, not one served apart), and the stopped iterator then raises one line, not a second
+    pass served beside the first (the control: without the new iter(), it goes on)."""
+    from robo_loaders_plugin import RoboLoadersError
+
+    src = Failing(4, {(0, 1)})
+    old = iter(src)
+    assert next(old) == (0, 0)
+    with pytest.raises(RuntimeError):
+        next(old)
+    new = iter(src)
+    assert next(new) == (1, 0)  # the next pass, from its start (not apart: its position moves)
+    with pytest.raises(
+        RoboLoadersError, match=r"pass 0 \(replaced by another pass or position\) stopped at its batch 2"
+    ):
+        next(old)
+    assert list(new) == [(1, 1), (1, 2), (1, 3)] and src.state_dict() == {"epoch": 2, "batch": 0}
+    src = Failing(4, {(0, 1)})
+    old = iter(src)
+    with pytest.raises(RuntimeError):
+        next(old), next(old)
+    src.load_state_dict({"epoch": 5, "batch": 2})
+    with pytest.raises(RoboLoadersError, match="replaced by another pass or position"):
+        next(old)
+    assert list(src) == [(5, 2), (5, 3)]
+
+
 def test_a_position_is_loaded_only_into_a_pass_of_the_same_order_and_range(caplog):
     """A reviewer's reproduction (robomimic's datapipe/video_stream through ``epoch_loader``): a state saved with
     batch size 16 loaded into a run of batch size 32 (or another seed) served the same (epoch, batch) of another
@@ -676,6 +749,53 @@ def test_passes_follow_each_other_without_a_reset_and_any_other_position_resets(
         per_pass.shutdown()
 
 
+def test_an_interrupt_inside_the_pipeline_resets_the_position_so_no_batch_is_skipped():
+    """A reviewer's reading: Ctrl-C landing in the pipeline after it took a batch from its queue lost that batch,
+    and the pass asked for again at the same position continued the running pipeline (no reset), serving the batch
+    after the lost one in its place. The interrupted position now starts from a reset: every batch as planned.
+    Control: without the interrupt, the pass continues without a reset."""
+    from robo_loaders_plugin.core.iteration import SamplingPlan
+    from robo_loaders_plugin.pipeline.batches import PipelineBatches
+
+    groups = ItemGroups(np.arange(30), np.repeat(np.arange(6), 5), 6)
+    plan4 = SamplingPlan(batch_size=4, num_workers=2)
+    source = PipelineBatches(groups, lambda idx: idx.copy(), plan4, seed=5, shuffle_buffer=2, endless=True)
+    resets = []
+    reset = source.root.reset
+    source.root.reset = lambda *a: resets.append(1) or reset(*a)
+    plan = source.plan_of(0)
+    expected = [groups.indices(plan[b * 4 : (b + 1) * 4]).tolist() for b in range(len(source))]
+
+    class Interrupting:
+        """The pipeline's root, taking one batch and raising KeyboardInterrupt at the third call (once)."""
+
+        def __init__(self, root):
+            self.root, self.calls = root, 0
+
+        def __next__(self):
+            self.calls += 1
+            if self.calls == 3:
+                next(self.root)  # taken from the queue, never returned
+                raise KeyboardInterrupt
+            return next(self.root)
+
+        def __getattr__(self, name):
+            return getattr(self.root, name)
+
+    try:
+        real = source.root
+        source.root = Interrupting(real)
+        it = source.batches(0)
+        assert [next(it).tolist(), next(it).tolist()] == expected[:2]
+        with pytest.raises(KeyboardInterrupt):
+            next(it)
+        source.root = real
+        again = [b.tolist() for b in source.batches(0, 2)]  # the same position, asked for again
+        assert again == expected[2:] and len(resets) == 2  # from a reset: nothing skipped
+    finally:
+        source.shutdown()
+
+
 @pytest.mark.parametrize("decode_ahead", [False, True])
 def test_a_pipeline_nobody_holds_stops_its_threads_and_frees_its_dataset(decode_ahead):
     """An endless pipeline's threads never run out of work, and they hold the dataset (through ``collate``) and
@@ -752,3 +872,26 @@ def test_the_threaded_passes_that_keep_their_own_ordered_map_run_without_torchda
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.splitlines() == ["[[0, 1, 2], [3, 4, 5], [6, 7, 8], [9]]", "ModuleNotFoundError"], out
+
+
+def test_replacement_draws_every_item_uniformly_over_passes():
+    """``replacement`` draws uniformly over items, as ``RandomSampler(replacement=True)``: over many passes every item
+    is drawn, each about as often (a reviewer's mutation, the last item never drawn, passed every replacement test)."""
+    counts = [5, 1, 40, 3, 17]  # ragged: a per-episode-uniform draw would over-serve the short ones
+    starts = np.concatenate([[0], np.cumsum(counts)])
+    total, passes = int(starts[-1]), 400
+    hits = np.zeros(total, dtype=np.int64)
+    for epoch in range(passes):
+        plan = plan_windows(counts, seed=3, epoch=epoch, buffer_episodes=2, replacement=True)
+        hits += np.bincount(starts[plan[:, 0]] + plan[:, 1], minlength=total)
+    assert (hits > 0).all(), np.flatnonzero(hits == 0)  # the first and last item of every episode included
+    expected = passes  # each item expects `passes` draws (total draws per pass == total)
+    chi2 = float(((hits - expected) ** 2 / expected).sum())
+    assert chi2 < total + 6 * np.sqrt(2 * total), chi2  # ~6 sigma of a chi-square with total-1 dof
+    # negative control: a draw uniform over episodes, then over each one's items, fails the same bound
+    rng = np.random.default_rng(0)
+    bad = np.zeros(total, dtype=np.int64)
+    for _ in range(passes):
+        ep = rng.integers(len(counts), size=total)
+        bad += np.bincount(starts[ep] + (rng.random(total) * np.take(counts, ep)).astype(int), minlength=total)
+    assert float(((bad - expected) ** 2 / expected).sum()) > total + 6 * np.sqrt(2 * total)

@@ -143,6 +143,7 @@ class BatchSource(abc.ABC):
     def __init__(self, start_epoch: int = 0, start_batch: int = 0):
         self._epoch, self._batch, self._positioned = int(start_epoch), int(start_batch), True
         self._running = False  # whether a pass started by iter() is being served
+        self._moves = 0  # passes started and positions loaded: a failed pass goes on only while nothing moved
         self._said_apart = False
         self._apart = -1  # the last pass number served apart: the running pass's successor skips past it
         # the next pass of every DataLoader over the same dataset, shared with their sources (_source_for); None: own
@@ -188,36 +189,13 @@ class BatchSource(abc.ABC):
             cell[0] = epoch + 1
 
     def __iter__(self) -> Iterator[Any]:
-        if self._running:  # another pass is being served: this one apart, its position untouched
-            epoch = self._epoch + 1  # the pass after the running one: two interleaved passes differ in order
-            if not self._said_apart:
-                self._said_apart = True
-                logger.info(
-                    f"{type(self).__name__}: iter() was called while pass {self._epoch} is still being served (an "
-                    f"iterator neither exhausted nor dropped): the new iterator serves pass {epoch} whole, apart from "
-                    "the running pass, which keeps its position (said once)"
-                )
-            self._apart = max(self._apart, epoch)
-            self._served(epoch)
-            yield from self.batches_apart(epoch)
-            return
-        if self._positioned:
-            epoch, start = self._epoch, self._batch
-        else:
-            epoch, start = max(self._epoch + (1 if self._batch else 0), self._apart + 1), 0
-        self._positioned = False
-        self._epoch, self._batch = epoch, start
-        self._served(epoch)
-        self._running = True
-        try:
-            for batch in self.batches(epoch, start):
-                self._batch += 1
-                yield batch
-            # past a pass served apart meanwhile: the next epoch repeated its order (a reviewer's reproduction)
-            self._epoch, self._batch, self._positioned = max(epoch + 1, self._apart + 1), 0, True
-        finally:  # exhausted, failed, closed, or collected once dropped (robomimic's epoch_every_n_steps drops its
-            # iterator part-way): no longer being served, so the next pass is the running one again
-            self._running = False
+        """The next pass (or the one :meth:`load_state_dict` positioned), or a pass apart while one is being served.
+
+        Returns:
+            Its iterator (:class:`_Pass`): after a batch that failed, the next call serves the batch after it, as a
+            DataLoader's iterator does.
+        """
+        return _Pass(self)
 
     def describe(self) -> str:
         """One line for the training log: what serves the batches, and from where a resumed run starts."""
@@ -287,6 +265,7 @@ class BatchSource(abc.ABC):
             )
         self._epoch, self._batch, self._positioned = epoch, batch, True
         self._apart = after - 1  # the pass after this one: past any served apart before the state was saved
+        self._moves += 1  # a pass stopped by a failed batch cannot go on from here (_Pass)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -508,6 +487,128 @@ def summary_of(dataset) -> str:
     return f"{len(dataset)} samples"
 
 
+class _Pass:
+    """One ``iter()`` of a :class:`BatchSource`: its position kept in the source (:meth:`BatchSource.state_dict`),
+    started at the first ``next()``, ended when exhausted, closed or collected.
+
+    Why an iterator, not a generator: a generator is finished once it raises, so a loop that skips a failed batch
+    (``except RuntimeError: continue``) saw the pass end there, without a word, where a DataLoader's iterator serves
+    the rest of the pass (a reviewer's reproduction: 80 of 546 windows served). Here the failed batch is lost, as a
+    DataLoader loses it, and the next call serves the pass from the batch after it (``batches(epoch, start)`` is a
+    pure function of its arguments). Until that call the pass is stopped, as before: an ``iter()`` or a loaded
+    position meanwhile starts where a stopped pass would, and the stopped one then says so at its next call instead
+    of serving beside it; so does a pass served apart (:meth:`BatchSource.batches_apart` cannot start mid-way).
+    """
+
+    def __init__(self, source: BatchSource):
+        self._source = source
+        self._batches: Iterator[Any] | None = None
+        self._started = self._done = self._apart = self._broken = False
+        self._stopped = False  # by a failed batch: the source no longer serves it until the next call
+        self._epoch = self._next = 0  # the pass, and its next batch
+        self._moves = -1  # the source's moves when this pass started
+
+    def __iter__(self) -> _Pass:
+        return self
+
+    def _start(self) -> None:
+        src = self._source
+        self._started = True
+        if src._running:  # another pass is being served: this one apart, its position untouched
+            epoch = src._epoch + 1  # the pass after the running one: two interleaved passes differ in order
+            if not src._said_apart:
+                src._said_apart = True
+                logger.info(
+                    f"{type(src).__name__}: iter() was called while pass {src._epoch} is still being served (an "
+                    f"iterator neither exhausted nor dropped): the new iterator serves pass {epoch} whole, apart from "
+                    "the running pass, which keeps its position (said once)"
+                )
+            src._apart = max(src._apart, epoch)
+            src._served(epoch)
+            self._apart, self._epoch = True, epoch
+            self._batches = iter(src.batches_apart(epoch))
+            return
+        if src._positioned:
+            epoch, start = src._epoch, src._batch
+        else:
+            epoch, start = max(src._epoch + (1 if src._batch else 0), src._apart + 1), 0
+        src._positioned = False
+        src._epoch, src._batch = epoch, start
+        src._served(epoch)
+        src._running = True
+        src._moves += 1
+        self._epoch, self._next, self._moves = epoch, start, src._moves
+
+    def __next__(self) -> Any:
+        if self._done:
+            raise StopIteration
+        if not self._started:
+            self._start()
+        src = self._source
+        if self._stopped:  # by a failed batch: it goes on unless another pass started or a position was loaded
+            self._stopped = False
+            if src._running or src._moves != self._moves:
+                self._broken = True
+            else:
+                src._running = True
+        if self._broken:
+            self._finish(exhausted=False)
+            where = "served apart from the running pass" if self._apart else "replaced by another pass or position"
+            raise RoboLoadersError(
+                f"{type(src).__name__}: pass {self._epoch} ({where}) stopped at its batch {self._next} with the "
+                "error raised before; call iter() for a new pass"
+            )
+        if self._batches is None:
+            self._batches = iter(src.batches(self._epoch, self._next))
+        try:
+            batch = next(self._batches)
+        except StopIteration:
+            self._finish(exhausted=True)
+            raise
+        except BaseException as exc:
+            self._batches = None  # finished by the raise
+            if self._apart:
+                self._broken = True
+            else:
+                if isinstance(exc, Exception):  # the batch is lost, as a DataLoader loses it; an interrupt's is not
+                    self._next += 1
+                    src._batch = self._next
+                if self._next >= len(src):
+                    self._finish(exhausted=True)
+                else:  # stopped, as a pass that failed always was: the next call goes on, unless another started
+                    self._stopped, src._running = True, False
+            raise
+        self._next += 1
+        if not self._apart:
+            src._batch = self._next
+        return batch
+
+    def _finish(self, exhausted: bool) -> None:
+        if self._done:
+            return
+        self._done = True
+        batches, self._batches = self._batches, None
+        close = getattr(batches, "close", None)
+        if close is not None:
+            close()
+        if not self._started or self._apart or self._stopped or self._broken:  # the source is not serving it
+            return
+        src = self._source
+        if exhausted:  # past a pass served apart meanwhile: the next epoch repeated its order (a reviewer's find)
+            src._epoch, src._batch, src._positioned = max(self._epoch + 1, src._apart + 1), 0, True
+        # exhausted, closed, or collected once dropped (robomimic's epoch_every_n_steps drops its iterator
+        # part-way): no longer being served, so the next pass is the running one again
+        src._running = False
+
+    def close(self) -> None:
+        """End the pass here (a DataLoader iterator dropped part-way): the next ``iter()`` starts the next pass."""
+        self._finish(exhausted=False)
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self._finish(exhausted=False)
+
+
 class _BatchSampler(Protocol):
     """What a DataLoader's ``batch_sampler`` offers: batches of indices, and how many."""
 
@@ -549,16 +650,26 @@ class SamplerBatches:
     def __len__(self) -> int:
         return len(self.batch_sampler)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[dict]:
+        """The pass: the DataLoader's base seed drawn now, as ``DataLoader.__iter__`` draws it, and its batches.
+
+        Returns:
+            The batches' iterator (:func:`~robo_loaders_plugin.core.threads.ordered_map`'s: after a batch that
+            failed, the next call serves the one after it, as a DataLoader's iterator does).
+        """
         from robo_loaders_plugin.core.torch_compat import draw_dataloader_base_seed
 
         if not (self.seed_once and self._seeded):
             draw_dataloader_base_seed(self.generator)
             self._seeded = True
+        return ordered_map(self.collate, self._index_lists(), self.num_threads, self.depth)
+
+    def _index_lists(self) -> Iterator[list]:
+        """The pass's batches of indices, drawn at the first batch as a DataLoader draws its sampler's."""
         batches = self.index_batches(self.batch_sampler) if self.index_batches is not None else None
         if batches is None:
             batches = (list(indices) for indices in self.batch_sampler)
-        yield from ordered_map(self.collate, batches, self.num_threads, self.depth)
+        yield from batches
 
 
 class RankBatches(BatchSource):

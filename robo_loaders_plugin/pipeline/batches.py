@@ -532,6 +532,12 @@ class PipelineBatches(BatchSource):
                 batch = next(self.root)
             except StopIteration:  # a pass without batches (an endless node ends no other)
                 return
+            except BaseException:
+                # interrupted inside the pipeline (Ctrl-C), where a batch may have been taken from its queue and
+                # dropped: the position is not to be trusted, and the next pass here starts from a reset (a
+                # reviewer's reading: continuing, it served the batch after the lost one in its place)
+                self._next = None
+                raise
             if isinstance(batch, _Failed):
                 self._next = None  # the failed batch was consumed: a retry starts from a reset
                 raise batch.exc
