@@ -515,3 +515,35 @@ def test_a_pass_suspended_at_interpreter_exit_ends_without_a_traceback(tiny_hdf5
     p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0 and "\nserved (8, 3, " in p.stdout, p.stdout + p.stderr
     assert "Exception ignored" not in p.stderr and "Traceback" not in p.stderr, p.stderr
+
+
+def test_a_full_disk_while_converting_on_first_use_names_the_cache_option(tiny_hdf5, tmp_path, monkeypatch):
+    """A reviewer's reproduction: a full disk during a training run's own conversion told the user to "choose
+    another output directory, then run the same command again", the CLI's words, where the run has neither; it
+    names the backend's cache_dir now. Then, with room, the next build converts and serves the native windows."""
+    import builtins
+    import errno
+    import io
+
+    import robo_loaders_plugin.storage.shards.writer as writer_module
+    from robo_loaders_plugin.storage.shards.format import DiskFullError
+
+    class FullDisk(io.FileIO):
+        def write(self, data):
+            if self.tell() + len(data) > 20_000:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            return super().write(data)
+
+    def full_open(path, mode="r", *args, **kwargs):
+        return io.BufferedWriter(FullDisk(path, "wb")) if mode == "wb" else builtins.open(path, mode, *args, **kwargs)
+
+    combo = COMBOS[0]
+    with monkeypatch.context() as patched:
+        patched.setattr(writer_module, "open", full_open, raising=False)
+        with pytest.raises(
+            DiskFullError, match=r"No space left on device while .*train\.data_backend_kwargs\.cache_dir"
+        ) as e:
+            pair(tiny_hdf5, tmp_path, combo)
+        assert "output directory" not in str(e.value) and "same command" not in str(e.value)
+    native, ds = pair(tiny_hdf5, tmp_path, combo)  # the control: with room, it converts and serves
+    assert sorted(windows_served(list(passes(ds, 16, True, False, 0).batches(0)), native)) == list(range(len(native)))

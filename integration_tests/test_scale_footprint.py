@@ -565,3 +565,73 @@ def test_video_stream_decodes_each_unit_once_per_pass_when_its_cache_is_tight(le
             same_item(batches[b], torch.utils.data.default_collate([nat[r] for r in rows]), f"batch {b}")
     else:
         assert ds.frames.cache.loads > once + 3, f"the control decoded each unit once: {ds.frames.cache.loads}"
+
+
+def _unwritten_copy(template: str, out: str, demos: int, length: int) -> str:
+    """``template``'s layout with ``demos`` demos of ``length`` steps whose datasets are chunked and never written:
+    metadata of any size in a file of kilobytes (a reviewer's way to a 2M-step demo)."""
+    import h5py
+
+    with h5py.File(template, "r") as src, h5py.File(out, "w") as f:
+        data = f.create_group("data")
+        for k, v in src["data"].attrs.items():
+            data.attrs[k] = v
+        data.attrs["total"] = demos * length
+        first = src["data/demo_0"]
+        for i in range(demos):
+            g = data.create_group(f"demo_{i}")
+            g.attrs["num_samples"] = length
+
+            def empty(name, obj, g=g):
+                if isinstance(obj, h5py.Dataset):
+                    g.create_dataset(name, shape=(length, *obj.shape[1:]), dtype=obj.dtype, chunks=(64, *obj.shape[1:]))
+
+            first.visititems(empty)
+    return out
+
+
+@pytest.mark.parametrize("what", ["compressed_cache", "convert"])
+def test_an_episode_too_large_to_read_whole_is_refused_before_the_build(tmp_path, monkeypatch, what):
+    """A reviewer's reproduction: one 2M-step demo passed the footprint checks (the store fits the disk), then the
+    build (or the conversion: the datapipe backend's first use, ``robo-loaders convert``) read it whole and failed
+    with MemoryError at 39 GiB, or below the machine's RAM, swapped. The episode read whole is counted now, refused
+    in one line naming it before it is read. Control: the same layout with short demos builds on the same machine."""
+    from robo_loaders_plugin.robomimic.convert import convert_robomimic
+    from robo_loaders_plugin.sample_data.robomimic_hdf5 import write_robomimic_hdf5
+
+    monkeypatch.setenv("ROBO_LOADERS_CACHE", str(tmp_path / "cache"))
+    template = write_robomimic_hdf5(str(tmp_path / "t.hdf5"), demos=1, image_size=84, cameras=2, progress=False)
+    huge = _unwritten_copy(template, str(tmp_path / "huge.hdf5"), 2, 200_000)  # 8.5 GB of frames a demo
+    short = _unwritten_copy(template, str(tmp_path / "short.hdf5"), 2, 200)
+    tiny_machine(monkeypatch, host=4 * 10**9, shm=0, disk=10**15)
+
+    def build(path, out):
+        if what == "convert":
+            return convert_robomimic(path, str(tmp_path / out), progress=False)
+        return _rm(path, "compressed_cache")()
+
+    with pytest.raises(ResourceRefused, match=r"reads (each demo|a demo) whole: the largest.* \(200000 steps\)"):
+        build(huge, "huge")
+    assert build(short, "short")  # the control
+
+
+@pytest.mark.parametrize("options", [{}, {"cache_memory": "100MB"}])
+def test_a_demo_larger_than_memory_is_not_sent_from_one_buffer_option_to_another(tmp_path, monkeypatch, options):
+    """A reviewer's reproduction: one demo larger than the machine's memory was refused with "cache_memory smaller,
+    or cache_episodes unset", and with a smaller cache_memory "give at least ..., or leave cache_memory out": each
+    refusal sent the user to the other. Now both say no buffer option can hold it. Control: a demo that fits keeps
+    the option's advice."""
+    from robo_loaders_plugin.core.errors import RoboLoadersError
+    from robo_loaders_plugin.sample_data.robomimic_hdf5 import write_robomimic_hdf5
+
+    monkeypatch.setenv("ROBO_LOADERS_CACHE", str(tmp_path / "cache"))
+    template = write_robomimic_hdf5(str(tmp_path / "t.hdf5"), demos=1, image_size=84, cameras=2, progress=False)
+    huge = _unwritten_copy(template, str(tmp_path / "huge.hdf5"), 2, 200_000)  # 8.5 GB of frames a demo
+    tiny_machine(monkeypatch, host=4 * 10**9, shm=0, disk=10**15)
+    with pytest.raises(RoboLoadersError, match=r"framework's own loader \(no backend\)") as refused:
+        _rm(huge, "video_stream", **options)()
+    assert "leave cache_memory out" not in str(refused.value) and "cache_episodes unset" not in str(refused.value)
+    if options:  # the control: a demo that fits the machine, under too small a cache_memory, keeps the advice
+        fits = _unwritten_copy(template, str(tmp_path / "fits.hdf5"), 2, 2_000)
+        with pytest.raises(BackendOptionError, match="leave cache_memory out"):
+            _rm(fits, "video_stream", cache_memory="1MB")()

@@ -288,6 +288,17 @@ def test_a_damaged_store_whose_verify_raises_is_rebuilt_and_a_store_error_names_
                 match=rf"frame store 'toy_store_parsed:ParsedMetaStore': {call}\(\) failed: ValueError: injected",
             ):
                 _sdk_dataset(ref, "parsed", tiny_hdf5, str(tmp_path / "other"))
+    # an I/O error or MemoryError keeps its type (a loop retrying on it sees it), named in a note
+    for error in (OSError(5, "Input/output error"), MemoryError("injected")):
+
+        def failing(*args, error=error):
+            raise error
+
+        with monkeypatch.context() as patched:
+            patched.setattr(toy_store_parsed.ParsedMetaStore, "build", failing)
+            with pytest.raises(type(error)) as raised:
+                _sdk_dataset(ref, "parsed", tiny_hdf5, str(tmp_path / f"io-{type(error).__name__}"))
+            assert "frame store 'toy_store_parsed:ParsedMetaStore': build() failed" in raised.value.__notes__
 
 
 def test_files_a_build_wrote_that_its_own_verify_rejects_are_refused_not_served(tiny_hdf5, tmp_path, monkeypatch):

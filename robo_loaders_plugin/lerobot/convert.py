@@ -151,6 +151,7 @@ def convert_lerobot(
             "--codec zstd (smaller, slower to decode)",
             f"backend {streaming_backends('lerobot')} (trains from the videos, writes nothing)",
         ],
+        workers=num_workers,
     )
     fp = fingerprint or source.fingerprint()
     # the stat the tables below are read under, or an earlier one (what this process converts units from): a change

@@ -10,7 +10,7 @@ import dataclasses
 import numpy as np
 
 from robo_loaders_plugin.core.errors import BackendOptionError
-from robo_loaders_plugin.core.footprint import Available, Footprint, Planned
+from robo_loaders_plugin.core.footprint import HEADROOM, Available, Footprint, Planned
 from robo_loaders_plugin.core.in_flight import BatchesInFlight
 from robo_loaders_plugin.core.units import format_bytes
 
@@ -119,10 +119,18 @@ def buffer_plan(
         # the floor below holds two units whatever the budget: a budget under them is refused, except from the
         # default bound on (a mixture's components are given it: mixtures.footprint.bounded_buffer)
         if cache_memory is not None and int(cache_memory) < min(2 * largest, DEFAULT_CACHE_MEMORY):
+            host = available_bytes if available_bytes is not None else Available.measure().host_bytes
+            beyond = 2 * largest > HEADROOM * host
             raise BackendOptionError(
                 f"{option_prefix}.cache_memory={format_bytes(int(cache_memory))} cannot hold the 2 {unit} a pass "
-                f"keeps at least (the largest is {format_bytes(largest)}): give at least "
-                f"{format_bytes(2 * largest)}, or leave cache_memory out"
+                f"keeps at least (the largest is {format_bytes(largest)}): "
+                + (
+                    f"more than this machine's memory ({format_bytes(int(host))} available), so no "
+                    "cache_memory can; train with the framework's own loader (no backend), which reads windows from "
+                    "the files"
+                    if beyond
+                    else f"give at least {format_bytes(2 * largest)}, or leave cache_memory out"
+                )
             )
         limit, said = _byte_budget(unit_bytes, cache_memory, available_bytes, unit)
         if limit is None:  # the whole dataset: every unit (and room for the shuffle buffer the option asks)

@@ -8,6 +8,8 @@ import json
 import os
 from collections.abc import Callable
 
+import numpy as np
+
 from robo_loaders_plugin.core.errors import RoboLoadersError, StaleSourceError
 from robo_loaders_plugin.core.log import get_logger
 from robo_loaders_plugin.storage import cache
@@ -156,14 +158,26 @@ class PassOptions:
         Raises:
             core.footprint.ResourceRefused: the buffer does not fit host memory.
         """
-        from robo_loaders_plugin.core.footprint import Available, check_fits
+        from robo_loaders_plugin.core.footprint import HEADROOM, Available, check_fits
+        from robo_loaders_plugin.core.units import format_bytes
 
         passes, plan = self.sized(
             unit_bytes, batch_bytes, option_prefix, unit=unit, threads=threads, order_unit_bytes=order_unit_bytes
         )
+        available = Available.measure()
+        held = np.asarray(unit_bytes, dtype=np.int64)
+        least = 2 * int(held.max()) if held.size else 0  # what a pass keeps at least: two units
+        if least and least > HEADROOM * available.host_bytes:
+            # no buffer option makes room: the refusal's own advice (a smaller cache_memory, cache_episodes unset)
+            # led from one refusal to the other (a reviewer's reproduction: a demo of 85 GB)
+            alternatives = [
+                f"none of the buffer options (a pass holds at least 2 {unit}, the largest {format_bytes(least // 2)}"
+                ", more than this machine's memory); the framework's own loader (no backend), which reads windows "
+                "from the files"
+            ]
         check_fits(
             plan.footprint,
-            Available.measure(),
+            available,
             backend=backend,
             option_prefix=option_prefix,
             alternatives=list(alternatives),
@@ -333,6 +347,19 @@ def open_shards(
             alternatives=alternatives,
             option_prefix=option_prefix,
         )
+
+    def converting(*args):
+        from robo_loaders_plugin.storage.shards.format import DiskFullError
+
+        try:
+            return convert(*args)
+        except DiskFullError as exc:  # the CLI's advice (another output directory) is no option of a training run
+            raise DiskFullError(
+                exc.what,
+                f"Free some space there, or set {option_prefix}.cache_dir to a disk with room; the next run converts "
+                "again",
+            ) from exc
+
     entry, hold, _, _ = cache.obtain(
         root,
         f"{framework}-shards",
@@ -340,7 +367,7 @@ def open_shards(
         source.fingerprint,
         recorded_source,
         usable,
-        convert,
+        converting,
         f"conversion into robo-shards for {framework}",
     )
     reader = opened.get(entry.path) or ShardReader(entry.path)

@@ -224,6 +224,7 @@ def convert_robomimic(
         ratio=lambda: frame_ratio(source, codec),
         command="robo-loaders convert robomimic",
         alternatives=["--frames h264 (video members, ~20x smaller)"] if video is None else (),
+        workers=num_workers,
     )
     fp = fingerprint or source.fingerprint()
     with source.open() as f:

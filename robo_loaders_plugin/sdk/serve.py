@@ -83,14 +83,21 @@ def load_store(ref: str) -> FrameStore:
 
 def _named_errors(store: str, call: str, method, *args):
     """``method(*args)``, a frame store's own code: an error it raises that is not the plugin's (whose message names
-    what to do) is re-raised naming the store and the call, its traceback chained.
+    what to do) is re-raised naming the store and the call, its traceback chained. An ``OSError`` or a
+    ``MemoryError`` keeps its type, the store and the call in a note: a loop that retries on an I/O error or a
+    smaller batch on ``MemoryError`` no longer saw them (a reviewer's reproduction).
 
     Raises:
         RoboLoadersError: the store's error, as ``frame store '<module:Class>': take() failed: <error>``.
+        OSError: the store's, noted ``frame store '<module:Class>': take() failed``.
+        MemoryError: the store's, noted likewise.
     """
     try:
         return method(*args)
     except RoboLoadersError:
+        raise
+    except (OSError, MemoryError) as exc:
+        exc.add_note(f"frame store {store!r}: {call} failed")
         raise
     except Exception as exc:
         raise RoboLoadersError(f"frame store {store!r}: {call} failed: {type(exc).__name__}: {exc}") from exc
@@ -416,6 +423,7 @@ def _open(store: FrameStore, ref: str, backend: str, src: _Source, options, plac
                 alternatives=alternatives,
             )
         assert src.read is not None  # a source to build from, not one planned from metadata
+        _check_reading(src, backend, footprint if in_ram else None, alternatives)
         recorder = Recorder(src.names, src.size.lengths, src.cameras, src.read, f"{backend} store of {src.path}")
         guard = None
         if not in_ram:
@@ -459,6 +467,23 @@ def _open(store: FrameStore, ref: str, backend: str, src: _Source, options, plac
         hold.release()
         raise
     return frames, directory, hold, reused
+
+
+def _check_reading(src: _Source, backend: str, in_ram: Footprint | None, alternatives) -> None:
+    """Refuse, before the build reads anything, an episode the machine cannot hold while it is read whole
+    (``DataSize.reading_bytes``): measured now, beside the RAM store being filled (``in_ram``: its footprint), as
+    nothing else of the run is held yet."""
+    reading = src.size.reading_bytes()
+    if not reading:
+        return
+    longest = int(np.argmax(src.size.lengths))
+    bound = (
+        f"building reads each {src.size.unit} whole: the largest, {src.names[longest]} "
+        f"({int(src.size.lengths[longest])} steps), is {format_bytes(int(src.size.episode_bytes()[longest]))} "
+        "decoded, held with its compressed copy"
+    )
+    need = Footprint(host_bytes=reading, shm_bytes=in_ram.shm_bytes if in_ram is not None else 0, bound=bound)
+    check_fits(need, Available.measure(), backend=backend, option_prefix=src.option_prefix, alternatives=alternatives)
 
 
 def _intact(store: FrameStore, ref: str, directory: str) -> bool:

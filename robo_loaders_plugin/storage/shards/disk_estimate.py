@@ -13,10 +13,12 @@ import math
 import os
 from collections.abc import Callable
 
+import numpy as np
+
 from robo_loaders_plugin.core.data_size import EXPECTED_LOSSLESS_RATIO, DataSize
 from robo_loaders_plugin.core.footprint import HEADROOM, Available, Footprint
 from robo_loaders_plugin.core.log import get_logger
-from robo_loaders_plugin.core.units import format_bytes
+from robo_loaders_plugin.core.units import format_bytes, plural
 
 logger = get_logger(__name__)
 
@@ -49,10 +51,12 @@ def check_conversion_disk(
     alternatives=(),
     option_prefix: str = "",
     ratio: float | Callable[[], float | None] | None = None,
+    workers: int = 1,
 ) -> int:
     """Refuse a conversion into ``out_dir`` whose estimated output the disk cannot hold (with headroom, leaving the
     writers' reserve free: ``core.footprint.disk_reserve``), naming both sizes; what ``out_dir`` already holds (a
-    conversion being resumed) is counted as written.
+    conversion being resumed) is counted as written. First, one whose workers cannot hold their episodes in memory
+    while each reads one whole (``DataSize.reading_bytes``: a 39 GiB demo failed with ``MemoryError`` mid-way).
 
     With a measurement to make (``ratio`` a function), what the output needs whatever the frames' ratio (frames
     packed to nothing) is checked first, so a disk that cannot hold even that is refused before any data is read;
@@ -70,17 +74,36 @@ def check_conversion_disk(
             measuring it (called only for lossless frames, after the first check); ``None`` (or a function returning
             it): :data:`~robo_loaders_plugin.core.data_size.EXPECTED_LOSSLESS_RATIO` assumed.
 
+        workers: Processes converting at once, each reading one episode.
+
     Returns:
         The estimated bytes still to write.
 
     Raises:
-        core.footprint.ResourceRefused: the output does not fit.
+        core.footprint.ResourceRefused: the output does not fit, or the episodes being read do not.
     """
     from robo_loaders_plugin.core.footprint import check_fits
     from robo_loaders_plugin.storage.cache import path_bytes
 
     done = path_bytes(out_dir) if os.path.isdir(out_dir) else 0
     available = Available.measure(disk_dir=out_dir)
+    reading = size.reading_bytes() * max(1, int(workers))
+    if reading:
+        longest = int(np.argmax(size.lengths))
+        each = "each worker reads" if workers > 1 else "the conversion reads"
+        check_fits(
+            Footprint(
+                host_bytes=reading,
+                bound=f"{plural(max(1, int(workers)), 'worker')} at once; {each} a {size.unit} whole: the largest "
+                f"({int(size.lengths[longest])} steps) is {format_bytes(int(size.episode_bytes()[longest]))} "
+                "decoded, held with its copy as written",
+            ),
+            available,
+            backend=command,
+            option_prefix=option_prefix,
+            alternatives=alternatives,
+            subject=f"{command} cannot convert into {out_dir}",
+        )
 
     def check(need: int, kind: str, about: str = "about") -> None:
         bound = (

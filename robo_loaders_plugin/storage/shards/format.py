@@ -51,6 +51,19 @@ class ShardError(RoboLoadersError):
     """
 
 
+class DiskFullError(ShardError):
+    """A conversion's write that found its disk or quota full (:func:`disk_full_error`).
+
+    Attributes:
+        what: What happened, with the directory, the free space and what the write needed, without the advice (a
+            backend converting into its cache says what to do in its own words: no output directory to choose).
+    """
+
+    def __init__(self, what: str, advice: str):
+        super().__init__(f"{what}. {advice}")
+        self.what = what
+
+
 def field_token(field: str) -> str:
     """A field name as it appears in member names (``obs/cam`` -> ``obs~cam``): any other character outside
     ``[A-Za-z0-9_.-]`` percent-escaped (its UTF-8 bytes, :func:`urllib.parse.quote`; ``~`` too), as are a leading
@@ -256,7 +269,7 @@ def listing_problems(names: list[str], listed: list[str] | None, where: str) -> 
     return problems
 
 
-def disk_full_error(directory: str, exc: OSError, needed: str | None, doing: str) -> ShardError | None:
+def disk_full_error(directory: str, exc: OSError, needed: str | None, doing: str) -> DiskFullError | None:
     """A clear error for a full disk or quota.
 
     Args:
@@ -266,7 +279,7 @@ def disk_full_error(directory: str, exc: OSError, needed: str | None, doing: str
         doing: What was being written ("writing index.json").
 
     Returns:
-        A :class:`ShardError` to raise, or ``None`` for any OSError other than ``ENOSPC``/``EDQUOT``.
+        A :class:`DiskFullError` to raise, or ``None`` for any OSError other than ``ENOSPC``/``EDQUOT``.
     """
     if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
         return None
@@ -275,10 +288,10 @@ def disk_full_error(directory: str, exc: OSError, needed: str | None, doing: str
     except OSError:
         free = "unknown"
     need = f"; {needed}" if needed else ""
-    return ShardError(
-        f"{directory}: {exc.strerror or 'no space left on device'} while {doing} ({free} free{need}). "
+    return DiskFullError(
+        f"{directory}: {exc.strerror or 'no space left on device'} while {doing} ({free} free{need})",
         "Free some space or choose another output directory, then run the same command again "
-        "(a conversion resumes where it stopped)"
+        "(a conversion resumes where it stopped)",
     )
 
 
