@@ -54,7 +54,7 @@ def test_same_losses(lerobot_datasets, backend, workers):
     )
     for r, g in zip(ref, got):
         for k in r:
-            assert g[k] == pytest.approx(r[k], rel=1e-6, abs=1e-9), (k, r, g)
+            assert g[k] == r[k], (k, r, g)  # exactly: the same batches give the same numbers
     assert ref[-1]["weights_moved"] > 1e-4  # it trained: the steps changed the policy whose losses are compared
 
 

@@ -83,7 +83,7 @@ def test_every_backend_logs_the_native_mixtures_losses(lerobot_mixture_datasets,
     if backend in BY_UNIT:  # native served in the same order; in its own (drawn) order, other losses
         assert not np.allclose(got, ref, rtol=1e-6, atol=1e-9)
         ref, _, _ = train(lerobot_mixture_datasets, units=units)
-    np.testing.assert_allclose(got, ref, rtol=1e-6, atol=1e-9, err_msg=f"{backend}: loss, L1, L2, cosine per step")
+    np.testing.assert_array_equal(got, ref, err_msg=f"{backend}: loss, L1, L2, cosine per step")  # exactly
 
 
 def test_loss_comparison_can_fail(lerobot_mixture_datasets, native):

@@ -620,3 +620,33 @@ def _fill_in_child(mix, rows, renewed, out):
         return
     same_batch(mix.collate(rows), mix.collate(rows, joined=False), "forked")
     out.send("served")
+
+
+@pytest.mark.parametrize("mode", ["MEAN_STD", "MIN_MAX", "QUANTILES", "QUANTILE10"])
+def test_a_padded_entry_normalises_to_zero_under_every_lerobot_normaliser(mode):
+    """The padded statistics through LeRobot's own normaliser, against a literal 0 (the test above compares the padded
+    entries with ``PAD_STATS``, the code's own constant: a reviewer's mutations of it, ``min: 0`` making every padded
+    0 a -1 under MIN_MAX, passed it)."""
+    from lerobot.configs.types import FeatureType, NormalizationMode, PolicyFeature
+    from lerobot.processor.normalize_processor import NormalizerProcessorStep
+
+    from robo_loaders_plugin.lerobot.mixture_meta import padded_stats
+
+    rng = np.random.default_rng(0)
+
+    def comp(width, n):
+        x = rng.normal(size=(n, width)).astype(np.float32)
+        qs = {f"q{q:02d}": np.quantile(x, q / 100, axis=0) for q in (1, 10, 50, 90, 99)}
+        return {"mean": x.mean(0), "std": x.std(0), "min": x.min(0), "max": x.max(0), "count": np.array([n]), **qs}
+
+    stats = padded_stats([comp(7, 50), comp(14, 30), comp(6, 40)], [7, 14, 6], 32)
+    step = NormalizerProcessorStep(
+        features={"action": PolicyFeature(type=FeatureType.ACTION, shape=(32,))},
+        norm_map={FeatureType.ACTION: NormalizationMode[mode]},
+        stats={"action": stats},
+    )
+    padded = torch.zeros(4, 32)
+    padded[:, :6] = torch.randn(4, 6)  # the 6-dof arm's real entries; 6..31 are its padding
+    out = step._apply_transform(padded, "action", FeatureType.ACTION)
+    assert torch.isfinite(out).all()
+    assert torch.equal(out[:, 14:], torch.zeros(4, 18)), out[0, 14:]  # entries no robot has: exactly 0

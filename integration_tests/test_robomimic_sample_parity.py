@@ -123,6 +123,31 @@ def test_shared_renders_parity(shared_hdf5):
     assert st["compressed_nbytes"] < st["decoded_frame_nbytes"]
 
 
+def test_shared_renders_parity_with_next_obs_and_goals(shared_hdf5):
+    """Real robosuite renders, whose final ``next_obs`` is a state of its own (the generated files' was the last
+    observation repeated until a reviewer's mutations showed it hid a backend serving ``obs`` there): the windows at
+    every demo's end, with ``next_obs`` and ``goal_mode="last"``, are SequenceDataset's bytes."""
+    cfg = make_config(
+        shared_hdf5,
+        seq_length=10,
+        frame_stack=1,
+        hdf5_cache_mode="low_dim",
+        low_dim=["robot0_eef_pos", "robot0_eef_quat", "robot0_gripper_qpos", "object"],
+        hdf5_load_next_obs=True,
+        goal_mode="last",
+    )
+    native = dataset_factory(cfg, obs_keys(cfg), filter_by_attribute="train")
+    with cfg.values_unlocked():
+        cfg.train.data_backend = "compressed_cache"
+    ours = dataset_factory(cfg, obs_keys(cfg), filter_by_attribute="train")
+    ends = [int(native._demo_id_to_start_indices[d] + native._demo_id_to_demo_length[d] - 1) for d in native.demos]
+    for idx in ends:
+        last = native[idx]
+        # the control: at a demo's last step, next_obs is not the observation (so serving obs there would show)
+        assert not np.array_equal(last["next_obs"]["robot0_eef_pos"][-1], last["obs"]["robot0_eef_pos"][-1])
+        assert_same_sample(ours[idx], last)
+
+
 @pytest.mark.parametrize("ctx", ["fork", "spawn"])
 def test_workers_share_one_copy_and_give_native_batches(tiny_hdf5, ctx):
     cfg = make_config(tiny_hdf5, seq_length=10, frame_stack=1, hdf5_cache_mode="low_dim")

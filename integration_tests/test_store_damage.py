@@ -201,3 +201,40 @@ def test_lerobot_gpu_resampler_spilled_tier_damaged_mid_run_is_refused_naming_it
         t._file.flush()
         flip_bits(f"/proc/{os.getpid()}/fd/{t._file.fileno()}", rng.integers(0, t.nbytes, 25).tolist())
     check_damage_is_refused_never_served(ds, native, same_item, TIER_DAMAGE, tiers[0].spill_dir, monkeypatch)
+
+
+def test_a_damaged_middle_block_of_a_wide_window_is_refused(tmp_path):
+    """A window wider than two blocks of a raw field (ACT's 100-step action chunks span 2-3 blocks of 14 floats)
+    has its middle blocks checked too, in a read of several samples (a reviewer's mutation, checking only the
+    first and last blocks of each window, passed every damage test). Control: a batch whose windows stay off the
+    damaged block is served, equal to SequenceDataset's."""
+    from robo_loaders_plugin.sample_data.robomimic_hdf5 import write_robomimic_hdf5
+
+    path = write_robomimic_hdf5(
+        str(tmp_path / "long.hdf5"), demos=2, image_size=16, cameras=1, seed=3, min_length=450, max_length=460,
+        progress=False,
+    )  # fmt: skip
+    cams = ["agentview_image"]
+    cfg = make_config(
+        path,
+        rgb=cams,
+        backend="compressed_cache",
+        backend_kwargs={"cache_dir": str(tmp_path / "cache")},
+        seq_length=400,
+    )
+    from robo_loaders_plugin.robomimic import dataset_factory
+
+    ds = dataset_factory(cfg, obs_keys(cfg))
+    native = dataset_factory(make_config(path, rgb=cams, seq_length=400), obs_keys(cfg))
+    store = ds.frames.inner.store
+    entry = store.field(0, "actions")  # demo_0, the first episode stored
+    per, row = int(entry["block_rows"]), np.dtype(entry["dtype"]).itemsize * int(np.prod(entry["shape"][1:]))
+    assert 2 * per < 400, per  # a window from step 0 spans three blocks or more
+    flip_bits(store.path, [int(entry["offset"]) + (per + per // 2) * row + 3])  # inside block 1, not at an edge
+    start = int(native._demo_id_to_start_indices["demo_0"])
+    far = start + 2 * per + 1  # windows from block 2 on: the damaged block is not read
+    got = ds.collate([far, far + 1])
+    want = np.stack([native[i]["actions"] for i in (far, far + 1)])
+    assert np.array_equal(np.asarray(got["actions"]), want)
+    with pytest.raises(StoreError, match=rf"demo_0 actions steps {per}-{2 * per - 1} is damaged"):
+        ds.collate([start, start + 1])

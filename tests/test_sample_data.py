@@ -38,6 +38,9 @@ def test_sample_data_layout(tmp_path):
                     assert g[f"{prefix}/{k}"].shape == (n, 32, 32, 3) and g[f"{prefix}/{k}"].dtype == np.uint8
                 assert g[f"{prefix}/robot0_eef_pos"].dtype == np.float64
             np.testing.assert_array_equal(g["next_obs/agentview_image"][:-1], g["obs/agentview_image"][1:])
+            for k in g["obs"]:  # the final state is another observation than the last (so a backend serving obs there
+                # or a goal one step early shows)
+                assert not np.array_equal(g[f"next_obs/{k}"][-1], g[f"obs/{k}"][-1]), (name, k)
         assert data.attrs["total"] == total
         train = {x.decode() for x in f["mask/train"][:]}
         valid = {x.decode() for x in f["mask/valid"][:]}

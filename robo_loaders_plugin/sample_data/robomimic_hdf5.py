@@ -113,6 +113,20 @@ def _episode(rng, length, cams, image_size, content="renders", noise=1.0):
     return obs, actions, rewards, dones, states
 
 
+def _final_state(v: np.ndarray) -> np.ndarray:
+    """The observation after a demo's last action (its last ``next_obs``): the last step's motion continued (a
+    camera frame shifted by a pixel), never equal to the last observation. Why not the last one repeated: then the
+    demo's final ``next_obs`` and a ``goal_mode="last"`` goal equalled the step before them, and a backend serving
+    ``obs`` there, or a goal one step early, served the same bytes as native on every generated file (a
+    reviewer's mutations, which no sample-parity test caught)."""
+    last = v[-1]
+    if v.dtype == np.uint8:
+        moved = np.roll(last, 1, axis=-2)
+        return moved if not np.array_equal(moved, last) else last ^ np.uint8(1)
+    step = last - v[-2] if len(v) > 1 else np.zeros_like(last)
+    return last + np.where(step != 0, step, 1e-3).astype(last.dtype)
+
+
 def write_robomimic_hdf5(
     path: str,
     demos: int = 10,
@@ -187,7 +201,7 @@ def write_robomimic_hdf5(
                 for k, v in obs.items():
                     g.create_dataset(f"obs/{k}", data=v)
                     if next_obs:
-                        g.create_dataset(f"next_obs/{k}", data=np.concatenate([v[1:], v[-1:]]))
+                        g.create_dataset(f"next_obs/{k}", data=np.concatenate([v[1:], _final_state(v)[None]]))
                 total += length
             data.attrs["total"] = total
             data.attrs["env_args"] = json.dumps(
