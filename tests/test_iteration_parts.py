@@ -210,8 +210,18 @@ def test_a_failed_batch_is_lost_and_the_pass_goes_on_as_a_dataloader_iterator_do
     assert next(it) == (2, 0)
     with pytest.raises(RuntimeError):
         next(it)
-    assert src.state_dict() == {"epoch": 3, "batch": 0}  # a stopped pass is abandoned unless it goes on
+    # the position is the batch after the failed one, which the next call serves (a checkpoint saved at the error
+    # resumes there: the session review's reproduction, where it said the next pass)
+    assert src.state_dict() == {"epoch": 2, "batch": 2}
+    resumed = Failing(5, set())
+    resumed.load_state_dict(src.state_dict())
+    assert next(iter(resumed)) == (2, 2)
     assert next(it) == (2, 2) and src.state_dict() == {"epoch": 2, "batch": 3}  # it goes on
+    src.bad.add((2, 3))
+    with pytest.raises(RuntimeError):
+        next(it)
+    del it  # a stopped pass dropped: abandoned, the position is the next pass
+    assert src.state_dict() == {"epoch": 3, "batch": 0} and next(iter(src)) == (3, 0)
 
 
 def test_a_stopped_pass_replaced_by_another_says_so_instead_of_serving_beside_it():

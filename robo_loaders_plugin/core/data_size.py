@@ -89,25 +89,18 @@ class DataSize:
         order)."""
         return np.asarray(self.lengths, np.int64) * (sum(self.frame_step_bytes.values()) + int(self.other_step_bytes))
 
-    def reading_bytes(self, ratio: float = EXPECTED_LOSSLESS_RATIO) -> int:
-        """What a build or a conversion holds while it reads one episode whole: the largest episode decoded, and its
-        copy as written (frames compressed at ``ratio``, as the disk estimates assume; the other fields raw).
+    def reading_bytes(self) -> int:
+        """What a build or a conversion holds while it reads one episode whole: the largest episode, decoded. Its
+        copy as written is not counted: the writers compress frame by frame into parts of a few MB.
 
         Why counted: a dataset of one long episode passed every footprint check, then a build allocating it failed
         with ``MemoryError`` (39 GiB for one 2M-step demo) or, below the machine's RAM, swapped (a reviewer's
         reproduction).
 
-        Args:
-            ratio: The frames' lossless compression ratio assumed for the copy.
-
         Returns:
             Bytes (0 without episodes).
         """
-        if not len(self.lengths):
-            return 0
-        longest = int(np.max(self.lengths))
-        frames = longest * sum(self.frame_step_bytes.values())
-        return int(longest * self.other_step_bytes * 2 + frames * (1 + 1 / ratio))
+        return int(self.episode_bytes().max()) if len(self.lengths) else 0
 
     def store_upper_bytes(self) -> int:
         """A compressed store's size if no frame compressed at all (the worst case)."""

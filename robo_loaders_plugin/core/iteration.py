@@ -144,6 +144,7 @@ class BatchSource(abc.ABC):
         self._epoch, self._batch, self._positioned = int(start_epoch), int(start_batch), True
         self._running = False  # whether a pass started by iter() is being served
         self._moves = 0  # passes started and positions loaded: a failed pass goes on only while nothing moved
+        self._stopped = False  # the running pass stopped at a failed batch, its iterator kept: its position stands
         self._said_apart = False
         self._apart = -1  # the last pass number served apart: the running pass's successor skips past it
         # the next pass of every DataLoader over the same dataset, shared with their sources (_source_for); None: own
@@ -211,7 +212,10 @@ class BatchSource(abc.ABC):
         its epochs so) is over: the next ``iter()`` starts the pass after it, so that is the position (it was the
         abandoned pass's next batch, and a run resumed from a checkpoint saved after such an epoch served the rest of
         the old pass where the run it resumes served a new one: a reviewer's reproduction)."""
-        abandoned = not self._running and not self._positioned and self._batch > 0
+        # a pass stopped by a failed batch is not abandoned while its iterator is kept: the next next() serves the
+        # batch after the failed one, so that is the position (a reviewer's reproduction: a checkpoint saved at the
+        # error said the next pass, and the resumed run never served the rest of this one)
+        abandoned = not self._running and not self._stopped and not self._positioned and self._batch > 0
         if self._batch >= len(self) or abandoned:
             position = {STATE_EPOCH: max(self._epoch + 1, self._apart + 1), STATE_BATCH: 0}
         else:
@@ -266,6 +270,7 @@ class BatchSource(abc.ABC):
         self._epoch, self._batch, self._positioned = epoch, batch, True
         self._apart = after - 1  # the pass after this one: past any served apart before the state was saved
         self._moves += 1  # a pass stopped by a failed batch cannot go on from here (_Pass)
+        self._stopped = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -535,7 +540,7 @@ class _Pass:
         src._positioned = False
         src._epoch, src._batch = epoch, start
         src._served(epoch)
-        src._running = True
+        src._running, src._stopped = True, False
         src._moves += 1
         self._epoch, self._next, self._moves = epoch, start, src._moves
 
@@ -550,7 +555,7 @@ class _Pass:
             if src._running or src._moves != self._moves:
                 self._broken = True
             else:
-                src._running = True
+                src._running, src._stopped = True, False
         if self._broken:
             self._finish(exhausted=False)
             where = "served apart from the running pass" if self._apart else "replaced by another pass or position"
@@ -575,8 +580,8 @@ class _Pass:
                     src._batch = self._next
                 if self._next >= len(src):
                     self._finish(exhausted=True)
-                else:  # stopped, as a pass that failed always was: the next call goes on, unless another started
-                    self._stopped, src._running = True, False
+                else:  # stopped: the next call goes on, unless another pass starts first
+                    self._stopped, src._running, src._stopped = True, False, True
             raise
         self._next += 1
         if not self._apart:
@@ -591,6 +596,8 @@ class _Pass:
         close = getattr(batches, "close", None)
         if close is not None:
             close()
+        if self._stopped and self._moves == self._source._moves:  # dropped while stopped: now abandoned
+            self._source._stopped = False
         if not self._started or self._apart or self._stopped or self._broken:  # the source is not serving it
             return
         src = self._source

@@ -123,8 +123,11 @@ def _final_state(v: np.ndarray) -> np.ndarray:
     if v.dtype == np.uint8:
         moved = np.roll(last, 1, axis=-2)
         return moved if not np.array_equal(moved, last) else last ^ np.uint8(1)
+    if v.dtype == np.bool_:
+        return ~last
     step = last - v[-2] if len(v) > 1 else np.zeros_like(last)
-    return last + np.where(step != 0, step, 1e-3).astype(last.dtype)
+    nudge = 1 if np.issubdtype(v.dtype, np.integer) else 1e-3
+    return last + np.where(step != 0, step, nudge).astype(last.dtype)
 
 
 def write_robomimic_hdf5(

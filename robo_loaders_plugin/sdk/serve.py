@@ -479,8 +479,7 @@ def _check_reading(src: _Source, backend: str, in_ram: Footprint | None, alterna
     longest = int(np.argmax(src.size.lengths))
     bound = (
         f"building reads each {src.size.unit} whole: the largest, {src.names[longest]} "
-        f"({int(src.size.lengths[longest])} steps), is {format_bytes(int(src.size.episode_bytes()[longest]))} "
-        "decoded, held with its compressed copy"
+        f"({int(src.size.lengths[longest])} steps), is {format_bytes(reading)} decoded"
     )
     need = Footprint(host_bytes=reading, shm_bytes=in_ram.shm_bytes if in_ram is not None else 0, bound=bound)
     check_fits(need, Available.measure(), backend=backend, option_prefix=src.option_prefix, alternatives=alternatives)

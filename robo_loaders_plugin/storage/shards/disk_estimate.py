@@ -95,8 +95,7 @@ def check_conversion_disk(
             Footprint(
                 host_bytes=reading,
                 bound=f"{plural(max(1, int(workers)), 'worker')} at once; {each} a {size.unit} whole: the largest "
-                f"({int(size.lengths[longest])} steps) is {format_bytes(int(size.episode_bytes()[longest]))} "
-                "decoded, held with its copy as written",
+                f"({int(size.lengths[longest])} steps) is {format_bytes(size.reading_bytes())} decoded",
             ),
             available,
             backend=command,
