@@ -104,19 +104,25 @@ def test_pad_mask_matches_sequence_dataset(tiny_hdf5):
         assert_same_sample(ours[int(idx)], native[int(idx)])
 
 
-def test_shared_renders_parity(shared_hdf5):
-    """Real robosuite renders: same bytes as SequenceDataset (BC-RNN-like windows)."""
+def _shared_pair(path, **train):
+    """SequenceDataset and compressed_cache on the real renders' training demos, BC-RNN-like windows."""
     cfg = make_config(
-        shared_hdf5,
+        path,
         seq_length=10,
         frame_stack=1,
         hdf5_cache_mode="low_dim",
         low_dim=["robot0_eef_pos", "robot0_eef_quat", "robot0_gripper_qpos", "object"],
+        **train,
     )
     native = dataset_factory(cfg, obs_keys(cfg), filter_by_attribute="train")
     with cfg.values_unlocked():
         cfg.train.data_backend = "compressed_cache"
-    ours = dataset_factory(cfg, obs_keys(cfg), filter_by_attribute="train")
+    return native, dataset_factory(cfg, obs_keys(cfg), filter_by_attribute="train")
+
+
+def test_shared_renders_parity(shared_hdf5):
+    """Real robosuite renders: same bytes as SequenceDataset (BC-RNN-like windows)."""
+    native, ours = _shared_pair(shared_hdf5)
     for idx in np.random.default_rng(1).choice(len(native), 500):
         assert_same_sample(ours[int(idx)], native[int(idx)])
     st = ours.frames.inner.store.stats
@@ -127,19 +133,7 @@ def test_shared_renders_parity_with_next_obs_and_goals(shared_hdf5):
     """Real robosuite renders, whose final ``next_obs`` is a state of its own (the generated files' was the last
     observation repeated until a reviewer's mutations showed it hid a backend serving ``obs`` there): the windows at
     every demo's end, with ``next_obs`` and ``goal_mode="last"``, are SequenceDataset's bytes."""
-    cfg = make_config(
-        shared_hdf5,
-        seq_length=10,
-        frame_stack=1,
-        hdf5_cache_mode="low_dim",
-        low_dim=["robot0_eef_pos", "robot0_eef_quat", "robot0_gripper_qpos", "object"],
-        hdf5_load_next_obs=True,
-        goal_mode="last",
-    )
-    native = dataset_factory(cfg, obs_keys(cfg), filter_by_attribute="train")
-    with cfg.values_unlocked():
-        cfg.train.data_backend = "compressed_cache"
-    ours = dataset_factory(cfg, obs_keys(cfg), filter_by_attribute="train")
+    native, ours = _shared_pair(shared_hdf5, hdf5_load_next_obs=True, goal_mode="last")
     ends = [int(native._demo_id_to_start_indices[d] + native._demo_id_to_demo_length[d] - 1) for d in native.demos]
     for idx in ends:
         last = native[idx]

@@ -14,6 +14,9 @@ from robo_loaders_plugin.core.footprint import HEADROOM, Available, Footprint, P
 from robo_loaders_plugin.core.in_flight import BatchesInFlight
 from robo_loaders_plugin.core.units import format_bytes
 
+# what fits when no buffer can hold two of a dataset's units: the framework's loader reads windows, not units
+OWN_LOADER = "the framework's own loader (no backend), which reads windows from the files"
+
 DEFAULT_CACHE_MEMORY = 10**9  # bytes (1GB): the episode buffers' bound when the whole dataset does not fit the share
 # cache_memory not given: the buffer holds the whole dataset when that takes at most this share of the available
 # memory (each unit then loaded once per run, not once per pass: a 480p set of 1.7 GB decoded served 17.1x LeRobot's
@@ -126,8 +129,7 @@ def buffer_plan(
                 f"keeps at least (the largest is {format_bytes(largest)}): "
                 + (
                     f"more than this machine's memory ({format_bytes(int(host))} available), so no "
-                    "cache_memory can; train with the framework's own loader (no backend), which reads windows from "
-                    "the files"
+                    f"cache_memory can; train with {OWN_LOADER}"
                     if beyond
                     else f"give at least {format_bytes(2 * largest)}, or leave cache_memory out"
                 )

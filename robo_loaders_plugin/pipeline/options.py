@@ -160,6 +160,7 @@ class PassOptions:
         """
         from robo_loaders_plugin.core.footprint import HEADROOM, Available, check_fits
         from robo_loaders_plugin.core.units import format_bytes
+        from robo_loaders_plugin.pipeline.buffer_plan import OWN_LOADER
 
         passes, plan = self.sized(
             unit_bytes, batch_bytes, option_prefix, unit=unit, threads=threads, order_unit_bytes=order_unit_bytes
@@ -172,8 +173,7 @@ class PassOptions:
             # led from one refusal to the other (a reviewer's reproduction: a demo of 85 GB)
             alternatives = [
                 f"none of the buffer options (a pass holds at least 2 {unit}, the largest {format_bytes(least // 2)}"
-                ", more than this machine's memory); the framework's own loader (no backend), which reads windows "
-                "from the files"
+                f", more than this machine's memory); {OWN_LOADER}"
             ]
         check_fits(
             plan.footprint,
