@@ -134,8 +134,8 @@ def run(a: dict) -> dict:
     Args:
         a: ``backend`` (``reference`` or a plugin backend), ``kwargs`` (its options), ``components`` (the mixture's
             components: ``repo_id``, ``root``, ``weight``, ``rename``), ``target_fps``, ``preset``, ``batch_size``,
-            ``num_workers``, ``batches``, ``seed``, optionally ``rounds`` and ``min_round_s`` (``time_loader``'s);
-            ``spec``: the mixture's other keys (``pad``,
+            ``num_workers``, ``batches``, ``seed``, optionally ``rounds``, ``min_round_s`` and ``warmup_s``
+            (``time_loader``'s); ``spec``: the mixture's other keys (``pad``,
             ``missing_cameras``: components of different robots; the reference pads them by hand).
 
     Returns:
@@ -194,7 +194,15 @@ def run(a: dict) -> dict:
             summary = summary_of(mix)
     build_s = time.perf_counter() - t
     return dict(
-        timed_shares(batches, a["batches"], len(components), build_s, a.get("rounds", 1), a.get("min_round_s", 0.0)),
+        timed_shares(
+            batches,
+            a["batches"],
+            len(components),
+            build_s,
+            a.get("rounds", 1),
+            a.get("min_round_s", 0.0),
+            a.get("warmup_s", 0.0),
+        ),
         num_samples=sum(len(n) for n in natives),
         frames=sum(n.num_frames for n in natives),
         natives_s=natives_s,
@@ -204,7 +212,13 @@ def run(a: dict) -> dict:
 
 
 def timed_shares(
-    batches, timed: int, components: int, build_s: float, rounds: int = 1, min_round_s: float = 0.0
+    batches,
+    timed: int,
+    components: int,
+    build_s: float,
+    rounds: int = 1,
+    min_round_s: float = 0.0,
+    warmup_s: float = 0.0,
 ) -> dict:
     """``time_loader``'s timing of ``batches``, with the start-up and each component's share of what was served:
     the part of a row both frameworks' mixture children measure the same way.
@@ -216,6 +230,7 @@ def timed_shares(
         build_s: Seconds from the first metadata read to the loader built.
         rounds: Timed rounds, the median rate reported (``time_loader``).
         min_round_s: Seconds each round lasts at least.
+        warmup_s: Seconds served untimed after the first batch (``time_loader``'s).
 
     Returns:
         ``time_loader``'s keys, ``build_s``, ``startup_s`` (``build_s`` plus the first batch), ``share``,
@@ -238,7 +253,7 @@ def timed_shares(
         served[:] += np.bincount(index, minlength=components)
         return len(index)
 
-    timing = time_loader(batches, timed, count, rounds=rounds, min_round_s=min_round_s)
+    timing = time_loader(batches, timed, count, rounds=rounds, min_round_s=min_round_s, warmup_s=warmup_s)
     return dict(
         timing,
         build_s=build_s,

@@ -185,3 +185,25 @@ def test_time_loader_times_rounds_of_a_minimum_duration_and_reports_their_median
     assert round(r["samples_per_s"], 2) == sorted(r["round_samples_per_s"])[1]
     control = time_loader(Loader(), batches=2, batch_size_of=len, rounds=3)
     assert control["timed_batches"] == 6  # negative control: without a minimum, exactly 2 batches a round
+
+
+def test_time_loader_warms_up_for_a_time_then_times_the_rounds():
+    """A time-based warm-up serves untimed batches until ``warmup_s`` has passed and reports their rate: a loader
+    slow at first (one-time costs spread over its first batches) is timed at its steady rate."""
+    import time
+
+    from robo_loaders_plugin.bench.runner import time_loader
+
+    class Loader:
+        def __iter__(self):
+            start = time.perf_counter()
+            while True:
+                time.sleep(0.02 if time.perf_counter() - start < 0.3 else 0.002)  # slow for 0.3 s, then fast
+                yield [0, 0]
+
+    r = time_loader(Loader(), batches=5, batch_size_of=len, rounds=3, warmup_s=0.4)
+    assert r["warmup_s"] >= 0.4 and 0 < r["warmup_samples_per_s"] < r["samples_per_s"]
+    assert r["samples_per_s"] > 2 / 0.01  # every timed batch after the slow start (2 samples in < 10 ms)
+    control = time_loader(Loader(), batches=5, batch_size_of=len, rounds=3)
+    assert "warmup_s" not in control
+    assert control["samples_per_s"] < 2 / 0.015  # negative control: without it, the slow start is timed
