@@ -595,7 +595,8 @@ def test_an_episode_too_large_to_read_whole_is_refused_before_the_build(tmp_path
     """A reviewer's reproduction: one 2M-step demo passed the footprint checks (the store fits the disk), then the
     build (or the conversion: the datapipe backend's first use, ``robo-loaders convert``) read it whole and failed
     with MemoryError at 39 GiB, or below the machine's RAM, swapped. The episode read whole is counted now, refused
-    in one line naming it before it is read. Control: the same layout with short demos builds on the same machine."""
+    in one line naming it before it is read, and what would fit is the framework's own loader (the other backends
+    read it whole too). Control: the same layout with short demos builds on the same machine."""
     from robo_loaders_plugin.robomimic.convert import convert_robomimic
     from robo_loaders_plugin.sample_data.robomimic_hdf5 import write_robomimic_hdf5
 
@@ -610,8 +611,10 @@ def test_an_episode_too_large_to_read_whole_is_refused_before_the_build(tmp_path
             return convert_robomimic(path, str(tmp_path / out), progress=False)
         return _rm(path, "compressed_cache")()
 
-    with pytest.raises(ResourceRefused, match=r"reads (each demo|a demo) whole: the largest.* \(200000 steps\)"):
+    with pytest.raises(ResourceRefused, match=r"reads (each demo|a demo) whole: the largest.* \(200000 steps\)") as no:
         build(huge, "huge")
+    would = str(no.value).split("Would fit:")[1]  # the backends, which read demos whole too, are not named
+    assert "framework's own loader" in would and not any(b in would for b in ("datapipe", "video_stream", "_cache"))
     assert build(short, "short")  # the control
 
 

@@ -469,3 +469,25 @@ def test_the_build_estimate_counts_episodes_not_only_bytes():
     many = DataSize(np.full(70_000, 5, np.int64), {}, 600)
     one = DataSize(np.array([350_000], np.int64), {}, 600)
     assert many.build_seconds("lz4", 2) >= 200 > 10 > one.build_seconds("lz4", 2)
+
+
+def test_an_episode_read_whole_that_does_not_fit_names_only_what_would(tmp_path, monkeypatch):
+    """A reviewer's reading: a conversion refused for the episode it reads whole named the caller's alternatives,
+    other backends that read episodes whole too. Now fewer workers when one alone fits, else the framework's own
+    loader. Control: one worker with the room of one episode converts."""
+    from robo_loaders_plugin.core.footprint import OWN_LOADER
+    from robo_loaders_plugin.storage.shards.disk_estimate import check_conversion_disk
+
+    s = DataSize(np.array([10, 100_000], np.int64), {"cam": 84 * 84 * 3}, 60)  # one 2.1 GB episode
+    one = s.reading_bytes()
+    for host, workers, fewer in ((int(1.5 * one / 0.9), 2, True), (one // 2, 2, False), (one // 2, 1, False)):
+        monkeypatch.setattr(Available, "measure", classmethod(lambda cls, h=host, **k: machine(host=h, disk=10**15)))
+        with pytest.raises(ResourceRefused, match=r"reads? (each|the|a) .*whole") as refused:
+            check_conversion_disk(
+                s, str(tmp_path), video=False, command="c", alternatives=("backend compressed_cache",), workers=workers
+            )
+        said = str(refused.value)
+        assert ("fewer conversion workers" in said) == fewer and OWN_LOADER in said
+        assert "compressed_cache" not in said
+    monkeypatch.setattr(Available, "measure", classmethod(lambda cls, **k: machine(host=int(1.5 * one / 0.9))))
+    assert check_conversion_disk(s, str(tmp_path), video=False, command="c", workers=1)  # the control

@@ -4,6 +4,7 @@ default footprint as an upper bound of what a store of every field writes, the p
 records of the episodes' fields, and the entry's manifest. (Serving a store against the native loaders, and a
 store inside a mixture: examples/jpeg_backend/tests; compressed_cache, the built-in store: integration_tests.)"""
 
+import functools
 import json
 import os
 import pickle
@@ -433,7 +434,9 @@ def test_a_stores_own_error_names_it_and_its_low_dim_hooks_are_its_own(tiny_hdf5
     assert OverlapFrames.hooks[:2] == ["gather_low_dim", "low_dim_of_unit"]
     OverlapFrames.fail = True
     try:
-        failed = r"frame store 'toy_store_threads:OverlapStore': (take|gather\w*)\(\) failed: ValueError: could not"
+        failed = (
+            r"frame store 'toy_store_threads:OverlapStore' \(.+\): (take|gather\w*)\(\) failed: ValueError: could not"
+        )
         with pytest.raises(RoboLoadersError, match=failed):
             ds[0]
     finally:
@@ -719,3 +722,32 @@ def test_a_sample_backend_whose_factory_returns_no_dataset_is_refused_naming_it(
     record_built([1, 2], choice)
     with pytest.raises(RoboLoadersError, match=r"returned a list, not a IndexedDataset"):
         record_built([1, 2], spec(INDEXED).choose("robomimic", {}, "w"))
+
+
+def test_a_built_stores_read_errors_name_its_directory(tiny_hdf5, tmp_path):
+    """A reviewer's reading: an I/O error in a built store's ``take()`` was noted with the store's class alone, the
+    store's own error naming a file inside it or nothing, so the entry to delete was not said. Its directory is
+    named now, in the note of an ``OSError`` and in the line of any other error. Control: a build's error (its
+    directory a temporary one, renamed when done) names none."""
+    from robo_loaders_plugin import RoboLoadersError
+    from robo_loaders_plugin.sdk.serve import StoreFrames, _named_errors
+
+    ref = "toy_store_parsed:ParsedMetaStore"
+    ds = _sdk_dataset(ref, "parsed", tiny_hdf5, str(tmp_path / "cache"))
+    ds.close()
+    options = frame_backend("parsed", ref, description="d").choose("robomimic", {}, "w").options
+    frames = StoreFrames(ref, ds.location, options, check=False)
+
+    def failing(*args, error):
+        raise error
+
+    for error in (OSError(5, "Input/output error"), ValueError("injected")):
+        frames.inner.take = functools.partial(failing, error=error)
+        with pytest.raises((OSError, RoboLoadersError)) as raised:
+            frames.take("actions", np.array([0]), np.array([0]), np.empty((1, 7)))
+        said = " ".join(getattr(raised.value, "__notes__", [])) + str(raised.value)
+        assert f"frame store {ref!r} ({ds.location}): take() failed" in said
+    frames.close()
+    with pytest.raises(OSError) as raised:  # the control: no directory given, none named
+        _named_errors(ref, "build()", functools.partial(failing, error=OSError(5, "Input/output error")))
+    assert raised.value.__notes__ == [f"frame store {ref!r}: build() failed"]

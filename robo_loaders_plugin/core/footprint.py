@@ -25,6 +25,9 @@ from robo_loaders_plugin.core.errors import RoboLoadersError
 from robo_loaders_plugin.core.units import format_bytes
 
 HEADROOM = 0.9  # a resource fits when the need is at most this fraction of what is available
+# what fits when nothing of a backend can hold a dataset's unit (an episode read whole, two units buffered): the
+# framework's loader reads windows, not units
+OWN_LOADER = "the framework's own loader (no backend), which reads windows from the files"
 MIN_DISK_RESERVE = 10**9  # writers leave at least 1 GB (2% of the filesystem when larger) free: disk_reserve
 
 # rough rates of this project's operations per core (docs/scale.md has the measured ones): for the build-time

@@ -10,12 +10,9 @@ import dataclasses
 import numpy as np
 
 from robo_loaders_plugin.core.errors import BackendOptionError
-from robo_loaders_plugin.core.footprint import HEADROOM, Available, Footprint, Planned
+from robo_loaders_plugin.core.footprint import HEADROOM, OWN_LOADER, Available, Footprint, Planned
 from robo_loaders_plugin.core.in_flight import BatchesInFlight
 from robo_loaders_plugin.core.units import format_bytes
-
-# what fits when no buffer can hold two of a dataset's units: the framework's loader reads windows, not units
-OWN_LOADER = "the framework's own loader (no backend), which reads windows from the files"
 
 DEFAULT_CACHE_MEMORY = 10**9  # bytes (1GB): the episode buffers' bound when the whole dataset does not fit the share
 # cache_memory not given: the buffer holds the whole dataset when that takes at most this share of the available

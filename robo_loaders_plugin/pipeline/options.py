@@ -158,9 +158,8 @@ class PassOptions:
         Raises:
             core.footprint.ResourceRefused: the buffer does not fit host memory.
         """
-        from robo_loaders_plugin.core.footprint import HEADROOM, Available, check_fits
+        from robo_loaders_plugin.core.footprint import HEADROOM, OWN_LOADER, Available, check_fits
         from robo_loaders_plugin.core.units import format_bytes
-        from robo_loaders_plugin.pipeline.buffer_plan import OWN_LOADER
 
         passes, plan = self.sized(
             unit_bytes, batch_bytes, option_prefix, unit=unit, threads=threads, order_unit_bytes=order_unit_bytes

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from robo_loaders_plugin.core.errors import RoboLoadersError, SourceError
-from robo_loaders_plugin.core.footprint import Available, DiskGuard, Footprint, Planned, check_fits
+from robo_loaders_plugin.core.footprint import OWN_LOADER, Available, DiskGuard, Footprint, Planned, check_fits
 from robo_loaders_plugin.core.in_flight import BatchesInFlight, indexed_in_flight
 from robo_loaders_plugin.core.iteration import Serving
 from robo_loaders_plugin.core.log import get_logger
@@ -81,26 +81,29 @@ def load_store(ref: str) -> FrameStore:
     return _named_errors(ref, "__init__()", cls)
 
 
-def _named_errors(store: str, call: str, method, *args):
+def _named_errors(store: str, call: str, method, *args, directory: str = ""):
     """``method(*args)``, a frame store's own code: an error it raises that is not the plugin's (whose message names
     what to do) is re-raised naming the store and the call, its traceback chained. An ``OSError`` or a
     ``MemoryError`` keeps its type, the store and the call in a note: a loop that retries on an I/O error or a
-    smaller batch on ``MemoryError`` no longer saw them (a reviewer's reproduction).
+    smaller batch on ``MemoryError`` no longer saw them (a reviewer's reproduction). A built store's reads name its
+    directory too (``directory``): the store's own error may name only a file inside it, or nothing.
 
     Raises:
-        RoboLoadersError: the store's error, as ``frame store '<module:Class>': take() failed: <error>``.
-        OSError: the store's, noted ``frame store '<module:Class>': take() failed``.
+        RoboLoadersError: the store's error, as ``frame store '<module:Class>' (<directory>): take() failed:
+            <error>``.
+        OSError: the store's, noted ``frame store '<module:Class>' (<directory>): take() failed``.
         MemoryError: the store's, noted likewise.
     """
+    named = f"frame store {store!r}" + (f" ({directory})" if directory else "")
     try:
         return method(*args)
     except RoboLoadersError:
         raise
     except (OSError, MemoryError) as exc:
-        exc.add_note(f"frame store {store!r}: {call} failed")
+        exc.add_note(f"{named}: {call} failed")
         raise
     except Exception as exc:
-        raise RoboLoadersError(f"frame store {store!r}: {call} failed: {type(exc).__name__}: {exc}") from exc
+        raise RoboLoadersError(f"{named}: {call} failed: {type(exc).__name__}: {exc}") from exc
 
 
 def _ref_of(store: FrameStore) -> str:
@@ -140,7 +143,7 @@ class StoreFrames(FrameSource):
         # and a store reading rows through one file handle (seek, read) served other samples' rows (a reviewer's
         # reproduction)
         self._lock = None if frame_store.thread_safe else threading.Lock()
-        self.inner = _named_errors(store, "open()", frame_store.open, directory, options)
+        self.inner = _named_errors(store, "open()", frame_store.open, directory, options, directory=directory)
         if not isinstance(self.inner, FrameSource):
             raise RoboLoadersError(
                 f"frame store {store!r}: open() returned {type(self.inner).__name__}, not a FrameSource"
@@ -159,7 +162,7 @@ class StoreFrames(FrameSource):
                 "build() was given them?); delete it to rebuild it"
             )
         for field, want in self.record.fields.items():
-            got = _named_errors(store, "info()", self.inner.info, field)
+            got = _named_errors(store, "info()", self.inner.info, field, directory=self.directory)
             if np.dtype(got.dtype) != want.dtype or tuple(got.shape) != want.shape:
                 self.close()
                 raise SourceError(
@@ -186,9 +189,9 @@ class StoreFrames(FrameSource):
         """``method(*args)`` of the store's frame source: under the lock of a store not declared thread-safe, and an
         error of the store's own named with it (a bare ``ValueError: could not broadcast ...`` named no backend)."""
         if self._lock is None:
-            return _named_errors(self._store, call, method, *args)
+            return _named_errors(self._store, call, method, *args, directory=self.directory)
         with self._lock:
-            return _named_errors(self._store, call, method, *args)
+            return _named_errors(self._store, call, method, *args, directory=self.directory)
 
     def take(self, field, episodes, steps, out) -> None:
         """See :meth:`FrameSource.take`.
@@ -423,7 +426,7 @@ def _open(store: FrameStore, ref: str, backend: str, src: _Source, options, plac
                 alternatives=alternatives,
             )
         assert src.read is not None  # a source to build from, not one planned from metadata
-        _check_reading(src, backend, footprint if in_ram else None, alternatives)
+        _check_reading(src, backend, footprint if in_ram else None)
         recorder = Recorder(src.names, src.size.lengths, src.cameras, src.read, f"{backend} store of {src.path}")
         guard = None
         if not in_ram:
@@ -469,10 +472,13 @@ def _open(store: FrameStore, ref: str, backend: str, src: _Source, options, plac
     return frames, directory, hold, reused
 
 
-def _check_reading(src: _Source, backend: str, in_ram: Footprint | None, alternatives) -> None:
+def _check_reading(src: _Source, backend: str, in_ram: Footprint | None) -> None:
     """Refuse, before the build reads anything, an episode the machine cannot hold while it is read whole
     (``DataSize.reading_bytes``): measured now, beside the RAM store being filled (``in_ram``: its footprint), as
-    nothing else of the run is held yet."""
+    nothing else of the run is held yet.
+
+    Why the framework's own loader is the one alternative named: every store is built from episodes read whole, so
+    the store's own alternatives (other backends, an option) would not fit either (a reviewer's reading)."""
     reading = src.size.reading_bytes()
     if not reading:
         return
@@ -482,7 +488,7 @@ def _check_reading(src: _Source, backend: str, in_ram: Footprint | None, alterna
         f"({int(src.size.lengths[longest])} steps), is {format_bytes(reading)} decoded"
     )
     need = Footprint(host_bytes=reading, shm_bytes=in_ram.shm_bytes if in_ram is not None else 0, bound=bound)
-    check_fits(need, Available.measure(), backend=backend, option_prefix=src.option_prefix, alternatives=alternatives)
+    check_fits(need, Available.measure(), backend=backend, option_prefix=src.option_prefix, alternatives=[OWN_LOADER])
 
 
 def _intact(store: FrameStore, ref: str, directory: str) -> bool:

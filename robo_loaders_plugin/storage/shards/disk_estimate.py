@@ -16,7 +16,7 @@ from collections.abc import Callable
 import numpy as np
 
 from robo_loaders_plugin.core.data_size import EXPECTED_LOSSLESS_RATIO, DataSize
-from robo_loaders_plugin.core.footprint import HEADROOM, Available, Footprint
+from robo_loaders_plugin.core.footprint import HEADROOM, OWN_LOADER, Available, Footprint
 from robo_loaders_plugin.core.log import get_logger
 from robo_loaders_plugin.core.units import format_bytes, plural
 
@@ -68,7 +68,8 @@ def check_conversion_disk(
         video: Camera frames stored as video members (else lossless frames).
         command: What converts, for the message (``robo-loaders convert robomimic``, or a backend converting on
             first use).
-        alternatives: What would fit instead.
+        alternatives: What would fit instead of the output on this disk (the episodes read whole name their own:
+            fewer workers, the framework's loader).
         option_prefix: How the user sets options, when a backend converts on first use.
         ratio: The lossless ratio measured on sampled frames (``storage.frame_layout.sampled_ratio``), or a function
             measuring it (called only for lossless frames, after the first check); ``None`` (or a function returning
@@ -100,7 +101,7 @@ def check_conversion_disk(
             available,
             backend=command,
             option_prefix=option_prefix,
-            alternatives=alternatives,
+            alternatives=_reading_alternatives(size, workers, available),
             subject=f"{command} cannot convert into {out_dir}",
         )
 
@@ -140,3 +141,14 @@ def check_conversion_disk(
             "command to resume"
         )
     return need
+
+
+def _reading_alternatives(size: DataSize, workers: int, available: Available) -> list[str]:
+    """What would fit when the episodes being read whole do not: fewer workers (when one alone could), else the
+    framework's own loader. Why not the caller's alternatives: they name other backends, which read episodes whole
+    too (a reviewer's reading: a refused 39 GiB demo named two backends that would not fit either)."""
+    one = size.reading_bytes()
+    fewer = []
+    if workers > 1 and one <= HEADROOM * available.host_bytes:
+        fewer = [f"fewer conversion workers (each reads up to {format_bytes(one)} at once)"]
+    return [*fewer, OWN_LOADER]
