@@ -491,3 +491,26 @@ def test_an_episode_read_whole_that_does_not_fit_names_only_what_would(tmp_path,
         assert "compressed_cache" not in said
     monkeypatch.setattr(Available, "measure", classmethod(lambda cls, **k: machine(host=int(1.5 * one / 0.9))))
     assert check_conversion_disk(s, str(tmp_path), video=False, command="c", workers=1)  # the control
+
+
+def test_a_build_refused_for_its_episode_beside_a_ram_store_names_the_stores_alternatives_only_if_alone_it_fits(
+    monkeypatch,
+):
+    """An episode that fits alone, refused beside the RAM store being filled, is helped by the store's alternatives
+    (the store on disk); one that fits nowhere names only the framework's own loader (every store reads it whole)."""
+    import types
+
+    from robo_loaders_plugin.core.footprint import OWN_LOADER
+    from robo_loaders_plugin.sdk.serve import _check_reading
+
+    s = DataSize(np.array([10, 100_000], np.int64), {"cam": 84 * 84 * 3}, 60)  # one 2.1 GB episode
+    src = types.SimpleNamespace(size=s, names=["demo_0", "demo_1"], option_prefix="p")
+    one = s.reading_bytes()
+    in_ram = Footprint(shm_bytes=2 * one)
+    for host, store_named in ((2 * one, True), (one // 2, False)):
+        monkeypatch.setattr(Available, "measure", classmethod(lambda cls, h=host, **k: machine(host=h, shm=h)))
+        with pytest.raises(ResourceRefused, match=r"reads each .* whole") as refused:
+            _check_reading(src, "b", in_ram, ["cache_dir on disk"])
+        assert ("cache_dir on disk" in str(refused.value)) == store_named and OWN_LOADER in str(refused.value)
+    monkeypatch.setattr(Available, "measure", classmethod(lambda cls, **k: machine(host=2 * one, shm=2 * one)))
+    _check_reading(src, "b", None, ["cache_dir on disk"])  # the control: 2 x one of memory holds it alone

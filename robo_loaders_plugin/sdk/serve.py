@@ -20,7 +20,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from robo_loaders_plugin.core.errors import RoboLoadersError, SourceError
-from robo_loaders_plugin.core.footprint import OWN_LOADER, Available, DiskGuard, Footprint, Planned, check_fits
+from robo_loaders_plugin.core.footprint import (
+    HEADROOM,
+    OWN_LOADER,
+    Available,
+    DiskGuard,
+    Footprint,
+    Planned,
+    check_fits,
+)
 from robo_loaders_plugin.core.in_flight import BatchesInFlight, indexed_in_flight
 from robo_loaders_plugin.core.iteration import Serving
 from robo_loaders_plugin.core.log import get_logger
@@ -94,16 +102,22 @@ def _named_errors(store: str, call: str, method, *args, directory: str = ""):
         OSError: the store's, noted ``frame store '<module:Class>' (<directory>): take() failed``.
         MemoryError: the store's, noted likewise.
     """
-    named = f"frame store {store!r}" + (f" ({directory})" if directory else "")
     try:
         return method(*args)
     except RoboLoadersError:
         raise
     except (OSError, MemoryError) as exc:
-        exc.add_note(f"{named}: {call} failed")
+        exc.add_note(f"{_store_named(store, directory)}: {call} failed")
         raise
     except Exception as exc:
+        named = _store_named(store, directory)
         raise RoboLoadersError(f"{named}: {call} failed: {type(exc).__name__}: {exc}") from exc
+
+
+def _store_named(store: str, directory: str) -> str:
+    """``frame store '<module:Class>'``, with its directory when it has one (made only on an error: every read of a
+    store passes through :func:`_named_errors`)."""
+    return f"frame store {store!r}" + (f" ({directory})" if directory else "")
 
 
 def _ref_of(store: FrameStore) -> str:
@@ -426,7 +440,7 @@ def _open(store: FrameStore, ref: str, backend: str, src: _Source, options, plac
                 alternatives=alternatives,
             )
         assert src.read is not None  # a source to build from, not one planned from metadata
-        _check_reading(src, backend, footprint if in_ram else None)
+        _check_reading(src, backend, footprint if in_ram else None, alternatives)
         recorder = Recorder(src.names, src.size.lengths, src.cameras, src.read, f"{backend} store of {src.path}")
         guard = None
         if not in_ram:
@@ -472,13 +486,14 @@ def _open(store: FrameStore, ref: str, backend: str, src: _Source, options, plac
     return frames, directory, hold, reused
 
 
-def _check_reading(src: _Source, backend: str, in_ram: Footprint | None) -> None:
+def _check_reading(src: _Source, backend: str, in_ram: Footprint | None, alternatives) -> None:
     """Refuse, before the build reads anything, an episode the machine cannot hold while it is read whole
     (``DataSize.reading_bytes``): measured now, beside the RAM store being filled (``in_ram``: its footprint), as
     nothing else of the run is held yet.
 
-    Why the framework's own loader is the one alternative named: every store is built from episodes read whole, so
-    the store's own alternatives (other backends, an option) would not fit either (a reviewer's reading)."""
+    Why the store's ``alternatives`` are named only when the episode alone would fit (beside a RAM store that
+    leaves too little): every store is built from episodes read whole, so otherwise the other backends they name
+    would not fit either (a reviewer's reading), and the framework's own loader is what would."""
     reading = src.size.reading_bytes()
     if not reading:
         return
@@ -488,7 +503,10 @@ def _check_reading(src: _Source, backend: str, in_ram: Footprint | None) -> None
         f"({int(src.size.lengths[longest])} steps), is {format_bytes(reading)} decoded"
     )
     need = Footprint(host_bytes=reading, shm_bytes=in_ram.shm_bytes if in_ram is not None else 0, bound=bound)
-    check_fits(need, Available.measure(), backend=backend, option_prefix=src.option_prefix, alternatives=[OWN_LOADER])
+    available = Available.measure()
+    alone = in_ram is not None and reading <= HEADROOM * available.host_bytes
+    would = [*alternatives, OWN_LOADER] if alone else [OWN_LOADER]
+    check_fits(need, available, backend=backend, option_prefix=src.option_prefix, alternatives=would)
 
 
 def _intact(store: FrameStore, ref: str, directory: str) -> bool:
