@@ -20,15 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from robo_loaders_plugin.core.errors import RoboLoadersError, SourceError
-from robo_loaders_plugin.core.footprint import (
-    HEADROOM,
-    OWN_LOADER,
-    Available,
-    DiskGuard,
-    Footprint,
-    Planned,
-    check_fits,
-)
+from robo_loaders_plugin.core.footprint import OWN_LOADER, Available, DiskGuard, Footprint, Planned, check_fits
 from robo_loaders_plugin.core.in_flight import BatchesInFlight, indexed_in_flight
 from robo_loaders_plugin.core.iteration import Serving
 from robo_loaders_plugin.core.log import get_logger
@@ -504,7 +496,7 @@ def _check_reading(src: _Source, backend: str, in_ram: Footprint | None, alterna
     )
     need = Footprint(host_bytes=reading, shm_bytes=in_ram.shm_bytes if in_ram is not None else 0, bound=bound)
     available = Available.measure()
-    alone = in_ram is not None and reading <= HEADROOM * available.host_bytes
+    alone = in_ram is not None and available.fits_host(reading)
     would = [*alternatives, OWN_LOADER] if alone else [OWN_LOADER]
     check_fits(need, available, backend=backend, option_prefix=src.option_prefix, alternatives=would)
 

@@ -149,6 +149,6 @@ def _reading_alternatives(size: DataSize, workers: int, available: Available) ->
     too (a reviewer's reading: a refused 39 GiB demo named two backends that would not fit either)."""
     one = size.reading_bytes()
     fewer = []
-    if workers > 1 and one <= HEADROOM * available.host_bytes:
+    if workers > 1 and available.fits_host(one):
         fewer = [f"fewer conversion workers (each reads up to {format_bytes(one)} at once)"]
     return [*fewer, OWN_LOADER]
