@@ -1,0 +1,33 @@
+"""``benchmarks/batch_threads.py`` at its smallest, and its docs table against the committed result."""
+
+import os
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def test_every_backend_and_thread_count_is_measured_and_its_caches_removed(tmp_path):
+    """Each backend, window preset and thread count gets a row, each count against one thread; the caches' work
+    directory is removed afterwards."""
+    from benchmarks import batch_threads
+    from benchmarks.mixtures import write
+
+    root = tmp_path / "data"
+    write(str(root), "local/threads", episode_lengths=(12, 9, 15), cameras=2, image_size=(16, 16), fps=10)
+    work = tmp_path / "work"
+    result = batch_threads.run(
+        str(root),
+        "local/threads",
+        threads=(0, 1, 2),
+        rounds=1,
+        round_s=0.05,
+        warm_s=0.0,
+        batch_size=4,
+        workdir=str(work),
+    )
+    assert not work.exists()  # the caches removed with it
+    got = {(r["backend"], r["preset"], r["threads"]) for r in result["rows"]}
+    assert got == {(b, p, n) for b in batch_threads.BACKENDS for p in batch_threads.PRESETS for n in (0, 1, 2)}
+    assert all(r["samples_per_s"] > 0 and len(r["rounds"]) == 1 for r in result["rows"])
+    assert {r["vs_one_thread"] for r in result["rows"] if r["threads"] == 1} == {1.0}
+    text = batch_threads.table(result)
+    assert "| data | compressed_cache | act |" in text and "| 2 threads |" in text
