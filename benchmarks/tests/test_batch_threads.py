@@ -1,6 +1,10 @@
 """``benchmarks/batch_threads.py`` at its smallest, and its docs table against the committed result."""
 
+import copy
+import json
 import os
+
+import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -31,3 +35,22 @@ def test_every_backend_and_thread_count_is_measured_and_its_caches_removed(tmp_p
     assert {r["vs_one_thread"] for r in result["rows"] if r["threads"] == 1} == {1.0}
     text = batch_threads.table(result)
     assert "| data | compressed_cache | act |" in text and "| 2 threads |" in text
+
+
+@pytest.mark.fast
+def test_docs_table_is_the_committed_result():
+    """docs/benchmarks.md's table is the ``table`` command's output on the committed result; control: another number
+    is caught."""
+    from benchmarks import batch_threads
+
+    with open(os.path.join(ROOT, "benchmarks", "results", "batch_threads.json")) as f:
+        result = json.load(f)
+    text = open(os.path.join(ROOT, "docs", "benchmarks.md")).read()
+    doc = text[text.index(batch_threads.DOC_BEGIN) + len(batch_threads.DOC_BEGIN) : text.index(batch_threads.DOC_END)]
+    assert doc.strip("\n") == batch_threads.table(result).strip("\n"), (
+        "docs/benchmarks.md's batch_threads table differs from the committed result: paste "
+        "`python -m benchmarks.batch_threads table benchmarks/results/batch_threads.json` between its markers"
+    )
+    changed = copy.deepcopy(result)
+    changed["rows"][0]["samples_per_s"] *= 2
+    assert doc.strip("\n") != batch_threads.table(changed).strip("\n")
