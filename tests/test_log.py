@@ -173,6 +173,49 @@ def test_a_level_that_is_no_level_is_warned_once_per_run_not_once_per_worker():
     assert r.stdout.count(f"{log.ENV_LEVEL}='LOUDER' is not a logging level") == 1, r.stdout
 
 
+def test_a_misspelt_variable_is_one_line_naming_the_variable_it_meant_once_per_run():
+    """``ROBO_LOADERS_CACHE_SIZ`` set: one warning naming ``ROBO_LOADERS_CACHE_SIZE``, and a process started after it
+    (a DataLoader worker) stays quiet; control: the variables every part of the repository reads raise nothing."""
+    code = "from robo_loaders_plugin.core.log import get_logger; get_logger('x')"
+    script = f"import subprocess, sys\n{code}\nsubprocess.run([sys.executable, '-c', {code!r}], check=True)\n"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ROBO_LOADERS_", "_ROBO_LOADERS_"))}
+    env["PYTHONPATH"] = os.pathsep.join([ROOT] + [p for p in [env.get("PYTHONPATH")] if p])
+    known = dict.fromkeys(log.KNOWN_VARIABLES, "")
+    known.update(ROBO_LOADERS_LOG_LEVEL="INFO", ROBO_LOADERS_LOCK_TIMEOUT="60", ROBO_LOADERS_CACHE_SIZE="5GB")
+    r = subprocess.run(
+        [sys.executable, "-c", script], env={**env, **known}, capture_output=True, text=True, timeout=120, check=True
+    )
+    assert r.stdout == "" and r.stderr == "", (r.stdout, r.stderr)
+    r = subprocess.run(
+        [sys.executable, "-c", script],
+        env={**env, "ROBO_LOADERS_CACHE_SIZ": "5GB"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert r.stdout.count("ROBO_LOADERS_CACHE_SIZ is set but robo-loaders reads no such variable") == 1, r.stdout
+    assert "did you mean ROBO_LOADERS_CACHE_SIZE?" in r.stdout and r.stdout.startswith("[robo-loaders] warning: ")
+
+
+def test_every_variable_the_repository_reads_is_known():
+    """``core.log.KNOWN_VARIABLES`` lists every ``ROBO_LOADERS_*`` name in the package, the benchmarks, the tests and
+    the docs, so that none of them is warned about as unknown; control: a name missing from the list is caught."""
+    import re
+
+    found = set()
+    for where in ("robo_loaders_plugin", "benchmarks", "tests", "integration_tests", "docs", "examples"):
+        for folder, _, files in os.walk(os.path.join(ROOT, where)):
+            for name in files:
+                if name.endswith((".py", ".md", ".sh")):
+                    with open(os.path.join(folder, name), errors="replace") as f:
+                        found |= set(re.findall(r"(?<![A-Z_])ROBO_LOADERS_[A-Z0-9_]*[A-Z0-9]", f.read()))
+    found -= {"ROBO_LOADERS_CACHE_SIZ", "ROBO_LOADERS_RAM_DIRS"}  # the misspellings these tests set
+    assert found <= set(log.KNOWN_VARIABLES), sorted(found - set(log.KNOWN_VARIABLES))
+    assert log.unknown_variables(dict.fromkeys(found, "1")) == []
+    assert log.unknown_variables({"ROBO_LOADERS_RAM_DIRS": "/x"}) != []  # control
+
+
 def test_a_configured_root_logger_does_not_print_the_lines_twice():
     r = run(setup="logging.basicConfig(level=logging.DEBUG, stream=sys.stdout, format='ROOT %(message)s')")
     assert r.stdout.count("no terminal to answer") == 1 and "ROOT" not in r.stdout, r.stdout

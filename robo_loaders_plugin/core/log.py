@@ -31,6 +31,20 @@ ENV_LEVEL = "ROBO_LOADERS_LOG_LEVEL"
 # set to the bad value once it was warned about: processes started after it (DataLoader workers, spawned or forked,
 # inherit the environment) stay quiet about the same value, so a typo is one line per run, not one per worker
 _WARNED = "_ROBO_LOADERS_LOG_LEVEL_WARNED"
+# every ROBO_LOADERS_* variable anything in the repository reads (tests/test_log.py checks the list against the
+# code): the package's, the benchmarks' data directory and the loss-curve tests' output directory
+KNOWN_VARIABLES = (
+    "ROBO_LOADERS_CACHE",
+    "ROBO_LOADERS_CACHE_SIZE",
+    "ROBO_LOADERS_DISABLE",
+    "ROBO_LOADERS_LOCK_TIMEOUT",
+    "ROBO_LOADERS_LOG_LEVEL",
+    "ROBO_LOADERS_LOSS_CURVES_DIR",
+    "ROBO_LOADERS_RAM_DIR",
+    "ROBO_LOADERS_WORKLOADS",
+)
+# the unknown names last warned about, as _WARNED is for the level: one line per run, not one per worker
+_UNKNOWN_WARNED = "_ROBO_LOADERS_UNKNOWN_WARNED"
 HANDLER_NAME = "robo_loaders.stdout"
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 _PACKAGE = "robo_loaders_plugin"
@@ -88,6 +102,36 @@ def level_from_env(value: str | None) -> tuple[int | None, str]:
     )
 
 
+def unknown_variables(environ) -> list[str]:
+    """Lines for the ``ROBO_LOADERS_*`` variables set in ``environ`` that nothing reads, each naming the closest
+    known one.
+
+    Why: a misspelt variable (``ROBO_LOADERS_CACHE_SIZ=5GB``) is otherwise ignored without a word, and the run
+    silently uses the default it meant to change (a 50 GB cache limit, a 2 h lock wait, the home directory's cache).
+
+    Args:
+        environ: The environment (``os.environ``).
+
+    Returns:
+        One warning line per unknown variable, sorted by name; empty when there is none.
+    """
+    import difflib
+
+    lines = []
+    for name in _unknown_names(environ):
+        near = difflib.get_close_matches(name, KNOWN_VARIABLES, n=1)
+        hint = f"did you mean {near[0]}? " if near else ""
+        lines.append(
+            f"warning: {name} is set but robo-loaders reads no such variable, so it is ignored; {hint}"
+            f"the variables: {', '.join(KNOWN_VARIABLES)} (docs/logging.md)"
+        )
+    return lines
+
+
+def _unknown_names(environ) -> list[str]:
+    return sorted(k for k in environ if k.startswith("ROBO_LOADERS_") and k not in KNOWN_VARIABLES)
+
+
 def install_default_handler() -> logging.Logger:
     """Set up the ``"robo_loaders"`` logger once per process: the ``[robo-loaders]`` stdout handler with
     ``propagate=False`` unless the logger has handlers already, and its level (module docstring). Idempotent; a
@@ -116,6 +160,12 @@ def install_default_handler() -> logging.Logger:
     if problem and os.environ.get(_WARNED) != os.environ.get(ENV_LEVEL):
         logger.warning(problem)
         os.environ[_WARNED] = os.environ.get(ENV_LEVEL, "")
+    unknown = unknown_variables(os.environ)
+    names = ",".join(_unknown_names(os.environ))
+    if unknown and os.environ.get(_UNKNOWN_WARNED) != names:
+        for line in unknown:
+            logger.warning(line)
+        os.environ[_UNKNOWN_WARNED] = names
     return logger
 
 
