@@ -114,29 +114,16 @@ def _lift(root: str, repo_id: str, backend: str, preset: str, s: dict) -> list[d
 
 def _pretraining(data: str, backend: str, s: dict) -> list[dict]:
     """The 400-component mixture of ``mixtures_pretraining`` and its one dataset, at each thread count."""
-    from lerobot.datasets import LeRobotDataset, LeRobotDatasetMetadata
-
+    from benchmarks.mixture_batch_cost import _natives
     from benchmarks.mixtures_pretraining import SPEC, _child_components, generated
-    from robo_loaders_plugin.lerobot.compat import tables_read_directly
     from robo_loaders_plugin.lerobot.integration import choose
     from robo_loaders_plugin.lerobot.mixture import build_mixture, parse
-    from robo_loaders_plugin.lerobot.presets import delta_timestamps
-    from robo_loaders_plugin.lerobot.single import natives_built
 
     comps, single, _ = generated(data, "full")
     rows = []
     for name, part in (("pretraining, 400 components", comps[:400]), ("pretraining, one dataset", [single])):
-        components = _child_components(part)
-
-        def native(k: int, components=components):
-            c = components[k]
-            delta = delta_timestamps("act", LeRobotDatasetMetadata(c["repo_id"], root=c["root"]))
-            return LeRobotDataset(c["repo_id"], root=c["root"], delta_timestamps=delta, return_uint8=True), delta
-
-        with tables_read_directly():
-            natives = [n for n, _ in natives_built(native, len(components))]
-        spec = {"components": components, **(SPEC if len(part) > 1 else {})}
-        mix = build_mixture(parse(spec), natives, choose(backend, **OPTIONS.get(backend, {})), seed=0)
+        spec = {"components": _child_components(part), **(SPEC if len(part) > 1 else {})}
+        mix = build_mixture(parse(spec), _natives(part), choose(backend, **OPTIONS.get(backend, {})), seed=0)
         try:
             rates = rates_by_threads(mix, s["threads"], s["batch_size"], s["rounds"], s["round_s"], s["warm_s"])
         finally:
