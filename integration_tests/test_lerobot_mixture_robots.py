@@ -478,7 +478,7 @@ def test_joined_batches_are_the_per_component_batches_and_the_documented_items(
     fields["observation.images.cam0"] = real
     mix.joined.frames._joined.clear()
     same_batch(mix.collate(idx), want, "restored")
-    reader = mix.joined.frames._joined_field("observation.images.cam0")  # the camera read across components
+    reader = mix.joined.frames._joined_cameras(("observation.images.cam0",))  # one camera read across components
     assert reader is not None
     if backend in ("datapipe", "video_stream"):  # sources that load episodes or units: frames.joined_loads
         assert isinstance(reader[0], JoinedLoads), type(reader[0])
@@ -495,6 +495,48 @@ def test_joined_batches_are_the_per_component_batches_and_the_documented_items(
     same_batch(mix.collate(idx), want, "columns read per component")
 
     assert build_mixture(robots_spec(ds), nats, choose("native"), seed=3).joined is None
+
+
+def _count_joined_reads(frames) -> list:
+    """Wrap every joined reader ``frames`` has built so that each read appends its cameras to the returned list."""
+    reads: list = []
+    for cams, got in frames._joined.items():
+        if got is not None:
+            take = got[0].take
+            got[0].take = lambda *a, _c=cams, _t=take, **k: (reads.append(_c), _t(*a, **k))[1]
+    return reads
+
+
+@pytest.mark.parametrize("backend,options", BACKENDS[1:], ids=[b for b, _ in BACKENDS[1:]])
+def test_a_batchs_cameras_are_read_together(lerobot_robots, backend, options, monkeypatch):
+    """Cameras of one dtype and shape are read in one joined read per batch (``JoinedFrames._read_cameras``: every
+    (component, camera) pair one part, each camera's batch a slice of one array, a robot's missing camera zeros),
+    and the batch equals the per-component one; where the sources' class declines the pairs of several cameras, each
+    camera is read alone and the batch is the same. Control: the reads counted tell the two apart."""
+    ds = lerobot_robots
+    nats = robot_natives(ds)
+    mix = build_mixture(robots_spec(ds, missing_cameras="zeros"), nats, choose(backend, **options), seed=3)
+    idx = [int(mix.offsets[k]) + j for k in range(3) for j in (0, 4, 9)]
+    want = mix.collate(idx, joined=False)
+    frames = mix.joined.frames
+    cams = ("observation.images.cam0", CAM1)
+    same_batch(mix.collate(idx), want, "cameras read together")
+    assert frames._joined.get(cams) is not None, list(frames._joined)
+    reads = _count_joined_reads(frames)
+    same_batch(mix.collate(idx), want, "cameras read together, again")
+    assert reads == [cams]
+
+    cls = type(frames.sources[0])
+    alone = cls.join_field  # bound to the class
+    declines = classmethod(lambda c, parts: None if len({f for _, f in parts}) > 1 else alone(parts))
+    monkeypatch.setattr(cls, "join_field", declines)
+    frames._joined.clear()
+    same_batch(mix.collate(idx), want, "each camera alone")
+    assert frames._joined[cams] is None
+    reads = _count_joined_reads(frames)
+    same_batch(mix.collate(idx), want, "each camera alone, again")
+    assert reads == [(cams[0],), (cams[1],)]
+    mix.close()
 
 
 def test_episode_records_low_dim_rows_are_kept_as_batches_first_reach_them(lerobot_robots):

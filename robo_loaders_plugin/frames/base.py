@@ -191,8 +191,8 @@ class FrameSource(abc.ABC):
     @classmethod
     def join_field(cls, parts: Sequence[tuple[FrameSource, str]]) -> JoinedField | None:
         """One field of several sources of this class as one reader (a mixture's camera across its components,
-        ``mixtures.joined_frames``), or ``None`` to decline. Called once per field and process, on the class of every
-        part's source.
+        ``mixtures.joined_frames``), or ``None`` to decline. Called once per camera group (below) and process, on the
+        class of every part's source.
 
         Why a hook of its own: a batch of a mixture reads each camera from ~25 components' sources, a few frames
         each, and a source whose reads carry per-call bookkeeping (a decoder and a layout buffer set up, frames put
@@ -200,6 +200,10 @@ class FrameSource(abc.ABC):
         in every source can lay them out once for all of them and read a batch in one call (measured:
         docs/benchmarks.md, *Where a mixed batch's time goes*). This default declines, and the caller reads each
         source by :meth:`gather_fields`.
+
+        A mixture asks once for all its cameras of one dtype and step shape, every (component, camera) pair a part
+        (one source may come with several fields), so that a batch reads its cameras in one call, each camera's
+        rows a slice of one output; where that is declined, it asks again for each camera alone.
 
         Args:
             parts: ``(source, field)`` pairs, every source of this class: the field's name in that source.

@@ -74,7 +74,7 @@ class JoinedFrames(FrameSource):
         self._filled: np.ndarray | None = None
         self._fill_lock = threading.Lock()
         self._fill_pid = os.getpid()  # the process the lock was made in (:meth:`_lock`)
-        self._joined: dict[str, tuple | None] = {}  # cameras read as one (_joined_field)
+        self._joined: dict[tuple, tuple | None] = {}  # cameras read as one (_joined_cameras)
         self.lengths = joined
 
     def low_dim_bytes(self, fields: Sequence[str]) -> int:
@@ -250,17 +250,17 @@ class JoinedFrames(FrameSource):
         return {f: out[f] for f in dict.fromkeys(fields)}
 
     def _gather_read(self, fields, units: np.ndarray, steps: np.ndarray, pool) -> dict:
-        """The fields not kept in tables (:meth:`gather_fields`): each camera by one joined read where its sources'
-        class joins it, the rest per component."""
-        out = {}
+        """The fields not kept in tables (:meth:`gather_fields`): the cameras by one joined read where their
+        sources' class joins them (:meth:`_read_cameras`), the rest per component."""
+        out: dict = {}
         comp = np.searchsorted(self.unit_offsets, units, side="right") - 1
+        fields = self._read_cameras(fields, comp, units, steps, out, pool)
+        if not fields:
+            return out
         for f in fields:
             info = self.info(f)
             shape = tuple(steps.shape) + tuple(info.shape)
             out[f] = pool.empty(shape, info.dtype) if pool is not None else np.empty(shape, info.dtype)
-        fields = [f for f in fields if not self._read_joined(f, comp, units, steps, out[f])]
-        if not fields:
-            return out
         sels = {k: np.flatnonzero(comp == k) for k in np.unique(comp).tolist()}
         for k, sel in sels.items():
             own = self.fields[k]
@@ -287,39 +287,68 @@ class JoinedFrames(FrameSource):
                     dest[sel] = value
         return out
 
-    def _joined_field(self, field: str):
-        """``(reader, each component's part or -1)`` of a camera read across all components as one
-        (:meth:`FrameSource.join_field`, built at its first read in each process), or ``None`` where the
-        components' sources decline or are of several classes."""
-        if field not in self._joined:
-            have = [k for k, own in enumerate(self.fields) if field in own]
-            kinds = {type(self.sources[k]) for k in have}
-            reader = None
-            if self.info(field).frames and len(kinds) == 1:
-                reader = kinds.pop().join_field([(self.sources[k], self.fields[k][field]) for k in have])
-            part = np.full(len(self.sources), -1, dtype=np.int64)
-            part[have] = np.arange(len(have))
-            self._joined[field] = None if reader is None else (reader, part)
-        return self._joined[field]
+    def _read_cameras(self, fields, comp: np.ndarray, units, steps, out: dict, pool) -> list:
+        """Read the cameras among ``fields`` that their sources' class joins into ``out``; the fields left.
 
-    def _read_joined(self, field: str, comp: np.ndarray, units, steps, out: np.ndarray) -> bool:
-        """A camera of every component read in one call where their sources' class joins it
-        (:meth:`_joined_field`), the rows of components without it zeros; ``False``: read per component."""
-        joined = self._joined_field(field)
+        Cameras of one dtype and step shape are read together, in one joined read whose parts are every
+        (component, camera) pair (:meth:`_joined_cameras`), into one array of which each camera's batch is a slice:
+        a batch's frames are then located, checked and decoded in one pass whatever the number of cameras. Why: a
+        joined read costs ~0.4 ms a call besides its frames (locating, ordering, a decoder and a layout buffer set
+        up, frames put back in their layout), and a mixture whose components have one to three cameras serves
+        three camera keys where each component holds fewer: read one camera at a time, a batch of the
+        pretraining mixture cost 0.76x what one dataset of two cameras and the same frames did (2026-12-07,
+        ``benchmarks/mixture_batch_cost.py``). A group its class declines is read one camera at a time.
+        """
+        groups: dict = {}
+        for f in fields:
+            info = self.info(f)
+            if info.frames:
+                groups.setdefault((np.dtype(info.dtype).str, tuple(info.shape)), []).append(f)
+        done: set = set()
+        for group in groups.values():
+            tries = [tuple(group)] if len(group) == 1 else [tuple(group), *((f,) for f in group)]
+            for cams in tries:
+                if done.isdisjoint(cams) and self._read_joined(cams, comp, units, steps, out, pool):
+                    done.update(cams)
+        return [f for f in fields if f not in done]
+
+    def _joined_cameras(self, cams: tuple):
+        """``(reader, each camera's part of each component, or -1)`` of cameras ``cams`` read across all components
+        as one (:meth:`FrameSource.join_field` over every (component, camera) pair, built at their first read in each
+        process), or ``None`` where the components' sources decline or are of several classes."""
+        if cams not in self._joined:
+            pairs = [(c, k) for c in cams for k, own in enumerate(self.fields) if c in own]
+            kinds = {type(self.sources[k]) for _, k in pairs}
+            reader = None
+            if len(kinds) == 1:
+                reader = kinds.pop().join_field([(self.sources[k], self.fields[k][c]) for c, k in pairs])
+            part = np.full((len(cams), len(self.sources)), -1, dtype=np.int64)
+            for p, (c, k) in enumerate(pairs):
+                part[cams.index(c), k] = p
+            self._joined[cams] = None if reader is None else (reader, part)
+        return self._joined[cams]
+
+    def _read_joined(self, cams: tuple, comp: np.ndarray, units, steps, out: dict, pool) -> bool:
+        """Cameras ``cams`` of every component read in one call into one array (:meth:`_joined_cameras`), camera
+        ``i``'s batch its rows ``i * B`` to ``(i + 1) * B``, the rows of components without it zeros; ``False``:
+        their sources' class declines."""
+        joined = self._joined_cameras(cams)
         if joined is None:
             return False
         reader, part_of = joined
-        parts = part_of[comp]
-        missing = parts < 0
-        if missing.any():
-            rows = np.flatnonzero(~missing)
-            out[missing] = 0
+        info, n = self.info(cams[0]), comp.size
+        shape = (len(cams) * n, *steps.shape[1:], *info.shape)
+        stack = pool.empty(shape, info.dtype) if pool is not None else np.empty(shape, info.dtype)
+        for i, c in enumerate(cams):
+            out[c] = stack[i * n : (i + 1) * n]
+        parts = part_of[:, comp].reshape(-1)  # row i * n + b: camera i of item b
+        rows = np.flatnonzero(parts >= 0)
+        if rows.size < parts.size:
+            stack[parts < 0] = 0
             if not rows.size:
                 return True
-            parts, units, steps, comp = parts[rows], units[rows], steps[rows], comp[rows]
-        else:
-            rows = np.arange(parts.size)
-        reader.take(parts, units - self.unit_offsets[comp], steps, rows, out)
+        item = rows % n if len(cams) > 1 else rows
+        reader.take(parts[rows], units[item] - self.unit_offsets[comp[item]], steps[item], rows, stack)
         return True
 
     def __getstate__(self):  # the joined readers hold per-process views (mapped files): built again where used

@@ -207,22 +207,17 @@ class ServedRows:
 def _scatter(out: np.ndarray, rows: list[int], frames: np.ndarray) -> None:
     """``out[rows[j]] = frames[j]`` for every ``j``: one copy per run of consecutive rows when there are few runs,
     else one indexed assignment. Why: a mixture's batch writes each component's frames into its rows, scattered over
-    the batch (runs of one row): 64 frames of 32x32 in random rows took 146 us put back a copy per row, 96 us so."""
-    runs = list(_runs(rows))
-    if len(runs) <= 2:
-        for a, b, first in runs:
-            np.copyto(out[first : first + b - a], frames[a:b])
+    the batch (runs of one row): 64 frames of 32x32 in random rows took 146 us put back a copy per row, 96 us so.
+    The runs are found with numpy: a loop over the rows in Python cost ~30 us a batch of a 400-component mixture."""
+    at = np.asarray(rows, dtype=np.intp)
+    if not at.size:
         return
-    out[np.asarray(rows, dtype=np.intp)] = frames
-
-
-def _runs(rows: list[int]):
-    """``(a, b, first)`` for each run of consecutive output rows: ``rows[a:b] == range(first, first + b - a)``."""
-    a = 0
-    for b in range(1, len(rows) + 1):
-        if b == len(rows) or rows[b] != rows[b - 1] + 1:
-            yield a, b, rows[a]
-            a = b
+    breaks = np.flatnonzero(np.diff(at) != 1) + 1
+    if breaks.size > 1:
+        out[at] = frames
+        return
+    for a, b in zip((0, *breaks.tolist()), (*breaks.tolist(), at.size)):
+        np.copyto(out[at[a] : at[a] + b - a], frames[a:b])
 
 
 _local = threading.local()

@@ -311,9 +311,9 @@ class JoinedStores(JoinedField):
         fresh = _fresh(g, T)
         todo = fresh.nonzero()[0]
         blobs = g[todo]
+        # in the rows' order, not grouped by store: the frames are then put back in their layout in runs of rows
+        # (``frame_layout.ServedRows``), and a batch's few frames of each store lie apart in its file either way
         owner = np.repeat(parts, T)[todo]
-        order = np.argsort(owner, kind="stable")  # each store's blobs together, in the store's order
-        blobs, owner = blobs[order], owner[order]
         local = blobs - self.blob_base[owner]  # the store's own frame numbers, to name a damaged one
         new = ~self.checked[blobs]
         if new.any():
@@ -329,7 +329,7 @@ class JoinedStores(JoinedField):
             owner.tolist(),
             self.starts[blobs].tolist(),
             self.ends[blobs].tolist(),
-            at[todo][order].tolist(),
+            at[todo].tolist(),
             self.sums[blobs].tolist(),
             local,
         )
