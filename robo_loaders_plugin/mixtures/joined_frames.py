@@ -295,9 +295,10 @@ class JoinedFrames(FrameSource):
         a batch's frames are then located, checked and decoded in one pass whatever the number of cameras. Why: a
         joined read costs ~0.4 ms a call besides its frames (locating, ordering, a decoder and a layout buffer set
         up, frames put back in their layout), and a mixture whose components have one to three cameras serves
-        three camera keys where each component holds fewer: read one camera at a time, a batch of the
-        pretraining mixture cost 0.76x what one dataset of two cameras and the same frames did (2026-12-07,
-        ``benchmarks/mixture_batch_cost.py``). A group its class declines is read one camera at a time.
+        three camera keys where each component holds fewer: read one camera at a time, one dataset of two cameras
+        and the same frames built its batch in 0.71-0.74x the pretraining mixture's time, 0.89x read together
+        (``compressed_cache``, in process, 2026-12-07: docs/benchmarks.md, *A pretraining-shaped mixture*). A group
+        its class declines is read one camera at a time.
         """
         groups: dict = {}
         for f in fields:
@@ -345,10 +346,9 @@ class JoinedFrames(FrameSource):
         rows = np.flatnonzero(parts >= 0)
         if rows.size < parts.size:
             stack[parts < 0] = 0
-            if not rows.size:
-                return True
-        item = rows % n if len(cams) > 1 else rows
-        reader.take(parts[rows], units[item] - self.unit_offsets[comp[item]], steps[item], rows, stack)
+        if rows.size:
+            item = rows % n
+            reader.take(parts[rows], units[item] - self.unit_offsets[comp[item]], steps[item], rows, stack)
         return True
 
     def __getstate__(self):  # the joined readers hold per-process views (mapped files): built again where used
