@@ -297,7 +297,7 @@ class JoinedFrames(FrameSource):
         up, frames put back in their layout), and a mixture whose components have one to three cameras serves
         three camera keys where each component holds fewer: read one camera at a time, one dataset of two cameras
         and the same frames built its batch in 0.71-0.74x the pretraining mixture's time, 0.89x read together
-        (``compressed_cache``, in process, 2026-12-07: docs/benchmarks.md, *A pretraining-shaped mixture*). A group
+        (compressed stores, in process, 2026-12-07: docs/benchmarks.md, *A pretraining-shaped mixture*). A group
         its class declines is read one camera at a time.
         """
         groups: dict = {}
