@@ -142,3 +142,29 @@ def test_the_decode_split_counts_a_store_read_through_gather_fields_once():
     # were counted again); a ratio, since a loaded machine stretches every sleep alike
     assert split["decode_ms_per_sample"] >= 3.5 and split["fetch_ms_per_sample"] >= 1.5, split
     assert 1.2 <= split["decode_ms_per_sample"] / split["fetch_ms_per_sample"] <= 3.0, split
+
+
+def test_the_memory_sampler_says_what_its_sampling_cost_and_stops_without_waiting_an_interval():
+    """A row records the sampler's own CPU seconds (``sampler_cpu_s``): its walks of the tree's mappings run on the
+    cores the measured loader uses, so a row says what measuring it cost. Control: a sampler that never sampled
+    has spent none; and leaving the block does not wait out the interval."""
+    import subprocess
+    import sys
+    import time
+
+    from robo_loaders_plugin.bench.memory import TreeMemorySampler
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        idle = TreeMemorySampler(child.pid, interval=0.05)
+        assert idle.cpu_s == 0.0
+        t = time.perf_counter()
+        with TreeMemorySampler(child.pid, interval=3600) as mem:  # one sample, then woken at the block's end
+            time.sleep(0.3)
+        assert time.perf_counter() - t < 5  # not the interval's hour
+        with TreeMemorySampler(child.pid, interval=0.05) as busy:
+            time.sleep(0.5)
+        assert mem.cpu_s > 0 and busy.cpu_s > mem.cpu_s and busy.peak_pss > 0
+    finally:
+        child.kill()
+        child.wait()

@@ -65,6 +65,9 @@ class TreeMemorySampler:
         self.peak_shm = 0
         self.peak_anon = 0  # Pss_Anon of the tree plus its RAM files: held memory, page cache of mapped files left out
         self.disk_dir, self.peak_disk = disk_dir, 0
+        # the sampler's own CPU seconds (its thread's, the kernel's walks of the mappings included): taken from the
+        # cores the measured loader runs on, so a row says what its measurement cost (cpu_s)
+        self.cpu_s = 0.0
         self._free0 = self._free() if disk_dir else 0
         self.ram_prefix = os.path.join(default_shm_dir(), "robo-loaders-")  # storage.ramfile's per-user directories
         self._stop = threading.Event()
@@ -123,5 +126,7 @@ class TreeMemorySampler:
 
     def _run(self):
         while not self._stop.is_set():
+            t = time.thread_time()
             self.sample()
-            time.sleep(self.interval)
+            self.cpu_s += time.thread_time() - t
+            self._stop.wait(self.interval)  # woken at the end, not a whole interval later

@@ -157,7 +157,8 @@ def run_child(module: str, args: dict, label: str, log_dir: str, timeout: float,
     Returns:
         The child's result row plus the memory peaks (``peak_mem_bytes``: PSS with RAM cache files,
         ``peak_rss_sum_bytes``, ``shm_bytes``, ``peak_anon_bytes``, ``peak_disk_bytes``), ``cache_dir_bytes``,
-        ``wall_s``, ``data_mem_bytes`` and ``load_1min`` (the 1-minute load average before and after); or
+        ``wall_s``, ``sampler_cpu_s`` (the memory sampling's own CPU seconds, from the cores the child runs on),
+        ``data_mem_bytes`` and ``load_1min`` (the 1-minute load average before and after); or
         ``{"backend", "error"}`` with the exit status and the log's last 2,000 characters (from the start of a
         line) when the child failed or wrote no result.
     """
@@ -209,6 +210,7 @@ def run_child(module: str, args: dict, label: str, log_dir: str, timeout: float,
         peak_disk_bytes=mem.peak_disk,
         cache_dir_bytes=cache_dir_bytes,
         wall_s=time.time() - t,
+        sampler_cpu_s=round(mem.cpu_s, 3),  # the memory sampling's own CPU, from the same cores as the child's
         # the machine's 1-minute load before and after: a 2-core machine shared with other jobs serves less, and a
         # result says how busy it was (issue 45: every table records its load)
         load_1min=[round(load_before, 2), round(os.getloadavg()[0], 2)],
