@@ -470,6 +470,17 @@ def test_joined_batches_are_the_per_component_batches_and_the_documented_items(
     with pytest.raises(AssertionError, match="action_dim_mask: values differ"):
         same_batch(mix.collate(idx), want, "mask control")
     mix.joined.own["action"] = np.asarray([7, 14, 6])
+    names = mix.joined._task_names  # each row's task string: its component's task, by one list of distinct strings
+    assert len(names) >= 2, names  # the robots hold two tasks: a row given another task string is caught
+    mix.joined._task_names = names[1:] + names[:1]
+    with pytest.raises(AssertionError, match="task: "):
+        same_batch(mix.collate(idx), want, "task control")
+    mix.joined._task_names = names
+    count = len(mix.joined.tasks[0])  # a task_index past the component's tasks: not the next component's task
+    with pytest.raises(IndexError, match=rf"component 0: task_index {count} outside its {count} tasks"):
+        mix.joined._task_strings(np.array([2, 0]), np.array([0, count]))
+    with pytest.raises(IndexError, match=r"component 1: task_index -1 outside"):  # nor its last one
+        mix.joined._task_strings(np.array([1, 2]), np.array([-1, 0]))
     fields = mix.joined.frames.fields[1]
     fields["observation.images.cam0"], real = fields[CAM1], fields["observation.images.cam0"]
     mix.joined.frames._joined.clear()  # the cameras' joined readers are built from the fields at their first read
