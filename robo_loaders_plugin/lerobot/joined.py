@@ -104,7 +104,9 @@ class JoinedBatches:
         """Each row's task string: component ``comps[b]``'s task ``task_index[b]``.
 
         Raises:
-            IndexError: a row's ``task_index`` is not one of its component's tasks (as LeRobot's item raises).
+            IndexError: a row's ``task_index`` is not one of its component's tasks. LeRobot's item raises past
+                the end but reads -1 as the last task (``meta.tasks.iloc``); here neither is served as another
+                task (one dataset's ``windows.lerobot`` items still index ``layout.tasks`` as LeRobot does).
         """
         bad = (task_index < 0) | (task_index >= self._task_count[comps])
         if bad.any():
