@@ -73,6 +73,31 @@ def test_robomimic_second_start_maps_the_tiers_reads_nothing_and_equals_sequence
     _same_as_native(second, reference)
 
 
+def test_robomimic_entries_of_earlier_formats_keyed_by_their_format_are_retired(hdf5_copy):
+    """Formats 1 and 2 hashed their format into the entry's key as well as its kind, so no later format found them
+    by their key and they stayed on disk for good (400 of them beside a 400-component mixture's new entries, every
+    start listing them). Now the kind alone carries the format, and a start retires what the earlier formats wrote
+    under their keys. Control: an entry of another source's key stays."""
+    import json
+
+    from robo_loaders_plugin.backends.gpu_resampler import stored_tiers
+
+    path, root = hdf5_copy
+    _robomimic(path, root)
+    (entry,) = _entries(root)
+    with open(os.path.join(entry.path, "robo-loaders-source.json")) as f:
+        key = json.load(f)["key"]
+    assert "format" not in key and entry.name.startswith(f"{stored_tiers.KIND}-{cache.short_hash(key)}-")
+    former = [os.path.join(root, f"gpu_resampler-tiers-{v}-{cache.short_hash({**key, 'format': v})}-0123456789abcdef")
+              for v in range(1, stored_tiers.FORMAT)]  # fmt: skip
+    other = os.path.join(root, f"gpu_resampler-tiers-2-{cache.short_hash({**key, 'root': '/x', 'format': 2})}-0")
+    for d in (*former, other):
+        os.makedirs(d)
+    second = _robomimic(path, root)
+    assert "mapped from" in second.location
+    assert not any(os.path.exists(d) for d in former) and os.path.isdir(other)
+
+
 def test_robomimic_an_edited_source_is_built_again_and_served_as_edited(hdf5_copy, monkeypatch):
     """Control of the test above: with the source changed the tiers are built again from it (the fingerprint
     differs) and serve the edited values, equal to SequenceDataset on the edited file."""

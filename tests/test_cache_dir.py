@@ -785,6 +785,31 @@ def test_holds_current_answers_a_placement_once_per_source_inside_a_mixtures_pla
     assert not holds(1)  # the control: outside the block, looked again (the entry is gone)
 
 
+def test_holds_current_walks_the_source_only_when_the_root_holds_an_entry_of_its_kind_and_key(tmp_path, monkeypatch):
+    """A root without an entry of this kind and key (a store kept on disk is also looked for in the RAM root, at
+    every plan and build of every component of a mixture) answers without walking the source's files. Control: with
+    such an entry, the source's stat is taken and compared (an edited source is not current)."""
+    from robo_loaders_plugin.storage import fingerprint
+
+    root = cache.cache_root(str(tmp_path / "cache"))
+    src = tmp_path / "src"
+    src.write_bytes(b"x" * 10)
+    files = fingerprint.stat_files(str(src))
+    walked = []
+    real = fingerprint.stat_files
+    monkeypatch.setattr(fingerprint, "stat_files", lambda path: walked.append(path) or real(path))
+
+    def holds():
+        return cache.holds_current(root, "kind", {"k": 1}, str(src), lambda p: Fingerprint(str(src), files, "c"))
+
+    os.makedirs(os.path.join(root, f"kind-{cache.short_hash({'k': 2})}-0123456789abcdef"))  # another key's
+    assert not holds() and walked == []
+    os.makedirs(os.path.join(root, f"kind-{cache.short_hash({'k': 1})}-0123456789abcdef"))
+    assert holds() and walked == [str(src)]
+    src.write_bytes(b"y" * 11)  # edited: its recorded stat is not current
+    assert not holds() and len(walked) == 2
+
+
 def test_python_dash_m_cli_gives_the_scripts_one_line_errors(tmp_path):
     """``python -m robo_loaders_plugin.cli`` ran ``main`` without the one-line handling of the ``robo-loaders``
     script: a refusal was a traceback with status 1 (a reviewer's reproduction). It runs the same entry now."""

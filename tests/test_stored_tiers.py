@@ -120,7 +120,9 @@ _stale = _edited(_longer)
         ("raw/1.bin", _flip, "raw/1.bin (cam) does not match its checksum"),
         ("compressed/1.blobs", _flip, "compressed/1.blobs (cam): frame 0 does not match its checksum"),
         ("compressed/1.blobs", _cut, "compressed/1.blobs (cam) has another size"),
-        ("compressed/1.index.npz", _flip, "compressed/1.index.npz (cam) does not match its checksum"),
+        ("compressed/1.index.bin", _flip, "compressed/1.index.bin (cam) does not match its checksum"),
+        ("compressed/1.index.bin", _cut, "compressed/1.index.bin (cam) has another size than"),
+        ("compressed/1.index.bin", os.unlink, "compressed/1.index.bin (cam) cannot be read"),
         ("tiers.json", _stale, "other episode lengths"),
         ("tiers.json", os.unlink, "tiers.json is missing"),
         ("tiers.json", _bit_flipped(_big_endian), "damaged (it does not match its checksum)"),
@@ -135,6 +137,19 @@ def test_a_damaged_entry_fails_its_check_naming_the_file(tmp_path, file, damage,
     directory, _ = _entry(tmp_path, 65_000)
     damage(os.path.join(directory, file))
     assert named in stored_tiers.problem(directory, LENGTHS, blobs_checked=True)
+
+
+def test_an_index_damaged_between_the_check_and_the_open_is_refused_naming_it(tmp_path):
+    """The index is read once, checked and parsed from the same bytes; opened again under the lock, its bytes are
+    checked again, so a copy changed after the check is never served. Control: the undamaged entry opens."""
+    from robo_loaders_plugin.storage.cache import CacheError
+
+    directory, _ = _entry(tmp_path, 65_000)
+    assert stored_tiers.problem(directory, LENGTHS, blobs_checked=True) == ""
+    stored_tiers.OpenedTiers(directory).close()
+    _flip(os.path.join(directory, "compressed", "1.index.bin"), 9)
+    with pytest.raises(CacheError, match=r"compressed/1\.index\.bin \(cam\) does not match its checksum"):
+        stored_tiers.OpenedTiers(directory)
 
 
 def test_an_entry_of_other_fields_fails_its_check(tmp_path):
@@ -257,8 +272,7 @@ def test_a_spilled_entry_damaged_after_its_check_is_an_error_naming_it_and_marks
         gather(frames, "cam", np.array([last]), np.array([[0]]))[0, 0].numpy(), eps[-1]["cam"][0]
     )
     blobs = os.path.join(directory, "compressed", "1.blobs")
-    with np.load(os.path.join(directory, "compressed", "1.index.npz")) as z:
-        offsets = z["offsets"]
+    offsets = np.fromfile(os.path.join(directory, "compressed", "1.index.bin"), dtype=np.int64)  # offsets first
     first_of_last = sum(LENGTHS[:-1])
     _flip(blobs, int(offsets[first_of_last]) + 20)
     with pytest.raises(StoreError) as err:

@@ -587,17 +587,25 @@ def holds_current(
 
 
 def _holds(root: str, prefix: str, source_path: str, recorded_of, suffix: str) -> bool:
+    """Whether an entry under ``root`` recorded the source's current file stats.
+
+    Why the entries are listed before the source is stat-ed: a root holding no entry of this kind and key (a
+    store kept on disk by the SDK is also looked for in the RAM root, at every plan and build) answered after
+    walking the source's files, ~0.7 ms a component of a mixture, for nothing.
+    """
     from robo_loaders_plugin.storage.fingerprint import stat_files
 
+    candidates = [e for e in entries(root, prefix) if e.name.endswith(suffix)]
+    if not candidates:
+        return False
     try:
         files = stat_files(source_path)
     except OSError:
         return False
-    for e in entries(root, prefix):
-        if e.name.endswith(suffix):
-            recorded = recorded_of(e.path)
-            if recorded is not None and recorded.files == files:
-                return True
+    for e in candidates:
+        recorded = recorded_of(e.path)
+        if recorded is not None and recorded.files == files:
+            return True
     return False
 
 

@@ -145,13 +145,15 @@ def mark_verified(path: str) -> None:
         pass
 
 
-def retire_earlier_versions(root: str, kind: str, key: dict) -> list[str]:
+def retire_earlier_versions(root: str, kind: str, key: dict, former_keys=()) -> list[str]:
     """Remove the entries of this source and options that an earlier version of ``kind`` wrote and nothing uses.
 
     Args:
         root: The cache root.
         kind: The entry kind; only a kind ending in ``-<version>`` has earlier versions.
         key: The entry's key (hashed into its name).
+        former_keys: Other keys earlier versions named the same entries by (a kind whose key once held its own
+            version: every such entry had another hash, so it was never found here and stayed on disk).
 
     Returns:
         The paths removed (entries in use or being built are kept).
@@ -159,10 +161,10 @@ def retire_earlier_versions(root: str, kind: str, key: dict) -> list[str]:
     m = _VERSIONED.match(kind)
     if m is None:
         return []
-    hashed = cache.short_hash(key)
+    hashes = [cache.short_hash(k) for k in (key, *former_keys)]
     # one listing of the root for every earlier version (a mixture's components each look in one root holding
     # every component's entries)
-    earlier = tuple(f"{m['base']}-{old}-{hashed}-" for old in range(int(m["version"])))
+    earlier = tuple(f"{m['base']}-{old}-{h}-" for h in hashes for old in range(int(m["version"])))
     return [e.path for e in cache.entries(root, earlier) if e.remove()] if earlier else []
 
 
@@ -180,6 +182,7 @@ def build_or_reuse(
     ram_budget: int | None = None,
     recheck: bool = False,
     opened: Callable[[str], None] | None = None,
+    former_keys=(),
 ):
     """The entry of ``source`` built with the options in ``key``: reused when complete, intact (its manifest, then
     ``check``) and made from the source as it is now, else (re)built.
@@ -211,6 +214,7 @@ def build_or_reuse(
             right after it was checked (reused) or built: a run reading the entry's files by path after the lock
             could read those of another run's rebuild of it (one with another memory budget) beside the files it
             checked. ``None``: nothing opened there.
+        former_keys: Keys earlier versions of ``kind`` named this entry by (:func:`retire_earlier_versions`).
 
     Returns:
         ``(path, hold, reused)``: the entry's directory; an object keeping it in use (never pruned; a RAM entry
@@ -233,7 +237,7 @@ def build_or_reuse(
         src = getattr(source, "root", None) or getattr(source, "path", None)
         cache.check_root_outside(cache.location(cache_dir), src, where if cache_dir else None)
         root = cache.cache_root(cache_dir, where)
-        for path in retire_earlier_versions(root, kind, key):
+        for path in retire_earlier_versions(root, kind, key, former_keys):
             logger.info(
                 f"removed {path}: the {description or kind} of this source and these options in an earlier format"
             )
