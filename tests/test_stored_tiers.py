@@ -281,3 +281,20 @@ def test_a_spilled_entry_damaged_after_its_check_is_an_error_naming_it_and_marks
     assert f"the cache's file {blobs}" in msg and "cam of episode 4 step 0" in msg and "\n" not in msg, msg
     assert "tiers.json is missing" in stored_tiers.problem(directory, LENGTHS, blobs_checked=False)
     frames.close()
+
+
+@pytest.mark.parametrize("size", [0, 1, 4096, 10_007])
+def test_a_files_checksum_is_its_whole_bytes_xxh3_read_in_blocks(tmp_path, monkeypatch, size):
+    """``file_checksum`` reads into one buffer of at most a block (a small block here, so a file spans several and
+    ends in a partial one): the value is the xxh3 of the whole file, as recorded when the entry was written.
+    Control: one byte changed changes it."""
+    import xxhash
+
+    monkeypatch.setattr(stored_tiers, "_HASH_BLOCK", 1000)
+    data = np.random.default_rng(size).integers(0, 256, size, dtype=np.uint8).tobytes()
+    path = tmp_path / "f.bin"
+    path.write_bytes(data)
+    assert stored_tiers.file_checksum(str(path)) == xxhash.xxh3_64_intdigest(data)
+    if size:
+        _flip(str(path), size - 1)
+        assert stored_tiers.file_checksum(str(path)) != xxhash.xxh3_64_intdigest(data)

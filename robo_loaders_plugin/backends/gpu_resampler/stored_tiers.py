@@ -70,9 +70,12 @@ def file_checksum(path: str) -> int:
     import xxhash
 
     h = xxhash.xxh3_64()
-    with open(path, "rb") as f:
-        while block := f.read(_HASH_BLOCK):
-            h.update(block)
+    # into one buffer of the file's size, at most a block: ``read(_HASH_BLOCK)`` allocated 64 MB per call, ~0.2 ms
+    # for a file of a few kB (an entry's raw files, nine per component of a mixture, at every start) against ~0.05
+    with open(path, "rb", buffering=0) as f:
+        buf = memoryview(bytearray(max(1, min(os.fstat(f.fileno()).st_size, _HASH_BLOCK))))
+        while n := f.readinto(buf):
+            h.update(buf[:n])
     return h.intdigest()
 
 
