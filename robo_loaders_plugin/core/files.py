@@ -181,21 +181,30 @@ def files_under(path: str) -> list[str]:
     without the files under it, so editing them left its caches and shards in use, serving the old frames (a
     reviewer's reproduction).
 
+    A real directory is known by its device and inode (one ``stat``), not by ``os.path.realpath`` (an ``lstat`` per
+    component of its path, in Python): the walk runs for every component of a mixture, several times per start, and
+    took ~1.4 ms a small LeRobot dataset against ~0.3 ms.
+
     Args:
         path: The directory.
 
     Returns:
         The relative names, in walk order.
     """
-    seen: set[str] = set()
+    seen: set = set()
     out: list[str] = []
     for d, dirs, files in os.walk(path, followlinks=True):
-        real = os.path.realpath(d)
+        try:
+            st = os.stat(d)
+            real: object = (st.st_dev, st.st_ino)
+        except OSError:  # listed by the walk, gone since: known by its path
+            real = os.path.realpath(d)
         if real in seen:
             dirs[:] = []
             continue
         seen.add(real)
-        out.extend(os.path.relpath(os.path.join(d, f), path) for f in files)
+        where = os.path.relpath(d, path)
+        out.extend(files if where == os.curdir else (os.path.join(where, f) for f in files))
     return out
 
 
