@@ -41,7 +41,7 @@ from robo_loaders_plugin.core.errors import RoboLoadersError
 from robo_loaders_plugin.core.log import get_logger
 from robo_loaders_plugin.core.units import format_bytes
 from robo_loaders_plugin.frames.base import FieldInfo
-from robo_loaders_plugin.storage.integrity import json_checksum, with_checksum
+from robo_loaders_plugin.storage.integrity import checksum, json_checksum, with_checksum
 
 logger = get_logger(__name__)
 
@@ -113,7 +113,6 @@ def write_tiers(
         ResourceRefused: the guard's disk would fall below its reserve.
     """
     from robo_loaders_plugin.storage.codec import FrameCodec
-    from robo_loaders_plugin.storage.integrity import checksum
 
     lengths = np.asarray(lengths, dtype=np.int64)
     codec = FrameCodec(*CODEC)
@@ -177,7 +176,7 @@ def write_tiers(
                     f.flush()
                     os.fsync(f.fileno())
                 entry["blob_bytes"] = os.path.getsize(os.path.join(directory, "compressed", f"{i}.blobs"))
-                entry["index_sum"] = _bytes_checksum(index)
+                entry["index_sum"] = checksum(index)
             fields.append(entry)
     except BaseException:  # a failed write (a full disk, a quota): no file left open in the removed directory
         for opened in (*raw_files.values(), *blob_files.values()):
@@ -289,20 +288,11 @@ def problem(directory: str, lengths, blobs_checked: bool, names=None) -> str:
 
 def _bad_blob(blobs_path: str, offsets: np.ndarray, sums: np.ndarray) -> int | None:
     """The first compressed frame of a file that does not match its checksum (``None``: all do)."""
-    from robo_loaders_plugin.storage.integrity import checksum
-
     data = np.fromfile(blobs_path, dtype=np.uint8)
     for j in range(len(sums)):
         if checksum(data[offsets[j] : offsets[j + 1]]) != int(sums[j]):
             return j
     return None
-
-
-def _bytes_checksum(data: bytes) -> int:
-    """:func:`file_checksum` of bytes in memory (the same xxh3, so either side may compute it)."""
-    import xxhash
-
-    return xxhash.xxh3_64_intdigest(data)
 
 
 def read_index(directory: str, i: int, field: dict, frames: int) -> tuple[np.ndarray, np.ndarray] | str:
@@ -327,7 +317,7 @@ def read_index(directory: str, i: int, field: dict, frames: int) -> tuple[np.nda
         return f"{name} cannot be read ({exc.strerror or exc})"
     if len(data) != 16 * frames + 8:
         return f"{name} has another size than {frames} frames' offsets and checksums"
-    if _bytes_checksum(data) != field["index_sum"]:
+    if checksum(data) != field["index_sum"]:
         return f"{name} does not match its checksum"
     offsets = np.frombuffer(data, dtype=np.int64, count=frames + 1)
     return offsets, np.frombuffer(data, dtype=np.uint64, count=frames, offset=8 * (frames + 1))
