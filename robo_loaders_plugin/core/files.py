@@ -183,7 +183,8 @@ def files_under(path: str) -> list[str]:
 
     A real directory is known by its device and inode (one ``stat``), not by ``os.path.realpath`` (an ``lstat`` per
     component of its path, in Python): the walk runs for every component of a mixture, several times per start, and
-    took ~1.4 ms a small LeRobot dataset against ~0.3 ms.
+    took ~0.6 ms a small LeRobot dataset against ~0.3 ms (the pretraining benchmark's 400 components, the same names
+    in the same order).
 
     Args:
         path: The directory.
