@@ -43,7 +43,7 @@ def test_run_shows_the_matching_lines_as_they_come_and_keeps_the_whole_output(tm
     )
     assert p.returncode == 0, p.stderr
     assert re.fullmatch(
-        r"\n== \[1/2, 0:0\d elapsed\] first\nkeep one\nkeep two\n\n== \[2/2, 0:0\d elapsed\] "
+        r"\n== \[1/2, \d+:\d\d elapsed\] first\nkeep one\nkeep two\n\n== \[2/2, \d+:\d\d elapsed\] "
         r"second\n",
         p.stdout,
     ), p.stdout
