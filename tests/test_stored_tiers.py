@@ -15,6 +15,7 @@ from robo_loaders_plugin.backends.gpu_resampler import stored_tiers
 from robo_loaders_plugin.backends.gpu_resampler.footprint import plan_tiers
 from robo_loaders_plugin.backends.gpu_resampler.tiers import TieredFrames
 from robo_loaders_plugin.frames.base import gather
+from robo_loaders_plugin.storage.cache import CacheError
 from robo_loaders_plugin.storage.integrity import StoreError
 
 
@@ -189,12 +190,37 @@ def test_an_entry_rebuilt_by_another_run_after_its_check_serves_what_was_checked
     mixed.close()
 
 
-def test_a_flipped_raw_byte_mapped_unchecked_would_serve_other_data(tmp_path):
-    """Control: the damage the check refuses is real: mapped without the check, the flipped row is served."""
+def test_a_raw_byte_flipped_after_the_check_is_refused_by_the_copy_that_checks_itself(tmp_path):
+    """A raw file is read into host memory and checked there (``OpenedTiers.copy_raw``), so a byte written in place
+    between the start's check and the copy is refused, naming the file and the field, and the entry is discarded
+    (the next start builds it again); never served. Control: the damage is real: the mapped rows hold the flipped
+    byte, so served from the map (as before the copy checked itself) they would differ from the source."""
     directory, plan = _entry(tmp_path, 65_000)
-    _flip(os.path.join(directory, "raw", "0.bin"), 0)
-    with pytest.raises(AssertionError):
-        _check_parity(_mapped(directory, plan), _episodes())
+    raw_path = os.path.join(directory, "raw", "0.bin")
+    with open(raw_path, "rb") as f:
+        written = np.frombuffer(f.read(), dtype=np.uint8)
+    _flip(raw_path, 0)
+    name = stored_tiers.read_manifest(directory)["fields"][0]["name"]
+    mapped = stored_tiers.OpenedTiers(directory)
+    served = np.asarray(mapped.raw[name]).reshape(-1).view(np.uint8)
+    assert np.flatnonzero(served != written).tolist() == [0]
+    mapped.close()
+    with pytest.raises(CacheError, match=rf"raw/0\.bin \({name}\) does not match its checksum since it was checked"):
+        _mapped(directory, plan)
+    assert stored_tiers.read_manifest(directory) is None  # discarded: the next start's check fails, it is rebuilt
+
+
+def test_a_raw_file_cut_after_the_check_is_refused_by_the_copy(tmp_path):
+    """The same for a raw file cut short between the check and the copy (a shorter read, not a checksum over
+    fewer bytes). Control: the entry as written maps (the parity tests above)."""
+    directory, plan = _entry(tmp_path)
+    entry = stored_tiers.OpenedTiers(directory)
+    _cut(os.path.join(directory, "raw", "0.bin"))
+    try:
+        with pytest.raises(CacheError, match=r"raw/0\.bin \(.*\) is shorter than its rows since it was checked"):
+            TieredFrames.from_entry(entry, LENGTHS, plan, CPU, spill_dir=plan.spill_dir)
+    finally:
+        entry.close()
 
 
 def test_raw_rows_written_in_place_after_the_start_are_never_served(tmp_path):

@@ -427,13 +427,19 @@ class TieredFrames(TensorFrames):
             Why copied on the CPU too: the entry's raw files are checked once, at the start (whole-file xxh3);
             served where they lie, a file written in place afterwards (another process) was served unchecked,
             every sample after the write differing from the source (a reviewer's reproduction). The plan counts
-            these rows in host memory as a fresh build holds them, so the copy takes what a build would."""
-            if mapped is None:
-                return torch.empty((hi - lo,) + shape, dtype=dt, device=device, pin_memory=pin)
+            these rows in host memory as a fresh build holds them, so the copy takes what a build would. A whole
+            file bound for host memory is read into it and checked there (``OpenedTiers.copy_raw``: the bytes
+            served are the bytes checked); the GPU tier and its host remainder are copied from the map."""
+            out = torch.empty((hi - lo,) + shape, dtype=dt, device=device, pin_memory=pin)
+            if mapped is None or hi == lo:
+                return out
+            if device.type == "cpu" and (lo, hi) == (0, len(mapped[k])) and k in kept.raw_files:
+                kept.copy_raw(k, out.numpy())
+                return out
             with warnings.catch_warnings():  # read-only mapped rows: only read (copied)
                 warnings.simplefilter("ignore", UserWarning)
                 rows = torch.from_numpy(mapped[k][lo:hi])
-            return torch.empty((hi - lo,) + shape, dtype=dt, device=device, pin_memory=pin).copy_(rows)
+            return out.copy_(rows)
 
         for k, v in self.infos.items():
             if kept is not None and mapped is not None and len(mapped[k]) != (self.raw_rows if v.frames else total):
