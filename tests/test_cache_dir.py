@@ -768,7 +768,7 @@ def test_holds_current_answers_a_placement_once_per_source_inside_a_mixtures_pla
 
     def recorded(path):
         looked.append(path)
-        return Fingerprint(str(src), files, "c")
+        return Fingerprint(str(src), files, "c") if os.path.exists(path) else None  # read from the entry, if any
 
     def holds(key, placement=True):
         return cache.holds_current(root, "kind", {"k": key}, str(src), recorded, for_placement=placement)
@@ -926,3 +926,59 @@ def test_a_recorded_fingerprint_with_a_short_file_entry_is_unusable_not_a_crash(
             Fingerprint.from_dict({**fp.as_dict(), "files": files})
     path.write_text("[" * 100_000 + "]" * 100_000)  # parses as JSON nested too deep for Python
     assert _recorded(str(path)) == (None, None)
+
+
+def test_a_mixture_build_lists_each_cache_root_once_and_finds_what_was_written_since(tmp_path, monkeypatch):
+    """Inside ``placements_planned_once`` (one mixture's build) a cache root's listing is kept: each component
+    looked for its entries (its recorded fingerprint, earlier formats to retire) with a ``listdir`` of the whole
+    root, a start-up growing with the square of its components. The kept listing must never hide what matters: an
+    entry another process wrote after it is found (a lookup with no name of its prefix lists again), and this
+    process's own builds and removals make the root listed again. Control: outside the block every lookup lists."""
+    from robo_loaders_plugin.storage.cached_dir import retire_earlier_versions
+    from robo_loaders_plugin.storage.fingerprint import stat_files
+
+    root = cache.cache_root(str(tmp_path / "cache"))
+    src = tmp_path / "src"
+    src.write_bytes(b"x" * 10)
+    files = stat_files(str(src))
+    for k in range(5):
+        os.makedirs(os.path.join(root, f"kind-2-{cache.short_hash({'k': k})}-0123456789abcdef"))
+    listed = []
+    real_listdir = os.listdir
+
+    def counting(path):
+        if os.path.abspath(path) == os.path.abspath(root):
+            listed.append(path)
+        return real_listdir(path)
+
+    monkeypatch.setattr(cache.os, "listdir", counting)
+
+    def recorded(path):
+        return Fingerprint(str(src), files, "c") if os.path.exists(path) else None
+
+    def holds(k):
+        return cache.holds_current(root, "kind-2", {"k": k}, str(src), recorded)
+
+    def look_everywhere():
+        for k in range(5):
+            assert holds(k)
+            assert retire_earlier_versions(root, "kind-2", {"k": k}) == []
+
+    look_everywhere()
+    assert len(listed) == 10  # the control: outside the block, every lookup lists the root
+    listed.clear()
+    with cache.placements_planned_once():
+        look_everywhere()
+        assert len(listed) == 1
+        # written by another process after the listing: found, the root listed again
+        os.makedirs(os.path.join(root, f"kind-2-{cache.short_hash({'k': 9})}-0123456789abcdef"))
+        assert holds(9) and len(listed) == 2
+        # an earlier format's entry written since: the kept listing leaves it for a later start
+        old = os.path.join(root, f"kind-1-{cache.short_hash({'k': 0})}-0123456789abcdef")
+        os.makedirs(old)
+        assert retire_earlier_versions(root, "kind-2", {"k": 0}) == [] and os.path.isdir(old)
+        # removed by this process: the root is listed again, so the next lookups see it gone
+        cache.Entry(root, f"kind-2-{cache.short_hash({'k': 4})}-0123456789abcdef").remove()
+        assert not holds(4) and len(listed) >= 3
+    listed.clear()
+    assert retire_earlier_versions(root, "kind-2", {"k": 0}) == [old]  # outside the block: found and retired

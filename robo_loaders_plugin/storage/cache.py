@@ -421,6 +421,7 @@ class Entry:
                 return False
             if not (self._locked_current(use, "use") and self._locked_current(build, "build")):
                 return False  # a lock file removed meanwhile: the one named now may be held (try again later)
+            _forget_listing(self.root)
             if os.path.isdir(self.path):
                 shutil.rmtree(self.path, ignore_errors=True)
             elif os.path.exists(self.path):
@@ -499,7 +500,7 @@ def is_entry(root: str, name: str) -> bool:
     return not os.path.isdir(os.path.join(root, name, LOCKS))
 
 
-def entries(root: str, prefix: str | tuple[str, ...] = "") -> list[Entry]:
+def entries(root: str, prefix: str | tuple[str, ...] = "", listing: str = "now") -> list[Entry]:
     """Every entry under ``root`` (:func:`is_entry`: temporary files, locks and what the project did not name as
     an entry, such as a cache root nested in it, left out), sorted by name; with ``prefix``, only those whose name
     starts with it.
@@ -507,26 +508,65 @@ def entries(root: str, prefix: str | tuple[str, ...] = "") -> list[Entry]:
     Why the prefix is applied to the names before :func:`is_entry`: that check costs a ``stat`` per name, and a
     mixture's components each look for their own entries (``obtain``, ``holds_current``) in one root holding every
     component's, so checking every name made a mixture's start-up grow with the square of its components. The
-    directory itself is listed at every call (one ``listdir``, names only), never kept: a listing kept between
-    calls would hide an entry another process wrote meanwhile, and a root's mtime is too coarse to say when to list
-    it again.
+    directory itself is listed at every call (one ``listdir``, names only) unless ``listing`` says otherwise: a
+    listing kept between calls would hide an entry another process wrote meanwhile, and a root's mtime is too coarse
+    to say when to list it again. Inside a :func:`placements_planned_once` block (one mixture's build) a root's
+    listing is kept for callers whose answer stays right when the listing is old (:func:`_listed`).
 
     Args:
         root: A cache root; one that does not exist holds no entries.
         prefix: Only names starting with it, or with one of a tuple of prefixes (``""``: every entry).
+        listing: ``"now"``: listed now; ``"kept"``: the block's listing of ``root`` answers (listed now when the
+            block has none); ``"kept-unless-missing"``: the same, listed again when it holds no name with
+            ``prefix``.
 
     Returns:
         The entries.
     """
-    try:
-        names = os.listdir(root)
-    except (FileNotFoundError, NotADirectoryError):
-        return []
+    names = _list(root) if listing == "now" else _listed(root, prefix if listing == "kept-unless-missing" else None)
     return [Entry(root, n) for n in sorted(n for n in names if n.startswith(prefix)) if is_entry(root, n)]
 
 
-# holds_current's "found" answers for placements, kept inside a placements_planned_once() block
+def _list(root: str) -> list[str]:
+    try:
+        return os.listdir(root)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+def _listed(root: str, prefix) -> list[str]:
+    """``root``'s names from the :func:`placements_planned_once` block's listing, listed again when it holds no
+    name with ``prefix`` (not ``None``: an entry written since, by this process or another, is then found); outside
+    a block, listed now.
+
+    Why kept: each component of a mixture looked for its entries (its newest recorded fingerprint, earlier formats to
+    retire) in one root holding every component's, one ``listdir`` of the whole root each time: ~0.7 ms at 800
+    entries, five times per component, a start-up growing with the square of its components. Old names are safe for
+    what asks this way: an entry gone since reads as unreadable and is passed over (``obtain``'s recorded
+    fingerprint only speeds the fingerprint up; an earlier format's entry removed by another run is not removed
+    twice), and a missing one makes the root listed again. This process forgets a root's listing when it builds or
+    removes an entry in it (:func:`_forget_listing`).
+    """
+    kept = _LISTINGS.get()
+    if kept is None:
+        return _list(root)
+    names = kept.get(root)
+    if names is None or (prefix is not None and not any(n.startswith(prefix) for n in names)):
+        names = kept[root] = _list(root)
+    return names
+
+
+def _forget_listing(root: str) -> None:
+    """This process changed ``root``'s entries: the block's listing of it is listed again at the next ask."""
+    kept = _LISTINGS.get()
+    if kept is not None:
+        kept.pop(root, None)
+
+
+# holds_current's "found" answers for placements, and the roots' listings (_listed), kept inside a
+# placements_planned_once() block
 _PLANNED: contextvars.ContextVar[dict | None] = contextvars.ContextVar("placements_planned", default=None)
+_LISTINGS: contextvars.ContextVar[dict | None] = contextvars.ContextVar("roots_listed", default=None)
 
 
 @contextlib.contextmanager
@@ -540,12 +580,14 @@ def placements_planned_once():
     footprint, a store found needing no disk; finding or building the store, :func:`obtain`, checks the entry
     itself, and a store placed as found that turns out unusable is placed again as new, its disk checked, before
     it is built). Only "found" is kept: a store not found is looked for again, so one built meanwhile (a dataset
-    listed twice) is found. The block spans one mixture's build, in its thread (a context variable).
+    listed twice) is found. The block spans one mixture's build, in its thread (a context variable). The cache
+    roots' listings are kept in it too (:func:`_listed`).
     """
-    token = _PLANNED.set({})
+    token, listings = _PLANNED.set({}), _LISTINGS.set({})
     try:
         yield
     finally:
+        _LISTINGS.reset(listings)
         _PLANNED.reset(token)
 
 
@@ -595,17 +637,22 @@ def _holds(root: str, prefix: str, source_path: str, recorded_of, suffix: str) -
     """
     from robo_loaders_plugin.storage.fingerprint import stat_files
 
-    candidates = [e for e in entries(root, prefix) if e.name.endswith(suffix)]
-    if not candidates:
-        return False
-    try:
-        files = stat_files(source_path)
-    except OSError:
-        return False
-    for e in candidates:
-        recorded = recorded_of(e.path)
-        if recorded is not None and recorded.files == files:
-            return True
+    files = None
+    for listing in ("kept-unless-missing", "now"):  # the block's listing first; listed again when none matches
+        candidates = [e for e in entries(root, prefix, listing) if e.name.endswith(suffix)]
+        if not candidates:
+            return False
+        if files is None:
+            try:
+                files = stat_files(source_path)
+            except OSError:
+                return False
+        for e in candidates:
+            recorded = recorded_of(e.path)
+            if recorded is not None and recorded.files == files:
+                return True
+        if _LISTINGS.get() is None:
+            break  # listed now already
     return False
 
 
@@ -814,7 +861,7 @@ def obtain(
     lock_timeout()
     prefix = f"{kind}-{short_hash(key_desc)}-"
     recorded = None
-    for e in sorted(entries(root, prefix), key=lambda e: -e.last_used()):
+    for e in sorted(entries(root, prefix, "kept-unless-missing"), key=lambda e: -e.last_used()):
         recorded = recorded_of(e.path)
         if recorded is not None:
             break
@@ -831,6 +878,7 @@ def obtain(
                 # run resumed it once the first version was back with its mtime (a reviewer's reproduction)
                 _remove_entry_path(entry)
                 raise
+            _forget_listing(root)
             _source_kept_while_built(entry, fp, fingerprint(fp), description)
         hold = entry.hold()
     if not reused and housekeeping:

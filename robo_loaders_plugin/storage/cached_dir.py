@@ -162,10 +162,11 @@ def retire_earlier_versions(root: str, kind: str, key: dict, former_keys=()) -> 
     if m is None:
         return []
     hashes = [cache.short_hash(k) for k in (key, *former_keys)]
-    # one listing of the root for every earlier version (a mixture's components each look in one root holding
-    # every component's entries)
+    # one listing of the root for every earlier version, the mixture build's listing where there is one (a
+    # mixture's components each look in one root holding every component's entries; an earlier format's entry
+    # written since by an older version's run is retired at a later start)
     earlier = tuple(f"{m['base']}-{old}-{h}-" for h in hashes for old in range(int(m["version"])))
-    return [e.path for e in cache.entries(root, earlier) if e.remove()] if earlier else []
+    return [e.path for e in cache.entries(root, earlier, "kept") if e.remove()] if earlier else []
 
 
 def build_or_reuse(
