@@ -557,11 +557,11 @@ def _listed(root: str, prefix: str | tuple[str, ...], again_when_missing: bool) 
 
     Why kept: each component of a mixture looked for its entries (its newest recorded fingerprint, earlier formats to
     retire) in one root holding every component's, one ``listdir`` of the whole root each time: ~0.4 ms at 800
-    entries on a quiet machine, up to five times per component, a start-up growing with the square of its components. Old names are safe for
-    what asks this way: an entry gone since reads as unreadable and is passed over (``obtain``'s recorded
-    fingerprint only speeds the fingerprint up; an earlier format's entry removed by another run is not removed
-    twice), and a missing one makes the root listed again. This process forgets a root's listing when it builds or
-    removes an entry in it (:func:`_forget_listing`).
+    entries on a quiet machine, up to five times per component, a start-up growing with the square of its
+    components. Old names are safe for what asks this way: an entry gone since reads as unreadable and is passed
+    over (``obtain``'s recorded fingerprint only speeds the fingerprint up; an earlier format's entry removed by
+    another run is not removed twice), and a missing one makes the root listed again. This process forgets a root's
+    listing when it builds or removes an entry in it (:func:`_forget_listing`).
     """
     kept = _LISTINGS.get()
     if kept is None:
