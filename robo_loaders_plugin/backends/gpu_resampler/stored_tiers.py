@@ -435,16 +435,12 @@ class OpenedTiers:
             CacheError: the file is shorter than its rows, or the copy does not match its checksum (the entry is
                 discarded: the next start builds it again).
         """
+        from robo_loaders_plugin.backends.gpu_resampler.spill_reads import pread, read_range
         from robo_loaders_plugin.storage.cache import CacheError
 
         path, raw_file, expected = self.raw_files[field]
-        view = memoryview(out).cast("B")
-        done = 0
-        while done < len(view):
-            n = os.preadv(raw_file.fileno(), [view[done:]], done)  # type: ignore[attr-defined]
-            if n <= 0:
-                break
-            done += n
+        view = out.reshape(-1).view(np.uint8)
+        done = read_range(pread, raw_file.fileno(), view, 0)  # type: ignore[attr-defined]
         if done != len(view) or checksum(view) != expected:
             discard(self.directory)
             what = "is shorter than its rows" if done != len(view) else "does not match its checksum"
