@@ -11,8 +11,9 @@ the calling process (the quick test). Two ways of serving the same components:
   (:class:`Renamed`), a ``ConcatDataset`` of them and a ``WeightedRandomSampler`` giving component *k* the share
   ``w_k / sum(w)``, in the DataLoader ``lerobot-train`` builds (spawned, persistent workers, prefetch 4).
 - any plugin backend (``native`` included): ``lerobot.mixture.build_mixture`` over the same ``LeRobotDataset``\\ s
-  (built as ``lerobot-train --dataset.mixture`` builds them: their tables read by pyarrow,
-  ``compat.tables_read_directly``),
+  (built as ``lerobot-train --dataset.mixture`` builds them: the mixture index read and checked first, their
+  tables read by pyarrow, ``compat.tables_read_directly``, from the parquet files' kept Arrow copies on a later
+  start, those the index served one after another),
   served through the DataLoader ``lerobot-train`` builds and the patched ``cycle`` (the mixture's own order,
   batches built in threads of the training process), as ``lerobot-train --dataset.mixture`` serves it.
 """
@@ -140,10 +141,10 @@ def run(a: dict) -> dict:
 
     Returns:
         The row: ``build_s`` (metadata, datasets, mixture and DataLoader built; ``natives_s`` of it the
-        components' ``LeRobotDataset``\\ s, which every loader builds), ``first_batch_s``, ``startup_s``
-        (their sum: the first metadata read to the first batch), ``samples_per_s`` over ``batches`` timed batches
-        after the first, ``batch_latency_ms``, ``num_samples``, ``share`` (each component's share of the samples
-        served), ``summary`` and ``baseline_pss_bytes``.
+        components' ``LeRobotDataset``\\ s, which every loader builds, after the plugin's mixture index),
+        ``first_batch_s``, ``startup_s`` (their sum: the first metadata read to the first batch),
+        ``samples_per_s`` over ``batches`` timed batches after the first, ``batch_latency_ms``, ``num_samples``,
+        ``share`` (each component's share of the samples served), ``summary`` and ``baseline_pss_bytes``.
     """
     import torch
     from lerobot.datasets.lerobot_dataset import LeRobotDataset, LeRobotDatasetMetadata
@@ -153,6 +154,7 @@ def run(a: dict) -> dict:
     from robo_loaders_plugin.lerobot.compat import tables_read_directly
     from robo_loaders_plugin.lerobot.presets import delta_timestamps
     from robo_loaders_plugin.lerobot.single import natives_built
+    from robo_loaders_plugin.mixtures.kept_tables import kept_tables
 
     torch.manual_seed(0)
     baseline = baseline_pss()
@@ -161,20 +163,42 @@ def run(a: dict) -> dict:
     # the reference builds them as LeRobot does; the plugin's loaders as lerobot-train --dataset.mixture does
     # (their tables read directly, and the backends' sources reading the same tables: lerobot.mixture's
     # make_mixture_datasets)
-    building = contextlib.nullcontext() if a["backend"] == "reference" else tables_read_directly()
+    # (and the parquet files' checked Arrow copies of an earlier start, beside the mixture index)
+    kept = None if a["backend"] == "reference" else kept_tables((a.get("kwargs") or {}).get("cache_dir"))
+    building = contextlib.nullcontext() if a["backend"] == "reference" else tables_read_directly(kept)
 
     def native(k: int):  # as make_dataset builds one dataset: its metadata, the policy's deltas, the dataset
         c = components[k]
         delta = delta_timestamps(a["preset"], LeRobotDatasetMetadata(c["repo_id"], root=c["root"]))
         return LeRobotDataset(c["repo_id"], root=c["root"], delta_timestamps=delta, return_uint8=True), delta
 
+    reference = a["backend"] == "reference"
+    extra = a.get("spec") or {}  # the mixture's other keys (pad, missing_cameras): different robots
     with building:
-        # the reference one after another, as a hand-written loop does; the plugin's as make_mixture_datasets does
-        built = [native(k) for k in range(len(components))] if a["backend"] == "reference" else None
-        natives, deltas = map(list, zip(*(built or natives_built(native, len(components)))))
-        natives_s = time.perf_counter() - t
-        extra = a.get("spec") or {}  # the mixture's other keys (pad, missing_cameras): different robots
-        if a["backend"] == "reference":
+        if reference:  # one after another, as a hand-written loop does
+            t_natives = time.perf_counter()
+            built = [native(k) for k in range(len(components))]
+        else:  # as make_mixture_datasets does: the mixture index read and checked first
+            from robo_loaders_plugin.lerobot.integration import choose
+            from robo_loaders_plugin.lerobot.mixture import build_mixture, parse
+            from robo_loaders_plugin.lerobot.mixture_flag import target_fps_of
+            from robo_loaders_plugin.lerobot.mixture_meta import check_components, indexed_metas
+
+            spec = parse(
+                dict(
+                    {"components": components, **extra},
+                    **({"target_fps": a["target_fps"]} if a.get("target_fps") else {}),
+                )
+            )
+            choice = choose(a["backend"], **(a.get("kwargs") or {}))
+            reread: list[int] = []
+            metas = indexed_metas(spec, None, (a.get("kwargs") or {}).get("cache_dir"), reread=reread)
+            layout = check_components(spec, metas, target_fps_of(spec, choice))
+            t_natives = time.perf_counter()
+            built = natives_built(native, len(components), serial=sorted(set(range(len(components))) - set(reread)))
+        natives, deltas = map(list, zip(*built))
+        natives_s = time.perf_counter() - t_natives
+        if reference:
             loader = reference_loader(
                 natives, components, deltas, a["batch_size"], a["num_workers"], a["seed"], robots=bool(extra)
             )
@@ -182,13 +206,9 @@ def run(a: dict) -> dict:
             summary = f"ConcatDataset of {len(natives)} LeRobotDataset + WeightedRandomSampler"
         else:
             from robo_loaders_plugin.core.iteration import summary_of
-            from robo_loaders_plugin.lerobot.integration import choose, cycle
-            from robo_loaders_plugin.lerobot.mixture import build_mixture, parse
+            from robo_loaders_plugin.lerobot.integration import cycle
 
-            spec = {"components": components, **extra}
-            if a.get("target_fps") is not None:
-                spec["target_fps"] = a["target_fps"]
-            mix = build_mixture(parse(spec), natives, choose(a["backend"], **(a.get("kwargs") or {})), seed=a["seed"])
+            mix = build_mixture(spec, natives, choice, layout=layout, seed=a["seed"])
             loader = train_loader(mix, a["batch_size"], a["num_workers"])
             batches = cycle(loader)
             summary = summary_of(mix)

@@ -416,11 +416,11 @@ def test_the_mixture_index_serves_lerobots_metadata_and_reads_an_edited_componen
     a, b = check_components(spec, ours, None), check_components(spec, theirs, None)
     assert (a.features, a.renames, a.keep, a.dropped, a.fps) == (b.features, b.renames, b.keep, b.dropped, b.fps)
 
-    read = []
+    read, reread = [], []
     lerobot_reader = mixture_meta.component_meta
     monkeypatch.setattr(mixture_meta, "component_meta", lambda s, k, c: read.append(k) or lerobot_reader(s, k, c))
-    indexed_metas(spec, None, cache)
-    assert read == []  # nothing changed: no component read
+    indexed_metas(spec, None, cache, reread=reread)
+    assert read == [] == reread  # nothing changed: no component read, none said to be
 
     stats_file = tmp_path / "b" / "meta" / "stats.json"
     stats = json.loads(stats_file.read_text())
@@ -436,8 +436,8 @@ def test_the_mixture_index_serves_lerobots_metadata_and_reads_an_edited_componen
     assert read == [] and np.allclose(stale[1].stats["action"]["mean"], old)  # what the check keeps out
 
     monkeypatch.setattr(mixture_meta, "component_meta", lambda s, k, c: read.append(k) or lerobot_reader(s, k, c))
-    now = indexed_metas(spec, None, cache)
-    assert read == [1]
+    now = indexed_metas(spec, None, cache, reread=reread)
+    assert read == [1] == reread  # what make_mixture_datasets builds in threads (the others one after another)
     assert np.allclose(now[1].stats["action"]["mean"], old + 1.0)
     assert np.array_equal(now[0].stats["action"]["mean"], ours[0].stats["action"]["mean"])
 
@@ -1140,8 +1140,9 @@ def test_components_are_built_in_threads_in_order_and_a_remote_one_alone():
     """``make_mixture_datasets`` builds its components' LeRobot objects in threads (``single.natives_built``): the
     results in the components' order, the first failure in that order raised with the builds queued behind it
     cancelled, and a component whose build patches LeRobot for the whole process (a remote one's
-    ``compat.tables_only``) built first, in the caller's thread, with nothing built beside it. Control: the same
-    components without ``alone`` are built beside others, which the check sees."""
+    ``compat.tables_only``) built first, in the caller's thread, with nothing built beside it; those the mixture
+    index served (``serial``) one after another in the caller's thread, last. Control: the same components without
+    ``alone`` are built beside others, which the check sees."""
     import threading
     import time
 
@@ -1180,6 +1181,11 @@ def test_components_are_built_in_threads_in_order_and_a_remote_one_alone():
     with pytest.raises(ValueError, match="component 3 refused"):
         natives_built(build, 60)
     assert max(k for k, *_ in log) < 3 + 2 * NATIVE_BUILD_THREADS + NATIVE_BUILD_THREADS  # the queue cancelled
+    # the components the mixture index served (their tables' kept copies: no I/O to overlap) one after another in
+    # the caller's thread, after the pool's, results still in order; the control above sees them overlap otherwise
+    build, log = recorder()
+    assert natives_built(build, 9, alone=[1], serial=[0, 5, 6, 7]) == [k * 10 for k in range(9)]
+    assert [k for k, *_ in log][0] == 1 and [k for k, *_ in log][-4:] == [0, 5, 6, 7] and alone_ok(log, {0, 5, 6, 7})
 
 
 def test_image_transforms_draw_in_worker_processes_seeded_by_the_run(lerobot_mixture_datasets, monkeypatch):

@@ -315,3 +315,59 @@ def test_an_episodes_file_replaced_while_read_is_read_again(lerobot_datasets, tm
     assert first["length"] == old  # read before the replacement
     again = reads.episodes(root)
     assert again["length"] == [old[0] + 1, *old[1:]]
+
+
+def test_tables_read_directly_from_kept_copies_serve_lerobots_items_without_reading_parquet(
+    lerobot_datasets, tmp_path, monkeypatch
+):
+    """A later start's block with kept copies (``mixtures.kept_tables``) builds LeRobot's metadata and dataset from
+    the copies, opening no parquet file, and serves LeRobot's own items, episodes and tasks (three cameras, several
+    data and video files); an edited file is read again on the next start (control: the count of parquet opens
+    sees the reads)."""
+    import torch
+    from lerobot.datasets.io_utils import load_episodes, load_tasks
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    from robo_loaders_plugin.lerobot import compat
+    from robo_loaders_plugin.mixtures.kept_tables import KeptTables
+
+    root = tmp_path / "copy"
+    shutil.copytree(lerobot_datasets["h264_3cam_multifile"], root)
+    opened = []
+    real_open = pq.ParquetFile
+
+    def counted(path, *args, **kwargs):
+        opened.append(os.fspath(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(pq, "ParquetFile", counted)
+
+    def start():
+        opened.clear()
+        with compat.tables_read_directly(KeptTables(str(tmp_path / "cache"))):
+            return LeRobotDataset("local/x", root=root, episodes=[0, 2], return_uint8=True)
+
+    first = start()
+    assert opened  # control: the first start reads the files
+    kept = start()
+    assert opened == []
+    monkeypatch.setattr(pq, "ParquetFile", real_open)
+    reference = LeRobotDataset("local/x", root=root, episodes=[0, 2], return_uint8=True)
+    assert kept.meta.episodes.to_dict() == load_episodes(root).to_dict() == first.meta.episodes.to_dict()
+    assert kept.meta.tasks.equals(load_tasks(root)) and kept.hf_dataset.features == reference.hf_dataset.features
+    assert kept.hf_dataset.data.table.equals(reference.hf_dataset.data.table)
+    assert len(kept) == len(reference) > 2
+    for i in (0, len(kept) // 2, len(kept) - 1):
+        a, b = kept[i], reference[i]
+        assert a.keys() == b.keys()
+        assert all(torch.equal(a[k], b[k]) if isinstance(a[k], torch.Tensor) else a[k] == b[k] for k in a)
+    (data,) = sorted((root / "data").glob("*/*.parquet"))[:1]
+    table = pq.read_table(data)
+    edited = table.set_column(
+        table.schema.get_field_index("timestamp"), "timestamp", pc.add(table.column("timestamp"), 0.5)
+    )
+    pq.write_table(edited, data)
+    monkeypatch.setattr(pq, "ParquetFile", counted)
+    after = start()
+    assert [os.path.realpath(p) for p in opened] == [os.path.realpath(data)]  # the edited file alone read again
+    assert after.hf_dataset.data.table.column("timestamp") != kept.hf_dataset.data.table.column("timestamp")

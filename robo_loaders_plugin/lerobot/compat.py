@@ -49,6 +49,7 @@ import contextlib
 import dataclasses
 import functools
 import inspect
+import json
 import sys
 import typing
 
@@ -472,9 +473,10 @@ class ParquetReads:
     a backend's source still pointing at it neither keeps its tables in memory for the run nor adds to them.
     """
 
-    def __init__(self):
+    def __init__(self, kept=None):
         self._tables: dict = {}
         self._open = True
+        self._kept = kept  # mixtures.kept_tables.KeptTables: checked copies kept across starts (None: none)
 
     def close(self) -> None:
         """Let go of every table read; later reads read the file and keep nothing, :meth:`held` finds nothing."""
@@ -502,7 +504,12 @@ class ParquetReads:
         key = _file_key(path) + (None if columns is None else tuple(columns),)
         table = self._tables.get(key)
         if table is None:
-            table = self._keep(key, pq.ParquetFile(path).read(columns=columns))
+            if self._kept is None:
+                table = pq.ParquetFile(path).read(columns=columns)
+            else:
+                what = "all" if columns is None else json.dumps(list(columns))
+                table = self._kept.read(path, what, lambda: pq.ParquetFile(path).read(columns=columns))
+            table = self._keep(key, table)
         return table
 
     def held(self, path, columns=None):
@@ -539,13 +546,21 @@ class ParquetReads:
         names = self._tables.get(key + ("schema",))
         if names is not None:
             return self.read(path, [n for n in names if not n.startswith(prefix)])
-        f = pq.ParquetFile(path)
-        names = self._keep(key + ("schema",), f.schema_arrow.names)
-        columns = [n for n in names if not n.startswith(prefix)]
-        table = self._tables.get(key + (tuple(columns),))
-        if table is None:
-            table = self._keep(key + (tuple(columns),), f.read(columns=columns))
-        return table
+        held = self._tables.get(key + ("except", prefix))
+        if held is not None:
+            return held
+
+        def from_parquet():
+            f = pq.ParquetFile(path)
+            names = self._keep(key + ("schema",), f.schema_arrow.names)
+            columns = [n for n in names if not n.startswith(prefix)]
+            table = self._tables.get(key + (tuple(columns),))
+            return table if table is not None else f.read(columns=columns)
+
+        # a kept copy (self._kept) is found without opening the file: its schema's names are then not read
+        table = from_parquet() if self._kept is None else self._kept.read(path, f"except:{prefix}", from_parquet)
+        self._keep(key + (tuple(table.column_names),), table)  # as read(path, columns) finds it
+        return self._keep(key + ("except", prefix), table)
 
     def column_names(self, path) -> list[str]:
         """The column names of ``path``, from an earlier read of its schema while the file is as it is now.
@@ -729,7 +744,7 @@ def cached_episodes_sufficient(reader, original) -> bool:
 
 
 @contextlib.contextmanager
-def tables_read_directly():
+def tables_read_directly(kept=None):
     """While active, LeRobot reads a dataset's tables with pyarrow (patch 6): ``meta/episodes``
     (:meth:`ParquetReads.episodes`), ``meta/tasks.parquet`` (:meth:`ParquetReads.tasks`), each file once while it
     is unchanged, and a small ``data/`` (:meth:`ParquetReads.data`); the local copy's completeness checked per
@@ -738,12 +753,16 @@ def tables_read_directly():
     Why: a mixture builds every component's metadata (twice: the factory's, the dataset's) and its dataset object;
     at 400 components LeRobot's own reads through its datasets cache were most of the start-up (issue 44 item 3).
 
+    Args:
+        kept: A ``mixtures.kept_tables.KeptTables``: each parquet file read is then served from its checked Arrow
+            copy kept by an earlier start while the file is unchanged (``None``: every file read from parquet).
+
     Yields:
         The block's :class:`ParquetReads` (its reads end with the block).
     """
     from lerobot.datasets import dataset_metadata, dataset_reader
 
-    reads = ParquetReads()
+    reads = ParquetReads(kept)
     saved = {
         (dataset_metadata, "load_episodes"): reads.episodes,
         (dataset_metadata, "load_tasks"): reads.tasks,

@@ -86,6 +86,7 @@ from robo_loaders_plugin.lerobot.single import (
 from robo_loaders_plugin.mixtures.component_lines import ComponentLines
 from robo_loaders_plugin.mixtures.dataset import DATASET_INDEX, MixtureDataset, MixtureHooks, collect_build_garbage
 from robo_loaders_plugin.mixtures.footprint import bounded_buffer, check_mixture_fits
+from robo_loaders_plugin.mixtures.kept_tables import kept_tables
 from robo_loaders_plugin.mixtures.spec import MixtureError
 from robo_loaders_plugin.storage import cache
 from robo_loaders_plugin.windows.rates import recorded_frames
@@ -580,8 +581,10 @@ def make_mixture_datasets(cfg, split: bool):
     drop = drop_n_last_frames_of(cfg)  # the training sampler's; lerobot-train's eval loader has no sampler
     # LeRobot's reads of its tables were most of a component's build; the backends' sources then read the same
     # files' tables from the block's reads while the files are unchanged (compat.active_reads)
-    with compat.tables_read_directly():
-        metas = indexed_metas(local, cfg.dataset, cache_dir, f"{OPTION_PREFIX}.cache_dir")
+    # and on a later start, each parquet file from its checked Arrow copy beside the index while it is unchanged
+    with compat.tables_read_directly(kept_tables(cache_dir, f"{OPTION_PREFIX}.cache_dir")):
+        reread: list[int] = []
+        metas = indexed_metas(local, cfg.dataset, cache_dir, f"{OPTION_PREFIX}.cache_dir", reread)
         layout = check_components(local, metas, target_fps_of(spec, choice))
 
         def native(k: int):
@@ -589,7 +592,11 @@ def make_mixture_datasets(cfg, split: bool):
             with compat.tables_only() if remotes[k] else contextlib.nullcontext():  # videos streamed, not local
                 return native_datasets(component_config(cfg, local.components[k]), split, where, "its root")
 
-        built = natives_built(native, len(remotes), alone=[k for k, url in enumerate(remotes) if url])
+        alone = [k for k, url in enumerate(remotes) if url]
+        # threads for the components read from their files (a first start: I/O to overlap), one after another for
+        # those the index served (their tables' kept copies: Python holding the GIL, which threads slow down)
+        served = sorted(set(range(len(remotes))) - set(reread))
+        built = natives_built(native, len(remotes), alone=alone, serial=served)
         trains = [train for train, _ in built]
         evals = [evaluation for _, evaluation in built]
         trained = getattr(cfg, "trainable_config", None) or getattr(cfg, "policy", None)

@@ -484,7 +484,7 @@ def _indexable(component) -> bool:
     return component.root is not None and os.path.isfile(os.path.join(str(component.root), "meta", "info.json"))
 
 
-def indexed_metas(spec, dataset_cfg, cache_dir=None, where: str = "cache_dir") -> list:
+def indexed_metas(spec, dataset_cfg, cache_dir=None, where: str = "cache_dir", reread: list | None = None) -> list:
     """Each component's metadata as :func:`check_components` reads it, from the mixture index (``mixtures.index``)
     where the component's ``meta/`` is unchanged since it was read, else read with LeRobot (in parallel) and kept.
 
@@ -493,6 +493,8 @@ def indexed_metas(spec, dataset_cfg, cache_dir=None, where: str = "cache_dir") -
         dataset_cfg: ``cfg.dataset`` (its ``revision`` and ``repo_type``).
         cache_dir: The cache root the index is kept in (the backend's ``cache_dir``; ``None``: the default root).
         where: How the user sets ``cache_dir``, for the cache root's errors.
+        reread: A list given the components whose metadata was read from their files, not served by the index
+            (new, changed or not indexable ones; in order): what ``make_mixture_datasets`` builds in threads.
 
     Returns:
         An :class:`IndexedMeta` per indexed component, LeRobot's ``LeRobotDatasetMetadata`` for the others.
@@ -513,6 +515,9 @@ def indexed_metas(spec, dataset_cfg, cache_dir=None, where: str = "cache_dir") -
         parse=IndexedMeta,
     )
     records = dict(zip(kept, index.records([str(spec.components[k].root) for k in kept])))
+    if reread is not None:
+        served = {kept[i] for i in range(len(kept)) if i not in set(index.reread)}
+        reread.extend(k for k in range(len(spec.components)) if k not in served)
     return [records[k] if k in records else component_meta(spec, k, dataset_cfg) for k in range(len(spec.components))]
 
 

@@ -256,17 +256,20 @@ def native_datasets(cfg, split: bool, where: str | None = None, root_setting: st
 
 
 # LeRobot dataset objects of a mixture's components built at once (:func:`natives_built`). Why more than the cores:
-# a component's build is ~9 ms, about a third of it parquet reads and file checks with the GIL released; at 400
-# components 4 threads took 2.5-2.9 s against 3.7-3.8 s one at a time on this project's 2-core machine
+# a component's build is ~9 ms when it reads its parquet files, about a third of it with the GIL released; at 400
+# components 4 threads took 2.5-2.9 s against 3.7-3.8 s one at a time on this project's 2-core machine. A component
+# whose tables come from their kept Arrow copies (``mixtures.kept_tables``) is ~5.4 ms of Python holding the GIL:
+# 400 of them took 2.5 s one at a time against 2.7-3.0 s in 2 threads and 3.3-3.4 s in 4 (``serial``)
 NATIVE_BUILD_THREADS = 4
 
 
-def natives_built(build, count: int, alone=()) -> list:
+def natives_built(build, count: int, alone=(), serial=()) -> list:
     """``build(k)`` for every component ``k`` of a mixture, in the components' order, built by
-    :data:`NATIVE_BUILD_THREADS` threads.
+    :data:`NATIVE_BUILD_THREADS` threads, except those built one after another in the caller's thread.
 
     Why here and not one at a time: each component's ``LeRobotDataset`` is built by LeRobot's own factory, ~9 ms a
     small one, most of a 400-component mixture's start (issue 44 item 3); part of it is I/O, which threads overlap.
+    Why not all in threads: a build that reads no file is Python holding the GIL, which threads only slow down.
 
     Args:
         build: ``build(k)``: component ``k``'s dataset object(s) (:func:`native_datasets`).
@@ -274,14 +277,16 @@ def natives_built(build, count: int, alone=()) -> list:
         alone: Components built one at a time in the caller's thread, before the others: those whose build patches
             LeRobot for the whole process (a remote component's ``compat.tables_only``, which would let a local
             component being built beside it skip its video files' check).
+        serial: Components built one at a time in the caller's thread after the threads' (those whose metadata the
+            mixture index served: their tables read from their kept copies, no I/O for threads to overlap).
 
     Returns:
         ``[build(k) for k in range(count)]``.
 
     Raises:
         Whatever ``build`` raises for the first component that fails: an ``alone`` one (built first) before any
-        other, else the first in the components' order; the builds queued behind it are cancelled and the running
-        ones waited for.
+        other, else the first in the components' order among the threads' ones, then the serial ones; the builds
+        queued behind it are cancelled and the running ones waited for.
     """
     from robo_loaders_plugin.mixtures.index import tqdm_lock_made
 
@@ -289,11 +294,14 @@ def natives_built(build, count: int, alone=()) -> list:
     first = set(alone)
     for k in sorted(first):
         out[k] = build(k)
-    rest = [k for k in range(count) if k not in first]
+    later = set(serial) - first
+    rest = [k for k in range(count) if k not in first and k not in later]
     tqdm_lock_made()  # HF datasets' parquet loading (a big data/) uses tqdm's class-wide lock: made once, here
     threads = min(NATIVE_BUILD_THREADS, len(rest)) if len(rest) > 1 else 0
     for k, built in zip(
         rest, ordered_map(build, rest, threads, depth=2 * NATIVE_BUILD_THREADS, name="robo-loaders-component")
     ):
         out[k] = built
+    for k in sorted(later):
+        out[k] = build(k)
     return out
