@@ -337,3 +337,38 @@ def test_a_first_run_and_a_reuse_give_the_same_values(tmp_path):
     assert first.features["action"]["shape"] == (7,) and again.features["action"]["shape"] == (7,)
     raw = ComponentIndex("test-raw-1", ("meta",), lambda k: record, str(tmp_path / "cache"))
     assert raw.records([str(root)])[0] == raw.records([str(root)])[0]  # the first given through JSON too
+
+
+def test_a_reuse_gives_the_kept_records_in_the_callers_thread_and_reads_the_others_in_the_pool(components, monkeypatch):
+    """A start whose components are unchanged starts no thread (a stat and a small JSON file each: Python holding
+    the GIL, which threads only slow down); a first start and an edited component are read in the pool, off the
+    caller's thread (control: the first start's reads are seen there)."""
+    import threading
+
+    from robo_loaders_plugin.mixtures import index as index_module
+
+    paths, cache_dir = components
+    pools, readers = [], []
+    real_pool = index_module.ThreadPoolExecutor
+
+    def counted(*args, **kwargs):
+        pools.append(args)
+        return real_pool(*args, **kwargs)
+
+    monkeypatch.setattr(index_module, "ThreadPoolExecutor", counted)
+
+    def start():
+        index = index_of(paths, cache_dir)
+        read = index.read
+        index.read = lambda k: readers.append(threading.get_ident()) or read(k)
+        return [r["value"] for r in index.records(paths)], index.reread
+
+    assert start() == ([0, 1, 2, 3, 4], [0, 1, 2, 3, 4]) and len(pools) == 1
+    assert len(readers) == 5 and threading.get_ident() not in readers  # control: read in the pool
+    pools.clear()
+    assert start() == ([0, 1, 2, 3, 4], []) and pools == []
+    with open(os.path.join(paths[3], "meta", "info.json"), "w") as f:
+        f.write(json.dumps({"value": 8}))
+    readers.clear()
+    assert start() == ([0, 1, 2, 8, 4], [3]) and len(pools) == 1 and pools[0][0] == 1
+    assert len(readers) == 1 and threading.get_ident() not in readers

@@ -17,7 +17,9 @@ atomically). JSON, never pickle: a record is data the framework's reader gives b
 hidden, so the cache root's pruning neither counts nor removes it (``storage.cache.is_entry``).
 
 On a first run, the components' metadata is read by a thread pool (the reads are file I/O and parsing in
-pyarrow and json, which release the GIL for much of the time).
+pyarrow and json, which release the GIL for much of the time). The records whose files' stat is unchanged are
+given first, one after another in the caller's thread: a stat and a small JSON file each is Python holding the
+GIL, which threads only slow down (400 components: 0.32-0.35 s against 0.57-0.75 s in 8 threads).
 
 A component may be one file (a robomimic HDF5): its record is keyed by the file's stat alone (``by_content=False``:
 size, mtime, inode and ctime, the fingerprints' fast path), and any change of it reads the record again. Why not
@@ -129,6 +131,17 @@ def _recorded(path: str) -> tuple[Fingerprint | None, dict | None]:
         return None, None
 
 
+_MISS = object()  # :meth:`ComponentIndex._one` with ``only_kept``: no record kept for these files' stat
+
+
+class _Unread(Exception):
+    """Raised for a content digest asked for while only kept records are given (``only_kept``)."""
+
+
+def _unread() -> str:
+    raise _Unread
+
+
 # what :meth:`ComponentIndex.records` said, per kind and components: robomimic asks for a mixture's records once per
 # split and check (2-3 times a start), and the line repeated said nothing new
 _SAID: set[tuple] = set()
@@ -189,37 +202,52 @@ class ComponentIndex:
         self.threads = max(1, int(threads))
         self.reread: list[int] = []  # the components the last :meth:`records` read from their files
 
-    def _one(self, k: int, path: str, key: str | None = None) -> Any:
+    def _one(self, k: int, path: str, key: str | None = None, only_kept: bool = False) -> Any:
         """Component ``k``'s record: the index's while its files match, else read (and kept for the next run).
 
         Why the fingerprint is taken before the read: a file changed during the read then no longer matches what
         was recorded, so the next run reads it again (never the other way round). A component whose files cannot
         be stat-ed (removed meanwhile) is read without keeping anything: ``read`` says what is wrong.
+
+        ``only_kept``: give the kept record only where the files' stat is the one recorded (no digest, no read,
+        nothing written), else :data:`_MISS`, which :meth:`records` then reads in its threads.
         """
         if self.root is None:
+            if only_kept:
+                return _MISS
             self.reread.append(k)
             return self._parsed(self.read(k))
         real = os.path.realpath(path)
         names = [] if os.path.isfile(real) else files_under(real, self.folders)
         stored = _record_path(self.root, self.kind, real, key)
         recorded, record = _recorded(stored)
+        if only_kept and recorded is None:
+            return _MISS
         try:
             if self.by_content:
-                now = fingerprint(real, _digest(real, names), recorded, names)
+                now = fingerprint(real, _unread if only_kept else _digest(real, names), recorded, names)
             else:
                 now = _by_stat(real, names, recorded)
+        except _Unread:  # the stat changed: its content's digest is the threads' to take
+            return _MISS
         except OSError:
+            if only_kept:
+                return _MISS
             self.reread.append(k)
             return self._parsed(self.read(k))
         if recorded is not None and record is not None and not recorded.differences(now):
             try:
                 value = self.parse(record)
             except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+                if only_kept:
+                    return _MISS
                 logger.info(f"mixture index: {stored} holds a record of another shape ({exc!r}); read again")
             else:
                 if now is not recorded:  # same content under a new stat (a touch, cp -p): keep the new stat
                     self._write(stored, now, record)
                 return value
+        if only_kept:
+            return _MISS
         record = json.loads(json.dumps(self.read(k)))  # as a kept one comes back (tuples as lists)
         self._write(stored, now, record)
         self.reread.append(k)
@@ -253,9 +281,17 @@ class ComponentIndex:
             Whatever ``read`` raises for a component (its own one-line error), after the reads in flight end.
         """
         self.reread = []
-        tqdm_lock_made()
-        with ThreadPoolExecutor(min(self.threads, max(1, len(paths))), thread_name_prefix="robo-loaders-index") as ex:
-            out = list(ex.map(self._one, range(len(paths)), paths, keys or [None] * len(paths)))
+        given = keys or [None] * len(paths)
+        # the records whose files' stat is unchanged first, one after another: a stat and a small JSON file each,
+        # Python holding the GIL, which threads only slow down (400 components: 0.35 s here against 0.57-0.75 s
+        # in 8 threads); the others (a first start, an edited component) read in threads, whose I/O overlaps
+        out = [self._one(k, path, key, only_kept=True) for k, (path, key) in enumerate(zip(paths, given))]
+        missing = [k for k, value in enumerate(out) if value is _MISS]
+        if missing:
+            tqdm_lock_made()
+            with ThreadPoolExecutor(min(self.threads, len(missing)), thread_name_prefix="robo-loaders-index") as ex:
+                for k, value in zip(missing, ex.map(lambda k: self._one(k, paths[k], given[k]), missing)):
+                    out[k] = value
         self.reread.sort()
         said = (self.kind, self.root, tuple(paths), tuple(keys or ()))
         if paths and self.root is not None and (self.reread or said not in _SAID):  # a read is always said
