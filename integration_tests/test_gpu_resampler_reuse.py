@@ -73,6 +73,38 @@ def test_robomimic_second_start_maps_the_tiers_reads_nothing_and_equals_sequence
     _same_as_native(second, reference)
 
 
+def test_robomimic_a_cpu_start_reads_each_kept_raw_file_once_and_a_refused_copy_is_built_again_at_once(
+    hdf5_copy, monkeypatch, caplog
+):
+    """A CPU run's start leaves the kept raw files' checksums to the copies that read them whole into memory
+    (``OpenedTiers.copy_raw``): each raw file is read once, not checked by the start and read again (control: a
+    run that leaves them to nobody, ``raw_checked_when_copied=False``, checks every one at the start). A raw byte
+    flipped at rest is then refused by its copy, and the same start builds the entry again and serves the source
+    (one line names the file), never the flipped byte."""
+    from robo_loaders_plugin.backends.gpu_resampler import stored_tiers
+
+    path, root = hdf5_copy
+    _robomimic(path, root)
+    (entry,) = _entries(root)
+    raw = sorted(os.path.join(entry.path, "raw", n) for n in os.listdir(os.path.join(entry.path, "raw")))
+    checked = []
+    original = stored_tiers.file_checksum
+    monkeypatch.setattr(stored_tiers, "file_checksum", lambda p, *a: checked.append(p) or original(p, *a))
+    assert not stored_tiers.problem(entry.path, _robomimic(path, root).frames.lengths, True, None)
+    assert raw and set(raw) <= set(checked)  # control: the start's own check reads every raw file
+    checked.clear()
+    second = _robomimic(path, root)
+    assert "mapped from" in second.location and not [p for p in checked if p in raw]
+    _same_as_native(second, _native_robomimic(path))
+    _flip_raw(entry.path)
+    reads = _counted(monkeypatch, RobomimicHdf5, "read")
+    caplog.set_level("INFO", logger="robo_loaders_plugin")
+    again = _robomimic(path, root)
+    assert reads and "built in" in again.location
+    assert "raw/0.bin" in caplog.text and "rebuilding the kept tiers" in caplog.text
+    _same_as_native(again, _native_robomimic(path))
+
+
 def test_robomimic_entries_of_earlier_formats_keyed_by_their_format_are_retired(hdf5_copy):
     """Formats 1 and 2 hashed their format into the entry's key as well as its kind, so no later format found them
     by their key and they stayed on disk for good (400 of them beside a 400-component mixture's new entries, every

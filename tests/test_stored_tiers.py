@@ -223,6 +223,33 @@ def test_a_raw_file_cut_after_the_check_is_refused_by_the_copy(tmp_path):
         entry.close()
 
 
+def test_a_start_leaving_raw_checksums_to_the_copies_still_compares_sizes_and_every_copy_checks(tmp_path):
+    """``problem(raw_checked_when_copied=True)`` (a CPU run, whose copies read every raw file whole and check it)
+    skips the raw files' checksums only: a cut raw file is still refused at the start. A flipped one passes the
+    start (control: the default check refuses it) and is refused where its rows are taken: by ``copy_raw`` (the
+    message no longer says it was checked before), and by ``check_raw`` before any copy from the map (the path a
+    GPU tier takes), which discards the entry; an intact file passes ``check_raw`` once."""
+    directory, _ = _entry(tmp_path, 65_000)
+    raw_path = os.path.join(directory, "raw", "0.bin")
+    _flip(raw_path, 0)
+    assert "raw/0.bin (a) does not match its checksum" in stored_tiers.problem(directory, LENGTHS, True)
+    assert stored_tiers.problem(directory, LENGTHS, True, raw_checked_when_copied=True) == ""
+    entry = stored_tiers.OpenedTiers(directory)
+    entry.raw_unchecked = set(entry.raw_files)
+    out = np.empty_like(np.asarray(entry.raw["a"]))
+    with pytest.raises(stored_tiers.RawCopyRefused, match=r"raw/0\.bin \(a\) does not match its checksum; run"):
+        entry.copy_raw("a", out)
+    entry.check_raw("cam")  # intact: checked, then not again
+    assert entry.raw_unchecked == {"a"}
+    with pytest.raises(stored_tiers.RawCopyRefused, match=r"raw/0\.bin \(a\) does not match its checksum"):
+        entry.check_raw("a")
+    entry.close()
+    assert stored_tiers.read_manifest(directory) is None  # discarded: built again
+    directory, _ = _entry(tmp_path / "cut", 65_000)
+    _cut(os.path.join(directory, "raw", "0.bin"))
+    assert "raw/0.bin (a) has another size" in stored_tiers.problem(directory, LENGTHS, True, None, True)
+
+
 def test_raw_rows_written_in_place_after_the_start_are_never_served(tmp_path):
     """A reviewer's reproduction: the raw files are checked once, at the start; served where they lie (mapped, on
     the CPU), a byte written into one in place afterwards by another process was served unchecked, every later

@@ -20,7 +20,11 @@ fields' names, native dtypes, the boundary) and every file must have its recorde
 indexes are hashed whole when the entry is reused (``storage.integrity.checksum``, xxh3: one pass at several GB/s,
 paid once per start, where a check per read would tax every batch's gather, the hot path); the blobs are checked per
 frame as the spilled tier always was, when read (served from the file: ``spill_reads``) or when loaded into host
-memory. An entry that fails is built again (one log line); a frame damaged after the check is a ``StoreError``
+memory. A CPU run leaves the raw files' checksums to the copies that read each file whole into host memory and
+check it there (:meth:`OpenedTiers.copy_raw`; any other copy of mapped rows checks its whole file first,
+:meth:`OpenedTiers.check_raw`), so each is read once, not checked by the start and read again; a copy refused
+discards the entry, which ``tiers_at_start`` builds again at once. An entry that fails is built again (one log
+line); a frame damaged after the check is a ``StoreError``
 naming the file, the episode and the field. What a run reads of a checked entry is opened at once under its build
 lock (:class:`OpenedTiers`), so another run building it again meanwhile changes nothing it serves.
 """
@@ -41,6 +45,7 @@ from robo_loaders_plugin.core.errors import RoboLoadersError
 from robo_loaders_plugin.core.log import get_logger
 from robo_loaders_plugin.core.units import format_bytes
 from robo_loaders_plugin.frames.base import FieldInfo
+from robo_loaders_plugin.storage.cache import CacheError
 from robo_loaders_plugin.storage.integrity import checksum, json_checksum, with_checksum
 
 logger = get_logger(__name__)
@@ -223,7 +228,7 @@ def read_manifest(directory: str) -> dict | None:
     return manifest
 
 
-def problem(directory: str, lengths, blobs_checked: bool, names=None) -> str:
+def problem(directory: str, lengths, blobs_checked: bool, names=None, raw_checked_when_copied: bool = False) -> str:
     """What is wrong with an entry, or ``""``: the manifest must match its own checksum and describe these lengths
     (and fields of these names, in native dtypes), every file must have its recorded size, and the raw files and
     indexes their recorded checksums (and the blobs, when ``blobs_checked``, every frame its own). The raw/compressed
@@ -236,6 +241,9 @@ def problem(directory: str, lengths, blobs_checked: bool, names=None) -> str:
         blobs_checked: Check every compressed frame now (the blobs will be loaded into host memory, where nothing
             checks them again); otherwise they are checked when read.
         names: The fields this run serves (``None``: not compared).
+        raw_checked_when_copied: Leave the raw files' checksums to the copy that takes their rows (every raw file
+            is then read whole and checked where it lands, :meth:`OpenedTiers.copy_raw`, or checked whole before
+            its rows are copied from the map, :meth:`OpenedTiers.check_raw`): their sizes are still compared.
 
     Returns:
         The problem in words (``""``: none).
@@ -267,7 +275,7 @@ def problem(directory: str, lengths, blobs_checked: bool, names=None) -> str:
             raw_path = os.path.join(directory, "raw", f"{i}.bin")
             if os.path.getsize(raw_path) != rows * step or f["raw_bytes"] != rows * step:
                 return f"raw/{i}.bin ({f['name']}) has another size than {rows} rows of {step} bytes"
-            if file_checksum(raw_path) != f["raw_sum"]:
+            if not raw_checked_when_copied and file_checksum(raw_path) != f["raw_sum"]:
                 return f"raw/{i}.bin ({f['name']}) does not match its checksum"
             if not f["frames"]:
                 continue
@@ -334,6 +342,21 @@ def discard(directory: str) -> None:
         os.unlink(os.path.join(directory, MANIFEST))
 
 
+class RawCopyRefused(CacheError):
+    """A kept raw file refused when its rows were copied (:meth:`OpenedTiers.copy_raw`, :meth:`OpenedTiers.check_raw`):
+    it does not match its checksum or is shorter than its rows; the entry is discarded, so it is built again.
+
+    Args:
+        path: The raw file.
+        field: Its field.
+        what: What is wrong, in words.
+    """
+
+    def __init__(self, path: str, field: str, what: str):
+        super().__init__(f"{path} ({field}) {what}; run again (it is built again)")
+        self.path, self.field, self.what = path, field, what
+
+
 class OpenedTiers:
     """A checked entry's tiers opened at once, under the entry's build lock (``build_or_reuse(opened=...)``): its
     manifest read once, its raw files mapped, every camera's index loaded and its blobs' file open.
@@ -363,8 +386,6 @@ class OpenedTiers:
     """
 
     def __init__(self, directory: str):
-        from robo_loaders_plugin.storage.cache import CacheError
-
         manifest = read_manifest(directory)
         if manifest is None:
             raise CacheError(f"{directory}: {MANIFEST} went or changed while the entry was opened; run again")
@@ -374,6 +395,9 @@ class OpenedTiers:
         self.index: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self.blobs: dict[str, tuple[str, object]] = {}
         self.raw_files: dict[str, tuple[str, object, int]] = {}
+        # the raw files' checksums left to the copies (problem(raw_checked_when_copied=True)): a field's rows taken
+        # from the map are then checked whole first (check_raw), once per field
+        self.raw_unchecked: set[str] = set()
         lengths = np.asarray(manifest["lengths"], dtype=np.int64)
         compressed = int(lengths.sum()) - int(lengths[: int(manifest["raw_episodes"])].sum())
         for i, f in enumerate(manifest["fields"]):
@@ -432,11 +456,10 @@ class OpenedTiers:
             out: Where its rows go: C-contiguous, the file's size (``raw[field]``'s shape and dtype).
 
         Raises:
-            CacheError: the file is shorter than its rows, or the copy does not match its checksum (the entry is
-                discarded: the next start builds it again).
+            RawCopyRefused: the file is shorter than its rows, or the copy does not match its checksum (the entry
+                is discarded: built again, by ``tiers_at_start`` at once or by the next start).
         """
         from robo_loaders_plugin.backends.gpu_resampler.spill_reads import pread, read_range
-        from robo_loaders_plugin.storage.cache import CacheError
 
         path, raw_file, expected = self.raw_files[field]
         view = out.reshape(-1).view(np.uint8)
@@ -444,9 +467,31 @@ class OpenedTiers:
         if done != len(view) or checksum(view) != expected:
             discard(self.directory)
             what = "is shorter than its rows" if done != len(view) else "does not match its checksum"
-            raise CacheError(
-                f"{path} ({field}) {what} since it was checked (written meanwhile); run again (it is built again)"
-            )
+            checked = field not in self.raw_unchecked  # else the start left its check to this copy
+            raise RawCopyRefused(path, field, what + (" since it was checked (written meanwhile)" if checked else ""))
+        self.raw_unchecked.discard(field)
+
+    def check_raw(self, field: str) -> None:
+        """A field's whole raw file checked against its manifest's checksum before its rows are copied from the map,
+        when the start left it to the copy (:attr:`raw_unchecked`); once per field.
+
+        Why: the start leaves the raw checksums to the copies only where every raw file is read whole into host
+        memory (:meth:`copy_raw`, a CPU run); any other copy of mapped rows (a GPU tier, part of a file) checks
+        the whole file here first, as the start would have, so no row is served from a file never checked.
+
+        Args:
+            field: The field (a key of :attr:`raw_files`; another field has no file and nothing to check).
+
+        Raises:
+            RawCopyRefused: the file does not match its checksum (the entry is discarded: built again).
+        """
+        if field not in self.raw_unchecked or field not in self.raw_files:
+            return
+        path, _, expected = self.raw_files[field]
+        if file_checksum(path) != expected:
+            discard(self.directory)
+            raise RawCopyRefused(path, field, "does not match its checksum")
+        self.raw_unchecked.discard(field)
 
     def close(self) -> None:
         """Close the blobs' files not handed over (:meth:`take_blobs`) and the raw files (their maps stay valid)."""
@@ -469,6 +514,7 @@ def stored_tiers(
     options,
     where: str,
     host_limit: int | None = None,
+    raw_checked_when_copied: bool = False,
 ):
     """The entry holding the tiers of ``source`` with ``key``'s options: reused when it is intact, made from the
     source as it is now and its tiers fit this run's host budget, else built from ``episodes()`` under ``plan``
@@ -489,6 +535,9 @@ def stored_tiers(
         options: The backend's options (``cache_dir``).
         where: How the user sets options, for messages (``train.data_backend_kwargs``).
         host_limit: Host bytes the tiers may take (``plan_tiers_checked``'s; ``None``: unlimited).
+        raw_checked_when_copied: The start leaves a reused entry's raw checksums to the copies of its rows
+            (:func:`problem`; the entry's :attr:`OpenedTiers.raw_unchecked` says which): a CPU run reads every raw
+            file whole and checks it there anyway, so the start's check read each file twice.
 
     Returns:
         ``(entry, hold, reused, plan)``: the entry's :class:`OpenedTiers` (opened under its build lock), its hold and
@@ -536,7 +585,7 @@ def stored_tiers(
             ) from exc
 
     def check(directory: str) -> bool:
-        why = problem(directory, lengths, blobs_checked, key.get("fields")) or _too_large(
+        why = problem(directory, lengths, blobs_checked, key.get("fields"), raw_checked_when_copied) or _too_large(
             directory, plan, host_limit, where
         )
         if why:  # said by the cache's line as the reason (returning False read as a failed integrity check)
@@ -561,6 +610,8 @@ def stored_tiers(
             former_keys=[{**full_key, "format": old} for old in range(1, FORMAT)],
         )
     entry = opened[-1]
+    if raw_checked_when_copied:  # the check (after a build too) left the raw files' checksums to the copies
+        entry.raw_unchecked = set(entry.raw_files)
     for other in opened[:-1]:  # a reused entry opened, then refused by the cache's own checks and built again
         other.close()
     kept = entry_plan(entry, plan)

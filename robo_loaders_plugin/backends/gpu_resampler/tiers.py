@@ -436,6 +436,7 @@ class TieredFrames(TensorFrames):
             if device.type == "cpu" and (lo, hi) == (0, len(mapped[k])) and k in kept.raw_files:
                 kept.copy_raw(k, out.numpy())
                 return out
+            kept.check_raw(k)  # a file whose checksum the start left to its copy, checked whole first
             with warnings.catch_warnings():  # read-only mapped rows: only read (copied)
                 warnings.simplefilter("ignore", UserWarning)
                 rows = torch.from_numpy(mapped[k][lo:hi])

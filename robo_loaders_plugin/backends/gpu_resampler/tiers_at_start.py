@@ -69,39 +69,53 @@ def kept_or_filled(
 
 
 def _kept_or_filled(key, source, size, plan, host_limit, episodes, infos_of, options, where, device, names):
-    from robo_loaders_plugin.backends.gpu_resampler.stored_tiers import stored_tiers
+    from robo_loaders_plugin.backends.gpu_resampler.stored_tiers import RawCopyRefused, stored_tiers
     from robo_loaders_plugin.backends.gpu_resampler.tiers import TieredFrames
     from robo_loaders_plugin.core.footprint import ResourceRefused
 
     lengths = np.asarray(size.lengths, dtype=np.int64)
-    try:
-        entry, hold, reused, plan = stored_tiers(
-            key=key,
-            source=source,
-            size=size,
-            plan=plan,
-            episodes=episodes,
-            infos_of=infos_of,
-            options=options,
-            where=where,
-            host_limit=host_limit,
-        )
-    except ResourceRefused as exc:
-        if plan.spill_dir is not None or not any(s[0] == "disk" for s in exc.shortfalls):
-            raise
-        explicit = getattr(options, "cache_dir", None) is not None
-        (logger.warning if explicit else logger.info)(
-            f"gpu_resampler: the tiers are held in memory only, not kept for the next start ({exc})"
-        )
-        filled = _filled(lengths, plan, host_limit, episodes, infos_of, device, names)
-        return filled, "not kept (disk full)", None, None
-    try:
-        frames = TieredFrames.from_entry(
-            entry, lengths, plan, device, host_limit=host_limit, spill_dir=plan.spill_dir, names=names
-        )
-    finally:
-        entry.close()  # the blobs' files no tier took
-    return frames, f"{'mapped from' if reused else 'built in'} {entry.directory}", hold, bool(reused)
+    # a CPU run reads every kept raw file whole into host memory and checks it there (OpenedTiers.copy_raw): the
+    # start's checksum of the same files read each twice (~0.3 s at 400 components); a refused copy discards the
+    # entry, which is then built again here, once, with the start checking every file
+    on_copy = getattr(device, "type", str(device)) == "cpu"
+    for attempt in (0, 1):
+        try:
+            entry, hold, reused, kept_plan = stored_tiers(
+                key=key,
+                source=source,
+                size=size,
+                plan=plan,
+                episodes=episodes,
+                infos_of=infos_of,
+                options=options,
+                where=where,
+                host_limit=host_limit,
+                raw_checked_when_copied=on_copy and attempt == 0,
+            )
+        except ResourceRefused as exc:
+            if plan.spill_dir is not None or not any(s[0] == "disk" for s in exc.shortfalls):
+                raise
+            explicit = getattr(options, "cache_dir", None) is not None
+            (logger.warning if explicit else logger.info)(
+                f"gpu_resampler: the tiers are held in memory only, not kept for the next start ({exc})"
+            )
+            filled = _filled(lengths, plan, host_limit, episodes, infos_of, device, names)
+            return filled, "not kept (disk full)", None, None
+        try:
+            frames = TieredFrames.from_entry(
+                entry, lengths, kept_plan, device, host_limit=host_limit, spill_dir=kept_plan.spill_dir, names=names
+            )
+        except RawCopyRefused as exc:
+            if attempt:
+                raise
+            logger.info(f"gpu_resampler: {exc.path} ({exc.field}) {exc.what}; rebuilding the kept tiers")
+            if hold is not None:
+                hold.release()
+            continue
+        finally:
+            entry.close()  # the blobs' files no tier took
+        return frames, f"{'mapped from' if reused else 'built in'} {entry.directory}", hold, bool(reused)
+    raise AssertionError("unreachable: the second attempt returns or raises")
 
 
 def _filled(lengths, plan, host_limit, episodes, infos_of, device, names):
