@@ -142,3 +142,19 @@ def test_a_cache_root_that_cannot_be_written_still_reads_and_a_missing_file_rais
     gone = tmp_path / "gone.parquet"
     with pytest.raises(FileNotFoundError):
         kept.read(str(gone), "all", _Reads(gone))
+
+
+def test_a_table_past_the_size_kept_is_read_from_parquet_at_every_start(tmp_path, monkeypatch):
+    """Copies are kept for small tables only (``KEPT_TABLE_BYTES``): a bigger one is not written, and read from its
+    parquet file each time (control: under the limit the same table is kept and served)."""
+    path = tmp_path / "file-000.parquet"
+    expected = _write(path)
+    reads = _Reads(path)
+    monkeypatch.setattr(kt, "KEPT_TABLE_BYTES", 100)
+    kept = kt.KeptTables(str(tmp_path / "cache"))
+    assert kept.read(str(path), "all", reads).equals(expected)
+    assert kept.read(str(path), "all", reads).equals(expected) and reads.count == 2
+    assert not os.path.isdir(kept.dir) or os.listdir(kept.dir) == []
+    monkeypatch.setattr(kt, "KEPT_TABLE_BYTES", 2 << 20)
+    kept.read(str(path), "all", reads)
+    assert kept.read(str(path), "all", reads).equals(expected) and reads.count == 3  # control: kept, then served

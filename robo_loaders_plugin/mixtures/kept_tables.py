@@ -19,7 +19,8 @@ What makes a kept copy safe to serve (the project's one staleness policy, as ``m
 - It is Arrow IPC, never pickle: a file of data, not code.
 
 One file per parquet file and column set (``<cache root>/.mixture-index/tables/<hash>.arrow``), replaced when its
-file changes: copies do not pile up as datasets are edited. The directory is hidden, so the cache root's pruning
+file changes: copies do not pile up as datasets are edited. Only tables of at most :data:`KEPT_TABLE_BYTES` are kept
+(the small files whose per-file cost the copies remove). The directory is hidden, so the cache root's pruning
 neither counts nor removes it (``storage.cache.is_entry``), as the index's records.
 """
 
@@ -41,6 +42,11 @@ from robo_loaders_plugin.storage import cache
 logger = get_logger(__name__)
 
 TABLES_DIR = "tables"
+# the largest copy kept: the start-up cost is per file (a footer parsed, pages decoded for a few kB of rows), and a
+# bigger table is rows whose decoding is a small share of reading them; copies of big tables would also duplicate a
+# large part of the datasets' tables in the cache root, which pruning does not count (400 components of at most
+# three copies each: at most 2.4 GB, ~20 MB for the pretraining benchmark's)
+KEPT_TABLE_BYTES = 2 << 20
 MAGIC = b"RLTABLE1"  # the format: a new one never reads an old copy (its magic differs)
 _DIGEST_BYTES = 16  # xxh3-128 of the IPC bytes that follow
 _SOURCE_KEY = b"robo_loaders.kept_from"  # the schema metadata entry recording the file's path, stat and columns
@@ -145,6 +151,8 @@ class KeptTables:
             logger.info(f"mixture index: a table of {stat[0]} not kept ({exc})")
             return
         body = sink.getvalue()
+        if body.size > KEPT_TABLE_BYTES:  # read from parquet at every start, as without the copies
+            return
         try:
             os.makedirs(self.dir, exist_ok=True)
             atomic_write_bytes(kept, MAGIC + xxhash.xxh3_128_digest(body) + body.to_pybytes())
