@@ -184,12 +184,10 @@ def run(a: dict) -> dict:
             from robo_loaders_plugin.lerobot.mixture_flag import target_fps_of
             from robo_loaders_plugin.lerobot.mixture_meta import check_components, indexed_metas
 
-            spec = parse(
-                dict(
-                    {"components": components, **extra},
-                    **({"target_fps": a["target_fps"]} if a.get("target_fps") else {}),
-                )
-            )
+            given = {"components": components, **extra}
+            if a.get("target_fps") is not None:
+                given["target_fps"] = a["target_fps"]
+            spec = parse(given)
             choice = choose(a["backend"], **(a.get("kwargs") or {}))
             reread: list[int] = []
             metas = indexed_metas(spec, None, (a.get("kwargs") or {}).get("cache_dir"), reread=reread)

@@ -516,7 +516,7 @@ def indexed_metas(spec, dataset_cfg, cache_dir=None, where: str = "cache_dir", r
     )
     records = dict(zip(kept, index.records([str(spec.components[k].root) for k in kept])))
     if reread is not None:
-        served = {kept[i] for i in range(len(kept)) if i not in set(index.reread)}
+        served = {kept[i] for i in set(range(len(kept))) - set(index.reread)}
         reread.extend(k for k in range(len(spec.components)) if k not in served)
     return [records[k] if k in records else component_meta(spec, k, dataset_cfg) for k in range(len(spec.components))]
 
