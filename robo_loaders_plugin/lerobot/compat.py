@@ -1034,11 +1034,17 @@ def hf_cache_files(table) -> list[str]:
 
 def hf_table_digest(table) -> str:
     """A digest of the values of the Arrow table under a ``datasets.Dataset`` (``table.data``): every column's
-    name, type and buffers, with each chunk's offset and length.
+    name, type, nullability and values, whatever chunks and buffers hold them.
 
     Why: a table LeRobot holds in memory (``tables_read_directly``) has no cache files whose names, sizes and
     mtimes a record of a check could name; its content can (a file edited with its mtime kept gives another
-    digest). Two tables of the same values laid out in other buffers give other digests: the check runs again.
+    digest). Why the values and not the buffers: the same file read from parquet (a first start) and from its kept
+    Arrow copy (``mixtures.kept_tables``, every later start) lays them out differently (parquet gives each chunk
+    a validity bitmap of all ones, the copy none), so a digest of the buffers differed between the first run and
+    the second, and a backend recording its row check by this digest compared every row of every component again
+    at the second start (docs/mixtures.md). The columns are joined into one chunk each and written as an
+    Arrow IPC stream, whose writer leaves out the bitmap of a column without nulls and cuts each buffer to its
+    values: equal values give equal bytes.
 
     Args:
         table: A ``datasets.Dataset``.
@@ -1048,15 +1054,16 @@ def hf_table_digest(table) -> str:
     """
     import hashlib
 
+    import pyarrow as pa
+
     arrow = table.data.table
-    h = hashlib.sha256()
-    for name, column in zip(arrow.column_names, arrow.columns):
-        h.update(f"{name}\0{column.type}\0".encode())
-        for chunk in column.chunks:
-            h.update(f"{chunk.offset}:{len(chunk)}\0".encode())
-            for buf in chunk.buffers():
-                h.update(b"-" if buf is None else memoryview(buf))
-    return h.hexdigest()
+    # the fields without metadata (a parquet reader's field ids are no value), the columns in one chunk each
+    schema = pa.schema([pa.field(f.name, f.type, f.nullable) for f in arrow.schema])
+    joined = pa.Table.from_arrays(arrow.combine_chunks().columns, schema=schema)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, schema) as writer:
+        writer.write_table(joined)
+    return hashlib.sha256(memoryview(sink.getvalue())).hexdigest()
 
 
 def hf_column(hf, name: str):
