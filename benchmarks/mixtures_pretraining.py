@@ -15,15 +15,16 @@ afterwards unless ``--keep``):
   mixture of several rates is served by it alone (the 3-component ``rates`` row of ``benchmarks/mixtures.py``).
 - one dataset of the same frames: as many episodes of the same lengths, two cameras, 7-wide vectors.
 
-Then each loader is measured in its own process (``robo_loaders_plugin.bench.runner.run_child``) on the first 1, 10,
-100 and all components (the growth curve) and on the one dataset: the plugin's backends twice with one cache
-directory, the first run building their caches (``once_s``), the measured one reusing them, as every training run
-after the first does. Ratios against the reference measured in the same run; each 400-component backend row against
-the same backend on the one dataset (the issue's ``>= 0.8x`` goal). Samples/s are the median of three timed rounds,
-each of at least 10 batches and 2 s (``runner.time_loader``): the fast backends serve 30 batches in 0.1-0.2 s, a
-window one scheduling hiccup moves by half. The rounds follow 20 s served untimed after the first batch (its rate
-kept as ``warmup_samples_per_s``): ``video_stream`` opens a decoder per video file at its first read, ~800 files at
-400 components, and its rate rose 2x over its first ~20 s (measured), which three 2 s rounds timed as its rate.
+Then each loader is measured in its own process (``robo_loaders_plugin.bench.runner.run_child``) on the first 1, 10, 100
+and all components (the growth curve) and on the one dataset: the plugin's backends twice with one cache directory, the
+first run building their caches (``once_s``), the measured one reusing them, as every training run after the first does
+(started once the first run's writes are on disk, ``os.sync``). Ratios against the reference measured in the same run;
+each 400-component backend row against the same backend on the one dataset (the issue's ``>= 0.8x`` goal). Samples/s are
+the median of three timed rounds, each of at least 10 batches and 2 s (``runner.time_loader``): the fast backends serve
+30 batches in 0.1-0.2 s, a window one scheduling hiccup moves by half. The rounds follow 20 s served untimed after the
+first batch (its rate kept as ``warmup_samples_per_s``): ``video_stream`` opens a decoder per video file at its first
+read, ~800 files at 400 components, and its rate rose 2x over its first ~20 s (measured), which three 2 s rounds timed
+as its rate.
 
 ``plot RESULT --out DIR`` draws the growth curves, ``table RESULT`` prints docs/benchmarks.md's table.
 """
@@ -200,6 +201,10 @@ def measure_loader(label: str, comps: list[dict], size: dict, log: str, in_proce
             dict(args, batches=1, rounds=1, min_round_s=0.0, warmup_s=0.0), label, log, in_process, cache, timeout
         )
         once = None if first.get("error") else first["startup_s"]
+        # the measured run starts once the first run's writes are on disk: the kernel writing back its caches
+        # (hundreds of MB) took the CPU from the start measured next (compressed_cache at 400 components: 10.2 s
+        # right after its first run, 7.4 s after a sync, 2026-12-07)
+        os.sync()
     row = measure(args, label, log, in_process, cache, timeout)
     shutil.rmtree(cache, ignore_errors=True)
     if once is not None:
