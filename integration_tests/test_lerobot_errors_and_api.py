@@ -677,6 +677,32 @@ def test_a_mixture_build_checks_each_components_meta_once(lerobot_datasets, monk
     assert checks == [a, b, a]
 
 
+def test_a_mixture_build_reads_a_stores_metadata_once_per_component(lerobot_datasets, monkeypatch):
+    """Inside ``sources_checked_once`` (one mixture build) a frame store's metadata-only answer for a component
+    (``sdk.serve._lerobot_meta``: sizes, key, batches in flight) is read once for its footprint plan and its build
+    (``lerobot.dataset.checked_once``); another dataset object, another answer name, or a call outside the block
+    reads it again (controls)."""
+    from robo_loaders_plugin.lerobot import dataset as lerobot_dataset
+    from robo_loaders_plugin.sdk import serve as sdk_serve
+
+    reads = []
+    real = sdk_serve._lerobot_meta_read
+    monkeypatch.setattr(sdk_serve, "_lerobot_meta_read", lambda n: (reads.append(n), real(n))[1])
+    a = native(lerobot_datasets["h264_3cam_multifile"])
+    b = native(lerobot_datasets["av1_1cam"])
+    with lerobot_dataset.sources_checked_once():
+        first = sdk_serve._lerobot_meta(a, None)
+        assert sdk_serve._lerobot_meta(a, None) is first
+        assert sdk_serve._lerobot_meta(b, None)[0] is not first[0]
+        assert lerobot_dataset.checked_once(a, "another", lambda: 7) == 7
+        assert lerobot_dataset.checked_once(a, "another", lambda: 8) == 7
+    assert reads == [a, b]
+    again = sdk_serve._lerobot_meta(a, None)  # control: outside a build, read again
+    assert again is not first and again[3] == first[3]
+    assert np.array_equal(again[1].lengths, first[1].lengths)
+    assert reads == [a, b, a]
+
+
 def test_datapipe_records_its_row_check_of_a_table_held_in_memory_by_its_values(copy_of, tmp_path, monkeypatch):
     """A mixture's components hold their tables in memory (``compat.tables_read_directly``): no cache files for
     datapipe's record of its row check to name, so it records a digest of the values. The second start skips the

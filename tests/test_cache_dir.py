@@ -187,6 +187,40 @@ def test_cache_root_default_env_and_a_file_is_refused(tmp_path, monkeypatch):
         cache.cache_root(str(tmp_path / "f"))
 
 
+def test_cache_root_probes_a_root_once_inside_one_builds_block(tmp_path, monkeypatch):
+    """``cache_root`` writes a probe file in the root at each call (~0.7 ms), a mixture's components asking for the
+    same root several times each: inside ``placements_planned_once`` (one build) a root is probed once. Controls:
+    outside the block every call probes; a root that is not writable is refused inside the block too; a root whose
+    ``.locks`` went away meanwhile is probed (and made) again."""
+    from robo_loaders_plugin.core import paths
+
+    probes = []
+    real = paths.writable_dir_problem
+    monkeypatch.setattr(paths, "writable_dir_problem", lambda p: probes.append(p) or real(p))
+    root = str(tmp_path / "cache")
+    cache.cache_root(root)
+    cache.cache_root(root)
+    assert len(probes) == 2  # control: outside a build's block, each call probes
+    probes.clear()
+    with cache.placements_planned_once():
+        for _ in range(3):
+            assert cache.cache_root(root) == root
+        assert len(probes) == 1
+        shutil.rmtree(os.path.join(root, ".locks"))
+        assert cache.cache_root(root) == root and os.path.isdir(os.path.join(root, ".locks"))
+        assert len(probes) == 2
+        (tmp_path / "f").write_text("x")
+        with pytest.raises(cache.CacheError, match="is a file"):
+            cache.cache_root(str(tmp_path / "f"))
+        monkeypatch.setattr(paths, "writable_dir_problem", lambda p: "cannot write in it (read-only)")
+        with pytest.raises(cache.CacheError, match="read-only"):
+            cache.cache_root(str(tmp_path / "other"))
+    probes.clear()
+    monkeypatch.setattr(paths, "writable_dir_problem", lambda p: probes.append(p) or real(p))
+    cache.cache_root(root)
+    assert len(probes) == 1  # the block's roots forgotten with it
+
+
 def _obtain(root, key, content, built):
     fp = Fingerprint("/src", (("", 1, 0, 0, 0),), content)
 

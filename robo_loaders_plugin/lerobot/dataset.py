@@ -593,8 +593,35 @@ def native_source(native) -> tuple[LeRobotV3, ReaderSettings]:
     return checked
 
 
-# the sources native_source checked inside sources_checked_once() blocks (innermost last): id -> (native, result)
+# the sources native_source checked inside sources_checked_once() blocks (innermost last): id -> (native, result),
+# and what checked_once computed: (id, what) -> (native, result)
 _CHECKED: list[dict] = []
+
+
+def checked_once(native, what: str, compute):
+    """``compute()`` for a ``LeRobotDataset``, given again for the same object and ``what`` inside one
+    :func:`sources_checked_once` block (outside one: computed at each call).
+
+    Why: a mixture's footprint plan and its build ask a store for the same metadata-only answer about each
+    component moments apart (``sdk.serve``'s sizes, key and batches in flight from ``meta/``: ~0.7 ms a component,
+    twice); the block spans one build, and what the build reads next is checked on its own.
+
+    Args:
+        native: The ``LeRobotDataset``.
+        what: Names the answer (one per caller).
+        compute: ``compute()`` gives it; it must read nothing but ``native`` and its ``meta/``.
+
+    Returns:
+        ``compute()``'s result, the block's first for this object and ``what``.
+    """
+    if not _CHECKED:
+        return compute()
+    held = _CHECKED[-1].get((id(native), what))
+    if held is not None and held[0] is native:
+        return held[1]
+    result = compute()
+    _CHECKED[-1][(id(native), what)] = (native, result)
+    return result
 
 
 @contextlib.contextmanager

@@ -670,7 +670,15 @@ def robomimic_plan(
 # -- LeRobot -----------------------------------------------------------------------------------------------------
 def _lerobot_meta(native, options):
     """``meta/`` only: the dataset's source, sizes (episode-index order) and key, the batches in flight, the reader
-    settings."""
+    settings; once per dataset object in a mixture's build (``lerobot.dataset.checked_once``: its plan and its
+    build)."""
+    from robo_loaders_plugin.lerobot.dataset import checked_once
+
+    return checked_once(native, "sdk.lerobot_meta", lambda: _lerobot_meta_read(native))
+
+
+def _lerobot_meta_read(native):
+    """What :func:`_lerobot_meta` gives, read now."""
     from robo_loaders_plugin.lerobot.dataset import native_source, windows_at_risk
     from robo_loaders_plugin.sources.lerobot_v3 import decoder_identity
 

@@ -118,6 +118,9 @@ def cache_root(cache_dir: str | None = None, where: str = "cache_dir") -> str:
     named = f"{where}={root!r}" if cache_dir else default
     if os.path.exists(root) and not os.path.isdir(root):
         raise CacheError(f"{named} is a file, not a directory; point it at a directory (it is created if missing)")
+    probed = _PROBED.get()
+    if probed is not None and root in probed and os.path.isdir(os.path.join(root, LOCKS)):
+        return root  # written in moments ago, by this build (placements_planned_once)
     problem = writable_dir_problem(root)
     try:
         if problem is None:
@@ -126,6 +129,8 @@ def cache_root(cache_dir: str | None = None, where: str = "cache_dir") -> str:
         problem = f"cannot create {os.path.join(root, LOCKS)!r} ({exc.strerror})"
     if problem:
         raise CacheError(f"{named}: {problem}; choose a directory you can write to, or set {ENV_ROOT}")
+    if probed is not None:
+        probed.add(root)
     return root
 
 
@@ -585,6 +590,8 @@ def _forget_listing(root: str) -> None:
 # placements_planned_once() block
 _PLANNED: contextvars.ContextVar[dict | None] = contextvars.ContextVar("placements_planned", default=None)
 _LISTINGS: contextvars.ContextVar[dict | None] = contextvars.ContextVar("roots_listed", default=None)
+# the cache roots cache_root probed (a file written and removed) inside the block: probed once per build
+_PROBED: contextvars.ContextVar[set | None] = contextvars.ContextVar("roots_probed", default=None)
 
 
 @contextlib.contextmanager
@@ -599,12 +606,15 @@ def placements_planned_once():
     itself, and a store placed as found that turns out unusable is placed again as new, its disk checked, before
     it is built). Only "found" is kept: a store not found is looked for again, so one built meanwhile (a dataset
     listed twice) is found. The block spans one mixture's build, in its thread (a context variable). The cache
-    roots' listings are kept in it too (:func:`_listed`).
+    roots' listings are kept in it too (:func:`_listed`), and :func:`cache_root` probes each root once in it (a
+    probe file written and removed, ~0.7 ms: each component of a mixture asked for the same root several times; a
+    disk that fills meanwhile still fails the write that meets it, which every store writes atomically).
     """
-    token, listings = _PLANNED.set({}), _LISTINGS.set({})
+    token, listings, probed = _PLANNED.set({}), _LISTINGS.set({}), _PROBED.set(set())
     try:
         yield
     finally:
+        _PROBED.reset(probed)
         _LISTINGS.reset(listings)
         _PLANNED.reset(token)
 
