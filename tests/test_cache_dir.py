@@ -607,7 +607,13 @@ def test_prune_leaves_a_cache_dir_nested_in_the_root_and_what_a_run_holds_there(
         r = CliRunner().invoke(main, ["cache", "prune", "--cache-dir", root, "--max-size", "1"])
         assert r.exit_code == 0 and r.output == f"removed {unused.path}\n", r.output
         r = CliRunner().invoke(main, ["cache", "clear", "--cache-dir", root])
-        assert r.exit_code == 0 and r.output == "", r.output
+        assert r.exit_code == 0 and r.output == "", r.output  # control: no mixture index, nothing more said
+        index = os.path.join(root, ".mixture-index")
+        os.makedirs(os.path.join(index, "tables"))
+        (tmp_path / "root" / ".mixture-index" / "tables" / "t.arrow").write_bytes(b"x")
+        r = CliRunner().invoke(main, ["cache", "clear", "--cache-dir", root])
+        assert r.exit_code == 0 and r.output.startswith(f"removed {index} (the mixture index"), r.output
+        assert not os.path.exists(index) and os.path.isdir(held)  # the entry in use is kept
         r = CliRunner().invoke(main, ["cache", "prune", "--cache-dir", nested, "--max-size", "1"])
         assert r.exit_code == 0 and r.output == (
             f"[robo-loaders] the cache {nested} holds 1.0 kB, over its limit "
