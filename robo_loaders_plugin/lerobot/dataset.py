@@ -577,24 +577,22 @@ def native_source(native) -> tuple[LeRobotV3, ReaderSettings]:
         CompatError: not LeRobot 0.6.x.
         SourceError: a layout robo-loaders does not reproduce, or ``meta/`` differs from the dataset object's.
     """
+    return checked_once(native, "native_source", lambda: _checked_source(native))
+
+
+def _checked_source(native) -> tuple[LeRobotV3, ReaderSettings]:
+    """What :func:`native_source` gives, checked now."""
     from robo_loaders_plugin.lerobot.compat import active_reads, check_version
     from robo_loaders_plugin.sources.lerobot_v3 import LeRobotV3
 
-    held = _CHECKED[-1].get(id(native)) if _CHECKED else None
-    if held is not None and held[0] is native:
-        return held[1]
     check_version()
     check_supported(native)
     source = LeRobotV3(native.root, table_reads=active_reads())  # a mixture's: LeRobot's reads, files unchanged
     check_meta_match(native, source)  # the meta/ the backend reads is the one LeRobot's object holds
-    checked = (source, reader_settings(native))
-    if _CHECKED:
-        _CHECKED[-1][id(native)] = (native, checked)
-    return checked
+    return source, reader_settings(native)
 
 
-# the sources native_source checked inside sources_checked_once() blocks (innermost last): id -> (native, result),
-# and what checked_once computed: (id, what) -> (native, result)
+# what checked_once computed inside sources_checked_once() blocks (innermost last): (id, what) -> (native, result)
 _CHECKED: list[dict] = []
 
 
