@@ -371,3 +371,71 @@ def test_tables_read_directly_from_kept_copies_serve_lerobots_items_without_read
     after = start()
     assert [os.path.realpath(p) for p in opened] == [os.path.realpath(data)]  # the edited file alone read again
     assert after.hf_dataset.data.table.column("timestamp") != kept.hf_dataset.data.table.column("timestamp")
+
+
+def test_a_dataset_of_a_schema_read_before_equals_the_constructors_own(lerobot_datasets, tmp_path, monkeypatch):
+    """``ParquetReads.dataset`` runs datasets' constructor once per schema in a block and gives every later table
+    of that schema a copy of the first one's attributes: each copy must equal the constructor's own ``Dataset`` of
+    its table (rows, features, schema with its metadata, LeRobot's transform) with a fingerprint of its own, a
+    transform set on one not on another; a table of another schema, or other ``features``, is built by the
+    constructor. Through LeRobot: the episodes and data of a second root with the schema of a first one equal
+    LeRobot's own reads. Controls: the two tables differ (a copy serving the first's rows would be seen), and
+    the constructor's count sees every build."""
+    import datasets
+    from lerobot.datasets.dataset_metadata import LeRobotDatasetMetadata
+    from lerobot.datasets.feature_utils import get_hf_features_from_features
+    from lerobot.datasets.io_utils import hf_transform_to_torch, load_episodes, load_nested_dataset
+
+    from robo_loaders_plugin.lerobot.compat import ParquetReads
+
+    root = lerobot_datasets["av1_1cam"]
+    features = get_hf_features_from_features(LeRobotDatasetMetadata("local/x", root=root).features)
+    (path,) = sorted((root / "data").glob("*/*.parquet"))
+    whole = pq.read_table(path).cast(features.arrow_schema)
+    first, second = whole.slice(0, 40), whole.slice(40)
+    built = []
+    constructor = datasets.Dataset.__init__
+
+    def counted(self, *args, **kwargs):
+        built.append(1)
+        constructor(self, *args, **kwargs)
+
+    monkeypatch.setattr(datasets.Dataset, "__init__", counted)
+    reads = ParquetReads()
+    one, two = reads.dataset(first, features), reads.dataset(second, features)
+    assert len(built) == 1  # the second from the first's attributes
+    expected = datasets.Dataset(second, info=datasets.DatasetInfo(features=features))
+    assert two.features == expected.features and two.to_dict() == expected.to_dict()
+    assert two.data.schema.equals(expected.data.schema, check_metadata=True)
+    assert one.to_dict() != expected.to_dict()  # control: serving the first's rows would be seen
+    assert two._fingerprint != one._fingerprint and not two.cache_files
+    one.set_transform(hf_transform_to_torch)
+    assert two.format == expected.format and two[0] == expected[0]  # the transform on one is not on two
+    two.set_transform(hf_transform_to_torch)
+    expected.set_transform(hf_transform_to_torch)
+    assert all((two[5][k] == expected[5][k]).all() for k in expected[5])
+    # another schema (a column's type), or other features: the constructor's
+    built.clear()
+    at = whole.schema.get_field_index("timestamp")
+    other = whole.set_column(at, "timestamp", whole["timestamp"].cast(pa.float64()))
+    assert reads.dataset(other).features != one.features and len(built) == 1
+    renamed = datasets.Features({("x." + k if k == "index" else k): v for k, v in features.items()})
+    relabelled = reads.dataset(first.rename_columns(list(renamed)), renamed)
+    assert len(built) == 2 and "x.index" in relabelled.features
+    # through LeRobot's readers: a second root of the first's schema, its own values
+    edited = tmp_path / "edited"
+    shutil.copytree(root, edited)
+    (episodes_path,) = sorted((edited / "meta" / "episodes").glob("*/*.parquet"))
+    lengths = pq.read_table(episodes_path)["length"].to_pylist()
+    pq.write_table(_set(pq.read_table(episodes_path), "length", 0, lengths[0] + 7), episodes_path)
+    (data_path,) = sorted((edited / "data").glob("*/*.parquet"))
+    data = pq.read_table(data_path)
+    pq.write_table(_set(data, "timestamp", 3, data["timestamp"][3].as_py() + 0.5), data_path)
+    built.clear()
+    reads = ParquetReads()
+    mine = {r: (reads.episodes(r), reads.data(r / "data", features, None, original=None)) for r in (root, edited)}
+    assert len(built) == 2  # the first root's episodes and data by the constructor, the second's copied
+    for r, (episodes, data) in mine.items():
+        assert episodes.to_dict() == load_episodes(r).to_dict() and episodes.features == load_episodes(r).features
+        assert data.to_dict() == load_nested_dataset(r / "data", features=features).to_dict()
+    assert reads.episodes(edited)["length"][0] == lengths[0] + 7 != reads.episodes(root)["length"][0]

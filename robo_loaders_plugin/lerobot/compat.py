@@ -597,10 +597,8 @@ class ParquetReads:
         Raises:
             FileNotFoundError: no ``meta/episodes/*/*.parquet`` under ``root`` (as LeRobot's reader).
         """
-        import uuid
         from pathlib import Path
 
-        import datasets
         import pyarrow as pa
 
         paths = sorted((Path(root) / "meta" / "episodes").glob("*/*.parquet"))
@@ -619,9 +617,7 @@ class ParquetReads:
         held = self._tables.get(key)
         if held is None:
             table = pa.concat_tables([first] + [self.read(path, columns) for path in paths[1:]])
-            # a fingerprint of its own (datasets would hash the whole table with dill, ~70 ms a component): a table
-            # held in memory has no cache files for a fingerprint to find again
-            held = self._keep(key, datasets.Dataset(table, fingerprint=uuid.uuid4().hex))
+            held = self._keep(key, self.dataset(table))
         return held
 
     def tasks(self, root):
@@ -669,10 +665,8 @@ class ParquetReads:
             FileNotFoundError: no ``*/*.parquet`` under ``pq_dir`` (as LeRobot's reader).
         """
         import os
-        import uuid
         from pathlib import Path
 
-        import datasets
         import pyarrow as pa
         import pyarrow.compute as pc
 
@@ -690,8 +684,48 @@ class ParquetReads:
                 table = table.cast(features.arrow_schema)
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, KeyError, ValueError):
             return original(pq_dir, features=features, episodes=episodes)  # LeRobot's own read, and its error
+        return self.dataset(table, features)
+
+    def dataset(self, table, features=None):
+        """``datasets.Dataset(table, info=DatasetInfo(features=features))`` held in memory, with a fingerprint of its
+        own; built by datasets' constructor once per schema in this block, then as a copy of that first one's
+        attributes with this table.
+
+        Why: the constructor derives the features from the schema, checks them against ``features`` and writes them
+        into the schema's metadata, ~1.5 ms a table whatever its rows, twice per component (its episodes, its data):
+        ~1.2 s of a 400-component mixture's start, where the components share a few schemas. The copy is taken
+        only where the constructor kept the table's schema as given (no cast) and ``features`` equal the first's;
+        it has its own table, info and fingerprint (a transform set on one is not on another: datasets sets a
+        format by assigning its attributes). Why a fingerprint of its own: datasets would hash the whole table with
+        dill (~70 ms a component), and a table held in memory has no cache files for one to find again.
+
+        Args:
+            table: A ``pyarrow.Table`` (cast to ``features``' schema when they are given).
+            features: The ``datasets.Features`` (``None``: derived from the schema, as datasets does).
+
+        Returns:
+            The ``datasets.Dataset``.
+        """
+        import copy
+        import uuid
+
+        import datasets
+        from datasets.table import InMemoryTable
+
+        schema = table.schema
+        key = ("dataset", schema, tuple(sorted((schema.metadata or {}).items())), features is None)
+        first = self._tables.get(key)
+        if first is not None and (features is None or first.info.features == features):
+            made = copy.copy(first)
+            made._info = copy.copy(first._info)
+            made._data = InMemoryTable(table.replace_schema_metadata(first._data.schema.metadata))
+            made._fingerprint = uuid.uuid4().hex
+            return made
         info = datasets.DatasetInfo(features=features) if features is not None else None
-        return datasets.Dataset(table, info=info, fingerprint=uuid.uuid4().hex)
+        made = datasets.Dataset(table, info=info, fingerprint=uuid.uuid4().hex)
+        if made._data.schema.equals(schema, check_metadata=False) and made._indices is None:
+            self._keep(key, copy.copy(made))  # its attributes as built, before a caller sets a transform on it
+        return made
 
 
 def _requested_episodes_held(reader) -> set[int] | None:
