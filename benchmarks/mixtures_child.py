@@ -154,6 +154,7 @@ def run(a: dict) -> dict:
     from robo_loaders_plugin.lerobot.compat import tables_read_directly
     from robo_loaders_plugin.lerobot.presets import delta_timestamps
     from robo_loaders_plugin.lerobot.single import natives_built
+    from robo_loaders_plugin.mixtures.dataset import garbage_collected_once
     from robo_loaders_plugin.mixtures.kept_tables import kept_tables
 
     torch.manual_seed(0)
@@ -166,6 +167,8 @@ def run(a: dict) -> dict:
     # (and the parquet files' checked Arrow copies of an earlier start, beside the mixture index)
     kept = None if a["backend"] == "reference" else kept_tables((a.get("kwargs") or {}).get("cache_dir"))
     building = contextlib.nullcontext() if a["backend"] == "reference" else tables_read_directly(kept)
+    # and, as make_mixture_datasets, the objects from before frozen while it builds, its garbage collected once after
+    collected = contextlib.nullcontext() if a["backend"] == "reference" else garbage_collected_once()
 
     def native(k: int):  # as make_dataset builds one dataset: its metadata, the policy's deltas, the dataset
         c = components[k]
@@ -174,7 +177,7 @@ def run(a: dict) -> dict:
 
     reference = a["backend"] == "reference"
     extra = a.get("spec") or {}  # the mixture's other keys (pad, missing_cameras): different robots
-    with building:
+    with building, collected:
         if reference:  # one after another, as a hand-written loop does
             t_natives = time.perf_counter()
             built = [native(k) for k in range(len(components))]

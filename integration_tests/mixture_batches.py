@@ -28,7 +28,7 @@ def check_items_batch_is_parts_batch(mix, same_batch, match: str | None = None) 
 
 def build_steps(monkeypatch, build) -> list[str]:
     """What a mixture's build does, in order: ``"collect"`` for each full garbage collection it asks for
-    (``mixtures.dataset.collect_build_garbage``), ``"record"`` each time a dataset is recorded as built (a component
+    (``mixtures.dataset.garbage_collected_once``), ``"record"`` each time a dataset is recorded as built (a component
     built as one dataset, then the mixture: the last step).
 
     Args:

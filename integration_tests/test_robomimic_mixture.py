@@ -20,7 +20,6 @@ from robo_loaders_plugin.core import iteration
 from robo_loaders_plugin.mixtures.dataset import DATASET_INDEX
 from robo_loaders_plugin.mixtures.spec import MixtureError
 from robo_loaders_plugin.robomimic import dataset_factory
-from robo_loaders_plugin.robomimic import mixture as robomimic_mixture
 from robo_loaders_plugin.robomimic.mixture import RobomimicMixture
 from robo_loaders_plugin.robomimic.mixture_meta import INDEX_KIND
 from robo_loaders_plugin.testing import assert_same
@@ -173,15 +172,18 @@ def test_component_shares_follow_the_weights(parts, backend, weights):
 
 
 def test_the_builds_garbage_is_collected_before_the_first_batch(parts, monkeypatch):
-    """CPython's full collection runs as a mixture's build ends (``collect_build_garbage``), not in its first
-    batches. Control: without it, nothing collects."""
+    """CPython's full collection runs as a mixture's build ends (``garbage_collected_once``), not in its first
+    batches. Control: inside a block already open (a start that reads the index first), the build itself does not
+    collect."""
     cfg = _config(parts, "compressed_cache", mixture=_mixture(parts))
 
     def build():
         dataset_factory(cfg, obs_keys(cfg))
 
-    assert build_steps(monkeypatch, build)[-2:] == ["collect", "record"]
-    monkeypatch.setattr(robomimic_mixture, "collect_build_garbage", lambda: None)
+    from robo_loaders_plugin.mixtures import dataset
+
+    assert build_steps(monkeypatch, build)[-2:] == ["record", "collect"]
+    monkeypatch.setattr(dataset, "_BUILDS_OPEN", [1])
     assert "collect" not in build_steps(monkeypatch, build)
 
 

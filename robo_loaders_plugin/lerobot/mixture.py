@@ -84,7 +84,7 @@ from robo_loaders_plugin.lerobot.single import (
     remote_tables,
 )
 from robo_loaders_plugin.mixtures.component_lines import ComponentLines
-from robo_loaders_plugin.mixtures.dataset import DATASET_INDEX, MixtureDataset, MixtureHooks, collect_build_garbage
+from robo_loaders_plugin.mixtures.dataset import DATASET_INDEX, MixtureDataset, MixtureHooks, garbage_collected_once
 from robo_loaders_plugin.mixtures.footprint import bounded_buffer, check_mixture_fits
 from robo_loaders_plugin.mixtures.kept_tables import kept_tables
 from robo_loaders_plugin.mixtures.spec import MixtureError
@@ -430,6 +430,7 @@ class LeRobotMixture(MixtureDataset):
         return f"LeRobotMixture({parts}; {how}; fps={self.fps:g})"
 
 
+@garbage_collected_once()
 def build_mixture(
     spec,
     natives,
@@ -546,12 +547,12 @@ def build_mixture(
         meta=meta,
         natives=natives,
     )
-    collect_build_garbage()  # the build's garbage collected now, not in the first batches
     iteration.record_built(mixture, choice, seed=seed, served_as=BATCH)
     logger.info(f"lerobot data backend: {choice.name} [{meta.repo_id}] {summary}")
     return mixture
 
 
+@garbage_collected_once()  # the index, the datasets and the mixtures: one block
 def make_mixture_datasets(cfg, split: bool):
     """``make_dataset``/``make_train_eval_datasets`` for ``--dataset.mixture``: metadata checked first, then each
     component built by LeRobot's own factory (split by ``--dataset.eval_split`` as LeRobot splits one dataset; a

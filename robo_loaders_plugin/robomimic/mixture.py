@@ -24,7 +24,7 @@ from robo_loaders_plugin.core.registry import choose_backend, rate_converting_ba
 from robo_loaders_plugin.core.spec import BATCH, BackendChoice
 from robo_loaders_plugin.core.units import NAMED_IN_A_LINE, some_of
 from robo_loaders_plugin.mixtures.component_lines import ComponentLines
-from robo_loaders_plugin.mixtures.dataset import DATASET_INDEX, MixtureDataset, MixtureHooks, collect_build_garbage
+from robo_loaders_plugin.mixtures.dataset import DATASET_INDEX, MixtureDataset, MixtureHooks, garbage_collected_once
 from robo_loaders_plugin.mixtures.footprint import check_mixture_fits
 from robo_loaders_plugin.mixtures.missing import ZEROS, device_of, filler, flag, missing_key, missing_lines
 from robo_loaders_plugin.mixtures.padding import Padding, dim_mask, mask_key, pad_value, plan_padding
@@ -667,6 +667,7 @@ def _bounded(choice: BackendChoice) -> BackendChoice:
     )
 
 
+@garbage_collected_once()
 def build_mixture(config, obs_keys, choice: BackendChoice, filter_by_attribute=None, rank=None, world_size=None):
     """The mixture's dataset for robomimic's ``dataset_factory`` call on ``train.data``.
 
@@ -783,7 +784,6 @@ def build_mixture(config, obs_keys, choice: BackendChoice, filter_by_attribute=N
 
     shared = setup() if world_size > 1 else None
     check_ranks_agree(shared or setup, f"robomimic data backend {choice.name}", (rank, world_size), alone)
-    collect_build_garbage()  # the build's garbage collected now, not in the first batches
     iteration.record_built(mix, choice, rank, world_size, int(t.seed), shared, served_as=BATCH)
     split = filter_by_attribute or "all demos"
     logger.info(f"robomimic data backend: {choice.name} [{split}] {summary}")
