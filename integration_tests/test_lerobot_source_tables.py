@@ -409,6 +409,7 @@ def test_a_dataset_of_a_schema_read_before_equals_the_constructors_own(lerobot_d
     assert two.data.schema.equals(expected.data.schema, check_metadata=True)
     assert one.to_dict() != expected.to_dict()  # control: serving the first's rows would be seen
     assert two._fingerprint != one._fingerprint and not two.cache_files
+    assert two._indexes is not one._indexes and two.info is not one.info
     one.set_transform(hf_transform_to_torch)
     assert two.format == expected.format and two[0] == expected[0]  # the transform on one is not on two
     two.set_transform(hf_transform_to_torch)

@@ -110,3 +110,5 @@ EpisodeVideoDecoder.fallbacks
 _counters = SimpleNamespace(downloads=0, allocations=0)  # FileCache.downloads, BufferPool.allocations: set in
 _counters.downloads  # __init__, so not class attributes
 _counters.allocations
+_datasets_dataset = SimpleNamespace(_indexes={})  # compat.ParquetReads.dataset: a copied datasets.Dataset's own
+_datasets_dataset._indexes  # search indexes, read by the datasets library

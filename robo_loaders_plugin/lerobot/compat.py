@@ -695,8 +695,8 @@ class ParquetReads:
         into the schema's metadata, ~1.5 ms a table whatever its rows, twice per component (its episodes, its data):
         ~1.2 s of a 400-component mixture's start, where the components share a few schemas. The copy is taken
         only where the constructor kept the table's schema as given (no cast) and ``features`` equal the first's;
-        it has its own table, info and fingerprint (a transform set on one is not on another: datasets sets a
-        format by assigning its attributes). Why a fingerprint of its own: datasets would hash the whole table with
+        it has its own table, info, fingerprint, search indexes and format (a transform set on one is not on
+        another). Why a fingerprint of its own: datasets would hash the whole table with
         dill (~70 ms a component), and a table held in memory has no cache files for one to find again.
 
         Args:
@@ -717,9 +717,10 @@ class ParquetReads:
         first = self._tables.get(key)
         if first is not None and (features is None or first.info.features == features):
             made = copy.copy(first)
-            made._info = copy.copy(first._info)
+            made._info = copy.copy(first._info)  # its own info; the features object shared (``features`` copies it)
             made._data = InMemoryTable(table.replace_schema_metadata(first._data.schema.metadata))
             made._fingerprint = uuid.uuid4().hex
+            made._indexes, made._format_kwargs = {}, dict(first._format_kwargs)  # its own mutable attributes
             return made
         info = datasets.DatasetInfo(features=features) if features is not None else None
         made = datasets.Dataset(table, info=info, fingerprint=uuid.uuid4().hex)
