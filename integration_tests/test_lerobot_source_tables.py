@@ -386,6 +386,7 @@ def test_a_dataset_of_a_schema_read_before_equals_the_constructors_own(lerobot_d
     from lerobot.datasets.feature_utils import get_hf_features_from_features
     from lerobot.datasets.io_utils import hf_transform_to_torch, load_episodes, load_nested_dataset
 
+    from robo_loaders_plugin.lerobot import compat
     from robo_loaders_plugin.lerobot.compat import ParquetReads
 
     root = lerobot_datasets["av1_1cam"]
@@ -423,6 +424,11 @@ def test_a_dataset_of_a_schema_read_before_equals_the_constructors_own(lerobot_d
     renamed = datasets.Features({("x." + k if k == "index" else k): v for k, v in features.items()})
     relabelled = reads.dataset(first.rename_columns(list(renamed)), renamed)
     assert len(built) == 2 and "x.index" in relabelled.features
+    # a datasets release whose Dataset has attributes the copy does not know: the constructor's
+    monkeypatch.setattr(compat, "DATASET_ATTRIBUTES", compat.DATASET_ATTRIBUTES | {"_a_new_state"})
+    assert reads.dataset(second, features).to_dict() == expected.to_dict() and len(built) == 3
+    monkeypatch.undo()
+    monkeypatch.setattr(datasets.Dataset, "__init__", counted)
     # through LeRobot's readers: a second root of the first's schema, its own values
     edited = tmp_path / "edited"
     shutil.copytree(root, edited)

@@ -39,7 +39,10 @@ Hugging Face ``datasets`` internals (LeRobot holds its tables in a ``datasets.Da
 they serve with it): ``Dataset._indices``, the selection ``select``/``shuffle`` leave over the Arrow table
 (:func:`hf_column`, :func:`hf_selection_digest`), ``Dataset._fingerprint`` (:func:`hf_fingerprint`), and the Arrow
 storage under it, ``Dataset.data`` and ``Dataset.cache_files`` (public, but the library's storage:
-:func:`hf_column`, :func:`hf_cache_files`). No other module reads them (``tests/test_compat_private_reads.py``);
+:func:`hf_column`, :func:`hf_cache_files`); a ``Dataset``'s own attributes (:data:`DATASET_ATTRIBUTES`: its
+``_data``, ``_info``, ``_fingerprint``, ``_indexes``, ``_format_kwargs`` set on a copy by
+:meth:`ParquetReads.dataset`, which copies only a ``Dataset`` with exactly these). No other module reads them
+(``tests/test_compat_private_reads.py``);
 ``robo-loaders doctor`` checks them on a real ``datasets.Dataset`` (:func:`checks`).
 """
 
@@ -463,6 +466,24 @@ def _file_key(path) -> tuple:
     return (os.fspath(path), st.st_size, st.st_mtime_ns, st.st_ino)
 
 
+# a datasets.Dataset's attributes as datasets 4 sets them (``ParquetReads.dataset`` copies one only when these are
+# all it has: the table, fingerprint, info, search indexes and format its own, the split and indices shared)
+DATASET_ATTRIBUTES = frozenset(
+    {
+        "_data",
+        "_fingerprint",
+        "_format_columns",
+        "_format_kwargs",
+        "_format_type",
+        "_indexes",
+        "_indices",
+        "_info",
+        "_output_all_columns",
+        "_split",
+    }
+)
+
+
 class ParquetReads:
     """Parquet files read with pyarrow, each file once while its name, size, mtime and inode stay the same.
 
@@ -694,7 +715,9 @@ class ParquetReads:
         Why: the constructor derives the features from the schema, checks them against ``features`` and writes them
         into the schema's metadata, ~1.5 ms a table whatever its rows, twice per component (its episodes, its data):
         ~1.2 s of a 400-component mixture's start, where the components share a few schemas. The copy is taken
-        only where the constructor kept the table's schema as given (no cast) and ``features`` equal the first's;
+        only where the constructor kept the table's schema as given (no cast), ``features`` equal the first's and
+        its attributes are the ones this copy sets or shares (:data:`DATASET_ATTRIBUTES`: another datasets release
+        with state of its own per object is built by its constructor);
         it has its own table, info, fingerprint, search indexes and format (a transform set on one is not on
         another). Why a fingerprint of its own: datasets would hash the whole table with
         dill (~70 ms a component), and a table held in memory has no cache files for one to find again.
@@ -715,7 +738,8 @@ class ParquetReads:
         schema = table.schema
         key = ("dataset", schema, tuple(sorted((schema.metadata or {}).items())), features is None)
         first = self._tables.get(key)
-        if first is not None and (features is None or first.info.features == features):
+        copyable = first is not None and set(vars(first)) == DATASET_ATTRIBUTES
+        if copyable and (features is None or first.info.features == features):
             made = copy.copy(first)
             made._info = copy.copy(first._info)  # its own info; the features object shared (``features`` copies it)
             made._data = InMemoryTable(table.replace_schema_metadata(first._data.schema.metadata))
