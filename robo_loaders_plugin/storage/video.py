@@ -1,4 +1,4 @@
-"""Camera frames of one episode as one video segment (an MP4 in memory), through PyAV.
+"""Camera frames of one episode as one video segment (an MP4 in memory), encoded by PyAV, decoded by torchcodec.
 
 Why per-episode segments: a training pass opens each episode once and decodes it whole, in order, so a segment
 needs one keyframe (its first frame, which every encoder makes a keyframe) and no seek; the default GOP (32) only
@@ -224,14 +224,20 @@ def encode(frames: np.ndarray, settings: VideoSettings, where: str = "frames") -
 
 
 def decode(data, n: int, shape: tuple, where: str = "video", threads: int = 1) -> np.ndarray:
-    """Every frame of a segment, in order, as (N, H, W, 3) uint8 RGB.
+    """Every frame of a segment, in order, as (N, H, W, 3) uint8 RGB, decoded by torchcodec.
+
+    Why torchcodec, not PyAV (which encodes): its decode runs without the GIL, so the threads that decode episodes
+    ahead of a pass run beside the batches being assembled (PyAV's held it: two threads decoding 32x32 segments
+    finished no sooner than one), and a segment costs one call instead of a Python step and an RGB conversion per
+    frame (23 frames of 32x32: 0.93 ms against 1.72 ms). The frames are the same bytes: both convert with swscale's
+    defaults (tested against PyAV's decode for every codec and pixel format).
 
     Args:
         data: The MP4 file's bytes (any buffer).
         n: How many frames the segment's header says it holds.
         shape: (H, W, 3), the size the header says.
         where: Names the segment in errors.
-        threads: Decoder threads; 1 decodes on this thread, 0 lets FFmpeg choose.
+        threads: Decoder threads; 1 decodes on this thread (FFmpeg starts none), 0 lets FFmpeg choose.
 
     Returns:
         The frames.
@@ -240,30 +246,68 @@ def decode(data, n: int, shape: tuple, where: str = "video", threads: int = 1) -
         VideoError: the data cannot be decoded, holds other than one video stream, or holds another number or size
             of frames than ``n`` and ``shape`` say.
     """
-    import av
+    from torchcodec.decoders import VideoDecoder
 
-    out = np.empty((n,) + tuple(shape), dtype=np.uint8)
-    got = 0
-    try:
-        with av.open(io.BytesIO(memoryview(data)), "r", format="mp4") as container:
-            if len(container.streams.video) != 1:
-                raise VideoError(f"{where}: holds {len(container.streams.video)} video streams, not 1")
-            stream = container.streams.video[0]
-            if threads != 1:
-                stream.thread_type, stream.codec_context.thread_count = "AUTO", max(0, int(threads))
-            for frame in container.decode(stream):
-                if got >= n:
-                    raise VideoError(f"{where}: holds more than the {n} frames its header says")
-                rgb = frame.to_ndarray(format="rgb24")
-                if rgb.shape != out.shape[1:]:
-                    raise VideoError(f"{where}: frame {got} is {rgb.shape}, the header says {out.shape[1:]}")
-                out[got] = rgb
-                got += 1
-    except av.FFmpegError as exc:
+    blob = bytes(memoryview(data))
+    tracks = video_tracks(blob, where)
+    if tracks != 1:
+        raise VideoError(f"{where}: holds {tracks} video streams, not 1")
+    try:  # exact: the frames counted from the stream's packets, not taken from its header
+        decoder = VideoDecoder(blob, seek_mode="exact", num_ffmpeg_threads=max(0, int(threads)))
+        meta = decoder.metadata
+        if meta.num_frames != n:
+            raise VideoError(f"{where}: holds {meta.num_frames} frames, the header says {n}")
+        if (meta.height, meta.width, 3) != tuple(shape):
+            raise VideoError(f"{where}: frames are {(meta.height, meta.width, 3)}, the header says {tuple(shape)}")
+        frames = decoder.get_frames_in_range(0, n).data.permute(0, 2, 3, 1)  # NCHW views of NHWC frames
+    except (RuntimeError, ValueError, IndexError) as exc:  # what torchcodec raises for data FFmpeg refuses
         raise VideoError(f"{where}: cannot be decoded ({type(exc).__name__}: {exc})") from None
-    if got != n:
-        raise VideoError(f"{where}: holds {got} frames, the header says {n}")
-    return out
+    if tuple(frames.shape) != (n,) + tuple(shape):
+        raise VideoError(f"{where}: decoded {tuple(frames.shape)}, the header says {(n,) + tuple(shape)}")
+    return np.ascontiguousarray(frames.numpy())
+
+
+def video_tracks(mp4: bytes, where: str = "video") -> int:
+    """How many video tracks an MP4 holds, from its boxes (``moov/trak/mdia/hdlr`` of handler ``vide``).
+
+    Why read the boxes: torchcodec decodes the best video stream of a file and says nothing of the others, and a
+    segment holding two would be served as whichever it chose.
+
+    Args:
+        mp4: The MP4 file's bytes.
+        where: Names the segment in errors.
+
+    Returns:
+        The number of video tracks.
+
+    Raises:
+        VideoError: a box runs past the end of the data, or is smaller than its own header.
+    """
+    count = 0
+    for moov in _boxes(mp4, 0, len(mp4), where, b"moov"):
+        for trak in _boxes(mp4, *moov, where, b"trak"):
+            for mdia in _boxes(mp4, *trak, where, b"mdia"):
+                for start, end in _boxes(mp4, *mdia, where, b"hdlr"):
+                    count += end - start >= 12 and mp4[start + 8 : start + 12] == b"vide"
+    return count
+
+
+def _boxes(data: bytes, start: int, end: int, where: str, kind: bytes):
+    """(payload start, payload end) of each box of type ``kind`` among the boxes in ``data[start:end]``."""
+    at = start
+    while at + 8 <= end:
+        size, name, head = int.from_bytes(data[at : at + 4], "big"), data[at + 4 : at + 8], 8
+        if size == 1:  # a 64-bit size follows the type
+            if at + 16 > end:
+                raise VideoError(f"{where}: MP4 box {name!r} at byte {at} is cut off")
+            size, head = int.from_bytes(data[at + 8 : at + 16], "big"), 16
+        elif size == 0:  # the box runs to the end of its parent
+            size = end - at
+        if size < head or at + size > end:
+            raise VideoError(f"{where}: MP4 box {name!r} at byte {at} says {size} bytes; {end - at} are left")
+        if name == kind:
+            yield at + head, at + size
+        at += size
 
 
 def squared_error(a: np.ndarray, b: np.ndarray) -> float:
