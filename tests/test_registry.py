@@ -330,6 +330,15 @@ def test_every_missing_dependency_is_named_in_one_line_with_one_pip_command(monk
     assert rlp.get_backend("gpu_resampler").choose("robomimic", {}, "w").name == "gpu_resampler"
     monkeypatch.delitem(sys.modules, "torchdata")
     assert rlp.get_backend("video_stream").choose("lerobot", {}, "w").name == "video_stream"
+    # robomimic's video shards are decoded by torchcodec too (storage.video.decode), encoded by PyAV
+    monkeypatch.setitem(sys.modules, "torchcodec", None)
+    with pytest.raises(RoboLoadersError) as caught:
+        rlp.get_backend("video_stream").choose("robomimic", {}, "w")
+    assert str(caught.value) == (
+        "backend 'video_stream' needs torchcodec, which is not installed: pip install \"robo-loaders-plugin[video]\""
+    )
+    monkeypatch.delitem(sys.modules, "torchcodec")
+    assert rlp.get_backend("video_stream").choose("robomimic", {}, "w").name == "video_stream"
 
 
 def test_install_hints_of_one_package_merge_into_one_command():

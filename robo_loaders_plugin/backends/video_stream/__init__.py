@@ -129,7 +129,7 @@ SPEC = BackendSpec(
         "lerobot": "robo_loaders_plugin.backends.video_stream.lerobot:video_stream_footprint",
     },
     options=VIDEO_STREAM_OPTIONS,
-    requires={"robomimic": (TORCHDATA, PYAV), "lerobot": (TORCHDATA, TORCHCODEC)},
+    requires={"robomimic": (TORCHDATA, PYAV, TORCHCODEC), "lerobot": (TORCHDATA, TORCHCODEC)},
     constraints=_video_stream_constraints,
     remote_source_option="source",
     remote_storage_option="storage_options",
