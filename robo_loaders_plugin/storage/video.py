@@ -281,14 +281,18 @@ def video_tracks(mp4: bytes, where: str = "video") -> int:
         The number of video tracks.
 
     Raises:
-        VideoError: a box runs past the end of the data, or is smaller than its own header.
+        VideoError: no ``moov`` box (a segment cut short), or a box cut off, running past the end of the data or
+            smaller than its own header.
     """
-    count = 0
+    count, movies = 0, 0
     for moov in _boxes(mp4, 0, len(mp4), where, b"moov"):
+        movies += 1
         for trak in _boxes(mp4, *moov, where, b"trak"):
             for mdia in _boxes(mp4, *trak, where, b"mdia"):
                 for start, end in _boxes(mp4, *mdia, where, b"hdlr"):
                     count += end - start >= 12 and mp4[start + 8 : start + 12] == b"vide"
+    if not movies:  # the muxer writes it last: a segment cut short has none
+        raise VideoError(f"{where}: not a whole MP4 (no 'moov' box in its {len(mp4)} bytes)")
     return count
 
 
@@ -308,6 +312,8 @@ def _boxes(data: bytes, start: int, end: int, where: str, kind: bytes):
         if name == kind:
             yield at + head, at + size
         at += size
+    if at < end:
+        raise VideoError(f"{where}: MP4 box header at byte {at} is cut off ({end - at} bytes left)")
 
 
 def squared_error(a: np.ndarray, b: np.ndarray) -> float:
