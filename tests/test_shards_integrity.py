@@ -161,6 +161,36 @@ def test_a_damaged_tar_header_or_a_long_member_name(tmp_path):
     assert fields[field].tolist() == list(range(6)) and verify_dir(str(tmp_path / "long")) == []
 
 
+def _tar_header(name: str, size: int, signed: bool) -> np.ndarray:
+    """A ustar header block for ``name``, its checksum the unsigned sum (what tarfile writes) or the signed one
+    (what some old tars wrote)."""
+    info = tarfile.TarInfo(name)
+    info.size = size
+    block = bytearray(info.tobuf(format=tarfile.USTAR_FORMAT, encoding="utf-8")[: tarfile.BLOCKSIZE])
+    block[148:156] = b" " * 8
+    total = sum(np.frombuffer(bytes(block), np.int8 if signed else np.uint8).tolist())
+    block[148:156] = b"%06o\0 " % total
+    return np.frombuffer(bytes(block), np.uint8).copy()
+
+
+@pytest.mark.parametrize("signed", [False, True])
+def test_a_tar_headers_checksum_is_read_unsigned_or_signed_and_one_off_is_refused(signed):
+    """The reader checks every member's tar header (unsigned sum first, the signed one only when it differs): a
+    name of bytes >= 128 makes the two sums differ, so each is seen to be accepted, and one off refused."""
+    from robo_loaders_plugin.storage.shards.reader import _tar_header_problem
+
+    name = "démo_ü/obs~çam.frames"  # UTF-8 bytes >= 128: the signed sum is not the unsigned one
+    block = _tar_header(name, 1234, signed)
+    assert (block >= 128).sum() == 6  # three 2-byte characters
+    assert _tar_header_problem(block, name, 1234) is None
+    assert _tar_header_problem(block, name, 1235) == "the tar header before its data gives 1234 bytes, index.json 1235"
+    # control: the checksum one off (in the field) or the header one bit off (elsewhere) is refused
+    for at, bit in ((153, 1), (130, 2), (20, 1)):
+        bad = block.copy()
+        bad[at] ^= bit
+        assert "not a valid tar header (checksum)" in _tar_header_problem(bad, name, 1234)
+
+
 def test_overlapping_members_are_reported(tmp_path):
     write(tmp_path, shard_bytes=10**9)
     index = json.loads((tmp_path / "index.json").read_text())

@@ -235,9 +235,11 @@ def _tar_header_problem(block: np.ndarray, member: str, size: int) -> str | None
     written, not that its offsets point at the members it names; this costs one more block in the same read."""
     head = block.tobytes()
     recorded = _tar_octal(head[148:156])
-    rest = np.concatenate([block[:148], block[156:]])  # the checksum field counts as 8 spaces (256)
-    sums = (256 + int(rest.sum(dtype=np.int64)), 256 + int(rest.view(np.int8).sum(dtype=np.int64)))  # (un)signed
-    if recorded is None or recorded not in sums:
+    # the checksum field counts as 8 spaces (256); the unsigned sum first (what tarfile and every current tar write),
+    # the signed one (old tars) only when it differs: one numpy call a member instead of four (~6 of 12 us, paid for
+    # every member a pass reads)
+    unsigned = 256 + int(block.sum(dtype=np.int64)) - sum(head[148:156])
+    if recorded is None or (recorded != unsigned and recorded != unsigned - 256 * _high_bytes(block)):
         return f"the {tarfile.BLOCKSIZE} bytes before its data are not a valid tar header (checksum)"
     name = head[:100].split(b"\0", 1)[0]
     if name != member.encode()[:100]:
@@ -246,6 +248,12 @@ def _tar_header_problem(block: np.ndarray, member: str, size: int) -> str | None
     if size < _TAR_SIZE_LIMIT and stored != size:
         return f"the tar header before its data gives {_short(stored)} bytes, index.json {size}"
     return None
+
+
+def _high_bytes(block: np.ndarray) -> int:
+    """How many bytes of a tar header, its checksum field aside, are >= 128: each counts 256 less in the signed sum
+    than in the unsigned one."""
+    return int(np.count_nonzero(block[:148] >= 128)) + int(np.count_nonzero(block[156:] >= 128))
 
 
 def _read_exactly(f, offset: int, size: int) -> np.ndarray | None:
