@@ -17,6 +17,7 @@ The writer lives in ``writer.py``, the reader in ``reader.py``; the package expo
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import re
 import shutil
@@ -64,6 +65,7 @@ class DiskFullError(ShardError):
         self.what = what
 
 
+@functools.lru_cache(maxsize=4096)  # a dataset has tens of fields; every episode read checks each member's name
 def field_token(field: str) -> str:
     """A field name as it appears in member names (``obs/cam`` -> ``obs~cam``): any other character outside
     ``[A-Za-z0-9_.-]`` percent-escaped (its UTF-8 bytes, :func:`urllib.parse.quote`; ``~`` too), as are a leading
