@@ -8,6 +8,10 @@ repository) and served in this process by the hand-written reference and by ``vi
 over a whole pass. Every video segment decoded is counted and timed (``storage.video.decode``, wrapped), and one
 segment's decode is split into its parts (opening the MP4 and indexing its packets; decoding its frames to RGB, one
 torchcodec call) and timed as PyAV decoded it before, so the result says how much of a batch's time decoding takes.
+``video_stream``'s rows also say how many of the two cores its timed batches kept busy (this process's CPU time over
+their wall time: its batches are built by threads here, where the reference's workers are other processes), and the
+row's 30 batches are served once more with 4 workers (``train.num_data_workers``: the threads building batches), so
+the result says whether more threads would use the cores the batches leave idle.
 
 ``python -m benchmarks.robomimic_video_decode [--rounds 2] [--out RESULT.json]`` (default: its result in
 ``benchmarks/results/``).
@@ -108,8 +112,22 @@ def main(argv=None) -> int:
                 counted["seconds"] += time.perf_counter() - t
 
     video.decode = counting
+    from benchmarks import mixtures_child
 
-    def one(backend: str, batches: int) -> dict:
+    timed_part = {"cpu_s": 0.0, "wall_s": 0.0}
+    real_timed = mixtures_child.timed_shares
+
+    def timing_cpu(*args, **kwargs):  # the timed batches' CPU time, this process's threads (os.times)
+        c, t = os.times(), time.perf_counter()
+        try:
+            return real_timed(*args, **kwargs)
+        finally:
+            d = os.times()
+            timed_part.update(cpu_s=d.user - c.user + d.system - c.system, wall_s=time.perf_counter() - t)
+
+    mixtures_child.timed_shares = timing_cpu
+
+    def one(backend: str, batches: int, workers: int = 2) -> dict:
         a_ = dict(
             backend=backend,
             kwargs={"cache_dir": cache} if backend != "reference" else {},
@@ -118,7 +136,7 @@ def main(argv=None) -> int:
             low_dim=LOW_DIM,
             seq_length=size["seq_length"],
             cache_mode=size["cache_mode"],
-            num_workers=2,
+            num_workers=workers,
             seed=0,
             batch_size=size["many_batch_size"],
             batches=batches,
@@ -126,14 +144,19 @@ def main(argv=None) -> int:
         )
         counted.update(segments=0, seconds=0.0)
         load = os.getloadavg()[0]
+        timed_part.update(cpu_s=0.0, wall_s=0.0)
         row = child.run(a_)
-        return {
+        out = {
             "samples_per_s": round(row["samples_per_s"], 1),
             "build_s": round(row["build_s"], 2),
             "segments_decoded": counted["segments"],
             "decode_s": round(counted["seconds"], 3),
             "load_1min": round(load, 2),
+            "workers": workers,
         }
+        if backend != "reference" and timed_part["wall_s"]:  # the reference's workers are other processes
+            out["busy_cores"] = round(timed_part["cpu_s"] / timed_part["wall_s"], 2)
+        return out
 
     one("video_stream", 1)  # converts the files to video shards on first use (not timed)
     runs: dict[str, dict[str, list]] = {}
@@ -141,7 +164,11 @@ def main(argv=None) -> int:
         for backend in ("reference", "video_stream"):
             for label, batches in (("first_30_batches", BATCHES), ("whole_pass", pass_batches)):
                 runs.setdefault(f"{backend} {label}", {}).setdefault("rows", []).append(one(backend, batches))
+        runs.setdefault("video_stream first_30_batches, 4 workers", {}).setdefault("rows", []).append(
+            one("video_stream", BATCHES, workers=4)
+        )
     video.decode = real
+    mixtures_child.timed_shares = real_timed
 
     from robo_loaders_plugin.storage.shards import ShardReader
 
@@ -158,6 +185,7 @@ def main(argv=None) -> int:
             "samples_per_s_median": round(statistics.median(x["samples_per_s"] for x in rows), 1),
             "segments_decoded": [x["segments_decoded"] for x in rows],
             "decode_s": [x["decode_s"] for x in rows],
+            **({"busy_cores": [x["busy_cores"] for x in rows]} if all("busy_cores" in x for x in rows) else {}),
         }
     import torch
 
