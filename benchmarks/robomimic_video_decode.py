@@ -7,7 +7,8 @@ repository) and served in this process by the hand-written reference and by ``vi
 (``benchmarks/mixtures_robomimic_child.run``, the row's own child), alternately, over the row's 30 timed batches and
 over a whole pass. Every video segment decoded is counted and timed (``storage.video.decode``, wrapped), and one
 segment's decode is split into its parts (opening the MP4 and indexing its packets; decoding its frames to RGB, one
-torchcodec call) and timed as PyAV decoded it before, so the result says how much of a batch's time decoding takes.
+torchcodec call) and timed as PyAV decoded it before, so the result says how much of a batch's time decoding takes;
+and timed while another thread runs Python, which says how often a decode gives the GIL up and waits to take it back.
 ``video_stream``'s rows also say how many of the two cores its timed batches kept busy (this process's CPU time over
 their wall time: its batches are built by threads here, where the reference's workers are other processes), and the
 row's 30 batches are served once more with 4 workers (``train.num_data_workers``: the threads building batches), so
@@ -25,6 +26,7 @@ import json
 import os
 import platform
 import statistics
+import sys
 import threading
 import time
 
@@ -40,7 +42,7 @@ def _segment_parts(data: bytes, n: int, shape: tuple, repeats: int = 200) -> dic
 
     from robo_loaders_plugin.storage.video import decode
 
-    def timed(fn) -> float:
+    def timed(fn, repeats: int = repeats) -> float:
         out = []
         for _ in range(repeats):
             t = time.perf_counter()
@@ -57,6 +59,21 @@ def _segment_parts(data: bytes, n: int, shape: tuple, repeats: int = 200) -> dic
                 frame.to_ndarray(format="rgb24")
 
     whole, opening, before = timed(lambda: decode(data, n, shape)), timed(opened), timed(pyav)
+    # the same decode while another thread runs Python: each time the call gives the GIL up (its native steps) and
+    # wants it back, it waits for the other thread's switch interval (sys.getswitchinterval(), 5 ms by default)
+    stop = threading.Event()
+
+    def spin():
+        while not stop.is_set():
+            pass
+
+    spinner = threading.Thread(target=spin, daemon=True)
+    spinner.start()
+    try:
+        contended = timed(lambda: decode(data, n, shape), repeats=20)
+    finally:
+        stop.set()
+        spinner.join()
     return {
         "frames": n,
         "shape": list(shape),
@@ -65,6 +82,8 @@ def _segment_parts(data: bytes, n: int, shape: tuple, repeats: int = 200) -> dic
         "open_ms": opening,
         "frames_and_rgb_ms": round(max(0.0, whole - opening), 3),
         "pyav_per_frame_ms": before,
+        "beside_a_python_thread_ms": contended,
+        "switch_interval_ms": round(sys.getswitchinterval() * 1e3, 3),
     }
 
 
