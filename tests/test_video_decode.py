@@ -50,7 +50,7 @@ def test_a_segment_decodes_to_pyavs_frames_byte_for_byte(codec, pix_fmt, shape):
     n, h, w = shape
     data = encode(_frames(n, h, w), VideoSettings(codec=codec, pix_fmt=pix_fmt, gop=8))
     ours, theirs = decode(data, n, (h, w, 3), "segment"), _pyav_frames(data)
-    assert ours.shape == (n, h, w, 3) and ours.dtype == np.uint8 and ours.flags.c_contiguous
+    assert ours.shape == (n, h, w, 3) and ours.dtype == np.uint8 and ours.flags.c_contiguous and ours.flags.writeable
     assert ours.tobytes() == theirs.tobytes()
     # control: the comparison sees one value off in one frame
     other = theirs.copy()

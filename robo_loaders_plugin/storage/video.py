@@ -255,18 +255,21 @@ def decode(data, n: int, shape: tuple, where: str = "video", threads: int = 1) -
     if tracks != 1:
         raise VideoError(f"{where}: holds {tracks} video streams, not 1")
     try:  # exact: the frames counted from the stream's packets, not taken from its header
-        decoder = VideoDecoder(blob, seek_mode="exact", num_ffmpeg_threads=max(0, int(threads)))
+        # NHWC: the frames as FFmpeg converts them, contiguous, so no permute and no copy follow: each was a step
+        # that gives the GIL up and waits to take it back beside threads assembling batches (measured:
+        # docs/benchmarks.md, *Measurements behind the code*)
+        decoder = VideoDecoder(blob, seek_mode="exact", num_ffmpeg_threads=max(0, int(threads)), dimension_order="NHWC")
         meta = decoder.metadata
         if meta.num_frames != n:
             raise VideoError(f"{where}: holds {meta.num_frames} frames, the header says {n}")
         if (meta.height, meta.width, 3) != tuple(shape):
             raise VideoError(f"{where}: frames are {(meta.height, meta.width, 3)}, the header says {tuple(shape)}")
-        frames = decoder.get_frames_in_range(0, n).data.permute(0, 2, 3, 1)  # NCHW views of NHWC frames
+        frames = decoder.get_frames_in_range(0, n).data
     except (RuntimeError, ValueError, IndexError) as exc:  # what torchcodec raises for data FFmpeg refuses
         raise VideoError(f"{where}: cannot be decoded ({type(exc).__name__}: {exc})") from None
     if tuple(frames.shape) != (n,) + tuple(shape):
         raise VideoError(f"{where}: decoded {tuple(frames.shape)}, the header says {(n,) + tuple(shape)}")
-    return np.ascontiguousarray(frames.numpy())
+    return np.ascontiguousarray(frames.numpy())  # already contiguous: no copy
 
 
 def video_tracks(mp4: bytes, where: str = "video") -> int:
