@@ -229,7 +229,7 @@ def decode(data, n: int, shape: tuple, where: str = "video", threads: int = 1) -
     Why torchcodec, not PyAV (which encodes): its decoding and conversion run without the GIL, so threads decoding
     segments run beside each other (PyAV's held it: two threads decoding 32x32 segments finished no sooner than
     one), and a segment costs one call instead of a Python step and an RGB conversion per frame (23 frames of 32x32:
-    0.93 ms against 1.72 ms). The call still takes the GIL back about 13 times a segment, between its native steps,
+    0.93 ms against 1.72 ms). The call still takes the GIL back about 9 times a segment, between its native steps,
     so beside a thread running Python each return waits for that thread's switch interval (measured:
     docs/benchmarks.md). The frames are the same bytes: both convert with swscale's defaults (tested against PyAV's
     decode for every codec and pixel format).
